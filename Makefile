@@ -1,0 +1,246 @@
+# kvserve: build, run and test.  See README.md.
+#
+#   make deps    install the Debian packages (and the PyPI test helper)
+#   make all     libkvserve.a, the kvserve tool, the nginx module, CUDA
+#   make run     start nginx with the module on 127.0.0.1:8080
+#   make stop    stop it
+#   make test    unit (plain, ASan+UBSan), GGUF interop, Test::Nginx
+#   make unit / unit-asan / interop / itest / bench / fuzz / clean
+#
+# KVSERVE_CUDA=0 skips the CUDA sources even when nvcc is present.
+
+SHELL        := /bin/bash
+.DEFAULT_GOAL := all
+
+B            ?= build
+CC           ?= cc
+NGINX        ?= /usr/sbin/nginx
+NGINX_SRC    ?= /usr/share/nginx/src
+CUDA_HOME    ?= /usr/local/cuda
+NVCC         ?= $(CUDA_HOME)/bin/nvcc
+KVSERVE_CUDA ?= $(if $(wildcard $(NVCC)),1,0)
+FIXTURES     ?= $(abspath ../shared/fixtures)
+PORT         ?= 8080
+
+WARN         := -Wall -Wextra -Wpointer-arith -Wno-unused-parameter \
+                -Wshadow -Wstrict-prototypes -Werror
+CFLAGS       ?= -O2 -g
+KVS_CFLAGS   := -std=gnu11 -fPIC $(WARN) -D_GNU_SOURCE \
+                -DKVS_HAVE_CUDA=$(KVSERVE_CUDA)
+ASAN_FLAGS   := -O1 -g -fsanitize=address,undefined \
+                -fno-sanitize-recover=all -fno-omit-frame-pointer
+LIBS         := -ljansson -lm -lpthread
+
+LIB_SRCS     := $(sort $(filter-out src/ngx/% src/cli/%, \
+                  $(wildcard src/*/*.c)))
+LIB_HDRS     := $(wildcard src/*/*.h)
+CLI_SRCS     := $(wildcard src/cli/*.c)
+NGX_SRCS     := ngx_kvserve_module.c $(wildcard src/ngx/*.c)
+NGX_HDRS     := $(wildcard src/ngx/*.h)
+CU_SRCS      := $(wildcard kernels/*.cu)
+UNIT_SRCS    := $(wildcard t/unit/test_*.c)
+
+LIB          := $(B)/libkvserve.a
+ASAN_LIB     := $(B)/asan/libkvserve.a
+CLI          := $(B)/kvserve
+MODULE       := $(B)/ngx_http_kvserve_module.so
+DEFAULT_MODEL := $(B)/models/default.gguf
+UNIT_BINS    := $(UNIT_SRCS:t/unit/%.c=$(B)/unit/%)
+ASAN_BINS    := $(UNIT_SRCS:t/unit/%.c=$(B)/asan/unit/%)
+VENV         := $(B)/venv
+
+ifeq ($(KVSERVE_CUDA),1)
+CUDA_LIB     := $(B)/libkvserve_cuda.a
+CUDA_LINK    := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
+                -lcudart -lstdc++
+GENCODE      ?= -gencode arch=compute_90,code=sm_90 \
+                -gencode arch=compute_90,code=compute_90
+else
+CUDA_LIB     :=
+CUDA_LINK    :=
+endif
+
+.PHONY: all lib deps run stop test unit unit-asan interop itest bench \
+        fuzz clean
+
+all: $(LIB) $(CLI) $(MODULE) $(DEFAULT_MODEL)
+
+lib: $(LIB) $(CUDA_LIB)
+
+# --- library -------------------------------------------------------------
+
+$(B)/obj/%.o: %.c $(LIB_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(KVS_CFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(B)/asan/obj/%.o: %.c $(LIB_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(KVS_CFLAGS) $(ASAN_FLAGS) -c -o $@ $<
+
+$(LIB): $(LIB_SRCS:%.c=$(B)/obj/%.o)
+	rm -f $@ && ar rcs $@ $^
+
+$(ASAN_LIB): $(LIB_SRCS:%.c=$(B)/asan/obj/%.o)
+	rm -f $@ && ar rcs $@ $^
+
+$(B)/cuda/%.o: kernels/%.cu $(LIB_HDRS)
+	@mkdir -p $(dir $@)
+	$(NVCC) -c -O2 $(GENCODE) -Xcompiler -fPIC -o $@ $<
+
+$(B)/libkvserve_cuda.a: $(CU_SRCS:kernels/%.cu=$(B)/cuda/%.o)
+	rm -f $@ && ar rcs $@ $^
+
+# --- command-line tool and the default model -----------------------------
+
+$(CLI): $(CLI_SRCS:%.c=$(B)/obj/%.o) $(LIB) $(CUDA_LIB)
+	$(CC) -o $@ $^ $(LIBS) $(CUDA_LINK)
+
+$(DEFAULT_MODEL): $(CLI)
+	@mkdir -p $(dir $@)
+	$(CLI) gen-model --preset tiny --name kvserve-tiny --seed 1 $@
+
+# --- nginx module --------------------------------------------------------
+# nginx's own build compiles the glue (with -Werror) and links the
+# libraries built above; `config` reads KVSERVE_BUILD to find them.
+
+$(B)/nginx/Makefile: config
+	@mkdir -p $(B)/nginx
+	cd $(NGINX_SRC) && . ./conf_flags && \
+	KVSERVE_BUILD=$(CURDIR)/$(B) KVSERVE_CUDA=$(KVSERVE_CUDA) \
+	CUDA_HOME=$(CUDA_HOME) ./configure \
+	    --with-cc-opt="-g -O2 -fPIC" --with-ld-opt="-fPIC" \
+	    "$${NGX_CONF_FLAGS[@]}" \
+	    --add-dynamic-module=$(CURDIR) \
+	    --builddir=$(CURDIR)/$(B)/nginx \
+	    > $(CURDIR)/$(B)/nginx/configure.log 2>&1 \
+	|| { tail -30 $(CURDIR)/$(B)/nginx/configure.log; exit 1; }
+
+$(MODULE): $(B)/nginx/Makefile $(NGX_SRCS) $(NGX_HDRS) $(LIB_HDRS) \
+           $(LIB) $(CUDA_LIB)
+	rm -f $(B)/nginx/ngx_http_kvserve_module.so
+	$(MAKE) -s -f $(CURDIR)/$(B)/nginx/Makefile -C $(NGINX_SRC) modules
+	cp $(B)/nginx/ngx_http_kvserve_module.so $@
+	printf 'load_module %s;\nevents{}\n' "$(CURDIR)/$@" > $(B)/load-check.conf
+	$(NGINX) -g 'error_log /dev/null; pid /dev/null;' -t -q \
+	    -c $(CURDIR)/$(B)/load-check.conf
+
+# --- tests ---------------------------------------------------------------
+
+$(B)/unit/%: t/unit/%.c t/unit/kvs_test.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(KVS_CFLAGS) $(CFLAGS) -Isrc -o $@ $< $(LIB) -lcmocka $(LIBS) \
+	    $(CUDA_LINK)
+
+$(B)/asan/unit/%: t/unit/%.c t/unit/kvs_test.h $(ASAN_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(KVS_CFLAGS) $(ASAN_FLAGS) -Isrc -o $@ $< $(ASAN_LIB) \
+	    -lcmocka $(LIBS) $(CUDA_LINK)
+
+TEST_ENV := KVS_FIXTURES=$(FIXTURES) KVS_TMP=$(CURDIR)/$(B)/tmp \
+            KVS_CLI=$(CURDIR)/$(CLI)
+
+unit: $(UNIT_BINS) $(CLI)
+	@mkdir -p $(B)/tmp
+	@set -e; for t in $(UNIT_BINS); do \
+	    echo "== $$t"; $(TEST_ENV) $$t; done
+
+unit-asan: $(ASAN_BINS) $(CLI)
+	@mkdir -p $(B)/tmp
+	@set -e; for t in $(ASAN_BINS); do \
+	    echo "== $$t (ASan+UBSan)"; \
+	    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	    $(TEST_ENV) $$t; done
+
+$(B)/gguf_sample: t/unit/gguf_sample.c t/unit/kvs_sample.h $(LIB)
+	$(CC) $(KVS_CFLAGS) $(CFLAGS) -Isrc -o $@ $< $(LIB) $(LIBS) $(CUDA_LINK)
+
+interop: $(CLI) $(B)/gguf_sample $(VENV)/.ok
+	@mkdir -p $(B)/tmp
+	$(TEST_ENV) KVS_SAMPLE=$(CURDIR)/$(B)/gguf_sample \
+	    $(VENV)/bin/python t/unit/test_gguf_python.py
+
+# The real Test::Nginx when installed; otherwise our compatible runner.
+PROVE_INC := $(shell perl -MTest::Nginx::Socket -e1 2>/dev/null \
+                     || echo -It/lib)
+
+itest: $(MODULE) $(DEFAULT_MODEL) $(CLI)
+	TEST_NGINX_BINARY=$(NGINX) \
+	TEST_NGINX_LOAD_MODULES=$(CURDIR)/$(MODULE) \
+	TEST_NGINX_MODEL_DIR=$(CURDIR)/$(B)/models \
+	TEST_NGINX_CLI=$(CURDIR)/$(CLI) \
+	TEST_NGINX_SERVROOT=$(CURDIR)/$(B)/servroot \
+	prove $(PROVE_INC) t/*.t
+
+test: unit unit-asan interop itest
+
+bench: $(CLI)
+	@set -e; for b in t/bench/*.sh; do [ -e "$$b" ] || continue; \
+	    echo "== $$b"; KVS_CLI=$(CURDIR)/$(CLI) bash $$b; done
+
+# libFuzzer target for the GGUF reader (clang); FUZZ_TIME seconds.
+FUZZ_TIME ?= 60
+fuzz: $(B)/fuzz/fuzz_gguf
+	@mkdir -p $(B)/fuzz/corpus
+	$(B)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_TIME) $(B)/fuzz/corpus \
+	    $(wildcard $(FIXTURES)/models/*.gguf)
+
+$(B)/fuzz/fuzz_gguf: t/fuzz/fuzz_gguf.c $(LIB_SRCS) $(LIB_HDRS)
+	@mkdir -p $(dir $@)
+	clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE \
+	    -DKVS_HAVE_CUDA=0 -Isrc -o $@ t/fuzz/fuzz_gguf.c \
+	    $(filter src/model/% src/base/%, $(LIB_SRCS)) $(LIBS)
+
+# --- dependencies --------------------------------------------------------
+
+DEB_PKGS := gcc make perl curl pkg-config python3 python3-venv \
+            nginx nginx-dev libjansson-dev libcmocka-dev libhiredis-dev \
+            libpcre2-dev libopenblas-dev libxxhash-dev redis-server \
+            libtest-base-perl libtext-diff-perl libwww-perl \
+            libhttp-message-perl liburi-perl liblist-moreutils-perl \
+            libtest-longstring-perl libipc-run-perl clang
+PY_PKGS  := gguf==0.19.0
+
+deps:
+	@missing=""; for p in $(DEB_PKGS); do \
+	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null \
+	        | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	    echo "installing:$$missing"; \
+	    apt-get update && DEBIAN_FRONTEND=noninteractive \
+	        apt-get install -y --no-install-recommends $$missing; \
+	fi
+	@$(MAKE) -s $(VENV)/.ok
+
+$(VENV)/.ok:
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q $(PY_PKGS)
+	touch $@
+
+# --- running -------------------------------------------------------------
+
+RUN_DIR := $(B)/run
+
+run: deps all
+	@$(MAKE) -s stop
+	@mkdir -p $(RUN_DIR)
+	$(NGINX) -p $(CURDIR)/ -c conf/kvserve.conf -e $(RUN_DIR)/error.log
+	@for i in $$(seq 100); do \
+	    curl -s -o /dev/null 127.0.0.1:$(PORT)/v1/models && break; \
+	    sleep 0.05; done
+	@echo "kvserve is serving on http://127.0.0.1:$(PORT)/"
+	@echo "  curl -s 127.0.0.1:$(PORT)/v1/models"
+	@echo "  logs: $(RUN_DIR)/error.log; stop with: make stop"
+
+stop:
+	@if [ -s $(RUN_DIR)/nginx.pid ] \
+	    && kill -0 $$(cat $(RUN_DIR)/nginx.pid) 2>/dev/null; then \
+	    $(NGINX) -p $(CURDIR)/ -c conf/kvserve.conf \
+	        -e $(RUN_DIR)/error.log -s quit; \
+	    for i in $$(seq 100); do [ -e $(RUN_DIR)/nginx.pid ] || break; \
+	        sleep 0.05; done; \
+	fi
+
+clean:
+	rm -rf $(B) t/servroot

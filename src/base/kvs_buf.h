@@ -1,0 +1,26 @@
+/*
+ * kvs_buf: a growable byte buffer owned by whoever holds the struct.
+ * A zeroed kvs_buf_t is empty and valid; kvs_buf_free() returns it to that
+ * state.  Growth is geometric; on allocation failure the buffer is left
+ * as it was and KVS_ENOMEM is returned.
+ */
+
+#ifndef KVS_BUF_H
+#define KVS_BUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    uint8_t  *data;
+    size_t    len;                    /* bytes used */
+    size_t    cap;                    /* bytes allocated */
+} kvs_buf_t;
+
+int kvs_buf_reserve(kvs_buf_t *b, size_t extra);
+int kvs_buf_append(kvs_buf_t *b, const void *p, size_t n);
+int kvs_buf_printf(kvs_buf_t *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void kvs_buf_free(kvs_buf_t *b);
+
+#endif /* KVS_BUF_H */

@@ -1,0 +1,150 @@
+/*
+ * kvs_cli_gen: `kvserve gen-model`: option parsing over kvs_gen.  A preset
+ * (default "tiny") sets every shape; explicit options override it.
+ */
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../model/kvs_gen.h"
+#include "../model/kvs_ggml_type.h"
+#include "kvs_cli.h"
+
+
+static int
+kvs_cli_u64(const char *opt, const char *s, uint64_t max, uint64_t *v)
+{
+    char  *end;
+
+    errno = 0;
+    *v = strtoull(s, &end, 10);
+
+    if (s[0] == '\0' || s[0] == '-' || *end != '\0' || errno != 0
+        || *v > max)
+    {
+        fprintf(stderr, "kvserve gen-model: %s \"%s\" is not a number in "
+                "0..%llu\n", opt, s, (unsigned long long) max);
+        return -1;
+    }
+
+    return 0;
+}
+
+
+int
+kvs_cli_gen_model(int argc, char **argv)
+{
+    int              i, have_seed, t;
+    uint64_t         v;
+    uint32_t        *field;
+    const char      *opt, *val, *out, *preset;
+    kvs_err_t        err;
+    kvs_gen_spec_t   spec;
+
+    preset = "tiny";
+    for (i = 1; i + 1 < argc; i++) {
+        if (strcmp(argv[i], "--preset") == 0) {
+            preset = argv[i + 1];
+        }
+    }
+
+    if (kvs_gen_preset(&spec, preset, &err) != KVS_OK) {
+        fprintf(stderr, "kvserve gen-model: %s\n", err.msg);
+        return 2;
+    }
+
+    have_seed = 0;
+    out = NULL;
+
+    for (i = 1; i < argc; i++) {
+        opt = argv[i];
+
+        if (opt[0] != '-' || opt[1] != '-') {
+            if (out != NULL) {
+                fprintf(stderr, "kvserve gen-model: more than one output "
+                        "file (\"%s\", \"%s\")\n", out, opt);
+                return 2;
+            }
+            out = opt;
+            continue;
+        }
+
+        if (i + 1 >= argc) {
+            fprintf(stderr, "kvserve gen-model: %s needs a value\n", opt);
+            return 2;
+        }
+
+        val = argv[++i];
+        field = NULL;
+
+        if (strcmp(opt, "--preset") == 0) {
+            continue;
+        } else if (strcmp(opt, "--layers") == 0) {
+            field = &spec.n_layer;
+        } else if (strcmp(opt, "--dim") == 0) {
+            field = &spec.n_embd;
+        } else if (strcmp(opt, "--heads") == 0) {
+            field = &spec.n_head;
+        } else if (strcmp(opt, "--kv-heads") == 0) {
+            field = &spec.n_head_kv;
+        } else if (strcmp(opt, "--ffn") == 0) {
+            field = &spec.n_ff;
+        } else if (strcmp(opt, "--vocab") == 0) {
+            field = &spec.n_vocab;
+        } else if (strcmp(opt, "--ctx") == 0) {
+            field = &spec.n_ctx;
+        } else if (strcmp(opt, "--seed") == 0) {
+            if (kvs_cli_u64(opt, val, UINT64_MAX, &spec.seed) != 0) {
+                return 2;
+            }
+            have_seed = 1;
+        } else if (strcmp(opt, "--tied") == 0) {
+            if (kvs_cli_u64(opt, val, 1, &v) != 0) {
+                return 2;
+            }
+            spec.tied = (int) v;
+        } else if (strcmp(opt, "--dtype") == 0) {
+            t = kvs_ggml_type_from_name(val);
+            if (t != KVS_GGML_F32 && t != KVS_GGML_F16 && t != KVS_GGML_BF16
+                && t != KVS_GGML_Q8_0)
+            {
+                fprintf(stderr, "kvserve gen-model: --dtype \"%s\" is not "
+                        "one of f32, f16, bf16, q8_0\n", val);
+                return 2;
+            }
+            spec.dtype = (uint32_t) t;
+        } else if (strcmp(opt, "--name") == 0) {
+            if (strlen(val) == 0 || strlen(val) >= sizeof(spec.name)) {
+                fprintf(stderr, "kvserve gen-model: --name must be 1..%zu "
+                        "bytes\n", sizeof(spec.name) - 1);
+                return 2;
+            }
+            snprintf(spec.name, sizeof(spec.name), "%s", val);
+        } else {
+            fprintf(stderr, "kvserve gen-model: unknown option %s\n", opt);
+            return 2;
+        }
+
+        if (field != NULL) {
+            if (kvs_cli_u64(opt, val, UINT32_MAX, &v) != 0) {
+                return 2;
+            }
+            *field = (uint32_t) v;
+        }
+    }
+
+    if (!have_seed || out == NULL) {
+        fprintf(stderr, "kvserve gen-model: --seed N and an output file are "
+                "required\n");
+        return 2;
+    }
+
+    if (kvs_gen_write(&spec, out, &err) != KVS_OK) {
+        fprintf(stderr, "kvserve gen-model: %s\n", err.msg);
+        return 1;
+    }
+
+    return 0;
+}

@@ -1,0 +1,58 @@
+/*
+ * kvserve: the command-line tool.  Dispatches to the sub-commands in
+ * kvs_cli_*.c; owns only the usage text.
+ */
+
+#include <stdio.h>
+#include <string.h>
+
+#include "kvs_cli.h"
+
+
+static void
+kvs_cli_usage(FILE *f)
+{
+    fprintf(f,
+        "usage: kvserve <command> [options]\n"
+        "\n"
+        "commands:\n"
+        "  info [--json] [--kv-bytes N] model.gguf\n"
+        "      print metadata, tensors, hyper-parameters and the KV-cache\n"
+        "      arithmetic (--json: every value, for machine comparison)\n"
+        "  gen-model [--preset tiny|small|100m] [--layers N --dim N\n"
+        "            --heads N --kv-heads N --ffn N --vocab N --ctx N\n"
+        "            --dtype f32|f16|bf16|q8_0 --tied 0|1 --name S]\n"
+        "            --seed N out.gguf\n"
+        "      write a Llama-architecture model with seeded random\n"
+        "      weights, a byte-level BPE vocabulary and a chat template\n");
+}
+
+
+int
+main(int argc, char **argv)
+{
+    if (argc < 2) {
+        kvs_cli_usage(stderr);
+        return 2;
+    }
+
+    if (strcmp(argv[1], "info") == 0) {
+        return kvs_cli_info(argc - 1, argv + 1);
+    }
+
+    if (strcmp(argv[1], "gen-model") == 0) {
+        return kvs_cli_gen_model(argc - 1, argv + 1);
+    }
+
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0
+        || strcmp(argv[1], "help") == 0)
+    {
+        kvs_cli_usage(stdout);
+        return 0;
+    }
+
+    fprintf(stderr, "kvserve: unknown command \"%s\"\n\n", argv[1]);
+    kvs_cli_usage(stderr);
+
+    return 2;
+}

@@ -1,0 +1,400 @@
+/*
+ * kvs_hparams: reads "<arch>.*" hyper-parameters from GGUF metadata and
+ * checks that they describe a model we can size and run (see the header
+ * for the invariants that hold on success).
+ */
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kvs_hparams.h"
+
+/* Bounds that keep every later product of these counts far from overflow. */
+#define KVS_HP_MAX_LAYERS  4096
+#define KVS_HP_MAX_HEADS   4096
+#define KVS_HP_MAX_WIDTH   (1u << 20)
+#define KVS_HP_MAX_CTX     (1u << 26)
+#define KVS_HP_MAX_VOCAB   (1u << 24)
+
+
+typedef struct {
+    const kvs_gguf_t  *g;
+    const char        *arch;
+    kvs_err_t         *err;
+    char               key[128];
+} kvs_hp_ctx_t;
+
+
+static const char *
+kvs_hp_key(kvs_hp_ctx_t *c, const char *name)
+{
+    snprintf(c->key, sizeof(c->key), "%s.%s", c->arch, name);
+
+    return c->key;
+}
+
+
+/*
+ * An unsigned count in 1..max.  Missing: KVS_ENOTFOUND with *v = def when
+ * def != 0 (optional key), an error naming the key otherwise.
+ */
+static int
+kvs_hp_u32(kvs_hp_ctx_t *c, const char *name, uint32_t def, uint32_t max,
+    uint32_t *v)
+{
+    int          rc;
+    uint64_t     u;
+    const char  *key;
+
+    key = kvs_hp_key(c, name);
+
+    rc = kvs_gguf_get_uint(c->g, key, &u, c->err);
+    if (rc == KVS_ENOTFOUND) {
+        if (def != 0) {
+            *v = def;
+            kvs_err_clear(c->err);
+            return KVS_OK;
+        }
+        return kvs_err_set(c->err, KVS_ENOTFOUND,
+                           "missing required key '%s'", key);
+    }
+
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    if (u == 0 || u > max) {
+        return kvs_err_set(c->err, KVS_ERANGE,
+                           "key '%s' = %llu is out of range 1..%u",
+                           key, (unsigned long long) u, max);
+    }
+
+    *v = (uint32_t) u;
+
+    return KVS_OK;
+}
+
+
+/* A finite float; missing: *v = def when optional, an error otherwise. */
+static int
+kvs_hp_float(kvs_hp_ctx_t *c, const char *name, int required, double def,
+    double *v)
+{
+    int          rc;
+    const char  *key;
+
+    key = kvs_hp_key(c, name);
+
+    rc = kvs_gguf_get_float(c->g, key, v, c->err);
+    if (rc == KVS_ENOTFOUND && !required) {
+        *v = def;
+        kvs_err_clear(c->err);
+        return KVS_OK;
+    }
+
+    if (rc == KVS_ENOTFOUND) {
+        return kvs_err_set(c->err, KVS_ENOTFOUND,
+                           "missing required key '%s'", key);
+    }
+
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    if (!isfinite(*v)) {
+        return kvs_err_set(c->err, KVS_ERANGE, "key '%s' is not finite",
+                           key);
+    }
+
+    return KVS_OK;
+}
+
+
+static int
+kvs_hp_rope_scaling(kvs_hp_ctx_t *c, kvs_hparams_t *hp)
+{
+    int             rc;
+    double          lin;
+    kvs_gguf_str_t  s;
+
+    hp->rope_scaling = KVS_ROPE_SCALING_NONE;
+    hp->rope_factor = 1.0;
+
+    rc = kvs_gguf_get_str(c->g, kvs_hp_key(c, "rope.scaling.type"), &s,
+                          c->err);
+
+    if (rc == KVS_ENOTFOUND) {
+        kvs_err_clear(c->err);
+
+        /* older converters: "<arch>.rope.scale_linear" alone */
+        if (kvs_hp_float(c, "rope.scale_linear", 0, 1.0, &lin) != KVS_OK) {
+            return c->err->code;
+        }
+        if (lin != 1.0) {
+            hp->rope_scaling = KVS_ROPE_SCALING_LINEAR;
+            hp->rope_factor = lin;
+        }
+
+    } else if (rc != KVS_OK) {
+        return rc;
+
+    } else if (kvs_gguf_str_eq(s, "none")) {
+        hp->rope_scaling = KVS_ROPE_SCALING_NONE;
+    } else if (kvs_gguf_str_eq(s, "linear")) {
+        hp->rope_scaling = KVS_ROPE_SCALING_LINEAR;
+    } else if (kvs_gguf_str_eq(s, "yarn")) {
+        hp->rope_scaling = KVS_ROPE_SCALING_YARN;
+    } else if (kvs_gguf_str_eq(s, "llama3")) {
+        hp->rope_scaling = KVS_ROPE_SCALING_LLAMA3;
+    } else if (kvs_gguf_str_eq(s, "longrope")) {
+        hp->rope_scaling = KVS_ROPE_SCALING_LONGROPE;
+    } else {
+        return kvs_err_set(c->err, KVS_EUNSUPPORTED,
+                           "key '%s' = '%.*s' is not a known RoPE scaling "
+                           "type (none, linear, yarn, llama3, longrope)",
+                           kvs_hp_key(c, "rope.scaling.type"),
+                           (int) (s.len > 40 ? 40 : s.len), s.ptr);
+    }
+
+    if (hp->rope_scaling == KVS_ROPE_SCALING_NONE) {
+        return KVS_OK;
+    }
+
+    if (rc == KVS_OK
+        && kvs_hp_float(c, "rope.scaling.factor", 1, 0, &hp->rope_factor)
+           != KVS_OK)
+    {
+        return c->err->code;
+    }
+
+    if (hp->rope_factor <= 0.0) {
+        return kvs_err_set(c->err, KVS_ERANGE, "RoPE scaling factor %g is "
+                           "not positive", hp->rope_factor);
+    }
+
+    /* required for llama3's bands; 0 (unknown) is fine for the others */
+    rc = kvs_hp_u32(c, "rope.scaling.original_context_length", 0,
+                    KVS_HP_MAX_CTX, &hp->rope_orig_ctx);
+    if (rc == KVS_ENOTFOUND
+        && hp->rope_scaling != KVS_ROPE_SCALING_LLAMA3)
+    {
+        kvs_err_clear(c->err);
+        hp->rope_orig_ctx = 0;
+        rc = KVS_OK;
+    }
+
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    if (hp->rope_scaling == KVS_ROPE_SCALING_YARN) {
+        if (kvs_hp_float(c, "rope.scaling.attn_factor", 0, 1.0,
+                         &hp->rope_attn_factor) != KVS_OK
+            || kvs_hp_float(c, "rope.scaling.yarn_beta_fast", 0, 32.0,
+                            &hp->rope_beta_fast) != KVS_OK
+            || kvs_hp_float(c, "rope.scaling.yarn_beta_slow", 0, 1.0,
+                            &hp->rope_beta_slow) != KVS_OK)
+        {
+            return c->err->code;
+        }
+    }
+
+    if (hp->rope_scaling == KVS_ROPE_SCALING_LLAMA3) {
+        if (kvs_hp_float(c, "rope.scaling.low_freq_factor", 1, 0,
+                         &hp->rope_low_freq_factor) != KVS_OK
+            || kvs_hp_float(c, "rope.scaling.high_freq_factor", 1, 0,
+                            &hp->rope_high_freq_factor) != KVS_OK)
+        {
+            return c->err->code;
+        }
+
+        if (hp->rope_high_freq_factor <= hp->rope_low_freq_factor) {
+            return kvs_err_set(c->err, KVS_ERANGE,
+                               "RoPE high_freq_factor %g must exceed "
+                               "low_freq_factor %g",
+                               hp->rope_high_freq_factor,
+                               hp->rope_low_freq_factor);
+        }
+    }
+
+    return KVS_OK;
+}
+
+
+static int
+kvs_hp_vocab(kvs_hp_ctx_t *c, kvs_hparams_t *hp)
+{
+    int                       rc;
+    kvs_gguf_arr_t            tokens;
+    const kvs_gguf_tensor_t  *embd;
+
+    rc = kvs_hp_u32(c, "vocab_size", 0, KVS_HP_MAX_VOCAB, &hp->n_vocab);
+    if (rc != KVS_ENOTFOUND) {
+        return rc;
+    }
+
+    kvs_err_clear(c->err);
+
+    if (kvs_gguf_get_arr(c->g, "tokenizer.ggml.tokens", &tokens, NULL)
+        == KVS_OK)
+    {
+        if (tokens.n == 0 || tokens.n > KVS_HP_MAX_VOCAB) {
+            return kvs_err_set(c->err, KVS_ERANGE, "'tokenizer.ggml.tokens' "
+                               "has %llu entries",
+                               (unsigned long long) tokens.n);
+        }
+        hp->n_vocab = (uint32_t) tokens.n;
+        return KVS_OK;
+    }
+
+    embd = kvs_gguf_find_tensor(c->g, "token_embd.weight");
+    if (embd != NULL && embd->n_dims == 2 && embd->ne[1] > 0
+        && embd->ne[1] <= KVS_HP_MAX_VOCAB)
+    {
+        hp->n_vocab = (uint32_t) embd->ne[1];
+        return KVS_OK;
+    }
+
+    return kvs_err_set(c->err, KVS_ENOTFOUND, "missing required key "
+                       "'tokenizer.ggml.tokens' (or '%s.vocab_size')",
+                       c->arch);
+}
+
+
+int
+kvs_hparams_read(kvs_hparams_t *hp, const kvs_gguf_t *g, kvs_err_t *err)
+{
+    int             rc;
+    uint64_t        i;
+    kvs_err_t       local;
+    kvs_hp_ctx_t    c;
+    kvs_gguf_str_t  arch;
+
+    memset(hp, 0, sizeof(*hp));
+
+    if (err == NULL) {
+        err = &local;
+    }
+
+    rc = kvs_gguf_get_str(g, "general.architecture", &arch, err);
+    if (rc == KVS_ENOTFOUND) {
+        return kvs_err_set(err, rc, "missing required key "
+                           "'general.architecture'");
+    }
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    if (!kvs_gguf_str_eq(arch, "llama") && !kvs_gguf_str_eq(arch, "qwen2")) {
+        return kvs_err_set(err, KVS_EUNSUPPORTED, "architecture '%.*s' is "
+                           "not supported (llama, qwen2)",
+                           (int) (arch.len > 40 ? 40 : arch.len), arch.ptr);
+    }
+
+    memcpy(hp->arch, arch.ptr, arch.len);
+    hp->arch[arch.len] = '\0';
+
+    c.g = g;
+    c.arch = hp->arch;
+    c.err = err;
+
+    if (kvs_hp_u32(&c, "block_count", 0, KVS_HP_MAX_LAYERS, &hp->n_layer)
+        || kvs_hp_u32(&c, "embedding_length", 0, KVS_HP_MAX_WIDTH,
+                      &hp->n_embd)
+        || kvs_hp_u32(&c, "feed_forward_length", 0, KVS_HP_MAX_WIDTH,
+                      &hp->n_ff)
+        || kvs_hp_u32(&c, "attention.head_count", 0, KVS_HP_MAX_HEADS,
+                      &hp->n_head)
+        || kvs_hp_u32(&c, "context_length", 0, KVS_HP_MAX_CTX,
+                      &hp->n_ctx_train)
+        || kvs_hp_u32(&c, "attention.head_count_kv", hp->n_head,
+                      KVS_HP_MAX_HEADS, &hp->n_head_kv))
+    {
+        return err->code;
+    }
+
+    if (hp->n_head % hp->n_head_kv != 0) {
+        return kvs_err_set(err, KVS_EFORMAT, "%s.attention.head_count %u is "
+                           "not a multiple of head_count_kv %u", hp->arch,
+                           hp->n_head, hp->n_head_kv);
+    }
+
+    if (kvs_gguf_find(g, kvs_hp_key(&c, "attention.key_length")) == NULL
+        && hp->n_embd % hp->n_head != 0)
+    {
+        return kvs_err_set(err, KVS_EFORMAT, "%s.embedding_length %u is not "
+                           "a multiple of head_count %u", hp->arch,
+                           hp->n_embd, hp->n_head);
+    }
+
+    if (kvs_hp_u32(&c, "attention.key_length", hp->n_embd / hp->n_head,
+                   KVS_HP_MAX_WIDTH, &hp->head_dim_k)
+        || kvs_hp_u32(&c, "attention.value_length", hp->head_dim_k,
+                      KVS_HP_MAX_WIDTH, &hp->head_dim_v)
+        || kvs_hp_u32(&c, "rope.dimension_count", hp->head_dim_k,
+                      KVS_HP_MAX_WIDTH, &hp->n_rot))
+    {
+        return err->code;
+    }
+
+    if (hp->n_rot > hp->head_dim_k || hp->n_rot % 2 != 0) {
+        return kvs_err_set(err, KVS_EFORMAT, "%s.rope.dimension_count %u "
+                           "must be even and at most the head size %u",
+                           hp->arch, hp->n_rot, hp->head_dim_k);
+    }
+
+    if (kvs_hp_float(&c, "rope.freq_base", 0, 10000.0, &hp->rope_freq_base)
+        || kvs_hp_float(&c, "attention.layer_norm_rms_epsilon", 1, 0,
+                        &hp->norm_eps))
+    {
+        return err->code;
+    }
+
+    if (hp->rope_freq_base <= 0.0 || hp->norm_eps <= 0.0) {
+        return kvs_err_set(err, KVS_ERANGE, "%s.rope.freq_base (%g) and "
+                           "layer_norm_rms_epsilon (%g) must be positive",
+                           hp->arch, hp->rope_freq_base, hp->norm_eps);
+    }
+
+    if (kvs_hp_rope_scaling(&c, hp) != KVS_OK
+        || kvs_hp_vocab(&c, hp) != KVS_OK)
+    {
+        return err->code;
+    }
+
+    hp->has_rope_freqs =
+        kvs_gguf_find_tensor(g, "rope_freqs.weight") != NULL;
+    hp->tied_embeddings =
+        kvs_gguf_find_tensor(g, "output.weight") == NULL;
+
+    for (i = 0; i < kvs_gguf_n_tensors(g); i++) {
+        hp->n_params += kvs_gguf_tensor_at(g, i)->nelem;
+    }
+
+    return KVS_OK;
+}
+
+
+const char *
+kvs_rope_scaling_name(kvs_rope_scaling_t s)
+{
+    switch (s) {
+    case KVS_ROPE_SCALING_NONE:     return "none";
+    case KVS_ROPE_SCALING_LINEAR:   return "linear";
+    case KVS_ROPE_SCALING_YARN:     return "yarn";
+    case KVS_ROPE_SCALING_LLAMA3:   return "llama3";
+    case KVS_ROPE_SCALING_LONGROPE: return "longrope";
+    }
+
+    return "?";
+}
+
+
+uint64_t
+kvs_hparams_kv_bytes_per_token(const kvs_hparams_t *hp,
+    uint32_t bytes_per_elem)
+{
+    return (uint64_t) hp->n_layer * hp->n_head_kv
+           * (hp->head_dim_k + hp->head_dim_v) * bytes_per_elem;
+}

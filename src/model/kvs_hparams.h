@@ -1,0 +1,78 @@
+/*
+ * kvs_hparams: a model's hyper-parameters, read from GGUF metadata, and the
+ * KV-cache arithmetic that follows from them.
+ *
+ * Architectures: "llama" (Llama 1/2/3, Mistral, TinyLlama, stories260K)
+ * and "qwen2".  Keys are "<arch>.<name>" as llama.cpp's converters write
+ * them.  A missing required key is an error naming the key; optional keys
+ * take llama.cpp's defaults.  After kvs_hparams_read() succeeds, every
+ * count is non-zero and the head arithmetic is consistent (heads divide
+ * evenly into KV heads, head_dim * heads fits the embedding or is given).
+ *
+ * Units: counts are plain numbers; kv_bytes_* are bytes.
+ */
+
+#ifndef KVS_HPARAMS_H
+#define KVS_HPARAMS_H
+
+#include <stdint.h>
+
+#include "../base/kvs_err.h"
+#include "kvs_gguf.h"
+
+#define KVS_ARCH_MAX  32
+
+typedef enum {
+    KVS_ROPE_SCALING_NONE = 0,
+    KVS_ROPE_SCALING_LINEAR,
+    KVS_ROPE_SCALING_YARN,
+    KVS_ROPE_SCALING_LLAMA3,           /* per-frequency-band (Llama 3.1) */
+    KVS_ROPE_SCALING_LONGROPE
+} kvs_rope_scaling_t;
+
+typedef struct {
+    char                arch[KVS_ARCH_MAX];  /* "llama" | "qwen2" */
+
+    uint32_t            n_layer;       /* transformer blocks */
+    uint32_t            n_head;        /* query heads */
+    uint32_t            n_head_kv;     /* key/value heads (GQA) */
+    uint32_t            head_dim_k;    /* per-head key width */
+    uint32_t            head_dim_v;    /* per-head value width */
+    uint32_t            n_embd;        /* residual stream width */
+    uint32_t            n_ff;          /* FFN hidden width */
+    uint32_t            n_ctx_train;   /* context length trained for */
+    uint32_t            n_vocab;
+    uint32_t            n_rot;         /* rotary dimensions per head */
+
+    double              rope_freq_base;
+    double              norm_eps;      /* RMSNorm epsilon */
+
+    kvs_rope_scaling_t  rope_scaling;
+    double              rope_factor;   /* context scale factor, 1 if none */
+    uint32_t            rope_orig_ctx; /* original context, 0 if unknown */
+    double              rope_attn_factor;    /* YaRN attention factor */
+    double              rope_beta_fast;      /* YaRN ramp */
+    double              rope_beta_slow;
+    double              rope_low_freq_factor;   /* Llama 3.1 bands */
+    double              rope_high_freq_factor;
+    int                 has_rope_freqs;  /* a rope_freqs.weight tensor */
+
+    int                 tied_embeddings; /* no output.weight: reuse embd */
+    uint64_t            n_params;        /* elements of all tensors */
+} kvs_hparams_t;
+
+int kvs_hparams_read(kvs_hparams_t *hp, const kvs_gguf_t *g, kvs_err_t *err);
+
+const char *kvs_rope_scaling_name(kvs_rope_scaling_t s);
+
+/*
+ * Bytes of K and V cache one token takes across all layers, at
+ * bytes_per_elem bytes per cached element (2 for f16/bf16):
+ * n_layer x n_head_kv x (head_dim_k + head_dim_v) x bytes_per_elem,
+ * which is 2 x layers x kv_heads x head_dim x bytes when K and V widths
+ * are equal.
+ */
+uint64_t kvs_hparams_kv_bytes_per_token(const kvs_hparams_t *hp,
+    uint32_t bytes_per_elem);
+
+#endif /* KVS_HPARAMS_H */

@@ -1,0 +1,195 @@
+/*
+ * kvs_model: opens a GGUF model, reads its hyper-parameters and checks that
+ * every tensor the architecture needs is there with the right shape.
+ */
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "kvs_model.h"
+
+
+typedef struct {
+    const char  *name;                /* "blk.%u." prefix added per layer */
+    int          per_layer;
+    int          optional;
+    int          qwen2_only;
+    uint32_t     n_dims;
+    int          d0, d1;              /* dimension selectors, see below */
+} kvs_tensor_spec_t;
+
+enum {
+    KVS_D_EMBD = 1,                   /* n_embd */
+    KVS_D_VOCAB,                      /* n_vocab */
+    KVS_D_FF,                         /* n_ff */
+    KVS_D_Q,                          /* n_head x head_dim_k */
+    KVS_D_K,                          /* n_head_kv x head_dim_k */
+    KVS_D_V,                          /* n_head_kv x head_dim_v */
+    KVS_D_O                           /* n_head x head_dim_v */
+};
+
+static const kvs_tensor_spec_t  kvs_llama_tensors[] = {
+    { "token_embd.weight",  0, 0, 0, 2, KVS_D_EMBD, KVS_D_VOCAB },
+    { "output_norm.weight", 0, 0, 0, 1, KVS_D_EMBD, 0 },
+    { "output.weight",      0, 1, 0, 2, KVS_D_EMBD, KVS_D_VOCAB },
+    { "attn_norm.weight",   1, 0, 0, 1, KVS_D_EMBD, 0 },
+    { "attn_q.weight",      1, 0, 0, 2, KVS_D_EMBD, KVS_D_Q },
+    { "attn_k.weight",      1, 0, 0, 2, KVS_D_EMBD, KVS_D_K },
+    { "attn_v.weight",      1, 0, 0, 2, KVS_D_EMBD, KVS_D_V },
+    { "attn_output.weight", 1, 0, 0, 2, KVS_D_O, KVS_D_EMBD },
+    { "attn_q.bias",        1, 0, 1, 1, KVS_D_Q, 0 },
+    { "attn_k.bias",        1, 0, 1, 1, KVS_D_K, 0 },
+    { "attn_v.bias",        1, 0, 1, 1, KVS_D_V, 0 },
+    { "ffn_norm.weight",    1, 0, 0, 1, KVS_D_EMBD, 0 },
+    { "ffn_gate.weight",    1, 0, 0, 2, KVS_D_EMBD, KVS_D_FF },
+    { "ffn_up.weight",      1, 0, 0, 2, KVS_D_EMBD, KVS_D_FF },
+    { "ffn_down.weight",    1, 0, 0, 2, KVS_D_FF, KVS_D_EMBD },
+};
+
+
+static uint64_t
+kvs_model_dim(const kvs_hparams_t *hp, int d)
+{
+    switch (d) {
+    case KVS_D_EMBD:  return hp->n_embd;
+    case KVS_D_VOCAB: return hp->n_vocab;
+    case KVS_D_FF:    return hp->n_ff;
+    case KVS_D_Q:     return (uint64_t) hp->n_head * hp->head_dim_k;
+    case KVS_D_K:     return (uint64_t) hp->n_head_kv * hp->head_dim_k;
+    case KVS_D_V:     return (uint64_t) hp->n_head_kv * hp->head_dim_v;
+    case KVS_D_O:     return (uint64_t) hp->n_head * hp->head_dim_v;
+    default:          return 1;
+    }
+}
+
+
+static int
+kvs_model_check_one(const kvs_gguf_t *g, const kvs_hparams_t *hp,
+    const kvs_tensor_spec_t *spec, const char *name, kvs_err_t *err)
+{
+    uint64_t                  want0, want1;
+    const kvs_gguf_tensor_t  *t;
+
+    t = kvs_gguf_find_tensor(g, name);
+    if (t == NULL) {
+        if (spec->optional) {
+            return KVS_OK;
+        }
+        return kvs_err_set(err, KVS_EFORMAT, "missing tensor '%s'", name);
+    }
+
+    want0 = kvs_model_dim(hp, spec->d0);
+    want1 = kvs_model_dim(hp, spec->d1);
+
+    if (t->n_dims != spec->n_dims || t->ne[0] != want0
+        || t->ne[1] != want1)
+    {
+        return kvs_err_set(err, KVS_EFORMAT, "tensor '%s' has shape "
+                           "[%llu, %llu] (%u dims), expected [%llu, %llu]",
+                           name, (unsigned long long) t->ne[0],
+                           (unsigned long long) t->ne[1], t->n_dims,
+                           (unsigned long long) want0,
+                           (unsigned long long) want1);
+    }
+
+    return KVS_OK;
+}
+
+
+int
+kvs_model_check_tensors(const kvs_gguf_t *g, const kvs_hparams_t *hp,
+    kvs_err_t *err)
+{
+    int                       rc, qwen2;
+    char                      name[96];
+    size_t                    i;
+    uint32_t                  l;
+    const kvs_tensor_spec_t  *spec;
+
+    qwen2 = strcmp(hp->arch, "qwen2") == 0;
+
+    for (i = 0; i < sizeof(kvs_llama_tensors) / sizeof(kvs_llama_tensors[0]);
+         i++)
+    {
+        spec = &kvs_llama_tensors[i];
+
+        if (spec->qwen2_only && !qwen2) {
+            continue;
+        }
+
+        for (l = 0; l < (spec->per_layer ? hp->n_layer : 1); l++) {
+            if (spec->per_layer) {
+                snprintf(name, sizeof(name), "blk.%u.%s", l, spec->name);
+            } else {
+                snprintf(name, sizeof(name), "%s", spec->name);
+            }
+
+            rc = kvs_model_check_one(g, hp, spec, name, err);
+            if (rc != KVS_OK) {
+                return rc;
+            }
+        }
+    }
+
+    return KVS_OK;
+}
+
+
+int
+kvs_model_open(kvs_model_t **out, const char *path, kvs_err_t *err)
+{
+    int           rc;
+    struct stat   st;
+    kvs_model_t  *m;
+
+    *out = NULL;
+
+    if (stat(path, &st) == -1) {
+        return kvs_err_set(err, KVS_EIO, "cannot open \"%s\": %s", path,
+                           strerror(errno));
+    }
+
+    m = calloc(1, sizeof(kvs_model_t));
+    if (m == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "out of memory");
+    }
+
+    m->file_size = (uint64_t) st.st_size;
+    m->mtime = (int64_t) st.st_mtime;
+    m->dev = (uint64_t) st.st_dev;
+    m->ino = (uint64_t) st.st_ino;
+
+    rc = kvs_gguf_open(&m->gguf, path, err);
+    if (rc != KVS_OK) {
+        free(m);
+        return rc;
+    }
+
+    rc = kvs_hparams_read(&m->hp, m->gguf, err);
+    if (rc == KVS_OK) {
+        rc = kvs_model_check_tensors(m->gguf, &m->hp, err);
+    }
+
+    if (rc != KVS_OK) {
+        kvs_err_prefix(err, "\"%s\"", path);
+        kvs_model_close(m);
+        return rc;
+    }
+
+    *out = m;
+
+    return KVS_OK;
+}
+
+
+void
+kvs_model_close(kvs_model_t *m)
+{
+    if (m != NULL) {
+        kvs_gguf_close(m->gguf);
+        free(m);
+    }
+}

@@ -1,0 +1,37 @@
+/*
+ * kvs_model: one model file opened for serving: its GGUF mapping, its
+ * hyper-parameters, and the identity of the file it came from.
+ *
+ * kvs_model_open() succeeds only for a file whose header is valid, whose
+ * architecture we support, and whose tensors are all present with the
+ * shapes the hyper-parameters imply; so a model that opens can be sized
+ * and listed without further checks.  The model owns the mapping; it is
+ * read-only, so processes forked after the open share its pages.
+ */
+
+#ifndef KVS_MODEL_H
+#define KVS_MODEL_H
+
+#include <stdint.h>
+
+#include "../base/kvs_err.h"
+#include "kvs_gguf.h"
+#include "kvs_hparams.h"
+
+typedef struct {
+    kvs_gguf_t     *gguf;
+    kvs_hparams_t   hp;
+    uint64_t        file_size;        /* bytes */
+    int64_t         mtime;            /* unix seconds */
+    uint64_t        dev;              /* st_dev, st_ino: file identity */
+    uint64_t        ino;
+} kvs_model_t;
+
+int kvs_model_open(kvs_model_t **out, const char *path, kvs_err_t *err);
+void kvs_model_close(kvs_model_t *m);
+
+/* Checks tensor presence and shapes against hp (used by kvs_model_open). */
+int kvs_model_check_tensors(const kvs_gguf_t *g, const kvs_hparams_t *hp,
+    kvs_err_t *err);
+
+#endif /* KVS_MODEL_H */

@@ -1,0 +1,100 @@
+/*
+ * kvs_test: helpers shared by the cmocka unit tests: where fixtures and
+ * scratch files live (from the environment the Makefile sets), and small
+ * file utilities.  Header-only so each test stays one .c file.
+ *
+ *   KVS_FIXTURES  ../shared/fixtures (tests needing it skip, saying why)
+ *   KVS_TMP       a scratch directory (build/tmp)
+ */
+
+#ifndef KVS_TEST_H
+#define KVS_TEST_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <cmocka.h>
+
+
+static inline const char *
+kvs_test_env(const char *name, const char *def)
+{
+    const char  *v;
+
+    v = getenv(name);
+
+    return v != NULL && v[0] != '\0' ? v : def;
+}
+
+
+/* Path under KVS_FIXTURES, or NULL (and a printed note) when absent. */
+static inline const char *
+kvs_test_fixture(const char *rel)
+{
+    static char  path[4][1024];
+    static int   slot;
+    struct stat  st;
+    char        *p;
+
+    p = path[slot++ % 4];
+    snprintf(p, 1024, "%s/%s",
+             kvs_test_env("KVS_FIXTURES", "../shared/fixtures"), rel);
+
+    if (stat(p, &st) != 0) {
+        print_message("SKIP: fixture %s is absent (set KVS_FIXTURES)\n", p);
+        return NULL;
+    }
+
+    return p;
+}
+
+
+static inline const char *
+kvs_test_tmp(const char *name)
+{
+    static char  path[4][1024];
+    static int   slot;
+    char        *p;
+
+    p = path[slot++ % 4];
+    snprintf(p, 1024, "%s/%s", kvs_test_env("KVS_TMP", "/tmp"), name);
+
+    return p;
+}
+
+
+/* Reads a whole file into a malloc()ed buffer; NULL on failure. */
+static inline uint8_t *
+kvs_test_slurp(const char *path, size_t *len)
+{
+    FILE     *f;
+    long      n;
+    uint8_t  *buf;
+
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        return NULL;
+    }
+
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+
+    buf = malloc(n > 0 ? (size_t) n : 1);
+    if (buf != NULL && fread(buf, 1, (size_t) n, f) != (size_t) n) {
+        free(buf);
+        buf = NULL;
+    }
+
+    fclose(f);
+    *len = (size_t) n;
+
+    return buf;
+}
+
+#endif /* KVS_TEST_H */
