@@ -69,11 +69,17 @@ lib: $(LIB) $(CUDA_LIB)
 
 # --- library -------------------------------------------------------------
 
-$(B)/obj/%.o: %.c $(LIB_HDRS)
+# Objects are rebuilt when the flags change (KVSERVE_CUDA=0 after 1, say).
+FLAGS_STAMP  := $(B)/.flags
+$(shell mkdir -p $(B); echo '$(CC) $(KVS_CFLAGS) $(CFLAGS)' \
+        | cmp -s - $(FLAGS_STAMP) \
+        || echo '$(CC) $(KVS_CFLAGS) $(CFLAGS)' > $(FLAGS_STAMP))
+
+$(B)/obj/%.o: %.c $(LIB_HDRS) $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(KVS_CFLAGS) $(CFLAGS) -c -o $@ $<
 
-$(B)/asan/obj/%.o: %.c $(LIB_HDRS)
+$(B)/asan/obj/%.o: %.c $(LIB_HDRS) $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(KVS_CFLAGS) $(ASAN_FLAGS) -c -o $@ $<
 
@@ -103,7 +109,7 @@ $(DEFAULT_MODEL): $(CLI)
 # nginx's own build compiles the glue (with -Werror) and links the
 # libraries built above; `config` reads KVSERVE_BUILD to find them.
 
-$(B)/nginx/Makefile: config
+$(B)/nginx/Makefile: config $(FLAGS_STAMP)
 	@mkdir -p $(B)/nginx
 	cd $(NGINX_SRC) && . ./conf_flags && \
 	KVSERVE_BUILD=$(CURDIR)/$(B) KVSERVE_CUDA=$(KVSERVE_CUDA) \
@@ -172,18 +178,27 @@ itest: $(MODULE) $(DEFAULT_MODEL) $(CLI)
 	TEST_NGINX_SERVROOT=$(CURDIR)/$(B)/servroot \
 	prove $(PROVE_INC) t/*.t
 
-test: unit unit-asan interop itest
+test: deps
+	@$(MAKE) -s unit unit-asan interop itest
 
-bench: $(CLI)
-	@set -e; for b in t/bench/*.sh; do [ -e "$$b" ] || continue; \
-	    echo "== $$b"; KVS_CLI=$(CURDIR)/$(CLI) bash $$b; done
+$(B)/bench_gguf: t/bench/bench_gguf.c $(LIB)
+	$(CC) $(KVS_CFLAGS) $(CFLAGS) -Isrc -o $@ $< $(LIB) $(LIBS) $(CUDA_LINK)
+
+bench: $(CLI) $(B)/bench_gguf $(VENV)/.ok
+	@mkdir -p $(B)/tmp
+	@set -e; for b in t/bench/*.sh; do echo "== $$b"; \
+	    $(TEST_ENV) KVS_BENCH_GGUF=$(CURDIR)/$(B)/bench_gguf \
+	    KVS_PYTHON=$(CURDIR)/$(VENV)/bin/python bash $$b; done
 
 # libFuzzer target for the GGUF reader (clang); FUZZ_TIME seconds.
 FUZZ_TIME ?= 60
-fuzz: $(B)/fuzz/fuzz_gguf
-	@mkdir -p $(B)/fuzz/corpus
-	$(B)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_TIME) $(B)/fuzz/corpus \
-	    $(wildcard $(FIXTURES)/models/*.gguf)
+fuzz: $(B)/fuzz/fuzz_gguf $(B)/gguf_sample $(DEFAULT_MODEL)
+	@mkdir -p $(B)/fuzz/corpus $(B)/fuzz/seed
+	$(B)/gguf_sample $(B)/fuzz/seed/sample.gguf 3 32
+	cp -f $(DEFAULT_MODEL) $(wildcard $(FIXTURES)/models/*.gguf) \
+	    $(B)/fuzz/seed/ 2>/dev/null || true
+	$(B)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_TIME) -max_len=65536 \
+	    $(B)/fuzz/corpus $(B)/fuzz/seed
 
 $(B)/fuzz/fuzz_gguf: t/fuzz/fuzz_gguf.c $(LIB_SRCS) $(LIB_HDRS)
 	@mkdir -p $(dir $@)

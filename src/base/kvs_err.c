@@ -32,9 +32,10 @@ kvs_err_set(kvs_err_t *err, int code, const char *fmt, ...)
 int
 kvs_err_prefix(kvs_err_t *err, const char *fmt, ...)
 {
-    char     old[KVS_ERR_MSG_LEN];
-    size_t   n;
-    va_list  ap;
+    char         old[KVS_ERR_MSG_LEN];
+    size_t       n, i;
+    va_list      ap;
+    const char  *sep = ": ";
 
     if (err == NULL) {
         return KVS_OK;
@@ -46,9 +47,19 @@ kvs_err_prefix(kvs_err_t *err, const char *fmt, ...)
     n = (size_t) vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
     va_end(ap);
 
-    if (n < sizeof(err->msg)) {
-        snprintf(err->msg + n, sizeof(err->msg) - n, ": %s", old);
+    if (n >= sizeof(err->msg)) {
+        return err->code;
     }
+
+    /* append ": old", truncated to what is left */
+    old[sizeof(old) - 1] = '\0';
+    for (i = 0; n < sizeof(err->msg) - 1 && sep[i] != '\0'; i++) {
+        err->msg[n++] = sep[i];
+    }
+    for (i = 0; n < sizeof(err->msg) - 1 && old[i] != '\0'; i++) {
+        err->msg[n++] = old[i];
+    }
+    err->msg[n] = '\0';
 
     return err->code;
 }
