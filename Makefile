@@ -170,11 +170,10 @@ interop: $(CLI) $(B)/gguf_sample $(VENV)/.ok
 PROVE_INC := $(shell perl -MTest::Nginx::Socket -e1 2>/dev/null \
                      || echo -It/lib)
 
-itest: $(MODULE) $(DEFAULT_MODEL) $(CLI)
+itest: $(MODULE) $(DEFAULT_MODEL)
 	TEST_NGINX_BINARY=$(NGINX) \
 	TEST_NGINX_LOAD_MODULES=$(CURDIR)/$(MODULE) \
 	TEST_NGINX_MODEL_DIR=$(CURDIR)/$(B)/models \
-	TEST_NGINX_CLI=$(CURDIR)/$(CLI) \
 	TEST_NGINX_SERVROOT=$(CURDIR)/$(B)/servroot \
 	prove $(PROVE_INC) t/*.t
 

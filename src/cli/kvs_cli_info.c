@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/kvs_hash.h"
 #include "../model/kvs_ggml_type.h"
 #include "../model/kvs_gguf.h"
 #include "../model/kvs_hparams.h"
@@ -39,20 +40,6 @@ kvs_cli_human(double bytes, char *buf, unsigned len)
     snprintf(buf, len, u ? "%.2f %s" : "%.0f %s", bytes, units[u]);
 
     return buf;
-}
-
-
-static uint64_t
-kvs_info_fnv1a(const uint8_t *p, uint64_t n)
-{
-    uint64_t  h, i;
-
-    h = 1469598103934665603ULL;
-    for (i = 0; i < n; i++) {
-        h = (h ^ p[i]) * 1099511628211ULL;
-    }
-
-    return h;
 }
 
 
@@ -273,7 +260,7 @@ kvs_info_json(const kvs_gguf_t *g, const kvs_hparams_t *hp, int hp_ok,
             json_array_append_new(dims, json_integer((json_int_t) t->ne[d]));
         }
         snprintf(hash, sizeof(hash), "%016" PRIx64,
-                 kvs_info_fnv1a(t->data, t->nbytes));
+                 kvs_fnv1a64(KVS_FNV1A64_INIT, t->data, t->nbytes));
         o = json_pack("{s:s#,s:s,s:i,s:o,s:I,s:I,s:s}",
                       "name", t->name.ptr, (int) t->name.len,
                       "type", kvs_ggml_type_name(t->type),

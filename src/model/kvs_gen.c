@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/kvs_hash.h"
 #include "kvs_dtype.h"
 #include "kvs_gen.h"
 #include "kvs_ggml_type.h"
@@ -235,19 +236,6 @@ typedef struct {
 } kvs_gen_fill_ctx_t;
 
 
-static uint64_t
-kvs_gen_rand(uint64_t *s)
-{
-    uint64_t  z;
-
-    z = (*s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-
-    return z ^ (z >> 31);
-}
-
-
 /* Weight values: uniform on [-a, a] with a = sqrt(3) x std. */
 static int
 kvs_gen_fill(void *ctx, const char *name, void *dst, uint64_t nbytes,
@@ -273,10 +261,7 @@ kvs_gen_fill(void *ctx, const char *name, void *dst, uint64_t nbytes,
         return KVS_OK;
     }
 
-    rng = s->seed;
-    for (i = 0; i < len; i++) {
-        rng = (rng ^ (uint8_t) name[i]) * 1099511628211ULL;
-    }
+    rng = kvs_fnv1a64(s->seed, name, len);
 
     if (s->dtype == KVS_GGML_Q8_0) {
         nelem = nbytes / KVS_Q8_0_BYTES * KVS_Q8_0_BLOCK;
@@ -290,7 +275,7 @@ kvs_gen_fill(void *ctx, const char *name, void *dst, uint64_t nbytes,
         n = nelem - done < KVS_GEN_CHUNK ? nelem - done : KVS_GEN_CHUNK;
 
         for (i = 0; i < n; i++) {
-            f[i] = a * (2.0f * (float) (kvs_gen_rand(&rng) >> 40)
+            f[i] = a * (2.0f * (float) (kvs_splitmix64(&rng) >> 40)
                         / (float) (1 << 24) - 1.0f);
         }
 

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/kvs_hash.h"
 #include "kvs_gen.h"
 
 #define KVS_GV_MAX_TOKEN  48          /* bytes of a filler token's string */
@@ -44,13 +45,7 @@ typedef struct {
 static uint64_t
 kvs_gv_hash(const char *s)
 {
-    uint64_t  h;
-
-    for (h = 1469598103934665603ULL; *s; s++) {
-        h = (h ^ (uint8_t) *s) * 1099511628211ULL;
-    }
-
-    return h;
+    return kvs_fnv1a64(KVS_FNV1A64_INIT, s, strlen(s));
 }
 
 
@@ -431,20 +426,6 @@ done:
 }
 
 
-/* splitmix64: a tiny, well-mixed PRNG for reproducible fillers. */
-static uint64_t
-kvs_gv_rand(uint64_t *s)
-{
-    uint64_t  z;
-
-    z = (*s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-
-    return z ^ (z >> 31);
-}
-
-
 static int
 kvs_gv_fill(kvs_gen_vocab_t *v, kvs_gv_map_t *m, uint32_t target,
     uint64_t seed)
@@ -454,8 +435,8 @@ kvs_gv_fill(kvs_gen_vocab_t *v, kvs_gv_map_t *m, uint32_t target,
     char     *cat;
 
     while (v->n_tokens < target) {
-        a = (uint32_t) (kvs_gv_rand(&seed) % v->n_tokens);
-        b = (uint32_t) (kvs_gv_rand(&seed) % v->n_tokens);
+        a = (uint32_t) (kvs_splitmix64(&seed) % v->n_tokens);
+        b = (uint32_t) (kvs_splitmix64(&seed) % v->n_tokens);
 
         if (strlen(v->tokens[a]) + strlen(v->tokens[b]) > KVS_GV_MAX_TOKEN) {
             continue;

@@ -32,13 +32,22 @@ zero_fill(void *ctx, const char *name, void *dst, uint64_t n, kvs_err_t *e)
 }
 
 
+/* "<arch>.<name>" into key; 0 when the spec leaves that key out. */
+static int
+arch_key(const spec_t *s, const char *name, char *key, size_t len)
+{
+    snprintf(key, len, "%s.%s", s->arch, name);
+
+    return s->skip == NULL || strcmp(s->skip, key) != 0;
+}
+
+
 static void
 key_u32(kvs_gguf_writer_t *w, const spec_t *s, const char *name, uint32_t v)
 {
     char  key[96];
 
-    snprintf(key, sizeof(key), "%s.%s", s->arch, name);
-    if (s->skip == NULL || strcmp(s->skip, key) != 0) {
+    if (arch_key(s, name, key, sizeof(key))) {
         kvs_gguf_set_u32(w, key, v);
     }
 }
@@ -49,8 +58,7 @@ key_f32(kvs_gguf_writer_t *w, const spec_t *s, const char *name, float v)
 {
     char  key[96];
 
-    snprintf(key, sizeof(key), "%s.%s", s->arch, name);
-    if (s->skip == NULL || strcmp(s->skip, key) != 0) {
+    if (arch_key(s, name, key, sizeof(key))) {
         kvs_gguf_set_f32(w, key, v);
     }
 }
