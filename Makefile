@@ -13,6 +13,7 @@ SHELL        := /bin/bash
 .DEFAULT_GOAL := all
 
 B            ?= build
+BABS         := $(abspath $(B))
 CC           ?= cc
 NGINX        ?= /usr/sbin/nginx
 NGINX_SRC    ?= /usr/share/nginx/src
@@ -112,23 +113,23 @@ $(DEFAULT_MODEL): $(CLI)
 $(B)/nginx/Makefile: config $(FLAGS_STAMP)
 	@mkdir -p $(B)/nginx
 	cd $(NGINX_SRC) && . ./conf_flags && \
-	KVSERVE_BUILD=$(CURDIR)/$(B) KVSERVE_CUDA=$(KVSERVE_CUDA) \
+	KVSERVE_BUILD=$(BABS) KVSERVE_CUDA=$(KVSERVE_CUDA) \
 	CUDA_HOME=$(CUDA_HOME) ./configure \
 	    --with-cc-opt="-g -O2 -fPIC" --with-ld-opt="-fPIC" \
 	    "$${NGX_CONF_FLAGS[@]}" \
 	    --add-dynamic-module=$(CURDIR) \
-	    --builddir=$(CURDIR)/$(B)/nginx \
-	    > $(CURDIR)/$(B)/nginx/configure.log 2>&1 \
-	|| { tail -30 $(CURDIR)/$(B)/nginx/configure.log; exit 1; }
+	    --builddir=$(BABS)/nginx \
+	    > $(BABS)/nginx/configure.log 2>&1 \
+	|| { tail -30 $(BABS)/nginx/configure.log; exit 1; }
 
 $(MODULE): $(B)/nginx/Makefile $(NGX_SRCS) $(NGX_HDRS) $(LIB_HDRS) \
            $(LIB) $(CUDA_LIB)
 	rm -f $(B)/nginx/ngx_http_kvserve_module.so
-	$(MAKE) -s -f $(CURDIR)/$(B)/nginx/Makefile -C $(NGINX_SRC) modules
+	$(MAKE) -s -f $(BABS)/nginx/Makefile -C $(NGINX_SRC) modules
 	cp $(B)/nginx/ngx_http_kvserve_module.so $@
-	printf 'load_module %s;\nevents{}\n' "$(CURDIR)/$@" > $(B)/load-check.conf
+	printf 'load_module %s;\nevents{}\n' "$(abspath $@)" > $(B)/load-check.conf
 	$(NGINX) -g 'error_log /dev/null; pid /dev/null;' -t -q \
-	    -c $(CURDIR)/$(B)/load-check.conf
+	    -c $(BABS)/load-check.conf
 
 # --- tests ---------------------------------------------------------------
 
@@ -142,8 +143,8 @@ $(B)/asan/unit/%: t/unit/%.c t/unit/kvs_test.h $(ASAN_LIB)
 	$(CC) $(KVS_CFLAGS) $(ASAN_FLAGS) -Isrc -o $@ $< $(ASAN_LIB) \
 	    -lcmocka $(LIBS) $(CUDA_LINK)
 
-TEST_ENV := KVS_FIXTURES=$(FIXTURES) KVS_TMP=$(CURDIR)/$(B)/tmp \
-            KVS_CLI=$(CURDIR)/$(CLI)
+TEST_ENV := KVS_FIXTURES=$(FIXTURES) KVS_TMP=$(BABS)/tmp \
+            KVS_CLI=$(abspath $(CLI))
 
 unit: $(UNIT_BINS) $(CLI)
 	@mkdir -p $(B)/tmp
@@ -163,7 +164,7 @@ $(B)/gguf_sample: t/unit/gguf_sample.c t/unit/kvs_sample.h $(LIB)
 
 interop: $(CLI) $(B)/gguf_sample $(VENV)/.ok
 	@mkdir -p $(B)/tmp
-	$(TEST_ENV) KVS_SAMPLE=$(CURDIR)/$(B)/gguf_sample \
+	$(TEST_ENV) KVS_SAMPLE=$(BABS)/gguf_sample \
 	    $(VENV)/bin/python t/unit/test_gguf_python.py
 
 # The real Test::Nginx when installed; otherwise our compatible runner.
@@ -172,9 +173,9 @@ PROVE_INC := $(shell perl -MTest::Nginx::Socket -e1 2>/dev/null \
 
 itest: $(MODULE) $(DEFAULT_MODEL)
 	TEST_NGINX_BINARY=$(NGINX) \
-	TEST_NGINX_LOAD_MODULES=$(CURDIR)/$(MODULE) \
-	TEST_NGINX_MODEL_DIR=$(CURDIR)/$(B)/models \
-	TEST_NGINX_SERVROOT=$(CURDIR)/$(B)/servroot \
+	TEST_NGINX_LOAD_MODULES=$(abspath $(MODULE)) \
+	TEST_NGINX_MODEL_DIR=$(BABS)/models \
+	TEST_NGINX_SERVROOT=$(BABS)/servroot \
 	prove $(PROVE_INC) t/*.t
 
 test: deps
@@ -186,8 +187,8 @@ $(B)/bench_gguf: t/bench/bench_gguf.c $(LIB)
 bench: $(CLI) $(B)/bench_gguf $(VENV)/.ok
 	@mkdir -p $(B)/tmp
 	@set -e; for b in t/bench/*.sh; do echo "== $$b"; \
-	    $(TEST_ENV) KVS_BENCH_GGUF=$(CURDIR)/$(B)/bench_gguf \
-	    KVS_PYTHON=$(CURDIR)/$(VENV)/bin/python bash $$b; done
+	    $(TEST_ENV) KVS_BENCH_GGUF=$(BABS)/bench_gguf \
+	    KVS_PYTHON=$(abspath $(VENV))/bin/python bash $$b; done
 
 # libFuzzer target for the GGUF reader (clang); FUZZ_TIME seconds.
 FUZZ_TIME ?= 60
