@@ -102,26 +102,60 @@ kvs_gv_map_slot(const kvs_gv_map_t *m, const char *key)
 }
 
 
-/* Adds a token string (taking ownership); fails if present or no memory. */
+/*
+ * Inserts key with val.  When the key is already there, *found gets its
+ * value and KVS_EINVAL is returned; the map never frees keys it did not
+ * insert, and kvs_gv_map_free() frees them only if asked.
+ */
 static int
-kvs_gv_add_token(kvs_gen_vocab_t *v, kvs_gv_map_t *m, char *s, int32_t type)
+kvs_gv_map_put(kvs_gv_map_t *m, char *key, uint32_t val, uint32_t *found)
 {
     size_t  j;
 
     if (m->n * 2 >= m->cap && kvs_gv_map_grow(m) != KVS_OK) {
-        free(s);
         return KVS_ENOMEM;
     }
 
-    j = kvs_gv_map_slot(m, s);
+    j = kvs_gv_map_slot(m, key);
     if (m->keys[j] != NULL) {
-        free(s);
+        *found = m->vals[j];
         return KVS_EINVAL;
     }
 
-    m->keys[j] = s;
-    m->vals[j] = v->n_tokens;
+    m->keys[j] = key;
+    m->vals[j] = val;
     m->n++;
+
+    return KVS_OK;
+}
+
+
+static void
+kvs_gv_map_free(kvs_gv_map_t *m, int free_keys)
+{
+    size_t  j;
+
+    for (j = 0; free_keys && j < m->cap; j++) {
+        free(m->keys[j]);
+    }
+
+    free(m->keys);
+    free(m->vals);
+}
+
+
+/* Adds a token string (taking ownership); fails if present or no memory. */
+static int
+kvs_gv_add_token(kvs_gen_vocab_t *v, kvs_gv_map_t *m, char *s, int32_t type)
+{
+    int       rc;
+    uint32_t  found;
+
+    rc = kvs_gv_map_put(m, s, v->n_tokens, &found);
+    if (rc != KVS_OK) {
+        free(s);
+        return rc;
+    }
 
     v->tokens[v->n_tokens] = s;
     v->types[v->n_tokens] = type;
@@ -206,8 +240,11 @@ kvs_gv_class(unsigned char c)
 static int
 kvs_gv_words(kvs_gv_word_t **out, uint32_t *n_out)
 {
-    int             cls;
+    int             cls, rc;
+    char           *key;
     size_t          i, start, len, n, cap, w;
+    uint32_t        w32;
+    kvs_gv_map_t    seen;             /* word text -> index in words */
     kvs_gv_word_t  *words, *grown;
     const char     *t;
 
@@ -216,6 +253,7 @@ kvs_gv_words(kvs_gv_word_t **out, uint32_t *n_out)
     words = NULL;
     n = 0;
     cap = 0;
+    memset(&seen, 0, sizeof(seen));
 
     for (i = 0; i < len; /* void */) {
         start = i;
@@ -229,23 +267,20 @@ kvs_gv_words(kvs_gv_word_t **out, uint32_t *n_out)
             i++;
         }
 
-        for (w = 0; w < n; w++) {
-            if (words[w].len == i - start) {
-                size_t  k;
-                for (k = 0; k < i - start; k++) {
-                    if (words[w].ids[k] != (unsigned char) t[start + k]) {
-                        break;
-                    }
-                }
-                if (k == i - start) {
-                    break;
-                }
-            }
+        key = strndup(t + start, i - start);
+        if (key == NULL) {
+            goto nomem;
         }
 
-        if (w < n) {
-            words[w].count++;
+        rc = kvs_gv_map_put(&seen, key, (uint32_t) n, &w32);
+        if (rc == KVS_EINVAL) {
+            free(key);
+            words[w32].count++;
             continue;
+        }
+        if (rc != KVS_OK) {
+            free(key);
+            goto nomem;
         }
 
         if (n == cap) {
@@ -269,6 +304,7 @@ kvs_gv_words(kvs_gv_word_t **out, uint32_t *n_out)
         n++;
     }
 
+    kvs_gv_map_free(&seen, 1);
     *out = words;
     *n_out = (uint32_t) n;
 
@@ -276,6 +312,7 @@ kvs_gv_words(kvs_gv_word_t **out, uint32_t *n_out)
 
 nomem:
 
+    kvs_gv_map_free(&seen, 1);
     for (w = 0; w < n; w++) {
         free(words[w].ids);
     }
@@ -523,15 +560,13 @@ kvs_gen_vocab_build(kvs_gen_vocab_t *v, uint32_t n_vocab, uint64_t seed,
     v->eos = v->bos + 1;
     v->eot = v->bos + 4;
 
-    free(m.keys);
-    free(m.vals);
+    kvs_gv_map_free(&m, 0);
 
     return KVS_OK;
 
 failed:
 
-    free(m.keys);
-    free(m.vals);
+    kvs_gv_map_free(&m, 0);
     kvs_gen_vocab_free(v);
 
     return kvs_err_set(err, rc, "building the vocabulary failed (%s)",

@@ -402,29 +402,6 @@ kvs_gguf_iter_init(kvs_gguf_iter_t *it, const kvs_gguf_arr_t *arr)
 }
 
 
-int
-kvs_gguf_iter_str(kvs_gguf_iter_t *it, kvs_gguf_str_t *s)
-{
-    if (it->arr->type != KVS_GGUF_STR || it->i >= it->arr->n
-        || (size_t) (it->arr->end - it->p) < 8)
-    {
-        return 0;
-    }
-
-    memcpy(&s->len, it->p, 8);
-
-    if (s->len > (uint64_t) (it->arr->end - it->p - 8)) {
-        return 0;
-    }
-
-    s->ptr = (const char *) it->p + 8;
-    it->p += 8 + s->len;
-    it->i++;
-
-    return 1;
-}
-
-
 /* Bytes taken by one element of type `type` at p, bounded by end. */
 static uint64_t
 kvs_gguf_elem_len(const uint8_t *p, const uint8_t *end, uint32_t type)
@@ -469,6 +446,29 @@ kvs_gguf_elem_len(const uint8_t *p, const uint8_t *end, uint32_t type)
     }
 
     return total;
+}
+
+
+int
+kvs_gguf_iter_str(kvs_gguf_iter_t *it, kvs_gguf_str_t *s)
+{
+    uint64_t  len;
+
+    if (it->arr->type != KVS_GGUF_STR || it->i >= it->arr->n) {
+        return 0;
+    }
+
+    len = kvs_gguf_elem_len(it->p, it->arr->end, KVS_GGUF_STR);
+    if (len == UINT64_MAX) {
+        return 0;
+    }
+
+    s->len = len - 8;
+    s->ptr = (const char *) it->p + 8;
+    it->p += len;
+    it->i++;
+
+    return 1;
 }
 
 
