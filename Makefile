@@ -30,7 +30,7 @@ KVS_CFLAGS   := -std=gnu11 -fPIC $(WARN) -D_GNU_SOURCE \
                 -DKVS_HAVE_CUDA=$(KVSERVE_CUDA)
 ASAN_FLAGS   := -O1 -g -fsanitize=address,undefined \
                 -fno-sanitize-recover=all -fno-omit-frame-pointer
-LIBS         := -ljansson -lm -lpthread
+LIBS         := -ljansson -lpcre2-8 -lutf8proc -lxxhash -lm -lpthread
 
 LIB_SRCS     := $(sort $(filter-out src/ngx/% src/cli/%, \
                   $(wildcard src/*/*.c)))
@@ -49,6 +49,10 @@ DEFAULT_MODEL := $(B)/models/default.gguf
 UNIT_BINS    := $(UNIT_SRCS:t/unit/%.c=$(B)/unit/%)
 ASAN_BINS    := $(UNIT_SRCS:t/unit/%.c=$(B)/asan/unit/%)
 VENV         := $(B)/venv
+# the venv is refreshed when the list of Python packages changes
+PY_PKGS      := gguf==0.19.0 jinja2==3.1.6 tokenizers==0.23.3 \
+                tiktoken==0.14.0
+PY_STAMP     := $(VENV)/.ok-$(shell echo '$(PY_PKGS)' | md5sum | cut -c1-8)
 
 ifeq ($(KVSERVE_CUDA),1)
 CUDA_LIB     := $(B)/libkvserve_cuda.a
@@ -162,10 +166,11 @@ unit-asan: $(ASAN_BINS) $(CLI)
 $(B)/gguf_sample: t/unit/gguf_sample.c t/unit/kvs_sample.h $(LIB)
 	$(CC) $(KVS_CFLAGS) $(CFLAGS) -Isrc -o $@ $< $(LIB) $(LIBS) $(CUDA_LINK)
 
-interop: $(CLI) $(B)/gguf_sample $(VENV)/.ok
+interop: $(CLI) $(B)/gguf_sample $(PY_STAMP)
 	@mkdir -p $(B)/tmp
 	$(TEST_ENV) KVS_SAMPLE=$(BABS)/gguf_sample \
 	    $(VENV)/bin/python t/unit/test_gguf_python.py
+	$(TEST_ENV) $(VENV)/bin/python t/unit/test_chat_jinja.py
 
 # The real Test::Nginx when installed; otherwise our compatible runner.
 PROVE_INC := $(shell perl -MTest::Nginx::Socket -e1 2>/dev/null \
@@ -181,40 +186,54 @@ itest: $(MODULE) $(DEFAULT_MODEL)
 test: deps
 	@$(MAKE) -s unit unit-asan interop itest
 
-$(B)/bench_gguf: t/bench/bench_gguf.c $(LIB)
+BENCH_SRCS := $(wildcard t/bench/bench_*.c)
+BENCH_BINS := $(BENCH_SRCS:t/bench/%.c=$(B)/%)
+
+$(B)/bench_%: t/bench/bench_%.c $(LIB)
 	$(CC) $(KVS_CFLAGS) $(CFLAGS) -Isrc -o $@ $< $(LIB) $(LIBS) $(CUDA_LINK)
 
-bench: $(CLI) $(B)/bench_gguf $(VENV)/.ok
+bench: $(CLI) $(BENCH_BINS) $(PY_STAMP)
 	@mkdir -p $(B)/tmp
 	@set -e; for b in t/bench/*.sh; do echo "== $$b"; \
-	    $(TEST_ENV) KVS_BENCH_GGUF=$(BABS)/bench_gguf \
+	    $(TEST_ENV) KVS_BENCH_DIR=$(BABS) KVS_BENCH_GGUF=$(BABS)/bench_gguf \
 	    KVS_PYTHON=$(abspath $(VENV))/bin/python bash $$b; done
 
-# libFuzzer target for the GGUF reader (clang); FUZZ_TIME seconds.
+# libFuzzer targets (clang): the GGUF reader and vocabulary loader, and
+# the tokenizer on the fixture vocabularies; FUZZ_TIME seconds each.
 FUZZ_TIME ?= 60
-fuzz: $(B)/fuzz/fuzz_gguf $(B)/gguf_sample $(DEFAULT_MODEL)
-	@mkdir -p $(B)/fuzz/corpus $(B)/fuzz/seed
+FUZZ_VOCABS := $(subst $(eval) ,:,$(wildcard \
+                 $(FIXTURES)/vocab/ggml-vocab-llama-spm.gguf \
+                 $(FIXTURES)/vocab/ggml-vocab-gpt-2.gguf \
+                 $(FIXTURES)/vocab/ggml-vocab-falcon.gguf \
+                 $(FIXTURES)/vocab/ggml-vocab-deepseek-coder.gguf))
+FUZZ_SRCS := $(filter src/model/% src/base/% src/tokenizer/%, $(LIB_SRCS))
+
+fuzz: $(B)/fuzz/fuzz_gguf $(B)/fuzz/fuzz_tok $(B)/gguf_sample \
+      $(DEFAULT_MODEL)
+	@mkdir -p $(B)/fuzz/corpus $(B)/fuzz/seed $(B)/fuzz/tok-corpus
 	$(B)/gguf_sample $(B)/fuzz/seed/sample.gguf 3 32
 	cp -f $(DEFAULT_MODEL) $(wildcard $(FIXTURES)/models/*.gguf) \
 	    $(B)/fuzz/seed/ 2>/dev/null || true
 	$(B)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_TIME) -max_len=65536 \
 	    $(B)/fuzz/corpus $(B)/fuzz/seed
+	KVS_FUZZ_VOCABS=$(if $(FUZZ_VOCABS),$(FUZZ_VOCABS),$(abspath \
+	    $(DEFAULT_MODEL))) $(B)/fuzz/fuzz_tok \
+	    -max_total_time=$(FUZZ_TIME) -max_len=4096 $(B)/fuzz/tok-corpus
 
-$(B)/fuzz/fuzz_gguf: t/fuzz/fuzz_gguf.c $(LIB_SRCS) $(LIB_HDRS)
+$(B)/fuzz/fuzz_%: t/fuzz/fuzz_%.c $(FUZZ_SRCS) $(LIB_HDRS)
 	@mkdir -p $(dir $@)
 	clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE \
-	    -DKVS_HAVE_CUDA=0 -Isrc -o $@ t/fuzz/fuzz_gguf.c \
-	    $(filter src/model/% src/base/%, $(LIB_SRCS)) $(LIBS)
+	    -DKVS_HAVE_CUDA=0 -Isrc -o $@ $< $(FUZZ_SRCS) $(LIBS)
 
 # --- dependencies --------------------------------------------------------
 
 DEB_PKGS := gcc make perl curl pkg-config python3 python3-venv \
             nginx nginx-dev libjansson-dev libcmocka-dev libhiredis-dev \
-            libpcre2-dev libopenblas-dev libxxhash-dev redis-server \
+            libpcre2-dev libutf8proc-dev libopenblas-dev libxxhash-dev \
+            redis-server \
             libtest-base-perl libtext-diff-perl libwww-perl \
             libhttp-message-perl liburi-perl liblist-moreutils-perl \
             libtest-longstring-perl libipc-run-perl clang
-PY_PKGS  := gguf==0.19.0
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
@@ -226,11 +245,12 @@ deps:
 	    apt-get update && DEBIAN_FRONTEND=noninteractive \
 	        apt-get install -y --no-install-recommends $$missing; \
 	fi
-	@$(MAKE) -s $(VENV)/.ok
+	@$(MAKE) -s $(PY_STAMP)
 
-$(VENV)/.ok:
-	python3 -m venv $(VENV)
+$(PY_STAMP):
+	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q $(PY_PKGS)
+	rm -f $(VENV)/.ok*
 	touch $@
 
 # --- running -------------------------------------------------------------

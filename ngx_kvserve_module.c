@@ -6,6 +6,10 @@
  *
  *   kvserve_model <name> <path.gguf>;   http, several allowed
  *   kvserve;                            location
+ *   kvserve_chat_template <name>;       http, server, location: render
+ *                                       chat messages in this format
+ *                                       instead of the one recognised in
+ *                                       the model's own template
  *
  * Errors in a directive fail `nginx -t` with the directive, the value and
  * the reason, e.g. kvserve_model "tiny": cannot open "/m.gguf": ...
@@ -17,6 +21,7 @@
 
 #include "src/ngx/ngx_http_kvserve.h"
 #include "backend/kvs_backend.h"
+#include "tokenizer/kvs_chat.h"
 
 #define NGX_HTTP_KVSERVE_NAME_MAX  128
 
@@ -25,6 +30,8 @@ static char *ngx_http_kvserve_model(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_kvserve(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_kvserve_chat_template(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
 static void *ngx_http_kvserve_create_main_conf(ngx_conf_t *cf);
 static char *ngx_http_kvserve_init_main_conf(ngx_conf_t *cf, void *conf);
 static void *ngx_http_kvserve_create_loc_conf(ngx_conf_t *cf);
@@ -45,6 +52,13 @@ static ngx_command_t  ngx_http_kvserve_commands[] = {
     { ngx_string("kvserve"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_kvserve,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("kvserve_chat_template"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_kvserve_chat_template,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },
@@ -91,6 +105,13 @@ ngx_http_kvserve_model_cleanup(void *data)
 }
 
 
+static void
+ngx_http_kvserve_vocab_cleanup(void *data)
+{
+    kvs_vocab_free(data);
+}
+
+
 /* Model ids: printable, no spaces or quotes, as OpenAI's ids are. */
 static ngx_int_t
 ngx_http_kvserve_valid_name(ngx_str_t *name)
@@ -116,6 +137,38 @@ ngx_http_kvserve_valid_name(ngx_str_t *name)
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * A chat template the model carries and we recognise is used for chat
+ * requests; a base model without one, or an unrecognised one, is not an
+ * error, but chat needs kvserve_chat_template then, so say so.
+ */
+static void
+ngx_http_kvserve_model_chat(ngx_conf_t *cf, ngx_http_kvserve_model_t *m)
+{
+    kvs_err_t       err;
+    kvs_gguf_str_t  text;
+
+    if (kvs_gguf_get_str(m->model->gguf, "tokenizer.chat_template", &text,
+                         &err) != KVS_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_NOTICE, cf, 0,
+                           "kvserve_model \"%V\": no chat template in the "
+                           "model; chat requests need kvserve_chat_template",
+                           &m->name);
+        return;
+    }
+
+    if (kvs_chat_detect(text.ptr, text.len, &m->chat, &err) != KVS_OK) {
+        ngx_conf_log_error(NGX_LOG_NOTICE, cf, 0,
+                           "kvserve_model \"%V\": %s; chat requests need "
+                           "kvserve_chat_template", &m->name, err.msg);
+        return;
+    }
+
+    m->has_chat = 1;
 }
 
 
@@ -160,6 +213,8 @@ ngx_http_kvserve_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     m->name = value[1];
     m->path = value[2];
     m->model = NULL;
+    m->vocab = NULL;
+    m->has_chat = 0;
 
     if (ngx_conf_full_name(cf->cycle, &m->path, 0) != NGX_OK) {
         return NGX_CONF_ERROR;
@@ -186,11 +241,36 @@ ngx_http_kvserve_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     cln->handler = ngx_http_kvserve_model_cleanup;
     cln->data = m->model;
 
+    cln = ngx_pool_cleanup_add(cf->pool, 0);
+    if (cln == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    /* the tokenizer is part of the model: a vocabulary we cannot load
+     * (an unknown pre-tokenizer, say) stops nginx here, not at the first
+     * request */
+    if (kvs_vocab_load(&m->vocab, m->model->gguf, &err) != KVS_OK) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "kvserve_model \"%V\": \"%V\": tokenizer: %s",
+                           &value[1], &m->path, err.msg);
+        return NGX_CONF_ERROR;
+    }
+
+    cln->handler = ngx_http_kvserve_vocab_cleanup;
+    cln->data = m->vocab;
+
+    ngx_http_kvserve_model_chat(cf, m);
+
     ngx_conf_log_error(NGX_LOG_INFO, cf, 0,
                        "kvserve_model \"%V\": %s, %uD layers, context %uD, "
-                       "%uL parameters", &value[1], m->model->hp.arch,
+                       "%uL parameters, %s tokenizer of %uD tokens "
+                       "(pre-tokenizer %s), chat template %s",
+                       &value[1], m->model->hp.arch,
                        m->model->hp.n_layer, m->model->hp.n_ctx_train,
-                       (unsigned long long) m->model->hp.n_params);
+                       (unsigned long long) m->model->hp.n_params,
+                       kvs_vocab_kind_name(m->vocab->kind),
+                       m->vocab->n_tokens, m->vocab->pre_name,
+                       m->has_chat ? kvs_chat_name(m->chat.kind) : "none");
 
     return NGX_CONF_OK;
 }
@@ -215,6 +295,40 @@ ngx_http_kvserve(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     kmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_kvserve_module);
     kmcf->used = 1;
+
+    return NGX_CONF_OK;
+}
+
+
+/* Checked here, so that a typo fails `nginx -t`, not the first request. */
+static char *
+ngx_http_kvserve_chat_template(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_kvserve_loc_conf_t  *klcf = conf;
+
+    kvs_err_t    err;
+    ngx_str_t   *value;
+    kvs_chat_t   chat;
+
+    if (klcf->chat_template != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (kvs_chat_by_name((const char *) value[1].data, value[1].len, &chat,
+                         &err)
+        != KVS_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\" directive, "
+                           "it must be one of " KVS_CHAT_NAMES,
+                           &value[1], &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    klcf->chat_template = chat.kind;
 
     return NGX_CONF_OK;
 }
@@ -267,6 +381,7 @@ ngx_http_kvserve_create_loc_conf(ngx_conf_t *cf)
     }
 
     klcf->enable = NGX_CONF_UNSET;
+    klcf->chat_template = NGX_CONF_UNSET;
 
     return klcf;
 }
@@ -279,6 +394,8 @@ ngx_http_kvserve_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_kvserve_loc_conf_t  *conf = child;
 
     ngx_conf_merge_value(conf->enable, prev->enable, 0);
+    ngx_conf_merge_value(conf->chat_template, prev->chat_template,
+                         NGX_CONF_UNSET);
 
     return NGX_CONF_OK;
 }

@@ -1,6 +1,7 @@
 # `nginx -t` with the module: a good configuration passes; a bad model path,
-# a file that is not GGUF and a truncated GGUF fail with a message that
-# names the directive, the file and the problem, and a non-zero status.
+# a file that is not GGUF, a truncated GGUF and a tokenizer we cannot load
+# fail with a message that names the directive, the file and the problem,
+# and a non-zero status.
 # (001-models.t checks the same errors on a real start, through must_die.)
 use strict;
 use warnings;
@@ -73,6 +74,17 @@ write_file("$root/conf/truncated.gguf", $head);
 isnt($status, 0, 'a truncated GGUF fails nginx -t');
 like($out, qr/kvserve_model "cut": "\S+truncated\.gguf": (truncated|corrupt): .* at byte \d+/,
      '... naming the field and the byte offset');
+
+# a model whose tokenizer names a pre-tokenizer we do not implement
+open $in, '<:raw', $model or die $!;
+my $bytes = do { local $/; <$in> };
+close $in;
+$bytes =~ s/llama-bpe/llama-xyz/ or die "no tokenizer.ggml.pre in $model";
+write_file("$root/conf/badpre.gguf", $bytes);
+($status, $out) = nginx_t("kvserve_model badpre $root/conf/badpre.gguf;");
+isnt($status, 0, 'an unknown pre-tokenizer fails nginx -t');
+like($out, qr/kvserve_model "badpre": "\S+badpre\.gguf": tokenizer: tokenizer\.ggml\.pre: .*"llama-xyz"/,
+     '... quoting the name it does not know');
 
 remove_tree($root);
 done_testing();

@@ -24,7 +24,26 @@ kvs_cli_usage(FILE *f)
         "            --dtype f32|f16|bf16|q8_0 --tied 0|1 --name S]\n"
         "            --seed N out.gguf\n"
         "      write a Llama-architecture model with seeded random\n"
-        "      weights, a byte-level BPE vocabulary and a chat template\n");
+        "      weights, a byte-level BPE vocabulary and a chat template\n"
+        "  tokenize [--bos] [--special] model.gguf < text\n"
+        "      print the token ids of stdin on one line (default: no BOS,\n"
+        "      special-token text not parsed)\n"
+        "  detokenize [--special] model.gguf < ids\n"
+        "      print the text of the ids on stdin (--special: show\n"
+        "      control tokens)\n"
+        "  convert-vocab --tiktoken tokenizer.model [--pre NAME] [--name S]\n"
+        "                [--chat-template FILE] out.gguf\n"
+        "  convert-vocab --hf vocab.json merges.txt [--pre NAME] [--name S]\n"
+        "                [--chat-template FILE] out.gguf\n"
+        "      turn a tiktoken ranks file (Llama 3) or a Hugging Face\n"
+        "      byte-level BPE vocabulary (Qwen2) into a vocabulary-only\n"
+        "      GGUF; --pre defaults to llama-bpe / qwen2\n"
+        "  chat-template [--template NAME] [--no-generation-prompt]\n"
+        "                model.gguf < messages.json\n"
+        "      print the prompt the model's chat template (or NAME:\n"
+        "      llama3, llama3.1, llama2, chatml, mistral, zephyr, phi3,\n"
+        "      gemma) makes of OpenAI messages (an array, or an object\n"
+        "      with \"messages\"), exactly, with no newline added\n");
 }
 
 
@@ -42,6 +61,22 @@ main(int argc, char **argv)
 
     if (strcmp(argv[1], "gen-model") == 0) {
         return kvs_cli_gen_model(argc - 1, argv + 1);
+    }
+
+    if (strcmp(argv[1], "tokenize") == 0) {
+        return kvs_cli_tokenize(argc - 1, argv + 1);
+    }
+
+    if (strcmp(argv[1], "detokenize") == 0) {
+        return kvs_cli_detokenize(argc - 1, argv + 1);
+    }
+
+    if (strcmp(argv[1], "convert-vocab") == 0) {
+        return kvs_cli_convert_vocab(argc - 1, argv + 1);
+    }
+
+    if (strcmp(argv[1], "chat-template") == 0) {
+        return kvs_cli_chat_template(argc - 1, argv + 1);
     }
 
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0

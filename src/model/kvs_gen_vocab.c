@@ -2,14 +2,14 @@
  * kvs_gen_vocab: a byte-level BPE vocabulary for generated models.
  *
  * Tokens 0..255 are the bytes, written with GPT-2's byte-to-unicode map
- * (printable Latin-1 bytes stand for themselves, the others for U+0100 and
- * up).  Merges are learned from kvs_gen_corpus by standard BPE training
- * (most frequent adjacent pair first, ties to the smaller ids) until the
- * corpus has no pair seen twice; if the vocabulary is still short, seeded
- * filler merges of existing tokens make up the count.  Five Llama 3
- * control tokens close the vocabulary.  Invariants: token strings are
- * unique; every merge "a b" names two earlier tokens whose concatenation
- * is a later token.
+ * (kvs_bytelevel: printable Latin-1 bytes stand for themselves, the others
+ * for U+0100 and up).  Merges are learned from kvs_gen_corpus by standard
+ * BPE training (most frequent adjacent pair first, ties to the smaller
+ * ids) until the corpus has no pair seen twice; if the vocabulary is
+ * still short, seeded filler merges of existing tokens make up the count.
+ * Five Llama 3 control tokens close the vocabulary.  Invariants: token
+ * strings are unique; every merge "a b" names two earlier tokens whose
+ * concatenation is a later token.
  */
 
 #include <stdio.h>
@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "../base/kvs_hash.h"
+#include "../tokenizer/kvs_bytelevel.h"
 #include "kvs_gen.h"
 
 #define KVS_GV_MAX_TOKEN  48          /* bytes of a filler token's string */
@@ -183,40 +184,6 @@ kvs_gv_strdup2(const char *a, const char *sep, const char *b)
     }
 
     return s;
-}
-
-
-/* GPT-2's byte-to-unicode map, as UTF-8 (at most 2 bytes here). */
-static void
-kvs_gv_byte_char(unsigned b, char out[3])
-{
-    unsigned  cp, n, k;
-
-    if ((b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac)
-        || (b >= 0xae && b <= 0xff))
-    {
-        cp = b;
-
-    } else {
-        /* the n-th byte outside those ranges maps to U+0100 + n */
-        for (n = 0, k = 0; k < b; k++) {
-            if (!((k >= 0x21 && k <= 0x7e) || (k >= 0xa1 && k <= 0xac)
-                  || (k >= 0xae && k <= 0xff)))
-            {
-                n++;
-            }
-        }
-        cp = 0x100 + n;
-    }
-
-    if (cp < 0x80) {
-        out[0] = (char) cp;
-        out[1] = '\0';
-    } else {
-        out[0] = (char) (0xc0 | (cp >> 6));
-        out[1] = (char) (0x80 | (cp & 0x3f));
-        out[2] = '\0';
-    }
 }
 
 
@@ -504,7 +471,8 @@ kvs_gen_vocab_build(kvs_gen_vocab_t *v, uint32_t n_vocab, uint64_t seed,
     kvs_err_t *err)
 {
     int                 rc;
-    char                ch[3], *s;
+    char                ch[3], *s;    /* ch: a byte spelt, NUL */
+    uint8_t             byte;
     unsigned            b;
     uint32_t            i;
     kvs_gv_map_t        m;
@@ -534,7 +502,8 @@ kvs_gen_vocab_build(kvs_gen_vocab_t *v, uint32_t n_vocab, uint64_t seed,
     rc = KVS_OK;
 
     for (b = 0; b < 256 && rc == KVS_OK; b++) {
-        kvs_gv_byte_char(b, ch);
+        byte = (uint8_t) b;
+        ch[kvs_bytelevel_encode(&byte, 1, ch)] = '\0';
         s = strdup(ch);
         rc = s ? kvs_gv_add_token(v, &m, s, 1) : KVS_ENOMEM;
     }

@@ -1,8 +1,9 @@
 /*
  * ngx_http_kvserve: configuration shared by the module's nginx glue files.
  *
- * Ownership: models are opened (and their files mapped) while the
- * configuration is read, in the master before workers fork; they belong
+ * Ownership: models are opened (and their files mapped), and their
+ * tokenizers loaded, while the configuration is read, in the master
+ * before workers fork, so workers share them read-only; they belong
  * to the cycle's pool, whose cleanup closes them, so a reload maps the new
  * configuration's files and the old cycle's go when it is freed.
  */
@@ -15,12 +16,17 @@
 #include <ngx_http.h>
 
 #include "model/kvs_model.h"
+#include "tokenizer/kvs_chat.h"
+#include "tokenizer/kvs_vocab.h"
 
 
 typedef struct {
     ngx_str_t                 name;        /* the API's model id */
     ngx_str_t                 path;        /* absolute file name */
     kvs_model_t              *model;
+    kvs_vocab_t              *vocab;       /* its tokenizer */
+    kvs_chat_t                chat;        /* its chat template, if */
+    ngx_flag_t                has_chat;    /* one was recognised */
 } ngx_http_kvserve_model_t;
 
 
@@ -32,6 +38,9 @@ typedef struct {
 
 typedef struct {
     ngx_flag_t                enable;      /* this location serves the API */
+    ngx_int_t                 chat_template;  /* kvs_chat_kind_t, or
+                                                 NGX_CONF_UNSET: the one
+                                                 recognised in the model */
 } ngx_http_kvserve_loc_conf_t;
 
 

@@ -1,7 +1,9 @@
 /*
- * fuzz_gguf: libFuzzer target for the GGUF reader and hyper-parameters
- * (`make fuzz`).  Any input must give either an error or a file whose
- * every value, array element and tensor byte can be walked in bounds.
+ * fuzz_gguf: libFuzzer target for the GGUF reader, hyper-parameters and
+ * the tokenizer vocabulary loader (`make fuzz`).  Any input must give
+ * either an error or a file whose every value, array element and tensor
+ * byte can be walked in bounds, and a vocabulary that loads whole or not
+ * at all.
  */
 
 #include <stdint.h>
@@ -11,6 +13,7 @@
 #include "model/kvs_gguf.h"
 #include "model/kvs_hparams.h"
 #include "model/kvs_model.h"
+#include "tokenizer/kvs_vocab.h"
 
 
 int
@@ -21,6 +24,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint64_t                  i;
     kvs_err_t                 err;
     kvs_gguf_t               *g;
+    kvs_vocab_t              *v;
     kvs_hparams_t             hp;
     kvs_gguf_str_t            s;
     kvs_gguf_arr_t            sub;
@@ -62,6 +66,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (kvs_hparams_read(&hp, g, &err) == KVS_OK) {
             sink += (unsigned) kvs_hparams_kv_bytes_per_token(&hp, 2);
             (void) kvs_model_check_tensors(g, &hp, &err);
+        }
+
+        /* a vocabulary either loads whole or is refused */
+        if (kvs_vocab_load(&v, g, &err) == KVS_OK) {
+            sink += v->n_tokens;
+            kvs_vocab_free(v);
         }
 
         (void) sink;

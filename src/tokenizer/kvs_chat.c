@@ -1,0 +1,970 @@
+/*
+ * kvs_chat: recognising chat templates and rendering OpenAI messages in
+ * them (the formats are described in kvs_chat.h).
+ *
+ * Rendering is two passes over the messages: the first checks every
+ * message (role, content shape, the family's ordering rules) and renders
+ * nothing, so that errors name the first bad field in message order; the
+ * second appends, and can then fail only for memory, after which out->len
+ * is put back.  Trimming is done in place on what was just appended, so
+ * content is copied once and nothing is allocated beyond out's growth.
+ */
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "../base/kvs_utf8.h"
+#include "kvs_chat.h"
+
+#define KVS_CHAT_DEFAULT_DATE  "26 Jul 2024"   /* Llama 3.1 and 3.3 */
+#define KVS_CHAT_SHOW          40              /* template bytes in errors */
+
+
+typedef enum {
+    KVS_CHAT_SYSTEM = 0,              /* "system" and "developer" */
+    KVS_CHAT_USER,
+    KVS_CHAT_ASSISTANT
+} kvs_chat_role_t;
+
+typedef enum {
+    KVS_CHAT_TRIM_NONE = 0,
+    KVS_CHAT_TRIM_ALL,                /* strip the content as a whole */
+    KVS_CHAT_TRIM_PARTS               /* strip each text part (Gemma) */
+} kvs_chat_trim_t;
+
+
+static const char  *kvs_chat_names[KVS_CHAT_N] = {
+    "llama3", "llama3.1", "llama2", "chatml", "mistral", "zephyr", "phi3",
+    "gemma"
+};
+
+static const char  *kvs_chat_role_names[] = { "system", "user", "assistant" };
+
+
+const char *
+kvs_chat_name(kvs_chat_kind_t kind)
+{
+    if ((unsigned) kind >= KVS_CHAT_N) {
+        return "?";
+    }
+
+    return kvs_chat_names[kind];
+}
+
+
+/* The standard form of each family: whether its templates write BOS. */
+static void
+kvs_chat_init(kvs_chat_t *chat, kvs_chat_kind_t kind)
+{
+    memset(chat, 0, sizeof(kvs_chat_t));
+    chat->kind = kind;
+    chat->bos = kind != KVS_CHAT_CHATML && kind != KVS_CHAT_ZEPHYR
+                && kind != KVS_CHAT_PHI3;
+}
+
+
+int
+kvs_chat_by_name(const char *name, size_t len, kvs_chat_t *chat,
+    kvs_err_t *err)
+{
+    int  k;
+
+    for (k = 0; k < KVS_CHAT_N; k++) {
+        if (strlen(kvs_chat_names[k]) == len
+            && memcmp(kvs_chat_names[k], name, len) == 0)
+        {
+            kvs_chat_init(chat, (kvs_chat_kind_t) k);
+            return KVS_OK;
+        }
+    }
+
+    return kvs_err_set(err, KVS_EINVAL, "unknown chat template \"%.*s\": "
+                       "use one of " KVS_CHAT_NAMES,
+                       (int) (len > 64 ? 64 : len), name);
+}
+
+
+/* Detection. */
+
+static int
+kvs_chat_has(const char *text, size_t len, const char *marker)
+{
+    return memmem(text, len, marker, strlen(marker)) != NULL;
+}
+
+
+/*
+ * The default system prompt of a ChatML template (Qwen's), written as a
+ * literal "<|im_start|>system\nTEXT<|im_end|>" either inside a quoted
+ * string or as raw template text after a block tag.  TEXT must be plain:
+ * no quote, brace or backslash, so that it is the literal itself and not
+ * an expression or an escape we would have to interpret.
+ */
+static void
+kvs_chat_find_system(kvs_chat_t *chat, const char *text, size_t len)
+{
+    size_t       pos, n, k;
+    const char  *p, *end, *s, *e;
+
+    static const char  start[] = "<|im_start|>system";
+    static const char  stop[] = "<|im_end|>";
+
+    end = text + len;
+    pos = 0;
+
+    while (pos < len) {
+        p = memmem(text + pos, len - pos, start, sizeof(start) - 1);
+        if (p == NULL) {
+            return;
+        }
+
+        pos = (size_t) (p - text) + 1;
+
+        if (!((p > text && (p[-1] == '\'' || p[-1] == '"'))
+              || (p - text >= 2 && p[-2] == '%' && p[-1] == '}')))
+        {
+            continue;
+        }
+
+        s = p + sizeof(start) - 1;
+
+        if (s < end && *s == '\n') {
+            s++;
+
+        } else if (end - s >= 2 && s[0] == '\\' && s[1] == 'n') {
+            s += 2;
+
+        } else {
+            continue;
+        }
+
+        e = memmem(s, (size_t) (end - s), stop, sizeof(stop) - 1);
+        if (e == NULL || e == s) {
+            continue;
+        }
+
+        n = (size_t) (e - s);
+        for (k = 0; k < n; k++) {
+            if (strchr("'\"{}\\", s[k]) != NULL || s[k] == '\0') {
+                break;
+            }
+        }
+
+        if (k == n) {
+            chat->system = s;
+            chat->system_len = n;
+            return;
+        }
+    }
+}
+
+
+/* A printable excerpt of the template's start, for error messages. */
+static const char *
+kvs_chat_excerpt(const char *text, size_t len, char *buf, size_t size)
+{
+    size_t  i, n;
+
+    n = len < size - 1 ? len : size - 1;
+
+    for (i = 0; i < n; i++) {
+        buf[i] = (text[i] >= 0x20 && text[i] < 0x7f) ? text[i] : '.';
+    }
+
+    buf[n] = '\0';
+
+    return buf;
+}
+
+
+int
+kvs_chat_detect(const char *text, size_t len, kvs_chat_t *chat,
+    kvs_err_t *err)
+{
+    int          i, found, nfound;
+    char         show[KVS_CHAT_SHOW + 1];
+    const char  *what;
+
+    /* one marker per family group; a template must show exactly one */
+    static const char  *markers[] = {
+        "<|start_header_id|>", "[INST]", "<|im_start|>", "<|user|>",
+        "<start_of_turn>"
+    };
+
+    if (text == NULL || len == 0) {
+        return kvs_err_set(err, KVS_EUNSUPPORTED, "the chat template is "
+                           "empty: name one with kvserve_chat_template "
+                           "(" KVS_CHAT_NAMES ")");
+    }
+
+    found = -1;
+    nfound = 0;
+
+    for (i = 0; i < (int) (sizeof(markers) / sizeof(markers[0])); i++) {
+        if (kvs_chat_has(text, len, markers[i])) {
+            found = i;
+            nfound++;
+        }
+    }
+
+    what = NULL;
+
+    switch (nfound == 1 ? found : -1) {
+
+    case 0:
+        if (kvs_chat_has(text, len, "Cutting Knowledge Date")) {
+            kvs_chat_init(chat, KVS_CHAT_LLAMA31);
+            chat->today = kvs_chat_has(text, len, "strftime_now");
+
+        } else {
+            kvs_chat_init(chat, KVS_CHAT_LLAMA3);
+        }
+
+        return KVS_OK;
+
+    case 1:
+        if (kvs_chat_has(text, len, "<<SYS>>")) {
+            kvs_chat_init(chat, KVS_CHAT_LLAMA2);
+            return KVS_OK;
+        }
+
+        if (kvs_chat_has(text, len, "[SYSTEM_PROMPT]")
+            || kvs_chat_has(text, len, "[AVAILABLE_TOOLS]")
+            || kvs_chat_has(text, len, "[TOOL_CALLS]"))
+        {
+            what = "a later Mistral format ([INST] with [SYSTEM_PROMPT] "
+                   "or tool markers), not the v0.1/v0.2 one we render";
+            break;
+        }
+
+        if (kvs_chat_has(text, len, "' [INST] '")
+            || kvs_chat_has(text, len, "\" [INST] \""))
+        {
+            kvs_chat_init(chat, KVS_CHAT_MISTRAL);
+            return KVS_OK;
+        }
+
+        what = "an [INST] format without the \" [INST] \" spacing of "
+               "Mistral v0.1/v0.2 (the first Mistral v0.1 template?)";
+        break;
+
+    case 2:
+        if (kvs_chat_has(text, len, "<|im_sep|>")) {
+            what = "a ChatML variant with <|im_sep|> (Phi-4)";
+            break;
+        }
+
+        kvs_chat_init(chat, KVS_CHAT_CHATML);
+        chat->bos = kvs_chat_has(text, len, "bos_token");
+        kvs_chat_find_system(chat, text, len);
+        return KVS_OK;
+
+    case 3:
+        if (kvs_chat_has(text, len, "<|end|>")) {
+            kvs_chat_init(chat, KVS_CHAT_PHI3);
+
+        } else if (kvs_chat_has(text, len, "eos_token")) {
+            kvs_chat_init(chat, KVS_CHAT_ZEPHYR);
+
+        } else {
+            what = "<|user|> turns ended neither by <|end|> (Phi-3) nor by "
+                   "eos_token (Zephyr)";
+            break;
+        }
+
+        chat->bos = kvs_chat_has(text, len, "bos_token");
+        return KVS_OK;
+
+    case 4:
+        kvs_chat_init(chat, KVS_CHAT_GEMMA);
+        return KVS_OK;
+
+    default:
+        what = nfound == 0 ? "none of the markers we know"
+                           : "the markers of more than one format";
+        break;
+    }
+
+    return kvs_err_set(err, KVS_EUNSUPPORTED, "chat template not "
+                       "recognised: it has %s; name one with "
+                       "kvserve_chat_template (" KVS_CHAT_NAMES "); it "
+                       "starts \"%s\"", what,
+                       kvs_chat_excerpt(text, len, show, sizeof(show)));
+}
+
+
+/* Checking messages. */
+
+/* A JSON string equal to lit; length-aware, as strings may hold NULs. */
+static int
+kvs_chat_is(const json_t *s, const char *lit)
+{
+    size_t  n;
+
+    n = strlen(lit);
+
+    return json_string_length(s) == n
+           && memcmp(json_string_value(s), lit, n) == 0;
+}
+
+
+static int
+kvs_chat_role(const json_t *msg, size_t i, kvs_chat_role_t *role,
+    kvs_err_t *err)
+{
+    const char    *s;
+    const json_t  *r;
+
+    if (!json_is_object(msg)) {
+        return kvs_err_set(err, KVS_EINVAL, "messages[%zu]: must be an "
+                           "object", i);
+    }
+
+    r = json_object_get(msg, "role");
+    if (r == NULL) {
+        return kvs_err_set(err, KVS_EINVAL, "messages[%zu].role: missing",
+                           i);
+    }
+
+    if (!json_is_string(r)) {
+        return kvs_err_set(err, KVS_EINVAL, "messages[%zu].role: must be a "
+                           "string", i);
+    }
+
+    s = json_string_value(r);
+
+    if (kvs_chat_is(r, "system") || kvs_chat_is(r, "developer")) {
+        *role = KVS_CHAT_SYSTEM;
+
+    } else if (kvs_chat_is(r, "user")) {
+        *role = KVS_CHAT_USER;
+
+    } else if (kvs_chat_is(r, "assistant")) {
+        *role = KVS_CHAT_ASSISTANT;
+
+    } else if (kvs_chat_is(r, "tool") || kvs_chat_is(r, "function")) {
+        return kvs_err_set(err, KVS_EINVAL, "messages[%zu].role: role "
+                           "'%s' is not supported: this server does not "
+                           "do tool calls", i, s);
+
+    } else {
+        return kvs_err_set(err, KVS_EINVAL, "messages[%zu].role: "
+                           "unsupported role '%.64s'; use system, "
+                           "developer, user or assistant", i, s);
+    }
+
+    return KVS_OK;
+}
+
+
+static int
+kvs_chat_check_content(const json_t *msg, size_t i, kvs_err_t *err)
+{
+    size_t         j;
+    const char    *type;
+    const json_t  *c, *part, *t;
+
+    c = json_object_get(msg, "content");
+
+    if (c == NULL || json_is_null(c)) {
+        return kvs_err_set(err, KVS_EINVAL, "messages[%zu].content: "
+                           "missing", i);
+    }
+
+    if (json_is_string(c)) {
+        return KVS_OK;
+    }
+
+    if (!json_is_array(c)) {
+        return kvs_err_set(err, KVS_EINVAL, "messages[%zu].content: must "
+                           "be a string or an array of content parts", i);
+    }
+
+    if (json_array_size(c) == 0) {
+        return kvs_err_set(err, KVS_EINVAL, "messages[%zu].content: empty "
+                           "array, expected at least one content part", i);
+    }
+
+    json_array_foreach(c, j, part) {
+        if (!json_is_object(part)) {
+            return kvs_err_set(err, KVS_EINVAL, "messages[%zu].content[%zu]"
+                               ": must be an object", i, j);
+        }
+
+        t = json_object_get(part, "type");
+        if (!json_is_string(t)) {
+            return kvs_err_set(err, KVS_EINVAL, "messages[%zu].content[%zu]"
+                               ".type: %s", i, j, t == NULL ? "missing"
+                               : "must be a string");
+        }
+
+        type = json_string_value(t);
+        if (!kvs_chat_is(t, "text")) {
+            return kvs_err_set(err, KVS_EINVAL, "messages[%zu].content[%zu]"
+                               ".type: unsupported content part type "
+                               "'%.64s'; only 'text' parts are supported",
+                               i, j, type);
+        }
+
+        t = json_object_get(part, "text");
+        if (!json_is_string(t)) {
+            return kvs_err_set(err, KVS_EINVAL, "messages[%zu].content[%zu]"
+                               ".text: %s", i, j, t == NULL ? "missing"
+                               : "must be a string");
+        }
+    }
+
+    return KVS_OK;
+}
+
+
+/* Families whose templates fold the system message into the first user
+ * turn, and raise unless user and assistant alternate after it. */
+static int
+kvs_chat_alternates(kvs_chat_kind_t kind)
+{
+    return kind == KVS_CHAT_LLAMA2 || kind == KVS_CHAT_MISTRAL
+           || kind == KVS_CHAT_GEMMA;
+}
+
+
+/* *first: index of the first message after a leading system message. */
+static int
+kvs_chat_check(const kvs_chat_t *chat, const json_t *messages,
+    size_t *first, kvs_err_t *err)
+{
+    int              rc;
+    size_t           i, n;
+    const char      *name;
+    const json_t    *msg;
+    kvs_chat_role_t  role, want;
+
+    if (!json_is_array(messages)) {
+        return kvs_err_set(err, KVS_EINVAL, "messages: must be an array");
+    }
+
+    n = json_array_size(messages);
+    if (n == 0) {
+        return kvs_err_set(err, KVS_EINVAL, "messages: empty array, "
+                           "expected at least one message");
+    }
+
+    *first = 0;
+    name = kvs_chat_name(chat->kind);
+
+    for (i = 0; i < n; i++) {
+        msg = json_array_get(messages, i);
+
+        rc = kvs_chat_role(msg, i, &role, err);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+
+        rc = kvs_chat_check_content(msg, i, err);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+
+        if (i == 0 && role == KVS_CHAT_SYSTEM) {
+            *first = 1;
+            continue;
+        }
+
+        if (!kvs_chat_alternates(chat->kind)) {
+            continue;
+        }
+
+        if (role == KVS_CHAT_SYSTEM) {
+            return kvs_err_set(err, KVS_EINVAL, "messages[%zu].role: the "
+                               "%s chat template takes a system message "
+                               "only as the first message", i, name);
+        }
+
+        want = (i - *first) % 2 == 0 ? KVS_CHAT_USER : KVS_CHAT_ASSISTANT;
+        if (role != want) {
+            return kvs_err_set(err, KVS_EINVAL, "messages[%zu].role: "
+                               "expected '%s': the %s chat template needs "
+                               "user and assistant messages to alternate, "
+                               "starting with user, after an optional "
+                               "system message", i,
+                               kvs_chat_role_names[want], name);
+        }
+    }
+
+    if (kvs_chat_alternates(chat->kind) && *first == n) {
+        return kvs_err_set(err, KVS_EINVAL, "messages: the %s chat "
+                           "template needs a user message after the system "
+                           "message", name);
+    }
+
+    return KVS_OK;
+}
+
+
+/* Rendering. */
+
+/*
+ * Appends with a sticky status: after the first failure nothing more is
+ * appended and the family code need not test every call; render() looks
+ * at w->rc once at the end.
+ */
+typedef struct {
+    kvs_buf_t  *out;
+    int         rc;                   /* KVS_OK or the first failure */
+} kvs_chat_w_t;
+
+
+static void
+kvs_chat_w(kvs_chat_w_t *w, const void *p, size_t n)
+{
+    if (w->rc == KVS_OK && n > 0) {
+        w->rc = kvs_buf_append(w->out, p, n);
+    }
+}
+
+
+#define kvs_chat_lit(w, s)  kvs_chat_w(w, s, sizeof(s) - 1)
+
+
+static void
+kvs_chat_str(kvs_chat_w_t *w, const char *s)
+{
+    kvs_chat_w(w, s, strlen(s));
+}
+
+
+/* Python's str.isspace(), which Jinja's trim and str.strip() use. */
+static int
+kvs_chat_space(uint32_t cp)
+{
+    return (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x20)
+           || cp == 0x85 || cp == 0xa0 || cp == 0x1680
+           || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028
+           || cp == 0x2029 || cp == 0x202f || cp == 0x205f
+           || cp == 0x3000;
+}
+
+
+/* Strips out[start..len) in place, as Python's str.strip() would. */
+static void
+kvs_chat_trim(kvs_chat_w_t *w, size_t start)
+{
+    size_t      pos, k, a, b;
+    uint32_t    cp;
+    kvs_buf_t  *out;
+
+    out = w->out;
+    if (w->rc != KVS_OK || start > out->len) {
+        return;
+    }
+
+    a = out->len;                     /* first byte not stripped */
+    b = start;                        /* one past the last one */
+
+    for (pos = start; pos < out->len; pos += k) {
+        k = kvs_utf8_next(out->data + pos, out->len - pos, &cp);
+
+        if (k == 0) {                 /* not text: never whitespace */
+            k = 1;
+            cp = 0xfffd;
+        }
+
+        if (!kvs_chat_space(cp)) {
+            if (a == out->len) {
+                a = pos;
+            }
+            b = pos + k;
+        }
+    }
+
+    if (a == out->len) {
+        out->len = start;
+        return;
+    }
+
+    memmove(out->data + start, out->data + a, b - a);
+    out->len = start + (b - a);
+}
+
+
+static void
+kvs_chat_json_str(kvs_chat_w_t *w, const json_t *s)
+{
+    kvs_chat_w(w, json_string_value(s), json_string_length(s));
+}
+
+
+/* A message's content (checked already), trimmed as the family does. */
+static void
+kvs_chat_content(kvs_chat_w_t *w, const json_t *msg, kvs_chat_trim_t trim)
+{
+    size_t         j, start, part;
+    const json_t  *c, *p;
+
+    c = json_object_get(msg, "content");
+    start = w->out->len;
+
+    if (json_is_string(c)) {
+        kvs_chat_json_str(w, c);
+
+    } else {
+        json_array_foreach(c, j, p) {
+            part = w->out->len;
+            kvs_chat_json_str(w, json_object_get(p, "text"));
+
+            if (trim == KVS_CHAT_TRIM_PARTS) {
+                kvs_chat_trim(w, part);
+            }
+        }
+    }
+
+    if (trim == KVS_CHAT_TRIM_ALL
+        || (trim == KVS_CHAT_TRIM_PARTS && json_is_string(c)))
+    {
+        kvs_chat_trim(w, start);
+    }
+}
+
+
+static kvs_chat_role_t
+kvs_chat_role_of(const json_t *msg)
+{
+    kvs_chat_role_t  role;
+
+    role = KVS_CHAT_USER;
+    (void) kvs_chat_role(msg, 0, &role, NULL);     /* checked already */
+
+    return role;
+}
+
+
+/* "26 Jul 2024": strftime's "%d %b %Y", but not the locale's month. */
+static const char *
+kvs_chat_today(char *buf, size_t size)
+{
+    time_t     now;
+    struct tm  tm;
+
+    static const char  *months[] = {
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep",
+        "Oct", "Nov", "Dec"
+    };
+
+    now = time(NULL);
+    if (localtime_r(&now, &tm) == NULL || tm.tm_mon < 0 || tm.tm_mon > 11) {
+        return KVS_CHAT_DEFAULT_DATE;
+    }
+
+    snprintf(buf, size, "%02d %s %d", tm.tm_mday, months[tm.tm_mon],
+             tm.tm_year + 1900);
+
+    return buf;
+}
+
+
+static void
+kvs_chat_bos(kvs_chat_w_t *w, const kvs_chat_t *chat,
+    const kvs_chat_args_t *args)
+{
+    if (chat->bos && args->bos != NULL) {
+        kvs_chat_w(w, args->bos, args->bos_len);
+    }
+}
+
+
+static void
+kvs_chat_eos(kvs_chat_w_t *w, const kvs_chat_args_t *args)
+{
+    if (args->eos != NULL) {
+        kvs_chat_w(w, args->eos, args->eos_len);
+    }
+}
+
+
+static void
+kvs_chat_llama3(kvs_chat_w_t *w, const kvs_chat_t *chat,
+    const json_t *messages, size_t first, const kvs_chat_args_t *args)
+{
+    char           today[32];
+    size_t         i;
+    const char    *date;
+    const json_t  *msg;
+
+    kvs_chat_bos(w, chat, args);
+
+    if (chat->kind == KVS_CHAT_LLAMA31) {
+        date = args->date;
+        if (date == NULL) {
+            date = chat->today ? kvs_chat_today(today, sizeof(today))
+                               : KVS_CHAT_DEFAULT_DATE;
+        }
+
+        kvs_chat_lit(w, "<|start_header_id|>system<|end_header_id|>\n\n"
+                        "Cutting Knowledge Date: December 2023\n"
+                        "Today Date: ");
+        kvs_chat_str(w, date);
+        kvs_chat_lit(w, "\n\n");
+
+        if (first == 1) {
+            kvs_chat_content(w, json_array_get(messages, 0),
+                             KVS_CHAT_TRIM_ALL);
+        }
+
+        kvs_chat_lit(w, "<|eot_id|>");
+
+    } else {
+        first = 0;                    /* llama3 keeps system in place */
+    }
+
+    for (i = first; i < json_array_size(messages); i++) {
+        msg = json_array_get(messages, i);
+
+        kvs_chat_lit(w, "<|start_header_id|>");
+        kvs_chat_str(w, kvs_chat_role_names[kvs_chat_role_of(msg)]);
+        kvs_chat_lit(w, "<|end_header_id|>\n\n");
+        kvs_chat_content(w, msg, KVS_CHAT_TRIM_ALL);
+        kvs_chat_lit(w, "<|eot_id|>");
+    }
+
+    if (args->add_generation_prompt) {
+        kvs_chat_lit(w, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    }
+}
+
+
+/*
+ * Llama 2 strips each turn as a whole, the folded system block included:
+ * the block starts with "<<SYS>>", so only trailing whitespace can go, but
+ * a blank user message lets the strip eat the block's "\n\n" as well.
+ */
+static void
+kvs_chat_llama2(kvs_chat_w_t *w, const kvs_chat_t *chat,
+    const json_t *messages, size_t first, const kvs_chat_args_t *args)
+{
+    size_t         i, start;
+    const json_t  *msg;
+
+    for (i = first; i < json_array_size(messages); i++) {
+        msg = json_array_get(messages, i);
+
+        if (kvs_chat_role_of(msg) == KVS_CHAT_USER) {
+            kvs_chat_bos(w, chat, args);
+            kvs_chat_lit(w, "[INST] ");
+            start = w->out->len;
+
+            if (i == first && first == 1) {
+                kvs_chat_lit(w, "<<SYS>>\n");
+                kvs_chat_content(w, json_array_get(messages, 0),
+                                 KVS_CHAT_TRIM_NONE);
+                kvs_chat_lit(w, "\n<</SYS>>\n\n");
+            }
+
+            kvs_chat_content(w, msg, KVS_CHAT_TRIM_NONE);
+            kvs_chat_trim(w, start);
+            kvs_chat_lit(w, " [/INST]");
+
+        } else {
+            kvs_chat_lit(w, " ");
+            kvs_chat_content(w, msg, KVS_CHAT_TRIM_ALL);
+            kvs_chat_lit(w, " ");
+            kvs_chat_eos(w, args);
+        }
+    }
+}
+
+
+static void
+kvs_chat_mistral(kvs_chat_w_t *w, const kvs_chat_t *chat,
+    const json_t *messages, size_t first, const kvs_chat_args_t *args)
+{
+    size_t         i;
+    const json_t  *msg;
+
+    kvs_chat_bos(w, chat, args);
+
+    for (i = first; i < json_array_size(messages); i++) {
+        msg = json_array_get(messages, i);
+
+        if (kvs_chat_role_of(msg) == KVS_CHAT_USER) {
+            kvs_chat_lit(w, " [INST] ");
+
+            if (i == first && first == 1) {
+                kvs_chat_content(w, json_array_get(messages, 0),
+                                 KVS_CHAT_TRIM_NONE);
+                kvs_chat_lit(w, "\n\n");
+            }
+
+            kvs_chat_content(w, msg, KVS_CHAT_TRIM_NONE);
+            kvs_chat_lit(w, " [/INST]");
+
+        } else {
+            kvs_chat_lit(w, " ");
+            kvs_chat_content(w, msg, KVS_CHAT_TRIM_NONE);
+            kvs_chat_eos(w, args);
+        }
+    }
+}
+
+
+static void
+kvs_chat_chatml(kvs_chat_w_t *w, const kvs_chat_t *chat,
+    const json_t *messages, size_t first, const kvs_chat_args_t *args)
+{
+    size_t         i;
+    const json_t  *msg;
+
+    kvs_chat_bos(w, chat, args);
+
+    if (chat->system != NULL && first == 0) {
+        kvs_chat_lit(w, "<|im_start|>system\n");
+        kvs_chat_w(w, chat->system, chat->system_len);
+        kvs_chat_lit(w, "<|im_end|>\n");
+    }
+
+    for (i = 0; i < json_array_size(messages); i++) {
+        msg = json_array_get(messages, i);
+
+        kvs_chat_lit(w, "<|im_start|>");
+        kvs_chat_str(w, kvs_chat_role_names[kvs_chat_role_of(msg)]);
+        kvs_chat_lit(w, "\n");
+        kvs_chat_content(w, msg, KVS_CHAT_TRIM_NONE);
+        kvs_chat_lit(w, "<|im_end|>\n");
+    }
+
+    if (args->add_generation_prompt) {
+        kvs_chat_lit(w, "<|im_start|>assistant\n");
+    }
+}
+
+
+/* Zephyr and Phi-3: "<|role|>\n" content, and an end marker. */
+static void
+kvs_chat_pipes(kvs_chat_w_t *w, const kvs_chat_t *chat,
+    const json_t *messages, const kvs_chat_args_t *args)
+{
+    size_t         i;
+    const json_t  *msg;
+
+    kvs_chat_bos(w, chat, args);
+
+    for (i = 0; i < json_array_size(messages); i++) {
+        msg = json_array_get(messages, i);
+
+        kvs_chat_lit(w, "<|");
+        kvs_chat_str(w, kvs_chat_role_names[kvs_chat_role_of(msg)]);
+        kvs_chat_lit(w, "|>\n");
+        kvs_chat_content(w, msg, KVS_CHAT_TRIM_NONE);
+
+        if (chat->kind == KVS_CHAT_PHI3) {
+            kvs_chat_lit(w, "<|end|>\n");
+
+        } else {
+            kvs_chat_eos(w, args);
+            kvs_chat_lit(w, "\n");
+        }
+    }
+
+    if (args->add_generation_prompt) {
+        kvs_chat_lit(w, "<|assistant|>\n");
+    }
+}
+
+
+static void
+kvs_chat_gemma(kvs_chat_w_t *w, const kvs_chat_t *chat,
+    const json_t *messages, size_t first, const kvs_chat_args_t *args)
+{
+    size_t         i;
+    const json_t  *msg;
+
+    kvs_chat_bos(w, chat, args);
+
+    for (i = first; i < json_array_size(messages); i++) {
+        msg = json_array_get(messages, i);
+
+        if (kvs_chat_role_of(msg) == KVS_CHAT_USER) {
+            kvs_chat_lit(w, "<start_of_turn>user\n");
+
+        } else {
+            kvs_chat_lit(w, "<start_of_turn>model\n");
+        }
+
+        if (i == first && first == 1) {
+            kvs_chat_content(w, json_array_get(messages, 0),
+                             KVS_CHAT_TRIM_NONE);
+            kvs_chat_lit(w, "\n\n");
+        }
+
+        kvs_chat_content(w, msg, KVS_CHAT_TRIM_PARTS);
+        kvs_chat_lit(w, "<end_of_turn>\n");
+    }
+
+    if (args->add_generation_prompt) {
+        kvs_chat_lit(w, "<start_of_turn>model\n");
+    }
+}
+
+
+int
+kvs_chat_render(const kvs_chat_t *chat, const json_t *messages,
+    const kvs_chat_args_t *args, kvs_buf_t *out, kvs_err_t *err)
+{
+    int           rc;
+    size_t        first, start;
+    kvs_chat_w_t  w;
+
+    if ((unsigned) chat->kind >= KVS_CHAT_N) {
+        return kvs_err_set(err, KVS_EINVAL, "chat template kind %d is not "
+                           "one we know", (int) chat->kind);
+    }
+
+    first = 0;
+
+    rc = kvs_chat_check(chat, messages, &first, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    start = out->len;
+    w.out = out;
+    w.rc = KVS_OK;
+
+    switch (chat->kind) {
+
+    case KVS_CHAT_LLAMA3:
+    case KVS_CHAT_LLAMA31:
+        kvs_chat_llama3(&w, chat, messages, first, args);
+        break;
+
+    case KVS_CHAT_LLAMA2:
+        kvs_chat_llama2(&w, chat, messages, first, args);
+        break;
+
+    case KVS_CHAT_CHATML:
+        kvs_chat_chatml(&w, chat, messages, first, args);
+        break;
+
+    case KVS_CHAT_MISTRAL:
+        kvs_chat_mistral(&w, chat, messages, first, args);
+        break;
+
+    case KVS_CHAT_ZEPHYR:
+    case KVS_CHAT_PHI3:
+        kvs_chat_pipes(&w, chat, messages, args);
+        break;
+
+    default: /* KVS_CHAT_GEMMA */
+        kvs_chat_gemma(&w, chat, messages, first, args);
+        break;
+    }
+
+    if (w.rc != KVS_OK) {
+        out->len = start;
+        return kvs_err_set(err, w.rc, "rendering the %s chat template: "
+                           "out of memory", kvs_chat_name(chat->kind));
+    }
+
+    return KVS_OK;
+}

@@ -1,0 +1,500 @@
+/*
+ * kvs_tok: the front of encoding and all of decoding (see kvs_tok.h).
+ *
+ * Encoding: validate UTF-8, cut the text at special tokens (leftmost,
+ * longest first, as Hugging Face's added-token matcher does), normalise
+ * plain fragments to NFC where the vocabulary asks, and hand them to the
+ * vocabulary's algorithm (kvs_tok_impl.h).  Control and unknown tokens
+ * are matched only with KVS_TOK_SPECIAL, so text a user typed can never
+ * become a control token; user-defined tokens always match.
+ *
+ * Decoding is the streaming detokenizer run over the whole sequence, so
+ * the two always agree.
+ */
+
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+#include "../base/kvs_utf8.h"
+#include "kvs_tok_impl.h"
+
+
+static int kvs_tok_fragment(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
+    const char *text, size_t len, int prefix, kvs_ids_t *out,
+    kvs_err_t *err);
+static int kvs_tok_special_at(const kvs_vocab_t *v, const char *p,
+    size_t left, unsigned flags);
+
+
+/* --- id arrays ---------------------------------------------------------- */
+
+int
+kvs_ids_reserve(kvs_ids_t *a, size_t extra)
+{
+    size_t    cap;
+    int32_t  *ids;
+
+    if (extra <= a->cap - a->n) {
+        return KVS_OK;
+    }
+
+    if (extra > SIZE_MAX / sizeof(int32_t) - a->n) {
+        return KVS_ENOMEM;
+    }
+
+    cap = a->cap ? a->cap : 64;
+    while (cap - a->n < extra) {
+        cap = cap > SIZE_MAX / 2 / sizeof(int32_t) ? a->n + extra : cap * 2;
+    }
+
+    ids = realloc(a->ids, cap * sizeof(int32_t));
+    if (ids == NULL) {
+        return KVS_ENOMEM;
+    }
+
+    a->ids = ids;
+    a->cap = cap;
+
+    return KVS_OK;
+}
+
+
+int
+kvs_ids_push(kvs_ids_t *a, int32_t id)
+{
+    if (a->n == a->cap && kvs_ids_reserve(a, 1) != KVS_OK) {
+        return KVS_ENOMEM;
+    }
+
+    a->ids[a->n++] = id;
+
+    return KVS_OK;
+}
+
+
+void
+kvs_ids_free(kvs_ids_t *a)
+{
+    free(a->ids);
+    a->ids = NULL;
+    a->n = a->cap = 0;
+}
+
+
+void
+kvs_tok_ctx_free(kvs_tok_ctx_t *ctx)
+{
+    kvs_pretok_scratch_free(ctx);
+    kvs_tok_bpe_scratch_free(ctx);
+    kvs_tok_spm_scratch_free(ctx);
+    free(ctx->norm);
+    ctx->norm = NULL;
+}
+
+
+/* --- encoding ----------------------------------------------------------- */
+
+int
+kvs_tok_encode(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx, const char *text,
+    size_t len, unsigned flags, kvs_ids_t *out, kvs_err_t *err)
+{
+    int     rc, id, prefix;
+    size_t  bad, i, start, n0;
+
+    n0 = out->n;
+
+    if (len > UINT32_MAX) {
+        return kvs_err_set(err, KVS_EINVAL,
+                           "text of %zu bytes is too long to tokenize "
+                           "(at most 4 GiB)", len);
+    }
+
+    bad = kvs_utf8_invalid_at((const uint8_t *) text, len);
+    if (bad != len) {
+        return kvs_err_set(err, KVS_EINVAL,
+                           "text is not valid UTF-8: byte 0x%02x at offset "
+                           "%zu", (uint8_t) text[bad], bad);
+    }
+
+    if ((flags & KVS_TOK_ADD_BOS) && v->bos >= 0) {
+        if (kvs_ids_push(out, v->bos) != KVS_OK) {
+            goto nomem;
+        }
+    }
+
+    /* SentencePiece prefixes a space to the text and to what follows a
+     * special token; prefix tracks that. */
+    prefix = v->add_space_prefix;
+    start = 0;
+
+    for (i = 0; i < len; i++) {
+        if (v->special_start[(uint8_t) text[i]]
+            == v->special_start[(uint8_t) text[i] + 1])
+        {
+            continue;
+        }
+
+        id = kvs_tok_special_at(v, text + i, len - i, flags);
+        if (id < 0) {
+            continue;
+        }
+
+        if (i > start) {
+            rc = kvs_tok_fragment(v, ctx, text + start, i - start, prefix,
+                                  out, err);
+            if (rc != KVS_OK) {
+                goto failed;
+            }
+        }
+
+        if (kvs_ids_push(out, id) != KVS_OK) {
+            goto nomem;
+        }
+
+        prefix = v->add_space_prefix;
+        i += v->tokens[id].len - 1;
+        start = i + 1;
+    }
+
+    if (len > start) {
+        rc = kvs_tok_fragment(v, ctx, text + start, len - start, prefix,
+                              out, err);
+        if (rc != KVS_OK) {
+            goto failed;
+        }
+    }
+
+    if ((flags & KVS_TOK_ADD_EOS) && v->eos >= 0) {
+        if (kvs_ids_push(out, v->eos) != KVS_OK) {
+            goto nomem;
+        }
+    }
+
+    return KVS_OK;
+
+nomem:
+
+    rc = kvs_err_set(err, KVS_ENOMEM, "tokenize: out of memory");
+
+failed:
+
+    out->n = n0;
+
+    return rc;
+}
+
+
+/* The longest special token that starts at p and may match, or -1. */
+static int
+kvs_tok_special_at(const kvs_vocab_t *v, const char *p, size_t left,
+    unsigned flags)
+{
+    uint32_t            i, end;
+    const kvs_token_t  *tok;
+
+    i = v->special_start[(uint8_t) p[0]];
+    end = v->special_start[(uint8_t) p[0] + 1];
+
+    for ( ; i < end; i++) {
+        tok = &v->tokens[v->special[i]];
+
+        if (tok->len > left || memcmp(tok->text, p, tok->len) != 0) {
+            continue;
+        }
+
+        if (tok->type == KVS_TOKT_USER_DEFINED || (flags & KVS_TOK_SPECIAL)) {
+            return v->special[i];
+        }
+    }
+
+    return -1;
+}
+
+
+/* One fragment of plain text, after NFC where the vocabulary wants it. */
+static int
+kvs_tok_fragment(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx, const char *text,
+    size_t len, int prefix, kvs_ids_t *out, kvs_err_t *err)
+{
+    int                 rc;
+    size_t              i, n;
+    utf8proc_ssize_t    nn;
+    utf8proc_uint8_t   *norm;
+    const kvs_piece_t  *pieces;
+
+    if (v->nfc) {
+        /* Code points below U+0300 are NFC-stable and never combine with
+         * what precedes them; U+0300 and above start with byte >= 0xCC. */
+        for (i = 0; i < len && (uint8_t) text[i] < 0xcc; i++) {
+            /* void */
+        }
+
+        if (i < len) {
+            nn = utf8proc_map((const utf8proc_uint8_t *) text,
+                              (utf8proc_ssize_t) len, &norm,
+                              UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+            if (nn < 0) {
+                return kvs_err_set(err, KVS_EINVAL, "NFC: %s",
+                                   utf8proc_errmsg(nn));
+            }
+
+            free(ctx->norm);
+            ctx->norm = norm;
+            text = (const char *) norm;
+            len = (size_t) nn;
+        }
+    }
+
+    if (v->kind == KVS_VOCAB_SPM) {
+        return kvs_tok_spm_encode(v, ctx, text, len, prefix, out, err);
+    }
+
+    rc = kvs_pretok_split(v->pre, ctx, text, len, &pieces, &n, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    for (i = 0; i < n; i++) {
+        rc = kvs_tok_bpe_piece(v, ctx, text + pieces[i].off, pieces[i].len,
+                               out, err);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+    }
+
+    return KVS_OK;
+}
+
+
+/* --- decoding ----------------------------------------------------------- */
+
+int
+kvs_tok_decode(const kvs_vocab_t *v, const int32_t *ids, size_t n,
+    unsigned flags, kvs_buf_t *out, kvs_err_t *err)
+{
+    int          rc;
+    size_t       i, len0;
+    kvs_detok_t  d;
+
+    len0 = out->len;
+    kvs_detok_init(&d, v, flags);
+
+    for (i = 0; i < n; i++) {
+        rc = kvs_detok_push(&d, ids[i], out, err);
+        if (rc != KVS_OK) {
+            out->len = len0;
+            return rc;
+        }
+    }
+
+    if (kvs_detok_finish(&d, out) != KVS_OK) {
+        out->len = len0;
+        return kvs_err_set(err, KVS_ENOMEM, "detokenize: out of memory");
+    }
+
+    return KVS_OK;
+}
+
+
+void
+kvs_detok_init(kvs_detok_t *d, const kvs_vocab_t *v, unsigned flags)
+{
+    memset(d, 0, sizeof(kvs_detok_t));
+    d->v = v;
+    d->flags = flags;
+}
+
+
+/*
+ * Appends bytes, passing complete characters through, replacing invalid
+ * ones with U+FFFD and keeping an unfinished one in d->pend.
+ */
+static int
+kvs_detok_bytes(kvs_detok_t *d, const uint8_t *p, size_t n, kvs_buf_t *out)
+{
+    int       k;
+    size_t    i, take;
+    uint32_t  cp;
+    uint8_t   rest[4];
+
+    /* finish a held character first, a byte at a time: each added byte
+     * completes it, leaves it unfinished, or shows it invalid */
+    while (d->npend > 0 && n > 0) {
+        d->pend[d->npend++] = *p++;
+        n--;
+
+        k = kvs_utf8_step(d->pend, d->npend, &cp);
+
+        if (k == 0) {
+            continue;
+        }
+
+        if (k > 0) {
+            d->npend = 0;
+            if (kvs_buf_append(out, d->pend, (size_t) k) != KVS_OK) {
+                return KVS_ENOMEM;
+            }
+            break;
+        }
+
+        /* one U+FFFD for the maximal subpart; what follows it is scanned
+         * afresh */
+        if (kvs_buf_append(out, "\xef\xbf\xbd", 3) != KVS_OK) {
+            return KVS_ENOMEM;
+        }
+
+        take = d->npend - (size_t) -k;
+        memcpy(rest, d->pend - k, take);
+        d->npend = 0;
+
+        if (kvs_detok_bytes(d, rest, take, out) != KVS_OK) {
+            return KVS_ENOMEM;
+        }
+    }
+
+    for (i = 0; i < n; ) {
+        if (p[i] < 0x80) {
+            take = i;
+            while (take < n && p[take] < 0x80) {
+                take++;
+            }
+            if (kvs_buf_append(out, p + i, take - i) != KVS_OK) {
+                return KVS_ENOMEM;
+            }
+            i = take;
+            continue;
+        }
+
+        k = kvs_utf8_step(p + i, n - i, &cp);
+
+        if (k > 0) {
+            if (kvs_buf_append(out, p + i, (size_t) k) != KVS_OK) {
+                return KVS_ENOMEM;
+            }
+            i += k;
+
+        } else if (k == 0) {
+            memcpy(d->pend, p + i, n - i);
+            d->npend = (uint8_t) (n - i);
+            break;
+
+        } else {
+            if (kvs_buf_append(out, "\xef\xbf\xbd", 3) != KVS_OK) {
+                return KVS_ENOMEM;
+            }
+            i += -k;
+        }
+    }
+
+    return KVS_OK;
+}
+
+
+int
+kvs_detok_push(kvs_detok_t *d, int32_t id, kvs_buf_t *out, kvs_err_t *err)
+{
+    int                 strip;
+    size_t              len, i, j;
+    uint8_t             b, buf[256];
+    const char         *text;
+    const kvs_vocab_t  *v;
+    const kvs_token_t  *tok;
+
+    v = d->v;
+
+    if (id < 0 || (uint32_t) id >= v->n_tokens) {
+        return kvs_err_set(err, KVS_EINVAL,
+                           "token id %d is out of range (vocabulary of %u)",
+                           id, v->n_tokens);
+    }
+
+    tok = &v->tokens[id];
+
+    switch (tok->type) {
+
+    case KVS_TOKT_CONTROL:
+    case KVS_TOKT_UNKNOWN:
+    case KVS_TOKT_UNUSED:
+        if (!(d->flags & KVS_DETOK_SPECIAL)) {
+            return KVS_OK;
+        }
+        break;
+
+    case KVS_TOKT_BYTE:
+        if (v->byte_of != NULL && v->byte_of[id] >= 0) {
+            b = (uint8_t) v->byte_of[id];
+            d->ntok++;
+            return kvs_detok_bytes(d, &b, 1, out) == KVS_OK
+                   ? KVS_OK
+                   : kvs_err_set(err, KVS_ENOMEM, "detokenize: no memory");
+        }
+        break;
+
+    default:
+        break;
+    }
+
+    text = tok->text;
+    len = tok->len;
+
+    if (v->kind == KVS_VOCAB_SPM && tok->type != KVS_TOKT_CONTROL
+        && tok->type != KVS_TOKT_UNKNOWN)
+    {
+        /* "▁" (E2 96 81) is a space; the dummy prefix of the first piece
+         * of text is dropped, as the Metaspace decoder does */
+        strip = d->ntok == 0 && v->add_space_prefix;
+        d->ntok++;
+
+        for (i = 0, j = 0; i < len; ) {
+            if (i + 3 <= len && memcmp(text + i, "\xe2\x96\x81", 3) == 0) {
+                if (!(i == 0 && strip)) {
+                    buf[j++] = ' ';
+                }
+                i += 3;
+            } else {
+                buf[j++] = (uint8_t) text[i++];
+            }
+
+            if (j == sizeof(buf) || i == len) {
+                if (kvs_detok_bytes(d, buf, j, out) != KVS_OK) {
+                    return kvs_err_set(err, KVS_ENOMEM,
+                                       "detokenize: out of memory");
+                }
+                j = 0;
+            }
+        }
+
+        return KVS_OK;
+    }
+
+    d->ntok++;
+
+    if (kvs_detok_bytes(d, (const uint8_t *) text, len, out) != KVS_OK) {
+        return kvs_err_set(err, KVS_ENOMEM, "detokenize: out of memory");
+    }
+
+    return KVS_OK;
+}
+
+
+int
+kvs_detok_finish(kvs_detok_t *d, kvs_buf_t *out)
+{
+    int       k;
+    uint32_t  cp;
+
+    /* what is held can no longer finish: U+FFFD per maximal subpart */
+    while (d->npend > 0) {
+        if (kvs_buf_append(out, "\xef\xbf\xbd", 3) != KVS_OK) {
+            return KVS_ENOMEM;
+        }
+
+        k = kvs_utf8_step(d->pend, d->npend, &cp);
+        k = k < 0 ? -k : d->npend;
+        memmove(d->pend, d->pend + k, d->npend - k);
+        d->npend = (uint8_t) (d->npend - k);
+    }
+
+    return KVS_OK;
+}

@@ -1,0 +1,88 @@
+/*
+ * kvs_tok: text <-> token ids with a kvs_vocab_t.
+ *
+ * The vocabulary is shared and read-only; all per-call scratch lives in a
+ * kvs_tok_ctx_t that the caller owns, one per thread (an nginx worker, a
+ * thread-pool thread).  Scratch grows on demand and is reused, so a warm
+ * context allocates nothing per call.
+ *
+ * Encoding never changes the output on failure beyond what was appended
+ * before the call: out->n is restored when an error is returned.
+ */
+
+#ifndef KVS_TOK_H
+#define KVS_TOK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/kvs_buf.h"
+#include "../base/kvs_err.h"
+#include "../tokenizer/kvs_vocab.h"
+
+/* A growable array of token ids. */
+typedef struct {
+    int32_t  *ids;                    /* [cap] */
+    size_t    n;
+    size_t    cap;
+} kvs_ids_t;
+
+int kvs_ids_reserve(kvs_ids_t *a, size_t extra);
+int kvs_ids_push(kvs_ids_t *a, int32_t id);
+void kvs_ids_free(kvs_ids_t *a);
+
+/* Per-thread scratch.  Each slot belongs to the file named beside it,
+ * which allocates it lazily and frees it in its *_scratch_free(). */
+typedef struct {
+    void  *pretok;                    /* kvs_pretok.c */
+    void  *bpe;                       /* kvs_tok_bpe.c */
+    void  *spm;                       /* kvs_tok_spm.c */
+    void  *norm;                      /* kvs_tok.c: NFC output */
+} kvs_tok_ctx_t;
+
+void kvs_tok_ctx_free(kvs_tok_ctx_t *ctx);  /* frees the slots, not ctx */
+
+/* Encode flags. */
+#define KVS_TOK_ADD_BOS   0x01   /* prepend BOS if the vocabulary has one */
+#define KVS_TOK_ADD_EOS   0x02
+#define KVS_TOK_SPECIAL   0x04   /* parse control-token text (e.g.
+                                    "<|eot_id|>") into its id; without it
+                                    such text is tokenized as plain text.
+                                    User-defined tokens always match. */
+
+/* Appends the ids of text to out.  Invalid UTF-8 is rejected
+ * (KVS_EINVAL, with the byte offset) before anything is appended. */
+int kvs_tok_encode(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
+    const char *text, size_t len, unsigned flags, kvs_ids_t *out,
+    kvs_err_t *err);
+
+/* Decode flags. */
+#define KVS_DETOK_SPECIAL 0x01   /* show control tokens' text; by default
+                                    they decode to nothing */
+
+/* Appends the UTF-8 text of ids to out.  Ids out of range are an error.
+ * Byte sequences that are not valid UTF-8 decode to U+FFFD, as the
+ * reference tokenizers' decode does. */
+int kvs_tok_decode(const kvs_vocab_t *v, const int32_t *ids, size_t n,
+    unsigned flags, kvs_buf_t *out, kvs_err_t *err);
+
+/* Streaming detokenizer: push ids one at a time, get only complete UTF-8
+ * characters out (a multi-byte character split across tokens is held
+ * until its last byte arrives), with the same text as kvs_tok_decode()
+ * of the whole sequence once finished. */
+typedef struct {
+    const kvs_vocab_t  *v;
+    unsigned            flags;
+    size_t              ntok;         /* tokens pushed so far */
+    uint8_t             pend[4];      /* bytes of an unfinished character */
+    uint8_t             npend;
+} kvs_detok_t;
+
+void kvs_detok_init(kvs_detok_t *d, const kvs_vocab_t *v, unsigned flags);
+int kvs_detok_push(kvs_detok_t *d, int32_t id, kvs_buf_t *out,
+    kvs_err_t *err);
+int kvs_detok_finish(kvs_detok_t *d, kvs_buf_t *out);  /* flush: U+FFFD
+                                                         for a cut-off
+                                                         character */
+
+#endif /* KVS_TOK_H */

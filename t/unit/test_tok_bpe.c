@@ -1,0 +1,722 @@
+/*
+ * Byte-level BPE and its pre-tokenizers: the llama.cpp test cases of five
+ * real vocabularies (ids made by the models' own Hugging Face tokenizers),
+ * round trips, pre-tokenizer splits worked out by hand from the regular
+ * expressions, unknown pre-tokenizer names, and pathological inputs that
+ * must finish (their times are printed, not asserted).
+ */
+
+#include <time.h>
+
+#include "kvs_test.h"
+
+#include "tokenizer/kvs_tok.h"
+#include "tokenizer/kvs_tok_impl.h"
+
+
+#define SEP      "\n__ggml_vocab_test__\n"
+#define NCASES   46
+#define BIG      (1024 * 1024)
+
+static const char  *vocabs[] = {
+    "gpt-2", "mpt", "falcon", "deepseek-coder", "starcoder"
+};
+
+
+static kvs_vocab_t *
+open_vocab(const char *name)
+{
+    char          rel[128];
+    const char   *path;
+    kvs_err_t     err;
+    kvs_vocab_t  *v;
+
+    snprintf(rel, sizeof(rel), "vocab/ggml-vocab-%s.gguf", name);
+    path = kvs_test_fixture(rel);
+    if (path == NULL) {
+        return NULL;
+    }
+
+    if (kvs_vocab_open(&v, path, &err) != KVS_OK) {
+        fail_msg("%s: %s", rel, err.msg);
+    }
+
+    assert_int_equal(v->kind, KVS_VOCAB_BPE);
+
+    return v;
+}
+
+
+static double
+now_ms(void)
+{
+    struct timespec  ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+
+static void
+print_escaped(const char *s, size_t len)
+{
+    size_t  i;
+
+    for (i = 0; i < len && i < 120; i++) {
+        if ((uint8_t) s[i] < 0x20 || s[i] == '\\') {
+            print_message("\\x%02x", (uint8_t) s[i]);
+        } else {
+            print_message("%c", s[i]);
+        }
+    }
+
+    if (len > 120) {
+        print_message("...");
+    }
+}
+
+
+static void
+print_ids(const char *what, const int32_t *ids, size_t n)
+{
+    size_t  i;
+
+    print_message("    %s:", what);
+    for (i = 0; i < n; i++) {
+        print_message(" %d", ids[i]);
+    }
+    print_message("\n");
+}
+
+
+/* Encodes s and checks that decoding gives s back. */
+static void
+encode_rt(kvs_vocab_t *v, kvs_tok_ctx_t *ctx, const char *s, size_t len,
+    kvs_ids_t *ids)
+{
+    kvs_buf_t  out;
+    kvs_err_t  err;
+
+    ids->n = 0;
+    if (kvs_tok_encode(v, ctx, s, len, 0, ids, &err) != KVS_OK) {
+        fail_msg("encode (%zu bytes): %s", len, err.msg);
+    }
+
+    memset(&out, 0, sizeof(out));
+    if (kvs_tok_decode(v, ids->ids, ids->n, 0, &out, &err) != KVS_OK) {
+        fail_msg("decode (%zu ids): %s", ids->n, err.msg);
+    }
+
+    if (out.len != len || (len > 0 && memcmp(out.data, s, len) != 0)) {
+        print_message("round trip of %zu bytes gave %zu bytes: ", len,
+                      out.len);
+        print_escaped(s, len);
+        print_message("\n");
+        fail();
+    }
+
+    kvs_buf_free(&out);
+}
+
+
+/* --- the llama.cpp cases ------------------------------------------------ */
+
+static void
+run_cases(const char *name)
+{
+    char           rel[128];
+    char          *inp, *outp, *p, *end, *sep, *line, *nl, *q;
+    size_t         ilen, olen, k, nexp, bad;
+    int32_t        exp[256];
+    kvs_ids_t      ids;
+    kvs_vocab_t   *v;
+    kvs_tok_ctx_t  ctx;
+    const char    *path;
+
+    ilen = olen = 0;
+
+    v = open_vocab(name);
+    if (v == NULL) {
+        skip();
+    }
+
+    snprintf(rel, sizeof(rel), "vocab/ggml-vocab-%s.gguf.inp", name);
+    path = kvs_test_fixture(rel);
+    assert_non_null(path);
+    inp = (char *) kvs_test_slurp(path, &ilen);
+    assert_non_null(inp);
+
+    snprintf(rel, sizeof(rel), "vocab/ggml-vocab-%s.gguf.out", name);
+    path = kvs_test_fixture(rel);
+    assert_non_null(path);
+    outp = (char *) kvs_test_slurp(path, &olen);
+    assert_non_null(outp);
+
+    memset(&ctx, 0, sizeof(ctx));
+    memset(&ids, 0, sizeof(ids));
+
+    p = inp;
+    end = inp + ilen;
+    line = outp;
+    bad = 0;
+
+    for (k = 0; p < end; k++) {
+        sep = memmem(p, (size_t) (end - p), SEP, sizeof(SEP) - 1);
+        assert_non_null(sep);
+        assert_true(k < NCASES);
+
+        nl = memchr(line, '\n', (size_t) (outp + olen - line));
+        assert_non_null(nl);
+        *nl = '\0';
+
+        nexp = 0;
+        for (q = line; *q != '\0'; ) {
+            assert_true(nexp < 256);
+            exp[nexp++] = (int32_t) strtol(q, &q, 10);
+            while (*q == ' ') {
+                q++;
+            }
+        }
+
+        encode_rt(v, &ctx, p, (size_t) (sep - p), &ids);
+
+        if (ids.n != nexp
+            || memcmp(ids.ids, exp, nexp * sizeof(int32_t)) != 0)
+        {
+            print_message("%s case %zu: ", name, k);
+            print_escaped(p, (size_t) (sep - p));
+            print_message("\n");
+            print_ids("expected", exp, nexp);
+            print_ids("got     ", ids.ids, ids.n);
+            bad++;
+        }
+
+        p = sep + sizeof(SEP) - 1;
+        line = nl + 1;
+    }
+
+    assert_int_equal(k, NCASES);
+    assert_int_equal(bad, 0);
+
+    kvs_ids_free(&ids);
+    kvs_tok_ctx_free(&ctx);
+    kvs_vocab_free(v);
+    free(inp);
+    free(outp);
+}
+
+
+static void test_cases_gpt2(void **state)           { run_cases("gpt-2"); }
+static void test_cases_mpt(void **state)            { run_cases("mpt"); }
+static void test_cases_falcon(void **state)         { run_cases("falcon"); }
+static void test_cases_deepseek_coder(void **state)
+{
+    run_cases("deepseek-coder");
+}
+static void test_cases_starcoder(void **state)      { run_cases("starcoder"); }
+
+
+/* The cache must not change results: encode the same text twice in one
+ * context, and once more with each piece in a fresh context. */
+static void
+test_cache_consistent(void **state)
+{
+    static const char  text[] =
+        "the cat sat on the mat, the cat sat on the mat; "
+        "Zürich Zürich 12345 12345 !!! !!! \n\n \n\n";
+
+    size_t         i;
+    kvs_ids_t      a, b;
+    kvs_vocab_t   *v;
+    kvs_tok_ctx_t  ctx, ctx2;
+
+    v = open_vocab("gpt-2");
+    if (v == NULL) {
+        skip();
+    }
+
+    memset(&ctx, 0, sizeof(ctx));
+    memset(&ctx2, 0, sizeof(ctx2));
+    memset(&a, 0, sizeof(a));
+    memset(&b, 0, sizeof(b));
+
+    encode_rt(v, &ctx, text, sizeof(text) - 1, &a);
+    for (i = 0; i < 3; i++) {
+        encode_rt(v, &ctx, text, sizeof(text) - 1, &b);
+        assert_int_equal(a.n, b.n);
+        assert_memory_equal(a.ids, b.ids, a.n * sizeof(int32_t));
+    }
+
+    encode_rt(v, &ctx2, text, sizeof(text) - 1, &b);
+    assert_int_equal(a.n, b.n);
+    assert_memory_equal(a.ids, b.ids, a.n * sizeof(int32_t));
+
+    kvs_ids_free(&a);
+    kvs_ids_free(&b);
+    kvs_tok_ctx_free(&ctx);
+    kvs_tok_ctx_free(&ctx2);
+    kvs_vocab_free(v);
+}
+
+
+/* Two vocabularies through one context: the cache must follow. */
+static void
+test_two_vocabs_one_ctx(void **state)
+{
+    static const char  text[] = "Hello world 12345 Hello world";
+
+    kvs_ids_t      a1, b1, a2;
+    kvs_vocab_t   *va, *vb;
+    kvs_tok_ctx_t  ctx, fresh;
+
+    va = open_vocab("gpt-2");
+    vb = open_vocab("starcoder");
+    if (va == NULL || vb == NULL) {
+        kvs_vocab_free(va);
+        kvs_vocab_free(vb);
+        skip();
+    }
+
+    memset(&ctx, 0, sizeof(ctx));
+    memset(&fresh, 0, sizeof(fresh));
+    memset(&a1, 0, sizeof(a1));
+    memset(&b1, 0, sizeof(b1));
+    memset(&a2, 0, sizeof(a2));
+
+    encode_rt(va, &ctx, text, sizeof(text) - 1, &a1);
+    encode_rt(vb, &ctx, text, sizeof(text) - 1, &b1);
+    encode_rt(va, &ctx, text, sizeof(text) - 1, &a2);
+    assert_int_equal(a1.n, a2.n);
+    assert_memory_equal(a1.ids, a2.ids, a1.n * sizeof(int32_t));
+
+    encode_rt(vb, &fresh, text, sizeof(text) - 1, &a2);
+    assert_int_equal(b1.n, a2.n);
+    assert_memory_equal(b1.ids, a2.ids, b1.n * sizeof(int32_t));
+
+    kvs_ids_free(&a1);
+    kvs_ids_free(&b1);
+    kvs_ids_free(&a2);
+    kvs_tok_ctx_free(&ctx);
+    kvs_tok_ctx_free(&fresh);
+    kvs_vocab_free(va);
+    kvs_vocab_free(vb);
+}
+
+
+/* Falcon has no token for byte 0x03 and no unknown token: the byte is
+ * dropped, as Hugging Face's BPE and llama.cpp drop it, and the text
+ * around it is tokenized as usual.  StarCoder has none for 0xF1 (the
+ * lead byte of U+40000..U+7FFFF) but has an unknown token: that byte
+ * becomes it. */
+static void
+test_missing_bytes(void **state)
+{
+    size_t         i, nunk;
+    kvs_err_t      err;
+    kvs_ids_t      ids, want;
+    kvs_vocab_t   *v;
+    kvs_tok_ctx_t  ctx;
+
+    memset(&ctx, 0, sizeof(ctx));
+    memset(&ids, 0, sizeof(ids));
+    memset(&want, 0, sizeof(want));
+
+    v = open_vocab("falcon");
+    if (v != NULL) {
+        assert_true(v->byte_token[0x03] < 0);
+        assert_true(v->unk < 0);
+        assert_int_equal(kvs_tok_encode(v, &ctx, "x\x03y", 3, 0, &ids, &err),
+                         KVS_OK);
+        assert_int_equal(kvs_tok_encode(v, &ctx, "x", 1, 0, &want, &err),
+                         KVS_OK);
+        assert_int_equal(kvs_tok_encode(v, &ctx, "y", 1, 0, &want, &err),
+                         KVS_OK);
+        assert_int_equal(ids.n, want.n);
+        assert_memory_equal(ids.ids, want.ids, ids.n * sizeof(int32_t));
+        ids.n = 0;
+        kvs_tok_ctx_free(&ctx);
+        kvs_vocab_free(v);
+    }
+
+    v = open_vocab("starcoder");
+    if (v != NULL) {
+        assert_true(v->byte_token[0xF1] < 0);
+        assert_true(v->unk >= 0);
+        assert_int_equal(kvs_tok_encode(v, &ctx, "a\xf1\x80\x80\x80" "b",
+                                        6, 0, &ids, &err), KVS_OK);
+        nunk = 0;
+        for (i = 0; i < ids.n; i++) {
+            nunk += ids.ids[i] == v->unk;
+        }
+        assert_int_equal(nunk, 1);
+        assert_int_equal(ids.ids[0], v->byte_token['a']);
+        assert_int_equal(ids.ids[ids.n - 1], v->byte_token['b']);
+        kvs_tok_ctx_free(&ctx);
+        kvs_vocab_free(v);
+    }
+
+    kvs_ids_free(&ids);
+    kvs_ids_free(&want);
+}
+
+
+/* --- pre-tokenizer splits, derived by hand from the regexes -------------- */
+
+typedef struct {
+    const char  *pre;
+    const char  *text;
+    const char  *pieces[12];          /* NULL-terminated */
+} split_case_t;
+
+static const split_case_t  split_cases[] = {
+    /* GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+
+     * |\s+(?!\S)|\s+ ; a space run before a word leaves its last space to
+     * the word. */
+    { "gpt-2", "Hello  world", { "Hello", " ", " world" } },
+    { "gpt-2", "I'm 3333 ok!!", { "I", "'m", " 3333", " ok", "!!" } },
+    { "gpt-2", "a\n\nb", { "a", "\n", "\n", "b" } },
+    { "gpt-2", "  x", { " ", " x" } },
+    { "gpt-2", "x  ", { "x", "  " } },
+    { "gpt-2", "FOO'S", { "FOO", "'", "S" } },     /* case-sensitive */
+    { "gpt-2", "a\xe1\xa0\x8e" "b", { "a", "\xe1\xa0\x8e", "b" } },
+                                      /* U+180E is not \s: own piece */
+    { "default", " (x)", { " (", "x", ")" } },
+    { "mpt", "foo's bar", { "foo", "'s", " bar" } },
+
+    /* Llama 3: (?i:'s|...)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}
+     * | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
+    { "llama-bpe", "3333", { "333", "3" } },
+    { "llama-bpe", "12345", { "123", "45" } },
+    { "llama-bpe", " Hello", { " Hello" } },
+    { "llama-bpe", "Hello  world", { "Hello", " ", " world" } },
+    { "llama-bpe", "x\n\n  y", { "x", "\n\n", " ", " y" } },
+    { "llama-bpe", "a,\n", { "a", ",\n" } },
+    { "llama-bpe", "FOO'S", { "FOO", "'S" } },      /* case-insensitive */
+    { "llama-bpe", "(x", { "(x" } },
+    { "llama3", "3333", { "333", "3" } },
+
+    /* Qwen2: as Llama 3 with \p{N} one digit at a time */
+    { "qwen2", "3333", { "3", "3", "3", "3" } },
+    { "qwen2", " Hello", { " Hello" } },
+    { "deepseek-r1-qwen", "a12", { "a", "1", "2" } },
+
+    /* StarCoder: \p{N} isolated, then the GPT-2 regex per piece */
+    { "starcoder", "a 123b", { "a", " ", "1", "2", "3", "b" } },
+    { "starcoder", "Hello world", { "Hello", " world" } },
+    { "refact", "x1", { "x", "1" } },
+
+    /* Falcon: [\p{P}$+<=>^`|~]+ isolated, GPT-2 regex, then numeric runs
+     * of the byte-level text and [0-9]{3}: "½" is C2 BD and BD shows as
+     * "½", numeric; "²" is C2 B2 likewise. */
+    { "falcon", "Hello, world!!", { "Hello", ",", " world", "!!" } },
+    { "falcon", "a 12345", { "a", " ", "123", "45" } },
+    { "falcon", "x=1+2", { "x", "=", "1", "+", "2" } },
+    { "falcon", " \xc2\xbd", { " \xc2", "\xbd" } },
+    { "falcon", "1\xc2\xb2" "3", { "1", "\xc2", "\xb2" "3" } },
+
+    /* DeepSeek Coder: [\r\n], \s?\p{L}+, \s?\p{P}+, CJK, \p{N} */
+    { "deepseek-coder", "Hello world\n123",
+      { "Hello", " world", "\n", "1", "2", "3" } },
+    { "deepseek-coder", "a, b.", { "a", ",", " b", "." } },
+    { "deepseek-coder", "  x", { " ", " x" } },
+
+    /* DeepSeek LLM: [\r\n], \s?[cased letters]+, \s?[ASCII and fullwidth
+     * punctuation]+, \s+$, CJK, \p{N}+ */
+    { "deepseek-llm", "Hello world 42  ",
+      { "Hello", " world", " ", "42", "  " } },
+    { "deepseek-llm", "\xe4\xbd\xa0\xe5\xa5\xbd" "123",
+      { "\xe4\xbd\xa0\xe5\xa5\xbd", "123" } },
+    { "deepseek-llm", "a\r\nb", { "a", "\r", "\n", "b" } },
+
+    { NULL, NULL, { NULL } }
+};
+
+
+static void
+test_pretok_split(void **state)
+{
+    int                 failed;
+    size_t              n, i, k, len, pos;
+    kvs_err_t           err;
+    kvs_pretok_t       *p;
+    kvs_tok_ctx_t       ctx;
+    const kvs_piece_t  *pieces;
+    const split_case_t *c;
+
+    memset(&ctx, 0, sizeof(ctx));
+    failed = 0;
+
+    for (c = split_cases; c->pre != NULL; c++) {
+        assert_true(kvs_pretok_known(c->pre));
+        if (kvs_pretok_new(&p, c->pre, &err) != KVS_OK) {
+            fail_msg("%s: %s", c->pre, err.msg);
+        }
+
+        len = strlen(c->text);
+        assert_int_equal(kvs_pretok_split(p, &ctx, c->text, len, &pieces,
+                                          &n, &err), KVS_OK);
+
+        for (k = 0; c->pieces[k] != NULL; k++) {
+            /* void */
+        }
+
+        pos = 0;
+        for (i = 0; i < n; i++) {
+            assert_int_equal(pieces[i].off, pos);   /* cover, in order */
+            assert_true(pieces[i].len > 0);
+            pos += pieces[i].len;
+        }
+        assert_int_equal(pos, len);
+
+        for (i = 0; i < n && i < k; i++) {
+            if (strlen(c->pieces[i]) != pieces[i].len
+                || memcmp(c->pieces[i], c->text + pieces[i].off,
+                          pieces[i].len) != 0)
+            {
+                break;
+            }
+        }
+
+        if (i != n || n != k) {
+            print_message("%s \"", c->pre);
+            print_escaped(c->text, len);
+            print_message("\": got");
+            for (i = 0; i < n; i++) {
+                print_message(" \"");
+                print_escaped(c->text + pieces[i].off, pieces[i].len);
+                print_message("\"");
+            }
+            print_message("\n");
+            failed++;
+        }
+
+        /* the empty text has no pieces */
+        assert_int_equal(kvs_pretok_split(p, &ctx, "", 0, &pieces, &n,
+                                          &err), KVS_OK);
+        assert_int_equal(n, 0);
+
+        kvs_pretok_free(p);
+    }
+
+    assert_int_equal(failed, 0);
+
+    kvs_tok_ctx_free(&ctx);
+}
+
+
+static void
+test_pretok_unknown(void **state)
+{
+    kvs_err_t      err;
+    kvs_pretok_t  *p;
+
+    p = (kvs_pretok_t *) &err;         /* must be reset to NULL */
+    assert_int_equal(kvs_pretok_new(&p, "no-such-pre", &err),
+                     KVS_EUNSUPPORTED);
+    assert_null(p);
+    assert_non_null(strstr(err.msg, "\"no-such-pre\""));
+    assert_non_null(strstr(err.msg, "llama-bpe"));     /* lists known */
+    assert_false(kvs_pretok_known("no-such-pre"));
+    assert_false(kvs_pretok_known(""));
+    assert_false(kvs_pretok_known("GPT-2"));
+
+    assert_true(kvs_pretok_known("default"));
+    assert_true(kvs_pretok_known("gpt-2"));
+    assert_true(kvs_pretok_known("llama-bpe"));
+    assert_true(kvs_pretok_known("llama3"));
+    assert_true(kvs_pretok_known("qwen2"));
+    assert_true(kvs_pretok_known("deepseek-r1-qwen"));
+    assert_true(kvs_pretok_known("deepseek-llm"));
+    assert_true(kvs_pretok_known("deepseek-coder"));
+    assert_true(kvs_pretok_known("falcon"));
+    assert_true(kvs_pretok_known("mpt"));
+    assert_true(kvs_pretok_known("starcoder"));
+    assert_true(kvs_pretok_known("refact"));
+}
+
+
+/* --- pathological inputs ------------------------------------------------ */
+
+/* Fills buf[0..BIG) (whole characters; returns the length) by repeating
+ * unit, or with random letters when unit is NULL. */
+static size_t
+fill(char *buf, const char *unit)
+{
+    size_t    i, u;
+    uint32_t  x;
+
+    if (unit == NULL) {
+        x = 12345;
+        for (i = 0; i < BIG; i++) {
+            x = x * 1103515245 + 12345;
+            buf[i] = (char) ((x >> 16) % 52 < 26 ? 'a' + (x >> 16) % 26
+                                                  : 'A' + (x >> 16) % 26);
+        }
+        return BIG;
+    }
+
+    u = strlen(unit);
+    for (i = 0; i + u <= BIG; i += u) {
+        memcpy(buf + i, unit, u);
+    }
+
+    return i;
+}
+
+
+static const char  *big_units[] = {
+    "a", " ", "1", "!", "\n", "\xe4\xb8\xad", "\xf0\x9f\xa6\x99",
+    NULL                              /* random letters, no spaces */
+};
+
+static const char  *big_names[] = {
+    "a", "space", "1", "!", "\\n", "CJK", "emoji", "random letters"
+};
+
+
+static void
+test_big_inputs(void **state)
+{
+    char           *buf;
+    size_t          i, u, len;
+    double          t0;
+    kvs_ids_t       ids;
+    kvs_vocab_t    *v;
+    kvs_tok_ctx_t   ctx;
+
+    buf = malloc(BIG);
+    assert_non_null(buf);
+    memset(&ids, 0, sizeof(ids));
+
+    for (i = 0; i < sizeof(vocabs) / sizeof(vocabs[0]); i++) {
+        v = open_vocab(vocabs[i]);
+        if (v == NULL) {
+            continue;
+        }
+
+        memset(&ctx, 0, sizeof(ctx));
+
+        for (u = 0; u < sizeof(big_names) / sizeof(big_names[0]); u++) {
+            len = fill(buf, big_units[u]);
+            t0 = now_ms();
+            encode_rt(v, &ctx, buf, len, &ids);
+            print_message("  %-14s 1 MB of %-14s %8.1f ms  %zu ids\n",
+                          vocabs[i], big_names[u], now_ms() - t0, ids.n);
+            assert_true(ids.n > 0);
+        }
+
+        kvs_tok_ctx_free(&ctx);
+        kvs_vocab_free(v);
+    }
+
+    kvs_ids_free(&ids);
+    free(buf);
+}
+
+
+/* Checks that pieces are non-empty and cover text[0..len) in order. */
+static void
+check_cover(const kvs_piece_t *pieces, size_t n, size_t len)
+{
+    size_t  i, pos;
+
+    pos = 0;
+    for (i = 0; i < n; i++) {
+        assert_int_equal(pieces[i].off, pos);
+        assert_true(pieces[i].len > 0);
+        pos += pieces[i].len;
+    }
+
+    assert_int_equal(pos, len);
+}
+
+
+/* Every pre-tokenizer on the 1 MB inputs above and on inputs that are
+ * hard for regex engines: long whitespace runs that end in something
+ * else (quadratic for "\s+$" searched naively). */
+static void
+test_big_pretok(void **state)
+{
+    static const char  *names[] = {
+        "gpt-2", "llama-bpe", "qwen2", "deepseek-llm", "deepseek-coder",
+        "falcon", "starcoder"
+    };
+    static const char  *tails[] = { "1", "x", "!", "\n", "" };
+
+    char               *buf;
+    size_t              i, t, n, len, k, u;
+    double              t0;
+    kvs_err_t           err;
+    kvs_pretok_t       *p;
+    kvs_tok_ctx_t       ctx;
+    const char         *lab;
+    const kvs_piece_t  *pieces;
+
+    buf = malloc(BIG + 8);
+    assert_non_null(buf);
+    memset(&ctx, 0, sizeof(ctx));
+
+    for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        assert_int_equal(kvs_pretok_new(&p, names[i], &err), KVS_OK);
+
+        for (u = 0; u < sizeof(big_names) / sizeof(big_names[0]); u++) {
+            len = fill(buf, big_units[u]);
+            t0 = now_ms();
+            assert_int_equal(kvs_pretok_split(p, &ctx, buf, len, &pieces,
+                                              &n, &err), KVS_OK);
+            print_message("  %-14s 1 MB of %-24s %7.1f ms  %zu pieces\n",
+                          names[i], big_names[u], now_ms() - t0, n);
+            check_cover(pieces, n, len);
+        }
+
+        for (t = 0; t < sizeof(tails) / sizeof(tails[0]); t++) {
+            for (k = 0; k < 2; k++) {
+                /* k = 0: spaces; k = 1: spaces and tabs */
+                for (len = 0; len < BIG; len++) {
+                    buf[len] = k == 1 && len % 3 == 0 ? '\t' : ' ';
+                }
+                memcpy(buf + len, tails[t], strlen(tails[t]));
+                len += strlen(tails[t]);
+
+                t0 = now_ms();
+                assert_int_equal(kvs_pretok_split(p, &ctx, buf, len,
+                                                  &pieces, &n, &err),
+                                 KVS_OK);
+                lab = t == 3 ? "\\n" : tails[t];
+                print_message("  %-14s 1 MB of %-11s + \"%s\"%*s %7.1f ms  "
+                              "%zu pieces\n", names[i],
+                              k ? "spaces/tabs" : "spaces", lab,
+                              (int) (8 - strlen(lab)), "", now_ms() - t0, n);
+                check_cover(pieces, n, len);
+            }
+        }
+
+        kvs_pretok_free(p);
+    }
+
+    kvs_tok_ctx_free(&ctx);
+    free(buf);
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pretok_unknown),
+        cmocka_unit_test(test_pretok_split),
+        cmocka_unit_test(test_cases_gpt2),
+        cmocka_unit_test(test_cases_mpt),
+        cmocka_unit_test(test_cases_falcon),
+        cmocka_unit_test(test_cases_deepseek_coder),
+        cmocka_unit_test(test_cases_starcoder),
+        cmocka_unit_test(test_cache_consistent),
+        cmocka_unit_test(test_two_vocabs_one_ctx),
+        cmocka_unit_test(test_missing_bytes),
+        cmocka_unit_test(test_big_inputs),
+        cmocka_unit_test(test_big_pretok),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
