@@ -24,7 +24,7 @@ static int kvs_tok_fragment(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
     const char *text, size_t len, int prefix, kvs_ids_t *out,
     kvs_err_t *err);
 static int kvs_tok_special_at(const kvs_vocab_t *v, const char *p,
-    size_t left, unsigned flags);
+    size_t left, unsigned flags, size_t room);
 
 
 /* --- id arrays ---------------------------------------------------------- */
@@ -99,8 +99,18 @@ int
 kvs_tok_encode(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx, const char *text,
     size_t len, unsigned flags, kvs_ids_t *out, kvs_err_t *err)
 {
+    return kvs_tok_encode_guarded(v, ctx, text, len, flags, NULL, 0, out,
+                                  err);
+}
+
+
+int
+kvs_tok_encode_guarded(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
+    const char *text, size_t len, unsigned flags, const kvs_span_t *guard,
+    size_t nguard, kvs_ids_t *out, kvs_err_t *err)
+{
     int     rc, id, prefix;
-    size_t  bad, i, start, n0;
+    size_t  bad, i, start, n0, g, room;
 
     n0 = out->n;
 
@@ -117,6 +127,16 @@ kvs_tok_encode(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx, const char *text,
                            "%zu", (uint8_t) text[bad], bad);
     }
 
+    for (g = 0; g < nguard; g++) {
+        if (guard[g].off > len || guard[g].len > len - guard[g].off
+            || (g > 0 && guard[g].off < guard[g - 1].off + guard[g - 1].len))
+        {
+            return kvs_err_set(err, KVS_EINVAL,
+                               "guard span %zu is out of order or outside "
+                               "the text", g);
+        }
+    }
+
     if ((flags & KVS_TOK_ADD_BOS) && v->bos >= 0) {
         if (kvs_ids_push(out, v->bos) != KVS_OK) {
             goto nomem;
@@ -127,6 +147,7 @@ kvs_tok_encode(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx, const char *text,
      * special token; prefix tracks that. */
     prefix = v->add_space_prefix;
     start = 0;
+    g = 0;
 
     for (i = 0; i < len; i++) {
         if (v->special_start[(uint8_t) text[i]]
@@ -135,7 +156,15 @@ kvs_tok_encode(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx, const char *text,
             continue;
         }
 
-        id = kvs_tok_special_at(v, text + i, len - i, flags);
+        /* the first guard span that ends after i */
+        while (g < nguard && guard[g].off + guard[g].len <= i) {
+            g++;
+        }
+
+        room = g == nguard ? len - i
+               : guard[g].off > i ? guard[g].off - i : 0;
+
+        id = kvs_tok_special_at(v, text + i, len - i, flags, room);
         if (id < 0) {
             continue;
         }
@@ -185,10 +214,14 @@ failed:
 }
 
 
-/* The longest special token that starts at p and may match, or -1. */
+/*
+ * The longest special token that starts at p and may match, or -1.  A
+ * control token must end within the first free bytes (those before the
+ * next guard span; 0 when p is inside one).
+ */
 static int
 kvs_tok_special_at(const kvs_vocab_t *v, const char *p, size_t left,
-    unsigned flags)
+    unsigned flags, size_t room)
 {
     uint32_t            i, end;
     const kvs_token_t  *tok;
@@ -203,7 +236,9 @@ kvs_tok_special_at(const kvs_vocab_t *v, const char *p, size_t left,
             continue;
         }
 
-        if (tok->type == KVS_TOKT_USER_DEFINED || (flags & KVS_TOK_SPECIAL)) {
+        if (tok->type == KVS_TOKT_USER_DEFINED
+            || ((flags & KVS_TOK_SPECIAL) && tok->len <= room))
+        {
             return v->special[i];
         }
     }

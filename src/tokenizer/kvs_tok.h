@@ -56,6 +56,21 @@ int kvs_tok_encode(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
     const char *text, size_t len, unsigned flags, kvs_ids_t *out,
     kvs_err_t *err);
 
+/* A byte range [off, off + len) of a text. */
+typedef struct {
+    size_t    off;
+    size_t    len;
+} kvs_span_t;
+
+/* As kvs_tok_encode() with KVS_TOK_SPECIAL, except that a control token
+ * whose text overlaps one of the guard spans (sorted, not overlapping) is
+ * not parsed there: for chat prompts, where the spans are what the client
+ * wrote (kvs_chat_render() reports them) and the rest is the template's.
+ * Without special text in the spans the ids equal kvs_tok_encode()'s. */
+int kvs_tok_encode_guarded(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
+    const char *text, size_t len, unsigned flags, const kvs_span_t *guard,
+    size_t nguard, kvs_ids_t *out, kvs_err_t *err);
+
 /* Decode flags. */
 #define KVS_DETOK_SPECIAL 0x01   /* show control tokens' text; by default
                                     they decode to nothing */

@@ -21,10 +21,10 @@
  *
  * A small per-context cache maps recent short pieces to their ids: a
  * fixed table, direct mapped, so it never grows (256 KiB).  It holds the
- * results of one vocabulary at a time, which kvs_bpe_cache_bind() tells
- * apart by address, table addresses and sizes (a vocabulary is immutable,
- * so these identify it while it lives); moving to another vocabulary
- * empties it in O(1).  On text with repeated words it saves about 10%.
+ * results of one vocabulary at a time, known by its serial (unique per
+ * load, so a vocabulary allocated where a freed one was is never taken
+ * for it); moving to another vocabulary empties it in O(1).  On text with
+ * repeated words it saves about 10%.
  *
  * Scratch lives in ctx->bpe, grows with the longest piece seen and is
  * reused.

@@ -115,6 +115,91 @@ test_special_parse_bpe(void **state)
 }
 
 
+/* Chat prompts: control-token text the client wrote (inside a guard
+ * span) stays text; the template's (outside) is parsed. */
+static void
+test_special_guarded(void **state)
+{
+    static const char  text[] = "a<|endoftext|>b<|endoftext|>";
+
+    size_t         i, n;
+    kvs_ids_t      ids, plain;
+    kvs_err_t      err;
+    kvs_span_t     guard[2];
+    kvs_vocab_t   *v;
+    kvs_tok_ctx_t  ctx;
+
+    v = open_vocab(GPT2_VOCAB);
+    if (v == NULL) {
+        skip();
+    }
+
+    memset(&ids, 0, sizeof(ids));
+    memset(&plain, 0, sizeof(plain));
+    memset(&ctx, 0, sizeof(ctx));
+    n = sizeof(text) - 1;
+
+    /* the first marker is the client's: text; the second is parsed */
+    guard[0].off = 0;
+    guard[0].len = 15;
+    assert_int_equal(kvs_tok_encode_guarded(v, &ctx, text, n,
+                                            KVS_TOK_SPECIAL, guard, 1, &ids,
+                                            &err), KVS_OK);
+    assert_int_equal(ids.ids[ids.n - 1], 50256);
+    for (i = 0; i + 1 < ids.n; i++) {
+        assert_int_not_equal(ids.ids[i], 50256);
+    }
+
+    /* the same as encoding the two halves apart */
+    assert_int_equal(kvs_tok_encode(v, &ctx, text, 15, 0, &plain, &err),
+                     KVS_OK);
+    assert_int_equal(plain.n + 1, ids.n);
+    assert_memory_equal(plain.ids, ids.ids, plain.n * sizeof(int32_t));
+
+    /* a span that only touches the marker's last byte still guards it */
+    guard[0].off = 13;
+    guard[0].len = 1;
+    guard[1].off = 27;
+    guard[1].len = 1;
+    ids.n = 0;
+    assert_int_equal(kvs_tok_encode_guarded(v, &ctx, text, n,
+                                            KVS_TOK_SPECIAL, guard, 2, &ids,
+                                            &err), KVS_OK);
+    for (i = 0; i < ids.n; i++) {
+        assert_int_not_equal(ids.ids[i], 50256);
+    }
+
+    /* no spans: what kvs_tok_encode gives */
+    ids.n = plain.n = 0;
+    assert_int_equal(kvs_tok_encode_guarded(v, &ctx, text, n,
+                                            KVS_TOK_SPECIAL, NULL, 0, &ids,
+                                            &err), KVS_OK);
+    assert_int_equal(kvs_tok_encode(v, &ctx, text, n, KVS_TOK_SPECIAL,
+                                    &plain, &err), KVS_OK);
+    assert_int_equal(ids.n, plain.n);
+    assert_memory_equal(ids.ids, plain.ids, ids.n * sizeof(int32_t));
+
+    /* spans out of order or past the end are refused, nothing added */
+    guard[0].off = 20;
+    guard[1].off = 5;
+    ids.n = 0;
+    assert_int_equal(kvs_tok_encode_guarded(v, &ctx, text, n,
+                                            KVS_TOK_SPECIAL, guard, 2, &ids,
+                                            &err), KVS_EINVAL);
+    guard[0].off = 20;
+    guard[0].len = 100;
+    assert_int_equal(kvs_tok_encode_guarded(v, &ctx, text, n,
+                                            KVS_TOK_SPECIAL, guard, 1, &ids,
+                                            &err), KVS_EINVAL);
+    assert_int_equal(ids.n, 0);
+
+    kvs_tok_ctx_free(&ctx);
+    kvs_ids_free(&ids);
+    kvs_ids_free(&plain);
+    kvs_vocab_free(v);
+}
+
+
 static void
 test_special_parse_spm(void **state)
 {
@@ -623,6 +708,7 @@ main(void)
 {
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_special_parse_bpe),
+        cmocka_unit_test(test_special_guarded),
         cmocka_unit_test(test_special_parse_spm),
         cmocka_unit_test(test_detok_stream_emoji),
         cmocka_unit_test(test_detok_lossy),
