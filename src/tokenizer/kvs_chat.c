@@ -8,6 +8,13 @@
  * second appends, and can then fail only for memory, after which out->len
  * is put back.  Trimming is done in place on what was just appended, so
  * content is copied once and nothing is allocated beyond out's growth.
+ *
+ * Content spans (when asked for) are recorded as each content is
+ * finished, so they are born sorted and apart (every family writes
+ * template text between two contents); a later trim that reaches back
+ * over recorded spans (Llama 2 strips a whole turn) clips and shifts
+ * them with the bytes, so a span always covers exactly the content bytes
+ * that are in out.
  */
 
 #include <stdint.h>
@@ -512,6 +519,11 @@ kvs_chat_check(const kvs_chat_t *chat, const json_t *messages,
  */
 typedef struct {
     kvs_buf_t  *out;
+    kvs_buf_t  *spans;                /* kvs_span_t[], or NULL */
+    size_t      base;                 /* out->len at the call: span
+                                         offsets count from here */
+    size_t      first;                /* spans->len at the call (bytes):
+                                         the spans of this call follow */
     int         rc;                   /* KVS_OK or the first failure */
 } kvs_chat_w_t;
 
@@ -547,6 +559,69 @@ kvs_chat_space(uint32_t cp)
 }
 
 
+/* Marks out[start..len) as content; nothing when it is empty. */
+static void
+kvs_chat_mark(kvs_chat_w_t *w, size_t start)
+{
+    kvs_span_t  span;
+
+    if (w->rc != KVS_OK || w->spans == NULL || w->out->len == start) {
+        return;
+    }
+
+    span.off = start - w->base;
+    span.len = w->out->len - start;
+    w->rc = kvs_buf_append(w->spans, &span, sizeof(kvs_span_t));
+}
+
+
+/* Where a boundary at x in out goes when out[a..b), a >= start, moves to
+ * start and the rest of out from start on is dropped. */
+static size_t
+kvs_chat_moved(size_t x, size_t start, size_t a, size_t b)
+{
+    if (x <= start) {
+        return x;
+    }
+
+    if (x <= a) {
+        return start;
+    }
+
+    return start + ((x < b ? x : b) - a);
+}
+
+
+/* The spans follow their bytes through a trim; those left empty go. */
+static void
+kvs_chat_clip(kvs_chat_w_t *w, size_t start, size_t a, size_t b)
+{
+    size_t       i, n, kept, lo, hi;
+    kvs_span_t  *s;
+
+    if (w->spans == NULL || w->spans->len == w->first) {
+        return;                       /* (data may be NULL then) */
+    }
+
+    s = (kvs_span_t *) (w->spans->data + w->first);
+    n = (w->spans->len - w->first) / sizeof(kvs_span_t);
+    kept = 0;
+
+    for (i = 0; i < n; i++) {
+        lo = kvs_chat_moved(w->base + s[i].off, start, a, b);
+        hi = kvs_chat_moved(w->base + s[i].off + s[i].len, start, a, b);
+
+        if (hi > lo) {
+            s[kept].off = lo - w->base;
+            s[kept].len = hi - lo;
+            kept++;
+        }
+    }
+
+    w->spans->len = w->first + kept * sizeof(kvs_span_t);
+}
+
+
 /* Strips out[start..len) in place, as Python's str.strip() would. */
 static void
 kvs_chat_trim(kvs_chat_w_t *w, size_t start)
@@ -579,11 +654,12 @@ kvs_chat_trim(kvs_chat_w_t *w, size_t start)
         }
     }
 
-    if (a == out->len) {
-        out->len = start;
-        return;
+    if (a == out->len) {              /* all whitespace: all goes */
+        a = start;
+        b = start;
     }
 
+    kvs_chat_clip(w, start, a, b);
     memmove(out->data + start, out->data + a, b - a);
     out->len = start + (b - a);
 }
@@ -596,7 +672,8 @@ kvs_chat_json_str(kvs_chat_w_t *w, const json_t *s)
 }
 
 
-/* A message's content (checked already), trimmed as the family does. */
+/* A message's content (checked already), trimmed as the family does, and
+ * marked: the parts are joined with nothing, so it is one span. */
 static void
 kvs_chat_content(kvs_chat_w_t *w, const json_t *msg, kvs_chat_trim_t trim)
 {
@@ -625,6 +702,8 @@ kvs_chat_content(kvs_chat_w_t *w, const json_t *msg, kvs_chat_trim_t trim)
     {
         kvs_chat_trim(w, start);
     }
+
+    kvs_chat_mark(w, start);
 }
 
 
@@ -920,6 +999,12 @@ kvs_chat_render(const kvs_chat_t *chat, const json_t *messages,
                            "one we know", (int) chat->kind);
     }
 
+    /* the spans are read back in place (a trim moves them) */
+    if (args->spans != NULL && args->spans->len % sizeof(kvs_span_t) != 0) {
+        return kvs_err_set(err, KVS_EINVAL, "chat spans: the buffer holds "
+                           "%zu bytes, not whole spans", args->spans->len);
+    }
+
     first = 0;
 
     rc = kvs_chat_check(chat, messages, &first, err);
@@ -929,6 +1014,9 @@ kvs_chat_render(const kvs_chat_t *chat, const json_t *messages,
 
     start = out->len;
     w.out = out;
+    w.spans = args->spans;
+    w.base = start;
+    w.first = w.spans != NULL ? w.spans->len : 0;
     w.rc = KVS_OK;
 
     switch (chat->kind) {
@@ -962,6 +1050,11 @@ kvs_chat_render(const kvs_chat_t *chat, const json_t *messages,
 
     if (w.rc != KVS_OK) {
         out->len = start;
+
+        if (w.spans != NULL) {
+            w.spans->len = w.first;
+        }
+
         return kvs_err_set(err, w.rc, "rendering the %s chat template: "
                            "out of memory", kvs_chat_name(chat->kind));
     }

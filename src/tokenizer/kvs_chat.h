@@ -81,9 +81,22 @@
  * KVS_TOK_SPECIAL (so the marker texts become their control tokens) and
  * WITHOUT KVS_TOK_ADD_BOS (the BOS is already in the text where the
  * template wants one, and only there; chatml, zephyr and phi3 emit it
- * only when the model's template text mentions bos_token).  User content
- * that contains marker text is not escaped: a client that can send
- * "<|eot_id|>" can end its own turn, as with every Jinja server.
+ * only when the model's template text mentions bos_token).
+ *
+ * Client text is not escaped but marked: kvs_chat_render() can report
+ * the byte ranges of the prompt that came from message contents (after
+ * the family's trimming: exactly the content bytes written, system
+ * prompts folded into a user turn included; not the template's text, nor
+ * a default system prompt taken from the template text, which is the
+ * operator's), and the engine tokenizes the prompt with
+ * kvs_tok_encode_guarded() over those spans.  A control token is then
+ * parsed only where its whole text is the template's, so a client that
+ * sends "<|eot_id|>" or "<s>" gets those characters as plain text and
+ * cannot end its turn or forge another role's; when no content holds
+ * marker text the ids are exactly those of the plain template rendering
+ * tokenized with KVS_TOK_SPECIAL.  (User-defined tokens, which are
+ * vocabulary and not control, match inside content too, as they do in
+ * every tokenizer.)
  */
 
 #ifndef KVS_CHAT_H
@@ -94,6 +107,7 @@
 
 #include "../base/kvs_buf.h"
 #include "../base/kvs_err.h"
+#include "kvs_tok.h"
 
 typedef enum {
     KVS_CHAT_LLAMA3 = 0,
@@ -132,6 +146,9 @@ typedef struct {
     const char       *date;           /* llama3.1 "Today Date" (NUL-ended),
                                          NULL: see above */
     int               add_generation_prompt;
+    kvs_buf_t        *spans;          /* NULL, or receives a kvs_span_t
+                                         per non-empty content written;
+                                         see kvs_chat_render() */
 } kvs_chat_args_t;
 
 /*
@@ -150,8 +167,15 @@ int kvs_chat_by_name(const char *name, size_t len, kvs_chat_t *chat,
 const char *kvs_chat_name(kvs_chat_kind_t kind);
 
 /*
- * Appends the prompt for messages to out.  On failure (KVS_EINVAL for bad
- * messages, KVS_ENOMEM) out->len is restored, so nothing is appended.
+ * Appends the prompt for messages to out.  With args->spans set, also
+ * appends to *args->spans the byte ranges of the appended text that are
+ * message content, one kvs_span_t per non-empty content, with offsets
+ * counted from out->len at the call (so, when out starts empty, ready for
+ * kvs_tok_encode_guarded()): in increasing order, not overlapping, none
+ * empty.  args->spans is a byte buffer holding whole kvs_span_t's
+ * (KVS_EINVAL otherwise); its len grows by sizeof(kvs_span_t) per span.
+ * On failure (KVS_EINVAL for bad messages, KVS_ENOMEM) out->len and
+ * args->spans->len are restored, so nothing is appended to either.
  */
 int kvs_chat_render(const kvs_chat_t *chat, const json_t *messages,
     const kvs_chat_args_t *args, kvs_buf_t *out, kvs_err_t *err);
