@@ -21,8 +21,7 @@
 
 
 static int kvs_tok_fragment(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
-    const char *text, size_t len, int prefix, kvs_ids_t *out,
-    kvs_err_t *err);
+    const char *text, size_t len, kvs_ids_t *out, kvs_err_t *err);
 static int kvs_tok_special_at(const kvs_vocab_t *v, const char *p,
     size_t left, unsigned flags, size_t room);
 
@@ -109,7 +108,7 @@ kvs_tok_encode_guarded(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
     const char *text, size_t len, unsigned flags, const kvs_span_t *guard,
     size_t nguard, kvs_ids_t *out, kvs_err_t *err)
 {
-    int     rc, id, prefix;
+    int     rc, id;
     size_t  bad, i, start, n0, g, room;
 
     n0 = out->n;
@@ -143,9 +142,9 @@ kvs_tok_encode_guarded(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
         }
     }
 
-    /* SentencePiece prefixes a space to the text and to what follows a
-     * special token; prefix tracks that. */
-    prefix = v->add_space_prefix;
+    /* SentencePiece prefixes a space to the text and to what follows each
+     * special token (as llama.cpp and the legacy Llama tokenizer do); as
+     * fragments lie between special tokens, every fragment gets it. */
     start = 0;
     g = 0;
 
@@ -170,8 +169,8 @@ kvs_tok_encode_guarded(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
         }
 
         if (i > start) {
-            rc = kvs_tok_fragment(v, ctx, text + start, i - start, prefix,
-                                  out, err);
+            rc = kvs_tok_fragment(v, ctx, text + start, i - start, out,
+                                  err);
             if (rc != KVS_OK) {
                 goto failed;
             }
@@ -181,14 +180,12 @@ kvs_tok_encode_guarded(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
             goto nomem;
         }
 
-        prefix = v->add_space_prefix;
         i += v->tokens[id].len - 1;
         start = i + 1;
     }
 
     if (len > start) {
-        rc = kvs_tok_fragment(v, ctx, text + start, len - start, prefix,
-                              out, err);
+        rc = kvs_tok_fragment(v, ctx, text + start, len - start, out, err);
         if (rc != KVS_OK) {
             goto failed;
         }
@@ -250,7 +247,7 @@ kvs_tok_special_at(const kvs_vocab_t *v, const char *p, size_t left,
 /* One fragment of plain text, after NFC where the vocabulary wants it. */
 static int
 kvs_tok_fragment(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx, const char *text,
-    size_t len, int prefix, kvs_ids_t *out, kvs_err_t *err)
+    size_t len, kvs_ids_t *out, kvs_err_t *err)
 {
     int                 rc;
     size_t              i, n;
@@ -282,7 +279,8 @@ kvs_tok_fragment(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx, const char *text,
     }
 
     if (v->kind == KVS_VOCAB_SPM) {
-        return kvs_tok_spm_encode(v, ctx, text, len, prefix, out, err);
+        return kvs_tok_spm_encode(v, ctx, text, len, v->add_space_prefix,
+                                  out, err);
     }
 
     rc = kvs_pretok_split(v->pre, ctx, text, len, &pieces, &n, err);
