@@ -137,12 +137,12 @@ $(MODULE): $(B)/nginx/Makefile $(NGX_SRCS) $(NGX_HDRS) $(LIB_HDRS) \
 
 # --- tests ---------------------------------------------------------------
 
-$(B)/unit/%: t/unit/%.c t/unit/kvs_test.h $(LIB)
+$(B)/unit/%: t/unit/%.c $(wildcard t/unit/kvs_test*.h) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(KVS_CFLAGS) $(CFLAGS) -Isrc -o $@ $< $(LIB) -lcmocka $(LIBS) \
 	    $(CUDA_LINK)
 
-$(B)/asan/unit/%: t/unit/%.c t/unit/kvs_test.h $(ASAN_LIB)
+$(B)/asan/unit/%: t/unit/%.c $(wildcard t/unit/kvs_test*.h) $(ASAN_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(KVS_CFLAGS) $(ASAN_FLAGS) -Isrc -o $@ $< $(ASAN_LIB) \
 	    -lcmocka $(LIBS) $(CUDA_LINK)
@@ -205,7 +205,8 @@ FUZZ_VOCABS := $(subst $(eval) ,:,$(wildcard \
                  $(FIXTURES)/vocab/ggml-vocab-llama-spm.gguf \
                  $(FIXTURES)/vocab/ggml-vocab-gpt-2.gguf \
                  $(FIXTURES)/vocab/ggml-vocab-falcon.gguf \
-                 $(FIXTURES)/vocab/ggml-vocab-deepseek-coder.gguf))
+                 $(FIXTURES)/vocab/ggml-vocab-deepseek-coder.gguf \
+                 $(FIXTURES)/vocab/ggml-vocab-bert-bge.gguf))
 FUZZ_SRCS := $(filter src/model/% src/base/% src/tokenizer/%, $(LIB_SRCS))
 
 fuzz: $(B)/fuzz/fuzz_gguf $(B)/fuzz/fuzz_tok $(B)/gguf_sample \

@@ -4,57 +4,23 @@
 # with the file and line; so do a duplicate and a missing value.
 use strict;
 use warnings;
-use File::Path qw(make_path remove_tree);
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Kvserve::NginxT;
 use Test::More;
 
-my $nginx = $ENV{TEST_NGINX_BINARY} || 'nginx';
-my $module = $ENV{TEST_NGINX_LOAD_MODULES}
-    or plan skip_all => 'TEST_NGINX_LOAD_MODULES (the module .so) is not set';
-my $model = "$ENV{TEST_NGINX_MODEL_DIR}/default.gguf";
--f $model or plan skip_all => "no model at $model (run make all)";
-
-my $root = ($ENV{TEST_NGINX_SERVROOT} || 't/servroot') . '-chat-template';
-remove_tree($root);
-make_path("$root/conf", "$root/logs");
+my $t = Kvserve::NginxT->new('chat-template');
+my $model = $t->model;
 
 my @names = qw(llama3 llama3.1 llama2 chatml mistral zephyr phi3 gemma);
 my $names = join ', ', @names;
 
-sub write_file {
-    my ($path, $data) = @_;
-    open my $fh, '>:raw', $path or die "$path: $!";
-    print $fh $data;
-    close $fh;
-}
-
-# Runs nginx -t with $http in the http block and $server in the server
-# block (which by default serves the API at /v1/); returns (exit status,
-# everything nginx printed).
+# Runs nginx -t with the model, $http in the http block and $server in the
+# server block (which by default serves the API at /v1/); returns (exit
+# status, everything nginx printed).
 sub nginx_t {
     my ($http, $server) = @_;
-    $server //= 'location /v1/ { kvserve; }';
-    write_file("$root/conf/nginx.conf", <<"CONF");
-load_module $module;
-pid logs/nginx.pid;
-error_log logs/error.log;
-events { worker_connections 16; }
-http {
-    access_log logs/access.log;
-    client_body_temp_path logs/cb; proxy_temp_path logs/p;
-    fastcgi_temp_path logs/f; uwsgi_temp_path logs/u; scgi_temp_path logs/s;
-    kvserve_model tiny $model;
-    $http
-    server {
-        listen 127.0.0.1:1;
-        $server
-    }
-}
-CONF
-    my $out = `$nginx -t -p $root/ -c conf/nginx.conf -e logs/error.log 2>&1`;
-    my $status = $? >> 8;
-    my $log = do { local $/; open my $fh, '<', "$root/logs/error.log"; <$fh> };
-    unlink "$root/logs/error.log";
-    return ($status, $out . ($log // ''));
+    return $t->nginx_t("kvserve_model tiny $model;\n    $http", $server);
 }
 
 my ($status, $out);
@@ -102,5 +68,5 @@ isnt($status, 0, 'the directive without a value fails');
 like($out, qr/invalid number of arguments in "kvserve_chat_template" directive/,
      '... saying so');
 
-remove_tree($root);
+$t->done;
 done_testing();

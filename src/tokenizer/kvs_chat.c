@@ -762,14 +762,52 @@ kvs_chat_eos(kvs_chat_w_t *w, const kvs_chat_args_t *args)
 }
 
 
+/*
+ * The families whose turns are all alike, "pre role post content end",
+ * for messages[from..], and when asked the assistant's opening, "pre
+ * assistant post": Llama 3, ChatML, Zephyr and Phi-3.  end NULL is the
+ * EOS (Zephyr); sep follows end.
+ */
+static void
+kvs_chat_turns(kvs_chat_w_t *w, const json_t *messages, size_t from,
+    const char *pre, const char *post, const char *end, const char *sep,
+    kvs_chat_trim_t trim, const kvs_chat_args_t *args)
+{
+    size_t         i;
+    const json_t  *msg;
+
+    for (i = from; i < json_array_size(messages); i++) {
+        msg = json_array_get(messages, i);
+
+        kvs_chat_str(w, pre);
+        kvs_chat_str(w, kvs_chat_role_names[kvs_chat_role_of(msg)]);
+        kvs_chat_str(w, post);
+        kvs_chat_content(w, msg, trim);
+
+        if (end != NULL) {
+            kvs_chat_str(w, end);
+
+        } else {
+            kvs_chat_eos(w, args);
+        }
+
+        kvs_chat_str(w, sep);
+    }
+
+    if (args->add_generation_prompt) {
+        kvs_chat_str(w, pre);
+        kvs_chat_str(w, kvs_chat_role_names[KVS_CHAT_ASSISTANT]);
+        kvs_chat_str(w, post);
+    }
+}
+
+
 static void
 kvs_chat_llama3(kvs_chat_w_t *w, const kvs_chat_t *chat,
     const json_t *messages, size_t first, const kvs_chat_args_t *args)
 {
-    char           today[32];
-    size_t         i;
-    const char    *date;
-    const json_t  *msg;
+    char         today[32];
+    const char  *date;
 
     kvs_chat_bos(w, chat, args);
 
@@ -797,18 +835,23 @@ kvs_chat_llama3(kvs_chat_w_t *w, const kvs_chat_t *chat,
         first = 0;                    /* llama3 keeps system in place */
     }
 
-    for (i = first; i < json_array_size(messages); i++) {
-        msg = json_array_get(messages, i);
+    kvs_chat_turns(w, messages, first, "<|start_header_id|>",
+                   "<|end_header_id|>\n\n", "<|eot_id|>", "",
+                   KVS_CHAT_TRIM_ALL, args);
+}
 
-        kvs_chat_lit(w, "<|start_header_id|>");
-        kvs_chat_str(w, kvs_chat_role_names[kvs_chat_role_of(msg)]);
-        kvs_chat_lit(w, "<|end_header_id|>\n\n");
-        kvs_chat_content(w, msg, KVS_CHAT_TRIM_ALL);
-        kvs_chat_lit(w, "<|eot_id|>");
-    }
 
-    if (args->add_generation_prompt) {
-        kvs_chat_lit(w, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+/* Llama 2, Mistral and Gemma fold the system message (when there is
+ * one) into the first turn after it, messages[first]: open, the content
+ * as written, close. */
+static void
+kvs_chat_fold_system(kvs_chat_w_t *w, const json_t *messages, size_t i,
+    size_t first, const char *open, const char *close)
+{
+    if (i == first && first == 1) {
+        kvs_chat_str(w, open);
+        kvs_chat_content(w, json_array_get(messages, 0), KVS_CHAT_TRIM_NONE);
+        kvs_chat_str(w, close);
     }
 }
 
@@ -833,13 +876,8 @@ kvs_chat_llama2(kvs_chat_w_t *w, const kvs_chat_t *chat,
             kvs_chat_lit(w, "[INST] ");
             start = w->out->len;
 
-            if (i == first && first == 1) {
-                kvs_chat_lit(w, "<<SYS>>\n");
-                kvs_chat_content(w, json_array_get(messages, 0),
-                                 KVS_CHAT_TRIM_NONE);
-                kvs_chat_lit(w, "\n<</SYS>>\n\n");
-            }
-
+            kvs_chat_fold_system(w, messages, i, first, "<<SYS>>\n",
+                                 "\n<</SYS>>\n\n");
             kvs_chat_content(w, msg, KVS_CHAT_TRIM_NONE);
             kvs_chat_trim(w, start);
             kvs_chat_lit(w, " [/INST]");
@@ -868,13 +906,7 @@ kvs_chat_mistral(kvs_chat_w_t *w, const kvs_chat_t *chat,
 
         if (kvs_chat_role_of(msg) == KVS_CHAT_USER) {
             kvs_chat_lit(w, " [INST] ");
-
-            if (i == first && first == 1) {
-                kvs_chat_content(w, json_array_get(messages, 0),
-                                 KVS_CHAT_TRIM_NONE);
-                kvs_chat_lit(w, "\n\n");
-            }
-
+            kvs_chat_fold_system(w, messages, i, first, "", "\n\n");
             kvs_chat_content(w, msg, KVS_CHAT_TRIM_NONE);
             kvs_chat_lit(w, " [/INST]");
 
@@ -891,9 +923,6 @@ static void
 kvs_chat_chatml(kvs_chat_w_t *w, const kvs_chat_t *chat,
     const json_t *messages, size_t first, const kvs_chat_args_t *args)
 {
-    size_t         i;
-    const json_t  *msg;
-
     kvs_chat_bos(w, chat, args);
 
     if (chat->system != NULL && first == 0) {
@@ -902,19 +931,8 @@ kvs_chat_chatml(kvs_chat_w_t *w, const kvs_chat_t *chat,
         kvs_chat_lit(w, "<|im_end|>\n");
     }
 
-    for (i = 0; i < json_array_size(messages); i++) {
-        msg = json_array_get(messages, i);
-
-        kvs_chat_lit(w, "<|im_start|>");
-        kvs_chat_str(w, kvs_chat_role_names[kvs_chat_role_of(msg)]);
-        kvs_chat_lit(w, "\n");
-        kvs_chat_content(w, msg, KVS_CHAT_TRIM_NONE);
-        kvs_chat_lit(w, "<|im_end|>\n");
-    }
-
-    if (args->add_generation_prompt) {
-        kvs_chat_lit(w, "<|im_start|>assistant\n");
-    }
+    kvs_chat_turns(w, messages, 0, "<|im_start|>", "\n", "<|im_end|>", "\n",
+                   KVS_CHAT_TRIM_NONE, args);
 }
 
 
@@ -923,31 +941,10 @@ static void
 kvs_chat_pipes(kvs_chat_w_t *w, const kvs_chat_t *chat,
     const json_t *messages, const kvs_chat_args_t *args)
 {
-    size_t         i;
-    const json_t  *msg;
-
     kvs_chat_bos(w, chat, args);
-
-    for (i = 0; i < json_array_size(messages); i++) {
-        msg = json_array_get(messages, i);
-
-        kvs_chat_lit(w, "<|");
-        kvs_chat_str(w, kvs_chat_role_names[kvs_chat_role_of(msg)]);
-        kvs_chat_lit(w, "|>\n");
-        kvs_chat_content(w, msg, KVS_CHAT_TRIM_NONE);
-
-        if (chat->kind == KVS_CHAT_PHI3) {
-            kvs_chat_lit(w, "<|end|>\n");
-
-        } else {
-            kvs_chat_eos(w, args);
-            kvs_chat_lit(w, "\n");
-        }
-    }
-
-    if (args->add_generation_prompt) {
-        kvs_chat_lit(w, "<|assistant|>\n");
-    }
+    kvs_chat_turns(w, messages, 0, "<|", "|>\n",
+                   chat->kind == KVS_CHAT_PHI3 ? "<|end|>" : NULL, "\n",
+                   KVS_CHAT_TRIM_NONE, args);
 }
 
 
@@ -970,12 +967,7 @@ kvs_chat_gemma(kvs_chat_w_t *w, const kvs_chat_t *chat,
             kvs_chat_lit(w, "<start_of_turn>model\n");
         }
 
-        if (i == first && first == 1) {
-            kvs_chat_content(w, json_array_get(messages, 0),
-                             KVS_CHAT_TRIM_NONE);
-            kvs_chat_lit(w, "\n\n");
-        }
-
+        kvs_chat_fold_system(w, messages, i, first, "", "\n\n");
         kvs_chat_content(w, msg, KVS_CHAT_TRIM_PARTS);
         kvs_chat_lit(w, "<end_of_turn>\n");
     }

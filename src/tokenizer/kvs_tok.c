@@ -87,6 +87,7 @@ kvs_tok_ctx_free(kvs_tok_ctx_t *ctx)
     kvs_pretok_scratch_free(ctx);
     kvs_tok_bpe_scratch_free(ctx);
     kvs_tok_spm_scratch_free(ctx);
+    kvs_tok_wpm_scratch_free(ctx);
     free(ctx->norm);
     ctx->norm = NULL;
 }
@@ -283,6 +284,10 @@ kvs_tok_fragment(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx, const char *text,
                                   out, err);
     }
 
+    if (v->kind == KVS_VOCAB_WPM) {
+        return kvs_tok_wpm_encode(v, ctx, text, len, out, err);
+    }
+
     rc = kvs_pretok_split(v->pre, ctx, text, len, &pieces, &n, err);
     if (rc != KVS_OK) {
         return rc;
@@ -471,12 +476,13 @@ kvs_detok_push(kvs_detok_t *d, int32_t id, kvs_buf_t *out, kvs_err_t *err)
     text = tok->text;
     len = tok->len;
 
-    if (v->kind == KVS_VOCAB_SPM && tok->type != KVS_TOKT_CONTROL
-        && tok->type != KVS_TOKT_UNKNOWN)
+    if ((v->kind == KVS_VOCAB_SPM || v->kind == KVS_VOCAB_WPM)
+        && tok->type != KVS_TOKT_CONTROL && tok->type != KVS_TOKT_UNKNOWN)
     {
         /* "▁" (E2 96 81) is a space; the dummy prefix of the first piece
-         * of text is dropped, as the Metaspace decoder does */
-        strip = d->ntok == 0 && v->add_space_prefix;
+         * of text is dropped, as the Metaspace decoder does, and so is
+         * the space before WordPiece's first word */
+        strip = d->ntok == 0 && v->strip_first_space;
         d->ntok++;
 
         for (i = 0, j = 0; i < len; ) {

@@ -37,6 +37,7 @@ typedef struct {
     void  *pretok;                    /* kvs_pretok.c */
     void  *bpe;                       /* kvs_tok_bpe.c */
     void  *spm;                       /* kvs_tok_spm.c */
+    void  *wpm;                       /* kvs_tok_wpm.c */
     void  *norm;                      /* kvs_tok.c: NFC output */
 } kvs_tok_ctx_t;
 

@@ -8,6 +8,8 @@
  *   SPM  kvs_tok_spm_encode(): whole fragment, score-driven merges.
  *   BPE  kvs_pretok_split() cuts the fragment into pieces,
  *        kvs_tok_bpe_piece() merges each piece by rank.
+ *   WPM  kvs_tok_wpm_encode(): whole fragment, BERT normalisation, words,
+ *        greedy longest-match WordPiece.
  */
 
 #ifndef KVS_TOK_IMPL_H
@@ -56,5 +58,12 @@ void kvs_tok_spm_scratch_free(kvs_tok_ctx_t *ctx);
 /* 1 if text can be merged word by word (see kvs_tok_spm.c); the loader
  * stores it in v->spm_words. */
 int kvs_tok_spm_words_ok(const kvs_vocab_t *v);
+
+/* --- WordPiece (kvs_tok_wpm.c) ------------------------------------------ */
+
+/* Appends the ids of one plain-text fragment (valid UTF-8). */
+int kvs_tok_wpm_encode(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
+    const char *text, size_t len, kvs_ids_t *out, kvs_err_t *err);
+void kvs_tok_wpm_scratch_free(kvs_tok_ctx_t *ctx);
 
 #endif /* KVS_TOK_IMPL_H */

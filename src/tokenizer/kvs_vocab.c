@@ -89,11 +89,13 @@ kvs_vocab_load(kvs_vocab_t **out, const kvs_gguf_t *g, kvs_err_t *err)
         v->kind = KVS_VOCAB_SPM;
     } else if (kvs_gguf_str_eq(s, "gpt2")) {
         v->kind = KVS_VOCAB_BPE;
+    } else if (kvs_gguf_str_eq(s, "bert")) {
+        v->kind = KVS_VOCAB_WPM;
     } else {
         rc = kvs_err_set(err, KVS_EUNSUPPORTED,
                          "tokenizer.ggml.model \"%.*s\" is not supported "
                          "(supported: \"llama\" (SentencePiece), \"gpt2\" "
-                         "(byte-level BPE))",
+                         "(byte-level BPE), \"bert\" (WordPiece))",
                          (int) (s.len > 64 ? 64 : s.len), s.ptr);
         goto failed;
     }
@@ -208,7 +210,8 @@ kvs_vocab_free(kvs_vocab_t *v)
 const char *
 kvs_vocab_kind_name(kvs_vocab_kind_t kind)
 {
-    return kind == KVS_VOCAB_SPM ? "llama" : "gpt2";
+    return kind == KVS_VOCAB_SPM ? "llama"
+           : kind == KVS_VOCAB_WPM ? "bert" : "gpt2";
 }
 
 
@@ -343,6 +346,9 @@ kvs_vocab_read_tokens(kvs_vocab_t *v, const kvs_gguf_t *g, kvs_err_t *err)
         }
 
         tok->len = (uint32_t) len;
+        if (tok->len > v->max_token_len) {
+            v->max_token_len = tok->len;
+        }
         v->pool[v->pool_len + len] = '\0';
         v->pool_len += len + 1;
     }
@@ -434,7 +440,9 @@ kvs_vocab_read_ids(kvs_vocab_t *v, const kvs_gguf_t *g, kvs_err_t *err)
     }
 
     /* Defaults as the reference tokenizers have them: SentencePiece adds
-     * BOS and the dummy space prefix, byte-level BPE neither. */
+     * BOS and the dummy space prefix, byte-level BPE neither, nor does
+     * WordPiece here (BERT wraps text in [CLS] ... [SEP], which is for
+     * the embedding model's caller to add). */
     v->add_bos = v->kind == KVS_VOCAB_SPM;
     v->add_eos = 0;
     v->add_space_prefix = v->kind == KVS_VOCAB_SPM;
@@ -447,6 +455,20 @@ kvs_vocab_read_ids(kvs_vocab_t *v, const kvs_gguf_t *g, kvs_err_t *err)
                                     &v->add_space_prefix, err)) != KVS_OK)
     {
         return rc;
+    }
+
+    /* A word-initial WordPiece token is stored with "▁" as if by a
+     * dummy prefix, which the first token's decoding drops. */
+    v->strip_first_space = v->kind == KVS_VOCAB_WPM
+                           || (v->kind == KVS_VOCAB_SPM
+                               && v->add_space_prefix);
+
+    /* WordPiece has no byte fallback: a word it cannot spell is the
+     * unknown token, so it must have one. */
+    if (v->kind == KVS_VOCAB_WPM && v->unk < 0) {
+        return kvs_err_set(err, KVS_EFORMAT,
+                           "tokenizer.ggml.unknown_token_id: a WordPiece "
+                           "(\"bert\") vocabulary needs one");
     }
 
     /* Older GGUFs do not name the end-of-turn token; chat models need it
@@ -483,7 +505,8 @@ kvs_hex_digit(char c)
 
 /*
  * Byte tokens: SPM vocabularies spell them "<0xNN>" (type BYTE); in BPE
- * vocabularies every byte is an ordinary one-byte token.
+ * vocabularies every byte is an ordinary one-byte token; WordPiece has
+ * none.
  */
 static int
 kvs_vocab_byte_tokens(kvs_vocab_t *v, kvs_err_t *err)
@@ -503,6 +526,10 @@ kvs_vocab_byte_tokens(kvs_vocab_t *v, kvs_err_t *err)
             c = (char) b;
             v->byte_token[b] = kvs_vocab_find(v, &c, 1);
         }
+        return KVS_OK;
+    }
+
+    if (v->kind == KVS_VOCAB_WPM) {
         return KVS_OK;
     }
 

@@ -13,6 +13,9 @@
  * Token text, per kind:
  *   SPM  the piece as stored (U+2581 "▁" marks a space; <0xNN> byte
  *        tokens are kept as that text, their byte is in byte_of[]).
+ *   WPM  as llama.cpp's converter stores WordPiece: a word-initial
+ *        piece with a "▁" prefix ("▁to"), a continuation without its
+ *        "##" ("jhl"), "[...]" tokens as they are.
  *   BPE  normal and byte tokens: the raw bytes, i.e. the GPT-2
  *        byte-to-unicode mapping already undone; control and
  *        user-defined tokens: the text as stored (it is raw text).
@@ -30,7 +33,8 @@
 
 typedef enum {
     KVS_VOCAB_SPM = 1,                /* tokenizer.ggml.model "llama" */
-    KVS_VOCAB_BPE = 2                 /* tokenizer.ggml.model "gpt2" */
+    KVS_VOCAB_BPE = 2,                /* tokenizer.ggml.model "gpt2" */
+    KVS_VOCAB_WPM = 3                 /* tokenizer.ggml.model "bert" */
 } kvs_vocab_kind_t;
 
 /* tokenizer.ggml.token_type values (llama.cpp's llama_token_type). */
@@ -59,11 +63,15 @@ typedef struct {
     kvs_vocab_kind_t   kind;
     uint32_t           n_tokens;
     kvs_token_t       *tokens;        /* [n_tokens] */
+    uint32_t           max_token_len; /* bytes of the longest text */
 
     int32_t            bos, eos, eot, eom, unk, pad;   /* -1: none */
     int                add_bos;       /* tokenizer.ggml.add_bos_token */
     int                add_eos;       /* tokenizer.ggml.add_eos_token */
     int                add_space_prefix;  /* SPM dummy prefix (default 1) */
+    int                strip_first_space; /* decode drops the "▁" that
+                                             starts the first token (SPM
+                                             with the dummy prefix, WPM) */
     int                ignore_merges; /* BPE: a piece that is a token is
                                          emitted whole (llama-bpe) */
     int                nfc;           /* BPE: NFC-normalise input (qwen2) */
@@ -71,14 +79,14 @@ typedef struct {
                                          start (kvs_tok_spm_words_ok) */
 
     char               pre_name[64];  /* tokenizer.ggml.pre, or "default" */
-    kvs_pretok_t      *pre;           /* BPE only; NULL for SPM */
+    kvs_pretok_t      *pre;           /* BPE only; NULL for SPM, WPM */
 
     int32_t            byte_token[256];  /* byte -> token id, -1 if none:
                                             SPM <0xNN>, BPE the 1-byte
                                             token */
     int16_t           *byte_of;       /* [n_tokens] SPM: the byte of a
                                          <0xNN> token, else -1; NULL for
-                                         BPE */
+                                         BPE and WPM */
 
     uint32_t           n_merges;
 
@@ -152,7 +160,7 @@ kvs_vocab_merge(const kvs_vocab_t *v, int32_t left, int32_t right,
  * (kvs_pretok.c). */
 int kvs_pretok_known(const char *name);
 
-/* "llama" or "gpt2". */
+/* "llama", "gpt2" or "bert". */
 const char *kvs_vocab_kind_name(kvs_vocab_kind_t kind);
 
 #endif /* KVS_VOCAB_H */

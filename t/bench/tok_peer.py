@@ -217,6 +217,27 @@ def build_hf(v):
         tok.decoder = decoders.Sequence([
             decoders.Replace("\u2581", " "), decoders.ByteFallback(),
             decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    elif v.model == "bert":
+        # WordPiece as BertTokenizerFast does it for an uncased vocabulary.
+        # The GGUF stores word-initial pieces as "▁piece" and continuations
+        # bare; Hugging Face's model wants "piece" and "##piece".
+        wp = {}
+        for i, t in enumerate(v.tokens):
+            if v.types[i] != T_NORMAL:
+                s = t
+            elif t.startswith("\u2581"):
+                s = t[1:]
+            else:
+                s = "##" + t
+            wp.setdefault(s, i)
+        model = models.WordPiece(wp, unk_token=v.tokens[v.unk],
+                                 max_input_chars_per_word=100)
+        tok = Tokenizer(model)
+        tok.normalizer = normalizers.BertNormalizer(
+            clean_text=True, handle_chinese_chars=True, strip_accents=None,
+            lowercase=True)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece()
     else:
         raise SystemExit("tok_peer: tokenizer.ggml.model '%s' not handled"
                          % v.model)

@@ -64,6 +64,7 @@ add qwen2          "$tmp/qwen2.gguf"                    qwen2          0
 add falcon         "$fx/ggml-vocab-falcon.gguf"         falcon         0
 add deepseek-coder "$fx/ggml-vocab-deepseek-coder.gguf" deepseek-coder 0
 add starcoder      "$fx/ggml-vocab-starcoder.gguf"      starcoder      0
+add bert-bge       "$fx/ggml-vocab-bert-bge.gguf"       bert-bge       0
 
 status=0
 report=()

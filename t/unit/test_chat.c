@@ -13,7 +13,7 @@
  * markers only.
  */
 
-#include "kvs_test.h"
+#include "kvs_test_tok.h"
 
 #include <locale.h>
 #include <time.h>
@@ -21,8 +21,6 @@
 #include "model/kvs_gen.h"
 #include "model/kvs_gguf.h"
 #include "tokenizer/kvs_chat.h"
-#include "tokenizer/kvs_tok.h"
-#include "tokenizer/kvs_vocab.h"
 
 /* The conversation every family renders first (' stands for "). */
 #define CONVO                                                             \
@@ -1180,6 +1178,50 @@ test_spans_buffers(void **state)
 }
 
 
+/* Renders json and encodes the prompt twice with special tokens parsed:
+ * with the content spans as guard (ids) and without (plain). */
+static void
+render_encode(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
+    const kvs_chat_t *chat, kvs_chat_args_t *a, const char *json,
+    kvs_ids_t *ids, kvs_ids_t *plain)
+{
+    json_t     *j;
+    kvs_buf_t   out;
+
+    memset(&out, 0, sizeof(out));
+    a->spans->len = 0;
+    ids->n = 0;
+    plain->n = 0;
+
+    j = messages(json);
+    assert_int_equal(kvs_chat_render(chat, j, a, &out, &err), KVS_OK);
+    json_decref(j);
+
+    assert_int_equal(kvs_tok_encode_guarded(v, ctx, (char *) out.data,
+                     out.len, KVS_TOK_SPECIAL,
+                     (kvs_span_t *) a->spans->data,
+                     a->spans->len / sizeof(kvs_span_t), ids, &err),
+                     KVS_OK);
+    assert_int_equal(kvs_tok_encode(v, ctx, (char *) out.data, out.len,
+                                    KVS_TOK_SPECIAL, plain, &err), KVS_OK);
+
+    kvs_buf_free(&out);
+}
+
+
+static size_t
+count_id(const kvs_ids_t *ids, int32_t id)
+{
+    size_t  i, n;
+
+    for (n = 0, i = 0; i < ids->n; i++) {
+        n += ids->ids[i] == id;
+    }
+
+    return n;
+}
+
+
 /* Through a real tokenizer: with the spans as guard, the control tokens
  * are the template's only; without markers in contents, the ids are the
  * plain template's. */
@@ -1187,30 +1229,22 @@ static void
 guarded_counts(const char *vocab, const char *name, const char *json,
     const char *ctl, size_t template_has, const char *clean)
 {
-    size_t           i, got;
     int32_t          id;
-    json_t          *j;
     kvs_ids_t        ids, plain;
-    kvs_buf_t        out, sp;
+    kvs_buf_t        sp;
     kvs_chat_t       chat;
-    const char      *path;
     kvs_vocab_t     *v;
     kvs_tok_ctx_t    ctx;
     kvs_chat_args_t  a;
 
-    path = kvs_test_fixture(vocab);
-    if (path == NULL) {
+    v = kvs_test_vocab(vocab, 0);
+    if (v == NULL) {
         skip();
-    }
-
-    if (kvs_vocab_open(&v, path, &err) != KVS_OK) {
-        fail_msg("%s: %s", vocab, err.msg);
     }
 
     id = kvs_vocab_find(v, ctl, strlen(ctl));
     assert_true(id >= 0);
 
-    memset(&out, 0, sizeof(out));
     memset(&sp, 0, sizeof(sp));
     memset(&ids, 0, sizeof(ids));
     memset(&plain, 0, sizeof(plain));
@@ -1222,51 +1256,20 @@ guarded_counts(const char *vocab, const char *name, const char *json,
     a.spans = &sp;
 
     /* the client's markers */
-    j = messages(json);
-    assert_int_equal(kvs_chat_render(&chat, j, &a, &out, &err), KVS_OK);
-    json_decref(j);
-
-    assert_int_equal(kvs_tok_encode_guarded(v, &ctx, (char *) out.data,
-                     out.len, KVS_TOK_SPECIAL, (kvs_span_t *) sp.data,
-                     sp.len / sizeof(kvs_span_t), &ids, &err), KVS_OK);
-    assert_int_equal(kvs_tok_encode(v, &ctx, (char *) out.data, out.len,
-                                    KVS_TOK_SPECIAL, &plain, &err), KVS_OK);
-
-    for (got = 0, i = 0; i < ids.n; i++) {
-        got += ids.ids[i] == id;
-    }
-
-    assert_int_equal(got, template_has);
+    render_encode(v, &ctx, &chat, &a, json, &ids, &plain);
+    assert_int_equal(count_id(&ids, id), template_has);
 
     /* unguarded, the client's text would have become control tokens */
-    for (got = 0, i = 0; i < plain.n; i++) {
-        got += plain.ids[i] == id;
-    }
-
-    assert_true(got > template_has);
+    assert_true(count_id(&plain, id) > template_has);
 
     /* no markers in the contents: the same ids either way */
-    out.len = 0;
-    sp.len = 0;
-    ids.n = 0;
-    plain.n = 0;
-    j = messages(clean);
-    assert_int_equal(kvs_chat_render(&chat, j, &a, &out, &err), KVS_OK);
-    json_decref(j);
+    render_encode(v, &ctx, &chat, &a, clean, &ids, &plain);
     assert_true(sp.len > 0);
-
-    assert_int_equal(kvs_tok_encode_guarded(v, &ctx, (char *) out.data,
-                     out.len, KVS_TOK_SPECIAL, (kvs_span_t *) sp.data,
-                     sp.len / sizeof(kvs_span_t), &ids, &err), KVS_OK);
-    assert_int_equal(kvs_tok_encode(v, &ctx, (char *) out.data, out.len,
-                                    KVS_TOK_SPECIAL, &plain, &err), KVS_OK);
-    assert_int_equal(ids.n, plain.n);
-    assert_memory_equal(ids.ids, plain.ids, ids.n * sizeof(int32_t));
+    kvs_test_assert_ids(&ids, &plain);
 
     kvs_tok_ctx_free(&ctx);
     kvs_ids_free(&ids);
     kvs_ids_free(&plain);
-    kvs_buf_free(&out);
     kvs_buf_free(&sp);
     kvs_vocab_free(v);
 }

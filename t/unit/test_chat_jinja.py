@@ -33,23 +33,9 @@ from gguf import GGUFReader
 from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+from kvs_check import FIXTURES, ROOT, TMP, check, report
+
 CLI = os.environ.get("KVS_CLI", os.path.join(ROOT, "build", "kvserve"))
-TMP = os.environ.get("KVS_TMP", "/tmp")
-FIXTURES = os.environ.get("KVS_FIXTURES", os.path.join(ROOT, "..", "shared",
-                                                       "fixtures"))
-
-checks = 0
-failures = []
-
-
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
 
 
 # --- the reference: the template text, rendered as Hugging Face does ------
@@ -237,8 +223,7 @@ def main():
     os.makedirs(TMP, exist_ok=True)
     check_phi3()
     check_llama3()
-    print("test_chat_jinja: %d checks, %d failed" % (checks, len(failures)))
-    return 1 if failures else 0
+    return report("test_chat_jinja")
 
 
 if __name__ == "__main__":

@@ -33,13 +33,10 @@ from gguf import GGMLQuantizationType as QT
 from gguf.constants import GGML_QUANT_SIZES
 from gguf import quants
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+from kvs_check import FIXTURES, ROOT, TMP, check, report
+
 CLI = os.environ["KVS_CLI"]
 SAMPLE = os.environ["KVS_SAMPLE"]
-TMP = os.environ.get("KVS_TMP", "/tmp")
-FIXTURES = os.environ.get("KVS_FIXTURES", os.path.join(ROOT, "..", "shared",
-                                                       "fixtures"))
 
 VT_NAMES = {
     GGUFValueType.UINT8: "u8", GGUFValueType.INT8: "i8",
@@ -51,17 +48,6 @@ VT_NAMES = {
     GGUFValueType.FLOAT64: "f64",
 }
 FLOATS = ("f32", "f64")
-
-checks = 0
-failures = []
-
-
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
 
 
 def fnv1a64(data):
@@ -304,8 +290,7 @@ def main():
     check_generated()
     check_python_writer()
     check_fixtures()
-    print("test_gguf_python: %d checks, %d failed" % (checks, len(failures)))
-    return 1 if failures else 0
+    return report("test_gguf_python")
 
 
 if __name__ == "__main__":

@@ -6,54 +6,16 @@
  * and test_vocab_convert.c.
  */
 
-#include "kvs_test.h"
+#include "kvs_test_tok.h"
 
 #include "base/kvs_hash.h"
 #include "base/kvs_utf8.h"
 #include "model/kvs_gguf.h"
-#include "tokenizer/kvs_tok.h"
 #include "tokenizer/kvs_bytelevel.h"
 
 
 #define SPM_VOCAB  "vocab/ggml-vocab-llama-spm.gguf"
 #define GPT2_VOCAB "vocab/ggml-vocab-gpt-2.gguf"
-
-
-static kvs_vocab_t *
-open_vocab(const char *rel)
-{
-    const char   *path;
-    kvs_err_t     err;
-    kvs_vocab_t  *v;
-
-    path = kvs_test_fixture(rel);
-    if (path == NULL) {
-        return NULL;
-    }
-
-    if (kvs_vocab_open(&v, path, &err) != KVS_OK) {
-        fail_msg("%s: %s", rel, err.msg);
-    }
-
-    return v;
-}
-
-
-static void
-encode(kvs_vocab_t *v, const char *s, unsigned flags, kvs_ids_t *ids)
-{
-    kvs_err_t      err;
-    kvs_tok_ctx_t  ctx;
-
-    memset(&ctx, 0, sizeof(ctx));
-    ids->n = 0;
-
-    if (kvs_tok_encode(v, &ctx, s, strlen(s), flags, ids, &err) != KVS_OK) {
-        fail_msg("encode \"%s\": %s", s, err.msg);
-    }
-
-    kvs_tok_ctx_free(&ctx);
-}
 
 
 /* --- special tokens ----------------------------------------------------- */
@@ -67,7 +29,7 @@ test_special_parse_bpe(void **state)
     kvs_err_t     err;
     kvs_vocab_t  *v;
 
-    v = open_vocab(GPT2_VOCAB);
+    v = kvs_test_vocab(GPT2_VOCAB, 0);
     if (v == NULL) {
         skip();
     }
@@ -79,12 +41,12 @@ test_special_parse_bpe(void **state)
     /* <|endoftext|> is GPT-2's control token 50256 */
     assert_int_equal(v->tokens[50256].type, KVS_TOKT_CONTROL);
 
-    encode(v, "a<|endoftext|>b", KVS_TOK_SPECIAL, &ids);
+    kvs_test_encode(v, "a<|endoftext|>b", 15, KVS_TOK_SPECIAL, &ids);
     assert_int_equal(ids.n, 3);
     assert_int_equal(ids.ids[1], 50256);
 
     /* without the flag the same text is ordinary text ... */
-    encode(v, "a<|endoftext|>b", 0, &plain);
+    kvs_test_encode(v, "a<|endoftext|>b", 15, 0, &plain);
     assert_true(plain.n > 3);
     for (i = 0; i < plain.n; i++) {
         assert_int_not_equal(plain.ids[i], 50256);
@@ -129,7 +91,7 @@ test_special_guarded(void **state)
     kvs_vocab_t   *v;
     kvs_tok_ctx_t  ctx;
 
-    v = open_vocab(GPT2_VOCAB);
+    v = kvs_test_vocab(GPT2_VOCAB, 0);
     if (v == NULL) {
         skip();
     }
@@ -176,8 +138,7 @@ test_special_guarded(void **state)
                                             &err), KVS_OK);
     assert_int_equal(kvs_tok_encode(v, &ctx, text, n, KVS_TOK_SPECIAL,
                                     &plain, &err), KVS_OK);
-    assert_int_equal(ids.n, plain.n);
-    assert_memory_equal(ids.ids, plain.ids, ids.n * sizeof(int32_t));
+    kvs_test_assert_ids(&ids, &plain);
 
     /* spans out of order or past the end are refused, nothing added */
     guard[0].off = 20;
@@ -208,7 +169,7 @@ test_special_parse_spm(void **state)
     kvs_err_t     err;
     kvs_vocab_t  *v;
 
-    v = open_vocab(SPM_VOCAB);
+    v = kvs_test_vocab(SPM_VOCAB, 0);
     if (v == NULL) {
         skip();
     }
@@ -219,14 +180,14 @@ test_special_parse_spm(void **state)
 
     /* the text after a special token gets the dummy prefix again, so
      * "<s>Hello" parses as <s> followed by what "Hello" alone gives */
-    encode(v, "<s>Hello", KVS_TOK_SPECIAL, &a);
-    encode(v, "Hello", 0, &b);
+    kvs_test_encode(v, "<s>Hello", 8, KVS_TOK_SPECIAL, &a);
+    kvs_test_encode(v, "Hello", 5, 0, &b);
     assert_int_equal(a.n, b.n + 1);
     assert_int_equal(a.ids[0], 1);
     assert_memory_equal(a.ids + 1, b.ids, b.n * sizeof(int32_t));
 
     /* ADD_BOS adds exactly one BOS */
-    encode(v, "Hello", KVS_TOK_ADD_BOS, &a);
+    kvs_test_encode(v, "Hello", 5, KVS_TOK_ADD_BOS, &a);
     assert_int_equal(a.ids[0], v->bos);
     assert_int_equal(a.n, b.n + 1);
 
@@ -263,7 +224,7 @@ test_detok_stream_emoji(void **state)
     kvs_detok_t   d;
     kvs_vocab_t  *v;
 
-    v = open_vocab(SPM_VOCAB);
+    v = kvs_test_vocab(SPM_VOCAB, 0);
     if (v == NULL) {
         skip();
     }
@@ -326,7 +287,7 @@ test_detok_lossy(void **state)
 {
     kvs_vocab_t  *v;
 
-    v = open_vocab(SPM_VOCAB);
+    v = kvs_test_vocab(SPM_VOCAB, 0);
     if (v == NULL) {
         skip();
     }
@@ -355,7 +316,7 @@ test_invalid_utf8_rejected(void **state)
     kvs_vocab_t   *v;
     kvs_tok_ctx_t  ctx;
 
-    v = open_vocab(SPM_VOCAB);
+    v = kvs_test_vocab(SPM_VOCAB, 0);
     if (v == NULL) {
         skip();
     }
@@ -413,21 +374,7 @@ random_text(uint64_t *rng, char *buf, size_t cap)
             cp = 'x';
         }
 
-        if (cp < 0x80) {
-            buf[n++] = (char) cp;
-        } else if (cp < 0x800) {
-            buf[n++] = (char) (0xc0 | cp >> 6);
-            buf[n++] = (char) (0x80 | (cp & 0x3f));
-        } else if (cp < 0x10000) {
-            buf[n++] = (char) (0xe0 | cp >> 12);
-            buf[n++] = (char) (0x80 | (cp >> 6 & 0x3f));
-            buf[n++] = (char) (0x80 | (cp & 0x3f));
-        } else {
-            buf[n++] = (char) (0xf0 | cp >> 18);
-            buf[n++] = (char) (0x80 | (cp >> 12 & 0x3f));
-            buf[n++] = (char) (0x80 | (cp >> 6 & 0x3f));
-            buf[n++] = (char) (0x80 | (cp & 0x3f));
-        }
+        n += kvs_test_utf8_put(buf + n, cp);
     }
 
     return n;
@@ -448,7 +395,7 @@ round_trips(const char *rel)
     kvs_vocab_t   *v;
     kvs_tok_ctx_t  ctx;
 
-    v = open_vocab(rel);
+    v = kvs_test_vocab(rel, 0);
     if (v == NULL) {
         skip();
     }
@@ -579,7 +526,7 @@ write_vocab(const char *path, bad_kind_t kind)
 
     kvs_gguf_set_str(w, "general.architecture", "llama");
     kvs_gguf_set_str(w, "tokenizer.ggml.model",
-                     kind == BAD_MODEL ? "bert"
+                     kind == BAD_MODEL ? "rwkv"
                      : kind == BAD_BYTE_TOKEN ? "llama" : "gpt2");
     kvs_gguf_set_str(w, "tokenizer.ggml.pre",
                      kind == BAD_PRE ? "no-such-pre" : "gpt-2");
@@ -659,7 +606,7 @@ test_vocab_refused(void **state)
     kvs_vocab_t    *v;
     kvs_tok_ctx_t   ctx;
 
-    expect_refused(BAD_MODEL, KVS_EUNSUPPORTED, "\"bert\"");
+    expect_refused(BAD_MODEL, KVS_EUNSUPPORTED, "\"rwkv\"");
     expect_refused(BAD_PRE, KVS_EUNSUPPORTED, "no-such-pre");
     expect_refused(BAD_MERGE, KVS_EFORMAT, "merges[0]");
     expect_refused(BAD_BOS, KVS_EFORMAT, "bos_token_id");
@@ -675,7 +622,7 @@ test_vocab_refused(void **state)
     assert_int_equal(v->bos, 257);
 
     memset(&ids, 0, sizeof(ids));
-    encode(v, "ab<|end|>", KVS_TOK_SPECIAL, &ids);
+    kvs_test_encode(v, "ab<|end|>", 9, KVS_TOK_SPECIAL, &ids);
     assert_int_equal(ids.n, 2);
     assert_int_equal(ids.ids[0], 256);
     assert_int_equal(ids.ids[1], 257);

@@ -6,16 +6,11 @@
  * must finish (their times are printed, not asserted).
  */
 
-#include <time.h>
+#include "kvs_test_tok.h"
 
-#include "kvs_test.h"
-
-#include "tokenizer/kvs_tok.h"
 #include "tokenizer/kvs_tok_impl.h"
 
 
-#define SEP      "\n__ggml_vocab_test__\n"
-#define NCASES   46
 #define BIG      (1024 * 1024)
 
 static const char  *vocabs[] = {
@@ -23,100 +18,25 @@ static const char  *vocabs[] = {
 };
 
 
+/* vocab/ggml-vocab-<name>.gguf, which must be byte-level BPE. */
 static kvs_vocab_t *
 open_vocab(const char *name)
 {
-    char          rel[128];
-    const char   *path;
-    kvs_err_t     err;
-    kvs_vocab_t  *v;
+    char  rel[128];
 
     snprintf(rel, sizeof(rel), "vocab/ggml-vocab-%s.gguf", name);
-    path = kvs_test_fixture(rel);
-    if (path == NULL) {
-        return NULL;
-    }
 
-    if (kvs_vocab_open(&v, path, &err) != KVS_OK) {
-        fail_msg("%s: %s", rel, err.msg);
-    }
-
-    assert_int_equal(v->kind, KVS_VOCAB_BPE);
-
-    return v;
+    return kvs_test_vocab(rel, KVS_VOCAB_BPE);
 }
 
 
-static double
-now_ms(void)
-{
-    struct timespec  ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-
-static void
-print_escaped(const char *s, size_t len)
-{
-    size_t  i;
-
-    for (i = 0; i < len && i < 120; i++) {
-        if ((uint8_t) s[i] < 0x20 || s[i] == '\\') {
-            print_message("\\x%02x", (uint8_t) s[i]);
-        } else {
-            print_message("%c", s[i]);
-        }
-    }
-
-    if (len > 120) {
-        print_message("...");
-    }
-}
-
-
-static void
-print_ids(const char *what, const int32_t *ids, size_t n)
-{
-    size_t  i;
-
-    print_message("    %s:", what);
-    for (i = 0; i < n; i++) {
-        print_message(" %d", ids[i]);
-    }
-    print_message("\n");
-}
-
-
-/* Encodes s and checks that decoding gives s back. */
+/* Encodes s into ids and checks that decoding gives s back. */
 static void
 encode_rt(kvs_vocab_t *v, kvs_tok_ctx_t *ctx, const char *s, size_t len,
     kvs_ids_t *ids)
 {
-    kvs_buf_t  out;
-    kvs_err_t  err;
-
-    ids->n = 0;
-    if (kvs_tok_encode(v, ctx, s, len, 0, ids, &err) != KVS_OK) {
-        fail_msg("encode (%zu bytes): %s", len, err.msg);
-    }
-
-    memset(&out, 0, sizeof(out));
-    if (kvs_tok_decode(v, ids->ids, ids->n, 0, &out, &err) != KVS_OK) {
-        fail_msg("decode (%zu ids): %s", ids->n, err.msg);
-    }
-
-    if (out.len != len || (len > 0 && memcmp(out.data, s, len) != 0)) {
-        print_message("round trip of %zu bytes gave %zu bytes: ", len,
-                      out.len);
-        print_escaped(s, len);
-        print_message("\n");
-        fail();
-    }
-
-    kvs_buf_free(&out);
+    assert_true(kvs_test_round_trip_check(v, ctx, s, len, ids, 0,
+                                          "round trip of %zu bytes", len));
 }
 
 
@@ -125,85 +45,18 @@ encode_rt(kvs_vocab_t *v, kvs_tok_ctx_t *ctx, const char *s, size_t len,
 static void
 run_cases(const char *name)
 {
-    char           rel[128];
-    char          *inp, *outp, *p, *end, *sep, *line, *nl, *q;
-    size_t         ilen, olen, k, nexp, bad;
-    int32_t        exp[256];
-    kvs_ids_t      ids;
-    kvs_vocab_t   *v;
-    kvs_tok_ctx_t  ctx;
-    const char    *path;
+    char          rel[128];
+    kvs_vocab_t  *v;
 
-    ilen = olen = 0;
-
-    v = open_vocab(name);
+    snprintf(rel, sizeof(rel), "vocab/ggml-vocab-%s.gguf", name);
+    v = kvs_test_vocab(rel, KVS_VOCAB_BPE);
     if (v == NULL) {
         skip();
     }
 
-    snprintf(rel, sizeof(rel), "vocab/ggml-vocab-%s.gguf.inp", name);
-    path = kvs_test_fixture(rel);
-    assert_non_null(path);
-    inp = (char *) kvs_test_slurp(path, &ilen);
-    assert_non_null(inp);
+    assert_int_equal(kvs_test_cases_run(v, rel), 0);
 
-    snprintf(rel, sizeof(rel), "vocab/ggml-vocab-%s.gguf.out", name);
-    path = kvs_test_fixture(rel);
-    assert_non_null(path);
-    outp = (char *) kvs_test_slurp(path, &olen);
-    assert_non_null(outp);
-
-    memset(&ctx, 0, sizeof(ctx));
-    memset(&ids, 0, sizeof(ids));
-
-    p = inp;
-    end = inp + ilen;
-    line = outp;
-    bad = 0;
-
-    for (k = 0; p < end; k++) {
-        sep = memmem(p, (size_t) (end - p), SEP, sizeof(SEP) - 1);
-        assert_non_null(sep);
-        assert_true(k < NCASES);
-
-        nl = memchr(line, '\n', (size_t) (outp + olen - line));
-        assert_non_null(nl);
-        *nl = '\0';
-
-        nexp = 0;
-        for (q = line; *q != '\0'; ) {
-            assert_true(nexp < 256);
-            exp[nexp++] = (int32_t) strtol(q, &q, 10);
-            while (*q == ' ') {
-                q++;
-            }
-        }
-
-        encode_rt(v, &ctx, p, (size_t) (sep - p), &ids);
-
-        if (ids.n != nexp
-            || memcmp(ids.ids, exp, nexp * sizeof(int32_t)) != 0)
-        {
-            print_message("%s case %zu: ", name, k);
-            print_escaped(p, (size_t) (sep - p));
-            print_message("\n");
-            print_ids("expected", exp, nexp);
-            print_ids("got     ", ids.ids, ids.n);
-            bad++;
-        }
-
-        p = sep + sizeof(SEP) - 1;
-        line = nl + 1;
-    }
-
-    assert_int_equal(k, NCASES);
-    assert_int_equal(bad, 0);
-
-    kvs_ids_free(&ids);
-    kvs_tok_ctx_free(&ctx);
     kvs_vocab_free(v);
-    free(inp);
-    free(outp);
 }
 
 
@@ -244,13 +97,11 @@ test_cache_consistent(void **state)
     encode_rt(v, &ctx, text, sizeof(text) - 1, &a);
     for (i = 0; i < 3; i++) {
         encode_rt(v, &ctx, text, sizeof(text) - 1, &b);
-        assert_int_equal(a.n, b.n);
-        assert_memory_equal(a.ids, b.ids, a.n * sizeof(int32_t));
+        kvs_test_assert_ids(&a, &b);
     }
 
     encode_rt(v, &ctx2, text, sizeof(text) - 1, &b);
-    assert_int_equal(a.n, b.n);
-    assert_memory_equal(a.ids, b.ids, a.n * sizeof(int32_t));
+    kvs_test_assert_ids(&a, &b);
 
     kvs_ids_free(&a);
     kvs_ids_free(&b);
@@ -287,12 +138,10 @@ test_two_vocabs_one_ctx(void **state)
     encode_rt(va, &ctx, text, sizeof(text) - 1, &a1);
     encode_rt(vb, &ctx, text, sizeof(text) - 1, &b1);
     encode_rt(va, &ctx, text, sizeof(text) - 1, &a2);
-    assert_int_equal(a1.n, a2.n);
-    assert_memory_equal(a1.ids, a2.ids, a1.n * sizeof(int32_t));
+    kvs_test_assert_ids(&a1, &a2);
 
     encode_rt(vb, &fresh, text, sizeof(text) - 1, &a2);
-    assert_int_equal(b1.n, a2.n);
-    assert_memory_equal(b1.ids, a2.ids, b1.n * sizeof(int32_t));
+    kvs_test_assert_ids(&b1, &a2);
 
     kvs_ids_free(&a1);
     kvs_ids_free(&b1);
@@ -332,8 +181,7 @@ test_missing_bytes(void **state)
                          KVS_OK);
         assert_int_equal(kvs_tok_encode(v, &ctx, "y", 1, 0, &want, &err),
                          KVS_OK);
-        assert_int_equal(ids.n, want.n);
-        assert_memory_equal(ids.ids, want.ids, ids.n * sizeof(int32_t));
+        kvs_test_assert_ids(&ids, &want);
         ids.n = 0;
         kvs_tok_ctx_free(&ctx);
         kvs_vocab_free(v);
@@ -433,11 +281,28 @@ static const split_case_t  split_cases[] = {
 };
 
 
+/* Checks that pieces are non-empty and cover text[0..len) in order. */
+static void
+check_cover(const kvs_piece_t *pieces, size_t n, size_t len)
+{
+    size_t  i, pos;
+
+    pos = 0;
+    for (i = 0; i < n; i++) {
+        assert_int_equal(pieces[i].off, pos);
+        assert_true(pieces[i].len > 0);
+        pos += pieces[i].len;
+    }
+
+    assert_int_equal(pos, len);
+}
+
+
 static void
 test_pretok_split(void **state)
 {
     int                 failed;
-    size_t              n, i, k, len, pos;
+    size_t              n, i, k, len;
     kvs_err_t           err;
     kvs_pretok_t       *p;
     kvs_tok_ctx_t       ctx;
@@ -461,13 +326,7 @@ test_pretok_split(void **state)
             /* void */
         }
 
-        pos = 0;
-        for (i = 0; i < n; i++) {
-            assert_int_equal(pieces[i].off, pos);   /* cover, in order */
-            assert_true(pieces[i].len > 0);
-            pos += pieces[i].len;
-        }
-        assert_int_equal(pos, len);
+        check_cover(pieces, n, len);
 
         for (i = 0; i < n && i < k; i++) {
             if (strlen(c->pieces[i]) != pieces[i].len
@@ -480,11 +339,11 @@ test_pretok_split(void **state)
 
         if (i != n || n != k) {
             print_message("%s \"", c->pre);
-            print_escaped(c->text, len);
+            kvs_test_print_escaped(c->text, len);
             print_message("\": got");
             for (i = 0; i < n; i++) {
                 print_message(" \"");
-                print_escaped(c->text + pieces[i].off, pieces[i].len);
+                kvs_test_print_escaped(c->text + pieces[i].off, pieces[i].len);
                 print_message("\"");
             }
             print_message("\n");
@@ -599,10 +458,11 @@ test_big_inputs(void **state)
 
         for (u = 0; u < sizeof(big_names) / sizeof(big_names[0]); u++) {
             len = fill(buf, big_units[u]);
-            t0 = now_ms();
+            t0 = kvs_test_now_ms();
             encode_rt(v, &ctx, buf, len, &ids);
             print_message("  %-14s 1 MB of %-14s %8.1f ms  %zu ids\n",
-                          vocabs[i], big_names[u], now_ms() - t0, ids.n);
+                          vocabs[i], big_names[u], kvs_test_now_ms() - t0,
+                          ids.n);
             assert_true(ids.n > 0);
         }
 
@@ -612,23 +472,6 @@ test_big_inputs(void **state)
 
     kvs_ids_free(&ids);
     free(buf);
-}
-
-
-/* Checks that pieces are non-empty and cover text[0..len) in order. */
-static void
-check_cover(const kvs_piece_t *pieces, size_t n, size_t len)
-{
-    size_t  i, pos;
-
-    pos = 0;
-    for (i = 0; i < n; i++) {
-        assert_int_equal(pieces[i].off, pos);
-        assert_true(pieces[i].len > 0);
-        pos += pieces[i].len;
-    }
-
-    assert_int_equal(pos, len);
 }
 
 
@@ -662,11 +505,11 @@ test_big_pretok(void **state)
 
         for (u = 0; u < sizeof(big_names) / sizeof(big_names[0]); u++) {
             len = fill(buf, big_units[u]);
-            t0 = now_ms();
+            t0 = kvs_test_now_ms();
             assert_int_equal(kvs_pretok_split(p, &ctx, buf, len, &pieces,
                                               &n, &err), KVS_OK);
             print_message("  %-14s 1 MB of %-24s %7.1f ms  %zu pieces\n",
-                          names[i], big_names[u], now_ms() - t0, n);
+                          names[i], big_names[u], kvs_test_now_ms() - t0, n);
             check_cover(pieces, n, len);
         }
 
@@ -679,7 +522,7 @@ test_big_pretok(void **state)
                 memcpy(buf + len, tails[t], strlen(tails[t]));
                 len += strlen(tails[t]);
 
-                t0 = now_ms();
+                t0 = kvs_test_now_ms();
                 assert_int_equal(kvs_pretok_split(p, &ctx, buf, len,
                                                   &pieces, &n, &err),
                                  KVS_OK);
@@ -687,7 +530,8 @@ test_big_pretok(void **state)
                 print_message("  %-14s 1 MB of %-11s + \"%s\"%*s %7.1f ms  "
                               "%zu pieces\n", names[i],
                               k ? "spaces/tabs" : "spaces", lab,
-                              (int) (8 - strlen(lab)), "", now_ms() - t0, n);
+                              (int) (8 - strlen(lab)), "",
+                              kvs_test_now_ms() - t0, n);
                 check_cover(pieces, n, len);
             }
         }

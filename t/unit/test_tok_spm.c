@@ -15,15 +15,7 @@
  *     finish, and the time is printed.
  */
 
-#include <time.h>
-
-#include "kvs_test.h"
-
-#include "tokenizer/kvs_tok.h"
-#include "tokenizer/kvs_vocab.h"
-
-
-#define SEP  "\n__ggml_vocab_test__\n"
+#include "kvs_test_tok.h"
 
 
 typedef struct {
@@ -67,278 +59,18 @@ static const spm_case_t  stories_cases[] = {
 };
 
 
-static kvs_vocab_t *
-open_vocab(const char *rel)
-{
-    const char   *path;
-    kvs_err_t     err;
-    kvs_vocab_t  *v;
-
-    path = kvs_test_fixture(rel);
-    if (path == NULL) {
-        return NULL;
-    }
-
-    if (kvs_vocab_open(&v, path, &err) != KVS_OK) {
-        fail_msg("%s: %s", path, err.msg);
-    }
-
-    assert_int_equal(v->kind, KVS_VOCAB_SPM);
-
-    return v;
-}
-
-
-/* Parses space-separated ids into a (zeroed) array. */
-static void
-parse_ids(const char *s, size_t len, kvs_ids_t *a)
-{
-    char        *end;
-    long         id;
-    const char  *p, *e;
-
-    p = s;
-    e = s + len;
-
-    while (p < e) {
-        if (*p == ' ') {
-            p++;
-            continue;
-        }
-
-        id = strtol(p, &end, 10);
-        assert_true(end > p && end <= e);
-        assert_int_equal(kvs_ids_push(a, (int32_t) id), KVS_OK);
-        p = end;
-    }
-}
-
-
-static void
-print_text(const char *what, const char *s, size_t len)
-{
-    char    buf[4096];
-    size_t  i, j;
-
-    for (i = 0, j = 0; i < len && j + 8 < sizeof(buf); i++) {
-        unsigned char c = (unsigned char) s[i];
-
-        if (c == '\n') {
-            j += (size_t) snprintf(buf + j, sizeof(buf) - j, "\\n");
-        } else if (c == '\t') {
-            j += (size_t) snprintf(buf + j, sizeof(buf) - j, "\\t");
-        } else if (c < 0x20 || c == 0x7f) {
-            j += (size_t) snprintf(buf + j, sizeof(buf) - j, "\\x%02x", c);
-        } else {
-            buf[j++] = (char) c;
-        }
-    }
-    buf[j] = '\0';
-
-    print_message("  %s: '%s'\n", what, buf);
-}
-
-
-static void
-print_ids(const char *what, const int32_t *ids, size_t n)
-{
-    size_t  i;
-
-    print_message("  %s:", what);
-    for (i = 0; i < n; i++) {
-        print_message(" %d", ids[i]);
-    }
-    print_message("\n");
-}
-
-
-/* 1 if text encodes to want (printing the difference if not). */
-static int
-check_encode(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx, const char *label,
-    size_t idx, const char *text, size_t len, unsigned flags,
-    const kvs_ids_t *want)
-{
-    int        ok;
-    size_t     i, from;
-    kvs_err_t  err;
-    kvs_ids_t  got = { 0 };
-
-    if (kvs_tok_encode(v, ctx, text, len, flags, &got, &err) != KVS_OK) {
-        print_message("%s case %zu: encode failed: %s\n", label, idx,
-                      err.msg);
-        print_text("input", text, len);
-        kvs_ids_free(&got);
-        return 0;
-    }
-
-    ok = got.n == want->n
-         && (got.n == 0
-             || memcmp(got.ids, want->ids, got.n * sizeof(int32_t)) == 0);
-
-    if (!ok) {
-        /* long texts: only the ids around the first difference */
-        for (i = 0; i < got.n && i < want->n; i++) {
-            if (got.ids[i] != want->ids[i]) {
-                break;
-            }
-        }
-
-        from = i > 8 ? i - 8 : 0;
-
-        print_message("%s case %zu: ids differ from id %zu on (%zu ids "
-                      "expected, %zu got)\n", label, idx, i, want->n,
-                      got.n);
-        print_text("input", text, len < 400 ? len : 400);
-        print_ids("expected", want->ids + from,
-                  want->n - from < 40 ? want->n - from : 40);
-        print_ids("got     ", got.ids + from,
-                  got.n - from < 40 ? got.n - from : 40);
-    }
-
-    kvs_ids_free(&got);
-
-    return ok;
-}
-
-
-/* 1 if decode(encode(text)) == text (printing the difference if not). */
-static int
-check_round_trip(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
-    const char *label, size_t idx, const char *text, size_t len,
-    int quiet)
-{
-    int        ok;
-    kvs_buf_t  dec = { 0 };
-    kvs_err_t  err;
-    kvs_ids_t  ids = { 0 };
-
-    ok = kvs_tok_encode(v, ctx, text, len, 0, &ids, &err) == KVS_OK
-         && kvs_tok_decode(v, ids.ids, ids.n, 0, &dec, &err) == KVS_OK;
-
-    if (!ok) {
-        print_message("%s case %zu: round trip failed: %s\n", label, idx,
-                      err.msg);
-
-    } else if (dec.len != len || (len > 0 && memcmp(dec.data, text, len))) {
-        ok = 0;
-        if (!quiet) {
-            print_message("%s case %zu: decode(encode(x)) != x\n", label,
-                          idx);
-            print_text("input  ", text, len);
-            print_ids("ids    ", ids.ids, ids.n);
-            print_text("decoded", (const char *) dec.data, dec.len);
-        }
-    }
-
-    kvs_ids_free(&ids);
-    kvs_buf_free(&dec);
-
-    return ok;
-}
-
-
-/* The llama.cpp test-tokenizer-0 cases of one vocabulary: pointers into
- * the .inp text and the .out ids. */
-typedef struct {
-    char        *inp;
-    char        *outf;
-    size_t       n;
-    const char  *text[64];
-    size_t       len[64];
-    kvs_ids_t    want[64];
-} vocab_cases_t;
-
-
-static void
-load_cases(const char *rel, vocab_cases_t *c)
-{
-    char    path[1200];
-    char   *p, *e, *q, *line, *nl;
-    size_t  inp_len = 0, out_len = 0;
-
-    memset(c, 0, sizeof(*c));
-
-    snprintf(path, sizeof(path), "%s.inp", kvs_test_fixture(rel));
-    c->inp = (char *) kvs_test_slurp(path, &inp_len);
-    snprintf(path, sizeof(path), "%s.out", kvs_test_fixture(rel));
-    c->outf = (char *) kvs_test_slurp(path, &out_len);
-    assert_non_null(c->inp);
-    assert_non_null(c->outf);
-    assert_true(inp_len > 0 && out_len > 0);
-
-    p = c->inp;
-    e = c->inp + inp_len;
-    line = c->outf;
-
-    while (p < e) {
-        assert_true(c->n < 64);
-
-        q = memmem(p, (size_t) (e - p), SEP, sizeof(SEP) - 1);
-        assert_non_null(q);
-
-        nl = memchr(line, '\n', (size_t) (c->outf + out_len - line));
-        assert_non_null(nl);
-
-        c->text[c->n] = p;
-        c->len[c->n] = (size_t) (q - p);
-        parse_ids(line, (size_t) (nl - line), &c->want[c->n]);
-        c->n++;
-
-        p = q + sizeof(SEP) - 1;
-        line = nl + 1;
-    }
-
-    assert_int_equal(c->n, 46);
-    assert_int_equal(line, c->outf + out_len);
-}
-
-
-static void
-free_cases(vocab_cases_t *c)
-{
-    size_t  i;
-
-    for (i = 0; i < c->n; i++) {
-        kvs_ids_free(&c->want[i]);
-    }
-
-    free(c->inp);
-    free(c->outf);
-}
-
-
 static void
 run_vocab_cases(const char *rel)
 {
-    size_t          i, pass, rt;
-    kvs_vocab_t    *v;
-    kvs_tok_ctx_t   ctx = { 0 };
-    vocab_cases_t   c;
+    kvs_vocab_t  *v;
 
-    v = open_vocab(rel);
+    v = kvs_test_vocab(rel, KVS_VOCAB_SPM);
     if (v == NULL) {
         skip();
     }
 
-    load_cases(rel, &c);
+    assert_int_equal(kvs_test_cases_run(v, rel), 0);
 
-    pass = 0;
-    rt = 0;
-
-    for (i = 0; i < c.n; i++) {
-        pass += check_encode(v, &ctx, rel, i, c.text[i], c.len[i], 0,
-                             &c.want[i]);
-        rt += check_round_trip(v, &ctx, rel, i, c.text[i], c.len[i], 0);
-    }
-
-    print_message("%s: %zu/%zu cases give the expected ids, %zu/%zu round "
-                  "trip\n", rel, pass, c.n, rt, c.n);
-
-    assert_int_equal(pass, c.n);
-    assert_int_equal(rt, c.n);
-
-    free_cases(&c);
-    kvs_tok_ctx_free(&ctx);
     kvs_vocab_free(v);
 }
 
@@ -354,19 +86,19 @@ run_vocab_cases(const char *rel)
 static void
 run_long_text(const char *rel)
 {
-    size_t          i, pass;
-    kvs_buf_t       text = { 0 };
-    kvs_ids_t       want = { 0 };
-    kvs_vocab_t    *v;
-    kvs_tok_ctx_t   ctx = { 0 };
-    vocab_cases_t   c;
+    size_t             i, pass;
+    kvs_buf_t          text = { 0 };
+    kvs_ids_t          want = { 0 };
+    kvs_vocab_t       *v;
+    kvs_tok_ctx_t      ctx = { 0 };
+    kvs_test_cases_t   c;
 
-    v = open_vocab(rel);
+    v = kvs_test_vocab(rel, KVS_VOCAB_SPM);
     if (v == NULL) {
         skip();
     }
 
-    load_cases(rel, &c);
+    kvs_test_cases_load(rel, &c);
 
     for (pass = 0; text.len < 65536; pass++) {
         for (i = 0; i < c.n; i++) {
@@ -390,14 +122,17 @@ run_long_text(const char *rel)
     print_message("%s: %zu bytes of joined cases, %zu ids expected\n",
                   rel, text.len, want.n);
 
-    assert_true(check_encode(v, &ctx, rel, 0, (const char *) text.data,
-                             text.len, 0, &want));
-    assert_true(check_round_trip(v, &ctx, rel, 0, (const char *) text.data,
-                                 text.len, 0));
+    assert_true(kvs_test_encode_check(v, &ctx, (const char *) text.data,
+                                      text.len, 0, &want, "%s joined",
+                                      rel));
+    assert_true(kvs_test_round_trip_check(v, &ctx,
+                                          (const char *) text.data,
+                                          text.len, NULL, 0, "%s joined",
+                                          rel));
 
     kvs_buf_free(&text);
     kvs_ids_free(&want);
-    free_cases(&c);
+    kvs_test_cases_free(&c);
     kvs_tok_ctx_free(&ctx);
     kvs_vocab_free(v);
 }
@@ -439,7 +174,7 @@ run_bos_cases(const char *rel, const spm_case_t *cases, size_t n)
     kvs_vocab_t   *v;
     kvs_tok_ctx_t  ctx = { 0 };
 
-    v = open_vocab(rel);
+    v = kvs_test_vocab(rel, KVS_VOCAB_SPM);
     if (v == NULL) {
         skip();
     }
@@ -449,12 +184,15 @@ run_bos_cases(const char *rel, const spm_case_t *cases, size_t n)
 
     for (i = 0; i < n; i++) {
         want.n = 0;
-        parse_ids(cases[i].ids, strlen(cases[i].ids), &want);
+        kvs_test_parse_ids(cases[i].ids, strlen(cases[i].ids), &want);
 
-        pass += check_encode(v, &ctx, rel, i, cases[i].text,
-                             strlen(cases[i].text), KVS_TOK_ADD_BOS, &want);
-        rt += check_round_trip(v, &ctx, rel, i, cases[i].text,
-                               strlen(cases[i].text), 0);
+        pass += kvs_test_encode_check(v, &ctx, cases[i].text,
+                                      strlen(cases[i].text),
+                                      KVS_TOK_ADD_BOS, &want,
+                                      "%s case %zu", rel, i);
+        rt += kvs_test_round_trip_check(v, &ctx, cases[i].text,
+                                        strlen(cases[i].text), NULL, 0,
+                                        "%s case %zu", rel, i);
     }
 
     print_message("%s: %zu/%zu cases with BOS give the expected ids, "
@@ -485,36 +223,6 @@ test_stories260k_bos(void **state)
 }
 
 
-/* Writes cp as UTF-8; returns the length. */
-static size_t
-put_utf8(char *s, uint32_t cp)
-{
-    if (cp < 0x80) {
-        s[0] = (char) cp;
-        return 1;
-    }
-
-    if (cp < 0x800) {
-        s[0] = (char) (0xc0 | cp >> 6);
-        s[1] = (char) (0x80 | (cp & 0x3f));
-        return 2;
-    }
-
-    if (cp < 0x10000) {
-        s[0] = (char) (0xe0 | cp >> 12);
-        s[1] = (char) (0x80 | (cp >> 6 & 0x3f));
-        s[2] = (char) (0x80 | (cp & 0x3f));
-        return 3;
-    }
-
-    s[0] = (char) (0xf0 | cp >> 18);
-    s[1] = (char) (0x80 | (cp >> 12 & 0x3f));
-    s[2] = (char) (0x80 | (cp >> 6 & 0x3f));
-    s[3] = (char) (0x80 | (cp & 0x3f));
-    return 4;
-}
-
-
 /* llama.cpp test-tokenizer-1-spm: every code point but the surrogates,
  * U+2581 (it decodes to a space) and 0x40000..0xE0000 round-trips. */
 static void
@@ -526,7 +234,7 @@ test_code_points(void **state)
     kvs_vocab_t   *v;
     kvs_tok_ctx_t  ctx = { 0 };
 
-    v = open_vocab("vocab/ggml-vocab-llama-spm.gguf");
+    v = kvs_test_vocab("vocab/ggml-vocab-llama-spm.gguf", KVS_VOCAB_SPM);
     if (v == NULL) {
         skip();
     }
@@ -541,10 +249,12 @@ test_code_points(void **state)
             continue;
         }
 
-        n = put_utf8(s, cp);
+        n = kvs_test_utf8_put(s, cp);
         tried++;
 
-        if (!check_round_trip(v, &ctx, "code point", cp, s, n, bad >= 10)) {
+        if (!kvs_test_round_trip_check(v, &ctx, s, n, NULL, bad >= 10,
+                                       "code point U+%04X", cp))
+        {
             bad++;
         }
     }
@@ -555,17 +265,6 @@ test_code_points(void **state)
 
     kvs_tok_ctx_free(&ctx);
     kvs_vocab_free(v);
-}
-
-
-static double
-now_ms(void)
-{
-    struct timespec  ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 
@@ -580,11 +279,11 @@ run_big(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx, const char *name,
     kvs_err_t  err;
     kvs_ids_t  ids = { 0 };
 
-    t0 = now_ms();
+    t0 = kvs_test_now_ms();
     if (kvs_tok_encode(v, ctx, text, len, 0, &ids, &err) != KVS_OK) {
         fail_msg("%s: %s", name, err.msg);
     }
-    t1 = now_ms();
+    t1 = kvs_test_now_ms();
 
     print_message("1 MB of %s: %zu bytes -> %zu tokens in %.1f ms\n",
                   name, len, ids.n, t1 - t0);
@@ -613,7 +312,7 @@ test_big_inputs(void **state)
     kvs_vocab_t    *v;
     kvs_tok_ctx_t   ctx = { 0 };
 
-    v = open_vocab("vocab/ggml-vocab-llama-spm.gguf");
+    v = kvs_test_vocab("vocab/ggml-vocab-llama-spm.gguf", KVS_VOCAB_SPM);
     if (v == NULL) {
         skip();
     }

@@ -13,15 +13,11 @@
 
 #include <unistd.h>
 
-#include "kvs_test.h"
+#include "kvs_test_tok.h"
 
 #include "model/kvs_gguf.h"
-#include "tokenizer/kvs_tok.h"
-#include "tokenizer/kvs_vocab.h"
 #include "tokenizer/kvs_vocab_convert.h"
 
-#define SEP      "\n__ggml_vocab_test__\n"
-#define N_CASES  46
 #define PATH_LEN 1024
 
 
@@ -198,25 +194,6 @@ assert_gguf_str(const kvs_gguf_t *g, const char *key, const char *want)
 }
 
 
-static void
-encode(const kvs_vocab_t *v, const char *text, size_t len, unsigned flags,
-    kvs_ids_t *ids)
-{
-    kvs_err_t      err;
-    kvs_tok_ctx_t  ctx;
-
-    memset(&ctx, 0, sizeof(ctx));
-    ids->n = 0;
-
-    if (kvs_tok_encode(v, &ctx, text, len, flags, ids, &err) != KVS_OK) {
-        kvs_tok_ctx_free(&ctx);
-        fail_msg("encode: %s", err.msg);
-    }
-
-    kvs_tok_ctx_free(&ctx);
-}
-
-
 /* --- a hand-written tiktoken file ------------------------------------- */
 
 /*
@@ -388,17 +365,17 @@ test_tiny_tiktoken(void **state)
     }
 
     memset(&ids, 0, sizeof(ids));
-    encode(v, "abcd", 4, 0, &ids);
+    kvs_test_encode(v, "abcd", 4, 0, &ids);
     assert_int_equal(ids.n, 1);
     assert_int_equal(ids.ids[0], 258);
-    encode(v, "bcdx", 4, 0, &ids);
+    kvs_test_encode(v, "bcdx", 4, 0, &ids);
     assert_int_equal(ids.n, 2);
     assert_int_equal(ids.ids[0], 263);
     assert_int_equal(ids.ids[1], 'x');
-    encode(v, "xyz", 3, 0, &ids);
+    kvs_test_encode(v, "xyz", 3, 0, &ids);
     assert_int_equal(ids.n, 1);
     assert_int_equal(ids.ids[0], 261);
-    encode(v, "xyzx", 4, 0, &ids);
+    kvs_test_encode(v, "xyzx", 4, 0, &ids);
     assert_int_equal(ids.n, 4);
 
     kvs_ids_free(&ids);
@@ -808,122 +785,30 @@ real_get(void **state)
 }
 
 
-/* The fixture vocab/<name>.<ext>, NUL-terminated. */
-static char *
-case_file(const char *name, const char *ext, size_t *len)
-{
-    char         rel[256];
-    char        *buf;
-    const char  *path;
-
-    snprintf(rel, sizeof(rel), "vocab/%s.%s", name, ext);
-    path = kvs_test_fixture(rel);
-    assert_non_null(path);
-
-    buf = (char *) kvs_test_slurp(path, len);
-    assert_non_null(buf);
-    buf = realloc(buf, *len + 1);
-    assert_non_null(buf);
-    buf[*len] = '\0';
-
-    return buf;
-}
-
-
-/* Runs the 46 cases of vocab/<name>.inp/.out through v: returns the
- * number of mismatches (each printed), round trips included. */
-static int
-run_cases(const kvs_vocab_t *v, const char *name)
-{
-    int            bad, c;
-    char          *inp, *outp, *p, *q, *line, *end;
-    size_t         ilen, olen, k, n_exp;
-    int32_t        exp[512];
-    kvs_ids_t      ids;
-    kvs_buf_t      dec;
-    kvs_err_t      err;
-
-    inp = case_file(name, "inp", &ilen);
-    outp = case_file(name, "out", &olen);
-
-    memset(&ids, 0, sizeof(ids));
-    memset(&dec, 0, sizeof(dec));
-    bad = 0;
-    p = inp;
-    line = outp;
-
-    for (c = 0; c < N_CASES; c++) {
-        q = strstr(p, SEP);
-        assert_non_null(q);
-        end = strchr(line, '\n');
-        assert_non_null(end);
-        *end = '\0';
-
-        for (n_exp = 0; *line != '\0'; n_exp++) {
-            assert_true(n_exp < 512);
-            exp[n_exp] = (int32_t) strtol(line, &line, 10);
-        }
-
-        encode(v, p, (size_t) (q - p), 0, &ids);
-
-        for (k = 0; k < ids.n && k < n_exp && ids.ids[k] == exp[k]; k++) {
-            /* void */
-        }
-
-        if (ids.n != n_exp || k != n_exp) {
-            bad++;
-            print_error("%s case %d: got %zu ids, want %zu; first "
-                        "difference at %zu\n", name, c, ids.n, n_exp, k);
-        }
-
-        dec.len = 0;
-        if (kvs_tok_decode(v, ids.ids, ids.n, 0, &dec, &err) != KVS_OK) {
-            fail_msg("%s case %d: decode: %s", name, c, err.msg);
-        }
-        if (dec.len != (size_t) (q - p)
-            || memcmp(dec.data, p, dec.len) != 0)
-        {
-            bad++;
-            print_error("%s case %d: decode(encode(x)) != x\n", name, c);
-        }
-
-        p = q + strlen(SEP);
-        line = end + 1;
-    }
-
-    /* exactly 46 cases and 46 lines */
-    assert_true(p == inp + ilen);
-    assert_true(line == outp + olen);
-
-    kvs_ids_free(&ids);
-    kvs_buf_free(&dec);
-    free(inp);
-    free(outp);
-
-    return bad;
-}
-
-
 static void
 test_llama3_cases(void **state)
 {
+    size_t   bad;
     real_t  *r;
 
     r = real_get(state);
-    assert_int_equal(run_cases(r->llama3, "ggml-vocab-llama-bpe.gguf"), 0);
+    bad = kvs_test_cases_run(r->llama3, "vocab/ggml-vocab-llama-bpe.gguf");
+    assert_int_equal(bad, 0);
 }
 
 
 static void
 test_qwen2_cases(void **state)
 {
+    size_t   bad;
     real_t  *r;
 
     r = real_get(state);
-    assert_int_equal(run_cases(r->qwen2, "ggml-vocab-qwen2.gguf"), 0);
+    bad = kvs_test_cases_run(r->qwen2, "vocab/ggml-vocab-qwen2.gguf");
     /* the same .out as a DeepSeek-R1 Qwen distill (fixture README) */
-    assert_int_equal(run_cases(r->qwen2, "ggml-vocab-deepseek-r1-qwen.gguf"),
-                     0);
+    bad += kvs_test_cases_run(r->qwen2,
+                              "vocab/ggml-vocab-deepseek-r1-qwen.gguf");
+    assert_int_equal(bad, 0);
 }
 
 
@@ -967,18 +852,18 @@ test_llama3_facts(void **state)
 
     memset(&ids, 0, sizeof(ids));
 
-    encode(v, "<|eot_id|>", 10, KVS_TOK_SPECIAL, &ids);
+    kvs_test_encode(v, "<|eot_id|>", 10, KVS_TOK_SPECIAL, &ids);
     assert_int_equal(ids.n, 1);
     assert_int_equal(ids.ids[0], 128009);
 
-    encode(v, "<|eot_id|>", 10, 0, &ids);
+    kvs_test_encode(v, "<|eot_id|>", 10, 0, &ids);
     assert_true(ids.n > 1);
     for (k = 0; k < ids.n; k++) {
         assert_true(ids.ids[k] < 128000);
     }
 
     /* "Hello" is 9906 (case 23 of the .out); BOS in front on request */
-    encode(v, "Hello", 5, KVS_TOK_ADD_BOS, &ids);
+    kvs_test_encode(v, "Hello", 5, KVS_TOK_ADD_BOS, &ids);
     assert_int_equal(ids.n, 2);
     assert_int_equal(ids.ids[0], 128000);
     assert_int_equal(ids.ids[1], 9906);
@@ -1011,12 +896,12 @@ test_qwen2_facts(void **state)
     assert_int_equal(v->tokens[151645].type, KVS_TOKT_CONTROL);
 
     memset(&ids, 0, sizeof(ids));
-    encode(v, "<|im_end|>", 10, KVS_TOK_SPECIAL, &ids);
+    kvs_test_encode(v, "<|im_end|>", 10, KVS_TOK_SPECIAL, &ids);
     assert_int_equal(ids.n, 1);
     assert_int_equal(ids.ids[0], 151645);
 
     /* add_bos is false: nothing is prepended by default */
-    encode(v, "Hello", 5, 0, &ids);
+    kvs_test_encode(v, "Hello", 5, 0, &ids);
     assert_int_equal(ids.n, 1);
     assert_int_equal(ids.ids[0], 9707);
 
@@ -1034,13 +919,11 @@ assert_same_ids(const kvs_vocab_t *v, const char *a, const char *b)
     memset(&x, 0, sizeof(x));
     memset(&y, 0, sizeof(y));
 
-    encode(v, a, strlen(a), 0, &x);
-    encode(v, b, strlen(b), 0, &y);
+    kvs_test_encode(v, a, strlen(a), 0, &x);
+    kvs_test_encode(v, b, strlen(b), 0, &y);
 
-    if (x.n != y.n || memcmp(x.ids, y.ids, x.n * sizeof(int32_t)) != 0) {
-        fail_msg("\"%s\" and \"%s\" encode differently (%zu vs %zu ids)",
-                 a, b, x.n, y.n);
-    }
+    assert_true(kvs_test_ids_check(&x, &y, a, strlen(a), "\"%s\" and "
+                                   "\"%s\"", a, b));
 
     kvs_ids_free(&x);
     kvs_ids_free(&y);
@@ -1065,8 +948,8 @@ test_qwen2_nfc(void **state)
     /* Llama 3 does not normalise: the two spellings differ there */
     memset(&x, 0, sizeof(x));
     memset(&y, 0, sizeof(y));
-    encode(r->llama3, "\xe2\x84\xab", 3, 0, &x);
-    encode(r->llama3, "\xc3\x85", 2, 0, &y);
+    kvs_test_encode(r->llama3, "\xe2\x84\xab", 3, 0, &x);
+    kvs_test_encode(r->llama3, "\xc3\x85", 2, 0, &y);
     assert_false(x.n == y.n
                  && memcmp(x.ids, y.ids, x.n * sizeof(int32_t)) == 0);
     kvs_ids_free(&x);
