@@ -90,3 +90,34 @@ kvs_buf_free(kvs_buf_t *b)
     b->len = 0;
     b->cap = 0;
 }
+
+
+int
+kvs_grow(void **p, size_t *cap, size_t need, size_t size)
+{
+    size_t   c;
+    void    *q;
+
+    if (need <= *cap) {
+        return KVS_OK;
+    }
+
+    c = *cap ? *cap : 64;
+    while (c < need) {
+        c = c > SIZE_MAX / 4 ? need : c * 2;
+    }
+
+    if (size == 0 || c > SIZE_MAX / size) {
+        return KVS_ENOMEM;
+    }
+
+    q = realloc(*p, c * size);
+    if (q == NULL) {
+        return KVS_ENOMEM;
+    }
+
+    *p = q;
+    *cap = c;
+
+    return KVS_OK;
+}

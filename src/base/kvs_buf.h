@@ -23,4 +23,9 @@ int kvs_buf_printf(kvs_buf_t *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void kvs_buf_free(kvs_buf_t *b);
 
+/* Ensures the array *p of *cap elements, size bytes each, holds at least
+ * need elements, doubling (from 64); on failure (KVS_ENOMEM) *p and *cap
+ * are unchanged. */
+int kvs_grow(void **p, size_t *cap, size_t need, size_t size);
+
 #endif /* KVS_BUF_H */

@@ -43,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/kvs_buf.h"
 #include "kvs_tok_impl.h"
 
 
@@ -85,7 +86,6 @@ typedef struct {
 
 static int kvs_spm_span(const kvs_vocab_t *v, kvs_spm_scratch_t *s,
     uint32_t off, uint32_t end, kvs_ids_t *out, kvs_err_t *err);
-static int kvs_spm_grow(void **p, size_t *cap, size_t need, size_t size);
 static int32_t kvs_spm_token(const kvs_vocab_t *v, const uint8_t *s,
     size_t n);
 static void kvs_spm_sift_down(kvs_spm_pair_t *h, size_t n, size_t i);
@@ -140,7 +140,7 @@ kvs_tok_spm_encode(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
 
     n = len + 2 * spaces + (prefix ? 3 : 0);
 
-    if (kvs_spm_grow((void **) &s->text, &s->text_cap, n, 1) != KVS_OK) {
+    if (kvs_grow((void **) &s->text, &s->text_cap, n, 1) != KVS_OK) {
         return kvs_err_set(err, KVS_ENOMEM,
                            "spm: out of memory (%zu bytes of text)", n);
     }
@@ -227,10 +227,10 @@ kvs_spm_span(const kvs_vocab_t *v, kvs_spm_scratch_t *s, uint32_t off,
         nsym++;
     }
 
-    if (kvs_spm_grow((void **) &s->sym, &s->sym_cap, nsym,
+    if (kvs_grow((void **) &s->sym, &s->sym_cap, nsym,
                      sizeof(kvs_spm_sym_t))
         != KVS_OK
-        || kvs_spm_grow((void **) &s->heap, &s->heap_cap, nsym,
+        || kvs_grow((void **) &s->heap, &s->heap_cap, nsym,
                         sizeof(kvs_spm_pair_t))
            != KVS_OK)
     {
@@ -379,38 +379,6 @@ kvs_tok_spm_scratch_free(kvs_tok_ctx_t *ctx)
 }
 
 
-/* Ensures *p holds need elements of size bytes; grows by doubling. */
-static int
-kvs_spm_grow(void **p, size_t *cap, size_t need, size_t size)
-{
-    size_t   c;
-    void    *q;
-
-    if (need <= *cap) {
-        return KVS_OK;
-    }
-
-    c = *cap ? *cap : 64;
-    while (c < need) {
-        c = c > SIZE_MAX / 4 ? need : c * 2;
-    }
-
-    if (c > SIZE_MAX / size) {
-        return KVS_ENOMEM;
-    }
-
-    q = realloc(*p, c * size);
-    if (q == NULL) {
-        return KVS_ENOMEM;
-    }
-
-    *p = q;
-    *cap = c;
-
-    return KVS_OK;
-}
-
-
 /* The token that text s[0..n) may become, or -1: control, unknown and
  * byte tokens are spelt in the vocabulary but are not pieces of text. */
 static int32_t
@@ -525,7 +493,7 @@ kvs_spm_candidate(const kvs_vocab_t *v, kvs_spm_scratch_t *s,
 static int
 kvs_spm_push(kvs_spm_scratch_t *s, const kvs_spm_pair_t *pair)
 {
-    if (kvs_spm_grow((void **) &s->heap, &s->heap_cap, s->heap_n + 1,
+    if (kvs_grow((void **) &s->heap, &s->heap_cap, s->heap_n + 1,
                      sizeof(kvs_spm_pair_t))
         != KVS_OK)
     {

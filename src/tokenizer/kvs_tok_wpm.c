@@ -48,6 +48,7 @@
 #include <utf8proc.h>
 
 #include "../base/kvs_utf8.h"
+#include "../base/kvs_buf.h"
 #include "kvs_tok_impl.h"
 
 
@@ -98,7 +99,6 @@ typedef struct {
 } kvs_wpm_scratch_t;
 
 
-static int kvs_wpm_grow(void **p, size_t *cap, size_t need, size_t size);
 static int kvs_wpm_stretch(kvs_wpm_scratch_t *s, const uint8_t *text,
     size_t len, size_t *o, kvs_err_t *err);
 static int kvs_wpm_is_cjk(uint32_t cp);
@@ -129,7 +129,7 @@ kvs_tok_wpm_encode(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
     in = (const uint8_t *) text;
 
     if (len > SIZE_MAX / 4
-        || kvs_wpm_grow((void **) &s->key, &s->key_cap,
+        || kvs_grow((void **) &s->key, &s->key_cap,
                         (size_t) v->max_token_len + 3, 1) != KVS_OK)
     {
         return kvs_err_set(err, KVS_ENOMEM, "wpm: out of memory");
@@ -141,7 +141,7 @@ kvs_tok_wpm_encode(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
     o = 0;
 
     for (i = 0; i < len; ) {
-        if (kvs_wpm_grow((void **) &s->norm, &s->norm_cap,
+        if (kvs_grow((void **) &s->norm, &s->norm_cap,
                          o + 3 * (len - i), 1) != KVS_OK)
         {
             return kvs_err_set(err, KVS_ENOMEM,
@@ -244,38 +244,6 @@ kvs_tok_wpm_scratch_free(kvs_tok_ctx_t *ctx)
 }
 
 
-/* Grows *p (of *cap elements of size bytes) to at least need elements. */
-static int
-kvs_wpm_grow(void **p, size_t *cap, size_t need, size_t size)
-{
-    size_t   c;
-    void    *q;
-
-    if (need <= *cap) {
-        return KVS_OK;
-    }
-
-    c = *cap ? *cap : 256;
-    while (c < need) {
-        c = c > SIZE_MAX / 4 ? need : c * 2;
-    }
-
-    if (c > SIZE_MAX / size) {
-        return KVS_ENOMEM;
-    }
-
-    q = realloc(*p, c * size);
-    if (q == NULL) {
-        return KVS_ENOMEM;
-    }
-
-    *p = q;
-    *cap = c;
-
-    return KVS_OK;
-}
-
-
 /*
  * Normalises a stretch of text (valid UTF-8: characters from U+0080 up
  * and dropped ASCII controls) and appends it to s->norm at *o: clean and
@@ -294,7 +262,7 @@ kvs_wpm_stretch(kvs_wpm_scratch_t *s, const uint8_t *text, size_t len,
 
     /* a character of k bytes becomes at most k + 2 (" 中 "), and k >= 3
      * there, so 2 bytes per byte are enough */
-    if (kvs_wpm_grow((void **) &s->run, &s->run_cap, 2 * len, 1)
+    if (kvs_grow((void **) &s->run, &s->run_cap, 2 * len, 1)
         != KVS_OK)
     {
         return kvs_err_set(err, KVS_ENOMEM, "wpm: out of memory");
@@ -350,7 +318,7 @@ kvs_wpm_stretch(kvs_wpm_scratch_t *s, const uint8_t *text, size_t len,
     }
 
     /* NFD often keeps the count of code points, which is at most r */
-    if (kvs_wpm_grow((void **) &s->cps, &s->cps_cap, r,
+    if (kvs_grow((void **) &s->cps, &s->cps_cap, r,
                      sizeof(utf8proc_int32_t)) != KVS_OK)
     {
         return kvs_err_set(err, KVS_ENOMEM, "wpm: out of memory");
@@ -369,7 +337,7 @@ kvs_wpm_stretch(kvs_wpm_scratch_t *s, const uint8_t *text, size_t len,
             break;
         }
 
-        if (kvs_wpm_grow((void **) &s->cps, &s->cps_cap, (size_t) nc,
+        if (kvs_grow((void **) &s->cps, &s->cps_cap, (size_t) nc,
                          sizeof(utf8proc_int32_t)) != KVS_OK)
         {
             return kvs_err_set(err, KVS_ENOMEM, "wpm: out of memory");
@@ -378,7 +346,7 @@ kvs_wpm_stretch(kvs_wpm_scratch_t *s, const uint8_t *text, size_t len,
 
     /* each code point becomes at most 4 bytes and 2 spaces */
     n = (size_t) nc;
-    if (kvs_wpm_grow((void **) &s->norm, &s->norm_cap, *o + 6 * n, 1)
+    if (kvs_grow((void **) &s->norm, &s->norm_cap, *o + 6 * n, 1)
         != KVS_OK)
     {
         return kvs_err_set(err, KVS_ENOMEM, "wpm: out of memory");
