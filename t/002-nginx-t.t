@@ -48,7 +48,7 @@ $bytes =~ s/llama-bpe/llama-xyz/ or die "no tokenizer.ggml.pre in $model";
 write_file("$root/conf/badpre.gguf", $bytes);
 ($status, $out) = $t->nginx_t("kvserve_model badpre $root/conf/badpre.gguf;");
 isnt($status, 0, 'an unknown pre-tokenizer fails nginx -t');
-like($out, qr/kvserve_model "badpre": "\S+badpre\.gguf": tokenizer: tokenizer\.ggml\.pre: .*"llama-xyz"/,
+like($out, qr/kvserve_model "badpre": "\S+badpre\.gguf": tokenizer: unknown pre-tokenizer "llama-xyz" \(tokenizer\.ggml\.pre\); known: /,
      '... quoting the name it does not know');
 
 $t->done;

@@ -145,7 +145,6 @@ kvs_vocab_load(kvs_vocab_t **out, const kvs_gguf_t *g, kvs_err_t *err)
     if (v->kind == KVS_VOCAB_BPE) {
         rc = kvs_pretok_new(&v->pre, v->pre_name, err);
         if (rc != KVS_OK) {
-            kvs_err_prefix(err, "tokenizer.ggml.pre");
             goto failed;
         }
 
