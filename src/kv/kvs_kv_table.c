@@ -1,0 +1,247 @@
+/*
+ * kvs_kv_table: a sequence's block table over a kvs_kv_pool (see
+ * kvs_kv_table.h for the invariants).  Every mutation plans first (block
+ * count, pool capacity, id array growth) and commits only when nothing
+ * can fail any more.
+ */
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/kvs_buf.h"
+#include "kvs_kv_table.h"
+
+
+/* Blocks covering n positions; in 64 bits since n + block_tokens - 1
+ * may exceed 32. */
+static uint32_t
+kvs_kv_table_blocks_for(uint32_t n, uint32_t block_tokens)
+{
+    return (uint32_t) (((uint64_t) n + block_tokens - 1) / block_tokens);
+}
+
+
+static int
+kvs_kv_table_same_pool(const kvs_kv_table_t *table,
+    const kvs_kv_pool_t *pool, kvs_err_t *err)
+{
+    if (table->block_tokens != 0
+        && table->block_tokens != pool->block_tokens)
+    {
+        return kvs_err_set(err, KVS_EINVAL, "kv table: built on blocks of %"
+                           PRIu32 " tokens, pool has %" PRIu32,
+                           table->block_tokens, pool->block_tokens);
+    }
+
+    return KVS_OK;
+}
+
+
+uint32_t
+kvs_kv_table_blocks_needed(const kvs_kv_table_t *table,
+    const kvs_kv_pool_t *pool, uint32_t n_tokens)
+{
+    uint32_t  need;
+
+    need = kvs_kv_table_blocks_for(n_tokens, pool->block_tokens);
+
+    return need > table->n_blocks ? need - table->n_blocks : 0;
+}
+
+
+int
+kvs_kv_table_reserve(kvs_kv_table_t *table, kvs_kv_pool_t *pool,
+    uint32_t n_tokens, kvs_err_t *err)
+{
+    int       rc;
+    uint32_t  add;
+
+    rc = kvs_kv_table_same_pool(table, pool, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    if (n_tokens <= table->n_tokens) {
+        return KVS_OK;
+    }
+
+    add = kvs_kv_table_blocks_needed(table, pool, n_tokens);
+
+    if (add > kvs_kv_pool_free_count(pool)) {
+        return kvs_err_set(err, KVS_KV_EFULL, "kv pool has %" PRIu32
+                           " free blocks, need %" PRIu32 " for %" PRIu32
+                           " tokens", kvs_kv_pool_free_count(pool), add,
+                           n_tokens);
+    }
+
+    /* growing the array changes nothing the caller can observe */
+    if (kvs_grow((void **) &table->blocks, &table->cap,
+                 (size_t) table->n_blocks + add, sizeof(uint32_t))
+        != KVS_OK)
+    {
+        return kvs_err_set(err, KVS_ENOMEM, "kv table: out of memory for %"
+                           PRIu32 " block ids", table->n_blocks + add);
+    }
+
+    rc = kvs_kv_pool_alloc(pool, add, table->blocks + table->n_blocks, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    table->n_blocks += add;
+    table->n_tokens = n_tokens;
+    table->block_tokens = pool->block_tokens;
+
+    return KVS_OK;
+}
+
+
+int
+kvs_kv_table_slot(const kvs_kv_table_t *table, uint32_t pos,
+    uint32_t *block, uint32_t *offset, kvs_err_t *err)
+{
+    if (pos >= table->n_tokens) {
+        return kvs_err_set(err, KVS_ERANGE, "kv table: position %" PRIu32
+                           " is past the %" PRIu32 " covered", pos,
+                           table->n_tokens);
+    }
+
+    *block = table->blocks[pos / table->block_tokens];
+    *offset = pos % table->block_tokens;
+
+    return KVS_OK;
+}
+
+
+int
+kvs_kv_table_fork(kvs_kv_table_t *dst, const kvs_kv_table_t *src,
+    kvs_kv_pool_t *pool, kvs_err_t *err)
+{
+    int       rc;
+    uint32_t  i;
+
+    if (dst == src || dst->n_blocks != 0 || dst->n_tokens != 0) {
+        return kvs_err_set(err, KVS_EINVAL, "kv table: fork into a table "
+                           "that is not empty");
+    }
+
+    rc = kvs_kv_table_same_pool(src, pool, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    rc = kvs_kv_table_same_pool(dst, pool, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    for (i = 0; i < src->n_blocks; i++) {
+        if (kvs_kv_pool_refcount(pool, src->blocks[i]) == 0) {
+            return kvs_err_set(err, KVS_EINVAL, "kv table: block %" PRIu32
+                               " of the source is not held", src->blocks[i]);
+        }
+
+        if (kvs_kv_pool_refcount(pool, src->blocks[i]) == UINT32_MAX) {
+            return kvs_err_set(err, KVS_ERANGE, "kv pool: block %" PRIu32
+                               " has too many owners", src->blocks[i]);
+        }
+    }
+
+    if (kvs_grow((void **) &dst->blocks, &dst->cap, src->n_blocks,
+                 sizeof(uint32_t))
+        != KVS_OK)
+    {
+        return kvs_err_set(err, KVS_ENOMEM, "kv table: out of memory for %"
+                           PRIu32 " block ids", src->n_blocks);
+    }
+
+    /* every id was checked held and below the count limit: ref cannot
+     * fail (reserve never puts one id twice in a table) */
+    for (i = 0; i < src->n_blocks; i++) {
+        (void) kvs_kv_pool_ref(pool, src->blocks[i], NULL);
+        dst->blocks[i] = src->blocks[i];
+    }
+
+    dst->n_blocks = src->n_blocks;
+    dst->n_tokens = src->n_tokens;
+    dst->block_tokens = pool->block_tokens;
+
+    return KVS_OK;
+}
+
+
+int
+kvs_kv_table_last_shared(const kvs_kv_table_t *table,
+    const kvs_kv_pool_t *pool)
+{
+    if (table->n_blocks == 0) {
+        return 0;
+    }
+
+    return kvs_kv_pool_refcount(pool, table->blocks[table->n_blocks - 1]) > 1;
+}
+
+
+int
+kvs_kv_table_release(kvs_kv_table_t *table, kvs_kv_pool_t *pool,
+    kvs_err_t *err)
+{
+    int        rc, first;
+    uint32_t   i;
+    kvs_err_t  e;
+
+    first = KVS_OK;
+
+    /* in reverse, so that the LIFO free list hands the blocks out again in
+     * the order this table had them */
+    for (i = table->n_blocks; i > 0; i--) {
+        rc = kvs_kv_pool_unref(pool, table->blocks[i - 1], &e);
+        if (rc != KVS_OK && first == KVS_OK) {
+            first = kvs_err_set(err, rc, "%s", e.msg);
+        }
+    }
+
+    free(table->blocks);
+    memset(table, 0, sizeof(kvs_kv_table_t));
+
+    return first;
+}
+
+
+int
+kvs_kv_table_check(const kvs_kv_table_t *table, const kvs_kv_pool_t *pool,
+    kvs_err_t *err)
+{
+    uint32_t  i;
+
+    if (table->n_blocks == 0 && table->n_tokens == 0) {
+        return KVS_OK;
+    }
+
+    if (table->block_tokens != pool->block_tokens) {
+        return kvs_err_set(err, KVS_EFORMAT, "kv table: blocks of %" PRIu32
+                           " tokens, pool has %" PRIu32,
+                           table->block_tokens, pool->block_tokens);
+    }
+
+    if (table->n_blocks != kvs_kv_table_blocks_for(table->n_tokens,
+                                                   table->block_tokens)
+        || table->n_blocks > table->cap)
+    {
+        return kvs_err_set(err, KVS_EFORMAT, "kv table: %" PRIu32 " blocks "
+                           "for %" PRIu32 " tokens of %" PRIu32 " per block",
+                           table->n_blocks, table->n_tokens,
+                           table->block_tokens);
+    }
+
+    for (i = 0; i < table->n_blocks; i++) {
+        if (kvs_kv_pool_refcount(pool, table->blocks[i]) == 0) {
+            return kvs_err_set(err, KVS_EFORMAT, "kv table: entry %" PRIu32
+                               " is block %" PRIu32 ", which is not held",
+                               i, table->blocks[i]);
+        }
+    }
+
+    return KVS_OK;
+}
