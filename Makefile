@@ -166,11 +166,13 @@ unit-asan: $(ASAN_BINS) $(CLI)
 $(B)/gguf_sample: t/unit/gguf_sample.c t/unit/kvs_sample.h $(LIB)
 	$(CC) $(KVS_CFLAGS) $(CFLAGS) -Isrc -o $@ $< $(LIB) $(LIBS) $(CUDA_LINK)
 
-interop: $(CLI) $(B)/gguf_sample $(PY_STAMP)
+interop: $(CLI) $(B)/gguf_sample $(B)/unit/test_rope $(PY_STAMP)
 	@mkdir -p $(B)/tmp
 	$(TEST_ENV) KVS_SAMPLE=$(BABS)/gguf_sample \
 	    $(VENV)/bin/python t/unit/test_gguf_python.py
 	$(TEST_ENV) $(VENV)/bin/python t/unit/test_chat_jinja.py
+	$(TEST_ENV) $(VENV)/bin/python t/unit/test_rope_python.py \
+	    $(B)/unit/test_rope
 
 # The real Test::Nginx when installed; otherwise our compatible runner.
 PROVE_INC := $(shell perl -MTest::Nginx::Socket -e1 2>/dev/null \
