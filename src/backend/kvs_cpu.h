@@ -1,0 +1,121 @@
+/*
+ * kvs_cpu: the CPU backend: a model's weights resolved for compute, the
+ * K/V storage behind the KV pool's block ids, and one forward step over a
+ * batch that mixes prefill chunks and decode tokens of many sequences.
+ *
+ * This is the reference every other backend is checked against, so the
+ * math follows llama2.c run.c step for step (see the fixtures' models
+ * README): RMSNorm, q/k/v, RoPE, grouped-query attention over the paged
+ * cache, wo, residual, RMSNorm, SwiGLU FFN, residual, final norm, output.
+ *
+ * Invariants:
+ *   - a kvs_cpu_model_t borrows the kvs_model_t's mapping (weights are
+ *     pointers into it); the model must outlive it;
+ *   - K/V bytes of pool block b live at block index b of every layer's
+ *     arrays; the pool and tables decide ownership, this object only
+ *     stores;
+ *   - kvs_cpu_forward() validates its whole batch before touching the
+ *     cache, so a rejected batch changes nothing.
+ *
+ * Threads: a model and a kv object may be read by many threads, but one
+ * forward call at a time writes a given kv (the engine thread's).
+ */
+
+#ifndef KVS_CPU_H
+#define KVS_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/kvs_err.h"
+#include "../engine/kvs_rope.h"
+#include "../kv/kvs_kv_table.h"
+#include "../model/kvs_model.h"
+
+typedef struct {
+    const float  *attn_norm;          /* [n_embd] */
+    const float  *wq;                 /* [n_head * hd_k][n_embd] */
+    const float  *wk;                 /* [n_head_kv * hd_k][n_embd] */
+    const float  *wv;                 /* [n_head_kv * hd_v][n_embd] */
+    const float  *bq;                 /* [n_head * hd_k] or NULL */
+    const float  *bk;                 /* [n_head_kv * hd_k] or NULL */
+    const float  *bv;                 /* [n_head_kv * hd_v] or NULL */
+    const float  *wo;                 /* [n_embd][n_head * hd_v] */
+    const float  *ffn_norm;           /* [n_embd] */
+    const float  *w1;                 /* gate [n_ff][n_embd] */
+    const float  *w2;                 /* down [n_embd][n_ff] */
+    const float  *w3;                 /* up [n_ff][n_embd] */
+} kvs_cpu_layer_t;
+
+typedef struct {
+    const kvs_model_t  *model;
+    kvs_hparams_t       hp;           /* copy of model->hp */
+    const float        *tok_embd;     /* [n_vocab][n_embd] */
+    const float        *out_norm;     /* [n_embd] */
+    const float        *output;       /* [n_vocab][n_embd]; tok_embd when
+                                         the model ties them */
+    kvs_cpu_layer_t    *layers;       /* [n_layer] */
+    kvs_rope_t          rope;
+    int                 rope_pairing; /* KVS_ROPE_NORM | KVS_ROPE_NEOX */
+} kvs_cpu_model_t;
+
+typedef struct {
+    uint32_t   n_layer;
+    uint32_t   n_blocks;
+    uint32_t   block_tokens;
+    uint32_t   k_width;               /* floats per token per layer, K:
+                                         n_head_kv * hd_k */
+    uint32_t   v_width;               /* same for V: n_head_kv * hd_v */
+    float     *k;                     /* [n_layer][n_blocks][block_tokens]
+                                         [k_width] */
+    float     *v;                     /* [n_layer][n_blocks][block_tokens]
+                                         [v_width] */
+} kvs_cpu_kv_t;
+
+/* One token of a batch. */
+typedef struct {
+    int32_t                 token;    /* [0, n_vocab) */
+    uint32_t                pos;      /* its position; < table->n_tokens */
+    const kvs_kv_table_t   *table;    /* its sequence's block table */
+    int                     want_logits;
+} kvs_cpu_tok_t;
+
+/*
+ * A step's tokens.  Tokens of one sequence appear in position order (a
+ * prefill chunk is consecutive positions); a token attends to positions
+ * 0..pos of its table: those before this batch's must already be in the
+ * cache.  Two entries of one sequence never share a position.
+ */
+typedef struct {
+    const kvs_cpu_tok_t  *toks;       /* [n] */
+    uint32_t              n;
+} kvs_cpu_batch_t;
+
+/*
+ * Resolves every tensor of m (F32 only for now: another dtype is
+ * KVS_EUNSUPPORTED naming the tensor) and builds the RoPE table.
+ * *out is NULL on failure.
+ */
+int kvs_cpu_model_new(kvs_cpu_model_t **out, const kvs_model_t *m,
+    kvs_err_t *err);
+void kvs_cpu_model_free(kvs_cpu_model_t *cm);
+
+/* K/V storage for a pool of n_blocks blocks of block_tokens tokens, zeroed.
+ * KVS_EINVAL for zero sizes, KVS_ERANGE if the byte count overflows,
+ * KVS_ENOMEM. */
+int kvs_cpu_kv_new(kvs_cpu_kv_t **out, const kvs_cpu_model_t *cm,
+    uint32_t n_blocks, uint32_t block_tokens, kvs_err_t *err);
+void kvs_cpu_kv_free(kvs_cpu_kv_t *kv);
+
+/*
+ * One forward step: writes every token's K/V into its slot and, for the
+ * entries with want_logits, their logits in batch order into
+ * logits[n_want][n_vocab] (NULL allowed when n_want is 0).  KVS_EINVAL
+ * for a bad entry (token, position not covered by its table, table of
+ * another block size or with ids beyond the kv's blocks), nothing
+ * written; KVS_ENOMEM for scratch.
+ */
+int kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
+    const kvs_cpu_batch_t *b, float *logits, kvs_err_t *err);
+
+#endif /* KVS_CPU_H */
