@@ -17,6 +17,7 @@
 #include "backend/kvs_cpu.h"
 #include "base/kvs_buf.h"
 #include "kv/kvs_kv_pool.h"
+#include "engine/kvs_sample.h"
 #include "kv/kvs_kv_table.h"
 #include "tokenizer/kvs_tok.h"
 #include "tokenizer/kvs_vocab.h"
@@ -32,9 +33,9 @@ typedef struct {
 } fx_t;
 
 
-/* Reads the "greedy_t0_n256:" line of the derived ids file. */
+/* Reads the line "<key>: BOS + 256 ids" of the derived ids file. */
 static int
-fx_read_ref(int32_t *ref)
+fx_read_ids(const char *key, int32_t *ref)
 {
     const char  *path, *p;
     char        *end, *txt;
@@ -49,9 +50,9 @@ fx_read_ref(int32_t *ref)
     txt = (char *) kvs_test_slurp(path, &len);
     assert_non_null(txt);
 
-    p = strstr(txt, "\ngreedy_t0_n256:");
+    p = strstr(txt, key);
     assert_non_null(p);
-    p += strlen("\ngreedy_t0_n256:");
+    p += strlen(key);
 
     for (i = 0; i < N_REF; i++) {
         id = strtol(p, &end, 10);
@@ -86,7 +87,7 @@ fx_setup(void **state)
     *state = fx;
 
     path = kvs_test_fixture("models/stories260K-f32.gguf");
-    if (path == NULL || fx_read_ref(fx->ref) != 0) {
+    if (path == NULL || fx_read_ids("\ngreedy_t0_n256:", fx->ref) != 0) {
         return 0;
     }
 
@@ -565,6 +566,105 @@ test_text(void **state)
 }
 
 
+/*
+ * run.c -t 1.0 -p 0.9 -s 133742: the forward pass and the sampler
+ * together draw llama2.c's 256 ids (one coin per step, from the seed) and
+ * so its text, byte for byte (doc/stories260K.md, with run.c's final
+ * newline).
+ */
+static void
+test_top_p(void **state)
+{
+    fx_t                 *fx;
+    float                *lg;
+    size_t                want_len;
+    int32_t               ref[N_REF], tok;
+    uint32_t              pos;
+    uint8_t              *want;
+    kvs_buf_t             out;
+    kvs_err_t             err;
+    const char           *path;
+    kvs_vocab_t          *v;
+    kvs_cpu_kv_t         *kv;
+    kvs_cpu_tok_t         t;
+    kvs_kv_pool_t        *pool;
+    kvs_kv_table_t        table;
+    kvs_cpu_batch_t       b;
+    kvs_sampler_t         smp;
+    kvs_sample_params_t   sp;
+
+    fx = *state;
+    path = kvs_test_fixture(
+        "models/stories260K.expected-t1.0-p0.9-s133742.txt");
+    if (fx->cm == NULL || path == NULL) {
+        skip();
+    }
+
+    assert_int_equal(fx_read_ids("\ntopp_t1.0_p0.9_s133742_n256:", ref), 0);
+
+    memset(&sp, 0, sizeof(sp));
+    sp.temperature = 1.0f;
+    sp.top_p = 0.9f;
+    sp.seed = 133742;
+    assert_int_equal(kvs_sampler_init(&smp, &sp, fx->cm->hp.n_vocab, &err),
+                     KVS_OK);
+
+    assert_int_equal(kvs_kv_pool_new(&pool, 32, 16, &err), KVS_OK);
+    assert_int_equal(kvs_cpu_kv_new(&kv, fx->cm, 32, 16, &err), KVS_OK);
+    lg = malloc(fx->cm->hp.n_vocab * sizeof(float));
+    assert_non_null(lg);
+    memset(&table, 0, sizeof(table));
+
+    tok = 1;
+
+    for (pos = 0; pos + 1 < N_REF; pos++) {
+        assert_int_equal(kvs_kv_table_reserve(&table, pool, pos + 1, &err),
+                         KVS_OK);
+
+        t.token = tok;
+        t.pos = pos;
+        t.table = &table;
+        t.want_logits = 1;
+        b.toks = &t;
+        b.n = 1;
+
+        if (kvs_cpu_forward(fx->cm, kv, &b, lg, &err) != KVS_OK
+            || kvs_sample(&smp, lg, &tok, &err) != KVS_OK)
+        {
+            fail_msg("step %u: %s", pos, err.msg);
+        }
+
+        if (tok != ref[pos + 1]) {
+            fail_msg("step %u: drew %d, llama2.c drew %d", pos, tok,
+                     ref[pos + 1]);
+        }
+    }
+
+    want = kvs_test_slurp(path, &want_len);
+    assert_non_null(want);
+    assert_int_equal(kvs_vocab_open(&v, kvs_test_fixture(
+                         "models/stories260K-f32.gguf"), &err), KVS_OK);
+
+    memset(&out, 0, sizeof(out));
+    assert_int_equal(kvs_tok_decode(v, ref, N_REF, 0, &out, &err), KVS_OK);
+    assert_int_equal(kvs_buf_append(&out, "\n", 1), KVS_OK);
+    assert_int_equal(out.len, want_len);
+    assert_memory_equal(out.data, want, want_len);
+
+    assert_int_equal(kvs_kv_table_release(&table, pool, &err), KVS_OK);
+    pool_ok(pool);
+    assert_int_equal(kvs_kv_pool_used_count(pool), 0);
+
+    kvs_buf_free(&out);
+    kvs_vocab_free(v);
+    free(want);
+    free(lg);
+    kvs_cpu_kv_free(kv);
+    kvs_kv_pool_free(pool);
+    kvs_sampler_free(&smp);
+}
+
+
 /* Bad entries are refused before anything is written: the cache bytes
  * stay as they were. */
 static void
@@ -649,6 +749,7 @@ main(void)
         cmocka_unit_test(test_block_sizes),
         cmocka_unit_test(test_batched),
         cmocka_unit_test(test_text),
+        cmocka_unit_test(test_top_p),
         cmocka_unit_test(test_bad_batch),
     };
 
