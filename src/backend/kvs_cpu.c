@@ -4,6 +4,12 @@
  * stories260K reproduces its reference texts; the matrix products go
  * through one function, kvs_cpu_matmul(), the place where CBLAS plugs in.
  *
+ * Non-F32 matrices are dequantized a row at a time inside the product
+ * (kvs_cpu_row()), into a scratch row shared by the whole batch: memory
+ * stays the mapping's, and every token of a step reads the same floats,
+ * so a sequence's results do not depend on what it is batched with.
+ * Keeping Q8_0 quantized instead is the alternative; not measured yet.
+ *
  * A step runs layer by layer over the whole batch: every token's K and V
  * of a layer are written to their slots before any token of that layer
  * attends, so a prefill chunk sees its own earlier positions and a decode
@@ -20,15 +26,23 @@
 #include <cblas.h>
 #endif
 
+#include "../model/kvs_dtype.h"
 #include "../model/kvs_ggml_type.h"
 #include "kvs_cpu.h"
 
 
 static int kvs_cpu_tensor(const kvs_model_t *m, const char *name,
-    uint64_t ne0, uint64_t ne1, int optional, const float **out,
+    uint64_t ne0, uint64_t ne1, int optional, const kvs_gguf_tensor_t **out,
     kvs_err_t *err);
-static void kvs_cpu_matmul(float *y, const float *x, const float *w,
-    uint32_t n, uint32_t in, uint32_t out);
+static int kvs_cpu_mat(const kvs_model_t *m, const char *name, uint64_t ne0,
+    uint64_t ne1, int optional, kvs_cpu_mat_t *out, kvs_err_t *err);
+static int kvs_cpu_vec(kvs_cpu_model_t *cm, const char *name, uint64_t ne0,
+    int optional, const float **out, kvs_err_t *err);
+static void kvs_cpu_model_free_owned(kvs_cpu_model_t *cm);
+static const float *kvs_cpu_row(const kvs_cpu_mat_t *w, uint32_t r,
+    float *scratch);
+static void kvs_cpu_matmul(float *y, const float *x, const kvs_cpu_mat_t *w,
+    uint32_t n, float *scratch);
 static void kvs_cpu_rmsnorm(float *o, const float *x, const float *w,
     uint32_t size, float eps);
 static int kvs_cpu_check_batch(const kvs_cpu_model_t *cm,
@@ -36,12 +50,12 @@ static int kvs_cpu_check_batch(const kvs_cpu_model_t *cm,
     kvs_err_t *err);
 
 
-/* A tensor's F32 data, checked against the [ne0, ne1] shape compute
- * expects; ne1 == 0 means a vector.  NULL and KVS_OK for a missing
- * optional tensor. */
+/* A tensor, checked against the [ne0, ne1] shape compute expects; ne1 ==
+ * 0 means a vector.  NULL and KVS_OK for a missing optional tensor. */
 static int
 kvs_cpu_tensor(const kvs_model_t *m, const char *name, uint64_t ne0,
-    uint64_t ne1, int optional, const float **out, kvs_err_t *err)
+    uint64_t ne1, int optional, const kvs_gguf_tensor_t **out,
+    kvs_err_t *err)
 {
     uint64_t                  want;
     const kvs_gguf_tensor_t  *t;
@@ -58,12 +72,6 @@ kvs_cpu_tensor(const kvs_model_t *m, const char *name, uint64_t ne0,
                            "is missing", name);
     }
 
-    if (t->type != KVS_GGML_F32) {
-        return kvs_err_set(err, KVS_EUNSUPPORTED, "cpu backend: tensor %s "
-                           "is %s, only F32 is supported yet", name,
-                           kvs_ggml_type_name(t->type));
-    }
-
     want = ne1 == 0 ? ne0 : ne0 * ne1;
 
     if (t->ne[0] != ne0 || t->nelem != want) {
@@ -74,9 +82,137 @@ kvs_cpu_tensor(const kvs_model_t *m, const char *name, uint64_t ne0,
                            ne1 == 0 ? 1 : ne1);
     }
 
-    *out = t->data;
+    *out = t;
 
     return KVS_OK;
+}
+
+
+/* A weight matrix of ne1 rows of ne0 elements, left in the mapping. */
+static int
+kvs_cpu_mat(const kvs_model_t *m, const char *name, uint64_t ne0,
+    uint64_t ne1, int optional, kvs_cpu_mat_t *out, kvs_err_t *err)
+{
+    int                       rc;
+    size_t                    row;
+    const kvs_gguf_tensor_t  *t;
+
+    memset(out, 0, sizeof(kvs_cpu_mat_t));
+
+    rc = kvs_cpu_tensor(m, name, ne0, ne1, optional, &t, err);
+    if (rc != KVS_OK || t == NULL) {
+        return rc;
+    }
+
+    switch (t->type) {
+    case KVS_GGML_F32:
+        row = ne0 * 4;
+        break;
+    case KVS_GGML_F16:
+    case KVS_GGML_BF16:
+        row = ne0 * 2;
+        break;
+    case KVS_GGML_Q8_0:
+        if (ne0 % KVS_Q8_0_BLOCK != 0) {
+            return kvs_err_set(err, KVS_EFORMAT, "cpu backend: tensor %s is "
+                               "Q8_0 with rows of %" PRIu64 " elements, not "
+                               "a multiple of %d", name, ne0,
+                               KVS_Q8_0_BLOCK);
+        }
+        row = ne0 / KVS_Q8_0_BLOCK * KVS_Q8_0_BYTES;
+        break;
+    default:
+        return kvs_err_set(err, KVS_EUNSUPPORTED, "cpu backend: tensor %s "
+                           "is %s; F32, F16, BF16 and Q8_0 are supported",
+                           name, kvs_ggml_type_name(t->type));
+    }
+
+    /* the reader checked nbytes against the type; this guards the rows
+     * this file will index against a reader that did not */
+    if (t->nbytes < row * ne1) {
+        return kvs_err_set(err, KVS_EFORMAT, "cpu backend: tensor %s holds "
+                           "%" PRIu64 " bytes, %zu expected", name,
+                           t->nbytes, row * ne1);
+    }
+
+    out->data = t->data;
+    out->row_bytes = row;
+    out->type = t->type;
+    out->rows = (uint32_t) ne1;
+    out->cols = (uint32_t) ne0;
+
+    return KVS_OK;
+}
+
+
+/* A vector's floats: F32 in the mapping, or F16 / BF16 converted into a
+ * copy that cm owns. */
+static int
+kvs_cpu_vec(kvs_cpu_model_t *cm, const char *name, uint64_t ne0,
+    int optional, const float **out, kvs_err_t *err)
+{
+    int                       rc;
+    float                    *f, **owned;
+    uint64_t                  i;
+    const uint16_t           *h;
+    const kvs_gguf_tensor_t  *t;
+
+    *out = NULL;
+
+    rc = kvs_cpu_tensor(cm->model, name, ne0, 0, optional, &t, err);
+    if (rc != KVS_OK || t == NULL) {
+        return rc;
+    }
+
+    if (t->type == KVS_GGML_F32) {
+        *out = t->data;
+        return KVS_OK;
+    }
+
+    if (t->type != KVS_GGML_F16 && t->type != KVS_GGML_BF16) {
+        return kvs_err_set(err, KVS_EUNSUPPORTED, "cpu backend: tensor %s "
+                           "is %s; vectors must be F32, F16 or BF16", name,
+                           kvs_ggml_type_name(t->type));
+    }
+
+    owned = realloc(cm->owned, (cm->n_owned + 1) * sizeof(float *));
+    if (owned == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "cpu backend: out of memory");
+    }
+
+    cm->owned = owned;
+
+    f = malloc(ne0 * sizeof(float));
+    if (f == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "cpu backend: out of memory");
+    }
+
+    h = t->data;
+
+    for (i = 0; i < ne0; i++) {
+        f[i] = t->type == KVS_GGML_F16 ? kvs_f16_to_f32(h[i])
+                                       : kvs_bf16_to_f32(h[i]);
+    }
+
+    cm->owned[cm->n_owned++] = f;
+    *out = f;
+
+    return KVS_OK;
+}
+
+
+static void
+kvs_cpu_model_free_owned(kvs_cpu_model_t *cm)
+{
+    uint32_t  i;
+
+    for (i = 0; i < cm->n_owned; i++) {
+        free(cm->owned[i]);
+    }
+
+    free(cm->owned);
+    cm->owned = NULL;
+    cm->n_owned = 0;
 }
 
 
@@ -118,52 +254,64 @@ kvs_cpu_model_new(kvs_cpu_model_t **out, const kvs_model_t *m,
     vd = hp->n_head_kv * hp->head_dim_v;
     o = hp->n_head * hp->head_dim_v;
 
-#define KVS_CPU_T(field, nm, ne0, ne1, opt)                                  \
-    rc = kvs_cpu_tensor(m, nm, ne0, ne1, opt, &(field), err);                \
+#define KVS_CPU_M(field, nm, ne0, ne1, opt)                                  \
+    rc = kvs_cpu_mat(m, nm, ne0, ne1, opt, &(field), err);                   \
     if (rc != KVS_OK) {                                                      \
         goto failed;                                                         \
     }
 
-    KVS_CPU_T(cm->tok_embd, "token_embd.weight", e, hp->n_vocab, 0);
-    KVS_CPU_T(cm->out_norm, "output_norm.weight", e, 0, 0);
-    KVS_CPU_T(cm->output, "output.weight", e, hp->n_vocab, 1);
+#define KVS_CPU_V(field, nm, ne0, opt)                                       \
+    rc = kvs_cpu_vec(cm, nm, ne0, opt, &(field), err);                       \
+    if (rc != KVS_OK) {                                                      \
+        goto failed;                                                         \
+    }
 
-    if (cm->output == NULL) {
+    KVS_CPU_M(cm->tok_embd, "token_embd.weight", e, hp->n_vocab, 0);
+    KVS_CPU_V(cm->out_norm, "output_norm.weight", e, 0);
+    KVS_CPU_M(cm->output, "output.weight", e, hp->n_vocab, 1);
+
+    if (cm->output.data == NULL) {
         cm->output = cm->tok_embd;
     }
 
     for (l = 0; l < hp->n_layer; l++) {
         ly = &cm->layers[l];
 
-#define KVS_CPU_L(field, suffix, ne0, ne1, opt)                              \
+#define KVS_CPU_LM(field, suffix, ne0, ne1)                                  \
     snprintf(name, sizeof(name), "blk.%" PRIu32 ".%s", l, suffix);          \
-    KVS_CPU_T(ly->field, name, ne0, ne1, opt)
+    KVS_CPU_M(ly->field, name, ne0, ne1, 0)
 
-        KVS_CPU_L(attn_norm, "attn_norm.weight", e, 0, 0);
-        KVS_CPU_L(wq, "attn_q.weight", e, q, 0);
-        KVS_CPU_L(wk, "attn_k.weight", e, kd, 0);
-        KVS_CPU_L(wv, "attn_v.weight", e, vd, 0);
-        KVS_CPU_L(bq, "attn_q.bias", q, 0, 1);
-        KVS_CPU_L(bk, "attn_k.bias", kd, 0, 1);
-        KVS_CPU_L(bv, "attn_v.bias", vd, 0, 1);
-        KVS_CPU_L(wo, "attn_output.weight", o, e, 0);
-        KVS_CPU_L(ffn_norm, "ffn_norm.weight", e, 0, 0);
-        KVS_CPU_L(w1, "ffn_gate.weight", e, f, 0);
-        KVS_CPU_L(w2, "ffn_down.weight", f, e, 0);
-        KVS_CPU_L(w3, "ffn_up.weight", e, f, 0);
+#define KVS_CPU_LV(field, suffix, ne0, opt)                                  \
+    snprintf(name, sizeof(name), "blk.%" PRIu32 ".%s", l, suffix);          \
+    KVS_CPU_V(ly->field, name, ne0, opt)
 
-#undef KVS_CPU_L
+        KVS_CPU_LV(attn_norm, "attn_norm.weight", e, 0);
+        KVS_CPU_LM(wq, "attn_q.weight", e, q);
+        KVS_CPU_LM(wk, "attn_k.weight", e, kd);
+        KVS_CPU_LM(wv, "attn_v.weight", e, vd);
+        KVS_CPU_LV(bq, "attn_q.bias", q, 1);
+        KVS_CPU_LV(bk, "attn_k.bias", kd, 1);
+        KVS_CPU_LV(bv, "attn_v.bias", vd, 1);
+        KVS_CPU_LM(wo, "attn_output.weight", o, e);
+        KVS_CPU_LV(ffn_norm, "ffn_norm.weight", e, 0);
+        KVS_CPU_LM(w1, "ffn_gate.weight", e, f);
+        KVS_CPU_LM(w2, "ffn_down.weight", f, e);
+        KVS_CPU_LM(w3, "ffn_up.weight", e, f);
+
+#undef KVS_CPU_LM
+#undef KVS_CPU_LV
     }
+
+    /* llama.cpp stores Llama 3.1 frequency bands as this tensor */
+    KVS_CPU_V(freqs, "rope_freqs.weight", hp->n_rot / 2, 1);
+
+#undef KVS_CPU_M
+#undef KVS_CPU_V
 
     rc = kvs_rope_init(&cm->rope, hp, err);
     if (rc != KVS_OK) {
         goto failed;
     }
-
-    /* llama.cpp stores Llama 3.1 frequency bands as this tensor */
-    KVS_CPU_T(freqs, "rope_freqs.weight", hp->n_rot / 2, 0, 1);
-
-#undef KVS_CPU_T
 
     if (freqs != NULL) {
         rc = kvs_rope_set_freq_factors(&cm->rope, freqs, hp->n_rot / 2, err);
@@ -179,6 +327,7 @@ kvs_cpu_model_new(kvs_cpu_model_t **out, const kvs_model_t *m,
 
 failed:
 
+    kvs_cpu_model_free_owned(cm);
     free(cm->layers);
     free(cm);
 
@@ -194,6 +343,7 @@ kvs_cpu_model_free(kvs_cpu_model_t *cm)
     }
 
     kvs_rope_free(&cm->rope);
+    kvs_cpu_model_free_owned(cm);
     free(cm->layers);
     free(cm);
 }
@@ -270,26 +420,73 @@ kvs_cpu_kv_free(kvs_cpu_kv_t *kv)
 }
 
 
-/* y[n][out] = x[n][in] . w[out][in]^T: every row of x through the linear
- * layer w, stored as PyTorch does (row o holds the weights of output o). */
-static void
-kvs_cpu_matmul(float *y, const float *x, const float *w, uint32_t n,
-    uint32_t in, uint32_t out)
+/* Row r of w as floats: in place for F32, else dequantized into
+ * scratch[w->cols]. */
+static const float *
+kvs_cpu_row(const kvs_cpu_mat_t *w, uint32_t r, float *scratch)
 {
-#if KVS_HAVE_CBLAS
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int) n, (int) out,
-                (int) in, 1.0f, x, (int) in, w, (int) in, 0.0f, y,
-                (int) out);
-#else
-    uint32_t      i, o, j;
+    uint32_t         j;
+    const uint8_t   *p;
+    const uint16_t  *h;
+
+    p = (const uint8_t *) w->data + (size_t) r * w->row_bytes;
+
+    switch (w->type) {
+    case KVS_GGML_F16:
+        h = (const uint16_t *) p;
+        for (j = 0; j < w->cols; j++) {
+            scratch[j] = kvs_f16_to_f32(h[j]);
+        }
+        return scratch;
+
+    case KVS_GGML_BF16:
+        h = (const uint16_t *) p;
+        for (j = 0; j < w->cols; j++) {
+            scratch[j] = kvs_bf16_to_f32(h[j]);
+        }
+        return scratch;
+
+    case KVS_GGML_Q8_0:
+        kvs_q8_0_dequantize(p, scratch, w->cols);
+        return scratch;
+
+    default:
+        return (const float *) p;
+    }
+}
+
+
+/*
+ * y[n][rows] = x[n][cols] . w[rows][cols]^T: every row of x through the
+ * linear layer w, stored as PyTorch does (row o holds the weights of
+ * output o).  Output-row outer, so each weight row is dequantized once
+ * per step whatever n is; scratch holds w->cols floats.
+ */
+static void
+kvs_cpu_matmul(float *y, const float *x, const kvs_cpu_mat_t *w,
+    uint32_t n, float *scratch)
+{
+    uint32_t      i, o, j, in, out;
     float         s;
     const float  *xr, *wr;
 
-    for (i = 0; i < n; i++) {
-        xr = x + (size_t) i * in;
+    in = w->cols;
+    out = w->rows;
 
-        for (o = 0; o < out; o++) {
-            wr = w + (size_t) o * in;
+#if KVS_HAVE_CBLAS
+    if (w->type == KVS_GGML_F32) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int) n,
+                    (int) out, (int) in, 1.0f, x, (int) in, w->data,
+                    (int) in, 0.0f, y, (int) out);
+        return;
+    }
+#endif
+
+    for (o = 0; o < out; o++) {
+        wr = kvs_cpu_row(w, o, scratch);
+
+        for (i = 0; i < n; i++) {
+            xr = x + (size_t) i * in;
             s = 0.0f;
 
             for (j = 0; j < in; j++) {
@@ -299,7 +496,6 @@ kvs_cpu_matmul(float *y, const float *x, const float *w, uint32_t n,
             y[(size_t) i * out + o] = s;
         }
     }
-#endif
 }
 
 
@@ -394,10 +590,10 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
 {
     int                     rc;
     float                  *buf, *x, *xb, *q, *k, *v, *att, *h1, *h3, *sc;
-    float                  *kc, *vc, *qh, *ah, mx, sum, scale, eps, z;
+    float                  *kc, *vc, *qh, *ah, *row, mx, sum, scale, eps, z;
     size_t                  total, layer_k, layer_v, slot, r;
     uint32_t                n, i, l, h, t, j, max_ctx, e, f, qd, kd, vd;
-    uint32_t                od, hdk, hdv, group, bt, blk, want;
+    uint32_t                od, hdk, hdv, group, bt, blk, want, wrow;
     const float            *kt, *vt;
     const kvs_cpu_tok_t    *tk;
     const kvs_cpu_layer_t  *ly;
@@ -435,10 +631,15 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     eps = (float) hp->norm_eps;
     scale = 1.0f / sqrtf((float) hdk);
 
+    /* the widest weight row any product dequantizes */
+    wrow = e > f ? e : f;
+    wrow = wrow > od ? wrow : od;
+
     /* one allocation for all activations, per token: x, xb [e]; q [qd];
-     * k [kd]; v [vd]; att [od]; h1, h3 [f]; then scores [max_ctx] */
+     * k [kd]; v [vd]; att [od]; h1, h3 [f]; then scores [max_ctx] and
+     * one weight row [wrow] */
     total = (size_t) n * (2 * (size_t) e + qd + kd + vd + od + 2 * (size_t) f)
-            + max_ctx;
+            + max_ctx + wrow;
 
     buf = malloc(total * sizeof(float));
     if (buf == NULL) {
@@ -456,10 +657,11 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     h1 = att + (size_t) n * od;           /* [n][f] gate, then silu*up */
     h3 = h1 + (size_t) n * f;             /* [n][f] up */
     sc = h3 + (size_t) n * f;             /* [max_ctx] scores */
+    row = sc + max_ctx;                   /* [wrow] dequantized weights */
 
     for (i = 0; i < n; i++) {
         memcpy(x + (size_t) i * e,
-               cm->tok_embd + (size_t) b->toks[i].token * e,
+               kvs_cpu_row(&cm->tok_embd, (uint32_t) b->toks[i].token, row),
                e * sizeof(float));
     }
 
@@ -476,9 +678,9 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
                             ly->attn_norm, e, eps);
         }
 
-        kvs_cpu_matmul(q, xb, ly->wq, n, e, qd);
-        kvs_cpu_matmul(k, xb, ly->wk, n, e, kd);
-        kvs_cpu_matmul(v, xb, ly->wv, n, e, vd);
+        kvs_cpu_matmul(q, xb, &ly->wq, n, row);
+        kvs_cpu_matmul(k, xb, &ly->wk, n, row);
+        kvs_cpu_matmul(v, xb, &ly->wv, n, row);
 
         /* write this layer's K/V of the whole batch before any token
          * attends, so tokens see earlier positions of their own chunk */
@@ -557,7 +759,7 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
             }
         }
 
-        kvs_cpu_matmul(xb, att, ly->wo, n, od, e);
+        kvs_cpu_matmul(xb, att, &ly->wo, n, row);
 
         for (r = 0; r < (size_t) n * e; r++) {
             x[r] += xb[r];
@@ -568,15 +770,15 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
                             ly->ffn_norm, e, eps);
         }
 
-        kvs_cpu_matmul(h1, xb, ly->w1, n, e, f);
-        kvs_cpu_matmul(h3, xb, ly->w3, n, e, f);
+        kvs_cpu_matmul(h1, xb, &ly->w1, n, row);
+        kvs_cpu_matmul(h3, xb, &ly->w3, n, row);
 
         for (r = 0; r < (size_t) n * f; r++) {
             z = h1[r];
             h1[r] = z * (1.0f / (1.0f + expf(-z))) * h3[r];
         }
 
-        kvs_cpu_matmul(xb, h1, ly->w2, n, f, e);
+        kvs_cpu_matmul(xb, h1, &ly->w2, n, row);
 
         for (r = 0; r < (size_t) n * e; r++) {
             x[r] += xb[r];
@@ -596,7 +798,7 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     }
 
     if (want > 0) {
-        kvs_cpu_matmul(logits, xb, cm->output, want, e, hp->n_vocab);
+        kvs_cpu_matmul(logits, xb, &cm->output, want, row);
     }
 
     free(buf);

@@ -8,6 +8,15 @@
  * README): RMSNorm, q/k/v, RoPE, grouped-query attention over the paged
  * cache, wo, residual, RMSNorm, SwiGLU FFN, residual, final norm, output.
  *
+ * Weights: matrices stay as stored in the mapping (F32, F16, BF16 or
+ * Q8_0) and the matrix product dequantizes one row at a time into a
+ * float scratch row, reused across every token of the batch, so a
+ * quantized model costs no extra memory and a step converts each weight
+ * once.  Whether keeping Q8_0 quantized (int8 dot products against
+ * quantized activations) is faster is not measured yet.  Vectors (norms,
+ * biases, RoPE frequency factors) are F32 in real GGUFs; F16 and BF16
+ * ones are converted to owned float copies at load.
+ *
  * Invariants:
  *   - a kvs_cpu_model_t borrows the kvs_model_t's mapping (weights are
  *     pointers into it); the model must outlive it;
@@ -32,29 +41,41 @@
 #include "../kv/kvs_kv_table.h"
 #include "../model/kvs_model.h"
 
+/* A weight matrix [rows][cols] as the GGUF stores it (row r: the weights
+ * of output r); cols is a multiple of 32 for Q8_0. */
 typedef struct {
-    const float  *attn_norm;          /* [n_embd] */
-    const float  *wq;                 /* [n_head * hd_k][n_embd] */
-    const float  *wk;                 /* [n_head_kv * hd_k][n_embd] */
-    const float  *wv;                 /* [n_head_kv * hd_v][n_embd] */
-    const float  *bq;                 /* [n_head * hd_k] or NULL */
-    const float  *bk;                 /* [n_head_kv * hd_k] or NULL */
-    const float  *bv;                 /* [n_head_kv * hd_v] or NULL */
-    const float  *wo;                 /* [n_embd][n_head * hd_v] */
-    const float  *ffn_norm;           /* [n_embd] */
-    const float  *w1;                 /* gate [n_ff][n_embd] */
-    const float  *w2;                 /* down [n_embd][n_ff] */
-    const float  *w3;                 /* up [n_ff][n_embd] */
+    const void  *data;                /* [rows][row_bytes], in the mapping */
+    size_t       row_bytes;
+    uint32_t     type;                /* F32, F16, BF16 or Q8_0 */
+    uint32_t     rows;
+    uint32_t     cols;
+} kvs_cpu_mat_t;
+
+typedef struct {
+    const float    *attn_norm;        /* [n_embd] */
+    kvs_cpu_mat_t   wq;               /* [n_head * hd_k][n_embd] */
+    kvs_cpu_mat_t   wk;               /* [n_head_kv * hd_k][n_embd] */
+    kvs_cpu_mat_t   wv;               /* [n_head_kv * hd_v][n_embd] */
+    const float    *bq;               /* [n_head * hd_k] or NULL */
+    const float    *bk;               /* [n_head_kv * hd_k] or NULL */
+    const float    *bv;               /* [n_head_kv * hd_v] or NULL */
+    kvs_cpu_mat_t   wo;               /* [n_embd][n_head * hd_v] */
+    const float    *ffn_norm;         /* [n_embd] */
+    kvs_cpu_mat_t   w1;               /* gate [n_ff][n_embd] */
+    kvs_cpu_mat_t   w2;               /* down [n_embd][n_ff] */
+    kvs_cpu_mat_t   w3;               /* up [n_ff][n_embd] */
 } kvs_cpu_layer_t;
 
 typedef struct {
     const kvs_model_t  *model;
     kvs_hparams_t       hp;           /* copy of model->hp */
-    const float        *tok_embd;     /* [n_vocab][n_embd] */
+    kvs_cpu_mat_t       tok_embd;     /* [n_vocab][n_embd] */
     const float        *out_norm;     /* [n_embd] */
-    const float        *output;       /* [n_vocab][n_embd]; tok_embd when
+    kvs_cpu_mat_t       output;       /* [n_vocab][n_embd]; tok_embd when
                                          the model ties them */
     kvs_cpu_layer_t    *layers;       /* [n_layer] */
+    float             **owned;        /* [n_owned] converted vectors */
+    uint32_t            n_owned;
     kvs_rope_t          rope;
     int                 rope_pairing; /* KVS_ROPE_NORM | KVS_ROPE_NEOX */
 } kvs_cpu_model_t;
@@ -92,8 +113,9 @@ typedef struct {
 } kvs_cpu_batch_t;
 
 /*
- * Resolves every tensor of m (F32 only for now: another dtype is
- * KVS_EUNSUPPORTED naming the tensor) and builds the RoPE table.
+ * Resolves every tensor of m (matrices F32, F16, BF16 or Q8_0, vectors
+ * F32, F16 or BF16: another type is KVS_EUNSUPPORTED naming the tensor)
+ * and builds the RoPE table.
  * *out is NULL on failure.
  */
 int kvs_cpu_model_new(kvs_cpu_model_t **out, const kvs_model_t *m,

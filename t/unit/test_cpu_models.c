@@ -1,0 +1,813 @@
+/*
+ * test_cpu_models: the CPU backend on seeded random Llama models of
+ * several shapes (kvs_gen): MHA, GQA, an odd head count (3 heads of 16,
+ * one KV head), tied and untied output, with F32 and F16 weights, and
+ * BF16 / Q8_0 as a smoke run.  For each model:
+ *   (a) incremental decode over the paged cache gives the logits of a
+ *       full recompute (a fresh cache, the whole sequence as one prefill
+ *       batch, the last position's logits): max |a - b| / max |b| < 1e-4;
+ *   (b) every sequence's greedy ids are the same alone as batched with 1
+ *       and 7 others of different lengths, chunked prefill on and off;
+ *   (c) block sizes 1, 16 and 64 give the same greedy ids.
+ * Greedy on a random model often settles on repeating one id (a tied
+ * model's own-token logit dominates), which would make (b) and (c) weak,
+ * so they compare every step's logits as well (max rel err < 1e-4).
+ * Every block is back in the pool after each run.  A tensor of a type the
+ * backend does not compute with is refused, naming the tensor.
+ *
+ * The models are generated into KVS_TMP and unlinked once mapped.
+ */
+
+#include "kvs_test.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <unistd.h>
+
+#include "backend/kvs_cpu.h"
+#include "kv/kvs_kv_pool.h"
+#include "kv/kvs_kv_table.h"
+#include "model/kvs_gen.h"
+#include "model/kvs_ggml_type.h"
+
+#define N_SEQ      8
+#define N_DECODE   20                 /* (a): decode steps after prompt */
+#define N_PROMPT_A 5                  /* (a): prompt, one prefill batch */
+#define NO_CHUNK   UINT32_MAX         /* whole prompt in one step */
+
+
+typedef struct {
+    const char  *label;
+    uint32_t     n_layer, n_embd, n_head, n_head_kv, n_ff, n_vocab;
+    int          tied;
+} shape_t;
+
+static const shape_t  shapes[] = {
+    { "mha",   2, 64, 4, 4, 96,  300, 0 },
+    { "gqa",   2, 64, 8, 2, 128, 300, 1 },
+    { "odd",   2, 48, 3, 1, 80,  280, 0 },
+    { "odd-t", 1, 48, 3, 1, 64,  270, 1 },
+};
+
+#define N_SHAPES  (sizeof(shapes) / sizeof(shapes[0]))
+
+/* Sequences of (b) and (c): different prompt and output lengths. */
+static const uint32_t  seq_prompt[N_SEQ] = { 13, 1, 29, 6, 17, 3, 24, 9 };
+static const uint32_t  seq_gen[N_SEQ] = { 12, 20, 5, 15, 9, 18, 7, 11 };
+
+
+typedef struct {
+    kvs_kv_table_t   table;
+    int32_t         *ids;             /* [n_total] prompt, then greedy */
+    float           *lg;              /* [n_total - prompt][n_vocab] the
+                                         logits each greedy id came from */
+    uint32_t         n_prompt;
+    uint32_t         n_ids;           /* known ids */
+    uint32_t         n_fed;           /* positions already computed */
+    uint32_t         n_total;         /* stop once this many ids */
+    uint32_t         chunk;           /* prefill tokens per step, >= 1 */
+} seq_t;
+
+
+typedef struct {
+    kvs_model_t      *m;
+    kvs_cpu_model_t  *cm;
+} model_t;
+
+
+static uint64_t
+rng_next(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+
+    return *s >> 33;
+}
+
+
+static void
+pool_ok(const kvs_kv_pool_t *pool)
+{
+    kvs_err_t  err;
+
+    if (kvs_kv_pool_check(pool, &err) != KVS_OK) {
+        fail_msg("%s", err.msg);
+    }
+
+    assert_int_equal(kvs_kv_pool_used_count(pool), 0);
+}
+
+
+static int32_t
+argmax(const float *v, uint32_t n)
+{
+    uint32_t  i, best;
+
+    best = 0;
+
+    for (i = 1; i < n; i++) {
+        if (v[i] > v[best]) {
+            best = i;
+        }
+    }
+
+    return (int32_t) best;
+}
+
+
+/* Generates the shape in dtype into KVS_TMP, maps it and unlinks it. */
+static void
+model_load(model_t *md, const shape_t *sh, uint32_t dtype)
+{
+    char             name[128];
+    const char      *path;
+    kvs_err_t        err;
+    kvs_gen_spec_t   spec;
+
+    memset(&spec, 0, sizeof(spec));
+    snprintf(spec.name, sizeof(spec.name), "test-%s", sh->label);
+    spec.n_layer = sh->n_layer;
+    spec.n_embd = sh->n_embd;
+    spec.n_head = sh->n_head;
+    spec.n_head_kv = sh->n_head_kv;
+    spec.n_ff = sh->n_ff;
+    spec.n_vocab = sh->n_vocab;
+    spec.n_ctx = 256;
+    spec.dtype = dtype;
+    spec.tied = sh->tied;
+    spec.seed = 0x5eed0000u + dtype * 16 + (uint64_t) (sh - shapes);
+
+    snprintf(name, sizeof(name), "test_cpu_models.%d.%s.%s.gguf",
+             (int) getpid(), sh->label, kvs_ggml_type_name(dtype));
+    path = kvs_test_tmp(name);
+
+    if (kvs_gen_write(&spec, path, &err) != KVS_OK
+        || kvs_model_open(&md->m, path, &err) != KVS_OK)
+    {
+        fail_msg("%s: %s", path, err.msg);
+    }
+
+    unlink(path);
+
+    if (kvs_cpu_model_new(&md->cm, md->m, &err) != KVS_OK) {
+        fail_msg("%s: %s", path, err.msg);
+    }
+
+    assert_int_equal(md->cm->hp.n_head, sh->n_head);
+    assert_int_equal(md->cm->hp.n_head_kv, sh->n_head_kv);
+    assert_int_equal(md->cm->output.data == md->cm->tok_embd.data,
+                     sh->tied);
+    assert_int_equal(md->cm->tok_embd.type, dtype);
+}
+
+
+static void
+model_unload(model_t *md)
+{
+    kvs_cpu_model_free(md->cm);
+    kvs_model_close(md->m);
+    md->cm = NULL;
+    md->m = NULL;
+}
+
+
+/*
+ * Steps all sequences together until each holds n_total ids: each step
+ * takes up to `chunk` unfed ids of every sequence, interleaved in the
+ * batch (each sequence's own in position order), and appends the argmax
+ * of a sequence's last logits once all its known ids are fed.
+ */
+static void
+run_seqs(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv, kvs_kv_pool_t *pool,
+    seq_t *seqs, uint32_t n_seqs)
+{
+    uint32_t          s, n, r, nw, active, max_take, cap;
+    uint32_t          take[N_SEQ], row[N_SEQ];
+    float            *logits;
+    kvs_err_t         err;
+    kvs_cpu_tok_t    *toks;
+    kvs_cpu_batch_t   b;
+
+    assert_true(n_seqs <= N_SEQ);
+
+    cap = 0;
+
+    for (s = 0; s < n_seqs; s++) {
+        cap += seqs[s].n_total;
+    }
+
+    toks = malloc(cap * sizeof(kvs_cpu_tok_t));
+    logits = malloc((size_t) N_SEQ * cm->hp.n_vocab * sizeof(float));
+    assert_non_null(toks);
+    assert_non_null(logits);
+
+    for ( ;; ) {
+        active = 0;
+        max_take = 0;
+
+        for (s = 0; s < n_seqs; s++) {
+            take[s] = 0;
+
+            if (seqs[s].n_ids >= seqs[s].n_total) {
+                continue;
+            }
+
+            take[s] = seqs[s].n_ids - seqs[s].n_fed;
+            if (take[s] > seqs[s].chunk) {
+                take[s] = seqs[s].chunk;
+            }
+
+            if (take[s] > max_take) {
+                max_take = take[s];
+            }
+
+            active++;
+
+            if (kvs_kv_table_reserve(&seqs[s].table, pool,
+                                     seqs[s].n_fed + take[s], &err)
+                != KVS_OK)
+            {
+                fail_msg("%s", err.msg);
+            }
+        }
+
+        if (active == 0) {
+            break;
+        }
+
+        /* round r takes each sequence's r-th token of this step */
+        n = 0;
+        nw = 0;
+
+        for (r = 0; r < max_take; r++) {
+            for (s = 0; s < n_seqs; s++) {
+                if (r >= take[s]) {
+                    continue;
+                }
+
+                toks[n].token = seqs[s].ids[seqs[s].n_fed + r];
+                toks[n].pos = seqs[s].n_fed + r;
+                toks[n].table = &seqs[s].table;
+                toks[n].want_logits = r + 1 == take[s]
+                    && seqs[s].n_fed + take[s] == seqs[s].n_ids;
+
+                if (toks[n].want_logits) {
+                    row[s] = nw++;
+                }
+
+                n++;
+            }
+        }
+
+        b.toks = toks;
+        b.n = n;
+
+        if (kvs_cpu_forward(cm, kv, &b, logits, &err) != KVS_OK) {
+            fail_msg("%s", err.msg);
+        }
+
+        for (s = 0; s < n_seqs; s++) {
+            if (take[s] == 0) {
+                continue;
+            }
+
+            seqs[s].n_fed += take[s];
+
+            if (seqs[s].n_fed == seqs[s].n_ids) {
+                if (seqs[s].lg != NULL) {
+                    memcpy(seqs[s].lg + (size_t) (seqs[s].n_ids
+                                                  - seqs[s].n_prompt)
+                                        * cm->hp.n_vocab,
+                           logits + (size_t) row[s] * cm->hp.n_vocab,
+                           cm->hp.n_vocab * sizeof(float));
+                }
+
+                seqs[s].ids[seqs[s].n_ids++] =
+                    argmax(logits + (size_t) row[s] * cm->hp.n_vocab,
+                           cm->hp.n_vocab);
+            }
+        }
+    }
+
+    free(logits);
+    free(toks);
+}
+
+
+/* Sequence s of the set: its seeded prompt, fed `chunk` at a time. */
+static void
+seq_init(seq_t *seq, uint32_t s, uint32_t n_vocab, uint32_t chunk)
+{
+    uint32_t  i;
+    uint64_t  rng;
+
+    memset(seq, 0, sizeof(seq_t));
+    seq->n_total = seq_prompt[s] + seq_gen[s];
+    seq->ids = calloc(seq->n_total, sizeof(int32_t));
+    seq->lg = malloc((size_t) seq_gen[s] * n_vocab * sizeof(float));
+    assert_non_null(seq->ids);
+    assert_non_null(seq->lg);
+    seq->n_prompt = seq_prompt[s];
+
+    rng = 1000 + s;
+
+    for (i = 0; i < seq_prompt[s]; i++) {
+        seq->ids[i] = (int32_t) (rng_next(&rng) % n_vocab);
+    }
+
+    seq->n_ids = seq_prompt[s];
+    seq->chunk = chunk == NO_CHUNK ? seq_prompt[s] : chunk;
+}
+
+
+/* max |a - b| / max |b| over n floats; b must not be all zeros. */
+static double
+rel_err(const float *a, const float *b, size_t n)
+{
+    size_t  i;
+    double  d, dmax, bmax;
+
+    dmax = 0.0;
+    bmax = 0.0;
+
+    for (i = 0; i < n; i++) {
+        assert_true(isfinite(a[i]) && isfinite(b[i]));
+        d = fabs((double) a[i] - b[i]);
+        dmax = d > dmax ? d : dmax;
+        bmax = fabs(b[i]) > bmax ? fabs(b[i]) : bmax;
+    }
+
+    /* a model whose logits are all 0 would compare equal vacuously */
+    assert_true(bmax > 1e-3);
+
+    return dmax / bmax;
+}
+
+
+/*
+ * Runs sequences first..first+n-1 together with blocks of bt tokens and
+ * checks each one's ids and logits against ref[s] / ref_lg[s] (or stores
+ * them there when ref[s] is still NULL).  All blocks are back in the pool
+ * afterwards.
+ */
+static void
+run_check(const kvs_cpu_model_t *cm, uint32_t first, uint32_t n,
+    uint32_t bt, uint32_t chunk, int32_t **ref, float **ref_lg,
+    const char *what)
+{
+    double           rel;
+    uint32_t         s, n_blocks;
+    seq_t            seqs[N_SEQ];
+    kvs_err_t        err;
+    kvs_cpu_kv_t    *kv;
+    kvs_kv_pool_t   *pool;
+
+    n_blocks = 0;
+
+    for (s = 0; s < n; s++) {
+        seq_init(&seqs[s], first + s, cm->hp.n_vocab, chunk);
+        n_blocks += (seqs[s].n_total + bt - 1) / bt;
+    }
+
+    assert_int_equal(kvs_kv_pool_new(&pool, n_blocks, bt, &err), KVS_OK);
+    assert_int_equal(kvs_cpu_kv_new(&kv, cm, n_blocks, bt, &err), KVS_OK);
+
+    run_seqs(cm, kv, pool, seqs, n);
+
+    for (s = 0; s < n; s++) {
+        assert_int_equal(seqs[s].n_ids, seqs[s].n_total);
+
+        if (ref[first + s] == NULL) {
+            ref[first + s] = seqs[s].ids;
+            ref_lg[first + s] = seqs[s].lg;
+            seqs[s].ids = NULL;
+            seqs[s].lg = NULL;
+
+        } else {
+            if (memcmp(ref[first + s], seqs[s].ids,
+                       seqs[s].n_total * sizeof(int32_t)) != 0)
+            {
+                fail_msg("%s: sequence %u's ids differ from its run alone",
+                         what, first + s);
+            }
+
+            rel = rel_err(seqs[s].lg, ref_lg[first + s],
+                          (size_t) seq_gen[first + s] * cm->hp.n_vocab);
+
+            if (rel >= 1e-4) {
+                fail_msg("%s: sequence %u's logits differ from its run "
+                         "alone: max rel err %g", what, first + s, rel);
+            }
+        }
+
+        assert_int_equal(kvs_kv_table_release(&seqs[s].table, pool, &err),
+                         KVS_OK);
+        free(seqs[s].ids);
+        free(seqs[s].lg);
+    }
+
+    pool_ok(pool);
+    kvs_cpu_kv_free(kv);
+    kvs_kv_pool_free(pool);
+}
+
+
+/* The logits of the last of ids[0..n) computed from scratch: a fresh
+ * cache of one block, the whole sequence as one batch. */
+static void
+recompute(const kvs_cpu_model_t *cm, const int32_t *ids, uint32_t n,
+    float *logits)
+{
+    uint32_t          i;
+    kvs_err_t         err;
+    kvs_cpu_kv_t     *kv;
+    kvs_cpu_tok_t    *toks;
+    kvs_kv_pool_t    *pool;
+    kvs_kv_table_t    table;
+    kvs_cpu_batch_t   b;
+
+    assert_int_equal(kvs_kv_pool_new(&pool, 1, 64, &err), KVS_OK);
+    assert_int_equal(kvs_cpu_kv_new(&kv, cm, 1, 64, &err), KVS_OK);
+    memset(&table, 0, sizeof(table));
+    assert_int_equal(kvs_kv_table_reserve(&table, pool, n, &err), KVS_OK);
+
+    toks = calloc(n, sizeof(kvs_cpu_tok_t));
+    assert_non_null(toks);
+
+    for (i = 0; i < n; i++) {
+        toks[i].token = ids[i];
+        toks[i].pos = i;
+        toks[i].table = &table;
+        toks[i].want_logits = i + 1 == n;
+    }
+
+    b.toks = toks;
+    b.n = n;
+
+    if (kvs_cpu_forward(cm, kv, &b, logits, &err) != KVS_OK) {
+        fail_msg("%s", err.msg);
+    }
+
+    free(toks);
+    assert_int_equal(kvs_kv_table_release(&table, pool, &err), KVS_OK);
+    pool_ok(pool);
+    kvs_cpu_kv_free(kv);
+    kvs_kv_pool_free(pool);
+}
+
+
+/*
+ * (a): a prompt as one prefill, then N_DECODE greedy steps over blocks of
+ * 16 (crossing a block border); after every step the logits equal the
+ * recompute's.  Returns the worst max|a - b| / max|b| seen.
+ */
+static double
+check_recompute(const kvs_cpu_model_t *cm)
+{
+    uint32_t          i, n, nv;
+    int32_t           ids[N_PROMPT_A + N_DECODE];
+    uint64_t          rng;
+    float            *inc, *full;
+    double            rel, worst;
+    kvs_err_t         err;
+    kvs_cpu_kv_t     *kv;
+    kvs_cpu_tok_t     toks[N_PROMPT_A];
+    kvs_kv_pool_t    *pool;
+    kvs_kv_table_t    table;
+    kvs_cpu_batch_t   b;
+
+    nv = cm->hp.n_vocab;
+    inc = malloc(nv * sizeof(float));
+    full = malloc(nv * sizeof(float));
+    assert_non_null(inc);
+    assert_non_null(full);
+
+    assert_int_equal(kvs_kv_pool_new(&pool, 2, 16, &err), KVS_OK);
+    assert_int_equal(kvs_cpu_kv_new(&kv, cm, 2, 16, &err), KVS_OK);
+    memset(&table, 0, sizeof(table));
+
+    rng = 77;
+
+    for (i = 0; i < N_PROMPT_A; i++) {
+        ids[i] = (int32_t) (rng_next(&rng) % nv);
+    }
+
+    worst = 0.0;
+
+    for (n = N_PROMPT_A; n < N_PROMPT_A + N_DECODE; n++) {
+        assert_int_equal(kvs_kv_table_reserve(&table, pool, n, &err),
+                         KVS_OK);
+
+        /* the prompt in one batch the first time, then one token */
+        b.n = 0;
+
+        for (i = n == N_PROMPT_A ? 0 : n - 1; i < n; i++) {
+            toks[b.n].token = ids[i];
+            toks[b.n].pos = i;
+            toks[b.n].table = &table;
+            toks[b.n].want_logits = i + 1 == n;
+            b.n++;
+        }
+
+        b.toks = toks;
+
+        if (kvs_cpu_forward(cm, kv, &b, inc, &err) != KVS_OK) {
+            fail_msg("%s", err.msg);
+        }
+
+        recompute(cm, ids, n, full);
+
+        rel = rel_err(inc, full, nv);
+        worst = rel > worst ? rel : worst;
+
+        if (n < N_PROMPT_A + N_DECODE - 1) {
+            ids[n] = argmax(inc, nv);
+        }
+    }
+
+    assert_int_equal(kvs_kv_table_release(&table, pool, &err), KVS_OK);
+    pool_ok(pool);
+    kvs_cpu_kv_free(kv);
+    kvs_kv_pool_free(pool);
+    free(inc);
+    free(full);
+
+    return worst;
+}
+
+
+/* (a), (b) and (c) on one model. */
+static void
+check_model(const shape_t *sh, uint32_t dtype)
+{
+    char       what[96];
+    double     rel;
+    uint32_t   s, j, i, distinct;
+    int32_t   *ref[N_SEQ], seen[N_SEQ * 32];
+    float     *ref_lg[N_SEQ];
+    model_t    md;
+
+    static const uint32_t  chunks[2] = { NO_CHUNK, 4 };
+    static const uint32_t  bts[3] = { 1, 16, 64 };
+    static const uint32_t  others[2] = { 1, 7 };
+
+    model_load(&md, sh, dtype);
+
+    rel = check_recompute(md.cm);
+    print_message("%-5s %-4s: incremental vs recompute max rel err %.3g\n",
+                  sh->label, kvs_ggml_type_name(dtype), rel);
+    assert_true(rel < 1e-4);
+
+    /* every sequence alone, prompt in one step: the references */
+    memset(ref, 0, sizeof(ref));
+    memset(ref_lg, 0, sizeof(ref_lg));
+
+    for (s = 0; s < N_SEQ; s++) {
+        run_check(md.cm, s, 1, 16, NO_CHUNK, ref, ref_lg, "alone");
+    }
+
+    /* how varied the greedy ids are (the logits check covers the rest) */
+    distinct = 0;
+
+    for (s = 0; s < N_SEQ; s++) {
+        for (j = seq_prompt[s]; j < seq_prompt[s] + seq_gen[s]; j++) {
+            for (i = 0; i < distinct && seen[i] != ref[s][j]; i++) {
+                /* void */
+            }
+
+            if (i == distinct) {
+                seen[distinct++] = ref[s][j];
+            }
+        }
+    }
+
+    print_message("%-5s %-4s: %u distinct greedy ids over %d sequences\n",
+                  sh->label, kvs_ggml_type_name(dtype), distinct, N_SEQ);
+
+    /* (b) batched with 1 and 7 others, chunked prefill off and on; the
+     * others start at sequence 0 so the pair is 0 and 1 */
+    for (s = 0; s < 2; s++) {
+        for (j = 0; j < 2; j++) {
+            snprintf(what, sizeof(what), "%s %s: %u others, chunk %u",
+                     sh->label, kvs_ggml_type_name(dtype), others[s],
+                     chunks[j]);
+            run_check(md.cm, 0, others[s] + 1, 16, chunks[j], ref, ref_lg,
+                      what);
+        }
+    }
+
+    /* (c) block sizes, all eight batched with chunks of 3 */
+    for (j = 0; j < 3; j++) {
+        snprintf(what, sizeof(what), "%s %s: blocks of %u", sh->label,
+                 kvs_ggml_type_name(dtype), bts[j]);
+        run_check(md.cm, 0, N_SEQ, bts[j], 3, ref, ref_lg, what);
+    }
+
+    /* and one token per step, the smallest block */
+    run_check(md.cm, 2, 1, 1, 1, ref, ref_lg, "alone, one token a step");
+
+    for (s = 0; s < N_SEQ; s++) {
+        free(ref[s]);
+        free(ref_lg[s]);
+    }
+
+    model_unload(&md);
+}
+
+
+static void
+test_f32(void **state)
+{
+    uint32_t  i;
+
+    for (i = 0; i < N_SHAPES; i++) {
+        check_model(&shapes[i], KVS_GGML_F32);
+    }
+}
+
+
+static void
+test_f16(void **state)
+{
+    uint32_t  i;
+
+    for (i = 0; i < N_SHAPES; i++) {
+        check_model(&shapes[i], KVS_GGML_F16);
+    }
+}
+
+
+/* BF16 everywhere, Q8_0 on the shapes whose widths are multiples of 32 */
+static void
+test_bf16_q8_0(void **state)
+{
+    check_model(&shapes[2], KVS_GGML_BF16);
+    check_model(&shapes[0], KVS_GGML_BF16);
+    check_model(&shapes[0], KVS_GGML_Q8_0);
+    check_model(&shapes[1], KVS_GGML_Q8_0);
+}
+
+
+/*
+ * The same weights in F16 and Q8_0 give logits close to F32's (each
+ * dtype's rounding error only), so a dequantization that garbles rows
+ * cannot pass for a merely different model.  The seed is per dtype in
+ * model_load, so the F32 model is written again with the F16 seed.
+ */
+static void
+test_dtype_agree(void **state)
+{
+    static const uint32_t  types[3] = {
+        KVS_GGML_F16, KVS_GGML_BF16, KVS_GGML_Q8_0
+    };
+    static const double    tol[3] = { 0.01, 0.05, 0.05 };
+
+    char             name[128];
+    const char      *path;
+    uint32_t         t, i, nv;
+    float           *ref, *got;
+    double           rel;
+    int32_t          ids[7] = { 1, 50, 200, 7, 99, 123, 260 };
+    kvs_err_t        err;
+    kvs_gen_spec_t   spec;
+    model_t          md[2];
+
+    ref = NULL;
+    got = NULL;
+
+    for (t = 0; t < 3; t++) {
+        for (i = 0; i < 2; i++) {
+            memset(&spec, 0, sizeof(spec));
+            snprintf(spec.name, sizeof(spec.name), "test-agree");
+            spec.n_layer = 2;
+            spec.n_embd = 64;
+            spec.n_head = 4;
+            spec.n_head_kv = 2;
+            spec.n_ff = 96;
+            spec.n_vocab = 300;
+            spec.n_ctx = 64;
+            spec.dtype = i == 0 ? KVS_GGML_F32 : types[t];
+            spec.seed = 4242;
+
+            snprintf(name, sizeof(name), "test_cpu_models.%d.agree.gguf",
+                     (int) getpid());
+            path = kvs_test_tmp(name);
+
+            if (kvs_gen_write(&spec, path, &err) != KVS_OK
+                || kvs_model_open(&md[i].m, path, &err) != KVS_OK
+                || kvs_cpu_model_new(&md[i].cm, md[i].m, &err) != KVS_OK)
+            {
+                fail_msg("%s: %s", path, err.msg);
+            }
+
+            unlink(path);
+        }
+
+        nv = md[0].cm->hp.n_vocab;
+
+        if (ref == NULL) {
+            ref = malloc(nv * sizeof(float));
+            got = malloc(nv * sizeof(float));
+            assert_non_null(ref);
+            assert_non_null(got);
+        }
+
+        recompute(md[0].cm, ids, 7, ref);
+        recompute(md[1].cm, ids, 7, got);
+
+        rel = rel_err(got, ref, nv);
+        print_message("%-4s vs F32 (same seed): max rel err %.3g\n",
+                      kvs_ggml_type_name(types[t]), rel);
+        assert_true(rel < tol[t]);
+        /* and not bit-identical: the other dtype was really used */
+        assert_true(rel > 0.0);
+
+        model_unload(&md[0]);
+        model_unload(&md[1]);
+    }
+
+    free(ref);
+    free(got);
+}
+
+
+/* A matrix of a type the backend does not compute with (here I32, which
+ * has F32's size so the file stays consistent) is refused by name. */
+static void
+test_bad_type(void **state)
+{
+    int                        fd;
+    char                       name[128];
+    uint32_t                   ty;
+    uint64_t                   at;
+    const char                *path;
+    kvs_err_t                  err;
+    kvs_gen_spec_t             spec;
+    kvs_cpu_model_t           *cm;
+    const kvs_gguf_tensor_t   *t;
+    model_t                    md;
+
+    memset(&spec, 0, sizeof(spec));
+    snprintf(spec.name, sizeof(spec.name), "test-bad");
+    spec.n_layer = 1;
+    spec.n_embd = 32;
+    spec.n_head = 2;
+    spec.n_head_kv = 1;
+    spec.n_ff = 32;
+    spec.n_vocab = 270;
+    spec.n_ctx = 64;
+    spec.dtype = KVS_GGML_F32;
+    spec.seed = 9;
+
+    snprintf(name, sizeof(name), "test_cpu_models.%d.bad.gguf",
+             (int) getpid());
+    path = kvs_test_tmp(name);
+
+    assert_int_equal(kvs_gen_write(&spec, path, &err), KVS_OK);
+    assert_int_equal(kvs_model_open(&md.m, path, &err), KVS_OK);
+    t = kvs_gguf_find_tensor(md.m->gguf, "blk.0.attn_k.weight");
+    assert_non_null(t);
+    assert_int_equal(t->type, KVS_GGML_F32);
+    /* the type field is the u32 just before the offset field */
+    at = t->offset_at - 4;
+    kvs_model_close(md.m);
+
+    fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    ty = KVS_GGML_I32;
+    assert_int_equal(pwrite(fd, &ty, 4, (off_t) at), 4);
+    close(fd);
+
+    if (kvs_model_open(&md.m, path, &err) != KVS_OK) {
+        /* the model layer may refuse it first; then there is nothing
+         * for the backend to refuse */
+        unlink(path);
+        print_message("SKIP: kvs_model_open refuses it: %s\n", err.msg);
+        skip();
+    }
+
+    unlink(path);
+    t = kvs_gguf_find_tensor(md.m->gguf, "blk.0.attn_k.weight");
+    assert_non_null(t);
+    assert_int_equal(t->type, KVS_GGML_I32);
+
+    assert_int_equal(kvs_cpu_model_new(&cm, md.m, &err), KVS_EUNSUPPORTED);
+    assert_null(cm);
+    assert_non_null(strstr(err.msg, "blk.0.attn_k.weight"));
+
+    kvs_model_close(md.m);
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_f32),
+        cmocka_unit_test(test_f16),
+        cmocka_unit_test(test_bf16_q8_0),
+        cmocka_unit_test(test_dtype_agree),
+        cmocka_unit_test(test_bad_type),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
