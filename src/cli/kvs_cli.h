@@ -13,6 +13,7 @@ int kvs_cli_tokenize(int argc, char **argv);        /* kvs_cli_tok.c */
 int kvs_cli_detokenize(int argc, char **argv);      /* kvs_cli_tok.c */
 int kvs_cli_convert_vocab(int argc, char **argv);   /* kvs_cli_convert.c */
 int kvs_cli_chat_template(int argc, char **argv);   /* kvs_cli_chat.c */
+int kvs_cli_generate(int argc, char **argv);        /* kvs_cli_generate.c */
 
 /* Formats bytes as "1.25 MiB" into buf. */
 const char *kvs_cli_human(double bytes, char *buf, unsigned len);

@@ -43,7 +43,13 @@ kvs_cli_usage(FILE *f)
         "      print the prompt the model's chat template (or NAME:\n"
         "      llama3, llama3.1, llama2, chatml, mistral, zephyr, phi3,\n"
         "      gemma) makes of OpenAI messages (an array, or an object\n"
-        "      with \"messages\"), exactly, with no newline added\n");
+        "      with \"messages\"), exactly, with no newline added\n"
+        "  generate model.gguf [-p TEXT] [-n NEW_TOKENS] [--temp T]\n"
+        "           [--top-p P] [--top-k K] [--seed S] [--block N]\n"
+        "           [--special]\n"
+        "      print the prompt, then the model's continuation as it is\n"
+        "      generated (defaults: -n 256 --temp 1.0 --top-p 0.9, seed\n"
+        "      from the clock; --temp 0: greedy); timing on stderr\n");
 }
 
 
@@ -77,6 +83,10 @@ main(int argc, char **argv)
 
     if (strcmp(argv[1], "chat-template") == 0) {
         return kvs_cli_chat_template(argc - 1, argv + 1);
+    }
+
+    if (strcmp(argv[1], "generate") == 0) {
+        return kvs_cli_generate(argc - 1, argv + 1);
     }
 
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0
