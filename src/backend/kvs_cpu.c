@@ -26,6 +26,7 @@
 #include <cblas.h>
 #endif
 
+#include "../base/kvs_buf.h"
 #include "../model/kvs_dtype.h"
 #include "../model/kvs_ggml_type.h"
 #include "kvs_cpu.h"
@@ -416,6 +417,7 @@ kvs_cpu_kv_free(kvs_cpu_kv_t *kv)
 
     free(kv->k);
     free(kv->v);
+    free(kv->act);
     free(kv);
 }
 
@@ -589,7 +591,7 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     const kvs_cpu_batch_t *b, float *logits, kvs_err_t *err)
 {
     int                     rc;
-    float                  *buf, *x, *xb, *q, *k, *v, *att, *h1, *h3, *sc;
+    float                  *x, *xb, *q, *k, *v, *att, *h1, *h3, *sc;
     float                  *kc, *vc, *qh, *ah, *row, mx, sum, scale, eps, z;
     size_t                  total, layer_k, layer_v, slot, r;
     uint32_t                n, i, l, h, t, j, max_ctx, e, f, qd, kd, vd;
@@ -635,20 +637,21 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     wrow = e > f ? e : f;
     wrow = wrow > od ? wrow : od;
 
-    /* one allocation for all activations, per token: x, xb [e]; q [qd];
-     * k [kd]; v [vd]; att [od]; h1, h3 [f]; then scores [max_ctx] and
-     * one weight row [wrow] */
+    /* one buffer for all activations, kept in kv, per token: x, xb [e];
+     * q [qd]; k [kd]; v [vd]; att [od]; h1, h3 [f]; then scores [max_ctx]
+     * and one weight row [wrow] */
     total = (size_t) n * (2 * (size_t) e + qd + kd + vd + od + 2 * (size_t) f)
             + max_ctx + wrow;
 
-    buf = malloc(total * sizeof(float));
-    if (buf == NULL) {
+    if (kvs_grow((void **) &kv->act, &kv->act_cap, total, sizeof(float))
+        != KVS_OK)
+    {
         return kvs_err_set(err, KVS_ENOMEM, "cpu forward: out of memory "
                            "for %zu bytes of activations",
                            total * sizeof(float));
     }
 
-    x = buf;                              /* [n][e] residual stream */
+    x = kv->act;                          /* [n][e] residual stream */
     xb = x + (size_t) n * e;              /* [n][e] normed / projected */
     q = xb + (size_t) n * e;              /* [n][qd] */
     k = q + (size_t) n * qd;              /* [n][kd] */
@@ -800,8 +803,6 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     if (want > 0) {
         kvs_cpu_matmul(logits, xb, &cm->output, want, row);
     }
-
-    free(buf);
 
     return KVS_OK;
 }

@@ -91,6 +91,11 @@ typedef struct {
                                          [k_width] */
     float     *v;                     /* [n_layer][n_blocks][block_tokens]
                                          [v_width] */
+    float     *act;                   /* [act_cap] activations of the
+                                         last step, grown as batches grow
+                                         and reused, so a steady step
+                                         loop allocates nothing */
+    size_t     act_cap;               /* floats */
 } kvs_cpu_kv_t;
 
 /* One token of a batch. */
