@@ -20,6 +20,8 @@
 #include "kvs_tok_impl.h"
 
 
+static int kvs_tok_nfc(kvs_tok_ctx_t *ctx, const char **text, size_t *len,
+    kvs_err_t *err);
 static int kvs_tok_fragment(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
     const char *text, size_t len, kvs_ids_t *out, kvs_err_t *err);
 static int kvs_tok_special_at(const kvs_vocab_t *v, const char *p,
@@ -90,6 +92,7 @@ kvs_tok_ctx_free(kvs_tok_ctx_t *ctx)
     kvs_tok_wpm_scratch_free(ctx);
     free(ctx->norm);
     ctx->norm = NULL;
+    ctx->norm_cap = 0;
 }
 
 
@@ -245,6 +248,53 @@ kvs_tok_special_at(const kvs_vocab_t *v, const char *p, size_t left,
 }
 
 
+/*
+ * NFC of *text into the context's reused buffer (decomposed code points,
+ * then composed and re-encoded to UTF-8 in place), so a warm context does
+ * not allocate; *text and *len then point at the result.
+ */
+static int
+kvs_tok_nfc(kvs_tok_ctx_t *ctx, const char **text, size_t *len,
+    kvs_err_t *err)
+{
+    utf8proc_ssize_t   n;
+    utf8proc_option_t  opt;
+
+    opt = UTF8PROC_STABLE | UTF8PROC_COMPOSE;
+
+    for ( ;; ) {
+        n = utf8proc_decompose((const utf8proc_uint8_t *) *text,
+                               (utf8proc_ssize_t) *len, ctx->norm,
+                               (utf8proc_ssize_t) ctx->norm_cap, opt);
+        if (n < 0) {
+            return kvs_err_set(err, KVS_EINVAL, "NFC: %s",
+                               utf8proc_errmsg(n));
+        }
+
+        /* re-encoding in place needs one spare code point's room */
+        if ((size_t) n < ctx->norm_cap) {
+            break;
+        }
+
+        if (kvs_grow(&ctx->norm, &ctx->norm_cap, (size_t) n + 1,
+                     sizeof(utf8proc_int32_t)) != KVS_OK)
+        {
+            return kvs_err_set(err, KVS_ENOMEM, "NFC: out of memory");
+        }
+    }
+
+    n = utf8proc_reencode(ctx->norm, n, opt);
+    if (n < 0) {
+        return kvs_err_set(err, KVS_EINVAL, "NFC: %s", utf8proc_errmsg(n));
+    }
+
+    *text = (const char *) ctx->norm;
+    *len = (size_t) n;
+
+    return KVS_OK;
+}
+
+
 /* One fragment of plain text, after NFC where the vocabulary wants it. */
 static int
 kvs_tok_fragment(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx, const char *text,
@@ -252,8 +302,6 @@ kvs_tok_fragment(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx, const char *text,
 {
     int                 rc;
     size_t              i, n;
-    utf8proc_ssize_t    nn;
-    utf8proc_uint8_t   *norm;
     const kvs_piece_t  *pieces;
 
     if (v->nfc) {
@@ -264,18 +312,10 @@ kvs_tok_fragment(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx, const char *text,
         }
 
         if (i < len) {
-            nn = utf8proc_map((const utf8proc_uint8_t *) text,
-                              (utf8proc_ssize_t) len, &norm,
-                              UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-            if (nn < 0) {
-                return kvs_err_set(err, KVS_EINVAL, "NFC: %s",
-                                   utf8proc_errmsg(nn));
+            rc = kvs_tok_nfc(ctx, &text, &len, err);
+            if (rc != KVS_OK) {
+                return rc;
             }
-
-            free(ctx->norm);
-            ctx->norm = norm;
-            text = (const char *) norm;
-            len = (size_t) nn;
         }
     }
 

@@ -34,11 +34,13 @@ void kvs_ids_free(kvs_ids_t *a);
 /* Per-thread scratch.  Each slot belongs to the file named beside it,
  * which allocates it lazily and frees it in its *_scratch_free(). */
 typedef struct {
-    void  *pretok;                    /* kvs_pretok.c */
-    void  *bpe;                       /* kvs_tok_bpe.c */
-    void  *spm;                       /* kvs_tok_spm.c */
-    void  *wpm;                       /* kvs_tok_wpm.c */
-    void  *norm;                      /* kvs_tok.c: NFC output */
+    void    *pretok;                  /* kvs_pretok.c */
+    void    *bpe;                     /* kvs_tok_bpe.c */
+    void    *spm;                     /* kvs_tok_spm.c */
+    void    *wpm;                     /* kvs_tok_wpm.c */
+    void    *norm;                    /* kvs_tok.c: NFC work, [norm_cap]
+                                         code points, then UTF-8 */
+    size_t   norm_cap;
 } kvs_tok_ctx_t;
 
 void kvs_tok_ctx_free(kvs_tok_ctx_t *ctx);  /* frees the slots, not ctx */
