@@ -9,16 +9,13 @@
  * end.
  */
 
-#include "kvs_test.h"
+#include "kvs_test_cpu.h"
 
 #include <math.h>
 #include <time.h>
 
-#include "backend/kvs_cpu.h"
 #include "base/kvs_buf.h"
-#include "kv/kvs_kv_pool.h"
 #include "engine/kvs_sample.h"
-#include "kv/kvs_kv_table.h"
 #include "tokenizer/kvs_tok.h"
 #include "tokenizer/kvs_vocab.h"
 
@@ -117,160 +114,19 @@ fx_teardown(void **state)
 }
 
 
-static int32_t
-argmax(const float *v, uint32_t n)
-{
-    uint32_t  i, best;
-
-    best = 0;
-
-    for (i = 1; i < n; i++) {
-        if (v[i] > v[best]) {
-            best = i;
-        }
-    }
-
-    return (int32_t) best;
-}
-
-
-static void
-pool_ok(const kvs_kv_pool_t *pool)
-{
-    kvs_err_t  err;
-
-    if (kvs_kv_pool_check(pool, &err) != KVS_OK) {
-        fail_msg("%s", err.msg);
-    }
-}
-
-
-/*
- * One sequence being generated: ids[0..n_ids) known (the prompt, then
- * greedy picks), fed[0..n_fed) already through the model.
- */
-typedef struct {
-    kvs_kv_table_t  table;
-    int32_t         ids[N_REF];
-    uint32_t        n_ids;            /* known ids */
-    uint32_t        n_fed;            /* positions already computed */
-    uint32_t        n_total;          /* stop once this many ids */
-    uint32_t        chunk;            /* prefill tokens per step, >= 1 */
-} seq_t;
-
-
-/*
- * Steps all sequences together until each holds n_total ids: every step
- * takes up to `chunk` unfed ids of each sequence, interleaving the
- * sequences' tokens in the batch (each sequence's own in position order),
- * and appends the argmax of each sequence's last token's logits once it
- * has fed all its known ids.
- */
-static void
-run_seqs(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv, kvs_kv_pool_t *pool,
-    seq_t *seqs, uint32_t n_seqs)
-{
-    kvs_cpu_tok_t    toks[N_SEQ * N_REF];
-    uint32_t         s, n, r, take[N_SEQ], row[N_SEQ], nw, active;
-    float           *logits;
-    kvs_cpu_batch_t  b;
-    kvs_err_t        err;
-
-    assert_true(n_seqs <= N_SEQ);
-    logits = malloc((size_t) N_SEQ * cm->hp.n_vocab * sizeof(float));
-    assert_non_null(logits);
-
-    for ( ;; ) {
-        active = 0;
-
-        for (s = 0; s < n_seqs; s++) {
-            take[s] = 0;
-
-            if (seqs[s].n_ids >= seqs[s].n_total) {
-                continue;
-            }
-
-            take[s] = seqs[s].n_ids - seqs[s].n_fed;
-            if (take[s] > seqs[s].chunk) {
-                take[s] = seqs[s].chunk;
-            }
-
-            active++;
-
-            if (kvs_kv_table_reserve(&seqs[s].table, pool,
-                                     seqs[s].n_fed + take[s], &err)
-                != KVS_OK)
-            {
-                fail_msg("%s", err.msg);
-            }
-        }
-
-        if (active == 0) {
-            break;
-        }
-
-        /* interleave: round r takes each sequence's r-th token */
-        n = 0;
-        nw = 0;
-
-        for (r = 0; r < N_REF; r++) {
-            for (s = 0; s < n_seqs; s++) {
-                if (r >= take[s]) {
-                    continue;
-                }
-
-                toks[n].token = seqs[s].ids[seqs[s].n_fed + r];
-                toks[n].pos = seqs[s].n_fed + r;
-                toks[n].table = &seqs[s].table;
-                toks[n].want_logits = r + 1 == take[s]
-                    && seqs[s].n_fed + take[s] == seqs[s].n_ids;
-
-                if (toks[n].want_logits) {
-                    row[s] = nw++;
-                }
-
-                n++;
-            }
-        }
-
-        b.toks = toks;
-        b.n = n;
-
-        if (kvs_cpu_forward(cm, kv, &b, logits, &err) != KVS_OK) {
-            fail_msg("%s", err.msg);
-        }
-
-        for (s = 0; s < n_seqs; s++) {
-            if (take[s] == 0) {
-                continue;
-            }
-
-            seqs[s].n_fed += take[s];
-
-            if (seqs[s].n_fed == seqs[s].n_ids) {
-                seqs[s].ids[seqs[s].n_ids++] =
-                    argmax(logits + (size_t) row[s] * cm->hp.n_vocab,
-                           cm->hp.n_vocab);
-            }
-        }
-    }
-
-    free(logits);
-}
-
-
 /* Greedy run of one sequence from the first n_prompt reference ids, with
  * prefill chunks of `chunk`; the ids must be the reference's. */
 static void
 greedy_one(fx_t *fx, uint32_t block_tokens, uint32_t n_prompt,
     uint32_t chunk, double *tok_per_s)
 {
-    seq_t            seq;
-    kvs_kv_pool_t   *pool;
-    kvs_cpu_kv_t    *kv;
-    kvs_err_t        err;
-    struct timespec  t0, t1;
+    int32_t          ids[N_REF];
     uint32_t         n_blocks;
+    kvs_err_t        err;
+    kvs_cpu_kv_t    *kv;
+    kvs_kv_pool_t   *pool;
+    kvs_test_seq_t   seq;
+    struct timespec  t0, t1;
 
     n_blocks = (N_REF + block_tokens - 1) / block_tokens;
     assert_int_equal(kvs_kv_pool_new(&pool, n_blocks, block_tokens, &err),
@@ -279,13 +135,15 @@ greedy_one(fx_t *fx, uint32_t block_tokens, uint32_t n_prompt,
                                     &err), KVS_OK);
 
     memset(&seq, 0, sizeof(seq));
+    seq.ids = ids;
     memcpy(seq.ids, fx->ref, n_prompt * sizeof(int32_t));
+    seq.n_prompt = n_prompt;
     seq.n_ids = n_prompt;
     seq.n_total = N_REF;
     seq.chunk = chunk;
 
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    run_seqs(fx->cm, kv, pool, &seq, 1);
+    kvs_test_run_seqs(fx->cm, kv, pool, &seq, 1);
     clock_gettime(CLOCK_MONOTONIC, &t1);
 
     if (tok_per_s != NULL) {
@@ -298,8 +156,7 @@ greedy_one(fx_t *fx, uint32_t block_tokens, uint32_t n_prompt,
     assert_memory_equal(seq.ids, fx->ref, N_REF * sizeof(int32_t));
 
     assert_int_equal(kvs_kv_table_release(&seq.table, pool, &err), KVS_OK);
-    pool_ok(pool);
-    assert_int_equal(kvs_kv_pool_used_count(pool), 0);
+    kvs_test_pool_ok(pool);
 
     kvs_cpu_kv_free(kv);
     kvs_kv_pool_free(pool);
@@ -360,12 +217,11 @@ test_bos_logits(void **state)
         assert_true(fabsf(lg[top_id[i]] - top_val[i]) < 1e-4f);
     }
 
-    assert_int_equal(argmax(lg, 512), 403);
+    assert_int_equal(kvs_test_argmax(lg, 512), 403);
 
     free(lg);
     assert_int_equal(kvs_kv_table_release(&table, pool, &err), KVS_OK);
-    pool_ok(pool);
-    assert_int_equal(kvs_kv_pool_used_count(pool), 0);
+    kvs_test_pool_ok(pool);
     kvs_cpu_kv_free(kv);
     kvs_kv_pool_free(pool);
 }
@@ -433,19 +289,22 @@ test_batched(void **state)
     static const uint32_t  bts[3] = { 1, 16, 64 };
 
     fx_t             *fx;
-    seq_t            *seqs;
+    int32_t          *ids;              /* [N_SEQ][N_REF] */
     uint32_t          s, i, n_blocks;
     kvs_err_t         err;
     kvs_cpu_kv_t     *kv;
     kvs_kv_pool_t    *pool;
+    kvs_test_seq_t   *seqs;
 
     fx = *state;
     if (fx->cm == NULL) {
         skip();
     }
 
-    seqs = calloc(N_SEQ, sizeof(seq_t));
+    seqs = calloc(N_SEQ, sizeof(kvs_test_seq_t));
+    ids = calloc(N_SEQ * N_REF, sizeof(int32_t));
     assert_non_null(seqs);
+    assert_non_null(ids);
 
     for (i = 0; i < 3; i++) {
         n_blocks = N_SEQ * ((N_REF + bts[i] - 1) / bts[i]);
@@ -454,16 +313,18 @@ test_batched(void **state)
         assert_int_equal(kvs_cpu_kv_new(&kv, fx->cm, n_blocks, bts[i],
                                         &err), KVS_OK);
 
-        memset(seqs, 0, N_SEQ * sizeof(seq_t));
+        memset(seqs, 0, N_SEQ * sizeof(kvs_test_seq_t));
 
         for (s = 0; s < N_SEQ; s++) {
+            seqs[s].ids = ids + (size_t) s * N_REF;
             memcpy(seqs[s].ids, fx->ref, prompt[s] * sizeof(int32_t));
+            seqs[s].n_prompt = prompt[s];
             seqs[s].n_ids = prompt[s];
             seqs[s].n_total = total[s];
             seqs[s].chunk = chunk[s];
         }
 
-        run_seqs(fx->cm, kv, pool, seqs, N_SEQ);
+        kvs_test_run_seqs(fx->cm, kv, pool, seqs, N_SEQ);
 
         for (s = 0; s < N_SEQ; s++) {
             assert_int_equal(seqs[s].n_ids, total[s]);
@@ -473,12 +334,12 @@ test_batched(void **state)
                                                   &err), KVS_OK);
         }
 
-        pool_ok(pool);
-        assert_int_equal(kvs_kv_pool_used_count(pool), 0);
+        kvs_test_pool_ok(pool);
         kvs_cpu_kv_free(kv);
         kvs_kv_pool_free(pool);
     }
 
+    free(ids);
     free(seqs);
 }
 
@@ -652,8 +513,7 @@ test_top_p(void **state)
     assert_memory_equal(out.data, want, want_len);
 
     assert_int_equal(kvs_kv_table_release(&table, pool, &err), KVS_OK);
-    pool_ok(pool);
-    assert_int_equal(kvs_kv_pool_used_count(pool), 0);
+    kvs_test_pool_ok(pool);
 
     kvs_buf_free(&out);
     kvs_vocab_free(v);
@@ -732,8 +592,7 @@ test_bad_batch(void **state)
 
     free(snap);
     assert_int_equal(kvs_kv_table_release(&table, pool, &err), KVS_OK);
-    pool_ok(pool);
-    assert_int_equal(kvs_kv_pool_used_count(pool), 0);
+    kvs_test_pool_ok(pool);
     kvs_cpu_kv_free(kv);
     kvs_kv_pool_free(pool);
 }

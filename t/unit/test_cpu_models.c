@@ -18,15 +18,12 @@
  * The models are generated into KVS_TMP and unlinked once mapped.
  */
 
-#include "kvs_test.h"
+#include "kvs_test_cpu.h"
 
 #include <fcntl.h>
 #include <math.h>
 #include <unistd.h>
 
-#include "backend/kvs_cpu.h"
-#include "kv/kvs_kv_pool.h"
-#include "kv/kvs_kv_table.h"
 #include "model/kvs_gen.h"
 #include "model/kvs_ggml_type.h"
 
@@ -57,19 +54,6 @@ static const uint32_t  seq_gen[N_SEQ] = { 12, 20, 5, 15, 9, 18, 7, 11 };
 
 
 typedef struct {
-    kvs_kv_table_t   table;
-    int32_t         *ids;             /* [n_total] prompt, then greedy */
-    float           *lg;              /* [n_total - prompt][n_vocab] the
-                                         logits each greedy id came from */
-    uint32_t         n_prompt;
-    uint32_t         n_ids;           /* known ids */
-    uint32_t         n_fed;           /* positions already computed */
-    uint32_t         n_total;         /* stop once this many ids */
-    uint32_t         chunk;           /* prefill tokens per step, >= 1 */
-} seq_t;
-
-
-typedef struct {
     kvs_model_t      *m;
     kvs_cpu_model_t  *cm;
 } model_t;
@@ -81,36 +65,6 @@ rng_next(uint64_t *s)
     *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
 
     return *s >> 33;
-}
-
-
-static void
-pool_ok(const kvs_kv_pool_t *pool)
-{
-    kvs_err_t  err;
-
-    if (kvs_kv_pool_check(pool, &err) != KVS_OK) {
-        fail_msg("%s", err.msg);
-    }
-
-    assert_int_equal(kvs_kv_pool_used_count(pool), 0);
-}
-
-
-static int32_t
-argmax(const float *v, uint32_t n)
-{
-    uint32_t  i, best;
-
-    best = 0;
-
-    for (i = 1; i < n; i++) {
-        if (v[i] > v[best]) {
-            best = i;
-        }
-    }
-
-    return (int32_t) best;
 }
 
 
@@ -170,137 +124,14 @@ model_unload(model_t *md)
 }
 
 
-/*
- * Steps all sequences together until each holds n_total ids: each step
- * takes up to `chunk` unfed ids of every sequence, interleaved in the
- * batch (each sequence's own in position order), and appends the argmax
- * of a sequence's last logits once all its known ids are fed.
- */
-static void
-run_seqs(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv, kvs_kv_pool_t *pool,
-    seq_t *seqs, uint32_t n_seqs)
-{
-    uint32_t          s, n, r, nw, active, max_take, cap;
-    uint32_t          take[N_SEQ], row[N_SEQ];
-    float            *logits;
-    kvs_err_t         err;
-    kvs_cpu_tok_t    *toks;
-    kvs_cpu_batch_t   b;
-
-    assert_true(n_seqs <= N_SEQ);
-
-    cap = 0;
-
-    for (s = 0; s < n_seqs; s++) {
-        cap += seqs[s].n_total;
-    }
-
-    toks = malloc(cap * sizeof(kvs_cpu_tok_t));
-    logits = malloc((size_t) N_SEQ * cm->hp.n_vocab * sizeof(float));
-    assert_non_null(toks);
-    assert_non_null(logits);
-
-    for ( ;; ) {
-        active = 0;
-        max_take = 0;
-
-        for (s = 0; s < n_seqs; s++) {
-            take[s] = 0;
-
-            if (seqs[s].n_ids >= seqs[s].n_total) {
-                continue;
-            }
-
-            take[s] = seqs[s].n_ids - seqs[s].n_fed;
-            if (take[s] > seqs[s].chunk) {
-                take[s] = seqs[s].chunk;
-            }
-
-            if (take[s] > max_take) {
-                max_take = take[s];
-            }
-
-            active++;
-
-            if (kvs_kv_table_reserve(&seqs[s].table, pool,
-                                     seqs[s].n_fed + take[s], &err)
-                != KVS_OK)
-            {
-                fail_msg("%s", err.msg);
-            }
-        }
-
-        if (active == 0) {
-            break;
-        }
-
-        /* round r takes each sequence's r-th token of this step */
-        n = 0;
-        nw = 0;
-
-        for (r = 0; r < max_take; r++) {
-            for (s = 0; s < n_seqs; s++) {
-                if (r >= take[s]) {
-                    continue;
-                }
-
-                toks[n].token = seqs[s].ids[seqs[s].n_fed + r];
-                toks[n].pos = seqs[s].n_fed + r;
-                toks[n].table = &seqs[s].table;
-                toks[n].want_logits = r + 1 == take[s]
-                    && seqs[s].n_fed + take[s] == seqs[s].n_ids;
-
-                if (toks[n].want_logits) {
-                    row[s] = nw++;
-                }
-
-                n++;
-            }
-        }
-
-        b.toks = toks;
-        b.n = n;
-
-        if (kvs_cpu_forward(cm, kv, &b, logits, &err) != KVS_OK) {
-            fail_msg("%s", err.msg);
-        }
-
-        for (s = 0; s < n_seqs; s++) {
-            if (take[s] == 0) {
-                continue;
-            }
-
-            seqs[s].n_fed += take[s];
-
-            if (seqs[s].n_fed == seqs[s].n_ids) {
-                if (seqs[s].lg != NULL) {
-                    memcpy(seqs[s].lg + (size_t) (seqs[s].n_ids
-                                                  - seqs[s].n_prompt)
-                                        * cm->hp.n_vocab,
-                           logits + (size_t) row[s] * cm->hp.n_vocab,
-                           cm->hp.n_vocab * sizeof(float));
-                }
-
-                seqs[s].ids[seqs[s].n_ids++] =
-                    argmax(logits + (size_t) row[s] * cm->hp.n_vocab,
-                           cm->hp.n_vocab);
-            }
-        }
-    }
-
-    free(logits);
-    free(toks);
-}
-
-
 /* Sequence s of the set: its seeded prompt, fed `chunk` at a time. */
 static void
-seq_init(seq_t *seq, uint32_t s, uint32_t n_vocab, uint32_t chunk)
+seq_init(kvs_test_seq_t *seq, uint32_t s, uint32_t n_vocab, uint32_t chunk)
 {
     uint32_t  i;
     uint64_t  rng;
 
-    memset(seq, 0, sizeof(seq_t));
+    memset(seq, 0, sizeof(kvs_test_seq_t));
     seq->n_total = seq_prompt[s] + seq_gen[s];
     seq->ids = calloc(seq->n_total, sizeof(int32_t));
     seq->lg = malloc((size_t) seq_gen[s] * n_vocab * sizeof(float));
@@ -356,10 +187,10 @@ run_check(const kvs_cpu_model_t *cm, uint32_t first, uint32_t n,
 {
     double           rel;
     uint32_t         s, n_blocks;
-    seq_t            seqs[N_SEQ];
     kvs_err_t        err;
     kvs_cpu_kv_t    *kv;
     kvs_kv_pool_t   *pool;
+    kvs_test_seq_t   seqs[N_SEQ];
 
     n_blocks = 0;
 
@@ -371,7 +202,7 @@ run_check(const kvs_cpu_model_t *cm, uint32_t first, uint32_t n,
     assert_int_equal(kvs_kv_pool_new(&pool, n_blocks, bt, &err), KVS_OK);
     assert_int_equal(kvs_cpu_kv_new(&kv, cm, n_blocks, bt, &err), KVS_OK);
 
-    run_seqs(cm, kv, pool, seqs, n);
+    kvs_test_run_seqs(cm, kv, pool, seqs, n);
 
     for (s = 0; s < n; s++) {
         assert_int_equal(seqs[s].n_ids, seqs[s].n_total);
@@ -405,7 +236,7 @@ run_check(const kvs_cpu_model_t *cm, uint32_t first, uint32_t n,
         free(seqs[s].lg);
     }
 
-    pool_ok(pool);
+    kvs_test_pool_ok(pool);
     kvs_cpu_kv_free(kv);
     kvs_kv_pool_free(pool);
 }
@@ -449,7 +280,7 @@ recompute(const kvs_cpu_model_t *cm, const int32_t *ids, uint32_t n,
 
     free(toks);
     assert_int_equal(kvs_kv_table_release(&table, pool, &err), KVS_OK);
-    pool_ok(pool);
+    kvs_test_pool_ok(pool);
     kvs_cpu_kv_free(kv);
     kvs_kv_pool_free(pool);
 }
@@ -520,12 +351,12 @@ check_recompute(const kvs_cpu_model_t *cm)
         worst = rel > worst ? rel : worst;
 
         if (n < N_PROMPT_A + N_DECODE - 1) {
-            ids[n] = argmax(inc, nv);
+            ids[n] = kvs_test_argmax(inc, nv);
         }
     }
 
     assert_int_equal(kvs_kv_table_release(&table, pool, &err), KVS_OK);
-    pool_ok(pool);
+    kvs_test_pool_ok(pool);
     kvs_cpu_kv_free(kv);
     kvs_kv_pool_free(pool);
     free(inc);
