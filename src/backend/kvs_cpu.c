@@ -47,7 +47,7 @@ static void kvs_cpu_matmul(float *y, const float *x, const kvs_cpu_mat_t *w,
 static void kvs_cpu_rmsnorm(float *o, const float *x, const float *w,
     uint32_t size, float eps);
 static int kvs_cpu_check_batch(const kvs_cpu_model_t *cm,
-    const kvs_cpu_kv_t *kv, const kvs_cpu_batch_t *b, uint32_t *max_ctx,
+    const kvs_cpu_kv_t *kv, const kvs_batch_t *b, uint32_t *max_ctx,
     kvs_err_t *err);
 
 
@@ -527,10 +527,10 @@ kvs_cpu_rmsnorm(float *o, const float *x, const float *w, uint32_t size,
  * longest attention span, pos + 1, for sizing the score scratch. */
 static int
 kvs_cpu_check_batch(const kvs_cpu_model_t *cm, const kvs_cpu_kv_t *kv,
-    const kvs_cpu_batch_t *b, uint32_t *max_ctx, kvs_err_t *err)
+    const kvs_batch_t *b, uint32_t *max_ctx, kvs_err_t *err)
 {
     uint32_t               i, j, nb;
-    const kvs_cpu_tok_t   *t;
+    const kvs_batch_tok_t *t;
 
     *max_ctx = 0;
 
@@ -588,7 +588,7 @@ kvs_cpu_check_batch(const kvs_cpu_model_t *cm, const kvs_cpu_kv_t *kv,
 
 int
 kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
-    const kvs_cpu_batch_t *b, float *logits, kvs_err_t *err)
+    const kvs_batch_t *b, float *logits, kvs_err_t *err)
 {
     int                     rc;
     float                  *x, *xb, *q, *k, *v, *att, *h1, *h3, *sc;
@@ -597,7 +597,7 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     uint32_t                n, i, l, h, t, j, max_ctx, e, f, qd, kd, vd;
     uint32_t                od, hdk, hdv, group, bt, blk, want, wrow;
     const float            *kt, *vt;
-    const kvs_cpu_tok_t    *tk;
+    const kvs_batch_tok_t  *tk;
     const kvs_cpu_layer_t  *ly;
     const kvs_hparams_t    *hp;
 

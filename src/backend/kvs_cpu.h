@@ -39,6 +39,7 @@
 #include "../base/kvs_err.h"
 #include "../engine/kvs_rope.h"
 #include "../kv/kvs_kv_table.h"
+#include "kvs_batch.h"
 #include "../model/kvs_model.h"
 
 /* A weight matrix [rows][cols] as the GGUF stores it (row r: the weights
@@ -98,25 +99,6 @@ typedef struct {
     size_t     act_cap;               /* floats */
 } kvs_cpu_kv_t;
 
-/* One token of a batch. */
-typedef struct {
-    int32_t                 token;    /* [0, n_vocab) */
-    uint32_t                pos;      /* its position; < table->n_tokens */
-    const kvs_kv_table_t   *table;    /* its sequence's block table */
-    int                     want_logits;
-} kvs_cpu_tok_t;
-
-/*
- * A step's tokens.  Tokens of one sequence appear in position order (a
- * prefill chunk is consecutive positions); a token attends to positions
- * 0..pos of its table: those before this batch's must already be in the
- * cache.  Two entries of one sequence never share a position.
- */
-typedef struct {
-    const kvs_cpu_tok_t  *toks;       /* [n] */
-    uint32_t              n;
-} kvs_cpu_batch_t;
-
 /*
  * Resolves every tensor of m (matrices F32, F16, BF16 or Q8_0, vectors
  * F32, F16 or BF16: another type is KVS_EUNSUPPORTED naming the tensor)
@@ -143,6 +125,6 @@ void kvs_cpu_kv_free(kvs_cpu_kv_t *kv);
  * written; KVS_ENOMEM for scratch.
  */
 int kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
-    const kvs_cpu_batch_t *b, float *logits, kvs_err_t *err);
+    const kvs_batch_t *b, float *logits, kvs_err_t *err);
 
 #endif /* KVS_CPU_H */

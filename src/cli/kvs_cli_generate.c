@@ -261,10 +261,10 @@ kvs_cli_generate_run(const kvs_cli_generate_opts_t *o)
     kvs_sampler_t     smp;
     kvs_kv_pool_t    *pool;
     kvs_tok_ctx_t     ctx;
-    kvs_cpu_tok_t    *toks;
+    kvs_batch_tok_t  *toks;
     kvs_kv_table_t    table;
     kvs_cpu_model_t  *cm;
-    kvs_cpu_batch_t   b;
+    kvs_batch_t       b;
 
     memset(&out, 0, sizeof(out));
     memset(&ids, 0, sizeof(ids));
@@ -340,7 +340,7 @@ kvs_cli_generate_run(const kvs_cli_generate_opts_t *o)
 
     n = n_prompt < KVS_CLI_GENERATE_CHUNK ? n_prompt
                                           : KVS_CLI_GENERATE_CHUNK;
-    toks = malloc(n * sizeof(kvs_cpu_tok_t));
+    toks = malloc(n * sizeof(kvs_batch_tok_t));
     logits = malloc((size_t) m->hp.n_vocab * sizeof(float));
 
     if (toks == NULL || logits == NULL) {

@@ -82,9 +82,9 @@ kvs_test_run_seqs(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     uint32_t         *take, *row;         /* [n_seqs] each */
     float            *logits;             /* [n_seqs][n_vocab] */
     kvs_err_t         err;
-    kvs_cpu_tok_t    *toks;               /* [cap]: a step never exceeds
+    kvs_batch_tok_t  *toks;               /* [cap]: a step never exceeds
                                              every id of every sequence */
-    kvs_cpu_batch_t   b;
+    kvs_batch_t       b;
 
     nv = cm->hp.n_vocab;
     cap = 0;
@@ -93,7 +93,7 @@ kvs_test_run_seqs(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
         cap += seqs[s].n_total;
     }
 
-    toks = malloc(cap * sizeof(kvs_cpu_tok_t));
+    toks = malloc(cap * sizeof(kvs_batch_tok_t));
     take = malloc(2 * n_seqs * sizeof(uint32_t));
     logits = malloc((size_t) n_seqs * nv * sizeof(float));
     assert_non_null(toks);

@@ -182,10 +182,10 @@ test_bos_logits(void **state)
     int               i;
     kvs_err_t         err;
     kvs_cpu_kv_t     *kv;
-    kvs_cpu_tok_t     tok;
+    kvs_batch_tok_t   tok;
     kvs_kv_pool_t    *pool;
     kvs_kv_table_t    table;
-    kvs_cpu_batch_t   b;
+    kvs_batch_t       b;
 
     fx = *state;
     if (fx->cm == NULL) {
@@ -447,10 +447,10 @@ test_top_p(void **state)
     const char           *path;
     kvs_vocab_t          *v;
     kvs_cpu_kv_t         *kv;
-    kvs_cpu_tok_t         t;
+    kvs_batch_tok_t       t;
     kvs_kv_pool_t        *pool;
     kvs_kv_table_t        table;
-    kvs_cpu_batch_t       b;
+    kvs_batch_t           b;
     kvs_sampler_t         smp;
     kvs_sample_params_t   sp;
 
@@ -536,10 +536,10 @@ test_bad_batch(void **state)
     float            *snap;
     kvs_err_t         err;
     kvs_cpu_kv_t     *kv;
-    kvs_cpu_tok_t     tok[2];
+    kvs_batch_tok_t   tok[2];
     kvs_kv_pool_t    *pool;
     kvs_kv_table_t    table, other;
-    kvs_cpu_batch_t   b;
+    kvs_batch_t       b;
 
     fx = *state;
     if (fx->cm == NULL) {

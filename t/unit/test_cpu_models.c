@@ -251,17 +251,17 @@ recompute(const kvs_cpu_model_t *cm, const int32_t *ids, uint32_t n,
     uint32_t          i;
     kvs_err_t         err;
     kvs_cpu_kv_t     *kv;
-    kvs_cpu_tok_t    *toks;
+    kvs_batch_tok_t  *toks;
     kvs_kv_pool_t    *pool;
     kvs_kv_table_t    table;
-    kvs_cpu_batch_t   b;
+    kvs_batch_t       b;
 
     assert_int_equal(kvs_kv_pool_new(&pool, 1, 64, &err), KVS_OK);
     assert_int_equal(kvs_cpu_kv_new(&kv, cm, 1, 64, &err), KVS_OK);
     memset(&table, 0, sizeof(table));
     assert_int_equal(kvs_kv_table_reserve(&table, pool, n, &err), KVS_OK);
 
-    toks = calloc(n, sizeof(kvs_cpu_tok_t));
+    toks = calloc(n, sizeof(kvs_batch_tok_t));
     assert_non_null(toks);
 
     for (i = 0; i < n; i++) {
@@ -301,10 +301,10 @@ check_recompute(const kvs_cpu_model_t *cm)
     double            rel, worst;
     kvs_err_t         err;
     kvs_cpu_kv_t     *kv;
-    kvs_cpu_tok_t     toks[N_PROMPT_A];
+    kvs_batch_tok_t   toks[N_PROMPT_A];
     kvs_kv_pool_t    *pool;
     kvs_kv_table_t    table;
-    kvs_cpu_batch_t   b;
+    kvs_batch_t       b;
 
     nv = cm->hp.n_vocab;
     inc = malloc(nv * sizeof(float));
