@@ -66,7 +66,6 @@ static int kvs_cli_generate_num(const char *opt, const char *s, double lo,
     double hi, int integer, double *out);
 static int kvs_cli_generate_run(const kvs_cli_generate_opts_t *o);
 static int kvs_cli_generate_flush(kvs_buf_t *out);
-static int kvs_cli_generate_stops(const kvs_vocab_t *v, int32_t tok);
 static double kvs_cli_generate_now(void);
 static void kvs_cli_generate_usage(FILE *f);
 
@@ -404,7 +403,7 @@ kvs_cli_generate_run(const kvs_cli_generate_opts_t *o)
             goto failed;
         }
 
-        if (kvs_cli_generate_stops(v, tok)) {
+        if (kvs_vocab_ends_text(v, tok)) {
             snprintf(stop, sizeof(stop), "end of text, token %d",
                      (int) tok);
             break;
@@ -508,14 +507,6 @@ kvs_cli_generate_flush(kvs_buf_t *out)
     out->len = 0;
 
     return fflush(stdout) == 0 ? 0 : -1;
-}
-
-
-static int
-kvs_cli_generate_stops(const kvs_vocab_t *v, int32_t tok)
-{
-    return tok == v->eos || tok == v->eot || tok == v->eom
-           || tok == v->bos;
 }
 
 

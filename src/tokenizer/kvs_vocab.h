@@ -119,6 +119,14 @@ int kvs_vocab_load(kvs_vocab_t **out, const struct kvs_gguf_s *g,
 int kvs_vocab_open(kvs_vocab_t **out, const char *path, kvs_err_t *err);
 void kvs_vocab_free(kvs_vocab_t *v);
 
+/* 1 for a token that ends the text: EOS, EOT, EOM, and BOS, which a model
+ * emits to start the next document (llama2.c's generate stops at it). */
+static inline int
+kvs_vocab_ends_text(const kvs_vocab_t *v, int32_t tok)
+{
+    return tok == v->eos || tok == v->eot || tok == v->eom || tok == v->bos;
+}
+
 /* Token id of exactly these bytes (see "Token text" above), or -1. */
 int32_t kvs_vocab_find(const kvs_vocab_t *v, const void *text, size_t len);
 

@@ -1,0 +1,385 @@
+/*
+ * kvs_sched: continuous batching: queues, step planning, preemption (see
+ * kvs_sched.h).
+ *
+ * Invariants:
+ *   - both queues are sorted by order (oldest at head), so "newest
+ *     running" is the running tail and a preempted sequence goes back
+ *     ahead of everything that arrived after it;
+ *   - a waiting sequence holds no blocks (n_computed == 0, empty table);
+ *   - a running sequence's table covers at least n_computed positions,
+ *     and n_computed < n_tokens: one token (at least) is always left to
+ *     compute, whose logits give the next token;
+ *   - plan visits running sequences oldest first and preempts from the
+ *     newest, so a victim is never one already in the step.
+ */
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvs_sched.h"
+
+
+static void kvs_seq_queue_insert(kvs_seq_queue_t *q, kvs_seq_t *seq);
+static void kvs_seq_queue_unlink(kvs_seq_queue_t *q, kvs_seq_t *seq);
+static void kvs_sched_preempt(kvs_sched_t *s, kvs_seq_t *seq);
+static int kvs_sched_take(kvs_sched_t *s, kvs_sched_plan_t *plan,
+    kvs_seq_t *seq, uint32_t take);
+
+
+int
+kvs_sched_init(kvs_sched_t *s, const kvs_sched_conf_t *conf,
+    kvs_kv_pool_t *pool, kvs_err_t *err)
+{
+    memset(s, 0, sizeof(kvs_sched_t));
+
+    if (conf->max_batch_tokens == 0) {
+        return kvs_err_set(err, KVS_EINVAL, "max_batch_tokens must be at "
+                           "least 1");
+    }
+
+    if (conf->max_running == 0) {
+        return kvs_err_set(err, KVS_EINVAL, "max_running must be at "
+                           "least 1");
+    }
+
+    if (conf->n_ctx == 0) {
+        return kvs_err_set(err, KVS_EINVAL, "n_ctx must be at least 1");
+    }
+
+    s->toks = malloc(conf->max_batch_tokens * sizeof(kvs_batch_tok_t));
+    s->logits_seq = malloc(conf->max_running * sizeof(kvs_seq_t *));
+
+    if (s->toks == NULL || s->logits_seq == NULL) {
+        free(s->toks);
+        free(s->logits_seq);
+        memset(s, 0, sizeof(kvs_sched_t));
+        return kvs_err_set(err, KVS_ENOMEM, "scheduler: out of memory");
+    }
+
+    s->conf = *conf;
+    s->pool = pool;
+
+    return KVS_OK;
+}
+
+
+void
+kvs_sched_free(kvs_sched_t *s)
+{
+    while (s->running.head != NULL) {
+        kvs_sched_remove(s, s->running.head);
+    }
+
+    while (s->waiting.head != NULL) {
+        kvs_sched_remove(s, s->waiting.head);
+    }
+
+    free(s->toks);
+    free(s->logits_seq);
+    memset(s, 0, sizeof(kvs_sched_t));
+}
+
+
+int
+kvs_seq_init(kvs_seq_t *seq, const kvs_sched_t *s, const int32_t *prompt,
+    uint32_t n_prompt, uint32_t max_tokens, kvs_err_t *err)
+{
+    uint64_t  total, cached, blocks;
+
+    memset(seq, 0, sizeof(kvs_seq_t));
+
+    if (n_prompt == 0) {
+        return kvs_err_set(err, KVS_EINVAL, "the prompt is empty");
+    }
+
+    if (max_tokens == 0) {
+        return kvs_err_set(err, KVS_EINVAL, "max_tokens must be at least "
+                           "1");
+    }
+
+    total = (uint64_t) n_prompt + max_tokens;
+
+    if (total > s->conf.n_ctx) {
+        return kvs_err_set(err, KVS_ERANGE, "the prompt (%" PRIu32
+                           " tokens) plus max_tokens (%" PRIu32 ") is %"
+                           PRIu64 " tokens, more than the context of %"
+                           PRIu32, n_prompt, max_tokens, total,
+                           s->conf.n_ctx);
+    }
+
+    /* the last generated token is sampled, never computed */
+    cached = total - 1;
+    blocks = (cached + s->pool->block_tokens - 1) / s->pool->block_tokens;
+
+    if (blocks > s->pool->n_blocks) {
+        return kvs_err_set(err, KVS_ERANGE, "the prompt (%" PRIu32
+                           " tokens) plus max_tokens (%" PRIu32 ") needs %"
+                           PRIu64 " KV blocks; the whole cache has %"
+                           PRIu32, n_prompt, max_tokens, blocks,
+                           s->pool->n_blocks);
+    }
+
+    if (!s->conf.chunked_prefill && cached > s->conf.max_batch_tokens) {
+        return kvs_err_set(err, KVS_ERANGE, "the prompt (%" PRIu32
+                           " tokens) plus max_tokens (%" PRIu32 ") exceeds "
+                           "the step budget of %" PRIu32 " tokens, which "
+                           "chunked prefill being off requires",
+                           n_prompt, max_tokens,
+                           s->conf.max_batch_tokens);
+    }
+
+    seq->tokens = malloc(total * sizeof(int32_t));
+    if (seq->tokens == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "sequence: out of memory");
+    }
+
+    memcpy(seq->tokens, prompt, n_prompt * sizeof(int32_t));
+    seq->cap = (uint32_t) total;
+    seq->n_prompt = n_prompt;
+    seq->n_tokens = n_prompt;
+
+    return KVS_OK;
+}
+
+
+void
+kvs_seq_free(kvs_seq_t *seq)
+{
+    free(seq->tokens);
+    seq->tokens = NULL;
+    seq->cap = 0;
+}
+
+
+void
+kvs_sched_add(kvs_sched_t *s, kvs_seq_t *seq)
+{
+    seq->order = s->next_order++;
+    seq->state = KVS_SEQ_WAITING;
+    kvs_seq_queue_insert(&s->waiting, seq);
+}
+
+
+void
+kvs_sched_remove(kvs_sched_t *s, kvs_seq_t *seq)
+{
+    switch (seq->state) {
+    case KVS_SEQ_WAITING:
+        kvs_seq_queue_unlink(&s->waiting, seq);
+        break;
+    case KVS_SEQ_RUNNING:
+        kvs_seq_queue_unlink(&s->running, seq);
+        break;
+    default:
+        return;
+    }
+
+    /* the table was built on this pool, so release cannot fail */
+    (void) kvs_kv_table_release(&seq->table, s->pool, NULL);
+    seq->n_computed = 0;
+    seq->state = KVS_SEQ_NEW;
+}
+
+
+void
+kvs_sched_plan(kvs_sched_t *s, kvs_sched_plan_t *plan)
+{
+    uint32_t    want, budget, take;
+    kvs_seq_t  *seq, *next;
+
+    memset(plan, 0, sizeof(kvs_sched_plan_t));
+    plan->batch.toks = s->toks;
+    plan->logits_seq = s->logits_seq;
+
+    budget = s->conf.max_batch_tokens;
+
+    for (seq = s->running.head; seq != NULL && budget > 0; seq = next) {
+        next = seq->next;
+        want = seq->n_tokens - seq->n_computed;
+        take = want < budget ? want : budget;
+
+        /* make room from the newest; when seq is the newest, it goes */
+
+        while (kvs_kv_table_blocks_needed(&seq->table, s->pool,
+                                          seq->n_computed + take)
+               > kvs_kv_pool_free_count(s->pool))
+        {
+            if (s->running.tail == seq) {
+                break;
+            }
+
+            kvs_sched_preempt(s, s->running.tail);
+        }
+
+        /* seq may have been the tail all along, or next just went */
+        next = seq->next;
+
+        if (kvs_sched_take(s, plan, seq, take) != KVS_OK) {
+            kvs_sched_preempt(s, seq);
+            break;
+        }
+
+        budget -= take;
+    }
+
+    while (budget > 0 && s->running.n < s->conf.max_running
+           && s->waiting.head != NULL)
+    {
+        seq = s->waiting.head;
+        want = seq->n_tokens - seq->n_computed;
+
+        if (!s->conf.chunked_prefill && want > budget) {
+            break;
+        }
+
+        take = want < budget ? want : budget;
+
+        if (kvs_kv_table_blocks_needed(&seq->table, s->pool, take)
+            > kvs_kv_pool_free_count(s->pool))
+        {
+            break;
+        }
+
+        kvs_seq_queue_unlink(&s->waiting, seq);
+        seq->state = KVS_SEQ_RUNNING;
+        kvs_seq_queue_insert(&s->running, seq);
+
+        if (kvs_sched_take(s, plan, seq, take) != KVS_OK) {
+            kvs_sched_preempt(s, seq);
+            break;
+        }
+
+        budget -= take;
+    }
+}
+
+
+void
+kvs_sched_commit(kvs_sched_t *s, kvs_sched_plan_t *plan)
+{
+    kvs_seq_t  *seq;
+
+    for (seq = plan->seqs; seq != NULL; seq = seq->step_next) {
+        seq->n_computed += seq->n_step;
+        seq->n_step = 0;
+    }
+}
+
+
+/* Adds positions [n_computed, n_computed + take) of seq to the step,
+ * reserving their blocks first; KVS_KV_EFULL (or KVS_ENOMEM for the id
+ * array) leaves the plan as it was. */
+static int
+kvs_sched_take(kvs_sched_t *s, kvs_sched_plan_t *plan, kvs_seq_t *seq,
+    uint32_t take)
+{
+    uint32_t          i, pos;
+    kvs_batch_tok_t  *t;
+
+    if (kvs_kv_table_reserve(&seq->table, s->pool, seq->n_computed + take,
+                             NULL)
+        != KVS_OK)
+    {
+        return KVS_KV_EFULL;
+    }
+
+    for (i = 0; i < take; i++) {
+        pos = seq->n_computed + i;
+        t = &s->toks[plan->batch.n++];
+        t->token = seq->tokens[pos];
+        t->pos = pos;
+        t->table = &seq->table;
+        t->want_logits = pos + 1 == seq->n_tokens;
+
+        if (t->want_logits) {
+            plan->logits_seq[plan->n_logits++] = seq;
+        }
+    }
+
+    if (take == 1 && seq->n_computed + 1 == seq->n_tokens
+        && seq->n_tokens > seq->n_prompt)
+    {
+        plan->n_decode++;
+    } else {
+        plan->n_prefill += take;
+    }
+
+    seq->n_step = take;
+    seq->step_next = plan->seqs;
+    plan->seqs = seq;
+
+    return KVS_OK;
+}
+
+
+static void
+kvs_sched_preempt(kvs_sched_t *s, kvs_seq_t *seq)
+{
+    kvs_seq_queue_unlink(&s->running, seq);
+    (void) kvs_kv_table_release(&seq->table, s->pool, NULL);
+
+    seq->n_computed = 0;
+    seq->n_step = 0;
+    seq->n_preempted++;
+    seq->state = KVS_SEQ_WAITING;
+    kvs_seq_queue_insert(&s->waiting, seq);
+
+    s->n_preemptions++;
+}
+
+
+/* Inserts by order, scanning from the tail: arrivals and most returns
+ * land there, so this is O(1) but for preempted sequences. */
+static void
+kvs_seq_queue_insert(kvs_seq_queue_t *q, kvs_seq_t *seq)
+{
+    kvs_seq_t  *at;
+
+    at = q->tail;
+
+    while (at != NULL && at->order > seq->order) {
+        at = at->prev;
+    }
+
+    /* seq goes after at (or first, when at is NULL) */
+
+    seq->prev = at;
+    seq->next = at != NULL ? at->next : q->head;
+
+    if (seq->next != NULL) {
+        seq->next->prev = seq;
+    } else {
+        q->tail = seq;
+    }
+
+    if (at != NULL) {
+        at->next = seq;
+    } else {
+        q->head = seq;
+    }
+
+    q->n++;
+}
+
+
+static void
+kvs_seq_queue_unlink(kvs_seq_queue_t *q, kvs_seq_t *seq)
+{
+    if (seq->prev != NULL) {
+        seq->prev->next = seq->next;
+    } else {
+        q->head = seq->next;
+    }
+
+    if (seq->next != NULL) {
+        seq->next->prev = seq->prev;
+    } else {
+        q->tail = seq->prev;
+    }
+
+    seq->prev = NULL;
+    seq->next = NULL;
+    q->n--;
+}

@@ -1,0 +1,152 @@
+/*
+ * kvs_sched: iteration-level continuous batching over a KV block pool.
+ *
+ * Sequences wait in arrival order and run in arrival order.  Each step
+ * (kvs_sched_plan) takes, oldest first: one token of every running
+ * sequence that decodes, the next chunk of every running sequence still
+ * prefilling, then admits waiting sequences with prefill chunks, all
+ * within the step's token budget (max_batch_tokens).  A long prompt is
+ * thus prefilled over several steps while the others keep decoding.
+ *
+ * When a running sequence needs a block and the pool has none, the
+ * newest running sequence is preempted: its blocks go back to the pool
+ * and it returns to the waiting queue (at its arrival place) to be
+ * recomputed from its tokens, prompt and generated, later.  Its sampler
+ * state lives with the engine, so what it generates does not depend on
+ * whether it was preempted.  Waiting sequences never preempt running
+ * ones: they are admitted when their first chunk's blocks are free.
+ *
+ * A sequence whose prompt plus max_tokens can never fit (the context, the
+ * whole pool, or with chunked prefill off the step budget) is refused by
+ * kvs_sched_add() with the reason, and nothing changes.
+ *
+ * Ownership: the caller (the engine) owns each kvs_seq_t and its token
+ * array; the scheduler links it into its queues and owns, through the
+ * sequence's block table, one pool reference per block the table holds.
+ * The pool is borrowed and must outlive the scheduler.  One thread (the
+ * engine's) uses a scheduler; nothing here locks.
+ */
+
+#ifndef KVS_SCHED_H
+#define KVS_SCHED_H
+
+#include <stdint.h>
+
+#include "../backend/kvs_batch.h"
+#include "../base/kvs_err.h"
+#include "../kv/kvs_kv_pool.h"
+#include "../kv/kvs_kv_table.h"
+
+typedef enum {
+    KVS_SEQ_NEW = 0,                  /* not added yet, or removed */
+    KVS_SEQ_WAITING,
+    KVS_SEQ_RUNNING
+} kvs_seq_state_t;
+
+typedef struct kvs_seq_s  kvs_seq_t;
+
+struct kvs_seq_s {
+    uint64_t          order;          /* arrival rank: smaller is older */
+    kvs_seq_state_t   state;
+    int32_t          *tokens;         /* [cap]: prompt, then generated */
+    uint32_t          cap;            /* n_prompt + max_tokens */
+    uint32_t          n_prompt;
+    uint32_t          n_tokens;       /* prompt + generated so far */
+    uint32_t          n_computed;     /* positions whose K/V is cached */
+    uint32_t          n_step;         /* positions this step computes */
+    uint32_t          n_preempted;    /* times it lost its blocks */
+    kvs_kv_table_t    table;
+    kvs_seq_t        *prev;           /* in its queue */
+    kvs_seq_t        *next;
+    kvs_seq_t        *step_next;      /* in this step's list */
+};
+
+typedef struct {
+    kvs_seq_t  *head;                 /* oldest */
+    kvs_seq_t  *tail;                 /* newest */
+    uint32_t    n;
+} kvs_seq_queue_t;
+
+typedef struct {
+    uint32_t  max_batch_tokens;       /* tokens per step, >= 1 */
+    uint32_t  max_running;            /* sequences per step, >= 1 */
+    uint32_t  n_ctx;                  /* positions a sequence may use */
+    int       chunked_prefill;        /* 0: a prompt runs in one step */
+} kvs_sched_conf_t;
+
+/* A planned step: the batch to run, and whose logits come back. */
+typedef struct {
+    kvs_batch_t   batch;
+    kvs_seq_t   **logits_seq;         /* [n_logits] sequence of logits row
+                                         i, in batch order */
+    uint32_t      n_logits;
+    uint32_t      n_prefill;          /* tokens of prompts/recomputes */
+    uint32_t      n_decode;           /* tokens of decoding sequences */
+    kvs_seq_t    *seqs;               /* step_next list of the scheduled */
+} kvs_sched_plan_t;
+
+typedef struct {
+    kvs_sched_conf_t   conf;
+    kvs_kv_pool_t     *pool;          /* borrowed */
+    kvs_seq_queue_t    waiting;       /* by order */
+    kvs_seq_queue_t    running;       /* by order */
+    uint64_t           next_order;
+    kvs_batch_tok_t   *toks;          /* [conf.max_batch_tokens] */
+    kvs_seq_t        **logits_seq;    /* [conf.max_running] */
+    uint64_t           n_preemptions; /* since creation */
+} kvs_sched_t;
+
+/* Checks conf (KVS_EINVAL names the field) and allocates the step
+ * arrays.  On failure s owns nothing. */
+int kvs_sched_init(kvs_sched_t *s, const kvs_sched_conf_t *conf,
+    kvs_kv_pool_t *pool, kvs_err_t *err);
+
+/* Releases every queued sequence's blocks (they stay the caller's) and
+ * the step arrays. */
+void kvs_sched_free(kvs_sched_t *s);
+
+/*
+ * Sets up seq (zeroed by the caller or left NEW by a remove) with a copy
+ * of prompt[n_prompt] and room for max_tokens generated tokens.
+ * KVS_EINVAL for an empty prompt or max_tokens 0; KVS_ERANGE, with the
+ * numbers, when prompt plus max_tokens exceed the context, the pool or
+ * (chunked prefill off) the step budget; KVS_ENOMEM.
+ */
+int kvs_seq_init(kvs_seq_t *seq, const kvs_sched_t *s, const int32_t *prompt,
+    uint32_t n_prompt, uint32_t max_tokens, kvs_err_t *err);
+void kvs_seq_free(kvs_seq_t *seq);
+
+/* Queues an initialised sequence at the back of the waiting queue. */
+void kvs_sched_add(kvs_sched_t *s, kvs_seq_t *seq);
+
+/* Takes seq out of its queue and returns its blocks to the pool (finish,
+ * cancel); a NEW seq is left as it is. */
+void kvs_sched_remove(kvs_sched_t *s, kvs_seq_t *seq);
+
+/*
+ * Plans the next step, reserving the blocks its tokens need (and
+ * preempting, newest first, when the pool runs out).  An empty plan
+ * (batch.n == 0) means there is nothing to run.  Blocks reserved for a
+ * step that then fails stay with their sequences and are used by the
+ * next plan, so a failed step leaks nothing.
+ */
+void kvs_sched_plan(kvs_sched_t *s, kvs_sched_plan_t *plan);
+
+/* After the step ran: the planned positions are now cached. */
+void kvs_sched_commit(kvs_sched_t *s, kvs_sched_plan_t *plan);
+
+/* Appends a generated token; the caller made sure there is room (n_tokens
+ * < cap), which kvs_seq_init's max_tokens guarantees. */
+static inline void
+kvs_seq_append(kvs_seq_t *seq, int32_t token)
+{
+    seq->tokens[seq->n_tokens++] = token;
+}
+
+static inline uint32_t
+kvs_seq_generated(const kvs_seq_t *seq)
+{
+    return seq->n_tokens - seq->n_prompt;
+}
+
+#endif /* KVS_SCHED_H */
