@@ -173,6 +173,7 @@ interop: $(CLI) $(B)/gguf_sample $(B)/unit/test_rope $(PY_STAMP)
 	$(TEST_ENV) $(VENV)/bin/python t/unit/test_chat_jinja.py
 	$(TEST_ENV) $(VENV)/bin/python t/unit/test_rope_python.py \
 	    $(B)/unit/test_rope
+	$(TEST_ENV) $(VENV)/bin/python t/unit/test_logits_numpy.py
 
 # The real Test::Nginx when installed; otherwise our compatible runner.
 PROVE_INC := $(shell perl -MTest::Nginx::Socket -e1 2>/dev/null \

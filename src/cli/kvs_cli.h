@@ -14,6 +14,14 @@ int kvs_cli_detokenize(int argc, char **argv);      /* kvs_cli_tok.c */
 int kvs_cli_convert_vocab(int argc, char **argv);   /* kvs_cli_convert.c */
 int kvs_cli_chat_template(int argc, char **argv);   /* kvs_cli_chat.c */
 int kvs_cli_generate(int argc, char **argv);        /* kvs_cli_generate.c */
+int kvs_cli_logits(int argc, char **argv);          /* kvs_cli_logits.c */
+
+int kvs_cli_bench(int argc, char **argv);           /* kvs_cli_bench.c */
+
+/* Parses a whole decimal number in [lo, hi] (an integer if asked) into
+ * *out; otherwise prints "kvserve CMD: OPT: expected ..." and returns 2. */
+int kvs_cli_num(const char *cmd, const char *opt, const char *s, double lo,
+    double hi, int integer, double *out);
 
 /* Formats bytes as "1.25 MiB" into buf. */
 const char *kvs_cli_human(double bytes, char *buf, unsigned len);

@@ -62,8 +62,6 @@ typedef struct {
 
 static int kvs_cli_generate_args(int argc, char **argv,
     kvs_cli_generate_opts_t *o);
-static int kvs_cli_generate_num(const char *opt, const char *s, double lo,
-    double hi, int integer, double *out);
 static int kvs_cli_generate_run(const kvs_cli_generate_opts_t *o);
 static int kvs_cli_generate_flush(kvs_buf_t *out);
 static double kvs_cli_generate_now(void);
@@ -139,8 +137,8 @@ kvs_cli_generate_args(int argc, char **argv, kvs_cli_generate_opts_t *o)
             o->prompt = argv[i];
 
         } else if (strcmp(opt, "-n") == 0) {
-            if (kvs_cli_generate_num(opt, argv[i], 1,
-                                     KVS_CLI_GENERATE_MAX_NEW, 1, &d) != 0)
+            if (kvs_cli_num("generate", opt, argv[i], 1,
+                            KVS_CLI_GENERATE_MAX_NEW, 1, &d) != 0)
             {
                 return 2;
             }
@@ -148,21 +146,21 @@ kvs_cli_generate_args(int argc, char **argv, kvs_cli_generate_opts_t *o)
             o->n_new = (uint32_t) d;
 
         } else if (strcmp(opt, "--temp") == 0) {
-            if (kvs_cli_generate_num(opt, argv[i], 0, 2, 0, &d) != 0) {
+            if (kvs_cli_num("generate", opt, argv[i], 0, 2, 0, &d) != 0) {
                 return 2;
             }
 
             o->sp.temperature = (float) d;
 
         } else if (strcmp(opt, "--top-p") == 0) {
-            if (kvs_cli_generate_num(opt, argv[i], 0, 1, 0, &d) != 0) {
+            if (kvs_cli_num("generate", opt, argv[i], 0, 1, 0, &d) != 0) {
                 return 2;
             }
 
             o->sp.top_p = (float) d;
 
         } else if (strcmp(opt, "--top-k") == 0) {
-            if (kvs_cli_generate_num(opt, argv[i], 0, INT32_MAX, 1, &d)
+            if (kvs_cli_num("generate", opt, argv[i], 0, INT32_MAX, 1, &d)
                 != 0)
             {
                 return 2;
@@ -172,8 +170,8 @@ kvs_cli_generate_args(int argc, char **argv, kvs_cli_generate_opts_t *o)
 
         } else if (strcmp(opt, "--seed") == 0) {
             /* 2^53: every seed up to it is exact in a double */
-            if (kvs_cli_generate_num(opt, argv[i], 0, 9007199254740992.0,
-                                     1, &d) != 0)
+            if (kvs_cli_num("generate", opt, argv[i], 0,
+                            9007199254740992.0, 1, &d) != 0)
             {
                 return 2;
             }
@@ -181,8 +179,8 @@ kvs_cli_generate_args(int argc, char **argv, kvs_cli_generate_opts_t *o)
             o->sp.seed = (uint64_t) d;
 
         } else if (strcmp(opt, "--block") == 0) {
-            if (kvs_cli_generate_num(opt, argv[i], 1,
-                                     KVS_KV_MAX_BLOCK_TOKENS, 1, &d) != 0)
+            if (kvs_cli_num("generate", opt, argv[i], 1,
+                            KVS_KV_MAX_BLOCK_TOKENS, 1, &d) != 0)
             {
                 return 2;
             }
@@ -208,32 +206,6 @@ kvs_cli_generate_args(int argc, char **argv, kvs_cli_generate_opts_t *o)
         fprintf(stderr, "kvserve generate: %s\n", err.msg);
         return 2;
     }
-
-    return 0;
-}
-
-
-/* Parses a whole decimal number in [lo, hi] (an integer if asked). */
-static int
-kvs_cli_generate_num(const char *opt, const char *s, double lo, double hi,
-    int integer, double *out)
-{
-    char    *end;
-    double   d;
-
-    errno = 0;
-    d = strtod(s, &end);
-
-    if (end == s || *end != '\0' || errno != 0 || !isfinite(d)
-        || d < lo || d > hi || (integer && d != floor(d)))
-    {
-        fprintf(stderr, "kvserve generate: %s: expected %s between %.17g "
-                "and %.17g, got \"%s\"\n", opt,
-                integer ? "an integer" : "a number", lo, hi, s);
-        return 2;
-    }
-
-    *out = d;
 
     return 0;
 }

@@ -49,7 +49,18 @@ kvs_cli_usage(FILE *f)
         "           [--special]\n"
         "      print the prompt, then the model's continuation as it is\n"
         "      generated (defaults: -n 256 --temp 1.0 --top-p 0.9, seed\n"
-        "      from the clock; --temp 0: greedy); timing on stderr\n");
+        "      from the clock; --temp 0: greedy); timing on stderr\n"
+        "  logits model.gguf -t \"ID ID ...\" [--block N] [--chunk N]\n"
+        "         [-o out.f32]\n"
+        "      the CPU backend's logits at every position of the ids,\n"
+        "      float32 little-endian [n_ids][n_vocab], to -o or stdout\n"
+        "      (--chunk: prefill N ids per step; default all at once)\n"
+        "  bench model.gguf [--seqs N] [--prompt P] [--gen G] [--threads T]\n"
+        "        [--block B] [--kv-blocks N] [--max-batch-tokens N]\n"
+        "        [--no-chunked] [--temp T] [--seed S]\n"
+        "      offline load through the engine: N sequences at once;\n"
+        "      prints prefill and decode tokens/s, step times, batch\n"
+        "      sizes, KV use\n");
 }
 
 
@@ -87,6 +98,14 @@ main(int argc, char **argv)
 
     if (strcmp(argv[1], "generate") == 0) {
         return kvs_cli_generate(argc - 1, argv + 1);
+    }
+
+    if (strcmp(argv[1], "logits") == 0) {
+        return kvs_cli_logits(argc - 1, argv + 1);
+    }
+
+    if (strcmp(argv[1], "bench") == 0) {
+        return kvs_cli_bench(argc - 1, argv + 1);
     }
 
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0

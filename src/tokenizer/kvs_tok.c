@@ -469,6 +469,31 @@ kvs_detok_bytes(kvs_detok_t *d, const uint8_t *p, size_t n, kvs_buf_t *out)
 }
 
 
+void
+kvs_detok_skip(kvs_detok_t *d, const int32_t *ids, size_t n)
+{
+    size_t              i;
+    const kvs_token_t  *tok;
+
+    /* only "has text been seen" matters to what follows, so stop at the
+     * first token that would have shown text */
+    for (i = 0; i < n && d->ntok == 0; i++) {
+        if (ids[i] < 0 || (uint32_t) ids[i] >= d->v->n_tokens) {
+            continue;
+        }
+
+        tok = &d->v->tokens[ids[i]];
+
+        if ((tok->type != KVS_TOKT_CONTROL && tok->type != KVS_TOKT_UNKNOWN
+             && tok->type != KVS_TOKT_UNUSED)
+            || (d->flags & KVS_DETOK_SPECIAL))
+        {
+            d->ntok++;
+        }
+    }
+}
+
+
 int
 kvs_detok_push(kvs_detok_t *d, int32_t id, kvs_buf_t *out, kvs_err_t *err)
 {

@@ -99,6 +99,9 @@ typedef struct {
 void kvs_detok_init(kvs_detok_t *d, const kvs_vocab_t *v, unsigned flags);
 int kvs_detok_push(kvs_detok_t *d, int32_t id, kvs_buf_t *out,
     kvs_err_t *err);
+/* Places the detokenizer after ids (a prompt) without producing their
+ * text, so the first generated token decodes as their continuation. */
+void kvs_detok_skip(kvs_detok_t *d, const int32_t *ids, size_t n);
 int kvs_detok_finish(kvs_detok_t *d, kvs_buf_t *out);  /* flush: U+FFFD
                                                          for a cut-off
                                                          character */

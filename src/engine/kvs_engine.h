@@ -1,0 +1,180 @@
+/*
+ * kvs_engine: one model served: its backend (weights and K/V storage),
+ * KV block pool, scheduler and per-request sampling and detokenizing,
+ * stepped by one thread of its own.
+ *
+ * The consumer side (an nginx worker, the bench, a test) submits
+ * requests and gets a handle for each; the engine thread runs steps and
+ * appends each request's new tokens and text to the handle's outbox;
+ * a handle with new output is queued on the ready list and the engine's
+ * eventfd becomes readable, so an event loop learns of output without
+ * waiting or polling.  Slow readers only let text accumulate in their
+ * outbox: the engine never waits for a consumer.
+ *
+ * Lifetimes: a handle is held by the engine until its sequence ends
+ * (finished, failed or cancelled) and by the consumer until
+ * kvs_engine_close(); it is freed when both let go.  Closing a handle
+ * whose sequence still runs cancels it: its blocks go back to the pool
+ * at the start of the next step.
+ *
+ * Errors: kvs_engine_submit() checks a request completely (token ids,
+ * lengths against the context and the cache, sampling fields, stop
+ * strings) and refuses it with the reason; nothing reaches the engine
+ * thread that can make it exit or abort.  A step that fails (memory)
+ * ends the requests in it with an error and the engine goes on.
+ *
+ * Threads: submit, close, ready, read and stats may be called from any
+ * one consumer thread; they take the engine's lock briefly.  Without
+ * kvs_engine_start(), the consumer may drive the engine itself with
+ * kvs_engine_step() (tests, the bench); never both.
+ */
+
+#ifndef KVS_ENGINE_H
+#define KVS_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/kvs_buf.h"
+#include "../base/kvs_err.h"
+#include "../model/kvs_model.h"
+#include "../tokenizer/kvs_vocab.h"
+#include "kvs_sample.h"
+
+#define KVS_ENGINE_MAX_STOP_IDS  64
+
+typedef enum {
+    KVS_FINISH_NONE = 0,              /* still generating */
+    KVS_FINISH_STOP,                  /* end-of-text token, stop token or
+                                         stop string */
+    KVS_FINISH_LENGTH,                /* max_tokens reached */
+    KVS_FINISH_CANCELLED,
+    KVS_FINISH_ERROR
+} kvs_finish_t;
+
+typedef struct {
+    const kvs_model_t  *model;        /* borrowed; outlives the engine */
+    const kvs_vocab_t  *vocab;        /* its tokenizer, borrowed */
+    uint32_t            n_blocks;     /* KV pool size */
+    uint32_t            block_tokens; /* 0: 16 */
+    unsigned            threads;      /* 0: one per online CPU */
+    uint32_t            max_batch_tokens;  /* 0: 2048 */
+    uint32_t            max_running;  /* 0: 256 */
+    uint32_t            n_ctx;        /* 0: the model's training context */
+    int                 no_chunked_prefill;
+} kvs_engine_conf_t;
+
+typedef struct {
+    const int32_t       *prompt;      /* [n_prompt] token ids, rendered
+                                         and encoded by the caller */
+    uint32_t             n_prompt;
+    uint32_t             max_tokens;  /* >= 1 */
+    kvs_sample_params_t  sample;
+    const int32_t       *stop_ids;    /* [n_stop_ids] extra stop tokens */
+    uint32_t             n_stop_ids;
+    const char *const   *stop;        /* [n_stop] stop strings */
+    const size_t        *stop_len;    /* [n_stop] their lengths */
+    uint32_t             n_stop;
+    int                  ignore_eos;  /* do not stop at the model's end
+                                         tokens (benchmarks) */
+    void                *data;        /* the caller's */
+} kvs_engine_req_t;
+
+typedef struct kvs_engine_s      kvs_engine_t;
+typedef struct kvs_engine_seq_s  kvs_engine_seq_t;
+
+/* What kvs_engine_read() hands over: everything produced since the
+ * previous read, appended to what the struct already holds. */
+typedef struct {
+    int32_t                *tokens;   /* [n_tokens] generated ids */
+    size_t                  n_tokens;
+    size_t                  tokens_cap;
+    kvs_buf_t               text;     /* their text, stop strings cut */
+    kvs_sample_logprobs_t  *lp;       /* [n_lp] when logprobs asked */
+    size_t                  n_lp;
+    size_t                  lp_cap;
+    kvs_finish_t            finish;   /* set with the last output */
+    uint32_t                n_prompt;
+    uint32_t                n_generated;  /* tokens counted for usage */
+    uint32_t                n_preempted;
+    char                    error[KVS_ERR_MSG_LEN];  /* when ERROR */
+} kvs_engine_out_t;
+
+typedef struct {
+    uint64_t  steps;
+    uint64_t  prefill_tokens;         /* computed, recomputes included */
+    uint64_t  decode_tokens;
+    uint64_t  preemptions;
+    uint64_t  step_ns;                /* time in steps, total */
+    uint64_t  step_ns_max;
+    uint64_t  decode_only_steps;      /* steps with no prefill token */
+    uint64_t  decode_only_tokens;     /* their tokens */
+    uint64_t  decode_only_ns;         /* their time */
+    uint64_t  batch_seqs;             /* sum over steps of sequences */
+    uint32_t  running;
+    uint32_t  waiting;
+    uint32_t  kv_blocks;
+    uint32_t  kv_used;
+    uint32_t  kv_used_max;
+    uint32_t  block_tokens;
+    uint64_t  requests;               /* submitted */
+    uint64_t  finished;               /* ended, any reason */
+} kvs_engine_stats_t;
+
+
+/* Builds the backend, pool and scheduler; conf is checked (KVS_EINVAL
+ * names the field).  *out is NULL on failure. */
+int kvs_engine_new(kvs_engine_t **out, const kvs_engine_conf_t *conf,
+    kvs_err_t *err);
+
+/* Starts the step thread. */
+int kvs_engine_start(kvs_engine_t *e, kvs_err_t *err);
+
+/* Stops the step thread after its current step (no-op if not started);
+ * requests stay queued, and kvs_engine_step() or a new start goes on. */
+void kvs_engine_stop(kvs_engine_t *e);
+
+/* Stops the thread (if started), ends every request, frees all.  Close
+ * every handle first: one still open is not freed. */
+void kvs_engine_free(kvs_engine_t *e);
+
+/* Readable when some handle has output; kvs_engine_ready() clears it. */
+int kvs_engine_fd(const kvs_engine_t *e);
+
+/* Checks and queues a request.  KVS_EINVAL or KVS_ERANGE (too long for
+ * the context or the cache, the numbers in the message) refuse it and
+ * change nothing. */
+int kvs_engine_submit(kvs_engine_t *e, const kvs_engine_req_t *req,
+    kvs_engine_seq_t **h, kvs_err_t *err);
+
+/* Takes up to max handles with new output off the ready list. */
+size_t kvs_engine_ready(kvs_engine_t *e, kvs_engine_seq_t **hs, size_t max);
+
+/* Moves h's pending output into out; returns out->finish.  KVS_ENOMEM
+ * leaves both as they were (returned as a negative value). */
+int kvs_engine_read(kvs_engine_t *e, kvs_engine_seq_t *h,
+    kvs_engine_out_t *out);
+
+void *kvs_engine_seq_data(const kvs_engine_seq_t *h);
+
+/* The consumer is done with h; a running sequence is cancelled. */
+void kvs_engine_close(kvs_engine_t *e, kvs_engine_seq_t *h);
+
+/* Runs one step on the calling thread: 1 if it did work, 0 if idle. */
+int kvs_engine_step(kvs_engine_t *e);
+
+void kvs_engine_stats(kvs_engine_t *e, kvs_engine_stats_t *st);
+
+unsigned kvs_engine_threads(const kvs_engine_t *e);
+uint64_t kvs_engine_kv_bytes(const kvs_engine_t *e);   /* K/V storage */
+
+/* The pool's consistency, and with no sequence left no block in use:
+ * for tests, between steps (or after the thread stopped). */
+int kvs_engine_check(kvs_engine_t *e, kvs_err_t *err);
+
+/* Frees what out holds (not out itself). */
+void kvs_engine_out_free(kvs_engine_out_t *out);
+
+const char *kvs_finish_name(kvs_finish_t f);
+
+#endif /* KVS_ENGINE_H */

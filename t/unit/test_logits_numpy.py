@@ -1,0 +1,362 @@
+"""
+test_logits_numpy: an independent reference for the CPU backend.  Reads a
+GGUF with the `gguf` package, runs the Llama forward pass in numpy float64
+(written from the architecture's definition as llama.cpp and llama2.c
+define it, not from our C), and compares every position's logits with
+`kvserve logits` (env KVS_CLI, default build/kvserve).
+
+Models: stories260K (the fixture, if present: env KVS_FIXTURES), random
+models of several shapes from `kvserve gen-model`, and a few GGUFs written
+here with gguf.GGUFWriter for what gen-model cannot make (qwen2 with q/k/v
+biases and NEOX RoPE, linear RoPE scaling, rope_freqs, partial rotary).
+
+Error measure: for each position t, max_v |ours[t,v] - ref[t,v]| divided
+by max_v |ref[t,v]|; a model's error is the largest over its positions.
+It must stay under 1e-4 for every model and every run (one-shot prefill,
+chunked prefill, another KV block size), F16/BF16/Q8_0 included: both
+sides dequantize the same stored values to exact floats.  Exits non-zero
+on any failure.
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+from gguf import GGUFReader, GGUFWriter, RopeScalingType
+from gguf.quants import dequantize
+
+TOL = 1e-4
+CLI = os.environ.get("KVS_CLI", "build/kvserve")
+
+
+# --- the reference ---------------------------------------------------------
+
+def load(path):
+    """Metadata (tokenizer keys left out) and every tensor as float64, in
+    numpy's order: a ggml tensor of ne [n_in, n_out] is W[n_out][n_in]."""
+    r = GGUFReader(path)
+    meta = {k: f.contents() for k, f in r.fields.items()
+            if not k.startswith("tokenizer.") and not k.startswith("GGUF.")}
+    w = {}
+    for t in r.tensors:
+        ne = [int(n) for n in t.shape]
+        a = dequantize(t.data, t.tensor_type)
+        w[t.name] = np.asarray(a, dtype=np.float64).reshape(ne[::-1])
+    return meta, w
+
+
+def hparams(meta, w):
+    arch = meta["general.architecture"]
+
+    def get(key, default=None):
+        v = meta.get(f"{arch}.{key}", default)
+        if v is None:
+            raise KeyError(f"{arch}.{key}")
+        return v
+
+    hp = {"arch": arch,
+          "n_layer": get("block_count"),
+          "n_embd": get("embedding_length"),
+          "n_head": get("attention.head_count"),
+          "eps": get("attention.layer_norm_rms_epsilon"),
+          "base": get("rope.freq_base", 10000.0)}
+    hp["n_head_kv"] = get("attention.head_count_kv", hp["n_head"])
+    hp["head_dim"] = get("attention.key_length",
+                         hp["n_embd"] // hp["n_head"])
+    hp["n_rot"] = get("rope.dimension_count", hp["head_dim"])
+    # llama.cpp: LLAMA_ROPE_TYPE_NORM (adjacent pairs) for llama,
+    # LLAMA_ROPE_TYPE_NEOX (first half with second half) for qwen2
+    hp["neox"] = {"llama": False, "qwen2": True}[arch]
+    kind = get("rope.scaling.type", "none")
+    factor = get("rope.scaling.factor", 1.0)
+    if kind == "none" or factor in (0.0, 1.0):
+        hp["freq_scale"] = 1.0
+    elif kind == "linear":
+        hp["freq_scale"] = 1.0 / factor
+    else:
+        raise NotImplementedError(f"RoPE scaling {kind!r}")
+    # Llama 3.1: per-pair divisors of the frequency, stored as a tensor
+    hp["freq_factors"] = w.get("rope_freqs.weight")
+    return hp
+
+
+def rmsnorm(x, g, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * g
+
+
+def rope(x, hp):
+    """x [T][heads][head_dim] at positions 0..T-1: the first n_rot dims of
+    each head rotated by pos * freq_scale * base^(-2i/n_rot) / factor[i]
+    for pair i."""
+    n_rot = hp["n_rot"]
+    i = np.arange(n_rot // 2, dtype=np.float64)
+    freq = hp["freq_scale"] * hp["base"] ** (-2.0 * i / n_rot)
+    if hp["freq_factors"] is not None:
+        freq = freq / hp["freq_factors"]
+    theta = np.arange(x.shape[0], dtype=np.float64)[:, None] * freq
+    cos = np.cos(theta)[:, None, :]
+    sin = np.sin(theta)[:, None, :]
+    y = x.copy()
+    if hp["neox"]:
+        a, b = slice(0, n_rot // 2), slice(n_rot // 2, n_rot)
+    else:
+        a, b = slice(0, n_rot, 2), slice(1, n_rot, 2)
+    x0, x1 = x[:, :, a], x[:, :, b]
+    y[:, :, a] = x0 * cos - x1 * sin
+    y[:, :, b] = x0 * sin + x1 * cos
+    return y
+
+
+def forward(meta, w, ids):
+    """Logits [T][n_vocab] of every position of ids, one sequence."""
+    hp = hparams(meta, w)
+    T, H, KV, hd = len(ids), hp["n_head"], hp["n_head_kv"], hp["head_dim"]
+    eps = hp["eps"]
+    x = w["token_embd.weight"][ids]
+    mask = np.triu(np.full((T, T), -np.inf), 1)
+
+    def lin(name, h):
+        y = h @ w[name + ".weight"].T
+        bias = w.get(name + ".bias")
+        return y if bias is None else y + bias
+
+    for layer in range(hp["n_layer"]):
+        p = f"blk.{layer}."
+        h = rmsnorm(x, w[p + "attn_norm.weight"], eps)
+        q = rope(lin(p + "attn_q", h).reshape(T, H, hd), hp)
+        k = rope(lin(p + "attn_k", h).reshape(T, KV, hd), hp)
+        v = lin(p + "attn_v", h).reshape(T, KV, -1)
+        out = np.empty((T, H, v.shape[2]))
+        for head in range(H):
+            g = head // (H // KV)
+            s = q[:, head] @ k[:, g].T / np.sqrt(hd) + mask
+            e = np.exp(s - s.max(axis=1, keepdims=True))
+            out[:, head] = (e / e.sum(axis=1, keepdims=True)) @ v[:, g]
+        x = x + lin(p + "attn_output", out.reshape(T, -1))
+        h = rmsnorm(x, w[p + "ffn_norm.weight"], eps)
+        gate = lin(p + "ffn_gate", h)
+        ff = gate / (1.0 + np.exp(-gate)) * lin(p + "ffn_up", h)
+        x = x + lin(p + "ffn_down", ff)
+
+    x = rmsnorm(x, w["output_norm.weight"], eps)
+    out_w = w.get("output.weight", w["token_embd.weight"])
+    return x @ out_w.T
+
+
+# --- ours ------------------------------------------------------------------
+
+def ours(path, ids, n_vocab, *extra):
+    r = subprocess.run([CLI, "logits", path, "-t", " ".join(map(str, ids)),
+                        *extra], capture_output=True, check=False)
+    if r.returncode != 0:
+        raise RuntimeError(f"kvserve logits {' '.join(extra)}: exit "
+                           f"{r.returncode}: {r.stderr.decode().strip()}")
+    a = np.frombuffer(r.stdout, dtype="<f4")
+    if a.size != len(ids) * n_vocab:
+        raise RuntimeError(f"{a.size} floats, expected {len(ids)} x "
+                           f"{n_vocab}")
+    return a.reshape(len(ids), n_vocab).astype(np.float64)
+
+
+def rel_err(got, ref):
+    return float(np.max(np.max(np.abs(got - ref), axis=1)
+                        / np.max(np.abs(ref), axis=1)))
+
+
+def check(name, path, ids, runs=(("--chunk", "5"), ("--block", "3"))):
+    """Reference vs one-shot prefill and each of runs; True when all
+    agree within TOL."""
+    meta, w = load(path)
+    ref = forward(meta, w, ids)
+    n_vocab = ref.shape[1]
+    try:
+        errs = [rel_err(ours(path, ids, n_vocab, *extra), ref)
+                for extra in ((),) + tuple(runs)]
+    except RuntimeError as e:
+        print(f"FAIL {name}: {e}")
+        return False, ref
+    ok = max(errs) < TOL
+    detail = "  ".join(f"{lbl} {e:.2e}" for lbl, e in
+                       zip(["one-shot"] + [" ".join(r) for r in runs], errs))
+    print(f"{'ok  ' if ok else 'FAIL'} {name:<34} {detail}")
+    return ok, ref
+
+
+# --- models ----------------------------------------------------------------
+
+def stories(fixtures):
+    """stories260K with run.c's first 20 greedy ids (BOS first): our
+    reference must also pick each next one and reproduce run.c's position
+    0 logits from the fixtures README, which anchors it to llama2.c."""
+    path = os.path.join(fixtures, "models", "stories260K-f32.gguf")
+    ids_path = os.path.join(fixtures, "models",
+                            "stories260K.derived-token-ids.txt")
+    if not (os.path.exists(path) and os.path.exists(ids_path)):
+        print(f"SKIP stories260K: {path} not found (set KVS_FIXTURES)")
+        return True
+    with open(ids_path) as f:
+        line = next(ln for ln in f if ln.startswith("greedy_t0_n256"))
+    greedy = [int(t) for t in line.split(":", 1)[1].split()]
+    ids = greedy[:20]
+    ok, ref = check("stories260K f32 (20 ids)", path, ids)
+    runc = np.array([-6.222911, 8.404342, -6.223737, -6.222542, -6.221951,
+                     -6.222875, -6.221880, -6.223416])
+    d = float(np.max(np.abs(ref[0, :8] - runc)))
+    picks = [int(np.argmax(r)) for r in ref]
+    if d > 1e-4 or picks != greedy[1:21]:
+        print(f"FAIL stories260K: our reference is off run.c's position 0 "
+              f"logits by {d:.2e}; its greedy picks "
+              f"{'match' if picks == greedy[1:21] else 'differ'}")
+        return False
+    return ok
+
+
+def gen(tmp, name, seed, *args):
+    path = os.path.join(tmp, name + ".gguf")
+    subprocess.run([CLI, "gen-model", "--seed", str(seed), *args, path],
+                   check=True)
+    return path
+
+
+GEN = [
+    # name, gen-model options
+    ("mha-f32-untied", "--layers 2 --dim 64 --heads 4 --kv-heads 4 "
+     "--ffn 96 --vocab 300 --tied 0 --dtype f32"),
+    ("gqa4-f32-tied", "--layers 2 --dim 128 --heads 8 --kv-heads 2 "
+     "--ffn 160 --vocab 400 --tied 1 --dtype f32"),
+    ("odd3-gqa3-f32", "--layers 2 --dim 48 --heads 3 --kv-heads 1 "
+     "--ffn 80 --vocab 280 --tied 0 --dtype f32"),
+    ("odd5-f16-tied", "--layers 3 --dim 80 --heads 5 --kv-heads 5 "
+     "--ffn 112 --vocab 320 --tied 1 --dtype f16"),
+    ("gqa4-f16-untied", "--layers 2 --dim 64 --heads 4 --kv-heads 1 "
+     "--ffn 128 --vocab 300 --tied 0 --dtype f16"),
+    ("bf16-gqa2", "--layers 2 --dim 64 --heads 4 --kv-heads 2 "
+     "--ffn 96 --vocab 300 --tied 0 --dtype bf16"),
+    ("q8_0-odd5", "--layers 2 --dim 160 --heads 5 --kv-heads 5 "
+     "--ffn 96 --vocab 300 --tied 0 --dtype q8_0"),
+    ("q8_0-gqa4-tied", "--layers 2 --dim 128 --heads 8 --kv-heads 2 "
+     "--ffn 64 --vocab 300 --tied 1 --dtype q8_0"),
+]
+
+
+def write_gguf(path, arch, n_layer, n_embd, n_head, n_head_kv, n_ff,
+               n_vocab, seed, tied=False, bias=False, n_rot=None,
+               base=10000.0, linear=None, freq_factors=False):
+    """A random model written with gguf.GGUFWriter, independent of our
+    generator; F32 matrices with entries ~ N(0, 1/sqrt(fan_in))."""
+    rng = np.random.default_rng(seed)
+    hd = n_embd // n_head
+    wr = GGUFWriter(path, arch)
+    wr.add_block_count(n_layer)
+    wr.add_context_length(256)
+    wr.add_embedding_length(n_embd)
+    wr.add_feed_forward_length(n_ff)
+    wr.add_head_count(n_head)
+    wr.add_head_count_kv(n_head_kv)
+    wr.add_layer_norm_rms_eps(1e-6)
+    wr.add_rope_freq_base(base)
+    wr.add_rope_dimension_count(n_rot or hd)
+    if linear is not None:
+        wr.add_rope_scaling_type(RopeScalingType.LINEAR)
+        wr.add_rope_scaling_factor(linear)
+    wr.add_tokenizer_model("gpt2")
+    wr.add_token_list([f"t{i}" for i in range(n_vocab)])
+
+    def mat(n_out, n_in):
+        return (rng.standard_normal((n_out, n_in)) / np.sqrt(n_in)) \
+            .astype(np.float32)
+
+    def vec(n, mu=1.0, sd=0.1):
+        return (mu + sd * rng.standard_normal(n)).astype(np.float32)
+
+    wr.add_tensor("token_embd.weight", mat(n_vocab, n_embd))
+    wr.add_tensor("output_norm.weight", vec(n_embd))
+    if not tied:
+        wr.add_tensor("output.weight", mat(n_vocab, n_embd))
+    if freq_factors:
+        wr.add_tensor("rope_freqs.weight",
+                      rng.uniform(1.0, 8.0, (n_rot or hd) // 2)
+                      .astype(np.float32))
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        wr.add_tensor(p + "attn_norm.weight", vec(n_embd))
+        wr.add_tensor(p + "attn_q.weight", mat(n_head * hd, n_embd))
+        wr.add_tensor(p + "attn_k.weight", mat(n_head_kv * hd, n_embd))
+        wr.add_tensor(p + "attn_v.weight", mat(n_head_kv * hd, n_embd))
+        if bias:
+            wr.add_tensor(p + "attn_q.bias", vec(n_head * hd, 0, 0.5))
+            wr.add_tensor(p + "attn_k.bias", vec(n_head_kv * hd, 0, 0.5))
+            wr.add_tensor(p + "attn_v.bias", vec(n_head_kv * hd, 0, 0.5))
+        wr.add_tensor(p + "attn_output.weight", mat(n_embd, n_head * hd))
+        wr.add_tensor(p + "ffn_norm.weight", vec(n_embd))
+        wr.add_tensor(p + "ffn_gate.weight", mat(n_ff, n_embd))
+        wr.add_tensor(p + "ffn_up.weight", mat(n_ff, n_embd))
+        wr.add_tensor(p + "ffn_down.weight", mat(n_embd, n_ff))
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    return path
+
+
+WRITTEN = [
+    # name, write_gguf keyword arguments
+    ("qwen2-bias-gqa2-untied", dict(arch="qwen2", n_layer=2, n_embd=64,
+     n_head=4, n_head_kv=2, n_ff=96, n_vocab=200, bias=True,
+     base=1000000.0)),
+    ("qwen2-bias-mha-tied", dict(arch="qwen2", n_layer=2, n_embd=48,
+     n_head=3, n_head_kv=3, n_ff=64, n_vocab=150, bias=True, tied=True)),
+    ("llama-linear4-base5e5", dict(arch="llama", n_layer=2, n_embd=64,
+     n_head=4, n_head_kv=2, n_ff=96, n_vocab=200, linear=4.0,
+     base=500000.0)),
+    ("llama-rope_freqs", dict(arch="llama", n_layer=2, n_embd=64,
+     n_head=2, n_head_kv=1, n_ff=96, n_vocab=200, freq_factors=True)),
+    ("llama-partial-rot16of32", dict(arch="llama", n_layer=2, n_embd=64,
+     n_head=2, n_head_kv=2, n_ff=96, n_vocab=200, n_rot=16)),
+    ("qwen2-partial-rot8of16", dict(arch="qwen2", n_layer=1, n_embd=64,
+     n_head=4, n_head_kv=2, n_ff=64, n_vocab=200, n_rot=8, bias=True)),
+]
+
+
+def main():
+    fixtures = os.environ.get("KVS_FIXTURES", "../shared/fixtures")
+    base_tmp = os.environ.get("KVS_TMP")
+    if base_tmp:
+        os.makedirs(base_tmp, exist_ok=True)
+    rng = np.random.default_rng(4)
+    ok = stories(fixtures)
+
+    with tempfile.TemporaryDirectory(dir=base_tmp) as tmp:
+        for seed, (name, opts) in enumerate(GEN, 1):
+            path = gen(tmp, name, seed, *opts.split())
+            n_vocab = int(opts.split("--vocab ")[1].split()[0])
+            ids = [int(t) for t in rng.integers(0, n_vocab, 24)]
+            ok &= check(f"{name} (24 ids)", path, ids)[0]
+
+        # the whole context, and one id more refused
+        path = gen(tmp, "ctx-small", 99, *"--layers 1 --dim 32 --heads 2 "
+                   "--kv-heads 1 --ffn 64 --vocab 270 --ctx 12".split())
+        ids = [int(t) for t in rng.integers(0, 270, 12)]
+        ok &= check("ctx12-f32 (12 ids = ctx)", path, ids,
+                    runs=(("--chunk", "5", "--block", "1"),))[0]
+        r = subprocess.run([CLI, "logits", path, "-t",
+                            " ".join(map(str, ids + [1]))],
+                           capture_output=True, check=False)
+        if r.returncode != 1:
+            print(f"FAIL ctx12: 13 ids gave exit {r.returncode}, not 1")
+            ok = False
+
+        for seed, (name, kw) in enumerate(WRITTEN, 1):
+            path = write_gguf(os.path.join(tmp, name + ".gguf"), seed=seed,
+                              **kw)
+            ids = [int(t) for t in rng.integers(0, kw["n_vocab"], 24)]
+            ok &= check(f"{name} (24 ids)", path, ids)[0]
+
+    print("all agree within 1e-4" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
