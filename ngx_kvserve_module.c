@@ -10,6 +10,16 @@
  *                                       chat messages in this format
  *                                       instead of the one recognised in
  *                                       the model's own template
+ *   kvserve_kv_cache <size>|<fraction>; http: KV cache memory, shared
+ *                                       equally by the models
+ *   kvserve_kv_block <tokens>;          http: tokens per KV block
+ *   kvserve_max_batch_tokens <n>;       http: tokens per engine step
+ *   kvserve_threads <n>|auto;           http: engine compute threads
+ *
+ * The engine's numbers are fixed when the http block ends (init main
+ * conf, after every kvserve_model is loaded): each model's KV cache plan
+ * is computed from its hyper-parameters and logged, so `nginx -t` shows
+ * what a start would allocate.
  *
  * Errors in a directive fail `nginx -t` with the directive, the value and
  * the reason, e.g. kvserve_model "tiny": cannot open "/m.gguf": ...
@@ -21,9 +31,23 @@
 
 #include "src/ngx/ngx_http_kvserve.h"
 #include "backend/kvs_backend.h"
+#include "kv/kvs_kv_pool.h"
+#include "kv/kvs_kv_size.h"
 #include "tokenizer/kvs_chat.h"
 
-#define NGX_HTTP_KVSERVE_NAME_MAX  128
+#define NGX_HTTP_KVSERVE_NAME_MAX      128
+#define NGX_HTTP_KVSERVE_BATCH_TOKENS  2048
+#define NGX_HTTP_KVSERVE_MAX_BATCH     (1 << 20)
+#define NGX_HTTP_KVSERVE_MAX_THREADS   1024
+
+
+/* Bounds of a number directive; auto_value is stored for "auto", which
+ * is refused when it is NGX_CONF_UNSET_UINT. */
+typedef struct {
+    ngx_uint_t  low;
+    ngx_uint_t  high;
+    ngx_uint_t  auto_value;
+} ngx_http_kvserve_uint_bounds_t;
 
 
 static char *ngx_http_kvserve_model(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -32,12 +56,32 @@ static char *ngx_http_kvserve(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_kvserve_chat_template(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
+static char *ngx_http_kvserve_kv_cache(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_kvserve_set_uint(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_kvserve_kv_size(ngx_conf_t *cf,
+    ngx_http_kvserve_main_conf_t *kmcf);
 static void *ngx_http_kvserve_create_main_conf(ngx_conf_t *cf);
 static char *ngx_http_kvserve_init_main_conf(ngx_conf_t *cf, void *conf);
 static void *ngx_http_kvserve_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_kvserve_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
 static ngx_int_t ngx_http_kvserve_init_process(ngx_cycle_t *cycle);
+
+
+static ngx_http_kvserve_uint_bounds_t  ngx_http_kvserve_kv_block_bounds = {
+    1, KVS_KV_MAX_BLOCK_TOKENS, NGX_CONF_UNSET_UINT
+};
+
+static ngx_http_kvserve_uint_bounds_t  ngx_http_kvserve_batch_bounds = {
+    1, NGX_HTTP_KVSERVE_MAX_BATCH, NGX_CONF_UNSET_UINT
+};
+
+/* 0 stands for auto: resolved to the online CPUs at init main conf */
+static ngx_http_kvserve_uint_bounds_t  ngx_http_kvserve_threads_bounds = {
+    1, NGX_HTTP_KVSERVE_MAX_THREADS, 0
+};
 
 
 static ngx_command_t  ngx_http_kvserve_commands[] = {
@@ -62,6 +106,34 @@ static ngx_command_t  ngx_http_kvserve_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },
+
+    { ngx_string("kvserve_kv_cache"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_kvserve_kv_cache,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("kvserve_kv_block"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_kvserve_set_uint,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_kvserve_main_conf_t, kv_block),
+      &ngx_http_kvserve_kv_block_bounds },
+
+    { ngx_string("kvserve_max_batch_tokens"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_kvserve_set_uint,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_kvserve_main_conf_t, max_batch_tokens),
+      &ngx_http_kvserve_batch_bounds },
+
+    { ngx_string("kvserve_threads"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_kvserve_set_uint,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_kvserve_main_conf_t, threads),
+      &ngx_http_kvserve_threads_bounds },
 
       ngx_null_command
 };
@@ -334,6 +406,100 @@ ngx_http_kvserve_chat_template(ngx_conf_t *cf, ngx_command_t *cmd,
 }
 
 
+/*
+ * The library's message quotes the value first ("\"1.5\": fraction ...");
+ * nginx's own form quotes it already, so only the reason is kept.
+ */
+static char *
+ngx_http_kvserve_kv_cache(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_kvserve_main_conf_t  *kmcf = conf;
+
+    char       *reason;
+    size_t      n;
+    kvs_err_t   err;
+    ngx_str_t  *value;
+
+    if (kmcf->kv_cache.data != NULL) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (kvs_kv_cache_parse(&kmcf->kv_spec, (const char *) value[1].data,
+                           value[1].len, &err)
+        != KVS_OK)
+    {
+        reason = err.msg;
+        n = value[1].len;
+
+        if (ngx_strlen(err.msg) > n + 4 && err.msg[0] == '"'
+            && ngx_strncmp(err.msg + 1, value[1].data, n) == 0
+            && ngx_strncmp(err.msg + 1 + n, "\": ", 3) == 0)
+        {
+            reason = err.msg + n + 4;
+        }
+
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\" directive, %s",
+                           &value[1], &cmd->name, reason);
+        return NGX_CONF_ERROR;
+    }
+
+    kmcf->kv_cache = value[1];
+
+    return NGX_CONF_OK;
+}
+
+
+/* A number in [low, high] (or "auto" where allowed) at cmd->offset. */
+static char *
+ngx_http_kvserve_set_uint(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char  *p = conf;
+
+    ngx_int_t                        n;
+    ngx_str_t                       *value;
+    ngx_uint_t                      *field;
+    ngx_http_kvserve_uint_bounds_t  *b;
+
+    field = (ngx_uint_t *) (p + cmd->offset);
+    b = cmd->post;
+
+    if (*field != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (b->auto_value != NGX_CONF_UNSET_UINT
+        && value[1].len == 4
+        && ngx_strncmp(value[1].data, "auto", 4) == 0)
+    {
+        *field = b->auto_value;
+        return NGX_CONF_OK;
+    }
+
+    n = ngx_atoi(value[1].data, value[1].len);
+
+    if (n == NGX_ERROR || (ngx_uint_t) n < b->low
+        || (ngx_uint_t) n > b->high)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\" directive, "
+                           "it must be a number from %ui to %ui%s",
+                           &value[1], &cmd->name, b->low, b->high,
+                           b->auto_value != NGX_CONF_UNSET_UINT
+                           ? " or \"auto\"" : "");
+        return NGX_CONF_ERROR;
+    }
+
+    *field = (ngx_uint_t) n;
+
+    return NGX_CONF_OK;
+}
+
+
 static void *
 ngx_http_kvserve_create_main_conf(ngx_conf_t *cf)
 {
@@ -350,6 +516,11 @@ ngx_http_kvserve_create_main_conf(ngx_conf_t *cf)
         return NULL;
     }
 
+    /* kv_cache: { 0, NULL }, kv_spec zeroed: unset */
+    kmcf->kv_block = NGX_CONF_UNSET_UINT;
+    kmcf->max_batch_tokens = NGX_CONF_UNSET_UINT;
+    kmcf->threads = NGX_CONF_UNSET_UINT;
+
     return kmcf;
 }
 
@@ -359,11 +530,162 @@ ngx_http_kvserve_init_main_conf(ngx_conf_t *cf, void *conf)
 {
     ngx_http_kvserve_main_conf_t  *kmcf = conf;
 
+    kvs_err_t  err;
+
     if (kmcf->used && kmcf->models->nelts == 0) {
         ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
                       "the \"kvserve\" directive needs at least one "
                       "\"kvserve_model\" in the http block");
         return NGX_CONF_ERROR;
+    }
+
+    ngx_conf_init_uint_value(kmcf->kv_block, KVS_KV_BLOCK_TOKENS);
+    ngx_conf_init_uint_value(kmcf->max_batch_tokens,
+                             NGX_HTTP_KVSERVE_BATCH_TOKENS);
+    ngx_conf_init_uint_value(kmcf->threads, 0);
+
+    kmcf->n_threads = kmcf->threads;
+    if (kmcf->n_threads == 0) {
+        kmcf->n_threads = ngx_ncpu > 0 ? (ngx_uint_t) ngx_ncpu : 1;
+    }
+
+    if (kmcf->kv_cache.data == NULL) {
+        ngx_str_set(&kmcf->kv_cache, KVS_KV_CACHE_DEFAULT);
+
+        if (kvs_kv_cache_parse(&kmcf->kv_spec,
+                               (const char *) kmcf->kv_cache.data,
+                               kmcf->kv_cache.len, &err)
+            != KVS_OK)
+        {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "kvserve: default kvserve_kv_cache: %s", err.msg);
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    if (kmcf->models->nelts == 0) {
+        return NGX_CONF_OK;
+    }
+
+    ngx_log_error(NGX_LOG_NOTICE, cf->log, 0,
+                  "kvserve: engine: %ui compute threads%s, steps of up to "
+                  "%ui tokens, KV blocks of %ui tokens",
+                  kmcf->n_threads,
+                  kmcf->threads == 0 ? " (auto: online CPUs)" : "",
+                  kmcf->max_batch_tokens, kmcf->kv_block);
+
+    return ngx_http_kvserve_kv_size(cf, kmcf);
+}
+
+
+/*
+ * Each model's KV cache plan.  A fraction is of what is available once
+ * the weights are resident: MemAvailable counts the page cache, where
+ * the mapped model files live (or will, once read), so their sizes are
+ * taken off first.  The budget is shared equally by the models; the
+ * cache is F32 on the CPU backend.
+ */
+static char *
+ngx_http_kvserve_kv_size(ngx_conf_t *cf, ngx_http_kvserve_main_conf_t *kmcf)
+{
+    u_char                     detail[256], *last;
+    uint64_t                   weights, avail, bpt;
+    kvs_err_t                  err;
+    ngx_uint_t                 i, n;
+    const kvs_hparams_t       *hp;
+    kvs_kv_cache_spec_t        share;
+    ngx_http_kvserve_model_t  *m;
+    char                       s_bytes[KVS_SIZE_FORMAT_LEN];
+    char                       s_bpt[KVS_SIZE_FORMAT_LEN];
+    char                       s_avail[KVS_SIZE_FORMAT_LEN];
+    char                       s_mem[KVS_SIZE_FORMAT_LEN];
+    char                       s_weights[KVS_SIZE_FORMAT_LEN];
+
+    m = kmcf->models->elts;
+    n = kmcf->models->nelts;
+    weights = 0;
+    avail = 0;
+    share = kmcf->kv_spec;
+
+    for (i = 0; i < n; i++) {
+        weights += m[i].model->file_size;
+    }
+
+    if (share.fraction != 0) {
+        if (kvs_mem_available(&kmcf->mem_avail, &err) != KVS_OK) {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "kvserve_kv_cache \"%V\": %s; set a size such as "
+                          "2g instead", &kmcf->kv_cache, err.msg);
+            return NGX_CONF_ERROR;
+        }
+
+        avail = kmcf->mem_avail > weights ? kmcf->mem_avail - weights : 0;
+
+        last = ngx_snprintf(detail, sizeof(detail) - 1,
+                            " of %s available (MemAvailable %s less %s of "
+                            "model files)",
+                            kvs_size_format(s_avail, sizeof(s_avail), avail),
+                            kvs_size_format(s_mem, sizeof(s_mem),
+                                            kmcf->mem_avail),
+                            kvs_size_format(s_weights, sizeof(s_weights),
+                                            weights));
+        avail /= n;
+
+    } else {
+        share.bytes /= n;
+        last = detail;
+
+        if (share.bytes == 0) {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "kvserve_kv_cache \"%V\" is too small for %ui "
+                          "models", &kmcf->kv_cache, n);
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    if (n > 1) {
+        last = ngx_snprintf(last, detail + sizeof(detail) - 1 - last,
+                            ", shared by %ui models", n);
+    }
+
+    *last = '\0';
+
+    for (i = 0; i < n; i++) {
+        hp = &m[i].model->hp;
+        bpt = kvs_hparams_kv_bytes_per_token(hp, sizeof(float));
+
+        if (kvs_kv_cache_plan(&m[i].kv_plan, &share, avail, bpt,
+                              (uint32_t) kmcf->kv_block, hp->n_ctx_train,
+                              &err)
+            != KVS_OK)
+        {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "kvserve_kv_cache \"%V\"%s is too small for model "
+                          "\"%V\": %s", &kmcf->kv_cache, detail,
+                          &m[i].name, err.msg);
+            return NGX_CONF_ERROR;
+        }
+
+        ngx_log_error(NGX_LOG_NOTICE, cf->log, 0,
+                      "kvserve: model \"%V\": KV cache %s = %uD blocks x %uD "
+                      "tokens (%uL tokens, %s/token), from kvserve_kv_cache "
+                      "%V%s", &m[i].name,
+                      kvs_size_format(s_bytes, sizeof(s_bytes),
+                                      m[i].kv_plan.bytes),
+                      m[i].kv_plan.n_blocks, m[i].kv_plan.block_tokens,
+                      m[i].kv_plan.tokens,
+                      kvs_size_format(s_bpt, sizeof(s_bpt), bpt),
+                      &kmcf->kv_cache, detail);
+
+        if (!m[i].kv_plan.full_ctx_fits) {
+            ngx_log_error(NGX_LOG_WARN, cf->log, 0,
+                          "kvserve: model \"%V\": the KV cache holds %uL "
+                          "tokens, less than one sequence of the model's "
+                          "context of %uD tokens (%uD blocks); requests that "
+                          "need more are rejected", &m[i].name,
+                          m[i].kv_plan.tokens, hp->n_ctx_train,
+                          m[i].kv_plan.full_ctx_blocks);
+        }
     }
 
     return NGX_CONF_OK;
