@@ -1,29 +1,13 @@
 /*
- * kvs_engine: the step loop and the hand-over between the engine thread
- * and its consumer (see kvs_engine.h).
- *
- * State split:
- *   - engine thread only: the scheduler, pool, backend, and each
- *     sequence's kvs_seq_t, sampler, detokenizer and stop matcher;
- *   - under e->lock: the inbox (submitted, not yet scheduled), the
- *     cancel list, every handle's outbox, refs and flags, the ready
- *     list, the stats copy.
- * The engine thread computes without the lock and takes it once per step
- * to publish what the step produced.
- *
- * Invariants:
- *   - refs counts the engine's hold (until the sequence ends) and the
- *     consumer's (until close); the handle is freed at 0;
- *   - a handle is on the ready list (ready == 1) iff it has output the
- *     consumer has not read, or its end, and the consumer still holds
- *     it; the eventfd is written when the list goes from empty to not;
- *   - every block a sequence holds is released when it ends, whatever
- *     the reason, before its engine hold is dropped.
+ * kvs_engine: the engine's life and its step loop, on the engine thread:
+ * new requests into the scheduler, cancellations out of it, one forward
+ * step, a token sampled for every sequence whose logits came back, and
+ * the end of sequences (see kvs_engine.h; the shared state and its
+ * locking rules are in kvs_engine_impl.h).
  */
 
 #include <errno.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,79 +15,20 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../backend/kvs_backend.h"
 #include "../kv/kvs_kv_pool.h"
-#include "../sched/kvs_sched.h"
-#include "../tokenizer/kvs_tok.h"
-#include "kvs_engine.h"
-#include "kvs_stop.h"
+#include "kvs_engine_impl.h"
 
 
-struct kvs_engine_seq_s {
-    /* engine thread only */
-    kvs_seq_t                seq;      /* first: a kvs_seq_t * is one */
-    kvs_sampler_t            sampler;
-    kvs_detok_t              detok;
-    kvs_stop_t               stop;
-    int32_t                  stop_ids[KVS_ENGINE_MAX_STOP_IDS];
-    uint32_t                 n_stop_ids;
-    uint32_t                 max_tokens;
-    int                      ignore_eos;
-    int                      want_lp;
-    void                    *data;
-
-    /* under the engine's lock */
-    kvs_engine_out_t         out;      /* not yet read */
-    unsigned                 refs;
-    unsigned                 cancelled:1;  /* the consumer closed early */
-    unsigned                 ended:1;      /* the engine let go */
-    unsigned                 ready:1;
-    unsigned                 scheduled:1;  /* taken from the inbox */
-    kvs_engine_seq_t        *link;         /* inbox or cancel list */
-    kvs_engine_seq_t        *ready_prev;
-    kvs_engine_seq_t        *ready_next;
-};
-
-struct kvs_engine_s {
-    kvs_engine_conf_t        conf;
-    kvs_backend_t           *be;
-    kvs_kv_pool_t           *pool;
-    kvs_sched_t              sched;
-    float                   *logits;   /* [max_running][n_vocab] */
-    kvs_buf_t                piece;    /* detokenized text of a token */
-    kvs_buf_t                text;     /* what of it the stop matcher
-                                          let through */
-    int                      efd;
-
-    pthread_mutex_t          lock;
-    pthread_cond_t           wake;
-    pthread_t                thread;
-    int                      started;
-    int                      quit;
-    kvs_engine_seq_t        *inbox;    /* newest first */
-    kvs_engine_seq_t        *cancels;
-    kvs_engine_seq_t        *ready_head;
-    kvs_engine_seq_t        *ready_tail;
-    kvs_engine_stats_t       stats;    /* engine thread's, published */
-    kvs_engine_stats_t       shown;    /* copy under the lock */
-};
-
-
-static int kvs_engine_seq_setup(kvs_engine_t *e, kvs_engine_seq_t *h,
-    const kvs_engine_req_t *req, kvs_err_t *err);
-static void kvs_engine_seq_free(kvs_engine_seq_t *h);
 static void kvs_engine_take_inbox(kvs_engine_t *e);
 static void kvs_engine_take_cancels(kvs_engine_t *e);
-static void kvs_engine_emit(kvs_engine_t *e, kvs_engine_seq_t *h,
-    int32_t token, const char *text, size_t len, kvs_finish_t finish,
-    const char *error);
 static void kvs_engine_end(kvs_engine_t *e, kvs_engine_seq_t *h,
     kvs_finish_t finish, const char *error, int flush);
 static void kvs_engine_sample(kvs_engine_t *e, kvs_engine_seq_t *h,
     float *logits);
-static void kvs_engine_unref(kvs_engine_seq_t *h);
 static void *kvs_engine_main(void *arg);
 static uint64_t kvs_engine_now(void);
+
+
 
 
 int
@@ -293,207 +218,6 @@ kvs_engine_free(kvs_engine_t *e)
 
 
 int
-kvs_engine_fd(const kvs_engine_t *e)
-{
-    return e->efd;
-}
-
-
-int
-kvs_engine_submit(kvs_engine_t *e, const kvs_engine_req_t *req,
-    kvs_engine_seq_t **out, kvs_err_t *err)
-{
-    kvs_engine_seq_t  *h;
-
-    *out = NULL;
-
-    h = calloc(1, sizeof(kvs_engine_seq_t));
-    if (h == NULL) {
-        return kvs_err_set(err, KVS_ENOMEM, "request: out of memory");
-    }
-
-    if (kvs_engine_seq_setup(e, h, req, err) != KVS_OK) {
-        kvs_engine_seq_free(h);
-        return err->code;
-    }
-
-    h->refs = 2;
-    h->out.n_prompt = req->n_prompt;
-
-    pthread_mutex_lock(&e->lock);
-    h->link = e->inbox;
-    e->inbox = h;
-    e->shown.requests++;
-    pthread_cond_signal(&e->wake);
-    pthread_mutex_unlock(&e->lock);
-
-    *out = h;
-
-    return KVS_OK;
-}
-
-
-size_t
-kvs_engine_ready(kvs_engine_t *e, kvs_engine_seq_t **hs, size_t max)
-{
-    size_t             n;
-    uint64_t           v;
-    kvs_engine_seq_t  *h;
-
-    /* clear before taking, so output queued after the take rewrites it */
-    if (read(e->efd, &v, sizeof(v)) < 0) {
-        /* EAGAIN: nothing was signalled; the list may still hold
-         * handles a previous call left for lack of room */
-    }
-
-    pthread_mutex_lock(&e->lock);
-
-    for (n = 0; n < max && (h = e->ready_head) != NULL; n++) {
-        e->ready_head = h->ready_next;
-        if (e->ready_head != NULL) {
-            e->ready_head->ready_prev = NULL;
-        } else {
-            e->ready_tail = NULL;
-        }
-
-        h->ready = 0;
-        h->ready_next = NULL;
-        hs[n] = h;
-    }
-
-    if (e->ready_head != NULL) {
-        v = 1;
-        if (write(e->efd, &v, sizeof(v)) < 0) {
-            /* the counter is already non-zero */
-        }
-    }
-
-    pthread_mutex_unlock(&e->lock);
-
-    return n;
-}
-
-
-int
-kvs_engine_read(kvs_engine_t *e, kvs_engine_seq_t *h, kvs_engine_out_t *out)
-{
-    int                rc;
-    kvs_engine_out_t  *in;
-
-    pthread_mutex_lock(&e->lock);
-
-    in = &h->out;
-    rc = KVS_OK;
-
-    if (in->n_tokens > 0
-        && kvs_grow((void **) &out->tokens, &out->tokens_cap,
-                    out->n_tokens + in->n_tokens, sizeof(int32_t))
-           != KVS_OK)
-    {
-        rc = KVS_ENOMEM;
-    }
-
-    if (rc == KVS_OK && in->n_lp > 0
-        && kvs_grow((void **) &out->lp, &out->lp_cap, out->n_lp + in->n_lp,
-                    sizeof(kvs_sample_logprobs_t))
-           != KVS_OK)
-    {
-        rc = KVS_ENOMEM;
-    }
-
-    if (rc == KVS_OK && kvs_buf_reserve(&out->text, in->text.len) != KVS_OK)
-    {
-        rc = KVS_ENOMEM;
-    }
-
-    if (rc == KVS_OK) {
-        if (in->n_tokens > 0) {
-            memcpy(out->tokens + out->n_tokens, in->tokens,
-                   in->n_tokens * sizeof(int32_t));
-        }
-
-        if (in->n_lp > 0) {
-            memcpy(out->lp + out->n_lp, in->lp,
-                   in->n_lp * sizeof(kvs_sample_logprobs_t));
-        }
-
-        if (in->text.len > 0) {
-            memcpy(out->text.data + out->text.len, in->text.data,
-                   in->text.len);
-        }
-
-        out->n_tokens += in->n_tokens;
-        out->n_lp += in->n_lp;
-        out->text.len += in->text.len;
-        in->n_tokens = 0;
-        in->n_lp = 0;
-        in->text.len = 0;
-
-        out->finish = in->finish;
-        out->n_prompt = in->n_prompt;
-        out->n_generated = in->n_generated;
-        out->n_preempted = in->n_preempted;
-        memcpy(out->error, in->error, sizeof(out->error));
-        rc = in->finish;
-    }
-
-    pthread_mutex_unlock(&e->lock);
-
-    return rc;
-}
-
-
-void *
-kvs_engine_seq_data(const kvs_engine_seq_t *h)
-{
-    return h->data;
-}
-
-
-void
-kvs_engine_close(kvs_engine_t *e, kvs_engine_seq_t *h)
-{
-    pthread_mutex_lock(&e->lock);
-
-    if (h->ready) {
-        if (h->ready_prev != NULL) {
-            h->ready_prev->ready_next = h->ready_next;
-        } else {
-            e->ready_head = h->ready_next;
-        }
-
-        if (h->ready_next != NULL) {
-            h->ready_next->ready_prev = h->ready_prev;
-        } else {
-            e->ready_tail = h->ready_prev;
-        }
-
-        h->ready = 0;
-    }
-
-    if (!h->ended) {
-        /* the engine still holds it: let its next step end it */
-        h->cancelled = 1;
-
-        if (h->scheduled) {
-            h->link = e->cancels;
-            e->cancels = h;
-            h->refs++;                /* the cancel list's hold */
-        }
-
-        pthread_cond_signal(&e->wake);
-    }
-
-    h->refs--;
-    if (h->refs == 0) {
-        kvs_engine_seq_free(h);
-    }
-
-    pthread_mutex_unlock(&e->lock);
-}
-
-
-int
 kvs_engine_step(kvs_engine_t *e)
 {
     int                 rc;
@@ -613,118 +337,6 @@ kvs_engine_stats(kvs_engine_t *e, kvs_engine_stats_t *st)
     pthread_mutex_lock(&e->lock);
     *st = e->shown;
     pthread_mutex_unlock(&e->lock);
-}
-
-
-void
-kvs_engine_out_free(kvs_engine_out_t *out)
-{
-    free(out->tokens);
-    free(out->lp);
-    kvs_buf_free(&out->text);
-    memset(out, 0, sizeof(kvs_engine_out_t));
-}
-
-
-const char *
-kvs_finish_name(kvs_finish_t f)
-{
-    switch (f) {
-    case KVS_FINISH_STOP:
-        return "stop";
-    case KVS_FINISH_LENGTH:
-        return "length";
-    case KVS_FINISH_CANCELLED:
-        return "cancelled";
-    case KVS_FINISH_ERROR:
-        return "error";
-    default:
-        return "none";
-    }
-}
-
-
-/* Everything a request carries is checked here, on the consumer's
- * thread, so the engine thread never meets a bad request. */
-static int
-kvs_engine_seq_setup(kvs_engine_t *e, kvs_engine_seq_t *h,
-    const kvs_engine_req_t *req, kvs_err_t *err)
-{
-    uint32_t            i, n_vocab;
-    const kvs_vocab_t  *v;
-
-    v = e->conf.vocab;
-    n_vocab = e->be->n_vocab;
-
-    for (i = 0; i < req->n_prompt; i++) {
-        if (req->prompt[i] < 0 || (uint32_t) req->prompt[i] >= n_vocab) {
-            return kvs_err_set(err, KVS_EINVAL, "prompt token %" PRIu32
-                               " is %" PRId32 ", outside the vocabulary "
-                               "of %" PRIu32, i, req->prompt[i], n_vocab);
-        }
-    }
-
-    if (req->n_stop_ids > KVS_ENGINE_MAX_STOP_IDS) {
-        return kvs_err_set(err, KVS_EINVAL, "%" PRIu32 " stop token ids; "
-                           "at most %d", req->n_stop_ids,
-                           KVS_ENGINE_MAX_STOP_IDS);
-    }
-
-    for (i = 0; i < req->n_stop_ids; i++) {
-        if (req->stop_ids[i] < 0 || (uint32_t) req->stop_ids[i] >= n_vocab)
-        {
-            return kvs_err_set(err, KVS_EINVAL, "stop token id %" PRId32
-                               " is outside the vocabulary",
-                               req->stop_ids[i]);
-        }
-
-        h->stop_ids[i] = req->stop_ids[i];
-    }
-
-    h->n_stop_ids = req->n_stop_ids;
-
-    if (kvs_seq_init(&h->seq, &e->sched, req->prompt, req->n_prompt,
-                     req->max_tokens, err) != KVS_OK)
-    {
-        return err->code;
-    }
-
-    if (kvs_stop_init(&h->stop, req->stop, req->stop_len, req->n_stop, err)
-        != KVS_OK)
-    {
-        return err->code;
-    }
-
-    if (kvs_sampler_init(&h->sampler, &req->sample, n_vocab, err)
-        != KVS_OK)
-    {
-        memset(&h->sampler, 0, sizeof(kvs_sampler_t));
-        return err->code;
-    }
-
-    /* the detokenizer learns where the prompt ends (a SentencePiece
-     * vocabulary drops the first space only at the very start) */
-
-    kvs_detok_init(&h->detok, v, 0);
-    kvs_detok_skip(&h->detok, req->prompt, req->n_prompt);
-
-    h->max_tokens = req->max_tokens;
-    h->ignore_eos = req->ignore_eos;
-    h->want_lp = req->sample.logprobs;
-    h->data = req->data;
-
-    return KVS_OK;
-}
-
-
-static void
-kvs_engine_seq_free(kvs_engine_seq_t *h)
-{
-    kvs_seq_free(&h->seq);
-    kvs_sampler_free(&h->sampler);
-    kvs_stop_free(&h->stop);
-    kvs_engine_out_free(&h->out);
-    free(h);
 }
 
 
@@ -851,86 +463,6 @@ stop:
 }
 
 
-/*
- * Publishes output: token (or -1 for none) with its logprobs, text, and
- * when finish is set the end.  Allocation failure here cannot be handed
- * back to anyone but the consumer, so it becomes the request's error.
- */
-static void
-kvs_engine_emit(kvs_engine_t *e, kvs_engine_seq_t *h, int32_t token,
-    const char *text, size_t len, kvs_finish_t finish, const char *error)
-{
-    int                rc;
-    uint64_t           one;
-    kvs_engine_out_t  *o;
-
-    pthread_mutex_lock(&e->lock);
-
-    o = &h->out;
-    rc = KVS_OK;
-
-    if (token >= 0) {
-        if (kvs_grow((void **) &o->tokens, &o->tokens_cap, o->n_tokens + 1,
-                     sizeof(int32_t)) != KVS_OK
-            || (h->want_lp
-                && kvs_grow((void **) &o->lp, &o->lp_cap, o->n_lp + 1,
-                            sizeof(kvs_sample_logprobs_t)) != KVS_OK))
-        {
-            rc = KVS_ENOMEM;
-        } else {
-            o->tokens[o->n_tokens++] = token;
-
-            if (h->want_lp) {
-                o->lp[o->n_lp++] = h->sampler.lp;
-            }
-        }
-    }
-
-    if (rc == KVS_OK && len > 0 && kvs_buf_append(&o->text, text, len)
-                                   != KVS_OK)
-    {
-        rc = KVS_ENOMEM;
-    }
-
-    if (rc != KVS_OK && finish == KVS_FINISH_NONE) {
-        finish = KVS_FINISH_ERROR;
-        error = "out of memory for the output";
-    }
-
-    o->n_generated = kvs_seq_generated(&h->seq);
-    o->n_preempted = h->seq.n_preempted;
-
-    if (finish != KVS_FINISH_NONE && o->finish == KVS_FINISH_NONE) {
-        o->finish = finish;
-
-        if (error != NULL) {
-            snprintf(o->error, sizeof(o->error), "%s", error);
-        }
-    }
-
-    if (!h->ready && !h->cancelled) {
-        h->ready = 1;
-        h->ready_prev = e->ready_tail;
-        h->ready_next = NULL;
-
-        if (e->ready_tail != NULL) {
-            e->ready_tail->ready_next = h;
-        } else {
-            e->ready_head = h;
-
-            one = 1;
-            if (write(e->efd, &one, sizeof(one)) < 0) {
-                /* the counter is already non-zero */
-            }
-        }
-
-        e->ready_tail = h;
-    }
-
-    pthread_mutex_unlock(&e->lock);
-}
-
-
 /* Ends h's sequence once: blocks back to the pool, held-back text
  * flushed when flush is set, the end published, the engine's hold
  * dropped. */
@@ -982,16 +514,6 @@ kvs_engine_end(kvs_engine_t *e, kvs_engine_seq_t *h, kvs_finish_t finish,
 }
 
 
-static void
-kvs_engine_unref(kvs_engine_seq_t *h)
-{
-    h->refs--;
-    if (h->refs == 0) {
-        kvs_engine_seq_free(h);
-    }
-}
-
-
 static void *
 kvs_engine_main(void *arg)
 {
@@ -1033,3 +555,4 @@ kvs_engine_now(void)
 
     return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
 }
+

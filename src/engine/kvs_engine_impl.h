@@ -1,0 +1,103 @@
+/*
+ * kvs_engine_impl: the engine's insides, shared by kvs_engine.c (the step
+ * loop, on the engine thread) and kvs_engine_io.c (the hand-over to the
+ * consumer).  Not for use outside src/engine.
+ *
+ * State split:
+ *   - engine thread only: the scheduler, pool, backend, and each
+ *     sequence's kvs_seq_t, sampler, detokenizer and stop matcher;
+ *   - under e->lock: the inbox (submitted, not yet scheduled), the
+ *     cancel list, every handle's outbox, refs and flags, the ready
+ *     list, the stats copy.
+ * The engine thread computes without the lock and takes it briefly to
+ * publish each output and once per step for the stats.
+ *
+ * Invariants:
+ *   - refs counts the engine's hold (until the sequence ends), the
+ *     consumer's (until close) and the cancel list's (while on it); the
+ *     handle is freed at 0;
+ *   - a handle is on the ready list (ready == 1) iff it has output the
+ *     consumer has not read, or its end, and the consumer still holds
+ *     it; the eventfd is written when the list goes from empty to not;
+ *   - every block a sequence holds is released when it ends, whatever
+ *     the reason, before its engine hold is dropped.
+ */
+
+#ifndef KVS_ENGINE_IMPL_H
+#define KVS_ENGINE_IMPL_H
+
+#include <pthread.h>
+
+#include "../backend/kvs_backend.h"
+#include "../sched/kvs_sched.h"
+#include "../tokenizer/kvs_tok.h"
+#include "kvs_engine.h"
+#include "kvs_stop.h"
+
+
+struct kvs_engine_seq_s {
+    /* engine thread only */
+    kvs_seq_t                seq;      /* first: a kvs_seq_t * is one */
+    kvs_sampler_t            sampler;
+    kvs_detok_t              detok;
+    kvs_stop_t               stop;
+    int32_t                  stop_ids[KVS_ENGINE_MAX_STOP_IDS];
+    uint32_t                 n_stop_ids;
+    uint32_t                 max_tokens;
+    int                      ignore_eos;
+    int                      want_lp;
+    void                    *data;
+
+    /* under the engine's lock */
+    kvs_engine_out_t         out;      /* not yet read */
+    unsigned                 refs;
+    unsigned                 cancelled:1;  /* the consumer closed early */
+    unsigned                 ended:1;      /* the engine let go */
+    unsigned                 ready:1;
+    unsigned                 scheduled:1;  /* taken from the inbox */
+    kvs_engine_seq_t        *link;         /* inbox or cancel list */
+    kvs_engine_seq_t        *ready_prev;
+    kvs_engine_seq_t        *ready_next;
+};
+
+struct kvs_engine_s {
+    kvs_engine_conf_t        conf;
+    kvs_backend_t           *be;
+    kvs_kv_pool_t           *pool;
+    kvs_sched_t              sched;
+    float                   *logits;   /* [max_running][n_vocab] */
+    kvs_buf_t                piece;    /* detokenized text of a token */
+    kvs_buf_t                text;     /* what of it the stop matcher
+                                          let through */
+    int                      efd;
+
+    pthread_mutex_t          lock;
+    pthread_cond_t           wake;
+    pthread_t                thread;
+    int                      started;
+    int                      quit;
+    kvs_engine_seq_t        *inbox;    /* newest first */
+    kvs_engine_seq_t        *cancels;
+    kvs_engine_seq_t        *ready_head;
+    kvs_engine_seq_t        *ready_tail;
+    kvs_engine_stats_t       stats;    /* engine thread's, published */
+    kvs_engine_stats_t       shown;    /* copy under the lock */
+};
+
+
+/* kvs_engine_io.c */
+
+/* Checks req and sets h up from it (on the consumer's thread). */
+int kvs_engine_seq_setup(kvs_engine_t *e, kvs_engine_seq_t *h,
+    const kvs_engine_req_t *req, kvs_err_t *err);
+void kvs_engine_seq_free(kvs_engine_seq_t *h);
+
+/* Drops one hold; frees h at zero.  Under e->lock. */
+void kvs_engine_unref(kvs_engine_seq_t *h);
+
+/* Publishes output (token -1: none) and, when finish is set, the end;
+ * takes e->lock. */
+void kvs_engine_emit(kvs_engine_t *e, kvs_engine_seq_t *h, int32_t token,
+    const char *text, size_t len, kvs_finish_t finish, const char *error);
+
+#endif /* KVS_ENGINE_IMPL_H */
