@@ -30,7 +30,8 @@ KVS_CFLAGS   := -std=gnu11 -fPIC $(WARN) -D_GNU_SOURCE \
                 -DKVS_HAVE_CUDA=$(KVSERVE_CUDA)
 ASAN_FLAGS   := -O1 -g -fsanitize=address,undefined \
                 -fno-sanitize-recover=all -fno-omit-frame-pointer
-LIBS         := -ljansson -lpcre2-8 -lutf8proc -lxxhash -lm -lpthread
+LIBS         := -ljansson -lpcre2-8 -lutf8proc -lxxhash -lopenblas -lm \
+                -lpthread
 
 LIB_SRCS     := $(sort $(filter-out src/ngx/% src/cli/%, \
                   $(wildcard src/*/*.c)))

@@ -64,7 +64,8 @@ kvs_backend_cpu_new(kvs_backend_t **out, const kvs_model_t *m,
 
     if (kvs_cpu_model_new(&cpu->cm, m, err) != KVS_OK
         || kvs_cpu_kv_new(&cpu->kv, cpu->cm, conf->n_blocks,
-                          conf->block_tokens, err) != KVS_OK)
+                          conf->block_tokens, err) != KVS_OK
+        || kvs_cpu_kv_set_threads(cpu->kv, threads, err) != KVS_OK)
     {
         kvs_cpu_kv_free(cpu->kv);
         kvs_cpu_model_free(cpu->cm);

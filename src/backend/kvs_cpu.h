@@ -9,13 +9,15 @@
  * cache, wo, residual, RMSNorm, SwiGLU FFN, residual, final norm, output.
  *
  * Weights: matrices stay as stored in the mapping (F32, F16, BF16 or
- * Q8_0) and the matrix product dequantizes one row at a time into a
- * float scratch row, reused across every token of the batch, so a
- * quantized model costs no extra memory and a step converts each weight
- * once.  Whether keeping Q8_0 quantized (int8 dot products against
- * quantized activations) is faster is not measured yet.  Vectors (norms,
- * biases, RoPE frequency factors) are F32 in real GGUFs; F16 and BF16
- * ones are converted to owned float copies at load.
+ * Q8_0), so a quantized model costs no extra memory.  Products (measured
+ * on a 2-core AVX-512 Xeon, see kvs_cpu.c): F32 / F16 / BF16 rows are
+ * converted (if needed) into a small scratch and run through our AVX2/FMA
+ * kernel for batches under 64 tokens, through OpenBLAS sgemm on tiles of
+ * 128 rows for larger ones (prefill chunks); Q8_0 stays quantized on AVX2
+ * CPUs: the input rows are quantized to int8 blocks and dotted in int8,
+ * for every batch size (2x decode at batch 1, parity above).  Vectors
+ * (norms, biases, RoPE frequency factors) are F32 in real GGUFs; F16 and
+ * BF16 ones are converted to owned float copies at load.
  *
  * Invariants:
  *   - a kvs_cpu_model_t borrows the kvs_model_t's mapping (weights are
@@ -27,7 +29,11 @@
  *     cache, so a rejected batch changes nothing.
  *
  * Threads: a model and a kv object may be read by many threads, but one
- * forward call at a time writes a given kv (the engine thread's).
+ * forward call at a time writes a given kv (the engine thread's).  A kv
+ * owns a kvs_threads pool (kvs_cpu_kv_set_threads, default the caller
+ * alone) that splits a step's products by output rows and its attention
+ * by (token, head); the split never changes a result.  OpenBLAS is held
+ * to one thread of its own (set when a kv is made).
  */
 
 #ifndef KVS_CPU_H
@@ -37,6 +43,7 @@
 #include <stdint.h>
 
 #include "../base/kvs_err.h"
+#include "../base/kvs_threads.h"
 #include "../engine/kvs_rope.h"
 #include "../kv/kvs_kv_table.h"
 #include "kvs_batch.h"
@@ -97,6 +104,8 @@ typedef struct {
                                          and reused, so a steady step
                                          loop allocates nothing */
     size_t     act_cap;               /* floats */
+    kvs_threads_t
+              *threads;               /* NULL: the caller's thread only */
 } kvs_cpu_kv_t;
 
 /*
@@ -115,6 +124,16 @@ void kvs_cpu_model_free(kvs_cpu_model_t *cm);
 int kvs_cpu_kv_new(kvs_cpu_kv_t **out, const kvs_cpu_model_t *cm,
     uint32_t n_blocks, uint32_t block_tokens, kvs_err_t *err);
 void kvs_cpu_kv_free(kvs_cpu_kv_t *kv);
+
+/*
+ * Runs kv's forward steps on n threads counting the caller (default 1:
+ * the caller alone); n - 1 workers are created here, never at load time,
+ * and joined by kvs_cpu_kv_free() or a later call.  Results do not depend
+ * on n.  KVS_EINVAL for n == 0 or above KVS_THREADS_MAX, KVS_EIO if a
+ * thread cannot be created (the old setting is kept).  Not while a
+ * forward call on kv runs.
+ */
+int kvs_cpu_kv_set_threads(kvs_cpu_kv_t *kv, unsigned n, kvs_err_t *err);
 
 /*
  * One forward step: writes every token's K/V into its slot and, for the

@@ -213,7 +213,7 @@ run(const model_t *md, seq_t *seqs, uint32_t first, uint32_t n,
     conf.block_tokens = rc->block;
     conf.n_blocks = rc->n_blocks != 0 ? rc->n_blocks
                                       : n * (72 / rc->block + 1);
-    conf.threads = 1;
+    conf.threads = rc->threaded ? 2 : 1;   /* compute threads too */
     conf.max_batch_tokens = rc->budget;
     conf.max_running = N_SEQ;
     conf.no_chunked_prefill = rc->no_chunk;

@@ -1,0 +1,299 @@
+/*
+ * kvs_threads: the worker pool (see kvs_threads.h).
+ *
+ * A call publishes its job (fn, arg, n_tasks), resets the task counter and
+ * the count of workers still busy, then bumps the generation under the
+ * mutex (so a worker about to sleep cannot miss it) and broadcasts only if
+ * some worker sleeps.  Tasks are claimed with an atomic counter, so a
+ * worker that wakes late finds them taken and a slow one does not hold
+ * the others.  The job fields are read by workers only between their
+ * seeing the new generation and their check-out, and the caller rewrites
+ * them only after every worker checked out: they need no atomics.
+ */
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvs_threads.h"
+
+/* Spin iterations before sleeping; with the pause hint one is ~30-100 ns,
+ * so a worker stays hot for tens of microseconds after a call. */
+#define KVS_THREADS_SPIN  2000
+
+#if defined(__x86_64__) || defined(__i386__)
+#define kvs_threads_pause()  __builtin_ia32_pause()
+#else
+#define kvs_threads_pause()
+#endif
+
+
+typedef struct {
+    kvs_threads_t  *tp;
+    uint32_t        index;            /* 1 .. n - 1 */
+} kvs_threads_worker_t;
+
+struct kvs_threads_s {
+    pthread_mutex_t        mu;
+    pthread_cond_t         wake;      /* workers: a new generation */
+    pthread_cond_t         done;      /* caller: busy reached 0 */
+    pthread_t             *threads;   /* [n - 1] */
+    kvs_threads_worker_t  *workers;   /* [n - 1] */
+    unsigned               n;
+
+    /* the job of the current generation */
+    kvs_threads_fn_t       fn;
+    void                  *arg;
+    uint32_t               n_tasks;
+
+    atomic_uint            gen;       /* written under mu */
+    atomic_uint            next;      /* next unclaimed task */
+    atomic_uint            busy;      /* workers not done with gen */
+    unsigned               sleeping;  /* under mu */
+    int                    waiting;   /* under mu: the caller sleeps */
+    int                    stop;      /* under mu */
+};
+
+
+static void *kvs_threads_main(void *p);
+static void kvs_threads_work(kvs_threads_t *tp, uint32_t thread);
+
+
+static void
+kvs_threads_work(kvs_threads_t *tp, uint32_t thread)
+{
+    uint32_t  t;
+
+    for ( ;; ) {
+        t = atomic_fetch_add_explicit(&tp->next, 1, memory_order_relaxed);
+        if (t >= tp->n_tasks) {
+            return;
+        }
+
+        tp->fn(tp->arg, t, thread);
+    }
+}
+
+
+static void *
+kvs_threads_main(void *p)
+{
+    unsigned               seen, g, i;
+    kvs_threads_t         *tp;
+    kvs_threads_worker_t  *w;
+
+    w = p;
+    tp = w->tp;
+    seen = 0;
+
+    for ( ;; ) {
+        for (i = 0; i < KVS_THREADS_SPIN; i++) {
+            g = atomic_load_explicit(&tp->gen, memory_order_acquire);
+            if (g != seen) {
+                break;
+            }
+            kvs_threads_pause();
+        }
+
+        if (g == seen) {
+            pthread_mutex_lock(&tp->mu);
+            tp->sleeping++;
+
+            while (!tp->stop
+                   && atomic_load_explicit(&tp->gen, memory_order_relaxed)
+                      == seen)
+            {
+                pthread_cond_wait(&tp->wake, &tp->mu);
+            }
+
+            tp->sleeping--;
+
+            if (tp->stop) {
+                pthread_mutex_unlock(&tp->mu);
+                return NULL;
+            }
+
+            g = atomic_load_explicit(&tp->gen, memory_order_relaxed);
+            pthread_mutex_unlock(&tp->mu);
+        }
+
+        seen = g;
+        kvs_threads_work(tp, w->index);
+
+        if (atomic_fetch_sub_explicit(&tp->busy, 1, memory_order_acq_rel)
+            == 1)
+        {
+            pthread_mutex_lock(&tp->mu);
+            if (tp->waiting) {
+                pthread_cond_signal(&tp->done);
+            }
+            pthread_mutex_unlock(&tp->mu);
+        }
+    }
+}
+
+
+int
+kvs_threads_new(kvs_threads_t **out, unsigned n, kvs_err_t *err)
+{
+    int             rc;
+    unsigned        i;
+    sigset_t        all, old;
+    kvs_threads_t  *tp;
+
+    *out = NULL;
+
+    if (n == 0 || n > KVS_THREADS_MAX) {
+        return kvs_err_set(err, KVS_EINVAL, "threads: %u threads, 1 to %d "
+                           "allowed", n, KVS_THREADS_MAX);
+    }
+
+    tp = calloc(1, sizeof(kvs_threads_t));
+    if (tp == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "threads: out of memory");
+    }
+
+    tp->n = n;
+
+    if (n == 1) {
+        *out = tp;
+        return KVS_OK;
+    }
+
+    tp->threads = calloc(n - 1, sizeof(pthread_t));
+    tp->workers = calloc(n - 1, sizeof(kvs_threads_worker_t));
+
+    if (tp->threads == NULL || tp->workers == NULL) {
+        free(tp->threads);
+        free(tp->workers);
+        free(tp);
+        return kvs_err_set(err, KVS_ENOMEM, "threads: out of memory");
+    }
+
+    pthread_mutex_init(&tp->mu, NULL);
+    pthread_cond_init(&tp->wake, NULL);
+    pthread_cond_init(&tp->done, NULL);
+    atomic_init(&tp->gen, 0);
+    atomic_init(&tp->next, 0);
+    atomic_init(&tp->busy, 0);
+
+    /* workers inherit the mask: they never take the process's signals */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+
+    rc = 0;
+
+    for (i = 0; i < n - 1; i++) {
+        tp->workers[i].tp = tp;
+        tp->workers[i].index = i + 1;
+
+        rc = pthread_create(&tp->threads[i], NULL, kvs_threads_main,
+                            &tp->workers[i]);
+        if (rc != 0) {
+            break;
+        }
+    }
+
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+
+    if (rc != 0) {
+        /* stop the ones started: tp->n counts only them */
+        tp->n = i + 1;
+        kvs_threads_free(tp);
+        return kvs_err_set(err, KVS_EIO, "threads: cannot create thread "
+                           "%u of %u: %s", i + 1, n, strerror(rc));
+    }
+
+    *out = tp;
+
+    return KVS_OK;
+}
+
+
+void
+kvs_threads_run(kvs_threads_t *tp, kvs_threads_fn_t fn, void *arg,
+    uint32_t n_tasks)
+{
+    uint32_t  t;
+    unsigned  i;
+
+    if (tp == NULL || tp->n == 1 || n_tasks <= 1) {
+        for (t = 0; t < n_tasks; t++) {
+            fn(arg, t, 0);
+        }
+        return;
+    }
+
+    tp->fn = fn;
+    tp->arg = arg;
+    tp->n_tasks = n_tasks;
+    atomic_store_explicit(&tp->next, 0, memory_order_relaxed);
+    atomic_store_explicit(&tp->busy, tp->n - 1, memory_order_relaxed);
+
+    pthread_mutex_lock(&tp->mu);
+    /* release: the job above is visible to whoever sees the new gen */
+    atomic_fetch_add_explicit(&tp->gen, 1, memory_order_release);
+    if (tp->sleeping > 0) {
+        pthread_cond_broadcast(&tp->wake);
+    }
+    pthread_mutex_unlock(&tp->mu);
+
+    kvs_threads_work(tp, 0);
+
+    for (i = 0; i < KVS_THREADS_SPIN; i++) {
+        if (atomic_load_explicit(&tp->busy, memory_order_acquire) == 0) {
+            return;
+        }
+        kvs_threads_pause();
+    }
+
+    pthread_mutex_lock(&tp->mu);
+    tp->waiting = 1;
+
+    while (atomic_load_explicit(&tp->busy, memory_order_acquire) != 0) {
+        pthread_cond_wait(&tp->done, &tp->mu);
+    }
+
+    tp->waiting = 0;
+    pthread_mutex_unlock(&tp->mu);
+}
+
+
+unsigned
+kvs_threads_count(const kvs_threads_t *tp)
+{
+    return tp == NULL ? 1 : tp->n;
+}
+
+
+void
+kvs_threads_free(kvs_threads_t *tp)
+{
+    unsigned  i;
+
+    if (tp == NULL) {
+        return;
+    }
+
+    if (tp->n > 1) {
+        pthread_mutex_lock(&tp->mu);
+        tp->stop = 1;
+        pthread_cond_broadcast(&tp->wake);
+        pthread_mutex_unlock(&tp->mu);
+
+        for (i = 0; i < tp->n - 1; i++) {
+            pthread_join(tp->threads[i], NULL);
+        }
+
+        pthread_cond_destroy(&tp->done);
+        pthread_cond_destroy(&tp->wake);
+        pthread_mutex_destroy(&tp->mu);
+    }
+
+    free(tp->threads);
+    free(tp->workers);
+    free(tp);
+}
