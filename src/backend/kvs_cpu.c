@@ -142,11 +142,13 @@ static void kvs_cpu_mm_rows_avx2(float *y, size_t ldy, const float *x,
     uint32_t n, uint32_t cols, const float *const *w, uint32_t nr);
 static void kvs_cpu_row_avx2(const kvs_cpu_mat_t *w, const uint8_t *p,
     float *dst);
-static void kvs_cpu_q8_quant_avx2(const float *x, kvs_cpu_q8_t *dst,
-    uint32_t cols);
 static float kvs_cpu_q8_dot_avx2(const uint8_t *p, const kvs_cpu_q8_t *xq,
     uint32_t cols);
 #endif
+static void kvs_cpu_q8_quant(const float *x, kvs_cpu_q8_t *dst,
+    uint32_t cols);
+static float kvs_cpu_q8_dot(const uint8_t *p, const kvs_cpu_q8_t *xq,
+    uint32_t cols);
 static kvs_threads_t *kvs_cpu_pool(const kvs_cpu_fw_t *fw, double work);
 static void kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread);
 static void kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
@@ -566,11 +568,20 @@ kvs_cpu_kv_set_threads(kvs_cpu_kv_t *kv, unsigned n, kvs_err_t *err)
 
 
 /* Whether this CPU runs the AVX2 + FMA + F16C kernels; the build stays
- * generic x86-64 and each kernel carries its own target attribute. */
+ * generic x86-64 and each kernel carries its own target attribute.
+ * KVSERVE_CPU_SIMD=0 in the environment selects the portable kernels
+ * (to compare them, or to rule the AVX2 ones out). */
 static int
 kvs_cpu_simd(void)
 {
 #if KVS_CPU_X86
+    const char  *env;
+
+    env = getenv("KVSERVE_CPU_SIMD");
+    if (env != NULL && strcmp(env, "0") == 0) {
+        return 0;
+    }
+
     __builtin_cpu_init();
 
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
@@ -768,33 +779,6 @@ kvs_cpu_mm_rows_avx2(float *y, size_t ldy, const float *x, uint32_t n,
 }
 
 
-/* x[cols] as Q8_0-like blocks with a float scale: dst[cols / 32]. */
-__attribute__((target("avx2,fma,f16c"))) static void
-kvs_cpu_q8_quant_avx2(const float *x, kvs_cpu_q8_t *dst, uint32_t cols)
-{
-    float     amax, d, id;
-    uint32_t  b, j;
-
-    for (b = 0; b < cols / KVS_Q8_0_BLOCK; b++) {
-        amax = 0.0f;
-
-        for (j = 0; j < KVS_Q8_0_BLOCK; j++) {
-            amax = fmaxf(amax, fabsf(x[j]));
-        }
-
-        d = amax / 127.0f;
-        id = d != 0.0f ? 1.0f / d : 0.0f;
-        dst[b].d = d;
-
-        for (j = 0; j < KVS_Q8_0_BLOCK; j++) {
-            dst[b].q[j] = (int8_t) lrintf(x[j] * id);
-        }
-
-        x += KVS_Q8_0_BLOCK;
-    }
-}
-
-
 /* Q8_0 row p[cols] . quantized activation xq: int8 products summed in
  * int32 per block, scaled and accumulated in floats. */
 __attribute__((target("avx2,fma,f16c"))) static float
@@ -884,6 +868,64 @@ kvs_cpu_row_avx2(const kvs_cpu_mat_t *w, const uint8_t *p, float *dst)
 #endif /* KVS_CPU_X86 */
 
 
+/* x[cols] as Q8_0-like blocks with a float scale: dst[cols / 32].  The
+ * same on every CPU, so a Q8_0 model's results do not depend on AVX2. */
+static void
+kvs_cpu_q8_quant(const float *x, kvs_cpu_q8_t *dst, uint32_t cols)
+{
+    float     amax, d, id;
+    uint32_t  b, j;
+
+    for (b = 0; b < cols / KVS_Q8_0_BLOCK; b++) {
+        amax = 0.0f;
+
+        for (j = 0; j < KVS_Q8_0_BLOCK; j++) {
+            amax = fmaxf(amax, fabsf(x[j]));
+        }
+
+        d = amax / 127.0f;
+        id = d != 0.0f ? 1.0f / d : 0.0f;
+        dst[b].d = d;
+
+        for (j = 0; j < KVS_Q8_0_BLOCK; j++) {
+            dst[b].q[j] = (int8_t) lrintf(x[j] * id);
+        }
+
+        x += KVS_Q8_0_BLOCK;
+    }
+}
+
+
+/* Q8_0 row p[cols] . xq without AVX2: the same int8 block sums; only
+ * the float accumulation order differs from the AVX2 kernel. */
+static float
+kvs_cpu_q8_dot(const uint8_t *p, const kvs_cpu_q8_t *xq, uint32_t cols)
+{
+    float          acc;
+    int32_t        sum;
+    uint16_t       dh;
+    uint32_t       b, j;
+    const int8_t  *qw;
+
+    acc = 0.0f;
+
+    for (b = 0; b < cols / KVS_Q8_0_BLOCK; b++) {
+        memcpy(&dh, p, 2);
+        qw = (const int8_t *) (p + 2);
+        sum = 0;
+
+        for (j = 0; j < KVS_Q8_0_BLOCK; j++) {
+            sum += (int32_t) qw[j] * xq[b].q[j];
+        }
+
+        acc += kvs_f16_to_f32(dh) * xq[b].d * (float) sum;
+        p += KVS_Q8_0_BYTES;
+    }
+
+    return acc;
+}
+
+
 /* kv's pool when work is worth splitting, else NULL: the caller alone. */
 static kvs_threads_t *
 kvs_cpu_pool(const kvs_cpu_fw_t *fw, double work)
@@ -916,23 +958,29 @@ kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
     r0 = (task - job->first[m]) * job->tile;
     s = job->scratch + (size_t) thread * job->scratch_stride;
 
-#if KVS_CPU_X86
     if (job->xq != NULL && mat->type == KVS_GGML_Q8_0) {
-        uint32_t        i;
-        const uint8_t  *wq;
+        uint32_t             i;
+        const uint8_t       *wq;
+        const kvs_cpu_q8_t  *xq;
 
         for (r = r0; r < r0 + job->tile && r < mat->rows; r++) {
             wq = (const uint8_t *) mat->data + (size_t) r * mat->row_bytes;
 
             for (i = 0; i < job->n; i++) {
-                job->y[m][(size_t) i * mat->rows + r] = kvs_cpu_q8_dot_avx2(
-                    wq, job->xq + (size_t) i * (mat->cols / KVS_Q8_0_BLOCK),
-                    mat->cols);
+                xq = job->xq + (size_t) i * (mat->cols / KVS_Q8_0_BLOCK);
+#if KVS_CPU_X86
+                if (job->simd) {
+                    job->y[m][(size_t) i * mat->rows + r] =
+                        kvs_cpu_q8_dot_avx2(wq, xq, mat->cols);
+                    continue;
+                }
+#endif
+                job->y[m][(size_t) i * mat->rows + r] =
+                    kvs_cpu_q8_dot(wq, xq, mat->cols);
             }
         }
         return;
     }
-#endif
 
     if (job->tile == KVS_CPU_BLAS_TILE) {
         nr = mat->rows - r0 < job->tile ? mat->rows - r0 : job->tile;
@@ -1007,24 +1055,19 @@ kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
     job.xq = NULL;
     job.tile = n >= KVS_CPU_BLAS_MIN ? KVS_CPU_BLAS_TILE : KVS_CPU_TILE;
 
-#if KVS_CPU_X86
     /* Q8_0 stays quantized: the input is quantized once here, for every
      * n, so a token's sums do not depend on its batch */
     for (m = 0; m < 3; m++) {
-        if (fw->simd && job.w[m] != NULL
-            && job.w[m]->type == KVS_GGML_Q8_0)
-        {
+        if (job.w[m] != NULL && job.w[m]->type == KVS_GGML_Q8_0) {
             job.xq = fw->xq;
         }
     }
 
     for (i = 0; job.xq != NULL && i < n; i++) {
-        kvs_cpu_q8_quant_avx2(x + (size_t) i * w0->cols,
-                              job.xq + (size_t) i
-                                       * (w0->cols / KVS_Q8_0_BLOCK),
-                              w0->cols);
+        kvs_cpu_q8_quant(x + (size_t) i * w0->cols,
+                         job.xq + (size_t) i * (w0->cols / KVS_Q8_0_BLOCK),
+                         w0->cols);
     }
-#endif
 
     for (m = 0; m < 3; m++) {
         job.first[m + 1] = job.first[m]

@@ -14,8 +14,12 @@ Error measure: for each position t, max_v |ours[t,v] - ref[t,v]| divided
 by max_v |ref[t,v]|; a model's error is the largest over its positions.
 It must stay under 1e-4 for every model and every run (one-shot prefill,
 chunked prefill, another KV block size), F16/BF16/Q8_0 included: both
-sides dequantize the same stored values to exact floats.  Exits non-zero
-on any failure.
+sides dequantize the same stored values to exact floats.  A Q8_0 matrix
+multiplies activations quantized to Q8_0 blocks, as ggml defines the
+Q8_0 x Q8_0 product (per block of 32: d = max|x| / 127, q = round(x / d)
+to nearest even, products of the int8 values scaled by both blocks' d),
+so the reference applies that definition too.  Exits non-zero on any
+failure.
 """
 
 import os
@@ -24,7 +28,8 @@ import sys
 import tempfile
 
 import numpy as np
-from gguf import GGUFReader, GGUFWriter, RopeScalingType
+from gguf import (GGMLQuantizationType, GGUFReader, GGUFWriter,
+                  RopeScalingType)
 from gguf.quants import dequantize
 
 TOL = 1e-4
@@ -44,7 +49,30 @@ def load(path):
         ne = [int(n) for n in t.shape]
         a = dequantize(t.data, t.tensor_type)
         w[t.name] = np.asarray(a, dtype=np.float64).reshape(ne[::-1])
+        if t.tensor_type == GGMLQuantizationType.Q8_0:
+            # blocks of 34 bytes: f16 scale, 32 int8 values
+            raw = np.asarray(t.data, dtype=np.uint8).reshape(
+                ne[1], ne[0] // 32, 34)
+            w[t.name + "#d"] = raw[:, :, :2].copy().view(np.float16)[
+                :, :, 0].astype(np.float64)
+            w[t.name + "#q"] = raw[:, :, 2:].copy().view(np.int8).astype(
+                np.int64)
     return meta, w
+
+
+def q8_matmul(h, d_w, q_w):
+    """h [T][n_in] times a Q8_0 matrix (scales d_w [n_out][B], values q_w
+    [n_out][B][32]) the Q8_0 x Q8_0 way: h quantized per block of 32 in
+    float32, int8 products summed per block, scaled by both scales."""
+    T, n_in = h.shape
+    xb = h.astype(np.float32).reshape(T, n_in // 32, 32)
+    d_x = np.abs(xb).max(axis=2) / np.float32(127.0)
+    inv = np.where(d_x != 0, np.float32(1.0) / np.where(d_x != 0, d_x, 1),
+                   np.float32(0.0)).astype(np.float32)
+    q_x = np.rint(xb * inv[:, :, None]).astype(np.int64)
+    dots = np.einsum("tbk,obk->tob", q_x, q_w)
+    return (dots * (d_w[None, :, :] * d_x[:, None, :].astype(np.float64))
+            ).sum(axis=2)
 
 
 def hparams(meta, w):
@@ -117,8 +145,13 @@ def forward(meta, w, ids):
     x = w["token_embd.weight"][ids]
     mask = np.triu(np.full((T, T), -np.inf), 1)
 
+    def matmul(name, h):
+        if name + "#q" in w:
+            return q8_matmul(h, w[name + "#d"], w[name + "#q"])
+        return h @ w[name].T
+
     def lin(name, h):
-        y = h @ w[name + ".weight"].T
+        y = matmul(name + ".weight", h)
         bias = w.get(name + ".bias")
         return y if bias is None else y + bias
 
@@ -141,15 +174,20 @@ def forward(meta, w, ids):
         x = x + lin(p + "ffn_down", ff)
 
     x = rmsnorm(x, w["output_norm.weight"], eps)
-    out_w = w.get("output.weight", w["token_embd.weight"])
-    return x @ out_w.T
+    return matmul("output.weight" if "output.weight" in w
+                  else "token_embd.weight", x)
 
 
 # --- ours ------------------------------------------------------------------
 
 def ours(path, ids, n_vocab, *extra):
+    """Our logits; an extra of the form NAME=VALUE goes to the environment
+    (KVSERVE_CPU_SIMD=0: the portable kernels instead of AVX2)."""
+    env = dict(os.environ)
+    env.update(e.split("=", 1) for e in extra if "=" in e)
+    args = [e for e in extra if "=" not in e]
     r = subprocess.run([CLI, "logits", path, "-t", " ".join(map(str, ids)),
-                        *extra], capture_output=True, check=False)
+                        *args], capture_output=True, check=False, env=env)
     if r.returncode != 0:
         raise RuntimeError(f"kvserve logits {' '.join(extra)}: exit "
                            f"{r.returncode}: {r.stderr.decode().strip()}")
@@ -165,7 +203,8 @@ def rel_err(got, ref):
                         / np.max(np.abs(ref), axis=1)))
 
 
-def check(name, path, ids, runs=(("--chunk", "5"), ("--block", "3"))):
+def check(name, path, ids, runs=(("--chunk", "5"), ("--block", "3"),
+                                 ("KVSERVE_CPU_SIMD=0",))):
     """Reference vs one-shot prefill and each of runs; True when all
     agree within TOL."""
     meta, w = load(path)
