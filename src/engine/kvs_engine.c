@@ -103,14 +103,6 @@ kvs_engine_new(kvs_engine_t **out, const kvs_engine_conf_t *conf,
         goto failed;
     }
 
-    e->logits = malloc((size_t) e->conf.max_running
-                       * conf->model->hp.n_vocab * sizeof(float));
-    if (e->logits == NULL) {
-        rc = kvs_err_set(err, KVS_ENOMEM, "engine: out of memory for "
-                         "logits");
-        goto failed;
-    }
-
     e->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (e->efd == -1) {
         rc = kvs_err_set(err, KVS_EIO, "eventfd: %s", strerror(errno));
@@ -243,7 +235,15 @@ kvs_engine_step(kvs_engine_t *e)
 
     t0 = kvs_engine_now();
 
-    rc = kvs_backend_forward(e->be, &plan.batch, e->logits, &err);
+    /* logits rows grow with the largest step seen, not with max_running
+     * (256 rows of a 128K vocabulary would be 128 MiB) */
+    rc = kvs_grow((void **) &e->logits, &e->logits_cap,
+                  (size_t) plan.n_logits * e->be->n_vocab, sizeof(float));
+    if (rc != KVS_OK) {
+        kvs_err_set(&err, rc, "engine: out of memory for logits");
+    } else {
+        rc = kvs_backend_forward(e->be, &plan.batch, e->logits, &err);
+    }
 
     if (rc != KVS_OK) {
         /* nothing was computed; end the step's requests rather than

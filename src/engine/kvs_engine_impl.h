@@ -65,7 +65,8 @@ struct kvs_engine_s {
     kvs_backend_t           *be;
     kvs_kv_pool_t           *pool;
     kvs_sched_t              sched;
-    float                   *logits;   /* [max_running][n_vocab] */
+    float                   *logits;   /* [n_logits][n_vocab] of a step */
+    size_t                   logits_cap;   /* floats */
     kvs_buf_t                piece;    /* detokenized text of a token */
     kvs_buf_t                text;     /* what of it the stop matcher
                                           let through */
