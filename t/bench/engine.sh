@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Engine speed: `kvserve bench` against llama.cpp's CPU build
+# (t/bench/llamacpp.sh) on the same GGUF files and thread counts, in the
+# same run, and the ratios.
+#
+# Models: stories260K (the fixture) and a generated 100M-parameter Llama
+# (`kvserve gen-model --preset 100m --seed 3`) in F32, F16 and Q8_0.
+# Loads, the same on both sides:
+#   prefill   one 512-token prompt (ours: --seqs 1 --prompt 512 --gen 1)
+#   decode1   one sequence generating 128 tokens from a 1-token context
+#             (ours: --seqs 1 --prompt 1 --gen 129: 128 decode steps)
+#   decode32  32 sequences, each its own 128-token prompt, then 128
+#             decode steps of all 32 at once; tokens/s of those steps
+# Ours report tokens/s of the steps of each kind (kvserve bench); the
+# peer's are llama-bench and llama-batched-bench's (see llamacpp.sh).
+#
+# Environment: KVS_CLI (the kvserve tool), KVS_FIXTURES, KVS_TMP,
+# LLAMA_CPP_BUILD (the peer; without it only our numbers are printed).
+# Knobs: ENGINE_MODELS (subset of "stories f32 f16 q8_0"),
+# ENGINE_THREADS ("1 2").
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+cli=${KVS_CLI:-build/kvserve}
+tmp=${KVS_TMP:-/tmp}/engine-bench
+models=${ENGINE_MODELS:-stories f32 f16 q8_0}
+threads_list=${ENGINE_THREADS:-1 2}
+mkdir -p "$tmp"
+
+field() {    # field NAME LINE: the value of NAME=... in LINE
+    sed -n "s/.*[[:space:]]$1=\([^[:space:]]*\).*/\1/p" <<<" $2"
+}
+
+ours() {     # ours MODEL THREADS: "prefill decode1 decode32"
+    local m=$1 t=$2 l1 l2 l3
+    l1=$("$cli" bench "$m" --threads "$t" --seqs 1 --prompt 512 --gen 1 \
+         | grep '^bench ')
+    l2=$("$cli" bench "$m" --threads "$t" --seqs 1 --prompt 1 --gen 129 \
+         | grep '^bench ')
+    l3=$("$cli" bench "$m" --threads "$t" --seqs 32 --prompt 128 \
+         --gen 129 | grep '^bench ')
+    echo "$(field prefill_tps "$l1") $(field decode_tps "$l2")" \
+         "$(field decode_tps "$l3")"
+}
+
+ratio() {
+    if [ -z "$2" ] || [ "$2" = "-" ]; then
+        echo "-"
+    else
+        awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'
+    fi
+}
+
+rows=()
+for name in $models; do
+    case $name in
+    stories)
+        m=${KVS_FIXTURES:-../shared/fixtures}/models/stories260K-f32.gguf
+        if [ ! -f "$m" ]; then
+            echo "skip stories260K: $m not found" >&2
+            continue
+        fi ;;
+    *)
+        m=$tmp/m100-$name.gguf
+        if [ ! -s "$m" ]; then
+            "$cli" gen-model --preset 100m --dtype "$name" --seed 3 "$m" \
+                >/dev/null
+        fi ;;
+    esac
+
+    for t in $threads_list; do
+        read -r op o1 o32 <<<"$(ours "$m" "$t")"
+        peer=$("$here/llamacpp.sh" "$m" "$t" | tail -1)
+        if [[ $peer == SKIP* ]]; then
+            echo "$peer" >&2
+            pp=- p1=- p32=-
+        else
+            pp=$(field prefill_tps "$peer")
+            p1=$(field decode1_tps "$peer")
+            p32=$(field decode32_tps "$peer")
+        fi
+        row="| $(basename "$m") | $t | $op | $pp | $(ratio "$op" "$pp")"
+        row+=" | $o1 | $p1 | $(ratio "$o1" "$p1") | $o32 | $p32"
+        row+=" | $(ratio "$o32" "$p32") |"
+        rows+=("$row")
+        echo "done: $(basename "$m") threads $t" >&2
+    done
+done
+
+echo
+echo "tokens/s; ours = kvserve bench, peer = llama.cpp CPU build"
+echo
+echo "| model | threads | prefill ours | peer | ratio | decode b=1 ours" \
+     "| peer | ratio | decode b=32 ours | peer | ratio |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" \
+     "---: | ---: |"
+printf '%s\n' "${rows[@]}"
