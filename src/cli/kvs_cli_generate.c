@@ -1,16 +1,15 @@
 /*
  * kvserve generate: one prompt, one sequence, text to stdout as it is
- * made.  The smallest complete path through the engine's parts: GGUF
- * model and vocabulary, tokenizer, CPU backend over a paged KV cache
- * (pool and one block table), sampler, streaming detokenizer.  There is
- * no scheduler: the whole prompt is prefilled (in chunks of
- * KVS_CLI_GENERATE_CHUNK tokens), then one token per step.
+ * made, through the engine (kvs_engine.h) stepped on this thread: GGUF
+ * model and vocabulary, tokenizer, scheduler (the prompt prefilled in
+ * chunks of KVS_CLI_GENERATE_CHUNK tokens, then one token per step), CPU
+ * backend over a paged KV cache, sampler, streaming detokenizer.
  *
  * Output, byte for byte: the prompt text exactly as given, then the text
  * of the generated tokens, flushed after every token; nothing is added
  * (no final newline), so that stdout can be compared with a reference
- * text or piped on.  The detokenizer is first fed the prompt's ids (their
- * text discarded) so that the first generated token is decoded as a
+ * text or piped on.  The engine places the detokenizer after the
+ * prompt's ids so that the first generated token is decoded as a
  * continuation (an SPM "▁word" keeps its space after a prompt, and loses
  * it after a bare BOS, as llama2.c run.c prints it).
  *
@@ -38,10 +37,8 @@
 #include <time.h>
 
 #include "kvs_cli.h"
-#include "../backend/kvs_cpu.h"
-#include "../engine/kvs_sample.h"
+#include "../engine/kvs_engine.h"
 #include "../kv/kvs_kv_pool.h"
-#include "../kv/kvs_kv_table.h"
 #include "../model/kvs_model.h"
 #include "../tokenizer/kvs_tok.h"
 
@@ -64,7 +61,6 @@ static int kvs_cli_generate_args(int argc, char **argv,
     kvs_cli_generate_opts_t *o);
 static int kvs_cli_generate_run(const kvs_cli_generate_opts_t *o);
 static int kvs_cli_generate_flush(kvs_buf_t *out);
-static double kvs_cli_generate_now(void);
 static void kvs_cli_generate_usage(FILE *f);
 
 
@@ -214,44 +210,31 @@ kvs_cli_generate_args(int argc, char **argv, kvs_cli_generate_opts_t *o)
 static int
 kvs_cli_generate_run(const kvs_cli_generate_opts_t *o)
 {
-    int               rc, have_sampler;
-    double            t0, t1, t2;
-    int32_t           tok;
-    uint32_t          n_prompt, n_ctx, n_total, n_blocks, n_gen, n, i;
-    uint64_t          want;
-    size_t            off;
-    float            *logits;
-    kvs_buf_t         out;
-    kvs_err_t         err;
-    kvs_ids_t         ids;
-    kvs_detok_t       d;
-    char              stop[48];
-    kvs_model_t      *m;
-    kvs_vocab_t      *v;
-    kvs_cpu_kv_t     *kv;
-    kvs_sampler_t     smp;
-    kvs_kv_pool_t    *pool;
-    kvs_tok_ctx_t     ctx;
-    kvs_batch_tok_t  *toks;
-    kvs_kv_table_t    table;
-    kvs_cpu_model_t  *cm;
-    kvs_batch_t       b;
+    int                  rc;
+    double               pre_s, dec_s;
+    uint32_t             n_prompt, n_ctx, max_tokens;
+    kvs_err_t            err;
+    kvs_ids_t            ids;
+    const char          *stop;
+    kvs_model_t         *m;
+    kvs_vocab_t         *v;
+    kvs_engine_t        *e;
+    kvs_tok_ctx_t        ctx;
+    kvs_engine_seq_t    *h, *r;
+    kvs_engine_req_t     req;
+    kvs_engine_out_t     out;
+    kvs_engine_conf_t    conf;
+    kvs_engine_stats_t   st;
 
     memset(&out, 0, sizeof(out));
     memset(&ids, 0, sizeof(ids));
     memset(&ctx, 0, sizeof(ctx));
-    memset(&table, 0, sizeof(table));
     kvs_err_clear(&err);
 
     m = NULL;
     v = NULL;
-    cm = NULL;
-    kv = NULL;
-    pool = NULL;
-    toks = NULL;
-    logits = NULL;
-    have_sampler = 0;
-    stop[0] = '\0';
+    e = NULL;
+    h = NULL;
     rc = 1;
 
     if (kvs_model_open(&m, o->path, &err) != KVS_OK) {
@@ -291,31 +274,31 @@ kvs_cli_generate_run(const kvs_cli_generate_opts_t *o)
     }
 
     n_prompt = (uint32_t) ids.n;
-    want = (uint64_t) n_prompt + o->n_new;
-    n_total = want < n_ctx ? (uint32_t) want : n_ctx;
-    n_blocks = (n_total + o->block - 1) / o->block;
+    max_tokens = o->n_new < n_ctx - n_prompt ? o->n_new : n_ctx - n_prompt;
 
-    if (kvs_sampler_init(&smp, &o->sp, m->hp.n_vocab, &err) != KVS_OK) {
+    /* one sequence: the blocks it can fill, prompt chunks of 256 */
+    memset(&conf, 0, sizeof(conf));
+    conf.model = m;
+    conf.vocab = v;
+    conf.block_tokens = o->block;
+    conf.n_blocks = (n_prompt + max_tokens - 1 + o->block - 1) / o->block;
+    conf.max_batch_tokens = KVS_CLI_GENERATE_CHUNK;
+    conf.max_running = 1;
+    conf.n_ctx = n_ctx;
+
+    memset(&req, 0, sizeof(req));
+    req.prompt = ids.ids;
+    req.n_prompt = n_prompt;
+    req.max_tokens = max_tokens;
+    req.sample = o->sp;
+
+    if (kvs_engine_new(&e, &conf, &err) != KVS_OK) {
+        e = NULL;
         goto failed;
     }
 
-    have_sampler = 1;
-
-    if (kvs_cpu_model_new(&cm, m, &err) != KVS_OK
-        || kvs_kv_pool_new(&pool, n_blocks, o->block, &err) != KVS_OK
-        || kvs_cpu_kv_new(&kv, cm, n_blocks, o->block, &err) != KVS_OK
-        || kvs_kv_table_reserve(&table, pool, n_total, &err) != KVS_OK)
-    {
-        goto failed;
-    }
-
-    n = n_prompt < KVS_CLI_GENERATE_CHUNK ? n_prompt
-                                          : KVS_CLI_GENERATE_CHUNK;
-    toks = malloc(n * sizeof(kvs_batch_tok_t));
-    logits = malloc((size_t) m->hp.n_vocab * sizeof(float));
-
-    if (toks == NULL || logits == NULL) {
-        kvs_err_set(&err, KVS_ENOMEM, "out of memory");
+    if (kvs_engine_submit(e, &req, &h, &err) != KVS_OK) {
+        h = NULL;
         goto failed;
     }
 
@@ -324,7 +307,7 @@ kvs_cli_generate_run(const kvs_cli_generate_opts_t *o)
                 (unsigned long long) o->sp.seed);
     }
 
-    /* the prompt as given; the detokenizer learns where it stands */
+    /* the prompt as given, then each step's text as it comes */
 
     if (fwrite(o->prompt, 1, strlen(o->prompt), stdout)
         != strlen(o->prompt) || fflush(stdout) != 0)
@@ -333,106 +316,47 @@ kvs_cli_generate_run(const kvs_cli_generate_opts_t *o)
         goto failed;
     }
 
-    kvs_detok_init(&d, v, 0);
+    while (out.finish == KVS_FINISH_NONE && kvs_engine_step(e)) {
+        if (kvs_engine_ready(e, &r, 1) == 0) {
+            continue;
+        }
 
-    for (i = 0; i < n_prompt; i++) {
-        if (kvs_detok_push(&d, ids.ids[i], &out, &err) != KVS_OK) {
+        if (kvs_engine_read(e, h, &out) < 0) {
+            kvs_err_set(&err, KVS_ENOMEM, "out of memory");
             goto failed;
         }
 
-        out.len = 0;
-    }
-
-    t0 = kvs_cli_generate_now();
-
-    for (off = 0; off < n_prompt; off += n) {
-        n = n_prompt - off < KVS_CLI_GENERATE_CHUNK
-            ? (uint32_t) (n_prompt - off) : KVS_CLI_GENERATE_CHUNK;
-
-        for (i = 0; i < n; i++) {
-            toks[i].token = ids.ids[off + i];
-            toks[i].pos = (uint32_t) (off + i);
-            toks[i].table = &table;
-            toks[i].want_logits = off + i + 1 == n_prompt;
-        }
-
-        b.toks = toks;
-        b.n = n;
-
-        if (kvs_cpu_forward(cm, kv, &b, logits, &err) != KVS_OK) {
-            goto failed;
-        }
-    }
-
-    t1 = kvs_cli_generate_now();
-
-    /* generated token g sits at position n_prompt + g */
-
-    n_gen = 0;
-
-    for ( ;; ) {
-        if (kvs_sample(&smp, logits, &tok, &err) != KVS_OK) {
-            goto failed;
-        }
-
-        if (kvs_vocab_ends_text(v, tok)) {
-            snprintf(stop, sizeof(stop), "end of text, token %d",
-                     (int) tok);
-            break;
-        }
-
-        if (kvs_sampler_accept(&smp, tok, &err) != KVS_OK
-            || kvs_detok_push(&d, tok, &out, &err) != KVS_OK)
-        {
-            goto failed;
-        }
-
-        if (kvs_cli_generate_flush(&out) != 0) {
+        if (kvs_cli_generate_flush(&out.text) != 0) {
             kvs_err_set(&err, KVS_EIO, "writing stdout: %s",
                         strerror(errno));
             goto failed;
         }
-
-        n_gen++;
-
-        if (n_prompt + n_gen >= n_total) {
-            snprintf(stop, sizeof(stop), "%s",
-                     n_gen == o->n_new ? "length" : "context full");
-            break;
-        }
-
-        toks[0].token = tok;
-        toks[0].pos = n_prompt + n_gen - 1;
-        toks[0].table = &table;
-        toks[0].want_logits = 1;
-        b.toks = toks;
-        b.n = 1;
-
-        if (kvs_cpu_forward(cm, kv, &b, logits, &err) != KVS_OK) {
-            goto failed;
-        }
     }
 
-    t2 = kvs_cli_generate_now();
-
-    if (kvs_detok_finish(&d, &out) != KVS_OK
-        || kvs_cli_generate_flush(&out) != 0)
-    {
-        kvs_err_set(&err, KVS_EIO, "writing stdout: %s", strerror(errno));
+    if (out.finish == KVS_FINISH_ERROR) {
+        kvs_err_set(&err, KVS_EINVAL, "%s", out.error);
         goto failed;
     }
 
-    /* decode steps: every generated token but the last was fed back */
-    n = n_gen > 0 ? n_gen - 1 : 0;
+    kvs_engine_stats(e, &st);
+
+    if (out.finish == KVS_FINISH_STOP) {
+        stop = "end of text";
+    } else {
+        stop = max_tokens == o->n_new ? "length" : "context full";
+    }
+
+    pre_s = (double) (st.step_ns - st.decode_only_ns) / 1e9;
+    dec_s = (double) st.decode_only_ns / 1e9;
 
     fprintf(stderr, "\nkvserve generate: prompt %u tokens, generated %u "
             "(stop: %s)\n"
             "kvserve generate: prefill %u tokens in %.3f ms, %.1f "
-            "tokens/s; decode %u tokens in %.3f ms, %.1f tokens/s\n",
-            n_prompt, n_gen, stop,
-            n_prompt, (t1 - t0) * 1e3,
-            t1 > t0 ? n_prompt / (t1 - t0) : 0.0,
-            n, (t2 - t1) * 1e3, t2 > t1 ? n / (t2 - t1) : 0.0);
+            "tokens/s; decode %llu tokens in %.3f ms, %.1f tokens/s\n",
+            n_prompt, out.n_generated, stop,
+            n_prompt, pre_s * 1e3, pre_s > 0 ? n_prompt / pre_s : 0.0,
+            (unsigned long long) st.decode_only_tokens, dec_s * 1e3,
+            dec_s > 0 ? st.decode_only_tokens / dec_s : 0.0);
 
     rc = 0;
     goto done;
@@ -444,22 +368,14 @@ failed:
 
 done:
 
-    if (pool != NULL) {
-        (void) kvs_kv_table_release(&table, pool, NULL);
+    if (h != NULL) {
+        kvs_engine_close(e, h);
     }
 
-    if (have_sampler) {
-        kvs_sampler_free(&smp);
-    }
-
-    free(toks);
-    free(logits);
-    kvs_cpu_kv_free(kv);
-    kvs_kv_pool_free(pool);
-    kvs_cpu_model_free(cm);
+    kvs_engine_out_free(&out);
+    kvs_engine_free(e);
     kvs_tok_ctx_free(&ctx);
     kvs_ids_free(&ids);
-    kvs_buf_free(&out);
     kvs_vocab_free(v);
     kvs_model_close(m);
 
@@ -479,17 +395,6 @@ kvs_cli_generate_flush(kvs_buf_t *out)
     out->len = 0;
 
     return fflush(stdout) == 0 ? 0 : -1;
-}
-
-
-static double
-kvs_cli_generate_now(void)
-{
-    struct timespec  ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-
-    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
 }
 
 
