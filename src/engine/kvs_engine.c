@@ -25,6 +25,7 @@ static void kvs_engine_end(kvs_engine_t *e, kvs_engine_seq_t *h,
     kvs_finish_t finish, const char *error, int flush);
 static void kvs_engine_sample(kvs_engine_t *e, kvs_engine_seq_t *h,
     float *logits);
+static void kvs_engine_publish(kvs_engine_t *e);
 static void *kvs_engine_main(void *arg);
 static uint64_t kvs_engine_now(void);
 
@@ -286,12 +287,7 @@ kvs_engine_step(kvs_engine_t *e)
                            ? used : e->stats.kv_used_max;
 
     pthread_mutex_lock(&e->lock);
-    e->stats.requests = e->shown.requests;
-    e->stats.preemptions = e->sched.n_preemptions;
-    e->stats.running = e->sched.running.n;
-    e->stats.waiting = e->sched.waiting.n;
-    e->stats.kv_used = kvs_kv_pool_used_count(e->pool);
-    e->shown = e->stats;
+    kvs_engine_publish(e);
     pthread_mutex_unlock(&e->lock);
 
     return 1;
@@ -347,24 +343,27 @@ kvs_engine_take_inbox(kvs_engine_t *e)
 {
     kvs_engine_seq_t  *h, *next, *list;
 
+    /* reversed into arrival order; whether the consumer closed it yet is
+     * read here, under the lock: a later close finds it scheduled and
+     * uses the cancel list */
     pthread_mutex_lock(&e->lock);
     list = NULL;
 
     for (h = e->inbox; h != NULL; h = next) {
-        next = h->link;
-        h->link = list;
+        next = h->next_in;
+        h->next_in = list;
         list = h;
         h->scheduled = 1;
+        h->drop = h->cancelled;
     }
 
     e->inbox = NULL;
     pthread_mutex_unlock(&e->lock);
 
     for (h = list; h != NULL; h = next) {
-        next = h->link;
-        h->link = NULL;
+        next = h->next_in;
 
-        if (h->cancelled) {
+        if (h->drop) {
             kvs_engine_end(e, h, KVS_FINISH_CANCELLED, NULL, 0);
             continue;
         }
@@ -386,7 +385,7 @@ kvs_engine_take_cancels(kvs_engine_t *e)
     pthread_mutex_unlock(&e->lock);
 
     for (h = list; h != NULL; h = next) {
-        next = h->link;
+        next = h->next_cancel;
 
         /* it may have finished in the step during which it was closed */
         kvs_engine_end(e, h, KVS_FINISH_CANCELLED, NULL, 0);
@@ -504,13 +503,27 @@ kvs_engine_end(kvs_engine_t *e, kvs_engine_seq_t *h, kvs_finish_t finish,
 
     pthread_mutex_lock(&e->lock);
     e->stats.finished++;
-    e->shown.finished = e->stats.finished;
+    kvs_engine_publish(e);
     h->ended = 1;
     h->refs--;
     if (h->refs == 0) {
         kvs_engine_seq_free(h);
     }
     pthread_mutex_unlock(&e->lock);
+}
+
+
+/* The engine thread's stats, counts of now included, into the copy the
+ * consumer reads.  Under e->lock. */
+static void
+kvs_engine_publish(kvs_engine_t *e)
+{
+    e->stats.requests = e->shown.requests;
+    e->stats.preemptions = e->sched.n_preemptions;
+    e->stats.running = e->sched.running.n;
+    e->stats.waiting = e->sched.waiting.n;
+    e->stats.kv_used = kvs_kv_pool_used_count(e->pool);
+    e->shown = e->stats;
 }
 
 

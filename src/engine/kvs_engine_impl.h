@@ -48,14 +48,19 @@ struct kvs_engine_seq_s {
     int                      want_lp;
     void                    *data;
 
-    /* under the engine's lock */
+    int                      drop;     /* closed before it was scheduled */
+
+    /* under the engine's lock (separate fields, not bit-fields: the two
+     * threads write neighbouring flags) */
     kvs_engine_out_t         out;      /* not yet read */
     unsigned                 refs;
-    unsigned                 cancelled:1;  /* the consumer closed early */
-    unsigned                 ended:1;      /* the engine let go */
-    unsigned                 ready:1;
-    unsigned                 scheduled:1;  /* taken from the inbox */
-    kvs_engine_seq_t        *link;         /* inbox or cancel list */
+    uint8_t                  cancelled;    /* the consumer closed early */
+    uint8_t                  ended;        /* the engine let go; written
+                                              by the engine thread only */
+    uint8_t                  ready;
+    uint8_t                  scheduled;    /* taken from the inbox */
+    kvs_engine_seq_t        *next_in;      /* inbox; then the engine's */
+    kvs_engine_seq_t        *next_cancel;  /* cancel list */
     kvs_engine_seq_t        *ready_prev;
     kvs_engine_seq_t        *ready_next;
 };

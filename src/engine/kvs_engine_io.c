@@ -43,7 +43,7 @@ kvs_engine_submit(kvs_engine_t *e, const kvs_engine_req_t *req,
     h->out.n_prompt = req->n_prompt;
 
     pthread_mutex_lock(&e->lock);
-    h->link = e->inbox;
+    h->next_in = e->inbox;
     e->inbox = h;
     e->shown.requests++;
     pthread_cond_signal(&e->wake);
@@ -198,7 +198,7 @@ kvs_engine_close(kvs_engine_t *e, kvs_engine_seq_t *h)
         h->cancelled = 1;
 
         if (h->scheduled) {
-            h->link = e->cancels;
+            h->next_cancel = e->cancels;
             e->cancels = h;
             h->refs++;                /* the cancel list's hold */
         }

@@ -702,12 +702,119 @@ test_cancel_and_refusals(void **state)
 }
 
 
+/* The engine thread against a consumer that closes handles at every
+ * stage: before scheduling, mid-generation, after the end.  Every block
+ * must come back and nothing may be used after it was freed (run under
+ * ASan, and TSan by hand). */
+static void
+test_thread_cancel(void **state)
+{
+    int                 i, left, closed[48];
+    size_t              k, n;
+    model_t             md;
+    int32_t             prompt[20];
+    kvs_err_t           err;
+    kvs_engine_t       *e;
+    struct pollfd       pfd;
+    kvs_engine_req_t    req;
+    kvs_engine_seq_t   *h[48], *r[16];
+    kvs_engine_out_t    out;
+    kvs_engine_conf_t   conf;
+    kvs_engine_stats_t  st;
+
+    (void) state;
+
+    model_gen(&md, 4, 2, KVS_GGML_F32, 0);
+
+    memset(&conf, 0, sizeof(conf));
+    conf.model = md.m;
+    conf.vocab = md.v;
+    conf.n_blocks = 40;             /* short: preemption happens too */
+    conf.block_tokens = 4;
+    conf.threads = 2;
+    conf.max_batch_tokens = 16;
+    assert_int_equal(kvs_engine_new(&e, &conf, &err), KVS_OK);
+    assert_int_equal(kvs_engine_start(e, &err), KVS_OK);
+
+    for (i = 0; i < 20; i++) {
+        prompt[i] = 3 + i * 11 % 250;
+    }
+
+    memset(&req, 0, sizeof(req));
+    req.prompt = prompt;
+    req.max_tokens = 40;
+    req.ignore_eos = 1;
+
+    for (i = 0; i < 48; i++) {
+        req.n_prompt = 1 + i % 20;
+        req.data = (void *) (intptr_t) i;
+        assert_int_equal(kvs_engine_submit(e, &req, &h[i], &err), KVS_OK);
+        closed[i] = 0;
+
+        if (i % 5 == 0) {           /* gone before any step takes it */
+            kvs_engine_close(e, h[i]);
+            closed[i] = 1;
+        }
+    }
+
+    memset(&out, 0, sizeof(out));
+    left = 48 - 10;
+    pfd.fd = kvs_engine_fd(e);
+    pfd.events = POLLIN;
+
+    while (left > 0) {
+        assert_true(poll(&pfd, 1, 10000) == 1);
+
+        while ((n = kvs_engine_ready(e, r, 16)) > 0) {
+            for (k = 0; k < n; k++) {
+                i = (int) (intptr_t) kvs_engine_seq_data(r[k]);
+                assert_false(closed[i]);
+                out.n_tokens = 0;
+                out.text.len = 0;
+                assert_true(kvs_engine_read(e, r[k], &out) >= 0);
+
+                /* every third one is closed mid-generation */
+                if (out.finish != KVS_FINISH_NONE
+                    || (i % 3 == 0 && out.n_generated >= 3))
+                {
+                    assert_true(out.finish == KVS_FINISH_NONE
+                                || out.finish == KVS_FINISH_LENGTH);
+                    kvs_engine_close(e, r[k]);
+                    closed[i] = 1;
+                    left--;
+                }
+            }
+        }
+    }
+
+    /* the cancellations are taken at the engine's next steps */
+    for (i = 0; i < 1000; i++) {
+        kvs_engine_stats(e, &st);
+        if (st.finished == 48) {
+            break;
+        }
+        usleep(1000);
+    }
+
+    kvs_engine_stop(e);
+    kvs_engine_stats(e, &st);
+    assert_int_equal(st.finished, 48);
+    assert_int_equal(st.kv_used, 0);
+    assert_int_equal(kvs_engine_check(e, &err), KVS_OK);
+
+    kvs_engine_out_free(&out);
+    kvs_engine_free(e);
+    model_free(&md);
+}
+
+
 int
 main(void)
 {
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_stops),
         cmocka_unit_test(test_cancel_and_refusals),
+        cmocka_unit_test(test_thread_cancel),
         cmocka_unit_test(test_batching_stories),
         cmocka_unit_test(test_batching_random),
     };
