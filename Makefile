@@ -5,7 +5,8 @@
 #   make run     start nginx with the module on 127.0.0.1:8080
 #   make stop    stop it
 #   make test    unit (plain, ASan+UBSan), GGUF interop, Test::Nginx
-#   make unit / unit-asan / interop / itest / bench / fuzz / clean
+#   make unit / unit-asan / unit-tsan / interop / itest / bench / fuzz /
+#        clean
 #
 # KVSERVE_CUDA=0 skips the CUDA sources even when nvcc is present.
 
@@ -30,6 +31,7 @@ KVS_CFLAGS   := -std=gnu11 -fPIC $(WARN) -D_GNU_SOURCE \
                 -DKVS_HAVE_CUDA=$(KVSERVE_CUDA)
 ASAN_FLAGS   := -O1 -g -fsanitize=address,undefined \
                 -fno-sanitize-recover=all -fno-omit-frame-pointer
+TSAN_FLAGS   := -O1 -g -fsanitize=thread
 LIBS         := -ljansson -lpcre2-8 -lutf8proc -lxxhash -lopenblas -lm \
                 -lpthread
 
@@ -44,11 +46,14 @@ UNIT_SRCS    := $(wildcard t/unit/test_*.c)
 
 LIB          := $(B)/libkvserve.a
 ASAN_LIB     := $(B)/asan/libkvserve.a
+TSAN_LIB     := $(B)/tsan/libkvserve.a
 CLI          := $(B)/kvserve
 MODULE       := $(B)/ngx_http_kvserve_module.so
 DEFAULT_MODEL := $(B)/models/default.gguf
 UNIT_BINS    := $(UNIT_SRCS:t/unit/%.c=$(B)/unit/%)
 ASAN_BINS    := $(UNIT_SRCS:t/unit/%.c=$(B)/asan/unit/%)
+# the tests that run threads: the engine's hand-over and the thread pool
+TSAN_BINS    := $(B)/tsan/unit/test_engine $(B)/tsan/unit/test_threads
 VENV         := $(B)/venv
 # the venv is refreshed when the list of Python packages changes
 PY_PKGS      := gguf==0.19.0 jinja2==3.1.6 tokenizers==0.23.3 \
@@ -66,7 +71,8 @@ CUDA_LIB     :=
 CUDA_LINK    :=
 endif
 
-.PHONY: all lib deps run stop test unit unit-asan interop itest bench \
+.PHONY: all lib deps run stop test unit unit-asan unit-tsan interop itest \
+        bench \
         fuzz clean
 
 all: $(LIB) $(CLI) $(MODULE) $(DEFAULT_MODEL)
@@ -93,6 +99,13 @@ $(LIB): $(LIB_SRCS:%.c=$(B)/obj/%.o)
 	rm -f $@ && ar rcs $@ $^
 
 $(ASAN_LIB): $(LIB_SRCS:%.c=$(B)/asan/obj/%.o)
+	rm -f $@ && ar rcs $@ $^
+
+$(B)/tsan/obj/%.o: %.c $(LIB_HDRS) $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(KVS_CFLAGS) $(TSAN_FLAGS) -c -o $@ $<
+
+$(TSAN_LIB): $(LIB_SRCS:%.c=$(B)/tsan/obj/%.o)
 	rm -f $@ && ar rcs $@ $^
 
 $(B)/cuda/%.o: kernels/%.cu $(LIB_HDRS)
@@ -148,6 +161,11 @@ $(B)/asan/unit/%: t/unit/%.c $(wildcard t/unit/kvs_test*.h) $(ASAN_LIB)
 	$(CC) $(KVS_CFLAGS) $(ASAN_FLAGS) -Isrc -o $@ $< $(ASAN_LIB) \
 	    -lcmocka $(LIBS) $(CUDA_LINK)
 
+$(B)/tsan/unit/%: t/unit/%.c $(wildcard t/unit/kvs_test*.h) $(TSAN_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(KVS_CFLAGS) $(TSAN_FLAGS) -Isrc -o $@ $< $(TSAN_LIB) \
+	    -lcmocka $(LIBS) $(CUDA_LINK)
+
 TEST_ENV := KVS_FIXTURES=$(FIXTURES) KVS_TMP=$(BABS)/tmp \
             KVS_CLI=$(abspath $(CLI))
 
@@ -163,6 +181,12 @@ unit-asan: $(ASAN_BINS) $(CLI)
 	    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	    $(TEST_ENV) $$t; done
+
+unit-tsan: $(TSAN_BINS)
+	@mkdir -p $(B)/tmp
+	@set -e; for t in $(TSAN_BINS); do \
+	    echo "== $$t (TSan)"; \
+	    TSAN_OPTIONS=halt_on_error=1 $(TEST_ENV) $$t; done
 
 $(B)/gguf_sample: t/unit/gguf_sample.c t/unit/kvs_sample.h $(LIB)
 	$(CC) $(KVS_CFLAGS) $(CFLAGS) -Isrc -o $@ $< $(LIB) $(LIBS) $(CUDA_LINK)
@@ -188,7 +212,7 @@ itest: $(MODULE) $(DEFAULT_MODEL)
 	prove $(PROVE_INC) t/*.t
 
 test: deps
-	@$(MAKE) -s unit unit-asan interop itest
+	@$(MAKE) -s unit unit-asan unit-tsan interop itest
 
 BENCH_SRCS := $(wildcard t/bench/bench_*.c)
 BENCH_BINS := $(BENCH_SRCS:t/bench/%.c=$(B)/%)
