@@ -25,6 +25,9 @@ static void kvs_engine_end(kvs_engine_t *e, kvs_engine_seq_t *h,
     kvs_finish_t finish, const char *error, int flush);
 static void kvs_engine_sample(kvs_engine_t *e, kvs_engine_seq_t *h,
     float *logits);
+static void kvs_engine_fork(kvs_engine_t *e, kvs_engine_seq_t *h,
+    const float *logits);
+static void kvs_engine_unfollow(kvs_engine_t *e, kvs_engine_seq_t *h);
 static void kvs_engine_publish(kvs_engine_t *e);
 static void *kvs_engine_main(void *arg);
 static uint64_t kvs_engine_now(void);
@@ -104,6 +107,14 @@ kvs_engine_new(kvs_engine_t **out, const kvs_engine_conf_t *conf,
         goto failed;
     }
 
+    e->fork_logits = malloc(2 * (size_t) e->be->n_vocab * sizeof(float));
+    if (e->fork_logits == NULL) {
+        rc = kvs_err_set(err, KVS_ENOMEM, "engine: out of memory");
+        goto failed;
+    }
+
+    e->row = e->fork_logits + e->be->n_vocab;
+
     e->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (e->efd == -1) {
         rc = kvs_err_set(err, KVS_EIO, "eventfd: %s", strerror(errno));
@@ -127,7 +138,7 @@ failed:
         close(e->efd);
     }
 
-    free(e->logits);
+    free(e->fork_logits);
     kvs_backend_free(e->be);
     kvs_sched_free(&e->sched);
     kvs_kv_pool_free(e->pool);
@@ -202,6 +213,7 @@ kvs_engine_free(kvs_engine_t *e)
     kvs_kv_pool_free(e->pool);
     kvs_buf_free(&e->piece);
     kvs_buf_free(&e->text);
+    free(e->fork_logits);
     free(e->logits);
     close(e->efd);
     pthread_mutex_destroy(&e->lock);
@@ -242,7 +254,17 @@ kvs_engine_step(kvs_engine_t *e)
                   (size_t) plan.n_logits * e->be->n_vocab, sizeof(float));
     if (rc != KVS_OK) {
         kvs_err_set(&err, rc, "engine: out of memory for logits");
-    } else {
+    }
+
+    /* shared blocks this step writes into were swapped for new ones by
+     * the plan: give them their contents first */
+    for (i = 0; rc == KVS_OK && i < plan.n_cow; i++) {
+        rc = kvs_backend_copy_block(e->be, plan.cow_dst[i],
+                                    plan.cow_src[i], &err);
+        e->stats.kv_copies++;
+    }
+
+    if (rc == KVS_OK) {
         rc = kvs_backend_forward(e->be, &plan.batch, e->logits, &err);
     }
 
@@ -397,6 +419,37 @@ kvs_engine_take_cancels(kvs_engine_t *e)
 }
 
 
+/*
+ * Choice 0 of an n > 1 request has its prompt cached and logits for its
+ * first token: the other choices take its blocks by reference and sample
+ * their first tokens from the same logits, each with its own sampler.
+ */
+static void
+kvs_engine_fork(kvs_engine_t *e, kvs_engine_seq_t *h, const float *logits)
+{
+    size_t             n_vocab;
+    kvs_engine_seq_t  *f, *next;
+
+    n_vocab = e->be->n_vocab;
+    memcpy(e->fork_logits, logits, n_vocab * sizeof(float));
+
+    f = h->followers;
+    h->followers = NULL;
+
+    for ( ; f != NULL; f = next) {
+        next = f->next_follower;
+        f->leader = NULL;
+        f->next_follower = NULL;
+
+        (void) kvs_sched_fork(&e->sched, &h->seq, &f->seq);
+
+        /* sampling modifies its row in place */
+        memcpy(e->row, e->fork_logits, n_vocab * sizeof(float));
+        kvs_engine_sample(e, f, e->row);
+    }
+}
+
+
 /* Samples h's next token from its logits row and hands it on. */
 static void
 kvs_engine_sample(kvs_engine_t *e, kvs_engine_seq_t *h, float *logits)
@@ -408,6 +461,10 @@ kvs_engine_sample(kvs_engine_t *e, kvs_engine_seq_t *h, float *logits)
 
     kvs_err_clear(&err);
     v = e->conf.vocab;
+
+    if (h->followers != NULL) {
+        kvs_engine_fork(e, h, logits);
+    }
 
     if (kvs_sample(&h->sampler, logits, &tok, &err) != KVS_OK) {
         kvs_engine_end(e, h, KVS_FINISH_ERROR, err.msg, 0);
@@ -475,6 +532,7 @@ kvs_engine_end(kvs_engine_t *e, kvs_engine_seq_t *h, kvs_finish_t finish,
         return;
     }
 
+    kvs_engine_unfollow(e, h);
     kvs_sched_remove(&e->sched, &h->seq);
 
     e->text.len = 0;
@@ -510,6 +568,41 @@ kvs_engine_end(kvs_engine_t *e, kvs_engine_seq_t *h, kvs_finish_t finish,
         kvs_engine_seq_free(h);
     }
     pthread_mutex_unlock(&e->lock);
+}
+
+
+/*
+ * Before h ends: a choice still waiting for its leader leaves the
+ * leader's list; a leader ending before its first token (cancelled,
+ * failed) lets its followers go, to compute the prompt themselves.
+ */
+static void
+kvs_engine_unfollow(kvs_engine_t *e, kvs_engine_seq_t *h)
+{
+    kvs_engine_seq_t  **pp, *f, *next;
+
+    if (h->leader != NULL) {
+        for (pp = &h->leader->followers; *pp != NULL;
+             pp = &(*pp)->next_follower)
+        {
+            if (*pp == h) {
+                *pp = h->next_follower;
+                break;
+            }
+        }
+
+        h->leader = NULL;
+        h->next_follower = NULL;
+    }
+
+    for (f = h->followers; f != NULL; f = next) {
+        next = f->next_follower;
+        f->leader = NULL;
+        f->next_follower = NULL;
+        kvs_sched_add(&e->sched, &f->seq);
+    }
+
+    h->followers = NULL;
 }
 
 

@@ -42,6 +42,7 @@
 #include "kvs_sample.h"
 
 #define KVS_ENGINE_MAX_STOP_IDS  64
+#define KVS_ENGINE_MAX_N         128  /* choices per request */
 
 typedef enum {
     KVS_FINISH_NONE = 0,              /* still generating */
@@ -69,6 +70,9 @@ typedef struct {
                                          and encoded by the caller */
     uint32_t             n_prompt;
     uint32_t             max_tokens;  /* >= 1 */
+    uint32_t             n;           /* choices, 0 or 1: one; choice i
+                                         samples with seed + i, and all
+                                         share the prompt's KV blocks */
     kvs_sample_params_t  sample;
     const int32_t       *stop_ids;    /* [n_stop_ids] extra stop tokens */
     uint32_t             n_stop_ids;
@@ -105,6 +109,7 @@ typedef struct {
     uint64_t  prefill_tokens;         /* computed, recomputes included */
     uint64_t  decode_tokens;
     uint64_t  preemptions;
+    uint64_t  kv_copies;              /* copy-on-write block copies */
     uint64_t  step_ns;                /* time in steps, total */
     uint64_t  step_ns_max;
     uint64_t  decode_only_steps;      /* steps with no prefill token */
@@ -141,11 +146,12 @@ void kvs_engine_free(kvs_engine_t *e);
 /* Readable when some handle has output; kvs_engine_ready() clears it. */
 int kvs_engine_fd(const kvs_engine_t *e);
 
-/* Checks and queues a request.  KVS_EINVAL or KVS_ERANGE (too long for
- * the context or the cache, the numbers in the message) refuse it and
- * change nothing. */
+/* Checks and queues a request; hs[i] is the handle of choice i (one
+ * handle unless req->n > 1), each read and closed on its own.  KVS_EINVAL
+ * or KVS_ERANGE (too long for the context or the cache, the numbers in
+ * the message) refuse it and change nothing. */
 int kvs_engine_submit(kvs_engine_t *e, const kvs_engine_req_t *req,
-    kvs_engine_seq_t **h, kvs_err_t *err);
+    kvs_engine_seq_t **hs, kvs_err_t *err);
 
 /* Takes up to max handles with new output off the ready list. */
 size_t kvs_engine_ready(kvs_engine_t *e, kvs_engine_seq_t **hs, size_t max);

@@ -49,6 +49,11 @@ struct kvs_engine_seq_s {
     void                    *data;
 
     int                      drop;     /* closed before it was scheduled */
+    kvs_engine_seq_t        *leader;   /* choices 1..n-1 of a request,
+                                          until they fork from choice 0
+                                          at its first token */
+    kvs_engine_seq_t        *followers;     /* choice 0: those waiting */
+    kvs_engine_seq_t        *next_follower;
 
     /* under the engine's lock (separate fields, not bit-fields: the two
      * threads write neighbouring flags) */
@@ -75,6 +80,9 @@ struct kvs_engine_s {
     kvs_buf_t                piece;    /* detokenized text of a token */
     kvs_buf_t                text;     /* what of it the stop matcher
                                           let through */
+    float                   *fork_logits;  /* [n_vocab] a leader's row,
+                                              kept for its followers */
+    float                   *row;          /* [n_vocab] a follower's copy */
     int                      efd;
 
     pthread_mutex_t          lock;

@@ -23,35 +23,72 @@ kvs_engine_fd(const kvs_engine_t *e)
 
 int
 kvs_engine_submit(kvs_engine_t *e, const kvs_engine_req_t *req,
-    kvs_engine_seq_t **out, kvs_err_t *err)
+    kvs_engine_seq_t **hs, kvs_err_t *err)
 {
-    kvs_engine_seq_t  *h;
+    uint32_t             i, n;
+    kvs_engine_seq_t    *h;
+    kvs_engine_req_t     one;
 
-    *out = NULL;
+    n = req->n > 1 ? req->n : 1;
 
-    h = calloc(1, sizeof(kvs_engine_seq_t));
-    if (h == NULL) {
-        return kvs_err_set(err, KVS_ENOMEM, "request: out of memory");
+    if (n > KVS_ENGINE_MAX_N) {
+        return kvs_err_set(err, KVS_EINVAL, "n: at most %d choices (got %"
+                           PRIu32 ")", KVS_ENGINE_MAX_N, n);
     }
 
-    if (kvs_engine_seq_setup(e, h, req, err) != KVS_OK) {
-        kvs_engine_seq_free(h);
-        return err->code;
+    /* every choice set up before any is queued: all or nothing */
+
+    one = *req;
+
+    for (i = 0; i < n; i++) {
+        hs[i] = NULL;
     }
 
-    h->refs = 2;
-    h->out.n_prompt = req->n_prompt;
+    for (i = 0; i < n; i++) {
+        h = calloc(1, sizeof(kvs_engine_seq_t));
+
+        if (h == NULL) {
+            kvs_err_set(err, KVS_ENOMEM, "request: out of memory");
+            goto failed;
+        }
+
+        hs[i] = h;
+        one.sample.seed = req->sample.seed + i;
+
+        if (kvs_engine_seq_setup(e, h, &one, err) != KVS_OK) {
+            goto failed;
+        }
+
+        h->refs = 2;
+        h->out.n_prompt = req->n_prompt;
+
+        if (i > 0) {
+            /* held back until choice 0 has the prompt's blocks; closes
+             * go through the cancel list */
+            h->leader = hs[0];
+            h->scheduled = 1;
+            h->next_follower = hs[0]->followers;
+            hs[0]->followers = h;
+        }
+    }
 
     pthread_mutex_lock(&e->lock);
-    h->next_in = e->inbox;
-    e->inbox = h;
+    hs[0]->next_in = e->inbox;
+    e->inbox = hs[0];
     e->shown.requests++;
     pthread_cond_signal(&e->wake);
     pthread_mutex_unlock(&e->lock);
 
-    *out = h;
-
     return KVS_OK;
+
+failed:
+
+    for (i = 0; i < n && hs[i] != NULL; i++) {
+        kvs_engine_seq_free(hs[i]);
+        hs[i] = NULL;
+    }
+
+    return err->code;
 }
 
 

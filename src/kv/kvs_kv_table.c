@@ -184,6 +184,46 @@ kvs_kv_table_last_shared(const kvs_kv_table_t *table,
 
 
 int
+kvs_kv_table_unshare(kvs_kv_table_t *table, kvs_kv_pool_t *pool,
+    uint32_t pos, uint32_t *src, uint32_t *dst, kvs_err_t *err)
+{
+    int       rc;
+    uint32_t  i, id;
+
+    *src = KVS_KV_NONE;
+    *dst = KVS_KV_NONE;
+
+    /* the block may hold pos without the table covering it yet: the
+     * first position after a fork lies in the shared last block */
+    i = table->block_tokens != 0 ? pos / table->block_tokens : 0;
+
+    if (i >= table->n_blocks) {
+        return kvs_err_set(err, KVS_ERANGE, "kv table: position %" PRIu32
+                           " is past the table's %" PRIu32 " blocks", pos,
+                           table->n_blocks);
+    }
+
+    if (kvs_kv_pool_refcount(pool, table->blocks[i]) <= 1) {
+        return KVS_OK;
+    }
+
+    /* plan: one new block; commit: swap it in, drop our hold on the old
+     * one (others still hold it, so the unref cannot free or fail) */
+    rc = kvs_kv_pool_alloc(pool, 1, &id, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    *src = table->blocks[i];
+    *dst = id;
+    table->blocks[i] = id;
+    (void) kvs_kv_pool_unref(pool, *src, NULL);
+
+    return KVS_OK;
+}
+
+
+int
 kvs_kv_table_release(kvs_kv_table_t *table, kvs_kv_pool_t *pool,
     kvs_err_t *err)
 {

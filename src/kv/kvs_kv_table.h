@@ -73,6 +73,18 @@ int kvs_kv_table_last_shared(const kvs_kv_table_t *table,
     const kvs_kv_pool_t *pool);
 
 /*
+ * Copy-on-write, the table's half: when the block that holds (or will
+ * hold) position pos has other owners, takes a new block for this table
+ * in its place and sets *src (the shared block) and *dst (the new one),
+ * whose K/V the caller must copy (kvs_backend_copy_block) before anything
+ * writes to dst; otherwise both are KVS_KV_NONE.  KVS_KV_EFULL when the
+ * pool has no free block, KVS_ERANGE when pos is past the table's
+ * blocks; nothing changes on failure.
+ */
+int kvs_kv_table_unshare(kvs_kv_table_t *table, kvs_kv_pool_t *pool,
+    uint32_t pos, uint32_t *src, uint32_t *dst, kvs_err_t *err);
+
+/*
  * Drops the table's reference on each block and frees its id array,
  * leaving a zeroed table: on finish, cancel and preemption.  Returns the
  * first unref error (a table not built on this pool), releasing the rest.

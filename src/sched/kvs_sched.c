@@ -26,6 +26,8 @@ static void kvs_seq_queue_unlink(kvs_seq_queue_t *q, kvs_seq_t *seq);
 static void kvs_sched_preempt(kvs_sched_t *s, kvs_seq_t *seq);
 static int kvs_sched_take(kvs_sched_t *s, kvs_sched_plan_t *plan,
     kvs_seq_t *seq, uint32_t take);
+static uint32_t kvs_sched_blocks_for(kvs_sched_t *s, kvs_seq_t *seq,
+    uint32_t take);
 
 
 int
@@ -50,10 +52,12 @@ kvs_sched_init(kvs_sched_t *s, const kvs_sched_conf_t *conf,
 
     s->toks = malloc(conf->max_batch_tokens * sizeof(kvs_batch_tok_t));
     s->logits_seq = malloc(conf->max_running * sizeof(kvs_seq_t *));
+    s->cow = malloc(2 * (size_t) conf->max_running * sizeof(uint32_t));
 
-    if (s->toks == NULL || s->logits_seq == NULL) {
+    if (s->toks == NULL || s->logits_seq == NULL || s->cow == NULL) {
         free(s->toks);
         free(s->logits_seq);
+        free(s->cow);
         memset(s, 0, sizeof(kvs_sched_t));
         return kvs_err_set(err, KVS_ENOMEM, "scheduler: out of memory");
     }
@@ -78,6 +82,7 @@ kvs_sched_free(kvs_sched_t *s)
 
     free(s->toks);
     free(s->logits_seq);
+    free(s->cow);
     memset(s, 0, sizeof(kvs_sched_t));
 }
 
@@ -192,6 +197,8 @@ kvs_sched_plan(kvs_sched_t *s, kvs_sched_plan_t *plan)
     memset(plan, 0, sizeof(kvs_sched_plan_t));
     plan->batch.toks = s->toks;
     plan->logits_seq = s->logits_seq;
+    plan->cow_src = s->cow;
+    plan->cow_dst = s->cow + s->conf.max_running;
 
     budget = s->conf.max_batch_tokens;
 
@@ -202,8 +209,7 @@ kvs_sched_plan(kvs_sched_t *s, kvs_sched_plan_t *plan)
 
         /* make room from the newest; when seq is the newest, it goes */
 
-        while (kvs_kv_table_blocks_needed(&seq->table, s->pool,
-                                          seq->n_computed + take)
+        while (kvs_sched_blocks_for(s, seq, take)
                > kvs_kv_pool_free_count(s->pool))
         {
             if (s->running.tail == seq) {
@@ -275,14 +281,33 @@ static int
 kvs_sched_take(kvs_sched_t *s, kvs_sched_plan_t *plan, kvs_seq_t *seq,
     uint32_t take)
 {
-    uint32_t          i, pos;
+    uint32_t          i, pos, src, dst;
     kvs_batch_tok_t  *t;
+
+    src = KVS_KV_NONE;
+    dst = KVS_KV_NONE;
+
+    /* the first position may fall in a block shared with another
+     * sequence (n > 1 after a fork): write into a copy of our own */
+    if (seq->n_computed % s->pool->block_tokens != 0
+        && kvs_kv_table_unshare(&seq->table, s->pool, seq->n_computed,
+                                &src, &dst, NULL) != KVS_OK)
+    {
+        return KVS_KV_EFULL;
+    }
 
     if (kvs_kv_table_reserve(&seq->table, s->pool, seq->n_computed + take,
                              NULL)
         != KVS_OK)
     {
+        /* the caller preempts seq, which drops dst unwritten */
         return KVS_KV_EFULL;
+    }
+
+    if (src != KVS_KV_NONE) {
+        plan->cow_src[plan->n_cow] = src;
+        plan->cow_dst[plan->n_cow] = dst;
+        plan->n_cow++;
     }
 
     for (i = 0; i < take; i++) {
@@ -311,6 +336,51 @@ kvs_sched_take(kvs_sched_t *s, kvs_sched_plan_t *plan, kvs_seq_t *seq,
     plan->seqs = seq;
 
     return KVS_OK;
+}
+
+
+/* Free blocks seq needs for its next take positions: new blocks, plus
+ * one when it must first copy a shared block it writes into. */
+static uint32_t
+kvs_sched_blocks_for(kvs_sched_t *s, kvs_seq_t *seq, uint32_t take)
+{
+    uint32_t  n, i;
+
+    n = kvs_kv_table_blocks_needed(&seq->table, s->pool,
+                                   seq->n_computed + take);
+    i = seq->n_computed / s->pool->block_tokens;
+
+    if (seq->n_computed % s->pool->block_tokens != 0
+        && i < seq->table.n_blocks
+        && kvs_kv_pool_refcount(s->pool, seq->table.blocks[i]) > 1)
+    {
+        n++;
+    }
+
+    return n;
+}
+
+
+int
+kvs_sched_fork(kvs_sched_t *s, kvs_seq_t *parent, kvs_seq_t *child)
+{
+    child->order = s->next_order++;
+
+    if (s->running.n < s->conf.max_running
+        && parent->n_computed <= child->n_tokens
+        && kvs_kv_table_fork(&child->table, &parent->table, s->pool, NULL)
+           == KVS_OK)
+    {
+        child->n_computed = parent->n_computed;
+        child->state = KVS_SEQ_RUNNING;
+        kvs_seq_queue_insert(&s->running, child);
+        return 1;
+    }
+
+    child->state = KVS_SEQ_WAITING;
+    kvs_seq_queue_insert(&s->waiting, child);
+
+    return 0;
 }
 
 

@@ -80,6 +80,9 @@ typedef struct {
     kvs_seq_t   **logits_seq;         /* [n_logits] sequence of logits row
                                          i, in batch order */
     uint32_t      n_logits;
+    uint32_t     *cow_src;            /* [n_cow] blocks to copy, before */
+    uint32_t     *cow_dst;            /* the step runs, into these */
+    uint32_t      n_cow;
     uint32_t      n_prefill;          /* tokens of prompts/recomputes */
     uint32_t      n_decode;           /* tokens of decoding sequences */
     kvs_seq_t    *seqs;               /* step_next list of the scheduled */
@@ -93,6 +96,8 @@ typedef struct {
     uint64_t           next_order;
     kvs_batch_tok_t   *toks;          /* [conf.max_batch_tokens] */
     kvs_seq_t        **logits_seq;    /* [conf.max_running] */
+    uint32_t          *cow;           /* [2][conf.max_running]: at most
+                                         one copy per sequence a step */
     uint64_t           n_preemptions; /* since creation */
 } kvs_sched_t;
 
@@ -125,12 +130,24 @@ void kvs_sched_remove(kvs_sched_t *s, kvs_seq_t *seq);
 
 /*
  * Plans the next step, reserving the blocks its tokens need (and
- * preempting, newest first, when the pool runs out).  An empty plan
+ * preempting, newest first, when the pool runs out), and the block
+ * copies (cow_src -> cow_dst) the caller must make before running it.  An empty plan
  * (batch.n == 0) means there is nothing to run.  Blocks reserved for a
  * step that then fails stay with their sequences and are used by the
  * next plan, so a failed step leaks nothing.
  */
 void kvs_sched_plan(kvs_sched_t *s, kvs_sched_plan_t *plan);
+
+/*
+ * Starts child as a copy of parent's cached positions (n > 1: the choices
+ * share the prompt's blocks by reference; the first write into a shared,
+ * partly filled block copies it, see kvs_sched_plan).  child was set up
+ * by kvs_seq_init() with the same prompt, and parent's cache must not go
+ * past it.  Returns 1 when child runs from the shared blocks, 0 when it
+ * was queued to compute its prompt itself (no running slot left, or the
+ * id array could not grow): never an error.
+ */
+int kvs_sched_fork(kvs_sched_t *s, kvs_seq_t *parent, kvs_seq_t *child);
 
 /* After the step ran: the planned positions are now cached. */
 void kvs_sched_commit(kvs_sched_t *s, kvs_sched_plan_t *plan);

@@ -702,6 +702,146 @@ test_cancel_and_refusals(void **state)
 }
 
 
+/* n > 1: choice i is what a single request with seed + i gives, though
+ * the choices share the prompt's blocks and copy the half-full last one
+ * on their first write; with a cache too small for all, preemption and
+ * the copies mix; closing choices before and after they fork. */
+static void
+test_choices(void **state)
+{
+    int                 i, k;
+    model_t             md;
+    int32_t             prompt[19];
+    kvs_err_t           err;
+    kvs_engine_t       *e;
+    kvs_engine_req_t    req;
+    kvs_engine_seq_t   *h[4];
+    kvs_engine_out_t    alone[4], got[4];
+    kvs_engine_conf_t   conf;
+    kvs_engine_stats_t  st;
+
+    (void) state;
+
+    if (model_stories(&md) != 0) {
+        skip();
+    }
+
+    for (i = 0; i < 19; i++) {
+        prompt[i] = i == 0 ? md.v->bos : 30 + i * 17 % 400;
+    }
+
+    memset(&req, 0, sizeof(req));
+    req.prompt = prompt;
+    req.n_prompt = 19;              /* 16 + 3: a half-full second block */
+    req.max_tokens = 40;
+    req.ignore_eos = 1;
+    req.sample.temperature = 0.9f;
+    req.sample.top_p = 0.95f;
+    req.sample.seed = 77;
+
+    for (i = 0; i < 4; i++) {
+        one(&md, &req, &alone[i]);
+        req.sample.seed++;
+    }
+
+    req.sample.seed = 77;
+    req.n = 4;
+
+    for (k = 0; k < 2; k++) {
+        memset(&conf, 0, sizeof(conf));
+        conf.model = md.m;
+        conf.vocab = md.v;
+        conf.threads = 1;
+        /* k 1: 8 blocks of 16 for 4 x 58 positions: preemption */
+        conf.n_blocks = k == 0 ? 64 : 8;
+        assert_int_equal(kvs_engine_new(&e, &conf, &err), KVS_OK);
+        assert_int_equal(kvs_engine_submit(e, &req, h, &err), KVS_OK);
+
+        while (kvs_engine_step(e)) {
+            /* run to the end */
+        }
+
+        for (i = 0; i < 4; i++) {
+            memset(&got[i], 0, sizeof(kvs_engine_out_t));
+            assert_int_equal(kvs_engine_read(e, h[i], &got[i]),
+                             KVS_FINISH_LENGTH);
+            assert_int_equal(got[i].n_tokens, alone[i].n_tokens);
+            assert_memory_equal(got[i].tokens, alone[i].tokens,
+                                alone[i].n_tokens * sizeof(int32_t));
+            assert_int_equal(got[i].text.len, alone[i].text.len);
+            kvs_engine_close(e, h[i]);
+            kvs_engine_out_free(&got[i]);
+        }
+
+        kvs_engine_stats(e, &st);
+        assert_int_equal(st.kv_used, 0);
+        assert_true(k == 0 || st.preemptions > 0);
+        assert_true(st.kv_copies >= 3);     /* 3 of 4 choices copied */
+        assert_int_equal(kvs_engine_check(e, &err), KVS_OK);
+        kvs_engine_free(e);
+    }
+
+    /* choices closed early: 1 before the fork, 0 (the leader) after its
+     * first token, 2 and 3 run on */
+    memset(&conf, 0, sizeof(conf));
+    conf.model = md.m;
+    conf.vocab = md.v;
+    conf.threads = 1;
+    conf.n_blocks = 64;
+    assert_int_equal(kvs_engine_new(&e, &conf, &err), KVS_OK);
+    assert_int_equal(kvs_engine_submit(e, &req, h, &err), KVS_OK);
+    kvs_engine_close(e, h[1]);
+    assert_int_equal(kvs_engine_step(e), 1);
+    kvs_engine_close(e, h[0]);
+
+    while (kvs_engine_step(e)) {
+        /* run to the end */
+    }
+
+    for (i = 2; i < 4; i++) {
+        memset(&got[i], 0, sizeof(kvs_engine_out_t));
+        assert_int_equal(kvs_engine_read(e, h[i], &got[i]),
+                         KVS_FINISH_LENGTH);
+        assert_memory_equal(got[i].tokens, alone[i].tokens,
+                            alone[i].n_tokens * sizeof(int32_t));
+        kvs_engine_close(e, h[i]);
+        kvs_engine_out_free(&got[i]);
+    }
+
+    kvs_engine_stats(e, &st);
+    assert_int_equal(st.finished, 4);
+    assert_int_equal(st.kv_used, 0);
+    assert_int_equal(kvs_engine_check(e, &err), KVS_OK);
+
+    /* the leader closed before any step: the others prefill alone */
+    assert_int_equal(kvs_engine_submit(e, &req, h, &err), KVS_OK);
+    kvs_engine_close(e, h[0]);
+
+    while (kvs_engine_step(e)) {
+        /* run to the end */
+    }
+
+    for (i = 1; i < 4; i++) {
+        memset(&got[i], 0, sizeof(kvs_engine_out_t));
+        assert_int_equal(kvs_engine_read(e, h[i], &got[i]),
+                         KVS_FINISH_LENGTH);
+        assert_memory_equal(got[i].tokens, alone[i].tokens,
+                            alone[i].n_tokens * sizeof(int32_t));
+        kvs_engine_close(e, h[i]);
+        kvs_engine_out_free(&got[i]);
+    }
+
+    assert_int_equal(kvs_engine_check(e, &err), KVS_OK);
+    kvs_engine_free(e);
+
+    for (i = 0; i < 4; i++) {
+        kvs_engine_out_free(&alone[i]);
+    }
+
+    model_free(&md);
+}
+
+
 /* The engine thread against a consumer that closes handles at every
  * stage: before scheduling, mid-generation, after the end.  Every block
  * must come back and nothing may be used after it was freed (run under
@@ -815,6 +955,7 @@ main(void)
         cmocka_unit_test(test_stops),
         cmocka_unit_test(test_cancel_and_refusals),
         cmocka_unit_test(test_thread_cancel),
+        cmocka_unit_test(test_choices),
         cmocka_unit_test(test_batching_stories),
         cmocka_unit_test(test_batching_random),
     };

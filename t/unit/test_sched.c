@@ -354,6 +354,82 @@ test_admission_order(void **state)
 }
 
 
+static void
+test_fork_cow(void **state)
+{
+    env_t             env;
+    uint32_t          b0, b1;
+    kvs_sched_plan_t  plan;
+
+    (void) state;
+
+    /* blocks of 4; a prompt of 6 fills block 0 and half of block 1 */
+    env_init(&env, 16, 4, 64, 1);
+    env_add(&env, 0, 6, 5);
+    env_step(&env, &plan);
+    assert_int_equal(env.seq[0].n_computed, 6);
+
+    /* the second choice shares both blocks */
+    assert_int_equal(kvs_seq_init(&env.seq[1], &env.s, env.prompt, 6, 5,
+                                  NULL), KVS_OK);
+    assert_int_equal(kvs_sched_fork(&env.s, &env.seq[0], &env.seq[1]), 1);
+    kvs_seq_append(&env.seq[1], 43);
+
+    b0 = env.seq[0].table.blocks[0];
+    b1 = env.seq[0].table.blocks[1];
+    assert_int_equal(env.seq[1].n_computed, 6);
+    assert_int_equal(env.seq[1].table.blocks[1], b1);
+    assert_int_equal(kvs_kv_pool_refcount(env.pool, b1), 2);
+    assert_int_equal(kvs_kv_pool_used_count(env.pool), 2);
+
+    /* both write position 6, in the shared half-full block: the first
+     * planned (the older) copies it, the other then owns it alone */
+    env_step(&env, &plan);
+    assert_int_equal(plan.n_cow, 1);
+    assert_int_equal(plan.cow_src[0], b1);
+    assert_int_equal(plan.cow_dst[0], env.seq[0].table.blocks[1]);
+    assert_int_not_equal(env.seq[0].table.blocks[1], b1);
+    assert_int_equal(env.seq[1].table.blocks[1], b1);
+    assert_int_equal(kvs_kv_pool_refcount(env.pool, b1), 1);
+
+    /* the full block stays shared; nothing more to copy */
+    assert_int_equal(env.seq[1].table.blocks[0], b0);
+    assert_int_equal(kvs_kv_pool_refcount(env.pool, b0), 2);
+    assert_int_equal(kvs_kv_pool_used_count(env.pool), 3);
+    env_step(&env, &plan);
+    assert_int_equal(plan.n_cow, 0);
+
+    env_free(&env);
+}
+
+
+static void
+test_fork_no_slot(void **state)
+{
+    int               i;
+    env_t             env;
+    kvs_sched_plan_t  plan;
+
+    (void) state;
+
+    /* max_running 4, all taken: a fork is queued to compute itself */
+    env_init(&env, 64, 4, 64, 1);
+
+    for (i = 0; i < 4; i++) {
+        env_add(&env, i, 5, 3);
+    }
+
+    env_step(&env, &plan);
+    assert_int_equal(kvs_seq_init(&env.seq[4], &env.s, env.prompt, 5, 3,
+                                  NULL), KVS_OK);
+    assert_int_equal(kvs_sched_fork(&env.s, &env.seq[0], &env.seq[4]), 0);
+    assert_int_equal(env.seq[4].state, KVS_SEQ_WAITING);
+    assert_int_equal(env.seq[4].table.n_blocks, 0);
+
+    env_free(&env);
+}
+
+
 int
 main(void)
 {
@@ -364,6 +440,8 @@ main(void)
         cmocka_unit_test(test_preempt_self),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_admission_order),
+        cmocka_unit_test(test_fork_cow),
+        cmocka_unit_test(test_fork_no_slot),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
