@@ -237,9 +237,15 @@ FUZZ_VOCABS := $(subst $(eval) ,:,$(wildcard \
                  $(FIXTURES)/vocab/ggml-vocab-bert-bge.gguf))
 FUZZ_SRCS := $(filter src/model/% src/base/% src/tokenizer/%, $(LIB_SRCS))
 
-fuzz: $(B)/fuzz/fuzz_gguf $(B)/fuzz/fuzz_tok $(B)/gguf_sample \
-      $(DEFAULT_MODEL)
-	@mkdir -p $(B)/fuzz/corpus $(B)/fuzz/seed $(B)/fuzz/tok-corpus
+# the OpenAI request parser, with the sampler's range check and the chat
+# renderer that its invariants call
+FUZZ_REQ_SRCS := $(FUZZ_SRCS) $(wildcard src/api/kvs_api_req*.c) \
+                 src/api/kvs_api_models.c src/engine/kvs_sample.c
+
+fuzz: $(B)/fuzz/fuzz_gguf $(B)/fuzz/fuzz_tok $(B)/fuzz/fuzz_api_req \
+      $(B)/gguf_sample $(DEFAULT_MODEL)
+	@mkdir -p $(B)/fuzz/corpus $(B)/fuzz/seed $(B)/fuzz/tok-corpus \
+	    $(B)/fuzz/req-corpus
 	$(B)/gguf_sample $(B)/fuzz/seed/sample.gguf 3 32
 	cp -f $(DEFAULT_MODEL) $(wildcard $(FIXTURES)/models/*.gguf) \
 	    $(B)/fuzz/seed/ 2>/dev/null || true
@@ -248,11 +254,18 @@ fuzz: $(B)/fuzz/fuzz_gguf $(B)/fuzz/fuzz_tok $(B)/gguf_sample \
 	KVS_FUZZ_VOCABS=$(if $(FUZZ_VOCABS),$(FUZZ_VOCABS),$(abspath \
 	    $(DEFAULT_MODEL))) $(B)/fuzz/fuzz_tok \
 	    -max_total_time=$(FUZZ_TIME) -max_len=4096 $(B)/fuzz/tok-corpus
+	$(B)/fuzz/fuzz_api_req -max_total_time=$(FUZZ_TIME) -max_len=8192 \
+	    -dict=t/fuzz/api_req.dict $(B)/fuzz/req-corpus t/fuzz/api_req
 
 $(B)/fuzz/fuzz_%: t/fuzz/fuzz_%.c $(FUZZ_SRCS) $(LIB_HDRS)
 	@mkdir -p $(dir $@)
 	clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE \
 	    -DKVS_HAVE_CUDA=0 -Isrc -o $@ $< $(FUZZ_SRCS) $(LIBS)
+
+$(B)/fuzz/fuzz_api_req: t/fuzz/fuzz_api_req.c $(FUZZ_REQ_SRCS) $(LIB_HDRS)
+	@mkdir -p $(dir $@)
+	clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE \
+	    -DKVS_HAVE_CUDA=0 -Isrc -o $@ $< $(FUZZ_REQ_SRCS) $(LIBS)
 
 # --- dependencies --------------------------------------------------------
 

@@ -1,0 +1,147 @@
+/*
+ * kvs_api_req: OpenAI chat and completions requests parsed from their JSON
+ * body, and the OpenAI error a bad one gets.  Pure functions on buffers
+ * (jansson, strict UTF-8, error positions); no tokenizing, no model: the
+ * caller checks what needs the model (vocabulary ids in logit_bias and
+ * prompt token ids, the context length) afterwards.
+ *
+ * What OpenAI ignores we ignore: unknown fields and fields we do not act
+ * on (tools, response_format of type "text", metadata, store, ...) pass;
+ * a field we know with the wrong type or out of its range is an error
+ * naming it in param ("messages[2].content", "stop[1]", "logit_bias").
+ *
+ * Messages are checked for the shape OpenAI's schema gives them (roles
+ * system, developer, user, assistant, tool; content a string or text
+ * parts; assistant content may be null; tool needs tool_call_id), which
+ * is wider than what kvs_chat_render() renders (no tool role, no null
+ * content): its KVS_EINVAL messages name the field ("messages[3].role:
+ * ...") and kvs_api_err_from_msg() turns them into the same 400.
+ *
+ * Ownership: a parsed request owns the JSON tree (root) and its own
+ * arrays; every string and the messages array point into the tree, so
+ * they live until kvs_api_req_free().
+ *
+ * Strings never hold NUL: the JSON is parsed without JSON_ALLOW_NUL, so
+ * "\u0000" anywhere in the body is a 400, and every kvs_api_str_t is
+ * also a NUL-terminated C string.  docs/api.md lists each field, its
+ * range and default, and where we differ from OpenAI.
+ */
+
+#ifndef KVS_API_REQ_H
+#define KVS_API_REQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "../base/kvs_buf.h"
+#include "../engine/kvs_sample.h"
+
+#define KVS_API_MAX_STOP       4      /* OpenAI's limit */
+#define KVS_API_MAX_STOP_LEN   256    /* bytes; kvs_stop's limit */
+#define KVS_API_MAX_N          128
+#define KVS_API_MAX_PROMPTS    128    /* completions: prompts per request */
+#define KVS_API_MAX_LOGPROBS_C 5      /* completions' logprobs: 0..5 */
+#define KVS_API_MAX_TOKENS_C   16     /* completions' default max_tokens */
+
+typedef enum {
+    KVS_API_CHAT = 0,                 /* /v1/chat/completions */
+    KVS_API_COMPLETIONS               /* /v1/completions */
+} kvs_api_kind_t;
+
+/* An error for the client: HTTP status, and OpenAI's error object. */
+typedef struct {
+    int    status;                    /* 400, 404, 413, ... */
+    char   message[320];
+    char   param[64];                 /* "" for null */
+    char   type[32];                  /* "invalid_request_error" */
+    char   code[48];                  /* "" for null; e.g.
+                                         "context_length_exceeded" */
+} kvs_api_err_t;
+
+typedef struct {
+    const char  *ptr;                 /* into the tree, UTF-8 */
+    size_t       len;
+} kvs_api_str_t;
+
+/* One completions prompt: text, or token ids. */
+typedef struct {
+    kvs_api_str_t   text;             /* text.ptr NULL for ids */
+    int32_t        *ids;              /* [n_ids], owned */
+    size_t          n_ids;
+} kvs_api_prompt_t;
+
+typedef struct {
+    kvs_api_kind_t        kind;
+    json_t               *root;           /* owned */
+    kvs_api_str_t         model;
+
+    const json_t         *messages;       /* chat: the array, checked:
+                                             non-empty, each an object
+                                             with a known role and content
+                                             of the right type */
+    kvs_api_prompt_t     *prompts;        /* completions: [n_prompts] */
+    size_t                n_prompts;
+
+    int                   stream;
+    int                   include_usage;  /* stream_options.include_usage */
+    uint32_t              n;              /* choices, 1..128 */
+    int64_t               max_tokens;     /* chat: -1 when not given (up
+                                             to the context), else >= 1;
+                                             max_completion_tokens wins
+                                             over max_tokens.
+                                             completions: 16 when not
+                                             given; >= 1, or >= 0 with
+                                             echo */
+    kvs_api_str_t         stop[KVS_API_MAX_STOP];
+    uint32_t              n_stop;
+    int                   has_seed;       /* sample.seed is the client's
+                                             int64 seed cast to uint64;
+                                             0 when not given (the
+                                             caller picks one) */
+    kvs_sample_params_t   sample;         /* temperature (default 1),
+                                             top_p (1), top_k (0, an
+                                             extension as vLLM has),
+                                             min_p (0, idem), seed,
+                                             penalties, logit_bias (owned
+                                             array), logprobs,
+                                             top_logprobs */
+    int                   echo;           /* completions */
+    kvs_api_str_t         user;           /* ptr NULL when absent */
+} kvs_api_req_t;
+
+/*
+ * Parses body[len] as a request of kind.  On failure *aerr is filled and
+ * req owns nothing (kvs_api_req_free() on it is harmless): KVS_ERANGE
+ * with 413 when the body is larger than max_body (0: no limit),
+ * KVS_EFORMAT with 400 for a body that is not JSON (the message names
+ * the line and column; invalid UTF-8 is an error, never replaced),
+ * KVS_EINVAL with 400 and param for a bad field, KVS_ENOMEM with 500.
+ */
+int kvs_api_req_parse(kvs_api_req_t *req, kvs_api_kind_t kind,
+    const char *body, size_t len, size_t max_body, kvs_api_err_t *aerr);
+
+void kvs_api_req_free(kvs_api_req_t *req);
+
+/* Sets *aerr (status, message, param, type "invalid_request_error",
+ * code); param and code may be NULL (JSON null).  Any invalid UTF-8 in
+ * the message (client bytes quoted in it, a character that truncation
+ * cut) becomes '?'. */
+void kvs_api_err_set(kvs_api_err_t *aerr, int status, const char *param,
+    const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/*
+ * A library error message as the client's error: "messages[2].content:
+ * missing" (what kvs_chat_render() and the kvs_*_check() functions
+ * write) gives param "messages[2].content" and message "missing"; a
+ * message that does not start with a field path keeps param null.
+ */
+void kvs_api_err_from_msg(kvs_api_err_t *aerr, int status, const char *code,
+    const char *msg);
+
+/* {"error":{...}} for *aerr, appended to out; KVS_ENOMEM on failure. */
+int kvs_api_err_json(const kvs_api_err_t *aerr, kvs_buf_t *out);
+
+#endif /* KVS_API_REQ_H */
