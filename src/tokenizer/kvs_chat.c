@@ -367,7 +367,8 @@ kvs_chat_role(const json_t *msg, size_t i, kvs_chat_role_t *role,
 
 
 static int
-kvs_chat_check_content(const json_t *msg, size_t i, kvs_err_t *err)
+kvs_chat_check_content(const json_t *msg, size_t i, kvs_chat_role_t role,
+    kvs_err_t *err)
 {
     size_t         j;
     const char    *type;
@@ -376,6 +377,12 @@ kvs_chat_check_content(const json_t *msg, size_t i, kvs_err_t *err)
     c = json_object_get(msg, "content");
 
     if (c == NULL || json_is_null(c)) {
+        /* OpenAI lets an assistant turn go without content (it carried
+         * tool calls, which a text template has no place for): empty */
+        if (role == KVS_CHAT_ASSISTANT) {
+            return KVS_OK;
+        }
+
         return kvs_err_set(err, KVS_EINVAL, "messages[%zu].content: "
                            "missing", i);
     }
@@ -469,7 +476,7 @@ kvs_chat_check(const kvs_chat_t *chat, const json_t *messages,
             return rc;
         }
 
-        rc = kvs_chat_check_content(msg, i, err);
+        rc = kvs_chat_check_content(msg, i, role, err);
         if (rc != KVS_OK) {
             return rc;
         }
@@ -686,7 +693,7 @@ kvs_chat_content(kvs_chat_w_t *w, const json_t *msg, kvs_chat_trim_t trim)
     if (json_is_string(c)) {
         kvs_chat_json_str(w, c);
 
-    } else {
+    } else if (json_is_array(c)) {
         json_array_foreach(c, j, p) {
             part = w->out->len;
             kvs_chat_json_str(w, json_object_get(p, "text"));

@@ -423,7 +423,7 @@ test_errors(void **state)
                  "messages[0].role: must be a string");
     expect_error("chatml", "[{'role': 'user'}]",
                  "messages[0].content: missing");
-    expect_error("chatml", "[{'role': 'assistant', 'content': null}]",
+    expect_error("chatml", "[{'role': 'user', 'content': null}]",
                  "messages[0].content: missing");
     expect_error("chatml", "[{'role': 'user', 'content': 3}]",
                  "messages[0].content: must be a string or an array");
