@@ -52,8 +52,10 @@ MODULE       := $(B)/ngx_http_kvserve_module.so
 DEFAULT_MODEL := $(B)/models/default.gguf
 UNIT_BINS    := $(UNIT_SRCS:t/unit/%.c=$(B)/unit/%)
 ASAN_BINS    := $(UNIT_SRCS:t/unit/%.c=$(B)/asan/unit/%)
-# the tests that run threads: the engine's hand-over and the thread pool
-TSAN_BINS    := $(B)/tsan/unit/test_engine $(B)/tsan/unit/test_threads
+# the tests that run threads: the engine's hand-over, the thread pool and
+# the engine process's server loop
+TSAN_BINS    := $(B)/tsan/unit/test_engine $(B)/tsan/unit/test_threads \
+                $(B)/tsan/unit/test_srv
 VENV         := $(B)/venv
 # the venv is refreshed when the list of Python packages changes
 PY_PKGS      := gguf==0.19.0 jinja2==3.1.6 tokenizers==0.23.3 \
@@ -243,7 +245,7 @@ FUZZ_REQ_SRCS := $(FUZZ_SRCS) $(wildcard src/api/kvs_api_req*.c) \
                  src/api/kvs_api_models.c src/engine/kvs_sample.c
 
 fuzz: $(B)/fuzz/fuzz_gguf $(B)/fuzz/fuzz_tok $(B)/fuzz/fuzz_api_req \
-      $(B)/gguf_sample $(DEFAULT_MODEL)
+      $(B)/fuzz/fuzz_wire $(B)/gguf_sample $(DEFAULT_MODEL)
 	@mkdir -p $(B)/fuzz/corpus $(B)/fuzz/seed $(B)/fuzz/tok-corpus \
 	    $(B)/fuzz/req-corpus
 	$(B)/gguf_sample $(B)/fuzz/seed/sample.gguf 3 32
@@ -256,11 +258,22 @@ fuzz: $(B)/fuzz/fuzz_gguf $(B)/fuzz/fuzz_tok $(B)/fuzz/fuzz_api_req \
 	    -max_total_time=$(FUZZ_TIME) -max_len=4096 $(B)/fuzz/tok-corpus
 	$(B)/fuzz/fuzz_api_req -max_total_time=$(FUZZ_TIME) -max_len=8192 \
 	    -dict=t/fuzz/api_req.dict $(B)/fuzz/req-corpus t/fuzz/api_req
+	@mkdir -p $(B)/fuzz/wire-corpus
+	$(B)/fuzz/fuzz_wire -max_total_time=$(FUZZ_TIME) -max_len=65536 \
+	    $(B)/fuzz/wire-corpus t/fuzz/wire
 
 $(B)/fuzz/fuzz_%: t/fuzz/fuzz_%.c $(FUZZ_SRCS) $(LIB_HDRS)
 	@mkdir -p $(dir $@)
 	clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE \
 	    -DKVS_HAVE_CUDA=0 -Isrc -o $@ $< $(FUZZ_SRCS) $(LIBS)
+
+# the engine process's protocol: src/wire calls only src/base
+FUZZ_WIRE_SRCS := $(filter src/base/%, $(LIB_SRCS)) src/wire/kvs_wire.c
+
+$(B)/fuzz/fuzz_wire: t/fuzz/fuzz_wire.c $(FUZZ_WIRE_SRCS) $(LIB_HDRS)
+	@mkdir -p $(dir $@)
+	clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE \
+	    -DKVS_HAVE_CUDA=0 -Isrc -o $@ $< $(FUZZ_WIRE_SRCS) $(LIBS)
 
 $(B)/fuzz/fuzz_api_req: t/fuzz/fuzz_api_req.c $(FUZZ_REQ_SRCS) $(LIB_HDRS)
 	@mkdir -p $(dir $@)

@@ -17,6 +17,7 @@ int kvs_cli_generate(int argc, char **argv);        /* kvs_cli_generate.c */
 int kvs_cli_logits(int argc, char **argv);          /* kvs_cli_logits.c */
 
 int kvs_cli_bench(int argc, char **argv);           /* kvs_cli_bench.c */
+int kvs_cli_engine(int argc, char **argv);          /* kvs_cli_engine.c */
 
 /* Parses a whole decimal number in [lo, hi] (an integer if asked) into
  * *out; otherwise prints "kvserve CMD: OPT: expected ..." and returns 2. */

@@ -60,7 +60,13 @@ kvs_cli_usage(FILE *f)
         "        [--no-chunked] [--temp T] [--seed S]\n"
         "      offline load through the engine: N sequences at once;\n"
         "      prints prefill and decode tokens/s, step times, batch\n"
-        "      sizes, KV use\n");
+        "      sizes, KV use\n"
+        "  engine --socket PATH model.gguf [--name NAME] [--kv-blocks N]\n"
+        "         [--block B] [--threads T] [--max-batch-tokens N]\n"
+        "         [--ctx N] [--parent-pid PID]\n"
+        "      run the engine process in the foreground, serving nginx\n"
+        "      workers on the unix socket PATH (docs/engine-process.md)\n"
+        "      until SIGINT/SIGTERM\n");
 }
 
 
@@ -106,6 +112,10 @@ main(int argc, char **argv)
 
     if (strcmp(argv[1], "bench") == 0) {
         return kvs_cli_bench(argc - 1, argv + 1);
+    }
+
+    if (strcmp(argv[1], "engine") == 0) {
+        return kvs_cli_engine(argc - 1, argv + 1);
     }
 
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0

@@ -1,0 +1,201 @@
+/*
+ * kvs_wire: the messages between nginx workers and the engine process
+ * (docs/engine-process.md), as pure functions on buffers: no I/O, no
+ * clock, no allocation beyond the caller's buffers and the decoded
+ * structs' own arrays.
+ *
+ * A frame is a 16-byte header, all little-endian,
+ *
+ *     u32 len       the whole frame, header included, in
+ *                   [KVS_WIRE_HDR, KVS_WIRE_MAX_FRAME]
+ *     u16 type      KVS_WIRE_HELLO ...
+ *     u16 version   KVS_WIRE_VERSION
+ *     u64 id        the request id (SUBMIT, CANCEL, REFUSED, OUT) or a
+ *                   nonce echoed by the reply (PING, STATS)
+ *
+ * followed by the body of its type.  Every decoder checks every field
+ * before trusting it (lengths within the frame, counts times sizes
+ * without overflow, strings within their limits, enum and flag values,
+ * floats finite) and consumes the body exactly; failures are KVS_EFORMAT
+ * with the message type and field named.  A buffer holding only part of
+ * a frame gives KVS_WIRE_AGAIN and consumes nothing.  What the decoders
+ * accept, the encoders can produce, and the reverse: the encoders refuse
+ * (KVS_ERANGE, field named) what a decoder would refuse, and leave the
+ * buffer as it was on any failure.
+ *
+ * Semantic checks (token ids against the vocabulary, sampling ranges,
+ * prompt length against the context) belong to kvs_engine_submit, whose
+ * refusal travels back as REFUSED.
+ *
+ * HELLO's body layout is frozen across versions up to its version field,
+ * so a peer can always tell which version it is talking to.
+ */
+
+#ifndef KVS_WIRE_H
+#define KVS_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/kvs_buf.h"
+#include "../base/kvs_err.h"
+#include "../engine/kvs_engine.h"
+
+#define KVS_WIRE_VERSION      1
+#define KVS_WIRE_HDR          16
+#define KVS_WIRE_MAX_FRAME    (16u << 20)   /* 1M prompt ids take 4 MiB */
+#define KVS_WIRE_AGAIN        1             /* need more bytes */
+
+#define KVS_WIRE_MAX_MODELS   32
+#define KVS_WIRE_MAX_NAME     255           /* model name bytes */
+#define KVS_WIRE_MAX_BIAS     65536         /* logit_bias entries */
+#define KVS_WIRE_MAX_STOP     16            /* = KVS_STOP_MAX */
+#define KVS_WIRE_MAX_STOP_LEN 256           /* = KVS_STOP_MAX_LEN */
+#define KVS_WIRE_MAX_MSG      (KVS_ERR_MSG_LEN - 1)  /* REFUSED, error */
+
+typedef enum {
+    KVS_WIRE_HELLO = 1,               /* engine -> worker, on accept */
+    KVS_WIRE_SUBMIT,                  /* worker -> engine */
+    KVS_WIRE_CANCEL,                  /* worker -> engine */
+    KVS_WIRE_REFUSED,                 /* engine -> worker */
+    KVS_WIRE_OUT,                     /* engine -> worker */
+    KVS_WIRE_PING,                    /* worker -> engine */
+    KVS_WIRE_PONG,                    /* engine -> worker */
+    KVS_WIRE_STATS,                   /* worker -> engine: a request */
+    KVS_WIRE_STATS_REPLY,             /* engine -> worker */
+    KVS_WIRE_TYPE_MAX = KVS_WIRE_STATS_REPLY
+} kvs_wire_type_t;
+
+typedef struct {
+    uint32_t  len;                    /* whole frame, bytes */
+    uint16_t  type;
+    uint16_t  version;
+    uint64_t  id;
+} kvs_wire_hdr_t;
+
+typedef struct {
+    uint32_t  index;                  /* SUBMIT's model field */
+    char      name[KVS_WIRE_MAX_NAME + 1];   /* 1..255 bytes, NUL added */
+    uint32_t  n_ctx;                  /* tokens, prompt + output */
+    uint32_t  n_vocab;
+    uint32_t  block_tokens;           /* KV block size, tokens */
+    uint32_t  kv_blocks;              /* KV pool size, blocks */
+    uint64_t  file_size;              /* the GGUF's identity, so a worker */
+    int64_t   mtime;                  /* checks it tokenizes for the same
+                                         file: bytes, unix seconds */
+} kvs_wire_model_t;
+
+typedef struct {
+    uint32_t          version;        /* the engine's KVS_WIRE_VERSION */
+    uint32_t          pid;            /* the engine process (watchdog) */
+    uint64_t          incarnation;    /* random per engine start */
+    uint32_t          n_models;       /* 1..KVS_WIRE_MAX_MODELS */
+    kvs_wire_model_t  models[KVS_WIRE_MAX_MODELS];
+} kvs_wire_hello_t;
+
+/* A decoded SUBMIT: req points into the arrays below, which the struct
+ * owns and reuses from one decode to the next. */
+typedef struct {
+    uint32_t           model;
+    uint64_t           submit_ns;     /* worker's CLOCK_MONOTONIC */
+    kvs_engine_req_t   req;           /* data is NULL */
+
+    int32_t           *prompt;        /* [prompt_cap] */
+    size_t             prompt_cap;
+    kvs_logit_bias_t  *bias;          /* [bias_cap] */
+    size_t             bias_cap;
+    int32_t            stop_ids[KVS_ENGINE_MAX_STOP_IDS];
+    const char        *stop[KVS_WIRE_MAX_STOP];    /* into stop_text */
+    size_t             stop_len[KVS_WIRE_MAX_STOP];
+    char               stop_text[KVS_WIRE_MAX_STOP
+                                 * KVS_WIRE_MAX_STOP_LEN];
+} kvs_wire_submit_t;
+
+typedef struct {
+    int   code;                       /* a negative KVS_E* */
+    char  msg[KVS_WIRE_MAX_MSG + 1];
+} kvs_wire_refused_t;
+
+/* CLOCK_MONOTONIC ns, system-wide, so hops can be timed across
+ * processes; 0 when unknown. */
+typedef struct {
+    uint64_t  recv_ns;                /* the engine decoded the SUBMIT */
+    uint64_t  first_ns;               /* this choice's first token left */
+    uint64_t  now_ns;                 /* this frame was encoded */
+} kvs_wire_times_t;
+
+/* A decoded OUT: out holds this frame's content only (the decoder
+ * resets its counts first and reuses its arrays); free it with
+ * kvs_engine_out_free(). */
+typedef struct {
+    uint32_t          choice;         /* < the request's n */
+    kvs_wire_times_t  t;
+    kvs_engine_out_t  out;
+} kvs_wire_out_t;
+
+typedef struct {
+    uint32_t            index;
+    kvs_engine_stats_t  st;
+} kvs_wire_model_stats_t;
+
+typedef struct {
+    uint32_t                clients;  /* connections now */
+    uint32_t                requests; /* requests in flight */
+    uint32_t                n_models;
+    kvs_wire_model_stats_t  models[KVS_WIRE_MAX_MODELS];
+} kvs_wire_stats_t;
+
+
+/*
+ * Looks at the start of p[n]: KVS_OK with *h filled when a whole frame
+ * (h->len bytes) is there, KVS_WIRE_AGAIN when more bytes are needed
+ * (nothing is consumed), KVS_EFORMAT for a header that can never be
+ * valid (length out of range, unknown type, other version), even before
+ * the rest arrives.
+ */
+int kvs_wire_frame(const uint8_t *p, size_t n, kvs_wire_hdr_t *h,
+    kvs_err_t *err);
+
+/* Body decoders: f is one whole frame of f_len bytes whose header
+ * kvs_wire_frame() accepted with the decoder's type. */
+int kvs_wire_dec_hello(const uint8_t *f, size_t f_len, kvs_wire_hello_t *m,
+    kvs_err_t *err);
+int kvs_wire_dec_submit(const uint8_t *f, size_t f_len,
+    kvs_wire_submit_t *m, kvs_err_t *err);
+int kvs_wire_dec_refused(const uint8_t *f, size_t f_len,
+    kvs_wire_refused_t *m, kvs_err_t *err);
+int kvs_wire_dec_out(const uint8_t *f, size_t f_len, kvs_wire_out_t *m,
+    kvs_err_t *err);
+int kvs_wire_dec_pong(const uint8_t *f, size_t f_len, uint64_t *now_ns,
+    kvs_err_t *err);
+int kvs_wire_dec_stats(const uint8_t *f, size_t f_len, kvs_wire_stats_t *m,
+    kvs_err_t *err);
+/* CANCEL, PING and STATS have no body. */
+int kvs_wire_dec_empty(const uint8_t *f, size_t f_len, kvs_err_t *err);
+
+void kvs_wire_submit_free(kvs_wire_submit_t *m);
+
+/* Encoders append one frame (OUT: one or more) to b. */
+int kvs_wire_enc_hello(kvs_buf_t *b, const kvs_wire_hello_t *m,
+    kvs_err_t *err);
+int kvs_wire_enc_submit(kvs_buf_t *b, uint64_t id, uint32_t model,
+    const kvs_engine_req_t *req, uint64_t submit_ns, kvs_err_t *err);
+int kvs_wire_enc_refused(kvs_buf_t *b, uint64_t id, int code,
+    const char *msg, kvs_err_t *err);
+/* Splits into several OUT frames when the output does not fit one
+ * (text is cut at UTF-8 character starts when it can be); only the last
+ * carries finish and the error. */
+int kvs_wire_enc_out(kvs_buf_t *b, uint64_t id, uint32_t choice,
+    const kvs_engine_out_t *out, const kvs_wire_times_t *t,
+    kvs_err_t *err);
+int kvs_wire_enc_pong(kvs_buf_t *b, uint64_t id, uint64_t now_ns,
+    kvs_err_t *err);
+int kvs_wire_enc_stats(kvs_buf_t *b, uint64_t id,
+    const kvs_wire_stats_t *m, kvs_err_t *err);
+/* CANCEL, PING, STATS */
+int kvs_wire_enc_empty(kvs_buf_t *b, kvs_wire_type_t type, uint64_t id,
+    kvs_err_t *err);
+
+const char *kvs_wire_type_name(unsigned type);   /* "SUBMIT"; "?" */
+
+#endif /* KVS_WIRE_H */

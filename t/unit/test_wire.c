@@ -1,0 +1,1059 @@
+/*
+ * test_wire: the engine process's protocol (src/wire/kvs_wire.c).
+ *
+ * Every message round-trips with edge values (empty and full lists,
+ * limits, extreme integers, -inf logprobs, raw bytes in stop strings);
+ * every proper prefix of every valid frame is "need more bytes"; the
+ * corruptions a peer could send (huge counts, lengths past the frame,
+ * bad enums and flags, NaN, trailing bytes, oversize frames, other
+ * versions) are KVS_EFORMAT naming the field; every single-byte mutation
+ * of every valid frame decodes or fails without a memory error (run
+ * under ASan by `make unit-asan`); an output larger than one frame is
+ * split and reassembles exactly, never cutting a UTF-8 character; and
+ * the encoders refuse what the decoders would.  Expected values are the
+ * inputs, written here by hand.
+ */
+
+#include "kvs_test.h"
+
+#include <math.h>
+
+#include "wire/kvs_wire.h"
+
+
+/* --- helpers ------------------------------------------------------------- */
+
+/* Decodes one whole frame whatever its type; returns the status. */
+static int
+decode_any(const uint8_t *f, size_t n, kvs_err_t *err)
+{
+    int                 rc;
+    uint64_t            u;
+    kvs_wire_hdr_t      h;
+    kvs_wire_out_t      o;
+    kvs_wire_stats_t   *st;
+    kvs_wire_hello_t   *he;
+    kvs_wire_submit_t   s;
+    kvs_wire_refused_t  r;
+
+    rc = kvs_wire_frame(f, n, &h, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    switch (h.type) {
+
+    case KVS_WIRE_HELLO:
+        he = malloc(sizeof(*he));
+        rc = kvs_wire_dec_hello(f, h.len, he, err);
+        free(he);
+        return rc;
+
+    case KVS_WIRE_SUBMIT:
+        memset(&s, 0, sizeof(s));
+        rc = kvs_wire_dec_submit(f, h.len, &s, err);
+        kvs_wire_submit_free(&s);
+        return rc;
+
+    case KVS_WIRE_REFUSED:
+        return kvs_wire_dec_refused(f, h.len, &r, err);
+
+    case KVS_WIRE_OUT:
+        memset(&o, 0, sizeof(o));
+        rc = kvs_wire_dec_out(f, h.len, &o, err);
+        kvs_engine_out_free(&o.out);
+        return rc;
+
+    case KVS_WIRE_PONG:
+        return kvs_wire_dec_pong(f, h.len, &u, err);
+
+    case KVS_WIRE_STATS_REPLY:
+        st = malloc(sizeof(*st));
+        rc = kvs_wire_dec_stats(f, h.len, st, err);
+        free(st);
+        return rc;
+
+    default:
+        return kvs_wire_dec_empty(f, h.len, err);
+    }
+}
+
+
+/* Every proper prefix of a valid frame asks for more and the whole frame
+ * is one frame. */
+static void
+check_prefixes(const uint8_t *f, size_t n)
+{
+    size_t          i;
+    kvs_err_t       err;
+    kvs_wire_hdr_t  h;
+
+    for (i = 0; i < n; i++) {
+        if (kvs_wire_frame(f, i, &h, &err) != KVS_WIRE_AGAIN) {
+            fail_msg("prefix of %zu of a %zu-byte frame: not AGAIN", i, n);
+        }
+    }
+
+    assert_int_equal(kvs_wire_frame(f, n, &h, &err), KVS_OK);
+    assert_int_equal(h.len, n);
+}
+
+
+/* Single-byte mutations: no crash, no leak, whatever the verdict. */
+static void
+check_mutations(const uint8_t *f, size_t n)
+{
+    size_t     i, k;
+    uint8_t   *m;
+    kvs_err_t  err;
+    static const uint8_t  vals[] = { 0x00, 0xff, 0x7f, 0x80, 0x01 };
+
+    m = malloc(n);
+    assert_non_null(m);
+
+    for (i = 0; i < n; i++) {
+        /* big frames: the fixed fields, the ends and a sample between */
+        if (i >= 512 && i + 256 < n && i % 61 != 0) {
+            continue;
+        }
+
+        for (k = 0; k < sizeof(vals) + 1; k++) {
+            memcpy(m, f, n);
+            m[i] = k < sizeof(vals) ? vals[k] : (uint8_t) (f[i] ^ 0x55);
+            (void) decode_any(m, n, &err);
+        }
+    }
+
+    free(m);
+}
+
+
+/* Expects KVS_EFORMAT whose message contains what. */
+static void
+expect_bad(const uint8_t *f, size_t n, const char *what)
+{
+    int        rc;
+    kvs_err_t  err;
+
+    kvs_err_clear(&err);
+    rc = decode_any(f, n, &err);
+
+    if (rc != KVS_EFORMAT || strstr(err.msg, what) == NULL) {
+        fail_msg("expected a format error naming \"%s\", got %d \"%s\"",
+                 what, rc, err.msg);
+    }
+}
+
+
+static void
+put32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t) v;
+    p[1] = (uint8_t) (v >> 8);
+    p[2] = (uint8_t) (v >> 16);
+    p[3] = (uint8_t) (v >> 24);
+}
+
+
+/* --- round trips --------------------------------------------------------- */
+
+static void
+test_hello(void **state)
+{
+    uint32_t           i;
+    kvs_buf_t          b;
+    kvs_err_t          err;
+    kvs_wire_hdr_t     h;
+    kvs_wire_hello_t  *in, *out;
+
+    memset(&b, 0, sizeof(b));
+    in = calloc(1, sizeof(*in));
+    out = calloc(1, sizeof(*out));
+
+    in->pid = 0xffffffffu;
+    in->incarnation = 0x0123456789abcdefULL;
+    in->n_models = KVS_WIRE_MAX_MODELS;
+
+    for (i = 0; i < in->n_models; i++) {
+        in->models[i].index = i;
+        in->models[i].n_ctx = 1u << 20;
+        in->models[i].n_vocab = 128256 + i;
+        in->models[i].block_tokens = 16;
+        in->models[i].kv_blocks = 0xffffffffu - i;
+        in->models[i].file_size = 1ULL << 40;
+        in->models[i].mtime = -1 - (int64_t) i;
+        memset(in->models[i].name, 'a' + i % 26,
+               i == 0 ? KVS_WIRE_MAX_NAME : 1 + i);
+    }
+
+    assert_int_equal(kvs_wire_enc_hello(&b, in, &err), KVS_OK);
+    check_prefixes(b.data, b.len);
+
+    assert_int_equal(kvs_wire_frame(b.data, b.len, &h, &err), KVS_OK);
+    assert_int_equal(h.type, KVS_WIRE_HELLO);
+    assert_int_equal(kvs_wire_dec_hello(b.data, b.len, out, &err), KVS_OK);
+
+    assert_int_equal(out->version, KVS_WIRE_VERSION);
+    assert_int_equal(out->pid, 0xffffffffu);
+    assert_true(out->incarnation == 0x0123456789abcdefULL);
+    assert_int_equal(out->n_models, KVS_WIRE_MAX_MODELS);
+
+    for (i = 0; i < in->n_models; i++) {
+        assert_int_equal(out->models[i].index, i);
+        assert_int_equal(out->models[i].n_ctx, 1u << 20);
+        assert_int_equal(out->models[i].n_vocab, 128256 + i);
+        assert_int_equal(out->models[i].block_tokens, 16);
+        assert_int_equal(out->models[i].kv_blocks, 0xffffffffu - i);
+        assert_true(out->models[i].file_size == 1ULL << 40);
+        assert_true(out->models[i].mtime == -1 - (int64_t) i);
+        assert_string_equal(out->models[i].name, in->models[i].name);
+    }
+
+    assert_int_equal(strlen(out->models[0].name), KVS_WIRE_MAX_NAME);
+
+    check_mutations(b.data, b.len);
+
+    /* a name too long or empty is refused by the encoder */
+    b.len = 0;
+    memset(in->models[1].name, 'x', KVS_WIRE_MAX_NAME + 1);
+    assert_int_equal(kvs_wire_enc_hello(&b, in, &err), KVS_ERANGE);
+    in->models[1].name[0] = '\0';
+    assert_int_equal(kvs_wire_enc_hello(&b, in, &err), KVS_ERANGE);
+    assert_int_equal(b.len, 0);
+
+    kvs_buf_free(&b);
+    free(in);
+    free(out);
+}
+
+
+static void
+test_submit(void **state)
+{
+    size_t               i, len[KVS_WIRE_MAX_STOP];
+    int32_t              prompt[1000], sid[KVS_ENGINE_MAX_STOP_IDS];
+    kvs_buf_t            b;
+    kvs_err_t            err;
+    kvs_engine_req_t     req;
+    kvs_logit_bias_t     bias[300];
+    kvs_wire_submit_t    s;
+    const char          *stop[KVS_WIRE_MAX_STOP];
+    char                 text[KVS_WIRE_MAX_STOP][KVS_WIRE_MAX_STOP_LEN];
+
+    memset(&b, 0, sizeof(b));
+    memset(&s, 0, sizeof(s));
+
+    /* the smallest: everything empty */
+    memset(&req, 0, sizeof(req));
+    assert_int_equal(kvs_wire_enc_submit(&b, 7, 0, &req, 0, &err), KVS_OK);
+    check_prefixes(b.data, b.len);
+    assert_int_equal(kvs_wire_dec_submit(b.data, b.len, &s, &err), KVS_OK);
+    assert_int_equal(s.req.n_prompt, 0);
+    assert_null(s.req.stop);
+    assert_null(s.req.sample.logit_bias);
+
+    /* the fullest */
+    for (i = 0; i < 1000; i++) {
+        prompt[i] = i == 0 ? INT32_MAX : (int32_t) (i * 131);
+    }
+
+    for (i = 0; i < 300; i++) {
+        bias[i].token = (int32_t) i;
+        bias[i].bias = i % 2 ? -100.0f : 100.0f;
+    }
+
+    for (i = 0; i < KVS_ENGINE_MAX_STOP_IDS; i++) {
+        sid[i] = (int32_t) (i + 2);
+    }
+
+    for (i = 0; i < KVS_WIRE_MAX_STOP; i++) {
+        len[i] = i == 0 ? KVS_WIRE_MAX_STOP_LEN : i;
+        memset(text[i], (int) (0x80 + i), len[i]);   /* raw bytes */
+        text[i][0] = i == 1 ? '\0' : text[i][0];     /* even a NUL */
+        stop[i] = text[i];
+    }
+
+    memset(&req, 0, sizeof(req));
+    req.prompt = prompt;
+    req.n_prompt = 1000;
+    req.max_tokens = 0xffffffffu;
+    req.n = KVS_ENGINE_MAX_N;
+    req.sample.temperature = 1.5f;
+    req.sample.top_k = -3;
+    req.sample.top_p = 0.25f;
+    req.sample.min_p = 0.125f;
+    req.sample.seed = 0xfedcba9876543210ULL;
+    req.sample.presence_penalty = -2.0f;
+    req.sample.frequency_penalty = 2.0f;
+    req.sample.logit_bias = bias;
+    req.sample.n_logit_bias = 300;
+    req.sample.logprobs = 1;
+    req.sample.top_logprobs = KVS_SAMPLE_MAX_TOP_LOGPROBS;
+    req.stop_ids = sid;
+    req.n_stop_ids = KVS_ENGINE_MAX_STOP_IDS;
+    req.stop = stop;
+    req.stop_len = len;
+    req.n_stop = KVS_WIRE_MAX_STOP;
+    req.ignore_eos = 1;
+
+    b.len = 0;
+    assert_int_equal(kvs_wire_enc_submit(&b, UINT64_MAX, 31, &req,
+                                         123456789012345ULL, &err), KVS_OK);
+    check_prefixes(b.data, b.len);
+
+    /* decoding into a used struct reuses and replaces */
+    assert_int_equal(kvs_wire_dec_submit(b.data, b.len, &s, &err), KVS_OK);
+
+    assert_int_equal(s.model, 31);
+    assert_true(s.submit_ns == 123456789012345ULL);
+    assert_int_equal(s.req.n_prompt, 1000);
+    assert_memory_equal(s.req.prompt, prompt, sizeof(prompt));
+    assert_int_equal(s.req.max_tokens, 0xffffffffu);
+    assert_int_equal(s.req.n, KVS_ENGINE_MAX_N);
+    assert_true(s.req.sample.temperature == 1.5f);
+    assert_int_equal(s.req.sample.top_k, -3);
+    assert_true(s.req.sample.top_p == 0.25f);
+    assert_true(s.req.sample.min_p == 0.125f);
+    assert_true(s.req.sample.seed == 0xfedcba9876543210ULL);
+    assert_true(s.req.sample.presence_penalty == -2.0f);
+    assert_true(s.req.sample.frequency_penalty == 2.0f);
+    assert_int_equal(s.req.sample.n_logit_bias, 300);
+    for (i = 0; i < 300; i++) {
+        assert_int_equal(s.req.sample.logit_bias[i].token, (int32_t) i);
+        assert_true(s.req.sample.logit_bias[i].bias == bias[i].bias);
+    }
+    assert_int_equal(s.req.sample.logprobs, 1);
+    assert_int_equal(s.req.sample.top_logprobs, 20);
+    assert_int_equal(s.req.n_stop_ids, KVS_ENGINE_MAX_STOP_IDS);
+    assert_memory_equal(s.req.stop_ids, sid, sizeof(sid));
+    assert_int_equal(s.req.n_stop, KVS_WIRE_MAX_STOP);
+    for (i = 0; i < KVS_WIRE_MAX_STOP; i++) {
+        assert_int_equal(s.req.stop_len[i], len[i]);
+        assert_memory_equal(s.req.stop[i], text[i], len[i]);
+    }
+    assert_int_equal(s.req.ignore_eos, 1);
+    assert_null(s.req.data);
+
+    check_mutations(b.data, b.len);
+
+    /* the encoder refuses what the decoder would, leaving b alone */
+    i = b.len;
+    req.n = KVS_ENGINE_MAX_N + 1;
+    assert_int_equal(kvs_wire_enc_submit(&b, 1, 0, &req, 0, &err),
+                     KVS_ERANGE);
+    req.n = 1;
+    req.n_stop = KVS_WIRE_MAX_STOP + 1;
+    assert_int_equal(kvs_wire_enc_submit(&b, 1, 0, &req, 0, &err),
+                     KVS_ERANGE);
+    req.n_stop = 1;
+    len[0] = KVS_WIRE_MAX_STOP_LEN + 1;
+    assert_int_equal(kvs_wire_enc_submit(&b, 1, 0, &req, 0, &err),
+                     KVS_ERANGE);
+    len[0] = 1;
+    req.n_stop_ids = KVS_ENGINE_MAX_STOP_IDS + 1;
+    assert_int_equal(kvs_wire_enc_submit(&b, 1, 0, &req, 0, &err),
+                     KVS_ERANGE);
+    req.n_stop_ids = 0;
+    req.sample.temperature = NAN;
+    assert_int_equal(kvs_wire_enc_submit(&b, 1, 0, &req, 0, &err),
+                     KVS_ERANGE);
+    req.sample.temperature = 1.0f;
+    req.sample.top_logprobs = 21;
+    assert_int_equal(kvs_wire_enc_submit(&b, 1, 0, &req, 0, &err),
+                     KVS_ERANGE);
+    req.sample.top_logprobs = 0;
+    req.n_prompt = KVS_WIRE_MAX_FRAME / 4;     /* past the frame */
+    assert_int_equal(kvs_wire_enc_submit(&b, 1, 0, &req, 0, &err),
+                     KVS_ERANGE);
+    assert_int_equal(b.len, i);
+
+    kvs_wire_submit_free(&s);
+    kvs_buf_free(&b);
+}
+
+
+/* A 1M-token prompt fits one frame. */
+static void
+test_submit_1m(void **state)
+{
+    uint32_t           i;
+    int32_t           *p;
+    kvs_buf_t          b;
+    kvs_err_t          err;
+    kvs_engine_req_t   req;
+    kvs_wire_submit_t  s;
+
+    p = malloc((1u << 20) * sizeof(int32_t));
+    assert_non_null(p);
+
+    for (i = 0; i < 1u << 20; i++) {
+        p[i] = (int32_t) (i * 2654435761u >> 12);
+    }
+
+    memset(&b, 0, sizeof(b));
+    memset(&s, 0, sizeof(s));
+    memset(&req, 0, sizeof(req));
+    req.prompt = p;
+    req.n_prompt = 1u << 20;
+    req.max_tokens = 1;
+
+    assert_int_equal(kvs_wire_enc_submit(&b, 1, 0, &req, 0, &err), KVS_OK);
+    assert_true(b.len < KVS_WIRE_MAX_FRAME);
+    assert_int_equal(kvs_wire_dec_submit(b.data, b.len, &s, &err), KVS_OK);
+    assert_int_equal(s.req.n_prompt, 1u << 20);
+    assert_memory_equal(s.req.prompt, p, (1u << 20) * sizeof(int32_t));
+
+    kvs_wire_submit_free(&s);
+    kvs_buf_free(&b);
+    free(p);
+}
+
+
+static void
+test_small(void **state)
+{
+    int                 t;
+    uint64_t            u;
+    kvs_buf_t           b;
+    kvs_err_t           err;
+    kvs_wire_hdr_t      h;
+    kvs_wire_refused_t  r;
+    char                msg[600];
+    static const kvs_wire_type_t  empty[] = {
+        KVS_WIRE_CANCEL, KVS_WIRE_PING, KVS_WIRE_STATS
+    };
+
+    memset(&b, 0, sizeof(b));
+
+    for (t = 0; t < 3; t++) {
+        b.len = 0;
+        assert_int_equal(kvs_wire_enc_empty(&b, empty[t], 99 + t, &err),
+                         KVS_OK);
+        assert_int_equal(b.len, KVS_WIRE_HDR);
+        check_prefixes(b.data, b.len);
+        assert_int_equal(kvs_wire_frame(b.data, b.len, &h, &err), KVS_OK);
+        assert_int_equal(h.type, empty[t]);
+        assert_true(h.id == (uint64_t) (99 + t));
+        assert_int_equal(kvs_wire_dec_empty(b.data, b.len, &err), KVS_OK);
+    }
+
+    /* a body where none belongs */
+    assert_int_equal(kvs_wire_enc_empty(&b, KVS_WIRE_OUT, 1, &err),
+                     KVS_EINVAL);
+
+    b.len = 0;
+    assert_int_equal(kvs_wire_enc_pong(&b, 5, UINT64_MAX, &err), KVS_OK);
+    check_prefixes(b.data, b.len);
+    assert_int_equal(kvs_wire_dec_pong(b.data, b.len, &u, &err), KVS_OK);
+    assert_true(u == UINT64_MAX);
+    check_mutations(b.data, b.len);
+
+    /* REFUSED: every code; a message longer than the limit is cut */
+    for (t = KVS_ERANGE; t <= KVS_EIO; t++) {
+        b.len = 0;
+        assert_int_equal(kvs_wire_enc_refused(&b, 3, t, "max_tokens: too "
+                                              "long", &err), KVS_OK);
+        check_prefixes(b.data, b.len);
+        assert_int_equal(kvs_wire_dec_refused(b.data, b.len, &r, &err),
+                         KVS_OK);
+        assert_int_equal(r.code, t);
+        assert_string_equal(r.msg, "max_tokens: too long");
+    }
+
+    memset(msg, 'm', sizeof(msg) - 1);
+    msg[sizeof(msg) - 1] = '\0';
+    b.len = 0;
+    assert_int_equal(kvs_wire_enc_refused(&b, 3, KVS_EINVAL, msg, &err),
+                     KVS_OK);
+    assert_int_equal(kvs_wire_dec_refused(b.data, b.len, &r, &err), KVS_OK);
+    assert_int_equal(strlen(r.msg), KVS_WIRE_MAX_MSG);
+    check_mutations(b.data, b.len);
+
+    assert_int_equal(kvs_wire_enc_refused(&b, 3, 0, "x", &err), KVS_ERANGE);
+    assert_int_equal(kvs_wire_enc_refused(&b, 3, -9, "x", &err),
+                     KVS_ERANGE);
+
+    kvs_buf_free(&b);
+}
+
+
+static void
+fill_out(kvs_engine_out_t *o, size_t n_tok, const char *text, size_t n_lp)
+{
+    size_t  i;
+    int     j;
+
+    memset(o, 0, sizeof(*o));
+    o->tokens = calloc(n_tok + 1, sizeof(int32_t));
+    o->lp = calloc(n_lp + 1, sizeof(kvs_sample_logprobs_t));
+    o->n_tokens = n_tok;
+    o->n_lp = n_lp;
+
+    for (i = 0; i < n_tok; i++) {
+        o->tokens[i] = (int32_t) (i * 7 + 1);
+    }
+
+    kvs_buf_append(&o->text, text, strlen(text));
+
+    for (i = 0; i < n_lp; i++) {
+        o->lp[i].token = (int32_t) i;
+        o->lp[i].logprob = i == 0 ? -INFINITY : -(float) i / 8;
+        o->lp[i].n_top = (int32_t) (i % (KVS_SAMPLE_MAX_TOP_LOGPROBS + 1));
+        for (j = 0; j < o->lp[i].n_top; j++) {
+            o->lp[i].top_token[j] = j * 3;
+            o->lp[i].top_logprob[j] = -(float) j;
+        }
+    }
+}
+
+
+static void
+test_out(void **state)
+{
+    size_t            i;
+    int               j;
+    kvs_buf_t         b;
+    kvs_err_t         err;
+    kvs_wire_out_t    d;
+    kvs_engine_out_t  o;
+    kvs_wire_times_t  t;
+
+    memset(&b, 0, sizeof(b));
+    memset(&d, 0, sizeof(d));
+
+    fill_out(&o, 5, "h\xc3\xa9llo w\xe2\x82\xac", 21);
+    o.finish = KVS_FINISH_ERROR;
+    o.n_prompt = 11;
+    o.n_generated = 5;
+    o.n_preempted = 0xffffffffu;
+    snprintf(o.error, sizeof(o.error), "backend: out of memory");
+    t.recv_ns = 1;
+    t.first_ns = 2;
+    t.now_ns = UINT64_MAX;
+
+    assert_int_equal(kvs_wire_enc_out(&b, 77, KVS_ENGINE_MAX_N - 1, &o, &t,
+                                      &err), KVS_OK);
+    check_prefixes(b.data, b.len);
+    assert_int_equal(kvs_wire_dec_out(b.data, b.len, &d, &err), KVS_OK);
+
+    assert_int_equal(d.choice, KVS_ENGINE_MAX_N - 1);
+    assert_int_equal(d.out.finish, KVS_FINISH_ERROR);
+    assert_string_equal(d.out.error, "backend: out of memory");
+    assert_int_equal(d.out.n_prompt, 11);
+    assert_int_equal(d.out.n_generated, 5);
+    assert_int_equal(d.out.n_preempted, 0xffffffffu);
+    assert_true(d.t.recv_ns == 1 && d.t.first_ns == 2
+                && d.t.now_ns == UINT64_MAX);
+    assert_int_equal(d.out.n_tokens, 5);
+    assert_memory_equal(d.out.tokens, o.tokens, 5 * sizeof(int32_t));
+    assert_int_equal(d.out.text.len, o.text.len);
+    assert_memory_equal(d.out.text.data, o.text.data, o.text.len);
+    assert_int_equal(d.out.n_lp, 21);
+
+    for (i = 0; i < 21; i++) {
+        assert_int_equal(d.out.lp[i].token, o.lp[i].token);
+        assert_true(d.out.lp[i].logprob == o.lp[i].logprob);
+        assert_int_equal(d.out.lp[i].n_top, o.lp[i].n_top);
+        for (j = 0; j < o.lp[i].n_top; j++) {
+            assert_int_equal(d.out.lp[i].top_token[j], j * 3);
+            assert_true(d.out.lp[i].top_logprob[j] == -(float) j);
+        }
+    }
+
+    assert_true(isinf(d.out.lp[0].logprob) && d.out.lp[0].logprob < 0);
+
+    check_mutations(b.data, b.len);
+
+    /* the error travels only with finish error; decoding again replaces */
+    o.finish = KVS_FINISH_STOP;
+    b.len = 0;
+    assert_int_equal(kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err), KVS_OK);
+    assert_int_equal(kvs_wire_dec_out(b.data, b.len, &d, &err), KVS_OK);
+    assert_int_equal(d.out.finish, KVS_FINISH_STOP);
+    assert_string_equal(d.out.error, "");
+    assert_int_equal(d.out.n_tokens, 5);
+    assert_true(d.t.now_ns == 0);
+
+    /* an empty output with no finish is a valid, empty frame */
+    kvs_engine_out_free(&o);
+    fill_out(&o, 0, "", 0);
+    b.len = 0;
+    assert_int_equal(kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err), KVS_OK);
+    assert_int_equal(kvs_wire_dec_out(b.data, b.len, &d, &err), KVS_OK);
+    assert_int_equal(d.out.n_tokens + d.out.n_lp + d.out.text.len, 0);
+    assert_int_equal(d.out.finish, KVS_FINISH_NONE);
+
+    assert_int_equal(kvs_wire_enc_out(&b, 1, KVS_ENGINE_MAX_N, &o, NULL,
+                                      &err), KVS_ERANGE);
+    o.finish = (kvs_finish_t) 9;
+    assert_int_equal(kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err), KVS_ERANGE);
+
+    kvs_engine_out_free(&o);
+    kvs_engine_out_free(&d.out);
+    kvs_buf_free(&b);
+}
+
+
+/* An output past one frame: split, reassembled exactly, characters
+ * whole in every frame, finish only on the last. */
+static void
+test_out_split(void **state)
+{
+    size_t            i, off, frames, ntok, nlp;
+    kvs_buf_t         b, text;
+    kvs_err_t         err;
+    kvs_wire_hdr_t    h;
+    kvs_wire_out_t    d;
+    kvs_engine_out_t  o;
+    int32_t          *tok;
+
+    memset(&b, 0, sizeof(b));
+    memset(&text, 0, sizeof(text));
+    memset(&d, 0, sizeof(d));
+
+    fill_out(&o, 3u << 20, "", 1000);         /* 12 MiB of ids */
+    for (i = 0; i < (3u << 20); i++) {        /* 9 MiB of 3-byte chars */
+        kvs_buf_append(&o.text, "\xe2\x82\xac", 3);
+    }
+    o.finish = KVS_FINISH_LENGTH;
+
+    assert_int_equal(kvs_wire_enc_out(&b, 9, 2, &o, NULL, &err), KVS_OK);
+
+    tok = malloc(o.n_tokens * sizeof(int32_t));
+    ntok = 0;
+    nlp = 0;
+    frames = 0;
+
+    for (off = 0; off < b.len; off += h.len) {
+        assert_int_equal(kvs_wire_frame(b.data + off, b.len - off, &h,
+                                        &err), KVS_OK);
+        assert_int_equal(kvs_wire_dec_out(b.data + off, h.len, &d, &err),
+                         KVS_OK);
+        frames++;
+
+        assert_int_equal(d.choice, 2);
+        assert_int_equal(d.out.finish, off + h.len == b.len
+                                       ? KVS_FINISH_LENGTH
+                                       : KVS_FINISH_NONE);
+
+        /* each frame's text starts and ends on a character boundary */
+        if (d.out.text.len > 0) {
+            assert_int_equal(d.out.text.len % 3, 0);
+            assert_int_equal(d.out.text.data[0], 0xe2);
+        }
+
+        memcpy(tok + ntok, d.out.tokens, d.out.n_tokens * sizeof(int32_t));
+        ntok += d.out.n_tokens;
+        nlp += d.out.n_lp;
+        kvs_buf_append(&text, d.out.text.data, d.out.text.len);
+    }
+
+    assert_true(frames >= 2);
+    assert_int_equal(ntok, o.n_tokens);
+    assert_memory_equal(tok, o.tokens, ntok * sizeof(int32_t));
+    assert_int_equal(nlp, 1000);
+    assert_int_equal(text.len, o.text.len);
+    assert_memory_equal(text.data, o.text.data, text.len);
+
+    free(tok);
+    kvs_buf_free(&text);
+    kvs_engine_out_free(&o);
+    kvs_engine_out_free(&d.out);
+    kvs_buf_free(&b);
+}
+
+
+static void
+test_stats(void **state)
+{
+    uint32_t           i;
+    kvs_buf_t          b;
+    kvs_err_t          err;
+    kvs_wire_stats_t  *in, *out;
+
+    memset(&b, 0, sizeof(b));
+    in = calloc(1, sizeof(*in));
+    out = calloc(1, sizeof(*out));
+
+    in->clients = 4;
+    in->requests = 0xffffffffu;
+    in->n_models = 2;
+
+    for (i = 0; i < 2; i++) {
+        in->models[i].index = i;
+        in->models[i].st.steps = UINT64_MAX - i;
+        in->models[i].st.prefill_tokens = 2;
+        in->models[i].st.decode_tokens = 3;
+        in->models[i].st.preemptions = 4;
+        in->models[i].st.kv_copies = 5;
+        in->models[i].st.step_ns = 6;
+        in->models[i].st.step_ns_max = 7;
+        in->models[i].st.decode_only_steps = 8;
+        in->models[i].st.decode_only_tokens = 9;
+        in->models[i].st.decode_only_ns = 10;
+        in->models[i].st.batch_seqs = 11;
+        in->models[i].st.running = 12;
+        in->models[i].st.waiting = 13;
+        in->models[i].st.kv_blocks = 14;
+        in->models[i].st.kv_used = 15;
+        in->models[i].st.kv_used_max = 16;
+        in->models[i].st.block_tokens = 17;
+        in->models[i].st.requests = 18;
+        in->models[i].st.finished = 19 + i;
+    }
+
+    assert_int_equal(kvs_wire_enc_stats(&b, 12, in, &err), KVS_OK);
+    check_prefixes(b.data, b.len);
+    assert_int_equal(kvs_wire_dec_stats(b.data, b.len, out, &err), KVS_OK);
+    assert_memory_equal(out, in, sizeof(*in));
+    check_mutations(b.data, b.len);
+
+    kvs_buf_free(&b);
+    free(in);
+    free(out);
+}
+
+
+/* --- corruptions -------------------------------------------------------- */
+
+static void
+test_bad_header(void **state)
+{
+    uint8_t         f[64];
+    kvs_err_t       err;
+    kvs_wire_hdr_t  h;
+
+    memset(f, 0, sizeof(f));
+
+    put32(f, 15);                             /* shorter than a header */
+    assert_int_equal(kvs_wire_frame(f, 4, &h, &err), KVS_EFORMAT);
+    assert_non_null(strstr(err.msg, "len"));
+
+    put32(f, KVS_WIRE_MAX_FRAME + 1);         /* known bad at 4 bytes */
+    assert_int_equal(kvs_wire_frame(f, 4, &h, &err), KVS_EFORMAT);
+    assert_non_null(strstr(err.msg, "len"));
+    put32(f, 0xffffffffu);
+    assert_int_equal(kvs_wire_frame(f, 16, &h, &err), KVS_EFORMAT);
+
+    put32(f, 16);
+    f[4] = 0;                                 /* type 0 */
+    f[6] = KVS_WIRE_VERSION;
+    assert_int_equal(kvs_wire_frame(f, 8, &h, &err), KVS_EFORMAT);
+    assert_non_null(strstr(err.msg, "type"));
+    f[4] = KVS_WIRE_TYPE_MAX + 1;
+    assert_int_equal(kvs_wire_frame(f, 16, &h, &err), KVS_EFORMAT);
+    assert_non_null(strstr(err.msg, "type"));
+    f[5] = 1;                                 /* type 256 + 1 */
+    f[4] = 1;
+    assert_int_equal(kvs_wire_frame(f, 16, &h, &err), KVS_EFORMAT);
+
+    f[5] = 0;
+    f[4] = KVS_WIRE_PING;
+    f[6] = KVS_WIRE_VERSION + 1;              /* another version */
+    assert_int_equal(kvs_wire_frame(f, 16, &h, &err), KVS_EFORMAT);
+    assert_non_null(strstr(err.msg, "version"));
+
+    f[6] = KVS_WIRE_VERSION;
+    assert_int_equal(kvs_wire_frame(f, 16, &h, &err), KVS_OK);
+
+    /* a body on PING */
+    put32(f, 20);
+    expect_bad(f, 20, "after the last field");
+
+    /* a decoder handed the wrong type or length */
+    put32(f, 16);
+    assert_int_equal(kvs_wire_dec_pong(f, 16, (uint64_t *) (f + 32), &err),
+                     KVS_EFORMAT);
+    assert_int_equal(kvs_wire_dec_empty(f, 12, &err), KVS_EFORMAT);
+}
+
+
+/* A valid SUBMIT with one of everything, to corrupt field by field. */
+static void
+submit_frame(kvs_buf_t *b)
+{
+    int32_t            prompt[3] = { 1, 2, 3 }, sid[1] = { 9 };
+    size_t             len[1] = { 2 };
+    const char        *stop[1] = { "\n\n" };
+    kvs_err_t          err;
+    kvs_logit_bias_t   bias[1] = { { 5, 1.0f } };
+    kvs_engine_req_t   req;
+
+    memset(&req, 0, sizeof(req));
+    req.prompt = prompt;
+    req.n_prompt = 3;
+    req.max_tokens = 4;
+    req.n = 2;
+    req.sample.top_p = 1.0f;
+    req.sample.logit_bias = bias;
+    req.sample.n_logit_bias = 1;
+    req.stop_ids = sid;
+    req.n_stop_ids = 1;
+    req.stop = stop;
+    req.stop_len = len;
+    req.n_stop = 1;
+
+    b->len = 0;
+    assert_int_equal(kvs_wire_enc_submit(b, 1, 0, &req, 0, &err), KVS_OK);
+}
+
+
+/* Offsets of SUBMIT's body fields (after the 16-byte header). */
+#define SUB_N_PROMPT    (16 + 12)
+#define SUB_N           (16 + 20)
+#define SUB_TEMP        (16 + 24)
+#define SUB_LOGPROBS    (16 + 56)
+#define SUB_TOPLP       (16 + 57)
+#define SUB_IGNORE_EOS  (16 + 58)
+#define SUB_RESERVED    (16 + 59)
+#define SUB_N_BIAS      (16 + 60)
+#define SUB_N_STOP_IDS  (16 + 64)
+#define SUB_N_STOP      (16 + 68)
+#define SUB_STOP_LEN    (16 + 72 + 12 + 8 + 4)
+
+
+static void
+corrupt_submit(size_t at, uint32_t v, size_t width, const char *what)
+{
+    kvs_buf_t  b;
+
+    memset(&b, 0, sizeof(b));
+    submit_frame(&b);
+
+    if (width == 4) {
+        put32(b.data + at, v);
+    } else if (width == 2) {
+        b.data[at] = (uint8_t) v;
+        b.data[at + 1] = (uint8_t) (v >> 8);
+    } else {
+        b.data[at] = (uint8_t) v;
+    }
+
+    expect_bad(b.data, b.len, what);
+    kvs_buf_free(&b);
+}
+
+
+static void
+test_bad_submit(void **state)
+{
+    float      nan;
+    uint32_t   u;
+    kvs_buf_t  b;
+
+    memset(&b, 0, sizeof(b));
+    submit_frame(&b);
+    assert_int_equal(b.len, 16 + 72 + 12 + 8 + 4 + 2 + 2);
+
+    corrupt_submit(SUB_N_PROMPT, 0xffffffffu, 4, "prompt");
+    corrupt_submit(SUB_N_PROMPT, 0x40000000u, 4, "prompt");  /* x4 wraps */
+    corrupt_submit(SUB_N_PROMPT, 4, 4, "");    /* shifts every later field */
+    corrupt_submit(SUB_N, KVS_ENGINE_MAX_N + 1, 4, "n:");
+
+    nan = NAN;
+    memcpy(&u, &nan, 4);
+    corrupt_submit(SUB_TEMP, u, 4, "temperature");
+    corrupt_submit(SUB_TEMP, 0x7f800000u, 4, "temperature");   /* +inf */
+    corrupt_submit(SUB_LOGPROBS, 2, 1, "logprobs");
+    corrupt_submit(SUB_TOPLP, 21, 1, "top_logprobs");
+    corrupt_submit(SUB_IGNORE_EOS, 0xff, 1, "ignore_eos");
+    corrupt_submit(SUB_RESERVED, 1, 1, "reserved");
+    corrupt_submit(SUB_N_BIAS, 0xffffffffu, 4, "n_logit_bias");
+    corrupt_submit(SUB_N_BIAS, 2, 4, "");
+    corrupt_submit(SUB_N_STOP_IDS, KVS_ENGINE_MAX_STOP_IDS + 1, 4,
+                   "n_stop_ids");
+    corrupt_submit(SUB_N_STOP, KVS_WIRE_MAX_STOP + 1, 4, "n_stop");
+    corrupt_submit(SUB_N_STOP, 2, 4, "stop");
+    corrupt_submit(SUB_STOP_LEN, KVS_WIRE_MAX_STOP_LEN + 1, 2, "stop[0]");
+    corrupt_submit(SUB_STOP_LEN, 3, 2, "stop");
+    corrupt_submit(SUB_STOP_LEN, 1, 2, "after the last field");
+
+    /* the frame length short by one: the last field ends early */
+    put32(b.data, (uint32_t) b.len - 1);
+    expect_bad(b.data, b.len - 1, "stop");
+
+    kvs_buf_free(&b);
+}
+
+
+static void
+test_bad_others(void **state)
+{
+    kvs_buf_t          b;
+    kvs_err_t          err;
+    kvs_engine_out_t   o;
+    kvs_wire_hello_t  *he;
+    kvs_wire_stats_t  *st;
+
+    memset(&b, 0, sizeof(b));
+
+    /* OUT: fields at 16 + choice 0, finish 4, pad 5, error_len 6,
+     * counts at 16 + 44 */
+    fill_out(&o, 2, "ab", 1);
+
+    b.len = 0;
+    kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err);
+    put32(b.data + 16, KVS_ENGINE_MAX_N);
+    expect_bad(b.data, b.len, "choice");
+
+    b.len = 0;
+    kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err);
+    b.data[20] = KVS_FINISH_ERROR + 1;
+    expect_bad(b.data, b.len, "finish");
+
+    b.len = 0;
+    kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err);
+    b.data[21] = 1;
+    expect_bad(b.data, b.len, "reserved");
+
+    b.len = 0;
+    kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err);
+    b.data[22] = 1;                           /* error with finish none */
+    expect_bad(b.data, b.len, "error_len");
+
+    b.len = 0;
+    kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err);
+    put32(b.data + 16 + 44, 0xffffffffu);
+    expect_bad(b.data, b.len, "tokens");
+
+    b.len = 0;
+    kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err);
+    put32(b.data + 16 + 48, 0xfffffff0u);
+    expect_bad(b.data, b.len, "text");
+
+    b.len = 0;
+    kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err);
+    put32(b.data + 16 + 52, 0x20000000u);
+    expect_bad(b.data, b.len, "logprobs");
+
+    b.len = 0;
+    kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err);
+    b.data[16 + 56 + 8 + 2 + 8] = KVS_SAMPLE_MAX_TOP_LOGPROBS + 1;
+    expect_bad(b.data, b.len, "n_top");
+
+    kvs_engine_out_free(&o);
+
+    /* REFUSED: a code that is not one, a NUL in the message */
+    b.len = 0;
+    kvs_wire_enc_refused(&b, 1, KVS_EINVAL, "abc", &err);
+    put32(b.data + 16, 1);
+    expect_bad(b.data, b.len, "code");
+    put32(b.data + 16, (uint32_t) KVS_EINVAL);
+    b.data[16 + 6 + 1] = '\0';
+    expect_bad(b.data, b.len, "NUL");
+    b.data[16 + 6 + 1] = 'b';
+    b.data[16 + 4] = 0xff;
+    b.data[16 + 5] = 0xff;
+    expect_bad(b.data, b.len, "msg_len");
+
+    /* HELLO: no models, too many, an empty name, another version */
+    he = calloc(1, sizeof(*he));
+    he->n_models = 1;
+    snprintf(he->models[0].name, sizeof(he->models[0].name), "m");
+
+    b.len = 0;
+    kvs_wire_enc_hello(&b, he, &err);
+    put32(b.data + 32, 0);
+    expect_bad(b.data, b.len, "n_models");
+    put32(b.data + 32, KVS_WIRE_MAX_MODELS + 1);
+    expect_bad(b.data, b.len, "n_models");
+    put32(b.data + 32, 1);
+    b.data[36 + 36] = 0;
+    expect_bad(b.data, b.len, "name");
+    b.data[36 + 36] = 1;
+    assert_int_equal(decode_any(b.data, b.len, &err), KVS_OK);
+
+    put32(b.data + 16, KVS_WIRE_VERSION + 1);
+    b.data[6] = KVS_WIRE_VERSION + 1;
+    assert_int_equal(decode_any(b.data, b.len, &err), KVS_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "version"));
+    assert_int_equal(kvs_wire_dec_hello(b.data, b.len, he, &err),
+                     KVS_EUNSUPPORTED);
+    assert_int_equal(he->version, KVS_WIRE_VERSION + 1);
+    free(he);
+
+    /* STATS_REPLY: more models than there can be */
+    st = calloc(1, sizeof(*st));
+    st->n_models = 1;
+    b.len = 0;
+    kvs_wire_enc_stats(&b, 1, st, &err);
+    put32(b.data + 24, KVS_WIRE_MAX_MODELS + 1);
+    expect_bad(b.data, b.len, "n_models");
+    put32(b.data + 24, 2);
+    expect_bad(b.data, b.len, "index");
+    free(st);
+
+    kvs_buf_free(&b);
+}
+
+
+/* Several frames back to back parse one by one; seeded noise never
+ * crashes the decoders. */
+static void
+test_stream_and_noise(void **state)
+{
+    size_t          off, n, i;
+    uint8_t         noise[4096];
+    uint64_t        rng;
+    kvs_buf_t       b;
+    kvs_err_t       err;
+    kvs_wire_hdr_t  h;
+
+    memset(&b, 0, sizeof(b));
+    kvs_wire_enc_empty(&b, KVS_WIRE_PING, 1, &err);
+    submit_frame(&b);                         /* resets b: rebuild */
+    kvs_wire_enc_empty(&b, KVS_WIRE_CANCEL, 2, &err);
+    kvs_wire_enc_pong(&b, 3, 4, &err);
+
+    n = 0;
+    for (off = 0; off < b.len; off += h.len) {
+        assert_int_equal(kvs_wire_frame(b.data + off, b.len - off, &h,
+                                        &err), KVS_OK);
+        assert_int_equal(decode_any(b.data + off, h.len, &err), KVS_OK);
+        n++;
+    }
+
+    assert_int_equal(n, 3);
+
+    rng = 12345;
+    for (i = 0; i < 20000; i++) {
+        for (n = 0; n < sizeof(noise); n++) {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            noise[n] = (uint8_t) rng;
+        }
+
+        /* a plausible header over noise, so bodies get decoded */
+        n = 16 + (rng >> 20) % (sizeof(noise) - 16);
+        put32(noise, (uint32_t) n);
+        noise[4] = (uint8_t) (1 + (rng >> 8) % KVS_WIRE_TYPE_MAX);
+        noise[5] = 0;
+        noise[6] = KVS_WIRE_VERSION;
+        noise[7] = 0;
+        (void) decode_any(noise, n, &err);
+    }
+
+    kvs_buf_free(&b);
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hello),
+        cmocka_unit_test(test_submit),
+        cmocka_unit_test(test_submit_1m),
+        cmocka_unit_test(test_small),
+        cmocka_unit_test(test_out),
+        cmocka_unit_test(test_out_split),
+        cmocka_unit_test(test_stats),
+        cmocka_unit_test(test_bad_header),
+        cmocka_unit_test(test_bad_submit),
+        cmocka_unit_test(test_bad_others),
+        cmocka_unit_test(test_stream_and_noise),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
