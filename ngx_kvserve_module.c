@@ -15,6 +15,13 @@
  *   kvserve_kv_block <tokens>;          http: tokens per KV block
  *   kvserve_max_batch_tokens <n>;       http: tokens per engine step
  *   kvserve_threads <n>|auto;           http: engine compute threads
+ *   kvserve_engine_dir <path>;          http: the engine's socket and
+ *                                       lease file
+ *   kvserve_engine_wait <time>;         http: how long a request waits
+ *                                       for an engine before a 503
+ *   kvserve_engine_timeout <time>;      http: no output for this long
+ *                                       fails the request
+ *   kvserve_status;                     location: the engine's stats
  *
  * The engine's numbers are fixed when the http block ends (init main
  * conf, after every kvserve_model is loaded): each model's KV cache plan
@@ -68,6 +75,9 @@ static void *ngx_http_kvserve_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_kvserve_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
 static ngx_int_t ngx_http_kvserve_init_process(ngx_cycle_t *cycle);
+static void ngx_http_kvserve_exit_process(ngx_cycle_t *cycle);
+static char *ngx_http_kvserve_status(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 
 
 static ngx_http_kvserve_uint_bounds_t  ngx_http_kvserve_kv_block_bounds = {
@@ -135,13 +145,41 @@ static ngx_command_t  ngx_http_kvserve_commands[] = {
       offsetof(ngx_http_kvserve_main_conf_t, threads),
       &ngx_http_kvserve_threads_bounds },
 
+    { ngx_string("kvserve_engine_dir"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_path_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_kvserve_main_conf_t, engine_dir),
+      NULL },
+
+    { ngx_string("kvserve_engine_wait"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_kvserve_main_conf_t, engine_wait),
+      NULL },
+
+    { ngx_string("kvserve_engine_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_kvserve_main_conf_t, engine_timeout),
+      NULL },
+
+    { ngx_string("kvserve_status"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_kvserve_status,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
       ngx_null_command
 };
 
 
 static ngx_http_module_t  ngx_http_kvserve_module_ctx = {
     NULL,                                  /* preconfiguration */
-    NULL,                                  /* postconfiguration */
+    ngx_http_kvserve_filter_init,          /* postconfiguration */
 
     ngx_http_kvserve_create_main_conf,     /* create main configuration */
     ngx_http_kvserve_init_main_conf,       /* init main configuration */
@@ -164,7 +202,7 @@ ngx_module_t  ngx_http_kvserve_module = {
     ngx_http_kvserve_init_process,         /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
-    NULL,                                  /* exit process */
+    ngx_http_kvserve_exit_process,         /* exit process */
     NULL,                                  /* exit master */
     NGX_MODULE_V1_PADDING
 };
@@ -520,6 +558,9 @@ ngx_http_kvserve_create_main_conf(ngx_conf_t *cf)
     kmcf->kv_block = NGX_CONF_UNSET_UINT;
     kmcf->max_batch_tokens = NGX_CONF_UNSET_UINT;
     kmcf->threads = NGX_CONF_UNSET_UINT;
+    /* engine_dir: NULL, as ngx_conf_set_path_slot() wants it */
+    kmcf->engine_wait = NGX_CONF_UNSET_MSEC;
+    kmcf->engine_timeout = NGX_CONF_UNSET_MSEC;
 
     return kmcf;
 }
@@ -543,6 +584,31 @@ ngx_http_kvserve_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_uint_value(kmcf->max_batch_tokens,
                              NGX_HTTP_KVSERVE_BATCH_TOKENS);
     ngx_conf_init_uint_value(kmcf->threads, 0);
+    ngx_conf_init_msec_value(kmcf->engine_wait, 30000);
+    ngx_conf_init_msec_value(kmcf->engine_timeout, 60000);
+
+    if (kmcf->engine_dir == NULL) {
+        kmcf->engine_dir = ngx_pcalloc(cf->pool, sizeof(ngx_path_t));
+        if (kmcf->engine_dir == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        ngx_str_set(&kmcf->engine_dir->name, "kvserve_temp");
+
+        if (ngx_conf_full_name(cf->cycle, &kmcf->engine_dir->name, 0)
+            != NGX_OK)
+        {
+            return NGX_CONF_ERROR;
+        }
+
+        kmcf->engine_dir->conf_file = NULL;
+        kmcf->engine_dir->line = 0;
+
+        /* nginx creates it (0700) and gives it to the worker user */
+        if (kmcf->used && ngx_add_path(cf, &kmcf->engine_dir) != NGX_OK) {
+            return NGX_CONF_ERROR;
+        }
+    }
 
     kmcf->n_threads = kmcf->threads;
     if (kmcf->n_threads == 0) {
@@ -704,6 +770,7 @@ ngx_http_kvserve_create_loc_conf(ngx_conf_t *cf)
 
     klcf->enable = NGX_CONF_UNSET;
     klcf->chat_template = NGX_CONF_UNSET;
+    klcf->status = NGX_CONF_UNSET;
 
     return klcf;
 }
@@ -716,6 +783,7 @@ ngx_http_kvserve_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_kvserve_loc_conf_t  *conf = child;
 
     ngx_conf_merge_value(conf->enable, prev->enable, 0);
+    ngx_conf_merge_value(conf->status, prev->status, 0);
     ngx_conf_merge_value(conf->chat_template, prev->chat_template,
                          NGX_CONF_UNSET);
 
@@ -736,7 +804,15 @@ ngx_http_kvserve_init_process(ngx_cycle_t *cycle)
     kmcf = ngx_http_cycle_get_module_main_conf(cycle,
                                                ngx_http_kvserve_module);
 
-    if (kmcf == NULL || kmcf->models->nelts == 0 || ngx_worker != 0) {
+    if (kmcf == NULL || kmcf->models->nelts == 0) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_kvserve_engine_init_process(cycle) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_worker != 0) {
         return NGX_OK;
     }
 
@@ -755,4 +831,35 @@ ngx_http_kvserve_init_process(ngx_cycle_t *cycle)
     }
 
     return NGX_OK;
+}
+
+
+static void
+ngx_http_kvserve_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_http_kvserve_engine_exit_process(cycle);
+}
+
+
+static char *
+ngx_http_kvserve_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_kvserve_loc_conf_t  *klcf = conf;
+
+    ngx_http_core_loc_conf_t      *clcf;
+    ngx_http_kvserve_main_conf_t  *kmcf;
+
+    if (klcf->status != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    klcf->status = 1;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = ngx_http_kvserve_status_handler;
+
+    kmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_kvserve_module);
+    kmcf->used = 1;
+
+    return NGX_CONF_OK;
 }

@@ -17,6 +17,7 @@
 
 #include "kv/kvs_kv_size.h"
 #include "model/kvs_model.h"
+#include "wire/kvs_wire.h"
 #include "tokenizer/kvs_chat.h"
 #include "tokenizer/kvs_vocab.h"
 
@@ -48,6 +49,15 @@ typedef struct {
     ngx_uint_t                max_batch_tokens;  /* per engine step */
     ngx_uint_t                threads;     /* as set; 0: auto */
     ngx_uint_t                n_threads;   /* resolved: >= 1 */
+
+    /* the engine process (ngx_http_kvserve_engine.c) */
+    ngx_path_t               *engine_dir;  /* kvserve_engine_dir: socket
+                                              and lease file */
+    ngx_msec_t                engine_wait; /* a request waits this long
+                                              for an engine, then 503 */
+    ngx_msec_t                engine_timeout;  /* no output from the
+                                                  engine for this long:
+                                                  the request fails */
 } ngx_http_kvserve_main_conf_t;
 
 
@@ -56,11 +66,68 @@ typedef struct {
     ngx_int_t                 chat_template;  /* kvs_chat_kind_t, or
                                                  NGX_CONF_UNSET: the one
                                                  recognised in the model */
+    ngx_flag_t                status;      /* kvserve_status: the engine's
+                                              stats as JSON */
 } ngx_http_kvserve_loc_conf_t;
+
+
+/*
+ * A message to the engine, and whoever waits for its answers: one SUBMIT
+ * (a completion's prompt) or one STATS.  The engine side owns id and
+ * queue; the owner sets the rest and keeps the struct alive until it
+ * calls ngx_http_kvserve_engine_forget().
+ */
+typedef struct ngx_http_kvserve_sub_s  ngx_http_kvserve_sub_t;
+
+typedef enum {
+    NGX_HTTP_KVSERVE_EV_OUT = 0,           /* msg: kvs_wire_out_t */
+    NGX_HTTP_KVSERVE_EV_REFUSED,           /* msg: kvs_wire_refused_t */
+    NGX_HTTP_KVSERVE_EV_STATS,             /* msg: kvs_wire_stats_t */
+    NGX_HTTP_KVSERVE_EV_LOST               /* msg: NULL; the engine went
+                                              away with it: no answer will
+                                              come; send it again or give
+                                              up */
+} ngx_http_kvserve_ev_e;
+
+typedef void (*ngx_http_kvserve_sub_handler_pt)(ngx_http_kvserve_sub_t *s,
+    ngx_uint_t ev, void *msg);
+
+struct ngx_http_kvserve_sub_s {
+    uint64_t                  id;          /* 0: not with the engine */
+    ngx_queue_t               queue;       /* waiting for an engine */
+    unsigned                  waiting:1;
+    unsigned                  done:1;      /* set by the owner: every
+                                              choice ended, forget() sends
+                                              no CANCEL */
+
+    ngx_uint_t                type;        /* KVS_WIRE_SUBMIT, _STATS */
+    u_char                   *frame;       /* SUBMIT: the whole frame, its
+                                              id patched at each send */
+    size_t                    frame_len;
+    ngx_http_kvserve_sub_handler_pt  handler;
+    void                     *data;
+};
 
 
 extern ngx_module_t  ngx_http_kvserve_module;
 
 ngx_int_t ngx_http_kvserve_handler(ngx_http_request_t *r);
+ngx_int_t ngx_http_kvserve_completions(ngx_http_request_t *r,
+    ngx_uint_t chat);
+ngx_int_t ngx_http_kvserve_status_handler(ngx_http_request_t *r);
+ngx_int_t ngx_http_kvserve_filter_init(ngx_conf_t *cf);
+ngx_int_t ngx_http_kvserve_error_json(ngx_http_request_t *r,
+    ngx_uint_t status, const char *message, const char *param,
+    const char *code);
+
+/* the engine process, from the worker's side */
+ngx_int_t ngx_http_kvserve_engine_init_process(ngx_cycle_t *cycle);
+void ngx_http_kvserve_engine_exit_process(ngx_cycle_t *cycle);
+/* Sends s now, or queues it until an engine is there. */
+ngx_int_t ngx_http_kvserve_engine_send(ngx_http_kvserve_sub_t *s);
+/* The owner is done with s: CANCEL if the engine has it, unqueued. */
+void ngx_http_kvserve_engine_forget(ngx_http_kvserve_sub_t *s);
+/* The engine now connected, or NULL. */
+const kvs_wire_hello_t *ngx_http_kvserve_engine_hello(void);
 
 #endif /* NGX_HTTP_KVSERVE_H */

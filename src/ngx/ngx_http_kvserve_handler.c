@@ -3,7 +3,8 @@
  *
  * Routing and bodies come from libkvserve (kvs_api_*); this file only maps
  * outcomes to HTTP statuses and headers and sends the body.  Every answer,
- * errors included, is JSON in OpenAI's shapes.
+ * errors included, is JSON in OpenAI's shapes.  POST /v1/chat/completions
+ * and /v1/completions go to ngx_http_kvserve_completions.c.
  */
 
 #include <ngx_config.h>
@@ -99,12 +100,71 @@ ngx_http_kvserve_models(ngx_http_request_t *r, kvs_route_t *route)
 }
 
 
+/*
+ * The POST endpoints, matched as kvs_api_route() matches the others
+ * (from the first "/v1/" in the path): 1 chat, 0 completions,
+ * NGX_DECLINED neither.
+ */
+static ngx_int_t
+ngx_http_kvserve_route_post(ngx_http_request_t *r)
+{
+    u_char  *p, *last;
+    size_t   len;
+
+    last = r->uri.data + r->uri.len;
+    p = ngx_strlcasestrn(r->uri.data, last, (u_char *) "/v1/", 4 - 1);
+
+    if (p == NULL || ngx_strncmp(p, "/v1/", 4) != 0) {
+        return NGX_DECLINED;
+    }
+
+    p += 4;
+    len = last - p;
+
+    if (len == sizeof("chat/completions") - 1
+        && ngx_strncmp(p, "chat/completions", len) == 0)
+    {
+        return 1;
+    }
+
+    if (len == sizeof("completions") - 1
+        && ngx_strncmp(p, "completions", len) == 0)
+    {
+        return 0;
+    }
+
+    return NGX_DECLINED;
+}
+
+
 ngx_int_t
 ngx_http_kvserve_handler(ngx_http_request_t *r)
 {
     u_char       *msg;
-    ngx_int_t     rc;
+    ngx_int_t     rc, chat;
     kvs_route_t   route;
+
+    chat = ngx_http_kvserve_route_post(r);
+
+    if (chat != NGX_DECLINED) {
+        if (r->method == NGX_HTTP_POST) {
+            return ngx_http_kvserve_completions(r, chat);
+        }
+
+        rc = ngx_http_discard_request_body(r);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        msg = ngx_pnalloc(r->pool, r->method_name.len + 64);
+        if (msg == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+        ngx_sprintf(msg, "Method %V is not allowed here; use POST.%Z",
+                    &r->method_name);
+        return ngx_http_kvserve_error(r, NGX_HTTP_NOT_ALLOWED, (char *) msg,
+                                      "method_not_allowed");
+    }
 
     rc = ngx_http_discard_request_body(r);
     if (rc != NGX_OK) {
@@ -185,7 +245,11 @@ ngx_http_kvserve_send(ngx_http_request_t *r, ngx_uint_t status,
         }
         allow->hash = 1;
         ngx_str_set(&allow->key, "Allow");
-        ngx_str_set(&allow->value, "GET, HEAD");
+        if (ngx_http_kvserve_route_post(r) != NGX_DECLINED) {
+            ngx_str_set(&allow->value, "POST");
+        } else {
+            ngx_str_set(&allow->value, "GET, HEAD");
+        }
     }
 
     r->headers_out.status = status;

@@ -1,0 +1,1615 @@
+/*
+ * ngx_http_kvserve_completions: POST /v1/chat/completions and
+ * /v1/completions, and the kvserve_status location.
+ *
+ * A request is read (nginx's body reader, client_max_body_size), parsed
+ * (kvs_api_req_parse), rendered and tokenized here, inline (a thread-pool
+ * hand-off for long prompts is not done yet), checked against the
+ * model's vocabulary and context, and sent to the engine process as one
+ * SUBMIT per prompt (a part); its answers come back as events on the
+ * part (ngx_http_kvserve_engine.c).
+ *
+ * Invariants:
+ *  - the response header goes out only with the first output, so that a
+ *    request the engine lost before any token can be sent again to the
+ *    next engine (bounded by kvserve_engine_wait), or refused with a
+ *    plain JSON error;
+ *  - after the header, failures end the stream with an SSE error event
+ *    and [DONE]: the status is already 200;
+ *  - the per-request timer is an ordinary (non-cancelable) timer, so a
+ *    gracefully exiting worker finishes its streams; it is re-armed at
+ *    every output and is what notices a hung engine;
+ *  - the pool cleanup forgets every part (CANCEL when still running), so
+ *    a client that goes away (ngx_http_test_reading) frees its KV blocks.
+ */
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <sys/random.h>
+
+#include "ngx_http_kvserve.h"
+#include "api/kvs_api.h"
+#include "api/kvs_api_req.h"
+#include "api/kvs_api_resp.h"
+#include "tokenizer/kvs_chat.h"
+#include "tokenizer/kvs_tok.h"
+
+
+typedef struct ngx_http_kvserve_ctx_s  ngx_http_kvserve_ctx_t;
+
+typedef struct {
+    kvs_buf_t                 text;        /* non-streaming: all of it */
+    kvs_sample_logprobs_t    *lp;          /* [n_lp], non-streaming */
+    size_t                    n_lp;
+    size_t                    lp_cap;
+    kvs_api_textpos_t         pos;         /* completions logprobs */
+    kvs_finish_t              finish;
+    uint32_t                  n_generated;
+    unsigned                  started:1;
+    unsigned                  ended:1;
+} ngx_http_kvserve_choice_t;
+
+typedef struct {
+    ngx_http_kvserve_sub_t    sub;
+    ngx_http_kvserve_ctx_t   *ctx;
+    ngx_uint_t                index;       /* the prompt's */
+    ngx_uint_t                n_ended;     /* of its n choices */
+    int32_t                  *ids;         /* [n_ids], pool */
+    size_t                    n_ids;
+} ngx_http_kvserve_part_t;
+
+struct ngx_http_kvserve_ctx_s {
+    ngx_http_request_t       *r;
+    kvs_api_req_t             req;
+    ngx_http_kvserve_model_t *model;
+    ngx_uint_t                model_index;
+
+    kvs_api_resp_head_t       head;
+    char                      id[KVS_API_RESP_ID_MAX];
+
+    ngx_http_kvserve_part_t  *parts;       /* [n_parts] */
+    ngx_uint_t                n_parts;
+    ngx_http_kvserve_choice_t  *choices;   /* [n_parts * req.n] */
+    ngx_uint_t                n_choices;
+    ngx_uint_t                n_ended;
+    uint32_t                  prompt_tokens;
+
+    ngx_http_kvserve_sub_t    stats;       /* kvserve_status */
+
+    kvs_buf_t                 out;         /* the next event or body */
+    ngx_chain_t              *free;
+    ngx_chain_t              *busy;
+
+    ngx_event_t               timer;       /* data: r->connection */
+
+    unsigned                  chat:1;
+    unsigned                  stream:1;
+    unsigned                  header_sent:1;
+    unsigned                  got_output:1;
+    unsigned                  finished:1;
+    unsigned                  json_413:1;   /* nginx's own 413, rewritten */
+    unsigned                  json_413_sent:1;
+};
+
+
+static void ngx_http_kvserve_body(ngx_http_request_t *r);
+static void ngx_http_kvserve_part_event(ngx_http_kvserve_sub_t *s,
+    ngx_uint_t ev, void *msg);
+static void ngx_http_kvserve_finish(ngx_http_kvserve_ctx_t *ctx,
+    ngx_int_t rc);
+static ngx_int_t ngx_http_kvserve_send_json(ngx_http_request_t *r,
+    ngx_uint_t status, kvs_buf_t *body);
+static void ngx_http_kvserve_fail(ngx_http_kvserve_ctx_t *ctx,
+    ngx_uint_t status, const char *message, const char *type,
+    const char *code);
+
+
+static ngx_http_output_header_filter_pt  ngx_http_kvserve_next_header;
+static ngx_http_output_body_filter_pt    ngx_http_kvserve_next_body;
+
+static kvs_tok_ctx_t  ngx_http_kvserve_tok;
+static uint64_t       ngx_http_kvserve_rng;
+
+
+static uint64_t
+ngx_http_kvserve_random64(void)
+{
+    uint64_t  v;
+
+    if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t) sizeof(v)) {
+        v = ((uint64_t) ngx_random() << 33) ^ ((uint64_t) ngx_random() << 11)
+            ^ (uint64_t) ngx_random() ^ (uint64_t) ngx_current_msec;
+    }
+
+    return v;
+}
+
+
+static uint64_t
+ngx_http_kvserve_now_ns(void)
+{
+    struct timespec  ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+
+    return (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec;
+}
+
+
+/* ---- lifetime ---------------------------------------------------------- */
+
+static void
+ngx_http_kvserve_cleanup(void *data)
+{
+    ngx_http_kvserve_ctx_t  *ctx = data;
+
+    ngx_uint_t  i;
+
+    for (i = 0; i < ctx->n_parts; i++) {
+        ngx_http_kvserve_engine_forget(&ctx->parts[i].sub);
+    }
+
+    ngx_http_kvserve_engine_forget(&ctx->stats);
+
+    if (ctx->timer.timer_set) {
+        ngx_del_timer(&ctx->timer);
+    }
+
+    for (i = 0; i < ctx->n_choices; i++) {
+        kvs_buf_free(&ctx->choices[i].text);
+        free(ctx->choices[i].lp);
+    }
+
+    kvs_buf_free(&ctx->out);
+    kvs_api_req_free(&ctx->req);
+}
+
+
+static void
+ngx_http_kvserve_timer_arm(ngx_http_kvserve_ctx_t *ctx, ngx_msec_t ms)
+{
+    ngx_add_timer(&ctx->timer, ms);
+}
+
+
+static ngx_http_kvserve_ctx_t *
+ngx_http_kvserve_ctx_new(ngx_http_request_t *r, ngx_event_handler_pt timer)
+{
+    ngx_pool_cleanup_t      *cln;
+    ngx_http_kvserve_ctx_t  *ctx;
+
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_kvserve_ctx_t));
+    if (ctx == NULL) {
+        return NULL;
+    }
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NULL;
+    }
+
+    ctx->r = r;
+    ctx->timer.handler = timer;
+    ctx->timer.data = r->connection;     /* the debug log reads its fd */
+    ctx->timer.log = r->connection->log;
+
+    cln->handler = ngx_http_kvserve_cleanup;
+    cln->data = ctx;
+
+    ngx_http_set_ctx(r, ctx, ngx_http_kvserve_module);
+
+    return ctx;
+}
+
+
+static ngx_http_kvserve_ctx_t *
+ngx_http_kvserve_timer_ctx(ngx_event_t *ev)
+{
+    return (ngx_http_kvserve_ctx_t *)
+           ((u_char *) ev - offsetof(ngx_http_kvserve_ctx_t, timer));
+}
+
+
+/* ---- sending ----------------------------------------------------------- */
+
+ngx_int_t
+ngx_http_kvserve_error_json(ngx_http_request_t *r, ngx_uint_t status,
+    const char *message, const char *param, const char *code)
+{
+    kvs_buf_t  body;
+
+    ngx_memzero(&body, sizeof(kvs_buf_t));
+
+    if (kvs_api_error_json(&body, message,
+                           status >= 500 ? "server_error"
+                                         : "invalid_request_error",
+                           param, code)
+        != KVS_OK)
+    {
+        kvs_buf_free(&body);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_kvserve_send_json(r, status, &body);
+}
+
+
+static ngx_int_t
+ngx_http_kvserve_api_error(ngx_http_request_t *r, kvs_api_err_t *aerr)
+{
+    kvs_buf_t  body;
+
+    ngx_memzero(&body, sizeof(kvs_buf_t));
+
+    if (kvs_api_err_json(aerr, &body) != KVS_OK) {
+        kvs_buf_free(&body);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_kvserve_send_json(r, aerr->status, &body);
+}
+
+
+/* Sends body (freed here) as the whole JSON response. */
+static ngx_int_t
+ngx_http_kvserve_send_json(ngx_http_request_t *r, ngx_uint_t status,
+    kvs_buf_t *body)
+{
+    ngx_int_t         rc;
+    ngx_buf_t        *b;
+    ngx_chain_t       out;
+    ngx_table_elt_t  *h;
+
+    b = ngx_create_temp_buf(r->pool, body->len + 1);
+    if (b == NULL) {
+        kvs_buf_free(body);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    b->last = ngx_cpymem(b->last, body->data, body->len);
+    *b->last++ = LF;
+    kvs_buf_free(body);
+
+    if (status == NGX_HTTP_SERVICE_UNAVAILABLE) {
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+        h->hash = 1;
+        ngx_str_set(&h->key, "Retry-After");
+        ngx_str_set(&h->value, "1");
+    }
+
+    r->headers_out.status = status;
+    r->headers_out.content_length_n = b->last - b->pos;
+    ngx_str_set(&r->headers_out.content_type, "application/json");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+
+    rc = ngx_http_send_header(r);
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    b->last_buf = (r == r->main);
+    b->last_in_chain = 1;
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+static ngx_int_t
+ngx_http_kvserve_stream_header(ngx_http_kvserve_ctx_t *ctx)
+{
+    ngx_int_t            rc;
+    ngx_table_elt_t     *h;
+    ngx_http_request_t  *r;
+
+    r = ctx->r;
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = -1;
+    ngx_str_set(&r->headers_out.content_type, "text/event-stream");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+    h->hash = 1;
+    ngx_str_set(&h->key, "Cache-Control");
+    ngx_str_set(&h->value, "no-cache");
+
+    /* a proxy in front must not hold events back */
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+    h->hash = 1;
+    ngx_str_set(&h->key, "X-Accel-Buffering");
+    ngx_str_set(&h->value, "no");
+
+    ctx->header_sent = 1;
+
+    rc = ngx_http_send_header(r);
+    if (rc == NGX_ERROR || rc > NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* Sends ctx->out (emptied) as one flushed buffer; buffers are reused. */
+static ngx_int_t
+ngx_http_kvserve_stream_send(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t last)
+{
+    size_t        size;
+    u_char       *p;
+    ngx_int_t     rc;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    cl = ngx_chain_get_free_buf(ctx->r->pool, &ctx->free);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    b = cl->buf;
+
+    if (ctx->out.len > 0
+        && (b->start == NULL || (size_t) (b->end - b->start) < ctx->out.len))
+    {
+        size = ngx_max(ctx->out.len, 1024);
+        p = ngx_palloc(ctx->r->pool, size);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+        b->start = p;
+        b->end = p + size;
+    }
+
+    b->pos = b->start;
+    b->last = b->start;
+    if (ctx->out.len > 0) {
+        b->last = ngx_cpymem(b->start, ctx->out.data, ctx->out.len);
+    }
+
+    b->temporary = (ctx->out.len > 0);
+    b->memory = 0;
+    b->flush = 1;
+    b->last_buf = last;
+    b->last_in_chain = 1;
+    b->tag = (ngx_buf_tag_t) &ngx_http_kvserve_module;
+
+    ctx->out.len = 0;
+
+    rc = ngx_http_output_filter(ctx->r, cl);
+
+    ngx_chain_update_chains(ctx->r->pool, &ctx->free, &ctx->busy, &cl,
+                            (ngx_buf_tag_t) &ngx_http_kvserve_module);
+
+    return rc == NGX_ERROR ? NGX_ERROR : NGX_OK;
+}
+
+
+/* After the header: an error event, [DONE], the end. */
+static void
+ngx_http_kvserve_stream_abort(ngx_http_kvserve_ctx_t *ctx,
+    const char *message, const char *type, const char *code)
+{
+    ctx->out.len = 0;
+
+    if (kvs_api_resp_error_event(&ctx->out, message, type, code) != KVS_OK
+        || kvs_api_resp_done(&ctx->out) != KVS_OK
+        || ngx_http_kvserve_stream_send(ctx, 1) != NGX_OK)
+    {
+        ngx_http_kvserve_finish(ctx, NGX_ERROR);
+        return;
+    }
+
+    ngx_http_kvserve_finish(ctx, NGX_OK);
+}
+
+
+/* A failure, as a JSON error before the header or an event after it. */
+static void
+ngx_http_kvserve_fail(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t status,
+    const char *message, const char *type, const char *code)
+{
+    ngx_int_t  rc;
+
+    if (ctx->header_sent) {
+        ngx_http_kvserve_stream_abort(ctx, message, type, code);
+        return;
+    }
+
+    rc = ngx_http_kvserve_error_json(ctx->r, status, message, NULL, code);
+    ngx_http_kvserve_finish(ctx, rc);
+}
+
+
+/* Ends the request: every part forgotten, the timer gone. */
+static void
+ngx_http_kvserve_finish(ngx_http_kvserve_ctx_t *ctx, ngx_int_t rc)
+{
+    ngx_uint_t  i;
+
+    if (ctx->finished) {
+        return;
+    }
+
+    ctx->finished = 1;
+
+    for (i = 0; i < ctx->n_parts; i++) {
+        ngx_http_kvserve_engine_forget(&ctx->parts[i].sub);
+    }
+
+    ngx_http_kvserve_engine_forget(&ctx->stats);
+
+    if (ctx->timer.timer_set) {
+        ngx_del_timer(&ctx->timer);
+    }
+
+    ngx_http_finalize_request(ctx->r, rc);
+}
+
+
+static void
+ngx_http_kvserve_write_handler(ngx_http_request_t *r)
+{
+    ngx_event_t             *wev;
+    ngx_http_kvserve_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_kvserve_module);
+    wev = r->connection->write;
+
+    if (wev->timedout) {
+        r->connection->timedout = 1;
+        if (ctx != NULL && !ctx->finished) {
+            ngx_http_kvserve_finish(ctx, NGX_HTTP_REQUEST_TIME_OUT);
+        }
+        return;
+    }
+
+    if (ngx_http_output_filter(r, NULL) == NGX_ERROR) {
+        if (ctx != NULL && !ctx->finished) {
+            ngx_http_kvserve_finish(ctx, NGX_ERROR);
+        }
+    }
+}
+
+
+/* ---- the request ------------------------------------------------------- */
+
+static void
+ngx_http_kvserve_timeout(ngx_event_t *ev)
+{
+    ngx_uint_t               i, waiting;
+    ngx_http_kvserve_ctx_t  *ctx;
+
+    ctx = ngx_http_kvserve_timer_ctx(ev);
+    waiting = 0;
+
+    for (i = 0; i < ctx->n_parts; i++) {
+        if (ctx->parts[i].sub.waiting) {
+            waiting = 1;
+        }
+    }
+
+    if (waiting || ctx->stats.waiting) {
+        ngx_log_error(NGX_LOG_ERR, ctx->r->connection->log, 0,
+                      "kvserve: no engine within kvserve_engine_wait");
+        ngx_http_kvserve_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE,
+                              "No engine is available to serve the "
+                              "request; retry later.", "server_error",
+                              NULL);
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_ERR, ctx->r->connection->log, 0,
+                  "kvserve: no output from the engine within "
+                  "kvserve_engine_timeout");
+    ngx_http_kvserve_fail(ctx, NGX_HTTP_GATEWAY_TIME_OUT,
+                          "The engine did not answer in time.",
+                          "server_error", "timeout");
+}
+
+
+ngx_int_t
+ngx_http_kvserve_completions(ngx_http_request_t *r, ngx_uint_t chat)
+{
+    ngx_int_t                  rc;
+    kvs_api_err_t              aerr;
+    ngx_http_kvserve_ctx_t    *ctx;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    /* nginx's own 413 is an HTML page: answer in OpenAI's shape first */
+    if (clcf->client_max_body_size
+        && r->headers_in.content_length_n > clcf->client_max_body_size)
+    {
+        kvs_api_err_set(&aerr, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, NULL,
+                        NULL, "The request body is larger than the %lld "
+                        "bytes allowed.",
+                        (long long) clcf->client_max_body_size);
+        r->keepalive = 0;
+        rc = ngx_http_discard_request_body(r);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+        return ngx_http_kvserve_api_error(r, &aerr);
+    }
+
+    ctx = ngx_http_kvserve_ctx_new(r, ngx_http_kvserve_timeout);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->chat = chat ? 1 : 0;
+
+    r->request_body_in_single_buf = 1;
+
+    rc = ngx_http_read_client_request_body(r, ngx_http_kvserve_body);
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    return NGX_DONE;
+}
+
+
+/* The body in one piece: a pool copy when it is in several buffers or
+ * in a file. */
+static ngx_int_t
+ngx_http_kvserve_body_bytes(ngx_http_request_t *r, u_char **data,
+    size_t *len)
+{
+    u_char       *p;
+    off_t         size;
+    ssize_t       n;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    *data = (u_char *) "";
+    *len = 0;
+
+    if (r->request_body == NULL || r->request_body->bufs == NULL) {
+        return NGX_OK;
+    }
+
+    cl = r->request_body->bufs;
+
+    if (cl->next == NULL && !cl->buf->in_file) {
+        *data = cl->buf->pos;
+        *len = cl->buf->last - cl->buf->pos;
+        return NGX_OK;
+    }
+
+    size = 0;
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        size += ngx_buf_size(cl->buf);
+    }
+
+    p = ngx_pnalloc(r->pool, (size_t) size + 1);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    *data = p;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        b = cl->buf;
+
+        if (b->in_file) {
+            n = ngx_read_file(b->file, p, (size_t) (b->file_last
+                                                   - b->file_pos),
+                              b->file_pos);
+            if (n != b->file_last - b->file_pos) {
+                return NGX_ERROR;
+            }
+            p += n;
+
+        } else {
+            p = ngx_cpymem(p, b->pos, b->last - b->pos);
+        }
+    }
+
+    *len = p - *data;
+
+    return NGX_OK;
+}
+
+
+/* Chat: render with the model's (or the location's) template, tokenize
+ * with control tokens only where the template wrote them. */
+static ngx_int_t
+ngx_http_kvserve_chat_ids(ngx_http_kvserve_ctx_t *ctx, kvs_ids_t *ids,
+    kvs_api_err_t *aerr)
+{
+    int                           rc;
+    const char                   *name;
+    kvs_buf_t                     text, spans;
+    kvs_err_t                     err;
+    kvs_chat_t                    chat;
+    kvs_chat_args_t               args;
+    const kvs_vocab_t            *v;
+    ngx_http_kvserve_loc_conf_t  *klcf;
+
+    klcf = ngx_http_get_module_loc_conf(ctx->r, ngx_http_kvserve_module);
+    v = ctx->model->vocab;
+
+    if (klcf->chat_template != NGX_CONF_UNSET) {
+        name = kvs_chat_name((kvs_chat_kind_t) klcf->chat_template);
+        if (kvs_chat_by_name(name, ngx_strlen(name), &chat, &err)
+            != KVS_OK)
+        {
+            kvs_api_err_set(aerr, 500, NULL, NULL, "%s", err.msg);
+            return NGX_ERROR;
+        }
+
+    } else if (ctx->model->has_chat) {
+        chat = ctx->model->chat;
+
+    } else {
+        kvs_api_err_set(aerr, 400, "model", NULL,
+                        "The model `%.*s` has no chat template: use "
+                        "/v1/completions.", (int) ctx->req.model.len,
+                        ctx->req.model.ptr);
+        return NGX_ERROR;
+    }
+
+    ngx_memzero(&args, sizeof(args));
+    ngx_memzero(&text, sizeof(text));
+    ngx_memzero(&spans, sizeof(spans));
+
+    if (v->bos >= 0) {
+        args.bos = v->tokens[v->bos].text;
+        args.bos_len = v->tokens[v->bos].len;
+    }
+
+    if (v->eos >= 0) {
+        args.eos = v->tokens[v->eos].text;
+        args.eos_len = v->tokens[v->eos].len;
+    }
+
+    args.add_generation_prompt = 1;
+    args.spans = &spans;
+
+    rc = kvs_chat_render(&chat, ctx->req.messages, &args, &text, &err);
+
+    if (rc == KVS_OK) {
+        rc = kvs_tok_encode_guarded(v, &ngx_http_kvserve_tok,
+                                    (const char *) text.data, text.len,
+                                    KVS_TOK_SPECIAL,
+                                    (const kvs_span_t *) spans.data,
+                                    spans.len / sizeof(kvs_span_t), ids,
+                                    &err);
+    }
+
+    kvs_buf_free(&text);
+    kvs_buf_free(&spans);
+
+    if (rc == KVS_EINVAL) {
+        kvs_api_err_from_msg(aerr, 400, NULL, err.msg);
+        return NGX_ERROR;
+    }
+
+    if (rc != KVS_OK) {
+        kvs_api_err_set(aerr, 500, NULL, NULL, "%s", err.msg);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* Completions: text with the vocabulary's BOS rule, or ids checked
+ * against the vocabulary. */
+static ngx_int_t
+ngx_http_kvserve_prompt_ids(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t i,
+    kvs_ids_t *ids, kvs_api_err_t *aerr)
+{
+    int                 rc;
+    char                param[32];
+    size_t              k;
+    kvs_err_t           err;
+    kvs_api_prompt_t   *p;
+    const kvs_vocab_t  *v;
+
+    v = ctx->model->vocab;
+    p = &ctx->req.prompts[i];
+
+    if (ctx->req.n_prompts > 1) {
+        ngx_sprintf((u_char *) param, "prompt[%ui]%Z", i);
+    } else {
+        ngx_sprintf((u_char *) param, "prompt%Z");
+    }
+
+    if (p->text.ptr != NULL) {
+        rc = kvs_tok_encode(v, &ngx_http_kvserve_tok, p->text.ptr,
+                            p->text.len, v->add_bos ? KVS_TOK_ADD_BOS : 0,
+                            ids, &err);
+        if (rc != KVS_OK) {
+            kvs_api_err_set(aerr, rc == KVS_EINVAL ? 400 : 500, param, NULL,
+                            "%s", err.msg);
+            return NGX_ERROR;
+        }
+
+    } else {
+        for (k = 0; k < p->n_ids; k++) {
+            if (p->ids[k] < 0 || (uint32_t) p->ids[k] >= v->n_tokens) {
+                kvs_api_err_set(aerr, 400, param, NULL,
+                                "Token id %d is out of the vocabulary of "
+                                "%u tokens.", (int) p->ids[k],
+                                (unsigned) v->n_tokens);
+                return NGX_ERROR;
+            }
+        }
+
+        if (kvs_ids_reserve(ids, p->n_ids) != KVS_OK) {
+            kvs_api_err_set(aerr, 500, NULL, NULL, "out of memory");
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(ids->ids + ids->n, p->ids, p->n_ids * sizeof(int32_t));
+        ids->n += p->n_ids;
+    }
+
+    if (ids->n == 0) {
+        kvs_api_err_set(aerr, 400, param, NULL,
+                        "The prompt is empty and the model has no "
+                        "beginning-of-text token to start from.");
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* One part per prompt: its SUBMIT frame built once, sent by the engine
+ * side (again, if the engine is lost before any output). */
+static ngx_int_t
+ngx_http_kvserve_part_init(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t i,
+    kvs_ids_t *ids, uint32_t n_ctx, kvs_api_err_t *aerr)
+{
+    int                       rc;
+    int64_t                   max_tokens;
+    uint32_t                  k;
+    kvs_buf_t                 frame;
+    kvs_err_t                 err;
+    const char               *stop[KVS_API_MAX_STOP];
+    size_t                    stop_len[KVS_API_MAX_STOP];
+    kvs_engine_req_t          ereq;
+    ngx_http_kvserve_part_t  *part;
+
+    part = &ctx->parts[i];
+    part->ctx = ctx;
+    part->index = i;
+
+    max_tokens = ctx->req.max_tokens;
+    if (max_tokens < 0) {
+        max_tokens = (int64_t) n_ctx - (int64_t) ids->n;
+    }
+
+    if (max_tokens < 1 || (int64_t) ids->n + max_tokens > (int64_t) n_ctx) {
+        kvs_api_err_set(aerr, 400, ctx->chat ? "messages" : "prompt",
+                        "context_length_exceeded",
+                        "This model's maximum context length is %u tokens. "
+                        "However, you requested %lld tokens (%zu in the "
+                        "%s, %lld for the completion). Please reduce the "
+                        "length of the %s or completion.",
+                        (unsigned) n_ctx,
+                        (long long) ((int64_t) ids->n
+                                     + (max_tokens > 0 ? max_tokens : 1)),
+                        ids->n, ctx->chat ? "messages" : "prompt",
+                        (long long) (max_tokens > 0 ? max_tokens : 1),
+                        ctx->chat ? "messages" : "prompt");
+        return NGX_ERROR;
+    }
+
+    part->ids = ngx_palloc(ctx->r->pool, ids->n * sizeof(int32_t));
+    if (part->ids == NULL) {
+        kvs_api_err_set(aerr, 500, NULL, NULL, "out of memory");
+        return NGX_ERROR;
+    }
+    ngx_memcpy(part->ids, ids->ids, ids->n * sizeof(int32_t));
+    part->n_ids = ids->n;
+
+    for (k = 0; k < ctx->req.n_stop; k++) {
+        stop[k] = ctx->req.stop[k].ptr;
+        stop_len[k] = ctx->req.stop[k].len;
+    }
+
+    ngx_memzero(&ereq, sizeof(ereq));
+    ereq.prompt = part->ids;
+    ereq.n_prompt = (uint32_t) part->n_ids;
+    ereq.max_tokens = (uint32_t) max_tokens;
+    ereq.n = ctx->req.n;
+    ereq.sample = ctx->req.sample;
+    ereq.stop = stop;
+    ereq.stop_len = stop_len;
+    ereq.n_stop = ctx->req.n_stop;
+
+    ngx_memzero(&frame, sizeof(frame));
+
+    rc = kvs_wire_enc_submit(&frame, 0, (uint32_t) ctx->model_index, &ereq,
+                             ngx_http_kvserve_now_ns(), &err);
+    if (rc != KVS_OK) {
+        kvs_buf_free(&frame);
+        kvs_api_err_from_msg(aerr, rc == KVS_ENOMEM ? 500 : 400, NULL,
+                             err.msg);
+        return NGX_ERROR;
+    }
+
+    part->sub.type = KVS_WIRE_SUBMIT;
+    part->sub.frame = ngx_pnalloc(ctx->r->pool, frame.len);
+    if (part->sub.frame == NULL) {
+        kvs_buf_free(&frame);
+        kvs_api_err_set(aerr, 500, NULL, NULL, "out of memory");
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(part->sub.frame, frame.data, frame.len);
+    part->sub.frame_len = frame.len;
+    part->sub.handler = ngx_http_kvserve_part_event;
+    part->sub.data = part;
+    kvs_buf_free(&frame);
+
+    ctx->prompt_tokens += (uint32_t) part->n_ids;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx, kvs_api_err_t *aerr)
+{
+    uint32_t                       n_ctx;
+    ngx_int_t                      rc;
+    kvs_ids_t                      ids;
+    ngx_uint_t                     i, n;
+    ngx_http_kvserve_model_t      *m;
+    ngx_http_kvserve_main_conf_t  *kmcf;
+
+    kmcf = ngx_http_get_module_main_conf(ctx->r, ngx_http_kvserve_module);
+    m = kmcf->models->elts;
+    n = kmcf->models->nelts;
+
+    for (i = 0; i < n; i++) {
+        if (m[i].name.len == ctx->req.model.len
+            && ngx_strncmp(m[i].name.data, ctx->req.model.ptr,
+                           m[i].name.len) == 0)
+        {
+            break;
+        }
+    }
+
+    if (i == n) {
+        kvs_api_err_set(aerr, 404, "model", "model_not_found",
+                        "The model `%s` does not exist or you do not have "
+                        "access to it.", ctx->req.model.ptr);
+        return NGX_ERROR;
+    }
+
+    ctx->model = &m[i];
+    ctx->model_index = i;
+    n_ctx = ctx->model->model->hp.n_ctx_train;
+
+    if (ctx->req.echo) {
+        kvs_api_err_set(aerr, 400, "echo", NULL,
+                        "echo is not supported yet.");
+        return NGX_ERROR;
+    }
+
+    if (!ctx->req.has_seed) {
+        ctx->req.sample.seed = ngx_http_kvserve_random64();
+    }
+
+    ctx->n_parts = ctx->chat ? 1 : ctx->req.n_prompts;
+    ctx->parts = ngx_pcalloc(ctx->r->pool,
+                             ctx->n_parts * sizeof(ngx_http_kvserve_part_t));
+    ctx->n_choices = ctx->n_parts * ctx->req.n;
+    ctx->choices = ngx_pcalloc(ctx->r->pool, ctx->n_choices
+                                        * sizeof(ngx_http_kvserve_choice_t));
+    if (ctx->parts == NULL || ctx->choices == NULL) {
+        kvs_api_err_set(aerr, 500, NULL, NULL, "out of memory");
+        return NGX_ERROR;
+    }
+
+    ngx_memzero(&ids, sizeof(ids));
+    rc = NGX_OK;
+
+    for (i = 0; i < ctx->n_parts && rc == NGX_OK; i++) {
+        ids.n = 0;
+
+        rc = ctx->chat ? ngx_http_kvserve_chat_ids(ctx, &ids, aerr)
+                       : ngx_http_kvserve_prompt_ids(ctx, i, &ids, aerr);
+
+        if (rc == NGX_OK) {
+            rc = ngx_http_kvserve_part_init(ctx, i, &ids, n_ctx, aerr);
+        }
+    }
+
+    kvs_ids_free(&ids);
+
+    if (rc != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < ctx->n_choices; i++) {
+        kvs_api_textpos_init(&ctx->choices[i].pos, ctx->model->vocab,
+                             ctx->parts[i / ctx->req.n].ids,
+                             ctx->parts[i / ctx->req.n].n_ids, 0);
+    }
+
+    ctx->head.kind = ctx->chat ? KVS_API_CHAT : KVS_API_COMPLETIONS;
+    ctx->head.id_len = kvs_api_resp_id(ctx->id, ctx->head.kind,
+                                       &ngx_http_kvserve_rng);
+    ctx->head.id = ctx->id;
+    ctx->head.model = ctx->req.model.ptr;
+    ctx->head.model_len = ctx->req.model.len;
+    ctx->head.created = (int64_t) ngx_time();
+    ctx->head.logprobs = ctx->req.sample.logprobs;
+    ctx->stream = ctx->req.stream ? 1 : 0;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_kvserve_body(ngx_http_request_t *r)
+{
+    u_char                        *data;
+    size_t                         len;
+    ngx_int_t                      rc;
+    ngx_uint_t                     i;
+    kvs_api_err_t                  aerr;
+    ngx_http_kvserve_ctx_t        *ctx;
+    ngx_http_core_loc_conf_t      *clcf;
+    ngx_http_kvserve_main_conf_t  *kmcf;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_kvserve_module);
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+    kmcf = ngx_http_get_module_main_conf(r, ngx_http_kvserve_module);
+
+    if (ngx_http_kvserve_body_bytes(r, &data, &len) != NGX_OK) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    if (ngx_http_kvserve_rng == 0) {
+        ngx_http_kvserve_rng = ngx_http_kvserve_random64() | 1;
+    }
+
+    if (kvs_api_req_parse(&ctx->req, ctx->chat ? KVS_API_CHAT
+                                               : KVS_API_COMPLETIONS,
+                          (const char *) data, len,
+                          (size_t) clcf->client_max_body_size, &aerr)
+        != KVS_OK
+        || ngx_http_kvserve_prepare(ctx, &aerr) != NGX_OK)
+    {
+        rc = ngx_http_kvserve_api_error(r, &aerr);
+        ctx->finished = 1;
+        ngx_http_finalize_request(r, rc);
+        return;
+    }
+
+    /* a client that goes away cancels its sequences (pool cleanup) */
+    r->read_event_handler = ngx_http_test_reading;
+    r->write_event_handler = ngx_http_kvserve_write_handler;
+
+    ngx_http_kvserve_timer_arm(ctx, ngx_http_kvserve_engine_hello() != NULL
+                                    ? kmcf->engine_timeout
+                                    : kmcf->engine_wait);
+
+    for (i = 0; i < ctx->n_parts; i++) {
+        if (ngx_http_kvserve_engine_send(&ctx->parts[i].sub) != NGX_OK) {
+            ngx_http_kvserve_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                  "The request could not be sent to the "
+                                  "engine.", "server_error", NULL);
+            return;
+        }
+
+        if (ctx->finished) {
+            return;
+        }
+    }
+}
+
+
+/* ---- the engine's answers ---------------------------------------------- */
+
+static ngx_int_t
+ngx_http_kvserve_stream_out(ngx_http_kvserve_ctx_t *ctx,
+    ngx_http_kvserve_choice_t *ch, uint32_t index, kvs_engine_out_t *o,
+    kvs_err_t *err)
+{
+    int                 rc;
+    kvs_api_choice_t    c;
+    const kvs_vocab_t  *v;
+
+    v = ctx->model->vocab;
+
+    ngx_memzero(&c, sizeof(c));
+    c.index = index;
+
+    if (ctx->chat) {
+        if (!ch->started) {
+            c.role = 1;
+            c.text = "";
+            rc = kvs_api_resp_chunk(&ctx->out, &ctx->head, &c, 1,
+                                    ctx->req.include_usage, v, err);
+            if (rc != KVS_OK) {
+                return NGX_ERROR;
+            }
+            c.role = 0;
+        }
+
+        if (o->text.len > 0 || o->n_lp > 0) {
+            c.text = (const char *) o->text.data;
+            c.len = o->text.len;
+            c.lp = o->lp;
+            c.n_lp = o->n_lp;
+            if (c.text == NULL) {
+                c.text = "";
+            }
+            rc = kvs_api_resp_chunk(&ctx->out, &ctx->head, &c, 1,
+                                    ctx->req.include_usage, v, err);
+            if (rc != KVS_OK) {
+                return NGX_ERROR;
+            }
+        }
+
+        if (o->finish == KVS_FINISH_STOP || o->finish == KVS_FINISH_LENGTH) {
+            c.text = NULL;
+            c.len = 0;
+            c.lp = NULL;
+            c.n_lp = 0;
+            c.finish = o->finish;
+            rc = kvs_api_resp_chunk(&ctx->out, &ctx->head, &c, 1,
+                                    ctx->req.include_usage, v, err);
+            if (rc != KVS_OK) {
+                return NGX_ERROR;
+            }
+        }
+
+        ch->started = 1;
+
+        return NGX_OK;
+    }
+
+    ch->started = 1;
+
+    if (o->text.len == 0 && o->n_lp == 0
+        && o->finish != KVS_FINISH_STOP && o->finish != KVS_FINISH_LENGTH)
+    {
+        return NGX_OK;
+    }
+
+    c.text = o->text.len ? (const char *) o->text.data : "";
+    c.len = o->text.len;
+    c.lp = o->lp;
+    c.n_lp = o->n_lp;
+    c.pos = &ch->pos;
+    if (o->finish == KVS_FINISH_STOP || o->finish == KVS_FINISH_LENGTH) {
+        c.finish = o->finish;
+    }
+
+    rc = kvs_api_resp_chunk(&ctx->out, &ctx->head, &c, 1,
+                            ctx->req.include_usage, v, err);
+
+    return rc == KVS_OK ? NGX_OK : NGX_ERROR;
+}
+
+
+static ngx_int_t
+ngx_http_kvserve_collect(ngx_http_kvserve_choice_t *ch, kvs_engine_out_t *o)
+{
+    if (o->text.len > 0
+        && kvs_buf_append(&ch->text, o->text.data, o->text.len) != KVS_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (o->n_lp > 0) {
+        if (kvs_grow((void **) &ch->lp, &ch->lp_cap, ch->n_lp + o->n_lp,
+                     sizeof(kvs_sample_logprobs_t))
+            != KVS_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(ch->lp + ch->n_lp, o->lp,
+                   o->n_lp * sizeof(kvs_sample_logprobs_t));
+        ch->n_lp += o->n_lp;
+    }
+
+    return NGX_OK;
+}
+
+
+/* Every choice ended: the usage event and [DONE], or the whole body. */
+static void
+ngx_http_kvserve_complete(ngx_http_kvserve_ctx_t *ctx)
+{
+    ngx_int_t                   rc;
+    kvs_err_t                   err;
+    ngx_uint_t                  i;
+    kvs_api_usage_t             u;
+    kvs_api_choice_t           *c;
+    ngx_http_kvserve_choice_t  *ch;
+
+    ngx_memzero(&u, sizeof(u));
+    u.prompt_tokens = ctx->prompt_tokens;
+    for (i = 0; i < ctx->n_choices; i++) {
+        u.completion_tokens += ctx->choices[i].n_generated;
+    }
+
+    if (ctx->stream) {
+        if ((ctx->req.include_usage
+             && kvs_api_resp_usage_chunk(&ctx->out, &ctx->head, &u)
+                != KVS_OK)
+            || kvs_api_resp_done(&ctx->out) != KVS_OK
+            || ngx_http_kvserve_stream_send(ctx, 1) != NGX_OK)
+        {
+            ngx_http_kvserve_finish(ctx, NGX_ERROR);
+            return;
+        }
+
+        ngx_http_kvserve_finish(ctx, NGX_OK);
+        return;
+    }
+
+    c = ngx_pcalloc(ctx->r->pool, ctx->n_choices * sizeof(kvs_api_choice_t));
+    if (c == NULL) {
+        ngx_http_kvserve_finish(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    for (i = 0; i < ctx->n_choices; i++) {
+        ch = &ctx->choices[i];
+        c[i].index = (uint32_t) i;
+        c[i].text = ch->text.len ? (const char *) ch->text.data : "";
+        c[i].len = ch->text.len;
+        c[i].finish = ch->finish;
+        c[i].lp = ch->lp;
+        c[i].n_lp = ch->n_lp;
+    }
+
+    ctx->out.len = 0;
+
+    if (kvs_api_resp_body(&ctx->out, &ctx->head, c, ctx->n_choices, &u,
+                          ctx->model->vocab, &err)
+        != KVS_OK)
+    {
+        ngx_log_error(NGX_LOG_ERR, ctx->r->connection->log, 0,
+                      "kvserve: %s", err.msg);
+        ngx_http_kvserve_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                              "The server could not build the response.",
+                              "server_error", NULL);
+        return;
+    }
+
+    /* send_json takes the buffer over */
+    rc = ngx_http_kvserve_send_json(ctx->r, NGX_HTTP_OK, &ctx->out);
+    ngx_memzero(&ctx->out, sizeof(kvs_buf_t));
+    ngx_http_kvserve_finish(ctx, rc);
+}
+
+
+static void
+ngx_http_kvserve_on_out(ngx_http_kvserve_ctx_t *ctx,
+    ngx_http_kvserve_part_t *part, kvs_wire_out_t *wo)
+{
+    uint32_t                        index;
+    kvs_err_t                       err;
+    kvs_engine_out_t               *o;
+    ngx_http_kvserve_choice_t      *ch;
+    ngx_http_kvserve_main_conf_t   *kmcf;
+
+    o = &wo->out;
+
+    if (wo->choice >= ctx->req.n) {
+        ngx_http_kvserve_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                              "The engine answered for a choice that was "
+                              "not asked for.", "server_error", NULL);
+        return;
+    }
+
+    index = (uint32_t) (part->index * ctx->req.n + wo->choice);
+    ch = &ctx->choices[index];
+
+    if (ch->ended) {
+        return;
+    }
+
+    ctx->got_output = 1;
+
+    kmcf = ngx_http_get_module_main_conf(ctx->r, ngx_http_kvserve_module);
+    ngx_http_kvserve_timer_arm(ctx, kmcf->engine_timeout);
+
+    if (o->finish == KVS_FINISH_ERROR || o->finish == KVS_FINISH_CANCELLED) {
+        ngx_log_error(NGX_LOG_ERR, ctx->r->connection->log, 0,
+                      "kvserve: the engine ended choice %uD: %s", index,
+                      o->finish == KVS_FINISH_ERROR ? o->error
+                                                    : "cancelled");
+        ngx_http_kvserve_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                              o->finish == KVS_FINISH_ERROR && o->error[0]
+                              ? o->error : "The generation failed.",
+                              "server_error", NULL);
+        return;
+    }
+
+    if (ctx->stream) {
+        if (!ctx->header_sent
+            && ngx_http_kvserve_stream_header(ctx) != NGX_OK)
+        {
+            ngx_http_kvserve_finish(ctx, NGX_ERROR);
+            return;
+        }
+
+        ctx->out.len = 0;
+
+        if (ngx_http_kvserve_stream_out(ctx, ch, index, o, &err) != NGX_OK) {
+            ngx_log_error(NGX_LOG_ERR, ctx->r->connection->log, 0,
+                          "kvserve: %s", err.msg);
+            ngx_http_kvserve_stream_abort(ctx, "The server could not "
+                                          "build the event.",
+                                          "server_error", NULL);
+            return;
+        }
+
+    } else if (ngx_http_kvserve_collect(ch, o) != NGX_OK) {
+        ngx_http_kvserve_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                              "Out of memory.", "server_error", NULL);
+        return;
+    }
+
+    if (o->finish != KVS_FINISH_NONE) {
+        ch->ended = 1;
+        ch->finish = o->finish;
+        ch->n_generated = o->n_generated;
+        ctx->n_ended++;
+
+        if (++part->n_ended == ctx->req.n) {
+            part->sub.done = 1;
+        }
+    }
+
+    if (ctx->n_ended == ctx->n_choices) {
+        ngx_http_kvserve_complete(ctx);
+        return;
+    }
+
+    if (ctx->stream && ctx->out.len > 0
+        && ngx_http_kvserve_stream_send(ctx, 0) != NGX_OK)
+    {
+        ngx_http_kvserve_finish(ctx, NGX_ERROR);
+    }
+}
+
+
+static void
+ngx_http_kvserve_part_event(ngx_http_kvserve_sub_t *s, ngx_uint_t ev,
+    void *msg)
+{
+    kvs_api_err_t                  aerr;
+    ngx_int_t                      rc;
+    kvs_wire_refused_t            *refused;
+    ngx_http_kvserve_ctx_t        *ctx;
+    ngx_http_kvserve_part_t       *part;
+    ngx_http_kvserve_main_conf_t  *kmcf;
+
+    part = s->data;
+    ctx = part->ctx;
+
+    if (ctx->finished) {
+        return;
+    }
+
+    switch (ev) {
+
+    case NGX_HTTP_KVSERVE_EV_OUT:
+        ngx_http_kvserve_on_out(ctx, part, msg);
+        return;
+
+    case NGX_HTTP_KVSERVE_EV_REFUSED:
+        refused = msg;
+
+        if (ctx->header_sent) {
+            ngx_http_kvserve_stream_abort(ctx, refused->msg,
+                                          "invalid_request_error", NULL);
+            return;
+        }
+
+        kvs_api_err_from_msg(&aerr, 400,
+                             refused->code == KVS_ERANGE
+                             ? "context_length_exceeded" : NULL,
+                             refused->msg);
+        rc = ngx_http_kvserve_api_error(ctx->r, &aerr);
+        ngx_http_kvserve_finish(ctx, rc);
+        return;
+
+    case NGX_HTTP_KVSERVE_EV_LOST:
+        if (!ctx->got_output) {
+            /* no token yet: the next engine serves it */
+            ngx_log_error(NGX_LOG_INFO, ctx->r->connection->log, 0,
+                          "kvserve: engine lost before the first token: "
+                          "the request waits for the next one");
+            kmcf = ngx_http_get_module_main_conf(ctx->r,
+                                                 ngx_http_kvserve_module);
+            ngx_http_kvserve_timer_arm(ctx, kmcf->engine_wait);
+
+            if (ngx_http_kvserve_engine_send(s) != NGX_OK) {
+                ngx_http_kvserve_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                      "The engine was lost.",
+                                      "server_error", NULL);
+            }
+            return;
+        }
+
+        ngx_log_error(NGX_LOG_ERR, ctx->r->connection->log, 0,
+                      "kvserve: engine lost during generation");
+        ngx_http_kvserve_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE,
+                              "The engine was lost during generation.",
+                              "server_error", "engine_lost");
+        return;
+
+    default:
+        return;
+    }
+}
+
+
+/* ---- kvserve_status ---------------------------------------------------- */
+
+static void
+ngx_http_kvserve_status_event(ngx_http_kvserve_sub_t *s, ngx_uint_t ev,
+    void *msg)
+{
+    ngx_int_t                rc;
+    uint32_t                 i;
+    kvs_buf_t                body;
+    kvs_wire_stats_t        *st;
+    kvs_engine_stats_t      *e;
+    const kvs_wire_hello_t  *hello;
+    ngx_http_kvserve_ctx_t  *ctx;
+
+    ctx = s->data;
+
+    if (ctx->finished) {
+        return;
+    }
+
+    if (ev == NGX_HTTP_KVSERVE_EV_LOST) {
+        if (ngx_http_kvserve_engine_send(s) != NGX_OK) {
+            ngx_http_kvserve_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                  "The engine was lost.", "server_error",
+                                  NULL);
+        }
+        return;
+    }
+
+    if (ev != NGX_HTTP_KVSERVE_EV_STATS) {
+        return;
+    }
+
+    st = msg;
+    hello = ngx_http_kvserve_engine_hello();
+
+    ngx_memzero(&body, sizeof(body));
+
+    rc = kvs_buf_printf(&body, "{\"engine\":{\"pid\":%u,\"incarnation\":"
+                        "\"%016llx\",\"clients\":%u,\"requests\":%u},"
+                        "\"worker\":{\"pid\":%d},\"models\":[",
+                        hello ? (unsigned) hello->pid : 0,
+                        hello ? (unsigned long long) hello->incarnation : 0,
+                        (unsigned) st->clients, (unsigned) st->requests,
+                        (int) ngx_pid);
+
+    for (i = 0; rc == KVS_OK && i < st->n_models; i++) {
+        e = &st->models[i].st;
+        rc = kvs_buf_printf(&body, "%s{\"name\":\"%s\",\"kv_blocks\":%u,"
+                            "\"kv_used\":%u,\"kv_used_max\":%u,"
+                            "\"block_tokens\":%u,\"running\":%u,"
+                            "\"waiting\":%u,\"requests\":%llu,"
+                            "\"finished\":%llu,\"steps\":%llu,"
+                            "\"prefill_tokens\":%llu,"
+                            "\"decode_tokens\":%llu,\"preemptions\":%llu}",
+                            i ? "," : "",
+                            hello && st->models[i].index < hello->n_models
+                            ? hello->models[st->models[i].index].name : "",
+                            e->kv_blocks, e->kv_used, e->kv_used_max,
+                            e->block_tokens, e->running, e->waiting,
+                            (unsigned long long) e->requests,
+                            (unsigned long long) e->finished,
+                            (unsigned long long) e->steps,
+                            (unsigned long long) e->prefill_tokens,
+                            (unsigned long long) e->decode_tokens,
+                            (unsigned long long) e->preemptions);
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_buf_append(&body, "]}", 2);
+    }
+
+    if (rc != KVS_OK) {
+        kvs_buf_free(&body);
+        ngx_http_kvserve_finish(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    rc = ngx_http_kvserve_send_json(ctx->r, NGX_HTTP_OK, &body);
+    ngx_http_kvserve_finish(ctx, rc);
+}
+
+
+ngx_int_t
+ngx_http_kvserve_status_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                      rc;
+    ngx_http_kvserve_ctx_t        *ctx;
+    ngx_http_kvserve_main_conf_t  *kmcf;
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        return NGX_HTTP_NOT_ALLOWED;
+    }
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    kmcf = ngx_http_get_module_main_conf(r, ngx_http_kvserve_module);
+
+    if (kmcf->models->nelts == 0) {
+        return ngx_http_kvserve_error_json(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                           "No model is configured.", NULL,
+                                           NULL);
+    }
+
+    ctx = ngx_http_kvserve_ctx_new(r, ngx_http_kvserve_timeout);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->stats.type = KVS_WIRE_STATS;
+    ctx->stats.handler = ngx_http_kvserve_status_event;
+    ctx->stats.data = ctx;
+
+    r->read_event_handler = ngx_http_test_reading;
+    r->write_event_handler = ngx_http_kvserve_write_handler;
+
+    ngx_http_kvserve_timer_arm(ctx, kmcf->engine_wait);
+
+    if (ngx_http_kvserve_engine_send(&ctx->stats) != NGX_OK) {
+        return ngx_http_kvserve_error_json(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                           "No engine in this process.",
+                                           NULL, NULL);
+    }
+
+    r->main->count++;
+
+    return NGX_DONE;
+}
+
+
+/* ---- nginx's own 413 in OpenAI's shape ---------------------------------- */
+
+/*
+ * nginx refuses a Content-Length over client_max_body_size before the
+ * content handler runs, and a chunked body while reading it, with an HTML
+ * page; in kvserve locations the page becomes an OpenAI error object, and
+ * nginx keeps enforcing the limit itself.
+ */
+static ngx_int_t
+ngx_http_kvserve_header_filter(ngx_http_request_t *r)
+{
+    kvs_buf_t                     body;
+    kvs_api_err_t                 aerr;
+    ngx_http_kvserve_ctx_t       *ctx;
+    ngx_http_kvserve_loc_conf_t  *klcf;
+
+    if (r->headers_out.status != NGX_HTTP_REQUEST_ENTITY_TOO_LARGE
+        || r != r->main
+        || (r->headers_out.content_type.len == sizeof("application/json") - 1
+            && ngx_strncmp(r->headers_out.content_type.data,
+                           "application/json", 16) == 0))
+    {
+        return ngx_http_kvserve_next_header(r);
+    }
+
+    klcf = ngx_http_get_module_loc_conf(r, ngx_http_kvserve_module);
+    if (klcf == NULL || !klcf->enable) {
+        return ngx_http_kvserve_next_header(r);
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_kvserve_module);
+    if (ctx == NULL) {
+        ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_kvserve_ctx_t));
+        if (ctx == NULL) {
+            return NGX_ERROR;
+        }
+        ctx->r = r;
+        ngx_http_set_ctx(r, ctx, ngx_http_kvserve_module);
+    }
+
+    kvs_api_err_set(&aerr, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, NULL, NULL,
+                    "The request body is larger than the server accepts.");
+    ngx_memzero(&body, sizeof(body));
+
+    if (kvs_api_err_json(&aerr, &body) != KVS_OK
+        || kvs_buf_append(&body, "\n", 1) != KVS_OK)
+    {
+        kvs_buf_free(&body);
+        return ngx_http_kvserve_next_header(r);
+    }
+
+    /* the body filter sends it: out is free in a request that never
+     * reached the handler, or one that failed before any output */
+    kvs_buf_free(&ctx->out);
+    ctx->out = body;
+    ctx->json_413 = 1;
+
+    r->headers_out.content_length_n = body.len;
+    ngx_str_set(&r->headers_out.content_type, "application/json");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+
+    return ngx_http_kvserve_next_header(r);
+}
+
+
+static ngx_int_t
+ngx_http_kvserve_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    ngx_buf_t               *b;
+    ngx_chain_t              out;
+    ngx_http_kvserve_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_kvserve_module);
+
+    if (ctx == NULL || !ctx->json_413) {
+        return ngx_http_kvserve_next_body(r, in);
+    }
+
+    if (ctx->json_413_sent || in == NULL) {
+        return ngx_http_kvserve_next_body(r, NULL);
+    }
+
+    ctx->json_413_sent = 1;
+
+    b = ngx_create_temp_buf(r->pool, ctx->out.len);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->last = ngx_cpymem(b->last, ctx->out.data, ctx->out.len);
+    b->last_buf = 1;
+    b->last_in_chain = 1;
+    kvs_buf_free(&ctx->out);
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_kvserve_next_body(r, &out);
+}
+
+
+ngx_int_t
+ngx_http_kvserve_filter_init(ngx_conf_t *cf)
+{
+    ngx_http_kvserve_next_header = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = ngx_http_kvserve_header_filter;
+
+    ngx_http_kvserve_next_body = ngx_http_top_body_filter;
+    ngx_http_top_body_filter = ngx_http_kvserve_body_filter;
+
+    return NGX_OK;
+}
