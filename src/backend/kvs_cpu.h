@@ -9,15 +9,17 @@
  * cache, wo, residual, RMSNorm, SwiGLU FFN, residual, final norm, output.
  *
  * Weights: matrices stay as stored in the mapping (F32, F16, BF16 or
- * Q8_0), so a quantized model costs no extra memory.  Products (measured
- * on a 2-core AVX-512 Xeon, see kvs_cpu.c): F32 / F16 / BF16 rows are
- * converted (if needed) into a small scratch and run through our AVX2/FMA
- * kernel for batches under 64 tokens, through OpenBLAS sgemm on tiles of
- * 128 rows for larger ones (prefill chunks); Q8_0 stays quantized on AVX2
- * CPUs: the input rows are quantized to int8 blocks and dotted in int8,
- * for every batch size (2x decode at batch 1, parity above).  Vectors
- * (norms, biases, RoPE frequency factors) are F32 in real GGUFs; F16 and
- * BF16 ones are converted to owned float copies at load.
+ * Q8_0).  Products (measured on a 2-core AVX-512 Xeon, kvs_cpu_mm.c):
+ * F32 / F16 / BF16 rows are converted (if needed) into a small scratch
+ * and run through our AVX2 or AVX-512 kernel for batches under 64
+ * tokens, through OpenBLAS sgemm on tiles of up to 512 rows for larger
+ * ones (prefill chunks); Q8_0 stays quantized: the input rows are
+ * quantized to int8 blocks and dotted in int8, for every batch size.  On
+ * AVX-512 VNNI CPUs Q8_0 matrices are repacked once at load (the same
+ * bytes, interleaved by 16 rows; products then no longer read those
+ * pages of the mapping), the one copy of weights this backend makes.
+ * Vectors (norms, biases, RoPE frequency factors) are F32 in real GGUFs;
+ * F16 and BF16 ones are converted to owned float copies at load.
  *
  * Invariants:
  *   - a kvs_cpu_model_t borrows the kvs_model_t's mapping (weights are
@@ -57,6 +59,9 @@ typedef struct {
     uint32_t     type;                /* F32, F16, BF16 or Q8_0 */
     uint32_t     rows;
     uint32_t     cols;
+    const void  *pack;                /* Q8_0 repacked for the AVX-512
+                                         VNNI kernel (kvs_cpu_impl.h),
+                                         or NULL */
 } kvs_cpu_mat_t;
 
 typedef struct {
@@ -84,6 +89,7 @@ typedef struct {
     kvs_cpu_layer_t    *layers;       /* [n_layer] */
     float             **owned;        /* [n_owned] converted vectors */
     uint32_t            n_owned;
+    void               *pack_mem;     /* every mat's pack, or NULL */
     kvs_rope_t          rope;
     int                 rope_pairing; /* KVS_ROPE_NORM | KVS_ROPE_NEOX */
 } kvs_cpu_model_t;

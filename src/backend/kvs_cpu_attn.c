@@ -1,0 +1,713 @@
+/*
+ * kvs_cpu_attn: the CPU backend's attention over the paged cache and its
+ * SwiGLU: portable (run.c's order, libm's expf); AVX2 + FMA (head sizes
+ * multiples of 8; a vectorized exp within ~1 ulp of expf, stories260K's
+ * texts stay byte exact); AVX-512 (head sizes multiples of 16) where one
+ * task takes all the query heads of a K/V head, so each K and V row is
+ * read once for all of them.
+ *
+ * Attention runs as tasks (token, head group) of the step's pool; a task
+ * reads the K/V rows of positions 0..pos of its sequence through its
+ * block table and writes its heads' slices of fw->att.  Invariant: the
+ * order of every sum (a score's q.k, the softmax's sum, each output's sum
+ * over positions) depends only on pos and the head sizes, never on the
+ * batch, the grouping or the thread, so a token attends the same alone
+ * or batched.
+ */
+
+#include <math.h>
+#include <string.h>
+
+#include "kvs_cpu_impl.h"
+
+#if KVS_CPU_X86
+#include <immintrin.h>
+#endif
+
+
+static void kvs_cpu_attn_ref(const kvs_cpu_fw_t *fw,
+    const kvs_batch_tok_t *tk, const float *qh, float *ah, float *sc,
+    uint32_t kvh);
+#if KVS_CPU_X86
+static void kvs_cpu_attn_avx2(const kvs_cpu_fw_t *fw,
+    const kvs_batch_tok_t *tk, const float *qh, float *ah, float *sc,
+    uint32_t kvh);
+static void kvs_cpu_swiglu_avx2(float *h1, const float *h3, uint32_t f);
+static void kvs_cpu_attn_avx512(const kvs_cpu_fw_t *fw,
+    const kvs_batch_tok_t *tk, const float *qh, float *ah, float *sc,
+    uint32_t kvh);
+#endif
+
+
+uint32_t
+kvs_cpu_attn_group(const kvs_hparams_t *hp, int simd)
+{
+#if KVS_CPU_X86
+    if (simd >= KVS_CPU_SIMD_AVX512 && hp->head_dim_k % 16 == 0
+        && hp->head_dim_v % 16 == 0)
+    {
+        return hp->n_head / hp->n_head_kv;
+    }
+#endif
+
+    return 1;
+}
+
+
+/* Task i * (n_head / group) + u: heads u * group .. + group of token i
+ * attend over positions 0..pos of its sequence; scores in the thread's
+ * scratch. */
+void
+kvs_cpu_attn_task(void *arg, uint32_t task, uint32_t thread)
+{
+    float                  *qh, *ah, *sc;
+    uint32_t                i, h, kvh, units;
+    kvs_cpu_fw_t           *fw;
+    const kvs_hparams_t    *hp;
+
+    fw = arg;
+    hp = &fw->cm->hp;
+    units = hp->n_head / fw->attn_group;
+    i = task / units;
+    h = task % units * fw->attn_group;
+    kvh = h / (hp->n_head / hp->n_head_kv);
+    qh = fw->q + (size_t) i * fw->qd + (size_t) h * hp->head_dim_k;
+    ah = fw->att + (size_t) i * fw->od + (size_t) h * hp->head_dim_v;
+    sc = fw->sc + (size_t) thread * fw->sc_stride;
+
+#if KVS_CPU_X86
+    if (fw->attn_group > 1 || (fw->simd >= KVS_CPU_SIMD_AVX512
+                               && hp->head_dim_k % 16 == 0
+                               && hp->head_dim_v % 16 == 0))
+    {
+        kvs_cpu_attn_avx512(fw, &fw->b->toks[i], qh, ah, sc, kvh);
+        return;
+    }
+
+    if (fw->simd >= KVS_CPU_SIMD_AVX2 && hp->head_dim_k % 8 == 0
+        && hp->head_dim_v % 8 == 0)
+    {
+        kvs_cpu_attn_avx2(fw, &fw->b->toks[i], qh, ah, sc, kvh);
+        return;
+    }
+#endif
+
+    kvs_cpu_attn_ref(fw, &fw->b->toks[i], qh, ah, sc, kvh);
+}
+
+
+/* The portable attention, in run.c's order. */
+static void
+kvs_cpu_attn_ref(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
+    const float *qh, float *ah, float *sc, uint32_t kvh)
+{
+    float                  mx, sum, z;
+    uint32_t               t, j, bt, blk, hdk, hdv;
+    const float           *kt, *vt;
+    const kvs_hparams_t   *hp;
+
+    hp = &fw->cm->hp;
+    bt = fw->kv->block_tokens;
+    hdk = hp->head_dim_k;
+    hdv = hp->head_dim_v;
+    mx = -INFINITY;
+
+    for (t = 0; t <= tk->pos; t++) {
+        blk = tk->table->blocks[t / bt];
+        kt = fw->kc + ((size_t) blk * bt + t % bt) * fw->kd
+             + (size_t) kvh * hdk;
+        z = 0.0f;
+
+        for (j = 0; j < hdk; j++) {
+            z += qh[j] * kt[j];
+        }
+
+        sc[t] = z * fw->scale;
+
+        if (sc[t] > mx) {
+            mx = sc[t];
+        }
+    }
+
+    sum = 0.0f;
+
+    for (t = 0; t <= tk->pos; t++) {
+        sc[t] = expf(sc[t] - mx);
+        sum += sc[t];
+    }
+
+    memset(ah, 0, hdv * sizeof(float));
+
+    for (t = 0; t <= tk->pos; t++) {
+        blk = tk->table->blocks[t / bt];
+        vt = fw->vc + ((size_t) blk * bt + t % bt) * fw->vd
+             + (size_t) kvh * hdv;
+        z = sc[t] / sum;
+
+        for (j = 0; j < hdv; j++) {
+            ah[j] += z * vt[j];
+        }
+    }
+}
+
+
+/* Per token i: h1[i] = silu(h1[i]) * h3[i]. */
+void
+kvs_cpu_swiglu_task(void *arg, uint32_t i, uint32_t thread)
+{
+    float         *h1, *h3, z;
+    uint32_t       j;
+    kvs_cpu_fw_t  *fw;
+
+    fw = arg;
+    h1 = fw->h1 + (size_t) i * fw->f;
+    h3 = fw->h3 + (size_t) i * fw->f;
+
+#if KVS_CPU_X86
+    if (fw->simd >= KVS_CPU_SIMD_AVX2) {
+        kvs_cpu_swiglu_avx2(h1, h3, fw->f);
+        return;
+    }
+#endif
+
+    for (j = 0; j < fw->f; j++) {
+        z = h1[j];
+        h1[j] = z * (1.0f / (1.0f + expf(-z))) * h3[j];
+    }
+}
+
+
+#if KVS_CPU_X86
+
+/*
+ * e^x for 8 floats: x = n ln2 + r (ln2 in two parts, |r| <= ln2 / 2),
+ * e^r by its Taylor polynomial of degree 7 (truncation under 1e-8
+ * relative), scaled by 2^n through the exponent bits.  Within ~1 ulp of
+ * expf; 0 below -87.3 (and for -inf, NaN), finite (2^127-ish) above
+ * 88.3: callers want 0 for masked scores and a saturated sigmoid.
+ */
+__attribute__((target("avx2,fma"))) static inline __m256
+kvs_cpu_exp8(__m256 x)
+{
+    __m256   n, r, p, keep;
+    __m256i  e;
+
+    keep = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_GE_OQ);
+    x = _mm256_min_ps(x, _mm256_set1_ps(88.3f));
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+
+    n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
+
+    p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+
+    e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
+                                           _mm256_set1_epi32(127)), 23);
+
+    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), keep);
+}
+
+
+/* Lanes summed in a fixed order: (0+4, 1+5, 2+6, 3+7), then pairs. */
+__attribute__((target("avx2,fma"))) static inline float
+kvs_cpu_attn_hsum(__m256 a)
+{
+    __m128  s;
+
+    s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+
+    return _mm_cvtss_f32(s);
+}
+
+
+/* Lane p of the result: the sum of a[p]'s lanes, every one in the same
+ * tree ((0+1)+(2+3)) + ((4+5)+(6+7)). */
+__attribute__((target("avx2,fma"))) static inline __m256
+kvs_cpu_attn_hsum8(const __m256 *a)
+{
+    __m256  h01, h23, h45, h67, lo, hi;
+
+    h01 = _mm256_hadd_ps(a[0], a[1]);
+    h23 = _mm256_hadd_ps(a[2], a[3]);
+    h45 = _mm256_hadd_ps(a[4], a[5]);
+    h67 = _mm256_hadd_ps(a[6], a[7]);
+    lo = _mm256_hadd_ps(h01, h23);
+    hi = _mm256_hadd_ps(h45, h67);
+
+    return _mm256_add_ps(_mm256_permute2f128_ps(lo, hi, 0x20),
+                         _mm256_permute2f128_ps(lo, hi, 0x31));
+}
+
+
+/* Walks a sequence's rows of one layer's K or V through its block
+ * table, position by position. */
+typedef struct {
+    const float     *base;            /* the cache + the head's offset */
+    const float     *row;             /* the current position's row */
+    const uint32_t  *blocks;
+    size_t           width;           /* floats per slot */
+    uint32_t         bt;
+    uint32_t         u;               /* position within its block */
+    uint32_t         blk;
+    uint32_t         last;            /* the last block to visit */
+} kvs_cpu_rows_t;
+
+
+static inline void
+kvs_cpu_rows_init(kvs_cpu_rows_t *it, const float *cache, size_t off,
+    size_t width, const kvs_batch_tok_t *tk, uint32_t bt)
+{
+    it->base = cache + off;
+    it->blocks = tk->table->blocks;
+    it->width = width;
+    it->bt = bt;
+    it->u = 0;
+    it->blk = 0;
+    it->last = tk->pos / bt;
+    it->row = it->base + (size_t) it->blocks[0] * bt * width;
+}
+
+
+/* The current row, then a step to the next position. */
+static inline const float *
+kvs_cpu_rows_next(kvs_cpu_rows_t *it)
+{
+    const float  *r;
+
+    r = it->row;
+    it->row += it->width;
+
+    if (++it->u == it->bt) {
+        it->u = 0;
+
+        if (it->blk < it->last) {
+            it->blk++;
+            it->row = it->base
+                      + (size_t) it->blocks[it->blk] * it->bt * it->width;
+        }
+    }
+
+    return r;
+}
+
+
+/*
+ * ah[c .. c + 8 NC) = sum over t < n of sc[t] * v_t[c ..]: NC (1 or 4,
+ * constant once inlined) 8-float chunks, positions alternating between
+ * two accumulators (even t, odd t) to halve the FMA chain, added last.
+ */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+kvs_cpu_attn_v(float *ah, const float *sc, uint32_t n, kvs_cpu_rows_t *it,
+    uint32_t c, const uint32_t NC)
+{
+    uint32_t      t, k;
+    __m256        a[4], b[4], z0, z1;
+    const float  *r0, *r1;
+
+#pragma GCC unroll 4
+    for (k = 0; k < NC; k++) {
+        a[k] = _mm256_setzero_ps();
+        b[k] = _mm256_setzero_ps();
+    }
+
+    for (t = 0; t + 1 < n; t += 2) {
+        r0 = kvs_cpu_rows_next(it) + c;
+        r1 = kvs_cpu_rows_next(it) + c;
+        z0 = _mm256_broadcast_ss(sc + t);
+        z1 = _mm256_broadcast_ss(sc + t + 1);
+
+#pragma GCC unroll 4
+        for (k = 0; k < NC; k++) {
+            a[k] = _mm256_fmadd_ps(z0, _mm256_loadu_ps(r0 + 8 * k), a[k]);
+            b[k] = _mm256_fmadd_ps(z1, _mm256_loadu_ps(r1 + 8 * k), b[k]);
+        }
+    }
+
+    if (t < n) {
+        r0 = kvs_cpu_rows_next(it) + c;
+        z0 = _mm256_broadcast_ss(sc + t);
+
+#pragma GCC unroll 4
+        for (k = 0; k < NC; k++) {
+            a[k] = _mm256_fmadd_ps(z0, _mm256_loadu_ps(r0 + 8 * k), a[k]);
+        }
+    }
+
+#pragma GCC unroll 4
+    for (k = 0; k < NC; k++) {
+        _mm256_storeu_ps(ah + c + 8 * k, _mm256_add_ps(a[k], b[k]));
+    }
+}
+
+
+/*
+ * sc[0..n) = softmax(sc[0..n)) in vectors: sc holds n scores and, up to
+ * the next multiple of 8, copies of real ones (so the max is the real
+ * one), replaced by -inf here; e^(s - max) by kvs_cpu_exp8, their sum in
+ * 8 lanes then kvs_cpu_attn_hsum, each divided by it.
+ */
+__attribute__((target("avx2,fma"))) static void
+kvs_cpu_softmax_avx2(float *sc, uint32_t n)
+{
+    float     mx, sum;
+    uint32_t  t, n8;
+    __m256    mv, sv, e;
+    __m128    m4;
+
+    n8 = (n + 7) & ~7u;
+    mv = _mm256_set1_ps(-INFINITY);
+
+    for (t = 0; t < n8; t += 8) {
+        mv = _mm256_max_ps(mv, _mm256_loadu_ps(sc + t));
+    }
+
+    m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    mx = _mm_cvtss_f32(m4);
+
+    for (t = n; t < n8; t++) {
+        sc[t] = -INFINITY;
+    }
+
+    sv = _mm256_setzero_ps();
+    mv = _mm256_set1_ps(mx);
+
+    for (t = 0; t < n8; t += 8) {
+        e = kvs_cpu_exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + t), mv));
+        _mm256_storeu_ps(sc + t, e);
+        sv = _mm256_add_ps(sv, e);
+    }
+
+    sum = kvs_cpu_attn_hsum(sv);
+    sv = _mm256_set1_ps(sum);
+
+    for (t = 0; t < n8; t += 8) {
+        _mm256_storeu_ps(sc + t, _mm256_div_ps(_mm256_loadu_ps(sc + t), sv));
+    }
+}
+
+
+/*
+ * The attention of one (token, head), 8 positions at a time: 8 q.k sums
+ * in 8-lane FMAs reduced together (kvs_cpu_attn_hsum8), a last partial
+ * group padded with its last position's row (fw->sc_len allows it);
+ * kvs_cpu_softmax_avx2(); the weighted sum of V rows by
+ * kvs_cpu_attn_v().
+ */
+__attribute__((target("avx2,fma"))) static void
+kvs_cpu_attn_avx2(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
+    const float *qh, float *ah, float *sc, uint32_t kvh)
+{
+    uint32_t              n, t, p, j, c, hdk, hdv, bt;
+    __m256                acc[8], qv;
+    const float          *kp[8];
+    kvs_cpu_rows_t        it;
+    const kvs_hparams_t  *hp;
+
+    hp = &fw->cm->hp;
+    bt = fw->kv->block_tokens;
+    hdk = hp->head_dim_k;
+    hdv = hp->head_dim_v;
+    n = tk->pos + 1;
+
+    kvs_cpu_rows_init(&it, fw->kc, (size_t) kvh * hdk, fw->kd, tk, bt);
+
+    for (t = 0; t < n; t += 8) {
+        for (p = 0; p < 8; p++) {
+            kp[p] = t + p < n ? kvs_cpu_rows_next(&it) : kp[p - 1];
+        }
+
+#pragma GCC unroll 8
+        for (p = 0; p < 8; p++) {
+            acc[p] = _mm256_setzero_ps();
+        }
+
+        for (j = 0; j < hdk; j += 8) {
+            qv = _mm256_loadu_ps(qh + j);
+
+#pragma GCC unroll 8
+            for (p = 0; p < 8; p++) {
+                acc[p] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kp[p] + j),
+                                         acc[p]);
+            }
+        }
+
+        _mm256_storeu_ps(sc + t, _mm256_mul_ps(kvs_cpu_attn_hsum8(acc),
+                                               _mm256_set1_ps(fw->scale)));
+    }
+
+    kvs_cpu_softmax_avx2(sc, n);
+
+    for (c = 0; c + 32 <= hdv; c += 32) {
+        kvs_cpu_rows_init(&it, fw->vc, (size_t) kvh * hdv, fw->vd, tk, bt);
+        kvs_cpu_attn_v(ah, sc, n, &it, c, 4);
+    }
+
+    for ( /* void */ ; c < hdv; c += 8) {
+        kvs_cpu_rows_init(&it, fw->vc, (size_t) kvh * hdv, fw->vd, tk, bt);
+        kvs_cpu_attn_v(ah, sc, n, &it, c, 1);
+    }
+}
+
+
+#define KVS_CPU_AVX512  "avx512f,avx512bw,avx512vl,avx2,fma"
+
+/*
+ * Scores of GP (1..3, constant once inlined) query heads, q[g * hdk ..],
+ * sharing one K head, 8 positions at a time: each K row is loaded once
+ * for the GP heads; 16-lane FMA sums over the row, halves added (lane l
+ * + lane l + 8), then kvs_cpu_attn_hsum8's tree, times scale, into
+ * sc[g * sc_len + t].  A last partial group repeats its last row.
+ */
+__attribute__((target(KVS_CPU_AVX512), always_inline)) static inline void
+kvs_cpu_attn_qk512(const float *q, uint32_t hdk, kvs_cpu_rows_t it,
+    uint32_t n, float *sc, size_t sc_len, float scale, const uint32_t GP)
+{
+    uint32_t      t, p, j, g;
+    __m256        r[8];
+    __m512        acc[3][8], kv;
+    const float  *kp[8];
+
+    for (t = 0; t < n; t += 8) {
+        for (p = 0; p < 8; p++) {
+            kp[p] = t + p < n ? kvs_cpu_rows_next(&it) : kp[p - 1];
+        }
+
+#pragma GCC unroll 3
+        for (g = 0; g < GP; g++) {
+#pragma GCC unroll 8
+            for (p = 0; p < 8; p++) {
+                acc[g][p] = _mm512_setzero_ps();
+            }
+        }
+
+        for (j = 0; j < hdk; j += 16) {
+#pragma GCC unroll 8
+            for (p = 0; p < 8; p++) {
+                kv = _mm512_loadu_ps(kp[p] + j);
+
+#pragma GCC unroll 3
+                for (g = 0; g < GP; g++) {
+                    acc[g][p] = _mm512_fmadd_ps(
+                        _mm512_loadu_ps(q + (size_t) g * hdk + j), kv,
+                        acc[g][p]);
+                }
+            }
+        }
+
+#pragma GCC unroll 3
+        for (g = 0; g < GP; g++) {
+#pragma GCC unroll 8
+            for (p = 0; p < 8; p++) {
+                r[p] = _mm256_add_ps(_mm512_castps512_ps256(acc[g][p]),
+                                     _mm256_castpd_ps(_mm512_extractf64x4_pd(
+                                         _mm512_castps_pd(acc[g][p]), 1)));
+            }
+
+            _mm256_storeu_ps(sc + g * sc_len + t,
+                             _mm256_mul_ps(kvs_cpu_attn_hsum8(r),
+                                           _mm256_set1_ps(scale)));
+        }
+    }
+}
+
+
+/*
+ * a[g * hdv + c ..] (16 CN floats) = sum over t < n of
+ * sc[g * sc_len + t] * v_t[c ..] for GP heads (1..3) sharing the V head:
+ * each V row loaded once; one head alone alternates two accumulators
+ * (even t, odd t; added last) to cover the FMA latency.
+ */
+__attribute__((target(KVS_CPU_AVX512), always_inline)) static inline void
+kvs_cpu_attn_v512(float *a, uint32_t hdv, const float *sc, size_t sc_len,
+    uint32_t n, kvs_cpu_rows_t it, uint32_t c, const uint32_t GP,
+    const uint32_t CN)
+{
+    uint32_t      t, k, g;
+    __m512        acc[3][4], odd[4], vv[4], z;
+    const float  *r0;
+
+#pragma GCC unroll 3
+    for (g = 0; g < GP; g++) {
+#pragma GCC unroll 4
+        for (k = 0; k < CN; k++) {
+            acc[g][k] = _mm512_setzero_ps();
+            odd[k] = _mm512_setzero_ps();
+        }
+    }
+
+    for (t = 0; t < n; t++) {
+        r0 = kvs_cpu_rows_next(&it) + c;
+
+#pragma GCC unroll 4
+        for (k = 0; k < CN; k++) {
+            vv[k] = _mm512_loadu_ps(r0 + 16 * k);
+        }
+
+        if (GP == 1 && (t & 1)) {
+            z = _mm512_set1_ps(sc[t]);
+
+#pragma GCC unroll 4
+            for (k = 0; k < CN; k++) {
+                odd[k] = _mm512_fmadd_ps(z, vv[k], odd[k]);
+            }
+
+            continue;
+        }
+
+#pragma GCC unroll 3
+        for (g = 0; g < GP; g++) {
+            z = _mm512_set1_ps(sc[g * sc_len + t]);
+
+#pragma GCC unroll 4
+            for (k = 0; k < CN; k++) {
+                acc[g][k] = _mm512_fmadd_ps(z, vv[k], acc[g][k]);
+            }
+        }
+    }
+
+#pragma GCC unroll 3
+    for (g = 0; g < GP; g++) {
+#pragma GCC unroll 4
+        for (k = 0; k < CN; k++) {
+            if (GP == 1) {
+                acc[g][k] = _mm512_add_ps(acc[g][k], odd[k]);
+            }
+
+            _mm512_storeu_ps(a + (size_t) g * hdv + c + 16 * k, acc[g][k]);
+        }
+    }
+}
+
+
+/*
+ * The attention of fw->attn_group query heads (qh, ah: the first one's)
+ * sharing K/V head kvh, for one token: scores by passes of up to 3
+ * heads, each head's softmax (kvs_cpu_softmax_avx2), then the V sums by
+ * passes of up to 3 heads and 64 floats.  sc: [attn_group][sc_len].
+ */
+__attribute__((target(KVS_CPU_AVX512))) static void
+kvs_cpu_attn_avx512(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
+    const float *qh, float *ah, float *sc, uint32_t kvh)
+{
+    uint32_t              n, g, gp, c, hdk, hdv, bt, group;
+    kvs_cpu_rows_t        it;
+    const kvs_hparams_t  *hp;
+
+    hp = &fw->cm->hp;
+    bt = fw->kv->block_tokens;
+    hdk = hp->head_dim_k;
+    hdv = hp->head_dim_v;
+    group = fw->attn_group;
+    n = tk->pos + 1;
+
+    kvs_cpu_rows_init(&it, fw->kc, (size_t) kvh * hdk, fw->kd, tk, bt);
+
+    for (g = 0; g < group; g += gp) {
+        gp = group - g < 3 ? group - g : 3;
+
+        switch (gp) {
+        case 3:
+            kvs_cpu_attn_qk512(qh + (size_t) g * hdk, hdk, it, n,
+                               sc + g * fw->sc_len, fw->sc_len, fw->scale, 3);
+            break;
+        case 2:
+            kvs_cpu_attn_qk512(qh + (size_t) g * hdk, hdk, it, n,
+                               sc + g * fw->sc_len, fw->sc_len, fw->scale, 2);
+            break;
+        default:
+            kvs_cpu_attn_qk512(qh + (size_t) g * hdk, hdk, it, n,
+                               sc + g * fw->sc_len, fw->sc_len, fw->scale, 1);
+            break;
+        }
+    }
+
+    for (g = 0; g < group; g++) {
+        kvs_cpu_softmax_avx2(sc + g * fw->sc_len, n);
+    }
+
+    kvs_cpu_rows_init(&it, fw->vc, (size_t) kvh * hdv, fw->vd, tk, bt);
+
+    for (g = 0; g < group; g += gp) {
+        gp = group - g < 3 ? group - g : 3;
+
+        for (c = 0; c + 64 <= hdv; c += 64) {
+            switch (gp) {
+            case 3:
+                kvs_cpu_attn_v512(ah + (size_t) g * hdv, hdv,
+                                  sc + g * fw->sc_len, fw->sc_len, n, it, c,
+                                  3, 4);
+                break;
+            case 2:
+                kvs_cpu_attn_v512(ah + (size_t) g * hdv, hdv,
+                                  sc + g * fw->sc_len, fw->sc_len, n, it, c,
+                                  2, 4);
+                break;
+            default:
+                kvs_cpu_attn_v512(ah + (size_t) g * hdv, hdv,
+                                  sc + g * fw->sc_len, fw->sc_len, n, it, c,
+                                  1, 4);
+                break;
+            }
+        }
+
+        for ( /* void */ ; c < hdv; c += 16) {
+            switch (gp) {
+            case 3:
+                kvs_cpu_attn_v512(ah + (size_t) g * hdv, hdv,
+                                  sc + g * fw->sc_len, fw->sc_len, n, it, c,
+                                  3, 1);
+                break;
+            case 2:
+                kvs_cpu_attn_v512(ah + (size_t) g * hdv, hdv,
+                                  sc + g * fw->sc_len, fw->sc_len, n, it, c,
+                                  2, 1);
+                break;
+            default:
+                kvs_cpu_attn_v512(ah + (size_t) g * hdv, hdv,
+                                  sc + g * fw->sc_len, fw->sc_len, n, it, c,
+                                  1, 1);
+                break;
+            }
+        }
+    }
+}
+
+
+/* silu(h1) * h3 as the portable loop rounds it, with kvs_cpu_exp8. */
+__attribute__((target("avx2,fma"))) static void
+kvs_cpu_swiglu_avx2(float *h1, const float *h3, uint32_t f)
+{
+    float     z;
+    uint32_t  j;
+    __m256    x, one, s;
+
+    one = _mm256_set1_ps(1.0f);
+
+    for (j = 0; j + 8 <= f; j += 8) {
+        x = _mm256_loadu_ps(h1 + j);
+        s = _mm256_div_ps(one, _mm256_add_ps(one, kvs_cpu_exp8(
+                _mm256_sub_ps(_mm256_setzero_ps(), x))));
+        _mm256_storeu_ps(h1 + j, _mm256_mul_ps(_mm256_mul_ps(x, s),
+                                               _mm256_loadu_ps(h3 + j)));
+    }
+
+    for ( /* void */ ; j < f; j++) {
+        z = h1[j];
+        h1[j] = z * (1.0f / (1.0f + expf(-z))) * h3[j];
+    }
+}
+
+#endif /* KVS_CPU_X86 */
