@@ -17,7 +17,8 @@
 # Environment: KVS_CLI (the kvserve tool), KVS_FIXTURES, KVS_TMP,
 # LLAMA_CPP_BUILD (the peer; without it only our numbers are printed).
 # Knobs: ENGINE_MODELS (subset of "stories f32 f16 q8_0"),
-# ENGINE_THREADS ("1 2").
+# ENGINE_THREADS ("1 2"), ENGINE_REPS (3: ours, best of; the peer's
+# repetitions are llamacpp.sh's).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,22 +26,31 @@ cli=${KVS_CLI:-build/kvserve}
 tmp=${KVS_TMP:-/tmp}/engine-bench
 models=${ENGINE_MODELS:-stories f32 f16 q8_0}
 threads_list=${ENGINE_THREADS:-1 2}
+reps=${ENGINE_REPS:-3}
 mkdir -p "$tmp"
 
 field() {    # field NAME LINE: the value of NAME=... in LINE
     sed -n "s/.*[[:space:]]$1=\([^[:space:]]*\).*/\1/p" <<<" $2"
 }
 
+best() {     # best KEY ARGS...: the largest KEY of $reps bench runs
+    local key=$1 v b=0 i
+    shift
+    for ((i = 0; i < reps; i++)); do
+        v=$(field "$key" "$("$cli" bench "$@" | grep '^bench ')")
+        b=$(awk -v a="$v" -v b="$b" 'BEGIN { print (a > b) ? a : b }')
+    done
+    echo "$b"
+}
+
 ours() {     # ours MODEL THREADS: "prefill decode1 decode32"
-    local m=$1 t=$2 l1 l2 l3
-    l1=$("$cli" bench "$m" --threads "$t" --seqs 1 --prompt 512 --gen 1 \
-         | grep '^bench ')
-    l2=$("$cli" bench "$m" --threads "$t" --seqs 1 --prompt 1 --gen 129 \
-         | grep '^bench ')
-    l3=$("$cli" bench "$m" --threads "$t" --seqs 32 --prompt 128 \
-         --gen 129 | grep '^bench ')
-    echo "$(field prefill_tps "$l1") $(field decode_tps "$l2")" \
-         "$(field decode_tps "$l3")"
+    local m=$1 t=$2
+    echo "$(best prefill_tps "$m" --threads "$t" --seqs 1 --prompt 512 \
+                --gen 1)" \
+         "$(best decode_tps "$m" --threads "$t" --seqs 1 --prompt 1 \
+                --gen 129)" \
+         "$(best decode_tps "$m" --threads "$t" --seqs 32 --prompt 128 \
+                --gen 129)"
 }
 
 ratio() {
