@@ -4,9 +4,10 @@
 #   make all     libkvserve.a, the kvserve tool, the nginx module, CUDA
 #   make run     start nginx with the module on 127.0.0.1:8080
 #   make stop    stop it
-#   make test    unit (plain, ASan+UBSan), GGUF interop, Test::Nginx
-#   make unit / unit-asan / unit-tsan / interop / itest / bench / fuzz /
-#        clean
+#   make test    unit (plain, ASan+UBSan), GGUF interop, Test::Nginx,
+#                the openai SDK against nginx
+#   make unit / unit-asan / unit-tsan / interop / itest / sdk / bench /
+#        fuzz / clean
 #
 # KVSERVE_CUDA=0 skips the CUDA sources even when nvcc is present.
 
@@ -59,7 +60,7 @@ TSAN_BINS    := $(B)/tsan/unit/test_engine $(B)/tsan/unit/test_threads \
 VENV         := $(B)/venv
 # the venv is refreshed when the list of Python packages changes
 PY_PKGS      := gguf==0.19.0 jinja2==3.1.6 tokenizers==0.23.3 \
-                tiktoken==0.14.0
+                tiktoken==0.14.0 openai==3.57.0
 PY_STAMP     := $(VENV)/.ok-$(shell echo '$(PY_PKGS)' | md5sum | cut -c1-8)
 
 ifeq ($(KVSERVE_CUDA),1)
@@ -74,7 +75,7 @@ CUDA_LINK    :=
 endif
 
 .PHONY: all lib deps run stop test unit unit-asan unit-tsan interop itest \
-        bench \
+        sdk bench \
         fuzz clean
 
 all: $(LIB) $(CLI) $(MODULE) $(DEFAULT_MODEL)
@@ -213,8 +214,15 @@ itest: $(MODULE) $(DEFAULT_MODEL)
 	TEST_NGINX_SERVROOT=$(BABS)/servroot \
 	prove $(PROVE_INC) t/*.t
 
+# the official openai Python SDK, unchanged, against nginx with the module
+sdk: $(MODULE) $(DEFAULT_MODEL) $(PY_STAMP)
+	@mkdir -p $(B)/tmp
+	$(TEST_ENV) KVS_NGINX=$(NGINX) KVS_MODULE=$(abspath $(MODULE)) \
+	    KVS_MODEL=$(abspath $(DEFAULT_MODEL)) \
+	    $(VENV)/bin/python t/unit/test_openai_sdk.py
+
 test: deps
-	@$(MAKE) -s unit unit-asan unit-tsan interop itest
+	@$(MAKE) -s unit unit-asan unit-tsan interop itest sdk
 
 BENCH_SRCS := $(wildcard t/bench/bench_*.c)
 BENCH_BINS := $(BENCH_SRCS:t/bench/%.c=$(B)/%)
@@ -222,10 +230,11 @@ BENCH_BINS := $(BENCH_SRCS:t/bench/%.c=$(B)/%)
 $(B)/bench_%: t/bench/bench_%.c $(LIB)
 	$(CC) $(KVS_CFLAGS) $(CFLAGS) -Isrc -o $@ $< $(LIB) $(LIBS) $(CUDA_LINK)
 
-bench: $(CLI) $(BENCH_BINS) $(PY_STAMP)
+bench: $(CLI) $(BENCH_BINS) $(MODULE) $(PY_STAMP)
 	@mkdir -p $(B)/tmp
 	@set -e; for b in t/bench/*.sh; do echo "== $$b"; \
 	    $(TEST_ENV) KVS_BENCH_DIR=$(BABS) KVS_BENCH_GGUF=$(BABS)/bench_gguf \
+	    KVS_MODULE=$(abspath $(MODULE)) NGINX=$(NGINX) \
 	    KVS_PYTHON=$(abspath $(VENV))/bin/python bash $$b; done
 
 # libFuzzer targets (clang): the GGUF reader and vocabulary loader, and

@@ -22,6 +22,12 @@
  *   kvserve_engine_timeout <time>;      http: no output for this long
  *                                       fails the request
  *   kvserve_status;                     location: the engine's stats
+ *   kvserve_metrics;                    location: Prometheus metrics,
+ *                                       every worker's requests and
+ *                                       the engine's gauges
+ *
+ * Variables for log_format ($kvserve_ttft_ms, ...) are added before the
+ * configuration is read (ngx_http_kvserve_metrics.c).
  *
  * The engine's numbers are fixed when the http block ends (init main
  * conf, after every kvserve_model is loaded): each model's KV cache plan
@@ -76,6 +82,8 @@ static char *ngx_http_kvserve_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
 static ngx_int_t ngx_http_kvserve_init_process(ngx_cycle_t *cycle);
 static void ngx_http_kvserve_exit_process(ngx_cycle_t *cycle);
+static char *ngx_http_kvserve_metrics_directive(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
 static char *ngx_http_kvserve_status(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 
@@ -166,6 +174,13 @@ static ngx_command_t  ngx_http_kvserve_commands[] = {
       offsetof(ngx_http_kvserve_main_conf_t, engine_timeout),
       NULL },
 
+    { ngx_string("kvserve_metrics"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_kvserve_metrics_directive,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("kvserve_status"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_kvserve_status,
@@ -178,7 +193,7 @@ static ngx_command_t  ngx_http_kvserve_commands[] = {
 
 
 static ngx_http_module_t  ngx_http_kvserve_module_ctx = {
-    NULL,                                  /* preconfiguration */
+    ngx_http_kvserve_add_variables,        /* preconfiguration */
     ngx_http_kvserve_filter_init,          /* postconfiguration */
 
     ngx_http_kvserve_create_main_conf,     /* create main configuration */
@@ -640,6 +655,12 @@ ngx_http_kvserve_init_main_conf(ngx_conf_t *cf, void *conf)
                   kmcf->threads == 0 ? " (auto: online CPUs)" : "",
                   kmcf->max_batch_tokens, kmcf->kv_block);
 
+    /* the counters every worker adds to, whether or not a location
+     * shows them: a kvserve_metrics added by a reload sees the past */
+    if (ngx_http_kvserve_metrics_zone(cf, kmcf) != NGX_CONF_OK) {
+        return NGX_CONF_ERROR;
+    }
+
     return ngx_http_kvserve_kv_size(cf, kmcf);
 }
 
@@ -771,6 +792,7 @@ ngx_http_kvserve_create_loc_conf(ngx_conf_t *cf)
     klcf->enable = NGX_CONF_UNSET;
     klcf->chat_template = NGX_CONF_UNSET;
     klcf->status = NGX_CONF_UNSET;
+    klcf->metrics = NGX_CONF_UNSET;
 
     return klcf;
 }
@@ -784,6 +806,7 @@ ngx_http_kvserve_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     ngx_conf_merge_value(conf->enable, prev->enable, 0);
     ngx_conf_merge_value(conf->status, prev->status, 0);
+    ngx_conf_merge_value(conf->metrics, prev->metrics, 0);
     ngx_conf_merge_value(conf->chat_template, prev->chat_template,
                          NGX_CONF_UNSET);
 
@@ -860,6 +883,27 @@ ngx_http_kvserve_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     kmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_kvserve_module);
     kmcf->used = 1;
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_kvserve_metrics_directive(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_kvserve_loc_conf_t  *klcf = conf;
+
+    ngx_http_core_loc_conf_t  *clcf;
+
+    if (klcf->metrics != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    klcf->metrics = 1;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = ngx_http_kvserve_metrics_handler;
 
     return NGX_CONF_OK;
 }

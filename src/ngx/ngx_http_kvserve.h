@@ -15,6 +15,7 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include "api/kvs_metrics.h"
 #include "kv/kvs_kv_size.h"
 #include "model/kvs_model.h"
 #include "wire/kvs_wire.h"
@@ -58,6 +59,13 @@ typedef struct {
     ngx_msec_t                engine_timeout;  /* no output from the
                                                   engine for this long:
                                                   the request fails */
+
+    /* kvserve_metrics (ngx_http_kvserve_metrics.c) */
+    ngx_shm_zone_t           *metrics_zone;  /* kvs_metrics_t, every
+                                                worker's requests */
+    const char              **metrics_names; /* [models], NUL-ended */
+    uint32_t                 *metrics_lens;  /* [models]: contexts, for
+                                                the token buckets */
 } ngx_http_kvserve_main_conf_t;
 
 
@@ -68,7 +76,21 @@ typedef struct {
                                                  recognised in the model */
     ngx_flag_t                status;      /* kvserve_status: the engine's
                                               stats as JSON */
+    ngx_flag_t                metrics;     /* kvserve_metrics: Prometheus
+                                              text */
 } ngx_http_kvserve_loc_conf_t;
+
+
+/* A completion request's figures, for the variables. */
+typedef struct {
+    kvs_req_times_t           t;
+    ngx_str_t                 model;       /* len 0: not known */
+    uint32_t                  prompt_tokens;
+    uint32_t                  completion_tokens;
+    ngx_int_t                 reason;      /* kvs_reason_t, or -1 while
+                                              it has none */
+    unsigned                  submitted:1; /* reached the engine side */
+} ngx_http_kvserve_req_info_t;
 
 
 /*
@@ -119,6 +141,19 @@ ngx_int_t ngx_http_kvserve_filter_init(ngx_conf_t *cf);
 ngx_int_t ngx_http_kvserve_error_json(ngx_http_request_t *r,
     ngx_uint_t status, const char *message, const char *param,
     const char *code);
+
+/* NGX_OK with *info filled for a completion request, else
+ * NGX_DECLINED */
+ngx_int_t ngx_http_kvserve_req_info(ngx_http_request_t *r,
+    ngx_http_kvserve_req_info_t *info);
+
+/* timing and metrics (ngx_http_kvserve_metrics.c) */
+ngx_int_t ngx_http_kvserve_add_variables(ngx_conf_t *cf);
+char *ngx_http_kvserve_metrics_zone(ngx_conf_t *cf,
+    ngx_http_kvserve_main_conf_t *kmcf);
+/* The zone's counters, or NULL when there is none (no model). */
+kvs_metrics_t *ngx_http_kvserve_metrics(ngx_http_request_t *r);
+ngx_int_t ngx_http_kvserve_metrics_handler(ngx_http_request_t *r);
 
 /* the engine process, from the worker's side */
 ngx_int_t ngx_http_kvserve_engine_init_process(ngx_cycle_t *cycle);

@@ -20,7 +20,13 @@
  *    gracefully exiting worker finishes its streams; it is re-armed at
  *    every output and is what notices a hung engine;
  *  - the pool cleanup forgets every part (CANCEL when still running), so
- *    a client that goes away (ngx_http_test_reading) frees its KV blocks.
+ *    a client that goes away (ngx_http_test_reading) frees its KV blocks;
+ *  - every hop is stamped on CLOCK_MONOTONIC (ctx->t; the engine's stamps
+ *    come in OUT frames, same clock, same host); a request that reached
+ *    the engine side is added to the shared metrics exactly once
+ *    (ctx->recorded): before its last bytes are sent when it completes,
+ *    so a scrape that follows the response sees it, else at cleanup
+ *    (client gone: abort; engine failure: error).
  */
 
 #include <ngx_config.h>
@@ -47,6 +53,10 @@ typedef struct {
     kvs_api_textpos_t         pos;         /* completions logprobs */
     kvs_finish_t              finish;
     uint32_t                  n_generated;
+    uint32_t                  n_seen;      /* n_generated so far: tokens
+                                              sampled, an end token
+                                              included */
+    uint64_t                  last_ns;     /* its last token came */
     unsigned                  started:1;
     unsigned                  ended:1;
 } ngx_http_kvserve_choice_t;
@@ -75,6 +85,10 @@ struct ngx_http_kvserve_ctx_s {
     ngx_uint_t                n_choices;
     ngx_uint_t                n_ended;
     uint32_t                  prompt_tokens;
+    uint64_t                  preempted;   /* of the choices that ended */
+    ngx_int_t                 reason;      /* kvs_reason_t, once recorded */
+
+    kvs_req_times_t           t;           /* the hops */
 
     ngx_http_kvserve_sub_t    stats;       /* kvserve_status */
 
@@ -91,6 +105,11 @@ struct ngx_http_kvserve_ctx_s {
     unsigned                  finished:1;
     unsigned                  json_413:1;   /* nginx's own 413, rewritten */
     unsigned                  json_413_sent:1;
+    unsigned                  completion:1; /* a completions request */
+    unsigned                  failed:1;     /* ended by a server error */
+    unsigned                  refused:1;    /* the engine refused it */
+    unsigned                  recorded:1;   /* in the shared metrics */
+    unsigned                  trailers:1;   /* Server-Timing trailer */
 };
 
 
@@ -138,6 +157,173 @@ ngx_http_kvserve_now_ns(void)
 }
 
 
+/* ---- timings and metrics ---------------------------------------------- */
+
+/* kvs_reason_t, or -1 while the request has none (not submitted, or
+ * refused by the engine, or still running) */
+static ngx_int_t
+ngx_http_kvserve_reason(ngx_http_kvserve_ctx_t *ctx)
+{
+    ngx_uint_t  i;
+
+    if (ctx->recorded) {
+        return ctx->reason;
+    }
+
+    if (!ctx->completion || ctx->t.submit_ns == 0 || ctx->refused) {
+        return -1;
+    }
+
+    /* the client went away (ngx_http_test_reading, a failed write): the
+     * engine may have finished since, but the response was not had */
+    if (ctx->r->connection->error && !ctx->failed) {
+        return KVS_REASON_ABORT;
+    }
+
+    if (ctx->n_choices > 0 && ctx->n_ended == ctx->n_choices) {
+        for (i = 0; i < ctx->n_choices; i++) {
+            if (ctx->choices[i].finish == KVS_FINISH_LENGTH) {
+                return KVS_REASON_LENGTH;
+            }
+        }
+        return KVS_REASON_STOP;
+    }
+
+    /* ended early: by the server, or by the client going away */
+    return ctx->failed ? KVS_REASON_ERROR : KVS_REASON_ABORT;
+}
+
+
+static uint32_t
+ngx_http_kvserve_completion_tokens(ngx_http_kvserve_ctx_t *ctx)
+{
+    uint32_t    n;
+    ngx_uint_t  i;
+
+    n = 0;
+
+    for (i = 0; i < ctx->n_choices; i++) {
+        n += ctx->choices[i].ended ? ctx->choices[i].n_generated
+                                   : ctx->choices[i].n_seen;
+    }
+
+    return n;
+}
+
+
+ngx_int_t
+ngx_http_kvserve_req_info(ngx_http_request_t *r,
+    ngx_http_kvserve_req_info_t *info)
+{
+    ngx_http_kvserve_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_kvserve_module);
+
+    if (ctx == NULL || !ctx->completion) {
+        return NGX_DECLINED;
+    }
+
+    ngx_memzero(info, sizeof(ngx_http_kvserve_req_info_t));
+
+    info->t = ctx->t;
+    if (ctx->model != NULL) {
+        info->model = ctx->model->name;
+    }
+    info->prompt_tokens = ctx->prompt_tokens;
+    info->completion_tokens = ngx_http_kvserve_completion_tokens(ctx);
+    info->reason = ngx_http_kvserve_reason(ctx);
+    info->submitted = (ctx->t.submit_ns != 0 && !ctx->refused);
+
+    /* the log phase of a request that has not ended its own way (a
+     * client gone): its total is up to now */
+    if (info->t.end_ns == 0 && info->t.start_ns != 0) {
+        info->t.end_ns = ngx_http_kvserve_now_ns();
+    }
+
+    return NGX_OK;
+}
+
+
+/* Adds the request to the shared counters, once; it must have reached
+ * the engine side and not been refused there. */
+static void
+ngx_http_kvserve_record(ngx_http_kvserve_ctx_t *ctx)
+{
+    ngx_int_t       reason;
+    kvs_metrics_t  *m;
+
+    if (ctx->recorded) {
+        return;
+    }
+
+    if (ctx->t.end_ns == 0) {
+        ctx->t.end_ns = ngx_http_kvserve_now_ns();
+    }
+
+    reason = ngx_http_kvserve_reason(ctx);
+    if (reason < 0) {
+        return;
+    }
+
+    ctx->recorded = 1;
+    ctx->reason = reason;
+
+    m = ngx_http_kvserve_metrics(ctx->r);
+    if (m == NULL) {
+        return;
+    }
+
+    kvs_metrics_request(m, (uint32_t) ctx->model_index, &ctx->t,
+                        ctx->prompt_tokens,
+                        ngx_http_kvserve_completion_tokens(ctx),
+                        ctx->preempted, (kvs_reason_t) reason);
+}
+
+
+/* A Server-Timing field in list: the response's headers or trailers. */
+static ngx_int_t
+ngx_http_kvserve_server_timing(ngx_http_kvserve_ctx_t *ctx,
+    ngx_list_t *list)
+{
+    u_char           *p;
+    kvs_buf_t         v;
+    kvs_err_t         err;
+    ngx_table_elt_t  *h;
+
+    ngx_memzero(&v, sizeof(v));
+
+    if (kvs_req_times_server_timing(&ctx->t, &v, &err) != KVS_OK) {
+        return NGX_ERROR;
+    }
+
+    if (v.len == 0) {
+        return NGX_OK;
+    }
+
+    p = ngx_pnalloc(ctx->r->pool, v.len);
+    if (p == NULL) {
+        kvs_buf_free(&v);
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(p, v.data, v.len);
+
+    h = ngx_list_push(list);
+    if (h == NULL) {
+        kvs_buf_free(&v);
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    ngx_str_set(&h->key, "Server-Timing");
+    h->value.data = p;
+    h->value.len = v.len;
+    kvs_buf_free(&v);
+
+    return NGX_OK;
+}
+
+
 /* ---- lifetime ---------------------------------------------------------- */
 
 static void
@@ -146,6 +332,10 @@ ngx_http_kvserve_cleanup(void *data)
     ngx_http_kvserve_ctx_t  *ctx = data;
 
     ngx_uint_t  i;
+
+    if (ctx->completion) {
+        ngx_http_kvserve_record(ctx);
+    }
 
     for (i = 0; i < ctx->n_parts; i++) {
         ngx_http_kvserve_engine_forget(&ctx->parts[i].sub);
@@ -333,6 +523,27 @@ ngx_http_kvserve_stream_header(ngx_http_kvserve_ctx_t *ctx)
     ngx_str_set(&h->key, "X-Accel-Buffering");
     ngx_str_set(&h->value, "no");
 
+    /* the hops are known at the end: a trailer, for a client that says
+     * it takes them (chunked: HTTP/1.1) */
+    if (r->headers_in.te != NULL && r->http_version >= NGX_HTTP_VERSION_11
+        && ngx_strlcasestrn(r->headers_in.te->value.data,
+                            r->headers_in.te->value.data
+                            + r->headers_in.te->value.len,
+                            (u_char *) "trailers", 8 - 1)
+           != NULL)
+    {
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
+        h->hash = 1;
+        ngx_str_set(&h->key, "Trailer");
+        ngx_str_set(&h->value, "Server-Timing");
+
+        r->expect_trailers = 1;
+        ctx->trailers = 1;
+    }
+
     ctx->header_sent = 1;
 
     rc = ngx_http_send_header(r);
@@ -402,7 +613,17 @@ static void
 ngx_http_kvserve_stream_abort(ngx_http_kvserve_ctx_t *ctx,
     const char *message, const char *type, const char *code)
 {
+    ctx->failed = 1;
     ctx->out.len = 0;
+    ctx->t.end_ns = ngx_http_kvserve_now_ns();
+
+    if (ctx->trailers
+        && ngx_http_kvserve_server_timing(ctx, &ctx->r->headers_out.trailers)
+           != NGX_OK)
+    {
+        ngx_http_kvserve_finish(ctx, NGX_ERROR);
+        return;
+    }
 
     if (kvs_api_resp_error_event(&ctx->out, message, type, code) != KVS_OK
         || kvs_api_resp_done(&ctx->out) != KVS_OK
@@ -422,6 +643,8 @@ ngx_http_kvserve_fail(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t status,
     const char *message, const char *type, const char *code)
 {
     ngx_int_t  rc;
+
+    ctx->failed = 1;
 
     if (ctx->header_sent) {
         ngx_http_kvserve_stream_abort(ctx, message, type, code);
@@ -551,6 +774,9 @@ ngx_http_kvserve_completions(ngx_http_request_t *r, ngx_uint_t chat)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
+    /* the header is in: the body is read from here */
+    ctx->t.start_ns = ngx_http_kvserve_now_ns();
+    ctx->completion = 1;
     ctx->chat = chat ? 1 : 0;
 
     r->request_body_in_single_buf = 1;
@@ -978,6 +1204,8 @@ ngx_http_kvserve_body(ngx_http_request_t *r)
     clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
     kmcf = ngx_http_get_module_main_conf(r, ngx_http_kvserve_module);
 
+    ctx->t.body_ns = ngx_http_kvserve_now_ns();
+
     if (ngx_http_kvserve_body_bytes(r, &data, &len) != NGX_OK) {
         ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
@@ -987,13 +1215,20 @@ ngx_http_kvserve_body(ngx_http_request_t *r)
         ngx_http_kvserve_rng = ngx_http_kvserve_random64() | 1;
     }
 
-    if (kvs_api_req_parse(&ctx->req, ctx->chat ? KVS_API_CHAT
-                                               : KVS_API_COMPLETIONS,
-                          (const char *) data, len,
-                          (size_t) clcf->client_max_body_size, &aerr)
-        != KVS_OK
-        || ngx_http_kvserve_prepare(ctx, &aerr) != NGX_OK)
-    {
+    rc = kvs_api_req_parse(&ctx->req, ctx->chat ? KVS_API_CHAT
+                                                : KVS_API_COMPLETIONS,
+                           (const char *) data, len,
+                           (size_t) clcf->client_max_body_size, &aerr)
+         == KVS_OK ? NGX_OK : NGX_ERROR;
+
+    ctx->t.parse_ns = ngx_http_kvserve_now_ns();
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_kvserve_prepare(ctx, &aerr);
+        ctx->t.tokenize_ns = ngx_http_kvserve_now_ns();
+    }
+
+    if (rc != NGX_OK) {
         rc = ngx_http_kvserve_api_error(r, &aerr);
         ctx->finished = 1;
         ngx_http_finalize_request(r, rc);
@@ -1007,6 +1242,8 @@ ngx_http_kvserve_body(ngx_http_request_t *r)
     ngx_http_kvserve_timer_arm(ctx, ngx_http_kvserve_engine_hello() != NULL
                                     ? kmcf->engine_timeout
                                     : kmcf->engine_wait);
+
+    ctx->t.submit_ns = ngx_http_kvserve_now_ns();
 
     for (i = 0; i < ctx->n_parts; i++) {
         if (ngx_http_kvserve_engine_send(&ctx->parts[i].sub) != NGX_OK) {
@@ -1151,7 +1388,21 @@ ngx_http_kvserve_complete(ngx_http_kvserve_ctx_t *ctx)
         u.completion_tokens += ctx->choices[i].n_generated;
     }
 
+    /* counted before the last bytes go: a scrape that follows the
+     * response sees this request */
+    ctx->t.end_ns = ngx_http_kvserve_now_ns();
+    ngx_http_kvserve_record(ctx);
+
     if (ctx->stream) {
+        if (ctx->trailers
+            && ngx_http_kvserve_server_timing(ctx,
+                                              &ctx->r->headers_out.trailers)
+               != NGX_OK)
+        {
+            ngx_http_kvserve_finish(ctx, NGX_ERROR);
+            return;
+        }
+
         if ((ctx->req.include_usage
              && kvs_api_resp_usage_chunk(&ctx->out, &ctx->head, &u)
                 != KVS_OK)
@@ -1180,6 +1431,7 @@ ngx_http_kvserve_complete(ngx_http_kvserve_ctx_t *ctx)
         c[i].finish = ch->finish;
         c[i].lp = ch->lp;
         c[i].n_lp = ch->n_lp;
+        c[i].pos = &ch->pos;
     }
 
     ctx->out.len = 0;
@@ -1196,10 +1448,80 @@ ngx_http_kvserve_complete(ngx_http_kvserve_ctx_t *ctx)
         return;
     }
 
+    if (ngx_http_kvserve_server_timing(ctx, &ctx->r->headers_out.headers)
+        != NGX_OK)
+    {
+        ngx_http_kvserve_finish(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
     /* send_json takes the buffer over */
     rc = ngx_http_kvserve_send_json(ctx->r, NGX_HTTP_OK, &ctx->out);
     ngx_memzero(&ctx->out, sizeof(kvs_buf_t));
     ngx_http_kvserve_finish(ctx, rc);
+}
+
+
+/* The hops an OUT frame tells: the engine's stamps (the first frame
+ * of the request), the first token's arrival (TTFT), and the gap since
+ * this choice's previous tokens (ITL, one observation per token after
+ * the first, so that their mean is decode / (tokens - 1)).  Tokens are
+ * counted by n_generated, not by the ids in the frame: an end token is
+ * sampled (and counted in usage) but not sent as output, and a choice
+ * may end on one before any other token. */
+static void
+ngx_http_kvserve_on_times(ngx_http_kvserve_ctx_t *ctx,
+    ngx_http_kvserve_choice_t *ch, kvs_wire_out_t *wo)
+{
+    uint64_t        now, gap, n;
+    kvs_metrics_t  *m;
+
+    if (ctx->t.recv_ns == 0) {
+        ctx->t.recv_ns = wo->t.recv_ns;
+    }
+
+    n = wo->out.n_generated > ch->n_seen ? wo->out.n_generated - ch->n_seen
+                                         : 0;
+    if (n == 0) {
+        return;
+    }
+
+    if (ctx->t.engine_first_ns == 0) {
+        /* first_ns is stamped for output ids only: an end token alone
+         * was read when this frame was made */
+        ctx->t.engine_first_ns = wo->t.first_ns ? wo->t.first_ns
+                                                : wo->t.now_ns;
+    }
+
+    now = ngx_http_kvserve_now_ns();
+    m = ngx_http_kvserve_metrics(ctx->r);
+
+    if (ctx->t.first_ns == 0) {
+        ctx->t.first_ns = now;
+        kvs_metrics_observe(m, (uint32_t) ctx->model_index, KVS_HIST_TTFT,
+                            now - ctx->t.start_ns, 1);
+    }
+
+    if (ch->last_ns == 0) {
+        /* tokens that came with the choice's first reached the client
+         * with it: no time between them */
+        gap = 0;
+        n--;
+
+    } else {
+        gap = now >= ch->last_ns ? now - ch->last_ns : 0;
+    }
+
+    if (n > 0) {
+        ctx->t.itl_sum_ns += gap;
+        ctx->t.itl_n += n;
+        kvs_metrics_observe(m, (uint32_t) ctx->model_index, KVS_HIST_ITL,
+                            gap / n, n);
+    }
+
+    ch->last_ns = now;
+    ch->n_seen = wo->out.n_generated;
+    ctx->t.last_ns = now;
 }
 
 
@@ -1230,6 +1552,8 @@ ngx_http_kvserve_on_out(ngx_http_kvserve_ctx_t *ctx,
     }
 
     ctx->got_output = 1;
+
+    ngx_http_kvserve_on_times(ctx, ch, wo);
 
     kmcf = ngx_http_get_module_main_conf(ctx->r, ngx_http_kvserve_module);
     ngx_http_kvserve_timer_arm(ctx, kmcf->engine_timeout);
@@ -1275,6 +1599,7 @@ ngx_http_kvserve_on_out(ngx_http_kvserve_ctx_t *ctx,
         ch->ended = 1;
         ch->finish = o->finish;
         ch->n_generated = o->n_generated;
+        ctx->preempted += o->n_preempted;
         ctx->n_ended++;
 
         if (++part->n_ended == ctx->req.n) {
@@ -1321,6 +1646,7 @@ ngx_http_kvserve_part_event(ngx_http_kvserve_sub_t *s, ngx_uint_t ev,
 
     case NGX_HTTP_KVSERVE_EV_REFUSED:
         refused = msg;
+        ctx->refused = 1;
 
         if (ctx->header_sent) {
             ngx_http_kvserve_stream_abort(ctx, refused->msg,

@@ -1,0 +1,741 @@
+/*
+ * kvs_metrics: per-request hop durations, Server-Timing, and the
+ * Prometheus counters and histograms kept in caller (shared) memory.
+ *
+ * Invariants: writers only ever add (relaxed 64-bit atomics), so any
+ * number of processes update one kvs_metrics_t without a lock; the
+ * exposition reads each bucket once and derives _count from the buckets
+ * it read, so the +Inf bucket always equals _count.  Bucket bounds are
+ * vLLM's (vllm/v1/metrics/loggers.py); their `le` labels are written as
+ * Python's prometheus_client writes them ("0.001", "1.0"), so the series
+ * are the same strings a vLLM dashboard selects.
+ */
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kvs_metrics.h"
+
+
+/* ---- per-request timings ---------------------------------------------- */
+
+static const char  *kvs_hop_names[KVS_HOP_N] = {
+    "body", "parse", "tokenize", "queue", "prefill", "ttft", "decode",
+    "itl", "total"
+};
+
+
+const char *
+kvs_hop_name(kvs_hop_t hop)
+{
+    return (unsigned) hop < KVS_HOP_N ? kvs_hop_names[hop] : "?";
+}
+
+
+static int
+kvs_req_span(uint64_t a, uint64_t b, uint64_t *ns)
+{
+    if (a == 0 || b == 0 || b < a) {
+        return KVS_ENOTFOUND;
+    }
+
+    *ns = b - a;
+
+    return KVS_OK;
+}
+
+
+int
+kvs_req_times_hop(const kvs_req_times_t *t, kvs_hop_t hop, uint64_t *ns)
+{
+    switch (hop) {
+
+    case KVS_HOP_BODY:
+        return kvs_req_span(t->start_ns, t->body_ns, ns);
+
+    case KVS_HOP_PARSE:
+        return kvs_req_span(t->body_ns, t->parse_ns, ns);
+
+    case KVS_HOP_TOKENIZE:
+        return kvs_req_span(t->parse_ns, t->tokenize_ns, ns);
+
+    case KVS_HOP_QUEUE:
+        return kvs_req_span(t->submit_ns, t->recv_ns, ns);
+
+    case KVS_HOP_PREFILL:
+        return kvs_req_span(t->recv_ns, t->engine_first_ns, ns);
+
+    case KVS_HOP_TTFT:
+        return kvs_req_span(t->start_ns, t->first_ns, ns);
+
+    case KVS_HOP_DECODE:
+        return kvs_req_span(t->first_ns, t->last_ns, ns);
+
+    case KVS_HOP_ITL:
+        if (t->itl_n == 0) {
+            return KVS_ENOTFOUND;
+        }
+        *ns = t->itl_sum_ns / t->itl_n;
+        return KVS_OK;
+
+    case KVS_HOP_TOTAL:
+        return kvs_req_span(t->start_ns, t->end_ns, ns);
+
+    default:
+        return KVS_ENOTFOUND;
+    }
+}
+
+
+size_t
+kvs_metrics_fmt_ms(char *buf, uint64_t ns)
+{
+    int  n;
+
+    /* integer arithmetic: no rounding surprises, 3 decimals exactly */
+    n = snprintf(buf, KVS_METRICS_MS_LEN, "%llu.%03llu",
+                 (unsigned long long) (ns / 1000000),
+                 (unsigned long long) (ns / 1000 % 1000));
+
+    return n > 0 ? (size_t) n : 0;
+}
+
+
+int
+kvs_req_times_server_timing(const kvs_req_times_t *t, kvs_buf_t *out,
+    kvs_err_t *err)
+{
+    char      ms[KVS_METRICS_MS_LEN];
+    size_t    len0;
+    uint64_t  ns;
+    unsigned  h, n;
+
+    len0 = out->len;
+    n = 0;
+
+    for (h = 0; h < KVS_HOP_N; h++) {
+        if (kvs_req_times_hop(t, (kvs_hop_t) h, &ns) != KVS_OK) {
+            continue;
+        }
+
+        kvs_metrics_fmt_ms(ms, ns);
+
+        if (kvs_buf_printf(out, "%s%s;dur=%s", n ? ", " : "",
+                           kvs_hop_names[h], ms)
+            != KVS_OK)
+        {
+            out->len = len0;
+            return kvs_err_set(err, KVS_ENOMEM, "Server-Timing: out of "
+                               "memory");
+        }
+
+        n++;
+    }
+
+    return KVS_OK;
+}
+
+
+/* ---- the metric families ---------------------------------------------- */
+
+static const double  kvs_ttft_bounds[] = {
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0
+};
+
+static const double  kvs_itl_bounds[] = {
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
+    2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0
+};
+
+static const double  kvs_latency_bounds[] = {
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
+    50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0
+};
+
+#define KVS_NELTS(a)  (sizeof(a) / sizeof((a)[0]))
+
+typedef struct {
+    const char    *name;      /* after "kvserve:" */
+    const char    *help;
+    kvs_hist_id_t  id;
+    const double  *bounds;    /* seconds; NULL: the model's token bounds */
+    unsigned       n_bounds;
+} kvs_hist_def_t;
+
+static const kvs_hist_def_t  kvs_hist_defs[] = {
+    { "time_to_first_token_seconds",
+      "Histogram of time to first token in seconds.",
+      KVS_HIST_TTFT, kvs_ttft_bounds, KVS_NELTS(kvs_ttft_bounds) },
+    { "inter_token_latency_seconds",
+      "Histogram of inter-token latency in seconds.",
+      KVS_HIST_ITL, kvs_itl_bounds, KVS_NELTS(kvs_itl_bounds) },
+    { "time_per_output_token_seconds",
+      "Histogram of time per output token in seconds (the same "
+      "observations as inter_token_latency_seconds; vLLM's older name).",
+      KVS_HIST_ITL, kvs_itl_bounds, KVS_NELTS(kvs_itl_bounds) },
+    { "e2e_request_latency_seconds",
+      "Histogram of e2e request latency in seconds.",
+      KVS_HIST_E2E, kvs_latency_bounds, KVS_NELTS(kvs_latency_bounds) },
+    { "request_queue_time_seconds",
+      "Histogram of time from the worker handing the request over to the "
+      "engine process receiving it, in seconds.",
+      KVS_HIST_QUEUE, kvs_latency_bounds, KVS_NELTS(kvs_latency_bounds) },
+    { "request_prefill_time_seconds",
+      "Histogram of time from the engine receiving the request to its "
+      "first token, in seconds.",
+      KVS_HIST_PREFILL, kvs_latency_bounds, KVS_NELTS(kvs_latency_bounds) },
+    { "request_decode_time_seconds",
+      "Histogram of time from the first token to the last, in seconds.",
+      KVS_HIST_DECODE, kvs_latency_bounds, KVS_NELTS(kvs_latency_bounds) },
+    { "request_inference_time_seconds",
+      "Histogram of time from the engine receiving the request to its "
+      "last token, in seconds.",
+      KVS_HIST_INFERENCE, kvs_latency_bounds,
+      KVS_NELTS(kvs_latency_bounds) },
+    { "request_prompt_tokens",
+      "Number of prefill tokens processed.",
+      KVS_HIST_PROMPT_TOKENS, NULL, 0 },
+    { "request_generation_tokens",
+      "Number of generation tokens processed.",
+      KVS_HIST_GEN_TOKENS, NULL, 0 },
+};
+
+static const char  *kvs_reason_names[KVS_REASON_N] = {
+    "stop", "length", "abort", "error"
+};
+
+
+const char *
+kvs_reason_name(kvs_reason_t r)
+{
+    return (unsigned) r < KVS_REASON_N ? kvs_reason_names[r] : "?";
+}
+
+
+/* The definition that observations of id go to (the first listed). */
+static const kvs_hist_def_t *
+kvs_hist_def(kvs_hist_id_t id)
+{
+    size_t  i;
+
+    for (i = 0; i < KVS_NELTS(kvs_hist_defs); i++) {
+        if (kvs_hist_defs[i].id == id) {
+            return &kvs_hist_defs[i];
+        }
+    }
+
+    return NULL;
+}
+
+
+static uint64_t
+kvs_seconds_ns(double s)
+{
+    return (uint64_t) llround(s * 1e9);
+}
+
+
+/* ---- layout ----------------------------------------------------------- */
+
+size_t
+kvs_metrics_size(uint32_t n_models)
+{
+    return sizeof(kvs_metrics_t)
+           + (size_t) n_models * sizeof(kvs_metrics_model_t);
+}
+
+
+/* vLLM's build_1_2_5_buckets: 1, 2, 5, 10, 20, 50, ... <= max. */
+static uint32_t
+kvs_metrics_tok_bounds(uint64_t *b, uint32_t max)
+{
+    uint32_t  n;
+    uint64_t  decade, v;
+    unsigned  k;
+    static const unsigned  mant[3] = { 1, 2, 5 };
+
+    n = 0;
+
+    for (decade = 1; n < KVS_METRICS_MAX_BOUNDS; decade *= 10) {
+        for (k = 0; k < 3; k++) {
+            v = mant[k] * decade;
+            if (v > max || n == KVS_METRICS_MAX_BOUNDS) {
+                return n;
+            }
+            b[n++] = v;
+        }
+    }
+
+    return n;
+}
+
+
+int
+kvs_metrics_init(kvs_metrics_t *m, size_t size, uint32_t n_models,
+    const char *const *names, const uint32_t *max_model_len,
+    kvs_err_t *err)
+{
+    size_t                len;
+    uint32_t              i;
+    kvs_metrics_model_t  *mm;
+
+    if (size < kvs_metrics_size(n_models)) {
+        return kvs_err_set(err, KVS_EINVAL, "metrics: %zu bytes cannot "
+                           "hold %u models", size, (unsigned) n_models);
+    }
+
+    for (i = 0; i < n_models; i++) {
+        len = strlen(names[i]);
+        if (len == 0 || len > KVS_METRICS_NAME_MAX) {
+            return kvs_err_set(err, KVS_EINVAL, "metrics: model name of "
+                               "%zu bytes", len);
+        }
+        if (max_model_len[i] == 0) {
+            return kvs_err_set(err, KVS_EINVAL, "metrics: model \"%s\" "
+                               "has no context length", names[i]);
+        }
+    }
+
+    memset(m, 0, kvs_metrics_size(n_models));
+    m->n_models = n_models;
+
+    for (i = 0; i < n_models; i++) {
+        mm = &m->models[i];
+        memcpy(mm->name, names[i], strlen(names[i]));
+        mm->max_model_len = max_model_len[i];
+        mm->n_tok_bounds = kvs_metrics_tok_bounds(mm->tok_bounds,
+                                                  max_model_len[i]);
+    }
+
+    m->magic = KVS_METRICS_MAGIC;
+
+    return KVS_OK;
+}
+
+
+int
+kvs_metrics_same(const kvs_metrics_t *m, size_t size, uint32_t n_models,
+    const char *const *names, const uint32_t *max_model_len)
+{
+    uint32_t  i;
+
+    if (size < kvs_metrics_size(n_models) || m->magic != KVS_METRICS_MAGIC
+        || m->n_models != n_models)
+    {
+        return 0;
+    }
+
+    for (i = 0; i < n_models; i++) {
+        if (strcmp(m->models[i].name, names[i]) != 0
+            || m->models[i].max_model_len != max_model_len[i])
+        {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+/* ---- writers ---------------------------------------------------------- */
+
+static void
+kvs_metrics_add(uint64_t *p, uint64_t v)
+{
+    __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+
+
+static uint64_t
+kvs_metrics_load(const uint64_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+
+void
+kvs_metrics_observe(kvs_metrics_t *m, uint32_t model, kvs_hist_id_t h,
+    uint64_t v, uint64_t n)
+{
+    unsigned               i;
+    kvs_hist_t            *hist;
+    const kvs_hist_def_t  *def;
+    kvs_metrics_model_t   *mm;
+
+    if (m == NULL || model >= m->n_models || (unsigned) h >= KVS_HIST_N
+        || n == 0)
+    {
+        return;
+    }
+
+    mm = &m->models[model];
+    hist = &mm->hist[h];
+    def = kvs_hist_def(h);
+
+    if (def->bounds != NULL) {
+        for (i = 0; i < def->n_bounds; i++) {
+            if (v <= kvs_seconds_ns(def->bounds[i])) {
+                break;
+            }
+        }
+
+    } else {
+        for (i = 0; i < mm->n_tok_bounds; i++) {
+            if (v <= mm->tok_bounds[i]) {
+                break;
+            }
+        }
+    }
+
+    kvs_metrics_add(&hist->bucket[i], n);
+    kvs_metrics_add(&hist->sum, v * n);
+}
+
+
+void
+kvs_metrics_request(kvs_metrics_t *m, uint32_t model,
+    const kvs_req_times_t *t, uint64_t prompt_tokens,
+    uint64_t generation_tokens, uint64_t preemptions, kvs_reason_t reason)
+{
+    uint64_t              ns;
+    kvs_metrics_model_t  *mm;
+
+    if (m == NULL || model >= m->n_models) {
+        return;
+    }
+
+    mm = &m->models[model];
+
+    kvs_metrics_add(&mm->prompt_tokens, prompt_tokens);
+    kvs_metrics_add(&mm->generation_tokens, generation_tokens);
+    kvs_metrics_add(&mm->preemptions, preemptions);
+
+    if ((unsigned) reason < KVS_REASON_N) {
+        kvs_metrics_add(&mm->success[reason], 1);
+    }
+
+    kvs_metrics_observe(m, model, KVS_HIST_PROMPT_TOKENS, prompt_tokens, 1);
+    kvs_metrics_observe(m, model, KVS_HIST_GEN_TOKENS, generation_tokens,
+                        1);
+
+    if (kvs_req_times_hop(t, KVS_HOP_TOTAL, &ns) == KVS_OK) {
+        kvs_metrics_observe(m, model, KVS_HIST_E2E, ns, 1);
+    }
+
+    if (kvs_req_times_hop(t, KVS_HOP_QUEUE, &ns) == KVS_OK) {
+        kvs_metrics_observe(m, model, KVS_HIST_QUEUE, ns, 1);
+    }
+
+    if (kvs_req_times_hop(t, KVS_HOP_PREFILL, &ns) == KVS_OK) {
+        kvs_metrics_observe(m, model, KVS_HIST_PREFILL, ns, 1);
+    }
+
+    if (kvs_req_times_hop(t, KVS_HOP_DECODE, &ns) == KVS_OK) {
+        kvs_metrics_observe(m, model, KVS_HIST_DECODE, ns, 1);
+    }
+
+    if (kvs_req_span(t->recv_ns, t->last_ns, &ns) == KVS_OK) {
+        kvs_metrics_observe(m, model, KVS_HIST_INFERENCE, ns, 1);
+    }
+
+    /* TTFT and ITL are observed as tokens arrive */
+}
+
+
+/* ---- exposition ------------------------------------------------------- */
+
+/* model_name="..." with \\, \" and \n escaped */
+static int
+kvs_metrics_label(kvs_buf_t *out, const char *name)
+{
+    int          rc;
+    const char  *p;
+
+    rc = kvs_buf_append(out, "model_name=\"", 12);
+
+    for (p = name; rc == KVS_OK && *p; p++) {
+        if (*p == '\\' || *p == '"') {
+            rc = kvs_buf_printf(out, "\\%c", *p);
+        } else if (*p == '\n') {
+            rc = kvs_buf_append(out, "\\n", 2);
+        } else {
+            rc = kvs_buf_append(out, p, 1);
+        }
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_buf_append(out, "\"", 1);
+    }
+
+    return rc;
+}
+
+
+static int
+kvs_metrics_head(kvs_buf_t *out, const char *name, const char *suffix,
+    const char *help, const char *type)
+{
+    return kvs_buf_printf(out, "# HELP kvserve:%s%s %s\n"
+                          "# TYPE kvserve:%s%s %s\n",
+                          name, suffix, help, name, suffix, type);
+}
+
+
+/* name{model_name="m"[,extra]} value */
+static int
+kvs_metrics_sample(kvs_buf_t *out, const char *name, const char *suffix,
+    const char *model, const char *extra, const char *value)
+{
+    int  rc;
+
+    rc = kvs_buf_printf(out, "kvserve:%s%s{", name, suffix);
+
+    if (rc == KVS_OK) {
+        rc = kvs_metrics_label(out, model);
+    }
+
+    if (rc == KVS_OK && extra != NULL) {
+        rc = kvs_buf_printf(out, ",%s", extra);
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_buf_printf(out, "} %s\n", value);
+    }
+
+    return rc;
+}
+
+
+static int
+kvs_metrics_sample_u64(kvs_buf_t *out, const char *name,
+    const char *suffix, const char *model, const char *extra, uint64_t v)
+{
+    char  val[24];
+
+    snprintf(val, sizeof(val), "%llu", (unsigned long long) v);
+
+    return kvs_metrics_sample(out, name, suffix, model, extra, val);
+}
+
+
+/* prometheus_client's float text: "0.001", "1.0", "2560.0" */
+static void
+kvs_metrics_le(char *buf, size_t size, double v)
+{
+    snprintf(buf, size, "%g", v);
+
+    if (strpbrk(buf, ".e") == NULL) {
+        snprintf(buf + strlen(buf), size - strlen(buf), ".0");
+    }
+}
+
+
+static int
+kvs_metrics_hist(kvs_buf_t *out, const kvs_metrics_t *m,
+    const kvs_hist_def_t *def)
+{
+    int                         rc;
+    char                        le[64], val[48];
+    uint32_t                    i, k, n_bounds;
+    uint64_t                    cum, sum;
+    const kvs_hist_t           *hist;
+    const kvs_metrics_model_t  *mm;
+
+    rc = kvs_metrics_head(out, def->name, "", def->help, "histogram");
+
+    for (i = 0; rc == KVS_OK && i < m->n_models; i++) {
+        mm = &m->models[i];
+        hist = &mm->hist[def->id];
+        n_bounds = def->bounds ? def->n_bounds : mm->n_tok_bounds;
+        cum = 0;
+
+        for (k = 0; rc == KVS_OK && k <= n_bounds; k++) {
+            cum += kvs_metrics_load(&hist->bucket[k]);
+
+            if (k == n_bounds) {
+                snprintf(le, sizeof(le), "le=\"+Inf\"");
+            } else if (def->bounds != NULL) {
+                memcpy(le, "le=\"", 4);
+                kvs_metrics_le(le + 4, sizeof(le) - 5, def->bounds[k]);
+                strcat(le, "\"");
+            } else {
+                snprintf(le, sizeof(le), "le=\"%llu.0\"",
+                         (unsigned long long) mm->tok_bounds[k]);
+            }
+
+            rc = kvs_metrics_sample_u64(out, def->name, "_bucket", mm->name,
+                                        le, cum);
+        }
+
+        if (rc == KVS_OK) {
+            rc = kvs_metrics_sample_u64(out, def->name, "_count", mm->name,
+                                        NULL, cum);
+        }
+
+        if (rc == KVS_OK) {
+            sum = kvs_metrics_load(&hist->sum);
+            if (def->bounds != NULL) {
+                snprintf(val, sizeof(val), "%.9f", (double) sum / 1e9);
+            } else {
+                snprintf(val, sizeof(val), "%llu",
+                         (unsigned long long) sum);
+            }
+            rc = kvs_metrics_sample(out, def->name, "_sum", mm->name, NULL,
+                                    val);
+        }
+    }
+
+    return rc;
+}
+
+
+static int
+kvs_metrics_counter(kvs_buf_t *out, const kvs_metrics_t *m,
+    const char *name, const char *help, size_t offset)
+{
+    int       rc;
+    uint32_t  i;
+
+    rc = kvs_metrics_head(out, name, "_total", help, "counter");
+
+    for (i = 0; rc == KVS_OK && i < m->n_models; i++) {
+        rc = kvs_metrics_sample_u64(out, name, "_total", m->models[i].name,
+                                    NULL,
+                                    kvs_metrics_load((const uint64_t *)
+                                        ((const char *) &m->models[i]
+                                         + offset)));
+    }
+
+    return rc;
+}
+
+
+static int
+kvs_metrics_gauges(kvs_buf_t *out, const kvs_metrics_t *m,
+    const kvs_metrics_gauges_t *g)
+{
+    int        rc;
+    char       val[48];
+    uint32_t   i, k;
+    unsigned   any;
+    static const struct {
+        const char  *name;
+        const char  *help;
+    } defs[] = {
+        { "num_requests_running",
+          "Number of requests in model execution batches." },
+        { "num_requests_waiting",
+          "Number of requests waiting to be processed." },
+        { "kv_cache_usage_perc",
+          "KV-cache usage. 1 means 100 percent usage." },
+        { "gpu_cache_usage_perc",
+          "KV-cache usage. 1 means 100 percent usage (vLLM's older name "
+          "for kv_cache_usage_perc; the cache may be in host memory)." },
+    };
+
+    any = 0;
+    for (i = 0; g != NULL && i < m->n_models; i++) {
+        any |= g[i].have;
+    }
+
+    if (!any) {
+        return KVS_OK;
+    }
+
+    rc = KVS_OK;
+
+    for (k = 0; rc == KVS_OK && k < KVS_NELTS(defs); k++) {
+        rc = kvs_metrics_head(out, defs[k].name, "", defs[k].help, "gauge");
+
+        for (i = 0; rc == KVS_OK && i < m->n_models; i++) {
+            if (!g[i].have) {
+                continue;
+            }
+
+            switch (k) {
+            case 0:
+                snprintf(val, sizeof(val), "%u", (unsigned) g[i].running);
+                break;
+            case 1:
+                snprintf(val, sizeof(val), "%u", (unsigned) g[i].waiting);
+                break;
+            default:
+                snprintf(val, sizeof(val), "%.6f", g[i].kv_blocks
+                         ? (double) g[i].kv_used / g[i].kv_blocks : 0.0);
+                break;
+            }
+
+            rc = kvs_metrics_sample(out, defs[k].name, "", m->models[i].name,
+                                    NULL, val);
+        }
+    }
+
+    return rc;
+}
+
+
+int
+kvs_metrics_write(const kvs_metrics_t *m, const kvs_metrics_gauges_t *g,
+    kvs_buf_t *out, kvs_err_t *err)
+{
+    int       rc;
+    char      extra[32];
+    size_t    len0, i;
+    uint32_t  k, r;
+
+    len0 = out->len;
+
+    rc = kvs_metrics_gauges(out, m, g);
+
+    if (rc == KVS_OK) {
+        rc = kvs_metrics_counter(out, m, "prompt_tokens",
+                                 "Number of prefill tokens processed.",
+                                 offsetof(kvs_metrics_model_t,
+                                          prompt_tokens));
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_metrics_counter(out, m, "generation_tokens",
+                                 "Number of generation tokens processed.",
+                                 offsetof(kvs_metrics_model_t,
+                                          generation_tokens));
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_metrics_counter(out, m, "num_preemptions",
+                                 "Cumulative number of preemption from the "
+                                 "engine.",
+                                 offsetof(kvs_metrics_model_t,
+                                          preemptions));
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_metrics_head(out, "request_success", "_total",
+                              "Count of successfully processed requests.",
+                              "counter");
+    }
+
+    for (k = 0; rc == KVS_OK && k < m->n_models; k++) {
+        for (r = 0; rc == KVS_OK && r < KVS_REASON_N; r++) {
+            snprintf(extra, sizeof(extra), "finished_reason=\"%s\"",
+                     kvs_reason_names[r]);
+            rc = kvs_metrics_sample_u64(out, "request_success", "_total",
+                                        m->models[k].name, extra,
+                                        kvs_metrics_load(
+                                            &m->models[k].success[r]));
+        }
+    }
+
+    for (i = 0; rc == KVS_OK && i < KVS_NELTS(kvs_hist_defs); i++) {
+        rc = kvs_metrics_hist(out, m, &kvs_hist_defs[i]);
+    }
+
+    if (rc != KVS_OK) {
+        out->len = len0;
+        return kvs_err_set(err, KVS_ENOMEM, "metrics: out of memory");
+    }
+
+    return KVS_OK;
+}

@@ -1,0 +1,474 @@
+/*
+ * test_metrics: per-request hops, Server-Timing and the Prometheus
+ * exposition (src/api/kvs_metrics.c).
+ *
+ * Expected values are written by hand from the definitions: vLLM's
+ * bucket bounds (docs/api.md), the hop intervals, milliseconds with three
+ * decimals cut (not rounded), the text format 0.0.4 (every line HELP,
+ * TYPE or `name{labels} value`, buckets cumulative, +Inf = _count).  Two
+ * processes adding to one shared mapping lose no observation.
+ */
+
+#include "kvs_test.h"
+
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "api/kvs_metrics.h"
+
+
+static kvs_metrics_t *
+new_metrics(uint32_t n, const char *const *names, const uint32_t *len)
+{
+    size_t          size;
+    kvs_err_t       err;
+    kvs_metrics_t  *m;
+
+    size = kvs_metrics_size(n);
+    m = malloc(size);
+    assert_non_null(m);
+    assert_int_equal(kvs_metrics_init(m, size, n, names, len, &err), KVS_OK);
+
+    return m;
+}
+
+
+/* The exposition as a NUL-terminated string (owned by the caller). */
+static char *
+expose(const kvs_metrics_t *m, const kvs_metrics_gauges_t *g)
+{
+    kvs_buf_t  b;
+    kvs_err_t  err;
+
+    memset(&b, 0, sizeof(b));
+    assert_int_equal(kvs_metrics_write(m, g, &b, &err), KVS_OK);
+    assert_int_equal(kvs_buf_append(&b, "", 1), KVS_OK);
+
+    return (char *) b.data;
+}
+
+
+/* The value of the sample line that starts with key (up to the space),
+ * or -1 when there is none. */
+static double
+sample(const char *text, const char *key)
+{
+    size_t       n;
+    const char  *p;
+
+    n = strlen(key);
+
+    for (p = text; p != NULL && *p; p = strchr(p, '\n'), p = p ? p + 1 : p) {
+        if (strncmp(p, key, n) == 0 && p[n] == ' ') {
+            return strtod(p + n + 1, NULL);
+        }
+    }
+
+    return -1;
+}
+
+
+/* Every line is a comment of the two kinds or `name{labels} number`;
+ * the text ends with a newline; every TYPE comes before its samples and
+ * appears once. */
+static void
+check_format(const char *text)
+{
+    char         line[1024], name[256], types[64][128];
+    size_t       len, n_types, i, k;
+    const char  *p, *nl, *brace, *sp;
+    char        *end;
+
+    n_types = 0;
+    len = strlen(text);
+    assert_true(len > 0);
+    assert_int_equal(text[len - 1], '\n');
+
+    for (p = text; *p; p = nl + 1) {
+        nl = strchr(p, '\n');
+        assert_non_null(nl);
+        assert_true((size_t) (nl - p) < sizeof(line));
+        memcpy(line, p, nl - p);
+        line[nl - p] = '\0';
+
+        if (strncmp(line, "# HELP kvserve:", 15) == 0) {
+            continue;
+        }
+
+        if (strncmp(line, "# TYPE ", 7) == 0) {
+            assert_true(n_types < 64);
+            sp = strchr(line + 7, ' ');
+            assert_non_null(sp);
+            assert_true(strcmp(sp + 1, "counter") == 0
+                        || strcmp(sp + 1, "gauge") == 0
+                        || strcmp(sp + 1, "histogram") == 0);
+            for (i = 0; i < n_types; i++) {
+                assert_true(strncmp(types[i], line + 7, sp - line - 7) != 0
+                            || types[i][sp - line - 7] != '\0');
+            }
+            memcpy(types[n_types], line + 7, sp - line - 7);
+            types[n_types][sp - line - 7] = '\0';
+            n_types++;
+            continue;
+        }
+
+        assert_true(line[0] != '#');
+        brace = strchr(line, '{');
+        assert_non_null(brace);
+        assert_true(strncmp(line, "kvserve:", 8) == 0);
+        for (k = 0; line + k < brace; k++) {
+            assert_true(line[k] == ':' || line[k] == '_'
+                        || (line[k] >= 'a' && line[k] <= 'z')
+                        || (line[k] >= '0' && line[k] <= '9'));
+        }
+        memcpy(name, line, brace - line);
+        name[brace - line] = '\0';
+
+        sp = strstr(brace, "} ");
+        assert_non_null(sp);
+        assert_non_null(strstr(brace, "model_name=\""));
+        strtod(sp + 2, &end);
+        assert_true(end != sp + 2 && *end == '\0');
+
+        /* its family's TYPE came before it */
+        for (i = 0; i < n_types; i++) {
+            k = strlen(types[i]);
+            if (strncmp(name, types[i], k) == 0
+                && (name[k] == '\0' || strcmp(name + k, "_bucket") == 0
+                    || strcmp(name + k, "_count") == 0
+                    || strcmp(name + k, "_sum") == 0))
+            {
+                break;
+            }
+        }
+        assert_true(i < n_types);
+    }
+}
+
+
+/* --- hops ---------------------------------------------------------------- */
+
+static void
+test_hops(void **state)
+{
+    char             ms[KVS_METRICS_MS_LEN];
+    uint64_t         ns;
+    kvs_req_times_t  t;
+
+    (void) state;
+
+    assert_int_equal(kvs_metrics_fmt_ms(ms, 0), 5);
+    assert_string_equal(ms, "0.000");
+    kvs_metrics_fmt_ms(ms, 999);
+    assert_string_equal(ms, "0.000");
+    kvs_metrics_fmt_ms(ms, 1234567);
+    assert_string_equal(ms, "1.234");
+    kvs_metrics_fmt_ms(ms, 12345678901ULL);
+    assert_string_equal(ms, "12345.678");
+
+    memset(&t, 0, sizeof(t));
+    assert_int_equal(kvs_req_times_hop(&t, KVS_HOP_TOTAL, &ns),
+                     KVS_ENOTFOUND);
+
+    t.start_ns = 1000000000;
+    t.body_ns = t.start_ns + 100000;           /* 0.1 ms */
+    t.parse_ns = t.body_ns + 20000;
+    t.tokenize_ns = t.parse_ns + 30000;
+    t.submit_ns = t.tokenize_ns + 1000;
+    t.recv_ns = t.submit_ns + 50000;
+    t.engine_first_ns = t.recv_ns + 4000000;
+    t.first_ns = t.engine_first_ns + 60000;
+    t.last_ns = t.first_ns + 9000000;
+    t.end_ns = t.last_ns + 7000;
+    t.itl_sum_ns = 9000000;
+    t.itl_n = 3;
+
+    assert_int_equal(kvs_req_times_hop(&t, KVS_HOP_BODY, &ns), KVS_OK);
+    assert_int_equal(ns, 100000);
+    assert_int_equal(kvs_req_times_hop(&t, KVS_HOP_QUEUE, &ns), KVS_OK);
+    assert_int_equal(ns, 50000);
+    assert_int_equal(kvs_req_times_hop(&t, KVS_HOP_PREFILL, &ns), KVS_OK);
+    assert_int_equal(ns, 4000000);
+    assert_int_equal(kvs_req_times_hop(&t, KVS_HOP_TTFT, &ns), KVS_OK);
+    assert_int_equal(ns, 100000 + 20000 + 30000 + 1000 + 50000 + 4000000
+                         + 60000);
+    assert_int_equal(kvs_req_times_hop(&t, KVS_HOP_ITL, &ns), KVS_OK);
+    assert_int_equal(ns, 3000000);
+    assert_int_equal(kvs_req_times_hop(&t, KVS_HOP_TOTAL, &ns), KVS_OK);
+    assert_int_equal(ns, 4261000 + 9000000 + 7000);
+
+    /* a point out of order is not a negative duration */
+    t.recv_ns = t.submit_ns - 1;
+    assert_int_equal(kvs_req_times_hop(&t, KVS_HOP_QUEUE, &ns),
+                     KVS_ENOTFOUND);
+}
+
+
+static void
+test_server_timing(void **state)
+{
+    kvs_buf_t        b;
+    kvs_err_t        err;
+    kvs_req_times_t  t;
+
+    (void) state;
+
+    memset(&b, 0, sizeof(b));
+    memset(&t, 0, sizeof(t));
+
+    assert_int_equal(kvs_req_times_server_timing(&t, &b, &err), KVS_OK);
+    assert_int_equal(b.len, 0);
+
+    t.start_ns = 5000000;
+    t.body_ns = 5120000;
+    t.parse_ns = 5130000;
+    t.end_ns = 7000000;
+
+    assert_int_equal(kvs_req_times_server_timing(&t, &b, &err), KVS_OK);
+    assert_int_equal(kvs_buf_append(&b, "", 1), KVS_OK);
+    assert_string_equal((char *) b.data,
+                        "body;dur=0.120, parse;dur=0.010, total;dur=2.000");
+    kvs_buf_free(&b);
+
+    assert_string_equal(kvs_hop_name(KVS_HOP_TOKENIZE), "tokenize");
+    assert_string_equal(kvs_hop_name(KVS_HOP_N), "?");
+}
+
+
+/* --- exposition ---------------------------------------------------------- */
+
+static void
+test_layout(void **state)
+{
+    char                 long_name[KVS_METRICS_NAME_MAX + 2];
+    size_t               size;
+    kvs_err_t            err;
+    kvs_metrics_t       *m;
+    uint32_t             len[2] = { 512, 4000000000u };
+    const char          *names[2] = { "a", "b" };
+    const char          *bad[1] = { long_name };
+
+    (void) state;
+
+    m = new_metrics(2, names, len);
+
+    /* vLLM's build_1_2_5_buckets(512) and (4e9) */
+    assert_int_equal(m->models[0].n_tok_bounds, 9);
+    assert_int_equal(m->models[0].tok_bounds[8], 500);
+    assert_int_equal(m->models[1].n_tok_bounds, 29);  /* 9 decades, 1e9, 2e9 */
+    assert_int_equal(m->models[1].tok_bounds[28], 2000000000ULL);
+
+    size = kvs_metrics_size(2);
+    assert_true(kvs_metrics_same(m, size, 2, names, len));
+    len[0] = 1024;
+    assert_false(kvs_metrics_same(m, size, 2, names, len));
+    assert_false(kvs_metrics_same(m, size, 1, names, len));
+    assert_false(kvs_metrics_same(m, size - 1, 2, names, len));
+
+    assert_int_equal(kvs_metrics_init(m, size - 1, 2, names, len, &err),
+                     KVS_EINVAL);
+    memset(long_name, 'x', sizeof(long_name) - 1);
+    long_name[sizeof(long_name) - 1] = '\0';
+    assert_int_equal(kvs_metrics_init(m, size, 1, bad, len, &err),
+                     KVS_EINVAL);
+
+    free(m);
+}
+
+
+static void
+test_exposition(void **state)
+{
+    char                  *text;
+    kvs_metrics_t         *m;
+    kvs_req_times_t        t;
+    kvs_metrics_gauges_t   g[2];
+    uint32_t               len[2] = { 512, 64 };
+    const char            *names[2] = { "m1", "a\"b\\c" };
+
+    (void) state;
+
+    m = new_metrics(2, names, len);
+
+    /* nothing yet: every family, every series at 0, no gauges */
+    text = expose(m, NULL);
+    check_format(text);
+    assert_null(strstr(text, "num_requests_running"));
+    assert_int_equal(sample(text, "kvserve:prompt_tokens_total"
+                            "{model_name=\"m1\"}"), 0);
+    assert_int_equal(sample(text, "kvserve:request_success_total"
+                            "{model_name=\"m1\",finished_reason=\"abort\"}"),
+                     0);
+    assert_non_null(strstr(text, "{model_name=\"a\\\"b\\\\c\"}"));
+    free(text);
+
+    /* TTFT: 1 ms exactly is in le=0.001; 3 ms in le=0.005; 3000 s above
+     * every bound */
+    kvs_metrics_observe(m, 0, KVS_HIST_TTFT, 1000000, 1);
+    kvs_metrics_observe(m, 0, KVS_HIST_TTFT, 3000000, 1);
+    kvs_metrics_observe(m, 0, KVS_HIST_TTFT, 3000000000000ULL, 1);
+    /* ITL: 20 ms, 4 tokens */
+    kvs_metrics_observe(m, 0, KVS_HIST_ITL, 20000000, 4);
+    /* ignored */
+    kvs_metrics_observe(m, 2, KVS_HIST_TTFT, 1, 1);
+    kvs_metrics_observe(m, 0, KVS_HIST_N, 1, 1);
+
+    memset(&t, 0, sizeof(t));
+    t.start_ns = 1000;
+    t.end_ns = 1000 + 700000000;               /* 0.7 s */
+    t.submit_ns = 2000;
+    t.recv_ns = 3000;
+    kvs_metrics_request(m, 0, &t, 7, 300, 2, KVS_REASON_LENGTH);
+    kvs_metrics_request(m, 0, &t, 600, 0, 0, KVS_REASON_ABORT);
+    kvs_metrics_request(m, 1, &t, 3, 1, 0, KVS_REASON_STOP);
+
+    memset(g, 0, sizeof(g));
+    g[0].have = 1;
+    g[0].running = 3;
+    g[0].waiting = 1;
+    g[0].kv_blocks = 8;
+    g[0].kv_used = 2;
+
+    text = expose(m, g);
+    check_format(text);
+
+#define KEY(name, labels)  "kvserve:" name "{model_name=\"m1\"" labels "}"
+
+    assert_int_equal(sample(text, KEY("num_requests_running", "")), 3);
+    assert_int_equal(sample(text, KEY("num_requests_waiting", "")), 1);
+    assert_true(sample(text, KEY("kv_cache_usage_perc", "")) == 0.25);
+    assert_true(sample(text, KEY("gpu_cache_usage_perc", "")) == 0.25);
+    /* the model the engine did not report has no gauge */
+    assert_null(strstr(text, "kvserve:num_requests_running{model_name=\"a"));
+
+    assert_int_equal(sample(text, KEY("prompt_tokens_total", "")), 607);
+    assert_int_equal(sample(text, KEY("generation_tokens_total", "")), 300);
+    assert_int_equal(sample(text, KEY("num_preemptions_total", "")), 2);
+    assert_int_equal(sample(text, KEY("request_success_total",
+                                      ",finished_reason=\"length\"")), 1);
+    assert_int_equal(sample(text, KEY("request_success_total",
+                                      ",finished_reason=\"abort\"")), 1);
+    assert_int_equal(sample(text, KEY("request_success_total",
+                                      ",finished_reason=\"stop\"")), 0);
+
+    assert_int_equal(sample(text, KEY("time_to_first_token_seconds_bucket",
+                                      ",le=\"0.001\"")), 1);
+    assert_int_equal(sample(text, KEY("time_to_first_token_seconds_bucket",
+                                      ",le=\"0.005\"")), 2);
+    assert_int_equal(sample(text, KEY("time_to_first_token_seconds_bucket",
+                                      ",le=\"2560.0\"")), 2);
+    assert_int_equal(sample(text, KEY("time_to_first_token_seconds_bucket",
+                                      ",le=\"+Inf\"")), 3);
+    assert_int_equal(sample(text, KEY("time_to_first_token_seconds_count",
+                                      "")), 3);
+    assert_true(sample(text, KEY("time_to_first_token_seconds_sum", ""))
+                == 3000.004);
+
+    assert_int_equal(sample(text, KEY("inter_token_latency_seconds_bucket",
+                                      ",le=\"0.01\"")), 0);
+    assert_int_equal(sample(text, KEY("inter_token_latency_seconds_bucket",
+                                      ",le=\"0.025\"")), 4);
+    assert_int_equal(sample(text, KEY("time_per_output_token_seconds_count",
+                                      "")), 4);
+    assert_true(sample(text, KEY("inter_token_latency_seconds_sum", ""))
+                == 0.08);
+
+    /* e2e 0.7 s: not in le=0.5, in le=0.8; queue 1 us */
+    assert_int_equal(sample(text, KEY("e2e_request_latency_seconds_bucket",
+                                      ",le=\"0.5\"")), 0);
+    assert_int_equal(sample(text, KEY("e2e_request_latency_seconds_bucket",
+                                      ",le=\"0.8\"")), 2);
+    assert_int_equal(sample(text, KEY("request_queue_time_seconds_bucket",
+                                      ",le=\"0.3\"")), 2);
+    /* not reached: no observation */
+    assert_int_equal(sample(text, KEY("request_decode_time_seconds_count",
+                                      "")), 0);
+
+    /* tokens: 7 in le=10, 600 above 500 (the last bound under 512) */
+    assert_int_equal(sample(text, KEY("request_prompt_tokens_bucket",
+                                      ",le=\"5.0\"")), 0);
+    assert_int_equal(sample(text, KEY("request_prompt_tokens_bucket",
+                                      ",le=\"10.0\"")), 1);
+    assert_int_equal(sample(text, KEY("request_prompt_tokens_bucket",
+                                      ",le=\"500.0\"")), 1);
+    assert_int_equal(sample(text, KEY("request_prompt_tokens_bucket",
+                                      ",le=\"+Inf\"")), 2);
+    assert_int_equal(sample(text, KEY("request_prompt_tokens_sum", "")),
+                     607);
+    assert_int_equal(sample(text, KEY("request_generation_tokens_bucket",
+                                      ",le=\"1.0\"")), 1);
+    assert_null(strstr(text, "request_prompt_tokens_bucket{model_name="
+                             "\"m1\",le=\"1000.0\"}"));
+
+#undef KEY
+
+    /* the second model's own bounds stop at 50 (context 64) */
+    assert_int_equal(sample(text, "kvserve:request_prompt_tokens_bucket"
+                            "{model_name=\"a\\\"b\\\\c\",le=\"50.0\"}"), 1);
+    assert_null(strstr(text, "{model_name=\"a\\\"b\\\\c\",le=\"100.0\"}"));
+
+    free(text);
+    free(m);
+}
+
+
+/* Two processes add to one shared mapping, as nginx workers do. */
+static void
+test_shared(void **state)
+{
+    int             status;
+    char           *text;
+    pid_t           pid;
+    size_t          size;
+    kvs_err_t       err;
+    uint32_t        i, len[1] = { 2048 };
+    kvs_metrics_t  *m;
+    const char     *names[1] = { "m" };
+
+    (void) state;
+
+    size = kvs_metrics_size(1);
+    m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+             -1, 0);
+    assert_true(m != MAP_FAILED);
+    assert_int_equal(kvs_metrics_init(m, size, 1, names, len, &err), KVS_OK);
+
+    pid = fork();
+    assert_true(pid >= 0);
+
+    for (i = 0; i < 100000; i++) {
+        kvs_metrics_observe(m, 0, KVS_HIST_ITL, 30000000, 1);
+    }
+
+    if (pid == 0) {
+        _exit(0);
+    }
+
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+    text = expose(m, NULL);
+    assert_int_equal(sample(text, "kvserve:inter_token_latency_seconds_"
+                            "bucket{model_name=\"m\",le=\"0.05\"}"), 200000);
+    assert_int_equal(sample(text, "kvserve:inter_token_latency_seconds_"
+                            "count{model_name=\"m\"}"), 200000);
+    free(text);
+
+    munmap(m, size);
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_hops),
+        cmocka_unit_test(test_server_timing),
+        cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_exposition),
+        cmocka_unit_test(test_shared),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
