@@ -189,7 +189,8 @@ sub log_lines {
 
 # make sure the engine is there, for its gauges
 response(request($port, 'POST', '/v1/completions',
-                 '{"model": "kvserve-tiny", "prompt": "x", "max_tokens": 1}'));
+                 '{"model": "kvserve-tiny", "prompt": "x", "max_tokens": 1, '
+                 . '"logit_bias": {"507": -100, "508": -100, "511": -100}}'));
 
 my ($head0, $text0, $m0, $type0, $bad0) = scrape();
 like($head0, qr/^Content-Type: text\/plain; version=0\.0\.4/mi,
@@ -228,7 +229,8 @@ for my $i (1 .. 3) {
     my $id = "plain$i";
     my ($head, $body) = response(request($port, 'POST', '/v1/completions',
         '{"model": "kvserve-tiny", "prompt": "hello there", '
-        . '"max_tokens": ' . (4 * $i) . ', "seed": ' . $i . '}',
+        . '"max_tokens": ' . (4 * $i) . ', "seed": ' . $i . ', '
+        . '"logit_bias": {"507": -100, "508": -100, "511": -100}}',
         "X-Test-Id: $id\r\n"));
     my $u = JSON::PP::decode_json($body)->{usage};
     $usage{$id} = $u;
@@ -243,6 +245,7 @@ for my $i (1 .. 3) {
         '/v1/chat/completions',
         '{"model": "kvserve-tiny", "messages": [{"role": "user", '
         . '"content": "hi"}], "max_tokens": 6, "stream": true, '
+        . '"logit_bias": {"507": -100, "508": -100, "511": -100}, '
         . '"stream_options": {"include_usage": true}}',
         "X-Test-Id: $id\r\nTE: trailers\r\n"));
     like($head, qr/^Trailer: Server-Timing\r?$/m,
@@ -261,7 +264,8 @@ for my $i (1 .. 3) {
     my ($head, $body, $trailers) = response(request($port, 'POST',
         '/v1/completions',
         '{"model": "kvserve-tiny", "prompt": "abc", "max_tokens": 5, '
-        . '"stream": true, "stream_options": {"include_usage": true}}',
+        . '"stream": true, "stream_options": {"include_usage": true}, '
+        . '"logit_bias": {"507": -100, "508": -100, "511": -100}}',
         "X-Test-Id: $id\r\n"));
     unlike($head, qr/^(?:Trailer|Server-Timing):/m,
            'stream without TE: trailers: no Server-Timing at all');
@@ -347,7 +351,8 @@ is(counter($m1, 'inter_token_latency_seconds_count'),
 my $n = 16;
 my @socks = map {
     request($port2, 'POST', '/v1/completions',
-            '{"model": "kvserve-tiny", "prompt": "x", "max_tokens": 3}',
+            '{"model": "kvserve-tiny", "prompt": "x", "max_tokens": 3, '
+            . '"logit_bias": {"507": -100, "508": -100, "511": -100}}',
             "X-Test-Id: rp$_\r\n")
 } 1 .. $n;
 my $ok = grep { (response($_))[0] =~ /^HTTP\/1\.1 200 / } @socks;
@@ -372,12 +377,13 @@ is_deeply([keys %seen], [$n],
 # model, busy machine): then as what its log line says
 {
     my (undef, undef, $mb) = scrape();
-    # 508 and 511 are the tiny model's end-of-text tokens (`kvserve info`:
-    # eos_token_id, eot_token_id): banned, each choice runs to 400 tokens
+    # 507, 508 and 511 are the tiny model's BOS, EOS and EOT tokens
+    # (`kvserve info`), which end a text: banned, each choice runs to 400
+    # tokens
     my $s = request($port, 'POST', '/v1/completions',
                     '{"model": "kvserve-tiny", "prompt": "x", "n": 8, '
                     . '"max_tokens": 400, "stream": true, "logit_bias": '
-                    . '{"508": -100, "511": -100}}',
+                    . '{"507": -100, "508": -100, "511": -100}}',
                     "X-Test-Id: leaver\r\n");
     my $got = '';
     while ($got !~ /data: \{/) {
@@ -418,7 +424,7 @@ __DATA__
 === TEST 1: Server-Timing on a completion, with every hop
 --- request
 POST /v1/completions
-{"model": "kvserve-tiny", "prompt": "abc", "max_tokens": 3}
+{"model": "kvserve-tiny", "prompt": "abc", "max_tokens": 3, "logit_bias": {"507": -100, "508": -100, "511": -100}}
 --- response_headers_like
 Server-Timing: body;dur=\d+\.\d{3}, parse;dur=\d+\.\d{3}, tokenize;dur=\d+\.\d{3}, queue;dur=\d+\.\d{3}, prefill;dur=\d+\.\d{3}, ttft;dur=\d+\.\d{3}, .*total;dur=\d+\.\d{3}
 --- no_error_log
