@@ -21,6 +21,17 @@
  *                                       for an engine before a 503
  *   kvserve_engine_timeout <time>;      http: no output for this long
  *                                       fails the request
+ *   kvserve_engine_ping <time>;         http: watchdog PING interval,
+ *                                       0: no watchdog
+ *   kvserve_engine_hang_timeout <time>; http: an engine silent for this
+ *                                       long is killed as hung
+ *   kvserve_tokenize_threads <pool>|off;  http, server, location:
+ *                                       the thread pool that renders and
+ *                                       tokenizes long prompts; default
+ *                                       nginx's pool "default"
+ *   kvserve_tokenize_threshold <size>;  http, server, location: prompt
+ *                                       text bytes over which the pool
+ *                                       is used (16k)
  *   kvserve_status;                     location: the engine's stats
  *   kvserve_metrics;                    location: Prometheus metrics,
  *                                       every worker's requests and
@@ -52,6 +63,7 @@
 #define NGX_HTTP_KVSERVE_BATCH_TOKENS  2048
 #define NGX_HTTP_KVSERVE_MAX_BATCH     (1 << 20)
 #define NGX_HTTP_KVSERVE_MAX_THREADS   1024
+#define NGX_HTTP_KVSERVE_TOK_THRESHOLD  16384
 
 
 /* Bounds of a number directive; auto_value is stored for "auto", which
@@ -86,6 +98,10 @@ static char *ngx_http_kvserve_metrics_directive(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 static char *ngx_http_kvserve_status(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_kvserve_tokenize_threads(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+static char *ngx_http_kvserve_tokenize_threshold(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
 
 
 static ngx_http_kvserve_uint_bounds_t  ngx_http_kvserve_kv_block_bounds = {
@@ -174,9 +190,37 @@ static ngx_command_t  ngx_http_kvserve_commands[] = {
       offsetof(ngx_http_kvserve_main_conf_t, engine_timeout),
       NULL },
 
+    { ngx_string("kvserve_engine_ping"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_kvserve_main_conf_t, engine_ping),
+      NULL },
+
+    { ngx_string("kvserve_engine_hang_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_kvserve_main_conf_t, engine_hang_timeout),
+      NULL },
+
     { ngx_string("kvserve_metrics"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_kvserve_metrics_directive,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("kvserve_tokenize_threads"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_kvserve_tokenize_threads,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("kvserve_tokenize_threshold"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_kvserve_tokenize_threshold,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },
@@ -576,6 +620,8 @@ ngx_http_kvserve_create_main_conf(ngx_conf_t *cf)
     /* engine_dir: NULL, as ngx_conf_set_path_slot() wants it */
     kmcf->engine_wait = NGX_CONF_UNSET_MSEC;
     kmcf->engine_timeout = NGX_CONF_UNSET_MSEC;
+    kmcf->engine_ping = NGX_CONF_UNSET_MSEC;
+    kmcf->engine_hang_timeout = NGX_CONF_UNSET_MSEC;
 
     return kmcf;
 }
@@ -601,6 +647,17 @@ ngx_http_kvserve_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_uint_value(kmcf->threads, 0);
     ngx_conf_init_msec_value(kmcf->engine_wait, 30000);
     ngx_conf_init_msec_value(kmcf->engine_timeout, 60000);
+    ngx_conf_init_msec_value(kmcf->engine_ping, 1000);
+    ngx_conf_init_msec_value(kmcf->engine_hang_timeout, 10000);
+
+    if (kmcf->engine_ping != 0
+        && kmcf->engine_hang_timeout <= kmcf->engine_ping)
+    {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                      "\"kvserve_engine_hang_timeout\" must be longer "
+                      "than \"kvserve_engine_ping\"");
+        return NGX_CONF_ERROR;
+    }
 
     if (kmcf->engine_dir == NULL) {
         kmcf->engine_dir = ngx_pcalloc(cf->pool, sizeof(ngx_path_t));
@@ -793,6 +850,8 @@ ngx_http_kvserve_create_loc_conf(ngx_conf_t *cf)
     klcf->chat_template = NGX_CONF_UNSET;
     klcf->status = NGX_CONF_UNSET;
     klcf->metrics = NGX_CONF_UNSET;
+    klcf->tokenize_pool = NGX_CONF_UNSET_PTR;
+    klcf->tokenize_threshold = NGX_CONF_UNSET_SIZE;
 
     return klcf;
 }
@@ -809,6 +868,26 @@ ngx_http_kvserve_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->metrics, prev->metrics, 0);
     ngx_conf_merge_value(conf->chat_template, prev->chat_template,
                          NGX_CONF_UNSET);
+    ngx_conf_merge_size_value(conf->tokenize_threshold,
+                              prev->tokenize_threshold,
+                              NGX_HTTP_KVSERVE_TOK_THRESHOLD);
+    ngx_conf_merge_ptr_value(conf->tokenize_pool, prev->tokenize_pool,
+                             NGX_CONF_UNSET_PTR);
+
+    /* resolved only where kvserve serves: a server or http level left
+     * unset must not turn the default off for the locations below it.
+     * nginx sizes "default" (32 threads) unless a thread_pool line
+     * does. */
+    if (conf->tokenize_pool == NGX_CONF_UNSET_PTR && conf->enable == 1) {
+#if (NGX_THREADS)
+        conf->tokenize_pool = ngx_thread_pool_add(cf, NULL);
+        if (conf->tokenize_pool == NULL) {
+            return NGX_CONF_ERROR;
+        }
+#else
+        conf->tokenize_pool = NULL;
+#endif
+    }
 
     return NGX_CONF_OK;
 }
@@ -904,6 +983,90 @@ ngx_http_kvserve_metrics_directive(ngx_conf_t *cf, ngx_command_t *cmd,
 
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
     clcf->handler = ngx_http_kvserve_metrics_handler;
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * A pool name is looked up when the configuration is complete: nginx
+ * fails an undeclared one (other than "default") with
+ * unknown thread pool "NAME" in FILE:LINE.
+ */
+static char *
+ngx_http_kvserve_tokenize_threads(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_kvserve_loc_conf_t  *klcf = conf;
+
+    ngx_str_t  *value;
+
+    if (klcf->tokenize_pool != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (value[1].len == 3 && ngx_strncmp(value[1].data, "off", 3) == 0) {
+        klcf->tokenize_pool = NULL;
+        return NGX_CONF_OK;
+    }
+
+#if (NGX_THREADS)
+
+    if (value[1].len == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\" directive, "
+                           "it must be a thread pool name or \"off\"",
+                           &value[1], &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    klcf->tokenize_pool = ngx_thread_pool_add(cf, &value[1]);
+    if (klcf->tokenize_pool == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+
+#else
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "\"%V %V\" needs thread pools, and this nginx was "
+                       "built without them (--with-threads); use \"%V "
+                       "off\"", &cmd->name, &value[1], &cmd->name);
+    return NGX_CONF_ERROR;
+
+#endif
+}
+
+
+static char *
+ngx_http_kvserve_tokenize_threshold(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_kvserve_loc_conf_t  *klcf = conf;
+
+    ssize_t     n;
+    ngx_str_t  *value;
+
+    if (klcf->tokenize_threshold != NGX_CONF_UNSET_SIZE) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    n = ngx_parse_size(&value[1]);
+
+    if (n == NGX_ERROR) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\" directive, "
+                           "it must be a size in bytes, such as 16k or 1m",
+                           &value[1], &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    klcf->tokenize_threshold = (size_t) n;
 
     return NGX_CONF_OK;
 }

@@ -59,6 +59,11 @@ typedef struct {
     ngx_msec_t                engine_timeout;  /* no output from the
                                                   engine for this long:
                                                   the request fails */
+    ngx_msec_t                engine_ping; /* watchdog PING interval; 0:
+                                              no watchdog */
+    ngx_msec_t                engine_hang_timeout;  /* nothing from the
+                                                       engine for this
+                                                       long: SIGKILL */
 
     /* kvserve_metrics (ngx_http_kvserve_metrics.c) */
     ngx_shm_zone_t           *metrics_zone;  /* kvs_metrics_t, every
@@ -78,6 +83,15 @@ typedef struct {
                                               stats as JSON */
     ngx_flag_t                metrics;     /* kvserve_metrics: Prometheus
                                               text */
+    void                     *tokenize_pool;  /* kvserve_tokenize_threads:
+                                                 an ngx_thread_pool_t, NULL
+                                                 for off; NGX_CONF_UNSET_PTR
+                                                 outside kvserve locations
+                                                 that set nothing */
+    size_t                    tokenize_threshold;  /* prompt text bytes
+                                                      over which it is
+                                                      tokenized in the
+                                                      pool */
 } ngx_http_kvserve_loc_conf_t;
 
 

@@ -3,11 +3,12 @@
  * /v1/completions, and the kvserve_status location.
  *
  * A request is read (nginx's body reader, client_max_body_size), parsed
- * (kvs_api_req_parse), rendered and tokenized here, inline (a thread-pool
- * hand-off for long prompts is not done yet), checked against the
- * model's vocabulary and context, and sent to the engine process as one
- * SUBMIT per prompt (a part); its answers come back as events on the
- * part (ngx_http_kvserve_engine.c).
+ * (kvs_api_req_parse), rendered and tokenized (inline, or for prompt
+ * text over kvserve_tokenize_threshold in a task of the
+ * kvserve_tokenize_threads pool), checked against the model's vocabulary
+ * and context, and sent to the engine process as one SUBMIT per prompt
+ * (a part); its answers come back as events on the part
+ * (ngx_http_kvserve_engine.c).
  *
  * Invariants:
  *  - the response header goes out only with the first output, so that a
@@ -21,6 +22,13 @@
  *    every output and is what notices a hung engine;
  *  - the pool cleanup forgets every part (CANCEL when still running), so
  *    a client that goes away (ngx_http_test_reading) frees its KV blocks;
+ *  - while a tokenizing task runs, the request is blocked
+ *    (r->main->blocked, as nginx does for aio): nginx does not free it
+ *    even if the client leaves, the task only reads the request's parsed
+ *    tree and the shared vocabulary and writes its job, and the task's
+ *    completion (on the event loop) drops a request whose client left;
+ *    each pool thread has its own tokenizer scratch (a thread key), the
+ *    event loop has ngx_http_kvserve_tok;
  *  - every hop is stamped on CLOCK_MONOTONIC (ctx->t; the engine's stamps
  *    come in OUT frames, same clock, same host); a request that reached
  *    the engine side is added to the shared metrics exactly once
@@ -34,6 +42,9 @@
 #include <ngx_http.h>
 
 #include <sys/random.h>
+#if (NGX_THREADS)
+#include <pthread.h>
+#endif
 
 #include "ngx_http_kvserve.h"
 #include "api/kvs_api.h"
@@ -70,6 +81,32 @@ typedef struct {
     size_t                    n_ids;
 } ngx_http_kvserve_part_t;
 
+/*
+ * Rendering and tokenizing a request's prompts, inline or as a thread
+ * pool task.  The task reads req and vocab and writes the rest; the
+ * event loop reads the results once the task is back.
+ */
+typedef struct {
+    ngx_http_kvserve_ctx_t   *ctx;
+    const kvs_api_req_t      *req;         /* the parsed request */
+    const kvs_vocab_t        *vocab;       /* shared, read-only */
+    kvs_chat_t                chat;        /* chat: the template */
+    ngx_uint_t                chat_req;    /* a chat request */
+    ngx_uint_t                n_parts;
+    kvs_ids_t                *ids;         /* [n_parts]: their arrays are
+                                              malloc'd by the job, freed
+                                              on the event loop */
+    size_t                    bytes;       /* prompt text to tokenize */
+    ngx_int_t                 rc;
+    kvs_api_err_t             aerr;        /* when rc is NGX_ERROR */
+    uint64_t                  post_ns;     /* CLOCK_MONOTONIC: posted, */
+    uint64_t                  start_ns;    /* run by a pool thread, */
+    uint64_t                  end_ns;      /* done there */
+} ngx_http_kvserve_tok_job_t;
+
+#define NGX_HTTP_KVSERVE_TOK_INLINE  1
+#define NGX_HTTP_KVSERVE_TOK_POOL    2
+
 struct ngx_http_kvserve_ctx_s {
     ngx_http_request_t       *r;
     kvs_api_req_t             req;
@@ -89,6 +126,10 @@ struct ngx_http_kvserve_ctx_s {
     ngx_int_t                 reason;      /* kvs_reason_t, once recorded */
 
     kvs_req_times_t           t;           /* the hops */
+
+    ngx_http_kvserve_tok_job_t  *tok;      /* set by prepare */
+    ngx_uint_t                tok_where;   /* NGX_HTTP_KVSERVE_TOK_*, 0:
+                                              not tokenized */
 
     ngx_http_kvserve_sub_t    stats;       /* kvserve_status */
 
@@ -852,43 +893,31 @@ ngx_http_kvserve_body_bytes(ngx_http_request_t *r, u_char **data,
 }
 
 
-/* Chat: render with the model's (or the location's) template, tokenize
+/*
+ * ---- rendering and tokenizing ------------------------------------------
+ *
+ * What follows down to ngx_http_kvserve_tokenize() runs in a thread-pool
+ * thread for long prompts, so it touches no nginx pool, log, event or
+ * configuration: its inputs were resolved on the event loop (the job),
+ * its outputs are malloc'd ids and an error in the job.  The request's
+ * JSON tree and the vocabulary are only read, and nothing on the event
+ * loop touches this request's tree while the task runs (the request is
+ * blocked).
+ */
+
+/* Chat: render with the template resolved on the event loop, tokenize
  * with control tokens only where the template wrote them. */
 static ngx_int_t
-ngx_http_kvserve_chat_ids(ngx_http_kvserve_ctx_t *ctx, kvs_ids_t *ids,
-    kvs_api_err_t *aerr)
+ngx_http_kvserve_chat_ids(ngx_http_kvserve_tok_job_t *job,
+    kvs_tok_ctx_t *tok, kvs_ids_t *ids, kvs_api_err_t *aerr)
 {
-    int                           rc;
-    const char                   *name;
-    kvs_buf_t                     text, spans;
-    kvs_err_t                     err;
-    kvs_chat_t                    chat;
-    kvs_chat_args_t               args;
-    const kvs_vocab_t            *v;
-    ngx_http_kvserve_loc_conf_t  *klcf;
+    int                 rc;
+    kvs_buf_t           text, spans;
+    kvs_err_t           err;
+    kvs_chat_args_t     args;
+    const kvs_vocab_t  *v;
 
-    klcf = ngx_http_get_module_loc_conf(ctx->r, ngx_http_kvserve_module);
-    v = ctx->model->vocab;
-
-    if (klcf->chat_template != NGX_CONF_UNSET) {
-        name = kvs_chat_name((kvs_chat_kind_t) klcf->chat_template);
-        if (kvs_chat_by_name(name, ngx_strlen(name), &chat, &err)
-            != KVS_OK)
-        {
-            kvs_api_err_set(aerr, 500, NULL, NULL, "%s", err.msg);
-            return NGX_ERROR;
-        }
-
-    } else if (ctx->model->has_chat) {
-        chat = ctx->model->chat;
-
-    } else {
-        kvs_api_err_set(aerr, 400, "model", NULL,
-                        "The model `%.*s` has no chat template: use "
-                        "/v1/completions.", (int) ctx->req.model.len,
-                        ctx->req.model.ptr);
-        return NGX_ERROR;
-    }
+    v = job->vocab;
 
     ngx_memzero(&args, sizeof(args));
     ngx_memzero(&text, sizeof(text));
@@ -907,12 +936,11 @@ ngx_http_kvserve_chat_ids(ngx_http_kvserve_ctx_t *ctx, kvs_ids_t *ids,
     args.add_generation_prompt = 1;
     args.spans = &spans;
 
-    rc = kvs_chat_render(&chat, ctx->req.messages, &args, &text, &err);
+    rc = kvs_chat_render(&job->chat, job->req->messages, &args, &text, &err);
 
     if (rc == KVS_OK) {
-        rc = kvs_tok_encode_guarded(v, &ngx_http_kvserve_tok,
-                                    (const char *) text.data, text.len,
-                                    KVS_TOK_SPECIAL,
+        rc = kvs_tok_encode_guarded(v, tok, (const char *) text.data,
+                                    text.len, KVS_TOK_SPECIAL,
                                     (const kvs_span_t *) spans.data,
                                     spans.len / sizeof(kvs_span_t), ids,
                                     &err);
@@ -938,8 +966,8 @@ ngx_http_kvserve_chat_ids(ngx_http_kvserve_ctx_t *ctx, kvs_ids_t *ids,
 /* Completions: text with the vocabulary's BOS rule, or ids checked
  * against the vocabulary. */
 static ngx_int_t
-ngx_http_kvserve_prompt_ids(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t i,
-    kvs_ids_t *ids, kvs_api_err_t *aerr)
+ngx_http_kvserve_prompt_ids(ngx_http_kvserve_tok_job_t *job, ngx_uint_t i,
+    kvs_tok_ctx_t *tok, kvs_ids_t *ids, kvs_api_err_t *aerr)
 {
     int                 rc;
     char                param[32];
@@ -948,19 +976,18 @@ ngx_http_kvserve_prompt_ids(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t i,
     kvs_api_prompt_t   *p;
     const kvs_vocab_t  *v;
 
-    v = ctx->model->vocab;
-    p = &ctx->req.prompts[i];
+    v = job->vocab;
+    p = &job->req->prompts[i];
 
-    if (ctx->req.n_prompts > 1) {
+    if (job->req->n_prompts > 1) {
         ngx_sprintf((u_char *) param, "prompt[%ui]%Z", i);
     } else {
         ngx_sprintf((u_char *) param, "prompt%Z");
     }
 
     if (p->text.ptr != NULL) {
-        rc = kvs_tok_encode(v, &ngx_http_kvserve_tok, p->text.ptr,
-                            p->text.len, v->add_bos ? KVS_TOK_ADD_BOS : 0,
-                            ids, &err);
+        rc = kvs_tok_encode(v, tok, p->text.ptr, p->text.len,
+                            v->add_bos ? KVS_TOK_ADD_BOS : 0, ids, &err);
         if (rc != KVS_OK) {
             kvs_api_err_set(aerr, rc == KVS_EINVAL ? 400 : 500, param, NULL,
                             "%s", err.msg);
@@ -995,6 +1022,198 @@ ngx_http_kvserve_prompt_ids(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t i,
     }
 
     return NGX_OK;
+}
+
+
+/* Every part's ids into job->ids[]; stops at the first error (in
+ * job->aerr), as the inline order did. */
+static ngx_int_t
+ngx_http_kvserve_tokenize(ngx_http_kvserve_tok_job_t *job,
+    kvs_tok_ctx_t *tok)
+{
+    ngx_int_t   rc;
+    ngx_uint_t  i;
+
+    rc = NGX_OK;
+
+    for (i = 0; i < job->n_parts && rc == NGX_OK; i++) {
+        rc = job->chat_req
+             ? ngx_http_kvserve_chat_ids(job, tok, &job->ids[i], &job->aerr)
+             : ngx_http_kvserve_prompt_ids(job, i, tok, &job->ids[i],
+                                           &job->aerr);
+    }
+
+    return rc;
+}
+
+
+#if (NGX_THREADS)
+
+/*
+ * Each pool thread's tokenizer scratch, kept warm between tasks and
+ * freed when the thread exits (nginx ends its pool threads with
+ * pthread_exit(), which runs the key's destructor).
+ */
+static pthread_key_t   ngx_http_kvserve_tok_key;
+static pthread_once_t  ngx_http_kvserve_tok_once = PTHREAD_ONCE_INIT;
+static int             ngx_http_kvserve_tok_key_ok;
+
+
+static void
+ngx_http_kvserve_tok_key_free(void *data)
+{
+    kvs_tok_ctx_free(data);
+    free(data);
+}
+
+
+static void
+ngx_http_kvserve_tok_key_init(void)
+{
+    ngx_http_kvserve_tok_key_ok =
+        (pthread_key_create(&ngx_http_kvserve_tok_key,
+                            ngx_http_kvserve_tok_key_free) == 0);
+}
+
+
+/* This thread's context, or NULL (the caller then uses one of its own
+ * for the task). */
+static kvs_tok_ctx_t *
+ngx_http_kvserve_thread_tok(void)
+{
+    kvs_tok_ctx_t  *tok;
+
+    if (pthread_once(&ngx_http_kvserve_tok_once,
+                     ngx_http_kvserve_tok_key_init)
+        != 0
+        || !ngx_http_kvserve_tok_key_ok)
+    {
+        return NULL;
+    }
+
+    tok = pthread_getspecific(ngx_http_kvserve_tok_key);
+    if (tok != NULL) {
+        return tok;
+    }
+
+    tok = calloc(1, sizeof(kvs_tok_ctx_t));
+    if (tok == NULL) {
+        return NULL;
+    }
+
+    if (pthread_setspecific(ngx_http_kvserve_tok_key, tok) != 0) {
+        free(tok);
+        return NULL;
+    }
+
+    return tok;
+}
+
+
+/* The task, in a pool thread. */
+static void
+ngx_http_kvserve_tok_thread(void *data, ngx_log_t *log)
+{
+    ngx_http_kvserve_tok_job_t  *job = data;
+
+    kvs_tok_ctx_t   own, *tok;
+
+    job->start_ns = ngx_http_kvserve_now_ns();
+
+    tok = ngx_http_kvserve_thread_tok();
+    if (tok == NULL) {
+        ngx_memzero(&own, sizeof(own));
+        tok = &own;
+    }
+
+    job->rc = ngx_http_kvserve_tokenize(job, tok);
+
+    if (tok == &own) {
+        kvs_tok_ctx_free(&own);
+    }
+
+    job->end_ns = ngx_http_kvserve_now_ns();
+}
+
+#endif
+
+
+/* ---- on the event loop -------------------------------------------------- */
+
+/* Bytes of prompt text to tokenize: chat, the messages' contents (string
+ * or text parts); completions, the text prompts (id prompts need none). */
+static size_t
+ngx_http_kvserve_prompt_bytes(ngx_http_kvserve_ctx_t *ctx)
+{
+    size_t         n, i, k;
+    const json_t  *m, *content, *part, *text;
+
+    n = 0;
+
+    if (!ctx->chat) {
+        for (i = 0; i < ctx->req.n_prompts; i++) {
+            if (ctx->req.prompts[i].text.ptr != NULL) {
+                n += ctx->req.prompts[i].text.len;
+            }
+        }
+
+        return n;
+    }
+
+    for (i = 0; i < json_array_size(ctx->req.messages); i++) {
+        m = json_array_get(ctx->req.messages, i);
+        content = json_object_get(m, "content");
+
+        if (json_is_string(content)) {
+            n += json_string_length(content);
+            continue;
+        }
+
+        for (k = 0; k < json_array_size(content); k++) {
+            part = json_array_get(content, k);
+            text = json_object_get(part, "text");
+
+            if (json_is_string(text)) {
+                n += json_string_length(text);
+            }
+        }
+    }
+
+    return n;
+}
+
+
+/* The template for a chat request: the location's, else the model's. */
+static ngx_int_t
+ngx_http_kvserve_chat_resolve(ngx_http_kvserve_ctx_t *ctx, kvs_chat_t *chat,
+    kvs_api_err_t *aerr)
+{
+    const char                   *name;
+    kvs_err_t                     err;
+    ngx_http_kvserve_loc_conf_t  *klcf;
+
+    klcf = ngx_http_get_module_loc_conf(ctx->r, ngx_http_kvserve_module);
+
+    if (klcf->chat_template != NGX_CONF_UNSET) {
+        name = kvs_chat_name((kvs_chat_kind_t) klcf->chat_template);
+        if (kvs_chat_by_name(name, ngx_strlen(name), chat, &err) != KVS_OK) {
+            kvs_api_err_set(aerr, 500, NULL, NULL, "%s", err.msg);
+            return NGX_ERROR;
+        }
+
+        return NGX_OK;
+    }
+
+    if (ctx->model->has_chat) {
+        *chat = ctx->model->chat;
+        return NGX_OK;
+    }
+
+    kvs_api_err_set(aerr, 400, "model", NULL,
+                    "The model `%.*s` has no chat template: use "
+                    "/v1/completions.", (int) ctx->req.model.len,
+                    ctx->req.model.ptr);
+    return NGX_ERROR;
 }
 
 
@@ -1093,14 +1312,17 @@ ngx_http_kvserve_part_init(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t i,
 }
 
 
+/*
+ * Before tokenizing: the model, what is refused outright, the seed, the
+ * parts and choices, and everything the tokenizing job reads (so that it
+ * need not look at the configuration).
+ */
 static ngx_int_t
 ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx, kvs_api_err_t *aerr)
 {
-    uint32_t                       n_ctx;
-    ngx_int_t                      rc;
-    kvs_ids_t                      ids;
     ngx_uint_t                     i, n;
     ngx_http_kvserve_model_t      *m;
+    ngx_http_kvserve_tok_job_t    *job;
     ngx_http_kvserve_main_conf_t  *kmcf;
 
     kmcf = ngx_http_get_module_main_conf(ctx->r, ngx_http_kvserve_module);
@@ -1125,7 +1347,6 @@ ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx, kvs_api_err_t *aerr)
 
     ctx->model = &m[i];
     ctx->model_index = i;
-    n_ctx = ctx->model->model->hp.n_ctx_train;
 
     if (ctx->req.echo) {
         kvs_api_err_set(aerr, 400, "echo", NULL,
@@ -1143,26 +1364,60 @@ ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx, kvs_api_err_t *aerr)
     ctx->n_choices = ctx->n_parts * ctx->req.n;
     ctx->choices = ngx_pcalloc(ctx->r->pool, ctx->n_choices
                                         * sizeof(ngx_http_kvserve_choice_t));
-    if (ctx->parts == NULL || ctx->choices == NULL) {
+    job = ngx_pcalloc(ctx->r->pool, sizeof(ngx_http_kvserve_tok_job_t));
+    if (ctx->parts == NULL || ctx->choices == NULL || job == NULL) {
         kvs_api_err_set(aerr, 500, NULL, NULL, "out of memory");
         return NGX_ERROR;
     }
 
-    ngx_memzero(&ids, sizeof(ids));
-    rc = NGX_OK;
-
-    for (i = 0; i < ctx->n_parts && rc == NGX_OK; i++) {
-        ids.n = 0;
-
-        rc = ctx->chat ? ngx_http_kvserve_chat_ids(ctx, &ids, aerr)
-                       : ngx_http_kvserve_prompt_ids(ctx, i, &ids, aerr);
-
-        if (rc == NGX_OK) {
-            rc = ngx_http_kvserve_part_init(ctx, i, &ids, n_ctx, aerr);
-        }
+    job->ids = ngx_pcalloc(ctx->r->pool, ctx->n_parts * sizeof(kvs_ids_t));
+    if (job->ids == NULL) {
+        kvs_api_err_set(aerr, 500, NULL, NULL, "out of memory");
+        return NGX_ERROR;
     }
 
-    kvs_ids_free(&ids);
+    job->ctx = ctx;
+    job->req = &ctx->req;
+    job->vocab = ctx->model->vocab;
+    job->n_parts = ctx->n_parts;
+    job->chat_req = ctx->chat;
+    ctx->tok = job;
+
+    if (ctx->chat
+        && ngx_http_kvserve_chat_resolve(ctx, &job->chat, aerr) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* The ids go into the parts (and are freed); then the response's head. */
+static ngx_int_t
+ngx_http_kvserve_parts_init(ngx_http_kvserve_ctx_t *ctx,
+    kvs_api_err_t *aerr)
+{
+    uint32_t                     n_ctx;
+    ngx_int_t                    rc;
+    ngx_uint_t                   i;
+    ngx_http_kvserve_tok_job_t  *job;
+
+    job = ctx->tok;
+    n_ctx = ctx->model->model->hp.n_ctx_train;
+    rc = job->rc;
+
+    if (rc != NGX_OK) {
+        *aerr = job->aerr;
+    }
+
+    for (i = 0; i < ctx->n_parts && rc == NGX_OK; i++) {
+        rc = ngx_http_kvserve_part_init(ctx, i, &job->ids[i], n_ctx, aerr);
+    }
+
+    for (i = 0; i < job->n_parts; i++) {
+        kvs_ids_free(&job->ids[i]);
+    }
 
     if (rc != NGX_OK) {
         return NGX_ERROR;
@@ -1188,52 +1443,16 @@ ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx, kvs_api_err_t *aerr)
 }
 
 
+/* The request goes to the engine: one SUBMIT per part. */
 static void
-ngx_http_kvserve_body(ngx_http_request_t *r)
+ngx_http_kvserve_submit(ngx_http_kvserve_ctx_t *ctx)
 {
-    u_char                        *data;
-    size_t                         len;
-    ngx_int_t                      rc;
     ngx_uint_t                     i;
-    kvs_api_err_t                  aerr;
-    ngx_http_kvserve_ctx_t        *ctx;
-    ngx_http_core_loc_conf_t      *clcf;
+    ngx_http_request_t            *r;
     ngx_http_kvserve_main_conf_t  *kmcf;
 
-    ctx = ngx_http_get_module_ctx(r, ngx_http_kvserve_module);
-    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+    r = ctx->r;
     kmcf = ngx_http_get_module_main_conf(r, ngx_http_kvserve_module);
-
-    ctx->t.body_ns = ngx_http_kvserve_now_ns();
-
-    if (ngx_http_kvserve_body_bytes(r, &data, &len) != NGX_OK) {
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        return;
-    }
-
-    if (ngx_http_kvserve_rng == 0) {
-        ngx_http_kvserve_rng = ngx_http_kvserve_random64() | 1;
-    }
-
-    rc = kvs_api_req_parse(&ctx->req, ctx->chat ? KVS_API_CHAT
-                                                : KVS_API_COMPLETIONS,
-                           (const char *) data, len,
-                           (size_t) clcf->client_max_body_size, &aerr)
-         == KVS_OK ? NGX_OK : NGX_ERROR;
-
-    ctx->t.parse_ns = ngx_http_kvserve_now_ns();
-
-    if (rc == NGX_OK) {
-        rc = ngx_http_kvserve_prepare(ctx, &aerr);
-        ctx->t.tokenize_ns = ngx_http_kvserve_now_ns();
-    }
-
-    if (rc != NGX_OK) {
-        rc = ngx_http_kvserve_api_error(r, &aerr);
-        ctx->finished = 1;
-        ngx_http_finalize_request(r, rc);
-        return;
-    }
 
     /* a client that goes away cancels its sequences (pool cleanup) */
     r->read_event_handler = ngx_http_test_reading;
@@ -1257,6 +1476,214 @@ ngx_http_kvserve_body(ngx_http_request_t *r)
             return;
         }
     }
+}
+
+
+/* Tokenized (here or in the pool): an error answered, or submitted. */
+static void
+ngx_http_kvserve_tokenized(ngx_http_kvserve_ctx_t *ctx)
+{
+    ngx_int_t      rc;
+    kvs_api_err_t  aerr;
+
+    rc = ngx_http_kvserve_parts_init(ctx, &aerr);
+    ctx->t.tokenize_ns = ngx_http_kvserve_now_ns();
+
+    if (rc != NGX_OK) {
+        rc = ngx_http_kvserve_api_error(ctx->r, &aerr);
+        ctx->finished = 1;
+        ngx_http_finalize_request(ctx->r, rc);
+        return;
+    }
+
+    ngx_http_kvserve_submit(ctx);
+}
+
+
+#if (NGX_THREADS)
+
+/*
+ * Back on the event loop.  The request was blocked (r->main->blocked),
+ * as nginx blocks it for aio, so it is still here even if the client
+ * left: then nginx has already terminated it as far as it could
+ * (c->error) and finalizing it again frees it.
+ */
+static void
+ngx_http_kvserve_tok_done(ngx_event_t *ev)
+{
+    uint64_t                     now;
+    ngx_uint_t                   i;
+    ngx_connection_t            *c;
+    ngx_http_request_t          *r;
+    ngx_http_kvserve_ctx_t      *ctx;
+    ngx_http_kvserve_tok_job_t  *job;
+
+    job = ev->data;
+    ctx = job->ctx;
+    r = ctx->r;
+    c = r->connection;
+
+    ngx_http_set_log_request(c->log, r);
+
+    r->main->blocked--;
+    r->aio = 0;
+
+    now = ngx_http_kvserve_now_ns();
+
+    ngx_log_debug6(NGX_LOG_DEBUG_HTTP, c->log, 0,
+                   "kvserve: tokenized %uz bytes in the thread pool: "
+                   "queued %uL ns, ran %uL ns, back %uL ns, hop %uL ns, "
+                   "rc %i", job->bytes, job->start_ns - job->post_ns,
+                   job->end_ns - job->start_ns, now - job->end_ns,
+                   (now - job->post_ns) - (job->end_ns - job->start_ns),
+                   job->rc);
+
+    /* a client that closed just after its body gave no event of its
+     * own (it came with the body's last bytes): epoll's RDHUP left
+     * pending_eof, which ngx_http_test_reading() treats as gone too */
+    if (!c->error && (c->read->eof || c->read->pending_eof)) {
+        c->error = 1;
+    }
+
+    if (c->error) {
+        /* already terminated by nginx (blocked) or not: finalizing it
+         * once here frees it */
+        ngx_log_error(NGX_LOG_INFO, c->log, 0,
+                      "kvserve: the client left while its prompt was "
+                      "tokenized; the request is dropped");
+
+        for (i = 0; i < job->n_parts; i++) {
+            kvs_ids_free(&job->ids[i]);
+        }
+
+        ctx->finished = 1;
+        ngx_http_finalize_request(r, NGX_HTTP_CLIENT_CLOSED_REQUEST);
+        ngx_http_run_posted_requests(c);
+        return;
+    }
+
+    ngx_http_kvserve_tokenized(ctx);
+    ngx_http_run_posted_requests(c);
+}
+
+
+/* NGX_OK: the task is posted and the request blocked until it is back;
+ * NGX_DECLINED: tokenize inline instead (the pool's queue is full). */
+static ngx_int_t
+ngx_http_kvserve_tok_post(ngx_http_kvserve_ctx_t *ctx, ngx_thread_pool_t *tp)
+{
+    ngx_thread_task_t           *task;
+    ngx_http_request_t          *r;
+    ngx_http_kvserve_tok_job_t  *job;
+
+    r = ctx->r;
+    job = ctx->tok;
+
+    task = ngx_thread_task_alloc(r->pool, 0);
+    if (task == NULL) {
+        return NGX_DECLINED;
+    }
+
+    task->ctx = job;
+    task->handler = ngx_http_kvserve_tok_thread;
+    task->event.data = job;
+    task->event.handler = ngx_http_kvserve_tok_done;
+
+    job->post_ns = ngx_http_kvserve_now_ns();
+
+    if (ngx_thread_task_post(tp, task) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    r->main->blocked++;
+    r->aio = 1;
+
+    /* a client that leaves now is seen (c->error) when the task is back */
+    r->read_event_handler = ngx_http_test_reading;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "kvserve: %uz bytes of prompt to the thread pool",
+                   job->bytes);
+
+    return NGX_OK;
+}
+
+#endif
+
+
+static void
+ngx_http_kvserve_body(ngx_http_request_t *r)
+{
+    u_char                        *data;
+    size_t                         len;
+    ngx_int_t                      rc;
+    kvs_api_err_t                  aerr;
+    ngx_http_kvserve_ctx_t        *ctx;
+    ngx_http_core_loc_conf_t      *clcf;
+#if (NGX_THREADS)
+    ngx_http_kvserve_loc_conf_t   *klcf;
+#endif
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_kvserve_module);
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    ctx->t.body_ns = ngx_http_kvserve_now_ns();
+
+    if (ngx_http_kvserve_body_bytes(r, &data, &len) != NGX_OK) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    if (ngx_http_kvserve_rng == 0) {
+        ngx_http_kvserve_rng = ngx_http_kvserve_random64() | 1;
+    }
+
+    rc = kvs_api_req_parse(&ctx->req, ctx->chat ? KVS_API_CHAT
+                                                : KVS_API_COMPLETIONS,
+                           (const char *) data, len,
+                           (size_t) clcf->client_max_body_size, &aerr)
+         == KVS_OK ? NGX_OK : NGX_ERROR;
+
+    ctx->t.parse_ns = ngx_http_kvserve_now_ns();
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_kvserve_prepare(ctx, &aerr);
+    }
+
+    if (rc != NGX_OK) {
+        ctx->t.tokenize_ns = ngx_http_kvserve_now_ns();
+        rc = ngx_http_kvserve_api_error(r, &aerr);
+        ctx->finished = 1;
+        ngx_http_finalize_request(r, rc);
+        return;
+    }
+
+    /* a hop to a pool thread costs more than tokenizing a short prompt
+     * here; a long one would hold every other request of the worker */
+    ctx->tok->bytes = ngx_http_kvserve_prompt_bytes(ctx);
+
+#if (NGX_THREADS)
+
+    klcf = ngx_http_get_module_loc_conf(r, ngx_http_kvserve_module);
+
+    if (klcf->tokenize_pool != NULL
+        && klcf->tokenize_pool != NGX_CONF_UNSET_PTR
+        && ctx->tok->bytes > klcf->tokenize_threshold)
+    {
+        ctx->tok_where = NGX_HTTP_KVSERVE_TOK_POOL;
+
+        if (ngx_http_kvserve_tok_post(ctx, klcf->tokenize_pool) == NGX_OK) {
+            return;
+        }
+    }
+
+#endif
+
+    ctx->tok_where = NGX_HTTP_KVSERVE_TOK_INLINE;
+    ctx->tok->rc = ngx_http_kvserve_tokenize(ctx->tok,
+                                             &ngx_http_kvserve_tok);
+
+    ngx_http_kvserve_tokenized(ctx);
 }
 
 
@@ -1928,9 +2355,52 @@ ngx_http_kvserve_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 }
 
 
+/* $kvserve_tokenize_where: inline, pool, or - (not tokenized) */
+static ngx_int_t
+ngx_http_kvserve_where_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    ngx_http_kvserve_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_kvserve_module);
+
+    if (ctx == NULL || !ctx->completion || ctx->tok_where == 0) {
+        v->data = (u_char *) "-";
+        v->len = 1;
+
+    } else if (ctx->tok_where == NGX_HTTP_KVSERVE_TOK_POOL) {
+        v->data = (u_char *) "pool";
+        v->len = 4;
+
+    } else {
+        v->data = (u_char *) "inline";
+        v->len = 6;
+    }
+
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+
+/* Also adds $kvserve_tokenize_where: a postconfiguration variable is
+ * known to the configuration (nginx resolves names at the end of the
+ * http block). */
 ngx_int_t
 ngx_http_kvserve_filter_init(ngx_conf_t *cf)
 {
+    ngx_str_t             name = ngx_string("kvserve_tokenize_where");
+    ngx_http_variable_t  *var;
+
+    var = ngx_http_add_variable(cf, &name, NGX_HTTP_VAR_NOCACHEABLE);
+    if (var == NULL) {
+        return NGX_ERROR;
+    }
+
+    var->get_handler = ngx_http_kvserve_where_variable;
+
     ngx_http_kvserve_next_header = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_kvserve_header_filter;
 

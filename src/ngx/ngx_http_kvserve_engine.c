@@ -21,6 +21,22 @@
  * The engine exits by itself when the nginx master (or the single
  * process) is gone and no worker is connected: the child watches the
  * master's pidfd.  Nothing is spawned by `nginx -t` (no init_process).
+ * It is no worker's: `nginx -s reload` leaves it running, the new
+ * workers connect to it (HELLO names the same files) and the old ones
+ * finish their streams on their own connections.
+ *
+ * Watchdog: every kvserve_engine_ping each worker sends a PING; an
+ * engine from which nothing (PONG, OUT, HELLO) came for
+ * kvserve_engine_hang_timeout is hung: the worker SIGKILLs it (the pid
+ * from HELLO, or from the lease file while HELLO has not come) and
+ * treats it as lost, and the freed lease lets the respawn follow.
+ *
+ * Respawn backoff: the lease file holds "pid start died delay" (ms of
+ * CLOCK_MONOTONIC), read and written only by the worker holding the
+ * lease, so every worker shares it: an engine that lived less than
+ * NGX_HTTP_KVSERVE_BACKOFF_RESET is replaced no sooner than delay after
+ * its death was first seen, and delay doubles from
+ * NGX_HTTP_KVSERVE_BACKOFF_MIN to NGX_HTTP_KVSERVE_BACKOFF_MAX.
  */
 
 #include <ngx_config.h>
@@ -39,6 +55,23 @@
 
 #define NGX_HTTP_KVSERVE_RECONNECT    50      /* ms between tries */
 #define NGX_HTTP_KVSERVE_READ_CHUNK   65536
+
+#define NGX_HTTP_KVSERVE_BACKOFF_MIN    100     /* ms */
+#define NGX_HTTP_KVSERVE_BACKOFF_MAX    5000    /* ms */
+#define NGX_HTTP_KVSERVE_BACKOFF_RESET  10000   /* ms: an engine that
+                                                   lived this long died
+                                                   of something else */
+#define NGX_HTTP_KVSERVE_ENGINE_COMM    "kvserve engine"
+
+
+/* The lease file's content: written by the lease holder only. */
+typedef struct {
+    ngx_pid_t                 pid;         /* the last engine forked */
+    uint64_t                  start;       /* ms, CLOCK_MONOTONIC */
+    uint64_t                  died;        /* ms: first seen dead, 0 */
+    uint64_t                  delay;       /* ms after died before the
+                                              next fork */
+} ngx_http_kvserve_lease_t;
 
 
 typedef struct {
@@ -61,6 +94,11 @@ typedef struct {
     ngx_connection_t          dummy;       /* the timer's ev->data: the
                                               debug log reads its fd */
     ngx_msec_t                last_spawn;
+
+    ngx_event_t               ping;        /* the watchdog, cancelable */
+    ngx_msec_t                last_rx;     /* bytes came from the engine,
+                                              or we connected */
+    uint64_t                  ping_seq;
 
     kvs_wire_out_t            out;         /* decode scratch, reused */
     kvs_wire_stats_t          stats;
@@ -86,6 +124,8 @@ static ngx_int_t ngx_http_kvserve_engine_flush(ngx_http_kvserve_engine_t *e);
 static ngx_int_t ngx_http_kvserve_engine_put(ngx_http_kvserve_engine_t *e,
     ngx_http_kvserve_sub_t *s);
 static void ngx_http_kvserve_engine_spawn(ngx_http_kvserve_engine_t *e);
+static void ngx_http_kvserve_engine_watchdog(ngx_event_t *ev);
+static ngx_pid_t ngx_http_kvserve_lease_holder(ngx_http_kvserve_engine_t *e);
 
 
 ngx_int_t
@@ -137,6 +177,11 @@ ngx_http_kvserve_engine_init_process(ngx_cycle_t *cycle)
     e->reconnect.log = cycle->log;
     e->reconnect.cancelable = 1;
 
+    e->ping.handler = ngx_http_kvserve_engine_watchdog;
+    e->ping.data = &e->dummy;
+    e->ping.log = cycle->log;
+    e->ping.cancelable = 1;
+
     ngx_http_kvserve_eng = e;
 
     ngx_http_kvserve_engine_connect(&e->reconnect);
@@ -157,6 +202,10 @@ ngx_http_kvserve_engine_exit_process(ngx_cycle_t *cycle)
 
     if (e->reconnect.timer_set) {
         ngx_del_timer(&e->reconnect);
+    }
+
+    if (e->ping.timer_set) {
+        ngx_del_timer(&e->ping);
     }
 
     /* nginx checks for open sockets after exit_process */
@@ -294,7 +343,8 @@ ngx_http_kvserve_engine_send(ngx_http_kvserve_sub_t *s)
         ngx_queue_insert_tail(&e->waiting, &s->queue);
         s->waiting = 1;
 
-        if (!e->reconnect.timer_set && e->c == NULL && !ngx_exiting) {
+        /* an exiting worker still serves what it accepted */
+        if (!e->reconnect.timer_set && e->c == NULL && !ngx_terminate) {
             ngx_add_timer(&e->reconnect, 1);
         }
 
@@ -465,9 +515,12 @@ ngx_http_kvserve_engine_connect(ngx_event_t *ev)
 
     e = ngx_http_kvserve_eng;
 
-    if (e == NULL || e->c != NULL || ngx_exiting || ngx_quit
-        || ngx_terminate)
-    {
+    if (e == NULL || e->c != NULL || ngx_terminate) {
+        return;
+    }
+
+    /* a worker shutting down reconnects only for requests it holds */
+    if ((ngx_exiting || ngx_quit) && ngx_queue_empty(&e->waiting)) {
         return;
     }
 
@@ -531,6 +584,11 @@ ngx_http_kvserve_engine_connect(ngx_event_t *ev)
     e->rbuf.len = 0;
     e->wbuf.len = 0;
     e->wpos = 0;
+    e->last_rx = ngx_current_msec;
+
+    if (e->kmcf->engine_ping != 0 && !e->ping.timer_set) {
+        ngx_add_timer(&e->ping, e->kmcf->engine_ping);
+    }
 
     ngx_log_debug0(NGX_LOG_DEBUG_HTTP, e->cycle->log, 0,
                    "kvserve: connected to the engine");
@@ -590,6 +648,10 @@ ngx_http_kvserve_engine_lost(ngx_http_kvserve_engine_t *e, const char *why)
 
     e->free_hint = 0;
 
+    if (e->ping.timer_set) {
+        ngx_del_timer(&e->ping);
+    }
+
     while (!ngx_queue_empty(&lost)) {
         q = ngx_queue_head(&lost);
         ngx_queue_remove(q);
@@ -597,8 +659,105 @@ ngx_http_kvserve_engine_lost(ngx_http_kvserve_engine_t *e, const char *why)
         s->handler(s, NGX_HTTP_KVSERVE_EV_LOST, NULL);
     }
 
-    if (!e->reconnect.timer_set && !ngx_exiting) {
+    if (!e->reconnect.timer_set && !ngx_terminate
+        && (!ngx_exiting || !ngx_queue_empty(&e->waiting)))
+    {
         ngx_add_timer(&e->reconnect, 1);
+    }
+}
+
+
+/* ---- the watchdog ----------------------------------------------------- */
+
+/* Is pid an engine process?  Its comm is ours (PR_SET_NAME): a pid
+ * reused by another process since is left alone. */
+static ngx_int_t
+ngx_http_kvserve_is_engine(ngx_pid_t pid)
+{
+    int      fd;
+    char     path[64], comm[32];
+    ssize_t  n;
+
+    ngx_sprintf((u_char *) path, "/proc/%P/comm%Z", pid);
+
+    fd = open(path, O_RDONLY|O_CLOEXEC);
+    if (fd == -1) {
+        return NGX_DECLINED;
+    }
+
+    n = read(fd, comm, sizeof(comm) - 1);
+    close(fd);
+
+    if (n <= 0) {
+        return NGX_DECLINED;
+    }
+
+    comm[n] = '\0';
+    if (comm[n - 1] == '\n') {
+        comm[n - 1] = '\0';
+    }
+
+    return ngx_strcmp(comm, NGX_HTTP_KVSERVE_ENGINE_COMM) == 0
+           ? NGX_OK : NGX_DECLINED;
+}
+
+
+static void
+ngx_http_kvserve_engine_watchdog(ngx_event_t *ev)
+{
+    kvs_err_t                   err;
+    ngx_pid_t                   pid;
+    ngx_msec_t                  silent;
+    ngx_http_kvserve_engine_t  *e;
+
+    e = ngx_http_kvserve_eng;
+
+    if (e == NULL || e->c == NULL || e->kmcf->engine_ping == 0) {
+        return;
+    }
+
+    silent = ngx_current_msec - e->last_rx;
+
+    if (silent >= e->kmcf->engine_hang_timeout) {
+        /* before HELLO the lease file names the engine */
+        pid = e->ready ? (ngx_pid_t) e->hello.pid
+                       : ngx_http_kvserve_lease_holder(e);
+
+        if (pid > 0 && ngx_http_kvserve_is_engine(pid) == NGX_OK) {
+            ngx_log_error(NGX_LOG_ALERT, e->cycle->log, 0,
+                          "kvserve: engine %P sent nothing for %M ms: "
+                          "hung, killing it", pid, silent);
+
+            if (kill(pid, SIGKILL) == -1 && ngx_errno != NGX_ESRCH) {
+                ngx_log_error(NGX_LOG_ALERT, e->cycle->log, ngx_errno,
+                              "kvserve: kill(%P, SIGKILL) failed", pid);
+            }
+
+        } else {
+            ngx_log_error(NGX_LOG_ALERT, e->cycle->log, 0,
+                          "kvserve: the engine sent nothing for %M ms "
+                          "and no engine process is known: reconnecting",
+                          silent);
+        }
+
+        ngx_http_kvserve_engine_lost(e, "hung");
+        return;
+    }
+
+    if (e->ready) {
+        e->ping_seq++;
+
+        if (kvs_wire_enc_empty(&e->wbuf, KVS_WIRE_PING, e->ping_seq, &err)
+            == KVS_OK)
+        {
+            if (ngx_http_kvserve_engine_flush(e) == NGX_ERROR) {
+                return;
+            }
+        }
+    }
+
+    if (e->c != NULL && !e->ping.timer_set) {
+        ngx_add_timer(&e->ping, e->kmcf->engine_ping);
     }
 }
 
@@ -793,6 +952,7 @@ ngx_http_kvserve_engine_read(ngx_event_t *rev)
         }
 
         e->rbuf.len += n;
+        e->last_rx = ngx_current_msec;
 
         /* frames are handed out as they come, so that a long burst does
          * not pile up here */
@@ -1030,16 +1190,127 @@ ngx_http_kvserve_child(ngx_http_kvserve_engine_t *e, int lease, int pidfd)
 }
 
 
+/* ---- the lease file: backoff state, the engine's pid ------------------ */
+
+static uint64_t
+ngx_http_kvserve_now_ms(void)
+{
+    struct timespec  ts;
+
+    (void) clock_gettime(CLOCK_MONOTONIC, &ts);
+
+    return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
+}
+
+
+/* NGX_OK with *l filled, NGX_DECLINED for an empty, foreign or stale
+ * (from before a reboot) file. */
+static ngx_int_t
+ngx_http_kvserve_lease_read(int fd, ngx_http_kvserve_lease_t *l,
+    uint64_t now)
+{
+    char                pid_s[24];
+    ssize_t             n;
+    long long           pid;
+    unsigned long long  start, died, delay;
+    char                buf[128];
+
+    n = pread(fd, buf, sizeof(buf) - 1, 0);
+    if (n <= 0) {
+        return NGX_DECLINED;
+    }
+
+    buf[n] = '\0';
+
+    if (sscanf(buf, "%23s %llu %llu %llu", pid_s, &start, &died, &delay)
+        != 4)
+    {
+        return NGX_DECLINED;
+    }
+
+    pid = strtoll(pid_s, NULL, 10);
+
+    if (pid <= 0 || start > now || died > now
+        || delay > NGX_HTTP_KVSERVE_BACKOFF_MAX)
+    {
+        return NGX_DECLINED;
+    }
+
+    l->pid = (ngx_pid_t) pid;
+    l->start = start;
+    l->died = died;
+    l->delay = delay;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_kvserve_lease_write(ngx_http_kvserve_engine_t *e, int fd,
+    const ngx_http_kvserve_lease_t *l)
+{
+    u_char   buf[128], *p;
+    ssize_t  n;
+
+    p = ngx_snprintf(buf, sizeof(buf), "%P %uL %uL %uL\n", l->pid,
+                     l->start, l->died, l->delay);
+
+    n = pwrite(fd, buf, p - buf, 0);
+
+    if (n != p - buf || ftruncate(fd, p - buf) == -1) {
+        ngx_log_error(NGX_LOG_ALERT, e->cycle->log, ngx_errno,
+                      "kvserve: writing \"%s\" failed", e->lock_path);
+    }
+}
+
+
+/* The engine holding the lease, from the file: 0 when the lease is free
+ * or names no one. */
+static ngx_pid_t
+ngx_http_kvserve_lease_holder(ngx_http_kvserve_engine_t *e)
+{
+    int                       fd;
+    ngx_pid_t                 pid;
+    ngx_http_kvserve_lease_t  l;
+
+    fd = open((char *) e->lock_path, O_RDONLY|O_CLOEXEC);
+    if (fd == -1) {
+        return 0;
+    }
+
+    pid = 0;
+
+    if (flock(fd, LOCK_SH|LOCK_NB) == 0) {
+        /* free: nobody to blame */
+        (void) flock(fd, LOCK_UN);
+
+    } else if (ngx_http_kvserve_lease_read(fd, &l,
+                                           ngx_http_kvserve_now_ms())
+               == NGX_OK)
+    {
+        pid = l.pid;
+    }
+
+    close(fd);
+
+    return pid;
+}
+
+
 /*
  * Takes the lease and forks the engine; when the lease is held, an
  * engine is running or starting and the reconnect timer will find it.
+ * With the lease, the file says whether the last engine died young, and
+ * then how long to wait before the next fork.
  */
 static void
 ngx_http_kvserve_engine_spawn(ngx_http_kvserve_engine_t *e)
 {
-    int         lease, pidfd;
-    pid_t       pid, watch;
-    ngx_msec_t  now;
+    int                       lease, pidfd;
+    pid_t                     pid, watch;
+    uint64_t                  ms;
+    ngx_msec_t                now;
+    ngx_http_kvserve_lease_t  l;
 
     now = ngx_current_msec;
 
@@ -1058,6 +1329,33 @@ ngx_http_kvserve_engine_spawn(ngx_http_kvserve_engine_t *e)
     }
 
     if (flock(lease, LOCK_EX|LOCK_NB) == -1) {
+        close(lease);
+        return;
+    }
+
+    ms = ngx_http_kvserve_now_ms();
+
+    if (ngx_http_kvserve_lease_read(lease, &l, ms) != NGX_OK) {
+        ngx_memzero(&l, sizeof(l));
+
+    } else if (l.died == 0) {
+        /* the first to see the last engine gone */
+        l.died = ms;
+
+        if (ms - l.start >= NGX_HTTP_KVSERVE_BACKOFF_RESET) {
+            l.delay = 0;
+
+        } else {
+            ngx_log_error(NGX_LOG_WARN, e->cycle->log, 0,
+                          "kvserve: engine %P lived %uL ms: the next one "
+                          "starts in %uL ms", l.pid, ms - l.start,
+                          l.delay);
+        }
+
+        ngx_http_kvserve_lease_write(e, lease, &l);
+    }
+
+    if (l.died != 0 && ms - l.died < l.delay) {
         close(lease);
         return;
     }
@@ -1089,6 +1387,17 @@ ngx_http_kvserve_engine_spawn(ngx_http_kvserve_engine_t *e)
         ngx_log_error(NGX_LOG_NOTICE, e->cycle->log, 0,
                       "kvserve: worker %P started engine process %P",
                       ngx_pid, pid);
+
+        /* the next young death waits twice as long as this one would */
+        l.delay = (l.died == 0 || l.delay == 0)
+                  ? NGX_HTTP_KVSERVE_BACKOFF_MIN
+                  : ngx_min(l.delay * 2, NGX_HTTP_KVSERVE_BACKOFF_MAX);
+        l.pid = pid;
+        l.start = ms;
+        l.died = 0;
+
+        /* still under the lease: the child shares this open file */
+        ngx_http_kvserve_lease_write(e, lease, &l);
     }
 
     /* the child's copy of the open file keeps the lock */
