@@ -131,10 +131,10 @@ void kvs_sched_remove(kvs_sched_t *s, kvs_seq_t *seq);
 /*
  * Plans the next step, reserving the blocks its tokens need (and
  * preempting, newest first, when the pool runs out), and the block
- * copies (cow_src -> cow_dst) the caller must make before running it.  An empty plan
- * (batch.n == 0) means there is nothing to run.  Blocks reserved for a
- * step that then fails stay with their sequences and are used by the
- * next plan, so a failed step leaks nothing.
+ * copies (cow_src -> cow_dst) the caller must make before running it.
+ * An empty plan (batch.n == 0) means there is nothing to run.  Blocks
+ * reserved for a step that then fails stay with their sequences and are
+ * used by the next plan, so a failed step leaks nothing.
  */
 void kvs_sched_plan(kvs_sched_t *s, kvs_sched_plan_t *plan);
 
