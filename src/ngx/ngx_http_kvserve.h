@@ -148,6 +148,8 @@ struct ngx_http_kvserve_sub_s {
 extern ngx_module_t  ngx_http_kvserve_module;
 
 ngx_int_t ngx_http_kvserve_handler(ngx_http_request_t *r);
+ngx_int_t ngx_http_kvserve_send_json(ngx_http_request_t *r,
+    ngx_uint_t status, kvs_buf_t *body);
 ngx_int_t ngx_http_kvserve_completions(ngx_http_request_t *r,
     ngx_uint_t chat);
 ngx_int_t ngx_http_kvserve_status_handler(ngx_http_request_t *r);

@@ -159,8 +159,6 @@ static void ngx_http_kvserve_part_event(ngx_http_kvserve_sub_t *s,
     ngx_uint_t ev, void *msg);
 static void ngx_http_kvserve_finish(ngx_http_kvserve_ctx_t *ctx,
     ngx_int_t rc);
-static ngx_int_t ngx_http_kvserve_send_json(ngx_http_request_t *r,
-    ngx_uint_t status, kvs_buf_t *body);
 static void ngx_http_kvserve_fail(ngx_http_kvserve_ctx_t *ctx,
     ngx_uint_t status, const char *message, const char *type,
     const char *code);
@@ -480,56 +478,6 @@ ngx_http_kvserve_api_error(ngx_http_request_t *r, kvs_api_err_t *aerr)
     }
 
     return ngx_http_kvserve_send_json(r, aerr->status, &body);
-}
-
-
-/* Sends body (freed here) as the whole JSON response. */
-static ngx_int_t
-ngx_http_kvserve_send_json(ngx_http_request_t *r, ngx_uint_t status,
-    kvs_buf_t *body)
-{
-    ngx_int_t         rc;
-    ngx_buf_t        *b;
-    ngx_chain_t       out;
-    ngx_table_elt_t  *h;
-
-    b = ngx_create_temp_buf(r->pool, body->len + 1);
-    if (b == NULL) {
-        kvs_buf_free(body);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    b->last = ngx_cpymem(b->last, body->data, body->len);
-    *b->last++ = LF;
-    kvs_buf_free(body);
-
-    if (status == NGX_HTTP_SERVICE_UNAVAILABLE) {
-        h = ngx_list_push(&r->headers_out.headers);
-        if (h == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-        h->hash = 1;
-        ngx_str_set(&h->key, "Retry-After");
-        ngx_str_set(&h->value, "1");
-    }
-
-    r->headers_out.status = status;
-    r->headers_out.content_length_n = b->last - b->pos;
-    ngx_str_set(&r->headers_out.content_type, "application/json");
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
-
-    rc = ngx_http_send_header(r);
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    b->last_buf = (r == r->main);
-    b->last_in_chain = 1;
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
 }
 
 

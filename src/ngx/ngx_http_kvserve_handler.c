@@ -15,8 +15,6 @@
 #include "api/kvs_api.h"
 
 
-static ngx_int_t ngx_http_kvserve_send(ngx_http_request_t *r,
-    ngx_uint_t status, kvs_buf_t *body);
 static ngx_int_t ngx_http_kvserve_error(ngx_http_request_t *r,
     ngx_uint_t status, const char *message, const char *code);
 
@@ -66,7 +64,7 @@ ngx_http_kvserve_models(ngx_http_request_t *r, kvs_route_t *route)
                 kvs_buf_free(&body);
                 return NGX_HTTP_INTERNAL_SERVER_ERROR;
             }
-            return ngx_http_kvserve_send(r, NGX_HTTP_NOT_FOUND, &body);
+            return ngx_http_kvserve_send_json(r, NGX_HTTP_NOT_FOUND, &body);
         }
 
         list = ngx_palloc(r->pool, sizeof(kvs_api_model_t));
@@ -96,7 +94,7 @@ ngx_http_kvserve_models(ngx_http_request_t *r, kvs_route_t *route)
                                       "response.", NULL);
     }
 
-    return ngx_http_kvserve_send(r, NGX_HTTP_OK, &body);
+    return ngx_http_kvserve_send_json(r, NGX_HTTP_OK, &body);
 }
 
 
@@ -214,19 +212,20 @@ ngx_http_kvserve_error(ngx_http_request_t *r, ngx_uint_t status,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    return ngx_http_kvserve_send(r, status, &body);
+    return ngx_http_kvserve_send_json(r, status, &body);
 }
 
 
-/* Sends body (freed here) as the whole JSON response. */
-static ngx_int_t
-ngx_http_kvserve_send(ngx_http_request_t *r, ngx_uint_t status,
+/* Sends body (freed here) as the whole JSON response; a 405 names the
+ * allowed methods, a 503 asks to retry in a second. */
+ngx_int_t
+ngx_http_kvserve_send_json(ngx_http_request_t *r, ngx_uint_t status,
     kvs_buf_t *body)
 {
-    ngx_int_t        rc;
-    ngx_buf_t       *b;
-    ngx_chain_t      out;
-    ngx_table_elt_t *allow;
+    ngx_int_t         rc;
+    ngx_buf_t        *b;
+    ngx_chain_t       out;
+    ngx_table_elt_t  *allow, *h;
 
     b = ngx_create_temp_buf(r->pool, body->len + 1);
     if (b == NULL) {
@@ -250,6 +249,16 @@ ngx_http_kvserve_send(ngx_http_request_t *r, ngx_uint_t status,
         } else {
             ngx_str_set(&allow->value, "GET, HEAD");
         }
+    }
+
+    if (status == NGX_HTTP_SERVICE_UNAVAILABLE) {
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+        h->hash = 1;
+        ngx_str_set(&h->key, "Retry-After");
+        ngx_str_set(&h->value, "1");
     }
 
     r->headers_out.status = status;
