@@ -115,6 +115,7 @@ kvs_cli_engine(int argc, char **argv)
     }
 
     memset(&conf, 0, sizeof(conf));
+    conf.lease_fd = -1;                  /* run by hand: no lease */
     conf.socket_path = o.socket;
     conf.models = &sm;
     conf.n_models = 1;

@@ -23,7 +23,13 @@
  * master's pidfd.  Nothing is spawned by `nginx -t` (no init_process).
  * It is no worker's: `nginx -s reload` leaves it running, the new
  * workers connect to it (HELLO names the same files) and the old ones
- * finish their streams on their own connections.
+ * finish their streams on their own connections.  A reload that changes
+ * the models finds HELLO naming other files: the new worker sends DRAIN
+ * and reconnects after the usual delay; the old engine stops listening,
+ * releases the lease, serves the old workers to the end and exits, and
+ * the next worker that finds no socket forks the engine of the new
+ * models.  A worker shutting down never sends DRAIN: it is the older
+ * configuration, and the engine it finds may be the newer one's.
  *
  * Watchdog: every kvserve_engine_ping each worker sends a PING; an
  * engine from which nothing (PONG, OUT, HELLO) came for
@@ -812,11 +818,30 @@ ngx_http_kvserve_engine_frame(ngx_http_kvserve_engine_t *e,
         }
 
         if (ngx_http_kvserve_engine_hello_ok(e) != NGX_OK) {
-            ngx_log_error(NGX_LOG_WARN, e->cycle->log, 0,
+            if (ngx_exiting || ngx_quit || ngx_terminate) {
+                ngx_log_error(NGX_LOG_INFO, e->cycle->log, 0,
+                              "kvserve: engine %uD serves other models "
+                              "than this (older) configuration's",
+                              e->hello.pid);
+                return NGX_DECLINED;
+            }
+
+            /* the lost connection's close follows the frame: the engine
+             * reads DRAIN, then EOF */
+            if (kvs_wire_enc_drain(&e->wbuf, &err) != KVS_OK
+                || ngx_http_kvserve_engine_flush(e) == NGX_ERROR)
+            {
+                ngx_log_error(NGX_LOG_ALERT, e->cycle->log, 0,
+                              "kvserve: DRAIN to engine %uD not sent",
+                              e->hello.pid);
+                return NGX_DECLINED;
+            }
+
+            ngx_log_error(NGX_LOG_NOTICE, e->cycle->log, 0,
                           "kvserve: engine %uD serves other models than "
-                          "this configuration's; waiting for it to go",
+                          "this configuration's: DRAIN sent",
                           e->hello.pid);
-            return NGX_ERROR;
+            return NGX_DECLINED;
         }
 
         ngx_log_error(NGX_LOG_INFO, e->cycle->log, 0,
@@ -974,10 +999,26 @@ ngx_http_kvserve_engine_read(ngx_event_t *rev)
                 return;
             }
 
-            if (ngx_http_kvserve_engine_frame(e, e->rbuf.data + off, &h)
-                != NGX_OK)
-            {
-                ngx_http_kvserve_engine_lost(e, "bad frame");
+            rc = ngx_http_kvserve_engine_frame(e, e->rbuf.data + off, &h);
+
+            if (rc == NGX_DECLINED && e->c == c) {
+                /* not our engine: after the usual delay, its socket is
+                 * gone (DRAIN) or it is still there (we wait) */
+                ngx_http_kvserve_engine_lost(e, "other models");
+
+                if (e->reconnect.timer_set) {
+                    ngx_del_timer(&e->reconnect);
+                    ngx_add_timer(&e->reconnect,
+                                  NGX_HTTP_KVSERVE_RECONNECT);
+                }
+
+                return;
+            }
+
+            if (rc != NGX_OK) {
+                if (e->c == c) {
+                    ngx_http_kvserve_engine_lost(e, "bad frame");
+                }
                 return;
             }
 
@@ -1159,6 +1200,8 @@ ngx_http_kvserve_child(ngx_http_kvserve_engine_t *e, int lease, int pidfd)
     conf.models = sm;
     conf.n_models = (uint32_t) n;
     conf.parent_pidfd = pidfd;
+    conf.lease_fd = lease;      /* ours alone: the worker closed its copy
+                                   after the fork; DRAIN releases it */
     conf.log = ngx_http_kvserve_child_log;
     conf.log_data = log;
 

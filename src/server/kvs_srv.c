@@ -17,7 +17,9 @@
  *     flushed once per iteration (one send() per client per wake-up, so
  *     a step's tokens for a worker go in one write);
  *   - epoll is level-triggered: a client is read once per wake-up, so
- *     one that floods cannot starve the others.
+ *     one that floods cannot starve the others;
+ *   - draining is one way: once DRAIN came, lfd and conf.lease_fd are
+ *     -1 for good and the loop ends when the last client has gone.
  */
 
 #include <errno.h>
@@ -113,6 +115,8 @@ struct kvs_srv_s {
     int                 stopfd;
     int                 parent_watched;
     int                 orphaned;
+    int                 draining;     /* DRAIN came: no listener, no
+                                         lease, exit when no client */
     int                 ran;
     kvs_srv_ev_t        ev_listen;
     kvs_srv_ev_t        ev_stop;
@@ -141,6 +145,7 @@ static void kvs_srv_log(kvs_srv_t *srv, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static int kvs_srv_listen(kvs_srv_t *srv, kvs_err_t *err);
 static void kvs_srv_unlisten(kvs_srv_t *srv);
+static void kvs_srv_drain(kvs_srv_t *srv, kvs_srv_client_t *c);
 static void kvs_srv_accept(kvs_srv_t *srv);
 static void kvs_srv_read(kvs_srv_t *srv, kvs_srv_client_t *c);
 static int kvs_srv_frame(kvs_srv_t *srv, kvs_srv_client_t *c,
@@ -195,6 +200,9 @@ kvs_srv_new(kvs_srv_t **out, const kvs_srv_conf_t *conf, kvs_err_t *err)
     srv->lfd = -1;
     srv->epfd = -1;
     srv->stopfd = -1;
+
+    /* the lease stays the caller's until we succeed */
+    srv->conf.lease_fd = -1;
 
     if (srv->conf.out_limit == 0) {
         srv->conf.out_limit = KVS_SRV_OUT_LIMIT;
@@ -287,6 +295,7 @@ kvs_srv_new(kvs_srv_t **out, const kvs_srv_conf_t *conf, kvs_err_t *err)
         goto failed;
     }
 
+    srv->conf.lease_fd = conf->lease_fd > 2 ? conf->lease_fd : -1;
     *out = srv;
 
     return KVS_OK;
@@ -324,6 +333,10 @@ kvs_srv_free(kvs_srv_t *srv)
 
     if (srv->stopfd >= 0) {
         close(srv->stopfd);
+    }
+
+    if (srv->conf.lease_fd >= 0) {
+        close(srv->conf.lease_fd);
     }
 
     kvs_wire_submit_free(&srv->sub);
@@ -489,6 +502,53 @@ kvs_srv_unlisten(kvs_srv_t *srv)
 }
 
 
+/*
+ * DRAIN: a newer configuration wants other models.  The listener goes
+ * first and the lease after it, so that a worker that wins the lease
+ * cannot still reach us; the clients we have (old workers finishing
+ * their streams) keep being served.  Once is enough: later DRAINs (every
+ * new worker sends one) change nothing.
+ */
+static void
+kvs_srv_drain(kvs_srv_t *srv, kvs_srv_client_t *c)
+{
+    int          ours;
+    struct stat  sb;
+
+    if (srv->draining) {
+        return;
+    }
+
+    srv->draining = 1;
+
+    ours = srv->sock_ino != 0 && stat(srv->path, &sb) == 0
+           && sb.st_dev == srv->sock_dev && sb.st_ino == srv->sock_ino;
+
+    kvs_srv_unlisten(srv);
+
+    kvs_srv_log(srv, "engine %d: DRAIN from client %" PRIu64 ": no longer "
+                "accepting; %s %s", (int) getpid(), c->serial,
+                ours ? "removed" : "left (no longer ours)", srv->path);
+
+    if (srv->conf.lease_fd >= 0) {
+        /* the file holds the workers' respawn backoff, which is about
+         * engines that died: we did not, so the next one starts at once */
+        if (ftruncate(srv->conf.lease_fd, 0) != 0) {
+            kvs_srv_log(srv, "engine %d: lease file not cleared: %s",
+                        (int) getpid(), strerror(errno));
+        }
+
+        close(srv->conf.lease_fd);
+        srv->conf.lease_fd = -1;
+        kvs_srv_log(srv, "engine %d: lease released", (int) getpid());
+    }
+
+    kvs_srv_log(srv, "engine %d: draining: serving %u client%s until they "
+                "leave", (int) getpid(), srv->n_clients,
+                srv->n_clients == 1 ? "" : "s");
+}
+
+
 /* --- the loop ------------------------------------------------------------ */
 
 int
@@ -614,9 +674,10 @@ kvs_srv_run(kvs_srv_t *srv, kvs_err_t *err)
             kvs_srv_teardown(srv, c);
         }
 
-        if (srv->orphaned && srv->n_clients == 0) {
-            kvs_srv_log(srv, "engine %d: orphaned and no client left: "
-                        "exiting", (int) getpid());
+        if ((srv->orphaned || srv->draining) && srv->n_clients == 0) {
+            kvs_srv_log(srv, "engine %d: %s and no client left: exiting",
+                        (int) getpid(),
+                        srv->orphaned ? "orphaned" : "drained");
             break;
         }
     }
@@ -831,6 +892,14 @@ kvs_srv_frame(kvs_srv_t *srv, kvs_srv_client_t *c, const kvs_wire_hdr_t *h,
         }
 
         kvs_srv_mark_dirty(srv, c);
+        return KVS_OK;
+
+    case KVS_WIRE_DRAIN:
+        if (kvs_wire_dec_drain(f, h->len, &err) != KVS_OK) {
+            break;
+        }
+
+        kvs_srv_drain(srv, c);
         return KVS_OK;
 
     case KVS_WIRE_STATS:

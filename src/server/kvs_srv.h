@@ -17,6 +17,15 @@
  * atomically and only once the models are loaded; at exit it is
  * unlinked only if path is still our inode (a newer engine may have
  * renamed its own onto it).
+ *
+ * DRAIN (a worker of a newer configuration found our models are not its
+ * own): the server stops accepting (the listening socket closed, path
+ * unlinked while still ours), then releases the lease by closing
+ * lease_fd (its file emptied first: the workers keep their respawn
+ * backoff there, and a drained engine did not die), so that a worker can
+ * fork the engine of the new models at once; it
+ * keeps serving the clients it has and exits when none remain, as the
+ * orphan rule does.
  */
 
 #ifndef KVS_SRV_H
@@ -49,6 +58,14 @@ typedef struct {
                                              master is gone; then serve
                                              while clients remain, exit
                                              when none do.  Not closed. */
+    int                     lease_fd;     /* the flock lease (the
+                                             engine holds the only open
+                                             file description left), or
+                                             -1; 0..2 are stdio, never a
+                                             lease, and are ignored too.
+                                             Owned once kvs_srv_new()
+                                             succeeds: closed on DRAIN,
+                                             else by kvs_srv_free() */
     size_t                  out_limit;    /* 0: KVS_SRV_OUT_LIMIT */
     uint32_t                max_clients;  /* 0: KVS_SRV_MAX_CLIENTS */
     kvs_srv_log_pt          log;          /* one line per event; NULL */
@@ -63,9 +80,9 @@ typedef struct kvs_srv_s  kvs_srv_t;
 int kvs_srv_new(kvs_srv_t **out, const kvs_srv_conf_t *conf,
     kvs_err_t *err);
 
-/* Starts the engines and serves until kvs_srv_stop() or, orphaned, until
- * the last client leaves; then cancels what is left, stops the engines
- * and removes the socket.  Call once. */
+/* Starts the engines and serves until kvs_srv_stop() or, orphaned or
+ * drained, until the last client leaves; then cancels what is left,
+ * stops the engines and removes the socket.  Call once. */
 int kvs_srv_run(kvs_srv_t *srv, kvs_err_t *err);
 
 /* Makes kvs_srv_run() return; async-signal-safe, any thread. */

@@ -33,7 +33,7 @@ typedef struct {
 
 static const char  *kvs_wire_names[] = {
     "?", "HELLO", "SUBMIT", "CANCEL", "REFUSED", "OUT", "PING", "PONG",
-    "STATS", "STATS_REPLY"
+    "STATS", "STATS_REPLY", "DRAIN"
 };
 
 
@@ -442,7 +442,7 @@ kvs_wire_enc_empty(kvs_buf_t *b, kvs_wire_type_t type, uint64_t id,
     uint8_t  *p;
 
     if (type != KVS_WIRE_CANCEL && type != KVS_WIRE_PING
-        && type != KVS_WIRE_STATS)
+        && type != KVS_WIRE_STATS && type != KVS_WIRE_DRAIN)
     {
         return kvs_err_set(err, KVS_EINVAL, "type: %s has a body",
                            kvs_wire_type_name(type));
@@ -470,6 +470,26 @@ kvs_wire_dec_empty(const uint8_t *f, size_t f_len, kvs_err_t *err)
 
     if (kvs_wire_start(&rd, f, f_len, kvs_wire_get16(f + 4), err) != KVS_OK)
     {
+        return KVS_EFORMAT;
+    }
+
+    return kvs_wire_end(&rd);
+}
+
+
+int
+kvs_wire_enc_drain(kvs_buf_t *b, kvs_err_t *err)
+{
+    return kvs_wire_enc_empty(b, KVS_WIRE_DRAIN, 0, err);
+}
+
+
+int
+kvs_wire_dec_drain(const uint8_t *f, size_t f_len, kvs_err_t *err)
+{
+    kvs_wire_rd_t  rd;
+
+    if (kvs_wire_start(&rd, f, f_len, KVS_WIRE_DRAIN, err) != KVS_OK) {
         return KVS_EFORMAT;
     }
 

@@ -11,7 +11,8 @@
  *     u16 type      KVS_WIRE_HELLO ...
  *     u16 version   KVS_WIRE_VERSION
  *     u64 id        the request id (SUBMIT, CANCEL, REFUSED, OUT) or a
- *                   nonce echoed by the reply (PING, STATS)
+ *                   nonce echoed by the reply (PING, STATS); 0 in HELLO
+ *                   and DRAIN
  *
  * followed by the body of its type.  Every decoder checks every field
  * before trusting it (lengths within the frame, counts times sizes
@@ -63,7 +64,10 @@ typedef enum {
     KVS_WIRE_PONG,                    /* engine -> worker */
     KVS_WIRE_STATS,                   /* worker -> engine: a request */
     KVS_WIRE_STATS_REPLY,             /* engine -> worker */
-    KVS_WIRE_TYPE_MAX = KVS_WIRE_STATS_REPLY
+    KVS_WIRE_DRAIN,                   /* worker -> engine: stop accepting,
+                                         release the lease, exit once
+                                         the last client has gone */
+    KVS_WIRE_TYPE_MAX = KVS_WIRE_DRAIN
 } kvs_wire_type_t;
 
 typedef struct {
@@ -170,8 +174,10 @@ int kvs_wire_dec_pong(const uint8_t *f, size_t f_len, uint64_t *now_ns,
     kvs_err_t *err);
 int kvs_wire_dec_stats(const uint8_t *f, size_t f_len, kvs_wire_stats_t *m,
     kvs_err_t *err);
-/* CANCEL, PING and STATS have no body. */
+/* CANCEL, PING, STATS and DRAIN have no body. */
 int kvs_wire_dec_empty(const uint8_t *f, size_t f_len, kvs_err_t *err);
+/* DRAIN only (its id is 0): a frame of another type is KVS_EFORMAT. */
+int kvs_wire_dec_drain(const uint8_t *f, size_t f_len, kvs_err_t *err);
 
 void kvs_wire_submit_free(kvs_wire_submit_t *m);
 
@@ -192,9 +198,12 @@ int kvs_wire_enc_pong(kvs_buf_t *b, uint64_t id, uint64_t now_ns,
     kvs_err_t *err);
 int kvs_wire_enc_stats(kvs_buf_t *b, uint64_t id,
     const kvs_wire_stats_t *m, kvs_err_t *err);
-/* CANCEL, PING, STATS */
+/* CANCEL, PING, STATS, DRAIN */
 int kvs_wire_enc_empty(kvs_buf_t *b, kvs_wire_type_t type, uint64_t id,
     kvs_err_t *err);
+/* DRAIN, id 0: sent by a worker whose HELLO check failed (the engine
+ * serves another configuration's models). */
+int kvs_wire_enc_drain(kvs_buf_t *b, kvs_err_t *err);
 
 const char *kvs_wire_type_name(unsigned type);   /* "SUBMIT"; "?" */
 

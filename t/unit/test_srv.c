@@ -14,6 +14,11 @@
  * without holding up another, refusals come back as REFUSED and leave
  * the connection usable, the orphan rule ends the loop once the last
  * client leaves, and the socket path is removed only while it is ours.
+ * DRAIN: the listener goes (path removed while ours), the flock lease is
+ * released (another open file takes it) and its file emptied (the
+ * workers' respawn backoff is about dead engines), the clients already
+ * connected are served to the end, and the loop ends when the last one
+ * leaves.
  */
 
 #include "kvs_test.h"
@@ -22,6 +27,8 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -237,9 +244,11 @@ server_log(void *data, const char *msg)
 }
 
 
-/* Starts a server on a fresh socket path; md already loaded. */
+/* Starts a server on a fresh socket path; md already loaded; lease_fd
+ * (or -1) becomes the server's. */
 static void
-server_start(server_t *s, size_t out_limit, int parent_fd)
+server_start_lease(server_t *s, size_t out_limit, int parent_fd,
+    int lease_fd)
 {
     char            name[64];
     kvs_err_t       err;
@@ -259,6 +268,7 @@ server_start(server_t *s, size_t out_limit, int parent_fd)
     conf.models = &s->sm;
     conf.n_models = 1;
     conf.parent_pidfd = parent_fd;
+    conf.lease_fd = lease_fd;
     conf.out_limit = out_limit;
     conf.log = server_log;
 
@@ -267,6 +277,13 @@ server_start(server_t *s, size_t out_limit, int parent_fd)
     }
 
     assert_int_equal(pthread_create(&s->thr, NULL, server_main, s), 0);
+}
+
+
+static void
+server_start(server_t *s, size_t out_limit, int parent_fd)
+{
+    server_start_lease(s, out_limit, parent_fd, -1);
 }
 
 
@@ -1227,6 +1244,180 @@ test_orphan(void **state)
 }
 
 
+/* Takes an flock lease on path as nginx's worker does; -1 when another
+ * open file holds it. */
+static int
+lease_take(const char *path)
+{
+    int  fd;
+
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    assert_true(fd >= 0);
+
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        assert_int_equal(errno, EWOULDBLOCK);
+        close(fd);
+        return -1;
+    }
+
+    return fd;
+}
+
+
+/* Polls until path is gone or the wait is over. */
+static int
+wait_gone(const char *path)
+{
+    int  i;
+
+    for (i = 0; i < WAIT_MS / 5; i++) {
+        if (access(path, F_OK) != 0) {
+            return 0;
+        }
+        usleep(5000);
+    }
+
+    return -1;
+}
+
+
+/* DRAIN (as a worker of a newer configuration sends it): no more
+ * accepting, the lease released, the connected client served to the end
+ * (its running stream and a request sent after), the loop ends by
+ * itself when it leaves. */
+static void
+test_drain(void **state)
+{
+    int               lease, other, cfd;
+    char              lock[300];
+    int32_t           prompt[16];
+    uint64_t          ids[2];
+    uint32_t          n[2];
+    server_t          s;
+    client_t          a, b;
+    got_t             g[2], *gp[2];
+    kvs_engine_req_t  req, req2;
+    struct sockaddr_un  sa;
+
+    snprintf(lock, sizeof(lock), "%s", kvs_test_tmp("srv-drain.lock"));
+    unlink(lock);
+    lease = lease_take(lock);
+    assert_true(lease > 2);
+    assert_int_equal(lease_take(lock), -1);   /* held */
+    assert_int_equal(write(lease, "1 2 0 100\n", 10), 10);
+
+    memset(&s, 0, sizeof(s));
+    model_gen(&s.md);
+    server_start_lease(&s, 0, -1, lease);
+
+    cl_connect(&a, &s);
+    long_req(&req, prompt);
+    req.max_tokens = 400;
+    cl_submit(&a, 1, 0, &req);
+    wait_first_token(&a, 1);
+
+    /* a new worker: HELLO, DRAIN, gone */
+    cl_connect(&b, &s);
+    cl_empty(&b, KVS_WIRE_DRAIN, 0);
+    cl_close(&b);
+
+    assert_int_equal(wait_gone(s.path), 0);
+
+    /* the listener is closed, not just unlinked: nobody can reach it */
+    cfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, s.path, strlen(s.path));
+    assert_int_equal(connect(cfd, (struct sockaddr *) &sa, sizeof(sa)), -1);
+    close(cfd);
+
+    /* the lease is free (closed right after the unlink) */
+    other = -1;
+    for (cfd = 0; cfd < WAIT_MS / 5 && other < 0; cfd++) {
+        other = lease_take(lock);
+        if (other < 0) {
+            usleep(5000);
+        }
+    }
+    assert_true(other >= 0);
+    assert_int_equal(lseek(other, 0, SEEK_END), 0);   /* emptied */
+
+    /* the server still runs for a: a second DRAIN changes nothing, the
+     * stream goes on to its end and a new request is served */
+    assert_int_equal(pthread_tryjoin_np(s.thr, NULL), EBUSY);
+    cl_empty(&a, KVS_WIRE_DRAIN, 0);
+
+    req2 = req;
+    req2.max_tokens = 7;
+    cl_submit(&a, 2, 0, &req2);
+
+    memset(g, 0, sizeof(g));
+    ids[0] = 1;
+    ids[1] = 2;
+    n[0] = 1;
+    n[1] = 1;
+    gp[0] = &g[0];
+    gp[1] = &g[1];
+    cl_collect(&a, ids, 2, n, gp);
+
+    assert_int_equal(g[0].out.finish, KVS_FINISH_LENGTH);
+    assert_int_equal(g[0].out.n_generated, 400);
+    assert_int_equal(g[1].out.finish, KVS_FINISH_LENGTH);
+    assert_int_equal(g[1].out.n_tokens, 7);
+    got_free(g, 2);
+
+    cl_wait_idle(&a, 1);
+    assert_int_equal(pthread_tryjoin_np(s.thr, NULL), EBUSY);
+
+    cl_close(&a);
+    server_join(&s);                          /* ends by itself */
+    assert_int_equal(access(s.path, F_OK), -1);
+
+    close(other);
+    unlink(lock);
+    model_free(&s.md);
+}
+
+
+/* DRAIN when a newer engine already owns the path: it is left alone;
+ * without a lease nothing is closed that is not ours (a conf zeroed
+ * without lease_fd must not close stdin). */
+static void
+test_drain_not_ours(void **state)
+{
+    int          stdin_open;
+    FILE        *f;
+    char         other[300];
+    server_t     s;
+    client_t     cl;
+    struct stat  sb;
+
+    stdin_open = fcntl(0, F_GETFD) >= 0;
+
+    memset(&s, 0, sizeof(s));
+    model_gen(&s.md);
+    server_start_lease(&s, 0, -1, 0);
+    cl_connect(&cl, &s);
+
+    snprintf(other, sizeof(other), "%s.newer", s.path);
+    f = fopen(other, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(rename(other, s.path), 0);
+
+    cl_empty(&cl, KVS_WIRE_DRAIN, 0);
+    cl_wait_idle(&cl, 1);                     /* DRAIN handled by now */
+    cl_close(&cl);
+    server_join(&s);
+
+    assert_int_equal(stat(s.path, &sb), 0);
+    assert_true(S_ISREG(sb.st_mode));
+    assert_int_equal(fcntl(0, F_GETFD) >= 0, stdin_open);
+    unlink(s.path);
+    model_free(&s.md);
+}
+
+
 /* A socket renamed onto the path by someone else is not removed. */
 static void
 test_path_not_ours(void **state)
@@ -1422,6 +1613,8 @@ main(void)
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_slow_client),
         cmocka_unit_test(test_orphan),
+        cmocka_unit_test(test_drain),
+        cmocka_unit_test(test_drain_not_ours),
         cmocka_unit_test(test_path_not_ours),
         cmocka_unit_test(test_new_errors),
         cmocka_unit_test(test_cli),

@@ -409,6 +409,65 @@ test_submit_1m(void **state)
 }
 
 
+/* DRAIN against its definition in docs/engine-process.md: type 10, no
+ * body, id 0. */
+static void
+test_drain(kvs_buf_t *b)
+{
+    uint64_t        u;
+    kvs_err_t       err;
+    kvs_wire_hdr_t  h;
+    uint8_t         f[24];
+    static const uint8_t  want[16] = {
+        16, 0, 0, 0,                          /* len */
+        10, 0,                                /* type DRAIN */
+        KVS_WIRE_VERSION, 0,                  /* version */
+        0, 0, 0, 0, 0, 0, 0, 0                /* id */
+    };
+
+    assert_int_equal(KVS_WIRE_DRAIN, 10);
+    assert_string_equal(kvs_wire_type_name(KVS_WIRE_DRAIN), "DRAIN");
+
+    b->len = 0;
+    assert_int_equal(kvs_wire_enc_drain(b, &err), KVS_OK);
+    assert_int_equal(b->len, sizeof(want));
+    assert_memory_equal(b->data, want, sizeof(want));
+    check_prefixes(b->data, b->len);
+    check_mutations(b->data, b->len);
+
+    /* appends, as every encoder does */
+    assert_int_equal(kvs_wire_enc_drain(b, &err), KVS_OK);
+    assert_int_equal(b->len, 2 * sizeof(want));
+    assert_memory_equal(b->data + 16, want, sizeof(want));
+
+    assert_int_equal(kvs_wire_frame(want, sizeof(want), &h, &err), KVS_OK);
+    assert_int_equal(h.type, KVS_WIRE_DRAIN);
+    assert_int_equal(kvs_wire_dec_drain(want, sizeof(want), &err), KVS_OK);
+    assert_int_equal(kvs_wire_dec_empty(want, sizeof(want), &err), KVS_OK);
+
+    /* a body on DRAIN */
+    memcpy(f, want, sizeof(want));
+    memset(f + 16, 0, 8);
+    f[0] = 24;
+    assert_int_equal(kvs_wire_dec_drain(f, 24, &err), KVS_EFORMAT);
+    assert_non_null(strstr(err.msg, "DRAIN"));
+    assert_non_null(strstr(err.msg, "after the last field"));
+
+    /* another type handed to the DRAIN decoder, and the reverse */
+    f[0] = 16;
+    f[4] = KVS_WIRE_PING;
+    assert_int_equal(kvs_wire_dec_drain(f, 16, &err), KVS_EFORMAT);
+    assert_int_equal(kvs_wire_dec_pong(want, 16, &u, &err), KVS_EFORMAT);
+
+    /* a short buffer, another version */
+    assert_int_equal(kvs_wire_dec_drain(want, 15, &err), KVS_EFORMAT);
+    memcpy(f, want, sizeof(want));
+    f[6] = KVS_WIRE_VERSION + 1;
+    assert_int_equal(kvs_wire_frame(f, 16, &h, &err), KVS_EFORMAT);
+    assert_int_equal(kvs_wire_dec_drain(f, 16, &err), KVS_EFORMAT);
+}
+
+
 static void
 test_small(void **state)
 {
@@ -420,12 +479,12 @@ test_small(void **state)
     kvs_wire_refused_t  r;
     char                msg[600];
     static const kvs_wire_type_t  empty[] = {
-        KVS_WIRE_CANCEL, KVS_WIRE_PING, KVS_WIRE_STATS
+        KVS_WIRE_CANCEL, KVS_WIRE_PING, KVS_WIRE_STATS, KVS_WIRE_DRAIN
     };
 
     memset(&b, 0, sizeof(b));
 
-    for (t = 0; t < 3; t++) {
+    for (t = 0; t < 4; t++) {
         b.len = 0;
         assert_int_equal(kvs_wire_enc_empty(&b, empty[t], 99 + t, &err),
                          KVS_OK);
@@ -440,6 +499,8 @@ test_small(void **state)
     /* a body where none belongs */
     assert_int_equal(kvs_wire_enc_empty(&b, KVS_WIRE_OUT, 1, &err),
                      KVS_EINVAL);
+
+    test_drain(&b);
 
     b.len = 0;
     assert_int_equal(kvs_wire_enc_pong(&b, 5, UINT64_MAX, &err), KVS_OK);
