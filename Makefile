@@ -277,7 +277,7 @@ $(B)/fuzz/fuzz_%: t/fuzz/fuzz_%.c $(FUZZ_SRCS) $(LIB_HDRS)
 	    -DKVS_HAVE_CUDA=0 -Isrc -o $@ $< $(FUZZ_SRCS) $(LIBS)
 
 # the engine process's protocol: src/wire calls only src/base
-FUZZ_WIRE_SRCS := $(filter src/base/%, $(LIB_SRCS)) src/wire/kvs_wire.c
+FUZZ_WIRE_SRCS := $(filter src/base/%, $(LIB_SRCS)) $(wildcard src/wire/*.c)
 
 $(B)/fuzz/fuzz_wire: t/fuzz/fuzz_wire.c $(FUZZ_WIRE_SRCS) $(LIB_HDRS)
 	@mkdir -p $(dir $@)

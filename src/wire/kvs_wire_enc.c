@@ -1,0 +1,468 @@
+/*
+ * kvs_wire_enc: the encoders of the messages with a body (HELLO, SUBMIT,
+ * REFUSED, OUT, PONG, STATS_REPLY); the bodiless ones are in kvs_wire.c.
+ *
+ * Invariants: an encoder computes its frame's exact size first, checking
+ * every limit the decoder checks (KVS_ERANGE, field named), reserves it
+ * once and then writes: so a failure leaves the buffer untouched and a
+ * frame is never half appended.  What an encoder writes, the matching
+ * decoder in kvs_wire_dec.c accepts.
+ */
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvs_wire_impl.h"
+
+
+/* --- HELLO --------------------------------------------------------------- */
+
+int
+kvs_wire_enc_hello(kvs_buf_t *b, const kvs_wire_hello_t *m, kvs_err_t *err)
+{
+    int                      rc;
+    size_t                   len, nl;
+    uint8_t                 *p;
+    uint32_t                 i;
+    const kvs_wire_model_t  *md;
+
+    if (m->n_models == 0 || m->n_models > KVS_WIRE_MAX_MODELS) {
+        return kvs_err_set(err, KVS_ERANGE, "HELLO: n_models: %u is not in "
+                           "1..%d", m->n_models, KVS_WIRE_MAX_MODELS);
+    }
+
+    len = KVS_WIRE_HDR + 20;
+
+    for (i = 0; i < m->n_models; i++) {
+        nl = strnlen(m->models[i].name, KVS_WIRE_MAX_NAME + 1);
+        if (nl == 0 || nl > KVS_WIRE_MAX_NAME) {
+            return kvs_err_set(err, KVS_ERANGE, "HELLO: models[%u].name: "
+                               "must be 1..%d bytes", i, KVS_WIRE_MAX_NAME);
+        }
+
+        len += 20 + 16 + 2 + nl;
+    }
+
+    rc = kvs_wire_begin(b, len, KVS_WIRE_HELLO, 0, &p, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    /* the version always first: the one field every version shares */
+    p = kvs_wire_put32(p, KVS_WIRE_VERSION);
+    p = kvs_wire_put32(p, m->pid);
+    p = kvs_wire_put64(p, m->incarnation);
+    p = kvs_wire_put32(p, m->n_models);
+
+    for (i = 0; i < m->n_models; i++) {
+        md = &m->models[i];
+        nl = strlen(md->name);
+        p = kvs_wire_put32(p, md->index);
+        p = kvs_wire_put32(p, md->n_ctx);
+        p = kvs_wire_put32(p, md->n_vocab);
+        p = kvs_wire_put32(p, md->block_tokens);
+        p = kvs_wire_put32(p, md->kv_blocks);
+        p = kvs_wire_put64(p, md->file_size);
+        p = kvs_wire_put64(p, (uint64_t) md->mtime);
+        p = kvs_wire_put16(p, (uint16_t) nl);
+        p = kvs_wire_putb(p, md->name, nl);
+    }
+
+    kvs_wire_commit(b, p);
+
+    return KVS_OK;
+}
+
+
+/* --- SUBMIT -------------------------------------------------------------- */
+
+int
+kvs_wire_enc_submit(kvs_buf_t *b, uint64_t id, uint32_t model,
+    const kvs_engine_req_t *req, uint64_t submit_ns, kvs_err_t *err)
+{
+    int                         rc;
+    size_t                      len, i;
+    uint8_t                    *p;
+    const kvs_sample_params_t  *s;
+
+    s = &req->sample;
+
+    if (req->n > KVS_ENGINE_MAX_N) {
+        return kvs_err_set(err, KVS_ERANGE, "SUBMIT: n: %u exceeds %d",
+                           req->n, KVS_ENGINE_MAX_N);
+    }
+
+    if (s->n_logit_bias > KVS_WIRE_MAX_BIAS) {
+        return kvs_err_set(err, KVS_ERANGE, "SUBMIT: logit_bias: %u entries "
+                           "exceed %d", s->n_logit_bias, KVS_WIRE_MAX_BIAS);
+    }
+
+    if (req->n_stop_ids > KVS_ENGINE_MAX_STOP_IDS) {
+        return kvs_err_set(err, KVS_ERANGE, "SUBMIT: stop_ids: %u exceed %d",
+                           req->n_stop_ids, KVS_ENGINE_MAX_STOP_IDS);
+    }
+
+    if (req->n_stop > KVS_WIRE_MAX_STOP) {
+        return kvs_err_set(err, KVS_ERANGE, "SUBMIT: stop: %u strings "
+                           "exceed %d", req->n_stop, KVS_WIRE_MAX_STOP);
+    }
+
+    if (!isfinite(s->temperature) || !isfinite(s->top_p)
+        || !isfinite(s->min_p) || !isfinite(s->presence_penalty)
+        || !isfinite(s->frequency_penalty))
+    {
+        return kvs_err_set(err, KVS_ERANGE, "SUBMIT: sampling parameters "
+                           "must be finite numbers");
+    }
+
+    if (s->top_logprobs < 0
+        || s->top_logprobs > KVS_SAMPLE_MAX_TOP_LOGPROBS)
+    {
+        return kvs_err_set(err, KVS_ERANGE, "SUBMIT: top_logprobs: %d is "
+                           "not in 0..%d", s->top_logprobs,
+                           KVS_SAMPLE_MAX_TOP_LOGPROBS);
+    }
+
+    /* the prompt alone can pass the frame limit: check before summing */
+    if (req->n_prompt > KVS_WIRE_MAX_FRAME / 4) {
+        return kvs_err_set(err, KVS_ERANGE, "SUBMIT: prompt: %u ids exceed "
+                           "the frame limit", req->n_prompt);
+    }
+
+    len = KVS_WIRE_HDR + KVS_WIRE_SUBMIT_FIXED + (size_t) req->n_prompt * 4
+          + (size_t) s->n_logit_bias * 8 + (size_t) req->n_stop_ids * 4;
+
+    for (i = 0; i < req->n_stop; i++) {
+        if (req->stop_len[i] > KVS_WIRE_MAX_STOP_LEN) {
+            return kvs_err_set(err, KVS_ERANGE, "SUBMIT: stop[%zu]: %zu "
+                               "bytes exceed %d", i, req->stop_len[i],
+                               KVS_WIRE_MAX_STOP_LEN);
+        }
+
+        len += 2 + req->stop_len[i];
+    }
+
+    rc = kvs_wire_begin(b, len, KVS_WIRE_SUBMIT, id, &p, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    p = kvs_wire_put32(p, model);
+    p = kvs_wire_put64(p, submit_ns);
+    p = kvs_wire_put32(p, req->n_prompt);
+    p = kvs_wire_put32(p, req->max_tokens);
+    p = kvs_wire_put32(p, req->n);
+    p = kvs_wire_putf(p, s->temperature);
+    p = kvs_wire_put32(p, (uint32_t) s->top_k);
+    p = kvs_wire_putf(p, s->top_p);
+    p = kvs_wire_putf(p, s->min_p);
+    p = kvs_wire_put64(p, s->seed);
+    p = kvs_wire_putf(p, s->presence_penalty);
+    p = kvs_wire_putf(p, s->frequency_penalty);
+    *p++ = s->logprobs ? 1 : 0;
+    *p++ = (uint8_t) s->top_logprobs;
+    *p++ = req->ignore_eos ? 1 : 0;
+    *p++ = 0;
+    p = kvs_wire_put32(p, s->n_logit_bias);
+    p = kvs_wire_put32(p, req->n_stop_ids);
+    p = kvs_wire_put32(p, req->n_stop);
+
+    for (i = 0; i < req->n_prompt; i++) {
+        p = kvs_wire_put32(p, (uint32_t) req->prompt[i]);
+    }
+
+    for (i = 0; i < s->n_logit_bias; i++) {
+        p = kvs_wire_put32(p, (uint32_t) s->logit_bias[i].token);
+        p = kvs_wire_putf(p, s->logit_bias[i].bias);
+    }
+
+    for (i = 0; i < req->n_stop_ids; i++) {
+        p = kvs_wire_put32(p, (uint32_t) req->stop_ids[i]);
+    }
+
+    for (i = 0; i < req->n_stop; i++) {
+        p = kvs_wire_put16(p, (uint16_t) req->stop_len[i]);
+        p = kvs_wire_putb(p, req->stop[i], req->stop_len[i]);
+    }
+
+    kvs_wire_commit(b, p);
+
+    return KVS_OK;
+}
+
+
+/* --- REFUSED ------------------------------------------------------------- */
+
+int
+kvs_wire_enc_refused(kvs_buf_t *b, uint64_t id, int code, const char *msg,
+    kvs_err_t *err)
+{
+    int       rc;
+    size_t    nl;
+    uint8_t  *p;
+
+    if (code >= 0 || code < KVS_ERANGE) {
+        return kvs_err_set(err, KVS_ERANGE, "REFUSED: code: %d is not a "
+                           "kvs error code", code);
+    }
+
+    nl = strnlen(msg, KVS_WIRE_MAX_MSG);
+
+    rc = kvs_wire_begin(b, KVS_WIRE_HDR + 6 + nl, KVS_WIRE_REFUSED, id,
+                        &p, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    p = kvs_wire_put32(p, (uint32_t) code);
+    p = kvs_wire_put16(p, (uint16_t) nl);
+    p = kvs_wire_putb(p, msg, nl);
+
+    kvs_wire_commit(b, p);
+
+    return KVS_OK;
+}
+
+
+/* --- OUT ----------------------------------------------------------------- */
+
+static size_t
+kvs_wire_lp_size(const kvs_sample_logprobs_t *lp)
+{
+    return KVS_WIRE_LP_FIXED + (size_t) lp->n_top * KVS_WIRE_LP_TOP;
+}
+
+
+/* Writes one OUT frame of tokens [t0, t1), records [l0, l1), text
+ * [x0, x1); the last frame of an output also carries finish and error. */
+static int
+kvs_wire_out_frame(kvs_buf_t *b, uint64_t id, uint32_t choice,
+    const kvs_engine_out_t *out, const kvs_wire_times_t *t, size_t t0,
+    size_t t1, size_t l0, size_t l1, size_t x0, size_t x1, int last,
+    kvs_err_t *err)
+{
+    int                           rc;
+    size_t                        len, i, el;
+    uint8_t                      *p;
+    int32_t                       j;
+    kvs_finish_t                  finish;
+    const kvs_sample_logprobs_t  *lp;
+
+    finish = last ? out->finish : KVS_FINISH_NONE;
+    el = finish == KVS_FINISH_ERROR
+         ? strnlen(out->error, KVS_WIRE_MAX_MSG) : 0;
+
+    len = KVS_WIRE_HDR + KVS_WIRE_OUT_FIXED + (t1 - t0) * 4 + (x1 - x0) + el;
+    for (i = l0; i < l1; i++) {
+        len += kvs_wire_lp_size(&out->lp[i]);
+    }
+
+    rc = kvs_wire_begin(b, len, KVS_WIRE_OUT, id, &p, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    p = kvs_wire_put32(p, choice);
+    *p++ = (uint8_t) finish;
+    *p++ = 0;
+    p = kvs_wire_put16(p, (uint16_t) el);
+    p = kvs_wire_put32(p, out->n_prompt);
+    p = kvs_wire_put32(p, out->n_generated);
+    p = kvs_wire_put32(p, out->n_preempted);
+    p = kvs_wire_put64(p, t != NULL ? t->recv_ns : 0);
+    p = kvs_wire_put64(p, t != NULL ? t->first_ns : 0);
+    p = kvs_wire_put64(p, t != NULL ? t->now_ns : 0);
+    p = kvs_wire_put32(p, (uint32_t) (t1 - t0));
+    p = kvs_wire_put32(p, (uint32_t) (x1 - x0));
+    p = kvs_wire_put32(p, (uint32_t) (l1 - l0));
+
+    for (i = t0; i < t1; i++) {
+        p = kvs_wire_put32(p, (uint32_t) out->tokens[i]);
+    }
+
+    p = kvs_wire_putb(p, out->text.data + x0, x1 - x0);
+
+    for (i = l0; i < l1; i++) {
+        lp = &out->lp[i];
+        p = kvs_wire_put32(p, (uint32_t) lp->token);
+        p = kvs_wire_putf(p, lp->logprob);
+        *p++ = (uint8_t) lp->n_top;
+
+        for (j = 0; j < lp->n_top; j++) {
+            p = kvs_wire_put32(p, (uint32_t) lp->top_token[j]);
+            p = kvs_wire_putf(p, lp->top_logprob[j]);
+        }
+    }
+
+    p = kvs_wire_putb(p, out->error, el);
+
+    kvs_wire_commit(b, p);
+
+    return KVS_OK;
+}
+
+
+int
+kvs_wire_enc_out(kvs_buf_t *b, uint64_t id, uint32_t choice,
+    const kvs_engine_out_t *out, const kvs_wire_times_t *t, kvs_err_t *err)
+{
+    int     rc;
+    size_t  room, t0, t1, l0, l1, x0, x1, old, sz, el;
+
+    if (choice >= KVS_ENGINE_MAX_N) {
+        return kvs_err_set(err, KVS_ERANGE, "OUT: choice: %u exceeds %d",
+                           choice, KVS_ENGINE_MAX_N - 1);
+    }
+
+    if ((unsigned) out->finish > KVS_FINISH_ERROR) {
+        return kvs_err_set(err, KVS_ERANGE, "OUT: finish: %d is not a "
+                           "finish reason", (int) out->finish);
+    }
+
+    for (l0 = 0; l0 < out->n_lp; l0++) {
+        if (out->lp[l0].n_top < 0
+            || out->lp[l0].n_top > KVS_SAMPLE_MAX_TOP_LOGPROBS)
+        {
+            return kvs_err_set(err, KVS_ERANGE, "OUT: logprobs[%zu].n_top: "
+                               "%d is not in 0..%d", l0, out->lp[l0].n_top,
+                               KVS_SAMPLE_MAX_TOP_LOGPROBS);
+        }
+    }
+
+    /* room for the error in every frame, though only the last carries
+     * it: an output that fits one frame is then always one frame */
+    el = out->finish == KVS_FINISH_ERROR
+         ? strnlen(out->error, KVS_WIRE_MAX_MSG) : 0;
+    old = b->len;
+    t0 = 0;
+    l0 = 0;
+    x0 = 0;
+
+    /* greedy: as many tokens, then records, then text bytes as fit; the
+     * consumer concatenates each kind on its own, so they need not align */
+    do {
+        room = KVS_WIRE_MAX_FRAME - KVS_WIRE_HDR - KVS_WIRE_OUT_FIXED - el;
+
+        sz = out->n_tokens - t0;
+        t1 = t0 + (sz < room / 4 ? sz : room / 4);
+        room -= (t1 - t0) * 4;
+
+        for (l1 = l0; l1 < out->n_lp; l1++) {
+            sz = kvs_wire_lp_size(&out->lp[l1]);
+            if (sz > room) {
+                break;
+            }
+            room -= sz;
+        }
+
+        sz = out->text.len - x0;
+        x1 = x0 + (sz < room ? sz : room);
+
+        /* cut the text before a UTF-8 continuation byte if not at its end:
+         * a worker streaming each frame as it comes never splits a char */
+        if (x1 < out->text.len) {
+            sz = x1;
+            while (sz > x0 && x1 - sz < 4
+                   && (out->text.data[sz] & 0xc0) == 0x80)
+            {
+                sz--;
+            }
+
+            if (sz > x0 && (out->text.data[sz] & 0xc0) != 0x80) {
+                x1 = sz;
+            }
+        }
+
+        rc = kvs_wire_out_frame(b, id, choice, out, t, t0, t1, l0, l1, x0,
+                                x1, t1 == out->n_tokens && l1 == out->n_lp
+                                    && x1 == out->text.len, err);
+        if (rc != KVS_OK) {
+            b->len = old;
+            return rc;
+        }
+
+        t0 = t1;
+        l0 = l1;
+        x0 = x1;
+
+    } while (t0 < out->n_tokens || l0 < out->n_lp || x0 < out->text.len);
+
+    return KVS_OK;
+}
+
+
+/* --- PONG, STATS_REPLY ----------------------------------------------- */
+
+int
+kvs_wire_enc_pong(kvs_buf_t *b, uint64_t id, uint64_t now_ns,
+    kvs_err_t *err)
+{
+    int       rc;
+    uint8_t  *p;
+
+    rc = kvs_wire_begin(b, KVS_WIRE_HDR + 8, KVS_WIRE_PONG, id, &p, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    p = kvs_wire_put64(p, now_ns);
+    kvs_wire_commit(b, p);
+
+    return KVS_OK;
+}
+
+
+int
+kvs_wire_enc_stats(kvs_buf_t *b, uint64_t id, const kvs_wire_stats_t *m,
+    kvs_err_t *err)
+{
+    int                        rc;
+    uint8_t                   *p;
+    uint32_t                   i;
+    const kvs_engine_stats_t  *s;
+
+    if (m->n_models > KVS_WIRE_MAX_MODELS) {
+        return kvs_err_set(err, KVS_ERANGE, "STATS_REPLY: n_models: %u "
+                           "exceeds %d", m->n_models, KVS_WIRE_MAX_MODELS);
+    }
+
+    rc = kvs_wire_begin(b, KVS_WIRE_HDR + 12
+                          + (size_t) m->n_models * KVS_WIRE_STATS_REC,
+                       KVS_WIRE_STATS_REPLY, id, &p, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    p = kvs_wire_put32(p, m->clients);
+    p = kvs_wire_put32(p, m->requests);
+    p = kvs_wire_put32(p, m->n_models);
+
+    for (i = 0; i < m->n_models; i++) {
+        s = &m->models[i].st;
+        p = kvs_wire_put32(p, m->models[i].index);
+        p = kvs_wire_put64(p, s->steps);
+        p = kvs_wire_put64(p, s->prefill_tokens);
+        p = kvs_wire_put64(p, s->decode_tokens);
+        p = kvs_wire_put64(p, s->preemptions);
+        p = kvs_wire_put64(p, s->kv_copies);
+        p = kvs_wire_put64(p, s->step_ns);
+        p = kvs_wire_put64(p, s->step_ns_max);
+        p = kvs_wire_put64(p, s->decode_only_steps);
+        p = kvs_wire_put64(p, s->decode_only_tokens);
+        p = kvs_wire_put64(p, s->decode_only_ns);
+        p = kvs_wire_put64(p, s->batch_seqs);
+        p = kvs_wire_put32(p, s->running);
+        p = kvs_wire_put32(p, s->waiting);
+        p = kvs_wire_put32(p, s->kv_blocks);
+        p = kvs_wire_put32(p, s->kv_used);
+        p = kvs_wire_put32(p, s->kv_used_max);
+        p = kvs_wire_put32(p, s->block_tokens);
+        p = kvs_wire_put64(p, s->requests);
+        p = kvs_wire_put64(p, s->finished);
+    }
+
+    kvs_wire_commit(b, p);
+
+    return KVS_OK;
+}
