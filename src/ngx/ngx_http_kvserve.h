@@ -145,11 +145,45 @@ struct ngx_http_kvserve_sub_s {
 };
 
 
+/* Bounds of a number directive; auto_value is stored for "auto", which
+ * is refused when it is NGX_CONF_UNSET_UINT. */
+typedef struct {
+    ngx_uint_t  low;
+    ngx_uint_t  high;
+    ngx_uint_t  auto_value;
+} ngx_http_kvserve_uint_bounds_t;
+
+
 extern ngx_module_t  ngx_http_kvserve_module;
 
+/* the directives' handlers (ngx_http_kvserve_conf.c) */
+char *ngx_http_kvserve_model(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_kvserve_enable(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_kvserve_chat_template(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_kvserve_kv_cache(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+/* cmd->post: an ngx_http_kvserve_uint_bounds_t */
+char *ngx_http_kvserve_set_uint(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_kvserve_status(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_kvserve_metrics_directive(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+char *ngx_http_kvserve_tokenize_threads(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_kvserve_tokenize_threshold(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+
+/* routing (ngx_http_kvserve_handler.c) */
 ngx_int_t ngx_http_kvserve_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_kvserve_send_json(ngx_http_request_t *r,
     ngx_uint_t status, kvs_buf_t *body);
+
+/* completion requests (ngx_http_kvserve_completions.c, _answers.c,
+ * _timing.c), kvserve_status and the 413 filter (_status.c) */
 ngx_int_t ngx_http_kvserve_completions(ngx_http_request_t *r,
     ngx_uint_t chat);
 ngx_int_t ngx_http_kvserve_status_handler(ngx_http_request_t *r);
@@ -171,7 +205,8 @@ char *ngx_http_kvserve_metrics_zone(ngx_conf_t *cf,
 kvs_metrics_t *ngx_http_kvserve_metrics(ngx_http_request_t *r);
 ngx_int_t ngx_http_kvserve_metrics_handler(ngx_http_request_t *r);
 
-/* the engine process, from the worker's side */
+/* the engine process, from the worker's side
+ * (ngx_http_kvserve_engine.c, ngx_http_kvserve_spawn.c) */
 ngx_int_t ngx_http_kvserve_engine_init_process(ngx_cycle_t *cycle);
 void ngx_http_kvserve_engine_exit_process(ngx_cycle_t *cycle);
 /* Sends s now, or queues it until an engine is there. */

@@ -1,15 +1,15 @@
 /*
  * ngx_http_kvserve_engine: the worker's side of the engine process
- * (/work/shared/ENGINE-PROCESS-NOTES.md §4.4, docs/engine-process.md).
+ * (/work/shared/ENGINE-PROCESS-NOTES.md §4.4, docs/engine-process.md):
+ * the worker's connection to it, the table of what it holds, sending
+ * frames and dispatching its answers.  The process itself (fork, lease,
+ * backoff, watchdog) is ngx_http_kvserve_spawn.c.
  *
- * One engine per host: whichever worker finds no engine listening and
- * wins the flock lease (<engine_dir>/engine.lock) forks it; the child
- * calls only engine code (kvs_srv) and holds the lease for its life, so
- * a second engine can never start beside it.  Each worker keeps one unix
- * stream connection to it (<engine_dir>/engine.sock), registered as an
- * ordinary nginx connection (edge-triggered: read and write until
- * EAGAIN), and reconnects from a cancelable timer when it is lost, so a
- * quitting worker is never held up by it.
+ * Each worker keeps one unix stream connection to the engine
+ * (<engine_dir>/engine.sock), registered as an ordinary nginx connection
+ * (edge-triggered: read and write until EAGAIN), and reconnects from a
+ * cancelable timer when it is lost, so a quitting worker is never held up
+ * by it.
  *
  * Requests reach the engine as ngx_http_kvserve_sub_t's: each gets a
  * fresh id (slot | sequence << 32, so a late frame for a reused slot is
@@ -18,120 +18,38 @@
  * taken out of the table, so its owner may send it again at once: it is
  * then queued until the next engine says HELLO.
  *
- * The engine exits by itself when the nginx master (or the single
- * process) is gone and no worker is connected: the child watches the
- * master's pidfd.  Nothing is spawned by `nginx -t` (no init_process).
- * It is no worker's: `nginx -s reload` leaves it running, the new
- * workers connect to it (HELLO names the same files) and the old ones
- * finish their streams on their own connections.  A reload that changes
- * the models finds HELLO naming other files: the new worker sends DRAIN
- * and reconnects after the usual delay; the old engine stops listening,
+ * `nginx -s reload` leaves the engine running, the new workers connect
+ * to it (HELLO names the same files) and the old ones finish their
+ * streams on their own connections.  A reload that changes the models
+ * finds HELLO naming other files: the new worker sends DRAIN and
+ * reconnects after the usual delay; the old engine stops listening,
  * releases the lease, serves the old workers to the end and exits, and
  * the next worker that finds no socket forks the engine of the new
  * models.  A worker shutting down never sends DRAIN: it is the older
  * configuration, and the engine it finds may be the newer one's.
- *
- * Watchdog: every kvserve_engine_ping each worker sends a PING; an
- * engine from which nothing (PONG, OUT, HELLO) came for
- * kvserve_engine_hang_timeout is hung: the worker SIGKILLs it (the pid
- * from HELLO, or from the lease file while HELLO has not come) and
- * treats it as lost, and the freed lease lets the respawn follow.
- *
- * Respawn backoff: the lease file holds "pid start died delay" (ms of
- * CLOCK_MONOTONIC), read and written only by the worker holding the
- * lease, so every worker shares it: an engine that lived less than
- * NGX_HTTP_KVSERVE_BACKOFF_RESET is replaced no sooner than delay after
- * its death was first seen, and delay doubles from
- * NGX_HTTP_KVSERVE_BACKOFF_MIN to NGX_HTTP_KVSERVE_BACKOFF_MAX.
  */
 
 #include <ngx_config.h>
 #include <ngx_core.h>
 #include <ngx_http.h>
 
-#include <sched.h>
-#include <sys/file.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 
-#include "ngx_http_kvserve.h"
-#include "server/kvs_srv.h"
+#include "ngx_http_kvserve_engine.h"
 
 #define NGX_HTTP_KVSERVE_RECONNECT    50      /* ms between tries */
 #define NGX_HTTP_KVSERVE_READ_CHUNK   65536
 
-#define NGX_HTTP_KVSERVE_BACKOFF_MIN    100     /* ms */
-#define NGX_HTTP_KVSERVE_BACKOFF_MAX    5000    /* ms */
-#define NGX_HTTP_KVSERVE_BACKOFF_RESET  10000   /* ms: an engine that
-                                                   lived this long died
-                                                   of something else */
-#define NGX_HTTP_KVSERVE_ENGINE_COMM    "kvserve engine"
-
-
-/* The lease file's content: written by the lease holder only. */
-typedef struct {
-    ngx_pid_t                 pid;         /* the last engine forked */
-    uint64_t                  start;       /* ms, CLOCK_MONOTONIC */
-    uint64_t                  died;        /* ms: first seen dead, 0 */
-    uint64_t                  delay;       /* ms after died before the
-                                              next fork */
-} ngx_http_kvserve_lease_t;
-
-
-typedef struct {
-    ngx_connection_t         *c;           /* NULL: not connected */
-    ngx_uint_t                ready;       /* HELLO seen and checked */
-    kvs_wire_hello_t          hello;
-
-    kvs_buf_t                 rbuf;        /* bytes read, not yet a frame */
-    kvs_buf_t                 wbuf;        /* frames not yet sent ... */
-    size_t                    wpos;        /* ... from here */
-
-    ngx_http_kvserve_sub_t  **subs;        /* [n_subs] by slot, or NULL */
-    ngx_uint_t                n_subs;
-    ngx_uint_t                free_hint;
-    uint32_t                  seq;
-
-    ngx_queue_t               waiting;     /* subs waiting for an engine */
-
-    ngx_event_t               reconnect;
-    ngx_connection_t          dummy;       /* the timer's ev->data: the
-                                              debug log reads its fd */
-    ngx_msec_t                last_spawn;
-
-    ngx_event_t               ping;        /* the watchdog, cancelable */
-    ngx_msec_t                last_rx;     /* bytes came from the engine,
-                                              or we connected */
-    uint64_t                  ping_seq;
-
-    kvs_wire_out_t            out;         /* decode scratch, reused */
-    kvs_wire_stats_t          stats;
-
-    ngx_cycle_t              *cycle;
-    ngx_http_kvserve_main_conf_t  *kmcf;
-    u_char                    sock_path[sizeof(((struct sockaddr_un *) 0)
-                                               ->sun_path)];
-    u_char                    lock_path[NGX_MAX_PATH];
-} ngx_http_kvserve_engine_t;
-
-
-static ngx_http_kvserve_engine_t  *ngx_http_kvserve_eng;
-static kvs_srv_t                  *ngx_http_kvserve_child_srv;
-
 
 static void ngx_http_kvserve_engine_connect(ngx_event_t *ev);
-static void ngx_http_kvserve_engine_lost(ngx_http_kvserve_engine_t *e,
-    const char *why);
 static void ngx_http_kvserve_engine_read(ngx_event_t *rev);
 static void ngx_http_kvserve_engine_write(ngx_event_t *wev);
-static ngx_int_t ngx_http_kvserve_engine_flush(ngx_http_kvserve_engine_t *e);
 static ngx_int_t ngx_http_kvserve_engine_put(ngx_http_kvserve_engine_t *e,
     ngx_http_kvserve_sub_t *s);
-static void ngx_http_kvserve_engine_spawn(ngx_http_kvserve_engine_t *e);
-static void ngx_http_kvserve_engine_watchdog(ngx_event_t *ev);
-static ngx_pid_t ngx_http_kvserve_lease_holder(ngx_http_kvserve_engine_t *e);
+
+
+ngx_http_kvserve_engine_t  *ngx_http_kvserve_eng;
 
 
 ngx_int_t
@@ -448,7 +366,7 @@ ngx_http_kvserve_engine_forget(ngx_http_kvserve_sub_t *s)
 
 /* Sends until the kernel takes no more; NGX_ERROR: the engine is lost
  * (and every sub was told). */
-static ngx_int_t
+ngx_int_t
 ngx_http_kvserve_engine_flush(ngx_http_kvserve_engine_t *e)
 {
     ssize_t            n;
@@ -617,7 +535,7 @@ retry:
  * taken out of the table first and then told, so that its owner can send
  * it again (it queues); the reconnect timer starts.
  */
-static void
+void
 ngx_http_kvserve_engine_lost(ngx_http_kvserve_engine_t *e, const char *why)
 {
     ngx_uint_t               i, n, level;
@@ -669,101 +587,6 @@ ngx_http_kvserve_engine_lost(ngx_http_kvserve_engine_t *e, const char *why)
         && (!ngx_exiting || !ngx_queue_empty(&e->waiting)))
     {
         ngx_add_timer(&e->reconnect, 1);
-    }
-}
-
-
-/* ---- the watchdog ----------------------------------------------------- */
-
-/* Is pid an engine process?  Its comm is ours (PR_SET_NAME): a pid
- * reused by another process since is left alone. */
-static ngx_int_t
-ngx_http_kvserve_is_engine(ngx_pid_t pid)
-{
-    int      fd;
-    char     path[64], comm[32];
-    ssize_t  n;
-
-    ngx_sprintf((u_char *) path, "/proc/%P/comm%Z", pid);
-
-    fd = open(path, O_RDONLY|O_CLOEXEC);
-    if (fd == -1) {
-        return NGX_DECLINED;
-    }
-
-    n = read(fd, comm, sizeof(comm) - 1);
-    close(fd);
-
-    if (n <= 0) {
-        return NGX_DECLINED;
-    }
-
-    comm[n] = '\0';
-    if (comm[n - 1] == '\n') {
-        comm[n - 1] = '\0';
-    }
-
-    return ngx_strcmp(comm, NGX_HTTP_KVSERVE_ENGINE_COMM) == 0
-           ? NGX_OK : NGX_DECLINED;
-}
-
-
-static void
-ngx_http_kvserve_engine_watchdog(ngx_event_t *ev)
-{
-    kvs_err_t                   err;
-    ngx_pid_t                   pid;
-    ngx_msec_t                  silent;
-    ngx_http_kvserve_engine_t  *e;
-
-    e = ngx_http_kvserve_eng;
-
-    if (e == NULL || e->c == NULL || e->kmcf->engine_ping == 0) {
-        return;
-    }
-
-    silent = ngx_current_msec - e->last_rx;
-
-    if (silent >= e->kmcf->engine_hang_timeout) {
-        /* before HELLO the lease file names the engine */
-        pid = e->ready ? (ngx_pid_t) e->hello.pid
-                       : ngx_http_kvserve_lease_holder(e);
-
-        if (pid > 0 && ngx_http_kvserve_is_engine(pid) == NGX_OK) {
-            ngx_log_error(NGX_LOG_ALERT, e->cycle->log, 0,
-                          "kvserve: engine %P sent nothing for %M ms: "
-                          "hung, killing it", pid, silent);
-
-            if (kill(pid, SIGKILL) == -1 && ngx_errno != NGX_ESRCH) {
-                ngx_log_error(NGX_LOG_ALERT, e->cycle->log, ngx_errno,
-                              "kvserve: kill(%P, SIGKILL) failed", pid);
-            }
-
-        } else {
-            ngx_log_error(NGX_LOG_ALERT, e->cycle->log, 0,
-                          "kvserve: the engine sent nothing for %M ms "
-                          "and no engine process is known: reconnecting",
-                          silent);
-        }
-
-        ngx_http_kvserve_engine_lost(e, "hung");
-        return;
-    }
-
-    if (e->ready) {
-        e->ping_seq++;
-
-        if (kvs_wire_enc_empty(&e->wbuf, KVS_WIRE_PING, e->ping_seq, &err)
-            == KVS_OK)
-        {
-            if (ngx_http_kvserve_engine_flush(e) == NGX_ERROR) {
-                return;
-            }
-        }
-    }
-
-    if (e->c != NULL && !e->ping.timer_set) {
-        ngx_add_timer(&e->ping, e->kmcf->engine_ping);
     }
 }
 
@@ -1040,410 +863,4 @@ ngx_http_kvserve_engine_read(ngx_event_t *rev)
     if (e->wpos < e->wbuf.len) {
         (void) ngx_http_kvserve_engine_flush(e);
     }
-}
-
-
-/* ---- the engine process ----------------------------------------------- */
-
-static void
-ngx_http_kvserve_child_log(void *data, const char *msg)
-{
-    ngx_log_t  *log = data;
-
-    ngx_time_update();
-    ngx_log_error(NGX_LOG_NOTICE, log, 0, "kvserve: %s", msg);
-}
-
-
-static void
-ngx_http_kvserve_child_signal(int signo)
-{
-    if (ngx_http_kvserve_child_srv != NULL) {
-        kvs_srv_stop(ngx_http_kvserve_child_srv);
-    }
-}
-
-
-/* Closes every descriptor from 3 up but those in keep[n]. */
-static void
-ngx_http_kvserve_child_close_fds(int *keep, ngx_uint_t n)
-{
-    int         t;
-    ngx_uint_t  i, j;
-    unsigned    from;
-
-    for (i = 0; i < n; i++) {
-        for (j = i + 1; j < n; j++) {
-            if (keep[j] < keep[i]) {
-                t = keep[i];
-                keep[i] = keep[j];
-                keep[j] = t;
-            }
-        }
-    }
-
-    from = 3;
-
-    for (i = 0; i < n; i++) {
-        if (keep[i] < 3 || (unsigned) keep[i] < from) {
-            continue;
-        }
-        if ((unsigned) keep[i] > from) {
-            (void) close_range(from, (unsigned) keep[i] - 1, 0);
-        }
-        from = (unsigned) keep[i] + 1;
-    }
-
-    (void) close_range(from, ~0U, 0);
-}
-
-
-/* The child: engine code only, then _exit. */
-static void
-ngx_http_kvserve_child(ngx_http_kvserve_engine_t *e, int lease, int pidfd)
-{
-    int                            fd, rc, logfd, keep[3];
-    long                           ncpu;
-    cpu_set_t                      cpus;
-    sigset_t                       set;
-    kvs_err_t                      err;
-    ngx_uint_t                     i, n, s;
-    ngx_log_t                     *log;
-    kvs_srv_t                     *srv;
-    kvs_srv_conf_t                 conf;
-    kvs_srv_model_t               *sm;
-    struct sigaction               sa;
-    ngx_http_kvserve_model_t      *m;
-    ngx_http_kvserve_main_conf_t  *kmcf;
-    static int                     sigs[] = {
-        SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH,
-        SIGCHLD, SIGALRM, SIGIO, SIGSYS, SIGPIPE
-    };
-
-    /* log lines carry our own pid */
-    ngx_pid = ngx_getpid();
-
-    kmcf = e->kmcf;
-    log = e->cycle->log;
-    logfd = log->file != NULL ? log->file->fd : -1;
-
-    /* stdio: nothing in, nothing out, errors to the log */
-    fd = open("/dev/null", O_RDWR);
-    if (fd != -1) {
-        (void) dup2(fd, 0);
-        (void) dup2(fd, 1);
-        if (logfd == -1 || logfd == 2) {
-            (void) dup2(fd, 2);
-        }
-        if (fd > 2) {
-            close(fd);
-        }
-    }
-
-    if (logfd > 2) {
-        (void) dup2(logfd, 2);
-    }
-
-    keep[0] = lease;
-    keep[1] = pidfd;
-    keep[2] = logfd;
-    ngx_http_kvserve_child_close_fds(keep, 3);
-
-    ngx_memzero(&sa, sizeof(sa));
-    sa.sa_handler = SIG_DFL;
-    sigemptyset(&sa.sa_mask);
-    for (s = 0; s < sizeof(sigs) / sizeof(sigs[0]); s++) {
-        (void) sigaction(sigs[s], &sa, NULL);
-    }
-
-    sa.sa_handler = SIG_IGN;
-    (void) sigaction(SIGPIPE, &sa, NULL);
-
-    sa.sa_handler = ngx_http_kvserve_child_signal;
-    (void) sigaction(SIGTERM, &sa, NULL);
-    (void) sigaction(SIGINT, &sa, NULL);
-
-    sigemptyset(&set);
-    (void) sigprocmask(SIG_SETMASK, &set, NULL);
-
-    /* worker_cpu_affinity is the worker's, not ours */
-    ncpu = sysconf(_SC_NPROCESSORS_CONF);
-    CPU_ZERO(&cpus);
-    for (i = 0; i < (ngx_uint_t) ncpu && i < CPU_SETSIZE; i++) {
-        CPU_SET(i, &cpus);
-    }
-    (void) sched_setaffinity(0, sizeof(cpus), &cpus);
-
-    (void) prctl(PR_SET_NAME, "kvserve engine", 0, 0, 0);
-    ngx_setproctitle("engine process");
-
-    n = kmcf->models->nelts;
-    m = kmcf->models->elts;
-
-    sm = calloc(n, sizeof(kvs_srv_model_t));
-    if (sm == NULL) {
-        _exit(1);
-    }
-
-    for (i = 0; i < n; i++) {
-        sm[i].name = (const char *) m[i].name.data;   /* NUL-ended */
-        sm[i].engine.model = m[i].model;
-        sm[i].engine.vocab = m[i].vocab;
-        sm[i].engine.n_blocks = m[i].kv_plan.n_blocks;
-        sm[i].engine.block_tokens = (uint32_t) kmcf->kv_block;
-        sm[i].engine.threads = (unsigned) kmcf->n_threads;
-        sm[i].engine.max_batch_tokens = (uint32_t) kmcf->max_batch_tokens;
-    }
-
-    ngx_memzero(&conf, sizeof(conf));
-    conf.socket_path = (const char *) e->sock_path;
-    conf.models = sm;
-    conf.n_models = (uint32_t) n;
-    conf.parent_pidfd = pidfd;
-    conf.lease_fd = lease;      /* ours alone: the worker closed its copy
-                                   after the fork; DRAIN releases it */
-    conf.log = ngx_http_kvserve_child_log;
-    conf.log_data = log;
-
-    rc = 1;
-
-    if (kvs_srv_new(&srv, &conf, &err) != KVS_OK) {
-        ngx_time_update();
-        ngx_log_error(NGX_LOG_ALERT, log, 0, "kvserve: engine: %s",
-                      err.msg);
-        _exit(1);
-    }
-
-    ngx_http_kvserve_child_srv = srv;
-
-    if (kvs_srv_run(srv, &err) == KVS_OK) {
-        rc = 0;
-
-    } else {
-        ngx_time_update();
-        ngx_log_error(NGX_LOG_ALERT, log, 0, "kvserve: engine: %s",
-                      err.msg);
-    }
-
-    ngx_http_kvserve_child_srv = NULL;
-    kvs_srv_free(srv);
-
-    /* no atexit handlers, no stdio of the worker's to flush */
-    _exit(rc);
-}
-
-
-/* ---- the lease file: backoff state, the engine's pid ------------------ */
-
-static uint64_t
-ngx_http_kvserve_now_ms(void)
-{
-    struct timespec  ts;
-
-    (void) clock_gettime(CLOCK_MONOTONIC, &ts);
-
-    return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
-}
-
-
-/* NGX_OK with *l filled, NGX_DECLINED for an empty, foreign or stale
- * (from before a reboot) file. */
-static ngx_int_t
-ngx_http_kvserve_lease_read(int fd, ngx_http_kvserve_lease_t *l,
-    uint64_t now)
-{
-    char                pid_s[24];
-    ssize_t             n;
-    long long           pid;
-    unsigned long long  start, died, delay;
-    char                buf[128];
-
-    n = pread(fd, buf, sizeof(buf) - 1, 0);
-    if (n <= 0) {
-        return NGX_DECLINED;
-    }
-
-    buf[n] = '\0';
-
-    if (sscanf(buf, "%23s %llu %llu %llu", pid_s, &start, &died, &delay)
-        != 4)
-    {
-        return NGX_DECLINED;
-    }
-
-    pid = strtoll(pid_s, NULL, 10);
-
-    if (pid <= 0 || start > now || died > now
-        || delay > NGX_HTTP_KVSERVE_BACKOFF_MAX)
-    {
-        return NGX_DECLINED;
-    }
-
-    l->pid = (ngx_pid_t) pid;
-    l->start = start;
-    l->died = died;
-    l->delay = delay;
-
-    return NGX_OK;
-}
-
-
-static void
-ngx_http_kvserve_lease_write(ngx_http_kvserve_engine_t *e, int fd,
-    const ngx_http_kvserve_lease_t *l)
-{
-    u_char   buf[128], *p;
-    ssize_t  n;
-
-    p = ngx_snprintf(buf, sizeof(buf), "%P %uL %uL %uL\n", l->pid,
-                     l->start, l->died, l->delay);
-
-    n = pwrite(fd, buf, p - buf, 0);
-
-    if (n != p - buf || ftruncate(fd, p - buf) == -1) {
-        ngx_log_error(NGX_LOG_ALERT, e->cycle->log, ngx_errno,
-                      "kvserve: writing \"%s\" failed", e->lock_path);
-    }
-}
-
-
-/* The engine holding the lease, from the file: 0 when the lease is free
- * or names no one. */
-static ngx_pid_t
-ngx_http_kvserve_lease_holder(ngx_http_kvserve_engine_t *e)
-{
-    int                       fd;
-    ngx_pid_t                 pid;
-    ngx_http_kvserve_lease_t  l;
-
-    fd = open((char *) e->lock_path, O_RDONLY|O_CLOEXEC);
-    if (fd == -1) {
-        return 0;
-    }
-
-    pid = 0;
-
-    if (flock(fd, LOCK_SH|LOCK_NB) == 0) {
-        /* free: nobody to blame */
-        (void) flock(fd, LOCK_UN);
-
-    } else if (ngx_http_kvserve_lease_read(fd, &l,
-                                           ngx_http_kvserve_now_ms())
-               == NGX_OK)
-    {
-        pid = l.pid;
-    }
-
-    close(fd);
-
-    return pid;
-}
-
-
-/*
- * Takes the lease and forks the engine; when the lease is held, an
- * engine is running or starting and the reconnect timer will find it.
- * With the lease, the file says whether the last engine died young, and
- * then how long to wait before the next fork.
- */
-static void
-ngx_http_kvserve_engine_spawn(ngx_http_kvserve_engine_t *e)
-{
-    int                       lease, pidfd;
-    pid_t                     pid, watch;
-    uint64_t                  ms;
-    ngx_msec_t                now;
-    ngx_http_kvserve_lease_t  l;
-
-    now = ngx_current_msec;
-
-    /* one try per 100 ms per worker, whatever the reconnect rate */
-    if (e->last_spawn != 0 && now - e->last_spawn < 100) {
-        return;
-    }
-
-    e->last_spawn = now ? now : 1;
-
-    lease = open((char *) e->lock_path, O_RDWR|O_CREAT|O_CLOEXEC, 0600);
-    if (lease == -1) {
-        ngx_log_error(NGX_LOG_ALERT, e->cycle->log, ngx_errno,
-                      "kvserve: open(\"%s\") failed", e->lock_path);
-        return;
-    }
-
-    if (flock(lease, LOCK_EX|LOCK_NB) == -1) {
-        close(lease);
-        return;
-    }
-
-    ms = ngx_http_kvserve_now_ms();
-
-    if (ngx_http_kvserve_lease_read(lease, &l, ms) != NGX_OK) {
-        ngx_memzero(&l, sizeof(l));
-
-    } else if (l.died == 0) {
-        /* the first to see the last engine gone */
-        l.died = ms;
-
-        if (ms - l.start >= NGX_HTTP_KVSERVE_BACKOFF_RESET) {
-            l.delay = 0;
-
-        } else {
-            ngx_log_error(NGX_LOG_WARN, e->cycle->log, 0,
-                          "kvserve: engine %P lived %uL ms: the next one "
-                          "starts in %uL ms", l.pid, ms - l.start,
-                          l.delay);
-        }
-
-        ngx_http_kvserve_lease_write(e, lease, &l);
-    }
-
-    if (l.died != 0 && ms - l.died < l.delay) {
-        close(lease);
-        return;
-    }
-
-    /* with master_process off there is no master: watch ourselves */
-    watch = (ngx_process == NGX_PROCESS_SINGLE) ? ngx_pid : ngx_parent;
-
-    pidfd = (int) syscall(SYS_pidfd_open, watch, 0);
-    if (pidfd == -1) {
-        ngx_log_error(NGX_LOG_ALERT, e->cycle->log, ngx_errno,
-                      "kvserve: pidfd_open(%P) failed: an engine that "
-                      "could outlive nginx is not started", watch);
-        close(lease);
-        return;
-    }
-
-    pid = fork();
-
-    if (pid == 0) {
-        ngx_http_kvserve_child(e, lease, pidfd);
-        _exit(1);
-    }
-
-    if (pid == -1) {
-        ngx_log_error(NGX_LOG_ALERT, e->cycle->log, ngx_errno,
-                      "kvserve: fork() of the engine failed");
-
-    } else {
-        ngx_log_error(NGX_LOG_NOTICE, e->cycle->log, 0,
-                      "kvserve: worker %P started engine process %P",
-                      ngx_pid, pid);
-
-        /* the next young death waits twice as long as this one would */
-        l.delay = (l.died == 0 || l.delay == 0)
-                  ? NGX_HTTP_KVSERVE_BACKOFF_MIN
-                  : ngx_min(l.delay * 2, NGX_HTTP_KVSERVE_BACKOFF_MAX);
-        l.pid = pid;
-        l.start = ms;
-        l.died = 0;
-
-        /* still under the lease: the child shares this open file */
-        ngx_http_kvserve_lease_write(e, lease, &l);
-    }
-
-    /* the child's copy of the open file keeps the lock */
-    close(lease);
-    close(pidfd);
 }

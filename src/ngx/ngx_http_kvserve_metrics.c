@@ -13,7 +13,7 @@
  *    its STATS reply does not come within a second, or the engine is
  *    lost, it answers at once without the engine's gauges;
  *  - variables read the request's figures through
- *    ngx_http_kvserve_req_info() (ngx_http_kvserve_completions.c) and
+ *    ngx_http_kvserve_req_info() (ngx_http_kvserve_timing.c) and
  *    are "-" where a figure does not apply.
  */
 

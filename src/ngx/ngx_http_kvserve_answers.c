@@ -1,0 +1,711 @@
+/*
+ * ngx_http_kvserve_answers: a completion request's response: sending
+ * (JSON errors, the SSE stream), and the engine's answers on its parts
+ * (OUT frames, refusals, a lost engine) turned into SSE events or one
+ * collected JSON body.
+ *
+ * Invariants:
+ *  - the response header goes out only with the first output, so that a
+ *    request the engine lost before any token can be sent again to the
+ *    next engine (bounded by kvserve_engine_wait), or refused with a
+ *    plain JSON error;
+ *  - after the header, failures end the stream with an SSE error event
+ *    and [DONE]: the status is already 200;
+ *  - a request that completes is recorded in the shared metrics before
+ *    its last bytes are sent, so a scrape that follows the response
+ *    sees it.
+ */
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_kvserve_completions.h"
+
+
+/* ---- sending ----------------------------------------------------------- */
+
+ngx_int_t
+ngx_http_kvserve_error_json(ngx_http_request_t *r, ngx_uint_t status,
+    const char *message, const char *param, const char *code)
+{
+    kvs_buf_t  body;
+
+    ngx_memzero(&body, sizeof(kvs_buf_t));
+
+    if (kvs_api_error_json(&body, message,
+                           status >= 500 ? "server_error"
+                                         : "invalid_request_error",
+                           param, code)
+        != KVS_OK)
+    {
+        kvs_buf_free(&body);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_kvserve_send_json(r, status, &body);
+}
+
+
+ngx_int_t
+ngx_http_kvserve_api_error(ngx_http_request_t *r, kvs_api_err_t *aerr)
+{
+    kvs_buf_t  body;
+
+    ngx_memzero(&body, sizeof(kvs_buf_t));
+
+    if (kvs_api_err_json(aerr, &body) != KVS_OK) {
+        kvs_buf_free(&body);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_kvserve_send_json(r, aerr->status, &body);
+}
+
+
+static ngx_int_t
+ngx_http_kvserve_stream_header(ngx_http_kvserve_ctx_t *ctx)
+{
+    ngx_int_t            rc;
+    ngx_table_elt_t     *h;
+    ngx_http_request_t  *r;
+
+    r = ctx->r;
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = -1;
+    ngx_str_set(&r->headers_out.content_type, "text/event-stream");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+    h->hash = 1;
+    ngx_str_set(&h->key, "Cache-Control");
+    ngx_str_set(&h->value, "no-cache");
+
+    /* a proxy in front must not hold events back */
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+    h->hash = 1;
+    ngx_str_set(&h->key, "X-Accel-Buffering");
+    ngx_str_set(&h->value, "no");
+
+    /* the hops are known at the end: a trailer, for a client that says
+     * it takes them (chunked: HTTP/1.1) */
+    if (r->headers_in.te != NULL && r->http_version >= NGX_HTTP_VERSION_11
+        && ngx_strlcasestrn(r->headers_in.te->value.data,
+                            r->headers_in.te->value.data
+                            + r->headers_in.te->value.len,
+                            (u_char *) "trailers", 8 - 1)
+           != NULL)
+    {
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
+        h->hash = 1;
+        ngx_str_set(&h->key, "Trailer");
+        ngx_str_set(&h->value, "Server-Timing");
+
+        r->expect_trailers = 1;
+        ctx->trailers = 1;
+    }
+
+    ctx->header_sent = 1;
+
+    rc = ngx_http_send_header(r);
+    if (rc == NGX_ERROR || rc > NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* Sends ctx->out (emptied) as one flushed buffer; buffers are reused. */
+static ngx_int_t
+ngx_http_kvserve_stream_send(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t last)
+{
+    size_t        size;
+    u_char       *p;
+    ngx_int_t     rc;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    cl = ngx_chain_get_free_buf(ctx->r->pool, &ctx->free);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    b = cl->buf;
+
+    if (ctx->out.len > 0
+        && (b->start == NULL || (size_t) (b->end - b->start) < ctx->out.len))
+    {
+        size = ngx_max(ctx->out.len, 1024);
+        p = ngx_palloc(ctx->r->pool, size);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+        b->start = p;
+        b->end = p + size;
+    }
+
+    b->pos = b->start;
+    b->last = b->start;
+    if (ctx->out.len > 0) {
+        b->last = ngx_cpymem(b->start, ctx->out.data, ctx->out.len);
+    }
+
+    b->temporary = (ctx->out.len > 0);
+    b->memory = 0;
+    b->flush = 1;
+    b->last_buf = last;
+    b->last_in_chain = 1;
+    b->tag = (ngx_buf_tag_t) &ngx_http_kvserve_module;
+
+    ctx->out.len = 0;
+
+    rc = ngx_http_output_filter(ctx->r, cl);
+
+    ngx_chain_update_chains(ctx->r->pool, &ctx->free, &ctx->busy, &cl,
+                            (ngx_buf_tag_t) &ngx_http_kvserve_module);
+
+    return rc == NGX_ERROR ? NGX_ERROR : NGX_OK;
+}
+
+
+/* After the header: an error event, [DONE], the end. */
+static void
+ngx_http_kvserve_stream_abort(ngx_http_kvserve_ctx_t *ctx,
+    const char *message, const char *type, const char *code)
+{
+    ctx->failed = 1;
+    ctx->out.len = 0;
+    ctx->t.end_ns = ngx_http_kvserve_now_ns();
+
+    if (ctx->trailers
+        && ngx_http_kvserve_server_timing(ctx, &ctx->r->headers_out.trailers)
+           != NGX_OK)
+    {
+        ngx_http_kvserve_finish(ctx, NGX_ERROR);
+        return;
+    }
+
+    if (kvs_api_resp_error_event(&ctx->out, message, type, code) != KVS_OK
+        || kvs_api_resp_done(&ctx->out) != KVS_OK
+        || ngx_http_kvserve_stream_send(ctx, 1) != NGX_OK)
+    {
+        ngx_http_kvserve_finish(ctx, NGX_ERROR);
+        return;
+    }
+
+    ngx_http_kvserve_finish(ctx, NGX_OK);
+}
+
+
+/* A failure, as a JSON error before the header or an event after it. */
+void
+ngx_http_kvserve_fail(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t status,
+    const char *message, const char *type, const char *code)
+{
+    ngx_int_t  rc;
+
+    ctx->failed = 1;
+
+    if (ctx->header_sent) {
+        ngx_http_kvserve_stream_abort(ctx, message, type, code);
+        return;
+    }
+
+    rc = ngx_http_kvserve_error_json(ctx->r, status, message, NULL, code);
+    ngx_http_kvserve_finish(ctx, rc);
+}
+
+
+/* Ends the request: every part forgotten, the timer gone. */
+void
+ngx_http_kvserve_finish(ngx_http_kvserve_ctx_t *ctx, ngx_int_t rc)
+{
+    ngx_uint_t  i;
+
+    if (ctx->finished) {
+        return;
+    }
+
+    ctx->finished = 1;
+
+    for (i = 0; i < ctx->n_parts; i++) {
+        ngx_http_kvserve_engine_forget(&ctx->parts[i].sub);
+    }
+
+    ngx_http_kvserve_engine_forget(&ctx->stats);
+
+    if (ctx->timer.timer_set) {
+        ngx_del_timer(&ctx->timer);
+    }
+
+    ngx_http_finalize_request(ctx->r, rc);
+}
+
+
+void
+ngx_http_kvserve_write_handler(ngx_http_request_t *r)
+{
+    ngx_event_t             *wev;
+    ngx_http_kvserve_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_kvserve_module);
+    wev = r->connection->write;
+
+    if (wev->timedout) {
+        r->connection->timedout = 1;
+        if (ctx != NULL && !ctx->finished) {
+            ngx_http_kvserve_finish(ctx, NGX_HTTP_REQUEST_TIME_OUT);
+        }
+        return;
+    }
+
+    if (ngx_http_output_filter(r, NULL) == NGX_ERROR) {
+        if (ctx != NULL && !ctx->finished) {
+            ngx_http_kvserve_finish(ctx, NGX_ERROR);
+        }
+    }
+}
+
+
+/* ---- the engine's answers ---------------------------------------------- */
+
+static ngx_int_t
+ngx_http_kvserve_stream_out(ngx_http_kvserve_ctx_t *ctx,
+    ngx_http_kvserve_choice_t *ch, uint32_t index, kvs_engine_out_t *o,
+    kvs_err_t *err)
+{
+    int                 rc;
+    kvs_api_choice_t    c;
+    const kvs_vocab_t  *v;
+
+    v = ctx->model->vocab;
+
+    ngx_memzero(&c, sizeof(c));
+    c.index = index;
+
+    if (ctx->chat) {
+        if (!ch->started) {
+            c.role = 1;
+            c.text = "";
+            rc = kvs_api_resp_chunk(&ctx->out, &ctx->head, &c, 1,
+                                    ctx->req.include_usage, v, err);
+            if (rc != KVS_OK) {
+                return NGX_ERROR;
+            }
+            c.role = 0;
+        }
+
+        if (o->text.len > 0 || o->n_lp > 0) {
+            c.text = (const char *) o->text.data;
+            c.len = o->text.len;
+            c.lp = o->lp;
+            c.n_lp = o->n_lp;
+            if (c.text == NULL) {
+                c.text = "";
+            }
+            rc = kvs_api_resp_chunk(&ctx->out, &ctx->head, &c, 1,
+                                    ctx->req.include_usage, v, err);
+            if (rc != KVS_OK) {
+                return NGX_ERROR;
+            }
+        }
+
+        if (o->finish == KVS_FINISH_STOP || o->finish == KVS_FINISH_LENGTH) {
+            c.text = NULL;
+            c.len = 0;
+            c.lp = NULL;
+            c.n_lp = 0;
+            c.finish = o->finish;
+            rc = kvs_api_resp_chunk(&ctx->out, &ctx->head, &c, 1,
+                                    ctx->req.include_usage, v, err);
+            if (rc != KVS_OK) {
+                return NGX_ERROR;
+            }
+        }
+
+        ch->started = 1;
+
+        return NGX_OK;
+    }
+
+    ch->started = 1;
+
+    if (o->text.len == 0 && o->n_lp == 0
+        && o->finish != KVS_FINISH_STOP && o->finish != KVS_FINISH_LENGTH)
+    {
+        return NGX_OK;
+    }
+
+    c.text = o->text.len ? (const char *) o->text.data : "";
+    c.len = o->text.len;
+    c.lp = o->lp;
+    c.n_lp = o->n_lp;
+    c.pos = &ch->pos;
+    if (o->finish == KVS_FINISH_STOP || o->finish == KVS_FINISH_LENGTH) {
+        c.finish = o->finish;
+    }
+
+    rc = kvs_api_resp_chunk(&ctx->out, &ctx->head, &c, 1,
+                            ctx->req.include_usage, v, err);
+
+    return rc == KVS_OK ? NGX_OK : NGX_ERROR;
+}
+
+
+static ngx_int_t
+ngx_http_kvserve_collect(ngx_http_kvserve_choice_t *ch, kvs_engine_out_t *o)
+{
+    if (o->text.len > 0
+        && kvs_buf_append(&ch->text, o->text.data, o->text.len) != KVS_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (o->n_lp > 0) {
+        if (kvs_grow((void **) &ch->lp, &ch->lp_cap, ch->n_lp + o->n_lp,
+                     sizeof(kvs_sample_logprobs_t))
+            != KVS_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(ch->lp + ch->n_lp, o->lp,
+                   o->n_lp * sizeof(kvs_sample_logprobs_t));
+        ch->n_lp += o->n_lp;
+    }
+
+    return NGX_OK;
+}
+
+
+/* Every choice ended: the usage event and [DONE], or the whole body. */
+static void
+ngx_http_kvserve_complete(ngx_http_kvserve_ctx_t *ctx)
+{
+    ngx_int_t                   rc;
+    kvs_err_t                   err;
+    ngx_uint_t                  i;
+    kvs_api_usage_t             u;
+    kvs_api_choice_t           *c;
+    ngx_http_kvserve_choice_t  *ch;
+
+    ngx_memzero(&u, sizeof(u));
+    u.prompt_tokens = ctx->prompt_tokens;
+    for (i = 0; i < ctx->n_choices; i++) {
+        u.completion_tokens += ctx->choices[i].n_generated;
+    }
+
+    /* counted before the last bytes go: a scrape that follows the
+     * response sees this request */
+    ctx->t.end_ns = ngx_http_kvserve_now_ns();
+    ngx_http_kvserve_record(ctx);
+
+    if (ctx->stream) {
+        if (ctx->trailers
+            && ngx_http_kvserve_server_timing(ctx,
+                                              &ctx->r->headers_out.trailers)
+               != NGX_OK)
+        {
+            ngx_http_kvserve_finish(ctx, NGX_ERROR);
+            return;
+        }
+
+        if ((ctx->req.include_usage
+             && kvs_api_resp_usage_chunk(&ctx->out, &ctx->head, &u)
+                != KVS_OK)
+            || kvs_api_resp_done(&ctx->out) != KVS_OK
+            || ngx_http_kvserve_stream_send(ctx, 1) != NGX_OK)
+        {
+            ngx_http_kvserve_finish(ctx, NGX_ERROR);
+            return;
+        }
+
+        ngx_http_kvserve_finish(ctx, NGX_OK);
+        return;
+    }
+
+    c = ngx_pcalloc(ctx->r->pool, ctx->n_choices * sizeof(kvs_api_choice_t));
+    if (c == NULL) {
+        ngx_http_kvserve_finish(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    for (i = 0; i < ctx->n_choices; i++) {
+        ch = &ctx->choices[i];
+        c[i].index = (uint32_t) i;
+        c[i].text = ch->text.len ? (const char *) ch->text.data : "";
+        c[i].len = ch->text.len;
+        c[i].finish = ch->finish;
+        c[i].lp = ch->lp;
+        c[i].n_lp = ch->n_lp;
+        c[i].pos = &ch->pos;
+    }
+
+    ctx->out.len = 0;
+
+    if (kvs_api_resp_body(&ctx->out, &ctx->head, c, ctx->n_choices, &u,
+                          ctx->model->vocab, &err)
+        != KVS_OK)
+    {
+        ngx_log_error(NGX_LOG_ERR, ctx->r->connection->log, 0,
+                      "kvserve: %s", err.msg);
+        ngx_http_kvserve_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                              "The server could not build the response.",
+                              "server_error", NULL);
+        return;
+    }
+
+    if (ngx_http_kvserve_server_timing(ctx, &ctx->r->headers_out.headers)
+        != NGX_OK)
+    {
+        ngx_http_kvserve_finish(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    /* send_json takes the buffer over */
+    rc = ngx_http_kvserve_send_json(ctx->r, NGX_HTTP_OK, &ctx->out);
+    ngx_memzero(&ctx->out, sizeof(kvs_buf_t));
+    ngx_http_kvserve_finish(ctx, rc);
+}
+
+
+/* The hops an OUT frame tells: the engine's stamps (the first frame
+ * of the request), the first token's arrival (TTFT), and the gap since
+ * this choice's previous tokens (ITL, one observation per token after
+ * the first, so that their mean is decode / (tokens - 1)).  Tokens are
+ * counted by n_generated, not by the ids in the frame: an end token is
+ * sampled (and counted in usage) but not sent as output, and a choice
+ * may end on one before any other token. */
+static void
+ngx_http_kvserve_on_times(ngx_http_kvserve_ctx_t *ctx,
+    ngx_http_kvserve_choice_t *ch, kvs_wire_out_t *wo)
+{
+    uint64_t        now, gap, n;
+    kvs_metrics_t  *m;
+
+    if (ctx->t.recv_ns == 0) {
+        ctx->t.recv_ns = wo->t.recv_ns;
+    }
+
+    n = wo->out.n_generated > ch->n_seen ? wo->out.n_generated - ch->n_seen
+                                         : 0;
+    if (n == 0) {
+        return;
+    }
+
+    if (ctx->t.engine_first_ns == 0) {
+        /* first_ns is stamped for output ids only: an end token alone
+         * was read when this frame was made */
+        ctx->t.engine_first_ns = wo->t.first_ns ? wo->t.first_ns
+                                                : wo->t.now_ns;
+    }
+
+    now = ngx_http_kvserve_now_ns();
+    m = ngx_http_kvserve_metrics(ctx->r);
+
+    if (ctx->t.first_ns == 0) {
+        ctx->t.first_ns = now;
+        kvs_metrics_observe(m, (uint32_t) ctx->model_index, KVS_HIST_TTFT,
+                            now - ctx->t.start_ns, 1);
+    }
+
+    if (ch->last_ns == 0) {
+        /* tokens that came with the choice's first reached the client
+         * with it: no time between them */
+        gap = 0;
+        n--;
+
+    } else {
+        gap = now >= ch->last_ns ? now - ch->last_ns : 0;
+    }
+
+    if (n > 0) {
+        ctx->t.itl_sum_ns += gap;
+        ctx->t.itl_n += n;
+        kvs_metrics_observe(m, (uint32_t) ctx->model_index, KVS_HIST_ITL,
+                            gap / n, n);
+    }
+
+    ch->last_ns = now;
+    ch->n_seen = wo->out.n_generated;
+    ctx->t.last_ns = now;
+}
+
+
+static void
+ngx_http_kvserve_on_out(ngx_http_kvserve_ctx_t *ctx,
+    ngx_http_kvserve_part_t *part, kvs_wire_out_t *wo)
+{
+    uint32_t                        index;
+    kvs_err_t                       err;
+    kvs_engine_out_t               *o;
+    ngx_http_kvserve_choice_t      *ch;
+    ngx_http_kvserve_main_conf_t   *kmcf;
+
+    o = &wo->out;
+
+    if (wo->choice >= ctx->req.n) {
+        ngx_http_kvserve_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                              "The engine answered for a choice that was "
+                              "not asked for.", "server_error", NULL);
+        return;
+    }
+
+    index = (uint32_t) (part->index * ctx->req.n + wo->choice);
+    ch = &ctx->choices[index];
+
+    if (ch->ended) {
+        return;
+    }
+
+    ctx->got_output = 1;
+
+    ngx_http_kvserve_on_times(ctx, ch, wo);
+
+    kmcf = ngx_http_get_module_main_conf(ctx->r, ngx_http_kvserve_module);
+    ngx_http_kvserve_timer_arm(ctx, kmcf->engine_timeout);
+
+    if (o->finish == KVS_FINISH_ERROR || o->finish == KVS_FINISH_CANCELLED) {
+        ngx_log_error(NGX_LOG_ERR, ctx->r->connection->log, 0,
+                      "kvserve: the engine ended choice %uD: %s", index,
+                      o->finish == KVS_FINISH_ERROR ? o->error
+                                                    : "cancelled");
+        ngx_http_kvserve_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                              o->finish == KVS_FINISH_ERROR && o->error[0]
+                              ? o->error : "The generation failed.",
+                              "server_error", NULL);
+        return;
+    }
+
+    if (ctx->stream) {
+        if (!ctx->header_sent
+            && ngx_http_kvserve_stream_header(ctx) != NGX_OK)
+        {
+            ngx_http_kvserve_finish(ctx, NGX_ERROR);
+            return;
+        }
+
+        ctx->out.len = 0;
+
+        if (ngx_http_kvserve_stream_out(ctx, ch, index, o, &err) != NGX_OK) {
+            ngx_log_error(NGX_LOG_ERR, ctx->r->connection->log, 0,
+                          "kvserve: %s", err.msg);
+            ngx_http_kvserve_stream_abort(ctx, "The server could not "
+                                          "build the event.",
+                                          "server_error", NULL);
+            return;
+        }
+
+    } else if (ngx_http_kvserve_collect(ch, o) != NGX_OK) {
+        ngx_http_kvserve_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                              "Out of memory.", "server_error", NULL);
+        return;
+    }
+
+    if (o->finish != KVS_FINISH_NONE) {
+        ch->ended = 1;
+        ch->finish = o->finish;
+        ch->n_generated = o->n_generated;
+        ctx->preempted += o->n_preempted;
+        ctx->n_ended++;
+
+        if (++part->n_ended == ctx->req.n) {
+            part->sub.done = 1;
+        }
+    }
+
+    if (ctx->n_ended == ctx->n_choices) {
+        ngx_http_kvserve_complete(ctx);
+        return;
+    }
+
+    if (ctx->stream && ctx->out.len > 0
+        && ngx_http_kvserve_stream_send(ctx, 0) != NGX_OK)
+    {
+        ngx_http_kvserve_finish(ctx, NGX_ERROR);
+    }
+}
+
+
+void
+ngx_http_kvserve_part_event(ngx_http_kvserve_sub_t *s, ngx_uint_t ev,
+    void *msg)
+{
+    kvs_api_err_t                  aerr;
+    ngx_int_t                      rc;
+    kvs_wire_refused_t            *refused;
+    ngx_http_kvserve_ctx_t        *ctx;
+    ngx_http_kvserve_part_t       *part;
+    ngx_http_kvserve_main_conf_t  *kmcf;
+
+    part = s->data;
+    ctx = part->ctx;
+
+    if (ctx->finished) {
+        return;
+    }
+
+    switch (ev) {
+
+    case NGX_HTTP_KVSERVE_EV_OUT:
+        ngx_http_kvserve_on_out(ctx, part, msg);
+        return;
+
+    case NGX_HTTP_KVSERVE_EV_REFUSED:
+        refused = msg;
+        ctx->refused = 1;
+
+        if (ctx->header_sent) {
+            ngx_http_kvserve_stream_abort(ctx, refused->msg,
+                                          "invalid_request_error", NULL);
+            return;
+        }
+
+        kvs_api_err_from_msg(&aerr, 400,
+                             refused->code == KVS_ERANGE
+                             ? "context_length_exceeded" : NULL,
+                             refused->msg);
+        rc = ngx_http_kvserve_api_error(ctx->r, &aerr);
+        ngx_http_kvserve_finish(ctx, rc);
+        return;
+
+    case NGX_HTTP_KVSERVE_EV_LOST:
+        if (!ctx->got_output) {
+            /* no token yet: the next engine serves it */
+            ngx_log_error(NGX_LOG_INFO, ctx->r->connection->log, 0,
+                          "kvserve: engine lost before the first token: "
+                          "the request waits for the next one");
+            kmcf = ngx_http_get_module_main_conf(ctx->r,
+                                                 ngx_http_kvserve_module);
+            ngx_http_kvserve_timer_arm(ctx, kmcf->engine_wait);
+
+            if (ngx_http_kvserve_engine_send(s) != NGX_OK) {
+                ngx_http_kvserve_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                      "The engine was lost.",
+                                      "server_error", NULL);
+            }
+            return;
+        }
+
+        ngx_log_error(NGX_LOG_ERR, ctx->r->connection->log, 0,
+                      "kvserve: engine lost during generation");
+        ngx_http_kvserve_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE,
+                              "The engine was lost during generation.",
+                              "server_error", "engine_lost");
+        return;
+
+    default:
+        return;
+    }
+}

@@ -1,0 +1,480 @@
+/*
+ * ngx_http_kvserve_conf: the handlers of the kvserve directives (the
+ * table is in ngx_kvserve_module.c): each checks its value and sets the
+ * configuration; kvserve_model opens the model and loads its tokenizer.
+ *
+ * Invariants:
+ *  - models and their tokenizers are opened while the configuration is
+ *    read, in the master, and freed by the cycle pool's cleanup;
+ *  - errors fail `nginx -t` with the directive, the value and the
+ *    reason, e.g. kvserve_model "tiny": cannot open "/m.gguf": ...
+ */
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_kvserve.h"
+#include "kv/kvs_kv_size.h"
+#include "tokenizer/kvs_chat.h"
+
+#define NGX_HTTP_KVSERVE_NAME_MAX      128
+
+
+static void
+ngx_http_kvserve_model_cleanup(void *data)
+{
+    kvs_model_close(data);
+}
+
+
+static void
+ngx_http_kvserve_vocab_cleanup(void *data)
+{
+    kvs_vocab_free(data);
+}
+
+
+/* Model ids: printable, no spaces or quotes, as OpenAI's ids are. */
+static ngx_int_t
+ngx_http_kvserve_valid_name(ngx_str_t *name)
+{
+    u_char      c;
+    ngx_uint_t  i;
+
+    if (name->len == 0 || name->len > NGX_HTTP_KVSERVE_NAME_MAX) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < name->len; i++) {
+        c = name->data[i];
+
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+            || (c >= '0' && c <= '9')
+            || (c != '\0' && ngx_strchr("._-:/@+", c) != NULL))
+        {
+            continue;
+        }
+
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * A chat template the model carries and we recognise is used for chat
+ * requests; a base model without one, or an unrecognised one, is not an
+ * error, but chat needs kvserve_chat_template then, so say so.
+ */
+static void
+ngx_http_kvserve_model_chat(ngx_conf_t *cf, ngx_http_kvserve_model_t *m)
+{
+    kvs_err_t       err;
+    kvs_gguf_str_t  text;
+
+    if (kvs_gguf_get_str(m->model->gguf, "tokenizer.chat_template", &text,
+                         &err) != KVS_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_NOTICE, cf, 0,
+                           "kvserve_model \"%V\": no chat template in the "
+                           "model; chat requests need kvserve_chat_template",
+                           &m->name);
+        return;
+    }
+
+    if (kvs_chat_detect(text.ptr, text.len, &m->chat, &err) != KVS_OK) {
+        ngx_conf_log_error(NGX_LOG_NOTICE, cf, 0,
+                           "kvserve_model \"%V\": %s; chat requests need "
+                           "kvserve_chat_template", &m->name, err.msg);
+        return;
+    }
+
+    m->has_chat = 1;
+}
+
+
+char *
+ngx_http_kvserve_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_kvserve_main_conf_t  *kmcf = conf;
+
+    u_char                    *path;
+    kvs_err_t                  err;
+    ngx_str_t                 *value;
+    ngx_uint_t                 i;
+    ngx_pool_cleanup_t        *cln;
+    ngx_http_kvserve_model_t  *m;
+
+    value = cf->args->elts;
+
+    if (ngx_http_kvserve_valid_name(&value[1]) != NGX_OK) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid model name \"%V\": use 1..%d letters, "
+                           "digits and . _ - : / @ +", &value[1],
+                           NGX_HTTP_KVSERVE_NAME_MAX);
+        return NGX_CONF_ERROR;
+    }
+
+    m = kmcf->models->elts;
+    for (i = 0; i < kmcf->models->nelts; i++) {
+        if (m[i].name.len == value[1].len
+            && ngx_strncmp(m[i].name.data, value[1].data, value[1].len) == 0)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "duplicate model name \"%V\"", &value[1]);
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    m = ngx_array_push(kmcf->models);
+    if (m == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    m->name = value[1];
+    m->path = value[2];
+    m->model = NULL;
+    m->vocab = NULL;
+    m->has_chat = 0;
+
+    if (ngx_conf_full_name(cf->cycle, &m->path, 0) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    /* ngx_str_t is not NUL-terminated; the library wants a C string */
+    path = ngx_pnalloc(cf->pool, m->path.len + 1);
+    if (path == NULL) {
+        return NGX_CONF_ERROR;
+    }
+    ngx_cpystrn(path, m->path.data, m->path.len + 1);
+
+    cln = ngx_pool_cleanup_add(cf->pool, 0);
+    if (cln == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (kvs_model_open(&m->model, (char *) path, &err) != KVS_OK) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "kvserve_model \"%V\": %s",
+                           &value[1], err.msg);
+        return NGX_CONF_ERROR;
+    }
+
+    cln->handler = ngx_http_kvserve_model_cleanup;
+    cln->data = m->model;
+
+    cln = ngx_pool_cleanup_add(cf->pool, 0);
+    if (cln == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    /* the tokenizer is part of the model: a vocabulary we cannot load
+     * (an unknown pre-tokenizer, say) stops nginx here, not at the first
+     * request */
+    if (kvs_vocab_load(&m->vocab, m->model->gguf, &err) != KVS_OK) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "kvserve_model \"%V\": \"%V\": tokenizer: %s",
+                           &value[1], &m->path, err.msg);
+        return NGX_CONF_ERROR;
+    }
+
+    cln->handler = ngx_http_kvserve_vocab_cleanup;
+    cln->data = m->vocab;
+
+    ngx_http_kvserve_model_chat(cf, m);
+
+    ngx_conf_log_error(NGX_LOG_INFO, cf, 0,
+                       "kvserve_model \"%V\": %s, %uD layers, context %uD, "
+                       "%uL parameters, %s tokenizer of %uD tokens "
+                       "(pre-tokenizer %s), chat template %s",
+                       &value[1], m->model->hp.arch,
+                       m->model->hp.n_layer, m->model->hp.n_ctx_train,
+                       (unsigned long long) m->model->hp.n_params,
+                       kvs_vocab_kind_name(m->vocab->kind),
+                       m->vocab->n_tokens, m->vocab->pre_name,
+                       m->has_chat ? kvs_chat_name(m->chat.kind) : "none");
+
+    return NGX_CONF_OK;
+}
+
+
+char *
+ngx_http_kvserve_enable(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_kvserve_loc_conf_t  *klcf = conf;
+
+    ngx_http_core_loc_conf_t      *clcf;
+    ngx_http_kvserve_main_conf_t  *kmcf;
+
+    if (klcf->enable != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    klcf->enable = 1;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = ngx_http_kvserve_handler;
+
+    kmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_kvserve_module);
+    kmcf->used = 1;
+
+    return NGX_CONF_OK;
+}
+
+
+/* Checked here, so that a typo fails `nginx -t`, not the first request. */
+char *
+ngx_http_kvserve_chat_template(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_kvserve_loc_conf_t  *klcf = conf;
+
+    kvs_err_t    err;
+    ngx_str_t   *value;
+    kvs_chat_t   chat;
+
+    if (klcf->chat_template != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (kvs_chat_by_name((const char *) value[1].data, value[1].len, &chat,
+                         &err)
+        != KVS_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\" directive, "
+                           "it must be one of " KVS_CHAT_NAMES,
+                           &value[1], &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    klcf->chat_template = chat.kind;
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * The library's message quotes the value first ("\"1.5\": fraction ...");
+ * nginx's own form quotes it already, so only the reason is kept.
+ */
+char *
+ngx_http_kvserve_kv_cache(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_kvserve_main_conf_t  *kmcf = conf;
+
+    char       *reason;
+    size_t      n;
+    kvs_err_t   err;
+    ngx_str_t  *value;
+
+    if (kmcf->kv_cache.data != NULL) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (kvs_kv_cache_parse(&kmcf->kv_spec, (const char *) value[1].data,
+                           value[1].len, &err)
+        != KVS_OK)
+    {
+        reason = err.msg;
+        n = value[1].len;
+
+        if (ngx_strlen(err.msg) > n + 4 && err.msg[0] == '"'
+            && ngx_strncmp(err.msg + 1, value[1].data, n) == 0
+            && ngx_strncmp(err.msg + 1 + n, "\": ", 3) == 0)
+        {
+            reason = err.msg + n + 4;
+        }
+
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\" directive, %s",
+                           &value[1], &cmd->name, reason);
+        return NGX_CONF_ERROR;
+    }
+
+    kmcf->kv_cache = value[1];
+
+    return NGX_CONF_OK;
+}
+
+
+/* A number in [low, high] (or "auto" where allowed) at cmd->offset. */
+char *
+ngx_http_kvserve_set_uint(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char  *p = conf;
+
+    ngx_int_t                        n;
+    ngx_str_t                       *value;
+    ngx_uint_t                      *field;
+    ngx_http_kvserve_uint_bounds_t  *b;
+
+    field = (ngx_uint_t *) (p + cmd->offset);
+    b = cmd->post;
+
+    if (*field != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (b->auto_value != NGX_CONF_UNSET_UINT
+        && value[1].len == 4
+        && ngx_strncmp(value[1].data, "auto", 4) == 0)
+    {
+        *field = b->auto_value;
+        return NGX_CONF_OK;
+    }
+
+    n = ngx_atoi(value[1].data, value[1].len);
+
+    if (n == NGX_ERROR || (ngx_uint_t) n < b->low
+        || (ngx_uint_t) n > b->high)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\" directive, "
+                           "it must be a number from %ui to %ui%s",
+                           &value[1], &cmd->name, b->low, b->high,
+                           b->auto_value != NGX_CONF_UNSET_UINT
+                           ? " or \"auto\"" : "");
+        return NGX_CONF_ERROR;
+    }
+
+    *field = (ngx_uint_t) n;
+
+    return NGX_CONF_OK;
+}
+
+
+char *
+ngx_http_kvserve_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_kvserve_loc_conf_t  *klcf = conf;
+
+    ngx_http_core_loc_conf_t      *clcf;
+    ngx_http_kvserve_main_conf_t  *kmcf;
+
+    if (klcf->status != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    klcf->status = 1;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = ngx_http_kvserve_status_handler;
+
+    kmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_kvserve_module);
+    kmcf->used = 1;
+
+    return NGX_CONF_OK;
+}
+
+
+char *
+ngx_http_kvserve_metrics_directive(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_kvserve_loc_conf_t  *klcf = conf;
+
+    ngx_http_core_loc_conf_t  *clcf;
+
+    if (klcf->metrics != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    klcf->metrics = 1;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = ngx_http_kvserve_metrics_handler;
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * A pool name is looked up when the configuration is complete: nginx
+ * fails an undeclared one (other than "default") with
+ * unknown thread pool "NAME" in FILE:LINE.
+ */
+char *
+ngx_http_kvserve_tokenize_threads(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_kvserve_loc_conf_t  *klcf = conf;
+
+    ngx_str_t  *value;
+
+    if (klcf->tokenize_pool != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (value[1].len == 3 && ngx_strncmp(value[1].data, "off", 3) == 0) {
+        klcf->tokenize_pool = NULL;
+        return NGX_CONF_OK;
+    }
+
+#if (NGX_THREADS)
+
+    if (value[1].len == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\" directive, "
+                           "it must be a thread pool name or \"off\"",
+                           &value[1], &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    klcf->tokenize_pool = ngx_thread_pool_add(cf, &value[1]);
+    if (klcf->tokenize_pool == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+
+#else
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "\"%V %V\" needs thread pools, and this nginx was "
+                       "built without them (--with-threads); use \"%V "
+                       "off\"", &cmd->name, &value[1], &cmd->name);
+    return NGX_CONF_ERROR;
+
+#endif
+}
+
+
+char *
+ngx_http_kvserve_tokenize_threshold(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_kvserve_loc_conf_t  *klcf = conf;
+
+    ssize_t     n;
+    ngx_str_t  *value;
+
+    if (klcf->tokenize_threshold != NGX_CONF_UNSET_SIZE) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    n = ngx_parse_size(&value[1]);
+
+    if (n == NGX_ERROR) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\" directive, "
+                           "it must be a size in bytes, such as 16k or 1m",
+                           &value[1], &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    klcf->tokenize_threshold = (size_t) n;
+
+    return NGX_CONF_OK;
+}

@@ -1,0 +1,74 @@
+/*
+ * ngx_http_kvserve_engine.h: private to the worker's side of the engine
+ * process: the connection (ngx_http_kvserve_engine.c) and the process
+ * itself, its lease and its watchdog (ngx_http_kvserve_spawn.c).
+ *
+ * Invariants: there is one ngx_http_kvserve_engine_t per worker
+ * (ngx_http_kvserve_eng, NULL outside workers that serve models); c is
+ * NULL while not connected, and ready is set only once a HELLO has come
+ * and been checked.
+ */
+
+#ifndef NGX_HTTP_KVSERVE_ENGINE_H
+#define NGX_HTTP_KVSERVE_ENGINE_H
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <sys/un.h>
+
+#include "ngx_http_kvserve.h"
+
+
+typedef struct {
+    ngx_connection_t         *c;           /* NULL: not connected */
+    ngx_uint_t                ready;       /* HELLO seen and checked */
+    kvs_wire_hello_t          hello;
+
+    kvs_buf_t                 rbuf;        /* bytes read, not yet a frame */
+    kvs_buf_t                 wbuf;        /* frames not yet sent ... */
+    size_t                    wpos;        /* ... from here */
+
+    ngx_http_kvserve_sub_t  **subs;        /* [n_subs] by slot, or NULL */
+    ngx_uint_t                n_subs;
+    ngx_uint_t                free_hint;
+    uint32_t                  seq;
+
+    ngx_queue_t               waiting;     /* subs waiting for an engine */
+
+    ngx_event_t               reconnect;
+    ngx_connection_t          dummy;       /* the timer's ev->data: the
+                                              debug log reads its fd */
+    ngx_msec_t                last_spawn;
+
+    ngx_event_t               ping;        /* the watchdog, cancelable */
+    ngx_msec_t                last_rx;     /* bytes came from the engine,
+                                              or we connected */
+    uint64_t                  ping_seq;
+
+    kvs_wire_out_t            out;         /* decode scratch, reused */
+    kvs_wire_stats_t          stats;
+
+    ngx_cycle_t              *cycle;
+    ngx_http_kvserve_main_conf_t  *kmcf;
+    u_char                    sock_path[sizeof(((struct sockaddr_un *) 0)
+                                               ->sun_path)];
+    u_char                    lock_path[NGX_MAX_PATH];
+} ngx_http_kvserve_engine_t;
+
+
+extern ngx_http_kvserve_engine_t  *ngx_http_kvserve_eng;
+
+
+/* the connection (ngx_http_kvserve_engine.c) */
+ngx_int_t ngx_http_kvserve_engine_flush(ngx_http_kvserve_engine_t *e);
+void ngx_http_kvserve_engine_lost(ngx_http_kvserve_engine_t *e,
+    const char *why);
+
+/* the process (ngx_http_kvserve_spawn.c) */
+void ngx_http_kvserve_engine_watchdog(ngx_event_t *ev);
+/* Takes the lease and forks the engine, unless the backoff holds. */
+void ngx_http_kvserve_engine_spawn(ngx_http_kvserve_engine_t *e);
+
+#endif /* NGX_HTTP_KVSERVE_ENGINE_H */

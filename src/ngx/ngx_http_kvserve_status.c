@@ -1,0 +1,312 @@
+/*
+ * ngx_http_kvserve_status: the kvserve_status location (the engine's
+ * stats as JSON), and nginx's own 413 rewritten in OpenAI's shape in
+ * kvserve locations, with the $kvserve_tokenize_where variable.
+ *
+ * Invariants:
+ *  - a status request is one STATS sub (ctx->stats), forgotten by the
+ *    request's pool cleanup, and bounded by the request timer;
+ *  - the 413 filters only rewrite a response nginx itself made; nginx
+ *    keeps enforcing client_max_body_size.
+ */
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_kvserve_completions.h"
+
+
+static ngx_http_output_header_filter_pt  ngx_http_kvserve_next_header;
+static ngx_http_output_body_filter_pt    ngx_http_kvserve_next_body;
+
+
+/* ---- kvserve_status ---------------------------------------------------- */
+
+static void
+ngx_http_kvserve_status_event(ngx_http_kvserve_sub_t *s, ngx_uint_t ev,
+    void *msg)
+{
+    ngx_int_t                rc;
+    uint32_t                 i;
+    kvs_buf_t                body;
+    kvs_wire_stats_t        *st;
+    kvs_engine_stats_t      *e;
+    const kvs_wire_hello_t  *hello;
+    ngx_http_kvserve_ctx_t  *ctx;
+
+    ctx = s->data;
+
+    if (ctx->finished) {
+        return;
+    }
+
+    if (ev == NGX_HTTP_KVSERVE_EV_LOST) {
+        if (ngx_http_kvserve_engine_send(s) != NGX_OK) {
+            ngx_http_kvserve_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                  "The engine was lost.", "server_error",
+                                  NULL);
+        }
+        return;
+    }
+
+    if (ev != NGX_HTTP_KVSERVE_EV_STATS) {
+        return;
+    }
+
+    st = msg;
+    hello = ngx_http_kvserve_engine_hello();
+
+    ngx_memzero(&body, sizeof(body));
+
+    rc = kvs_buf_printf(&body, "{\"engine\":{\"pid\":%u,\"incarnation\":"
+                        "\"%016llx\",\"clients\":%u,\"requests\":%u},"
+                        "\"worker\":{\"pid\":%d},\"models\":[",
+                        hello ? (unsigned) hello->pid : 0,
+                        hello ? (unsigned long long) hello->incarnation : 0,
+                        (unsigned) st->clients, (unsigned) st->requests,
+                        (int) ngx_pid);
+
+    for (i = 0; rc == KVS_OK && i < st->n_models; i++) {
+        e = &st->models[i].st;
+        rc = kvs_buf_printf(&body, "%s{\"name\":\"%s\",\"kv_blocks\":%u,"
+                            "\"kv_used\":%u,\"kv_used_max\":%u,"
+                            "\"block_tokens\":%u,\"running\":%u,"
+                            "\"waiting\":%u,\"requests\":%llu,"
+                            "\"finished\":%llu,\"steps\":%llu,"
+                            "\"prefill_tokens\":%llu,"
+                            "\"decode_tokens\":%llu,\"preemptions\":%llu}",
+                            i ? "," : "",
+                            hello && st->models[i].index < hello->n_models
+                            ? hello->models[st->models[i].index].name : "",
+                            e->kv_blocks, e->kv_used, e->kv_used_max,
+                            e->block_tokens, e->running, e->waiting,
+                            (unsigned long long) e->requests,
+                            (unsigned long long) e->finished,
+                            (unsigned long long) e->steps,
+                            (unsigned long long) e->prefill_tokens,
+                            (unsigned long long) e->decode_tokens,
+                            (unsigned long long) e->preemptions);
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_buf_append(&body, "]}", 2);
+    }
+
+    if (rc != KVS_OK) {
+        kvs_buf_free(&body);
+        ngx_http_kvserve_finish(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    rc = ngx_http_kvserve_send_json(ctx->r, NGX_HTTP_OK, &body);
+    ngx_http_kvserve_finish(ctx, rc);
+}
+
+
+ngx_int_t
+ngx_http_kvserve_status_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                      rc;
+    ngx_http_kvserve_ctx_t        *ctx;
+    ngx_http_kvserve_main_conf_t  *kmcf;
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        return NGX_HTTP_NOT_ALLOWED;
+    }
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    kmcf = ngx_http_get_module_main_conf(r, ngx_http_kvserve_module);
+
+    if (kmcf->models->nelts == 0) {
+        return ngx_http_kvserve_error_json(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                           "No model is configured.", NULL,
+                                           NULL);
+    }
+
+    ctx = ngx_http_kvserve_ctx_new(r, ngx_http_kvserve_timeout);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->stats.type = KVS_WIRE_STATS;
+    ctx->stats.handler = ngx_http_kvserve_status_event;
+    ctx->stats.data = ctx;
+
+    r->read_event_handler = ngx_http_test_reading;
+    r->write_event_handler = ngx_http_kvserve_write_handler;
+
+    ngx_http_kvserve_timer_arm(ctx, kmcf->engine_wait);
+
+    if (ngx_http_kvserve_engine_send(&ctx->stats) != NGX_OK) {
+        return ngx_http_kvserve_error_json(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                           "No engine in this process.",
+                                           NULL, NULL);
+    }
+
+    r->main->count++;
+
+    return NGX_DONE;
+}
+
+
+/* ---- nginx's own 413 in OpenAI's shape ---------------------------------- */
+
+/*
+ * nginx refuses a Content-Length over client_max_body_size before the
+ * content handler runs, and a chunked body while reading it, with an HTML
+ * page; in kvserve locations the page becomes an OpenAI error object, and
+ * nginx keeps enforcing the limit itself.
+ */
+static ngx_int_t
+ngx_http_kvserve_header_filter(ngx_http_request_t *r)
+{
+    kvs_buf_t                     body;
+    kvs_api_err_t                 aerr;
+    ngx_http_kvserve_ctx_t       *ctx;
+    ngx_http_kvserve_loc_conf_t  *klcf;
+
+    if (r->headers_out.status != NGX_HTTP_REQUEST_ENTITY_TOO_LARGE
+        || r != r->main
+        || (r->headers_out.content_type.len == sizeof("application/json") - 1
+            && ngx_strncmp(r->headers_out.content_type.data,
+                           "application/json", 16) == 0))
+    {
+        return ngx_http_kvserve_next_header(r);
+    }
+
+    klcf = ngx_http_get_module_loc_conf(r, ngx_http_kvserve_module);
+    if (klcf == NULL || !klcf->enable) {
+        return ngx_http_kvserve_next_header(r);
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_kvserve_module);
+    if (ctx == NULL) {
+        ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_kvserve_ctx_t));
+        if (ctx == NULL) {
+            return NGX_ERROR;
+        }
+        ctx->r = r;
+        ngx_http_set_ctx(r, ctx, ngx_http_kvserve_module);
+    }
+
+    kvs_api_err_set(&aerr, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, NULL, NULL,
+                    "The request body is larger than the server accepts.");
+    ngx_memzero(&body, sizeof(body));
+
+    if (kvs_api_err_json(&aerr, &body) != KVS_OK
+        || kvs_buf_append(&body, "\n", 1) != KVS_OK)
+    {
+        kvs_buf_free(&body);
+        return ngx_http_kvserve_next_header(r);
+    }
+
+    /* the body filter sends it: out is free in a request that never
+     * reached the handler, or one that failed before any output */
+    kvs_buf_free(&ctx->out);
+    ctx->out = body;
+    ctx->json_413 = 1;
+
+    r->headers_out.content_length_n = body.len;
+    ngx_str_set(&r->headers_out.content_type, "application/json");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+
+    return ngx_http_kvserve_next_header(r);
+}
+
+
+static ngx_int_t
+ngx_http_kvserve_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    ngx_buf_t               *b;
+    ngx_chain_t              out;
+    ngx_http_kvserve_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_kvserve_module);
+
+    if (ctx == NULL || !ctx->json_413) {
+        return ngx_http_kvserve_next_body(r, in);
+    }
+
+    if (ctx->json_413_sent || in == NULL) {
+        return ngx_http_kvserve_next_body(r, NULL);
+    }
+
+    ctx->json_413_sent = 1;
+
+    b = ngx_create_temp_buf(r->pool, ctx->out.len);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->last = ngx_cpymem(b->last, ctx->out.data, ctx->out.len);
+    b->last_buf = 1;
+    b->last_in_chain = 1;
+    kvs_buf_free(&ctx->out);
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_kvserve_next_body(r, &out);
+}
+
+
+/* $kvserve_tokenize_where: inline, pool, or - (not tokenized) */
+static ngx_int_t
+ngx_http_kvserve_where_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    ngx_http_kvserve_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_kvserve_module);
+
+    if (ctx == NULL || !ctx->completion || ctx->tok_where == 0) {
+        v->data = (u_char *) "-";
+        v->len = 1;
+
+    } else if (ctx->tok_where == NGX_HTTP_KVSERVE_TOK_POOL) {
+        v->data = (u_char *) "pool";
+        v->len = 4;
+
+    } else {
+        v->data = (u_char *) "inline";
+        v->len = 6;
+    }
+
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+
+/* Also adds $kvserve_tokenize_where: a postconfiguration variable is
+ * known to the configuration (nginx resolves names at the end of the
+ * http block). */
+ngx_int_t
+ngx_http_kvserve_filter_init(ngx_conf_t *cf)
+{
+    ngx_str_t             name = ngx_string("kvserve_tokenize_where");
+    ngx_http_variable_t  *var;
+
+    var = ngx_http_add_variable(cf, &name, NGX_HTTP_VAR_NOCACHEABLE);
+    if (var == NULL) {
+        return NGX_ERROR;
+    }
+
+    var->get_handler = ngx_http_kvserve_where_variable;
+
+    ngx_http_kvserve_next_header = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = ngx_http_kvserve_header_filter;
+
+    ngx_http_kvserve_next_body = ngx_http_top_body_filter;
+    ngx_http_top_body_filter = ngx_http_kvserve_body_filter;
+
+    return NGX_OK;
+}
