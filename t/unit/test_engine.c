@@ -18,25 +18,17 @@
  */
 
 #include "kvs_test.h"
+#include "kvs_test_model.h"
 
 #include <poll.h>
 #include <unistd.h>
 
 #include "engine/kvs_engine.h"
-#include "model/kvs_gen.h"
-#include "model/kvs_ggml_type.h"
-#include "model/kvs_model.h"
 #include "tokenizer/kvs_tok.h"
-#include "tokenizer/kvs_vocab.h"
 
 #define N_SEQ   32
 #define MAX_GEN 24
 
-
-typedef struct {
-    kvs_model_t  *m;
-    kvs_vocab_t  *v;
-} model_t;
 
 /* One sequence of the set and what came back for it. */
 typedef struct {
@@ -57,13 +49,10 @@ typedef struct {
 } run_conf_t;
 
 
-static int
-model_gen(model_t *md, uint32_t n_head, uint32_t n_head_kv, uint32_t dtype,
-    int tied)
+static void
+model_gen(kvs_test_model_t *md, uint32_t n_head, uint32_t n_head_kv,
+    uint32_t dtype, int tied)
 {
-    char            name[128];
-    const char     *path;
-    kvs_err_t       err;
     kvs_gen_spec_t  spec;
 
     memset(&spec, 0, sizeof(spec));
@@ -79,55 +68,14 @@ model_gen(model_t *md, uint32_t n_head, uint32_t n_head_kv, uint32_t dtype,
     spec.tied = tied;
     spec.seed = 0xe9e9 + n_head * 7 + n_head_kv + dtype * 3 + tied;
 
-    snprintf(name, sizeof(name), "test_engine.%d.gguf", (int) getpid());
-    path = kvs_test_tmp(name);
-
-    if (kvs_gen_write(&spec, path, &err) != KVS_OK
-        || kvs_model_open(&md->m, path, &err) != KVS_OK
-        || kvs_vocab_load(&md->v, md->m->gguf, &err) != KVS_OK)
-    {
-        fail_msg("%s: %s", path, err.msg);
-    }
-
-    unlink(path);
-
-    return 0;
-}
-
-
-static int
-model_stories(model_t *md)
-{
-    kvs_err_t    err;
-    const char  *path;
-
-    path = kvs_test_fixture("models/stories260K-f32.gguf");
-    if (path == NULL) {
-        return -1;
-    }
-
-    if (kvs_model_open(&md->m, path, &err) != KVS_OK
-        || kvs_vocab_load(&md->v, md->m->gguf, &err) != KVS_OK)
-    {
-        fail_msg("%s: %s", path, err.msg);
-    }
-
-    return 0;
-}
-
-
-static void
-model_free(model_t *md)
-{
-    kvs_vocab_free(md->v);
-    kvs_model_close(md->m);
+    kvs_test_model_gen(md, &spec);
 }
 
 
 /* The set: prompts of 1..45 seeded ids (BOS first when the vocabulary
  * has one), outputs of 4..MAX_GEN tokens. */
 static void
-seqs_make(seq_t *seqs, const model_t *md, float temp)
+seqs_make(seq_t *seqs, const kvs_test_model_t *md, float temp)
 {
     uint32_t  s, i;
     uint64_t  rng;
@@ -195,7 +143,7 @@ drain(kvs_engine_t *e, seq_t *seqs)
 /* Runs sequences [first, first + n) of the set through a fresh engine;
  * returns the number of preemptions. */
 static uint64_t
-run(const model_t *md, seq_t *seqs, uint32_t first, uint32_t n,
+run(const kvs_test_model_t *md, seq_t *seqs, uint32_t first, uint32_t n,
     const run_conf_t *rc)
 {
     uint32_t            s, ended;
@@ -307,7 +255,7 @@ expect_same(const seq_t *ref, const seq_t *got, uint32_t first, uint32_t n,
 
 /* The invariance matrix on one model. */
 static void
-check_batching(const model_t *md, float temp)
+check_batching(const kvs_test_model_t *md, float temp)
 {
     uint32_t    s, k, per_seq;
     uint64_t    pre;
@@ -383,48 +331,49 @@ check_batching(const model_t *md, float temp)
 static void
 test_batching_stories(void **state)
 {
-    model_t  md;
+    kvs_test_model_t  md;
 
     (void) state;
 
-    if (model_stories(&md) != 0) {
+    if (kvs_test_model_stories(&md) != 0) {
         skip();
     }
 
     check_batching(&md, 0.0f);
     check_batching(&md, 0.8f);
-    model_free(&md);
+    kvs_test_model_free(&md);
 }
 
 
 static void
 test_batching_random(void **state)
 {
-    model_t  md;
+    kvs_test_model_t  md;
 
     (void) state;
 
     model_gen(&md, 4, 4, KVS_GGML_F32, 0);     /* MHA, untied */
     check_batching(&md, 0.0f);
-    model_free(&md);
+    kvs_test_model_free(&md);
 
     model_gen(&md, 8, 2, KVS_GGML_F32, 1);     /* GQA, tied */
     check_batching(&md, 0.0f);
-    model_free(&md);
+    kvs_test_model_free(&md);
 
     model_gen(&md, 3, 1, KVS_GGML_F16, 0);     /* odd heads, F16 */
     check_batching(&md, 0.0f);
-    model_free(&md);
+    kvs_test_model_free(&md);
 
     model_gen(&md, 5, 5, KVS_GGML_F16, 1);
     check_batching(&md, 0.0f);
-    model_free(&md);
+    kvs_test_model_free(&md);
 }
 
 
 /* One request through a step-driven engine; returns its output. */
 static void
-one(const model_t *md, const kvs_engine_req_t *req, kvs_engine_out_t *out)
+one(const kvs_test_model_t *md, const kvs_engine_req_t *req,
+    kvs_engine_out_t *out)
 {
     kvs_err_t          err;
     kvs_engine_t      *e;
@@ -464,7 +413,7 @@ test_stops(void **state)
     char               *cut;
     uint8_t            *want;
     size_t              at, len, want_len;
-    model_t             md;
+    kvs_test_model_t    md;
     int32_t             bos;
     kvs_err_t           err;
     kvs_buf_t           dec;
@@ -474,7 +423,7 @@ test_stops(void **state)
 
     (void) state;
 
-    if (model_stories(&md) != 0) {
+    if (kvs_test_model_stories(&md) != 0) {
         skip();
     }
 
@@ -581,7 +530,7 @@ test_stops(void **state)
     kvs_engine_out_free(&o);
     kvs_engine_out_free(&full);
     kvs_buf_free(&dec);
-    model_free(&md);
+    kvs_test_model_free(&md);
 }
 
 
@@ -589,7 +538,7 @@ static void
 test_cancel_and_refusals(void **state)
 {
     int                 i;
-    model_t             md;
+    kvs_test_model_t    md;
     int32_t             prompt[40];
     kvs_err_t           err;
     const char         *bad_stop = "";
@@ -698,7 +647,7 @@ test_cancel_and_refusals(void **state)
     kvs_engine_stats(e, &st);
 
     kvs_engine_free(e);
-    model_free(&md);
+    kvs_test_model_free(&md);
 }
 
 
@@ -710,7 +659,7 @@ static void
 test_choices(void **state)
 {
     int                 i, k;
-    model_t             md;
+    kvs_test_model_t    md;
     int32_t             prompt[19];
     kvs_err_t           err;
     kvs_engine_t       *e;
@@ -722,7 +671,7 @@ test_choices(void **state)
 
     (void) state;
 
-    if (model_stories(&md) != 0) {
+    if (kvs_test_model_stories(&md) != 0) {
         skip();
     }
 
@@ -838,7 +787,7 @@ test_choices(void **state)
         kvs_engine_out_free(&alone[i]);
     }
 
-    model_free(&md);
+    kvs_test_model_free(&md);
 }
 
 
@@ -851,7 +800,7 @@ test_thread_cancel(void **state)
 {
     int                 i, left, closed[48];
     size_t              k, n;
-    model_t             md;
+    kvs_test_model_t    md;
     int32_t             prompt[20];
     kvs_err_t           err;
     kvs_engine_t       *e;
@@ -944,7 +893,7 @@ test_thread_cancel(void **state)
 
     kvs_engine_out_free(&out);
     kvs_engine_free(e);
-    model_free(&md);
+    kvs_test_model_free(&md);
 }
 
 

@@ -22,6 +22,7 @@
  */
 
 #include "kvs_test.h"
+#include "kvs_test_model.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -37,11 +38,7 @@
 #include <unistd.h>
 
 #include "engine/kvs_engine.h"
-#include "model/kvs_gen.h"
-#include "model/kvs_ggml_type.h"
-#include "model/kvs_model.h"
 #include "server/kvs_srv.h"
-#include "tokenizer/kvs_vocab.h"
 #include "wire/kvs_wire.h"
 
 #define WAIT_MS   30000               /* any single wait; generous for
@@ -50,17 +47,12 @@
                                          cancelled mid-stream */
 
 typedef struct {
-    kvs_model_t  *m;
-    kvs_vocab_t  *v;
-} model_t;
-
-typedef struct {
-    kvs_srv_t       *srv;
-    pthread_t        thr;
-    int              rc;
-    char             path[256];
-    model_t          md;
-    kvs_srv_model_t  sm;
+    kvs_srv_t        *srv;
+    pthread_t         thr;
+    int               rc;
+    char              path[256];
+    kvs_test_model_t  md;
+    kvs_srv_model_t   sm;
 } server_t;
 
 typedef struct {
@@ -96,11 +88,8 @@ now_ns(void)
 /* --- models -------------------------------------------------------------- */
 
 static void
-model_gen(model_t *md)
+model_gen(kvs_test_model_t *md)
 {
-    char            name[128];
-    const char     *path;
-    kvs_err_t       err;
     kvs_gen_spec_t  spec;
 
     memset(&spec, 0, sizeof(spec));
@@ -115,51 +104,12 @@ model_gen(model_t *md)
     spec.dtype = KVS_GGML_F32;
     spec.seed = 0x5e5e;
 
-    snprintf(name, sizeof(name), "test_srv.%d.gguf", (int) getpid());
-    path = kvs_test_tmp(name);
-
-    if (kvs_gen_write(&spec, path, &err) != KVS_OK
-        || kvs_model_open(&md->m, path, &err) != KVS_OK
-        || kvs_vocab_load(&md->v, md->m->gguf, &err) != KVS_OK)
-    {
-        fail_msg("%s: %s", path, err.msg);
-    }
-
-    unlink(path);
-}
-
-
-static int
-model_stories(model_t *md)
-{
-    kvs_err_t    err;
-    const char  *path;
-
-    path = kvs_test_fixture("models/stories260K-f32.gguf");
-    if (path == NULL) {
-        return -1;
-    }
-
-    if (kvs_model_open(&md->m, path, &err) != KVS_OK
-        || kvs_vocab_load(&md->v, md->m->gguf, &err) != KVS_OK)
-    {
-        fail_msg("%s: %s", path, err.msg);
-    }
-
-    return 0;
+    kvs_test_model_gen(md, &spec);
 }
 
 
 static void
-model_free(model_t *md)
-{
-    kvs_vocab_free(md->v);
-    kvs_model_close(md->m);
-}
-
-
-static void
-engine_conf(kvs_engine_conf_t *conf, const model_t *md)
+engine_conf(kvs_engine_conf_t *conf, const kvs_test_model_t *md)
 {
     memset(conf, 0, sizeof(*conf));
     conf->model = md->m;
@@ -176,7 +126,8 @@ engine_conf(kvs_engine_conf_t *conf, const model_t *md)
 
 /* The reference: req alone on a fresh engine stepped here. */
 static void
-direct(const model_t *md, const kvs_engine_req_t *req, kvs_engine_out_t *out)
+direct(const kvs_test_model_t *md, const kvs_engine_req_t *req,
+    kvs_engine_out_t *out)
 {
     uint32_t            i, n, left;
     kvs_err_t           err;
@@ -761,7 +712,7 @@ test_matches_direct(void **state)
     /* the socket is gone with the server */
     assert_int_equal(access(s.path, F_OK), -1);
 
-    model_free(&s.md);
+    kvs_test_model_free(&s.md);
 }
 
 
@@ -780,7 +731,7 @@ test_stories_greedy(void **state)
     kvs_engine_req_t  req;
 
     memset(&s, 0, sizeof(s));
-    if (model_stories(&s.md) != 0) {
+    if (kvs_test_model_stories(&s.md) != 0) {
         skip();
     }
 
@@ -816,7 +767,7 @@ test_stories_greedy(void **state)
     got_free(g, 1);
     cl_close(&cl);
     server_stop(&s);
-    model_free(&s.md);
+    kvs_test_model_free(&s.md);
 }
 
 
@@ -917,7 +868,7 @@ test_cancel(void **state)
     cl_wait_idle(&cl, 1);
     cl_close(&cl);
     server_stop(&s);
-    model_free(&s.md);
+    kvs_test_model_free(&s.md);
 }
 
 
@@ -948,7 +899,7 @@ test_disconnect(void **state)
 
     cl_close(&b);
     server_stop(&s);
-    model_free(&s.md);
+    kvs_test_model_free(&s.md);
 }
 
 
@@ -1034,7 +985,7 @@ test_malformed(void **state)
     cl_close(&c);
     cl_close(&d);
     server_stop(&s);
-    model_free(&s.md);
+    kvs_test_model_free(&s.md);
 }
 
 
@@ -1145,7 +1096,7 @@ test_refused(void **state)
 
     cl_close(&cl);
     server_stop(&s);
-    model_free(&s.md);
+    kvs_test_model_free(&s.md);
 }
 
 
@@ -1201,7 +1152,7 @@ test_slow_client(void **state)
     cl_close(&slow);
     cl_close(&fast);
     server_stop(&s);
-    model_free(&s.md);
+    kvs_test_model_free(&s.md);
 }
 
 
@@ -1240,7 +1191,7 @@ test_orphan(void **state)
 
     close(pfd[0]);
     close(pfd[1]);
-    model_free(&s.md);
+    kvs_test_model_free(&s.md);
 }
 
 
@@ -1375,7 +1326,7 @@ test_drain(void **state)
 
     close(other);
     unlink(lock);
-    model_free(&s.md);
+    kvs_test_model_free(&s.md);
 }
 
 
@@ -1414,7 +1365,7 @@ test_drain_not_ours(void **state)
     assert_true(S_ISREG(sb.st_mode));
     assert_int_equal(fcntl(0, F_GETFD) >= 0, stdin_open);
     unlink(s.path);
-    model_free(&s.md);
+    kvs_test_model_free(&s.md);
 }
 
 
@@ -1444,7 +1395,7 @@ test_path_not_ours(void **state)
 
     assert_int_equal(access(s.path, F_OK), 0);
     unlink(s.path);
-    model_free(&s.md);
+    kvs_test_model_free(&s.md);
 }
 
 
@@ -1452,12 +1403,12 @@ test_path_not_ours(void **state)
 static void
 test_new_errors(void **state)
 {
-    char             path[300];
-    kvs_err_t        err;
-    kvs_srv_t       *srv;
-    kvs_srv_conf_t   conf;
-    kvs_srv_model_t  sm;
-    model_t          md;
+    char              path[300];
+    kvs_err_t         err;
+    kvs_srv_t        *srv;
+    kvs_srv_conf_t    conf;
+    kvs_srv_model_t   sm;
+    kvs_test_model_t  md;
 
     model_gen(&md);
     memset(&sm, 0, sizeof(sm));
@@ -1499,7 +1450,7 @@ test_new_errors(void **state)
     assert_non_null(strstr(err.msg, "models[0]"));
     assert_int_equal(access(conf.socket_path, F_OK), -1);
 
-    model_free(&md);
+    kvs_test_model_free(&md);
 }
 
 
@@ -1549,7 +1500,7 @@ test_cli(void **state)
         usleep(10000);
     }
 
-    assert_int_equal(model_stories(&s.md), 0);
+    assert_int_equal(kvs_test_model_stories(&s.md), 0);
 
     /* cl_connect's checks, without a server object of this process */
     {
@@ -1597,7 +1548,7 @@ test_cli(void **state)
     unlink(log);
 
     cl_close(&cl);
-    model_free(&s.md);
+    kvs_test_model_free(&s.md);
 }
 
 
