@@ -199,27 +199,45 @@ ngx_http_kvserve_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/*
+ * The location directives without arguments (kvserve, kvserve_status,
+ * kvserve_metrics): each sets its flag once and makes handler the
+ * location's content handler; uses_engine marks that some location needs
+ * the engine process.
+ */
+static char *
+ngx_http_kvserve_location(ngx_conf_t *cf, ngx_flag_t *flag,
+    ngx_http_handler_pt handler, ngx_uint_t uses_engine)
+{
+    ngx_http_core_loc_conf_t      *clcf;
+    ngx_http_kvserve_main_conf_t  *kmcf;
+
+    if (*flag != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    *flag = 1;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = handler;
+
+    if (uses_engine) {
+        kmcf = ngx_http_conf_get_module_main_conf(cf,
+                                                  ngx_http_kvserve_module);
+        kmcf->used = 1;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
 char *
 ngx_http_kvserve_enable(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_kvserve_loc_conf_t  *klcf = conf;
 
-    ngx_http_core_loc_conf_t      *clcf;
-    ngx_http_kvserve_main_conf_t  *kmcf;
-
-    if (klcf->enable != NGX_CONF_UNSET) {
-        return "is duplicate";
-    }
-
-    klcf->enable = 1;
-
-    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-    clcf->handler = ngx_http_kvserve_handler;
-
-    kmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_kvserve_module);
-    kmcf->used = 1;
-
-    return NGX_CONF_OK;
+    return ngx_http_kvserve_location(cf, &klcf->enable,
+                                     ngx_http_kvserve_handler, 1);
 }
 
 
@@ -356,22 +374,8 @@ ngx_http_kvserve_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_kvserve_loc_conf_t  *klcf = conf;
 
-    ngx_http_core_loc_conf_t      *clcf;
-    ngx_http_kvserve_main_conf_t  *kmcf;
-
-    if (klcf->status != NGX_CONF_UNSET) {
-        return "is duplicate";
-    }
-
-    klcf->status = 1;
-
-    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-    clcf->handler = ngx_http_kvserve_status_handler;
-
-    kmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_kvserve_module);
-    kmcf->used = 1;
-
-    return NGX_CONF_OK;
+    return ngx_http_kvserve_location(cf, &klcf->status,
+                                     ngx_http_kvserve_status_handler, 1);
 }
 
 
@@ -381,18 +385,8 @@ ngx_http_kvserve_metrics_directive(ngx_conf_t *cf, ngx_command_t *cmd,
 {
     ngx_http_kvserve_loc_conf_t  *klcf = conf;
 
-    ngx_http_core_loc_conf_t  *clcf;
-
-    if (klcf->metrics != NGX_CONF_UNSET) {
-        return "is duplicate";
-    }
-
-    klcf->metrics = 1;
-
-    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-    clcf->handler = ngx_http_kvserve_metrics_handler;
-
-    return NGX_CONF_OK;
+    return ngx_http_kvserve_location(cf, &klcf->metrics,
+                                     ngx_http_kvserve_metrics_handler, 0);
 }
 
 
