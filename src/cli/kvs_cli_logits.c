@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "kvs_cli.h"
-#include "../backend/kvs_cpu.h"
+#include "../backend/kvs_backend.h"
 #include "../kv/kvs_kv_pool.h"
 #include "../kv/kvs_kv_table.h"
 #include "../model/kvs_model.h"
@@ -45,12 +45,12 @@ kvs_cli_logits(int argc, char **argv)
     kvs_err_t           err;
     const char         *path, *text, *out;
     kvs_model_t        *m;
-    kvs_cpu_kv_t       *kv;
+    kvs_backend_t      *be;
     kvs_kv_pool_t      *pool;
     kvs_batch_tok_t    *toks;               /* [chunk] */
     kvs_kv_table_t      table;
-    kvs_cpu_model_t    *cm;
     kvs_batch_t         b;
+    kvs_backend_conf_t  bc;
 
     path = NULL;
     text = NULL;
@@ -103,8 +103,7 @@ kvs_cli_logits(int argc, char **argv)
     kvs_err_clear(&err);
     memset(&table, 0, sizeof(table));
     m = NULL;
-    cm = NULL;
-    kv = NULL;
+    be = NULL;
     pool = NULL;
     ids = NULL;
     toks = NULL;
@@ -134,9 +133,12 @@ kvs_cli_logits(int argc, char **argv)
     chunk = chunk == 0 || chunk > n_ids ? n_ids : chunk;
     n_blocks = (n_ids + block - 1) / block;
 
-    if (kvs_cpu_model_new(&cm, m, &err) != KVS_OK
+    memset(&bc, 0, sizeof(bc));
+    bc.n_blocks = n_blocks;
+    bc.block_tokens = block;
+
+    if (kvs_backend_cpu_new(&be, m, &bc, &err) != KVS_OK
         || kvs_kv_pool_new(&pool, n_blocks, block, &err) != KVS_OK
-        || kvs_cpu_kv_new(&kv, cm, n_blocks, block, &err) != KVS_OK
         || kvs_kv_table_reserve(&table, pool, n_ids, &err) != KVS_OK)
     {
         goto done;
@@ -163,7 +165,7 @@ kvs_cli_logits(int argc, char **argv)
         b.toks = toks;
         b.n = n;
 
-        if (kvs_cpu_forward(cm, kv, &b, logits + off * nv, &err)
+        if (kvs_backend_forward(be, &b, logits + off * nv, &err)
             != KVS_OK)
         {
             goto done;
@@ -196,9 +198,8 @@ done:
     free(ids);
     free(toks);
     free(logits);
-    kvs_cpu_kv_free(kv);
     kvs_kv_pool_free(pool);
-    kvs_cpu_model_free(cm);
+    kvs_backend_free(be);
     kvs_model_close(m);
 
     return rc;
