@@ -181,6 +181,8 @@ char *ngx_http_kvserve_tokenize_threshold(ngx_conf_t *cf,
 ngx_int_t ngx_http_kvserve_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_kvserve_send_json(ngx_http_request_t *r,
     ngx_uint_t status, kvs_buf_t *body);
+ngx_int_t ngx_http_kvserve_add_header(ngx_http_request_t *r,
+    const char *key, const char *value);
 
 /* completion requests (ngx_http_kvserve_completions.c, _answers.c,
  * _timing.c), kvserve_status and the 413 filter (_status.c) */

@@ -67,7 +67,6 @@ static ngx_int_t
 ngx_http_kvserve_stream_header(ngx_http_kvserve_ctx_t *ctx)
 {
     ngx_int_t            rc;
-    ngx_table_elt_t     *h;
     ngx_http_request_t  *r;
 
     r = ctx->r;
@@ -77,22 +76,14 @@ ngx_http_kvserve_stream_header(ngx_http_kvserve_ctx_t *ctx)
     ngx_str_set(&r->headers_out.content_type, "text/event-stream");
     r->headers_out.content_type_len = r->headers_out.content_type.len;
 
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-    h->hash = 1;
-    ngx_str_set(&h->key, "Cache-Control");
-    ngx_str_set(&h->value, "no-cache");
-
     /* a proxy in front must not hold events back */
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
+    if (ngx_http_kvserve_add_header(r, "Cache-Control", "no-cache")
+        != NGX_OK
+        || ngx_http_kvserve_add_header(r, "X-Accel-Buffering", "no")
+           != NGX_OK)
+    {
         return NGX_ERROR;
     }
-    h->hash = 1;
-    ngx_str_set(&h->key, "X-Accel-Buffering");
-    ngx_str_set(&h->value, "no");
 
     /* the hops are known at the end: a trailer, for a client that says
      * it takes them (chunked: HTTP/1.1) */
@@ -103,13 +94,11 @@ ngx_http_kvserve_stream_header(ngx_http_kvserve_ctx_t *ctx)
                             (u_char *) "trailers", 8 - 1)
            != NULL)
     {
-        h = ngx_list_push(&r->headers_out.headers);
-        if (h == NULL) {
+        if (ngx_http_kvserve_add_header(r, "Trailer", "Server-Timing")
+            != NGX_OK)
+        {
             return NGX_ERROR;
         }
-        h->hash = 1;
-        ngx_str_set(&h->key, "Trailer");
-        ngx_str_set(&h->value, "Server-Timing");
 
         r->expect_trailers = 1;
         ctx->trailers = 1;

@@ -216,16 +216,38 @@ ngx_http_kvserve_error(ngx_http_request_t *r, ngx_uint_t status,
 }
 
 
+/* Adds a response header; key and value are static strings. */
+ngx_int_t
+ngx_http_kvserve_add_header(ngx_http_request_t *r, const char *key,
+    const char *value)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    h->key.data = (u_char *) key;
+    h->key.len = ngx_strlen(key);
+    h->value.data = (u_char *) value;
+    h->value.len = ngx_strlen(value);
+
+    return NGX_OK;
+}
+
+
 /* Sends body (freed here) as the whole JSON response; a 405 names the
  * allowed methods, a 503 asks to retry in a second. */
 ngx_int_t
 ngx_http_kvserve_send_json(ngx_http_request_t *r, ngx_uint_t status,
     kvs_buf_t *body)
 {
-    ngx_int_t         rc;
-    ngx_buf_t        *b;
-    ngx_chain_t       out;
-    ngx_table_elt_t  *allow, *h;
+    ngx_int_t     rc;
+    ngx_buf_t    *b;
+    ngx_chain_t   out;
+    const char   *allow;
 
     b = ngx_create_temp_buf(r->pool, body->len + 1);
     if (b == NULL) {
@@ -238,27 +260,18 @@ ngx_http_kvserve_send_json(ngx_http_request_t *r, ngx_uint_t status,
     kvs_buf_free(body);
 
     if (status == NGX_HTTP_NOT_ALLOWED) {
-        allow = ngx_list_push(&r->headers_out.headers);
-        if (allow == NULL) {
+        allow = ngx_http_kvserve_route_post(r) != NGX_DECLINED
+                ? "POST" : "GET, HEAD";
+
+        if (ngx_http_kvserve_add_header(r, "Allow", allow) != NGX_OK) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-        allow->hash = 1;
-        ngx_str_set(&allow->key, "Allow");
-        if (ngx_http_kvserve_route_post(r) != NGX_DECLINED) {
-            ngx_str_set(&allow->value, "POST");
-        } else {
-            ngx_str_set(&allow->value, "GET, HEAD");
         }
     }
 
-    if (status == NGX_HTTP_SERVICE_UNAVAILABLE) {
-        h = ngx_list_push(&r->headers_out.headers);
-        if (h == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-        h->hash = 1;
-        ngx_str_set(&h->key, "Retry-After");
-        ngx_str_set(&h->value, "1");
+    if (status == NGX_HTTP_SERVICE_UNAVAILABLE
+        && ngx_http_kvserve_add_header(r, "Retry-After", "1") != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     r->headers_out.status = status;
