@@ -1263,7 +1263,6 @@ test_drain(void **state)
 
     cl_connect(&a, &s);
     long_req(&req, prompt);
-    req.max_tokens = 400;
     cl_submit(&a, 1, 0, &req);
     wait_first_token(&a, 1);
 
@@ -1312,7 +1311,7 @@ test_drain(void **state)
     cl_collect(&a, ids, 2, n, gp);
 
     assert_int_equal(g[0].out.finish, KVS_FINISH_LENGTH);
-    assert_int_equal(g[0].out.n_generated, 400);
+    assert_int_equal(g[0].out.n_generated, LONG_GEN);
     assert_int_equal(g[1].out.finish, KVS_FINISH_LENGTH);
     assert_int_equal(g[1].out.n_tokens, 7);
     got_free(g, 2);
