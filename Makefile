@@ -207,12 +207,14 @@ interop: $(CLI) $(B)/gguf_sample $(B)/unit/test_rope $(PY_STAMP)
 PROVE_INC := $(shell perl -MTest::Nginx::Socket -e1 2>/dev/null \
                      || echo -It/lib)
 
+T ?= t/*.t
+
 itest: $(MODULE) $(DEFAULT_MODEL)
 	TEST_NGINX_BINARY=$(NGINX) \
 	TEST_NGINX_LOAD_MODULES=$(abspath $(MODULE)) \
 	TEST_NGINX_MODEL_DIR=$(BABS)/models \
 	TEST_NGINX_SERVROOT=$(BABS)/servroot \
-	prove $(PROVE_INC) t/*.t
+	prove $(PROVE_INC) $(T)
 
 # the official openai Python SDK, unchanged, against nginx with the module
 sdk: $(MODULE) $(DEFAULT_MODEL) $(PY_STAMP)

@@ -29,6 +29,9 @@ static void kvs_engine_fork(kvs_engine_t *e, kvs_engine_seq_t *h,
     const float *logits);
 static void kvs_engine_unfollow(kvs_engine_t *e, kvs_engine_seq_t *h);
 static void kvs_engine_publish(kvs_engine_t *e);
+static int kvs_engine_cache_new(kvs_engine_t *e, kvs_err_t *err);
+static void kvs_engine_cache_ns(kvs_engine_t *e, kvs_engine_seq_t *h);
+static void kvs_engine_pin(kvs_engine_t *e, kvs_engine_seq_t *h);
 static void *kvs_engine_main(void *arg);
 static uint64_t kvs_engine_now(void);
 
@@ -107,6 +110,11 @@ kvs_engine_new(kvs_engine_t **out, const kvs_engine_conf_t *conf,
         goto failed;
     }
 
+    rc = kvs_engine_cache_new(e, err);
+    if (rc != KVS_OK) {
+        goto failed;
+    }
+
     e->fork_logits = malloc(2 * (size_t) e->be->n_vocab * sizeof(float));
     if (e->fork_logits == NULL) {
         rc = kvs_err_set(err, KVS_ENOMEM, "engine: out of memory");
@@ -141,6 +149,7 @@ failed:
     free(e->fork_logits);
     kvs_backend_free(e->be);
     kvs_sched_free(&e->sched);
+    kvs_radix_free(e->radix);
     kvs_kv_pool_free(e->pool);
     free(e);
 
@@ -209,6 +218,7 @@ kvs_engine_free(kvs_engine_t *e)
     kvs_engine_take_cancels(e);
 
     kvs_sched_free(&e->sched);
+    kvs_radix_free(e->radix);
     kvs_backend_free(e->be);
     kvs_kv_pool_free(e->pool);
     kvs_buf_free(&e->piece);
@@ -239,6 +249,11 @@ kvs_engine_step(kvs_engine_t *e)
 
     kvs_engine_take_inbox(e);
     kvs_engine_take_cancels(e);
+
+    if (e->radix != NULL) {
+        e->sched.now = kvs_engine_now() / 1000000;
+        kvs_radix_expire(e->radix, e->sched.now);
+    }
 
     kvs_sched_plan(&e->sched, &plan);
 
@@ -281,6 +296,10 @@ kvs_engine_step(kvs_engine_t *e)
     }
 
     kvs_sched_commit(&e->sched, &plan);
+
+    for (seq = plan.seqs; seq != NULL; seq = seq->step_next) {
+        kvs_engine_pin(e, (kvs_engine_seq_t *) seq);
+    }
 
     used = kvs_kv_pool_used_count(e->pool);
 
@@ -333,16 +352,31 @@ kvs_engine_kv_bytes(const kvs_engine_t *e)
 int
 kvs_engine_check(kvs_engine_t *e, kvs_err_t *err)
 {
+    uint64_t           cached;
+    kvs_radix_stats_t  rs;
+
     if (kvs_kv_pool_check(e->pool, err) != KVS_OK) {
         return err->code;
     }
 
+    cached = 0;
+
+    if (e->radix != NULL) {
+        if (kvs_radix_check(e->radix, err) != KVS_OK) {
+            return err->code;
+        }
+
+        kvs_radix_stats(e->radix, &rs);
+        cached = rs.blocks;
+    }
+
+    /* with no sequence left, only the prefix cache holds blocks */
     if (e->sched.running.n == 0 && e->sched.waiting.n == 0
-        && kvs_kv_pool_used_count(e->pool) != 0)
+        && kvs_kv_pool_used_count(e->pool) != cached)
     {
         return kvs_err_set(err, KVS_EFORMAT, "%" PRIu32 " blocks in use "
-                           "with no sequence left",
-                           kvs_kv_pool_used_count(e->pool));
+                           "with no sequence left and %" PRIu64 " cached",
+                           kvs_kv_pool_used_count(e->pool), cached);
     }
 
     return KVS_OK;
@@ -384,6 +418,8 @@ kvs_engine_take_inbox(kvs_engine_t *e)
 
     for (h = list; h != NULL; h = next) {
         next = h->next_in;
+
+        kvs_engine_cache_ns(e, h);
 
         if (h->drop) {
             kvs_engine_end(e, h, KVS_FINISH_CANCELLED, NULL, 0);
@@ -440,6 +476,7 @@ kvs_engine_fork(kvs_engine_t *e, kvs_engine_seq_t *h, const float *logits)
         next = f->next_follower;
         f->leader = NULL;
         f->next_follower = NULL;
+        f->n_cache_created = h->n_cache_created;
 
         (void) kvs_sched_fork(&e->sched, &h->seq, &f->seq);
 
@@ -535,6 +572,11 @@ kvs_engine_end(kvs_engine_t *e, kvs_engine_seq_t *h, kvs_finish_t finish,
     kvs_engine_unfollow(e, h);
     kvs_sched_remove(&e->sched, &h->seq);
 
+    if (h->seq.ns != NULL) {
+        kvs_radix_ns_put(e->radix, h->seq.ns);
+        h->seq.ns = NULL;
+    }
+
     e->text.len = 0;
 
     if (flush) {
@@ -611,12 +653,121 @@ kvs_engine_unfollow(kvs_engine_t *e, kvs_engine_seq_t *h)
 static void
 kvs_engine_publish(kvs_engine_t *e)
 {
+    uint32_t           used;
+    kvs_radix_stats_t  rs;
+
+    used = kvs_kv_pool_used_count(e->pool);
+
     e->stats.requests = e->shown.requests;
     e->stats.preemptions = e->sched.n_preemptions;
     e->stats.running = e->sched.running.n;
     e->stats.waiting = e->sched.waiting.n;
-    e->stats.kv_used = kvs_kv_pool_used_count(e->pool);
+    e->stats.epoch = e->epoch;
+
+    if (e->radix != NULL) {
+        /* cached blocks nobody uses are as good as free (vLLM counts
+         * them so too) */
+        used -= kvs_radix_evictable(e->radix);
+        kvs_radix_stats(e->radix, &rs);
+        e->stats.cache_query_tokens = e->sched.n_query_tokens;
+        e->stats.cache_hit_tokens = e->sched.n_hit_tokens;
+        e->stats.cache_evicted_blocks = rs.evicted_blocks;
+        e->stats.cache_blocks = (uint32_t) rs.blocks;
+        e->stats.cache_pinned_blocks = (uint32_t) rs.pinned_blocks;
+    }
+
+    e->stats.kv_used = used;
     e->shown = e->stats;
+}
+
+
+/* The weights' epoch, and the prefix cache unless it is off. */
+static int
+kvs_engine_cache_new(kvs_engine_t *e, kvs_err_t *err)
+{
+    int       rc;
+    uint64_t  token_bytes, pin_max;
+
+    e->epoch = kvs_gguf_content_hash(e->conf.model->gguf);
+
+    if (e->conf.no_prefix_cache) {
+        return KVS_OK;
+    }
+
+    token_bytes = e->be->kv_bytes / e->conf.n_blocks
+                  / e->conf.block_tokens;
+    pin_max = e->conf.n_blocks / 4;
+
+    if (e->conf.pin_max_bytes > 0 && token_bytes > 0) {
+        pin_max = e->conf.pin_max_bytes / token_bytes
+                  / e->conf.block_tokens;
+        pin_max = pin_max < e->conf.n_blocks ? pin_max : e->conf.n_blocks;
+    }
+
+    rc = kvs_radix_new(&e->radix, e->pool, (uint32_t) pin_max, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    return kvs_sched_set_cache(&e->sched, e->radix, err);
+}
+
+
+/* Gives h and the choices that follow it the request's namespace in the
+ * prefix cache; without memory for it they simply go uncached. */
+static void
+kvs_engine_cache_ns(kvs_engine_t *e, kvs_engine_seq_t *h)
+{
+    kvs_radix_key_t    key;
+    kvs_engine_seq_t  *f;
+
+    if (e->radix == NULL) {
+        return;
+    }
+
+    key.epoch = e->epoch;
+    key.adapter = h->adapter;
+    key.scope = h->scope;
+    key.scope_len = h->scope_len;
+
+    for (f = h; f != NULL; f = f == h ? h->followers : f->next_follower) {
+        if (kvs_radix_ns_get(e->radix, &key, &f->seq.ns, NULL) != KVS_OK) {
+            f->seq.ns = NULL;
+        }
+    }
+}
+
+
+/* Once h's prompt is cached: its breakpoints pin their prefixes, and
+ * what they cover beyond what was reused counts as written. */
+static void
+kvs_engine_pin(kvs_engine_t *e, kvs_engine_seq_t *h)
+{
+    int       created;
+    uint32_t  i, pinned, most;
+
+    if (h->pins_done || !h->seq.prompt_cached || h->seq.ns == NULL) {
+        return;
+    }
+
+    h->pins_done = 1;
+
+    if (h->n_pins == 0) {
+        return;                       /* a follower keeps its leader's */
+    }
+
+    most = 0;
+
+    for (i = 0; i < h->n_pins; i++) {
+        (void) kvs_radix_pin(e->radix, h->seq.ns, h->seq.tokens,
+                             h->pins[i].n_tokens, h->pins[i].ttl_ms,
+                             e->sched.now, &pinned, &created, NULL);
+
+        most = h->pins[i].n_tokens > most ? h->pins[i].n_tokens : most;
+    }
+
+    h->n_cache_created = most > h->seq.n_cached ? most - h->seq.n_cached
+                                                : 0;
 }
 
 

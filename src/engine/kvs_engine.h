@@ -37,12 +37,15 @@
 
 #include "../base/kvs_buf.h"
 #include "../base/kvs_err.h"
+#include "../kv/kvs_radix.h"
 #include "../model/kvs_model.h"
 #include "../tokenizer/kvs_vocab.h"
 #include "kvs_sample.h"
 
 #define KVS_ENGINE_MAX_STOP_IDS  64
 #define KVS_ENGINE_MAX_N         128  /* choices per request */
+#define KVS_ENGINE_MAX_PINS      4    /* cache breakpoints per request */
+#define KVS_ENGINE_MAX_PIN_TTL   3600000   /* ms: 1h */
 
 typedef enum {
     KVS_FINISH_NONE = 0,              /* still generating */
@@ -63,7 +66,17 @@ typedef struct {
     uint32_t            max_running;  /* 0: 256 */
     uint32_t            n_ctx;        /* 0: the model's training context */
     int                 no_chunked_prefill;
+    int                 no_prefix_cache;
+    uint64_t            pin_max_bytes;    /* KV bytes each cache scope may
+                                             pin; 0: KV cache / 4 */
 } kvs_engine_conf_t;
+
+/* A client cache breakpoint: keep prompt[0..n_tokens) cached (whole
+ * blocks of it) for ttl_ms, refreshed by every request that pins it. */
+typedef struct {
+    uint32_t  n_tokens;               /* 1..n_prompt */
+    uint32_t  ttl_ms;                 /* 1..KVS_ENGINE_MAX_PIN_TTL */
+} kvs_engine_pin_t;
 
 typedef struct {
     const int32_t       *prompt;      /* [n_prompt] token ids, rendered
@@ -81,6 +94,12 @@ typedef struct {
     uint32_t             n_stop;
     int                  ignore_eos;  /* do not stop at the model's end
                                          tokens (benchmarks) */
+    const char          *scope;       /* [scope_len] prefix cache scope
+                                         (a tenant); NULL or "": global */
+    size_t               scope_len;   /* <= KVS_RADIX_MAX_SCOPE */
+    uint32_t             adapter;     /* LoRA adapter id; 0: none */
+    kvs_engine_pin_t     pins[KVS_ENGINE_MAX_PINS];
+    uint32_t             n_pins;
     void                *data;        /* the caller's */
 } kvs_engine_req_t;
 
@@ -101,6 +120,15 @@ typedef struct {
     uint32_t                n_prompt;
     uint32_t                n_generated;  /* tokens counted for usage */
     uint32_t                n_preempted;
+    uint32_t                n_cached;     /* prompt tokens whose K/V came
+                                             from the prefix cache */
+    uint32_t                n_cache_created;  /* prompt tokens cached for
+                                             the request's pins that were
+                                             not read from the cache */
+    kvs_radix_miss_t        miss;     /* why the reuse stopped there */
+    uint32_t                miss_pos; /* token where it stopped */
+    uint8_t                 has_cache;    /* the four fields above are
+                                             set (with the first output) */
     char                    error[KVS_ERR_MSG_LEN];  /* when ERROR */
 } kvs_engine_out_t;
 
@@ -124,6 +152,12 @@ typedef struct {
     uint32_t  block_tokens;
     uint64_t  requests;               /* submitted */
     uint64_t  finished;               /* ended, any reason */
+    uint64_t  cache_query_tokens;     /* prompt tokens looked up */
+    uint64_t  cache_hit_tokens;       /* of those, reused */
+    uint64_t  cache_evicted_blocks;
+    uint32_t  cache_blocks;           /* in the prefix cache now */
+    uint32_t  cache_pinned_blocks;
+    uint64_t  epoch;                  /* the weights' identity */
 } kvs_engine_stats_t;
 
 

@@ -20,7 +20,10 @@
  *     consumer has not read, or its end, and the consumer still holds
  *     it; the eventfd is written when the list goes from empty to not;
  *   - every block a sequence holds is released when it ends, whatever
- *     the reason, before its engine hold is dropped.
+ *     the reason, before its engine hold is dropped;
+ *   - a sequence's prefix cache namespace (seq.ns) is taken when the
+ *     engine thread takes the request and put back when it ends, on the
+ *     engine thread: the cache is the engine thread's alone.
  */
 
 #ifndef KVS_ENGINE_IMPL_H
@@ -47,6 +50,15 @@ struct kvs_engine_seq_s {
     int                      ignore_eos;
     int                      want_lp;
     void                    *data;
+
+    /* prefix cache: the namespace key, taken on the engine thread */
+    char                     scope[KVS_RADIX_MAX_SCOPE];
+    size_t                   scope_len;
+    uint32_t                 adapter;
+    kvs_engine_pin_t         pins[KVS_ENGINE_MAX_PINS];  /* choice 0 */
+    uint32_t                 n_pins;
+    uint32_t                 n_cache_created;
+    uint8_t                  pins_done;
 
     int                      drop;     /* closed before it was scheduled */
     kvs_engine_seq_t        *leader;   /* choices 1..n-1 of a request,
@@ -75,6 +87,8 @@ struct kvs_engine_s {
     kvs_backend_t           *be;
     kvs_kv_pool_t           *pool;
     kvs_sched_t              sched;
+    kvs_radix_t             *radix;    /* NULL: no prefix cache */
+    uint64_t                 epoch;    /* of the model's weights */
     float                   *logits;   /* [n_logits][n_vocab] of a step */
     size_t                   logits_cap;   /* floats */
     kvs_buf_t                piece;    /* detokenized text of a token */

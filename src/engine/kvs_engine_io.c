@@ -14,6 +14,10 @@
 #include "kvs_engine_impl.h"
 
 
+static int kvs_engine_cache_setup(kvs_engine_seq_t *h,
+    const kvs_engine_req_t *req, kvs_err_t *err);
+
+
 int
 kvs_engine_fd(const kvs_engine_t *e)
 {
@@ -63,6 +67,9 @@ kvs_engine_submit(kvs_engine_t *e, const kvs_engine_req_t *req,
         h->out.n_prompt = req->n_prompt;
 
         if (i > 0) {
+            /* pins are the request's: choice 0 sets them */
+            h->n_pins = 0;
+
             /* held back until choice 0 has the prompt's blocks; closes
              * go through the cancel list */
             h->leader = hs[0];
@@ -192,6 +199,11 @@ kvs_engine_read(kvs_engine_t *e, kvs_engine_seq_t *h, kvs_engine_out_t *out)
         out->n_prompt = in->n_prompt;
         out->n_generated = in->n_generated;
         out->n_preempted = in->n_preempted;
+        out->n_cached = in->n_cached;
+        out->n_cache_created = in->n_cache_created;
+        out->miss = in->miss;
+        out->miss_pos = in->miss_pos;
+        out->has_cache = in->has_cache;
         memcpy(out->error, in->error, sizeof(out->error));
         rc = in->finish;
     }
@@ -319,6 +331,10 @@ kvs_engine_seq_setup(kvs_engine_t *e, kvs_engine_seq_t *h,
 
     h->n_stop_ids = req->n_stop_ids;
 
+    if (kvs_engine_cache_setup(h, req, err) != KVS_OK) {
+        return err->code;
+    }
+
     if (kvs_seq_init(&h->seq, &e->sched, req->prompt, req->n_prompt,
                      req->max_tokens, err) != KVS_OK)
     {
@@ -348,6 +364,58 @@ kvs_engine_seq_setup(kvs_engine_t *e, kvs_engine_seq_t *h,
     h->ignore_eos = req->ignore_eos;
     h->want_lp = req->sample.logprobs;
     h->data = req->data;
+
+    return KVS_OK;
+}
+
+
+/* The request's prefix cache key and pins, checked. */
+static int
+kvs_engine_cache_setup(kvs_engine_seq_t *h, const kvs_engine_req_t *req,
+    kvs_err_t *err)
+{
+    uint32_t  i;
+
+    if (req->scope_len > KVS_RADIX_MAX_SCOPE
+        || (req->scope_len > 0 && req->scope == NULL))
+    {
+        return kvs_err_set(err, KVS_EINVAL, "cache scope of %zu bytes; at "
+                           "most %d", req->scope_len, KVS_RADIX_MAX_SCOPE);
+    }
+
+    if (req->n_pins > KVS_ENGINE_MAX_PINS) {
+        return kvs_err_set(err, KVS_EINVAL, "%" PRIu32 " cache breakpoints;"
+                           " at most %d", req->n_pins, KVS_ENGINE_MAX_PINS);
+    }
+
+    for (i = 0; i < req->n_pins; i++) {
+        if (req->pins[i].n_tokens == 0
+            || req->pins[i].n_tokens > req->n_prompt)
+        {
+            return kvs_err_set(err, KVS_EINVAL, "cache breakpoint %" PRIu32
+                               " at token %" PRIu32 ", outside the prompt "
+                               "of %" PRIu32, i, req->pins[i].n_tokens,
+                               req->n_prompt);
+        }
+
+        if (req->pins[i].ttl_ms == 0
+            || req->pins[i].ttl_ms > KVS_ENGINE_MAX_PIN_TTL)
+        {
+            return kvs_err_set(err, KVS_EINVAL, "cache breakpoint %" PRIu32
+                               " ttl of %" PRIu32 " ms; expected 1..%d",
+                               i, req->pins[i].ttl_ms,
+                               KVS_ENGINE_MAX_PIN_TTL);
+        }
+
+        h->pins[i] = req->pins[i];
+    }
+
+    h->n_pins = req->n_pins;
+    h->scope_len = req->scope_len;
+    if (req->scope_len > 0) {
+        memcpy(h->scope, req->scope, req->scope_len);
+    }
+    h->adapter = req->adapter;
 
     return KVS_OK;
 }
@@ -412,6 +480,14 @@ kvs_engine_emit(kvs_engine_t *e, kvs_engine_seq_t *h, int32_t token,
 
     o->n_generated = kvs_seq_generated(&h->seq);
     o->n_preempted = h->seq.n_preempted;
+
+    if (!o->has_cache && h->seq.looked_up) {
+        o->has_cache = 1;
+        o->n_cached = h->seq.n_cached;
+        o->n_cache_created = h->n_cache_created;
+        o->miss = h->seq.miss;
+        o->miss_pos = h->seq.miss_pos;
+    }
 
     if (finish != KVS_FINISH_NONE && o->finish == KVS_FINISH_NONE) {
         o->finish = finish;

@@ -118,10 +118,9 @@ int
 kvs_kv_table_fork(kvs_kv_table_t *dst, const kvs_kv_table_t *src,
     kvs_kv_pool_t *pool, kvs_err_t *err)
 {
-    int       rc;
-    uint32_t  i;
+    int  rc;
 
-    if (dst == src || dst->n_blocks != 0 || dst->n_tokens != 0) {
+    if (dst == src) {
         return kvs_err_set(err, KVS_EINVAL, "kv table: fork into a table "
                            "that is not empty");
     }
@@ -131,40 +130,58 @@ kvs_kv_table_fork(kvs_kv_table_t *dst, const kvs_kv_table_t *src,
         return rc;
     }
 
+    return kvs_kv_table_share(dst, pool, src->blocks, src->n_tokens, err);
+}
+
+
+int
+kvs_kv_table_share(kvs_kv_table_t *dst, kvs_kv_pool_t *pool,
+    const uint32_t *blocks, uint32_t n_tokens, kvs_err_t *err)
+{
+    int       rc;
+    uint32_t  i, n;
+
+    if (dst->n_blocks != 0 || dst->n_tokens != 0) {
+        return kvs_err_set(err, KVS_EINVAL, "kv table: sharing into a "
+                           "table that is not empty");
+    }
+
     rc = kvs_kv_table_same_pool(dst, pool, err);
     if (rc != KVS_OK) {
         return rc;
     }
 
-    for (i = 0; i < src->n_blocks; i++) {
-        if (kvs_kv_pool_refcount(pool, src->blocks[i]) == 0) {
+    n = (uint32_t) (((uint64_t) n_tokens + pool->block_tokens - 1)
+                    / pool->block_tokens);
+
+    for (i = 0; i < n; i++) {
+        if (kvs_kv_pool_refcount(pool, blocks[i]) == 0) {
             return kvs_err_set(err, KVS_EINVAL, "kv table: block %" PRIu32
-                               " of the source is not held", src->blocks[i]);
+                               " of the source is not held", blocks[i]);
         }
 
-        if (kvs_kv_pool_refcount(pool, src->blocks[i]) == UINT32_MAX) {
+        if (kvs_kv_pool_refcount(pool, blocks[i]) == UINT32_MAX) {
             return kvs_err_set(err, KVS_ERANGE, "kv pool: block %" PRIu32
-                               " has too many owners", src->blocks[i]);
+                               " has too many owners", blocks[i]);
         }
     }
 
-    if (kvs_grow((void **) &dst->blocks, &dst->cap, src->n_blocks,
-                 sizeof(uint32_t))
+    if (kvs_grow((void **) &dst->blocks, &dst->cap, n, sizeof(uint32_t))
         != KVS_OK)
     {
         return kvs_err_set(err, KVS_ENOMEM, "kv table: out of memory for %"
-                           PRIu32 " block ids", src->n_blocks);
+                           PRIu32 " block ids", n);
     }
 
     /* every id was checked held and below the count limit: ref cannot
-     * fail (reserve never puts one id twice in a table) */
-    for (i = 0; i < src->n_blocks; i++) {
-        (void) kvs_kv_pool_ref(pool, src->blocks[i], NULL);
-        dst->blocks[i] = src->blocks[i];
+     * fail (a table or the prefix cache never holds one id twice) */
+    for (i = 0; i < n; i++) {
+        (void) kvs_kv_pool_ref(pool, blocks[i], NULL);
+        dst->blocks[i] = blocks[i];
     }
 
-    dst->n_blocks = src->n_blocks;
-    dst->n_tokens = src->n_tokens;
+    dst->n_blocks = n;
+    dst->n_tokens = n_tokens;
     dst->block_tokens = pool->block_tokens;
 
     return KVS_OK;

@@ -67,6 +67,15 @@ int kvs_kv_table_slot(const kvs_kv_table_t *table, uint32_t pos,
 int kvs_kv_table_fork(kvs_kv_table_t *dst, const kvs_kv_table_t *src,
     kvs_kv_pool_t *pool, kvs_err_t *err);
 
+/*
+ * Makes the empty table dst cover positions [0, n_tokens) with blocks[0..
+ * ceil(n_tokens / block_tokens)), one more reference each: a prefix
+ * found in the prefix cache.  Errors as for fork; nothing changes on
+ * failure.
+ */
+int kvs_kv_table_share(kvs_kv_table_t *dst, kvs_kv_pool_t *pool,
+    const uint32_t *blocks, uint32_t n_tokens, kvs_err_t *err);
+
 /* 1 when the table's last block has other owners too (write to it only
  * after copying it), 0 otherwise or when the table is empty. */
 int kvs_kv_table_last_shared(const kvs_kv_table_t *table,

@@ -92,6 +92,10 @@ void kvs_gguf_close(kvs_gguf_t *g);
 
 uint32_t kvs_gguf_version(const kvs_gguf_t *g);
 uint64_t kvs_gguf_file_size(const kvs_gguf_t *g);
+
+/* xxh3-64 of the whole file: the identity of its weights (reads every
+ * page of the mapping). */
+uint64_t kvs_gguf_content_hash(const kvs_gguf_t *g);
 uint32_t kvs_gguf_alignment(const kvs_gguf_t *g);
 uint64_t kvs_gguf_data_offset(const kvs_gguf_t *g);
 uint64_t kvs_gguf_n_kv(const kvs_gguf_t *g);

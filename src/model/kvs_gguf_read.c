@@ -26,6 +26,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "kvs_gguf.h"
 #include "kvs_ggml_type.h"
 
@@ -783,6 +785,13 @@ uint64_t
 kvs_gguf_file_size(const kvs_gguf_t *g)
 {
     return g->size;
+}
+
+
+uint64_t
+kvs_gguf_content_hash(const kvs_gguf_t *g)
+{
+    return XXH3_64bits(g->base, g->size);
 }
 
 

@@ -28,6 +28,9 @@ static int kvs_sched_take(kvs_sched_t *s, kvs_sched_plan_t *plan,
     kvs_seq_t *seq, uint32_t take);
 static uint32_t kvs_sched_blocks_for(kvs_sched_t *s, kvs_seq_t *seq,
     uint32_t take);
+static void kvs_sched_lookup(kvs_sched_t *s, kvs_seq_t *seq);
+static void kvs_sched_let_go(kvs_sched_t *s, kvs_seq_t *seq);
+static int kvs_sched_room(kvs_sched_t *s, uint32_t need);
 
 
 int
@@ -69,6 +72,24 @@ kvs_sched_init(kvs_sched_t *s, const kvs_sched_conf_t *conf,
 }
 
 
+int
+kvs_sched_set_cache(kvs_sched_t *s, kvs_radix_t *radix, kvs_err_t *err)
+{
+    size_t  n;
+
+    n = s->conf.n_ctx / s->pool->block_tokens + 1;
+
+    s->match = malloc(n * sizeof(uint32_t));
+    if (s->match == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "scheduler: out of memory");
+    }
+
+    s->radix = radix;
+
+    return KVS_OK;
+}
+
+
 void
 kvs_sched_free(kvs_sched_t *s)
 {
@@ -83,6 +104,7 @@ kvs_sched_free(kvs_sched_t *s)
     free(s->toks);
     free(s->logits_seq);
     free(s->cow);
+    free(s->match);
     memset(s, 0, sizeof(kvs_sched_t));
 }
 
@@ -181,9 +203,7 @@ kvs_sched_remove(kvs_sched_t *s, kvs_seq_t *seq)
         return;
     }
 
-    /* the table was built on this pool, so release cannot fail */
-    (void) kvs_kv_table_release(&seq->table, s->pool, NULL);
-    seq->n_computed = 0;
+    kvs_sched_let_go(s, seq);
     seq->state = KVS_SEQ_NEW;
 }
 
@@ -209,9 +229,7 @@ kvs_sched_plan(kvs_sched_t *s, kvs_sched_plan_t *plan)
 
         /* make room from the newest; when seq is the newest, it goes */
 
-        while (kvs_sched_blocks_for(s, seq, take)
-               > kvs_kv_pool_free_count(s->pool))
-        {
+        while (!kvs_sched_room(s, kvs_sched_blocks_for(s, seq, take))) {
             if (s->running.tail == seq) {
                 break;
             }
@@ -234,17 +252,18 @@ kvs_sched_plan(kvs_sched_t *s, kvs_sched_plan_t *plan)
            && s->waiting.head != NULL)
     {
         seq = s->waiting.head;
+
+        /* what the prefix cache has of it comes first (a waiting
+         * sequence holds nothing, so this is undone if it must wait) */
+        kvs_sched_lookup(s, seq);
+
         want = seq->n_tokens - seq->n_computed;
-
-        if (!s->conf.chunked_prefill && want > budget) {
-            break;
-        }
-
         take = want < budget ? want : budget;
 
-        if (kvs_kv_table_blocks_needed(&seq->table, s->pool, take)
-            > kvs_kv_pool_free_count(s->pool))
+        if ((!s->conf.chunked_prefill && want > budget)
+            || !kvs_sched_room(s, kvs_sched_blocks_for(s, seq, take)))
         {
+            kvs_sched_let_go(s, seq);
             break;
         }
 
@@ -267,9 +286,29 @@ kvs_sched_commit(kvs_sched_t *s, kvs_sched_plan_t *plan)
 {
     kvs_seq_t  *seq;
 
+    int                err;
+    kvs_radix_node_t  *node;
+
     for (seq = plan->seqs; seq != NULL; seq = seq->step_next) {
         seq->n_computed += seq->n_step;
         seq->n_step = 0;
+
+        /* a computed prompt is shared at once with those that follow
+         * (other requests with its prefix); a failure only costs reuse */
+        if (seq->ns == NULL || seq->prompt_cached
+            || seq->n_computed < seq->n_prompt)
+        {
+            continue;
+        }
+
+        err = kvs_radix_insert(s->radix, seq->ns, seq->tokens,
+                               seq->n_computed, seq->table.blocks, 1,
+                               s->now, &node, NULL);
+        if (err == KVS_OK) {
+            kvs_radix_unlock(s->radix, seq->cache_node);
+            seq->cache_node = node;
+            seq->prompt_cached = 1;
+        }
     }
 }
 
@@ -373,6 +412,21 @@ kvs_sched_fork(kvs_sched_t *s, kvs_seq_t *parent, kvs_seq_t *child)
     {
         child->n_computed = parent->n_computed;
         child->state = KVS_SEQ_RUNNING;
+
+        /* the shared prefix stays cached while any choice runs */
+        if (child->ns != NULL && parent->cache_node != NULL) {
+            kvs_radix_lock(s->radix, parent->cache_node);
+            child->cache_node = parent->cache_node;
+            child->prompt_cached = parent->prompt_cached;
+        }
+
+        if (!child->looked_up) {
+            child->looked_up = 1;
+            child->n_cached = parent->n_cached;
+            child->miss = parent->miss;
+            child->miss_pos = parent->miss_pos;
+        }
+
         kvs_seq_queue_insert(&s->running, child);
         return 1;
     }
@@ -388,15 +442,118 @@ static void
 kvs_sched_preempt(kvs_sched_t *s, kvs_seq_t *seq)
 {
     kvs_seq_queue_unlink(&s->running, seq);
-    (void) kvs_kv_table_release(&seq->table, s->pool, NULL);
+    kvs_sched_let_go(s, seq);
 
-    seq->n_computed = 0;
     seq->n_step = 0;
     seq->n_preempted++;
     seq->state = KVS_SEQ_WAITING;
     kvs_seq_queue_insert(&s->waiting, seq);
 
     s->n_preemptions++;
+}
+
+
+/*
+ * Gives a sequence about to be admitted the longest cached prefix of its
+ * tokens (all but the last, whose logits are wanted): the table shares
+ * the cached blocks, the path is locked.  The first lookup of a sequence
+ * is its answer for usage and metrics; a preempted one looks up again.
+ */
+static void
+kvs_sched_lookup(kvs_sched_t *s, kvs_seq_t *seq)
+{
+    kvs_radix_match_t  m;
+
+    if (seq->n_computed > 0) {
+        return;
+    }
+
+    if (seq->ns == NULL) {
+        if (!seq->looked_up) {
+            seq->looked_up = 1;
+            seq->miss = KVS_RADIX_MISS_OFF;
+        }
+        return;
+    }
+
+    kvs_radix_match(s->radix, seq->ns, seq->tokens, seq->n_tokens - 1,
+                    s->match, 1, s->now, &m);
+
+    if (m.n_tokens > 0
+        && kvs_kv_table_share(&seq->table, s->pool, s->match, m.n_tokens,
+                              NULL) != KVS_OK)
+    {
+        kvs_radix_unlock(s->radix, m.node);
+        m.n_tokens = 0;
+        m.node = NULL;
+    }
+
+    seq->n_computed = m.n_tokens;
+    seq->cache_node = m.node;
+
+    if (!seq->looked_up) {
+        seq->looked_up = 1;
+        seq->n_cached = m.n_tokens < seq->n_prompt ? m.n_tokens
+                                                   : seq->n_prompt - 1;
+        seq->miss = m.miss;
+        seq->miss_pos = m.miss_pos;
+        s->n_query_tokens += seq->n_prompt;
+        s->n_hit_tokens += seq->n_cached;
+    }
+}
+
+
+/*
+ * A sequence gives its blocks back (end, preemption, or a lookup undone):
+ * what it computed is cached first, so that the next turn of its
+ * conversation, or its own recompute, finds it; then its lock goes.
+ */
+static void
+kvs_sched_let_go(kvs_sched_t *s, kvs_seq_t *seq)
+{
+    kvs_radix_node_t  *node;
+
+    if (seq->ns != NULL) {
+        if (seq->n_computed >= s->pool->block_tokens
+            && kvs_radix_insert(s->radix, seq->ns, seq->tokens,
+                                seq->n_computed, seq->table.blocks, 0,
+                                s->now, &node, NULL) != KVS_OK)
+        {
+            /* out of memory: the blocks are simply not kept */
+        }
+
+        kvs_radix_unlock(s->radix, seq->cache_node);
+        seq->cache_node = NULL;
+    }
+
+    /* the table was built on this pool, so release cannot fail */
+    (void) kvs_kv_table_release(&seq->table, s->pool, NULL);
+    seq->n_computed = 0;
+}
+
+
+/* 1 when the pool has need free blocks, after evicting cached ones
+ * if that is enough to get there (preempting is the caller's). */
+static int
+kvs_sched_room(kvs_sched_t *s, uint32_t need)
+{
+    uint32_t  free;
+
+    free = kvs_kv_pool_free_count(s->pool);
+
+    if (need <= free) {
+        return 1;
+    }
+
+    if (s->radix == NULL
+        || (uint64_t) free + kvs_radix_evictable(s->radix) < need)
+    {
+        return 0;
+    }
+
+    (void) kvs_radix_evict(s->radix, need - free);
+
+    return kvs_kv_pool_free_count(s->pool) >= need;
 }
 
 

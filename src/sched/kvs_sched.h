@@ -36,6 +36,7 @@
 #include "../base/kvs_err.h"
 #include "../kv/kvs_kv_pool.h"
 #include "../kv/kvs_kv_table.h"
+#include "../kv/kvs_radix.h"
 
 typedef enum {
     KVS_SEQ_NEW = 0,                  /* not added yet, or removed */
@@ -56,6 +57,17 @@ struct kvs_seq_s {
     uint32_t          n_step;         /* positions this step computes */
     uint32_t          n_preempted;    /* times it lost its blocks */
     kvs_kv_table_t    table;
+
+    /* prefix cache (ns NULL: none for this sequence) */
+    kvs_radix_ns_t   *ns;             /* the caller's hold */
+    kvs_radix_node_t *cache_node;     /* the cached prefix it locks */
+    uint32_t          n_cached;       /* prompt tokens reused at its
+                                         first admission */
+    kvs_radix_miss_t  miss;           /* why that reuse stopped */
+    uint32_t          miss_pos;
+    uint8_t           looked_up;      /* n_cached and miss are set */
+    uint8_t           prompt_cached;  /* its prompt is in the cache */
+
     kvs_seq_t        *prev;           /* in its queue */
     kvs_seq_t        *next;
     kvs_seq_t        *step_next;      /* in this step's list */
@@ -99,12 +111,27 @@ typedef struct {
     uint32_t          *cow;           /* [2][conf.max_running]: at most
                                          one copy per sequence a step */
     uint64_t           n_preemptions; /* since creation */
+
+    kvs_radix_t       *radix;         /* borrowed; NULL: no prefix cache */
+    uint32_t          *match;         /* [ceil(n_ctx / block_tokens)] */
+    uint64_t           now;           /* ms, set by the caller per step */
+    uint64_t           n_query_tokens;    /* prompt tokens looked up */
+    uint64_t           n_hit_tokens;      /* of those, reused */
 } kvs_sched_t;
 
 /* Checks conf (KVS_EINVAL names the field) and allocates the step
  * arrays.  On failure s owns nothing. */
 int kvs_sched_init(kvs_sched_t *s, const kvs_sched_conf_t *conf,
     kvs_kv_pool_t *pool, kvs_err_t *err);
+
+/*
+ * Uses the prefix cache radix (on s's pool) from now on: a sequence with
+ * a namespace reuses the longest cached prefix of its tokens when it is
+ * admitted, caches its prompt once computed and all it computed when it
+ * ends or is preempted; the pool's shortage evicts cached blocks before
+ * it preempts.  KVS_ENOMEM leaves s without a cache.
+ */
+int kvs_sched_set_cache(kvs_sched_t *s, kvs_radix_t *radix, kvs_err_t *err);
 
 /* Releases every queued sequence's blocks (they stay the caller's) and
  * the step arrays. */

@@ -1,0 +1,179 @@
+/*
+ * kvs_radix: the prefix cache, a radix tree over KV blocks.
+ *
+ * Each node's edge is a run of whole blocks: n_blocks * block_tokens
+ * token ids and the n_blocks pool blocks that hold their K/V.  A path
+ * from a namespace's root spells a prefix; children of a node differ in
+ * their first block (two children may share its first tokens, never all
+ * of them).  The tree holds one pool reference on every block of every
+ * node, so a cached block outlives the sequence that computed it.
+ *
+ * Namespaces: every node lives under one root per (weight epoch, adapter,
+ * cache scope).  A match looks only under its own namespace's root, so
+ * other weights, adapters or tenants can never be reused or timed.
+ *
+ * Matching compares token by token (never a hash) and may end inside a
+ * block: the caller then shares that block too and must copy it before
+ * writing into it (kvs_kv_table_unshare).  It reuses at most `limit`
+ * tokens, which the caller sets below the prompt's length so that the
+ * last prompt token is always computed.
+ *
+ * Locks and pins: a match or an insert may lock the deepest node it
+ * reached; a lock counts on that node and every ancestor, and is dropped
+ * with kvs_radix_unlock() on the same node (splits keep this true).  A
+ * pin (a client cache breakpoint) holds a path the same way until its
+ * time-to-live ends.  Only leaves with no lock and no pin are evictable,
+ * least recently used first, from a binary heap (O(log n) per change).
+ *
+ * Miss reasons: names (64-bit chain hashes of the token blocks, not
+ * namespaced) of cached and recently evicted blocks are kept only to say
+ * why a prefix missed (evicted, other epoch, adapter or scope); they
+ * never decide a reuse.
+ *
+ * Invariants (kvs_radix_check() verifies them):
+ *   - a node's blocks are held by the tree (pool refcount >= 1), and no
+ *     block is in the tree twice; n_blocks counts the tree's blocks;
+ *   - lock and pins of a node are the sums over its children plus what
+ *     ends at the node itself;
+ *   - a node is in the heap iff it is a leaf, not a root, with lock == 0
+ *     and pins == 0.
+ *
+ * Ownership and threads: the engine thread owns the tree; the pool is
+ * borrowed and outlives it.  Times are caller-given milliseconds of a
+ * monotonic clock.  Failing calls change nothing.
+ */
+
+#ifndef KVS_RADIX_H
+#define KVS_RADIX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/kvs_err.h"
+#include "kvs_kv_pool.h"
+
+#define KVS_RADIX_MAX_SCOPE  256      /* bytes of a cache scope */
+
+typedef enum {
+    KVS_RADIX_MISS_NONE = 0,          /* all of limit was reused */
+    KVS_RADIX_MISS_EMPTY,             /* nothing cached went further */
+    KVS_RADIX_MISS_EVICTED,           /* the next block was evicted */
+    KVS_RADIX_MISS_EPOCH,             /* cached under other weights */
+    KVS_RADIX_MISS_ADAPTER,           /* cached under another adapter */
+    KVS_RADIX_MISS_SCOPE,             /* cached for another scope */
+    KVS_RADIX_MISS_DIVERGED,          /* the cached tokens differ from
+                                         token miss_pos on */
+    KVS_RADIX_MISS_OFF                /* no prefix cache */
+} kvs_radix_miss_t;
+
+typedef struct {
+    uint64_t     epoch;               /* the loaded weights' identity */
+    uint32_t     adapter;             /* LoRA adapter, 0: none */
+    const char  *scope;               /* [scope_len]; "" (0): global */
+    size_t       scope_len;
+} kvs_radix_key_t;
+
+typedef struct kvs_radix_s       kvs_radix_t;
+typedef struct kvs_radix_ns_s    kvs_radix_ns_t;
+typedef struct kvs_radix_node_s  kvs_radix_node_t;
+
+typedef struct {
+    uint32_t           n_tokens;      /* reusable tokens, <= limit */
+    uint32_t           n_blocks;      /* ceil(n_tokens / block_tokens),
+                                         ids written to blocks[] */
+    kvs_radix_node_t  *node;          /* deepest node used, locked when
+                                         asked; NULL if n_tokens == 0 */
+    kvs_radix_miss_t   miss;
+    uint32_t           miss_pos;      /* where the match stopped */
+} kvs_radix_match_t;
+
+typedef struct {
+    uint64_t  blocks;                 /* in the tree now */
+    uint64_t  pinned_blocks;          /* of those, under a live pin */
+    uint64_t  nodes;
+    uint64_t  namespaces;
+    uint64_t  pins;
+    uint64_t  evicted_blocks;         /* since creation */
+    uint64_t  expired_pins;
+    uint64_t  released_pins;          /* over a scope's pin_max */
+} kvs_radix_stats_t;
+
+
+/* A tree over pool's blocks; pin_max_blocks bounds the pinned blocks of
+ * each namespace (0: pins are refused).  *out is NULL on failure. */
+int kvs_radix_new(kvs_radix_t **out, kvs_kv_pool_t *pool,
+    uint32_t pin_max_blocks, kvs_err_t *err);
+
+/* Drops every reference the tree holds and frees it.  Nothing may be
+ * locked (sequences ended, namespaces put back). */
+void kvs_radix_free(kvs_radix_t *r);
+
+/*
+ * The namespace for key, created when new, with one more hold on it
+ * (kvs_radix_ns_put() drops it); a namespace with no hold and no node is
+ * freed.  KVS_EINVAL for a scope over KVS_RADIX_MAX_SCOPE, KVS_ENOMEM.
+ */
+int kvs_radix_ns_get(kvs_radix_t *r, const kvs_radix_key_t *key,
+    kvs_radix_ns_t **ns, kvs_err_t *err);
+void kvs_radix_ns_put(kvs_radix_t *r, kvs_radix_ns_t *ns);
+
+/*
+ * Longest cached prefix of tokens[0..limit) under ns: its blocks go to
+ * blocks[] (room for ceil(limit / block_tokens) ids), and with lock set
+ * the deepest node is locked and its path marked used at now.  Never
+ * fails: a miss is m->n_tokens == 0 with the reason.
+ */
+void kvs_radix_match(kvs_radix_t *r, kvs_radix_ns_t *ns,
+    const int32_t *tokens, uint32_t limit, uint32_t *blocks, int lock,
+    uint64_t now, kvs_radix_match_t *m);
+
+/*
+ * Caches the whole blocks of tokens[0..n_tokens) whose K/V is in
+ * blocks[] (a sequence's table): blocks already cached stay as they are,
+ * the others join the tree with one more pool reference each.  *node is
+ * the deepest node of the prefix (NULL when n_tokens < block_tokens),
+ * locked when lock is set.  KVS_ENOMEM changes nothing.
+ */
+int kvs_radix_insert(kvs_radix_t *r, kvs_radix_ns_t *ns,
+    const int32_t *tokens, uint32_t n_tokens, const uint32_t *blocks,
+    int lock, uint64_t now, kvs_radix_node_t **node, kvs_err_t *err);
+
+/* Adds a lock on node (and its path): a second holder of the same
+ * prefix, such as the other choices of a request. */
+void kvs_radix_lock(kvs_radix_t *r, kvs_radix_node_t *node);
+
+/* Drops a lock taken by match, insert or lock; NULL is a no-op. */
+void kvs_radix_unlock(kvs_radix_t *r, kvs_radix_node_t *node);
+
+/*
+ * Pins the cached whole blocks of tokens[0..n_tokens) until now + ttl_ms
+ * (a pin on the same prefix is refreshed, never shortened).  *pinned is
+ * the tokens pinned (whole blocks that are in the tree), *created 1 when
+ * the pin is new.  Pins over the namespace's pin_max_blocks release the
+ * least recently refreshed ones.  KVS_ENOMEM changes nothing.
+ */
+int kvs_radix_pin(kvs_radix_t *r, kvs_radix_ns_t *ns, const int32_t *tokens,
+    uint32_t n_tokens, uint64_t ttl_ms, uint64_t now, uint32_t *pinned,
+    int *created, kvs_err_t *err);
+
+/* Releases pins whose time is up; cheap when none is due. */
+void kvs_radix_expire(kvs_radix_t *r, uint64_t now);
+
+/* Evicts least recently used evictable leaves until the pool has gained
+ * want free blocks or nothing is evictable; returns the blocks freed. */
+uint32_t kvs_radix_evict(kvs_radix_t *r, uint32_t want);
+
+/* Blocks of the nodes no lock or pin holds: all that kvs_radix_evict()
+ * can take out of the tree, leaves first, for the scheduler's planning
+ * (each is freed unless a block table still shares it). */
+uint32_t kvs_radix_evictable(const kvs_radix_t *r);
+
+void kvs_radix_stats(const kvs_radix_t *r, kvs_radix_stats_t *st);
+
+/* Verifies the invariants above in O(nodes + blocks); KVS_EFORMAT names
+ * the first broken one.  For tests. */
+int kvs_radix_check(const kvs_radix_t *r, kvs_err_t *err);
+
+const char *kvs_radix_miss_name(kvs_radix_miss_t miss);
+
+#endif /* KVS_RADIX_H */
