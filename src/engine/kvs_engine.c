@@ -297,8 +297,14 @@ kvs_engine_step(kvs_engine_t *e)
 
     kvs_sched_commit(&e->sched, &plan);
 
-    for (seq = plan.seqs; seq != NULL; seq = seq->step_next) {
+    for (seq = plan.seqs; seq != NULL; seq = next) {
+        next = seq->step_next;
         kvs_engine_pin(e, (kvs_engine_seq_t *) seq);
+
+        if (seq->tail_only) {
+            kvs_engine_end(e, (kvs_engine_seq_t *) seq, KVS_FINISH_NONE,
+                           NULL, 1);
+        }
     }
 
     used = kvs_kv_pool_used_count(e->pool);
@@ -544,6 +550,17 @@ kvs_engine_sample(kvs_engine_t *e, kvs_engine_seq_t *h, float *logits)
         kvs_engine_end(e, h, KVS_FINISH_STOP, NULL, 0);
 
     } else if (kvs_seq_generated(&h->seq) == h->max_tokens) {
+        /* the last token completes a block: compute its K/V in one more
+         * step, so that the next turn, whose prompt holds this reply,
+         * finds that block cached too */
+        if (h->seq.ns != NULL
+            && h->seq.n_tokens % e->conf.block_tokens == 0)
+        {
+            h->pending = KVS_FINISH_LENGTH;
+            h->seq.tail_only = 1;
+            return;
+        }
+
         kvs_engine_end(e, h, KVS_FINISH_LENGTH, NULL, 1);
     }
 
@@ -567,6 +584,14 @@ kvs_engine_end(kvs_engine_t *e, kvs_engine_seq_t *h, kvs_finish_t finish,
 
     if (h->ended) {
         return;
+    }
+
+    /* the output was complete before the tail step: whatever ends it
+     * now (the step, a cancel, a failure) it ends as it would have */
+    if (h->pending != KVS_FINISH_NONE) {
+        finish = h->pending;
+        error = NULL;
+        flush = 1;
     }
 
     kvs_engine_unfollow(e, h);

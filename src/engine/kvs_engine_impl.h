@@ -59,6 +59,8 @@ struct kvs_engine_seq_s {
     uint32_t                 n_pins;
     uint32_t                 n_cache_created;
     uint8_t                  pins_done;
+    kvs_finish_t             pending;  /* the end, once its tail_only
+                                          step has run */
 
     int                      drop;     /* closed before it was scheduled */
     kvs_engine_seq_t        *leader;   /* choices 1..n-1 of a request,

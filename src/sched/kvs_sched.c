@@ -9,7 +9,8 @@
  *   - a waiting sequence holds no blocks (n_computed == 0, empty table);
  *   - a running sequence's table covers at least n_computed positions,
  *     and n_computed < n_tokens: one token (at least) is always left to
- *     compute, whose logits give the next token;
+ *     compute, whose logits give the next token (a tail_only sequence
+ *     reaches n_tokens in its last step, and its caller ends it then);
  *   - plan visits running sequences oldest first and preempts from the
  *     newest, so a victim is never one already in the step.
  */
@@ -355,7 +356,7 @@ kvs_sched_take(kvs_sched_t *s, kvs_sched_plan_t *plan, kvs_seq_t *seq,
         t->token = seq->tokens[pos];
         t->pos = pos;
         t->table = &seq->table;
-        t->want_logits = pos + 1 == seq->n_tokens;
+        t->want_logits = pos + 1 == seq->n_tokens && !seq->tail_only;
 
         if (t->want_logits) {
             plan->logits_seq[plan->n_logits++] = seq;

@@ -67,6 +67,10 @@ struct kvs_seq_s {
     uint32_t          miss_pos;
     uint8_t           looked_up;      /* n_cached and miss are set */
     uint8_t           prompt_cached;  /* its prompt is in the cache */
+    uint8_t           tail_only;      /* done generating: computes its
+                                         last token's K/V for the cache
+                                         (it completes a block), wants
+                                         no logits */
 
     kvs_seq_t        *prev;           /* in its queue */
     kvs_seq_t        *next;
