@@ -84,10 +84,14 @@ kvs_engine_new(kvs_engine_t **out, const kvs_engine_conf_t *conf,
         e->conf.n_ctx = conf->model->hp.n_ctx_train;
     }
 
+    memset(&sc, 0, sizeof(sc));
     sc.max_batch_tokens = e->conf.max_batch_tokens;
     sc.max_running = e->conf.max_running;
     sc.n_ctx = e->conf.n_ctx;
     sc.chunked_prefill = !e->conf.no_chunked_prefill;
+    sc.fair_w_prefill = e->conf.fair_w_prefill;
+    sc.fair_w_decode = e->conf.fair_w_decode;
+    sc.fair_kv_max_milli = e->conf.fair_kv_max_milli;
 
     bc.n_blocks = e->conf.n_blocks;
     bc.block_tokens = e->conf.block_tokens;
@@ -602,6 +606,8 @@ kvs_engine_end(kvs_engine_t *e, kvs_engine_seq_t *h, kvs_finish_t finish,
         h->seq.ns = NULL;
     }
 
+    kvs_sched_untenant(&e->sched, &h->seq);
+
     e->text.len = 0;
 
     if (flush) {
@@ -738,17 +744,14 @@ kvs_engine_cache_new(kvs_engine_t *e, kvs_err_t *err)
 }
 
 
-/* Gives h and the choices that follow it the request's namespace in the
- * prefix cache; without memory for it they simply go uncached. */
+/* Gives h and the choices that follow it the request's tenant and its
+ * namespace in the prefix cache; without memory for them they go
+ * nameless or uncached. */
 static void
 kvs_engine_cache_ns(kvs_engine_t *e, kvs_engine_seq_t *h)
 {
     kvs_radix_key_t    key;
     kvs_engine_seq_t  *f;
-
-    if (e->radix == NULL) {
-        return;
-    }
 
     key.epoch = e->epoch;
     key.adapter = h->adapter;
@@ -756,7 +759,12 @@ kvs_engine_cache_ns(kvs_engine_t *e, kvs_engine_seq_t *h)
     key.scope_len = h->scope_len;
 
     for (f = h; f != NULL; f = f == h ? h->followers : f->next_follower) {
-        if (kvs_radix_ns_get(e->radix, &key, &f->seq.ns, NULL) != KVS_OK) {
+        (void) kvs_sched_tenant(&e->sched, &f->seq, h->tenant,
+                                h->tenant_len, NULL);
+
+        if (e->radix != NULL
+            && kvs_radix_ns_get(e->radix, &key, &f->seq.ns, NULL) != KVS_OK)
+        {
             f->seq.ns = NULL;
         }
     }

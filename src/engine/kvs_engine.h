@@ -38,6 +38,7 @@
 #include "../base/kvs_buf.h"
 #include "../base/kvs_err.h"
 #include "../kv/kvs_radix.h"
+#include "../sched/kvs_fair.h"
 #include "../model/kvs_model.h"
 #include "../tokenizer/kvs_vocab.h"
 #include "kvs_sample.h"
@@ -69,6 +70,11 @@ typedef struct {
     int                 no_prefix_cache;
     uint64_t            pin_max_bytes;    /* KV bytes each cache scope may
                                              pin; 0: KV cache / 4 */
+    uint32_t            fair_w_prefill;   /* tenant counter weights per */
+    uint32_t            fair_w_decode;    /* token; 0: 1 */
+    uint32_t            fair_kv_max_milli;    /* a tenant's KV cap while
+                                             others wait, thousandths of
+                                             the cache; 0: none */
 } kvs_engine_conf_t;
 
 /* A client cache breakpoint: keep prompt[0..n_tokens) cached (whole
@@ -98,6 +104,9 @@ typedef struct {
                                          (a tenant); NULL or "": global */
     size_t               scope_len;   /* <= KVS_RADIX_MAX_SCOPE */
     uint32_t             adapter;     /* LoRA adapter id; 0: none */
+    const char          *tenant;      /* [tenant_len] fair share key (the
+                                         rate limit's); NULL: nameless */
+    size_t               tenant_len;  /* <= KVS_FAIR_MAX_KEY */
     kvs_engine_pin_t     pins[KVS_ENGINE_MAX_PINS];
     uint32_t             n_pins;
     void                *data;        /* the caller's */

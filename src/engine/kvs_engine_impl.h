@@ -55,6 +55,8 @@ struct kvs_engine_seq_s {
     char                     scope[KVS_RADIX_MAX_SCOPE];
     size_t                   scope_len;
     uint32_t                 adapter;
+    char                     tenant[KVS_FAIR_MAX_KEY];
+    size_t                   tenant_len;
     kvs_engine_pin_t         pins[KVS_ENGINE_MAX_PINS];  /* choice 0 */
     uint32_t                 n_pins;
     uint32_t                 n_cache_created;

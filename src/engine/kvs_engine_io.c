@@ -369,7 +369,7 @@ kvs_engine_seq_setup(kvs_engine_t *e, kvs_engine_seq_t *h,
 }
 
 
-/* The request's prefix cache key and pins, checked. */
+/* The request's prefix cache key, pins and tenant, checked. */
 static int
 kvs_engine_cache_setup(kvs_engine_seq_t *h, const kvs_engine_req_t *req,
     kvs_err_t *err)
@@ -408,6 +408,18 @@ kvs_engine_cache_setup(kvs_engine_seq_t *h, const kvs_engine_req_t *req,
         }
 
         h->pins[i] = req->pins[i];
+    }
+
+    if (req->tenant_len > KVS_FAIR_MAX_KEY
+        || (req->tenant_len > 0 && req->tenant == NULL))
+    {
+        return kvs_err_set(err, KVS_EINVAL, "tenant key of %zu bytes; at "
+                           "most %d", req->tenant_len, KVS_FAIR_MAX_KEY);
+    }
+
+    h->tenant_len = req->tenant_len;
+    if (req->tenant_len > 0) {
+        memcpy(h->tenant, req->tenant, req->tenant_len);
     }
 
     h->n_pins = req->n_pins;

@@ -32,6 +32,8 @@ static uint32_t kvs_sched_blocks_for(kvs_sched_t *s, kvs_seq_t *seq,
 static void kvs_sched_lookup(kvs_sched_t *s, kvs_seq_t *seq);
 static void kvs_sched_let_go(kvs_sched_t *s, kvs_seq_t *seq);
 static int kvs_sched_room(kvs_sched_t *s, uint32_t need);
+static kvs_seq_t *kvs_sched_pick(kvs_sched_t *s);
+static void kvs_sched_kv_count(kvs_sched_t *s);
 
 
 int
@@ -52,6 +54,12 @@ kvs_sched_init(kvs_sched_t *s, const kvs_sched_conf_t *conf,
 
     if (conf->n_ctx == 0) {
         return kvs_err_set(err, KVS_EINVAL, "n_ctx must be at least 1");
+    }
+
+    if (kvs_fair_init(&s->fair, conf->fair_w_prefill, conf->fair_w_decode,
+                      conf->fair_kv_max_milli, err) != KVS_OK)
+    {
+        return err != NULL ? err->code : KVS_EINVAL;
     }
 
     s->toks = malloc(conf->max_batch_tokens * sizeof(kvs_batch_tok_t));
@@ -106,7 +114,24 @@ kvs_sched_free(kvs_sched_t *s)
     free(s->logits_seq);
     free(s->cow);
     free(s->match);
+    kvs_fair_free(&s->fair);
     memset(s, 0, sizeof(kvs_sched_t));
+}
+
+
+int
+kvs_sched_tenant(kvs_sched_t *s, kvs_seq_t *seq, const char *key,
+    size_t key_len, kvs_err_t *err)
+{
+    return kvs_fair_join(&s->fair, key, key_len, &seq->tenant, err);
+}
+
+
+void
+kvs_sched_untenant(kvs_sched_t *s, kvs_seq_t *seq)
+{
+    kvs_fair_leave(&s->fair, seq->tenant);
+    seq->tenant = NULL;
 }
 
 
@@ -222,6 +247,7 @@ kvs_sched_plan(kvs_sched_t *s, kvs_sched_plan_t *plan)
     plan->cow_dst = s->cow + s->conf.max_running;
 
     budget = s->conf.max_batch_tokens;
+    kvs_sched_kv_count(s);
 
     for (seq = s->running.head; seq != NULL && budget > 0; seq = next) {
         next = seq->next;
@@ -252,7 +278,7 @@ kvs_sched_plan(kvs_sched_t *s, kvs_sched_plan_t *plan)
     while (budget > 0 && s->running.n < s->conf.max_running
            && s->waiting.head != NULL)
     {
-        seq = s->waiting.head;
+        seq = kvs_sched_pick(s);
 
         /* what the prefix cache has of it comes first (a waiting
          * sequence holds nothing, so this is undone if it must wait) */
@@ -277,6 +303,10 @@ kvs_sched_plan(kvs_sched_t *s, kvs_sched_plan_t *plan)
             break;
         }
 
+        if (seq->tenant != NULL) {
+            seq->tenant->kv_blocks += seq->table.n_blocks;
+        }
+
         budget -= take;
     }
 }
@@ -291,6 +321,8 @@ kvs_sched_commit(kvs_sched_t *s, kvs_sched_plan_t *plan)
     kvs_radix_node_t  *node;
 
     for (seq = plan->seqs; seq != NULL; seq = seq->step_next) {
+        kvs_fair_served(&s->fair, seq->tenant, seq->n_step,
+                        seq->step_decode);
         seq->n_computed += seq->n_step;
         seq->n_step = 0;
 
@@ -363,9 +395,10 @@ kvs_sched_take(kvs_sched_t *s, kvs_sched_plan_t *plan, kvs_seq_t *seq,
         }
     }
 
-    if (take == 1 && seq->n_computed + 1 == seq->n_tokens
-        && seq->n_tokens > seq->n_prompt)
-    {
+    seq->step_decode = take == 1 && seq->n_computed + 1 == seq->n_tokens
+                       && seq->n_tokens > seq->n_prompt;
+
+    if (seq->step_decode) {
         plan->n_decode++;
     } else {
         plan->n_prefill += take;
@@ -555,6 +588,78 @@ kvs_sched_room(kvs_sched_t *s, uint32_t need)
     (void) kvs_radix_evict(s->radix, need - free);
 
     return kvs_kv_pool_free_count(s->pool) >= need;
+}
+
+
+/*
+ * The waiting sequence to admit next: the oldest of the tenant served
+ * least.  While several tenants wait, one holding more than its KV cap
+ * is passed over, unless all are.
+ */
+static kvs_seq_t *
+kvs_sched_pick(kvs_sched_t *s)
+{
+    int            others;
+    uint64_t       vtc, best_vtc, any_vtc;
+    kvs_seq_t     *seq, *best, *any;
+    kvs_tenant_t  *first;
+
+    first = s->waiting.head->tenant;
+    others = 0;
+
+    for (seq = s->waiting.head; seq != NULL && !others; seq = seq->next) {
+        others = seq->tenant != first;
+    }
+
+    best = NULL;
+    any = NULL;
+    best_vtc = 0;
+    any_vtc = 0;
+
+    /* strictly smaller: the oldest wins a tie */
+    for (seq = s->waiting.head; seq != NULL; seq = seq->next) {
+        vtc = seq->tenant != NULL ? seq->tenant->vtc : 0;
+
+        if (any == NULL || vtc < any_vtc) {
+            any = seq;
+            any_vtc = vtc;
+        }
+
+        if (others && kvs_fair_capped(&s->fair, seq->tenant, 0,
+                                      s->pool->n_blocks))
+        {
+            continue;
+        }
+
+        if (best == NULL || vtc < best_vtc) {
+            best = seq;
+            best_vtc = vtc;
+        }
+    }
+
+    return best != NULL ? best : any;
+}
+
+
+/* Each tenant's blocks, from its running sequences' tables. */
+static void
+kvs_sched_kv_count(kvs_sched_t *s)
+{
+    size_t         b;
+    kvs_seq_t     *seq;
+    kvs_tenant_t  *t;
+
+    for (b = 0; b < KVS_FAIR_BUCKETS; b++) {
+        for (t = s->fair.buckets[b]; t != NULL; t = t->next) {
+            t->kv_blocks = 0;
+        }
+    }
+
+    for (seq = s->running.head; seq != NULL; seq = seq->next) {
+        if (seq->tenant != NULL) {
+            seq->tenant->kv_blocks += seq->table.n_blocks;
+        }
+    }
 }
 
 

@@ -5,7 +5,9 @@
  * (kvs_sched_plan) takes, oldest first: one token of every running
  * sequence that decodes, the next chunk of every running sequence still
  * prefilling, then admits waiting sequences with prefill chunks, all
- * within the step's token budget (max_batch_tokens).  A long prompt is
+ * within the step's token budget (max_batch_tokens).  Admission is fair
+ * between tenants (kvs_fair.h): the oldest waiting sequence of the
+ * tenant served least so far goes first.  A long prompt is
  * thus prefilled over several steps while the others keep decoding.
  *
  * When a running sequence needs a block and the pool has none, the
@@ -37,6 +39,7 @@
 #include "../kv/kvs_kv_pool.h"
 #include "../kv/kvs_kv_table.h"
 #include "../kv/kvs_radix.h"
+#include "kvs_fair.h"
 
 typedef enum {
     KVS_SEQ_NEW = 0,                  /* not added yet, or removed */
@@ -67,6 +70,8 @@ struct kvs_seq_s {
     uint32_t          miss_pos;
     uint8_t           looked_up;      /* n_cached and miss are set */
     uint8_t           prompt_cached;  /* its prompt is in the cache */
+    kvs_tenant_t     *tenant;         /* for the fair share; NULL: none */
+    uint8_t           step_decode;    /* this step decodes one token */
     uint8_t           tail_only;      /* done generating: computes its
                                          last token's K/V for the cache
                                          (it completes a block), wants
@@ -88,6 +93,10 @@ typedef struct {
     uint32_t  max_running;            /* sequences per step, >= 1 */
     uint32_t  n_ctx;                  /* positions a sequence may use */
     int       chunked_prefill;        /* 0: a prompt runs in one step */
+    uint32_t  fair_w_prefill;         /* tenant counter weights; 0: 1 */
+    uint32_t  fair_w_decode;
+    uint32_t  fair_kv_max_milli;      /* KV cap per tenant while others
+                                         wait, thousandths; 0: none */
 } kvs_sched_conf_t;
 
 /* A planned step: the batch to run, and whose logits come back. */
@@ -116,6 +125,7 @@ typedef struct {
                                          one copy per sequence a step */
     uint64_t           n_preemptions; /* since creation */
 
+    kvs_fair_t         fair;          /* tenants */
     kvs_radix_t       *radix;         /* borrowed; NULL: no prefix cache */
     uint32_t          *match;         /* [ceil(n_ctx / block_tokens)] */
     uint64_t           now;           /* ms, set by the caller per step */
@@ -151,6 +161,16 @@ void kvs_sched_free(kvs_sched_t *s);
 int kvs_seq_init(kvs_seq_t *seq, const kvs_sched_t *s, const int32_t *prompt,
     uint32_t n_prompt, uint32_t max_tokens, kvs_err_t *err);
 void kvs_seq_free(kvs_seq_t *seq);
+
+/*
+ * Makes seq one of key's sequences for the fair share (before it is
+ * added); kvs_sched_untenant() undoes it when the sequence ends.  Without
+ * a tenant a sequence counts as the nameless one's.  KVS_EINVAL for a
+ * key over KVS_FAIR_MAX_KEY, KVS_ENOMEM.
+ */
+int kvs_sched_tenant(kvs_sched_t *s, kvs_seq_t *seq, const char *key,
+    size_t key_len, kvs_err_t *err);
+void kvs_sched_untenant(kvs_sched_t *s, kvs_seq_t *seq);
 
 /* Queues an initialised sequence at the back of the waiting queue. */
 void kvs_sched_add(kvs_sched_t *s, kvs_seq_t *seq);

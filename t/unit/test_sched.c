@@ -40,6 +40,7 @@ env_init(env_t *env, uint32_t n_blocks, uint32_t block_tokens,
     assert_int_equal(kvs_kv_pool_new(&env->pool, n_blocks, block_tokens,
                                      &err), KVS_OK);
 
+    memset(&conf, 0, sizeof(conf));
     conf.max_batch_tokens = budget;
     conf.max_running = 4;
     conf.n_ctx = 128;

@@ -1,0 +1,306 @@
+/*
+ * test_fair: tenants' virtual token counters (kvs_fair) and the order in
+ * which the scheduler admits waiting sequences by them, without a model.
+ * Expected orders are worked out by hand from kvs_fair.h's rules:
+ * counters grow by weighted tokens computed, the least served tenant's
+ * oldest sequence goes first (the oldest wins a tie), a tenant back from
+ * idle starts level with the least served present, and a tenant over its
+ * KV cap is passed over while others wait.
+ */
+
+#include "kvs_test.h"
+
+#include "kv/kvs_kv_pool.h"
+#include "sched/kvs_sched.h"
+
+#define N_SEQ  6
+
+
+typedef struct {
+    kvs_kv_pool_t  *pool;
+    kvs_sched_t     s;
+    kvs_seq_t       seq[N_SEQ];
+    int32_t         prompt[64];
+    int             admitted[N_SEQ];  /* order of first scheduling */
+    int             n_admitted;
+    uint32_t        max_tokens[N_SEQ];
+} env_t;
+
+
+static void
+env_init(env_t *env, uint32_t n_blocks, uint32_t max_running,
+    uint32_t kv_max_milli)
+{
+    uint32_t          i;
+    kvs_err_t         err;
+    kvs_sched_conf_t  conf;
+
+    memset(env, 0, sizeof(env_t));
+
+    for (i = 0; i < 64; i++) {
+        env->prompt[i] = (int32_t) i;
+    }
+
+    assert_int_equal(kvs_kv_pool_new(&env->pool, n_blocks, 4, &err),
+                     KVS_OK);
+
+    memset(&conf, 0, sizeof(conf));
+    conf.max_batch_tokens = 64;
+    conf.max_running = max_running;
+    conf.n_ctx = 64;
+    conf.chunked_prefill = 1;
+    conf.fair_w_prefill = 1;
+    conf.fair_w_decode = 2;
+    conf.fair_kv_max_milli = kv_max_milli;
+
+    assert_int_equal(kvs_sched_init(&env->s, &conf, env->pool, &err),
+                     KVS_OK);
+}
+
+
+static void
+env_add(env_t *env, int i, const char *tenant, uint32_t n_prompt,
+    uint32_t max_tokens)
+{
+    kvs_err_t  err;
+
+    assert_int_equal(kvs_seq_init(&env->seq[i], &env->s, env->prompt,
+                                  n_prompt, max_tokens, &err), KVS_OK);
+    assert_int_equal(kvs_sched_tenant(&env->s, &env->seq[i], tenant,
+                                      strlen(tenant), &err), KVS_OK);
+    kvs_sched_add(&env->s, &env->seq[i]);
+    env->max_tokens[i] = max_tokens;
+}
+
+
+/* Steps until nothing runs, as the engine would: a token for each
+ * sequence whose logits came back, the end at max_tokens. */
+static void
+env_run(env_t *env)
+{
+    int               i, seen;
+    uint32_t          k;
+    kvs_seq_t        *seq;
+    kvs_sched_plan_t  plan;
+
+    for ( ;; ) {
+        kvs_sched_plan(&env->s, &plan);
+        if (plan.batch.n == 0) {
+            break;
+        }
+
+        for (seq = plan.seqs; seq != NULL; seq = seq->step_next) {
+            i = (int) (seq - env->seq);
+            seen = 0;
+
+            for (k = 0; k < (uint32_t) env->n_admitted; k++) {
+                seen |= env->admitted[k] == i;
+            }
+
+            if (!seen) {
+                env->admitted[env->n_admitted++] = i;
+            }
+        }
+
+        kvs_sched_commit(&env->s, &plan);
+
+        for (k = 0; k < plan.n_logits; k++) {
+            seq = plan.logits_seq[k];
+            kvs_seq_append(seq, 7);
+
+            if (kvs_seq_generated(seq) == env->max_tokens[seq - env->seq]) {
+                kvs_sched_remove(&env->s, seq);
+                kvs_sched_untenant(&env->s, seq);
+            }
+        }
+    }
+}
+
+
+static void
+env_free(env_t *env)
+{
+    int  i;
+
+    for (i = 0; i < N_SEQ; i++) {
+        kvs_sched_remove(&env->s, &env->seq[i]);
+        kvs_sched_untenant(&env->s, &env->seq[i]);
+        kvs_seq_free(&env->seq[i]);
+    }
+
+    assert_int_equal(env->s.fair.n_tenants, 0);
+    assert_int_equal(kvs_kv_pool_used_count(env->pool), 0);
+    kvs_sched_free(&env->s);
+    kvs_kv_pool_free(env->pool);
+}
+
+
+/*
+ * One sequence runs at a time; A's three arrive before B's three.  Each
+ * costs 8 prefill + 1 decode token (its second token is its last) =
+ * 8 + 2 = 10 units.  A1 (tie, oldest), then B (0 < 10), then A2 (tie
+ * at 10, older), B2, A3, B3: alternation instead of A's three first.
+ */
+static void
+test_alternation(void **state)
+{
+    env_t            env;
+    static const int  want[N_SEQ] = { 0, 3, 1, 4, 2, 5 };
+
+    env_init(&env, 64, 1, 0);
+    env_add(&env, 0, "a", 8, 2);
+    env_add(&env, 1, "a", 8, 2);
+    env_add(&env, 2, "a", 8, 2);
+    env_add(&env, 3, "b", 8, 2);
+    env_add(&env, 4, "b", 8, 2);
+    env_add(&env, 5, "b", 8, 2);
+
+    env_run(&env);
+
+    assert_int_equal(env.n_admitted, N_SEQ);
+    assert_memory_equal(env.admitted, want, sizeof(want));
+    env_free(&env);
+}
+
+
+/* One tenant alone is served in arrival order. */
+static void
+test_one_tenant_fifo(void **state)
+{
+    env_t            env;
+    static const int  want[4] = { 0, 1, 2, 3 };
+
+    env_init(&env, 64, 1, 0);
+    env_add(&env, 0, "", 8, 2);
+    env_add(&env, 1, "", 4, 3);
+    env_add(&env, 2, "", 12, 1);
+    env_add(&env, 3, "", 8, 2);
+
+    env_run(&env);
+
+    assert_int_equal(env.n_admitted, 4);
+    assert_memory_equal(env.admitted, want, sizeof(want));
+    env_free(&env);
+}
+
+
+/* Counters: weights, and no banked credit for a tenant back from idle. */
+static void
+test_counters(void **state)
+{
+    kvs_err_t      err;
+    kvs_fair_t     f;
+    kvs_tenant_t  *a, *b, *c, *a2;
+    kvs_fair_row_t  rows[2];
+
+    assert_int_equal(kvs_fair_init(&f, 1, 2, 0, &err), KVS_OK);
+    assert_int_equal(kvs_fair_join(&f, "a", 1, &a, &err), KVS_OK);
+    assert_int_equal(kvs_fair_join(&f, "b", 1, &b, &err), KVS_OK);
+    assert_int_equal(a->vtc, 0);
+
+    kvs_fair_served(&f, a, 100, 0);
+    kvs_fair_served(&f, a, 10, 1);
+    kvs_fair_served(&f, b, 30, 0);
+    assert_int_equal(a->vtc, 120);
+    assert_int_equal(b->vtc, 30);
+
+    /* b leaves and comes back: level with a, the least served present */
+    kvs_fair_leave(&f, b);
+    assert_int_equal(f.n_tenants, 1);
+    assert_int_equal(kvs_fair_join(&f, "b", 1, &b, &err), KVS_OK);
+    assert_int_equal(b->vtc, 120);
+
+    /* a second sequence of a present tenant is the same tenant */
+    assert_int_equal(kvs_fair_join(&f, "a", 1, &a2, &err), KVS_OK);
+    assert_ptr_equal(a2, a);
+    assert_int_equal(a->n_seqs, 2);
+
+    assert_int_equal(kvs_fair_join(&f, "c", 1, &c, &err), KVS_OK);
+    assert_int_equal(c->vtc, 120);
+
+    /* rows: most served first */
+    assert_int_equal(kvs_fair_rows(&f, rows, 2), 2);
+    assert_int_equal(rows[0].key_len, 1);
+    assert_memory_equal(rows[0].key, "a", 1);
+    assert_int_equal(rows[0].prefill, 100);
+    assert_int_equal(rows[0].decode, 10);
+
+    /* limits */
+    assert_int_equal(kvs_fair_join(&f, "x", KVS_FAIR_MAX_KEY + 1, &c,
+                                   &err), KVS_EINVAL);
+    assert_null(c);
+    kvs_fair_free(&f);
+    assert_int_equal(kvs_fair_init(&f, 1, 1, 1001, &err), KVS_EINVAL);
+
+    /* the cap: over 500 thousandths of 10 blocks is 6 */
+    assert_int_equal(kvs_fair_init(&f, 1, 1, 500, &err), KVS_OK);
+    assert_int_equal(kvs_fair_join(&f, "a", 1, &a, &err), KVS_OK);
+    a->kv_blocks = 5;
+    assert_false(kvs_fair_capped(&f, a, 0, 10));
+    assert_true(kvs_fair_capped(&f, a, 1, 10));
+    kvs_fair_free(&f);
+}
+
+
+/*
+ * The KV cap: A runs a 24-token prompt (6 of 10 blocks).  A's second
+ * sequence would go before B's by counter (B is made the most served),
+ * but A holds over half the cache while B waits: B goes first.
+ */
+static void
+test_kv_cap(void **state)
+{
+    env_t             env;
+    kvs_sched_plan_t  plan;
+
+    env_init(&env, 10, 2, 500);       /* room for one admission */
+    env_add(&env, 0, "a", 24, 8);
+
+    kvs_sched_plan(&env.s, &plan);
+    kvs_sched_commit(&env.s, &plan);
+    kvs_seq_append(&env.seq[0], 7);
+    assert_int_equal(env.seq[0].table.n_blocks, 6);
+
+    env_add(&env, 1, "a", 4, 1);
+    env_add(&env, 2, "b", 4, 1);
+    env.seq[2].tenant->vtc = 1000;
+
+    kvs_sched_plan(&env.s, &plan);
+    assert_int_equal(env.seq[2].state, KVS_SEQ_RUNNING);
+    assert_int_equal(env.seq[1].state, KVS_SEQ_WAITING);
+    kvs_sched_commit(&env.s, &plan);
+
+    env_free(&env);
+
+    /* without the cap the counter decides: A's second goes first */
+    env_init(&env, 10, 2, 0);
+    env_add(&env, 0, "a", 24, 8);
+    kvs_sched_plan(&env.s, &plan);
+    kvs_sched_commit(&env.s, &plan);
+    kvs_seq_append(&env.seq[0], 7);
+
+    env_add(&env, 1, "a", 4, 1);
+    env_add(&env, 2, "b", 4, 1);
+    env.seq[2].tenant->vtc = 1000;
+
+    kvs_sched_plan(&env.s, &plan);
+    assert_int_equal(env.seq[1].state, KVS_SEQ_RUNNING);
+    assert_int_equal(env.seq[2].state, KVS_SEQ_WAITING);
+    kvs_sched_commit(&env.s, &plan);
+
+    env_free(&env);
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_alternation),
+        cmocka_unit_test(test_one_tenant_fifo),
+        cmocka_unit_test(test_counters),
+        cmocka_unit_test(test_kv_cap),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
