@@ -244,13 +244,21 @@ kvs_radix_match(kvs_radix_t *r, kvs_radix_ns_t *ns, const int32_t *tokens,
         }
 
         if (best == NULL) {
-            /* nothing here goes on: say why, from the next block's name */
+            /* nothing here goes on with our tokens: say why, from the
+             * next block's name; else, past the root, the cached
+             * prefix goes on with others */
             m->miss = KVS_RADIX_MISS_EMPTY;
             m->miss_pos = pos;
 
             if (limit - pos >= r->bt) {
                 m->miss = kvs_radix_names_why(r, ns,
                               kvs_radix_chain(r, chain, tokens + pos));
+            }
+
+            if (m->miss == KVS_RADIX_MISS_EMPTY && x != &ns->root
+                && x->child != NULL)
+            {
+                m->miss = KVS_RADIX_MISS_DIVERGED;
             }
 
             break;
@@ -702,8 +710,8 @@ kvs_radix_touch(kvs_radix_t *r, kvs_radix_node_t *node, uint64_t now)
             kvs_radix_heap_down(r, x->heap_idx);
         }
 
-        if (x->pin != NULL && now + x->pin->ttl > x->pin->until) {
-            x->pin->until = now + x->pin->ttl;
+        if (x->pin != NULL) {
+            kvs_radix_pin_touch(r, x->pin, now);
         }
     }
 }

@@ -120,8 +120,10 @@ void kvs_radix_ns_put(kvs_radix_t *r, kvs_radix_ns_t *ns);
 /*
  * Longest cached prefix of tokens[0..limit) under ns: its blocks go to
  * blocks[] (room for ceil(limit / block_tokens) ids), and with lock set
- * the deepest node is locked and its path marked used at now.  Never
- * fails: a miss is m->n_tokens == 0 with the reason.
+ * the deepest node is locked, its path becomes the most recently used
+ * (an internal use counter orders eviction) and the pins on it are
+ * refreshed from now.  Never fails: a miss is m->n_tokens == 0 with the
+ * reason.
  */
 void kvs_radix_match(kvs_radix_t *r, kvs_radix_ns_t *ns,
     const int32_t *tokens, uint32_t limit, uint32_t *blocks, int lock,
@@ -150,7 +152,9 @@ void kvs_radix_unlock(kvs_radix_t *r, kvs_radix_node_t *node);
  * (a pin on the same prefix is refreshed, never shortened).  *pinned is
  * the tokens pinned (whole blocks that are in the tree), *created 1 when
  * the pin is new.  Pins over the namespace's pin_max_blocks release the
- * least recently refreshed ones.  KVS_ENOMEM changes nothing.
+ * least recently refreshed ones (hits refresh too); a prefix longer than
+ * pin_max_blocks by itself is not pinned (*pinned 0) and releases
+ * nothing.  KVS_ENOMEM changes nothing.
  */
 int kvs_radix_pin(kvs_radix_t *r, kvs_radix_ns_t *ns, const int32_t *tokens,
     uint32_t n_tokens, uint64_t ttl_ms, uint64_t now, uint32_t *pinned,

@@ -148,6 +148,11 @@ uint64_t kvs_radix_chain(const kvs_radix_t *r, uint64_t chain,
 
 void kvs_radix_pin_release(kvs_radix_t *r, kvs_radix_pin_t *pin);
 
+/* A hit on the pinned prefix at now: its time-to-live starts again, and
+ * it becomes its namespace's most recently refreshed pin. */
+void kvs_radix_pin_touch(kvs_radix_t *r, kvs_radix_pin_t *pin,
+    uint64_t now);
+
 
 /* kvs_radix_names.c */
 

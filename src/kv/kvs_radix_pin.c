@@ -44,7 +44,9 @@ kvs_radix_pin(kvs_radix_t *r, kvs_radix_ns_t *ns, const int32_t *tokens,
      * c holds them up to its block j */
     b = kvs_radix_walk(r, ns, tokens, nb, &x, &c, &j, &chain);
 
-    if (b == 0) {
+    /* a pin that alone is over the bound is refused before it makes
+     * room by releasing others */
+    if (b == 0 || b > r->pin_max) {
         return KVS_OK;
     }
 
@@ -116,6 +118,21 @@ kvs_radix_pin(kvs_radix_t *r, kvs_radix_ns_t *ns, const int32_t *tokens,
     }
 
     return KVS_OK;
+}
+
+
+void
+kvs_radix_pin_touch(kvs_radix_t *r, kvs_radix_pin_t *pin, uint64_t now)
+{
+    kvs_radix_ns_t  *ns;
+
+    if (now + pin->ttl > pin->until) {
+        pin->until = now + pin->ttl;
+    }
+
+    ns = pin->node->ns;
+    kvs_radix_pin_unlink(ns, pin);
+    kvs_radix_pin_append(ns, pin);
 }
 
 
