@@ -33,6 +33,12 @@
  *   kvserve_tokenize_threshold <size>;  http, server, location: prompt
  *                                       text bytes over which the pool
  *                                       is used (16k)
+ *   kvserve_prefix_cache on|off;        http: the engines' prefix cache
+ *   kvserve_cache_pin_max <size>;       http: KV bytes each cache scope
+ *                                       may pin with cache_control
+ *   kvserve_cache_scope global|<value>; http, server, location: the
+ *                                       prefix cache's tenant (a value
+ *                                       with variables), default global
  *   kvserve_status;                     location: the engine's stats
  *   kvserve_metrics;                    location: Prometheus metrics,
  *                                       every worker's requests and
@@ -198,6 +204,27 @@ static ngx_command_t  ngx_http_kvserve_commands[] = {
       0,
       NULL },
 
+    { ngx_string("kvserve_prefix_cache"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_kvserve_main_conf_t, prefix_cache),
+      NULL },
+
+    { ngx_string("kvserve_cache_pin_max"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_kvserve_cache_pin_max,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("kvserve_cache_scope"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_kvserve_cache_scope_directive,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("kvserve_status"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_kvserve_status,
@@ -260,6 +287,8 @@ ngx_http_kvserve_create_main_conf(ngx_conf_t *cf)
     kmcf->kv_block = NGX_CONF_UNSET_UINT;
     kmcf->max_batch_tokens = NGX_CONF_UNSET_UINT;
     kmcf->threads = NGX_CONF_UNSET_UINT;
+    kmcf->prefix_cache = NGX_CONF_UNSET;
+    kmcf->pin_max = NGX_CONF_UNSET;
     /* engine_dir: NULL, as ngx_conf_set_path_slot() wants it */
     kmcf->engine_wait = NGX_CONF_UNSET_MSEC;
     kmcf->engine_timeout = NGX_CONF_UNSET_MSEC;
@@ -288,6 +317,8 @@ ngx_http_kvserve_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_uint_value(kmcf->max_batch_tokens,
                              NGX_HTTP_KVSERVE_BATCH_TOKENS);
     ngx_conf_init_uint_value(kmcf->threads, 0);
+    ngx_conf_init_value(kmcf->prefix_cache, 1);
+    ngx_conf_init_value(kmcf->pin_max, 0);
     ngx_conf_init_msec_value(kmcf->engine_wait, 30000);
     ngx_conf_init_msec_value(kmcf->engine_timeout, 60000);
     ngx_conf_init_msec_value(kmcf->engine_ping, 1000);
@@ -495,6 +526,7 @@ ngx_http_kvserve_create_loc_conf(ngx_conf_t *cf)
     klcf->metrics = NGX_CONF_UNSET;
     klcf->tokenize_pool = NGX_CONF_UNSET_PTR;
     klcf->tokenize_threshold = NGX_CONF_UNSET_SIZE;
+    klcf->cache_scope = NGX_CONF_UNSET_PTR;
 
     return klcf;
 }
@@ -516,6 +548,7 @@ ngx_http_kvserve_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                               NGX_HTTP_KVSERVE_TOK_THRESHOLD);
     ngx_conf_merge_ptr_value(conf->tokenize_pool, prev->tokenize_pool,
                              NGX_CONF_UNSET_PTR);
+    ngx_conf_merge_ptr_value(conf->cache_scope, prev->cache_scope, NULL);
 
     /* resolved only where kvserve serves: a server or http level left
      * unset must not turn the default off for the locations below it.

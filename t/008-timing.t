@@ -295,7 +295,9 @@ for my $id (@ids) {
        . "($u->{prompt_tokens})");
     is($f{gt}, $u->{completion_tokens}, "$id: \$kvserve_completion_tokens "
        . "= usage ($u->{completion_tokens})");
-    is($f{ct}, 0, "$id: \$kvserve_cached_tokens");
+    is($f{ct}, $u->{prompt_tokens_details}{cached_tokens},
+       "$id: \$kvserve_cached_tokens = usage "
+       . "($u->{prompt_tokens_details}{cached_tokens})");
     like($f{fr}, qr/^(?:stop|length)$/, "$id: \$kvserve_finish_reason");
     for my $k (qw(body parse tok queue prefill ttft total)) {
         like($f{$k}, qr/^$Ms$/, "$id: $k is milliseconds ($f{$k})");

@@ -36,6 +36,9 @@ add_block_preprocessor(sub {
         "kvserve_model kvserve-tiny $Model;\n"
         . ($HaveStories ? "    kvserve_model stories260K $Stories;\n" : '')
         . "    kvserve_kv_cache 8m;\n    kvserve_threads 1;\n"
+        # the inline and pool answers are compared whole: the second
+        # must not differ by reusing the first's prompt
+        . "    kvserve_prefix_cache off;\n"
         . "    client_max_body_size 32m;")
         unless defined $block->http_config;
     $block->set_value('config',

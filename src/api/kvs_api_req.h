@@ -17,6 +17,11 @@
  * content): its KVS_EINVAL messages name the field ("messages[3].role:
  * ...") and kvs_api_err_from_msg() turns them into the same 400.
  *
+ * Chat content parts and messages may carry Anthropic's cache_control
+ * (a client cache breakpoint, at most KVS_API_MAX_BREAKS); they are
+ * collected into breaks[] in message order, and kvs_api_cache.h turns
+ * them into prompt token counts once the prompt is rendered.
+ *
  * Ownership: a parsed request owns the JSON tree (root) and its own
  * arrays; every string and the messages array point into the tree, so
  * they live until kvs_api_req_free().
@@ -44,6 +49,10 @@
 #define KVS_API_MAX_PROMPTS    128    /* completions: prompts per request */
 #define KVS_API_MAX_LOGPROBS_C 5      /* completions' logprobs: 0..5 */
 #define KVS_API_MAX_TOKENS_C   16     /* completions' default max_tokens */
+#define KVS_API_MAX_BREAKS     4      /* cache_control breakpoints, as
+                                         Anthropic's limit */
+#define KVS_API_TTL_5M         300000     /* ms: cache_control ttl "5m" */
+#define KVS_API_TTL_1H         3600000    /* ms: "1h" */
 
 typedef enum {
     KVS_API_CHAT = 0,                 /* /v1/chat/completions */
@@ -65,6 +74,17 @@ typedef struct {
     size_t       len;
 } kvs_api_str_t;
 
+/*
+ * A client cache breakpoint (Anthropic's cache_control): the prompt
+ * prefix up to the end of messages[message].content[part] (part -1: of
+ * the message's whole content) is to stay cached for ttl_ms.
+ */
+typedef struct {
+    uint32_t              message;
+    int32_t               part;       /* -1: on the message itself */
+    uint32_t              ttl_ms;     /* KVS_API_TTL_5M or _1H */
+} kvs_api_break_t;
+
 /* One completions prompt: text, or token ids. */
 typedef struct {
     kvs_api_str_t   text;             /* text.ptr NULL for ids */
@@ -81,6 +101,9 @@ typedef struct {
                                              non-empty, each an object
                                              with a known role and content
                                              of the right type */
+    kvs_api_break_t       breaks[KVS_API_MAX_BREAKS];  /* chat: in
+                                             message order */
+    uint32_t              n_breaks;
     kvs_api_prompt_t     *prompts;        /* completions: [n_prompts] */
     size_t                n_prompts;
 

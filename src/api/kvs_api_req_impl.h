@@ -2,7 +2,8 @@
  * kvs_api_req_impl: helpers shared by the request parsers
  * (kvs_api_req.c: the body, typed checkers and errors;
  * kvs_api_req_fields.c: the scalar fields; kvs_api_req_msg.c: chat
- * messages and completions prompts).  Not part of the API.
+ * messages and completions prompts; kvs_api_req_cache.c: their
+ * cache_control breakpoints).  Not part of the API.
  *
  * Every checker takes the value itself (never NULL: callers treat an
  * absent field and JSON null alike, through kvs_api_opt()) and the JSON
@@ -51,6 +52,11 @@ int kvs_api_req_cmpl(kvs_api_req_t *req, kvs_api_err_t *aerr);
 
 /* Chat: req->messages from root.messages. */
 int kvs_api_req_messages(kvs_api_req_t *req, kvs_api_err_t *aerr);
+
+/* Chat: obj's cache_control (obj is a message, part -1, or its content
+ * part), at path obj's, appended to req->breaks when given. */
+int kvs_api_req_cache_control(kvs_api_req_t *req, const json_t *obj,
+    const char *path, uint32_t message, int32_t part, kvs_api_err_t *aerr);
 
 /* Completions: req->prompts from root.prompt. */
 int kvs_api_req_prompts(kvs_api_req_t *req, kvs_api_err_t *aerr);

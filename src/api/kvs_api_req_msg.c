@@ -10,6 +10,9 @@
  * serve text models).  Prompts take OpenAI's four forms, told apart by
  * the first element of an array; ids are checked against 0..INT32_MAX
  * only, the caller checks them against its vocabulary.
+ *
+ * A text part or a message may carry a cache_control breakpoint
+ * (kvs_api_req_cache.c), collected into req->breaks.
  */
 
 #include <stdio.h>
@@ -60,10 +63,12 @@ kvs_api_empty_array(const char *path, kvs_api_err_t *aerr)
 }
 
 
-/* One content part, at path "messages[i].content[j]". */
+/* One content part, messages[i].content[j], at path. */
 static int
-kvs_api_req_part(const json_t *part, const char *path, kvs_api_err_t *aerr)
+kvs_api_req_part(kvs_api_req_t *req, const json_t *part, const char *path,
+    size_t i, size_t j, kvs_api_err_t *aerr)
 {
+    int            rc;
     char           p[KVS_API_PATH_LEN];
     const json_t  *t;
 
@@ -92,13 +97,19 @@ kvs_api_req_part(const json_t *part, const char *path, kvs_api_err_t *aerr)
         return KVS_EINVAL;
     }
 
-    return kvs_api_opt_str(part, path, "text", 1, aerr);
+    rc = kvs_api_opt_str(part, path, "text", 1, aerr);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    return kvs_api_req_cache_control(req, part, path, (uint32_t) i,
+                                     (int32_t) j, aerr);
 }
 
 
 static int
-kvs_api_req_content(const json_t *msg, const char *path, size_t role,
-    kvs_api_err_t *aerr)
+kvs_api_req_content(kvs_api_req_t *req, const json_t *msg, const char *path,
+    size_t i, size_t role, kvs_api_err_t *aerr)
 {
     int            rc;
     char           p[KVS_API_PATH_LEN], pp[KVS_API_PATH_LEN];
@@ -130,7 +141,7 @@ kvs_api_req_content(const json_t *msg, const char *path, size_t role,
     for (j = 0; j < json_array_size(c); j++) {
         kvs_api_path(pp, "%s[%zu]", p, j);
 
-        rc = kvs_api_req_part(json_array_get(c, j), pp, aerr);
+        rc = kvs_api_req_part(req, json_array_get(c, j), pp, i, j, aerr);
         if (rc != KVS_OK) {
             return rc;
         }
@@ -141,7 +152,8 @@ kvs_api_req_content(const json_t *msg, const char *path, size_t role,
 
 
 static int
-kvs_api_req_message(const json_t *msg, size_t i, kvs_api_err_t *aerr)
+kvs_api_req_message(kvs_api_req_t *req, const json_t *msg, size_t i,
+    kvs_api_err_t *aerr)
 {
     int            rc;
     char           path[KVS_API_PATH_LEN], p[KVS_API_PATH_LEN];
@@ -179,7 +191,7 @@ kvs_api_req_message(const json_t *msg, size_t i, kvs_api_err_t *aerr)
         return KVS_EINVAL;
     }
 
-    rc = kvs_api_req_content(msg, path, role, aerr);
+    rc = kvs_api_req_content(req, msg, path, i, role, aerr);
     if (rc != KVS_OK) {
         return rc;
     }
@@ -190,10 +202,14 @@ kvs_api_req_message(const json_t *msg, size_t i, kvs_api_err_t *aerr)
     }
 
     if (role == KVS_API_ROLE_TOOL) {
-        return kvs_api_opt_str(msg, path, "tool_call_id", 1, aerr);
+        rc = kvs_api_opt_str(msg, path, "tool_call_id", 1, aerr);
+        if (rc != KVS_OK) {
+            return rc;
+        }
     }
 
-    return KVS_OK;
+    return kvs_api_req_cache_control(req, msg, path, (uint32_t) i, -1,
+                                     aerr);
 }
 
 
@@ -219,7 +235,7 @@ kvs_api_req_messages(kvs_api_req_t *req, kvs_api_err_t *aerr)
     }
 
     for (i = 0; i < json_array_size(m); i++) {
-        rc = kvs_api_req_message(json_array_get(m, i), i, aerr);
+        rc = kvs_api_req_message(req, json_array_get(m, i), i, aerr);
         if (rc != KVS_OK) {
             return rc;
         }

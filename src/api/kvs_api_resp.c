@@ -712,7 +712,16 @@ kvs_api_usage(kvs_jw_t *w, const kvs_api_usage_t *u)
     kvs_jw_lit(w, ",\"prompt_tokens_details\":{\"cached_tokens\":");
     kvs_jw_u64(w, u->cached_tokens);
     kvs_jw_lit(w, "},\"completion_tokens_details\":"
-                  "{\"reasoning_tokens\":0}}");
+                  "{\"reasoning_tokens\":0}");
+
+    if (u->breakpoints) {
+        kvs_jw_lit(w, ",\"cache_read_input_tokens\":");
+        kvs_jw_u64(w, u->cached_tokens);
+        kvs_jw_lit(w, ",\"cache_creation_input_tokens\":");
+        kvs_jw_u64(w, u->cache_creation_tokens);
+    }
+
+    kvs_jw_lit(w, "}");
 }
 
 

@@ -111,6 +111,13 @@ typedef struct {
     uint32_t  completion_tokens;      /* over all choices */
     uint32_t  cached_tokens;          /* prompt tokens whose KV was
                                          reused */
+    uint32_t  cache_creation_tokens;  /* prompt tokens cached for the
+                                         request's breakpoints, not read */
+    int       breakpoints;            /* the request gave cache_control:
+                                         usage also has Anthropic's
+                                         cache_read_input_tokens (=
+                                         cached_tokens) and
+                                         cache_creation_input_tokens */
 } kvs_api_usage_t;
 
 

@@ -395,6 +395,19 @@ kvs_metrics_observe(kvs_metrics_t *m, uint32_t model, kvs_hist_id_t h,
 
 
 void
+kvs_metrics_prefix_cache(kvs_metrics_t *m, uint32_t model, uint64_t queries,
+    uint64_t hits)
+{
+    if (m == NULL || model >= m->n_models) {
+        return;
+    }
+
+    kvs_metrics_add(&m->models[model].prefix_cache_queries, queries);
+    kvs_metrics_add(&m->models[model].prefix_cache_hits, hits);
+}
+
+
+void
 kvs_metrics_request(kvs_metrics_t *m, uint32_t model,
     const kvs_req_times_t *t, uint64_t prompt_tokens,
     uint64_t generation_tokens, uint64_t preemptions, kvs_reason_t reason)
@@ -676,6 +689,40 @@ kvs_metrics_gauges(kvs_buf_t *out, const kvs_metrics_t *m,
 }
 
 
+/* The engine's prefix cache evictions, when it answered: a counter kept
+ * by the engine, so it restarts with it (as counters may). */
+static int
+kvs_metrics_evictions(kvs_buf_t *out, const kvs_metrics_t *m,
+    const kvs_metrics_gauges_t *g)
+{
+    int       rc;
+    uint32_t  i, any;
+
+    any = 0;
+    for (i = 0; g != NULL && i < m->n_models; i++) {
+        any |= (uint32_t) g[i].have;
+    }
+
+    if (!any) {
+        return KVS_OK;
+    }
+
+    rc = kvs_metrics_head(out, "prefix_cache_evicted_blocks", "_total",
+                          "KV blocks evicted from the prefix cache by the "
+                          "engine since it started.", "counter");
+
+    for (i = 0; rc == KVS_OK && i < m->n_models; i++) {
+        if (g[i].have) {
+            rc = kvs_metrics_sample_u64(out, "prefix_cache_evicted_blocks",
+                                        "_total", m->models[i].name, NULL,
+                                        g[i].cache_evicted_blocks);
+        }
+    }
+
+    return rc;
+}
+
+
 int
 kvs_metrics_write(const kvs_metrics_t *m, const kvs_metrics_gauges_t *g,
     kvs_buf_t *out, kvs_err_t *err)
@@ -709,6 +756,26 @@ kvs_metrics_write(const kvs_metrics_t *m, const kvs_metrics_gauges_t *g,
                                  "engine.",
                                  offsetof(kvs_metrics_model_t,
                                           preemptions));
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_metrics_counter(out, m, "prefix_cache_queries",
+                                 "Prefix cache queries, in terms of number "
+                                 "of queried tokens.",
+                                 offsetof(kvs_metrics_model_t,
+                                          prefix_cache_queries));
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_metrics_counter(out, m, "prefix_cache_hits",
+                                 "Prefix cache hits, in terms of number of "
+                                 "cached tokens.",
+                                 offsetof(kvs_metrics_model_t,
+                                          prefix_cache_hits));
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_metrics_evictions(out, m, g);
     }
 
     if (rc == KVS_OK) {

@@ -127,6 +127,10 @@ typedef struct {
     uint64_t    prompt_tokens;
     uint64_t    generation_tokens;
     uint64_t    preemptions;
+    uint64_t    prefix_cache_queries;             /* prompt tokens looked
+                                                     up in the prefix
+                                                     cache */
+    uint64_t    prefix_cache_hits;                /* of those, reused */
     uint64_t    success[KVS_REASON_N];
     kvs_hist_t  hist[KVS_HIST_N];
 } kvs_metrics_model_t;
@@ -144,6 +148,8 @@ typedef struct {
     uint32_t  waiting;
     uint32_t  kv_blocks;
     uint32_t  kv_used;
+    uint64_t  cache_evicted_blocks;   /* the engine's count since it
+                                         started (a counter) */
 } kvs_metrics_gauges_t;
 
 /* Bytes kvs_metrics_init() needs for n models. */
@@ -170,6 +176,11 @@ void kvs_metrics_observe(kvs_metrics_t *m, uint32_t model,
 void kvs_metrics_request(kvs_metrics_t *m, uint32_t model,
     const kvs_req_times_t *t, uint64_t prompt_tokens,
     uint64_t generation_tokens, uint64_t preemptions, kvs_reason_t reason);
+
+/* One request's prefix cache lookup: queries prompt tokens looked up,
+ * hits of them reused (vLLM's prefix_cache_queries/_hits, in tokens). */
+void kvs_metrics_prefix_cache(kvs_metrics_t *m, uint32_t model,
+    uint64_t queries, uint64_t hits);
 
 /* Appends the Prometheus text exposition (format 0.0.4) of m, with the
  * engine's gauges g[n_models] when g is not NULL. */

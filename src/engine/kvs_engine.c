@@ -138,6 +138,7 @@ kvs_engine_new(kvs_engine_t **out, const kvs_engine_conf_t *conf,
 
     e->stats.kv_blocks = e->conf.n_blocks;
     e->stats.block_tokens = e->conf.block_tokens;
+    e->stats.epoch = e->epoch;
     e->shown = e->stats;
 
     *out = e;

@@ -159,6 +159,8 @@ kvs_model_open(kvs_model_t **out, const char *path, kvs_err_t *err)
 
     m->file_size = (uint64_t) st.st_size;
     m->mtime = (int64_t) st.st_mtime;
+    m->mtime_ns = (int64_t) st.st_mtim.tv_sec * 1000000000
+                  + st.st_mtim.tv_nsec;
     m->dev = (uint64_t) st.st_dev;
     m->ino = (uint64_t) st.st_ino;
 

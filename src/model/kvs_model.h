@@ -23,6 +23,7 @@ typedef struct {
     kvs_hparams_t   hp;
     uint64_t        file_size;        /* bytes */
     int64_t         mtime;            /* unix seconds */
+    int64_t         mtime_ns;         /* unix nanoseconds */
     uint64_t        dev;              /* st_dev, st_ino: file identity */
     uint64_t        ino;
 } kvs_model_t;

@@ -50,6 +50,11 @@ typedef struct {
     ngx_uint_t                max_batch_tokens;  /* per engine step */
     ngx_uint_t                threads;     /* as set; 0: auto */
     ngx_uint_t                n_threads;   /* resolved: >= 1 */
+    ngx_flag_t                prefix_cache;    /* kvserve_prefix_cache */
+    off_t                     pin_max;     /* kvserve_cache_pin_max: KV
+                                              bytes each cache scope may
+                                              pin; 0: the engine's
+                                              default */
 
     /* the engine process (ngx_http_kvserve_engine.c) */
     ngx_path_t               *engine_dir;  /* kvserve_engine_dir: socket
@@ -92,6 +97,8 @@ typedef struct {
                                                       over which it is
                                                       tokenized in the
                                                       pool */
+    ngx_http_complex_value_t *cache_scope; /* kvserve_cache_scope; NULL:
+                                              global */
 } ngx_http_kvserve_loc_conf_t;
 
 
@@ -101,6 +108,10 @@ typedef struct {
     ngx_str_t                 model;       /* len 0: not known */
     uint32_t                  prompt_tokens;
     uint32_t                  completion_tokens;
+    uint32_t                  cached_tokens;   /* from the prefix cache */
+    ngx_int_t                 cache_miss;  /* kvs_radix_miss_t, -1: not
+                                              known */
+    uint32_t                  cache_miss_pos;
     ngx_int_t                 reason;      /* kvs_reason_t, or -1 while
                                               it has none */
     unsigned                  submitted:1; /* reached the engine side */
@@ -176,6 +187,14 @@ char *ngx_http_kvserve_tokenize_threads(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_kvserve_tokenize_threshold(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
+/* (ngx_http_kvserve_cache.c) */
+char *ngx_http_kvserve_cache_scope_directive(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+char *ngx_http_kvserve_cache_pin_max(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+/* "diverged:812": the miss reason's name, and its position if any */
+ngx_int_t ngx_http_kvserve_cache_miss_text(ngx_http_request_t *r,
+    ngx_int_t miss, uint32_t pos, ngx_str_t *s);
 
 /* routing (ngx_http_kvserve_handler.c) */
 ngx_int_t ngx_http_kvserve_handler(ngx_http_request_t *r);

@@ -391,6 +391,9 @@ ngx_http_kvserve_complete(ngx_http_kvserve_ctx_t *ctx)
 
     ngx_memzero(&u, sizeof(u));
     u.prompt_tokens = ctx->prompt_tokens;
+    u.cached_tokens = ctx->cached_tokens;
+    u.cache_creation_tokens = ctx->cache_created;
+    u.breakpoints = ctx->req.n_breaks > 0;
     for (i = 0; i < ctx->n_choices; i++) {
         u.completion_tokens += ctx->choices[i].n_generated;
     }
@@ -561,6 +564,7 @@ ngx_http_kvserve_on_out(ngx_http_kvserve_ctx_t *ctx,
     ctx->got_output = 1;
 
     ngx_http_kvserve_on_times(ctx, ch, wo);
+    ngx_http_kvserve_cache_out(ctx, part, o);
 
     kmcf = ngx_http_get_module_main_conf(ctx->r, ngx_http_kvserve_module);
     ngx_http_kvserve_timer_arm(ctx, kmcf->engine_timeout);

@@ -30,6 +30,7 @@
 #include <sys/random.h>
 
 #include "ngx_http_kvserve_completions.h"
+#include "ngx_http_kvserve_limit.h"
 
 
 static void ngx_http_kvserve_body(ngx_http_request_t *r);
@@ -375,6 +376,7 @@ ngx_http_kvserve_part_init(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t i,
     ereq.stop = stop;
     ereq.stop_len = stop_len;
     ereq.n_stop = ctx->req.n_stop;
+    ngx_http_kvserve_cache_req(ctx, i, &ereq);
 
     ngx_memzero(&frame, sizeof(frame));
 
@@ -477,6 +479,12 @@ ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx, kvs_api_err_t *aerr)
     job->n_parts = ctx->n_parts;
     job->chat_req = ctx->chat;
     ctx->tok = job;
+
+    if (ngx_http_kvserve_cache_scope(ctx) != NGX_OK) {
+        kvs_api_err_set(aerr, 500, NULL, NULL, "The cache scope could not "
+                        "be evaluated.");
+        return NGX_ERROR;
+    }
 
     if (ctx->chat
         && ngx_http_kvserve_chat_resolve(ctx, &job->chat, aerr) != NGX_OK)
@@ -588,6 +596,14 @@ ngx_http_kvserve_tokenized(ngx_http_kvserve_ctx_t *ctx)
         rc = ngx_http_kvserve_api_error(ctx->r, &aerr);
         ctx->finished = 1;
         ngx_http_finalize_request(ctx->r, rc);
+        return;
+    }
+
+    /* kvserve_limit: charged now; refused (answered), or delayed (its
+     * timer submits) */
+    if (ngx_http_kvserve_limit_admit(ctx, ngx_http_kvserve_submit)
+        != NGX_OK)
+    {
         return;
     }
 

@@ -58,6 +58,7 @@ typedef struct {
     ngx_uint_t                n_ended;     /* of its n choices */
     int32_t                  *ids;         /* [n_ids], pool */
     size_t                    n_ids;
+    unsigned                  has_cache:1; /* its cache figures came */
 } ngx_http_kvserve_part_t;
 
 /*
@@ -81,6 +82,9 @@ typedef struct {
     uint64_t                  post_ns;     /* CLOCK_MONOTONIC: posted, */
     uint64_t                  start_ns;    /* run by a pool thread, */
     uint64_t                  end_ns;      /* done there */
+    kvs_engine_pin_t          pins[KVS_ENGINE_MAX_PINS];  /* chat: its
+                                              cache_control breakpoints */
+    uint32_t                  n_pins;
 } ngx_http_kvserve_tok_job_t;
 
 #define NGX_HTTP_KVSERVE_TOK_INLINE  1
@@ -111,6 +115,16 @@ struct ngx_http_kvserve_ctx_s {
                                               not tokenized */
 
     ngx_http_kvserve_sub_t    stats;       /* kvserve_status */
+
+    ngx_str_t                 cache_scope; /* hashed; len 0: global */
+    uint32_t                  cached_tokens;   /* over the parts: prompt
+                                                  tokens from the prefix
+                                                  cache, */
+    uint32_t                  cache_created;   /* cached for the pins, */
+    uint32_t                  cache_queried;   /* looked up */
+    ngx_int_t                 cache_miss;  /* kvs_radix_miss_t of the
+                                              first prompt, -1: none */
+    uint32_t                  cache_miss_pos;
 
     kvs_buf_t                 out;         /* the next event or body */
     ngx_chain_t              *free;
@@ -159,6 +173,17 @@ void ngx_http_kvserve_finish(ngx_http_kvserve_ctx_t *ctx, ngx_int_t rc);
 void ngx_http_kvserve_write_handler(ngx_http_request_t *r);
 void ngx_http_kvserve_part_event(ngx_http_kvserve_sub_t *s, ngx_uint_t ev,
     void *msg);
+
+/* the prefix cache (ngx_http_kvserve_cache.c) */
+ngx_int_t ngx_http_kvserve_cache_scope(ngx_http_kvserve_ctx_t *ctx);
+int ngx_http_kvserve_cache_pins(ngx_http_kvserve_tok_job_t *job,
+    kvs_tok_ctx_t *tok, const kvs_chat_args_t *args, const char *text,
+    size_t len, const kvs_span_t *spans, size_t n_spans,
+    const kvs_ids_t *ids, kvs_err_t *err);
+void ngx_http_kvserve_cache_req(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t i,
+    kvs_engine_req_t *ereq);
+void ngx_http_kvserve_cache_out(ngx_http_kvserve_ctx_t *ctx,
+    ngx_http_kvserve_part_t *part, const kvs_engine_out_t *o);
 
 /* timings and metrics (ngx_http_kvserve_timing.c) */
 uint64_t ngx_http_kvserve_now_ns(void);

@@ -612,7 +612,9 @@ ngx_http_kvserve_engine_hello_ok(ngx_http_kvserve_engine_t *e)
         if (ngx_strlen(wm->name) != m[i].name.len
             || ngx_strncmp(wm->name, m[i].name.data, m[i].name.len) != 0
             || wm->file_size != m[i].model->file_size
-            || wm->mtime != (int64_t) m[i].model->mtime)
+            || wm->mtime_ns != m[i].model->mtime_ns
+            || wm->dev != m[i].model->dev
+            || wm->ino != m[i].model->ino)
         {
             return NGX_DECLINED;
         }

@@ -22,6 +22,7 @@
 #include <ngx_http.h>
 
 #include "ngx_http_kvserve.h"
+#include "ngx_http_kvserve_limit.h"
 
 #define NGX_HTTP_KVSERVE_SCRAPE_WAIT  1000     /* ms for the STATS reply */
 
@@ -41,7 +42,8 @@ typedef enum {
     NGX_HTTP_KVSERVE_VAR_CACHED,
     NGX_HTTP_KVSERVE_VAR_COMPLETION,
     NGX_HTTP_KVSERVE_VAR_REASON,
-    NGX_HTTP_KVSERVE_VAR_MODEL
+    NGX_HTTP_KVSERVE_VAR_MODEL,
+    NGX_HTTP_KVSERVE_VAR_MISS
 } ngx_http_kvserve_var_e;
 
 
@@ -52,6 +54,7 @@ ngx_http_kvserve_variable(ngx_http_request_t *r,
     u_char                       *p;
     size_t                        len;
     uint64_t                      ns;
+    ngx_str_t                     name;
     ngx_http_kvserve_req_info_t   info;
     char                          ms[KVS_METRICS_MS_LEN];
 
@@ -76,7 +79,7 @@ ngx_http_kvserve_variable(ngx_http_request_t *r,
                           data == NGX_HTTP_KVSERVE_VAR_PROMPT
                           ? info.prompt_tokens
                           : data == NGX_HTTP_KVSERVE_VAR_COMPLETION
-                          ? info.completion_tokens : 0)
+                          ? info.completion_tokens : info.cached_tokens)
               - p;
         break;
 
@@ -86,6 +89,23 @@ ngx_http_kvserve_variable(ngx_http_request_t *r,
         }
         v->data = (u_char *) kvs_reason_name((kvs_reason_t) info.reason);
         v->len = ngx_strlen(v->data);
+        v->valid = 1;
+        v->no_cacheable = 1;
+        v->not_found = 0;
+        return NGX_OK;
+
+    case NGX_HTTP_KVSERVE_VAR_MISS:
+        if (!info.submitted || info.cache_miss < 0) {
+            goto none;
+        }
+        if (ngx_http_kvserve_cache_miss_text(r, info.cache_miss,
+                                             info.cache_miss_pos, &name)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+        v->data = name.data;
+        v->len = name.len;
         v->valid = 1;
         v->no_cacheable = 1;
         v->not_found = 0;
@@ -174,6 +194,10 @@ static ngx_http_variable_t  ngx_http_kvserve_vars[] = {
 
     { ngx_string("kvserve_model"), NULL, ngx_http_kvserve_variable,
       NGX_HTTP_KVSERVE_VAR_MODEL, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("kvserve_cache_miss_reason"), NULL,
+      ngx_http_kvserve_variable, NGX_HTTP_KVSERVE_VAR_MISS,
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
       ngx_http_null_variable
 };
@@ -369,12 +393,20 @@ ngx_http_kvserve_scrape_send(ngx_http_request_t *r, kvs_wire_stats_t *st)
             g[k].waiting = st->models[i].st.waiting;
             g[k].kv_blocks = st->models[i].st.kv_blocks;
             g[k].kv_used = st->models[i].st.kv_used;
+            g[k].cache_evicted_blocks =
+                st->models[i].st.cache_evicted_blocks;
         }
     }
 
     if (m != NULL && kvs_metrics_write(m, g, &body, &err) != KVS_OK) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0, "kvserve: %s",
                       err.msg);
+        kvs_buf_free(&body);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    /* the kvserve_limit zones' counters */
+    if (ngx_http_kvserve_limit_metrics(r, &body) != NGX_OK) {
         kvs_buf_free(&body);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }

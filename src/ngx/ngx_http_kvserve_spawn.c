@@ -310,6 +310,8 @@ ngx_http_kvserve_child(ngx_http_kvserve_engine_t *e, int lease, int pidfd)
         sm[i].engine.block_tokens = (uint32_t) kmcf->kv_block;
         sm[i].engine.threads = (unsigned) kmcf->n_threads;
         sm[i].engine.max_batch_tokens = (uint32_t) kmcf->max_batch_tokens;
+        sm[i].engine.no_prefix_cache = !kmcf->prefix_cache;
+        sm[i].engine.pin_max_bytes = (uint64_t) kmcf->pin_max;
     }
 
     ngx_memzero(&conf, sizeof(conf));

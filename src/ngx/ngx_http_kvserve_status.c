@@ -75,7 +75,11 @@ ngx_http_kvserve_status_event(ngx_http_kvserve_sub_t *s, ngx_uint_t ev,
                             "\"waiting\":%u,\"requests\":%llu,"
                             "\"finished\":%llu,\"steps\":%llu,"
                             "\"prefill_tokens\":%llu,"
-                            "\"decode_tokens\":%llu,\"preemptions\":%llu}",
+                            "\"decode_tokens\":%llu,\"preemptions\":%llu,"
+                            "\"prefix_cache\":{\"blocks\":%u,"
+                            "\"pinned_blocks\":%u,\"evicted_blocks\":%llu,"
+                            "\"query_tokens\":%llu,\"hit_tokens\":%llu,"
+                            "\"epoch\":\"%016llx\"}}",
                             i ? "," : "",
                             hello && st->models[i].index < hello->n_models
                             ? hello->models[st->models[i].index].name : "",
@@ -86,7 +90,12 @@ ngx_http_kvserve_status_event(ngx_http_kvserve_sub_t *s, ngx_uint_t ev,
                             (unsigned long long) e->steps,
                             (unsigned long long) e->prefill_tokens,
                             (unsigned long long) e->decode_tokens,
-                            (unsigned long long) e->preemptions);
+                            (unsigned long long) e->preemptions,
+                            e->cache_blocks, e->cache_pinned_blocks,
+                            (unsigned long long) e->cache_evicted_blocks,
+                            (unsigned long long) e->cache_query_tokens,
+                            (unsigned long long) e->cache_hit_tokens,
+                            (unsigned long long) e->epoch);
     }
 
     if (rc == KVS_OK) {

@@ -102,6 +102,9 @@ ngx_http_kvserve_req_info(ngx_http_request_t *r,
     }
     info->prompt_tokens = ctx->prompt_tokens;
     info->completion_tokens = ngx_http_kvserve_completion_tokens(ctx);
+    info->cached_tokens = ctx->cached_tokens;
+    info->cache_miss = ctx->cache_miss;
+    info->cache_miss_pos = ctx->cache_miss_pos;
     info->reason = ngx_http_kvserve_reason(ctx);
     info->submitted = (ctx->t.submit_ns != 0 && !ctx->refused);
 
@@ -148,6 +151,8 @@ ngx_http_kvserve_record(ngx_http_kvserve_ctx_t *ctx)
                         ctx->prompt_tokens,
                         ngx_http_kvserve_completion_tokens(ctx),
                         ctx->preempted, (kvs_reason_t) reason);
+    kvs_metrics_prefix_cache(m, (uint32_t) ctx->model_index,
+                             ctx->cache_queried, ctx->cached_tokens);
 }
 
 

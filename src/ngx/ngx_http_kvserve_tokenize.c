@@ -37,7 +37,8 @@
  */
 
 /* Chat: render with the template resolved on the event loop, tokenize
- * with control tokens only where the template wrote them. */
+ * with control tokens only where the template wrote them; the
+ * cache_control breakpoints become pins (ngx_http_kvserve_cache.c). */
 static ngx_int_t
 ngx_http_kvserve_chat_ids(ngx_http_kvserve_tok_job_t *job,
     kvs_tok_ctx_t *tok, kvs_ids_t *ids, kvs_api_err_t *aerr)
@@ -75,6 +76,14 @@ ngx_http_kvserve_chat_ids(ngx_http_kvserve_tok_job_t *job,
                                     (const kvs_span_t *) spans.data,
                                     spans.len / sizeof(kvs_span_t), ids,
                                     &err);
+    }
+
+    if (rc == KVS_OK) {
+        rc = ngx_http_kvserve_cache_pins(job, tok, &args,
+                                         (const char *) text.data, text.len,
+                                         (const kvs_span_t *) spans.data,
+                                         spans.len / sizeof(kvs_span_t), ids,
+                                         &err);
     }
 
     kvs_buf_free(&text);
@@ -270,7 +279,9 @@ ngx_http_kvserve_tok_thread(void *data, ngx_log_t *log)
 
 
 /* Bytes of prompt text to tokenize: chat, the messages' contents (string
- * or text parts); completions, the text prompts (id prompts need none). */
+ * or text parts), once more per cache breakpoint (its prefix is rendered
+ * and tokenized again, at most the whole); completions, the text prompts
+ * (id prompts need none). */
 size_t
 ngx_http_kvserve_prompt_bytes(ngx_http_kvserve_ctx_t *ctx)
 {
@@ -308,7 +319,7 @@ ngx_http_kvserve_prompt_bytes(ngx_http_kvserve_ctx_t *ctx)
         }
     }
 
-    return n;
+    return n * (1 + ctx->req.n_breaks);
 }
 
 

@@ -164,7 +164,10 @@ kvs_srv_new(kvs_srv_t **out, const kvs_srv_conf_t *conf, kvs_err_t *err)
         wm->block_tokens = st.block_tokens;
         wm->kv_blocks = st.kv_blocks;
         wm->file_size = m->file_size;
-        wm->mtime = m->mtime;
+        wm->mtime_ns = m->mtime_ns;
+        wm->dev = m->dev;
+        wm->ino = m->ino;
+        wm->epoch = st.epoch;
     }
 
     rc = kvs_srv_listen(srv, err);

@@ -11,6 +11,12 @@
  * because closing a client only marks it (see kvs_srv.c).  The map is
  * open addressing with linear probing over a power-of-two table, and
  * deletion shifts entries back rather than leaving tombstones.
+ *
+ * The prefix cache fields travel as decoded: SUBMIT's scope, adapter and
+ * pins are already in the kvs_engine_req_t the decoder filled (checked
+ * there), and an output's cache fields go out only when the engine set
+ * them for this read (has_cache is cleared before each), so one
+ * request's figures never leak into another's frame.
  */
 
 #include <errno.h>
@@ -156,6 +162,35 @@ kvs_srv_req_end(kvs_srv_t *srv, kvs_srv_req_t *r)
 }
 
 
+/* An output's cache fields as OUT may carry them (kvs_wire.h): figures
+ * out of range are dropped, and logged, rather than failing the frame
+ * (which would close the worker's connection). */
+static void
+kvs_srv_out_cache(kvs_srv_t *srv, uint32_t m, kvs_engine_out_t *out)
+{
+    if (!out->has_cache) {
+        out->n_cached = 0;
+        out->n_cache_created = 0;
+        out->miss = KVS_RADIX_MISS_NONE;
+        out->miss_pos = 0;
+        return;
+    }
+
+    if ((unsigned) out->miss > KVS_RADIX_MISS_OFF
+        || out->n_cached > out->n_prompt
+        || out->n_cache_created > out->n_prompt
+        || out->miss_pos > out->n_prompt)
+    {
+        kvs_srv_log(srv, "engine %u: cache figures out of range (miss %d at "
+                    "%u, %u cached, %u created, %u prompt tokens): not sent",
+                    m, (int) out->miss, out->miss_pos, out->n_cached,
+                    out->n_cache_created, out->n_prompt);
+        out->has_cache = 0;
+        kvs_srv_out_cache(srv, m, out);
+    }
+}
+
+
 void
 kvs_srv_engine_ready(kvs_srv_t *srv, uint32_t m)
 {
@@ -193,8 +228,10 @@ kvs_srv_engine_ready(kvs_srv_t *srv, uint32_t m)
             out->n_tokens = 0;
             out->n_lp = 0;
             out->text.len = 0;
+            out->has_cache = 0;
 
             rc = kvs_engine_read(e, hs[k], out);
+            kvs_srv_out_cache(srv, m, out);
             now = kvs_srv_now();
 
             if (rc < 0) {
@@ -204,6 +241,7 @@ kvs_srv_engine_ready(kvs_srv_t *srv, uint32_t m)
                 out->n_lp = 0;
                 out->text.len = 0;
                 out->finish = KVS_FINISH_ERROR;
+                out->has_cache = 0;
                 snprintf(out->error, sizeof(out->error), "engine process: "
                          "out of memory reading the output");
             }

@@ -42,7 +42,7 @@
 #include "../base/kvs_err.h"
 #include "../engine/kvs_engine.h"
 
-#define KVS_WIRE_VERSION      1
+#define KVS_WIRE_VERSION      2       /* 2: prefix cache fields */
 #define KVS_WIRE_HDR          16
 #define KVS_WIRE_MAX_FRAME    (16u << 20)   /* 1M prompt ids take 4 MiB */
 #define KVS_WIRE_AGAIN        1             /* need more bytes */
@@ -84,9 +84,12 @@ typedef struct {
     uint32_t  n_vocab;
     uint32_t  block_tokens;           /* KV block size, tokens */
     uint32_t  kv_blocks;              /* KV pool size, blocks */
-    uint64_t  file_size;              /* the GGUF's identity, so a worker */
-    int64_t   mtime;                  /* checks it tokenizes for the same
-                                         file: bytes, unix seconds */
+    uint64_t  file_size;              /* the GGUF's identity, so that a */
+    int64_t   mtime_ns;               /* worker checks it tokenizes for */
+    uint64_t  dev;                    /* the very file the engine serves: */
+    uint64_t  ino;                    /* bytes, unix ns, st_dev, st_ino */
+    uint64_t  epoch;                  /* xxh3-64 of the file's content:
+                                         the weights' identity */
 } kvs_wire_model_t;
 
 typedef struct {
@@ -113,6 +116,7 @@ typedef struct {
     size_t             stop_len[KVS_WIRE_MAX_STOP];
     char               stop_text[KVS_WIRE_MAX_STOP
                                  * KVS_WIRE_MAX_STOP_LEN];
+    char               scope[KVS_RADIX_MAX_SCOPE];  /* req.scope's bytes */
 } kvs_wire_submit_t;
 
 typedef struct {

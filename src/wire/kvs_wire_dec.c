@@ -72,13 +72,16 @@ kvs_wire_dec_hello(const uint8_t *f, size_t f_len, kvs_wire_hello_t *m,
                != KVS_OK
             || kvs_wire_u32(&rd, "kv_blocks", &md->kv_blocks) != KVS_OK
             || kvs_wire_u64(&rd, "file_size", &md->file_size) != KVS_OK
-            || kvs_wire_u64(&rd, "mtime", &u) != KVS_OK
+            || kvs_wire_u64(&rd, "mtime_ns", &u) != KVS_OK
+            || kvs_wire_u64(&rd, "dev", &md->dev) != KVS_OK
+            || kvs_wire_u64(&rd, "ino", &md->ino) != KVS_OK
+            || kvs_wire_u64(&rd, "epoch", &md->epoch) != KVS_OK
             || kvs_wire_u16(&rd, "name_len", &nl) != KVS_OK)
         {
             return KVS_EFORMAT;
         }
 
-        md->mtime = (int64_t) u;
+        md->mtime_ns = (int64_t) u;
 
         if (nl == 0 || nl > KVS_WIRE_MAX_NAME) {
             return kvs_err_set(err, KVS_EFORMAT, "HELLO: models[%u].name: "
@@ -103,9 +106,10 @@ kvs_wire_dec_submit(const uint8_t *f, size_t f_len, kvs_wire_submit_t *m,
 {
     int                   v;
     size_t                off;
-    uint8_t               u8, pad;
-    uint16_t              sl;
+    uint8_t               u8, pad, n_pins;
+    uint16_t              sl, scope_len;
     uint32_t              i, n_bias, n_sid, n_stop, n_prompt;
+    kvs_engine_pin_t     *pin;
     kvs_wire_rd_t         rd;
     kvs_engine_req_t     *r;
     kvs_sample_params_t  *s;
@@ -168,9 +172,28 @@ kvs_wire_dec_submit(const uint8_t *f, size_t f_len, kvs_wire_submit_t *m,
 
     if (kvs_wire_u32(&rd, "n_logit_bias", &n_bias) != KVS_OK
         || kvs_wire_u32(&rd, "n_stop_ids", &n_sid) != KVS_OK
-        || kvs_wire_u32(&rd, "n_stop", &n_stop) != KVS_OK)
+        || kvs_wire_u32(&rd, "n_stop", &n_stop) != KVS_OK
+        || kvs_wire_u32(&rd, "adapter", &r->adapter) != KVS_OK
+        || kvs_wire_u16(&rd, "scope_len", &scope_len) != KVS_OK
+        || kvs_wire_u8(&rd, "n_pins", &n_pins) != KVS_OK
+        || kvs_wire_u8(&rd, "reserved", &pad) != KVS_OK)
     {
         return KVS_EFORMAT;
+    }
+
+    if (pad != 0) {
+        return kvs_err_set(err, KVS_EFORMAT, "SUBMIT: reserved: must be 0 "
+                           "(got %u)", pad);
+    }
+
+    if (scope_len > KVS_RADIX_MAX_SCOPE) {
+        return kvs_err_set(err, KVS_EFORMAT, "SUBMIT: scope_len: %u exceeds "
+                           "%d", scope_len, KVS_RADIX_MAX_SCOPE);
+    }
+
+    if (n_pins > KVS_ENGINE_MAX_PINS) {
+        return kvs_err_set(err, KVS_EFORMAT, "SUBMIT: n_pins: %u exceeds %d",
+                           n_pins, KVS_ENGINE_MAX_PINS);
     }
 
     if (n_bias > KVS_WIRE_MAX_BIAS) {
@@ -265,6 +288,37 @@ kvs_wire_dec_submit(const uint8_t *f, size_t f_len, kvs_wire_submit_t *m,
         rd.left -= sl;
     }
 
+    if (kvs_wire_need(&rd, scope_len, "scope") != KVS_OK) {
+        return KVS_EFORMAT;
+    }
+
+    /* raw bytes: the scope is a tenant's key, compared as bytes */
+    memcpy(m->scope, rd.p, scope_len);
+    rd.p += scope_len;
+    rd.left -= scope_len;
+
+    for (i = 0; i < n_pins; i++) {
+        pin = &r->pins[i];
+
+        if (kvs_wire_u32(&rd, "pins.n_tokens", &pin->n_tokens) != KVS_OK
+            || kvs_wire_u32(&rd, "pins.ttl_ms", &pin->ttl_ms) != KVS_OK)
+        {
+            return KVS_EFORMAT;
+        }
+
+        if (pin->n_tokens == 0 || pin->n_tokens > n_prompt) {
+            return kvs_err_set(err, KVS_EFORMAT, "SUBMIT: pins[%u].n_tokens: "
+                               "%u is not in 1..%u", i, pin->n_tokens,
+                               n_prompt);
+        }
+
+        if (pin->ttl_ms == 0 || pin->ttl_ms > KVS_ENGINE_MAX_PIN_TTL) {
+            return kvs_err_set(err, KVS_EFORMAT, "SUBMIT: pins[%u].ttl_ms: "
+                               "%u is not in 1..%d", i, pin->ttl_ms,
+                               KVS_ENGINE_MAX_PIN_TTL);
+        }
+    }
+
     if (kvs_wire_end(&rd) != KVS_OK) {
         return KVS_EFORMAT;
     }
@@ -278,6 +332,9 @@ kvs_wire_dec_submit(const uint8_t *f, size_t f_len, kvs_wire_submit_t *m,
     r->stop = n_stop > 0 ? m->stop : NULL;
     r->stop_len = n_stop > 0 ? m->stop_len : NULL;
     r->n_stop = n_stop;
+    r->scope = scope_len > 0 ? m->scope : NULL;
+    r->scope_len = scope_len;
+    r->n_pins = n_pins;
 
     return KVS_OK;
 }
@@ -341,8 +398,8 @@ int
 kvs_wire_dec_out(const uint8_t *f, size_t f_len, kvs_wire_out_t *m,
     kvs_err_t *err)
 {
-    uint8_t                 fin, pad, nt;
-    uint16_t                el;
+    uint8_t                 fin, pad, nt, miss, has;
+    uint16_t                el, pad16;
     uint32_t                i, j, n_tok, n_text, n_lp;
     kvs_wire_rd_t           rd;
     kvs_engine_out_t       *o;
@@ -354,6 +411,11 @@ kvs_wire_dec_out(const uint8_t *f, size_t f_len, kvs_wire_out_t *m,
     o->text.len = 0;
     o->finish = KVS_FINISH_NONE;
     o->error[0] = '\0';
+    o->n_cached = 0;
+    o->n_cache_created = 0;
+    o->miss = KVS_RADIX_MISS_NONE;
+    o->miss_pos = 0;
+    o->has_cache = 0;
 
     if (kvs_wire_start(&rd, f, f_len, KVS_WIRE_OUT, err) != KVS_OK
         || kvs_wire_u32(&rd, "choice", &m->choice) != KVS_OK
@@ -392,11 +454,38 @@ kvs_wire_dec_out(const uint8_t *f, size_t f_len, kvs_wire_out_t *m,
         || kvs_wire_u64(&rd, "now_ns", &m->t.now_ns) != KVS_OK
         || kvs_wire_u32(&rd, "n_tokens", &n_tok) != KVS_OK
         || kvs_wire_u32(&rd, "text_len", &n_text) != KVS_OK
-        || kvs_wire_u32(&rd, "n_logprobs", &n_lp) != KVS_OK)
+        || kvs_wire_u32(&rd, "n_logprobs", &n_lp) != KVS_OK
+        || kvs_wire_u32(&rd, "n_cached", &o->n_cached) != KVS_OK
+        || kvs_wire_u32(&rd, "n_cache_created", &o->n_cache_created)
+           != KVS_OK
+        || kvs_wire_u32(&rd, "miss_pos", &o->miss_pos) != KVS_OK
+        || kvs_wire_u8(&rd, "miss", &miss) != KVS_OK
+        || kvs_wire_u8(&rd, "has_cache", &has) != KVS_OK
+        || kvs_wire_u16(&rd, "reserved", &pad16) != KVS_OK)
     {
         return KVS_EFORMAT;
     }
 
+    if (pad16 != 0 || has > 1) {
+        return kvs_err_set(err, KVS_EFORMAT, "OUT: has_cache %u, reserved "
+                           "%u: must be 0 or 1, and 0", has, pad16);
+    }
+
+    /* without has_cache the four fields are zero: one encoding each */
+    if (miss > KVS_RADIX_MISS_OFF
+        || (!has && (miss != 0 || o->n_cached != 0
+                     || o->n_cache_created != 0 || o->miss_pos != 0))
+        || o->n_cached > o->n_prompt || o->n_cache_created > o->n_prompt
+        || o->miss_pos > o->n_prompt)
+    {
+        return kvs_err_set(err, KVS_EFORMAT, "OUT: cache: miss %u at %u, %u "
+                           "cached and %u created of a %u-token prompt "
+                           "(has_cache %u)", miss, o->miss_pos, o->n_cached,
+                           o->n_cache_created, o->n_prompt, has);
+    }
+
+    o->miss = (kvs_radix_miss_t) miss;
+    o->has_cache = has;
     o->finish = (kvs_finish_t) fin;
 
     if (kvs_wire_need_n(&rd, n_tok, 4, "tokens") != KVS_OK) {
@@ -549,7 +638,17 @@ kvs_wire_dec_stats(const uint8_t *f, size_t f_len, kvs_wire_stats_t *m,
             || kvs_wire_u32(&rd, "kv_used_max", &s->kv_used_max) != KVS_OK
             || kvs_wire_u32(&rd, "block_tokens", &s->block_tokens) != KVS_OK
             || kvs_wire_u64(&rd, "requests", &s->requests) != KVS_OK
-            || kvs_wire_u64(&rd, "finished", &s->finished) != KVS_OK)
+            || kvs_wire_u64(&rd, "finished", &s->finished) != KVS_OK
+            || kvs_wire_u64(&rd, "cache_query_tokens",
+                            &s->cache_query_tokens) != KVS_OK
+            || kvs_wire_u64(&rd, "cache_hit_tokens", &s->cache_hit_tokens)
+               != KVS_OK
+            || kvs_wire_u64(&rd, "cache_evicted_blocks",
+                            &s->cache_evicted_blocks) != KVS_OK
+            || kvs_wire_u32(&rd, "cache_blocks", &s->cache_blocks) != KVS_OK
+            || kvs_wire_u32(&rd, "cache_pinned_blocks",
+                            &s->cache_pinned_blocks) != KVS_OK
+            || kvs_wire_u64(&rd, "epoch", &s->epoch) != KVS_OK)
         {
             return KVS_EFORMAT;
         }

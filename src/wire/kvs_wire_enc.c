@@ -41,7 +41,7 @@ kvs_wire_enc_hello(kvs_buf_t *b, const kvs_wire_hello_t *m, kvs_err_t *err)
                                "must be 1..%d bytes", i, KVS_WIRE_MAX_NAME);
         }
 
-        len += 20 + 16 + 2 + nl;
+        len += 20 + 40 + 2 + nl;
     }
 
     rc = kvs_wire_begin(b, len, KVS_WIRE_HELLO, 0, &p, err);
@@ -64,7 +64,10 @@ kvs_wire_enc_hello(kvs_buf_t *b, const kvs_wire_hello_t *m, kvs_err_t *err)
         p = kvs_wire_put32(p, md->block_tokens);
         p = kvs_wire_put32(p, md->kv_blocks);
         p = kvs_wire_put64(p, md->file_size);
-        p = kvs_wire_put64(p, (uint64_t) md->mtime);
+        p = kvs_wire_put64(p, (uint64_t) md->mtime_ns);
+        p = kvs_wire_put64(p, md->dev);
+        p = kvs_wire_put64(p, md->ino);
+        p = kvs_wire_put64(p, md->epoch);
         p = kvs_wire_put16(p, (uint16_t) nl);
         p = kvs_wire_putb(p, md->name, nl);
     }
@@ -108,6 +111,38 @@ kvs_wire_enc_submit(kvs_buf_t *b, uint64_t id, uint32_t model,
                            "exceed %d", req->n_stop, KVS_WIRE_MAX_STOP);
     }
 
+    if (req->scope_len > KVS_RADIX_MAX_SCOPE
+        || (req->scope_len > 0 && req->scope == NULL))
+    {
+        return kvs_err_set(err, KVS_ERANGE, "SUBMIT: scope: %zu bytes%s; "
+                           "at most %d", req->scope_len,
+                           req->scope == NULL ? " at NULL" : "",
+                           KVS_RADIX_MAX_SCOPE);
+    }
+
+    if (req->n_pins > KVS_ENGINE_MAX_PINS) {
+        return kvs_err_set(err, KVS_ERANGE, "SUBMIT: pins: %u exceed %d",
+                           req->n_pins, KVS_ENGINE_MAX_PINS);
+    }
+
+    for (i = 0; i < req->n_pins; i++) {
+        if (req->pins[i].n_tokens == 0
+            || req->pins[i].n_tokens > req->n_prompt)
+        {
+            return kvs_err_set(err, KVS_ERANGE, "SUBMIT: pins[%zu].n_tokens: "
+                               "%u is not in 1..%u", i,
+                               req->pins[i].n_tokens, req->n_prompt);
+        }
+
+        if (req->pins[i].ttl_ms == 0
+            || req->pins[i].ttl_ms > KVS_ENGINE_MAX_PIN_TTL)
+        {
+            return kvs_err_set(err, KVS_ERANGE, "SUBMIT: pins[%zu].ttl_ms: "
+                               "%u is not in 1..%d", i, req->pins[i].ttl_ms,
+                               KVS_ENGINE_MAX_PIN_TTL);
+        }
+    }
+
     if (!isfinite(s->temperature) || !isfinite(s->top_p)
         || !isfinite(s->min_p) || !isfinite(s->presence_penalty)
         || !isfinite(s->frequency_penalty))
@@ -131,7 +166,8 @@ kvs_wire_enc_submit(kvs_buf_t *b, uint64_t id, uint32_t model,
     }
 
     len = KVS_WIRE_HDR + KVS_WIRE_SUBMIT_FIXED + (size_t) req->n_prompt * 4
-          + (size_t) s->n_logit_bias * 8 + (size_t) req->n_stop_ids * 4;
+          + (size_t) s->n_logit_bias * 8 + (size_t) req->n_stop_ids * 4
+          + req->scope_len + (size_t) req->n_pins * 8;
 
     for (i = 0; i < req->n_stop; i++) {
         if (req->stop_len[i] > KVS_WIRE_MAX_STOP_LEN) {
@@ -167,6 +203,10 @@ kvs_wire_enc_submit(kvs_buf_t *b, uint64_t id, uint32_t model,
     p = kvs_wire_put32(p, s->n_logit_bias);
     p = kvs_wire_put32(p, req->n_stop_ids);
     p = kvs_wire_put32(p, req->n_stop);
+    p = kvs_wire_put32(p, req->adapter);
+    p = kvs_wire_put16(p, (uint16_t) req->scope_len);
+    *p++ = (uint8_t) req->n_pins;
+    *p++ = 0;
 
     for (i = 0; i < req->n_prompt; i++) {
         p = kvs_wire_put32(p, (uint32_t) req->prompt[i]);
@@ -184,6 +224,13 @@ kvs_wire_enc_submit(kvs_buf_t *b, uint64_t id, uint32_t model,
     for (i = 0; i < req->n_stop; i++) {
         p = kvs_wire_put16(p, (uint16_t) req->stop_len[i]);
         p = kvs_wire_putb(p, req->stop[i], req->stop_len[i]);
+    }
+
+    p = kvs_wire_putb(p, req->scope, req->scope_len);
+
+    for (i = 0; i < req->n_pins; i++) {
+        p = kvs_wire_put32(p, req->pins[i].n_tokens);
+        p = kvs_wire_put32(p, req->pins[i].ttl_ms);
     }
 
     kvs_wire_commit(b, p);
@@ -276,6 +323,12 @@ kvs_wire_out_frame(kvs_buf_t *b, uint64_t id, uint32_t choice,
     p = kvs_wire_put32(p, (uint32_t) (t1 - t0));
     p = kvs_wire_put32(p, (uint32_t) (x1 - x0));
     p = kvs_wire_put32(p, (uint32_t) (l1 - l0));
+    p = kvs_wire_put32(p, out->has_cache ? out->n_cached : 0);
+    p = kvs_wire_put32(p, out->has_cache ? out->n_cache_created : 0);
+    p = kvs_wire_put32(p, out->has_cache ? out->miss_pos : 0);
+    *p++ = (uint8_t) (out->has_cache ? out->miss : 0);
+    *p++ = out->has_cache ? 1 : 0;
+    p = kvs_wire_put16(p, 0);
 
     for (i = t0; i < t1; i++) {
         p = kvs_wire_put32(p, (uint32_t) out->tokens[i]);
@@ -318,6 +371,18 @@ kvs_wire_enc_out(kvs_buf_t *b, uint64_t id, uint32_t choice,
     if ((unsigned) out->finish > KVS_FINISH_ERROR) {
         return kvs_err_set(err, KVS_ERANGE, "OUT: finish: %d is not a "
                            "finish reason", (int) out->finish);
+    }
+
+    if (out->has_cache
+        && ((unsigned) out->miss > KVS_RADIX_MISS_OFF
+            || out->n_cached > out->n_prompt
+            || out->n_cache_created > out->n_prompt
+            || out->miss_pos > out->n_prompt))
+    {
+        return kvs_err_set(err, KVS_ERANGE, "OUT: cache: miss %d at %u, "
+                           "%u cached and %u created of a %u-token prompt",
+                           (int) out->miss, out->miss_pos, out->n_cached,
+                           out->n_cache_created, out->n_prompt);
     }
 
     for (l0 = 0; l0 < out->n_lp; l0++) {
@@ -460,6 +525,12 @@ kvs_wire_enc_stats(kvs_buf_t *b, uint64_t id, const kvs_wire_stats_t *m,
         p = kvs_wire_put32(p, s->block_tokens);
         p = kvs_wire_put64(p, s->requests);
         p = kvs_wire_put64(p, s->finished);
+        p = kvs_wire_put64(p, s->cache_query_tokens);
+        p = kvs_wire_put64(p, s->cache_hit_tokens);
+        p = kvs_wire_put64(p, s->cache_evicted_blocks);
+        p = kvs_wire_put32(p, s->cache_blocks);
+        p = kvs_wire_put32(p, s->cache_pinned_blocks);
+        p = kvs_wire_put64(p, s->epoch);
     }
 
     kvs_wire_commit(b, p);

@@ -136,6 +136,21 @@ fuzz_ok(const kvs_api_req_t *r, kvs_api_kind_t kind, int gemma)
         FUZZ_CHECK(json_array_size(r->messages) >= 1);
         FUZZ_CHECK(r->max_tokens == -1 || r->max_tokens >= 1);
         FUZZ_CHECK(r->prompts == NULL && r->echo == 0);
+        FUZZ_CHECK(r->n_breaks <= KVS_API_MAX_BREAKS);
+
+        /* cache_control breakpoints name a message, a part of it */
+        for (i = 0; i < r->n_breaks; i++) {
+            FUZZ_CHECK(r->breaks[i].message < json_array_size(r->messages));
+            FUZZ_CHECK(r->breaks[i].part < 0
+                       || (size_t) r->breaks[i].part < json_array_size(
+                              json_object_get(json_array_get(r->messages,
+                                  r->breaks[i].message), "content")));
+            FUZZ_CHECK(r->breaks[i].ttl_ms == KVS_API_TTL_5M
+                       || r->breaks[i].ttl_ms == KVS_API_TTL_1H);
+            FUZZ_CHECK(i == 0
+                       || r->breaks[i].message >= r->breaks[i - 1].message);
+        }
+
         fuzz_render(r, gemma);
         return;
     }

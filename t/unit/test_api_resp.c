@@ -262,6 +262,7 @@ test_chat_body(void **state)
     head_init(&h, KVS_API_CHAT, "chatcmpl-abc", 0);
     choice_init(&cs[0], 0, "Once upon a time", KVS_FINISH_STOP);
     choice_init(&cs[1], 1, "There was", KVS_FINISH_LENGTH);
+    memset(&u, 0, sizeof(u));
     u.prompt_tokens = 12;
     u.completion_tokens = 9;
     u.cached_tokens = 8;
@@ -324,6 +325,7 @@ test_completions_body(void **state)
     head_init(&h, KVS_API_COMPLETIONS, "cmpl-xyz", 0);
     choice_init(&cs[0], 0, " the end.", KVS_FINISH_STOP);
     choice_init(&cs[1], 1, "", KVS_FINISH_LENGTH);
+    memset(&u, 0, sizeof(u));
     u.prompt_tokens = 3;
     u.completion_tokens = 5;
     u.cached_tokens = 0;
@@ -475,6 +477,7 @@ test_chat_stream(void **state)
         "\"finish_reason\":\"stop\"}]}\n\n";
 
     head_init(&h, KVS_API_CHAT, "chatcmpl-s1", 0);
+    memset(&u, 0, sizeof(u));
     u.prompt_tokens = 7;
     u.completion_tokens = 3;
     u.cached_tokens = 0;
@@ -607,6 +610,7 @@ test_completions_stream(void **state)
     /* both in one event */
     assert_int_equal(kvs_api_resp_chunk(&b, &h, cs, 2, 1, NULL, &err),
                      KVS_OK);
+    memset(&u, 0, sizeof(u));
     u.prompt_tokens = 4;
     u.completion_tokens = 4;
     u.cached_tokens = 4;

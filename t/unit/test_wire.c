@@ -181,7 +181,10 @@ test_hello(void **state)
         in->models[i].block_tokens = 16;
         in->models[i].kv_blocks = 0xffffffffu - i;
         in->models[i].file_size = 1ULL << 40;
-        in->models[i].mtime = -1 - (int64_t) i;
+        in->models[i].mtime_ns = -1 - (int64_t) i;
+        in->models[i].dev = 0x8000000000000001ULL + i;
+        in->models[i].ino = UINT64_MAX - i;
+        in->models[i].epoch = 0x0123456789abcdefULL ^ i;
         memset(in->models[i].name, 'a' + i % 26,
                i == 0 ? KVS_WIRE_MAX_NAME : 1 + i);
     }
@@ -205,7 +208,10 @@ test_hello(void **state)
         assert_int_equal(out->models[i].block_tokens, 16);
         assert_int_equal(out->models[i].kv_blocks, 0xffffffffu - i);
         assert_true(out->models[i].file_size == 1ULL << 40);
-        assert_true(out->models[i].mtime == -1 - (int64_t) i);
+        assert_true(out->models[i].mtime_ns == -1 - (int64_t) i);
+        assert_true(out->models[i].dev == 0x8000000000000001ULL + i);
+        assert_true(out->models[i].ino == UINT64_MAX - i);
+        assert_true(out->models[i].epoch == (0x0123456789abcdefULL ^ i));
         assert_string_equal(out->models[i].name, in->models[i].name);
     }
 
@@ -239,6 +245,7 @@ test_submit(void **state)
     kvs_wire_submit_t    s;
     const char          *stop[KVS_WIRE_MAX_STOP];
     char                 text[KVS_WIRE_MAX_STOP][KVS_WIRE_MAX_STOP_LEN];
+    char                 scope[KVS_RADIX_MAX_SCOPE];
 
     memset(&b, 0, sizeof(b));
     memset(&s, 0, sizeof(s));
@@ -251,6 +258,8 @@ test_submit(void **state)
     assert_int_equal(s.req.n_prompt, 0);
     assert_null(s.req.stop);
     assert_null(s.req.sample.logit_bias);
+    assert_null(s.req.scope);
+    assert_int_equal(s.req.scope_len + s.req.n_pins + s.req.adapter, 0);
 
     /* the fullest */
     for (i = 0; i < 1000; i++) {
@@ -295,6 +304,16 @@ test_submit(void **state)
     req.stop_len = len;
     req.n_stop = KVS_WIRE_MAX_STOP;
     req.ignore_eos = 1;
+    memset(scope, 0xa5, sizeof(scope));       /* raw bytes, the limit */
+    scope[3] = '\0';
+    req.scope = scope;
+    req.scope_len = KVS_RADIX_MAX_SCOPE;
+    req.adapter = 0xffffffffu;
+    req.n_pins = KVS_ENGINE_MAX_PINS;
+    for (i = 0; i < KVS_ENGINE_MAX_PINS; i++) {
+        req.pins[i].n_tokens = i == 0 ? 1 : (uint32_t) (1000 - i);
+        req.pins[i].ttl_ms = i == 0 ? KVS_ENGINE_MAX_PIN_TTL : (uint32_t) i;
+    }
 
     b.len = 0;
     assert_int_equal(kvs_wire_enc_submit(&b, UINT64_MAX, 31, &req,
@@ -333,6 +352,14 @@ test_submit(void **state)
     }
     assert_int_equal(s.req.ignore_eos, 1);
     assert_null(s.req.data);
+    assert_int_equal(s.req.scope_len, KVS_RADIX_MAX_SCOPE);
+    assert_memory_equal(s.req.scope, scope, KVS_RADIX_MAX_SCOPE);
+    assert_int_equal(s.req.adapter, 0xffffffffu);
+    assert_int_equal(s.req.n_pins, KVS_ENGINE_MAX_PINS);
+    for (i = 0; i < KVS_ENGINE_MAX_PINS; i++) {
+        assert_int_equal(s.req.pins[i].n_tokens, req.pins[i].n_tokens);
+        assert_int_equal(s.req.pins[i].ttl_ms, req.pins[i].ttl_ms);
+    }
 
     check_mutations(b.data, b.len);
 
@@ -362,6 +389,28 @@ test_submit(void **state)
     assert_int_equal(kvs_wire_enc_submit(&b, 1, 0, &req, 0, &err),
                      KVS_ERANGE);
     req.sample.top_logprobs = 0;
+    req.scope_len = KVS_RADIX_MAX_SCOPE + 1;
+    assert_int_equal(kvs_wire_enc_submit(&b, 1, 0, &req, 0, &err),
+                     KVS_ERANGE);
+    req.scope_len = 1;
+    req.n_pins = KVS_ENGINE_MAX_PINS + 1;
+    assert_int_equal(kvs_wire_enc_submit(&b, 1, 0, &req, 0, &err),
+                     KVS_ERANGE);
+    req.n_pins = 1;
+    req.pins[0].n_tokens = 1001;              /* past the prompt */
+    assert_int_equal(kvs_wire_enc_submit(&b, 1, 0, &req, 0, &err),
+                     KVS_ERANGE);
+    req.pins[0].n_tokens = 0;
+    assert_int_equal(kvs_wire_enc_submit(&b, 1, 0, &req, 0, &err),
+                     KVS_ERANGE);
+    req.pins[0].n_tokens = 1;
+    req.pins[0].ttl_ms = KVS_ENGINE_MAX_PIN_TTL + 1;
+    assert_int_equal(kvs_wire_enc_submit(&b, 1, 0, &req, 0, &err),
+                     KVS_ERANGE);
+    req.pins[0].ttl_ms = 0;
+    assert_int_equal(kvs_wire_enc_submit(&b, 1, 0, &req, 0, &err),
+                     KVS_ERANGE);
+    req.n_pins = 0;
     req.n_prompt = KVS_WIRE_MAX_FRAME / 4;     /* past the frame */
     assert_int_equal(kvs_wire_enc_submit(&b, 1, 0, &req, 0, &err),
                      KVS_ERANGE);
@@ -587,6 +636,11 @@ test_out(void **state)
     o.n_prompt = 11;
     o.n_generated = 5;
     o.n_preempted = 0xffffffffu;
+    o.has_cache = 1;
+    o.n_cached = 11;
+    o.n_cache_created = 7;
+    o.miss = KVS_RADIX_MISS_OFF;
+    o.miss_pos = 10;
     snprintf(o.error, sizeof(o.error), "backend: out of memory");
     t.recv_ns = 1;
     t.first_ns = 2;
@@ -603,6 +657,11 @@ test_out(void **state)
     assert_int_equal(d.out.n_prompt, 11);
     assert_int_equal(d.out.n_generated, 5);
     assert_int_equal(d.out.n_preempted, 0xffffffffu);
+    assert_int_equal(d.out.has_cache, 1);
+    assert_int_equal(d.out.n_cached, 11);
+    assert_int_equal(d.out.n_cache_created, 7);
+    assert_int_equal(d.out.miss, KVS_RADIX_MISS_OFF);
+    assert_int_equal(d.out.miss_pos, 10);
     assert_true(d.t.recv_ns == 1 && d.t.first_ns == 2
                 && d.t.now_ns == UINT64_MAX);
     assert_int_equal(d.out.n_tokens, 5);
@@ -625,12 +684,16 @@ test_out(void **state)
 
     check_mutations(b.data, b.len);
 
-    /* the error travels only with finish error; decoding again replaces */
+    /* the error travels only with finish error; decoding again replaces,
+     * the cache fields too (zero without has_cache) */
     o.finish = KVS_FINISH_STOP;
+    o.has_cache = 0;
     b.len = 0;
     assert_int_equal(kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err), KVS_OK);
     assert_int_equal(kvs_wire_dec_out(b.data, b.len, &d, &err), KVS_OK);
     assert_int_equal(d.out.finish, KVS_FINISH_STOP);
+    assert_int_equal(d.out.has_cache + d.out.n_cached + d.out.miss_pos
+                     + d.out.n_cache_created + d.out.miss, 0);
     assert_string_equal(d.out.error, "");
     assert_int_equal(d.out.n_tokens, 5);
     assert_true(d.t.now_ns == 0);
@@ -647,6 +710,13 @@ test_out(void **state)
     assert_int_equal(kvs_wire_enc_out(&b, 1, KVS_ENGINE_MAX_N, &o, NULL,
                                       &err), KVS_ERANGE);
     o.finish = (kvs_finish_t) 9;
+    assert_int_equal(kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err), KVS_ERANGE);
+    o.finish = KVS_FINISH_NONE;
+    o.has_cache = 1;
+    o.miss = (kvs_radix_miss_t) (KVS_RADIX_MISS_OFF + 1);
+    assert_int_equal(kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err), KVS_ERANGE);
+    o.miss = KVS_RADIX_MISS_NONE;
+    o.n_cached = 1;                           /* of a 0-token prompt */
     assert_int_equal(kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err), KVS_ERANGE);
 
     kvs_engine_out_free(&o);
@@ -761,6 +831,12 @@ test_stats(void **state)
         in->models[i].st.block_tokens = 17;
         in->models[i].st.requests = 18;
         in->models[i].st.finished = 19 + i;
+        in->models[i].st.cache_query_tokens = 20;
+        in->models[i].st.cache_hit_tokens = 21;
+        in->models[i].st.cache_evicted_blocks = UINT64_MAX;
+        in->models[i].st.cache_blocks = 22;
+        in->models[i].st.cache_pinned_blocks = 0xffffffffu;
+        in->models[i].st.epoch = 0x0123456789abcdefULL + i;
     }
 
     assert_int_equal(kvs_wire_enc_stats(&b, 12, in, &err), KVS_OK);
@@ -853,6 +929,12 @@ submit_frame(kvs_buf_t *b)
     req.stop = stop;
     req.stop_len = len;
     req.n_stop = 1;
+    req.adapter = 7;
+    req.scope = "tenant";
+    req.scope_len = 6;
+    req.pins[0].n_tokens = 2;
+    req.pins[0].ttl_ms = 300000;
+    req.n_pins = 1;
 
     b->len = 0;
     assert_int_equal(kvs_wire_enc_submit(b, 1, 0, &req, 0, &err), KVS_OK);
@@ -870,7 +952,12 @@ submit_frame(kvs_buf_t *b)
 #define SUB_N_BIAS      (16 + 60)
 #define SUB_N_STOP_IDS  (16 + 64)
 #define SUB_N_STOP      (16 + 68)
-#define SUB_STOP_LEN    (16 + 72 + 12 + 8 + 4)
+#define SUB_ADAPTER     (16 + 72)
+#define SUB_SCOPE_LEN   (16 + 76)
+#define SUB_N_PINS      (16 + 78)
+#define SUB_RESERVED2   (16 + 79)
+#define SUB_STOP_LEN    (16 + 80 + 12 + 8 + 4)
+#define SUB_PIN         (SUB_STOP_LEN + 2 + 2 + 6)
 
 
 static void
@@ -904,7 +991,7 @@ test_bad_submit(void **state)
 
     memset(&b, 0, sizeof(b));
     submit_frame(&b);
-    assert_int_equal(b.len, 16 + 72 + 12 + 8 + 4 + 2 + 2);
+    assert_int_equal(b.len, 16 + 80 + 12 + 8 + 4 + 2 + 2 + 6 + 8);
 
     corrupt_submit(SUB_N_PROMPT, 0xffffffffu, 4, "prompt");
     corrupt_submit(SUB_N_PROMPT, 0x40000000u, 4, "prompt");  /* x4 wraps */
@@ -926,12 +1013,25 @@ test_bad_submit(void **state)
     corrupt_submit(SUB_N_STOP, KVS_WIRE_MAX_STOP + 1, 4, "n_stop");
     corrupt_submit(SUB_N_STOP, 2, 4, "stop");
     corrupt_submit(SUB_STOP_LEN, KVS_WIRE_MAX_STOP_LEN + 1, 2, "stop[0]");
-    corrupt_submit(SUB_STOP_LEN, 3, 2, "stop");
-    corrupt_submit(SUB_STOP_LEN, 1, 2, "after the last field");
+    corrupt_submit(SUB_STOP_LEN, 3, 2, "frame ends");  /* shifted */
+    corrupt_submit(SUB_STOP_LEN, 1, 2, "pins[0].n_tokens");  /* shifted */
+    corrupt_submit(SUB_SCOPE_LEN, KVS_RADIX_MAX_SCOPE + 1, 2, "scope_len");
+    corrupt_submit(SUB_SCOPE_LEN, 0xffff, 2, "scope_len");
+    corrupt_submit(SUB_SCOPE_LEN, 15, 2, "scope");
+    corrupt_submit(SUB_SCOPE_LEN, 5, 2, "pins[0].n_tokens");
+    corrupt_submit(SUB_N_PINS, KVS_ENGINE_MAX_PINS + 1, 1, "n_pins");
+    corrupt_submit(SUB_N_PINS, 2, 1, "pins");
+    corrupt_submit(SUB_N_PINS, 0, 1, "after the last field");
+    corrupt_submit(SUB_RESERVED2, 1, 1, "reserved");
+    corrupt_submit(SUB_PIN, 0, 4, "pins[0].n_tokens");
+    corrupt_submit(SUB_PIN, 4, 4, "pins[0].n_tokens");   /* > n_prompt */
+    corrupt_submit(SUB_PIN + 4, 0, 4, "pins[0].ttl_ms");
+    corrupt_submit(SUB_PIN + 4, KVS_ENGINE_MAX_PIN_TTL + 1, 4,
+                   "pins[0].ttl_ms");
 
     /* the frame length short by one: the last field ends early */
     put32(b.data, (uint32_t) b.len - 1);
-    expect_bad(b.data, b.len - 1, "stop");
+    expect_bad(b.data, b.len - 1, "pins");
 
     kvs_buf_free(&b);
 }
@@ -989,8 +1089,50 @@ test_bad_others(void **state)
 
     b.len = 0;
     kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err);
-    b.data[16 + 56 + 8 + 2 + 8] = KVS_SAMPLE_MAX_TOP_LOGPROBS + 1;
+    b.data[16 + 72 + 8 + 2 + 8] = KVS_SAMPLE_MAX_TOP_LOGPROBS + 1;
     expect_bad(b.data, b.len, "n_top");
+
+    /* the cache fields at 16 + 56: n_cached, n_cache_created, miss_pos,
+     * miss, has_cache, reserved; zero unless has_cache */
+    o.n_prompt = 5;
+    o.has_cache = 1;
+    o.miss = KVS_RADIX_MISS_DIVERGED;
+    o.miss_pos = 3;
+
+    b.len = 0;
+    assert_int_equal(kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err), KVS_OK);
+    b.data[16 + 68] = KVS_RADIX_MISS_OFF + 1;
+    expect_bad(b.data, b.len, "miss");
+
+    b.len = 0;
+    kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err);
+    b.data[16 + 69] = 2;
+    expect_bad(b.data, b.len, "has_cache");
+
+    b.len = 0;
+    kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err);
+    b.data[16 + 69] = 0;                      /* a miss without has_cache */
+    expect_bad(b.data, b.len, "cache");
+
+    b.len = 0;
+    kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err);
+    b.data[16 + 70] = 1;
+    expect_bad(b.data, b.len, "reserved");
+
+    b.len = 0;
+    kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err);
+    put32(b.data + 16 + 56, 6);               /* n_cached > n_prompt */
+    expect_bad(b.data, b.len, "cache");
+
+    b.len = 0;
+    kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err);
+    put32(b.data + 16 + 60, 6);               /* n_cache_created */
+    expect_bad(b.data, b.len, "cache");
+
+    b.len = 0;
+    kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err);
+    put32(b.data + 16 + 64, 6);               /* miss_pos */
+    expect_bad(b.data, b.len, "cache");
 
     kvs_engine_out_free(&o);
 
@@ -1019,9 +1161,9 @@ test_bad_others(void **state)
     put32(b.data + 32, KVS_WIRE_MAX_MODELS + 1);
     expect_bad(b.data, b.len, "n_models");
     put32(b.data + 32, 1);
-    b.data[36 + 36] = 0;
+    b.data[36 + 60] = 0;                /* name_len's low byte */
     expect_bad(b.data, b.len, "name");
-    b.data[36 + 36] = 1;
+    b.data[36 + 60] = 1;
     assert_int_equal(decode_any(b.data, b.len, &err), KVS_OK);
 
     put32(b.data + 16, KVS_WIRE_VERSION + 1);

@@ -1,0 +1,311 @@
+/*
+ * ngx_http_kvserve_cache: the prefix cache from the worker's side: the
+ * directives kvserve_cache_scope, kvserve_cache_pin_max (and the flag
+ * kvserve_prefix_cache, a plain slot), a request's cache scope, the pins
+ * of its cache_control breakpoints, and what the engine says back (usage,
+ * variables, metrics).
+ *
+ * Invariants:
+ *  - a scope reaches the engine only as a 32-hex-digit XXH3-128 of the
+ *    evaluated kvserve_cache_scope value: fixed length (within
+ *    KVS_RADIX_MAX_SCOPE whatever the value), never the value itself (an
+ *    API key stays in the worker), and distinct tenants collide with
+ *    probability 2^-128; an empty value is the global scope, as
+ *    "global" is;
+ *  - ngx_http_kvserve_cache_pins() runs in the tokenizing job (maybe a
+ *    pool thread): it touches only the job and libkvserve;
+ *  - a part's cache figures are taken from the first OUT frame that
+ *    carries them (the engine sends them once per choice, all alike)
+ *    and added to the request's once.
+ */
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <xxhash.h>
+
+#include "ngx_http_kvserve_completions.h"
+#include "api/kvs_api_cache.h"
+
+#if (KVS_API_MAX_BREAKS > KVS_ENGINE_MAX_PINS)
+#error "a request's breakpoints must fit the engine's pins"
+#endif
+
+
+/* ---- directives ------------------------------------------------------- */
+
+char *
+ngx_http_kvserve_cache_scope_directive(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_kvserve_loc_conf_t  *klcf = conf;
+
+    ngx_str_t                         *value;
+    ngx_http_complex_value_t          *cv;
+    ngx_http_compile_complex_value_t   ccv;
+
+    if (klcf->cache_scope != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (value[1].len == 6 && ngx_strncmp(value[1].data, "global", 6) == 0) {
+        klcf->cache_scope = NULL;
+        return NGX_CONF_OK;
+    }
+
+    if (value[1].len == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"\" in \"%V\" directive, it must "
+                           "be \"global\" or a string with variables, such "
+                           "as $http_authorization", &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    cv = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
+    if (cv == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memzero(&ccv, sizeof(ccv));
+    ccv.cf = cf;
+    ccv.value = &value[1];
+    ccv.complex_value = cv;
+
+    if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    klcf->cache_scope = cv;
+
+    return NGX_CONF_OK;
+}
+
+
+char *
+ngx_http_kvserve_cache_pin_max(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_kvserve_main_conf_t  *kmcf = conf;
+
+    off_t       n;
+    ngx_str_t  *value;
+
+    if (kmcf->pin_max != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    n = ngx_parse_offset(&value[1]);
+
+    if (n == NGX_ERROR || n == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\" directive, it "
+                           "must be a size in bytes greater than 0, such as "
+                           "512m or 2g", &value[1], &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    kmcf->pin_max = n;
+
+    return NGX_CONF_OK;
+}
+
+
+/* ---- a request: its scope and pins ------------------------------------ */
+
+/* The request's scope, from the location's kvserve_cache_scope. */
+ngx_int_t
+ngx_http_kvserve_cache_scope(ngx_http_kvserve_ctx_t *ctx)
+{
+    u_char                       *p;
+    ngx_str_t                     v;
+    ngx_uint_t                    i;
+    XXH128_hash_t                 h;
+    ngx_http_kvserve_loc_conf_t  *klcf;
+
+    static const u_char  hex[] = "0123456789abcdef";
+
+    ngx_str_null(&ctx->cache_scope);
+    ctx->cache_miss = -1;
+
+    klcf = ngx_http_get_module_loc_conf(ctx->r, ngx_http_kvserve_module);
+
+    if (klcf->cache_scope == NULL || klcf->cache_scope == NGX_CONF_UNSET_PTR)
+    {
+        return NGX_OK;
+    }
+
+    if (ngx_http_complex_value(ctx->r, klcf->cache_scope, &v) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (v.len == 0) {
+        return NGX_OK;
+    }
+
+    h = XXH3_128bits(v.data, v.len);
+
+    p = ngx_pnalloc(ctx->r->pool, 32);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < 16; i++) {
+        p[i] = hex[(h.high64 >> (60 - 4 * i)) & 0xf];
+        p[16 + i] = hex[(h.low64 >> (60 - 4 * i)) & 0xf];
+    }
+
+    ctx->cache_scope.data = p;
+    ctx->cache_scope.len = 32;
+
+    return NGX_OK;
+}
+
+
+/*
+ * The job's pins from the request's breakpoints: text[len] the rendered
+ * prompt (args as rendered, spans its content spans), ids its tokens.
+ * A breakpoint that covers no whole token pins nothing; two at the same
+ * token are one pin with the longer TTL.  In the tokenizing job.
+ */
+int
+ngx_http_kvserve_cache_pins(ngx_http_kvserve_tok_job_t *job,
+    kvs_tok_ctx_t *tok, const kvs_chat_args_t *args, const char *text,
+    size_t len, const kvs_span_t *spans, size_t n_spans,
+    const kvs_ids_t *ids, kvs_err_t *err)
+{
+    int                     rc;
+    size_t                  off[KVS_API_MAX_BREAKS];
+    uint32_t                k, j, nt[KVS_API_MAX_BREAKS];
+    kvs_engine_pin_t       *pin;
+    const kvs_api_req_t    *req;
+
+    req = job->req;
+    job->n_pins = 0;
+
+    if (req->n_breaks == 0) {
+        return KVS_OK;
+    }
+
+    rc = kvs_api_cache_offsets(&job->chat, req->messages, args, text, len,
+                               req->breaks, req->n_breaks, off, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    rc = kvs_api_cache_tokens(job->vocab, tok, text, len, KVS_TOK_SPECIAL,
+                              spans, n_spans, ids->ids, ids->n, off,
+                              req->n_breaks, nt, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    for (k = 0; k < req->n_breaks; k++) {
+        if (nt[k] == 0) {
+            continue;
+        }
+
+        for (j = 0; j < job->n_pins; j++) {
+            if (job->pins[j].n_tokens == nt[k]) {
+                break;
+            }
+        }
+
+        pin = &job->pins[j];
+
+        if (j == job->n_pins) {
+            pin->n_tokens = nt[k];
+            pin->ttl_ms = 0;
+            job->n_pins++;
+        }
+
+        if (req->breaks[k].ttl_ms > pin->ttl_ms) {
+            pin->ttl_ms = req->breaks[k].ttl_ms;
+        }
+    }
+
+    return KVS_OK;
+}
+
+
+/* The SUBMIT of part i: the request's scope, and the chat's pins. */
+void
+ngx_http_kvserve_cache_req(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t i,
+    kvs_engine_req_t *ereq)
+{
+    uint32_t  k;
+
+    ereq->scope = (const char *) ctx->cache_scope.data;
+    ereq->scope_len = ctx->cache_scope.len;
+    ereq->adapter = 0;
+    ereq->n_pins = 0;
+
+    if (!ctx->chat || i != 0) {
+        return;
+    }
+
+    for (k = 0; k < ctx->tok->n_pins; k++) {
+        /* a pin ends within the prompt the SUBMIT carries */
+        if (ctx->tok->pins[k].n_tokens <= ereq->n_prompt) {
+            ereq->pins[ereq->n_pins++] = ctx->tok->pins[k];
+        }
+    }
+}
+
+
+/* ---- what the engine says --------------------------------------------- */
+
+void
+ngx_http_kvserve_cache_out(ngx_http_kvserve_ctx_t *ctx,
+    ngx_http_kvserve_part_t *part, const kvs_engine_out_t *o)
+{
+    if (!o->has_cache || part->has_cache) {
+        return;
+    }
+
+    part->has_cache = 1;
+    ctx->cached_tokens += o->n_cached;
+    ctx->cache_created += o->n_cache_created;
+
+    if (o->miss != KVS_RADIX_MISS_OFF) {
+        ctx->cache_queried += o->n_prompt;
+    }
+
+    /* the first prompt's reason: one value for the variable */
+    if (part->index == 0) {
+        ctx->cache_miss = (ngx_int_t) o->miss;
+        ctx->cache_miss_pos = o->miss_pos;
+    }
+}
+
+
+/* $kvserve_cache_miss_reason's value: the reason's name, and the token
+ * where the cached tokens differ ("diverged:812"). */
+ngx_int_t
+ngx_http_kvserve_cache_miss_text(ngx_http_request_t *r, ngx_int_t miss,
+    uint32_t pos, ngx_str_t *s)
+{
+    u_char      *p;
+    const char  *name;
+
+    name = kvs_radix_miss_name((kvs_radix_miss_t) miss);
+
+    p = ngx_pnalloc(r->pool, ngx_strlen(name) + 1 + NGX_INT32_LEN);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    s->data = p;
+    p = ngx_cpymem(p, name, ngx_strlen(name));
+
+    if (miss == KVS_RADIX_MISS_DIVERGED) {
+        p = ngx_sprintf(p, ":%uD", pos);
+    }
+
+    s->len = p - s->data;
+
+    return NGX_OK;
+}

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Prefix cache (issue 6): bench_prefix (t/bench/bench_prefix.c) through
+# the whole engine on a generated model, in two parts:
+#   trace   a seeded multi-turn chat (users sharing a system prompt, each
+#           turn resending the conversation with the model's replies),
+#           cache off and on for pools sized to fractions of the trace's
+#           working set: prefill tokens computed, hit rate, the best
+#           possible hit rate for that trace and pool (Belady replay over
+#           whole blocks), ours / best, and replies equal to cache-off
+#   ttft    time to first token at 8k..64k-token prompts: cold (cache
+#           off), a full-prefix hit (the same prompt again) and a
+#           follow-up (prompt + reply + a new message), and the ratios
+# then the goals: ours / best >= 95% and, at 32k, a hit under 1/20 of
+# the cold time.
+#
+# Environment: KVS_BENCH_DIR (where bench_prefix is built), KVS_TMP (the
+# generated model is written there, removed once open).
+# Knobs: PREFIX_PARTS ("trace ttft"), PREFIX_THREADS (0: every CPU),
+# PREFIX_SEED (1), PREFIX_USERS (32), PREFIX_TURNS (8), PREFIX_SYSTEM
+# (512), PREFIX_CONC (4), PREFIX_REPLY (32), PREFIX_CACHE ("1,0.5,0.25":
+# fractions of the working set), PREFIX_SIZES
+# ("8192,16384,32768,65536"), PREFIX_OFF_MAX (32768: longer prompts are
+# not timed with the cache off, their cold time is a fresh prompt's with
+# the cache on; 64k cold takes 1-2 minutes here).  A smaller run: PREFIX_USERS=8
+# PREFIX_SIZES=8192,32768.
+set -euo pipefail
+
+bin=${KVS_BENCH_DIR:-build}/bench_prefix
+export KVS_TMP=${KVS_TMP:-/tmp}
+parts=${PREFIX_PARTS:-trace ttft}
+common=(--threads "${PREFIX_THREADS:-0}" --seed "${PREFIX_SEED:-1}")
+out=$(mktemp "$KVS_TMP/prefix-bench.XXXXXX")
+trap 'rm -f "$out"' EXIT
+
+for part in $parts; do
+    case $part in
+    trace)
+        echo
+        "$bin" trace "${common[@]}" --users "${PREFIX_USERS:-32}" \
+            --turns "${PREFIX_TURNS:-8}" --system "${PREFIX_SYSTEM:-512}" \
+            --conc "${PREFIX_CONC:-4}" --reply "${PREFIX_REPLY:-32}" \
+            --cache "${PREFIX_CACHE:-1,0.5,0.25}" | tee -a "$out" \
+            | grep -v '^prefix_' ;;
+    ttft)
+        echo
+        "$bin" ttft "${common[@]}" --off-max "${PREFIX_OFF_MAX:-32768}" \
+            --sizes "${PREFIX_SIZES:-8192,16384,32768,65536}" \
+            | tee -a "$out" | grep -v '^prefix_' ;;
+    *)
+        echo "prefix.sh: unknown part \"$part\" (trace, ttft)" >&2
+        exit 2 ;;
+    esac
+done
+
+# the goals, from the machine-readable lines
+echo
+awk '
+function field(name,    i, kv) {
+    for (i = 2; i <= NF; i++) {
+        split($i, kv, "=")
+        if (kv[1] == name) {
+            return kv[2]
+        }
+    }
+    return ""
+}
+$1 == "prefix_trace" && field("cache") == "on" {
+    r = field("ratio")
+    printf "goal: hit rate >= 95%% of the best possible, pool %s x working" \
+           " set: %.1f%% (%.2f%% of %.2f%%): %s\n", field("frac"), 100 * r,
+           100 * field("hit"), 100 * field("best"),
+           (r >= 0.95) ? "met" : "NOT met"
+}
+$1 == "prefix_ttft" && field("prompt") == 32768 {
+    r = field("ratio")
+    printf "goal: time to first token of a full-prefix hit at 32k under" \
+           " 1/20 of cold: %s ms vs %s ms, %.1fx: %s\n", field("hit_ms"),
+           field("cold_off_ms"), r, (r >= 20) ? "met" : "NOT met"
+}
+' "$out"
