@@ -29,6 +29,7 @@ static void kvs_engine_fork(kvs_engine_t *e, kvs_engine_seq_t *h,
     const float *logits);
 static void kvs_engine_unfollow(kvs_engine_t *e, kvs_engine_seq_t *h);
 static void kvs_engine_publish(kvs_engine_t *e);
+static void kvs_engine_publish_tenants(kvs_engine_t *e);
 static int kvs_engine_cache_new(kvs_engine_t *e, kvs_err_t *err);
 static void kvs_engine_cache_ns(kvs_engine_t *e, kvs_engine_seq_t *h);
 static void kvs_engine_pin(kvs_engine_t *e, kvs_engine_seq_t *h);
@@ -403,6 +404,15 @@ kvs_engine_stats(kvs_engine_t *e, kvs_engine_stats_t *st)
 }
 
 
+void
+kvs_engine_tenants(kvs_engine_t *e, kvs_engine_tenants_t *out)
+{
+    pthread_mutex_lock(&e->lock);
+    *out = e->tenants;
+    pthread_mutex_unlock(&e->lock);
+}
+
+
 /* Moves submitted requests into the scheduler, oldest first; ones the
  * consumer closed meanwhile are dropped. */
 static void
@@ -710,6 +720,47 @@ kvs_engine_publish(kvs_engine_t *e)
 
     e->stats.kv_used = used;
     e->shown = e->stats;
+
+    kvs_engine_publish_tenants(e);
+}
+
+
+/* The fair share's top tenants into the published copy.  Under
+ * e->lock. */
+static void
+kvs_engine_publish_tenants(kvs_engine_t *e)
+{
+    size_t                 i, n;
+    kvs_fair_row_t         rows[KVS_ENGINE_TOP_TENANTS], all;
+    kvs_engine_tenant_t   *t;
+    kvs_engine_tenants_t  *out;
+
+    out = &e->tenants;
+    n = kvs_fair_rows(&e->sched.fair, rows, KVS_ENGINE_TOP_TENANTS, &all);
+
+    memset(&out->other, 0, sizeof(out->other));
+    out->other.prefill = all.prefill;
+    out->other.decode = all.decode;
+    out->other.kv_blocks = all.kv_blocks;
+    out->other.n_seqs = all.n_seqs;
+
+    for (i = 0; i < n; i++) {
+        t = &out->top[i];
+        t->key_len = rows[i].key_len;
+        memcpy(t->key, rows[i].key, rows[i].key_len);
+        t->prefill = rows[i].prefill;
+        t->decode = rows[i].decode;
+        t->kv_blocks = rows[i].kv_blocks;
+        t->n_seqs = rows[i].n_seqs;
+
+        out->other.prefill -= t->prefill;
+        out->other.decode -= t->decode;
+        out->other.kv_blocks -= t->kv_blocks;
+        out->other.n_seqs -= t->n_seqs;
+    }
+
+    out->n_top = (uint32_t) n;
+    out->n_tenants = e->sched.fair.n_tenants;
 }
 
 

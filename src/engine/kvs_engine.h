@@ -112,6 +112,26 @@ typedef struct {
     void                *data;        /* the caller's */
 } kvs_engine_req_t;
 
+/* A tenant of the fair share, for metrics. */
+typedef struct {
+    char      key[KVS_FAIR_MAX_KEY];  /* [key_len], not NUL-ended */
+    size_t    key_len;
+    uint64_t  prefill;                /* tokens computed for it since the */
+    uint64_t  decode;                 /* engine first saw it */
+    uint32_t  kv_blocks;              /* held by its running sequences */
+    uint32_t  n_seqs;                 /* queued now */
+} kvs_engine_tenant_t;
+
+#define KVS_ENGINE_TOP_TENANTS  8
+
+typedef struct {
+    kvs_engine_tenant_t  top[KVS_ENGINE_TOP_TENANTS];  /* served most
+                                                         first */
+    uint32_t             n_top;
+    kvs_engine_tenant_t  other;       /* the rest summed, key_len 0 */
+    uint32_t             n_tenants;   /* known: active and kept idle */
+} kvs_engine_tenants_t;
+
 typedef struct kvs_engine_s      kvs_engine_t;
 typedef struct kvs_engine_seq_s  kvs_engine_seq_t;
 
@@ -213,6 +233,9 @@ void kvs_engine_close(kvs_engine_t *e, kvs_engine_seq_t *h);
 int kvs_engine_step(kvs_engine_t *e);
 
 void kvs_engine_stats(kvs_engine_t *e, kvs_engine_stats_t *st);
+
+/* The tenants served most and the rest, as of the last step. */
+void kvs_engine_tenants(kvs_engine_t *e, kvs_engine_tenants_t *out);
 
 unsigned kvs_engine_threads(const kvs_engine_t *e);
 uint64_t kvs_engine_kv_bytes(const kvs_engine_t *e);   /* K/V storage */

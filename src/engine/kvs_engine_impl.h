@@ -114,6 +114,7 @@ struct kvs_engine_s {
     kvs_engine_seq_t        *ready_tail;
     kvs_engine_stats_t       stats;    /* engine thread's, published */
     kvs_engine_stats_t       shown;    /* copy under the lock */
+    kvs_engine_tenants_t     tenants;  /* published under the lock */
 };
 
 

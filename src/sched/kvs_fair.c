@@ -14,6 +14,8 @@
 
 
 static int kvs_fair_row_cmp(const void *a, const void *b);
+static uint64_t kvs_fair_low(const kvs_fair_t *f);
+static void kvs_fair_drop(kvs_fair_t *f, kvs_tenant_t *t);
 
 
 int
@@ -50,6 +52,7 @@ kvs_fair_free(kvs_fair_t *f)
     }
 
     f->n_tenants = 0;
+    f->n_idle = 0;
 }
 
 
@@ -57,9 +60,8 @@ int
 kvs_fair_join(kvs_fair_t *f, const char *key, size_t key_len,
     kvs_tenant_t **out, kvs_err_t *err)
 {
-    size_t          b;
-    uint64_t        h, low;
-    kvs_tenant_t   *t, *o;
+    uint64_t       h, low;
+    kvs_tenant_t  *t;
 
     *out = NULL;
 
@@ -74,38 +76,41 @@ kvs_fair_join(kvs_fair_t *f, const char *key, size_t key_len,
         if (t->hash == h && t->key_len == key_len
             && (key_len == 0 || memcmp(t->key, key, key_len) == 0))
         {
-            t->n_seqs++;
-            *out = t;
-            return KVS_OK;
+            break;
         }
     }
 
-    t = calloc(1, sizeof(kvs_tenant_t));
     if (t == NULL) {
-        return kvs_err_set(err, KVS_ENOMEM, "fair share: out of memory");
-    }
-
-    /* back from idle, or new: level with the least served present, so
-     * time away is no credit against those who kept the engine busy */
-    low = UINT64_MAX;
-
-    for (b = 0; b < KVS_FAIR_BUCKETS; b++) {
-        for (o = f->buckets[b]; o != NULL; o = o->next) {
-            low = o->vtc < low ? o->vtc : low;
+        t = calloc(1, sizeof(kvs_tenant_t));
+        if (t == NULL) {
+            return kvs_err_set(err, KVS_ENOMEM, "fair share: out of "
+                               "memory");
         }
+
+        t->hash = h;
+        t->key_len = key_len;
+        if (key_len > 0) {
+            memcpy(t->key, key, key_len);
+        }
+        t->next = f->buckets[h % KVS_FAIR_BUCKETS];
+        f->buckets[h % KVS_FAIR_BUCKETS] = t;
+        f->n_tenants++;
+        f->n_idle++;
     }
 
-    t->vtc = low == UINT64_MAX ? 0 : low;
-    t->hash = h;
-    t->key_len = key_len;
-    if (key_len > 0) {
-        memcpy(t->key, key, key_len);
-    }
-    t->n_seqs = 1;
-    t->next = f->buckets[h % KVS_FAIR_BUCKETS];
-    f->buckets[h % KVS_FAIR_BUCKETS] = t;
-    f->n_tenants++;
+    if (t->n_seqs == 0) {
+        /* back from idle, or new: no lower than the least served
+         * active, so time away is no credit against those who kept the
+         * engine busy */
+        low = kvs_fair_low(f);
+        if (low != UINT64_MAX && t->vtc < low) {
+            t->vtc = low;
+        }
 
+        f->n_idle--;
+    }
+
+    t->n_seqs++;
     *out = t;
 
     return KVS_OK;
@@ -115,23 +120,34 @@ kvs_fair_join(kvs_fair_t *f, const char *key, size_t key_len,
 void
 kvs_fair_leave(kvs_fair_t *f, kvs_tenant_t *t)
 {
-    kvs_tenant_t  **pp;
+    size_t         b;
+    kvs_tenant_t  *o, *old;
 
     if (t == NULL || --t->n_seqs > 0) {
         return;
     }
 
-    for (pp = &f->buckets[t->hash % KVS_FAIR_BUCKETS]; *pp != NULL;
-         pp = &(*pp)->next)
-    {
-        if (*pp == t) {
-            *pp = t->next;
-            break;
+    t->idle_since = ++f->clock;
+    f->n_idle++;
+
+    if (f->n_idle <= KVS_FAIR_MAX_IDLE) {
+        return;
+    }
+
+    /* rare (a crowd of one-off tenants): a scan for the longest idle */
+    old = NULL;
+
+    for (b = 0; b < KVS_FAIR_BUCKETS; b++) {
+        for (o = f->buckets[b]; o != NULL; o = o->next) {
+            if (o->n_seqs == 0
+                && (old == NULL || o->idle_since < old->idle_since))
+            {
+                old = o;
+            }
         }
     }
 
-    f->n_tenants--;
-    free(t);
+    kvs_fair_drop(f, old);
 }
 
 
@@ -167,13 +183,18 @@ kvs_fair_capped(const kvs_fair_t *f, const kvs_tenant_t *t, uint32_t more,
 
 
 size_t
-kvs_fair_rows(const kvs_fair_t *f, kvs_fair_row_t *rows, size_t max)
+kvs_fair_rows(const kvs_fair_t *f, kvs_fair_row_t *rows, size_t max,
+    kvs_fair_row_t *all)
 {
-    size_t         b, n, i;
-    kvs_fair_row_t  row;
-    kvs_tenant_t  *t;
+    size_t           b, n, i;
+    kvs_fair_row_t   row;
+    kvs_tenant_t    *t;
 
     n = 0;
+
+    if (all != NULL) {
+        memset(all, 0, sizeof(kvs_fair_row_t));
+    }
 
     /* keep the max largest: insertion into a sorted array, fine for the
      * few rows metrics show */
@@ -186,6 +207,13 @@ kvs_fair_rows(const kvs_fair_t *f, kvs_fair_row_t *rows, size_t max)
             row.decode = t->decode;
             row.n_seqs = t->n_seqs;
             row.kv_blocks = t->kv_blocks;
+
+            if (all != NULL) {
+                all->prefill += t->prefill;
+                all->decode += t->decode;
+                all->n_seqs += t->n_seqs;
+                all->kv_blocks += t->kv_blocks;
+            }
 
             if (n < max) {
                 rows[n++] = row;
@@ -209,6 +237,49 @@ kvs_fair_rows(const kvs_fair_t *f, kvs_fair_row_t *rows, size_t max)
     }
 
     return n;
+}
+
+
+/* The smallest counter of the tenants with sequences; UINT64_MAX when
+ * none has. */
+static uint64_t
+kvs_fair_low(const kvs_fair_t *f)
+{
+    size_t         b;
+    uint64_t       low;
+    kvs_tenant_t  *t;
+
+    low = UINT64_MAX;
+
+    for (b = 0; b < KVS_FAIR_BUCKETS; b++) {
+        for (t = f->buckets[b]; t != NULL; t = t->next) {
+            if (t->n_seqs > 0 && t->vtc < low) {
+                low = t->vtc;
+            }
+        }
+    }
+
+    return low;
+}
+
+
+static void
+kvs_fair_drop(kvs_fair_t *f, kvs_tenant_t *t)
+{
+    kvs_tenant_t  **pp;
+
+    for (pp = &f->buckets[t->hash % KVS_FAIR_BUCKETS]; *pp != NULL;
+         pp = &(*pp)->next)
+    {
+        if (*pp == t) {
+            *pp = t->next;
+            break;
+        }
+    }
+
+    f->n_tenants--;
+    f->n_idle--;
+    free(t);
 }
 
 

@@ -7,9 +7,11 @@
  * w_decode per generated one); tokens reused from the prefix cache cost
  * nothing.  The scheduler admits next the waiting sequence of the tenant
  * with the smallest counter (the oldest of its sequences), so a tenant
- * that sends more waits more.  A tenant exists while it has sequences
- * queued; one that comes back from idle starts at the smallest counter
- * of those present, so idleness banks no credit.
+ * that sends more waits more.  A tenant that comes back from idle (no
+ * sequence queued) is lifted to the smallest counter of those active,
+ * so idleness banks no credit.  Idle tenants are kept, with what they
+ * were served, up to KVS_FAIR_MAX_IDLE; past that the one idle longest
+ * goes.
  *
  * The KV cap: while other tenants wait, a tenant holding more than
  * kv_max_milli thousandths of the pool's blocks is not admitted more.
@@ -28,6 +30,7 @@
 
 #define KVS_FAIR_MAX_KEY   256        /* bytes of a tenant key */
 #define KVS_FAIR_BUCKETS   256
+#define KVS_FAIR_MAX_IDLE  1024       /* tenants kept with no sequence */
 
 typedef struct kvs_tenant_s  kvs_tenant_t;
 
@@ -38,6 +41,7 @@ struct kvs_tenant_s {
     uint64_t       prefill;           /* tokens computed, by kind */
     uint64_t       decode;
     uint32_t       n_seqs;            /* queued, waiting or running */
+    uint64_t       idle_since;        /* f->clock when n_seqs became 0 */
     uint32_t       kv_blocks;         /* its running sequences' blocks,
                                          as of the current plan */
     size_t         key_len;
@@ -48,7 +52,9 @@ typedef struct {
     uint32_t       w_prefill;         /* counter units per token */
     uint32_t       w_decode;
     uint32_t       kv_max_milli;      /* 1..1000; 0: no cap */
-    uint32_t       n_tenants;
+    uint32_t       n_tenants;         /* in the table */
+    uint32_t       n_idle;            /* of those, with no sequence */
+    uint64_t       clock;             /* counts leaves, for idle order */
     kvs_tenant_t  *buckets[KVS_FAIR_BUCKETS];
 } kvs_fair_t;
 
@@ -68,13 +74,14 @@ int kvs_fair_init(kvs_fair_t *f, uint32_t w_prefill, uint32_t w_decode,
     uint32_t kv_max_milli, kvs_err_t *err);
 void kvs_fair_free(kvs_fair_t *f);
 
-/* The tenant of key with one more queued sequence (created, at the
- * smallest present counter, when it had none).  KVS_EINVAL for a key
- * over KVS_FAIR_MAX_KEY, KVS_ENOMEM; *t is NULL then. */
+/* The tenant of key with one more queued sequence (created, or lifted
+ * from idle, at least to the smallest active counter).  KVS_EINVAL for a
+ * key over KVS_FAIR_MAX_KEY, KVS_ENOMEM; *t is NULL then. */
 int kvs_fair_join(kvs_fair_t *f, const char *key, size_t key_len,
     kvs_tenant_t **t, kvs_err_t *err);
 
-/* One sequence fewer; the tenant goes with its last.  NULL: no-op. */
+/* One sequence fewer; with its last the tenant turns idle, and the
+ * idle one idle longest goes when too many are.  NULL: no-op. */
 void kvs_fair_leave(kvs_fair_t *f, kvs_tenant_t *t);
 
 /* Counts tokens computed for t (NULL: no-op). */
@@ -87,7 +94,9 @@ int kvs_fair_capped(const kvs_fair_t *f, const kvs_tenant_t *t,
     uint32_t more, uint32_t pool_blocks);
 
 /* The max tenants served most tokens (prefill and decode), most first,
- * for metrics; returns how many rows were written. */
-size_t kvs_fair_rows(const kvs_fair_t *f, kvs_fair_row_t *rows, size_t max);
+ * for metrics; returns how many rows were written.  *all (may be NULL)
+ * gets the sums over every tenant in the table (its key NULL). */
+size_t kvs_fair_rows(const kvs_fair_t *f, kvs_fair_row_t *rows, size_t max,
+    kvs_fair_row_t *all);
 
 #endif /* KVS_FAIR_H */

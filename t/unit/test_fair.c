@@ -9,7 +9,9 @@
  */
 
 #include "kvs_test.h"
+#include "kvs_test_model.h"
 
+#include "engine/kvs_engine.h"
 #include "kv/kvs_kv_pool.h"
 #include "sched/kvs_sched.h"
 
@@ -128,7 +130,7 @@ env_free(env_t *env)
         kvs_seq_free(&env->seq[i]);
     }
 
-    assert_int_equal(env->s.fair.n_tenants, 0);
+    assert_int_equal(env->s.fair.n_tenants, env->s.fair.n_idle);
     assert_int_equal(kvs_kv_pool_used_count(env->pool), 0);
     kvs_sched_free(&env->s);
     kvs_kv_pool_free(env->pool);
@@ -190,8 +192,10 @@ test_counters(void **state)
 {
     kvs_err_t      err;
     kvs_fair_t     f;
-    kvs_tenant_t  *a, *b, *c, *a2;
-    kvs_fair_row_t  rows[2];
+    char             key[32];
+    uint32_t         k;
+    kvs_tenant_t    *a, *b, *c, *a2;
+    kvs_fair_row_t   rows[2], all;
 
     assert_int_equal(kvs_fair_init(&f, 1, 2, 0, &err), KVS_OK);
     assert_int_equal(kvs_fair_join(&f, "a", 1, &a, &err), KVS_OK);
@@ -204,11 +208,21 @@ test_counters(void **state)
     assert_int_equal(a->vtc, 120);
     assert_int_equal(b->vtc, 30);
 
-    /* b leaves and comes back: level with a, the least served present */
+    /* b leaves and comes back: lifted to a, the least served active;
+     * while idle it is kept, with what it was served */
     kvs_fair_leave(&f, b);
-    assert_int_equal(f.n_tenants, 1);
+    assert_int_equal(f.n_tenants, 2);
+    assert_int_equal(f.n_idle, 1);
     assert_int_equal(kvs_fair_join(&f, "b", 1, &b, &err), KVS_OK);
     assert_int_equal(b->vtc, 120);
+    assert_int_equal(b->prefill, 30);
+    assert_int_equal(f.n_idle, 0);
+
+    /* a tenant served more than the least active keeps its counter */
+    kvs_fair_served(&f, b, 50, 0);
+    kvs_fair_leave(&f, b);
+    assert_int_equal(kvs_fair_join(&f, "b", 1, &b, &err), KVS_OK);
+    assert_int_equal(b->vtc, 170);
 
     /* a second sequence of a present tenant is the same tenant */
     assert_int_equal(kvs_fair_join(&f, "a", 1, &a2, &err), KVS_OK);
@@ -218,12 +232,29 @@ test_counters(void **state)
     assert_int_equal(kvs_fair_join(&f, "c", 1, &c, &err), KVS_OK);
     assert_int_equal(c->vtc, 120);
 
-    /* rows: most served first */
-    assert_int_equal(kvs_fair_rows(&f, rows, 2), 2);
+    /* rows: most served first (b 80, a 110, c 0), and the sums */
+    assert_int_equal(kvs_fair_rows(&f, rows, 2, &all), 2);
     assert_int_equal(rows[0].key_len, 1);
     assert_memory_equal(rows[0].key, "a", 1);
     assert_int_equal(rows[0].prefill, 100);
     assert_int_equal(rows[0].decode, 10);
+    assert_memory_equal(rows[1].key, "b", 1);
+    assert_int_equal(all.prefill, 180);
+    assert_int_equal(all.decode, 10);
+    assert_int_equal(all.n_seqs, 4);
+
+    /* idle tenants are bounded: the one idle longest goes */
+    for (k = 0; k < KVS_FAIR_MAX_IDLE + 10; k++) {
+        snprintf(key, sizeof(key), "one-off-%u", k);
+        assert_int_equal(kvs_fair_join(&f, key, strlen(key), &c, &err),
+                         KVS_OK);
+        kvs_fair_leave(&f, c);
+    }
+
+    assert_int_equal(f.n_idle, KVS_FAIR_MAX_IDLE);
+    assert_int_equal(f.n_tenants, KVS_FAIR_MAX_IDLE + 3);
+    assert_int_equal(kvs_fair_rows(&f, rows, 2, &all), 2);
+    assert_int_equal(all.prefill, 180);   /* a, b, c are still there */
 
     /* limits */
     assert_int_equal(kvs_fair_join(&f, "x", KVS_FAIR_MAX_KEY + 1, &c,
@@ -292,6 +323,95 @@ test_kv_cap(void **state)
 }
 
 
+/*
+ * Through the engine: each tenant's tokens as the engine reports them
+ * add up to the engine's own prefill and decode counts, the one served
+ * most comes first, and "other" holds the rest.
+ */
+static void
+test_engine_tenants(void **state)
+{
+    int32_t               prompt[40];
+    uint32_t              i, k;
+    kvs_err_t             err;
+    kvs_gen_spec_t        spec;
+    kvs_test_model_t      md;
+    kvs_engine_t         *e;
+    kvs_engine_seq_t     *hs[4];
+    kvs_engine_req_t      req;
+    kvs_engine_conf_t     conf;
+    kvs_engine_stats_t    st;
+    kvs_engine_tenants_t  tn;
+    static const char    *keys[] = { "big", "small", "" };
+    static const uint32_t  lens[] = { 40, 10, 5 };
+
+    memset(&spec, 0, sizeof(spec));
+    snprintf(spec.name, sizeof(spec.name), "test-fair");
+    spec.n_layer = 1;
+    spec.n_embd = 32;
+    spec.n_head = 2;
+    spec.n_head_kv = 2;
+    spec.n_ff = 64;
+    spec.n_vocab = 300;
+    spec.n_ctx = 128;
+    spec.dtype = KVS_GGML_F32;
+    spec.seed = 77;
+    kvs_test_model_gen(&md, &spec);
+
+    memset(&conf, 0, sizeof(conf));
+    conf.model = md.m;
+    conf.vocab = md.v;
+    conf.n_blocks = 64;
+    conf.threads = 1;
+    conf.no_prefix_cache = 1;
+    conf.fair_w_decode = 2;
+    assert_int_equal(kvs_engine_new(&e, &conf, &err), KVS_OK);
+
+    for (i = 0; i < 40; i++) {
+        prompt[i] = (int32_t) (i * 7 % 250);
+    }
+
+    for (k = 0; k < 3; k++) {
+        memset(&req, 0, sizeof(req));
+        req.prompt = prompt;
+        req.n_prompt = lens[k];
+        req.max_tokens = 6;
+        req.ignore_eos = 1;
+        req.sample.top_p = 1.0f;
+        req.tenant = keys[k];
+        req.tenant_len = strlen(keys[k]);
+        assert_int_equal(kvs_engine_submit(e, &req, &hs[k], &err), KVS_OK);
+    }
+
+    while (kvs_engine_step(e)) {
+        /* void */
+    }
+
+    kvs_engine_stats(e, &st);
+    kvs_engine_tenants(e, &tn);
+
+    assert_int_equal(tn.n_tenants, 3);
+    assert_int_equal(tn.n_top, 3);
+    assert_int_equal(tn.top[0].key_len, 3);
+    assert_memory_equal(tn.top[0].key, "big", 3);
+    assert_int_equal(tn.top[0].prefill, 40);
+    assert_int_equal(tn.top[0].decode, 5);     /* the 6th is sampled */
+    assert_int_equal(tn.top[0].n_seqs, 0);
+    assert_int_equal(tn.top[0].prefill + tn.top[1].prefill
+                     + tn.top[2].prefill, st.prefill_tokens);
+    assert_int_equal(tn.top[0].decode + tn.top[1].decode
+                     + tn.top[2].decode, st.decode_tokens);
+    assert_int_equal(tn.other.prefill, 0);
+
+    for (k = 0; k < 3; k++) {
+        kvs_engine_close(e, hs[k]);
+    }
+
+    kvs_engine_free(e);
+    kvs_test_model_free(&md);
+}
+
+
 int
 main(void)
 {
@@ -300,6 +420,7 @@ main(void)
         cmocka_unit_test(test_one_tenant_fifo),
         cmocka_unit_test(test_counters),
         cmocka_unit_test(test_kv_cap),
+        cmocka_unit_test(test_engine_tenants),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
