@@ -33,7 +33,9 @@ static uint32_t kvs_radix_common(const int32_t *a, const int32_t *b,
 static void kvs_radix_touch(kvs_radix_t *r, kvs_radix_node_t *node,
     uint64_t now);
 static void kvs_radix_evict_leaf(kvs_radix_t *r, kvs_radix_node_t *leaf,
-    uint32_t *freed);
+    uint32_t want, uint32_t *freed);
+static void kvs_radix_drop_blocks(kvs_radix_t *r, kvs_radix_node_t *node,
+    uint32_t from, uint32_t *freed);
 static void kvs_radix_heap_push(kvs_radix_t *r, kvs_radix_node_t *node);
 static void kvs_radix_heap_remove(kvs_radix_t *r, kvs_radix_node_t *node);
 static void kvs_radix_heap_up(kvs_radix_t *r, uint32_t i);
@@ -581,7 +583,7 @@ kvs_radix_evict(kvs_radix_t *r, uint32_t want)
     freed = 0;
 
     while (freed < want && r->heap_n > 0) {
-        kvs_radix_evict_leaf(r, r->heap[0], &freed);
+        kvs_radix_evict_leaf(r, r->heap[0], want - freed, &freed);
     }
 
     return freed;
@@ -661,28 +663,26 @@ kvs_radix_update(kvs_radix_t *r, kvs_radix_node_t *node)
 }
 
 
+/*
+ * Takes want blocks off the end of leaf, or all of it: a returning
+ * conversation then recomputes only its tail, and what is evicted is
+ * what a reuse would reach last.
+ */
 static void
-kvs_radix_evict_leaf(kvs_radix_t *r, kvs_radix_node_t *leaf,
+kvs_radix_evict_leaf(kvs_radix_t *r, kvs_radix_node_t *leaf, uint32_t want,
     uint32_t *freed)
 {
-    uint32_t           i;
     kvs_radix_node_t  *parent;
+
+    if (want < leaf->n_blocks) {
+        kvs_radix_drop_blocks(r, leaf, leaf->n_blocks - want, freed);
+        return;
+    }
 
     kvs_radix_heap_remove(r, leaf);
     parent = leaf->parent;
     kvs_radix_child_unlink(leaf);
-
-    for (i = 0; i < leaf->n_blocks; i++) {
-        if (kvs_kv_pool_refcount(r->pool, leaf->blocks[i]) == 1) {
-            (*freed)++;
-        }
-
-        (void) kvs_kv_pool_unref(r->pool, leaf->blocks[i], NULL);
-        kvs_radix_names_add(r, leaf->ns, leaf->chains[i], -1);
-    }
-
-    r->n_blocks -= leaf->n_blocks;
-    r->evicted += leaf->n_blocks;
+    kvs_radix_drop_blocks(r, leaf, 0, freed);
     r->n_nodes--;
     kvs_radix_node_free(leaf);
 
@@ -691,6 +691,29 @@ kvs_radix_evict_leaf(kvs_radix_t *r, kvs_radix_node_t *leaf,
     } else {
         kvs_radix_ns_gc(r, parent->ns);
     }
+}
+
+
+/* Drops the tree's hold on node's blocks [from, n_blocks), counting in
+ * *freed those that went back to the pool. */
+static void
+kvs_radix_drop_blocks(kvs_radix_t *r, kvs_radix_node_t *node, uint32_t from,
+    uint32_t *freed)
+{
+    uint32_t  i;
+
+    for (i = from; i < node->n_blocks; i++) {
+        if (kvs_kv_pool_refcount(r->pool, node->blocks[i]) == 1) {
+            (*freed)++;
+        }
+
+        (void) kvs_kv_pool_unref(r->pool, node->blocks[i], NULL);
+        kvs_radix_names_add(r, node->ns, node->chains[i], -1);
+    }
+
+    r->n_blocks -= node->n_blocks - from;
+    r->evicted += node->n_blocks - from;
+    node->n_blocks = from;
 }
 
 

@@ -163,7 +163,8 @@ int kvs_radix_pin(kvs_radix_t *r, kvs_radix_ns_t *ns, const int32_t *tokens,
 /* Releases pins whose time is up; cheap when none is due. */
 void kvs_radix_expire(kvs_radix_t *r, uint64_t now);
 
-/* Evicts least recently used evictable leaves until the pool has gained
+/* Evicts least recently used evictable leaves, from their last blocks (a
+ * leaf is cut short when fewer are wanted), until the pool has gained
  * want free blocks or nothing is evictable; returns the blocks freed. */
 uint32_t kvs_radix_evict(kvs_radix_t *r, uint32_t want);
 
