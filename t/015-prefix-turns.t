@@ -46,11 +46,10 @@ ok($t->start, 'nginx started');
 
 my $json = JSON::PP->new->canonical;
 
-# POSTs a completion; returns the decoded body (undef on a non-200)
-sub complete {
-    my ($req) = @_;
-    my $r = $t->read_all($t->request('POST', '/v1/completions',
-                                     $json->encode($req)), 60);
+# POSTs $req to $uri; returns the decoded body (undef on a non-200)
+sub post {
+    my ($uri, $req) = @_;
+    my $r = $t->read_all($t->request('POST', $uri, $json->encode($req)), 60);
     my ($head, $body) = $t->split_response($r);
     unless ($head =~ m{^HTTP/1\.1 200 }) {
         diag("got: $head\n$body");
@@ -58,6 +57,9 @@ sub complete {
     }
     return $json->decode($body);
 }
+
+sub complete { post('/v1/completions', @_) }
+sub chat { post('/v1/chat/completions', @_) }
 
 sub cached {
     my ($res) = @_;
@@ -132,18 +134,6 @@ for my $c (split //, 'QZXJKVWY') {
 }
 ok($letter, "a letter whose repetition stays one token per letter: "
    . ($letter // 'none'));
-
-sub chat {
-    my ($req) = @_;
-    my $r = $t->read_all($t->request('POST', '/v1/chat/completions',
-                                     $json->encode($req)), 60);
-    my ($head, $body) = $t->split_response($r);
-    unless ($head =~ m{^HTTP/1\.1 200 }) {
-        diag("got: $head\n$body");
-        return undef;
-    }
-    return $json->decode($body);
-}
 
 my @msgs = ({ role => 'system', content => 'Be brief.' });
 ($prev_total, $prev_cached) = (0, -1);
