@@ -93,6 +93,7 @@ kvs_engine_new(kvs_engine_t **out, const kvs_engine_conf_t *conf,
     sc.fair_w_prefill = e->conf.fair_w_prefill;
     sc.fair_w_decode = e->conf.fair_w_decode;
     sc.fair_kv_max_milli = e->conf.fair_kv_max_milli;
+    sc.no_fair = e->conf.no_fair;
 
     bc.n_blocks = e->conf.n_blocks;
     bc.block_tokens = e->conf.block_tokens;

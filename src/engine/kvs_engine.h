@@ -75,6 +75,8 @@ typedef struct {
     uint32_t            fair_kv_max_milli;    /* a tenant's KV cap while
                                              others wait, thousandths of
                                              the cache; 0: none */
+    int                 no_fair;          /* arrival order, tenants or not
+                                             (baselines) */
 } kvs_engine_conf_t;
 
 /* A client cache breakpoint: keep prompt[0..n_tokens) cached (whole

@@ -604,6 +604,10 @@ kvs_sched_pick(kvs_sched_t *s)
     kvs_seq_t     *seq, *best, *any;
     kvs_tenant_t  *first;
 
+    if (s->conf.no_fair) {
+        return s->waiting.head;
+    }
+
     first = s->waiting.head->tenant;
     others = 0;
 

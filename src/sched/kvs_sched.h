@@ -97,6 +97,9 @@ typedef struct {
     uint32_t  fair_w_decode;
     uint32_t  fair_kv_max_milli;      /* KV cap per tenant while others
                                          wait, thousandths; 0: none */
+    int       no_fair;                /* admit in arrival order whatever
+                                         the tenants (counters are still
+                                         kept: baselines, benchmarks) */
 } kvs_sched_conf_t;
 
 /* A planned step: the batch to run, and whose logits come back. */

@@ -30,8 +30,8 @@ typedef struct {
 
 
 static void
-env_init(env_t *env, uint32_t n_blocks, uint32_t max_running,
-    uint32_t kv_max_milli)
+env_init_fifo(env_t *env, uint32_t n_blocks, uint32_t max_running,
+    uint32_t kv_max_milli, int no_fair)
 {
     uint32_t          i;
     kvs_err_t         err;
@@ -54,9 +54,18 @@ env_init(env_t *env, uint32_t n_blocks, uint32_t max_running,
     conf.fair_w_prefill = 1;
     conf.fair_w_decode = 2;
     conf.fair_kv_max_milli = kv_max_milli;
+    conf.no_fair = no_fair;
 
     assert_int_equal(kvs_sched_init(&env->s, &conf, env->pool, &err),
                      KVS_OK);
+}
+
+
+static void
+env_init(env_t *env, uint32_t n_blocks, uint32_t max_running,
+    uint32_t kv_max_milli)
+{
+    env_init_fifo(env, n_blocks, max_running, kv_max_milli, 0);
 }
 
 
@@ -146,6 +155,7 @@ env_free(env_t *env)
 static void
 test_alternation(void **state)
 {
+    int              i;
     env_t            env;
     static const int  want[N_SEQ] = { 0, 3, 1, 4, 2, 5 };
 
@@ -161,6 +171,22 @@ test_alternation(void **state)
 
     assert_int_equal(env.n_admitted, N_SEQ);
     assert_memory_equal(env.admitted, want, sizeof(want));
+    env_free(&env);
+
+    /* no_fair: arrival order, A's three first, counters still kept */
+    env_init_fifo(&env, 64, 1, 0, 1);
+    env_add(&env, 0, "a", 8, 2);
+    env_add(&env, 1, "a", 8, 2);
+    env_add(&env, 2, "a", 8, 2);
+    env_add(&env, 3, "b", 8, 2);
+    env_add(&env, 4, "b", 8, 2);
+    env_add(&env, 5, "b", 8, 2);
+    env_run(&env);
+
+    for (i = 0; i < N_SEQ; i++) {
+        assert_int_equal(env.admitted[i], i);
+    }
+
     env_free(&env);
 }
 
