@@ -159,7 +159,8 @@ typedef struct {
     kvs_radix_miss_t        miss;     /* why the reuse stopped there */
     uint32_t                miss_pos; /* token where it stopped */
     uint8_t                 has_cache;    /* the four fields above are
-                                             set (with the first output) */
+                                             set: by the first read that
+                                             hands them over, and kept */
     char                    error[KVS_ERR_MSG_LEN];  /* when ERROR */
 } kvs_engine_out_t;
 

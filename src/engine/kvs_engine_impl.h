@@ -61,6 +61,8 @@ struct kvs_engine_seq_s {
     uint32_t                 n_pins;
     uint32_t                 n_cache_created;
     uint8_t                  pins_done;
+    uint8_t                  cache_told;   /* the cache figures went into
+                                              out (under the lock) */
     kvs_finish_t             pending;  /* the end, once its tail_only
                                           step has run */
 

@@ -199,11 +199,17 @@ kvs_engine_read(kvs_engine_t *e, kvs_engine_seq_t *h, kvs_engine_out_t *out)
         out->n_prompt = in->n_prompt;
         out->n_generated = in->n_generated;
         out->n_preempted = in->n_preempted;
-        out->n_cached = in->n_cached;
-        out->n_cache_created = in->n_cache_created;
-        out->miss = in->miss;
-        out->miss_pos = in->miss_pos;
-        out->has_cache = in->has_cache;
+
+        /* the cache figures are handed over once; out keeps them */
+        if (in->has_cache) {
+            out->n_cached = in->n_cached;
+            out->n_cache_created = in->n_cache_created;
+            out->miss = in->miss;
+            out->miss_pos = in->miss_pos;
+            out->has_cache = 1;
+            in->has_cache = 0;
+        }
+
         memcpy(out->error, in->error, sizeof(out->error));
         rc = in->finish;
     }
@@ -493,7 +499,8 @@ kvs_engine_emit(kvs_engine_t *e, kvs_engine_seq_t *h, int32_t token,
     o->n_generated = kvs_seq_generated(&h->seq);
     o->n_preempted = h->seq.n_preempted;
 
-    if (!o->has_cache && h->seq.looked_up) {
+    if (!h->cache_told && h->seq.looked_up) {
+        h->cache_told = 1;
         o->has_cache = 1;
         o->n_cached = h->seq.n_cached;
         o->n_cache_created = h->n_cache_created;
