@@ -40,6 +40,8 @@ typedef struct {
     uint32_t     max_batch_tokens;
     uint32_t     ctx;
     int          parent_pid;          /* 0: none */
+    int          no_prefix_cache;
+    uint64_t     pin_max;             /* bytes; 0: the engine's default */
 } kvs_cli_engine_opts_t;
 
 
@@ -107,6 +109,8 @@ kvs_cli_engine(int argc, char **argv)
     sm.engine.max_batch_tokens = o.max_batch_tokens;
     sm.engine.n_ctx = o.ctx;
     sm.engine.n_blocks = o.kv_blocks;
+    sm.engine.no_prefix_cache = o.no_prefix_cache;
+    sm.engine.pin_max_bytes = o.pin_max;
 
     if (sm.engine.n_blocks == 0) {
         sm.engine.n_blocks = KVS_CLI_ENGINE_SEQS
@@ -250,6 +254,22 @@ kvs_cli_engine_args(int argc, char **argv, kvs_cli_engine_opts_t *o)
 
             o->ctx = (uint32_t) d;
 
+        } else if (strcmp(opt, "--prefix-cache") == 0) {
+            if (strcmp(argv[i], "on") != 0 && strcmp(argv[i], "off") != 0) {
+                fprintf(stderr, "kvserve engine: --prefix-cache: \"%s\", "
+                        "expected on or off\n", argv[i]);
+                return 2;
+            }
+
+            o->no_prefix_cache = strcmp(argv[i], "off") == 0;
+
+        } else if (strcmp(opt, "--pin-max") == 0) {
+            if (kvs_cli_num("engine", opt, argv[i], 1, 1e18, 1, &d) != 0) {
+                return 2;
+            }
+
+            o->pin_max = (uint64_t) d;
+
         } else if (strcmp(opt, "--parent-pid") == 0) {
             if (kvs_cli_num("engine", opt, argv[i], 1, 4194304, 1, &d) != 0) {
                 return 2;
@@ -311,8 +331,11 @@ kvs_cli_engine_usage(FILE *f)
         "usage: kvserve engine --socket PATH model.gguf [--name NAME]\n"
         "           [--kv-blocks N] [--block B] [--threads T]\n"
         "           [--max-batch-tokens N] [--ctx N] [--parent-pid PID]\n"
+        "           [--prefix-cache on|off] [--pin-max BYTES]\n"
         "  serve the model to nginx workers over the unix socket PATH\n"
         "  (docs/engine-process.md) until SIGINT/SIGTERM; --parent-pid:\n"
         "  also exit once PID is gone and no client is connected.\n"
-        "  Default KV cache: %d full contexts.\n", KVS_CLI_ENGINE_SEQS);
+        "  Default KV cache: %d full contexts; the prefix cache is on,\n"
+        "  pinning at most a quarter of it per cache scope.\n",
+        KVS_CLI_ENGINE_SEQS);
 }
