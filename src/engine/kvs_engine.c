@@ -737,6 +737,7 @@ kvs_engine_publish_tenants(kvs_engine_t *e)
     kvs_engine_tenants_t  *out;
 
     out = &e->tenants;
+    kvs_sched_kv_count(&e->sched);      /* as of now, not of the plan */
     n = kvs_fair_rows(&e->sched.fair, rows, KVS_ENGINE_TOP_TENANTS, &all);
 
     memset(&out->other, 0, sizeof(out->other));

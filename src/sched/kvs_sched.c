@@ -33,7 +33,6 @@ static void kvs_sched_lookup(kvs_sched_t *s, kvs_seq_t *seq);
 static void kvs_sched_let_go(kvs_sched_t *s, kvs_seq_t *seq);
 static int kvs_sched_room(kvs_sched_t *s, uint32_t need);
 static kvs_seq_t *kvs_sched_pick(kvs_sched_t *s);
-static void kvs_sched_kv_count(kvs_sched_t *s);
 
 
 int
@@ -645,8 +644,7 @@ kvs_sched_pick(kvs_sched_t *s)
 }
 
 
-/* Each tenant's blocks, from its running sequences' tables. */
-static void
+void
 kvs_sched_kv_count(kvs_sched_t *s)
 {
     size_t         b;

@@ -175,6 +175,10 @@ int kvs_sched_tenant(kvs_sched_t *s, kvs_seq_t *seq, const char *key,
     size_t key_len, kvs_err_t *err);
 void kvs_sched_untenant(kvs_sched_t *s, kvs_seq_t *seq);
 
+/* Counts each tenant's blocks (kv_blocks) from its running sequences'
+ * tables: at each plan, and for whoever reports them. */
+void kvs_sched_kv_count(kvs_sched_t *s);
+
 /* Queues an initialised sequence at the back of the waiting queue. */
 void kvs_sched_add(kvs_sched_t *s, kvs_seq_t *seq);
 

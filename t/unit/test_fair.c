@@ -428,6 +428,11 @@ test_engine_tenants(void **state)
                      + tn.top[2].decode, st.decode_tokens);
     assert_int_equal(tn.other.prefill, 0);
 
+    /* blocks as of the end, not of the last plan */
+    for (k = 0; k < 3; k++) {
+        assert_int_equal(tn.top[k].kv_blocks, 0);
+    }
+
     for (k = 0; k < 3; k++) {
         kvs_engine_close(e, hs[k]);
     }
