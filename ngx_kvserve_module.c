@@ -3,7 +3,10 @@
  * configuration, and per-process start-up.  The directives' handlers
  * live in src/ngx/ngx_http_kvserve_conf.c, request handling in
  * src/ngx/ngx_http_kvserve_handler.c; everything that is not nginx glue
- * lives in libkvserve (src/).
+ * lives in libkvserve (src/).  The token rate limits (kvserve_limit_zone,
+ * kvserve_limit, ...) are a module of their own in the same .so,
+ * ngx_http_kvserve_limit_module: src/ngx/ngx_http_kvserve_limit_conf.c
+ * (directives), _zone.c (shared zones) and _admit.c (requests).
  *
  *   kvserve_model <name> <path.gguf>;   http, several allowed
  *   kvserve;                            location
@@ -39,6 +42,11 @@
  *   kvserve_cache_scope global|<value>; http, server, location: the
  *                                       prefix cache's tenant (a value
  *                                       with variables), default global
+ *   kvserve_fair_weights prefill=<N> decode=<N>;  http: the fair
+ *                                       share's counter units per token
+ *                                       computed (1 and 2)
+ *   kvserve_fair_kv_max <fraction>|off; http: the KV cache a tenant may
+ *                                       hold while others wait (0.5)
  *   kvserve_status;                     location: the engine's stats
  *   kvserve_metrics;                    location: Prometheus metrics,
  *                                       every worker's requests and
@@ -225,6 +233,20 @@ static ngx_command_t  ngx_http_kvserve_commands[] = {
       0,
       NULL },
 
+    { ngx_string("kvserve_fair_weights"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE12,
+      ngx_http_kvserve_fair_weights,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("kvserve_fair_kv_max"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_kvserve_fair_kv_max,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("kvserve_status"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_kvserve_status,
@@ -289,6 +311,9 @@ ngx_http_kvserve_create_main_conf(ngx_conf_t *cf)
     kmcf->threads = NGX_CONF_UNSET_UINT;
     kmcf->prefix_cache = NGX_CONF_UNSET;
     kmcf->pin_max = NGX_CONF_UNSET;
+    kmcf->fair_w_prefill = NGX_CONF_UNSET_UINT;
+    kmcf->fair_w_decode = NGX_CONF_UNSET_UINT;
+    kmcf->fair_kv_max_milli = NGX_CONF_UNSET_UINT;
     /* engine_dir: NULL, as ngx_conf_set_path_slot() wants it */
     kmcf->engine_wait = NGX_CONF_UNSET_MSEC;
     kmcf->engine_timeout = NGX_CONF_UNSET_MSEC;
@@ -319,6 +344,16 @@ ngx_http_kvserve_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_uint_value(kmcf->threads, 0);
     ngx_conf_init_value(kmcf->prefix_cache, 1);
     ngx_conf_init_value(kmcf->pin_max, 0);
+
+    /* kvserve_fair_weights with decode= only leaves prefill 0 */
+    if (kmcf->fair_w_prefill == NGX_CONF_UNSET_UINT
+        || kmcf->fair_w_prefill == 0)
+    {
+        kmcf->fair_w_prefill = 1;
+    }
+
+    ngx_conf_init_uint_value(kmcf->fair_w_decode, 2);
+    ngx_conf_init_uint_value(kmcf->fair_kv_max_milli, 500);
     ngx_conf_init_msec_value(kmcf->engine_wait, 30000);
     ngx_conf_init_msec_value(kmcf->engine_timeout, 60000);
     ngx_conf_init_msec_value(kmcf->engine_ping, 1000);

@@ -723,6 +723,113 @@ kvs_metrics_evictions(kvs_buf_t *out, const kvs_metrics_t *m,
 }
 
 
+/* tenant="..." of t: its key's first KVS_METRICS_TENANT_LABEL bytes
+ * (nginx's keys are hex digits; any other byte becomes '_', so a label
+ * never needs escaping), "none" for the empty key, or "other". */
+static void
+kvs_metrics_tenant_label(char *buf, size_t size,
+    const kvs_engine_tenant_t *t, int other)
+{
+    size_t  i, n;
+    char    c, label[KVS_METRICS_TENANT_LABEL + 1];
+
+    n = t->key_len < KVS_METRICS_TENANT_LABEL ? t->key_len
+                                              : KVS_METRICS_TENANT_LABEL;
+
+    for (i = 0; i < n; i++) {
+        c = t->key[i];
+        label[i] = ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z')
+                    || (c >= 'A' && c <= 'Z') || c == '-' || c == '.')
+                   ? c : '_';
+    }
+
+    label[n] = '\0';
+
+    snprintf(buf, size, "tenant=\"%s\"",
+             other ? "other" : n == 0 ? "none" : label);
+}
+
+
+/* The engine's tenants, when it answered: the top ones, then the rest
+ * summed when there are more. */
+static int
+kvs_metrics_tenants(kvs_buf_t *out, const kvs_metrics_t *m,
+    const kvs_metrics_gauges_t *g)
+{
+    int                          rc;
+    char                         extra[48];
+    uint64_t                     v;
+    uint32_t                     i, j, k, n, any;
+    const kvs_engine_tenant_t   *t;
+    const kvs_engine_tenants_t  *tn;
+    static const struct {
+        const char  *name;
+        const char  *suffix;
+        const char  *type;
+        const char  *help;
+    } defs[] = {
+        { "tenant_prefill_tokens", "_total", "counter",
+          "Prompt tokens the engine computed for a tenant (the hash of "
+          "its kvserve_limit key), since the engine first saw it." },
+        { "tenant_decode_tokens", "_total", "counter",
+          "Generated tokens the engine computed for a tenant, since the "
+          "engine first saw it." },
+        { "tenant_kv_blocks", "", "gauge",
+          "KV blocks a tenant's running sequences hold." },
+    };
+
+    any = 0;
+    for (i = 0; g != NULL && i < m->n_models; i++) {
+        any |= (uint32_t) g[i].have;
+    }
+
+    if (!any) {
+        return KVS_OK;
+    }
+
+    rc = KVS_OK;
+
+    for (k = 0; rc == KVS_OK && k < KVS_NELTS(defs); k++) {
+        rc = kvs_metrics_head(out, defs[k].name, defs[k].suffix,
+                              defs[k].help, defs[k].type);
+
+        for (i = 0; rc == KVS_OK && i < m->n_models; i++) {
+            tn = &g[i].tenants;
+
+            if (!g[i].have) {
+                continue;
+            }
+
+            n = tn->n_top < KVS_ENGINE_TOP_TENANTS ? tn->n_top
+                                                   : KVS_ENGINE_TOP_TENANTS;
+
+            /* the top ones, then "other" when some are not among them */
+            for (j = 0; rc == KVS_OK && j <= n; j++) {
+                if (j == n) {
+                    if (tn->n_tenants <= n) {
+                        break;
+                    }
+                    t = &tn->other;
+                } else {
+                    t = &tn->top[j];
+                }
+
+                kvs_metrics_tenant_label(extra, sizeof(extra), t,
+                                         t == &tn->other);
+
+                v = k == 0 ? t->prefill : k == 1 ? t->decode : t->kv_blocks;
+
+                rc = kvs_metrics_sample_u64(out, defs[k].name,
+                                            defs[k].suffix,
+                                            m->models[i].name, extra, v);
+            }
+        }
+    }
+
+    return rc;
+}
+
+
 int
 kvs_metrics_write(const kvs_metrics_t *m, const kvs_metrics_gauges_t *g,
     kvs_buf_t *out, kvs_err_t *err)
@@ -776,6 +883,10 @@ kvs_metrics_write(const kvs_metrics_t *m, const kvs_metrics_gauges_t *g,
 
     if (rc == KVS_OK) {
         rc = kvs_metrics_evictions(out, m, g);
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_metrics_tenants(out, m, g);
     }
 
     if (rc == KVS_OK) {

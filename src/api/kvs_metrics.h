@@ -27,10 +27,12 @@
 
 #include "../base/kvs_buf.h"
 #include "../base/kvs_err.h"
+#include "../engine/kvs_engine.h"
 
 #define KVS_METRICS_MAGIC        0x6b766d31u   /* "kvm1" */
 #define KVS_METRICS_MAX_BOUNDS   32
 #define KVS_METRICS_NAME_MAX     255
+#define KVS_METRICS_TENANT_LABEL 12     /* bytes of a tenant's key shown */
 
 /* ---- per-request timings ---------------------------------------------- */
 
@@ -150,6 +152,8 @@ typedef struct {
     uint32_t  kv_used;
     uint64_t  cache_evicted_blocks;   /* the engine's count since it
                                          started (a counter) */
+    kvs_engine_tenants_t  tenants;    /* the fair share's top tenants and
+                                         the rest (keys: nginx's hashes) */
 } kvs_metrics_gauges_t;
 
 /* Bytes kvs_metrics_init() needs for n models. */
@@ -183,7 +187,11 @@ void kvs_metrics_prefix_cache(kvs_metrics_t *m, uint32_t model,
     uint64_t queries, uint64_t hits);
 
 /* Appends the Prometheus text exposition (format 0.0.4) of m, with the
- * engine's gauges g[n_models] when g is not NULL. */
+ * engine's gauges g[n_models] when g is not NULL, its tenants among them:
+ * per model, tenant_prefill_tokens_total and tenant_decode_tokens_total
+ * (counters while the engine knows the tenant) and tenant_kv_blocks,
+ * labelled tenant="<the key's first 12 bytes>", "none" (the empty key) or
+ * "other" (the rest, when there are more). */
 int kvs_metrics_write(const kvs_metrics_t *m, const kvs_metrics_gauges_t *g,
     kvs_buf_t *out, kvs_err_t *err);
 

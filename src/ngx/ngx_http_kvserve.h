@@ -22,6 +22,8 @@
 #include "tokenizer/kvs_chat.h"
 #include "tokenizer/kvs_vocab.h"
 
+#define NGX_HTTP_KVSERVE_FAIR_W_MAX    1000   /* kvserve_fair_weights */
+
 
 typedef struct {
     ngx_str_t                 name;        /* the API's model id */
@@ -55,6 +57,11 @@ typedef struct {
                                               bytes each cache scope may
                                               pin; 0: the engine's
                                               default */
+    ngx_uint_t                fair_w_prefill;  /* kvserve_fair_weights: */
+    ngx_uint_t                fair_w_decode;   /* 1..1000 per token */
+    ngx_uint_t                fair_kv_max_milli;   /* kvserve_fair_kv_max
+                                                  in thousandths of the
+                                                  KV cache; 0: off */
 
     /* the engine process (ngx_http_kvserve_engine.c) */
     ngx_path_t               *engine_dir;  /* kvserve_engine_dir: socket
@@ -187,6 +194,10 @@ char *ngx_http_kvserve_tokenize_threads(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_kvserve_tokenize_threshold(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
+char *ngx_http_kvserve_fair_weights(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_kvserve_fair_kv_max(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 /* (ngx_http_kvserve_cache.c) */
 char *ngx_http_kvserve_cache_scope_directive(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);

@@ -11,7 +11,8 @@
  *    KVS_RADIX_MAX_SCOPE whatever the value), never the value itself (an
  *    API key stays in the worker), and distinct tenants collide with
  *    probability 2^-128; an empty value is the global scope, as
- *    "global" is;
+ *    "global" is (ngx_http_kvserve_hash_hex() makes that hash, and the
+ *    fair share's tenant of a kvserve_limit key);
  *  - ngx_http_kvserve_cache_pins() runs in the tokenizing job (maybe a
  *    pool thread): it touches only the job and libkvserve;
  *  - a part's cache figures are taken from the first OUT frame that
@@ -116,17 +117,45 @@ ngx_http_kvserve_cache_pin_max(ngx_conf_t *cf, ngx_command_t *cmd,
 
 /* ---- a request: its scope and pins ------------------------------------ */
 
+/*
+ * out: the 32 hex digits of v's XXH3-128, in pool.  A key that names a
+ * tenant (a cache scope, a rate limit's key: API keys) reaches the engine
+ * only this way, at a fixed length.
+ */
+ngx_int_t
+ngx_http_kvserve_hash_hex(ngx_pool_t *pool, ngx_str_t *v, ngx_str_t *out)
+{
+    u_char         *p;
+    ngx_uint_t      i;
+    XXH128_hash_t   h;
+
+    static const u_char  hex[] = "0123456789abcdef";
+
+    h = XXH3_128bits(v->data, v->len);
+
+    p = ngx_pnalloc(pool, 32);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < 16; i++) {
+        p[i] = hex[(h.high64 >> (60 - 4 * i)) & 0xf];
+        p[16 + i] = hex[(h.low64 >> (60 - 4 * i)) & 0xf];
+    }
+
+    out->data = p;
+    out->len = 32;
+
+    return NGX_OK;
+}
+
+
 /* The request's scope, from the location's kvserve_cache_scope. */
 ngx_int_t
 ngx_http_kvserve_cache_scope(ngx_http_kvserve_ctx_t *ctx)
 {
-    u_char                       *p;
     ngx_str_t                     v;
-    ngx_uint_t                    i;
-    XXH128_hash_t                 h;
     ngx_http_kvserve_loc_conf_t  *klcf;
-
-    static const u_char  hex[] = "0123456789abcdef";
 
     ngx_str_null(&ctx->cache_scope);
     ctx->cache_miss = -1;
@@ -146,22 +175,7 @@ ngx_http_kvserve_cache_scope(ngx_http_kvserve_ctx_t *ctx)
         return NGX_OK;
     }
 
-    h = XXH3_128bits(v.data, v.len);
-
-    p = ngx_pnalloc(ctx->r->pool, 32);
-    if (p == NULL) {
-        return NGX_ERROR;
-    }
-
-    for (i = 0; i < 16; i++) {
-        p[i] = hex[(h.high64 >> (60 - 4 * i)) & 0xf];
-        p[16 + i] = hex[(h.low64 >> (60 - 4 * i)) & 0xf];
-    }
-
-    ctx->cache_scope.data = p;
-    ctx->cache_scope.len = 32;
-
-    return NGX_OK;
+    return ngx_http_kvserve_hash_hex(ctx->r->pool, &v, &ctx->cache_scope);
 }
 
 

@@ -377,6 +377,8 @@ ngx_http_kvserve_part_init(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t i,
     ereq.stop_len = stop_len;
     ereq.n_stop = ctx->req.n_stop;
     ngx_http_kvserve_cache_req(ctx, i, &ereq);
+    ereq.tenant = (const char *) ctx->tenant.data;
+    ereq.tenant_len = ctx->tenant.len;
 
     ngx_memzero(&frame, sizeof(frame));
 
@@ -483,6 +485,12 @@ ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx, kvs_api_err_t *aerr)
     if (ngx_http_kvserve_cache_scope(ctx) != NGX_OK) {
         kvs_api_err_set(aerr, 500, NULL, NULL, "The cache scope could not "
                         "be evaluated.");
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_kvserve_limit_tenant(ctx) != NGX_OK) {
+        kvs_api_err_set(aerr, 500, NULL, NULL, "The tenant could not be "
+                        "evaluated.");
         return NGX_ERROR;
     }
 

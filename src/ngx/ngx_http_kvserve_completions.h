@@ -117,6 +117,9 @@ struct ngx_http_kvserve_ctx_s {
     ngx_http_kvserve_sub_t    stats;       /* kvserve_status */
 
     ngx_str_t                 cache_scope; /* hashed; len 0: global */
+    ngx_str_t                 tenant;      /* hashed key of the first
+                                              kvserve_limit zone; len 0:
+                                              none */
     uint32_t                  cached_tokens;   /* over the parts: prompt
                                                   tokens from the prefix
                                                   cache, */
@@ -175,6 +178,8 @@ void ngx_http_kvserve_part_event(ngx_http_kvserve_sub_t *s, ngx_uint_t ev,
     void *msg);
 
 /* the prefix cache (ngx_http_kvserve_cache.c) */
+ngx_int_t ngx_http_kvserve_hash_hex(ngx_pool_t *pool, ngx_str_t *v,
+    ngx_str_t *out);
 ngx_int_t ngx_http_kvserve_cache_scope(ngx_http_kvserve_ctx_t *ctx);
 int ngx_http_kvserve_cache_pins(ngx_http_kvserve_tok_job_t *job,
     kvs_tok_ctx_t *tok, const kvs_chat_args_t *args, const char *text,

@@ -472,3 +472,164 @@ ngx_http_kvserve_tokenize_threshold(ngx_conf_t *cf, ngx_command_t *cmd,
 
     return NGX_CONF_OK;
 }
+
+
+/* kvserve_fair_weights prefill=<N> decode=<N>: counter units per token
+ * computed, each 1..1000 (a larger ratio buys nothing a user can see) */
+char *
+ngx_http_kvserve_fair_weights(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_kvserve_main_conf_t  *kmcf = conf;
+
+    size_t       skip;
+    ngx_int_t    n;
+    ngx_str_t   *value;
+    ngx_uint_t   i, *w;
+
+    if (kmcf->fair_w_prefill != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        if (ngx_strncmp(value[i].data, "prefill=", 8) == 0) {
+            w = &kmcf->fair_w_prefill;
+            skip = 8;
+
+        } else if (ngx_strncmp(value[i].data, "decode=", 7) == 0) {
+            w = &kmcf->fair_w_decode;
+            skip = 7;
+
+        } else {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid parameter \"%V\" in \"%V\" "
+                               "directive, it must be prefill=<N> or "
+                               "decode=<N>", &value[i], &cmd->name);
+            return NGX_CONF_ERROR;
+        }
+
+        n = ngx_atoi(value[i].data + skip, value[i].len - skip);
+
+        if (n == NGX_ERROR || n < 1 || n > NGX_HTTP_KVSERVE_FAIR_W_MAX) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid value \"%V\" in \"%V\" directive, "
+                               "the weight must be a whole number from 1 "
+                               "to %d", &value[i], &cmd->name,
+                               NGX_HTTP_KVSERVE_FAIR_W_MAX);
+            return NGX_CONF_ERROR;
+        }
+
+        if (*w != NGX_CONF_UNSET_UINT && *w != 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "duplicate parameter \"%V\" in \"%V\" "
+                               "directive", &value[i], &cmd->name);
+            return NGX_CONF_ERROR;
+        }
+
+        *w = (ngx_uint_t) n;
+    }
+
+    /* set: the one not given keeps its default */
+    if (kmcf->fair_w_prefill == NGX_CONF_UNSET_UINT) {
+        kmcf->fair_w_prefill = 0;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * kvserve_fair_kv_max <fraction> | off: the KV blocks a tenant may hold
+ * while others wait, 0 < fraction <= 1 of the cache, in thousandths
+ * (rounded half up, at least 1); off: no cap (0).  Parsed by hand as a
+ * decimal so that 0.1 is exactly 100.
+ */
+char *
+ngx_http_kvserve_fair_kv_max(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_kvserve_main_conf_t  *kmcf = conf;
+
+    u_char      *p, *last;
+    ngx_str_t   *value;
+    ngx_uint_t   whole, frac, digits, nonzero, fnonzero, dot;
+
+    if (kmcf->fair_kv_max_milli != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (ngx_strcmp(value[1].data, "off") == 0) {
+        kmcf->fair_kv_max_milli = 0;
+        return NGX_CONF_OK;
+    }
+
+    p = value[1].data;
+    last = p + value[1].len;
+    whole = 0;
+    frac = 0;          /* the first four decimals, as ten-thousandths */
+    digits = 0;
+    nonzero = 0;
+    fnonzero = 0;
+    dot = 0;
+
+    for ( /* void */ ; p < last; p++) {
+
+        if (*p == '.' && !dot) {
+            dot = 1;
+            continue;
+        }
+
+        if (*p < '0' || *p > '9' || (!dot && whole > 1)) {
+            goto invalid;
+        }
+
+        nonzero |= (*p != '0');
+
+        if (!dot) {
+            whole = whole * 10 + (*p - '0');
+            continue;
+        }
+
+        fnonzero |= (*p != '0');
+
+        if (digits < 4) {
+            frac = frac * 10 + (*p - '0');
+            digits++;
+        }
+    }
+
+    if (value[1].len == dot || !nonzero || whole > 1) {
+        goto invalid;
+    }
+
+    while (digits < 4) {
+        frac *= 10;
+        digits++;
+    }
+
+    if (whole == 1 && fnonzero) {
+        goto invalid;
+    }
+
+    /* 1 is 1000; else round the ten-thousandths half up */
+    kmcf->fair_kv_max_milli = whole ? 1000 : (frac + 5) / 10;
+
+    if (kmcf->fair_kv_max_milli == 0) {
+        kmcf->fair_kv_max_milli = 1;
+    }
+
+    return NGX_CONF_OK;
+
+invalid:
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid value \"%V\" in \"%V\" directive, it must "
+                       "be a fraction of the KV cache over 0 and at most "
+                       "1, such as 0.5, or \"off\"", &value[1], &cmd->name);
+    return NGX_CONF_ERROR;
+}

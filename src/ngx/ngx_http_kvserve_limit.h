@@ -1,7 +1,8 @@
 /*
  * ngx_http_kvserve_limit.h: token-weighted rate limits
- * (ngx_http_kvserve_limit.c, its own nginx module in the same .so), as
- * the completion request's flow and the metrics see them.
+ * (ngx_http_kvserve_limit_{conf,zone,admit}.c, its own nginx module in
+ * the same .so), as the completion request's flow and the metrics see
+ * them.
  *
  * A request is admitted after it is tokenized and before it is sent to
  * the engine: every kvserve_limit zone that applies charges it its prompt
@@ -32,6 +33,11 @@ extern ngx_module_t  ngx_http_kvserve_limit_module;
  */
 ngx_int_t ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *ctx,
     ngx_http_kvserve_limit_resume_pt resume);
+
+/* ctx->tenant: the hashed key (ngx_http_kvserve_hash_hex) of the first
+ * kvserve_limit zone that applies (its key not empty), the fair share's
+ * tenant in the engine; none applies: empty. */
+ngx_int_t ngx_http_kvserve_limit_tenant(ngx_http_kvserve_ctx_t *ctx);
 
 /* Appends every zone's counters (Prometheus text) to out. */
 ngx_int_t ngx_http_kvserve_limit_metrics(ngx_http_request_t *r,

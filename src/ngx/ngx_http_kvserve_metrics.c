@@ -395,6 +395,7 @@ ngx_http_kvserve_scrape_send(ngx_http_request_t *r, kvs_wire_stats_t *st)
             g[k].kv_used = st->models[i].st.kv_used;
             g[k].cache_evicted_blocks =
                 st->models[i].st.cache_evicted_blocks;
+            g[k].tenants = st->models[i].tenants;
         }
     }
 

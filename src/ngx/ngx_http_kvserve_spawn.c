@@ -312,6 +312,9 @@ ngx_http_kvserve_child(ngx_http_kvserve_engine_t *e, int lease, int pidfd)
         sm[i].engine.max_batch_tokens = (uint32_t) kmcf->max_batch_tokens;
         sm[i].engine.no_prefix_cache = !kmcf->prefix_cache;
         sm[i].engine.pin_max_bytes = (uint64_t) kmcf->pin_max;
+        sm[i].engine.fair_w_prefill = (uint32_t) kmcf->fair_w_prefill;
+        sm[i].engine.fair_w_decode = (uint32_t) kmcf->fair_w_decode;
+        sm[i].engine.fair_kv_max_milli = (uint32_t) kmcf->fair_kv_max_milli;
     }
 
     ngx_memzero(&conf, sizeof(conf));

@@ -254,6 +254,7 @@ kvs_srv_frame(kvs_srv_t *srv, kvs_srv_client_t *c, const kvs_wire_hdr_t *h,
         for (k = 0; k < srv->n_engines; k++) {
             st->models[k].index = k;
             kvs_engine_stats(srv->engines[k].e, &st->models[k].st);
+            kvs_engine_tenants(srv->engines[k].e, &st->models[k].tenants);
         }
 
         rc = kvs_wire_enc_stats(&c->out, h->id, st, &err);

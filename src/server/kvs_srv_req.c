@@ -12,11 +12,12 @@
  * open addressing with linear probing over a power-of-two table, and
  * deletion shifts entries back rather than leaving tombstones.
  *
- * The prefix cache fields travel as decoded: SUBMIT's scope, adapter and
- * pins are already in the kvs_engine_req_t the decoder filled (checked
- * there), and an output's cache fields go out only when the engine set
- * them for this read (has_cache is cleared before each), so one
- * request's figures never leak into another's frame.
+ * The prefix cache and fair share fields travel as decoded: SUBMIT's
+ * scope, adapter, pins and tenant are already in the kvs_engine_req_t
+ * the decoder filled (checked there), and an output's cache fields go
+ * out only when the engine set them for this read (has_cache is cleared
+ * before each), so one request's figures never leak into another's
+ * frame.
  */
 
 #include <errno.h>

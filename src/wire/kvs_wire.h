@@ -42,7 +42,7 @@
 #include "../base/kvs_err.h"
 #include "../engine/kvs_engine.h"
 
-#define KVS_WIRE_VERSION      2       /* 2: prefix cache fields */
+#define KVS_WIRE_VERSION      2       /* 2: prefix cache fields, tenant */
 #define KVS_WIRE_HDR          16
 #define KVS_WIRE_MAX_FRAME    (16u << 20)   /* 1M prompt ids take 4 MiB */
 #define KVS_WIRE_AGAIN        1             /* need more bytes */
@@ -117,6 +117,7 @@ typedef struct {
     char               stop_text[KVS_WIRE_MAX_STOP
                                  * KVS_WIRE_MAX_STOP_LEN];
     char               scope[KVS_RADIX_MAX_SCOPE];  /* req.scope's bytes */
+    char               tenant[KVS_FAIR_MAX_KEY];    /* req.tenant's */
 } kvs_wire_submit_t;
 
 typedef struct {
@@ -142,8 +143,9 @@ typedef struct {
 } kvs_wire_out_t;
 
 typedef struct {
-    uint32_t            index;
-    kvs_engine_stats_t  st;
+    uint32_t              index;
+    kvs_engine_stats_t    st;
+    kvs_engine_tenants_t  tenants;    /* the fair share's, for metrics */
 } kvs_wire_model_stats_t;
 
 typedef struct {

@@ -107,7 +107,7 @@ kvs_wire_dec_submit(const uint8_t *f, size_t f_len, kvs_wire_submit_t *m,
     int                   v;
     size_t                off;
     uint8_t               u8, pad, n_pins;
-    uint16_t              sl, scope_len;
+    uint16_t              sl, scope_len, tenant_len, pad16;
     uint32_t              i, n_bias, n_sid, n_stop, n_prompt;
     kvs_engine_pin_t     *pin;
     kvs_wire_rd_t         rd;
@@ -176,14 +176,21 @@ kvs_wire_dec_submit(const uint8_t *f, size_t f_len, kvs_wire_submit_t *m,
         || kvs_wire_u32(&rd, "adapter", &r->adapter) != KVS_OK
         || kvs_wire_u16(&rd, "scope_len", &scope_len) != KVS_OK
         || kvs_wire_u8(&rd, "n_pins", &n_pins) != KVS_OK
-        || kvs_wire_u8(&rd, "reserved", &pad) != KVS_OK)
+        || kvs_wire_u8(&rd, "reserved", &pad) != KVS_OK
+        || kvs_wire_u16(&rd, "tenant_len", &tenant_len) != KVS_OK
+        || kvs_wire_u16(&rd, "reserved", &pad16) != KVS_OK)
     {
         return KVS_EFORMAT;
     }
 
-    if (pad != 0) {
+    if (pad != 0 || pad16 != 0) {
         return kvs_err_set(err, KVS_EFORMAT, "SUBMIT: reserved: must be 0 "
-                           "(got %u)", pad);
+                           "(got %u)", pad != 0 ? pad : pad16);
+    }
+
+    if (tenant_len > KVS_FAIR_MAX_KEY) {
+        return kvs_err_set(err, KVS_EFORMAT, "SUBMIT: tenant_len: %u "
+                           "exceeds %d", tenant_len, KVS_FAIR_MAX_KEY);
     }
 
     if (scope_len > KVS_RADIX_MAX_SCOPE) {
@@ -297,6 +304,15 @@ kvs_wire_dec_submit(const uint8_t *f, size_t f_len, kvs_wire_submit_t *m,
     rd.p += scope_len;
     rd.left -= scope_len;
 
+    if (kvs_wire_need(&rd, tenant_len, "tenant") != KVS_OK) {
+        return KVS_EFORMAT;
+    }
+
+    /* raw bytes: the fair share compares keys as bytes */
+    memcpy(m->tenant, rd.p, tenant_len);
+    rd.p += tenant_len;
+    rd.left -= tenant_len;
+
     for (i = 0; i < n_pins; i++) {
         pin = &r->pins[i];
 
@@ -334,6 +350,8 @@ kvs_wire_dec_submit(const uint8_t *f, size_t f_len, kvs_wire_submit_t *m,
     r->n_stop = n_stop;
     r->scope = scope_len > 0 ? m->scope : NULL;
     r->scope_len = scope_len;
+    r->tenant = tenant_len > 0 ? m->tenant : NULL;
+    r->tenant_len = tenant_len;
     r->n_pins = n_pins;
 
     return KVS_OK;
@@ -588,6 +606,74 @@ kvs_wire_dec_pong(const uint8_t *f, size_t f_len, uint64_t *now_ns,
 }
 
 
+/* A tenant's counts, after its key. */
+static int
+kvs_wire_dec_tenant(kvs_wire_rd_t *rd, kvs_engine_tenant_t *t)
+{
+    if (kvs_wire_u64(rd, "tenant.prefill", &t->prefill) != KVS_OK
+        || kvs_wire_u64(rd, "tenant.decode", &t->decode) != KVS_OK
+        || kvs_wire_u32(rd, "tenant.kv_blocks", &t->kv_blocks) != KVS_OK
+        || kvs_wire_u32(rd, "tenant.n_seqs", &t->n_seqs) != KVS_OK)
+    {
+        return KVS_EFORMAT;
+    }
+
+    return KVS_OK;
+}
+
+
+/* A model's tenants: n_top, n_tenants, the top ones, then the rest. */
+static int
+kvs_wire_dec_tenants(kvs_wire_rd_t *rd, kvs_engine_tenants_t *tn,
+    kvs_err_t *err)
+{
+    uint16_t              kl;
+    uint32_t              k;
+    kvs_engine_tenant_t  *t;
+
+    if (kvs_wire_u32(rd, "n_top", &tn->n_top) != KVS_OK
+        || kvs_wire_u32(rd, "n_tenants", &tn->n_tenants) != KVS_OK)
+    {
+        return KVS_EFORMAT;
+    }
+
+    if (tn->n_top > KVS_ENGINE_TOP_TENANTS) {
+        return kvs_err_set(err, KVS_EFORMAT, "STATS_REPLY: n_top: %u "
+                           "exceeds %d", tn->n_top, KVS_ENGINE_TOP_TENANTS);
+    }
+
+    for (k = 0; k < tn->n_top; k++) {
+        t = &tn->top[k];
+
+        if (kvs_wire_u16(rd, "tenant.key_len", &kl) != KVS_OK) {
+            return KVS_EFORMAT;
+        }
+
+        if (kl > KVS_FAIR_MAX_KEY) {
+            return kvs_err_set(err, KVS_EFORMAT, "STATS_REPLY: tenant "
+                               "key_len: %u exceeds %d", kl,
+                               KVS_FAIR_MAX_KEY);
+        }
+
+        if (kvs_wire_need(rd, kl, "tenant.key") != KVS_OK) {
+            return KVS_EFORMAT;
+        }
+
+        /* raw bytes: a key is whatever the worker sent */
+        memcpy(t->key, rd->p, kl);
+        t->key_len = kl;
+        rd->p += kl;
+        rd->left -= kl;
+
+        if (kvs_wire_dec_tenant(rd, t) != KVS_OK) {
+            return KVS_EFORMAT;
+        }
+    }
+
+    return kvs_wire_dec_tenant(rd, &tn->other);
+}
+
+
 int
 kvs_wire_dec_stats(const uint8_t *f, size_t f_len, kvs_wire_stats_t *m,
     kvs_err_t *err)
@@ -649,6 +735,12 @@ kvs_wire_dec_stats(const uint8_t *f, size_t f_len, kvs_wire_stats_t *m,
             || kvs_wire_u32(&rd, "cache_pinned_blocks",
                             &s->cache_pinned_blocks) != KVS_OK
             || kvs_wire_u64(&rd, "epoch", &s->epoch) != KVS_OK)
+        {
+            return KVS_EFORMAT;
+        }
+
+        if (kvs_wire_dec_tenants(&rd, &m->models[i].tenants, err)
+            != KVS_OK)
         {
             return KVS_EFORMAT;
         }

@@ -120,6 +120,15 @@ kvs_wire_enc_submit(kvs_buf_t *b, uint64_t id, uint32_t model,
                            KVS_RADIX_MAX_SCOPE);
     }
 
+    if (req->tenant_len > KVS_FAIR_MAX_KEY
+        || (req->tenant_len > 0 && req->tenant == NULL))
+    {
+        return kvs_err_set(err, KVS_ERANGE, "SUBMIT: tenant: %zu bytes%s; "
+                           "at most %d", req->tenant_len,
+                           req->tenant == NULL ? " at NULL" : "",
+                           KVS_FAIR_MAX_KEY);
+    }
+
     if (req->n_pins > KVS_ENGINE_MAX_PINS) {
         return kvs_err_set(err, KVS_ERANGE, "SUBMIT: pins: %u exceed %d",
                            req->n_pins, KVS_ENGINE_MAX_PINS);
@@ -167,7 +176,7 @@ kvs_wire_enc_submit(kvs_buf_t *b, uint64_t id, uint32_t model,
 
     len = KVS_WIRE_HDR + KVS_WIRE_SUBMIT_FIXED + (size_t) req->n_prompt * 4
           + (size_t) s->n_logit_bias * 8 + (size_t) req->n_stop_ids * 4
-          + req->scope_len + (size_t) req->n_pins * 8;
+          + req->scope_len + req->tenant_len + (size_t) req->n_pins * 8;
 
     for (i = 0; i < req->n_stop; i++) {
         if (req->stop_len[i] > KVS_WIRE_MAX_STOP_LEN) {
@@ -207,6 +216,8 @@ kvs_wire_enc_submit(kvs_buf_t *b, uint64_t id, uint32_t model,
     p = kvs_wire_put16(p, (uint16_t) req->scope_len);
     *p++ = (uint8_t) req->n_pins;
     *p++ = 0;
+    p = kvs_wire_put16(p, (uint16_t) req->tenant_len);
+    p = kvs_wire_put16(p, 0);
 
     for (i = 0; i < req->n_prompt; i++) {
         p = kvs_wire_put32(p, (uint32_t) req->prompt[i]);
@@ -227,6 +238,7 @@ kvs_wire_enc_submit(kvs_buf_t *b, uint64_t id, uint32_t model,
     }
 
     p = kvs_wire_putb(p, req->scope, req->scope_len);
+    p = kvs_wire_putb(p, req->tenant, req->tenant_len);
 
     for (i = 0; i < req->n_pins; i++) {
         p = kvs_wire_put32(p, req->pins[i].n_tokens);
@@ -478,23 +490,58 @@ kvs_wire_enc_pong(kvs_buf_t *b, uint64_t id, uint64_t now_ns,
 }
 
 
+/* A tenant's counts, without its key. */
+static uint8_t *
+kvs_wire_put_tenant(uint8_t *p, const kvs_engine_tenant_t *t)
+{
+    p = kvs_wire_put64(p, t->prefill);
+    p = kvs_wire_put64(p, t->decode);
+    p = kvs_wire_put32(p, t->kv_blocks);
+    return kvs_wire_put32(p, t->n_seqs);
+}
+
+
 int
 kvs_wire_enc_stats(kvs_buf_t *b, uint64_t id, const kvs_wire_stats_t *m,
     kvs_err_t *err)
 {
-    int                        rc;
-    uint8_t                   *p;
-    uint32_t                   i;
-    const kvs_engine_stats_t  *s;
+    int                          rc;
+    size_t                       len;
+    uint8_t                     *p;
+    uint32_t                     i, k;
+    const kvs_engine_stats_t    *s;
+    const kvs_engine_tenants_t  *tn;
 
     if (m->n_models > KVS_WIRE_MAX_MODELS) {
         return kvs_err_set(err, KVS_ERANGE, "STATS_REPLY: n_models: %u "
                            "exceeds %d", m->n_models, KVS_WIRE_MAX_MODELS);
     }
 
-    rc = kvs_wire_begin(b, KVS_WIRE_HDR + 12
-                          + (size_t) m->n_models * KVS_WIRE_STATS_REC,
-                       KVS_WIRE_STATS_REPLY, id, &p, err);
+    len = KVS_WIRE_HDR + 12;
+
+    for (i = 0; i < m->n_models; i++) {
+        tn = &m->models[i].tenants;
+
+        if (tn->n_top > KVS_ENGINE_TOP_TENANTS) {
+            return kvs_err_set(err, KVS_ERANGE, "STATS_REPLY: n_top: %u "
+                               "exceeds %d", tn->n_top,
+                               KVS_ENGINE_TOP_TENANTS);
+        }
+
+        len += KVS_WIRE_STATS_REC + 8 + KVS_WIRE_TENANT_REC;
+
+        for (k = 0; k < tn->n_top; k++) {
+            if (tn->top[k].key_len > KVS_FAIR_MAX_KEY) {
+                return kvs_err_set(err, KVS_ERANGE, "STATS_REPLY: tenant "
+                                   "key: %zu bytes exceed %d",
+                                   tn->top[k].key_len, KVS_FAIR_MAX_KEY);
+            }
+
+            len += 2 + tn->top[k].key_len + KVS_WIRE_TENANT_REC;
+        }
+    }
+
+    rc = kvs_wire_begin(b, len, KVS_WIRE_STATS_REPLY, id, &p, err);
     if (rc != KVS_OK) {
         return rc;
     }
@@ -531,6 +578,18 @@ kvs_wire_enc_stats(kvs_buf_t *b, uint64_t id, const kvs_wire_stats_t *m,
         p = kvs_wire_put32(p, s->cache_blocks);
         p = kvs_wire_put32(p, s->cache_pinned_blocks);
         p = kvs_wire_put64(p, s->epoch);
+
+        tn = &m->models[i].tenants;
+        p = kvs_wire_put32(p, tn->n_top);
+        p = kvs_wire_put32(p, tn->n_tenants);
+
+        for (k = 0; k < tn->n_top; k++) {
+            p = kvs_wire_put16(p, (uint16_t) tn->top[k].key_len);
+            p = kvs_wire_putb(p, tn->top[k].key, tn->top[k].key_len);
+            p = kvs_wire_put_tenant(p, &tn->top[k]);
+        }
+
+        p = kvs_wire_put_tenant(p, &tn->other);
     }
 
     kvs_wire_commit(b, p);

@@ -18,11 +18,12 @@
 
 #include "kvs_wire.h"
 
-#define KVS_WIRE_SUBMIT_FIXED 80
+#define KVS_WIRE_SUBMIT_FIXED 84
 #define KVS_WIRE_OUT_FIXED    (4 + 4 + 12 + 24 + 12 + 16)
 #define KVS_WIRE_LP_FIXED     (4 + 4 + 1)
 #define KVS_WIRE_LP_TOP       (4 + 4)
 #define KVS_WIRE_STATS_REC    (4 + 17 * 8 + 8 * 4)
+#define KVS_WIRE_TENANT_REC   (8 + 8 + 4 + 4)
 
 typedef struct {
     const uint8_t  *p;

@@ -1,6 +1,7 @@
 /*
  * bench_limit: admission decisions per second on one core from a zone of
- * 100k keys, the way ngx_http_kvserve_limit.c makes them, without nginx:
+ * 100k keys, the way ngx_http_kvserve_limit_zone.c makes them, without
+ * nginx:
  *
  *   crc32 of the key (table-driven, as ngx_crc32_short), the zone's lock
  *   (an atomic spin lock in MAP_SHARED memory, nginx's ngx_shmtx fast

@@ -413,6 +413,101 @@ test_exposition(void **state)
 }
 
 
+/* The engine's tenants: labelled by the first 12 bytes of their keys,
+ * "none" for the empty key, "other" only when some tenant is not shown;
+ * a model the engine did not report has none. */
+static void
+test_tenants(void **state)
+{
+    char                  *text;
+    kvs_metrics_t         *m;
+    kvs_metrics_gauges_t   g[2];
+    kvs_engine_tenants_t  *tn;
+    uint32_t               len[2] = { 512, 64 };
+    const char            *names[2] = { "m1", "m2" };
+
+    (void) state;
+
+    m = new_metrics(2, names, len);
+
+    /* no engine answer: no tenant family at all */
+    text = expose(m, NULL);
+    assert_null(strstr(text, "tenant"));
+    free(text);
+
+    memset(g, 0, sizeof(g));
+    g[0].have = 1;
+    tn = &g[0].tenants;
+    tn->n_top = 3;
+    tn->n_tenants = 5;
+    memcpy(tn->top[0].key, "0f3c9a7e51d24b86a0e97c1f5d3b2a64", 32);
+    tn->top[0].key_len = 32;
+    tn->top[0].prefill = 1200;
+    tn->top[0].decode = 34;
+    tn->top[0].kv_blocks = 7;
+    tn->top[1].key_len = 0;                    /* no kvserve_limit */
+    tn->top[1].prefill = 5;
+    tn->top[1].decode = 6;
+    memcpy(tn->top[2].key, "a\"b\n", 4);     /* not nginx's: no escape */
+    tn->top[2].key_len = 4;
+    tn->top[2].decode = UINT64_MAX;
+    tn->other.prefill = 11;
+    tn->other.decode = 12;
+    tn->other.kv_blocks = 13;
+
+    text = expose(m, g);
+    check_format(text);
+
+#define KEY(name, t) \
+    "kvserve:" name "{model_name=\"m1\",tenant=\"" t "\"}"
+
+    assert_int_equal(sample(text, KEY("tenant_prefill_tokens_total",
+                                      "0f3c9a7e51d2")), 1200);
+    assert_int_equal(sample(text, KEY("tenant_decode_tokens_total",
+                                      "0f3c9a7e51d2")), 34);
+    assert_int_equal(sample(text, KEY("tenant_kv_blocks", "0f3c9a7e51d2")),
+                     7);
+    assert_int_equal(sample(text, KEY("tenant_prefill_tokens_total",
+                                      "none")), 5);
+    assert_int_equal(sample(text, KEY("tenant_decode_tokens_total",
+                                      "none")), 6);
+    assert_true(sample(text, KEY("tenant_decode_tokens_total", "a_b_"))
+                == (double) UINT64_MAX);
+    assert_int_equal(sample(text, KEY("tenant_prefill_tokens_total",
+                                      "other")), 11);
+    assert_int_equal(sample(text, KEY("tenant_decode_tokens_total",
+                                      "other")), 12);
+    assert_int_equal(sample(text, KEY("tenant_kv_blocks", "other")), 13);
+    /* never more than the 12 bytes of a key */
+    assert_null(strstr(text, "0f3c9a7e51d24"));
+    assert_null(strstr(text, "tenant_kv_blocks{model_name=\"m2\""));
+    assert_non_null(strstr(text, "# TYPE kvserve:tenant_prefill_tokens_total "
+                                 "counter\n"));
+    assert_non_null(strstr(text, "# TYPE kvserve:tenant_kv_blocks gauge\n"));
+    free(text);
+
+    /* every tenant shown: no "other" */
+    tn->n_tenants = 3;
+    text = expose(m, g);
+    check_format(text);
+    assert_null(strstr(text, "tenant=\"other\""));
+    assert_int_equal(sample(text, KEY("tenant_kv_blocks", "0f3c9a7e51d2")),
+                     7);
+    free(text);
+
+    /* the engine knows no tenant yet: the families, no samples */
+    memset(tn, 0, sizeof(*tn));
+    text = expose(m, g);
+    check_format(text);
+    assert_null(strstr(text, "tenant=\""));
+    free(text);
+
+#undef KEY
+
+    free(m);
+}
+
+
 /* Two processes add to one shared mapping, as nginx workers do. */
 static void
 test_shared(void **state)
@@ -467,6 +562,7 @@ main(void)
         cmocka_unit_test(test_server_timing),
         cmocka_unit_test(test_layout),
         cmocka_unit_test(test_exposition),
+        cmocka_unit_test(test_tenants),
         cmocka_unit_test(test_shared),
     };
 

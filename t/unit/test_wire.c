@@ -246,6 +246,7 @@ test_submit(void **state)
     const char          *stop[KVS_WIRE_MAX_STOP];
     char                 text[KVS_WIRE_MAX_STOP][KVS_WIRE_MAX_STOP_LEN];
     char                 scope[KVS_RADIX_MAX_SCOPE];
+    char                 tenant[KVS_FAIR_MAX_KEY];
 
     memset(&b, 0, sizeof(b));
     memset(&s, 0, sizeof(s));
@@ -260,6 +261,8 @@ test_submit(void **state)
     assert_null(s.req.sample.logit_bias);
     assert_null(s.req.scope);
     assert_int_equal(s.req.scope_len + s.req.n_pins + s.req.adapter, 0);
+    assert_null(s.req.tenant);
+    assert_int_equal(s.req.tenant_len, 0);
 
     /* the fullest */
     for (i = 0; i < 1000; i++) {
@@ -309,6 +312,11 @@ test_submit(void **state)
     req.scope = scope;
     req.scope_len = KVS_RADIX_MAX_SCOPE;
     req.adapter = 0xffffffffu;
+    memset(tenant, 0x5a, sizeof(tenant));     /* raw bytes, the limit */
+    tenant[0] = '\0';
+    tenant[KVS_FAIR_MAX_KEY - 1] = (char) 0xff;
+    req.tenant = tenant;
+    req.tenant_len = KVS_FAIR_MAX_KEY;
     req.n_pins = KVS_ENGINE_MAX_PINS;
     for (i = 0; i < KVS_ENGINE_MAX_PINS; i++) {
         req.pins[i].n_tokens = i == 0 ? 1 : (uint32_t) (1000 - i);
@@ -355,6 +363,8 @@ test_submit(void **state)
     assert_int_equal(s.req.scope_len, KVS_RADIX_MAX_SCOPE);
     assert_memory_equal(s.req.scope, scope, KVS_RADIX_MAX_SCOPE);
     assert_int_equal(s.req.adapter, 0xffffffffu);
+    assert_int_equal(s.req.tenant_len, KVS_FAIR_MAX_KEY);
+    assert_memory_equal(s.req.tenant, tenant, KVS_FAIR_MAX_KEY);
     assert_int_equal(s.req.n_pins, KVS_ENGINE_MAX_PINS);
     for (i = 0; i < KVS_ENGINE_MAX_PINS; i++) {
         assert_int_equal(s.req.pins[i].n_tokens, req.pins[i].n_tokens);
@@ -393,6 +403,14 @@ test_submit(void **state)
     assert_int_equal(kvs_wire_enc_submit(&b, 1, 0, &req, 0, &err),
                      KVS_ERANGE);
     req.scope_len = 1;
+    req.tenant_len = KVS_FAIR_MAX_KEY + 1;
+    assert_int_equal(kvs_wire_enc_submit(&b, 1, 0, &req, 0, &err),
+                     KVS_ERANGE);
+    req.tenant_len = 1;
+    req.tenant = NULL;
+    assert_int_equal(kvs_wire_enc_submit(&b, 1, 0, &req, 0, &err),
+                     KVS_ERANGE);
+    req.tenant = tenant;
     req.n_pins = KVS_ENGINE_MAX_PINS + 1;
     assert_int_equal(kvs_wire_enc_submit(&b, 1, 0, &req, 0, &err),
                      KVS_ERANGE);
@@ -797,10 +815,12 @@ test_out_split(void **state)
 static void
 test_stats(void **state)
 {
-    uint32_t           i;
-    kvs_buf_t          b;
-    kvs_err_t          err;
-    kvs_wire_stats_t  *in, *out;
+    uint32_t               i, k;
+    kvs_buf_t              b;
+    kvs_err_t              err;
+    kvs_wire_stats_t      *in, *out;
+    kvs_engine_tenant_t   *t;
+    kvs_engine_tenants_t  *tn;
 
     memset(&b, 0, sizeof(b));
     in = calloc(1, sizeof(*in));
@@ -838,6 +858,26 @@ test_stats(void **state)
         in->models[i].st.cache_pinned_blocks = 0xffffffffu;
         in->models[i].st.epoch = 0x0123456789abcdefULL + i;
     }
+
+    /* model 0: no tenant; model 1: the most, one key empty, one full */
+    tn = &in->models[1].tenants;
+    tn->n_top = KVS_ENGINE_TOP_TENANTS;
+    tn->n_tenants = 0xffffffffu;
+
+    for (k = 0; k < KVS_ENGINE_TOP_TENANTS; k++) {
+        t = &tn->top[k];
+        t->key_len = k == 1 ? 0 : k == 2 ? KVS_FAIR_MAX_KEY : 32;
+        memset(t->key, (int) (0x30 + k), t->key_len);
+        t->prefill = UINT64_MAX - k;
+        t->decode = 1000 + k;
+        t->kv_blocks = 0xffffffffu - k;
+        t->n_seqs = k;
+    }
+
+    tn->other.prefill = 7;
+    tn->other.decode = UINT64_MAX;
+    tn->other.kv_blocks = 9;
+    tn->other.n_seqs = 0xffffffffu;
 
     assert_int_equal(kvs_wire_enc_stats(&b, 12, in, &err), KVS_OK);
     check_prefixes(b.data, b.len);
@@ -932,6 +972,8 @@ submit_frame(kvs_buf_t *b)
     req.adapter = 7;
     req.scope = "tenant";
     req.scope_len = 6;
+    req.tenant = "acme";
+    req.tenant_len = 4;
     req.pins[0].n_tokens = 2;
     req.pins[0].ttl_ms = 300000;
     req.n_pins = 1;
@@ -956,8 +998,10 @@ submit_frame(kvs_buf_t *b)
 #define SUB_SCOPE_LEN   (16 + 76)
 #define SUB_N_PINS      (16 + 78)
 #define SUB_RESERVED2   (16 + 79)
-#define SUB_STOP_LEN    (16 + 80 + 12 + 8 + 4)
-#define SUB_PIN         (SUB_STOP_LEN + 2 + 2 + 6)
+#define SUB_TENANT_LEN  (16 + 80)
+#define SUB_RESERVED3   (16 + 82)
+#define SUB_STOP_LEN    (16 + 84 + 12 + 8 + 4)
+#define SUB_PIN         (SUB_STOP_LEN + 2 + 2 + 6 + 4)
 
 
 static void
@@ -991,7 +1035,7 @@ test_bad_submit(void **state)
 
     memset(&b, 0, sizeof(b));
     submit_frame(&b);
-    assert_int_equal(b.len, 16 + 80 + 12 + 8 + 4 + 2 + 2 + 6 + 8);
+    assert_int_equal(b.len, 16 + 84 + 12 + 8 + 4 + 2 + 2 + 6 + 4 + 8);
 
     corrupt_submit(SUB_N_PROMPT, 0xffffffffu, 4, "prompt");
     corrupt_submit(SUB_N_PROMPT, 0x40000000u, 4, "prompt");  /* x4 wraps */
@@ -1017,12 +1061,18 @@ test_bad_submit(void **state)
     corrupt_submit(SUB_STOP_LEN, 1, 2, "pins[0].n_tokens");  /* shifted */
     corrupt_submit(SUB_SCOPE_LEN, KVS_RADIX_MAX_SCOPE + 1, 2, "scope_len");
     corrupt_submit(SUB_SCOPE_LEN, 0xffff, 2, "scope_len");
-    corrupt_submit(SUB_SCOPE_LEN, 15, 2, "scope");
+    corrupt_submit(SUB_SCOPE_LEN, 19, 2, "scope");
     corrupt_submit(SUB_SCOPE_LEN, 5, 2, "pins[0].n_tokens");
     corrupt_submit(SUB_N_PINS, KVS_ENGINE_MAX_PINS + 1, 1, "n_pins");
     corrupt_submit(SUB_N_PINS, 2, 1, "pins");
     corrupt_submit(SUB_N_PINS, 0, 1, "after the last field");
     corrupt_submit(SUB_RESERVED2, 1, 1, "reserved");
+    corrupt_submit(SUB_TENANT_LEN, KVS_FAIR_MAX_KEY + 1, 2, "tenant_len");
+    corrupt_submit(SUB_TENANT_LEN, 0xffff, 2, "tenant_len");
+    corrupt_submit(SUB_TENANT_LEN, 13, 2, "tenant");
+    corrupt_submit(SUB_TENANT_LEN, 3, 2, "pins[0].n_tokens");  /* shifted */
+    corrupt_submit(SUB_TENANT_LEN, 0, 2, "pins[0].n_tokens");  /* "acme" */
+    corrupt_submit(SUB_RESERVED3, 1, 2, "reserved");
     corrupt_submit(SUB_PIN, 0, 4, "pins[0].n_tokens");
     corrupt_submit(SUB_PIN, 4, 4, "pins[0].n_tokens");   /* > n_prompt */
     corrupt_submit(SUB_PIN + 4, 0, 4, "pins[0].ttl_ms");
@@ -1184,6 +1234,30 @@ test_bad_others(void **state)
     expect_bad(b.data, b.len, "n_models");
     put32(b.data + 24, 2);
     expect_bad(b.data, b.len, "index");
+
+    /* STATS_REPLY: its tenants, after the 12-byte head and the stats */
+    st->models[0].tenants.n_top = 1;
+    st->models[0].tenants.top[0].key_len = 3;
+    b.len = 0;
+    kvs_wire_enc_stats(&b, 1, st, &err);
+    assert_int_equal(b.len, 16 + 12 + (4 + 17 * 8 + 8 * 4) + 8 + 2 + 3
+                            + 24 + 24);
+    put32(b.data + 28 + 172, KVS_ENGINE_TOP_TENANTS + 1);
+    expect_bad(b.data, b.len, "n_top");
+    put32(b.data + 28 + 172, 2);
+    expect_bad(b.data, b.len, "tenant");
+    put32(b.data + 28 + 172, 1);
+    b.data[28 + 180] = 0x01;                  /* key_len 257 */
+    b.data[28 + 181] = 0x01;
+    expect_bad(b.data, b.len, "key_len");
+    b.data[28 + 180] = 4;                     /* one byte too many */
+    b.data[28 + 181] = 0;
+    expect_bad(b.data, b.len, "tenant.n_seqs");
+    st->models[0].tenants.n_top = KVS_ENGINE_TOP_TENANTS + 1;
+    assert_int_equal(kvs_wire_enc_stats(&b, 1, st, &err), KVS_ERANGE);
+    st->models[0].tenants.n_top = 1;
+    st->models[0].tenants.top[0].key_len = KVS_FAIR_MAX_KEY + 1;
+    assert_int_equal(kvs_wire_enc_stats(&b, 1, st, &err), KVS_ERANGE);
     free(st);
 
     kvs_buf_free(&b);

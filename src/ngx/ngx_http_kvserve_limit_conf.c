@@ -1,0 +1,536 @@
+/*
+ * ngx_http_kvserve_limit_conf: the token rate limit module
+ * (ngx_http_kvserve_limit_module, in the kvserve .so) and its
+ * configuration: the directives kvserve_limit_zone, kvserve_limit,
+ * kvserve_limit_status, kvserve_limit_log_level and kvserve_limit_dry_run
+ * (docs/limits.md).
+ *
+ * Invariants:
+ *  - every value is checked here, so nginx -t refuses a bad one with the
+ *    value quoted, and the request side never meets one;
+ *  - a zone is bound to one key expression; every zone is listed in the
+ *    main conf for the metrics;
+ *  - kvserve_limit lists are inherited only where a level sets none, as
+ *    limit_req's are.
+ */
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_kvserve_limit_int.h"
+
+
+static void *ngx_http_kvserve_limit_create_main_conf(ngx_conf_t *cf);
+static void *ngx_http_kvserve_limit_create_loc_conf(ngx_conf_t *cf);
+static char *ngx_http_kvserve_limit_merge_loc_conf(ngx_conf_t *cf,
+    void *parent, void *child);
+static char *ngx_http_kvserve_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_kvserve_limit(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_kvserve_limit_status_code(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+
+
+static ngx_conf_enum_t  ngx_http_kvserve_limit_log_levels[] = {
+    { ngx_string("info"), NGX_LOG_INFO },
+    { ngx_string("notice"), NGX_LOG_NOTICE },
+    { ngx_string("warn"), NGX_LOG_WARN },
+    { ngx_string("error"), NGX_LOG_ERR },
+    { ngx_null_string, 0 }
+};
+
+
+static ngx_command_t  ngx_http_kvserve_limit_commands[] = {
+
+    { ngx_string("kvserve_limit_zone"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE3|NGX_CONF_TAKE4,
+      ngx_http_kvserve_limit_zone,
+      0,
+      0,
+      NULL },
+
+    { ngx_string("kvserve_limit"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE123,
+      ngx_http_kvserve_limit,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("kvserve_limit_status"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_kvserve_limit_status_code,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_kvserve_limit_loc_conf_t, status_code),
+      NULL },
+
+    { ngx_string("kvserve_limit_log_level"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_enum_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_kvserve_limit_loc_conf_t, limit_log_level),
+      &ngx_http_kvserve_limit_log_levels },
+
+    { ngx_string("kvserve_limit_dry_run"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_kvserve_limit_loc_conf_t, dry_run),
+      NULL },
+
+      ngx_null_command
+};
+
+
+static ngx_http_module_t  ngx_http_kvserve_limit_module_ctx = {
+    ngx_http_kvserve_limit_add_variables,  /* preconfiguration */
+    ngx_http_kvserve_limit_filter_init,    /* postconfiguration */
+
+    ngx_http_kvserve_limit_create_main_conf,  /* create main configuration */
+    NULL,                                  /* init main configuration */
+
+    NULL,                                  /* create server configuration */
+    NULL,                                  /* merge server configuration */
+
+    ngx_http_kvserve_limit_create_loc_conf,   /* create location conf */
+    ngx_http_kvserve_limit_merge_loc_conf     /* merge location conf */
+};
+
+
+ngx_module_t  ngx_http_kvserve_limit_module = {
+    NGX_MODULE_V1,
+    &ngx_http_kvserve_limit_module_ctx,    /* module context */
+    ngx_http_kvserve_limit_commands,       /* module directives */
+    NGX_HTTP_MODULE,                       /* module type */
+    NULL,                                  /* init master */
+    NULL,                                  /* init module */
+    NULL,                                  /* init process */
+    NULL,                                  /* init thread */
+    NULL,                                  /* exit thread */
+    NULL,                                  /* exit process */
+    NULL,                                  /* exit master */
+    NGX_MODULE_V1_PADDING
+};
+
+
+/* ---- configuration ------------------------------------------------------ */
+
+static void *
+ngx_http_kvserve_limit_create_main_conf(ngx_conf_t *cf)
+{
+    ngx_http_kvserve_limit_main_conf_t  *lmcf;
+
+    lmcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_kvserve_limit_main_conf_t));
+    if (lmcf == NULL) {
+        return NULL;
+    }
+
+    if (ngx_array_init(&lmcf->zones, cf->pool, 4, sizeof(ngx_shm_zone_t *))
+        != NGX_OK)
+    {
+        return NULL;
+    }
+
+    return lmcf;
+}
+
+
+static void *
+ngx_http_kvserve_limit_create_loc_conf(ngx_conf_t *cf)
+{
+    ngx_http_kvserve_limit_loc_conf_t  *conf;
+
+    conf = ngx_pcalloc(cf->pool, sizeof(ngx_http_kvserve_limit_loc_conf_t));
+    if (conf == NULL) {
+        return NULL;
+    }
+
+    /* set by ngx_pcalloc(): conf->limits = NULL */
+
+    conf->limit_log_level = NGX_CONF_UNSET_UINT;
+    conf->status_code = NGX_CONF_UNSET_UINT;
+    conf->dry_run = NGX_CONF_UNSET;
+
+    return conf;
+}
+
+
+static char *
+ngx_http_kvserve_limit_merge_loc_conf(ngx_conf_t *cf, void *parent,
+    void *child)
+{
+    ngx_http_kvserve_limit_loc_conf_t  *prev = parent;
+    ngx_http_kvserve_limit_loc_conf_t  *conf = child;
+
+    /* as limit_req: inherited only where a level sets none */
+    if (conf->limits == NULL) {
+        conf->limits = prev->limits;
+    }
+
+    ngx_conf_merge_uint_value(conf->limit_log_level, prev->limit_log_level,
+                              NGX_LOG_ERR);
+
+    conf->delay_log_level = (conf->limit_log_level == NGX_LOG_INFO)
+                            ? NGX_LOG_INFO : conf->limit_log_level + 1;
+
+    ngx_conf_merge_uint_value(conf->status_code, prev->status_code,
+                              NGX_HTTP_TOO_MANY_REQUESTS);
+
+    ngx_conf_merge_value(conf->dry_run, prev->dry_run, 0);
+
+    return NGX_CONF_OK;
+}
+
+
+/* "<N>" followed by suffix: N in 1..KVS_LIMIT_TOKENS_MAX, or
+ * NGX_ERROR. */
+static int64_t
+ngx_http_kvserve_limit_number(u_char *p, size_t len)
+{
+    int64_t  n;
+
+    n = ngx_atoof(p, len);
+
+    if (n == NGX_ERROR || n < 1 || (uint64_t) n > KVS_LIMIT_TOKENS_MAX) {
+        return NGX_ERROR;
+    }
+
+    return n;
+}
+
+
+/* kvserve_limit_zone <key> zone=<name>:<size> rate=<N>t/s|t/m */
+static char *
+ngx_http_kvserve_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    u_char                              *p;
+    size_t                               len;
+    ssize_t                              size;
+    int64_t                              rate;
+    uint64_t                             period;
+    ngx_str_t                           *value, name, s;
+    ngx_uint_t                           i;
+    kvs_err_t                            err;
+    ngx_shm_zone_t                      *shm_zone, **zp;
+    ngx_http_kvserve_limit_zone_t       *zone;
+    ngx_http_compile_complex_value_t     ccv;
+    ngx_http_kvserve_limit_main_conf_t  *lmcf;
+
+    value = cf->args->elts;
+
+    zone = ngx_pcalloc(cf->pool, sizeof(ngx_http_kvserve_limit_zone_t));
+    if (zone == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
+
+    ccv.cf = cf;
+    ccv.value = &value[1];
+    ccv.complex_value = &zone->key;
+
+    if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    size = 0;
+    rate = 0;
+    period = 0;
+    name.len = 0;
+
+    for (i = 2; i < cf->args->nelts; i++) {
+
+        if (ngx_strncmp(value[i].data, "zone=", 5) == 0) {
+
+            name.data = value[i].data + 5;
+
+            p = (u_char *) ngx_strchr(name.data, ':');
+
+            if (p == NULL) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid zone size \"%V\"", &value[i]);
+                return NGX_CONF_ERROR;
+            }
+
+            name.len = p - name.data;
+
+            s.data = p + 1;
+            s.len = value[i].data + value[i].len - s.data;
+
+            size = ngx_parse_size(&s);
+
+            if (size == NGX_ERROR || name.len == 0) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid zone size \"%V\"", &value[i]);
+                return NGX_CONF_ERROR;
+            }
+
+            if (size < (ssize_t) (8 * ngx_pagesize)) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "zone \"%V\" is too small", &value[i]);
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "rate=", 5) == 0) {
+
+            len = value[i].len;
+            p = value[i].data + len - 3;
+
+            if (len > 8 && ngx_strncmp(p, "t/s", 3) == 0) {
+                period = 1000;
+            } else if (len > 8 && ngx_strncmp(p, "t/m", 3) == 0) {
+                period = 60000;
+            }
+
+            rate = period ? ngx_http_kvserve_limit_number(value[i].data + 5,
+                                                          len - 8)
+                          : NGX_ERROR;
+
+            if (rate == NGX_ERROR) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid rate \"%V\": a whole number of "
+                                   "tokens per second or minute, as "
+                                   "1000t/s or 50000t/m", &value[i]);
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "kv_rate=", 8) == 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"%V\": kv_rate is not supported yet",
+                               &value[i]);
+            return NGX_CONF_ERROR;
+        }
+
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid parameter \"%V\"", &value[i]);
+        return NGX_CONF_ERROR;
+    }
+
+    if (name.len == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"%V\" must have \"zone\" parameter",
+                           &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    if (rate == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"%V\" must have \"rate\" parameter",
+                           &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    zone->name = name;
+    zone->rate = (uint64_t) rate;
+    zone->period_ms = period;
+
+    if (kvs_limit_conf_init(&zone->drain, zone->rate, period, zone->rate,
+                            KVS_LIMIT_NODELAY, &err) != KVS_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "kvserve_limit_zone "
+                           "\"%V\": %s", &name, err.msg);
+        return NGX_CONF_ERROR;
+    }
+
+    shm_zone = ngx_shared_memory_add(cf, &name, size,
+                                     &ngx_http_kvserve_limit_module);
+    if (shm_zone == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (shm_zone->data) {
+        zone = shm_zone->data;
+
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "%V \"%V\" is already bound to key \"%V\"",
+                           &cmd->name, &name, &zone->key.value);
+        return NGX_CONF_ERROR;
+    }
+
+    shm_zone->init = ngx_http_kvserve_limit_init_zone;
+    shm_zone->data = zone;
+
+    lmcf = ngx_http_conf_get_module_main_conf(cf,
+                                              ngx_http_kvserve_limit_module);
+
+    zp = ngx_array_push(&lmcf->zones);
+    if (zp == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    *zp = shm_zone;
+
+    return NGX_CONF_OK;
+}
+
+
+/* kvserve_limit zone=<name> [burst=<N>] [nodelay | delay=<N>] */
+static char *
+ngx_http_kvserve_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_kvserve_limit_loc_conf_t  *llcf = conf;
+
+    int64_t                    burst, delay;
+    ngx_str_t                 *value, s;
+    ngx_uint_t                 i, nodelay;
+    ngx_shm_zone_t            *shm_zone;
+    ngx_http_kvserve_limit_t  *limit, *limits;
+
+    value = cf->args->elts;
+
+    shm_zone = NULL;
+    burst = 0;
+    delay = 0;
+    nodelay = 0;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        if (ngx_strncmp(value[i].data, "zone=", 5) == 0) {
+
+            s.len = value[i].len - 5;
+            s.data = value[i].data + 5;
+
+            if (s.len == 0) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid zone \"%V\"", &value[i]);
+                return NGX_CONF_ERROR;
+            }
+
+            shm_zone = ngx_shared_memory_add(cf, &s, 0,
+                                             &ngx_http_kvserve_limit_module);
+            if (shm_zone == NULL) {
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "burst=", 6) == 0) {
+
+            burst = ngx_http_kvserve_limit_number(value[i].data + 6,
+                                                  value[i].len - 6);
+            if (burst == NGX_ERROR) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid burst value \"%V\": tokens, "
+                                   "1..%uL", &value[i],
+                                   (uint64_t) KVS_LIMIT_TOKENS_MAX);
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "delay=", 6) == 0) {
+
+            delay = ngx_atoof(value[i].data + 6, value[i].len - 6);
+
+            if (delay == NGX_ERROR
+                || (uint64_t) delay > KVS_LIMIT_TOKENS_MAX)
+            {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid delay value \"%V\"",
+                                   &value[i]);
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
+        if (ngx_strcmp(value[i].data, "nodelay") == 0) {
+            nodelay = 1;
+            continue;
+        }
+
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid parameter \"%V\"", &value[i]);
+        return NGX_CONF_ERROR;
+    }
+
+    if (shm_zone == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"%V\" must have \"zone\" parameter",
+                           &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    if (nodelay && delay) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"nodelay\" and \"delay=%L\" together",
+                           delay);
+        return NGX_CONF_ERROR;
+    }
+
+    if (burst && delay > burst) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"delay=%L\" is over \"burst=%L\"", delay, burst);
+        return NGX_CONF_ERROR;
+    }
+
+    if (llcf->limits == NULL) {
+        llcf->limits = ngx_array_create(cf->pool, 1,
+                                        sizeof(ngx_http_kvserve_limit_t));
+        if (llcf->limits == NULL) {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    limits = llcf->limits->elts;
+
+    for (i = 0; i < llcf->limits->nelts; i++) {
+        if (shm_zone == limits[i].shm_zone) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "zone \"%V\" is duplicate",
+                               &shm_zone->shm.name);
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    limit = ngx_array_push(llcf->limits);
+    if (limit == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    limit->shm_zone = shm_zone;
+    limit->burst = (uint64_t) burst;
+    limit->delay = nodelay ? KVS_LIMIT_NODELAY : (uint64_t) delay;
+
+    return NGX_CONF_OK;
+}
+
+
+/* kvserve_limit_status <code>: 400..599, as limit_req_status */
+static char *
+ngx_http_kvserve_limit_status_code(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_kvserve_limit_loc_conf_t  *llcf = conf;
+
+    ngx_int_t   n;
+    ngx_str_t  *value;
+
+    if (llcf->status_code != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    n = ngx_atoi(value[1].data, value[1].len);
+
+    if (n == NGX_ERROR || n < 400 || n > 599) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid status \"%V\": a code from 400 to 599",
+                           &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    llcf->status_code = (ngx_uint_t) n;
+
+    return NGX_CONF_OK;
+}
