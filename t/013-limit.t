@@ -32,19 +32,7 @@ my $model = $t->model_dir . "/default.gguf";
 
 END { $t->stop if $t }
 
-my $conf = <<"EOC";
-load_module $t->{module};
-worker_processes 2;
-daemon on;
-master_process on;
-error_log logs/error.log info;
-pid logs/nginx.pid;
-events { worker_connections 256; }
-http {
-    log_format lim '\$arg_k \$status \$kvserve_limit_status';
-    access_log logs/access.log lim;
-    client_body_temp_path logs/body;
-    kvserve_engine_dir $root/engine;
+$t->write_conf(<<"EOC",
     kvserve_model kvserve-tiny $model;
     kvserve_kv_cache 16m;
     kvserve_threads 1;
@@ -58,9 +46,10 @@ http {
     kvserve_limit_zone \$arg_k zone=m1:1m rate=1t/m;
     kvserve_limit_zone \$arg_k zone=m2:1m rate=1t/m;
     kvserve_limit_zone \$arg_k zone=tiny:32k rate=1t/m;
-
-    server {
-        listen 127.0.0.1:$port;
+EOC
+    access_log => "log_format lim '\$arg_k \$status \$kvserve_limit_status';\n"
+                  . "    access_log logs/access.log lim;",
+    server => <<"EOS");
         location /a/v1/ { kvserve; kvserve_limit zone=slow burst=100 nodelay; }
         location /big/v1/ { kvserve; kvserve_limit zone=big burst=1000 nodelay; }
         location /delay/v1/ { kvserve; kvserve_limit zone=fast burst=1000; }
@@ -92,13 +81,7 @@ http {
         location /free/v1/ { kvserve; }
         location = /metrics { kvserve_metrics; }
         location = /status { kvserve_status; }
-    }
-}
-EOC
-
-open my $cf, '>', "$root/conf/nginx.conf" or die $!;
-print $cf $conf;
-close $cf;
+EOS
 
 my $ban = '"logit_bias": {"507": -100, "508": -100, "511": -100}';
 

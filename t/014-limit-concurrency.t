@@ -26,19 +26,7 @@ my $model = $t->model_dir . "/default.gguf";
 
 END { $t->stop if $t }
 
-open my $cf, '>', "$root/conf/nginx.conf" or die $!;
-print $cf <<"EOC";
-load_module $t->{module};
-worker_processes 4;
-daemon on;
-master_process on;
-error_log logs/error.log notice;
-pid logs/nginx.pid;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path logs/body;
-    kvserve_engine_dir $root/engine;
+$t->write_conf(<<"EOC",
     kvserve_model kvserve-tiny $model;
     kvserve_kv_cache 16m;
     kvserve_threads 1;
@@ -47,9 +35,10 @@ http {
 
     kvserve_limit_zone \$arg_k zone=one:1m rate=1t/m;
     kvserve_limit_zone \$arg_k zone=two:1m rate=1t/m;
-
-    server {
-        listen 127.0.0.1:$port reuseport;
+EOC
+    workers => 4, error_level => 'notice', connections => 1024,
+    listen => 'reuseport',
+    server => <<"EOS");
         add_header x-pid \$pid always;
         location /v1/ { kvserve; kvserve_limit zone=one burst=400 nodelay; }
         location /two/v1/ {
@@ -58,10 +47,7 @@ http {
         }
         location /free/v1/ { kvserve; }
         location = /metrics { kvserve_metrics; }
-    }
-}
-EOC
-close $cf;
+EOS
 
 my $body = '{"model": "kvserve-tiny", "prompt": [1, 2, 3, 4], '
     . '"max_tokens": 16, '

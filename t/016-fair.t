@@ -45,18 +45,7 @@ my %hash = (
     'sk-dave-0003'  => '897aae809686',
 );
 
-my $conf = <<"EOC";
-load_module $t->{module};
-worker_processes 2;
-daemon on;
-master_process on;
-error_log logs/error.log info;
-pid logs/nginx.pid;
-events { worker_connections 256; }
-http {
-    access_log off;
-    client_body_temp_path logs/body;
-    kvserve_engine_dir $root/engine;
+$t->write_conf(<<"EOC",
     kvserve_model kvserve-tiny $model;
     kvserve_kv_cache 16m;
     kvserve_threads 1;
@@ -67,9 +56,8 @@ http {
 
     kvserve_limit_zone \$http_authorization zone=keys:1m rate=100000t/s;
     kvserve_limit_zone "all" zone=all:1m rate=100000t/s;
-
-    server {
-        listen 127.0.0.1:$port;
+EOC
+    server => <<"EOS");
         location /v1/ {
             kvserve;
             kvserve_limit zone=keys nodelay;
@@ -78,13 +66,7 @@ http {
         location /free/v1/ { kvserve; }
         location = /metrics { kvserve_metrics; }
         location = /status { kvserve_status; }
-    }
-}
-EOC
-
-open my $cf, '>', "$root/conf/nginx.conf" or die $!;
-print $cf $conf;
-close $cf;
+EOS
 
 my $ban = '"logit_bias": {"507": -100, "508": -100, "511": -100}';
 

@@ -60,28 +60,39 @@ sub log_path  { "$_[0]{root}/logs/error.log" }
 
 # Writes nginx.conf with $http (the kvserve_model and tuning directives)
 # in the http block.  Written aside and renamed, so that a reload never
-# reads half a file.
+# reads half a file.  %o may change: workers (2), error_level (info),
+# connections (256), access_log ("access_log off;"), listen (more
+# parameters of the listen directive) and server (the server block's
+# locations; by default the API at /v1/ and kvserve_status at /status).
 sub write_conf {
-    my ($self, $http) = @_;
+    my ($self, $http, %o) = @_;
     my ($root, $port) = @$self{qw(root port)};
+    my $workers = $o{workers} // 2;
+    my $level = $o{error_level} // 'info';
+    my $conns = $o{connections} // 256;
+    my $access = $o{access_log} // 'access_log off;';
+    my $listen = "127.0.0.1:$port" . ($o{listen} ? " $o{listen}" : '');
+    my $server = $o{server} // <<"EOS";
+        location /v1/ { kvserve; }
+        location = /status { kvserve_status; }
+EOS
     open my $cf, '>', "$root/conf/nginx.conf.new" or die "conf: $!";
     print $cf <<"EOC";
 load_module $self->{module};
-worker_processes 2;
+worker_processes $workers;
 daemon on;
 master_process on;
-error_log logs/error.log info;
+error_log logs/error.log $level;
 pid logs/nginx.pid;
-events { worker_connections 256; }
+events { worker_connections $conns; }
 http {
-    access_log off;
+    $access
     client_body_temp_path logs/body;
     kvserve_engine_dir $root/engine;
 $http
     server {
-        listen 127.0.0.1:$port;
-        location /v1/ { kvserve; }
-        location = /status { kvserve_status; }
+        listen $listen;
+$server
     }
 }
 EOC
