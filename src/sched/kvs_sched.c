@@ -314,9 +314,8 @@ kvs_sched_plan(kvs_sched_t *s, kvs_sched_plan_t *plan)
 void
 kvs_sched_commit(kvs_sched_t *s, kvs_sched_plan_t *plan)
 {
-    kvs_seq_t  *seq;
-
     int                err;
+    kvs_seq_t         *seq;
     kvs_radix_node_t  *node;
 
     for (seq = plan->seqs; seq != NULL; seq = seq->step_next) {
@@ -547,12 +546,11 @@ kvs_sched_let_go(kvs_sched_t *s, kvs_seq_t *seq)
     kvs_radix_node_t  *node;
 
     if (seq->ns != NULL) {
-        if (seq->n_computed >= s->pool->block_tokens
-            && kvs_radix_insert(s->radix, seq->ns, seq->tokens,
-                                seq->n_computed, seq->table.blocks, 0,
-                                s->now, &node, NULL) != KVS_OK)
-        {
-            /* out of memory: the blocks are simply not kept */
+        /* out of memory, the blocks are simply not kept */
+        if (seq->n_computed >= s->pool->block_tokens) {
+            (void) kvs_radix_insert(s->radix, seq->ns, seq->tokens,
+                                    seq->n_computed, seq->table.blocks, 0,
+                                    s->now, &node, NULL);
         }
 
         kvs_radix_unlock(s->radix, seq->cache_node);
