@@ -32,6 +32,7 @@ static uint32_t kvs_radix_common(const int32_t *a, const int32_t *b,
     uint32_t n);
 static void kvs_radix_touch(kvs_radix_t *r, kvs_radix_node_t *node,
     uint64_t now);
+static void kvs_radix_lock_used(kvs_radix_t *r, kvs_radix_match_t *m);
 static void kvs_radix_evict_leaf(kvs_radix_t *r, kvs_radix_node_t *leaf,
     uint32_t want, uint32_t *freed);
 static void kvs_radix_drop_blocks(kvs_radix_t *r, kvs_radix_node_t *node,
@@ -295,8 +296,46 @@ kvs_radix_match(kvs_radix_t *r, kvs_radix_ns_t *ns, const int32_t *tokens,
     }
 
     if (m->node != NULL && lock) {
-        kvs_radix_lock(r, m->node);
-        kvs_radix_touch(r, m->node, now);
+        kvs_radix_lock_used(r, m);
+
+        if (m->node != NULL) {
+            kvs_radix_touch(r, m->node, now);
+        }
+    }
+}
+
+
+/*
+ * Locks what a match uses and no more: when it ends inside a node's edge
+ * the node is split after the blocks used, so that a prompt sharing a
+ * few tokens of a long cached one does not hold all of it out of
+ * eviction (a request that needs most of the cache would otherwise wait
+ * for ever behind its own lock).  Without memory for the split the path
+ * above the node is locked instead: the blocks shared stay the
+ * sequence's through its table either way.
+ */
+static void
+kvs_radix_lock_used(kvs_radix_t *r, kvs_radix_match_t *m)
+{
+    uint32_t           used;
+    kvs_radix_node_t  *x, *upper;
+
+    x = m->node;
+    used = (m->n_tokens - x->depth + r->bt - 1) / r->bt;
+
+    if (used < x->n_blocks) {
+        if (kvs_radix_split(r, x, used, &upper, NULL) == KVS_OK) {
+            x = upper;
+
+        } else {
+            x = x->parent->parent != NULL ? x->parent : NULL;
+        }
+    }
+
+    m->node = x;
+
+    if (x != NULL) {
+        kvs_radix_lock(r, x);
     }
 }
 

@@ -120,7 +120,9 @@ void kvs_radix_ns_put(kvs_radix_t *r, kvs_radix_ns_t *ns);
 /*
  * Longest cached prefix of tokens[0..limit) under ns: its blocks go to
  * blocks[] (room for ceil(limit / block_tokens) ids), and with lock set
- * the deepest node is locked, its path becomes the most recently used
+ * the blocks used are locked (a node whose edge is used in part is split
+ * after them; m->node is where the lock ends, NULL when nothing could be
+ * locked), their path becomes the most recently used
  * (an internal use counter orders eviction) and the pins on it are
  * refreshed from now.  Never fails: a miss is m->n_tokens == 0 with the
  * reason.

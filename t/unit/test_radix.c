@@ -758,7 +758,8 @@ test_split(void **state)
     st0 = stats(&e);
     assert_int_equal(st0.blocks, 4);
 
-    /* u shares 6 tokens: 1.5 blocks of the 4-block node */
+    /* u shares 6 tokens: 1.5 blocks of the 4-block node; the lock
+     * covers the 2 blocks used, so the node is split after them */
     do_match(&e, ns, u, 15, 1, 2, 0, &m, got);
     assert_int_equal(m.n_tokens, 6);
     assert_int_equal(m.n_blocks, 2);
@@ -766,6 +767,8 @@ test_split(void **state)
     assert_int_equal(m.miss_pos, 6);
     assert_int_equal(got[0], t1[0]);
     assert_int_equal(got[1], t1[1]);
+    assert_int_equal(stats(&e).nodes, st0.nodes + 1);
+    assert_int_equal(kvs_radix_evictable(e.r), 2);
 
     seq_adopt(&e, &s2, 0, u, got, 6);
     assert_int_equal(seq_grow(&e, &s2, u, 16, NULL), KVS_OK);
@@ -774,10 +777,10 @@ test_split(void **state)
     do_insert(&e, ns, &s2, 16, 0, 3);
     env_ok(&e);
 
-    /* [a] -> {[b c d], [b' e f]} */
+    /* [a] -> {[b] -> [c d], [b' e f]} */
     st = stats(&e);
     assert_int_equal(st.blocks, 7);
-    assert_int_equal(st.nodes, st0.nodes + 2);
+    assert_int_equal(st.nodes, st0.nodes + 3);
     assert_int_equal(ref(&e, t1[0]), 2);
     for (i = 1; i < 4; i++) {
         assert_int_equal(ref(&e, t1[i]), 1);
@@ -796,31 +799,37 @@ test_split(void **state)
 
     seq_end(&e, &s2);
 
-    /* the lock taken on [a b c d] before the split still holds [b c d]
-     * and [a]; the new branch is evictable */
-    assert_int_equal(kvs_radix_evictable(e.r), 3);
-    assert_int_equal(kvs_radix_evict(e.r, ALL), 3);
-    match_is(&e, ns, tok, 16, 16, KVS_RADIX_MISS_NONE, NULL);
+    /* the match's lock, split again since, holds [a] and [b]; [c d]
+     * and the new branch are evictable */
+    assert_int_equal(kvs_radix_evictable(e.r), 5);
+    assert_int_equal(kvs_radix_evict(e.r, ALL), 5);
+    match_is(&e, ns, tok, 16, 8, KVS_RADIX_MISS_EVICTED, NULL);
     do_match(&e, ns, u, 16, 0, 3, 0, &m2, NULL);
     assert_int_equal(m2.n_tokens, 6);
     env_ok(&e);
 
     kvs_radix_unlock(e.r, m.node);
     env_ok(&e);
-    assert_int_equal(kvs_radix_evictable(e.r), 4);
+    assert_int_equal(kvs_radix_evictable(e.r), 2);
 
     /* a strict prefix of an edge: insert ends mid-node, splitting it at
      * a block boundary; no new block, one more node */
+    fill(tok, 16, 3000);
+    seq_fresh(&e, &s1, 0, tok, 16);
+    do_insert(&e, ns, &s1, 16, 0, 4);
+    memcpy(t1, s1.t.blocks, sizeof(t1));
+    seq_end(&e, &s1);
     st0 = stats(&e);
     seq_fresh(&e, &s1, 0, tok, 8);
     m.node = do_insert(&e, ns, &s1, 8, 1, 4);
     st = stats(&e);
-    assert_int_equal(st.blocks, 4);
+    assert_int_equal(st.blocks, st0.blocks);
     assert_int_equal(st.nodes, st0.nodes + 1);
     assert_int_equal(ref(&e, s1.t.blocks[0]), 1);
     seq_end(&e, &s1);
-    assert_int_equal(kvs_radix_evictable(e.r), 2);
-    assert_int_equal(kvs_radix_evict(e.r, ALL), 2);
+    /* locked: the prefix's 2 blocks; evictable: the 2 after, [a], [b] */
+    assert_int_equal(kvs_radix_evictable(e.r), 4);
+    assert_int_equal(kvs_radix_evict(e.r, ALL), 4);
     match_is(&e, ns, tok, 16, 8, KVS_RADIX_MISS_EVICTED, got);
     assert_int_equal(got[0], t1[0]);
     assert_int_equal(got[1], t1[1]);
