@@ -477,23 +477,11 @@ is(metric('kvserve:limit_keys', 'slow'), 8,
 
 # ---- nginx -t ----------------------------------------------------------------
 
+# nginx -t with a zone "one" defined
 sub nginx_t {
     my ($http) = @_;
-    my $bad = "$root/conf/bad.conf";
-    open my $fh, '>', $bad or die $!;
-    print $fh <<"EOC";
-load_module $t->{module};
-error_log /dev/null;
-pid /dev/null;
-events {}
-http {
-    kvserve_limit_zone \$arg_k zone=one:1m rate=10t/s;
-$http
-}
-EOC
-    close $fh;
-    my $out = `$t->{nginx} -t -p $root/ -c $bad 2>&1`;
-    return ($? != 0, $out);
+    return $t->nginx_t("    kvserve_limit_zone \$arg_k zone=one:1m rate=10t/s;\n"
+                       . $http);
 }
 
 for my $c (

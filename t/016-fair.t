@@ -191,23 +191,7 @@ unlike($m, qr/a50dec5dba71b|b7605eacf740e/,
 
 # ---- nginx -t ----------------------------------------------------------------
 
-sub nginx_t {
-    my ($http) = @_;
-    my $bad = "$root/conf/bad.conf";
-    open my $fh, '>', $bad or die $!;
-    print $fh <<"EOC";
-load_module $t->{module};
-error_log /dev/null;
-pid /dev/null;
-events {}
-http {
-$http
-}
-EOC
-    close $fh;
-    my $out = `$t->{nginx} -t -p $root/ -c $bad 2>&1`;
-    return ($? != 0, $out);
-}
+sub nginx_t { return $t->nginx_t($_[0]) }
 
 for my $c (
     ['kvserve_fair_weights prefill=0;', qr/invalid value "prefill=0"/],

@@ -101,6 +101,28 @@ EOC
         or die "rename: $!";
 }
 
+# Runs `nginx -t` on a configuration of its own (conf/check.conf) with
+# $http in its http block and nothing else; returns whether it failed
+# and what nginx said.
+sub nginx_t {
+    my ($self, $http) = @_;
+    my $root = $self->{root};
+    my $conf = "$root/conf/check.conf";
+    open my $fh, '>', $conf or die "conf: $!";
+    print $fh <<"EOC";
+load_module $self->{module};
+error_log /dev/null;
+pid /dev/null;
+events {}
+http {
+$http
+}
+EOC
+    close $fh or die "conf: $!";
+    my $out = `$self->{nginx} -t -p $root/ -c $conf 2>&1`;
+    return ($? != 0, $out);
+}
+
 # Starts nginx (BAIL_OUT when it cannot) and waits up to 5 s for its pid
 # file; returns the master's pid, or nothing when it never came.
 sub start {
