@@ -193,6 +193,10 @@ void ngx_http_kvserve_cache_out(ngx_http_kvserve_ctx_t *ctx,
 /* timings and metrics (ngx_http_kvserve_timing.c) */
 uint64_t ngx_http_kvserve_now_ns(void);
 void ngx_http_kvserve_record(ngx_http_kvserve_ctx_t *ctx);
+
+/* Output tokens the request's choices generated so far (an end token
+ * counts: it was computed). */
+uint32_t ngx_http_kvserve_completion_tokens(ngx_http_kvserve_ctx_t *ctx);
 ngx_int_t ngx_http_kvserve_server_timing(ngx_http_kvserve_ctx_t *ctx,
     ngx_list_t *list);
 

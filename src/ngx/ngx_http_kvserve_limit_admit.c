@@ -65,25 +65,6 @@ ngx_http_kvserve_limit_delayed(ngx_event_t *ev)
 }
 
 
-/* Output tokens the request's choices generated (an end token counts: it
- * was computed). */
-static uint64_t
-ngx_http_kvserve_limit_generated(ngx_http_kvserve_ctx_t *kctx)
-{
-    uint64_t    n;
-    ngx_uint_t  i;
-
-    n = 0;
-
-    for (i = 0; i < kctx->n_choices; i++) {
-        n += kctx->choices[i].ended ? kctx->choices[i].n_generated
-                                    : kctx->choices[i].n_seen;
-    }
-
-    return n;
-}
-
-
 /* ---- the refund --------------------------------------------------------- */
 
 static void
@@ -97,7 +78,7 @@ ngx_http_kvserve_limit_cleanup(void *data)
         ngx_del_timer(&lctx->delay);
     }
 
-    generated = ngx_http_kvserve_limit_generated(lctx->kctx);
+    generated = ngx_http_kvserve_completion_tokens(lctx->kctx);
     ngx_http_kvserve_limit_settle(lctx, 0, lctx->n, 0, generated);
 }
 
@@ -125,7 +106,7 @@ ngx_http_kvserve_limit_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     for (cl = in; cl; cl = cl->next) {
         if (cl->buf->last_buf) {
-            generated = ngx_http_kvserve_limit_generated(lctx->kctx);
+            generated = ngx_http_kvserve_completion_tokens(lctx->kctx);
             ngx_http_kvserve_limit_settle(lctx, 0, lctx->n, 0, generated);
             break;
         }

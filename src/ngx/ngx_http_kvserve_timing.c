@@ -65,7 +65,7 @@ ngx_http_kvserve_reason(ngx_http_kvserve_ctx_t *ctx)
 }
 
 
-static uint32_t
+uint32_t
 ngx_http_kvserve_completion_tokens(ngx_http_kvserve_ctx_t *ctx)
 {
     uint32_t    n;
