@@ -13,7 +13,8 @@
 # each), the 429 body, retry-after, a cost over the burst, refund after
 # an early stop and after a client abort (in the next response's
 # remaining tokens and in the metrics), delay and nodelay and delay=N,
-# dry run, several zones at once, kvserve_limit_status, the
+# dry run, several zones at once, kv_rate (KV held x seconds),
+# kvserve_limit_status, the
 # $kvserve_limit_status variable, headers of a stream, a reload keeping
 # the zone, and `nginx -t` errors naming the bad value.
 use strict;
@@ -46,6 +47,7 @@ $t->write_conf(<<"EOC",
     kvserve_limit_zone \$arg_k zone=m1:1m rate=1t/m;
     kvserve_limit_zone \$arg_k zone=m2:1m rate=1t/m;
     kvserve_limit_zone \$arg_k zone=tiny:32k rate=1t/m;
+    kvserve_limit_zone \$arg_k zone=kv:1m rate=1000t/s kv_rate=1k/s;
 EOC
     access_log => "log_format lim '\$arg_k \$status \$kvserve_limit_status';\n"
                   . "    access_log logs/access.log lim;",
@@ -78,6 +80,7 @@ EOC
             kvserve_limit_status 403;
         }
         location /tiny/v1/ { kvserve; kvserve_limit zone=tiny burst=100 nodelay; }
+        location /kv/v1/ { kvserve; kvserve_limit zone=kv burst=10000 nodelay; }
         location /free/v1/ { kvserve; }
         location = /metrics { kvserve_metrics; }
         location = /status { kvserve_status; }
@@ -449,6 +452,54 @@ is(metric('kvserve:limit_keys', 'slow'), 8,
        'a full zone: the newest key kept its bucket');
 }
 
+# ---- kv_rate: KV cache held x seconds ----------------------------------------
+# The tiny model holds 256 bytes of KV per token (/v1/models'
+# kv_bytes_per_token): a request reserves (prompt + max_tokens) x 0.25
+# KiB for one second at admission.  Zone kv: 1 KiB x s per second, and
+# the token bucket's window (burst 10000 / 1000 t/s = 10 s) of it: a
+# bucket of 10 KiB x s.
+
+{
+    my ($st, $h, $b) = post('/kv/v1/completions?k=kv1', body(36, $ban));
+    is($st, 200, 'kv_rate: a reservation of exactly the bucket passes');
+    is(metric('kvserve:limit_kv_charged_kib_seconds_total', 'kv'), 10,
+       'kv_rate: 40 tokens x 0.25 KiB x 1 s reserved');
+    my $back;
+    $t->wait_for(sub {
+        $back = metric('kvserve:limit_kv_refunded_kib_seconds_total', 'kv');
+        return $back;
+    }, 5);
+    # it held 40 tokens' KV for well under a second: it is charged what it
+    # held (rounded up to 1 KiB x s), the rest comes back
+    cmp_ok($back, '>=', 7, "kv_rate: the unused reservation came back ($back)");
+    cmp_ok($back, '<=', 9, 'kv_rate: what it held stays charged');
+
+    # what it held is still in the bucket: a full reservation waits
+    ($st, $h, $b) = post('/kv/v1/completions?k=kv1', body(36, $ban));
+    is($st, 429, 'kv_rate: the next full reservation is refused');
+    like($b, qr/Rate limit reached for kvserve-tiny on KV cache held \(kv_rate, KiB x s\) in zone \\?"kv\\?": Limit 10, Used \d+, Requested 10/,
+         'kv_rate: the 429 names the KV bucket') or diag $b;
+    like($h->{'retry-after'} // '', qr/^[1-9]$/,
+         'kv_rate: retry-after until it has drained');
+    ok(!exists $h->{'x-ratelimit-limit-tokens'},
+       'kv_rate: no token headers on a KV refusal');
+    is(metric('kvserve:limit_tokens_charged_total', 'kv'), 40,
+       'kv_rate: the refused request\'s tokens were not kept');
+
+    # and once it has drained, it passes
+    sleep(($h->{'retry-after'} // 1) + 0.2);
+    ($st) = post('/kv/v1/completions?k=kv1', body(36, $ban));
+    is($st, 200, 'kv_rate: passes once the bucket drained');
+
+    # a reservation over the bucket can never pass
+    ($st, $h, $b) = post('/kv/v1/completions?k=kv2', body(40, $ban));
+    is($st, 429, 'kv_rate: a reservation over the bucket is refused');
+    like($b, qr/Request too large for kvserve-tiny on KV cache held \(kv_rate, KiB x s\).*Limit 10, Requested 11/,
+         'kv_rate: ... saying it is too large') or diag $b;
+    is($h->{'x-should-retry'}, 'false', 'kv_rate: ... and not to retry');
+    ok(!exists $h->{'retry-after'}, 'kv_rate: ... with no retry-after');
+}
+
 # ---- the zone survives a reload ---------------------------------------------
 
 {
@@ -495,8 +546,12 @@ for my $c (
      qr/invalid zone size "zone=x"/],
     ['kvserve_limit_zone $arg_k zone=x:1m rate=10t/s color=red;',
      qr/invalid parameter "color=red"/],
-    ['kvserve_limit_zone $arg_k zone=x:1m rate=10t/s kv_rate=1m/s;',
-     qr/"kv_rate=1m\/s": kv_rate is not supported yet/],
+    ['kvserve_limit_zone $arg_k zone=x:1m rate=10t/s kv_rate=1m/m;',
+     qr/invalid kv_rate "kv_rate=1m\/m"/],
+    ['kvserve_limit_zone $arg_k zone=x:1m rate=10t/s kv_rate=lots/s;',
+     qr/invalid kv_rate "kv_rate=lots\/s"/],
+    ['kvserve_limit_zone $arg_k zone=x:1m rate=10t/s kv_rate=512/s;',
+     qr/invalid kv_rate "kv_rate=512\/s": bytes of KV cache per second, at least 1k/],
     ['kvserve_limit_zone $host zone=one:1m rate=10t/s;',
      qr/kvserve_limit_zone "one" is already bound to key "\$arg_k"/],
     ['kvserve_limit zone=one burst=abc;',
@@ -530,6 +585,9 @@ for my $c (
                                  . 'kvserve_limit_log_level warn; '
                                  . 'kvserve_limit_dry_run off;');
     ok(!$failed, 'nginx -t passes a good configuration') or diag $out;
+    ($failed, $out) = nginx_t('kvserve_limit_zone $arg_k zone=k2:1m '
+                              . 'rate=10t/s kv_rate=64m/s;');
+    ok(!$failed, 'nginx -t passes kv_rate=64m/s') or diag $out;
 }
 
 done_testing();

@@ -221,6 +221,47 @@ kvs_limit_settle(const kvs_limit_conf_t *c, kvs_limit_state_t *s,
 
 
 uint64_t
+kvs_limit_settle_actual(const kvs_limit_conf_t *c, kvs_limit_state_t *s,
+    uint64_t now_ms, kvs_limit_resv_t *resv, uint64_t actual, uint64_t *more)
+{
+    uint64_t  extra, room;
+
+    *more = 0;
+
+    if (resv->settled) {
+        return 0;
+    }
+
+    resv->settled = 1;
+
+    kvs_limit_drain(c, s, now_ms);
+
+    if (actual <= resv->cost) {
+        kvs_limit_refund(s, (resv->cost - actual) * KVS_LIMIT_MILLI);
+        return resv->cost - actual;
+    }
+
+    /* it passed on its reservation: what it took beyond that is charged
+     * now, up to a full bucket, and later requests wait for it */
+    extra = actual - resv->cost;
+    if (extra > KVS_LIMIT_TOKENS_MAX) {
+        extra = KVS_LIMIT_TOKENS_MAX;
+    }
+
+    extra *= KVS_LIMIT_MILLI;
+    room = c->burst - s->used;
+    if (extra > room) {
+        extra = room;
+    }
+
+    s->used += extra;
+    *more = extra / KVS_LIMIT_MILLI;
+
+    return 0;
+}
+
+
+uint64_t
 kvs_limit_cancel(const kvs_limit_conf_t *c, kvs_limit_state_t *s,
     uint64_t now_ms, kvs_limit_resv_t *resv)
 {

@@ -126,6 +126,18 @@ int kvs_limit_reserve(const kvs_limit_conf_t *c, kvs_limit_state_t *s,
 uint64_t kvs_limit_settle(const kvs_limit_conf_t *c, kvs_limit_state_t *s,
     uint64_t now_ms, kvs_limit_resv_t *resv, uint64_t used_tokens);
 
+/*
+ * Settles a reservation whose true cost is known only when the request
+ * ends (kv_rate: KV held x seconds): the bucket ends up charged actual
+ * instead of resv->cost.  Less: the difference is refunded (returned).
+ * More: the difference is charged now (*more), as far as the burst, so
+ * that later requests wait for it; a request cannot be refused after the
+ * fact.  Settles at most once, like kvs_limit_settle().
+ */
+uint64_t kvs_limit_settle_actual(const kvs_limit_conf_t *c,
+    kvs_limit_state_t *s, uint64_t now_ms, kvs_limit_resv_t *resv,
+    uint64_t actual, uint64_t *more);
+
 /* The request did not run after all (another bucket rejected it): its
  * whole charge goes back.  Returns the tokens refunded, 0 when resv was
  * settled before. */

@@ -18,6 +18,8 @@
  *    in the worker.
  */
 
+#include <math.h>
+
 #include <ngx_config.h>
 #include <ngx_core.h>
 #include <ngx_http.h>
@@ -67,6 +69,48 @@ ngx_http_kvserve_limit_delayed(ngx_event_t *ev)
 
 /* ---- the refund --------------------------------------------------------- */
 
+/*
+ * kv_rate: the KV cache the request held, in KiB x s, from its timings:
+ * from the submit to the first token its prompt's blocks fill up (half
+ * of them held on average), from then on the prompt is held whole and
+ * the output grows (half of it on average), at the model's
+ * kv_bytes_per_token (as /v1/models reports it).  A request that never
+ * reached the engine held nothing.
+ */
+static uint64_t
+ngx_http_kvserve_limit_kv_held(ngx_http_kvserve_limit_ctx_t *lctx,
+    uint64_t generated)
+{
+    double                   bpt, fill_ns, full_ns, kib_s;
+    uint64_t                 now, first;
+    ngx_http_kvserve_ctx_t  *kctx;
+
+    kctx = lctx->kctx;
+
+    if (lctx->kv_cost == 0 || kctx->t.submit_ns == 0) {
+        return 0;
+    }
+
+    now = ngx_http_kvserve_now_ns();
+    first = kctx->t.first_ns ? kctx->t.first_ns : now;
+
+    fill_ns = first > kctx->t.submit_ns
+              ? (double) (first - kctx->t.submit_ns) : 0.0;
+    full_ns = now > first ? (double) (now - first) : 0.0;
+
+    bpt = (double) kvs_hparams_kv_bytes_per_token(&kctx->model->model->hp,
+                                                  KVS_API_KV_BYTES);
+
+    kib_s = ((double) kctx->prompt_tokens / 2.0 * fill_ns
+             + ((double) kctx->prompt_tokens + (double) generated / 2.0)
+               * full_ns)
+            * bpt / 1024.0 / 1e9;
+
+    return kib_s >= (double) KVS_LIMIT_TOKENS_MAX ? KVS_LIMIT_TOKENS_MAX
+                                                   : (uint64_t) ceil(kib_s);
+}
+
+
 static void
 ngx_http_kvserve_limit_cleanup(void *data)
 {
@@ -79,7 +123,9 @@ ngx_http_kvserve_limit_cleanup(void *data)
     }
 
     generated = ngx_http_kvserve_completion_tokens(lctx->kctx);
-    ngx_http_kvserve_limit_settle(lctx, 0, lctx->n, 0, generated);
+    ngx_http_kvserve_limit_settle(lctx, 0, lctx->n, 0, generated,
+                                  ngx_http_kvserve_limit_kv_held(lctx,
+                                                                 generated));
 }
 
 
@@ -107,7 +153,9 @@ ngx_http_kvserve_limit_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     for (cl = in; cl; cl = cl->next) {
         if (cl->buf->last_buf) {
             generated = ngx_http_kvserve_completion_tokens(lctx->kctx);
-            ngx_http_kvserve_limit_settle(lctx, 0, lctx->n, 0, generated);
+            ngx_http_kvserve_limit_settle(lctx, 0, lctx->n, 0, generated,
+                                          ngx_http_kvserve_limit_kv_held(
+                                              lctx, generated));
             break;
         }
     }
@@ -128,6 +176,8 @@ ngx_http_kvserve_limit_filter_init(ngx_conf_t *cf)
 
 /* ---- answers ------------------------------------------------------------ */
 
+/* The x-ratelimit-*-tokens headers (unless v is a KV bucket's) and
+ * the retry advice. */
 static ngx_int_t
 ngx_http_kvserve_limit_headers(ngx_http_request_t *r,
     ngx_http_kvserve_limit_view_t *v, ngx_uint_t never)
@@ -138,6 +188,10 @@ ngx_http_kvserve_limit_headers(ngx_http_request_t *r,
     p = ngx_pnalloc(r->pool, 4 * (NGX_INT64_LEN + 1) + KVS_LIMIT_DUR_LEN);
     if (p == NULL) {
         return NGX_ERROR;
+    }
+
+    if (v->kv) {
+        goto retry;
     }
 
     s = p;
@@ -163,6 +217,8 @@ ngx_http_kvserve_limit_headers(ngx_http_request_t *r,
     {
         return NGX_ERROR;
     }
+
+retry:
 
     if (never) {
         /* waiting does not help: openai-python honours this */
@@ -204,31 +260,35 @@ ngx_http_kvserve_limit_reject(ngx_http_kvserve_limit_ctx_t *lctx,
     r = kctx->r;
     llcf = ngx_http_get_module_loc_conf(r, ngx_http_kvserve_limit_module);
 
-    per = v->period_ms == 60000 ? "min (TPM)" : "sec (TPS)";
+    per = v->kv ? "KV cache held (kv_rate, KiB x s)"
+          : v->period_ms == 60000 ? "tokens per min (TPM)"
+          : "tokens per sec (TPS)";
 
     if (never) {
         kvs_api_err_set(&aerr, (int) llcf->status_code, NULL,
                         "rate_limit_exceeded",
-                        "Request too large for %.*s on tokens per %s in "
+                        "Request too large for %.*s on %s in "
                         "zone \"%.*s\": Limit %llu, Requested %llu. The "
                         "input or output tokens must be reduced in order "
                         "to run successfully.",
                         (int) kctx->req.model.len, kctx->req.model.ptr, per,
                         (int) v->zone.len, v->zone.data,
                         (unsigned long long) v->limit,
-                        (unsigned long long) lctx->cost);
+                        (unsigned long long) (v->kv ? lctx->kv_cost
+                                                    : lctx->cost));
     } else {
         kvs_limit_fmt_duration(dur, v->retry_ms);
         kvs_api_err_set(&aerr, (int) llcf->status_code, NULL,
                         "rate_limit_exceeded",
-                        "Rate limit reached for %.*s on tokens per %s in "
+                        "Rate limit reached for %.*s on %s in "
                         "zone \"%.*s\": Limit %llu, Used %llu, Requested "
                         "%llu. Please try again in %s.",
                         (int) kctx->req.model.len, kctx->req.model.ptr, per,
                         (int) v->zone.len, v->zone.data,
                         (unsigned long long) v->limit,
                         (unsigned long long) v->used,
-                        (unsigned long long) lctx->cost, dur);
+                        (unsigned long long) (v->kv ? lctx->kv_cost
+                                                    : lctx->cost), dur);
     }
 
     ngx_cpystrn((u_char *) aerr.type, (u_char *) "tokens",
@@ -253,10 +313,11 @@ ngx_int_t
 ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *kctx,
     ngx_http_kvserve_limit_resume_pt resume)
 {
+    double                              kib;
     uint32_t                            n_ctx;
-    uint64_t                            now, delay_ms, mt;
+    uint64_t                            now, delay_ms, mt, asked;
     ngx_str_t                           key;
-    ngx_uint_t                          i, n, level, status;
+    ngx_uint_t                          i, n, level, status, kv_refused;
     kvs_limit_conf_t                    c;
     kvs_limit_decision_t                d;
     ngx_pool_cleanup_t                 *cln;
@@ -315,6 +376,15 @@ ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *kctx,
 
     lctx->cost = kctx->prompt_tokens + lctx->refundable;
 
+    /* kv_rate's reservation: all it may hold, for one second; settled to
+     * what it held when it ends */
+    kib = (double) lctx->cost
+          * (double) kvs_hparams_kv_bytes_per_token(&kctx->model->model->hp,
+                                                    KVS_API_KV_BYTES)
+          / 1024.0;
+    lctx->kv_cost = kib > (double) KVS_LIMIT_TOKENS_MAX
+                    ? KVS_LIMIT_TOKENS_MAX + 1 : (uint64_t) ceil(kib);
+
     now = (uint64_t) ngx_current_msec;
     delay_ms = 0;
     status = 0;
@@ -344,20 +414,27 @@ ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *kctx,
         rv->key = key;
         rv->hash = ngx_crc32_short(key.data, key.len);
 
-        ngx_http_kvserve_limit_conf(&limits[i], zone, &c);
-
-        if (ngx_http_kvserve_limit_charge(zone, &c, rv, lctx->cost,
-                                          lctx->refundable, now, &d)
+        if (ngx_http_kvserve_limit_charge(zone, &limits[i], rv, lctx->cost,
+                                          lctx->refundable,
+                                          zone->kv_rate ? lctx->kv_cost : 0,
+                                          now, &d, &kv_refused)
             != NGX_OK)
         {
             ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
                           "kvserve_limit_zone \"%V\": could not allocate a "
                           "key even after evicting", &zone->name);
-            ngx_http_kvserve_limit_settle(lctx, 0, lctx->n, 1, 0);
+            ngx_http_kvserve_limit_settle(lctx, 0, lctx->n, 1, 0, 0);
             goto failed;
         }
 
+        if (kv_refused) {
+            ngx_http_kvserve_limit_kv_conf(&limits[i], zone, &c);
+        } else {
+            ngx_http_kvserve_limit_conf(&limits[i], zone, &c);
+        }
+
         v.set = 1;
+        v.kv = kv_refused;
         v.limit = c.burst / KVS_LIMIT_MILLI;
         v.remaining = (c.burst - d.used) / KVS_LIMIT_MILLI;
         v.reset_ms = d.reset_ms;
@@ -369,13 +446,16 @@ ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *kctx,
             /* in the bucket before this request, whole tokens */
             v.used = (d.used + KVS_LIMIT_MILLI - 1) / KVS_LIMIT_MILLI;
 
+            asked = kv_refused ? lctx->kv_cost : lctx->cost;
+
             ngx_log_error(llcf->limit_log_level, r->connection->log, 0,
-                          "limiting tokens%s, %s, used: %uL, requested: "
+                          "limiting %s%s, %s, used: %uL, requested: "
                           "%uL, burst: %uL by zone \"%V\"",
+                          kv_refused ? "KV cache (KiB x s)" : "tokens",
                           llcf->dry_run ? ", dry run" : "",
                           d.verdict == KVS_LIMIT_NEVER ? "over the burst"
                                                        : "no room",
-                          v.used, lctx->cost, v.limit, &zone->name);
+                          v.used, asked, v.limit, &zone->name);
 
             if (llcf->dry_run) {
                 status = NGX_HTTP_KVSERVE_LIMIT_REJECTED_DRY_RUN;
@@ -384,7 +464,7 @@ ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *kctx,
             }
 
             /* the zones that took it give it back */
-            ngx_http_kvserve_limit_settle(lctx, 0, lctx->n, 1, 0);
+            ngx_http_kvserve_limit_settle(lctx, 0, lctx->n, 1, 0, 0);
 
             lctx->status = NGX_HTTP_KVSERVE_LIMIT_REJECTED;
             ngx_http_kvserve_limit_reject(lctx, &v,

@@ -200,7 +200,8 @@ ngx_http_kvserve_limit_number(u_char *p, size_t len)
 }
 
 
-/* kvserve_limit_zone <key> zone=<name>:<size> rate=<N>t/s|t/m */
+/* kvserve_limit_zone <key> zone=<name>:<size> rate=<N>t/s|t/m
+ *     [kv_rate=<size>/s] */
 static char *
 ngx_http_kvserve_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
@@ -208,6 +209,7 @@ ngx_http_kvserve_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     size_t                               len;
     ssize_t                              size;
     int64_t                              rate;
+    off_t                                kv;
     uint64_t                             period;
     ngx_str_t                           *value, name, s;
     ngx_uint_t                           i;
@@ -236,6 +238,7 @@ ngx_http_kvserve_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     size = 0;
     rate = 0;
+    kv = 0;
     period = 0;
     name.len = 0;
 
@@ -302,10 +305,31 @@ ngx_http_kvserve_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         }
 
         if (ngx_strncmp(value[i].data, "kv_rate=", 8) == 0) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "\"%V\": kv_rate is not supported yet",
-                               &value[i]);
-            return NGX_CONF_ERROR;
+
+            /* bytes of KV cache held, per second: a size, "/s" */
+            len = value[i].len;
+            s.data = value[i].data + 8;
+            s.len = len > 10 ? len - 10 : 0;
+
+            kv = NGX_ERROR;
+            if (len > 10
+                && ngx_strncmp(value[i].data + len - 2, "/s", 2) == 0
+                && s.data[0] >= '0' && s.data[0] <= '9')
+            {
+                kv = ngx_parse_offset(&s);
+            }
+
+            if (kv == NGX_ERROR || kv < 1024
+                || (uint64_t) kv / 1024 > KVS_LIMIT_TOKENS_MAX)
+            {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid kv_rate \"%V\": bytes of KV "
+                                   "cache per second, at least 1k, as "
+                                   "64m/s or 2g/s", &value[i]);
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
         }
 
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -330,9 +354,14 @@ ngx_http_kvserve_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     zone->name = name;
     zone->rate = (uint64_t) rate;
     zone->period_ms = period;
+    zone->kv_rate = (uint64_t) kv / 1024;
 
     if (kvs_limit_conf_init(&zone->drain, zone->rate, period, zone->rate,
-                            KVS_LIMIT_NODELAY, &err) != KVS_OK)
+                            KVS_LIMIT_NODELAY, &err) != KVS_OK
+        || (zone->kv_rate
+            && kvs_limit_conf_init(&zone->kv_drain, zone->kv_rate, 1000,
+                                   zone->kv_rate, KVS_LIMIT_NODELAY, &err)
+               != KVS_OK))
     {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "kvserve_limit_zone "
                            "\"%V\": %s", &name, err.msg);

@@ -43,6 +43,7 @@ typedef struct {
     u_short                    len;
     ngx_queue_t                queue;
     kvs_limit_state_t          st;
+    kvs_limit_state_t          kv;          /* kv_rate: KiB x s held */
     u_char                     data[1];     /* [len]: the key */
 } ngx_http_kvserve_limit_node_t;
 
@@ -58,6 +59,9 @@ typedef struct {
     uint64_t                   rejected;
     uint64_t                   charged;     /* tokens */
     uint64_t                   refunded;    /* tokens */
+    uint64_t                   kv_charged;  /* kv_rate: KiB x s, at
+                                               admission and after */
+    uint64_t                   kv_refunded; /* KiB x s */
     uint64_t                   evicted;     /* keys dropped while their
                                                buckets held something */
     uint64_t                   keys;
@@ -73,6 +77,9 @@ typedef struct {
     uint64_t                   rate;        /* tokens per period_ms */
     uint64_t                   period_ms;   /* 1000 or 60000 */
     kvs_limit_conf_t           drain;       /* the rate, for expiring */
+    uint64_t                   kv_rate;     /* KiB held per second; 0:
+                                               no kv_rate */
+    kvs_limit_conf_t           kv_drain;    /* kv_rate, for expiring */
 } ngx_http_kvserve_limit_zone_t;
 
 
@@ -107,6 +114,7 @@ typedef struct {
     ngx_str_t                  key;         /* request pool */
     uint32_t                   hash;
     kvs_limit_resv_t           resv;
+    kvs_limit_resv_t           kv;          /* kv_rate's, KiB x s */
 } ngx_http_kvserve_limit_resv_t;
 
 
@@ -120,6 +128,8 @@ typedef struct {
     ngx_str_t                  zone;
     uint64_t                   period_ms;
     unsigned                   set:1;
+    unsigned                   kv:1;        /* the KV bucket's (KiB x s):
+                                               no x-ratelimit-*-tokens */
 } ngx_http_kvserve_limit_view_t;
 
 
@@ -133,6 +143,8 @@ typedef struct {
     ngx_uint_t                 n;
     uint64_t                   cost;        /* tokens, per bucket */
     uint64_t                   refundable;  /* reserved output */
+    uint64_t                   kv_cost;     /* kv_rate's reservation:
+                                               KiB x s */
 } ngx_http_kvserve_limit_ctx_t;
 
 
@@ -147,17 +159,30 @@ ngx_int_t ngx_http_kvserve_limit_init_zone(ngx_shm_zone_t *shm_zone,
 void ngx_http_kvserve_limit_conf(ngx_http_kvserve_limit_t *limit,
     ngx_http_kvserve_limit_zone_t *zone, kvs_limit_conf_t *c);
 
-/* Charges cost (of which refundable may come back) to rv's key in zone,
- * under the zone's mutex, and counts the verdict d; NGX_ERROR: no room
- * for the key even after evicting, nothing charged. */
-ngx_int_t ngx_http_kvserve_limit_charge(ngx_http_kvserve_limit_zone_t *zone,
-    kvs_limit_conf_t *c, ngx_http_kvserve_limit_resv_t *rv, uint64_t cost,
-    uint64_t refundable, uint64_t now, kvs_limit_decision_t *d);
+/* The KV bucket of limit in a zone with kv_rate: it drains kv_rate KiB
+ * x s per second and holds what the token bucket's window holds (burst /
+ * rate periods) of that, at least one second's; it never delays. */
+void ngx_http_kvserve_limit_kv_conf(ngx_http_kvserve_limit_t *limit,
+    ngx_http_kvserve_limit_zone_t *zone, kvs_limit_conf_t *c);
 
-/* Settles (cancel: the whole charge; else the unused output) the
- * reservations from..to-1 of lctx that are not settled yet. */
+/*
+ * Charges cost (of which refundable may come back) to rv's key in zone,
+ * and with kv_rate kv_cost KiB x s to its KV bucket, both or neither,
+ * under the zone's mutex, and counts the verdict d (*kv_refused: the KV
+ * bucket refused, d is its decision); NGX_ERROR: no room for the key
+ * even after evicting, nothing charged.
+ */
+ngx_int_t ngx_http_kvserve_limit_charge(ngx_http_kvserve_limit_zone_t *zone,
+    ngx_http_kvserve_limit_t *limit, ngx_http_kvserve_limit_resv_t *rv,
+    uint64_t cost, uint64_t refundable, uint64_t kv_cost, uint64_t now,
+    kvs_limit_decision_t *d, ngx_uint_t *kv_refused);
+
+/* Settles the reservations from..to-1 of lctx that are not settled yet:
+ * cancel: the whole charges; else the unused output comes back and the
+ * KV bucket is charged kv_held KiB x s instead of its reservation. */
 void ngx_http_kvserve_limit_settle(ngx_http_kvserve_limit_ctx_t *lctx,
-    ngx_uint_t from, ngx_uint_t to, ngx_uint_t cancel, uint64_t generated);
+    ngx_uint_t from, ngx_uint_t to, ngx_uint_t cancel, uint64_t generated,
+    uint64_t kv_held);
 
 
 /* ---- ngx_http_kvserve_limit_admit.c --------------------------------- */

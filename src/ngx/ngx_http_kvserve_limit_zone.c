@@ -112,11 +112,15 @@ ngx_http_kvserve_limit_expire(ngx_http_kvserve_limit_zone_t *zone,
 
             kvs_limit_drain(&zone->drain, &ln->st, now);
 
-            if (ln->st.used != 0) {
+            if (zone->kv_rate) {
+                kvs_limit_drain(&zone->kv_drain, &ln->kv, now);
+            }
+
+            if (ln->st.used != 0 || ln->kv.used != 0) {
                 return;
             }
 
-        } else if (ln->st.used != 0) {
+        } else if (ln->st.used != 0 || ln->kv.used != 0) {
             zone->sh->evicted++;
         }
 
@@ -191,6 +195,7 @@ ngx_http_kvserve_limit_lookup(ngx_http_kvserve_limit_zone_t *zone,
     ln->len = (u_short) key->len;
     ngx_memcpy(ln->data, key->data, key->len);
     kvs_limit_state_init(&ln->st, now);
+    kvs_limit_state_init(&ln->kv, now);
 
     ngx_rbtree_insert(&zone->sh->rbtree, node);
     ngx_queue_insert_head(&zone->sh->queue, &ln->queue);
@@ -291,14 +296,49 @@ ngx_http_kvserve_limit_conf(ngx_http_kvserve_limit_t *limit,
 }
 
 
+void
+ngx_http_kvserve_limit_kv_conf(ngx_http_kvserve_limit_t *limit,
+    ngx_http_kvserve_limit_zone_t *zone, kvs_limit_conf_t *c)
+{
+    uint64_t   burst, window_ms;
+    kvs_err_t  err;
+
+    burst = limit->burst ? limit->burst : zone->rate;
+
+    /* the token bucket's window: burst / rate periods, in ms; both are
+     * at most 2^40, so the product below is computed in two steps */
+    window_ms = burst / zone->rate * zone->period_ms
+                + burst % zone->rate * zone->period_ms / zone->rate;
+
+    if (window_ms < 1000) {
+        window_ms = 1000;
+    }
+
+    burst = window_ms / 1000 > KVS_LIMIT_TOKENS_MAX / zone->kv_rate
+            ? KVS_LIMIT_TOKENS_MAX
+            : zone->kv_rate * (window_ms / 1000);
+
+    (void) kvs_limit_conf_init(c, zone->kv_rate, 1000, burst,
+                               KVS_LIMIT_NODELAY, &err);
+}
+
+
 ngx_int_t
 ngx_http_kvserve_limit_charge(ngx_http_kvserve_limit_zone_t *zone,
-    kvs_limit_conf_t *c, ngx_http_kvserve_limit_resv_t *rv, uint64_t cost,
-    uint64_t refundable, uint64_t now, kvs_limit_decision_t *d)
+    ngx_http_kvserve_limit_t *limit, ngx_http_kvserve_limit_resv_t *rv,
+    uint64_t cost, uint64_t refundable, uint64_t kv_cost, uint64_t now,
+    kvs_limit_decision_t *d, ngx_uint_t *kv_refused)
 {
     int                             rc;
     kvs_err_t                       err;
+    kvs_limit_conf_t                c, kc;
+    kvs_limit_decision_t            kd;
     ngx_http_kvserve_limit_node_t  *ln;
+
+    *kv_refused = 0;
+    rv->kv.settled = 1;
+
+    ngx_http_kvserve_limit_conf(limit, zone, &c);
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
@@ -309,14 +349,40 @@ ngx_http_kvserve_limit_charge(ngx_http_kvserve_limit_zone_t *zone,
         return NGX_ERROR;
     }
 
-    rc = kvs_limit_reserve(c, &ln->st, now, cost, refundable, &rv->resv, d,
+    rc = kvs_limit_reserve(&c, &ln->st, now, cost, refundable, &rv->resv, d,
                            &err);
     if (rc != KVS_OK) {
         /* more tokens than any bucket holds */
         d->verdict = KVS_LIMIT_NEVER;
         d->used = ln->st.used;
-        d->reset_ms = kvs_limit_reset_ms(c, &ln->st);
+        d->reset_ms = kvs_limit_reset_ms(&c, &ln->st);
         d->retry_ms = 0;
+    }
+
+    if (zone->kv_rate
+        && (d->verdict == KVS_LIMIT_PASSED || d->verdict == KVS_LIMIT_DELAYED))
+    {
+        ngx_http_kvserve_limit_kv_conf(limit, zone, &kc);
+
+        rc = kvs_limit_reserve(&kc, &ln->kv, now, kv_cost, kv_cost, &rv->kv,
+                               &kd, &err);
+        if (rc != KVS_OK) {
+            kd.verdict = KVS_LIMIT_NEVER;
+            kd.used = ln->kv.used;
+            kd.reset_ms = kvs_limit_reset_ms(&kc, &ln->kv);
+            kd.retry_ms = 0;
+        }
+
+        if (kd.verdict == KVS_LIMIT_PASSED) {
+            zone->sh->kv_charged += kv_cost;
+
+        } else {
+            /* both or neither: the tokens go back */
+            (void) kvs_limit_cancel(&c, &ln->st, now, &rv->resv);
+            rv->kv.settled = 1;
+            *kv_refused = 1;
+            *d = kd;
+        }
     }
 
     switch (d->verdict) {
@@ -343,11 +409,12 @@ ngx_http_kvserve_limit_charge(ngx_http_kvserve_limit_zone_t *zone,
  * reservations from..to-1. */
 void
 ngx_http_kvserve_limit_settle(ngx_http_kvserve_limit_ctx_t *lctx,
-    ngx_uint_t from, ngx_uint_t to, ngx_uint_t cancel, uint64_t generated)
+    ngx_uint_t from, ngx_uint_t to, ngx_uint_t cancel, uint64_t generated,
+    uint64_t kv_held)
 {
-    uint64_t                        now, back;
+    uint64_t                        now, back, kv_back, kv_more;
     ngx_uint_t                      i;
-    kvs_limit_conf_t                c;
+    kvs_limit_conf_t                c, kc;
     ngx_http_kvserve_limit_resv_t  *rv;
     ngx_http_kvserve_limit_node_t  *ln;
     ngx_http_kvserve_limit_zone_t  *zone;
@@ -357,28 +424,47 @@ ngx_http_kvserve_limit_settle(ngx_http_kvserve_limit_ctx_t *lctx,
     for (i = from; i < to; i++) {
         rv = &lctx->resv[i];
 
-        if (rv->resv.settled) {
+        if (rv->resv.settled && rv->kv.settled) {
             continue;
         }
 
         zone = rv->limit->shm_zone->data;
         ngx_http_kvserve_limit_conf(rv->limit, zone, &c);
 
+        if (zone->kv_rate) {
+            ngx_http_kvserve_limit_kv_conf(rv->limit, zone, &kc);
+        }
+
+        back = 0;
+        kv_back = 0;
+        kv_more = 0;
+
         ngx_shmtx_lock(&zone->shpool->mutex);
 
         ln = ngx_http_kvserve_limit_lookup(zone, &rv->key, rv->hash, 0, now);
 
-        if (ln != NULL) {
-            back = cancel ? kvs_limit_cancel(&c, &ln->st, now, &rv->resv)
-                          : kvs_limit_settle(&c, &ln->st, now, &rv->resv,
-                                             generated);
-        } else {
+        if (ln == NULL) {
             /* evicted: a new bucket is empty anyway */
             rv->resv.settled = 1;
-            back = 0;
+            rv->kv.settled = 1;
+
+        } else if (cancel) {
+            back = kvs_limit_cancel(&c, &ln->st, now, &rv->resv);
+            if (!rv->kv.settled) {
+                kv_back = kvs_limit_cancel(&kc, &ln->kv, now, &rv->kv);
+            }
+
+        } else {
+            back = kvs_limit_settle(&c, &ln->st, now, &rv->resv, generated);
+            if (!rv->kv.settled) {
+                kv_back = kvs_limit_settle_actual(&kc, &ln->kv, now, &rv->kv,
+                                                  kv_held, &kv_more);
+            }
         }
 
         zone->sh->refunded += back;
+        zone->sh->kv_refunded += kv_back;
+        zone->sh->kv_charged += kv_more;
 
         ngx_shmtx_unlock(&zone->shpool->mutex);
     }
@@ -443,6 +529,14 @@ ngx_http_kvserve_limit_metrics(ngx_http_request_t *r, kvs_buf_t *out)
           "Reserved tokens given back: output not generated, or a charge "
           "another zone refused.",
           offsetof(ngx_http_kvserve_limit_shctx_t, refunded) },
+        { "kvserve:limit_kv_charged_kib_seconds_total", "counter",
+          "kv_rate: KV cache held, in KiB x seconds, charged (reserved at "
+          "admission, plus what requests held beyond that).",
+          offsetof(ngx_http_kvserve_limit_shctx_t, kv_charged) },
+        { "kvserve:limit_kv_refunded_kib_seconds_total", "counter",
+          "kv_rate: reserved KiB x seconds given back when requests held "
+          "less.",
+          offsetof(ngx_http_kvserve_limit_shctx_t, kv_refunded) },
         { "kvserve:limit_evicted_keys_total", "counter",
           "Keys evicted from a full zone while their buckets held tokens.",
           offsetof(ngx_http_kvserve_limit_shctx_t, evicted) },

@@ -303,6 +303,62 @@ test_clock_backwards(void **state)
 }
 
 
+/* kv_rate's settle: the bucket ends charged what the request really
+ * held, more or less than its reservation, never over full, once. */
+static void
+test_settle_actual(void **state)
+{
+    uint64_t              more;
+    kvs_err_t             err;
+    kvs_limit_conf_t      c;
+    kvs_limit_resv_t      r1;
+    kvs_limit_state_t     s;
+    kvs_limit_decision_t  d;
+
+    (void) state;
+
+    c = conf(1, 1000, 1000, KVS_LIMIT_NODELAY);
+    kvs_limit_state_init(&s, 0);
+
+    /* reserved 100, held 30: 70 back */
+    assert_int_equal(kvs_limit_reserve(&c, &s, 0, 100, 100, &r1, &d, &err),
+                     KVS_OK);
+    assert_int_equal(kvs_limit_remaining(&c, &s, 0), 900);
+    assert_int_equal(kvs_limit_settle_actual(&c, &s, 0, &r1, 30, &more), 70);
+    assert_int_equal(more, 0);
+    assert_int_equal(kvs_limit_remaining(&c, &s, 0), 970);
+
+    /* a second settle changes nothing, whatever it says */
+    assert_int_equal(kvs_limit_settle_actual(&c, &s, 0, &r1, 900, &more), 0);
+    assert_int_equal(more, 0);
+    assert_int_equal(kvs_limit_cancel(&c, &s, 0, &r1), 0);
+    assert_int_equal(kvs_limit_remaining(&c, &s, 0), 970);
+
+    /* reserved 100, held 250: 150 more charged at once */
+    assert_int_equal(kvs_limit_reserve(&c, &s, 0, 100, 100, &r1, &d, &err),
+                     KVS_OK);
+    assert_int_equal(kvs_limit_settle_actual(&c, &s, 0, &r1, 250, &more), 0);
+    assert_int_equal(more, 150);
+    assert_int_equal(kvs_limit_remaining(&c, &s, 0), 720);
+
+    /* 2 s later (2 drained) a hold of 5000 fills the bucket, no further */
+    assert_int_equal(kvs_limit_reserve(&c, &s, 2000, 10, 10, &r1, &d, &err),
+                     KVS_OK);
+    assert_int_equal(kvs_limit_remaining(&c, &s, 2000), 712);
+    assert_int_equal(kvs_limit_settle_actual(&c, &s, 2000, &r1, 5000,
+                                             &more), 0);
+    assert_int_equal(more, 712);
+    assert_int_equal(kvs_limit_remaining(&c, &s, 2000), 0);
+    assert_int_equal(s.used, c.burst);
+
+    /* and the next request waits for what it took */
+    assert_int_equal(kvs_limit_reserve(&c, &s, 2000, 1, 1, &r1, &d, &err),
+                     KVS_OK);
+    assert_int_equal(d.verdict, KVS_LIMIT_REJECTED);
+    assert_int_equal(d.retry_ms, 1000);
+}
+
+
 /* The unused output comes back once; a second settle, or a cancel after
  * it, changes nothing; a refund never fills the bucket over full. */
 static void
@@ -586,6 +642,7 @@ main(void)
         cmocka_unit_test(test_retry_after),
         cmocka_unit_test(test_clock_backwards),
         cmocka_unit_test(test_settle_once),
+        cmocka_unit_test(test_settle_actual),
         cmocka_unit_test(test_million_no_drift),
         cmocka_unit_test(test_fmt_duration),
     };
