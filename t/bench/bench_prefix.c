@@ -17,8 +17,9 @@
  *     (below).  Prints prompt tokens, prefill
  *     tokens computed (engine stats), the hit rate (sum of n_cached over
  *     sum of prompt tokens), the best possible hit rate for that trace
- *     and pool (below), their ratio, an LRU replay for reference, and
- *     whether every reply equals the cache-off run's.
+ *     and pool (below), their ratio, reference replays (LRU, LRU knowing
+ *     each conversation's last turn, the earlier bound), and whether
+ *     every reply equals the cache-off run's.
  *
  *   bench_prefix ttft [options]
  *     Time to first token for prompts of 8k..64k random tokens: cold
@@ -26,20 +27,32 @@
  *     again (a full-prefix hit), and a follow-up: prompt + reply + a new
  *     message.
  *
- * The best possible hit rate replays the requests in the order the run
- * submitted them, over whole blocks: a block (block_tokens tokens after a
- * given prefix) is cacheable once a request whose prompt and reply hold
- * it has been submitted (an engine may compute the K/V of a reply's last
- * token to complete its block; counting from the submission, not the
- * end, only lets the bound grow).  A request reuses its leading cached
- * blocks, then the leading matching tokens of one more cached block (a
- * copy-on-write share), capped at its prompt length - 1.  The replay's
- * cache holds the whole pool (as if running requests needed no room) and
- * evicts by Belady's rule with bypass: the block next used furthest in
- * the future, deepest first on ties, or the new block itself: no eviction
- * policy gets more block hits.  With a pool that holds the working set
- * nothing is evicted, and the bound is the infinite-cache one.  The LRU
- * replay is the same with least recently used leaves evicted.
+ * The best possible hit rate replays the run's events (submissions,
+ * first tokens, ends, in the order they happened) over whole blocks (a
+ * block: block_tokens tokens after a given prefix) through a pool of the
+ * engine's size that holds, as the engine's must, the blocks of the
+ * running requests as well as the cache.  A request looks up at its
+ * submission: its leading cached blocks, then the leading matching
+ * tokens of one more cached block (a copy-on-write share), capped at its
+ * prompt length - 1; it locks what it reuses and takes blocks for the
+ * rest of its prompt; its prompt's blocks become cacheable (locked) at
+ * its first token, the prompt's being computed then, and its reply's at
+ * its end, when it takes their blocks (the engine needs them sooner:
+ * generous) and lets go.  Eviction, when a request needs blocks, takes
+ * any unlocked block by Belady's rule: the one next read furthest in the
+ * future, deepest first on ties; no eviction rule gets more block hits
+ * from the same pool and events.  With a pool that holds the working set
+ * nothing is evicted and this is the infinite-cache bound ("best, inf
+ * cache").  The same replay evicting the least recently used leaf is
+ * "LRU replay" (the engine's rule: it follows the engine to 0.2 points),
+ * and evicting leaves of conversations that have ended first, "LRU,
+ * last turns known": an online cache that knew which turn is a
+ * conversation's last, which none does.  "Belady, no room for running"
+ * is the earlier bound: requests replayed in submission order, a block
+ * cacheable from the submission of a request holding it, a cache of the
+ * whole pool as if running requests needed no room, Belady with bypass;
+ * it is reachable by no engine (with the pool full of cached blocks, a
+ * running request must still hold its whole conversation somewhere).
  *
  * Pools: "fraction x working set" is that many blocks of the trace's
  * working set (the distinct whole blocks of all conversations) plus what
@@ -68,6 +81,16 @@
 #define BP_MAX_CONC    64
 #define BP_MAX_ROWS    8
 #define BP_NONE        UINT32_MAX     /* no block, no next use */
+
+/* a run's events, (request << 2) | kind, in the order they happened */
+#define BP_EV_SUBMIT   0              /* submitted and looked up */
+#define BP_EV_PREFILL  1              /* first token: prompt computed */
+#define BP_EV_END      2              /* reply ended */
+
+/* the pool replays' eviction rules */
+#define BP_BELADY      0              /* furthest next use */
+#define BP_LRU         1              /* least recently used leaf */
+#define BP_LRU_ENDS    2              /* LRU, ended conversations first */
 
 
 typedef struct {
@@ -121,6 +144,8 @@ typedef struct {
     uint32_t          *ord_user;      /* [n] in submission order */
     uint32_t          *ord_prompt;    /* prompt tokens */
     uint32_t          *ord_kv;        /* prompt + reply tokens */
+    uint32_t          *ev;            /* [3 * n] BP_EV_* events */
+    uint32_t           n_ev;
     uint64_t           prompt_tokens;
     uint64_t           cached_tokens;
     double             wall;
@@ -136,7 +161,8 @@ typedef struct {
     uint32_t        n_use;
     uint32_t        use_cap;
     uint32_t        next;             /* first use not yet passed */
-    uint32_t        last;             /* LRU: last request touching it */
+    uint32_t        last;             /* LRU: last event touching it */
+    uint32_t        lock;             /* running requests holding it */
     uint32_t        slot;             /* in the cached list, BP_NONE */
     uint32_t        hnext;            /* hash chain */
 } bp_blk_t;
@@ -159,6 +185,7 @@ static int bp_model(const bp_opts_t *o, bp_model_t *md, kvs_err_t *err);
 static int bp_engine(kvs_engine_t **e, const bp_opts_t *o,
     const bp_model_t *md, uint32_t n_blocks, int cache, kvs_err_t *err);
 static int bp_trace(const bp_opts_t *o);
+static void bp_events_write(const bp_run_t *run, double frac);
 static int bp_trace_make(const bp_opts_t *o, const bp_model_t *md,
     bp_trace_t *tr);
 static int bp_trace_run(kvs_engine_t *e, const bp_opts_t *o,
@@ -173,6 +200,8 @@ static int bp_blocks_build(const bp_opts_t *o, const bp_run_t *run,
 static void bp_blocks_free(const bp_opts_t *o, bp_blocks_t *bl);
 static uint64_t bp_replay(const bp_opts_t *o, const bp_run_t *run,
     bp_blocks_t *bl, uint64_t cap, int lru);
+static uint64_t bp_replay_pool(const bp_opts_t *o, const bp_run_t *run,
+    bp_blocks_t *bl, uint64_t cap, int rule, uint64_t *shortfall);
 static int bp_ttft(const bp_opts_t *o);
 static int bp_ttft_one(kvs_engine_t *e, const bp_opts_t *o,
     const int32_t *prompt, uint32_t n, kvs_engine_out_t *out,
@@ -425,9 +454,9 @@ bp_trace(const bp_opts_t *o)
 {
     int           rc, nr, r, on;
     char         *end;
-    double        frac[BP_MAX_ROWS], f, hit, best, lru, inf;
+    double        frac[BP_MAX_ROWS], f, hit, best, lru, inf, ends, loose;
     uint32_t      n_blocks, diff;
-    uint64_t      best_t, lru_t, inf_t, cap;
+    uint64_t      best_t, lru_t, inf_t, ends_t, loose_t, cap, sh[4];
     const char   *p;
     kvs_err_t     err;
     bp_model_t    md;
@@ -484,13 +513,19 @@ bp_trace(const bp_opts_t *o)
            "all prompts and replies); pool = fraction x working set + %"
            PRIu32 " x %" PRIu32 " blocks (what a running request adds)\n",
            tr.ws, o->conc, tr.max_new);
-    printf("best possible: Belady replay (furthest next use, with bypass) "
-           "over whole blocks, cache = the whole pool; inf = no eviction\n");
+    printf("best possible: Belady replay (furthest next use) of the run's "
+           "events over whole blocks through the same pool, running "
+           "requests' blocks held; LRU, and LRU with last turns known: "
+           "the same replay evicting the least recently used leaf (of ended "
+           "conversations first); no room for running: Belady with bypass, "
+           "cache = the whole pool, blocks cacheable from submission (the "
+           "earlier bound); inf = no eviction\n");
     printf("\n| cache | pool blocks | prompt tokens | prefill computed "
            "| saved | hit rate | best possible | ours / best | LRU replay "
+           "| LRU, last turns known | Belady, no room for running "
            "| best, inf cache | replies = off | preempt | wall s |\n");
     printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-           "| ---: | --- | ---: | ---: |\n");
+           "| ---: | ---: | ---: | --- | ---: | ---: |\n");
     fflush(stdout);
 
     for (r = -1; r < nr; r++) {
@@ -528,17 +563,30 @@ bp_trace(const bp_opts_t *o)
         }
 
         cap = n_blocks;
-        best_t = bp_replay(o, on ? &run : &off, &bl, cap, 0);
-        lru_t = bp_replay(o, on ? &run : &off, &bl, cap, 1);
-        inf_t = bp_replay(o, on ? &run : &off, &bl, UINT64_MAX, 0);
+        best_t = bp_replay_pool(o, on ? &run : &off, &bl, cap, BP_BELADY,
+                                &sh[0]);
+        lru_t = bp_replay_pool(o, on ? &run : &off, &bl, cap, BP_LRU,
+                               &sh[1]);
+        ends_t = bp_replay_pool(o, on ? &run : &off, &bl, cap, BP_LRU_ENDS,
+                                &sh[2]);
+        loose_t = bp_replay(o, on ? &run : &off, &bl, cap, 0);
+        inf_t = bp_replay_pool(o, on ? &run : &off, &bl, UINT64_MAX,
+                               BP_BELADY, &sh[3]);
         bp_blocks_free(o, &bl);
+
+        if (sh[0] + sh[1] + sh[2] > 0) {
+            printf("  (pool replays short of room: %" PRIu64 ", %" PRIu64
+                   ", %" PRIu64 " blocks)\n", sh[0], sh[1], sh[2]);
+        }
 
         if (!on) {
             inf = (double) inf_t / (double) off.prompt_tokens;
             printf("| off | %" PRIu32 " | %" PRIu64 " | %" PRIu64 " | - | - "
-                   "| %.2f%% | - | - | %.2f%% | - | %" PRIu64 " | %.1f |\n",
-                   n_blocks, off.prompt_tokens, off.st.prefill_tokens,
+                   "| %.2f%% | - | - | - | %.2f%% | %.2f%% | - | %" PRIu64
+                   " | %.1f |\n", n_blocks, off.prompt_tokens,
+                   off.st.prefill_tokens,
                    100.0 * (double) best_t / (double) off.prompt_tokens,
+                   100.0 * (double) loose_t / (double) off.prompt_tokens,
                    100.0 * inf, off.st.preemptions, off.wall);
             printf("prefix_trace cache=off blocks=%" PRIu32 " prompt=%"
                    PRIu64 " prefill=%" PRIu64 " best=%.4f inf=%.4f "
@@ -554,19 +602,21 @@ bp_trace(const bp_opts_t *o)
         best = (double) best_t / (double) run.prompt_tokens;
         lru = (double) lru_t / (double) run.prompt_tokens;
         inf = (double) inf_t / (double) run.prompt_tokens;
+        ends = (double) ends_t / (double) run.prompt_tokens;
+        loose = (double) loose_t / (double) run.prompt_tokens;
         diff = bp_replies_diff(o, &off, &run);
 
         printf("| on, %g x ws | %" PRIu32 " | %" PRIu64 " | %" PRIu64
-               " | %.2fx | %.2f%% | %.2f%% | %.1f%% | %.2f%% | %.2f%% | %s"
-               " | %" PRIu64 " | %.1f |\n", f, n_blocks, run.prompt_tokens,
-               run.st.prefill_tokens,
+               " | %.2fx | %.2f%% | %.2f%% | %.1f%% | %.2f%% | %.2f%% "
+               "| %.2f%% | %.2f%% | %s | %" PRIu64 " | %.1f |\n", f,
+               n_blocks, run.prompt_tokens, run.st.prefill_tokens,
                run.st.prefill_tokens > 0
                ? (double) off.st.prefill_tokens
                  / (double) run.st.prefill_tokens : 0.0,
                100.0 * hit, 100.0 * best,
                best > 0 ? 100.0 * hit / best : 0.0, 100.0 * lru,
-               100.0 * inf, diff == 0 ? "yes" : "NO", run.st.preemptions,
-               run.wall);
+               100.0 * ends, 100.0 * loose, 100.0 * inf,
+               diff == 0 ? "yes" : "NO", run.st.preemptions, run.wall);
         if (diff != 0) {
             printf("  %" PRIu32 " replies differ from the cache-off run\n",
                    diff);
@@ -577,13 +627,15 @@ bp_trace(const bp_opts_t *o)
                    "active)\n");
         }
 
+        bp_events_write(&run, f);
+
         printf("prefix_trace cache=on frac=%g blocks=%" PRIu32 " prompt=%"
                PRIu64 " prefill=%" PRIu64 " hit=%.6f best=%.6f ratio=%.6f "
-               "lru=%.4f inf=%.4f stats_query=%" PRIu64 " stats_hit=%"
-               PRIu64 " evicted=%" PRIu64 " replies_differ=%" PRIu32
-               " wall=%.2f\n", f, n_blocks, run.prompt_tokens,
-               run.st.prefill_tokens, hit, best,
-               best > 0 ? hit / best : 0.0, lru, inf,
+               "lru=%.4f lru_ends=%.4f loose=%.4f inf=%.4f stats_query=%"
+               PRIu64 " stats_hit=%" PRIu64 " evicted=%" PRIu64
+               " replies_differ=%" PRIu32 " wall=%.2f\n", f, n_blocks,
+               run.prompt_tokens, run.st.prefill_tokens, hit, best,
+               best > 0 ? hit / best : 0.0, lru, ends, loose, inf,
                run.st.cache_query_tokens, run.st.cache_hit_tokens,
                run.st.cache_evicted_blocks, diff, run.wall);
         fflush(stdout);
@@ -615,6 +667,52 @@ failed:
 
 
 /* The seeded chat: system prompt, messages, arrival plan, sizes. */
+/*
+ * With PREFIX_EVENTS=<path>, a cache-on run's submissions and ends go to
+ * <path>.<frac>, one per line: "S r u p" (request r of user u submitted
+ * with p prompt tokens), "F r u kv" (it ended with kv tokens of prompt
+ * and reply), for t/bench/prefix_policies.py --events.
+ */
+static void
+bp_events_write(const bp_run_t *run, double frac)
+{
+    char         path[4096];
+    FILE        *f;
+    uint32_t     e, r, kind;
+    const char  *base;
+
+    base = getenv("PREFIX_EVENTS");
+    if (base == NULL || base[0] == '\0') {
+        return;
+    }
+
+    snprintf(path, sizeof(path), "%s.%g", base, frac);
+
+    f = fopen(path, "w");
+    if (f == NULL) {
+        fprintf(stderr, "bench_prefix: %s: cannot write events\n", path);
+        return;
+    }
+
+    for (e = 0; e < run->n_ev; e++) {
+        r = run->ev[e] >> 2;
+        kind = run->ev[e] & 3;
+
+        if (kind == BP_EV_SUBMIT) {
+            fprintf(f, "S %" PRIu32 " %" PRIu32 " %" PRIu32 "\n", r,
+                    run->ord_user[r], run->ord_prompt[r]);
+
+        } else if (kind == BP_EV_END) {
+            fprintf(f, "F %" PRIu32 " %" PRIu32 " %" PRIu32 "\n", r,
+                    run->ord_user[r], run->ord_kv[r]);
+        }
+    }
+
+    fclose(f);
+    printf("  (events of this run: %s)\n", path);
+}
+
+
 static int
 bp_trace_make(const bp_opts_t *o, const bp_model_t *md, bp_trace_t *tr)
 {
@@ -724,11 +822,12 @@ bp_run_alloc(const bp_opts_t *o, const bp_trace_t *tr, bp_run_t *run)
     run->ord_user = calloc(n, sizeof(uint32_t));
     run->ord_prompt = calloc(n, sizeof(uint32_t));
     run->ord_kv = calloc(n, sizeof(uint32_t));
+    run->ev = calloc(3 * (size_t) n, sizeof(uint32_t));
 
     if (run->hist == NULL || run->hist_len == NULL || run->reply_off == NULL
         || run->reply_len == NULL || run->cached == NULL
         || run->ord_user == NULL || run->ord_prompt == NULL
-        || run->ord_kv == NULL)
+        || run->ord_kv == NULL || run->ev == NULL)
     {
         return KVS_ENOMEM;
     }
@@ -766,6 +865,7 @@ bp_run_free(const bp_opts_t *o, bp_run_t *run)
     free(run->ord_user);
     free(run->ord_prompt);
     free(run->ord_kv);
+    free(run->ev);
     memset(run, 0, sizeof(bp_run_t));
 }
 
@@ -791,6 +891,7 @@ bp_trace_run(kvs_engine_t *e, const bp_opts_t *o, const bp_trace_t *tr,
     struct {
         kvs_engine_seq_t  *h;
         uint32_t           user, turn, req;
+        int                prefilled;
         kvs_engine_out_t   out;
     } slot[BP_MAX_CONC];
 
@@ -861,6 +962,7 @@ bp_trace_run(kvs_engine_t *e, const bp_opts_t *o, const bp_trace_t *tr,
             slot[s].user = u;
             slot[s].turn = t;
             slot[s].req = sub;
+            slot[s].prefilled = 0;
             slot[s].out.n_tokens = 0;
             slot[s].out.text.len = 0;
             running[u] = 1;
@@ -868,6 +970,7 @@ bp_trace_run(kvs_engine_t *e, const bp_opts_t *o, const bp_trace_t *tr,
 
             run->ord_user[sub] = u;
             run->ord_prompt[sub] = req.n_prompt;
+            run->ev[run->n_ev++] = sub << 2 | BP_EV_SUBMIT;
             run->prompt_tokens += req.n_prompt;
             sub++;
         }
@@ -884,6 +987,13 @@ bp_trace_run(kvs_engine_t *e, const bp_opts_t *o, const bp_trace_t *tr,
                 if (kvs_engine_read(e, ready[i], &slot[s].out) < 0) {
                     rc = kvs_err_set(err, KVS_ENOMEM, "out of memory");
                     goto done;
+                }
+
+                if (!slot[s].prefilled && (slot[s].out.n_tokens > 0
+                    || slot[s].out.finish != KVS_FINISH_NONE))
+                {
+                    slot[s].prefilled = 1;
+                    run->ev[run->n_ev++] = slot[s].req << 2 | BP_EV_PREFILL;
                 }
 
                 if (slot[s].out.finish == KVS_FINISH_NONE) {
@@ -920,6 +1030,7 @@ bp_trace_run(kvs_engine_t *e, const bp_opts_t *o, const bp_trace_t *tr,
                 run->cached_tokens += slot[s].out.n_cached;
                 run->ord_kv[slot[s].req] = run->ord_prompt[slot[s].req]
                                            + len;
+                run->ev[run->n_ev++] = slot[s].req << 2 | BP_EV_END;
 
                 kvs_engine_close(e, ready[i]);
                 slot[s].h = NULL;
@@ -1175,9 +1286,11 @@ bp_cache_del(bp_blocks_t *bl, uint32_t x)
 
 
 /*
- * Replays the run's requests through a cache of cap blocks: Belady with
- * bypass (lru == 0) or LRU over leaves (lru == 1).  Returns the prompt
- * tokens reused in all.
+ * The earlier bound ("Belady, no room for running"): the run's requests
+ * in submission order through a cache of cap blocks that running
+ * requests take no room in, a block cacheable from the submission of a
+ * request holding it; Belady with bypass (lru == 0) or LRU over leaves
+ * (lru == 1).  Returns the prompt tokens reused in all.
  */
 static uint64_t
 bp_replay(const bp_opts_t *o, const bp_run_t *run, bp_blocks_t *bl,
@@ -1286,6 +1399,251 @@ bp_replay(const bp_opts_t *o, const bp_run_t *run, bp_blocks_t *bl,
             bl->cached[bl->n_cached++] = x;
         }
     }
+
+    return hits;
+}
+
+
+/*
+ * Makes room for want more blocks in a pool replay's cache of cap
+ * blocks, of which *held are private blocks of running requests:
+ * evicts unlocked blocks by rule (now: the last request submitted).
+ * Returns the blocks it could not make room for (all locked).
+ */
+static uint32_t
+bp_pool_room(bp_blocks_t *bl, uint64_t cap, uint64_t held, uint32_t want,
+    uint32_t now, int rule)
+{
+    int        better;
+    uint32_t   i, v, y, vn, yn;
+    bp_blk_t  *b, *c;
+
+    while (bl->n_cached + held + want > cap) {
+        v = BP_NONE;
+        vn = 0;
+
+        for (i = 0; i < bl->n_cached; i++) {
+            y = bl->cached[i];
+            b = &bl->b[y];
+
+            if (b->lock > 0) {
+                continue;
+            }
+
+            if (v == BP_NONE) {
+                v = y;
+                vn = bp_next_use(b, now);
+                continue;
+            }
+
+            c = &bl->b[v];
+
+            switch (rule) {
+
+            case BP_BELADY:
+                yn = bp_next_use(b, now);
+                better = yn > vn || (yn == vn && b->depth > c->depth);
+                if (better) {
+                    vn = yn;
+                }
+                break;
+
+            case BP_LRU_ENDS:
+                /* a block no request reads again first: what knowing
+                 * which turn is a conversation's last would give */
+                yn = bp_next_use(b, now);
+                if ((yn == BP_NONE) != (vn == BP_NONE)) {
+                    better = yn == BP_NONE;
+                    if (better) {
+                        vn = yn;
+                    }
+                    break;
+                }
+
+                better = b->last < c->last
+                         || (b->last == c->last && b->depth > c->depth);
+                if (better) {
+                    vn = yn;
+                }
+                break;
+
+            default:
+                better = b->last < c->last
+                         || (b->last == c->last && b->depth > c->depth);
+                break;
+            }
+
+            if (better) {
+                v = y;
+            }
+        }
+
+        if (v == BP_NONE) {
+            return (uint32_t) (bl->n_cached + held + want - cap);
+        }
+
+        bp_cache_del(bl, v);
+    }
+
+    return 0;
+}
+
+
+/*
+ * The pool replays: the run's events (submissions, prefills, ends, in
+ * the order they happened) through a pool of cap blocks that holds the
+ * cache and the running requests' blocks, as the engine's does.  A
+ * request looks up at its submission (leading cached blocks plus a
+ * copy-on-write share, as in bp_replay) and locks the blocks it reuses;
+ * it takes blocks for its prompt then, for its reply only at its end
+ * (earlier than the engine can free them: generous); its prompt's whole
+ * blocks become cacheable (and stay locked) when its first token comes,
+ * the rest at its end, when its locks go.  Evicted:
+ * unlocked blocks, by rule.  With BP_BELADY this is the best possible
+ * hit rate for the engine's pool; *shortfall counts blocks that found no
+ * room (everything locked).  Returns the prompt tokens reused.
+ */
+static uint64_t
+bp_replay_pool(const bp_opts_t *o, const bp_run_t *run, bp_blocks_t *bl,
+    uint64_t cap, int rule, uint64_t *shortfall)
+{
+    uint32_t   e, r, kind, n, u, p, rd, k, i, j, l, lim, extra, x, now;
+    uint32_t   t, pb, want, *klock, *priv;
+    uint64_t   hits, hit, held;
+    bp_blk_t  *b;
+    const int32_t  *tok;
+
+    n = o->users * o->turns;
+    klock = calloc(n, sizeof(uint32_t));
+    priv = calloc(n, sizeof(uint32_t));
+    if (klock == NULL || priv == NULL) {
+        free(klock);
+        free(priv);
+        return 0;
+    }
+
+    bl->n_cached = 0;
+
+    for (x = 0; x < bl->n; x++) {
+        bl->b[x].next = 0;
+        bl->b[x].last = 0;
+        bl->b[x].lock = 0;
+        bl->b[x].slot = BP_NONE;
+    }
+
+    hits = 0;
+    held = 0;
+    now = 0;
+    *shortfall = 0;
+
+    for (e = 0; e < run->n_ev; e++) {
+        r = run->ev[e] >> 2;
+        kind = run->ev[e] & 3;
+        u = run->ord_user[r];
+        p = run->ord_prompt[r];
+        tok = run->hist[u];
+        t = e + 1;
+
+        switch (kind) {
+
+        case BP_EV_SUBMIT:
+            now = r;
+            rd = p / o->block;
+
+            for (k = 0; k < rd && bl->b[bl->ids[u][k]].slot != BP_NONE; k++)
+            {
+                b = &bl->b[bl->ids[u][k]];
+                b->lock++;
+                b->last = t;
+            }
+
+            extra = 0;
+            lim = p - k * o->block < o->block ? p - k * o->block : o->block;
+
+            for (i = 0; i < bl->n_cached && lim > 0; i++) {
+                b = &bl->b[bl->cached[i]];
+
+                if (b->depth != k
+                    || b->parent != (k > 0 ? bl->ids[u][k - 1] : BP_NONE))
+                {
+                    continue;
+                }
+
+                for (l = 0; l < lim && b->tok[l] == tok[k * o->block + l];
+                     l++)
+                {
+                    /* void */
+                }
+
+                extra = l > extra ? l : extra;
+            }
+
+            hit = (uint64_t) k * o->block + extra;
+            hits += hit < p ? hit : (p > 0 ? p - 1 : 0);
+
+            klock[r] = k;
+            want = (p + o->block - 1) / o->block - k;
+            *shortfall += bp_pool_room(bl, cap, held, want, now, rule);
+            priv[r] = want;
+            held += want;
+            break;
+
+        case BP_EV_PREFILL:
+            pb = p / o->block;
+
+            for (j = klock[r]; j < pb; j++) {
+                x = bl->ids[u][j];
+                b = &bl->b[x];
+
+                if (b->slot == BP_NONE) {
+                    b->slot = bl->n_cached;
+                    bl->cached[bl->n_cached++] = x;
+                    priv[r]--;
+                    held--;
+                }
+
+                b->lock++;
+                b->last = t;
+            }
+
+            klock[r] = pb > klock[r] ? pb : klock[r];
+            break;
+
+        default:
+            /* the reply's blocks, taken only now (the engine takes them
+             * while decoding): a bound may only be generous */
+            want = (run->ord_kv[r] + o->block - 1) / o->block
+                   - (p + o->block - 1) / o->block;
+            *shortfall += bp_pool_room(bl, cap, held, want, now, rule);
+            priv[r] += want;
+            held += want;
+
+            for (j = 0; j < run->ord_kv[r] / o->block; j++) {
+                x = bl->ids[u][j];
+                b = &bl->b[x];
+
+                if (b->slot == BP_NONE && j >= klock[r]) {
+                    b->slot = bl->n_cached;
+                    bl->cached[bl->n_cached++] = x;
+                    priv[r]--;
+                    held--;
+                }
+
+                if (j < klock[r]) {
+                    b->lock--;
+                }
+
+                b->last = t;
+            }
+
+            held -= priv[r];
+            priv[r] = 0;
+            break;
+        }
+    }
+
+    free(klock);
+    free(priv);
 
     return hits;
 }

@@ -5,8 +5,10 @@
 #           turn resending the conversation with the model's replies),
 #           cache off and on for pools sized to fractions of the trace's
 #           working set: prefill tokens computed, hit rate, the best
-#           possible hit rate for that trace and pool (Belady replay over
-#           whole blocks), ours / best, and replies equal to cache-off
+#           possible hit rate for that trace and pool (Belady replay of
+#           the run's events over whole blocks through the same pool,
+#           running requests' blocks held), ours / best, reference
+#           replays, and replies equal to cache-off
 #   ttft    time to first token at 8k..64k-token prompts: cold (cache
 #           off), a full-prefix hit (the same prompt again) and a
 #           follow-up (prompt + reply + a new message), and the ratios
@@ -21,7 +23,9 @@
 # fractions of the working set), PREFIX_SIZES
 # ("8192,16384,32768,65536"), PREFIX_OFF_MAX (32768: longer prompts are
 # not timed with the cache off, their cold time is a fresh prompt's with
-# the cache on; 64k cold takes 1-2 minutes here).  A smaller run: PREFIX_USERS=8
+# the cache on; 64k cold takes 1-2 minutes here), PREFIX_EVENTS (a path:
+# each cache-on run's events go to <path>.<fraction>, for
+# t/bench/prefix_policies.py --events).  A smaller run: PREFIX_USERS=8
 # PREFIX_SIZES=8192,32768.
 set -euo pipefail
 
