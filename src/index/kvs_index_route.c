@@ -1,0 +1,230 @@
+/*
+ * kvs_index_route: the gateway's choice of a host from what the lookup
+ * found (kvs_index_choose), or without Redis (kvs_index_choose_hash).
+ *
+ * Both are pure and deterministic: the same candidates, loads and
+ * prompt give the same host in every worker of every gateway, which is
+ * what keeps a conversation on one host when two gateways take turns.
+ */
+
+#include <math.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "kvs_index_lookup.h"
+
+#define KVS_INDEX_HASH_BLOCKS  4
+
+
+static int kvs_index_route_before(const kvs_index_cand_t *a, double sa,
+    const kvs_index_cand_t *b, double sb);
+static int kvs_index_id_cmp(const kvs_index_cand_t *a,
+    const kvs_index_cand_t *b);
+
+
+void
+kvs_index_route_conf_default(kvs_index_route_conf_t *conf)
+{
+    memset(conf, 0, sizeof(*conf));
+    conf->load_weight = 256;
+    conf->hash_blocks = KVS_INDEX_HASH_BLOCKS;
+    conf->hash_load_slack = 8;
+}
+
+
+const char *
+kvs_index_reason_name(kvs_index_reason_t reason)
+{
+    static const char  *names[] = {
+        "prefix", "load", "least_loaded", "short_prompt", "no_index",
+        "no_hosts"
+    };
+
+    if ((unsigned) reason >= sizeof(names) / sizeof(names[0])) {
+        return "unknown";
+    }
+
+    return names[reason];
+}
+
+
+void
+kvs_index_choose(const kvs_index_cand_t *hosts, uint32_t n_hosts,
+    const uint32_t *blocks, uint32_t block_tokens, int short_prompt,
+    const kvs_index_route_conf_t *conf, kvs_index_choice_t *out)
+{
+    int       any;
+    double    s;
+    uint32_t  h;
+    uint64_t  cached;
+
+    out->host = -1;
+    out->reason = KVS_INDEX_ROUTE_NO_HOSTS;
+    out->cached_tokens = 0;
+    out->score = 0;
+    any = 0;
+
+    for (h = 0; h < n_hosts; h++) {
+        if (!hosts[h].up) {
+            continue;
+        }
+
+        cached = blocks != NULL ? (uint64_t) blocks[h] * block_tokens : 0;
+        if (cached > UINT32_MAX) {
+            cached = UINT32_MAX;
+        }
+
+        any |= cached > 0;
+        s = (double) cached - conf->load_weight * hosts[h].load;
+
+        if (out->host < 0
+            || kvs_index_route_before(&hosts[h], s, &hosts[out->host],
+                                      out->score))
+        {
+            out->host = (int32_t) h;
+            out->score = s;
+            out->cached_tokens = (uint32_t) cached;
+        }
+    }
+
+    if (out->host < 0) {
+        return;
+    }
+
+    out->reason = short_prompt ? KVS_INDEX_ROUTE_SHORT
+                  : out->cached_tokens > 0 ? KVS_INDEX_ROUTE_PREFIX
+                  : any ? KVS_INDEX_ROUTE_LOAD
+                  : KVS_INDEX_ROUTE_LEAST_LOADED;
+}
+
+
+void
+kvs_index_choose_hash(const kvs_index_cand_t *hosts, uint32_t n_hosts,
+    const kvs_index_name_t *names, size_t n_names,
+    const kvs_index_route_conf_t *conf, kvs_index_choice_t *out)
+{
+    int                      up;
+    int32_t                  best;
+    uint32_t                 h, least, k;
+    uint64_t                 w, best_w, limit;
+    const kvs_index_name_t  *key;
+
+    out->host = -1;
+    out->reason = KVS_INDEX_ROUTE_NO_HOSTS;
+    out->cached_tokens = 0;
+    out->score = 0;
+
+    up = 0;
+    least = UINT32_MAX;
+
+    for (h = 0; h < n_hosts; h++) {
+        if (hosts[h].up) {
+            up = 1;
+            least = hosts[h].load < least ? hosts[h].load : least;
+        }
+    }
+
+    if (!up) {
+        return;
+    }
+
+    if (n_names == 0) {
+        kvs_index_choose(hosts, n_hosts, NULL, 1, 0, conf, out);
+
+        if (out->host >= 0) {
+            out->reason = KVS_INDEX_ROUTE_NO_INDEX;
+        }
+
+        return;
+    }
+
+    k = conf->hash_blocks > 0 ? conf->hash_blocks : KVS_INDEX_HASH_BLOCKS;
+    key = &names[(n_names < k ? n_names : k) - 1];
+    limit = (uint64_t) least + conf->hash_load_slack;
+
+    best = -1;
+    best_w = 0;
+
+    for (h = 0; h < n_hosts; h++) {
+        if (!hosts[h].up || hosts[h].load > limit) {
+            continue;
+        }
+
+        w = kvs_index_hrw_weight(key, hosts[h].id, hosts[h].id_len);
+
+        if (best < 0 || w > best_w
+            || (w == best_w && kvs_index_id_cmp(&hosts[h], &hosts[best]) < 0))
+        {
+            best = (int32_t) h;
+            best_w = w;
+        }
+    }
+
+    if (best < 0) {
+        return;
+    }
+
+    out->host = best;
+    out->reason = KVS_INDEX_ROUTE_NO_INDEX;
+    out->score = -conf->load_weight * hosts[best].load;
+}
+
+
+/*
+ * XXH3-64 of the host id, seeded with the key's first 8 canonical bytes
+ * read little-endian, xor KVS_INDEX_NAME_SEED.
+ */
+uint64_t
+kvs_index_hrw_weight(const kvs_index_name_t *key, const char *id,
+    size_t id_len)
+{
+    size_t    i;
+    uint64_t  seed;
+
+    seed = 0;
+    for (i = 0; i < 8; i++) {
+        seed |= (uint64_t) key->b[i] << (8 * i);
+    }
+
+    return XXH3_64bits_withSeed(id, id_len, seed ^ KVS_INDEX_NAME_SEED);
+}
+
+
+/* Whether a (score sa) goes before b (score sb): higher score, lower
+ * load, more free blocks, smaller id. */
+static int
+kvs_index_route_before(const kvs_index_cand_t *a, double sa,
+    const kvs_index_cand_t *b, double sb)
+{
+    if (sa != sb) {
+        return sa > sb;
+    }
+
+    if (a->load != b->load) {
+        return a->load < b->load;
+    }
+
+    if (a->free_blocks != b->free_blocks) {
+        return a->free_blocks > b->free_blocks;
+    }
+
+    return kvs_index_id_cmp(a, b) < 0;
+}
+
+
+static int
+kvs_index_id_cmp(const kvs_index_cand_t *a, const kvs_index_cand_t *b)
+{
+    int     c;
+    size_t  n;
+
+    n = a->id_len < b->id_len ? a->id_len : b->id_len;
+    c = memcmp(a->id, b->id, n);
+
+    if (c != 0) {
+        return c;
+    }
+
+    return a->id_len < b->id_len ? -1 : (a->id_len > b->id_len);
+}

@@ -1,0 +1,593 @@
+/*
+ * kvs_index_schema: host records (format, parse, check), the host list
+ * and block entries as read back from Redis (kvs_index_schema.h).
+ *
+ * Everything read is bounded before it is touched: a reply's length and
+ * element count are checked against the documented maxima first, and a
+ * value is parsed in place without copying or NUL-termination.  A
+ * rejected record leaves nothing half-trusted: the caller keeps what it
+ * had.
+ */
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kvs_index_schema.h"
+
+#define KVS_INDEX_HOSTS_MAX  4096         /* members of a host list */
+
+enum {
+    KVS_F_ID = 0, KVS_F_INC, KVS_F_EPOCH, KVS_F_BT, KVS_F_RUN, KVS_F_WAIT,
+    KVS_F_FREE, KVS_F_TS, KVS_F_MODEL, KVS_F_URL, KVS_F_N
+};
+
+static const char  *kvs_index_fields[KVS_F_N] = {
+    "id", "inc", "epoch", "bt", "run", "wait", "free", "ts", "model", "url"
+};
+
+
+static int kvs_index_printable(const char *s, size_t n, size_t max);
+static int kvs_index_hex64(const char *s, size_t n, uint64_t *v);
+static int kvs_index_dec64(const char *s, size_t n, uint64_t max,
+    uint64_t *v);
+static int kvs_index_host_field(kvs_index_host_t *h, int f, const char *v,
+    size_t n);
+static int kvs_index_reject(kvs_index_reject_t *why, kvs_index_reject_t r,
+    kvs_err_t *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+
+const char *
+kvs_index_reject_name(kvs_index_reject_t why)
+{
+    static const char  *names[] = {
+        "ok", "missing", "error", "type", "too_long", "foreign_version",
+        "malformed", "partial", "host_mismatch", "stale", "old_epoch",
+        "other_model", "stale_incarnation"
+    };
+
+    if ((unsigned) why >= sizeof(names) / sizeof(names[0])) {
+        return "unknown";
+    }
+
+    return names[why];
+}
+
+
+int
+kvs_index_host_id_check(const char *id, size_t len, kvs_err_t *err)
+{
+    size_t  i;
+    char    ch;
+
+    if (len == 0 || len > KVS_INDEX_HOST_ID_MAX) {
+        return kvs_err_set(err, KVS_EINVAL, "prefix index: a host id of "
+                           "%zu bytes, not 1..%d", len,
+                           KVS_INDEX_HOST_ID_MAX);
+    }
+
+    for (i = 0; i < len; i++) {
+        ch = id[i];
+
+        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')
+            || (ch >= '0' && ch <= '9') || ch == '.' || ch == '_'
+            || ch == '-')
+        {
+            continue;
+        }
+
+        return kvs_err_set(err, KVS_EINVAL, "prefix index: a host id with "
+                           "a character other than [A-Za-z0-9._-] at %zu",
+                           i);
+    }
+
+    return KVS_OK;
+}
+
+
+int
+kvs_index_host_format(const kvs_index_host_t *h, char *out, size_t *len,
+    kvs_err_t *err)
+{
+    int  n, rc;
+
+    rc = kvs_index_host_id_check(h->id, strnlen(h->id, sizeof(h->id)), err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    if (!kvs_index_printable(h->model, strnlen(h->model, sizeof(h->model)),
+                             KVS_INDEX_MODEL_MAX)
+        || !kvs_index_printable(h->url, strnlen(h->url, sizeof(h->url)),
+                                KVS_INDEX_URL_MAX))
+    {
+        return kvs_err_set(err, KVS_EINVAL, "prefix index: host \"%s\": "
+                           "its model name and advertise URL must be 1..%d "
+                           "and 1..%d printable characters without spaces",
+                           h->id, KVS_INDEX_MODEL_MAX, KVS_INDEX_URL_MAX);
+    }
+
+    if (h->incarnation == 0
+        || h->block_tokens == 0
+        || h->block_tokens > KVS_INDEX_BLOCK_TOKENS_MAX)
+    {
+        return kvs_err_set(err, KVS_EINVAL, "prefix index: host \"%s\": "
+                           "incarnation 0 or %u tokens per block", h->id,
+                           h->block_tokens);
+    }
+
+    n = snprintf(out, KVS_INDEX_HOST_VALUE_MAX + 1,
+                 KVS_INDEX_VALUE_TAG " id=%s inc=%016" PRIx64
+                 " epoch=%016" PRIx64 " bt=%u run=%u wait=%u free=%u"
+                 " ts=%" PRIu64 " model=%s url=%s",
+                 h->id, h->incarnation, h->epoch, h->block_tokens,
+                 h->running, h->waiting, h->free_blocks, h->ts_ms, h->model,
+                 h->url);
+
+    /* the bounds above keep it near 600 bytes: cannot be cut */
+    *len = (size_t) n;
+
+    return KVS_OK;
+}
+
+
+int
+kvs_index_host_parse(const kvs_index_reply_t *r, const char *id,
+    size_t id_len, kvs_index_host_t *h, kvs_index_reject_t *why,
+    kvs_err_t *err)
+{
+    int          f;
+    size_t       n, k, tag;
+    uint32_t     seen;
+    const char  *p, *end, *tok, *eq;
+
+    *why = KVS_INDEX_OK;
+
+    if (r == NULL || r->type == KVS_INDEX_REPLY_NIL) {
+        return kvs_index_reject(why, KVS_INDEX_REJECT_MISSING, err,
+                                KVS_ENOTFOUND, "no record");
+    }
+
+    if (r->type == KVS_INDEX_REPLY_ERROR) {
+        n = r->str != NULL && r->len < 200 ? r->len : 0;
+        return kvs_index_reject(why, KVS_INDEX_REJECT_ERROR, err, KVS_EIO,
+                                "Redis error \"%.*s\"", (int) n,
+                                n > 0 ? r->str : "");
+    }
+
+    if (r->type != KVS_INDEX_REPLY_STRING) {
+        return kvs_index_reject(why, KVS_INDEX_REJECT_TYPE, err, KVS_ETYPE,
+                                "a reply of type %d, not a string",
+                                (int) r->type);
+    }
+
+    if (r->len > KVS_INDEX_HOST_VALUE_MAX) {
+        return kvs_index_reject(why, KVS_INDEX_REJECT_TOO_LONG, err,
+                                KVS_EFORMAT, "a record of %zu bytes, more "
+                                "than %d", r->len,
+                                KVS_INDEX_HOST_VALUE_MAX);
+    }
+
+    if (r->str == NULL) {
+        return kvs_index_reject(why, KVS_INDEX_REJECT_MALFORMED, err,
+                                KVS_EFORMAT, "an empty record");
+    }
+
+    p = r->str;
+    end = p + r->len;
+
+    /* the version tag: "kvs<digits>" then a space */
+    for (tag = 0; p + tag < end && p[tag] != ' '; tag++) {
+        /* void */
+    }
+
+    if (tag != sizeof(KVS_INDEX_VALUE_TAG) - 1
+        || memcmp(p, KVS_INDEX_VALUE_TAG, tag) != 0)
+    {
+        for (k = 3; k < tag && p[k] >= '0' && p[k] <= '9'; k++) {
+            /* void */
+        }
+
+        if (tag > 3 && k == tag && memcmp(p, "kvs", 3) == 0) {
+            return kvs_index_reject(why, KVS_INDEX_REJECT_FOREIGN, err,
+                                    KVS_EUNSUPPORTED, "schema version "
+                                    "\"%.*s\", not \"" KVS_INDEX_VALUE_TAG
+                                    "\"", (int) tag, p);
+        }
+
+        return kvs_index_reject(why, KVS_INDEX_REJECT_MALFORMED, err,
+                                KVS_EFORMAT, "no \"" KVS_INDEX_VALUE_TAG
+                                " \" tag");
+    }
+
+    memset(h, 0, sizeof(*h));
+    seen = 0;
+    p += tag;
+
+    while (p < end) {
+        if (*p != ' ' || p + 1 == end || p[1] == ' ') {
+            return kvs_index_reject(why, KVS_INDEX_REJECT_MALFORMED, err,
+                                    KVS_EFORMAT, "stray space at byte %zu",
+                                    (size_t) (p - r->str));
+        }
+
+        tok = ++p;
+        while (p < end && *p != ' ') {
+            p++;
+        }
+
+        eq = memchr(tok, '=', (size_t) (p - tok));
+        if (eq == NULL) {
+            return kvs_index_reject(why, KVS_INDEX_REJECT_MALFORMED, err,
+                                    KVS_EFORMAT, "a field without '=' at "
+                                    "byte %zu", (size_t) (tok - r->str));
+        }
+
+        k = (size_t) (eq - tok);
+
+        for (f = 0; f < KVS_F_N; f++) {
+            if (strlen(kvs_index_fields[f]) == k
+                && memcmp(tok, kvs_index_fields[f], k) == 0)
+            {
+                break;
+            }
+        }
+
+        if (f == KVS_F_N) {
+            continue;                 /* a later v1 field: not ours */
+        }
+
+        if (seen & (1u << f)) {
+            return kvs_index_reject(why, KVS_INDEX_REJECT_MALFORMED, err,
+                                    KVS_EFORMAT, "field \"%s\" twice",
+                                    kvs_index_fields[f]);
+        }
+
+        seen |= 1u << f;
+
+        if (kvs_index_host_field(h, f, eq + 1, (size_t) (p - eq - 1))
+            != KVS_OK)
+        {
+            return kvs_index_reject(why, KVS_INDEX_REJECT_MALFORMED, err,
+                                    KVS_EFORMAT, "bad value of field "
+                                    "\"%s\"", kvs_index_fields[f]);
+        }
+    }
+
+    for (f = 0; f < KVS_F_N; f++) {
+        if (!(seen & (1u << f))) {
+            return kvs_index_reject(why, KVS_INDEX_REJECT_PARTIAL, err,
+                                    KVS_EFORMAT, "no field \"%s\"",
+                                    kvs_index_fields[f]);
+        }
+    }
+
+    if (strlen(h->id) != id_len || memcmp(h->id, id, id_len) != 0) {
+        n = id_len < KVS_INDEX_HOST_ID_MAX ? id_len : KVS_INDEX_HOST_ID_MAX;
+        return kvs_index_reject(why, KVS_INDEX_REJECT_HOST_MISMATCH, err,
+                                KVS_EFORMAT, "record of \"%s\" under the "
+                                "key of \"%.*s\"", h->id, (int) n, id);
+    }
+
+    return KVS_OK;
+}
+
+
+int
+kvs_index_host_check(const kvs_index_host_t *h,
+    const kvs_index_host_want_t *want, kvs_index_reject_t *why,
+    kvs_err_t *err)
+{
+    *why = KVS_INDEX_OK;
+
+    if (want->max_age_ms > 0 && h->ts_ms < want->now_ms
+        && want->now_ms - h->ts_ms > want->max_age_ms)
+    {
+        return kvs_index_reject(why, KVS_INDEX_REJECT_STALE, err,
+                                KVS_EINVAL, "host \"%s\": heartbeat %" PRIu64
+                                " ms old", h->id, want->now_ms - h->ts_ms);
+    }
+
+    if (want->check_epoch && h->epoch != want->epoch) {
+        return kvs_index_reject(why, KVS_INDEX_REJECT_OLD_EPOCH, err,
+                                KVS_EINVAL, "host \"%s\": weight epoch %016"
+                                PRIx64 ", not %016" PRIx64, h->id, h->epoch,
+                                want->epoch);
+    }
+
+    if (want->model != NULL
+        && (strlen(h->model) != want->model_len
+            || memcmp(h->model, want->model, want->model_len) != 0))
+    {
+        return kvs_index_reject(why, KVS_INDEX_REJECT_OTHER_MODEL, err,
+                                KVS_EINVAL, "host \"%s\" serves \"%s\"",
+                                h->id, h->model);
+    }
+
+    if (want->known != NULL && want->known->incarnation != h->incarnation
+        && h->ts_ms < want->known->ts_ms)
+    {
+        return kvs_index_reject(why, KVS_INDEX_REJECT_STALE_INCARNATION,
+                                err, KVS_EINVAL, "host \"%s\": incarnation "
+                                "%016" PRIx64 " is older than %016" PRIx64,
+                                h->id, h->incarnation,
+                                want->known->incarnation);
+    }
+
+    return KVS_OK;
+}
+
+
+int
+kvs_index_hosts_parse(const kvs_index_reply_t *r,
+    char (*ids)[KVS_INDEX_HOST_ID_MAX + 1], size_t cap, size_t *n,
+    size_t *skipped, kvs_err_t *err)
+{
+    size_t                    i;
+    const kvs_index_reply_t  *e;
+
+    *n = 0;
+    *skipped = 0;
+
+    if (r == NULL || r->type != KVS_INDEX_REPLY_ARRAY
+        || (r->elements > 0 && r->element == NULL))
+    {
+        return kvs_err_set(err, KVS_ETYPE, "prefix index: the host list "
+                           "is not an array");
+    }
+
+    if (r->elements > KVS_INDEX_HOSTS_MAX) {
+        return kvs_err_set(err, KVS_EFORMAT, "prefix index: a host list of "
+                           "%zu members, more than %d", r->elements,
+                           KVS_INDEX_HOSTS_MAX);
+    }
+
+    for (i = 0; i < r->elements; i++) {
+        e = &r->element[i];
+
+        if (e->type != KVS_INDEX_REPLY_STRING || e->str == NULL
+            || kvs_index_host_id_check(e->str, e->len, NULL) != KVS_OK
+            || *n == cap)
+        {
+            (*skipped)++;
+            continue;
+        }
+
+        memcpy(ids[*n], e->str, e->len);
+        ids[*n][e->len] = '\0';
+        (*n)++;
+    }
+
+    return KVS_OK;
+}
+
+
+int
+kvs_index_blk_entry(const kvs_index_reply_t *field,
+    const kvs_index_reply_t *value, const char **id, size_t *id_len,
+    uint64_t *incarnation)
+{
+    if (field->type != KVS_INDEX_REPLY_STRING || field->str == NULL
+        || value->type != KVS_INDEX_REPLY_STRING || value->str == NULL
+        || kvs_index_host_id_check(field->str, field->len, NULL) != KVS_OK
+        || kvs_index_hex64(value->str, value->len, incarnation) != KVS_OK
+        || *incarnation == 0)
+    {
+        return KVS_EFORMAT;
+    }
+
+    *id = field->str;
+    *id_len = field->len;
+
+    return KVS_OK;
+}
+
+
+int
+kvs_index_reply_written(const kvs_index_reply_t *r, kvs_err_t *err)
+{
+    size_t  n;
+
+    if (r == NULL) {
+        return kvs_err_set(err, KVS_EIO, "prefix index: no reply");
+    }
+
+    switch (r->type) {
+
+    case KVS_INDEX_REPLY_STATUS:
+    case KVS_INDEX_REPLY_INTEGER:
+        return KVS_OK;
+
+    case KVS_INDEX_REPLY_ERROR:
+        n = r->str != NULL && r->len < 200 ? r->len : 0;
+        return kvs_err_set(err, KVS_EIO, "prefix index: Redis error "
+                           "\"%.*s\"", (int) n, n > 0 ? r->str : "");
+
+    default:
+        return kvs_err_set(err, KVS_ETYPE, "prefix index: a write answered "
+                           "by a reply of type %d", (int) r->type);
+    }
+}
+
+
+/* 1..max bytes of 0x21..0x7e: safe between spaces in a host record. */
+static int
+kvs_index_printable(const char *s, size_t n, size_t max)
+{
+    size_t  i;
+
+    if (n == 0 || n > max) {
+        return 0;
+    }
+
+    for (i = 0; i < n; i++) {
+        if ((unsigned char) s[i] < 0x21 || (unsigned char) s[i] > 0x7e) {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+/* Exactly 16 lowercase hex digits, as written. */
+static int
+kvs_index_hex64(const char *s, size_t n, uint64_t *v)
+{
+    size_t    i;
+    uint64_t  x;
+
+    if (n != KVS_INDEX_INC_HEX_LEN) {
+        return KVS_EFORMAT;
+    }
+
+    x = 0;
+
+    for (i = 0; i < n; i++) {
+        if (s[i] >= '0' && s[i] <= '9') {
+            x = x << 4 | (uint64_t) (s[i] - '0');
+
+        } else if (s[i] >= 'a' && s[i] <= 'f') {
+            x = x << 4 | (uint64_t) (s[i] - 'a' + 10);
+
+        } else {
+            return KVS_EFORMAT;
+        }
+    }
+
+    *v = x;
+
+    return KVS_OK;
+}
+
+
+/* 1..20 decimal digits, no sign or leading zero, at most max. */
+static int
+kvs_index_dec64(const char *s, size_t n, uint64_t max, uint64_t *v)
+{
+    size_t    i;
+    uint64_t  x, d;
+
+    if (n == 0 || n > 20 || (n > 1 && s[0] == '0')) {
+        return KVS_EFORMAT;
+    }
+
+    x = 0;
+
+    for (i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') {
+            return KVS_EFORMAT;
+        }
+
+        d = (uint64_t) (s[i] - '0');
+
+        if (x > (max - d) / 10) {
+            return KVS_EFORMAT;
+        }
+
+        x = x * 10 + d;
+    }
+
+    *v = x;
+
+    return KVS_OK;
+}
+
+
+static int
+kvs_index_host_field(kvs_index_host_t *h, int f, const char *v, size_t n)
+{
+    uint64_t  x;
+
+    switch (f) {
+
+    case KVS_F_ID:
+        if (kvs_index_host_id_check(v, n, NULL) != KVS_OK) {
+            return KVS_EFORMAT;
+        }
+        memcpy(h->id, v, n);
+        h->id[n] = '\0';
+        return KVS_OK;
+
+    case KVS_F_MODEL:
+    case KVS_F_URL:
+        if (!kvs_index_printable(v, n, f == KVS_F_MODEL
+                                       ? KVS_INDEX_MODEL_MAX
+                                       : KVS_INDEX_URL_MAX))
+        {
+            return KVS_EFORMAT;
+        }
+        memcpy(f == KVS_F_MODEL ? h->model : h->url, v, n);
+        (f == KVS_F_MODEL ? h->model : h->url)[n] = '\0';
+        return KVS_OK;
+
+    case KVS_F_INC:
+        if (kvs_index_hex64(v, n, &h->incarnation) != KVS_OK
+            || h->incarnation == 0)
+        {
+            return KVS_EFORMAT;
+        }
+        return KVS_OK;
+
+    case KVS_F_EPOCH:
+        return kvs_index_hex64(v, n, &h->epoch);
+
+    case KVS_F_TS:
+        return kvs_index_dec64(v, n, UINT64_MAX, &h->ts_ms);
+
+    default:
+        break;
+    }
+
+    if (kvs_index_dec64(v, n, UINT32_MAX, &x) != KVS_OK) {
+        return KVS_EFORMAT;
+    }
+
+    switch (f) {
+
+    case KVS_F_BT:
+        if (x == 0 || x > KVS_INDEX_BLOCK_TOKENS_MAX) {
+            return KVS_EFORMAT;
+        }
+        h->block_tokens = (uint32_t) x;
+        break;
+
+    case KVS_F_RUN:
+        h->running = (uint32_t) x;
+        break;
+
+    case KVS_F_WAIT:
+        h->waiting = (uint32_t) x;
+        break;
+
+    default:
+        h->free_blocks = (uint32_t) x;
+        break;
+    }
+
+    return KVS_OK;
+}
+
+
+static int
+kvs_index_reject(kvs_index_reject_t *why, kvs_index_reject_t r,
+    kvs_err_t *err, int code, const char *fmt, ...)
+{
+    va_list  ap;
+    char     msg[KVS_ERR_MSG_LEN];
+
+    *why = r;
+
+    if (err == NULL) {
+        return code;
+    }
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+
+    return kvs_err_set(err, code, "prefix index: %s: %s",
+                       kvs_index_reject_name(r), msg);
+}
