@@ -1,0 +1,888 @@
+/*
+ * kvs_k_attn_decode: attention of decode tokens (runs of one token) over
+ * the paged K/V cache, grouped-query heads, split over the K/V length;
+ * kvs_k_attn_decode() and kvs_k_attn_part_floats().
+ *
+ * Two kernels:
+ *   kvs_kd_part: one CTA per (run, K/V head x head chunk, split).  It
+ *     computes up to GC query heads of one K/V head (the whole group when
+ *     n_head / n_head_kv <= 8), so each K and V element of its positions
+ *     is read once from global memory for all of them.  Split s covers
+ *     positions [s * len, (s + 1) * len) of 0..pos, len = ceil(max_ctx /
+ *     n_split); the last split also takes everything past its end up to
+ *     pos, so a max_ctx too small costs speed, never positions.  With
+ *     n_split == 1 it normalizes and writes out itself; otherwise it
+ *     writes (max, sum, acc[hd_v]) into part and
+ *   kvs_kd_combine: one CTA per (run, query head) merges the parts of the
+ *     splits that hold positions (s * len <= pos) into out.
+ *
+ * Thread layout of kvs_kd_part (128 threads):
+ *   - staging: tiles of `tile` positions (8..64, 16 KB of K+V rows per
+ *     tile) are copied into shared memory with 16-byte cp.async (plain
+ *     element copies when the head sizes or pointers do not allow it),
+ *     double buffered: tile i + 1 is in flight while tile i is computed;
+ *   - scores: R lanes (a power of two <= 32) share a K row, each taking
+ *     chunks lr, lr + R, .. of V elements (16 bytes); q of the GC heads
+ *     for those chunks lives in registers; a butterfly of shuffles sums
+ *     the R partial dots;
+ *   - softmax: warp w updates the running max and sum of heads w, w + 4;
+ *   - P.V: TV threads share a V row (chunk cv each), 128 / TV row groups
+ *     accumulate every GC head in registers over their rows of every
+ *     tile; the row groups are added in a fixed order at the end.
+ *
+ * Shared memory (dynamic, under 48 KB, no opt-in): stage[2][tile][hd_k +
+ * hd_v] raw elements (reused as red[GC][hd_v] floats at the end),
+ * rowbase[2][tile] u64, s[GC][tile], m[GC], l[GC], al[GC] floats.
+ *
+ * Invariants: the grid depends only on the launcher's arguments; tokens
+ * whose run is not of length 1, whose index, sequence or table offset is
+ * out of range are skipped (padding, pos < 0, gets zero output rows);
+ * a block id outside [0, n_blocks) reads zeros, never faults; every
+ * index into the cache or the activations is size_t; all sums in F32.
+ */
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kvs_k_util.cuh"
+
+
+#define KVS_KD_THREADS   128
+#define KVS_KD_QREGS     64         /* floats of q (and of acc) a thread
+                                       holds at most */
+#define KVS_KD_STAGE     32768      /* bytes of both K/V stages */
+#define KVS_KD_TILE_MAX  64         /* softmax takes 2 positions a lane */
+#define KVS_KD_HD_MAX    256
+#define KVS_KD_GRID_MAX  65535u     /* grid y and z */
+
+
+/* Arguments of both kernels, by value. */
+typedef struct {
+    float           *out;         /* [n_tok][n_head * hd_v] */
+    float           *part;        /* [n_tok][n_head][n_split][hd_v + 2] */
+    const float     *q;           /* [n_tok][n_head * hd_k] */
+    const void      *k;           /* layer's [n_blocks][bt][k_width] */
+    const void      *v;           /* layer's [n_blocks][bt][v_width] */
+    const int32_t   *pos;
+    const int32_t   *seq;
+    const int32_t   *table_off;
+    const int32_t   *table;
+    const int32_t   *run_tok0;
+    const int32_t   *run_len;
+    uint32_t         n_tok;
+    uint32_t         n_seq;
+    uint32_t         n_blocks;
+    uint32_t         bt;          /* block_tokens */
+    uint32_t         n_head;
+    uint32_t         group;       /* n_head / n_head_kv */
+    uint32_t         n_hc;        /* head chunks per K/V head */
+    uint32_t         hd_k;
+    uint32_t         hd_v;
+    uint32_t         n_split;
+    uint32_t         split_len;   /* >= 1 */
+    uint32_t         tile;        /* positions per stage, 8..64 */
+    uint32_t         r;           /* lanes per K row, power of 2 <= 32 */
+    uint32_t         tv;          /* threads per V row, <= 128 */
+    float            scale;
+} kvs_kd_args_t;
+
+
+/* Raw storage of the cache's element types and their F32 value. */
+template <int DT> struct kvs_kd_ty;
+
+template <> struct kvs_kd_ty<KVS_K_F32> {
+    typedef float  raw;
+    static __device__ __forceinline__ float f(raw x) { return x; }
+};
+
+template <> struct kvs_kd_ty<KVS_K_F16> {
+    typedef unsigned short  raw;
+    static __device__ __forceinline__ float f(raw x)
+    {
+        return __half2float(__ushort_as_half(x));
+    }
+};
+
+template <> struct kvs_kd_ty<KVS_K_BF16> {
+    typedef unsigned short  raw;
+    static __device__ __forceinline__ float f(raw x)
+    {
+        return __uint_as_float((unsigned) x << 16);
+    }
+};
+
+
+/* Two 16-bit elements packed in w, low first, as F32. */
+template <int DT>
+__device__ __forceinline__ void
+kvs_kd_unpack2(unsigned w, float *f)
+{
+    f[0] = kvs_kd_ty<DT>::f((unsigned short) (w & 0xffffu));
+    f[1] = kvs_kd_ty<DT>::f((unsigned short) (w >> 16));
+}
+
+
+/* V consecutive elements at p (shared memory, 16-byte aligned when V
+ * elements make 16 bytes) as F32. */
+template <int DT, int V>
+__device__ __forceinline__ void
+kvs_kd_ld(const typename kvs_kd_ty<DT>::raw *p, float *f)
+{
+    typedef typename kvs_kd_ty<DT>::raw  raw;
+
+    if constexpr (V * sizeof(raw) == 16) {
+        uint4  u = *(const uint4 *) p;
+
+        if constexpr (sizeof(raw) == 4) {
+            f[0] = __uint_as_float(u.x);
+            f[1] = __uint_as_float(u.y);
+            f[2] = __uint_as_float(u.z);
+            f[3] = __uint_as_float(u.w);
+
+        } else {
+            kvs_kd_unpack2<DT>(u.x, f);
+            kvs_kd_unpack2<DT>(u.y, f + 2);
+            kvs_kd_unpack2<DT>(u.z, f + 4);
+            kvs_kd_unpack2<DT>(u.w, f + 6);
+        }
+
+    } else {
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+            f[i] = kvs_kd_ty<DT>::f(p[i]);
+        }
+    }
+}
+
+
+/* Copies V elements from global src to shared dst, or zeros when !ok:
+ * 16-byte cp.async (src-size 0 zero-fills) or plain element copies. */
+template <int DT, int V>
+__device__ __forceinline__ void
+kvs_kd_copy(typename kvs_kd_ty<DT>::raw *dst,
+    const typename kvs_kd_ty<DT>::raw *src, bool ok)
+{
+    typedef typename kvs_kd_ty<DT>::raw  raw;
+
+    if constexpr (V * sizeof(raw) == 16) {
+        unsigned  s = (unsigned) __cvta_generic_to_shared(dst);
+
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                     :: "r"(s), "l"(src), "r"(ok ? 16 : 0) : "memory");
+
+    } else {
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+            dst[i] = ok ? src[i] : (raw) 0;
+        }
+    }
+}
+
+
+__device__ __forceinline__ void
+kvs_kd_commit(void)
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+
+/* Waits until at most one group of this thread's copies is pending. */
+__device__ __forceinline__ void
+kvs_kd_wait1(void)
+{
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+}
+
+
+/*
+ * The token of run r if the run is a decode (length 1) with a token
+ * index in range, else -1; *pos is its position, or -1 when it must be
+ * written as zeros (padding, or a sequence or table offset out of
+ * range); *base its table's first index.
+ */
+__device__ __forceinline__ int32_t
+kvs_kd_token(const kvs_kd_args_t &a, uint32_t r, int32_t *pos,
+    int32_t *base)
+{
+    int32_t  t, p, s, off;
+
+    if (a.run_len[r] != 1) {
+        return -1;
+    }
+
+    t = a.run_tok0[r];
+    if (t < 0 || (uint32_t) t >= a.n_tok) {
+        return -1;
+    }
+
+    p = a.pos[t];
+    s = a.seq[t];
+    *pos = -1;
+    *base = 0;
+
+    if (p < 0 || s < 0 || (uint32_t) s >= a.n_seq) {
+        return t;
+    }
+
+    off = a.table_off[s];
+    if (off < 0) {
+        return t;
+    }
+
+    *pos = p;
+    *base = off;
+
+    return t;
+}
+
+
+/* Number of splits holding positions of a token at pos >= 0. */
+__device__ __forceinline__ uint32_t
+kvs_kd_active(const kvs_kd_args_t &a, int32_t pos)
+{
+    uint32_t  n;
+
+    n = (uint32_t) pos / a.split_len + 1;
+
+    return n < a.n_split ? n : a.n_split;
+}
+
+
+/*
+ * One (run, K/V head x head chunk, split): see the file's comment.
+ * DT the cache's dtype, GC the query heads per CTA (1, 2, 4, 8), V the
+ * elements per copy (16 bytes' worth, or 1).
+ */
+template <int DT, int GC, int V>
+__global__ void __launch_bounds__(KVS_KD_THREADS)
+kvs_kd_part(kvs_kd_args_t a)
+{
+    typedef typename kvs_kd_ty<DT>::raw  raw;
+
+    /* q chunks a lane holds per head; acc chunks a thread holds */
+    constexpr int  CPL = KVS_KD_QREGS / (GC * V) > 0
+                         ? KVS_KD_QREGS / (GC * V) : 1;
+    constexpr int  CPT = V == 1 ? 2 : 1;
+
+    extern __shared__ __align__(16) unsigned char  kvs_kd_smem[];
+
+    float               qr[GC][CPL][V], acc[GC][CPT][V], kf[V], d[GC];
+    float               x0, x1, mt, mo, mn, e0, e1, sum, al, p;
+    int32_t             t, pos, tbase, blk;
+    uint32_t            tid, lane, warp, kvh, hc, h0, ng, split, ck, cv;
+    uint32_t            ckv, cpr, rstep, nrg, rg, cvt, lr, rp, row, c;
+    uint32_t            ntiles, i, nrows, o, j, g, e;
+    uint64_t            start, end, p0;
+    size_t              kw, vw, rb, orow;
+    raw                *stage, *st, *kr;
+    uint64_t           *rowbase;
+    float              *s, *sm, *sl, *sal, *red;
+    const raw          *kg, *vg;
+    bool                ok;
+
+    tid = threadIdx.x;
+    lane = tid & 31;
+    warp = tid >> 5;
+    kvh = blockIdx.y / a.n_hc;
+    hc = blockIdx.y % a.n_hc;
+    split = blockIdx.z;
+
+    t = kvs_kd_token(a, blockIdx.x, &pos, &tbase);
+    if (t < 0) {
+        return;
+    }
+
+    h0 = kvh * a.group + hc * GC;
+    ng = a.group - hc * GC;
+    ng = ng < GC ? ng : GC;
+
+    if (pos < 0) {
+        /* padding: zero rows, written here only when there is no
+         * combine kernel to do it */
+        if (a.n_split == 1) {
+            for (e = tid; e < ng * a.hd_v; e += KVS_KD_THREADS) {
+                a.out[((size_t) t * a.n_head + h0) * a.hd_v + e] = 0.0f;
+            }
+        }
+
+        return;
+    }
+
+    start = (uint64_t) split * a.split_len;
+    if (start > (uint64_t) pos) {
+        return;
+    }
+
+    end = split + 1 == a.n_split ? (uint64_t) pos + 1
+                                 : start + a.split_len;
+    if (end > (uint64_t) pos + 1) {
+        end = (uint64_t) pos + 1;
+    }
+
+    /* shared memory, laid out as the launcher sized it */
+    ck = a.hd_k / V;
+    cv = a.hd_v / V;
+    ckv = ck + cv;
+    stage = (raw *) kvs_kd_smem;
+    rb = ((size_t) 2 * a.tile * (a.hd_k + a.hd_v) * sizeof(raw) + 15)
+         & ~(size_t) 15;
+    if (rb < (size_t) GC * a.hd_v * sizeof(float)) {
+        rb = (size_t) GC * a.hd_v * sizeof(float);
+    }
+    rowbase = (uint64_t *) (kvs_kd_smem + rb);
+    s = (float *) (rowbase + 2 * a.tile);            /* [GC][tile] */
+    sm = s + GC * a.tile;
+    sl = sm + GC;
+    sal = sl + GC;
+    red = (float *) kvs_kd_smem;                     /* [GC][hd_v] */
+
+    kw = (size_t) (a.n_head / a.group) * a.hd_k;
+    vw = (size_t) (a.n_head / a.group) * a.hd_v;
+    kg = (const raw *) a.k + (size_t) kvh * a.hd_k;
+    vg = (const raw *) a.v + (size_t) kvh * a.hd_v;
+
+    /* q of the GC heads for this lane's chunks */
+    lr = tid % a.r;
+    orow = (size_t) t * a.n_head + h0;
+
+#pragma unroll
+    for (g = 0; g < GC; g++) {
+#pragma unroll
+        for (int k = 0; k < CPL; k++) {
+            c = lr + k * a.r;
+#pragma unroll
+            for (int x = 0; x < V; x++) {
+                qr[g][k][x] = g < ng && c < ck
+                              ? a.q[(orow + g) * a.hd_k + c * V + x] : 0.0f;
+            }
+        }
+    }
+
+#pragma unroll
+    for (g = 0; g < GC; g++) {
+#pragma unroll
+        for (int k = 0; k < CPT; k++) {
+#pragma unroll
+            for (int x = 0; x < V; x++) {
+                acc[g][k][x] = 0.0f;
+            }
+        }
+    }
+
+    if (tid < GC) {
+        sm[tid] = -INFINITY;
+        sl[tid] = 0.0f;
+    }
+
+    /* staging: thread copies chunk (tid % cpr) + n cpr of rows tid / cpr
+     * + n rstep */
+    cpr = ckv < KVS_KD_THREADS ? ckv : KVS_KD_THREADS;
+    rstep = KVS_KD_THREADS / cpr;
+
+    /* P.V: row group rg, chunk cvt (+ tv) */
+    nrg = KVS_KD_THREADS / a.tv;
+    rg = tid / a.tv;
+    cvt = tid % a.tv;
+    rp = KVS_KD_THREADS / a.r;
+
+    ntiles = (uint32_t) ((end - start + a.tile - 1) / a.tile);
+
+    /* rowbase[b][u]: block * bt + slot of position p0 + u, ~0 when its
+     * block id is out of range */
+    auto rows_find = [&](uint32_t b, uint64_t p0) {
+        uint32_t  pu;
+
+        if (tid < a.tile && p0 + tid < end) {
+            pu = (uint32_t) (p0 + tid);
+            blk = a.table[(size_t) tbase + pu / a.bt];
+            rowbase[b * a.tile + tid] =
+                blk >= 0 && (uint32_t) blk < a.n_blocks
+                ? (uint64_t) blk * a.bt + pu % a.bt : ~(uint64_t) 0;
+        }
+    };
+
+    /* copies of the rows of positions p0.. into stage b */
+    auto rows_issue = [&](uint32_t b, uint64_t p0) {
+        uint32_t   n, rw, cc;
+        uint64_t   rbase;
+        raw       *dst;
+        bool       have;
+
+        n = (uint32_t) (end - p0 < a.tile ? end - p0 : a.tile);
+        dst = stage + (size_t) b * a.tile * (a.hd_k + a.hd_v);
+
+        if (tid >= rstep * cpr) {
+            return;
+        }
+
+        for (rw = tid / cpr; rw < n; rw += rstep) {
+            rbase = rowbase[b * a.tile + rw];
+            have = rbase != ~(uint64_t) 0;
+            rbase = have ? rbase : 0;
+
+            for (cc = tid % cpr; cc < ckv; cc += cpr) {
+                if (cc < ck) {
+                    kvs_kd_copy<DT, V>(
+                        dst + (size_t) rw * (a.hd_k + a.hd_v) + cc * V,
+                        kg + rbase * kw + cc * V, have);
+                } else {
+                    kvs_kd_copy<DT, V>(
+                        dst + (size_t) rw * (a.hd_k + a.hd_v) + a.hd_k
+                        + (cc - ck) * V,
+                        vg + rbase * vw + (cc - ck) * V, have);
+                }
+            }
+        }
+    };
+
+    rows_find(0, start);
+    __syncthreads();
+    rows_issue(0, start);
+    kvs_kd_commit();
+
+    for (i = 0; i < ntiles; i++) {
+        p0 = start + (uint64_t) i * a.tile;
+        nrows = (uint32_t) (end - p0 < a.tile ? end - p0 : a.tile);
+
+        /* the next tile's copies fly while this one is computed; its
+         * buffers were last read before the previous iteration's end */
+        if (i + 1 < ntiles) {
+            rows_find((i + 1) & 1, p0 + a.tile);
+        }
+
+        __syncthreads();
+
+        if (i + 1 < ntiles) {
+            rows_issue((i + 1) & 1, p0 + a.tile);
+        }
+
+        kvs_kd_commit();
+        kvs_kd_wait1();
+        __syncthreads();
+
+        st = stage + (size_t) (i & 1) * a.tile * (a.hd_k + a.hd_v);
+
+        /* scores: every thread runs the same passes (full-warp
+         * shuffles) */
+        for (o = 0; o < nrows; o += rp) {
+            row = o + tid / a.r;
+            ok = row < nrows;
+
+#pragma unroll
+            for (g = 0; g < GC; g++) {
+                d[g] = 0.0f;
+            }
+
+            if (ok) {
+                kr = st + (size_t) row * (a.hd_k + a.hd_v);
+
+#pragma unroll
+                for (int k = 0; k < CPL; k++) {
+                    c = lr + k * a.r;
+                    if (c < ck) {
+                        kvs_kd_ld<DT, V>(kr + c * V, kf);
+#pragma unroll
+                        for (g = 0; g < GC; g++) {
+#pragma unroll
+                            for (int x = 0; x < V; x++) {
+                                d[g] = fmaf(qr[g][k][x], kf[x], d[g]);
+                            }
+                        }
+                    }
+                }
+            }
+
+            for (j = a.r >> 1; j > 0; j >>= 1) {
+#pragma unroll
+                for (g = 0; g < GC; g++) {
+                    d[g] += __shfl_xor_sync(0xffffffffu, d[g], j);
+                }
+            }
+
+            if (ok && lr == 0) {
+#pragma unroll
+                for (g = 0; g < GC; g++) {
+                    s[g * a.tile + row] = d[g] * a.scale;
+                }
+            }
+        }
+
+        __syncthreads();
+
+        /* online softmax: warp w takes heads w, w + 4 */
+        for (g = warp; g < ng; g += KVS_KD_THREADS / 32) {
+            x0 = lane < nrows ? s[g * a.tile + lane] : -INFINITY;
+            x1 = lane + 32 < nrows ? s[g * a.tile + lane + 32] : -INFINITY;
+            mt = fmaxf(x0, x1);
+
+            for (j = 16; j > 0; j >>= 1) {
+                mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, j));
+            }
+
+            mo = sm[g];
+            mn = fmaxf(mo, mt);
+            e0 = lane < nrows ? expf(x0 - mn) : 0.0f;
+            e1 = lane + 32 < nrows ? expf(x1 - mn) : 0.0f;
+            sum = e0 + e1;
+
+            for (j = 16; j > 0; j >>= 1) {
+                sum += __shfl_xor_sync(0xffffffffu, sum, j);
+            }
+
+            if (lane < nrows) {
+                s[g * a.tile + lane] = e0;
+            }
+
+            if (lane + 32 < nrows) {
+                s[g * a.tile + lane + 32] = e1;
+            }
+
+            if (lane == 0) {
+                al = mo == -INFINITY ? 0.0f : expf(mo - mn);
+                sal[g] = al;
+                sl[g] = sl[g] * al + sum;
+                sm[g] = mn;
+            }
+        }
+
+        __syncthreads();
+
+        /* P.V into this thread's row group's accumulators */
+        if (rg < nrg) {
+#pragma unroll
+            for (g = 0; g < GC; g++) {
+                if (g < ng) {
+                    al = sal[g];
+
+                    if (al != 1.0f) {
+#pragma unroll
+                        for (int k = 0; k < CPT; k++) {
+#pragma unroll
+                            for (int x = 0; x < V; x++) {
+                                acc[g][k][x] *= al;
+                            }
+                        }
+                    }
+                }
+            }
+
+            for (row = rg; row < nrows; row += nrg) {
+                kr = st + (size_t) row * (a.hd_k + a.hd_v) + a.hd_k;
+
+#pragma unroll
+                for (int k = 0; k < CPT; k++) {
+                    c = cvt + k * a.tv;
+                    if (c < cv) {
+                        kvs_kd_ld<DT, V>(kr + c * V, kf);
+#pragma unroll
+                        for (g = 0; g < GC; g++) {
+                            if (g < ng) {
+                                p = s[g * a.tile + row];
+#pragma unroll
+                                for (int x = 0; x < V; x++) {
+                                    acc[g][k][x] = fmaf(p, kf[x],
+                                                        acc[g][k][x]);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+
+        __syncthreads();
+    }
+
+    /* row groups added in order into red (the stages are free: the
+     * loop's last barrier passed and no copy is pending but empty
+     * groups) */
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+
+    for (o = 0; o < nrg; o++) {
+        if (rg == o) {
+#pragma unroll
+            for (g = 0; g < GC; g++) {
+#pragma unroll
+                for (int k = 0; k < CPT; k++) {
+                    c = cvt + k * a.tv;
+                    if (g < ng && c < cv) {
+#pragma unroll
+                        for (int x = 0; x < V; x++) {
+                            j = g * a.hd_v + c * V + x;
+                            red[j] = o == 0 ? acc[g][k][x]
+                                            : red[j] + acc[g][k][x];
+                        }
+                    }
+                }
+            }
+        }
+
+        __syncthreads();
+    }
+
+    if (a.n_split == 1) {
+        for (e = tid; e < ng * a.hd_v; e += KVS_KD_THREADS) {
+            g = e / a.hd_v;
+            a.out[orow * a.hd_v + e] = red[e] / sl[g];
+        }
+
+        return;
+    }
+
+    for (e = tid; e < ng * (a.hd_v + 2); e += KVS_KD_THREADS) {
+        g = e / (a.hd_v + 2);
+        j = e % (a.hd_v + 2);
+        a.part[((orow + g) * a.n_split + split) * (a.hd_v + 2) + j] =
+            j == 0 ? sm[g] : j == 1 ? sl[g] : red[g * a.hd_v + j - 2];
+    }
+}
+
+
+/* One (run, query head): out = sum over active splits of acc e^(m - M)
+ * / sum of l e^(m - M), M their largest max; zeros for padding. */
+__global__ void __launch_bounds__(KVS_KD_THREADS)
+kvs_kd_combine(kvs_kd_args_t a)
+{
+    float         mx, l, z, w;
+    int32_t       t, pos, tbase;
+    uint32_t      h, na, sp, j, width;
+    size_t        row;
+    const float  *pp;
+
+    h = blockIdx.y;
+    t = kvs_kd_token(a, blockIdx.x, &pos, &tbase);
+    if (t < 0) {
+        return;
+    }
+
+    row = (size_t) t * a.n_head + h;
+
+    if (pos < 0) {
+        for (j = threadIdx.x; j < a.hd_v; j += blockDim.x) {
+            a.out[row * a.hd_v + j] = 0.0f;
+        }
+
+        return;
+    }
+
+    width = a.hd_v + 2;
+    na = kvs_kd_active(a, pos);
+    pp = a.part + row * a.n_split * width;
+    mx = -INFINITY;
+
+    for (sp = 0; sp < na; sp++) {
+        mx = fmaxf(mx, pp[(size_t) sp * width]);
+    }
+
+    l = 0.0f;
+
+    for (sp = 0; sp < na; sp++) {
+        l += pp[(size_t) sp * width + 1] * expf(pp[(size_t) sp * width] - mx);
+    }
+
+    for (j = threadIdx.x; j < a.hd_v; j += blockDim.x) {
+        z = 0.0f;
+
+        for (sp = 0; sp < na; sp++) {
+            w = expf(pp[(size_t) sp * width] - mx);
+            z = fmaf(pp[(size_t) sp * width + 2 + j], w, z);
+        }
+
+        a.out[row * a.hd_v + j] = z / l;
+    }
+}
+
+
+/* Bytes of dynamic shared memory kvs_kd_part<DT, GC, V> uses. */
+static size_t
+kvs_kd_smem_bytes(const kvs_kd_args_t *a, size_t esize, uint32_t gc)
+{
+    size_t  st;
+
+    st = ((size_t) 2 * a->tile * (a->hd_k + a->hd_v) * esize + 15)
+         & ~(size_t) 15;
+    if (st < (size_t) gc * a->hd_v * sizeof(float)) {
+        st = (size_t) gc * a->hd_v * sizeof(float);
+    }
+
+    return st + (size_t) 2 * a->tile * sizeof(uint64_t)
+           + ((size_t) gc * a->tile + 3 * gc) * sizeof(float);
+}
+
+
+template <int DT, int GC, int V>
+static void
+kvs_kd_launch(kvs_kd_args_t *a, dim3 grid, cudaStream_t st)
+{
+    size_t  esize, qchunks;
+    uint32_t  ck, cv, cpt;
+
+    esize = sizeof(typename kvs_kd_ty<DT>::raw);
+    qchunks = KVS_KD_QREGS / (GC * V) > 0 ? KVS_KD_QREGS / (GC * V) : 1;
+    cpt = V == 1 ? 2 : 1;
+
+    /* R: the fewest lanes (a power of two) whose chunks fit in
+     * qchunks each; TV: the fewest threads whose chunks fit in cpt */
+    ck = a->hd_k / V;
+    cv = a->hd_v / V;
+
+    for (a->r = 1; a->r < 32 && (size_t) a->r * qchunks < ck; a->r *= 2) {
+        /* void */
+    }
+
+    a->tv = (cv + cpt - 1) / cpt;
+
+    /* tiles of 64 positions, halved until both stages fit 32 KB */
+    for (a->tile = KVS_KD_TILE_MAX;
+         a->tile > 8
+         && (size_t) 2 * a->tile * (a->hd_k + a->hd_v) * esize
+            > KVS_KD_STAGE;
+         a->tile /= 2)
+    {
+        /* void */
+    }
+
+    kvs_kd_part<DT, GC, V><<<grid, KVS_KD_THREADS,
+                             kvs_kd_smem_bytes(a, esize, GC), st>>>(*a);
+}
+
+
+template <int DT>
+static void
+kvs_kd_launch_dt(kvs_kd_args_t *a, uint32_t gc, bool vec, dim3 grid,
+    cudaStream_t st)
+{
+    constexpr int  V = 16 / (int) sizeof(typename kvs_kd_ty<DT>::raw);
+
+    if (!vec) {
+        kvs_kd_launch<DT, 8, 1>(a, grid, st);
+
+    } else if (gc == 1) {
+        kvs_kd_launch<DT, 1, V>(a, grid, st);
+
+    } else if (gc == 2) {
+        kvs_kd_launch<DT, 2, V>(a, grid, st);
+
+    } else if (gc == 4) {
+        kvs_kd_launch<DT, 4, V>(a, grid, st);
+
+    } else {
+        kvs_kd_launch<DT, 8, V>(a, grid, st);
+    }
+}
+
+
+extern "C" size_t
+kvs_k_attn_part_floats(uint32_t n_tok, uint32_t n_head, uint32_t n_split,
+    uint32_t hd_v)
+{
+    return (size_t) n_tok * n_head * n_split * ((size_t) hd_v + 2);
+}
+
+
+extern "C" int
+kvs_k_attn_decode(float *out, const float *q, const kvs_k_kv_t *kv,
+    uint32_t layer, const kvs_k_batch_t *b, float scale, uint32_t n_split,
+    float *part, cudaStream_t st)
+{
+    bool           vec;
+    size_t         esize, vsz;
+    uint32_t       group, gc;
+    kvs_kd_args_t  a;
+
+    if (out == NULL || q == NULL || kv == NULL || b == NULL
+        || kv->k == NULL || kv->v == NULL || !kvs_k_dtype_ok(kv->dtype)
+        || kv->n_head == 0 || kv->n_head_kv == 0
+        || kv->n_head % kv->n_head_kv != 0
+        || kv->n_head > KVS_KD_GRID_MAX
+        || kv->hd_k == 0 || kv->hd_k > KVS_KD_HD_MAX
+        || kv->hd_v == 0 || kv->hd_v > KVS_KD_HD_MAX
+        || kv->n_blocks == 0 || kv->block_tokens == 0
+        || layer >= kv->n_layer
+        || n_split == 0 || n_split > KVS_KD_GRID_MAX
+        || (n_split > 1 && part == NULL)
+        || b->n_run > 0x7fffffffu)
+    {
+        return KVS_K_EARG;
+    }
+
+    if (b->n_run == 0 || b->n_tok == 0) {
+        return 0;
+    }
+
+    if (b->pos == NULL || b->seq == NULL || b->table_off == NULL
+        || b->table == NULL || b->run_tok0 == NULL || b->run_len == NULL)
+    {
+        return KVS_K_EARG;
+    }
+
+    group = kv->n_head / kv->n_head_kv;
+    gc = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+    esize = kv->dtype == KVS_K_F32 ? 4 : 2;
+    vsz = 16 / esize;
+
+    /* 16-byte copies need rows and heads on 16-byte boundaries */
+    vec = kv->hd_k % vsz == 0 && kv->hd_v % vsz == 0
+          && (uintptr_t) kv->k % 16 == 0 && (uintptr_t) kv->v % 16 == 0;
+    if (!vec) {
+        gc = 8;
+    }
+
+    a.n_hc = (group + gc - 1) / gc;
+    if ((uint64_t) kv->n_head_kv * a.n_hc > KVS_KD_GRID_MAX) {
+        return KVS_K_EARG;
+    }
+
+    a.out = out;
+    a.part = part;
+    a.q = q;
+    a.k = (const char *) kv->k + (size_t) layer * kv->n_blocks
+          * kv->block_tokens * kv->n_head_kv * kv->hd_k * esize;
+    a.v = (const char *) kv->v + (size_t) layer * kv->n_blocks
+          * kv->block_tokens * kv->n_head_kv * kv->hd_v * esize;
+    a.pos = b->pos;
+    a.seq = b->seq;
+    a.table_off = b->table_off;
+    a.table = b->table;
+    a.run_tok0 = b->run_tok0;
+    a.run_len = b->run_len;
+    a.n_tok = b->n_tok;
+    a.n_seq = b->n_seq;
+    a.n_blocks = kv->n_blocks;
+    a.bt = kv->block_tokens;
+    a.n_head = kv->n_head;
+    a.group = group;
+    a.hd_k = kv->hd_k;
+    a.hd_v = kv->hd_v;
+    a.n_split = n_split;
+    a.split_len = (uint32_t) (((uint64_t) b->max_ctx + n_split - 1)
+                              / n_split);
+    if (a.split_len == 0) {
+        a.split_len = 1;
+    }
+    a.scale = scale;
+    a.tile = KVS_KD_TILE_MAX;
+    a.r = 1;
+    a.tv = 1;
+
+    dim3  grid(b->n_run, kv->n_head_kv * a.n_hc, n_split);
+
+    switch (kv->dtype) {
+    case KVS_K_F32:
+        kvs_kd_launch_dt<KVS_K_F32>(&a, gc, vec, grid, st);
+        break;
+    case KVS_K_F16:
+        kvs_kd_launch_dt<KVS_K_F16>(&a, gc, vec, grid, st);
+        break;
+    default:
+        kvs_kd_launch_dt<KVS_K_BF16>(&a, gc, vec, grid, st);
+        break;
+    }
+
+    if (n_split > 1) {
+        kvs_kd_combine<<<dim3(b->n_run, kv->n_head), KVS_KD_THREADS, 0,
+                         st>>>(a);
+    }
+
+    return kvs_k_launched();
+}
