@@ -1,15 +1,20 @@
 # kvserve: build, run and test.  See README.md.
 #
 #   make deps    install the Debian packages (and the PyPI test helper)
-#   make all     libkvserve.a, the kvserve tool, the nginx module, CUDA
+#   make all     libkvserve.a, the kvserve tool, the nginx module and,
+#                with nvcc, the CUDA backend's libkvserve_cuda.so
 #   make run     start nginx with the module on 127.0.0.1:8080
 #   make stop    stop it
 #   make test    unit (plain, ASan+UBSan), GGUF interop, Test::Nginx,
 #                the openai SDK against nginx
 #   make unit / unit-asan / unit-tsan / interop / itest / sdk / bench /
-#        fuzz / clean
+#        fuzz / cuda-check / gpu-check / clean
 #
-# KVSERVE_CUDA=0 skips the CUDA sources even when nvcc is present.
+# KVSERVE_CUDA=0 skips the CUDA sources even when nvcc is present.  The
+# CUDA backend is a shared object of its own (kernels/*.cu and
+# src/backend/cuda/*.c, linked with cudart and cuBLAS, never -lcuda)
+# that the engine process dlopens only when it selects CUDA; neither the
+# CLI nor the nginx module links any CUDA library.
 
 SHELL        := /bin/bash
 .DEFAULT_GOAL := all
@@ -29,7 +34,8 @@ WARN         := -Wall -Wextra -Wpointer-arith -Wno-unused-parameter \
                 -Wshadow -Wstrict-prototypes -Werror
 CFLAGS       ?= -O2 -g
 KVS_CFLAGS   := -std=gnu11 -fPIC $(WARN) -D_GNU_SOURCE \
-                -DKVS_HAVE_CUDA=$(KVSERVE_CUDA)
+                -DKVS_HAVE_CUDA=$(KVSERVE_CUDA) \
+                -DKVS_CUDA_SO=\"$(BABS)/libkvserve_cuda.so\"
 ASAN_FLAGS   := -O1 -g -fsanitize=address,undefined \
                 -fno-sanitize-recover=all -fno-omit-frame-pointer
 TSAN_FLAGS   := -O1 -g -fsanitize=thread
@@ -63,24 +69,33 @@ PY_PKGS      := gguf==0.19.0 jinja2==3.1.6 tokenizers==0.23.3 \
                 tiktoken==0.14.0 openai==3.57.0
 PY_STAMP     := $(VENV)/.ok-$(shell echo '$(PY_PKGS)' | md5sum | cut -c1-8)
 
-ifeq ($(KVSERVE_CUDA),1)
-CUDA_LIB     := $(B)/libkvserve_cuda.a
-CUDA_LINK    := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
-                -lcudart -lstdc++
+# the CUDA backend: SASS for sm_90 plus compute_90 PTX (the driver's JIT
+# fallback on newer GPUs); each object's ptxas report (-Xptxas -v: the
+# registers and spills of every kernel) is kept beside it in a .ptxas
+# file for `make cuda-check`
 GENCODE      ?= -gencode arch=compute_90,code=sm_90 \
                 -gencode arch=compute_90,code=compute_90
+NVCC_FLAGS   := -O3 -std=c++17 $(GENCODE) -Xcompiler -fPIC,-Wall,-Wextra \
+                -Werror all-warnings -Xptxas -v
+CUDA_C_SRCS  := $(wildcard src/backend/cuda/*.c)
+CUDA_HDRS    := $(wildcard kernels/*.h kernels/*.cuh src/backend/cuda/*.h)
+CUDA_OBJS    := $(CU_SRCS:kernels/%.cu=$(B)/cuda/%.o) \
+                $(CUDA_C_SRCS:%.c=$(B)/cuda/obj/%.o)
+CUDA_LINK    := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
+                -lcublas -lcudart -lstdc++
+ifeq ($(KVSERVE_CUDA),1)
+CUDA_SO      := $(B)/libkvserve_cuda.so $(B)/libkvserve_cuda_probe.so
 else
-CUDA_LIB     :=
-CUDA_LINK    :=
+CUDA_SO      :=
 endif
 
 .PHONY: all lib deps run stop test unit unit-asan unit-tsan interop itest \
-        sdk bench \
+        sdk bench cuda-check gpu-check \
         fuzz clean
 
-all: $(LIB) $(CLI) $(MODULE) $(DEFAULT_MODEL)
+all: $(LIB) $(CLI) $(MODULE) $(DEFAULT_MODEL) $(CUDA_SO)
 
-lib: $(LIB) $(CUDA_LIB)
+lib: $(LIB) $(CUDA_SO)
 
 # --- library -------------------------------------------------------------
 
@@ -111,17 +126,53 @@ $(B)/tsan/obj/%.o: %.c $(LIB_HDRS) $(FLAGS_STAMP)
 $(TSAN_LIB): $(LIB_SRCS:%.c=$(B)/tsan/obj/%.o)
 	rm -f $@ && ar rcs $@ $^
 
-$(B)/cuda/%.o: kernels/%.cu $(LIB_HDRS)
-	@mkdir -p $(dir $@)
-	$(NVCC) -c -O2 $(GENCODE) -Xcompiler -fPIC -o $@ $<
+# --- the CUDA backend's shared objects ------------------------------------
+# libkvserve_cuda.so: every kernel, the backend's host side and the
+# libkvserve.a members they call (hidden, and bound to their own copies:
+# the nginx module that dlopens it carries libkvserve.a too).
+# libkvserve_cuda_probe.so: the probe alone, linked with cudart only, so
+# that finding no device never maps cuBLAS (src/backend/kvs_backend.c).
 
-$(B)/libkvserve_cuda.a: $(CU_SRCS:kernels/%.cu=$(B)/cuda/%.o)
-	rm -f $@ && ar rcs $@ $^
+$(B)/cuda/%.o: kernels/%.cu $(CUDA_HDRS) $(LIB_HDRS)
+	@mkdir -p $(dir $@)
+	$(NVCC) -c $(NVCC_FLAGS) -o $@ $< 2> $(@:.o=.ptxas) \
+	|| { cat $(@:.o=.ptxas); rm -f $@; exit 1; }
+	@! grep -i 'warning' $(@:.o=.ptxas) || { rm -f $@; exit 1; }
+
+$(B)/cuda/obj/%.o: %.c $(CUDA_HDRS) $(LIB_HDRS) $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(KVS_CFLAGS) $(CFLAGS) -I$(CUDA_HOME)/include -Ikernels \
+	    -c -o $@ $<
+
+$(B)/libkvserve_cuda.so: $(CUDA_OBJS) $(LIB)
+	$(CC) -shared -o $@ $(CUDA_OBJS) $(LIB) -Wl,--no-undefined \
+	    -Wl,--exclude-libs,ALL -Wl,-Bsymbolic $(CUDA_LINK) \
+	    -Wl,--as-needed $(LIBS)
+
+$(B)/libkvserve_cuda_probe.so: $(B)/cuda/kvs_cuda_probe.o
+	$(CC) -shared -o $@ $< -Wl,--no-undefined \
+	    -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart \
+	    -lstdc++
+
+# every kernel built for sm_90 without a warning, both images in the .so,
+# no register spills in the attention kernels, and no CUDA library
+# needed by the CLI or the module (t/cuda_check.sh)
+cuda-check: $(CUDA_SO) $(CLI) $(MODULE) $(VENV)/.cuobjdump
+	CUDA_HOME=$(CUDA_HOME) VENV=$(abspath $(VENV)) \
+	    bash t/cuda_check.sh $(BABS) $(CU_SRCS)
+
+# cuobjdump: the toolkit's, else NVIDIA's wheel of it in the venv (the
+# toolkit installed here ships none)
+$(VENV)/.cuobjdump:
+	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
+	test -x $(CUDA_HOME)/bin/cuobjdump \
+	    || $(VENV)/bin/pip install -q nvidia-cuda-cuobjdump==13.5.37
+	touch $@
 
 # --- command-line tool and the default model -----------------------------
 
-$(CLI): $(CLI_SRCS:%.c=$(B)/obj/%.o) $(LIB) $(CUDA_LIB)
-	$(CC) -o $@ $^ $(LIBS) $(CUDA_LINK)
+$(CLI): $(CLI_SRCS:%.c=$(B)/obj/%.o) $(LIB)
+	$(CC) -o $@ $^ $(LIBS)
 
 $(DEFAULT_MODEL): $(CLI)
 	@mkdir -p $(dir $@)
@@ -144,7 +195,7 @@ $(B)/nginx/Makefile: config $(FLAGS_STAMP)
 	|| { tail -30 $(BABS)/nginx/configure.log; exit 1; }
 
 $(MODULE): $(B)/nginx/Makefile $(NGX_SRCS) $(NGX_HDRS) $(LIB_HDRS) \
-           $(LIB) $(CUDA_LIB)
+           $(LIB)
 	rm -f $(B)/nginx/ngx_http_kvserve_module.so
 	$(MAKE) -s -f $(BABS)/nginx/Makefile -C $(NGINX_SRC) modules
 	cp $(B)/nginx/ngx_http_kvserve_module.so $@
@@ -156,18 +207,27 @@ $(MODULE): $(B)/nginx/Makefile $(NGX_SRCS) $(NGX_HDRS) $(LIB_HDRS) \
 
 $(B)/unit/%: t/unit/%.c $(wildcard t/unit/kvs_test*.h) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(KVS_CFLAGS) $(CFLAGS) -Isrc -o $@ $< $(LIB) -lcmocka $(LIBS) \
-	    $(CUDA_LINK)
+	$(CC) $(KVS_CFLAGS) $(CFLAGS) -Isrc -o $@ $< $(LIB) -lcmocka $(LIBS)
 
 $(B)/asan/unit/%: t/unit/%.c $(wildcard t/unit/kvs_test*.h) $(ASAN_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(KVS_CFLAGS) $(ASAN_FLAGS) -Isrc -o $@ $< $(ASAN_LIB) \
-	    -lcmocka $(LIBS) $(CUDA_LINK)
+	    -lcmocka $(LIBS)
 
 $(B)/tsan/unit/%: t/unit/%.c $(wildcard t/unit/kvs_test*.h) $(TSAN_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(KVS_CFLAGS) $(TSAN_FLAGS) -Isrc -o $@ $< $(TSAN_LIB) \
-	    -lcmocka $(LIBS) $(CUDA_LINK)
+	    -lcmocka $(LIBS)
+
+# a stand-in for libkvserve_cuda.so (the CPU backend with device-style
+# sampling) for the engine's forward_sample path, GPU or not
+$(B)/unit/libkvs_fake_cuda.so: t/unit/fake_cuda_backend.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(KVS_CFLAGS) $(CFLAGS) -Isrc -shared -o $@ $< $(LIB) \
+	    -Wl,--exclude-libs,ALL -Wl,-Bsymbolic -Wl,--no-undefined $(LIBS)
+
+$(B)/unit/test_backend_select $(B)/asan/unit/test_backend_select: \
+    $(B)/unit/libkvs_fake_cuda.so
 
 TEST_ENV := KVS_FIXTURES=$(FIXTURES) KVS_TMP=$(BABS)/tmp \
             KVS_CLI=$(abspath $(CLI))
@@ -192,7 +252,7 @@ unit-tsan: $(TSAN_BINS)
 	    TSAN_OPTIONS=halt_on_error=1 $(TEST_ENV) $$t; done
 
 $(B)/gguf_sample: t/unit/gguf_sample.c t/unit/kvs_sample.h $(LIB)
-	$(CC) $(KVS_CFLAGS) $(CFLAGS) -Isrc -o $@ $< $(LIB) $(LIBS) $(CUDA_LINK)
+	$(CC) $(KVS_CFLAGS) $(CFLAGS) -Isrc -o $@ $< $(LIB) $(LIBS)
 
 interop: $(CLI) $(B)/gguf_sample $(B)/unit/test_rope $(PY_STAMP)
 	@mkdir -p $(B)/tmp
@@ -209,7 +269,9 @@ PROVE_INC := $(shell perl -MTest::Nginx::Socket -e1 2>/dev/null \
 
 T ?= t/*.t
 
-itest: $(MODULE) $(DEFAULT_MODEL)
+# the probe's shared object too, so that kvserve_backend auto really asks
+# cudart (t/017-backend.t)
+itest: $(MODULE) $(DEFAULT_MODEL) $(filter %_probe.so,$(CUDA_SO))
 	TEST_NGINX_BINARY=$(NGINX) \
 	TEST_NGINX_LOAD_MODULES=$(abspath $(MODULE)) \
 	TEST_NGINX_MODEL_DIR=$(BABS)/models \
@@ -224,13 +286,14 @@ sdk: $(MODULE) $(DEFAULT_MODEL) $(PY_STAMP)
 	    $(VENV)/bin/python t/unit/test_openai_sdk.py
 
 test: deps
-	@$(MAKE) -s unit unit-asan unit-tsan interop itest sdk
+	@$(MAKE) -s unit unit-asan unit-tsan interop itest sdk \
+	    $(if $(filter 1,$(KVSERVE_CUDA)),cuda-check)
 
 BENCH_SRCS := $(wildcard t/bench/bench_*.c)
 BENCH_BINS := $(BENCH_SRCS:t/bench/%.c=$(B)/%)
 
 $(B)/bench_%: t/bench/bench_%.c $(LIB)
-	$(CC) $(KVS_CFLAGS) $(CFLAGS) -Isrc -o $@ $< $(LIB) $(LIBS) $(CUDA_LINK)
+	$(CC) $(KVS_CFLAGS) $(CFLAGS) -Isrc -o $@ $< $(LIB) $(LIBS)
 
 bench: $(CLI) $(BENCH_BINS) $(MODULE) $(PY_STAMP)
 	@mkdir -p $(B)/tmp
@@ -238,6 +301,28 @@ bench: $(CLI) $(BENCH_BINS) $(MODULE) $(PY_STAMP)
 	    $(TEST_ENV) KVS_BENCH_DIR=$(BABS) KVS_BENCH_GGUF=$(BABS)/bench_gguf \
 	    KVS_MODULE=$(abspath $(MODULE)) NGINX=$(NGINX) \
 	    KVS_PYTHON=$(abspath $(VENV))/bin/python bash $$b; done
+
+# gpu-check (issue 9), on a CUDA device, in under 5 minutes on an H200:
+# every kernel against CPU references, greedy tokens CUDA vs CPU, and
+# timing on Llama-3-8B shapes; writes gpu-check.md and .tsv under $(OUT)
+# (docs/cuda.md).  gpu_check links the kernels' objects to call each
+# launcher and reaches the backend through kvs_backend_new (dlopen);
+# without a device it prints SKIP and exits 0.
+GPU_CHECK_SRCS := $(wildcard t/bench/gpu_check*.c)
+GPU_CHECK_OBJS := $(CU_SRCS:kernels/%.cu=$(B)/cuda/%.o)
+OUT ?= t/bench/out
+
+$(B)/gpu_check: $(GPU_CHECK_SRCS) t/bench/gpu_check.h $(LIB) \
+                $(GPU_CHECK_OBJS) $(CUDA_HDRS)
+	$(CC) $(KVS_CFLAGS) $(CFLAGS) -Isrc -I$(CUDA_HOME)/include -Ikernels \
+	    -o $@ $(GPU_CHECK_SRCS) $(LIB) $(GPU_CHECK_OBJS) $(LIBS) \
+	    $(CUDA_LINK)
+
+gpu-check: $(CUDA_SO) $(CLI) $(B)/gpu_check
+	@mkdir -p $(B)/tmp
+	KVS_FIXTURES=$(FIXTURES) KVS_TMP=$(BABS)/tmp KVS_BENCH_DIR=$(BABS) \
+	    KVSERVE_CUDA_SO=$(BABS)/libkvserve_cuda.so OUT=$(abspath $(OUT)) \
+	    KVS_GPU_CHECK=1 bash t/bench/gpu_check.sh
 
 # libFuzzer targets (clang): the GGUF reader and vocabulary loader, and
 # the tokenizer on the fixture vocabularies; FUZZ_TIME seconds each.

@@ -19,6 +19,9 @@
  *   kvserve_kv_block <tokens>;          http: tokens per KV block
  *   kvserve_max_batch_tokens <n>;       http: tokens per engine step
  *   kvserve_threads <n>|auto;           http: engine compute threads
+ *   kvserve_backend cuda|cpu|auto;      http: the engine's backend;
+ *                                       auto: CUDA when a device answers
+ *   kvserve_device <n>;                 http: the CUDA device ordinal
  *   kvserve_engine_dir <path>;          http: the engine's socket and
  *                                       lease file
  *   kvserve_engine_wait <time>;         http: how long a request waits
@@ -78,6 +81,7 @@
 #define NGX_HTTP_KVSERVE_MAX_BATCH     (1 << 20)
 #define NGX_HTTP_KVSERVE_MAX_THREADS   1024
 #define NGX_HTTP_KVSERVE_TOK_THRESHOLD  16384
+#define NGX_HTTP_KVSERVE_MAX_DEVICE    1023
 
 
 static char *ngx_http_kvserve_kv_size(ngx_conf_t *cf,
@@ -102,6 +106,10 @@ static ngx_http_kvserve_uint_bounds_t  ngx_http_kvserve_batch_bounds = {
 /* 0 stands for auto: resolved to the online CPUs at init main conf */
 static ngx_http_kvserve_uint_bounds_t  ngx_http_kvserve_threads_bounds = {
     1, NGX_HTTP_KVSERVE_MAX_THREADS, 0
+};
+
+static ngx_http_kvserve_uint_bounds_t  ngx_http_kvserve_device_bounds = {
+    0, NGX_HTTP_KVSERVE_MAX_DEVICE, NGX_CONF_UNSET_UINT
 };
 
 
@@ -155,6 +163,20 @@ static ngx_command_t  ngx_http_kvserve_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_kvserve_main_conf_t, threads),
       &ngx_http_kvserve_threads_bounds },
+
+    { ngx_string("kvserve_backend"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_kvserve_backend,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("kvserve_device"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_kvserve_set_uint,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_kvserve_main_conf_t, device),
+      &ngx_http_kvserve_device_bounds },
 
     { ngx_string("kvserve_engine_dir"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -314,6 +336,8 @@ ngx_http_kvserve_create_main_conf(ngx_conf_t *cf)
     kmcf->fair_w_prefill = NGX_CONF_UNSET_UINT;
     kmcf->fair_w_decode = NGX_CONF_UNSET_UINT;
     kmcf->fair_kv_max_milli = NGX_CONF_UNSET_UINT;
+    kmcf->backend = NGX_CONF_UNSET_UINT;
+    kmcf->device = NGX_CONF_UNSET_UINT;
     /* engine_dir: NULL, as ngx_conf_set_path_slot() wants it */
     kmcf->engine_wait = NGX_CONF_UNSET_MSEC;
     kmcf->engine_timeout = NGX_CONF_UNSET_MSEC;
@@ -342,6 +366,8 @@ ngx_http_kvserve_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_uint_value(kmcf->max_batch_tokens,
                              NGX_HTTP_KVSERVE_BATCH_TOKENS);
     ngx_conf_init_uint_value(kmcf->threads, 0);
+    ngx_conf_init_uint_value(kmcf->backend, KVS_BACKEND_AUTO);
+    ngx_conf_init_uint_value(kmcf->device, 0);
     ngx_conf_init_value(kmcf->prefix_cache, 1);
     ngx_conf_init_value(kmcf->pin_max, 0);
 
@@ -605,13 +631,12 @@ ngx_http_kvserve_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
 
 /*
- * One line per host on which backend serves: the first worker probes
- * (CUDA must not be touched in the master before fork).
+ * Workers never touch CUDA: the engine process chooses the backend
+ * (kvserve_backend), loads it and logs which one serves and why.
  */
 static ngx_int_t
 ngx_http_kvserve_init_process(ngx_cycle_t *cycle)
 {
-    kvs_backend_info_t             info;
     ngx_http_kvserve_main_conf_t  *kmcf;
 
     kmcf = ngx_http_cycle_get_module_main_conf(cycle,
@@ -623,24 +648,6 @@ ngx_http_kvserve_init_process(ngx_cycle_t *cycle)
 
     if (ngx_http_kvserve_engine_init_process(cycle) != NGX_OK) {
         return NGX_ERROR;
-    }
-
-    if (ngx_worker != 0) {
-        return NGX_OK;
-    }
-
-    kvs_backend_probe(&info);
-
-    if (info.kind == KVS_BACKEND_CUDA) {
-        ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
-                      "kvserve: CUDA device found: %s, %uL MiB, %d "
-                      "device(s); the engine computes on the CPU backend "
-                      "until the CUDA backend is built",
-                      info.device, (unsigned long long)
-                      (info.device_mem >> 20), info.n_devices);
-    } else {
-        ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
-                      "kvserve: using the CPU backend: %s", info.reason);
     }
 
     return NGX_OK;

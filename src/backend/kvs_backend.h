@@ -1,12 +1,19 @@
 /*
- * kvs_backend: which compute backend this host can use.
+ * kvs_backend: which compute backend this host can use, and making it.
+ *
+ * The CUDA backend is a shared object of its own (libkvserve_cuda.so,
+ * path compiled in as KVS_CUDA_SO, or the environment's KVSERVE_CUDA_SO),
+ * dlopened only by kvs_backend_probe() and kvs_backend_new(): they run in
+ * the engine process (or the CLI), never in nginx's master or workers,
+ * which must not map cudart or cuBLAS.  The probe first loads
+ * libkvserve_cuda_probe.so beside it (cudart only), so that a host
+ * without a device never maps cuBLAS either.  Loaded objects stay loaded
+ * for the life of the process.
  *
  * kvs_backend_probe() never fails: when the library was built without
- * CUDA, or no usable CUDA device answers, it reports the CPU backend and
- * says why, so the caller can log one clear line and keep serving.  It
- * touches the CUDA runtime, so it must run in the process that will use
- * the device (a worker or the engine), never in nginx's master before
- * fork.
+ * CUDA, the shared object cannot be loaded, or no usable CUDA device
+ * answers, it reports the CPU backend and says why, so the caller can
+ * log one clear line and keep serving.
  *
  * kvs_backend_t is the interface the engine drives, the same for every
  * backend: one forward step over a kvs_batch_t (prefill chunks and
@@ -28,21 +35,38 @@
 
 typedef enum {
     KVS_BACKEND_CPU = 0,
-    KVS_BACKEND_CUDA
+    KVS_BACKEND_CUDA,
+    KVS_BACKEND_AUTO                  /* CUDA when a device answers, else
+                                         the CPU: kvs_backend_new() only */
 } kvs_backend_kind_t;
 
 typedef struct {
     kvs_backend_kind_t  kind;
     int                 cuda_built;    /* compiled with the CUDA sources */
     int                 n_devices;
-    char                device[128];   /* device 0's name, when CUDA */
+    int                 ordinal;       /* the device probed or used */
+    char                device[128];   /* its name, when CUDA */
     uint64_t            device_mem;    /* its total memory, bytes */
-    char                reason[256];   /* why the CPU, when it is */
+    char                reason[256];   /* why this backend (for the CPU:
+                                          why not CUDA) */
 } kvs_backend_info_t;
 
-void kvs_backend_probe(kvs_backend_info_t *info);
+/* Probes CUDA device `device` (an ordinal): kind is CUDA when it runs
+ * our kernels, else the CPU with the reason. */
+void kvs_backend_probe(kvs_backend_info_t *info, int device);
 
 typedef struct kvs_backend_s  kvs_backend_t;
+
+/* One row's device sampling (kvs_sample.h steps 3 to 10, min-p off):
+ * the coin is drawn by the engine from the request's RNG, exactly when
+ * kvs_sample() would draw it (non-greedy rows), so seeds mean the same
+ * on every backend. */
+typedef struct kvs_backend_sample_s {
+    float     temperature;            /* 0: greedy */
+    int32_t   top_k;                  /* 0 or >= n_vocab: off */
+    float     top_p;                  /* 1: off */
+    float     coin;                   /* [0, 1); unused when greedy */
+} kvs_backend_sample_t;
 
 typedef struct {
     /* writes every token's K/V and, for entries with want_logits, their
@@ -50,6 +74,15 @@ typedef struct {
      * batch (KVS_EINVAL) changes nothing */
     int   (*forward)(kvs_backend_t *be, const kvs_batch_t *b,
                      float *logits, kvs_err_t *err);
+    /* optional (NULL: the backend samples nothing): forward, then
+     * samples every entry with want_logits on the device with params[i]
+     * (kvs_backend_sample_t, in batch order), writing only the token
+     * ids ids[n_want]; the engine uses it when every such entry's
+     * sampler needs nothing the device lacks (logprobs, penalties, logit
+     * bias, min-p) */
+    int   (*forward_sample)(kvs_backend_t *be, const kvs_batch_t *b,
+                            const struct kvs_backend_sample_s *params,
+                            int32_t *ids, kvs_err_t *err);
     /* copies the K/V of block src into block dst, every layer */
     int   (*copy_block)(kvs_backend_t *be, uint32_t dst, uint32_t src,
                         kvs_err_t *err);
@@ -61,6 +94,14 @@ typedef struct {
     uint32_t  block_tokens;           /* token slots per block */
     unsigned  threads;                /* compute threads; 0: one per
                                          online CPU */
+    kvs_backend_kind_t
+              kind;                   /* which backend kvs_backend_new
+                                         makes */
+    int       device;                 /* CUDA device ordinal */
+    double    kv_fraction;            /* CUDA: when n_blocks is 0, size
+                                         the pool to this fraction of the
+                                         device memory free after weights
+                                         and workspace, (0, 1] */
 } kvs_backend_conf_t;
 
 struct kvs_backend_s {
@@ -77,6 +118,23 @@ struct kvs_backend_s {
 /* The CPU backend over model m (which must outlive it). */
 int kvs_backend_cpu_new(kvs_backend_t **out, const kvs_model_t *m,
     const kvs_backend_conf_t *conf, kvs_err_t *err);
+
+/*
+ * The backend conf->kind names over model m: the CPU; CUDA on
+ * conf->device (KVS_EINVAL or KVS_EIO naming why when the shared object
+ * or the device is missing); or, for AUTO, CUDA when the device answers
+ * the probe, else the CPU.  info (may be NULL) says what was made, on
+ * which device and why.  With CUDA and conf->kv_fraction > 0, the
+ * backend sizes the K/V pool itself (n_blocks is passed as 0 and
+ * be->n_blocks says how many); n_blocks is the CPU's and an explicit
+ * size's.
+ */
+int kvs_backend_new(kvs_backend_t **out, const kvs_model_t *m,
+    const kvs_backend_conf_t *conf, kvs_backend_info_t *info,
+    kvs_err_t *err);
+
+/* "cpu", "cuda" or "auto" into *kind; KVS_EINVAL for anything else. */
+int kvs_backend_parse(const char *s, size_t len, kvs_backend_kind_t *kind);
 
 static inline int
 kvs_backend_forward(kvs_backend_t *be, const kvs_batch_t *b, float *logits,
@@ -100,6 +158,7 @@ kvs_backend_free(kvs_backend_t *be)
     }
 }
 
+/* "CPU", "CUDA", "auto" */
 const char *kvs_backend_name(kvs_backend_kind_t kind);
 
 #endif /* KVS_BACKEND_H */

@@ -32,6 +32,7 @@ static void kvs_backend_cpu_free(kvs_backend_t *be);
 
 static const kvs_backend_ops_t  kvs_backend_cpu_ops = {
     kvs_backend_cpu_forward,
+    NULL,                                   /* samples on the host */
     kvs_backend_cpu_copy_block,
     kvs_backend_cpu_free
 };

@@ -24,6 +24,12 @@ int kvs_cli_engine(int argc, char **argv);          /* kvs_cli_engine.c */
 int kvs_cli_num(const char *cmd, const char *opt, const char *s, double lo,
     double hi, int integer, double *out);
 
+/* --backend cpu|cuda|auto and --device N (kvs_cli_engine.c): 1 when opt
+ * is one of them and val was stored into *kind (a kvs_backend_kind_t)
+ * or *device, 0 when opt is neither, 2 after printing why val is bad. */
+int kvs_cli_backend_opt(const char *cmd, const char *opt, const char *val,
+    int *kind, int *device);
+
 /* Formats bytes as "1.25 MiB" into buf. */
 const char *kvs_cli_human(double bytes, char *buf, unsigned len);
 

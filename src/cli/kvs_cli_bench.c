@@ -46,6 +46,8 @@ typedef struct {
     int          no_chunked;
     float        temp;
     uint64_t     seed;
+    int          backend;             /* kvs_backend_kind_t; the CPU */
+    int          device;              /* CUDA device ordinal */
 } kvs_cli_bench_opts_t;
 
 
@@ -76,7 +78,7 @@ kvs_cli_bench(int argc, char **argv)
 static int
 kvs_cli_bench_args(int argc, char **argv, kvs_cli_bench_opts_t *o)
 {
-    int          i;
+    int          i, rc;
     double       d;
     const char  *opt;
 
@@ -117,6 +119,16 @@ kvs_cli_bench_args(int argc, char **argv, kvs_cli_bench_opts_t *o)
         }
 
         i++;
+
+        rc = kvs_cli_backend_opt("bench", opt, argv[i], &o->backend,
+                                 &o->device);
+        if (rc != 0) {
+            if (rc == 1) {
+                continue;
+            }
+
+            return rc;
+        }
 
         if (strcmp(opt, "--seqs") == 0) {
             if (kvs_cli_num("bench", opt, argv[i], 1,
@@ -263,6 +275,8 @@ kvs_cli_bench_run(const kvs_cli_bench_opts_t *o)
     conf.max_batch_tokens = o->max_batch_tokens;
     conf.max_running = o->seqs;
     conf.no_chunked_prefill = o->no_chunked;
+    conf.backend = (kvs_backend_kind_t) o->backend;
+    conf.device = o->device;
 
     if (kvs_engine_new(&e, &conf, &err) != KVS_OK) {
         e = NULL;
@@ -289,10 +303,10 @@ kvs_cli_bench_run(const kvs_cli_bench_opts_t *o)
 
     kvs_engine_stats(e, &st);
 
-    printf("engine: CPU, %u threads, KV %" PRIu32 " blocks x %" PRIu32
-           " tokens, max_batch_tokens %" PRIu32 ", chunked prefill %s\n",
-           kvs_engine_threads(e), st.kv_blocks, st.block_tokens,
-           o->max_batch_tokens, o->no_chunked ? "off" : "on");
+    printf("engine: KV %" PRIu32 " blocks x %" PRIu32 " tokens, "
+           "max_batch_tokens %" PRIu32 ", chunked prefill %s; %s\n",
+           st.kv_blocks, st.block_tokens, o->max_batch_tokens,
+           o->no_chunked ? "off" : "on", kvs_engine_backend(e));
     printf("load: %" PRIu32 " sequences x (%" PRIu32 " prompt + %" PRIu32
            " generated) tokens, %s\n", o->seqs, o->prompt, o->gen,
            o->temp > 0 ? "sampled" : "greedy");
@@ -477,9 +491,10 @@ kvs_cli_bench_usage(FILE *f)
         "usage: kvserve bench model.gguf [--seqs N] [--prompt P] [--gen G]\n"
         "           [--threads T] [--block B] [--kv-blocks N]\n"
         "           [--max-batch-tokens N] [--no-chunked] [--temp T]\n"
-        "           [--seed S]\n"
+        "           [--seed S] [--backend cpu|cuda|auto] [--device N]\n"
         "  N sequences (default 1) of P random prompt tokens (128) each\n"
         "  generating G tokens (128), submitted at once; --kv-blocks\n"
         "  defaults to what all of them need (fewer forces preemption);\n"
-        "  --threads 0 (default): one per online CPU\n");
+        "  --threads 0 (default): one per online CPU; --backend cpu\n"
+        "  (default); auto: CUDA device N (0) when it answers\n");
 }

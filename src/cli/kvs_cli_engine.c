@@ -28,7 +28,9 @@
 #include "../tokenizer/kvs_vocab.h"
 
 #define KVS_CLI_ENGINE_SEQS  16       /* full contexts the default KV
-                                         cache holds */
+                                         cache holds on the CPU */
+#define KVS_CLI_ENGINE_KV_FRACTION  0.9   /* of the device memory free
+                                             after the weights, on CUDA */
 
 typedef struct {
     const char  *socket;
@@ -42,6 +44,8 @@ typedef struct {
     int          parent_pid;          /* 0: none */
     int          no_prefix_cache;
     uint64_t     pin_max;             /* bytes; 0: the engine's default */
+    int          backend;             /* kvs_backend_kind_t; auto */
+    int          device;              /* CUDA device ordinal */
 } kvs_cli_engine_opts_t;
 
 
@@ -66,6 +70,7 @@ kvs_cli_engine(int argc, char **argv)
     kvs_vocab_t           *v;
     kvs_srv_conf_t         conf;
     kvs_srv_model_t        sm;
+    kvs_engine_stats_t     st;
     struct sigaction       sa;
     kvs_cli_engine_opts_t  o;
 
@@ -111,11 +116,16 @@ kvs_cli_engine(int argc, char **argv)
     sm.engine.n_blocks = o.kv_blocks;
     sm.engine.no_prefix_cache = o.no_prefix_cache;
     sm.engine.pin_max_bytes = o.pin_max;
+    sm.engine.backend = (kvs_backend_kind_t) o.backend;
+    sm.engine.device = o.device;
 
     if (sm.engine.n_blocks == 0) {
         sm.engine.n_blocks = KVS_CLI_ENGINE_SEQS
             * (((o.ctx ? o.ctx : m->hp.n_ctx_train) + o.block - 1)
                / o.block);
+
+        /* on a GPU, what the device has room for instead */
+        sm.engine.kv_fraction = KVS_CLI_ENGINE_KV_FRACTION;
     }
 
     memset(&conf, 0, sizeof(conf));
@@ -131,8 +141,10 @@ kvs_cli_engine(int argc, char **argv)
         goto failed;
     }
 
+    kvs_engine_stats(kvs_srv_engine(srv, 0), &st);
+
     fprintf(stderr, "kvserve engine: %s: %" PRIu32 " KV blocks of %" PRIu32
-            " tokens (%s)\n", o.path, sm.engine.n_blocks, o.block,
+            " tokens (%s)\n", o.path, st.kv_blocks, o.block,
             kvs_cli_human((double) kvs_engine_kv_bytes(kvs_srv_engine(srv,
                                                                        0)),
                           h, sizeof(h)));
@@ -177,12 +189,13 @@ failed:
 static int
 kvs_cli_engine_args(int argc, char **argv, kvs_cli_engine_opts_t *o)
 {
-    int          i;
+    int          i, rc;
     double       d;
     const char  *opt;
 
     memset(o, 0, sizeof(kvs_cli_engine_opts_t));
     o->block = KVS_KV_BLOCK_TOKENS;
+    o->backend = KVS_BACKEND_AUTO;
 
     for (i = 1; i < argc; i++) {
         opt = argv[i];
@@ -208,6 +221,16 @@ kvs_cli_engine_args(int argc, char **argv, kvs_cli_engine_opts_t *o)
         }
 
         i++;
+
+        rc = kvs_cli_backend_opt("engine", opt, argv[i], &o->backend,
+                                 &o->device);
+        if (rc != 0) {
+            if (rc == 1) {
+                continue;
+            }
+
+            return rc;
+        }
 
         if (strcmp(opt, "--socket") == 0) {
             o->socket = argv[i];
@@ -300,6 +323,37 @@ kvs_cli_engine_args(int argc, char **argv, kvs_cli_engine_opts_t *o)
 }
 
 
+int
+kvs_cli_backend_opt(const char *cmd, const char *opt, const char *val,
+    int *kind, int *device)
+{
+    double              d;
+    kvs_backend_kind_t  k;
+
+    if (strcmp(opt, "--backend") == 0) {
+        if (kvs_backend_parse(val, strlen(val), &k) != KVS_OK) {
+            fprintf(stderr, "kvserve %s: --backend: \"%s\", expected cpu, "
+                    "cuda or auto\n", cmd, val);
+            return 2;
+        }
+
+        *kind = (int) k;
+        return 1;
+    }
+
+    if (strcmp(opt, "--device") == 0) {
+        if (kvs_cli_num(cmd, opt, val, 0, 1023, 1, &d) != 0) {
+            return 2;
+        }
+
+        *device = (int) d;
+        return 1;
+    }
+
+    return 0;
+}
+
+
 static void
 kvs_cli_engine_log(void *data, const char *msg)
 {
@@ -332,10 +386,14 @@ kvs_cli_engine_usage(FILE *f)
         "           [--kv-blocks N] [--block B] [--threads T]\n"
         "           [--max-batch-tokens N] [--ctx N] [--parent-pid PID]\n"
         "           [--prefix-cache on|off] [--pin-max BYTES]\n"
+        "           [--backend cpu|cuda|auto] [--device N]\n"
         "  serve the model to nginx workers over the unix socket PATH\n"
         "  (docs/engine-process.md) until SIGINT/SIGTERM; --parent-pid:\n"
         "  also exit once PID is gone and no client is connected.\n"
         "  Default KV cache: %d full contexts; the prefix cache is on,\n"
-        "  pinning at most a quarter of it per cache scope.\n",
+        "  pinning at most a quarter of it per cache scope.  --backend\n"
+        "  auto (the default) computes on CUDA device N (0) when it\n"
+        "  answers, else on the CPU; cuda fails when it does not.  On\n"
+        "  CUDA the default KV cache is 90%% of the device memory left.\n",
         KVS_CLI_ENGINE_SEQS);
 }

@@ -53,6 +53,8 @@ typedef struct {
     uint32_t              n_new;      /* tokens to generate at most */
     uint32_t              block;      /* KV block size, tokens */
     unsigned              enc_flags;  /* KVS_TOK_SPECIAL or 0 */
+    int                   backend;    /* kvs_backend_kind_t; the CPU */
+    int                   device;     /* CUDA device ordinal */
     kvs_sample_params_t   sp;
 } kvs_cli_generate_opts_t;
 
@@ -83,7 +85,7 @@ kvs_cli_generate(int argc, char **argv)
 static int
 kvs_cli_generate_args(int argc, char **argv, kvs_cli_generate_opts_t *o)
 {
-    int          i;
+    int          i, rc;
     double       d;
     kvs_err_t    err;
     const char  *opt;
@@ -128,6 +130,17 @@ kvs_cli_generate_args(int argc, char **argv, kvs_cli_generate_opts_t *o)
         }
 
         i++;
+
+        rc = kvs_cli_backend_opt("generate", opt, argv[i], &o->backend,
+                                 &o->device);
+        if (rc != 0) {
+            if (rc == 1) {
+                continue;
+            }
+
+            return rc;
+        }
+
 
         if (strcmp(opt, "-p") == 0 || strcmp(opt, "--prompt") == 0) {
             o->prompt = argv[i];
@@ -285,6 +298,8 @@ kvs_cli_generate_run(const kvs_cli_generate_opts_t *o)
     conf.max_batch_tokens = KVS_CLI_GENERATE_CHUNK;
     conf.max_running = 1;
     conf.n_ctx = n_ctx;
+    conf.backend = (kvs_backend_kind_t) o->backend;
+    conf.device = o->device;
 
     memset(&req, 0, sizeof(req));
     req.prompt = ids.ids;
@@ -296,6 +311,8 @@ kvs_cli_generate_run(const kvs_cli_generate_opts_t *o)
         e = NULL;
         goto failed;
     }
+
+    fprintf(stderr, "kvserve generate: %s\n", kvs_engine_backend(e));
 
     if (kvs_engine_submit(e, &req, &h, &err) != KVS_OK) {
         h = NULL;
@@ -404,7 +421,9 @@ kvs_cli_generate_usage(FILE *f)
     fprintf(f,
         "usage: kvserve generate model.gguf [-p TEXT] [-n NEW_TOKENS]\n"
         "           [--temp T] [--top-p P] [--top-k K] [--seed S]\n"
-        "           [--block N] [--special]\n"
+        "           [--block N] [--special] [--backend cpu|cuda|auto]\n"
+        "           [--device N]\n"
         "  defaults: -p \"\" -n 256 --temp 1.0 --top-p 0.9 --top-k 0 (off)\n"
-        "  --seed from the clock, --block 16; --temp 0 is greedy\n");
+        "  --seed from the clock, --block 16; --temp 0 is greedy;\n"
+        "  --backend cpu; auto: CUDA device N (0) when it answers\n");
 }

@@ -4,6 +4,13 @@
  * step, a token sampled for every sequence whose logits came back, and
  * the end of sequences (see kvs_engine.h; the shared state and its
  * locking rules are in kvs_engine_impl.h).
+ *
+ * Sampling happens on the host from the step's logits, or on the device
+ * (the backend's forward_sample, only token ids come back) when every
+ * row of the step can be: kvs_sampler_device_ok() and no followers
+ * waiting to fork from the row.  The coins are drawn here, from each
+ * request's RNG, exactly when kvs_sample() would draw them, so a seed
+ * gives the same tokens whichever side samples.
  */
 
 #include <errno.h>
@@ -25,6 +32,10 @@ static void kvs_engine_end(kvs_engine_t *e, kvs_engine_seq_t *h,
     kvs_finish_t finish, const char *error, int flush);
 static void kvs_engine_sample(kvs_engine_t *e, kvs_engine_seq_t *h,
     float *logits);
+static void kvs_engine_token(kvs_engine_t *e, kvs_engine_seq_t *h,
+    int32_t tok);
+static int kvs_engine_dev_plan(kvs_engine_t *e, const kvs_sched_plan_t *plan);
+static void kvs_engine_backend_line(kvs_engine_t *e);
 static void kvs_engine_fork(kvs_engine_t *e, kvs_engine_seq_t *h,
     const float *logits);
 static void kvs_engine_unfollow(kvs_engine_t *e, kvs_engine_seq_t *h);
@@ -98,6 +109,35 @@ kvs_engine_new(kvs_engine_t **out, const kvs_engine_conf_t *conf,
     bc.n_blocks = e->conf.n_blocks;
     bc.block_tokens = e->conf.block_tokens;
     bc.threads = e->conf.threads;
+    bc.kind = e->conf.backend;
+    bc.device = e->conf.device;
+    bc.kv_fraction = e->conf.kv_fraction;
+
+    /* the pool's limits are checked before the backend allocates for
+     * them: the pool refuses, with its own message, what it would refuse
+     * later (n_blocks 0 is for a CUDA backend to choose) */
+    if (e->conf.block_tokens > KVS_KV_MAX_BLOCK_TOKENS
+        || e->conf.n_blocks > KVS_KV_MAX_BLOCKS
+        || (e->conf.n_blocks == 0 && e->conf.backend == KVS_BACKEND_CPU))
+    {
+        rc = kvs_kv_pool_new(&e->pool, e->conf.n_blocks,
+                             e->conf.block_tokens, err);
+        kvs_kv_pool_free(e->pool);
+        e->pool = NULL;
+        rc = rc != KVS_OK ? rc : kvs_err_set(err, KVS_EINVAL, "engine: "
+                                             "the KV pool's limits");
+        goto failed;
+    }
+
+    /* the backend first: a CUDA one may size the pool itself */
+    rc = kvs_backend_new(&e->be, conf->model, &bc, &e->be_info, err);
+    if (rc != KVS_OK) {
+        e->be = NULL;
+        goto failed;
+    }
+
+    e->conf.n_blocks = e->be->n_blocks;
+    kvs_engine_backend_line(e);
 
     rc = kvs_kv_pool_new(&e->pool, e->conf.n_blocks, e->conf.block_tokens,
                          err);
@@ -107,11 +147,6 @@ kvs_engine_new(kvs_engine_t **out, const kvs_engine_conf_t *conf,
     }
 
     rc = kvs_sched_init(&e->sched, &sc, e->pool, err);
-    if (rc != KVS_OK) {
-        goto failed;
-    }
-
-    rc = kvs_backend_cpu_new(&e->be, conf->model, &bc, err);
     if (rc != KVS_OK) {
         goto failed;
     }
@@ -232,6 +267,8 @@ kvs_engine_free(kvs_engine_t *e)
     kvs_buf_free(&e->text);
     free(e->fork_logits);
     free(e->logits);
+    free(e->dev_params);
+    free(e->dev_ids);
     close(e->efd);
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->wake);
@@ -242,7 +279,7 @@ kvs_engine_free(kvs_engine_t *e)
 int
 kvs_engine_step(kvs_engine_t *e)
 {
-    int                 rc;
+    int                 rc, dev;
     uint32_t            i, used;
     uint64_t            t0, dt;
     kvs_err_t           err;
@@ -270,12 +307,19 @@ kvs_engine_step(kvs_engine_t *e)
 
     t0 = kvs_engine_now();
 
+    /* sampled on the device: only token ids come back, no logits */
+    dev = kvs_engine_dev_plan(e, &plan);
+    rc = KVS_OK;
+
     /* logits rows grow with the largest step seen, not with max_running
      * (256 rows of a 128K vocabulary would be 128 MiB) */
-    rc = kvs_grow((void **) &e->logits, &e->logits_cap,
-                  (size_t) plan.n_logits * e->be->n_vocab, sizeof(float));
-    if (rc != KVS_OK) {
-        kvs_err_set(&err, rc, "engine: out of memory for logits");
+    if (!dev) {
+        rc = kvs_grow((void **) &e->logits, &e->logits_cap,
+                      (size_t) plan.n_logits * e->be->n_vocab,
+                      sizeof(float));
+        if (rc != KVS_OK) {
+            kvs_err_set(&err, rc, "engine: out of memory for logits");
+        }
     }
 
     /* shared blocks this step writes into were swapped for new ones by
@@ -287,7 +331,10 @@ kvs_engine_step(kvs_engine_t *e)
     }
 
     if (rc == KVS_OK) {
-        rc = kvs_backend_forward(e->be, &plan.batch, e->logits, &err);
+        rc = dev ? e->be->ops->forward_sample(e->be, &plan.batch,
+                                              e->dev_params, e->dev_ids,
+                                              &err)
+                 : kvs_backend_forward(e->be, &plan.batch, e->logits, &err);
     }
 
     if (rc != KVS_OK) {
@@ -317,6 +364,12 @@ kvs_engine_step(kvs_engine_t *e)
     used = kvs_kv_pool_used_count(e->pool);
 
     for (i = 0; i < plan.n_logits; i++) {
+        if (dev) {
+            kvs_engine_token(e, (kvs_engine_seq_t *) plan.logits_seq[i],
+                             e->dev_ids[i]);
+            continue;
+        }
+
         kvs_engine_sample(e, (kvs_engine_seq_t *) plan.logits_seq[i],
                           e->logits + (size_t) i * e->be->n_vocab);
     }
@@ -352,6 +405,84 @@ unsigned
 kvs_engine_threads(const kvs_engine_t *e)
 {
     return e->be->threads;
+}
+
+
+const char *
+kvs_engine_backend(const kvs_engine_t *e)
+{
+    return e->be_line;
+}
+
+
+static void
+kvs_engine_backend_line(kvs_engine_t *e)
+{
+    const kvs_backend_info_t  *bi;
+
+    bi = &e->be_info;
+
+    if (e->be->kind == KVS_BACKEND_CUDA) {
+        snprintf(e->be_line, sizeof(e->be_line), "backend: cuda, device "
+                 "%d: %s, %" PRIu64 " MiB, %" PRIu32 " KV blocks (%s)",
+                 bi->ordinal, bi->device, bi->device_mem >> 20,
+                 e->be->n_blocks, bi->reason);
+        return;
+    }
+
+    snprintf(e->be_line, sizeof(e->be_line), "backend: cpu, %u thread%s "
+             "(%s)", e->be->threads, e->be->threads == 1 ? "" : "s",
+             bi->reason);
+}
+
+
+/*
+ * Whether this step samples on the device, and if so its rows' params
+ * (coins drawn now, in row order, one per non-greedy row as kvs_sample()
+ * would).  Every row must qualify: the device returns ids for all rows
+ * or none.  A leader with followers needs its logits on the host to
+ * fork them.  Out of memory for the params: the host samples.
+ */
+static int
+kvs_engine_dev_plan(kvs_engine_t *e, const kvs_sched_plan_t *plan)
+{
+    uint32_t               i;
+    kvs_engine_seq_t      *h;
+    kvs_backend_sample_t  *p;
+
+    if (e->be->ops->forward_sample == NULL || plan->n_logits == 0) {
+        return 0;
+    }
+
+    for (i = 0; i < plan->n_logits; i++) {
+        h = (kvs_engine_seq_t *) plan->logits_seq[i];
+
+        if (h->followers != NULL || !kvs_sampler_device_ok(&h->sampler)) {
+            return 0;
+        }
+    }
+
+    if (kvs_grow((void **) &e->dev_params, &e->dev_params_cap,
+                 plan->n_logits, sizeof(kvs_backend_sample_t)) != KVS_OK
+        || kvs_grow((void **) &e->dev_ids, &e->dev_ids_cap, plan->n_logits,
+                    sizeof(int32_t)) != KVS_OK)
+    {
+        return 0;
+    }
+
+    for (i = 0; i < plan->n_logits; i++) {
+        h = (kvs_engine_seq_t *) plan->logits_seq[i];
+        p = &e->dev_params[i];
+
+        p->temperature = h->sampler.params.temperature;
+        p->top_k = h->sampler.params.top_k;
+        p->top_p = h->sampler.params.top_p;
+        p->coin = p->temperature > 0.0f ? kvs_sampler_coin(&h->sampler)
+                                        : 0.0f;
+        e->dev_ids[i] = -1;
+    }
+
+    return 1;
 }
 
 
@@ -513,7 +644,29 @@ kvs_engine_fork(kvs_engine_t *e, kvs_engine_seq_t *h, const float *logits)
 static void
 kvs_engine_sample(kvs_engine_t *e, kvs_engine_seq_t *h, float *logits)
 {
-    int32_t             tok;
+    int32_t    tok;
+    kvs_err_t  err;
+
+    kvs_err_clear(&err);
+
+    if (h->followers != NULL) {
+        kvs_engine_fork(e, h, logits);
+    }
+
+    if (kvs_sample(&h->sampler, logits, &tok, &err) != KVS_OK) {
+        kvs_engine_end(e, h, KVS_FINISH_ERROR, err.msg, 0);
+        return;
+    }
+
+    kvs_engine_token(e, h, tok);
+}
+
+
+/* h's next token, sampled on the host or the device: stop tokens, the
+ * sampler's counts, the sequence, text and stop strings, the end. */
+static void
+kvs_engine_token(kvs_engine_t *e, kvs_engine_seq_t *h, int32_t tok)
+{
     uint32_t            i;
     kvs_err_t           err;
     const kvs_vocab_t  *v;
@@ -521,11 +674,10 @@ kvs_engine_sample(kvs_engine_t *e, kvs_engine_seq_t *h, float *logits)
     kvs_err_clear(&err);
     v = e->conf.vocab;
 
-    if (h->followers != NULL) {
-        kvs_engine_fork(e, h, logits);
-    }
-
-    if (kvs_sample(&h->sampler, logits, &tok, &err) != KVS_OK) {
+    if (tok < 0 || (uint32_t) tok >= e->be->n_vocab) {
+        kvs_err_set(&err, KVS_EIO, "backend: sampled token id %d is out "
+                    "of range (vocabulary of %" PRIu32 ")", (int) tok,
+                    e->be->n_vocab);
         kvs_engine_end(e, h, KVS_FINISH_ERROR, err.msg, 0);
         return;
     }

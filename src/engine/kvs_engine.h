@@ -35,6 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../backend/kvs_backend.h"
 #include "../base/kvs_buf.h"
 #include "../base/kvs_err.h"
 #include "../kv/kvs_radix.h"
@@ -60,7 +61,8 @@ typedef enum {
 typedef struct {
     const kvs_model_t  *model;        /* borrowed; outlives the engine */
     const kvs_vocab_t  *vocab;        /* its tokenizer, borrowed */
-    uint32_t            n_blocks;     /* KV pool size */
+    uint32_t            n_blocks;     /* KV pool size; 0 lets a CUDA
+                                         backend size it */
     uint32_t            block_tokens; /* 0: 16 */
     unsigned            threads;      /* 0: one per online CPU */
     uint32_t            max_batch_tokens;  /* 0: 2048 */
@@ -77,6 +79,14 @@ typedef struct {
                                              the cache; 0: none */
     int                 no_fair;          /* arrival order, tenants or not
                                              (baselines) */
+    kvs_backend_kind_t  backend;          /* CPU (0), CUDA or AUTO (CUDA
+                                             when a device answers) */
+    int                 device;           /* CUDA device ordinal */
+    double              kv_fraction;      /* CUDA: > 0 sizes the KV pool
+                                             to this fraction of the
+                                             device memory free after
+                                             weights and workspace,
+                                             instead of n_blocks */
 } kvs_engine_conf_t;
 
 /* A client cache breakpoint: keep prompt[0..n_tokens) cached (whole
@@ -193,8 +203,10 @@ typedef struct {
 } kvs_engine_stats_t;
 
 
-/* Builds the backend, pool and scheduler; conf is checked (KVS_EINVAL
- * names the field).  *out is NULL on failure. */
+/* Builds the backend (conf->backend; a CUDA one that cannot be had
+ * fails with the reason), then the pool of the backend's n_blocks and
+ * the scheduler; conf is checked (KVS_EINVAL names the field).  *out is
+ * NULL on failure. */
 int kvs_engine_new(kvs_engine_t **out, const kvs_engine_conf_t *conf,
     kvs_err_t *err);
 
@@ -241,6 +253,10 @@ void kvs_engine_stats(kvs_engine_t *e, kvs_engine_stats_t *st);
 void kvs_engine_tenants(kvs_engine_t *e, kvs_engine_tenants_t *out);
 
 unsigned kvs_engine_threads(const kvs_engine_t *e);
+
+/* One line for the log: which backend computes, on which device, and
+ * why ("backend: cpu, 2 threads (auto: cudaGetDeviceCount: ...)"). */
+const char *kvs_engine_backend(const kvs_engine_t *e);
 uint64_t kvs_engine_kv_bytes(const kvs_engine_t *e);   /* K/V storage */
 
 /* The pool's consistency, and with no sequence left no block in use:

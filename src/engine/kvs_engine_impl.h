@@ -105,6 +105,14 @@ struct kvs_engine_s {
     float                   *row;          /* [n_vocab] a follower's copy */
     int                      efd;
 
+    /* device sampling (backends with forward_sample) */
+    kvs_backend_info_t       be_info;  /* what kvs_backend_new chose */
+    char                     be_line[512];     /* kvs_engine_backend() */
+    kvs_backend_sample_t    *dev_params;   /* [n_logits] a step's rows */
+    size_t                   dev_params_cap;
+    int32_t                 *dev_ids;      /* [n_logits] their tokens */
+    size_t                   dev_ids_cap;
+
     pthread_mutex_t          lock;
     pthread_cond_t           wake;
     pthread_t                thread;

@@ -700,6 +700,26 @@ done:
 
 
 int
+kvs_sampler_device_ok(const kvs_sampler_t *s)
+{
+    const kvs_sample_params_t  *p;
+
+    p = &s->params;
+
+    return p->n_logit_bias == 0 && p->presence_penalty == 0.0f
+           && p->frequency_penalty == 0.0f && p->min_p == 0.0f
+           && !p->logprobs;
+}
+
+
+float
+kvs_sampler_coin(kvs_sampler_t *s)
+{
+    return kvs_sample_f32(&s->rng);
+}
+
+
+int
 kvs_sample_logprobs(const float *logits, uint32_t n_vocab, int32_t token,
     int32_t top_n, kvs_sample_logprobs_t *out, kvs_err_t *err)
 {

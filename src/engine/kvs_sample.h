@@ -152,6 +152,24 @@ int kvs_sample(kvs_sampler_t *s, float *logits, int32_t *token,
     kvs_err_t *err);
 
 /*
+ * For backends that sample on the device (kvs_backend_sample_t): 1 when
+ * s needs nothing but temperature, top-k and top-p (steps 3 to 8 and
+ * 10 above: no logit bias, penalties, min-p or logprobs), so the device
+ * can pick the token kvs_sample() would pick from the same logits.
+ */
+int kvs_sampler_device_ok(const kvs_sampler_t *s);
+
+/*
+ * Draws the coin kvs_sample() would draw at step 7 (advancing the RNG
+ * the same way), for a device that samples this step instead: call it
+ * exactly once per step of a non-greedy sampler (temperature > 0) and
+ * never for a greedy one, so a seed means the same on every backend.
+ * The token the device returns is then handled as kvs_sample()'s would
+ * be (kvs_sampler_accept() once it is kept).
+ */
+float kvs_sampler_coin(kvs_sampler_t *s);
+
+/*
  * The log-softmax of logits[n_vocab] at token and the top_n (0..20) most
  * likely tokens, most likely first, ties by lower id.  KVS_EINVAL for a
  * bad token, top_n, NaN or +inf logits, or no finite logit.

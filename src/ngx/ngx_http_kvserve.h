@@ -62,6 +62,11 @@ typedef struct {
     ngx_uint_t                fair_kv_max_milli;   /* kvserve_fair_kv_max
                                                   in thousandths of the
                                                   KV cache; 0: off */
+    ngx_uint_t                backend;     /* kvserve_backend: a
+                                              kvs_backend_kind_t, chosen
+                                              in the engine process */
+    ngx_uint_t                device;      /* kvserve_device: CUDA
+                                              ordinal */
 
     /* the engine process (ngx_http_kvserve_engine.c) */
     ngx_path_t               *engine_dir;  /* kvserve_engine_dir: socket
@@ -197,6 +202,8 @@ char *ngx_http_kvserve_tokenize_threshold(ngx_conf_t *cf,
 char *ngx_http_kvserve_fair_weights(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_kvserve_fair_kv_max(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_kvserve_backend(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 /* (ngx_http_kvserve_cache.c) */
 char *ngx_http_kvserve_cache_scope_directive(ngx_conf_t *cf,

@@ -15,6 +15,7 @@
 #include <ngx_http.h>
 
 #include "ngx_http_kvserve.h"
+#include "backend/kvs_backend.h"
 #include "kv/kvs_kv_size.h"
 #include "tokenizer/kvs_chat.h"
 
@@ -316,6 +317,40 @@ ngx_http_kvserve_kv_cache(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     kmcf->kv_cache = value[1];
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * kvserve_backend cuda | cpu | auto: only parsed here; the engine process
+ * chooses and loads (nginx's master and workers never touch CUDA).
+ */
+char *
+ngx_http_kvserve_backend(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_kvserve_main_conf_t  *kmcf = conf;
+
+    ngx_str_t           *value;
+    kvs_backend_kind_t   kind;
+
+    if (kmcf->backend != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (kvs_backend_parse((const char *) value[1].data, value[1].len, &kind)
+        != KVS_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\" directive, "
+                           "it must be \"cuda\", \"cpu\" or \"auto\"",
+                           &value[1], &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    kmcf->backend = (ngx_uint_t) kind;
 
     return NGX_CONF_OK;
 }

@@ -315,6 +315,12 @@ ngx_http_kvserve_child(ngx_http_kvserve_engine_t *e, int lease, int pidfd)
         sm[i].engine.fair_w_prefill = (uint32_t) kmcf->fair_w_prefill;
         sm[i].engine.fair_w_decode = (uint32_t) kmcf->fair_w_decode;
         sm[i].engine.fair_kv_max_milli = (uint32_t) kmcf->fair_kv_max_milli;
+        sm[i].engine.backend = (kvs_backend_kind_t) kmcf->backend;
+        sm[i].engine.device = (int) kmcf->device;
+
+        /* a fraction is of the device's memory on CUDA (the plan's
+         * n_blocks are the CPU's), shared equally by the models */
+        sm[i].engine.kv_fraction = kmcf->kv_spec.fraction / (double) n;
     }
 
     ngx_memzero(&conf, sizeof(conf));

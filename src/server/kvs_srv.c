@@ -155,6 +155,10 @@ kvs_srv_new(kvs_srv_t **out, const kvs_srv_conf_t *conf, kvs_err_t *err)
 
         srv->n_engines = i + 1;
 
+        /* which backend computes and why: one line per model */
+        kvs_srv_log(srv, "model \"%s\": %s", wm->name,
+                    kvs_engine_backend(srv->engines[i].e));
+
         kvs_engine_stats(srv->engines[i].e, &st);
 
         wm->index = i;
