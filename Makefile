@@ -157,9 +157,11 @@ $(B)/libkvserve_cuda_probe.so: $(B)/cuda/kvs_cuda_probe.o
 # every kernel built for sm_90 without a warning, both images in the .so,
 # no register spills in the attention kernels, and no CUDA library
 # needed by the CLI or the module (t/cuda_check.sh)
-cuda-check: $(CUDA_SO) $(CLI) $(MODULE) $(VENV)/.cuobjdump
+cuda-check: $(CUDA_SO) $(CLI) $(MODULE) $(VENV)/.cuobjdump $(B)/gpu_check
 	CUDA_HOME=$(CUDA_HOME) VENV=$(abspath $(VENV)) \
 	    bash t/cuda_check.sh $(BABS) $(CU_SRCS)
+	@# gpu_check builds here, and its harness runs on the CPU backend
+	$(TEST_ENV) $(B)/gpu_check --self-test --out $(BABS)/tmp/gpu-check
 
 # cuobjdump: the toolkit's, else NVIDIA's wheel of it in the venv (the
 # toolkit installed here ships none)
@@ -294,6 +296,10 @@ BENCH_BINS := $(BENCH_SRCS:t/bench/%.c=$(B)/%)
 
 $(B)/bench_%: t/bench/bench_%.c $(LIB)
 	$(CC) $(KVS_CFLAGS) $(CFLAGS) -Isrc -o $@ $< $(LIB) $(LIBS)
+
+# the prefix index lookup against a real redis-server (hiredis' sync API;
+# only this bench and the nginx module link hiredis)
+$(B)/bench_route: LIBS += -lhiredis
 
 bench: $(CLI) $(BENCH_BINS) $(MODULE) $(PY_STAMP)
 	@mkdir -p $(B)/tmp
