@@ -143,7 +143,7 @@ GET /v1/models/caf%E9
 --- request
 GET /v1/models
 --- error_log eval
-qr/\[notice\] .*kvserve: using the CPU backend: /
+qr/\[notice\] .*kvserve: model "kvserve-tiny": backend: cpu, \d+ threads? \(auto: /
 
 
 

@@ -86,9 +86,9 @@ for my $w (workers($master)) {
     is_deeply([model_maps($w)], ['r--s'], "worker $w shares that mapping");
 }
 
-ok(wait_for(sub { slurp("$root/logs/error.log") =~ /using the CPU backend|CUDA device found/ }),
+ok(wait_for(sub { slurp("$root/logs/error.log") =~ /kvserve: model "[^"]+": backend: (?:cpu|cuda)/ }),
    'the backend line is logged');
-my @lines = slurp("$root/logs/error.log") =~ /kvserve: (using the CPU backend|CUDA device found)/g;
+my @lines = slurp("$root/logs/error.log") =~ /kvserve: model "[^"]+": (backend: (?:cpu|cuda))/g;
 is(scalar @lines, 1, '... once, not once per worker');
 
 # reload: new workers, and the master keeps one mapping, not two
