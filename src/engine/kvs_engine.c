@@ -261,6 +261,7 @@ kvs_engine_free(kvs_engine_t *e)
 
     kvs_sched_free(&e->sched);
     kvs_radix_free(e->radix);
+    kvs_engine_index_done(e);
     kvs_backend_free(e->be);
     kvs_kv_pool_free(e->pool);
     kvs_buf_free(&e->piece);
@@ -277,7 +278,7 @@ kvs_engine_free(kvs_engine_t *e)
 
 
 int
-kvs_engine_step(kvs_engine_t *e)
+kvs_engine_step_run(kvs_engine_t *e)
 {
     int                 rc, dev;
     uint32_t            i, used;
@@ -946,6 +947,8 @@ kvs_engine_cache_new(kvs_engine_t *e, kvs_err_t *err)
         return rc;
     }
 
+    kvs_engine_index_init(e);
+
     return kvs_sched_set_cache(&e->sched, e->radix, err);
 }
 
@@ -1023,7 +1026,8 @@ kvs_engine_main(void *arg)
 
         /* idle (the last step found nothing to run): sleep until a
          * submit, a close or quit */
-        while (!busy && !e->quit && e->inbox == NULL && e->cancels == NULL)
+        while (!busy && !e->quit && e->inbox == NULL && e->cancels == NULL
+               && !kvs_engine_index_pending(e))
         {
             pthread_cond_wait(&e->wake, &e->lock);
         }

@@ -87,6 +87,11 @@ typedef struct {
                                              device memory free after
                                              weights and workspace,
                                              instead of n_blocks */
+    const char         *index_model;      /* the served model's name:
+                                             names every cached block
+                                             for the prefix index (see
+                                             kvs_engine_index_take);
+                                             NULL: no names.  Borrowed */
 } kvs_engine_conf_t;
 
 /* A client cache breakpoint: keep prompt[0..n_tokens) cached (whole
@@ -258,6 +263,59 @@ unsigned kvs_engine_threads(const kvs_engine_t *e);
  * why ("backend: cpu, 2 threads (auto: cudaGetDeviceCount: ...)"). */
 const char *kvs_engine_backend(const kvs_engine_t *e);
 uint64_t kvs_engine_kv_bytes(const kvs_engine_t *e);   /* K/V storage */
+
+/*
+ * The prefix index (docs/prefix-index.md).  With conf.index_model set
+ * (and the prefix cache on), every block that joins the cache is named
+ * with kvs_index_name_root/_next under (index_model, epoch, adapter: ""
+ * or its id in decimal, the request's cache scope) as it is inserted,
+ * from its parent's name: only new blocks are hashed.  While subscribed,
+ * the engine thread records every name added and evicted and hands them
+ * over once per step (the eventfd becomes readable when there is
+ * something to take); kvs_engine_index_take() gets them, netted:
+ * a name is in adds or dels at most once, as the last event says.
+ */
+typedef struct {
+    uint8_t   (*names)[16];           /* [n_add + n_del] kvs_index_name_t
+                                         bytes: added (parents before
+                                         children), then evicted
+                                         (children before parents) */
+    uint32_t    n_add;
+    uint32_t    n_del;
+    int         resync;               /* the adds begin with the whole
+                                         cache's listing (a subscribe,
+                                         or a record that was lost) */
+    uint32_t    running;              /* load as of the last step */
+    uint32_t    waiting;
+    uint32_t    free_blocks;          /* free + evictable cached */
+    uint32_t    block_tokens;
+    uint64_t    epoch;
+
+    /* the take's own, reused from one take to the next */
+    size_t      names_cap;
+    void       *ev;                   /* events taken */
+    size_t      ev_cap;
+    uint32_t   *slots;                /* netting table */
+    size_t      slots_cap;
+} kvs_engine_index_t;
+
+/* Starts (on) or stops recording names.  Starting asks for a resync:
+ * the engine thread lists the whole cache (parents first) at its next
+ * wake-up, and the take after that has resync set.  Stopping drops what
+ * was not taken.  Without conf.index_model (or the cache) nothing is
+ * ever recorded. */
+void kvs_engine_index_subscribe(kvs_engine_t *e, int on);
+
+/* Asks for a new full listing (as a subscribe does). */
+void kvs_engine_index_resync(kvs_engine_t *e);
+
+/* Takes what was recorded since the last take, and the load; out's
+ * arrays are reused.  KVS_ENOMEM: nothing is lost (a resync is asked
+ * for). */
+int kvs_engine_index_take(kvs_engine_t *e, kvs_engine_index_t *out,
+    kvs_err_t *err);
+
+void kvs_engine_index_free(kvs_engine_index_t *out);
 
 /* The pool's consistency, and with no sequence left no block in use:
  * for tests, between steps (or after the thread stopped). */

@@ -88,6 +88,37 @@ struct kvs_engine_seq_s {
     kvs_engine_seq_t        *ready_next;
 };
 
+/* One recorded name: added (del 0) or evicted. */
+typedef struct {
+    uint8_t  name[16];
+    uint8_t  del;
+} kvs_engine_ix_ev_t;
+
+/*
+ * The prefix index's record (kvs_engine_index.c).  Engine thread only:
+ * on, lost and the step's events (step_ev); under e->lock: what the
+ * consumer asked (want_on, want_resync) and the events not yet taken
+ * (ev), which the engine thread appends step_ev to once per step.
+ */
+typedef struct {
+    int                      naming;   /* conf.index_model and a cache */
+    size_t                   model_len;
+    int                      on;       /* recording, engine thread's */
+    int                      lost;     /* an event could not be kept */
+    int                      listing;  /* step_ev begins with a listing */
+    kvs_engine_ix_ev_t      *step_ev;  /* [step_n] this step's */
+    size_t                   step_n;
+    size_t                   step_cap;
+
+    int                      want_on;  /* under e->lock from here */
+    int                      want_resync;
+    int                      resync;   /* ev begins with a listing */
+    kvs_engine_ix_ev_t      *ev;       /* [ev_n] not yet taken */
+    size_t                   ev_n;
+    size_t                   ev_cap;
+    size_t                   ev_max;   /* past it: dropped, resync */
+} kvs_engine_ix_t;
+
 struct kvs_engine_s {
     kvs_engine_conf_t        conf;
     kvs_backend_t           *be;
@@ -125,7 +156,32 @@ struct kvs_engine_s {
     kvs_engine_stats_t       stats;    /* engine thread's, published */
     kvs_engine_stats_t       shown;    /* copy under the lock */
     kvs_engine_tenants_t     tenants;  /* published under the lock */
+    kvs_engine_ix_t          ix;       /* the prefix index's record */
 };
+
+
+/* kvs_engine.c */
+
+/* One step's work (kvs_engine_step() wraps it with the index's record):
+ * 1 if it did work, 0 if idle. */
+int kvs_engine_step_run(kvs_engine_t *e);
+
+
+/* kvs_engine_index.c */
+
+/* Sets the cache's hooks when the engine names blocks. */
+void kvs_engine_index_init(kvs_engine_t *e);
+void kvs_engine_index_done(kvs_engine_t *e);
+
+/* Before a step: the consumer's wishes (on, off, resync: the listing). */
+void kvs_engine_index_begin(kvs_engine_t *e);
+
+/* After a step: its events to the consumer's record; the eventfd is
+ * written when that record was empty. */
+void kvs_engine_index_end(kvs_engine_t *e);
+
+/* Whether the engine thread has index work (under e->lock). */
+int kvs_engine_index_pending(const kvs_engine_t *e);
 
 
 /* kvs_engine_io.c */

@@ -1,6 +1,7 @@
 /*
  * kvs_radix: the prefix cache's tree: namespaces, match, insert, split,
- * locks and least-recently-used eviction (see kvs_radix.h).
+ * locks, least-recently-used eviction and the index names' hooks (see
+ * kvs_radix.h).
  *
  * Invariants kept here, beyond the header's:
  *   - children of a node never have equal first blocks, so at most one
@@ -37,6 +38,8 @@ static void kvs_radix_evict_leaf(kvs_radix_t *r, kvs_radix_node_t *leaf,
     uint32_t want, uint32_t *freed);
 static void kvs_radix_drop_blocks(kvs_radix_t *r, kvs_radix_node_t *node,
     uint32_t from, uint32_t *freed);
+static void kvs_radix_name_new(kvs_radix_t *r, kvs_radix_node_t *leaf,
+    const int32_t *tokens);
 static void kvs_radix_heap_push(kvs_radix_t *r, kvs_radix_node_t *node);
 static void kvs_radix_heap_remove(kvs_radix_t *r, kvs_radix_node_t *node);
 static void kvs_radix_heap_up(kvs_radix_t *r, uint32_t i);
@@ -408,6 +411,7 @@ kvs_radix_insert(kvs_radix_t *r, kvs_radix_ns_t *ns, const int32_t *tokens,
         }
 
         kvs_radix_child_add(x, leaf);
+        kvs_radix_name_new(r, leaf, tokens + (size_t) b * r->bt);
         r->n_blocks += leaf->n_blocks;
         r->n_nodes++;
         x = leaf;
@@ -505,6 +509,7 @@ kvs_radix_split(kvs_radix_t *r, kvs_radix_node_t *node, uint32_t k,
     memcpy(p->tokens, node->tokens, (size_t) k * r->bt * sizeof(int32_t));
     memcpy(p->blocks, node->blocks, k * sizeof(uint32_t));
     memcpy(p->chains, node->chains, k * sizeof(uint64_t));
+    memcpy(p->inames, node->inames, (size_t) k * KVS_RADIX_NAME_LEN);
 
     /* node keeps its struct (and so its locks and pin) as the lower
      * half: swap in the shorter arrays */
@@ -512,11 +517,14 @@ kvs_radix_split(kvs_radix_t *r, kvs_radix_node_t *node, uint32_t k,
            (size_t) rest * r->bt * sizeof(int32_t));
     memcpy(low->blocks, node->blocks + k, rest * sizeof(uint32_t));
     memcpy(low->chains, node->chains + k, rest * sizeof(uint64_t));
+    memcpy(low->inames, node->inames + k,
+           (size_t) rest * KVS_RADIX_NAME_LEN);
 
     free(node->chains);               /* the allocation's start */
     node->tokens = low->tokens;
     node->blocks = low->blocks;
     node->chains = low->chains;
+    node->inames = low->inames;
     free(low);
 
     p->ns = node->ns;
@@ -750,9 +758,132 @@ kvs_radix_drop_blocks(kvs_radix_t *r, kvs_radix_node_t *node, uint32_t from,
         kvs_radix_names_add(r, node->ns, node->chains[i], -1);
     }
 
+    /* the deepest first: a reader of the index never sees a block
+     * whose parent is already gone */
+    if (r->hooks.evicted != NULL) {
+        for (i = node->n_blocks; i > from; i--) {
+            if (kvs_radix_named(node->inames[i - 1])) {
+                r->hooks.evicted(r->hooks.arg, node->inames[i - 1]);
+            }
+        }
+    }
+
     r->n_blocks -= node->n_blocks - from;
     r->evicted += node->n_blocks - from;
     node->n_blocks = from;
+}
+
+
+/*
+ * Asks the index hook for the names of leaf's blocks, all new to the
+ * tree (tokens are theirs), continuing from the name of the block before
+ * them.  An unnamed parent block leaves them unnamed: their names would
+ * have to chain from it.
+ */
+static void
+kvs_radix_name_new(kvs_radix_t *r, kvs_radix_node_t *leaf,
+    const int32_t *tokens)
+{
+    const uint8_t     *parent;
+    kvs_radix_key_t    key;
+    kvs_radix_node_t  *up;
+
+    if (r->hooks.added == NULL) {
+        return;
+    }
+
+    up = leaf->parent;
+    parent = NULL;
+
+    if (up->parent != NULL) {
+        parent = up->inames[up->n_blocks - 1];
+
+        if (!kvs_radix_named(parent)) {
+            return;
+        }
+    }
+
+    key.epoch = leaf->ns->epoch;
+    key.adapter = leaf->ns->adapter;
+    key.scope = leaf->ns->scope;
+    key.scope_len = leaf->ns->scope_len;
+
+    r->hooks.added(r->hooks.arg, &key, parent, tokens, leaf->n_blocks,
+                   leaf->inames);
+}
+
+
+void
+kvs_radix_set_hooks(kvs_radix_t *r, const kvs_radix_hooks_t *hooks)
+{
+    if (hooks == NULL) {
+        memset(&r->hooks, 0, sizeof(kvs_radix_hooks_t));
+        return;
+    }
+
+    r->hooks = *hooks;
+}
+
+
+uint64_t
+kvs_radix_list_names(const kvs_radix_t *r, kvs_radix_name_pt fn, void *arg)
+{
+    size_t                   b;
+    uint32_t                 i;
+    uint64_t                 n;
+    const kvs_radix_ns_t    *ns;
+    const kvs_radix_node_t  *x;
+
+    n = 0;
+
+    for (b = 0; b < KVS_RADIX_NS_BUCKETS; b++) {
+        for (ns = r->buckets[b]; ns != NULL; ns = ns->hnext) {
+            /* pre-order without a stack, as kvs_radix_check() walks */
+            x = ns->root.child;
+
+            while (x != NULL) {
+                for (i = 0; i < x->n_blocks; i++) {
+                    if (kvs_radix_named(x->inames[i])) {
+                        fn(arg, x->inames[i]);
+                        n++;
+                    }
+                }
+
+                if (x->child != NULL) {
+                    x = x->child;
+                    continue;
+                }
+
+                while (x != NULL && x->next == NULL) {
+                    x = x->parent;
+                    if (x == &ns->root) {
+                        x = NULL;
+                    }
+                }
+
+                if (x != NULL) {
+                    x = x->next;
+                }
+            }
+        }
+    }
+
+    return n;
+}
+
+
+int
+kvs_radix_named(const uint8_t *name)
+{
+    size_t  i;
+
+    for (i = 0; i < KVS_RADIX_NAME_LEN; i++) {
+        if (name[i] != 0) {
+            return 1;
+        }
+    }
+
+    return 0;
 }
 
 
@@ -823,16 +954,21 @@ kvs_radix_node_new(kvs_radix_t *r, uint32_t n_blocks)
         return NULL;
     }
 
-    /* one allocation: chains, then blocks, then tokens (alignment) */
+    /* one allocation: chains, index names, blocks, then tokens
+     * (alignment: 8, 16, 4, 4 bytes per element) */
     tok = (size_t) n_blocks * r->bt * sizeof(int32_t);
-    node->chains = malloc(n_blocks * (sizeof(uint64_t) + sizeof(uint32_t))
+    node->chains = malloc(n_blocks * (sizeof(uint64_t) + KVS_RADIX_NAME_LEN
+                                      + sizeof(uint32_t))
                           + tok);
     if (node->chains == NULL) {
         free(node);
         return NULL;
     }
 
-    node->blocks = (uint32_t *) (node->chains + n_blocks);
+    node->inames = (uint8_t (*)[KVS_RADIX_NAME_LEN]) (node->chains
+                                                      + n_blocks);
+    memset(node->inames, 0, (size_t) n_blocks * KVS_RADIX_NAME_LEN);
+    node->blocks = (uint32_t *) (node->inames + n_blocks);
     node->tokens = (int32_t *) (node->blocks + n_blocks);
     node->n_blocks = n_blocks;
     node->heap_idx = KVS_RADIX_NONE_IDX;

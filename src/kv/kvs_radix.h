@@ -30,6 +30,17 @@
  * why a prefix missed (evicted, other epoch, adapter or scope); they
  * never decide a reuse.
  *
+ * Index names (the cross-host prefix index, docs/prefix-index.md): with
+ * hooks set, every block that joins the tree gets a 16-byte name from
+ * hooks.added (the caller hashes; src/kv knows nothing of the scheme),
+ * stored with the block, and every named block that leaves the tree by
+ * eviction is reported to hooks.evicted, deepest first (children before
+ * parents, a leaf's last block first).  A block named all zero is
+ * unnamed, and so are the blocks inserted below it.  The hooks run on
+ * the thread that inserts or evicts, in the middle of the change: they
+ * must not call back into the tree.  kvs_radix_free() reports nothing
+ * (the tree goes away whole).
+ *
  * Invariants (kvs_radix_check() verifies them):
  *   - a node's blocks are held by the tree (pool refcount >= 1), and no
  *     block is in the tree twice; n_blocks counts the tree's blocks;
@@ -53,6 +64,7 @@
 #include "kvs_kv_pool.h"
 
 #define KVS_RADIX_MAX_SCOPE  256      /* bytes of a cache scope */
+#define KVS_RADIX_NAME_LEN   16       /* bytes of an index name */
 
 typedef enum {
     KVS_RADIX_MISS_NONE = 0,          /* all of limit was reused */
@@ -72,6 +84,27 @@ typedef struct {
     const char  *scope;               /* [scope_len]; "" (0): global */
     size_t       scope_len;
 } kvs_radix_key_t;
+
+/*
+ * The prefix index's hooks (see "Index names" above).  added: the n
+ * blocks tokens[0, n * block_tokens) join the tree under key, after the
+ * block named parent (NULL: they start at the namespace's root); it
+ * writes their names into names[n] (zeroed before the call; a name left
+ * zero leaves that block and those after it unnamed).  Called only for
+ * blocks new to the tree, once the insert can no longer fail, and not
+ * when the parent block is itself unnamed.  evicted: a named block left
+ * the tree.
+ */
+typedef struct {
+    void   (*added)(void *arg, const kvs_radix_key_t *key,
+                    const uint8_t *parent, const int32_t *tokens,
+                    uint32_t n, uint8_t (*names)[KVS_RADIX_NAME_LEN]);
+    void   (*evicted)(void *arg, const uint8_t *name);
+    void    *arg;
+} kvs_radix_hooks_t;
+
+/* What kvs_radix_list_names() calls for each named block. */
+typedef void (*kvs_radix_name_pt)(void *arg, const uint8_t *name);
 
 typedef struct kvs_radix_s       kvs_radix_t;
 typedef struct kvs_radix_ns_s    kvs_radix_ns_t;
@@ -176,6 +209,18 @@ uint32_t kvs_radix_evict(kvs_radix_t *r, uint32_t want);
 uint32_t kvs_radix_evictable(const kvs_radix_t *r);
 
 void kvs_radix_stats(const kvs_radix_t *r, kvs_radix_stats_t *st);
+
+/* Sets (a copy of) the index hooks; NULL removes them.  Blocks cached
+ * before hooks are set stay unnamed. */
+void kvs_radix_set_hooks(kvs_radix_t *r, const kvs_radix_hooks_t *hooks);
+
+/* 1 when an index name (KVS_RADIX_NAME_LEN bytes) is not all zero. */
+int kvs_radix_named(const uint8_t *name);
+
+/* Calls fn for the name of every named block in the tree, parents before
+ * children (pre-order, each edge's blocks in order); returns how many. */
+uint64_t kvs_radix_list_names(const kvs_radix_t *r, kvs_radix_name_pt fn,
+    void *arg);
 
 /* Verifies the invariants above in O(nodes + blocks); KVS_EFORMAT names
  * the first broken one.  For tests. */

@@ -181,6 +181,18 @@ kvs_radix_check_node(const kvs_radix_t *r, const kvs_radix_node_t *x,
 
         seen[id / 8] |= 1u << (id % 8);
 
+        /* a named block's parent block is named too (its name chains
+         * from the parent's) */
+        if (kvs_radix_named(x->inames[i])
+            && (i > 0 ? !kvs_radix_named(x->inames[i - 1])
+                      : x->parent->parent != NULL
+                        && !kvs_radix_named(x->parent->inames[
+                                                x->parent->n_blocks - 1])))
+        {
+            return kvs_err_set(err, KVS_EFORMAT, "block %" PRIu32 " is "
+                               "named under an unnamed block", id);
+        }
+
         if (kvs_radix_chain(r, i == 0 ? (x->parent->parent == NULL
                                           ? KVS_RADIX_SEED
                                           : x->parent->chains[

@@ -32,6 +32,9 @@ struct kvs_radix_node_s {
     uint32_t          *blocks;        /* [n_blocks] pool ids, one tree
                                          reference each */
     uint64_t          *chains;        /* [n_blocks] names of the blocks */
+    uint8_t          (*inames)[KVS_RADIX_NAME_LEN];  /* [n_blocks] index
+                                         names (hooks.added's), all zero:
+                                         unnamed */
     uint32_t           n_blocks;      /* 0 only for a root */
     uint32_t           depth;         /* tokens before this edge */
     uint32_t           lock;          /* locks through this node */
@@ -101,6 +104,8 @@ struct kvs_radix_s {
     uint32_t            heap_n;
 
     kvs_radix_pin_t    *pins;         /* every pin, unordered */
+
+    kvs_radix_hooks_t   hooks;        /* the prefix index's; zero: none */
 
     kvs_radix_name_t   *names;        /* [names_cap], linear probing from
                                          the chain's home slot */

@@ -54,6 +54,7 @@ kvs_srv_new(kvs_srv_t **out, const kvs_srv_conf_t *conf, kvs_err_t *err)
     kvs_gguf_str_t       gs;
     kvs_wire_model_t    *wm;
     kvs_engine_stats_t   st;
+    kvs_engine_conf_t    ec;
     const kvs_model_t   *m;
 
     *out = NULL;
@@ -145,8 +146,11 @@ kvs_srv_new(kvs_srv_t **out, const kvs_srv_conf_t *conf, kvs_err_t *err)
         srv->engines[i].ev.kind = KVS_SRV_EV_ENGINE;
         srv->engines[i].ev.index = i;
 
-        rc = kvs_engine_new(&srv->engines[i].e, &conf->models[i].engine,
-                            err);
+        /* the prefix index names blocks under the served name */
+        ec = conf->models[i].engine;
+        ec.index_model = wm->name;
+
+        rc = kvs_engine_new(&srv->engines[i].e, &ec, err);
         if (rc != KVS_OK) {
             srv->engines[i].e = NULL;
             kvs_err_prefix(err, "models[%u] (%s)", i, wm->name);
@@ -225,6 +229,7 @@ kvs_srv_free(kvs_srv_t *srv)
 
     kvs_wire_submit_free(&srv->sub);
     kvs_engine_out_free(&srv->out);
+    kvs_engine_index_free(&srv->ix);
     free(srv->map);
     free(srv->engines);
     free(srv->path);
@@ -477,7 +482,8 @@ kvs_srv_run(kvs_srv_t *srv, kvs_err_t *err)
     stop = 0;
 
     while (!stop) {
-        n = epoll_wait(srv->epfd, evs, KVS_SRV_EVENTS, -1);
+        n = epoll_wait(srv->epfd, evs, KVS_SRV_EVENTS,
+                       kvs_srv_index_timeout(srv));
 
         if (n < 0) {
             if (errno == EINTR) {
@@ -541,6 +547,8 @@ kvs_srv_run(kvs_srv_t *srv, kvs_err_t *err)
                 break;
             }
         }
+
+        kvs_srv_index_tick(srv);
 
         /* one write per client per wake-up */
         while ((c = srv->dirty) != NULL) {

@@ -236,6 +236,14 @@ kvs_srv_frame(kvs_srv_t *srv, kvs_srv_client_t *c, const kvs_wire_hdr_t *h,
         kvs_srv_drain(srv, c);
         return KVS_OK;
 
+    case KVS_WIRE_SUBSCRIBE:
+        if (kvs_wire_dec_subscribe(f, h->len, &err) != KVS_OK) {
+            break;
+        }
+
+        kvs_srv_subscribe(srv, c);
+        return KVS_OK;
+
     case KVS_WIRE_STATS:
         if (kvs_wire_dec_empty(f, h->len, &err) != KVS_OK) {
             break;
@@ -385,6 +393,7 @@ kvs_srv_teardown(kvs_srv_t *srv, kvs_srv_client_t *c)
                     n == 1 ? "" : "s");
     }
 
+    kvs_srv_unsubscribe(srv, c);
     epoll_ctl(srv->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
 

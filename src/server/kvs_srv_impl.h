@@ -74,6 +74,8 @@ struct kvs_srv_client_s {
     int                pollout;       /* EPOLLOUT registered */
     int                dirty;         /* on the flush list */
     int                closing;       /* on the close list */
+    int                subscribed;    /* sent SUBSCRIBE: may publish */
+    uint64_t           ix_frames;     /* INDEX frames sent to it */
     kvs_srv_client_t  *next;          /* all clients */
     kvs_srv_client_t  *prev;
     kvs_srv_client_t  *dirty_next;
@@ -84,6 +86,8 @@ struct kvs_srv_client_s {
 typedef struct {
     kvs_srv_ev_t   ev;
     kvs_engine_t  *e;
+    uint64_t       ix_sent_ns;        /* the last INDEX frame to the
+                                         publisher, CLOCK_MONOTONIC */
 } kvs_srv_engine_t;
 
 struct kvs_srv_s {
@@ -118,6 +122,10 @@ struct kvs_srv_s {
     size_t              map_cap;      /* a power of two */
     size_t              map_used;
 
+    kvs_srv_client_t   *publisher;    /* gets INDEX frames: the oldest
+                                         subscribed client; NULL */
+    kvs_engine_index_t  ix;           /* scratch for index takes */
+
     kvs_wire_submit_t   sub;          /* scratch for SUBMIT */
     kvs_engine_out_t    out;          /* scratch for reads */
 };
@@ -137,6 +145,18 @@ void kvs_srv_flush(kvs_srv_t *srv, kvs_srv_client_t *c);
 void kvs_srv_close(kvs_srv_t *srv, kvs_srv_client_t *c,
     const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void kvs_srv_teardown(kvs_srv_t *srv, kvs_srv_client_t *c);
+
+/* kvs_srv_index.c */
+void kvs_srv_subscribe(kvs_srv_t *srv, kvs_srv_client_t *c);
+/* c is going: another subscriber takes over (with a resync), or the
+ * engines stop recording. */
+void kvs_srv_unsubscribe(kvs_srv_t *srv, kvs_srv_client_t *c);
+/* Sends the publisher what the engines recorded, and a load report per
+ * model at least once a second. */
+void kvs_srv_index_tick(kvs_srv_t *srv);
+/* epoll_wait's timeout: ms until the next load report is due; -1 with
+ * no publisher. */
+int kvs_srv_index_timeout(kvs_srv_t *srv);
 
 /* kvs_srv_req.c */
 void kvs_srv_submit(kvs_srv_t *srv, kvs_srv_client_t *c, uint64_t id);

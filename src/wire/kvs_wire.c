@@ -23,7 +23,7 @@
 
 static const char  *kvs_wire_names[] = {
     "?", "HELLO", "SUBMIT", "CANCEL", "REFUSED", "OUT", "PING", "PONG",
-    "STATS", "STATS_REPLY", "DRAIN"
+    "STATS", "STATS_REPLY", "DRAIN", "SUBSCRIBE", "INDEX"
 };
 
 
@@ -354,7 +354,8 @@ kvs_wire_enc_empty(kvs_buf_t *b, kvs_wire_type_t type, uint64_t id,
     uint8_t  *p;
 
     if (type != KVS_WIRE_CANCEL && type != KVS_WIRE_PING
-        && type != KVS_WIRE_STATS && type != KVS_WIRE_DRAIN)
+        && type != KVS_WIRE_STATS && type != KVS_WIRE_DRAIN
+        && type != KVS_WIRE_SUBSCRIBE)
     {
         return kvs_err_set(err, KVS_EINVAL, "type: %s has a body",
                            kvs_wire_type_name(type));
@@ -404,6 +405,140 @@ kvs_wire_dec_drain(const uint8_t *f, size_t f_len, kvs_err_t *err)
     if (kvs_wire_start(&rd, f, f_len, KVS_WIRE_DRAIN, err) != KVS_OK) {
         return KVS_EFORMAT;
     }
+
+    return kvs_wire_end(&rd);
+}
+
+
+int
+kvs_wire_enc_subscribe(kvs_buf_t *b, kvs_err_t *err)
+{
+    return kvs_wire_enc_empty(b, KVS_WIRE_SUBSCRIBE, 0, err);
+}
+
+
+int
+kvs_wire_dec_subscribe(const uint8_t *f, size_t f_len, kvs_err_t *err)
+{
+    kvs_wire_rd_t  rd;
+
+    if (kvs_wire_start(&rd, f, f_len, KVS_WIRE_SUBSCRIBE, err) != KVS_OK) {
+        return KVS_EFORMAT;
+    }
+
+    return kvs_wire_end(&rd);
+}
+
+
+/* What the INDEX decoder refuses, the encoder refuses too. */
+static int
+kvs_wire_index_check(const kvs_wire_index_t *ix, kvs_err_t *err, int code)
+{
+    if (ix->incarnation == 0) {
+        return kvs_err_set(err, code, "INDEX: incarnation: 0");
+    }
+
+    if (ix->block_tokens == 0 || ix->block_tokens > KVS_KV_MAX_BLOCK_TOKENS) {
+        return kvs_err_set(err, code, "INDEX: block_tokens: %u, not in "
+                           "1..%d", ix->block_tokens,
+                           KVS_KV_MAX_BLOCK_TOKENS);
+    }
+
+    if (ix->model >= KVS_WIRE_MAX_MODELS) {
+        return kvs_err_set(err, code, "INDEX: model: %u, not below %d",
+                           ix->model, KVS_WIRE_MAX_MODELS);
+    }
+
+    if (ix->resync > 1) {
+        return kvs_err_set(err, code, "INDEX: resync: must be 0 or 1 (got "
+                           "%u)", ix->resync);
+    }
+
+    return KVS_OK;
+}
+
+
+int
+kvs_wire_enc_index(kvs_buf_t *b, uint64_t id, const kvs_wire_index_t *ix,
+    kvs_err_t *err)
+{
+    int       rc;
+    size_t    n;
+    uint8_t  *p;
+
+    rc = kvs_wire_index_check(ix, err, KVS_ERANGE);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    n = (size_t) ix->n_add + ix->n_del;
+
+    if (n > KVS_WIRE_INDEX_MAX_NAMES) {
+        return kvs_err_set(err, KVS_ERANGE, "INDEX: %zu names, more than "
+                           "a frame holds (%zu)", n,
+                           (size_t) KVS_WIRE_INDEX_MAX_NAMES);
+    }
+
+    rc = kvs_wire_begin(b, KVS_WIRE_HDR + KVS_WIRE_INDEX_FIXED + n * 16,
+                        KVS_WIRE_INDEX, id, &p, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    p = kvs_wire_put32(p, ix->model);
+    p = kvs_wire_put64(p, ix->incarnation);
+    p = kvs_wire_put64(p, ix->epoch);
+    p = kvs_wire_put32(p, ix->block_tokens);
+    p = kvs_wire_put32(p, ix->running);
+    p = kvs_wire_put32(p, ix->waiting);
+    p = kvs_wire_put32(p, ix->free_blocks);
+    p = kvs_wire_put32(p, ix->resync);
+    p = kvs_wire_put32(p, ix->n_add);
+    p = kvs_wire_put32(p, ix->n_del);
+    p = kvs_wire_putb(p, ix->names, n * 16);
+    kvs_wire_commit(b, p);
+
+    return KVS_OK;
+}
+
+
+int
+kvs_wire_dec_index(const uint8_t *f, size_t f_len, kvs_wire_index_t *ix,
+    kvs_err_t *err)
+{
+    kvs_wire_rd_t  rd;
+
+    memset(ix, 0, sizeof(kvs_wire_index_t));
+
+    if (kvs_wire_start(&rd, f, f_len, KVS_WIRE_INDEX, err) != KVS_OK
+        || kvs_wire_u32(&rd, "model", &ix->model) != KVS_OK
+        || kvs_wire_u64(&rd, "incarnation", &ix->incarnation) != KVS_OK
+        || kvs_wire_u64(&rd, "epoch", &ix->epoch) != KVS_OK
+        || kvs_wire_u32(&rd, "block_tokens", &ix->block_tokens) != KVS_OK
+        || kvs_wire_u32(&rd, "running", &ix->running) != KVS_OK
+        || kvs_wire_u32(&rd, "waiting", &ix->waiting) != KVS_OK
+        || kvs_wire_u32(&rd, "free_blocks", &ix->free_blocks) != KVS_OK
+        || kvs_wire_u32(&rd, "resync", &ix->resync) != KVS_OK
+        || kvs_wire_u32(&rd, "n_add", &ix->n_add) != KVS_OK
+        || kvs_wire_u32(&rd, "n_del", &ix->n_del) != KVS_OK)
+    {
+        return KVS_EFORMAT;
+    }
+
+    if (kvs_wire_index_check(ix, err, KVS_EFORMAT) != KVS_OK) {
+        return KVS_EFORMAT;
+    }
+
+    /* the sum in 64 bits: two u32 counts cannot wrap it */
+    if (kvs_wire_need_n(&rd, (uint64_t) ix->n_add + ix->n_del, 16,
+                        "names") != KVS_OK)
+    {
+        return KVS_EFORMAT;
+    }
+
+    ix->names = rd.p;
+    rd.p += ((size_t) ix->n_add + ix->n_del) * 16;
+    rd.left -= ((size_t) ix->n_add + ix->n_del) * 16;
 
     return kvs_wire_end(&rd);
 }

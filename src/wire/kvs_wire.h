@@ -42,7 +42,8 @@
 #include "../base/kvs_err.h"
 #include "../engine/kvs_engine.h"
 
-#define KVS_WIRE_VERSION      2       /* 2: prefix cache fields, tenant */
+#define KVS_WIRE_VERSION      3       /* 2: prefix cache fields, tenant;
+                                         3: SUBSCRIBE, INDEX */
 #define KVS_WIRE_HDR          16
 #define KVS_WIRE_MAX_FRAME    (16u << 20)   /* 1M prompt ids take 4 MiB */
 #define KVS_WIRE_AGAIN        1             /* need more bytes */
@@ -67,7 +68,14 @@ typedef enum {
     KVS_WIRE_DRAIN,                   /* worker -> engine: stop accepting,
                                          release the lease, exit once
                                          the last client has gone */
-    KVS_WIRE_TYPE_MAX = KVS_WIRE_DRAIN
+    KVS_WIRE_SUBSCRIBE,               /* worker -> engine: this worker
+                                         publishes the prefix index:
+                                         send it INDEX frames (a resync
+                                         first; again: a new resync).
+                                         No body, id 0 */
+    KVS_WIRE_INDEX,                   /* engine -> worker: names added
+                                         and evicted, and the load */
+    KVS_WIRE_TYPE_MAX = KVS_WIRE_INDEX
 } kvs_wire_type_t;
 
 typedef struct {
@@ -148,6 +156,39 @@ typedef struct {
     kvs_engine_tenants_t  tenants;    /* the fair share's, for metrics */
 } kvs_wire_model_stats_t;
 
+/*
+ * INDEX: one model's prefix cache changes (docs/prefix-index.md), body
+ *
+ *     u32 model, u64 incarnation, u64 epoch, u32 block_tokens,
+ *     u32 running, u32 waiting, u32 free_blocks, u32 resync,
+ *     u32 n_add, u32 n_del, then (n_add + n_del) names of 16 bytes
+ *
+ * The header's id counts the INDEX frames the engine process sent to
+ * that client (1, 2, ...), for logs.  A batch bigger than a frame goes
+ * in several (at most KVS_WIRE_INDEX_MAX_NAMES names each); every frame
+ * of a resync has resync set.  n_add = n_del = 0 is a load report.
+ */
+#define KVS_WIRE_INDEX_FIXED      48
+#define KVS_WIRE_INDEX_MAX_NAMES  ((KVS_WIRE_MAX_FRAME - KVS_WIRE_HDR \
+                                    - KVS_WIRE_INDEX_FIXED) / 16)
+
+typedef struct {
+    uint32_t        model;            /* index into HELLO's models */
+    uint64_t        incarnation;      /* the engine process's, nonzero */
+    uint64_t        epoch;            /* the model's weight epoch */
+    uint32_t        block_tokens;     /* 1..KVS_KV_MAX_BLOCK_TOKENS */
+    uint32_t        running;          /* load when sent: sequences */
+    uint32_t        waiting;          /*   running and waiting, */
+    uint32_t        free_blocks;      /*   free + evictable KV blocks */
+    uint32_t        resync;           /* 1: part of the full listing sent
+                                         after a SUBSCRIBE; 0 or 1 */
+    uint32_t        n_add;            /* names added (parents first) */
+    uint32_t        n_del;            /* names evicted (children first) */
+    const uint8_t  *names;            /* [(n_add + n_del) * 16] added then
+                                         deleted, kvs_index_name_t bytes;
+                                         decoded: points into the frame */
+} kvs_wire_index_t;
+
 typedef struct {
     uint32_t                clients;  /* connections now */
     uint32_t                requests; /* requests in flight */
@@ -185,6 +226,13 @@ int kvs_wire_dec_empty(const uint8_t *f, size_t f_len, kvs_err_t *err);
 /* DRAIN only (its id is 0): a frame of another type is KVS_EFORMAT. */
 int kvs_wire_dec_drain(const uint8_t *f, size_t f_len, kvs_err_t *err);
 
+/* INDEX: ix->names points into f (valid while f is); the counts are
+ * checked against the frame's length before anything is read. */
+int kvs_wire_dec_index(const uint8_t *f, size_t f_len, kvs_wire_index_t *ix,
+    kvs_err_t *err);
+/* SUBSCRIBE only (no body, id 0). */
+int kvs_wire_dec_subscribe(const uint8_t *f, size_t f_len, kvs_err_t *err);
+
 void kvs_wire_submit_free(kvs_wire_submit_t *m);
 
 /* Encoders append one frame (OUT: one or more) to b. */
@@ -210,6 +258,12 @@ int kvs_wire_enc_empty(kvs_buf_t *b, kvs_wire_type_t type, uint64_t id,
 /* DRAIN, id 0: sent by a worker whose HELLO check failed (the engine
  * serves another configuration's models). */
 int kvs_wire_enc_drain(kvs_buf_t *b, kvs_err_t *err);
+
+/* One INDEX frame, id the frame's counter; KVS_ERANGE when the names do
+ * not fit a frame (split them: KVS_WIRE_INDEX_MAX_NAMES). */
+int kvs_wire_enc_index(kvs_buf_t *b, uint64_t id, const kvs_wire_index_t *ix,
+    kvs_err_t *err);
+int kvs_wire_enc_subscribe(kvs_buf_t *b, kvs_err_t *err);
 
 const char *kvs_wire_type_name(unsigned type);   /* "SUBMIT"; "?" */
 

@@ -33,6 +33,7 @@ one(const uint8_t *f, const kvs_wire_hdr_t *h, kvs_wire_submit_t *sub,
     kvs_buf_t           b;
     kvs_err_t           err;
     kvs_wire_refused_t  rf;
+    kvs_wire_index_t    ix;
 
     memset(&b, 0, sizeof(b));
     rc = KVS_EFORMAT;
@@ -68,6 +69,12 @@ one(const uint8_t *f, const kvs_wire_hdr_t *h, kvs_wire_submit_t *sub,
     case KVS_WIRE_PONG:
         if (kvs_wire_dec_pong(f, h->len, &u, &err) == KVS_OK) {
             rc = kvs_wire_enc_pong(&b, h->id, u, &err);
+        }
+        break;
+
+    case KVS_WIRE_INDEX:
+        if (kvs_wire_dec_index(f, h->len, &ix, &err) == KVS_OK) {
+            rc = kvs_wire_enc_index(&b, h->id, &ix, &err);
         }
         break;
 

@@ -12,9 +12,18 @@
  * blocks == pool size, with the tree holding exactly one reference on
  * each of its blocks, and checks every match against an oracle built
  * from outside the tree (the longest cached prefix, the miss reason).
+ * The index hooks: the random run names every block with a hash of its
+ * own (test_name(), nothing of the tree's) and checks after every
+ * operation that the blocks that joined were named exactly once, in
+ * order, from the right parent; that the names reported evicted are
+ * exactly those of the blocks that left, once each, children before
+ * parents; and that kvs_radix_list_names() lists exactly the tree's
+ * blocks' names, parents first.  test_index_names does the same by hand.
  */
 
 #include "kvs_test.h"
+
+#include <xxhash.h>
 
 #include "base/kvs_hash.h"
 #include "kv/kvs_kv_pool.h"
@@ -728,6 +737,199 @@ test_insert(void **state)
 
     kvs_radix_ns_put(e.r, ns);
     assert_int_equal(stats(&e).namespaces, 0);
+    env_done(&e);
+}
+
+
+/* The hooks' calls, for test_index_names. */
+typedef struct {
+    uint8_t   added[16][KVS_RADIX_NAME_LEN];
+    uint8_t   parent[16][KVS_RADIX_NAME_LEN];     /* zero: NULL given */
+    uint32_t  n_added;
+    uint8_t   ev[16][KVS_RADIX_NAME_LEN];
+    uint32_t  n_ev;
+} ixrec_t;
+
+
+/* A name made by hand: the block's first token, big-endian, then 0xa5
+ * (never all zero). */
+static void
+nm(int32_t first, uint8_t *out)
+{
+    memset(out, 0, KVS_RADIX_NAME_LEN);
+    out[0] = (uint8_t) ((uint32_t) first >> 24);
+    out[1] = (uint8_t) ((uint32_t) first >> 16);
+    out[2] = (uint8_t) ((uint32_t) first >> 8);
+    out[3] = (uint8_t) first;
+    out[4] = 0xa5;
+}
+
+
+static void
+ix_added(void *arg, const kvs_radix_key_t *key, const uint8_t *parent,
+    const int32_t *tokens, uint32_t n, uint8_t (*names)[KVS_RADIX_NAME_LEN])
+{
+    uint32_t   i;
+    ixrec_t   *x = arg;
+
+    assert_int_equal(key->epoch, key_g1.epoch);
+
+    for (i = 0; i < n; i++) {
+        assert_true(x->n_added < 16);
+        nm(tokens[(size_t) i * BT], names[i]);
+        memcpy(x->added[x->n_added], names[i], KVS_RADIX_NAME_LEN);
+        memset(x->parent[x->n_added], 0, KVS_RADIX_NAME_LEN);
+        if (i > 0 || parent != NULL) {
+            memcpy(x->parent[x->n_added], i > 0 ? names[i - 1] : parent,
+                   KVS_RADIX_NAME_LEN);
+        }
+        x->n_added++;
+    }
+}
+
+
+static void
+ix_evicted(void *arg, const uint8_t *name)
+{
+    ixrec_t  *x = arg;
+
+    assert_true(x->n_ev < 16);
+    memcpy(x->ev[x->n_ev++], name, KVS_RADIX_NAME_LEN);
+}
+
+
+static void
+ix_listed(void *arg, const uint8_t *name)
+{
+    ix_evicted(arg, name);
+}
+
+
+/* got is the hand-made name of first. */
+static void
+ix_is(const uint8_t *got, int32_t first)
+{
+    uint8_t  want[KVS_RADIX_NAME_LEN];
+
+    nm(first, want);
+    assert_memory_equal(got, want, KVS_RADIX_NAME_LEN);
+}
+
+
+/*
+ * The index hooks by hand: names given at insert are stored and only the
+ * new blocks are named, from the right parent (a split keeps them);
+ * eviction reports each once, children before parents, a leaf's tail
+ * first; the listing goes parents first; blocks cached before the hooks
+ * (or under such a block) stay unnamed and are never reported.
+ */
+static void
+test_index_names(void **state)
+{
+    env_t               e;
+    kvs_radix_ns_t     *ns;
+    kvs_radix_hooks_t   hooks;
+    seq_t               s1, s2, s3, s4, s5;
+    ixrec_t             x;
+    int32_t             tok[16], tok2[12], tok3[12], tok5[16];
+    uint8_t             want[KVS_RADIX_NAME_LEN], zero[KVS_RADIX_NAME_LEN];
+
+    memset(&x, 0, sizeof(x));
+    memset(zero, 0, sizeof(zero));
+    env_init(&e, 32, BT, 8);
+    hooks.added = ix_added;
+    hooks.evicted = ix_evicted;
+    hooks.arg = &x;
+    kvs_radix_set_hooks(e.r, &hooks);
+    ns = ns_get(&e, &key_g1);
+
+    /* three new blocks: 100, 104, 108, the first from the root */
+    fill(tok, 16, 100);
+    seq_fresh(&e, &s1, 0, tok, 14);
+    do_insert(&e, ns, &s1, 14, 0, 1);
+    assert_int_equal(x.n_added, 3);
+    ix_is(x.added[0], 100);
+    ix_is(x.added[1], 104);
+    ix_is(x.added[2], 108);
+    assert_memory_equal(x.parent[0], zero, KVS_RADIX_NAME_LEN);
+    assert_memory_equal(x.parent[1], x.added[0], KVS_RADIX_NAME_LEN);
+    assert_memory_equal(x.parent[2], x.added[1], KVS_RADIX_NAME_LEN);
+
+    /* the same prefix again: nothing new, nothing named */
+    x.n_added = 0;
+    do_insert(&e, ns, &s1, 14, 0, 2);
+    assert_int_equal(x.n_added, 0);
+
+    /* diverging after two blocks: the edge splits, one block is new, its
+     * parent the second block */
+    memcpy(tok2, tok, 8 * sizeof(int32_t));
+    fill(tok2 + 8, 4, 500);
+    seq_fresh(&e, &s2, 0, tok2, 12);
+    do_insert(&e, ns, &s2, 12, 0, 3);
+    assert_int_equal(x.n_added, 1);
+    ix_is(x.added[0], 500);
+    ix_is(x.parent[0], 104);
+    env_ok(&e);
+
+    /* the listing: 100, 104, then 108 and 500 in either order */
+    x.n_ev = 0;
+    assert_int_equal(kvs_radix_list_names(e.r, ix_listed, &x), 4);
+    ix_is(x.ev[0], 100);
+    ix_is(x.ev[1], 104);
+    nm(108, want);
+    if (memcmp(x.ev[2], want, KVS_RADIX_NAME_LEN) == 0) {
+        ix_is(x.ev[3], 500);
+    } else {
+        ix_is(x.ev[2], 500);
+        ix_is(x.ev[3], 108);
+    }
+
+    /* a leaf cut short: its last block goes first */
+    fill(tok5, 16, 900);
+    seq_fresh(&e, &s5, 0, tok5, 16);
+    do_insert(&e, ns, &s5, 16, 0, 4);
+    seq_end(&e, &s5);
+    seq_end(&e, &s1);
+    seq_end(&e, &s2);
+    x.n_ev = 0;
+    /* s5 is the most recent: the two older leaves go first, whole */
+    assert_int_equal(kvs_radix_evict(e.r, 2), 2);
+    assert_int_equal(x.n_ev, 2);
+    ix_is(x.ev[0], 108);                /* used least recently */
+    ix_is(x.ev[1], 500);
+    x.n_ev = 0;
+    assert_int_equal(kvs_radix_evict(e.r, ALL), 6);
+    assert_int_equal(x.n_ev, 6);
+    /* children before parents: 104 before 100; 912 .. 900 in reverse */
+    ix_is(x.ev[0], 104);
+    ix_is(x.ev[1], 100);
+    ix_is(x.ev[2], 912);
+    ix_is(x.ev[3], 908);
+    ix_is(x.ev[4], 904);
+    ix_is(x.ev[5], 900);
+    env_ok(&e);
+
+    /* cached without hooks: unnamed, and so is what is inserted under it
+     * once they are set; neither is listed nor reported */
+    kvs_radix_set_hooks(e.r, NULL);
+    fill(tok3, 12, 700);
+    seq_fresh(&e, &s3, 0, tok3, 8);
+    do_insert(&e, ns, &s3, 8, 0, 5);
+    kvs_radix_set_hooks(e.r, &hooks);
+    x.n_added = 0;
+    seq_fresh(&e, &s4, 0, tok3, 12);
+    do_insert(&e, ns, &s4, 12, 0, 6);
+    assert_int_equal(stats(&e).blocks, 3);
+    assert_int_equal(x.n_added, 0);
+    x.n_ev = 0;
+    assert_int_equal(kvs_radix_list_names(e.r, ix_listed, &x), 0);
+    env_ok(&e);
+    seq_end(&e, &s3);
+    seq_end(&e, &s4);
+    assert_int_equal(kvs_radix_evict(e.r, ALL), 3);
+    assert_int_equal(x.n_ev, 0);
+
+    kvs_radix_ns_put(e.r, ns);
     env_done(&e);
 }
 
@@ -1567,7 +1769,248 @@ typedef struct {
     uint64_t            n_miss[KVS_RADIX_MISS_OFF + 1];
     uint64_t            hit_tokens, query_tokens, partial_hits, cows;
     uint64_t            skips, forks, inserts, splits, evicted, pins;
+    /* index names (see the top): [nb] per tree block, as recorded */
+    uint8_t           (*iname)[KVS_RADIX_NAME_LEN];
+    uint8_t           (*iparent)[KVS_RADIX_NAME_LEN];  /* zero: root */
+    uint8_t             added[MAX_BLK][KVS_RADIX_NAME_LEN];  /* by the
+                                             hook, since the last insert */
+    uint32_t            n_added;
+    uint8_t           (*evl)[KVS_RADIX_NAME_LEN];  /* [nb] reported
+                                             evicted since the last check */
+    uint32_t            n_evl;
+    uint32_t           *ord;              /* [nb] scratch */
+    uint64_t            names_added, names_evicted;
 } rt_t;
+
+
+/* The test's own block name: xxh3-128 of (parent name or 16 zeros,
+ * epoch, adapter, scope, the block's tokens); any injective-enough
+ * function would do, the tree must only store and report it. */
+static void
+test_name(const kvs_radix_key_t *key, const uint8_t *parent,
+    const int32_t *tokens, uint32_t bt, uint8_t *out)
+{
+    size_t              n;
+    uint8_t             buf[KVS_RADIX_NAME_LEN + 12 + KVS_RADIX_MAX_SCOPE
+                            + 64 * sizeof(int32_t)];
+    XXH128_canonical_t  c;
+
+    assert_true(bt <= 64);
+    memset(buf, 0, KVS_RADIX_NAME_LEN);
+    if (parent != NULL) {
+        memcpy(buf, parent, KVS_RADIX_NAME_LEN);
+    }
+    n = KVS_RADIX_NAME_LEN;
+    memcpy(buf + n, &key->epoch, 8);
+    memcpy(buf + n + 8, &key->adapter, 4);
+    n += 12;
+    memcpy(buf + n, key->scope, key->scope_len);
+    n += key->scope_len;
+    memcpy(buf + n, tokens, bt * sizeof(int32_t));
+    n += bt * sizeof(int32_t);
+
+    XXH128_canonicalFromHash(&c, XXH3_128bits(buf, n));
+    memcpy(out, c.digest, KVS_RADIX_NAME_LEN);
+}
+
+
+static void
+rt_hook_added(void *arg, const kvs_radix_key_t *key, const uint8_t *parent,
+    const int32_t *tokens, uint32_t n, uint8_t (*names)[KVS_RADIX_NAME_LEN])
+{
+    uint32_t   i;
+    rt_t      *rt = arg;
+
+    for (i = 0; i < n; i++) {
+        assert_false(kvs_radix_named(names[i]));      /* zeroed for us */
+        test_name(key, i == 0 ? parent : names[i - 1],
+                  tokens + (size_t) i * rt->e.bt, rt->e.bt, names[i]);
+
+        if (rt->n_added >= MAX_BLK) {
+            fail_msg("op %lu: more than %u names added by one insert",
+                     (unsigned long) rt->op, MAX_BLK);
+        }
+        memcpy(rt->added[rt->n_added++], names[i], KVS_RADIX_NAME_LEN);
+    }
+}
+
+
+static void
+rt_hook_evicted(void *arg, const uint8_t *name)
+{
+    rt_t  *rt = arg;
+
+    if (rt->n_evl >= rt->nb) {
+        fail_msg("op %lu: more names evicted than the pool has blocks",
+                 (unsigned long) rt->op);
+    }
+    memcpy(rt->evl[rt->n_evl++], name, KVS_RADIX_NAME_LEN);
+}
+
+
+static const uint8_t (*rt_sort_names)[KVS_RADIX_NAME_LEN];
+
+static int
+rt_name_cmp(const void *a, const void *b)
+{
+    return memcmp(rt_sort_names[*(const uint32_t *) a],
+                  rt_sort_names[*(const uint32_t *) b], KVS_RADIX_NAME_LEN);
+}
+
+
+/* Where name is among names[n], through ord (indices sorted by name);
+ * -1 when absent. */
+static long
+rt_name_pos(uint8_t (*names)[KVS_RADIX_NAME_LEN], const uint32_t *ord,
+    uint32_t n, const uint8_t *name)
+{
+    uint32_t  lo, hi, mid;
+    int       c;
+
+    lo = 0;
+    hi = n;
+
+    while (lo < hi) {
+        mid = lo + (hi - lo) / 2;
+        c = memcmp(names[ord[mid]], name, KVS_RADIX_NAME_LEN);
+        if (c == 0) {
+            return (long) ord[mid];
+        }
+        if (c < 0) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+
+    return -1;
+}
+
+
+/* Sorts ord[0, n) as the indices of names[] by name; fails on a
+ * duplicate. */
+static void
+rt_names_sort(rt_t *rt, uint8_t (*names)[KVS_RADIX_NAME_LEN], uint32_t n,
+    const char *what)
+{
+    uint32_t  i;
+
+    for (i = 0; i < n; i++) {
+        rt->ord[i] = i;
+    }
+    rt_sort_names = (const uint8_t (*)[KVS_RADIX_NAME_LEN]) names;
+    qsort(rt->ord, n, sizeof(uint32_t), rt_name_cmp);
+
+    for (i = 1; i < n; i++) {
+        if (memcmp(names[rt->ord[i - 1]], names[rt->ord[i]],
+                   KVS_RADIX_NAME_LEN) == 0)
+        {
+            fail_msg("op %lu (%s): a name %s twice", (unsigned long) rt->op,
+                     rt->op_name, what);
+        }
+    }
+}
+
+
+static void
+rt_list_one(void *arg, const uint8_t *name)
+{
+    rt_t  *rt = arg;
+
+    /* into the eviction list's room, which is empty while listing */
+    if (rt->n_evl >= rt->nb) {
+        fail_msg("op %lu: more names listed than the pool has blocks",
+                 (unsigned long) rt->op);
+    }
+    memcpy(rt->evl[rt->n_evl++], name, KVS_RADIX_NAME_LEN);
+}
+
+
+/*
+ * The index names against the blocks that left and stayed since the
+ * last check (needs a fresh rt_scan(), was[] still the last check's):
+ * those that left were reported once each, children first; the listing
+ * is exactly the tree's blocks' names, parents first.
+ */
+static void
+rt_check_names(rt_t *rt)
+{
+    uint32_t  b, n, gone;
+    long      at, up;
+    uint64_t  listed;
+
+    rt_names_sort(rt, rt->evl, rt->n_evl, "reported evicted");
+    gone = 0;
+
+    for (b = 0; b < rt->nb; b++) {
+        if (!rt->was[b] || rt->tree[b]) {
+            continue;
+        }
+
+        gone++;
+        at = rt_name_pos(rt->evl, rt->ord, rt->n_evl, rt->iname[b]);
+        if (at < 0) {
+            fail_msg("op %lu (%s): block %u left the tree, its name was not "
+                     "reported", (unsigned long) rt->op, rt->op_name, b);
+        }
+
+        up = rt_name_pos(rt->evl, rt->ord, rt->n_evl, rt->iparent[b]);
+        if (up >= 0 && up < at) {
+            fail_msg("op %lu (%s): a parent block's name was reported "
+                     "evicted before its child's", (unsigned long) rt->op,
+                     rt->op_name);
+        }
+    }
+
+    if (gone != rt->n_evl) {
+        fail_msg("op %lu (%s): %u blocks left the tree, %u names reported "
+                 "evicted", (unsigned long) rt->op, rt->op_name, gone,
+                 rt->n_evl);
+    }
+
+    rt->names_evicted += rt->n_evl;
+    rt->n_evl = 0;
+
+    /* the listing: the tree's names, each after its parent's (an
+     * O(n log n) check: every 16th operation) */
+    if (rt->op % 16 != 0) {
+        return;
+    }
+
+    listed = kvs_radix_list_names(rt->e.r, rt_list_one, rt);
+    n = rt->n_evl;
+    assert_int_equal(listed, n);
+    rt_names_sort(rt, rt->evl, n, "listed");
+    gone = 0;
+
+    for (b = 0; b < rt->nb; b++) {
+        if (!rt->tree[b]) {
+            continue;
+        }
+
+        at = rt_name_pos(rt->evl, rt->ord, n, rt->iname[b]);
+        if (at < 0) {
+            fail_msg("op %lu (%s): block %u is in the tree, its name is not "
+                     "listed", (unsigned long) rt->op, rt->op_name, b);
+        }
+
+        if (kvs_radix_named(rt->iparent[b])) {
+            up = rt_name_pos(rt->evl, rt->ord, n, rt->iparent[b]);
+            if (up < 0 || up > at) {
+                fail_msg("op %lu (%s): block %u is listed before its parent",
+                         (unsigned long) rt->op, rt->op_name, b);
+            }
+        }
+        gone++;
+    }
+
+    if (gone != n) {
+        fail_msg("op %lu (%s): %u names listed, %u tree blocks",
+                 (unsigned long) rt->op, rt->op_name, n, gone);
+    }
+
+    rt->n_evl = 0;
+}
 
 
 static uint32_t
@@ -1826,6 +2269,7 @@ rt_check(rt_t *rt, int evicting)
                      rt->op_name, b, rt->info[b].pos);
         }
     }
+    rt_check_names(rt);
     memcpy(rt->was, rt->tree, rt->nb);
 
     if (in_tree != st.blocks) {
@@ -2197,12 +2641,18 @@ rt_insert(rt_t *rt, rseq_t *q, int lock)
     kvs_radix_stats_t   st0, st1;
     kvs_radix_node_t   *node;
     uint64_t            h[MAX_BLK + 1];
-    uint32_t            got[MAX_BLK], n, w, i, b;
+    uint32_t            got[MAX_BLK], n, w, i, b, first;
     rblk_t             *in;
+    uint8_t             want[MAX_BLK][KVS_RADIX_NAME_LEN];
 
     n = q->s.t.n_tokens;
     w = n / rt->bt;
     rt_chain(rt, q->s.tok, w, h);
+
+    for (i = 0; i < w; i++) {
+        test_name(&r_keys[q->s.key], i == 0 ? NULL : want[i - 1],
+                  q->s.tok + (size_t) i * rt->bt, rt->bt, want[i]);
+    }
 
     /* a table's block already in the tree caches the same prefix */
     rt_scan(rt);
@@ -2220,16 +2670,41 @@ rt_insert(rt_t *rt, rseq_t *q, int lock)
     }
 
     st0 = stats(&rt->e);
+    rt->n_added = 0;
     node = do_insert(&rt->e, q->ns, &q->s, n, lock, rt->now);
     st1 = stats(&rt->e);
     assert_true(st1.blocks - st0.blocks <= w);
     rt->inserts++;
     rt->splits += st1.nodes >= st0.nodes + 2;
 
+    /* the blocks that joined are the prefix's last ones, named by the
+     * hook in order, once each */
+    first = (uint32_t) (w - (st1.blocks - st0.blocks));
+    if (rt->n_added != w - first
+        || (rt->n_added > 0
+            && memcmp(rt->added, want[first],
+                      (size_t) rt->n_added * KVS_RADIX_NAME_LEN) != 0))
+    {
+        fail_msg("op %lu: insert of %u blocks (%u new): %u names added, or "
+                 "not the blocks' own", (unsigned long) rt->op, w,
+                 w - first, rt->n_added);
+    }
+    rt->names_added += rt->n_added;
+
     /* record the blocks that joined */
     for (i = 0; i < w; i++) {
         b = q->s.t.blocks[i];
         if (!rt->tree[b] && ref(&rt->e, b) == rt->refs[b] + 1) {
+            if (i < first) {
+                fail_msg("op %lu: block %u joined at index %u, before the "
+                         "new ones (%u..)", (unsigned long) rt->op, b, i,
+                         first);
+            }
+            memcpy(rt->iname[b], want[i], KVS_RADIX_NAME_LEN);
+            memset(rt->iparent[b], 0, KVS_RADIX_NAME_LEN);
+            if (i > 0) {
+                memcpy(rt->iparent[b], want[i - 1], KVS_RADIX_NAME_LEN);
+            }
             rt->info[b].hash = h[i + 1];
             rt->info[b].parent = h[i];
             rt->info[b].pos = i;
@@ -2401,6 +2876,7 @@ random_run(uint32_t bt, uint64_t seed, uint64_t n_ops, int coverage)
 {
     rt_t               *rt;
     kvs_radix_stats_t   st;
+    kvs_radix_hooks_t   hooks;
     uint32_t            i, j;
 
     rt = calloc(1, sizeof(rt_t));
@@ -2419,6 +2895,12 @@ random_run(uint32_t bt, uint64_t seed, uint64_t n_ops, int coverage)
     rt->mask--;
     rt->ever = calloc(R_EVER, sizeof(rblk_t));
     assert_non_null(rt->ever);
+    rt->iname = calloc(rt->nb, KVS_RADIX_NAME_LEN);
+    rt->iparent = calloc(rt->nb, KVS_RADIX_NAME_LEN);
+    rt->evl = calloc(rt->nb, KVS_RADIX_NAME_LEN);
+    rt->ord = calloc(rt->nb, sizeof(uint32_t));
+    assert_true(rt->iname != NULL && rt->iparent != NULL && rt->evl != NULL
+                && rt->ord != NULL);
     assert_true(rt->refs != NULL && rt->tree != NULL && rt->was != NULL
                 && rt->seen != NULL && rt->info != NULL && rt->set != NULL);
     rt->rng = seed;
@@ -2426,6 +2908,11 @@ random_run(uint32_t bt, uint64_t seed, uint64_t n_ops, int coverage)
     rt->op_name = "init";
 
     env_init(&rt->e, rt->nb, bt, R_PIN_MAX);
+
+    hooks.added = rt_hook_added;
+    hooks.evicted = rt_hook_evicted;
+    hooks.arg = rt;
+    kvs_radix_set_hooks(rt->e.r, &hooks);
 
     /* a small vocabulary, so that branches share first tokens */
     for (i = 0; i < R_CONV; i++) {
@@ -2457,6 +2944,13 @@ random_run(uint32_t bt, uint64_t seed, uint64_t n_ops, int coverage)
     assert_int_equal(st.nodes, 0);
     assert_int_equal(kvs_kv_pool_free_count(rt->e.pool), rt->nb);
 
+    /* every name added was evicted once (the tree is empty) */
+    assert_int_equal(kvs_radix_list_names(rt->e.r, rt_list_one, rt), 0);
+    assert_true(rt->names_added > 0);
+    assert_int_equal(rt->names_added, rt->names_evicted);
+
+    print_message("radix random: %lu index names added and evicted\n",
+                  (unsigned long) rt->names_added);
     print_message("radix random: bt %u, seed %#lx, %lu ops, %lu/%lu tokens "
                   "hit (%lu ending in a block), misses none %lu empty %lu "
                   "evicted %lu epoch %lu adapter %lu scope %lu diverged %lu; "
@@ -2505,6 +2999,10 @@ random_run(uint32_t bt, uint64_t seed, uint64_t n_ops, int coverage)
     free(rt->info);
     free(rt->set);
     free(rt->ever);
+    free(rt->iname);
+    free(rt->iparent);
+    free(rt->evl);
+    free(rt->ord);
     free(rt);
 }
 
@@ -2538,6 +3036,7 @@ main(void)
         cmocka_unit_test(test_ns_keys),
         cmocka_unit_test(test_match),
         cmocka_unit_test(test_insert),
+        cmocka_unit_test(test_index_names),
         cmocka_unit_test(test_split),
         cmocka_unit_test(test_cow),
         cmocka_unit_test(test_refcounts),
