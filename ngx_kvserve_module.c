@@ -6,7 +6,10 @@
  * lives in libkvserve (src/).  The token rate limits (kvserve_limit_zone,
  * kvserve_limit, ...) are a module of their own in the same .so,
  * ngx_http_kvserve_limit_module: src/ngx/ngx_http_kvserve_limit_conf.c
- * (directives), _zone.c (shared zones) and _admit.c (requests).
+ * (directives), _zone.c (shared zones) and _admit.c (requests).  So is
+ * the prefix index's publisher on engine hosts (kvserve_index),
+ * ngx_http_kvserve_index_module in src/ngx/ngx_http_kvserve_index.c,
+ * which also closes the Redis connections (_redis.c) at exit.
  *
  *   kvserve_model <name> <path.gguf>;   http, several allowed
  *   kvserve;                            location

@@ -66,7 +66,12 @@ kvs_cli_usage(FILE *f)
         "         [--ctx N] [--parent-pid PID]\n"
         "      run the engine process in the foreground, serving nginx\n"
         "      workers on the unix socket PATH (docs/engine-process.md)\n"
-        "      until SIGINT/SIGTERM\n");
+        "      until SIGINT/SIGTERM\n"
+        "  index-names --model M [--epoch HEX] [--adapter A] [--scope S]\n"
+        "              [--block N] [--root] [ID ...]\n"
+        "      the prefix index's name of every whole block of the ids\n"
+        "      (arguments, or stdin), one per line in hex\n"
+        "      (docs/prefix-index.md)\n");
 }
 
 
@@ -116,6 +121,10 @@ main(int argc, char **argv)
 
     if (strcmp(argv[1], "engine") == 0) {
         return kvs_cli_engine(argc - 1, argv + 1);
+    }
+
+    if (strcmp(argv[1], "index-names") == 0) {
+        return kvs_cli_index_names(argc - 1, argv + 1);
     }
 
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0

@@ -216,6 +216,9 @@ ngx_int_t ngx_http_kvserve_cache_miss_text(ngx_http_request_t *r,
 
 /* routing (ngx_http_kvserve_handler.c) */
 ngx_int_t ngx_http_kvserve_handler(ngx_http_request_t *r);
+/* POST endpoints by r->uri: 1 chat, 0 completions, NGX_DECLINED
+ * neither (also read by kvserve_route) */
+ngx_int_t ngx_http_kvserve_route_post(ngx_http_request_t *r);
 ngx_int_t ngx_http_kvserve_send_json(ngx_http_request_t *r,
     ngx_uint_t status, kvs_buf_t *body);
 ngx_int_t ngx_http_kvserve_add_header(ngx_http_request_t *r,

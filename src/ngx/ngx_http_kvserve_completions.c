@@ -217,7 +217,7 @@ ngx_http_kvserve_completions(ngx_http_request_t *r, ngx_uint_t chat)
 
 /* The body in one piece: a pool copy when it is in several buffers or
  * in a file. */
-static ngx_int_t
+ngx_int_t
 ngx_http_kvserve_body_bytes(ngx_http_request_t *r, u_char **data,
     size_t *len)
 {
@@ -416,7 +416,7 @@ ngx_http_kvserve_part_init(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t i,
  * parts and choices, and everything the tokenizing job reads (so that it
  * need not look at the configuration).
  */
-static ngx_int_t
+ngx_int_t
 ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx, kvs_api_err_t *aerr)
 {
     ngx_uint_t                     i, n;

@@ -85,6 +85,11 @@ typedef struct {
     kvs_engine_pin_t          pins[KVS_ENGINE_MAX_PINS];  /* chat: its
                                               cache_control breakpoints */
     uint32_t                  n_pins;
+    void                    (*done)(ngx_http_kvserve_ctx_t *ctx);
+                                           /* back from the pool: NULL
+                                              for ngx_http_kvserve_
+                                              tokenized (kvserve_route
+                                              sets its own) */
 } ngx_http_kvserve_tok_job_t;
 
 #define NGX_HTTP_KVSERVE_TOK_INLINE  1
@@ -153,6 +158,15 @@ struct ngx_http_kvserve_ctx_s {
 /* the request (ngx_http_kvserve_completions.c) */
 ngx_http_kvserve_ctx_t *ngx_http_kvserve_ctx_new(ngx_http_request_t *r,
     ngx_event_handler_pt timer);
+/* The body in one piece (a pool copy when in several buffers or a
+ * file); kvserve_route reads it too. */
+ngx_int_t ngx_http_kvserve_body_bytes(ngx_http_request_t *r, u_char **data,
+    size_t *len);
+/* The parsed request's model, parts and tokenizing job (ctx->tok), its
+ * cache scope and tenant; NGX_ERROR with *aerr for a request refused
+ * outright.  kvserve_route prepares the same way. */
+ngx_int_t ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx,
+    kvs_api_err_t *aerr);
 void ngx_http_kvserve_timer_arm(ngx_http_kvserve_ctx_t *ctx, ngx_msec_t ms);
 void ngx_http_kvserve_timeout(ngx_event_t *ev);
 /* Tokenized (here or in the pool): an error answered, or submitted. */

@@ -27,6 +27,10 @@
  * the next worker that finds no socket forks the engine of the new
  * models.  A worker shutting down never sends DRAIN: it is the older
  * configuration, and the engine it finds may be the newer one's.
+ *
+ * With kvserve_index, the publishing worker (worker 0) sends SUBSCRIBE
+ * after each HELLO and hands the INDEX frames that answer it to the
+ * publisher (ngx_http_kvserve_index.c).
  */
 
 #include <ngx_config.h>
@@ -37,6 +41,7 @@
 #include <sys/un.h>
 
 #include "ngx_http_kvserve_engine.h"
+#include "ngx_http_kvserve_index.h"
 
 #define NGX_HTTP_KVSERVE_RECONNECT    50      /* ms between tries */
 #define NGX_HTTP_KVSERVE_READ_CHUNK   65536
@@ -425,6 +430,31 @@ ngx_http_kvserve_engine_write(ngx_event_t *wev)
 }
 
 
+/* SUBSCRIBE again (kvserve_index: Redis is back and behind): the engine
+ * answers with a full listing. */
+ngx_int_t
+ngx_http_kvserve_engine_subscribe(void)
+{
+    kvs_err_t                   err;
+    ngx_http_kvserve_engine_t  *e;
+
+    e = ngx_http_kvserve_eng;
+
+    if (e == NULL || e->c == NULL || !e->ready) {
+        return NGX_DECLINED;
+    }
+
+    if (kvs_wire_enc_subscribe(&e->wbuf, &err) != KVS_OK) {
+        ngx_log_error(NGX_LOG_ALERT, e->cycle->log, 0,
+                      "kvserve: SUBSCRIBE not sent: %s", err.msg);
+        return NGX_ERROR;
+    }
+
+    return ngx_http_kvserve_engine_flush(e) == NGX_ERROR ? NGX_ERROR
+                                                         : NGX_OK;
+}
+
+
 /* ---- connecting ------------------------------------------------------- */
 
 static void
@@ -632,6 +662,7 @@ ngx_http_kvserve_engine_frame(ngx_http_kvserve_engine_t *e,
     int                      rc;
     kvs_err_t                err;
     ngx_queue_t             *q;
+    kvs_wire_index_t         index;
     kvs_wire_refused_t       refused;
     ngx_http_kvserve_sub_t  *s;
 
@@ -674,6 +705,18 @@ ngx_http_kvserve_engine_frame(ngx_http_kvserve_engine_t *e,
                       ngx_pid, e->hello.pid);
 
         e->ready = 1;
+
+        /* the prefix index's publisher (kvserve_index): the engine
+         * answers with INDEX frames, a full listing first; flushed with
+         * whatever follows when the read ends */
+        if (ngx_http_kvserve_index_subscriber(e->cycle)) {
+            if (kvs_wire_enc_subscribe(&e->wbuf, &err) != KVS_OK) {
+                ngx_log_error(NGX_LOG_ALERT, e->cycle->log, 0,
+                              "kvserve: SUBSCRIBE not sent: %s", err.msg);
+            } else {
+                ngx_http_kvserve_index_hello(&e->hello);
+            }
+        }
 
         while (!ngx_queue_empty(&e->waiting)) {
             q = ngx_queue_head(&e->waiting);
@@ -736,6 +779,15 @@ ngx_http_kvserve_engine_frame(ngx_http_kvserve_engine_t *e,
         return NGX_OK;
 
     case KVS_WIRE_PONG:
+        return NGX_OK;
+
+    case KVS_WIRE_INDEX:
+        if (kvs_wire_dec_index(f, h->len, &index, &err) != KVS_OK) {
+            break;
+        }
+
+        ngx_http_kvserve_index_publish(&index);
+
         return NGX_OK;
 
     default:

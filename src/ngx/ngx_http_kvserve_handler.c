@@ -103,7 +103,7 @@ ngx_http_kvserve_models(ngx_http_request_t *r, kvs_route_t *route)
  * (from the first "/v1/" in the path): 1 chat, 0 completions,
  * NGX_DECLINED neither.
  */
-static ngx_int_t
+ngx_int_t
 ngx_http_kvserve_route_post(ngx_http_request_t *r)
 {
     u_char  *p, *last;

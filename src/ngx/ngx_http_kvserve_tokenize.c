@@ -388,7 +388,13 @@ ngx_http_kvserve_tok_done(ngx_event_t *ev)
         return;
     }
 
-    ngx_http_kvserve_tokenized(ctx);
+    if (job->done != NULL) {
+        job->done(ctx);
+
+    } else {
+        ngx_http_kvserve_tokenized(ctx);
+    }
+
     ngx_http_run_posted_requests(c);
 }
 
