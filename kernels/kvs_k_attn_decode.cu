@@ -44,7 +44,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "kvs_k_util.cuh"
+#include "kvs_k_attn.cuh"
 
 
 #define KVS_KD_THREADS   128
@@ -87,111 +87,6 @@ typedef struct {
 } kvs_kd_args_t;
 
 
-/* Raw storage of the cache's element types and their F32 value. */
-template <int DT> struct kvs_kd_ty;
-
-template <> struct kvs_kd_ty<KVS_K_F32> {
-    typedef float  raw;
-    static __device__ __forceinline__ float f(raw x) { return x; }
-};
-
-template <> struct kvs_kd_ty<KVS_K_F16> {
-    typedef unsigned short  raw;
-    static __device__ __forceinline__ float f(raw x)
-    {
-        return __half2float(__ushort_as_half(x));
-    }
-};
-
-template <> struct kvs_kd_ty<KVS_K_BF16> {
-    typedef unsigned short  raw;
-    static __device__ __forceinline__ float f(raw x)
-    {
-        return __uint_as_float((unsigned) x << 16);
-    }
-};
-
-
-/* Two 16-bit elements packed in w, low first, as F32. */
-template <int DT>
-__device__ __forceinline__ void
-kvs_kd_unpack2(unsigned w, float *f)
-{
-    f[0] = kvs_kd_ty<DT>::f((unsigned short) (w & 0xffffu));
-    f[1] = kvs_kd_ty<DT>::f((unsigned short) (w >> 16));
-}
-
-
-/* V consecutive elements at p (shared memory, 16-byte aligned when V
- * elements make 16 bytes) as F32. */
-template <int DT, int V>
-__device__ __forceinline__ void
-kvs_kd_ld(const typename kvs_kd_ty<DT>::raw *p, float *f)
-{
-    typedef typename kvs_kd_ty<DT>::raw  raw;
-
-    if constexpr (V * sizeof(raw) == 16) {
-        uint4  u = *(const uint4 *) p;
-
-        if constexpr (sizeof(raw) == 4) {
-            f[0] = __uint_as_float(u.x);
-            f[1] = __uint_as_float(u.y);
-            f[2] = __uint_as_float(u.z);
-            f[3] = __uint_as_float(u.w);
-
-        } else {
-            kvs_kd_unpack2<DT>(u.x, f);
-            kvs_kd_unpack2<DT>(u.y, f + 2);
-            kvs_kd_unpack2<DT>(u.z, f + 4);
-            kvs_kd_unpack2<DT>(u.w, f + 6);
-        }
-
-    } else {
-#pragma unroll
-        for (int i = 0; i < V; i++) {
-            f[i] = kvs_kd_ty<DT>::f(p[i]);
-        }
-    }
-}
-
-
-/* Copies V elements from global src to shared dst, or zeros when !ok:
- * 16-byte cp.async (src-size 0 zero-fills) or plain element copies. */
-template <int DT, int V>
-__device__ __forceinline__ void
-kvs_kd_copy(typename kvs_kd_ty<DT>::raw *dst,
-    const typename kvs_kd_ty<DT>::raw *src, bool ok)
-{
-    typedef typename kvs_kd_ty<DT>::raw  raw;
-
-    if constexpr (V * sizeof(raw) == 16) {
-        unsigned  s = (unsigned) __cvta_generic_to_shared(dst);
-
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                     :: "r"(s), "l"(src), "r"(ok ? 16 : 0) : "memory");
-
-    } else {
-#pragma unroll
-        for (int i = 0; i < V; i++) {
-            dst[i] = ok ? src[i] : (raw) 0;
-        }
-    }
-}
-
-
-__device__ __forceinline__ void
-kvs_kd_commit(void)
-{
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-
-/* Waits until at most one group of this thread's copies is pending. */
-__device__ __forceinline__ void
-kvs_kd_wait1(void)
-{
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-}
 
 
 /*
@@ -257,7 +152,7 @@ template <int DT, int GC, int V>
 __global__ void __launch_bounds__(KVS_KD_THREADS)
 kvs_kd_part(kvs_kd_args_t a)
 {
-    typedef typename kvs_kd_ty<DT>::raw  raw;
+    typedef typename kvs_ka_ty<DT>::raw  raw;
 
     /* q chunks a lane holds per head; acc chunks a thread holds */
     constexpr int  CPL = KVS_KD_QREGS / (GC * V) > 0
@@ -422,11 +317,11 @@ kvs_kd_part(kvs_kd_args_t a)
 
             for (cc = tid % cpr; cc < ckv; cc += cpr) {
                 if (cc < ck) {
-                    kvs_kd_copy<DT, V>(
+                    kvs_ka_copy<DT, V>(
                         dst + (size_t) rw * (a.hd_k + a.hd_v) + cc * V,
                         kg + rbase * kw + cc * V, have);
                 } else {
-                    kvs_kd_copy<DT, V>(
+                    kvs_ka_copy<DT, V>(
                         dst + (size_t) rw * (a.hd_k + a.hd_v) + a.hd_k
                         + (cc - ck) * V,
                         vg + rbase * vw + (cc - ck) * V, have);
@@ -438,7 +333,7 @@ kvs_kd_part(kvs_kd_args_t a)
     rows_find(0, start);
     __syncthreads();
     rows_issue(0, start);
-    kvs_kd_commit();
+    kvs_ka_commit();
 
     for (i = 0; i < ntiles; i++) {
         p0 = start + (uint64_t) i * a.tile;
@@ -456,8 +351,8 @@ kvs_kd_part(kvs_kd_args_t a)
             rows_issue((i + 1) & 1, p0 + a.tile);
         }
 
-        kvs_kd_commit();
-        kvs_kd_wait1();
+        kvs_ka_commit();
+        kvs_ka_wait1();
         __syncthreads();
 
         st = stage + (size_t) (i & 1) * a.tile * (a.hd_k + a.hd_v);
@@ -480,7 +375,7 @@ kvs_kd_part(kvs_kd_args_t a)
                 for (int k = 0; k < CPL; k++) {
                     c = lr + k * a.r;
                     if (c < ck) {
-                        kvs_kd_ld<DT, V>(kr + c * V, kf);
+                        kvs_ka_ld<DT, V>(kr + c * V, kf);
 #pragma unroll
                         for (g = 0; g < GC; g++) {
 #pragma unroll
@@ -573,7 +468,7 @@ kvs_kd_part(kvs_kd_args_t a)
                 for (int k = 0; k < CPT; k++) {
                     c = cvt + k * a.tv;
                     if (c < cv) {
-                        kvs_kd_ld<DT, V>(kr + c * V, kf);
+                        kvs_ka_ld<DT, V>(kr + c * V, kf);
 #pragma unroll
                         for (g = 0; g < GC; g++) {
                             if (g < ng) {
@@ -717,7 +612,7 @@ kvs_kd_launch(kvs_kd_args_t *a, dim3 grid, cudaStream_t st)
     size_t  esize, qchunks;
     uint32_t  ck, cv, cpt;
 
-    esize = sizeof(typename kvs_kd_ty<DT>::raw);
+    esize = sizeof(typename kvs_ka_ty<DT>::raw);
     qchunks = KVS_KD_QREGS / (GC * V) > 0 ? KVS_KD_QREGS / (GC * V) : 1;
     cpt = V == 1 ? 2 : 1;
 
@@ -752,7 +647,7 @@ static void
 kvs_kd_launch_dt(kvs_kd_args_t *a, uint32_t gc, bool vec, dim3 grid,
     cudaStream_t st)
 {
-    constexpr int  V = 16 / (int) sizeof(typename kvs_kd_ty<DT>::raw);
+    constexpr int  V = 16 / (int) sizeof(typename kvs_ka_ty<DT>::raw);
 
     if (!vec) {
         kvs_kd_launch<DT, 8, 1>(a, grid, st);

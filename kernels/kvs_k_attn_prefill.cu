@@ -43,7 +43,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "kvs_k_util.cuh"
+#include "kvs_k_attn.cuh"
 
 
 #define KVS_KP_THREADS   128
@@ -86,111 +86,6 @@ typedef struct {
 } kvs_kp_args_t;
 
 
-/* Raw storage of the cache's element types and their F32 value. */
-template <int DT> struct kvs_kp_ty;
-
-template <> struct kvs_kp_ty<KVS_K_F32> {
-    typedef float  raw;
-    static __device__ __forceinline__ float f(raw x) { return x; }
-};
-
-template <> struct kvs_kp_ty<KVS_K_F16> {
-    typedef unsigned short  raw;
-    static __device__ __forceinline__ float f(raw x)
-    {
-        return __half2float(__ushort_as_half(x));
-    }
-};
-
-template <> struct kvs_kp_ty<KVS_K_BF16> {
-    typedef unsigned short  raw;
-    static __device__ __forceinline__ float f(raw x)
-    {
-        return __uint_as_float((unsigned) x << 16);
-    }
-};
-
-
-/* Two 16-bit elements packed in w, low first, as F32. */
-template <int DT>
-__device__ __forceinline__ void
-kvs_kp_unpack2(unsigned w, float *f)
-{
-    f[0] = kvs_kp_ty<DT>::f((unsigned short) (w & 0xffffu));
-    f[1] = kvs_kp_ty<DT>::f((unsigned short) (w >> 16));
-}
-
-
-/* V consecutive elements at p (shared memory, 16-byte aligned when V
- * elements make 16 bytes) as F32. */
-template <int DT, int V>
-__device__ __forceinline__ void
-kvs_kp_ld(const typename kvs_kp_ty<DT>::raw *p, float *f)
-{
-    typedef typename kvs_kp_ty<DT>::raw  raw;
-
-    if constexpr (V * sizeof(raw) == 16) {
-        uint4  u = *(const uint4 *) p;
-
-        if constexpr (sizeof(raw) == 4) {
-            f[0] = __uint_as_float(u.x);
-            f[1] = __uint_as_float(u.y);
-            f[2] = __uint_as_float(u.z);
-            f[3] = __uint_as_float(u.w);
-
-        } else {
-            kvs_kp_unpack2<DT>(u.x, f);
-            kvs_kp_unpack2<DT>(u.y, f + 2);
-            kvs_kp_unpack2<DT>(u.z, f + 4);
-            kvs_kp_unpack2<DT>(u.w, f + 6);
-        }
-
-    } else {
-#pragma unroll
-        for (int i = 0; i < V; i++) {
-            f[i] = kvs_kp_ty<DT>::f(p[i]);
-        }
-    }
-}
-
-
-/* Copies V elements from global src to shared dst, or zeros when !ok:
- * 16-byte cp.async (src-size 0 zero-fills) or plain element copies. */
-template <int DT, int V>
-__device__ __forceinline__ void
-kvs_kp_copy(typename kvs_kp_ty<DT>::raw *dst,
-    const typename kvs_kp_ty<DT>::raw *src, bool ok)
-{
-    typedef typename kvs_kp_ty<DT>::raw  raw;
-
-    if constexpr (V * sizeof(raw) == 16) {
-        unsigned  s = (unsigned) __cvta_generic_to_shared(dst);
-
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                     :: "r"(s), "l"(src), "r"(ok ? 16 : 0) : "memory");
-
-    } else {
-#pragma unroll
-        for (int i = 0; i < V; i++) {
-            dst[i] = ok ? src[i] : (raw) 0;
-        }
-    }
-}
-
-
-__device__ __forceinline__ void
-kvs_kp_commit(void)
-{
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-
-/* Waits until at most one group of this thread's copies is pending. */
-__device__ __forceinline__ void
-kvs_kp_wait1(void)
-{
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-}
 
 
 /* V consecutive floats of q at p (shared memory, 16-byte aligned when V
@@ -291,7 +186,7 @@ template <int DT, int V, int TMR>
 __global__ void __launch_bounds__(KVS_KP_THREADS)
 kvs_kp_attn(kvs_kp_args_t a)
 {
-    typedef typename kvs_kp_ty<DT>::raw  raw;
+    typedef typename kvs_ka_ty<DT>::raw  raw;
 
     constexpr int  QR = 16 * TMR;
     constexpr int  KC = KVS_KP_ACC / (TMR * V);  /* V chunks a thread
@@ -459,11 +354,11 @@ kvs_kp_attn(kvs_kp_args_t a)
 
             for (cc = tid % cpr; cc < ckv; cc += cpr) {
                 if (cc < ck) {
-                    kvs_kp_copy<DT, V>(
+                    kvs_ka_copy<DT, V>(
                         kst + ((size_t) b * a.tile + rw) * a.ks + cc * V,
                         kg + rbase * kw + cc * V, have);
                 } else {
-                    kvs_kp_copy<DT, V>(
+                    kvs_ka_copy<DT, V>(
                         vst + ((size_t) b * a.tile + rw) * a.vs
                         + (cc - ck) * V,
                         vg + rbase * vw + (cc - ck) * V, have);
@@ -476,7 +371,7 @@ kvs_kp_attn(kvs_kp_args_t a)
         rows_find(0, 0);
         __syncthreads();
         rows_issue(0, 0);
-        kvs_kp_commit();
+        kvs_ka_commit();
     }
 
     for (it = 0; it < ntiles; it++) {
@@ -495,8 +390,8 @@ kvs_kp_attn(kvs_kp_args_t a)
             rows_issue((it + 1) & 1, p0 + a.tile);
         }
 
-        kvs_kp_commit();
-        kvs_kp_wait1();
+        kvs_ka_commit();
+        kvs_ka_wait1();
         __syncthreads();
 
         /* scores of rows ty + 16 i x positions tx + 8 j; positions past
@@ -516,7 +411,7 @@ kvs_kp_attn(kvs_kp_args_t a)
             for (j = 0; j < 4; j++) {
                 p = tx + 8 * j;
                 p = p < nrows ? p : nrows - 1;
-                kvs_kp_ld<DT, V>(kr + (size_t) p * a.ks + c * V, kf[j]);
+                kvs_ka_ld<DT, V>(kr + (size_t) p * a.ks + c * V, kf[j]);
             }
 
 #pragma unroll
@@ -612,7 +507,7 @@ kvs_kp_attn(kvs_kp_args_t a)
             for (int k = 0; k < KC; k++) {
                 c = tx + 8 * k;
                 if (c < cv) {
-                    kvs_kp_ld<DT, V>(kr + (size_t) p * a.vs + c * V, qf);
+                    kvs_ka_ld<DT, V>(kr + (size_t) p * a.vs + c * V, qf);
 #pragma unroll
                     for (i = 0; i < TMR; i++) {
 #pragma unroll
@@ -699,7 +594,7 @@ kvs_kp_launch(kvs_kp_args_t *a, bool vec, cudaStream_t st)
     uint32_t     vsz;
     cudaError_t  rc;
 
-    esize = sizeof(typename kvs_kp_ty<DT>::raw);
+    esize = sizeof(typename kvs_ka_ty<DT>::raw);
     vsz = (uint32_t) (16 / esize);
     a->ks = kvs_kp_stride(a->hd_k, vsz, vec);
     a->vs = kvs_kp_stride(a->hd_v, vsz, vec);
@@ -747,7 +642,7 @@ template <int DT>
 static int
 kvs_kp_launch_dt(kvs_kp_args_t *a, bool vec, bool wide, cudaStream_t st)
 {
-    constexpr int  V = 16 / (int) sizeof(typename kvs_kp_ty<DT>::raw);
+    constexpr int  V = 16 / (int) sizeof(typename kvs_ka_ty<DT>::raw);
 
     if (!vec) {
         return wide ? kvs_kp_launch<DT, 1, 2>(a, vec, st)
