@@ -14,8 +14,11 @@
 #     (least_loaded), and a prefix on a host loaded past its worth loses
 #     (load);
 #  3. entries of a stale incarnation are ignored, and a restart (a new
-#     incarnation in e1's record) makes e1's old entries worthless at
-#     once;
+#     incarnation in e1's record) makes e1's old entries worthless from
+#     the very next request, with no wait for the gateway's background
+#     refresh (its round 1 reads the hosts' records too); likewise a
+#     deleted record takes its host out at once, while an unreadable one
+#     leaves what was known;
 #  4. mode=approximate: the gateway's own decision is recorded, the next
 #     turn finds it (prefix) on the same backend;
 #  5. pass-through: bad JSON, GET /v1/models and short prompts are routed
@@ -207,8 +210,10 @@ my %load = (e1 => 0, e2 => 0);
 
 sub now_ms { int(time * 1000) }
 
-# the host records, with a fresh heartbeat
+# the host records, with a fresh heartbeat; then waits for the
+# gateway's background refresh (once a second) unless $nowait
 sub put_hosts {
+    my ($nowait) = @_;
     for my $h (sort keys %inc) {
         my $rec = "kvs1 id=$h inc=$inc{$h} epoch=$epoch bt=16 "
             . "run=$load{$h} wait=0 free=100 ts=" . now_ms()
@@ -216,8 +221,8 @@ sub put_hosts {
         rcli("SET kvs:v1:host:$h '$rec' PX 60000");
         rcli("ZADD kvs:v1:hosts " . now_ms() . " $h");
     }
-    # the gateway reads them once a second
-    sleep 1.3;
+    # the gateway lists them once a second
+    sleep 1.3 unless $nowait;
 }
 
 sub names {
@@ -339,13 +344,43 @@ is($r->{backend}, 'e1', 'before the restart: e1 holds it');
 is($r->{reason}, 'prefix', 'before the restart: prefix');
 is($r->{cached}, '320', 'before the restart: 320 cached');
 
-$inc{e1} = '00000000000000b1';                # e1 restarted
-put_hosts();
+# e1 restarted: its record names a new incarnation, and the very next
+# request, sent as soon as redis-cli has written it (no sleep: the
+# gateway's background refresh has not run), ignores the old entries
+$inc{e1} = '00000000000000b1';
+put_hosts(1);
 $r = complete('/v1/completions', @p4, 1);
-is($r->{backend}, 'e2', 'after the restart: old entries worthless');
-is($r->{reason}, 'least_loaded', 'after the restart: least_loaded');
-ok($t->log_count(qr/kvserve_route: host "e1" incarnation 00000000000000b1/),
-   'the new incarnation logged');
+is($r->{backend}, 'e2', 'after the restart, at once: old entries worthless');
+is($r->{reason}, 'least_loaded', 'after the restart, at once: least_loaded');
+is($r->{cached}, '0', 'after the restart, at once: nothing cached');
+
+# the new incarnation's entries count at once too
+list_under('e1', $inc{e1}, @p4);
+$r = complete('/v1/completions', @p4, 1);
+is($r->{backend}, 'e1', 'the new incarnation\'s entries: e1');
+is($r->{cached}, '320', 'the new incarnation\'s entries: 320 cached');
+
+# an unreadable record does not say the host went away: what was known
+# stands
+rcli("SET kvs:v1:host:e1 'kvs1 id=e1 garbage' PX 60000");
+$r = complete('/v1/completions', @p4, 1);
+is($r->{backend}, 'e1', 'an unreadable record: e1 as known');
+is($r->{reason}, 'prefix', 'an unreadable record: prefix');
+
+# its key deleted: e1 is out from the very next request
+rcli("DEL kvs:v1:host:e1");
+$r = complete('/v1/completions', @p4, 1);
+is($r->{backend}, 'e2', 'a deleted record: not routed to e1');
+is($r->{reason}, 'least_loaded', 'a deleted record: e1 holds nothing');
+
+put_hosts();
+my $logged;
+for (1 .. 30) {
+    last if $logged = $t->log_count(
+        qr/kvserve_route: host "e1" incarnation 00000000000000b1/);
+    sleep 0.1;
+}
+ok($logged, 'the new incarnation logged');
 
 # --- 4. mode=approximate ---------------------------------------------------------
 

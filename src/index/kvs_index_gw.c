@@ -78,6 +78,37 @@ kvs_index_gw_load(const kvs_index_gw_host_t *h)
 }
 
 
+void
+kvs_index_gw_cand_update(kvs_index_cand_t *c, const kvs_index_gw_host_t *h,
+    const char *model, size_t model_len, uint64_t epoch,
+    uint32_t block_tokens, uint32_t sent_cap)
+{
+    uint64_t  load;
+
+    if (h == NULL || strlen(h->rec.model) != model_len
+        || memcmp(h->rec.model, model, model_len) != 0)
+    {
+        c->up = 0;
+        c->incarnation = 0;
+        return;
+    }
+
+    load = (uint64_t) h->rec.running + h->rec.waiting
+           + (h->sent < sent_cap ? h->sent : sent_cap);
+
+    c->up = 1;
+    c->epoch = h->rec.epoch;
+    c->load = load > UINT32_MAX ? UINT32_MAX : (uint32_t) load;
+    c->free_blocks = h->rec.free_blocks;
+
+    /* names depend on the epoch and the block size: under others, none
+     * of this prompt's names can be the host's */
+    c->incarnation = h->rec.epoch == epoch
+                     && h->rec.block_tokens == block_tokens
+                     ? h->rec.incarnation : 0;
+}
+
+
 int
 kvs_index_gw_url_addr(const char *url, size_t len, char *out, size_t cap,
     size_t *out_len, kvs_err_t *err)

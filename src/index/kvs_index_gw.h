@@ -19,6 +19,11 @@
  *    the known record stays (while it is fresh), else the host is left
  *    out;
  *  - the count of requests sent restarts at each new heartbeat.
+ * The background refresh and each request's first lookup round (which
+ * GETs its candidates' records too) fold replies by this same rule, and
+ * kvs_index_gw_cand_update carries the outcome into the request's
+ * candidate before its first round's entries are read, so a restart is
+ * seen by the first request whose round 1 reads the new record.
  * Nothing here allocates or fails on bad input.
  */
 
@@ -29,6 +34,7 @@
 #include <stdint.h>
 
 #include "../base/kvs_err.h"
+#include "kvs_index_lookup.h"
 #include "kvs_index_schema.h"
 
 #define KVS_INDEX_GW_ADDR_MAX  (KVS_INDEX_URL_MAX + 8)  /* "host:port" */
@@ -55,6 +61,25 @@ int kvs_index_gw_accept(const kvs_index_gw_host_t *known,
 
 /* running + waiting + sent, saturating at UINT32_MAX. */
 uint32_t kvs_index_gw_load(const kvs_index_gw_host_t *h);
+
+/*
+ * A request's candidate c, whose lookup names the prompt under (epoch,
+ * block_tokens) for model[0, model_len), brought up to date with its
+ * host's entry h as kvs_index_gw_accept just left it (NULL: the host
+ * left the table), before the lookup reads any block entry:
+ *  - h NULL, or h serves another model: c is not up, and its
+ *    incarnation is 0, which no entry carries (kvs_index_blk_entry
+ *    refuses it): it holds nothing;
+ *  - h of another epoch or block size (new weights): c stays up with
+ *    h's load, but incarnation 0: the prompt's names are not its names;
+ *  - else c takes h's incarnation (a restart: every entry of the old
+ *    one is a miss from now on), epoch, load and free blocks.
+ * The load is kvs_index_gw_load with h->sent capped at sent_cap (what
+ * this worker sent since the heartbeat and still runs there).
+ */
+void kvs_index_gw_cand_update(kvs_index_cand_t *c,
+    const kvs_index_gw_host_t *h, const char *model, size_t model_len,
+    uint64_t epoch, uint32_t block_tokens, uint32_t sent_cap);
 
 /*
  * The address part of an advertise URL, as nginx names an upstream

@@ -16,7 +16,10 @@
  * ngx_http_kvserve_tokenize: exactly what an engine host does, with the
  * gateway's kvserve_model for the tokenizer and template only), its
  * blocks are named for each (epoch, block size) the hosts advertise, the
- * two-round lookup asks Redis who holds the longest prefix, and
+ * two-round lookup asks Redis who holds the longest prefix (round 1
+ * also reads the candidates' host records, so a restarted host's old
+ * entries count for nothing from the first request after its new
+ * record is written), and
  * kvs_index_choose picks a host (kvs_index_choose_hash when Redis fails).
  * The choice waits in the request's ctx; the handler then declines, so
  * proxy_pass sends the body it finds in r->request_body, and the
@@ -390,9 +393,9 @@ static void
 ngx_http_kvserve_route_send(ngx_http_kvserve_route_ctx_t *rc)
 {
     char                            *buf;
-    size_t                           probes, *argvlen, *first;
+    size_t                           probes, fresh, len, *argvlen, *first;
     kvs_err_t                        err;
-    ngx_uint_t                       g;
+    ngx_uint_t                       g, i;
     const char                     **argv;
     kvs_index_cmds_t                 cmds;
     ngx_http_kvserve_route_tgt_t    *t;
@@ -401,6 +404,7 @@ ngx_http_kvserve_route_send(ngx_http_kvserve_route_ctx_t *rc)
 
     t = rc->tgt;
     probes = 0;
+    rc->n_fresh = 0;
 
     for (g = 0; g < rc->n_groups; g++) {
         gr = &rc->groups[g];
@@ -416,15 +420,22 @@ ngx_http_kvserve_route_send(ngx_http_kvserve_route_ctx_t *rc)
         return;
     }
 
+    /* round 1 leads with a GET of every candidate's record (cands come
+     * from the table: at most HOSTS_MAX), so that a restart counts from
+     * this request on; a prompt with nothing to look up reads none */
+    fresh = rc->round == 1 && rc->from_table ? rc->n_cands : 0;
+
     if (t->rd == NULL) {
         t->rd = ngx_http_kvserve_redis_get(t->cycle, &t->redis);
     }
 
-    /* HGETALL kvs:v1:blk:<32 hex>: 2 arguments, under 64 bytes */
-    buf = ngx_palloc(rc->r->pool, probes * 64);
-    argv = ngx_palloc(rc->r->pool, probes * 2 * sizeof(char *));
-    argvlen = ngx_palloc(rc->r->pool, probes * 2 * sizeof(size_t));
-    first = ngx_palloc(rc->r->pool, probes * sizeof(size_t));
+    /* HGETALL kvs:v1:blk:<32 hex>: 2 arguments, under 64 bytes; GET
+     * kvs:v1:host:<id>: 2 arguments, under 96 bytes with a 64-byte id */
+    len = probes * 64 + fresh * 96;
+    buf = ngx_palloc(rc->r->pool, len);
+    argv = ngx_palloc(rc->r->pool, (probes + fresh) * 2 * sizeof(char *));
+    argvlen = ngx_palloc(rc->r->pool, (probes + fresh) * 2 * sizeof(size_t));
+    first = ngx_palloc(rc->r->pool, (probes + fresh) * sizeof(size_t));
 
     if (t->rd == NULL || buf == NULL || argv == NULL || argvlen == NULL
         || first == NULL)
@@ -433,8 +444,22 @@ ngx_http_kvserve_route_send(ngx_http_kvserve_route_ctx_t *rc)
         return;
     }
 
-    kvs_index_cmds_init(&cmds, buf, probes * 64, argv, argvlen, probes * 2,
-                        first, probes);
+    kvs_index_cmds_init(&cmds, buf, len, argv, argvlen,
+                        (probes + fresh) * 2, first, probes + fresh);
+
+    for (i = 0; i < fresh; i++) {
+        if (kvs_index_cmd_host_get(&cmds, rc->cands[i].id,
+                                   rc->cands[i].id_len, &err)
+            != KVS_OK)
+        {
+            ngx_log_error(NGX_LOG_WARN, rc->r->connection->log, 0,
+                          "kvserve_route: lookup: %s", err.msg);
+            ngx_http_kvserve_route_choose(rc, 1);
+            return;
+        }
+    }
+
+    rc->n_fresh = (uint32_t) fresh;
 
     for (g = 0; g < rc->n_groups; g++) {
         gr = &rc->groups[g];
@@ -508,6 +533,16 @@ ngx_http_kvserve_route_done(void *data, const kvs_index_reply_t *replies,
 
     } else {
         off = 0;
+
+        if (rc->round == 1 && rc->n_fresh > 0) {
+            if (n >= rc->n_fresh) {
+                ngx_http_kvserve_route_fresh(rc, replies);
+                off = rc->n_fresh;
+
+            } else {
+                off = n;                /* a short batch: nothing known */
+            }
+        }
 
         for (g = 0; g < rc->n_groups; g++) {
             gr = &rc->groups[g];

@@ -19,6 +19,13 @@
  *  - a request's candidates are a copy of the host table taken when it
  *    is looked up (ids included), so a refresh while its Redis batches
  *    are out changes nothing under it;
+ *  - mode=index: a request's round 1 also GETs the record of each of
+ *    its candidates (the table's hosts of its model that are upstream
+ *    peers: at most HOSTS_MAX), and the replies are folded into the
+ *    table and the candidates (kvs_index_gw_accept, then
+ *    kvs_index_gw_cand_update) before any block entry is read, so a
+ *    restart is seen by the first request after the new record is in
+ *    Redis, without a round trip more (round 2 is unchanged);
  *  - a Redis batch belongs to its owner (a request's ctx, a target's
  *    refresh) until done runs or the owner cancels it (pool cleanup,
  *    worker exit); done never runs inside ngx_http_kvserve_redis_batch
@@ -160,11 +167,15 @@ typedef struct {
     uint32_t                        n_cands;
     ngx_http_kvserve_route_group_t  groups[NGX_HTTP_KVSERVE_ROUTE_GROUPS_MAX];
     ngx_uint_t                      n_groups;
+    uint32_t                        n_fresh;  /* host GETs leading
+                                                 round 1: cands[0,
+                                                 n_fresh) */
     uint32_t                        round;    /* of the batch out: 1, 2 */
     ngx_http_kvserve_redis_batch_t *batch;
     uint64_t                        start_ns;
 
     unsigned                        decided:1;
+    unsigned                        from_table:1; /* cands are hosts */
     unsigned                        has_reason:1;
     unsigned                        sync_fail:1;
 } ngx_http_kvserve_route_ctx_t;
@@ -184,6 +195,10 @@ void ngx_http_kvserve_route_tgt_stop(ngx_http_kvserve_route_tgt_t *t);
 /* The request's candidates (and groups) from the target's table, or
  * its peers when there is none; NGX_ERROR only when out of memory. */
 ngx_int_t ngx_http_kvserve_route_cands(ngx_http_kvserve_route_ctx_t *rc);
+/* The replies to the GETs of cands[0, n_fresh) that led round 1: into
+ * the target's table and the candidates, before round 1 is read. */
+void ngx_http_kvserve_route_fresh(ngx_http_kvserve_route_ctx_t *rc,
+    const kvs_index_reply_t *replies);
 /* The chosen host was sent one more request. */
 void ngx_http_kvserve_route_sent(ngx_http_kvserve_route_tgt_t *t,
     const char *id, size_t id_len);

@@ -11,7 +11,11 @@
  * upstream peer by its advertise URL's address (the peer's resolved
  * name or its server as written).  While Redis fails the table is kept
  * as it was: the hash fallback needs the hosts.  One log line when the
- * set of routable hosts (id, incarnation, peer) changes.
+ * set of routable hosts (id, incarnation, peer) changes.  Between two
+ * refreshes, each request's round 1 reads its candidates' records too
+ * (ngx_http_kvserve_route_fresh): the same rule folds them into the
+ * table at once, so a restart is not believed away for up to a
+ * refresh; only which hosts are listed waits for the refresh.
  *
  * mode=approximate: no records; the candidates are the upstream's
  * peers under pseudo host ids (their addresses), their load this
@@ -485,6 +489,7 @@ ngx_http_kvserve_route_cands(ngx_http_kvserve_route_ctx_t *rc)
     mlen = rc->kctx->model->name.len;
     rc->n_cands = 0;
     rc->n_groups = 0;
+    rc->from_table = 0;
 
     /* the upstream's peers: approximate, or no host table ever read
      * (Redis down since the start: the hash spreads over the peers) */
@@ -524,6 +529,7 @@ ngx_http_kvserve_route_cands(ngx_http_kvserve_route_ctx_t *rc)
     }
 
     n = t->n_hosts;
+    rc->from_table = 1;
 
     rc->cands = ngx_pcalloc(rc->r->pool, (n + 1) * sizeof(kvs_index_cand_t));
     rc->cand_peer = ngx_pcalloc(rc->r->pool, (n + 1) * sizeof(ngx_int_t));
@@ -590,6 +596,122 @@ ngx_http_kvserve_route_cands(ngx_http_kvserve_route_ctx_t *rc)
     rc->n_cands = (uint32_t) k;
 
     return NGX_OK;
+}
+
+
+/*
+ * Folds the replies to GET kvs:v1:host:<id> of cands[0, n_fresh), sent
+ * ahead of the request's round 1, into the table as the refresh would
+ * (a new incarnation replaces the old, a vanished key drops the host,
+ * an unreadable record keeps what was known while fresh), and carries
+ * each outcome into the candidate: from here on its lookup counts only
+ * entries of the incarnation just read.  A host the refresh dropped
+ * while the batch was out follows the reply alone (and stays out of the
+ * table: listing hosts is the refresh's).
+ */
+void
+ngx_http_kvserve_route_fresh(ngx_http_kvserve_route_ctx_t *rc,
+    const kvs_index_reply_t *replies)
+{
+    size_t                           mlen;
+    uint32_t                         k, cap;
+    uint64_t                         now, inc;
+    ngx_int_t                        peer;
+    ngx_uint_t                       g, i;
+    const u_char                    *model;
+    kvs_index_cand_t                *c;
+    kvs_index_reject_t               why;
+    kvs_index_gw_host_t              out, *known;
+    ngx_http_kvserve_route_tgt_t    *t;
+    ngx_http_kvserve_route_host_t   *h;
+    ngx_http_kvserve_route_group_t  *gr;
+
+    t = rc->tgt;
+    model = rc->kctx->model->name.data;
+    mlen = rc->kctx->model->name.len;
+    now = ngx_http_kvserve_route_now_ms();
+
+    for (k = 0; k < rc->n_fresh; k++) {
+        c = &rc->cands[k];
+        inc = c->incarnation;
+
+        gr = NULL;
+        for (g = 0; g < rc->n_groups; g++) {
+            if (k >= rc->groups[g].first
+                && k < rc->groups[g].first + rc->groups[g].n)
+            {
+                gr = &rc->groups[g];
+                break;
+            }
+        }
+
+        if (gr == NULL) {
+            continue;                   /* every candidate has a group */
+        }
+
+        h = ngx_http_kvserve_route_find(t, c->id, c->id_len);
+        known = h != NULL ? &h->h : NULL;
+
+        if (!kvs_index_gw_accept(known, &replies[k], c->id, c->id_len, now,
+                                 NGX_HTTP_KVSERVE_ROUTE_MAX_AGE, &out, &why))
+        {
+            if (h != NULL) {
+                /* out of the table now; the refresh lists it again if
+                 * its record comes back */
+                i = (ngx_uint_t) (h - t->hosts);
+                ngx_memmove(h, h + 1, (t->n_hosts - i - 1) * sizeof(*h));
+                t->n_hosts--;
+            }
+
+            kvs_index_gw_cand_update(c, NULL, (const char *) model, mlen,
+                                     gr->epoch, gr->bt, 0);
+
+            ngx_log_debug2(NGX_LOG_DEBUG_HTTP, rc->r->connection->log, 0,
+                           "kvserve route: host \"%s\" dropped: %s", c->id,
+                           kvs_index_reject_name(why));
+            continue;
+        }
+
+        peer = rc->cand_peer[k];
+
+        if (h != NULL) {
+            if (h->h.rec.incarnation != out.rec.incarnation
+                || ngx_strcmp(h->h.rec.url, out.rec.url) != 0)
+            {
+                h->peer = ngx_http_kvserve_route_url_peer(t, out.rec.url);
+            }
+
+            h->h = out;
+            peer = h->peer;
+
+        } else if (inc != out.rec.incarnation) {
+            peer = ngx_http_kvserve_route_url_peer(t, out.rec.url);
+        }
+
+        cap = 0;
+        if (peer >= 0 && (ngx_uint_t) peer < t->n_peers) {
+            cap = t->peers[peer].inflight > UINT32_MAX
+                  ? UINT32_MAX : (uint32_t) t->peers[peer].inflight;
+        }
+
+        kvs_index_gw_cand_update(c, &out, (const char *) model, mlen,
+                                 gr->epoch, gr->bt, cap);
+
+        if (peer < 0) {
+            /* its new advertise URL is no peer of ours */
+            c->up = 0;
+            c->incarnation = 0;
+        }
+
+        rc->cand_peer[k] = peer;
+
+        if (c->incarnation != inc) {
+            ngx_log_debug3(NGX_LOG_DEBUG_HTTP, rc->r->connection->log, 0,
+                           "kvserve route: host \"%s\" incarnation "
+                           "%016uxL, was %016uxL", c->id, c->incarnation,
+                           inc);
+        }
+    }
 }
 
 
