@@ -637,7 +637,9 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
     mem.block_bytes = block_bytes;
     /* 0: unset, kvserve_kv_cache's default */
     mem.fraction = conf->kv_fraction == 0.0 ? 0.9 : conf->kv_fraction;
-    mem.max_blocks = INT32_MAX;
+    /* the engine's pool refuses more (KVS_KV_MAX_BLOCKS); a device with
+     * room for more leaves the rest unused */
+    mem.max_blocks = KVS_KV_MAX_BLOCKS;
 
     rc = kvs_cuda_plan_blocks(&mem, conf->n_blocks, &n_blocks, err);
     if (rc != KVS_OK) {

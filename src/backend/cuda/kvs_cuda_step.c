@@ -504,6 +504,17 @@ kvs_cuda_run(kvs_backend_t *be, const kvs_batch_t *b, int sample,
             return rc;
         }
 
+        /* a graph bakes in its row and sequence counts, which only a
+         * padded image fixes to the bucket: a slice that fills its
+         * bucket exactly but has a row without logits (a tail-only or
+         * mid-prompt token) or a repeated sequence runs eagerly, else
+         * its graph would be replayed over images it does not fit */
+        if (bucket != 0
+            && (pd.n_rows != pd.n_pad || pd.n_seq != pd.n_pad))
+        {
+            bucket = 0;
+        }
+
         /* the one upload of the step's batch */
         KVS_CU(cudaMemcpyAsync(cu->dpack, cu->hpack,
                                pd.n_words * sizeof(int32_t),
