@@ -26,6 +26,9 @@
 #     nginx's own 413;
 #  6. SSE streams through unbuffered: the first event arrives before the
 #     backend sends the second;
+#  6b. a worker told to quit (as a reload does) while a request's lookup
+#     is out waits for it and answers; a client gone mid-lookup leaves
+#     the worker well;
 #  7. redis-server killed: requests still succeed (no_index), and the
 #     same conversation keeps its backend (the consistent hash);
 #  8. no engine process ever started on the gateway.
@@ -189,6 +192,10 @@ EOC
             add_header X-Route-Reason \$kvserve_route_reason always;
             add_header X-Route-Cached \$kvserve_route_cached_tokens always;
             add_header X-Route-Host \$kvserve_route_host always;
+        }
+        location /hold/v1/ {
+            kvserve_route redis=127.0.0.1:$rport timeout=2s;
+            proxy_pass http://backends;
         }
         location /approx/v1/ {
             kvserve_route redis=127.0.0.1:$rport mode=approximate;
@@ -434,6 +441,59 @@ is($r->{cached}, '48', 'approximate: turn 2 cached 3 whole blocks');
     cmp_ok($first_at, '<', 1.0, "SSE: first event after ${first_at}s, "
            . 'before the backend sent the second');
     cmp_ok($all_at, '>=', 1.4, 'SSE: the second came later');
+}
+
+# --- 6b. a worker's graceful exit (reload) while a request waits on Redis ----------
+#
+# Redis paused: the request's round 1 is out (2 s timeout) when the
+# worker is told to quit, as a reload tells the old workers.  nginx lets
+# a quitting worker go once no timer that is not cancelable is left: the
+# request must hold it until its lookup is decided, then be answered.
+
+sub workers {
+    my $m = $t->master_pid;
+    return grep {
+        my ($pp) = (`cat /proc/$_/stat 2>/dev/null` =~ /^\d+ \(.*\) \S (\d+)/);
+        $pp && $pp == $m
+            && `cat /proc/$_/cmdline 2>/dev/null` =~ /worker process/;
+    } map { m{/proc/(\d+)$} ? $1 : () } glob '/proc/[0-9]*';
+}
+
+{
+    my ($w) = workers();
+    ok($w, "the worker's pid");
+    rcli('CLIENT PAUSE 1200');
+    my $body = $json->encode({ model => 'm', prompt => [ids(40)] });
+    my $s = $t->request('POST', '/hold/v1/completions', $body);
+    sleep 0.4;
+    kill 'QUIT', $w;
+    my $got = $t->read_all($s, 10);
+    like($got, qr{^HTTP/1\.1 200}, 'worker quitting mid-lookup: answered');
+    like($got, qr/^X-Backend: e\d/mi, 'worker quitting mid-lookup: proxied');
+    ok($t->wait_for(sub { my @n = workers(); @n == 1 && $n[0] != $w }, 5),
+       'a new worker');
+    sleep 1;
+    is($t->log_count(qr/open socket|aborting/), 0,
+       'the quitting worker left no socket open');
+}
+
+# a client gone while its lookup is out (a long chat: the thread pool
+# leaves nginx watching the client): its batch is canceled and the
+# replies, when Redis answers, are dropped; the worker lives on
+{
+    my ($w) = workers();
+    rcli('CLIENT PAUSE 150');
+    my $text = join(' ', map { "word$_" } 1 .. 9000);
+    my $body = $json->encode({ model => 'm', max_tokens => 2,
+        messages => [{ role => 'user', content => $text }] });
+    my $s = $t->request('POST', '/v1/chat/completions', $body);
+    sleep 0.08;
+    close $s;
+    sleep 0.5;
+    $r = complete('/v1/completions', ids(40));
+    is($r->{status}, 200, 'client gone mid-lookup: the next one answered');
+    is((workers())[0], $w, 'client gone mid-lookup: the same worker');
+    is($t->log_count(qr/\[(alert|crit|emerg)\]/), 0, 'no alert logged');
 }
 
 # --- 7. redis down -------------------------------------------------------------------

@@ -55,6 +55,19 @@ static void ngx_http_kvserve_route_choose(ngx_http_kvserve_route_ctx_t *rc,
 static kvs_tok_ctx_t  ngx_http_kvserve_route_tok;
 
 
+/*
+ * kctx->timer, armed while a Redis batch of the request is out: the
+ * batch's own timer (cancelable) decides the timeout; this one is not
+ * cancelable, so that a worker shutting down gracefully (a reload) waits
+ * for the lookup instead of exiting under the request.
+ */
+static void
+ngx_http_kvserve_route_hold(ngx_event_t *ev)
+{
+    (void) ev;
+}
+
+
 /* ---- the request --------------------------------------------------------- */
 
 static void
@@ -132,7 +145,7 @@ ngx_http_kvserve_route_handler(ngx_http_request_t *r)
     /* the engine hosts read it the same way */
     r->request_body_in_single_buf = 1;
 
-    ctx->kctx = ngx_http_kvserve_ctx_new(r, ngx_http_kvserve_timeout);
+    ctx->kctx = ngx_http_kvserve_ctx_new(r, ngx_http_kvserve_route_hold);
     if (ctx->kctx == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
@@ -492,6 +505,9 @@ ngx_http_kvserve_route_send(ngx_http_kvserve_route_ctx_t *rc)
     }
 
     rc->batch = b;
+
+    /* well after the batch's own timeout, which fails it */
+    ngx_add_timer(&rc->kctx->timer, rc->rlcf->timeout + 1000);
 }
 
 
@@ -517,6 +533,10 @@ ngx_http_kvserve_route_done(void *data, const kvs_index_reply_t *replies,
     rc->batch = NULL;
     c = rc->r->connection;
     failed = 0;
+
+    if (rc->kctx->timer.timer_set) {
+        ngx_del_timer(&rc->kctx->timer);
+    }
 
     if (replies == NULL) {
         /* round 2 lost: what round 1 proved stands */
