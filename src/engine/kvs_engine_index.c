@@ -20,9 +20,11 @@
  *     dropped and a resync asked for, never left with a hole;
  *   - a netted take holds each name at most once: as added when its
  *     last event added it, as deleted when its last event evicted it.
- *     Since a name is in the cache at most once, its events alternate,
- *     and ordering by the last event keeps parents before children
- *     among the adds and children before parents among the dels.
+ *     Since a name is in the cache at most once, its events alternate
+ *     (but for a listing, which re-adds what the cache holds after the
+ *     untaken events), and ordering by the last event keeps parents
+ *     before children among the adds and children before parents among
+ *     the dels.
  */
 
 #include <inttypes.h>
@@ -196,7 +198,10 @@ kvs_engine_index_end(kvs_engine_t *e)
     }
 
     if (listing) {
-        e->ix.ev_n = 0;
+        /* untaken events stay before the listing: an eviction not yet
+         * handed over still goes out as a delete (netting keeps each
+         * name's last event, and the listing adds what the cache holds
+         * now), so a resync never leaves a stale entry behind */
         e->ix.resync = 1;
         wake = 1;
     }
