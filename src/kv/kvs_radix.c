@@ -838,7 +838,7 @@ kvs_radix_list_names(const kvs_radix_t *r, kvs_radix_name_pt fn, void *arg)
 
     for (b = 0; b < KVS_RADIX_NS_BUCKETS; b++) {
         for (ns = r->buckets[b]; ns != NULL; ns = ns->hnext) {
-            /* pre-order without a stack, as kvs_radix_check() walks */
+            /* parents before children */
             x = ns->root.child;
 
             while (x != NULL) {
@@ -849,21 +849,7 @@ kvs_radix_list_names(const kvs_radix_t *r, kvs_radix_name_pt fn, void *arg)
                     }
                 }
 
-                if (x->child != NULL) {
-                    x = x->child;
-                    continue;
-                }
-
-                while (x != NULL && x->next == NULL) {
-                    x = x->parent;
-                    if (x == &ns->root) {
-                        x = NULL;
-                    }
-                }
-
-                if (x != NULL) {
-                    x = x->next;
-                }
+                x = kvs_radix_preorder_next(ns, x);
             }
         }
     }

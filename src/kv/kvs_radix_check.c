@@ -54,8 +54,7 @@ kvs_radix_check(const kvs_radix_t *r, kvs_err_t *err)
                 break;
             }
 
-            /* pre-order walk: down to the first child, else along to the
-             * next sibling of the nearest ancestor that has one */
+            /* pre-order walk */
             x = ns->root.child;
 
             while (x != NULL && rc == KVS_OK) {
@@ -65,21 +64,7 @@ kvs_radix_check(const kvs_radix_t *r, kvs_err_t *err)
                     pinned += x->n_blocks;
                 }
 
-                if (x->child != NULL) {
-                    x = x->child;
-                    continue;
-                }
-
-                while (x != NULL && x->next == NULL) {
-                    x = x->parent;
-                    if (x == &ns->root) {
-                        x = NULL;
-                    }
-                }
-
-                if (x != NULL) {
-                    x = x->next;
-                }
+                x = kvs_radix_preorder_next(ns, x);
             }
 
             if (rc == KVS_OK && pinned != ns->pinned_blocks) {

@@ -159,6 +159,29 @@ void kvs_radix_pin_touch(kvs_radix_t *r, kvs_radix_pin_t *pin,
     uint64_t now);
 
 
+/*
+ * The node after x in a pre-order walk of ns's tree, without a stack:
+ * down to the first child, else along to the next sibling of the
+ * nearest ancestor that has one; NULL at the end.
+ */
+static inline const kvs_radix_node_t *
+kvs_radix_preorder_next(const kvs_radix_ns_t *ns, const kvs_radix_node_t *x)
+{
+    if (x->child != NULL) {
+        return x->child;
+    }
+
+    while (x != NULL && x->next == NULL) {
+        x = x->parent;
+        if (x == &ns->root) {
+            return NULL;
+        }
+    }
+
+    return x != NULL ? x->next : NULL;
+}
+
+
 /* kvs_radix_names.c */
 
 int kvs_radix_names_init(kvs_radix_t *r, kvs_err_t *err);
