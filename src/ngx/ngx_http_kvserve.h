@@ -241,6 +241,9 @@ ngx_int_t ngx_http_kvserve_req_info(ngx_http_request_t *r,
 
 /* timing and metrics (ngx_http_kvserve_metrics.c) */
 ngx_int_t ngx_http_kvserve_add_variables(ngx_conf_t *cf);
+/* Adds every variable of vars (ended by ngx_http_null_variable): name,
+ * flags, get_handler and data as given. */
+ngx_int_t ngx_http_kvserve_add_vars(ngx_conf_t *cf, ngx_http_variable_t *vars);
 char *ngx_http_kvserve_metrics_zone(ngx_conf_t *cf,
     ngx_http_kvserve_main_conf_t *kmcf);
 /* The zone's counters, or NULL when there is none (no model). */

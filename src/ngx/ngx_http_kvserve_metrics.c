@@ -206,9 +206,16 @@ static ngx_http_variable_t  ngx_http_kvserve_vars[] = {
 ngx_int_t
 ngx_http_kvserve_add_variables(ngx_conf_t *cf)
 {
+    return ngx_http_kvserve_add_vars(cf, ngx_http_kvserve_vars);
+}
+
+
+ngx_int_t
+ngx_http_kvserve_add_vars(ngx_conf_t *cf, ngx_http_variable_t *vars)
+{
     ngx_http_variable_t  *var, *v;
 
-    for (v = ngx_http_kvserve_vars; v->name.len; v++) {
+    for (v = vars; v->name.len; v++) {
         var = ngx_http_add_variable(cf, &v->name, v->flags);
         if (var == NULL) {
             return NGX_ERROR;

@@ -806,17 +806,5 @@ static ngx_http_variable_t  ngx_http_kvserve_route_vars[] = {
 ngx_int_t
 ngx_http_kvserve_route_add_variables(ngx_conf_t *cf)
 {
-    ngx_http_variable_t  *var, *v;
-
-    for (v = ngx_http_kvserve_route_vars; v->name.len; v++) {
-        var = ngx_http_add_variable(cf, &v->name, v->flags);
-        if (var == NULL) {
-            return NGX_ERROR;
-        }
-
-        var->get_handler = v->get_handler;
-        var->data = v->data;
-    }
-
-    return NGX_OK;
+    return ngx_http_kvserve_add_vars(cf, ngx_http_kvserve_route_vars);
 }
