@@ -39,9 +39,6 @@
 void openblas_set_num_threads(int n);
 
 
-static int kvs_cpu_tensor(const kvs_model_t *m, const char *name,
-    uint64_t ne0, uint64_t ne1, int optional, const kvs_gguf_tensor_t **out,
-    kvs_err_t *err);
 static int kvs_cpu_mat(const kvs_model_t *m, const char *name, uint64_t ne0,
     uint64_t ne1, int optional, kvs_cpu_mat_t *out, kvs_err_t *err);
 static int kvs_cpu_vec(kvs_cpu_model_t *cm, const char *name, uint64_t ne0,
@@ -58,44 +55,6 @@ static int kvs_cpu_check_batch(const kvs_cpu_model_t *cm,
 
 
 
-/* A tensor, checked against the [ne0, ne1] shape compute expects; ne1 ==
- * 0 means a vector.  NULL and KVS_OK for a missing optional tensor. */
-static int
-kvs_cpu_tensor(const kvs_model_t *m, const char *name, uint64_t ne0,
-    uint64_t ne1, int optional, const kvs_gguf_tensor_t **out,
-    kvs_err_t *err)
-{
-    uint64_t                  want;
-    const kvs_gguf_tensor_t  *t;
-
-    *out = NULL;
-
-    t = kvs_gguf_find_tensor(m->gguf, name);
-    if (t == NULL) {
-        if (optional) {
-            return KVS_OK;
-        }
-
-        return kvs_err_set(err, KVS_ENOTFOUND, "cpu backend: tensor %s "
-                           "is missing", name);
-    }
-
-    want = ne1 == 0 ? ne0 : ne0 * ne1;
-
-    if (t->ne[0] != ne0 || t->nelem != want) {
-        return kvs_err_set(err, KVS_EFORMAT, "cpu backend: tensor %s has "
-                           "%" PRIu64 " x %" PRIu64 " elements, expected "
-                           "%" PRIu64 " x %" PRIu64, name, t->ne[0],
-                           t->ne[0] ? t->nelem / t->ne[0] : 0, ne0,
-                           ne1 == 0 ? 1 : ne1);
-    }
-
-    *out = t;
-
-    return KVS_OK;
-}
-
-
 /* A weight matrix of ne1 rows of ne0 elements, left in the mapping. */
 static int
 kvs_cpu_mat(const kvs_model_t *m, const char *name, uint64_t ne0,
@@ -107,7 +66,8 @@ kvs_cpu_mat(const kvs_model_t *m, const char *name, uint64_t ne0,
 
     memset(out, 0, sizeof(kvs_cpu_mat_t));
 
-    rc = kvs_cpu_tensor(m, name, ne0, ne1, optional, &t, err);
+    rc = kvs_model_tensor(m, "cpu backend", name, ne0, ne1, optional, &t,
+                          err);
     if (rc != KVS_OK || t == NULL) {
         return rc;
     }
@@ -167,7 +127,8 @@ kvs_cpu_vec(kvs_cpu_model_t *cm, const char *name, uint64_t ne0,
 
     *out = NULL;
 
-    rc = kvs_cpu_tensor(cm->model, name, ne0, 0, optional, &t, err);
+    rc = kvs_model_tensor(cm->model, "cpu backend", name, ne0, 0, optional,
+                          &t, err);
     if (rc != KVS_OK || t == NULL) {
         return rc;
     }

@@ -4,6 +4,7 @@
  */
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,4 +195,40 @@ kvs_model_close(kvs_model_t *m)
         kvs_gguf_close(m->gguf);
         free(m);
     }
+}
+
+
+int
+kvs_model_tensor(const kvs_model_t *m, const char *who, const char *name,
+    uint64_t ne0, uint64_t ne1, int optional, const kvs_gguf_tensor_t **out,
+    kvs_err_t *err)
+{
+    uint64_t                  want;
+    const kvs_gguf_tensor_t  *t;
+
+    *out = NULL;
+
+    t = kvs_gguf_find_tensor(m->gguf, name);
+    if (t == NULL) {
+        if (optional) {
+            return KVS_OK;
+        }
+
+        return kvs_err_set(err, KVS_ENOTFOUND, "%s: tensor %s is missing",
+                           who, name);
+    }
+
+    want = ne1 == 0 ? ne0 : ne0 * ne1;
+
+    if (t->ne[0] != ne0 || t->nelem != want) {
+        return kvs_err_set(err, KVS_EFORMAT, "%s: tensor %s has %" PRIu64
+                           " x %" PRIu64 " elements, expected %" PRIu64
+                           " x %" PRIu64, who, name, t->ne[0],
+                           t->ne[0] ? t->nelem / t->ne[0] : 0, ne0,
+                           ne1 == 0 ? 1 : ne1);
+    }
+
+    *out = t;
+
+    return KVS_OK;
 }

@@ -31,6 +31,16 @@ typedef struct {
 int kvs_model_open(kvs_model_t **out, const char *path, kvs_err_t *err);
 void kvs_model_close(kvs_model_t *m);
 
+/*
+ * m's tensor name, checked against the [ne0, ne1] shape a backend
+ * computes with (ne1 == 0: a vector); who ("cpu backend") opens the
+ * errors: KVS_ENOTFOUND for a missing one, KVS_EFORMAT for another
+ * shape.  A missing optional tensor is KVS_OK with *out NULL.
+ */
+int kvs_model_tensor(const kvs_model_t *m, const char *who, const char *name,
+    uint64_t ne0, uint64_t ne1, int optional, const kvs_gguf_tensor_t **out,
+    kvs_err_t *err);
+
 /* Checks tensor presence and shapes against hp (used by kvs_model_open). */
 int kvs_model_check_tensors(const kvs_gguf_t *g, const kvs_hparams_t *hp,
     kvs_err_t *err);

@@ -147,29 +147,22 @@ kvs_cuda_tensor(kvs_cuda_load_t *ld, uint32_t slot, const kvs_model_t *m,
 {
     int                       rc;
     size_t                    bytes;
-    uint64_t                  want, raw;
+    uint64_t                  raw;
     kvs_cuda_up_t            *u;
     const kvs_gguf_tensor_t  *t;
 
-    t = kvs_gguf_find_tensor(m->gguf, name);
-    if (t == NULL) {
-        if (optional) {
-            return KVS_OK;
-        }
-
-        return kvs_err_set(err, KVS_ENOTFOUND, "cuda backend: tensor %s "
-                           "is missing", name);
+    rc = kvs_model_tensor(m, "cuda backend", name, ne0, ne1, optional, &t,
+                          err);
+    if (rc != KVS_OK || t == NULL) {
+        return rc;
     }
 
-    want = ne1 == 0 ? ne0 : ne0 * ne1;
-
-    if (t->ne[0] != ne0 || t->nelem != want || ne0 > INT32_MAX
-        || ne1 > INT32_MAX)
-    {
-        return kvs_err_set(err, KVS_EFORMAT, "cuda backend: tensor %s has "
-                           "%" PRIu64 " elements in rows of %" PRIu64
-                           ", expected %" PRIu64 " x %" PRIu64, name,
-                           t->nelem, t->ne[0], ne0, ne1 == 0 ? 1 : ne1);
+    /* cuBLAS takes int dimensions */
+    if (ne0 > INT32_MAX || ne1 > INT32_MAX) {
+        return kvs_err_set(err, KVS_EFORMAT, "cuda backend: tensor %s: "
+                           "%" PRIu64 " x %" PRIu64 " elements is over "
+                           "cuBLAS' int dimensions", name, ne0,
+                           ne1 == 0 ? 1 : ne1);
     }
 
     rc = kvs_cuda_plan_tensor_bytes(t->type, matrix, t->nelem, &bytes, err);
