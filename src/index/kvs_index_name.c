@@ -9,6 +9,7 @@
 
 #include <xxhash.h>
 
+#include "../base/kvs_le.h"
 #include "kvs_index_name.h"
 
 /* the root's input: tag, version, three length-prefixed fields, epoch */
@@ -17,8 +18,6 @@
                              + 4 * KVS_INDEX_BLOCK_TOKENS_MAX)
 
 
-static uint8_t *kvs_index_put_u32(uint8_t *p, uint32_t v);
-static uint8_t *kvs_index_put_u64(uint8_t *p, uint64_t v);
 static uint8_t *kvs_index_put_field(uint8_t *p, const char *s, size_t n);
 static void kvs_index_name_hash(const uint8_t *p, size_t n,
     kvs_index_name_t *out);
@@ -43,9 +42,9 @@ kvs_index_name_root(const kvs_index_ns_t *ns, kvs_index_name_t *root,
     p = buf;
     memcpy(p, "kvsn", 4);
     p += 4;
-    p = kvs_index_put_u32(p, KVS_INDEX_NAME_VERSION);
+    p = kvs_le_put32(p, KVS_INDEX_NAME_VERSION);
     p = kvs_index_put_field(p, ns->model, ns->model_len);
-    p = kvs_index_put_u64(p, ns->epoch);
+    p = kvs_le_put64(p, ns->epoch);
     p = kvs_index_put_field(p, ns->adapter, ns->adapter_len);
     p = kvs_index_put_field(p, ns->scope, ns->scope_len);
 
@@ -65,10 +64,10 @@ kvs_index_name_next(const kvs_index_name_t *parent, const int32_t *tokens,
     p = buf;
     memcpy(p, parent->b, KVS_INDEX_NAME_LEN);
     p += KVS_INDEX_NAME_LEN;
-    p = kvs_index_put_u32(p, block_tokens);
+    p = kvs_le_put32(p, block_tokens);
 
     for (i = 0; i < block_tokens; i++) {
-        p = kvs_index_put_u32(p, (uint32_t) tokens[i]);
+        p = kvs_le_put32(p, (uint32_t) tokens[i]);
     }
 
     kvs_index_name_hash(buf, (size_t) (p - buf), out);
@@ -173,31 +172,11 @@ kvs_index_name_from_hex(const char *hex, size_t len, kvs_index_name_t *name,
 }
 
 
-static uint8_t *
-kvs_index_put_u32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t) v;
-    p[1] = (uint8_t) (v >> 8);
-    p[2] = (uint8_t) (v >> 16);
-    p[3] = (uint8_t) (v >> 24);
-
-    return p + 4;
-}
-
-
-static uint8_t *
-kvs_index_put_u64(uint8_t *p, uint64_t v)
-{
-    p = kvs_index_put_u32(p, (uint32_t) v);
-
-    return kvs_index_put_u32(p, (uint32_t) (v >> 32));
-}
-
 
 static uint8_t *
 kvs_index_put_field(uint8_t *p, const char *s, size_t n)
 {
-    p = kvs_index_put_u32(p, (uint32_t) n);
+    p = kvs_le_put32(p, (uint32_t) n);
 
     if (n > 0) {
         memcpy(p, s, n);

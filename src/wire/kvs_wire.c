@@ -87,7 +87,7 @@ kvs_wire_u16(kvs_wire_rd_t *rd, const char *field, uint16_t *v)
         return KVS_EFORMAT;
     }
 
-    *v = kvs_wire_get16(rd->p);
+    *v = kvs_le_get16(rd->p);
     rd->p += 2;
     rd->left -= 2;
 
@@ -102,7 +102,7 @@ kvs_wire_u32(kvs_wire_rd_t *rd, const char *field, uint32_t *v)
         return KVS_EFORMAT;
     }
 
-    *v = kvs_wire_get32(rd->p);
+    *v = kvs_le_get32(rd->p);
     rd->p += 4;
     rd->left -= 4;
 
@@ -132,7 +132,7 @@ kvs_wire_u64(kvs_wire_rd_t *rd, const char *field, uint64_t *v)
         return KVS_EFORMAT;
     }
 
-    *v = kvs_wire_get64(rd->p);
+    *v = kvs_le_get64(rd->p);
     rd->p += 8;
     rd->left -= 8;
 
@@ -264,7 +264,7 @@ kvs_wire_frame(const uint8_t *p, size_t n, kvs_wire_hdr_t *h,
         return KVS_WIRE_AGAIN;
     }
 
-    len = kvs_wire_get32(p);
+    len = kvs_le_get32(p);
 
     if (len < KVS_WIRE_HDR) {
         return kvs_err_set(err, KVS_EFORMAT, "frame: len: %u is shorter "
@@ -280,8 +280,8 @@ kvs_wire_frame(const uint8_t *p, size_t n, kvs_wire_hdr_t *h,
         return KVS_WIRE_AGAIN;
     }
 
-    type = kvs_wire_get16(p + 4);
-    version = kvs_wire_get16(p + 6);
+    type = kvs_le_get16(p + 4);
+    version = kvs_le_get16(p + 6);
 
     if (type == 0 || type > KVS_WIRE_TYPE_MAX) {
         return kvs_err_set(err, KVS_EFORMAT, "frame: type: unknown message "
@@ -302,7 +302,7 @@ kvs_wire_frame(const uint8_t *p, size_t n, kvs_wire_hdr_t *h,
     h->len = len;
     h->type = type;
     h->version = version;
-    h->id = kvs_wire_get64(p + 8);
+    h->id = kvs_le_get64(p + 8);
 
     return KVS_OK;
 }
@@ -329,10 +329,10 @@ kvs_wire_begin(kvs_buf_t *b, size_t len, unsigned type, uint64_t id,
     }
 
     p = b->data + b->len;
-    p = kvs_wire_put32(p, (uint32_t) len);
-    p = kvs_wire_put16(p, (uint16_t) type);
-    p = kvs_wire_put16(p, KVS_WIRE_VERSION);
-    *pp = kvs_wire_put64(p, id);
+    p = kvs_le_put32(p, (uint32_t) len);
+    p = kvs_le_put16(p, (uint16_t) type);
+    p = kvs_le_put16(p, KVS_WIRE_VERSION);
+    *pp = kvs_le_put64(p, id);
 
     return KVS_OK;
 }
@@ -381,8 +381,7 @@ kvs_wire_dec_empty(const uint8_t *f, size_t f_len, kvs_err_t *err)
         return kvs_err_set(err, KVS_EFORMAT, "frame: shorter than a header");
     }
 
-    if (kvs_wire_start(&rd, f, f_len, kvs_wire_get16(f + 4), err) != KVS_OK)
-    {
+    if (kvs_wire_start(&rd, f, f_len, kvs_le_get16(f + 4), err) != KVS_OK) {
         return KVS_EFORMAT;
     }
 
@@ -485,16 +484,16 @@ kvs_wire_enc_index(kvs_buf_t *b, uint64_t id, const kvs_wire_index_t *ix,
         return rc;
     }
 
-    p = kvs_wire_put32(p, ix->model);
-    p = kvs_wire_put64(p, ix->incarnation);
-    p = kvs_wire_put64(p, ix->epoch);
-    p = kvs_wire_put32(p, ix->block_tokens);
-    p = kvs_wire_put32(p, ix->running);
-    p = kvs_wire_put32(p, ix->waiting);
-    p = kvs_wire_put32(p, ix->free_blocks);
-    p = kvs_wire_put32(p, ix->resync);
-    p = kvs_wire_put32(p, ix->n_add);
-    p = kvs_wire_put32(p, ix->n_del);
+    p = kvs_le_put32(p, ix->model);
+    p = kvs_le_put64(p, ix->incarnation);
+    p = kvs_le_put64(p, ix->epoch);
+    p = kvs_le_put32(p, ix->block_tokens);
+    p = kvs_le_put32(p, ix->running);
+    p = kvs_le_put32(p, ix->waiting);
+    p = kvs_le_put32(p, ix->free_blocks);
+    p = kvs_le_put32(p, ix->resync);
+    p = kvs_le_put32(p, ix->n_add);
+    p = kvs_le_put32(p, ix->n_del);
     p = kvs_wire_putb(p, ix->names, n * 16);
     kvs_wire_commit(b, p);
 

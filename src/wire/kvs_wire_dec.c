@@ -45,9 +45,9 @@ kvs_wire_dec_hello(const uint8_t *f, size_t f_len, kvs_wire_hello_t *m,
                            m->version, KVS_WIRE_VERSION);
     }
 
-    if (kvs_wire_get16(f + 6) != m->version) {
+    if (kvs_le_get16(f + 6) != m->version) {
         return kvs_err_set(err, KVS_EFORMAT, "HELLO: version: header says "
-                           "%u, body %u", kvs_wire_get16(f + 6), m->version);
+                           "%u, body %u", kvs_le_get16(f + 6), m->version);
     }
 
     if (kvs_wire_u32(&rd, "pid", &m->pid) != KVS_OK
@@ -232,7 +232,7 @@ kvs_wire_dec_submit(const uint8_t *f, size_t f_len, kvs_wire_submit_t *m,
     }
 
     for (i = 0; i < n_prompt; i++) {
-        m->prompt[i] = (int32_t) kvs_wire_get32(rd.p + (size_t) i * 4);
+        m->prompt[i] = (int32_t) kvs_le_get32(rd.p + (size_t) i * 4);
     }
 
     rd.p += (size_t) n_prompt * 4;
@@ -518,7 +518,7 @@ kvs_wire_dec_out(const uint8_t *f, size_t f_len, kvs_wire_out_t *m,
     }
 
     for (i = 0; i < n_tok; i++) {
-        o->tokens[i] = (int32_t) kvs_wire_get32(rd.p + (size_t) i * 4);
+        o->tokens[i] = (int32_t) kvs_le_get32(rd.p + (size_t) i * 4);
     }
 
     o->n_tokens = n_tok;

@@ -50,25 +50,25 @@ kvs_wire_enc_hello(kvs_buf_t *b, const kvs_wire_hello_t *m, kvs_err_t *err)
     }
 
     /* the version always first: the one field every version shares */
-    p = kvs_wire_put32(p, KVS_WIRE_VERSION);
-    p = kvs_wire_put32(p, m->pid);
-    p = kvs_wire_put64(p, m->incarnation);
-    p = kvs_wire_put32(p, m->n_models);
+    p = kvs_le_put32(p, KVS_WIRE_VERSION);
+    p = kvs_le_put32(p, m->pid);
+    p = kvs_le_put64(p, m->incarnation);
+    p = kvs_le_put32(p, m->n_models);
 
     for (i = 0; i < m->n_models; i++) {
         md = &m->models[i];
         nl = strlen(md->name);
-        p = kvs_wire_put32(p, md->index);
-        p = kvs_wire_put32(p, md->n_ctx);
-        p = kvs_wire_put32(p, md->n_vocab);
-        p = kvs_wire_put32(p, md->block_tokens);
-        p = kvs_wire_put32(p, md->kv_blocks);
-        p = kvs_wire_put64(p, md->file_size);
-        p = kvs_wire_put64(p, (uint64_t) md->mtime_ns);
-        p = kvs_wire_put64(p, md->dev);
-        p = kvs_wire_put64(p, md->ino);
-        p = kvs_wire_put64(p, md->epoch);
-        p = kvs_wire_put16(p, (uint16_t) nl);
+        p = kvs_le_put32(p, md->index);
+        p = kvs_le_put32(p, md->n_ctx);
+        p = kvs_le_put32(p, md->n_vocab);
+        p = kvs_le_put32(p, md->block_tokens);
+        p = kvs_le_put32(p, md->kv_blocks);
+        p = kvs_le_put64(p, md->file_size);
+        p = kvs_le_put64(p, (uint64_t) md->mtime_ns);
+        p = kvs_le_put64(p, md->dev);
+        p = kvs_le_put64(p, md->ino);
+        p = kvs_le_put64(p, md->epoch);
+        p = kvs_le_put16(p, (uint16_t) nl);
         p = kvs_wire_putb(p, md->name, nl);
     }
 
@@ -193,47 +193,47 @@ kvs_wire_enc_submit(kvs_buf_t *b, uint64_t id, uint32_t model,
         return rc;
     }
 
-    p = kvs_wire_put32(p, model);
-    p = kvs_wire_put64(p, submit_ns);
-    p = kvs_wire_put32(p, req->n_prompt);
-    p = kvs_wire_put32(p, req->max_tokens);
-    p = kvs_wire_put32(p, req->n);
+    p = kvs_le_put32(p, model);
+    p = kvs_le_put64(p, submit_ns);
+    p = kvs_le_put32(p, req->n_prompt);
+    p = kvs_le_put32(p, req->max_tokens);
+    p = kvs_le_put32(p, req->n);
     p = kvs_wire_putf(p, s->temperature);
-    p = kvs_wire_put32(p, (uint32_t) s->top_k);
+    p = kvs_le_put32(p, (uint32_t) s->top_k);
     p = kvs_wire_putf(p, s->top_p);
     p = kvs_wire_putf(p, s->min_p);
-    p = kvs_wire_put64(p, s->seed);
+    p = kvs_le_put64(p, s->seed);
     p = kvs_wire_putf(p, s->presence_penalty);
     p = kvs_wire_putf(p, s->frequency_penalty);
     *p++ = s->logprobs ? 1 : 0;
     *p++ = (uint8_t) s->top_logprobs;
     *p++ = req->ignore_eos ? 1 : 0;
     *p++ = 0;
-    p = kvs_wire_put32(p, s->n_logit_bias);
-    p = kvs_wire_put32(p, req->n_stop_ids);
-    p = kvs_wire_put32(p, req->n_stop);
-    p = kvs_wire_put32(p, req->adapter);
-    p = kvs_wire_put16(p, (uint16_t) req->scope_len);
+    p = kvs_le_put32(p, s->n_logit_bias);
+    p = kvs_le_put32(p, req->n_stop_ids);
+    p = kvs_le_put32(p, req->n_stop);
+    p = kvs_le_put32(p, req->adapter);
+    p = kvs_le_put16(p, (uint16_t) req->scope_len);
     *p++ = (uint8_t) req->n_pins;
     *p++ = 0;
-    p = kvs_wire_put16(p, (uint16_t) req->tenant_len);
-    p = kvs_wire_put16(p, 0);
+    p = kvs_le_put16(p, (uint16_t) req->tenant_len);
+    p = kvs_le_put16(p, 0);
 
     for (i = 0; i < req->n_prompt; i++) {
-        p = kvs_wire_put32(p, (uint32_t) req->prompt[i]);
+        p = kvs_le_put32(p, (uint32_t) req->prompt[i]);
     }
 
     for (i = 0; i < s->n_logit_bias; i++) {
-        p = kvs_wire_put32(p, (uint32_t) s->logit_bias[i].token);
+        p = kvs_le_put32(p, (uint32_t) s->logit_bias[i].token);
         p = kvs_wire_putf(p, s->logit_bias[i].bias);
     }
 
     for (i = 0; i < req->n_stop_ids; i++) {
-        p = kvs_wire_put32(p, (uint32_t) req->stop_ids[i]);
+        p = kvs_le_put32(p, (uint32_t) req->stop_ids[i]);
     }
 
     for (i = 0; i < req->n_stop; i++) {
-        p = kvs_wire_put16(p, (uint16_t) req->stop_len[i]);
+        p = kvs_le_put16(p, (uint16_t) req->stop_len[i]);
         p = kvs_wire_putb(p, req->stop[i], req->stop_len[i]);
     }
 
@@ -241,8 +241,8 @@ kvs_wire_enc_submit(kvs_buf_t *b, uint64_t id, uint32_t model,
     p = kvs_wire_putb(p, req->tenant, req->tenant_len);
 
     for (i = 0; i < req->n_pins; i++) {
-        p = kvs_wire_put32(p, req->pins[i].n_tokens);
-        p = kvs_wire_put32(p, req->pins[i].ttl_ms);
+        p = kvs_le_put32(p, req->pins[i].n_tokens);
+        p = kvs_le_put32(p, req->pins[i].ttl_ms);
     }
 
     kvs_wire_commit(b, p);
@@ -274,8 +274,8 @@ kvs_wire_enc_refused(kvs_buf_t *b, uint64_t id, int code, const char *msg,
         return rc;
     }
 
-    p = kvs_wire_put32(p, (uint32_t) code);
-    p = kvs_wire_put16(p, (uint16_t) nl);
+    p = kvs_le_put32(p, (uint32_t) code);
+    p = kvs_le_put16(p, (uint16_t) nl);
     p = kvs_wire_putb(p, msg, nl);
 
     kvs_wire_commit(b, p);
@@ -322,40 +322,40 @@ kvs_wire_out_frame(kvs_buf_t *b, uint64_t id, uint32_t choice,
         return rc;
     }
 
-    p = kvs_wire_put32(p, choice);
+    p = kvs_le_put32(p, choice);
     *p++ = (uint8_t) finish;
     *p++ = 0;
-    p = kvs_wire_put16(p, (uint16_t) el);
-    p = kvs_wire_put32(p, out->n_prompt);
-    p = kvs_wire_put32(p, out->n_generated);
-    p = kvs_wire_put32(p, out->n_preempted);
-    p = kvs_wire_put64(p, t != NULL ? t->recv_ns : 0);
-    p = kvs_wire_put64(p, t != NULL ? t->first_ns : 0);
-    p = kvs_wire_put64(p, t != NULL ? t->now_ns : 0);
-    p = kvs_wire_put32(p, (uint32_t) (t1 - t0));
-    p = kvs_wire_put32(p, (uint32_t) (x1 - x0));
-    p = kvs_wire_put32(p, (uint32_t) (l1 - l0));
-    p = kvs_wire_put32(p, out->has_cache ? out->n_cached : 0);
-    p = kvs_wire_put32(p, out->has_cache ? out->n_cache_created : 0);
-    p = kvs_wire_put32(p, out->has_cache ? out->miss_pos : 0);
+    p = kvs_le_put16(p, (uint16_t) el);
+    p = kvs_le_put32(p, out->n_prompt);
+    p = kvs_le_put32(p, out->n_generated);
+    p = kvs_le_put32(p, out->n_preempted);
+    p = kvs_le_put64(p, t != NULL ? t->recv_ns : 0);
+    p = kvs_le_put64(p, t != NULL ? t->first_ns : 0);
+    p = kvs_le_put64(p, t != NULL ? t->now_ns : 0);
+    p = kvs_le_put32(p, (uint32_t) (t1 - t0));
+    p = kvs_le_put32(p, (uint32_t) (x1 - x0));
+    p = kvs_le_put32(p, (uint32_t) (l1 - l0));
+    p = kvs_le_put32(p, out->has_cache ? out->n_cached : 0);
+    p = kvs_le_put32(p, out->has_cache ? out->n_cache_created : 0);
+    p = kvs_le_put32(p, out->has_cache ? out->miss_pos : 0);
     *p++ = (uint8_t) (out->has_cache ? out->miss : 0);
     *p++ = out->has_cache ? 1 : 0;
-    p = kvs_wire_put16(p, 0);
+    p = kvs_le_put16(p, 0);
 
     for (i = t0; i < t1; i++) {
-        p = kvs_wire_put32(p, (uint32_t) out->tokens[i]);
+        p = kvs_le_put32(p, (uint32_t) out->tokens[i]);
     }
 
     p = kvs_wire_putb(p, out->text.data + x0, x1 - x0);
 
     for (i = l0; i < l1; i++) {
         lp = &out->lp[i];
-        p = kvs_wire_put32(p, (uint32_t) lp->token);
+        p = kvs_le_put32(p, (uint32_t) lp->token);
         p = kvs_wire_putf(p, lp->logprob);
         *p++ = (uint8_t) lp->n_top;
 
         for (j = 0; j < lp->n_top; j++) {
-            p = kvs_wire_put32(p, (uint32_t) lp->top_token[j]);
+            p = kvs_le_put32(p, (uint32_t) lp->top_token[j]);
             p = kvs_wire_putf(p, lp->top_logprob[j]);
         }
     }
@@ -483,7 +483,7 @@ kvs_wire_enc_pong(kvs_buf_t *b, uint64_t id, uint64_t now_ns,
         return rc;
     }
 
-    p = kvs_wire_put64(p, now_ns);
+    p = kvs_le_put64(p, now_ns);
     kvs_wire_commit(b, p);
 
     return KVS_OK;
@@ -494,10 +494,10 @@ kvs_wire_enc_pong(kvs_buf_t *b, uint64_t id, uint64_t now_ns,
 static uint8_t *
 kvs_wire_put_tenant(uint8_t *p, const kvs_engine_tenant_t *t)
 {
-    p = kvs_wire_put64(p, t->prefill);
-    p = kvs_wire_put64(p, t->decode);
-    p = kvs_wire_put32(p, t->kv_blocks);
-    return kvs_wire_put32(p, t->n_seqs);
+    p = kvs_le_put64(p, t->prefill);
+    p = kvs_le_put64(p, t->decode);
+    p = kvs_le_put32(p, t->kv_blocks);
+    return kvs_le_put32(p, t->n_seqs);
 }
 
 
@@ -546,45 +546,45 @@ kvs_wire_enc_stats(kvs_buf_t *b, uint64_t id, const kvs_wire_stats_t *m,
         return rc;
     }
 
-    p = kvs_wire_put32(p, m->clients);
-    p = kvs_wire_put32(p, m->requests);
-    p = kvs_wire_put32(p, m->n_models);
+    p = kvs_le_put32(p, m->clients);
+    p = kvs_le_put32(p, m->requests);
+    p = kvs_le_put32(p, m->n_models);
 
     for (i = 0; i < m->n_models; i++) {
         s = &m->models[i].st;
-        p = kvs_wire_put32(p, m->models[i].index);
-        p = kvs_wire_put64(p, s->steps);
-        p = kvs_wire_put64(p, s->prefill_tokens);
-        p = kvs_wire_put64(p, s->decode_tokens);
-        p = kvs_wire_put64(p, s->preemptions);
-        p = kvs_wire_put64(p, s->kv_copies);
-        p = kvs_wire_put64(p, s->step_ns);
-        p = kvs_wire_put64(p, s->step_ns_max);
-        p = kvs_wire_put64(p, s->decode_only_steps);
-        p = kvs_wire_put64(p, s->decode_only_tokens);
-        p = kvs_wire_put64(p, s->decode_only_ns);
-        p = kvs_wire_put64(p, s->batch_seqs);
-        p = kvs_wire_put32(p, s->running);
-        p = kvs_wire_put32(p, s->waiting);
-        p = kvs_wire_put32(p, s->kv_blocks);
-        p = kvs_wire_put32(p, s->kv_used);
-        p = kvs_wire_put32(p, s->kv_used_max);
-        p = kvs_wire_put32(p, s->block_tokens);
-        p = kvs_wire_put64(p, s->requests);
-        p = kvs_wire_put64(p, s->finished);
-        p = kvs_wire_put64(p, s->cache_query_tokens);
-        p = kvs_wire_put64(p, s->cache_hit_tokens);
-        p = kvs_wire_put64(p, s->cache_evicted_blocks);
-        p = kvs_wire_put32(p, s->cache_blocks);
-        p = kvs_wire_put32(p, s->cache_pinned_blocks);
-        p = kvs_wire_put64(p, s->epoch);
+        p = kvs_le_put32(p, m->models[i].index);
+        p = kvs_le_put64(p, s->steps);
+        p = kvs_le_put64(p, s->prefill_tokens);
+        p = kvs_le_put64(p, s->decode_tokens);
+        p = kvs_le_put64(p, s->preemptions);
+        p = kvs_le_put64(p, s->kv_copies);
+        p = kvs_le_put64(p, s->step_ns);
+        p = kvs_le_put64(p, s->step_ns_max);
+        p = kvs_le_put64(p, s->decode_only_steps);
+        p = kvs_le_put64(p, s->decode_only_tokens);
+        p = kvs_le_put64(p, s->decode_only_ns);
+        p = kvs_le_put64(p, s->batch_seqs);
+        p = kvs_le_put32(p, s->running);
+        p = kvs_le_put32(p, s->waiting);
+        p = kvs_le_put32(p, s->kv_blocks);
+        p = kvs_le_put32(p, s->kv_used);
+        p = kvs_le_put32(p, s->kv_used_max);
+        p = kvs_le_put32(p, s->block_tokens);
+        p = kvs_le_put64(p, s->requests);
+        p = kvs_le_put64(p, s->finished);
+        p = kvs_le_put64(p, s->cache_query_tokens);
+        p = kvs_le_put64(p, s->cache_hit_tokens);
+        p = kvs_le_put64(p, s->cache_evicted_blocks);
+        p = kvs_le_put32(p, s->cache_blocks);
+        p = kvs_le_put32(p, s->cache_pinned_blocks);
+        p = kvs_le_put64(p, s->epoch);
 
         tn = &m->models[i].tenants;
-        p = kvs_wire_put32(p, tn->n_top);
-        p = kvs_wire_put32(p, tn->n_tenants);
+        p = kvs_le_put32(p, tn->n_top);
+        p = kvs_le_put32(p, tn->n_tenants);
 
         for (k = 0; k < tn->n_top; k++) {
-            p = kvs_wire_put16(p, (uint16_t) tn->top[k].key_len);
+            p = kvs_le_put16(p, (uint16_t) tn->top[k].key_len);
             p = kvs_wire_putb(p, tn->top[k].key, tn->top[k].key_len);
             p = kvs_wire_put_tenant(p, &tn->top[k]);
         }

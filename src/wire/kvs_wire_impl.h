@@ -1,7 +1,8 @@
 /*
  * kvs_wire_impl.h: private to src/wire: the fixed body sizes, the
- * little-endian readers and writers, the decoding cursor and the frame
- * reservation shared by kvs_wire.c, kvs_wire_enc.c and kvs_wire_dec.c.
+ * float and byte writers (integers: base/kvs_le.h), the decoding cursor
+ * and the frame reservation shared by kvs_wire.c, kvs_wire_enc.c and
+ * kvs_wire_dec.c.
  *
  * Invariants: a kvs_wire_rd_t's left is the number of body bytes at p
  * not yet read, and every reader checks it before reading; a frame begun
@@ -16,6 +17,7 @@
 
 #include <string.h>
 
+#include "../base/kvs_le.h"
 #include "kvs_wire.h"
 
 #define KVS_WIRE_SUBMIT_FIXED 84
@@ -33,38 +35,7 @@ typedef struct {
 } kvs_wire_rd_t;
 
 
-/* --- little-endian primitives ------------------------------------------ */
-
-static inline uint8_t *
-kvs_wire_put16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t) v;
-    p[1] = (uint8_t) (v >> 8);
-
-    return p + 2;
-}
-
-
-static inline uint8_t *
-kvs_wire_put32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t) v;
-    p[1] = (uint8_t) (v >> 8);
-    p[2] = (uint8_t) (v >> 16);
-    p[3] = (uint8_t) (v >> 24);
-
-    return p + 4;
-}
-
-
-static inline uint8_t *
-kvs_wire_put64(uint8_t *p, uint64_t v)
-{
-    p = kvs_wire_put32(p, (uint32_t) v);
-
-    return kvs_wire_put32(p, (uint32_t) (v >> 32));
-}
-
+/* --- little-endian primitives (integers: base/kvs_le.h) --------------- */
 
 static inline uint8_t *
 kvs_wire_putf(uint8_t *p, float f)
@@ -73,7 +44,7 @@ kvs_wire_putf(uint8_t *p, float f)
 
     memcpy(&v, &f, sizeof(v));
 
-    return kvs_wire_put32(p, v);
+    return kvs_le_put32(p, v);
 }
 
 
@@ -85,29 +56,6 @@ kvs_wire_putb(uint8_t *p, const void *s, size_t n)
     }
 
     return p + n;
-}
-
-
-static inline uint16_t
-kvs_wire_get16(const uint8_t *p)
-{
-    return (uint16_t) (p[0] | (p[1] << 8));
-}
-
-
-static inline uint32_t
-kvs_wire_get32(const uint8_t *p)
-{
-    return (uint32_t) p[0] | ((uint32_t) p[1] << 8)
-           | ((uint32_t) p[2] << 16) | ((uint32_t) p[3] << 24);
-}
-
-
-static inline uint64_t
-kvs_wire_get64(const uint8_t *p)
-{
-    return (uint64_t) kvs_wire_get32(p)
-           | ((uint64_t) kvs_wire_get32(p + 4) << 32);
 }
 
 
