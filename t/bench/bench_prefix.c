@@ -96,7 +96,8 @@
 typedef struct {
     const char  *model;               /* NULL: generate one */
     uint32_t     users;
-    uint32_t     turns;
+    uint32_t     turns;               /* each; with turns_mean, at most */
+    uint32_t     turns_mean;          /* 0: every user has turns */
     uint32_t     system;              /* tokens of the shared prompt */
     uint32_t     msg_min;
     uint32_t     msg_max;
@@ -128,7 +129,9 @@ typedef struct {
     int32_t    *msgs;                 /* every message's tokens */
     uint32_t   *msg_off;              /* [users * turns] into msgs */
     uint32_t   *msg_len;              /* [users * turns] */
-    uint32_t   *plan;                 /* [users * turns] arrival order */
+    uint32_t   *plan;                 /* [n_req] arrival order */
+    uint32_t   *n_turns;              /* [users] turns of each user */
+    uint32_t    n_req;                /* requests: the sum of n_turns */
     uint32_t    hist_cap;             /* tokens of a whole conversation */
     uint32_t    max_seq;              /* blocks one request may need */
     uint32_t    max_new;              /* of those, past its last turn's */
@@ -146,6 +149,7 @@ typedef struct {
     uint32_t          *ord_kv;        /* prompt + reply tokens */
     uint32_t          *ev;            /* [3 * n] BP_EV_* events */
     uint32_t           n_ev;
+    uint32_t           n_req;         /* requests submitted */
     uint64_t           prompt_tokens;
     uint64_t           cached_tokens;
     double             wall;
@@ -254,6 +258,7 @@ bp_args(int argc, char **argv, bp_opts_t *o)
     } nums[] = {
         { "--users", offsetof(bp_opts_t, users) },
         { "--turns", offsetof(bp_opts_t, turns) },
+        { "--turns-mean", offsetof(bp_opts_t, turns_mean) },
         { "--system", offsetof(bp_opts_t, system) },
         { "--msg-min", offsetof(bp_opts_t, msg_min) },
         { "--msg-max", offsetof(bp_opts_t, msg_max) },
@@ -351,11 +356,11 @@ bp_args(int argc, char **argv, bp_opts_t *o)
     if (o->users == 0 || o->turns == 0 || o->msg_min == 0
         || o->msg_max < o->msg_min || o->reply == 0 || o->conc == 0
         || o->conc > BP_MAX_CONC || o->block == 0 || o->ttft_reply == 0
-        || o->ttft_msg == 0)
+        || o->ttft_msg == 0 || o->turns_mean > o->turns)
     {
         fprintf(stderr, "bench_prefix: users, turns, msg-min, reply, "
                 "block, ttft-reply and ttft-msg must be >= 1, msg-max >= "
-                "msg-min, conc 1..%d\n", BP_MAX_CONC);
+                "msg-min, turns-mean <= turns, conc 1..%d\n", BP_MAX_CONC);
         return -1;
     }
 
@@ -453,7 +458,7 @@ static int
 bp_trace(const bp_opts_t *o)
 {
     int           rc, nr, r, on;
-    char         *end;
+    char         *end, turns[64];
     double        frac[BP_MAX_ROWS], f, hit, best, lru, inf, ends, loose;
     uint32_t      n_blocks, diff;
     uint64_t      best_t, lru_t, inf_t, ends_t, loose_t, cap, sh[4];
@@ -498,11 +503,18 @@ bp_trace(const bp_opts_t *o)
         goto failed;
     }
 
-    printf("trace: %" PRIu32 " users x %" PRIu32 " turns, system prompt %"
-           PRIu32 " tokens, messages %" PRIu32 "..%" PRIu32 " tokens, "
-           "replies %" PRIu32 " tokens, %" PRIu32 " requests at once, %s "
-           "arrivals, seed %" PRIu64 "\n", o->users, o->turns, o->system,
-           o->msg_min, o->msg_max, o->reply, o->conc,
+    if (o->turns_mean > 0) {
+        snprintf(turns, sizeof(turns), "1..%" PRIu32 " turns (geometric, "
+                 "mean %" PRIu32 ")", o->turns, o->turns_mean);
+    } else {
+        snprintf(turns, sizeof(turns), "%" PRIu32 " turns", o->turns);
+    }
+
+    printf("trace: %" PRIu32 " users x %s, %" PRIu32 " requests, system "
+           "prompt %" PRIu32 " tokens, messages %" PRIu32 "..%" PRIu32
+           " tokens, replies %" PRIu32 " tokens, %" PRIu32 " requests at "
+           "once, %s arrivals, seed %" PRIu64 "\n", o->users, turns,
+           tr.n_req, o->system, o->msg_min, o->msg_max, o->reply, o->conc,
            o->rr ? "round-robin" : "random", o->seed);
     printf("model: %s (%" PRIu32 " layers, %" PRIu32 " embd, %" PRIu32
            " vocab, ctx %" PRIu32 "), block %" PRIu32 " tokens\n",
@@ -629,11 +641,13 @@ bp_trace(const bp_opts_t *o)
 
         bp_events_write(&run, f);
 
-        printf("prefix_trace cache=on frac=%g blocks=%" PRIu32 " prompt=%"
+        printf("prefix_trace cache=on turns_mean=%" PRIu32 " frac=%g "
+               "blocks=%" PRIu32 " prompt=%"
                PRIu64 " prefill=%" PRIu64 " hit=%.6f best=%.6f ratio=%.6f "
                "lru=%.4f lru_ends=%.4f loose=%.4f inf=%.4f stats_query=%"
                PRIu64 " stats_hit=%" PRIu64 " evicted=%" PRIu64
-               " replies_differ=%" PRIu32 " wall=%.2f\n", f, n_blocks,
+               " replies_differ=%" PRIu32 " wall=%.2f\n", o->turns_mean, f,
+               n_blocks,
                run.prompt_tokens, run.st.prefill_tokens, hit, best,
                best > 0 ? hit / best : 0.0, lru, ends, loose, inf,
                run.st.cache_query_tokens, run.st.cache_hit_tokens,
@@ -659,6 +673,7 @@ failed:
     free(tr.msg_off);
     free(tr.msg_len);
     free(tr.plan);
+    free(tr.n_turns);
     kvs_vocab_free(md.v);
     kvs_model_close(md.m);
 
@@ -727,10 +742,11 @@ bp_trace_make(const bp_opts_t *o, const bp_model_t *md, bp_trace_t *tr)
     tr->msg_off = malloc(n * sizeof(uint32_t));
     tr->msg_len = malloc(n * sizeof(uint32_t));
     tr->plan = malloc(n * sizeof(uint32_t));
+    tr->n_turns = malloc(o->users * sizeof(uint32_t));
     turns_left = malloc(o->users * sizeof(uint32_t));
 
     if (tr->system == NULL || tr->msg_off == NULL || tr->msg_len == NULL
-        || tr->plan == NULL || turns_left == NULL)
+        || tr->plan == NULL || tr->n_turns == NULL || turns_left == NULL)
     {
         free(turns_left);
         return KVS_ENOMEM;
@@ -754,6 +770,26 @@ bp_trace_make(const bp_opts_t *o, const bp_model_t *md, bp_trace_t *tr)
 
     bp_fill(tr->msgs, total, &rng, md->n_ids);
 
+    /* turns per user: all o->turns, or geometric with mean turns_mean
+     * (another turn with probability 1 - 1/mean), at most o->turns: most
+     * conversations short, a few long, as in real chat traffic */
+    tr->n_req = 0;
+    for (u = 0; u < o->users; u++) {
+        t = o->turns;
+
+        if (o->turns_mean > 0) {
+            t = 1;
+            while (t < o->turns
+                   && bp_rand(&rng, 1000000) >= 1000000 / o->turns_mean)
+            {
+                t++;
+            }
+        }
+
+        tr->n_turns[u] = t;
+        tr->n_req += t;
+    }
+
     tr->hist_cap = 0;
     tr->max_seq = 0;
     tr->max_new = (o->msg_max + o->reply + o->block - 1) / o->block + 1;
@@ -765,7 +801,7 @@ bp_trace_make(const bp_opts_t *o, const bp_model_t *md, bp_trace_t *tr)
         tr->msgs[tr->msg_off[u * o->turns]] = (int32_t) (u % md->n_ids);
 
         len = o->system;
-        for (t = 0; t < o->turns; t++) {
+        for (t = 0; t < tr->n_turns[u]; t++) {
             len += tr->msg_len[u * o->turns + t];
             len += o->reply;
             kv = len;
@@ -775,15 +811,23 @@ bp_trace_make(const bp_opts_t *o, const bp_model_t *md, bp_trace_t *tr)
         tr->max_seq = (uint32_t) (kv + o->block) / o->block > tr->max_seq
                       ? (uint32_t) (kv + o->block) / o->block : tr->max_seq;
         tr->ws += kv / o->block - o->system / o->block;
-        turns_left[u] = o->turns;
+        turns_left[u] = tr->n_turns[u];
     }
 
     /* arrivals: each next request is a user drawn among those with turns
      * left (random), or users in turn (round robin) */
     left = o->users;
-    for (i = 0; i < n; i++) {
+    u = 0;
+    for (i = 0; i < tr->n_req; i++) {
         if (o->rr) {
-            tr->plan[i] = i % o->users;
+            /* the next user after the last one with turns left */
+            while (turns_left[u] == 0) {
+                u = (u + 1) % o->users;
+            }
+
+            tr->plan[i] = u;
+            turns_left[u]--;
+            u = (u + 1) % o->users;
             continue;
         }
 
@@ -895,7 +939,7 @@ bp_trace_run(kvs_engine_t *e, const bp_opts_t *o, const bp_trace_t *tr,
         kvs_engine_out_t   out;
     } slot[BP_MAX_CONC];
 
-    n = o->users * o->turns;
+    n = tr->n_req;
     used = calloc(n, 1);
     running = calloc(o->users, 1);
     next_turn = calloc(o->users, sizeof(uint32_t));
@@ -1048,6 +1092,7 @@ bp_trace_run(kvs_engine_t *e, const bp_opts_t *o, const bp_trace_t *tr,
     }
 
     run->wall = bp_now() - t0;
+    run->n_req = sub;
     kvs_engine_stats(e, &run->st);
 
 done:
@@ -1158,7 +1203,7 @@ bp_blocks_build(const bp_opts_t *o, const bp_run_t *run, bp_blocks_t *bl)
     uint32_t   u, j, r, n, total, x, *nu;
     bp_blk_t  *b;
 
-    n = o->users * o->turns;
+    n = run->n_req;
     memset(bl, 0, sizeof(bp_blocks_t));
 
     bl->ids = calloc(o->users, sizeof(uint32_t *));
@@ -1302,7 +1347,7 @@ bp_replay(const bp_opts_t *o, const bp_run_t *run, bp_blocks_t *bl,
     bp_blk_t  *b;
     const int32_t  *tok;
 
-    n = o->users * o->turns;
+    n = run->n_req;
     bl->n_cached = 0;
 
     for (x = 0; x < bl->n; x++) {
@@ -1513,7 +1558,7 @@ bp_replay_pool(const bp_opts_t *o, const bp_run_t *run, bp_blocks_t *bl,
     bp_blk_t  *b;
     const int32_t  *tok;
 
-    n = o->users * o->turns;
+    n = run->n_req;
     klock = calloc(n, sizeof(uint32_t));
     priv = calloc(n, sizeof(uint32_t));
     if (klock == NULL || priv == NULL) {
@@ -1986,8 +2031,10 @@ bp_usage(FILE *f)
         "usage: bench_prefix trace|ttft [--model F] [--seed N] "
         "[--threads N]\n"
         "         [--block N] [--max-batch-tokens N] [--ctx N]\n"
-        "  trace: [--users 32] [--turns 8] [--system 512] [--msg-min 32]\n"
-        "         [--msg-max 96] [--reply 32] [--conc 4] [--rr]\n"
+        "  trace: [--users 32] [--turns 8] [--turns-mean 0] [--system 512]\n"
+        "         [--msg-min 32] [--msg-max 96] [--reply 32] [--conc 4]\n"
+        "         [--rr]  (--turns-mean M: turns per user geometric with\n"
+        "         mean M, at most --turns)\n"
         "         [--cache 1,0.5,0.25]  (pool = fraction x working set + what\n"
         "                           the running requests add)\n"
         "  ttft:  [--sizes 8192,16384,32768,65536] [--ttft-reply 16]\n"

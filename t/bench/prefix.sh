@@ -9,6 +9,10 @@
 #           the run's events over whole blocks through the same pool,
 #           running requests' blocks held), ours / best, reference
 #           replays, and replies equal to cache-off
+#   trace-geo  the same chat with turns per user drawn geometric (mean
+#           PREFIX_TURNS_MEAN, at most PREFIX_TURNS_MAX): most
+#           conversations short, a few long, so users come and go as in
+#           real traffic instead of all 32 staying to the end
 #   ttft    time to first token at 8k..64k-token prompts: cold (cache
 #           off), a full-prefix hit (the same prompt again) and a
 #           follow-up (prompt + reply + a new message), and the ratios
@@ -17,8 +21,9 @@
 #
 # Environment: KVS_BENCH_DIR (where bench_prefix is built), KVS_TMP (the
 # generated model is written there, removed once open).
-# Knobs: PREFIX_PARTS ("trace ttft"), PREFIX_THREADS (0: every CPU),
-# PREFIX_SEED (1), PREFIX_USERS (32), PREFIX_TURNS (8), PREFIX_SYSTEM
+# Knobs: PREFIX_PARTS ("trace trace-geo ttft"), PREFIX_THREADS (0: every
+# CPU), PREFIX_SEED (1), PREFIX_USERS (32), PREFIX_TURNS (8),
+# PREFIX_TURNS_MEAN (7), PREFIX_TURNS_MAX (40), PREFIX_SYSTEM
 # (512), PREFIX_CONC (4), PREFIX_REPLY (32), PREFIX_CACHE ("1,0.5,0.25":
 # fractions of the working set), PREFIX_SIZES
 # ("8192,16384,32768,65536"), PREFIX_OFF_MAX (32768: longer prompts are
@@ -31,17 +36,22 @@ set -euo pipefail
 
 bin=${KVS_BENCH_DIR:-build}/bench_prefix
 export KVS_TMP=${KVS_TMP:-/tmp}
-parts=${PREFIX_PARTS:-trace ttft}
+parts=${PREFIX_PARTS:-trace trace-geo ttft}
 common=(--threads "${PREFIX_THREADS:-0}" --seed "${PREFIX_SEED:-1}")
 out=$(mktemp "$KVS_TMP/prefix-bench.XXXXXX")
 trap 'rm -f "$out"' EXIT
 
 for part in $parts; do
     case $part in
-    trace)
+    trace|trace-geo)
+        turns=(--turns "${PREFIX_TURNS:-8}")
+        if [ "$part" = trace-geo ]; then
+            turns=(--turns "${PREFIX_TURNS_MAX:-40}"
+                   --turns-mean "${PREFIX_TURNS_MEAN:-7}")
+        fi
         echo
         "$bin" trace "${common[@]}" --users "${PREFIX_USERS:-32}" \
-            --turns "${PREFIX_TURNS:-8}" --system "${PREFIX_SYSTEM:-512}" \
+            "${turns[@]}" --system "${PREFIX_SYSTEM:-512}" \
             --conc "${PREFIX_CONC:-4}" --reply "${PREFIX_REPLY:-32}" \
             --cache "${PREFIX_CACHE:-1,0.5,0.25}" | tee -a "$out" \
             | grep -v '^prefix_' ;;
@@ -51,7 +61,7 @@ for part in $parts; do
             --sizes "${PREFIX_SIZES:-8192,16384,32768,65536}" \
             | tee -a "$out" | grep -v '^prefix_' ;;
     *)
-        echo "prefix.sh: unknown part \"$part\" (trace, ttft)" >&2
+        echo "prefix.sh: unknown part \"$part\" (trace, trace-geo, ttft)" >&2
         exit 2 ;;
     esac
 done
@@ -70,8 +80,10 @@ function field(name,    i, kv) {
 }
 $1 == "prefix_trace" && field("cache") == "on" {
     r = field("ratio")
-    printf "goal: hit rate >= 95%% of the best possible, pool %s x working" \
-           " set: %.1f%% (%.2f%% of %.2f%%): %s\n", field("frac"), 100 * r,
+    printf "goal: hit rate >= 95%% of the best possible, %s turns, pool %s" \
+           " x working set: %.1f%% (%.2f%% of %.2f%%): %s\n",
+           (field("turns_mean") > 0) ? "geometric" : "fixed", field("frac"),
+           100 * r,
            100 * field("hit"), 100 * field("best"),
            (r >= 0.95) ? "met" : "NOT met"
 }

@@ -10,7 +10,7 @@ plan (a random user among those with turns left, or round robin; 4 in
 flight; first-in first-out ends); turns per user fixed, drawn 2..14, or
 geometric.  Standard library only.  Run:
 
-    python3 t/bench/prefix_policies.py [--policies lru,deep,...]
+    python3 t/bench/prefix_policies.py [--policies lru,deep,adapt:0.5/4,...]
         [--variants "fixed8 s2,rr"] [--events FILE]
 
 --events replays a recorded run: lines "S r u p" (request r of user u
@@ -217,6 +217,16 @@ class Pool:
                 lastS[e[2]] = i
         self.lastS = lastS
         self.evicted_from = defaultdict(int)
+        # 'adapt': evicts from the LRU end or the MRU end of the list;
+        # a lookup that stops at a block evicted in the last g x pool
+        # evictions votes against the end that evicted it; the rule
+        # turns when the votes reach +-s (hysteresis)
+        self.mru = False
+        self.votes = 0
+        self.n_evicted = 0
+        self.ghost = {}             # block -> (evicted by MRU, when)
+        self.g = self.params.get('g', 0.5)
+        self.s = int(self.params.get('s', 4))
 
     def nu(self, y, i):
         l = self.uses.get(y, [])
@@ -288,6 +298,8 @@ class Pool:
             return (m['last'] - a * x[1],)
         if pol == 'mru':
             return (-m['last'],)
+        if pol == 'adapt':
+            return (-m['last'],) if self.mru else (m['last'],)
         raise ValueError(pol)
 
     def evict(self, need, i):
@@ -305,12 +317,26 @@ class Pool:
                 if self.policy == 'gdsf':
                     self.L = max(self.L, self.meta[v[0]]['prio'])
             del self.tree[v]
+            if self.policy == 'adapt':
+                self.n_evicted += 1
+                self.ghost[v] = (self.mru, self.n_evicted)
             if v[0] != 's':
                 self.depth[v[0]] -= 1
             self.evicted_from[v[0]] += 1
         free = self.n - len(self.tree) - self.private
         if free < need:
             self.over += need - free
+
+    def vote(self, x):
+        gh = self.ghost.get(x)
+        if gh is None or self.n_evicted - gh[1] > self.g * self.n:
+            return
+        self.votes += -1 if gh[0] else 1
+        self.votes = max(-self.s, min(self.s, self.votes))
+        if self.votes == self.s:
+            self.mru = True
+        elif self.votes == -self.s:
+            self.mru = False
 
     def touch(self, u, i, kind):
         m = self.meta[u]
@@ -338,6 +364,8 @@ class Pool:
                 while k < rd and blk(u, k, sb) in self.tree:
                     k += 1
                 self.hits += min(k * BT, p - 1)
+                if self.policy == 'adapt' and k < rd:
+                    self.vote(blk(u, k, sb))
                 for j in range(k):
                     self.lock[blk(u, j, sb)] += 1
                 self.touch(u, i, 'S')
@@ -413,7 +441,11 @@ def main():
                    % (name, frac, n, 100.0 * best / total)]
             for pol in a.policies.split(','):
                 params = {}
-                if ':' in pol:
+                if ':' in pol and pol.startswith('adapt'):
+                    pol, x = pol.split(':')
+                    g, s = x.split('/')
+                    params = {'g': float(g), 's': float(s)}
+                elif ':' in pol:
                     pol, x = pol.split(':')
                     params = {'a': float(x), 'c': float(x)}
                 h = Pool(ev, n, sb, pol, params).run_all()
