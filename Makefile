@@ -364,23 +364,26 @@ fuzz: $(B)/fuzz/fuzz_gguf $(B)/fuzz/fuzz_tok $(B)/fuzz/fuzz_api_req \
 	$(B)/fuzz/fuzz_wire -max_total_time=$(FUZZ_TIME) -max_len=65536 \
 	    $(B)/fuzz/wire-corpus t/fuzz/wire
 
+# undefined behaviour stops the fuzzer (a crash it reports and saves),
+# as a memory error does
+FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined \
+              -fno-sanitize-recover=undefined -D_GNU_SOURCE \
+              -DKVS_HAVE_CUDA=0 -Isrc
+
 $(B)/fuzz/fuzz_%: t/fuzz/fuzz_%.c $(FUZZ_SRCS) $(LIB_HDRS)
 	@mkdir -p $(dir $@)
-	clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE \
-	    -DKVS_HAVE_CUDA=0 -Isrc -o $@ $< $(FUZZ_SRCS) $(LIBS)
+	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_SRCS) $(LIBS)
 
 # the engine process's protocol: src/wire calls only src/base
 FUZZ_WIRE_SRCS := $(filter src/base/%, $(LIB_SRCS)) $(wildcard src/wire/*.c)
 
 $(B)/fuzz/fuzz_wire: t/fuzz/fuzz_wire.c $(FUZZ_WIRE_SRCS) $(LIB_HDRS)
 	@mkdir -p $(dir $@)
-	clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE \
-	    -DKVS_HAVE_CUDA=0 -Isrc -o $@ $< $(FUZZ_WIRE_SRCS) $(LIBS)
+	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_WIRE_SRCS) $(LIBS)
 
 $(B)/fuzz/fuzz_api_req: t/fuzz/fuzz_api_req.c $(FUZZ_REQ_SRCS) $(LIB_HDRS)
 	@mkdir -p $(dir $@)
-	clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE \
-	    -DKVS_HAVE_CUDA=0 -Isrc -o $@ $< $(FUZZ_REQ_SRCS) $(LIBS)
+	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_REQ_SRCS) $(LIBS)
 
 # --- dependencies --------------------------------------------------------
 

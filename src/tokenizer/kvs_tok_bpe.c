@@ -235,8 +235,11 @@ kvs_tok_bpe_piece(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
                 return kvs_err_set(err, KVS_ENOMEM, "bpe: out of memory");
             }
 
-            memcpy(out->ids + out->n, e->ids, e->n * sizeof(int32_t));
-            out->n += e->n;
+            /* a cached empty piece: out->ids may still be NULL */
+            if (e->n > 0) {
+                memcpy(out->ids + out->n, e->ids, e->n * sizeof(int32_t));
+                out->n += e->n;
+            }
 
             return KVS_OK;
         }
