@@ -11,15 +11,17 @@
  *     prompt, the user's earlier messages with the model's actual replies,
  *     and a new message, so it is built only once turn t-1 has ended.
  *     Each user's first message starts with a token of its own, so users
- *     share exactly the system prompt.  C requests run at once; users
- *     arrive in a seeded random order (or round robin).  Runs with the
- *     cache off, then on for pools sized to fractions of the working set
- *     (below).  Prints prompt tokens, prefill
- *     tokens computed (engine stats), the hit rate (sum of n_cached over
- *     sum of prompt tokens), the best possible hit rate for that trace
- *     and pool (below), their ratio, reference replays (LRU, LRU knowing
- *     each conversation's last turn, the earlier bound), and whether
- *     every reply equals the cache-off run's.
+ *     share exactly the system prompt.  With --turns-mean M each user's
+ *     number of turns is instead drawn geometric with mean M (at most
+ *     T), so most conversations are short and users come and go.  C
+ *     requests run at once; users arrive in a seeded random order (or
+ *     round robin).  Runs with the cache off, then on for pools sized
+ *     to fractions of the working set (below).  Prints prompt tokens,
+ *     prefill tokens computed (engine stats), the hit rate (sum of
+ *     n_cached over sum of prompt tokens), the best possible hit rate
+ *     for that trace and pool (below), their ratio, reference replays
+ *     (LRU, LRU knowing each conversation's last turn, the earlier
+ *     bound), and whether every reply equals the cache-off run's.
  *
  *   bench_prefix ttft [options]
  *     Time to first token for prompts of 8k..64k random tokens: cold
@@ -97,7 +99,7 @@ typedef struct {
     const char  *model;               /* NULL: generate one */
     uint32_t     users;
     uint32_t     turns;               /* each; with turns_mean, at most */
-    uint32_t     turns_mean;          /* 0: every user has turns */
+    uint32_t     turns_mean;          /* 0: every user has `turns` */
     uint32_t     system;              /* tokens of the shared prompt */
     uint32_t     msg_min;
     uint32_t     msg_max;
@@ -820,7 +822,7 @@ bp_trace_make(const bp_opts_t *o, const bp_model_t *md, bp_trace_t *tr)
     u = 0;
     for (i = 0; i < tr->n_req; i++) {
         if (o->rr) {
-            /* the next user after the last one with turns left */
+            /* users in turn, skipping those with no turns left */
             while (turns_left[u] == 0) {
                 u = (u + 1) % o->users;
             }
