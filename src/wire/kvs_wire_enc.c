@@ -346,7 +346,8 @@ kvs_wire_out_frame(kvs_buf_t *b, uint64_t id, uint32_t choice,
         p = kvs_le_put32(p, (uint32_t) out->tokens[i]);
     }
 
-    p = kvs_wire_putb(p, out->text.data + x0, x1 - x0);
+    /* no text yet may mean no buffer: no offset from NULL */
+    p = kvs_wire_putb(p, x1 > x0 ? out->text.data + x0 : NULL, x1 - x0);
 
     for (i = l0; i < l1; i++) {
         lp = &out->lp[i];

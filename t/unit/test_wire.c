@@ -725,6 +725,17 @@ test_out(void **state)
     assert_int_equal(d.out.n_tokens + d.out.n_lp + d.out.text.len, 0);
     assert_int_equal(d.out.finish, KVS_FINISH_NONE);
 
+    /* nothing produced at all: no text buffer (NULL), which the encoder
+     * must not offset (undefined behaviour; clang's UBSan in the wire
+     * fuzzer caught it, gcc's does not check a zero offset) */
+    kvs_engine_out_free(&o);
+    memset(&o, 0, sizeof(o));
+    assert_null(o.text.data);
+    b.len = 0;
+    assert_int_equal(kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err), KVS_OK);
+    assert_int_equal(kvs_wire_dec_out(b.data, b.len, &d, &err), KVS_OK);
+    assert_int_equal(d.out.n_tokens + d.out.n_lp + d.out.text.len, 0);
+
     assert_int_equal(kvs_wire_enc_out(&b, 1, KVS_ENGINE_MAX_N, &o, NULL,
                                       &err), KVS_ERANGE);
     o.finish = (kvs_finish_t) 9;
