@@ -5,9 +5,10 @@
 #                with nvcc, the CUDA backend's libkvserve_cuda.so
 #   make run     start nginx with the module on 127.0.0.1:8080
 #   make stop    stop it
-#   make test    unit (plain, ASan+UBSan), GGUF interop, Test::Nginx,
-#                the openai SDK against nginx
-#   make unit / unit-asan / unit-tsan / interop / itest / sdk / bench /
+#   make test    unit (plain, ASan+UBSan with gcc and with clang, TSan),
+#                GGUF interop, Test::Nginx, the openai SDK against nginx
+#   make unit / unit-asan / unit-asan-clang / unit-tsan / interop /
+#        itest / sdk / bench /
 #        fuzz / cuda-check / gpu-check / clean
 #
 # KVSERVE_CUDA=0 skips the CUDA sources even when nvcc is present.  The
@@ -89,7 +90,8 @@ else
 CUDA_SO      :=
 endif
 
-.PHONY: all lib deps run stop test unit unit-asan unit-tsan interop itest \
+.PHONY: all lib deps run stop test unit unit-asan unit-asan-clang \
+        unit-tsan interop itest \
         sdk bench cuda-check gpu-check \
         fuzz clean
 
@@ -247,6 +249,11 @@ unit-asan: $(ASAN_BINS) $(CLI)
 	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	    $(TEST_ENV) $$t; done
 
+# the same again built by clang, whose UBSan checks what gcc's does not
+# (an offset applied to a NULL pointer, for one), in a build of its own
+unit-asan-clang:
+	@$(MAKE) -s B=$(B)/clang CC=clang unit-asan
+
 unit-tsan: $(TSAN_BINS)
 	@mkdir -p $(B)/tmp
 	@set -e; for t in $(TSAN_BINS); do \
@@ -288,7 +295,7 @@ sdk: $(MODULE) $(DEFAULT_MODEL) $(PY_STAMP)
 	    $(VENV)/bin/python t/unit/test_openai_sdk.py
 
 test: deps
-	@$(MAKE) -s unit unit-asan unit-tsan interop itest sdk \
+	@$(MAKE) -s unit unit-asan unit-asan-clang unit-tsan interop itest sdk \
 	    $(if $(filter 1,$(KVSERVE_CUDA)),cuda-check)
 
 BENCH_SRCS := $(wildcard t/bench/bench_*.c)

@@ -34,6 +34,10 @@
 #include "../model/kvs_ggml_type.h"
 #include "kvs_cpu_impl.h"
 
+#if KVS_CPU_X86
+#include <cpuid.h>
+#endif
+
 
 /* Up to three products of one input, split into row tiles. */
 typedef struct {
@@ -64,6 +68,24 @@ static float kvs_cpu_q8_dot(const uint8_t *p, const kvs_cpu_q8_t *xq,
 static void kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread);
 
 
+#if KVS_CPU_X86
+
+/* From CPUID itself: clang's __builtin_cpu_supports() knows no "f16c". */
+static int
+kvs_cpu_has_f16c(void)
+{
+    unsigned  a, b, c, d;
+
+    if (__get_cpuid(1, &a, &b, &c, &d) == 0) {
+        return 0;
+    }
+
+    return (c & bit_F16C) != 0;
+}
+
+#endif
+
+
 /* The kernel level of this CPU; KVSERVE_CPU_SIMD=0 in the environment
  * selects the portable kernels (to compare them, or to rule the others
  * out), KVSERVE_CPU_SIMD=1 caps the level at AVX2. */
@@ -82,7 +104,7 @@ kvs_cpu_simd(void)
     __builtin_cpu_init();
 
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")
-        || !__builtin_cpu_supports("f16c"))
+        || !kvs_cpu_has_f16c())
     {
         return KVS_CPU_SIMD_NONE;
     }
