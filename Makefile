@@ -337,8 +337,10 @@ gpu-check: $(CUDA_SO) $(CLI) $(B)/gpu_check
 	    KVSERVE_CUDA_SO=$(BABS)/libkvserve_cuda.so OUT=$(abspath $(OUT)) \
 	    KVS_GPU_CHECK=1 bash t/bench/gpu_check.sh
 
-# libFuzzer targets (clang): the GGUF reader and vocabulary loader, and
-# the tokenizer on the fixture vocabularies; FUZZ_TIME seconds each.
+# libFuzzer targets (clang): the GGUF reader and vocabulary loader, the
+# tokenizer on the fixture vocabularies, OpenAI request bodies, the
+# engine wire, and what the prefix index reads back from Redis;
+# FUZZ_TIME seconds each.
 FUZZ_TIME ?= 60
 FUZZ_VOCABS := $(subst $(eval) ,:,$(wildcard \
                  $(FIXTURES)/vocab/ggml-vocab-llama-spm.gguf \
@@ -354,7 +356,8 @@ FUZZ_REQ_SRCS := $(FUZZ_SRCS) $(wildcard src/api/kvs_api_req*.c) \
                  src/api/kvs_api_models.c src/engine/kvs_sample.c
 
 fuzz: $(B)/fuzz/fuzz_gguf $(B)/fuzz/fuzz_tok $(B)/fuzz/fuzz_api_req \
-      $(B)/fuzz/fuzz_wire $(B)/gguf_sample $(DEFAULT_MODEL)
+      $(B)/fuzz/fuzz_wire $(B)/fuzz/fuzz_index $(B)/gguf_sample \
+      $(DEFAULT_MODEL)
 	@mkdir -p $(B)/fuzz/corpus $(B)/fuzz/seed $(B)/fuzz/tok-corpus \
 	    $(B)/fuzz/req-corpus
 	$(B)/gguf_sample $(B)/fuzz/seed/sample.gguf 3 32
@@ -370,6 +373,9 @@ fuzz: $(B)/fuzz/fuzz_gguf $(B)/fuzz/fuzz_tok $(B)/fuzz/fuzz_api_req \
 	@mkdir -p $(B)/fuzz/wire-corpus
 	$(B)/fuzz/fuzz_wire -max_total_time=$(FUZZ_TIME) -max_len=65536 \
 	    $(B)/fuzz/wire-corpus t/fuzz/wire
+	@mkdir -p $(B)/fuzz/index-corpus
+	$(B)/fuzz/fuzz_index -max_total_time=$(FUZZ_TIME) -max_len=4096 \
+	    $(B)/fuzz/index-corpus
 
 # undefined behaviour stops the fuzzer (a crash it reports and saves),
 # as a memory error does
@@ -387,6 +393,13 @@ FUZZ_WIRE_SRCS := $(filter src/base/%, $(LIB_SRCS)) $(wildcard src/wire/*.c)
 $(B)/fuzz/fuzz_wire: t/fuzz/fuzz_wire.c $(FUZZ_WIRE_SRCS) $(LIB_HDRS)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_WIRE_SRCS) $(LIBS)
+
+# what the prefix index reads from Redis: src/index calls only src/base
+FUZZ_INDEX_SRCS := $(filter src/base/%, $(LIB_SRCS)) $(wildcard src/index/*.c)
+
+$(B)/fuzz/fuzz_index: t/fuzz/fuzz_index.c $(FUZZ_INDEX_SRCS) $(LIB_HDRS)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_INDEX_SRCS) $(LIBS)
 
 $(B)/fuzz/fuzz_api_req: t/fuzz/fuzz_api_req.c $(FUZZ_REQ_SRCS) $(LIB_HDRS)
 	@mkdir -p $(dir $@)
