@@ -74,8 +74,9 @@ typedef struct {
 } kvs_index_route_conf_t;
 
 typedef enum {
-    KVS_INDEX_ROUTE_PREFIX = 0,       /* the winner holds a prefix */
-    KVS_INDEX_ROUTE_LOAD,             /* a prefix lost to load */
+    KVS_INDEX_ROUTE_PREFIX = 0,       /* the winner holds the longest
+                                         prefix */
+    KVS_INDEX_ROUTE_LOAD,             /* a longer prefix lost to load */
     KVS_INDEX_ROUTE_LEAST_LOADED,     /* no host holds any prefix */
     KVS_INDEX_ROUTE_SHORT,            /* under one block: nothing to ask */
     KVS_INDEX_ROUTE_NO_INDEX,         /* Redis unavailable: hashed */

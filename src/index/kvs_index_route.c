@@ -54,16 +54,15 @@ kvs_index_choose(const kvs_index_cand_t *hosts, uint32_t n_hosts,
     const uint32_t *blocks, uint32_t block_tokens, int short_prompt,
     const kvs_index_route_conf_t *conf, kvs_index_choice_t *out)
 {
-    int       any;
     double    s;
     uint32_t  h;
-    uint64_t  cached;
+    uint64_t  cached, most;
 
     out->host = -1;
     out->reason = KVS_INDEX_ROUTE_NO_HOSTS;
     out->cached_tokens = 0;
     out->score = 0;
-    any = 0;
+    most = 0;
 
     for (h = 0; h < n_hosts; h++) {
         if (!hosts[h].up) {
@@ -75,7 +74,7 @@ kvs_index_choose(const kvs_index_cand_t *hosts, uint32_t n_hosts,
             cached = UINT32_MAX;
         }
 
-        any |= cached > 0;
+        most = cached > most ? cached : most;
         s = (double) cached - conf->load_weight * hosts[h].load;
 
         if (out->host < 0
@@ -92,10 +91,12 @@ kvs_index_choose(const kvs_index_cand_t *hosts, uint32_t n_hosts,
         return;
     }
 
+    /* load: a longer prefix than the winner's lost on load, whether the
+     * winner holds a shorter one or none */
     out->reason = short_prompt ? KVS_INDEX_ROUTE_SHORT
-                  : out->cached_tokens > 0 ? KVS_INDEX_ROUTE_PREFIX
-                  : any ? KVS_INDEX_ROUTE_LOAD
-                  : KVS_INDEX_ROUTE_LEAST_LOADED;
+                  : most == 0 ? KVS_INDEX_ROUTE_LEAST_LOADED
+                  : out->cached_tokens < most ? KVS_INDEX_ROUTE_LOAD
+                  : KVS_INDEX_ROUTE_PREFIX;
 }
 
 

@@ -43,15 +43,24 @@ test_choose(void **state)
     cand_set(&c[1], "b", 2, 1);
     cand_set(&c[2], "c", 3, 1);
 
-    /* a: 5 blocks * 16 - 400 = -320; b: 0 - 100; c: 2 * 16 - 100 = -68 */
+    /* a: 5 blocks * 16 - 400 = -320; b: 0 - 100; c: 2 * 16 - 100 = -68:
+     * c wins with a prefix, but a's longer one lost on load */
     blocks[0] = 5;
     blocks[1] = 0;
     blocks[2] = 2;
     kvs_index_choose(c, 3, blocks, 16, 0, &conf, &ch);
     assert_int_equal(ch.host, 2);
-    assert_int_equal(ch.reason, KVS_INDEX_ROUTE_PREFIX);
+    assert_int_equal(ch.reason, KVS_INDEX_ROUTE_LOAD);
     assert_int_equal(ch.cached_tokens, 32);
     assert_true(ch.score == -68.0);
+
+    /* a as loaded as the others: its longest prefix wins */
+    c[0].load = 1;
+    kvs_index_choose(c, 3, blocks, 16, 0, &conf, &ch);
+    assert_int_equal(ch.host, 0);
+    assert_int_equal(ch.reason, KVS_INDEX_ROUTE_PREFIX);
+    assert_string_equal(kvs_index_reason_name(ch.reason), "prefix");
+    c[0].load = 4;
 
     /* c loses its prefix: a's prefix loses to load; b and c tie at
      * -100: the smaller id */
