@@ -23,6 +23,7 @@
 
 #include "kvs_test.h"
 #include "kvs_test_model.h"
+#include "kvs_test_srv.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -46,23 +47,8 @@
 #define LONG_GEN  3900                /* tokens: runs long enough to be
                                          cancelled mid-stream */
 
-typedef struct {
-    kvs_srv_t        *srv;
-    pthread_t         thr;
-    int               rc;
-    char              path[256];
-    kvs_test_model_t  md;
-    kvs_srv_model_t   sm;
-} server_t;
-
-typedef struct {
-    int        fd;
-    kvs_buf_t  in;
-    size_t     off;
-    uint8_t   *frame;                 /* the last frame read, in `in` */
-    kvs_wire_hdr_t    h;
-    kvs_wire_hello_t  hello;
-} client_t;
+typedef kvs_test_srv_t  server_t;
+typedef kvs_test_cl_t   client_t;
 
 /* What came back for one choice. */
 typedef struct {
@@ -169,65 +155,17 @@ direct(const kvs_test_model_t *md, const kvs_engine_req_t *req,
 
 /* --- the server thread --------------------------------------------------- */
 
-static void *
-server_main(void *arg)
-{
-    kvs_err_t  err;
-    server_t  *s;
-
-    s = arg;
-    s->rc = kvs_srv_run(s->srv, &err);
-
-    if (s->rc != KVS_OK) {
-        print_message("kvs_srv_run: %s\n", err.msg);
-    }
-
-    return NULL;
-}
-
-
-static void
-server_log(void *data, const char *msg)
-{
-    if (getenv("KVS_TEST_VERBOSE") != NULL) {
-        print_message("server: %s\n", msg);
-    }
-}
-
-
 /* Starts a server on a fresh socket path; md already loaded; lease_fd
  * (or -1) becomes the server's. */
 static void
 server_start_lease(server_t *s, size_t out_limit, int parent_fd,
     int lease_fd)
 {
-    char            name[64];
-    kvs_err_t       err;
-    kvs_srv_conf_t  conf;
-    static int      n;
-
-    snprintf(name, sizeof(name), "srv.%d.%d.sock", (int) getpid(), n++);
-    snprintf(s->path, sizeof(s->path), "%s", kvs_test_tmp(name));
-    unlink(s->path);
-
     memset(&s->sm, 0, sizeof(s->sm));
     engine_conf(&s->sm.engine, &s->md);
     s->sm.name = "test-model";
 
-    memset(&conf, 0, sizeof(conf));
-    conf.socket_path = s->path;
-    conf.models = &s->sm;
-    conf.n_models = 1;
-    conf.parent_pidfd = parent_fd;
-    conf.lease_fd = lease_fd;
-    conf.out_limit = out_limit;
-    conf.log = server_log;
-
-    if (kvs_srv_new(&s->srv, &conf, &err) != KVS_OK) {
-        fail_msg("kvs_srv_new: %s", err.msg);
-    }
-
-    assert_int_equal(pthread_create(&s->thr, NULL, server_main, s), 0);
+    kvs_test_srv_start(s, "srv", out_limit, parent_fd, lease_fd);
 }
 
 
@@ -238,99 +176,29 @@ server_start(server_t *s, size_t out_limit, int parent_fd)
 }
 
 
-static void
-server_join(server_t *s)
-{
-    assert_int_equal(pthread_join(s->thr, NULL), 0);
-    assert_int_equal(s->rc, KVS_OK);
-    kvs_srv_free(s->srv);
-    s->srv = NULL;
-}
-
-
-static void
-server_stop(server_t *s)
-{
-    kvs_srv_stop(s->srv);
-    server_join(s);
-}
-
-
 /* --- a client ------------------------------------------------------------ */
 
 /* Reads until a whole frame is there; 0 with cl->frame and cl->h set, 1
- * on EOF. */
+ * on EOF; no frame within WAIT_MS fails the test. */
 static int
 cl_read(client_t *cl)
 {
-    int             rc;
-    ssize_t         got;
-    kvs_err_t       err;
-    struct pollfd   pfd;
+    int  rc;
 
-    if (cl->off > 0) {
-        memmove(cl->in.data, cl->in.data + cl->off, cl->in.len - cl->off);
-        cl->in.len -= cl->off;
-        cl->off = 0;
+    rc = kvs_test_cl_read(cl, WAIT_MS);
+    if (rc == 2) {
+        fail_msg("client: no frame within %d ms", WAIT_MS);
     }
 
-    for ( ;; ) {
-        rc = kvs_wire_frame(cl->in.data, cl->in.len, &cl->h, &err);
-        if (rc == KVS_OK) {
-            cl->frame = cl->in.data;
-            cl->off = cl->h.len;
-            return 0;
-        }
-
-        if (rc != KVS_WIRE_AGAIN) {
-            fail_msg("client: bad frame from the server: %s", err.msg);
-        }
-
-        pfd.fd = cl->fd;
-        pfd.events = POLLIN;
-
-        if (poll(&pfd, 1, WAIT_MS) != 1) {
-            fail_msg("client: no frame within %d ms", WAIT_MS);
-        }
-
-        assert_int_equal(kvs_buf_reserve(&cl->in, 65536), KVS_OK);
-        got = read(cl->fd, cl->in.data + cl->in.len,
-                   cl->in.cap - cl->in.len);
-
-        if (got == 0 || (got < 0 && errno == ECONNRESET)) {
-            return 1;
-        }
-
-        assert_true(got > 0);
-        cl->in.len += (size_t) got;
-    }
+    return rc;
 }
 
 
 static void
 cl_connect(client_t *cl, const server_t *s)
 {
-    kvs_err_t           err;
-    struct sockaddr_un  sa;
-
-    memset(cl, 0, sizeof(*cl));
-    cl->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(cl->fd >= 0);
-
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    assert_true(strlen(s->path) < sizeof(sa.sun_path));
-    memcpy(sa.sun_path, s->path, strlen(s->path));
-
-    if (connect(cl->fd, (struct sockaddr *) &sa, sizeof(sa)) != 0) {
-        fail_msg("connect %s: %s", s->path, strerror(errno));
-    }
-
     /* the engine speaks first */
-    assert_int_equal(cl_read(cl), 0);
-    assert_int_equal(cl->h.type, KVS_WIRE_HELLO);
-    assert_int_equal(kvs_wire_dec_hello(cl->frame, cl->h.len, &cl->hello,
-                                        &err), KVS_OK);
+    kvs_test_cl_connect(cl, s->path, WAIT_MS);
     assert_int_equal(cl->hello.pid, (uint32_t) getpid());
     assert_true(cl->hello.incarnation == kvs_srv_incarnation(s->srv));
     assert_int_equal(cl->hello.n_models, 1);
@@ -344,32 +212,6 @@ cl_connect(client_t *cl, const server_t *s)
 
 
 static void
-cl_close(client_t *cl)
-{
-    if (cl->fd >= 0) {
-        close(cl->fd);
-        cl->fd = -1;
-    }
-
-    kvs_buf_free(&cl->in);
-}
-
-
-static void
-cl_send_raw(client_t *cl, const void *p, size_t n)
-{
-    ssize_t  w;
-
-    while (n > 0) {
-        w = send(cl->fd, p, n, MSG_NOSIGNAL);
-        assert_true(w > 0);
-        p = (const uint8_t *) p + w;
-        n -= (size_t) w;
-    }
-}
-
-
-static void
 cl_submit(client_t *cl, uint64_t id, uint32_t model,
     const kvs_engine_req_t *req)
 {
@@ -379,7 +221,7 @@ cl_submit(client_t *cl, uint64_t id, uint32_t model,
     memset(&b, 0, sizeof(b));
     assert_int_equal(kvs_wire_enc_submit(&b, id, model, req, now_ns(), &err),
                      KVS_OK);
-    cl_send_raw(cl, b.data, b.len);
+    kvs_test_cl_send(cl, b.data, b.len);
     kvs_buf_free(&b);
 }
 
@@ -392,7 +234,7 @@ cl_empty(client_t *cl, kvs_wire_type_t type, uint64_t id)
 
     memset(&b, 0, sizeof(b));
     assert_int_equal(kvs_wire_enc_empty(&b, type, id, &err), KVS_OK);
-    cl_send_raw(cl, b.data, b.len);
+    kvs_test_cl_send(cl, b.data, b.len);
     kvs_buf_free(&b);
 }
 
@@ -704,10 +546,10 @@ test_matches_direct(void **state)
     cl_wait_idle(&cl[0], 3);
 
     for (k = 0; k < 3; k++) {
-        cl_close(&cl[k]);
+        kvs_test_cl_close(&cl[k]);
     }
 
-    server_stop(&s);
+    kvs_test_srv_stop(&s);
 
     /* the socket is gone with the server */
     assert_int_equal(access(s.path, F_OK), -1);
@@ -765,8 +607,8 @@ test_stories_greedy(void **state)
 
     free(want);
     got_free(g, 1);
-    cl_close(&cl);
-    server_stop(&s);
+    kvs_test_cl_close(&cl);
+    kvs_test_srv_stop(&s);
     kvs_test_model_free(&s.md);
 }
 
@@ -866,8 +708,8 @@ test_cancel(void **state)
     got_free(g, 1);
 
     cl_wait_idle(&cl, 1);
-    cl_close(&cl);
-    server_stop(&s);
+    kvs_test_cl_close(&cl);
+    kvs_test_srv_stop(&s);
     kvs_test_model_free(&s.md);
 }
 
@@ -894,11 +736,11 @@ test_disconnect(void **state)
     cl_submit(&a, 2, 0, &req);
     wait_first_token(&a, 1);
 
-    cl_close(&a);
+    kvs_test_cl_close(&a);
     cl_wait_idle(&b, 1);
 
-    cl_close(&b);
-    server_stop(&s);
+    kvs_test_cl_close(&b);
+    kvs_test_srv_stop(&s);
     kvs_test_model_free(&s.md);
 }
 
@@ -928,14 +770,14 @@ test_malformed(void **state)
 
     /* a: a frame length past the limit */
     memset(junk, 0xff, sizeof(junk));
-    cl_send_raw(&a, junk, sizeof(junk));
+    kvs_test_cl_send(&a, junk, sizeof(junk));
     assert_int_equal(cl_read(&a), 1);         /* EOF */
 
     /* c: a message only the engine sends */
     memset(&buf, 0, sizeof(buf));
     kvs_wire_enc_pong(&buf, 1, 2, &err);
     buf.data[4] = KVS_WIRE_OUT;
-    cl_send_raw(&c, buf.data, buf.len);
+    kvs_test_cl_send(&c, buf.data, buf.len);
     assert_int_equal(cl_read(&c), 1);
 
     /* d: a SUBMIT whose prompt count overruns its frame; a long request
@@ -952,7 +794,7 @@ test_malformed(void **state)
     kvs_wire_enc_submit(&buf, 2, 0, &req, 0, &err);
     buf.data[16 + 12] = 0xff;
     buf.data[16 + 13] = 0xff;
-    cl_send_raw(&d, buf.data, buf.len);
+    kvs_test_cl_send(&d, buf.data, buf.len);
     while (cl_read(&d) == 0) {
         /* OUT frames of request 1, then EOF */
     }
@@ -980,11 +822,11 @@ test_malformed(void **state)
     cl_wait_idle(&b, 1);
 
     kvs_buf_free(&buf);
-    cl_close(&a);
-    cl_close(&b);
-    cl_close(&c);
-    cl_close(&d);
-    server_stop(&s);
+    kvs_test_cl_close(&a);
+    kvs_test_cl_close(&b);
+    kvs_test_cl_close(&c);
+    kvs_test_cl_close(&d);
+    kvs_test_srv_stop(&s);
     kvs_test_model_free(&s.md);
 }
 
@@ -1094,8 +936,8 @@ test_refused(void **state)
     assert_int_equal(g[0].out.n_tokens, 3);
     got_free(g, 1);
 
-    cl_close(&cl);
-    server_stop(&s);
+    kvs_test_cl_close(&cl);
+    kvs_test_srv_stop(&s);
     kvs_test_model_free(&s.md);
 }
 
@@ -1149,9 +991,9 @@ test_slow_client(void **state)
         assert_int_equal(slow.h.type, KVS_WIRE_OUT);
     }
 
-    cl_close(&slow);
-    cl_close(&fast);
-    server_stop(&s);
+    kvs_test_cl_close(&slow);
+    kvs_test_cl_close(&fast);
+    kvs_test_srv_stop(&s);
     kvs_test_model_free(&s.md);
 }
 
@@ -1185,8 +1027,8 @@ test_orphan(void **state)
     assert_int_equal(kvs_wire_dec_pong(cl.frame, cl.h.len, &u, &err),
                      KVS_OK);
 
-    cl_close(&cl);
-    server_join(&s);                          /* ends by itself */
+    kvs_test_cl_close(&cl);
+    kvs_test_srv_join(&s);                          /* ends by itself */
     assert_int_equal(access(s.path, F_OK), -1);
 
     close(pfd[0]);
@@ -1269,7 +1111,7 @@ test_drain(void **state)
     /* a new worker: HELLO, DRAIN, gone */
     cl_connect(&b, &s);
     cl_empty(&b, KVS_WIRE_DRAIN, 0);
-    cl_close(&b);
+    kvs_test_cl_close(&b);
 
     assert_int_equal(wait_gone(s.path), 0);
 
@@ -1319,8 +1161,8 @@ test_drain(void **state)
     cl_wait_idle(&a, 1);
     assert_int_equal(pthread_tryjoin_np(s.thr, NULL), EBUSY);
 
-    cl_close(&a);
-    server_join(&s);                          /* ends by itself */
+    kvs_test_cl_close(&a);
+    kvs_test_srv_join(&s);                          /* ends by itself */
     assert_int_equal(access(s.path, F_OK), -1);
 
     close(other);
@@ -1357,8 +1199,8 @@ test_drain_not_ours(void **state)
 
     cl_empty(&cl, KVS_WIRE_DRAIN, 0);
     cl_wait_idle(&cl, 1);                     /* DRAIN handled by now */
-    cl_close(&cl);
-    server_join(&s);
+    kvs_test_cl_close(&cl);
+    kvs_test_srv_join(&s);
 
     assert_int_equal(stat(s.path, &sb), 0);
     assert_true(S_ISREG(sb.st_mode));
@@ -1389,8 +1231,8 @@ test_path_not_ours(void **state)
     fclose(f);
     assert_int_equal(rename(other, s.path), 0);
 
-    cl_close(&cl);
-    server_stop(&s);
+    kvs_test_cl_close(&cl);
+    kvs_test_srv_stop(&s);
 
     assert_int_equal(access(s.path, F_OK), 0);
     unlink(s.path);
@@ -1546,7 +1388,7 @@ test_cli(void **state)
     free(text);
     unlink(log);
 
-    cl_close(&cl);
+    kvs_test_cl_close(&cl);
     kvs_test_model_free(&s.md);
 }
 

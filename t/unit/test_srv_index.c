@@ -13,6 +13,7 @@
 
 #include "kvs_test.h"
 #include "kvs_test_model.h"
+#include "kvs_test_srv.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -33,23 +34,8 @@
 #define NAME      "test-index-model"
 #define MAX_N     64
 
-typedef struct {
-    kvs_srv_t        *srv;
-    pthread_t         thr;
-    int               rc;
-    char              path[256];
-    kvs_test_model_t  md;
-    kvs_srv_model_t   sm;
-} server_t;
-
-typedef struct {
-    int               fd;
-    kvs_buf_t         in;
-    size_t            off;
-    uint8_t          *frame;
-    kvs_wire_hdr_t    h;
-    kvs_wire_hello_t  hello;
-} client_t;
+typedef kvs_test_srv_t  server_t;
+typedef kvs_test_cl_t   client_t;
 
 /* What INDEX frames said, summed. */
 typedef struct {
@@ -64,36 +50,9 @@ typedef struct {
 } seen_t;
 
 
-static void *
-server_main(void *arg)
-{
-    kvs_err_t  err;
-    server_t  *s = arg;
-
-    s->rc = kvs_srv_run(s->srv, &err);
-    if (s->rc != KVS_OK) {
-        print_message("kvs_srv_run: %s\n", err.msg);
-    }
-
-    return NULL;
-}
-
-
-static void
-server_log(void *data, const char *msg)
-{
-    if (getenv("KVS_TEST_VERBOSE") != NULL) {
-        print_message("server: %s\n", msg);
-    }
-}
-
-
 static void
 server_start(server_t *s)
 {
-    char            name[64];
-    kvs_err_t       err;
-    kvs_srv_conf_t  conf;
     kvs_gen_spec_t  spec;
 
     memset(&spec, 0, sizeof(spec));
@@ -109,10 +68,6 @@ server_start(server_t *s)
     spec.seed = 0x1d3;
     kvs_test_model_gen(&s->md, &spec);
 
-    snprintf(name, sizeof(name), "srvix.%d.sock", (int) getpid());
-    snprintf(s->path, sizeof(s->path), "%s", kvs_test_tmp(name));
-    unlink(s->path);
-
     memset(&s->sm, 0, sizeof(s->sm));
     s->sm.name = NAME;
     s->sm.engine.model = s->md.m;
@@ -122,110 +77,32 @@ server_start(server_t *s)
     s->sm.engine.threads = 1;
     s->sm.engine.max_batch_tokens = 48;
 
-    memset(&conf, 0, sizeof(conf));
-    conf.socket_path = s->path;
-    conf.models = &s->sm;
-    conf.n_models = 1;
-    conf.parent_pidfd = -1;
-    conf.lease_fd = -1;
-    conf.log = server_log;
-
-    if (kvs_srv_new(&s->srv, &conf, &err) != KVS_OK) {
-        fail_msg("kvs_srv_new: %s", err.msg);
-    }
-
-    assert_int_equal(pthread_create(&s->thr, NULL, server_main, s), 0);
+    kvs_test_srv_start(s, "srvix", 0, -1, -1);
 }
 
 
 static void
 server_stop(server_t *s)
 {
-    kvs_srv_stop(s->srv);
-    assert_int_equal(pthread_join(s->thr, NULL), 0);
-    assert_int_equal(s->rc, KVS_OK);
-    kvs_srv_free(s->srv);
+    kvs_test_srv_stop(s);
     kvs_test_model_free(&s->md);
-}
-
-
-/* Reads until a whole frame is there (within ms); 0 with cl->frame set,
- * 1 on EOF, 2 on time out. */
-static int
-cl_read(client_t *cl, int ms)
-{
-    int             rc;
-    ssize_t         got;
-    kvs_err_t       err;
-    struct pollfd   pfd;
-
-    if (cl->off > 0) {
-        memmove(cl->in.data, cl->in.data + cl->off, cl->in.len - cl->off);
-        cl->in.len -= cl->off;
-        cl->off = 0;
-    }
-
-    for ( ;; ) {
-        rc = kvs_wire_frame(cl->in.data, cl->in.len, &cl->h, &err);
-        if (rc == KVS_OK) {
-            cl->frame = cl->in.data;
-            cl->off = cl->h.len;
-            return 0;
-        }
-
-        if (rc != KVS_WIRE_AGAIN) {
-            fail_msg("client: bad frame from the server: %s", err.msg);
-        }
-
-        pfd.fd = cl->fd;
-        pfd.events = POLLIN;
-
-        if (poll(&pfd, 1, ms) != 1) {
-            return 2;
-        }
-
-        assert_int_equal(kvs_buf_reserve(&cl->in, 65536), KVS_OK);
-        got = read(cl->fd, cl->in.data + cl->in.len,
-                   cl->in.cap - cl->in.len);
-
-        if (got == 0 || (got < 0 && errno == ECONNRESET)) {
-            return 1;
-        }
-
-        assert_true(got > 0);
-        cl->in.len += (size_t) got;
-    }
 }
 
 
 static void
 cl_send(client_t *cl, const kvs_buf_t *b)
 {
-    assert_int_equal(write(cl->fd, b->data, b->len), (ssize_t) b->len);
+    kvs_test_cl_send(cl, b->data, b->len);
 }
 
 
 static void
 cl_connect(client_t *cl, const server_t *s, int subscribe)
 {
-    kvs_buf_t           b;
-    kvs_err_t           err;
-    struct sockaddr_un  sa;
+    kvs_buf_t  b;
+    kvs_err_t  err;
 
-    memset(cl, 0, sizeof(*cl));
-    cl->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(cl->fd >= 0);
-
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    memcpy(sa.sun_path, s->path, strlen(s->path));
-    assert_int_equal(connect(cl->fd, (struct sockaddr *) &sa, sizeof(sa)),
-                     0);
-
-    assert_int_equal(cl_read(cl, WAIT_MS), 0);
-    assert_int_equal(cl->h.type, KVS_WIRE_HELLO);
-    assert_int_equal(kvs_wire_dec_hello(cl->frame, cl->h.len, &cl->hello,
-                                        &err), KVS_OK);
+    kvs_test_cl_connect(cl, s->path, WAIT_MS);
 
     if (subscribe) {
         memset(&b, 0, sizeof(b));
@@ -269,7 +146,7 @@ cl_until(client_t *cl, seen_t *sn, int (*want)(const seen_t *sn))
     memset(&o, 0, sizeof(o));
 
     while (!want(sn)) {
-        if (cl_read(cl, WAIT_MS) != 0) {
+        if (kvs_test_cl_read(cl, WAIT_MS) != 0) {
             fail_msg("client: no frame within %d ms (adds %u, dels %u, "
                      "frames %u)", WAIT_MS, sn->n_add, sn->n_del,
                      sn->frames);
@@ -437,7 +314,7 @@ test_publish(void **state)
     /* a standby subscriber gets nothing until the publisher goes; then a
      * resync of exactly what is held: p1's nine and what is left of p0 */
     cl_connect(&c2, &s, 1);
-    assert_int_equal(cl_read(&c2, 300), 2);
+    assert_int_equal(kvs_test_cl_read(&c2, 300), 2);
     close(c1.fd);
     kvs_buf_free(&c1.in);
 
