@@ -49,6 +49,32 @@ kvs_test_model_gen(kvs_test_model_t *md, const kvs_gen_spec_t *spec)
 }
 
 
+/* The small model the engine and server tests run on: 1 layer, 32
+ * wide, 2 heads (2 K/V), feed-forward 64, 300 ids, F32; name names the
+ * file, n_ctx, seed and tied (output tied to the embedding) vary. */
+static inline void
+kvs_test_model_small(kvs_test_model_t *md, const char *name, uint32_t n_ctx,
+    uint64_t seed, int tied)
+{
+    kvs_gen_spec_t  spec;
+
+    memset(&spec, 0, sizeof(spec));
+    snprintf(spec.name, sizeof(spec.name), "%s", name);
+    spec.n_layer = 1;
+    spec.n_embd = 32;
+    spec.n_head = 2;
+    spec.n_head_kv = 2;
+    spec.n_ff = 64;
+    spec.n_vocab = 300;
+    spec.n_ctx = n_ctx;
+    spec.dtype = KVS_GGML_F32;
+    spec.tied = tied;
+    spec.seed = seed;
+
+    kvs_test_model_gen(md, &spec);
+}
+
+
 /* Opens stories260K (f32); -1 when the fixture is absent (a SKIP line is
  * printed), so the caller skips. */
 static inline int

@@ -65,22 +65,7 @@ engine_new(const kvs_test_model_t *md)
 static void
 model_new(kvs_test_model_t *md)
 {
-    kvs_gen_spec_t  spec;
-
-    memset(&spec, 0, sizeof(spec));
-    snprintf(spec.name, sizeof(spec.name), "test-engine-index");
-    spec.n_layer = 1;
-    spec.n_embd = 32;
-    spec.n_head = 2;
-    spec.n_head_kv = 2;
-    spec.n_ff = 64;
-    spec.n_vocab = 300;
-    spec.n_ctx = 256;
-    spec.dtype = KVS_GGML_F32;
-    spec.tied = 1;
-    spec.seed = 0x1dec5;
-
-    kvs_test_model_gen(md, &spec);
+    kvs_test_model_small(md, "test-engine-index", 256, 0x1dec5, 1);
 }
 
 

@@ -359,7 +359,6 @@ test_engine_tenants(void **state)
     int32_t               prompt[40];
     uint32_t              i, k;
     kvs_err_t             err;
-    kvs_gen_spec_t        spec;
     kvs_test_model_t      md;
     kvs_engine_t         *e;
     kvs_engine_seq_t     *hs[4];
@@ -370,18 +369,7 @@ test_engine_tenants(void **state)
     static const char    *keys[] = { "big", "small", "" };
     static const uint32_t  lens[] = { 40, 10, 5 };
 
-    memset(&spec, 0, sizeof(spec));
-    snprintf(spec.name, sizeof(spec.name), "test-fair");
-    spec.n_layer = 1;
-    spec.n_embd = 32;
-    spec.n_head = 2;
-    spec.n_head_kv = 2;
-    spec.n_ff = 64;
-    spec.n_vocab = 300;
-    spec.n_ctx = 128;
-    spec.dtype = KVS_GGML_F32;
-    spec.seed = 77;
-    kvs_test_model_gen(&md, &spec);
+    kvs_test_model_small(&md, "test-fair", 128, 77, 0);
 
     memset(&conf, 0, sizeof(conf));
     conf.model = md.m;

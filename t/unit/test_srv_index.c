@@ -53,20 +53,7 @@ typedef struct {
 static void
 server_start(server_t *s)
 {
-    kvs_gen_spec_t  spec;
-
-    memset(&spec, 0, sizeof(spec));
-    snprintf(spec.name, sizeof(spec.name), "test-srv-index");
-    spec.n_layer = 1;
-    spec.n_embd = 32;
-    spec.n_head = 2;
-    spec.n_head_kv = 2;
-    spec.n_ff = 64;
-    spec.n_vocab = 300;
-    spec.n_ctx = 512;
-    spec.dtype = KVS_GGML_F32;
-    spec.seed = 0x1d3;
-    kvs_test_model_gen(&s->md, &spec);
+    kvs_test_model_small(&s->md, "test-srv-index", 512, 0x1d3, 0);
 
     memset(&s->sm, 0, sizeof(s->sm));
     s->sm.name = NAME;
