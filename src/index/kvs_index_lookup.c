@@ -44,6 +44,8 @@ static int kvs_index_lk_find(const kvs_index_lookup_t *lk, const char *id,
 static void kvs_index_lk_mark(kvs_index_lookup_t *lk,
     const kvs_index_reply_t *r);
 static void kvs_index_lk_plan2(kvs_index_lookup_t *lk);
+static int kvs_index_lk_refuse(kvs_index_lookup_t *lk, uint32_t round,
+    size_t n, kvs_err_t *err);
 static int kvs_index_lk_order_cmp(const void *a, const void *b);
 
 
@@ -195,18 +197,11 @@ kvs_index_lookup_round1(kvs_index_lookup_t *lk,
     kvs_index_lk_host_t  *hs;
 
     if (lk->round != 1 || n != lk->n_probe) {
-        kvs_err_set(err, KVS_EINVAL, "prefix lookup: %zu replies to "
-                    "round 1 of %u probes (in round %u)", n, lk->n_probe,
-                    lk->round);
-
         for (h = 0; h < lk->n_hosts; h++) {
             lk->host[h].lo = 0;
         }
 
-        lk->round = 3;
-        lk->n_probe = 0;
-
-        return KVS_EINVAL;
+        return kvs_index_lk_refuse(lk, 1, n, err);
     }
 
     lk->rounds = 1;
@@ -255,14 +250,7 @@ kvs_index_lookup_round2(kvs_index_lookup_t *lk,
     kvs_index_lk_host_t  *hs;
 
     if (lk->round != 2 || n != lk->n_probe) {
-        kvs_err_set(err, KVS_EINVAL, "prefix lookup: %zu replies to "
-                    "round 2 of %u probes (in round %u)", n, lk->n_probe,
-                    lk->round);
-
-        lk->round = 3;
-        lk->n_probe = 0;
-
-        return KVS_EINVAL;
+        return kvs_index_lk_refuse(lk, 2, n, err);
     }
 
     lk->rounds = 2;
@@ -423,6 +411,22 @@ kvs_index_lk_mark(kvs_index_lookup_t *lk, const kvs_index_reply_t *r)
             lk->present[h] = 1;
         }
     }
+}
+
+
+/* Replies that are not this round's: the lookup ends with what it has. */
+static int
+kvs_index_lk_refuse(kvs_index_lookup_t *lk, uint32_t round, size_t n,
+    kvs_err_t *err)
+{
+    kvs_err_set(err, KVS_EINVAL, "prefix lookup: %zu replies to round %u "
+                "of %u probes (in round %u)", n, round, lk->n_probe,
+                lk->round);
+
+    lk->round = 3;
+    lk->n_probe = 0;
+
+    return KVS_EINVAL;
 }
 
 
