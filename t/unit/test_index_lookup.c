@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "kvs_test.h"
+#include "kvs_test_index.h"
 
 #include "index/kvs_index_lookup.h"
 
@@ -98,20 +99,6 @@ replies_free(replies_t *rp)
 }
 
 
-static void
-cand_set(kvs_index_cand_t *c, const char *id, uint64_t inc, uint32_t load)
-{
-    memset(c, 0, sizeof(*c));
-    c->id = id;
-    c->id_len = strlen(id);
-    c->incarnation = inc;
-    c->epoch = 7;
-    c->load = load;
-    c->free_blocks = 100;
-    c->up = 1;
-}
-
-
 typedef struct {
     void                *mem;
     kvs_index_lookup_t   lk;
@@ -179,9 +166,9 @@ test_long_prompt_plan(void **state)
 
     /* 100,000 tokens in 16-token blocks: 6,250 names; k = 80 (79^2 =
      * 6,241 < 6,250 <= 80^2); round 1: 79, 159, ..., 6239 and 6249 */
-    cand_set(&c[0], "a", 0xa1, 0);
-    cand_set(&c[1], "b", 0xb1, 0);
-    cand_set(&c[2], "c", 0xc1, 0);
+    kvs_test_cand_set(&c[0], "a", 0xa1, 0);
+    kvs_test_cand_set(&c[1], "b", 0xb1, 0);
+    kvs_test_cand_set(&c[2], "c", 0xc1, 0);
     fake_set(&f[0], "a", 0xa1, 3000);
     fake_set(&f[1], "b", 0xb1, 4123);
     fake_set(&f[2], "c", 0xc1, 0);
@@ -249,8 +236,8 @@ test_shapes(void **state)
     (void) state;
 
     kvs_index_route_conf_default(&conf);
-    cand_set(&c[0], "a", 1, 0);
-    cand_set(&c[1], "b", 2, 0);
+    kvs_test_cand_set(&c[0], "a", 1, 0);
+    kvs_test_cand_set(&c[1], "b", 2, 0);
 
     /* nothing to look up */
     run_lookup(&run, c, 2, 0, &conf, f, 0);
@@ -319,9 +306,9 @@ test_untrusted_entries(void **state)
 
     kvs_index_route_conf_default(&conf);
     conf.load_weight = 0;
-    cand_set(&c[0], "a", 1, 0);
-    cand_set(&c[1], "b", 2, 0);
-    cand_set(&c[2], "c", 3, 0);
+    kvs_test_cand_set(&c[0], "a", 1, 0);
+    kvs_test_cand_set(&c[1], "b", 2, 0);
+    kvs_test_cand_set(&c[2], "c", 3, 0);
 
     /* a restarted (incarnation 1 -> 9): its old entries are ignored at
      * once; c serves other weights; b is down */
@@ -379,8 +366,8 @@ test_bad_replies(void **state)
 
     kvs_index_route_conf_default(&conf);
     conf.stride = 2;
-    cand_set(&c[0], "a", 1, 0);
-    cand_set(&c[1], "b", 2, 0);
+    kvs_test_cand_set(&c[0], "a", 1, 0);
+    kvs_test_cand_set(&c[1], "b", 2, 0);
 
     len = kvs_index_lookup_mem(4, 2, &conf);
     mem = malloc(len);
@@ -475,8 +462,8 @@ test_init_refusals(void **state)
     (void) state;
 
     kvs_index_route_conf_default(&conf);
-    cand_set(&c[0], "a", 1, 0);
-    cand_set(&c[1], "a", 2, 0);
+    kvs_test_cand_set(&c[0], "a", 1, 0);
+    kvs_test_cand_set(&c[1], "a", 2, 0);
 
     len = kvs_index_lookup_mem(6250, 2, &conf);
     mem = malloc(len + 8);
@@ -533,7 +520,7 @@ test_lookup_commands(void **state)
     (void) state;
 
     kvs_index_route_conf_default(&conf);
-    cand_set(&c[0], "a", 1, 0);
+    kvs_test_cand_set(&c[0], "a", 1, 0);
 
     for (i = 0; i < 100; i++) {
         memset(names[i].b, (int) i, KVS_INDEX_NAME_LEN);
@@ -593,7 +580,7 @@ test_random_against_truth(void **state)
         for (h = 0; h < n_h; h++) {
             rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
             snprintf(ids[h], sizeof(ids[h]), "h%u", h);
-            cand_set(&c[h], ids[h], h + 1, (uint32_t) (rng >> 40) % 16);
+            kvs_test_cand_set(&c[h], ids[h], h + 1, (uint32_t) (rng >> 40) % 16);
             truth[h] = n == 0 ? 0 : (uint32_t) (rng >> 13) % (n + 1);
             if ((rng >> 7) % 4 == 0) {
                 truth[h] = n;
@@ -659,9 +646,9 @@ test_cost_100k(void **state)
     assert_int_equal(kvs_index_name_root(&ns, &root, &err), KVS_OK);
 
     kvs_index_route_conf_default(&conf);
-    cand_set(&c[0], "a", 1, 2);
-    cand_set(&c[1], "b", 2, 0);
-    cand_set(&c[2], "c", 3, 1);
+    kvs_test_cand_set(&c[0], "a", 1, 2);
+    kvs_test_cand_set(&c[1], "b", 2, 0);
+    kvs_test_cand_set(&c[2], "c", 3, 1);
     fake_set(&f[0], "a", 1, 6000);
     fake_set(&f[1], "b", 2, 1234);
     fake_set(&f[2], "c", 3, 6249);

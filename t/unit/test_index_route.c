@@ -9,22 +9,9 @@
  */
 
 #include "kvs_test.h"
+#include "kvs_test_index.h"
 
 #include "index/kvs_index_lookup.h"
-
-
-static void
-cand_set(kvs_index_cand_t *c, const char *id, uint64_t inc, uint32_t load)
-{
-    memset(c, 0, sizeof(*c));
-    c->id = id;
-    c->id_len = strlen(id);
-    c->incarnation = inc;
-    c->epoch = 7;
-    c->load = load;
-    c->free_blocks = 100;
-    c->up = 1;
-}
 
 
 static void
@@ -39,9 +26,9 @@ test_choose(void **state)
 
     kvs_index_route_conf_default(&conf);
     conf.load_weight = 100;
-    cand_set(&c[0], "a", 1, 4);
-    cand_set(&c[1], "b", 2, 1);
-    cand_set(&c[2], "c", 3, 1);
+    kvs_test_cand_set(&c[0], "a", 1, 4);
+    kvs_test_cand_set(&c[1], "b", 2, 1);
+    kvs_test_cand_set(&c[2], "c", 3, 1);
 
     /* a: 5 blocks * 16 - 400 = -320; b: 0 - 100; c: 2 * 16 - 100 = -68:
      * c wins with a prefix, but a's longer one lost on load */
@@ -113,9 +100,9 @@ test_choose_hash(void **state)
     (void) state;
 
     kvs_index_route_conf_default(&conf);
-    cand_set(&c[0], "gpu-a", 1, 0);
-    cand_set(&c[1], "gpu-b", 2, 0);
-    cand_set(&c[2], "gpu-c", 3, 0);
+    kvs_test_cand_set(&c[0], "gpu-a", 1, 0);
+    kvs_test_cand_set(&c[1], "gpu-b", 2, 0);
+    kvs_test_cand_set(&c[2], "gpu-c", 3, 0);
     memset(hits, 0, sizeof(hits));
 
     for (i = 0; i < 300; i++) {

@@ -9,6 +9,7 @@
  */
 
 #include "kvs_test.h"
+#include "kvs_test_index.h"
 
 #include "index/kvs_index_schema.h"
 
@@ -27,20 +28,6 @@
                         sizeof(name##_first) / sizeof(name##_first[0]))
 
 static const char  name_hex[] = "00112233445566778899aabbccddeeff";
-
-
-static kvs_index_reply_t
-str_reply(const char *s)
-{
-    kvs_index_reply_t  r;
-
-    memset(&r, 0, sizeof(r));
-    r.type = KVS_INDEX_REPLY_STRING;
-    r.str = s;
-    r.len = strlen(s);
-
-    return r;
-}
 
 
 /* Command i of c is exactly the words of want, separated by '|'. */
@@ -274,14 +261,14 @@ test_host_round_trip(void **state)
     assert_string_equal(value, sample_value);
     assert_int_equal(len, strlen(sample_value));
 
-    r = str_reply(sample_value);
+    r = kvs_test_str_reply(sample_value);
     assert_int_equal(kvs_index_host_parse(&r, "gpu-a.1", 7, &got, &why,
                                           &err), KVS_OK);
     assert_int_equal(why, KVS_INDEX_OK);
     assert_memory_equal(&h, &got, sizeof(h));
 
     /* the extremes of every number */
-    r = str_reply("kvs1 id=z inc=ffffffffffffffff epoch=0000000000000000 "
+    r = kvs_test_str_reply("kvs1 id=z inc=ffffffffffffffff epoch=0000000000000000 "
                   "bt=1024 run=4294967295 wait=0 free=0 "
                   "ts=18446744073709551615 model=m url=u");
     assert_int_equal(kvs_index_host_parse(&r, "z", 1, &got, &why, &err),
@@ -292,7 +279,7 @@ test_host_round_trip(void **state)
     assert_int_equal(got.block_tokens, 1024);
 
     /* any order, and fields a later v1 may add are skipped */
-    r = str_reply("kvs1 url=u model=m gpu=h200 ts=5 free=1 wait=2 run=3 "
+    r = kvs_test_str_reply("kvs1 url=u model=m gpu=h200 ts=5 free=1 wait=2 run=3 "
                   "bt=16 epoch=0000000000000001 inc=0000000000000002 id=q "
                   "x=");
     assert_int_equal(kvs_index_host_parse(&r, "q", 1, &got, &why, &err),
@@ -364,7 +351,7 @@ test_host_rejected(void **state)
     (void) state;
 
     for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        r = str_reply(bad[i].value);
+        r = kvs_test_str_reply(bad[i].value);
         why = KVS_INDEX_OK;
         err.msg[0] = '\0';
 
@@ -379,7 +366,7 @@ test_host_rejected(void **state)
     }
 
     /* a NUL inside the value is not printable: the length decides */
-    r = str_reply(sample_value);
+    r = kvs_test_str_reply(sample_value);
     {
         char  copy[sizeof(sample_value)];
 
@@ -399,7 +386,7 @@ test_host_rejected(void **state)
     assert_int_equal(kvs_index_host_parse(NULL, "h", 1, &got, &why, &err),
                      KVS_ENOTFOUND);
 
-    r = str_reply("WRONGTYPE Operation against a key holding the wrong "
+    r = kvs_test_str_reply("WRONGTYPE Operation against a key holding the wrong "
                   "kind of value");
     r.type = KVS_INDEX_REPLY_ERROR;
     assert_int_equal(kvs_index_host_parse(&r, "h", 1, &got, &why, &err),
@@ -414,21 +401,21 @@ test_host_rejected(void **state)
                      KVS_ETYPE);
     assert_int_equal(why, KVS_INDEX_REJECT_TYPE);
 
-    e[0] = str_reply(sample_value);
+    e[0] = kvs_test_str_reply(sample_value);
     memset(&r, 0, sizeof(r));
     r.type = KVS_INDEX_REPLY_ARRAY;
     r.element = e;
     r.elements = 1;
     assert_int_equal(kvs_index_host_parse(&r, "gpu-a.1", 7, &got, &why,
                                           &err), KVS_ETYPE);
-    r = str_reply("OK");
+    r = kvs_test_str_reply("OK");
     r.type = KVS_INDEX_REPLY_STATUS;
     assert_int_equal(kvs_index_host_parse(&r, "h", 1, &got, &why, &err),
                      KVS_ETYPE);
 
     /* lengths: a huge one is refused before a byte is read (str points
      * at 3 bytes); NULL data with a length too */
-    r = str_reply("kvs");
+    r = kvs_test_str_reply("kvs");
     r.len = SIZE_MAX;
     assert_int_equal(kvs_index_host_parse(&r, "h", 1, &got, &why, &err),
                      KVS_EFORMAT);
@@ -523,13 +510,13 @@ test_host_list(void **state)
 
     (void) state;
 
-    e[0] = str_reply("gpu-a");
-    e[1] = str_reply("bad id");
-    e[2] = str_reply("gpu-b");
+    e[0] = kvs_test_str_reply("gpu-a");
+    e[1] = kvs_test_str_reply("bad id");
+    e[2] = kvs_test_str_reply("gpu-b");
     memset(&e[3], 0, sizeof(e[3]));
     e[3].type = KVS_INDEX_REPLY_INTEGER;
-    e[4] = str_reply("gpu-c");
-    e[5] = str_reply("gpu-d");
+    e[4] = kvs_test_str_reply("gpu-c");
+    e[5] = kvs_test_str_reply("gpu-d");
 
     memset(&r, 0, sizeof(r));
     r.type = KVS_INDEX_REPLY_ARRAY;
@@ -553,7 +540,7 @@ test_host_list(void **state)
                      KVS_OK);
     assert_int_equal(n, 0);
 
-    r = str_reply("gpu-a");
+    r = kvs_test_str_reply("gpu-a");
     assert_int_equal(kvs_index_hosts_parse(&r, ids, 3, &n, &skipped, &err),
                      KVS_ETYPE);
     memset(&r, 0, sizeof(r));
@@ -575,43 +562,43 @@ test_block_entry_and_writes(void **state)
 
     (void) state;
 
-    f = str_reply("gpu-a");
-    v = str_reply("00000000deadbeef");
+    f = kvs_test_str_reply("gpu-a");
+    v = kvs_test_str_reply("00000000deadbeef");
     assert_int_equal(kvs_index_blk_entry(&f, &v, &id, &len, &inc), KVS_OK);
     assert_int_equal(len, 5);
     assert_memory_equal(id, "gpu-a", 5);
     assert_true(inc == 0xdeadbeef);
 
-    v = str_reply("0000000000000000");       /* no incarnation is 0 */
+    v = kvs_test_str_reply("0000000000000000");       /* no incarnation is 0 */
     assert_int_equal(kvs_index_blk_entry(&f, &v, &id, &len, &inc),
                      KVS_EFORMAT);
-    v = str_reply("deadbeef");
+    v = kvs_test_str_reply("deadbeef");
     assert_int_equal(kvs_index_blk_entry(&f, &v, &id, &len, &inc),
                      KVS_EFORMAT);
-    v = str_reply("00000000deadbeef");
+    v = kvs_test_str_reply("00000000deadbeef");
     v.type = KVS_INDEX_REPLY_STATUS;
     assert_int_equal(kvs_index_blk_entry(&f, &v, &id, &len, &inc),
                      KVS_EFORMAT);
-    v = str_reply("00000000deadbeef");
-    f = str_reply("gpu a");
+    v = kvs_test_str_reply("00000000deadbeef");
+    f = kvs_test_str_reply("gpu a");
     assert_int_equal(kvs_index_blk_entry(&f, &v, &id, &len, &inc),
                      KVS_EFORMAT);
-    f = str_reply("gpu-a");
+    f = kvs_test_str_reply("gpu-a");
     f.len = SIZE_MAX;
     assert_int_equal(kvs_index_blk_entry(&f, &v, &id, &len, &inc),
                      KVS_EFORMAT);
 
-    r = str_reply("OK");
+    r = kvs_test_str_reply("OK");
     r.type = KVS_INDEX_REPLY_STATUS;
     assert_int_equal(kvs_index_reply_written(&r, &err), KVS_OK);
     memset(&r, 0, sizeof(r));
     r.type = KVS_INDEX_REPLY_INTEGER;
     assert_int_equal(kvs_index_reply_written(&r, &err), KVS_OK);
-    r = str_reply("OOM command not allowed when used memory > 'maxmemory'");
+    r = kvs_test_str_reply("OOM command not allowed when used memory > 'maxmemory'");
     r.type = KVS_INDEX_REPLY_ERROR;
     assert_int_equal(kvs_index_reply_written(&r, &err), KVS_EIO);
     assert_non_null(strstr(err.msg, "OOM command"));
-    r = str_reply("OK");
+    r = kvs_test_str_reply("OK");
     assert_int_equal(kvs_index_reply_written(&r, &err), KVS_ETYPE);
     assert_int_equal(kvs_index_reply_written(NULL, &err), KVS_EIO);
 }

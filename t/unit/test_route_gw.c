@@ -15,24 +15,11 @@
  */
 
 #include "kvs_test.h"
+#include "kvs_test_index.h"
 
 #include "index/kvs_index_gw.h"
 
 #define NOW  1700000010000ULL
-
-
-static kvs_index_reply_t
-str_reply(const char *s)
-{
-    kvs_index_reply_t  r;
-
-    memset(&r, 0, sizeof(r));
-    r.type = KVS_INDEX_REPLY_STRING;
-    r.str = s;
-    r.len = strlen(s);
-
-    return r;
-}
 
 
 static kvs_index_reply_t
@@ -77,7 +64,7 @@ test_accept_new(void **state)
     kvs_index_reject_t   why;
     kvs_index_gw_host_t  out;
 
-    r = str_reply(REC_A1);
+    r = kvs_test_str_reply(REC_A1);
 
     assert_int_equal(kvs_index_gw_accept(NULL, &r, "e1", 2, NOW, 10000,
                                          &out, &why), 1);
@@ -98,7 +85,7 @@ test_accept_sent(void **state)
     kvs_index_reject_t   why;
     kvs_index_gw_host_t  known, out;
 
-    r = str_reply(REC_A1);
+    r = kvs_test_str_reply(REC_A1);
     assert_int_equal(kvs_index_gw_accept(NULL, &r, "e1", 2, NOW, 10000,
                                          &known, &why), 1);
     known.sent = 5;
@@ -110,7 +97,7 @@ test_accept_sent(void **state)
     assert_int_equal(kvs_index_gw_load(&out), 3 + 1 + 5);
 
     /* a new heartbeat counts them itself */
-    r = str_reply(REC_A1_NEXT);
+    r = kvs_test_str_reply(REC_A1_NEXT);
     assert_int_equal(kvs_index_gw_accept(&known, &r, "e1", 2, NOW, 10000,
                                          &out, &why), 1);
     assert_int_equal(out.sent, 0);
@@ -131,13 +118,13 @@ test_accept_restart(void **state)
     kvs_index_reject_t   why;
     kvs_index_gw_host_t  known, out;
 
-    r = str_reply(REC_A1);
+    r = kvs_test_str_reply(REC_A1);
     assert_int_equal(kvs_index_gw_accept(NULL, &r, "e1", 2, NOW, 10000,
                                          &known, &why), 1);
     known.sent = 2;
 
     /* a restart with a newer heartbeat replaces it at once */
-    r = str_reply(REC_A2);
+    r = kvs_test_str_reply(REC_A2);
     assert_int_equal(kvs_index_gw_accept(&known, &r, "e1", 2, NOW, 10000,
                                          &out, &why), 1);
     assert_int_equal(why, KVS_INDEX_OK);
@@ -146,7 +133,7 @@ test_accept_restart(void **state)
 
     /* the replaced process's record (older heartbeat) never comes back */
     known = out;
-    r = str_reply(REC_A0_OLD);
+    r = kvs_test_str_reply(REC_A0_OLD);
     assert_int_equal(kvs_index_gw_accept(&known, &r, "e1", 2, NOW, 10000,
                                          &out, &why), 1);
     assert_int_equal(why, KVS_INDEX_REJECT_STALE_INCARNATION);
@@ -162,7 +149,7 @@ test_accept_gone(void **state)
     kvs_index_reject_t   why;
     kvs_index_gw_host_t  known, out;
 
-    r = str_reply(REC_A1);
+    r = kvs_test_str_reply(REC_A1);
     assert_int_equal(kvs_index_gw_accept(NULL, &r, "e1", 2, NOW, 10000,
                                          &known, &why), 1);
 
@@ -173,7 +160,7 @@ test_accept_gone(void **state)
     assert_int_equal(why, KVS_INDEX_REJECT_MISSING);
 
     /* at NOW + 12 s its heartbeat (NOW - 1 s) is 13 s old: dead */
-    r = str_reply(REC_A1);
+    r = kvs_test_str_reply(REC_A1);
     assert_int_equal(kvs_index_gw_accept(NULL, &r, "e1", 2,
                                          NOW + 12000, 10000, &out, &why), 0);
     assert_int_equal(why, KVS_INDEX_REJECT_STALE);
@@ -191,13 +178,13 @@ test_accept_unreadable(void **state)
     kvs_index_reject_t   why;
     kvs_index_gw_host_t  known, out;
 
-    r = str_reply(REC_A1);
+    r = kvs_test_str_reply(REC_A1);
     assert_int_equal(kvs_index_gw_accept(NULL, &r, "e1", 2, NOW, 10000,
                                          &known, &why), 1);
 
     /* a foreign version, garbage, a record naming another host: the
      * known record stays while fresh; without one, nothing */
-    r = str_reply("kvs2 id=e1 whatever");
+    r = kvs_test_str_reply("kvs2 id=e1 whatever");
     assert_int_equal(kvs_index_gw_accept(&known, &r, "e1", 2, NOW, 10000,
                                          &out, &why), 1);
     assert_int_equal(why, KVS_INDEX_REJECT_FOREIGN);
@@ -205,19 +192,19 @@ test_accept_unreadable(void **state)
     assert_int_equal(kvs_index_gw_accept(NULL, &r, "e1", 2, NOW, 10000,
                                          &out, &why), 0);
 
-    r = str_reply("kvs1 id=e1 inc=zz");
+    r = kvs_test_str_reply("kvs1 id=e1 inc=zz");
     assert_int_equal(kvs_index_gw_accept(&known, &r, "e1", 2, NOW, 10000,
                                          &out, &why), 1);
     assert_true(why == KVS_INDEX_REJECT_MALFORMED
                 || why == KVS_INDEX_REJECT_PARTIAL);
 
-    r = str_reply(REC_A1);
+    r = kvs_test_str_reply(REC_A1);
     assert_int_equal(kvs_index_gw_accept(NULL, &r, "e2", 2, NOW, 10000,
                                          &out, &why), 0);
     assert_int_equal(why, KVS_INDEX_REJECT_HOST_MISMATCH);
 
     /* known but itself too old by now: dropped */
-    r = str_reply("kvs1 garbage");
+    r = kvs_test_str_reply("kvs1 garbage");
     assert_int_equal(kvs_index_gw_accept(&known, &r, "e1", 2, NOW + 12000,
                                          10000, &out, &why), 0);
 }
@@ -245,7 +232,7 @@ test_cand_update(void **state)
     kvs_index_reject_t   why;
     kvs_index_gw_host_t  known, out;
 
-    r = str_reply(REC_A1);
+    r = kvs_test_str_reply(REC_A1);
     assert_int_equal(kvs_index_gw_accept(NULL, &r, "e1", 2, NOW, 10000,
                                          &known, &why), 1);
     known.sent = 4;
@@ -261,7 +248,7 @@ test_cand_update(void **state)
     assert_int_equal(c.free_blocks, 100);
 
     /* a restart: the new incarnation, load and free blocks */
-    r = str_reply(REC_A2);
+    r = kvs_test_str_reply(REC_A2);
     assert_int_equal(kvs_index_gw_accept(&known, &r, "e1", 2, NOW, 10000,
                                          &out, &why), 1);
     kvs_index_gw_cand_update(&c, &out, "m", 1, 0x0123456789abcdefULL, 16,
@@ -279,7 +266,7 @@ test_cand_update(void **state)
 
     /* new weights: routable on load, but none of the names are its */
     cand_from(&c, &known);
-    r = str_reply(REC_A2_EPOCH);
+    r = kvs_test_str_reply(REC_A2_EPOCH);
     assert_int_equal(kvs_index_gw_accept(&known, &r, "e1", 2, NOW, 10000,
                                          &out, &why), 1);
     kvs_index_gw_cand_update(&c, &out, "m", 1, 0x0123456789abcdefULL, 16,
@@ -298,7 +285,7 @@ test_cand_update(void **state)
 
     /* another model: not a candidate any more */
     cand_from(&c, &known);
-    r = str_reply(REC_A2_OTHER);
+    r = kvs_test_str_reply(REC_A2_OTHER);
     assert_int_equal(kvs_index_gw_accept(&known, &r, "e1", 2, NOW, 10000,
                                          &out, &why), 1);
     kvs_index_gw_cand_update(&c, &out, "m", 1, 0x0123456789abcdefULL, 16,
@@ -316,7 +303,7 @@ entries_reply(kvs_index_reply_t *elem, const char **pairs, size_t n)
     kvs_index_reply_t  r;
 
     for (i = 0; i < 2 * n; i++) {
-        elem[i] = str_reply(pairs[i]);
+        elem[i] = kvs_test_str_reply(pairs[i]);
     }
 
     memset(&r, 0, sizeof(r));
@@ -349,10 +336,10 @@ restart_lookup(const char *rec, uint32_t *blocks, int *up)
     kvs_index_gw_host_t     known[2], out;
     kvs_index_route_conf_t  conf;
 
-    r = str_reply(REC_A1);
+    r = kvs_test_str_reply(REC_A1);
     assert_int_equal(kvs_index_gw_accept(NULL, &r, "e1", 2, NOW, 10000,
                                          &known[0], &why), 1);
-    r = str_reply(REC_E2);
+    r = kvs_test_str_reply(REC_E2);
     assert_int_equal(kvs_index_gw_accept(NULL, &r, "e2", 2, NOW, 10000,
                                          &known[1], &why), 1);
     cand_from(&c[0], &known[0]);
@@ -367,7 +354,7 @@ restart_lookup(const char *rec, uint32_t *blocks, int *up)
     assert_int_equal(lk.n_probe, 2);
 
     /* the GET sent with round 1, folded before its entries are read */
-    r = rec != NULL ? str_reply(rec) : nil_reply();
+    r = rec != NULL ? kvs_test_str_reply(rec) : nil_reply();
     if (kvs_index_gw_accept(&known[0], &r, "e1", 2, NOW, 10000, &out,
                             &why))
     {
