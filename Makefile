@@ -13,7 +13,8 @@
 #
 # KVSERVE_CUDA=0 skips the CUDA sources even when nvcc is present.  The
 # CUDA backend is a shared object of its own (kernels/*.cu and
-# src/backend/cuda/*.c, linked with cudart and cuBLAS, never -lcuda)
+# src/backend/cuda/*.c but the plan, linked with cudart and cuBLAS, never
+# -lcuda)
 # that the engine process dlopens only when it selects CUDA; neither the
 # CLI nor the nginx module links any CUDA library.
 
@@ -34,7 +35,7 @@ PORT         ?= 8080
 WARN         := -Wall -Wextra -Wpointer-arith -Wno-unused-parameter \
                 -Wshadow -Wstrict-prototypes -Werror
 CFLAGS       ?= -O2 -g
-KVS_CFLAGS   := -std=gnu11 -fPIC $(WARN) -D_GNU_SOURCE \
+KVS_CFLAGS   := -std=gnu11 -fPIC $(WARN) -D_GNU_SOURCE -Isrc \
                 -DKVS_HAVE_CUDA=$(KVSERVE_CUDA) \
                 -DKVS_CUDA_SO=\"$(BABS)/libkvserve_cuda.so\"
 ASAN_FLAGS   := -O1 -g -fsanitize=address,undefined \
@@ -43,12 +44,17 @@ TSAN_FLAGS   := -O1 -g -fsanitize=thread
 LIBS         := -ljansson -lpcre2-8 -lutf8proc -lxxhash -lopenblas -lm \
                 -lpthread
 
+# the CUDA backend's plan (src/backend/cuda/kvs_cuda_plan.c) is plain C
+# and part of the library; the rest of src/backend/cuda/ needs the CUDA
+# headers and goes into libkvserve_cuda.so (below)
+CUDA_PLAN_SRCS := src/backend/cuda/kvs_cuda_plan.c
 LIB_SRCS     := $(sort $(filter-out src/ngx/% src/cli/%, \
-                  $(wildcard src/*/*.c)))
-LIB_HDRS     := $(wildcard src/*/*.h)
+                  $(wildcard src/*/*.c src/backend/cpu/*.c)) \
+                  $(CUDA_PLAN_SRCS))
+LIB_HDRS     := $(wildcard src/*/*.h src/backend/*/*.h)
 CLI_SRCS     := $(wildcard src/cli/*.c)
-NGX_SRCS     := ngx_kvserve_module.c $(wildcard src/ngx/*.c)
-NGX_HDRS     := $(wildcard src/ngx/*.h)
+NGX_SRCS     := ngx_kvserve_module.c $(wildcard src/ngx/*/*.c)
+NGX_HDRS     := $(wildcard src/ngx/*/*.h)
 CU_SRCS      := $(wildcard kernels/*.cu)
 UNIT_SRCS    := $(wildcard t/unit/test_*.c)
 
@@ -76,9 +82,11 @@ PY_STAMP     := $(VENV)/.ok-$(shell echo '$(PY_PKGS)' | md5sum | cut -c1-8)
 # file for `make cuda-check`
 GENCODE      ?= -gencode arch=compute_90,code=sm_90 \
                 -gencode arch=compute_90,code=compute_90
-NVCC_FLAGS   := -O3 -std=c++17 $(GENCODE) -Xcompiler -fPIC,-Wall,-Wextra \
+NVCC_FLAGS   := -O3 -std=c++17 $(GENCODE) -Isrc \
+                -Xcompiler -fPIC,-Wall,-Wextra \
                 -Werror all-warnings -Xptxas -v
-CUDA_C_SRCS  := $(wildcard src/backend/cuda/*.c)
+CUDA_C_SRCS  := $(filter-out $(CUDA_PLAN_SRCS), \
+                  $(wildcard src/backend/cuda/*.c))
 CUDA_HDRS    := $(wildcard kernels/*.h kernels/*.cuh src/backend/cuda/*.h)
 CUDA_OBJS    := $(CU_SRCS:kernels/%.cu=$(B)/cuda/%.o) \
                 $(CUDA_C_SRCS:%.c=$(B)/cuda/obj/%.o)
@@ -321,11 +329,11 @@ bench: $(CLI) $(BENCH_BINS) $(MODULE) $(PY_STAMP)
 # (docs/cuda.md).  gpu_check links the kernels' objects to call each
 # launcher and reaches the backend through kvs_backend_new (dlopen);
 # without a device it prints SKIP and exits 0.
-GPU_CHECK_SRCS := $(wildcard t/bench/gpu_check*.c)
+GPU_CHECK_SRCS := $(wildcard t/gpu/gpu_check*.c)
 GPU_CHECK_OBJS := $(CU_SRCS:kernels/%.cu=$(B)/cuda/%.o)
-OUT ?= t/bench/out
+OUT ?= t/gpu/out
 
-$(B)/gpu_check: $(GPU_CHECK_SRCS) t/bench/gpu_check.h $(LIB) \
+$(B)/gpu_check: $(GPU_CHECK_SRCS) t/gpu/gpu_check.h $(LIB) \
                 $(GPU_CHECK_OBJS) $(CUDA_HDRS)
 	$(CC) $(KVS_CFLAGS) $(CFLAGS) -Isrc -I$(CUDA_HOME)/include -Ikernels \
 	    -o $@ $(GPU_CHECK_SRCS) $(LIB) $(GPU_CHECK_OBJS) $(LIBS) \
@@ -335,7 +343,7 @@ gpu-check: $(CUDA_SO) $(CLI) $(B)/gpu_check
 	@mkdir -p $(B)/tmp
 	KVS_FIXTURES=$(FIXTURES) KVS_TMP=$(BABS)/tmp KVS_BENCH_DIR=$(BABS) \
 	    KVSERVE_CUDA_SO=$(BABS)/libkvserve_cuda.so OUT=$(abspath $(OUT)) \
-	    KVS_GPU_CHECK=1 bash t/bench/gpu_check.sh
+	    KVS_GPU_CHECK=1 bash t/gpu/gpu_check.sh
 
 # libFuzzer targets (clang): the GGUF reader and vocabulary loader, the
 # tokenizer on the fixture vocabularies, OpenAI request bodies, the
@@ -353,7 +361,7 @@ FUZZ_SRCS := $(filter src/model/% src/base/% src/tokenizer/%, $(LIB_SRCS))
 # the OpenAI request parser, with the sampler's range check and the chat
 # renderer that its invariants call
 FUZZ_REQ_SRCS := $(FUZZ_SRCS) $(wildcard src/api/kvs_api_req*.c) \
-                 src/api/kvs_api_models.c src/engine/kvs_sample.c
+                 src/api/kvs_api_models.c src/sample/kvs_sample.c
 
 fuzz: $(B)/fuzz/fuzz_gguf $(B)/fuzz/fuzz_tok $(B)/fuzz/fuzz_api_req \
       $(B)/fuzz/fuzz_wire $(B)/fuzz/fuzz_index $(B)/gguf_sample \

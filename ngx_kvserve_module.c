@@ -74,7 +74,7 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
-#include "src/ngx/ngx_http_kvserve.h"
+#include "ngx/kvserve/ngx_http_kvserve.h"
 #include "backend/kvs_backend.h"
 #include "kv/kvs_kv_pool.h"
 #include "kv/kvs_kv_size.h"

@@ -14,7 +14,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "../src/backend/kvs_cuda.h"
+#include "backend/kvs_cuda.h"
 
 #define KVS_CUDA_PROBE_N  32          /* elements of the self-test */
 

@@ -14,9 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/kvs_buf.h"
-#include "../base/kvs_err.h"
-#include "../model/kvs_hparams.h"
+#include "base/kvs_buf.h"
+#include "base/kvs_err.h"
+#include "model/kvs_hparams.h"
 
 /* Bytes per cached K/V element that /v1/models reports (f16/bf16). */
 #define KVS_API_KV_BYTES  2

@@ -33,9 +33,9 @@
 
 #include <jansson.h>
 
-#include "../base/kvs_err.h"
-#include "../tokenizer/kvs_chat.h"
-#include "../tokenizer/kvs_tok.h"
+#include "base/kvs_err.h"
+#include "tokenizer/kvs_chat.h"
+#include "tokenizer/kvs_tok.h"
 #include "kvs_api_req.h"
 
 /*

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/kvs_utf8.h"
+#include "base/kvs_utf8.h"
 #include "kvs_api.h"
 
 

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/kvs_utf8.h"
+#include "base/kvs_utf8.h"
 #include "kvs_api.h"
 #include "kvs_api_req_impl.h"
 

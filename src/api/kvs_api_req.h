@@ -40,8 +40,8 @@
 
 #include <jansson.h>
 
-#include "../base/kvs_buf.h"
-#include "../engine/kvs_sample.h"
+#include "base/kvs_buf.h"
+#include "sample/kvs_sample.h"
 
 #define KVS_API_MAX_STOP       4      /* OpenAI's limit */
 #define KVS_API_MAX_STOP_LEN   256    /* bytes; kvs_stop's limit */

@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/kvs_hash.h"
-#include "../base/kvs_utf8.h"
+#include "base/kvs_hash.h"
+#include "base/kvs_utf8.h"
 #include "kvs_api.h"
 #include "kvs_api_resp.h"
 

@@ -35,12 +35,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/kvs_buf.h"
-#include "../base/kvs_err.h"
-#include "../engine/kvs_engine.h"
-#include "../engine/kvs_sample.h"
-#include "../tokenizer/kvs_tok.h"
-#include "../tokenizer/kvs_vocab.h"
+#include "base/kvs_buf.h"
+#include "base/kvs_err.h"
+#include "engine/kvs_engine.h"
+#include "sample/kvs_sample.h"
+#include "tokenizer/kvs_tok.h"
+#include "tokenizer/kvs_vocab.h"
 #include "kvs_api_req.h"
 
 #define KVS_API_LOGPROB_FLOOR  -9999.0

@@ -29,9 +29,9 @@
 
 #include <stdint.h>
 
-#include "../base/kvs_err.h"
-#include "../model/kvs_model.h"
-#include "kvs_batch.h"
+#include "base/kvs_err.h"
+#include "model/kvs_model.h"
+#include "kv/kvs_batch.h"
 
 typedef enum {
     KVS_BACKEND_CPU = 0,

@@ -25,11 +25,11 @@
 #include <time.h>
 
 #include "kvs_cli.h"
-#include "../engine/kvs_engine.h"
-#include "../kv/kvs_kv_pool.h"
-#include "../model/kvs_ggml_type.h"
-#include "../model/kvs_gguf.h"
-#include "../model/kvs_model.h"
+#include "engine/kvs_engine.h"
+#include "kv/kvs_kv_pool.h"
+#include "model/kvs_ggml_type.h"
+#include "model/kvs_gguf.h"
+#include "model/kvs_model.h"
 
 #define KVS_CLI_BENCH_MAX_SEQS  4096
 

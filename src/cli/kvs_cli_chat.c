@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../model/kvs_gguf.h"
-#include "../tokenizer/kvs_chat.h"
+#include "model/kvs_gguf.h"
+#include "tokenizer/kvs_chat.h"
 #include "kvs_cli.h"
 
 

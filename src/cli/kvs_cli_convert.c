@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../tokenizer/kvs_vocab.h"
-#include "../tokenizer/kvs_vocab_convert.h"
+#include "tokenizer/kvs_vocab.h"
+#include "gen/kvs_vocab_convert.h"
 #include "kvs_cli.h"
 
 

@@ -21,11 +21,11 @@
 #include <unistd.h>
 
 #include "kvs_cli.h"
-#include "../engine/kvs_engine.h"
-#include "../kv/kvs_kv_pool.h"
-#include "../model/kvs_model.h"
-#include "../server/kvs_srv.h"
-#include "../tokenizer/kvs_vocab.h"
+#include "engine/kvs_engine.h"
+#include "kv/kvs_kv_pool.h"
+#include "model/kvs_model.h"
+#include "server/kvs_srv.h"
+#include "tokenizer/kvs_vocab.h"
 
 #define KVS_CLI_ENGINE_SEQS  16       /* full contexts the default KV
                                          cache holds on the CPU */

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../model/kvs_gen.h"
-#include "../model/kvs_ggml_type.h"
+#include "gen/kvs_gen.h"
+#include "model/kvs_ggml_type.h"
 #include "kvs_cli.h"
 
 

@@ -37,10 +37,10 @@
 #include <time.h>
 
 #include "kvs_cli.h"
-#include "../engine/kvs_engine.h"
-#include "../kv/kvs_kv_pool.h"
-#include "../model/kvs_model.h"
-#include "../tokenizer/kvs_tok.h"
+#include "engine/kvs_engine.h"
+#include "kv/kvs_kv_pool.h"
+#include "model/kvs_model.h"
+#include "tokenizer/kvs_tok.h"
 
 #define KVS_CLI_GENERATE_CHUNK    256   /* prefill tokens per step: bounds
                                            the backend's batch scratch */

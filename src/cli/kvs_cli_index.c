@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "kvs_cli.h"
-#include "../index/kvs_index_name.h"
+#include "index/kvs_index_name.h"
 
 #define KVS_CLI_INDEX_IDS_MAX  (1u << 24)
 

@@ -16,11 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/kvs_hash.h"
-#include "../model/kvs_ggml_type.h"
-#include "../model/kvs_gguf.h"
-#include "../model/kvs_hparams.h"
-#include "../model/kvs_model.h"
+#include "base/kvs_hash.h"
+#include "model/kvs_ggml_type.h"
+#include "model/kvs_gguf.h"
+#include "model/kvs_hparams.h"
+#include "model/kvs_model.h"
 #include "kvs_cli.h"
 
 #define KVS_INFO_LONG_CTX  200000     /* the long-context example, tokens */

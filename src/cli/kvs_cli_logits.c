@@ -13,10 +13,10 @@
 #include <string.h>
 
 #include "kvs_cli.h"
-#include "../backend/kvs_backend.h"
-#include "../kv/kvs_kv_pool.h"
-#include "../kv/kvs_kv_table.h"
-#include "../model/kvs_model.h"
+#include "backend/kvs_backend.h"
+#include "kv/kvs_kv_pool.h"
+#include "kv/kvs_kv_table.h"
+#include "model/kvs_model.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "kvserve logits writes floats as stored: little-endian hosts only"

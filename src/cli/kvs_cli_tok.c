@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "kvs_cli.h"
-#include "../tokenizer/kvs_tok.h"
+#include "tokenizer/kvs_tok.h"
 
 
 static int kvs_cli_tok_args(int argc, char **argv, int encode,

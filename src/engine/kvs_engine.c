@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../kv/kvs_kv_pool.h"
+#include "kv/kvs_kv_pool.h"
 #include "kvs_engine_impl.h"
 
 

@@ -35,14 +35,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../backend/kvs_backend.h"
-#include "../base/kvs_buf.h"
-#include "../base/kvs_err.h"
-#include "../kv/kvs_radix.h"
-#include "../sched/kvs_fair.h"
-#include "../model/kvs_model.h"
-#include "../tokenizer/kvs_vocab.h"
-#include "kvs_sample.h"
+#include "backend/kvs_backend.h"
+#include "base/kvs_buf.h"
+#include "base/kvs_err.h"
+#include "kv/kvs_radix.h"
+#include "sched/kvs_fair.h"
+#include "model/kvs_model.h"
+#include "tokenizer/kvs_vocab.h"
+#include "sample/kvs_sample.h"
 
 #define KVS_ENGINE_MAX_STOP_IDS  64
 #define KVS_ENGINE_MAX_N         128  /* choices per request */

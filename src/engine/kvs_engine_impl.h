@@ -31,11 +31,11 @@
 
 #include <pthread.h>
 
-#include "../backend/kvs_backend.h"
-#include "../sched/kvs_sched.h"
-#include "../tokenizer/kvs_tok.h"
+#include "backend/kvs_backend.h"
+#include "sched/kvs_sched.h"
+#include "tokenizer/kvs_tok.h"
 #include "kvs_engine.h"
-#include "kvs_stop.h"
+#include "sample/kvs_stop.h"
 
 
 struct kvs_engine_seq_s {

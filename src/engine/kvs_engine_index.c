@@ -33,7 +33,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../index/kvs_index_name.h"
+#include "index/kvs_index_name.h"
 #include "kvs_engine_impl.h"
 
 #define KVS_ENGINE_IX_MIN_MAX  65536  /* events kept untaken, at least */

@@ -40,7 +40,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/kvs_err.h"
+#include "base/kvs_err.h"
 #include "kvs_index_name.h"
 #include "kvs_index_schema.h"
 

@@ -9,7 +9,7 @@
 
 #include <xxhash.h>
 
-#include "../base/kvs_le.h"
+#include "base/kvs_le.h"
 #include "kvs_index_name.h"
 
 /* the root's input: tag, version, three length-prefixed fields, epoch */

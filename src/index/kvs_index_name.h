@@ -37,7 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/kvs_err.h"
+#include "base/kvs_err.h"
 
 /* "kvsidx01" in ASCII, read as a big-endian integer.  Changing it (or the
  * serialization above) renames every block: bump KVS_INDEX_NAME_VERSION

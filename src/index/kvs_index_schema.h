@@ -38,7 +38,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/kvs_err.h"
+#include "base/kvs_err.h"
 #include "kvs_index_name.h"
 
 #define KVS_INDEX_SCHEMA_VERSION  1

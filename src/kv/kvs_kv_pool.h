@@ -26,7 +26,7 @@
 
 #include <stdint.h>
 
-#include "../base/kvs_err.h"
+#include "base/kvs_err.h"
 
 #define KVS_KV_BLOCK_TOKENS      16           /* default tokens per block */
 #define KVS_KV_MAX_BLOCK_TOKENS  1024

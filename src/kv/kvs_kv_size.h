@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/kvs_err.h"
+#include "base/kvs_err.h"
 
 #define KVS_KV_CACHE_DEFAULT  "0.5"   /* of the memory available */
 

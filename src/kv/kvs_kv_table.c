@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/kvs_buf.h"
+#include "base/kvs_buf.h"
 #include "kvs_kv_table.h"
 
 

@@ -60,7 +60,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/kvs_err.h"
+#include "base/kvs_err.h"
 #include "kvs_kv_pool.h"
 
 #define KVS_RADIX_MAX_SCOPE  256      /* bytes of a cache scope */

@@ -36,7 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/kvs_err.h"
+#include "base/kvs_err.h"
 
 #define KVS_LIMIT_DEN         60          /* rate denominator (t/m exact) */
 #define KVS_LIMIT_MILLI       1000        /* milli-tokens per token */

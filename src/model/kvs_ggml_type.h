@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#include "../base/kvs_err.h"
+#include "base/kvs_err.h"
 
 typedef enum {
     KVS_GGML_F32     = 0,

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/kvs_err.h"
+#include "base/kvs_err.h"
 
 #define KVS_GGUF_MAGIC              "GGUF"
 #define KVS_GGUF_DEFAULT_ALIGNMENT  32

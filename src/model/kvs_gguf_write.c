@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/kvs_buf.h"
+#include "base/kvs_buf.h"
 #include "kvs_gguf.h"
 #include "kvs_ggml_type.h"
 

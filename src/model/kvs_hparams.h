@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#include "../base/kvs_err.h"
+#include "base/kvs_err.h"
 #include "kvs_gguf.h"
 
 #define KVS_ARCH_MAX  32

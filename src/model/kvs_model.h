@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#include "../base/kvs_err.h"
+#include "base/kvs_err.h"
 #include "kvs_gguf.h"
 #include "kvs_hparams.h"
 

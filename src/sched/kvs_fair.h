@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/kvs_err.h"
+#include "base/kvs_err.h"
 
 #define KVS_FAIR_MAX_KEY   256        /* bytes of a tenant key */
 #define KVS_FAIR_BUCKETS   256

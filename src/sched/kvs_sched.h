@@ -34,11 +34,11 @@
 
 #include <stdint.h>
 
-#include "../backend/kvs_batch.h"
-#include "../base/kvs_err.h"
-#include "../kv/kvs_kv_pool.h"
-#include "../kv/kvs_kv_table.h"
-#include "../kv/kvs_radix.h"
+#include "kv/kvs_batch.h"
+#include "base/kvs_err.h"
+#include "kv/kvs_kv_pool.h"
+#include "kv/kvs_kv_table.h"
+#include "kv/kvs_radix.h"
 #include "kvs_fair.h"
 
 typedef enum {

@@ -34,8 +34,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/kvs_err.h"
-#include "../engine/kvs_engine.h"
+#include "base/kvs_err.h"
+#include "engine/kvs_engine.h"
 
 #define KVS_SRV_OUT_LIMIT    (64u << 20)   /* unsent bytes per client */
 #define KVS_SRV_MAX_CLIENTS  1024

@@ -20,8 +20,8 @@
 #include <sys/types.h>
 
 #include "kvs_srv.h"
-#include "../base/kvs_buf.h"
-#include "../wire/kvs_wire.h"
+#include "base/kvs_buf.h"
+#include "wire/kvs_wire.h"
 
 #define KVS_SRV_READ     (64u << 10)   /* bytes read per client wake-up */
 #define KVS_SRV_EVENTS   64

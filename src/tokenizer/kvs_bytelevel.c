@@ -3,7 +3,7 @@
  * Closed forms rather than tables: no initialisation, nothing shared.
  */
 
-#include "../base/kvs_utf8.h"
+#include "base/kvs_utf8.h"
 #include "kvs_bytelevel.h"
 
 

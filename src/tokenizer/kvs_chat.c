@@ -22,7 +22,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../base/kvs_utf8.h"
+#include "base/kvs_utf8.h"
 #include "kvs_chat.h"
 
 #define KVS_CHAT_DEFAULT_DATE  "26 Jul 2024"   /* Llama 3.1 and 3.3 */

@@ -105,8 +105,8 @@
 #include <stddef.h>
 #include <jansson.h>
 
-#include "../base/kvs_buf.h"
-#include "../base/kvs_err.h"
+#include "base/kvs_buf.h"
+#include "base/kvs_err.h"
 #include "kvs_tok.h"
 
 typedef enum {

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#include "../base/kvs_utf8.h"
+#include "base/kvs_utf8.h"
 #include "kvs_tok_impl.h"
 
 

@@ -16,9 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/kvs_buf.h"
-#include "../base/kvs_err.h"
-#include "../tokenizer/kvs_vocab.h"
+#include "base/kvs_buf.h"
+#include "base/kvs_err.h"
+#include "kvs_vocab.h"
 
 /* A growable array of token ids. */
 typedef struct {

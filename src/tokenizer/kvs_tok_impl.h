@@ -15,7 +15,7 @@
 #ifndef KVS_TOK_IMPL_H
 #define KVS_TOK_IMPL_H
 
-#include "../tokenizer/kvs_tok.h"
+#include "kvs_tok.h"
 
 /* A piece of a fragment: [off, off + len) in the fragment's bytes. */
 typedef struct {

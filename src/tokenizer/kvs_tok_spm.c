@@ -43,7 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/kvs_buf.h"
+#include "base/kvs_buf.h"
 #include "kvs_tok_impl.h"
 
 

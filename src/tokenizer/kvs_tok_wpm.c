@@ -47,8 +47,8 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#include "../base/kvs_utf8.h"
-#include "../base/kvs_buf.h"
+#include "base/kvs_utf8.h"
+#include "base/kvs_buf.h"
 #include "kvs_tok_impl.h"
 
 

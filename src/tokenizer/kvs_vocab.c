@@ -12,8 +12,8 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "../base/kvs_utf8.h"
-#include "../model/kvs_gguf.h"
+#include "base/kvs_utf8.h"
+#include "model/kvs_gguf.h"
 #include "kvs_bytelevel.h"
 #include "kvs_tok_impl.h"
 

@@ -29,7 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/kvs_err.h"
+#include "base/kvs_err.h"
 
 typedef enum {
     KVS_VOCAB_SPM = 1,                /* tokenizer.ggml.model "llama" */

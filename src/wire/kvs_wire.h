@@ -38,9 +38,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/kvs_buf.h"
-#include "../base/kvs_err.h"
-#include "../engine/kvs_engine.h"
+#include "base/kvs_buf.h"
+#include "base/kvs_err.h"
+#include "engine/kvs_engine.h"
 
 #define KVS_WIRE_VERSION      3       /* 2: prefix cache fields, tenant;
                                          3: SUBSCRIBE, INDEX */

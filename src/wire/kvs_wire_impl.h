@@ -17,7 +17,7 @@
 
 #include <string.h>
 
-#include "../base/kvs_le.h"
+#include "base/kvs_le.h"
 #include "kvs_wire.h"
 
 #define KVS_WIRE_SUBMIT_FIXED 84

@@ -49,7 +49,7 @@
 
 #include "engine/kvs_engine.h"
 #include "limit/kvs_limit.h"
-#include "model/kvs_gen.h"
+#include "gen/kvs_gen.h"
 #include "model/kvs_model.h"
 #include "tokenizer/kvs_vocab.h"
 

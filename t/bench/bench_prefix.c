@@ -76,7 +76,7 @@
 #include <unistd.h>
 
 #include "engine/kvs_engine.h"
-#include "model/kvs_gen.h"
+#include "gen/kvs_gen.h"
 #include "model/kvs_model.h"
 #include "tokenizer/kvs_vocab.h"
 

@@ -4,7 +4,7 @@ same bytes for the same repository and seed.
 
 Material, all from this repository or generated here:
   prose     word chains learned from README.md, docs/*.md and the English
-            prose in src/model/kvs_gen_corpus.c, plus the 46 llama.cpp
+            prose in src/gen/kvs_gen_corpus.c, plus the 46 llama.cpp
             test strings (vocab/ggml-vocab-gpt-2.gguf.inp) when the
             fixtures are present, once, verbatim
   numbers   dates, prices, versions, hex, long digit runs, CSV rows
@@ -107,7 +107,7 @@ def prose_sources(fixtures):
         t = read(os.path.join(REPO, rel))
         if t:
             texts.append(t)
-    t = read(os.path.join(REPO, "src/model/kvs_gen_corpus.c"))
+    t = read(os.path.join(REPO, "src/gen/kvs_gen_corpus.c"))
     if t:
         body = t.split("kvs_gen_corpus[] =", 1)[-1].split(";", 1)[0]
         texts.append(c_strings(body))

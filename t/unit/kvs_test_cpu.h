@@ -12,7 +12,7 @@
 
 #include "kvs_test.h"
 
-#include "backend/kvs_cpu.h"
+#include "backend/cpu/kvs_cpu.h"
 #include "kv/kvs_kv_pool.h"
 #include "kv/kvs_kv_table.h"
 

@@ -14,7 +14,7 @@
 
 #include <unistd.h>
 
-#include "model/kvs_gen.h"
+#include "gen/kvs_gen.h"
 #include "model/kvs_ggml_type.h"
 #include "model/kvs_model.h"
 #include "tokenizer/kvs_vocab.h"

@@ -29,7 +29,7 @@
 #include "api/kvs_api_cache.h"
 #include "api/kvs_api_req.h"
 #include "api/kvs_api_resp.h"
-#include "api/kvs_metrics.h"
+#include "metrics/kvs_metrics.h"
 #include "tokenizer/kvs_chat.h"
 
 

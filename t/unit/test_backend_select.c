@@ -24,7 +24,7 @@
 
 #include "backend/kvs_backend.h"
 #include "engine/kvs_engine.h"
-#include "engine/kvs_sample.h"
+#include "sample/kvs_sample.h"
 
 #define NO_SO  "/nonexistent/kvserve-test/libkvserve_cuda.so"
 #define MAXGEN 24

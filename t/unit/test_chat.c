@@ -18,7 +18,7 @@
 #include <locale.h>
 #include <time.h>
 
-#include "model/kvs_gen.h"
+#include "gen/kvs_gen.h"
 #include "model/kvs_gguf.h"
 #include "tokenizer/kvs_chat.h"
 

@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "base/kvs_buf.h"
-#include "engine/kvs_sample.h"
+#include "sample/kvs_sample.h"
 #include "tokenizer/kvs_tok.h"
 #include "tokenizer/kvs_vocab.h"
 

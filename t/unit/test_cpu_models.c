@@ -24,7 +24,7 @@
 #include <math.h>
 #include <unistd.h>
 
-#include "model/kvs_gen.h"
+#include "gen/kvs_gen.h"
 #include "model/kvs_ggml_type.h"
 
 #define N_SEQ      8

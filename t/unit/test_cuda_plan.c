@@ -14,7 +14,7 @@
 #include <inttypes.h>
 #include <math.h>
 
-#include "backend/kvs_cuda_plan.h"
+#include "backend/cuda/kvs_cuda_plan.h"
 #include "model/kvs_ggml_type.h"
 
 #define BT        4                   /* tokens per block */

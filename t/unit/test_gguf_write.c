@@ -11,7 +11,7 @@
 #include "kvs_test.h"
 #include "kvs_sample.h"
 
-#include "model/kvs_gen.h"
+#include "gen/kvs_gen.h"
 #include "model/kvs_hparams.h"
 #include "model/kvs_model.h"
 

@@ -15,7 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "api/kvs_metrics.h"
+#include "metrics/kvs_metrics.h"
 
 
 static kvs_metrics_t *

@@ -11,7 +11,7 @@
 
 #include "kvs_test.h"
 
-#include "engine/kvs_rope.h"
+#include "backend/kvs_rope.h"
 
 
 /* hparams holding only what RoPE reads */

@@ -12,7 +12,7 @@
 
 #include "kvs_test.h"
 
-#include "engine/kvs_sample.h"
+#include "sample/kvs_sample.h"
 
 
 /* ---- test data: a 64-bit LCG, values unrelated to the sampler's RNG */

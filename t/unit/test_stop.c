@@ -13,7 +13,7 @@
 
 #include "kvs_test.h"
 
-#include "engine/kvs_stop.h"
+#include "sample/kvs_stop.h"
 
 
 /* ---- hand cases ------------------------------------------------------ */

@@ -18,9 +18,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend/kvs_cpu.h"
+#include "backend/cpu/kvs_cpu.h"
 #include "base/kvs_threads.h"
-#include "model/kvs_gen.h"
+#include "gen/kvs_gen.h"
 #include "model/kvs_ggml_type.h"
 
 #define N_TASKS_MAX  1000

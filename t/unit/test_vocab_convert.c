@@ -16,7 +16,7 @@
 #include "kvs_test_tok.h"
 
 #include "model/kvs_gguf.h"
-#include "tokenizer/kvs_vocab_convert.h"
+#include "gen/kvs_vocab_convert.h"
 
 #define PATH_LEN 1024
 

@@ -24,10 +24,10 @@
 
 #include "kvs_cuda_backend.h"
 #include "kvs_cuda_impl.h"
-#include "../../engine/kvs_rope.h"
-#include "../../model/kvs_dtype.h"
-#include "../../model/kvs_ggml_type.h"
-#include "../../model/kvs_model.h"
+#include "backend/kvs_rope.h"
+#include "model/kvs_dtype.h"
+#include "model/kvs_ggml_type.h"
+#include "model/kvs_model.h"
 
 
 _Static_assert(KVS_CUDA_DT_F32 == KVS_K_F32 && KVS_CUDA_DT_F16 == KVS_K_F16

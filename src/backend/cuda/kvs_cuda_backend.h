@@ -16,7 +16,7 @@
 #ifndef KVS_CUDA_BACKEND_H
 #define KVS_CUDA_BACKEND_H
 
-#include "../kvs_backend.h"
+#include "backend/kvs_backend.h"
 
 #define KVS_CUDA_BACKEND_SYM  "kvs_cuda_backend_new"
 

@@ -30,9 +30,9 @@
 #include <cuda_runtime_api.h>
 
 #include "kvs_kernels.h"
-#include "../kvs_backend.h"
-#include "../kvs_cuda_plan.h"
-#include "../../model/kvs_hparams.h"
+#include "backend/kvs_backend.h"
+#include "kvs_cuda_plan.h"
+#include "model/kvs_hparams.h"
 
 #define KVS_CUDA_MAX_TOK     4096    /* tokens per slice of a step */
 #define KVS_CUDA_MAX_ROWS    256     /* logits rows per slice; largest

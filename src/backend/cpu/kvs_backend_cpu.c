@@ -1,0 +1,149 @@
+/*
+ * kvs_backend_cpu: the CPU backend behind the kvs_backend_t interface: a
+ * kvs_cpu_model_t (weights resolved in the model's mapping) and a
+ * kvs_cpu_kv_t (K/V storage and scratch) owned together.
+ *
+ * Invariant: impl's kv has exactly be->n_blocks blocks of
+ * be->block_tokens slots, so every block id the pool hands out has
+ * storage here.
+ */
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/kvs_backend.h"
+#include "kvs_cpu.h"
+
+
+typedef struct {
+    kvs_cpu_model_t  *cm;
+    kvs_cpu_kv_t     *kv;
+} kvs_backend_cpu_t;
+
+
+static int kvs_backend_cpu_forward(kvs_backend_t *be, const kvs_batch_t *b,
+    float *logits, kvs_err_t *err);
+static int kvs_backend_cpu_copy_block(kvs_backend_t *be, uint32_t dst,
+    uint32_t src, kvs_err_t *err);
+static void kvs_backend_cpu_free(kvs_backend_t *be);
+
+
+static const kvs_backend_ops_t  kvs_backend_cpu_ops = {
+    kvs_backend_cpu_forward,
+    NULL,                                   /* samples on the host */
+    kvs_backend_cpu_copy_block,
+    kvs_backend_cpu_free
+};
+
+
+int
+kvs_backend_cpu_new(kvs_backend_t **out, const kvs_model_t *m,
+    const kvs_backend_conf_t *conf, kvs_err_t *err)
+{
+    long                n;
+    unsigned            threads;
+    kvs_backend_t      *be;
+    kvs_backend_cpu_t  *cpu;
+
+    *out = NULL;
+
+    threads = conf->threads;
+
+    if (threads == 0) {
+        n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (unsigned) n : 1;
+    }
+
+    be = calloc(1, sizeof(kvs_backend_t) + sizeof(kvs_backend_cpu_t));
+    if (be == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "cpu backend: out of memory");
+    }
+
+    cpu = (kvs_backend_cpu_t *) (be + 1);
+
+    if (kvs_cpu_model_new(&cpu->cm, m, err) != KVS_OK
+        || kvs_cpu_kv_new(&cpu->kv, cpu->cm, conf->n_blocks,
+                          conf->block_tokens, err) != KVS_OK
+        || kvs_cpu_kv_set_threads(cpu->kv, threads, err) != KVS_OK)
+    {
+        kvs_cpu_kv_free(cpu->kv);
+        kvs_cpu_model_free(cpu->cm);
+        free(be);
+        return err->code;
+    }
+
+    be->ops = &kvs_backend_cpu_ops;
+    be->kind = KVS_BACKEND_CPU;
+    be->n_vocab = m->hp.n_vocab;
+    be->n_blocks = conf->n_blocks;
+    be->block_tokens = conf->block_tokens;
+    be->threads = threads;
+    be->kv_bytes = (uint64_t) cpu->kv->n_layer * conf->n_blocks
+                   * conf->block_tokens
+                   * (cpu->kv->k_width + cpu->kv->v_width) * sizeof(float);
+    be->impl = cpu;
+
+    *out = be;
+
+    return KVS_OK;
+}
+
+
+static int
+kvs_backend_cpu_forward(kvs_backend_t *be, const kvs_batch_t *b,
+    float *logits, kvs_err_t *err)
+{
+    kvs_backend_cpu_t  *cpu = be->impl;
+
+    return kvs_cpu_forward(cpu->cm, cpu->kv, b, logits, err);
+}
+
+
+static int
+kvs_backend_cpu_copy_block(kvs_backend_t *be, uint32_t dst, uint32_t src,
+    kvs_err_t *err)
+{
+    size_t              kn, vn;
+    uint32_t            l;
+    kvs_cpu_kv_t       *kv;
+    kvs_backend_cpu_t  *cpu = be->impl;
+
+    kv = cpu->kv;
+
+    if (dst >= kv->n_blocks || src >= kv->n_blocks) {
+        return kvs_err_set(err, KVS_EINVAL, "copy block %" PRIu32 " to %"
+                           PRIu32 ": the cache has %" PRIu32 " blocks",
+                           src, dst, kv->n_blocks);
+    }
+
+    if (dst == src) {
+        return KVS_OK;
+    }
+
+    kn = (size_t) kv->block_tokens * kv->k_width;    /* floats per block */
+    vn = (size_t) kv->block_tokens * kv->v_width;
+
+    for (l = 0; l < kv->n_layer; l++) {
+        memcpy(kv->k + ((size_t) l * kv->n_blocks + dst) * kn,
+               kv->k + ((size_t) l * kv->n_blocks + src) * kn,
+               kn * sizeof(float));
+        memcpy(kv->v + ((size_t) l * kv->n_blocks + dst) * vn,
+               kv->v + ((size_t) l * kv->n_blocks + src) * vn,
+               vn * sizeof(float));
+    }
+
+    return KVS_OK;
+}
+
+
+static void
+kvs_backend_cpu_free(kvs_backend_t *be)
+{
+    kvs_backend_cpu_t  *cpu = be->impl;
+
+    kvs_cpu_kv_free(cpu->kv);
+    kvs_cpu_model_free(cpu->cm);
+    free(be);
+}

@@ -1,0 +1,823 @@
+/*
+ * kvs_cpu: weights, K/V storage and the forward step of the CPU backend
+ * (see kvs_cpu.h); the products live in kvs_cpu_mm.c / kvs_cpu_x86.c,
+ * attention and SwiGLU in kvs_cpu_attn.c (kvs_cpu_impl.h lists them).
+ * The order of operations follows llama2.c run.c so that stories260K
+ * reproduces its reference texts.
+ *
+ * Threads: every heavy part runs as tasks of kv's pool: product tiles of
+ * output rows, attention per (token, head group), per-token norms, RoPE,
+ * K/V writes and SwiGLU; a part too small to pay for waking a worker runs
+ * on the caller.  Per-thread scratch (scores, weight rows) sits in
+ * kv->act.
+ *
+ * A step runs layer by layer over the whole batch: every token's K and V
+ * of a layer are written to their slots before any token of that layer
+ * attends, so a prefill chunk sees its own earlier positions and a decode
+ * token the cache, with no special case for either.
+ *
+ * Packed Q8_0 weights (AVX-512 VNNI CPUs) are made once in
+ * kvs_cpu_model_new(), into one buffer that the model owns; a mat's
+ * data keeps pointing into the mapping for every other kernel level.
+ */
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/kvs_buf.h"
+#include "base/kvs_threads.h"
+#include "model/kvs_dtype.h"
+#include "model/kvs_ggml_type.h"
+#include "kvs_cpu_impl.h"
+
+
+/* OpenBLAS's own; declared here so that any cblas.h will do.  Our pool
+ * splits the work, so OpenBLAS must not start threads of its own. */
+void openblas_set_num_threads(int n);
+
+
+static int kvs_cpu_mat(const kvs_model_t *m, const char *name, uint64_t ne0,
+    uint64_t ne1, int optional, kvs_cpu_mat_t *out, kvs_err_t *err);
+static int kvs_cpu_vec(kvs_cpu_model_t *cm, const char *name, uint64_t ne0,
+    int optional, const float **out, kvs_err_t *err);
+static void kvs_cpu_model_free_owned(kvs_cpu_model_t *cm);
+static int kvs_cpu_pack(kvs_cpu_model_t *cm, kvs_err_t *err);
+static void kvs_cpu_rmsnorm(float *o, const float *x, const float *w,
+    uint32_t size, float eps);
+static void kvs_cpu_tok_task(void *arg, uint32_t i, uint32_t thread);
+static void kvs_cpu_qkv_task(void *arg, uint32_t i, uint32_t thread);
+static int kvs_cpu_check_batch(const kvs_cpu_model_t *cm,
+    const kvs_cpu_kv_t *kv, const kvs_batch_t *b, uint32_t *max_ctx,
+    kvs_err_t *err);
+
+
+
+/* A weight matrix of ne1 rows of ne0 elements, left in the mapping. */
+static int
+kvs_cpu_mat(const kvs_model_t *m, const char *name, uint64_t ne0,
+    uint64_t ne1, int optional, kvs_cpu_mat_t *out, kvs_err_t *err)
+{
+    int                       rc;
+    size_t                    row;
+    const kvs_gguf_tensor_t  *t;
+
+    memset(out, 0, sizeof(kvs_cpu_mat_t));
+
+    rc = kvs_model_tensor(m, "cpu backend", name, ne0, ne1, optional, &t,
+                          err);
+    if (rc != KVS_OK || t == NULL) {
+        return rc;
+    }
+
+    switch (t->type) {
+    case KVS_GGML_F32:
+        row = ne0 * 4;
+        break;
+    case KVS_GGML_F16:
+    case KVS_GGML_BF16:
+        row = ne0 * 2;
+        break;
+    case KVS_GGML_Q8_0:
+        if (ne0 % KVS_Q8_0_BLOCK != 0) {
+            return kvs_err_set(err, KVS_EFORMAT, "cpu backend: tensor %s is "
+                               "Q8_0 with rows of %" PRIu64 " elements, not "
+                               "a multiple of %d", name, ne0,
+                               KVS_Q8_0_BLOCK);
+        }
+        row = ne0 / KVS_Q8_0_BLOCK * KVS_Q8_0_BYTES;
+        break;
+    default:
+        return kvs_err_set(err, KVS_EUNSUPPORTED, "cpu backend: tensor %s "
+                           "is %s; F32, F16, BF16 and Q8_0 are supported",
+                           name, kvs_ggml_type_name(t->type));
+    }
+
+    /* the reader checked nbytes against the type; this guards the rows
+     * this file will index against a reader that did not */
+    if (t->nbytes < row * ne1) {
+        return kvs_err_set(err, KVS_EFORMAT, "cpu backend: tensor %s holds "
+                           "%" PRIu64 " bytes, %zu expected", name,
+                           t->nbytes, row * ne1);
+    }
+
+    out->data = t->data;
+    out->row_bytes = row;
+    out->type = t->type;
+    out->rows = (uint32_t) ne1;
+    out->cols = (uint32_t) ne0;
+
+    return KVS_OK;
+}
+
+
+/* A vector's floats: F32 in the mapping, or F16 / BF16 converted into a
+ * copy that cm owns. */
+static int
+kvs_cpu_vec(kvs_cpu_model_t *cm, const char *name, uint64_t ne0,
+    int optional, const float **out, kvs_err_t *err)
+{
+    int                       rc;
+    float                    *f, **owned;
+    uint64_t                  i;
+    const uint16_t           *h;
+    const kvs_gguf_tensor_t  *t;
+
+    *out = NULL;
+
+    rc = kvs_model_tensor(cm->model, "cpu backend", name, ne0, 0, optional,
+                          &t, err);
+    if (rc != KVS_OK || t == NULL) {
+        return rc;
+    }
+
+    if (t->type == KVS_GGML_F32) {
+        *out = t->data;
+        return KVS_OK;
+    }
+
+    if (t->type != KVS_GGML_F16 && t->type != KVS_GGML_BF16) {
+        return kvs_err_set(err, KVS_EUNSUPPORTED, "cpu backend: tensor %s "
+                           "is %s; vectors must be F32, F16 or BF16", name,
+                           kvs_ggml_type_name(t->type));
+    }
+
+    owned = realloc(cm->owned, (cm->n_owned + 1) * sizeof(float *));
+    if (owned == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "cpu backend: out of memory");
+    }
+
+    cm->owned = owned;
+
+    f = malloc(ne0 * sizeof(float));
+    if (f == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "cpu backend: out of memory");
+    }
+
+    h = t->data;
+
+    for (i = 0; i < ne0; i++) {
+        f[i] = t->type == KVS_GGML_F16 ? kvs_f16_to_f32(h[i])
+                                       : kvs_bf16_to_f32(h[i]);
+    }
+
+    cm->owned[cm->n_owned++] = f;
+    *out = f;
+
+    return KVS_OK;
+}
+
+
+static void
+kvs_cpu_model_free_owned(kvs_cpu_model_t *cm)
+{
+    uint32_t  i;
+
+    for (i = 0; i < cm->n_owned; i++) {
+        free(cm->owned[i]);
+    }
+
+    free(cm->owned);
+    cm->owned = NULL;
+    cm->n_owned = 0;
+    free(cm->pack_mem);
+    cm->pack_mem = NULL;
+}
+
+
+/*
+ * On AVX-512 VNNI CPUs, every Q8_0 matrix of a product (not tok_embd,
+ * which is only looked up) packed for kvs_cpu_q8p_rows_avx512() into one
+ * buffer: the product kernel then reads the weights 64-byte aligned, 16
+ * rows per vector.  Nothing to do elsewhere, or for other types.
+ */
+static int
+kvs_cpu_pack(kvs_cpu_model_t *cm, kvs_err_t *err)
+{
+    size_t          total, size;
+    uint8_t        *p;
+    uint32_t        l, m, n_mats;
+    kvs_cpu_mat_t  *mats[8], *w;
+
+    if (kvs_cpu_simd() < KVS_CPU_SIMD_AVX512) {
+        return KVS_OK;
+    }
+
+    total = kvs_cpu_q8p_size(&cm->output);
+
+    for (l = 0; l < cm->hp.n_layer; l++) {
+        kvs_cpu_layer_t  *ly = &cm->layers[l];
+
+        total += kvs_cpu_q8p_size(&ly->wq) + kvs_cpu_q8p_size(&ly->wk)
+                 + kvs_cpu_q8p_size(&ly->wv) + kvs_cpu_q8p_size(&ly->wo)
+                 + kvs_cpu_q8p_size(&ly->w1) + kvs_cpu_q8p_size(&ly->w2)
+                 + kvs_cpu_q8p_size(&ly->w3);
+    }
+
+    if (total == 0) {
+        return KVS_OK;
+    }
+
+    cm->pack_mem = aligned_alloc(64, total);
+    if (cm->pack_mem == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "cpu backend: out of memory "
+                           "for %zu bytes of packed Q8_0 weights", total);
+    }
+
+    p = cm->pack_mem;
+
+    for (l = 0; l <= cm->hp.n_layer; l++) {
+        if (l == cm->hp.n_layer) {
+            mats[0] = &cm->output;
+            n_mats = 1;
+
+        } else {
+            mats[0] = &cm->layers[l].wq;
+            mats[1] = &cm->layers[l].wk;
+            mats[2] = &cm->layers[l].wv;
+            mats[3] = &cm->layers[l].wo;
+            mats[4] = &cm->layers[l].w1;
+            mats[5] = &cm->layers[l].w2;
+            mats[6] = &cm->layers[l].w3;
+            n_mats = 7;
+        }
+
+        for (m = 0; m < n_mats; m++) {
+            w = mats[m];
+            size = kvs_cpu_q8p_size(w);
+
+            if (size != 0) {
+                kvs_cpu_q8p_fill(w, p);
+                w->pack = p;
+                p += size;
+            }
+        }
+    }
+
+    return KVS_OK;
+}
+
+
+int
+kvs_cpu_model_new(kvs_cpu_model_t **out, const kvs_model_t *m,
+    kvs_err_t *err)
+{
+    int                       rc;
+    char                      name[64];
+    uint32_t                  l, e, f, q, kd, vd, o;
+    const float              *freqs;
+    kvs_cpu_model_t          *cm;
+    kvs_cpu_layer_t          *ly;
+    const kvs_hparams_t      *hp;
+
+    *out = NULL;
+    hp = &m->hp;
+
+    cm = calloc(1, sizeof(kvs_cpu_model_t));
+    if (cm == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "cpu backend: out of memory");
+    }
+
+    cm->model = m;
+    cm->hp = *hp;
+    cm->rope_pairing = strcmp(hp->arch, "qwen2") == 0 ? KVS_ROPE_NEOX
+                                                      : KVS_ROPE_NORM;
+
+    cm->layers = calloc(hp->n_layer, sizeof(kvs_cpu_layer_t));
+    if (cm->layers == NULL) {
+        free(cm);
+        return kvs_err_set(err, KVS_ENOMEM, "cpu backend: out of memory");
+    }
+
+    e = hp->n_embd;
+    f = hp->n_ff;
+    q = hp->n_head * hp->head_dim_k;
+    kd = hp->n_head_kv * hp->head_dim_k;
+    vd = hp->n_head_kv * hp->head_dim_v;
+    o = hp->n_head * hp->head_dim_v;
+
+#define KVS_CPU_M(field, nm, ne0, ne1, opt)                                  \
+    rc = kvs_cpu_mat(m, nm, ne0, ne1, opt, &(field), err);                   \
+    if (rc != KVS_OK) {                                                      \
+        goto failed;                                                         \
+    }
+
+#define KVS_CPU_V(field, nm, ne0, opt)                                       \
+    rc = kvs_cpu_vec(cm, nm, ne0, opt, &(field), err);                       \
+    if (rc != KVS_OK) {                                                      \
+        goto failed;                                                         \
+    }
+
+    KVS_CPU_M(cm->tok_embd, "token_embd.weight", e, hp->n_vocab, 0);
+    KVS_CPU_V(cm->out_norm, "output_norm.weight", e, 0);
+    KVS_CPU_M(cm->output, "output.weight", e, hp->n_vocab, 1);
+
+    if (cm->output.data == NULL) {
+        cm->output = cm->tok_embd;
+    }
+
+    for (l = 0; l < hp->n_layer; l++) {
+        ly = &cm->layers[l];
+
+#define KVS_CPU_LM(field, suffix, ne0, ne1)                                  \
+    snprintf(name, sizeof(name), "blk.%" PRIu32 ".%s", l, suffix);          \
+    KVS_CPU_M(ly->field, name, ne0, ne1, 0)
+
+#define KVS_CPU_LV(field, suffix, ne0, opt)                                  \
+    snprintf(name, sizeof(name), "blk.%" PRIu32 ".%s", l, suffix);          \
+    KVS_CPU_V(ly->field, name, ne0, opt)
+
+        KVS_CPU_LV(attn_norm, "attn_norm.weight", e, 0);
+        KVS_CPU_LM(wq, "attn_q.weight", e, q);
+        KVS_CPU_LM(wk, "attn_k.weight", e, kd);
+        KVS_CPU_LM(wv, "attn_v.weight", e, vd);
+        KVS_CPU_LV(bq, "attn_q.bias", q, 1);
+        KVS_CPU_LV(bk, "attn_k.bias", kd, 1);
+        KVS_CPU_LV(bv, "attn_v.bias", vd, 1);
+        KVS_CPU_LM(wo, "attn_output.weight", o, e);
+        KVS_CPU_LV(ffn_norm, "ffn_norm.weight", e, 0);
+        KVS_CPU_LM(w1, "ffn_gate.weight", e, f);
+        KVS_CPU_LM(w2, "ffn_down.weight", f, e);
+        KVS_CPU_LM(w3, "ffn_up.weight", e, f);
+
+#undef KVS_CPU_LM
+#undef KVS_CPU_LV
+    }
+
+    /* llama.cpp stores Llama 3.1 frequency bands as this tensor */
+    KVS_CPU_V(freqs, "rope_freqs.weight", hp->n_rot / 2, 1);
+
+#undef KVS_CPU_M
+#undef KVS_CPU_V
+
+    rc = kvs_rope_init(&cm->rope, hp, err);
+    if (rc != KVS_OK) {
+        goto failed;
+    }
+
+    if (freqs != NULL) {
+        rc = kvs_rope_set_freq_factors(&cm->rope, freqs, hp->n_rot / 2, err);
+        if (rc != KVS_OK) {
+            kvs_rope_free(&cm->rope);
+            goto failed;
+        }
+    }
+
+    rc = kvs_cpu_pack(cm, err);
+    if (rc != KVS_OK) {
+        kvs_rope_free(&cm->rope);
+        goto failed;
+    }
+
+    *out = cm;
+
+    return KVS_OK;
+
+failed:
+
+    kvs_cpu_model_free_owned(cm);
+    free(cm->layers);
+    free(cm);
+
+    return rc;
+}
+
+
+void
+kvs_cpu_model_free(kvs_cpu_model_t *cm)
+{
+    if (cm == NULL) {
+        return;
+    }
+
+    kvs_rope_free(&cm->rope);
+    kvs_cpu_model_free_owned(cm);
+    free(cm->layers);
+    free(cm);
+}
+
+
+int
+kvs_cpu_kv_new(kvs_cpu_kv_t **out, const kvs_cpu_model_t *cm,
+    uint32_t n_blocks, uint32_t block_tokens, kvs_err_t *err)
+{
+    size_t         slots, nk, nv;
+    kvs_cpu_kv_t  *kv;
+
+    *out = NULL;
+
+    if (n_blocks == 0 || block_tokens == 0) {
+        return kvs_err_set(err, KVS_EINVAL, "cpu kv: %" PRIu32 " blocks "
+                           "of %" PRIu32 " tokens", n_blocks, block_tokens);
+    }
+
+    kv = calloc(1, sizeof(kvs_cpu_kv_t));
+    if (kv == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "cpu kv: out of memory");
+    }
+
+    /* idempotent; here rather than at load so that nothing runs then */
+    openblas_set_num_threads(1);
+
+    kv->n_layer = cm->hp.n_layer;
+    kv->n_blocks = n_blocks;
+    kv->block_tokens = block_tokens;
+    kv->k_width = cm->hp.n_head_kv * cm->hp.head_dim_k;
+    kv->v_width = cm->hp.n_head_kv * cm->hp.head_dim_v;
+
+    /* slots across all layers; each factor is a uint32_t, so check every
+     * product against SIZE_MAX / sizeof(float) before taking it */
+    slots = (size_t) n_blocks * block_tokens;
+
+    if (slots / block_tokens != n_blocks
+        || slots > SIZE_MAX / sizeof(float) / kv->n_layer
+        || slots * kv->n_layer > SIZE_MAX / sizeof(float) / kv->k_width
+        || slots * kv->n_layer > SIZE_MAX / sizeof(float) / kv->v_width)
+    {
+        free(kv);
+        return kvs_err_set(err, KVS_ERANGE, "cpu kv: %" PRIu32 " blocks "
+                           "of %" PRIu32 " tokens overflow the address "
+                           "space", n_blocks, block_tokens);
+    }
+
+    nk = slots * kv->n_layer * kv->k_width;
+    nv = slots * kv->n_layer * kv->v_width;
+
+    kv->k = calloc(nk, sizeof(float));
+    kv->v = calloc(nv, sizeof(float));
+
+    if (kv->k == NULL || kv->v == NULL) {
+        kvs_cpu_kv_free(kv);
+        return kvs_err_set(err, KVS_ENOMEM, "cpu kv: out of memory for "
+                           "%zu bytes", (nk + nv) * sizeof(float));
+    }
+
+    *out = kv;
+
+    return KVS_OK;
+}
+
+
+void
+kvs_cpu_kv_free(kvs_cpu_kv_t *kv)
+{
+    if (kv == NULL) {
+        return;
+    }
+
+    kvs_threads_free(kv->threads);
+    free(kv->k);
+    free(kv->v);
+    free(kv->act);
+    free(kv);
+}
+
+
+int
+kvs_cpu_kv_set_threads(kvs_cpu_kv_t *kv, unsigned n, kvs_err_t *err)
+{
+    int             rc;
+    kvs_threads_t  *tp;
+
+    if (n == kvs_threads_count(kv->threads)) {
+        return KVS_OK;
+    }
+
+    tp = NULL;
+
+    if (n != 1) {
+        rc = kvs_threads_new(&tp, n, err);
+        if (rc != KVS_OK) {
+            (void) kvs_err_prefix(err, "cpu kv");
+            return rc;
+        }
+    }
+
+    kvs_threads_free(kv->threads);
+    kv->threads = tp;
+
+    return KVS_OK;
+}
+
+
+
+/* o = w * x / sqrt(mean(x^2) + eps), as run.c rounds it (float sums). */
+static void
+kvs_cpu_rmsnorm(float *o, const float *x, const float *w, uint32_t size,
+    float eps)
+{
+    uint32_t  j;
+    float     ss;
+
+    ss = 0.0f;
+
+    for (j = 0; j < size; j++) {
+        ss += x[j] * x[j];
+    }
+
+    ss = 1.0f / sqrtf(ss / (float) size + eps);
+
+    for (j = 0; j < size; j++) {
+        o[j] = w[j] * (ss * x[j]);
+    }
+}
+
+
+/* Per token i: x[i] += xb[i] when fw->resid, then xb[i] = the norm of
+ * x[i] with fw->norm when set. */
+static void
+kvs_cpu_tok_task(void *arg, uint32_t i, uint32_t thread)
+{
+    float         *x, *xb;
+    uint32_t       j, e;
+    kvs_cpu_fw_t  *fw;
+
+    fw = arg;
+    e = fw->e;
+    x = fw->x + (size_t) i * e;
+    xb = fw->xb + (size_t) i * e;
+
+    if (fw->resid) {
+        for (j = 0; j < e; j++) {
+            x[j] += xb[j];
+        }
+    }
+
+    if (fw->norm != NULL) {
+        kvs_cpu_rmsnorm(xb, x, fw->norm, e, fw->eps);
+    }
+}
+
+
+/* Per token i: biases, RoPE, and its K/V written to its slot. */
+static void
+kvs_cpu_qkv_task(void *arg, uint32_t i, uint32_t thread)
+{
+    float                  *q, *k, *v;
+    size_t                  slot;
+    uint32_t                j, bt;
+    kvs_cpu_fw_t           *fw;
+    const kvs_cpu_layer_t  *ly;
+    const kvs_batch_tok_t  *tk;
+    const kvs_hparams_t    *hp;
+
+    fw = arg;
+    ly = fw->ly;
+    hp = &fw->cm->hp;
+    tk = &fw->b->toks[i];
+    bt = fw->kv->block_tokens;
+    q = fw->q + (size_t) i * fw->qd;
+    k = fw->k + (size_t) i * fw->kd;
+    v = fw->v + (size_t) i * fw->vd;
+
+    for (j = 0; ly->bq != NULL && j < fw->qd; j++) {
+        q[j] += ly->bq[j];
+    }
+
+    for (j = 0; ly->bk != NULL && j < fw->kd; j++) {
+        k[j] += ly->bk[j];
+    }
+
+    for (j = 0; ly->bv != NULL && j < fw->vd; j++) {
+        v[j] += ly->bv[j];
+    }
+
+    (void) kvs_rope_apply(&fw->cm->rope, q, (int) hp->n_head,
+                          (int) hp->head_dim_k, (int32_t) tk->pos,
+                          fw->cm->rope_pairing);
+    (void) kvs_rope_apply(&fw->cm->rope, k, (int) hp->n_head_kv,
+                          (int) hp->head_dim_k, (int32_t) tk->pos,
+                          fw->cm->rope_pairing);
+
+    slot = (size_t) tk->table->blocks[tk->pos / bt] * bt + tk->pos % bt;
+    memcpy(fw->kc + slot * fw->kd, k, fw->kd * sizeof(float));
+    memcpy(fw->vc + slot * fw->vd, v, fw->vd * sizeof(float));
+}
+
+
+
+/* Every entry checked before anything is written; *max_ctx is the
+ * longest attention span, pos + 1, for sizing the score scratch. */
+static int
+kvs_cpu_check_batch(const kvs_cpu_model_t *cm, const kvs_cpu_kv_t *kv,
+    const kvs_batch_t *b, uint32_t *max_ctx, kvs_err_t *err)
+{
+    uint32_t               i, j, nb;
+    const kvs_batch_tok_t *t;
+
+    *max_ctx = 0;
+
+    if (b == NULL || b->toks == NULL || b->n == 0) {
+        return kvs_err_set(err, KVS_EINVAL, "cpu forward: empty batch");
+    }
+
+    for (i = 0; i < b->n; i++) {
+        t = &b->toks[i];
+
+        if (t->token < 0 || (uint32_t) t->token >= cm->hp.n_vocab) {
+            return kvs_err_set(err, KVS_EINVAL, "cpu forward: entry %" PRIu32
+                               ": token %" PRId32 " outside the vocabulary "
+                               "of %" PRIu32, i, t->token, cm->hp.n_vocab);
+        }
+
+        if (t->table == NULL) {
+            return kvs_err_set(err, KVS_EINVAL, "cpu forward: entry %" PRIu32
+                               " has no block table", i);
+        }
+
+        if (t->pos >= t->table->n_tokens || t->pos > INT32_MAX) {
+            return kvs_err_set(err, KVS_EINVAL, "cpu forward: entry %" PRIu32
+                               ": position %" PRIu32 " is not covered by "
+                               "its table (%" PRIu32 " positions)", i,
+                               t->pos, t->table->n_tokens);
+        }
+
+        if (t->table->block_tokens != kv->block_tokens) {
+            return kvs_err_set(err, KVS_EINVAL, "cpu forward: entry %" PRIu32
+                               ": table blocks of %" PRIu32 " tokens, the "
+                               "cache's are %" PRIu32, i,
+                               t->table->block_tokens, kv->block_tokens);
+        }
+
+        nb = t->pos / kv->block_tokens + 1;
+
+        for (j = 0; j < nb; j++) {
+            if (t->table->blocks[j] >= kv->n_blocks) {
+                return kvs_err_set(err, KVS_EINVAL, "cpu forward: entry "
+                                   "%" PRIu32 ": block id %" PRIu32 " beyond "
+                                   "the cache's %" PRIu32, i,
+                                   t->table->blocks[j], kv->n_blocks);
+            }
+        }
+
+        if (t->pos + 1 > *max_ctx) {
+            *max_ctx = t->pos + 1;
+        }
+    }
+
+    return KVS_OK;
+}
+
+
+int
+kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
+    const kvs_batch_t *b, float *logits, kvs_err_t *err)
+{
+    int                     rc;
+    size_t                  total, layer_k, layer_v;
+    uint32_t                n, i, l, max_ctx, want, wrow, nth;
+    kvs_cpu_fw_t            fw;
+    kvs_threads_t          *tokp, *ffnp, *attp;
+    const kvs_cpu_layer_t  *ly;
+    const kvs_hparams_t    *hp;
+
+    rc = kvs_cpu_check_batch(cm, kv, b, &max_ctx, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    want = 0;
+
+    for (i = 0; i < b->n; i++) {
+        want += b->toks[i].want_logits != 0;
+    }
+
+    if (want > 0 && logits == NULL) {
+        return kvs_err_set(err, KVS_EINVAL, "cpu forward: %" PRIu32
+                           " entries want logits, but no logits buffer",
+                           want);
+    }
+
+    memset(&fw, 0, sizeof(kvs_cpu_fw_t));
+
+    hp = &cm->hp;
+    n = b->n;
+    nth = kvs_threads_count(kv->threads);
+
+    fw.cm = cm;
+    fw.kv = kv;
+    fw.b = b;
+    fw.e = hp->n_embd;
+    fw.f = hp->n_ff;
+    fw.qd = hp->n_head * hp->head_dim_k;
+    fw.kd = kv->k_width;
+    fw.vd = kv->v_width;
+    fw.od = hp->n_head * hp->head_dim_v;
+    fw.eps = (float) hp->norm_eps;
+    fw.scale = 1.0f / sqrtf((float) hp->head_dim_k);
+    fw.simd = kvs_cpu_simd();
+
+    /* the widest weight row any product dequantizes */
+    wrow = fw.e > fw.f ? fw.e : fw.f;
+    wrow = wrow > fw.od ? wrow : fw.od;
+
+    /* one buffer for all activations, kept in kv, per token: x, xb [e];
+     * q [qd]; k [kd]; v [vd]; att [od]; h1, h3 [f]; then per thread the
+     * scores [attn_group][max_ctx rounded up to 16: the vector softmax
+     * pads them] and
+     * four weight rows [4][wrow] (a sgemm tile's [128][wrow]) */
+    fw.attn_group = kvs_cpu_attn_group(hp, fw.simd);
+    fw.sc_len = ((size_t) max_ctx + 15) & ~(size_t) 15;
+    fw.sc_stride = fw.attn_group * fw.sc_len;
+    fw.blas_tile = nth > 1 ? KVS_CPU_BLAS_TILE / 2 : KVS_CPU_BLAS_TILE;
+    fw.wscratch_stride = (n >= KVS_CPU_BLAS_MIN ? fw.blas_tile : 4)
+                         * (size_t) wrow;
+    total = (size_t) n * (2 * (size_t) fw.e + fw.qd + fw.kd + fw.vd + fw.od
+                          + 2 * (size_t) fw.f)
+            + nth * (fw.sc_stride + fw.wscratch_stride)
+            + (size_t) n * (wrow / 32) * (sizeof(kvs_cpu_q8_t) / 4 + 1);
+
+    if (kvs_grow((void **) &kv->act, &kv->act_cap, total, sizeof(float))
+        != KVS_OK)
+    {
+        return kvs_err_set(err, KVS_ENOMEM, "cpu forward: out of memory "
+                           "for %zu bytes of activations",
+                           total * sizeof(float));
+    }
+
+    fw.x = kv->act;                       /* [n][e] residual stream */
+    fw.xb = fw.x + (size_t) n * fw.e;     /* [n][e] normed / projected */
+    fw.q = fw.xb + (size_t) n * fw.e;     /* [n][qd] */
+    fw.k = fw.q + (size_t) n * fw.qd;     /* [n][kd] */
+    fw.v = fw.k + (size_t) n * fw.kd;     /* [n][vd] */
+    fw.att = fw.v + (size_t) n * fw.vd;   /* [n][od] attention output */
+    fw.h1 = fw.att + (size_t) n * fw.od;  /* [n][f] gate, then silu*up */
+    fw.h3 = fw.h1 + (size_t) n * fw.f;    /* [n][f] up */
+    fw.sc = fw.h3 + (size_t) n * fw.f;    /* [nth][sc_stride] scores */
+    fw.wscratch = fw.sc + nth * fw.sc_stride;  /* [nth][4][wrow] */
+    /* [n][wrow / 32] quantized activations, Q8_0 models only */
+    fw.xq = (kvs_cpu_q8_t *) (fw.wscratch + nth * fw.wscratch_stride);
+
+    for (i = 0; i < n; i++) {
+        memcpy(fw.x + (size_t) i * fw.e,
+               kvs_cpu_row(&cm->tok_embd, (uint32_t) b->toks[i].token,
+                           fw.wscratch, fw.simd),
+               fw.e * sizeof(float));
+    }
+
+    layer_k = (size_t) kv->n_blocks * kv->block_tokens * fw.kd;
+    layer_v = (size_t) kv->n_blocks * kv->block_tokens * fw.vd;
+
+    tokp = kvs_cpu_pool(&fw, (double) n * fw.e);
+    ffnp = kvs_cpu_pool(&fw, (double) n * fw.f);
+    attp = kvs_cpu_pool(&fw, (double) n * max_ctx * (fw.qd + fw.od));
+
+    fw.resid = 0;
+    fw.norm = cm->layers[0].attn_norm;
+    kvs_threads_run(tokp, kvs_cpu_tok_task, &fw, n);
+
+    for (l = 0; l < hp->n_layer; l++) {
+        ly = &cm->layers[l];
+        fw.ly = ly;
+        fw.kc = kv->k + l * layer_k;      /* [n_blocks][bt][kd] */
+        fw.vc = kv->v + l * layer_v;      /* [n_blocks][bt][vd] */
+
+        kvs_cpu_matmul(&fw, fw.xb, n, &ly->wq, fw.q, &ly->wk, fw.k,
+                       &ly->wv, fw.v);
+
+        /* this layer's K/V of the whole batch is written before any token
+         * attends, so tokens see earlier positions of their own chunk */
+        kvs_threads_run(tokp, kvs_cpu_qkv_task, &fw, n);
+        kvs_threads_run(attp, kvs_cpu_attn_task, &fw,
+                        n * (hp->n_head / fw.attn_group));
+
+        kvs_cpu_matmul(&fw, fw.att, n, &ly->wo, fw.xb, NULL, NULL, NULL,
+                       NULL);
+
+        fw.resid = 1;
+        fw.norm = ly->ffn_norm;
+        kvs_threads_run(tokp, kvs_cpu_tok_task, &fw, n);
+
+        kvs_cpu_matmul(&fw, fw.xb, n, &ly->w1, fw.h1, &ly->w3, fw.h3, NULL,
+                       NULL);
+        kvs_threads_run(ffnp, kvs_cpu_swiglu_task, &fw, n);
+        kvs_cpu_matmul(&fw, fw.h1, n, &ly->w2, fw.xb, NULL, NULL, NULL,
+                       NULL);
+
+        /* the residual, and the next layer's attention norm with it */
+        fw.norm = l + 1 < hp->n_layer ? cm->layers[l + 1].attn_norm : NULL;
+        kvs_threads_run(tokp, kvs_cpu_tok_task, &fw, n);
+    }
+
+    /* only the wanted rows pay for the final norm and the classifier:
+     * gather them into xb, in batch order */
+    want = 0;
+
+    for (i = 0; i < n; i++) {
+        if (b->toks[i].want_logits) {
+            kvs_cpu_rmsnorm(fw.xb + (size_t) want * fw.e,
+                            fw.x + (size_t) i * fw.e, cm->out_norm, fw.e,
+                            fw.eps);
+            want++;
+        }
+    }
+
+    if (want > 0) {
+        kvs_cpu_matmul(&fw, fw.xb, want, &cm->output, logits, NULL, NULL,
+                       NULL, NULL);
+    }
+
+    return KVS_OK;
+}

@@ -1,0 +1,155 @@
+/*
+ * kvs_cpu: the CPU backend: a model's weights resolved for compute, the
+ * K/V storage behind the KV pool's block ids, and one forward step over a
+ * batch that mixes prefill chunks and decode tokens of many sequences.
+ *
+ * This is the reference every other backend is checked against, so the
+ * math follows llama2.c run.c step for step (see the fixtures' models
+ * README): RMSNorm, q/k/v, RoPE, grouped-query attention over the paged
+ * cache, wo, residual, RMSNorm, SwiGLU FFN, residual, final norm, output.
+ *
+ * Weights: matrices stay as stored in the mapping (F32, F16, BF16 or
+ * Q8_0).  Products (measured on a 2-core AVX-512 Xeon, kvs_cpu_mm.c):
+ * F32 / F16 / BF16 rows are converted (if needed) into a small scratch
+ * and run through our AVX2 or AVX-512 kernel for batches under 64
+ * tokens, through OpenBLAS sgemm on tiles of up to 512 rows for larger
+ * ones (prefill chunks); Q8_0 stays quantized: the input rows are
+ * quantized to int8 blocks and dotted in int8, for every batch size.  On
+ * AVX-512 VNNI CPUs Q8_0 matrices are repacked once at load (the same
+ * bytes, interleaved by 16 rows; products then no longer read those
+ * pages of the mapping), the one copy of weights this backend makes.
+ * Vectors (norms, biases, RoPE frequency factors) are F32 in real GGUFs;
+ * F16 and BF16 ones are converted to owned float copies at load.
+ *
+ * Invariants:
+ *   - a kvs_cpu_model_t borrows the kvs_model_t's mapping (weights are
+ *     pointers into it); the model must outlive it;
+ *   - K/V bytes of pool block b live at block index b of every layer's
+ *     arrays; the pool and tables decide ownership, this object only
+ *     stores;
+ *   - kvs_cpu_forward() validates its whole batch before touching the
+ *     cache, so a rejected batch changes nothing.
+ *
+ * Threads: a model and a kv object may be read by many threads, but one
+ * forward call at a time writes a given kv (the engine thread's).  A kv
+ * owns a kvs_threads pool (kvs_cpu_kv_set_threads, default the caller
+ * alone) that splits a step's products by output rows and its attention
+ * by (token, head); the split never changes a result.  OpenBLAS is held
+ * to one thread of its own (set when a kv is made).
+ */
+
+#ifndef KVS_CPU_H
+#define KVS_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/kvs_err.h"
+#include "base/kvs_threads.h"
+#include "backend/kvs_rope.h"
+#include "kv/kvs_kv_table.h"
+#include "kv/kvs_batch.h"
+#include "model/kvs_model.h"
+
+/* A weight matrix [rows][cols] as the GGUF stores it (row r: the weights
+ * of output r); cols is a multiple of 32 for Q8_0. */
+typedef struct {
+    const void  *data;                /* [rows][row_bytes], in the mapping */
+    size_t       row_bytes;
+    uint32_t     type;                /* F32, F16, BF16 or Q8_0 */
+    uint32_t     rows;
+    uint32_t     cols;
+    const void  *pack;                /* Q8_0 repacked for the AVX-512
+                                         VNNI kernel (kvs_cpu_impl.h),
+                                         or NULL */
+} kvs_cpu_mat_t;
+
+typedef struct {
+    const float    *attn_norm;        /* [n_embd] */
+    kvs_cpu_mat_t   wq;               /* [n_head * hd_k][n_embd] */
+    kvs_cpu_mat_t   wk;               /* [n_head_kv * hd_k][n_embd] */
+    kvs_cpu_mat_t   wv;               /* [n_head_kv * hd_v][n_embd] */
+    const float    *bq;               /* [n_head * hd_k] or NULL */
+    const float    *bk;               /* [n_head_kv * hd_k] or NULL */
+    const float    *bv;               /* [n_head_kv * hd_v] or NULL */
+    kvs_cpu_mat_t   wo;               /* [n_embd][n_head * hd_v] */
+    const float    *ffn_norm;         /* [n_embd] */
+    kvs_cpu_mat_t   w1;               /* gate [n_ff][n_embd] */
+    kvs_cpu_mat_t   w2;               /* down [n_embd][n_ff] */
+    kvs_cpu_mat_t   w3;               /* up [n_ff][n_embd] */
+} kvs_cpu_layer_t;
+
+typedef struct {
+    const kvs_model_t  *model;
+    kvs_hparams_t       hp;           /* copy of model->hp */
+    kvs_cpu_mat_t       tok_embd;     /* [n_vocab][n_embd] */
+    const float        *out_norm;     /* [n_embd] */
+    kvs_cpu_mat_t       output;       /* [n_vocab][n_embd]; tok_embd when
+                                         the model ties them */
+    kvs_cpu_layer_t    *layers;       /* [n_layer] */
+    float             **owned;        /* [n_owned] converted vectors */
+    uint32_t            n_owned;
+    void               *pack_mem;     /* every mat's pack, or NULL */
+    kvs_rope_t          rope;
+    int                 rope_pairing; /* KVS_ROPE_NORM | KVS_ROPE_NEOX */
+} kvs_cpu_model_t;
+
+typedef struct {
+    uint32_t   n_layer;
+    uint32_t   n_blocks;
+    uint32_t   block_tokens;
+    uint32_t   k_width;               /* floats per token per layer, K:
+                                         n_head_kv * hd_k */
+    uint32_t   v_width;               /* same for V: n_head_kv * hd_v */
+    float     *k;                     /* [n_layer][n_blocks][block_tokens]
+                                         [k_width] */
+    float     *v;                     /* [n_layer][n_blocks][block_tokens]
+                                         [v_width] */
+    float     *act;                   /* [act_cap] activations of the
+                                         last step, grown as batches grow
+                                         and reused, so a steady step
+                                         loop allocates nothing */
+    size_t     act_cap;               /* floats */
+    kvs_threads_t
+              *threads;               /* NULL: the caller's thread only */
+} kvs_cpu_kv_t;
+
+/*
+ * Resolves every tensor of m (matrices F32, F16, BF16 or Q8_0, vectors
+ * F32, F16 or BF16: another type is KVS_EUNSUPPORTED naming the tensor)
+ * and builds the RoPE table.
+ * *out is NULL on failure.
+ */
+int kvs_cpu_model_new(kvs_cpu_model_t **out, const kvs_model_t *m,
+    kvs_err_t *err);
+void kvs_cpu_model_free(kvs_cpu_model_t *cm);
+
+/* K/V storage for a pool of n_blocks blocks of block_tokens tokens, zeroed.
+ * KVS_EINVAL for zero sizes, KVS_ERANGE if the byte count overflows,
+ * KVS_ENOMEM. */
+int kvs_cpu_kv_new(kvs_cpu_kv_t **out, const kvs_cpu_model_t *cm,
+    uint32_t n_blocks, uint32_t block_tokens, kvs_err_t *err);
+void kvs_cpu_kv_free(kvs_cpu_kv_t *kv);
+
+/*
+ * Runs kv's forward steps on n threads counting the caller (default 1:
+ * the caller alone); n - 1 workers are created here, never at load time,
+ * and joined by kvs_cpu_kv_free() or a later call.  Results do not depend
+ * on n.  KVS_EINVAL for n == 0 or above KVS_THREADS_MAX, KVS_EIO if a
+ * thread cannot be created (the old setting is kept).  Not while a
+ * forward call on kv runs.
+ */
+int kvs_cpu_kv_set_threads(kvs_cpu_kv_t *kv, unsigned n, kvs_err_t *err);
+
+/*
+ * One forward step: writes every token's K/V into its slot and, for the
+ * entries with want_logits, their logits in batch order into
+ * logits[n_want][n_vocab] (NULL allowed when n_want is 0).  KVS_EINVAL
+ * for a bad entry (token, position not covered by its table, table of
+ * another block size or with ids beyond the kv's blocks), nothing
+ * written; KVS_ENOMEM for scratch.
+ */
+int kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
+    const kvs_batch_t *b, float *logits, kvs_err_t *err);
+
+#endif /* KVS_CPU_H */

@@ -1,0 +1,157 @@
+/*
+ * kvs_cpu_impl: what the CPU backend's files share (private to
+ * src/backend/kvs_cpu*.c): the forward step's state, the product job,
+ * the kernel levels and the kernels' entry points.
+ *
+ *   kvs_cpu.c        weights, K/V storage, the forward's orchestration
+ *   kvs_cpu_mm.c     matrix products: dispatch, portable kernels, BLAS,
+ *                    Q8_0 activation quantization and weight packing
+ *   kvs_cpu_x86.c    the AVX2 / AVX-512 product kernels
+ *   kvs_cpu_attn.c   attention, SwiGLU, the vectorized exp
+ *
+ * Invariant shared by every kernel: a product output's (or an attention
+ * score's) summation order depends only on that output's own shapes,
+ * never on the batch, the tile or the thread, so a token's results are
+ * the same alone or batched (below KVS_CPU_BLAS_MIN tokens).  Kernel
+ * levels may differ from one another in the last bits; a process uses
+ * one level for every step.
+ */
+
+#ifndef KVS_CPU_IMPL_H
+#define KVS_CPU_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/kvs_threads.h"
+#include "kvs_cpu.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define KVS_CPU_X86  1
+#else
+#define KVS_CPU_X86  0
+#endif
+
+/* Kernel levels, chosen at run time (the build stays generic x86-64). */
+#define KVS_CPU_SIMD_NONE    0        /* portable C */
+#define KVS_CPU_SIMD_AVX2    1        /* AVX2 + FMA + F16C */
+#define KVS_CPU_SIMD_AVX512  2        /* and AVX-512 F/BW/VL + VNNI */
+
+/* Output rows per task of a product: small enough that two threads share
+ * even stories260K's 64-row matrices, large enough that claiming a task
+ * costs nothing next to it.  A multiple of KVS_CPU_Q8P_ROWS. */
+#define KVS_CPU_TILE       16
+
+/* Work (multiply-adds, roughly) below which a step's part runs on the
+ * caller alone: waking a worker costs more than it saves (stories260K's
+ * products), and a worker whose core is taken would hold the caller. */
+#define KVS_CPU_PAR_MIN    (1u << 16)
+
+/* From this many tokens on, F32 / F16 / BF16 products go to sgemm on
+ * tiles of KVS_CPU_BLAS_TILE rows (dequantized first unless F32), half
+ * that when more than one thread shares the step (so that both get
+ * tiles): a prefill chunk's products run ~1.4x faster than in our
+ * kernel, and each sgemm call repacks its input, so the larger the tile
+ * the better (512 rows: +10% over 128 on a 512-token prefill).  Below
+ * it, decode batches, ours is as fast and keeps a token's sums
+ * independent of its batch. */
+#define KVS_CPU_BLAS_MIN   64
+#define KVS_CPU_BLAS_TILE  512
+
+/* Packed Q8_0 (AVX-512 VNNI): rows in groups of 16; per group and block
+ * of 32 columns, 8 vectors of [16 rows][4 bytes] (weights + 128, as
+ * unsigned bytes) then, in a second array, the 16 rows' f16 scales. */
+#define KVS_CPU_Q8P_ROWS   16
+#define KVS_CPU_Q8P_BYTES  512        /* weight bytes per group and block */
+
+
+/* An activation block quantized for the int8 product: d = max|x| / 127,
+ * q = lrintf(x / d); c = -128 * sum(q), the packed kernel's correction
+ * for its unsigned weights. */
+typedef struct {
+    float    d;
+    int32_t  c;
+    int8_t   q[32];
+} kvs_cpu_q8_t;
+
+
+/* One forward step's shapes and buffers, shared by its tasks. */
+typedef struct {
+    const kvs_cpu_model_t  *cm;
+    kvs_cpu_kv_t           *kv;
+    const kvs_batch_t      *b;
+    const kvs_cpu_layer_t  *ly;       /* the current layer */
+    float                  *x;        /* [n][e] residual stream */
+    float                  *xb;       /* [n][e] normed / projected */
+    float                  *q;        /* [n][qd] */
+    float                  *k;        /* [n][kd] */
+    float                  *v;        /* [n][vd] */
+    float                  *att;      /* [n][od] */
+    float                  *h1;       /* [n][f] */
+    float                  *h3;       /* [n][f] */
+    float                  *kc;       /* the layer's K [n_blocks][bt][kd] */
+    float                  *vc;       /* the layer's V [n_blocks][bt][vd] */
+    float                  *sc;       /* [n_threads][sc_stride] scores */
+    float                  *wscratch; /* [n_threads][wscratch_stride]
+                                         dequantized weight rows */
+    size_t                  sc_len;   /* max_ctx rounded up to 16 */
+    size_t                  sc_stride; /* attn_group * sc_len */
+    size_t                  wscratch_stride;
+    const float            *norm;     /* kvs_cpu_tok_task: weights or NULL */
+    int                     resid;    /* kvs_cpu_tok_task: add xb first */
+    int                     simd;     /* KVS_CPU_SIMD_* */
+    kvs_cpu_q8_t           *xq;       /* [n][wrow / 32] Q8_0 inputs */
+    uint32_t                blas_tile; /* rows per sgemm task */
+    uint32_t                attn_group; /* query heads per attention
+                                          task: those of one K/V head
+                                          (kvs_cpu_attn_group), or 1 */
+    uint32_t                e, f, qd, kd, vd, od;
+    float                   eps, scale;
+} kvs_cpu_fw_t;
+
+
+int kvs_cpu_simd(void);
+kvs_threads_t *kvs_cpu_pool(const kvs_cpu_fw_t *fw, double work);
+
+/* Row r of w as floats: in place for F32, else converted into
+ * scratch[w->cols] (exact conversions; one product for Q8_0). */
+const float *kvs_cpu_row(const kvs_cpu_mat_t *w, uint32_t r,
+    float *scratch, int simd);
+
+/* y_m[n][rows_m] = x[n][cols] . w_m^T for up to three matrices of one
+ * input, split over kv's pool by tiles of output rows. */
+void kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
+    const kvs_cpu_mat_t *w0, float *y0, const kvs_cpu_mat_t *w1, float *y1,
+    const kvs_cpu_mat_t *w2, float *y2);
+
+void kvs_cpu_q8_quant(const float *x, kvs_cpu_q8_t *dst, uint32_t cols);
+
+/* Bytes of w's packed form (0 unless Q8_0), and the packing into dst
+ * (64-byte aligned). */
+size_t kvs_cpu_q8p_size(const kvs_cpu_mat_t *w);
+void kvs_cpu_q8p_fill(const kvs_cpu_mat_t *w, uint8_t *dst);
+
+/* Query heads per attention task at this kernel level: the n_head /
+ * n_head_kv sharing a K/V head where the kernel reads their K/V rows
+ * once for all of them (AVX-512, head sizes multiples of 16), else 1.
+ * Tasks are then n * n_head / group. */
+uint32_t kvs_cpu_attn_group(const kvs_hparams_t *hp, int simd);
+void kvs_cpu_attn_task(void *arg, uint32_t task, uint32_t thread);
+void kvs_cpu_swiglu_task(void *arg, uint32_t i, uint32_t thread);
+
+#if KVS_CPU_X86
+void kvs_cpu_mm_rows_avx2(float *y, size_t ldy, const float *x,
+    uint32_t n, uint32_t cols, const float *const *w, uint32_t nr);
+void kvs_cpu_row_avx2(const kvs_cpu_mat_t *w, const uint8_t *p,
+    float *dst);
+void kvs_cpu_q8_quant_avx2(const float *x, kvs_cpu_q8_t *dst,
+    uint32_t cols);
+float kvs_cpu_q8_dot_avx2(const uint8_t *p, const kvs_cpu_q8_t *xq,
+    uint32_t cols);
+void kvs_cpu_mm_rows_avx512(float *y, size_t ldy, const float *x,
+    uint32_t n, uint32_t cols, const float *const *w, uint32_t nr);
+void kvs_cpu_q8p_rows_avx512(float *y, size_t ldy, const kvs_cpu_mat_t *w,
+    uint32_t g, const kvs_cpu_q8_t *xq, uint32_t n);
+#endif
+
+#endif /* KVS_CPU_IMPL_H */

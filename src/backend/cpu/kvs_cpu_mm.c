@@ -1,0 +1,528 @@
+/*
+ * kvs_cpu_mm: the CPU backend's matrix products y = x . w^T: the kernel
+ * level chosen at run time, the portable kernels, the split into tasks
+ * of output rows, sgemm for prefill chunks, and Q8_0 (activation
+ * quantization, weight packing for the AVX-512 VNNI kernel).
+ *
+ * Products: each output of our kernels is one fixed-order sum over the
+ * row (8- or 16-lane FMA sums then a fixed horizontal sum on AVX2 /
+ * AVX-512, a plain sum in the portable kernel); that order does not
+ * depend on the batch, the thread or the tile, so a token's results are
+ * the same alone or batched (stories260K's texts stay byte exact with
+ * it).  Non-F32 rows are converted four at a time into the thread's
+ * scratch (exact conversions), reused by every token of the step.  From
+ * KVS_CPU_BLAS_MIN tokens on, F32 / F16 / BF16 go to sgemm instead, on
+ * tiles of up to KVS_CPU_BLAS_TILE rows; those sums differ from ours in
+ * the last bits (~2e-7 relative).
+ *
+ * Q8_0 stays quantized for every batch size, so that batching still
+ * changes nothing: the input is quantized to int8 blocks (float scale,
+ * kvs_cpu_q8_quant, the same on every CPU) and each output is, per block
+ * of 32, an exact int32 sum of products scaled by d_w * d_x, summed in
+ * floats.  With AVX-512 VNNI the weights were packed at load
+ * (kvs_cpu_q8p_fill) and the kernel takes 16 rows by up to 8 tokens per
+ * pass; else the AVX2 or portable dot runs per (row, token).
+ */
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "model/kvs_dtype.h"
+#include "model/kvs_ggml_type.h"
+#include "kvs_cpu_impl.h"
+
+#if KVS_CPU_X86
+#include <cpuid.h>
+#endif
+
+
+/* Up to three products of one input, split into row tiles. */
+typedef struct {
+    const float            *x;        /* [n][cols] */
+    const kvs_cpu_mat_t    *w[3];     /* NULL when unused */
+    float                  *y[3];     /* [n][w->rows] */
+    uint32_t                first[5]; /* first task of w[m]; [3] is the
+                                         count, [4] a sentinel */
+    uint32_t                n;
+    uint32_t                tile;     /* rows per task */
+    int                     simd;
+    float                  *scratch;  /* [n_threads][scratch_stride] */
+    size_t                  scratch_stride;
+    kvs_cpu_q8_t           *xq;       /* [n][cols / 32] or NULL */
+} kvs_cpu_mm_job_t;
+
+
+/* a task's rows start on a packed Q8_0 group */
+_Static_assert(KVS_CPU_TILE % KVS_CPU_Q8P_ROWS == 0
+               && KVS_CPU_BLAS_TILE / 2 % KVS_CPU_Q8P_ROWS == 0,
+               "product tiles must hold whole packed Q8_0 row groups");
+
+
+static void kvs_cpu_mm_rows(float *y, size_t ldy, const float *x,
+    uint32_t n, uint32_t cols, const float *const *w, uint32_t nr);
+static float kvs_cpu_q8_dot(const uint8_t *p, const kvs_cpu_q8_t *xq,
+    uint32_t cols);
+static void kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread);
+
+
+#if KVS_CPU_X86
+
+/* From CPUID itself: clang's __builtin_cpu_supports() knows no "f16c". */
+static int
+kvs_cpu_has_f16c(void)
+{
+    unsigned  a, b, c, d;
+
+    if (__get_cpuid(1, &a, &b, &c, &d) == 0) {
+        return 0;
+    }
+
+    return (c & bit_F16C) != 0;
+}
+
+#endif
+
+
+/* The kernel level of this CPU; KVSERVE_CPU_SIMD=0 in the environment
+ * selects the portable kernels (to compare them, or to rule the others
+ * out), KVSERVE_CPU_SIMD=1 caps the level at AVX2. */
+int
+kvs_cpu_simd(void)
+{
+#if KVS_CPU_X86
+    int          level;
+    const char  *env;
+
+    env = getenv("KVSERVE_CPU_SIMD");
+    if (env != NULL && strcmp(env, "0") == 0) {
+        return KVS_CPU_SIMD_NONE;
+    }
+
+    __builtin_cpu_init();
+
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")
+        || !kvs_cpu_has_f16c())
+    {
+        return KVS_CPU_SIMD_NONE;
+    }
+
+    level = KVS_CPU_SIMD_AVX2;
+
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
+        && __builtin_cpu_supports("avx512vl")
+        && __builtin_cpu_supports("avx512vnni")
+        && (env == NULL || strcmp(env, "1") != 0))
+    {
+        level = KVS_CPU_SIMD_AVX512;
+    }
+
+    return level;
+#else
+    return KVS_CPU_SIMD_NONE;
+#endif
+}
+
+
+/* kv's pool when work is worth splitting, else NULL: the caller alone. */
+kvs_threads_t *
+kvs_cpu_pool(const kvs_cpu_fw_t *fw, double work)
+{
+    return work < KVS_CPU_PAR_MIN ? NULL : fw->kv->threads;
+}
+
+
+/* The AVX2 twin converts the same values (every conversion here is
+ * exact, or one float product for Q8_0), so which one runs never changes
+ * a result. */
+const float *
+kvs_cpu_row(const kvs_cpu_mat_t *w, uint32_t r, float *scratch, int simd)
+{
+    uint32_t         j;
+    const uint8_t   *p;
+    const uint16_t  *h;
+
+    p = (const uint8_t *) w->data + (size_t) r * w->row_bytes;
+
+    if (w->type == KVS_GGML_F32) {
+        return (const float *) p;
+    }
+
+#if KVS_CPU_X86
+    if (simd >= KVS_CPU_SIMD_AVX2) {
+        kvs_cpu_row_avx2(w, p, scratch);
+        return scratch;
+    }
+#else
+    (void) simd;
+#endif
+
+    switch (w->type) {
+    case KVS_GGML_F16:
+        h = (const uint16_t *) p;
+        for (j = 0; j < w->cols; j++) {
+            scratch[j] = kvs_f16_to_f32(h[j]);
+        }
+        break;
+
+    case KVS_GGML_BF16:
+        h = (const uint16_t *) p;
+        for (j = 0; j < w->cols; j++) {
+            scratch[j] = kvs_bf16_to_f32(h[j]);
+        }
+        break;
+
+    default: /* Q8_0 */
+        kvs_q8_0_dequantize(p, scratch, w->cols);
+        break;
+    }
+
+    return scratch;
+}
+
+
+/*
+ * y[i][r] = x[i] . w[r] for the nr (1..4) rows w[0..nr) and every token
+ * i < n, in run.c's order: one float sum from j = 0 up.  The portable
+ * path, for CPUs without AVX2/FMA.
+ */
+static void
+kvs_cpu_mm_rows(float *y, size_t ldy, const float *x, uint32_t n,
+    uint32_t cols, const float *const *w, uint32_t nr)
+{
+    uint32_t      i, r, j;
+    float         s;
+    const float  *xr, *wr;
+
+    for (r = 0; r < nr; r++) {
+        wr = w[r];
+
+        for (i = 0; i < n; i++) {
+            xr = x + (size_t) i * cols;
+            s = 0.0f;
+
+            for (j = 0; j < cols; j++) {
+                s += wr[j] * xr[j];
+            }
+
+            y[(size_t) i * ldy + r] = s;
+        }
+    }
+}
+
+
+/* x[cols] as Q8_0-like blocks with a float scale: dst[cols / 32].  The
+ * same on every CPU, so a Q8_0 model's inputs do not depend on the
+ * kernel level. */
+void
+kvs_cpu_q8_quant(const float *x, kvs_cpu_q8_t *dst, uint32_t cols)
+{
+    float     amax, d, id;
+    int32_t   sum;
+    uint32_t  b, j;
+
+    for (b = 0; b < cols / KVS_Q8_0_BLOCK; b++) {
+        amax = 0.0f;
+
+        for (j = 0; j < KVS_Q8_0_BLOCK; j++) {
+            amax = fmaxf(amax, fabsf(x[j]));
+        }
+
+        d = amax / 127.0f;
+        id = d != 0.0f ? 1.0f / d : 0.0f;
+        dst[b].d = d;
+        sum = 0;
+
+        for (j = 0; j < KVS_Q8_0_BLOCK; j++) {
+            dst[b].q[j] = (int8_t) lrintf(x[j] * id);
+            sum += dst[b].q[j];
+        }
+
+        dst[b].c = -128 * sum;
+        x += KVS_Q8_0_BLOCK;
+    }
+}
+
+
+/* Q8_0 row p[cols] . xq without AVX2: the same int8 block sums; only
+ * the float accumulation order differs from the SIMD kernels. */
+static float
+kvs_cpu_q8_dot(const uint8_t *p, const kvs_cpu_q8_t *xq, uint32_t cols)
+{
+    float          acc;
+    int32_t        sum;
+    uint16_t       dh;
+    uint32_t       b, j;
+    const int8_t  *qw;
+
+    acc = 0.0f;
+
+    for (b = 0; b < cols / KVS_Q8_0_BLOCK; b++) {
+        memcpy(&dh, p, 2);
+        qw = (const int8_t *) (p + 2);
+        sum = 0;
+
+        for (j = 0; j < KVS_Q8_0_BLOCK; j++) {
+            sum += (int32_t) qw[j] * xq[b].q[j];
+        }
+
+        acc += kvs_f16_to_f32(dh) * xq[b].d * (float) sum;
+        p += KVS_Q8_0_BYTES;
+    }
+
+    return acc;
+}
+
+
+size_t
+kvs_cpu_q8p_size(const kvs_cpu_mat_t *w)
+{
+    size_t  groups, blocks;
+
+    if (w->data == NULL || w->type != KVS_GGML_Q8_0) {
+        return 0;
+    }
+
+    groups = (w->rows + KVS_CPU_Q8P_ROWS - 1) / KVS_CPU_Q8P_ROWS;
+    blocks = w->cols / KVS_Q8_0_BLOCK;
+
+    /* weights, then the f16 scales; a multiple of 64 bytes */
+    return (groups * blocks * (KVS_CPU_Q8P_BYTES + 2 * KVS_CPU_Q8P_ROWS)
+            + 63) & ~(size_t) 63;
+}
+
+
+/*
+ * w's Q8_0 bytes in the packed layout (kvs_cpu_impl.h): for row group g
+ * and block b, vector k (0..7) holds for each of the 16 rows r its bytes
+ * 4k..4k+3 plus 128 (as unsigned: the VNNI product takes one unsigned
+ * operand; the input's sum corrects it exactly); the rows past the
+ * matrix's are zero weights.  Scales follow as [g][b][16] f16.  Moved
+ * 4 bytes at a time (adding 128 to each byte is flipping its top bit):
+ * this runs once per load over every Q8_0 weight.
+ */
+void
+kvs_cpu_q8p_fill(const kvs_cpu_mat_t *w, uint8_t *dst)
+{
+    size_t          groups, blocks, g, b, k, r, row;
+    uint8_t        *qd;
+    uint16_t       *dd;
+    uint32_t        word;
+    const uint8_t  *src;
+
+    groups = (w->rows + KVS_CPU_Q8P_ROWS - 1) / KVS_CPU_Q8P_ROWS;
+    blocks = w->cols / KVS_Q8_0_BLOCK;
+    dd = (uint16_t *) (dst + groups * blocks * KVS_CPU_Q8P_BYTES);
+
+    for (g = 0; g < groups; g++) {
+        for (r = 0; r < KVS_CPU_Q8P_ROWS; r++) {
+            row = g * KVS_CPU_Q8P_ROWS + r;
+            src = (const uint8_t *) w->data + row * w->row_bytes;
+
+            for (b = 0; b < blocks; b++) {
+                qd = dst + (g * blocks + b) * KVS_CPU_Q8P_BYTES + r * 4;
+
+                if (row >= w->rows) {
+                    dd[(g * blocks + b) * KVS_CPU_Q8P_ROWS + r] = 0;
+
+                    for (k = 0; k < 8; k++) {
+                        memset(qd + k * 64, 128, 4);
+                    }
+
+                    continue;
+                }
+
+                memcpy(&dd[(g * blocks + b) * KVS_CPU_Q8P_ROWS + r], src, 2);
+
+                for (k = 0; k < 8; k++) {
+                    memcpy(&word, src + 2 + 4 * k, 4);
+                    word ^= 0x80808080u;
+                    memcpy(qd + k * 64, &word, 4);
+                }
+
+                src += KVS_Q8_0_BYTES;
+            }
+        }
+    }
+}
+
+
+/*
+ * One task of a product: rows [r0, r0 + tile) of one of the job's
+ * matrices, for every token: packed Q8_0 by groups of 16 rows, Q8_0 dots
+ * per (row, token), sgemm on the tile, or four rows at a time converted
+ * (if not F32) into the thread's scratch.
+ */
+static void
+kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
+{
+    float                *s;
+    uint32_t              m, r0, r, nr, k;
+    const float          *w[4], *wt;
+    kvs_cpu_mm_job_t     *job;
+    const kvs_cpu_mat_t  *mat;
+
+    job = arg;
+
+    for (m = 0; task >= job->first[m + 1]; m++) {
+        /* find the matrix this task's rows belong to */
+    }
+
+    mat = job->w[m];
+    r0 = (task - job->first[m]) * job->tile;
+    s = job->scratch + (size_t) thread * job->scratch_stride;
+
+#if KVS_CPU_X86
+    if (job->xq != NULL && mat->pack != NULL
+        && job->simd >= KVS_CPU_SIMD_AVX512)
+    {
+        for (r = r0; r < r0 + job->tile && r < mat->rows;
+             r += KVS_CPU_Q8P_ROWS)
+        {
+            kvs_cpu_q8p_rows_avx512(job->y[m], mat->rows, mat,
+                                    r / KVS_CPU_Q8P_ROWS, job->xq, job->n);
+        }
+        return;
+    }
+#endif
+
+    if (job->xq != NULL && mat->type == KVS_GGML_Q8_0) {
+        uint32_t             i;
+        const uint8_t       *wq;
+        const kvs_cpu_q8_t  *xq;
+
+        for (r = r0; r < r0 + job->tile && r < mat->rows; r++) {
+            wq = (const uint8_t *) mat->data + (size_t) r * mat->row_bytes;
+
+            for (i = 0; i < job->n; i++) {
+                xq = job->xq + (size_t) i * (mat->cols / KVS_Q8_0_BLOCK);
+#if KVS_CPU_X86
+                if (job->simd >= KVS_CPU_SIMD_AVX2) {
+                    job->y[m][(size_t) i * mat->rows + r] =
+                        kvs_cpu_q8_dot_avx2(wq, xq, mat->cols);
+                    continue;
+                }
+#endif
+                job->y[m][(size_t) i * mat->rows + r] =
+                    kvs_cpu_q8_dot(wq, xq, mat->cols);
+            }
+        }
+        return;
+    }
+
+    if (job->n >= KVS_CPU_BLAS_MIN) {
+        nr = mat->rows - r0 < job->tile ? mat->rows - r0 : job->tile;
+
+        if (mat->type == KVS_GGML_F32) {
+            wt = (const float *) ((const uint8_t *) mat->data
+                                  + (size_t) r0 * mat->row_bytes);
+        } else {
+            for (k = 0; k < nr; k++) {
+                (void) kvs_cpu_row(mat, r0 + k, s + (size_t) k * mat->cols,
+                                   job->simd);
+            }
+            wt = s;
+        }
+
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int) job->n,
+                    (int) nr, (int) mat->cols, 1.0f, job->x, (int) mat->cols,
+                    wt, (int) mat->cols, 0.0f, job->y[m] + r0,
+                    (int) mat->rows);
+        return;
+    }
+
+    for (r = r0; r < r0 + job->tile && r < mat->rows; r += 4) {
+        nr = mat->rows - r < 4 ? mat->rows - r : 4;
+
+        for (k = 0; k < nr; k++) {
+            w[k] = kvs_cpu_row(mat, r + k, s + (size_t) k * mat->cols,
+                               job->simd);
+        }
+
+#if KVS_CPU_X86
+        if (job->simd >= KVS_CPU_SIMD_AVX512) {
+            kvs_cpu_mm_rows_avx512(job->y[m] + r, mat->rows, job->x, job->n,
+                                   mat->cols, w, nr);
+            continue;
+        }
+
+        if (job->simd >= KVS_CPU_SIMD_AVX2) {
+            kvs_cpu_mm_rows_avx2(job->y[m] + r, mat->rows, job->x, job->n,
+                                 mat->cols, w, nr);
+            continue;
+        }
+#endif
+
+        kvs_cpu_mm_rows(job->y[m] + r, mat->rows, job->x, job->n, mat->cols,
+                        w, nr);
+    }
+}
+
+
+/*
+ * Tiles of KVS_CPU_TILE output rows are the tasks (fw->blas_tile for
+ * sgemm), so the threads split the weights and each weight row is read
+ * (and converted) once per step whatever n is.
+ */
+void
+kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
+    const kvs_cpu_mat_t *w0, float *y0, const kvs_cpu_mat_t *w1, float *y1,
+    const kvs_cpu_mat_t *w2, float *y2)
+{
+    uint32_t           m, i;
+    kvs_cpu_mm_job_t   job;
+
+    job.x = x;
+    job.n = n;
+    job.simd = fw->simd;
+    job.scratch = fw->wscratch;
+    job.scratch_stride = fw->wscratch_stride;
+    job.w[0] = w0;
+    job.w[1] = w1;
+    job.w[2] = w2;
+    job.y[0] = y0;
+    job.y[1] = y1;
+    job.y[2] = y2;
+    job.first[0] = 0;
+    job.xq = NULL;
+    job.tile = n >= KVS_CPU_BLAS_MIN ? fw->blas_tile : KVS_CPU_TILE;
+
+    /* Q8_0 stays quantized: the input is quantized once here, for every
+     * n, so a token's sums do not depend on its batch */
+    for (m = 0; m < 3; m++) {
+        if (job.w[m] != NULL && job.w[m]->type == KVS_GGML_Q8_0) {
+            job.xq = fw->xq;
+        }
+    }
+
+    for (i = 0; job.xq != NULL && i < n; i++) {
+#if KVS_CPU_X86
+        if (fw->simd >= KVS_CPU_SIMD_AVX2) {
+            kvs_cpu_q8_quant_avx2(x + (size_t) i * w0->cols,
+                                  job.xq + (size_t) i
+                                           * (w0->cols / KVS_Q8_0_BLOCK),
+                                  w0->cols);
+            continue;
+        }
+#endif
+        kvs_cpu_q8_quant(x + (size_t) i * w0->cols,
+                         job.xq + (size_t) i * (w0->cols / KVS_Q8_0_BLOCK),
+                         w0->cols);
+    }
+
+    for (m = 0; m < 3; m++) {
+        job.first[m + 1] = job.first[m]
+            + (job.w[m] == NULL ? 0
+               : (job.w[m]->rows + job.tile - 1) / job.tile);
+    }
+
+    /* a sentinel past the last task ends the search in kvs_cpu_mm_task */
+    job.first[4] = UINT32_MAX;
+
+    kvs_threads_run(kvs_cpu_pool(fw, (double) n * w0->cols
+                                     * (w0->rows + (w1 ? w1->rows : 0)
+                                        + (w2 ? w2->rows : 0))),
+                    kvs_cpu_mm_task, &job, job.first[3]);
+}

@@ -1,0 +1,343 @@
+/*
+ * kvs_gen: presets, checks, metadata and seeded weights of generated
+ * Llama models (see kvs_gen.h).  Weight matrices are uniform with standard
+ * deviation 0.02 (GPT-2's initialisation); norm weights are 1 and always
+ * F32, as llama.cpp stores 1-D tensors.
+ */
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/kvs_hash.h"
+#include "model/kvs_dtype.h"
+#include "kvs_gen.h"
+#include "model/kvs_ggml_type.h"
+#include "model/kvs_gguf.h"
+
+#define KVS_GEN_STD    0.02f
+#define KVS_GEN_CHUNK  4096           /* elements converted at a time */
+
+
+typedef struct {
+    const char      *name;
+    kvs_gen_spec_t   spec;
+} kvs_gen_preset_t;
+
+static const kvs_gen_preset_t  kvs_gen_presets[] = {
+    /*                 name  L   embd  H   KV  ffn   vocab  ctx */
+    { "tiny",  { "", 2,  64,  4,  2, 192,  512,   512,  0, 0, 0 } },
+    { "small", { "", 4,  256, 8,  4, 768,  2048,  2048, 0, 0, 0 } },
+    { "100m",  { "", 12, 768, 12, 4, 2048, 32000, 4096, 0, 1, 0 } },
+};
+
+
+int
+kvs_gen_preset(kvs_gen_spec_t *spec, const char *preset, kvs_err_t *err)
+{
+    size_t  i;
+
+    for (i = 0; i < sizeof(kvs_gen_presets) / sizeof(kvs_gen_presets[0]);
+         i++)
+    {
+        if (strcmp(kvs_gen_presets[i].name, preset) == 0) {
+            *spec = kvs_gen_presets[i].spec;
+            snprintf(spec->name, sizeof(spec->name), "kvserve-%s", preset);
+            spec->dtype = KVS_GGML_F32;
+            return KVS_OK;
+        }
+    }
+
+    return kvs_err_set(err, KVS_EINVAL, "unknown preset \"%s\" (tiny, small, "
+                       "100m)", preset);
+}
+
+
+int
+kvs_gen_check(const kvs_gen_spec_t *spec, kvs_err_t *err)
+{
+    if (spec->n_layer == 0 || spec->n_layer > 256) {
+        return kvs_err_set(err, KVS_EINVAL, "--layers %u not in 1..256",
+                           spec->n_layer);
+    }
+
+    if (spec->n_head == 0 || spec->n_embd == 0
+        || spec->n_embd % spec->n_head != 0
+        || (spec->n_embd / spec->n_head) % 2 != 0)
+    {
+        return kvs_err_set(err, KVS_EINVAL, "--dim %u must be a positive "
+                           "multiple of --heads %u with an even head size",
+                           spec->n_embd, spec->n_head);
+    }
+
+    if (spec->n_embd > 16384 || spec->n_ff == 0 || spec->n_ff > 65536) {
+        return kvs_err_set(err, KVS_EINVAL, "--dim %u (max 16384) or --ffn "
+                           "%u (1..65536) out of range", spec->n_embd,
+                           spec->n_ff);
+    }
+
+    if (spec->n_head_kv == 0 || spec->n_head % spec->n_head_kv != 0) {
+        return kvs_err_set(err, KVS_EINVAL, "--kv-heads %u must divide "
+                           "--heads %u", spec->n_head_kv, spec->n_head);
+    }
+
+    if (spec->n_vocab < 256 + KVS_GEN_N_SPECIAL || spec->n_vocab > 262144) {
+        return kvs_err_set(err, KVS_EINVAL, "--vocab %u not in %d..262144",
+                           spec->n_vocab, 256 + KVS_GEN_N_SPECIAL);
+    }
+
+    if (spec->n_ctx == 0 || spec->n_ctx > (1u << 24)) {
+        return kvs_err_set(err, KVS_EINVAL, "--ctx %u not in 1..%u",
+                           spec->n_ctx, 1u << 24);
+    }
+
+    switch (spec->dtype) {
+    case KVS_GGML_F32:
+    case KVS_GGML_F16:
+    case KVS_GGML_BF16:
+        break;
+    case KVS_GGML_Q8_0:
+        if (spec->n_embd % KVS_Q8_0_BLOCK || spec->n_ff % KVS_Q8_0_BLOCK) {
+            return kvs_err_set(err, KVS_EINVAL, "--dtype q8_0 needs --dim "
+                               "(%u) and --ffn (%u) to be multiples of 32",
+                               spec->n_embd, spec->n_ff);
+        }
+        break;
+    default:
+        return kvs_err_set(err, KVS_EINVAL, "--dtype %s is not one of f32, "
+                           "f16, bf16, q8_0",
+                           kvs_ggml_type_name(spec->dtype));
+    }
+
+    return KVS_OK;
+}
+
+
+static uint32_t
+kvs_gen_file_type(uint32_t dtype)
+{
+    /* llama.cpp's LLAMA_FTYPE_* values */
+    switch (dtype) {
+    case KVS_GGML_F16:  return 1;
+    case KVS_GGML_Q8_0: return 7;
+    case KVS_GGML_BF16: return 32;
+    default:            return 0;
+    }
+}
+
+
+static void
+kvs_gen_metadata(kvs_gguf_writer_t *w, const kvs_gen_spec_t *s,
+    const kvs_gen_vocab_t *v)
+{
+    uint32_t  i;
+
+    kvs_gguf_set_str(w, "general.architecture", "llama");
+    kvs_gguf_set_str(w, "general.name", s->name);
+    kvs_gguf_set_u32(w, "general.file_type", kvs_gen_file_type(s->dtype));
+    if (s->dtype == KVS_GGML_Q8_0) {
+        kvs_gguf_set_u32(w, "general.quantization_version", 2);
+    }
+
+    kvs_gguf_w_key(w, "kvserve.generator.seed", KVS_GGUF_U64);
+    kvs_gguf_w_scalar(w, KVS_GGUF_U64, &s->seed);
+
+    kvs_gguf_set_u32(w, "llama.context_length", s->n_ctx);
+    kvs_gguf_set_u32(w, "llama.embedding_length", s->n_embd);
+    kvs_gguf_set_u32(w, "llama.block_count", s->n_layer);
+    kvs_gguf_set_u32(w, "llama.feed_forward_length", s->n_ff);
+    kvs_gguf_set_u32(w, "llama.rope.dimension_count", s->n_embd / s->n_head);
+    kvs_gguf_set_u32(w, "llama.attention.head_count", s->n_head);
+    kvs_gguf_set_u32(w, "llama.attention.head_count_kv", s->n_head_kv);
+    kvs_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    kvs_gguf_set_f32(w, "llama.rope.freq_base", 10000.0f);
+    kvs_gguf_set_u32(w, "llama.vocab_size", s->n_vocab);
+
+    kvs_gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
+    kvs_gguf_set_str(w, "tokenizer.ggml.pre", "llama-bpe");
+
+    kvs_gguf_w_key(w, "tokenizer.ggml.tokens", KVS_GGUF_ARR);
+    kvs_gguf_w_arr(w, KVS_GGUF_STR, v->n_tokens);
+    for (i = 0; i < v->n_tokens; i++) {
+        kvs_gguf_w_str(w, v->tokens[i], strlen(v->tokens[i]));
+    }
+
+    kvs_gguf_w_key(w, "tokenizer.ggml.token_type", KVS_GGUF_ARR);
+    kvs_gguf_w_arr(w, KVS_GGUF_I32, v->n_tokens);
+    kvs_gguf_w_elems(w, v->types, v->n_tokens);
+
+    kvs_gguf_w_key(w, "tokenizer.ggml.merges", KVS_GGUF_ARR);
+    kvs_gguf_w_arr(w, KVS_GGUF_STR, v->n_merges);
+    for (i = 0; i < v->n_merges; i++) {
+        kvs_gguf_w_str(w, v->merges[i], strlen(v->merges[i]));
+    }
+
+    kvs_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", v->bos);
+    kvs_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", v->eos);
+    kvs_gguf_set_u32(w, "tokenizer.ggml.eot_token_id", v->eot);
+    kvs_gguf_set_bool(w, "tokenizer.ggml.add_bos_token", 1);
+    kvs_gguf_set_bool(w, "tokenizer.ggml.add_eos_token", 0);
+    kvs_gguf_set_str(w, "tokenizer.chat_template", kvs_gen_chat_template);
+}
+
+
+static void
+kvs_gen_tensor(kvs_gguf_writer_t *w, const char *name, uint32_t type,
+    uint64_t ne0, uint64_t ne1)
+{
+    uint64_t  ne[2];
+
+    ne[0] = ne0;
+    ne[1] = ne1;
+
+    kvs_gguf_w_tensor(w, name, type, ne1 ? 2 : 1, ne, NULL);
+}
+
+
+static void
+kvs_gen_tensors(kvs_gguf_writer_t *w, const kvs_gen_spec_t *s)
+{
+    char      n[64];
+    uint32_t  l, hd, t;
+
+    hd = s->n_embd / s->n_head;
+    t = s->dtype;
+
+    kvs_gen_tensor(w, "token_embd.weight", t, s->n_embd, s->n_vocab);
+
+    for (l = 0; l < s->n_layer; l++) {
+#define KVS_GEN_BLK(suffix, type, ne0, ne1)                                 \
+        snprintf(n, sizeof(n), "blk.%u." suffix, l);                        \
+        kvs_gen_tensor(w, n, type, ne0, ne1)
+
+        KVS_GEN_BLK("attn_norm.weight", KVS_GGML_F32, s->n_embd, 0);
+        KVS_GEN_BLK("attn_q.weight", t, s->n_embd, s->n_embd);
+        KVS_GEN_BLK("attn_k.weight", t, s->n_embd, hd * s->n_head_kv);
+        KVS_GEN_BLK("attn_v.weight", t, s->n_embd, hd * s->n_head_kv);
+        KVS_GEN_BLK("attn_output.weight", t, s->n_embd, s->n_embd);
+        KVS_GEN_BLK("ffn_norm.weight", KVS_GGML_F32, s->n_embd, 0);
+        KVS_GEN_BLK("ffn_gate.weight", t, s->n_embd, s->n_ff);
+        KVS_GEN_BLK("ffn_down.weight", t, s->n_ff, s->n_embd);
+        KVS_GEN_BLK("ffn_up.weight", t, s->n_embd, s->n_ff);
+#undef KVS_GEN_BLK
+    }
+
+    kvs_gen_tensor(w, "output_norm.weight", KVS_GGML_F32, s->n_embd, 0);
+
+    if (!s->tied) {
+        kvs_gen_tensor(w, "output.weight", t, s->n_embd, s->n_vocab);
+    }
+}
+
+
+typedef struct {
+    const kvs_gen_spec_t  *spec;
+} kvs_gen_fill_ctx_t;
+
+
+/* Weight values: uniform on [-a, a] with a = sqrt(3) x std. */
+static int
+kvs_gen_fill(void *ctx, const char *name, void *dst, uint64_t nbytes,
+    kvs_err_t *err)
+{
+    float                     f[KVS_GEN_CHUNK];
+    size_t                    len;
+    uint8_t                  *out;
+    uint16_t                 *h;
+    uint64_t                  rng, nelem, done, n, i;
+    const kvs_gen_spec_t     *s;
+    const kvs_gen_fill_ctx_t *c;
+    const float               a = KVS_GEN_STD * 1.7320508f;
+
+    c = ctx;
+    s = c->spec;
+    len = strlen(name);
+
+    if (len > 11 && strcmp(name + len - 11, "norm.weight") == 0) {
+        for (i = 0; i < nbytes / 4; i++) {
+            ((float *) dst)[i] = 1.0f;
+        }
+        return KVS_OK;
+    }
+
+    rng = kvs_fnv1a64(s->seed, name, len);
+
+    if (s->dtype == KVS_GGML_Q8_0) {
+        nelem = nbytes / KVS_Q8_0_BYTES * KVS_Q8_0_BLOCK;
+    } else {
+        nelem = nbytes / kvs_ggml_type_info(s->dtype)->size;
+    }
+
+    out = dst;
+
+    for (done = 0; done < nelem; done += n) {
+        n = nelem - done < KVS_GEN_CHUNK ? nelem - done : KVS_GEN_CHUNK;
+
+        for (i = 0; i < n; i++) {
+            f[i] = a * (2.0f * (float) (kvs_splitmix64(&rng) >> 40)
+                        / (float) (1 << 24) - 1.0f);
+        }
+
+        switch (s->dtype) {
+        case KVS_GGML_F32:
+            memcpy(out, f, n * 4);
+            out += n * 4;
+            break;
+        case KVS_GGML_F16:
+        case KVS_GGML_BF16:
+            h = (uint16_t *) out;
+            for (i = 0; i < n; i++) {
+                h[i] = s->dtype == KVS_GGML_F16 ? kvs_f32_to_f16(f[i])
+                                                : kvs_f32_to_bf16(f[i]);
+            }
+            out += n * 2;
+            break;
+        case KVS_GGML_Q8_0:
+            kvs_q8_0_quantize(f, out, n);
+            out += n / KVS_Q8_0_BLOCK * KVS_Q8_0_BYTES;
+            break;
+        default:
+            return kvs_err_set(err, KVS_EINVAL, "unsupported dtype");
+        }
+    }
+
+    return KVS_OK;
+}
+
+
+int
+kvs_gen_write(const kvs_gen_spec_t *spec, const char *path, kvs_err_t *err)
+{
+    int                  rc;
+    kvs_gen_vocab_t      vocab;
+    kvs_gguf_writer_t   *w;
+    kvs_gen_fill_ctx_t   ctx;
+
+    rc = kvs_gen_check(spec, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    rc = kvs_gen_vocab_build(&vocab, spec->n_vocab, spec->seed, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    rc = kvs_gguf_writer_new(&w, 3, err);
+    if (rc != KVS_OK) {
+        kvs_gen_vocab_free(&vocab);
+        return rc;
+    }
+
+    kvs_gen_metadata(w, spec, &vocab);
+    kvs_gen_tensors(w, spec);
+
+    ctx.spec = spec;
+    rc = kvs_gguf_writer_write(w, path, kvs_gen_fill, &ctx, err);
+
+    kvs_gguf_writer_free(w);
+    kvs_gen_vocab_free(&vocab);
+
+    return rc;
+}

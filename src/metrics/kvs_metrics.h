@@ -1,0 +1,198 @@
+/*
+ * kvs_metrics: per-request timings (the hops a request goes through, on
+ * CLOCK_MONOTONIC nanoseconds) and the server's Prometheus counters and
+ * histograms, as pure functions on caller memory, so that nginx keeps the
+ * counters in a shared memory zone and every worker adds to the same ones
+ * (docs/api.md, "Metrics and variables").
+ *
+ * Names, meanings and buckets are vLLM's (v1 engine) with the prefix
+ * `kvserve:` instead of `vllm:`, so dashboards work with a rename.
+ *
+ * Invariants:
+ *  - kvs_metrics_t holds no pointers (it lives in shared memory) and only
+ *    64-bit counters updated with relaxed atomic adds: writers never lock
+ *    and never wait;
+ *  - histogram buckets are kept per bucket, not cumulated; the exposition
+ *    cumulates them and writes _count as the +Inf bucket, so +Inf equals
+ *    _count in every scrape even while workers are adding;
+ *  - time observations are nanoseconds (exact integer bucket bounds),
+ *    token observations are counts.
+ */
+
+#ifndef KVS_METRICS_H
+#define KVS_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/kvs_buf.h"
+#include "base/kvs_err.h"
+#include "engine/kvs_engine.h"
+
+#define KVS_METRICS_MAGIC        0x6b766d31u   /* "kvm1" */
+#define KVS_METRICS_MAX_BOUNDS   32
+#define KVS_METRICS_NAME_MAX     255
+#define KVS_METRICS_TENANT_LABEL 12     /* bytes of a tenant's key shown */
+
+/* ---- per-request timings ---------------------------------------------- */
+
+/* CLOCK_MONOTONIC ns at each hop; 0: not reached (or not known). */
+typedef struct {
+    uint64_t  start_ns;       /* the content handler took the request */
+    uint64_t  body_ns;        /* the body was read */
+    uint64_t  parse_ns;       /* the JSON was parsed */
+    uint64_t  tokenize_ns;    /* rendered, tokenized, SUBMIT frames built */
+    uint64_t  submit_ns;      /* handed to the engine connection */
+    uint64_t  recv_ns;        /* the engine decoded the SUBMIT */
+    uint64_t  engine_first_ns;  /* the engine read the first token */
+    uint64_t  first_ns;       /* the worker got the first token */
+    uint64_t  last_ns;        /* the worker got the last token */
+    uint64_t  end_ns;         /* the response was complete */
+    uint64_t  itl_sum_ns;     /* sum of gaps between a choice's tokens */
+    uint64_t  itl_n;          /* ... over this many tokens */
+} kvs_req_times_t;
+
+typedef enum {
+    KVS_HOP_BODY = 0,         /* start -> body: the network */
+    KVS_HOP_PARSE,            /* body -> parse */
+    KVS_HOP_TOKENIZE,         /* parse -> tokenize */
+    KVS_HOP_QUEUE,            /* submit -> recv: to the engine, waiting
+                                 for one if none was connected */
+    KVS_HOP_PREFILL,          /* recv -> engine_first: the engine's
+                                 queue and the prompt's forward */
+    KVS_HOP_TTFT,             /* start -> first */
+    KVS_HOP_DECODE,           /* first -> last */
+    KVS_HOP_ITL,              /* itl_sum_ns / itl_n */
+    KVS_HOP_TOTAL,            /* start -> end */
+    KVS_HOP_N
+} kvs_hop_t;
+
+/* "body", "parse", ...: the Server-Timing names and variable stems. */
+const char *kvs_hop_name(kvs_hop_t hop);
+
+/* The hop's duration in *ns: KVS_OK, or KVS_ENOTFOUND when one of its
+ * points was not reached (or they are out of order). */
+int kvs_req_times_hop(const kvs_req_times_t *t, kvs_hop_t hop,
+    uint64_t *ns);
+
+/* Writes ns as milliseconds with 3 decimals ("12.345") into buf, which
+ * holds at least KVS_METRICS_MS_LEN bytes; returns the length. */
+#define KVS_METRICS_MS_LEN  32
+size_t kvs_metrics_fmt_ms(char *buf, uint64_t ns);
+
+/* Appends a Server-Timing value (W3C): "body;dur=0.012, parse;dur=...",
+ * every hop reached, in kvs_hop_t order; nothing when none is. */
+int kvs_req_times_server_timing(const kvs_req_times_t *t, kvs_buf_t *out,
+    kvs_err_t *err);
+
+/* ---- counters and histograms ----------------------------------------- */
+
+typedef enum {
+    KVS_HIST_TTFT = 0,        /* time_to_first_token_seconds */
+    KVS_HIST_ITL,             /* inter_token_latency_seconds, and
+                                 time_per_output_token_seconds (same
+                                 observations, vLLM's older name) */
+    KVS_HIST_E2E,             /* e2e_request_latency_seconds */
+    KVS_HIST_QUEUE,           /* request_queue_time_seconds */
+    KVS_HIST_PREFILL,         /* request_prefill_time_seconds */
+    KVS_HIST_DECODE,          /* request_decode_time_seconds */
+    KVS_HIST_INFERENCE,       /* request_inference_time_seconds */
+    KVS_HIST_PROMPT_TOKENS,   /* request_prompt_tokens */
+    KVS_HIST_GEN_TOKENS,      /* request_generation_tokens */
+    KVS_HIST_N
+} kvs_hist_id_t;
+
+typedef enum {
+    KVS_REASON_STOP = 0,
+    KVS_REASON_LENGTH,
+    KVS_REASON_ABORT,         /* the client went away */
+    KVS_REASON_ERROR,         /* the engine failed or was lost */
+    KVS_REASON_N
+} kvs_reason_t;
+
+const char *kvs_reason_name(kvs_reason_t r);   /* "stop"; "?" */
+
+typedef struct {
+    uint64_t  bucket[KVS_METRICS_MAX_BOUNDS + 1];  /* [n_bounds + 1]: v <=
+                                                      bound[i] and above
+                                                      the previous; the
+                                                      last: above all */
+    uint64_t  sum;            /* ns for times, tokens for counts */
+} kvs_hist_t;
+
+typedef struct {
+    char        name[KVS_METRICS_NAME_MAX + 1];   /* model_name label */
+    uint32_t    max_model_len;
+    uint32_t    n_tok_bounds;                     /* 1-2-5 series up to
+                                                     max_model_len */
+    uint64_t    tok_bounds[KVS_METRICS_MAX_BOUNDS];
+    uint64_t    prompt_tokens;
+    uint64_t    generation_tokens;
+    uint64_t    preemptions;
+    uint64_t    prefix_cache_queries;             /* prompt tokens looked
+                                                     up in the prefix
+                                                     cache */
+    uint64_t    prefix_cache_hits;                /* of those, reused */
+    uint64_t    success[KVS_REASON_N];
+    kvs_hist_t  hist[KVS_HIST_N];
+} kvs_metrics_model_t;
+
+typedef struct {
+    uint32_t             magic;
+    uint32_t             n_models;
+    kvs_metrics_model_t  models[];   /* [n_models] */
+} kvs_metrics_t;
+
+/* What the engine reports at scrape time, per model. */
+typedef struct {
+    int       have;           /* 0: the engine did not answer: left out */
+    uint32_t  running;
+    uint32_t  waiting;
+    uint32_t  kv_blocks;
+    uint32_t  kv_used;
+    uint64_t  cache_evicted_blocks;   /* the engine's count since it
+                                         started (a counter) */
+    kvs_engine_tenants_t  tenants;    /* the fair share's top tenants and
+                                         the rest (keys: nginx's hashes) */
+} kvs_metrics_gauges_t;
+
+/* Bytes kvs_metrics_init() needs for n models. */
+size_t kvs_metrics_size(uint32_t n_models);
+
+/* Lays m out in size bytes (zeroed counters); names[i] of at most
+ * KVS_METRICS_NAME_MAX bytes, max_model_len[i] >= 1. */
+int kvs_metrics_init(kvs_metrics_t *m, size_t size, uint32_t n_models,
+    const char *const *names, const uint32_t *max_model_len,
+    kvs_err_t *err);
+
+/* 1 when m was laid out by kvs_metrics_init() with these models (a
+ * reload may keep its counters), else 0. */
+int kvs_metrics_same(const kvs_metrics_t *m, size_t size, uint32_t n_models,
+    const char *const *names, const uint32_t *max_model_len);
+
+/* n observations of v (ns for times, a count for tokens); out-of-range
+ * models and ids are ignored. */
+void kvs_metrics_observe(kvs_metrics_t *m, uint32_t model,
+    kvs_hist_id_t h, uint64_t v, uint64_t n);
+
+/* One request that ended: its tokens, preemptions, finish reason and
+ * the per-request histograms that t reached. */
+void kvs_metrics_request(kvs_metrics_t *m, uint32_t model,
+    const kvs_req_times_t *t, uint64_t prompt_tokens,
+    uint64_t generation_tokens, uint64_t preemptions, kvs_reason_t reason);
+
+/* One request's prefix cache lookup: queries prompt tokens looked up,
+ * hits of them reused (vLLM's prefix_cache_queries/_hits, in tokens). */
+void kvs_metrics_prefix_cache(kvs_metrics_t *m, uint32_t model,
+    uint64_t queries, uint64_t hits);
+
+/* Appends the Prometheus text exposition (format 0.0.4) of m, with the
+ * engine's gauges g[n_models] when g is not NULL, its tenants among them:
+ * per model, tenant_prefill_tokens_total and tenant_decode_tokens_total
+ * (counters while the engine knows the tenant) and tenant_kv_blocks,
+ * labelled tenant="<the key's first 12 bytes>", "none" (the empty key) or
+ * "other" (the rest, when there are more). */
+int kvs_metrics_write(const kvs_metrics_t *m, const kvs_metrics_gauges_t *g,
+    kvs_buf_t *out, kvs_err_t *err);
+
+#endif /* KVS_METRICS_H */

@@ -1,0 +1,264 @@
+/*
+ * ngx_http_kvserve: configuration shared by the module's nginx glue files.
+ *
+ * Ownership: models are opened (and their files mapped), and their
+ * tokenizers loaded, while the configuration is read, in the master
+ * before workers fork, so workers share them read-only; they belong
+ * to the cycle's pool, whose cleanup closes them, so a reload maps the new
+ * configuration's files and the old cycle's go when it is freed.
+ */
+
+#ifndef NGX_HTTP_KVSERVE_H
+#define NGX_HTTP_KVSERVE_H
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "metrics/kvs_metrics.h"
+#include "kv/kvs_kv_size.h"
+#include "model/kvs_model.h"
+#include "wire/kvs_wire.h"
+#include "tokenizer/kvs_chat.h"
+#include "tokenizer/kvs_vocab.h"
+
+#define NGX_HTTP_KVSERVE_FAIR_W_MAX    1000   /* kvserve_fair_weights */
+
+
+typedef struct {
+    ngx_str_t                 name;        /* the API's model id */
+    ngx_str_t                 path;        /* absolute file name */
+    kvs_model_t              *model;
+    kvs_vocab_t              *vocab;       /* its tokenizer */
+    kvs_chat_t                chat;        /* its chat template, if */
+    ngx_flag_t                has_chat;    /* one was recognised */
+    kvs_kv_cache_plan_t       kv_plan;     /* its KV cache: n_blocks of
+                                              kvserve_kv_block tokens,
+                                              sized at init_main_conf */
+} ngx_http_kvserve_model_t;
+
+
+typedef struct {
+    ngx_array_t              *models;      /* ngx_http_kvserve_model_t */
+    ngx_uint_t                used;        /* some location has kvserve */
+
+    /* engine sizing, from the http block; read by the engine */
+    ngx_str_t                 kv_cache;    /* kvserve_kv_cache as written */
+    kvs_kv_cache_spec_t       kv_spec;     /* ... parsed: the whole budget,
+                                              shared equally by models */
+    uint64_t                  mem_avail;   /* MemAvailable when sized, 0
+                                              for a size */
+    ngx_uint_t                kv_block;    /* tokens per KV block */
+    ngx_uint_t                max_batch_tokens;  /* per engine step */
+    ngx_uint_t                threads;     /* as set; 0: auto */
+    ngx_uint_t                n_threads;   /* resolved: >= 1 */
+    ngx_flag_t                prefix_cache;    /* kvserve_prefix_cache */
+    off_t                     pin_max;     /* kvserve_cache_pin_max: KV
+                                              bytes each cache scope may
+                                              pin; 0: the engine's
+                                              default */
+    ngx_uint_t                fair_w_prefill;  /* kvserve_fair_weights: */
+    ngx_uint_t                fair_w_decode;   /* 1..1000 per token */
+    ngx_uint_t                fair_kv_max_milli;   /* kvserve_fair_kv_max
+                                                  in thousandths of the
+                                                  KV cache; 0: off */
+    ngx_uint_t                backend;     /* kvserve_backend: a
+                                              kvs_backend_kind_t, chosen
+                                              in the engine process */
+    ngx_uint_t                device;      /* kvserve_device: CUDA
+                                              ordinal */
+
+    /* the engine process (ngx_http_kvserve_engine.c) */
+    ngx_path_t               *engine_dir;  /* kvserve_engine_dir: socket
+                                              and lease file */
+    ngx_msec_t                engine_wait; /* a request waits this long
+                                              for an engine, then 503 */
+    ngx_msec_t                engine_timeout;  /* no output from the
+                                                  engine for this long:
+                                                  the request fails */
+    ngx_msec_t                engine_ping; /* watchdog PING interval; 0:
+                                              no watchdog */
+    ngx_msec_t                engine_hang_timeout;  /* nothing from the
+                                                       engine for this
+                                                       long: SIGKILL */
+
+    /* kvserve_metrics (ngx_http_kvserve_metrics.c) */
+    ngx_shm_zone_t           *metrics_zone;  /* kvs_metrics_t, every
+                                                worker's requests */
+    const char              **metrics_names; /* [models], NUL-ended */
+    uint32_t                 *metrics_lens;  /* [models]: contexts, for
+                                                the token buckets */
+} ngx_http_kvserve_main_conf_t;
+
+
+typedef struct {
+    ngx_flag_t                enable;      /* this location serves the API */
+    ngx_int_t                 chat_template;  /* kvs_chat_kind_t, or
+                                                 NGX_CONF_UNSET: the one
+                                                 recognised in the model */
+    ngx_flag_t                status;      /* kvserve_status: the engine's
+                                              stats as JSON */
+    ngx_flag_t                metrics;     /* kvserve_metrics: Prometheus
+                                              text */
+    void                     *tokenize_pool;  /* kvserve_tokenize_threads:
+                                                 an ngx_thread_pool_t, NULL
+                                                 for off; NGX_CONF_UNSET_PTR
+                                                 outside kvserve locations
+                                                 that set nothing */
+    size_t                    tokenize_threshold;  /* prompt text bytes
+                                                      over which it is
+                                                      tokenized in the
+                                                      pool */
+    ngx_http_complex_value_t *cache_scope; /* kvserve_cache_scope; NULL:
+                                              global */
+} ngx_http_kvserve_loc_conf_t;
+
+
+/* A completion request's figures, for the variables. */
+typedef struct {
+    kvs_req_times_t           t;
+    ngx_str_t                 model;       /* len 0: not known */
+    uint32_t                  prompt_tokens;
+    uint32_t                  completion_tokens;
+    uint32_t                  cached_tokens;   /* from the prefix cache */
+    ngx_int_t                 cache_miss;  /* kvs_radix_miss_t, -1: not
+                                              known */
+    uint32_t                  cache_miss_pos;
+    ngx_int_t                 reason;      /* kvs_reason_t, or -1 while
+                                              it has none */
+    unsigned                  submitted:1; /* reached the engine side */
+} ngx_http_kvserve_req_info_t;
+
+
+/*
+ * A message to the engine, and whoever waits for its answers: one SUBMIT
+ * (a completion's prompt) or one STATS.  The engine side owns id and
+ * queue; the owner sets the rest and keeps the struct alive until it
+ * calls ngx_http_kvserve_engine_forget().
+ */
+typedef struct ngx_http_kvserve_sub_s  ngx_http_kvserve_sub_t;
+
+typedef enum {
+    NGX_HTTP_KVSERVE_EV_OUT = 0,           /* msg: kvs_wire_out_t */
+    NGX_HTTP_KVSERVE_EV_REFUSED,           /* msg: kvs_wire_refused_t */
+    NGX_HTTP_KVSERVE_EV_STATS,             /* msg: kvs_wire_stats_t */
+    NGX_HTTP_KVSERVE_EV_LOST               /* msg: NULL; the engine went
+                                              away with it: no answer will
+                                              come; send it again or give
+                                              up */
+} ngx_http_kvserve_ev_e;
+
+typedef void (*ngx_http_kvserve_sub_handler_pt)(ngx_http_kvserve_sub_t *s,
+    ngx_uint_t ev, void *msg);
+
+struct ngx_http_kvserve_sub_s {
+    uint64_t                  id;          /* 0: not with the engine */
+    ngx_queue_t               queue;       /* waiting for an engine */
+    unsigned                  waiting:1;
+    unsigned                  done:1;      /* set by the owner: every
+                                              choice ended, forget() sends
+                                              no CANCEL */
+
+    ngx_uint_t                type;        /* KVS_WIRE_SUBMIT, _STATS */
+    u_char                   *frame;       /* SUBMIT: the whole frame, its
+                                              id patched at each send */
+    size_t                    frame_len;
+    ngx_http_kvserve_sub_handler_pt  handler;
+    void                     *data;
+};
+
+
+/* Bounds of a number directive; auto_value is stored for "auto", which
+ * is refused when it is NGX_CONF_UNSET_UINT. */
+typedef struct {
+    ngx_uint_t  low;
+    ngx_uint_t  high;
+    ngx_uint_t  auto_value;
+} ngx_http_kvserve_uint_bounds_t;
+
+
+extern ngx_module_t  ngx_http_kvserve_module;
+
+/* the directives' handlers (ngx_http_kvserve_conf.c) */
+char *ngx_http_kvserve_model(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_kvserve_enable(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_kvserve_chat_template(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_kvserve_kv_cache(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+/* cmd->post: an ngx_http_kvserve_uint_bounds_t */
+char *ngx_http_kvserve_set_uint(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_kvserve_status(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_kvserve_metrics_directive(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+char *ngx_http_kvserve_tokenize_threads(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_kvserve_tokenize_threshold(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+char *ngx_http_kvserve_fair_weights(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_kvserve_fair_kv_max(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_kvserve_backend(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+/* (ngx_http_kvserve_cache.c) */
+char *ngx_http_kvserve_cache_scope_directive(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+char *ngx_http_kvserve_cache_pin_max(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+/* "diverged:812": the miss reason's name, and its position if any */
+ngx_int_t ngx_http_kvserve_cache_miss_text(ngx_http_request_t *r,
+    ngx_int_t miss, uint32_t pos, ngx_str_t *s);
+
+/* routing (ngx_http_kvserve_handler.c) */
+ngx_int_t ngx_http_kvserve_handler(ngx_http_request_t *r);
+/* POST endpoints by r->uri: 1 chat, 0 completions, NGX_DECLINED
+ * neither (also read by kvserve_route) */
+ngx_int_t ngx_http_kvserve_route_post(ngx_http_request_t *r);
+ngx_int_t ngx_http_kvserve_send_json(ngx_http_request_t *r,
+    ngx_uint_t status, kvs_buf_t *body);
+ngx_int_t ngx_http_kvserve_add_header(ngx_http_request_t *r,
+    const char *key, const char *value);
+
+/* completion requests (ngx_http_kvserve_completions.c, _answers.c,
+ * _timing.c), kvserve_status and the 413 filter (_status.c) */
+ngx_int_t ngx_http_kvserve_completions(ngx_http_request_t *r,
+    ngx_uint_t chat);
+ngx_int_t ngx_http_kvserve_status_handler(ngx_http_request_t *r);
+ngx_int_t ngx_http_kvserve_filter_init(ngx_conf_t *cf);
+ngx_int_t ngx_http_kvserve_error_json(ngx_http_request_t *r,
+    ngx_uint_t status, const char *message, const char *param,
+    const char *code);
+
+/* NGX_OK with *info filled for a completion request, else
+ * NGX_DECLINED */
+ngx_int_t ngx_http_kvserve_req_info(ngx_http_request_t *r,
+    ngx_http_kvserve_req_info_t *info);
+
+/* timing and metrics (ngx_http_kvserve_metrics.c) */
+ngx_int_t ngx_http_kvserve_add_variables(ngx_conf_t *cf);
+/* Adds every variable of vars (ended by ngx_http_null_variable): name,
+ * flags, get_handler and data as given. */
+ngx_int_t ngx_http_kvserve_add_vars(ngx_conf_t *cf, ngx_http_variable_t *vars);
+char *ngx_http_kvserve_metrics_zone(ngx_conf_t *cf,
+    ngx_http_kvserve_main_conf_t *kmcf);
+/* The zone's counters, or NULL when there is none (no model). */
+kvs_metrics_t *ngx_http_kvserve_metrics(ngx_http_request_t *r);
+ngx_int_t ngx_http_kvserve_metrics_handler(ngx_http_request_t *r);
+
+/* the engine process, from the worker's side
+ * (ngx_http_kvserve_engine.c, ngx_http_kvserve_spawn.c) */
+ngx_int_t ngx_http_kvserve_engine_init_process(ngx_cycle_t *cycle);
+void ngx_http_kvserve_engine_exit_process(ngx_cycle_t *cycle);
+/* Sends s now, or queues it until an engine is there. */
+ngx_int_t ngx_http_kvserve_engine_send(ngx_http_kvserve_sub_t *s);
+/* The owner is done with s: CANCEL if the engine has it, unqueued. */
+void ngx_http_kvserve_engine_forget(ngx_http_kvserve_sub_t *s);
+/* The engine now connected, or NULL. */
+const kvs_wire_hello_t *ngx_http_kvserve_engine_hello(void);
+
+#endif /* NGX_HTTP_KVSERVE_H */

@@ -1,0 +1,695 @@
+/*
+ * ngx_http_kvserve_completions: POST /v1/chat/completions and
+ * /v1/completions: the request's lifetime, its body, and preparing and
+ * submitting it.
+ *
+ * A request is read (nginx's body reader, client_max_body_size), parsed
+ * (kvs_api_req_parse), rendered and tokenized (inline, or for prompt
+ * text over kvserve_tokenize_threshold in a task of the
+ * kvserve_tokenize_threads pool: ngx_http_kvserve_tokenize.c), checked
+ * against the model's vocabulary and context, and sent to the engine
+ * process as one SUBMIT per prompt (a part); its answers come back as
+ * events on the part (ngx_http_kvserve_answers.c).
+ *
+ * Invariants:
+ *  - the per-request timer is an ordinary (non-cancelable) timer, so a
+ *    gracefully exiting worker finishes its streams; it is re-armed at
+ *    every output and is what notices a hung engine;
+ *  - the pool cleanup forgets every part (CANCEL when still running), so
+ *    a client that goes away (ngx_http_test_reading) frees its KV blocks,
+ *    and records a request that reached the engine side if nothing did
+ *    (client gone: abort; engine failure: error);
+ *  - the event loop tokenizes with ngx_http_kvserve_tok, pool threads
+ *    with their own scratch.
+ */
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <sys/random.h>
+
+#include "ngx_http_kvserve_completions.h"
+#include "ngx/limit/ngx_http_kvserve_limit.h"
+
+
+static void ngx_http_kvserve_body(ngx_http_request_t *r);
+
+
+static kvs_tok_ctx_t  ngx_http_kvserve_tok;
+static uint64_t       ngx_http_kvserve_rng;
+
+
+static uint64_t
+ngx_http_kvserve_random64(void)
+{
+    uint64_t  v;
+
+    if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t) sizeof(v)) {
+        v = ((uint64_t) ngx_random() << 33) ^ ((uint64_t) ngx_random() << 11)
+            ^ (uint64_t) ngx_random() ^ (uint64_t) ngx_current_msec;
+    }
+
+    return v;
+}
+
+
+/* ---- lifetime ---------------------------------------------------------- */
+
+static void
+ngx_http_kvserve_cleanup(void *data)
+{
+    ngx_http_kvserve_ctx_t  *ctx = data;
+
+    ngx_uint_t  i;
+
+    if (ctx->completion) {
+        ngx_http_kvserve_record(ctx);
+    }
+
+    for (i = 0; i < ctx->n_parts; i++) {
+        ngx_http_kvserve_engine_forget(&ctx->parts[i].sub);
+    }
+
+    ngx_http_kvserve_engine_forget(&ctx->stats);
+
+    if (ctx->timer.timer_set) {
+        ngx_del_timer(&ctx->timer);
+    }
+
+    for (i = 0; i < ctx->n_choices; i++) {
+        kvs_buf_free(&ctx->choices[i].text);
+        free(ctx->choices[i].lp);
+    }
+
+    kvs_buf_free(&ctx->out);
+    kvs_api_req_free(&ctx->req);
+}
+
+
+void
+ngx_http_kvserve_timer_arm(ngx_http_kvserve_ctx_t *ctx, ngx_msec_t ms)
+{
+    ngx_add_timer(&ctx->timer, ms);
+}
+
+
+ngx_http_kvserve_ctx_t *
+ngx_http_kvserve_ctx_new(ngx_http_request_t *r, ngx_event_handler_pt timer)
+{
+    ngx_pool_cleanup_t      *cln;
+    ngx_http_kvserve_ctx_t  *ctx;
+
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_kvserve_ctx_t));
+    if (ctx == NULL) {
+        return NULL;
+    }
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NULL;
+    }
+
+    ctx->r = r;
+    ctx->timer.handler = timer;
+    ctx->timer.data = r->connection;     /* the debug log reads its fd */
+    ctx->timer.log = r->connection->log;
+
+    cln->handler = ngx_http_kvserve_cleanup;
+    cln->data = ctx;
+
+    ngx_http_set_ctx(r, ctx, ngx_http_kvserve_module);
+
+    return ctx;
+}
+
+
+static ngx_http_kvserve_ctx_t *
+ngx_http_kvserve_timer_ctx(ngx_event_t *ev)
+{
+    return (ngx_http_kvserve_ctx_t *)
+           ((u_char *) ev - offsetof(ngx_http_kvserve_ctx_t, timer));
+}
+
+
+/* ---- the request ------------------------------------------------------- */
+
+void
+ngx_http_kvserve_timeout(ngx_event_t *ev)
+{
+    ngx_uint_t               i, waiting;
+    ngx_http_kvserve_ctx_t  *ctx;
+
+    ctx = ngx_http_kvserve_timer_ctx(ev);
+    waiting = 0;
+
+    for (i = 0; i < ctx->n_parts; i++) {
+        if (ctx->parts[i].sub.waiting) {
+            waiting = 1;
+        }
+    }
+
+    if (waiting || ctx->stats.waiting) {
+        ngx_log_error(NGX_LOG_ERR, ctx->r->connection->log, 0,
+                      "kvserve: no engine within kvserve_engine_wait");
+        ngx_http_kvserve_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE,
+                              "No engine is available to serve the "
+                              "request; retry later.", "server_error",
+                              NULL);
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_ERR, ctx->r->connection->log, 0,
+                  "kvserve: no output from the engine within "
+                  "kvserve_engine_timeout");
+    ngx_http_kvserve_fail(ctx, NGX_HTTP_GATEWAY_TIME_OUT,
+                          "The engine did not answer in time.",
+                          "server_error", "timeout");
+}
+
+
+ngx_int_t
+ngx_http_kvserve_completions(ngx_http_request_t *r, ngx_uint_t chat)
+{
+    ngx_int_t                  rc;
+    kvs_api_err_t              aerr;
+    ngx_http_kvserve_ctx_t    *ctx;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    /* nginx's own 413 is an HTML page: answer in OpenAI's shape first */
+    if (clcf->client_max_body_size
+        && r->headers_in.content_length_n > clcf->client_max_body_size)
+    {
+        kvs_api_err_set(&aerr, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, NULL,
+                        NULL, "The request body is larger than the %lld "
+                        "bytes allowed.",
+                        (long long) clcf->client_max_body_size);
+        r->keepalive = 0;
+        rc = ngx_http_discard_request_body(r);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+        return ngx_http_kvserve_api_error(r, &aerr);
+    }
+
+    ctx = ngx_http_kvserve_ctx_new(r, ngx_http_kvserve_timeout);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    /* the header is in: the body is read from here */
+    ctx->t.start_ns = ngx_http_kvserve_now_ns();
+    ctx->completion = 1;
+    ctx->chat = chat ? 1 : 0;
+
+    r->request_body_in_single_buf = 1;
+
+    rc = ngx_http_read_client_request_body(r, ngx_http_kvserve_body);
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    return NGX_DONE;
+}
+
+
+/* The body in one piece: a pool copy when it is in several buffers or
+ * in a file. */
+ngx_int_t
+ngx_http_kvserve_body_bytes(ngx_http_request_t *r, u_char **data,
+    size_t *len)
+{
+    u_char       *p;
+    off_t         size;
+    ssize_t       n;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    *data = (u_char *) "";
+    *len = 0;
+
+    if (r->request_body == NULL || r->request_body->bufs == NULL) {
+        return NGX_OK;
+    }
+
+    cl = r->request_body->bufs;
+
+    if (cl->next == NULL && !cl->buf->in_file) {
+        *data = cl->buf->pos;
+        *len = cl->buf->last - cl->buf->pos;
+        return NGX_OK;
+    }
+
+    size = 0;
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        size += ngx_buf_size(cl->buf);
+    }
+
+    p = ngx_pnalloc(r->pool, (size_t) size + 1);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    *data = p;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        b = cl->buf;
+
+        if (b->in_file) {
+            n = ngx_read_file(b->file, p, (size_t) (b->file_last
+                                                   - b->file_pos),
+                              b->file_pos);
+            if (n != b->file_last - b->file_pos) {
+                return NGX_ERROR;
+            }
+            p += n;
+
+        } else {
+            p = ngx_cpymem(p, b->pos, b->last - b->pos);
+        }
+    }
+
+    *len = p - *data;
+
+    return NGX_OK;
+}
+
+
+/* ---- on the event loop -------------------------------------------------- */
+
+
+static ngx_int_t
+ngx_http_kvserve_chat_resolve(ngx_http_kvserve_ctx_t *ctx, kvs_chat_t *chat,
+    kvs_api_err_t *aerr)
+{
+    const char                   *name;
+    kvs_err_t                     err;
+    ngx_http_kvserve_loc_conf_t  *klcf;
+
+    klcf = ngx_http_get_module_loc_conf(ctx->r, ngx_http_kvserve_module);
+
+    if (klcf->chat_template != NGX_CONF_UNSET) {
+        name = kvs_chat_name((kvs_chat_kind_t) klcf->chat_template);
+        if (kvs_chat_by_name(name, ngx_strlen(name), chat, &err) != KVS_OK) {
+            kvs_api_err_set(aerr, 500, NULL, NULL, "%s", err.msg);
+            return NGX_ERROR;
+        }
+
+        return NGX_OK;
+    }
+
+    if (ctx->model->has_chat) {
+        *chat = ctx->model->chat;
+        return NGX_OK;
+    }
+
+    kvs_api_err_set(aerr, 400, "model", NULL,
+                    "The model `%.*s` has no chat template: use "
+                    "/v1/completions.", (int) ctx->req.model.len,
+                    ctx->req.model.ptr);
+    return NGX_ERROR;
+}
+
+
+/* One part per prompt: its SUBMIT frame built once, sent by the engine
+ * side (again, if the engine is lost before any output). */
+static ngx_int_t
+ngx_http_kvserve_part_init(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t i,
+    kvs_ids_t *ids, uint32_t n_ctx, kvs_api_err_t *aerr)
+{
+    int                       rc;
+    int64_t                   max_tokens;
+    uint32_t                  k;
+    kvs_buf_t                 frame;
+    kvs_err_t                 err;
+    const char               *stop[KVS_API_MAX_STOP];
+    size_t                    stop_len[KVS_API_MAX_STOP];
+    kvs_engine_req_t          ereq;
+    ngx_http_kvserve_part_t  *part;
+
+    part = &ctx->parts[i];
+    part->ctx = ctx;
+    part->index = i;
+
+    max_tokens = ctx->req.max_tokens;
+    if (max_tokens < 0) {
+        max_tokens = (int64_t) n_ctx - (int64_t) ids->n;
+    }
+
+    if (max_tokens < 1 || (int64_t) ids->n + max_tokens > (int64_t) n_ctx) {
+        kvs_api_err_set(aerr, 400, ctx->chat ? "messages" : "prompt",
+                        "context_length_exceeded",
+                        "This model's maximum context length is %u tokens. "
+                        "However, you requested %lld tokens (%zu in the "
+                        "%s, %lld for the completion). Please reduce the "
+                        "length of the %s or completion.",
+                        (unsigned) n_ctx,
+                        (long long) ((int64_t) ids->n
+                                     + (max_tokens > 0 ? max_tokens : 1)),
+                        ids->n, ctx->chat ? "messages" : "prompt",
+                        (long long) (max_tokens > 0 ? max_tokens : 1),
+                        ctx->chat ? "messages" : "prompt");
+        return NGX_ERROR;
+    }
+
+    part->ids = ngx_palloc(ctx->r->pool, ids->n * sizeof(int32_t));
+    if (part->ids == NULL) {
+        kvs_api_err_set(aerr, 500, NULL, NULL, "out of memory");
+        return NGX_ERROR;
+    }
+    ngx_memcpy(part->ids, ids->ids, ids->n * sizeof(int32_t));
+    part->n_ids = ids->n;
+
+    for (k = 0; k < ctx->req.n_stop; k++) {
+        stop[k] = ctx->req.stop[k].ptr;
+        stop_len[k] = ctx->req.stop[k].len;
+    }
+
+    ngx_memzero(&ereq, sizeof(ereq));
+    ereq.prompt = part->ids;
+    ereq.n_prompt = (uint32_t) part->n_ids;
+    ereq.max_tokens = (uint32_t) max_tokens;
+    ereq.n = ctx->req.n;
+    ereq.sample = ctx->req.sample;
+    ereq.stop = stop;
+    ereq.stop_len = stop_len;
+    ereq.n_stop = ctx->req.n_stop;
+    ngx_http_kvserve_cache_req(ctx, i, &ereq);
+    ereq.tenant = (const char *) ctx->tenant.data;
+    ereq.tenant_len = ctx->tenant.len;
+
+    ngx_memzero(&frame, sizeof(frame));
+
+    rc = kvs_wire_enc_submit(&frame, 0, (uint32_t) ctx->model_index, &ereq,
+                             ngx_http_kvserve_now_ns(), &err);
+    if (rc != KVS_OK) {
+        kvs_buf_free(&frame);
+        kvs_api_err_from_msg(aerr, rc == KVS_ENOMEM ? 500 : 400, NULL,
+                             err.msg);
+        return NGX_ERROR;
+    }
+
+    part->sub.type = KVS_WIRE_SUBMIT;
+    part->sub.frame = ngx_pnalloc(ctx->r->pool, frame.len);
+    if (part->sub.frame == NULL) {
+        kvs_buf_free(&frame);
+        kvs_api_err_set(aerr, 500, NULL, NULL, "out of memory");
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(part->sub.frame, frame.data, frame.len);
+    part->sub.frame_len = frame.len;
+    part->sub.handler = ngx_http_kvserve_part_event;
+    part->sub.data = part;
+    kvs_buf_free(&frame);
+
+    ctx->prompt_tokens += (uint32_t) part->n_ids;
+
+    return NGX_OK;
+}
+
+
+/*
+ * Before tokenizing: the model, what is refused outright, the seed, the
+ * parts and choices, and everything the tokenizing job reads (so that it
+ * need not look at the configuration).
+ */
+ngx_int_t
+ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx, kvs_api_err_t *aerr)
+{
+    ngx_uint_t                     i, n;
+    ngx_http_kvserve_model_t      *m;
+    ngx_http_kvserve_tok_job_t    *job;
+    ngx_http_kvserve_main_conf_t  *kmcf;
+
+    kmcf = ngx_http_get_module_main_conf(ctx->r, ngx_http_kvserve_module);
+    m = kmcf->models->elts;
+    n = kmcf->models->nelts;
+
+    for (i = 0; i < n; i++) {
+        if (m[i].name.len == ctx->req.model.len
+            && ngx_strncmp(m[i].name.data, ctx->req.model.ptr,
+                           m[i].name.len) == 0)
+        {
+            break;
+        }
+    }
+
+    if (i == n) {
+        kvs_api_err_set(aerr, 404, "model", "model_not_found",
+                        "The model `%s` does not exist or you do not have "
+                        "access to it.", ctx->req.model.ptr);
+        return NGX_ERROR;
+    }
+
+    ctx->model = &m[i];
+    ctx->model_index = i;
+
+    if (ctx->req.echo) {
+        kvs_api_err_set(aerr, 400, "echo", NULL,
+                        "echo is not supported yet.");
+        return NGX_ERROR;
+    }
+
+    if (!ctx->req.has_seed) {
+        ctx->req.sample.seed = ngx_http_kvserve_random64();
+    }
+
+    ctx->n_parts = ctx->chat ? 1 : ctx->req.n_prompts;
+    ctx->parts = ngx_pcalloc(ctx->r->pool,
+                             ctx->n_parts * sizeof(ngx_http_kvserve_part_t));
+    ctx->n_choices = ctx->n_parts * ctx->req.n;
+    ctx->choices = ngx_pcalloc(ctx->r->pool, ctx->n_choices
+                                        * sizeof(ngx_http_kvserve_choice_t));
+    job = ngx_pcalloc(ctx->r->pool, sizeof(ngx_http_kvserve_tok_job_t));
+    if (ctx->parts == NULL || ctx->choices == NULL || job == NULL) {
+        kvs_api_err_set(aerr, 500, NULL, NULL, "out of memory");
+        return NGX_ERROR;
+    }
+
+    job->ids = ngx_pcalloc(ctx->r->pool, ctx->n_parts * sizeof(kvs_ids_t));
+    if (job->ids == NULL) {
+        kvs_api_err_set(aerr, 500, NULL, NULL, "out of memory");
+        return NGX_ERROR;
+    }
+
+    job->ctx = ctx;
+    job->req = &ctx->req;
+    job->vocab = ctx->model->vocab;
+    job->n_parts = ctx->n_parts;
+    job->chat_req = ctx->chat;
+    ctx->tok = job;
+
+    if (ngx_http_kvserve_cache_scope(ctx) != NGX_OK) {
+        kvs_api_err_set(aerr, 500, NULL, NULL, "The cache scope could not "
+                        "be evaluated.");
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_kvserve_limit_tenant(ctx) != NGX_OK) {
+        kvs_api_err_set(aerr, 500, NULL, NULL, "The tenant could not be "
+                        "evaluated.");
+        return NGX_ERROR;
+    }
+
+    if (ctx->chat
+        && ngx_http_kvserve_chat_resolve(ctx, &job->chat, aerr) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* The ids go into the parts (and are freed); then the response's head. */
+static ngx_int_t
+ngx_http_kvserve_parts_init(ngx_http_kvserve_ctx_t *ctx,
+    kvs_api_err_t *aerr)
+{
+    uint32_t                     n_ctx;
+    ngx_int_t                    rc;
+    ngx_uint_t                   i;
+    ngx_http_kvserve_tok_job_t  *job;
+
+    job = ctx->tok;
+    n_ctx = ctx->model->model->hp.n_ctx_train;
+    rc = job->rc;
+
+    if (rc != NGX_OK) {
+        *aerr = job->aerr;
+    }
+
+    for (i = 0; i < ctx->n_parts && rc == NGX_OK; i++) {
+        rc = ngx_http_kvserve_part_init(ctx, i, &job->ids[i], n_ctx, aerr);
+    }
+
+    for (i = 0; i < job->n_parts; i++) {
+        kvs_ids_free(&job->ids[i]);
+    }
+
+    if (rc != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < ctx->n_choices; i++) {
+        kvs_api_textpos_init(&ctx->choices[i].pos, ctx->model->vocab,
+                             ctx->parts[i / ctx->req.n].ids,
+                             ctx->parts[i / ctx->req.n].n_ids, 0);
+    }
+
+    ctx->head.kind = ctx->chat ? KVS_API_CHAT : KVS_API_COMPLETIONS;
+    ctx->head.id_len = kvs_api_resp_id(ctx->id, ctx->head.kind,
+                                       &ngx_http_kvserve_rng);
+    ctx->head.id = ctx->id;
+    ctx->head.model = ctx->req.model.ptr;
+    ctx->head.model_len = ctx->req.model.len;
+    ctx->head.created = (int64_t) ngx_time();
+    ctx->head.logprobs = ctx->req.sample.logprobs;
+    ctx->stream = ctx->req.stream ? 1 : 0;
+
+    return NGX_OK;
+}
+
+
+/* The request goes to the engine: one SUBMIT per part. */
+static void
+ngx_http_kvserve_submit(ngx_http_kvserve_ctx_t *ctx)
+{
+    ngx_uint_t                     i;
+    ngx_http_request_t            *r;
+    ngx_http_kvserve_main_conf_t  *kmcf;
+
+    r = ctx->r;
+    kmcf = ngx_http_get_module_main_conf(r, ngx_http_kvserve_module);
+
+    /* a client that goes away cancels its sequences (pool cleanup) */
+    r->read_event_handler = ngx_http_test_reading;
+    r->write_event_handler = ngx_http_kvserve_write_handler;
+
+    ngx_http_kvserve_timer_arm(ctx, ngx_http_kvserve_engine_hello() != NULL
+                                    ? kmcf->engine_timeout
+                                    : kmcf->engine_wait);
+
+    ctx->t.submit_ns = ngx_http_kvserve_now_ns();
+
+    for (i = 0; i < ctx->n_parts; i++) {
+        if (ngx_http_kvserve_engine_send(&ctx->parts[i].sub) != NGX_OK) {
+            ngx_http_kvserve_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                  "The request could not be sent to the "
+                                  "engine.", "server_error", NULL);
+            return;
+        }
+
+        if (ctx->finished) {
+            return;
+        }
+    }
+}
+
+
+/* Tokenized (here or in the pool): an error answered, or submitted. */
+void
+ngx_http_kvserve_tokenized(ngx_http_kvserve_ctx_t *ctx)
+{
+    ngx_int_t      rc;
+    kvs_api_err_t  aerr;
+
+    rc = ngx_http_kvserve_parts_init(ctx, &aerr);
+    ctx->t.tokenize_ns = ngx_http_kvserve_now_ns();
+
+    if (rc != NGX_OK) {
+        rc = ngx_http_kvserve_api_error(ctx->r, &aerr);
+        ctx->finished = 1;
+        ngx_http_finalize_request(ctx->r, rc);
+        return;
+    }
+
+    /* kvserve_limit: charged now; refused (answered), or delayed (its
+     * timer submits) */
+    if (ngx_http_kvserve_limit_admit(ctx, ngx_http_kvserve_submit)
+        != NGX_OK)
+    {
+        return;
+    }
+
+    ngx_http_kvserve_submit(ctx);
+}
+
+
+static void
+ngx_http_kvserve_body(ngx_http_request_t *r)
+{
+    u_char                        *data;
+    size_t                         len;
+    ngx_int_t                      rc;
+    kvs_api_err_t                  aerr;
+    ngx_http_kvserve_ctx_t        *ctx;
+    ngx_http_core_loc_conf_t      *clcf;
+#if (NGX_THREADS)
+    ngx_http_kvserve_loc_conf_t   *klcf;
+#endif
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_kvserve_module);
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    ctx->t.body_ns = ngx_http_kvserve_now_ns();
+
+    if (ngx_http_kvserve_body_bytes(r, &data, &len) != NGX_OK) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    if (ngx_http_kvserve_rng == 0) {
+        ngx_http_kvserve_rng = ngx_http_kvserve_random64() | 1;
+    }
+
+    rc = kvs_api_req_parse(&ctx->req, ctx->chat ? KVS_API_CHAT
+                                                : KVS_API_COMPLETIONS,
+                           (const char *) data, len,
+                           (size_t) clcf->client_max_body_size, &aerr)
+         == KVS_OK ? NGX_OK : NGX_ERROR;
+
+    ctx->t.parse_ns = ngx_http_kvserve_now_ns();
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_kvserve_prepare(ctx, &aerr);
+    }
+
+    if (rc != NGX_OK) {
+        ctx->t.tokenize_ns = ngx_http_kvserve_now_ns();
+        rc = ngx_http_kvserve_api_error(r, &aerr);
+        ctx->finished = 1;
+        ngx_http_finalize_request(r, rc);
+        return;
+    }
+
+    /* a hop to a pool thread costs more than tokenizing a short prompt
+     * here; a long one would hold every other request of the worker */
+    ctx->tok->bytes = ngx_http_kvserve_prompt_bytes(ctx);
+
+#if (NGX_THREADS)
+
+    klcf = ngx_http_get_module_loc_conf(r, ngx_http_kvserve_module);
+
+    if (klcf->tokenize_pool != NULL
+        && klcf->tokenize_pool != NGX_CONF_UNSET_PTR
+        && ctx->tok->bytes > klcf->tokenize_threshold)
+    {
+        ctx->tok_where = NGX_HTTP_KVSERVE_TOK_POOL;
+
+        if (ngx_http_kvserve_tok_post(ctx, klcf->tokenize_pool) == NGX_OK) {
+            return;
+        }
+    }
+
+#endif
+
+    ctx->tok_where = NGX_HTTP_KVSERVE_TOK_INLINE;
+    ctx->tok->rc = ngx_http_kvserve_tokenize(ctx->tok,
+                                             &ngx_http_kvserve_tok);
+
+    ngx_http_kvserve_tokenized(ctx);
+}

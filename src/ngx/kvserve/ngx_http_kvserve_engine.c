@@ -1,0 +1,920 @@
+/*
+ * ngx_http_kvserve_engine: the worker's side of the engine process
+ * (/work/shared/ENGINE-PROCESS-NOTES.md §4.4, docs/engine-process.md):
+ * the worker's connection to it, the table of what it holds, sending
+ * frames and dispatching its answers.  The process itself (fork, lease,
+ * backoff, watchdog) is ngx_http_kvserve_spawn.c.
+ *
+ * Each worker keeps one unix stream connection to the engine
+ * (<engine_dir>/engine.sock), registered as an ordinary nginx connection
+ * (edge-triggered: read and write until EAGAIN), and reconnects from a
+ * cancelable timer when it is lost, so a quitting worker is never held up
+ * by it.
+ *
+ * Requests reach the engine as ngx_http_kvserve_sub_t's: each gets a
+ * fresh id (slot | sequence << 32, so a late frame for a reused slot is
+ * dropped), and frames from the engine are dispatched to it by id.  When
+ * the engine goes away every sub it held is told (EV_LOST) after being
+ * taken out of the table, so its owner may send it again at once: it is
+ * then queued until the next engine says HELLO.
+ *
+ * `nginx -s reload` leaves the engine running, the new workers connect
+ * to it (HELLO names the same files) and the old ones finish their
+ * streams on their own connections.  A reload that changes the models
+ * finds HELLO naming other files: the new worker sends DRAIN and
+ * reconnects after the usual delay; the old engine stops listening,
+ * releases the lease, serves the old workers to the end and exits, and
+ * the next worker that finds no socket forks the engine of the new
+ * models.  A worker shutting down never sends DRAIN: it is the older
+ * configuration, and the engine it finds may be the newer one's.
+ *
+ * With kvserve_index, the publishing worker (worker 0) sends SUBSCRIBE
+ * after each HELLO and hands the INDEX frames that answer it to the
+ * publisher (ngx_http_kvserve_index.c).
+ */
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include "ngx_http_kvserve_engine.h"
+#include "ngx/index/ngx_http_kvserve_index.h"
+
+#define NGX_HTTP_KVSERVE_RECONNECT    50      /* ms between tries */
+#define NGX_HTTP_KVSERVE_READ_CHUNK   65536
+
+
+static void ngx_http_kvserve_engine_connect(ngx_event_t *ev);
+static void ngx_http_kvserve_engine_read(ngx_event_t *rev);
+static void ngx_http_kvserve_engine_write(ngx_event_t *wev);
+static ngx_int_t ngx_http_kvserve_engine_put(ngx_http_kvserve_engine_t *e,
+    ngx_http_kvserve_sub_t *s);
+
+
+ngx_http_kvserve_engine_t  *ngx_http_kvserve_eng;
+
+
+ngx_int_t
+ngx_http_kvserve_engine_init_process(ngx_cycle_t *cycle)
+{
+    ngx_http_kvserve_engine_t     *e;
+    ngx_http_kvserve_main_conf_t  *kmcf;
+
+    kmcf = ngx_http_cycle_get_module_main_conf(cycle,
+                                               ngx_http_kvserve_module);
+
+    if (kmcf == NULL || !kmcf->used || kmcf->models->nelts == 0
+        || kmcf->engine_dir == NULL)
+    {
+        return NGX_OK;
+    }
+
+    /* the cache manager and loader run init_process too */
+    if (ngx_process != NGX_PROCESS_WORKER
+        && ngx_process != NGX_PROCESS_SINGLE)
+    {
+        return NGX_OK;
+    }
+
+    e = ngx_pcalloc(cycle->pool, sizeof(ngx_http_kvserve_engine_t));
+    if (e == NULL) {
+        return NGX_ERROR;
+    }
+
+    e->cycle = cycle;
+    e->kmcf = kmcf;
+    ngx_queue_init(&e->waiting);
+
+    if (kmcf->engine_dir->name.len + sizeof("/engine.sock.4294967295")
+        > sizeof(e->sock_path))
+    {
+        ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
+                      "kvserve_engine_dir \"%V\" is too long for a unix "
+                      "socket path", &kmcf->engine_dir->name);
+        return NGX_ERROR;
+    }
+
+    ngx_sprintf(e->sock_path, "%V/engine.sock%Z", &kmcf->engine_dir->name);
+    ngx_sprintf(e->lock_path, "%V/engine.lock%Z", &kmcf->engine_dir->name);
+
+    e->dummy.fd = (ngx_socket_t) -1;
+    e->reconnect.handler = ngx_http_kvserve_engine_connect;
+    e->reconnect.data = &e->dummy;
+    e->reconnect.log = cycle->log;
+    e->reconnect.cancelable = 1;
+
+    e->ping.handler = ngx_http_kvserve_engine_watchdog;
+    e->ping.data = &e->dummy;
+    e->ping.log = cycle->log;
+    e->ping.cancelable = 1;
+
+    ngx_http_kvserve_eng = e;
+
+    ngx_http_kvserve_engine_connect(&e->reconnect);
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_kvserve_engine_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_http_kvserve_engine_t  *e;
+
+    e = ngx_http_kvserve_eng;
+    if (e == NULL) {
+        return;
+    }
+
+    if (e->reconnect.timer_set) {
+        ngx_del_timer(&e->reconnect);
+    }
+
+    if (e->ping.timer_set) {
+        ngx_del_timer(&e->ping);
+    }
+
+    /* nginx checks for open sockets after exit_process */
+    if (e->c != NULL) {
+        ngx_close_connection(e->c);
+        e->c = NULL;
+    }
+
+    kvs_buf_free(&e->rbuf);
+    kvs_buf_free(&e->wbuf);
+    kvs_engine_out_free(&e->out.out);
+    ngx_http_kvserve_eng = NULL;
+}
+
+
+const kvs_wire_hello_t *
+ngx_http_kvserve_engine_hello(void)
+{
+    ngx_http_kvserve_engine_t  *e;
+
+    e = ngx_http_kvserve_eng;
+
+    return (e != NULL && e->ready) ? &e->hello : NULL;
+}
+
+
+/* ---- the sub table ---------------------------------------------------- */
+
+static ngx_int_t
+ngx_http_kvserve_engine_register(ngx_http_kvserve_engine_t *e,
+    ngx_http_kvserve_sub_t *s)
+{
+    ngx_uint_t                i, n;
+    ngx_http_kvserve_sub_t  **subs;
+
+    for (i = e->free_hint; i < e->n_subs; i++) {
+        if (e->subs[i] == NULL) {
+            goto found;
+        }
+    }
+
+    for (i = 0; i < e->free_hint && i < e->n_subs; i++) {
+        if (e->subs[i] == NULL) {
+            goto found;
+        }
+    }
+
+    /* the table lives for the worker: plain heap, doubled */
+    n = e->n_subs ? e->n_subs * 2 : 64;
+    subs = ngx_alloc(n * sizeof(ngx_http_kvserve_sub_t *), e->cycle->log);
+    if (subs == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memzero(subs, n * sizeof(ngx_http_kvserve_sub_t *));
+    if (e->n_subs) {
+        ngx_memcpy(subs, e->subs,
+                   e->n_subs * sizeof(ngx_http_kvserve_sub_t *));
+        ngx_free(e->subs);
+    }
+
+    i = e->n_subs;
+    e->subs = subs;
+    e->n_subs = n;
+
+found:
+
+    e->seq++;
+    if (e->seq == 0) {
+        e->seq = 1;
+    }
+
+    e->subs[i] = s;
+    e->free_hint = i + 1;
+    s->id = ((uint64_t) e->seq << 32) | (uint64_t) i;
+
+    return NGX_OK;
+}
+
+
+static ngx_http_kvserve_sub_t *
+ngx_http_kvserve_engine_find(ngx_http_kvserve_engine_t *e, uint64_t id)
+{
+    ngx_uint_t               i;
+    ngx_http_kvserve_sub_t  *s;
+
+    i = (ngx_uint_t) (id & 0xffffffff);
+
+    if (i >= e->n_subs) {
+        return NULL;
+    }
+
+    s = e->subs[i];
+
+    return (s != NULL && s->id == id) ? s : NULL;
+}
+
+
+static void
+ngx_http_kvserve_engine_unregister(ngx_http_kvserve_engine_t *e,
+    ngx_http_kvserve_sub_t *s)
+{
+    ngx_uint_t  i;
+
+    i = (ngx_uint_t) (s->id & 0xffffffff);
+
+    if (i < e->n_subs && e->subs[i] == s) {
+        e->subs[i] = NULL;
+        if (i < e->free_hint) {
+            e->free_hint = i;
+        }
+    }
+
+    s->id = 0;
+}
+
+
+/* ---- sending ---------------------------------------------------------- */
+
+ngx_int_t
+ngx_http_kvserve_engine_send(ngx_http_kvserve_sub_t *s)
+{
+    ngx_http_kvserve_engine_t  *e;
+
+    e = ngx_http_kvserve_eng;
+    if (e == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (s->id != 0 || s->waiting) {
+        return NGX_OK;
+    }
+
+    if (!e->ready) {
+        ngx_queue_insert_tail(&e->waiting, &s->queue);
+        s->waiting = 1;
+
+        /* an exiting worker still serves what it accepted */
+        if (!e->reconnect.timer_set && e->c == NULL && !ngx_terminate) {
+            ngx_add_timer(&e->reconnect, 1);
+        }
+
+        return NGX_OK;
+    }
+
+    if (ngx_http_kvserve_engine_put(e, s) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_kvserve_engine_flush(e) == NGX_ERROR) {
+        /* s was told EV_LOST and may be queued again: that is its
+         * answer */
+        return NGX_OK;
+    }
+
+    return NGX_OK;
+}
+
+
+/* Registers s and appends its frame to the output buffer. */
+static ngx_int_t
+ngx_http_kvserve_engine_put(ngx_http_kvserve_engine_t *e,
+    ngx_http_kvserve_sub_t *s)
+{
+    int        rc;
+    u_char    *p;
+    uint64_t   id;
+    ngx_uint_t k;
+    kvs_err_t  err;
+
+    if (ngx_http_kvserve_engine_register(e, s) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (s->type == KVS_WIRE_SUBMIT) {
+        if (kvs_buf_append(&e->wbuf, s->frame, s->frame_len) != KVS_OK) {
+            ngx_http_kvserve_engine_unregister(e, s);
+            return NGX_ERROR;
+        }
+
+        /* the header's id: bytes 8..15, little-endian */
+        p = e->wbuf.data + e->wbuf.len - s->frame_len + 8;
+        id = s->id;
+        for (k = 0; k < 8; k++) {
+            p[k] = (u_char) (id >> (8 * k));
+        }
+
+        return NGX_OK;
+    }
+
+    rc = kvs_wire_enc_empty(&e->wbuf, (kvs_wire_type_t) s->type, s->id,
+                            &err);
+    if (rc != KVS_OK) {
+        ngx_http_kvserve_engine_unregister(e, s);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_kvserve_engine_forget(ngx_http_kvserve_sub_t *s)
+{
+    kvs_err_t                   err;
+    ngx_http_kvserve_engine_t  *e;
+
+    e = ngx_http_kvserve_eng;
+
+    if (s->waiting) {
+        ngx_queue_remove(&s->queue);
+        s->waiting = 0;
+    }
+
+    if (e == NULL || s->id == 0) {
+        s->id = 0;
+        return;
+    }
+
+    /* a STATS has nothing to cancel; the engine answers it anyway and
+     * the answer finds no one */
+    if (s->type == KVS_WIRE_SUBMIT && !s->done && e->c != NULL
+        && kvs_wire_enc_empty(&e->wbuf, KVS_WIRE_CANCEL, s->id, &err)
+           == KVS_OK)
+    {
+        ngx_http_kvserve_engine_unregister(e, s);
+        (void) ngx_http_kvserve_engine_flush(e);
+        return;
+    }
+
+    ngx_http_kvserve_engine_unregister(e, s);
+}
+
+
+/* Sends until the kernel takes no more; NGX_ERROR: the engine is lost
+ * (and every sub was told). */
+ngx_int_t
+ngx_http_kvserve_engine_flush(ngx_http_kvserve_engine_t *e)
+{
+    ssize_t            n;
+    ngx_err_t          errn;
+    ngx_connection_t  *c;
+
+    c = e->c;
+    if (c == NULL) {
+        return NGX_ERROR;
+    }
+
+    while (e->wpos < e->wbuf.len) {
+        n = send(c->fd, e->wbuf.data + e->wpos, e->wbuf.len - e->wpos,
+                 MSG_NOSIGNAL);
+
+        if (n > 0) {
+            e->wpos += n;
+            continue;
+        }
+
+        errn = ngx_socket_errno;
+
+        if (n == -1 && errn == NGX_EINTR) {
+            continue;
+        }
+
+        if (n == -1 && errn == NGX_EAGAIN) {
+            if (ngx_handle_write_event(c->write, 0) != NGX_OK) {
+                ngx_http_kvserve_engine_lost(e, "write event failed");
+                return NGX_ERROR;
+            }
+            return NGX_AGAIN;
+        }
+
+        ngx_log_error(NGX_LOG_ERR, e->cycle->log, errn,
+                      "kvserve: send() to the engine failed");
+        ngx_http_kvserve_engine_lost(e, "send failed");
+        return NGX_ERROR;
+    }
+
+    e->wbuf.len = 0;
+    e->wpos = 0;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_kvserve_engine_write(ngx_event_t *wev)
+{
+    if (ngx_http_kvserve_eng == NULL) {
+        return;
+    }
+
+    (void) ngx_http_kvserve_engine_flush(ngx_http_kvserve_eng);
+}
+
+
+/* SUBSCRIBE again (kvserve_index: Redis is back and behind): the engine
+ * answers with a full listing. */
+ngx_int_t
+ngx_http_kvserve_engine_subscribe(void)
+{
+    kvs_err_t                   err;
+    ngx_http_kvserve_engine_t  *e;
+
+    e = ngx_http_kvserve_eng;
+
+    if (e == NULL || e->c == NULL || !e->ready) {
+        return NGX_DECLINED;
+    }
+
+    if (kvs_wire_enc_subscribe(&e->wbuf, &err) != KVS_OK) {
+        ngx_log_error(NGX_LOG_ALERT, e->cycle->log, 0,
+                      "kvserve: SUBSCRIBE not sent: %s", err.msg);
+        return NGX_ERROR;
+    }
+
+    return ngx_http_kvserve_engine_flush(e) == NGX_ERROR ? NGX_ERROR
+                                                         : NGX_OK;
+}
+
+
+/* ---- connecting ------------------------------------------------------- */
+
+static void
+ngx_http_kvserve_engine_connect(ngx_event_t *ev)
+{
+    int                         fd;
+    ngx_err_t                   errn;
+    ngx_event_t                *rev, *wev;
+    ngx_connection_t           *c;
+    struct sockaddr_un          sa;
+    ngx_http_kvserve_engine_t  *e;
+
+    e = ngx_http_kvserve_eng;
+
+    if (e == NULL || e->c != NULL || ngx_terminate) {
+        return;
+    }
+
+    /* a worker shutting down reconnects only for requests it holds */
+    if ((ngx_exiting || ngx_quit) && ngx_queue_empty(&e->waiting)) {
+        return;
+    }
+
+    fd = socket(AF_UNIX, SOCK_STREAM|SOCK_NONBLOCK|SOCK_CLOEXEC, 0);
+    if (fd == -1) {
+        ngx_log_error(NGX_LOG_ALERT, e->cycle->log, ngx_socket_errno,
+                      "kvserve: socket(AF_UNIX) failed");
+        goto retry;
+    }
+
+    ngx_memzero(&sa, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    ngx_cpystrn((u_char *) sa.sun_path, e->sock_path, sizeof(sa.sun_path));
+
+    if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) == -1) {
+        errn = ngx_socket_errno;
+        close(fd);
+
+        if (errn == NGX_ENOENT || errn == NGX_ECONNREFUSED) {
+            /* no engine: start one unless another is starting */
+            ngx_http_kvserve_engine_spawn(e);
+        } else if (errn != NGX_EAGAIN) {
+            ngx_log_error(NGX_LOG_ERR, e->cycle->log, errn,
+                          "kvserve: connect() to \"%s\" failed",
+                          e->sock_path);
+        }
+
+        goto retry;
+    }
+
+    c = ngx_get_connection(fd, e->cycle->log);
+    if (c == NULL) {
+        close(fd);
+        goto retry;
+    }
+
+    rev = c->read;
+    wev = c->write;
+    c->log = e->cycle->log;
+    rev->log = c->log;
+    wev->log = c->log;
+    rev->handler = ngx_http_kvserve_engine_read;
+    wev->handler = ngx_http_kvserve_engine_write;
+    c->data = e;
+
+    if (ngx_add_conn) {
+        if (ngx_add_conn(c) == NGX_ERROR) {
+            ngx_close_connection(c);
+            goto retry;
+        }
+
+    } else if (ngx_add_event(rev, NGX_READ_EVENT, NGX_CLEAR_EVENT)
+               != NGX_OK)
+    {
+        ngx_close_connection(c);
+        goto retry;
+    }
+
+    e->c = c;
+    e->ready = 0;
+    e->rbuf.len = 0;
+    e->wbuf.len = 0;
+    e->wpos = 0;
+    e->last_rx = ngx_current_msec;
+
+    if (e->kmcf->engine_ping != 0 && !e->ping.timer_set) {
+        ngx_add_timer(&e->ping, e->kmcf->engine_ping);
+    }
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, e->cycle->log, 0,
+                   "kvserve: connected to the engine");
+
+    /* HELLO may already be there */
+    ngx_http_kvserve_engine_read(rev);
+
+    return;
+
+retry:
+
+    if (!e->reconnect.timer_set) {
+        ngx_add_timer(&e->reconnect, NGX_HTTP_KVSERVE_RECONNECT);
+    }
+}
+
+
+/*
+ * The engine went away (EOF, an error, a bad frame): every sub it held is
+ * taken out of the table first and then told, so that its owner can send
+ * it again (it queues); the reconnect timer starts.
+ */
+void
+ngx_http_kvserve_engine_lost(ngx_http_kvserve_engine_t *e, const char *why)
+{
+    ngx_uint_t               i, n, level;
+    ngx_queue_t              lost, *q;
+    ngx_http_kvserve_sub_t  *s;
+
+    if (e->c != NULL) {
+        level = e->ready ? NGX_LOG_WARN : NGX_LOG_INFO;
+        ngx_log_error(level, e->cycle->log, 0,
+                      "kvserve: engine %uD connection lost: %s",
+                      e->hello.pid, why);
+        ngx_close_connection(e->c);
+        e->c = NULL;
+    }
+
+    e->ready = 0;
+    e->rbuf.len = 0;
+    e->wbuf.len = 0;
+    e->wpos = 0;
+
+    ngx_queue_init(&lost);
+    n = 0;
+
+    for (i = 0; i < e->n_subs; i++) {
+        s = e->subs[i];
+        if (s == NULL) {
+            continue;
+        }
+        e->subs[i] = NULL;
+        s->id = 0;
+        ngx_queue_insert_tail(&lost, &s->queue);
+        n++;
+    }
+
+    e->free_hint = 0;
+
+    if (e->ping.timer_set) {
+        ngx_del_timer(&e->ping);
+    }
+
+    while (!ngx_queue_empty(&lost)) {
+        q = ngx_queue_head(&lost);
+        ngx_queue_remove(q);
+        s = ngx_queue_data(q, ngx_http_kvserve_sub_t, queue);
+        s->handler(s, NGX_HTTP_KVSERVE_EV_LOST, NULL);
+    }
+
+    if (!e->reconnect.timer_set && !ngx_terminate
+        && (!ngx_exiting || !ngx_queue_empty(&e->waiting)))
+    {
+        ngx_add_timer(&e->reconnect, 1);
+    }
+}
+
+
+/* ---- reading ---------------------------------------------------------- */
+
+static ngx_int_t
+ngx_http_kvserve_engine_hello_ok(ngx_http_kvserve_engine_t *e)
+{
+    ngx_uint_t                 i;
+    kvs_wire_model_t          *wm;
+    ngx_http_kvserve_model_t  *m;
+
+    m = e->kmcf->models->elts;
+
+    if (e->hello.n_models != e->kmcf->models->nelts) {
+        return NGX_DECLINED;
+    }
+
+    for (i = 0; i < e->kmcf->models->nelts; i++) {
+        wm = &e->hello.models[i];
+
+        if (ngx_strlen(wm->name) != m[i].name.len
+            || ngx_strncmp(wm->name, m[i].name.data, m[i].name.len) != 0
+            || wm->file_size != m[i].model->file_size
+            || wm->mtime_ns != m[i].model->mtime_ns
+            || wm->dev != m[i].model->dev
+            || wm->ino != m[i].model->ino)
+        {
+            return NGX_DECLINED;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/* One whole frame; NGX_ERROR: the connection must go. */
+static ngx_int_t
+ngx_http_kvserve_engine_frame(ngx_http_kvserve_engine_t *e,
+    const uint8_t *f, kvs_wire_hdr_t *h)
+{
+    int                      rc;
+    kvs_err_t                err;
+    ngx_queue_t             *q;
+    kvs_wire_index_t         index;
+    kvs_wire_refused_t       refused;
+    ngx_http_kvserve_sub_t  *s;
+
+    switch (h->type) {
+
+    case KVS_WIRE_HELLO:
+        if (kvs_wire_dec_hello(f, h->len, &e->hello, &err) != KVS_OK) {
+            break;
+        }
+
+        if (ngx_http_kvserve_engine_hello_ok(e) != NGX_OK) {
+            if (ngx_exiting || ngx_quit || ngx_terminate) {
+                ngx_log_error(NGX_LOG_INFO, e->cycle->log, 0,
+                              "kvserve: engine %uD serves other models "
+                              "than this (older) configuration's",
+                              e->hello.pid);
+                return NGX_DECLINED;
+            }
+
+            /* the lost connection's close follows the frame: the engine
+             * reads DRAIN, then EOF */
+            if (kvs_wire_enc_drain(&e->wbuf, &err) != KVS_OK
+                || ngx_http_kvserve_engine_flush(e) == NGX_ERROR)
+            {
+                ngx_log_error(NGX_LOG_ALERT, e->cycle->log, 0,
+                              "kvserve: DRAIN to engine %uD not sent",
+                              e->hello.pid);
+                return NGX_DECLINED;
+            }
+
+            ngx_log_error(NGX_LOG_NOTICE, e->cycle->log, 0,
+                          "kvserve: engine %uD serves other models than "
+                          "this configuration's: DRAIN sent",
+                          e->hello.pid);
+            return NGX_DECLINED;
+        }
+
+        ngx_log_error(NGX_LOG_INFO, e->cycle->log, 0,
+                      "kvserve: worker %P connected to engine %uD",
+                      ngx_pid, e->hello.pid);
+
+        e->ready = 1;
+
+        /* the prefix index's publisher (kvserve_index): the engine
+         * answers with INDEX frames, a full listing first; flushed with
+         * whatever follows when the read ends */
+        if (ngx_http_kvserve_index_subscriber(e->cycle)) {
+            if (kvs_wire_enc_subscribe(&e->wbuf, &err) != KVS_OK) {
+                ngx_log_error(NGX_LOG_ALERT, e->cycle->log, 0,
+                              "kvserve: SUBSCRIBE not sent: %s", err.msg);
+            } else {
+                ngx_http_kvserve_index_hello(&e->hello);
+            }
+        }
+
+        while (!ngx_queue_empty(&e->waiting)) {
+            q = ngx_queue_head(&e->waiting);
+            ngx_queue_remove(q);
+            s = ngx_queue_data(q, ngx_http_kvserve_sub_t, queue);
+            s->waiting = 0;
+
+            if (ngx_http_kvserve_engine_put(e, s) != NGX_OK) {
+                s->handler(s, NGX_HTTP_KVSERVE_EV_LOST, NULL);
+            }
+        }
+
+        return NGX_OK;
+
+    case KVS_WIRE_OUT:
+        rc = kvs_wire_dec_out(f, h->len, &e->out, &err);
+        if (rc != KVS_OK) {
+            break;
+        }
+
+        s = ngx_http_kvserve_engine_find(e, h->id);
+        if (s == NULL) {
+            return NGX_OK;
+        }
+
+        /* a choice's end is not the request's (n > 1): the owner
+         * forgets s once all its choices ended */
+        s->handler(s, NGX_HTTP_KVSERVE_EV_OUT, &e->out);
+
+        return NGX_OK;
+
+    case KVS_WIRE_REFUSED:
+        if (kvs_wire_dec_refused(f, h->len, &refused, &err) != KVS_OK) {
+            break;
+        }
+
+        s = ngx_http_kvserve_engine_find(e, h->id);
+        if (s == NULL) {
+            return NGX_OK;
+        }
+
+        ngx_http_kvserve_engine_unregister(e, s);
+        s->handler(s, NGX_HTTP_KVSERVE_EV_REFUSED, &refused);
+
+        return NGX_OK;
+
+    case KVS_WIRE_STATS_REPLY:
+        if (kvs_wire_dec_stats(f, h->len, &e->stats, &err) != KVS_OK) {
+            break;
+        }
+
+        s = ngx_http_kvserve_engine_find(e, h->id);
+        if (s == NULL) {
+            return NGX_OK;
+        }
+
+        ngx_http_kvserve_engine_unregister(e, s);
+        s->handler(s, NGX_HTTP_KVSERVE_EV_STATS, &e->stats);
+
+        return NGX_OK;
+
+    case KVS_WIRE_PONG:
+        return NGX_OK;
+
+    case KVS_WIRE_INDEX:
+        if (kvs_wire_dec_index(f, h->len, &index, &err) != KVS_OK) {
+            break;
+        }
+
+        ngx_http_kvserve_index_publish(&index);
+
+        return NGX_OK;
+
+    default:
+        kvs_err_set(&err, KVS_EFORMAT, "unexpected %s",
+                    kvs_wire_type_name(h->type));
+        break;
+    }
+
+    ngx_log_error(NGX_LOG_ALERT, e->cycle->log, 0,
+                  "kvserve: bad frame from the engine: %s", err.msg);
+
+    return NGX_ERROR;
+}
+
+
+static void
+ngx_http_kvserve_engine_read(ngx_event_t *rev)
+{
+    int                         rc;
+    size_t                      off;
+    ssize_t                     n;
+    ngx_err_t                   errn;
+    kvs_err_t                   err;
+    kvs_wire_hdr_t              h;
+    ngx_connection_t           *c;
+    ngx_http_kvserve_engine_t  *e;
+
+    e = ngx_http_kvserve_eng;
+    c = rev->data;
+
+    if (e == NULL || e->c != c) {
+        return;
+    }
+
+    for ( ;; ) {
+        if (kvs_buf_reserve(&e->rbuf, NGX_HTTP_KVSERVE_READ_CHUNK)
+            != KVS_OK)
+        {
+            ngx_http_kvserve_engine_lost(e, "out of memory");
+            return;
+        }
+
+        n = recv(c->fd, e->rbuf.data + e->rbuf.len,
+                 e->rbuf.cap - e->rbuf.len, 0);
+
+        if (n == 0) {
+            ngx_http_kvserve_engine_lost(e, "the engine closed it");
+            return;
+        }
+
+        if (n == -1) {
+            errn = ngx_socket_errno;
+
+            if (errn == NGX_EINTR) {
+                continue;
+            }
+
+            if (errn == NGX_EAGAIN) {
+                break;
+            }
+
+            ngx_http_kvserve_engine_lost(e, "recv() failed");
+            return;
+        }
+
+        e->rbuf.len += n;
+        e->last_rx = ngx_current_msec;
+
+        /* frames are handed out as they come, so that a long burst does
+         * not pile up here */
+        off = 0;
+
+        for ( ;; ) {
+            rc = kvs_wire_frame(e->rbuf.data + off, e->rbuf.len - off, &h,
+                                &err);
+
+            if (rc == KVS_WIRE_AGAIN) {
+                break;
+            }
+
+            if (rc != KVS_OK) {
+                ngx_log_error(NGX_LOG_ALERT, e->cycle->log, 0,
+                              "kvserve: bad frame from the engine: %s",
+                              err.msg);
+                ngx_http_kvserve_engine_lost(e, "bad frame");
+                return;
+            }
+
+            rc = ngx_http_kvserve_engine_frame(e, e->rbuf.data + off, &h);
+
+            if (rc == NGX_DECLINED && e->c == c) {
+                /* not our engine: after the usual delay, its socket is
+                 * gone (DRAIN) or it is still there (we wait) */
+                ngx_http_kvserve_engine_lost(e, "other models");
+
+                if (e->reconnect.timer_set) {
+                    ngx_del_timer(&e->reconnect);
+                    ngx_add_timer(&e->reconnect,
+                                  NGX_HTTP_KVSERVE_RECONNECT);
+                }
+
+                return;
+            }
+
+            if (rc != NGX_OK) {
+                if (e->c == c) {
+                    ngx_http_kvserve_engine_lost(e, "bad frame");
+                }
+                return;
+            }
+
+            if (e->c != c) {
+                /* a handler's send lost the connection */
+                return;
+            }
+
+            off += h.len;
+        }
+
+        if (off > 0) {
+            ngx_memmove(e->rbuf.data, e->rbuf.data + off,
+                        e->rbuf.len - off);
+            e->rbuf.len -= off;
+        }
+    }
+
+    if (e->wpos < e->wbuf.len) {
+        (void) ngx_http_kvserve_engine_flush(e);
+    }
+}

@@ -1,0 +1,563 @@
+/*
+ * ngx_http_kvserve_metrics: the per-request variables ($kvserve_ttft_ms
+ * ...), the shared memory zone that every worker adds its requests to,
+ * and the `kvserve_metrics` location that writes it in Prometheus text
+ * format (kvs_metrics.c), with the engine's gauges from a STATS asked
+ * at scrape time.
+ *
+ * Invariants:
+ *  - the zone is laid out once per configuration (kvs_metrics_init) and
+ *    kept across reloads while the model list is the same, so counters
+ *    only grow; workers only add to it, never lock;
+ *  - a scrape never waits for long: without a connected engine, or when
+ *    its STATS reply does not come within a second, or the engine is
+ *    lost, it answers at once without the engine's gauges;
+ *  - variables read the request's figures through
+ *    ngx_http_kvserve_req_info() (ngx_http_kvserve_timing.c) and
+ *    are "-" where a figure does not apply.
+ */
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_kvserve.h"
+#include "ngx/limit/ngx_http_kvserve_limit.h"
+
+#define NGX_HTTP_KVSERVE_SCRAPE_WAIT  1000     /* ms for the STATS reply */
+
+
+typedef struct {
+    ngx_http_request_t       *r;
+    ngx_http_kvserve_sub_t    stats;
+    ngx_event_t               timer;       /* data: r->connection */
+    unsigned                  finished:1;
+} ngx_http_kvserve_scrape_t;
+
+
+/* ---- variables -------------------------------------------------------- */
+
+typedef enum {
+    NGX_HTTP_KVSERVE_VAR_PROMPT = KVS_HOP_N,
+    NGX_HTTP_KVSERVE_VAR_CACHED,
+    NGX_HTTP_KVSERVE_VAR_COMPLETION,
+    NGX_HTTP_KVSERVE_VAR_REASON,
+    NGX_HTTP_KVSERVE_VAR_MODEL,
+    NGX_HTTP_KVSERVE_VAR_MISS
+} ngx_http_kvserve_var_e;
+
+
+static ngx_int_t
+ngx_http_kvserve_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    u_char                       *p;
+    size_t                        len;
+    uint64_t                      ns;
+    ngx_str_t                     name;
+    ngx_http_kvserve_req_info_t   info;
+    char                          ms[KVS_METRICS_MS_LEN];
+
+    if (ngx_http_kvserve_req_info(r, &info) != NGX_OK) {
+        goto none;
+    }
+
+    p = ngx_pnalloc(r->pool, NGX_INT64_LEN + KVS_METRICS_MS_LEN);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    switch (data) {
+
+    case NGX_HTTP_KVSERVE_VAR_PROMPT:
+    case NGX_HTTP_KVSERVE_VAR_CACHED:
+    case NGX_HTTP_KVSERVE_VAR_COMPLETION:
+        if (!info.submitted) {
+            goto none;
+        }
+        len = ngx_sprintf(p, "%uD",
+                          data == NGX_HTTP_KVSERVE_VAR_PROMPT
+                          ? info.prompt_tokens
+                          : data == NGX_HTTP_KVSERVE_VAR_COMPLETION
+                          ? info.completion_tokens : info.cached_tokens)
+              - p;
+        break;
+
+    case NGX_HTTP_KVSERVE_VAR_REASON:
+        if (info.reason < 0) {
+            goto none;
+        }
+        v->data = (u_char *) kvs_reason_name((kvs_reason_t) info.reason);
+        v->len = ngx_strlen(v->data);
+        v->valid = 1;
+        v->no_cacheable = 1;
+        v->not_found = 0;
+        return NGX_OK;
+
+    case NGX_HTTP_KVSERVE_VAR_MISS:
+        if (!info.submitted || info.cache_miss < 0) {
+            goto none;
+        }
+        if (ngx_http_kvserve_cache_miss_text(r, info.cache_miss,
+                                             info.cache_miss_pos, &name)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+        v->data = name.data;
+        v->len = name.len;
+        v->valid = 1;
+        v->no_cacheable = 1;
+        v->not_found = 0;
+        return NGX_OK;
+
+    case NGX_HTTP_KVSERVE_VAR_MODEL:
+        if (info.model.len == 0) {
+            goto none;
+        }
+        v->data = info.model.data;
+        v->len = info.model.len;
+        v->valid = 1;
+        v->no_cacheable = 1;
+        v->not_found = 0;
+        return NGX_OK;
+
+    default:
+        if (kvs_req_times_hop(&info.t, (kvs_hop_t) data, &ns) != KVS_OK) {
+            goto none;
+        }
+        len = kvs_metrics_fmt_ms(ms, ns);
+        ngx_memcpy(p, ms, len);
+        break;
+    }
+
+    v->data = p;
+    v->len = len;
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+
+    return NGX_OK;
+
+none:
+
+    ngx_str_set(v, "-");
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+
+static ngx_http_variable_t  ngx_http_kvserve_vars[] = {
+
+    { ngx_string("kvserve_body_ms"), NULL, ngx_http_kvserve_variable,
+      KVS_HOP_BODY, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("kvserve_parse_ms"), NULL, ngx_http_kvserve_variable,
+      KVS_HOP_PARSE, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("kvserve_tokenize_ms"), NULL, ngx_http_kvserve_variable,
+      KVS_HOP_TOKENIZE, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("kvserve_queue_ms"), NULL, ngx_http_kvserve_variable,
+      KVS_HOP_QUEUE, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("kvserve_prefill_ms"), NULL, ngx_http_kvserve_variable,
+      KVS_HOP_PREFILL, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("kvserve_ttft_ms"), NULL, ngx_http_kvserve_variable,
+      KVS_HOP_TTFT, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("kvserve_decode_ms"), NULL, ngx_http_kvserve_variable,
+      KVS_HOP_DECODE, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("kvserve_itl_ms"), NULL, ngx_http_kvserve_variable,
+      KVS_HOP_ITL, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("kvserve_total_ms"), NULL, ngx_http_kvserve_variable,
+      KVS_HOP_TOTAL, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("kvserve_prompt_tokens"), NULL, ngx_http_kvserve_variable,
+      NGX_HTTP_KVSERVE_VAR_PROMPT, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("kvserve_cached_tokens"), NULL, ngx_http_kvserve_variable,
+      NGX_HTTP_KVSERVE_VAR_CACHED, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("kvserve_completion_tokens"), NULL,
+      ngx_http_kvserve_variable, NGX_HTTP_KVSERVE_VAR_COMPLETION,
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("kvserve_finish_reason"), NULL, ngx_http_kvserve_variable,
+      NGX_HTTP_KVSERVE_VAR_REASON, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("kvserve_model"), NULL, ngx_http_kvserve_variable,
+      NGX_HTTP_KVSERVE_VAR_MODEL, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("kvserve_cache_miss_reason"), NULL,
+      ngx_http_kvserve_variable, NGX_HTTP_KVSERVE_VAR_MISS,
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+      ngx_http_null_variable
+};
+
+
+ngx_int_t
+ngx_http_kvserve_add_variables(ngx_conf_t *cf)
+{
+    return ngx_http_kvserve_add_vars(cf, ngx_http_kvserve_vars);
+}
+
+
+ngx_int_t
+ngx_http_kvserve_add_vars(ngx_conf_t *cf, ngx_http_variable_t *vars)
+{
+    ngx_http_variable_t  *var, *v;
+
+    for (v = vars; v->name.len; v++) {
+        var = ngx_http_add_variable(cf, &v->name, v->flags);
+        if (var == NULL) {
+            return NGX_ERROR;
+        }
+
+        var->get_handler = v->get_handler;
+        var->data = v->data;
+    }
+
+    return NGX_OK;
+}
+
+
+/* ---- the shared zone -------------------------------------------------- */
+
+static ngx_int_t
+ngx_http_kvserve_metrics_init_zone(ngx_shm_zone_t *zone, void *data)
+{
+    size_t                         size;
+    kvs_err_t                      err;
+    kvs_metrics_t                 *m;
+    ngx_slab_pool_t               *shpool;
+    ngx_http_kvserve_main_conf_t  *kmcf;
+
+    kmcf = zone->data;
+    size = kvs_metrics_size(kmcf->models->nelts);
+
+    if (data != NULL) {
+        /* a reload with a zone of the same size: same models, same
+         * counters; otherwise they start again */
+        m = data;
+        zone->data = m;
+
+        if (kvs_metrics_same(m, size, kmcf->models->nelts,
+                             kmcf->metrics_names, kmcf->metrics_lens))
+        {
+            return NGX_OK;
+        }
+
+    } else {
+        shpool = (ngx_slab_pool_t *) zone->shm.addr;
+
+        if (zone->shm.exists) {
+            zone->data = shpool->data;
+            return NGX_OK;
+        }
+
+        m = ngx_slab_alloc(shpool, size);
+        if (m == NULL) {
+            return NGX_ERROR;
+        }
+
+        shpool->data = m;
+        zone->data = m;
+    }
+
+    if (kvs_metrics_init(m, size, kmcf->models->nelts, kmcf->metrics_names,
+                         kmcf->metrics_lens, &err)
+        != KVS_OK)
+    {
+        ngx_log_error(NGX_LOG_EMERG, zone->shm.log, 0, "kvserve: %s",
+                      err.msg);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+char *
+ngx_http_kvserve_metrics_zone(ngx_conf_t *cf,
+    ngx_http_kvserve_main_conf_t *kmcf)
+{
+    u_char                    *p;
+    size_t                     size;
+    ngx_str_t                  name;
+    ngx_uint_t                 i, n;
+    ngx_http_kvserve_model_t  *m;
+
+    n = kmcf->models->nelts;
+    m = kmcf->models->elts;
+
+    kmcf->metrics_names = ngx_palloc(cf->pool, n * sizeof(char *));
+    kmcf->metrics_lens = ngx_palloc(cf->pool, n * sizeof(uint32_t));
+    if (kmcf->metrics_names == NULL || kmcf->metrics_lens == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    for (i = 0; i < n; i++) {
+        /* NUL-terminated for kvs_metrics */
+        p = ngx_pnalloc(cf->pool, m[i].name.len + 1);
+        if (p == NULL) {
+            return NGX_CONF_ERROR;
+        }
+        ngx_cpystrn(p, m[i].name.data, m[i].name.len + 1);
+        kmcf->metrics_names[i] = (const char *) p;
+
+        kmcf->metrics_lens[i] = m[i].model->hp.n_ctx_train
+                                ? m[i].model->hp.n_ctx_train : 1;
+    }
+
+    /* the slab pool's own pages, then the counters */
+    size = ngx_align(kvs_metrics_size(n), ngx_pagesize) + 8 * ngx_pagesize;
+
+    ngx_str_set(&name, "kvserve_metrics");
+
+    kmcf->metrics_zone = ngx_shared_memory_add(cf, &name, size,
+                                               &ngx_http_kvserve_module);
+    if (kmcf->metrics_zone == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    kmcf->metrics_zone->init = ngx_http_kvserve_metrics_init_zone;
+    kmcf->metrics_zone->data = kmcf;
+
+    return NGX_CONF_OK;
+}
+
+
+kvs_metrics_t *
+ngx_http_kvserve_metrics(ngx_http_request_t *r)
+{
+    ngx_http_kvserve_main_conf_t  *kmcf;
+
+    kmcf = ngx_http_get_module_main_conf(r, ngx_http_kvserve_module);
+
+    if (kmcf == NULL || kmcf->metrics_zone == NULL) {
+        return NULL;
+    }
+
+    return kmcf->metrics_zone->data;
+}
+
+
+/* ---- the kvserve_metrics location ------------------------------------- */
+
+static void
+ngx_http_kvserve_scrape_cleanup(void *data)
+{
+    ngx_http_kvserve_scrape_t  *sc = data;
+
+    ngx_http_kvserve_engine_forget(&sc->stats);
+
+    if (sc->timer.timer_set) {
+        ngx_del_timer(&sc->timer);
+    }
+}
+
+
+/* The exposition, with the engine's gauges when st is not NULL. */
+static ngx_int_t
+ngx_http_kvserve_scrape_send(ngx_http_request_t *r, kvs_wire_stats_t *st)
+{
+    uint32_t               i, k;
+    ngx_int_t              rc;
+    kvs_buf_t              body;
+    kvs_err_t              err;
+    ngx_buf_t             *b;
+    ngx_chain_t            out;
+    kvs_metrics_t         *m;
+    kvs_metrics_gauges_t  *g;
+
+    m = ngx_http_kvserve_metrics(r);
+    g = NULL;
+
+    ngx_memzero(&body, sizeof(body));
+
+    if (m != NULL && st != NULL) {
+        g = ngx_pcalloc(r->pool, (m->n_models + 1)
+                                 * sizeof(kvs_metrics_gauges_t));
+        if (g == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        for (i = 0; i < st->n_models; i++) {
+            k = st->models[i].index;
+            if (k >= m->n_models) {
+                continue;
+            }
+            g[k].have = 1;
+            g[k].running = st->models[i].st.running;
+            g[k].waiting = st->models[i].st.waiting;
+            g[k].kv_blocks = st->models[i].st.kv_blocks;
+            g[k].kv_used = st->models[i].st.kv_used;
+            g[k].cache_evicted_blocks =
+                st->models[i].st.cache_evicted_blocks;
+            g[k].tenants = st->models[i].tenants;
+        }
+    }
+
+    if (m != NULL && kvs_metrics_write(m, g, &body, &err) != KVS_OK) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0, "kvserve: %s",
+                      err.msg);
+        kvs_buf_free(&body);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    /* the kvserve_limit zones' counters */
+    if (ngx_http_kvserve_limit_metrics(r, &body) != NGX_OK) {
+        kvs_buf_free(&body);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    b = ngx_create_temp_buf(r->pool, body.len ? body.len : 1);
+    if (b == NULL) {
+        kvs_buf_free(&body);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (body.len) {
+        b->last = ngx_cpymem(b->last, body.data, body.len);
+    }
+    kvs_buf_free(&body);
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = b->last - b->pos;
+    ngx_str_set(&r->headers_out.content_type,
+                "text/plain; version=0.0.4; charset=utf-8");
+    r->headers_out.content_type_len = sizeof("text/plain") - 1;
+
+    rc = ngx_http_send_header(r);
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    b->last_buf = (r == r->main);
+    b->last_in_chain = 1;
+
+    if (b->last == b->pos) {
+        b->temporary = 0;
+    }
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+static void
+ngx_http_kvserve_scrape_done(ngx_http_kvserve_scrape_t *sc,
+    kvs_wire_stats_t *st)
+{
+    if (sc->finished) {
+        return;
+    }
+
+    sc->finished = 1;
+
+    ngx_http_kvserve_engine_forget(&sc->stats);
+
+    if (sc->timer.timer_set) {
+        ngx_del_timer(&sc->timer);
+    }
+
+    ngx_http_finalize_request(sc->r, ngx_http_kvserve_scrape_send(sc->r,
+                                                                   st));
+}
+
+
+static void
+ngx_http_kvserve_scrape_event(ngx_http_kvserve_sub_t *s, ngx_uint_t ev,
+    void *msg)
+{
+    ngx_http_kvserve_scrape_t  *sc = s->data;
+
+    if (ev == NGX_HTTP_KVSERVE_EV_STATS) {
+        ngx_http_kvserve_scrape_done(sc, msg);
+        return;
+    }
+
+    /* lost with the engine: answer with what the workers know */
+    ngx_http_kvserve_scrape_done(sc, NULL);
+}
+
+
+static void
+ngx_http_kvserve_scrape_timeout(ngx_event_t *ev)
+{
+    ngx_http_kvserve_scrape_t  *sc;
+
+    sc = (ngx_http_kvserve_scrape_t *)
+         ((u_char *) ev - offsetof(ngx_http_kvserve_scrape_t, timer));
+
+    ngx_log_error(NGX_LOG_WARN, sc->r->connection->log, 0,
+                  "kvserve: the engine did not answer STATS within %ui ms; "
+                  "metrics without its gauges",
+                  (ngx_uint_t) NGX_HTTP_KVSERVE_SCRAPE_WAIT);
+
+    ngx_http_kvserve_scrape_done(sc, NULL);
+}
+
+
+ngx_int_t
+ngx_http_kvserve_metrics_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                   rc;
+    ngx_pool_cleanup_t         *cln;
+    ngx_http_kvserve_scrape_t  *sc;
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        return NGX_HTTP_NOT_ALLOWED;
+    }
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    if (ngx_http_kvserve_metrics(r) == NULL
+        || ngx_http_kvserve_engine_hello() == NULL)
+    {
+        return ngx_http_kvserve_scrape_send(r, NULL);
+    }
+
+    sc = ngx_pcalloc(r->pool, sizeof(ngx_http_kvserve_scrape_t));
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (sc == NULL || cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    sc->r = r;
+    sc->stats.type = KVS_WIRE_STATS;
+    sc->stats.handler = ngx_http_kvserve_scrape_event;
+    sc->stats.data = sc;
+    sc->timer.handler = ngx_http_kvserve_scrape_timeout;
+    sc->timer.data = r->connection;
+    sc->timer.log = r->connection->log;
+
+    cln->handler = ngx_http_kvserve_scrape_cleanup;
+    cln->data = sc;
+
+    r->read_event_handler = ngx_http_test_reading;
+
+    /* held before sending: the answer may come back from inside send */
+    r->main->count++;
+
+    ngx_add_timer(&sc->timer, NGX_HTTP_KVSERVE_SCRAPE_WAIT);
+
+    if (ngx_http_kvserve_engine_send(&sc->stats) != NGX_OK) {
+        ngx_http_kvserve_scrape_done(sc, NULL);
+    }
+
+    return NGX_DONE;
+}
