@@ -37,7 +37,7 @@
 
 #include "base/kvs_buf.h"
 #include "base/kvs_err.h"
-#include "engine/kvs_engine.h"
+#include "sample/kvs_finish.h"
 #include "sample/kvs_sample.h"
 #include "tokenizer/kvs_tok.h"
 #include "tokenizer/kvs_vocab.h"

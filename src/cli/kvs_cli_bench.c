@@ -30,6 +30,7 @@
 #include "model/kvs_ggml_type.h"
 #include "model/kvs_gguf.h"
 #include "model/kvs_model.h"
+#include "base/kvs_clock.h"
 
 #define KVS_CLI_BENCH_MAX_SEQS  4096
 
@@ -56,7 +57,6 @@ static int kvs_cli_bench_args(int argc, char **argv,
 static int kvs_cli_bench_run(const kvs_cli_bench_opts_t *o);
 static int kvs_cli_bench_drain(kvs_engine_t *e, kvs_engine_seq_t **hs,
     uint32_t n, uint64_t *tokens, kvs_err_t *err);
-static double kvs_cli_bench_now(void);
 static void kvs_cli_bench_usage(FILE *f);
 
 
@@ -322,7 +322,7 @@ kvs_cli_bench_run(const kvs_cli_bench_opts_t *o)
     req.sample.temperature = o->temp;
     req.sample.top_p = 1.0f;
 
-    t0 = kvs_cli_bench_now();
+    t0 = kvs_now_s();
 
     for (i = 0; i < o->seqs; i++) {
         req.prompt = prompt + (size_t) i * o->prompt;
@@ -342,7 +342,7 @@ kvs_cli_bench_run(const kvs_cli_bench_opts_t *o)
         goto failed;
     }
 
-    t1 = kvs_cli_bench_now();
+    t1 = kvs_now_s();
 
     /* the last step publishes its stats after its output: let it end */
     kvs_engine_stop(e);
@@ -472,16 +472,6 @@ done:
     return rc;
 }
 
-
-static double
-kvs_cli_bench_now(void)
-{
-    struct timespec  ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-
-    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
 
 
 static void

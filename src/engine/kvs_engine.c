@@ -24,6 +24,7 @@
 
 #include "kv/kvs_kv_pool.h"
 #include "kvs_engine_impl.h"
+#include "base/kvs_clock.h"
 
 
 static void kvs_engine_take_inbox(kvs_engine_t *e);
@@ -45,7 +46,6 @@ static int kvs_engine_cache_new(kvs_engine_t *e, kvs_err_t *err);
 static void kvs_engine_cache_ns(kvs_engine_t *e, kvs_engine_seq_t *h);
 static void kvs_engine_pin(kvs_engine_t *e, kvs_engine_seq_t *h);
 static void *kvs_engine_main(void *arg);
-static uint64_t kvs_engine_now(void);
 
 
 
@@ -296,7 +296,7 @@ kvs_engine_step_run(kvs_engine_t *e)
     kvs_engine_take_cancels(e);
 
     if (e->radix != NULL) {
-        e->sched.now = kvs_engine_now() / 1000000;
+        e->sched.now = kvs_now_ns() / 1000000;
         kvs_radix_expire(e->radix, e->sched.now);
     }
 
@@ -306,7 +306,7 @@ kvs_engine_step_run(kvs_engine_t *e)
         return 0;
     }
 
-    t0 = kvs_engine_now();
+    t0 = kvs_now_ns();
 
     /* sampled on the device: only token ids come back, no logits */
     dev = kvs_engine_dev_plan(e, &plan);
@@ -375,7 +375,7 @@ kvs_engine_step_run(kvs_engine_t *e)
                           e->logits + (size_t) i * e->be->n_vocab);
     }
 
-    dt = kvs_engine_now() - t0;
+    dt = kvs_now_ns() - t0;
 
     e->stats.steps++;
     e->stats.prefill_tokens += plan.n_prefill;
@@ -1045,14 +1045,4 @@ kvs_engine_main(void *arg)
     return NULL;
 }
 
-
-static uint64_t
-kvs_engine_now(void)
-{
-    struct timespec  ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-
-    return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
-}
 

@@ -42,21 +42,13 @@
 #include "sched/kvs_fair.h"
 #include "model/kvs_model.h"
 #include "tokenizer/kvs_vocab.h"
+#include "sample/kvs_finish.h"
 #include "sample/kvs_sample.h"
 
 #define KVS_ENGINE_MAX_STOP_IDS  64
 #define KVS_ENGINE_MAX_N         128  /* choices per request */
 #define KVS_ENGINE_MAX_PINS      4    /* cache breakpoints per request */
 #define KVS_ENGINE_MAX_PIN_TTL   3600000   /* ms: 1h */
-
-typedef enum {
-    KVS_FINISH_NONE = 0,              /* still generating */
-    KVS_FINISH_STOP,                  /* end-of-text token, stop token or
-                                         stop string */
-    KVS_FINISH_LENGTH,                /* max_tokens reached */
-    KVS_FINISH_CANCELLED,
-    KVS_FINISH_ERROR
-} kvs_finish_t;
 
 typedef struct {
     const kvs_model_t  *model;        /* borrowed; outlives the engine */
@@ -323,7 +315,5 @@ int kvs_engine_check(kvs_engine_t *e, kvs_err_t *err);
 
 /* Frees what out holds (not out itself). */
 void kvs_engine_out_free(kvs_engine_out_t *out);
-
-const char *kvs_finish_name(kvs_finish_t f);
 
 #endif /* KVS_ENGINE_H */

@@ -280,23 +280,6 @@ kvs_engine_out_free(kvs_engine_out_t *out)
 }
 
 
-const char *
-kvs_finish_name(kvs_finish_t f)
-{
-    switch (f) {
-    case KVS_FINISH_STOP:
-        return "stop";
-    case KVS_FINISH_LENGTH:
-        return "length";
-    case KVS_FINISH_CANCELLED:
-        return "cancelled";
-    case KVS_FINISH_ERROR:
-        return "error";
-    default:
-        return "none";
-    }
-}
-
 
 /* Everything a request carries is checked here, on the consumer's
  * thread, so the engine thread never meets a bad request. */

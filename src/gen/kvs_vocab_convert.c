@@ -32,17 +32,6 @@
                                                 text, NUL included */
 
 
-double
-kvs_vc_now(void)
-{
-    struct timespec  ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-
-    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
-}
-
-
 /*
  * Writes s[0..n) into buf as a double-quoted string for messages:
  * printable ASCII and valid UTF-8 above U+009F as they are, everything
@@ -608,7 +597,7 @@ kvs_vc_start(kvs_vocab_convert_stats_t *stats)
         stats->first_unsplit = -1;
     }
 
-    return kvs_vc_now();
+    return kvs_now_s();
 }
 
 
@@ -637,7 +626,7 @@ kvs_vc_finish(kvs_vc_vocab_t *cv, const kvs_vc_profile_t *p,
         stats->n_tokens = cv->n;
         stats->n_special = p->n_special;
         stats->n_merges = cv->n_merges;
-        stats->seconds = kvs_vc_now() - t0;
+        stats->seconds = kvs_now_s() - t0;
     }
 
     return KVS_OK;

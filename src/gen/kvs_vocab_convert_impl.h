@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "base/kvs_buf.h"
+#include "base/kvs_clock.h"
 #include "base/kvs_err.h"
 #include "kvs_vocab_convert.h"
 
@@ -72,8 +73,6 @@ typedef struct {
     uint32_t         lineno;          /* 1-based, of the line last given */
 } kvs_vc_lines_t;
 
-
-double kvs_vc_now(void);
 
 /* s[0..n) as a double-quoted string for messages, in buf[size]. */
 const char *kvs_vc_quote(const void *s, size_t n, char *buf, size_t size);

@@ -371,7 +371,7 @@ kvs_vc_derive_merges(kvs_vc_vocab_t *cv, const kvs_vc_map_t *m,
         goto done;
     }
 
-    t1 = kvs_vc_now();
+    t1 = kvs_now_s();
     n_unsplit = 0;
     first_unsplit = -1;
 
@@ -404,7 +404,7 @@ kvs_vc_derive_merges(kvs_vc_vocab_t *cv, const kvs_vc_map_t *m,
     }
 
     if (stats != NULL) {
-        stats->derive_seconds = kvs_vc_now() - t1;
+        stats->derive_seconds = kvs_now_s() - t1;
         stats->n_unsplit = n_unsplit;
         stats->first_unsplit = first_unsplit;
     }

@@ -728,7 +728,7 @@ kvs_metrics_evictions(kvs_buf_t *out, const kvs_metrics_t *m,
  * never needs escaping), "none" for the empty key, or "other". */
 static void
 kvs_metrics_tenant_label(char *buf, size_t size,
-    const kvs_engine_tenant_t *t, int other)
+    const kvs_metrics_tenant_t *t, int other)
 {
     size_t  i, n;
     char    c, label[KVS_METRICS_TENANT_LABEL + 1];
@@ -756,12 +756,12 @@ static int
 kvs_metrics_tenants(kvs_buf_t *out, const kvs_metrics_t *m,
     const kvs_metrics_gauges_t *g)
 {
-    int                          rc;
-    char                         extra[48];
-    uint64_t                     v;
-    uint32_t                     i, j, k, n, any;
-    const kvs_engine_tenant_t   *t;
-    const kvs_engine_tenants_t  *tn;
+    int                           rc;
+    char                          extra[48];
+    uint64_t                      v;
+    uint32_t                      i, j, k, n, any;
+    const kvs_metrics_tenant_t   *t;
+    const kvs_metrics_tenants_t  *tn;
     static const struct {
         const char  *name;
         const char  *suffix;
@@ -800,8 +800,8 @@ kvs_metrics_tenants(kvs_buf_t *out, const kvs_metrics_t *m,
                 continue;
             }
 
-            n = tn->n_top < KVS_ENGINE_TOP_TENANTS ? tn->n_top
-                                                   : KVS_ENGINE_TOP_TENANTS;
+            n = tn->n_top < KVS_METRICS_TOP_TENANTS
+                ? tn->n_top : KVS_METRICS_TOP_TENANTS;
 
             /* the top ones, then "other" when some are not among them */
             for (j = 0; rc == KVS_OK && j <= n; j++) {

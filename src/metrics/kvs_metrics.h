@@ -27,7 +27,6 @@
 
 #include "base/kvs_buf.h"
 #include "base/kvs_err.h"
-#include "engine/kvs_engine.h"
 
 #define KVS_METRICS_MAGIC        0x6b766d31u   /* "kvm1" */
 #define KVS_METRICS_MAX_BOUNDS   32
@@ -143,6 +142,30 @@ typedef struct {
     kvs_metrics_model_t  models[];   /* [n_models] */
 } kvs_metrics_t;
 
+/* A tenant of the engine's fair share, as the exposition shows it; the
+ * glue fills it from what the engine reported. */
+typedef struct {
+    const char  *key;         /* [key_len], borrowed for the call to
+                                 kvs_metrics_write(); the label shows its
+                                 first KVS_METRICS_TENANT_LABEL bytes */
+    size_t       key_len;     /* 0: the empty key */
+    uint64_t     prefill;     /* tokens computed for it since the engine */
+    uint64_t     decode;      /* first saw it */
+    uint32_t     kv_blocks;   /* held by its running sequences */
+} kvs_metrics_tenant_t;
+
+#define KVS_METRICS_TOP_TENANTS  8
+
+typedef struct {
+    kvs_metrics_tenant_t  top[KVS_METRICS_TOP_TENANTS];  /* [n_top],
+                                                         served most
+                                                         first */
+    uint32_t              n_top;
+    kvs_metrics_tenant_t  other;      /* the rest summed */
+    uint32_t              n_tenants;  /* the engine knows: "other" is
+                                         shown when it exceeds n_top */
+} kvs_metrics_tenants_t;
+
 /* What the engine reports at scrape time, per model. */
 typedef struct {
     int       have;           /* 0: the engine did not answer: left out */
@@ -152,7 +175,7 @@ typedef struct {
     uint32_t  kv_used;
     uint64_t  cache_evicted_blocks;   /* the engine's count since it
                                          started (a counter) */
-    kvs_engine_tenants_t  tenants;    /* the fair share's top tenants and
+    kvs_metrics_tenants_t  tenants;   /* the fair share's top tenants and
                                          the rest (keys: nginx's hashes) */
 } kvs_metrics_gauges_t;
 

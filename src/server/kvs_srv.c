@@ -105,7 +105,7 @@ kvs_srv_new(kvs_srv_t **out, const kvs_srv_conf_t *conf, kvs_err_t *err)
     if (getrandom(&srv->hello.incarnation, sizeof(uint64_t), GRND_NONBLOCK)
         != sizeof(uint64_t))
     {
-        srv->hello.incarnation = kvs_srv_now()
+        srv->hello.incarnation = kvs_now_ns()
                                  ^ ((uint64_t) getpid() << 32);
     }
 
@@ -596,17 +596,6 @@ done:
 
 
 /* --- helpers ------------------------------------------------------------- */
-
-uint64_t
-kvs_srv_now(void)
-{
-    struct timespec  ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-
-    return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
-}
-
 
 void
 kvs_srv_log(kvs_srv_t *srv, const char *fmt, ...)

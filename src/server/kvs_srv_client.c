@@ -219,7 +219,7 @@ kvs_srv_frame(kvs_srv_t *srv, kvs_srv_client_t *c, const kvs_wire_hdr_t *h,
             break;
         }
 
-        if (kvs_wire_enc_pong(&c->out, h->id, kvs_srv_now(), &err)
+        if (kvs_wire_enc_pong(&c->out, h->id, kvs_now_ns(), &err)
             != KVS_OK)
         {
             break;

@@ -22,6 +22,7 @@
 #include "kvs_srv.h"
 #include "base/kvs_buf.h"
 #include "wire/kvs_wire.h"
+#include "base/kvs_clock.h"
 
 #define KVS_SRV_READ     (64u << 10)   /* bytes read per client wake-up */
 #define KVS_SRV_EVENTS   64
@@ -134,7 +135,6 @@ struct kvs_srv_s {
 /* kvs_srv.c */
 void kvs_srv_log(kvs_srv_t *srv, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-uint64_t kvs_srv_now(void);
 void kvs_srv_drain(kvs_srv_t *srv, kvs_srv_client_t *c);
 
 /* kvs_srv_client.c */

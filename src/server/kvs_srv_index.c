@@ -107,7 +107,7 @@ kvs_srv_index_tick(kvs_srv_t *srv)
         return;
     }
 
-    now = kvs_srv_now();
+    now = kvs_now_ns();
 
     for (k = 0; k < srv->n_engines && !srv->publisher->closing; k++) {
         kvs_srv_index_send(srv, k, now);
@@ -125,7 +125,7 @@ kvs_srv_index_timeout(kvs_srv_t *srv)
         return -1;
     }
 
-    now = kvs_srv_now();
+    now = kvs_now_ns();
     first = UINT64_MAX;
 
     for (k = 0; k < srv->n_engines; k++) {

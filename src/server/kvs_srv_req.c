@@ -96,7 +96,7 @@ kvs_srv_submit(kvs_srv_t *srv, kvs_srv_client_t *c, uint64_t id)
     r->c = c;
     r->model = srv->sub.model;
     r->n = n;
-    r->recv_ns = kvs_srv_now();
+    r->recv_ns = kvs_now_ns();
 
     if (kvs_srv_map_add(srv, r) != KVS_OK) {
         free(r);
@@ -233,7 +233,7 @@ kvs_srv_engine_ready(kvs_srv_t *srv, uint32_t m)
 
             rc = kvs_engine_read(e, hs[k], out);
             kvs_srv_out_cache(srv, m, out);
-            now = kvs_srv_now();
+            now = kvs_now_ns();
 
             if (rc < 0) {
                 /* its output is stuck in the handle: end the choice with

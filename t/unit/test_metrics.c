@@ -419,12 +419,12 @@ test_exposition(void **state)
 static void
 test_tenants(void **state)
 {
-    char                  *text;
-    kvs_metrics_t         *m;
-    kvs_metrics_gauges_t   g[2];
-    kvs_engine_tenants_t  *tn;
-    uint32_t               len[2] = { 512, 64 };
-    const char            *names[2] = { "m1", "m2" };
+    char                   *text;
+    kvs_metrics_t          *m;
+    kvs_metrics_gauges_t    g[2];
+    kvs_metrics_tenants_t  *tn;
+    uint32_t                len[2] = { 512, 64 };
+    const char             *names[2] = { "m1", "m2" };
 
     (void) state;
 
@@ -440,7 +440,7 @@ test_tenants(void **state)
     tn = &g[0].tenants;
     tn->n_top = 3;
     tn->n_tenants = 5;
-    memcpy(tn->top[0].key, "0f3c9a7e51d24b86a0e97c1f5d3b2a64", 32);
+    tn->top[0].key = "0f3c9a7e51d24b86a0e97c1f5d3b2a64";
     tn->top[0].key_len = 32;
     tn->top[0].prefill = 1200;
     tn->top[0].decode = 34;
@@ -448,7 +448,7 @@ test_tenants(void **state)
     tn->top[1].key_len = 0;                    /* no kvserve_limit */
     tn->top[1].prefill = 5;
     tn->top[1].decode = 6;
-    memcpy(tn->top[2].key, "a\"b\n", 4);     /* not nginx's: no escape */
+    tn->top[2].key = "a\"b\n";               /* not nginx's: no escape */
     tn->top[2].key_len = 4;
     tn->top[2].decode = UINT64_MAX;
     tn->other.prefill = 11;

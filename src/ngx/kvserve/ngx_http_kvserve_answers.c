@@ -175,7 +175,7 @@ ngx_http_kvserve_stream_abort(ngx_http_kvserve_ctx_t *ctx,
 {
     ctx->failed = 1;
     ctx->out.len = 0;
-    ctx->t.end_ns = ngx_http_kvserve_now_ns();
+    ctx->t.end_ns = kvs_now_ns();
 
     if (ctx->trailers
         && ngx_http_kvserve_server_timing(ctx, &ctx->r->headers_out.trailers)
@@ -400,7 +400,7 @@ ngx_http_kvserve_complete(ngx_http_kvserve_ctx_t *ctx)
 
     /* counted before the last bytes go: a scrape that follows the
      * response sees this request */
-    ctx->t.end_ns = ngx_http_kvserve_now_ns();
+    ctx->t.end_ns = kvs_now_ns();
     ngx_http_kvserve_record(ctx);
 
     if (ctx->stream) {
@@ -503,7 +503,7 @@ ngx_http_kvserve_on_times(ngx_http_kvserve_ctx_t *ctx,
                                                 : wo->t.now_ns;
     }
 
-    now = ngx_http_kvserve_now_ns();
+    now = kvs_now_ns();
     m = ngx_http_kvserve_metrics(ctx->r);
 
     if (ctx->t.first_ns == 0) {

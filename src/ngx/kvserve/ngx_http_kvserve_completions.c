@@ -200,7 +200,7 @@ ngx_http_kvserve_completions(ngx_http_request_t *r, ngx_uint_t chat)
     }
 
     /* the header is in: the body is read from here */
-    ctx->t.start_ns = ngx_http_kvserve_now_ns();
+    ctx->t.start_ns = kvs_now_ns();
     ctx->completion = 1;
     ctx->chat = chat ? 1 : 0;
 
@@ -383,7 +383,7 @@ ngx_http_kvserve_part_init(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t i,
     ngx_memzero(&frame, sizeof(frame));
 
     rc = kvs_wire_enc_submit(&frame, 0, (uint32_t) ctx->model_index, &ereq,
-                             ngx_http_kvserve_now_ns(), &err);
+                             kvs_now_ns(), &err);
     if (rc != KVS_OK) {
         kvs_buf_free(&frame);
         kvs_api_err_from_msg(aerr, rc == KVS_ENOMEM ? 500 : 400, NULL,
@@ -573,7 +573,7 @@ ngx_http_kvserve_submit(ngx_http_kvserve_ctx_t *ctx)
                                     ? kmcf->engine_timeout
                                     : kmcf->engine_wait);
 
-    ctx->t.submit_ns = ngx_http_kvserve_now_ns();
+    ctx->t.submit_ns = kvs_now_ns();
 
     for (i = 0; i < ctx->n_parts; i++) {
         if (ngx_http_kvserve_engine_send(&ctx->parts[i].sub) != NGX_OK) {
@@ -598,7 +598,7 @@ ngx_http_kvserve_tokenized(ngx_http_kvserve_ctx_t *ctx)
     kvs_api_err_t  aerr;
 
     rc = ngx_http_kvserve_parts_init(ctx, &aerr);
-    ctx->t.tokenize_ns = ngx_http_kvserve_now_ns();
+    ctx->t.tokenize_ns = kvs_now_ns();
 
     if (rc != NGX_OK) {
         rc = ngx_http_kvserve_api_error(ctx->r, &aerr);
@@ -635,7 +635,7 @@ ngx_http_kvserve_body(ngx_http_request_t *r)
     ctx = ngx_http_get_module_ctx(r, ngx_http_kvserve_module);
     clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
 
-    ctx->t.body_ns = ngx_http_kvserve_now_ns();
+    ctx->t.body_ns = kvs_now_ns();
 
     if (ngx_http_kvserve_body_bytes(r, &data, &len) != NGX_OK) {
         ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
@@ -652,14 +652,14 @@ ngx_http_kvserve_body(ngx_http_request_t *r)
                            (size_t) clcf->client_max_body_size, &aerr)
          == KVS_OK ? NGX_OK : NGX_ERROR;
 
-    ctx->t.parse_ns = ngx_http_kvserve_now_ns();
+    ctx->t.parse_ns = kvs_now_ns();
 
     if (rc == NGX_OK) {
         rc = ngx_http_kvserve_prepare(ctx, &aerr);
     }
 
     if (rc != NGX_OK) {
-        ctx->t.tokenize_ns = ngx_http_kvserve_now_ns();
+        ctx->t.tokenize_ns = kvs_now_ns();
         rc = ngx_http_kvserve_api_error(r, &aerr);
         ctx->finished = 1;
         ngx_http_finalize_request(r, rc);

@@ -13,7 +13,7 @@
  * Invariants of the context (ngx_http_kvserve_ctx_t):
  *  - it lives in the request's pool and its pool cleanup forgets every
  *    part (CANCEL when still running);
- *  - ctx->t is stamped on CLOCK_MONOTONIC (ngx_http_kvserve_now_ns());
+ *  - ctx->t is stamped on CLOCK_MONOTONIC (kvs_now_ns());
  *  - while ctx->tok's task runs in a pool thread, the event loop touches
  *    neither the job nor the request's parsed tree.
  */
@@ -31,6 +31,7 @@
 #include "api/kvs_api_resp.h"
 #include "tokenizer/kvs_chat.h"
 #include "tokenizer/kvs_tok.h"
+#include "base/kvs_clock.h"
 
 
 typedef struct ngx_http_kvserve_ctx_s  ngx_http_kvserve_ctx_t;
@@ -205,7 +206,6 @@ void ngx_http_kvserve_cache_out(ngx_http_kvserve_ctx_t *ctx,
     ngx_http_kvserve_part_t *part, const kvs_engine_out_t *o);
 
 /* timings and metrics (ngx_http_kvserve_timing.c) */
-uint64_t ngx_http_kvserve_now_ns(void);
 void ngx_http_kvserve_record(ngx_http_kvserve_ctx_t *ctx);
 
 /* Output tokens the request's choices generated so far (an end token

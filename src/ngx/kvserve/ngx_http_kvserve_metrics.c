@@ -365,6 +365,37 @@ ngx_http_kvserve_scrape_cleanup(void *data)
 }
 
 
+/* The engine's tenants as the exposition reads them; the keys stay in
+ * the STATS answer, which outlives the exposition. */
+static void
+ngx_http_kvserve_scrape_tenant(kvs_metrics_tenant_t *dst,
+    const kvs_engine_tenant_t *src)
+{
+    dst->key = src->key;
+    dst->key_len = src->key_len;
+    dst->prefill = src->prefill;
+    dst->decode = src->decode;
+    dst->kv_blocks = src->kv_blocks;
+}
+
+
+static void
+ngx_http_kvserve_scrape_tenants(kvs_metrics_tenants_t *dst,
+    const kvs_engine_tenants_t *src)
+{
+    uint32_t  i;
+
+    dst->n_top = ngx_min(src->n_top, KVS_METRICS_TOP_TENANTS);
+
+    for (i = 0; i < dst->n_top; i++) {
+        ngx_http_kvserve_scrape_tenant(&dst->top[i], &src->top[i]);
+    }
+
+    ngx_http_kvserve_scrape_tenant(&dst->other, &src->other);
+    dst->n_tenants = src->n_tenants;
+}
+
+
 /* The exposition, with the engine's gauges when st is not NULL. */
 static ngx_int_t
 ngx_http_kvserve_scrape_send(ngx_http_request_t *r, kvs_wire_stats_t *st)
@@ -402,7 +433,8 @@ ngx_http_kvserve_scrape_send(ngx_http_request_t *r, kvs_wire_stats_t *st)
             g[k].kv_used = st->models[i].st.kv_used;
             g[k].cache_evicted_blocks =
                 st->models[i].st.cache_evicted_blocks;
-            g[k].tenants = st->models[i].tenants;
+            ngx_http_kvserve_scrape_tenants(&g[k].tenants,
+                                            &st->models[i].tenants);
         }
     }
 

@@ -40,6 +40,7 @@
 
 #include "ngx_http_kvserve_engine.h"
 #include "server/kvs_srv.h"
+#include "base/kvs_clock.h"
 
 #define NGX_HTTP_KVSERVE_BACKOFF_MIN    100     /* ms */
 #define NGX_HTTP_KVSERVE_BACKOFF_MAX    5000    /* ms */
@@ -363,17 +364,6 @@ ngx_http_kvserve_child(ngx_http_kvserve_engine_t *e, int lease, int pidfd)
 
 /* ---- the lease file: backoff state, the engine's pid ------------------ */
 
-static uint64_t
-ngx_http_kvserve_now_ms(void)
-{
-    struct timespec  ts;
-
-    (void) clock_gettime(CLOCK_MONOTONIC, &ts);
-
-    return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
-}
-
-
 /* NGX_OK with *l filled, NGX_DECLINED for an empty, foreign or stale
  * (from before a reboot) file. */
 static ngx_int_t
@@ -456,7 +446,7 @@ ngx_http_kvserve_lease_holder(ngx_http_kvserve_engine_t *e)
         (void) flock(fd, LOCK_UN);
 
     } else if (ngx_http_kvserve_lease_read(fd, &l,
-                                           ngx_http_kvserve_now_ms())
+                                           kvs_now_ns() / 1000000)
                == NGX_OK)
     {
         pid = l.pid;
@@ -504,7 +494,7 @@ ngx_http_kvserve_engine_spawn(ngx_http_kvserve_engine_t *e)
         return;
     }
 
-    ms = ngx_http_kvserve_now_ms();
+    ms = kvs_now_ns() / 1000000;
 
     if (ngx_http_kvserve_lease_read(lease, &l, ms) != NGX_OK) {
         ngx_memzero(&l, sizeof(l));

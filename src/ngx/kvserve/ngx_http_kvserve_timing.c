@@ -17,16 +17,6 @@
 #include "ngx_http_kvserve_completions.h"
 
 
-uint64_t
-ngx_http_kvserve_now_ns(void)
-{
-    struct timespec  ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-
-    return (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec;
-}
-
 
 /* ---- timings and metrics ---------------------------------------------- */
 
@@ -111,7 +101,7 @@ ngx_http_kvserve_req_info(ngx_http_request_t *r,
     /* the log phase of a request that has not ended its own way (a
      * client gone): its total is up to now */
     if (info->t.end_ns == 0 && info->t.start_ns != 0) {
-        info->t.end_ns = ngx_http_kvserve_now_ns();
+        info->t.end_ns = kvs_now_ns();
     }
 
     return NGX_OK;
@@ -131,7 +121,7 @@ ngx_http_kvserve_record(ngx_http_kvserve_ctx_t *ctx)
     }
 
     if (ctx->t.end_ns == 0) {
-        ctx->t.end_ns = ngx_http_kvserve_now_ns();
+        ctx->t.end_ns = kvs_now_ns();
     }
 
     reason = ngx_http_kvserve_reason(ctx);

@@ -258,7 +258,7 @@ ngx_http_kvserve_tok_thread(void *data, ngx_log_t *log)
 
     kvs_tok_ctx_t   own, *tok;
 
-    job->start_ns = ngx_http_kvserve_now_ns();
+    job->start_ns = kvs_now_ns();
 
     tok = ngx_http_kvserve_thread_tok();
     if (tok == NULL) {
@@ -272,7 +272,7 @@ ngx_http_kvserve_tok_thread(void *data, ngx_log_t *log)
         kvs_tok_ctx_free(&own);
     }
 
-    job->end_ns = ngx_http_kvserve_now_ns();
+    job->end_ns = kvs_now_ns();
 }
 
 #endif
@@ -354,7 +354,7 @@ ngx_http_kvserve_tok_done(ngx_event_t *ev)
     r->main->blocked--;
     r->aio = 0;
 
-    now = ngx_http_kvserve_now_ns();
+    now = kvs_now_ns();
 
     ngx_log_debug6(NGX_LOG_DEBUG_HTTP, c->log, 0,
                    "kvserve: tokenized %uz bytes in the thread pool: "
@@ -421,7 +421,7 @@ ngx_http_kvserve_tok_post(ngx_http_kvserve_ctx_t *ctx, ngx_thread_pool_t *tp)
     task->event.data = job;
     task->event.handler = ngx_http_kvserve_tok_done;
 
-    job->post_ns = ngx_http_kvserve_now_ns();
+    job->post_ns = kvs_now_ns();
 
     if (ngx_thread_task_post(tp, task) != NGX_OK) {
         return NGX_DECLINED;

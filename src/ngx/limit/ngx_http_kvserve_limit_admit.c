@@ -91,7 +91,7 @@ ngx_http_kvserve_limit_kv_held(ngx_http_kvserve_limit_ctx_t *lctx,
         return 0;
     }
 
-    now = ngx_http_kvserve_now_ns();
+    now = kvs_now_ns();
     first = kctx->t.first_ns ? kctx->t.first_ns : now;
 
     fill_ns = first > kctx->t.submit_ns

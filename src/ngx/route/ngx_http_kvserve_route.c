@@ -140,7 +140,7 @@ ngx_http_kvserve_route_handler(ngx_http_request_t *r)
     }
 
     ctx->status = NGX_DONE;
-    ctx->start_ns = ngx_http_kvserve_now_ns();
+    ctx->start_ns = kvs_now_ns();
 
     /* the engine hosts read it the same way */
     r->request_body_in_single_buf = 1;
@@ -719,7 +719,7 @@ ngx_http_kvserve_route_choose(ngx_http_kvserve_route_ctx_t *rc,
                    "kvserve route: %s, host \"%V\", peer %i, cached %uD, "
                    "%uL ns", kvs_index_reason_name(ch.reason), &rc->host,
                    rc->peer, ch.cached_tokens,
-                   ngx_http_kvserve_now_ns() - rc->start_ns);
+                   kvs_now_ns() - rc->start_ns);
 
     ngx_http_kvserve_route_resume(rc);
 }

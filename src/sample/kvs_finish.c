@@ -1,0 +1,23 @@
+/*
+ * kvs_finish: see kvs_finish.h.
+ */
+
+#include "kvs_finish.h"
+
+
+const char *
+kvs_finish_name(kvs_finish_t f)
+{
+    switch (f) {
+    case KVS_FINISH_STOP:
+        return "stop";
+    case KVS_FINISH_LENGTH:
+        return "length";
+    case KVS_FINISH_CANCELLED:
+        return "cancelled";
+    case KVS_FINISH_ERROR:
+        return "error";
+    default:
+        return "none";
+    }
+}
