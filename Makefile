@@ -5,9 +5,10 @@
 #                with nvcc, the CUDA backend's libkvserve_cuda.so
 #   make run     start nginx with the module on 127.0.0.1:8080
 #   make stop    stop it
-#   make test    unit (plain, ASan+UBSan with gcc and with clang, TSan),
-#                GGUF interop, Test::Nginx, the openai SDK against nginx
-#   make unit / unit-asan / unit-asan-clang / unit-tsan / interop /
+#   make test    the layer check, unit (plain, ASan+UBSan with gcc and
+#                with clang, TSan), GGUF interop, Test::Nginx, the openai
+#                SDK against nginx
+#   make layers / unit / unit-asan / unit-asan-clang / unit-tsan / interop /
 #        itest / sdk / bench /
 #        fuzz / cuda-check / gpu-check / clean
 #
@@ -98,7 +99,7 @@ else
 CUDA_SO      :=
 endif
 
-.PHONY: all lib deps run stop test unit unit-asan unit-asan-clang \
+.PHONY: all lib deps run stop test layers unit unit-asan unit-asan-clang \
         unit-tsan interop itest \
         sdk bench cuda-check gpu-check \
         fuzz clean
@@ -302,8 +303,13 @@ sdk: $(MODULE) $(DEFAULT_MODEL) $(PY_STAMP)
 	    KVS_MODEL=$(abspath $(DEFAULT_MODEL)) \
 	    $(VENV)/bin/python t/unit/test_openai_sdk.py
 
+# every #include against the layer table src/layers.txt (DESIGN's
+# "dependencies point down"), and nginx headers only in the glue
+layers:
+	@bash t/layers.sh
+
 test: deps
-	@$(MAKE) -s unit unit-asan unit-asan-clang unit-tsan interop itest sdk \
+	@$(MAKE) -s layers unit unit-asan unit-asan-clang unit-tsan interop itest sdk \
 	    $(if $(filter 1,$(KVSERVE_CUDA)),cuda-check)
 
 BENCH_SRCS := $(wildcard t/bench/bench_*.c)

@@ -1,9 +1,9 @@
 /*
  * kvs_index_gw: the gateway's pure helpers for prefix-aware routing
- * (kvserve_route, src/ngx/ngx_http_kvserve_route*.c; docs/prefix-index.md
- * "Routing"): the host table's update rule, an advertise URL's address
- * as nginx names upstream peers, and the pseudo host ids that
- * mode=approximate records its own decisions under.
+ * (kvserve_route, src/ngx/route/ngx_http_kvserve_route*.c;
+ * docs/prefix-index.md "Routing"): the host table's update rule, an
+ * advertise URL's address as nginx names upstream peers, and the pseudo
+ * host ids that mode=approximate records its own decisions under.
  *
  * The host table is a gateway worker's view of the engine hosts: their
  * latest accepted records and how many requests the worker sent each

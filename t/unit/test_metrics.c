@@ -1,6 +1,6 @@
 /*
  * test_metrics: per-request hops, Server-Timing and the Prometheus
- * exposition (src/api/kvs_metrics.c).
+ * exposition (src/metrics/kvs_metrics.c).
  *
  * Expected values are written by hand from the definitions: vLLM's
  * bucket bounds (docs/api.md), the hop intervals, milliseconds with three
