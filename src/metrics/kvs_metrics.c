@@ -202,6 +202,30 @@ static const kvs_hist_def_t  kvs_hist_defs[] = {
       KVS_HIST_GEN_TOKENS, NULL, 0 },
 };
 
+/* the per-model counters, in exposition order (after "kvserve:", before
+ * "_total") */
+typedef struct {
+    const char    *name;
+    const char    *help;
+    size_t         offset;    /* of the uint64_t in kvs_metrics_model_t */
+} kvs_counter_def_t;
+
+static const kvs_counter_def_t  kvs_counter_defs[] = {
+    { "prompt_tokens", "Number of prefill tokens processed.",
+      offsetof(kvs_metrics_model_t, prompt_tokens) },
+    { "generation_tokens", "Number of generation tokens processed.",
+      offsetof(kvs_metrics_model_t, generation_tokens) },
+    { "num_preemptions",
+      "Cumulative number of preemption from the engine.",
+      offsetof(kvs_metrics_model_t, preemptions) },
+    { "prefix_cache_queries",
+      "Prefix cache queries, in terms of number of queried tokens.",
+      offsetof(kvs_metrics_model_t, prefix_cache_queries) },
+    { "prefix_cache_hits",
+      "Prefix cache hits, in terms of number of cached tokens.",
+      offsetof(kvs_metrics_model_t, prefix_cache_hits) },
+};
+
 static const char  *kvs_reason_names[KVS_REASON_N] = {
     "stop", "length", "abort", "error"
 };
@@ -843,42 +867,10 @@ kvs_metrics_write(const kvs_metrics_t *m, const kvs_metrics_gauges_t *g,
 
     rc = kvs_metrics_gauges(out, m, g);
 
-    if (rc == KVS_OK) {
-        rc = kvs_metrics_counter(out, m, "prompt_tokens",
-                                 "Number of prefill tokens processed.",
-                                 offsetof(kvs_metrics_model_t,
-                                          prompt_tokens));
-    }
-
-    if (rc == KVS_OK) {
-        rc = kvs_metrics_counter(out, m, "generation_tokens",
-                                 "Number of generation tokens processed.",
-                                 offsetof(kvs_metrics_model_t,
-                                          generation_tokens));
-    }
-
-    if (rc == KVS_OK) {
-        rc = kvs_metrics_counter(out, m, "num_preemptions",
-                                 "Cumulative number of preemption from the "
-                                 "engine.",
-                                 offsetof(kvs_metrics_model_t,
-                                          preemptions));
-    }
-
-    if (rc == KVS_OK) {
-        rc = kvs_metrics_counter(out, m, "prefix_cache_queries",
-                                 "Prefix cache queries, in terms of number "
-                                 "of queried tokens.",
-                                 offsetof(kvs_metrics_model_t,
-                                          prefix_cache_queries));
-    }
-
-    if (rc == KVS_OK) {
-        rc = kvs_metrics_counter(out, m, "prefix_cache_hits",
-                                 "Prefix cache hits, in terms of number of "
-                                 "cached tokens.",
-                                 offsetof(kvs_metrics_model_t,
-                                          prefix_cache_hits));
+    for (i = 0; rc == KVS_OK && i < KVS_NELTS(kvs_counter_defs); i++) {
+        rc = kvs_metrics_counter(out, m, kvs_counter_defs[i].name,
+                                 kvs_counter_defs[i].help,
+                                 kvs_counter_defs[i].offset);
     }
 
     if (rc == KVS_OK) {
