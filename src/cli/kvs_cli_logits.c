@@ -27,6 +27,35 @@
     "           [--chunk N] [-o out.f32]\n"
 
 
+typedef struct {
+    const char  *path;
+    const char  *text;                /* -t: the ids as given */
+    const char  *out;                 /* -o; NULL: stdout */
+    uint32_t     block;               /* KV block size, tokens */
+    uint32_t     chunk;               /* ids per forward step; 0: all */
+} kvs_cli_logits_opts_t;
+
+/* What a run holds; kvs_cli_logits_free() releases it at any stage. */
+typedef struct {
+    kvs_model_t     *m;
+    int32_t         *ids;             /* [n_ids] */
+    uint32_t         n_ids;
+    kvs_backend_t   *be;
+    kvs_kv_pool_t   *pool;
+    kvs_kv_table_t   table;           /* the one sequence's blocks */
+    float           *logits;          /* [n_ids][n_vocab] */
+} kvs_cli_logits_run_t;
+
+
+static int kvs_cli_logits_args(int argc, char **argv,
+    kvs_cli_logits_opts_t *o);
+static int kvs_cli_logits_load(const kvs_cli_logits_opts_t *o,
+    kvs_cli_logits_run_t *r, kvs_err_t *err);
+static int kvs_cli_logits_forward(const kvs_cli_logits_opts_t *o,
+    kvs_cli_logits_run_t *r, kvs_err_t *err);
+static int kvs_cli_logits_write(const kvs_cli_logits_opts_t *o,
+    const kvs_cli_logits_run_t *r, kvs_err_t *err);
+static void kvs_cli_logits_free(kvs_cli_logits_run_t *r);
 static int kvs_cli_logits_ids(const char *s, uint32_t n_vocab,
     int32_t **ids, uint32_t *n, kvs_err_t *err);
 
@@ -34,46 +63,61 @@ static int kvs_cli_logits_ids(const char *s, uint32_t n_vocab,
 int
 kvs_cli_logits(int argc, char **argv)
 {
-    int                 i, rc;
-    FILE               *f;
-    int32_t            *ids;
-    char               *end;
-    uint32_t            block, chunk, n_ids, n_blocks, n, j, hi, *p;
-    size_t              off, nv, total;
-    unsigned long long  v;
-    float              *logits;             /* [n_ids][n_vocab] */
-    kvs_err_t           err;
-    const char         *path, *text, *out;
-    kvs_model_t        *m;
-    kvs_backend_t      *be;
-    kvs_kv_pool_t      *pool;
-    kvs_batch_tok_t    *toks;               /* [chunk] */
-    kvs_kv_table_t      table;
-    kvs_batch_t         b;
-    kvs_backend_conf_t  bc;
+    int                    rc;
+    kvs_err_t              err;
+    kvs_cli_logits_run_t   r;
+    kvs_cli_logits_opts_t  o;
 
-    path = NULL;
-    text = NULL;
-    out = NULL;
-    block = KVS_KV_BLOCK_TOKENS;
-    chunk = 0;
-    n_ids = 0;
+    rc = kvs_cli_logits_args(argc, argv, &o);
+    if (rc != 0) {
+        return rc;
+    }
+
+    kvs_err_clear(&err);
+    memset(&r, 0, sizeof(r));
+    rc = 0;
+
+    if (kvs_cli_logits_load(&o, &r, &err) != KVS_OK
+        || kvs_cli_logits_forward(&o, &r, &err) != KVS_OK
+        || kvs_cli_logits_write(&o, &r, &err) != KVS_OK)
+    {
+        fprintf(stderr, "kvserve logits: %s\n", err.msg);
+        rc = 1;
+    }
+
+    kvs_cli_logits_free(&r);
+
+    return rc;
+}
+
+
+/* 0, or 2 after saying what is wrong. */
+static int
+kvs_cli_logits_args(int argc, char **argv, kvs_cli_logits_opts_t *o)
+{
+    int                  i;
+    char                *end;
+    uint32_t             hi, *p;
+    unsigned long long   v;
+
+    memset(o, 0, sizeof(*o));
+    o->block = KVS_KV_BLOCK_TOKENS;
 
     for (i = 1; i < argc; i++) {
-        if (argv[i][0] != '-' && path == NULL) {
-            path = argv[i];
+        if (argv[i][0] != '-' && o->path == NULL) {
+            o->path = argv[i];
 
         } else if (i + 1 < argc && strcmp(argv[i], "-t") == 0) {
-            text = argv[++i];
+            o->text = argv[++i];
 
         } else if (i + 1 < argc && strcmp(argv[i], "-o") == 0) {
-            out = argv[++i];
+            o->out = argv[++i];
 
         } else if (i + 1 < argc && (strcmp(argv[i], "--block") == 0
                                     || strcmp(argv[i], "--chunk") == 0))
         {
-            p = argv[i][2] == 'b' ? &block : &chunk;
-            hi = p == &block ? KVS_KV_MAX_BLOCK_TOKENS : UINT32_MAX;
+            p = argv[i][2] == 'b' ? &o->block : &o->chunk;
+            hi = p == &o->block ? KVS_KV_MAX_BLOCK_TOKENS : UINT32_MAX;
             errno = 0;
             v = strtoull(argv[++i], &end, 10);
 
@@ -94,115 +138,144 @@ kvs_cli_logits(int argc, char **argv)
         }
     }
 
-    if (path == NULL || text == NULL) {
+    if (o->path == NULL || o->text == NULL) {
         fprintf(stderr, "kvserve logits: a model and -t IDS are needed\n"
                 KVS_CLI_LOGITS_USAGE);
         return 2;
     }
 
-    kvs_err_clear(&err);
-    memset(&table, 0, sizeof(table));
-    m = NULL;
-    be = NULL;
-    pool = NULL;
-    ids = NULL;
-    toks = NULL;
-    logits = NULL;
-    rc = 1;
+    return 0;
+}
 
-    if (kvs_model_open(&m, path, &err) != KVS_OK) {
-        m = NULL;
-        goto done;
+
+/* The model, and the ids within its vocabulary and its context. */
+static int
+kvs_cli_logits_load(const kvs_cli_logits_opts_t *o, kvs_cli_logits_run_t *r,
+    kvs_err_t *err)
+{
+    int  rc;
+
+    rc = kvs_model_open(&r->m, o->path, err);
+    if (rc != KVS_OK) {
+        r->m = NULL;
+        return rc;
     }
 
-    nv = m->hp.n_vocab;
-
-    if (kvs_cli_logits_ids(text, m->hp.n_vocab, &ids, &n_ids, &err)
-        != KVS_OK)
-    {
-        goto done;
+    rc = kvs_cli_logits_ids(o->text, r->m->hp.n_vocab, &r->ids, &r->n_ids,
+                            err);
+    if (rc != KVS_OK) {
+        return rc;
     }
 
     /* positions past the trained context are not the model's to answer */
-    if (m->hp.n_ctx_train != 0 && n_ids > m->hp.n_ctx_train) {
-        kvs_err_set(&err, KVS_ERANGE, "%u ids; the model's context is %u",
-                    n_ids, m->hp.n_ctx_train);
-        goto done;
+    if (r->m->hp.n_ctx_train != 0 && r->n_ids > r->m->hp.n_ctx_train) {
+        return kvs_err_set(err, KVS_ERANGE, "%u ids; the model's context "
+                           "is %u", r->n_ids, r->m->hp.n_ctx_train);
     }
 
-    chunk = chunk == 0 || chunk > n_ids ? n_ids : chunk;
-    n_blocks = (n_ids + block - 1) / block;
+    return KVS_OK;
+}
+
+
+/* Prefills the one sequence chunk by chunk, keeping every position's
+ * logits. */
+static int
+kvs_cli_logits_forward(const kvs_cli_logits_opts_t *o,
+    kvs_cli_logits_run_t *r, kvs_err_t *err)
+{
+    int                 rc;
+    size_t              off, nv;
+    uint32_t            chunk, n_blocks, n, j;
+    kvs_batch_t         b;
+    kvs_batch_tok_t    *toks;               /* [chunk] */
+    kvs_backend_conf_t  bc;
+
+    nv = r->m->hp.n_vocab;
+    chunk = o->chunk == 0 || o->chunk > r->n_ids ? r->n_ids : o->chunk;
+    n_blocks = (r->n_ids + o->block - 1) / o->block;
 
     memset(&bc, 0, sizeof(bc));
     bc.n_blocks = n_blocks;
-    bc.block_tokens = block;
+    bc.block_tokens = o->block;
 
-    if (kvs_backend_cpu_new(&be, m, &bc, &err) != KVS_OK
-        || kvs_kv_pool_new(&pool, n_blocks, block, &err) != KVS_OK
-        || kvs_kv_table_reserve(&table, pool, n_ids, &err) != KVS_OK)
+    if (kvs_backend_cpu_new(&r->be, r->m, &bc, err) != KVS_OK
+        || kvs_kv_pool_new(&r->pool, n_blocks, o->block, err) != KVS_OK
+        || kvs_kv_table_reserve(&r->table, r->pool, r->n_ids, err)
+           != KVS_OK)
     {
-        goto done;
+        return err->code;
     }
 
     toks = malloc(chunk * sizeof(kvs_batch_tok_t));
-    logits = malloc((size_t) n_ids * nv * sizeof(float));
+    r->logits = malloc((size_t) r->n_ids * nv * sizeof(float));
 
-    if (toks == NULL || logits == NULL) {
-        kvs_err_set(&err, KVS_ENOMEM, "out of memory");
-        goto done;
+    if (toks == NULL || r->logits == NULL) {
+        free(toks);
+        return kvs_err_set(err, KVS_ENOMEM, "out of memory");
     }
 
-    for (off = 0; off < n_ids; off += n) {
-        n = n_ids - off < chunk ? (uint32_t) (n_ids - off) : chunk;
+    rc = KVS_OK;
+
+    for (off = 0; off < r->n_ids && rc == KVS_OK; off += n) {
+        n = r->n_ids - off < chunk ? (uint32_t) (r->n_ids - off) : chunk;
 
         for (j = 0; j < n; j++) {
-            toks[j].token = ids[off + j];
+            toks[j].token = r->ids[off + j];
             toks[j].pos = (uint32_t) (off + j);
-            toks[j].table = &table;
+            toks[j].table = &r->table;
             toks[j].want_logits = 1;
         }
 
         b.toks = toks;
         b.n = n;
-
-        if (kvs_backend_forward(be, &b, logits + off * nv, &err)
-            != KVS_OK)
-        {
-            goto done;
-        }
+        rc = kvs_backend_forward(r->be, &b, r->logits + off * nv, err);
     }
 
-    total = (size_t) n_ids * nv;
-    f = out != NULL ? fopen(out, "wb") : stdout;
-
-    if (f != NULL) {
-        rc = fwrite(logits, sizeof(float), total, f) != total;
-        rc |= (f == stdout ? fflush(f) : fclose(f)) != 0;
-    }
-
-    if (rc != 0) {
-        kvs_err_set(&err, KVS_EIO, "writing %s: %s",
-                    out != NULL ? out : "stdout", strerror(errno));
-    }
-
-done:
-
-    if (rc != 0) {
-        fprintf(stderr, "kvserve logits: %s\n", err.msg);
-    }
-
-    if (pool != NULL) {
-        (void) kvs_kv_table_release(&table, pool, NULL);
-    }
-
-    free(ids);
     free(toks);
-    free(logits);
-    kvs_kv_pool_free(pool);
-    kvs_backend_free(be);
-    kvs_model_close(m);
 
     return rc;
+}
+
+
+static int
+kvs_cli_logits_write(const kvs_cli_logits_opts_t *o,
+    const kvs_cli_logits_run_t *r, kvs_err_t *err)
+{
+    int     bad;
+    FILE   *f;
+    size_t  total;
+
+    total = (size_t) r->n_ids * r->m->hp.n_vocab;
+    f = o->out != NULL ? fopen(o->out, "wb") : stdout;
+    bad = 1;
+
+    if (f != NULL) {
+        bad = fwrite(r->logits, sizeof(float), total, f) != total;
+        bad |= (f == stdout ? fflush(f) : fclose(f)) != 0;
+    }
+
+    if (bad) {
+        return kvs_err_set(err, KVS_EIO, "writing %s: %s",
+                           o->out != NULL ? o->out : "stdout",
+                           strerror(errno));
+    }
+
+    return KVS_OK;
+}
+
+
+static void
+kvs_cli_logits_free(kvs_cli_logits_run_t *r)
+{
+    if (r->pool != NULL) {
+        (void) kvs_kv_table_release(&r->table, r->pool, NULL);
+    }
+
+    free(r->ids);
+    free(r->logits);
+    kvs_kv_pool_free(r->pool);
+    kvs_backend_free(r->be);
+    kvs_model_close(r->m);
 }
 
 

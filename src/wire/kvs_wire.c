@@ -1,9 +1,10 @@
 /*
  * kvs_wire: the frame header, the message type names, the decoding
  * cursor and the frame reservation the encoders and decoders share, and
- * the bodiless messages (see kvs_wire.h for the header and
+ * the bodiless messages and INDEX (see kvs_wire.h for the header and
  * docs/engine-process.md for the bodies; the other messages are in
- * kvs_wire_enc.c and kvs_wire_dec.c).
+ * kvs_wire_enc.c and kvs_wire_dec.c, the fixed fields' tables in
+ * kvs_wire_layout.c).
  *
  * Invariants: the cursor knows how many bytes of the body are left and
  * every read checks it first; every count is checked against what is
@@ -65,94 +66,102 @@ kvs_wire_need_n(kvs_wire_rd_t *rd, uint64_t count, size_t size,
 }
 
 
-int
-kvs_wire_u8(kvs_wire_rd_t *rd, const char *field, uint8_t *v)
+const uint8_t *
+kvs_wire_take(kvs_wire_rd_t *rd, const char *field, size_t n)
 {
-    if (kvs_wire_need(rd, 1, field) != KVS_OK) {
+    const uint8_t  *q;
+
+    if (kvs_wire_need(rd, n, field) != KVS_OK) {
+        return NULL;
+    }
+
+    q = rd->p;
+    rd->p += n;
+    rd->left -= n;
+
+    return q;
+}
+
+
+int
+kvs_wire_bytes(kvs_wire_rd_t *rd, const char *field, size_t n, void *s)
+{
+    const uint8_t  *q;
+
+    q = kvs_wire_take(rd, field, n);
+    if (q == NULL) {
         return KVS_EFORMAT;
     }
 
-    *v = rd->p[0];
-    rd->p++;
-    rd->left--;
+    if (n > 0) {
+        memcpy(s, q, n);
+    }
 
     return KVS_OK;
+}
+
+
+/* Every integer the decoders read comes through here, whatever its
+ * width on the wire and in memory. */
+int
+kvs_wire_int(kvs_wire_rd_t *rd, const char *field, size_t wire, void *v,
+    size_t mem)
+{
+    const uint8_t  *q;
+
+    q = kvs_wire_take(rd, field, wire);
+    if (q == NULL) {
+        return KVS_EFORMAT;
+    }
+
+    kvs_wire_store(v, mem, wire == 1 ? q[0]
+                           : wire == 2 ? kvs_le_get16(q)
+                           : wire == 4 ? kvs_le_get32(q) : kvs_le_get64(q));
+
+    return KVS_OK;
+}
+
+
+int
+kvs_wire_u8(kvs_wire_rd_t *rd, const char *field, uint8_t *v)
+{
+    return kvs_wire_int(rd, field, 1, v, 1);
 }
 
 
 int
 kvs_wire_u16(kvs_wire_rd_t *rd, const char *field, uint16_t *v)
 {
-    if (kvs_wire_need(rd, 2, field) != KVS_OK) {
-        return KVS_EFORMAT;
-    }
-
-    *v = kvs_le_get16(rd->p);
-    rd->p += 2;
-    rd->left -= 2;
-
-    return KVS_OK;
+    return kvs_wire_int(rd, field, 2, v, 2);
 }
 
 
 int
 kvs_wire_u32(kvs_wire_rd_t *rd, const char *field, uint32_t *v)
 {
-    if (kvs_wire_need(rd, 4, field) != KVS_OK) {
-        return KVS_EFORMAT;
-    }
-
-    *v = kvs_le_get32(rd->p);
-    rd->p += 4;
-    rd->left -= 4;
-
-    return KVS_OK;
+    return kvs_wire_int(rd, field, 4, v, 4);
 }
 
 
 int
 kvs_wire_i32(kvs_wire_rd_t *rd, const char *field, int32_t *v)
 {
-    uint32_t  u;
-
-    if (kvs_wire_u32(rd, field, &u) != KVS_OK) {
-        return KVS_EFORMAT;
-    }
-
-    memcpy(v, &u, sizeof(u));
-
-    return KVS_OK;
+    return kvs_wire_int(rd, field, 4, v, 4);
 }
 
 
 int
 kvs_wire_u64(kvs_wire_rd_t *rd, const char *field, uint64_t *v)
 {
-    if (kvs_wire_need(rd, 8, field) != KVS_OK) {
-        return KVS_EFORMAT;
-    }
-
-    *v = kvs_le_get64(rd->p);
-    rd->p += 8;
-    rd->left -= 8;
-
-    return KVS_OK;
+    return kvs_wire_int(rd, field, 8, v, 8);
 }
 
 
-/* A float any value of (logprobs: -inf is a real answer). */
+/* A float any value of (logprobs: -inf is a real answer): its bits. */
 int
 kvs_wire_f32(kvs_wire_rd_t *rd, const char *field, float *v)
 {
-    uint32_t  u;
-
-    if (kvs_wire_u32(rd, field, &u) != KVS_OK) {
-        return KVS_EFORMAT;
-    }
-
-    memcpy(v, &u, sizeof(u));
-
-    return KVS_OK;
+    return kvs_wire_int(rd, field, 4, v, 4);
 }
 
 
@@ -206,12 +215,26 @@ kvs_wire_str(kvs_wire_rd_t *rd, const char *field, size_t len, char *s)
                            "byte", rd->what, field);
     }
 
-    memcpy(s, rd->p, len);
+    (void) kvs_wire_bytes(rd, field, len, s);
     s[len] = '\0';
-    rd->p += len;
-    rd->left -= len;
 
     return KVS_OK;
+}
+
+
+/* The caller checked the count against what is left: no check per id,
+ * which a million-token prompt would feel. */
+void
+kvs_wire_ids(kvs_wire_rd_t *rd, size_t n, int32_t *ids)
+{
+    size_t  i;
+
+    for (i = 0; i < n; i++) {
+        ids[i] = (int32_t) kvs_le_get32(rd->p + i * 4);
+    }
+
+    rd->p += n * 4;
+    rd->left -= n * 4;
 }
 
 
@@ -248,6 +271,69 @@ kvs_wire_end(kvs_wire_rd_t *rd)
     }
 
     return KVS_OK;
+}
+
+
+/* --- a field's memory ---------------------------------------------------- */
+
+/* memcpy, not a cast: the member may be an int, a float or a size_t,
+ * and aliasing it through another type would be undefined */
+void
+kvs_wire_store(void *at, size_t mem, uint64_t v)
+{
+    uint8_t   u8;
+    uint16_t  u16;
+    uint32_t  u32;
+
+    switch (mem) {
+
+    case 1:
+        u8 = (uint8_t) v;
+        memcpy(at, &u8, 1);
+        break;
+
+    case 2:
+        u16 = (uint16_t) v;
+        memcpy(at, &u16, 2);
+        break;
+
+    case 4:
+        u32 = (uint32_t) v;
+        memcpy(at, &u32, 4);
+        break;
+
+    default:
+        memcpy(at, &v, 8);
+    }
+}
+
+
+uint64_t
+kvs_wire_load(const void *at, size_t mem)
+{
+    uint8_t   u8;
+    uint16_t  u16;
+    uint32_t  u32;
+    uint64_t  u64;
+
+    switch (mem) {
+
+    case 1:
+        memcpy(&u8, at, 1);
+        return u8;
+
+    case 2:
+        memcpy(&u16, at, 2);
+        return u16;
+
+    case 4:
+        memcpy(&u32, at, 4);
+        return u32;
+
+    default:
+        memcpy(&u64, at, 8);
+        return u64;
+    }
 }
 
 
@@ -372,20 +458,29 @@ kvs_wire_enc_empty(kvs_buf_t *b, kvs_wire_type_t type, uint64_t id,
 }
 
 
-int
-kvs_wire_dec_empty(const uint8_t *f, size_t f_len, kvs_err_t *err)
+/* A whole frame of type with no body. */
+static int
+kvs_wire_dec_bodiless(const uint8_t *f, size_t f_len, unsigned type,
+    kvs_err_t *err)
 {
     kvs_wire_rd_t  rd;
 
-    if (f_len < KVS_WIRE_HDR) {
-        return kvs_err_set(err, KVS_EFORMAT, "frame: shorter than a header");
-    }
-
-    if (kvs_wire_start(&rd, f, f_len, kvs_le_get16(f + 4), err) != KVS_OK) {
+    if (kvs_wire_start(&rd, f, f_len, type, err) != KVS_OK) {
         return KVS_EFORMAT;
     }
 
     return kvs_wire_end(&rd);
+}
+
+
+int
+kvs_wire_dec_empty(const uint8_t *f, size_t f_len, kvs_err_t *err)
+{
+    if (f_len < KVS_WIRE_HDR) {
+        return kvs_err_set(err, KVS_EFORMAT, "frame: shorter than a header");
+    }
+
+    return kvs_wire_dec_bodiless(f, f_len, kvs_le_get16(f + 4), err);
 }
 
 
@@ -399,13 +494,7 @@ kvs_wire_enc_drain(kvs_buf_t *b, kvs_err_t *err)
 int
 kvs_wire_dec_drain(const uint8_t *f, size_t f_len, kvs_err_t *err)
 {
-    kvs_wire_rd_t  rd;
-
-    if (kvs_wire_start(&rd, f, f_len, KVS_WIRE_DRAIN, err) != KVS_OK) {
-        return KVS_EFORMAT;
-    }
-
-    return kvs_wire_end(&rd);
+    return kvs_wire_dec_bodiless(f, f_len, KVS_WIRE_DRAIN, err);
 }
 
 
@@ -419,13 +508,7 @@ kvs_wire_enc_subscribe(kvs_buf_t *b, kvs_err_t *err)
 int
 kvs_wire_dec_subscribe(const uint8_t *f, size_t f_len, kvs_err_t *err)
 {
-    kvs_wire_rd_t  rd;
-
-    if (kvs_wire_start(&rd, f, f_len, KVS_WIRE_SUBSCRIBE, err) != KVS_OK) {
-        return KVS_EFORMAT;
-    }
-
-    return kvs_wire_end(&rd);
+    return kvs_wire_dec_bodiless(f, f_len, KVS_WIRE_SUBSCRIBE, err);
 }
 
 
@@ -484,16 +567,7 @@ kvs_wire_enc_index(kvs_buf_t *b, uint64_t id, const kvs_wire_index_t *ix,
         return rc;
     }
 
-    p = kvs_le_put32(p, ix->model);
-    p = kvs_le_put64(p, ix->incarnation);
-    p = kvs_le_put64(p, ix->epoch);
-    p = kvs_le_put32(p, ix->block_tokens);
-    p = kvs_le_put32(p, ix->running);
-    p = kvs_le_put32(p, ix->waiting);
-    p = kvs_le_put32(p, ix->free_blocks);
-    p = kvs_le_put32(p, ix->resync);
-    p = kvs_le_put32(p, ix->n_add);
-    p = kvs_le_put32(p, ix->n_del);
+    p = kvs_wire_put_fields(p, &kvs_wire_index_head, ix);
     p = kvs_wire_putb(p, ix->names, n * 16);
     kvs_wire_commit(b, p);
 
@@ -510,16 +584,7 @@ kvs_wire_dec_index(const uint8_t *f, size_t f_len, kvs_wire_index_t *ix,
     memset(ix, 0, sizeof(kvs_wire_index_t));
 
     if (kvs_wire_start(&rd, f, f_len, KVS_WIRE_INDEX, err) != KVS_OK
-        || kvs_wire_u32(&rd, "model", &ix->model) != KVS_OK
-        || kvs_wire_u64(&rd, "incarnation", &ix->incarnation) != KVS_OK
-        || kvs_wire_u64(&rd, "epoch", &ix->epoch) != KVS_OK
-        || kvs_wire_u32(&rd, "block_tokens", &ix->block_tokens) != KVS_OK
-        || kvs_wire_u32(&rd, "running", &ix->running) != KVS_OK
-        || kvs_wire_u32(&rd, "waiting", &ix->waiting) != KVS_OK
-        || kvs_wire_u32(&rd, "free_blocks", &ix->free_blocks) != KVS_OK
-        || kvs_wire_u32(&rd, "resync", &ix->resync) != KVS_OK
-        || kvs_wire_u32(&rd, "n_add", &ix->n_add) != KVS_OK
-        || kvs_wire_u32(&rd, "n_del", &ix->n_del) != KVS_OK)
+        || kvs_wire_get_fields(&rd, &kvs_wire_index_head, ix) != KVS_OK)
     {
         return KVS_EFORMAT;
     }
@@ -535,9 +600,8 @@ kvs_wire_dec_index(const uint8_t *f, size_t f_len, kvs_wire_index_t *ix,
         return KVS_EFORMAT;
     }
 
-    ix->names = rd.p;
-    rd.p += ((size_t) ix->n_add + ix->n_del) * 16;
-    rd.left -= ((size_t) ix->n_add + ix->n_del) * 16;
+    ix->names = kvs_wire_take(&rd, "names",
+                              ((size_t) ix->n_add + ix->n_del) * 16);
 
     return kvs_wire_end(&rd);
 }

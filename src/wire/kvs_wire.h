@@ -109,7 +109,8 @@ typedef struct {
 } kvs_wire_hello_t;
 
 /* A decoded SUBMIT: req points into the arrays below, which the struct
- * owns and reuses from one decode to the next. */
+ * owns and reuses from one decode to the next; after a failed decode req
+ * is all zero. */
 typedef struct {
     uint32_t           model;
     uint64_t           submit_ns;     /* worker's CLOCK_MONOTONIC */

@@ -5,8 +5,9 @@
  * Invariants: an encoder computes its frame's exact size first, checking
  * every limit the decoder checks (KVS_ERANGE, field named), reserves it
  * once and then writes: so a failure leaves the buffer untouched and a
- * frame is never half appended.  What an encoder writes, the matching
- * decoder in kvs_wire_dec.c accepts.
+ * frame is never half appended.  Fixed fields are written through the
+ * tables of kvs_wire_layout.c, which the decoders read through, so what
+ * an encoder writes, the matching decoder in kvs_wire_dec.c accepts.
  */
 
 #include <math.h>
@@ -41,7 +42,7 @@ kvs_wire_enc_hello(kvs_buf_t *b, const kvs_wire_hello_t *m, kvs_err_t *err)
                                "must be 1..%d bytes", i, KVS_WIRE_MAX_NAME);
         }
 
-        len += 20 + 40 + 2 + nl;
+        len += kvs_wire_fields_size(&kvs_wire_hello_model) + 2 + nl;
     }
 
     rc = kvs_wire_begin(b, len, KVS_WIRE_HELLO, 0, &p, err);
@@ -58,16 +59,7 @@ kvs_wire_enc_hello(kvs_buf_t *b, const kvs_wire_hello_t *m, kvs_err_t *err)
     for (i = 0; i < m->n_models; i++) {
         md = &m->models[i];
         nl = strlen(md->name);
-        p = kvs_le_put32(p, md->index);
-        p = kvs_le_put32(p, md->n_ctx);
-        p = kvs_le_put32(p, md->n_vocab);
-        p = kvs_le_put32(p, md->block_tokens);
-        p = kvs_le_put32(p, md->kv_blocks);
-        p = kvs_le_put64(p, md->file_size);
-        p = kvs_le_put64(p, (uint64_t) md->mtime_ns);
-        p = kvs_le_put64(p, md->dev);
-        p = kvs_le_put64(p, md->ino);
-        p = kvs_le_put64(p, md->epoch);
+        p = kvs_wire_put_fields(p, &kvs_wire_hello_model, md);
         p = kvs_le_put16(p, (uint16_t) nl);
         p = kvs_wire_putb(p, md->name, nl);
     }
@@ -80,25 +72,36 @@ kvs_wire_enc_hello(kvs_buf_t *b, const kvs_wire_hello_t *m, kvs_err_t *err)
 
 /* --- SUBMIT -------------------------------------------------------------- */
 
-int
-kvs_wire_enc_submit(kvs_buf_t *b, uint64_t id, uint32_t model,
-    const kvs_engine_req_t *req, uint64_t submit_ns, kvs_err_t *err)
+/* The scope and the tenant: raw bytes within their limit. */
+static int
+kvs_wire_enc_submit_key(const char *field, const char *key, size_t len,
+    int max, kvs_err_t *err)
 {
-    int                         rc;
-    size_t                      len, i;
-    uint8_t                    *p;
-    const kvs_sample_params_t  *s;
+    if (len > (size_t) max || (len > 0 && key == NULL)) {
+        return kvs_err_set(err, KVS_ERANGE, "SUBMIT: %s: %zu bytes%s; at "
+                           "most %d", field, len,
+                           key == NULL ? " at NULL" : "", max);
+    }
 
-    s = &req->sample;
+    return KVS_OK;
+}
+
+
+/* The request's counts, first: they bound every loop after them. */
+static int
+kvs_wire_enc_submit_counts(const kvs_engine_req_t *req, kvs_err_t *err)
+{
+    int  rc;
 
     if (req->n > KVS_ENGINE_MAX_N) {
         return kvs_err_set(err, KVS_ERANGE, "SUBMIT: n: %u exceeds %d",
                            req->n, KVS_ENGINE_MAX_N);
     }
 
-    if (s->n_logit_bias > KVS_WIRE_MAX_BIAS) {
+    if (req->sample.n_logit_bias > KVS_WIRE_MAX_BIAS) {
         return kvs_err_set(err, KVS_ERANGE, "SUBMIT: logit_bias: %u entries "
-                           "exceed %d", s->n_logit_bias, KVS_WIRE_MAX_BIAS);
+                           "exceed %d", req->sample.n_logit_bias,
+                           KVS_WIRE_MAX_BIAS);
     }
 
     if (req->n_stop_ids > KVS_ENGINE_MAX_STOP_IDS) {
@@ -111,22 +114,16 @@ kvs_wire_enc_submit(kvs_buf_t *b, uint64_t id, uint32_t model,
                            "exceed %d", req->n_stop, KVS_WIRE_MAX_STOP);
     }
 
-    if (req->scope_len > KVS_RADIX_MAX_SCOPE
-        || (req->scope_len > 0 && req->scope == NULL))
-    {
-        return kvs_err_set(err, KVS_ERANGE, "SUBMIT: scope: %zu bytes%s; "
-                           "at most %d", req->scope_len,
-                           req->scope == NULL ? " at NULL" : "",
-                           KVS_RADIX_MAX_SCOPE);
+    rc = kvs_wire_enc_submit_key("scope", req->scope, req->scope_len,
+                                 KVS_RADIX_MAX_SCOPE, err);
+    if (rc != KVS_OK) {
+        return rc;
     }
 
-    if (req->tenant_len > KVS_FAIR_MAX_KEY
-        || (req->tenant_len > 0 && req->tenant == NULL))
-    {
-        return kvs_err_set(err, KVS_ERANGE, "SUBMIT: tenant: %zu bytes%s; "
-                           "at most %d", req->tenant_len,
-                           req->tenant == NULL ? " at NULL" : "",
-                           KVS_FAIR_MAX_KEY);
+    rc = kvs_wire_enc_submit_key("tenant", req->tenant, req->tenant_len,
+                                 KVS_FAIR_MAX_KEY, err);
+    if (rc != KVS_OK) {
+        return rc;
     }
 
     if (req->n_pins > KVS_ENGINE_MAX_PINS) {
@@ -134,24 +131,13 @@ kvs_wire_enc_submit(kvs_buf_t *b, uint64_t id, uint32_t model,
                            req->n_pins, KVS_ENGINE_MAX_PINS);
     }
 
-    for (i = 0; i < req->n_pins; i++) {
-        if (req->pins[i].n_tokens == 0
-            || req->pins[i].n_tokens > req->n_prompt)
-        {
-            return kvs_err_set(err, KVS_ERANGE, "SUBMIT: pins[%zu].n_tokens: "
-                               "%u is not in 1..%u", i,
-                               req->pins[i].n_tokens, req->n_prompt);
-        }
+    return KVS_OK;
+}
 
-        if (req->pins[i].ttl_ms == 0
-            || req->pins[i].ttl_ms > KVS_ENGINE_MAX_PIN_TTL)
-        {
-            return kvs_err_set(err, KVS_ERANGE, "SUBMIT: pins[%zu].ttl_ms: "
-                               "%u is not in 1..%d", i, req->pins[i].ttl_ms,
-                               KVS_ENGINE_MAX_PIN_TTL);
-        }
-    }
 
+static int
+kvs_wire_enc_submit_sampling(const kvs_sample_params_t *s, kvs_err_t *err)
+{
     if (!isfinite(s->temperature) || !isfinite(s->top_p)
         || !isfinite(s->min_p) || !isfinite(s->presence_penalty)
         || !isfinite(s->frequency_penalty))
@@ -168,69 +154,105 @@ kvs_wire_enc_submit(kvs_buf_t *b, uint64_t id, uint32_t model,
                            KVS_SAMPLE_MAX_TOP_LOGPROBS);
     }
 
-    /* the prompt alone can pass the frame limit: check before summing */
+    return KVS_OK;
+}
+
+
+/* Refuses what the decoder would. */
+static int
+kvs_wire_enc_submit_check(const kvs_engine_req_t *req, kvs_err_t *err)
+{
+    int     rc;
+    size_t  i;
+
+    rc = kvs_wire_enc_submit_counts(req, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    for (i = 0; i < req->n_pins; i++) {
+        rc = kvs_wire_pin_check(&req->pins[i], i, req->n_prompt, KVS_ERANGE,
+                                err);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+    }
+
+    rc = kvs_wire_enc_submit_sampling(&req->sample, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    /* the prompt alone can pass the frame limit: checked before the
+     * frame's size is summed */
     if (req->n_prompt > KVS_WIRE_MAX_FRAME / 4) {
         return kvs_err_set(err, KVS_ERANGE, "SUBMIT: prompt: %u ids exceed "
                            "the frame limit", req->n_prompt);
     }
 
-    len = KVS_WIRE_HDR + KVS_WIRE_SUBMIT_FIXED + (size_t) req->n_prompt * 4
-          + (size_t) s->n_logit_bias * 8 + (size_t) req->n_stop_ids * 4
-          + req->scope_len + req->tenant_len + (size_t) req->n_pins * 8;
+    for (i = 0; i < req->n_stop; i++) {
+        rc = kvs_wire_stop_check(i, req->stop_len[i], KVS_ERANGE, err);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+    }
+
+    return KVS_OK;
+}
+
+
+/* The frame's bytes, of a request kvs_wire_enc_submit_check passed. */
+static size_t
+kvs_wire_enc_submit_size(const kvs_engine_req_t *req)
+{
+    size_t  i, len;
+
+    len = KVS_WIRE_HDR + KVS_WIRE_SUBMIT_HEAD
+          + kvs_wire_fields_size(&kvs_wire_submit_req)
+          + (size_t) req->n_prompt * 4
+          + req->sample.n_logit_bias
+            * kvs_wire_fields_size(&kvs_wire_submit_bias)
+          + (size_t) req->n_stop_ids * 4 + req->scope_len + req->tenant_len
+          + req->n_pins * kvs_wire_fields_size(&kvs_wire_submit_pin);
 
     for (i = 0; i < req->n_stop; i++) {
-        if (req->stop_len[i] > KVS_WIRE_MAX_STOP_LEN) {
-            return kvs_err_set(err, KVS_ERANGE, "SUBMIT: stop[%zu]: %zu "
-                               "bytes exceed %d", i, req->stop_len[i],
-                               KVS_WIRE_MAX_STOP_LEN);
-        }
-
         len += 2 + req->stop_len[i];
     }
 
-    rc = kvs_wire_begin(b, len, KVS_WIRE_SUBMIT, id, &p, err);
+    return len;
+}
+
+
+int
+kvs_wire_enc_submit(kvs_buf_t *b, uint64_t id, uint32_t model,
+    const kvs_engine_req_t *req, uint64_t submit_ns, kvs_err_t *err)
+{
+    int       rc;
+    size_t    i;
+    uint8_t  *p;
+
+    rc = kvs_wire_enc_submit_check(req, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    rc = kvs_wire_begin(b, kvs_wire_enc_submit_size(req), KVS_WIRE_SUBMIT,
+                        id, &p, err);
     if (rc != KVS_OK) {
         return rc;
     }
 
     p = kvs_le_put32(p, model);
     p = kvs_le_put64(p, submit_ns);
-    p = kvs_le_put32(p, req->n_prompt);
-    p = kvs_le_put32(p, req->max_tokens);
-    p = kvs_le_put32(p, req->n);
-    p = kvs_wire_putf(p, s->temperature);
-    p = kvs_le_put32(p, (uint32_t) s->top_k);
-    p = kvs_wire_putf(p, s->top_p);
-    p = kvs_wire_putf(p, s->min_p);
-    p = kvs_le_put64(p, s->seed);
-    p = kvs_wire_putf(p, s->presence_penalty);
-    p = kvs_wire_putf(p, s->frequency_penalty);
-    *p++ = s->logprobs ? 1 : 0;
-    *p++ = (uint8_t) s->top_logprobs;
-    *p++ = req->ignore_eos ? 1 : 0;
-    *p++ = 0;
-    p = kvs_le_put32(p, s->n_logit_bias);
-    p = kvs_le_put32(p, req->n_stop_ids);
-    p = kvs_le_put32(p, req->n_stop);
-    p = kvs_le_put32(p, req->adapter);
-    p = kvs_le_put16(p, (uint16_t) req->scope_len);
-    *p++ = (uint8_t) req->n_pins;
-    *p++ = 0;
-    p = kvs_le_put16(p, (uint16_t) req->tenant_len);
-    p = kvs_le_put16(p, 0);
+    p = kvs_wire_put_fields(p, &kvs_wire_submit_req, req);
+    p = kvs_wire_put_ids(p, req->prompt, req->n_prompt);
 
-    for (i = 0; i < req->n_prompt; i++) {
-        p = kvs_le_put32(p, (uint32_t) req->prompt[i]);
+    for (i = 0; i < req->sample.n_logit_bias; i++) {
+        p = kvs_wire_put_fields(p, &kvs_wire_submit_bias,
+                                &req->sample.logit_bias[i]);
     }
 
-    for (i = 0; i < s->n_logit_bias; i++) {
-        p = kvs_le_put32(p, (uint32_t) s->logit_bias[i].token);
-        p = kvs_wire_putf(p, s->logit_bias[i].bias);
-    }
-
-    for (i = 0; i < req->n_stop_ids; i++) {
-        p = kvs_le_put32(p, (uint32_t) req->stop_ids[i]);
-    }
+    p = kvs_wire_put_ids(p, req->stop_ids, req->n_stop_ids);
 
     for (i = 0; i < req->n_stop; i++) {
         p = kvs_le_put16(p, (uint16_t) req->stop_len[i]);
@@ -241,8 +263,7 @@ kvs_wire_enc_submit(kvs_buf_t *b, uint64_t id, uint32_t model,
     p = kvs_wire_putb(p, req->tenant, req->tenant_len);
 
     for (i = 0; i < req->n_pins; i++) {
-        p = kvs_le_put32(p, req->pins[i].n_tokens);
-        p = kvs_le_put32(p, req->pins[i].ttl_ms);
+        p = kvs_wire_put_fields(p, &kvs_wire_submit_pin, &req->pins[i]);
     }
 
     kvs_wire_commit(b, p);
@@ -342,11 +363,8 @@ kvs_wire_out_frame(kvs_buf_t *b, uint64_t id, uint32_t choice,
     *p++ = out->has_cache ? 1 : 0;
     p = kvs_le_put16(p, 0);
 
-    for (i = t0; i < t1; i++) {
-        p = kvs_le_put32(p, (uint32_t) out->tokens[i]);
-    }
-
-    /* no text yet may mean no buffer: no offset from NULL */
+    /* no output yet may mean no buffer: no offset from NULL */
+    p = kvs_wire_put_ids(p, t1 > t0 ? out->tokens + t0 : NULL, t1 - t0);
     p = kvs_wire_putb(p, x1 > x0 ? out->text.data + x0 : NULL, x1 - x0);
 
     for (i = l0; i < l1; i++) {
@@ -491,26 +509,14 @@ kvs_wire_enc_pong(kvs_buf_t *b, uint64_t id, uint64_t now_ns,
 }
 
 
-/* A tenant's counts, without its key. */
-static uint8_t *
-kvs_wire_put_tenant(uint8_t *p, const kvs_engine_tenant_t *t)
-{
-    p = kvs_le_put64(p, t->prefill);
-    p = kvs_le_put64(p, t->decode);
-    p = kvs_le_put32(p, t->kv_blocks);
-    return kvs_le_put32(p, t->n_seqs);
-}
-
-
 int
 kvs_wire_enc_stats(kvs_buf_t *b, uint64_t id, const kvs_wire_stats_t *m,
     kvs_err_t *err)
 {
     int                          rc;
-    size_t                       len;
+    size_t                       len, rec;
     uint8_t                     *p;
     uint32_t                     i, k;
-    const kvs_engine_stats_t    *s;
     const kvs_engine_tenants_t  *tn;
 
     if (m->n_models > KVS_WIRE_MAX_MODELS) {
@@ -519,6 +525,7 @@ kvs_wire_enc_stats(kvs_buf_t *b, uint64_t id, const kvs_wire_stats_t *m,
     }
 
     len = KVS_WIRE_HDR + 12;
+    rec = kvs_wire_fields_size(&kvs_wire_stats_tenant);
 
     for (i = 0; i < m->n_models; i++) {
         tn = &m->models[i].tenants;
@@ -529,7 +536,7 @@ kvs_wire_enc_stats(kvs_buf_t *b, uint64_t id, const kvs_wire_stats_t *m,
                                KVS_ENGINE_TOP_TENANTS);
         }
 
-        len += KVS_WIRE_STATS_REC + 8 + KVS_WIRE_TENANT_REC;
+        len += kvs_wire_fields_size(&kvs_wire_stats_model) + 8 + rec;
 
         for (k = 0; k < tn->n_top; k++) {
             if (tn->top[k].key_len > KVS_FAIR_MAX_KEY) {
@@ -538,7 +545,7 @@ kvs_wire_enc_stats(kvs_buf_t *b, uint64_t id, const kvs_wire_stats_t *m,
                                    tn->top[k].key_len, KVS_FAIR_MAX_KEY);
             }
 
-            len += 2 + tn->top[k].key_len + KVS_WIRE_TENANT_REC;
+            len += 2 + tn->top[k].key_len + rec;
         }
     }
 
@@ -552,33 +559,7 @@ kvs_wire_enc_stats(kvs_buf_t *b, uint64_t id, const kvs_wire_stats_t *m,
     p = kvs_le_put32(p, m->n_models);
 
     for (i = 0; i < m->n_models; i++) {
-        s = &m->models[i].st;
-        p = kvs_le_put32(p, m->models[i].index);
-        p = kvs_le_put64(p, s->steps);
-        p = kvs_le_put64(p, s->prefill_tokens);
-        p = kvs_le_put64(p, s->decode_tokens);
-        p = kvs_le_put64(p, s->preemptions);
-        p = kvs_le_put64(p, s->kv_copies);
-        p = kvs_le_put64(p, s->step_ns);
-        p = kvs_le_put64(p, s->step_ns_max);
-        p = kvs_le_put64(p, s->decode_only_steps);
-        p = kvs_le_put64(p, s->decode_only_tokens);
-        p = kvs_le_put64(p, s->decode_only_ns);
-        p = kvs_le_put64(p, s->batch_seqs);
-        p = kvs_le_put32(p, s->running);
-        p = kvs_le_put32(p, s->waiting);
-        p = kvs_le_put32(p, s->kv_blocks);
-        p = kvs_le_put32(p, s->kv_used);
-        p = kvs_le_put32(p, s->kv_used_max);
-        p = kvs_le_put32(p, s->block_tokens);
-        p = kvs_le_put64(p, s->requests);
-        p = kvs_le_put64(p, s->finished);
-        p = kvs_le_put64(p, s->cache_query_tokens);
-        p = kvs_le_put64(p, s->cache_hit_tokens);
-        p = kvs_le_put64(p, s->cache_evicted_blocks);
-        p = kvs_le_put32(p, s->cache_blocks);
-        p = kvs_le_put32(p, s->cache_pinned_blocks);
-        p = kvs_le_put64(p, s->epoch);
+        p = kvs_wire_put_fields(p, &kvs_wire_stats_model, &m->models[i]);
 
         tn = &m->models[i].tenants;
         p = kvs_le_put32(p, tn->n_top);
@@ -587,10 +568,10 @@ kvs_wire_enc_stats(kvs_buf_t *b, uint64_t id, const kvs_wire_stats_t *m,
         for (k = 0; k < tn->n_top; k++) {
             p = kvs_le_put16(p, (uint16_t) tn->top[k].key_len);
             p = kvs_wire_putb(p, tn->top[k].key, tn->top[k].key_len);
-            p = kvs_wire_put_tenant(p, &tn->top[k]);
+            p = kvs_wire_put_fields(p, &kvs_wire_stats_tenant, &tn->top[k]);
         }
 
-        p = kvs_wire_put_tenant(p, &tn->other);
+        p = kvs_wire_put_fields(p, &kvs_wire_stats_tenant, &tn->other);
     }
 
     kvs_wire_commit(b, p);

@@ -1,5 +1,5 @@
 /*
- * test_wire: the engine process's protocol (src/wire/kvs_wire.c).
+ * test_wire: the engine process's protocol (src/wire: kvs_wire.h).
  *
  * Every message round-trips with edge values (empty and full lists,
  * limits, extreme integers, -inf logprobs, raw bytes in stop strings);
