@@ -31,6 +31,7 @@
 
 #include "ngx_http_kvserve_completions.h"
 #include "ngx/limit/ngx_http_kvserve_limit.h"
+#include "api/kvs_api_budget.h"
 
 
 static void ngx_http_kvserve_body(ngx_http_request_t *r);
@@ -320,12 +321,12 @@ ngx_http_kvserve_part_init(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t i,
     kvs_ids_t *ids, uint32_t n_ctx, kvs_api_err_t *aerr)
 {
     int                       rc;
-    int64_t                   max_tokens;
     uint32_t                  k;
     kvs_buf_t                 frame;
     kvs_err_t                 err;
     const char               *stop[KVS_API_MAX_STOP];
     size_t                    stop_len[KVS_API_MAX_STOP];
+    kvs_api_budget_t          budget;
     kvs_engine_req_t          ereq;
     ngx_http_kvserve_part_t  *part;
 
@@ -333,24 +334,7 @@ ngx_http_kvserve_part_init(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t i,
     part->ctx = ctx;
     part->index = i;
 
-    max_tokens = ctx->req.max_tokens;
-    if (max_tokens < 0) {
-        max_tokens = (int64_t) n_ctx - (int64_t) ids->n;
-    }
-
-    if (max_tokens < 1 || (int64_t) ids->n + max_tokens > (int64_t) n_ctx) {
-        kvs_api_err_set(aerr, 400, ctx->chat ? "messages" : "prompt",
-                        "context_length_exceeded",
-                        "This model's maximum context length is %u tokens. "
-                        "However, you requested %lld tokens (%zu in the "
-                        "%s, %lld for the completion). Please reduce the "
-                        "length of the %s or completion.",
-                        (unsigned) n_ctx,
-                        (long long) ((int64_t) ids->n
-                                     + (max_tokens > 0 ? max_tokens : 1)),
-                        ids->n, ctx->chat ? "messages" : "prompt",
-                        (long long) (max_tokens > 0 ? max_tokens : 1),
-                        ctx->chat ? "messages" : "prompt");
+    if (kvs_api_budget(&ctx->req, ids->n, n_ctx, &budget, aerr) != KVS_OK) {
         return NGX_ERROR;
     }
 
@@ -370,7 +354,7 @@ ngx_http_kvserve_part_init(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t i,
     ngx_memzero(&ereq, sizeof(ereq));
     ereq.prompt = part->ids;
     ereq.n_prompt = (uint32_t) part->n_ids;
-    ereq.max_tokens = (uint32_t) max_tokens;
+    ereq.max_tokens = budget.max_tokens;
     ereq.n = ctx->req.n;
     ereq.sample = ctx->req.sample;
     ereq.stop = stop;

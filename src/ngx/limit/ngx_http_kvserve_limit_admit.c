@@ -18,13 +18,12 @@
  *    in the worker.
  */
 
-#include <math.h>
-
 #include <ngx_config.h>
 #include <ngx_core.h>
 #include <ngx_http.h>
 
 #include "ngx_http_kvserve_limit_int.h"
+#include "api/kvs_api_budget.h"
 
 
 
@@ -69,45 +68,27 @@ ngx_http_kvserve_limit_delayed(ngx_event_t *ev)
 
 /* ---- the refund --------------------------------------------------------- */
 
-/*
- * kv_rate: the KV cache the request held, in KiB x s, from its timings:
- * from the submit to the first token its prompt's blocks fill up (half
- * of them held on average), from then on the prompt is held whole and
- * the output grows (half of it on average), at the model's
- * kv_bytes_per_token (as /v1/models reports it).  A request that never
- * reached the engine held nothing.
- */
-static uint64_t
-ngx_http_kvserve_limit_kv_held(ngx_http_kvserve_limit_ctx_t *lctx,
-    uint64_t generated)
+/* The request ended, or its output is all generated: every zone gets
+ * back the output it did not generate, and kv_rate's reservation becomes
+ * what it held (kvs_limit_kv_held()). */
+static void
+ngx_http_kvserve_limit_end(ngx_http_kvserve_limit_ctx_t *lctx)
 {
-    double                   bpt, fill_ns, full_ns, kib_s;
-    uint64_t                 now, first;
+    uint64_t                 generated;
+    kvs_limit_kv_hold_t      h;
     ngx_http_kvserve_ctx_t  *kctx;
 
     kctx = lctx->kctx;
+    generated = ngx_http_kvserve_completion_tokens(kctx);
 
-    if (lctx->kv_cost == 0 || kctx->t.submit_ns == 0) {
-        return 0;
-    }
+    h.prompt_tokens = kctx->prompt_tokens;
+    h.generated = generated;
+    h.bytes_per_token = lctx->kv_bpt;
+    h.submit_ns = kctx->t.submit_ns;
+    h.first_ns = kctx->t.first_ns;
 
-    now = kvs_now_ns();
-    first = kctx->t.first_ns ? kctx->t.first_ns : now;
-
-    fill_ns = first > kctx->t.submit_ns
-              ? (double) (first - kctx->t.submit_ns) : 0.0;
-    full_ns = now > first ? (double) (now - first) : 0.0;
-
-    bpt = (double) kvs_hparams_kv_bytes_per_token(&kctx->model->model->hp,
-                                                  KVS_API_KV_BYTES);
-
-    kib_s = ((double) kctx->prompt_tokens / 2.0 * fill_ns
-             + ((double) kctx->prompt_tokens + (double) generated / 2.0)
-               * full_ns)
-            * bpt / 1024.0 / 1e9;
-
-    return kib_s >= (double) KVS_LIMIT_TOKENS_MAX ? KVS_LIMIT_TOKENS_MAX
-                                                   : (uint64_t) ceil(kib_s);
+    ngx_http_kvserve_limit_settle(lctx, 0, lctx->n, 0, generated,
+                                  kvs_limit_kv_held(&h, kvs_now_ns()));
 }
 
 
@@ -116,16 +97,11 @@ ngx_http_kvserve_limit_cleanup(void *data)
 {
     ngx_http_kvserve_limit_ctx_t  *lctx = data;
 
-    uint64_t  generated;
-
     if (lctx->delay.timer_set) {
         ngx_del_timer(&lctx->delay);
     }
 
-    generated = ngx_http_kvserve_completion_tokens(lctx->kctx);
-    ngx_http_kvserve_limit_settle(lctx, 0, lctx->n, 0, generated,
-                                  ngx_http_kvserve_limit_kv_held(lctx,
-                                                                 generated));
+    ngx_http_kvserve_limit_end(lctx);
 }
 
 
@@ -140,7 +116,6 @@ static ngx_http_output_body_filter_pt  ngx_http_next_body_filter;
 static ngx_int_t
 ngx_http_kvserve_limit_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
-    uint64_t                       generated;
     ngx_chain_t                   *cl;
     ngx_http_kvserve_limit_ctx_t  *lctx;
 
@@ -152,10 +127,7 @@ ngx_http_kvserve_limit_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     for (cl = in; cl; cl = cl->next) {
         if (cl->buf->last_buf) {
-            generated = ngx_http_kvserve_completion_tokens(lctx->kctx);
-            ngx_http_kvserve_limit_settle(lctx, 0, lctx->n, 0, generated,
-                                          ngx_http_kvserve_limit_kv_held(
-                                              lctx, generated));
+            ngx_http_kvserve_limit_end(lctx);
             break;
         }
     }
@@ -313,12 +285,13 @@ ngx_int_t
 ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *kctx,
     ngx_http_kvserve_limit_resume_pt resume)
 {
-    double                              kib;
     uint32_t                            n_ctx;
-    uint64_t                            now, delay_ms, mt, asked;
+    uint64_t                            now, delay_ms, asked;
     ngx_str_t                           key;
     ngx_uint_t                          i, n, level, status, kv_refused;
-    kvs_limit_conf_t                    c;
+    kvs_api_err_t                       aerr;
+    kvs_api_budget_t                    budget;
+    kvs_limit_conf_t                    c, kc;
     kvs_limit_decision_t                d;
     ngx_pool_cleanup_t                 *cln;
     ngx_http_request_t                 *r;
@@ -362,28 +335,27 @@ ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *kctx,
 
     ngx_http_set_ctx(r, lctx, ngx_http_kvserve_limit_module);
 
-    /* the reservation: each prompt's max_tokens for each of its n
-     * choices; without max_tokens (chat), the rest of the context, as
-     * the part's own check computes it */
+    /* the reservation: the prompts and each prompt's output budget for
+     * all its choices, as its part was checked; kv_rate's, all that may
+     * be held for one second, settled to what was held when it ends */
     n_ctx = kctx->model->model->hp.n_ctx_train;
 
     for (i = 0; i < kctx->n_parts; i++) {
-        mt = kctx->req.max_tokens >= 0
-             ? (uint64_t) kctx->req.max_tokens
-             : (uint64_t) n_ctx - kctx->parts[i].n_ids;
-        lctx->refundable += mt * kctx->req.n;
+        if (kvs_api_budget(&kctx->req, kctx->parts[i].n_ids, n_ctx,
+                           &budget, &aerr)
+            != KVS_OK)
+        {
+            /* the part's own check passed */
+            goto failed;
+        }
+
+        lctx->refundable += budget.reserved;
     }
 
     lctx->cost = kctx->prompt_tokens + lctx->refundable;
-
-    /* kv_rate's reservation: all it may hold, for one second; settled to
-     * what it held when it ends */
-    kib = (double) lctx->cost
-          * (double) kvs_hparams_kv_bytes_per_token(&kctx->model->model->hp,
-                                                    KVS_API_KV_BYTES)
-          / 1024.0;
-    lctx->kv_cost = kib > (double) KVS_LIMIT_TOKENS_MAX
-                    ? KVS_LIMIT_TOKENS_MAX + 1 : (uint64_t) ceil(kib);
+    lctx->kv_bpt = kvs_hparams_kv_bytes_per_token(&kctx->model->model->hp,
+                                                  KVS_API_KV_BYTES);
+    lctx->kv_cost = kvs_limit_kv_cost(lctx->cost, lctx->kv_bpt);
 
     now = (uint64_t) ngx_current_msec;
     delay_ms = 0;
@@ -427,10 +399,10 @@ ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *kctx,
             goto failed;
         }
 
+        ngx_http_kvserve_limit_conf(&limits[i], zone, &c, &kc);
+
         if (kv_refused) {
-            ngx_http_kvserve_limit_kv_conf(&limits[i], zone, &c);
-        } else {
-            ngx_http_kvserve_limit_conf(&limits[i], zone, &c);
+            c = kc;
         }
 
         v.set = 1;
