@@ -800,12 +800,39 @@ test_kv_held(void **state)
 }
 
 
+/* A request reserving kv_cost in the KV bucket at 0 ms that held
+ * `held`: it passes, takes kv_cost of the room, and settles with back
+ * refunded and more charged on top, leaving room. */
+static void
+kv_request(const kvs_limit_conf_t *kc, kvs_limit_state_t *s,
+    uint64_t kv_cost, uint64_t held_kib_s, uint64_t back, uint64_t more,
+    uint64_t room)
+{
+    uint64_t              before, got_more;
+    kvs_err_t             err;
+    kvs_limit_resv_t      r;
+    kvs_limit_decision_t  d;
+
+    before = kvs_limit_remaining(kc, s, 0);
+
+    assert_int_equal(kvs_limit_reserve(kc, s, 0, kv_cost, kv_cost, &r, &d,
+                                       &err), KVS_OK);
+    assert_int_equal(d.verdict, KVS_LIMIT_PASSED);
+    assert_int_equal(kvs_limit_remaining(kc, s, 0), before - kv_cost);
+
+    assert_int_equal(kvs_limit_settle_actual(kc, s, 0, &r, held_kib_s,
+                                             &got_more), back);
+    assert_int_equal(got_more, more);
+    assert_int_equal(kvs_limit_remaining(kc, s, 0), room);
+}
+
+
 /* A request's KV reservation settled to what it held: less comes back,
  * more is charged on top. */
 static void
 test_kv_settle(void **state)
 {
-    uint64_t              kv_cost, more;
+    uint64_t              kv_cost;
     kvs_err_t             err;
     kvs_limit_conf_t      t, kc;
     kvs_limit_resv_t      r1;
@@ -822,38 +849,20 @@ test_kv_settle(void **state)
     /* 100 prompt + 400 reserved output at 1 KiB a token: 500 */
     kv_cost = kvs_limit_kv_cost(500, 1024);
     assert_int_equal(kv_cost, 500);
-    assert_int_equal(kvs_limit_reserve(&kc, &s, 0, kv_cost, kv_cost, &r1,
-                                       &d, &err), KVS_OK);
-    assert_int_equal(d.verdict, KVS_LIMIT_PASSED);
-    assert_int_equal(kvs_limit_remaining(&kc, &s, 0), 9740);
 
     /* below: 0.5 s filling (25) and 2 s of 100 + 40 / 2 (240): 265
      * held, 235 back */
-    assert_int_equal(kvs_limit_settle_actual(&kc, &s, 0, &r1,
-                                             held(100, 40, 1024, S,
-                                                  S + S / 2,
-                                                  3 * S + S / 2),
-                                             &more), 235);
-    assert_int_equal(more, 0);
-    assert_int_equal(kvs_limit_remaining(&kc, &s, 0), 9975);
+    kv_request(&kc, &s, kv_cost, held(100, 40, 1024, S, S + S / 2,
+                                      3 * S + S / 2),
+               235, 0, 10240 - 265);
 
     /* above: 20 s of the whole prompt, 2000 held, 1500 more */
-    assert_int_equal(kvs_limit_reserve(&kc, &s, 0, kv_cost, kv_cost, &r1,
-                                       &d, &err), KVS_OK);
-    assert_int_equal(kvs_limit_settle_actual(&kc, &s, 0, &r1,
-                                             held(100, 0, 1024, S, S,
-                                                  21 * S),
-                                             &more), 0);
-    assert_int_equal(more, 1500);
-    assert_int_equal(kvs_limit_remaining(&kc, &s, 0), 7975);
+    kv_request(&kc, &s, kv_cost, held(100, 0, 1024, S, S, 21 * S),
+               0, 1500, 9975 - 2000);
 
     /* never reached the engine: the whole reservation back */
-    assert_int_equal(kvs_limit_reserve(&kc, &s, 0, kv_cost, kv_cost, &r1,
-                                       &d, &err), KVS_OK);
-    assert_int_equal(kvs_limit_settle_actual(&kc, &s, 0, &r1,
-                                             held(100, 0, 1024, 0, 0, S),
-                                             &more), 500);
-    assert_int_equal(kvs_limit_remaining(&kc, &s, 0), 7975);
+    kv_request(&kc, &s, kv_cost, held(100, 0, 1024, 0, 0, S),
+               500, 0, 7975);
 
     /* a reservation over any bucket can never pass */
     assert_int_equal(kvs_limit_reserve(&kc, &s, 0,

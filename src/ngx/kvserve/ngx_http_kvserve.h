@@ -188,6 +188,9 @@ char *ngx_http_kvserve_chat_template(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_kvserve_kv_cache(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+/* "invalid value "V" in "D" directive, <must>": NGX_CONF_ERROR */
+char *ngx_http_kvserve_conf_invalid(ngx_conf_t *cf, ngx_command_t *cmd,
+    ngx_str_t *value, const char *must);
 /* cmd->post: an ngx_http_kvserve_uint_bounds_t */
 char *ngx_http_kvserve_set_uint(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
@@ -199,6 +202,10 @@ char *ngx_http_kvserve_tokenize_threads(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_kvserve_tokenize_threshold(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
+/* merge: nginx's "default" pool where a location that tokenizes set
+ * none */
+char *ngx_http_kvserve_tokenize_pool_default(ngx_conf_t *cf,
+    ngx_http_kvserve_loc_conf_t *klcf);
 char *ngx_http_kvserve_fair_weights(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_kvserve_fair_kv_max(ngx_conf_t *cf, ngx_command_t *cmd,

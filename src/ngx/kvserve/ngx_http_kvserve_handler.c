@@ -18,6 +18,10 @@
 #include "api/kvs_api.h"
 
 
+static ngx_int_t ngx_http_kvserve_not_allowed(ngx_http_request_t *r,
+    const char *method);
+
+
 static void
 ngx_http_kvserve_describe(ngx_http_kvserve_model_t *m, kvs_api_model_t *out)
 {
@@ -116,15 +120,7 @@ ngx_http_kvserve_handler(ngx_http_request_t *r)
             return rc;
         }
 
-        msg = ngx_pnalloc(r->pool, r->method_name.len + 64);
-        if (msg == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-        ngx_sprintf(msg, "Method %V is not allowed here; use POST.%Z",
-                    &r->method_name);
-        return ngx_http_kvserve_error_json(r, NGX_HTTP_NOT_ALLOWED,
-                                           (char *) msg, NULL,
-                                           "method_not_allowed");
+        return ngx_http_kvserve_not_allowed(r, "POST");
     }
 
     rc = ngx_http_discard_request_body(r);
@@ -145,16 +141,28 @@ ngx_http_kvserve_handler(ngx_http_request_t *r)
     }
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
-        msg = ngx_pnalloc(r->pool, r->method_name.len + 64);
-        if (msg == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-        ngx_sprintf(msg, "Method %V is not allowed here; use GET.%Z",
-                    &r->method_name);
-        return ngx_http_kvserve_error_json(r, NGX_HTTP_NOT_ALLOWED,
-                                           (char *) msg, NULL,
-                                           "method_not_allowed");
+        return ngx_http_kvserve_not_allowed(r, "GET");
     }
 
     return ngx_http_kvserve_models(r, &route);
+}
+
+
+/* The 405 of an endpoint that takes only method (the core's answer adds
+ * the Allow header). */
+static ngx_int_t
+ngx_http_kvserve_not_allowed(ngx_http_request_t *r, const char *method)
+{
+    u_char  *msg;
+
+    msg = ngx_pnalloc(r->pool, r->method_name.len + 64);
+    if (msg == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_sprintf(msg, "Method %V is not allowed here; use %s.%Z",
+                &r->method_name, method);
+
+    return ngx_http_kvserve_error_json(r, NGX_HTTP_NOT_ALLOWED, (char *) msg,
+                                       NULL, "method_not_allowed");
 }

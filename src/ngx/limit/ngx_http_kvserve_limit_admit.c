@@ -26,6 +26,9 @@
 #include "api/kvs_api_budget.h"
 
 
+static ngx_int_t ngx_http_kvserve_limit_header(ngx_http_request_t *r,
+    u_char **p, const char *key, uint64_t n);
+
 
 /* ---- admission ---------------------------------------------------------- */
 
@@ -146,8 +149,6 @@ ngx_http_kvserve_limit_filter_init(ngx_conf_t *cf)
 }
 
 
-/* ---- answers ------------------------------------------------------------ */
-
 /* The x-ratelimit-*-tokens headers (unless v is a KV bucket's) and
  * the retry advice. */
 static ngx_int_t
@@ -162,35 +163,26 @@ ngx_http_kvserve_limit_headers(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
-    if (v->kv) {
-        goto retry;
-    }
+    if (!v->kv) {
+        if (ngx_http_kvserve_limit_header(r, &p, "x-ratelimit-limit-tokens",
+                                          v->limit)
+            != NGX_OK
+            || ngx_http_kvserve_limit_header(r, &p,
+                                             "x-ratelimit-remaining-tokens",
+                                             v->remaining)
+               != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
 
-    s = p;
-    p = ngx_sprintf(p, "%uL%Z", v->limit);
-    if (ngx_http_kvserve_add_header(r, "x-ratelimit-limit-tokens",
-                                    (char *) s) != NGX_OK)
-    {
-        return NGX_ERROR;
+        s = p;
+        p += kvs_limit_fmt_duration((char *) p, v->reset_ms) + 1;
+        if (ngx_http_kvserve_add_header(r, "x-ratelimit-reset-tokens",
+                                        (char *) s) != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
     }
-
-    s = p;
-    p = ngx_sprintf(p, "%uL%Z", v->remaining);
-    if (ngx_http_kvserve_add_header(r, "x-ratelimit-remaining-tokens",
-                                    (char *) s) != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    s = p;
-    p += kvs_limit_fmt_duration((char *) p, v->reset_ms) + 1;
-    if (ngx_http_kvserve_add_header(r, "x-ratelimit-reset-tokens",
-                                    (char *) s) != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
-
-retry:
 
     if (never) {
         /* waiting does not help: openai-python honours this */
@@ -201,16 +193,29 @@ retry:
         return NGX_OK;
     }
 
-    s = p;
-    p = ngx_sprintf(p, "%uL%Z", kvs_limit_retry_after_s(v->retry_ms));
-    if (ngx_http_kvserve_add_header(r, "retry-after", (char *) s) != NGX_OK) {
+    if (ngx_http_kvserve_limit_header(r, &p, "retry-after",
+                                      kvs_limit_retry_after_s(v->retry_ms))
+        != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
-    s = p;
-    (void) ngx_sprintf(p, "%uL%Z", v->retry_ms);
+    return ngx_http_kvserve_limit_header(r, &p, "retry-after-ms",
+                                         v->retry_ms);
+}
 
-    return ngx_http_kvserve_add_header(r, "retry-after-ms", (char *) s);
+
+/* key: n in decimal, written at *p, which moves past it and its NUL. */
+static ngx_int_t
+ngx_http_kvserve_limit_header(ngx_http_request_t *r, u_char **p,
+    const char *key, uint64_t n)
+{
+    u_char  *s;
+
+    s = *p;
+    *p = ngx_sprintf(s, "%uL%Z", n);
+
+    return ngx_http_kvserve_add_header(r, key, (char *) s);
 }
 
 
@@ -246,8 +251,7 @@ ngx_http_kvserve_limit_reject(ngx_http_kvserve_limit_ctx_t *lctx,
                         (int) kctx->req.model.len, kctx->req.model.ptr, per,
                         (int) v->zone.len, v->zone.data,
                         (unsigned long long) v->limit,
-                        (unsigned long long) (v->kv ? lctx->kv_cost
-                                                    : lctx->cost));
+                        (unsigned long long) v->asked);
     } else {
         kvs_limit_fmt_duration(dur, v->retry_ms);
         kvs_api_err_set(&aerr, (int) llcf->status_code, NULL,
@@ -259,8 +263,7 @@ ngx_http_kvserve_limit_reject(ngx_http_kvserve_limit_ctx_t *lctx,
                         (int) v->zone.len, v->zone.data,
                         (unsigned long long) v->limit,
                         (unsigned long long) v->used,
-                        (unsigned long long) (v->kv ? lctx->kv_cost
-                                                    : lctx->cost), dur);
+                        (unsigned long long) v->asked, dur);
     }
 
     ngx_cpystrn((u_char *) aerr.type, (u_char *) "tokens",
@@ -286,7 +289,7 @@ ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *kctx,
     ngx_http_kvserve_limit_resume_pt resume)
 {
     uint32_t                            n_ctx;
-    uint64_t                            now, delay_ms, asked;
+    uint64_t                            now, delay_ms;
     ngx_str_t                           key;
     ngx_uint_t                          i, n, level, status, kv_refused;
     kvs_api_err_t                       aerr;
@@ -407,6 +410,7 @@ ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *kctx,
 
         v.set = 1;
         v.kv = kv_refused;
+        v.asked = kv_refused ? lctx->kv_cost : lctx->cost;
         v.limit = c.burst / KVS_LIMIT_MILLI;
         v.remaining = (c.burst - d.used) / KVS_LIMIT_MILLI;
         v.reset_ms = d.reset_ms;
@@ -418,8 +422,6 @@ ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *kctx,
             /* in the bucket before this request, whole tokens */
             v.used = (d.used + KVS_LIMIT_MILLI - 1) / KVS_LIMIT_MILLI;
 
-            asked = kv_refused ? lctx->kv_cost : lctx->cost;
-
             ngx_log_error(llcf->limit_log_level, r->connection->log, 0,
                           "limiting %s%s, %s, used: %uL, requested: "
                           "%uL, burst: %uL by zone \"%V\"",
@@ -427,7 +429,7 @@ ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *kctx,
                           llcf->dry_run ? ", dry run" : "",
                           d.verdict == KVS_LIMIT_NEVER ? "over the burst"
                                                        : "no room",
-                          v.used, asked, v.limit, &zone->name);
+                          v.used, v.asked, v.limit, &zone->name);
 
             if (llcf->dry_run) {
                 status = NGX_HTTP_KVSERVE_LIMIT_REJECTED_DRY_RUN;
@@ -571,18 +573,18 @@ ngx_http_kvserve_limit_status_variable(ngx_http_request_t *r,
 }
 
 
+static ngx_http_variable_t  ngx_http_kvserve_limit_vars[] = {
+
+    { ngx_string("kvserve_limit_status"), NULL,
+      ngx_http_kvserve_limit_status_variable, 0, NGX_HTTP_VAR_NOCACHEABLE,
+      0 },
+
+      ngx_http_null_variable
+};
+
+
 ngx_int_t
 ngx_http_kvserve_limit_add_variables(ngx_conf_t *cf)
 {
-    ngx_str_t             name = ngx_string("kvserve_limit_status");
-    ngx_http_variable_t  *var;
-
-    var = ngx_http_add_variable(cf, &name, NGX_HTTP_VAR_NOCACHEABLE);
-    if (var == NULL) {
-        return NGX_ERROR;
-    }
-
-    var->get_handler = ngx_http_kvserve_limit_status_variable;
-
-    return NGX_OK;
+    return ngx_http_kvserve_add_vars(cf, ngx_http_kvserve_limit_vars);
 }

@@ -124,6 +124,9 @@ typedef struct {
     uint64_t                   limit;       /* tokens: the burst */
     uint64_t                   remaining;   /* tokens */
     uint64_t                   used;        /* tokens, before the charge */
+    uint64_t                   asked;       /* the request's cost in the
+                                               bucket (tokens, or KiB x s
+                                               in a KV bucket) */
     uint64_t                   reset_ms;
     uint64_t                   retry_ms;
     ngx_str_t                  zone;
