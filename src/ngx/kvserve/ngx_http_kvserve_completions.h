@@ -1,7 +1,9 @@
 /*
  * ngx_http_kvserve_completions.h: the phases of a completion request
  * (ngx_http_kvserve_request.h draws the layers), and the prefix cache
- * helpers below them; private to the request's files and kvserve_route.
+ * helpers below them; for the request's own files only: the handler,
+ * the phases (kvserve_limit's admission among them), kvserve_status and
+ * kvserve_route.
  *
  * A request is read and prepared in _completions.c, rendered and
  * tokenized in _tokenize.c (inline, or in a thread pool task), admitted

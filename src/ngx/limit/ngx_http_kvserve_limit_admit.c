@@ -149,6 +149,8 @@ ngx_http_kvserve_limit_filter_init(ngx_conf_t *cf)
 }
 
 
+/* ---- answers ------------------------------------------------------------ */
+
 /* The x-ratelimit-*-tokens headers (unless v is a KV bucket's) and
  * the retry advice. */
 static ngx_int_t
