@@ -1,15 +1,19 @@
 /*
  * ngx_kvserve_module: the kvserve nginx module: its directives, their
  * configuration, and per-process start-up.  The directives' handlers
- * live in src/ngx/ngx_http_kvserve_conf.c, request handling in
- * src/ngx/ngx_http_kvserve_handler.c; everything that is not nginx glue
- * lives in libkvserve (src/).  The token rate limits (kvserve_limit_zone,
- * kvserve_limit, ...) are a module of their own in the same .so,
- * ngx_http_kvserve_limit_module: src/ngx/ngx_http_kvserve_limit_conf.c
- * (directives), _zone.c (shared zones) and _admit.c (requests).  So is
- * the prefix index's publisher on engine hosts (kvserve_index),
- * ngx_http_kvserve_index_module in src/ngx/ngx_http_kvserve_index.c,
- * which also closes the Redis connections (_redis.c) at exit.
+ * live in src/ngx/kvserve/ngx_http_kvserve_conf.c, request handling in
+ * src/ngx/kvserve/ (ngx_http_kvserve_request.h draws its files' layers,
+ * from the content handler, ngx_http_kvserve_handler.c, down to the
+ * request core); everything that is not nginx glue lives in libkvserve
+ * (src/).  The token rate limits (kvserve_limit_zone, kvserve_limit,
+ * ...) are a module of their own in the same .so,
+ * ngx_http_kvserve_limit_module: src/ngx/limit/ngx_http_kvserve_limit_conf.c
+ * (directives), _zone.c (shared zones) and _admit.c (requests).  So are
+ * the gateway's prefix-aware routing (kvserve_route,
+ * ngx_http_kvserve_route_module in src/ngx/route/) and the prefix index's
+ * publisher on engine hosts (kvserve_index, ngx_http_kvserve_index_module
+ * in src/ngx/index/ngx_http_kvserve_index.c), which also closes the
+ * Redis connections (_redis.c) at exit.
  *
  *   kvserve_model <name> <path.gguf>;   http, several allowed
  *   kvserve;                            location
@@ -615,18 +619,9 @@ ngx_http_kvserve_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_ptr_value(conf->cache_scope, prev->cache_scope, NULL);
 
     /* resolved only where kvserve serves: a server or http level left
-     * unset must not turn the default off for the locations below it.
-     * nginx sizes "default" (32 threads) unless a thread_pool line
-     * does. */
-    if (conf->tokenize_pool == NGX_CONF_UNSET_PTR && conf->enable == 1) {
-#if (NGX_THREADS)
-        conf->tokenize_pool = ngx_thread_pool_add(cf, NULL);
-        if (conf->tokenize_pool == NULL) {
-            return NGX_CONF_ERROR;
-        }
-#else
-        conf->tokenize_pool = NULL;
-#endif
+     * unset must not turn the default off for the locations below it */
+    if (conf->enable == 1) {
+        return ngx_http_kvserve_tokenize_pool_default(cf, conf);
     }
 
     return NGX_CONF_OK;

@@ -28,6 +28,9 @@
  *    twice when workers' cached clocks differ slightly;
  *  - decisions compare the exact amount: a request passes iff the exact
  *    amount plus its cost is at most the burst.
+ *
+ * kv_rate's bucket (KiB x s of KV cache held) is such a bucket too; its
+ * size, a request's reservation and what it held are kvs_limit_kv.h.
  */
 
 #ifndef KVS_LIMIT_H

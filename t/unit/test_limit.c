@@ -1,5 +1,6 @@
 /*
- * test_limit: the token bucket of kvserve_limit (src/limit/kvs_limit.c).
+ * test_limit: the token bucket of kvserve_limit (src/limit/kvs_limit.c)
+ * and kv_rate's arithmetic beside it (src/limit/kvs_limit_kv.c).
  *
  * Expected values are worked out by hand from the definitions (a bucket
  * of `burst` tokens draining at the rate, a request passing iff the
@@ -13,6 +14,7 @@
 #include "kvs_test.h"
 
 #include "limit/kvs_limit.h"
+#include "limit/kvs_limit_kv.h"
 
 
 static kvs_limit_conf_t
@@ -630,6 +632,245 @@ test_fmt_duration(void **state)
 }
 
 
+/* ---- kv_rate ------------------------------------------------------------ */
+
+/* The KV bucket of a token bucket t at kv_rate KiB/s: kv_rate x t's
+ * window in whole seconds (at least one), at most KVS_LIMIT_TOKENS_MAX,
+ * never delaying. */
+static uint64_t
+kv_burst(uint64_t rate, uint64_t period_ms, uint64_t burst,
+    uint64_t kv_rate)
+{
+    kvs_err_t         err;
+    kvs_limit_conf_t  t, kc;
+
+    t = conf(rate, period_ms, burst, KVS_LIMIT_NODELAY);
+
+    assert_int_equal(kvs_limit_kv_conf_init(&kc, &t, kv_rate, &err),
+                     KVS_OK);
+    assert_int_equal(kc.rate, kv_rate);
+    assert_int_equal(kc.period_ms, 1000);
+    assert_int_equal(kc.delay, kc.burst);
+    assert_int_equal(kc.burst % KVS_LIMIT_MILLI, 0);
+
+    return kc.burst / KVS_LIMIT_MILLI;
+}
+
+
+static void
+test_kv_conf(void **state)
+{
+    kvs_err_t         err;
+    kvs_limit_conf_t  t, kc;
+
+    (void) state;
+
+    /* docs/limits.md: rate=1000t/s burst=10000 kv_rate=1g/s, a 10 s
+     * window, 10 GiB x s */
+    assert_int_equal(kv_burst(1000, 1000, 10000, 1048576), 10485760);
+
+    /* burst = rate: one period, 1 s */
+    assert_int_equal(kv_burst(1000, 1000, 1000, 1048576), 1048576);
+
+    /* a minute's rate: 6000 t/m, burst 6000: 60 s */
+    assert_int_equal(kv_burst(6000, 60000, 6000, 100), 6000);
+
+    /* under a second: 500 ms is held as one second */
+    assert_int_equal(kv_burst(1000, 1000, 500, 100), 100);
+
+    /* whole seconds: 10 tokens at 3 t/s is 3333 ms, 3 s */
+    assert_int_equal(kv_burst(3, 1000, 10, 7), 21);
+
+    /* 1 token at 60 t/m: 1000 ms exactly */
+    assert_int_equal(kv_burst(60, 60000, 1, 5), 5);
+
+    /* the largest values: the window (2^40 minutes) and the product
+     * stop at KVS_LIMIT_TOKENS_MAX */
+    assert_int_equal(kv_burst(1, 60000, KVS_LIMIT_TOKENS_MAX, 1),
+                     KVS_LIMIT_TOKENS_MAX);
+    assert_int_equal(kv_burst(1000, 1000, 1000, KVS_LIMIT_TOKENS_MAX),
+                     KVS_LIMIT_TOKENS_MAX);
+    assert_int_equal(kv_burst(1000, 1000, 2000, KVS_LIMIT_TOKENS_MAX),
+                     KVS_LIMIT_TOKENS_MAX);
+    assert_int_equal(kv_burst(1000, 1000, 2000, KVS_LIMIT_TOKENS_MAX / 2),
+                     KVS_LIMIT_TOKENS_MAX);
+    assert_int_equal(kv_burst(1000, 1000, 3000, KVS_LIMIT_TOKENS_MAX / 2),
+                     KVS_LIMIT_TOKENS_MAX);
+
+    /* kv_rate out of range */
+    t = conf(1000, 1000, 1000, KVS_LIMIT_NODELAY);
+    assert_int_equal(kvs_limit_kv_conf_init(&kc, &t, 0, &err), KVS_EINVAL);
+    assert_int_equal(kvs_limit_kv_conf_init(&kc, &t,
+                                            KVS_LIMIT_TOKENS_MAX + 1, &err),
+                     KVS_EINVAL);
+}
+
+
+/* The reservation: tokens x bytes per token, in KiB, rounded up; over
+ * any bucket: KVS_LIMIT_TOKENS_MAX + 1. */
+static void
+test_kv_cost(void **state)
+{
+    (void) state;
+
+    assert_int_equal(kvs_limit_kv_cost(0, 256), 0);
+    assert_int_equal(kvs_limit_kv_cost(1000, 0), 0);
+    assert_int_equal(kvs_limit_kv_cost(1, 1024), 1);
+    assert_int_equal(kvs_limit_kv_cost(1, 256), 1);         /* 0.25 */
+    assert_int_equal(kvs_limit_kv_cost(4, 256), 1);         /* 1 */
+    assert_int_equal(kvs_limit_kv_cost(5, 256), 2);         /* 1.25 */
+    assert_int_equal(kvs_limit_kv_cost(3, 1000), 3);        /* 2.93 */
+
+    /* Llama-3-70B in bf16: 320 KiB a token, 200k tokens */
+    assert_int_equal(kvs_limit_kv_cost(200000, 327680), 64000000);
+
+    /* the largest bucket exactly, and one byte over it */
+    assert_int_equal(kvs_limit_kv_cost(KVS_LIMIT_TOKENS_MAX, 1024),
+                     KVS_LIMIT_TOKENS_MAX);
+    assert_int_equal(kvs_limit_kv_cost(KVS_LIMIT_TOKENS_MAX + 1, 1024),
+                     KVS_LIMIT_TOKENS_MAX + 1);
+
+    /* 3 x 375299968947541 = 2^50 - 1 bytes: 2^40 KiB rounded up; one
+     * token more is over */
+    assert_int_equal(kvs_limit_kv_cost(375299968947541ULL, 3),
+                     KVS_LIMIT_TOKENS_MAX);
+    assert_int_equal(kvs_limit_kv_cost(375299968947542ULL, 3),
+                     KVS_LIMIT_TOKENS_MAX + 1);
+
+    /* a product past 2^64 is still over, not wrapped */
+    assert_int_equal(kvs_limit_kv_cost(UINT64_MAX, 327680),
+                     KVS_LIMIT_TOKENS_MAX + 1);
+    assert_int_equal(kvs_limit_kv_cost(UINT64_MAX, 0), 0);
+}
+
+
+#define S  1000000000ULL     /* ns */
+
+static uint64_t
+held(uint64_t prompt, uint64_t generated, uint64_t bpt, uint64_t submit,
+    uint64_t first, uint64_t now)
+{
+    kvs_limit_kv_hold_t  h;
+
+    h.prompt_tokens = prompt;
+    h.generated = generated;
+    h.bytes_per_token = bpt;
+    h.submit_ns = submit;
+    h.first_ns = first;
+
+    return kvs_limit_kv_held(&h, now);
+}
+
+
+/* What a request held: half its prompt until the first token, then the
+ * prompt and half its output, KiB x s rounded up. */
+static void
+test_kv_held(void **state)
+{
+    (void) state;
+
+    /* never reached the engine */
+    assert_int_equal(held(100, 0, 1024, 0, 0, 5 * S), 0);
+
+    /* zero-length holds */
+    assert_int_equal(held(100, 0, 1024, S, 0, S), 0);
+    assert_int_equal(held(100, 10, 1024, S, S, S), 0);
+
+    /* no first token yet: 2 s filling, 50 KiB held on average */
+    assert_int_equal(held(100, 0, 1024, S, 0, 3 * S), 100);
+
+    /* 1 s filling (50 KiB x s), then 2 s of 100 + 10 / 2 KiB (210) */
+    assert_int_equal(held(100, 10, 1024, S, 2 * S, 4 * S), 260);
+
+    /* at 1000 bytes a token: 260 x 1000 / 1024 = 253.9 */
+    assert_int_equal(held(100, 10, 1000, S, 2 * S, 4 * S), 254);
+
+    /* any hold at all is at least 1: 0.5 token for 1 ns */
+    assert_int_equal(held(1, 0, 256, S, 0, S + 1), 1);
+
+    /* a first token stamped before the submit: no filling */
+    assert_int_equal(held(100, 10, 1024, 2 * S, S, 3 * S), 210);
+
+    /* now behind the first token: only the filling */
+    assert_int_equal(held(100, 10, 1024, S, 3 * S, 2 * S), 100);
+
+    /* 2^40 tokens of 1 MiB for 1000 s: KVS_LIMIT_TOKENS_MAX */
+    assert_int_equal(held(KVS_LIMIT_TOKENS_MAX, 0, 1 << 20, S, S,
+                          1001 * S), KVS_LIMIT_TOKENS_MAX);
+}
+
+
+/* A request reserving kv_cost in the KV bucket at 0 ms that held
+ * `held`: it passes, takes kv_cost of the room, and settles with back
+ * refunded and more charged on top, leaving room. */
+static void
+kv_request(const kvs_limit_conf_t *kc, kvs_limit_state_t *s,
+    uint64_t kv_cost, uint64_t held_kib_s, uint64_t back, uint64_t more,
+    uint64_t room)
+{
+    uint64_t              before, got_more;
+    kvs_err_t             err;
+    kvs_limit_resv_t      r;
+    kvs_limit_decision_t  d;
+
+    before = kvs_limit_remaining(kc, s, 0);
+
+    assert_int_equal(kvs_limit_reserve(kc, s, 0, kv_cost, kv_cost, &r, &d,
+                                       &err), KVS_OK);
+    assert_int_equal(d.verdict, KVS_LIMIT_PASSED);
+    assert_int_equal(kvs_limit_remaining(kc, s, 0), before - kv_cost);
+
+    assert_int_equal(kvs_limit_settle_actual(kc, s, 0, &r, held_kib_s,
+                                             &got_more), back);
+    assert_int_equal(got_more, more);
+    assert_int_equal(kvs_limit_remaining(kc, s, 0), room);
+}
+
+
+/* A request's KV reservation settled to what it held: less comes back,
+ * more is charged on top. */
+static void
+test_kv_settle(void **state)
+{
+    uint64_t              kv_cost;
+    kvs_err_t             err;
+    kvs_limit_conf_t      t, kc;
+    kvs_limit_resv_t      r1;
+    kvs_limit_state_t     s;
+    kvs_limit_decision_t  d;
+
+    (void) state;
+
+    /* rate=1000t/s burst=10000 kv_rate=1m/s: 10240 KiB x s */
+    t = conf(1000, 1000, 10000, KVS_LIMIT_NODELAY);
+    assert_int_equal(kvs_limit_kv_conf_init(&kc, &t, 1024, &err), KVS_OK);
+    kvs_limit_state_init(&s, 0);
+
+    /* 100 prompt + 400 reserved output at 1 KiB a token: 500 */
+    kv_cost = kvs_limit_kv_cost(500, 1024);
+    assert_int_equal(kv_cost, 500);
+
+    /* below: 0.5 s filling (25) and 2 s of 100 + 40 / 2 (240): 265
+     * held, 235 back */
+    kv_request(&kc, &s, kv_cost, held(100, 40, 1024, S, S + S / 2,
+                                      3 * S + S / 2),
+               235, 0, 10240 - 265);
+
+    /* above: 20 s of the whole prompt, 2000 held, 1500 more */
+    kv_request(&kc, &s, kv_cost, held(100, 0, 1024, S, S, 21 * S),
+               0, 1500, 9975 - 2000);
+
+    /* never reached the engine: the whole reservation back */
+    kv_request(&kc, &s, kv_cost, held(100, 0, 1024, 0, 0, S),
+               500, 0, 7975);
+
+    /* a reservation over any bucket can never pass */
+    assert_int_equal(kvs_limit_reserve(&kc, &s, 0,
+                                       kvs_limit_kv_cost(UINT64_MAX, 1024),
+                                       0, &r1, &d, &err), KVS_EINVAL);
+}
+
+
 int
 main(void)
 {
@@ -645,6 +886,10 @@ main(void)
         cmocka_unit_test(test_settle_actual),
         cmocka_unit_test(test_million_no_drift),
         cmocka_unit_test(test_fmt_duration),
+        cmocka_unit_test(test_kv_conf),
+        cmocka_unit_test(test_kv_cost),
+        cmocka_unit_test(test_kv_held),
+        cmocka_unit_test(test_kv_settle),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -131,7 +131,6 @@ static void ngx_http_kvserve_index_beat(ngx_event_t *ev);
 static void ngx_http_kvserve_index_flush(ngx_http_kvserve_index_pub_t *p);
 static void ngx_http_kvserve_index_done(void *data,
     const kvs_index_reply_t *replies, size_t n);
-static uint64_t ngx_http_kvserve_index_now_ms(void);
 
 
 static ngx_command_t  ngx_http_kvserve_index_commands[] = {
@@ -898,7 +897,7 @@ ngx_http_kvserve_index_beat(ngx_event_t *ev)
         }
     }
 
-    now = ngx_http_kvserve_index_now_ms();
+    now = ngx_http_kvserve_redis_now_ms();
     host_ttl = (uint64_t) p->conf->heartbeat
                * NGX_HTTP_KVSERVE_INDEX_HOST_BEATS;
 
@@ -952,16 +951,4 @@ ngx_http_kvserve_index_beat(ngx_event_t *ev)
     }
 
     ngx_http_kvserve_index_flush(p);
-}
-
-
-/* wall-clock ms since 1970, from nginx's cached time */
-static uint64_t
-ngx_http_kvserve_index_now_ms(void)
-{
-    ngx_time_t  *tp;
-
-    tp = ngx_timeofday();
-
-    return (uint64_t) tp->sec * 1000 + tp->msec;
 }

@@ -6,7 +6,8 @@
  * for the worker's life), each connection's redisAsyncContext and the
  * ngx_connection_t that carries its fd in nginx's event loop, the
  * reconnect timer, and every batch sent until hiredis has called back
- * for all of its commands.
+ * for all of its commands.  Also the wall clock the index's records are
+ * stamped on, which the publisher and the router share.
  *
  * Invariants:
  * - rd->ac is the context we still own, or NULL.  It is set to NULL
@@ -133,6 +134,10 @@ static void ngx_http_kvserve_redis_add_read(void *privdata);
 static void ngx_http_kvserve_redis_del_read(void *privdata);
 static void ngx_http_kvserve_redis_add_write(void *privdata);
 static void ngx_http_kvserve_redis_del_write(void *privdata);
+static void ngx_http_kvserve_redis_event_add(ngx_event_t *ev,
+    ngx_int_t event, const char *what);
+static void ngx_http_kvserve_redis_event_del(ngx_event_t *ev,
+    ngx_int_t event);
 static void ngx_http_kvserve_redis_cleanup(void *privdata);
 static void ngx_http_kvserve_redis_reply(redisAsyncContext *ac, void *r,
     void *privdata);
@@ -561,13 +566,7 @@ ngx_http_kvserve_redis_add_read(void *privdata)
 {
     ngx_connection_t  *c = privdata;
 
-    if (!c->read->active
-        && ngx_add_event(c->read, NGX_READ_EVENT, NGX_LEVEL_EVENT)
-           != NGX_OK)
-    {
-        ngx_log_error(NGX_LOG_ALERT, c->log, 0,
-                      "kvserve redis: adding a read event failed");
-    }
+    ngx_http_kvserve_redis_event_add(c->read, NGX_READ_EVENT, "read");
 }
 
 
@@ -576,9 +575,7 @@ ngx_http_kvserve_redis_del_read(void *privdata)
 {
     ngx_connection_t  *c = privdata;
 
-    if (c->read->active) {
-        (void) ngx_del_event(c->read, NGX_READ_EVENT, 0);
-    }
+    ngx_http_kvserve_redis_event_del(c->read, NGX_READ_EVENT);
 }
 
 
@@ -587,13 +584,7 @@ ngx_http_kvserve_redis_add_write(void *privdata)
 {
     ngx_connection_t  *c = privdata;
 
-    if (!c->write->active
-        && ngx_add_event(c->write, NGX_WRITE_EVENT, NGX_LEVEL_EVENT)
-           != NGX_OK)
-    {
-        ngx_log_error(NGX_LOG_ALERT, c->log, 0,
-                      "kvserve redis: adding a write event failed");
-    }
+    ngx_http_kvserve_redis_event_add(c->write, NGX_WRITE_EVENT, "write");
 }
 
 
@@ -602,8 +593,28 @@ ngx_http_kvserve_redis_del_write(void *privdata)
 {
     ngx_connection_t  *c = privdata;
 
-    if (c->write->active) {
-        (void) ngx_del_event(c->write, NGX_WRITE_EVENT, 0);
+    ngx_http_kvserve_redis_event_del(c->write, NGX_WRITE_EVENT);
+}
+
+
+static void
+ngx_http_kvserve_redis_event_add(ngx_event_t *ev, ngx_int_t event,
+    const char *what)
+{
+    if (!ev->active
+        && ngx_add_event(ev, event, NGX_LEVEL_EVENT) != NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_ALERT, ev->log, 0,
+                      "kvserve redis: adding a %s event failed", what);
+    }
+}
+
+
+static void
+ngx_http_kvserve_redis_event_del(ngx_event_t *ev, ngx_int_t event)
+{
+    if (ev->active) {
+        (void) ngx_del_event(ev, event, 0);
     }
 }
 
@@ -980,4 +991,17 @@ ngx_http_kvserve_redis_resolve(ngx_conf_t *cf, ngx_str_t *directive,
     *addr = u.addrs[0].name;
 
     return NGX_OK;
+}
+
+
+/* ---- the index's clock -------------------------------------------------- */
+
+uint64_t
+ngx_http_kvserve_redis_now_ms(void)
+{
+    ngx_time_t  *tp;
+
+    tp = ngx_timeofday();
+
+    return (uint64_t) tp->sec * 1000 + tp->msec;
 }

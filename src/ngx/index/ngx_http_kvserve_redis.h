@@ -84,4 +84,9 @@ void ngx_http_kvserve_redis_cancel(ngx_http_kvserve_redis_batch_t *b);
  * it, after the other kvserve modules' (it is the last module). */
 void ngx_http_kvserve_redis_exit(ngx_cycle_t *cycle);
 
+/* Wall-clock ms since 1970, from nginx's cached time: what the index's
+ * records are stamped with and aged by (host records, trims), on every
+ * host alike; kvs_now_ns() is per host and does not compare. */
+uint64_t ngx_http_kvserve_redis_now_ms(void);
+
 #endif /* NGX_HTTP_KVSERVE_REDIS_H */

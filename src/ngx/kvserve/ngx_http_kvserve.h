@@ -188,6 +188,9 @@ char *ngx_http_kvserve_chat_template(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_kvserve_kv_cache(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+/* "invalid value "V" in "D" directive, <must>": NGX_CONF_ERROR */
+char *ngx_http_kvserve_conf_invalid(ngx_conf_t *cf, ngx_command_t *cmd,
+    ngx_str_t *value, const char *must);
 /* cmd->post: an ngx_http_kvserve_uint_bounds_t */
 char *ngx_http_kvserve_set_uint(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
@@ -199,6 +202,10 @@ char *ngx_http_kvserve_tokenize_threads(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_kvserve_tokenize_threshold(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
+/* merge: nginx's "default" pool where a location that tokenizes set
+ * none */
+char *ngx_http_kvserve_tokenize_pool_default(ngx_conf_t *cf,
+    ngx_http_kvserve_loc_conf_t *klcf);
 char *ngx_http_kvserve_fair_weights(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_kvserve_fair_kv_max(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -214,25 +221,13 @@ char *ngx_http_kvserve_cache_pin_max(ngx_conf_t *cf, ngx_command_t *cmd,
 ngx_int_t ngx_http_kvserve_cache_miss_text(ngx_http_request_t *r,
     ngx_int_t miss, uint32_t pos, ngx_str_t *s);
 
-/* routing (ngx_http_kvserve_handler.c) */
+/* the content handler of kvserve locations (ngx_http_kvserve_handler.c;
+ * the requests' own files are ngx_http_kvserve_request.h's) */
 ngx_int_t ngx_http_kvserve_handler(ngx_http_request_t *r);
-/* POST endpoints by r->uri: 1 chat, 0 completions, NGX_DECLINED
- * neither (also read by kvserve_route) */
-ngx_int_t ngx_http_kvserve_route_post(ngx_http_request_t *r);
-ngx_int_t ngx_http_kvserve_send_json(ngx_http_request_t *r,
-    ngx_uint_t status, kvs_buf_t *body);
-ngx_int_t ngx_http_kvserve_add_header(ngx_http_request_t *r,
-    const char *key, const char *value);
 
-/* completion requests (ngx_http_kvserve_completions.c, _answers.c,
- * _timing.c), kvserve_status and the 413 filter (_status.c) */
-ngx_int_t ngx_http_kvserve_completions(ngx_http_request_t *r,
-    ngx_uint_t chat);
+/* kvserve_status and the 413 filter (ngx_http_kvserve_status.c) */
 ngx_int_t ngx_http_kvserve_status_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_kvserve_filter_init(ngx_conf_t *cf);
-ngx_int_t ngx_http_kvserve_error_json(ngx_http_request_t *r,
-    ngx_uint_t status, const char *message, const char *param,
-    const char *code);
 
 /* NGX_OK with *info filled for a completion request, else
  * NGX_DECLINED */

@@ -1,8 +1,9 @@
 /*
- * ngx_http_kvserve_answers: a completion request's response: sending
- * (JSON errors, the SSE stream), and the engine's answers on its parts
- * (OUT frames, refusals, a lost engine) turned into SSE events or one
- * collected JSON body.
+ * ngx_http_kvserve_answers: the last phase of a completion request: the
+ * engine's answers on its parts (OUT frames, refusals, a lost engine)
+ * turned into SSE events, the stream's header sent with the first, or
+ * into one collected JSON body.  Sending, failing and finishing are the
+ * request core's (ngx_http_kvserve_request.c).
  *
  * Invariants:
  *  - the response header goes out only with the first output, so that a
@@ -23,46 +24,8 @@
 #include "ngx_http_kvserve_completions.h"
 
 
-/* ---- sending ----------------------------------------------------------- */
-
-ngx_int_t
-ngx_http_kvserve_error_json(ngx_http_request_t *r, ngx_uint_t status,
-    const char *message, const char *param, const char *code)
-{
-    kvs_buf_t  body;
-
-    ngx_memzero(&body, sizeof(kvs_buf_t));
-
-    if (kvs_api_error_json(&body, message,
-                           status >= 500 ? "server_error"
-                                         : "invalid_request_error",
-                           param, code)
-        != KVS_OK)
-    {
-        kvs_buf_free(&body);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    return ngx_http_kvserve_send_json(r, status, &body);
-}
-
-
-ngx_int_t
-ngx_http_kvserve_api_error(ngx_http_request_t *r, kvs_api_err_t *aerr)
-{
-    kvs_buf_t  body;
-
-    ngx_memzero(&body, sizeof(kvs_buf_t));
-
-    if (kvs_api_err_json(aerr, &body) != KVS_OK) {
-        kvs_buf_free(&body);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    return ngx_http_kvserve_send_json(r, aerr->status, &body);
-}
-
-
+/* The stream's header, with the first output: SSE, never buffered, and
+ * Server-Timing as a trailer where the client takes trailers. */
 static ngx_int_t
 ngx_http_kvserve_stream_header(ngx_http_kvserve_ctx_t *ctx)
 {
@@ -112,158 +75,6 @@ ngx_http_kvserve_stream_header(ngx_http_kvserve_ctx_t *ctx)
     }
 
     return NGX_OK;
-}
-
-
-/* Sends ctx->out (emptied) as one flushed buffer; buffers are reused. */
-static ngx_int_t
-ngx_http_kvserve_stream_send(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t last)
-{
-    size_t        size;
-    u_char       *p;
-    ngx_int_t     rc;
-    ngx_buf_t    *b;
-    ngx_chain_t  *cl;
-
-    cl = ngx_chain_get_free_buf(ctx->r->pool, &ctx->free);
-    if (cl == NULL) {
-        return NGX_ERROR;
-    }
-
-    b = cl->buf;
-
-    if (ctx->out.len > 0
-        && (b->start == NULL || (size_t) (b->end - b->start) < ctx->out.len))
-    {
-        size = ngx_max(ctx->out.len, 1024);
-        p = ngx_palloc(ctx->r->pool, size);
-        if (p == NULL) {
-            return NGX_ERROR;
-        }
-        b->start = p;
-        b->end = p + size;
-    }
-
-    b->pos = b->start;
-    b->last = b->start;
-    if (ctx->out.len > 0) {
-        b->last = ngx_cpymem(b->start, ctx->out.data, ctx->out.len);
-    }
-
-    b->temporary = (ctx->out.len > 0);
-    b->memory = 0;
-    b->flush = 1;
-    b->last_buf = last;
-    b->last_in_chain = 1;
-    b->tag = (ngx_buf_tag_t) &ngx_http_kvserve_module;
-
-    ctx->out.len = 0;
-
-    rc = ngx_http_output_filter(ctx->r, cl);
-
-    ngx_chain_update_chains(ctx->r->pool, &ctx->free, &ctx->busy, &cl,
-                            (ngx_buf_tag_t) &ngx_http_kvserve_module);
-
-    return rc == NGX_ERROR ? NGX_ERROR : NGX_OK;
-}
-
-
-/* After the header: an error event, [DONE], the end. */
-static void
-ngx_http_kvserve_stream_abort(ngx_http_kvserve_ctx_t *ctx,
-    const char *message, const char *type, const char *code)
-{
-    ctx->failed = 1;
-    ctx->out.len = 0;
-    ctx->t.end_ns = kvs_now_ns();
-
-    if (ctx->trailers
-        && ngx_http_kvserve_server_timing(ctx, &ctx->r->headers_out.trailers)
-           != NGX_OK)
-    {
-        ngx_http_kvserve_finish(ctx, NGX_ERROR);
-        return;
-    }
-
-    if (kvs_api_resp_error_event(&ctx->out, message, type, code) != KVS_OK
-        || kvs_api_resp_done(&ctx->out) != KVS_OK
-        || ngx_http_kvserve_stream_send(ctx, 1) != NGX_OK)
-    {
-        ngx_http_kvserve_finish(ctx, NGX_ERROR);
-        return;
-    }
-
-    ngx_http_kvserve_finish(ctx, NGX_OK);
-}
-
-
-/* A failure, as a JSON error before the header or an event after it. */
-void
-ngx_http_kvserve_fail(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t status,
-    const char *message, const char *type, const char *code)
-{
-    ngx_int_t  rc;
-
-    ctx->failed = 1;
-
-    if (ctx->header_sent) {
-        ngx_http_kvserve_stream_abort(ctx, message, type, code);
-        return;
-    }
-
-    rc = ngx_http_kvserve_error_json(ctx->r, status, message, NULL, code);
-    ngx_http_kvserve_finish(ctx, rc);
-}
-
-
-/* Ends the request: every part forgotten, the timer gone. */
-void
-ngx_http_kvserve_finish(ngx_http_kvserve_ctx_t *ctx, ngx_int_t rc)
-{
-    ngx_uint_t  i;
-
-    if (ctx->finished) {
-        return;
-    }
-
-    ctx->finished = 1;
-
-    for (i = 0; i < ctx->n_parts; i++) {
-        ngx_http_kvserve_engine_forget(&ctx->parts[i].sub);
-    }
-
-    ngx_http_kvserve_engine_forget(&ctx->stats);
-
-    if (ctx->timer.timer_set) {
-        ngx_del_timer(&ctx->timer);
-    }
-
-    ngx_http_finalize_request(ctx->r, rc);
-}
-
-
-void
-ngx_http_kvserve_write_handler(ngx_http_request_t *r)
-{
-    ngx_event_t             *wev;
-    ngx_http_kvserve_ctx_t  *ctx;
-
-    ctx = ngx_http_get_module_ctx(r, ngx_http_kvserve_module);
-    wev = r->connection->write;
-
-    if (wev->timedout) {
-        r->connection->timedout = 1;
-        if (ctx != NULL && !ctx->finished) {
-            ngx_http_kvserve_finish(ctx, NGX_HTTP_REQUEST_TIME_OUT);
-        }
-        return;
-    }
-
-    if (ngx_http_output_filter(r, NULL) == NGX_ERROR) {
-        if (ctx != NULL && !ctx->finished) {
-            ngx_http_kvserve_finish(ctx, NGX_ERROR);
-        }
-    }
 }
 
 

@@ -58,11 +58,10 @@ ngx_http_kvserve_cache_scope_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     }
 
     if (value[1].len == 0) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "invalid value \"\" in \"%V\" directive, it must "
-                           "be \"global\" or a string with variables, such "
-                           "as $http_authorization", &cmd->name);
-        return NGX_CONF_ERROR;
+        return ngx_http_kvserve_conf_invalid(cf, cmd, &value[1],
+                                             "it must be \"global\" or a "
+                                             "string with variables, such "
+                                             "as $http_authorization");
     }
 
     cv = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
@@ -102,11 +101,10 @@ ngx_http_kvserve_cache_pin_max(ngx_conf_t *cf, ngx_command_t *cmd,
     n = ngx_parse_offset(&value[1]);
 
     if (n == NGX_ERROR || n == 0) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "invalid value \"%V\" in \"%V\" directive, it "
-                           "must be a size in bytes greater than 0, such as "
-                           "512m or 2g", &value[1], &cmd->name);
-        return NGX_CONF_ERROR;
+        return ngx_http_kvserve_conf_invalid(cf, cmd, &value[1],
+                                             "it must be a size in bytes "
+                                             "greater than 0, such as 512m "
+                                             "or 2g");
     }
 
     kmcf->pin_max = n;

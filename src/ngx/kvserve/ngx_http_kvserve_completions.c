@@ -1,26 +1,25 @@
 /*
  * ngx_http_kvserve_completions: POST /v1/chat/completions and
- * /v1/completions: the request's lifetime, its body, and preparing and
- * submitting it.
+ * /v1/completions: reading a request's body, preparing it, and
+ * submitting it; the first phase of a completion and the one that
+ * starts the others (ngx_http_kvserve_request.h draws the layers).
  *
  * A request is read (nginx's body reader, client_max_body_size), parsed
  * (kvs_api_req_parse), rendered and tokenized (inline, or for prompt
  * text over kvserve_tokenize_threshold in a task of the
  * kvserve_tokenize_threads pool: ngx_http_kvserve_tokenize.c), checked
- * against the model's vocabulary and context, and sent to the engine
- * process as one SUBMIT per prompt (a part); its answers come back as
- * events on the part (ngx_http_kvserve_answers.c).
+ * against the model's vocabulary and context (kvs_api_budget), admitted
+ * by kvserve_limit, and sent to the engine process as one SUBMIT per
+ * prompt (a part); its answers come back as events on the part
+ * (ngx_http_kvserve_answers.c).
  *
  * Invariants:
- *  - the per-request timer is an ordinary (non-cancelable) timer, so a
- *    gracefully exiting worker finishes its streams; it is re-armed at
- *    every output and is what notices a hung engine;
- *  - the pool cleanup forgets every part (CANCEL when still running), so
- *    a client that goes away (ngx_http_test_reading) frees its KV blocks,
- *    and records a request that reached the engine side if nothing did
- *    (client gone: abort; engine failure: error);
- *  - the event loop tokenizes with ngx_http_kvserve_tok, pool threads
- *    with their own scratch.
+ *  - a part's SUBMIT frame is built once, with the budget kvserve_limit
+ *    reserves for it, and sent again as it is if the engine is lost
+ *    before any output;
+ *  - what comes back to this file (tokenized, admitted after a delay)
+ *    comes through the function pointers it gave, so the later phases
+ *    never call it.
  */
 
 #include <ngx_config.h>
@@ -31,13 +30,14 @@
 
 #include "ngx_http_kvserve_completions.h"
 #include "ngx/limit/ngx_http_kvserve_limit.h"
+#include "api/kvs_api_budget.h"
 
 
 static void ngx_http_kvserve_body(ngx_http_request_t *r);
+static void ngx_http_kvserve_tokenized(ngx_http_kvserve_ctx_t *ctx);
 
 
-static kvs_tok_ctx_t  ngx_http_kvserve_tok;
-static uint64_t       ngx_http_kvserve_rng;
+static uint64_t  ngx_http_kvserve_rng;
 
 
 static uint64_t
@@ -54,119 +54,7 @@ ngx_http_kvserve_random64(void)
 }
 
 
-/* ---- lifetime ---------------------------------------------------------- */
-
-static void
-ngx_http_kvserve_cleanup(void *data)
-{
-    ngx_http_kvserve_ctx_t  *ctx = data;
-
-    ngx_uint_t  i;
-
-    if (ctx->completion) {
-        ngx_http_kvserve_record(ctx);
-    }
-
-    for (i = 0; i < ctx->n_parts; i++) {
-        ngx_http_kvserve_engine_forget(&ctx->parts[i].sub);
-    }
-
-    ngx_http_kvserve_engine_forget(&ctx->stats);
-
-    if (ctx->timer.timer_set) {
-        ngx_del_timer(&ctx->timer);
-    }
-
-    for (i = 0; i < ctx->n_choices; i++) {
-        kvs_buf_free(&ctx->choices[i].text);
-        free(ctx->choices[i].lp);
-    }
-
-    kvs_buf_free(&ctx->out);
-    kvs_api_req_free(&ctx->req);
-}
-
-
-void
-ngx_http_kvserve_timer_arm(ngx_http_kvserve_ctx_t *ctx, ngx_msec_t ms)
-{
-    ngx_add_timer(&ctx->timer, ms);
-}
-
-
-ngx_http_kvserve_ctx_t *
-ngx_http_kvserve_ctx_new(ngx_http_request_t *r, ngx_event_handler_pt timer)
-{
-    ngx_pool_cleanup_t      *cln;
-    ngx_http_kvserve_ctx_t  *ctx;
-
-    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_kvserve_ctx_t));
-    if (ctx == NULL) {
-        return NULL;
-    }
-
-    cln = ngx_pool_cleanup_add(r->pool, 0);
-    if (cln == NULL) {
-        return NULL;
-    }
-
-    ctx->r = r;
-    ctx->timer.handler = timer;
-    ctx->timer.data = r->connection;     /* the debug log reads its fd */
-    ctx->timer.log = r->connection->log;
-
-    cln->handler = ngx_http_kvserve_cleanup;
-    cln->data = ctx;
-
-    ngx_http_set_ctx(r, ctx, ngx_http_kvserve_module);
-
-    return ctx;
-}
-
-
-static ngx_http_kvserve_ctx_t *
-ngx_http_kvserve_timer_ctx(ngx_event_t *ev)
-{
-    return (ngx_http_kvserve_ctx_t *)
-           ((u_char *) ev - offsetof(ngx_http_kvserve_ctx_t, timer));
-}
-
-
 /* ---- the request ------------------------------------------------------- */
-
-void
-ngx_http_kvserve_timeout(ngx_event_t *ev)
-{
-    ngx_uint_t               i, waiting;
-    ngx_http_kvserve_ctx_t  *ctx;
-
-    ctx = ngx_http_kvserve_timer_ctx(ev);
-    waiting = 0;
-
-    for (i = 0; i < ctx->n_parts; i++) {
-        if (ctx->parts[i].sub.waiting) {
-            waiting = 1;
-        }
-    }
-
-    if (waiting || ctx->stats.waiting) {
-        ngx_log_error(NGX_LOG_ERR, ctx->r->connection->log, 0,
-                      "kvserve: no engine within kvserve_engine_wait");
-        ngx_http_kvserve_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE,
-                              "No engine is available to serve the "
-                              "request; retry later.", "server_error",
-                              NULL);
-        return;
-    }
-
-    ngx_log_error(NGX_LOG_ERR, ctx->r->connection->log, 0,
-                  "kvserve: no output from the engine within "
-                  "kvserve_engine_timeout");
-    ngx_http_kvserve_fail(ctx, NGX_HTTP_GATEWAY_TIME_OUT,
-                          "The engine did not answer in time.",
-                          "server_error", "timeout");
-}
-
 
 ngx_int_t
 ngx_http_kvserve_completions(ngx_http_request_t *r, ngx_uint_t chat)
@@ -280,6 +168,7 @@ ngx_http_kvserve_body_bytes(ngx_http_request_t *r, u_char **data,
 /* ---- on the event loop -------------------------------------------------- */
 
 
+/* The template for a chat request: the location's, else the model's. */
 static ngx_int_t
 ngx_http_kvserve_chat_resolve(ngx_http_kvserve_ctx_t *ctx, kvs_chat_t *chat,
     kvs_api_err_t *aerr)
@@ -320,12 +209,12 @@ ngx_http_kvserve_part_init(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t i,
     kvs_ids_t *ids, uint32_t n_ctx, kvs_api_err_t *aerr)
 {
     int                       rc;
-    int64_t                   max_tokens;
     uint32_t                  k;
     kvs_buf_t                 frame;
     kvs_err_t                 err;
     const char               *stop[KVS_API_MAX_STOP];
     size_t                    stop_len[KVS_API_MAX_STOP];
+    kvs_api_budget_t          budget;
     kvs_engine_req_t          ereq;
     ngx_http_kvserve_part_t  *part;
 
@@ -333,24 +222,7 @@ ngx_http_kvserve_part_init(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t i,
     part->ctx = ctx;
     part->index = i;
 
-    max_tokens = ctx->req.max_tokens;
-    if (max_tokens < 0) {
-        max_tokens = (int64_t) n_ctx - (int64_t) ids->n;
-    }
-
-    if (max_tokens < 1 || (int64_t) ids->n + max_tokens > (int64_t) n_ctx) {
-        kvs_api_err_set(aerr, 400, ctx->chat ? "messages" : "prompt",
-                        "context_length_exceeded",
-                        "This model's maximum context length is %u tokens. "
-                        "However, you requested %lld tokens (%zu in the "
-                        "%s, %lld for the completion). Please reduce the "
-                        "length of the %s or completion.",
-                        (unsigned) n_ctx,
-                        (long long) ((int64_t) ids->n
-                                     + (max_tokens > 0 ? max_tokens : 1)),
-                        ids->n, ctx->chat ? "messages" : "prompt",
-                        (long long) (max_tokens > 0 ? max_tokens : 1),
-                        ctx->chat ? "messages" : "prompt");
+    if (kvs_api_budget(&ctx->req, ids->n, n_ctx, &budget, aerr) != KVS_OK) {
         return NGX_ERROR;
     }
 
@@ -370,7 +242,7 @@ ngx_http_kvserve_part_init(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t i,
     ngx_memzero(&ereq, sizeof(ereq));
     ereq.prompt = part->ids;
     ereq.n_prompt = (uint32_t) part->n_ids;
-    ereq.max_tokens = (uint32_t) max_tokens;
+    ereq.max_tokens = budget.max_tokens;
     ereq.n = ctx->req.n;
     ereq.sample = ctx->req.sample;
     ereq.stop = stop;
@@ -590,8 +462,9 @@ ngx_http_kvserve_submit(ngx_http_kvserve_ctx_t *ctx)
 }
 
 
-/* Tokenized (here or in the pool): an error answered, or submitted. */
-void
+/* Tokenized (here or in the pool): an error answered, or admitted and
+ * submitted. */
+static void
 ngx_http_kvserve_tokenized(ngx_http_kvserve_ctx_t *ctx)
 {
     ngx_int_t      rc;
@@ -622,15 +495,12 @@ ngx_http_kvserve_tokenized(ngx_http_kvserve_ctx_t *ctx)
 static void
 ngx_http_kvserve_body(ngx_http_request_t *r)
 {
-    u_char                        *data;
-    size_t                         len;
-    ngx_int_t                      rc;
-    kvs_api_err_t                  aerr;
-    ngx_http_kvserve_ctx_t        *ctx;
-    ngx_http_core_loc_conf_t      *clcf;
-#if (NGX_THREADS)
-    ngx_http_kvserve_loc_conf_t   *klcf;
-#endif
+    u_char                    *data;
+    size_t                     len;
+    ngx_int_t                  rc;
+    kvs_api_err_t              aerr;
+    ngx_http_kvserve_ctx_t    *ctx;
+    ngx_http_core_loc_conf_t  *clcf;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_kvserve_module);
     clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
@@ -666,30 +536,5 @@ ngx_http_kvserve_body(ngx_http_request_t *r)
         return;
     }
 
-    /* a hop to a pool thread costs more than tokenizing a short prompt
-     * here; a long one would hold every other request of the worker */
-    ctx->tok->bytes = ngx_http_kvserve_prompt_bytes(ctx);
-
-#if (NGX_THREADS)
-
-    klcf = ngx_http_get_module_loc_conf(r, ngx_http_kvserve_module);
-
-    if (klcf->tokenize_pool != NULL
-        && klcf->tokenize_pool != NGX_CONF_UNSET_PTR
-        && ctx->tok->bytes > klcf->tokenize_threshold)
-    {
-        ctx->tok_where = NGX_HTTP_KVSERVE_TOK_POOL;
-
-        if (ngx_http_kvserve_tok_post(ctx, klcf->tokenize_pool) == NGX_OK) {
-            return;
-        }
-    }
-
-#endif
-
-    ctx->tok_where = NGX_HTTP_KVSERVE_TOK_INLINE;
-    ctx->tok->rc = ngx_http_kvserve_tokenize(ctx->tok,
-                                             &ngx_http_kvserve_tok);
-
-    ngx_http_kvserve_tokenized(ctx);
+    ngx_http_kvserve_tok_start(ctx, ngx_http_kvserve_tokenized);
 }

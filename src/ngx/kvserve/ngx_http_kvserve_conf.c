@@ -263,11 +263,9 @@ ngx_http_kvserve_chat_template(ngx_conf_t *cf, ngx_command_t *cmd,
                          &err)
         != KVS_OK)
     {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "invalid value \"%V\" in \"%V\" directive, "
-                           "it must be one of " KVS_CHAT_NAMES,
-                           &value[1], &cmd->name);
-        return NGX_CONF_ERROR;
+        return ngx_http_kvserve_conf_invalid(cf, cmd, &value[1],
+                                             "it must be one of "
+                                             KVS_CHAT_NAMES);
     }
 
     klcf->chat_template = chat.kind;
@@ -310,10 +308,7 @@ ngx_http_kvserve_kv_cache(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             reason = err.msg + n + 4;
         }
 
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "invalid value \"%V\" in \"%V\" directive, %s",
-                           &value[1], &cmd->name, reason);
-        return NGX_CONF_ERROR;
+        return ngx_http_kvserve_conf_invalid(cf, cmd, &value[1], reason);
     }
 
     kmcf->kv_cache = value[1];
@@ -343,11 +338,9 @@ ngx_http_kvserve_backend(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     if (kvs_backend_parse((const char *) value[1].data, value[1].len, &kind)
         != KVS_OK)
     {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "invalid value \"%V\" in \"%V\" directive, "
-                           "it must be \"cuda\", \"cpu\" or \"auto\"",
-                           &value[1], &cmd->name);
-        return NGX_CONF_ERROR;
+        return ngx_http_kvserve_conf_invalid(cf, cmd, &value[1],
+                                             "it must be \"cuda\", \"cpu\" "
+                                             "or \"auto\"");
     }
 
     kmcf->backend = (ngx_uint_t) kind;
@@ -452,11 +445,9 @@ ngx_http_kvserve_tokenize_threads(ngx_conf_t *cf, ngx_command_t *cmd,
 #if (NGX_THREADS)
 
     if (value[1].len == 0) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "invalid value \"%V\" in \"%V\" directive, "
-                           "it must be a thread pool name or \"off\"",
-                           &value[1], &cmd->name);
-        return NGX_CONF_ERROR;
+        return ngx_http_kvserve_conf_invalid(cf, cmd, &value[1],
+                                             "it must be a thread pool "
+                                             "name or \"off\"");
     }
 
     klcf->tokenize_pool = ngx_thread_pool_add(cf, &value[1]);
@@ -478,6 +469,33 @@ ngx_http_kvserve_tokenize_threads(ngx_conf_t *cf, ngx_command_t *cmd,
 }
 
 
+/*
+ * The pool of a location that tokenizes (kvserve, kvserve_route) and set
+ * no kvserve_tokenize_threads, even at a level above: nginx's "default"
+ * (nginx sizes it, 32 threads, unless a thread_pool line does); none
+ * without thread support.
+ */
+char *
+ngx_http_kvserve_tokenize_pool_default(ngx_conf_t *cf,
+    ngx_http_kvserve_loc_conf_t *klcf)
+{
+    if (klcf->tokenize_pool != NGX_CONF_UNSET_PTR) {
+        return NGX_CONF_OK;
+    }
+
+#if (NGX_THREADS)
+    klcf->tokenize_pool = ngx_thread_pool_add(cf, NULL);
+    if (klcf->tokenize_pool == NULL) {
+        return NGX_CONF_ERROR;
+    }
+#else
+    klcf->tokenize_pool = NULL;
+#endif
+
+    return NGX_CONF_OK;
+}
+
+
 char *
 ngx_http_kvserve_tokenize_threshold(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf)
@@ -496,11 +514,9 @@ ngx_http_kvserve_tokenize_threshold(ngx_conf_t *cf, ngx_command_t *cmd,
     n = ngx_parse_size(&value[1]);
 
     if (n == NGX_ERROR) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "invalid value \"%V\" in \"%V\" directive, "
-                           "it must be a size in bytes, such as 16k or 1m",
-                           &value[1], &cmd->name);
-        return NGX_CONF_ERROR;
+        return ngx_http_kvserve_conf_invalid(cf, cmd, &value[1],
+                                             "it must be a size in bytes, "
+                                             "such as 16k or 1m");
     }
 
     klcf->tokenize_threshold = (size_t) n;
@@ -662,9 +678,21 @@ ngx_http_kvserve_fair_kv_max(ngx_conf_t *cf, ngx_command_t *cmd,
 
 invalid:
 
+    return ngx_http_kvserve_conf_invalid(cf, cmd, &value[1],
+                                         "it must be a fraction of the KV "
+                                         "cache over 0 and at most 1, such "
+                                         "as 0.5, or \"off\"");
+}
+
+
+/* nginx's own form for a bad value, with what it must be: "invalid value
+ * "V" in "D" directive, <must>" */
+char *
+ngx_http_kvserve_conf_invalid(ngx_conf_t *cf, ngx_command_t *cmd,
+    ngx_str_t *value, const char *must)
+{
     ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                       "invalid value \"%V\" in \"%V\" directive, it must "
-                       "be a fraction of the KV cache over 0 and at most "
-                       "1, such as 0.5, or \"off\"", &value[1], &cmd->name);
+                       "invalid value \"%V\" in \"%V\" directive, %s",
+                       value, &cmd->name, must);
     return NGX_CONF_ERROR;
 }

@@ -1,22 +1,25 @@
 /*
- * ngx_http_kvserve_handler: the content handler of `kvserve` locations.
+ * ngx_http_kvserve_handler: the content handler of `kvserve` locations,
+ * above the phases of a request (ngx_http_kvserve_request.h draws the
+ * layers).
  *
  * Routing and bodies come from libkvserve (kvs_api_*); this file only maps
- * outcomes to HTTP statuses and headers and sends the body.  Every answer,
- * errors included, is JSON in OpenAI's shapes.  POST /v1/chat/completions
- * and /v1/completions go to ngx_http_kvserve_completions.c.
+ * outcomes to HTTP statuses, and the request core sends them.  Every
+ * answer, errors included, is JSON in OpenAI's shapes.  POST
+ * /v1/chat/completions and /v1/completions go to
+ * ngx_http_kvserve_completions.c.
  */
 
 #include <ngx_config.h>
 #include <ngx_core.h>
 #include <ngx_http.h>
 
-#include "ngx_http_kvserve.h"
+#include "ngx_http_kvserve_completions.h"
 #include "api/kvs_api.h"
 
 
-static ngx_int_t ngx_http_kvserve_error(ngx_http_request_t *r,
-    ngx_uint_t status, const char *message, const char *code);
+static ngx_int_t ngx_http_kvserve_not_allowed(ngx_http_request_t *r,
+    const char *method);
 
 
 static void
@@ -89,49 +92,12 @@ ngx_http_kvserve_models(ngx_http_request_t *r, kvs_route_t *route)
         kvs_buf_free(&body);
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "kvserve: %s", err.msg);
-        return ngx_http_kvserve_error(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
-                                      "The server could not build the "
-                                      "response.", NULL);
+        return ngx_http_kvserve_error_json(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                           "The server could not build "
+                                           "the response.", NULL, NULL);
     }
 
     return ngx_http_kvserve_send_json(r, NGX_HTTP_OK, &body);
-}
-
-
-/*
- * The POST endpoints, matched as kvs_api_route() matches the others
- * (from the first "/v1/" in the path): 1 chat, 0 completions,
- * NGX_DECLINED neither.
- */
-ngx_int_t
-ngx_http_kvserve_route_post(ngx_http_request_t *r)
-{
-    u_char  *p, *last;
-    size_t   len;
-
-    last = r->uri.data + r->uri.len;
-    p = ngx_strlcasestrn(r->uri.data, last, (u_char *) "/v1/", 4 - 1);
-
-    if (p == NULL || ngx_strncmp(p, "/v1/", 4) != 0) {
-        return NGX_DECLINED;
-    }
-
-    p += 4;
-    len = last - p;
-
-    if (len == sizeof("chat/completions") - 1
-        && ngx_strncmp(p, "chat/completions", len) == 0)
-    {
-        return 1;
-    }
-
-    if (len == sizeof("completions") - 1
-        && ngx_strncmp(p, "completions", len) == 0)
-    {
-        return 0;
-    }
-
-    return NGX_DECLINED;
 }
 
 
@@ -154,14 +120,7 @@ ngx_http_kvserve_handler(ngx_http_request_t *r)
             return rc;
         }
 
-        msg = ngx_pnalloc(r->pool, r->method_name.len + 64);
-        if (msg == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-        ngx_sprintf(msg, "Method %V is not allowed here; use POST.%Z",
-                    &r->method_name);
-        return ngx_http_kvserve_error(r, NGX_HTTP_NOT_ALLOWED, (char *) msg,
-                                      "method_not_allowed");
+        return ngx_http_kvserve_not_allowed(r, "POST");
     }
 
     rc = ngx_http_discard_request_body(r);
@@ -177,118 +136,33 @@ ngx_http_kvserve_handler(ngx_http_request_t *r)
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
         ngx_sprintf(msg, "Invalid URL (%V %V)%Z", &r->method_name, &r->uri);
-        return ngx_http_kvserve_error(r, NGX_HTTP_NOT_FOUND, (char *) msg,
-                                      NULL);
+        return ngx_http_kvserve_error_json(r, NGX_HTTP_NOT_FOUND, (char *) msg,
+                                           NULL, NULL);
     }
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
-        msg = ngx_pnalloc(r->pool, r->method_name.len + 64);
-        if (msg == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-        ngx_sprintf(msg, "Method %V is not allowed here; use GET.%Z",
-                    &r->method_name);
-        return ngx_http_kvserve_error(r, NGX_HTTP_NOT_ALLOWED, (char *) msg,
-                                      "method_not_allowed");
+        return ngx_http_kvserve_not_allowed(r, "GET");
     }
 
     return ngx_http_kvserve_models(r, &route);
 }
 
 
+/* The 405 of an endpoint that takes only method (the core's answer adds
+ * the Allow header). */
 static ngx_int_t
-ngx_http_kvserve_error(ngx_http_request_t *r, ngx_uint_t status,
-    const char *message, const char *code)
+ngx_http_kvserve_not_allowed(ngx_http_request_t *r, const char *method)
 {
-    kvs_buf_t  body;
+    u_char  *msg;
 
-    ngx_memzero(&body, sizeof(kvs_buf_t));
-
-    if (kvs_api_error_json(&body, message, status >= 500 ? "server_error"
-                                           : "invalid_request_error",
-                           NULL, code) != KVS_OK)
-    {
-        kvs_buf_free(&body);
+    msg = ngx_pnalloc(r->pool, r->method_name.len + 64);
+    if (msg == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    return ngx_http_kvserve_send_json(r, status, &body);
-}
+    ngx_sprintf(msg, "Method %V is not allowed here; use %s.%Z",
+                &r->method_name, method);
 
-
-/* Adds a response header; key and value are static strings. */
-ngx_int_t
-ngx_http_kvserve_add_header(ngx_http_request_t *r, const char *key,
-    const char *value)
-{
-    ngx_table_elt_t  *h;
-
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-
-    h->hash = 1;
-    h->key.data = (u_char *) key;
-    h->key.len = ngx_strlen(key);
-    h->value.data = (u_char *) value;
-    h->value.len = ngx_strlen(value);
-
-    return NGX_OK;
-}
-
-
-/* Sends body (freed here) as the whole JSON response; a 405 names the
- * allowed methods, a 503 asks to retry in a second. */
-ngx_int_t
-ngx_http_kvserve_send_json(ngx_http_request_t *r, ngx_uint_t status,
-    kvs_buf_t *body)
-{
-    ngx_int_t     rc;
-    ngx_buf_t    *b;
-    ngx_chain_t   out;
-    const char   *allow;
-
-    b = ngx_create_temp_buf(r->pool, body->len + 1);
-    if (b == NULL) {
-        kvs_buf_free(body);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    b->last = ngx_cpymem(b->last, body->data, body->len);
-    *b->last++ = LF;
-    kvs_buf_free(body);
-
-    if (status == NGX_HTTP_NOT_ALLOWED) {
-        allow = ngx_http_kvserve_route_post(r) != NGX_DECLINED
-                ? "POST" : "GET, HEAD";
-
-        if (ngx_http_kvserve_add_header(r, "Allow", allow) != NGX_OK) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-    }
-
-    if (status == NGX_HTTP_SERVICE_UNAVAILABLE
-        && ngx_http_kvserve_add_header(r, "Retry-After", "1") != NGX_OK)
-    {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    r->headers_out.status = status;
-    r->headers_out.content_length_n = b->last - b->pos;
-    ngx_str_set(&r->headers_out.content_type, "application/json");
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
-
-    rc = ngx_http_send_header(r);
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    b->last_buf = (r == r->main);
-    b->last_in_chain = 1;
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
+    return ngx_http_kvserve_error_json(r, NGX_HTTP_NOT_ALLOWED, (char *) msg,
+                                       NULL, "method_not_allowed");
 }

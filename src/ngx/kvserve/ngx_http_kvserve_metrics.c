@@ -47,19 +47,20 @@ typedef enum {
 } ngx_http_kvserve_var_e;
 
 
+/* A request's figure; "-" where it does not apply. */
 static ngx_int_t
 ngx_http_kvserve_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data)
 {
     u_char                       *p;
-    size_t                        len;
     uint64_t                      ns;
-    ngx_str_t                     name;
+    ngx_str_t                     s;
     ngx_http_kvserve_req_info_t   info;
-    char                          ms[KVS_METRICS_MS_LEN];
+
+    ngx_str_set(&s, "-");
 
     if (ngx_http_kvserve_req_info(r, &info) != NGX_OK) {
-        goto none;
+        goto done;
     }
 
     p = ngx_pnalloc(r->pool, NGX_INT64_LEN + KVS_METRICS_MS_LEN);
@@ -73,75 +74,56 @@ ngx_http_kvserve_variable(ngx_http_request_t *r,
     case NGX_HTTP_KVSERVE_VAR_CACHED:
     case NGX_HTTP_KVSERVE_VAR_COMPLETION:
         if (!info.submitted) {
-            goto none;
+            break;
         }
-        len = ngx_sprintf(p, "%uD",
-                          data == NGX_HTTP_KVSERVE_VAR_PROMPT
-                          ? info.prompt_tokens
-                          : data == NGX_HTTP_KVSERVE_VAR_COMPLETION
-                          ? info.completion_tokens : info.cached_tokens)
-              - p;
+        s.data = p;
+        s.len = ngx_sprintf(p, "%uD",
+                            data == NGX_HTTP_KVSERVE_VAR_PROMPT
+                            ? info.prompt_tokens
+                            : data == NGX_HTTP_KVSERVE_VAR_COMPLETION
+                            ? info.completion_tokens : info.cached_tokens)
+                - p;
         break;
 
     case NGX_HTTP_KVSERVE_VAR_REASON:
         if (info.reason < 0) {
-            goto none;
+            break;
         }
-        v->data = (u_char *) kvs_reason_name((kvs_reason_t) info.reason);
-        v->len = ngx_strlen(v->data);
-        v->valid = 1;
-        v->no_cacheable = 1;
-        v->not_found = 0;
-        return NGX_OK;
+        s.data = (u_char *) kvs_reason_name((kvs_reason_t) info.reason);
+        s.len = ngx_strlen(s.data);
+        break;
 
     case NGX_HTTP_KVSERVE_VAR_MISS:
         if (!info.submitted || info.cache_miss < 0) {
-            goto none;
+            break;
         }
         if (ngx_http_kvserve_cache_miss_text(r, info.cache_miss,
-                                             info.cache_miss_pos, &name)
+                                             info.cache_miss_pos, &s)
             != NGX_OK)
         {
             return NGX_ERROR;
         }
-        v->data = name.data;
-        v->len = name.len;
-        v->valid = 1;
-        v->no_cacheable = 1;
-        v->not_found = 0;
-        return NGX_OK;
+        break;
 
     case NGX_HTTP_KVSERVE_VAR_MODEL:
-        if (info.model.len == 0) {
-            goto none;
+        if (info.model.len != 0) {
+            s = info.model;
         }
-        v->data = info.model.data;
-        v->len = info.model.len;
-        v->valid = 1;
-        v->no_cacheable = 1;
-        v->not_found = 0;
-        return NGX_OK;
+        break;
 
     default:
         if (kvs_req_times_hop(&info.t, (kvs_hop_t) data, &ns) != KVS_OK) {
-            goto none;
+            break;
         }
-        len = kvs_metrics_fmt_ms(ms, ns);
-        ngx_memcpy(p, ms, len);
+        s.data = p;
+        s.len = kvs_metrics_fmt_ms((char *) p, ns);
         break;
     }
 
-    v->data = p;
-    v->len = len;
-    v->valid = 1;
-    v->no_cacheable = 1;
-    v->not_found = 0;
+done:
 
-    return NGX_OK;
-
-none:
-
-    ngx_str_set(v, "-");
+    v->data = s.data;
+    v->len = s.len;
     v->valid = 1;
     v->no_cacheable = 1;
     v->not_found = 0;
@@ -352,6 +334,8 @@ ngx_http_kvserve_metrics(ngx_http_request_t *r)
 
 /* ---- the kvserve_metrics location ------------------------------------- */
 
+/* The pool's cleanup, and the end of an answered scrape: the STATS
+ * forgotten, the timer gone. */
 static void
 ngx_http_kvserve_scrape_cleanup(void *data)
 {
@@ -497,11 +481,7 @@ ngx_http_kvserve_scrape_done(ngx_http_kvserve_scrape_t *sc,
 
     sc->finished = 1;
 
-    ngx_http_kvserve_engine_forget(&sc->stats);
-
-    if (sc->timer.timer_set) {
-        ngx_del_timer(&sc->timer);
-    }
+    ngx_http_kvserve_scrape_cleanup(sc);
 
     ngx_http_finalize_request(sc->r, ngx_http_kvserve_scrape_send(sc->r,
                                                                    st));

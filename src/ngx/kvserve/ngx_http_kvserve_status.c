@@ -295,21 +295,26 @@ ngx_http_kvserve_where_variable(ngx_http_request_t *r,
 }
 
 
+static ngx_http_variable_t  ngx_http_kvserve_where_vars[] = {
+
+    { ngx_string("kvserve_tokenize_where"), NULL,
+      ngx_http_kvserve_where_variable, 0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+      ngx_http_null_variable
+};
+
+
 /* Also adds $kvserve_tokenize_where: a postconfiguration variable is
  * known to the configuration (nginx resolves names at the end of the
  * http block). */
 ngx_int_t
 ngx_http_kvserve_filter_init(ngx_conf_t *cf)
 {
-    ngx_str_t             name = ngx_string("kvserve_tokenize_where");
-    ngx_http_variable_t  *var;
-
-    var = ngx_http_add_variable(cf, &name, NGX_HTTP_VAR_NOCACHEABLE);
-    if (var == NULL) {
+    if (ngx_http_kvserve_add_vars(cf, ngx_http_kvserve_where_vars)
+        != NGX_OK)
+    {
         return NGX_ERROR;
     }
-
-    var->get_handler = ngx_http_kvserve_where_variable;
 
     ngx_http_kvserve_next_header = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_kvserve_header_filter;

@@ -1,7 +1,10 @@
 /*
  * ngx_http_kvserve_tokenize: rendering and tokenizing a completion
  * request's prompts, inline or as a task of the kvserve_tokenize_threads
- * pool, and the task's way there and back.
+ * pool, and the task's way there and back; a phase of a completion
+ * (ngx_http_kvserve_request.h draws the layers), started by
+ * ngx_http_kvserve_completions.c and by kvserve_route, each giving the
+ * function to call when the ids are there.
  *
  * Invariants:
  *  - while a tokenizing task runs, the request is blocked
@@ -10,7 +13,7 @@
  *    tree and the shared vocabulary and writes its job, and the task's
  *    completion (on the event loop) drops a request whose client left;
  *  - each pool thread has its own tokenizer scratch (a thread key), the
- *    event loop has its own (ngx_http_kvserve_completions.c).
+ *    event loop has its own (ngx_http_kvserve_tok, one per worker).
  */
 
 #include <ngx_config.h>
@@ -22,6 +25,57 @@
 #endif
 
 #include "ngx_http_kvserve_completions.h"
+
+
+static size_t ngx_http_kvserve_prompt_bytes(ngx_http_kvserve_ctx_t *ctx);
+static ngx_int_t ngx_http_kvserve_tokenize(ngx_http_kvserve_tok_job_t *job,
+    kvs_tok_ctx_t *tok);
+#if (NGX_THREADS)
+static ngx_int_t ngx_http_kvserve_tok_post(ngx_http_kvserve_ctx_t *ctx,
+    ngx_thread_pool_t *tp);
+#endif
+
+
+static kvs_tok_ctx_t  ngx_http_kvserve_tok;
+
+
+void
+ngx_http_kvserve_tok_start(ngx_http_kvserve_ctx_t *ctx,
+    ngx_http_kvserve_tok_done_pt done)
+{
+#if (NGX_THREADS)
+    ngx_http_kvserve_loc_conf_t  *klcf;
+#endif
+
+    ctx->tok->done = done;
+
+    /* a hop to a pool thread costs more than tokenizing a short prompt
+     * here; a long one would hold every other request of the worker */
+    ctx->tok->bytes = ngx_http_kvserve_prompt_bytes(ctx);
+
+#if (NGX_THREADS)
+
+    klcf = ngx_http_get_module_loc_conf(ctx->r, ngx_http_kvserve_module);
+
+    if (klcf->tokenize_pool != NULL
+        && klcf->tokenize_pool != NGX_CONF_UNSET_PTR
+        && ctx->tok->bytes > klcf->tokenize_threshold)
+    {
+        ctx->tok_where = NGX_HTTP_KVSERVE_TOK_POOL;
+
+        if (ngx_http_kvserve_tok_post(ctx, klcf->tokenize_pool) == NGX_OK) {
+            return;
+        }
+    }
+
+#endif
+
+    ctx->tok_where = NGX_HTTP_KVSERVE_TOK_INLINE;
+    ctx->tok->rc = ngx_http_kvserve_tokenize(ctx->tok,
+                                             &ngx_http_kvserve_tok);
+
+    done(ctx);
+}
 
 
 /*
@@ -167,7 +221,7 @@ ngx_http_kvserve_prompt_ids(ngx_http_kvserve_tok_job_t *job, ngx_uint_t i,
 
 /* Every part's ids into job->ids[]; stops at the first error (in
  * job->aerr), as the inline order did. */
-ngx_int_t
+static ngx_int_t
 ngx_http_kvserve_tokenize(ngx_http_kvserve_tok_job_t *job,
     kvs_tok_ctx_t *tok)
 {
@@ -282,7 +336,7 @@ ngx_http_kvserve_tok_thread(void *data, ngx_log_t *log)
  * or text parts), once more per cache breakpoint (its prefix is rendered
  * and tokenized again, at most the whole); completions, the text prompts
  * (id prompts need none). */
-size_t
+static size_t
 ngx_http_kvserve_prompt_bytes(ngx_http_kvserve_ctx_t *ctx)
 {
     size_t         n, i, k;
@@ -321,9 +375,6 @@ ngx_http_kvserve_prompt_bytes(ngx_http_kvserve_ctx_t *ctx)
 
     return n * (1 + ctx->req.n_breaks);
 }
-
-
-/* The template for a chat request: the location's, else the model's. */
 
 
 #if (NGX_THREADS)
@@ -388,12 +439,7 @@ ngx_http_kvserve_tok_done(ngx_event_t *ev)
         return;
     }
 
-    if (job->done != NULL) {
-        job->done(ctx);
-
-    } else {
-        ngx_http_kvserve_tokenized(ctx);
-    }
+    job->done(ctx);
 
     ngx_http_run_posted_requests(c);
 }
@@ -401,7 +447,7 @@ ngx_http_kvserve_tok_done(ngx_event_t *ev)
 
 /* NGX_OK: the task is posted and the request blocked until it is back;
  * NGX_DECLINED: tokenize inline instead (the pool's queue is full). */
-ngx_int_t
+static ngx_int_t
 ngx_http_kvserve_tok_post(ngx_http_kvserve_ctx_t *ctx, ngx_thread_pool_t *tp)
 {
     ngx_thread_task_t           *task;

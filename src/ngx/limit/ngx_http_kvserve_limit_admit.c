@@ -18,14 +18,16 @@
  *    in the worker.
  */
 
-#include <math.h>
-
 #include <ngx_config.h>
 #include <ngx_core.h>
 #include <ngx_http.h>
 
 #include "ngx_http_kvserve_limit_int.h"
+#include "api/kvs_api_budget.h"
 
+
+static ngx_int_t ngx_http_kvserve_limit_header(ngx_http_request_t *r,
+    u_char **p, const char *key, uint64_t n);
 
 
 /* ---- admission ---------------------------------------------------------- */
@@ -69,45 +71,27 @@ ngx_http_kvserve_limit_delayed(ngx_event_t *ev)
 
 /* ---- the refund --------------------------------------------------------- */
 
-/*
- * kv_rate: the KV cache the request held, in KiB x s, from its timings:
- * from the submit to the first token its prompt's blocks fill up (half
- * of them held on average), from then on the prompt is held whole and
- * the output grows (half of it on average), at the model's
- * kv_bytes_per_token (as /v1/models reports it).  A request that never
- * reached the engine held nothing.
- */
-static uint64_t
-ngx_http_kvserve_limit_kv_held(ngx_http_kvserve_limit_ctx_t *lctx,
-    uint64_t generated)
+/* The request ended, or its output is all generated: every zone gets
+ * back the output it did not generate, and kv_rate's reservation becomes
+ * what it held (kvs_limit_kv_held()). */
+static void
+ngx_http_kvserve_limit_end(ngx_http_kvserve_limit_ctx_t *lctx)
 {
-    double                   bpt, fill_ns, full_ns, kib_s;
-    uint64_t                 now, first;
+    uint64_t                 generated;
+    kvs_limit_kv_hold_t      h;
     ngx_http_kvserve_ctx_t  *kctx;
 
     kctx = lctx->kctx;
+    generated = ngx_http_kvserve_completion_tokens(kctx);
 
-    if (lctx->kv_cost == 0 || kctx->t.submit_ns == 0) {
-        return 0;
-    }
+    h.prompt_tokens = kctx->prompt_tokens;
+    h.generated = generated;
+    h.bytes_per_token = lctx->kv_bpt;
+    h.submit_ns = kctx->t.submit_ns;
+    h.first_ns = kctx->t.first_ns;
 
-    now = kvs_now_ns();
-    first = kctx->t.first_ns ? kctx->t.first_ns : now;
-
-    fill_ns = first > kctx->t.submit_ns
-              ? (double) (first - kctx->t.submit_ns) : 0.0;
-    full_ns = now > first ? (double) (now - first) : 0.0;
-
-    bpt = (double) kvs_hparams_kv_bytes_per_token(&kctx->model->model->hp,
-                                                  KVS_API_KV_BYTES);
-
-    kib_s = ((double) kctx->prompt_tokens / 2.0 * fill_ns
-             + ((double) kctx->prompt_tokens + (double) generated / 2.0)
-               * full_ns)
-            * bpt / 1024.0 / 1e9;
-
-    return kib_s >= (double) KVS_LIMIT_TOKENS_MAX ? KVS_LIMIT_TOKENS_MAX
-                                                   : (uint64_t) ceil(kib_s);
+    ngx_http_kvserve_limit_settle(lctx, 0, lctx->n, 0, generated,
+                                  kvs_limit_kv_held(&h, kvs_now_ns()));
 }
 
 
@@ -116,16 +100,11 @@ ngx_http_kvserve_limit_cleanup(void *data)
 {
     ngx_http_kvserve_limit_ctx_t  *lctx = data;
 
-    uint64_t  generated;
-
     if (lctx->delay.timer_set) {
         ngx_del_timer(&lctx->delay);
     }
 
-    generated = ngx_http_kvserve_completion_tokens(lctx->kctx);
-    ngx_http_kvserve_limit_settle(lctx, 0, lctx->n, 0, generated,
-                                  ngx_http_kvserve_limit_kv_held(lctx,
-                                                                 generated));
+    ngx_http_kvserve_limit_end(lctx);
 }
 
 
@@ -140,7 +119,6 @@ static ngx_http_output_body_filter_pt  ngx_http_next_body_filter;
 static ngx_int_t
 ngx_http_kvserve_limit_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
-    uint64_t                       generated;
     ngx_chain_t                   *cl;
     ngx_http_kvserve_limit_ctx_t  *lctx;
 
@@ -152,10 +130,7 @@ ngx_http_kvserve_limit_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     for (cl = in; cl; cl = cl->next) {
         if (cl->buf->last_buf) {
-            generated = ngx_http_kvserve_completion_tokens(lctx->kctx);
-            ngx_http_kvserve_limit_settle(lctx, 0, lctx->n, 0, generated,
-                                          ngx_http_kvserve_limit_kv_held(
-                                              lctx, generated));
+            ngx_http_kvserve_limit_end(lctx);
             break;
         }
     }
@@ -190,35 +165,26 @@ ngx_http_kvserve_limit_headers(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
-    if (v->kv) {
-        goto retry;
-    }
+    if (!v->kv) {
+        if (ngx_http_kvserve_limit_header(r, &p, "x-ratelimit-limit-tokens",
+                                          v->limit)
+            != NGX_OK
+            || ngx_http_kvserve_limit_header(r, &p,
+                                             "x-ratelimit-remaining-tokens",
+                                             v->remaining)
+               != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
 
-    s = p;
-    p = ngx_sprintf(p, "%uL%Z", v->limit);
-    if (ngx_http_kvserve_add_header(r, "x-ratelimit-limit-tokens",
-                                    (char *) s) != NGX_OK)
-    {
-        return NGX_ERROR;
+        s = p;
+        p += kvs_limit_fmt_duration((char *) p, v->reset_ms) + 1;
+        if (ngx_http_kvserve_add_header(r, "x-ratelimit-reset-tokens",
+                                        (char *) s) != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
     }
-
-    s = p;
-    p = ngx_sprintf(p, "%uL%Z", v->remaining);
-    if (ngx_http_kvserve_add_header(r, "x-ratelimit-remaining-tokens",
-                                    (char *) s) != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    s = p;
-    p += kvs_limit_fmt_duration((char *) p, v->reset_ms) + 1;
-    if (ngx_http_kvserve_add_header(r, "x-ratelimit-reset-tokens",
-                                    (char *) s) != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
-
-retry:
 
     if (never) {
         /* waiting does not help: openai-python honours this */
@@ -229,16 +195,29 @@ retry:
         return NGX_OK;
     }
 
-    s = p;
-    p = ngx_sprintf(p, "%uL%Z", kvs_limit_retry_after_s(v->retry_ms));
-    if (ngx_http_kvserve_add_header(r, "retry-after", (char *) s) != NGX_OK) {
+    if (ngx_http_kvserve_limit_header(r, &p, "retry-after",
+                                      kvs_limit_retry_after_s(v->retry_ms))
+        != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
-    s = p;
-    (void) ngx_sprintf(p, "%uL%Z", v->retry_ms);
+    return ngx_http_kvserve_limit_header(r, &p, "retry-after-ms",
+                                         v->retry_ms);
+}
 
-    return ngx_http_kvserve_add_header(r, "retry-after-ms", (char *) s);
+
+/* key: n in decimal, written at *p, which moves past it and its NUL. */
+static ngx_int_t
+ngx_http_kvserve_limit_header(ngx_http_request_t *r, u_char **p,
+    const char *key, uint64_t n)
+{
+    u_char  *s;
+
+    s = *p;
+    *p = ngx_sprintf(s, "%uL%Z", n);
+
+    return ngx_http_kvserve_add_header(r, key, (char *) s);
 }
 
 
@@ -274,8 +253,7 @@ ngx_http_kvserve_limit_reject(ngx_http_kvserve_limit_ctx_t *lctx,
                         (int) kctx->req.model.len, kctx->req.model.ptr, per,
                         (int) v->zone.len, v->zone.data,
                         (unsigned long long) v->limit,
-                        (unsigned long long) (v->kv ? lctx->kv_cost
-                                                    : lctx->cost));
+                        (unsigned long long) v->asked);
     } else {
         kvs_limit_fmt_duration(dur, v->retry_ms);
         kvs_api_err_set(&aerr, (int) llcf->status_code, NULL,
@@ -287,8 +265,7 @@ ngx_http_kvserve_limit_reject(ngx_http_kvserve_limit_ctx_t *lctx,
                         (int) v->zone.len, v->zone.data,
                         (unsigned long long) v->limit,
                         (unsigned long long) v->used,
-                        (unsigned long long) (v->kv ? lctx->kv_cost
-                                                    : lctx->cost), dur);
+                        (unsigned long long) v->asked, dur);
     }
 
     ngx_cpystrn((u_char *) aerr.type, (u_char *) "tokens",
@@ -313,12 +290,13 @@ ngx_int_t
 ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *kctx,
     ngx_http_kvserve_limit_resume_pt resume)
 {
-    double                              kib;
     uint32_t                            n_ctx;
-    uint64_t                            now, delay_ms, mt, asked;
+    uint64_t                            now, delay_ms;
     ngx_str_t                           key;
     ngx_uint_t                          i, n, level, status, kv_refused;
-    kvs_limit_conf_t                    c;
+    kvs_api_err_t                       aerr;
+    kvs_api_budget_t                    budget;
+    kvs_limit_conf_t                    c, kc;
     kvs_limit_decision_t                d;
     ngx_pool_cleanup_t                 *cln;
     ngx_http_request_t                 *r;
@@ -362,28 +340,27 @@ ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *kctx,
 
     ngx_http_set_ctx(r, lctx, ngx_http_kvserve_limit_module);
 
-    /* the reservation: each prompt's max_tokens for each of its n
-     * choices; without max_tokens (chat), the rest of the context, as
-     * the part's own check computes it */
+    /* the reservation: the prompts and each prompt's output budget for
+     * all its choices, as its part was checked; kv_rate's, all that may
+     * be held for one second, settled to what was held when it ends */
     n_ctx = kctx->model->model->hp.n_ctx_train;
 
     for (i = 0; i < kctx->n_parts; i++) {
-        mt = kctx->req.max_tokens >= 0
-             ? (uint64_t) kctx->req.max_tokens
-             : (uint64_t) n_ctx - kctx->parts[i].n_ids;
-        lctx->refundable += mt * kctx->req.n;
+        if (kvs_api_budget(&kctx->req, kctx->parts[i].n_ids, n_ctx,
+                           &budget, &aerr)
+            != KVS_OK)
+        {
+            /* the part's own check passed */
+            goto failed;
+        }
+
+        lctx->refundable += budget.reserved;
     }
 
     lctx->cost = kctx->prompt_tokens + lctx->refundable;
-
-    /* kv_rate's reservation: all it may hold, for one second; settled to
-     * what it held when it ends */
-    kib = (double) lctx->cost
-          * (double) kvs_hparams_kv_bytes_per_token(&kctx->model->model->hp,
-                                                    KVS_API_KV_BYTES)
-          / 1024.0;
-    lctx->kv_cost = kib > (double) KVS_LIMIT_TOKENS_MAX
-                    ? KVS_LIMIT_TOKENS_MAX + 1 : (uint64_t) ceil(kib);
+    lctx->kv_bpt = kvs_hparams_kv_bytes_per_token(&kctx->model->model->hp,
+                                                  KVS_API_KV_BYTES);
+    lctx->kv_cost = kvs_limit_kv_cost(lctx->cost, lctx->kv_bpt);
 
     now = (uint64_t) ngx_current_msec;
     delay_ms = 0;
@@ -427,14 +404,15 @@ ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *kctx,
             goto failed;
         }
 
+        ngx_http_kvserve_limit_conf(&limits[i], zone, &c, &kc);
+
         if (kv_refused) {
-            ngx_http_kvserve_limit_kv_conf(&limits[i], zone, &c);
-        } else {
-            ngx_http_kvserve_limit_conf(&limits[i], zone, &c);
+            c = kc;
         }
 
         v.set = 1;
         v.kv = kv_refused;
+        v.asked = kv_refused ? lctx->kv_cost : lctx->cost;
         v.limit = c.burst / KVS_LIMIT_MILLI;
         v.remaining = (c.burst - d.used) / KVS_LIMIT_MILLI;
         v.reset_ms = d.reset_ms;
@@ -446,8 +424,6 @@ ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *kctx,
             /* in the bucket before this request, whole tokens */
             v.used = (d.used + KVS_LIMIT_MILLI - 1) / KVS_LIMIT_MILLI;
 
-            asked = kv_refused ? lctx->kv_cost : lctx->cost;
-
             ngx_log_error(llcf->limit_log_level, r->connection->log, 0,
                           "limiting %s%s, %s, used: %uL, requested: "
                           "%uL, burst: %uL by zone \"%V\"",
@@ -455,7 +431,7 @@ ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *kctx,
                           llcf->dry_run ? ", dry run" : "",
                           d.verdict == KVS_LIMIT_NEVER ? "over the burst"
                                                        : "no room",
-                          v.used, asked, v.limit, &zone->name);
+                          v.used, v.asked, v.limit, &zone->name);
 
             if (llcf->dry_run) {
                 status = NGX_HTTP_KVSERVE_LIMIT_REJECTED_DRY_RUN;
@@ -599,18 +575,18 @@ ngx_http_kvserve_limit_status_variable(ngx_http_request_t *r,
 }
 
 
+static ngx_http_variable_t  ngx_http_kvserve_limit_vars[] = {
+
+    { ngx_string("kvserve_limit_status"), NULL,
+      ngx_http_kvserve_limit_status_variable, 0, NGX_HTTP_VAR_NOCACHEABLE,
+      0 },
+
+      ngx_http_null_variable
+};
+
+
 ngx_int_t
 ngx_http_kvserve_limit_add_variables(ngx_conf_t *cf)
 {
-    ngx_str_t             name = ngx_string("kvserve_limit_status");
-    ngx_http_variable_t  *var;
-
-    var = ngx_http_add_variable(cf, &name, NGX_HTTP_VAR_NOCACHEABLE);
-    if (var == NULL) {
-        return NGX_ERROR;
-    }
-
-    var->get_handler = ngx_http_kvserve_limit_status_variable;
-
-    return NGX_OK;
+    return ngx_http_kvserve_add_vars(cf, ngx_http_kvserve_limit_vars);
 }

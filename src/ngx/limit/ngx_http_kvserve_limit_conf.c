@@ -27,6 +27,14 @@ static char *ngx_http_kvserve_limit_merge_loc_conf(ngx_conf_t *cf,
     void *parent, void *child);
 static char *ngx_http_kvserve_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static ngx_int_t ngx_http_kvserve_limit_zone_name(ngx_conf_t *cf,
+    ngx_str_t *value, ngx_str_t *name, ssize_t *size);
+static ngx_int_t ngx_http_kvserve_limit_zone_rate(ngx_conf_t *cf,
+    ngx_str_t *value, ngx_http_kvserve_limit_zone_t *zone);
+static ngx_int_t ngx_http_kvserve_limit_zone_kv_rate(ngx_conf_t *cf,
+    ngx_str_t *value, ngx_http_kvserve_limit_zone_t *zone);
+static char *ngx_http_kvserve_limit_zone_add(ngx_conf_t *cf,
+    ngx_command_t *cmd, ngx_http_kvserve_limit_zone_t *zone, ssize_t size);
 static char *ngx_http_kvserve_limit(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_kvserve_limit_status_code(ngx_conf_t *cf,
@@ -205,19 +213,12 @@ ngx_http_kvserve_limit_number(u_char *p, size_t len)
 static char *
 ngx_http_kvserve_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
-    u_char                              *p;
-    size_t                               len;
-    ssize_t                              size;
-    int64_t                              rate;
-    off_t                                kv;
-    uint64_t                             period;
-    ngx_str_t                           *value, name, s;
-    ngx_uint_t                           i;
-    kvs_err_t                            err;
-    ngx_shm_zone_t                      *shm_zone, **zp;
-    ngx_http_kvserve_limit_zone_t       *zone;
-    ngx_http_compile_complex_value_t     ccv;
-    ngx_http_kvserve_limit_main_conf_t  *lmcf;
+    ssize_t                             size;
+    ngx_int_t                           rc;
+    ngx_str_t                          *value, name;
+    ngx_uint_t                          i;
+    ngx_http_kvserve_limit_zone_t      *zone;
+    ngx_http_compile_complex_value_t    ccv;
 
     value = cf->args->elts;
 
@@ -237,104 +238,29 @@ ngx_http_kvserve_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     size = 0;
-    rate = 0;
-    kv = 0;
-    period = 0;
     name.len = 0;
 
     for (i = 2; i < cf->args->nelts; i++) {
 
         if (ngx_strncmp(value[i].data, "zone=", 5) == 0) {
+            rc = ngx_http_kvserve_limit_zone_name(cf, &value[i], &name,
+                                                  &size);
 
-            name.data = value[i].data + 5;
+        } else if (ngx_strncmp(value[i].data, "rate=", 5) == 0) {
+            rc = ngx_http_kvserve_limit_zone_rate(cf, &value[i], zone);
 
-            p = (u_char *) ngx_strchr(name.data, ':');
+        } else if (ngx_strncmp(value[i].data, "kv_rate=", 8) == 0) {
+            rc = ngx_http_kvserve_limit_zone_kv_rate(cf, &value[i], zone);
 
-            if (p == NULL) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "invalid zone size \"%V\"", &value[i]);
-                return NGX_CONF_ERROR;
-            }
-
-            name.len = p - name.data;
-
-            s.data = p + 1;
-            s.len = value[i].data + value[i].len - s.data;
-
-            size = ngx_parse_size(&s);
-
-            if (size == NGX_ERROR || name.len == 0) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "invalid zone size \"%V\"", &value[i]);
-                return NGX_CONF_ERROR;
-            }
-
-            if (size < (ssize_t) (8 * ngx_pagesize)) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "zone \"%V\" is too small", &value[i]);
-                return NGX_CONF_ERROR;
-            }
-
-            continue;
+        } else {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid parameter \"%V\"", &value[i]);
+            return NGX_CONF_ERROR;
         }
 
-        if (ngx_strncmp(value[i].data, "rate=", 5) == 0) {
-
-            len = value[i].len;
-            p = value[i].data + len - 3;
-
-            if (len > 8 && ngx_strncmp(p, "t/s", 3) == 0) {
-                period = 1000;
-            } else if (len > 8 && ngx_strncmp(p, "t/m", 3) == 0) {
-                period = 60000;
-            }
-
-            rate = period ? ngx_http_kvserve_limit_number(value[i].data + 5,
-                                                          len - 8)
-                          : NGX_ERROR;
-
-            if (rate == NGX_ERROR) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "invalid rate \"%V\": a whole number of "
-                                   "tokens per second or minute, as "
-                                   "1000t/s or 50000t/m", &value[i]);
-                return NGX_CONF_ERROR;
-            }
-
-            continue;
+        if (rc != NGX_OK) {
+            return NGX_CONF_ERROR;
         }
-
-        if (ngx_strncmp(value[i].data, "kv_rate=", 8) == 0) {
-
-            /* bytes of KV cache held, per second: a size, "/s" */
-            len = value[i].len;
-            s.data = value[i].data + 8;
-            s.len = len > 10 ? len - 10 : 0;
-
-            kv = NGX_ERROR;
-            if (len > 10
-                && ngx_strncmp(value[i].data + len - 2, "/s", 2) == 0
-                && s.data[0] >= '0' && s.data[0] <= '9')
-            {
-                kv = ngx_parse_offset(&s);
-            }
-
-            if (kv == NGX_ERROR || kv < 1024
-                || (uint64_t) kv / 1024 > KVS_LIMIT_TOKENS_MAX)
-            {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "invalid kv_rate \"%V\": bytes of KV "
-                                   "cache per second, at least 1k, as "
-                                   "64m/s or 2g/s", &value[i]);
-                return NGX_CONF_ERROR;
-            }
-
-            continue;
-        }
-
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "invalid parameter \"%V\"", &value[i]);
-        return NGX_CONF_ERROR;
     }
 
     if (name.len == 0) {
@@ -344,7 +270,7 @@ ngx_http_kvserve_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    if (rate == 0) {
+    if (zone->rate == 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"%V\" must have \"rate\" parameter",
                            &cmd->name);
@@ -352,34 +278,165 @@ ngx_http_kvserve_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     zone->name = name;
+
+    return ngx_http_kvserve_limit_zone_add(cf, cmd, zone, size);
+}
+
+
+/* zone=<name>:<size>: a name, and a size of at least 8 pages */
+static ngx_int_t
+ngx_http_kvserve_limit_zone_name(ngx_conf_t *cf, ngx_str_t *value,
+    ngx_str_t *name, ssize_t *size)
+{
+    u_char     *p;
+    ngx_str_t   s;
+
+    name->data = value->data + 5;
+
+    p = (u_char *) ngx_strchr(name->data, ':');
+
+    if (p == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid zone size \"%V\"", value);
+        return NGX_ERROR;
+    }
+
+    name->len = p - name->data;
+
+    s.data = p + 1;
+    s.len = value->data + value->len - s.data;
+
+    *size = ngx_parse_size(&s);
+
+    if (*size == NGX_ERROR || name->len == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid zone size \"%V\"", value);
+        return NGX_ERROR;
+    }
+
+    if (*size < (ssize_t) (8 * ngx_pagesize)) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "zone \"%V\" is too small", value);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * rate=<N>t/s|t/m: zone->rate tokens per zone->period_ms.  A unit that
+ * is neither leaves the period of an earlier rate= as it was, as this
+ * parser always has.
+ */
+static ngx_int_t
+ngx_http_kvserve_limit_zone_rate(ngx_conf_t *cf, ngx_str_t *value,
+    ngx_http_kvserve_limit_zone_t *zone)
+{
+    u_char   *p;
+    size_t    len;
+    int64_t   rate;
+
+    len = value->len;
+    p = value->data + len - 3;
+
+    if (len > 8 && ngx_strncmp(p, "t/s", 3) == 0) {
+        zone->period_ms = 1000;
+    } else if (len > 8 && ngx_strncmp(p, "t/m", 3) == 0) {
+        zone->period_ms = 60000;
+    }
+
+    rate = zone->period_ms
+           ? ngx_http_kvserve_limit_number(value->data + 5, len - 8)
+           : NGX_ERROR;
+
+    if (rate == NGX_ERROR) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid rate \"%V\": a whole number of "
+                           "tokens per second or minute, as "
+                           "1000t/s or 50000t/m", value);
+        return NGX_ERROR;
+    }
+
     zone->rate = (uint64_t) rate;
-    zone->period_ms = period;
+
+    return NGX_OK;
+}
+
+
+/* kv_rate=<size>/s: bytes of KV cache held, per second, kept as
+ * zone->kv_rate KiB/s */
+static ngx_int_t
+ngx_http_kvserve_limit_zone_kv_rate(ngx_conf_t *cf, ngx_str_t *value,
+    ngx_http_kvserve_limit_zone_t *zone)
+{
+    off_t       kv;
+    size_t      len;
+    ngx_str_t   s;
+
+    len = value->len;
+    s.data = value->data + 8;
+    s.len = len > 10 ? len - 10 : 0;
+
+    kv = NGX_ERROR;
+    if (len > 10
+        && ngx_strncmp(value->data + len - 2, "/s", 2) == 0
+        && s.data[0] >= '0' && s.data[0] <= '9')
+    {
+        kv = ngx_parse_offset(&s);
+    }
+
+    if (kv == NGX_ERROR || kv < 1024
+        || (uint64_t) kv / 1024 > KVS_LIMIT_TOKENS_MAX)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid kv_rate \"%V\": bytes of KV "
+                           "cache per second, at least 1k, as "
+                           "64m/s or 2g/s", value);
+        return NGX_ERROR;
+    }
+
     zone->kv_rate = (uint64_t) kv / 1024;
 
-    if (kvs_limit_conf_init(&zone->drain, zone->rate, period, zone->rate,
-                            KVS_LIMIT_NODELAY, &err) != KVS_OK
+    return NGX_OK;
+}
+
+
+/* The parsed zone's buckets for expiring, and its shared memory, bound
+ * to its key and listed for the metrics. */
+static char *
+ngx_http_kvserve_limit_zone_add(ngx_conf_t *cf, ngx_command_t *cmd,
+    ngx_http_kvserve_limit_zone_t *zone, ssize_t size)
+{
+    kvs_err_t                            err;
+    ngx_shm_zone_t                      *shm_zone, **zp;
+    ngx_http_kvserve_limit_zone_t       *bound;
+    ngx_http_kvserve_limit_main_conf_t  *lmcf;
+
+    if (kvs_limit_conf_init(&zone->drain, zone->rate, zone->period_ms,
+                            zone->rate, KVS_LIMIT_NODELAY, &err) != KVS_OK
         || (zone->kv_rate
             && kvs_limit_conf_init(&zone->kv_drain, zone->kv_rate, 1000,
                                    zone->kv_rate, KVS_LIMIT_NODELAY, &err)
                != KVS_OK))
     {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "kvserve_limit_zone "
-                           "\"%V\": %s", &name, err.msg);
+                           "\"%V\": %s", &zone->name, err.msg);
         return NGX_CONF_ERROR;
     }
 
-    shm_zone = ngx_shared_memory_add(cf, &name, size,
+    shm_zone = ngx_shared_memory_add(cf, &zone->name, size,
                                      &ngx_http_kvserve_limit_module);
     if (shm_zone == NULL) {
         return NGX_CONF_ERROR;
     }
 
     if (shm_zone->data) {
-        zone = shm_zone->data;
+        bound = shm_zone->data;
 
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "%V \"%V\" is already bound to key \"%V\"",
-                           &cmd->name, &name, &zone->key.value);
+                           &cmd->name, &zone->name, &bound->key.value);
         return NGX_CONF_ERROR;
     }
 

@@ -24,6 +24,7 @@
 
 #include "ngx_http_kvserve_limit.h"
 #include "limit/kvs_limit.h"
+#include "limit/kvs_limit_kv.h"
 
 
 
@@ -123,6 +124,9 @@ typedef struct {
     uint64_t                   limit;       /* tokens: the burst */
     uint64_t                   remaining;   /* tokens */
     uint64_t                   used;        /* tokens, before the charge */
+    uint64_t                   asked;       /* the request's cost in the
+                                               bucket (tokens, or KiB x s
+                                               in a KV bucket) */
     uint64_t                   reset_ms;
     uint64_t                   retry_ms;
     ngx_str_t                  zone;
@@ -145,6 +149,8 @@ typedef struct {
     uint64_t                   refundable;  /* reserved output */
     uint64_t                   kv_cost;     /* kv_rate's reservation:
                                                KiB x s */
+    uint64_t                   kv_bpt;      /* the model's KV bytes per
+                                               token */
 } ngx_http_kvserve_limit_ctx_t;
 
 
@@ -154,16 +160,12 @@ typedef struct {
 ngx_int_t ngx_http_kvserve_limit_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
 
-/* The bucket of limit in zone (c): burst defaults to the rate's amount
- * per period, the delay is at most the burst. */
+/* The buckets of limit in zone: its tokens' (c: burst defaults to the
+ * rate's amount per period, the delay is at most the burst) and, in a
+ * zone with kv_rate, its KV cache's (kc: kvs_limit_kv_conf_init()). */
 void ngx_http_kvserve_limit_conf(ngx_http_kvserve_limit_t *limit,
-    ngx_http_kvserve_limit_zone_t *zone, kvs_limit_conf_t *c);
-
-/* The KV bucket of limit in a zone with kv_rate: it drains kv_rate KiB
- * x s per second and holds what the token bucket's window holds (burst /
- * rate periods) of that, at least one second's; it never delays. */
-void ngx_http_kvserve_limit_kv_conf(ngx_http_kvserve_limit_t *limit,
-    ngx_http_kvserve_limit_zone_t *zone, kvs_limit_conf_t *c);
+    ngx_http_kvserve_limit_zone_t *zone, kvs_limit_conf_t *c,
+    kvs_limit_conf_t *kc);
 
 /*
  * Charges cost (of which refundable may come back) to rv's key in zone,

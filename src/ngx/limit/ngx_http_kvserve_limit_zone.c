@@ -274,11 +274,13 @@ ngx_http_kvserve_limit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
 /* ---- charge and refund -------------------------------------------------- */
 
-/* The bucket of limit in zone: burst defaults to the rate's amount per
- * period, the delay is at most the burst. */
+/* The buckets of limit in zone: the tokens' (burst defaults to the
+ * rate's amount per period, the delay is at most the burst) and, with
+ * kv_rate, the KV cache's beside it. */
 void
 ngx_http_kvserve_limit_conf(ngx_http_kvserve_limit_t *limit,
-    ngx_http_kvserve_limit_zone_t *zone, kvs_limit_conf_t *c)
+    ngx_http_kvserve_limit_zone_t *zone, kvs_limit_conf_t *c,
+    kvs_limit_conf_t *kc)
 {
     uint64_t   burst, delay;
     kvs_err_t  err;
@@ -293,33 +295,30 @@ ngx_http_kvserve_limit_conf(ngx_http_kvserve_limit_t *limit,
     /* every value was checked when the configuration was read */
     (void) kvs_limit_conf_init(c, zone->rate, zone->period_ms, burst, delay,
                                &err);
+
+    if (zone->kv_rate) {
+        (void) kvs_limit_kv_conf_init(kc, c, zone->kv_rate, &err);
+    }
 }
 
 
-void
-ngx_http_kvserve_limit_kv_conf(ngx_http_kvserve_limit_t *limit,
-    ngx_http_kvserve_limit_zone_t *zone, kvs_limit_conf_t *c)
+/* Reserves cost in a bucket; a cost over any bucket can never pass. */
+static void
+ngx_http_kvserve_limit_reserve(kvs_limit_conf_t *c, kvs_limit_state_t *st,
+    uint64_t now, uint64_t cost, uint64_t refundable, kvs_limit_resv_t *resv,
+    kvs_limit_decision_t *d)
 {
-    uint64_t   burst, window_ms;
     kvs_err_t  err;
 
-    burst = limit->burst ? limit->burst : zone->rate;
-
-    /* the token bucket's window: burst / rate periods, in ms; both are
-     * at most 2^40, so the product below is computed in two steps */
-    window_ms = burst / zone->rate * zone->period_ms
-                + burst % zone->rate * zone->period_ms / zone->rate;
-
-    if (window_ms < 1000) {
-        window_ms = 1000;
+    if (kvs_limit_reserve(c, st, now, cost, refundable, resv, d, &err)
+        != KVS_OK)
+    {
+        /* more than any bucket holds */
+        d->verdict = KVS_LIMIT_NEVER;
+        d->used = st->used;
+        d->reset_ms = kvs_limit_reset_ms(c, st);
+        d->retry_ms = 0;
     }
-
-    burst = window_ms / 1000 > KVS_LIMIT_TOKENS_MAX / zone->kv_rate
-            ? KVS_LIMIT_TOKENS_MAX
-            : zone->kv_rate * (window_ms / 1000);
-
-    (void) kvs_limit_conf_init(c, zone->kv_rate, 1000, burst,
-                               KVS_LIMIT_NODELAY, &err);
 }
 
 
@@ -329,8 +328,6 @@ ngx_http_kvserve_limit_charge(ngx_http_kvserve_limit_zone_t *zone,
     uint64_t cost, uint64_t refundable, uint64_t kv_cost, uint64_t now,
     kvs_limit_decision_t *d, ngx_uint_t *kv_refused)
 {
-    int                             rc;
-    kvs_err_t                       err;
     kvs_limit_conf_t                c, kc;
     kvs_limit_decision_t            kd;
     ngx_http_kvserve_limit_node_t  *ln;
@@ -338,7 +335,7 @@ ngx_http_kvserve_limit_charge(ngx_http_kvserve_limit_zone_t *zone,
     *kv_refused = 0;
     rv->kv.settled = 1;
 
-    ngx_http_kvserve_limit_conf(limit, zone, &c);
+    ngx_http_kvserve_limit_conf(limit, zone, &c, &kc);
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
@@ -349,29 +346,14 @@ ngx_http_kvserve_limit_charge(ngx_http_kvserve_limit_zone_t *zone,
         return NGX_ERROR;
     }
 
-    rc = kvs_limit_reserve(&c, &ln->st, now, cost, refundable, &rv->resv, d,
-                           &err);
-    if (rc != KVS_OK) {
-        /* more tokens than any bucket holds */
-        d->verdict = KVS_LIMIT_NEVER;
-        d->used = ln->st.used;
-        d->reset_ms = kvs_limit_reset_ms(&c, &ln->st);
-        d->retry_ms = 0;
-    }
+    ngx_http_kvserve_limit_reserve(&c, &ln->st, now, cost, refundable,
+                                   &rv->resv, d);
 
     if (zone->kv_rate
         && (d->verdict == KVS_LIMIT_PASSED || d->verdict == KVS_LIMIT_DELAYED))
     {
-        ngx_http_kvserve_limit_kv_conf(limit, zone, &kc);
-
-        rc = kvs_limit_reserve(&kc, &ln->kv, now, kv_cost, kv_cost, &rv->kv,
-                               &kd, &err);
-        if (rc != KVS_OK) {
-            kd.verdict = KVS_LIMIT_NEVER;
-            kd.used = ln->kv.used;
-            kd.reset_ms = kvs_limit_reset_ms(&kc, &ln->kv);
-            kd.retry_ms = 0;
-        }
+        ngx_http_kvserve_limit_reserve(&kc, &ln->kv, now, kv_cost, kv_cost,
+                                       &rv->kv, &kd);
 
         if (kd.verdict == KVS_LIMIT_PASSED) {
             zone->sh->kv_charged += kv_cost;
@@ -429,11 +411,7 @@ ngx_http_kvserve_limit_settle(ngx_http_kvserve_limit_ctx_t *lctx,
         }
 
         zone = rv->limit->shm_zone->data;
-        ngx_http_kvserve_limit_conf(rv->limit, zone, &c);
-
-        if (zone->kv_rate) {
-            ngx_http_kvserve_limit_kv_conf(rv->limit, zone, &kc);
-        }
+        ngx_http_kvserve_limit_conf(rv->limit, zone, &c, &kc);
 
         back = 0;
         kv_back = 0;

@@ -13,7 +13,7 @@
  *
  * In the access phase a completion POST's body is read, parsed, rendered
  * and tokenized by the completions code (ngx_http_kvserve_prepare,
- * ngx_http_kvserve_tokenize: exactly what an engine host does, with the
+ * ngx_http_kvserve_tok_start: exactly what an engine host does, with the
  * gateway's kvserve_model for the tokenizer and template only), its
  * blocks are named for each (epoch, block size) the hosts advertise, the
  * two-round lookup asks Redis who holds the longest prefix (round 1
@@ -50,9 +50,6 @@ static void ngx_http_kvserve_route_tokenized(ngx_http_kvserve_ctx_t *kctx);
 static void ngx_http_kvserve_route_send(ngx_http_kvserve_route_ctx_t *rc);
 static void ngx_http_kvserve_route_choose(ngx_http_kvserve_route_ctx_t *rc,
     ngx_uint_t failed);
-
-
-static kvs_tok_ctx_t  ngx_http_kvserve_route_tok;
 
 
 /*
@@ -198,7 +195,6 @@ ngx_http_kvserve_route_body(ngx_http_request_t *r)
     kvs_api_err_t                  aerr;
     ngx_http_kvserve_ctx_t        *kctx;
     ngx_http_core_loc_conf_t      *clcf;
-    ngx_http_kvserve_loc_conf_t   *klcf;
     ngx_http_kvserve_route_ctx_t  *rc;
 
     rc = ngx_http_get_module_ctx(r, ngx_http_kvserve_route_module);
@@ -225,33 +221,7 @@ ngx_http_kvserve_route_body(ngx_http_request_t *r)
         return;
     }
 
-    kctx->tok->done = ngx_http_kvserve_route_tokenized;
-    kctx->tok->bytes = ngx_http_kvserve_prompt_bytes(kctx);
-
-#if (NGX_THREADS)
-
-    klcf = ngx_http_get_module_loc_conf(r, ngx_http_kvserve_module);
-
-    if (klcf->tokenize_pool != NULL
-        && klcf->tokenize_pool != NGX_CONF_UNSET_PTR
-        && kctx->tok->bytes > klcf->tokenize_threshold)
-    {
-        kctx->tok_where = NGX_HTTP_KVSERVE_TOK_POOL;
-
-        if (ngx_http_kvserve_tok_post(kctx, klcf->tokenize_pool) == NGX_OK) {
-            return;
-        }
-    }
-
-#else
-    (void) klcf;
-#endif
-
-    kctx->tok_where = NGX_HTTP_KVSERVE_TOK_INLINE;
-    kctx->tok->rc = ngx_http_kvserve_tokenize(kctx->tok,
-                                              &ngx_http_kvserve_route_tok);
-
-    ngx_http_kvserve_route_tokenized(kctx);
+    ngx_http_kvserve_tok_start(kctx, ngx_http_kvserve_route_tokenized);
 }
 
 

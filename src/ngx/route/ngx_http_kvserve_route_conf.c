@@ -175,18 +175,7 @@ ngx_http_kvserve_route_merge_loc_conf(ngx_conf_t *cf, void *parent,
      * the module list, and cf->ctx is this location's) */
     klcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_kvserve_module);
 
-    if (klcf->tokenize_pool == NGX_CONF_UNSET_PTR) {
-#if (NGX_THREADS)
-        klcf->tokenize_pool = ngx_thread_pool_add(cf, NULL);
-        if (klcf->tokenize_pool == NULL) {
-            return NGX_CONF_ERROR;
-        }
-#else
-        klcf->tokenize_pool = NULL;
-#endif
-    }
-
-    return NGX_CONF_OK;
+    return ngx_http_kvserve_tokenize_pool_default(cf, klcf);
 }
 
 

@@ -34,17 +34,6 @@
 static void ngx_http_kvserve_route_refresh(ngx_event_t *ev);
 
 
-static uint64_t
-ngx_http_kvserve_route_now_ms(void)
-{
-    ngx_time_t  *tp;
-
-    tp = ngx_timeofday();
-
-    return (uint64_t) tp->sec * 1000 + tp->msec;
-}
-
-
 ngx_int_t
 ngx_http_kvserve_route_tgt_start(ngx_http_kvserve_route_tgt_t *t,
     ngx_cycle_t *cycle)
@@ -307,7 +296,7 @@ ngx_http_kvserve_route_apply(ngx_http_kvserve_route_tgt_t *t,
         }
     }
 
-    now = ngx_http_kvserve_route_now_ms();
+    now = ngx_http_kvserve_redis_now_ms();
     k = 0;
 
     for (i = 0; i < t->n_ids && replies != NULL; i++) {
@@ -396,7 +385,7 @@ ngx_http_kvserve_route_refresh(ngx_event_t *ev)
         return;
     }
 
-    now = ngx_http_kvserve_route_now_ms();
+    now = ngx_http_kvserve_redis_now_ms();
 
     kvs_index_cmds_init(&cmds, buf, sizeof(buf), argv, argvlen, 8, first, 1);
 
@@ -629,7 +618,7 @@ ngx_http_kvserve_route_fresh(ngx_http_kvserve_route_ctx_t *rc,
     t = rc->tgt;
     model = rc->kctx->model->name.data;
     mlen = rc->kctx->model->name.len;
-    now = ngx_http_kvserve_route_now_ms();
+    now = ngx_http_kvserve_redis_now_ms();
 
     for (k = 0; k < rc->n_fresh; k++) {
         c = &rc->cands[k];
