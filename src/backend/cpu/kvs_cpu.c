@@ -716,13 +716,12 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     /* one buffer for all activations, kept in kv, per token: x, xb [e];
      * q [qd]; k [kd]; v [vd]; att [od]; h1, h3 [f]; then per thread the
      * scores [attn_group][max_ctx rounded up to 16: the vector softmax
-     * pads them] and
-     * four weight rows [4][wrow] (a sgemm tile's [128][wrow]) */
+     * pads them] and four weight rows [4][wrow] (a sgemm tile's
+     * [KVS_CPU_BLAS_TILE][wrow]) */
     fw.attn_group = kvs_cpu_attn_group(hp, fw.simd);
     fw.sc_len = ((size_t) max_ctx + 15) & ~(size_t) 15;
     fw.sc_stride = fw.attn_group * fw.sc_len;
-    fw.blas_tile = nth > 1 ? KVS_CPU_BLAS_TILE / 2 : KVS_CPU_BLAS_TILE;
-    fw.wscratch_stride = (n >= KVS_CPU_BLAS_MIN ? fw.blas_tile : 4)
+    fw.wscratch_stride = (n >= KVS_CPU_BLAS_MIN ? KVS_CPU_BLAS_TILE : 4)
                          * (size_t) wrow;
     total = (size_t) n * (2 * (size_t) fw.e + fw.qd + fw.kd + fw.vd + fw.od
                           + 2 * (size_t) fw.f)

@@ -12,7 +12,7 @@
  * Q8_0).  Products (measured on a 2-core AVX-512 Xeon, kvs_cpu_mm.c):
  * F32 / F16 / BF16 rows are converted (if needed) into a small scratch
  * and run through our AVX2 or AVX-512 kernel for batches under 64
- * tokens, through OpenBLAS sgemm on tiles of up to 512 rows for larger
+ * tokens, through OpenBLAS sgemm on tiles of up to 256 rows for larger
  * ones (prefill chunks); Q8_0 stays quantized: the input rows are
  * quantized to int8 blocks and dotted in int8, for every batch size.  On
  * AVX-512 VNNI CPUs Q8_0 matrices are repacked once at load (the same

@@ -48,15 +48,19 @@
 #define KVS_CPU_PAR_MIN    (1u << 16)
 
 /* From this many tokens on, F32 / F16 / BF16 products go to sgemm on
- * tiles of KVS_CPU_BLAS_TILE rows (dequantized first unless F32), half
- * that when more than one thread shares the step (so that both get
- * tiles): a prefill chunk's products run ~1.4x faster than in our
- * kernel, and each sgemm call repacks its input, so the larger the tile
- * the better (512 rows: +10% over 128 on a 512-token prefill).  Below
- * it, decode batches, ours is as fast and keeps a token's sums
- * independent of its batch. */
+ * tiles of KVS_CPU_BLAS_TILE rows (dequantized first unless F32): a
+ * prefill chunk's products run ~1.4x faster than in our kernel.  Each
+ * sgemm call repacks its input, so larger tiles cost a little less
+ * (+10% for 512 rows over 128 on a 512-token prefill; 256 and 512 are
+ * within 1% of each other's instructions), and 256 lets two threads
+ * share a 512-row matrix.  The tile is the same whatever the thread
+ * count: sgemm's sum for an output depends on where its tile starts and
+ * ends (OpenBLAS's Zen kernels block the rows unevenly), so a tile that
+ * followed the thread count would change the logits with it.  Below
+ * KVS_CPU_BLAS_MIN, decode batches, ours is as fast and keeps a token's
+ * sums independent of its batch. */
 #define KVS_CPU_BLAS_MIN   64
-#define KVS_CPU_BLAS_TILE  512
+#define KVS_CPU_BLAS_TILE  256
 
 /* Packed Q8_0 (AVX-512 VNNI): rows in groups of 16; per group and block
  * of 32 columns, 8 vectors of [16 rows][4 bytes] (weights + 128, as
@@ -101,7 +105,6 @@ typedef struct {
     int                     resid;    /* kvs_cpu_tok_task: add xb first */
     int                     simd;     /* KVS_CPU_SIMD_* */
     kvs_cpu_q8_t           *xq;       /* [n][wrow / 32] Q8_0 inputs */
-    uint32_t                blas_tile; /* rows per sgemm task */
     uint32_t                attn_group; /* query heads per attention
                                           task: those of one K/V head
                                           (kvs_cpu_attn_group), or 1 */
