@@ -282,8 +282,6 @@ kvs_cpu_model_new(kvs_cpu_model_t **out, const kvs_model_t *m,
 
     cm->model = m;
     cm->hp = *hp;
-    cm->rope_pairing = strcmp(hp->arch, "qwen2") == 0 ? KVS_ROPE_NEOX
-                                                      : KVS_ROPE_NORM;
 
     cm->layers = calloc(hp->n_layer, sizeof(kvs_cpu_layer_t));
     if (cm->layers == NULL) {
@@ -293,10 +291,10 @@ kvs_cpu_model_new(kvs_cpu_model_t **out, const kvs_model_t *m,
 
     e = hp->n_embd;
     f = hp->n_ff;
-    q = hp->n_head * hp->head_dim_k;
-    kd = hp->n_head_kv * hp->head_dim_k;
-    vd = hp->n_head_kv * hp->head_dim_v;
-    o = hp->n_head * hp->head_dim_v;
+    q = hp->q_width;
+    kd = hp->k_width;
+    vd = hp->v_width;
+    o = hp->o_width;
 
 #define KVS_CPU_M(field, nm, ne0, ne1, opt)                                  \
     rc = kvs_cpu_mat(m, nm, ne0, ne1, opt, &(field), err);                   \
@@ -424,8 +422,8 @@ kvs_cpu_kv_new(kvs_cpu_kv_t **out, const kvs_cpu_model_t *cm,
     kv->n_layer = cm->hp.n_layer;
     kv->n_blocks = n_blocks;
     kv->block_tokens = block_tokens;
-    kv->k_width = cm->hp.n_head_kv * cm->hp.head_dim_k;
-    kv->v_width = cm->hp.n_head_kv * cm->hp.head_dim_v;
+    kv->k_width = cm->hp.k_width;
+    kv->v_width = cm->hp.v_width;
 
     /* slots across all layers; each factor is a uint32_t, so check every
      * product against SIZE_MAX / sizeof(float) before taking it */
@@ -586,10 +584,10 @@ kvs_cpu_qkv_task(void *arg, uint32_t i, uint32_t thread)
 
     (void) kvs_rope_apply(&fw->cm->rope, q, (int) hp->n_head,
                           (int) hp->head_dim_k, (int32_t) tk->pos,
-                          fw->cm->rope_pairing);
+                          hp->rope_pairing);
     (void) kvs_rope_apply(&fw->cm->rope, k, (int) hp->n_head_kv,
                           (int) hp->head_dim_k, (int32_t) tk->pos,
-                          fw->cm->rope_pairing);
+                          hp->rope_pairing);
 
     slot = (size_t) tk->table->blocks[tk->pos / bt] * bt + tk->pos % bt;
     memcpy(fw->kc + slot * fw->kd, k, fw->kd * sizeof(float));
@@ -701,10 +699,10 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     fw.b = b;
     fw.e = hp->n_embd;
     fw.f = hp->n_ff;
-    fw.qd = hp->n_head * hp->head_dim_k;
+    fw.qd = hp->q_width;
     fw.kd = kv->k_width;
     fw.vd = kv->v_width;
-    fw.od = hp->n_head * hp->head_dim_v;
+    fw.od = hp->o_width;
     fw.eps = (float) hp->norm_eps;
     fw.scale = 1.0f / sqrtf((float) hp->head_dim_k);
     fw.simd = kvs_cpu_simd();

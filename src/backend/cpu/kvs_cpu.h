@@ -90,8 +90,7 @@ typedef struct {
     float             **owned;        /* [n_owned] converted vectors */
     uint32_t            n_owned;
     void               *pack_mem;     /* every mat's pack, or NULL */
-    kvs_rope_t          rope;
-    int                 rope_pairing; /* KVS_ROPE_NORM | KVS_ROPE_NEOX */
+    kvs_rope_t          rope;         /* paired as hp.rope_pairing */
 } kvs_cpu_model_t;
 
 typedef struct {
@@ -99,8 +98,8 @@ typedef struct {
     uint32_t   n_blocks;
     uint32_t   block_tokens;
     uint32_t   k_width;               /* floats per token per layer, K:
-                                         n_head_kv * hd_k */
-    uint32_t   v_width;               /* same for V: n_head_kv * hd_v */
+                                         hp.k_width */
+    uint32_t   v_width;               /* same for V: hp.v_width */
     float     *k;                     /* [n_layer][n_blocks][block_tokens]
                                          [k_width] */
     float     *v;                     /* [n_layer][n_blocks][block_tokens]

@@ -217,7 +217,7 @@ kvs_cuda_resolve(kvs_cuda_load_t *ld, const kvs_model_t *m, kvs_err_t *err)
 {
     int                   rc;
     char                  name[64];
-    uint32_t              l, s, e, f, q, kd, vd, o;
+    uint32_t              l, s, e;
     const kvs_hparams_t  *hp;
 
     static const struct {
@@ -242,17 +242,12 @@ kvs_cuda_resolve(kvs_cuda_load_t *ld, const kvs_model_t *m, kvs_err_t *err)
 
     hp = &m->hp;
     e = hp->n_embd;
-    f = hp->n_ff;
-    q = hp->n_head * hp->head_dim_k;
-    kd = hp->n_head_kv * hp->head_dim_k;
-    vd = hp->n_head_kv * hp->head_dim_v;
-    o = hp->n_head * hp->head_dim_v;
     dim[0] = e;
-    dim[1] = q;
-    dim[2] = kd;
-    dim[3] = vd;
-    dim[4] = o;
-    dim[5] = f;
+    dim[1] = hp->q_width;
+    dim[2] = hp->k_width;
+    dim[3] = hp->v_width;
+    dim[4] = hp->o_width;
+    dim[5] = hp->n_ff;
 
     rc = kvs_cuda_tensor(ld, 0, m, "token_embd.weight", e, hp->n_vocab, 0,
                          1, err);
@@ -527,8 +522,6 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
     cu->max_table = KVS_CUDA_MAX_TABLE;
     cu->eps = (float) hp->norm_eps;
     cu->scale = 1.0f / sqrtf((float) hp->head_dim_k);
-    cu->pairing = strcmp(hp->arch, "qwen2") == 0 ? KVS_ROPE_NEOX
-                                                 : KVS_ROPE_NORM;
     env = getenv("KVS_CUDA_GRAPHS");
     cu->use_graphs = env == NULL || strcmp(env, "0") != 0;
 
@@ -585,10 +578,10 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
     memset(&wc, 0, sizeof(kvs_cuda_ws_conf_t));
     wc.n_embd = hp->n_embd;
     wc.n_ff = hp->n_ff;
-    wc.q_width = hp->n_head * hp->head_dim_k;
-    wc.k_width = hp->n_head_kv * hp->head_dim_k;
-    wc.v_width = hp->n_head_kv * hp->head_dim_v;
-    wc.o_width = hp->n_head * hp->head_dim_v;
+    wc.q_width = hp->q_width;
+    wc.k_width = hp->k_width;
+    wc.v_width = hp->v_width;
+    wc.o_width = hp->o_width;
     wc.n_vocab = hp->n_vocab;
     wc.n_head_kv = hp->n_head_kv;
     wc.max_tok = cu->max_tok;

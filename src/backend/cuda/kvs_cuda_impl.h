@@ -93,7 +93,6 @@ typedef struct {
     double             *inv_freq;     /* [n_rot / 2], device */
     uint32_t            n_rot;
     double              mscale;
-    int                 pairing;      /* KVS_ROPE_NORM | KVS_ROPE_NEOX */
 
     kvs_k_kv_t          kv;           /* k, v: [n_layer][n_blocks][bt]
                                          [width] of kv.dtype, device */
