@@ -1,9 +1,9 @@
 /*
  * kvs_cpu: weights, K/V storage and the forward step of the CPU backend
  * (see kvs_cpu.h); the products live in kvs_cpu_mm.c / kvs_cpu_x86.c,
- * attention and SwiGLU in kvs_cpu_attn.c (kvs_cpu_impl.h lists them).
- * The order of operations follows llama2.c run.c so that stories260K
- * reproduces its reference texts.
+ * attention in kvs_cpu_attn.c, SwiGLU in kvs_cpu_ffn.c (kvs_cpu_impl.h
+ * lists them).  The order of operations follows llama2.c run.c so that
+ * stories260K reproduces its reference texts.
  *
  * Threads: every heavy part runs as tasks of kv's pool: product tiles of
  * output rows, attention per (token, head group), per-token norms, RoPE,

@@ -7,7 +7,9 @@
  *   kvs_cpu_mm.c     matrix products: dispatch, portable kernels, BLAS,
  *                    Q8_0 activation quantization and weight packing
  *   kvs_cpu_x86.c    the AVX2 / AVX-512 product kernels
- *   kvs_cpu_attn.c   attention, SwiGLU, the vectorized exp
+ *   kvs_cpu_attn.c   attention
+ *   kvs_cpu_ffn.c    the FFN activation (SwiGLU)
+ *   kvs_cpu_exp.h    the vectorized exp both of them use
  *
  * Invariant shared by every kernel: a product output's (or an attention
  * score's) summation order depends only on that output's own shapes,
@@ -140,6 +142,8 @@ void kvs_cpu_q8p_fill(const kvs_cpu_mat_t *w, uint8_t *dst);
  * Tasks are then n * n_head / group. */
 uint32_t kvs_cpu_attn_group(const kvs_hparams_t *hp, int simd);
 void kvs_cpu_attn_task(void *arg, uint32_t task, uint32_t thread);
+
+/* Token i's h1 := silu(h1) * h3 (kvs_cpu_ffn.c). */
 void kvs_cpu_swiglu_task(void *arg, uint32_t i, uint32_t thread);
 
 #if KVS_CPU_X86
