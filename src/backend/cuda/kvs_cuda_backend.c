@@ -2,7 +2,8 @@
  * kvs_cuda_backend: loading and freeing the CUDA backend, and its block
  * copy (the step is kvs_cuda_step.c; the state is kvs_cuda_impl.h).
  *
- * Load order, each step undone by kvs_cuda_free() on any failure:
+ * Load order, one function per step (kvs_cuda_backend_new() lists them),
+ * everything undone by kvs_cuda_release() on any failure:
  *   1. device, stream, cuBLAS handle bound to the stream;
  *   2. every tensor resolved and checked like the CPU backend, and given
  *      an offset in one weights allocation (w3 right after w1, so the
@@ -76,6 +77,24 @@ static int kvs_cuda_rope_table(kvs_rope_t *rope, const kvs_model_t *m,
 static void kvs_cuda_bind(kvs_cuda_t *cu, const kvs_cuda_load_t *ld);
 static int kvs_cuda_upload(kvs_cuda_t *cu, const kvs_cuda_load_t *ld,
     void *stage, kvs_err_t *err);
+static int kvs_cuda_init(kvs_cuda_t *cu, kvs_cuda_load_t *ld,
+    const kvs_hparams_t *hp, const kvs_backend_conf_t *conf,
+    kvs_err_t *err);
+static int kvs_cuda_open_device(kvs_cuda_t *cu, int device,
+    kvs_err_t *err);
+static int kvs_cuda_place(kvs_cuda_t *cu, kvs_cuda_load_t *ld,
+    const kvs_model_t *m, kvs_rope_t *rope, size_t *rope_off,
+    kvs_err_t *err);
+static int kvs_cuda_plan_ws(kvs_cuda_t *cu, const kvs_cuda_load_t *ld,
+    kvs_err_t *err);
+static int kvs_cuda_plan_kv(kvs_cuda_t *cu, const kvs_cuda_load_t *ld,
+    const kvs_backend_conf_t *conf, uint64_t *block_bytes, kvs_err_t *err);
+static int kvs_cuda_alloc(kvs_cuda_t *cu, const kvs_cuda_load_t *ld,
+    kvs_err_t *err);
+static int kvs_cuda_load_weights(kvs_cuda_t *cu, const kvs_cuda_load_t *ld,
+    const kvs_rope_t *rope, size_t rope_off, kvs_err_t *err);
+static int kvs_cuda_alloc_kv(kvs_cuda_t *cu, kvs_err_t *err);
+static int kvs_cuda_bind_step(kvs_cuda_t *cu, kvs_err_t *err);
 
 
 static const kvs_backend_ops_t  kvs_cuda_ops = {
@@ -479,25 +498,21 @@ int
 kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
     const kvs_backend_conf_t *conf, kvs_err_t *err)
 {
-    int                   rc, rope_ok, kv_dt;
-    void                 *stage;
-    size_t                free_b, total_b, kv_k, kv_v, rope_off, elem;
-    uint32_t              n_blocks;
+    int                   rc;
+    size_t                rope_off;
     uint64_t              block_bytes;
     kvs_rope_t            rope;
     kvs_cuda_t           *cu;
     kvs_backend_t        *be;
     kvs_cuda_load_t       ld;
-    kvs_cuda_mem_t        mem;
-    kvs_cuda_ws_conf_t    wc;
-    const char           *env;
     const kvs_hparams_t  *hp;
 
     *out = NULL;
     hp = &m->hp;
-    stage = NULL;
-    rope_ok = 0;
+    rope_off = 0;
+    block_bytes = 0;
     memset(&ld, 0, sizeof(kvs_cuda_load_t));
+    memset(&rope, 0, sizeof(kvs_rope_t));
 
     if (conf->block_tokens == 0 || hp->n_vocab > INT32_MAX
         || hp->n_embd > INT32_MAX / 4 || hp->n_ff > INT32_MAX / 4
@@ -515,6 +530,78 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
 
     cu = (kvs_cuda_t *) (be + 1);
     be->impl = cu;
+
+    rc = kvs_cuda_init(cu, &ld, hp, conf, err);
+
+    /* 1. device, stream, cuBLAS */
+    if (rc == KVS_OK) {
+        rc = kvs_cuda_open_device(cu, conf->device, err);
+    }
+
+    /* 2. tensors, offsets, the RoPE table after them */
+    if (rc == KVS_OK) {
+        rc = kvs_cuda_place(cu, &ld, m, &rope, &rope_off, err);
+    }
+
+    /* 3. sizes */
+    if (rc == KVS_OK) {
+        rc = kvs_cuda_plan_ws(cu, &ld, err);
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_cuda_plan_kv(cu, &ld, conf, &block_bytes, err);
+    }
+
+    /* 4. allocations and uploads */
+    if (rc == KVS_OK) {
+        rc = kvs_cuda_alloc(cu, &ld, err);
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_cuda_load_weights(cu, &ld, &rope, rope_off, err);
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_cuda_alloc_kv(cu, err);
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_cuda_bind_step(cu, err);
+    }
+
+    /* the host copies of the upload list and the RoPE table are spent,
+     * whatever happened */
+    kvs_rope_free(&rope);
+    free(ld.up);
+
+    if (rc != KVS_OK) {
+        kvs_cuda_release(cu);
+        free(be);
+        return rc;
+    }
+
+    be->ops = &kvs_cuda_ops;
+    be->kind = KVS_BACKEND_CUDA;
+    be->n_vocab = hp->n_vocab;
+    be->n_blocks = cu->kv.n_blocks;
+    be->block_tokens = conf->block_tokens;
+    be->threads = 1;
+    be->kv_bytes = (uint64_t) cu->kv.n_blocks * block_bytes;
+
+    *out = be;
+
+    return KVS_OK;
+}
+
+
+/* 0. cu's settings and host arrays; ld's upload list, one slot per
+ * tensor. */
+static int
+kvs_cuda_init(kvs_cuda_t *cu, kvs_cuda_load_t *ld, const kvs_hparams_t *hp,
+    const kvs_backend_conf_t *conf, kvs_err_t *err)
+{
+    const char  *env;
+
     cu->hp = *hp;
     cu->device = conf->device;
     cu->max_tok = KVS_CUDA_MAX_TOK;
@@ -525,25 +612,33 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
     env = getenv("KVS_CUDA_GRAPHS");
     cu->use_graphs = env == NULL || strcmp(env, "0") != 0;
 
-    ld.n = KVS_CUDA_GLOBALS + KVS_CUDA_PER_LAYER * hp->n_layer;
-    ld.up = calloc(ld.n, sizeof(kvs_cuda_up_t));
-    ld.all_f32 = 1;
+    ld->n = KVS_CUDA_GLOBALS + KVS_CUDA_PER_LAYER * hp->n_layer;
+    ld->up = calloc(ld->n, sizeof(kvs_cuda_up_t));
+    ld->all_f32 = 1;
     cu->layers = calloc(hp->n_layer, sizeof(kvs_cuda_layer_t));
     cu->seq_tab = calloc(cu->max_tok, sizeof(kvs_kv_table_t *));
     cu->seq_nb = calloc(cu->max_tok, sizeof(uint32_t));
 
-    if (ld.up == NULL || cu->layers == NULL || cu->seq_tab == NULL
+    if (ld->up == NULL || cu->layers == NULL || cu->seq_tab == NULL
         || cu->seq_nb == NULL)
     {
-        rc = kvs_err_set(err, KVS_ENOMEM, "cuda backend: out of memory");
-        goto failed;
+        return kvs_err_set(err, KVS_ENOMEM, "cuda backend: out of memory");
     }
 
-    /* 1. device, stream, cuBLAS */
-    KVS_CUDA_TRY(cudaSetDevice(conf->device), "cudaSetDevice");
+    return KVS_OK;
+}
+
+
+/* 1. The device, the stream and the cuBLAS handle bound to it. */
+static int
+kvs_cuda_open_device(kvs_cuda_t *cu, int device, kvs_err_t *err)
+{
+    int  rc;
+
+    KVS_CUDA_TRY(cudaSetDevice(device), "cudaSetDevice");
     KVS_CUDA_TRY(cudaDeviceGetAttribute(&cu->n_sm,
                                         cudaDevAttrMultiProcessorCount,
-                                        conf->device),
+                                        device),
                  "cudaDeviceGetAttribute(multiprocessors)");
     KVS_CUDA_TRY(cudaStreamCreateWithFlags(&cu->st, cudaStreamNonBlocking),
                  "cudaStreamCreateWithFlags");
@@ -553,28 +648,49 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
     KVS_BLAS_TRY(cublasSetMathMode(cu->blas, CUBLAS_DEFAULT_MATH),
                  "cublasSetMathMode");
 
-    /* 2. tensors, offsets, the RoPE table after them */
-    rc = kvs_cuda_resolve(&ld, m, err);
+    return KVS_OK;
+
+failed:
+
+    return rc;
+}
+
+
+/* 2. Every tensor resolved and given its offset in ld->total, the host
+ * RoPE table built into *rope and given *rope_off after them. */
+static int
+kvs_cuda_place(kvs_cuda_t *cu, kvs_cuda_load_t *ld, const kvs_model_t *m,
+    kvs_rope_t *rope, size_t *rope_off, kvs_err_t *err)
+{
+    int  rc;
+
+    rc = kvs_cuda_resolve(ld, m, err);
     if (rc != KVS_OK) {
-        goto failed;
+        return rc;
     }
 
-    rc = kvs_cuda_rope_table(&rope, m, err);
+    rc = kvs_cuda_rope_table(rope, m, err);
     if (rc != KVS_OK) {
-        goto failed;
+        return rc;
     }
 
-    rope_ok = 1;
-    cu->n_rot = rope.n_rot;
-    cu->mscale = rope.mscale;
+    cu->n_rot = rope->n_rot;
+    cu->mscale = rope->mscale;
 
-    rc = kvs_cuda_plan_carve(&ld.total, (size_t) rope.n_rot / 2
-                             * sizeof(double), &rope_off, err);
-    if (rc != KVS_OK) {
-        goto failed;
-    }
+    return kvs_cuda_plan_carve(&ld->total, (size_t) rope->n_rot / 2
+                               * sizeof(double), rope_off, err);
+}
 
-    /* 3. sizes */
+
+/* 3. The workspace's layout, cu->wl, for the widest slice a step takes. */
+static int
+kvs_cuda_plan_ws(kvs_cuda_t *cu, const kvs_cuda_load_t *ld, kvs_err_t *err)
+{
+    kvs_cuda_ws_conf_t    wc;
+    const kvs_hparams_t  *hp;
+
+    hp = &cu->hp;
+
     memset(&wc, 0, sizeof(kvs_cuda_ws_conf_t));
     wc.n_embd = hp->n_embd;
     wc.n_ff = hp->n_ff;
@@ -590,25 +706,38 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
     wc.max_split = KVS_CUDA_MAX_SPLIT;
     wc.max_ctx = hp->n_ctx_train;
     wc.n_sm = (uint32_t) cu->n_sm;
-    wc.in_size = ld.any_f32 ? 4 : 2;
+    wc.in_size = ld->any_f32 ? 4 : 2;
     wc.part_unit = kvs_k_attn_part_floats(1, hp->n_head, 1,
                                           hp->head_dim_v);
     wc.sample_bytes = kvs_k_sample_scratch_bytes(cu->max_rows, hp->n_vocab);
     wc.blas_bytes = KVS_CUDA_BLAS_BYTES;
 
-    rc = kvs_cuda_plan_workspace(&cu->wl, &wc, err);
-    if (rc != KVS_OK) {
-        goto failed;
-    }
+    return kvs_cuda_plan_workspace(&cu->wl, &wc, err);
+}
 
-    kv_dt = ld.all_f32 ? KVS_K_F32 : KVS_K_BF16;
-    elem = kvs_k_dtype_size(kv_dt);
+
+/* 3. The K/V pool's geometry, cu->kv but its arrays, its block count
+ * planned against the device's free memory after weights, workspace
+ * and staging; *block_bytes is one block's K and V over every layer. */
+static int
+kvs_cuda_plan_kv(kvs_cuda_t *cu, const kvs_cuda_load_t *ld,
+    const kvs_backend_conf_t *conf, uint64_t *block_bytes, kvs_err_t *err)
+{
+    int                   rc, kv_dt;
+    size_t                free_b, total_b;
+    uint32_t              n_blocks;
+    kvs_cuda_mem_t        mem;
+    const kvs_hparams_t  *hp;
+
+    hp = &cu->hp;
+    kv_dt = ld->all_f32 ? KVS_K_F32 : KVS_K_BF16;
 
     rc = kvs_cuda_plan_block_bytes(hp->n_layer, conf->block_tokens,
-                                   wc.k_width, wc.v_width, elem,
-                                   &block_bytes, err);
+                                   hp->k_width, hp->v_width,
+                                   kvs_k_dtype_size(kv_dt), block_bytes,
+                                   err);
     if (rc != KVS_OK) {
-        goto failed;
+        return rc;
     }
 
     KVS_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
@@ -616,11 +745,11 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
 
     memset(&mem, 0, sizeof(kvs_cuda_mem_t));
     mem.free = free_b;
-    mem.weights = ld.total;
+    mem.weights = ld->total;
     mem.workspace = cu->wl.total;
-    mem.stage = ld.stage;
+    mem.stage = ld->stage;
     mem.reserve = KVS_CUDA_RESERVE;
-    mem.block_bytes = block_bytes;
+    mem.block_bytes = *block_bytes;
     /* 0: unset, kvserve_kv_cache's default */
     mem.fraction = conf->kv_fraction == 0.0 ? 0.9 : conf->kv_fraction;
     /* the engine's pool refuses more (KVS_KV_MAX_BLOCKS); a device with
@@ -629,30 +758,73 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
 
     rc = kvs_cuda_plan_blocks(&mem, conf->n_blocks, &n_blocks, err);
     if (rc != KVS_OK) {
-        goto failed;
+        return rc;
     }
 
-    /* 4. allocations and uploads */
-    KVS_CUDA_TRY(cudaMalloc(&cu->wmem, ld.total), "cudaMalloc(weights)");
-    cu->wbytes = ld.total;
+    cu->kv.dtype = kv_dt;
+    cu->kv.n_layer = hp->n_layer;
+    cu->kv.n_blocks = n_blocks;
+    cu->kv.block_tokens = conf->block_tokens;
+    cu->kv.n_head = hp->n_head;
+    cu->kv.n_head_kv = hp->n_head_kv;
+    cu->kv.hd_k = hp->head_dim_k;
+    cu->kv.hd_v = hp->head_dim_v;
+
+    return KVS_OK;
+
+failed:
+
+    return rc;
+}
+
+
+/* 4. The device memory of the weights (and RoPE table) and of the
+ * workspace. */
+static int
+kvs_cuda_alloc(kvs_cuda_t *cu, const kvs_cuda_load_t *ld, kvs_err_t *err)
+{
+    int  rc;
+
+    KVS_CUDA_TRY(cudaMalloc(&cu->wmem, ld->total), "cudaMalloc(weights)");
+    cu->wbytes = ld->total;
     KVS_CUDA_TRY(cudaMalloc(&cu->ws, cu->wl.total),
                  "cudaMalloc(workspace)");
 
-    if (ld.stage > 0) {
-        KVS_CUDA_TRY(cudaMalloc(&stage, ld.stage),
+    return KVS_OK;
+
+failed:
+
+    return rc;
+}
+
+
+/* 4. Every tensor and the RoPE table uploaded into wmem (Q8_0 through a
+ * staging buffer freed here, before the K/V cache is allocated), the
+ * layers' pointers bound, the stream synchronized. */
+static int
+kvs_cuda_load_weights(kvs_cuda_t *cu, const kvs_cuda_load_t *ld,
+    const kvs_rope_t *rope, size_t rope_off, kvs_err_t *err)
+{
+    int    rc;
+    void  *stage;
+
+    stage = NULL;
+
+    if (ld->stage > 0) {
+        KVS_CUDA_TRY(cudaMalloc(&stage, ld->stage),
                      "cudaMalloc(Q8_0 staging)");
     }
 
-    kvs_cuda_bind(cu, &ld);
+    kvs_cuda_bind(cu, ld);
 
-    rc = kvs_cuda_upload(cu, &ld, stage, err);
+    rc = kvs_cuda_upload(cu, ld, stage, err);
     if (rc != KVS_OK) {
         goto failed;
     }
 
     cu->inv_freq = (double *) ((char *) cu->wmem + rope_off);
-    KVS_CUDA_TRY(cudaMemcpyAsync(cu->inv_freq, rope.inv_freq,
-                                 (size_t) rope.n_rot / 2 * sizeof(double),
+    KVS_CUDA_TRY(cudaMemcpyAsync(cu->inv_freq, rope->inv_freq,
+                                 (size_t) rope->n_rot / 2 * sizeof(double),
                                  cudaMemcpyHostToDevice, cu->st),
                  "upload of the RoPE table");
     KVS_CUDA_TRY(cudaStreamSynchronize(cu->st),
@@ -663,12 +835,32 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
         stage = NULL;
     }
 
-    /* [n_layer][n_blocks][bt][width] each; their sum, n_blocks *
-     * block_bytes, was checked against free memory by the plan */
-    kv_k = (size_t) hp->n_layer * n_blocks * conf->block_tokens
-           * wc.k_width * elem;
-    kv_v = (size_t) hp->n_layer * n_blocks * conf->block_tokens
-           * wc.v_width * elem;
+    return KVS_OK;
+
+failed:
+
+    if (stage != NULL) {
+        (void) cudaFree(stage);
+    }
+
+    return rc;
+}
+
+
+/* 4. The K/V cache, [n_layer][n_blocks][bt][width] each, zeroed; their
+ * sum, n_blocks * block_bytes, was checked against free memory by the
+ * plan. */
+static int
+kvs_cuda_alloc_kv(kvs_cuda_t *cu, kvs_err_t *err)
+{
+    int     rc;
+    size_t  elem, kv_k, kv_v;
+
+    elem = kvs_k_dtype_size(cu->kv.dtype);
+    kv_k = (size_t) cu->kv.n_layer * cu->kv.n_blocks * cu->kv.block_tokens
+           * cu->hp.k_width * elem;
+    kv_v = (size_t) cu->kv.n_layer * cu->kv.n_blocks * cu->kv.block_tokens
+           * cu->hp.v_width * elem;
 
     KVS_CUDA_TRY(cudaMalloc(&cu->kv.k, kv_k), "cudaMalloc(K cache)");
     KVS_CUDA_TRY(cudaMalloc(&cu->kv.v, kv_v), "cudaMalloc(V cache)");
@@ -677,14 +869,22 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
     KVS_CUDA_TRY(cudaMemsetAsync(cu->kv.v, 0, kv_v, cu->st),
                  "cudaMemsetAsync(V cache)");
 
-    cu->kv.dtype = kv_dt;
-    cu->kv.n_layer = hp->n_layer;
-    cu->kv.n_blocks = n_blocks;
-    cu->kv.block_tokens = conf->block_tokens;
-    cu->kv.n_head = hp->n_head;
-    cu->kv.n_head_kv = hp->n_head_kv;
-    cu->kv.hd_k = hp->head_dim_k;
-    cu->kv.hd_v = hp->head_dim_v;
+    return KVS_OK;
+
+failed:
+
+    return rc;
+}
+
+
+/* 4. What a step reads at fixed addresses: the workspace's arrays (and
+ * cuBLAS's own, so that it allocates nothing during capture), the pinned
+ * host buffers and the batch packer over them; then the stream drained
+ * of the load's work. */
+static int
+kvs_cuda_bind_step(kvs_cuda_t *cu, kvs_err_t *err)
+{
+    int  rc;
 
 #define KVS_CUDA_WS(field, type)                                             \
     cu->field = (type) ((char *) cu->ws + cu->wl.field)
@@ -706,7 +906,6 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
 
 #undef KVS_CUDA_WS
 
-    /* a workspace of our own: cuBLAS allocates nothing during capture */
     KVS_BLAS_TRY(cublasSetWorkspace(cu->blas, cu->blas_ws,
                                     KVS_CUDA_BLAS_BYTES),
                  "cublasSetWorkspace");
@@ -716,7 +915,7 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
                                cudaHostAllocDefault),
                  "cudaHostAlloc(packed batch)");
     KVS_CUDA_TRY(cudaHostAlloc((void **) &cu->hlogits,
-                               (size_t) cu->max_rows * hp->n_vocab
+                               (size_t) cu->max_rows * cu->hp.n_vocab
                                * sizeof(float), cudaHostAllocDefault),
                  "cudaHostAlloc(logits)");
     KVS_CUDA_TRY(cudaHostAlloc((void **) &cu->hids,
@@ -724,9 +923,9 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
                                cudaHostAllocDefault),
                  "cudaHostAlloc(ids)");
 
-    cu->pk.n_vocab = hp->n_vocab;
-    cu->pk.n_blocks = n_blocks;
-    cu->pk.block_tokens = conf->block_tokens;
+    cu->pk.n_vocab = cu->hp.n_vocab;
+    cu->pk.n_blocks = cu->kv.n_blocks;
+    cu->pk.block_tokens = cu->kv.block_tokens;
     cu->pk.words = cu->hpack;
     cu->pk.cap_words = cu->wl.pack_words;
     cu->pk.seq_tab = cu->seq_tab;
@@ -736,34 +935,9 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
     KVS_CUDA_TRY(cudaStreamSynchronize(cu->st),
                  "cudaStreamSynchronize(load)");
 
-    kvs_rope_free(&rope);
-    free(ld.up);
-
-    be->ops = &kvs_cuda_ops;
-    be->kind = KVS_BACKEND_CUDA;
-    be->n_vocab = hp->n_vocab;
-    be->n_blocks = n_blocks;
-    be->block_tokens = conf->block_tokens;
-    be->threads = 1;
-    be->kv_bytes = (uint64_t) n_blocks * block_bytes;
-
-    *out = be;
-
     return KVS_OK;
 
 failed:
-
-    if (stage != NULL) {
-        (void) cudaFree(stage);
-    }
-
-    if (rope_ok) {
-        kvs_rope_free(&rope);
-    }
-
-    free(ld.up);
-    kvs_cuda_release(cu);
-    free(be);
 
     return rc;
 }
