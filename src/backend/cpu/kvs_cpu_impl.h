@@ -1,7 +1,7 @@
 /*
  * kvs_cpu_impl: what the CPU backend's files share (private to
- * src/backend/kvs_cpu*.c): the forward step's state, the product job,
- * the kernel levels and the kernels' entry points.
+ * src/backend/cpu/): the forward step's state, the product job, the
+ * kernel levels and the kernels' entry points.
  *
  *   kvs_cpu.c        weights, K/V storage, the forward's orchestration
  *   kvs_cpu_mm.c     matrix products: dispatch, portable kernels, BLAS,
