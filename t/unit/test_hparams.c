@@ -290,6 +290,17 @@ test_qwen2_and_shapes(void **state)
 }
 
 
+static void
+assert_widths(const kvs_hparams_t *hp, uint32_t q, uint32_t k, uint32_t v,
+    uint32_t o)
+{
+    assert_int_equal(hp->q_width, q);
+    assert_int_equal(hp->k_width, k);
+    assert_int_equal(hp->v_width, v);
+    assert_int_equal(hp->o_width, o);
+}
+
+
 /* The facts kvs_hparams_read() derives from the architecture's name and
  * the head counts, which the tensor checks and the backends read. */
 static void
@@ -305,10 +316,7 @@ test_arch_facts(void **state)
     assert_int_equal(m->hp.arch_id, KVS_ARCH_LLAMA);
     assert_int_equal(m->hp.rope_pairing, KVS_ROPE_NORM);
     assert_false(m->hp.qkv_bias);
-    assert_int_equal(m->hp.q_width, 4 * 8);
-    assert_int_equal(m->hp.k_width, 2 * 8);
-    assert_int_equal(m->hp.v_width, 2 * 8);
-    assert_int_equal(m->hp.o_width, 4 * 8);
+    assert_widths(&m->hp, 4 * 8, 2 * 8, 2 * 8, 4 * 8);
     kvs_model_close(m);
 
     s.arch = "qwen2";
@@ -319,10 +327,7 @@ test_arch_facts(void **state)
     assert_int_equal(m->hp.arch_id, KVS_ARCH_QWEN2);
     assert_int_equal(m->hp.rope_pairing, KVS_ROPE_NEOX);
     assert_true(m->hp.qkv_bias);
-    assert_int_equal(m->hp.q_width, 4 * 8);
-    assert_int_equal(m->hp.k_width, 1 * 8);
-    assert_int_equal(m->hp.v_width, 1 * 8);
-    assert_int_equal(m->hp.o_width, 4 * 8);
+    assert_widths(&m->hp, 4 * 8, 1 * 8, 1 * 8, 4 * 8);
     kvs_model_close(m);
 
     /* qwen2's biases are required */
@@ -341,10 +346,7 @@ test_arch_facts(void **state)
     assert_int_equal(m->hp.head_dim_k, 12);
     assert_int_equal(m->hp.head_dim_v, 6);
     assert_int_equal(m->hp.n_rot, 12);
-    assert_int_equal(m->hp.q_width, 4 * 12);
-    assert_int_equal(m->hp.k_width, 2 * 12);
-    assert_int_equal(m->hp.v_width, 2 * 6);
-    assert_int_equal(m->hp.o_width, 4 * 6);
+    assert_widths(&m->hp, 4 * 12, 2 * 12, 2 * 6, 4 * 6);
     assert_int_equal(kvs_hparams_kv_bytes_per_token(&m->hp, 2),
                      2 * 2 * (12 + 6) * 2);
     kvs_model_close(m);
@@ -354,10 +356,7 @@ test_arch_facts(void **state)
         fail_msg("%s", err.msg);
     }
     assert_int_equal(m->hp.rope_pairing, KVS_ROPE_NORM);
-    assert_int_equal(m->hp.q_width, 48);
-    assert_int_equal(m->hp.k_width, 24);
-    assert_int_equal(m->hp.v_width, 12);
-    assert_int_equal(m->hp.o_width, 24);
+    assert_widths(&m->hp, 48, 24, 12, 24);
     kvs_model_close(m);
 }
 
