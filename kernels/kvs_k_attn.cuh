@@ -1,9 +1,19 @@
 /*
  * kvs_k_attn: device helpers the two attention kernels share
  * (kvs_k_attn_decode.cu, kvs_k_attn_prefill.cu): the cache's element
- * types as raw storage and F32, vector loads from shared memory, and the
- * 16-byte cp.async staging of K/V rows (with its commit and wait).
- * Header only; nothing here allocates or synchronizes a block.
+ * types as raw storage and F32, vector loads from shared memory, the
+ * 16-byte cp.async staging of K/V rows (with its commit and waits), and
+ * the double-buffered tile loop's staging: positions pass through
+ * shared memory in tiles, two stages, tile i + 1's rows in flight while
+ * tile i is computed.  Header only; nothing here allocates; only
+ * kvs_ka_tiles_first and kvs_ka_tiles_next synchronize the block.
+ *
+ * Register budget: the kernels are tuned to ptxas' register counts (no
+ * spills, t/cuda_check.sh), which follow small changes of the code
+ * handed to it.  So the tile loop's body stays in each kernel, and the
+ * staging helpers take the kernels' variables by reference, as the
+ * kernels' own lambdas capture them (by value, or with the body in a
+ * lambda, decode's kernels grew by up to 10 registers).
  */
 
 #ifndef KVS_K_ATTN_CUH
@@ -118,6 +128,98 @@ __device__ __forceinline__ void
 kvs_ka_wait1(void)
 {
     asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+}
+
+
+/* Waits until none of this thread's copies is pending. */
+__device__ __forceinline__ void
+kvs_ka_wait_all(void)
+{
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+
+/*
+ * rowbase[b * a.tile + tid] := the cache row (block * bt + slot) of
+ * position p0 + tid, by thread tid < a.tile when p0 + tid < end; ~0 when
+ * the sequence's block id there (a.table[tbase + position / bt]) is
+ * outside [0, n_blocks).  A is a kernel's arguments (table, bt, n_blocks,
+ * tile).
+ */
+template <typename A>
+__device__ __forceinline__ void
+kvs_ka_rows_find(const A &a, uint64_t *const &rowbase, uint32_t b,
+    uint64_t p0, const uint64_t &end, const int32_t &tbase,
+    const uint32_t &tid)
+{
+    int32_t   blk;
+    uint32_t  pu;
+
+    if (tid < a.tile && p0 + tid < end) {
+        pu = (uint32_t) (p0 + tid);
+        blk = a.table[(size_t) tbase + pu / a.bt];
+        rowbase[b * a.tile + tid] =
+            blk >= 0 && (uint32_t) blk < a.n_blocks
+            ? (uint64_t) blk * a.bt + pu % a.bt : ~(uint64_t) 0;
+    }
+}
+
+
+/*
+ * The double-buffered tile loop over positions [start, end), tiles of
+ * a.tile, stage b = i & 1 for tile i.  Every thread of the CTA runs:
+ *
+ *     kvs_ka_tiles_first(a, rowbase, start, end, tbase, tid, issue);
+ *
+ *     for (i = 0; i < ntiles; i++) {
+ *         p0 = start + i * a.tile;  nrows = min(end - p0, a.tile);
+ *         kvs_ka_tiles_next(a, rowbase, i, ntiles, p0 + a.tile, end,
+ *                           tbase, tid, issue);
+ *         ... tile i's rows, in stage i & 1 ...
+ *         __syncthreads();
+ *     }
+ *
+ *     kvs_ka_wait_all();
+ *
+ * issue(b, p) issues this thread's copies of the rows of positions p..
+ * into stage b, from rowbase[b]; kvs_ka_tiles_first stages tile 0 (call
+ * it only when there is a tile).  kvs_ka_tiles_next puts tile i + 1's
+ * copies in flight and returns once tile i's have landed for the whole
+ * block; the stage it refills was last read before the barrier that
+ * ended the previous iteration.
+ */
+template <typename A, typename Issue>
+__device__ __forceinline__ void
+kvs_ka_tiles_first(const A &a, uint64_t *const &rowbase,
+    const uint64_t &start, const uint64_t &end, const int32_t &tbase,
+    const uint32_t &tid, const Issue &issue)
+{
+    kvs_ka_rows_find(a, rowbase, 0, start, end, tbase, tid);
+    __syncthreads();
+    issue(0, start);
+    kvs_ka_commit();
+}
+
+
+template <typename A, typename Issue>
+__device__ __forceinline__ void
+kvs_ka_tiles_next(const A &a, uint64_t *const &rowbase, uint32_t i,
+    uint32_t ntiles, uint64_t p_next, const uint64_t &end,
+    const int32_t &tbase, const uint32_t &tid, const Issue &issue)
+{
+    if (i + 1 < ntiles) {
+        kvs_ka_rows_find(a, rowbase, (i + 1) & 1, p_next, end, tbase, tid);
+    }
+
+    __syncthreads();
+
+    if (i + 1 < ntiles) {
+        issue((i + 1) & 1, p_next);
+    }
+
+    kvs_ka_commit();
+    kvs_ka_wait1();
+    __syncthreads();
 }
 
 #endif /* KVS_K_ATTN_CUH */

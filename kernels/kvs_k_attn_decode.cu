@@ -163,7 +163,7 @@ kvs_kd_part(kvs_kd_args_t a)
 
     float               qr[GC][CPL][V], acc[GC][CPT][V], kf[V], d[GC];
     float               x0, x1, mt, mo, mn, e0, e1, sum, al, p;
-    int32_t             t, pos, tbase, blk;
+    int32_t             t, pos, tbase;
     uint32_t            tid, lane, warp, kvh, hc, h0, ng, split, ck, cv;
     uint32_t            ckv, cpr, rstep, nrg, rg, cvt, lr, rp, row, c;
     uint32_t            ntiles, i, nrows, o, j, g, e;
@@ -282,20 +282,6 @@ kvs_kd_part(kvs_kd_args_t a)
 
     ntiles = (uint32_t) ((end - start + a.tile - 1) / a.tile);
 
-    /* rowbase[b][u]: block * bt + slot of position p0 + u, ~0 when its
-     * block id is out of range */
-    auto rows_find = [&](uint32_t b, uint64_t p0) {
-        uint32_t  pu;
-
-        if (tid < a.tile && p0 + tid < end) {
-            pu = (uint32_t) (p0 + tid);
-            blk = a.table[(size_t) tbase + pu / a.bt];
-            rowbase[b * a.tile + tid] =
-                blk >= 0 && (uint32_t) blk < a.n_blocks
-                ? (uint64_t) blk * a.bt + pu % a.bt : ~(uint64_t) 0;
-        }
-    };
-
     /* copies of the rows of positions p0.. into stage b */
     auto rows_issue = [&](uint32_t b, uint64_t p0) {
         uint32_t   n, rw, cc;
@@ -330,30 +316,15 @@ kvs_kd_part(kvs_kd_args_t a)
         }
     };
 
-    rows_find(0, start);
-    __syncthreads();
-    rows_issue(0, start);
-    kvs_ka_commit();
+    kvs_ka_tiles_first(a, rowbase, start, end, tbase, tid, rows_issue);
 
     for (i = 0; i < ntiles; i++) {
         p0 = start + (uint64_t) i * a.tile;
         nrows = (uint32_t) (end - p0 < a.tile ? end - p0 : a.tile);
 
-        /* the next tile's copies fly while this one is computed; its
-         * buffers were last read before the previous iteration's end */
-        if (i + 1 < ntiles) {
-            rows_find((i + 1) & 1, p0 + a.tile);
-        }
-
-        __syncthreads();
-
-        if (i + 1 < ntiles) {
-            rows_issue((i + 1) & 1, p0 + a.tile);
-        }
-
-        kvs_ka_commit();
-        kvs_ka_wait1();
-        __syncthreads();
+        /* the next tile's copies fly while this one is computed */
+        kvs_ka_tiles_next(a, rowbase, i, ntiles, p0 + a.tile, end, tbase,
+                          tid, rows_issue);
 
         st = stage + (size_t) (i & 1) * a.tile * (a.hd_k + a.hd_v);
 
@@ -491,7 +462,7 @@ kvs_kd_part(kvs_kd_args_t a)
     /* row groups added in order into red (the stages are free: the
      * loop's last barrier passed and no copy is pending but empty
      * groups) */
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    kvs_ka_wait_all();
 
     for (o = 0; o < nrg; o++) {
         if (rg == o) {

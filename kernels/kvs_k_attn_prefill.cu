@@ -196,7 +196,7 @@ kvs_kp_attn(kvs_kp_args_t a)
 
     float               sc[TMR][4], acc[TMR][KC][V], kf[4][V], qf[V];
     float               w[TMR], x, mt, mo, mn, e, sum, al;
-    int32_t             run, tok0, len, sq, tbase, blk, pv, *qpos, *info;
+    int32_t             run, tok0, len, sq, tbase, pv, *qpos, *info;
     uint32_t            tid, lane, warp, tx, ty, kvh, hc, h0, ng, ntok;
     uint32_t            ck, cv, ckv, cpr, rstep, ntiles, it, nrows, i, j;
     uint32_t            c, p, qr, tq, hh, d, o;
@@ -321,20 +321,6 @@ kvs_kp_attn(kvs_kp_args_t a)
         }
     }
 
-    /* rowbase[b][u]: block * bt + slot of position p0 + u, ~0 when its
-     * block id is out of range */
-    auto rows_find = [&](uint32_t b, uint64_t pb) {
-        uint32_t  pu;
-
-        if (tid < a.tile && pb + tid < end) {
-            pu = (uint32_t) (pb + tid);
-            blk = a.table[(size_t) tbase + pu / a.bt];
-            rowbase[b * a.tile + tid] =
-                blk >= 0 && (uint32_t) blk < a.n_blocks
-                ? (uint64_t) blk * a.bt + pu % a.bt : ~(uint64_t) 0;
-        }
-    };
-
     /* copies of the K and V rows of positions pb.. into stage b */
     auto rows_issue = [&](uint32_t b, uint64_t pb) {
         uint32_t   n, rw, cc;
@@ -368,31 +354,16 @@ kvs_kp_attn(kvs_kp_args_t a)
     };
 
     if (ntiles > 0) {
-        rows_find(0, 0);
-        __syncthreads();
-        rows_issue(0, 0);
-        kvs_ka_commit();
+        kvs_ka_tiles_first(a, rowbase, 0, end, tbase, tid, rows_issue);
     }
 
     for (it = 0; it < ntiles; it++) {
         p0 = (uint64_t) it * a.tile;
         nrows = (uint32_t) (end - p0 < a.tile ? end - p0 : a.tile);
 
-        /* the next tile flies while this one is computed; its buffers
-         * were last read before the previous iteration's end */
-        if (it + 1 < ntiles) {
-            rows_find((it + 1) & 1, p0 + a.tile);
-        }
-
-        __syncthreads();
-
-        if (it + 1 < ntiles) {
-            rows_issue((it + 1) & 1, p0 + a.tile);
-        }
-
-        kvs_ka_commit();
-        kvs_ka_wait1();
-        __syncthreads();
+        /* the next tile flies while this one is computed */
+        kvs_ka_tiles_next(a, rowbase, it, ntiles, p0 + a.tile, end, tbase,
+                          tid, rows_issue);
 
         /* scores of rows ty + 16 i x positions tx + 8 j; positions past
          * the tile read its last row and are masked below */
@@ -522,7 +493,7 @@ kvs_kp_attn(kvs_kp_args_t a)
         __syncthreads();
     }
 
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    kvs_ka_wait_all();
 
     /* rows that attend something: acc / l; the others of existing
      * (token, head) pairs: zeros */

@@ -289,7 +289,7 @@ kvs_rope_free(kvs_rope_t *rope)
 
 int
 kvs_rope_apply(const kvs_rope_t *rope, float *vec, int n_heads,
-    int head_dim, int32_t pos, int pairing)
+    int head_dim, int32_t pos, kvs_rope_pairing_t pairing)
 {
     int       h;
     size_t    a, b, half, step;

@@ -11,10 +11,11 @@
  * Conventions (see kvs_rope.c for the sources):
  *   - pair i (0 <= i < n_rot/2) turns by theta_i = pos * inv_freq[i]
  *     radians, with inv_freq[i] = freq_base^(-2i/n_rot) before scaling;
- *   - pairing: KVS_ROPE_NORM rotates adjacent dims (2i, 2i+1): llama.cpp
- *     arch "llama" (its converter permutes Q/K so this holds) and llama2.c
- *     run.c; KVS_ROPE_NEOX rotates (i, i + n_rot/2): HF rotate_half,
- *     llama.cpp arch "qwen2";
+ *   - pairing (kvs_rope_pairing_t, model/kvs_hparams.h, which decides it
+ *     per architecture): KVS_ROPE_NORM rotates adjacent dims (2i, 2i+1):
+ *     llama.cpp arch "llama" (its converter permutes Q/K so this holds)
+ *     and llama2.c run.c; KVS_ROPE_NEOX rotates (i, i + n_rot/2): HF
+ *     rotate_half, llama.cpp arch "qwen2";
  *   - only the first n_rot dims of each head turn; the rest pass through;
  *   - mscale multiplies cos and sin, so it scales q and k each (the
  *     attention logits by mscale^2), as HF and ggml apply YaRN's factor.
@@ -27,9 +28,6 @@
 
 #include "base/kvs_err.h"
 #include "model/kvs_hparams.h"
-
-#define KVS_ROPE_NORM  0               /* adjacent pairs (2i, 2i+1) */
-#define KVS_ROPE_NEOX  1               /* split halves (i, i + n_rot/2) */
 
 typedef struct {
     kvs_rope_scaling_t  kind;
@@ -71,6 +69,6 @@ void kvs_rope_free(kvs_rope_t *rope);
  * unknown: a caller's bug, checked because it is cheap.
  */
 int kvs_rope_apply(const kvs_rope_t *rope, float *vec, int n_heads,
-    int head_dim, int32_t pos, int pairing);
+    int head_dim, int32_t pos, kvs_rope_pairing_t pairing);
 
 #endif /* KVS_ROPE_H */

@@ -1,7 +1,8 @@
 /*
  * kvs_hparams: reads "<arch>.*" hyper-parameters from GGUF metadata and
  * checks that they describe a model we can size and run (see the header
- * for the invariants that hold on success).
+ * for the invariants that hold on success).  kvs_hp_archs[] is the one
+ * place that knows what each architecture implies.
  */
 
 #include <math.h>
@@ -16,6 +17,23 @@
 #define KVS_HP_MAX_WIDTH   (1u << 20)
 #define KVS_HP_MAX_CTX     (1u << 26)
 #define KVS_HP_MAX_VOCAB   (1u << 24)
+
+
+/* What an architecture's name implies, for the fields of the same names
+ * in kvs_hparams_t. */
+typedef struct {
+    const char          *name;
+    kvs_arch_t           id;
+    kvs_rope_pairing_t   rope_pairing;
+    int                  qkv_bias;
+} kvs_hp_arch_t;
+
+static const kvs_hp_arch_t  kvs_hp_archs[] = {
+    /* llama.cpp's converter permutes Llama's Q/K rows for adjacent pairs;
+     * Qwen2 keeps Hugging Face's rotate_half halves and its biases */
+    { "llama", KVS_ARCH_LLAMA, KVS_ROPE_NORM, 0 },
+    { "qwen2", KVS_ARCH_QWEN2, KVS_ROPE_NEOX, 1 },
+};
 
 
 typedef struct {
@@ -262,14 +280,44 @@ kvs_hp_vocab(kvs_hp_ctx_t *c, kvs_hparams_t *hp)
 }
 
 
+/* The widths of the four attention projections; each product is at most
+ * KVS_HP_MAX_HEADS x KVS_HP_MAX_WIDTH, which can reach 2^32. */
+static int
+kvs_hp_widths(kvs_hparams_t *hp, kvs_err_t *err)
+{
+    uint64_t  q, k, v, o;
+
+    q = (uint64_t) hp->n_head * hp->head_dim_k;
+    k = (uint64_t) hp->n_head_kv * hp->head_dim_k;
+    v = (uint64_t) hp->n_head_kv * hp->head_dim_v;
+    o = (uint64_t) hp->n_head * hp->head_dim_v;
+
+    if (q > UINT32_MAX || o > UINT32_MAX) {
+        return kvs_err_set(err, KVS_ERANGE, "%s: %u heads of %u (key) and "
+                           "%u (value) elements are too wide", hp->arch,
+                           hp->n_head, hp->head_dim_k, hp->head_dim_v);
+    }
+
+    /* n_head_kv <= n_head, so k <= q and v <= o */
+    hp->q_width = (uint32_t) q;
+    hp->k_width = (uint32_t) k;
+    hp->v_width = (uint32_t) v;
+    hp->o_width = (uint32_t) o;
+
+    return KVS_OK;
+}
+
+
 int
 kvs_hparams_read(kvs_hparams_t *hp, const kvs_gguf_t *g, kvs_err_t *err)
 {
-    int             rc;
-    uint64_t        i;
-    kvs_err_t       local;
-    kvs_hp_ctx_t    c;
-    kvs_gguf_str_t  arch;
+    int                    rc;
+    size_t                 a;
+    uint64_t               i;
+    kvs_err_t              local;
+    kvs_hp_ctx_t           c;
+    kvs_gguf_str_t         arch;
+    const kvs_hp_arch_t   *known;
 
     memset(hp, 0, sizeof(*hp));
 
@@ -286,7 +334,18 @@ kvs_hparams_read(kvs_hparams_t *hp, const kvs_gguf_t *g, kvs_err_t *err)
         return rc;
     }
 
-    if (!kvs_gguf_str_eq(arch, "llama") && !kvs_gguf_str_eq(arch, "qwen2")) {
+    known = NULL;
+
+    for (a = 0;
+         known == NULL && a < sizeof(kvs_hp_archs) / sizeof(kvs_hp_archs[0]);
+         a++)
+    {
+        if (kvs_gguf_str_eq(arch, kvs_hp_archs[a].name)) {
+            known = &kvs_hp_archs[a];
+        }
+    }
+
+    if (known == NULL) {
         return kvs_err_set(err, KVS_EUNSUPPORTED, "architecture '%.*s' is "
                            "not supported (llama, qwen2)",
                            (int) (arch.len > 40 ? 40 : arch.len), arch.ptr);
@@ -294,6 +353,9 @@ kvs_hparams_read(kvs_hparams_t *hp, const kvs_gguf_t *g, kvs_err_t *err)
 
     memcpy(hp->arch, arch.ptr, arch.len);
     hp->arch[arch.len] = '\0';
+    hp->arch_id = known->id;
+    hp->rope_pairing = known->rope_pairing;
+    hp->qkv_bias = known->qkv_bias;
 
     c.g = g;
     c.arch = hp->arch;
@@ -342,6 +404,10 @@ kvs_hparams_read(kvs_hparams_t *hp, const kvs_gguf_t *g, kvs_err_t *err)
         return kvs_err_set(err, KVS_EFORMAT, "%s.rope.dimension_count %u "
                            "must be even and at most the head size %u",
                            hp->arch, hp->n_rot, hp->head_dim_k);
+    }
+
+    if (kvs_hp_widths(hp, err) != KVS_OK) {
+        return err->code;
     }
 
     if (kvs_hp_float(&c, "rope.freq_base", 0, 10000.0, &hp->rope_freq_base)

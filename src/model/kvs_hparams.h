@@ -9,7 +9,14 @@
  * count is non-zero and the head arithmetic is consistent (heads divide
  * evenly into KV heads, head_dim * heads fits the embedding or is given).
  *
- * Units: counts are plain numbers; kv_bytes_* are bytes.
+ * What an architecture implies (its RoPE pairing, whether Q, K and V
+ * carry biases) and the projection widths that follow from the head
+ * counts are decided here, once, by kvs_hparams_read(); the model's
+ * tensor checks and the backends read these fields and never compare
+ * the architecture's name themselves.
+ *
+ * Units: counts and widths are plain numbers (floats per token);
+ * kv_bytes_* are bytes.
  */
 
 #ifndef KVS_HPARAMS_H
@@ -30,8 +37,26 @@ typedef enum {
     KVS_ROPE_SCALING_LONGROPE
 } kvs_rope_scaling_t;
 
+/* The architectures kvs_hparams_read() accepts. */
+typedef enum {
+    KVS_ARCH_LLAMA = 0,                /* "llama" */
+    KVS_ARCH_QWEN2                     /* "qwen2" */
+} kvs_arch_t;
+
+/* Which dimensions of a head RoPE turns together (src/backend/kvs_rope.h
+ * applies it): an architecture's fact, so it is decided here. */
+typedef enum {
+    KVS_ROPE_NORM = 0,                 /* adjacent pairs (2i, 2i+1) */
+    KVS_ROPE_NEOX = 1                  /* split halves (i, i + n_rot/2) */
+} kvs_rope_pairing_t;
+
 typedef struct {
     char                arch[KVS_ARCH_MAX];  /* "llama" | "qwen2" */
+    kvs_arch_t          arch_id;       /* the same, as a value */
+    kvs_rope_pairing_t  rope_pairing;  /* NORM: llama; NEOX: qwen2 */
+    int                 qkv_bias;      /* Q, K and V bias tensors are
+                                          required (qwen2); elsewhere
+                                          optional, applied if present */
 
     uint32_t            n_layer;       /* transformer blocks */
     uint32_t            n_head;        /* query heads */
@@ -43,6 +68,13 @@ typedef struct {
     uint32_t            n_ctx_train;   /* context length trained for */
     uint32_t            n_vocab;
     uint32_t            n_rot;         /* rotary dimensions per head */
+
+    /* projection widths per token, under 2^32 */
+    uint32_t            q_width;       /* n_head * head_dim_k */
+    uint32_t            k_width;       /* n_head_kv * head_dim_k */
+    uint32_t            v_width;       /* n_head_kv * head_dim_v */
+    uint32_t            o_width;       /* n_head * head_dim_v: attention
+                                          output, wo's input */
 
     double              rope_freq_base;
     double              norm_eps;      /* RMSNorm epsilon */

@@ -17,7 +17,8 @@ typedef struct {
     const char  *name;                /* "blk.%u." prefix added per layer */
     int          per_layer;
     int          optional;
-    int          qwen2_only;
+    int          bias;                /* Q/K/V bias: checked only where
+                                         hp->qkv_bias requires it */
     uint32_t     n_dims;
     int          d0, d1;              /* dimension selectors, see below */
 } kvs_tensor_spec_t;
@@ -26,10 +27,10 @@ enum {
     KVS_D_EMBD = 1,                   /* n_embd */
     KVS_D_VOCAB,                      /* n_vocab */
     KVS_D_FF,                         /* n_ff */
-    KVS_D_Q,                          /* n_head x head_dim_k */
-    KVS_D_K,                          /* n_head_kv x head_dim_k */
-    KVS_D_V,                          /* n_head_kv x head_dim_v */
-    KVS_D_O                           /* n_head x head_dim_v */
+    KVS_D_Q,                          /* q_width */
+    KVS_D_K,                          /* k_width */
+    KVS_D_V,                          /* v_width */
+    KVS_D_O                           /* o_width */
 };
 
 static const kvs_tensor_spec_t  kvs_llama_tensors[] = {
@@ -58,10 +59,10 @@ kvs_model_dim(const kvs_hparams_t *hp, int d)
     case KVS_D_EMBD:  return hp->n_embd;
     case KVS_D_VOCAB: return hp->n_vocab;
     case KVS_D_FF:    return hp->n_ff;
-    case KVS_D_Q:     return (uint64_t) hp->n_head * hp->head_dim_k;
-    case KVS_D_K:     return (uint64_t) hp->n_head_kv * hp->head_dim_k;
-    case KVS_D_V:     return (uint64_t) hp->n_head_kv * hp->head_dim_v;
-    case KVS_D_O:     return (uint64_t) hp->n_head * hp->head_dim_v;
+    case KVS_D_Q:     return hp->q_width;
+    case KVS_D_K:     return hp->k_width;
+    case KVS_D_V:     return hp->v_width;
+    case KVS_D_O:     return hp->o_width;
     default:          return 1;
     }
 }
@@ -104,20 +105,18 @@ int
 kvs_model_check_tensors(const kvs_gguf_t *g, const kvs_hparams_t *hp,
     kvs_err_t *err)
 {
-    int                       rc, qwen2;
+    int                       rc;
     char                      name[96];
     size_t                    i;
     uint32_t                  l;
     const kvs_tensor_spec_t  *spec;
-
-    qwen2 = strcmp(hp->arch, "qwen2") == 0;
 
     for (i = 0; i < sizeof(kvs_llama_tensors) / sizeof(kvs_llama_tensors[0]);
          i++)
     {
         spec = &kvs_llama_tensors[i];
 
-        if (spec->qwen2_only && !qwen2) {
+        if (spec->bias && !hp->qkv_bias) {
             continue;
         }
 

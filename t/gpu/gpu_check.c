@@ -164,7 +164,7 @@ gc_args(gc_ctx_t *c, int argc, char **argv)
 
     c->out_dir = getenv("OUT");
     if (c->out_dir == NULL || c->out_dir[0] == '\0') {
-        c->out_dir = "t/bench/out";
+        c->out_dir = "t/gpu/out";
     }
 
     c->fixtures = getenv("KVS_FIXTURES");

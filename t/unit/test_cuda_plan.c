@@ -1,6 +1,6 @@
 /*
  * test_cuda_plan: the CUDA backend's host arithmetic that needs no GPU
- * (backend/kvs_cuda_plan.h): batch packing into the uploaded image
+ * (backend/cuda/kvs_cuda_plan.h): batch packing into the uploaded image
  * (several sequences, prefill runs and decodes mixed, tables sharing
  * blocks, one table in two runs, padding to a bucket, every rejection
  * leaving the image untouched), slicing, decode buckets, context

@@ -1,8 +1,10 @@
 /*
  * test_hparams: hyper-parameters from synthesized headers: every required
  * key, when missing, is an error naming it; optional keys take their
- * defaults; RoPE scaling kinds; qwen2; inconsistent head counts and
- * tensor shapes are refused.
+ * defaults; RoPE scaling kinds; qwen2; what llama and qwen2 imply (RoPE
+ * pairing, Q/K/V biases) and the projection widths, with key and value
+ * heads of different sizes; inconsistent head counts and tensor shapes
+ * are refused.
  */
 
 #include "kvs_test.h"
@@ -20,6 +22,9 @@ typedef struct {
     const char  *scaling;             /* rope.scaling.type, or NULL */
     uint32_t     n_head_kv;
     uint32_t     attn_q_out;          /* override attn_q rows, 0: right */
+    uint32_t     hd_k;                /* attention.key_length, 0: none (8) */
+    uint32_t     hd_v;                /* attention.value_length, 0: none */
+    int          no_bias;             /* qwen2 without its Q/K/V biases */
 } spec_t;
 
 
@@ -73,17 +78,20 @@ tensor(kvs_gguf_writer_t *w, const char *name, uint64_t ne0, uint64_t ne1)
 }
 
 
-/* A 2-layer model: embd 32, 4 heads of 8, ffn 48, vocab 64. */
+/* A 2-layer model: embd 32, 4 heads of 8 (or of s->hd_k and s->hd_v),
+ * ffn 48, vocab 64. */
 static int
 build(const spec_t *s, kvs_model_t **m, kvs_err_t *err)
 {
     char                name[64];
-    uint32_t            l, kv;
+    uint32_t            l, kv, hk, hv;
     kvs_gguf_writer_t  *w;
     const char         *path;
 
     path = kvs_test_tmp("hparams.gguf");
     kv = s->n_head_kv ? s->n_head_kv : 2;
+    hk = s->hd_k ? s->hd_k : 8;
+    hv = s->hd_v ? s->hd_v : hk;
 
     assert_int_equal(kvs_gguf_writer_new(&w, 3, NULL), KVS_OK);
 
@@ -98,6 +106,14 @@ build(const spec_t *s, kvs_model_t **m, kvs_err_t *err)
     key_u32(w, s, "context_length", 256);
     key_u32(w, s, "vocab_size", 64);
     key_f32(w, s, "attention.layer_norm_rms_epsilon", 1e-6f);
+
+    if (s->hd_k != 0) {
+        key_u32(w, s, "attention.key_length", s->hd_k);
+    }
+
+    if (s->hd_v != 0) {
+        key_u32(w, s, "attention.value_length", s->hd_v);
+    }
 
     if (s->scaling != NULL) {
         snprintf(name, sizeof(name), "%s.rope.scaling.type", s->arch);
@@ -117,18 +133,18 @@ build(const spec_t *s, kvs_model_t **m, kvs_err_t *err)
         snprintf(name, sizeof(name), "blk.%u." suffix, l);                 \
         tensor(w, name, ne0, ne1)
         T("attn_norm.weight", 32, 0);
-        T("attn_q.weight", 32, s->attn_q_out ? s->attn_q_out : 32);
-        T("attn_k.weight", 32, 8 * kv);
-        T("attn_v.weight", 32, 8 * kv);
-        T("attn_output.weight", 32, 32);
+        T("attn_q.weight", 32, s->attn_q_out ? s->attn_q_out : 4 * hk);
+        T("attn_k.weight", 32, hk * kv);
+        T("attn_v.weight", 32, hv * kv);
+        T("attn_output.weight", 4 * hv, 32);
         T("ffn_norm.weight", 32, 0);
         T("ffn_gate.weight", 32, 48);
         T("ffn_up.weight", 32, 48);
         T("ffn_down.weight", 48, 32);
-        if (strcmp(s->arch, "qwen2") == 0) {
-            T("attn_q.bias", 32, 0);
-            T("attn_k.bias", 8 * kv, 0);
-            T("attn_v.bias", 8 * kv, 0);
+        if (strcmp(s->arch, "qwen2") == 0 && !s->no_bias) {
+            T("attn_q.bias", 4 * hk, 0);
+            T("attn_k.bias", hk * kv, 0);
+            T("attn_v.bias", hv * kv, 0);
         }
 #undef T
     }
@@ -146,7 +162,7 @@ test_defaults(void **state)
 {
     kvs_err_t     err;
     kvs_model_t  *m;
-    spec_t        s = { "llama", NULL, NULL, 0, 0 };
+    spec_t        s = { "llama", NULL, NULL, 0, 0, 0, 0, 0 };
 
     if (build(&s, &m, &err) != KVS_OK) {
         fail_msg("%s", err.msg);
@@ -174,7 +190,7 @@ test_missing_keys(void **state)
     char          want[128];
     kvs_err_t     err;
     kvs_model_t  *m;
-    spec_t        s = { "llama", NULL, NULL, 0, 0 };
+    spec_t        s = { "llama", NULL, NULL, 0, 0, 0, 0, 0 };
     static const char  *required[] = {
         "general.architecture", "llama.block_count",
         "llama.embedding_length", "llama.feed_forward_length",
@@ -206,7 +222,7 @@ test_rope_scaling(void **state)
 {
     kvs_err_t     err;
     kvs_model_t  *m;
-    spec_t        s = { "llama", NULL, "yarn", 0, 0 };
+    spec_t        s = { "llama", NULL, "yarn", 0, 0, 0, 0, 0 };
 
     assert_int_equal(build(&s, &m, &err), KVS_OK);
     assert_int_equal(m->hp.rope_scaling, KVS_ROPE_SCALING_YARN);
@@ -245,7 +261,7 @@ test_qwen2_and_shapes(void **state)
 {
     kvs_err_t     err;
     kvs_model_t  *m;
-    spec_t        s = { "qwen2", NULL, NULL, 1, 0 };
+    spec_t        s = { "qwen2", NULL, NULL, 1, 0, 0, 0, 0 };
 
     if (build(&s, &m, &err) != KVS_OK) {
         fail_msg("%s", err.msg);
@@ -274,6 +290,77 @@ test_qwen2_and_shapes(void **state)
 }
 
 
+static void
+assert_widths(const kvs_hparams_t *hp, uint32_t q, uint32_t k, uint32_t v,
+    uint32_t o)
+{
+    assert_int_equal(hp->q_width, q);
+    assert_int_equal(hp->k_width, k);
+    assert_int_equal(hp->v_width, v);
+    assert_int_equal(hp->o_width, o);
+}
+
+
+/* The facts kvs_hparams_read() derives from the architecture's name and
+ * the head counts, which the tensor checks and the backends read. */
+static void
+test_arch_facts(void **state)
+{
+    kvs_err_t     err;
+    kvs_model_t  *m;
+    spec_t        s = { "llama", NULL, NULL, 0, 0, 0, 0, 0 };
+
+    if (build(&s, &m, &err) != KVS_OK) {
+        fail_msg("%s", err.msg);
+    }
+    assert_int_equal(m->hp.arch_id, KVS_ARCH_LLAMA);
+    assert_int_equal(m->hp.rope_pairing, KVS_ROPE_NORM);
+    assert_false(m->hp.qkv_bias);
+    assert_widths(&m->hp, 4 * 8, 2 * 8, 2 * 8, 4 * 8);
+    kvs_model_close(m);
+
+    s.arch = "qwen2";
+    s.n_head_kv = 1;
+    if (build(&s, &m, &err) != KVS_OK) {
+        fail_msg("%s", err.msg);
+    }
+    assert_int_equal(m->hp.arch_id, KVS_ARCH_QWEN2);
+    assert_int_equal(m->hp.rope_pairing, KVS_ROPE_NEOX);
+    assert_true(m->hp.qkv_bias);
+    assert_widths(&m->hp, 4 * 8, 1 * 8, 1 * 8, 4 * 8);
+    kvs_model_close(m);
+
+    /* qwen2's biases are required */
+    s.no_bias = 1;
+    assert_int_equal(build(&s, &m, &err), KVS_EFORMAT);
+    assert_non_null(strstr(err.msg, "missing tensor 'blk.0.attn_q.bias'"));
+
+    /* keys of 12, values of 6: every width takes its own head size */
+    s.no_bias = 0;
+    s.n_head_kv = 2;
+    s.hd_k = 12;
+    s.hd_v = 6;
+    if (build(&s, &m, &err) != KVS_OK) {
+        fail_msg("%s", err.msg);
+    }
+    assert_int_equal(m->hp.head_dim_k, 12);
+    assert_int_equal(m->hp.head_dim_v, 6);
+    assert_int_equal(m->hp.n_rot, 12);
+    assert_widths(&m->hp, 4 * 12, 2 * 12, 2 * 6, 4 * 6);
+    assert_int_equal(kvs_hparams_kv_bytes_per_token(&m->hp, 2),
+                     2 * 2 * (12 + 6) * 2);
+    kvs_model_close(m);
+
+    s.arch = "llama";
+    if (build(&s, &m, &err) != KVS_OK) {
+        fail_msg("%s", err.msg);
+    }
+    assert_int_equal(m->hp.rope_pairing, KVS_ROPE_NORM);
+    assert_widths(&m->hp, 48, 24, 12, 24);
+    kvs_model_close(m);
+}
+
+
 int
 main(void)
 {
@@ -282,6 +369,7 @@ main(void)
         cmocka_unit_test(test_missing_keys),
         cmocka_unit_test(test_rope_scaling),
         cmocka_unit_test(test_qwen2_and_shapes),
+        cmocka_unit_test(test_arch_facts),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

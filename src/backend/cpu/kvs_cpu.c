@@ -1,9 +1,9 @@
 /*
  * kvs_cpu: weights, K/V storage and the forward step of the CPU backend
  * (see kvs_cpu.h); the products live in kvs_cpu_mm.c / kvs_cpu_x86.c,
- * attention and SwiGLU in kvs_cpu_attn.c (kvs_cpu_impl.h lists them).
- * The order of operations follows llama2.c run.c so that stories260K
- * reproduces its reference texts.
+ * attention in kvs_cpu_attn.c, SwiGLU in kvs_cpu_ffn.c (kvs_cpu_impl.h
+ * lists them).  The order of operations follows llama2.c run.c so that
+ * stories260K reproduces its reference texts.
  *
  * Threads: every heavy part runs as tasks of kv's pool: product tiles of
  * output rows, attention per (token, head group), per-token norms, RoPE,
@@ -282,8 +282,6 @@ kvs_cpu_model_new(kvs_cpu_model_t **out, const kvs_model_t *m,
 
     cm->model = m;
     cm->hp = *hp;
-    cm->rope_pairing = strcmp(hp->arch, "qwen2") == 0 ? KVS_ROPE_NEOX
-                                                      : KVS_ROPE_NORM;
 
     cm->layers = calloc(hp->n_layer, sizeof(kvs_cpu_layer_t));
     if (cm->layers == NULL) {
@@ -293,10 +291,10 @@ kvs_cpu_model_new(kvs_cpu_model_t **out, const kvs_model_t *m,
 
     e = hp->n_embd;
     f = hp->n_ff;
-    q = hp->n_head * hp->head_dim_k;
-    kd = hp->n_head_kv * hp->head_dim_k;
-    vd = hp->n_head_kv * hp->head_dim_v;
-    o = hp->n_head * hp->head_dim_v;
+    q = hp->q_width;
+    kd = hp->k_width;
+    vd = hp->v_width;
+    o = hp->o_width;
 
 #define KVS_CPU_M(field, nm, ne0, ne1, opt)                                  \
     rc = kvs_cpu_mat(m, nm, ne0, ne1, opt, &(field), err);                   \
@@ -424,8 +422,8 @@ kvs_cpu_kv_new(kvs_cpu_kv_t **out, const kvs_cpu_model_t *cm,
     kv->n_layer = cm->hp.n_layer;
     kv->n_blocks = n_blocks;
     kv->block_tokens = block_tokens;
-    kv->k_width = cm->hp.n_head_kv * cm->hp.head_dim_k;
-    kv->v_width = cm->hp.n_head_kv * cm->hp.head_dim_v;
+    kv->k_width = cm->hp.k_width;
+    kv->v_width = cm->hp.v_width;
 
     /* slots across all layers; each factor is a uint32_t, so check every
      * product against SIZE_MAX / sizeof(float) before taking it */
@@ -586,10 +584,10 @@ kvs_cpu_qkv_task(void *arg, uint32_t i, uint32_t thread)
 
     (void) kvs_rope_apply(&fw->cm->rope, q, (int) hp->n_head,
                           (int) hp->head_dim_k, (int32_t) tk->pos,
-                          fw->cm->rope_pairing);
+                          hp->rope_pairing);
     (void) kvs_rope_apply(&fw->cm->rope, k, (int) hp->n_head_kv,
                           (int) hp->head_dim_k, (int32_t) tk->pos,
-                          fw->cm->rope_pairing);
+                          hp->rope_pairing);
 
     slot = (size_t) tk->table->blocks[tk->pos / bt] * bt + tk->pos % bt;
     memcpy(fw->kc + slot * fw->kd, k, fw->kd * sizeof(float));
@@ -701,10 +699,10 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     fw.b = b;
     fw.e = hp->n_embd;
     fw.f = hp->n_ff;
-    fw.qd = hp->n_head * hp->head_dim_k;
+    fw.qd = hp->q_width;
     fw.kd = kv->k_width;
     fw.vd = kv->v_width;
-    fw.od = hp->n_head * hp->head_dim_v;
+    fw.od = hp->o_width;
     fw.eps = (float) hp->norm_eps;
     fw.scale = 1.0f / sqrtf((float) hp->head_dim_k);
     fw.simd = kvs_cpu_simd();
@@ -716,13 +714,12 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     /* one buffer for all activations, kept in kv, per token: x, xb [e];
      * q [qd]; k [kd]; v [vd]; att [od]; h1, h3 [f]; then per thread the
      * scores [attn_group][max_ctx rounded up to 16: the vector softmax
-     * pads them] and
-     * four weight rows [4][wrow] (a sgemm tile's [128][wrow]) */
+     * pads them] and four weight rows [4][wrow] (a sgemm tile's
+     * [KVS_CPU_BLAS_TILE][wrow]) */
     fw.attn_group = kvs_cpu_attn_group(hp, fw.simd);
     fw.sc_len = ((size_t) max_ctx + 15) & ~(size_t) 15;
     fw.sc_stride = fw.attn_group * fw.sc_len;
-    fw.blas_tile = nth > 1 ? KVS_CPU_BLAS_TILE / 2 : KVS_CPU_BLAS_TILE;
-    fw.wscratch_stride = (n >= KVS_CPU_BLAS_MIN ? fw.blas_tile : 4)
+    fw.wscratch_stride = (n >= KVS_CPU_BLAS_MIN ? KVS_CPU_BLAS_TILE : 4)
                          * (size_t) wrow;
     total = (size_t) n * (2 * (size_t) fw.e + fw.qd + fw.kd + fw.vd + fw.od
                           + 2 * (size_t) fw.f)

@@ -12,7 +12,7 @@
  * Q8_0).  Products (measured on a 2-core AVX-512 Xeon, kvs_cpu_mm.c):
  * F32 / F16 / BF16 rows are converted (if needed) into a small scratch
  * and run through our AVX2 or AVX-512 kernel for batches under 64
- * tokens, through OpenBLAS sgemm on tiles of up to 512 rows for larger
+ * tokens, through OpenBLAS sgemm on tiles of up to 256 rows for larger
  * ones (prefill chunks); Q8_0 stays quantized: the input rows are
  * quantized to int8 blocks and dotted in int8, for every batch size.  On
  * AVX-512 VNNI CPUs Q8_0 matrices are repacked once at load (the same
@@ -90,8 +90,7 @@ typedef struct {
     float             **owned;        /* [n_owned] converted vectors */
     uint32_t            n_owned;
     void               *pack_mem;     /* every mat's pack, or NULL */
-    kvs_rope_t          rope;
-    int                 rope_pairing; /* KVS_ROPE_NORM | KVS_ROPE_NEOX */
+    kvs_rope_t          rope;         /* paired as hp.rope_pairing */
 } kvs_cpu_model_t;
 
 typedef struct {
@@ -99,8 +98,8 @@ typedef struct {
     uint32_t   n_blocks;
     uint32_t   block_tokens;
     uint32_t   k_width;               /* floats per token per layer, K:
-                                         n_head_kv * hd_k */
-    uint32_t   v_width;               /* same for V: n_head_kv * hd_v */
+                                         hp.k_width */
+    uint32_t   v_width;               /* same for V: hp.v_width */
     float     *k;                     /* [n_layer][n_blocks][block_tokens]
                                          [k_width] */
     float     *v;                     /* [n_layer][n_blocks][block_tokens]

@@ -1,7 +1,7 @@
 /*
- * kvs_cpu_attn: the CPU backend's attention over the paged cache and its
- * SwiGLU: portable (run.c's order, libm's expf); AVX2 + FMA (head sizes
- * multiples of 8; a vectorized exp within ~1 ulp of expf, stories260K's
+ * kvs_cpu_attn: the CPU backend's attention over the paged cache:
+ * portable (run.c's order, libm's expf); AVX2 + FMA (head sizes
+ * multiples of 8; kvs_cpu_exp8, within ~1 ulp of expf, stories260K's
  * texts stay byte exact); AVX-512 (head sizes multiples of 16) where one
  * task takes all the query heads of a K/V head, so each K and V row is
  * read once for all of them.
@@ -18,6 +18,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kvs_cpu_exp.h"
 #include "kvs_cpu_impl.h"
 
 #if KVS_CPU_X86
@@ -32,7 +33,6 @@ static void kvs_cpu_attn_ref(const kvs_cpu_fw_t *fw,
 static void kvs_cpu_attn_avx2(const kvs_cpu_fw_t *fw,
     const kvs_batch_tok_t *tk, const float *qh, float *ah, float *sc,
     uint32_t kvh);
-static void kvs_cpu_swiglu_avx2(float *h1, const float *h3, uint32_t f);
 static void kvs_cpu_attn_avx512(const kvs_cpu_fw_t *fw,
     const kvs_batch_tok_t *tk, const float *qh, float *ah, float *sc,
     uint32_t kvh);
@@ -151,71 +151,7 @@ kvs_cpu_attn_ref(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
 }
 
 
-/* Per token i: h1[i] = silu(h1[i]) * h3[i]. */
-void
-kvs_cpu_swiglu_task(void *arg, uint32_t i, uint32_t thread)
-{
-    float         *h1, *h3, z;
-    uint32_t       j;
-    kvs_cpu_fw_t  *fw;
-
-    fw = arg;
-    h1 = fw->h1 + (size_t) i * fw->f;
-    h3 = fw->h3 + (size_t) i * fw->f;
-
 #if KVS_CPU_X86
-    if (fw->simd >= KVS_CPU_SIMD_AVX2) {
-        kvs_cpu_swiglu_avx2(h1, h3, fw->f);
-        return;
-    }
-#endif
-
-    for (j = 0; j < fw->f; j++) {
-        z = h1[j];
-        h1[j] = z * (1.0f / (1.0f + expf(-z))) * h3[j];
-    }
-}
-
-
-#if KVS_CPU_X86
-
-/*
- * e^x for 8 floats: x = n ln2 + r (ln2 in two parts, |r| <= ln2 / 2),
- * e^r by its Taylor polynomial of degree 7 (truncation under 1e-8
- * relative), scaled by 2^n through the exponent bits.  Within ~1 ulp of
- * expf; 0 below -87.3 (and for -inf, NaN), finite (2^127-ish) above
- * 88.3: callers want 0 for masked scores and a saturated sigmoid.
- */
-__attribute__((target("avx2,fma"))) static inline __m256
-kvs_cpu_exp8(__m256 x)
-{
-    __m256   n, r, p, keep;
-    __m256i  e;
-
-    keep = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_GE_OQ);
-    x = _mm256_min_ps(x, _mm256_set1_ps(88.3f));
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
-
-    n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
-                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
-
-    p = _mm256_set1_ps(1.0f / 5040.0f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-
-    e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
-                                           _mm256_set1_epi32(127)), 23);
-
-    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), keep);
-}
-
 
 /* Lanes summed in a fixed order: (0+4, 1+5, 2+6, 3+7), then pairs. */
 __attribute__((target("avx2,fma"))) static inline float
@@ -682,31 +618,6 @@ kvs_cpu_attn_avx512(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
                 break;
             }
         }
-    }
-}
-
-
-/* silu(h1) * h3 as the portable loop rounds it, with kvs_cpu_exp8. */
-__attribute__((target("avx2,fma"))) static void
-kvs_cpu_swiglu_avx2(float *h1, const float *h3, uint32_t f)
-{
-    float     z;
-    uint32_t  j;
-    __m256    x, one, s;
-
-    one = _mm256_set1_ps(1.0f);
-
-    for (j = 0; j + 8 <= f; j += 8) {
-        x = _mm256_loadu_ps(h1 + j);
-        s = _mm256_div_ps(one, _mm256_add_ps(one, kvs_cpu_exp8(
-                _mm256_sub_ps(_mm256_setzero_ps(), x))));
-        _mm256_storeu_ps(h1 + j, _mm256_mul_ps(_mm256_mul_ps(x, s),
-                                               _mm256_loadu_ps(h3 + j)));
-    }
-
-    for ( /* void */ ; j < f; j++) {
-        z = h1[j];
-        h1[j] = z * (1.0f / (1.0f + expf(-z))) * h3[j];
     }
 }
 

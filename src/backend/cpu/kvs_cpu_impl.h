@@ -1,13 +1,15 @@
 /*
  * kvs_cpu_impl: what the CPU backend's files share (private to
- * src/backend/kvs_cpu*.c): the forward step's state, the product job,
- * the kernel levels and the kernels' entry points.
+ * src/backend/cpu/): the forward step's state, the product job, the
+ * kernel levels and the kernels' entry points.
  *
  *   kvs_cpu.c        weights, K/V storage, the forward's orchestration
  *   kvs_cpu_mm.c     matrix products: dispatch, portable kernels, BLAS,
  *                    Q8_0 activation quantization and weight packing
  *   kvs_cpu_x86.c    the AVX2 / AVX-512 product kernels
- *   kvs_cpu_attn.c   attention, SwiGLU, the vectorized exp
+ *   kvs_cpu_attn.c   attention
+ *   kvs_cpu_ffn.c    the FFN activation (SwiGLU)
+ *   kvs_cpu_exp.h    the vectorized exp both of them use
  *
  * Invariant shared by every kernel: a product output's (or an attention
  * score's) summation order depends only on that output's own shapes,
@@ -48,15 +50,19 @@
 #define KVS_CPU_PAR_MIN    (1u << 16)
 
 /* From this many tokens on, F32 / F16 / BF16 products go to sgemm on
- * tiles of KVS_CPU_BLAS_TILE rows (dequantized first unless F32), half
- * that when more than one thread shares the step (so that both get
- * tiles): a prefill chunk's products run ~1.4x faster than in our
- * kernel, and each sgemm call repacks its input, so the larger the tile
- * the better (512 rows: +10% over 128 on a 512-token prefill).  Below
- * it, decode batches, ours is as fast and keeps a token's sums
- * independent of its batch. */
+ * tiles of KVS_CPU_BLAS_TILE rows (dequantized first unless F32): a
+ * prefill chunk's products run ~1.4x faster than in our kernel.  Each
+ * sgemm call repacks its input, so larger tiles cost a little less
+ * (+10% for 512 rows over 128 on a 512-token prefill; 256 and 512 are
+ * within 1% of each other's instructions), and 256 lets two threads
+ * share a 512-row matrix.  The tile is the same whatever the thread
+ * count: sgemm's sum for an output depends on where its tile starts and
+ * ends (OpenBLAS's Zen kernels block the rows unevenly), so a tile that
+ * followed the thread count would change the logits with it.  Below
+ * KVS_CPU_BLAS_MIN, decode batches, ours is as fast and keeps a token's
+ * sums independent of its batch. */
 #define KVS_CPU_BLAS_MIN   64
-#define KVS_CPU_BLAS_TILE  512
+#define KVS_CPU_BLAS_TILE  256
 
 /* Packed Q8_0 (AVX-512 VNNI): rows in groups of 16; per group and block
  * of 32 columns, 8 vectors of [16 rows][4 bytes] (weights + 128, as
@@ -101,7 +107,6 @@ typedef struct {
     int                     resid;    /* kvs_cpu_tok_task: add xb first */
     int                     simd;     /* KVS_CPU_SIMD_* */
     kvs_cpu_q8_t           *xq;       /* [n][wrow / 32] Q8_0 inputs */
-    uint32_t                blas_tile; /* rows per sgemm task */
     uint32_t                attn_group; /* query heads per attention
                                           task: those of one K/V head
                                           (kvs_cpu_attn_group), or 1 */
@@ -137,6 +142,8 @@ void kvs_cpu_q8p_fill(const kvs_cpu_mat_t *w, uint8_t *dst);
  * Tasks are then n * n_head / group. */
 uint32_t kvs_cpu_attn_group(const kvs_hparams_t *hp, int simd);
 void kvs_cpu_attn_task(void *arg, uint32_t task, uint32_t thread);
+
+/* Token i's h1 := silu(h1) * h3 (kvs_cpu_ffn.c). */
 void kvs_cpu_swiglu_task(void *arg, uint32_t i, uint32_t thread);
 
 #if KVS_CPU_X86

@@ -13,7 +13,8 @@
  * scratch (exact conversions), reused by every token of the step.  From
  * KVS_CPU_BLAS_MIN tokens on, F32 / F16 / BF16 go to sgemm instead, on
  * tiles of up to KVS_CPU_BLAS_TILE rows; those sums differ from ours in
- * the last bits (~2e-7 relative).
+ * the last bits (~2e-7 relative) and depend on the tiles' bounds, which
+ * depend only on the matrix, never on the threads.
  *
  * Q8_0 stays quantized for every batch size, so that batching still
  * changes nothing: the input is quantized to int8 blocks (float scale,
@@ -57,7 +58,7 @@ typedef struct {
 
 /* a task's rows start on a packed Q8_0 group */
 _Static_assert(KVS_CPU_TILE % KVS_CPU_Q8P_ROWS == 0
-               && KVS_CPU_BLAS_TILE / 2 % KVS_CPU_Q8P_ROWS == 0,
+               && KVS_CPU_BLAS_TILE % KVS_CPU_Q8P_ROWS == 0,
                "product tiles must hold whole packed Q8_0 row groups");
 
 
@@ -462,9 +463,9 @@ kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
 
 
 /*
- * Tiles of KVS_CPU_TILE output rows are the tasks (fw->blas_tile for
- * sgemm), so the threads split the weights and each weight row is read
- * (and converted) once per step whatever n is.
+ * Tiles of KVS_CPU_TILE output rows are the tasks (KVS_CPU_BLAS_TILE
+ * for sgemm), so the threads split the weights and each weight row is
+ * read (and converted) once per step whatever n is.
  */
 void
 kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
@@ -487,7 +488,7 @@ kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
     job.y[2] = y2;
     job.first[0] = 0;
     job.xq = NULL;
-    job.tile = n >= KVS_CPU_BLAS_MIN ? fw->blas_tile : KVS_CPU_TILE;
+    job.tile = n >= KVS_CPU_BLAS_MIN ? KVS_CPU_BLAS_TILE : KVS_CPU_TILE;
 
     /* Q8_0 stays quantized: the input is quantized once here, for every
      * n, so a token's sums do not depend on its batch */

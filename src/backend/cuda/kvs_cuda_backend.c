@@ -1,8 +1,10 @@
 /*
  * kvs_cuda_backend: loading and freeing the CUDA backend, and its block
- * copy (the step is kvs_cuda_step.c; the state is kvs_cuda_impl.h).
+ * copy (the step is kvs_cuda_step.c; the state is kvs_cuda_impl.h; the
+ * weights' placing and upload, steps 2 and 4, kvs_cuda_weights.c).
  *
- * Load order, each step undone by kvs_cuda_free() on any failure:
+ * Load order, one function per step (kvs_cuda_backend_new() lists them),
+ * everything undone by kvs_cuda_release() on any failure:
  *   1. device, stream, cuBLAS handle bound to the stream;
  *   2. every tensor resolved and checked like the CPU backend, and given
  *      an offset in one weights allocation (w3 right after w1, so the
@@ -18,15 +20,13 @@
 
 #include <inttypes.h>
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kvs_cuda_backend.h"
 #include "kvs_cuda_impl.h"
+#include "kvs_cuda_weights.h"
 #include "backend/kvs_rope.h"
-#include "model/kvs_dtype.h"
-#include "model/kvs_ggml_type.h"
 #include "model/kvs_model.h"
 
 
@@ -35,47 +35,23 @@ _Static_assert(KVS_CUDA_DT_F32 == KVS_K_F32 && KVS_CUDA_DT_F16 == KVS_K_F16
                "plan and kernel dtypes agree");
 
 
-/* One tensor to upload: where it comes from and where it goes; t is
- * NULL for an optional tensor the model lacks. */
-typedef struct {
-    const kvs_gguf_tensor_t  *t;
-    size_t                    off;    /* in cu->wmem */
-    size_t                    bytes;  /* on the device */
-    int                       matrix;
-} kvs_cuda_up_t;
-
-/* The upload list is indexed by slot: 0 token_embd, 1 output_norm, 2
- * output, then KVS_CUDA_PER_LAYER per layer in the order of
- * kvs_cuda_resolve's names[]. */
-#define KVS_CUDA_GLOBALS    3
-#define KVS_CUDA_PER_LAYER  12
-
-typedef struct {
-    kvs_cuda_up_t  *up;               /* [n] by slot */
-    uint32_t        n;
-    size_t          total;            /* weights bytes, aligned */
-    size_t          stage;            /* largest Q8_0 tensor, raw bytes */
-    uint64_t        max_vec;          /* largest non-F32 vector, elems */
-    int             all_f32;          /* every matrix F32 */
-    int             any_f32;          /* some matrix F32: products take
-                                         F32 inputs too */
-} kvs_cuda_load_t;
-
-
 static int kvs_cuda_copy_block(kvs_backend_t *be, uint32_t dst,
     uint32_t src, kvs_err_t *err);
 static void kvs_cuda_free(kvs_backend_t *be);
 static void kvs_cuda_release(kvs_cuda_t *cu);
-static int kvs_cuda_tensor(kvs_cuda_load_t *ld, uint32_t slot,
-    const kvs_model_t *m, const char *name, uint64_t ne0, uint64_t ne1,
-    int optional, int matrix, kvs_err_t *err);
-static int kvs_cuda_resolve(kvs_cuda_load_t *ld, const kvs_model_t *m,
+static int kvs_cuda_init(kvs_cuda_t *cu, kvs_cuda_load_t *ld,
+    const kvs_hparams_t *hp, const kvs_backend_conf_t *conf,
     kvs_err_t *err);
-static int kvs_cuda_rope_table(kvs_rope_t *rope, const kvs_model_t *m,
+static int kvs_cuda_open_device(kvs_cuda_t *cu, int device,
     kvs_err_t *err);
-static void kvs_cuda_bind(kvs_cuda_t *cu, const kvs_cuda_load_t *ld);
-static int kvs_cuda_upload(kvs_cuda_t *cu, const kvs_cuda_load_t *ld,
-    void *stage, kvs_err_t *err);
+static int kvs_cuda_plan_ws(kvs_cuda_t *cu, const kvs_cuda_load_t *ld,
+    kvs_err_t *err);
+static int kvs_cuda_plan_kv(kvs_cuda_t *cu, const kvs_cuda_load_t *ld,
+    const kvs_backend_conf_t *conf, uint64_t *block_bytes, kvs_err_t *err);
+static int kvs_cuda_alloc(kvs_cuda_t *cu, const kvs_cuda_load_t *ld,
+    kvs_err_t *err);
+static int kvs_cuda_alloc_kv(kvs_cuda_t *cu, kvs_err_t *err);
+static int kvs_cuda_bind_step(kvs_cuda_t *cu, kvs_err_t *err);
 
 
 static const kvs_backend_ops_t  kvs_cuda_ops = {
@@ -119,390 +95,25 @@ kvs_cuda_k(kvs_err_t *err, const char *what, int rc)
 }
 
 
-#define KVS_CUDA_TRY(call, what)                                             \
-    do {                                                                     \
-        cudaError_t  e_ = (call);                                            \
-        if (e_ != cudaSuccess) {                                             \
-            rc = kvs_cuda_fail(err, what, e_);                               \
-            goto failed;                                                     \
-        }                                                                    \
-    } while (0)
-
-#define KVS_BLAS_TRY(call, what)                                             \
-    do {                                                                     \
-        cublasStatus_t  s_ = (call);                                         \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                   \
-            rc = kvs_cuda_blas_fail(err, what, s_);                          \
-            goto failed;                                                     \
-        }                                                                    \
-    } while (0)
-
-
-/* A tensor of the shape compute expects (ne1 == 0: a vector) put in its
- * slot with a device offset; a missing optional one leaves t NULL. */
-static int
-kvs_cuda_tensor(kvs_cuda_load_t *ld, uint32_t slot, const kvs_model_t *m,
-    const char *name, uint64_t ne0, uint64_t ne1, int optional, int matrix,
-    kvs_err_t *err)
-{
-    int                       rc;
-    size_t                    bytes;
-    uint64_t                  raw;
-    kvs_cuda_up_t            *u;
-    const kvs_gguf_tensor_t  *t;
-
-    rc = kvs_model_tensor(m, "cuda backend", name, ne0, ne1, optional, &t,
-                          err);
-    if (rc != KVS_OK || t == NULL) {
-        return rc;
-    }
-
-    /* cuBLAS takes int dimensions */
-    if (ne0 > INT32_MAX || ne1 > INT32_MAX) {
-        return kvs_err_set(err, KVS_EFORMAT, "cuda backend: tensor %s: "
-                           "%" PRIu64 " x %" PRIu64 " elements is over "
-                           "cuBLAS' int dimensions", name, ne0,
-                           ne1 == 0 ? 1 : ne1);
-    }
-
-    rc = kvs_cuda_plan_tensor_bytes(t->type, matrix, t->nelem, &bytes, err);
-    if (rc != KVS_OK) {
-        return kvs_err_prefix(err, "tensor %s", name);
-    }
-
-    /* the reader checked nbytes against the type; this guards the bytes
-     * we copy against a reader that did not */
-    if (kvs_ggml_nbytes(t->type, ne0, t->nelem, &raw, err) != KVS_OK
-        || raw > t->nbytes || raw > SIZE_MAX)
-    {
-        return kvs_err_set(err, KVS_EFORMAT, "cuda backend: tensor %s holds "
-                           "%" PRIu64 " bytes, fewer than its shape needs",
-                           name, t->nbytes);
-    }
-
-    u = &ld->up[slot];
-
-    rc = kvs_cuda_plan_carve(&ld->total, bytes, &u->off, err);
-    if (rc != KVS_OK) {
-        return rc;
-    }
-
-    u->t = t;
-    u->bytes = bytes;
-    u->matrix = matrix;
-
-    if (matrix && t->type == KVS_GGML_Q8_0 && raw > ld->stage) {
-        ld->stage = (size_t) raw;
-    }
-
-    if (matrix && t->type != KVS_GGML_F32) {
-        ld->all_f32 = 0;
-    }
-
-    if (matrix && t->type == KVS_GGML_F32) {
-        ld->any_f32 = 1;
-    }
-
-    if (!matrix && t->type != KVS_GGML_F32 && t->nelem > ld->max_vec) {
-        ld->max_vec = t->nelem;
-    }
-
-    return KVS_OK;
-}
-
-
-/* Every tensor a step reads, with the CPU backend's names and shapes. */
-static int
-kvs_cuda_resolve(kvs_cuda_load_t *ld, const kvs_model_t *m, kvs_err_t *err)
-{
-    int                   rc;
-    char                  name[64];
-    uint32_t              l, s, e, f, q, kd, vd, o;
-    const kvs_hparams_t  *hp;
-
-    static const struct {
-        const char  *suffix;
-        int          matrix, optional, ne0, ne1;   /* shape codes */
-    } names[KVS_CUDA_PER_LAYER] = {
-        /* shape codes: 0 n_embd, 1 q, 2 kd, 3 vd, 4 o, 5 n_ff, -1 none */
-        { "attn_norm.weight", 0, 0, 0, -1 },
-        { "attn_q.weight", 1, 0, 0, 1 },
-        { "attn_k.weight", 1, 0, 0, 2 },
-        { "attn_v.weight", 1, 0, 0, 3 },
-        { "attn_q.bias", 0, 1, 1, -1 },
-        { "attn_k.bias", 0, 1, 2, -1 },
-        { "attn_v.bias", 0, 1, 3, -1 },
-        { "attn_output.weight", 1, 0, 4, 0 },
-        { "ffn_norm.weight", 0, 0, 0, -1 },
-        { "ffn_gate.weight", 1, 0, 0, 5 },
-        { "ffn_up.weight", 1, 0, 0, 5 },      /* right after the gate */
-        { "ffn_down.weight", 1, 0, 5, 0 }
-    };
-    uint64_t              dim[6];
-
-    hp = &m->hp;
-    e = hp->n_embd;
-    f = hp->n_ff;
-    q = hp->n_head * hp->head_dim_k;
-    kd = hp->n_head_kv * hp->head_dim_k;
-    vd = hp->n_head_kv * hp->head_dim_v;
-    o = hp->n_head * hp->head_dim_v;
-    dim[0] = e;
-    dim[1] = q;
-    dim[2] = kd;
-    dim[3] = vd;
-    dim[4] = o;
-    dim[5] = f;
-
-    rc = kvs_cuda_tensor(ld, 0, m, "token_embd.weight", e, hp->n_vocab, 0,
-                         1, err);
-    if (rc == KVS_OK) {
-        rc = kvs_cuda_tensor(ld, 1, m, "output_norm.weight", e, 0, 0, 0,
-                             err);
-    }
-
-    if (rc == KVS_OK) {
-        rc = kvs_cuda_tensor(ld, 2, m, "output.weight", e, hp->n_vocab, 1,
-                             1, err);
-    }
-
-    for (l = 0; rc == KVS_OK && l < hp->n_layer; l++) {
-        for (s = 0; rc == KVS_OK && s < KVS_CUDA_PER_LAYER; s++) {
-            snprintf(name, sizeof(name), "blk.%" PRIu32 ".%s", l,
-                     names[s].suffix);
-            rc = kvs_cuda_tensor(ld, KVS_CUDA_GLOBALS
-                                     + l * KVS_CUDA_PER_LAYER + s,
-                                 m, name, dim[names[s].ne0],
-                                 names[s].ne1 < 0 ? 0 : dim[names[s].ne1],
-                                 names[s].optional, names[s].matrix, err);
-        }
-    }
-
-    return rc;
-}
-
-
-/* The host RoPE table, with rope_freqs.weight's factors when present. */
-static int
-kvs_cuda_rope_table(kvs_rope_t *rope, const kvs_model_t *m, kvs_err_t *err)
-{
-    int                       rc;
-    float                    *fl;
-    uint32_t                  i, n;
-    const uint16_t           *h;
-    const kvs_gguf_tensor_t  *t;
-
-    rc = kvs_rope_init(rope, &m->hp, err);
-    if (rc != KVS_OK) {
-        return rc;
-    }
-
-    t = kvs_gguf_find_tensor(m->gguf, "rope_freqs.weight");
-    if (t == NULL) {
-        return KVS_OK;
-    }
-
-    n = m->hp.n_rot / 2;
-
-    if (t->nelem != n || kvs_cuda_plan_dtype(t->type, 0) < 0
-        || t->nbytes < (uint64_t) n * (t->type == KVS_GGML_F32 ? 4 : 2))
-    {
-        kvs_rope_free(rope);
-        return kvs_err_set(err, KVS_EFORMAT, "cuda backend: tensor "
-                           "rope_freqs.weight: %" PRIu64 " elements of %s, "
-                           "expected %" PRIu32 " of F32, F16 or BF16",
-                           t->nelem, kvs_ggml_type_name(t->type), n);
-    }
-
-    fl = malloc((size_t) n * sizeof(float));
-    if (fl == NULL) {
-        kvs_rope_free(rope);
-        return kvs_err_set(err, KVS_ENOMEM, "cuda backend: out of memory");
-    }
-
-    h = t->data;
-
-    for (i = 0; i < n; i++) {
-        fl[i] = t->type == KVS_GGML_F32 ? ((const float *) t->data)[i]
-                : t->type == KVS_GGML_F16 ? kvs_f16_to_f32(h[i])
-                : kvs_bf16_to_f32(h[i]);
-    }
-
-    rc = kvs_rope_set_freq_factors(rope, fl, n, err);
-    free(fl);
-
-    if (rc != KVS_OK) {
-        kvs_rope_free(rope);
-    }
-
-    return rc;
-}
-
-
-/* Slot offsets turned into device pointers, once wmem exists. */
-static void
-kvs_cuda_bind(kvs_cuda_t *cu, const kvs_cuda_load_t *ld)
-{
-    uint32_t                l;
-    kvs_cuda_layer_t       *ly;
-    const kvs_cuda_up_t    *u;
-
-#define KVS_CUDA_PTR(slot)                                                   \
-    (ld->up[slot].t == NULL ? NULL                                           \
-                            : (void *) ((char *) cu->wmem                    \
-                                        + ld->up[slot].off))
-
-#define KVS_CUDA_MAT(w, slot)                                                \
-    u = &ld->up[slot];                                                       \
-    (w).data = KVS_CUDA_PTR(slot);                                           \
-    (w).dt = kvs_cuda_plan_dtype(u->t->type, 1);                             \
-    (w).cols = (uint32_t) u->t->ne[0];                                       \
-    (w).rows = (uint32_t) (u->t->nelem / u->t->ne[0])
-
-    KVS_CUDA_MAT(cu->tok_embd, 0);
-    cu->out_norm = KVS_CUDA_PTR(1);
-
-    if (ld->up[2].t != NULL) {
-        KVS_CUDA_MAT(cu->output, 2);
-
-    } else {
-        cu->output = cu->tok_embd;          /* tied */
-    }
-
-    for (l = 0; l < cu->hp.n_layer; l++) {
-        uint32_t  b = KVS_CUDA_GLOBALS + l * KVS_CUDA_PER_LAYER;
-
-        ly = &cu->layers[l];
-        ly->attn_norm = KVS_CUDA_PTR(b + 0);
-        KVS_CUDA_MAT(ly->wq, b + 1);
-        KVS_CUDA_MAT(ly->wk, b + 2);
-        KVS_CUDA_MAT(ly->wv, b + 3);
-        ly->bq = KVS_CUDA_PTR(b + 4);
-        ly->bk = KVS_CUDA_PTR(b + 5);
-        ly->bv = KVS_CUDA_PTR(b + 6);
-        KVS_CUDA_MAT(ly->wo, b + 7);
-        ly->ffn_norm = KVS_CUDA_PTR(b + 8);
-        KVS_CUDA_MAT(ly->w1, b + 9);
-        KVS_CUDA_MAT(ly->w3, b + 10);
-        KVS_CUDA_MAT(ly->w2, b + 11);
-
-        /* one [2 * n_ff][n_embd] product when up follows gate exactly */
-        ly->gate_up = ly->w1.dt == ly->w3.dt
-                      && ld->up[b + 10].off
-                         == ld->up[b + 9].off + ld->up[b + 9].bytes;
-    }
-
-#undef KVS_CUDA_MAT
-#undef KVS_CUDA_PTR
-}
-
-
-/* Every slot copied to the device on cu->st: matrices and F32 vectors as
- * they are, F16 / BF16 vectors converted to F32 on the host, Q8_0
- * through `stage` and kvs_k_q8_0_to.  A pageable cudaMemcpyAsync returns
- * once its source is staged, so the host scratch may be reused at once;
- * `stage` is reused in stream order. */
-static int
-kvs_cuda_upload(kvs_cuda_t *cu, const kvs_cuda_load_t *ld, void *stage,
-    kvs_err_t *err)
-{
-    int                  rc;
-    char                 what[160];
-    float               *vec;
-    uint32_t             s;
-    uint64_t             i, raw;
-    void                *dst;
-    const uint16_t      *h;
-    const kvs_cuda_up_t *u;
-
-    vec = NULL;
-
-    if (ld->max_vec > 0) {
-        vec = malloc((size_t) ld->max_vec * sizeof(float));
-        if (vec == NULL) {
-            return kvs_err_set(err, KVS_ENOMEM, "cuda backend: out of "
-                               "memory");
-        }
-    }
-
-    rc = KVS_OK;
-
-    for (s = 0; rc == KVS_OK && s < ld->n; s++) {
-        u = &ld->up[s];
-
-        if (u->t == NULL) {
-            continue;
-        }
-
-        dst = (char *) cu->wmem + u->off;
-        snprintf(what, sizeof(what), "upload of %.*s",
-                 (int) (u->t->name.len > 100 ? 100 : u->t->name.len),
-                 (const char *) u->t->name.ptr);
-
-        if (u->t->type == KVS_GGML_Q8_0) {
-            raw = u->t->nelem / 32 * 34;
-            KVS_CUDA_TRY(cudaMemcpyAsync(stage, u->t->data, (size_t) raw,
-                                         cudaMemcpyHostToDevice, cu->st),
-                         what);
-            rc = kvs_k_q8_0_to(dst, KVS_K_BF16, stage, (size_t) u->t->nelem,
-                               cu->st);
-            if (rc != 0) {
-                rc = kvs_cuda_k(err, what, rc);
-            }
-
-            continue;
-        }
-
-        if (!u->matrix && u->t->type != KVS_GGML_F32) {
-            h = u->t->data;
-
-            for (i = 0; i < u->t->nelem; i++) {
-                vec[i] = u->t->type == KVS_GGML_F16 ? kvs_f16_to_f32(h[i])
-                                                    : kvs_bf16_to_f32(h[i]);
-            }
-
-            KVS_CUDA_TRY(cudaMemcpyAsync(dst, vec, u->bytes,
-                                         cudaMemcpyHostToDevice, cu->st),
-                         what);
-            continue;
-        }
-
-        KVS_CUDA_TRY(cudaMemcpyAsync(dst, u->t->data, u->bytes,
-                                     cudaMemcpyHostToDevice, cu->st),
-                     what);
-    }
-
-failed:
-
-    free(vec);
-
-    return rc;
-}
-
-
 int
 kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
     const kvs_backend_conf_t *conf, kvs_err_t *err)
 {
-    int                   rc, rope_ok, kv_dt;
-    void                 *stage;
-    size_t                free_b, total_b, kv_k, kv_v, rope_off, elem;
-    uint32_t              n_blocks;
+    int                   rc;
+    size_t                rope_off;
     uint64_t              block_bytes;
     kvs_rope_t            rope;
     kvs_cuda_t           *cu;
     kvs_backend_t        *be;
     kvs_cuda_load_t       ld;
-    kvs_cuda_mem_t        mem;
-    kvs_cuda_ws_conf_t    wc;
-    const char           *env;
     const kvs_hparams_t  *hp;
 
     *out = NULL;
     hp = &m->hp;
-    stage = NULL;
-    rope_ok = 0;
+    rope_off = 0;
+    block_bytes = 0;
     memset(&ld, 0, sizeof(kvs_cuda_load_t));
+    memset(&rope, 0, sizeof(kvs_rope_t));
 
     if (conf->block_tokens == 0 || hp->n_vocab > INT32_MAX
         || hp->n_embd > INT32_MAX / 4 || hp->n_ff > INT32_MAX / 4
@@ -520,6 +131,78 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
 
     cu = (kvs_cuda_t *) (be + 1);
     be->impl = cu;
+
+    rc = kvs_cuda_init(cu, &ld, hp, conf, err);
+
+    /* 1. device, stream, cuBLAS */
+    if (rc == KVS_OK) {
+        rc = kvs_cuda_open_device(cu, conf->device, err);
+    }
+
+    /* 2. tensors, offsets, the RoPE table after them */
+    if (rc == KVS_OK) {
+        rc = kvs_cuda_weights_place(cu, &ld, m, &rope, &rope_off, err);
+    }
+
+    /* 3. sizes */
+    if (rc == KVS_OK) {
+        rc = kvs_cuda_plan_ws(cu, &ld, err);
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_cuda_plan_kv(cu, &ld, conf, &block_bytes, err);
+    }
+
+    /* 4. allocations and uploads */
+    if (rc == KVS_OK) {
+        rc = kvs_cuda_alloc(cu, &ld, err);
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_cuda_weights_load(cu, &ld, &rope, rope_off, err);
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_cuda_alloc_kv(cu, err);
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_cuda_bind_step(cu, err);
+    }
+
+    /* the host copies of the upload list and the RoPE table are spent,
+     * whatever happened */
+    kvs_rope_free(&rope);
+    free(ld.up);
+
+    if (rc != KVS_OK) {
+        kvs_cuda_release(cu);
+        free(be);
+        return rc;
+    }
+
+    be->ops = &kvs_cuda_ops;
+    be->kind = KVS_BACKEND_CUDA;
+    be->n_vocab = hp->n_vocab;
+    be->n_blocks = cu->kv.n_blocks;
+    be->block_tokens = conf->block_tokens;
+    be->threads = 1;
+    be->kv_bytes = (uint64_t) cu->kv.n_blocks * block_bytes;
+
+    *out = be;
+
+    return KVS_OK;
+}
+
+
+/* 0. cu's settings and host arrays; ld's upload list, one slot per
+ * tensor. */
+static int
+kvs_cuda_init(kvs_cuda_t *cu, kvs_cuda_load_t *ld, const kvs_hparams_t *hp,
+    const kvs_backend_conf_t *conf, kvs_err_t *err)
+{
+    const char  *env;
+
     cu->hp = *hp;
     cu->device = conf->device;
     cu->max_tok = KVS_CUDA_MAX_TOK;
@@ -527,30 +210,36 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
     cu->max_table = KVS_CUDA_MAX_TABLE;
     cu->eps = (float) hp->norm_eps;
     cu->scale = 1.0f / sqrtf((float) hp->head_dim_k);
-    cu->pairing = strcmp(hp->arch, "qwen2") == 0 ? KVS_ROPE_NEOX
-                                                 : KVS_ROPE_NORM;
     env = getenv("KVS_CUDA_GRAPHS");
     cu->use_graphs = env == NULL || strcmp(env, "0") != 0;
 
-    ld.n = KVS_CUDA_GLOBALS + KVS_CUDA_PER_LAYER * hp->n_layer;
-    ld.up = calloc(ld.n, sizeof(kvs_cuda_up_t));
-    ld.all_f32 = 1;
+    ld->n = KVS_CUDA_GLOBALS + KVS_CUDA_PER_LAYER * hp->n_layer;
+    ld->up = calloc(ld->n, sizeof(kvs_cuda_up_t));
+    ld->all_f32 = 1;
     cu->layers = calloc(hp->n_layer, sizeof(kvs_cuda_layer_t));
     cu->seq_tab = calloc(cu->max_tok, sizeof(kvs_kv_table_t *));
     cu->seq_nb = calloc(cu->max_tok, sizeof(uint32_t));
 
-    if (ld.up == NULL || cu->layers == NULL || cu->seq_tab == NULL
+    if (ld->up == NULL || cu->layers == NULL || cu->seq_tab == NULL
         || cu->seq_nb == NULL)
     {
-        rc = kvs_err_set(err, KVS_ENOMEM, "cuda backend: out of memory");
-        goto failed;
+        return kvs_err_set(err, KVS_ENOMEM, "cuda backend: out of memory");
     }
 
-    /* 1. device, stream, cuBLAS */
-    KVS_CUDA_TRY(cudaSetDevice(conf->device), "cudaSetDevice");
+    return KVS_OK;
+}
+
+
+/* 1. The device, the stream and the cuBLAS handle bound to it. */
+static int
+kvs_cuda_open_device(kvs_cuda_t *cu, int device, kvs_err_t *err)
+{
+    int  rc;
+
+    KVS_CUDA_TRY(cudaSetDevice(device), "cudaSetDevice");
     KVS_CUDA_TRY(cudaDeviceGetAttribute(&cu->n_sm,
                                         cudaDevAttrMultiProcessorCount,
-                                        conf->device),
+                                        device),
                  "cudaDeviceGetAttribute(multiprocessors)");
     KVS_CUDA_TRY(cudaStreamCreateWithFlags(&cu->st, cudaStreamNonBlocking),
                  "cudaStreamCreateWithFlags");
@@ -560,35 +249,30 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
     KVS_BLAS_TRY(cublasSetMathMode(cu->blas, CUBLAS_DEFAULT_MATH),
                  "cublasSetMathMode");
 
-    /* 2. tensors, offsets, the RoPE table after them */
-    rc = kvs_cuda_resolve(&ld, m, err);
-    if (rc != KVS_OK) {
-        goto failed;
-    }
+    return KVS_OK;
 
-    rc = kvs_cuda_rope_table(&rope, m, err);
-    if (rc != KVS_OK) {
-        goto failed;
-    }
+failed:
 
-    rope_ok = 1;
-    cu->n_rot = rope.n_rot;
-    cu->mscale = rope.mscale;
+    return rc;
+}
 
-    rc = kvs_cuda_plan_carve(&ld.total, (size_t) rope.n_rot / 2
-                             * sizeof(double), &rope_off, err);
-    if (rc != KVS_OK) {
-        goto failed;
-    }
 
-    /* 3. sizes */
+/* 3. The workspace's layout, cu->wl, for the widest slice a step takes. */
+static int
+kvs_cuda_plan_ws(kvs_cuda_t *cu, const kvs_cuda_load_t *ld, kvs_err_t *err)
+{
+    kvs_cuda_ws_conf_t    wc;
+    const kvs_hparams_t  *hp;
+
+    hp = &cu->hp;
+
     memset(&wc, 0, sizeof(kvs_cuda_ws_conf_t));
     wc.n_embd = hp->n_embd;
     wc.n_ff = hp->n_ff;
-    wc.q_width = hp->n_head * hp->head_dim_k;
-    wc.k_width = hp->n_head_kv * hp->head_dim_k;
-    wc.v_width = hp->n_head_kv * hp->head_dim_v;
-    wc.o_width = hp->n_head * hp->head_dim_v;
+    wc.q_width = hp->q_width;
+    wc.k_width = hp->k_width;
+    wc.v_width = hp->v_width;
+    wc.o_width = hp->o_width;
     wc.n_vocab = hp->n_vocab;
     wc.n_head_kv = hp->n_head_kv;
     wc.max_tok = cu->max_tok;
@@ -597,25 +281,38 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
     wc.max_split = KVS_CUDA_MAX_SPLIT;
     wc.max_ctx = hp->n_ctx_train;
     wc.n_sm = (uint32_t) cu->n_sm;
-    wc.in_size = ld.any_f32 ? 4 : 2;
+    wc.in_size = ld->any_f32 ? 4 : 2;
     wc.part_unit = kvs_k_attn_part_floats(1, hp->n_head, 1,
                                           hp->head_dim_v);
     wc.sample_bytes = kvs_k_sample_scratch_bytes(cu->max_rows, hp->n_vocab);
     wc.blas_bytes = KVS_CUDA_BLAS_BYTES;
 
-    rc = kvs_cuda_plan_workspace(&cu->wl, &wc, err);
-    if (rc != KVS_OK) {
-        goto failed;
-    }
+    return kvs_cuda_plan_workspace(&cu->wl, &wc, err);
+}
 
-    kv_dt = ld.all_f32 ? KVS_K_F32 : KVS_K_BF16;
-    elem = kvs_k_dtype_size(kv_dt);
+
+/* 3. The K/V pool's geometry, cu->kv but its arrays, its block count
+ * planned against the device's free memory after weights, workspace
+ * and staging; *block_bytes is one block's K and V over every layer. */
+static int
+kvs_cuda_plan_kv(kvs_cuda_t *cu, const kvs_cuda_load_t *ld,
+    const kvs_backend_conf_t *conf, uint64_t *block_bytes, kvs_err_t *err)
+{
+    int                   rc, kv_dt;
+    size_t                free_b, total_b;
+    uint32_t              n_blocks;
+    kvs_cuda_mem_t        mem;
+    const kvs_hparams_t  *hp;
+
+    hp = &cu->hp;
+    kv_dt = ld->all_f32 ? KVS_K_F32 : KVS_K_BF16;
 
     rc = kvs_cuda_plan_block_bytes(hp->n_layer, conf->block_tokens,
-                                   wc.k_width, wc.v_width, elem,
-                                   &block_bytes, err);
+                                   hp->k_width, hp->v_width,
+                                   kvs_k_dtype_size(kv_dt), block_bytes,
+                                   err);
     if (rc != KVS_OK) {
-        goto failed;
+        return rc;
     }
 
     KVS_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
@@ -623,11 +320,11 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
 
     memset(&mem, 0, sizeof(kvs_cuda_mem_t));
     mem.free = free_b;
-    mem.weights = ld.total;
+    mem.weights = ld->total;
     mem.workspace = cu->wl.total;
-    mem.stage = ld.stage;
+    mem.stage = ld->stage;
     mem.reserve = KVS_CUDA_RESERVE;
-    mem.block_bytes = block_bytes;
+    mem.block_bytes = *block_bytes;
     /* 0: unset, kvserve_kv_cache's default */
     mem.fraction = conf->kv_fraction == 0.0 ? 0.9 : conf->kv_fraction;
     /* the engine's pool refuses more (KVS_KV_MAX_BLOCKS); a device with
@@ -636,53 +333,8 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
 
     rc = kvs_cuda_plan_blocks(&mem, conf->n_blocks, &n_blocks, err);
     if (rc != KVS_OK) {
-        goto failed;
+        return rc;
     }
-
-    /* 4. allocations and uploads */
-    KVS_CUDA_TRY(cudaMalloc(&cu->wmem, ld.total), "cudaMalloc(weights)");
-    cu->wbytes = ld.total;
-    KVS_CUDA_TRY(cudaMalloc(&cu->ws, cu->wl.total),
-                 "cudaMalloc(workspace)");
-
-    if (ld.stage > 0) {
-        KVS_CUDA_TRY(cudaMalloc(&stage, ld.stage),
-                     "cudaMalloc(Q8_0 staging)");
-    }
-
-    kvs_cuda_bind(cu, &ld);
-
-    rc = kvs_cuda_upload(cu, &ld, stage, err);
-    if (rc != KVS_OK) {
-        goto failed;
-    }
-
-    cu->inv_freq = (double *) ((char *) cu->wmem + rope_off);
-    KVS_CUDA_TRY(cudaMemcpyAsync(cu->inv_freq, rope.inv_freq,
-                                 (size_t) rope.n_rot / 2 * sizeof(double),
-                                 cudaMemcpyHostToDevice, cu->st),
-                 "upload of the RoPE table");
-    KVS_CUDA_TRY(cudaStreamSynchronize(cu->st),
-                 "cudaStreamSynchronize(weights)");
-
-    if (stage != NULL) {
-        KVS_CUDA_TRY(cudaFree(stage), "cudaFree(Q8_0 staging)");
-        stage = NULL;
-    }
-
-    /* [n_layer][n_blocks][bt][width] each; their sum, n_blocks *
-     * block_bytes, was checked against free memory by the plan */
-    kv_k = (size_t) hp->n_layer * n_blocks * conf->block_tokens
-           * wc.k_width * elem;
-    kv_v = (size_t) hp->n_layer * n_blocks * conf->block_tokens
-           * wc.v_width * elem;
-
-    KVS_CUDA_TRY(cudaMalloc(&cu->kv.k, kv_k), "cudaMalloc(K cache)");
-    KVS_CUDA_TRY(cudaMalloc(&cu->kv.v, kv_v), "cudaMalloc(V cache)");
-    KVS_CUDA_TRY(cudaMemsetAsync(cu->kv.k, 0, kv_k, cu->st),
-                 "cudaMemsetAsync(K cache)");
-    KVS_CUDA_TRY(cudaMemsetAsync(cu->kv.v, 0, kv_v, cu->st),
-                 "cudaMemsetAsync(V cache)");
 
     cu->kv.dtype = kv_dt;
     cu->kv.n_layer = hp->n_layer;
@@ -692,6 +344,73 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
     cu->kv.n_head_kv = hp->n_head_kv;
     cu->kv.hd_k = hp->head_dim_k;
     cu->kv.hd_v = hp->head_dim_v;
+
+    return KVS_OK;
+
+failed:
+
+    return rc;
+}
+
+
+/* 4. The device memory of the weights (and RoPE table) and of the
+ * workspace. */
+static int
+kvs_cuda_alloc(kvs_cuda_t *cu, const kvs_cuda_load_t *ld, kvs_err_t *err)
+{
+    int  rc;
+
+    KVS_CUDA_TRY(cudaMalloc(&cu->wmem, ld->total), "cudaMalloc(weights)");
+    cu->wbytes = ld->total;
+    KVS_CUDA_TRY(cudaMalloc(&cu->ws, cu->wl.total),
+                 "cudaMalloc(workspace)");
+
+    return KVS_OK;
+
+failed:
+
+    return rc;
+}
+
+
+/* 4. The K/V cache, [n_layer][n_blocks][bt][width] each, zeroed; their
+ * sum, n_blocks * block_bytes, was checked against free memory by the
+ * plan. */
+static int
+kvs_cuda_alloc_kv(kvs_cuda_t *cu, kvs_err_t *err)
+{
+    int     rc;
+    size_t  elem, kv_k, kv_v;
+
+    elem = kvs_k_dtype_size(cu->kv.dtype);
+    kv_k = (size_t) cu->kv.n_layer * cu->kv.n_blocks * cu->kv.block_tokens
+           * cu->hp.k_width * elem;
+    kv_v = (size_t) cu->kv.n_layer * cu->kv.n_blocks * cu->kv.block_tokens
+           * cu->hp.v_width * elem;
+
+    KVS_CUDA_TRY(cudaMalloc(&cu->kv.k, kv_k), "cudaMalloc(K cache)");
+    KVS_CUDA_TRY(cudaMalloc(&cu->kv.v, kv_v), "cudaMalloc(V cache)");
+    KVS_CUDA_TRY(cudaMemsetAsync(cu->kv.k, 0, kv_k, cu->st),
+                 "cudaMemsetAsync(K cache)");
+    KVS_CUDA_TRY(cudaMemsetAsync(cu->kv.v, 0, kv_v, cu->st),
+                 "cudaMemsetAsync(V cache)");
+
+    return KVS_OK;
+
+failed:
+
+    return rc;
+}
+
+
+/* 4. What a step reads at fixed addresses: the workspace's arrays (and
+ * cuBLAS's own, so that it allocates nothing during capture), the pinned
+ * host buffers and the batch packer over them; then the stream drained
+ * of the load's work. */
+static int
+kvs_cuda_bind_step(kvs_cuda_t *cu, kvs_err_t *err)
+{
+    int  rc;
 
 #define KVS_CUDA_WS(field, type)                                             \
     cu->field = (type) ((char *) cu->ws + cu->wl.field)
@@ -713,7 +432,6 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
 
 #undef KVS_CUDA_WS
 
-    /* a workspace of our own: cuBLAS allocates nothing during capture */
     KVS_BLAS_TRY(cublasSetWorkspace(cu->blas, cu->blas_ws,
                                     KVS_CUDA_BLAS_BYTES),
                  "cublasSetWorkspace");
@@ -723,7 +441,7 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
                                cudaHostAllocDefault),
                  "cudaHostAlloc(packed batch)");
     KVS_CUDA_TRY(cudaHostAlloc((void **) &cu->hlogits,
-                               (size_t) cu->max_rows * hp->n_vocab
+                               (size_t) cu->max_rows * cu->hp.n_vocab
                                * sizeof(float), cudaHostAllocDefault),
                  "cudaHostAlloc(logits)");
     KVS_CUDA_TRY(cudaHostAlloc((void **) &cu->hids,
@@ -731,9 +449,9 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
                                cudaHostAllocDefault),
                  "cudaHostAlloc(ids)");
 
-    cu->pk.n_vocab = hp->n_vocab;
-    cu->pk.n_blocks = n_blocks;
-    cu->pk.block_tokens = conf->block_tokens;
+    cu->pk.n_vocab = cu->hp.n_vocab;
+    cu->pk.n_blocks = cu->kv.n_blocks;
+    cu->pk.block_tokens = cu->kv.block_tokens;
     cu->pk.words = cu->hpack;
     cu->pk.cap_words = cu->wl.pack_words;
     cu->pk.seq_tab = cu->seq_tab;
@@ -743,34 +461,9 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
     KVS_CUDA_TRY(cudaStreamSynchronize(cu->st),
                  "cudaStreamSynchronize(load)");
 
-    kvs_rope_free(&rope);
-    free(ld.up);
-
-    be->ops = &kvs_cuda_ops;
-    be->kind = KVS_BACKEND_CUDA;
-    be->n_vocab = hp->n_vocab;
-    be->n_blocks = n_blocks;
-    be->block_tokens = conf->block_tokens;
-    be->threads = 1;
-    be->kv_bytes = (uint64_t) n_blocks * block_bytes;
-
-    *out = be;
-
     return KVS_OK;
 
 failed:
-
-    if (stage != NULL) {
-        (void) cudaFree(stage);
-    }
-
-    if (rope_ok) {
-        kvs_rope_free(&rope);
-    }
-
-    free(ld.up);
-    kvs_cuda_release(cu);
-    free(be);
 
     return rc;
 }

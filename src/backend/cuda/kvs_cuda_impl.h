@@ -1,6 +1,7 @@
 /*
  * kvs_cuda_impl: the CUDA backend's state, shared by kvs_cuda_backend.c
- * (load, free, copy_block) and kvs_cuda_step.c (the forward step).
+ * (load, free, copy_block), kvs_cuda_weights.c (the weights' upload) and
+ * kvs_cuda_step.c (the forward step).
  *
  * Ownership: a kvs_cuda_t owns every device allocation, the pinned host
  * buffers, the cuBLAS handle, the stream and the captured graphs; all of
@@ -93,7 +94,6 @@ typedef struct {
     double             *inv_freq;     /* [n_rot / 2], device */
     uint32_t            n_rot;
     double              mscale;
-    int                 pairing;      /* KVS_ROPE_NORM | KVS_ROPE_NEOX */
 
     kvs_k_kv_t          kv;           /* k, v: [n_layer][n_blocks][bt]
                                          [width] of kv.dtype, device */
@@ -146,6 +146,28 @@ int kvs_cuda_blas_fail(kvs_err_t *err, const char *what, cublasStatus_t s);
 /* A launcher's result: KVS_K_EARG is KVS_EINVAL (a shape the kernel
  * refused: our bug), any other non-zero a CUDA error. */
 int kvs_cuda_k(kvs_err_t *err, const char *what, int rc);
+
+/* On a failed CUDA or cuBLAS call: rc := the error (kvs_cuda_fail,
+ * kvs_cuda_blas_fail, naming `what`), then goto failed; for functions
+ * with an int rc, an err and a failed: label that unwinds. */
+#define KVS_CUDA_TRY(call, what)                                             \
+    do {                                                                     \
+        cudaError_t  e_ = (call);                                            \
+        if (e_ != cudaSuccess) {                                             \
+            rc = kvs_cuda_fail(err, what, e_);                               \
+            goto failed;                                                     \
+        }                                                                    \
+    } while (0)
+
+#define KVS_BLAS_TRY(call, what)                                             \
+    do {                                                                     \
+        cublasStatus_t  s_ = (call);                                         \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                   \
+            rc = kvs_cuda_blas_fail(err, what, s_);                          \
+            goto failed;                                                     \
+        }                                                                    \
+    } while (0)
+
 
 /* kvs_cuda_step.c: the ops. */
 int kvs_cuda_forward(kvs_backend_t *be, const kvs_batch_t *b,

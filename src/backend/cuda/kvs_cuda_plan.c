@@ -21,10 +21,34 @@ _Static_assert(sizeof(kvs_backend_sample_t) == KVS_CUDA_PARAM_WORDS * 4,
                "a sampling parameter is four int32 words");
 
 
+/* What packing's first pass counts over a slice's own entries. */
+typedef struct {
+    uint32_t  n_seq;                  /* distinct tables, in pk->seq_tab */
+    uint32_t  n_run;
+    uint32_t  n_want;
+    uint32_t  max_ctx;                /* max pos + 1 */
+    uint64_t  n_table;                /* block ids of every sequence */
+} kvs_cuda_pack_count_t;
+
+
 static int kvs_cuda_mul(size_t a, size_t b, size_t *out);
 static int kvs_cuda_add(size_t a, size_t b, size_t *out);
 static uint32_t kvs_cuda_seq_find(const kvs_cuda_packer_t *pk,
     uint32_t n_seq, const kvs_kv_table_t *t, uint32_t hint);
+static int kvs_cuda_pack_count(kvs_cuda_packer_t *pk,
+    const kvs_batch_t *b, uint32_t from, uint32_t n,
+    kvs_cuda_pack_count_t *c, kvs_err_t *err);
+static int kvs_cuda_pack_layout(const kvs_cuda_packer_t *pk,
+    const kvs_cuda_pack_count_t *c, uint32_t n, uint32_t L, int decode,
+    kvs_cuda_packed_t *pd, kvs_err_t *err);
+static void kvs_cuda_pack_tables(kvs_cuda_packer_t *pk, uint32_t n_seq,
+    const kvs_cuda_packed_t *pd);
+static uint32_t kvs_cuda_pack_tokens(kvs_cuda_packer_t *pk,
+    const kvs_batch_t *b, uint32_t from, uint32_t n_seq,
+    const kvs_backend_sample_t *params, const kvs_cuda_packed_t *pd);
+static void kvs_cuda_pack_pad(kvs_cuda_packer_t *pk, uint32_t n_seq,
+    uint32_t runs, const kvs_backend_sample_t *params,
+    const kvs_cuda_packed_t *pd);
 
 
 static int
@@ -626,15 +650,10 @@ kvs_cuda_plan_pack(kvs_cuda_packer_t *pk, const kvs_batch_t *b,
     const kvs_backend_sample_t *params, kvs_cuda_packed_t *out,
     kvs_err_t *err)
 {
-    int                     rc, decode, cont;
-    size_t                  words, off;
-    int32_t                *w;
-    uint32_t                i, j, s, L, nb, n_seq, n_run, n_want, max_ctx,
-                            run0;
-    uint64_t                n_table;
-    kvs_cuda_packed_t       pd;
-    kvs_backend_sample_t    greedy;
-    const kvs_batch_tok_t  *t, *prev;
+    int                    rc, decode;
+    uint32_t               L, runs;
+    kvs_cuda_packed_t      pd;
+    kvs_cuda_pack_count_t  c;
 
     rc = kvs_cuda_plan_check(pk, b, from, n, err);
     if (rc != KVS_OK) {
@@ -651,28 +670,59 @@ kvs_cuda_plan_pack(kvs_cuda_packer_t *pk, const kvs_batch_t *b,
     }
 
     /* pass 1: sequences (in the scratch), counts, capacity */
-    n_seq = 0;
-    n_run = 0;
-    n_want = 0;
-    max_ctx = 0;
+    memset(&pd, 0, sizeof(kvs_cuda_packed_t));
+
+    rc = kvs_cuda_pack_count(pk, b, from, n, &c, err);
+    if (rc == KVS_OK) {
+        rc = kvs_cuda_pack_layout(pk, &c, n, L, decode, &pd, err);
+    }
+
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    /* pass 2: the image; nothing below fails */
+    kvs_cuda_pack_tables(pk, c.n_seq, &pd);
+    runs = kvs_cuda_pack_tokens(pk, b, from, c.n_seq, params, &pd);
+    kvs_cuda_pack_pad(pk, c.n_seq, runs, params, &pd);
+
+    *out = pd;
+
+    return KVS_OK;
+}
+
+
+/* Pass 1 over entries [from, from + n): each distinct table gets the
+ * next sequence index, its pointer in pk->seq_tab and the blocks it
+ * needs in pk->seq_nb; runs, rows wanting logits and the context are
+ * counted.  KVS_ERANGE when the sequences outgrow the scratch. */
+static int
+kvs_cuda_pack_count(kvs_cuda_packer_t *pk, const kvs_batch_t *b,
+    uint32_t from, uint32_t n, kvs_cuda_pack_count_t *c, kvs_err_t *err)
+{
+    int                     cont;
+    uint32_t                i, s, nb;
+    const kvs_batch_tok_t  *t, *prev;
+
+    memset(c, 0, sizeof(kvs_cuda_pack_count_t));
     s = 0;
     prev = NULL;
 
     for (i = from; i < from + n; i++) {
         t = &b->toks[i];
 
-        s = kvs_cuda_seq_find(pk, n_seq, t->table, s);
+        s = kvs_cuda_seq_find(pk, c->n_seq, t->table, s);
 
-        if (s == n_seq) {
-            if (n_seq == pk->cap_seq) {
+        if (s == c->n_seq) {
+            if (c->n_seq == pk->cap_seq) {
                 return kvs_err_set(err, KVS_ERANGE, "cuda pack: entry %"
                                    PRIu32 ": more than %" PRIu32
                                    " sequences in a step", i, pk->cap_seq);
             }
 
-            pk->seq_tab[n_seq] = t->table;
-            pk->seq_nb[n_seq] = 0;
-            n_seq++;
+            pk->seq_tab[c->n_seq] = t->table;
+            pk->seq_nb[c->n_seq] = 0;
+            c->n_seq++;
         }
 
         nb = t->pos / pk->block_tokens + 1;
@@ -680,65 +730,105 @@ kvs_cuda_plan_pack(kvs_cuda_packer_t *pk, const kvs_batch_t *b,
 
         cont = prev != NULL && prev->table == t->table
                && t->pos == prev->pos + 1;
-        n_run += !cont;
-        n_want += t->want_logits != 0;
-        max_ctx = t->pos + 1 > max_ctx ? t->pos + 1 : max_ctx;
+        c->n_run += !cont;
+        c->n_want += t->want_logits != 0;
+        c->max_ctx = t->pos + 1 > c->max_ctx ? t->pos + 1 : c->max_ctx;
         prev = t;
     }
 
-    n_table = 0;
-
-    for (s = 0; s < n_seq; s++) {
-        n_table += pk->seq_nb[s];
+    for (s = 0; s < c->n_seq; s++) {
+        c->n_table += pk->seq_nb[s];
     }
 
-    if (n_table > UINT32_MAX
-        || kvs_cuda_plan_pack_words(L, (uint32_t) n_table, &words, err)
+    return KVS_OK;
+}
+
+
+/* The image's counts and word offsets for n tokens padded to L, once
+ * its size is known to fit pk->words; KVS_ERANGE when it does not.  pd
+ * comes zeroed. */
+static int
+kvs_cuda_pack_layout(const kvs_cuda_packer_t *pk,
+    const kvs_cuda_pack_count_t *c, uint32_t n, uint32_t L, int decode,
+    kvs_cuda_packed_t *pd, kvs_err_t *err)
+{
+    size_t  words;
+
+    if (c->n_table > UINT32_MAX
+        || kvs_cuda_plan_pack_words(L, (uint32_t) c->n_table, &words, err)
            != KVS_OK
         || words > pk->cap_words)
     {
         return kvs_err_set(err, KVS_ERANGE, "cuda pack: %" PRIu32 " tokens "
                            "and %" PRIu64 " block ids need more than the "
-                           "%zu words of the step buffer", L, n_table,
+                           "%zu words of the step buffer", L, c->n_table,
                            pk->cap_words);
     }
 
-    /* pass 2: the image; nothing below fails */
-    memset(&pd, 0, sizeof(kvs_cuda_packed_t));
+    pd->n_tok = n;
+    pd->n_pad = L;
+    pd->n_seq = L > n ? L : c->n_seq;
+    pd->n_run = c->n_run + (L - n);
+    pd->n_want = c->n_want;
+    pd->n_rows = L > n ? L : c->n_want;
+    pd->n_table = (uint32_t) c->n_table;
+    pd->max_ctx = c->max_ctx;
+    pd->decode = decode;
+    pd->tok = 0;
+    pd->pos = (size_t) L;
+    pd->seq = 2 * (size_t) L;
+    pd->table_off = 3 * (size_t) L;
+    pd->run_tok0 = 4 * (size_t) L;
+    pd->run_len = 5 * (size_t) L;
+    pd->rows = 6 * (size_t) L;
+    pd->params = 7 * (size_t) L;
+    pd->table = (7 + KVS_CUDA_PARAM_WORDS) * (size_t) L;
+    pd->n_words = words;
 
-    pd.n_tok = n;
-    pd.n_pad = L;
-    pd.n_seq = L > n ? L : n_seq;
-    pd.n_run = n_run + (L - n);
-    pd.n_want = n_want;
-    pd.n_rows = L > n ? L : n_want;
-    pd.n_table = (uint32_t) n_table;
-    pd.max_ctx = max_ctx;
-    pd.decode = decode;
-    pd.tok = 0;
-    pd.pos = (size_t) L;
-    pd.seq = 2 * (size_t) L;
-    pd.table_off = 3 * (size_t) L;
-    pd.run_tok0 = 4 * (size_t) L;
-    pd.run_len = 5 * (size_t) L;
-    pd.rows = 6 * (size_t) L;
-    pd.params = 7 * (size_t) L;
-    pd.table = (7 + KVS_CUDA_PARAM_WORDS) * (size_t) L;
-    pd.n_words = words;
+    return KVS_OK;
+}
+
+
+/* Each of the n_seq sequences' table prefix, copied once, and its
+ * offset. */
+static void
+kvs_cuda_pack_tables(kvs_cuda_packer_t *pk, uint32_t n_seq,
+    const kvs_cuda_packed_t *pd)
+{
+    size_t    off;
+    int32_t  *w;
+    uint32_t  s, j;
 
     w = pk->words;
     off = 0;
 
     for (s = 0; s < n_seq; s++) {
-        w[pd.table_off + s] = (int32_t) off;
+        w[pd->table_off + s] = (int32_t) off;
 
         for (j = 0; j < pk->seq_nb[s]; j++) {
-            w[pd.table + off + j] = (int32_t) pk->seq_tab[s]->blocks[j];
+            w[pd->table + off + j] = (int32_t) pk->seq_tab[s]->blocks[j];
         }
 
         off += pk->seq_nb[s];
     }
+}
 
+
+/* The slice's own tokens: token, position and sequence each, the runs
+ * they make, and the rows (with their sampling parameters, when given)
+ * of those wanting logits.  Returns the number of runs written. */
+static uint32_t
+kvs_cuda_pack_tokens(kvs_cuda_packer_t *pk, const kvs_batch_t *b,
+    uint32_t from, uint32_t n_seq, const kvs_backend_sample_t *params,
+    const kvs_cuda_packed_t *pd)
+{
+    int                     cont;
+    int32_t                *w;
+    uint32_t                i, j, s, n, n_want, run0;
+    const kvs_batch_tok_t  *t, *prev;
+
+    w = pk->words;
+    n = pd->n_tok;
     s = 0;
     j = 0;                                  /* runs */
     n_want = 0;
@@ -749,28 +839,28 @@ kvs_cuda_plan_pack(kvs_cuda_packer_t *pk, const kvs_batch_t *b,
         t = &b->toks[from + i];
         s = kvs_cuda_seq_find(pk, n_seq, t->table, s);
 
-        w[pd.tok + i] = t->token;
-        w[pd.pos + i] = (int32_t) t->pos;
-        w[pd.seq + i] = (int32_t) s;
+        w[pd->tok + i] = t->token;
+        w[pd->pos + i] = (int32_t) t->pos;
+        w[pd->seq + i] = (int32_t) s;
 
         cont = prev != NULL && prev->table == t->table
                && t->pos == prev->pos + 1;
 
         if (!cont) {
             if (i > 0) {
-                w[pd.run_len + j] = (int32_t) (i - run0);
+                w[pd->run_len + j] = (int32_t) (i - run0);
                 j++;
             }
 
-            w[pd.run_tok0 + j] = (int32_t) i;
+            w[pd->run_tok0 + j] = (int32_t) i;
             run0 = i;
         }
 
         if (t->want_logits) {
-            w[pd.rows + n_want] = (int32_t) i;
+            w[pd->rows + n_want] = (int32_t) i;
 
             if (params != NULL) {
-                memcpy(&w[pd.params + (size_t) n_want
+                memcpy(&w[pd->params + (size_t) n_want
                           * KVS_CUDA_PARAM_WORDS],
                        &params[n_want], sizeof(kvs_backend_sample_t));
             }
@@ -781,37 +871,50 @@ kvs_cuda_plan_pack(kvs_cuda_packer_t *pk, const kvs_batch_t *b,
         prev = t;
     }
 
-    w[pd.run_len + j] = (int32_t) (n - run0);
-    j++;
+    w[pd->run_len + j] = (int32_t) (n - run0);
+
+    return j + 1;
+}
+
+
+/* Padding from n_tok to n_pad: tokens at pos -1, a run each after the
+ * slice's `runs`; table offsets of the sequences past n_seq, rows past
+ * n_want, and greedy parameters for them. */
+static void
+kvs_cuda_pack_pad(kvs_cuda_packer_t *pk, uint32_t n_seq, uint32_t runs,
+    const kvs_backend_sample_t *params, const kvs_cuda_packed_t *pd)
+{
+    int32_t               *w;
+    uint32_t               i, j, s;
+    kvs_backend_sample_t   greedy;
+
+    w = pk->words;
+    j = runs;
 
     greedy.temperature = 0.0f;
     greedy.top_k = 0;
     greedy.top_p = 1.0f;
     greedy.coin = 0.0f;
 
-    for (i = n; i < L; i++) {
-        w[pd.tok + i] = 0;
-        w[pd.pos + i] = -1;
-        w[pd.seq + i] = 0;
-        w[pd.run_tok0 + j] = (int32_t) i;
-        w[pd.run_len + j] = 1;
+    for (i = pd->n_tok; i < pd->n_pad; i++) {
+        w[pd->tok + i] = 0;
+        w[pd->pos + i] = -1;
+        w[pd->seq + i] = 0;
+        w[pd->run_tok0 + j] = (int32_t) i;
+        w[pd->run_len + j] = 1;
         j++;
     }
 
-    for (s = n_seq; s < pd.n_seq; s++) {
-        w[pd.table_off + s] = 0;
+    for (s = n_seq; s < pd->n_seq; s++) {
+        w[pd->table_off + s] = 0;
     }
 
-    for (i = n_want; i < pd.n_rows; i++) {
-        w[pd.rows + i] = 0;
+    for (i = pd->n_want; i < pd->n_rows; i++) {
+        w[pd->rows + i] = 0;
 
         if (params != NULL) {
-            memcpy(&w[pd.params + (size_t) i * KVS_CUDA_PARAM_WORDS],
+            memcpy(&w[pd->params + (size_t) i * KVS_CUDA_PARAM_WORDS],
                    &greedy, sizeof(kvs_backend_sample_t));
         }
     }
-
-    *out = pd;
-
-    return KVS_OK;
 }

@@ -211,7 +211,7 @@ kvs_cuda_layer(kvs_cuda_t *cu, const kvs_cuda_prog_t *p, uint32_t l,
      * slice is written before any attends */
     KVS_K(kvs_k_rope_kv(&cu->kv, l, &p->kb, cu->q, cu->k, cu->v, ly->bq,
                         ly->bk, ly->bv, cu->inv_freq, cu->n_rot, cu->mscale,
-                        cu->pairing, cu->st), "kvs_k_rope_kv");
+                        cu->hp.rope_pairing, cu->st), "kvs_k_rope_kv");
 
     /* att[n][n_head * hd_v] */
     if (p->has_dec) {

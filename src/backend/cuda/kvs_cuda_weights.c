@@ -1,0 +1,439 @@
+/*
+ * kvs_cuda_weights: the CUDA backend's weights at load (see
+ * kvs_cuda_weights.h): tensors resolved and placed, the host RoPE table,
+ * the uploads (Q8_0 through a staging buffer and kvs_k_q8_0_to, F16 /
+ * BF16 vectors widened on the host) and the layers' device pointers.
+ *
+ * Invariant: every offset is carved with kvs_cuda_plan_carve (aligned,
+ * never wrapping) before anything is allocated, so the device
+ * allocation's size is known when step 3 plans memory.
+ */
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvs_cuda_weights.h"
+#include "model/kvs_dtype.h"
+#include "model/kvs_ggml_type.h"
+
+
+static int kvs_cuda_tensor(kvs_cuda_load_t *ld, uint32_t slot,
+    const kvs_model_t *m, const char *name, uint64_t ne0, uint64_t ne1,
+    int optional, int matrix, kvs_err_t *err);
+static int kvs_cuda_resolve(kvs_cuda_load_t *ld, const kvs_model_t *m,
+    kvs_err_t *err);
+static int kvs_cuda_rope_table(kvs_rope_t *rope, const kvs_model_t *m,
+    kvs_err_t *err);
+static void kvs_cuda_bind(kvs_cuda_t *cu, const kvs_cuda_load_t *ld);
+static int kvs_cuda_upload(kvs_cuda_t *cu, const kvs_cuda_load_t *ld,
+    void *stage, kvs_err_t *err);
+
+
+int
+kvs_cuda_weights_place(kvs_cuda_t *cu, kvs_cuda_load_t *ld,
+    const kvs_model_t *m, kvs_rope_t *rope, size_t *rope_off,
+    kvs_err_t *err)
+{
+    int  rc;
+
+    rc = kvs_cuda_resolve(ld, m, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    rc = kvs_cuda_rope_table(rope, m, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    cu->n_rot = rope->n_rot;
+    cu->mscale = rope->mscale;
+
+    return kvs_cuda_plan_carve(&ld->total, (size_t) rope->n_rot / 2
+                               * sizeof(double), rope_off, err);
+}
+
+
+int
+kvs_cuda_weights_load(kvs_cuda_t *cu, const kvs_cuda_load_t *ld,
+    const kvs_rope_t *rope, size_t rope_off, kvs_err_t *err)
+{
+    int    rc;
+    void  *stage;
+
+    stage = NULL;
+
+    if (ld->stage > 0) {
+        KVS_CUDA_TRY(cudaMalloc(&stage, ld->stage),
+                     "cudaMalloc(Q8_0 staging)");
+    }
+
+    kvs_cuda_bind(cu, ld);
+
+    rc = kvs_cuda_upload(cu, ld, stage, err);
+    if (rc != KVS_OK) {
+        goto failed;
+    }
+
+    cu->inv_freq = (double *) ((char *) cu->wmem + rope_off);
+    KVS_CUDA_TRY(cudaMemcpyAsync(cu->inv_freq, rope->inv_freq,
+                                 (size_t) rope->n_rot / 2 * sizeof(double),
+                                 cudaMemcpyHostToDevice, cu->st),
+                 "upload of the RoPE table");
+    KVS_CUDA_TRY(cudaStreamSynchronize(cu->st),
+                 "cudaStreamSynchronize(weights)");
+
+    if (stage != NULL) {
+        KVS_CUDA_TRY(cudaFree(stage), "cudaFree(Q8_0 staging)");
+        stage = NULL;
+    }
+
+    return KVS_OK;
+
+failed:
+
+    if (stage != NULL) {
+        (void) cudaFree(stage);
+    }
+
+    return rc;
+}
+
+
+/* A tensor of the shape compute expects (ne1 == 0: a vector) put in its
+ * slot with a device offset; a missing optional one leaves t NULL. */
+static int
+kvs_cuda_tensor(kvs_cuda_load_t *ld, uint32_t slot, const kvs_model_t *m,
+    const char *name, uint64_t ne0, uint64_t ne1, int optional, int matrix,
+    kvs_err_t *err)
+{
+    int                       rc;
+    size_t                    bytes;
+    uint64_t                  raw;
+    kvs_cuda_up_t            *u;
+    const kvs_gguf_tensor_t  *t;
+
+    rc = kvs_model_tensor(m, "cuda backend", name, ne0, ne1, optional, &t,
+                          err);
+    if (rc != KVS_OK || t == NULL) {
+        return rc;
+    }
+
+    /* cuBLAS takes int dimensions */
+    if (ne0 > INT32_MAX || ne1 > INT32_MAX) {
+        return kvs_err_set(err, KVS_EFORMAT, "cuda backend: tensor %s: "
+                           "%" PRIu64 " x %" PRIu64 " elements is over "
+                           "cuBLAS' int dimensions", name, ne0,
+                           ne1 == 0 ? 1 : ne1);
+    }
+
+    rc = kvs_cuda_plan_tensor_bytes(t->type, matrix, t->nelem, &bytes, err);
+    if (rc != KVS_OK) {
+        return kvs_err_prefix(err, "tensor %s", name);
+    }
+
+    /* the reader checked nbytes against the type; this guards the bytes
+     * we copy against a reader that did not */
+    if (kvs_ggml_nbytes(t->type, ne0, t->nelem, &raw, err) != KVS_OK
+        || raw > t->nbytes || raw > SIZE_MAX)
+    {
+        return kvs_err_set(err, KVS_EFORMAT, "cuda backend: tensor %s holds "
+                           "%" PRIu64 " bytes, fewer than its shape needs",
+                           name, t->nbytes);
+    }
+
+    u = &ld->up[slot];
+
+    rc = kvs_cuda_plan_carve(&ld->total, bytes, &u->off, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    u->t = t;
+    u->bytes = bytes;
+    u->matrix = matrix;
+
+    if (matrix && t->type == KVS_GGML_Q8_0 && raw > ld->stage) {
+        ld->stage = (size_t) raw;
+    }
+
+    if (matrix && t->type != KVS_GGML_F32) {
+        ld->all_f32 = 0;
+    }
+
+    if (matrix && t->type == KVS_GGML_F32) {
+        ld->any_f32 = 1;
+    }
+
+    if (!matrix && t->type != KVS_GGML_F32 && t->nelem > ld->max_vec) {
+        ld->max_vec = t->nelem;
+    }
+
+    return KVS_OK;
+}
+
+
+/* Every tensor a step reads, with the CPU backend's names and shapes. */
+static int
+kvs_cuda_resolve(kvs_cuda_load_t *ld, const kvs_model_t *m, kvs_err_t *err)
+{
+    int                   rc;
+    char                  name[64];
+    uint32_t              l, s, e;
+    const kvs_hparams_t  *hp;
+
+    static const struct {
+        const char  *suffix;
+        int          matrix, optional, ne0, ne1;   /* shape codes */
+    } names[KVS_CUDA_PER_LAYER] = {
+        /* shape codes: 0 n_embd, 1 q, 2 kd, 3 vd, 4 o, 5 n_ff, -1 none */
+        { "attn_norm.weight", 0, 0, 0, -1 },
+        { "attn_q.weight", 1, 0, 0, 1 },
+        { "attn_k.weight", 1, 0, 0, 2 },
+        { "attn_v.weight", 1, 0, 0, 3 },
+        { "attn_q.bias", 0, 1, 1, -1 },
+        { "attn_k.bias", 0, 1, 2, -1 },
+        { "attn_v.bias", 0, 1, 3, -1 },
+        { "attn_output.weight", 1, 0, 4, 0 },
+        { "ffn_norm.weight", 0, 0, 0, -1 },
+        { "ffn_gate.weight", 1, 0, 0, 5 },
+        { "ffn_up.weight", 1, 0, 0, 5 },      /* right after the gate */
+        { "ffn_down.weight", 1, 0, 5, 0 }
+    };
+    uint64_t              dim[6];
+
+    hp = &m->hp;
+    e = hp->n_embd;
+    dim[0] = e;
+    dim[1] = hp->q_width;
+    dim[2] = hp->k_width;
+    dim[3] = hp->v_width;
+    dim[4] = hp->o_width;
+    dim[5] = hp->n_ff;
+
+    rc = kvs_cuda_tensor(ld, 0, m, "token_embd.weight", e, hp->n_vocab, 0,
+                         1, err);
+    if (rc == KVS_OK) {
+        rc = kvs_cuda_tensor(ld, 1, m, "output_norm.weight", e, 0, 0, 0,
+                             err);
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_cuda_tensor(ld, 2, m, "output.weight", e, hp->n_vocab, 1,
+                             1, err);
+    }
+
+    for (l = 0; rc == KVS_OK && l < hp->n_layer; l++) {
+        for (s = 0; rc == KVS_OK && s < KVS_CUDA_PER_LAYER; s++) {
+            snprintf(name, sizeof(name), "blk.%" PRIu32 ".%s", l,
+                     names[s].suffix);
+            rc = kvs_cuda_tensor(ld, KVS_CUDA_GLOBALS
+                                     + l * KVS_CUDA_PER_LAYER + s,
+                                 m, name, dim[names[s].ne0],
+                                 names[s].ne1 < 0 ? 0 : dim[names[s].ne1],
+                                 names[s].optional, names[s].matrix, err);
+        }
+    }
+
+    return rc;
+}
+
+
+/* The host RoPE table, with rope_freqs.weight's factors when present. */
+static int
+kvs_cuda_rope_table(kvs_rope_t *rope, const kvs_model_t *m, kvs_err_t *err)
+{
+    int                       rc;
+    float                    *fl;
+    uint32_t                  i, n;
+    const uint16_t           *h;
+    const kvs_gguf_tensor_t  *t;
+
+    rc = kvs_rope_init(rope, &m->hp, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    t = kvs_gguf_find_tensor(m->gguf, "rope_freqs.weight");
+    if (t == NULL) {
+        return KVS_OK;
+    }
+
+    n = m->hp.n_rot / 2;
+
+    if (t->nelem != n || kvs_cuda_plan_dtype(t->type, 0) < 0
+        || t->nbytes < (uint64_t) n * (t->type == KVS_GGML_F32 ? 4 : 2))
+    {
+        kvs_rope_free(rope);
+        return kvs_err_set(err, KVS_EFORMAT, "cuda backend: tensor "
+                           "rope_freqs.weight: %" PRIu64 " elements of %s, "
+                           "expected %" PRIu32 " of F32, F16 or BF16",
+                           t->nelem, kvs_ggml_type_name(t->type), n);
+    }
+
+    fl = malloc((size_t) n * sizeof(float));
+    if (fl == NULL) {
+        kvs_rope_free(rope);
+        return kvs_err_set(err, KVS_ENOMEM, "cuda backend: out of memory");
+    }
+
+    h = t->data;
+
+    for (i = 0; i < n; i++) {
+        fl[i] = t->type == KVS_GGML_F32 ? ((const float *) t->data)[i]
+                : t->type == KVS_GGML_F16 ? kvs_f16_to_f32(h[i])
+                : kvs_bf16_to_f32(h[i]);
+    }
+
+    rc = kvs_rope_set_freq_factors(rope, fl, n, err);
+    free(fl);
+
+    if (rc != KVS_OK) {
+        kvs_rope_free(rope);
+    }
+
+    return rc;
+}
+
+
+/* Slot offsets turned into device pointers, once wmem exists. */
+static void
+kvs_cuda_bind(kvs_cuda_t *cu, const kvs_cuda_load_t *ld)
+{
+    uint32_t                l;
+    kvs_cuda_layer_t       *ly;
+    const kvs_cuda_up_t    *u;
+
+#define KVS_CUDA_PTR(slot)                                                   \
+    (ld->up[slot].t == NULL ? NULL                                           \
+                            : (void *) ((char *) cu->wmem                    \
+                                        + ld->up[slot].off))
+
+#define KVS_CUDA_MAT(w, slot)                                                \
+    u = &ld->up[slot];                                                       \
+    (w).data = KVS_CUDA_PTR(slot);                                           \
+    (w).dt = kvs_cuda_plan_dtype(u->t->type, 1);                             \
+    (w).cols = (uint32_t) u->t->ne[0];                                       \
+    (w).rows = (uint32_t) (u->t->nelem / u->t->ne[0])
+
+    KVS_CUDA_MAT(cu->tok_embd, 0);
+    cu->out_norm = KVS_CUDA_PTR(1);
+
+    if (ld->up[2].t != NULL) {
+        KVS_CUDA_MAT(cu->output, 2);
+
+    } else {
+        cu->output = cu->tok_embd;          /* tied */
+    }
+
+    for (l = 0; l < cu->hp.n_layer; l++) {
+        uint32_t  b = KVS_CUDA_GLOBALS + l * KVS_CUDA_PER_LAYER;
+
+        ly = &cu->layers[l];
+        ly->attn_norm = KVS_CUDA_PTR(b + 0);
+        KVS_CUDA_MAT(ly->wq, b + 1);
+        KVS_CUDA_MAT(ly->wk, b + 2);
+        KVS_CUDA_MAT(ly->wv, b + 3);
+        ly->bq = KVS_CUDA_PTR(b + 4);
+        ly->bk = KVS_CUDA_PTR(b + 5);
+        ly->bv = KVS_CUDA_PTR(b + 6);
+        KVS_CUDA_MAT(ly->wo, b + 7);
+        ly->ffn_norm = KVS_CUDA_PTR(b + 8);
+        KVS_CUDA_MAT(ly->w1, b + 9);
+        KVS_CUDA_MAT(ly->w3, b + 10);
+        KVS_CUDA_MAT(ly->w2, b + 11);
+
+        /* one [2 * n_ff][n_embd] product when up follows gate exactly */
+        ly->gate_up = ly->w1.dt == ly->w3.dt
+                      && ld->up[b + 10].off
+                         == ld->up[b + 9].off + ld->up[b + 9].bytes;
+    }
+
+#undef KVS_CUDA_MAT
+#undef KVS_CUDA_PTR
+}
+
+
+/* Every slot copied to the device on cu->st: matrices and F32 vectors as
+ * they are, F16 / BF16 vectors converted to F32 on the host, Q8_0
+ * through `stage` and kvs_k_q8_0_to.  A pageable cudaMemcpyAsync returns
+ * once its source is staged, so the host scratch may be reused at once;
+ * `stage` is reused in stream order. */
+static int
+kvs_cuda_upload(kvs_cuda_t *cu, const kvs_cuda_load_t *ld, void *stage,
+    kvs_err_t *err)
+{
+    int                  rc;
+    char                 what[160];
+    float               *vec;
+    uint32_t             s;
+    uint64_t             i, raw;
+    void                *dst;
+    const uint16_t      *h;
+    const kvs_cuda_up_t *u;
+
+    vec = NULL;
+
+    if (ld->max_vec > 0) {
+        vec = malloc((size_t) ld->max_vec * sizeof(float));
+        if (vec == NULL) {
+            return kvs_err_set(err, KVS_ENOMEM, "cuda backend: out of "
+                               "memory");
+        }
+    }
+
+    rc = KVS_OK;
+
+    for (s = 0; rc == KVS_OK && s < ld->n; s++) {
+        u = &ld->up[s];
+
+        if (u->t == NULL) {
+            continue;
+        }
+
+        dst = (char *) cu->wmem + u->off;
+        snprintf(what, sizeof(what), "upload of %.*s",
+                 (int) (u->t->name.len > 100 ? 100 : u->t->name.len),
+                 (const char *) u->t->name.ptr);
+
+        if (u->t->type == KVS_GGML_Q8_0) {
+            raw = u->t->nelem / 32 * 34;
+            KVS_CUDA_TRY(cudaMemcpyAsync(stage, u->t->data, (size_t) raw,
+                                         cudaMemcpyHostToDevice, cu->st),
+                         what);
+            rc = kvs_k_q8_0_to(dst, KVS_K_BF16, stage, (size_t) u->t->nelem,
+                               cu->st);
+            if (rc != 0) {
+                rc = kvs_cuda_k(err, what, rc);
+            }
+
+            continue;
+        }
+
+        if (!u->matrix && u->t->type != KVS_GGML_F32) {
+            h = u->t->data;
+
+            for (i = 0; i < u->t->nelem; i++) {
+                vec[i] = u->t->type == KVS_GGML_F16 ? kvs_f16_to_f32(h[i])
+                                                    : kvs_bf16_to_f32(h[i]);
+            }
+
+            KVS_CUDA_TRY(cudaMemcpyAsync(dst, vec, u->bytes,
+                                         cudaMemcpyHostToDevice, cu->st),
+                         what);
+            continue;
+        }
+
+        KVS_CUDA_TRY(cudaMemcpyAsync(dst, u->t->data, u->bytes,
+                                     cudaMemcpyHostToDevice, cu->st),
+                     what);
+    }
+
+failed:
+
+    free(vec);
+
+    return rc;
+}
