@@ -3,8 +3,8 @@
  * prompts may generate, for each of its n choices, and the check of
  * prompt plus output against the model's context (OpenAI's
  * context_length_exceeded).  The engine host submits each prompt with
- * this budget and kvserve_limit reserves the same amount, so both take
- * it from here.
+ * this budget, and kvserve_limit reserves the budget the prompt was
+ * submitted with, so both agree.
  *
  * Units are tokens.  A prompt's budget is the client's max_tokens, or
  * without one (chat) the rest of the context; a budget that is accepted

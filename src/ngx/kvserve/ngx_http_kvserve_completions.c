@@ -233,6 +233,7 @@ ngx_http_kvserve_part_init(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t i,
     }
     ngx_memcpy(part->ids, ids->ids, ids->n * sizeof(int32_t));
     part->n_ids = ids->n;
+    part->reserved = budget.reserved;
 
     for (k = 0; k < ctx->req.n_stop; k++) {
         stop[k] = ctx->req.stop[k].ptr;

@@ -73,6 +73,10 @@ typedef struct {
     ngx_uint_t                n_ended;     /* of its n choices */
     int32_t                  *ids;         /* [n_ids], pool */
     size_t                    n_ids;
+    uint64_t                  reserved;    /* output tokens its n choices
+                                              may generate (its budget,
+                                              kvs_api_budget), which
+                                              kvserve_limit reserves */
     unsigned                  has_cache:1; /* its cache figures came */
 } ngx_http_kvserve_part_t;
 

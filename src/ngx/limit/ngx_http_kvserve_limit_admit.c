@@ -23,7 +23,6 @@
 #include <ngx_http.h>
 
 #include "ngx_http_kvserve_limit_int.h"
-#include "api/kvs_api_budget.h"
 
 
 static ngx_int_t ngx_http_kvserve_limit_header(ngx_http_request_t *r,
@@ -290,12 +289,9 @@ ngx_int_t
 ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *kctx,
     ngx_http_kvserve_limit_resume_pt resume)
 {
-    uint32_t                            n_ctx;
     uint64_t                            now, delay_ms;
     ngx_str_t                           key;
     ngx_uint_t                          i, n, level, status, kv_refused;
-    kvs_api_err_t                       aerr;
-    kvs_api_budget_t                    budget;
     kvs_limit_conf_t                    c, kc;
     kvs_limit_decision_t                d;
     ngx_pool_cleanup_t                 *cln;
@@ -341,20 +337,11 @@ ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *kctx,
     ngx_http_set_ctx(r, lctx, ngx_http_kvserve_limit_module);
 
     /* the reservation: the prompts and each prompt's output budget for
-     * all its choices, as its part was checked; kv_rate's, all that may
-     * be held for one second, settled to what was held when it ends */
-    n_ctx = kctx->model->model->hp.n_ctx_train;
-
+     * all its choices (the budget its part was submitted with); kv_rate's,
+     * all that may be held for one second, settled to what was held when
+     * it ends */
     for (i = 0; i < kctx->n_parts; i++) {
-        if (kvs_api_budget(&kctx->req, kctx->parts[i].n_ids, n_ctx,
-                           &budget, &aerr)
-            != KVS_OK)
-        {
-            /* the part's own check passed */
-            goto failed;
-        }
-
-        lctx->refundable += budget.reserved;
+        lctx->refundable += kctx->parts[i].reserved;
     }
 
     lctx->cost = kctx->prompt_tokens + lctx->refundable;
