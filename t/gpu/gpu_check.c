@@ -70,8 +70,8 @@ main(int argc, char **argv)
         memset(&prop, 0, sizeof(prop));
         snprintf(prop.name, sizeof(prop.name), "self-test, no device");
         gc_report(c, &prop, 0, 0);
-        printf("gpu_check: self-test: %d passed, %d failed\n", c->n_pass,
-               c->n_fail);
+        printf("gpu_check: self-test: %d passed, %d failed, %d skipped\n",
+               c->n_pass, c->n_fail, c->n_skip);
         rc = rc == 0 && c->n_fail == 0 ? 0 : 1;
         free(c);
         return rc;
@@ -144,8 +144,8 @@ main(int argc, char **argv)
 
     gc_report(c, &prop, drv, rt);
 
-    printf("\ngpu_check: %d passed, %d failed, %.1f s in all\n", c->n_pass,
-           c->n_fail, gc_now() - c->t0);
+    printf("\ngpu_check: %d passed, %d failed, %d skipped, %.1f s in all\n",
+           c->n_pass, c->n_fail, c->n_skip, gc_now() - c->t0);
 
     rc = c->n_fail == 0 ? 0 : 1;
     free(c);
@@ -523,6 +523,9 @@ gc_row(gc_ctx_t *c, const char *part, const char *name, const char *value,
 
     } else if (strcmp(status, "PASS") == 0 || strcmp(status, "PASS*") == 0) {
         c->n_pass++;
+
+    } else if (strcmp(status, "SKIP") == 0) {
+        c->n_skip++;
     }
 
     if (c->n_rows >= GC_MAX_ROWS) {
@@ -730,8 +733,8 @@ gc_report(gc_ctx_t *c, const struct cudaDeviceProp *prop, int drv, int rt)
     fprintf(md, "- CUDA driver %d.%d, runtime %d.%d\n", drv / 1000,
             drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
     fprintf(md, "- run: %s, seed %llu, %.1f s, %d checks passed, %d "
-            "failed\n", date, (unsigned long long) c->seed,
-            gc_now() - c->t0, c->n_pass, c->n_fail);
+            "failed, %d skipped\n", date, (unsigned long long) c->seed,
+            gc_now() - c->t0, c->n_pass, c->n_fail, c->n_skip);
     if (c->copy_bw > 0) {
         fprintf(md, "- copy bandwidth (cudaMemcpy device to device, 1 GiB, "
                 "bytes read + written / time): %.0f GB/s; every floor "

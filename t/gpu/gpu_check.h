@@ -55,6 +55,7 @@ typedef struct {
 
     int          n_fail;
     int          n_pass;
+    int          n_skip;              /* a part or fixture not there */
     int          dead;                /* sticky CUDA error: stop */
     double       t0;                  /* run start, seconds */
 

@@ -127,10 +127,11 @@ if [ "${#done_parts[@]}" -gt 0 ]; then
     pass=$(awk -F'\t' 'NR > 1 && ($6 == "PASS" || $6 == "PASS*")' \
                "$out/gpu-check.tsv" | wc -l)
     fail=$(awk -F'\t' 'NR > 1 && $6 == "FAIL"' "$out/gpu-check.tsv" | wc -l)
+    skip=$(awk -F'\t' 'NR > 1 && $6 == "SKIP"' "$out/gpu-check.tsv" | wc -l)
 
     {
         awk -v run="- run: $(date -u '+%Y-%m-%d %H:%M UTC'), seed $seed, parts \
-${done_parts[*]}: $pass checks passed, $fail failed" \
+${done_parts[*]}: $pass checks passed, $fail failed, $skip skipped" \
             '/^- run: / { print run; next } /^## Checks/ { exit } { print }' \
             "$out/$first/gpu-check.md"
         echo "## Checks"
