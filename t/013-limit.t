@@ -183,11 +183,14 @@ for my $i (1 .. 5) {
     is($h->{'x-ratelimit-remaining-tokens'}, 80, 'another key: remaining 80');
 }
 
-# an empty key is not accounted
+# an empty key is charged to the zone's shared keyless bucket
+# (empty=shared, the default since issue 18; t/023-limit-keys.t tests
+# the keyless rules)
 {
     my ($st, $h) = post('/a/v1/completions', body(16, $ban));
     is($st, 200, 'no key: passes');
-    ok(!exists $h->{'x-ratelimit-limit-tokens'}, 'no key: no headers');
+    is($h->{'x-ratelimit-remaining-tokens'}, 80,
+       'no key: charged to the shared keyless bucket');
 }
 
 # a cost over the burst can never pass, and says so
@@ -425,8 +428,8 @@ is_deeply([log_statuses('a1', 7)],
 
 is(metric('kvserve:limit_rejected_total', 'slow'), 4,
    'slow: 4 rejected (a1, a2 never, a1 via status403, c3 never)');
-is(metric('kvserve:limit_keys', 'slow'), 8,
-   'slow: 8 keys (a1 a1b a2 s1 r1 c1 c2 c3)');
+is(metric('kvserve:limit_keys', 'slow'), 9,
+   'slow: 9 keys (a1 a1b a2 s1 r1 c1 c2 c3, and the keyless bucket)');
 
 # ---- a full zone evicts the least recently used keys -------------------------
 

@@ -35,8 +35,10 @@ ngx_int_t ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *ctx,
     ngx_http_kvserve_limit_resume_pt resume);
 
 /* ctx->tenant: the hashed key (ngx_http_kvserve_hash_hex) of the first
- * kvserve_limit zone that applies (its key not empty), the fair share's
- * tenant in the engine; none applies: empty. */
+ * kvserve_limit zone that applies (its key not empty, or empty under
+ * empty=shared: then the hash of the empty key, one tenant for every
+ * keyless request), the fair share's tenant in the engine; none
+ * applies: empty. */
 ngx_int_t ngx_http_kvserve_limit_tenant(ngx_http_kvserve_ctx_t *ctx);
 
 /* Appends every zone's counters (Prometheus text) to out. */

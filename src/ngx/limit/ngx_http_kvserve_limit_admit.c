@@ -15,7 +15,11 @@
  *  - a delayed request waits on a timer, never blocking; its cleanup
  *    removes the timer before it refunds;
  *  - a tenant is the hash of a zone's key, never the key: API keys stay
- *    in the worker.
+ *    in the worker;
+ *  - a request whose key is empty (or over 65535 bytes) meets its
+ *    kvserve_limit's empty= rule: shared (charged, refunded and given
+ *    its tenant under the zone's one keyless key, the empty key),
+ *    reject (401, nothing charged anywhere) or unlimited (skipped).
  */
 
 #include <ngx_config.h>
@@ -27,6 +31,12 @@
 
 static ngx_int_t ngx_http_kvserve_limit_header(ngx_http_request_t *r,
     u_char **p, const char *key, uint64_t n);
+
+
+/* The key of a zone's shared keyless bucket: empty, never a real key's
+ * (ngx_http_kvserve_limit_int.h); data not NULL for the tree's
+ * comparisons. */
+static ngx_str_t  ngx_http_kvserve_limit_keyless = ngx_string("");
 
 
 /* ---- admission ---------------------------------------------------------- */
@@ -285,6 +295,50 @@ ngx_http_kvserve_limit_reject(ngx_http_kvserve_limit_ctx_t *lctx,
 }
 
 
+/*
+ * empty=reject: 401, as OpenAI answers a request without an API key
+ * (type invalid_request_error, code null; openai-python raises
+ * AuthenticationError and does not retry), with the WWW-Authenticate
+ * challenge a 401 must carry.  Not kvserve_limit_status: a missing key
+ * is not a rate limit, and a client must not wait and retry it.
+ */
+static void
+ngx_http_kvserve_limit_keyless_reject(ngx_http_kvserve_limit_ctx_t *lctx,
+    ngx_http_kvserve_limit_zone_t *zone)
+{
+    ngx_int_t                rc;
+    kvs_buf_t                body;
+    kvs_api_err_t            aerr;
+    ngx_http_request_t      *r;
+    ngx_http_kvserve_ctx_t  *kctx;
+
+    kctx = lctx->kctx;
+    r = kctx->r;
+
+    kvs_api_err_set(&aerr, NGX_HTTP_UNAUTHORIZED, NULL, NULL,
+                    "You didn't provide a key: this request has no value "
+                    "for \"%.*s\", the key of rate limit zone \"%.*s\". "
+                    "Send your API key, e.g. in an Authorization header "
+                    "using Bearer auth (Authorization: Bearer YOUR_KEY).",
+                    (int) zone->key.value.len, zone->key.value.data,
+                    (int) zone->name.len, zone->name.data);
+
+    ngx_memzero(&body, sizeof(body));
+
+    if (ngx_http_kvserve_add_header(r, "www-authenticate", "Bearer")
+        != NGX_OK
+        || kvs_api_err_json(&aerr, &body) != KVS_OK)
+    {
+        kvs_buf_free(&body);
+        ngx_http_kvserve_finish(kctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    rc = ngx_http_kvserve_send_json(r, NGX_HTTP_UNAUTHORIZED, &body);
+    ngx_http_kvserve_finish(kctx, rc);
+}
+
+
 ngx_int_t
 ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *kctx,
     ngx_http_kvserve_limit_resume_pt resume)
@@ -361,16 +415,49 @@ ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *kctx,
             goto failed;
         }
 
-        if (key.len == 0) {
-            /* an empty key is not accounted, as in limit_req */
-            continue;
-        }
-
         if (key.len > 65535) {
             ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                           "the value of the \"%V\" key is more than 65535 "
-                          "bytes: \"%V\"", &zone->key.value, &key);
-            continue;
+                          "bytes, counted as no key: \"%*s...\"",
+                          &zone->key.value, (size_t) 64, key.data);
+            key.len = 0;
+        }
+
+        if (key.len == 0) {
+
+            if (limits[i].empty == NGX_HTTP_KVSERVE_LIMIT_EMPTY_UNLIMITED) {
+                continue;
+            }
+
+            if (limits[i].empty == NGX_HTTP_KVSERVE_LIMIT_EMPTY_REJECT) {
+                ngx_log_error(llcf->limit_log_level, r->connection->log, 0,
+                              "rejecting a request without a key%s by "
+                              "zone \"%V\" (empty=reject)",
+                              llcf->dry_run ? ", dry run" : "",
+                              &zone->name);
+
+                if (llcf->dry_run) {
+                    status = NGX_HTTP_KVSERVE_LIMIT_REJECTED_DRY_RUN;
+                    continue;
+                }
+
+                ngx_http_kvserve_limit_settle(lctx, 0, lctx->n, 1, 0, 0);
+
+                lctx->status = NGX_HTTP_KVSERVE_LIMIT_REJECTED;
+                ngx_http_kvserve_limit_keyless_reject(lctx, zone);
+                return NGX_DONE;
+            }
+
+            if (!zone->keyless_logged) {
+                zone->keyless_logged = 1;
+                ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                              "kvserve_limit_zone \"%V\": requests "
+                              "without a key (\"%V\" empty) share one "
+                              "bucket (empty=shared); said once per "
+                              "worker", &zone->name, &zone->key.value);
+            }
+
+            key = ngx_http_kvserve_limit_keyless;
         }
 
         rv = &lctx->resv[lctx->n];
@@ -523,8 +610,16 @@ ngx_http_kvserve_limit_tenant(ngx_http_kvserve_ctx_t *kctx)
             return NGX_ERROR;
         }
 
-        /* as admission: an empty or oversized key is not accounted */
-        if (key.len == 0 || key.len > 65535) {
+        /* as admission: an empty or oversized key is keyless; only
+         * empty=shared gives keyless requests a tenant, the one of
+         * their shared bucket (the hash of the empty key) */
+        if (key.len > 65535) {
+            key.len = 0;
+        }
+
+        if (key.len == 0
+            && limits[i].empty != NGX_HTTP_KVSERVE_LIMIT_EMPTY_SHARED)
+        {
             continue;
         }
 

@@ -11,7 +11,11 @@
  *  - a zone is bound to one key expression; every zone is listed in the
  *    main conf for the metrics;
  *  - kvserve_limit lists are inherited only where a level sets none, as
- *    limit_req's are.
+ *    limit_req's are;
+ *  - a zone keyed by a request's header, cookie or argument as the
+ *    client sent it is accepted with a warning: the client chooses that
+ *    value, so it may leave it out or spell it anew (docs/limits.md,
+ *    "Safe keys").
  */
 
 #include <ngx_config.h>
@@ -33,10 +37,14 @@ static ngx_int_t ngx_http_kvserve_limit_zone_rate(ngx_conf_t *cf,
     ngx_str_t *value, ngx_http_kvserve_limit_zone_t *zone);
 static ngx_int_t ngx_http_kvserve_limit_zone_kv_rate(ngx_conf_t *cf,
     ngx_str_t *value, ngx_http_kvserve_limit_zone_t *zone);
+static void ngx_http_kvserve_limit_zone_warn(ngx_conf_t *cf,
+    ngx_http_kvserve_limit_zone_t *zone);
 static char *ngx_http_kvserve_limit_zone_add(ngx_conf_t *cf,
     ngx_command_t *cmd, ngx_http_kvserve_limit_zone_t *zone, ssize_t size);
 static char *ngx_http_kvserve_limit(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static ngx_int_t ngx_http_kvserve_limit_empty(ngx_conf_t *cf,
+    ngx_str_t *value, ngx_uint_t *empty);
 static char *ngx_http_kvserve_limit_status_code(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 
@@ -60,7 +68,7 @@ static ngx_command_t  ngx_http_kvserve_limit_commands[] = {
       NULL },
 
     { ngx_string("kvserve_limit"),
-      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE123,
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1234,
       ngx_http_kvserve_limit,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
@@ -279,7 +287,70 @@ ngx_http_kvserve_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     zone->name = name;
 
+    ngx_http_kvserve_limit_zone_warn(cf, zone);
+
     return ngx_http_kvserve_limit_zone_add(cf, cmd, zone, size);
+}
+
+
+/*
+ * A key that is one variable holding what the client sent as it sent it
+ * ($http_*, $cookie_*, $arg_*) lets the client leave it out (every such
+ * request then meets the keyless rule), send it under a name nginx drops
+ * (an underscore in a header's name), or re-spell it ("Bearer abc" and
+ * "bearer  abc" are two keys, two budgets).  It still works, so it is a
+ * warning, with the way out.
+ */
+static void
+ngx_http_kvserve_limit_zone_warn(ngx_conf_t *cf,
+    ngx_http_kvserve_limit_zone_t *zone)
+{
+    u_char     *p, *last;
+    ngx_str_t  *v;
+    ngx_uint_t  braced;
+
+    v = &zone->key.value;
+
+    if (v->len < 2 || v->data[0] != '$') {
+        return;
+    }
+
+    p = v->data + 1;
+    last = v->data + v->len;
+    braced = (*p == '{');
+
+    if (braced) {
+        if (last[-1] != '}') {
+            return;
+        }
+
+        p++;
+        last--;
+    }
+
+    if (!((last - p > 5 && ngx_strncmp(p, "http_", 5) == 0)
+          || (last - p > 7 && ngx_strncmp(p, "cookie_", 7) == 0)
+          || (last - p > 4 && ngx_strncmp(p, "arg_", 4) == 0)))
+    {
+        return;
+    }
+
+    /* one variable, nothing after its name */
+    for ( /* void */ ; p < last; p++) {
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')
+              || (*p >= '0' && *p <= '9') || *p == '_'))
+        {
+            return;
+        }
+    }
+
+    ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                       "kvserve_limit_zone \"%V\" is keyed by \"%V\" as "
+                       "the client sends it: a client that leaves it out, "
+                       "or re-spells it, escapes its own budget; normalise "
+                       "the key with a map that falls back to "
+                       "$binary_remote_addr (docs/limits.md, \"Safe keys\")",
+                       &zone->name, v);
 }
 
 
@@ -457,7 +528,8 @@ ngx_http_kvserve_limit_zone_add(ngx_conf_t *cf, ngx_command_t *cmd,
 }
 
 
-/* kvserve_limit zone=<name> [burst=<N>] [nodelay | delay=<N>] */
+/* kvserve_limit zone=<name> [burst=<N>] [nodelay | delay=<N>]
+ *     [empty=shared|reject|unlimited] */
 static char *
 ngx_http_kvserve_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
@@ -465,7 +537,7 @@ ngx_http_kvserve_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     int64_t                    burst, delay;
     ngx_str_t                 *value, s;
-    ngx_uint_t                 i, nodelay;
+    ngx_uint_t                 i, nodelay, empty;
     ngx_shm_zone_t            *shm_zone;
     ngx_http_kvserve_limit_t  *limit, *limits;
 
@@ -475,6 +547,7 @@ ngx_http_kvserve_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     burst = 0;
     delay = 0;
     nodelay = 0;
+    empty = NGX_HTTP_KVSERVE_LIMIT_EMPTY_SHARED;
 
     for (i = 1; i < cf->args->nelts; i++) {
 
@@ -534,6 +607,17 @@ ngx_http_kvserve_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             continue;
         }
 
+        if (ngx_strncmp(value[i].data, "empty=", 6) == 0) {
+
+            if (ngx_http_kvserve_limit_empty(cf, &value[i], &empty)
+                != NGX_OK)
+            {
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "invalid parameter \"%V\"", &value[i]);
         return NGX_CONF_ERROR;
@@ -586,8 +670,43 @@ ngx_http_kvserve_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     limit->shm_zone = shm_zone;
     limit->burst = (uint64_t) burst;
     limit->delay = nodelay ? KVS_LIMIT_NODELAY : (uint64_t) delay;
+    limit->empty = empty;
 
     return NGX_CONF_OK;
+}
+
+
+/*
+ * empty=shared|reject|unlimited: what a request without a key meets.
+ * The default is shared, not limit_req's "not limited": a client must
+ * not escape a token budget by sending no key.
+ */
+static ngx_int_t
+ngx_http_kvserve_limit_empty(ngx_conf_t *cf, ngx_str_t *value,
+    ngx_uint_t *empty)
+{
+    ngx_str_t  s;
+
+    s.data = value->data + 6;
+    s.len = value->len - 6;
+
+    if (s.len == 6 && ngx_strncmp(s.data, "shared", 6) == 0) {
+        *empty = NGX_HTTP_KVSERVE_LIMIT_EMPTY_SHARED;
+
+    } else if (s.len == 6 && ngx_strncmp(s.data, "reject", 6) == 0) {
+        *empty = NGX_HTTP_KVSERVE_LIMIT_EMPTY_REJECT;
+
+    } else if (s.len == 9 && ngx_strncmp(s.data, "unlimited", 9) == 0) {
+        *empty = NGX_HTTP_KVSERVE_LIMIT_EMPTY_UNLIMITED;
+
+    } else {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid empty value \"%V\": shared, reject "
+                           "or unlimited", value);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
 }
 
 

@@ -37,6 +37,18 @@
 /* a key idle this long with an empty bucket is forgotten */
 #define NGX_HTTP_KVSERVE_LIMIT_IDLE_MS           60000
 
+/*
+ * kvserve_limit empty=: what a request whose key is empty (or over
+ * 65535 bytes) meets in that zone.  The shared bucket is the zone's
+ * node of the empty key: no real key can be empty (an empty value is
+ * what keyless means), so no client can land in it, or out of it, by
+ * spelling its key some way.
+ */
+#define NGX_HTTP_KVSERVE_LIMIT_EMPTY_SHARED      0   /* one bucket for
+                                                        all of them */
+#define NGX_HTTP_KVSERVE_LIMIT_EMPTY_REJECT      1   /* 401 */
+#define NGX_HTTP_KVSERVE_LIMIT_EMPTY_UNLIMITED   2   /* not accounted */
+
 
 typedef struct {
     u_char                     color;
@@ -81,6 +93,9 @@ typedef struct {
     uint64_t                   kv_rate;     /* KiB held per second; 0:
                                                no kv_rate */
     kvs_limit_conf_t           kv_drain;    /* kv_rate, for expiring */
+    ngx_uint_t                 keyless_logged;  /* this worker said once
+                                                   that keyless requests
+                                                   share a bucket */
 } ngx_http_kvserve_limit_zone_t;
 
 
@@ -91,6 +106,8 @@ typedef struct {
                                                amount per period */
     uint64_t                   delay;       /* tokens, or
                                                KVS_LIMIT_NODELAY */
+    ngx_uint_t                 empty;       /* NGX_HTTP_KVSERVE_LIMIT_
+                                               EMPTY_* */
 } ngx_http_kvserve_limit_t;
 
 
