@@ -46,6 +46,9 @@
  *   kvserve_tokenize_threshold <size>;  http, server, location: prompt
  *                                       text bytes over which the pool
  *                                       is used (16k)
+ *   kvserve_max_messages <n>;           http, server, location: the
+ *                                       messages a chat request may
+ *                                       carry (2048)
  *   kvserve_prefix_cache on|off;        http: the engines' prefix cache
  *   kvserve_cache_pin_max <size>;       http: KV bytes each cache scope
  *                                       may pin with cache_control
@@ -89,6 +92,11 @@
 #define NGX_HTTP_KVSERVE_MAX_THREADS   1024
 #define NGX_HTTP_KVSERVE_TOK_THRESHOLD  16384
 #define NGX_HTTP_KVSERVE_MAX_DEVICE    1023
+/* Far above a long agent session (hundreds of turns with tool calls),
+ * low enough that one request's parse, render and tokenization stay in
+ * milliseconds (t/bench/chat_messages.sh) */
+#define NGX_HTTP_KVSERVE_MAX_MESSAGES  2048
+#define NGX_HTTP_KVSERVE_MESSAGES_HIGH 1000000
 
 
 static char *ngx_http_kvserve_kv_size(ngx_conf_t *cf,
@@ -117,6 +125,10 @@ static ngx_http_kvserve_uint_bounds_t  ngx_http_kvserve_threads_bounds = {
 
 static ngx_http_kvserve_uint_bounds_t  ngx_http_kvserve_device_bounds = {
     0, NGX_HTTP_KVSERVE_MAX_DEVICE, NGX_CONF_UNSET_UINT
+};
+
+static ngx_http_kvserve_uint_bounds_t  ngx_http_kvserve_messages_bounds = {
+    1, NGX_HTTP_KVSERVE_MESSAGES_HIGH, NGX_CONF_UNSET_UINT
 };
 
 
@@ -240,6 +252,13 @@ static ngx_command_t  ngx_http_kvserve_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },
+
+    { ngx_string("kvserve_max_messages"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_kvserve_set_uint,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_kvserve_loc_conf_t, max_messages),
+      &ngx_http_kvserve_messages_bounds },
 
     { ngx_string("kvserve_prefix_cache"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_FLAG,
@@ -595,6 +614,7 @@ ngx_http_kvserve_create_loc_conf(ngx_conf_t *cf)
     klcf->tokenize_pool = NGX_CONF_UNSET_PTR;
     klcf->tokenize_threshold = NGX_CONF_UNSET_SIZE;
     klcf->cache_scope = NGX_CONF_UNSET_PTR;
+    klcf->max_messages = NGX_CONF_UNSET_UINT;
 
     return klcf;
 }
@@ -617,6 +637,8 @@ ngx_http_kvserve_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_ptr_value(conf->tokenize_pool, prev->tokenize_pool,
                              NGX_CONF_UNSET_PTR);
     ngx_conf_merge_ptr_value(conf->cache_scope, prev->cache_scope, NULL);
+    ngx_conf_merge_uint_value(conf->max_messages, prev->max_messages,
+                              NGX_HTTP_KVSERVE_MAX_MESSAGES);
 
     /* resolved only where kvserve serves: a server or http level left
      * unset must not turn the default off for the locations below it */

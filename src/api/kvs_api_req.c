@@ -194,6 +194,19 @@ kvs_api_missing(const char *path, kvs_api_err_t *aerr)
 }
 
 
+int
+kvs_api_too_long(const char *path, size_t max, size_t n,
+    kvs_api_err_t *aerr)
+{
+    kvs_api_err_set(aerr, 400, path, "array_above_max_length",
+                    "Invalid '%s': array too long. Expected an array with "
+                    "maximum length %zu, but got an array with length %zu "
+                    "instead.", path, max, n);
+
+    return KVS_EINVAL;
+}
+
+
 /* A number as the client wrote it, near enough: integers exactly, reals
  * in the shortest of %.15g and %.17g that reads back the same. */
 void

@@ -147,6 +147,12 @@ int kvs_api_req_parse(kvs_api_req_t *req, kvs_api_kind_t kind,
 
 void kvs_api_req_free(kvs_api_req_t *req);
 
+/* A chat request's messages against the host's cap (kvserve_max_messages;
+ * OpenAI states none): 400 "array too long" naming messages over max.
+ * KVS_OK for a completions request (no messages). */
+int kvs_api_req_check_messages(const kvs_api_req_t *req, size_t max,
+    kvs_api_err_t *aerr);
+
 /* Sets *aerr (status, message, param, type "invalid_request_error",
  * code); param and code may be NULL (JSON null).  Any invalid UTF-8 in
  * the message (client bytes quoted in it, a character that truncation

@@ -135,11 +135,7 @@ kvs_api_req_stop(kvs_api_req_t *req, const json_t *v, kvs_api_err_t *aerr)
     }
 
     if (n > KVS_API_MAX_STOP) {
-        kvs_api_err_set(aerr, 400, "stop", "array_above_max_length",
-                        "Invalid 'stop': array too long. Expected an array "
-                        "with maximum length %d, but got an array with "
-                        "length %zu instead.", KVS_API_MAX_STOP, n);
-        return KVS_EINVAL;
+        return kvs_api_too_long("stop", KVS_API_MAX_STOP, n, aerr);
     }
 
     for (i = 0; i < n; i++) {

@@ -247,6 +247,18 @@ kvs_api_req_messages(kvs_api_req_t *req, kvs_api_err_t *aerr)
 }
 
 
+int
+kvs_api_req_check_messages(const kvs_api_req_t *req, size_t max,
+    kvs_api_err_t *aerr)
+{
+    size_t  n;
+
+    n = json_array_size(req->messages);
+
+    return n > max ? kvs_api_too_long("messages", max, n, aerr) : KVS_OK;
+}
+
+
 /* Completions prompts. */
 
 /* Token ids from the array a, at path; p owns what it got on failure. */
@@ -301,11 +313,7 @@ kvs_api_req_prompt_list(kvs_api_req_t *req, const json_t *a, int ids,
     n = json_array_size(a);
 
     if (n > KVS_API_MAX_PROMPTS) {
-        kvs_api_err_set(aerr, 400, "prompt", "array_above_max_length",
-                        "Invalid 'prompt': array too long. Expected an "
-                        "array with maximum length %d, but got an array "
-                        "with length %zu instead.", KVS_API_MAX_PROMPTS, n);
-        return KVS_EINVAL;
+        return kvs_api_too_long("prompt", KVS_API_MAX_PROMPTS, n, aerr);
     }
 
     req->prompts = calloc(n, sizeof(kvs_api_prompt_t));

@@ -599,7 +599,15 @@ kvs_chat_moved(size_t x, size_t start, size_t a, size_t b)
 }
 
 
-/* The spans follow their bytes through a trim; those left empty go. */
+/*
+ * The spans follow their bytes through a trim; those left empty go.
+ *
+ * Spans are written in text order and never overlap, and a trim moves
+ * only bytes at or after start, so a span that ends by start stays as it
+ * is.  Only the tail that reaches past start is visited: a turn's trim
+ * costs its own spans, not every span written before it (visiting them
+ * all made a chat of n messages cost n^2: 80k messages took 5 s).
+ */
 static void
 kvs_chat_clip(kvs_chat_w_t *w, size_t start, size_t a, size_t b)
 {
@@ -612,9 +620,14 @@ kvs_chat_clip(kvs_chat_w_t *w, size_t start, size_t a, size_t b)
 
     s = (kvs_span_t *) (w->spans->data + w->first);
     n = (w->spans->len - w->first) / sizeof(kvs_span_t);
-    kept = 0;
 
-    for (i = 0; i < n; i++) {
+    for (kept = n; kept > 0; kept--) {
+        if (w->base + s[kept - 1].off + s[kept - 1].len <= start) {
+            break;
+        }
+    }
+
+    for (i = kept; i < n; i++) {
         lo = kvs_chat_moved(w->base + s[i].off, start, a, b);
         hi = kvs_chat_moved(w->base + s[i].off + s[i].len, start, a, b);
 

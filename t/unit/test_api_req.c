@@ -1601,6 +1601,30 @@ test_full(void **state)
 }
 
 
+/* kvserve_max_messages' check: at the cap passes, over it is OpenAI's
+ * "array too long" naming messages; completions have none to count. */
+static void
+test_check_messages(void **state)
+{
+    q(KVS_API_CHAT, "{'model':'m','messages':[{'role':'user','content':"
+      "'a'},{'role':'assistant','content':'b'},{'role':'user',"
+      "'content':'c'}]}");
+    ok();
+
+    RC = kvs_api_req_check_messages(&R, 3, &E);
+    assert_int_equal(RC, KVS_OK);
+
+    RC = kvs_api_req_check_messages(&R, 2, &E);
+    bad(400, "messages", "array_above_max_length", "Invalid 'messages': "
+        "array too long. Expected an array with maximum length 2, but got "
+        "an array with length 3 instead.");
+
+    cmpl("");
+    ok();
+    assert_int_equal(kvs_api_req_check_messages(&R, 1, &E), KVS_OK);
+}
+
+
 #define T(f)  cmocka_unit_test_teardown(f, teardown)
 
 int
@@ -1611,6 +1635,7 @@ main(void)
         T(test_cmpl_defaults),
         T(test_model),
         T(test_messages),
+        T(test_check_messages),
         T(test_messages_render),
         T(test_err_from_msg),
         T(test_max_tokens),

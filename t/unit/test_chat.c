@@ -1307,6 +1307,88 @@ test_spans_guard_llama2(void **state)
 }
 
 
+/*
+ * Many turns: every family renders 3,000 messages whose contents carry
+ * whitespace to trim, and each content is exactly one span, in order,
+ * its text the content as written or stripped.  A trim clips only the
+ * spans at its end (kvs_chat_clip); this holds it to what clipping every
+ * span gave, over many trims of every family's kind.
+ */
+#define MANY_TURNS  3000
+
+static void
+test_spans_many(void **state)
+{
+    int              k;
+    char             text[32];
+    size_t           i, n, len;
+    json_t          *msgs, *msg;
+    kvs_buf_t        buf, sp;
+    kvs_chat_t       chat;
+    kvs_span_t      *span;
+    const char      *name, *s;
+    kvs_chat_args_t  a;
+
+    for (k = 0; k < KVS_CHAT_N; k++) {
+        name = kvs_chat_name((kvs_chat_kind_t) k);
+        assert_int_equal(kvs_chat_by_name(name, strlen(name), &chat, &err),
+                         KVS_OK);
+
+        msgs = json_array();
+        assert_non_null(msgs);
+
+        for (i = 0; i < MANY_TURNS; i++) {
+            snprintf(text, sizeof(text), "  m%zu \n", i);
+            msg = json_pack("{s:s, s:s}", "role",
+                            i % 2 ? "assistant" : "user", "content", text);
+            assert_non_null(msg);
+            assert_int_equal(json_array_append_new(msgs, msg), 0);
+        }
+
+        memset(&buf, 0, sizeof(buf));
+        memset(&sp, 0, sizeof(sp));
+        args_for(chat.kind, &a, 1);
+        a.spans = &sp;
+
+        if (kvs_chat_render(&chat, msgs, &a, &buf, &err) != KVS_OK) {
+            fail_msg("%s: %s", name, err.msg);
+        }
+
+        span = (kvs_span_t *) sp.data;
+        n = sp.len / sizeof(kvs_span_t);
+
+        if (n != MANY_TURNS) {
+            fail_msg("%s: %zu spans for %d contents", name, n, MANY_TURNS);
+        }
+
+        for (i = 0; i < n; i++) {
+            assert_true(span[i].off + span[i].len <= buf.len);
+            assert_true(i == 0
+                        || span[i - 1].off + span[i - 1].len <= span[i].off);
+
+            snprintf(text, sizeof(text), "m%zu", i);
+            len = strlen(text);
+            s = (const char *) buf.data + span[i].off;
+
+            /* as written, or stripped: the span ends where its text does */
+            if (!((span[i].len == len && memcmp(s, text, len) == 0)
+                  || (span[i].len == len + 4 && memcmp(s + 2, text, len) == 0
+                      && memcmp(s, "  ", 2) == 0
+                      && memcmp(s + 2 + len, " \n", 2) == 0)))
+            {
+                fail_msg("%s: span %zu is \"%.*s\", want \"%s\" with or "
+                         "without its whitespace", name, i,
+                         (int) span[i].len, s, text);
+            }
+        }
+
+        kvs_buf_free(&buf);
+        kvs_buf_free(&sp);
+        json_decref(msgs);
+    }
+}
+
+
 int
 main(void)
 {
@@ -1328,6 +1410,7 @@ main(void)
         cmocka_unit_test(test_spans_buffers),
         cmocka_unit_test(test_spans_guard_phi3),
         cmocka_unit_test(test_spans_guard_llama2),
+        cmocka_unit_test(test_spans_many),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -111,6 +111,8 @@ typedef struct {
                                                       pool */
     ngx_http_complex_value_t *cache_scope; /* kvserve_cache_scope; NULL:
                                               global */
+    ngx_uint_t                max_messages;  /* kvserve_max_messages: a
+                                                chat request's messages */
 } ngx_http_kvserve_loc_conf_t;
 
 

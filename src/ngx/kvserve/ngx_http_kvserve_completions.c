@@ -295,6 +295,7 @@ ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx, kvs_api_err_t *aerr)
     ngx_uint_t                     i, n;
     ngx_http_kvserve_model_t      *m;
     ngx_http_kvserve_tok_job_t    *job;
+    ngx_http_kvserve_loc_conf_t   *klcf;
     ngx_http_kvserve_main_conf_t  *kmcf;
 
     kmcf = ngx_http_get_module_main_conf(ctx->r, ngx_http_kvserve_module);
@@ -323,6 +324,16 @@ ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx, kvs_api_err_t *aerr)
     if (ctx->req.echo) {
         kvs_api_err_set(aerr, 400, "echo", NULL,
                         "echo is not supported yet.");
+        return NGX_ERROR;
+    }
+
+    klcf = ngx_http_get_module_loc_conf(ctx->r, ngx_http_kvserve_module);
+
+    /* before anything is rendered: past the cap a request costs no more
+     * than its parse */
+    if (kvs_api_req_check_messages(&ctx->req, klcf->max_messages, aerr)
+        != KVS_OK)
+    {
         return NGX_ERROR;
     }
 
