@@ -557,7 +557,7 @@ ngx_http_kvserve_kv_size(ngx_conf_t *cf, ngx_http_kvserve_main_conf_t *kmcf)
 
     for (i = 0; i < n; i++) {
         hp = &m[i].model->hp;
-        bpt = kvs_hparams_kv_bytes_per_token(hp, sizeof(float));
+        bpt = kvs_hparams_kv_bytes_per_token(hp, NGX_HTTP_KVSERVE_KV_ELEM);
 
         if (kvs_kv_cache_plan(&m[i].kv_plan, &share, avail, bpt,
                               (uint32_t) kmcf->kv_block, hp->n_ctx_train,

@@ -16,8 +16,8 @@ our $Size = -s $Model;
 # kvserve-tiny's object, as a regex, with the file's own mtime and size
 our $Tiny = qr/\{"id":"kvserve-tiny","object":"model","created":$Mtime,/
     . qr/"owned_by":"kvserve","kvserve":\{"architecture":"llama",/
-    . qr/"context_length":512,"parameters":164160,"kv_bytes_per_token":256,/
-    . qr/"kv_dtype":"f16","layers":2,"heads":4,"kv_heads":2,"head_dim":16,/
+    . qr/"context_length":512,"parameters":164160,"kv_bytes_per_token":512,/
+    . qr/"kv_dtype":"f32","layers":2,"heads":4,"kv_heads":2,"head_dim":16,/
     . qr/"embedding_length":64,"vocab_size":512,"file_bytes":$Size\}\}/;
 
 add_block_preprocessor(sub {

@@ -47,7 +47,7 @@ $t->write_conf(<<"EOC",
     kvserve_limit_zone \$arg_k zone=m1:1m rate=1t/m;
     kvserve_limit_zone \$arg_k zone=m2:1m rate=1t/m;
     kvserve_limit_zone \$arg_k zone=tiny:32k rate=1t/m;
-    kvserve_limit_zone \$arg_k zone=kv:1m rate=1000t/s kv_rate=1k/s;
+    kvserve_limit_zone \$arg_k zone=kv:1m rate=1000t/s kv_rate=2k/s;
 EOC
     access_log => "log_format lim '\$arg_k \$status \$kvserve_limit_status';\n"
                   . "    access_log logs/access.log lim;",
@@ -456,17 +456,17 @@ is(metric('kvserve:limit_keys', 'slow'), 9,
 }
 
 # ---- kv_rate: KV cache held x seconds ----------------------------------------
-# The tiny model holds 256 bytes of KV per token (/v1/models'
-# kv_bytes_per_token): a request reserves (prompt + max_tokens) x 0.25
-# KiB for one second at admission.  Zone kv: 1 KiB x s per second, and
-# the token bucket's window (burst 10000 / 1000 t/s = 10 s) of it: a
-# bucket of 10 KiB x s.
+# The tiny model holds 512 bytes of KV per token in the CPU backend's f32
+# cache (/v1/models' kv_bytes_per_token): a request reserves (prompt +
+# max_tokens) x 0.5 KiB for one second at admission.  Zone kv: 2 KiB x s
+# per second, and the token bucket's window (burst 10000 / 1000 t/s =
+# 10 s) of it: a bucket of 20 KiB x s.
 
 {
     my ($st, $h, $b) = post('/kv/v1/completions?k=kv1', body(36, $ban));
     is($st, 200, 'kv_rate: a reservation of exactly the bucket passes');
-    is(metric('kvserve:limit_kv_charged_kib_seconds_total', 'kv'), 10,
-       'kv_rate: 40 tokens x 0.25 KiB x 1 s reserved');
+    is(metric('kvserve:limit_kv_charged_kib_seconds_total', 'kv'), 20,
+       'kv_rate: 40 tokens x 0.5 KiB x 1 s reserved');
     my $back;
     $t->wait_for(sub {
         $back = metric('kvserve:limit_kv_refunded_kib_seconds_total', 'kv');
@@ -474,13 +474,13 @@ is(metric('kvserve:limit_keys', 'slow'), 9,
     }, 5);
     # it held 40 tokens' KV for well under a second: it is charged what it
     # held (rounded up to 1 KiB x s), the rest comes back
-    cmp_ok($back, '>=', 7, "kv_rate: the unused reservation came back ($back)");
-    cmp_ok($back, '<=', 9, 'kv_rate: what it held stays charged');
+    cmp_ok($back, '>=', 14, "kv_rate: the unused reservation came back ($back)");
+    cmp_ok($back, '<=', 19, 'kv_rate: what it held stays charged');
 
     # what it held is still in the bucket: a full reservation waits
     ($st, $h, $b) = post('/kv/v1/completions?k=kv1', body(36, $ban));
     is($st, 429, 'kv_rate: the next full reservation is refused');
-    like($b, qr/Rate limit reached for kvserve-tiny on KV cache held \(kv_rate, KiB x s\) in zone \\?"kv\\?": Limit 10, Used \d+, Requested 10/,
+    like($b, qr/Rate limit reached for kvserve-tiny on KV cache held \(kv_rate, KiB x s\) in zone \\?"kv\\?": Limit 20, Used \d+, Requested 20/,
          'kv_rate: the 429 names the KV bucket') or diag $b;
     like($h->{'retry-after'} // '', qr/^[1-9]$/,
          'kv_rate: retry-after until it has drained');
@@ -497,7 +497,7 @@ is(metric('kvserve:limit_keys', 'slow'), 9,
     # a reservation over the bucket can never pass
     ($st, $h, $b) = post('/kv/v1/completions?k=kv2', body(40, $ban));
     is($st, 429, 'kv_rate: a reservation over the bucket is refused');
-    like($b, qr/Request too large for kvserve-tiny on KV cache held \(kv_rate, KiB x s\).*Limit 10, Requested 11/,
+    like($b, qr/Request too large for kvserve-tiny on KV cache held \(kv_rate, KiB x s\).*Limit 20, Requested 22/,
          'kv_rate: ... saying it is too large') or diag $b;
     is($h->{'x-should-retry'}, 'false', 'kv_rate: ... and not to retry');
     ok(!exists $h->{'retry-after'}, 'kv_rate: ... with no retry-after');

@@ -18,9 +18,6 @@
 #include "base/kvs_err.h"
 #include "model/kvs_hparams.h"
 
-/* Bytes per cached K/V element that /v1/models reports (f16/bf16). */
-#define KVS_API_KV_BYTES  2
-
 typedef enum {
     KVS_ROUTE_UNKNOWN = 0,
     KVS_ROUTE_MODELS,                 /* /v1/models */
@@ -47,6 +44,10 @@ typedef struct {
     int64_t               created;    /* unix seconds */
     uint64_t              file_size;  /* bytes */
     const kvs_hparams_t  *hp;
+    uint64_t              kv_bytes_per_token;  /* K and V of every layer,
+                                                  as the serving cache
+                                                  stores them */
+    const char           *kv_dtype;   /* that cache's element: "f32" */
 } kvs_api_model_t;
 
 /* {"object":"list","data":[...]} */

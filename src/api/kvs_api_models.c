@@ -95,9 +95,8 @@ kvs_api_model_obj(const kvs_api_model_t *m)
                      "context_length", (int) hp->n_ctx_train,
                      "parameters", (json_int_t) hp->n_params,
                      "kv_bytes_per_token",
-                     (json_int_t) kvs_hparams_kv_bytes_per_token(
-                         hp, KVS_API_KV_BYTES),
-                     "kv_dtype", "f16",
+                     (json_int_t) m->kv_bytes_per_token,
+                     "kv_dtype", m->kv_dtype,
                      "layers", (int) hp->n_layer,
                      "heads", (int) hp->n_head,
                      "kv_heads", (int) hp->n_head_kv,

@@ -95,24 +95,74 @@ kvs_api_path_len(const char *msg)
 }
 
 
+/* The request's top-level fields, the only roots a param may have: a
+ * library message may start with its own names ("SUBMIT", "engine",
+ * "sampler", "id"), which mean nothing to the client. */
+static const char  *kvs_api_fields[] = {
+    "model", "messages", "prompt", "n", "stop", "logit_bias", "max_tokens",
+    "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
+    "seed", "stream", "stream_options", "logprobs", "top_logprobs",
+    "presence_penalty", "frequency_penalty", "user", "echo", "suffix",
+    "best_of"
+};
+
+
+static int
+kvs_api_path_is_field(const char *path, size_t len)
+{
+    size_t  i, n;
+
+    for (n = 0; n < len && path[n] != '.' && path[n] != '['; n++) {
+        /* the root's length */
+    }
+
+    for (i = 0; i < sizeof(kvs_api_fields) / sizeof(kvs_api_fields[0]);
+         i++)
+    {
+        if (strlen(kvs_api_fields[i]) == n
+            && memcmp(kvs_api_fields[i], path, n) == 0)
+        {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
 void
 kvs_api_err_from_msg(kvs_api_err_t *aerr, int status, const char *code,
     const char *msg)
 {
-    size_t  n;
-    char    param[KVS_API_PATH_LEN];
+    size_t       n, skip;
+    const char  *m;
+    char         param[KVS_API_PATH_LEN];
 
-    n = kvs_api_path_len(msg);
+    m = msg;
+    n = kvs_api_path_len(m);
+
+    if (n != 0 && !kvs_api_path_is_field(m, n)) {
+        /* "SUBMIT: logit_bias: ...": an internal prefix before a field */
+        skip = n + 2;
+        n = kvs_api_path_len(m + skip);
+
+        if (n != 0 && kvs_api_path_is_field(m + skip, n)) {
+            m += skip;
+
+        } else {
+            n = 0;
+        }
+    }
 
     if (n == 0 || n >= sizeof(param)) {
         kvs_api_err_set(aerr, status, NULL, code, "%s", msg);
         return;
     }
 
-    memcpy(param, msg, n);
+    memcpy(param, m, n);
     param[n] = '\0';
 
-    kvs_api_err_set(aerr, status, param, code, "%s", msg + n + 2);
+    kvs_api_err_set(aerr, status, param, code, "%s", m + n + 2);
 }
 
 

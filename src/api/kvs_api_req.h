@@ -51,6 +51,10 @@
 #define KVS_API_MAX_TOKENS_C   16     /* completions' default max_tokens */
 #define KVS_API_MAX_BREAKS     4      /* cache_control breakpoints, as
                                          Anthropic's limit */
+#define KVS_API_MAX_BIAS       65536  /* logit_bias entries: what one
+                                         SUBMIT frame carries (the glue
+                                         checks it against the wire's
+                                         KVS_WIRE_MAX_BIAS) */
 #define KVS_API_TTL_5M         300000     /* ms: cache_control ttl "5m" */
 #define KVS_API_TTL_1H         3600000    /* ms: "1h" */
 
@@ -165,7 +169,11 @@ void kvs_api_err_set(kvs_api_err_t *aerr, int status, const char *param,
  * A library error message as the client's error: "messages[2].content:
  * missing" (what kvs_chat_render() and the kvs_*_check() functions
  * write) gives param "messages[2].content" and message "missing"; a
- * message that does not start with a field path keeps param null.
+ * message that does not start with a field path keeps param null.  Only
+ * a request field (model, messages, prompt, n, stop, logit_bias, ...)
+ * becomes param: a leading name that is not one ("SUBMIT: ", the wire's
+ * frame; "engine: ") is skipped when a field path follows it, and
+ * otherwise kept in the message, so that no internal name reaches param.
  */
 void kvs_api_err_from_msg(kvs_api_err_t *aerr, int status, const char *code,
     const char *msg);

@@ -204,9 +204,11 @@ kvs_api_req_logit_bias(kvs_api_req_t *req, const json_t *v,
         return KVS_OK;
     }
 
-    if (n > UINT32_MAX) {
-        kvs_api_err_set(aerr, 400, "logit_bias", NULL, "Invalid "
-                        "'logit_bias': too many entries (%zu).", n);
+    /* before the allocation: the entries' array is sized from n */
+    if (n > KVS_API_MAX_BIAS) {
+        kvs_api_err_set(aerr, 400, "logit_bias", "invalid_value", "Invalid "
+                        "'logit_bias': too many entries. Expected at most "
+                        "%d, but got %zu instead.", KVS_API_MAX_BIAS, n);
         return KVS_EINVAL;
     }
 

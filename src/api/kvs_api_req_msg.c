@@ -52,6 +52,39 @@ kvs_api_opt_str(const json_t *obj, const char *path, const char *key,
 }
 
 
+/*
+ * tool_call_id answers a tool call: OpenAI's schema has it on the tool
+ * message only, and refuses it elsewhere ("Additional properties are not
+ * allowed").  Null is taken as absent, as everywhere; any other value is
+ * refused, a wrong type first as a type error, so that a client's bug is
+ * not hidden by a message we would otherwise render as if it were not
+ * there.
+ */
+static int
+kvs_api_req_no_tool_call_id(const json_t *msg, const char *path,
+    size_t role, kvs_api_err_t *aerr)
+{
+    char           p[KVS_API_PATH_LEN];
+    const json_t  *v;
+
+    v = kvs_api_opt(msg, "tool_call_id");
+    if (v == NULL) {
+        return KVS_OK;
+    }
+
+    kvs_api_path(p, "%s.tool_call_id", path);
+
+    if (!json_is_string(v)) {
+        return kvs_api_type_err(p, "a string", v, aerr);
+    }
+
+    kvs_api_err_set(aerr, 400, p, "invalid_value", "Invalid parameter: "
+                    "'%s' is only allowed on messages with role 'tool', "
+                    "not '%s'.", p, kvs_api_roles[role]);
+    return KVS_EINVAL;
+}
+
+
 static int
 kvs_api_empty_array(const char *path, kvs_api_err_t *aerr)
 {
@@ -203,6 +236,12 @@ kvs_api_req_message(kvs_api_req_t *req, const json_t *msg, size_t i,
 
     if (role == KVS_API_ROLE_TOOL) {
         rc = kvs_api_opt_str(msg, path, "tool_call_id", 1, aerr);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+
+    } else {
+        rc = kvs_api_req_no_tool_call_id(msg, path, role, aerr);
         if (rc != KVS_OK) {
             return rc;
         }

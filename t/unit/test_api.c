@@ -90,6 +90,9 @@ test_models_json(void **state)
     m[0].created = 1700000000;
     m[0].file_size = 141107412992ULL;
     m[0].hp = &hp;
+    /* what the caller's cache holds is reported, not derived here */
+    m[0].kv_bytes_per_token = kvs_hparams_kv_bytes_per_token(&hp, 4);
+    m[0].kv_dtype = "f32";
     m[1] = m[0];
     m[1].id = "second";
     m[1].id_len = 6;
@@ -120,9 +123,13 @@ test_models_json(void **state)
                      131072);
     assert_true(json_integer_value(json_object_get(k, "parameters"))
                 == 70553706496LL);
-    /* DESIGN.md: Llama-3-70B in bf16 holds 327,680 bytes per token */
+    /* DESIGN.md: Llama-3-70B in bf16 holds 327,680 bytes per token; an
+     * f32 cache twice that, and the answer says what the cache holds
+     * (the model's f16 size was once reported for an f32 cache) */
     assert_int_equal(json_integer_value(json_object_get(k,
-                         "kv_bytes_per_token")), 327680);
+                         "kv_bytes_per_token")), 2 * 327680);
+    assert_string_equal(json_string_value(json_object_get(k, "kv_dtype")),
+                        "f32");
     assert_true(json_integer_value(json_object_get(k, "file_bytes"))
                 == 141107412992LL);
 

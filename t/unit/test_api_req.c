@@ -324,6 +324,32 @@ test_messages(void **state)
       "'content':'42','tool_call_id':1}]}");
     bad(400, "messages[0].tool_call_id", "invalid_type", NULL);
 
+    /* tool_call_id means something on the tool message only: another
+     * type or another role is refused, naming it (a number was once
+     * accepted on a user message); null is absent */
+    q(KVS_API_CHAT, "{'model':'m','messages':[{'role':'user',"
+      "'content':'a','tool_call_id':7}]}");
+    bad(400, "messages[0].tool_call_id", "invalid_type", NULL);
+
+    q(KVS_API_CHAT, "{'model':'m','messages':[{'role':'system',"
+      "'content':'s'},{'role':'assistant','content':'a',"
+      "'tool_call_id':['c']}]}");
+    bad(400, "messages[1].tool_call_id", "invalid_type", NULL);
+
+    q(KVS_API_CHAT, "{'model':'m','messages':[{'role':'user',"
+      "'content':'a','tool_call_id':'call_1'}]}");
+    bad(400, "messages[0].tool_call_id", "invalid_value", "Invalid "
+        "parameter: 'messages[0].tool_call_id' is only allowed on messages "
+        "with role 'tool', not 'user'.");
+
+    q(KVS_API_CHAT, "{'model':'m','messages':[{'role':'user',"
+      "'content':'a','tool_call_id':null}]}");
+    ok();
+
+    q(KVS_API_CHAT, "{'model':'m','messages':[{'role':'tool',"
+      "'content':'42','tool_call_id':{'id':'c'}}]}");
+    bad(400, "messages[0].tool_call_id", "invalid_type", NULL);
+
     q(KVS_API_CHAT, "{'model':'m','messages':[{'role':'user'}]}");
     bad(400, "messages[0].content", "missing_required_parameter",
         "Missing required parameter: 'messages[0].content'.");
@@ -487,6 +513,32 @@ test_err_from_msg(void **state)
     assert_string_equal(a.message, "two words: no");
 
     kvs_api_err_from_msg(&a, 400, NULL, "x:no space");
+    assert_string_equal(a.param, "");
+
+    /* the wire's frame name is not a field: the field after it is
+     * (a 70000-entry logit_bias once answered param "SUBMIT") */
+    kvs_api_err_from_msg(&a, 400, NULL, "SUBMIT: logit_bias: 70000 "
+                         "entries exceed 65536");
+    assert_string_equal(a.param, "logit_bias");
+    assert_string_equal(a.message, "70000 entries exceed 65536");
+
+    kvs_api_err_from_msg(&a, 400, NULL, "SUBMIT: prompt: 9 ids exceed "
+                         "the frame limit");
+    assert_string_equal(a.param, "prompt");
+
+    /* internal names alone never become param; the message keeps them */
+    kvs_api_err_from_msg(&a, 500, NULL, "engine: out of memory");
+    assert_string_equal(a.param, "");
+    assert_string_equal(a.message, "engine: out of memory");
+
+    kvs_api_err_from_msg(&a, 400, NULL, "id: request 7 is already running");
+    assert_string_equal(a.param, "");
+
+    kvs_api_err_from_msg(&a, 400, NULL, "SUBMIT: tenant: 300 bytes");
+    assert_string_equal(a.param, "");
+    assert_string_equal(a.message, "SUBMIT: tenant: 300 bytes");
+
+    kvs_api_err_from_msg(&a, 400, NULL, "n_vocab: must be between 1 and 9");
     assert_string_equal(a.param, "");
 }
 
@@ -977,6 +1029,30 @@ test_logprobs(void **state)
 }
 
 
+/* A chat request whose logit_bias has n distinct entries. */
+static void
+bias_many(size_t n)
+{
+    size_t     i;
+    kvs_buf_t  b;
+    char       num[32];
+
+    memset(&b, 0, sizeof(b));
+    assert_int_equal(kvs_buf_append(&b, CHAT_BASE, strlen(CHAT_BASE)),
+                     KVS_OK);
+    assert_int_equal(kvs_buf_append(&b, ",'logit_bias':{", 15), KVS_OK);
+
+    for (i = 0; i < n; i++) {
+        snprintf(num, sizeof(num), "%s'%zu':1", i ? "," : "", i);
+        assert_int_equal(kvs_buf_append(&b, num, strlen(num)), KVS_OK);
+    }
+
+    assert_int_equal(kvs_buf_append(&b, "}}", 3), KVS_OK);
+    q(KVS_API_CHAT, "%s", (const char *) b.data);
+    kvs_buf_free(&b);
+}
+
+
 static void
 test_logit_bias(void **state)
 {
@@ -996,6 +1072,17 @@ test_logit_bias(void **state)
     chat("'logit_bias':{}");
     ok();
     assert_int_equal(R.sample.n_logit_bias, 0);
+
+    /* one SUBMIT carries at most KVS_API_MAX_BIAS entries: the limit
+     * passes, one more is the client's 400 naming logit_bias (it was a
+     * param "SUBMIT" from the wire encoder) */
+    bias_many(KVS_API_MAX_BIAS);
+    ok();
+    assert_int_equal(R.sample.n_logit_bias, KVS_API_MAX_BIAS);
+
+    bias_many(KVS_API_MAX_BIAS + 1);
+    bad(400, "logit_bias", "invalid_value", "Invalid 'logit_bias': too "
+        "many entries. Expected at most 65536, but got 65537 instead.");
     assert_null(R.sample.logit_bias);
 
     /* the largest id we take; the vocabulary bound is the caller's */

@@ -22,6 +22,13 @@
 #include "tokenizer/kvs_chat.h"
 #include "tokenizer/kvs_vocab.h"
 
+/* What one cached K or V element takes in the CPU backend's pool: f32,
+ * as kvs_cpu computes.  The KV cache plan, /v1/models'
+ * kv_bytes_per_token and kv_rate's charges all use it, so that they
+ * agree with the memory the engine holds. */
+#define NGX_HTTP_KVSERVE_KV_ELEM       sizeof(float)
+#define NGX_HTTP_KVSERVE_KV_DTYPE      "f32"
+
 #define NGX_HTTP_KVSERVE_FAIR_W_MAX    1000   /* kvserve_fair_weights */
 
 
@@ -113,6 +120,13 @@ typedef struct {
                                               global */
     ngx_uint_t                max_messages;  /* kvserve_max_messages: a
                                                 chat request's messages */
+    ngx_flag_t                json_errors; /* server level only: a
+                                              location of this server
+                                              serves the API, so nginx's
+                                              own error pages answered
+                                              before any location is
+                                              chosen are JSON; not
+                                              merged */
 } ngx_http_kvserve_loc_conf_t;
 
 

@@ -33,6 +33,13 @@
 #include "api/kvs_api_budget.h"
 
 
+/* the parser refuses what one SUBMIT could not carry, naming logit_bias,
+ * before the wire encoder would */
+#if (KVS_API_MAX_BIAS > KVS_WIRE_MAX_BIAS)
+#error "KVS_API_MAX_BIAS exceeds KVS_WIRE_MAX_BIAS"
+#endif
+
+
 static void ngx_http_kvserve_body(ngx_http_request_t *r);
 static void ngx_http_kvserve_tokenized(ngx_http_kvserve_ctx_t *ctx);
 

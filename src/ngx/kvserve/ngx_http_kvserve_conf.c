@@ -237,6 +237,18 @@ ngx_http_kvserve_enable(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_kvserve_loc_conf_t  *klcf = conf;
 
+    ngx_http_conf_ctx_t          *ctx;
+    ngx_http_core_srv_conf_t     *cscf;
+    ngx_http_kvserve_loc_conf_t  *sklcf;
+
+    /* the server's own location configuration, which requests use until
+     * a location is found: framing errors nginx answers there become
+     * JSON too (ngx_http_kvserve_status.c) */
+    ctx = cf->ctx;
+    cscf = ctx->srv_conf[ngx_http_core_module.ctx_index];
+    sklcf = cscf->ctx->loc_conf[ngx_http_kvserve_module.ctx_index];
+    sklcf->json_errors = 1;
+
     return ngx_http_kvserve_location(cf, &klcf->enable,
                                      ngx_http_kvserve_handler, 1);
 }

@@ -30,6 +30,10 @@ ngx_http_kvserve_describe(ngx_http_kvserve_model_t *m, kvs_api_model_t *out)
     out->created = m->model->mtime;
     out->file_size = m->model->file_size;
     out->hp = &m->model->hp;
+    /* what the engine's cache holds, not an f16 guess */
+    out->kv_bytes_per_token = kvs_hparams_kv_bytes_per_token(
+                                  out->hp, NGX_HTTP_KVSERVE_KV_ELEM);
+    out->kv_dtype = NGX_HTTP_KVSERVE_KV_DTYPE;
 }
 
 

@@ -123,6 +123,7 @@ struct ngx_http_kvserve_ctx_s {
     uint32_t                  cache_miss_pos;
 
     kvs_buf_t                 out;         /* the next event or body */
+    ngx_str_t                 error_body;  /* json_error: in r->pool */
     ngx_chain_t              *free;
     ngx_chain_t              *busy;
 
@@ -133,8 +134,9 @@ struct ngx_http_kvserve_ctx_s {
     unsigned                  header_sent:1;
     unsigned                  got_output:1;
     unsigned                  finished:1;
-    unsigned                  json_413:1;   /* nginx's own 413, rewritten */
-    unsigned                  json_413_sent:1;
+    unsigned                  json_error:1;  /* nginx's own error page,
+                                                rewritten as JSON */
+    unsigned                  json_error_sent:1;
     unsigned                  completion:1; /* a completions request */
     unsigned                  failed:1;     /* ended by a server error */
     unsigned                  refused:1;    /* the engine refused it */

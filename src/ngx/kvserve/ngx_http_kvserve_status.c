@@ -1,13 +1,15 @@
 /*
  * ngx_http_kvserve_status: the kvserve_status location (the engine's
- * stats as JSON), and nginx's own 413 rewritten in OpenAI's shape in
- * kvserve locations, with the $kvserve_tokenize_where variable.
+ * stats as JSON), and nginx's own error pages (400, 413, 414, 501, ...)
+ * rewritten in OpenAI's shape in kvserve locations and, before a location
+ * is chosen, in servers having one, with the $kvserve_tokenize_where
+ * variable.
  *
  * Invariants:
  *  - a status request is one STATS sub (ctx->stats), forgotten by the
  *    request's pool cleanup, and bounded by the request timer;
- *  - the 413 filters only rewrite a response nginx itself made; nginx
- *    keeps enforcing client_max_body_size.
+ *  - the error filters only rewrite a page nginx itself made (text/html
+ *    with r->err_status set); nginx keeps enforcing every limit.
  */
 
 #include <ngx_config.h>
@@ -163,35 +165,150 @@ ngx_http_kvserve_status_handler(ngx_http_request_t *r)
 }
 
 
-/* ---- nginx's own 413 in OpenAI's shape ---------------------------------- */
+/* ---- nginx's own error pages in OpenAI's shape ------------------------- */
 
 /*
- * nginx refuses a Content-Length over client_max_body_size before the
- * content handler runs, and a chunked body while reading it, with an HTML
- * page; in kvserve locations the page becomes an OpenAI error object, and
- * nginx keeps enforcing the limit itself.
+ * nginx answers what it refuses itself with an HTML page: a malformed
+ * request line or header (400), a URI or header over the buffers (414,
+ * 494, sent as 400), an unknown Transfer-Encoding (501), bad chunked
+ * framing (400), a body over client_max_body_size (413), no length
+ * (411), a timeout (408), and the like.  In kvserve locations, and in a
+ * server having one before any location is chosen (framing errors come
+ * first), the page becomes an OpenAI error object.  Only nginx's own page
+ * is rewritten (text/html made by ngx_http_send_special_response, in the
+ * server or a kvserve location): an operator's error_page leads to a
+ * location of its own, which is neither, and nginx keeps enforcing every
+ * limit itself.
  */
-static ngx_int_t
-ngx_http_kvserve_header_filter(ngx_http_request_t *r)
+
+typedef struct {
+    ngx_uint_t   status;
+    const char  *message;
+} ngx_http_kvserve_page_t;
+
+
+static ngx_http_kvserve_page_t  ngx_http_kvserve_pages[] = {
+    { NGX_HTTP_BAD_REQUEST, "The request is not valid HTTP: its request "
+      "line, a header (or the headers' size), or its chunked body framing "
+      "is malformed or too large." },
+    { NGX_HTTP_UNAUTHORIZED, "Authorization is required." },
+    { NGX_HTTP_FORBIDDEN, "Access is forbidden." },
+    { NGX_HTTP_NOT_FOUND, "Not found." },
+    { NGX_HTTP_NOT_ALLOWED, "The method is not allowed." },
+    { NGX_HTTP_REQUEST_TIME_OUT, "The request was not received in time." },
+    { NGX_HTTP_CONFLICT, "Conflict." },
+    { NGX_HTTP_LENGTH_REQUIRED, "A request body needs a Content-Length or "
+      "chunked Transfer-Encoding." },
+    { NGX_HTTP_PRECONDITION_FAILED, "A precondition failed." },
+    { NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, "The request body is larger than "
+      "the server accepts." },
+    { NGX_HTTP_REQUEST_URI_TOO_LARGE, "The request URI is longer than the "
+      "server accepts." },
+    { NGX_HTTP_UNSUPPORTED_MEDIA_TYPE, "Unsupported media type." },
+    { NGX_HTTP_RANGE_NOT_SATISFIABLE, "The range is not satisfiable." },
+    { 421, "The request was sent to the wrong server." },
+    { 429, "Too many requests." },
+    { NGX_HTTP_INTERNAL_SERVER_ERROR, "The server had an error while "
+      "processing your request." },
+    { NGX_HTTP_NOT_IMPLEMENTED, "The request uses an HTTP feature the "
+      "server does not implement (an unknown Transfer-Encoding or "
+      "method)." },
+    { NGX_HTTP_BAD_GATEWAY, "Bad gateway." },
+    { NGX_HTTP_SERVICE_UNAVAILABLE, "The service is unavailable." },
+    { NGX_HTTP_GATEWAY_TIME_OUT, "The gateway timed out." },
+    { NGX_HTTP_VERSION_NOT_SUPPORTED, "The HTTP version is not "
+      "supported." },
+    { NGX_HTTP_INSUFFICIENT_STORAGE, "Insufficient storage." },
+    { 0, NULL }
+};
+
+
+/* Is this nginx's page, in a place that answers JSON? */
+static ngx_uint_t
+ngx_http_kvserve_json_page(ngx_http_request_t *r)
 {
-    kvs_buf_t                     body;
-    kvs_api_err_t                 aerr;
-    ngx_http_kvserve_ctx_t       *ctx;
+    ngx_http_core_srv_conf_t     *cscf;
     ngx_http_kvserve_loc_conf_t  *klcf;
 
-    if (r->headers_out.status != NGX_HTTP_REQUEST_ENTITY_TOO_LARGE
+    if (r->headers_out.status < NGX_HTTP_BAD_REQUEST
         || r != r->main
-        || (r->headers_out.content_type.len == sizeof("application/json") - 1
-            && ngx_strncmp(r->headers_out.content_type.data,
-                           "application/json", 16) == 0))
+        || r->err_status == 0
+        || r->headers_out.content_type.len != sizeof("text/html") - 1
+        || ngx_strncmp(r->headers_out.content_type.data, "text/html", 9)
+           != 0)
     {
-        return ngx_http_kvserve_next_header(r);
+        return 0;
     }
 
     klcf = ngx_http_get_module_loc_conf(r, ngx_http_kvserve_module);
-    if (klcf == NULL || !klcf->enable) {
+    if (klcf == NULL) {
+        return 0;
+    }
+
+    if (klcf->enable == 1) {
+        return 1;
+    }
+
+    /* no location chosen yet: the server's own configuration */
+    cscf = ngx_http_get_module_srv_conf(r, ngx_http_core_module);
+
+    return klcf->json_errors && r->loc_conf == cscf->ctx->loc_conf;
+}
+
+
+static ngx_int_t
+ngx_http_kvserve_header_filter(ngx_http_request_t *r)
+{
+    u_char                   *p;
+    size_t                    len;
+    ngx_uint_t                i, status;
+    kvs_buf_t                 body;
+    const char               *type, *msg;
+    kvs_api_err_t             aerr;
+    ngx_http_kvserve_ctx_t   *ctx;
+
+    if (!ngx_http_kvserve_json_page(r)) {
         return ngx_http_kvserve_next_header(r);
     }
+
+    status = r->headers_out.status;
+    msg = "The request failed.";
+
+    for (i = 0; ngx_http_kvserve_pages[i].status != 0; i++) {
+        if (ngx_http_kvserve_pages[i].status == status) {
+            msg = ngx_http_kvserve_pages[i].message;
+            break;
+        }
+    }
+
+    /* 501 (an unknown Transfer-Encoding) and 505 (an HTTP version) are
+     * the client's framing, not a fault of ours */
+    type = (status < NGX_HTTP_INTERNAL_SERVER_ERROR
+            || status == NGX_HTTP_NOT_IMPLEMENTED
+            || status == NGX_HTTP_VERSION_NOT_SUPPORTED)
+           ? "invalid_request_error" : "server_error";
+
+    kvs_api_err_set(&aerr, (int) status, NULL, NULL, "%s", msg);
+    ngx_cpystrn((u_char *) aerr.type, (u_char *) type, sizeof(aerr.type));
+    ngx_memzero(&body, sizeof(body));
+
+    if (kvs_api_err_json(&aerr, &body) != KVS_OK
+        || kvs_buf_append(&body, "\n", 1) != KVS_OK)
+    {
+        kvs_buf_free(&body);
+        return ngx_http_kvserve_next_header(r);
+    }
+
+    /* in the pool: a HEAD request never reaches the body filter */
+    p = ngx_pnalloc(r->pool, body.len);
+    if (p == NULL) {
+        kvs_buf_free(&body);
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(p, body.data, body.len);
+    len = body.len;
+    kvs_buf_free(&body);
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_kvserve_module);
     if (ctx == NULL) {
@@ -203,60 +320,55 @@ ngx_http_kvserve_header_filter(ngx_http_request_t *r)
         ngx_http_set_ctx(r, ctx, ngx_http_kvserve_module);
     }
 
-    kvs_api_err_set(&aerr, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, NULL, NULL,
-                    "The request body is larger than the server accepts.");
-    ngx_memzero(&body, sizeof(body));
+    ctx->error_body.data = p;
+    ctx->error_body.len = len;
+    ctx->json_error = 1;
 
-    if (kvs_api_err_json(&aerr, &body) != KVS_OK
-        || kvs_buf_append(&body, "\n", 1) != KVS_OK)
-    {
-        kvs_buf_free(&body);
-        return ngx_http_kvserve_next_header(r);
-    }
-
-    /* the body filter sends it: out is free in a request that never
-     * reached the handler, or one that failed before any output */
-    kvs_buf_free(&ctx->out);
-    ctx->out = body;
-    ctx->json_413 = 1;
-
-    r->headers_out.content_length_n = body.len;
+    r->headers_out.content_length_n = ctx->error_body.len;
     ngx_str_set(&r->headers_out.content_type, "application/json");
     r->headers_out.content_type_len = r->headers_out.content_type.len;
     r->headers_out.content_type_lowcase = NULL;
+    r->headers_out.charset.len = 0;
 
     return ngx_http_kvserve_next_header(r);
 }
 
 
+/* nginx's page arrives in one call: our body replaces it. */
 static ngx_int_t
 ngx_http_kvserve_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
     ngx_buf_t               *b;
-    ngx_chain_t              out;
+    ngx_chain_t              out, *cl;
     ngx_http_kvserve_ctx_t  *ctx;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_kvserve_module);
 
-    if (ctx == NULL || !ctx->json_413) {
+    if (ctx == NULL || !ctx->json_error) {
         return ngx_http_kvserve_next_body(r, in);
     }
 
-    if (ctx->json_413_sent || in == NULL) {
+    /* the page's buffers are static text: consumed, never sent */
+    for (cl = in; cl != NULL; cl = cl->next) {
+        cl->buf->pos = cl->buf->last;
+    }
+
+    if (ctx->json_error_sent || in == NULL) {
         return ngx_http_kvserve_next_body(r, NULL);
     }
 
-    ctx->json_413_sent = 1;
+    ctx->json_error_sent = 1;
 
-    b = ngx_create_temp_buf(r->pool, ctx->out.len);
+    b = ngx_calloc_buf(r->pool);
     if (b == NULL) {
         return NGX_ERROR;
     }
 
-    b->last = ngx_cpymem(b->last, ctx->out.data, ctx->out.len);
+    b->pos = ctx->error_body.data;
+    b->last = b->pos + ctx->error_body.len;
+    b->memory = 1;
     b->last_buf = 1;
     b->last_in_chain = 1;
-    kvs_buf_free(&ctx->out);
 
     out.buf = b;
     out.next = NULL;

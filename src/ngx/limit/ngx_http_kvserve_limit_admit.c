@@ -400,7 +400,7 @@ ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *kctx,
 
     lctx->cost = kctx->prompt_tokens + lctx->refundable;
     lctx->kv_bpt = kvs_hparams_kv_bytes_per_token(&kctx->model->model->hp,
-                                                  KVS_API_KV_BYTES);
+                                                  NGX_HTTP_KVSERVE_KV_ELEM);
     lctx->kv_cost = kvs_limit_kv_cost(lctx->cost, lctx->kv_bpt);
 
     now = (uint64_t) ngx_current_msec;
