@@ -60,7 +60,7 @@ $recipe
     kvserve_limit_zone \$http_authorization zone=shared:1m rate=1t/m;
     kvserve_limit_zone \$http_authorization zone=refund:1m rate=1t/m;
     kvserve_limit_zone \$http_authorization zone=conc:1m rate=1t/m;
-    kvserve_limit_zone \$http_authorization zone=kv:1m rate=1000t/s kv_rate=1k/s;
+    kvserve_limit_zone \$http_authorization zone=kv:1m rate=1000t/s kv_rate=2k/s;
     kvserve_limit_zone \$http_authorization zone=rej:1m rate=1t/m;
     kvserve_limit_zone \$http_authorization zone=unl:1m rate=1t/m;
     kvserve_limit_zone "all" zone=first:1m rate=1t/m;
