@@ -295,6 +295,7 @@ ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx, kvs_api_err_t *aerr)
     ngx_uint_t                     i, n;
     ngx_http_kvserve_model_t      *m;
     ngx_http_kvserve_tok_job_t    *job;
+    ngx_http_kvserve_loc_conf_t   *klcf;
     ngx_http_kvserve_main_conf_t  *kmcf;
 
     kmcf = ngx_http_get_module_main_conf(ctx->r, ngx_http_kvserve_module);
@@ -323,6 +324,16 @@ ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx, kvs_api_err_t *aerr)
     if (ctx->req.echo) {
         kvs_api_err_set(aerr, 400, "echo", NULL,
                         "echo is not supported yet.");
+        return NGX_ERROR;
+    }
+
+    /* prompts x n, before anything is allocated or tokenized for them */
+    klcf = ngx_http_get_module_loc_conf(ctx->r, ngx_http_kvserve_module);
+
+    if (kvs_api_budget_seqs(&ctx->req, (uint32_t) klcf->max_sequences,
+                            aerr)
+        != KVS_OK)
+    {
         return NGX_ERROR;
     }
 
@@ -361,7 +372,9 @@ ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx, kvs_api_err_t *aerr)
         return NGX_ERROR;
     }
 
-    if (ngx_http_kvserve_limit_tenant(ctx) != NGX_OK) {
+    if (ngx_http_kvserve_limit_tenant(ctx) != NGX_OK
+        || ngx_http_kvserve_addr_tenant(ctx) != NGX_OK)
+    {
         kvs_api_err_set(aerr, 500, NULL, NULL, "The tenant could not be "
                         "evaluated.");
         return NGX_ERROR;
