@@ -60,6 +60,13 @@
  *                                       computed (1 and 2)
  *   kvserve_fair_kv_max <fraction>|off; http: the KV cache a tenant may
  *                                       hold while others wait (0.5)
+ *   kvserve_max_sequences <n>;          http, server, location: the
+ *                                       sequences (prompts x n) one
+ *                                       request may ask for (16)
+ *   kvserve_request_kv_max <fraction>|off;  http: the KV cache one
+ *                                       request (a prompt and its n
+ *                                       choices) may hold while others
+ *                                       wait (0.25)
  *   kvserve_status;                     location: the engine's stats
  *   kvserve_metrics;                    location: Prometheus metrics,
  *                                       every worker's requests and
@@ -295,6 +302,20 @@ static ngx_command_t  ngx_http_kvserve_commands[] = {
       0,
       NULL },
 
+    { ngx_string("kvserve_max_sequences"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_kvserve_max_sequences,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("kvserve_request_kv_max"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_kvserve_request_kv_max,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("kvserve_status"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_kvserve_status,
@@ -362,6 +383,7 @@ ngx_http_kvserve_create_main_conf(ngx_conf_t *cf)
     kmcf->fair_w_prefill = NGX_CONF_UNSET_UINT;
     kmcf->fair_w_decode = NGX_CONF_UNSET_UINT;
     kmcf->fair_kv_max_milli = NGX_CONF_UNSET_UINT;
+    kmcf->req_kv_max_milli = NGX_CONF_UNSET_UINT;
     kmcf->backend = NGX_CONF_UNSET_UINT;
     kmcf->device = NGX_CONF_UNSET_UINT;
     /* engine_dir: NULL, as ngx_conf_set_path_slot() wants it */
@@ -406,6 +428,8 @@ ngx_http_kvserve_init_main_conf(ngx_conf_t *cf, void *conf)
 
     ngx_conf_init_uint_value(kmcf->fair_w_decode, 2);
     ngx_conf_init_uint_value(kmcf->fair_kv_max_milli, 500);
+    ngx_conf_init_uint_value(kmcf->req_kv_max_milli,
+                             NGX_HTTP_KVSERVE_REQ_KV_MAX);
     ngx_conf_init_msec_value(kmcf->engine_wait, 30000);
     ngx_conf_init_msec_value(kmcf->engine_timeout, 60000);
     ngx_conf_init_msec_value(kmcf->engine_ping, 1000);
@@ -615,6 +639,7 @@ ngx_http_kvserve_create_loc_conf(ngx_conf_t *cf)
     klcf->tokenize_threshold = NGX_CONF_UNSET_SIZE;
     klcf->cache_scope = NGX_CONF_UNSET_PTR;
     klcf->max_messages = NGX_CONF_UNSET_UINT;
+    klcf->max_sequences = NGX_CONF_UNSET_UINT;
 
     return klcf;
 }
@@ -639,6 +664,8 @@ ngx_http_kvserve_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_ptr_value(conf->cache_scope, prev->cache_scope, NULL);
     ngx_conf_merge_uint_value(conf->max_messages, prev->max_messages,
                               NGX_HTTP_KVSERVE_MAX_MESSAGES);
+    ngx_conf_merge_uint_value(conf->max_sequences, prev->max_sequences,
+                              NGX_HTTP_KVSERVE_SEQS);
 
     /* resolved only where kvserve serves: a server or http level left
      * unset must not turn the default off for the locations below it */

@@ -20,6 +20,9 @@
 #   sk-alice-0001  a50dec5dba71b2d2cee3b69a05aa0ddc
 #   sk-bob-0002    b7605eacf740e487952087925a49c7b7
 #   sk-dave-0003   897aae8096865dc2174622bf5eceb67e
+#   127.0.0.1      466b3d5fabfe5f01b82abd3e46d2c5dd (the 4 address bytes
+#                  7f 00 00 01: a request no zone applies to is its
+#                  client address's tenant)
 #
 # Then `nginx -t` refuses bad kvserve_fair_weights and kvserve_fair_kv_max
 # values, naming them.
@@ -131,11 +134,11 @@ for my $req (
     served($hash{$key}, $u) if $u;
 }
 
-# no kvserve_limit zone applies: the nameless tenant
+# no kvserve_limit zone applies: the tenant of the client address
 {
     my $u = complete('/free/v1/completions', 'sk-carol', [20, 21], 4);
     ok($u, 'a request without a zone');
-    served('none', $u) if $u;
+    served('466b3d5fabfe', $u) if $u;
 }
 
 # alice: 4 + 7 prompt tokens, 5 + 2 decoded; bob: 3 and 8 (by hand)

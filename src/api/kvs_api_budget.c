@@ -50,3 +50,42 @@ kvs_api_budget(const kvs_api_req_t *req, size_t n_prompt, uint32_t n_ctx,
 
     return KVS_OK;
 }
+
+
+int
+kvs_api_budget_seqs(const kvs_api_req_t *req, uint32_t max_seqs,
+    kvs_api_err_t *aerr)
+{
+    uint64_t  n_prompts, seqs;
+
+    /* a chat is one prompt; so is a completion of one string */
+    n_prompts = req->kind == KVS_API_CHAT || req->n_prompts == 0
+                ? 1 : req->n_prompts;
+    seqs = n_prompts * req->n;
+
+    if (seqs <= max_seqs) {
+        return KVS_OK;
+    }
+
+    if (req->n > max_seqs || n_prompts == 1) {
+        kvs_api_err_set(aerr, 400, "n", "integer_above_max_value",
+                        "Invalid 'n': this server answers at most %u "
+                        "sequences (prompts x n) per request, and this "
+                        "one asks for %llu (%llu prompt%s x n=%u). Use a "
+                        "smaller n.", (unsigned) max_seqs,
+                        (unsigned long long) seqs,
+                        (unsigned long long) n_prompts,
+                        n_prompts == 1 ? "" : "s", (unsigned) req->n);
+        return KVS_ERANGE;
+    }
+
+    kvs_api_err_set(aerr, 400, "prompt", "too_many_sequences",
+                    "Invalid 'prompt': this server answers at most %u "
+                    "sequences (prompts x n) per request, and this one "
+                    "asks for %llu (%llu prompts x n=%u). Send fewer "
+                    "prompts per request.", (unsigned) max_seqs,
+                    (unsigned long long) seqs,
+                    (unsigned long long) n_prompts, (unsigned) req->n);
+
+    return KVS_ERANGE;
+}

@@ -11,6 +11,11 @@
  * is at least 1 and leaves prompt plus budget within the context.  The
  * check is exact for every max_tokens the parser lets through (up to
  * INT64_MAX) and every prompt length: nothing here overflows.
+ *
+ * A request's sequences are its prompts (a chat is one) times n: each is
+ * one sequence in the engine with its own KV; kvs_api_budget_seqs()
+ * caps them (kvserve_max_sequences), so that one small request cannot
+ * ask the engine for thousands.
  */
 
 #ifndef KVS_API_BUDGET_H
@@ -37,5 +42,14 @@ typedef struct {
  */
 int kvs_api_budget(const kvs_api_req_t *req, size_t n_prompt, uint32_t n_ctx,
     kvs_api_budget_t *b, kvs_api_err_t *aerr);
+
+/*
+ * The sequences req asks for (prompts x n) against max_seqs (>= 1).
+ * KVS_OK; KVS_ERANGE with *aerr a 400 naming the numbers, on param "n"
+ * when n alone is over the cap or there is one prompt (code
+ * integer_above_max_value), else on "prompt" (code too_many_sequences).
+ */
+int kvs_api_budget_seqs(const kvs_api_req_t *req, uint32_t max_seqs,
+    kvs_api_err_t *aerr);
 
 #endif /* KVS_API_BUDGET_H */

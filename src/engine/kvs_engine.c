@@ -105,6 +105,7 @@ kvs_engine_new(kvs_engine_t **out, const kvs_engine_conf_t *conf,
     sc.fair_w_decode = e->conf.fair_w_decode;
     sc.fair_kv_max_milli = e->conf.fair_kv_max_milli;
     sc.no_fair = e->conf.no_fair;
+    sc.req_kv_max_milli = e->conf.req_kv_max_milli;
 
     bc.n_blocks = e->conf.n_blocks;
     bc.block_tokens = e->conf.block_tokens;
@@ -772,6 +773,7 @@ kvs_engine_end(kvs_engine_t *e, kvs_engine_seq_t *h, kvs_finish_t finish,
     }
 
     kvs_sched_untenant(&e->sched, &h->seq);
+    kvs_sched_ungroup(&h->seq);
 
     e->text.len = 0;
 
@@ -953,14 +955,19 @@ kvs_engine_cache_new(kvs_engine_t *e, kvs_err_t *err)
 }
 
 
-/* Gives h and the choices that follow it the request's tenant and its
- * namespace in the prefix cache; without memory for them they go
- * nameless or uncached. */
+/* Gives h and the choices that follow it the request's tenant, its
+ * group (the request KV cap) and its namespace in the prefix cache;
+ * without memory for them they go nameless, ungrouped or uncached. */
 static void
 kvs_engine_cache_ns(kvs_engine_t *e, kvs_engine_seq_t *h)
 {
     kvs_radix_key_t    key;
+    kvs_seq_group_t   *g;
     kvs_engine_seq_t  *f;
+
+    if (kvs_sched_group_new(&g, NULL) != KVS_OK) {
+        g = NULL;
+    }
 
     key.epoch = e->epoch;
     key.adapter = h->adapter;
@@ -970,6 +977,10 @@ kvs_engine_cache_ns(kvs_engine_t *e, kvs_engine_seq_t *h)
     for (f = h; f != NULL; f = f == h ? h->followers : f->next_follower) {
         (void) kvs_sched_tenant(&e->sched, &f->seq, h->tenant,
                                 h->tenant_len, NULL);
+
+        if (g != NULL) {
+            kvs_sched_group(&f->seq, g);
+        }
 
         if (e->radix != NULL
             && kvs_radix_ns_get(e->radix, &key, &f->seq.ns, NULL) != KVS_OK)

@@ -71,6 +71,10 @@ typedef struct {
                                              the cache; 0: none */
     int                 no_fair;          /* arrival order, tenants or not
                                              (baselines) */
+    uint32_t            req_kv_max_milli;     /* a request's (a prompt and
+                                             its n choices) KV cap while
+                                             others wait, thousandths of
+                                             the cache; 0: none */
     kvs_backend_kind_t  backend;          /* CPU (0), CUDA or AUTO (CUDA
                                              when a device answers) */
     int                 device;           /* CUDA device ordinal */

@@ -12,7 +12,11 @@
  *     compute, whose logits give the next token (a tail_only sequence
  *     reaches n_tokens in its last step, and its caller ends it then);
  *   - plan visits running sequences oldest first and preempts from the
- *     newest, so a victim is never one already in the step.
+ *     newest, so a victim is never one already in the step; the caps'
+ *     preemptions (kvs_sched_rebalance) happen before the visit;
+ *   - a tenant's and a group's kv_blocks are their running sequences'
+ *     blocks: recounted at each plan, kept up to date by admissions and
+ *     the caps' preemptions within it.
  */
 
 #include <inttypes.h>
@@ -33,6 +37,11 @@ static void kvs_sched_lookup(kvs_sched_t *s, kvs_seq_t *seq);
 static void kvs_sched_let_go(kvs_sched_t *s, kvs_seq_t *seq);
 static int kvs_sched_room(kvs_sched_t *s, uint32_t need);
 static kvs_seq_t *kvs_sched_pick(kvs_sched_t *s);
+static int kvs_sched_group_capped(kvs_sched_t *s, kvs_seq_group_t *g);
+static kvs_seq_t *kvs_sched_rebalance(kvs_sched_t *s);
+static int kvs_sched_over(kvs_sched_t *s, kvs_seq_t *seq, int tenants,
+    int groups);
+static void kvs_sched_held(kvs_seq_t *seq, int32_t sign);
 
 
 int
@@ -53,6 +62,12 @@ kvs_sched_init(kvs_sched_t *s, const kvs_sched_conf_t *conf,
 
     if (conf->n_ctx == 0) {
         return kvs_err_set(err, KVS_EINVAL, "n_ctx must be at least 1");
+    }
+
+    if (conf->req_kv_max_milli > 1000) {
+        return kvs_err_set(err, KVS_EINVAL, "a request's KV cap of %u "
+                           "thousandths of the cache; at most 1000",
+                           conf->req_kv_max_milli);
     }
 
     if (kvs_fair_init(&s->fair, conf->fair_w_prefill, conf->fair_w_decode,
@@ -131,6 +146,40 @@ kvs_sched_untenant(kvs_sched_t *s, kvs_seq_t *seq)
 {
     kvs_fair_leave(&s->fair, seq->tenant);
     seq->tenant = NULL;
+}
+
+
+int
+kvs_sched_group_new(kvs_seq_group_t **g, kvs_err_t *err)
+{
+    *g = calloc(1, sizeof(kvs_seq_group_t));
+    if (*g == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "scheduler: out of memory");
+    }
+
+    return KVS_OK;
+}
+
+
+void
+kvs_sched_group(kvs_seq_t *seq, kvs_seq_group_t *g)
+{
+    seq->group = g;
+    g->refs++;
+}
+
+
+void
+kvs_sched_ungroup(kvs_seq_t *seq)
+{
+    kvs_seq_group_t  *g;
+
+    g = seq->group;
+    seq->group = NULL;
+
+    if (g != NULL && --g->refs == 0) {
+        free(g);
+    }
 }
 
 
@@ -237,7 +286,7 @@ void
 kvs_sched_plan(kvs_sched_t *s, kvs_sched_plan_t *plan)
 {
     uint32_t    want, budget, take;
-    kvs_seq_t  *seq, *next;
+    kvs_seq_t  *seq, *next, *first;
 
     memset(plan, 0, sizeof(kvs_sched_plan_t));
     plan->batch.toks = s->toks;
@@ -247,6 +296,7 @@ kvs_sched_plan(kvs_sched_t *s, kvs_sched_plan_t *plan)
 
     budget = s->conf.max_batch_tokens;
     kvs_sched_kv_count(s);
+    first = kvs_sched_rebalance(s);
 
     for (seq = s->running.head; seq != NULL && budget > 0; seq = next) {
         next = seq->next;
@@ -277,7 +327,11 @@ kvs_sched_plan(kvs_sched_t *s, kvs_sched_plan_t *plan)
     while (budget > 0 && s->running.n < s->conf.max_running
            && s->waiting.head != NULL)
     {
-        seq = kvs_sched_pick(s);
+        /* the one the caps made room for goes first: those they
+         * preempted would tie with it, and are older */
+        seq = first != NULL && first->state == KVS_SEQ_WAITING
+              ? first : kvs_sched_pick(s);
+        first = NULL;
 
         /* what the prefix cache has of it comes first (a waiting
          * sequence holds nothing, so this is undone if it must wait) */
@@ -302,9 +356,7 @@ kvs_sched_plan(kvs_sched_t *s, kvs_sched_plan_t *plan)
             break;
         }
 
-        if (seq->tenant != NULL) {
-            seq->tenant->kv_blocks += seq->table.n_blocks;
-        }
+        kvs_sched_held(seq, 1);
 
         budget -= take;
     }
@@ -591,25 +643,33 @@ kvs_sched_room(kvs_sched_t *s, uint32_t need)
 /*
  * The waiting sequence to admit next: the oldest of the tenant served
  * least.  While several tenants wait, one holding more than its KV cap
- * is passed over, unless all are.
+ * is passed over, and so is, while several groups wait, a group over
+ * its own; unless all are.
  */
 static kvs_seq_t *
 kvs_sched_pick(kvs_sched_t *s)
 {
-    int            others;
-    uint64_t       vtc, best_vtc, any_vtc;
-    kvs_seq_t     *seq, *best, *any;
-    kvs_tenant_t  *first;
+    int               others, other_groups;
+    uint64_t          vtc, best_vtc, any_vtc;
+    kvs_seq_t        *seq, *best, *any;
+    kvs_tenant_t     *first;
+    kvs_seq_group_t  *first_group;
 
     if (s->conf.no_fair) {
         return s->waiting.head;
     }
 
     first = s->waiting.head->tenant;
+    first_group = s->waiting.head->group;
     others = 0;
+    other_groups = 0;
 
-    for (seq = s->waiting.head; seq != NULL && !others; seq = seq->next) {
-        others = seq->tenant != first;
+    for (seq = s->waiting.head;
+         seq != NULL && !(others && other_groups);
+         seq = seq->next)
+    {
+        others |= seq->tenant != first;
+        other_groups |= seq->group != first_group;
     }
 
     best = NULL;
@@ -632,6 +692,10 @@ kvs_sched_pick(kvs_sched_t *s)
             continue;
         }
 
+        if (other_groups && kvs_sched_group_capped(s, seq->group)) {
+            continue;
+        }
+
         if (best == NULL || vtc < best_vtc) {
             best = seq;
             best_vtc = vtc;
@@ -639,6 +703,168 @@ kvs_sched_pick(kvs_sched_t *s)
     }
 
     return best != NULL ? best : any;
+}
+
+
+/*
+ * The caps' preemption: when the sequences under both caps (running,
+ * and the one pick would admit) need more blocks this step than the pool
+ * has, the newest running sequences over a cap go back to waiting until
+ * the pool has them, or none over a cap runs.  Those counted are an
+ * estimate of the step (each takes what the budget left it, oldest
+ * first, the waiting one without its cached prefix): it errs towards
+ * preempting, and only sequences over their share.  Returns the waiting
+ * sequence room was made for, to be admitted first; NULL when none was.
+ */
+static kvs_seq_t *
+kvs_sched_rebalance(kvs_sched_t *s)
+{
+    int               tenants, groups;
+    uint32_t          budget, take, need, protect, blocks;
+    kvs_seq_t        *seq, *victim, *first, *wait;
+    kvs_seq_queue_t  *q;
+
+    if (s->conf.no_fair
+        || ((s->fair.kv_max_milli == 0 || s->fair.kv_max_milli >= 1000)
+            && (s->conf.req_kv_max_milli == 0
+                || s->conf.req_kv_max_milli >= 1000)))
+    {
+        return NULL;
+    }
+
+    /* a cap shares the pool between several: with one tenant queued
+     * its cap does not apply, nor with one group queued the group's */
+    first = s->running.head != NULL ? s->running.head : s->waiting.head;
+    tenants = 0;
+    groups = 0;
+
+    for (q = &s->running; q != NULL && first != NULL;
+         q = q == &s->running ? &s->waiting : NULL)
+    {
+        for (seq = q->head; seq != NULL && !(tenants && groups);
+             seq = seq->next)
+        {
+            tenants |= seq->tenant != first->tenant;
+            groups |= seq->group != first->group;
+        }
+    }
+
+    if (!tenants && !groups) {
+        return NULL;
+    }
+
+    budget = s->conf.max_batch_tokens;
+    need = 0;
+    protect = 0;
+
+    for (seq = s->running.head; seq != NULL && budget > 0;
+         seq = seq->next)
+    {
+        take = seq->n_tokens - seq->n_computed;
+        take = take < budget ? take : budget;
+        blocks = kvs_sched_blocks_for(s, seq, take);
+        need += blocks;
+        budget -= take;
+
+        if (!kvs_sched_over(s, seq, tenants, groups)) {
+            protect += blocks;
+        }
+    }
+
+    wait = NULL;
+
+    if (budget > 0 && s->running.n < s->conf.max_running
+        && s->waiting.head != NULL)
+    {
+        seq = kvs_sched_pick(s);
+
+        if (!kvs_sched_over(s, seq, tenants, groups)) {
+            wait = seq;
+            take = seq->n_tokens < budget ? seq->n_tokens : budget;
+            blocks = (take + s->pool->block_tokens - 1)
+                     / s->pool->block_tokens;
+            need += blocks;
+            protect += blocks;
+        }
+    }
+
+    /* nobody under the caps is short of blocks: nothing to share */
+    if (protect == 0 || kvs_sched_room(s, need)) {
+        return NULL;
+    }
+
+    do {
+        for (victim = s->running.tail; victim != NULL;
+             victim = victim->prev)
+        {
+            if (kvs_sched_over(s, victim, tenants, groups)) {
+                break;
+            }
+        }
+
+        if (victim == NULL) {
+            return wait;
+        }
+
+        /* it will not take its blocks this step: the estimate drops */
+        take = victim->n_tokens - victim->n_computed;
+        take = take < s->conf.max_batch_tokens
+               ? take : s->conf.max_batch_tokens;
+        blocks = kvs_sched_blocks_for(s, victim, take);
+        need = need > blocks ? need - blocks : 0;
+
+        kvs_sched_held(victim, -1);
+        kvs_sched_preempt(s, victim);
+
+    } while (!kvs_sched_room(s, need));
+
+    return wait;
+}
+
+
+/* 1 when seq's tenant (tenants: others are queued) or group (groups:
+ * likewise) holds over its cap. */
+static int
+kvs_sched_over(kvs_sched_t *s, kvs_seq_t *seq, int tenants, int groups)
+{
+    return (tenants && kvs_fair_capped(&s->fair, seq->tenant, 0,
+                                       s->pool->n_blocks))
+           || (groups && kvs_sched_group_capped(s, seq->group));
+}
+
+
+/* 1 when g holds over the request cap of the pool's blocks. */
+static int
+kvs_sched_group_capped(kvs_sched_t *s, kvs_seq_group_t *g)
+{
+    if (g == NULL || s->conf.req_kv_max_milli == 0
+        || s->conf.req_kv_max_milli >= 1000)
+    {
+        return 0;
+    }
+
+    return (uint64_t) g->kv_blocks * 1000
+           > (uint64_t) s->pool->n_blocks * s->conf.req_kv_max_milli;
+}
+
+
+/* seq's blocks join (sign 1) or leave (-1) its tenant's and group's. */
+static void
+kvs_sched_held(kvs_seq_t *seq, int32_t sign)
+{
+    uint32_t  n;
+
+    n = seq->table.n_blocks;
+
+    if (seq->tenant != NULL) {
+        seq->tenant->kv_blocks = sign > 0 ? seq->tenant->kv_blocks + n
+                                          : seq->tenant->kv_blocks - n;
+    }
+
+    if (seq->group != NULL) {
+        seq->group->kv_blocks = sign > 0 ? seq->group->kv_blocks + n
+                                         : seq->group->kv_blocks - n;
+    }
 }
 
 
@@ -655,10 +881,21 @@ kvs_sched_kv_count(kvs_sched_t *s)
         }
     }
 
-    for (seq = s->running.head; seq != NULL; seq = seq->next) {
-        if (seq->tenant != NULL) {
-            seq->tenant->kv_blocks += seq->table.n_blocks;
+    /* the groups of waiting sequences are read by pick too */
+    for (seq = s->waiting.head; seq != NULL; seq = seq->next) {
+        if (seq->group != NULL) {
+            seq->group->kv_blocks = 0;
         }
+    }
+
+    for (seq = s->running.head; seq != NULL; seq = seq->next) {
+        if (seq->group != NULL) {
+            seq->group->kv_blocks = 0;
+        }
+    }
+
+    for (seq = s->running.head; seq != NULL; seq = seq->next) {
+        kvs_sched_held(seq, 1);
     }
 }
 

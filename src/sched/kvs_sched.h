@@ -16,7 +16,17 @@
  * recomputed from its tokens, prompt and generated, later.  Its sampler
  * state lives with the engine, so what it generates does not depend on
  * whether it was preempted.  Waiting sequences never preempt running
- * ones: they are admitted when their first chunk's blocks are free.
+ * ones: they are admitted when their first chunk's blocks are free;
+ * but for the caps below.
+ *
+ * Caps while others wait: a tenant holding over its share of the pool
+ * (fair_kv_max_milli) or a request, a group of sequences, holding over
+ * its own (req_kv_max_milli) is not admitted more while another's
+ * sequences wait; and when a sequence under both caps needs blocks the
+ * pool lacks, the newest running sequence over a cap is preempted first
+ * (kvs_sched_plan), so one that filled the cache before others came
+ * cannot keep them out until it ends.  Alone, a tenant or a request may
+ * take the whole pool: the caps only share it.
  *
  * A sequence whose prompt plus max_tokens can never fit (the context, the
  * whole pool, or with chunked prefill off the step budget) is refused by
@@ -49,6 +59,17 @@ typedef enum {
 
 typedef struct kvs_seq_s  kvs_seq_t;
 
+/*
+ * A request's sequences (its prompts' choices), for the request KV cap:
+ * made by kvs_sched_group_new(), shared by kvs_sched_group(), freed with
+ * the last kvs_sched_ungroup().
+ */
+typedef struct {
+    uint32_t  refs;                   /* sequences in it */
+    uint32_t  kv_blocks;              /* its running sequences' blocks,
+                                         as of the current plan */
+} kvs_seq_group_t;
+
 struct kvs_seq_s {
     uint64_t          order;          /* arrival rank: smaller is older */
     kvs_seq_state_t   state;
@@ -71,6 +92,7 @@ struct kvs_seq_s {
     uint8_t           looked_up;      /* n_cached and miss are set */
     uint8_t           prompt_cached;  /* its prompt is in the cache */
     kvs_tenant_t     *tenant;         /* for the fair share; NULL: none */
+    kvs_seq_group_t  *group;          /* its request; NULL: none */
     uint8_t           step_decode;    /* this step decodes one token */
     uint8_t           tail_only;      /* done generating: computes its
                                          last token's K/V for the cache
@@ -100,6 +122,9 @@ typedef struct {
     int       no_fair;                /* admit in arrival order whatever
                                          the tenants (counters are still
                                          kept: baselines, benchmarks) */
+    uint32_t  req_kv_max_milli;       /* KV cap per group (request) while
+                                         others wait, thousandths; 0 or
+                                         1000: none */
 } kvs_sched_conf_t;
 
 /* A planned step: the batch to run, and whose logits come back. */
@@ -175,8 +200,17 @@ int kvs_sched_tenant(kvs_sched_t *s, kvs_seq_t *seq, const char *key,
     size_t key_len, kvs_err_t *err);
 void kvs_sched_untenant(kvs_sched_t *s, kvs_seq_t *seq);
 
-/* Counts each tenant's blocks (kv_blocks) from its running sequences'
- * tables: at each plan, and for whoever reports them. */
+/*
+ * A new group for a request's sequences, none in it yet; KVS_ENOMEM.
+ * kvs_sched_group() puts seq in g (before it is added); the sequence's
+ * end calls kvs_sched_ungroup(), and the group goes with its last.
+ */
+int kvs_sched_group_new(kvs_seq_group_t **g, kvs_err_t *err);
+void kvs_sched_group(kvs_seq_t *seq, kvs_seq_group_t *g);
+void kvs_sched_ungroup(kvs_seq_t *seq);
+
+/* Counts each tenant's and group's blocks (kv_blocks) from its running
+ * sequences' tables: at each plan, and for whoever reports them. */
 void kvs_sched_kv_count(kvs_sched_t *s);
 
 /* Queues an initialised sequence at the back of the waiting queue. */

@@ -7,6 +7,9 @@
  * (absent) the context less the prompt; it passes iff it is at least 1
  * and prompt + budget <= context; the reservation is budget x n.  The
  * error texts are OpenAI's, as t/006-completions.t sees them over HTTP.
+ * The sequences' cap: prompts (a chat is one) x n passes iff it is at
+ * most the cap; the 400 names n when n alone is over or there is one
+ * prompt, else prompt, with the numbers.
  */
 
 #include "kvs_test.h"
@@ -245,6 +248,71 @@ test_overflow(void **state)
 }
 
 
+/* A request of n_prompts prompts (0: a single string) and n choices
+ * against the cap max: KVS_OK, or the 400's param, code and message. */
+static void
+seqs(kvs_api_kind_t kind, size_t n_prompts, uint32_t n, uint32_t max,
+    const char *param, const char *code, const char *message)
+{
+    kvs_api_req_t  r;
+    kvs_api_err_t  aerr;
+
+    r = req(kind, 16, n);
+    r.n_prompts = n_prompts;
+    memset(&aerr, 0, sizeof(aerr));
+
+    if (param == NULL) {
+        assert_int_equal(kvs_api_budget_seqs(&r, max, &aerr), KVS_OK);
+        assert_int_equal(aerr.status, 0);
+        return;
+    }
+
+    assert_int_equal(kvs_api_budget_seqs(&r, max, &aerr), KVS_ERANGE);
+    assert_int_equal(aerr.status, 400);
+    assert_string_equal(aerr.param, param);
+    assert_string_equal(aerr.code, code);
+    assert_string_equal(aerr.message, message);
+}
+
+
+static void
+test_seqs(void **state)
+{
+    /* at the cap: 16 x 1, 1 x 16, 4 x 4, 2 x 8 */
+    seqs(KVS_API_COMPLETIONS, 16, 1, 16, NULL, NULL, NULL);
+    seqs(KVS_API_COMPLETIONS, 0, 16, 16, NULL, NULL, NULL);
+    seqs(KVS_API_COMPLETIONS, 4, 4, 16, NULL, NULL, NULL);
+    seqs(KVS_API_CHAT, 1, 16, 16, NULL, NULL, NULL);
+    seqs(KVS_API_COMPLETIONS, 2, 8, 16, NULL, NULL, NULL);
+
+    /* the measured amplification: 128 x 128 = 16384 */
+    seqs(KVS_API_COMPLETIONS, 128, 128, 16, "n", "integer_above_max_value",
+         "Invalid 'n': this server answers at most 16 sequences (prompts "
+         "x n) per request, and this one asks for 16384 (128 prompts x "
+         "n=128). Use a smaller n.");
+
+    /* one over, by the prompts: 17 x 1 and 3 x 6 = 18 */
+    seqs(KVS_API_COMPLETIONS, 17, 1, 16, "prompt", "too_many_sequences",
+         "Invalid 'prompt': this server answers at most 16 sequences "
+         "(prompts x n) per request, and this one asks for 17 (17 "
+         "prompts x n=1). Send fewer prompts per request.");
+    seqs(KVS_API_COMPLETIONS, 3, 6, 16, "prompt", "too_many_sequences",
+         "Invalid 'prompt': this server answers at most 16 sequences "
+         "(prompts x n) per request, and this one asks for 18 (3 "
+         "prompts x n=6). Send fewer prompts per request.");
+
+    /* by n: a chat (always one prompt), and a single string */
+    seqs(KVS_API_CHAT, 1, 17, 16, "n", "integer_above_max_value",
+         "Invalid 'n': this server answers at most 16 sequences (prompts "
+         "x n) per request, and this one asks for 17 (1 prompt x n=17). "
+         "Use a smaller n.");
+    seqs(KVS_API_COMPLETIONS, 0, 2, 1, "n", "integer_above_max_value",
+         "Invalid 'n': this server answers at most 1 sequences (prompts "
+         "x n) per request, and this one asks for 2 (1 prompt x n=2). "
+         "Use a smaller n.");
+}
+
+
 int
 main(void)
 {
@@ -253,6 +321,7 @@ main(void)
         cmocka_unit_test(test_absent),
         cmocka_unit_test(test_prompts),
         cmocka_unit_test(test_overflow),
+        cmocka_unit_test(test_seqs),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,7 +5,9 @@
  * counters grow by weighted tokens computed, the least served tenant's
  * oldest sequence goes first (the oldest wins a tie), a tenant back from
  * idle starts level with the least served present, and a tenant over its
- * KV cap is passed over while others wait.
+ * KV cap is passed over while others wait; a tenant or a request (a
+ * group) over its cap loses its newest running sequence when another's
+ * needs blocks the pool lacks.
  */
 
 #include "kvs_test.h"
@@ -122,6 +124,7 @@ env_run(env_t *env)
             if (kvs_seq_generated(seq) == env->max_tokens[seq - env->seq]) {
                 kvs_sched_remove(&env->s, seq);
                 kvs_sched_untenant(&env->s, seq);
+                kvs_sched_ungroup(seq);
             }
         }
     }
@@ -136,6 +139,7 @@ env_free(env_t *env)
     for (i = 0; i < N_SEQ; i++) {
         kvs_sched_remove(&env->s, &env->seq[i]);
         kvs_sched_untenant(&env->s, &env->seq[i]);
+        kvs_sched_ungroup(&env->seq[i]);
         kvs_seq_free(&env->seq[i]);
     }
 
@@ -349,6 +353,123 @@ test_kv_cap(void **state)
 
 
 /*
+ * A hog filled the cache before the newcomer came: a's sequences 0 and
+ * 1 (one request, group x) prefill 18 and 22 tokens in step 1, 5 + 6 =
+ * 11 blocks of 4 tokens, the whole pool; each then decodes inside its
+ * last block (positions 18 and 22), so it needs no new block and
+ * nothing runs dry.  The newcomer, sequence 2 (4 tokens: one block),
+ * arrives as tenant nc_tenant in group nc_group (0: x, 1: a group of its
+ * own).  Without a cap that applies it waits for a's sequences to end;
+ * with one, a holds 11 of 11 blocks (over 500 and 250 thousandths), so
+ * a's newest, sequence 1 (6 blocks), is preempted in step 2 and the
+ * newcomer runs in that same step.  Returns 1 when it does.  Then all
+ * three run to their ends and the pool is empty again (env_free).
+ */
+static int
+hog_case(uint32_t fair_milli, uint32_t req_milli, const char *nc_tenant,
+    int nc_group)
+{
+    int               in;
+    env_t             env;
+    uint32_t          k;
+    kvs_seq_t        *seq;
+    kvs_err_t         err;
+    kvs_seq_group_t  *x, *y;
+    kvs_sched_plan_t  plan;
+
+    env_init(&env, 11, 4, fair_milli);
+    env.s.conf.req_kv_max_milli = req_milli;
+    assert_int_equal(kvs_sched_group_new(&x, &err), KVS_OK);
+    assert_int_equal(kvs_sched_group_new(&y, &err), KVS_OK);
+
+    assert_int_equal(kvs_seq_init(&env.seq[0], &env.s, env.prompt, 18, 2,
+                                  &err), KVS_OK);
+    assert_int_equal(kvs_seq_init(&env.seq[1], &env.s, env.prompt, 22, 2,
+                                  &err), KVS_OK);
+
+    for (in = 0; in < 2; in++) {
+        assert_int_equal(kvs_sched_tenant(&env.s, &env.seq[in], "a", 1,
+                                          &err), KVS_OK);
+        kvs_sched_group(&env.seq[in], x);
+        kvs_sched_add(&env.s, &env.seq[in]);
+        env.max_tokens[in] = 2;
+    }
+
+    kvs_sched_plan(&env.s, &plan);
+    assert_int_equal(plan.batch.n, 40);
+    kvs_sched_commit(&env.s, &plan);
+    kvs_seq_append(&env.seq[0], 7);
+    kvs_seq_append(&env.seq[1], 7);
+    assert_int_equal(kvs_kv_pool_free_count(env.pool), 0);
+
+    assert_int_equal(kvs_seq_init(&env.seq[2], &env.s, env.prompt, 4, 1,
+                                  &err), KVS_OK);
+    assert_int_equal(kvs_sched_tenant(&env.s, &env.seq[2], nc_tenant,
+                                      strlen(nc_tenant), &err), KVS_OK);
+    kvs_sched_group(&env.seq[2], nc_group ? y : x);
+    kvs_sched_add(&env.s, &env.seq[2]);
+    env.max_tokens[2] = 1;
+
+    /* y was only lent: it goes with its last sequence, or now */
+    if (!nc_group) {
+        kvs_sched_group(&env.seq[3], y);
+        kvs_sched_ungroup(&env.seq[3]);
+    }
+
+    kvs_sched_plan(&env.s, &plan);
+    in = env.seq[2].state == KVS_SEQ_RUNNING;
+
+    /* only the newest over its cap went, and only when the newcomer
+     * came in */
+    assert_int_equal(env.seq[0].state, KVS_SEQ_RUNNING);
+    assert_int_equal(env.seq[1].state,
+                     in ? KVS_SEQ_WAITING : KVS_SEQ_RUNNING);
+    assert_int_equal(env.s.n_preemptions, in ? 1 : 0);
+
+    kvs_sched_commit(&env.s, &plan);
+
+    for (k = 0; k < plan.n_logits; k++) {
+        seq = plan.logits_seq[k];
+        kvs_seq_append(seq, 7);
+
+        if (kvs_seq_generated(seq) == env.max_tokens[seq - env.seq]) {
+            kvs_sched_remove(&env.s, seq);
+            kvs_sched_untenant(&env.s, seq);
+            kvs_sched_ungroup(seq);
+        }
+    }
+
+    env_run(&env);
+
+    for (k = 0; k < 3; k++) {
+        assert_int_equal(kvs_seq_generated(&env.seq[k]), env.max_tokens[k]);
+    }
+
+    env_free(&env);
+
+    return in;
+}
+
+
+/*
+ * The caps' preemption, worked out in hog_case: by tenant (b is another
+ * tenant, a holds over half), by request (the same tenant's other
+ * request, a's request holds over a quarter), and not when the cap does
+ * not share anything: no caps, a tenant cap with one tenant, caps with
+ * the newcomer in the hog's own request.
+ */
+static void
+test_cap_preempt(void **state)
+{
+    assert_int_equal(hog_case(500, 0, "b", 1), 1);
+    assert_int_equal(hog_case(0, 250, "a", 1), 1);
+    assert_int_equal(hog_case(0, 0, "b", 1), 0);
+    assert_int_equal(hog_case(500, 0, "a", 1), 0);
+    assert_int_equal(hog_case(500, 250, "a", 0), 0);
+}
+
+
+/*
  * Through the engine: each tenant's tokens as the engine reports them
  * add up to the engine's own prefill and decode counts, the one served
  * most comes first, and "other" holds the rest.
@@ -438,6 +559,7 @@ main(void)
         cmocka_unit_test(test_one_tenant_fifo),
         cmocka_unit_test(test_counters),
         cmocka_unit_test(test_kv_cap),
+        cmocka_unit_test(test_cap_preempt),
         cmocka_unit_test(test_engine_tenants),
     };
 

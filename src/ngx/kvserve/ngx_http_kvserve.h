@@ -30,6 +30,12 @@
 #define NGX_HTTP_KVSERVE_KV_DTYPE      "f32"
 
 #define NGX_HTTP_KVSERVE_FAIR_W_MAX    1000   /* kvserve_fair_weights */
+#define NGX_HTTP_KVSERVE_MAX_SEQS      16384  /* kvserve_max_sequences: the
+                                                 parser's 128 prompts x
+                                                 128 choices */
+#define NGX_HTTP_KVSERVE_SEQS          16     /* ... its default */
+#define NGX_HTTP_KVSERVE_REQ_KV_MAX    250    /* kvserve_request_kv_max's
+                                                 default, thousandths */
 
 
 typedef struct {
@@ -69,6 +75,8 @@ typedef struct {
     ngx_uint_t                fair_kv_max_milli;   /* kvserve_fair_kv_max
                                                   in thousandths of the
                                                   KV cache; 0: off */
+    ngx_uint_t                req_kv_max_milli;    /* kvserve_request_
+                                                  kv_max, likewise */
     ngx_uint_t                backend;     /* kvserve_backend: a
                                               kvs_backend_kind_t, chosen
                                               in the engine process */
@@ -127,6 +135,9 @@ typedef struct {
                                               before any location is
                                               chosen are JSON; not
                                               merged */
+    ngx_uint_t                max_sequences;  /* kvserve_max_sequences:
+                                                 prompts x n a request
+                                                 may ask for */
 } ngx_http_kvserve_loc_conf_t;
 
 
@@ -225,6 +236,10 @@ char *ngx_http_kvserve_tokenize_pool_default(ngx_conf_t *cf,
 char *ngx_http_kvserve_fair_weights(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_kvserve_fair_kv_max(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_kvserve_request_kv_max(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_kvserve_max_sequences(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_kvserve_backend(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);

@@ -12,7 +12,8 @@
  *    API key stays in the worker), and distinct tenants collide with
  *    probability 2^-128; an empty value is the global scope, as
  *    "global" is (ngx_http_kvserve_hash_hex() makes that hash, and the
- *    fair share's tenant of a kvserve_limit key);
+ *    fair share's tenant of a kvserve_limit key, or of the client
+ *    address when no key applies);
  *  - ngx_http_kvserve_cache_pins() runs in the tokenizing job (maybe a
  *    pool thread): it touches only the job and libkvserve;
  *  - a part's cache figures are taken from the first OUT frame that
@@ -145,6 +146,51 @@ ngx_http_kvserve_hash_hex(ngx_pool_t *pool, ngx_str_t *v, ngx_str_t *out)
     out->len = 32;
 
     return NGX_OK;
+}
+
+
+/*
+ * A request no kvserve_limit key names is the fair share's tenant of its
+ * client address (the sockaddr's address bytes, without the port, as
+ * the realip module may have set them), hashed as a key is: so keyless
+ * clients share the engine between them, not in one nameless queue.  A
+ * unix-socket client has no address and stays nameless.
+ */
+ngx_int_t
+ngx_http_kvserve_addr_tenant(ngx_http_kvserve_ctx_t *ctx)
+{
+    ngx_str_t             a;
+    struct sockaddr      *sa;
+#if (NGX_HAVE_INET6)
+    struct sockaddr_in6  *sin6;
+#endif
+
+    if (ctx->tenant.len > 0) {
+        return NGX_OK;
+    }
+
+    sa = ctx->r->connection->sockaddr;
+
+    switch (sa->sa_family) {
+
+    case AF_INET:
+        a.data = (u_char *) &((struct sockaddr_in *) sa)->sin_addr;
+        a.len = sizeof(struct in_addr);
+        break;
+
+#if (NGX_HAVE_INET6)
+    case AF_INET6:
+        sin6 = (struct sockaddr_in6 *) sa;
+        a.data = sin6->sin6_addr.s6_addr;
+        a.len = sizeof(struct in6_addr);
+        break;
+#endif
+
+    default:
+        return NGX_OK;
+    }
+
+    return ngx_http_kvserve_hash_hex(ctx->r->pool, &a, &ctx->tenant);
 }
 
 

@@ -336,9 +336,12 @@ ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx, kvs_api_err_t *aerr)
 
     klcf = ngx_http_get_module_loc_conf(ctx->r, ngx_http_kvserve_module);
 
-    /* before anything is rendered: past the cap a request costs no more
-     * than its parse */
+    /* the caps, before anything is allocated, rendered or tokenized for
+     * the request: past them a request costs no more than its parse */
     if (kvs_api_req_check_messages(&ctx->req, klcf->max_messages, aerr)
+        != KVS_OK
+        || kvs_api_budget_seqs(&ctx->req, (uint32_t) klcf->max_sequences,
+                               aerr)
         != KVS_OK)
     {
         return NGX_ERROR;
@@ -379,7 +382,9 @@ ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx, kvs_api_err_t *aerr)
         return NGX_ERROR;
     }
 
-    if (ngx_http_kvserve_limit_tenant(ctx) != NGX_OK) {
+    if (ngx_http_kvserve_limit_tenant(ctx) != NGX_OK
+        || ngx_http_kvserve_addr_tenant(ctx) != NGX_OK)
+    {
         kvs_api_err_set(aerr, 500, NULL, NULL, "The tenant could not be "
                         "evaluated.");
         return NGX_ERROR;

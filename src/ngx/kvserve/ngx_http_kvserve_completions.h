@@ -94,7 +94,8 @@ void ngx_http_kvserve_part_event(ngx_http_kvserve_sub_t *s, ngx_uint_t ev,
 /* ---- the prefix cache (ngx_http_kvserve_cache.c) ---------------------
  *
  * Below the phases: cache scopes, pins and figures, the tenant's hash
- * (kvserve_limit). */
+ * (kvserve_limit's key, else the client address). */
+ngx_int_t ngx_http_kvserve_addr_tenant(ngx_http_kvserve_ctx_t *ctx);
 ngx_int_t ngx_http_kvserve_hash_hex(ngx_pool_t *pool, ngx_str_t *v,
     ngx_str_t *out);
 ngx_int_t ngx_http_kvserve_cache_scope(ngx_http_kvserve_ctx_t *ctx);

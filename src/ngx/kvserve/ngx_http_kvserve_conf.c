@@ -605,34 +605,18 @@ ngx_http_kvserve_fair_weights(ngx_conf_t *cf, ngx_command_t *cmd,
 
 
 /*
- * kvserve_fair_kv_max <fraction> | off: the KV blocks a tenant may hold
- * while others wait, 0 < fraction <= 1 of the cache, in thousandths
- * (rounded half up, at least 1); off: no cap (0).  Parsed by hand as a
- * decimal so that 0.1 is exactly 100.
+ * A fraction of the KV cache, 0 < f <= 1, in thousandths (rounded half
+ * up, at least 1), into *milli; NGX_ERROR for anything else.  Parsed by
+ * hand as a decimal so that 0.1 is exactly 100.
  */
-char *
-ngx_http_kvserve_fair_kv_max(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf)
+static ngx_int_t
+ngx_http_kvserve_parse_milli(ngx_str_t *v, ngx_uint_t *milli)
 {
-    ngx_http_kvserve_main_conf_t  *kmcf = conf;
-
     u_char      *p, *last;
-    ngx_str_t   *value;
     ngx_uint_t   whole, frac, digits, nonzero, fnonzero, dot;
 
-    if (kmcf->fair_kv_max_milli != NGX_CONF_UNSET_UINT) {
-        return "is duplicate";
-    }
-
-    value = cf->args->elts;
-
-    if (ngx_strcmp(value[1].data, "off") == 0) {
-        kmcf->fair_kv_max_milli = 0;
-        return NGX_CONF_OK;
-    }
-
-    p = value[1].data;
-    last = p + value[1].len;
+    p = v->data;
+    last = p + v->len;
     whole = 0;
     frac = 0;          /* the first four decimals, as ten-thousandths */
     digits = 0;
@@ -648,7 +632,7 @@ ngx_http_kvserve_fair_kv_max(ngx_conf_t *cf, ngx_command_t *cmd,
         }
 
         if (*p < '0' || *p > '9' || (!dot && whole > 1)) {
-            goto invalid;
+            return NGX_ERROR;
         }
 
         nonzero |= (*p != '0');
@@ -666,8 +650,8 @@ ngx_http_kvserve_fair_kv_max(ngx_conf_t *cf, ngx_command_t *cmd,
         }
     }
 
-    if (value[1].len == dot || !nonzero || whole > 1) {
-        goto invalid;
+    if (v->len == dot || !nonzero || whole > 1) {
+        return NGX_ERROR;
     }
 
     while (digits < 4) {
@@ -676,24 +660,126 @@ ngx_http_kvserve_fair_kv_max(ngx_conf_t *cf, ngx_command_t *cmd,
     }
 
     if (whole == 1 && fnonzero) {
-        goto invalid;
+        return NGX_ERROR;
     }
 
     /* 1 is 1000; else round the ten-thousandths half up */
-    kmcf->fair_kv_max_milli = whole ? 1000 : (frac + 5) / 10;
+    *milli = whole ? 1000 : (frac + 5) / 10;
 
-    if (kmcf->fair_kv_max_milli == 0) {
-        kmcf->fair_kv_max_milli = 1;
+    if (*milli == 0) {
+        *milli = 1;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * kvserve_fair_kv_max <fraction> | off: the KV blocks a tenant may hold
+ * while others wait, 0 < fraction <= 1 of the cache, in thousandths;
+ * off: no cap (0).
+ */
+char *
+ngx_http_kvserve_fair_kv_max(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_kvserve_main_conf_t  *kmcf = conf;
+
+    ngx_str_t  *value;
+
+    if (kmcf->fair_kv_max_milli != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (ngx_strcmp(value[1].data, "off") == 0) {
+        kmcf->fair_kv_max_milli = 0;
+        return NGX_CONF_OK;
+    }
+
+    if (ngx_http_kvserve_parse_milli(&value[1], &kmcf->fair_kv_max_milli)
+        != NGX_OK)
+    {
+        return ngx_http_kvserve_conf_invalid(cf, cmd, &value[1],
+                                             "it must be a fraction of the "
+                                             "KV cache over 0 and at most "
+                                             "1, such as 0.5, or \"off\"");
     }
 
     return NGX_CONF_OK;
+}
 
-invalid:
 
-    return ngx_http_kvserve_conf_invalid(cf, cmd, &value[1],
-                                         "it must be a fraction of the KV "
-                                         "cache over 0 and at most 1, such "
-                                         "as 0.5, or \"off\"");
+/*
+ * kvserve_request_kv_max <fraction> | off: the KV blocks one request (a
+ * prompt and its n choices) may hold while others wait, as
+ * kvserve_fair_kv_max is for a tenant; off: no cap (0).
+ */
+char *
+ngx_http_kvserve_request_kv_max(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_kvserve_main_conf_t  *kmcf = conf;
+
+    ngx_str_t  *value;
+
+    if (kmcf->req_kv_max_milli != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (ngx_strcmp(value[1].data, "off") == 0) {
+        kmcf->req_kv_max_milli = 0;
+        return NGX_CONF_OK;
+    }
+
+    if (ngx_http_kvserve_parse_milli(&value[1], &kmcf->req_kv_max_milli)
+        != NGX_OK)
+    {
+        return ngx_http_kvserve_conf_invalid(cf, cmd, &value[1],
+                                             "it must be a fraction of the "
+                                             "KV cache over 0 and at most "
+                                             "1, such as 0.25, or \"off\"");
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * kvserve_max_sequences <n>: the sequences (prompts x n) one request may
+ * ask the engine for, 1..NGX_HTTP_KVSERVE_MAX_SEQS.
+ */
+char *
+ngx_http_kvserve_max_sequences(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_kvserve_loc_conf_t  *klcf = conf;
+
+    ngx_int_t   n;
+    ngx_str_t  *value;
+
+    if (klcf->max_sequences != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    n = ngx_atoi(value[1].data, value[1].len);
+
+    if (n == NGX_ERROR || n < 1 || n > NGX_HTTP_KVSERVE_MAX_SEQS) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\" directive, it "
+                           "must be a number of sequences from 1 to %d",
+                           &value[1], &cmd->name,
+                           NGX_HTTP_KVSERVE_MAX_SEQS);
+        return NGX_CONF_ERROR;
+    }
+
+    klcf->max_sequences = (ngx_uint_t) n;
+
+    return NGX_CONF_OK;
 }
 
 

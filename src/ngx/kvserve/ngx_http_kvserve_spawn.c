@@ -316,6 +316,7 @@ ngx_http_kvserve_child(ngx_http_kvserve_engine_t *e, int lease, int pidfd)
         sm[i].engine.fair_w_prefill = (uint32_t) kmcf->fair_w_prefill;
         sm[i].engine.fair_w_decode = (uint32_t) kmcf->fair_w_decode;
         sm[i].engine.fair_kv_max_milli = (uint32_t) kmcf->fair_kv_max_milli;
+        sm[i].engine.req_kv_max_milli = (uint32_t) kmcf->req_kv_max_milli;
         sm[i].engine.backend = (kvs_backend_kind_t) kmcf->backend;
         sm[i].engine.device = (int) kmcf->device;
 
