@@ -245,6 +245,39 @@ test_overflow(void **state)
 }
 
 
+/* A prompt whose tokenizing stopped past the context: the same 400 on
+ * the same param, saying it is longer than the context. */
+static void
+test_too_long(void **state)
+{
+    kvs_api_req_t  r;
+    kvs_api_err_t  aerr;
+
+    r = req(KVS_API_COMPLETIONS, 16, 1);
+    memset(&aerr, 0, sizeof(aerr));
+    kvs_api_too_long(&r, 512, &aerr);
+    assert_int_equal(aerr.status, 400);
+    assert_string_equal(aerr.param, "prompt");
+    assert_string_equal(aerr.type, "invalid_request_error");
+    assert_string_equal(aerr.code, "context_length_exceeded");
+    assert_string_equal(aerr.message,
+        "This model's maximum context length is 512 tokens. However, "
+        "your prompt resulted in more than 512 tokens. Please reduce the "
+        "length of the prompt.");
+
+    r = req(KVS_API_CHAT, -1, 2);
+    memset(&aerr, 0, sizeof(aerr));
+    kvs_api_too_long(&r, 4096, &aerr);
+    assert_int_equal(aerr.status, 400);
+    assert_string_equal(aerr.param, "messages");
+    assert_string_equal(aerr.code, "context_length_exceeded");
+    assert_string_equal(aerr.message,
+        "This model's maximum context length is 4096 tokens. However, "
+        "your messages resulted in more than 4096 tokens. Please reduce "
+        "the length of the messages.");
+}
+
+
 int
 main(void)
 {
@@ -253,6 +286,7 @@ main(void)
         cmocka_unit_test(test_absent),
         cmocka_unit_test(test_prompts),
         cmocka_unit_test(test_overflow),
+        cmocka_unit_test(test_too_long),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

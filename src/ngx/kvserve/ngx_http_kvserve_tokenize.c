@@ -13,7 +13,13 @@
  *    tree and the shared vocabulary and writes its job, and the task's
  *    completion (on the event loop) drops a request whose client left;
  *  - each pool thread has its own tokenizer scratch (a thread key), the
- *    event loop has its own (ngx_http_kvserve_tok, one per worker).
+ *    event loop has its own (ngx_http_kvserve_tok, one per worker); each
+ *    keeps at most KVS_TOK_SCRATCH_KEEP between tasks (kvs_tok trims it
+ *    after every call), so a worker's tokenizing memory is bounded by
+ *    its threads, not by the longest prompt it ever saw;
+ *  - a part is tokenized up to its model's context and no further
+ *    (job->max_ids): a prompt over it is refused as
+ *    context_length_exceeded for the cost of its first tokens.
  */
 
 #include <ngx_config.h>
@@ -25,6 +31,7 @@
 #endif
 
 #include "ngx_http_kvserve_completions.h"
+#include "api/kvs_api_budget.h"
 
 
 static size_t ngx_http_kvserve_prompt_bytes(ngx_http_kvserve_ctx_t *ctx);
@@ -125,11 +132,11 @@ ngx_http_kvserve_chat_ids(ngx_http_kvserve_tok_job_t *job,
     rc = kvs_chat_render(&job->chat, job->req->messages, &args, &text, &err);
 
     if (rc == KVS_OK) {
-        rc = kvs_tok_encode_guarded(v, tok, (const char *) text.data,
-                                    text.len, KVS_TOK_SPECIAL,
-                                    (const kvs_span_t *) spans.data,
-                                    spans.len / sizeof(kvs_span_t), ids,
-                                    &err);
+        rc = kvs_tok_encode_limit(v, tok, (const char *) text.data, text.len,
+                                  KVS_TOK_SPECIAL,
+                                  (const kvs_span_t *) spans.data,
+                                  spans.len / sizeof(kvs_span_t),
+                                  job->max_ids, ids, &err);
     }
 
     if (rc == KVS_OK) {
@@ -142,6 +149,11 @@ ngx_http_kvserve_chat_ids(ngx_http_kvserve_tok_job_t *job,
 
     kvs_buf_free(&text);
     kvs_buf_free(&spans);
+
+    if (rc == KVS_ETOOLONG) {
+        kvs_api_too_long(job->req, (uint32_t) job->max_ids, aerr);
+        return NGX_ERROR;
+    }
 
     if (rc == KVS_EINVAL) {
         kvs_api_err_from_msg(aerr, 400, NULL, err.msg);
@@ -180,8 +192,14 @@ ngx_http_kvserve_prompt_ids(ngx_http_kvserve_tok_job_t *job, ngx_uint_t i,
     }
 
     if (p->text.ptr != NULL) {
-        rc = kvs_tok_encode(v, tok, p->text.ptr, p->text.len,
-                            v->add_bos ? KVS_TOK_ADD_BOS : 0, ids, &err);
+        rc = kvs_tok_encode_limit(v, tok, p->text.ptr, p->text.len,
+                                  v->add_bos ? KVS_TOK_ADD_BOS : 0, NULL, 0,
+                                  job->max_ids, ids, &err);
+        if (rc == KVS_ETOOLONG) {
+            kvs_api_too_long(job->req, (uint32_t) job->max_ids, aerr);
+            return NGX_ERROR;
+        }
+
         if (rc != KVS_OK) {
             kvs_api_err_set(aerr, rc == KVS_EINVAL ? 400 : 500, param, NULL,
                             "%s", err.msg);
