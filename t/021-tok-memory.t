@@ -1,13 +1,15 @@
-# A worker's memory does not grow with the prompts it is sent: 100
-# prompts of 0.9 MB (under the default 1 MB body limit; completions with
-# words, completions with one long word, chat) to a model of 512 tokens,
-# eight at a time, through a 32-thread tokenize pool and again inline
-# (kvserve_tokenize_threads off), with two workers.  Each gets a 400
-# context_length_exceeded; afterwards no worker's VmRSS is more than
-# %Grow_mb above what it was before them.  Before the bound on the
-# tokenizer's scratch and the early stop at the context, each pool
-# thread kept a scratch as large as the largest prompt it had tokenized
-# (tens of MB each), and the inline path kept one per worker.
+# A worker's memory does not grow with the prompts it is sent.  Prompts
+# of 0.9 MB (under the default 1 MB body limit; completions with words,
+# completions with one long word, chat) to a model of 512 tokens, with
+# two workers: one of each at a time raises a worker's peak (VmHWM) by
+# less than $Peak_bodies times the body; then 100, eight at a time,
+# inline (kvserve_tokenize_threads off) and again through a 32-thread
+# tokenize pool: each gets a 400 context_length_exceeded, and no
+# worker's VmRSS ends more than %Grow_mb above what it was before them.
+# Before the bound on the tokenizer's scratch and the early stop at the
+# context, each pool thread kept a scratch as large as the largest prompt
+# it had tokenized (tens of MB each), the inline path kept one per
+# worker, and a single request peaked at some 24 times its body.
 use Test::Nginx::Socket 'no_plan';
 use FindBin;
 use lib "$FindBin::Bin/lib";
@@ -27,6 +29,9 @@ our $Model = "$ENV{TEST_NGINX_MODEL_DIR}/default.gguf";
 # arenas) and their scratches at the bound.  The unbounded scratch grew
 # a worker by hundreds of MB.
 our %Grow_mb = (inline => 12, pool => 48);
+
+# what one 0.9 MB request may raise a worker's peak by, in bodies
+our $Peak_bodies = 8;
 
 add_block_preprocessor(sub {
     my $block = shift;
@@ -184,6 +189,25 @@ for my $loc (qw(pool inline)) {
             model => 'kvserve-tiny', prompt => 'once upon a time',
             max_tokens => 1 }));
     }
+}
+
+# one request at a time first, inline: what a worker's peak rises by for
+# one 0.9 MB request of each kind (the body, its copy, the JSON tree, the
+# rendered chat text, the first ids), said as a multiple of the body
+{
+    my %before = map { $_ => rss_kb($_) } @w;
+    my $body_kb = int(0.9 * 1024);
+    for my $i (0 .. 2) {
+        my ($uri, $body) = body($i);
+        my ($st) = post("/inline$uri", $body);
+        is($st, 400, "one 0.9 MB request ($uri, kind $i): 400");
+    }
+    my ($peak) = sort { $b <=> $a }
+                 map { rss_kb($_, 'VmHWM') - $before{$_} } @w;
+    diag("one 0.9 MB request at a time raised a worker's peak by $peak kB, "
+         . sprintf('%.1f', $peak / $body_kb) . ' times the body');
+    ok($peak < $Peak_bodies * $body_kb,
+       "... less than $Peak_bodies times the body");
 }
 
 # inline first: a worker's own scratch, then the pool's 32 on top
