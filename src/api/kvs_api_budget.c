@@ -89,3 +89,19 @@ kvs_api_budget_seqs(const kvs_api_req_t *req, uint32_t max_seqs,
 
     return KVS_ERANGE;
 }
+
+
+void
+kvs_api_budget_too_long(const kvs_api_req_t *req, uint32_t n_ctx,
+    kvs_api_err_t *aerr)
+{
+    const char  *what;
+
+    what = req->kind == KVS_API_CHAT ? "messages" : "prompt";
+
+    kvs_api_err_set(aerr, 400, what, "context_length_exceeded",
+                    "This model's maximum context length is %u tokens. "
+                    "However, your %s resulted in more than %u tokens. "
+                    "Please reduce the length of the %s.",
+                    (unsigned) n_ctx, what, (unsigned) n_ctx, what);
+}

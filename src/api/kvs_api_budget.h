@@ -52,4 +52,12 @@ int kvs_api_budget(const kvs_api_req_t *req, size_t n_prompt, uint32_t n_ctx,
 int kvs_api_budget_seqs(const kvs_api_req_t *req, uint32_t max_seqs,
     kvs_api_err_t *aerr);
 
+/*
+ * The same 400 for a prompt whose tokenizing stopped once it passed
+ * n_ctx tokens (kvs_tok_encode_limit()): its length is only known to be
+ * over n_ctx, and no budget can make it fit.
+ */
+void kvs_api_budget_too_long(const kvs_api_req_t *req, uint32_t n_ctx,
+    kvs_api_err_t *aerr);
+
 #endif /* KVS_API_BUDGET_H */

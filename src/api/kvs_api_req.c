@@ -245,7 +245,7 @@ kvs_api_missing(const char *path, kvs_api_err_t *aerr)
 
 
 int
-kvs_api_too_long(const char *path, size_t max, size_t n,
+kvs_api_array_too_long(const char *path, size_t max, size_t n,
     kvs_api_err_t *aerr)
 {
     kvs_api_err_set(aerr, 400, path, "array_above_max_length",

@@ -135,7 +135,7 @@ kvs_api_req_stop(kvs_api_req_t *req, const json_t *v, kvs_api_err_t *aerr)
     }
 
     if (n > KVS_API_MAX_STOP) {
-        return kvs_api_too_long("stop", KVS_API_MAX_STOP, n, aerr);
+        return kvs_api_array_too_long("stop", KVS_API_MAX_STOP, n, aerr);
     }
 
     for (i = 0; i < n; i++) {

@@ -33,7 +33,7 @@ int kvs_api_type_err(const char *path, const char *expected,
     const json_t *v, kvs_api_err_t *aerr);
 int kvs_api_missing(const char *path, kvs_api_err_t *aerr);
 /* OpenAI's "array too long" for an array at path of n > max elements */
-int kvs_api_too_long(const char *path, size_t max, size_t n,
+int kvs_api_array_too_long(const char *path, size_t max, size_t n,
     kvs_api_err_t *aerr);
 
 int kvs_api_num(const json_t *v, const char *path, double lo, double hi,

@@ -294,7 +294,7 @@ kvs_api_req_check_messages(const kvs_api_req_t *req, size_t max,
 
     n = json_array_size(req->messages);
 
-    return n > max ? kvs_api_too_long("messages", max, n, aerr) : KVS_OK;
+    return n > max ? kvs_api_array_too_long("messages", max, n, aerr) : KVS_OK;
 }
 
 
@@ -352,7 +352,7 @@ kvs_api_req_prompt_list(kvs_api_req_t *req, const json_t *a, int ids,
     n = json_array_size(a);
 
     if (n > KVS_API_MAX_PROMPTS) {
-        return kvs_api_too_long("prompt", KVS_API_MAX_PROMPTS, n, aerr);
+        return kvs_api_array_too_long("prompt", KVS_API_MAX_PROMPTS, n, aerr);
     }
 
     req->prompts = calloc(n, sizeof(kvs_api_prompt_t));

@@ -88,6 +88,7 @@ kvs_err_name(int code)
     case KVS_EINVAL:       return "inval";
     case KVS_EUNSUPPORTED: return "unsupported";
     case KVS_ERANGE:       return "range";
+    case KVS_ETOOLONG:     return "toolong";
     default:               return "unknown";
     }
 }

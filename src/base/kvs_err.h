@@ -23,6 +23,7 @@
 #define KVS_EINVAL       -6    /* bad argument from the caller */
 #define KVS_EUNSUPPORTED -7    /* valid, but not something we handle */
 #define KVS_ERANGE       -8    /* value does not fit the requested type */
+#define KVS_ETOOLONG     -9    /* output would pass the caller's limit */
 
 #define KVS_ERR_MSG_LEN  320
 

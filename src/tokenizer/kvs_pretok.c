@@ -209,7 +209,7 @@ typedef struct {
 
 static int kvs_pretok_step_regex(const kvs_pretok_step_t *st,
     kvs_pretok_scratch_t *s, const char *text, kvs_piece_t in, int o,
-    size_t *n, kvs_err_t *err);
+    size_t from, size_t max, size_t *n, size_t *stop, kvs_err_t *err);
 static int kvs_pretok_step_digits_bl(kvs_pretok_scratch_t *s,
     const char *text, kvs_piece_t in, int o, size_t *n, kvs_err_t *err);
 
@@ -424,15 +424,37 @@ kvs_pretok_split(const kvs_pretok_t *p, kvs_tok_ctx_t *ctx,
     const char *text, size_t len, const kvs_piece_t **pieces, size_t *n,
     kvs_err_t *err)
 {
+    size_t  next;
+
+    return kvs_pretok_split_from(p, ctx, text, len, 0, SIZE_MAX, pieces, n,
+                                 &next, err);
+}
+
+
+/*
+ * The first step runs over the whole text (its regex sees all of it, as
+ * in one call) but stops after the first match that brings its pieces to
+ * max; what it made goes through the other steps, which split each piece
+ * on its own.  Resuming at *next, where it stopped, gives the pieces a
+ * single call would have given: a regex search only depends on where it
+ * starts, and every search starts at the end of the previous match.  So
+ * the scratch holds a batch of pieces, not the text's.
+ */
+int
+kvs_pretok_split_from(const kvs_pretok_t *p, kvs_tok_ctx_t *ctx,
+    const char *text, size_t len, size_t from, size_t max,
+    const kvs_piece_t **pieces, size_t *n, size_t *next, kvs_err_t *err)
+{
     int                    rc, i, o;
-    size_t                 k, nin, nout;
+    size_t                 k, nin, nout, stop;
     kvs_piece_t            whole;
     kvs_pretok_scratch_t  *s;
 
     *pieces = NULL;
     *n = 0;
+    *next = len;
 
-    if (len == 0) {
+    if (len == 0 || from >= len) {
         return KVS_OK;
     }
 
@@ -450,7 +472,13 @@ kvs_pretok_split(const kvs_pretok_t *p, kvs_tok_ctx_t *ctx,
     whole.off = 0;
     whole.len = (uint32_t) len;
 
-    /* Step 0 reads the whole text and writes buf[0]; step i reads
+    /* a first step that is not a regex cannot resume: all of it then */
+    if (p->nsteps == 0 || p->step[0].code == NULL) {
+        from = 0;
+        max = SIZE_MAX;
+    }
+
+    /* Step 0 reads the text and writes buf[0]; step i reads
      * buf[(i - 1) & 1] and writes buf[i & 1]. */
     nin = 0;
     for (i = 0; i < (int) p->nsteps; i++) {
@@ -462,7 +490,13 @@ kvs_pretok_split(const kvs_pretok_t *p, kvs_tok_ctx_t *ctx,
 
             if (p->step[i].code != NULL) {
                 rc = kvs_pretok_step_regex(&p->step[i], s, text, in, o,
-                                           &nout, err);
+                                           i == 0 ? from : 0,
+                                           i == 0 ? max : SIZE_MAX, &nout,
+                                           &stop, err);
+                if (i == 0) {
+                    *next = stop;
+                }
+
             } else {
                 rc = kvs_pretok_step_digits_bl(s, text, in, o, &nout, err);
             }
@@ -482,12 +516,31 @@ kvs_pretok_split(const kvs_pretok_t *p, kvs_tok_ctx_t *ctx,
 }
 
 
+size_t
+kvs_pretok_scratch_bytes(const kvs_tok_ctx_t *ctx)
+{
+    const kvs_pretok_scratch_t  *s;
+
+    s = ctx->pretok;
+    if (s == NULL) {
+        return 0;
+    }
+
+    /* the match data and context are a few hundred bytes; the JIT stack
+     * is mapped at its maximum but only touched as a match needs it,
+     * which our patterns keep near its starting size */
+    return sizeof(*s) + KVS_PRETOK_JIT_STACK_MIN
+           + (s->cap[0] + s->cap[1]) * sizeof(kvs_piece_t);
+}
+
+
 /* Split(regex, Isolated) of one piece: matches and the gaps between them
  * become pieces.  An empty match (none of our patterns has one) would
  * produce nothing and the search moves on by one character. */
 static int
 kvs_pretok_step_regex(const kvs_pretok_step_t *st, kvs_pretok_scratch_t *s,
-    const char *text, kvs_piece_t in, int o, size_t *n, kvs_err_t *err)
+    const char *text, kvs_piece_t in, int o, size_t from, size_t max,
+    size_t *n, size_t *stop, kvs_err_t *err)
 {
     int               rc;
     PCRE2_SPTR        subj;
@@ -496,8 +549,9 @@ kvs_pretok_step_regex(const kvs_pretok_step_t *st, kvs_pretok_scratch_t *s,
     subj = (PCRE2_SPTR) text + in.off;
     len = in.len;
     ov = pcre2_get_ovector_pointer(s->md);
-    pos = 0;
-    last = 0;
+    pos = from;
+    last = from;
+    *stop = len;
 
     while (pos < len) {
         if (st->jit) {
@@ -548,6 +602,12 @@ kvs_pretok_step_regex(const kvs_pretok_step_t *st, kvs_pretok_scratch_t *s,
 
         last = ov[1];
         pos = ov[1];
+
+        /* a batch is full: the caller resumes here */
+        if (*n >= max && pos < len) {
+            *stop = pos;
+            return KVS_OK;
+        }
     }
 
     if (last < len

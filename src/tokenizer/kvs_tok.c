@@ -22,8 +22,14 @@
 
 static int kvs_tok_nfc(kvs_tok_ctx_t *ctx, const char **text, size_t *len,
     kvs_err_t *err);
+static int kvs_tok_encode_run(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
+    const char *text, size_t len, unsigned flags, const kvs_span_t *guard,
+    size_t nguard, size_t limit, kvs_ids_t *out, kvs_err_t *err);
 static int kvs_tok_fragment(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
-    const char *text, size_t len, kvs_ids_t *out, kvs_err_t *err);
+    const char *text, size_t len, size_t limit, kvs_ids_t *out,
+    kvs_err_t *err);
+static int kvs_tok_over(const kvs_vocab_t *v, size_t len, size_t limit,
+    kvs_ids_t *out, kvs_err_t *err);
 static int kvs_tok_special_at(const kvs_vocab_t *v, const char *p,
     size_t left, unsigned flags, size_t room);
 
@@ -96,6 +102,26 @@ kvs_tok_ctx_free(kvs_tok_ctx_t *ctx)
 }
 
 
+size_t
+kvs_tok_ctx_scratch_bytes(const kvs_tok_ctx_t *ctx)
+{
+    return kvs_pretok_scratch_bytes(ctx) + kvs_tok_bpe_scratch_bytes(ctx)
+           + kvs_tok_spm_scratch_bytes(ctx) + kvs_tok_wpm_scratch_bytes(ctx)
+           + ctx->norm_cap * sizeof(utf8proc_int32_t);
+}
+
+
+void
+kvs_tok_ctx_trim(kvs_tok_ctx_t *ctx)
+{
+    /* all or nothing: what a big input grew is most of it, and the rest
+     * (the BPE cache, the regex stack) is cheap to make again */
+    if (kvs_tok_ctx_scratch_bytes(ctx) > KVS_TOK_SCRATCH_KEEP) {
+        kvs_tok_ctx_free(ctx);
+    }
+}
+
+
 /* --- encoding ----------------------------------------------------------- */
 
 int
@@ -111,6 +137,33 @@ int
 kvs_tok_encode_guarded(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
     const char *text, size_t len, unsigned flags, const kvs_span_t *guard,
     size_t nguard, kvs_ids_t *out, kvs_err_t *err)
+{
+    return kvs_tok_encode_limit(v, ctx, text, len, flags, guard, nguard,
+                                KVS_TOK_NO_LIMIT, out, err);
+}
+
+
+int
+kvs_tok_encode_limit(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
+    const char *text, size_t len, unsigned flags, const kvs_span_t *guard,
+    size_t nguard, size_t limit, kvs_ids_t *out, kvs_err_t *err)
+{
+    int  rc;
+
+    rc = kvs_tok_encode_run(v, ctx, text, len, flags, guard, nguard, limit,
+                            out, err);
+
+    /* whatever the text was, the context keeps a bounded scratch */
+    kvs_tok_ctx_trim(ctx);
+
+    return rc;
+}
+
+
+static int
+kvs_tok_encode_run(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
+    const char *text, size_t len, unsigned flags, const kvs_span_t *guard,
+    size_t nguard, size_t limit, kvs_ids_t *out, kvs_err_t *err)
 {
     int     rc, id;
     size_t  bad, i, start, n0, g, room;
@@ -146,6 +199,10 @@ kvs_tok_encode_guarded(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
         }
     }
 
+    if (out->n > limit) {
+        return kvs_tok_over(v, 0, limit, out, err);
+    }
+
     /* SentencePiece prefixes a space to the text and to what follows each
      * special token (as llama.cpp and the legacy Llama tokenizer do); as
      * fragments lie between special tokens, every fragment gets it. */
@@ -173,8 +230,8 @@ kvs_tok_encode_guarded(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
         }
 
         if (i > start) {
-            rc = kvs_tok_fragment(v, ctx, text + start, i - start, out,
-                                  err);
+            rc = kvs_tok_fragment(v, ctx, text + start, i - start, limit,
+                                  out, err);
             if (rc != KVS_OK) {
                 goto failed;
             }
@@ -184,12 +241,17 @@ kvs_tok_encode_guarded(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
             goto nomem;
         }
 
+        if (out->n > limit) {
+            return kvs_tok_over(v, 0, limit, out, err);
+        }
+
         i += v->tokens[id].len - 1;
         start = i + 1;
     }
 
     if (len > start) {
-        rc = kvs_tok_fragment(v, ctx, text + start, len - start, out, err);
+        rc = kvs_tok_fragment(v, ctx, text + start, len - start, limit, out,
+                              err);
         if (rc != KVS_OK) {
             goto failed;
         }
@@ -198,6 +260,10 @@ kvs_tok_encode_guarded(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
     if ((flags & KVS_TOK_ADD_EOS) && v->eos >= 0) {
         if (kvs_ids_push(out, v->eos) != KVS_OK) {
             goto nomem;
+        }
+
+        if (out->n > limit) {
+            return kvs_tok_over(v, 0, limit, out, err);
         }
     }
 
@@ -209,9 +275,44 @@ nomem:
 
 failed:
 
-    out->n = n0;
+    /* a text too long keeps the prefix it made (kvs_tok.h) */
+    if (rc != KVS_ETOOLONG) {
+        out->n = n0;
+    }
 
     return rc;
+}
+
+
+/*
+ * KVS_ETOOLONG if out already passed the limit (cut to limit + 1 ids) or
+ * if len more bytes would: no token covers more than max_token_len bytes
+ * of text (SentencePiece's escaped spaces and byte-level BPE's characters
+ * are only longer than the bytes they stand for), so they make at least
+ * len / max_token_len tokens.  KVS_OK otherwise.
+ */
+static int
+kvs_tok_over(const kvs_vocab_t *v, size_t len, size_t limit, kvs_ids_t *out,
+    kvs_err_t *err)
+{
+    size_t  least;
+
+    if (limit == KVS_TOK_NO_LIMIT) {
+        return KVS_OK;
+    }
+
+    least = v->max_token_len ? len / v->max_token_len : 0;
+
+    if (out->n <= limit && least <= limit - out->n) {
+        return KVS_OK;
+    }
+
+    if (out->n > limit) {
+        out->n = limit + 1;
+    }
+
+    return kvs_err_set(err, KVS_ETOOLONG,
+                       "the text is more than %zu tokens long", limit);
 }
 
 
@@ -295,13 +396,19 @@ kvs_tok_nfc(kvs_tok_ctx_t *ctx, const char **text, size_t *len,
 }
 
 
+/* Pieces a BPE fragment is cut into at a time (a batch is 8 KiB of
+ * kvs_piece_t): the pre-tokenizer's scratch does not grow with the
+ * text, and a limit stops the cutting soon after it is passed. */
+#define KVS_TOK_PIECE_BATCH  1024
+
+
 /* One fragment of plain text, after NFC where the vocabulary wants it. */
 static int
 kvs_tok_fragment(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx, const char *text,
-    size_t len, kvs_ids_t *out, kvs_err_t *err)
+    size_t len, size_t limit, kvs_ids_t *out, kvs_err_t *err)
 {
     int                 rc;
-    size_t              i, n;
+    size_t              i, n, from;
     const kvs_piece_t  *pieces;
 
     if (v->nfc) {
@@ -320,22 +427,46 @@ kvs_tok_fragment(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx, const char *text,
     }
 
     if (v->kind == KVS_VOCAB_SPM) {
-        return kvs_tok_spm_encode(v, ctx, text, len, v->add_space_prefix,
-                                  out, err);
+        /* the whole fragment at once, so only the bound before and the
+         * count after; WordPiece drops spaces and controls, so not even
+         * the bound holds for it */
+        rc = kvs_tok_over(v, len, limit, out, err);
+        if (rc == KVS_OK) {
+            rc = kvs_tok_spm_encode(v, ctx, text, len, v->add_space_prefix,
+                                    out, err);
+        }
+
+        return rc == KVS_OK ? kvs_tok_over(v, 0, limit, out, err) : rc;
     }
 
     if (v->kind == KVS_VOCAB_WPM) {
-        return kvs_tok_wpm_encode(v, ctx, text, len, out, err);
+        rc = kvs_tok_wpm_encode(v, ctx, text, len, out, err);
+        return rc == KVS_OK ? kvs_tok_over(v, 0, limit, out, err) : rc;
     }
 
-    rc = kvs_pretok_split(v->pre, ctx, text, len, &pieces, &n, err);
-    if (rc != KVS_OK) {
-        return rc;
-    }
+    for (from = 0; from < len; /* void */) {
+        rc = kvs_pretok_split_from(v->pre, ctx, text, len, from,
+                                   KVS_TOK_PIECE_BATCH, &pieces, &n, &from,
+                                   err);
+        if (rc != KVS_OK) {
+            return rc;
+        }
 
-    for (i = 0; i < n; i++) {
-        rc = kvs_tok_bpe_piece(v, ctx, text + pieces[i].off, pieces[i].len,
-                               out, err);
+        for (i = 0; i < n; i++) {
+            /* a piece too long for what is left is not merged at all */
+            rc = kvs_tok_over(v, pieces[i].len, limit, out, err);
+            if (rc != KVS_OK) {
+                return rc;
+            }
+
+            rc = kvs_tok_bpe_piece(v, ctx, text + pieces[i].off,
+                                   pieces[i].len, out, err);
+            if (rc != KVS_OK) {
+                return rc;
+            }
+        }
+
+        rc = kvs_tok_over(v, 0, limit, out, err);
         if (rc != KVS_OK) {
             return rc;
         }

@@ -7,7 +7,13 @@
  * context allocates nothing per call.
  *
  * Encoding never changes the output on failure beyond what was appended
- * before the call: out->n is restored when an error is returned.
+ * before the call: out->n is restored when an error is returned, except
+ * for KVS_ETOOLONG (kvs_tok_encode_limit()), which keeps the prefix it
+ * made.
+ *
+ * Memory: a call's scratch grows with its text (the pre-tokenizer's
+ * pieces are cut in batches, so they do not), and what the context keeps
+ * afterwards is bounded (KVS_TOK_SCRATCH_KEEP).
  */
 
 #ifndef KVS_TOK_H
@@ -45,6 +51,23 @@ typedef struct {
 
 void kvs_tok_ctx_free(kvs_tok_ctx_t *ctx);  /* frees the slots, not ctx */
 
+/*
+ * What a context keeps between calls is bounded: every encoding call
+ * ends with kvs_tok_ctx_trim(), which frees all the scratch when it holds
+ * more than KVS_TOK_SCRATCH_KEEP bytes.  1 MiB keeps warm what ordinary
+ * prompts use (the BPE cache, 256 KiB; a batch of pieces, 16 KiB; BPE
+ * arrays for pieces up to about 8 KiB; SentencePiece and WordPiece
+ * scratch for fragments of some 100 KiB), while a thread that once met a
+ * huge prompt does not keep its scratch: 32 pool threads hold 32 MiB at
+ * most, whatever the prompts were.
+ */
+#define KVS_TOK_SCRATCH_KEEP  (1024 * 1024)
+
+/* Bytes of scratch the context holds now (its allocations, as sized). */
+size_t kvs_tok_ctx_scratch_bytes(const kvs_tok_ctx_t *ctx);
+/* Frees the scratch if it holds more than KVS_TOK_SCRATCH_KEEP. */
+void kvs_tok_ctx_trim(kvs_tok_ctx_t *ctx);
+
 /* Encode flags. */
 #define KVS_TOK_ADD_BOS   0x01   /* prepend BOS if the vocabulary has one */
 #define KVS_TOK_ADD_EOS   0x02
@@ -73,6 +96,23 @@ typedef struct {
 int kvs_tok_encode_guarded(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
     const char *text, size_t len, unsigned flags, const kvs_span_t *guard,
     size_t nguard, kvs_ids_t *out, kvs_err_t *err);
+
+/* No limit for kvs_tok_encode_limit(). */
+#define KVS_TOK_NO_LIMIT  SIZE_MAX
+
+/*
+ * As kvs_tok_encode_guarded(), but stops as soon as out is known to end
+ * with more than limit ids (out->n counts what it held before the call
+ * too): KVS_ETOOLONG, and out then holds the first ids of the whole
+ * encoding, at most limit + 1 of them (fewer when the text left was
+ * longer than limit tokens could cover, so it was not tokenized at all).
+ * Text past the point where it stopped is neither pre-tokenized nor
+ * merged, so refusing a prompt longer than a model's context costs what
+ * its first tokens cost.
+ */
+int kvs_tok_encode_limit(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
+    const char *text, size_t len, unsigned flags, const kvs_span_t *guard,
+    size_t nguard, size_t limit, kvs_ids_t *out, kvs_err_t *err);
 
 /* Decode flags. */
 #define KVS_DETOK_SPECIAL 0x01   /* show control tokens' text; by default

@@ -107,6 +107,22 @@ kvs_tok_bpe_scratch_free(kvs_tok_ctx_t *ctx)
 }
 
 
+size_t
+kvs_tok_bpe_scratch_bytes(const kvs_tok_ctx_t *ctx)
+{
+    const kvs_bpe_scratch_t  *s;
+
+    s = ctx->bpe;
+    if (s == NULL) {
+        return 0;
+    }
+
+    return sizeof(*s) + KVS_BPE_CACHE_SIZE * sizeof(kvs_bpe_cache_ent_t)
+           + s->cap * (sizeof(int32_t) + 2 * sizeof(uint32_t)
+                       + 3 * sizeof(kvs_bpe_cand_t));
+}
+
+
 static kvs_bpe_scratch_t *
 kvs_bpe_scratch(kvs_tok_ctx_t *ctx)
 {

@@ -35,7 +35,15 @@ void kvs_pretok_free(kvs_pretok_t *p);
 int kvs_pretok_split(const kvs_pretok_t *p, kvs_tok_ctx_t *ctx,
     const char *text, size_t len, const kvs_piece_t **pieces, size_t *n,
     kvs_err_t *err);
+/* As kvs_pretok_split(), resumable: the first step's search starts at
+ * from and stops once it made max pieces (the other steps may cut them
+ * further); *next is where the next call starts, len when all is done.
+ * The calls' pieces, in turn, are those of one kvs_pretok_split(). */
+int kvs_pretok_split_from(const kvs_pretok_t *p, kvs_tok_ctx_t *ctx,
+    const char *text, size_t len, size_t from, size_t max,
+    const kvs_piece_t **pieces, size_t *n, size_t *next, kvs_err_t *err);
 void kvs_pretok_scratch_free(kvs_tok_ctx_t *ctx);
+size_t kvs_pretok_scratch_bytes(const kvs_tok_ctx_t *ctx);
 
 
 /* --- byte-level BPE (kvs_tok_bpe.c) ------------------------------------- */
@@ -44,6 +52,7 @@ void kvs_pretok_scratch_free(kvs_tok_ctx_t *ctx);
 int kvs_tok_bpe_piece(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
     const char *piece, size_t len, kvs_ids_t *out, kvs_err_t *err);
 void kvs_tok_bpe_scratch_free(kvs_tok_ctx_t *ctx);
+size_t kvs_tok_bpe_scratch_bytes(const kvs_tok_ctx_t *ctx);
 
 /* --- SentencePiece BPE (kvs_tok_spm.c) ---------------------------------- */
 
@@ -54,6 +63,7 @@ int kvs_tok_spm_encode(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
     const char *text, size_t len, int prefix, kvs_ids_t *out,
     kvs_err_t *err);
 void kvs_tok_spm_scratch_free(kvs_tok_ctx_t *ctx);
+size_t kvs_tok_spm_scratch_bytes(const kvs_tok_ctx_t *ctx);
 
 /* 1 if text can be merged word by word (see kvs_tok_spm.c); the loader
  * stores it in v->spm_words. */
@@ -65,5 +75,6 @@ int kvs_tok_spm_words_ok(const kvs_vocab_t *v);
 int kvs_tok_wpm_encode(const kvs_vocab_t *v, kvs_tok_ctx_t *ctx,
     const char *text, size_t len, kvs_ids_t *out, kvs_err_t *err);
 void kvs_tok_wpm_scratch_free(kvs_tok_ctx_t *ctx);
+size_t kvs_tok_wpm_scratch_bytes(const kvs_tok_ctx_t *ctx);
 
 #endif /* KVS_TOK_IMPL_H */

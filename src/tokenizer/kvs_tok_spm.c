@@ -379,6 +379,21 @@ kvs_tok_spm_scratch_free(kvs_tok_ctx_t *ctx)
 }
 
 
+size_t
+kvs_tok_spm_scratch_bytes(const kvs_tok_ctx_t *ctx)
+{
+    const kvs_spm_scratch_t  *s;
+
+    s = ctx->spm;
+    if (s == NULL) {
+        return 0;
+    }
+
+    return sizeof(*s) + s->text_cap + s->sym_cap * sizeof(kvs_spm_sym_t)
+           + s->heap_cap * sizeof(kvs_spm_pair_t);
+}
+
+
 /* The token that text s[0..n) may become, or -1: control, unknown and
  * byte tokens are spelt in the vocabulary but are not pieces of text. */
 static int32_t

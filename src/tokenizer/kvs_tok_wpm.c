@@ -244,6 +244,21 @@ kvs_tok_wpm_scratch_free(kvs_tok_ctx_t *ctx)
 }
 
 
+size_t
+kvs_tok_wpm_scratch_bytes(const kvs_tok_ctx_t *ctx)
+{
+    const kvs_wpm_scratch_t  *s;
+
+    s = ctx->wpm;
+    if (s == NULL) {
+        return 0;
+    }
+
+    return sizeof(*s) + s->norm_cap + s->run_cap
+           + s->cps_cap * sizeof(utf8proc_int32_t) + s->key_cap;
+}
+
+
 /*
  * Normalises a stretch of text (valid UTF-8: characters from U+0080 up
  * and dropped ASCII controls) and appends it to s->norm at *o: clean and

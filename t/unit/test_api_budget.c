@@ -253,6 +253,10 @@ test_overflow(void **state)
 static void
 seqs(kvs_api_kind_t kind, size_t n_prompts, uint32_t n, uint32_t max,
     const char *param, const char *code, const char *message)
+/* A prompt whose tokenizing stopped past the context: the same 400 on
+ * the same param, saying it is longer than the context. */
+static void
+test_too_long(void **state)
 {
     kvs_api_req_t  r;
     kvs_api_err_t  aerr;
@@ -310,6 +314,28 @@ test_seqs(void **state)
          "Invalid 'n': this server answers at most 1 sequences (prompts "
          "x n) per request, and this one asks for 2 (1 prompt x n=2). "
          "Use a smaller n.");
+    r = req(KVS_API_COMPLETIONS, 16, 1);
+    memset(&aerr, 0, sizeof(aerr));
+    kvs_api_budget_too_long(&r, 512, &aerr);
+    assert_int_equal(aerr.status, 400);
+    assert_string_equal(aerr.param, "prompt");
+    assert_string_equal(aerr.type, "invalid_request_error");
+    assert_string_equal(aerr.code, "context_length_exceeded");
+    assert_string_equal(aerr.message,
+        "This model's maximum context length is 512 tokens. However, "
+        "your prompt resulted in more than 512 tokens. Please reduce the "
+        "length of the prompt.");
+
+    r = req(KVS_API_CHAT, -1, 2);
+    memset(&aerr, 0, sizeof(aerr));
+    kvs_api_budget_too_long(&r, 4096, &aerr);
+    assert_int_equal(aerr.status, 400);
+    assert_string_equal(aerr.param, "messages");
+    assert_string_equal(aerr.code, "context_length_exceeded");
+    assert_string_equal(aerr.message,
+        "This model's maximum context length is 4096 tokens. However, "
+        "your messages resulted in more than 4096 tokens. Please reduce "
+        "the length of the messages.");
 }
 
 
@@ -322,6 +348,7 @@ main(void)
         cmocka_unit_test(test_prompts),
         cmocka_unit_test(test_overflow),
         cmocka_unit_test(test_seqs),
+        cmocka_unit_test(test_too_long),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

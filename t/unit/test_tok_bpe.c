@@ -544,6 +544,272 @@ test_big_pretok(void **state)
 }
 
 
+/* --- batches, the limit and the scratch bound --------------------------- */
+
+/* A mixed text of about len bytes: words, digits, punctuation, runs of
+ * spaces and newlines, CJK and an emoji, so that every pattern's
+ * alternatives meet a batch's end somewhere. */
+static size_t
+fill_mixed(char *buf, size_t len)
+{
+    static const char  *units[] = {
+        "once ", "upon ", "a ", "time ", "12345 ", "x=3.14; ", "  ",
+        "\n\n", "   \t", "don't ", "\xe4\xb8\xad\xe6\x96\x87 ",
+        "\xf0\x9f\xa6\x99", "HELLO ", "?! ", "         "
+    };
+
+    size_t    n, u, k;
+    uint32_t  x;
+
+    n = 0;
+    x = 7;
+    for ( ;; ) {
+        x = x * 1103515245 + 12345;
+        u = (x >> 16) % (sizeof(units) / sizeof(units[0]));
+        k = strlen(units[u]);
+        if (n + k > len) {
+            return n;
+        }
+        memcpy(buf + n, units[u], k);
+        n += k;
+    }
+}
+
+
+/* kvs_pretok_split_from() in batches of 1, 3, 64 and 1024 pieces gives
+ * the pieces of one kvs_pretok_split(), for every pre-tokenizer. */
+static void
+test_pretok_batches(void **state)
+{
+    static const char  *names[] = {
+        "gpt-2", "llama-bpe", "qwen2", "deepseek-llm", "deepseek-coder",
+        "falcon", "starcoder", "mpt"
+    };
+    static const size_t  maxes[] = { 1, 3, 64, 1024 };
+
+    char               *buf;
+    size_t              i, m, n, len, from, got, k, u, nwhole;
+    kvs_err_t           err;
+    kvs_piece_t        *whole;
+    kvs_pretok_t       *p;
+    kvs_tok_ctx_t       ctx;
+    const kvs_piece_t  *pieces;
+
+    /* fill() writes up to BIG bytes */
+    buf = malloc(BIG + 8);
+    assert_non_null(buf);
+    memset(&ctx, 0, sizeof(ctx));
+
+    for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        assert_int_equal(kvs_pretok_new(&p, names[i], &err), KVS_OK);
+
+        for (u = 0; u < 2; u++) {
+            /* mixed text; a run of 4000 spaces before a word, where
+             * "\s+(?!\S)" backs off one space */
+            if (u == 0) {
+                len = fill_mixed(buf, 64 * 1024);
+            } else {
+                memset(buf, ' ', 4000);
+                memcpy(buf + 4000, "end", 3);
+                len = 4003;
+            }
+
+            assert_int_equal(kvs_pretok_split(p, &ctx, buf, len, &pieces,
+                                              &n, &err), KVS_OK);
+            nwhole = n;
+            assert_true(n > 0);
+            whole = malloc(n * sizeof(kvs_piece_t));
+            assert_non_null(whole);
+            memcpy(whole, pieces, n * sizeof(kvs_piece_t));
+
+            for (m = 0; m < sizeof(maxes) / sizeof(maxes[0]); m++) {
+                got = 0;
+                for (from = 0; from < len; /* void */) {
+                    k = from;
+                    assert_int_equal(kvs_pretok_split_from(p, &ctx, buf, len,
+                                         from, maxes[m], &pieces, &n, &from,
+                                         &err), KVS_OK);
+                    assert_true(from > k);
+                    assert_true(got + n <= nwhole);
+
+                    for (k = 0; k < n; k++, got++) {
+                        if (pieces[k].off != whole[got].off
+                            || pieces[k].len != whole[got].len)
+                        {
+                            fail_msg("%s, batches of %zu: piece %zu is "
+                                     "[%u, +%u), one call made [%u, +%u)",
+                                     names[i], maxes[m], got, pieces[k].off,
+                                     pieces[k].len, whole[got].off,
+                                     whole[got].len);
+                        }
+                    }
+                }
+
+                assert_int_equal(got, nwhole);
+            }
+
+            free(whole);
+        }
+
+        kvs_pretok_free(p);
+    }
+
+    kvs_tok_ctx_free(&ctx);
+    free(buf);
+}
+
+
+/* Encoding with a limit: under it, the ids of no limit; over it,
+ * KVS_ETOOLONG with at most limit + 1 ids, the first ids of the whole
+ * encoding, and a prompt of 1 MB stops early (its time is printed). */
+static void
+test_encode_limit(void **state)
+{
+    static const size_t  limits[] = { 0, 1, 2, 7, 100, 511, 512, 4096 };
+
+    int             rc;
+    char           *buf;
+    size_t          i, t, len;
+    double          t0, t_all, t_cut;
+    kvs_err_t       err;
+    kvs_ids_t       all, cut;
+    kvs_vocab_t    *v;
+    kvs_tok_ctx_t   ctx;
+
+    v = open_vocab("gpt-2");
+    if (v == NULL) {
+        skip();
+    }
+
+    buf = malloc(BIG + 8);
+    assert_non_null(buf);
+    memset(&ctx, 0, sizeof(ctx));
+    memset(&all, 0, sizeof(all));
+    memset(&cut, 0, sizeof(cut));
+
+    for (t = 0; t < 3; t++) {
+        /* mixed text, one piece of 1 MB, a short text */
+        len = t == 0 ? fill_mixed(buf, BIG)
+              : t == 1 ? fill(buf, big_units[0])
+              : (size_t) snprintf(buf, 64, "Hello world, once upon a time");
+
+        all.n = 0;
+        t0 = kvs_test_now_ms();
+        assert_int_equal(kvs_tok_encode(v, &ctx, buf, len, KVS_TOK_ADD_BOS,
+                                        &all, &err), KVS_OK);
+        t_all = kvs_test_now_ms() - t0;
+
+        for (i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
+            cut.n = 0;
+            t0 = kvs_test_now_ms();
+            rc = kvs_tok_encode_limit(v, &ctx, buf, len, KVS_TOK_ADD_BOS,
+                                      NULL, 0, limits[i], &cut, &err);
+            t_cut = kvs_test_now_ms() - t0;
+
+            if (all.n <= limits[i]) {
+                assert_int_equal(rc, KVS_OK);
+                kvs_test_assert_ids(&cut, &all);
+                continue;
+            }
+
+            assert_int_equal(rc, KVS_ETOOLONG);
+            assert_true(cut.n <= limits[i] + 1);
+            assert_true(cut.n <= all.n);
+            assert_memory_equal(cut.ids, all.ids, cut.n * sizeof(int32_t));
+
+            if (len >= BIG / 2 && limits[i] <= 512) {
+                print_message("  %zu bytes: all %zu ids in %.1f ms; over "
+                              "%zu in %.3f ms (%zu ids kept)\n", len, all.n,
+                              t_all, limits[i], t_cut, cut.n);
+                /* a 512-token cut of a 1 MB text is far cheaper than the
+                 * whole; a third leaves room for a loaded machine */
+                assert_true(t_cut < t_all / 3 + 5);
+            }
+        }
+
+        /* the bound is on out->n: ids held before the call count */
+        if (all.n > 3) {
+            cut.n = 0;
+            assert_int_equal(kvs_ids_push(&cut, 1), KVS_OK);
+            assert_int_equal(kvs_ids_push(&cut, 2), KVS_OK);
+            assert_int_equal(kvs_tok_encode_limit(v, &ctx, buf, len,
+                                 KVS_TOK_ADD_BOS, NULL, 0, all.n, &cut,
+                                 &err), KVS_ETOOLONG);
+            assert_true(cut.n <= all.n + 1);
+            assert_int_equal(cut.ids[0], 1);
+            assert_int_equal(cut.ids[1], 2);
+        }
+    }
+
+    kvs_ids_free(&all);
+    kvs_ids_free(&cut);
+    kvs_tok_ctx_free(&ctx);
+    kvs_vocab_free(v);
+    free(buf);
+}
+
+
+/* What a context keeps after a call is bounded: a 1 MB piece grows the
+ * BPE arrays to tens of MB while it is merged, and they are released when
+ * the call returns; a short text's scratch is kept, warm. */
+static void
+test_scratch_bound(void **state)
+{
+    char           *buf;
+    size_t          len, u, kept;
+    kvs_err_t       err;
+    kvs_ids_t       ids, fresh;
+    kvs_vocab_t    *v;
+    kvs_tok_ctx_t   ctx;
+
+    v = open_vocab("gpt-2");
+    if (v == NULL) {
+        skip();
+    }
+
+    buf = malloc(BIG + 8);
+    assert_non_null(buf);
+    memset(&ctx, 0, sizeof(ctx));
+    memset(&ids, 0, sizeof(ids));
+
+    assert_int_equal(kvs_tok_ctx_scratch_bytes(&ctx), 0);
+
+    len = (size_t) snprintf(buf, 64, "Hello world, once upon a time");
+    assert_int_equal(kvs_tok_encode(v, &ctx, buf, len, 0, &ids, &err),
+                     KVS_OK);
+    kept = kvs_tok_ctx_scratch_bytes(&ctx);
+    print_message("  a short text: %zu bytes of scratch kept\n", kept);
+    assert_true(kept > 0);
+    assert_true(kept <= KVS_TOK_SCRATCH_KEEP);
+
+    for (u = 0; u < sizeof(big_units) / sizeof(big_units[0]); u++) {
+        len = fill(buf, big_units[u]);
+        ids.n = 0;
+        assert_int_equal(kvs_tok_encode(v, &ctx, buf, len, 0, &ids, &err),
+                         KVS_OK);
+        print_message("  1 MB of %-16s %8zu ids, %zu bytes of scratch "
+                      "kept\n", big_names[u], ids.n,
+                      kvs_tok_ctx_scratch_bytes(&ctx));
+        assert_true(kvs_tok_ctx_scratch_bytes(&ctx) <= KVS_TOK_SCRATCH_KEEP);
+    }
+
+    /* still correct after a release: the same ids as a fresh context */
+    len = fill_mixed(buf, 4096);
+    ids.n = 0;
+    assert_int_equal(kvs_tok_encode(v, &ctx, buf, len, 0, &ids, &err),
+                     KVS_OK);
+    memset(&fresh, 0, sizeof(fresh));
+    kvs_test_encode(v, buf, len, 0, &fresh);
+    kvs_test_assert_ids(&ids, &fresh);
+
+    kvs_ids_free(&fresh);
+    kvs_ids_free(&ids);
+    kvs_tok_ctx_free(&ctx);
+    kvs_vocab_free(v);
+    free(buf);
+}
+
+
 int
 main(void)
 {
@@ -560,6 +826,9 @@ main(void)
         cmocka_unit_test(test_missing_bytes),
         cmocka_unit_test(test_big_inputs),
         cmocka_unit_test(test_big_pretok),
+        cmocka_unit_test(test_pretok_batches),
+        cmocka_unit_test(test_encode_limit),
+        cmocka_unit_test(test_scratch_bound),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

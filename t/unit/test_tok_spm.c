@@ -347,11 +347,82 @@ test_big_inputs(void **state)
 }
 
 
+/* A limit with SentencePiece: under it, the ids of no limit; over it,
+ * KVS_ETOOLONG and a prefix of at most limit + 1 ids; a fragment that
+ * cannot fit is refused before it is merged; and the scratch a long text
+ * grew is released. */
+static void
+test_limit(void **state)
+{
+    static const size_t  limits[] = { 0, 1, 5, 64, 511, 512, 100000 };
+
+    int             rc;
+    char           *buf;
+    size_t          i, t, len;
+    kvs_err_t       err;
+    kvs_ids_t       all = { 0 }, cut = { 0 };
+    kvs_vocab_t    *v;
+    kvs_tok_ctx_t   ctx = { 0 };
+
+    v = kvs_test_vocab("vocab/ggml-vocab-llama-spm.gguf", KVS_VOCAB_SPM);
+    if (v == NULL) {
+        skip();
+    }
+
+    buf = malloc(64 * 1024);
+    assert_non_null(buf);
+
+    for (t = 0; t < 2; t++) {
+        if (t == 0) {
+            len = (size_t) snprintf(buf, 64, "Hello world, it was a day");
+        } else {
+            for (len = 0; len + 10 <= 64 * 1024; len += 10) {
+                memcpy(buf + len, "once upon ", 10);
+            }
+        }
+
+        all.n = 0;
+        assert_int_equal(kvs_tok_encode(v, &ctx, buf, len, KVS_TOK_ADD_BOS,
+                                        &all, &err), KVS_OK);
+
+        for (i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
+            cut.n = 0;
+            rc = kvs_tok_encode_limit(v, &ctx, buf, len, KVS_TOK_ADD_BOS,
+                                      NULL, 0, limits[i], &cut, &err);
+
+            if (all.n <= limits[i]) {
+                assert_int_equal(rc, KVS_OK);
+                kvs_test_assert_ids(&cut, &all);
+                continue;
+            }
+
+            assert_int_equal(rc, KVS_ETOOLONG);
+            assert_true(cut.n <= limits[i] + 1);
+            assert_memory_equal(cut.ids, all.ids, cut.n * sizeof(int32_t));
+
+            /* 64 KB is more than 512 tokens can cover: not merged */
+            if (t == 1 && limits[i] <= 512) {
+                assert_true(cut.n <= 1);
+            }
+        }
+
+        assert_true(kvs_tok_ctx_scratch_bytes(&ctx) <= KVS_TOK_SCRATCH_KEEP);
+    }
+
+    kvs_ids_free(&all);
+    kvs_ids_free(&cut);
+    free(buf);
+    kvs_tok_ctx_free(&ctx);
+    kvs_vocab_free(v);
+}
+
+
 int
 main(void)
 {
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_llama_spm_cases),
+        cmocka_unit_test(test_limit),
         cmocka_unit_test(test_phi3_cases),
         cmocka_unit_test(test_llama_spm_long),
         cmocka_unit_test(test_phi3_long),

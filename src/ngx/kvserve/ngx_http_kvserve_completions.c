@@ -372,6 +372,9 @@ ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx, kvs_api_err_t *aerr)
     job->ctx = ctx;
     job->req = &ctx->req;
     job->vocab = ctx->model->vocab;
+    job->max_ids = ctx->model->model != NULL
+                   && ctx->model->model->hp.n_ctx_train > 0
+                   ? ctx->model->model->hp.n_ctx_train : KVS_TOK_NO_LIMIT;
     job->n_parts = ctx->n_parts;
     job->chat_req = ctx->chat;
     ctx->tok = job;

@@ -47,6 +47,9 @@ struct ngx_http_kvserve_tok_job_s {
                                               malloc'd by the job, freed
                                               on the event loop */
     size_t                    bytes;       /* prompt text to tokenize */
+    size_t                    max_ids;     /* the model's context: a part
+                                              past it is refused before
+                                              all of it is tokenized */
     ngx_int_t                 rc;
     kvs_api_err_t             aerr;        /* when rc is NGX_ERROR */
     uint64_t                  post_ns;     /* CLOCK_MONOTONIC: posted, */

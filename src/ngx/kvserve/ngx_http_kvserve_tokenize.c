@@ -13,7 +13,16 @@
  *    tree and the shared vocabulary and writes its job, and the task's
  *    completion (on the event loop) drops a request whose client left;
  *  - each pool thread has its own tokenizer scratch (a thread key), the
- *    event loop has its own (ngx_http_kvserve_tok, one per worker).
+ *    event loop has its own (ngx_http_kvserve_tok, one per worker); each
+ *    keeps at most KVS_TOK_SCRATCH_KEEP between tasks (kvs_tok trims it
+ *    after every call), so a worker's tokenizing memory is bounded by
+ *    its threads, not by the longest prompt it ever saw;
+ *  - a request with NGX_HTTP_KVSERVE_TRIM_BYTES of prompt text or more
+ *    trims malloc's heaps once it is freed (glibc), so what it freed
+ *    leaves the worker's RSS;
+ *  - a part is tokenized up to its model's context and no further
+ *    (job->max_ids): a prompt over it is refused as
+ *    context_length_exceeded for the cost of its first tokens.
  */
 
 #include <ngx_config.h>
@@ -24,7 +33,13 @@
 #include <pthread.h>
 #endif
 
+#if (NGX_LINUX && defined __GLIBC__)
+#include <malloc.h>
+#define NGX_HTTP_KVSERVE_TRIM  1
+#endif
+
 #include "ngx_http_kvserve_completions.h"
+#include "api/kvs_api_budget.h"
 
 
 static size_t ngx_http_kvserve_prompt_bytes(ngx_http_kvserve_ctx_t *ctx);
@@ -39,6 +54,49 @@ static ngx_int_t ngx_http_kvserve_tok_post(ngx_http_kvserve_ctx_t *ctx,
 static kvs_tok_ctx_t  ngx_http_kvserve_tok;
 
 
+#if (NGX_HTTP_KVSERVE_TRIM)
+
+/*
+ * Prompt text from which a request's end hands freed memory back to the
+ * system.  glibc keeps what is freed in its heaps (and one per pool
+ * thread), so the body's copy, the JSON tree, the rendered chat and the
+ * tokenizer's scratch of a large prompt stay in the worker's RSS after
+ * the request; malloc_trim() returns the free pages of every heap.  Above
+ * 256 KiB a request costs far more than the trim (a few hundred
+ * microseconds), and one trim per event-loop turn serves all the large
+ * requests that ended in it.
+ */
+#define NGX_HTTP_KVSERVE_TRIM_BYTES  (256 * 1024)
+
+static ngx_event_t  ngx_http_kvserve_trim_ev;
+
+
+static void
+ngx_http_kvserve_trim(ngx_event_t *ev)
+{
+    malloc_trim(0);
+}
+
+
+/* r->pool's cleanup: the trim runs once the request's memory is freed,
+ * after the handlers of this turn of the event loop. */
+static void
+ngx_http_kvserve_trim_post(void *data)
+{
+    ngx_event_t  *ev;
+
+    ev = &ngx_http_kvserve_trim_ev;
+
+    if (!ev->posted) {
+        ev->handler = ngx_http_kvserve_trim;
+        ev->log = ngx_cycle->log;
+        ngx_post_event(ev, &ngx_posted_events);
+    }
+}
+
+#endif
+
+
 void
 ngx_http_kvserve_tok_start(ngx_http_kvserve_ctx_t *ctx,
     ngx_http_kvserve_tok_done_pt done)
@@ -46,12 +104,24 @@ ngx_http_kvserve_tok_start(ngx_http_kvserve_ctx_t *ctx,
 #if (NGX_THREADS)
     ngx_http_kvserve_loc_conf_t  *klcf;
 #endif
+#if (NGX_HTTP_KVSERVE_TRIM)
+    ngx_pool_cleanup_t           *cln;
+#endif
 
     ctx->tok->done = done;
 
     /* a hop to a pool thread costs more than tokenizing a short prompt
      * here; a long one would hold every other request of the worker */
     ctx->tok->bytes = ngx_http_kvserve_prompt_bytes(ctx);
+
+#if (NGX_HTTP_KVSERVE_TRIM)
+    if (ctx->tok->bytes >= NGX_HTTP_KVSERVE_TRIM_BYTES) {
+        cln = ngx_pool_cleanup_add(ctx->r->pool, 0);
+        if (cln != NULL) {
+            cln->handler = ngx_http_kvserve_trim_post;
+        }
+    }
+#endif
 
 #if (NGX_THREADS)
 
@@ -125,11 +195,11 @@ ngx_http_kvserve_chat_ids(ngx_http_kvserve_tok_job_t *job,
     rc = kvs_chat_render(&job->chat, job->req->messages, &args, &text, &err);
 
     if (rc == KVS_OK) {
-        rc = kvs_tok_encode_guarded(v, tok, (const char *) text.data,
-                                    text.len, KVS_TOK_SPECIAL,
-                                    (const kvs_span_t *) spans.data,
-                                    spans.len / sizeof(kvs_span_t), ids,
-                                    &err);
+        rc = kvs_tok_encode_limit(v, tok, (const char *) text.data, text.len,
+                                  KVS_TOK_SPECIAL,
+                                  (const kvs_span_t *) spans.data,
+                                  spans.len / sizeof(kvs_span_t),
+                                  job->max_ids, ids, &err);
     }
 
     if (rc == KVS_OK) {
@@ -142,6 +212,11 @@ ngx_http_kvserve_chat_ids(ngx_http_kvserve_tok_job_t *job,
 
     kvs_buf_free(&text);
     kvs_buf_free(&spans);
+
+    if (rc == KVS_ETOOLONG) {
+        kvs_api_budget_too_long(job->req, (uint32_t) job->max_ids, aerr);
+        return NGX_ERROR;
+    }
 
     if (rc == KVS_EINVAL) {
         kvs_api_err_from_msg(aerr, 400, NULL, err.msg);
@@ -180,8 +255,14 @@ ngx_http_kvserve_prompt_ids(ngx_http_kvserve_tok_job_t *job, ngx_uint_t i,
     }
 
     if (p->text.ptr != NULL) {
-        rc = kvs_tok_encode(v, tok, p->text.ptr, p->text.len,
-                            v->add_bos ? KVS_TOK_ADD_BOS : 0, ids, &err);
+        rc = kvs_tok_encode_limit(v, tok, p->text.ptr, p->text.len,
+                                  v->add_bos ? KVS_TOK_ADD_BOS : 0, NULL, 0,
+                                  job->max_ids, ids, &err);
+        if (rc == KVS_ETOOLONG) {
+            kvs_api_budget_too_long(job->req, (uint32_t) job->max_ids, aerr);
+            return NGX_ERROR;
+        }
+
         if (rc != KVS_OK) {
             kvs_api_err_set(aerr, rc == KVS_EINVAL ? 400 : 500, param, NULL,
                             "%s", err.msg);

@@ -13,8 +13,9 @@
  *
  * In the access phase a completion POST's body is read, parsed, rendered
  * and tokenized by the completions code (ngx_http_kvserve_prepare,
- * ngx_http_kvserve_tok_start: exactly what an engine host does, with the
- * gateway's kvserve_model for the tokenizer and template only), its
+ * ngx_http_kvserve_tok_start: what an engine host does, with the
+ * gateway's kvserve_model for the tokenizer and template only, and no
+ * stop at that model's context), its
  * blocks are named for each (epoch, block size) the hosts advertise, the
  * two-round lookup asks Redis who holds the longest prefix (round 1
  * also reads the candidates' host records, so a restarted host's old
@@ -220,6 +221,12 @@ ngx_http_kvserve_route_body(ngx_http_request_t *r)
         ngx_http_kvserve_route_pass(rc, "the request is refused");
         return;
     }
+
+    /* the backend judges the prompt against its own context: a prompt
+     * over this model's is still routed by its prefix (what the gateway
+     * keeps of it is bounded by the tokenizer's scratch bound all the
+     * same) */
+    kctx->tok->max_ids = KVS_TOK_NO_LIMIT;
 
     ngx_http_kvserve_tok_start(kctx, ngx_http_kvserve_route_tokenized);
 }
