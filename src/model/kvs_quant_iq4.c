@@ -32,6 +32,7 @@
  */
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "model/kvs_dtype.h"
@@ -65,31 +66,60 @@ kvs_iq4_f16(const uint8_t *p)
 }
 
 
+/* the midpoints between neighbouring levels (exact in f32) */
+static const float  kvs_iq4_mid[15] = {
+    -115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f, -4.5f,
+    7.0f, 19.0f, 31.5f, 45.5f, 61.0f, 79.0f, 101.0f
+};
+
+
 /*
- * The index of the level nearest t (ties to the lower level); by
- * comparisons only, so NaN gives index 0 and no float is converted.
+ * The index of the level nearest t (ties to the lower level) is the
+ * count of midpoints below t.  The midpoints are multiples of 0.5, so
+ * with u = 2t (exact) and M = 2 mid (integers, -231..202), "mid < t" is
+ * "M <= ceil(u) - 1": a table indexed by c = ceil(u) - 1 answers for
+ * every t at once.  u is clamped to +-262 first (beyond every M, and
+ * inside int); NaN gives c = -263, index 0.  The table is built once per
+ * process (pthread_once): the quantizer's hot path is this look-up.
  */
+#define KVS_IQ4_LUT_HALF  263
+
+static uint8_t         kvs_iq4_lut[2 * KVS_IQ4_LUT_HALF];
+static pthread_once_t  kvs_iq4_lut_once = PTHREAD_ONCE_INIT;
+
+
+static void
+kvs_iq4_lut_init(void)
+{
+    int       c;
+    unsigned  k, i;
+
+    for (c = -KVS_IQ4_LUT_HALF; c < KVS_IQ4_LUT_HALF; c++) {
+        k = 0;
+
+        for (i = 0; i < 15; i++) {
+            k += (float) c >= 2.0f * kvs_iq4_mid[i];
+        }
+
+        kvs_iq4_lut[c + KVS_IQ4_LUT_HALF] = (uint8_t) k;
+    }
+}
+
+
 static unsigned
 kvs_iq4_nearest(float t)
 {
-    unsigned  lo, hi, mid;
+    int    f;
+    float  u;
 
-    /* the answer is in [lo, hi]: the count of midpoints below t */
-    lo = 0;
-    hi = 15;
+    u = 2.0f * fminf(fmaxf(t, -131.0f), 131.0f);
+    u = u == u ? u : -(float) KVS_IQ4_LUT_HALF;
+    f = (int) u;
 
-    while (lo < hi) {
-        mid = (lo + hi) / 2;
+    /* ceil(u) - 1: trunc(u) is ceil(u) unless u has a positive fraction */
+    f += ((float) f < u) - 1;
 
-        if (t > 0.5f * (float) (kvs_iq4_kv[mid] + kvs_iq4_kv[mid + 1])) {
-            lo = mid + 1;
-
-        } else {
-            hi = mid;
-        }
-    }
-
-    return lo;
+    return kvs_iq4_lut[f + KVS_IQ4_LUT_HALF];
 }
 
 
@@ -119,23 +149,29 @@ kvs_iq4_map(const float *x, float d, uint8_t *idx)
 
 /*
  * The f32 scale of least squared error we find for x[32] (see the top of
- * the file).  Candidates: |d| = amax / m for m in 96..136 (the largest
- * element lands near the grid's ends, -127 and 113) and both signs;
- * each is refitted by least squares, d = sum(x kv) / sum(kv^2), for the
- * mapping it gave (kv has no 0, so the sum of squares is never 0).
+ * the file).  Candidates: |d| = amax / m for m = 96, 100, .., 136 (the
+ * largest element lands near the grid's ends, -127 and 113) and both signs.
+ * Each maps the elements to their nearest levels, and is refitted by
+ * least squares for that mapping, d = sum(x kv) / sum(kv^2) (kv has no 0,
+ * so the sum of squares is never 0), whose error is then
+ * sum(x^2) - sum(x kv)^2 / sum(kv^2) without mapping again.  Sums in
+ * double: the difference cancels.
  */
 static float
 kvs_iq4_fit(const float *x)
 {
     int      m, s;
     size_t   i;
-    float    amax, d, best, best_err, err, sxk, skk, k;
+    float    amax, d, best;
+    double   sxx, sxk, skk, k, err, best_err;
     uint8_t  idx[KVS_IQ4_BLOCK];
 
     amax = 0.0f;
+    sxx = 0.0;
 
     for (i = 0; i < KVS_IQ4_BLOCK; i++) {
         amax = fmaxf(amax, fabsf(x[i]));
+        sxx += (double) x[i] * x[i];
     }
 
     if (amax == 0.0f || !isfinite(amax)) {
@@ -146,25 +182,24 @@ kvs_iq4_fit(const float *x)
     best_err = kvs_iq4_map(x, best, idx);
 
     for (s = -1; s <= 1; s += 2) {
-        for (m = 96; m <= 136; m += 2) {
+        for (m = 96; m <= 136; m += 4) {
             d = (float) s * amax / (float) m;
             (void) kvs_iq4_map(x, d, idx);
 
-            sxk = 0.0f;
-            skk = 0.0f;
+            sxk = 0.0;
+            skk = 0.0;
 
             for (i = 0; i < KVS_IQ4_BLOCK; i++) {
-                k = (float) kvs_iq4_kv[idx[i]];
+                k = kvs_iq4_kv[idx[i]];
                 sxk += x[i] * k;
                 skk += k * k;
             }
 
-            d = sxk / skk;
-            err = kvs_iq4_map(x, d, idx);
+            err = sxx - sxk * sxk / skk;
 
             if (err < best_err) {
                 best_err = err;
-                best = d;
+                best = (float) (sxk / skk);
             }
         }
     }
@@ -221,6 +256,8 @@ kvs_iq4_nl_quantize(const float *src, uint8_t *dst, size_t n)
     uint8_t   idx[KVS_IQ4_BLOCK];
     uint16_t  h;
 
+    (void) pthread_once(&kvs_iq4_lut_once, kvs_iq4_lut_init);
+
     for (b = 0; b < n / KVS_IQ4_BLOCK; b++) {
         d = kvs_iq4_fit(src);
         d = fminf(fmaxf(d, -KVS_IQ4_F16_MAX), KVS_IQ4_F16_MAX);
@@ -264,20 +301,80 @@ kvs_iq4_xs_dequantize(const uint8_t *src, float *dst, size_t n)
 }
 
 
+/*
+ * Under the super-block scale d (as stored, f16), each sub-block's 6-bit
+ * level: the one nearest sub[s] / d and its two neighbours are tried,
+ * with the elements mapped under the f32 scale dequantization computes,
+ * d * (float) level, and the least squared error kept.  Fills ls[8]
+ * (level + 32, 0..63) and idx[256]; returns the super-block's error.
+ */
+static float
+kvs_iq4_xs_levels(const float *x, const float *sub, float d, uint8_t *ls,
+    uint8_t *idx)
+{
+    int      l, l0, best_l;
+    size_t   s;
+    float    v, err, best_err, total;
+    uint8_t  try_idx[KVS_IQ4_BLOCK];
+
+    total = 0.0f;
+
+    for (s = 0; s < KVS_IQ4_XS_SUBS; s++) {
+        v = d == 0.0f ? 0.0f : sub[s] / d;
+        v = v == v ? fminf(fmaxf(v, -32.0f), 31.0f) : 0.0f;
+        l0 = (int) lrintf(v);
+
+        best_l = -33;                           /* none yet */
+        best_err = 0.0f;
+
+        for (l = l0 - 1; l <= l0 + 1; l++) {
+            if (l < -32 || l > 31) {
+                continue;
+            }
+
+            err = kvs_iq4_map(x + 32 * s, d * (float) l, try_idx);
+
+            if (best_l == -33 || err < best_err) {
+                best_err = err;
+                best_l = l;
+                memcpy(idx + 32 * s, try_idx, sizeof(try_idx));
+            }
+        }
+
+        ls[s] = (uint8_t) (best_l + 32);
+        total += best_err;
+    }
+
+    return total;
+}
+
+
+/*
+ * The super-block scale: the sub-block scale of largest magnitude, smax,
+ * is put on one of the 6-bit levels -32..-30 or 30..31 (each candidate
+ * d = smax / level, rounded to f16), the sub-blocks' levels are chosen
+ * under it, and the candidate of least total squared error is stored.
+ * Level -32 alone uses the whole range for smax; the others let the
+ * smaller sub-block scales fall nearer their 6-bit levels.
+ */
+static const float  kvs_iq4_xs_tops[] = {
+    -32.0f, -31.0f, -30.0f, 31.0f, 30.0f
+};
+
 void
 kvs_iq4_xs_quantize(const float *src, uint8_t *dst, size_t n)
 {
-    int       l, l0, best_l;
-    size_t    b, s;
-    float     sub[KVS_IQ4_XS_SUBS], smax, d, v, err, best_err;
-    unsigned  ls;
-    uint8_t   idx[KVS_IQ4_BLOCK], best_idx[KVS_IQ4_BLOCK];
-    uint16_t  h, sh;
+    size_t    b, s, c;
+    float     sub[KVS_IQ4_XS_SUBS], smax, d, err, best_err;
+    uint8_t   ls[KVS_IQ4_XS_SUBS], best_ls[KVS_IQ4_XS_SUBS];
+    uint8_t   idx[KVS_IQ4_XS_BLOCK], best_idx[KVS_IQ4_XS_BLOCK];
+    uint16_t  h, best_h, sh;
+
+    (void) pthread_once(&kvs_iq4_lut_once, kvs_iq4_lut_init);
 
     for (b = 0; b < n / KVS_IQ4_XS_BLOCK; b++) {
 
-        /* each sub-block's own best scale; the largest in magnitude is
-         * given the 6-bit level -32 (the only end with room: 31 < 32) */
+        /* each sub-block's own best f32 scale */
         smax = 0.0f;
 
         for (s = 0; s < KVS_IQ4_XS_SUBS; s++) {
@@ -288,43 +385,31 @@ kvs_iq4_xs_quantize(const float *src, uint8_t *dst, size_t n)
             }
         }
 
-        d = fminf(fmaxf(smax / -32.0f, -KVS_IQ4_F16_MAX), KVS_IQ4_F16_MAX);
-        h = kvs_f32_to_f16(d);
-        d = kvs_f16_to_f32(h);
-        memcpy(dst, &h, 2);
+        best_err = 0.0f;
+        best_h = 0;
 
+        for (c = 0; c < sizeof(kvs_iq4_xs_tops) / sizeof(float); c++) {
+            d = smax / kvs_iq4_xs_tops[c];
+            d = fminf(fmaxf(d, -KVS_IQ4_F16_MAX), KVS_IQ4_F16_MAX);
+            h = kvs_f32_to_f16(d);
+            err = kvs_iq4_xs_levels(src, sub, kvs_f16_to_f32(h), ls, idx);
+
+            if (c == 0 || err < best_err) {
+                best_err = err;
+                best_h = h;
+                memcpy(best_ls, ls, sizeof(ls));
+                memcpy(best_idx, idx, sizeof(idx));
+            }
+        }
+
+        memcpy(dst, &best_h, 2);
         sh = 0;
         memset(dst + 4, 0, 4);
 
         for (s = 0; s < KVS_IQ4_XS_SUBS; s++) {
-
-            /* the rounded level and its neighbours, under the f32 scale
-             * dequantization will compute, d * (float) level */
-            v = d == 0.0f ? 0.0f : sub[s] / d;
-            v = v == v ? fminf(fmaxf(v, -32.0f), 31.0f) : 0.0f;
-            l0 = (int) lrintf(v);
-
-            best_l = -33;           /* none yet */
-            best_err = 0.0f;
-
-            for (l = l0 - 1; l <= l0 + 1; l++) {
-                if (l < -32 || l > 31) {
-                    continue;
-                }
-
-                err = kvs_iq4_map(src + 32 * s, d * (float) l, idx);
-
-                if (best_l == -33 || err < best_err) {
-                    best_err = err;
-                    best_l = l;
-                    memcpy(best_idx, idx, sizeof(idx));
-                }
-            }
-
-            ls = (unsigned) (best_l + 32);
-            dst[4 + s / 2] |= (uint8_t) ((ls & 0x0f) << 4 * (s & 1));
-            sh |= (uint16_t) ((ls >> 4) << 2 * s);
-            kvs_iq4_pack(best_idx, dst + 8 + 16 * s);
+            dst[4 + s / 2] |= (uint8_t) ((best_ls[s] & 0x0f) << 4 * (s & 1));
+            sh |= (uint16_t) ((best_ls[s] >> 4) << 2 * s);
+            kvs_iq4_pack(best_idx + 32 * s, dst + 8 + 16 * s);
         }
 
         dst[2] = (uint8_t) sh;
