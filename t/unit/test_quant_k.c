@@ -1,0 +1,577 @@
+/*
+ * test_quant_k: the K-quants (src/model/kvs_quant_k.c, kvs_quant_kq.c).
+ *
+ * Dequantization: one super-block per type written byte by byte, with a
+ * different scale (and min) in every sub-block, checked against values
+ * worked out by hand (in the comments) and against the layout's formula
+ * for all 256 elements; every element's bit position probed on its own;
+ * all-zero blocks; extreme f16 d (largest, subnormal, inf); several
+ * super-blocks in one row.  Bit-exactness against the gguf package is
+ * t/unit/test_quant_python.py's (make interop).
+ *
+ * Quantization: the round-trip error on Gaussian data, bounded per type
+ * from its bit width (see quant_bound()), on data with outliers, and
+ * zero, constant, negative-only and huge or non-finite rows.
+ */
+
+#include <math.h>
+
+#include "kvs_test.h"
+
+#include "model/kvs_dtype.h"
+#include "model/kvs_ggml_type.h"
+#include "model/kvs_quant.h"
+#include "model/kvs_quant_k.h"
+
+
+#define F16_ONE_EIGHTH  0x3000
+#define F16_QUARTER     0x3400
+#define F16_HALF        0x3800
+#define F16_ONE         0x3c00
+#define F16_MAX         0x7bff          /* 65504 */
+#define F16_TINY        0x0001          /* 2^-24, the least subnormal */
+#define F16_INF         0x7c00
+
+
+static void
+put_f16(uint8_t *p, uint16_t h)
+{
+    p[0] = (uint8_t) (h & 0xff);
+    p[1] = (uint8_t) (h >> 8);
+}
+
+
+/* ---- Q2_K --------------------------------------------------------------- */
+
+/*
+ * d = 0.5, dmin = 0.25; sub-block j (16 elements) has scale j and min
+ * 15 - j (byte j = j | (15 - j) << 4); every qs byte is 0xe4 = 11 10 01 00,
+ * so element e = 128 h + 32 k + l has q = k = (e / 32) % 4:
+ * x = (0.5 * j) * k - 0.25 * (15 - j).
+ */
+static void
+q2k_block(uint8_t *b)
+{
+    int  j;
+
+    memset(b, 0, KVS_Q2_K_BYTES);
+
+    for (j = 0; j < 16; j++) {
+        b[KVS_Q2_K_SCALES + j] = (uint8_t) (j | ((15 - j) << 4));
+    }
+
+    memset(b + KVS_Q2_K_QS, 0xe4, 64);
+    put_f16(b + KVS_Q2_K_D, F16_HALF);
+    put_f16(b + KVS_Q2_K_DMIN, F16_QUARTER);
+}
+
+
+static void
+test_q2k_block(void **state)
+{
+    int      e, j, k;
+    float    x[KVS_QK_K];
+    uint8_t  b[KVS_Q2_K_BYTES];
+
+    q2k_block(b);
+    kvs_q2_k_dequantize(b, x, KVS_QK_K);
+
+    assert_true(x[0] == -3.75f);     /* j 0, k 0: 0 - 0.25 * 15 */
+    assert_true(x[100] == 6.75f);    /* j 6, k 3: 3 * 3 - 0.25 * 9 */
+    assert_true(x[170] == 3.75f);    /* j 10, k 1: 5 * 1 - 0.25 * 5 */
+    assert_true(x[255] == 22.5f);    /* j 15, k 3: 7.5 * 3 - 0 */
+
+    for (e = 0; e < KVS_QK_K; e++) {
+        j = e / 16;
+        k = (e / 32) % 4;
+        assert_true(x[e] == 0.5f * (float) (j * k) - 0.25f * (float) (15 - j));
+    }
+}
+
+
+/* ---- Q3_K --------------------------------------------------------------- */
+
+/*
+ * d = 0.25; scale j = j - 8, stored u = j + 24: low nibbles 8..15 then
+ * 0..7, high 2 bits 1 for j < 8 and 2 for j >= 8, so bytes 0..7 are
+ * 0x08 0x19 .. 0x7f and bytes 8..11 are 1 | 1 << 2 | 2 << 4 | 2 << 6 =
+ * 0xa5.  qs bytes 0xe4 give low bits k = (e / 32) % 4; hmask bytes 0x55
+ * set the third bit of groups g = e / 32 even, so odd groups subtract 4:
+ * q by group 0, -3, 2, -1, 0, -3, 2, -1.
+ */
+static const uint8_t  q3k_scales[12] = {
+    0x08, 0x19, 0x2a, 0x3b, 0x4c, 0x5d, 0x6e, 0x7f, 0xa5, 0xa5, 0xa5, 0xa5
+};
+
+static const int  q3k_q[8] = { 0, -3, 2, -1, 0, -3, 2, -1 };
+
+
+static void
+q3k_block(uint8_t *b)
+{
+    memset(b + KVS_Q3_K_HMASK, 0x55, 32);
+    memset(b + KVS_Q3_K_QS, 0xe4, 64);
+    memcpy(b + KVS_Q3_K_SCALES, q3k_scales, 12);
+    put_f16(b + KVS_Q3_K_D, F16_QUARTER);
+}
+
+
+static void
+test_q3k_block(void **state)
+{
+    int      e, j;
+    float    x[KVS_QK_K];
+    uint8_t  b[KVS_Q3_K_BYTES];
+
+    q3k_block(b);
+
+    for (j = 0; j < 16; j++) {
+        assert_int_equal(kvs_q3k_scale_unpack(b + KVS_Q3_K_SCALES, j), j - 8);
+    }
+
+    kvs_q3_k_dequantize(b, x, KVS_QK_K);
+
+    assert_true(x[0] == 0.0f);       /* j 0, q 0 */
+    assert_true(x[40] == 4.5f);      /* j 2: 0.25 * -6 = -1.5, q -3 */
+    assert_true(x[70] == -2.0f);     /* j 4: -1, q 2 */
+    assert_true(x[200] == 2.0f);     /* j 12: 1, q 2 */
+    assert_true(x[255] == -1.75f);   /* j 15: 1.75, q -1 */
+
+    for (e = 0; e < KVS_QK_K; e++) {
+        j = e / 16;
+        assert_true(x[e] == (0.25f * (float) (j - 8)) * (float) q3k_q[e / 32]);
+    }
+}
+
+
+/* ---- Q4_K and Q5_K ------------------------------------------------------ */
+
+/*
+ * d = 0.5, dmin = 1; 6-bit scales and mins, high bits used in j >= 4:
+ *
+ *   j    0  1  2   3   4   5   6   7
+ *   sc   1  2  3  63  17  33  48  62
+ *   m    0  5 10  20  40  50  60  63
+ *
+ * bytes 0..3: sc_j | (sc_j+4 >> 4) << 6 = 0x41 0x82 0xc3 0xff
+ * bytes 4..7: m_j | (m_j+4 >> 4) << 6   = 0x80 0xc5 0xca 0xd4
+ * bytes 8..11: (sc_j+4 & 15) | (m_j+4 & 15) << 4 = 0x81 0x21 0xc0 0xfe
+ *
+ * qs[32 c + l] = (l & 15) | (15 - (l & 15)) << 4: q = l % 16 in even
+ * sub-blocks (low nibbles), 15 - l % 16 in odd ones.
+ */
+static const uint8_t  qk_scales[12] = {
+    0x41, 0x82, 0xc3, 0xff, 0x80, 0xc5, 0xca, 0xd4, 0x81, 0x21, 0xc0, 0xfe
+};
+
+static const uint8_t  qk_sc[8] = { 1, 2, 3, 63, 17, 33, 48, 62 };
+static const uint8_t  qk_m[8] = { 0, 5, 10, 20, 40, 50, 60, 63 };
+
+
+static void
+q4k_block(uint8_t *b, size_t qs_off)
+{
+    int  i;
+
+    put_f16(b, F16_HALF);
+    put_f16(b + 2, F16_ONE);
+    memcpy(b + 4, qk_scales, 12);
+
+    for (i = 0; i < 128; i++) {
+        b[qs_off + i] = (uint8_t) ((i & 15) | ((15 - (i & 15)) << 4));
+    }
+}
+
+
+static int
+q4k_q(int e)
+{
+    return (e / 32) % 2 == 0 ? e % 16 : 15 - e % 16;
+}
+
+
+static void
+test_q4k_block(void **state)
+{
+    int      e, j;
+    float    x[KVS_QK_K];
+    uint8_t  b[KVS_Q4_K_BYTES], sc, m, packed[12];
+
+    q4k_block(b, KVS_Q4_K_QS);
+
+    for (j = 0; j < 8; j++) {
+        kvs_qk_scales_unpack(b + KVS_Q4_K_SCALES, j, &sc, &m);
+        assert_int_equal(sc, qk_sc[j]);
+        assert_int_equal(m, qk_m[j]);
+    }
+
+    kvs_qk_scales_pack(packed, qk_sc, qk_m);
+    assert_memory_equal(packed, qk_scales, 12);
+
+    kvs_q4_k_dequantize(b, x, KVS_QK_K);
+
+    assert_true(x[0] == 0.0f);       /* j 0: 0.5 * 0 - 0 */
+    assert_true(x[33] == 9.0f);      /* j 1, q 14: 1 * 14 - 5 */
+    assert_true(x[100] == 326.5f);   /* j 3, q 11: 31.5 * 11 - 20 */
+    assert_true(x[140] == 62.0f);    /* j 4, q 12: 8.5 * 12 - 40 */
+    assert_true(x[170] == 32.5f);    /* j 5, q 5: 16.5 * 5 - 50 */
+    assert_true(x[200] == 132.0f);   /* j 6, q 8: 24 * 8 - 60 */
+    assert_true(x[255] == -63.0f);   /* j 7, q 0: 0 - 63 */
+
+    for (e = 0; e < KVS_QK_K; e++) {
+        j = e / 32;
+        assert_true(x[e] == (0.5f * (float) qk_sc[j]) * (float) q4k_q(e)
+                           - (float) qk_m[j]);
+    }
+}
+
+
+/* Q5_K: the same, and qh bytes 0xaa: the fifth bit (16) in odd
+ * sub-blocks */
+static void
+test_q5k_block(void **state)
+{
+    int      e, j, q;
+    float    x[KVS_QK_K];
+    uint8_t  b[KVS_Q5_K_BYTES];
+
+    q4k_block(b, KVS_Q5_K_QS);
+    memset(b + KVS_Q5_K_QH, 0xaa, 32);
+
+    kvs_q5_k_dequantize(b, x, KVS_QK_K);
+
+    assert_true(x[33] == 25.0f);     /* j 1, q 30: 1 * 30 - 5 */
+    assert_true(x[100] == 830.5f);   /* j 3, q 27: 31.5 * 27 - 20 */
+    assert_true(x[140] == 62.0f);    /* j 4, q 12, as in Q4_K */
+    assert_true(x[170] == 296.5f);   /* j 5, q 21: 16.5 * 21 - 50 */
+    assert_true(x[255] == 433.0f);   /* j 7, q 16: 31 * 16 - 63 */
+
+    for (e = 0; e < KVS_QK_K; e++) {
+        j = e / 32;
+        q = q4k_q(e) + (j % 2 ? 16 : 0);
+        assert_true(x[e] == (0.5f * (float) qk_sc[j]) * (float) q
+                           - (float) qk_m[j]);
+    }
+}
+
+
+/* ---- Q6_K --------------------------------------------------------------- */
+
+/*
+ * d = 0.125; int8 scales below; ql bytes 0x1f (low nibble 15, high 1),
+ * qh bytes 0xe4 (2-bit fields 0, 1, 2, 3): element e = 128 h + r has
+ * q = (r < 64 ? 15 : 1) | (r / 32) << 4, minus 32, by r / 32:
+ * -17, -1, 1, 17.
+ */
+static const int8_t  q6k_sc[16] = {
+    -128, -100, -64, -1, 0, 1, 2, 3, 10, 20, 40, 60, 80, 100, 120, 127
+};
+
+static const int  q6k_q[4] = { -17, -1, 1, 17 };
+
+
+static void
+q6k_block(uint8_t *b)
+{
+    memset(b + KVS_Q6_K_QL, 0x1f, 128);
+    memset(b + KVS_Q6_K_QH, 0xe4, 64);
+    memcpy(b + KVS_Q6_K_SCALES, q6k_sc, 16);
+    put_f16(b + KVS_Q6_K_D, F16_ONE_EIGHTH);
+}
+
+
+static void
+test_q6k_block(void **state)
+{
+    int      e;
+    float    x[KVS_QK_K];
+    uint8_t  b[KVS_Q6_K_BYTES];
+
+    q6k_block(b);
+    kvs_q6_k_dequantize(b, x, KVS_QK_K);
+
+    assert_true(x[0] == 272.0f);     /* j 0: -16, q -17 */
+    assert_true(x[40] == 8.0f);      /* j 2: -8, q -1 */
+    assert_true(x[70] == 0.0f);      /* j 4: scale 0 */
+    assert_true(x[100] == 4.25f);    /* j 6: 0.25, q 17 */
+    assert_true(x[130] == -21.25f);  /* j 8: 1.25, q -17 */
+    assert_true(x[200] == 10.0f);    /* j 12: 10, q 1 */
+    assert_true(x[255] == 269.875f); /* j 15: 15.875, q 17 */
+
+    for (e = 0; e < KVS_QK_K; e++) {
+        assert_true(x[e] == (0.125f * (float) q6k_sc[e / 16])
+                           * (float) q6k_q[(e % 128) / 32]);
+    }
+}
+
+
+/* ---- every element's bits, one at a time ------------------------------- */
+
+/*
+ * A block whose every sub-block has scale 1 (and min 0), d = 1: all
+ * elements dequantize to q's offset (0, or -4 / -32 for the signed
+ * types).  Setting the bits of element e alone, as the layout says they
+ * lie, must change x[e] alone.
+ */
+static void
+probe_block(uint32_t type, uint8_t *b)
+{
+    uint8_t  one[8] = { 1, 1, 1, 1, 1, 1, 1, 1 };
+    uint8_t  zero[8] = { 0 };
+    int8_t   s3[16];
+
+    memset(b, 0, KVS_Q6_K_BYTES);
+
+    switch (type) {
+    case KVS_GGML_Q2_K:
+        memset(b + KVS_Q2_K_SCALES, 0x01, 16);
+        put_f16(b + KVS_Q2_K_D, F16_ONE);
+        break;
+    case KVS_GGML_Q3_K:
+        memset(s3, 1, sizeof(s3));
+        kvs_q3k_scales_pack(b + KVS_Q3_K_SCALES, s3);
+        put_f16(b + KVS_Q3_K_D, F16_ONE);
+        break;
+    case KVS_GGML_Q4_K:
+    case KVS_GGML_Q5_K:
+        kvs_qk_scales_pack(b + KVS_Q4_K_SCALES, one, zero);
+        put_f16(b + KVS_Q4_K_D, F16_ONE);
+        break;
+    default:
+        memset(b + KVS_Q6_K_SCALES, 1, 16);
+        put_f16(b + KVS_Q6_K_D, F16_ONE);
+    }
+}
+
+
+/* set element e's bits to their largest code; returns x[e] expected */
+static float
+probe_set(uint32_t type, uint8_t *b, int e)
+{
+    int  h, r;
+
+    switch (type) {
+    case KVS_GGML_Q2_K:
+        b[KVS_Q2_K_QS + 32 * (e / 128) + e % 32] |= 3 << (2 * ((e / 32) % 4));
+        return 3.0f;
+    case KVS_GGML_Q3_K:
+        b[KVS_Q3_K_QS + 32 * (e / 128) + e % 32] |= 3 << (2 * ((e / 32) % 4));
+        b[KVS_Q3_K_HMASK + e % 32] |= 1 << (e / 32);
+        return 3.0f;
+    case KVS_GGML_Q4_K:
+        b[KVS_Q4_K_QS + 32 * (e / 64) + e % 32] |= 15 << (4 * ((e / 32) % 2));
+        return 15.0f;
+    case KVS_GGML_Q5_K:
+        b[KVS_Q5_K_QS + 32 * (e / 64) + e % 32] |= 15 << (4 * ((e / 32) % 2));
+        b[KVS_Q5_K_QH + e % 32] |= 1 << (e / 32);
+        return 31.0f;
+    default:
+        h = e / 128;
+        r = e % 128;
+        b[KVS_Q6_K_QL + 64 * h + r % 64] |= 15 << (4 * (r / 64));
+        b[KVS_Q6_K_QH + 32 * h + r % 32] |= 3 << (2 * (r / 32));
+        return 31.0f;
+    }
+}
+
+
+static void
+test_positions(void **state)
+{
+    int        t, e, i;
+    float      x[KVS_QK_K], base, want;
+    uint8_t    b[KVS_Q6_K_BYTES];
+    kvs_err_t  err;
+
+    static const uint32_t  types[] = {
+        KVS_GGML_Q2_K, KVS_GGML_Q3_K, KVS_GGML_Q4_K, KVS_GGML_Q5_K,
+        KVS_GGML_Q6_K
+    };
+
+    for (t = 0; t < 5; t++) {
+        base = types[t] == KVS_GGML_Q3_K ? -4.0f
+               : types[t] == KVS_GGML_Q6_K ? -32.0f : 0.0f;
+
+        for (e = 0; e < KVS_QK_K; e++) {
+            probe_block(types[t], b);
+            want = probe_set(types[t], b, e);
+            assert_int_equal(kvs_quant_dequantize(types[t], b, x, KVS_QK_K,
+                                                  &err), KVS_OK);
+
+            for (i = 0; i < KVS_QK_K; i++) {
+                if (x[i] != (i == e ? want : base)) {
+                    fail_msg("%s: element %d set, x[%d] = %g",
+                             kvs_ggml_type_name(types[t]), e, i, x[i]);
+                }
+            }
+        }
+    }
+}
+
+
+/* ---- zero blocks, extreme d, several super-blocks ---------------------- */
+
+static const struct {
+    uint32_t  type;
+    size_t    bytes;
+} k_types[] = {
+    { KVS_GGML_Q2_K, KVS_Q2_K_BYTES },
+    { KVS_GGML_Q3_K, KVS_Q3_K_BYTES },
+    { KVS_GGML_Q4_K, KVS_Q4_K_BYTES },
+    { KVS_GGML_Q5_K, KVS_Q5_K_BYTES },
+    { KVS_GGML_Q6_K, KVS_Q6_K_BYTES },
+};
+
+#define K_TYPES  (sizeof(k_types) / sizeof(k_types[0]))
+
+
+static void
+test_zero_blocks(void **state)
+{
+    int        e;
+    size_t     t;
+    float      x[KVS_QK_K];
+    uint8_t    b[KVS_Q6_K_BYTES];
+    kvs_err_t  err;
+
+    for (t = 0; t < K_TYPES; t++) {
+        memset(b, 0, sizeof(b));
+        memset(x, 0x7f, sizeof(x));
+        assert_int_equal(kvs_quant_dequantize(k_types[t].type, b, x,
+                                              KVS_QK_K, &err), KVS_OK);
+        for (e = 0; e < KVS_QK_K; e++) {
+            assert_true(x[e] == 0.0f);
+        }
+    }
+}
+
+
+static void
+test_extreme_d(void **state)
+{
+    float    x[KVS_QK_K];
+    uint8_t  b[KVS_Q6_K_BYTES];
+    uint8_t  sc[8] = { 63, 63, 63, 63, 63, 63, 63, 63 }, m[8] = { 0 };
+
+    /* Q4_K, d = 65504, scale 63, q 15: 65504 * 63 * 15 = 61901280, exact
+     * in f32 (65504 * 63 = 4126752 = 128961 * 32) */
+    memset(b, 0, sizeof(b));
+    put_f16(b + KVS_Q4_K_D, F16_MAX);
+    kvs_qk_scales_pack(b + KVS_Q4_K_SCALES, sc, m);
+    memset(b + KVS_Q4_K_QS, 0xff, 128);
+    kvs_q4_k_dequantize(b, x, KVS_QK_K);
+    assert_true(x[0] == 61901280.0f);
+    assert_true(x[255] == 61901280.0f);
+
+    /* d = 2^-24 (subnormal): 63 * 15 * 2^-24, exact */
+    put_f16(b + KVS_Q4_K_D, F16_TINY);
+    kvs_q4_k_dequantize(b, x, KVS_QK_K);
+    assert_true(x[7] == ldexpf(945.0f, -24));
+
+    /* dmin = 65504, min 63, q 0: -4126752 */
+    memset(b + KVS_Q4_K_QS, 0, 128);
+    put_f16(b + KVS_Q4_K_DMIN, F16_MAX);
+    kvs_qk_scales_pack(b + KVS_Q4_K_SCALES, m, sc);
+    kvs_q4_k_dequantize(b, x, KVS_QK_K);
+    assert_true(x[3] == -4126752.0f);
+
+    /* Q6_K, d = 65504, scale -128, q -32: 65504 * 128 * 32, exact */
+    memset(b, 0, sizeof(b));
+    memset(b + KVS_Q6_K_SCALES, 0x80, 16);
+    put_f16(b + KVS_Q6_K_D, F16_MAX);
+    kvs_q6_k_dequantize(b, x, KVS_QK_K);
+    assert_true(x[0] == 65504.0f * 4096.0f);
+
+    /* d = inf: inf * scale 0 is NaN, inf * -128 * -32 is inf (what
+     * gguf gives; a file with such a d is broken, not us) */
+    put_f16(b + KVS_Q6_K_D, F16_INF);
+    b[KVS_Q6_K_SCALES + 1] = 0;
+    kvs_q6_k_dequantize(b, x, KVS_QK_K);
+    assert_true(isinf(x[0]) && x[0] > 0.0f);
+    assert_true(isnan(x[16]));
+
+    /* Q2_K with d = 65504, scale 15, q 3 and dmin = 65504, min 15 */
+    memset(b, 0, sizeof(b));
+    memset(b + KVS_Q2_K_SCALES, 0xff, 16);
+    memset(b + KVS_Q2_K_QS, 0xff, 64);
+    put_f16(b + KVS_Q2_K_D, F16_MAX);
+    put_f16(b + KVS_Q2_K_DMIN, F16_MAX);
+    kvs_q2_k_dequantize(b, x, KVS_QK_K);
+    assert_true(x[200] == 65504.0f * 15.0f * 3.0f - 65504.0f * 15.0f);
+}
+
+
+/* two different super-blocks in a row convert as each on its own */
+static void
+test_super_blocks(void **state)
+{
+    size_t     t;
+    float      x[3 * KVS_QK_K], y[KVS_QK_K];
+    uint8_t    b[3 * KVS_Q6_K_BYTES];
+    kvs_err_t  err;
+
+    for (t = 0; t < K_TYPES; t++) {
+        memset(b, 0, sizeof(b));
+
+        switch (k_types[t].type) {
+        case KVS_GGML_Q2_K:
+            q2k_block(b);
+            break;
+        case KVS_GGML_Q3_K:
+            q3k_block(b);
+            break;
+        case KVS_GGML_Q4_K:
+            q4k_block(b, KVS_Q4_K_QS);
+            break;
+        case KVS_GGML_Q5_K:
+            q4k_block(b, KVS_Q5_K_QS);
+            memset(b + KVS_Q5_K_QH, 0x5a, 32);
+            break;
+        default:
+            q6k_block(b);
+        }
+
+        /* the second: a probe block with element 77 set; the third:
+         * zero */
+        probe_block(k_types[t].type, b + k_types[t].bytes);
+        (void) probe_set(k_types[t].type, b + k_types[t].bytes, 77);
+
+        assert_int_equal(kvs_quant_dequantize(k_types[t].type, b, x,
+                                              3 * KVS_QK_K, &err), KVS_OK);
+
+        assert_int_equal(kvs_quant_dequantize(k_types[t].type, b, y,
+                                              KVS_QK_K, &err), KVS_OK);
+        assert_memory_equal(x, y, sizeof(y));
+        assert_int_equal(kvs_quant_dequantize(k_types[t].type,
+                                              b + k_types[t].bytes, y,
+                                              KVS_QK_K, &err), KVS_OK);
+        assert_memory_equal(x + KVS_QK_K, y, sizeof(y));
+        assert_false(x[KVS_QK_K + 77] == x[KVS_QK_K + 78]);
+        assert_true(x[2 * KVS_QK_K] == 0.0f);
+        assert_true(x[3 * KVS_QK_K - 1] == 0.0f);
+
+        /* not whole super-blocks */
+        assert_int_equal(kvs_quant_dequantize(k_types[t].type, b, x,
+                                              KVS_QK_K + 32, &err),
+                         KVS_EINVAL);
+    }
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_q2k_block),
+        cmocka_unit_test(test_q3k_block),
+        cmocka_unit_test(test_q4k_block),
+        cmocka_unit_test(test_q5k_block),
+        cmocka_unit_test(test_q6k_block),
+        cmocka_unit_test(test_positions),
+        cmocka_unit_test(test_zero_blocks),
+        cmocka_unit_test(test_extreme_d),
+        cmocka_unit_test(test_super_blocks),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
