@@ -272,11 +272,17 @@ unit-tsan: $(TSAN_BINS)
 $(B)/gguf_sample: t/unit/gguf_sample.c t/unit/kvs_sample.h $(LIB)
 	$(CC) $(KVS_CFLAGS) $(CFLAGS) -Isrc -o $@ $< $(LIB) $(LIBS)
 
-interop: $(CLI) $(B)/gguf_sample $(B)/unit/test_rope $(PY_STAMP)
+$(B)/quant_sample: t/unit/quant_sample.c $(LIB)
+	$(CC) $(KVS_CFLAGS) $(CFLAGS) -Isrc -o $@ $< $(LIB) $(LIBS)
+
+interop: $(CLI) $(B)/gguf_sample $(B)/quant_sample $(B)/unit/test_rope \
+    $(PY_STAMP)
 	@mkdir -p $(B)/tmp
 	$(TEST_ENV) KVS_SAMPLE=$(BABS)/gguf_sample \
 	    $(VENV)/bin/python t/unit/test_gguf_python.py
 	$(TEST_ENV) $(VENV)/bin/python t/unit/test_chat_jinja.py
+	$(TEST_ENV) KVS_QUANT_SAMPLE=$(BABS)/quant_sample \
+	    $(VENV)/bin/python t/unit/test_quant_python.py
 	$(TEST_ENV) $(VENV)/bin/python t/unit/test_rope_python.py \
 	    $(B)/unit/test_rope
 	$(TEST_ENV) $(VENV)/bin/python t/unit/test_logits_numpy.py

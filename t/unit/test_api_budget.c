@@ -253,10 +253,6 @@ test_overflow(void **state)
 static void
 seqs(kvs_api_kind_t kind, size_t n_prompts, uint32_t n, uint32_t max,
     const char *param, const char *code, const char *message)
-/* A prompt whose tokenizing stopped past the context: the same 400 on
- * the same param, saying it is longer than the context. */
-static void
-test_too_long(void **state)
 {
     kvs_api_req_t  r;
     kvs_api_err_t  aerr;
@@ -314,6 +310,18 @@ test_seqs(void **state)
          "Invalid 'n': this server answers at most 1 sequences (prompts "
          "x n) per request, and this one asks for 2 (1 prompt x n=2). "
          "Use a smaller n.");
+}
+
+
+
+/* A prompt whose tokenizing stopped past the context: the same 400 on
+ * the same param, saying it is longer than the context. */
+static void
+test_too_long(void **state)
+{
+    kvs_api_req_t  r;
+    kvs_api_err_t  aerr;
+
     r = req(KVS_API_COMPLETIONS, 16, 1);
     memset(&aerr, 0, sizeof(aerr));
     kvs_api_budget_too_long(&r, 512, &aerr);
