@@ -558,6 +558,262 @@ test_super_blocks(void **state)
 }
 
 
+/* ---- quantization ------------------------------------------------------- */
+
+#define ROWS  (32 * KVS_QK_K)            /* 32 super-blocks per check */
+
+static float    qx[ROWS], qy[ROWS];
+static uint8_t  qb[ROWS / KVS_QK_K * KVS_Q6_K_BYTES];
+
+
+/* deterministic N(0, 1) (xorshift64 and Box-Muller) */
+static uint64_t  rng_state;
+
+static double
+rng_u01(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+
+    return ((double) (rng_state >> 11) + 0.5) / 9007199254740992.0;
+}
+
+
+static float
+rng_gauss(void)
+{
+    double  u, v;
+
+    u = rng_u01();
+    v = rng_u01();
+
+    return (float) (sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+
+
+/* bits per element's integer, the type's q range */
+static int
+k_bits(uint32_t type)
+{
+    switch (type) {
+    case KVS_GGML_Q2_K:
+        return 2;
+    case KVS_GGML_Q3_K:
+        return 3;
+    case KVS_GGML_Q4_K:
+        return 4;
+    case KVS_GGML_Q5_K:
+        return 5;
+    default:
+        return 6;
+    }
+}
+
+
+/*
+ * The bound on RMSE / std for N(0, 1) data: a plain uniform quantizer
+ * with 2^b levels over a sub-block's range has an error of step / sqrt(12),
+ * step = range / (2^b - 1); the range of 16 or 32 Gaussian samples is
+ * 3.5 to 4.1 std on average (the signed types span 2 max|x|, about the
+ * same), so 4.5 std bounds it with margin.  A quantizer choosing its
+ * scales well stays below (measured: 0.60 to 0.83 of this bound, see
+ * docs/quantization.md).
+ */
+static double
+quant_bound(uint32_t type)
+{
+    return 4.5 / (((1 << k_bits(type)) - 1) * sqrt(12.0));
+}
+
+
+/* quantize qx[n] through the table, dequantize into qy; RMSE */
+static double
+round_trip(uint32_t type, size_t n)
+{
+    size_t     i;
+    double     s, r;
+    kvs_err_t  err;
+
+    memset(qb, 0xa5, sizeof(qb));
+    assert_int_equal(kvs_quant_quantize(type, qx, qb, n, &err), KVS_OK);
+    assert_int_equal(kvs_quant_dequantize(type, qb, qy, n, &err), KVS_OK);
+
+    s = 0.0;
+    for (i = 0; i < n; i++) {
+        assert_true(isfinite(qy[i]));
+        r = (double) qy[i] - (double) qx[i];
+        s += r * r;
+    }
+
+    return sqrt(s / (double) n);
+}
+
+
+static void
+test_quant_gauss(void **state)
+{
+    size_t  t, i, k;
+    double  e, scale, unit[K_TYPES];
+
+    static const double  scales[] = { 1.0, 1e-3, 300.0 };
+
+    for (t = 0; t < K_TYPES; t++) {
+        for (k = 0; k < 3; k++) {
+            scale = scales[k];
+            rng_state = 0x9e3779b97f4a7c15ULL + t;
+
+            for (i = 0; i < ROWS; i++) {
+                qx[i] = (float) (rng_gauss() * scale);
+            }
+
+            /* the data's std is scale, give or take 1% over 8192 */
+            e = round_trip(k_types[t].type, ROWS) / scale;
+            print_message("%s N(0, %g): RMSE / std %.4f (bound %.4f)\n",
+                          kvs_ggml_type_name(k_types[t].type), scale, e,
+                          quant_bound(k_types[t].type));
+            assert_true(e < quant_bound(k_types[t].type));
+
+            if (k == 0) {
+                unit[t] = e;
+            }
+        }
+    }
+
+    /* one more bit per element about halves the error (the types are in
+     * order of bits in k_types) */
+    for (t = 0; t + 1 < K_TYPES; t++) {
+        assert_true(unit[t + 1] < 0.65 * unit[t]);
+    }
+}
+
+
+/*
+ * Gaussian data with one outlier of +-20 std every 1000 elements: the
+ * outlier's sub-block loses resolution (its scale is the outlier's), the
+ * other sub-blocks keep theirs up to their scales' integer resolution
+ * against the larger d, so 1.5 times the bound; each outlier itself comes
+ * back within 5%.
+ */
+static void
+test_quant_outliers(void **state)
+{
+    size_t  t, i;
+    double  e;
+
+    for (t = 0; t < K_TYPES; t++) {
+        rng_state = 0x2545f4914f6cdd1dULL + t;
+
+        for (i = 0; i < ROWS; i++) {
+            qx[i] = i % 1000 == 7 ? (i % 2000 == 7 ? 20.0f : -20.0f)
+                                  : rng_gauss();
+        }
+
+        e = round_trip(k_types[t].type, ROWS);
+        print_message("%s N(0, 1) + outliers: RMSE %.4f\n",
+                      kvs_ggml_type_name(k_types[t].type), e);
+        assert_true(e < 1.5 * quant_bound(k_types[t].type));
+
+        for (i = 7; i < ROWS; i += 1000) {
+            assert_true(fabsf(qy[i] - qx[i]) < 0.05f * 20.0f);
+        }
+    }
+}
+
+
+/* zeros, constants, one sign, as the quantizers meet them */
+static void
+test_quant_shapes(void **state)
+{
+    size_t     t, i, k;
+    double     e;
+    uint8_t    one[KVS_Q6_K_BYTES];
+
+    static const float  consts[] = { 0.75f, -2.5f, 1e-3f, -7e4f };
+
+    for (t = 0; t < K_TYPES; t++) {
+        /* all zero: all-zero bytes, all-zero values */
+        memset(qx, 0, sizeof(qx));
+        e = round_trip(k_types[t].type, ROWS);
+        assert_true(e == 0.0);
+        for (i = 0; i < ROWS / KVS_QK_K * k_types[t].bytes; i++) {
+            assert_int_equal(qb[i], 0);
+        }
+
+        /* constant rows: the f16 d (and dmin) rounding only: 2^-11
+         * relative, a few times that where d is an f16 subnormal (1e-3:
+         * d about 2.4e-7 in Q6_K, steps of 2^-24), with margin */
+        for (k = 0; k < sizeof(consts) / sizeof(consts[0]); k++) {
+            for (i = 0; i < ROWS; i++) {
+                qx[i] = consts[k];
+            }
+            (void) round_trip(k_types[t].type, ROWS);
+            for (i = 0; i < ROWS; i++) {
+                assert_true(fabsf(qy[i] - consts[k])
+                            <= 4e-3f * fabsf(consts[k]));
+            }
+        }
+
+        /* negative only (-|N(0, 1)|): the bound of N(0, 1) holds, the
+         * range being half as wide */
+        rng_state = 0x853c49e6748fea9bULL + t;
+        for (i = 0; i < ROWS; i++) {
+            qx[i] = -fabsf(rng_gauss());
+        }
+        e = round_trip(k_types[t].type, ROWS);
+        assert_true(e < quant_bound(k_types[t].type));
+        for (i = 0; i < ROWS; i++) {
+            assert_true(qy[i] <= 0.5f);
+        }
+
+        /* the table's entry is the type's own function */
+        kvs_quant_type(k_types[t].type)->quantize(qx, one, KVS_QK_K);
+        assert_memory_equal(one, qb, k_types[t].bytes);
+    }
+}
+
+
+/* values no type can hold, inf, NaN: finite output, in range */
+static void
+test_quant_huge(void **state)
+{
+    size_t  t, i;
+
+    for (t = 0; t < K_TYPES; t++) {
+        rng_state = 0xda942042e4dd58b5ULL + t;
+
+        for (i = 0; i < ROWS; i++) {
+            qx[i] = rng_gauss();
+        }
+
+        qx[3] = 1e30f;                       /* past any f16 d */
+        qx[300] = -1e30f;
+        qx[600] = INFINITY;
+        qx[900] = -INFINITY;
+        qx[1200] = NAN;
+        qx[1500] = 1e-40f;                   /* f32 subnormal */
+        qx[2000] = 5e4f;                     /* large, representable */
+
+        for (i = 4096; i < 4096 + KVS_QK_K; i++) {
+            qx[i] = NAN;                     /* a whole NaN super-block */
+        }
+
+        (void) round_trip(k_types[t].type, ROWS);   /* asserts finite */
+
+        /* the saturated values keep their sign; NaN reads as 0 */
+        assert_true(qy[3] > 1e5f && qy[600] > 1e5f);
+        assert_true(qy[300] < -1e5f && qy[900] < -1e5f);
+        assert_true(qy[4096] == 0.0f && qy[4096 + 255] == 0.0f);
+        assert_true(fabsf(qy[2000] - 5e4f) < 0.05f * 5e4f);
+
+        /* the super-blocks without such values are as good as ever */
+        for (i = 5 * KVS_QK_K; i < 6 * KVS_QK_K; i++) {
+            assert_true(fabsf(qy[i] - qx[i]) < 1.0f);
+        }
+    }
+}
+
+
 int
 main(void)
 {
@@ -571,6 +827,10 @@ main(void)
         cmocka_unit_test(test_zero_blocks),
         cmocka_unit_test(test_extreme_d),
         cmocka_unit_test(test_super_blocks),
+        cmocka_unit_test(test_quant_gauss),
+        cmocka_unit_test(test_quant_outliers),
+        cmocka_unit_test(test_quant_shapes),
+        cmocka_unit_test(test_quant_huge),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
