@@ -39,8 +39,9 @@
 #include "kvs_quant_k.h"
 
 
-/* candidate scales: steps + KVS_QK_DELTA0 + k * KVS_QK_DELTA over the
- * range, k = 0..KVS_QK_CANDIDATES - 1 (steps - 1 .. steps + 1) */
+/* candidate scales: range / (steps + KVS_QK_DELTA0 + k * KVS_QK_DELTA),
+ * k = 0..KVS_QK_CANDIDATES - 1 (steps - 1 .. steps + 1); the signed types
+ * split them between the two ends of their range, in steps of 0.2 */
 #define KVS_QK_CANDIDATES  21
 #define KVS_QK_DELTA0      -1.0f
 #define KVS_QK_DELTA       0.1f
@@ -49,9 +50,9 @@
 #define KVS_QK_F16_MAX     65504.0f
 
 
-/* A super-block's plan: the integers the reader will see.  q[] is the
- * element's integer in the type's range (0..nmax for the types with a
- * min, -nneg..npos for the others), sc[]/m[] one per sub-block. */
+/* A super-block's plan: the integers the reader will see.  q[] is each
+ * element's integer in the type's qlo..qhi (kvs_qk_shape_t), sc[]/m[]
+ * one per sub-block, d/dmin the f16 bits. */
 typedef struct {
     uint16_t  d;
     uint16_t  dmin;
