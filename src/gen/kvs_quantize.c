@@ -23,7 +23,6 @@
                                          (whole rows; at least one) */
 
 
-#define F16   KVS_GGML_F16
 #define Q4_0  KVS_GGML_Q4_0
 #define Q4_1  KVS_GGML_Q4_1
 #define Q5_0  KVS_GGML_Q5_0
@@ -85,9 +84,9 @@ static const kvs_quant_mix_t  kvs_quant_mixes[] = {
       { KVS_MIX_GQA4, Q5_K, BASE }, NONE, NONE },
 };
 
-#define KVS_QUANT_N_MIXES  (sizeof(kvs_quant_mixes) / sizeof(kvs_quant_mixes[0]))
+#define KVS_QUANT_N_MIXES                                                    \
+    (sizeof(kvs_quant_mixes) / sizeof(kvs_quant_mixes[0]))
 
-#undef F16
 #undef Q4_0
 #undef Q4_1
 #undef Q5_0

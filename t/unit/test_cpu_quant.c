@@ -275,7 +275,7 @@ test_refused(void **state)
     assert_int_equal(kvs_hparams_read(&fake.hp, fake.gguf, &err), KVS_OK);
     unlink(path);
 
-    cm = (kvs_cpu_model_t *) &fake;
+    cm = (kvs_cpu_model_t *) &fake;   /* not NULL: a failure clears it */
     assert_int_not_equal(kvs_cpu_model_new(&cm, &fake, &err), KVS_OK);
     assert_null(cm);
     assert_non_null(strstr(err.msg, "cpu backend"));

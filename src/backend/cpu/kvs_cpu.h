@@ -9,7 +9,8 @@
  * cache, wo, residual, RMSNorm, SwiGLU FFN, residual, final norm, output.
  *
  * Weights: matrices stay as stored in the mapping, of any type in
- * kvs_quant's table.  Products (measured on a 2-core AVX-512 Xeon, kvs_cpu_mm.c):
+ * kvs_quant's table.  Products (measured on a 2-core AVX-512 Xeon,
+ * kvs_cpu_mm.c):
  * F32 / F16 / BF16 rows are converted (if needed) into a small scratch
  * and run through our AVX2 or AVX-512 kernel for batches under 64
  * tokens, through OpenBLAS sgemm on tiles of up to 256 rows for larger
