@@ -5,6 +5,7 @@
  * F32, as llama.cpp stores 1-D tensors.
  */
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +60,8 @@ kvs_gen_preset(kvs_gen_spec_t *spec, const char *preset, kvs_err_t *err)
 int
 kvs_gen_check(const kvs_gen_spec_t *spec, kvs_err_t *err)
 {
+    char                         name[16];
+    size_t                       i;
     const kvs_quant_type_t      *q;
     const kvs_ggml_type_info_t  *info;
 
@@ -103,13 +106,18 @@ kvs_gen_check(const kvs_gen_spec_t *spec, kvs_err_t *err)
                            "make that type", kvs_ggml_type_name(spec->dtype));
     }
 
-    /* every matrix's rows are n_embd or n_ff long */
+    /* every matrix's rows are n_embd or n_ff long; the type named as
+     * --dtype takes it, in lower case */
     info = kvs_ggml_type_info(spec->dtype);
     if (spec->n_embd % info->block || spec->n_ff % info->block) {
+        for (i = 0; info->name[i] != '\0' && i + 1 < sizeof(name); i++) {
+            name[i] = (char) tolower((unsigned char) info->name[i]);
+        }
+        name[i] = '\0';
+
         return kvs_err_set(err, KVS_EINVAL, "--dtype %s needs --dim (%u) "
-                           "and --ffn (%u) to be multiples of %u",
-                           info->name, spec->n_embd, spec->n_ff,
-                           info->block);
+                           "and --ffn (%u) to be multiples of %u", name,
+                           spec->n_embd, spec->n_ff, info->block);
     }
 
     return KVS_OK;
