@@ -505,8 +505,8 @@ test_round_trip(void **state)
 static void
 test_rows(void **state)
 {
-    size_t     k, b, i;
-    float      x[8 * BLK], y[8 * BLK], z[BLK];
+    size_t          k, b, i;
+    float           x[8 * BLK], y[8 * BLK], z[BLK];
     uint8_t         row[8 * 24], one[24];
     kvs_err_t       err;
     const ltype_t  *t;
