@@ -17,7 +17,9 @@
 
 /* the types the issue lists, and only those */
 static const uint32_t  supported[] = {
-    KVS_GGML_F32, KVS_GGML_F16, KVS_GGML_BF16, KVS_GGML_Q8_0
+    KVS_GGML_F32, KVS_GGML_F16, KVS_GGML_BF16,
+    KVS_GGML_Q4_0, KVS_GGML_Q4_1, KVS_GGML_Q5_0, KVS_GGML_Q5_1,
+    KVS_GGML_Q8_0, KVS_GGML_IQ4_NL, KVS_GGML_IQ4_XS
 };
 
 
