@@ -17,9 +17,10 @@
 
 /* the types the issue lists, and only those */
 static const uint32_t  supported[] = {
-    KVS_GGML_F32, KVS_GGML_F16, KVS_GGML_BF16, KVS_GGML_Q8_0,
-    KVS_GGML_Q2_K, KVS_GGML_Q3_K, KVS_GGML_Q4_K, KVS_GGML_Q5_K,
-    KVS_GGML_Q6_K
+    KVS_GGML_F32, KVS_GGML_F16, KVS_GGML_BF16,
+    KVS_GGML_Q4_0, KVS_GGML_Q4_1, KVS_GGML_Q5_0, KVS_GGML_Q5_1,
+    KVS_GGML_Q8_0, KVS_GGML_Q2_K, KVS_GGML_Q3_K, KVS_GGML_Q4_K,
+    KVS_GGML_Q5_K, KVS_GGML_Q6_K, KVS_GGML_IQ4_NL, KVS_GGML_IQ4_XS
 };
 
 
