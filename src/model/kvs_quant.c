@@ -31,6 +31,11 @@ static const kvs_quant_type_t  kvs_quant_types[] = {
     { KVS_GGML_Q5_0, kvs_q5_0_dequantize, kvs_q5_0_quantize },
     { KVS_GGML_Q5_1, kvs_q5_1_dequantize, kvs_q5_1_quantize },
     { KVS_GGML_Q8_0, kvs_q8_0_dequantize, kvs_q8_0_quantize },
+    { KVS_GGML_Q2_K, kvs_q2_k_dequantize, kvs_q2_k_quantize },
+    { KVS_GGML_Q3_K, kvs_q3_k_dequantize, kvs_q3_k_quantize },
+    { KVS_GGML_Q4_K, kvs_q4_k_dequantize, kvs_q4_k_quantize },
+    { KVS_GGML_Q5_K, kvs_q5_k_dequantize, kvs_q5_k_quantize },
+    { KVS_GGML_Q6_K, kvs_q6_k_dequantize, kvs_q6_k_quantize },
     { KVS_GGML_IQ4_NL, kvs_iq4_nl_dequantize, kvs_iq4_nl_quantize },
     { KVS_GGML_IQ4_XS, kvs_iq4_xs_dequantize, kvs_iq4_xs_quantize },
 };
