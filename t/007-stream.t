@@ -20,7 +20,9 @@ add_block_preprocessor(sub {
     if (!defined $block->http_config) {
         $block->set_value('http_config',
             "kvserve_model kvserve-tiny $Model;\n"
-            . "    kvserve_kv_cache 8m;\n    kvserve_threads 1;");
+            . "    kvserve_kv_cache 8m;\n    kvserve_threads 1;\n"
+            # the client-abort case needs 64 choices in one request
+            . "    kvserve_max_sequences 64;");
     }
     if (!defined $block->config) {
         $block->set_value('config', "location /v1/ { kvserve; }\n"

@@ -50,6 +50,8 @@ sub write_conf {
     kvserve_kv_cache 64m;
     kvserve_threads 1;
     kvserve_engine_wait 20s;
+    # a stream long enough to outlast the reload: 64 choices
+    kvserve_max_sequences 64;
 EOC
 }
 

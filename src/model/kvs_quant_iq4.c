@@ -31,6 +31,14 @@
  * inf give some block, without undefined behaviour.
  */
 
+/* bit-identical to gguf's numpy, which rounds every product and sum on
+ * its own: no fused multiply-add, whatever -march a build uses */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize ("fp-contract=off")
+#endif
+
 #include <math.h>
 #include <pthread.h>
 #include <string.h>

@@ -251,10 +251,12 @@ best_err(const float *x, float d)
 static void
 test_quantize(void **state)
 {
-    size_t   s, b, i;
-    float    x[NSB * 256], y[NSB * 256], d, xm, sc;
-    double   se, e, naive, q4;
-    uint8_t  nl[NSB * 8 * 18], xs[NSB * 136], q40[NSB * 8 * 18];
+    size_t          s, b, i, j;
+    float           x[NSB * 256], y[NSB * 256], d, xm, sc;
+    double          se, e, naive, q4;
+    uint8_t         nl[NSB * 8 * 18], xs[NSB * 136], q40[NSB * 8 * 18];
+    const float    *xb, *yb;
+    const uint8_t  *blk;
 
     static const float  scales[] = { 1.0f, 1e-3f, 40.0f };
 
@@ -327,11 +329,9 @@ test_quantize(void **state)
 
         for (b = 0; b < NSB; b++) {
             for (i = 0; i < 8; i++) {
-                const uint8_t  *blk = xs + b * 136;
-                const float    *xb = x + b * 256 + 32 * i;
-                const float    *yb = y + b * 256 + 32 * i;
-                size_t          j;
-
+                blk = xs + b * 136;
+                xb = x + b * 256 + 32 * i;
+                yb = y + b * 256 + 32 * i;
                 d = xs_scale(blk, i);
                 e = 0.0;
 

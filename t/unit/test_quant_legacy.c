@@ -425,17 +425,18 @@ test_quantize_by_hand(void **state)
 static void
 test_round_trip(void **state)
 {
-    size_t    k, b, i, s;
-    float     x[NB * BLK], y[NB * BLK], d, m, e, bound, scale, se;
-    float     rmse[NTYPES];
-    unsigned  q, top, off;
-    uint8_t   buf[NB * 24];
+    size_t          k, b, i, s;
+    float           x[NB * BLK], y[NB * BLK], d, m, e, bound, scale, se;
+    float           rmse[NTYPES];
+    unsigned        q, top, off;
+    uint8_t         buf[NB * 24];
+    const uint8_t  *blk;
+    const ltype_t  *t;
 
     static const float  scales[] = { 1.0f, 1e-3f, 300.0f };
 
     for (k = 0; k < NTYPES; k++) {
-        const ltype_t  *t = &types[k];
-
+        t = &types[k];
         top = (1u << t->bits) - 1;
         off = t->affine ? 0 : 1u << (t->bits - 1);
 
@@ -452,8 +453,7 @@ test_round_trip(void **state)
             t->deq(buf, y, NB * BLK);
 
             for (b = 0; b < NB; b++) {
-                const uint8_t  *blk = buf + b * t->bytes;
-
+                blk = buf + b * t->bytes;
                 d = fabsf(get16(blk));
                 m = t->affine ? fabsf(get16(blk + 2)) : 0.0f;
                 assert_true(d > 0.0f);
@@ -505,10 +505,11 @@ test_round_trip(void **state)
 static void
 test_rows(void **state)
 {
-    size_t     k, b, i;
-    float      x[8 * BLK], y[8 * BLK], z[BLK];
-    uint8_t    row[8 * 24], one[24];
-    kvs_err_t  err;
+    size_t          k, b, i;
+    float           x[8 * BLK], y[8 * BLK], z[BLK];
+    uint8_t         row[8 * 24], one[24];
+    kvs_err_t       err;
+    const ltype_t  *t;
 
     rng = 7;
 
@@ -517,7 +518,7 @@ test_rows(void **state)
     }
 
     for (k = 0; k < NTYPES; k++) {
-        const ltype_t  *t = &types[k];
+        t = &types[k];
 
         /* a row of 8 blocks is 8 blocks side by side, both ways */
         assert_int_equal(kvs_quant_quantize(t->type, x, row, 8 * BLK, &err),

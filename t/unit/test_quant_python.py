@@ -137,6 +137,13 @@ def rows_for(block, rng):
         (rng.integers(-16, 17, size=n) / 2.0),
         (rng.integers(-32, 33, size=n) / 4.0),
         rng.laplace(size=n),
+        # equal |x| of both signs: the first of them sets a _0 scale
+        np.resize([4.0, -4.0, 0.5, -0.5, -4.0, 4.0], n),
+        # blocks of 32 of very different magnitudes (IQ4_XS's and the
+        # K-quants' sub-block scales), every fourth block zero
+        np.repeat(np.where(np.arange(n // 32) % 4 == 3, 0.0,
+                           10.0 ** rng.integers(-3, 4, size=n // 32)), 32)
+        * rng.standard_normal(n),
     ]
     return np.stack(rows).astype(np.float32)
 

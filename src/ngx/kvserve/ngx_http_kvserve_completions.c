@@ -28,6 +28,11 @@
 
 #include <sys/random.h>
 
+#if (NGX_LINUX && defined __GLIBC__)
+#include <malloc.h>
+#define NGX_HTTP_KVSERVE_TRIM  1
+#endif
+
 #include "ngx_http_kvserve_completions.h"
 #include "ngx/limit/ngx_http_kvserve_limit.h"
 #include "api/kvs_api_budget.h"
@@ -110,17 +115,64 @@ ngx_http_kvserve_completions(ngx_http_request_t *r, ngx_uint_t chat)
 }
 
 
+#if (NGX_HTTP_KVSERVE_TRIM)
+
+/*
+ * The body size from which a request's end hands freed memory back to
+ * the system.  glibc keeps what is freed in its heaps (and one per pool
+ * thread), so the body's copy, the JSON tree, the rendered chat and the
+ * tokenizer's scratch of a large request stay in the worker's RSS after
+ * it, whether it was served or refused as malformed; malloc_trim()
+ * returns the free pages of every heap.  Above 256 KiB a request costs
+ * far more than the trim (a few hundred microseconds), and one trim per
+ * event-loop turn serves all the large requests that ended in it.
+ */
+#define NGX_HTTP_KVSERVE_TRIM_BYTES  (256 * 1024)
+
+static ngx_event_t  ngx_http_kvserve_trim_ev;
+
+
+static void
+ngx_http_kvserve_trim(ngx_event_t *ev)
+{
+    malloc_trim(0);
+}
+
+
+/* r->pool's cleanup: the trim runs once the request's memory is freed,
+ * after the handlers of this turn of the event loop. */
+static void
+ngx_http_kvserve_trim_post(void *data)
+{
+    ngx_event_t  *ev;
+
+    ev = &ngx_http_kvserve_trim_ev;
+
+    if (!ev->posted) {
+        ev->handler = ngx_http_kvserve_trim;
+        ev->log = ngx_cycle->log;
+        ngx_post_event(ev, &ngx_posted_events);
+    }
+}
+
+#endif
+
+
 /* The body in one piece: a pool copy when it is in several buffers or
- * in a file. */
+ * in a file.; a large one has the worker's heaps trimmed
+ * once the request is freed. */
 ngx_int_t
 ngx_http_kvserve_body_bytes(ngx_http_request_t *r, u_char **data,
     size_t *len)
 {
-    u_char       *p;
-    off_t         size;
-    ssize_t       n;
-    ngx_buf_t    *b;
-    ngx_chain_t  *cl;
+    u_char              *p;
+    off_t                size;
+    ssize_t              n;
+    ngx_buf_t           *b;
+    ngx_chain_t         *cl;
+#if (NGX_HTTP_KVSERVE_TRIM)
+    ngx_pool_cleanup_t  *cln;
+#endif
 
     *data = (u_char *) "";
     *len = 0;
@@ -129,17 +181,26 @@ ngx_http_kvserve_body_bytes(ngx_http_request_t *r, u_char **data,
         return NGX_OK;
     }
 
+    size = 0;
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        size += ngx_buf_size(cl->buf);
+    }
+
+#if (NGX_HTTP_KVSERVE_TRIM)
+    if (size >= NGX_HTTP_KVSERVE_TRIM_BYTES) {
+        cln = ngx_pool_cleanup_add(r->pool, 0);
+        if (cln != NULL) {
+            cln->handler = ngx_http_kvserve_trim_post;
+        }
+    }
+#endif
+
     cl = r->request_body->bufs;
 
     if (cl->next == NULL && !cl->buf->in_file) {
         *data = cl->buf->pos;
         *len = cl->buf->last - cl->buf->pos;
         return NGX_OK;
-    }
-
-    size = 0;
-    for (cl = r->request_body->bufs; cl; cl = cl->next) {
-        size += ngx_buf_size(cl->buf);
     }
 
     p = ngx_pnalloc(r->pool, (size_t) size + 1);

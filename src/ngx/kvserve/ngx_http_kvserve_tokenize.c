@@ -17,9 +17,6 @@
  *    keeps at most KVS_TOK_SCRATCH_KEEP between tasks (kvs_tok trims it
  *    after every call), so a worker's tokenizing memory is bounded by
  *    its threads, not by the longest prompt it ever saw;
- *  - a request with NGX_HTTP_KVSERVE_TRIM_BYTES of prompt text or more
- *    trims malloc's heaps once it is freed (glibc), so what it freed
- *    leaves the worker's RSS;
  *  - a part is tokenized up to its model's context and no further
  *    (job->max_ids): a prompt over it is refused as
  *    context_length_exceeded for the cost of its first tokens.
@@ -31,11 +28,6 @@
 
 #if (NGX_THREADS)
 #include <pthread.h>
-#endif
-
-#if (NGX_LINUX && defined __GLIBC__)
-#include <malloc.h>
-#define NGX_HTTP_KVSERVE_TRIM  1
 #endif
 
 #include "ngx_http_kvserve_completions.h"
@@ -54,47 +46,6 @@ static ngx_int_t ngx_http_kvserve_tok_post(ngx_http_kvserve_ctx_t *ctx,
 static kvs_tok_ctx_t  ngx_http_kvserve_tok;
 
 
-#if (NGX_HTTP_KVSERVE_TRIM)
-
-/*
- * Prompt text from which a request's end hands freed memory back to the
- * system.  glibc keeps what is freed in its heaps (and one per pool
- * thread), so the body's copy, the JSON tree, the rendered chat and the
- * tokenizer's scratch of a large prompt stay in the worker's RSS after
- * the request; malloc_trim() returns the free pages of every heap.  Above
- * 256 KiB a request costs far more than the trim (a few hundred
- * microseconds), and one trim per event-loop turn serves all the large
- * requests that ended in it.
- */
-#define NGX_HTTP_KVSERVE_TRIM_BYTES  (256 * 1024)
-
-static ngx_event_t  ngx_http_kvserve_trim_ev;
-
-
-static void
-ngx_http_kvserve_trim(ngx_event_t *ev)
-{
-    malloc_trim(0);
-}
-
-
-/* r->pool's cleanup: the trim runs once the request's memory is freed,
- * after the handlers of this turn of the event loop. */
-static void
-ngx_http_kvserve_trim_post(void *data)
-{
-    ngx_event_t  *ev;
-
-    ev = &ngx_http_kvserve_trim_ev;
-
-    if (!ev->posted) {
-        ev->handler = ngx_http_kvserve_trim;
-        ev->log = ngx_cycle->log;
-        ngx_post_event(ev, &ngx_posted_events);
-    }
-}
-
-#endif
 
 
 void
@@ -104,24 +55,12 @@ ngx_http_kvserve_tok_start(ngx_http_kvserve_ctx_t *ctx,
 #if (NGX_THREADS)
     ngx_http_kvserve_loc_conf_t  *klcf;
 #endif
-#if (NGX_HTTP_KVSERVE_TRIM)
-    ngx_pool_cleanup_t           *cln;
-#endif
 
     ctx->tok->done = done;
 
     /* a hop to a pool thread costs more than tokenizing a short prompt
      * here; a long one would hold every other request of the worker */
     ctx->tok->bytes = ngx_http_kvserve_prompt_bytes(ctx);
-
-#if (NGX_HTTP_KVSERVE_TRIM)
-    if (ctx->tok->bytes >= NGX_HTTP_KVSERVE_TRIM_BYTES) {
-        cln = ngx_pool_cleanup_add(ctx->r->pool, 0);
-        if (cln != NULL) {
-            cln->handler = ngx_http_kvserve_trim_post;
-        }
-    }
-#endif
 
 #if (NGX_THREADS)
 
