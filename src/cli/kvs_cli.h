@@ -15,6 +15,7 @@ int kvs_cli_convert_vocab(int argc, char **argv);   /* kvs_cli_convert.c */
 int kvs_cli_chat_template(int argc, char **argv);   /* kvs_cli_chat.c */
 int kvs_cli_generate(int argc, char **argv);        /* kvs_cli_generate.c */
 int kvs_cli_logits(int argc, char **argv);          /* kvs_cli_logits.c */
+int kvs_cli_quantize(int argc, char **argv);        /* kvs_cli_quantize.c */
 
 int kvs_cli_bench(int argc, char **argv);           /* kvs_cli_bench.c */
 int kvs_cli_engine(int argc, char **argv);          /* kvs_cli_engine.c */

@@ -10,6 +10,7 @@
 
 #include "gen/kvs_gen.h"
 #include "model/kvs_ggml_type.h"
+#include "model/kvs_quant.h"
 #include "kvs_cli.h"
 
 
@@ -36,12 +37,14 @@ kvs_cli_u64(const char *opt, const char *s, uint64_t max, uint64_t *v)
 int
 kvs_cli_gen_model(int argc, char **argv)
 {
-    int              i, have_seed, t;
-    uint64_t         v;
-    uint32_t        *field;
-    const char      *opt, *val, *out, *preset;
-    kvs_err_t        err;
-    kvs_gen_spec_t   spec;
+    int                      i, have_seed, t;
+    char                     names[KVS_QUANT_NAMES_LEN];
+    uint64_t                 v;
+    uint32_t                *field;
+    const char              *opt, *val, *out, *preset;
+    kvs_err_t                err;
+    kvs_gen_spec_t           spec;
+    const kvs_quant_type_t  *q;
 
     preset = "tiny";
     for (i = 1; i + 1 < argc; i++) {
@@ -106,12 +109,13 @@ kvs_cli_gen_model(int argc, char **argv)
             }
             spec.tied = (int) v;
         } else if (strcmp(opt, "--dtype") == 0) {
+            /* any type of the table that has a quantizer */
             t = kvs_ggml_type_from_name(val);
-            if (t != KVS_GGML_F32 && t != KVS_GGML_F16 && t != KVS_GGML_BF16
-                && t != KVS_GGML_Q8_0)
-            {
+            q = t < 0 ? NULL : kvs_quant_type((uint32_t) t);
+            if (q == NULL || q->quantize == NULL) {
+                kvs_quant_names(names, sizeof(names));
                 fprintf(stderr, "kvserve gen-model: --dtype \"%s\" is not "
-                        "one of f32, f16, bf16, q8_0\n", val);
+                        "a type kvserve can make (%s)\n", val, names);
                 return 2;
             }
             spec.dtype = (uint32_t) t;

@@ -3,6 +3,11 @@
  * costs.  Text output is for people (long arrays abridged); --json prints
  * every value so that other GGUF readers can be compared with ours.
  *
+ * Tensors of a type kvserve cannot compute with (outside kvs_quant's
+ * table) are marked in both outputs ("computable": false, and the list
+ * "not_computable"), so a file that would be refused at load says why
+ * before anyone configures it.
+ *
  * JSON conventions: integers above INT64_MAX, non-finite floats and
  * strings that are not valid UTF-8 cannot be JSON numbers or strings, so
  * they are written as "18446744073709551615", "nan"/"inf"/"-inf" and
@@ -21,6 +26,7 @@
 #include "model/kvs_gguf.h"
 #include "model/kvs_hparams.h"
 #include "model/kvs_model.h"
+#include "model/kvs_quant.h"
 #include "kvs_cli.h"
 
 #define KVS_INFO_LONG_CTX  200000     /* the long-context example, tokens */
@@ -223,7 +229,7 @@ kvs_info_json(const kvs_gguf_t *g, const kvs_hparams_t *hp, int hp_ok,
 {
     char                      hash[24];
     char                     *text;
-    json_t                   *root, *meta, *tensors, *dims, *o;
+    json_t                   *root, *meta, *tensors, *dims, *o, *bad;
     uint32_t                  d;
     uint64_t                  i;
     const kvs_gguf_kv_t      *kv;
@@ -231,12 +237,14 @@ kvs_info_json(const kvs_gguf_t *g, const kvs_hparams_t *hp, int hp_ok,
 
     meta = json_array();
     tensors = json_array();
-    root = json_pack("{s:i,s:i,s:I,s:I,s:o,s:o}",
+    bad = json_array();
+    root = json_pack("{s:i,s:i,s:I,s:I,s:o,s:o,s:o}",
                      "version", (int) kvs_gguf_version(g),
                      "alignment", (int) kvs_gguf_alignment(g),
                      "data_offset", (json_int_t) kvs_gguf_data_offset(g),
                      "file_size", (json_int_t) kvs_gguf_file_size(g),
-                     "metadata", meta, "tensors", tensors);
+                     "metadata", meta, "tensors", tensors,
+                     "not_computable", bad);
     if (root == NULL) {
         return 1;
     }
@@ -261,13 +269,24 @@ kvs_info_json(const kvs_gguf_t *g, const kvs_hparams_t *hp, int hp_ok,
         }
         snprintf(hash, sizeof(hash), "%016" PRIx64,
                  kvs_fnv1a64(KVS_FNV1A64_INIT, t->data, t->nbytes));
-        o = json_pack("{s:s#,s:s,s:i,s:o,s:I,s:I,s:s}",
+        o = json_pack("{s:s#,s:s,s:i,s:o,s:I,s:I,s:s,s:b}",
                       "name", t->name.ptr, (int) t->name.len,
                       "type", kvs_ggml_type_name(t->type),
                       "type_id", (int) t->type, "dims", dims,
                       "offset", (json_int_t) t->offset,
-                      "nbytes", (json_int_t) t->nbytes, "fnv1a64", hash);
+                      "nbytes", (json_int_t) t->nbytes, "fnv1a64", hash,
+                      "computable", kvs_quant_type(t->type) != NULL);
         if (o == NULL || json_array_append_new(tensors, o) != 0) {
+            json_decref(root);
+            return 1;
+        }
+
+        if (kvs_quant_type(t->type) == NULL
+            && json_array_append_new(bad,
+                   json_pack("{s:s#,s:s}", "name", t->name.ptr,
+                             (int) t->name.len, "type",
+                             kvs_ggml_type_name(t->type))) != 0)
+        {
             json_decref(root);
             return 1;
         }
@@ -432,9 +451,9 @@ static int
 kvs_info_text(const char *path, const kvs_gguf_t *g, const kvs_hparams_t *hp,
     int hp_ok, const char *hp_err, uint32_t kv_bytes)
 {
-    char                      buf[32];
+    char                      buf[32], names[KVS_QUANT_NAMES_LEN];
     uint32_t                  d;
-    uint64_t                  i;
+    uint64_t                  i, n_bad;
     const kvs_gguf_kv_t      *kv;
     const kvs_gguf_tensor_t  *t;
 
@@ -461,9 +480,26 @@ kvs_info_text(const char *path, const kvs_gguf_t *g, const kvs_hparams_t *hp,
         for (d = 0; d < t->n_dims; d++) {
             printf(d ? ", %" PRIu64 : "%" PRIu64, t->ne[d]);
         }
-        printf("]  %s at +%" PRIu64 "\n",
+        printf("]  %s at +%" PRIu64 "%s\n",
                kvs_cli_human((double) t->nbytes, buf, sizeof(buf)),
-               t->offset);
+               t->offset,
+               kvs_quant_type(t->type) == NULL ? "  (cannot compute)" : "");
+    }
+
+    n_bad = 0;
+    for (i = 0; i < kvs_gguf_n_tensors(g); i++) {
+        t = kvs_gguf_tensor_at(g, i);
+        if (kvs_quant_type(t->type) != NULL) {
+            continue;
+        }
+
+        if (n_bad++ == 0) {
+            kvs_quant_names(names, sizeof(names));
+            printf("\nnot computable (kvserve computes with %s)\n", names);
+        }
+
+        printf("  %-32.*s %s\n", (int) t->name.len, t->name.ptr,
+               kvs_ggml_type_name(t->type));
     }
 
     if (hp_ok) {

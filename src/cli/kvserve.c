@@ -21,10 +21,16 @@ kvs_cli_usage(FILE *f)
         "      arithmetic (--json: every value, for machine comparison)\n"
         "  gen-model [--preset tiny|small|100m] [--layers N --dim N\n"
         "            --heads N --kv-heads N --ffn N --vocab N --ctx N\n"
-        "            --dtype f32|f16|bf16|q8_0 --tied 0|1 --name S]\n"
+        "            --dtype TYPE --tied 0|1 --name S]\n"
         "            --seed N out.gguf\n"
         "      write a Llama-architecture model with seeded random\n"
         "      weights, a byte-level BPE vocabulary and a chat template\n"
+        "      (TYPE: f32, f16, bf16, q8_0 or any quantized type kvserve\n"
+        "      can make, e.g. q4_0, q4_k, iq4_xs; case-insensitive)\n"
+        "  quantize IN.gguf OUT.gguf --type MIX\n"
+        "      copy a model with its weights quantized by one of the\n"
+        "      usual mixes (q4_0 ... q8_0, q2_k, q3_k_s|m|l, q4_k_s|m,\n"
+        "      q5_k_s|m, q6_k, iq4_nl, iq4_xs; docs/quantization.md)\n"
         "  tokenize [--bos] [--special] model.gguf < text\n"
         "      print the token ids of stdin on one line (default: no BOS,\n"
         "      special-token text not parsed)\n"
@@ -89,6 +95,10 @@ main(int argc, char **argv)
 
     if (strcmp(argv[1], "gen-model") == 0) {
         return kvs_cli_gen_model(argc - 1, argv + 1);
+    }
+
+    if (strcmp(argv[1], "quantize") == 0) {
+        return kvs_cli_quantize(argc - 1, argv + 1);
     }
 
     if (strcmp(argv[1], "tokenize") == 0) {

@@ -5,6 +5,7 @@
  * F32, as llama.cpp stores 1-D tensors.
  */
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,8 @@
 #include "kvs_gen.h"
 #include "model/kvs_ggml_type.h"
 #include "model/kvs_gguf.h"
+#include "model/kvs_quant.h"
+#include "kvs_quantize.h"
 
 #define KVS_GEN_STD    0.02f
 #define KVS_GEN_CHUNK  4096           /* elements converted at a time */
@@ -57,6 +60,11 @@ kvs_gen_preset(kvs_gen_spec_t *spec, const char *preset, kvs_err_t *err)
 int
 kvs_gen_check(const kvs_gen_spec_t *spec, kvs_err_t *err)
 {
+    char                         name[16];
+    size_t                       i;
+    const kvs_quant_type_t      *q;
+    const kvs_ggml_type_info_t  *info;
+
     if (spec->n_layer == 0 || spec->n_layer > 256) {
         return kvs_err_set(err, KVS_EINVAL, "--layers %u not in 1..256",
                            spec->n_layer);
@@ -92,38 +100,27 @@ kvs_gen_check(const kvs_gen_spec_t *spec, kvs_err_t *err)
                            spec->n_ctx, 1u << 24);
     }
 
-    switch (spec->dtype) {
-    case KVS_GGML_F32:
-    case KVS_GGML_F16:
-    case KVS_GGML_BF16:
-        break;
-    case KVS_GGML_Q8_0:
-        if (spec->n_embd % KVS_Q8_0_BLOCK || spec->n_ff % KVS_Q8_0_BLOCK) {
-            return kvs_err_set(err, KVS_EINVAL, "--dtype q8_0 needs --dim "
-                               "(%u) and --ffn (%u) to be multiples of 32",
-                               spec->n_embd, spec->n_ff);
+    q = kvs_quant_type(spec->dtype);
+    if (q == NULL || q->quantize == NULL) {
+        return kvs_err_set(err, KVS_EINVAL, "--dtype %s: kvserve cannot "
+                           "make that type", kvs_ggml_type_name(spec->dtype));
+    }
+
+    /* every matrix's rows are n_embd or n_ff long; the type named as
+     * --dtype takes it, in lower case */
+    info = kvs_ggml_type_info(spec->dtype);
+    if (spec->n_embd % info->block || spec->n_ff % info->block) {
+        for (i = 0; info->name[i] != '\0' && i + 1 < sizeof(name); i++) {
+            name[i] = (char) tolower((unsigned char) info->name[i]);
         }
-        break;
-    default:
-        return kvs_err_set(err, KVS_EINVAL, "--dtype %s is not one of f32, "
-                           "f16, bf16, q8_0",
-                           kvs_ggml_type_name(spec->dtype));
+        name[i] = '\0';
+
+        return kvs_err_set(err, KVS_EINVAL, "--dtype %s needs --dim (%u) "
+                           "and --ffn (%u) to be multiples of %u", name,
+                           spec->n_embd, spec->n_ff, info->block);
     }
 
     return KVS_OK;
-}
-
-
-static uint32_t
-kvs_gen_file_type(uint32_t dtype)
-{
-    /* llama.cpp's LLAMA_FTYPE_* values */
-    switch (dtype) {
-    case KVS_GGML_F16:  return 1;
-    case KVS_GGML_Q8_0: return 7;
-    case KVS_GGML_BF16: return 32;
-    default:            return 0;
-    }
 }
 
 
@@ -135,8 +132,8 @@ kvs_gen_metadata(kvs_gguf_writer_t *w, const kvs_gen_spec_t *s,
 
     kvs_gguf_set_str(w, "general.architecture", "llama");
     kvs_gguf_set_str(w, "general.name", s->name);
-    kvs_gguf_set_u32(w, "general.file_type", kvs_gen_file_type(s->dtype));
-    if (s->dtype == KVS_GGML_Q8_0) {
+    kvs_gguf_set_u32(w, "general.file_type", kvs_quant_mix_ftype(s->dtype));
+    if (kvs_ggml_type_info(s->dtype)->block > 1) {
         kvs_gguf_set_u32(w, "general.quantization_version", 2);
     }
 
@@ -241,14 +238,15 @@ static int
 kvs_gen_fill(void *ctx, const char *name, void *dst, uint64_t nbytes,
     kvs_err_t *err)
 {
-    float                     f[KVS_GEN_CHUNK];
-    size_t                    len;
-    uint8_t                  *out;
-    uint16_t                 *h;
-    uint64_t                  rng, nelem, done, n, i;
-    const kvs_gen_spec_t     *s;
-    const kvs_gen_fill_ctx_t *c;
-    const float               a = KVS_GEN_STD * 1.7320508f;
+    int                          rc;
+    float                        f[KVS_GEN_CHUNK];
+    size_t                       len;
+    uint8_t                     *out;
+    uint64_t                     rng, nelem, done, n, i;
+    const kvs_gen_spec_t        *s;
+    const kvs_gen_fill_ctx_t    *c;
+    const kvs_ggml_type_info_t  *ti;
+    const float                  a = KVS_GEN_STD * 1.7320508f;
 
     c = ctx;
     s = c->spec;
@@ -263,11 +261,8 @@ kvs_gen_fill(void *ctx, const char *name, void *dst, uint64_t nbytes,
 
     rng = kvs_fnv1a64(s->seed, name, len);
 
-    if (s->dtype == KVS_GGML_Q8_0) {
-        nelem = nbytes / KVS_Q8_0_BYTES * KVS_Q8_0_BLOCK;
-    } else {
-        nelem = nbytes / kvs_ggml_type_info(s->dtype)->size;
-    }
+    ti = kvs_ggml_type_info(s->dtype);
+    nelem = nbytes / ti->size * ti->block;
 
     out = dst;
 
@@ -279,27 +274,13 @@ kvs_gen_fill(void *ctx, const char *name, void *dst, uint64_t nbytes,
                         / (float) (1 << 24) - 1.0f);
         }
 
-        switch (s->dtype) {
-        case KVS_GGML_F32:
-            memcpy(out, f, n * 4);
-            out += n * 4;
-            break;
-        case KVS_GGML_F16:
-        case KVS_GGML_BF16:
-            h = (uint16_t *) out;
-            for (i = 0; i < n; i++) {
-                h[i] = s->dtype == KVS_GGML_F16 ? kvs_f32_to_f16(f[i])
-                                                : kvs_f32_to_bf16(f[i]);
-            }
-            out += n * 2;
-            break;
-        case KVS_GGML_Q8_0:
-            kvs_q8_0_quantize(f, out, n);
-            out += n / KVS_Q8_0_BLOCK * KVS_Q8_0_BYTES;
-            break;
-        default:
-            return kvs_err_set(err, KVS_EINVAL, "unsupported dtype");
+        /* KVS_GEN_CHUNK is a multiple of every block; so is nelem */
+        rc = kvs_quant_quantize(s->dtype, f, out, (size_t) n, err);
+        if (rc != KVS_OK) {
+            return rc;
         }
+
+        out += n / ti->block * ti->size;
     }
 
     return KVS_OK;

@@ -24,7 +24,7 @@ typedef struct {
     uint32_t   n_ff;
     uint32_t   n_vocab;               /* including the special tokens */
     uint32_t   n_ctx;
-    uint32_t   dtype;                 /* F32, F16, BF16 or Q8_0 */
+    uint32_t   dtype;                 /* any kvs_quant type it can make */
     int        tied;                  /* no output.weight */
     uint64_t   seed;
 } kvs_gen_spec_t;

@@ -1,6 +1,9 @@
 /*
  * kvs_model: opens a GGUF model, reads its hyper-parameters and checks that
- * every tensor the architecture needs is there with the right shape.
+ * every tensor the architecture needs is there with the right shape and
+ * of a type kvserve computes with (kvs_quant's table): a model that opens
+ * is one every backend can load, so `nginx -t` refuses what the engine
+ * would refuse, and no engine is started to fail at load.
  */
 
 #include <errno.h>
@@ -11,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "kvs_model.h"
+#include "kvs_quant.h"
 
 
 typedef struct {
@@ -97,7 +101,9 @@ kvs_model_check_one(const kvs_gguf_t *g, const kvs_hparams_t *hp,
                            (unsigned long long) want1);
     }
 
-    return KVS_OK;
+    /* the table is the one list of computable types; the reader already
+     * checked that the row length is a multiple of the type's block */
+    return kvs_quant_check(name, t->type, err);
 }
 
 

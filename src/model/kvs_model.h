@@ -4,8 +4,9 @@
  *
  * kvs_model_open() succeeds only for a file whose header is valid, whose
  * architecture we support, and whose tensors are all present with the
- * shapes the hyper-parameters imply; so a model that opens can be sized
- * and listed without further checks.  The model owns the mapping; it is
+ * shapes the hyper-parameters imply and of types kvs_quant's table
+ * computes with; so a model that opens can be sized, listed and loaded
+ * by any backend without further checks.  The model owns the mapping; it is
  * read-only, so processes forked after the open share its pages.
  */
 

@@ -16,6 +16,7 @@
 
 #include "backend/cuda/kvs_cuda_plan.h"
 #include "model/kvs_ggml_type.h"
+#include "model/kvs_quant.h"
 
 #define BT        4                   /* tokens per block */
 #define NBLK      16                  /* the cache's blocks */
@@ -512,6 +513,7 @@ test_split(void **state)
 static void
 test_tensor_bytes(void **state)
 {
+    uint32_t   t;
     size_t     n, total, off;
     kvs_err_t  err;
 
@@ -521,9 +523,32 @@ test_tensor_bytes(void **state)
                      KVS_CUDA_DT_BF16);
     assert_int_equal(kvs_cuda_plan_dtype(KVS_GGML_Q8_0, 1),
                      KVS_CUDA_DT_BF16);
-    assert_int_equal(kvs_cuda_plan_dtype(KVS_GGML_Q4_0, 1), -1);
+    assert_int_equal(kvs_cuda_plan_dtype(KVS_GGML_IQ2_XXS, 1), -1);
+    assert_int_equal(kvs_cuda_plan_dtype(KVS_GGML_IQ2_XXS, 0), -1);
     assert_int_equal(kvs_cuda_plan_dtype(KVS_GGML_BF16, 0), KVS_CUDA_DT_F32);
-    assert_int_equal(kvs_cuda_plan_dtype(KVS_GGML_Q8_0, 0), -1);
+    /* a vector of any table type is dequantized on the host */
+    assert_int_equal(kvs_cuda_plan_dtype(KVS_GGML_Q8_0, 0), KVS_CUDA_DT_F32);
+
+    /* every table type loads: F32 / F16 as they are, the rest as BF16
+     * (2 bytes per element on the device, whatever their bits); every
+     * other type is refused */
+    for (t = 0; t < KVS_GGML_TYPE_END; t++) {
+        if (kvs_quant_type(t) == NULL) {
+            assert_int_equal(kvs_cuda_plan_dtype(t, 1), -1);
+            assert_int_equal(kvs_cuda_plan_tensor_bytes(t, 1, 256, &n, &err),
+                             KVS_EUNSUPPORTED);
+            continue;
+        }
+
+        assert_int_equal(kvs_cuda_plan_dtype(t, 0), KVS_CUDA_DT_F32);
+        assert_int_equal(kvs_cuda_plan_dtype(t, 1),
+                         t == KVS_GGML_F32 ? KVS_CUDA_DT_F32
+                         : t == KVS_GGML_F16 ? KVS_CUDA_DT_F16
+                         : KVS_CUDA_DT_BF16);
+        assert_int_equal(kvs_cuda_plan_tensor_bytes(t, 1, 256, &n, &err),
+                         KVS_OK);
+        assert_int_equal(n, t == KVS_GGML_F32 ? 1024 : 512);
+    }
 
     /* Q8_0 64 elements: 68 bytes in the file, 128 as BF16 */
     assert_int_equal(kvs_cuda_plan_tensor_bytes(KVS_GGML_Q8_0, 1, 64, &n,
@@ -539,9 +564,9 @@ test_tensor_bytes(void **state)
     assert_int_equal(kvs_cuda_plan_tensor_bytes(KVS_GGML_F16, 0, 10, &n,
                                                 &err), KVS_OK);
     assert_int_equal(n, 40);
-    assert_int_equal(kvs_cuda_plan_tensor_bytes(KVS_GGML_Q4_0, 1, 64, &n,
-                                                &err), KVS_EUNSUPPORTED);
-    assert_non_null(strstr(err.msg, "Q4_0"));
+    assert_int_equal(kvs_cuda_plan_tensor_bytes(KVS_GGML_IQ2_XXS, 1, 256,
+                                                &n, &err), KVS_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "IQ2_XXS"));
     /* 2^62 floats: 2^64 bytes */
     assert_int_equal(kvs_cuda_plan_tensor_bytes(KVS_GGML_F32, 1,
                                                 UINT64_C(1) << 62, &n,

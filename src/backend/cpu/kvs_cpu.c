@@ -60,9 +60,11 @@ static int
 kvs_cpu_mat(const kvs_model_t *m, const char *name, uint64_t ne0,
     uint64_t ne1, int optional, kvs_cpu_mat_t *out, kvs_err_t *err)
 {
-    int                       rc;
-    size_t                    row;
-    const kvs_gguf_tensor_t  *t;
+    int                          rc;
+    size_t                       row;
+    const kvs_quant_type_t      *q;
+    const kvs_gguf_tensor_t     *t;
+    const kvs_ggml_type_info_t  *info;
 
     memset(out, 0, sizeof(kvs_cpu_mat_t));
 
@@ -72,28 +74,24 @@ kvs_cpu_mat(const kvs_model_t *m, const char *name, uint64_t ne0,
         return rc;
     }
 
-    switch (t->type) {
-    case KVS_GGML_F32:
-        row = ne0 * 4;
-        break;
-    case KVS_GGML_F16:
-    case KVS_GGML_BF16:
-        row = ne0 * 2;
-        break;
-    case KVS_GGML_Q8_0:
-        if (ne0 % KVS_Q8_0_BLOCK != 0) {
-            return kvs_err_set(err, KVS_EFORMAT, "cpu backend: tensor %s is "
-                               "Q8_0 with rows of %" PRIu64 " elements, not "
-                               "a multiple of %d", name, ne0,
-                               KVS_Q8_0_BLOCK);
-        }
-        row = ne0 / KVS_Q8_0_BLOCK * KVS_Q8_0_BYTES;
-        break;
-    default:
-        return kvs_err_set(err, KVS_EUNSUPPORTED, "cpu backend: tensor %s "
-                           "is %s; F32, F16, BF16 and Q8_0 are supported",
-                           name, kvs_ggml_type_name(t->type));
+    /* any type of kvs_quant's table: F32, F16, BF16 and Q8_0 have their
+     * own kernels, the others go through the table's row conversion */
+    rc = kvs_quant_check(name, t->type, err);
+    if (rc != KVS_OK) {
+        return kvs_err_prefix(err, "cpu backend");
     }
+
+    q = kvs_quant_type(t->type);
+    info = kvs_ggml_type_info(t->type);
+
+    if (info == NULL || ne0 % info->block != 0) {
+        return kvs_err_set(err, KVS_EFORMAT, "cpu backend: tensor %s is "
+                           "%s with rows of %" PRIu64 " elements, not a "
+                           "multiple of its block", name,
+                           kvs_ggml_type_name(t->type), ne0);
+    }
+
+    row = ne0 / info->block * info->size;
 
     /* the reader checked nbytes against the type; this guards the rows
      * this file will index against a reader that did not */
@@ -106,6 +104,7 @@ kvs_cpu_mat(const kvs_model_t *m, const char *name, uint64_t ne0,
     out->data = t->data;
     out->row_bytes = row;
     out->type = t->type;
+    out->deq = q->dequantize;
     out->rows = (uint32_t) ne1;
     out->cols = (uint32_t) ne0;
 
@@ -113,16 +112,14 @@ kvs_cpu_mat(const kvs_model_t *m, const char *name, uint64_t ne0,
 }
 
 
-/* A vector's floats: F32 in the mapping, or F16 / BF16 converted into a
- * copy that cm owns. */
+/* A vector's floats: F32 in the mapping, or any other table type
+ * converted into a copy that cm owns. */
 static int
 kvs_cpu_vec(kvs_cpu_model_t *cm, const char *name, uint64_t ne0,
     int optional, const float **out, kvs_err_t *err)
 {
     int                       rc;
     float                    *f, **owned;
-    uint64_t                  i;
-    const uint16_t           *h;
     const kvs_gguf_tensor_t  *t;
 
     *out = NULL;
@@ -138,10 +135,9 @@ kvs_cpu_vec(kvs_cpu_model_t *cm, const char *name, uint64_t ne0,
         return KVS_OK;
     }
 
-    if (t->type != KVS_GGML_F16 && t->type != KVS_GGML_BF16) {
-        return kvs_err_set(err, KVS_EUNSUPPORTED, "cpu backend: tensor %s "
-                           "is %s; vectors must be F32, F16 or BF16", name,
-                           kvs_ggml_type_name(t->type));
+    rc = kvs_quant_check(name, t->type, err);
+    if (rc != KVS_OK) {
+        return kvs_err_prefix(err, "cpu backend");
     }
 
     owned = realloc(cm->owned, (cm->n_owned + 1) * sizeof(float *));
@@ -156,11 +152,11 @@ kvs_cpu_vec(kvs_cpu_model_t *cm, const char *name, uint64_t ne0,
         return kvs_err_set(err, KVS_ENOMEM, "cpu backend: out of memory");
     }
 
-    h = t->data;
-
-    for (i = 0; i < ne0; i++) {
-        f[i] = t->type == KVS_GGML_F16 ? kvs_f16_to_f32(h[i])
-                                       : kvs_bf16_to_f32(h[i]);
+    /* the block check (a vector of a block type) happens here */
+    rc = kvs_quant_dequantize(t->type, t->data, f, ne0, err);
+    if (rc != KVS_OK) {
+        free(f);
+        return kvs_err_prefix(err, "cpu backend: tensor %s", name);
     }
 
     cm->owned[cm->n_owned++] = f;

@@ -8,8 +8,9 @@
  * README): RMSNorm, q/k/v, RoPE, grouped-query attention over the paged
  * cache, wo, residual, RMSNorm, SwiGLU FFN, residual, final norm, output.
  *
- * Weights: matrices stay as stored in the mapping (F32, F16, BF16 or
- * Q8_0).  Products (measured on a 2-core AVX-512 Xeon, kvs_cpu_mm.c):
+ * Weights: matrices stay as stored in the mapping, of any type in
+ * kvs_quant's table.  Products (measured on a 2-core AVX-512 Xeon,
+ * kvs_cpu_mm.c):
  * F32 / F16 / BF16 rows are converted (if needed) into a small scratch
  * and run through our AVX2 or AVX-512 kernel for batches under 64
  * tokens, through OpenBLAS sgemm on tiles of up to 256 rows for larger
@@ -18,6 +19,11 @@
  * AVX-512 VNNI CPUs Q8_0 matrices are repacked once at load (the same
  * bytes, interleaved by 16 rows; products then no longer read those
  * pages of the mapping), the one copy of weights this backend makes.
+ * Every other table type (the 4- to 6-bit quantizations) is converted a
+ * row at a time through the table's dequantize into the same scratch as
+ * F16 / BF16 and computed like them: exact conversions, so its logits
+ * equal those of the model dequantized to F32 up front (not yet a
+ * quantized kernel: issue 19's point 4).
  * Vectors (norms, biases, RoPE frequency factors) are F32 in real GGUFs;
  * F16 and BF16 ones are converted to owned float copies at load.
  *
@@ -50,18 +56,21 @@
 #include "kv/kvs_kv_table.h"
 #include "kv/kvs_batch.h"
 #include "model/kvs_model.h"
+#include "model/kvs_quant.h"
 
 /* A weight matrix [rows][cols] as the GGUF stores it (row r: the weights
  * of output r); cols is a multiple of 32 for Q8_0. */
 typedef struct {
     const void  *data;                /* [rows][row_bytes], in the mapping */
     size_t       row_bytes;
-    uint32_t     type;                /* F32, F16, BF16 or Q8_0 */
+    uint32_t     type;                /* a kvs_quant table type */
     uint32_t     rows;
     uint32_t     cols;
     const void  *pack;                /* Q8_0 repacked for the AVX-512
                                          VNNI kernel (kvs_cpu_impl.h),
                                          or NULL */
+    kvs_quant_dequantize_pt  deq;     /* the table's row conversion,
+                                         fetched once at load */
 } kvs_cpu_mat_t;
 
 typedef struct {

@@ -10,7 +10,8 @@
  * depend on the batch, the thread or the tile, so a token's results are
  * the same alone or batched (stories260K's texts stay byte exact with
  * it).  Non-F32 rows are converted four at a time into the thread's
- * scratch (exact conversions), reused by every token of the step.  From
+ * scratch (exact conversions; types other than F16 / BF16 / Q8_0 through
+ * kvs_quant's table), reused by every token of the step.  From
  * KVS_CPU_BLAS_MIN tokens on, F32 / F16 / BF16 go to sgemm instead, on
  * tiles of up to KVS_CPU_BLAS_TILE rows; those sums differ from ours in
  * the last bits (~2e-7 relative) and depend on the tiles' bounds, which
@@ -137,7 +138,10 @@ kvs_cpu_pool(const kvs_cpu_fw_t *fw, double work)
 
 /* The AVX2 twin converts the same values (every conversion here is
  * exact, or one float product for Q8_0), so which one runs never changes
- * a result. */
+ * a result.  Every other table type goes through the table's own row
+ * conversion (w->deq, fetched at load: no switch on its type per row),
+ * exact too, so its products are those of its weights dequantized to F32
+ * up front. */
 const float *
 kvs_cpu_row(const kvs_cpu_mat_t *w, uint32_t r, float *scratch, int simd)
 {
@@ -147,8 +151,18 @@ kvs_cpu_row(const kvs_cpu_mat_t *w, uint32_t r, float *scratch, int simd)
 
     p = (const uint8_t *) w->data + (size_t) r * w->row_bytes;
 
-    if (w->type == KVS_GGML_F32) {
+    switch (w->type) {
+    case KVS_GGML_F32:
         return (const float *) p;
+
+    case KVS_GGML_F16:
+    case KVS_GGML_BF16:
+    case KVS_GGML_Q8_0:
+        break;
+
+    default:
+        w->deq(p, scratch, w->cols);
+        return scratch;
     }
 
 #if KVS_CPU_X86

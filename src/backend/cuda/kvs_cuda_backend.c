@@ -14,7 +14,9 @@
  *      not fit is one clear KVS_ENOMEM with the numbers, before any big
  *      allocation;
  *   4. allocations, uploads (Q8_0 through a staging buffer and
- *      kvs_k_q8_0_to), the RoPE table, the zeroed K/V, pinned buffers.
+ *      kvs_k_q8_0_to, the other quantized types of kvs_quant's table
+ *      dequantized on the host and uploaded as BF16), the RoPE table,
+ *      the zeroed K/V, pinned buffers.
  * All uploads go on the backend's stream, synchronized once at the end.
  */
 

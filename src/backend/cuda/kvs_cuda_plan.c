@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "model/kvs_ggml_type.h"
+#include "model/kvs_quant.h"
 #include "kvs_cuda_plan.h"
 
 
@@ -68,15 +69,13 @@ kvs_cuda_add(size_t a, size_t b, size_t *out)
 int
 kvs_cuda_plan_dtype(uint32_t type, int matrix)
 {
+    /* what the table cannot compute, the device cannot take either */
+    if (kvs_quant_type(type) == NULL) {
+        return -1;
+    }
+
     if (!matrix) {
-        switch (type) {
-        case KVS_GGML_F32:
-        case KVS_GGML_F16:
-        case KVS_GGML_BF16:
-            return KVS_CUDA_DT_F32;
-        default:
-            return -1;
-        }
+        return KVS_CUDA_DT_F32;
     }
 
     switch (type) {
@@ -84,11 +83,10 @@ kvs_cuda_plan_dtype(uint32_t type, int matrix)
         return KVS_CUDA_DT_F32;
     case KVS_GGML_F16:
         return KVS_CUDA_DT_F16;
-    case KVS_GGML_BF16:
-    case KVS_GGML_Q8_0:
-        return KVS_CUDA_DT_BF16;
     default:
-        return -1;
+        /* BF16 as it is, Q8_0 widened on the device, every other table
+         * type dequantized on the host at load (kvs_cuda_weights.c) */
+        return KVS_CUDA_DT_BF16;
     }
 }
 
@@ -119,8 +117,7 @@ kvs_cuda_plan_tensor_bytes(uint32_t type, int matrix, uint64_t nelem,
     dt = kvs_cuda_plan_dtype(type, matrix);
     if (dt < 0) {
         return kvs_err_set(err, KVS_EUNSUPPORTED, "cuda backend: a %s of "
-                           "type %s; matrices F32, F16, BF16 or Q8_0 and "
-                           "vectors F32, F16 or BF16 are supported",
+                           "type %s, which kvserve cannot compute with",
                            matrix ? "matrix" : "vector",
                            kvs_ggml_type_name(type));
     }

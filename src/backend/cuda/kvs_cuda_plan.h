@@ -54,8 +54,11 @@
 
 
 /* Device dtype of a tensor stored as ggml type `type`: a matrix keeps
- * F32 / F16 / BF16 and turns Q8_0 into BF16, a vector is always F32;
- * -1 for a type the backend cannot take. */
+ * F32 / F16 / BF16 and turns Q8_0 (widened on the device) and every
+ * other type of kvs_quant's table (dequantized on the host at load) into
+ * BF16, so those take 2 bytes per element on the device whatever their
+ * bits in the file; a vector is always F32; -1 for a type outside the
+ * table (refused before, by kvs_model_open). */
 int kvs_cuda_plan_dtype(uint32_t type, int matrix);
 
 /* Bytes of one element of a KVS_CUDA_DT_* type; 0 for another value. */

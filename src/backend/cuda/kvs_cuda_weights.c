@@ -1,8 +1,10 @@
 /*
  * kvs_cuda_weights: the CUDA backend's weights at load (see
  * kvs_cuda_weights.h): tensors resolved and placed, the host RoPE table,
- * the uploads (Q8_0 through a staging buffer and kvs_k_q8_0_to, F16 /
- * BF16 vectors widened on the host) and the layers' device pointers.
+ * the uploads (Q8_0 through a staging buffer and kvs_k_q8_0_to, every
+ * other quantized type of kvs_quant's table dequantized on the host
+ * through the table and rounded to BF16, a chunk of rows at a time,
+ * non-F32 vectors widened on the host) and the layers' device pointers.
  *
  * Invariant: every offset is carved with kvs_cuda_plan_carve (aligned,
  * never wrapping) before anything is allocated, so the device
@@ -17,6 +19,11 @@
 #include "kvs_cuda_weights.h"
 #include "model/kvs_dtype.h"
 #include "model/kvs_ggml_type.h"
+#include "model/kvs_quant.h"
+
+/* elements dequantized on the host per upload of a quantized matrix
+ * (whole rows; at least one): 6 MiB of scratch, not a tensor's worth */
+#define KVS_CUDA_DEQ_CHUNK  (1u << 20)
 
 
 static int kvs_cuda_tensor(kvs_cuda_load_t *ld, uint32_t slot,
@@ -29,6 +36,20 @@ static int kvs_cuda_rope_table(kvs_rope_t *rope, const kvs_model_t *m,
 static void kvs_cuda_bind(kvs_cuda_t *cu, const kvs_cuda_load_t *ld);
 static int kvs_cuda_upload(kvs_cuda_t *cu, const kvs_cuda_load_t *ld,
     void *stage, kvs_err_t *err);
+static int kvs_cuda_upload_deq(kvs_cuda_t *cu, const kvs_cuda_up_t *u,
+    void *dst, float *f, uint16_t *h, uint64_t chunk, const char *what,
+    kvs_err_t *err);
+
+
+/* A matrix the device takes neither as stored nor through a kernel of
+ * its own: dequantized on the host through the table, uploaded as BF16
+ * (kvs_cuda_plan_dtype says BF16 for it). */
+static int
+kvs_cuda_host_deq(uint32_t type)
+{
+    return type != KVS_GGML_F32 && type != KVS_GGML_F16
+           && type != KVS_GGML_BF16 && type != KVS_GGML_Q8_0;
+}
 
 
 int
@@ -111,7 +132,7 @@ kvs_cuda_tensor(kvs_cuda_load_t *ld, uint32_t slot, const kvs_model_t *m,
 {
     int                       rc;
     size_t                    bytes;
-    uint64_t                  raw;
+    uint64_t                  raw, rows;
     kvs_cuda_up_t            *u;
     const kvs_gguf_tensor_t  *t;
 
@@ -157,6 +178,14 @@ kvs_cuda_tensor(kvs_cuda_load_t *ld, uint32_t slot, const kvs_model_t *m,
 
     if (matrix && t->type == KVS_GGML_Q8_0 && raw > ld->stage) {
         ld->stage = (size_t) raw;
+    }
+
+    if (matrix && kvs_cuda_host_deq(t->type)) {
+        /* whole rows per chunk, at least one */
+        rows = KVS_CUDA_DEQ_CHUNK / ne0 > 0 ? KVS_CUDA_DEQ_CHUNK / ne0 : 1;
+        if (rows * ne0 > ld->deq) {
+            ld->deq = rows * ne0;
+        }
     }
 
     if (matrix && t->type != KVS_GGML_F32) {
@@ -247,8 +276,8 @@ kvs_cuda_rope_table(kvs_rope_t *rope, const kvs_model_t *m, kvs_err_t *err)
 {
     int                       rc;
     float                    *fl;
-    uint32_t                  i, n;
-    const uint16_t           *h;
+    uint32_t                  n;
+    uint64_t                  raw;
     const kvs_gguf_tensor_t  *t;
 
     rc = kvs_rope_init(rope, &m->hp, err);
@@ -264,13 +293,15 @@ kvs_cuda_rope_table(kvs_rope_t *rope, const kvs_model_t *m, kvs_err_t *err)
     n = m->hp.n_rot / 2;
 
     if (t->nelem != n || kvs_cuda_plan_dtype(t->type, 0) < 0
-        || t->nbytes < (uint64_t) n * (t->type == KVS_GGML_F32 ? 4 : 2))
+        || kvs_ggml_nbytes(t->type, t->ne[0], t->nelem, &raw, err) != KVS_OK
+        || t->nbytes < raw)
     {
         kvs_rope_free(rope);
         return kvs_err_set(err, KVS_EFORMAT, "cuda backend: tensor "
                            "rope_freqs.weight: %" PRIu64 " elements of %s, "
-                           "expected %" PRIu32 " of F32, F16 or BF16",
-                           t->nelem, kvs_ggml_type_name(t->type), n);
+                           "expected %" PRIu32 " of a type kvserve "
+                           "computes with", t->nelem,
+                           kvs_ggml_type_name(t->type), n);
     }
 
     fl = malloc((size_t) n * sizeof(float));
@@ -279,12 +310,11 @@ kvs_cuda_rope_table(kvs_rope_t *rope, const kvs_model_t *m, kvs_err_t *err)
         return kvs_err_set(err, KVS_ENOMEM, "cuda backend: out of memory");
     }
 
-    h = t->data;
-
-    for (i = 0; i < n; i++) {
-        fl[i] = t->type == KVS_GGML_F32 ? ((const float *) t->data)[i]
-                : t->type == KVS_GGML_F16 ? kvs_f16_to_f32(h[i])
-                : kvs_bf16_to_f32(h[i]);
+    rc = kvs_quant_dequantize(t->type, t->data, fl, n, err);
+    if (rc != KVS_OK) {
+        free(fl);
+        kvs_rope_free(rope);
+        return kvs_err_prefix(err, "cuda backend: rope_freqs.weight");
     }
 
     rc = kvs_rope_set_freq_factors(rope, fl, n, err);
@@ -367,18 +397,32 @@ kvs_cuda_upload(kvs_cuda_t *cu, const kvs_cuda_load_t *ld, void *stage,
 {
     int                  rc;
     char                 what[160];
-    float               *vec;
+    float               *vec, *deq;
+    uint16_t            *deq16;
     uint32_t             s;
-    uint64_t             i, raw;
+    uint64_t             raw;
     void                *dst;
-    const uint16_t      *h;
     const kvs_cuda_up_t *u;
 
     vec = NULL;
+    deq = NULL;
+    deq16 = NULL;
 
     if (ld->max_vec > 0) {
         vec = malloc((size_t) ld->max_vec * sizeof(float));
         if (vec == NULL) {
+            return kvs_err_set(err, KVS_ENOMEM, "cuda backend: out of "
+                               "memory");
+        }
+    }
+
+    if (ld->deq > 0) {
+        deq = malloc((size_t) ld->deq * sizeof(float));
+        deq16 = malloc((size_t) ld->deq * sizeof(uint16_t));
+        if (deq == NULL || deq16 == NULL) {
+            free(vec);
+            free(deq);
+            free(deq16);
             return kvs_err_set(err, KVS_ENOMEM, "cuda backend: out of "
                                "memory");
         }
@@ -398,7 +442,7 @@ kvs_cuda_upload(kvs_cuda_t *cu, const kvs_cuda_load_t *ld, void *stage,
                  (int) (u->t->name.len > 100 ? 100 : u->t->name.len),
                  (const char *) u->t->name.ptr);
 
-        if (u->t->type == KVS_GGML_Q8_0) {
+        if (u->matrix && u->t->type == KVS_GGML_Q8_0) {
             raw = u->t->nelem / 32 * 34;
             KVS_CUDA_TRY(cudaMemcpyAsync(stage, u->t->data, (size_t) raw,
                                          cudaMemcpyHostToDevice, cu->st),
@@ -412,12 +456,18 @@ kvs_cuda_upload(kvs_cuda_t *cu, const kvs_cuda_load_t *ld, void *stage,
             continue;
         }
 
-        if (!u->matrix && u->t->type != KVS_GGML_F32) {
-            h = u->t->data;
+        if (u->matrix && kvs_cuda_host_deq(u->t->type)) {
+            rc = kvs_cuda_upload_deq(cu, u, dst, deq, deq16, ld->deq, what,
+                                     err);
+            continue;
+        }
 
-            for (i = 0; i < u->t->nelem; i++) {
-                vec[i] = u->t->type == KVS_GGML_F16 ? kvs_f16_to_f32(h[i])
-                                                    : kvs_bf16_to_f32(h[i]);
+        if (!u->matrix && u->t->type != KVS_GGML_F32) {
+            rc = kvs_quant_dequantize(u->t->type, u->t->data, vec,
+                                      (size_t) u->t->nelem, err);
+            if (rc != KVS_OK) {
+                (void) kvs_err_prefix(err, "cuda backend: %s", what);
+                continue;
             }
 
             KVS_CUDA_TRY(cudaMemcpyAsync(dst, vec, u->bytes,
@@ -434,6 +484,56 @@ kvs_cuda_upload(kvs_cuda_t *cu, const kvs_cuda_load_t *ld, void *stage,
 failed:
 
     free(vec);
+    free(deq);
+    free(deq16);
+
+    return rc;
+}
+
+
+/* u's rows dequantized through the table a chunk at a time (the same f32
+ * values the CPU backend computes with), rounded to BF16 and copied to
+ * dst.  A pageable cudaMemcpyAsync returns once it has staged its
+ * source, so h is free again when it returns. */
+static int
+kvs_cuda_upload_deq(kvs_cuda_t *cu, const kvs_cuda_up_t *u, void *dst,
+    float *f, uint16_t *h, uint64_t chunk, const char *what, kvs_err_t *err)
+{
+    int                          rc;
+    uint64_t                     ne0, done, n, i, row_bytes;
+    const uint8_t               *src;
+    const kvs_ggml_type_info_t  *info;
+
+    ne0 = u->t->ne[0];
+    info = kvs_ggml_type_info(u->t->type);
+    row_bytes = ne0 / info->block * info->size;
+    src = u->t->data;
+
+    /* chunk is whole rows of the widest such matrix: whole rows here */
+    chunk -= chunk % ne0;
+
+    for (done = 0; done < u->t->nelem; done += n) {
+        n = u->t->nelem - done < chunk ? u->t->nelem - done : chunk;
+
+        rc = kvs_quant_dequantize(u->t->type, src + done / ne0 * row_bytes,
+                                  f, (size_t) n, err);
+        if (rc != KVS_OK) {
+            return kvs_err_prefix(err, "cuda backend: %s", what);
+        }
+
+        for (i = 0; i < n; i++) {
+            h[i] = kvs_f32_to_bf16(f[i]);
+        }
+
+        KVS_CUDA_TRY(cudaMemcpyAsync((uint16_t *) dst + done, h,
+                                     (size_t) n * sizeof(uint16_t),
+                                     cudaMemcpyHostToDevice, cu->st),
+                     what);
+    }
+
+    return KVS_OK;
+
+failed:
 
     return rc;
 }

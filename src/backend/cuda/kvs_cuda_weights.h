@@ -43,6 +43,8 @@ typedef struct {
     size_t          total;            /* weights bytes, aligned */
     size_t          stage;            /* largest Q8_0 tensor, raw bytes */
     uint64_t        max_vec;          /* largest non-F32 vector, elems */
+    uint64_t        deq;              /* host dequantizing chunk, elems
+                                         (whole rows; 0: none needed) */
     int             all_f32;          /* every matrix F32 */
     int             any_f32;          /* some matrix F32: products take
                                          F32 inputs too */

@@ -1,0 +1,394 @@
+/*
+ * test_cli_quantize: `kvserve quantize` and its mixes (src/gen/
+ * kvs_quantize.c).
+ *
+ *   - every mix, on a generated 8-layer model whose rows are 256 wide
+ *     (every block fits) and whose GQA ratio is 2: each tensor of the
+ *     output has the type written out here, independently of the mix
+ *     table (1-D tensors stay F32; output.weight Q6_K except in q8_0;
+ *     attn_v / ffn_down of Q4_K_M and Q5_K_M Q6_K on layers 0, 3, 6, 7,
+ *     llama.cpp's use_more_bits for 8 layers; Q4_K_S's first four attn_v
+ *     and first ffn_down Q5_K; Q3_K_M's attn_v Q5_K on layers 0-1, Q4_K
+ *     after, attn_output and ffn_down Q4_K; Q2_K's attn_v, attn_output
+ *     and ffn_down Q3_K; Q3_K_L's Q5_K), general.file_type is llama.cpp's,
+ *     and the output opens, loads on the CPU backend and generates (a
+ *     prompt and greedy steps, finite logits) - for a mix whose types the
+ *     table cannot make yet, kvs_quantize_file refuses it by name and
+ *     writes nothing;
+ *   - the block fallback on 64-wide rows: Q4_K -> Q5_0, Q6_K -> Q8_0,
+ *     Q2_K / Q3_K / IQ4_XS -> IQ4_NL, as llama.cpp falls back;
+ *   - the tool (KVS_CLI): an unknown --type exits 2 listing the mixes,
+ *     a good one exits 0 and writes a model kvs_model_open takes.
+ */
+
+#include "kvs_test_cpu.h"
+
+#include <math.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gen/kvs_gen.h"
+#include "gen/kvs_quantize.h"
+#include "model/kvs_ggml_type.h"
+#include "model/kvs_quant.h"
+
+#define N_LAYER  8
+
+
+/* The type the test expects for matrix `suffix` of layer l (-1 for the
+ * global ones) in mix `name`: written out per mix, not read from the
+ * mix table. */
+static uint32_t
+expect(const char *name, const char *suffix, int l)
+{
+    int       more, attn_v, down, attn_o, out, embd;
+    uint32_t  base;
+
+    base = kvs_quant_mix(name)->base;
+    more = l == 0 || l == 3 || l == 6 || l == 7;
+    attn_v = strcmp(suffix, "attn_v.weight") == 0;
+    down = strcmp(suffix, "ffn_down.weight") == 0;
+    attn_o = strcmp(suffix, "attn_output.weight") == 0;
+    out = strcmp(suffix, "output.weight") == 0;
+    embd = strcmp(suffix, "token_embd.weight") == 0;
+
+    if (out) {
+        return strcmp(name, "q8_0") == 0 ? KVS_GGML_Q8_0 : KVS_GGML_Q6_K;
+    }
+
+    if (embd || l < 0) {
+        return base;
+    }
+
+    if (strcmp(name, "q4_k_m") == 0 || strcmp(name, "q5_k_m") == 0) {
+        return (attn_v || down) && more ? KVS_GGML_Q6_K : base;
+    }
+
+    if (strcmp(name, "q4_k_s") == 0) {
+        return (attn_v && l < 4) || (down && l < 1) ? KVS_GGML_Q5_K : base;
+    }
+
+    if (strcmp(name, "q3_k_m") == 0) {
+        if (attn_v) {
+            return l < 2 ? KVS_GGML_Q5_K : KVS_GGML_Q4_K;
+        }
+        return attn_o || down ? KVS_GGML_Q4_K : base;
+    }
+
+    if (strcmp(name, "q3_k_l") == 0) {
+        return attn_v || attn_o || down ? KVS_GGML_Q5_K : base;
+    }
+
+    if (strcmp(name, "q2_k") == 0) {
+        /* GQA 2: attn_v Q3_K (Q4_K from a ratio of 4) */
+        return attn_v || attn_o || down ? KVS_GGML_Q3_K : base;
+    }
+
+    /* q4_0 .. q5_1, q8_0, q3_k_s, q5_k_s, q6_k; iq4_nl / iq4_xs bump
+     * attn_v only from a GQA ratio of 4 */
+    return base;
+}
+
+
+static void
+gen(const char *path, uint32_t n_embd, uint32_t n_ff, uint32_t n_layer)
+{
+    kvs_err_t       err;
+    kvs_gen_spec_t  spec;
+
+    memset(&spec, 0, sizeof(spec));
+    snprintf(spec.name, sizeof(spec.name), "test-quantize");
+    spec.n_layer = n_layer;
+    spec.n_embd = n_embd;
+    spec.n_head = 4;
+    spec.n_head_kv = 2;
+    spec.n_ff = n_ff;
+    spec.n_vocab = 300;
+    spec.n_ctx = 64;
+    spec.dtype = KVS_GGML_F32;
+    spec.seed = 77;
+
+    if (kvs_gen_write(&spec, path, &err) != KVS_OK) {
+        fail_msg("%s: %s", path, err.msg);
+    }
+}
+
+
+/* The model at path loads on the CPU backend and generates. */
+static void
+generates(const kvs_model_t *m)
+{
+    float             lg[4 * 300];
+    int32_t           ids[12];
+    uint32_t          i;
+    kvs_err_t         err;
+    kvs_cpu_kv_t     *kv;
+    kvs_kv_pool_t    *pool;
+    kvs_test_seq_t    seq;
+    kvs_cpu_model_t  *cm;
+
+    if (kvs_cpu_model_new(&cm, m, &err) != KVS_OK) {
+        fail_msg("%s", err.msg);
+    }
+
+    memset(&seq, 0, sizeof(seq));
+    seq.n_total = 12;
+    seq.ids = ids;
+    seq.lg = lg;
+    seq.n_prompt = 8;
+    seq.chunk = 8;
+
+    for (i = 0; i < 8; i++) {
+        ids[i] = (int32_t) (i * 31 % 300);
+    }
+
+    seq.n_ids = 8;
+
+    assert_int_equal(kvs_kv_pool_new(&pool, 1, 16, &err), KVS_OK);
+    assert_int_equal(kvs_cpu_kv_new(&kv, cm, 1, 16, &err), KVS_OK);
+    kvs_test_run_seqs(cm, kv, pool, &seq, 1);
+    assert_int_equal(seq.n_ids, 12);
+
+    for (i = 0; i < 4 * 300; i++) {
+        assert_true(isfinite(lg[i]));
+    }
+
+    assert_int_equal(kvs_kv_table_release(&seq.table, pool, &err), KVS_OK);
+    kvs_test_pool_ok(pool);
+    kvs_cpu_kv_free(kv);
+    kvs_kv_pool_free(pool);
+    kvs_cpu_model_free(cm);
+}
+
+
+/* Does the table make every type `mix` asks for on 256-wide rows? */
+static int
+makeable(const kvs_quant_mix_t *mix)
+{
+    uint32_t                t[6];
+    size_t                  i;
+    const kvs_quant_type_t *q;
+
+    t[0] = mix->base;
+    t[1] = mix->output;
+    t[2] = mix->attn_v.type;
+    t[3] = mix->attn_v.other;
+    t[4] = mix->attn_output.type;
+    t[5] = mix->ffn_down.type;
+
+    for (i = 0; i < 6; i++) {
+        if (t[i] == KVS_MIX_BASE) {
+            continue;
+        }
+
+        q = kvs_quant_type(t[i]);
+        if (q == NULL || q->quantize == NULL) {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+static void
+test_mixes(void **state)
+{
+    char                      in[256], out[400], names[256], *p, *e;
+    char                      nm[64], suffix[64];
+    int                       l, n_done;
+    uint32_t                  ft;
+    uint64_t                  i;
+    kvs_err_t                 err;
+    kvs_model_t              *m;
+    const kvs_quant_mix_t    *mix;
+    const kvs_gguf_tensor_t  *t;
+
+    snprintf(in, sizeof(in), "%s",
+             kvs_test_tmp("test_cli_quantize.in.gguf"));
+    gen(in, 256, 256, N_LAYER);
+
+    kvs_quant_mix_names(names, sizeof(names));
+    n_done = 0;
+
+    for (p = names; *p != '\0'; p = *e ? e + 2 : e) {
+        e = strchr(p, ',');
+        e = e ? e : p + strlen(p);
+        snprintf(nm, sizeof(nm), "%.*s", (int) (e - p), p);
+        mix = kvs_quant_mix(nm);
+        assert_non_null(mix);
+
+        snprintf(out, sizeof(out), "%s.%s", in, nm);
+
+        if (!makeable(mix)) {
+            assert_int_not_equal(kvs_quantize_file(in, out, mix, &err),
+                                 KVS_OK);
+            assert_non_null(strstr(err.msg, "cannot make"));
+            assert_int_equal(access(out, F_OK), -1);
+            print_message("%-7s refused: %s\n", nm, err.msg);
+            continue;
+        }
+
+        if (kvs_quantize_file(in, out, mix, &err) != KVS_OK
+            || kvs_model_open(&m, out, &err) != KVS_OK)
+        {
+            fail_msg("%s: %s", nm, err.msg);
+        }
+
+        unlink(out);
+
+        for (i = 0; i < kvs_gguf_n_tensors(m->gguf); i++) {
+            t = kvs_gguf_tensor_at(m->gguf, i);
+            l = -1;
+            snprintf(suffix, sizeof(suffix), "%.*s", (int) t->name.len,
+                     t->name.ptr);
+
+            if (sscanf(suffix, "blk.%d.%63s", &l, suffix) != 2) {
+                l = -1;
+            }
+
+            if (t->n_dims == 1) {
+                assert_int_equal(t->type, KVS_GGML_F32);
+                continue;
+            }
+
+            if (t->type != expect(nm, suffix, l)) {
+                fail_msg("%s: %.*s is %s, expected %s", nm,
+                         (int) t->name.len, t->name.ptr,
+                         kvs_ggml_type_name(t->type),
+                         kvs_ggml_type_name(expect(nm, suffix, l)));
+            }
+        }
+
+        assert_int_equal(kvs_gguf_get_u32(m->gguf, "general.file_type",
+                                          &ft, &err), KVS_OK);
+        assert_int_equal(ft, mix->ftype);
+
+        generates(m);
+        kvs_model_close(m);
+        n_done++;
+    }
+
+    unlink(in);
+    print_message("%d mixes written and run\n", n_done);
+    /* q8_0 at least, whatever the table holds */
+    assert_true(n_done >= 1);
+}
+
+
+/* Rows of 64: the 256-element blocks fall back as llama.cpp's do. */
+static void
+test_fallback(void **state)
+{
+    const kvs_quant_mix_t  *km, *k2, *xs;
+
+    km = kvs_quant_mix("Q4_K_M");
+    k2 = kvs_quant_mix("q2_k");
+    xs = kvs_quant_mix("iq4_xs");
+    assert_non_null(km);
+    assert_non_null(k2);
+    assert_non_null(xs);
+    assert_null(kvs_quant_mix("q4_k_x"));
+
+    assert_int_equal(kvs_quant_mix_type(km, "blk.1.attn_q.weight", 2, 64,
+                                        KVS_GGML_F32, 2, 2), KVS_GGML_Q5_0);
+    assert_int_equal(kvs_quant_mix_type(km, "output.weight", 2, 64,
+                                        KVS_GGML_F32, 2, 2), KVS_GGML_Q8_0);
+    assert_int_equal(kvs_quant_mix_type(k2, "blk.0.ffn_up.weight", 2, 64,
+                                        KVS_GGML_F32, 2, 2), KVS_GGML_IQ4_NL);
+    assert_int_equal(kvs_quant_mix_type(xs, "token_embd.weight", 2, 64,
+                                        KVS_GGML_F32, 2, 2), KVS_GGML_IQ4_NL);
+    /* not even 32 wide: F16 */
+    assert_int_equal(kvs_quant_mix_type(km, "blk.0.ffn_up.weight", 2, 48,
+                                        KVS_GGML_F32, 2, 2), KVS_GGML_F16);
+    /* 256 wide: the mix's own */
+    assert_int_equal(kvs_quant_mix_type(km, "blk.0.ffn_up.weight", 2, 256,
+                                        KVS_GGML_F32, 2, 2), KVS_GGML_Q4_K);
+    /* GQA 4: Q2_K's attn_v is Q4_K, IQ4_XS's Q5_K */
+    assert_int_equal(kvs_quant_mix_type(k2, "blk.5.attn_v.weight", 2, 256,
+                                        KVS_GGML_F32, 8, 4), KVS_GGML_Q4_K);
+    assert_int_equal(kvs_quant_mix_type(xs, "blk.5.attn_v.weight", 2, 256,
+                                        KVS_GGML_F32, 8, 4), KVS_GGML_Q5_K);
+    /* a 1-D tensor keeps its type */
+    assert_int_equal(kvs_quant_mix_type(km, "blk.0.attn_norm.weight", 1, 256,
+                                        KVS_GGML_F16, 2, 2), KVS_GGML_F16);
+}
+
+
+static int
+run_cli(const char *args, char *out, size_t size)
+{
+    int     st;
+    char    cmd[2048];
+    FILE   *f;
+    size_t  n;
+
+    snprintf(cmd, sizeof(cmd), "'%s' quantize %s 2>&1", getenv("KVS_CLI"),
+             args);
+    f = popen(cmd, "r");
+    assert_non_null(f);
+    n = fread(out, 1, size - 1, f);
+    out[n] = '\0';
+    st = pclose(f);
+
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+
+static void
+test_cli(void **state)
+{
+    char          in[256], out[300], args[1024], text[4096];
+    const char   *cli;
+    kvs_err_t     err;
+    kvs_model_t  *m;
+
+    cli = getenv("KVS_CLI");
+    if (cli == NULL || access(cli, X_OK) != 0) {
+        print_message("SKIP: KVS_CLI is not an executable (%s)\n",
+                      cli != NULL ? cli : "unset");
+        skip();
+    }
+
+    snprintf(in, sizeof(in), "%s", kvs_test_tmp("test_cli_quantize.c.gguf"));
+    snprintf(out, sizeof(out), "%s.q8", in);
+    gen(in, 64, 128, 2);
+
+    snprintf(args, sizeof(args), "'%s' '%s' --type q4_k_z", in, out);
+    assert_int_equal(run_cli(args, text, sizeof(text)), 2);
+    assert_non_null(strstr(text, "\"q4_k_z\" is not one of q4_0"));
+    assert_non_null(strstr(text, "iq4_xs"));
+    assert_int_equal(access(out, F_OK), -1);
+
+    snprintf(args, sizeof(args), "'%s' '%s'", in, out);
+    assert_int_equal(run_cli(args, text, sizeof(text)), 2);
+
+    snprintf(args, sizeof(args), "'%s' '%s' --type Q8_0", in, out);
+    if (run_cli(args, text, sizeof(text)) != 0) {
+        fail_msg("kvserve quantize: %s", text);
+    }
+
+    if (kvs_model_open(&m, out, &err) != KVS_OK) {
+        fail_msg("%s", err.msg);
+    }
+
+    assert_int_equal(kvs_gguf_find_tensor(m->gguf,
+                                          "blk.1.ffn_down.weight")->type,
+                     KVS_GGML_Q8_0);
+    kvs_model_close(m);
+    unlink(out);
+    unlink(in);
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_mixes),
+        cmocka_unit_test(test_fallback),
+        cmocka_unit_test(test_cli),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
