@@ -191,54 +191,59 @@ kvs_quant_f32_make(const float *src, uint8_t *dst, size_t n)
 }
 
 
-/* (unaligned: a GGUF tensor is aligned, a caller's buffer may not be) */
+/* 16-bit floats through cv, unaligned (a GGUF tensor is aligned, a
+ * caller's buffer may not be) */
 static void
-kvs_quant_f16_rows(const uint8_t *src, float *dst, size_t n)
+kvs_quant_u16_rows(const uint8_t *src, float *dst, size_t n,
+    float (*cv)(uint16_t))
 {
     size_t    i;
     uint16_t  h;
 
     for (i = 0; i < n; i++) {
         memcpy(&h, src + 2 * i, 2);
-        dst[i] = kvs_f16_to_f32(h);
+        dst[i] = cv(h);
     }
+}
+
+
+static void
+kvs_quant_u16_make(const float *src, uint8_t *dst, size_t n,
+    uint16_t (*cv)(float))
+{
+    size_t    i;
+    uint16_t  h;
+
+    for (i = 0; i < n; i++) {
+        h = cv(src[i]);
+        memcpy(dst + 2 * i, &h, 2);
+    }
+}
+
+
+static void
+kvs_quant_f16_rows(const uint8_t *src, float *dst, size_t n)
+{
+    kvs_quant_u16_rows(src, dst, n, kvs_f16_to_f32);
 }
 
 
 static void
 kvs_quant_f16_make(const float *src, uint8_t *dst, size_t n)
 {
-    size_t    i;
-    uint16_t  h;
-
-    for (i = 0; i < n; i++) {
-        h = kvs_f32_to_f16(src[i]);
-        memcpy(dst + 2 * i, &h, 2);
-    }
+    kvs_quant_u16_make(src, dst, n, kvs_f32_to_f16);
 }
 
 
 static void
 kvs_quant_bf16_rows(const uint8_t *src, float *dst, size_t n)
 {
-    size_t    i;
-    uint16_t  h;
-
-    for (i = 0; i < n; i++) {
-        memcpy(&h, src + 2 * i, 2);
-        dst[i] = kvs_bf16_to_f32(h);
-    }
+    kvs_quant_u16_rows(src, dst, n, kvs_bf16_to_f32);
 }
 
 
 static void
 kvs_quant_bf16_make(const float *src, uint8_t *dst, size_t n)
 {
-    size_t    i;
-    uint16_t  h;
-
-    for (i = 0; i < n; i++) {
-        h = kvs_f32_to_bf16(src[i]);
-        memcpy(dst + 2 * i, &h, 2);
-    }
+    kvs_quant_u16_make(src, dst, n, kvs_f32_to_bf16);
 }

@@ -10,6 +10,7 @@
 #ifndef KVS_TEST_H
 #define KVS_TEST_H
 
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -96,5 +97,21 @@ kvs_test_slurp(const char *path, size_t *len)
 
     return buf;
 }
+
+/* A reproducible N(0, 1) sample from *state: an LCG (Knuth's MMIX
+ * constants) through Box-Muller, the same on every machine. */
+static inline float
+kvs_test_gauss(uint64_t *state)
+{
+    double  u, v;
+
+    *state = *state * 6364136223846793005ULL + 1442695040888963407ULL;
+    u = ((*state >> 11) + 1.0) / 9007199254740994.0;
+    *state = *state * 6364136223846793005ULL + 1442695040888963407ULL;
+    v = (*state >> 11) / 9007199254740992.0;
+
+    return (float) (sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v));
+}
+
 
 #endif /* KVS_TEST_H */

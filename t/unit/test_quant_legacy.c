@@ -88,14 +88,7 @@ static uint64_t  rng = 0x2545f4914f6cdd1dULL;
 static float
 gauss(void)
 {
-    double  u, v;
-
-    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-    u = ((rng >> 11) + 1.0) / 9007199254740994.0;
-    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-    v = (rng >> 11) / 9007199254740992.0;
-
-    return (float) (sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v));
+    return kvs_test_gauss(&rng);
 }
 
 
