@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define KVS_Q8_0_BLOCK  32
 #define KVS_Q8_0_BYTES  34
@@ -23,6 +24,28 @@ uint16_t kvs_f32_to_f16(float f);
 float kvs_f16_to_f32(uint16_t h);
 uint16_t kvs_f32_to_bf16(float f);
 float kvs_bf16_to_f32(uint16_t h);
+
+/* The f16 of a quantized block's field at p (little-endian, unaligned),
+ * read as f32, and f written there: every block codec's scales. */
+static inline float
+kvs_f16_load(const uint8_t *p)
+{
+    uint16_t  h;
+
+    memcpy(&h, p, 2);
+
+    return kvs_f16_to_f32(h);
+}
+
+
+static inline void
+kvs_f16_store(uint8_t *p, float f)
+{
+    uint16_t  h;
+
+    h = kvs_f32_to_f16(f);
+    memcpy(p, &h, 2);
+}
 
 /* n must be a multiple of KVS_Q8_0_BLOCK; dst holds n / 32 * 34 bytes. */
 void kvs_q8_0_quantize(const float *src, uint8_t *dst, size_t n);

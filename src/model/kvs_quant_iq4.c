@@ -63,17 +63,6 @@ static const int8_t  kvs_iq4_kv[16] = {
 };
 
 
-static float
-kvs_iq4_f16(const uint8_t *p)
-{
-    uint16_t  h;
-
-    memcpy(&h, p, 2);
-
-    return kvs_f16_to_f32(h);
-}
-
-
 /* the midpoints between neighbouring levels (exact in f32) */
 static const float  kvs_iq4_mid[15] = {
     -115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f, -4.5f,
@@ -248,7 +237,7 @@ kvs_iq4_nl_dequantize(const uint8_t *src, float *dst, size_t n)
     size_t  b;
 
     for (b = 0; b < n / KVS_IQ4_BLOCK; b++) {
-        kvs_iq4_unpack(src + 2, kvs_iq4_f16(src), dst);
+        kvs_iq4_unpack(src + 2, kvs_f16_load(src), dst);
 
         src += KVS_IQ4_NL_BYTES;
         dst += KVS_IQ4_BLOCK;
@@ -293,7 +282,7 @@ kvs_iq4_xs_dequantize(const uint8_t *src, float *dst, size_t n)
     uint16_t  sh;
 
     for (b = 0; b < n / KVS_IQ4_XS_BLOCK; b++) {
-        d = kvs_iq4_f16(src);
+        d = kvs_f16_load(src);
         sh = (uint16_t) (src[2] | src[3] << 8);
 
         for (s = 0; s < KVS_IQ4_XS_SUBS; s++) {

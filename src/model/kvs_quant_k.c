@@ -32,17 +32,6 @@
 #include "kvs_quant_k.h"
 
 
-static float
-kvs_qk_f16_at(const uint8_t *p)
-{
-    uint16_t  h;
-
-    memcpy(&h, p, 2);
-
-    return kvs_f16_to_f32(h);
-}
-
-
 /*
  * Q4_K/Q5_K scales, 12 bytes, sc and m 6 bits each, sub-blocks 0..7
  * (bit 7 on the left; A..H the scales' bits, a..h the mins'):
@@ -129,8 +118,8 @@ kvs_q2_k_dequantize(const uint8_t *src, float *dst, size_t n)
     for (b = 0; b < n / KVS_QK_K; b++) {
         sc = src + KVS_Q2_K_SCALES;
         qs = src + KVS_Q2_K_QS;
-        d = kvs_qk_f16_at(src + KVS_Q2_K_D);
-        dmin = kvs_qk_f16_at(src + KVS_Q2_K_DMIN);
+        d = kvs_f16_load(src + KVS_Q2_K_D);
+        dmin = kvs_f16_load(src + KVS_Q2_K_DMIN);
 
         for (e = 0; e < 16; e++) {
             dl[e] = d * (float) (sc[e] & 0x0f);
@@ -165,7 +154,7 @@ kvs_q3_k_dequantize(const uint8_t *src, float *dst, size_t n)
     for (b = 0; b < n / KVS_QK_K; b++) {
         hm = src + KVS_Q3_K_HMASK;
         qs = src + KVS_Q3_K_QS;
-        d = kvs_qk_f16_at(src + KVS_Q3_K_D);
+        d = kvs_f16_load(src + KVS_Q3_K_D);
 
         for (e = 0; e < 16; e++) {
             dl[e] = d * (float) kvs_q3k_scale_unpack(src + KVS_Q3_K_SCALES,
@@ -202,8 +191,8 @@ kvs_q4_k_dequantize(const uint8_t *src, float *dst, size_t n)
 
     for (b = 0; b < n / KVS_QK_K; b++) {
         qs = src + KVS_Q4_K_QS;
-        d = kvs_qk_f16_at(src + KVS_Q4_K_D);
-        dmin = kvs_qk_f16_at(src + KVS_Q4_K_DMIN);
+        d = kvs_f16_load(src + KVS_Q4_K_D);
+        dmin = kvs_f16_load(src + KVS_Q4_K_DMIN);
 
         for (j = 0; j < 8; j++) {
             kvs_qk_scales_unpack(src + KVS_Q4_K_SCALES, j, &sc, &m);
@@ -238,8 +227,8 @@ kvs_q5_k_dequantize(const uint8_t *src, float *dst, size_t n)
     for (b = 0; b < n / KVS_QK_K; b++) {
         qs = src + KVS_Q5_K_QS;
         qh = src + KVS_Q5_K_QH;
-        d = kvs_qk_f16_at(src + KVS_Q5_K_D);
-        dmin = kvs_qk_f16_at(src + KVS_Q5_K_DMIN);
+        d = kvs_f16_load(src + KVS_Q5_K_D);
+        dmin = kvs_f16_load(src + KVS_Q5_K_DMIN);
 
         for (j = 0; j < 8; j++) {
             kvs_qk_scales_unpack(src + KVS_Q5_K_SCALES, j, &sc, &m);
@@ -276,7 +265,7 @@ kvs_q6_k_dequantize(const uint8_t *src, float *dst, size_t n)
     for (b = 0; b < n / KVS_QK_K; b++) {
         ql = src + KVS_Q6_K_QL;
         qh = src + KVS_Q6_K_QH;
-        d = kvs_qk_f16_at(src + KVS_Q6_K_D);
+        d = kvs_f16_load(src + KVS_Q6_K_D);
 
         for (e = 0; e < 16; e++) {
             dl[e] = d * (float) (int8_t) src[KVS_Q6_K_SCALES + e];

@@ -53,27 +53,6 @@
 #define KVS_Q5_1_BYTES   24
 
 
-static float
-kvs_ql_f16(const uint8_t *p)
-{
-    uint16_t  h;
-
-    memcpy(&h, p, 2);
-
-    return kvs_f16_to_f32(h);
-}
-
-
-static void
-kvs_ql_put_f16(uint8_t *p, float f)
-{
-    uint16_t  h;
-
-    h = kvs_f32_to_f16(f);
-    memcpy(p, &h, 2);
-}
-
-
 /*
  * v (already truncated) as numpy's astype(uint8).clip(0, max) leaves it
  * on x86-64: the f32 goes through a 32-bit integer (cvttss2si), whose
@@ -213,7 +192,7 @@ kvs_q4_0_dequantize(const uint8_t *src, float *dst, size_t n)
     float   d;
 
     for (b = 0; b < n / KVS_QL_BLOCK; b++) {
-        d = kvs_ql_f16(src);
+        d = kvs_f16_load(src);
 
         for (j = 0; j < KVS_QL_BLOCK / 2; j++) {
             dst[j] = d * (float) ((int) (src[2 + j] & 0x0f) - 8);
@@ -235,7 +214,7 @@ kvs_q4_0_quantize(const float *src, uint8_t *dst, size_t n)
 
     for (b = 0; b < n / KVS_QL_BLOCK; b++) {
         d = kvs_ql_sym(src, 4, q);
-        kvs_ql_put_f16(dst, d);
+        kvs_f16_store(dst, d);
 
         for (j = 0; j < KVS_QL_BLOCK / 2; j++) {
             dst[2 + j] = (uint8_t) (q[j] | q[j + 16] << 4);
@@ -256,8 +235,8 @@ kvs_q4_1_dequantize(const uint8_t *src, float *dst, size_t n)
     float   d, m;
 
     for (b = 0; b < n / KVS_QL_BLOCK; b++) {
-        d = kvs_ql_f16(src);
-        m = kvs_ql_f16(src + 2);
+        d = kvs_f16_load(src);
+        m = kvs_f16_load(src + 2);
 
         for (j = 0; j < KVS_QL_BLOCK / 2; j++) {
             dst[j] = d * (float) (src[4 + j] & 0x0f) + m;
@@ -279,8 +258,8 @@ kvs_q4_1_quantize(const float *src, uint8_t *dst, size_t n)
 
     for (b = 0; b < n / KVS_QL_BLOCK; b++) {
         d = kvs_ql_affine(src, 4, &m, q);
-        kvs_ql_put_f16(dst, d);
-        kvs_ql_put_f16(dst + 2, m);
+        kvs_f16_store(dst, d);
+        kvs_f16_store(dst + 2, m);
 
         for (j = 0; j < KVS_QL_BLOCK / 2; j++) {
             dst[4 + j] = (uint8_t) (q[j] | q[j + 16] << 4);
@@ -302,7 +281,7 @@ kvs_q5_0_dequantize(const uint8_t *src, float *dst, size_t n)
     uint8_t  q[KVS_QL_BLOCK];
 
     for (b = 0; b < n / KVS_QL_BLOCK; b++) {
-        d = kvs_ql_f16(src);
+        d = kvs_f16_load(src);
         kvs_ql_unpack5(src + 2, src + 6, q);
 
         for (i = 0; i < KVS_QL_BLOCK; i++) {
@@ -324,7 +303,7 @@ kvs_q5_0_quantize(const float *src, uint8_t *dst, size_t n)
 
     for (b = 0; b < n / KVS_QL_BLOCK; b++) {
         d = kvs_ql_sym(src, 5, q);
-        kvs_ql_put_f16(dst, d);
+        kvs_f16_store(dst, d);
         kvs_ql_pack5(q, dst + 2, dst + 6);
 
         src += KVS_QL_BLOCK;
@@ -343,8 +322,8 @@ kvs_q5_1_dequantize(const uint8_t *src, float *dst, size_t n)
     uint8_t  q[KVS_QL_BLOCK];
 
     for (b = 0; b < n / KVS_QL_BLOCK; b++) {
-        d = kvs_ql_f16(src);
-        m = kvs_ql_f16(src + 2);
+        d = kvs_f16_load(src);
+        m = kvs_f16_load(src + 2);
         kvs_ql_unpack5(src + 4, src + 8, q);
 
         for (i = 0; i < KVS_QL_BLOCK; i++) {
@@ -366,8 +345,8 @@ kvs_q5_1_quantize(const float *src, uint8_t *dst, size_t n)
 
     for (b = 0; b < n / KVS_QL_BLOCK; b++) {
         d = kvs_ql_affine(src, 5, &m, q);
-        kvs_ql_put_f16(dst, d);
-        kvs_ql_put_f16(dst + 2, m);
+        kvs_f16_store(dst, d);
+        kvs_f16_store(dst + 2, m);
         kvs_ql_pack5(q, dst + 4, dst + 8);
 
         src += KVS_QL_BLOCK;
