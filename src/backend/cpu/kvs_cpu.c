@@ -32,6 +32,7 @@
 #include "model/kvs_dtype.h"
 #include "model/kvs_ggml_type.h"
 #include "kvs_cpu_impl.h"
+#include "kvs_cpu_qdot.h"
 
 
 /* OpenBLAS's own; declared here so that any cblas.h will do.  Our pool
@@ -105,6 +106,7 @@ kvs_cpu_mat(const kvs_model_t *m, const char *name, uint64_t ne0,
     out->row_bytes = row;
     out->type = t->type;
     out->deq = q->dequantize;
+    out->qd = kvs_cpu_qdot_find(t->type);
     out->rows = (uint32_t) ne1;
     out->cols = (uint32_t) ne0;
 
@@ -720,7 +722,8 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     total = (size_t) n * (2 * (size_t) fw.e + fw.qd + fw.kd + fw.vd + fw.od
                           + 2 * (size_t) fw.f)
             + nth * (fw.sc_stride + fw.wscratch_stride)
-            + (size_t) n * (wrow / 32) * (sizeof(kvs_cpu_q8_t) / 4 + 1);
+            + (size_t) n * (wrow / 32) * (sizeof(kvs_cpu_q8_t) / 4 + 1)
+            + (size_t) n * (wrow / 256) * (sizeof(kvs_cpu_q8k_t) / 4 + 1);
 
     if (kvs_grow((void **) &kv->act, &kv->act_cap, total, sizeof(float))
         != KVS_OK)
@@ -740,8 +743,10 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     fw.h3 = fw.h1 + (size_t) n * fw.f;    /* [n][f] up */
     fw.sc = fw.h3 + (size_t) n * fw.f;    /* [nth][sc_stride] scores */
     fw.wscratch = fw.sc + nth * fw.sc_stride;  /* [nth][4][wrow] */
-    /* [n][wrow / 32] quantized activations, Q8_0 models only */
+    /* [n][wrow / 32] and [n][wrow / 256] quantized inputs, used by the
+     * quantized weights' products (kvs_cpu_qdot.h) */
     fw.xq = (kvs_cpu_q8_t *) (fw.wscratch + nth * fw.wscratch_stride);
+    fw.xk = (kvs_cpu_q8k_t *) (fw.xq + (size_t) n * (wrow / 32));
 
     for (i = 0; i < n; i++) {
         memcpy(fw.x + (size_t) i * fw.e,

@@ -71,6 +71,8 @@ typedef struct {
                                          or NULL */
     kvs_quant_dequantize_pt  deq;     /* the table's row conversion,
                                          fetched once at load */
+    const struct kvs_cpu_qdot_s *qd;  /* its quantized product
+                                         (kvs_cpu_qdot.h), or NULL */
 } kvs_cpu_mat_t;
 
 typedef struct {

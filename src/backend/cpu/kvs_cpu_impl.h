@@ -107,6 +107,7 @@ typedef struct {
     int                     resid;    /* kvs_cpu_tok_task: add xb first */
     int                     simd;     /* KVS_CPU_SIMD_* */
     kvs_cpu_q8_t           *xq;       /* [n][wrow / 32] Q8_0 inputs */
+    struct kvs_cpu_q8k_s   *xk;       /* [n][wrow / 256] Q8_K inputs */
     uint32_t                attn_group; /* query heads per attention
                                           task: those of one K/V head
                                           (kvs_cpu_attn_group), or 1 */

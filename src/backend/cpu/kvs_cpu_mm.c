@@ -35,6 +35,7 @@
 #include "model/kvs_dtype.h"
 #include "model/kvs_ggml_type.h"
 #include "kvs_cpu_impl.h"
+#include "kvs_cpu_qdot.h"
 
 #if KVS_CPU_X86
 #include <cpuid.h>
@@ -54,6 +55,7 @@ typedef struct {
     float                  *scratch;  /* [n_threads][scratch_stride] */
     size_t                  scratch_stride;
     kvs_cpu_q8_t           *xq;       /* [n][cols / 32] or NULL */
+    kvs_cpu_q8k_t          *xk;       /* [n][cols / 256] or NULL */
 } kvs_cpu_mm_job_t;
 
 
@@ -403,6 +405,29 @@ kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
     }
 #endif
 
+    if (mat->qd != NULL) {
+        size_t           xstride;
+        const void      *xin;
+        kvs_cpu_qdot_pt  dot;
+
+        dot = kvs_cpu_qdot_at(mat->qd, job->simd);
+
+        if (mat->qd->act == KVS_CPU_ACT_Q8K) {
+            xin = job->xk;
+            xstride = (mat->cols / 256) * sizeof(kvs_cpu_q8k_t);
+        } else {
+            xin = job->xq;
+            xstride = (mat->cols / KVS_Q8_0_BLOCK) * sizeof(kvs_cpu_q8_t);
+        }
+
+        for (r = r0; r < r0 + job->tile && r < mat->rows; r++) {
+            dot(job->y[m] + r, mat->rows,
+                (const uint8_t *) mat->data + (size_t) r * mat->row_bytes,
+                xin, xstride, job->n, mat->cols);
+        }
+        return;
+    }
+
     if (job->xq != NULL && mat->type == KVS_GGML_Q8_0) {
         uint32_t             i;
         const uint8_t       *wq;
@@ -502,14 +527,36 @@ kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
     job.y[2] = y2;
     job.first[0] = 0;
     job.xq = NULL;
+    job.xk = NULL;
     job.tile = n >= KVS_CPU_BLAS_MIN ? KVS_CPU_BLAS_TILE : KVS_CPU_TILE;
 
-    /* Q8_0 stays quantized: the input is quantized once here, for every
-     * n, so a token's sums do not depend on its batch */
+    /* quantized weights stay quantized: the input is quantized once here,
+     * in the blocks their products take, for every n, so a token's sums
+     * do not depend on its batch */
     for (m = 0; m < 3; m++) {
-        if (job.w[m] != NULL && job.w[m]->type == KVS_GGML_Q8_0) {
+        if (job.w[m] == NULL) {
+            continue;
+        }
+
+        if (job.w[m]->qd != NULL && job.w[m]->qd->act == KVS_CPU_ACT_Q8K) {
+            job.xk = fw->xk;
+
+        } else if (job.w[m]->qd != NULL || job.w[m]->type == KVS_GGML_Q8_0) {
             job.xq = fw->xq;
         }
+    }
+
+    for (i = 0; job.xk != NULL && i < n; i++) {
+#if KVS_CPU_X86
+        if (fw->simd >= KVS_CPU_SIMD_AVX2) {
+            kvs_cpu_q8k_quant_avx2(x + (size_t) i * w0->cols,
+                                   job.xk + (size_t) i * (w0->cols / 256),
+                                   w0->cols);
+            continue;
+        }
+#endif
+        kvs_cpu_q8k_quant(x + (size_t) i * w0->cols,
+                          job.xk + (size_t) i * (w0->cols / 256), w0->cols);
     }
 
     for (i = 0; job.xq != NULL && i < n; i++) {

@@ -1,0 +1,49 @@
+/*
+ * kvs_cpu_qdot: which quantized product each weight type uses, and at
+ * which kernel level.  A type absent here is computed from its rows
+ * dequantized to floats (kvs_cpu_row); F32 / F16 / BF16 always are.
+ */
+
+#include "model/kvs_ggml_type.h"
+#include "kvs_cpu_qdot.h"
+
+
+static const kvs_cpu_qdot_t  kvs_cpu_qdots[] = {
+#if KVS_CPU_X86
+#define KVS_CPU_QDOT(t, a, f)  { t, a, f, f##_avx2 }
+#else
+#define KVS_CPU_QDOT(t, a, f)  { t, a, f, NULL }
+#endif
+    /* the 32-column types (kvs_cpu_ql.c) */
+
+    /* the 256-column types (kvs_cpu_qk.c) */
+
+#undef KVS_CPU_QDOT
+    { 0, 0, NULL, NULL }
+};
+
+
+const kvs_cpu_qdot_t *
+kvs_cpu_qdot_find(uint32_t type)
+{
+    const kvs_cpu_qdot_t  *e;
+
+    for (e = kvs_cpu_qdots; e->dot != NULL; e++) {
+        if (e->type == type) {
+            return e;
+        }
+    }
+
+    return NULL;
+}
+
+
+kvs_cpu_qdot_pt
+kvs_cpu_qdot_at(const kvs_cpu_qdot_t *e, int simd)
+{
+    if (simd >= KVS_CPU_SIMD_AVX2 && e->dot_avx2 != NULL) {
+        return e->dot_avx2;
+    }
+
+    return e->dot;
+}

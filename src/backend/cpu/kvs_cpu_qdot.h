@@ -1,0 +1,135 @@
+/*
+ * kvs_cpu_qdot: the CPU products that keep weights quantized (private to
+ * src/backend/cpu/).  The input is quantized once per product into int8
+ * blocks (kvs_cpu_q8_t per 32 columns for the 32-block types, kvs_cpu_q8k_t
+ * per 256 for the K-quants and IQ4_XS), and every output is built from
+ * exact integer sums per weight block, scaled and accumulated in floats in
+ * an order fixed by the row length alone.
+ *
+ *   kvs_cpu_qdot.c       the table: a type's activation and its kernels
+ *   kvs_cpu_ql.c         Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (portable)
+ *   kvs_cpu_ql_x86.c     the same, AVX2
+ *   kvs_cpu_qk.c         Q2_K .. Q6_K, IQ4_XS, the Q8_K input (portable)
+ *   kvs_cpu_qk_x86.c     the same, AVX2
+ *
+ * Invariants every kernel keeps:
+ *  - a kernel's result for (row, token) is bit-identical at every kernel
+ *    level that implements it (portable C, AVX2) and for every n: the
+ *    float operations and their order are part of the kernel's contract,
+ *    and no multiply-add is contracted (the files build with contraction
+ *    off);
+ *  - the input's quantization is bit-identical at every level too, so a
+ *    model's logits do not depend on the CPU below AVX-512;
+ *  - a kernel reads only its row (row_bytes of it) and the n inputs.
+ */
+
+#ifndef KVS_CPU_QDOT_H
+#define KVS_CPU_QDOT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvs_cpu_impl.h"
+
+/* A product input quantized per 256 columns: d = max|x| / 127 over the
+ * 256, q = round-to-nearest-even(x * (1 / d)) (as kvs_cpu_q8_t), bsums[k]
+ * = the sum of q[16k .. 16k + 15] (the K-quants' minimums use them). */
+typedef struct kvs_cpu_q8k_s {
+    float    d;
+    int16_t  bsums[16];
+    int8_t   q[256];
+} kvs_cpu_q8k_t;
+
+#define KVS_CPU_ACT_Q8   0            /* kvs_cpu_q8_t per 32 columns */
+#define KVS_CPU_ACT_Q8K  1            /* kvs_cpu_q8k_t per 256 columns */
+
+/*
+ * y[i * ldy] = row . input_i for i < n, where row is one stored row of
+ * cols columns (a multiple of the type's block) and input_i starts at
+ * (const uint8_t *) x + i * xstride (cols / 32 kvs_cpu_q8_t or cols / 256
+ * kvs_cpu_q8k_t).  Kernels take several tokens so that a row is unpacked
+ * once for all of them.
+ */
+typedef void (*kvs_cpu_qdot_pt)(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+
+/* x[cols] (a multiple of 256) as cols / 256 blocks */
+typedef void (*kvs_cpu_q8k_quant_pt)(const float *x, kvs_cpu_q8k_t *dst,
+    uint32_t cols);
+
+typedef struct kvs_cpu_qdot_s {
+    uint32_t          type;           /* KVS_GGML_* */
+    uint32_t          act;            /* KVS_CPU_ACT_* */
+    kvs_cpu_qdot_pt   dot;            /* portable */
+    kvs_cpu_qdot_pt   dot_avx2;       /* or NULL: the portable one */
+} kvs_cpu_qdot_t;
+
+/* The entry of type, or NULL: F32 / F16 / BF16 (float products). */
+const kvs_cpu_qdot_t *kvs_cpu_qdot_find(uint32_t type);
+
+/* The kernel of e at this level (KVS_CPU_SIMD_*). */
+kvs_cpu_qdot_pt kvs_cpu_qdot_at(const kvs_cpu_qdot_t *e, int simd);
+
+void kvs_cpu_q8k_quant(const float *x, kvs_cpu_q8k_t *dst, uint32_t cols);
+
+/* kvs_cpu_ql.c */
+void kvs_cpu_qdot_q8_0(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_q4_0(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_q4_1(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_q5_0(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_q5_1(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_iq4_nl(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+
+/* kvs_cpu_qk.c */
+void kvs_cpu_qdot_q2_k(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_q3_k(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_q4_k(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_q5_k(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_q6_k(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_iq4_xs(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+
+#if KVS_CPU_X86
+/* kvs_cpu_ql_x86.c */
+void kvs_cpu_qdot_q8_0_avx2(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_q4_0_avx2(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_q4_1_avx2(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_q5_0_avx2(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_q5_1_avx2(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_iq4_nl_avx2(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+
+/* kvs_cpu_qk_x86.c */
+void kvs_cpu_q8k_quant_avx2(const float *x, kvs_cpu_q8k_t *dst,
+    uint32_t cols);
+void kvs_cpu_qdot_q2_k_avx2(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_q3_k_avx2(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_q4_k_avx2(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_q5_k_avx2(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_q6_k_avx2(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_iq4_xs_avx2(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+#endif
+
+#endif /* KVS_CPU_QDOT_H */
