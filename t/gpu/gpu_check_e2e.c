@@ -2,7 +2,12 @@
  * gpu_check_e2e: greedy generation through the backend interface, CUDA
  * against CPU, on stories260K (a trained model: clear margins) and on
  * generated models (kvs_gen: the "small" shape with BF16 weights, the
- * "tiny" shape with Q8_0 weights, dequantized to BF16 at load).
+ * "tiny" shape with Q8_0 weights, and the "small" shape once in every
+ * other type of kvs_quant's table that kvserve makes: F16, the 4- to
+ * 6-bit types, which the CUDA backend dequantizes to BF16 at load while
+ * the CPU keeps them quantized, so each type's load path and the CPU's
+ * kernel for it meet here).  "small" is 256 wide: every row is whole
+ * 256-column blocks, as the K-quants need.
  *
  * The schedule: three sequences, 64 generated tokens each; the first two
  * start together (a 1-token and a 21-token prompt), the third (40 tokens)
@@ -48,6 +53,14 @@
 #define GC_E2E_PROMPT  40             /* longest prompt */
 
 static const uint32_t  gc_e2e_plen[GC_E2E_SEQS] = { 1, 21, 40 };
+
+/* the table types run on the "small" shape besides BF16 (Q8_0 runs on
+ * "tiny") */
+static const uint32_t  gc_e2e_types[] = {
+    KVS_GGML_F16, KVS_GGML_Q4_0, KVS_GGML_Q4_1, KVS_GGML_Q5_0,
+    KVS_GGML_Q5_1, KVS_GGML_Q2_K, KVS_GGML_Q3_K, KVS_GGML_Q4_K,
+    KVS_GGML_Q5_K, KVS_GGML_Q6_K, KVS_GGML_IQ4_NL, KVS_GGML_IQ4_XS
+};
 static const uint32_t  gc_e2e_start[GC_E2E_SEQS] = { 0, 0, 5 };
 
 typedef struct {
@@ -481,8 +494,8 @@ gc_e2e_gen(gc_ctx_t *c, const char *preset, uint32_t dtype)
 
     snprintf(label, sizeof(label), "gen %s %s", preset,
              kvs_ggml_type_name(dtype));
-    snprintf(path, sizeof(path), "%s/gpu-check-%d-%s.gguf", c->tmp,
-             (int) getpid(), preset);
+    snprintf(path, sizeof(path), "%s/gpu-check-%d-%s-%s.gguf", c->tmp,
+             (int) getpid(), preset, kvs_ggml_type_name(dtype));
 
     if (kvs_gen_preset(&spec, preset, &err) != KVS_OK) {
         gc_fail(c, "e2e", label, err.msg);
@@ -507,7 +520,8 @@ gc_e2e_gen(gc_ctx_t *c, const char *preset, uint32_t dtype)
 int
 gc_e2e_run(gc_ctx_t *c)
 {
-    char  path[4096];
+    char    path[4096];
+    size_t  i;
 
     if (c->fixtures == NULL || c->fixtures[0] == '\0') {
         printf("  e2e  stories260K: SKIP (no KVS_FIXTURES)\n");
@@ -535,6 +549,12 @@ gc_e2e_run(gc_ctx_t *c)
         || gc_e2e_gen(c, "tiny", KVS_GGML_Q8_0) != 0)
     {
         return -1;
+    }
+
+    for (i = 0; i < sizeof(gc_e2e_types) / sizeof(gc_e2e_types[0]); i++) {
+        if (gc_e2e_gen(c, "small", gc_e2e_types[i]) != 0) {
+            return -1;
+        }
     }
 
     return 0;
