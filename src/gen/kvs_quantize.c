@@ -23,6 +23,9 @@
                                          (whole rows; at least one) */
 
 
+#define F32   KVS_GGML_F32
+#define F16   KVS_GGML_F16
+#define BF16  KVS_GGML_BF16
 #define Q4_0  KVS_GGML_Q4_0
 #define Q4_1  KVS_GGML_Q4_1
 #define Q5_0  KVS_GGML_Q5_0
@@ -46,6 +49,9 @@
  * Left out: llama.cpp's 70B-only bump of attn_v and its Falcon rules.
  */
 static const kvs_quant_mix_t  kvs_quant_mixes[] = {
+    { "f32",    0, F32,  F32,  NONE, NONE, NONE },
+    { "f16",    1, F16,  F16,  NONE, NONE, NONE },
+    { "bf16",  32, BF16, BF16, NONE, NONE, NONE },
     { "q4_0",   2, Q4_0, Q6_K, NONE, NONE, NONE },
     { "q4_1",   3, Q4_1, Q6_K, NONE, NONE, NONE },
     { "q8_0",   7, Q8_0, Q8_0, NONE, NONE, NONE },
@@ -87,6 +93,9 @@ static const kvs_quant_mix_t  kvs_quant_mixes[] = {
 #define KVS_QUANT_N_MIXES                                                    \
     (sizeof(kvs_quant_mixes) / sizeof(kvs_quant_mixes[0]))
 
+#undef F32
+#undef F16
+#undef BF16
 #undef Q4_0
 #undef Q4_1
 #undef Q5_0
@@ -148,12 +157,6 @@ uint32_t
 kvs_quant_mix_ftype(uint32_t type)
 {
     size_t  i;
-
-    switch (type) {
-    case KVS_GGML_F16:  return 1;
-    case KVS_GGML_BF16: return 32;
-    default:            break;
-    }
 
     for (i = 0; i < KVS_QUANT_N_MIXES; i++) {
         if (kvs_quant_mixes[i].base == type) {
