@@ -53,7 +53,11 @@ expect(const char *name, const char *suffix, int l)
     embd = strcmp(suffix, "token_embd.weight") == 0;
 
     if (out) {
-        return strcmp(name, "q8_0") == 0 ? KVS_GGML_Q8_0 : KVS_GGML_Q6_K;
+        /* llama.cpp's rule: Q6_K, but Q8_0 and the unquantized file
+         * types keep their base for the classifier */
+        return strcmp(name, "q8_0") == 0 || base == KVS_GGML_F32
+               || base == KVS_GGML_F16 || base == KVS_GGML_BF16
+               ? base : KVS_GGML_Q6_K;
     }
 
     if (embd || l < 0) {
@@ -356,7 +360,8 @@ test_cli(void **state)
 
     snprintf(args, sizeof(args), "'%s' '%s' --type q4_k_z", in, out);
     assert_int_equal(run_cli(args, text, sizeof(text)), 2);
-    assert_non_null(strstr(text, "\"q4_k_z\" is not one of q4_0"));
+    assert_non_null(strstr(text, "\"q4_k_z\" is not one of f32, f16, "
+                                "bf16, q4_0"));
     assert_non_null(strstr(text, "iq4_xs"));
     assert_int_equal(access(out, F_OK), -1);
 

@@ -132,6 +132,17 @@ void kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
 
 void kvs_cpu_q8_quant(const float *x, kvs_cpu_q8_t *dst, uint32_t cols);
 
+/* 1 when KVSERVE_CPU_BLAS=1 asks for the BLAS library's sgemm on prefill
+ * tiles (to measure it against ours), else 0; the portable level always
+ * uses it. */
+int kvs_cpu_blas_forced(void);
+
+/* y[i * ldy + r] = x[i] . w[r] for i < n, r < nr (w: nr contiguous rows
+ * of cols floats): one fmaf chain per output, k = 0 .. cols - 1
+ * (kvs_cpu_gemm_x86.c; the AVX2 kernel gives the same bits). */
+void kvs_cpu_gemm_ref(float *y, size_t ldy, const float *x, uint32_t n,
+    uint32_t cols, const float *w, uint32_t nr);
+
 /* Bytes of w's packed form (0 unless Q8_0), and the packing into dst
  * (64-byte aligned). */
 size_t kvs_cpu_q8p_size(const kvs_cpu_mat_t *w);
@@ -154,6 +165,8 @@ void kvs_cpu_row_avx2(const kvs_cpu_mat_t *w, const uint8_t *p,
     float *dst);
 void kvs_cpu_q8_quant_avx2(const float *x, kvs_cpu_q8_t *dst,
     uint32_t cols);
+void kvs_cpu_gemm_avx2(float *y, size_t ldy, const float *x, uint32_t n,
+    uint32_t cols, const float *w, uint32_t nr);
 float kvs_cpu_q8_dot_avx2(const uint8_t *p, const kvs_cpu_q8_t *xq,
     uint32_t cols);
 void kvs_cpu_mm_rows_avx512(float *y, size_t ldy, const float *x,

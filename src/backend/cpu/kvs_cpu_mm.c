@@ -52,6 +52,7 @@ typedef struct {
     uint32_t                n;
     uint32_t                tile;     /* rows per task */
     int                     simd;
+    int                     blas;     /* kvs_cpu_blas_forced() */
     float                  *scratch;  /* [n_threads][scratch_stride] */
     size_t                  scratch_stride;
     kvs_cpu_q8_t           *xq;       /* [n][cols / 32] or NULL */
@@ -127,6 +128,17 @@ kvs_cpu_simd(void)
 #else
     return KVS_CPU_SIMD_NONE;
 #endif
+}
+
+
+int
+kvs_cpu_blas_forced(void)
+{
+    const char  *env;
+
+    env = getenv("KVSERVE_CPU_BLAS");
+
+    return env != NULL && strcmp(env, "1") == 0;
 }
 
 
@@ -466,6 +478,14 @@ kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
             wt = s;
         }
 
+#if KVS_CPU_X86
+        if (job->simd >= KVS_CPU_SIMD_AVX2 && !job->blas) {
+            kvs_cpu_gemm_avx2(job->y[m] + r0, mat->rows, job->x, job->n,
+                              mat->cols, wt, nr);
+            return;
+        }
+#endif
+
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int) job->n,
                     (int) nr, (int) mat->cols, 1.0f, job->x, (int) mat->cols,
                     wt, (int) mat->cols, 0.0f, job->y[m] + r0,
@@ -517,6 +537,7 @@ kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
     job.x = x;
     job.n = n;
     job.simd = fw->simd;
+    job.blas = n >= KVS_CPU_BLAS_MIN && kvs_cpu_blas_forced();
     job.scratch = fw->wscratch;
     job.scratch_stride = fw->wscratch_stride;
     job.w[0] = w0;
