@@ -129,6 +129,46 @@ for my $m (@mixes, 'tiny-q4_k_m') {
         or diag($body);
 }
 
+# memory truth: /v1/models tells each model's weights as the engine's
+# CPU backend holds them, the very figures kvserve info --json computes
+# for the file, and the K/V element the engine caches; the engine's log
+# says them at startup
+my %want;
+for my $m (@mixes, 'tiny-q4_k_m') {
+    my $path = $m eq 'tiny-q4_k_m' ? "$dir/tiny-q4_k_m.gguf"
+                                   : "$dir/$m.gguf";
+    my $i = JSON::PP::decode_json(scalar `'$cli' info --json $path`);
+    $want{$m} = $i->{memory}{backends}{cpu};
+    ok($want{$m}{weights_mapped} > 0
+       && $want{$m}{weights_mapped} <= $i->{file_size},
+       "$m: info says the CPU maps weights, no more than the file")
+        or diag(JSON::PP::encode_json($i->{memory}));
+}
+my $listed = {};
+# a worker shows them once it has the engine's HELLO
+$t->wait_for(sub {
+    my (undef, $body) = $t->split_response($t->read_all(
+        $t->request('GET', '/v1/models'), 10));
+    my $j = eval { JSON::PP::decode_json($body) } || {};
+    $listed = { map { ($_->{id} => $_->{kvserve}) } @{$j->{data} || []} };
+    return !grep { !$listed->{$_} || !$listed->{$_}{weights} } keys %want;
+}, 20);
+for my $m (@mixes, 'tiny-q4_k_m') {
+    my $k = $listed->{$m} || {};
+    is_deeply($k->{weights},
+              { backend => 'cpu',
+                mapped_bytes => $want{$m}{weights_mapped},
+                owned_bytes => $want{$m}{weights_owned},
+                device_bytes => 0 },
+              "$m: /v1/models' weights are kvserve info's CPU figures")
+        or diag(JSON::PP::encode_json($k));
+    is($k->{kv_dtype}, 'f32', "$m: kv_dtype f32");
+    is($k->{kv_bytes_per_token}, $want{$m}{kv_bytes_per_token},
+       "$m: kv_bytes_per_token as info says for the CPU");
+    is($t->log_count(qr/model "$m": weights on cpu: $want{$m}{weights_mapped} bytes mapped, $want{$m}{weights_owned} owned, 0 on the device; KV f32, $want{$m}{kv_bytes_per_token} bytes per token/),
+       1, "$m: the engine logged them once");
+}
+
 is($t->log_count(qr/\[alert\]|engine lost|connection lost/), 0,
    'no engine failed or was lost meanwhile');
 

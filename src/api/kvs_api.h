@@ -47,7 +47,14 @@ typedef struct {
     uint64_t              kv_bytes_per_token;  /* K and V of every layer,
                                                   as the serving cache
                                                   stores them */
-    const char           *kv_dtype;   /* that cache's element: "f32" */
+    const char           *kv_dtype;   /* that cache's element: "f32",
+                                         "bf16" */
+    const char           *backend;    /* computing it ("cpu", "cuda"),
+                                         or NULL: unknown yet, no
+                                         "weights" object */
+    uint64_t              weights_mapped;   /* its weights' bytes in */
+    uint64_t              weights_owned;    /* the file's mapping, in */
+    uint64_t              weights_device;   /* copies, on the device */
 } kvs_api_model_t;
 
 /* {"object":"list","data":[...]} */

@@ -80,11 +80,12 @@ kvs_api_string(const char *s, size_t len)
 static json_t *
 kvs_api_model_obj(const kvs_api_model_t *m)
 {
+    json_t               *j, *w;
     const kvs_hparams_t  *hp;
 
     hp = m->hp;
 
-    return json_pack("{s:o,s:s,s:I,s:s,s:{s:s,s:i,s:I,s:I,s:s,s:i,s:i,s:i,"
+    j = json_pack("{s:o,s:s,s:I,s:s,s:{s:s,s:i,s:I,s:I,s:s,s:i,s:i,s:i,"
                      "s:i,s:i,s:i,s:I}}",
                      "id", kvs_api_string(m->id, m->id_len),
                      "object", "model",
@@ -104,6 +105,24 @@ kvs_api_model_obj(const kvs_api_model_t *m)
                      "embedding_length", (int) hp->n_embd,
                      "vocab_size", (int) hp->n_vocab,
                      "file_bytes", (json_int_t) m->file_size);
+
+    if (j == NULL || m->backend == NULL) {
+        return j;
+    }
+
+    w = json_pack("{s:s,s:I,s:I,s:I}", "backend", m->backend,
+                  "mapped_bytes", (json_int_t) m->weights_mapped,
+                  "owned_bytes", (json_int_t) m->weights_owned,
+                  "device_bytes", (json_int_t) m->weights_device);
+
+    if (json_object_set_new(json_object_get(j, "kvserve"), "weights", w)
+        != 0)
+    {
+        json_decref(j);
+        return NULL;
+    }
+
+    return j;
 }
 
 

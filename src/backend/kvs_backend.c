@@ -312,3 +312,31 @@ kvs_backend_name(kvs_backend_kind_t kind)
         return "CPU";
     }
 }
+
+
+const char *
+kvs_backend_kv_name(uint32_t dtype)
+{
+    switch (dtype) {
+    case KVS_BACKEND_KV_F32:
+        return "f32";
+    case KVS_BACKEND_KV_BF16:
+        return "bf16";
+    default:
+        return "?";
+    }
+}
+
+
+uint32_t
+kvs_backend_kv_size(uint32_t dtype)
+{
+    switch (dtype) {
+    case KVS_BACKEND_KV_F32:
+        return 4;
+    case KVS_BACKEND_KV_BF16:
+        return 2;
+    default:
+        return 0;
+    }
+}

@@ -22,6 +22,11 @@
  * copy-on-write.  The backend stores K/V; the pool and the tables (owned
  * by the scheduler) decide which block belongs to whom.  One thread (the
  * engine's) calls a backend at a time.
+ *
+ * Every backend fills be->mem when it is made: what its weights take
+ * where, and the element its K/V cache stores, so that the log, HELLO,
+ * /v1/models and kv_rate tell the memory the serving backend holds, not
+ * a guess from the file.
  */
 
 #ifndef KVS_BACKEND_H
@@ -56,6 +61,26 @@ typedef struct {
 void kvs_backend_probe(kvs_backend_info_t *info, int device);
 
 typedef struct kvs_backend_s  kvs_backend_t;
+
+/* The element a backend's K/V cache stores. */
+typedef enum {
+    KVS_BACKEND_KV_F32 = 0,
+    KVS_BACKEND_KV_BF16,
+    KVS_BACKEND_KV_MAX = KVS_BACKEND_KV_BF16
+} kvs_backend_kv_dtype_t;
+
+/* Where a backend's weights live once loaded, bytes.  mapped + owned +
+ * device is what the weights take; none counts the K/V cache. */
+typedef struct {
+    uint64_t  weights_mapped;         /* the model file's mapping, read
+                                         by compute as stored */
+    uint64_t  weights_owned;          /* host copies the backend made:
+                                         converted vectors, repacked
+                                         matrices */
+    uint64_t  weights_device;         /* device memory, after load-time
+                                         conversion (with its padding) */
+    uint32_t  kv_dtype;               /* kvs_backend_kv_dtype_t */
+} kvs_backend_mem_t;
 
 /* One row's device sampling (kvs_sample.h steps 3 to 10, min-p off):
  * the coin is drawn by the engine from the request's RNG, exactly when
@@ -112,6 +137,7 @@ struct kvs_backend_s {
     uint32_t                  block_tokens;
     unsigned                  threads;
     uint64_t                  kv_bytes;    /* K/V storage, bytes */
+    kvs_backend_mem_t         mem;
     void                     *impl;
 };
 
@@ -160,5 +186,10 @@ kvs_backend_free(kvs_backend_t *be)
 
 /* "CPU", "CUDA", "auto" */
 const char *kvs_backend_name(kvs_backend_kind_t kind);
+
+/* A kvs_backend_kv_dtype_t's name ("f32", "bf16") and element bytes;
+ * "?" and 0 for another value. */
+const char *kvs_backend_kv_name(uint32_t dtype);
+uint32_t kvs_backend_kv_size(uint32_t dtype);
 
 #endif /* KVS_BACKEND_H */

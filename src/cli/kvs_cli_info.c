@@ -8,6 +8,13 @@
  * "not_computable"), so a file that would be refused at load says why
  * before anyone configures it.
  *
+ * What the weights take in memory is said per backend, as each would
+ * hold them loaded on this host: the CPU backend's bytes in the file's
+ * mapping and in its own copies (kvs_cpu_model_footprint, the figures
+ * its engine logs and /v1/models shows), the CUDA backend's device bytes
+ * after its load-time conversion (kvs_cuda_plan_weights), and the K/V
+ * element each caches.
+ *
  * JSON conventions: integers above INT64_MAX, non-finite floats and
  * strings that are not valid UTF-8 cannot be JSON numbers or strings, so
  * they are written as "18446744073709551615", "nan"/"inf"/"-inf" and
@@ -21,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/kvs_cpu.h"
+#include "backend/cuda/kvs_cuda_plan.h"
 #include "base/kvs_hash.h"
 #include "model/kvs_ggml_type.h"
 #include "model/kvs_gguf.h"
@@ -31,6 +40,21 @@
 
 #define KVS_INFO_LONG_CTX  200000     /* the long-context example, tokens */
 #define KVS_INFO_SHOW      6          /* array items shown in text mode */
+
+
+/* The weights' memory per backend (rc KVS_OK, else err says why that
+ * backend would refuse the file), and the file's tensor bytes by type. */
+typedef struct {
+    int        cpu_rc;
+    uint64_t   cpu_mapped;
+    uint64_t   cpu_owned;
+    kvs_err_t  cpu_err;
+    int        cuda_rc;
+    int        cuda_kv;               /* KVS_BACKEND_KV_* */
+    uint64_t   cuda_device;
+    kvs_err_t  cuda_err;
+    uint64_t   by_type[KVS_GGML_TYPE_END];
+} kvs_info_mem_t;
 
 
 const char *
@@ -52,6 +76,8 @@ kvs_cli_human(double bytes, char *buf, unsigned len)
 /* JSON. */
 
 static json_t *kvs_info_json_arr(const kvs_gguf_arr_t *a);
+static void kvs_info_memory(const char *path, const kvs_gguf_t *g,
+    kvs_info_mem_t *mem);
 
 
 static json_t *
@@ -223,9 +249,62 @@ kvs_info_json_hparams(const kvs_hparams_t *hp, uint32_t kv_bytes)
 }
 
 
+static json_t *
+kvs_info_json_backend(int rc, const kvs_err_t *err, uint64_t mapped,
+    uint64_t owned, uint64_t device, uint32_t kv, const kvs_hparams_t *hp)
+{
+    if (rc != KVS_OK) {
+        return json_pack("{s:s}", "error", err->msg);
+    }
+
+    return json_pack("{s:I,s:I,s:I,s:s,s:I}",
+                     "weights_mapped", (json_int_t) mapped,
+                     "weights_owned", (json_int_t) owned,
+                     "weights_device", (json_int_t) device,
+                     "kv_dtype", kvs_backend_kv_name(kv),
+                     "kv_bytes_per_token",
+                     (json_int_t) kvs_hparams_kv_bytes_per_token(hp,
+                                      kvs_backend_kv_size(kv)));
+}
+
+
+static json_t *
+kvs_info_json_memory(const kvs_info_mem_t *mem, const kvs_hparams_t *hp)
+{
+    uint32_t   t;
+    json_t    *o, *types;
+
+    types = json_object();
+
+    for (t = 0; types != NULL && t < KVS_GGML_TYPE_END; t++) {
+        if (mem->by_type[t] != 0
+            && json_object_set_new(types, kvs_ggml_type_name(t),
+                   json_integer((json_int_t) mem->by_type[t])) != 0)
+        {
+            json_decref(types);
+            return NULL;
+        }
+    }
+
+    o = json_pack("{s:o,s:{s:o,s:o}}", "stored_by_type", types,
+                  "backends",
+                  "cpu", kvs_info_json_backend(mem->cpu_rc, &mem->cpu_err,
+                                               mem->cpu_mapped,
+                                               mem->cpu_owned, 0,
+                                               KVS_BACKEND_KV_F32, hp),
+                  "cuda", kvs_info_json_backend(mem->cuda_rc,
+                                                &mem->cuda_err, 0, 0,
+                                                mem->cuda_device,
+                                                (uint32_t) mem->cuda_kv,
+                                                hp));
+
+    return o;
+}
+
+
 static int
 kvs_info_json(const kvs_gguf_t *g, const kvs_hparams_t *hp, int hp_ok,
-    const char *hp_err, uint32_t kv_bytes)
+    const char *hp_err, uint32_t kv_bytes, const kvs_info_mem_t *mem)
 {
     char                      hash[24];
     char                     *text;
@@ -295,6 +374,7 @@ kvs_info_json(const kvs_gguf_t *g, const kvs_hparams_t *hp, int hp_ok,
     if (hp_ok) {
         json_object_set_new(root, "hparams",
                             kvs_info_json_hparams(hp, kv_bytes));
+        json_object_set_new(root, "memory", kvs_info_json_memory(mem, hp));
     } else {
         json_object_set_new(root, "hparams_error", json_string(hp_err));
     }
@@ -447,9 +527,55 @@ kvs_info_text_model(const kvs_hparams_t *hp, uint32_t kv_bytes)
 }
 
 
+static void
+kvs_info_text_memory(const kvs_info_mem_t *mem, const kvs_hparams_t *hp)
+{
+    char      b1[32], b2[32];
+    uint32_t  t, kv;
+
+    printf("\nmemory per backend, as loaded on this host\n  stored by "
+           "type:");
+    for (t = 0; t < KVS_GGML_TYPE_END; t++) {
+        if (mem->by_type[t] != 0) {
+            printf(" %s %s (%" PRIu64 " B)", kvs_ggml_type_name(t),
+                   kvs_cli_human((double) mem->by_type[t], b1, sizeof(b1)),
+                   mem->by_type[t]);
+        }
+    }
+    putchar('\n');
+
+    if (mem->cpu_rc == KVS_OK) {
+        kv = KVS_BACKEND_KV_F32;
+        printf("  cpu:  weights %s mapped as stored (%" PRIu64 " B), %s "
+               "owned (%" PRIu64 " B of converted vectors and repacked "
+               "matrices); "
+               "KV %s, %" PRIu64 " B per token\n",
+               kvs_cli_human((double) mem->cpu_mapped, b1, sizeof(b1)),
+               mem->cpu_mapped,
+               kvs_cli_human((double) mem->cpu_owned, b2, sizeof(b2)),
+               mem->cpu_owned, kvs_backend_kv_name(kv),
+               kvs_hparams_kv_bytes_per_token(hp, kvs_backend_kv_size(kv)));
+    } else {
+        printf("  cpu:  %s\n", mem->cpu_err.msg);
+    }
+
+    if (mem->cuda_rc == KVS_OK) {
+        kv = (uint32_t) mem->cuda_kv;
+        printf("  cuda: weights %s on the device after conversion (%" PRIu64
+               " B); KV %s, %" PRIu64 " B per token\n",
+               kvs_cli_human((double) mem->cuda_device, b1, sizeof(b1)),
+               mem->cuda_device, kvs_backend_kv_name(kv),
+               kvs_hparams_kv_bytes_per_token(hp, kvs_backend_kv_size(kv)));
+    } else {
+        printf("  cuda: %s\n", mem->cuda_err.msg);
+    }
+}
+
+
 static int
 kvs_info_text(const char *path, const kvs_gguf_t *g, const kvs_hparams_t *hp,
-    int hp_ok, const char *hp_err, uint32_t kv_bytes)
+    int hp_ok, const char *hp_err, uint32_t kv_bytes,
+    const kvs_info_mem_t *mem)
 {
     char                      buf[32], names[KVS_QUANT_NAMES_LEN];
     uint32_t                  d;
@@ -504,6 +630,7 @@ kvs_info_text(const char *path, const kvs_gguf_t *g, const kvs_hparams_t *hp,
 
     if (hp_ok) {
         kvs_info_text_model(hp, kv_bytes);
+        kvs_info_text_memory(mem, hp);
     } else {
         printf("\nmodel\n  not a servable model: %s\n", hp_err);
     }
@@ -522,7 +649,9 @@ kvs_cli_info(int argc, char **argv)
     kvs_err_t        err, hp_err;
     kvs_gguf_t      *g;
     kvs_hparams_t    hp;
+    kvs_info_mem_t   mem;
 
+    memset(&mem, 0, sizeof(kvs_info_mem_t));
     json = 0;
     kv_bytes = 2;
     path = NULL;
@@ -561,10 +690,52 @@ kvs_cli_info(int argc, char **argv)
     hp_ok = kvs_hparams_read(&hp, g, &hp_err) == KVS_OK
             && kvs_model_check_tensors(g, &hp, &hp_err) == KVS_OK;
 
-    i = json ? kvs_info_json(g, &hp, hp_ok, hp_err.msg, kv_bytes)
-             : kvs_info_text(path, g, &hp, hp_ok, hp_err.msg, kv_bytes);
+    if (hp_ok) {
+        kvs_info_memory(path, g, &mem);
+    }
+
+    i = json ? kvs_info_json(g, &hp, hp_ok, hp_err.msg, kv_bytes, &mem)
+             : kvs_info_text(path, g, &hp, hp_ok, hp_err.msg, kv_bytes,
+                             &mem);
 
     kvs_gguf_close(g);
 
     return i;
+}
+
+
+/* The model opened as for serving (a second mapping of the same file):
+ * each backend's figures come from the code that loads it. */
+static void
+kvs_info_memory(const char *path, const kvs_gguf_t *g, kvs_info_mem_t *mem)
+{
+    int                       kv_dt;
+    uint64_t                  i;
+    kvs_model_t              *m;
+    const kvs_gguf_tensor_t  *t;
+
+    memset(mem, 0, sizeof(kvs_info_mem_t));
+
+    for (i = 0; i < kvs_gguf_n_tensors(g); i++) {
+        t = kvs_gguf_tensor_at(g, i);
+        if (t->type < KVS_GGML_TYPE_END) {
+            mem->by_type[t->type] += t->nbytes;
+        }
+    }
+
+    mem->cpu_rc = kvs_model_open(&m, path, &mem->cpu_err);
+    if (mem->cpu_rc != KVS_OK) {
+        mem->cuda_rc = mem->cpu_rc;
+        mem->cuda_err = mem->cpu_err;
+        return;
+    }
+
+    mem->cpu_rc = kvs_cpu_model_footprint(m, &mem->cpu_mapped,
+                                          &mem->cpu_owned, &mem->cpu_err);
+    mem->cuda_rc = kvs_cuda_plan_weights(m, &mem->cuda_device, &kv_dt,
+                                         &mem->cuda_err);
+    mem->cuda_kv = kv_dt == KVS_CUDA_DT_F32 ? KVS_BACKEND_KV_F32
+                                            : KVS_BACKEND_KV_BF16;
+
+    kvs_model_close(m);
 }

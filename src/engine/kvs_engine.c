@@ -495,6 +495,15 @@ kvs_engine_kv_bytes(const kvs_engine_t *e)
 }
 
 
+kvs_backend_kind_t
+kvs_engine_mem(const kvs_engine_t *e, kvs_backend_mem_t *mem)
+{
+    *mem = e->be->mem;
+
+    return e->be->kind;
+}
+
+
 int
 kvs_engine_check(kvs_engine_t *e, kvs_err_t *err)
 {

@@ -260,6 +260,11 @@ unsigned kvs_engine_threads(const kvs_engine_t *e);
 const char *kvs_engine_backend(const kvs_engine_t *e);
 uint64_t kvs_engine_kv_bytes(const kvs_engine_t *e);   /* K/V storage */
 
+/* Which backend computes, and what its weights and K/V element take
+ * (kvs_backend_mem_t): the figures HELLO carries to the workers. */
+kvs_backend_kind_t kvs_engine_mem(const kvs_engine_t *e,
+    kvs_backend_mem_t *mem);
+
 /*
  * The prefix index (docs/prefix-index.md).  With conf.index_model set
  * (and the prefix cache on), every block that joins the cache is named

@@ -53,8 +53,10 @@ kvs_srv_new(kvs_srv_t **out, const kvs_srv_conf_t *conf, kvs_err_t *err)
     kvs_srv_t           *srv;
     kvs_gguf_str_t       gs;
     kvs_wire_model_t    *wm;
+    kvs_backend_mem_t    mem;
     kvs_engine_stats_t   st;
     kvs_engine_conf_t    ec;
+    kvs_backend_kind_t   kind;
     const kvs_model_t   *m;
 
     *out = NULL;
@@ -163,6 +165,18 @@ kvs_srv_new(kvs_srv_t **out, const kvs_srv_conf_t *conf, kvs_err_t *err)
         kvs_srv_log(srv, "model \"%s\": %s", wm->name,
                     kvs_engine_backend(srv->engines[i].e));
 
+        /* what the weights and the K/V take, as the backend holds them:
+         * the figures HELLO gives /v1/models and kv_rate */
+        kind = kvs_engine_mem(srv->engines[i].e, &mem);
+        kvs_srv_log(srv, "model \"%s\": weights on %s: %" PRIu64 " bytes "
+                    "mapped, %" PRIu64 " owned, %" PRIu64 " on the device; "
+                    "KV %s, %" PRIu64 " bytes per token", wm->name,
+                    kind == KVS_BACKEND_CUDA ? "cuda" : "cpu",
+                    mem.weights_mapped, mem.weights_owned,
+                    mem.weights_device, kvs_backend_kv_name(mem.kv_dtype),
+                    kvs_hparams_kv_bytes_per_token(&m->hp,
+                        kvs_backend_kv_size(mem.kv_dtype)));
+
         kvs_engine_stats(srv->engines[i].e, &st);
 
         wm->index = i;
@@ -176,6 +190,11 @@ kvs_srv_new(kvs_srv_t **out, const kvs_srv_conf_t *conf, kvs_err_t *err)
         wm->dev = m->dev;
         wm->ino = m->ino;
         wm->epoch = st.epoch;
+        wm->backend = kind == KVS_BACKEND_CUDA;
+        wm->kv_dtype = mem.kv_dtype;
+        wm->weights_mapped = mem.weights_mapped;
+        wm->weights_owned = mem.weights_owned;
+        wm->weights_device = mem.weights_device;
     }
 
     rc = kvs_srv_listen(srv, err);

@@ -42,8 +42,9 @@
 #include "base/kvs_err.h"
 #include "engine/kvs_engine.h"
 
-#define KVS_WIRE_VERSION      3       /* 2: prefix cache fields, tenant;
-                                         3: SUBSCRIBE, INDEX */
+#define KVS_WIRE_VERSION      4       /* 2: prefix cache fields, tenant;
+                                         3: SUBSCRIBE, INDEX; 4: HELLO's
+                                         backend and memory */
 #define KVS_WIRE_HDR          16
 #define KVS_WIRE_MAX_FRAME    (16u << 20)   /* 1M prompt ids take 4 MiB */
 #define KVS_WIRE_AGAIN        1             /* need more bytes */
@@ -98,6 +99,14 @@ typedef struct {
     uint64_t  ino;                    /* bytes, unix ns, st_dev, st_ino */
     uint64_t  epoch;                  /* xxh3-64 of the file's content:
                                          the weights' identity */
+    uint32_t  backend;                /* kvs_backend_kind_t computing it:
+                                         CPU or CUDA */
+    uint32_t  kv_dtype;               /* kvs_backend_kv_dtype_t: what its
+                                         K/V cache stores, so kv_rate and
+                                         /v1/models charge its size */
+    uint64_t  weights_mapped;         /* kvs_backend_mem_t's, bytes */
+    uint64_t  weights_owned;
+    uint64_t  weights_device;
 } kvs_wire_model_t;
 
 typedef struct {

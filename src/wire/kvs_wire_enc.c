@@ -42,6 +42,19 @@ kvs_wire_enc_hello(kvs_buf_t *b, const kvs_wire_hello_t *m, kvs_err_t *err)
                                "must be 1..%d bytes", i, KVS_WIRE_MAX_NAME);
         }
 
+        md = &m->models[i];
+
+        if (md->backend > KVS_BACKEND_CUDA
+            || md->kv_dtype > KVS_BACKEND_KV_MAX)
+        {
+            return kvs_err_set(err, KVS_ERANGE, "HELLO: models[%u].%s: %u "
+                               "is not a value this version knows", i,
+                               md->backend > KVS_BACKEND_CUDA ? "backend"
+                                                              : "kv_dtype",
+                               md->backend > KVS_BACKEND_CUDA
+                               ? md->backend : md->kv_dtype);
+        }
+
         len += kvs_wire_fields_size(&kvs_wire_hello_model) + 2 + nl;
     }
 

@@ -39,6 +39,13 @@ static const kvs_wire_field_t  kvs_wire_hello_model_f[] = {
     { "dev",          KVS_WIRE_INT, 8, 0, KVS_MODEL(dev) },
     { "ino",          KVS_WIRE_INT, 8, 0, KVS_MODEL(ino) },
     { "epoch",        KVS_WIRE_INT, 8, 0, KVS_MODEL(epoch) },
+    { "backend",      KVS_WIRE_INT, 1, KVS_BACKEND_CUDA, KVS_MODEL(backend) },
+    { "kv_dtype",     KVS_WIRE_INT, 1, KVS_BACKEND_KV_MAX,
+      KVS_MODEL(kv_dtype) },
+    KVS_RESERVED(2),
+    { "weights_mapped", KVS_WIRE_INT, 8, 0, KVS_MODEL(weights_mapped) },
+    { "weights_owned",  KVS_WIRE_INT, 8, 0, KVS_MODEL(weights_owned) },
+    { "weights_device", KVS_WIRE_INT, 8, 0, KVS_MODEL(weights_device) },
 };
 
 

@@ -31,6 +31,7 @@
  * within GC_E2E_TOL (norm-wise, every row of run A).
  */
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,7 @@
 
 #include "gpu_check.h"
 #include "backend/kvs_backend.h"
+#include "backend/cuda/kvs_cuda_plan.h"
 #include "kv/kvs_kv_pool.h"
 #include "kv/kvs_kv_table.h"
 #include "gen/kvs_gen.h"
@@ -385,6 +387,38 @@ gc_e2e_verdict(gc_ctx_t *c, gc_e2e_t *g, const char *label)
 }
 
 
+/* The CUDA backend's own report of its weights and K/V element against
+ * the plan's for the file (what kvserve info prints for CUDA): the
+ * loader and the plan must carve the same bytes. */
+static void
+gc_e2e_mem(gc_ctx_t *c, const char *label, const kvs_model_t *m,
+    const kvs_backend_t *be)
+{
+    int        kv_dt, ok;
+    char       value[64], note[128];
+    uint32_t   want;
+    uint64_t   bytes;
+    kvs_err_t  err;
+
+    if (kvs_cuda_plan_weights(m, &bytes, &kv_dt, &err) != KVS_OK) {
+        gc_fail(c, "mem", label, err.msg);
+        return;
+    }
+
+    want = kv_dt == KVS_CUDA_DT_F32 ? KVS_BACKEND_KV_F32
+                                    : KVS_BACKEND_KV_BF16;
+    ok = be->mem.weights_device == bytes && be->mem.kv_dtype == want;
+
+    snprintf(value, sizeof(value), "%" PRIu64 " B, KV %s",
+             be->mem.weights_device, kvs_backend_kv_name(be->mem.kv_dtype));
+    snprintf(note, sizeof(note), "plan %" PRIu64 " B, KV %s", bytes,
+             kvs_backend_kv_name(want));
+    printf("  mem  %-58s %s (%s)  %s\n", label, value, note,
+           ok ? "PASS" : "FAIL");
+    gc_row(c, "mem", label, value, "", "", ok ? "PASS" : "FAIL", note);
+}
+
+
 static int
 gc_e2e_model(gc_ctx_t *c, const char *label, const char *path)
 {
@@ -452,6 +486,11 @@ gc_e2e_model(gc_ctx_t *c, const char *label, const char *path)
                    "(%s), K/V %.1f MiB\n", label, m->hp.n_layer,
                    m->hp.n_embd, m->hp.n_vocab, info.device, info.reason,
                    (double) cuda->kv_bytes / (1 << 20));
+
+            /* a self-test's "CUDA" is the CPU: no device bytes */
+            if (!c->self_test) {
+                gc_e2e_mem(c, label, m, cuda);
+            }
         }
     }
 

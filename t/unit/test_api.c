@@ -85,6 +85,7 @@ test_models_json(void **state)
     hp.n_vocab = 128256;
     hp.n_params = 70553706496ULL;
 
+    memset(m, 0, sizeof(m));
     m[0].id = "llama-3-70b";
     m[0].id_len = strlen(m[0].id);
     m[0].created = 1700000000;
@@ -132,14 +133,39 @@ test_models_json(void **state)
                         "f32");
     assert_true(json_integer_value(json_object_get(k, "file_bytes"))
                 == 141107412992LL);
+    /* no backend known (no engine answered yet): no weights object */
+    assert_null(json_object_get(k, "weights"));
 
     json_decref(j);
     kvs_buf_free(&b);
+
+    /* a backend's figures, above 2^32, as they came */
+    m[1].kv_dtype = "bf16";
+    m[1].kv_bytes_per_token = kvs_hparams_kv_bytes_per_token(&hp, 2);
+    m[1].backend = "cuda";
+    m[1].weights_mapped = 0;
+    m[1].weights_owned = 7;
+    m[1].weights_device = 141107412992ULL + 256;
 
     assert_int_equal(kvs_api_model_json(&m[1], &b, &err), KVS_OK);
     j = parse(&b);
     assert_string_equal(json_string_value(json_object_get(j, "id")),
                         "second");
+    k = json_object_get(j, "kvserve");
+    assert_string_equal(json_string_value(json_object_get(k, "kv_dtype")),
+                        "bf16");
+    assert_int_equal(json_integer_value(json_object_get(k,
+                         "kv_bytes_per_token")), 327680);
+    d = json_object_get(k, "weights");
+    assert_non_null(d);
+    assert_string_equal(json_string_value(json_object_get(d, "backend")),
+                        "cuda");
+    assert_int_equal(json_integer_value(json_object_get(d, "mapped_bytes")),
+                     0);
+    assert_int_equal(json_integer_value(json_object_get(d, "owned_bytes")),
+                     7);
+    assert_true(json_integer_value(json_object_get(d, "device_bytes"))
+                == 141107412992LL + 256);
     json_decref(j);
     kvs_buf_free(&b);
 }

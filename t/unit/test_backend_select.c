@@ -133,10 +133,12 @@ test_new(void **state)
 static void
 test_engine_line(void **state)
 {
+    uint64_t            i, bytes;
     kvs_err_t           err;
     kvs_engine_t       *e;
     kvs_gen_spec_t      spec;
     kvs_test_model_t    md;
+    kvs_backend_mem_t   mem;
     kvs_engine_conf_t   conf;
     kvs_engine_stats_t  st;
 
@@ -156,6 +158,15 @@ test_engine_line(void **state)
     assert_int_equal(kvs_engine_new(&e, &conf, &err), KVS_OK);
     assert_string_equal(kvs_engine_backend(e),
                         "backend: cpu, 1 thread (asked for)");
+    /* what HELLO will carry: the CPU's f32 cache and its weights, the
+     * tiny preset's F32 tensors all in the mapping */
+    assert_int_equal(kvs_engine_mem(e, &mem), KVS_BACKEND_CPU);
+    assert_int_equal(mem.kv_dtype, KVS_BACKEND_KV_F32);
+    for (i = 0, bytes = 0; i < kvs_gguf_n_tensors(md.m->gguf); i++) {
+        bytes += kvs_gguf_tensor_at(md.m->gguf, i)->nbytes;
+    }
+    assert_true(mem.weights_mapped == bytes);
+    assert_true(mem.weights_owned == 0 && mem.weights_device == 0);
     kvs_engine_free(e);
 
     conf.backend = KVS_BACKEND_AUTO;

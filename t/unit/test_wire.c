@@ -185,6 +185,11 @@ test_hello(void **state)
         in->models[i].dev = 0x8000000000000001ULL + i;
         in->models[i].ino = UINT64_MAX - i;
         in->models[i].epoch = 0x0123456789abcdefULL ^ i;
+        in->models[i].backend = i % 2;
+        in->models[i].kv_dtype = (i / 2) % 2;
+        in->models[i].weights_mapped = 0xfedcba9876543210ULL - i;
+        in->models[i].weights_owned = (uint64_t) i << 33;
+        in->models[i].weights_device = UINT64_MAX - 3 * i;
         memset(in->models[i].name, 'a' + i % 26,
                i == 0 ? KVS_WIRE_MAX_NAME : 1 + i);
     }
@@ -212,12 +217,54 @@ test_hello(void **state)
         assert_true(out->models[i].dev == 0x8000000000000001ULL + i);
         assert_true(out->models[i].ino == UINT64_MAX - i);
         assert_true(out->models[i].epoch == (0x0123456789abcdefULL ^ i));
+        assert_int_equal(out->models[i].backend, i % 2);
+        assert_int_equal(out->models[i].kv_dtype, (i / 2) % 2);
+        assert_true(out->models[i].weights_mapped
+                    == 0xfedcba9876543210ULL - i);
+        assert_true(out->models[i].weights_owned == (uint64_t) i << 33);
+        assert_true(out->models[i].weights_device == UINT64_MAX - 3 * i);
         assert_string_equal(out->models[i].name, in->models[i].name);
     }
 
     assert_int_equal(strlen(out->models[0].name), KVS_WIRE_MAX_NAME);
 
     check_mutations(b.data, b.len);
+
+    /* a backend or K/V element this version does not know is refused
+     * by the encoder, and by the decoder named */
+    b.len = 0;
+    in->models[3].backend = KVS_BACKEND_CUDA + 1;
+    assert_int_equal(kvs_wire_enc_hello(&b, in, &err), KVS_ERANGE);
+    assert_non_null(strstr(err.msg, "backend"));
+    in->models[3].backend = 0;
+    in->models[3].kv_dtype = KVS_BACKEND_KV_MAX + 1;
+    assert_int_equal(kvs_wire_enc_hello(&b, in, &err), KVS_ERANGE);
+    assert_non_null(strstr(err.msg, "kv_dtype"));
+    in->models[3].kv_dtype = 0;
+    assert_int_equal(b.len, 0);
+
+    /* ... and by the decoder: the first model's backend and kv_dtype
+     * bytes follow header (16), version, pid, incarnation, n_models (20)
+     * and its ten fields before them (60) */
+    in->n_models = 1;
+    in->models[0].backend = KVS_BACKEND_CUDA;
+    in->models[0].kv_dtype = KVS_BACKEND_KV_BF16;
+    assert_int_equal(kvs_wire_enc_hello(&b, in, &err), KVS_OK);
+    assert_int_equal(b.data[96], KVS_BACKEND_CUDA);
+    assert_int_equal(b.data[97], KVS_BACKEND_KV_BF16);
+    b.data[96] = KVS_BACKEND_CUDA + 1;
+    assert_int_equal(kvs_wire_dec_hello(b.data, b.len, out, &err),
+                     KVS_EFORMAT);
+    assert_non_null(strstr(err.msg, "backend"));
+    b.data[96] = KVS_BACKEND_CUDA;
+    b.data[97] = KVS_BACKEND_KV_MAX + 1;
+    assert_int_equal(kvs_wire_dec_hello(b.data, b.len, out, &err),
+                     KVS_EFORMAT);
+    assert_non_null(strstr(err.msg, "kv_dtype"));
+    b.data[97] = KVS_BACKEND_KV_BF16;
+    assert_int_equal(kvs_wire_dec_hello(b.data, b.len, out, &err), KVS_OK);
+    assert_int_equal(out->models[0].kv_dtype, KVS_BACKEND_KV_BF16);
+    in->n_models = KVS_WIRE_MAX_MODELS;
 
     /* a name too long or empty is refused by the encoder */
     b.len = 0;
@@ -1222,9 +1269,12 @@ test_bad_others(void **state)
     put32(b.data + 32, KVS_WIRE_MAX_MODELS + 1);
     expect_bad(b.data, b.len, "n_models");
     put32(b.data + 32, 1);
-    b.data[36 + 60] = 0;                /* name_len's low byte */
+    b.data[36 + 62] = 1;                /* after backend, kv_dtype */
+    expect_bad(b.data, b.len, "reserved");
+    b.data[36 + 62] = 0;
+    b.data[36 + 88] = 0;                /* name_len's low byte */
     expect_bad(b.data, b.len, "name");
-    b.data[36 + 60] = 1;
+    b.data[36 + 88] = 1;
     assert_int_equal(decode_any(b.data, b.len, &err), KVS_OK);
 
     put32(b.data + 16, KVS_WIRE_VERSION + 1);

@@ -44,7 +44,7 @@ index_by_hand(uint8_t *f, uint64_t id, uint32_t model, uint64_t inc,
     p = put32(f, (uint32_t) len);
     p[0] = 12;                        /* INDEX */
     p[1] = 0;
-    p[2] = 3;                         /* version */
+    p[2] = KVS_WIRE_VERSION;          /* version */
     p[3] = 0;
     p = put64(p + 4, id);
     p = put32(p, model);
@@ -148,7 +148,7 @@ test_round_trip(void **state)
     memset(f, 0, 16);
     put32(f, 16);
     f[4] = 11;
-    f[6] = 3;
+    f[6] = KVS_WIRE_VERSION;
     assert_memory_equal(b.data, f, 16);
     assert_int_equal(kvs_wire_dec_subscribe(b.data, b.len, &err), KVS_OK);
     assert_int_equal(kvs_wire_dec_empty(b.data, b.len, &err), KVS_OK);

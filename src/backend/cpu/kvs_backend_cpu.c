@@ -83,6 +83,9 @@ kvs_backend_cpu_new(kvs_backend_t **out, const kvs_model_t *m,
     be->kv_bytes = (uint64_t) cpu->kv->n_layer * conf->n_blocks
                    * conf->block_tokens
                    * (cpu->kv->k_width + cpu->kv->v_width) * sizeof(float);
+    kvs_cpu_model_mem(cpu->cm, &be->mem.weights_mapped,
+                      &be->mem.weights_owned);
+    be->mem.kv_dtype = KVS_BACKEND_KV_F32;     /* kvs_cpu_kv_t's floats */
     be->impl = cpu;
 
     *out = be;

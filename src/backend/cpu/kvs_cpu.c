@@ -45,7 +45,10 @@ static int kvs_cpu_mat(const kvs_model_t *m, const char *name, uint64_t ne0,
 static int kvs_cpu_vec(kvs_cpu_model_t *cm, const char *name, uint64_t ne0,
     int optional, const float **out, kvs_err_t *err);
 static void kvs_cpu_model_free_owned(kvs_cpu_model_t *cm);
+static size_t kvs_cpu_pack_size(const kvs_cpu_model_t *cm);
 static int kvs_cpu_pack(kvs_cpu_model_t *cm, kvs_err_t *err);
+static int kvs_cpu_model_load(kvs_cpu_model_t **out, const kvs_model_t *m,
+    int pack, kvs_err_t *err);
 static void kvs_cpu_rmsnorm(float *o, const float *x, const float *w,
     uint32_t size, float eps);
 static void kvs_cpu_tok_task(void *arg, uint32_t i, uint32_t thread);
@@ -133,6 +136,7 @@ kvs_cpu_vec(kvs_cpu_model_t *cm, const char *name, uint64_t ne0,
     }
 
     if (t->type == KVS_GGML_F32) {
+        cm->vec_mapped += ne0 * sizeof(float);
         *out = t->data;
         return KVS_OK;
     }
@@ -162,6 +166,7 @@ kvs_cpu_vec(kvs_cpu_model_t *cm, const char *name, uint64_t ne0,
     }
 
     cm->owned[cm->n_owned++] = f;
+    cm->vec_owned += ne0 * sizeof(float);
     *out = f;
 
     return KVS_OK;
@@ -191,6 +196,32 @@ kvs_cpu_model_free_owned(kvs_cpu_model_t *cm)
  * buffer: the product kernel then reads the weights 64-byte aligned, 16
  * rows per vector.  Nothing to do elsewhere, or for other types.
  */
+static size_t
+kvs_cpu_pack_size(const kvs_cpu_model_t *cm)
+{
+    size_t                  total;
+    uint32_t                l;
+    const kvs_cpu_layer_t  *ly;
+
+    if (kvs_cpu_simd() < KVS_CPU_SIMD_AVX512) {
+        return 0;
+    }
+
+    total = kvs_cpu_q8p_size(&cm->output);
+
+    for (l = 0; l < cm->hp.n_layer; l++) {
+        ly = &cm->layers[l];
+
+        total += kvs_cpu_q8p_size(&ly->wq) + kvs_cpu_q8p_size(&ly->wk)
+                 + kvs_cpu_q8p_size(&ly->wv) + kvs_cpu_q8p_size(&ly->wo)
+                 + kvs_cpu_q8p_size(&ly->w1) + kvs_cpu_q8p_size(&ly->w2)
+                 + kvs_cpu_q8p_size(&ly->w3);
+    }
+
+    return total;
+}
+
+
 static int
 kvs_cpu_pack(kvs_cpu_model_t *cm, kvs_err_t *err)
 {
@@ -199,20 +230,7 @@ kvs_cpu_pack(kvs_cpu_model_t *cm, kvs_err_t *err)
     uint32_t        l, m, n_mats;
     kvs_cpu_mat_t  *mats[8], *w;
 
-    if (kvs_cpu_simd() < KVS_CPU_SIMD_AVX512) {
-        return KVS_OK;
-    }
-
-    total = kvs_cpu_q8p_size(&cm->output);
-
-    for (l = 0; l < cm->hp.n_layer; l++) {
-        kvs_cpu_layer_t  *ly = &cm->layers[l];
-
-        total += kvs_cpu_q8p_size(&ly->wq) + kvs_cpu_q8p_size(&ly->wk)
-                 + kvs_cpu_q8p_size(&ly->wv) + kvs_cpu_q8p_size(&ly->wo)
-                 + kvs_cpu_q8p_size(&ly->w1) + kvs_cpu_q8p_size(&ly->w2)
-                 + kvs_cpu_q8p_size(&ly->w3);
-    }
+    total = kvs_cpu_pack_size(cm);
 
     if (total == 0) {
         return KVS_OK;
@@ -260,6 +278,92 @@ kvs_cpu_pack(kvs_cpu_model_t *cm, kvs_err_t *err)
 
 int
 kvs_cpu_model_new(kvs_cpu_model_t **out, const kvs_model_t *m,
+    kvs_err_t *err)
+{
+    return kvs_cpu_model_load(out, m, 1, err);
+}
+
+
+int
+kvs_cpu_model_footprint(const kvs_model_t *m, uint64_t *mapped,
+    uint64_t *owned, kvs_err_t *err)
+{
+    int               rc;
+    kvs_cpu_model_t  *cm;
+
+    *mapped = 0;
+    *owned = 0;
+
+    /* resolved and sized as a load would, but not repacked: asking
+     * what the weights take must not cost their copy */
+    rc = kvs_cpu_model_load(&cm, m, 0, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    kvs_cpu_model_mem(cm, mapped, owned);
+    kvs_cpu_model_free(cm);
+
+    return KVS_OK;
+}
+
+
+/*
+ * A matrix's bytes count in the mapping unless it is repacked (at this
+ * SIMD level, whether or not cm was packed yet): its products then read
+ * the copy, and the mapping's pages only once, at load.  tok_embd is
+ * never repacked (only looked up), so a tied output packed for its
+ * products leaves it counted once, in the mapping.
+ */
+void
+kvs_cpu_model_mem(const kvs_cpu_model_t *cm, uint64_t *mapped,
+    uint64_t *owned)
+{
+    int                     packs;
+    size_t                  pack;
+    uint32_t                l, i;
+    uint64_t                map;
+    const kvs_cpu_mat_t    *mats[7];
+    const kvs_cpu_layer_t  *ly;
+
+    pack = kvs_cpu_pack_size(cm);
+    packs = pack > 0;
+
+#define KVS_CPU_MAPPED(w)                                                    \
+    (packs && kvs_cpu_q8p_size(w) != 0                                       \
+     ? 0 : (uint64_t) (w)->rows * (w)->row_bytes)
+
+    map = cm->vec_mapped + (uint64_t) cm->tok_embd.rows
+                           * cm->tok_embd.row_bytes;
+
+    if (cm->output.data != cm->tok_embd.data) {
+        map += KVS_CPU_MAPPED(&cm->output);
+    }
+
+    for (l = 0; l < cm->hp.n_layer; l++) {
+        ly = &cm->layers[l];
+        mats[0] = &ly->wq;
+        mats[1] = &ly->wk;
+        mats[2] = &ly->wv;
+        mats[3] = &ly->wo;
+        mats[4] = &ly->w1;
+        mats[5] = &ly->w2;
+        mats[6] = &ly->w3;
+
+        for (i = 0; i < 7; i++) {
+            map += KVS_CPU_MAPPED(mats[i]);
+        }
+    }
+
+#undef KVS_CPU_MAPPED
+
+    *mapped = map;
+    *owned = cm->vec_owned + pack;
+}
+
+
+static int
+kvs_cpu_model_load(kvs_cpu_model_t **out, const kvs_model_t *m, int pack,
     kvs_err_t *err)
 {
     int                       rc;
@@ -361,7 +465,7 @@ kvs_cpu_model_new(kvs_cpu_model_t **out, const kvs_model_t *m,
         }
     }
 
-    rc = kvs_cpu_pack(cm, err);
+    rc = pack ? kvs_cpu_pack(cm, err) : KVS_OK;
     if (rc != KVS_OK) {
         kvs_rope_free(&cm->rope);
         goto failed;

@@ -26,6 +26,8 @@
  * quantized kernel: issue 19's point 4).
  * Vectors (norms, biases, RoPE frequency factors) are F32 in real GGUFs;
  * F16 and BF16 ones are converted to owned float copies at load.
+ * kvs_cpu_model_mem() says what all this takes, mapped and owned, from
+ * the same rules, so the engine reports what it holds.
  *
  * Invariants:
  *   - a kvs_cpu_model_t borrows the kvs_model_t's mapping (weights are
@@ -101,6 +103,9 @@ typedef struct {
     float             **owned;        /* [n_owned] converted vectors */
     uint32_t            n_owned;
     void               *pack_mem;     /* every mat's pack, or NULL */
+    uint64_t            vec_mapped;   /* bytes of F32 vectors read in the
+                                         mapping */
+    uint64_t            vec_owned;    /* bytes of the converted copies */
     kvs_rope_t          rope;         /* paired as hp.rope_pairing */
 } kvs_cpu_model_t;
 
@@ -133,6 +138,20 @@ typedef struct {
 int kvs_cpu_model_new(kvs_cpu_model_t **out, const kvs_model_t *m,
     kvs_err_t *err);
 void kvs_cpu_model_free(kvs_cpu_model_t *cm);
+
+/*
+ * What cm's weights take, bytes: *mapped, in the model's mapping as
+ * stored (every matrix but those repacked, F32 vectors); *owned, in
+ * copies cm holds (vectors converted to F32, matrices repacked).  A
+ * matrix shared by two roles (tied embeddings) counts once.
+ */
+void kvs_cpu_model_mem(const kvs_cpu_model_t *cm, uint64_t *mapped,
+    uint64_t *owned);
+
+/* The same figures for model m without keeping a model: resolved and
+ * converted, never repacked (only sized).  Fails as kvs_cpu_model_new. */
+int kvs_cpu_model_footprint(const kvs_model_t *m, uint64_t *mapped,
+    uint64_t *owned, kvs_err_t *err);
 
 /* K/V storage for a pool of n_blocks blocks of block_tokens tokens, zeroed.
  * KVS_EINVAL for zero sizes, KVS_ERANGE if the byte count overflows,

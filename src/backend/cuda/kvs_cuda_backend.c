@@ -190,6 +190,11 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
     be->block_tokens = conf->block_tokens;
     be->threads = 1;
     be->kv_bytes = (uint64_t) cu->kv.n_blocks * block_bytes;
+    /* the host copies are spent: the weights live on the device alone,
+     * the RoPE table with them (kvs_cuda_plan_weights carves the same) */
+    be->mem.weights_device = cu->wbytes;
+    be->mem.kv_dtype = cu->kv.dtype == KVS_K_F32 ? KVS_BACKEND_KV_F32
+                                                 : KVS_BACKEND_KV_BF16;
 
     *out = be;
 

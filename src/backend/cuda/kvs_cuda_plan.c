@@ -11,6 +11,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "model/kvs_ggml_type.h"
@@ -20,6 +21,28 @@
 
 _Static_assert(sizeof(kvs_backend_sample_t) == KVS_CUDA_PARAM_WORDS * 4,
                "a sampling parameter is four int32 words");
+
+
+const kvs_cuda_plan_name_t  kvs_cuda_plan_globals[KVS_CUDA_GLOBALS] = {
+    { "token_embd.weight", 1, 0, KVS_CUDA_D_EMBD, KVS_CUDA_D_VOCAB },
+    { "output_norm.weight", 0, 0, KVS_CUDA_D_EMBD, -1 },
+    { "output.weight", 1, 1, KVS_CUDA_D_EMBD, KVS_CUDA_D_VOCAB }
+};
+
+const kvs_cuda_plan_name_t  kvs_cuda_plan_layer[KVS_CUDA_PER_LAYER] = {
+    { "attn_norm.weight", 0, 0, KVS_CUDA_D_EMBD, -1 },
+    { "attn_q.weight", 1, 0, KVS_CUDA_D_EMBD, KVS_CUDA_D_Q },
+    { "attn_k.weight", 1, 0, KVS_CUDA_D_EMBD, KVS_CUDA_D_K },
+    { "attn_v.weight", 1, 0, KVS_CUDA_D_EMBD, KVS_CUDA_D_V },
+    { "attn_q.bias", 0, 1, KVS_CUDA_D_Q, -1 },
+    { "attn_k.bias", 0, 1, KVS_CUDA_D_K, -1 },
+    { "attn_v.bias", 0, 1, KVS_CUDA_D_V, -1 },
+    { "attn_output.weight", 1, 0, KVS_CUDA_D_O, KVS_CUDA_D_EMBD },
+    { "ffn_norm.weight", 0, 0, KVS_CUDA_D_EMBD, -1 },
+    { "ffn_gate.weight", 1, 0, KVS_CUDA_D_EMBD, KVS_CUDA_D_FF },
+    { "ffn_up.weight", 1, 0, KVS_CUDA_D_EMBD, KVS_CUDA_D_FF },
+    { "ffn_down.weight", 1, 0, KVS_CUDA_D_FF, KVS_CUDA_D_EMBD }
+};
 
 
 /* What packing's first pass counts over a slice's own entries. */
@@ -63,6 +86,91 @@ static int
 kvs_cuda_add(size_t a, size_t b, size_t *out)
 {
     return __builtin_add_overflow(a, b, out) ? KVS_ERANGE : KVS_OK;
+}
+
+
+void
+kvs_cuda_plan_dims(const kvs_hparams_t *hp, uint64_t *dim)
+{
+    dim[KVS_CUDA_D_EMBD] = hp->n_embd;
+    dim[KVS_CUDA_D_Q] = hp->q_width;
+    dim[KVS_CUDA_D_K] = hp->k_width;
+    dim[KVS_CUDA_D_V] = hp->v_width;
+    dim[KVS_CUDA_D_O] = hp->o_width;
+    dim[KVS_CUDA_D_FF] = hp->n_ff;
+    dim[KVS_CUDA_D_VOCAB] = hp->n_vocab;
+}
+
+
+int
+kvs_cuda_plan_weights(const kvs_model_t *m, uint64_t *bytes, int *kv_dt,
+    kvs_err_t *err)
+{
+    int                           rc, all_f32;
+    char                          name[64];
+    size_t                        total, size, off;
+    uint32_t                      l, s, n;
+    uint64_t                      dim[KVS_CUDA_D_N];
+    const kvs_gguf_tensor_t      *t;
+    const kvs_cuda_plan_name_t   *nm;
+
+    *bytes = 0;
+    *kv_dt = KVS_CUDA_DT_F32;
+    kvs_cuda_plan_dims(&m->hp, dim);
+    total = 0;
+    all_f32 = 1;
+    n = KVS_CUDA_GLOBALS + m->hp.n_layer * KVS_CUDA_PER_LAYER;
+
+    /* slot order, as the loader carves: the offsets' padding depends on
+     * it */
+    for (s = 0; s < n; s++) {
+        if (s < KVS_CUDA_GLOBALS) {
+            nm = &kvs_cuda_plan_globals[s];
+            snprintf(name, sizeof(name), "%s", nm->name);
+
+        } else {
+            l = (s - KVS_CUDA_GLOBALS) / KVS_CUDA_PER_LAYER;
+            nm = &kvs_cuda_plan_layer[(s - KVS_CUDA_GLOBALS)
+                                      % KVS_CUDA_PER_LAYER];
+            snprintf(name, sizeof(name), "blk.%" PRIu32 ".%s", l, nm->name);
+        }
+
+        rc = kvs_model_tensor(m, "cuda backend", name, dim[nm->ne0],
+                              nm->ne1 < 0 ? 0 : dim[nm->ne1], nm->optional,
+                              &t, err);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+
+        if (t == NULL) {
+            continue;
+        }
+
+        rc = kvs_cuda_plan_tensor_bytes(t->type, nm->matrix, t->nelem,
+                                        &size, err);
+        if (rc == KVS_OK) {
+            rc = kvs_cuda_plan_carve(&total, size, &off, err);
+        }
+
+        if (rc != KVS_OK) {
+            return kvs_err_prefix(err, "tensor %s", name);
+        }
+
+        if (nm->matrix && t->type != KVS_GGML_F32) {
+            all_f32 = 0;
+        }
+    }
+
+    rc = kvs_cuda_plan_carve(&total, (size_t) m->hp.n_rot / 2
+                             * sizeof(double), &off, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    *bytes = total;
+    *kv_dt = all_f32 ? KVS_CUDA_DT_F32 : KVS_CUDA_DT_BF16;
+
+    return KVS_OK;
 }
 
 

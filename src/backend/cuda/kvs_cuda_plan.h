@@ -5,7 +5,9 @@
  *
  *   - memory: device bytes of each weight under our dtype rule (matrices
  *     F32, F16 and BF16 stay as stored, Q8_0 becomes BF16; vectors are
- *     F32), the step workspace carved out of one allocation, and the KV
+ *     F32), the tensors a step reads (kvs_cuda_plan_globals / _layer,
+ *     the one list the loader walks too) and the weights allocation they
+ *     make, the step workspace carved out of one allocation, and the KV
  *     pool sized from the device memory left;
  *   - graphs: decode batch-size buckets, the split count of decode
  *     attention, the context bucket, and the key of a captured graph;
@@ -51,6 +53,49 @@
 /* int32 words per packed sampling parameter (kvs_backend_sample_t and
  * kvs_k_sample_param_t are both four 4-byte fields) */
 #define KVS_CUDA_PARAM_WORDS 4
+
+
+/* The tensors a step reads, in slot order: the globals, then per layer
+ * the layer's (named "blk.<l>.<suffix>"), w3 right after w1 so that the
+ * gate and up products can run as one.  Shapes are codes into the
+ * dimensions kvs_cuda_plan_dims() fills. */
+#define KVS_CUDA_GLOBALS    3
+#define KVS_CUDA_PER_LAYER  12
+
+typedef struct {
+    const char  *name;                /* a layer's: the suffix */
+    uint8_t      matrix;
+    uint8_t      optional;
+    int8_t       ne0;                 /* a KVS_CUDA_D_* code */
+    int8_t       ne1;                 /* one, or -1: a vector */
+} kvs_cuda_plan_name_t;
+
+#define KVS_CUDA_D_EMBD     0
+#define KVS_CUDA_D_Q        1
+#define KVS_CUDA_D_K        2
+#define KVS_CUDA_D_V        3
+#define KVS_CUDA_D_O        4
+#define KVS_CUDA_D_FF       5
+#define KVS_CUDA_D_VOCAB    6
+#define KVS_CUDA_D_N        7
+
+extern const kvs_cuda_plan_name_t  kvs_cuda_plan_globals[KVS_CUDA_GLOBALS];
+extern const kvs_cuda_plan_name_t  kvs_cuda_plan_layer[KVS_CUDA_PER_LAYER];
+
+/* dim[KVS_CUDA_D_N] of hp, by code. */
+void kvs_cuda_plan_dims(const kvs_hparams_t *hp, uint64_t *dim);
+
+/*
+ * What loading m takes on the device, as kvs_cuda_weights_place carves
+ * it: *bytes, every tensor of the lists above at its device dtype, each
+ * KVS_CUDA_ALIGN aligned, then the RoPE table (n_rot / 2 doubles); and
+ * *kv_dt, the K/V cache's element the backend picks: F32 when every
+ * matrix is F32 (the CPU's sums), else BF16.  Reads only m's headers;
+ * fails as the loader would on a tensor missing or of a shape or type it
+ * cannot take (named).
+ */
+int kvs_cuda_plan_weights(const kvs_model_t *m, uint64_t *bytes,
+    int *kv_dt, kvs_err_t *err);
 
 
 /* Device dtype of a tensor stored as ggml type `type`: a matrix keeps

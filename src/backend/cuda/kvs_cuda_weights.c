@@ -204,66 +204,35 @@ kvs_cuda_tensor(kvs_cuda_load_t *ld, uint32_t slot, const kvs_model_t *m,
 }
 
 
-/* Every tensor a step reads, with the CPU backend's names and shapes. */
+/* Every tensor a step reads, with the CPU backend's names and shapes, in
+ * the plan's slot order (kvs_cuda_plan_weights carves the same). */
 static int
 kvs_cuda_resolve(kvs_cuda_load_t *ld, const kvs_model_t *m, kvs_err_t *err)
 {
-    int                   rc;
-    char                  name[64];
-    uint32_t              l, s, e;
-    const kvs_hparams_t  *hp;
+    int                          rc;
+    char                         name[64];
+    uint32_t                     l, s;
+    uint64_t                     dim[KVS_CUDA_D_N];
+    const kvs_cuda_plan_name_t  *nm;
 
-    static const struct {
-        const char  *suffix;
-        int          matrix, optional, ne0, ne1;   /* shape codes */
-    } names[KVS_CUDA_PER_LAYER] = {
-        /* shape codes: 0 n_embd, 1 q, 2 kd, 3 vd, 4 o, 5 n_ff, -1 none */
-        { "attn_norm.weight", 0, 0, 0, -1 },
-        { "attn_q.weight", 1, 0, 0, 1 },
-        { "attn_k.weight", 1, 0, 0, 2 },
-        { "attn_v.weight", 1, 0, 0, 3 },
-        { "attn_q.bias", 0, 1, 1, -1 },
-        { "attn_k.bias", 0, 1, 2, -1 },
-        { "attn_v.bias", 0, 1, 3, -1 },
-        { "attn_output.weight", 1, 0, 4, 0 },
-        { "ffn_norm.weight", 0, 0, 0, -1 },
-        { "ffn_gate.weight", 1, 0, 0, 5 },
-        { "ffn_up.weight", 1, 0, 0, 5 },      /* right after the gate */
-        { "ffn_down.weight", 1, 0, 5, 0 }
-    };
-    uint64_t              dim[6];
+    kvs_cuda_plan_dims(&m->hp, dim);
+    rc = KVS_OK;
 
-    hp = &m->hp;
-    e = hp->n_embd;
-    dim[0] = e;
-    dim[1] = hp->q_width;
-    dim[2] = hp->k_width;
-    dim[3] = hp->v_width;
-    dim[4] = hp->o_width;
-    dim[5] = hp->n_ff;
+    for (s = 0; rc == KVS_OK && s < ld->n; s++) {
+        if (s < KVS_CUDA_GLOBALS) {
+            nm = &kvs_cuda_plan_globals[s];
+            snprintf(name, sizeof(name), "%s", nm->name);
 
-    rc = kvs_cuda_tensor(ld, 0, m, "token_embd.weight", e, hp->n_vocab, 0,
-                         1, err);
-    if (rc == KVS_OK) {
-        rc = kvs_cuda_tensor(ld, 1, m, "output_norm.weight", e, 0, 0, 0,
-                             err);
-    }
-
-    if (rc == KVS_OK) {
-        rc = kvs_cuda_tensor(ld, 2, m, "output.weight", e, hp->n_vocab, 1,
-                             1, err);
-    }
-
-    for (l = 0; rc == KVS_OK && l < hp->n_layer; l++) {
-        for (s = 0; rc == KVS_OK && s < KVS_CUDA_PER_LAYER; s++) {
-            snprintf(name, sizeof(name), "blk.%" PRIu32 ".%s", l,
-                     names[s].suffix);
-            rc = kvs_cuda_tensor(ld, KVS_CUDA_GLOBALS
-                                     + l * KVS_CUDA_PER_LAYER + s,
-                                 m, name, dim[names[s].ne0],
-                                 names[s].ne1 < 0 ? 0 : dim[names[s].ne1],
-                                 names[s].optional, names[s].matrix, err);
+        } else {
+            l = (s - KVS_CUDA_GLOBALS) / KVS_CUDA_PER_LAYER;
+            nm = &kvs_cuda_plan_layer[(s - KVS_CUDA_GLOBALS)
+                                      % KVS_CUDA_PER_LAYER];
+            snprintf(name, sizeof(name), "blk.%" PRIu32 ".%s", l, nm->name);
         }
+
+        rc = kvs_cuda_tensor(ld, s, m, name, dim[nm->ne0],
+                             nm->ne1 < 0 ? 0 : dim[nm->ne1], nm->optional,
+                             nm->matrix, err);
     }
 
     return rc;

@@ -31,11 +31,9 @@ typedef struct {
     int                       matrix;
 } kvs_cuda_up_t;
 
-/* The upload list is indexed by slot: 0 token_embd, 1 output_norm, 2
- * output, then KVS_CUDA_PER_LAYER per layer in the order of
- * kvs_cuda_resolve's names[] (kvs_cuda_weights.c). */
-#define KVS_CUDA_GLOBALS    3
-#define KVS_CUDA_PER_LAYER  12
+/* The upload list is indexed by slot: kvs_cuda_plan_globals, then
+ * KVS_CUDA_PER_LAYER per layer in the order of kvs_cuda_plan_layer
+ * (kvs_cuda_plan.h). */
 
 typedef struct {
     kvs_cuda_up_t  *up;               /* [n] by slot */

@@ -23,9 +23,11 @@
 #include "tokenizer/kvs_vocab.h"
 
 /* What one cached K or V element takes in the CPU backend's pool: f32,
- * as kvs_cpu computes.  The KV cache plan, /v1/models'
- * kv_bytes_per_token and kv_rate's charges all use it, so that they
- * agree with the memory the engine holds. */
+ * as kvs_cpu computes.  The KV cache plan made at configuration time
+ * (before any engine says which backend it runs) uses it; /v1/models'
+ * kv_bytes_per_token and kv_rate's charges use the element of the
+ * backend serving the model, which the engine's HELLO says
+ * (ngx_http_kvserve_kv_elem), and this one only until a HELLO came. */
 #define NGX_HTTP_KVSERVE_KV_ELEM       sizeof(float)
 #define NGX_HTTP_KVSERVE_KV_DTYPE      "f32"
 
@@ -286,5 +288,12 @@ ngx_int_t ngx_http_kvserve_engine_send(ngx_http_kvserve_sub_t *s);
 void ngx_http_kvserve_engine_forget(ngx_http_kvserve_sub_t *s);
 /* The engine now connected, or NULL. */
 const kvs_wire_hello_t *ngx_http_kvserve_engine_hello(void);
+/* That engine's HELLO entry of model m (backend, K/V element, weights'
+ * bytes), or NULL while none is connected. */
+const kvs_wire_model_t *ngx_http_kvserve_engine_model(
+    const ngx_http_kvserve_model_t *m);
+/* Bytes of one K or V element in m's serving cache: the engine's answer,
+ * else NGX_HTTP_KVSERVE_KV_ELEM. */
+size_t ngx_http_kvserve_kv_elem(const ngx_http_kvserve_model_t *m);
 
 #endif /* NGX_HTTP_KVSERVE_H */

@@ -161,6 +161,46 @@ ngx_http_kvserve_engine_hello(void)
 }
 
 
+const kvs_wire_model_t *
+ngx_http_kvserve_engine_model(const ngx_http_kvserve_model_t *m)
+{
+    ngx_uint_t                       i;
+    ngx_http_kvserve_engine_t       *e;
+    const ngx_http_kvserve_model_t  *first;
+
+    e = ngx_http_kvserve_eng;
+
+    if (e == NULL || !e->ready) {
+        return NULL;
+    }
+
+    /* a ready HELLO lists the configured models in their order (checked
+     * by ngx_http_kvserve_engine_hello_ok) */
+    first = e->kmcf->models->elts;
+
+    for (i = 0; i < e->kmcf->models->nelts; i++) {
+        if (&first[i] == m) {
+            return &e->hello.models[i];
+        }
+    }
+
+    return NULL;
+}
+
+
+size_t
+ngx_http_kvserve_kv_elem(const ngx_http_kvserve_model_t *m)
+{
+    uint32_t                 size;
+    const kvs_wire_model_t  *wm;
+
+    wm = ngx_http_kvserve_engine_model(m);
+    size = wm != NULL ? kvs_backend_kv_size(wm->kv_dtype) : 0;
+
+    return size != 0 ? size : NGX_HTTP_KVSERVE_KV_ELEM;
+}
+
+
 /* ---- the sub table ---------------------------------------------------- */
 
 static ngx_int_t

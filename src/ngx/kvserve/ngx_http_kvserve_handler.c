@@ -25,6 +25,10 @@ static ngx_int_t ngx_http_kvserve_not_allowed(ngx_http_request_t *r,
 static void
 ngx_http_kvserve_describe(ngx_http_kvserve_model_t *m, kvs_api_model_t *out)
 {
+    const kvs_wire_model_t  *wm;
+
+    ngx_memzero(out, sizeof(kvs_api_model_t));
+
     out->id = (const char *) m->name.data;
     out->id_len = m->name.len;
     out->created = m->model->mtime;
@@ -32,8 +36,21 @@ ngx_http_kvserve_describe(ngx_http_kvserve_model_t *m, kvs_api_model_t *out)
     out->hp = &m->model->hp;
     /* what the engine's cache holds, not an f16 guess */
     out->kv_bytes_per_token = kvs_hparams_kv_bytes_per_token(
-                                  out->hp, NGX_HTTP_KVSERVE_KV_ELEM);
+                                  out->hp,
+                                  (uint32_t) ngx_http_kvserve_kv_elem(m));
     out->kv_dtype = NGX_HTTP_KVSERVE_KV_DTYPE;
+
+    /* the engine's own figures once it said hello; before, only the
+     * default backend's element, and no weights */
+    wm = ngx_http_kvserve_engine_model(m);
+
+    if (wm != NULL && kvs_backend_kv_size(wm->kv_dtype) != 0) {
+        out->kv_dtype = kvs_backend_kv_name(wm->kv_dtype);
+        out->backend = wm->backend == KVS_BACKEND_CUDA ? "cuda" : "cpu";
+        out->weights_mapped = wm->weights_mapped;
+        out->weights_owned = wm->weights_owned;
+        out->weights_device = wm->weights_device;
+    }
 }
 
 

@@ -399,8 +399,9 @@ ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *kctx,
     }
 
     lctx->cost = kctx->prompt_tokens + lctx->refundable;
+    /* the serving backend's element: a bf16 cache holds half an f32's */
     lctx->kv_bpt = kvs_hparams_kv_bytes_per_token(&kctx->model->model->hp,
-                                                  NGX_HTTP_KVSERVE_KV_ELEM);
+                       (uint32_t) ngx_http_kvserve_kv_elem(kctx->model));
     lctx->kv_cost = kvs_limit_kv_cost(lctx->cost, lctx->kv_bpt);
 
     now = (uint64_t) ngx_current_msec;
