@@ -4,7 +4,9 @@
 # same run, and the ratios.
 #
 # Models: stories260K (the fixture) and a generated 100M-parameter Llama
-# (`kvserve gen-model --preset 100m --seed 3`) in F32, F16 and Q8_0.
+# (`kvserve gen-model --preset 100m --seed 3`) in F32, F16 and Q8_0 by
+# default; ENGINE_MODELS may name any --dtype (bf16, q4_0, q6_k ...) or
+# a mix (q4_k_m, q5_k_s ...: the F32 model through `kvserve quantize`).
 # Loads, the same on both sides:
 #   prefill   one 512-token prompt (ours: --seqs 1 --prompt 512 --gen 1)
 #   decode1   one sequence generating 128 tokens from a 1-token context
@@ -16,7 +18,7 @@
 #
 # Environment: KVS_CLI (the kvserve tool), KVS_FIXTURES, KVS_TMP,
 # LLAMA_CPP_BUILD (the peer; without it only our numbers are printed).
-# Knobs: ENGINE_MODELS (subset of "stories f32 f16 q8_0"),
+# Knobs: ENGINE_MODELS ("stories f32 f16 q8_0"; see above),
 # ENGINE_THREADS ("1 2"), ENGINE_REPS (3: ours, best of; the peer's
 # repetitions are llamacpp.sh's).
 set -euo pipefail
@@ -69,6 +71,18 @@ for name in $models; do
         if [ ! -f "$m" ]; then
             echo "skip stories260K: $m not found" >&2
             continue
+        fi ;;
+    *_k_[sml])
+        # a mix (q4_k_m ...): the F32 model through `kvserve quantize`,
+        # so the file has the mix's per-tensor types, as llama-quantize's
+        m=$tmp/m100-$name.gguf
+        if [ ! -s "$m" ]; then
+            if [ ! -s "$tmp/m100-f32.gguf" ]; then
+                "$cli" gen-model --preset 100m --dtype f32 --seed 3 \
+                    "$tmp/m100-f32.gguf" >/dev/null
+            fi
+            "$cli" quantize "$tmp/m100-f32.gguf" "$m" --type "$name" \
+                >/dev/null
         fi ;;
     *)
         m=$tmp/m100-$name.gguf
