@@ -80,9 +80,13 @@ static const kvs_quant_mix_t  kvs_quant_mixes[] = {
       { KVS_MIX_MORE_BITS, Q6_K, BASE } },
     { "q6_k",   18, Q6_K, Q6_K, NONE, NONE, NONE },
     { "iq4_nl", 25, IQ4N, Q6_K,
-      { KVS_MIX_GQA4, Q5_K, BASE }, NONE, NONE },
+      { KVS_MIX_GQA4, Q5_K, BASE },
+      NONE,
+      { KVS_MIX_FIRST_8TH, Q5_K, BASE } },
     { "iq4_xs", 30, IQ4X, Q6_K,
-      { KVS_MIX_GQA4, Q5_K, BASE }, NONE, NONE },
+      { KVS_MIX_GQA4, Q5_K, BASE },
+      NONE,
+      { KVS_MIX_FIRST_8TH, Q5_K, BASE } },
 };
 
 #define KVS_QUANT_N_MIXES                                                    \

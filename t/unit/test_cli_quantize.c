@@ -10,7 +10,8 @@
  *     llama.cpp's use_more_bits for 8 layers; Q4_K_S's first four attn_v
  *     and first ffn_down Q5_K; Q3_K_M's attn_v Q5_K on layers 0-1, Q4_K
  *     after, attn_output and ffn_down Q4_K; Q2_K's attn_v, attn_output
- *     and ffn_down Q3_K; Q3_K_L's Q5_K), general.file_type is llama.cpp's,
+ *     and ffn_down Q3_K; Q3_K_L's Q5_K; IQ4_NL's and IQ4_XS's first
+ *     ffn_down Q5_K), general.file_type is llama.cpp's,
  *     and the output opens, loads on the CPU backend and generates (a
  *     prompt and greedy steps, finite logits) - for a mix whose types the
  *     table cannot make yet, kvs_quantize_file refuses it by name and
@@ -81,13 +82,18 @@ expect(const char *name, const char *suffix, int l)
         return attn_v || attn_o || down ? KVS_GGML_Q5_K : base;
     }
 
+    if (strcmp(name, "iq4_nl") == 0 || strcmp(name, "iq4_xs") == 0) {
+        /* without an importance matrix: the first eighth's ffn_down
+         * Q5_K; attn_v only from a GQA ratio of 4 */
+        return down && l < 1 ? KVS_GGML_Q5_K : base;
+    }
+
     if (strcmp(name, "q2_k") == 0) {
         /* GQA 2: attn_v Q3_K (Q4_K from a ratio of 4) */
         return attn_v || attn_o || down ? KVS_GGML_Q3_K : base;
     }
 
-    /* q4_0 .. q5_1, q8_0, q3_k_s, q5_k_s, q6_k; iq4_nl / iq4_xs bump
-     * attn_v only from a GQA ratio of 4 */
+    /* q4_0 .. q5_1, q8_0, q3_k_s, q5_k_s, q6_k */
     return base;
 }
 
