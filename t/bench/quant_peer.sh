@@ -5,8 +5,8 @@
 # within tolerance.  Per file: kvserve's `kvserve logits` against
 # llama.cpp's (t/bench/quant_peer_logits.c, our own program on llama.h's
 # public API, compiled here into $KVS_TMP against $LLAMA_CPP_BUILD) at
-# every position of QUANT_IDS (32 ids spread over the vocabulary, no BOS
-# added by either).  The F32 original is compared too: the difference
+# every position of QUANT_IDS (default 32 ids spread over the vocabulary,
+# no BOS added by either).  The F32 original is compared too: the difference
 # the two implementations have before any quantization.
 #
 # Prints one line per file:
@@ -38,8 +38,6 @@ quant_need_peer quant_peer.sh llama-quantize
 
 src=${LLAMA_CPP_SRC:-$quant_bin/../..}
 tol=${QUANT_LOGIT_TOL:-0.05}
-ids=${QUANT_IDS:-$(awk 'BEGIN { for (i = 1; i <= 32; i++)
-                                    printf "%d ", (i * 7919) % 31000 + 1 }')}
 lib=$(ls "$quant_bin"/libllama.so* "$quant_bin"/../src/libllama.so* \
       2>/dev/null | head -1 || true)
 if [ -z "$lib" ] || [ ! -f "$src/include/llama.h" ]; then
@@ -97,6 +95,12 @@ PY
 }
 
 quant_make_base
+# 32 ids spread over the vocabulary, the last few ids (often special
+# tokens) left out
+n_vocab=$("$quant_cli" info --json "$quant_base" | "$quant_python" -c \
+    'import json, sys; print(json.load(sys.stdin)["hparams"]["n_vocab"])')
+ids=${QUANT_IDS:-$(awk -v v="$n_vocab" 'BEGIN { for (i = 1; i <= 32; i++)
+    printf "%d ", (i * 7919) % int(v * 31 / 32) + 1 }')}
 compare f32 "$quant_base"
 for mix in $quant_mixes; do
     quant_make "$mix"
