@@ -45,7 +45,8 @@
  * The mixes, after llama.cpp's llama_tensor_get_type() for a Llama
  * without experts and without an importance matrix.  Columns: name,
  * LLAMA_FTYPE, base, output.weight, then the attn_v, attn_output and
- * ffn_down rules { when, type, otherwise }.  token_embd gets the base.
+ * ffn_down rules { when, type, otherwise }.  token_embd gets the base,
+ * or output.weight's type when the model has none (tied embeddings).
  * Left out: llama.cpp's 70B-only bump of attn_v and its Falcon rules.
  */
 static const kvs_quant_mix_t  kvs_quant_mixes[] = {
@@ -85,9 +86,13 @@ static const kvs_quant_mix_t  kvs_quant_mixes[] = {
       { KVS_MIX_MORE_BITS, Q6_K, BASE } },
     { "q6_k",   18, Q6_K, Q6_K, NONE, NONE, NONE },
     { "iq4_nl", 25, IQ4N, Q6_K,
-      { KVS_MIX_GQA4, Q5_K, BASE }, NONE, NONE },
+      { KVS_MIX_GQA4, Q5_K, BASE },
+      NONE,
+      { KVS_MIX_FIRST_8TH, Q5_K, BASE } },
     { "iq4_xs", 30, IQ4X, Q6_K,
-      { KVS_MIX_GQA4, Q5_K, BASE }, NONE, NONE },
+      { KVS_MIX_GQA4, Q5_K, BASE },
+      NONE,
+      { KVS_MIX_FIRST_8TH, Q5_K, BASE } },
 };
 
 #define KVS_QUANT_N_MIXES                                                    \
@@ -232,7 +237,7 @@ kvs_quant_mix_fit(uint32_t type, uint64_t ne0)
 uint32_t
 kvs_quant_mix_type(const kvs_quant_mix_t *mix, const char *name,
     uint32_t n_dims, uint64_t ne0, uint32_t cur, uint32_t n_layer,
-    uint32_t n_gqa)
+    uint32_t n_gqa, int tied)
 {
     char                   *end;
     size_t                  len;
@@ -251,7 +256,11 @@ kvs_quant_mix_type(const kvs_quant_mix_t *mix, const char *name,
     rule = NULL;
     layer = 0;
 
-    if (strcmp(name, "output.weight") == 0) {
+    /* a tied token_embd is also the output matrix, whose error weighs
+     * on every logit: llama.cpp gives it the output's type */
+    if (strcmp(name, "output.weight") == 0
+        || (tied && strcmp(name, "token_embd.weight") == 0))
+    {
         type = mix->output;
 
     } else if (strncmp(name, "blk.", 4) == 0) {
@@ -499,7 +508,8 @@ kvs_quantize_file(const char *in, const char *out,
                  t->name.ptr);
 
         types[i] = kvs_quant_mix_type(mix, name, t->n_dims, t->ne[0],
-                                      t->type, hp.n_layer, n_gqa);
+                                      t->type, hp.n_layer, n_gqa,
+                                      hp.tied_embeddings);
         if (types[i] == t->type) {
             continue;
         }

@@ -69,12 +69,13 @@ uint32_t kvs_quant_mix_ftype(uint32_t type);
 
 /*
  * The type tensor `name` ([ne0] rows, n_dims dimensions) gets in `mix`,
- * for a model of n_layer layers and a GQA ratio of n_gqa: the mix's
- * rule, then the block fallback.  1-D tensors keep `cur`.
+ * for a model of n_layer layers and a GQA ratio of n_gqa, tied when it
+ * has no output.weight (token_embd then takes the output's type): the
+ * mix's rule, then the block fallback.  1-D tensors keep `cur`.
  */
 uint32_t kvs_quant_mix_type(const kvs_quant_mix_t *mix, const char *name,
     uint32_t n_dims, uint64_t ne0, uint32_t cur, uint32_t n_layer,
-    uint32_t n_gqa);
+    uint32_t n_gqa, int tied);
 
 /* in (a GGUF model) written to out with mix's types; the metadata is
  * copied but for general.file_type and general.quantization_version. */

@@ -43,7 +43,9 @@
 #     cd $p && cmake -B build -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF \
 #       -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF
 #     cmake --build build -j2 --target llama-bench llama-batched-bench \
-#       llama-cli
+#       llama-cli llama-quantize
+#   (llama-quantize and libllama.so are what t/bench/quant_rmse.sh,
+#   quant_peer.sh and quant_serve.sh need)
 #     export LLAMA_CPP_BUILD=$p/build/bin
 #   Defaults kept: GGML_NATIVE=ON (-march=native: on this host AVX2, FMA,
 #   F16C, AVX512F/VNNI/BF16/FP16, AMX-INT8; Q8_0 weights are repacked for

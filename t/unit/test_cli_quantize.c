@@ -10,11 +10,14 @@
  *     llama.cpp's use_more_bits for 8 layers; Q4_K_S's first four attn_v
  *     and first ffn_down Q5_K; Q3_K_M's attn_v Q5_K on layers 0-1, Q4_K
  *     after, attn_output and ffn_down Q4_K; Q2_K's attn_v, attn_output
- *     and ffn_down Q3_K; Q3_K_L's Q5_K), general.file_type is llama.cpp's,
+ *     and ffn_down Q3_K; Q3_K_L's Q5_K; IQ4_NL's and IQ4_XS's first
+ *     ffn_down Q5_K), general.file_type is llama.cpp's,
  *     and the output opens, loads on the CPU backend and generates (a
  *     prompt and greedy steps, finite logits) - for a mix whose types the
  *     table cannot make yet, kvs_quantize_file refuses it by name and
  *     writes nothing;
+ *   - a tied model (no output.weight): token_embd takes the output's
+ *     Q6_K, as llama.cpp's llama-quantize gives it;
  *   - the block fallback on 64-wide rows: Q4_K -> Q5_0, Q6_K -> Q8_0,
  *     Q2_K / Q3_K / IQ4_XS -> IQ4_NL, as llama.cpp falls back;
  *   - the tool (KVS_CLI): an unknown --type exits 2 listing the mixes,
@@ -83,19 +86,25 @@ expect(const char *name, const char *suffix, int l)
         return attn_v || attn_o || down ? KVS_GGML_Q5_K : base;
     }
 
+    if (strcmp(name, "iq4_nl") == 0 || strcmp(name, "iq4_xs") == 0) {
+        /* without an importance matrix: the first eighth's ffn_down
+         * Q5_K; attn_v only from a GQA ratio of 4 */
+        return down && l < 1 ? KVS_GGML_Q5_K : base;
+    }
+
     if (strcmp(name, "q2_k") == 0) {
         /* GQA 2: attn_v Q3_K (Q4_K from a ratio of 4) */
         return attn_v || attn_o || down ? KVS_GGML_Q3_K : base;
     }
 
-    /* q4_0 .. q5_1, q8_0, q3_k_s, q5_k_s, q6_k; iq4_nl / iq4_xs bump
-     * attn_v only from a GQA ratio of 4 */
+    /* q4_0 .. q5_1, q8_0, q3_k_s, q5_k_s, q6_k */
     return base;
 }
 
 
 static void
-gen(const char *path, uint32_t n_embd, uint32_t n_ff, uint32_t n_layer)
+gen(const char *path, uint32_t n_embd, uint32_t n_ff, uint32_t n_layer,
+    int tied)
 {
     kvs_err_t       err;
     kvs_gen_spec_t  spec;
@@ -111,6 +120,7 @@ gen(const char *path, uint32_t n_embd, uint32_t n_ff, uint32_t n_layer)
     spec.n_ctx = 64;
     spec.dtype = KVS_GGML_F32;
     spec.seed = 77;
+    spec.tied = tied;
 
     if (kvs_gen_write(&spec, path, &err) != KVS_OK) {
         fail_msg("%s: %s", path, err.msg);
@@ -210,7 +220,7 @@ test_mixes(void **state)
 
     snprintf(in, sizeof(in), "%s",
              kvs_test_tmp("test_cli_quantize.in.gguf"));
-    gen(in, 256, 256, N_LAYER);
+    gen(in, 256, 256, N_LAYER, 0);
 
     kvs_quant_mix_names(names, sizeof(names));
     n_done = 0;
@@ -280,6 +290,67 @@ test_mixes(void **state)
 }
 
 
+/* The type of an F32 matrix in mix (kvs_quant_mix_type's arguments). */
+static uint32_t
+mix_type(const kvs_quant_mix_t *mix, const char *name, uint32_t n_dims,
+    uint64_t ne0, uint32_t n_layer, uint32_t n_gqa, int tied)
+{
+    return kvs_quant_mix_type(mix, name, n_dims, ne0, KVS_GGML_F32, n_layer,
+                              n_gqa, tied);
+}
+
+
+/* A tied model (no output.weight): token_embd, the output matrix too,
+ * gets the output's Q6_K in Q4_0 and IQ4_XS, as llama-quantize gives it,
+ * and the file still loads and generates. */
+static void
+test_tied(void **state)
+{
+    char                      in[256], out[300];
+    size_t                    k;
+    uint64_t                  i;
+    kvs_err_t                 err;
+    kvs_model_t              *m;
+    const kvs_gguf_tensor_t  *t, *embd;
+    static const char        *mixes[] = { "q4_0", "iq4_xs" };
+
+    snprintf(in, sizeof(in), "%s", kvs_test_tmp("test_cli_quantize.tied"));
+    gen(in, 256, 256, 2, 1);
+
+    for (k = 0; k < sizeof(mixes) / sizeof(mixes[0]); k++) {
+        snprintf(out, sizeof(out), "%s.%s", in, mixes[k]);
+
+        if (kvs_quantize_file(in, out, kvs_quant_mix(mixes[k]), &err)
+            != KVS_OK
+            || kvs_model_open(&m, out, &err) != KVS_OK)
+        {
+            fail_msg("%s: %s", mixes[k], err.msg);
+        }
+
+        unlink(out);
+        embd = NULL;
+
+        for (i = 0; i < kvs_gguf_n_tensors(m->gguf); i++) {
+            t = kvs_gguf_tensor_at(m->gguf, i);
+            assert_false(kvs_gguf_str_eq(t->name, "output.weight"));
+            if (kvs_gguf_str_eq(t->name, "token_embd.weight")) {
+                embd = t;
+            } else if (kvs_gguf_str_eq(t->name, "blk.0.attn_q.weight")) {
+                assert_int_equal(t->type, kvs_quant_mix(mixes[k])->base);
+            }
+        }
+
+        assert_non_null(embd);
+        assert_int_equal(embd->type, KVS_GGML_Q6_K);
+
+        generates(m);
+        kvs_model_close(m);
+    }
+
+    unlink(in);
+}
+
+
 /* Rows of 64: the 256-element blocks fall back as llama.cpp's do. */
 static void
 test_fallback(void **state)
@@ -294,28 +365,38 @@ test_fallback(void **state)
     assert_non_null(xs);
     assert_null(kvs_quant_mix("q4_k_x"));
 
-    assert_int_equal(kvs_quant_mix_type(km, "blk.1.attn_q.weight", 2, 64,
-                                        KVS_GGML_F32, 2, 2), KVS_GGML_Q5_0);
-    assert_int_equal(kvs_quant_mix_type(km, "output.weight", 2, 64,
-                                        KVS_GGML_F32, 2, 2), KVS_GGML_Q8_0);
-    assert_int_equal(kvs_quant_mix_type(k2, "blk.0.ffn_up.weight", 2, 64,
-                                        KVS_GGML_F32, 2, 2), KVS_GGML_IQ4_NL);
-    assert_int_equal(kvs_quant_mix_type(xs, "token_embd.weight", 2, 64,
-                                        KVS_GGML_F32, 2, 2), KVS_GGML_IQ4_NL);
+    assert_int_equal(mix_type(km, "blk.1.attn_q.weight", 2, 64, 2, 2, 0),
+                     KVS_GGML_Q5_0);
+    assert_int_equal(mix_type(km, "output.weight", 2, 64, 2, 2, 0),
+                     KVS_GGML_Q8_0);
+    assert_int_equal(mix_type(k2, "blk.0.ffn_up.weight", 2, 64, 2, 2, 0),
+                     KVS_GGML_IQ4_NL);
+    assert_int_equal(mix_type(xs, "token_embd.weight", 2, 64, 2, 2, 0),
+                     KVS_GGML_IQ4_NL);
     /* not even 32 wide: F16 */
-    assert_int_equal(kvs_quant_mix_type(km, "blk.0.ffn_up.weight", 2, 48,
-                                        KVS_GGML_F32, 2, 2), KVS_GGML_F16);
+    assert_int_equal(mix_type(km, "blk.0.ffn_up.weight", 2, 48, 2, 2, 0),
+                     KVS_GGML_F16);
     /* 256 wide: the mix's own */
-    assert_int_equal(kvs_quant_mix_type(km, "blk.0.ffn_up.weight", 2, 256,
-                                        KVS_GGML_F32, 2, 2), KVS_GGML_Q4_K);
+    assert_int_equal(mix_type(km, "blk.0.ffn_up.weight", 2, 256, 2, 2, 0),
+                     KVS_GGML_Q4_K);
     /* GQA 4: Q2_K's attn_v is Q4_K, IQ4_XS's Q5_K */
-    assert_int_equal(kvs_quant_mix_type(k2, "blk.5.attn_v.weight", 2, 256,
-                                        KVS_GGML_F32, 8, 4), KVS_GGML_Q4_K);
-    assert_int_equal(kvs_quant_mix_type(xs, "blk.5.attn_v.weight", 2, 256,
-                                        KVS_GGML_F32, 8, 4), KVS_GGML_Q5_K);
+    assert_int_equal(mix_type(k2, "blk.5.attn_v.weight", 2, 256, 8, 4, 0),
+                     KVS_GGML_Q4_K);
+    assert_int_equal(mix_type(xs, "blk.5.attn_v.weight", 2, 256, 8, 4, 0),
+                     KVS_GGML_Q5_K);
+    /* tied: token_embd is the output matrix, of the output's type (and
+     * its fallback on 64-wide rows); untied it keeps the base */
+    assert_int_equal(mix_type(xs, "token_embd.weight", 2, 256, 2, 2, 1),
+                     KVS_GGML_Q6_K);
+    assert_int_equal(mix_type(xs, "token_embd.weight", 2, 256, 2, 2, 0),
+                     KVS_GGML_IQ4_XS);
+    assert_int_equal(mix_type(km, "token_embd.weight", 2, 64, 2, 2, 1),
+                     KVS_GGML_Q8_0);
+    assert_int_equal(mix_type(kvs_quant_mix("q8_0"), "token_embd.weight", 2,
+                              256, 2, 2, 1), KVS_GGML_Q8_0);
     /* a 1-D tensor keeps its type */
     assert_int_equal(kvs_quant_mix_type(km, "blk.0.attn_norm.weight", 1, 256,
-                                        KVS_GGML_F16, 2, 2), KVS_GGML_F16);
+                                        KVS_GGML_F16, 2, 2, 0), KVS_GGML_F16);
 }
 
 
@@ -356,7 +437,7 @@ test_cli(void **state)
 
     snprintf(in, sizeof(in), "%s", kvs_test_tmp("test_cli_quantize.c.gguf"));
     snprintf(out, sizeof(out), "%s.q8", in);
-    gen(in, 64, 128, 2);
+    gen(in, 64, 128, 2, 0);
 
     snprintf(args, sizeof(args), "'%s' '%s' --type q4_k_z", in, out);
     assert_int_equal(run_cli(args, text, sizeof(text)), 2);
@@ -391,6 +472,7 @@ main(void)
 {
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_mixes),
+        cmocka_unit_test(test_tied),
         cmocka_unit_test(test_fallback),
         cmocka_unit_test(test_cli),
     };
