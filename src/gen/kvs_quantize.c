@@ -6,7 +6,9 @@
  * Invariants: nothing is written before every tensor's type is chosen
  * and the table can make it (the writer writes path.tmp, renamed at the
  * end, so a failure leaves no partial output); a tensor whose type does
- * not change is copied byte for byte (no round trip through f32).
+ * not change is copied byte for byte (no round trip through f32); the
+ * output's bytes do not depend on the thread count (rows are quantized
+ * independently, each into its own place).
  */
 
 #include <stdio.h>
@@ -14,6 +16,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/kvs_threads.h"
 #include "model/kvs_ggml_type.h"
 #include "model/kvs_hparams.h"
 #include "model/kvs_quant.h"
@@ -294,8 +297,25 @@ kvs_quant_mix_type(const kvs_quant_mix_t *mix, const char *name,
 typedef struct {
     const kvs_gguf_t  *in;
     const uint32_t    *types;         /* output type by input tensor */
-    float             *f;             /* [chunk] */
+    kvs_threads_t     *tp;
+    float             *f;             /* [threads][chunk] */
+    uint64_t           chunk;         /* the largest tensor chunk */
 } kvs_quantize_ctx_t;
+
+/* One tensor's conversion, split into tasks of a chunk of whole rows:
+ * rows are quantized independently, so the bytes do not depend on how
+ * many threads share them. */
+typedef struct {
+    const kvs_quantize_ctx_t  *c;
+    const kvs_gguf_tensor_t   *t;
+    uint8_t                   *out;
+    uint32_t                   type;
+    uint64_t                   chunk;  /* elements per task */
+    uint64_t                   in_row; /* input bytes per row */
+    int                        failed; /* set once, by the first task
+                                          that fails; then err is its */
+    kvs_err_t                  err;
+} kvs_quantize_job_t;
 
 
 /* One metadata value (an array's elements recursively) re-encoded. */
@@ -398,28 +418,64 @@ kvs_quantize_chunk(uint64_t ne0)
 }
 
 
+static void
+kvs_quantize_task(void *arg, uint32_t task, uint32_t thread)
+{
+    int                          rc, was;
+    float                       *f;
+    uint64_t                     done, n;
+    kvs_err_t                    err;
+    kvs_quantize_job_t          *job;
+    const kvs_ggml_type_info_t  *to;
+
+    job = arg;
+    to = kvs_ggml_type_info(job->type);
+    f = job->c->f + (size_t) thread * job->c->chunk;
+    done = (uint64_t) task * job->chunk;
+    n = job->t->nelem - done < job->chunk ? job->t->nelem - done
+                                          : job->chunk;
+
+    kvs_err_clear(&err);
+
+    rc = kvs_quant_dequantize(job->t->type, (const uint8_t *) job->t->data
+                              + done / job->t->ne[0] * job->in_row,
+                              f, (size_t) n, &err);
+    if (rc == KVS_OK) {
+        rc = kvs_quant_quantize(job->type, f,
+                                job->out + done / to->block * to->size,
+                                (size_t) n, &err);
+    }
+
+    was = 0;
+    if (rc != KVS_OK
+        && __atomic_compare_exchange_n(&job->failed, &was, 1, 0,
+                                       __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    {
+        job->err = err;
+    }
+}
+
+
 /* The writer's fill for a tensor whose type changes: the input's rows
- * dequantized and quantized through the table, a chunk at a time. */
+ * dequantized and quantized through the table, a chunk per task. */
 static int
 kvs_quantize_fill(void *arg, const char *name, void *dst, uint64_t nbytes,
     kvs_err_t *err)
 {
-    int                          rc;
-    uint8_t                     *out;
-    uint32_t                     type;
-    uint64_t                     i, chunk, done, n, in_row;
+    uint64_t                     i, tasks;
     kvs_quantize_ctx_t          *c;
+    kvs_quantize_job_t           job;
     const kvs_gguf_tensor_t     *t;
     const kvs_ggml_type_info_t  *ti, *to;
 
     c = arg;
     t = NULL;
-    type = 0;
+    memset(&job, 0, sizeof(job));
 
     for (i = 0; i < kvs_gguf_n_tensors(c->in); i++) {
         t = kvs_gguf_tensor_at(c->in, i);
         if (kvs_gguf_str_eq(t->name, name)) {
-            type = c->types[i];
+            job.type = c->types[i];
             break;
         }
         t = NULL;
@@ -430,32 +486,29 @@ kvs_quantize_fill(void *arg, const char *name, void *dst, uint64_t nbytes,
     }
 
     ti = kvs_ggml_type_info(t->type);
-    to = kvs_ggml_type_info(type);
-    in_row = t->ne[0] / ti->block * ti->size;
-    chunk = kvs_quantize_chunk(t->ne[0]);
-    out = dst;
+    to = kvs_ggml_type_info(job.type);
 
-    for (done = 0; done < t->nelem; done += n) {
-        n = t->nelem - done < chunk ? t->nelem - done : chunk;
+    if (t->nelem / to->block * to->size > nbytes) {
+        return kvs_err_set(err, KVS_EINVAL, "tensor %s: output too small",
+                           name);
+    }
 
-        if ((n / to->block) * to->size > nbytes) {
-            return kvs_err_set(err, KVS_EINVAL, "tensor %s: "
-                               "output too small", name);
-        }
+    job.c = c;
+    job.t = t;
+    job.out = dst;
+    job.in_row = t->ne[0] / ti->block * ti->size;
+    job.chunk = kvs_quantize_chunk(t->ne[0]);
+    tasks = (t->nelem + job.chunk - 1) / job.chunk;
 
-        rc = kvs_quant_dequantize(t->type, (const uint8_t *) t->data
-                                           + done / t->ne[0] * in_row,
-                                  c->f, (size_t) n, err);
-        if (rc == KVS_OK) {
-            rc = kvs_quant_quantize(type, c->f, out, (size_t) n, err);
-        }
+    if (tasks > UINT32_MAX) {
+        return kvs_err_set(err, KVS_EINVAL, "tensor %s: too large", name);
+    }
 
-        if (rc != KVS_OK) {
-            return kvs_err_prefix(err, "tensor %s", name);
-        }
+    kvs_threads_run(c->tp, kvs_quantize_task, &job, (uint32_t) tasks);
 
-        out += n / to->block * to->size;
-        nbytes -= n / to->block * to->size;
+    if (job.failed) {
+        *err = job.err;
+        return kvs_err_prefix(err, "tensor %s", name);
     }
 
     return KVS_OK;
@@ -465,6 +518,14 @@ kvs_quantize_fill(void *arg, const char *name, void *dst, uint64_t nbytes,
 int
 kvs_quantize_file(const char *in, const char *out,
     const kvs_quant_mix_t *mix, kvs_err_t *err)
+{
+    return kvs_quantize_file_threads(in, out, mix, 1, err);
+}
+
+
+int
+kvs_quantize_file_threads(const char *in, const char *out,
+    const kvs_quant_mix_t *mix, unsigned n_threads, kvs_err_t *err)
 {
     int                       rc;
     char                      name[KVS_GGUF_MAX_NAME + 1];
@@ -485,6 +546,7 @@ kvs_quantize_file(const char *in, const char *out,
     types = NULL;
     w = NULL;
     ctx.f = NULL;
+    ctx.tp = NULL;
 
     rc = kvs_hparams_read(&hp, g, err);
     if (rc != KVS_OK) {
@@ -535,7 +597,13 @@ kvs_quantize_file(const char *in, const char *out,
     }
 
     if (chunk > 0) {
-        ctx.f = malloc(chunk * sizeof(float));
+        rc = kvs_threads_new(&ctx.tp, n_threads, err);
+        if (rc != KVS_OK) {
+            goto done;
+        }
+
+        ctx.chunk = chunk;
+        ctx.f = malloc(chunk * n_threads * sizeof(float));
         if (ctx.f == NULL) {
             rc = kvs_err_set(err, KVS_ENOMEM, "out of memory");
             goto done;
@@ -575,6 +643,7 @@ kvs_quantize_file(const char *in, const char *out,
 done:
 
     kvs_gguf_writer_free(w);
+    kvs_threads_free(ctx.tp);
     free(ctx.f);
     free(types);
     kvs_gguf_close(g);

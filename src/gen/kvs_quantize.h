@@ -82,4 +82,9 @@ uint32_t kvs_quant_mix_type(const kvs_quant_mix_t *mix, const char *name,
 int kvs_quantize_file(const char *in, const char *out,
     const kvs_quant_mix_t *mix, kvs_err_t *err);
 
+/* The same on n_threads threads (1 .. KVS_THREADS_MAX), to the same
+ * bytes. */
+int kvs_quantize_file_threads(const char *in, const char *out,
+    const kvs_quant_mix_t *mix, unsigned n_threads, kvs_err_t *err);
+
 #endif /* KVS_QUANTIZE_H */

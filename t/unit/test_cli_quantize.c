@@ -420,6 +420,70 @@ run_cli(const char *args, char *out, size_t size)
 }
 
 
+/* A file's bytes, whole, into a test_malloc'ed buffer. */
+static uint8_t *
+slurp(const char *path, size_t *len)
+{
+    FILE     *f;
+    uint8_t  *b;
+
+    f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    *len = (size_t) ftell(f);
+    rewind(f);
+    b = test_malloc(*len + 1);
+    assert_int_equal(fread(b, 1, *len, f), *len);
+    fclose(f);
+
+    return b;
+}
+
+
+/* The thread count changes no byte of the output: tasks are whole rows,
+ * each written to its own place. */
+static void
+test_threads(void **state)
+{
+    static const char  *mixes[] = { "q4_k_m", "iq4_xs", "q5_1", "q2_k" };
+
+    char                    in[256], a[300], b[300];
+    size_t                  i, la, lb;
+    uint8_t                *ba, *bb;
+    kvs_err_t               err;
+    const kvs_quant_mix_t  *mix;
+
+    (void) state;
+
+    snprintf(in, sizeof(in), "%s", kvs_test_tmp("test_cli_quantize.t.gguf"));
+    snprintf(a, sizeof(a), "%s.1", in);
+    snprintf(b, sizeof(b), "%s.3", in);
+    gen(in, 256, 512, 2, 0);
+
+    for (i = 0; i < sizeof(mixes) / sizeof(mixes[0]); i++) {
+        mix = kvs_quant_mix(mixes[i]);
+        assert_non_null(mix);
+
+        if (kvs_quantize_file_threads(in, a, mix, 1, &err) != KVS_OK
+            || kvs_quantize_file_threads(in, b, mix, 3, &err) != KVS_OK)
+        {
+            fail_msg("%s: %s", mixes[i], err.msg);
+        }
+
+        ba = slurp(a, &la);
+        bb = slurp(b, &lb);
+        assert_int_equal(la, lb);
+        assert_memory_equal(ba, bb, la);
+        test_free(ba);
+        test_free(bb);
+    }
+
+    unlink(a);
+    unlink(b);
+    unlink(in);
+}
+
+
 static void
 test_cli(void **state)
 {
@@ -474,6 +538,7 @@ main(void)
         cmocka_unit_test(test_mixes),
         cmocka_unit_test(test_tied),
         cmocka_unit_test(test_fallback),
+        cmocka_unit_test(test_threads),
         cmocka_unit_test(test_cli),
     };
 
