@@ -45,19 +45,14 @@
 
 #include "model/kvs_dtype.h"
 #include "model/kvs_quant.h"
-
-
-#define KVS_IQ4_BLOCK      32
-#define KVS_IQ4_NL_BYTES   18
-#define KVS_IQ4_XS_BLOCK   256
-#define KVS_IQ4_XS_BYTES   136
-#define KVS_IQ4_XS_SUBS    8
+#include "model/kvs_quant_iq4.h"
 
 /* the f16 largest finite value: a scale beyond it would be stored inf */
 #define KVS_IQ4_F16_MAX    65504.0f
 
 
-static const int8_t  kvs_iq4_kv[16] = {
+/* the grid, shared with the CPU products (kvs_quant.h) */
+const int8_t  kvs_iq4_kv[16] = {
     -127, -104, -83, -65, -49, -35, -22, -10,
     1, 13, 25, 38, 53, 69, 89, 113
 };
@@ -276,20 +271,17 @@ kvs_iq4_nl_quantize(const float *src, uint8_t *dst, size_t n)
 void
 kvs_iq4_xs_dequantize(const uint8_t *src, float *dst, size_t n)
 {
-    size_t    b, s;
+    size_t    b;
     float     d;
-    unsigned  ls;
-    uint16_t  sh;
+    unsigned  s, ls;
 
     for (b = 0; b < n / KVS_IQ4_XS_BLOCK; b++) {
-        d = kvs_f16_load(src);
-        sh = (uint16_t) (src[2] | src[3] << 8);
+        d = kvs_f16_load(src + KVS_IQ4_XS_D);
 
         for (s = 0; s < KVS_IQ4_XS_SUBS; s++) {
-            ls = ((src[4 + s / 2] >> 4 * (s & 1)) & 0x0f)
-                 | ((sh >> 2 * s) & 3) << 4;
-            kvs_iq4_unpack(src + 8 + 16 * s, d * (float) ((int) ls - 32),
-                           dst + 32 * s);
+            ls = kvs_iq4_xs_ls(src, s);
+            kvs_iq4_unpack(src + KVS_IQ4_XS_QS + 16 * s,
+                           d * (float) ((int) ls - 32), dst + 32 * s);
         }
 
         src += KVS_IQ4_XS_BYTES;

@@ -64,6 +64,12 @@
 #define KVS_CPU_BLAS_MIN   64
 #define KVS_CPU_BLAS_TILE  256
 
+/* Tokens per pass of a quantized product (kvs_cpu_qdot.h) over a task's
+ * rows: their int8 inputs stay in L1 / L2 while the rows stream past. */
+#ifndef KVS_CPU_QCHUNK
+#define KVS_CPU_QCHUNK     16
+#endif
+
 /* Packed Q8_0 (AVX-512 VNNI): rows in groups of 16; per group and block
  * of 32 columns, 8 vectors of [16 rows][4 bytes] (weights + 128, as
  * unsigned bytes) then, in a second array, the 16 rows' f16 scales. */

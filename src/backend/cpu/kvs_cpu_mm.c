@@ -10,12 +10,13 @@
  * depend on the batch, the thread or the tile, so a token's results are
  * the same alone or batched (stories260K's texts stay byte exact with
  * it).  Non-F32 rows are converted four at a time into the thread's
- * scratch (exact conversions; types other than F16 / BF16 / Q8_0 through
- * kvs_quant's table), reused by every token of the step.  From
- * KVS_CPU_BLAS_MIN tokens on, F32 / F16 / BF16 go to sgemm instead, on
- * tiles of up to KVS_CPU_BLAS_TILE rows; those sums differ from ours in
- * the last bits (~2e-7 relative) and depend on the tiles' bounds, which
- * depend only on the matrix, never on the threads.
+ * scratch (exact conversions; types other than F16 / BF16 / Q8_0 and
+ * those below through kvs_quant's table), reused by every token of the
+ * step.  From KVS_CPU_BLAS_MIN tokens on, F32 / F16 / BF16 (and those
+ * converted types) go to sgemm instead, on tiles of up to
+ * KVS_CPU_BLAS_TILE rows; those sums differ from ours in the last bits
+ * (~2e-7 relative) and depend on the tiles' bounds, which depend only on
+ * the matrix, never on the threads.
  *
  * Q8_0 stays quantized for every batch size, so that batching still
  * changes nothing: the input is quantized to int8 blocks (float scale,
@@ -24,6 +25,13 @@
  * floats.  With AVX-512 VNNI the weights were packed at load
  * (kvs_cpu_q8p_fill) and the kernel takes 16 rows by up to 8 tokens per
  * pass; else the AVX2 or portable dot runs per (row, token).
+ *
+ * The types of kvs_cpu_qdot's table stay quantized the same way for
+ * every batch size (kvs_cpu_qdot.h): Q2_K .. Q6_K and IQ4_XS take the
+ * input quantized per 256 columns (kvs_cpu_q8k_t), and a task runs its
+ * rows' kernels on KVS_CPU_QCHUNK tokens at a time, each kernel reading
+ * a row once for all of them; a token's result is the same alone, in any
+ * chunk, and at either kernel level.
  */
 
 #include <math.h>
@@ -419,6 +427,7 @@ kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
 
     if (mat->qd != NULL) {
         size_t           xstride;
+        uint32_t         i0, nc;
         const void      *xin;
         kvs_cpu_qdot_pt  dot;
 
@@ -432,10 +441,18 @@ kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
             xstride = (mat->cols / KVS_Q8_0_BLOCK) * sizeof(kvs_cpu_q8_t);
         }
 
-        for (r = r0; r < r0 + job->tile && r < mat->rows; r++) {
-            dot(job->y[m] + r, mat->rows,
-                (const uint8_t *) mat->data + (size_t) r * mat->row_bytes,
-                xin, xstride, job->n, mat->cols);
+        /* tokens by chunks, each through all the task's rows: a chunk's
+         * inputs stay in cache while the rows stream past them (a
+         * kernel's result for a token does not depend on its company) */
+        for (i0 = 0; i0 < job->n; i0 += KVS_CPU_QCHUNK) {
+            nc = job->n - i0 < KVS_CPU_QCHUNK ? job->n - i0 : KVS_CPU_QCHUNK;
+
+            for (r = r0; r < r0 + job->tile && r < mat->rows; r++) {
+                dot(job->y[m] + (size_t) i0 * mat->rows + r, mat->rows,
+                    (const uint8_t *) mat->data + (size_t) r * mat->row_bytes,
+                    (const uint8_t *) xin + (size_t) i0 * xstride, xstride,
+                    nc, mat->cols);
+            }
         }
         return;
     }

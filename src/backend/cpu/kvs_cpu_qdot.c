@@ -17,6 +17,12 @@ static const kvs_cpu_qdot_t  kvs_cpu_qdots[] = {
     /* the 32-column types (kvs_cpu_ql.c) */
 
     /* the 256-column types (kvs_cpu_qk.c) */
+    KVS_CPU_QDOT(KVS_GGML_Q2_K, KVS_CPU_ACT_Q8K, kvs_cpu_qdot_q2_k),
+    KVS_CPU_QDOT(KVS_GGML_Q3_K, KVS_CPU_ACT_Q8K, kvs_cpu_qdot_q3_k),
+    KVS_CPU_QDOT(KVS_GGML_Q4_K, KVS_CPU_ACT_Q8K, kvs_cpu_qdot_q4_k),
+    KVS_CPU_QDOT(KVS_GGML_Q5_K, KVS_CPU_ACT_Q8K, kvs_cpu_qdot_q5_k),
+    KVS_CPU_QDOT(KVS_GGML_Q6_K, KVS_CPU_ACT_Q8K, kvs_cpu_qdot_q6_k),
+    KVS_CPU_QDOT(KVS_GGML_IQ4_XS, KVS_CPU_ACT_Q8K, kvs_cpu_qdot_iq4_xs),
 
 #undef KVS_CPU_QDOT
     { 0, 0, NULL, NULL }

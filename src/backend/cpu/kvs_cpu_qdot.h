@@ -64,6 +64,36 @@ typedef struct kvs_cpu_qdot_s {
     kvs_cpu_qdot_pt   dot_avx2;       /* or NULL: the portable one */
 } kvs_cpu_qdot_t;
 
+/*
+ * The float part of the 256-column products, the same at every level: per
+ * super-block b and token, the exact int32 sums isum (sum over the
+ * sub-blocks of scale * sum(q_w * q_x)) and, for the types with minimums
+ * (Q2_K, Q4_K, Q5_K), msum (sum of min * bsum) are folded into the
+ * token's float accumulator, from 0, b ascending:
+ *
+ *   acc = acc + (d_w * d_x) * (float) isum
+ *   acc = acc - (dmin_w * d_x) * (float) msum      (with minimums only)
+ *
+ * each operation rounded on its own (the kernels' files build with
+ * contraction off; these inline into them).
+ */
+static inline float
+kvs_cpu_qk_acc(float acc, float d, float dx, int32_t isum)
+{
+    return acc + (d * dx) * (float) isum;
+}
+
+
+static inline float
+kvs_cpu_qk_acc_min(float acc, float d, float dmin, float dx, int32_t isum,
+    int32_t msum)
+{
+    acc = acc + (d * dx) * (float) isum;
+
+    return acc - (dmin * dx) * (float) msum;
+}
+
+
 /* The entry of type, or NULL: F32 / F16 / BF16 (float products). */
 const kvs_cpu_qdot_t *kvs_cpu_qdot_find(uint32_t type);
 
