@@ -78,6 +78,10 @@ void kvs_q5_k_quantize(const float *src, uint8_t *dst, size_t n);
 void kvs_q6_k_dequantize(const uint8_t *src, float *dst, size_t n);
 void kvs_q6_k_quantize(const float *src, uint8_t *dst, size_t n);
 
+/* IQ4_NL's and IQ4_XS's 16 levels (kvs_quant_iq4.c), for the products
+ * that keep these weights quantized. */
+extern const int8_t kvs_iq4_kv[16];
+
 void kvs_iq4_nl_dequantize(const uint8_t *src, float *dst, size_t n);
 void kvs_iq4_nl_quantize(const float *src, uint8_t *dst, size_t n);
 void kvs_iq4_xs_dequantize(const uint8_t *src, float *dst, size_t n);

@@ -57,7 +57,8 @@
 #define KVS_IQ4_F16_MAX    65504.0f
 
 
-static const int8_t  kvs_iq4_kv[16] = {
+/* the grid, shared with the CPU products (kvs_quant.h) */
+const int8_t  kvs_iq4_kv[16] = {
     -127, -104, -83, -65, -49, -35, -22, -10,
     1, 13, 25, 38, 53, 69, 89, 113
 };

@@ -15,8 +15,9 @@
  * score's) summation order depends only on that output's own shapes,
  * never on the batch, the tile or the thread, so a token's results are
  * the same alone or batched (below KVS_CPU_BLAS_MIN tokens).  Kernel
- * levels may differ from one another in the last bits; a process uses
- * one level for every step.
+ * levels may differ from one another in the last bits (not the quantized
+ * products of kvs_cpu_qdot's table: kvs_cpu_qdot.h); a process uses one
+ * level for every step.
  */
 
 #ifndef KVS_CPU_IMPL_H
@@ -153,8 +154,6 @@ void kvs_cpu_mm_rows_avx2(float *y, size_t ldy, const float *x,
 void kvs_cpu_row_avx2(const kvs_cpu_mat_t *w, const uint8_t *p,
     float *dst);
 void kvs_cpu_q8_quant_avx2(const float *x, kvs_cpu_q8_t *dst,
-    uint32_t cols);
-float kvs_cpu_q8_dot_avx2(const uint8_t *p, const kvs_cpu_q8_t *xq,
     uint32_t cols);
 void kvs_cpu_mm_rows_avx512(float *y, size_t ldy, const float *x,
     uint32_t n, uint32_t cols, const float *const *w, uint32_t nr);

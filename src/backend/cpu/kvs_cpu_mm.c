@@ -17,13 +17,17 @@
  * the last bits (~2e-7 relative) and depend on the tiles' bounds, which
  * depend only on the matrix, never on the threads.
  *
- * Q8_0 stays quantized for every batch size, so that batching still
- * changes nothing: the input is quantized to int8 blocks (float scale,
- * kvs_cpu_q8_quant, the same on every CPU) and each output is, per block
- * of 32, an exact int32 sum of products scaled by d_w * d_x, summed in
- * floats.  With AVX-512 VNNI the weights were packed at load
- * (kvs_cpu_q8p_fill) and the kernel takes 16 rows by up to 8 tokens per
- * pass; else the AVX2 or portable dot runs per (row, token).
+ * The types of kvs_cpu_qdot's table (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+ * IQ4_NL, ...) stay quantized for every batch size, so that batching
+ * still changes nothing: the input is quantized once per product into
+ * int8 blocks (float scale, kvs_cpu_q8_quant, the same on every CPU) and
+ * each output is built from exact int32 sums per block, scaled and
+ * summed in a float order fixed by the row length (kvs_cpu_qdot.h), the
+ * same for the portable and AVX2 kernels.  A task runs its rows over
+ * chunks of tokens whose inputs stay in L2 (KVS_CPU_QDOT_CHUNK), each
+ * row's blocks unpacked once for several tokens.  With AVX-512 VNNI,
+ * Q8_0's weights were packed at load (kvs_cpu_q8p_fill) and its kernel
+ * takes 16 rows by up to 8 tokens per pass instead (its own float order).
  */
 
 #include <math.h>
@@ -39,6 +43,14 @@
 
 #if KVS_CPU_X86
 #include <cpuid.h>
+#endif
+
+
+/* Input bytes of the tokens a quantized product takes per pass over a
+ * tile's rows: those tokens' blocks stay in L2 while every row reads
+ * them (a 512-token prefill's whole input would not). */
+#ifndef KVS_CPU_QDOT_CHUNK
+#define KVS_CPU_QDOT_CHUNK  (64 * 1024)
 #endif
 
 
@@ -67,8 +79,6 @@ _Static_assert(KVS_CPU_TILE % KVS_CPU_Q8P_ROWS == 0
 
 static void kvs_cpu_mm_rows(float *y, size_t ldy, const float *x,
     uint32_t n, uint32_t cols, const float *const *w, uint32_t nr);
-static float kvs_cpu_q8_dot(const uint8_t *p, const kvs_cpu_q8_t *xq,
-    uint32_t cols);
 static void kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread);
 
 
@@ -263,36 +273,6 @@ kvs_cpu_q8_quant(const float *x, kvs_cpu_q8_t *dst, uint32_t cols)
 }
 
 
-/* Q8_0 row p[cols] . xq without AVX2: the same int8 block sums; only
- * the float accumulation order differs from the SIMD kernels. */
-static float
-kvs_cpu_q8_dot(const uint8_t *p, const kvs_cpu_q8_t *xq, uint32_t cols)
-{
-    float          acc;
-    int32_t        sum;
-    uint16_t       dh;
-    uint32_t       b, j;
-    const int8_t  *qw;
-
-    acc = 0.0f;
-
-    for (b = 0; b < cols / KVS_Q8_0_BLOCK; b++) {
-        memcpy(&dh, p, 2);
-        qw = (const int8_t *) (p + 2);
-        sum = 0;
-
-        for (j = 0; j < KVS_Q8_0_BLOCK; j++) {
-            sum += (int32_t) qw[j] * xq[b].q[j];
-        }
-
-        acc += kvs_f16_to_f32(dh) * xq[b].d * (float) sum;
-        p += KVS_Q8_0_BYTES;
-    }
-
-    return acc;
-}
-
-
 size_t
 kvs_cpu_q8p_size(const kvs_cpu_mat_t *w)
 {
@@ -368,9 +348,10 @@ kvs_cpu_q8p_fill(const kvs_cpu_mat_t *w, uint8_t *dst)
 
 /*
  * One task of a product: rows [r0, r0 + tile) of one of the job's
- * matrices, for every token: packed Q8_0 by groups of 16 rows, Q8_0 dots
- * per (row, token), sgemm on the tile, or four rows at a time converted
- * (if not F32) into the thread's scratch.
+ * matrices, for every token: packed Q8_0 by groups of 16 rows, the
+ * table's quantized kernel row by row over chunks of tokens, sgemm on the
+ * tile, or four rows at a time converted (if not F32) into the thread's
+ * scratch.
  */
 static void
 kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
@@ -407,6 +388,7 @@ kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
 
     if (mat->qd != NULL) {
         size_t           xstride;
+        uint32_t         i0, ni, chunk;
         const void      *xin;
         kvs_cpu_qdot_pt  dot;
 
@@ -420,33 +402,20 @@ kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
             xstride = (mat->cols / KVS_Q8_0_BLOCK) * sizeof(kvs_cpu_q8_t);
         }
 
-        for (r = r0; r < r0 + job->tile && r < mat->rows; r++) {
-            dot(job->y[m] + r, mat->rows,
-                (const uint8_t *) mat->data + (size_t) r * mat->row_bytes,
-                xin, xstride, job->n, mat->cols);
-        }
-        return;
-    }
+        /* the tile's rows for a chunk of tokens whose inputs stay in
+         * the cache, then the next chunk (a token's results do not
+         * depend on the tokens it shares a call with) */
+        chunk = (uint32_t) (KVS_CPU_QDOT_CHUNK / xstride) & ~3u;
+        chunk = chunk < 4 ? 4 : chunk;
 
-    if (job->xq != NULL && mat->type == KVS_GGML_Q8_0) {
-        uint32_t             i;
-        const uint8_t       *wq;
-        const kvs_cpu_q8_t  *xq;
+        for (i0 = 0; i0 < job->n; i0 += ni) {
+            ni = job->n - i0 < chunk ? job->n - i0 : chunk;
 
-        for (r = r0; r < r0 + job->tile && r < mat->rows; r++) {
-            wq = (const uint8_t *) mat->data + (size_t) r * mat->row_bytes;
-
-            for (i = 0; i < job->n; i++) {
-                xq = job->xq + (size_t) i * (mat->cols / KVS_Q8_0_BLOCK);
-#if KVS_CPU_X86
-                if (job->simd >= KVS_CPU_SIMD_AVX2) {
-                    job->y[m][(size_t) i * mat->rows + r] =
-                        kvs_cpu_q8_dot_avx2(wq, xq, mat->cols);
-                    continue;
-                }
-#endif
-                job->y[m][(size_t) i * mat->rows + r] =
-                    kvs_cpu_q8_dot(wq, xq, mat->cols);
+            for (r = r0; r < r0 + job->tile && r < mat->rows; r++) {
+                dot(job->y[m] + (size_t) i0 * mat->rows + r, mat->rows,
+                    (const uint8_t *) mat->data + (size_t) r * mat->row_bytes,
+                    (const uint8_t *) xin + i0 * xstride, xstride, ni,
+                    mat->cols);
             }
         }
         return;
@@ -541,7 +510,7 @@ kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
         if (job.w[m]->qd != NULL && job.w[m]->qd->act == KVS_CPU_ACT_Q8K) {
             job.xk = fw->xk;
 
-        } else if (job.w[m]->qd != NULL || job.w[m]->type == KVS_GGML_Q8_0) {
+        } else if (job.w[m]->qd != NULL) {
             job.xq = fw->xq;
         }
     }
