@@ -15,8 +15,9 @@
  * score's) summation order depends only on that output's own shapes,
  * never on the batch, the tile or the thread, so a token's results are
  * the same alone or batched (below KVS_CPU_BLAS_MIN tokens).  Kernel
- * levels may differ from one another in the last bits; a process uses
- * one level for every step.
+ * levels may differ from one another in the last bits (not the quantized
+ * products of kvs_cpu_qdot's table: kvs_cpu_qdot.h); a process uses one
+ * level for every step.
  */
 
 #ifndef KVS_CPU_IMPL_H
@@ -49,18 +50,18 @@
  * products), and a worker whose core is taken would hold the caller. */
 #define KVS_CPU_PAR_MIN    (1u << 16)
 
-/* From this many tokens on, F32 / F16 / BF16 products go to sgemm on
- * tiles of KVS_CPU_BLAS_TILE rows (dequantized first unless F32): a
- * prefill chunk's products run ~1.4x faster than in our kernel.  Each
- * sgemm call repacks its input, so larger tiles cost a little less
- * (+10% for 512 rows over 128 on a 512-token prefill; 256 and 512 are
- * within 1% of each other's instructions), and 256 lets two threads
- * share a 512-row matrix.  The tile is the same whatever the thread
- * count: sgemm's sum for an output depends on where its tile starts and
- * ends (OpenBLAS's Zen kernels block the rows unevenly), so a tile that
- * followed the thread count would change the logits with it.  Below
- * KVS_CPU_BLAS_MIN, decode batches, ours is as fast and keeps a token's
- * sums independent of its batch. */
+/* From this many tokens on, F32 / F16 / BF16 products go to a batched
+ * kernel on tiles of KVS_CPU_BLAS_TILE rows (converted to F32 first
+ * unless F32): ours (kvs_cpu_gemm_x86.c) from AVX2 on, whose outputs are
+ * each one FMA chain in column order whatever the tile or the batch; the
+ * BLAS library's sgemm at the portable level or with KVSERVE_CPU_BLAS=1,
+ * whose sum for an output depends on where its tile starts and ends
+ * (OpenBLAS's Zen kernels block the rows unevenly), which is why the tile
+ * is the same whatever the thread count.  256 rows let two threads share
+ * a 512-row matrix.  Below KVS_CPU_BLAS_MIN (decode batches) the 4-row
+ * kernels are as fast; their sums (8-lane) differ from the batched
+ * kernel's in the last bits, so a prompt's logits may differ in the last
+ * bits between a prefill of 64 tokens or more and one of fewer. */
 #define KVS_CPU_BLAS_MIN   64
 #define KVS_CPU_BLAS_TILE  256
 
@@ -173,8 +174,6 @@ void kvs_cpu_q8_quant_avx2(const float *x, kvs_cpu_q8_t *dst,
     uint32_t cols);
 void kvs_cpu_gemm_avx2(float *y, size_t ldy, const float *x, uint32_t n,
     uint32_t cols, const float *w, uint32_t nr);
-float kvs_cpu_q8_dot_avx2(const uint8_t *p, const kvs_cpu_q8_t *xq,
-    uint32_t cols);
 void kvs_cpu_mm_rows_avx512(float *y, size_t ldy, const float *x,
     uint32_t n, uint32_t cols, const float *const *w, uint32_t nr);
 void kvs_cpu_q8p_rows_avx512(float *y, size_t ldy, const kvs_cpu_mat_t *w,

@@ -13,25 +13,25 @@
  * scratch (exact conversions; types other than F16 / BF16 / Q8_0 and
  * those below through kvs_quant's table), reused by every token of the
  * step.  From KVS_CPU_BLAS_MIN tokens on, F32 / F16 / BF16 (and those
- * converted types) go to sgemm instead, on tiles of up to
- * KVS_CPU_BLAS_TILE rows; those sums differ from ours in the last bits
- * (~2e-7 relative) and depend on the tiles' bounds, which depend only on
- * the matrix, never on the threads.
+ * converted types) go to the batched kernel instead, on tiles of up to
+ * KVS_CPU_BLAS_TILE rows: kvs_cpu_gemm_avx2 (one FMA chain per output,
+ * independent of the tile and the batch) from AVX2 on, else the BLAS
+ * library's sgemm, whose sums depend on the tiles' bounds, which depend
+ * only on the matrix, never on the threads; either differs from the
+ * 4-row kernels in the last bits (~2e-7 relative).
  *
- * Q8_0 stays quantized for every batch size, so that batching still
- * changes nothing: the input is quantized to int8 blocks (float scale,
- * kvs_cpu_q8_quant, the same on every CPU) and each output is, per block
- * of 32, an exact int32 sum of products scaled by d_w * d_x, summed in
- * floats.  With AVX-512 VNNI the weights were packed at load
- * (kvs_cpu_q8p_fill) and the kernel takes 16 rows by up to 8 tokens per
- * pass; else the AVX2 or portable dot runs per (row, token).
- *
- * The types of kvs_cpu_qdot's table stay quantized the same way for
- * every batch size (kvs_cpu_qdot.h): Q2_K .. Q6_K and IQ4_XS take the
- * input quantized per 256 columns (kvs_cpu_q8k_t), and a task runs its
- * rows' kernels on KVS_CPU_QCHUNK tokens at a time, each kernel reading
- * a row once for all of them; a token's result is the same alone, in any
- * chunk, and at either kernel level.
+ * The types of kvs_cpu_qdot's table (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+ * IQ4_NL with a Q8_0-style input; Q2_K .. Q6_K and IQ4_XS with the input
+ * quantized per 256 columns, kvs_cpu_q8k_t) stay quantized for every
+ * batch size, so that batching still changes nothing: the input is
+ * quantized once per product into int8 blocks (float scales, the same
+ * bits on every CPU) and each output is built from exact int32 sums per
+ * block, scaled and summed in a float order fixed by the row length
+ * (kvs_cpu_qdot.h), the same for the portable and AVX2 kernels.  A task
+ * runs its rows over chunks of tokens whose inputs stay in cache, each
+ * row's blocks unpacked once for the chunk's tokens.  With AVX-512 VNNI,
+ * Q8_0's weights were packed at load (kvs_cpu_q8p_fill) and its kernel
+ * takes 16 rows by up to 8 tokens per pass instead (its own float order).
  */
 
 #include <math.h>
@@ -47,6 +47,14 @@
 
 #if KVS_CPU_X86
 #include <cpuid.h>
+#endif
+
+
+/* Input bytes of the tokens a quantized product takes per pass over a
+ * tile's rows: those tokens' blocks stay in L2 while every row reads
+ * them (a 512-token prefill's whole input would not). */
+#ifndef KVS_CPU_QDOT_CHUNK
+#define KVS_CPU_QDOT_CHUNK  (64 * 1024)
 #endif
 
 
@@ -76,8 +84,6 @@ _Static_assert(KVS_CPU_TILE % KVS_CPU_Q8P_ROWS == 0
 
 static void kvs_cpu_mm_rows(float *y, size_t ldy, const float *x,
     uint32_t n, uint32_t cols, const float *const *w, uint32_t nr);
-static float kvs_cpu_q8_dot(const uint8_t *p, const kvs_cpu_q8_t *xq,
-    uint32_t cols);
 static void kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread);
 
 
@@ -283,36 +289,6 @@ kvs_cpu_q8_quant(const float *x, kvs_cpu_q8_t *dst, uint32_t cols)
 }
 
 
-/* Q8_0 row p[cols] . xq without AVX2: the same int8 block sums; only
- * the float accumulation order differs from the SIMD kernels. */
-static float
-kvs_cpu_q8_dot(const uint8_t *p, const kvs_cpu_q8_t *xq, uint32_t cols)
-{
-    float          acc;
-    int32_t        sum;
-    uint16_t       dh;
-    uint32_t       b, j;
-    const int8_t  *qw;
-
-    acc = 0.0f;
-
-    for (b = 0; b < cols / KVS_Q8_0_BLOCK; b++) {
-        memcpy(&dh, p, 2);
-        qw = (const int8_t *) (p + 2);
-        sum = 0;
-
-        for (j = 0; j < KVS_Q8_0_BLOCK; j++) {
-            sum += (int32_t) qw[j] * xq[b].q[j];
-        }
-
-        acc += kvs_f16_to_f32(dh) * xq[b].d * (float) sum;
-        p += KVS_Q8_0_BYTES;
-    }
-
-    return acc;
-}
-
-
 size_t
 kvs_cpu_q8p_size(const kvs_cpu_mat_t *w)
 {
@@ -388,9 +364,10 @@ kvs_cpu_q8p_fill(const kvs_cpu_mat_t *w, uint8_t *dst)
 
 /*
  * One task of a product: rows [r0, r0 + tile) of one of the job's
- * matrices, for every token: packed Q8_0 by groups of 16 rows, Q8_0 dots
- * per (row, token), sgemm on the tile, or four rows at a time converted
- * (if not F32) into the thread's scratch.
+ * matrices, for every token: packed Q8_0 by groups of 16 rows, the
+ * table's quantized kernel row by row over chunks of tokens, sgemm on the
+ * tile, or four rows at a time converted (if not F32) into the thread's
+ * scratch.
  */
 static void
 kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
@@ -427,7 +404,7 @@ kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
 
     if (mat->qd != NULL) {
         size_t           xstride;
-        uint32_t         i0, nc;
+        uint32_t         i0, ni, chunk;
         const void      *xin;
         kvs_cpu_qdot_pt  dot;
 
@@ -441,41 +418,26 @@ kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
             xstride = (mat->cols / KVS_Q8_0_BLOCK) * sizeof(kvs_cpu_q8_t);
         }
 
-        /* tokens by chunks, each through all the task's rows: a chunk's
-         * inputs stay in cache while the rows stream past them (a
-         * kernel's result for a token does not depend on its company) */
-        for (i0 = 0; i0 < job->n; i0 += KVS_CPU_QCHUNK) {
-            nc = job->n - i0 < KVS_CPU_QCHUNK ? job->n - i0 : KVS_CPU_QCHUNK;
+        /* the tile's rows for a chunk of tokens whose inputs stay in
+         * the cache, then the next chunk (a token's results do not
+         * depend on the tokens it shares a call with); the sizes are the
+         * ones measured best for each input's kernels */
+        if (mat->qd->act == KVS_CPU_ACT_Q8K) {
+            chunk = KVS_CPU_QCHUNK;
+
+        } else {
+            chunk = (uint32_t) (KVS_CPU_QDOT_CHUNK / xstride) & ~3u;
+            chunk = chunk < 4 ? 4 : chunk;
+        }
+
+        for (i0 = 0; i0 < job->n; i0 += ni) {
+            ni = job->n - i0 < chunk ? job->n - i0 : chunk;
 
             for (r = r0; r < r0 + job->tile && r < mat->rows; r++) {
                 dot(job->y[m] + (size_t) i0 * mat->rows + r, mat->rows,
                     (const uint8_t *) mat->data + (size_t) r * mat->row_bytes,
-                    (const uint8_t *) xin + (size_t) i0 * xstride, xstride,
-                    nc, mat->cols);
-            }
-        }
-        return;
-    }
-
-    if (job->xq != NULL && mat->type == KVS_GGML_Q8_0) {
-        uint32_t             i;
-        const uint8_t       *wq;
-        const kvs_cpu_q8_t  *xq;
-
-        for (r = r0; r < r0 + job->tile && r < mat->rows; r++) {
-            wq = (const uint8_t *) mat->data + (size_t) r * mat->row_bytes;
-
-            for (i = 0; i < job->n; i++) {
-                xq = job->xq + (size_t) i * (mat->cols / KVS_Q8_0_BLOCK);
-#if KVS_CPU_X86
-                if (job->simd >= KVS_CPU_SIMD_AVX2) {
-                    job->y[m][(size_t) i * mat->rows + r] =
-                        kvs_cpu_q8_dot_avx2(wq, xq, mat->cols);
-                    continue;
-                }
-#endif
-                job->y[m][(size_t) i * mat->rows + r] =
-                    kvs_cpu_q8_dot(wq, xq, mat->cols);
+                    (const uint8_t *) xin + i0 * xstride, xstride, ni,
+                    mat->cols);
             }
         }
         return;
@@ -579,7 +541,7 @@ kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
         if (job.w[m]->qd != NULL && job.w[m]->qd->act == KVS_CPU_ACT_Q8K) {
             job.xk = fw->xk;
 
-        } else if (job.w[m]->qd != NULL || job.w[m]->type == KVS_GGML_Q8_0) {
+        } else if (job.w[m]->qd != NULL) {
             job.xq = fw->xq;
         }
     }

@@ -4,8 +4,9 @@
  * which ones this CPU runs).  Other architectures compile nothing here.
  *
  *   AVX2 + FMA + F16C   F32 rows (2 tokens x 4 rows per pass), row
- *                       conversions, the Q8_0 input quantization and the
- *                       Q8_0 dot per (row, token)
+ *                       conversions, the Q8_0 input quantization (the
+ *                       quantized types' products: kvs_cpu_ql_x86.c,
+ *                       kvs_cpu_qk_x86.c)
  *   AVX-512             F32 rows (6 tokens x 4 rows per pass, 16 lanes);
  *                       with VNNI, packed Q8_0: 16 rows x up to 8 tokens
  *                       per pass, vpdpbusd
@@ -144,35 +145,6 @@ kvs_cpu_mm_rows_avx2(float *y, size_t ldy, const float *x, uint32_t n,
             }
         }
     }
-}
-
-
-/* Q8_0 row p[cols] . quantized activation xq: int8 products summed in
- * int32 per block, scaled and accumulated in floats. */
-__attribute__((target("avx2,fma,f16c"))) float
-kvs_cpu_q8_dot_avx2(const uint8_t *p, const kvs_cpu_q8_t *xq, uint32_t cols)
-{
-    uint16_t  dh;
-    uint32_t  b;
-    __m256    acc;
-    __m256i   qw, qx, aw, sx, ones;
-
-    acc = _mm256_setzero_ps();
-    ones = _mm256_set1_epi16(1);
-
-    for (b = 0; b < cols / KVS_Q8_0_BLOCK; b++) {
-        memcpy(&dh, p, 2);
-        qw = _mm256_loadu_si256((const __m256i *) (p + 2));
-        qx = _mm256_loadu_si256((const __m256i *) xq[b].q);
-        aw = _mm256_sign_epi8(qw, qw);
-        sx = _mm256_sign_epi8(qx, qw);
-        qx = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(dh) * xq[b].d),
-                              _mm256_cvtepi32_ps(qx), acc);
-        p += KVS_Q8_0_BYTES;
-    }
-
-    return kvs_cpu_hsum(acc);
 }
 
 
