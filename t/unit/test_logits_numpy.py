@@ -18,8 +18,10 @@ sides dequantize the same stored values to exact floats.  A Q8_0 matrix
 multiplies activations quantized to Q8_0 blocks, as ggml defines the
 Q8_0 x Q8_0 product (per block of 32: d = max|x| / 127, q = round(x / d)
 to nearest even, products of the int8 values scaled by both blocks' d),
-so the reference applies that definition too.  Exits non-zero on any
-failure.
+so the reference applies that definition too; from the first position
+where such a rounding is a near-tie (TIE below) it may round apart from
+ours, and that position and the later ones are held to the input
+quantization's error (TOL_TIE) instead.  Exits non-zero on any failure.
 """
 
 import os
@@ -33,6 +35,16 @@ from gguf import (GGMLQuantizationType, GGUFReader, GGUFWriter,
 from gguf.quants import dequantize
 
 TOL = 1e-4
+# Q8_0 models: the input's quantization rounds x / d to the nearest
+# integer; where x / d is within TIE of a .5 (about 3 float32 ulps at 64),
+# our float32 activations and the float64 reference may round apart, and
+# one flipped int8 moves that position's logits and every later one by the
+# input quantization's own error.  Positions from the first such near-tie
+# (over every layer) are held to TOL_TIE instead of TOL; the count is
+# printed.
+TIE = 2e-5
+TOL_TIE = 5e-2
+Q8_TIES = []
 CLI = os.environ.get("KVS_CLI", "build/kvserve")
 
 
@@ -69,7 +81,15 @@ def q8_matmul(h, d_w, q_w):
     d_x = np.abs(xb).max(axis=2) / np.float32(127.0)
     inv = np.where(d_x != 0, np.float32(1.0) / np.where(d_x != 0, d_x, 1),
                    np.float32(0.0)).astype(np.float32)
-    q_x = np.rint(xb * inv[:, :, None]).astype(np.int64)
+    z = xb * inv[:, :, None]
+    q_x = np.rint(z).astype(np.int64)
+    # a value within TIE of a rounding boundary may round the other way
+    # from activations that differ from ours in the last bits: note the
+    # first position where one does
+    near = np.abs(np.abs(z) - np.floor(np.abs(z)) - np.float32(0.5)) < TIE
+    rows = np.nonzero(near.any(axis=(1, 2)))[0]
+    if rows.size:
+        Q8_TIES.append(int(rows[0]))
     dots = np.einsum("tbk,obk->tob", q_x, q_w)
     return (dots * (d_w[None, :, :] * d_x[:, None, :].astype(np.float64))
             ).sum(axis=2)
@@ -198,9 +218,10 @@ def ours(path, ids, n_vocab, *extra):
     return a.reshape(len(ids), n_vocab).astype(np.float64)
 
 
-def rel_err(got, ref):
-    return float(np.max(np.max(np.abs(got - ref), axis=1)
-                        / np.max(np.abs(ref), axis=1)))
+def rel_errs(got, ref):
+    """Per position: max |difference| over max |reference|."""
+    return (np.max(np.abs(got - ref), axis=1)
+            / np.max(np.abs(ref), axis=1))
 
 
 def check(name, path, ids, runs=(("--chunk", "5"), ("--block", "3"),
@@ -208,17 +229,24 @@ def check(name, path, ids, runs=(("--chunk", "5"), ("--block", "3"),
     """Reference vs one-shot prefill and each of runs; True when all
     agree within TOL."""
     meta, w = load(path)
+    del Q8_TIES[:]
     ref = forward(meta, w, ids)
     n_vocab = ref.shape[1]
+    tie = min(Q8_TIES) if Q8_TIES else len(ids)
     try:
-        errs = [rel_err(ours(path, ids, n_vocab, *extra), ref)
-                for extra in ((),) + tuple(runs)]
+        per = [rel_errs(ours(path, ids, n_vocab, *extra), ref)
+               for extra in ((),) + tuple(runs)]
     except RuntimeError as e:
         print(f"FAIL {name}: {e}")
         return False, ref
-    ok = max(errs) < TOL
+    errs = [float(np.max(p[:tie], initial=0.0)) for p in per]
+    late = [float(np.max(p[tie:], initial=0.0)) for p in per]
+    ok = max(errs) < TOL and max(late) < TOL_TIE
     detail = "  ".join(f"{lbl} {e:.2e}" for lbl, e in
                        zip(["one-shot"] + [" ".join(r) for r in runs], errs))
+    if tie < len(ids):
+        detail += (f"  (near-tie at position {tie}: from there "
+                   f"{max(late):.2e}, bound {TOL_TIE:g})")
     print(f"{'ok  ' if ok else 'FAIL'} {name:<34} {detail}")
     return ok, ref
 
