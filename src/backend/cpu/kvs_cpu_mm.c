@@ -365,9 +365,9 @@ kvs_cpu_q8p_fill(const kvs_cpu_mat_t *w, uint8_t *dst)
 /*
  * One task of a product: rows [r0, r0 + tile) of one of the job's
  * matrices, for every token: packed Q8_0 by groups of 16 rows, the
- * table's quantized kernel row by row over chunks of tokens, sgemm on the
- * tile, or four rows at a time converted (if not F32) into the thread's
- * scratch.
+ * table's quantized kernel row by row over chunks of tokens, the batched
+ * kernel (ours or sgemm) on the tile, or four rows at a time converted
+ * (if not F32) into the thread's scratch.
  */
 static void
 kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
@@ -410,22 +410,18 @@ kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
 
         dot = kvs_cpu_qdot_at(mat->qd, job->simd);
 
-        if (mat->qd->act == KVS_CPU_ACT_Q8K) {
-            xin = job->xk;
-            xstride = (mat->cols / 256) * sizeof(kvs_cpu_q8k_t);
-        } else {
-            xin = job->xq;
-            xstride = (mat->cols / KVS_Q8_0_BLOCK) * sizeof(kvs_cpu_q8_t);
-        }
-
         /* the tile's rows for a chunk of tokens whose inputs stay in
          * the cache, then the next chunk (a token's results do not
          * depend on the tokens it shares a call with); the sizes are the
          * ones measured best for each input's kernels */
         if (mat->qd->act == KVS_CPU_ACT_Q8K) {
+            xin = job->xk;
+            xstride = (mat->cols / 256) * sizeof(kvs_cpu_q8k_t);
             chunk = KVS_CPU_QCHUNK;
 
         } else {
+            xin = job->xq;
+            xstride = (mat->cols / KVS_Q8_0_BLOCK) * sizeof(kvs_cpu_q8_t);
             chunk = (uint32_t) (KVS_CPU_QDOT_CHUNK / xstride) & ~3u;
             chunk = chunk < 4 ? 4 : chunk;
         }

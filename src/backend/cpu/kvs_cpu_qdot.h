@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/kvs_ggml_type.h"
 #include "kvs_cpu_impl.h"
 
 /* A product input quantized per 256 columns: d = max|x| / 127 over the
@@ -93,6 +94,24 @@ kvs_cpu_qk_acc_min(float acc, float d, float dmin, float dx, int32_t isum,
     return acc - (dmin * dx) * (float) msum;
 }
 
+
+/* Bytes of one 32-column block of the Q8_0-input types. */
+static inline uint32_t
+kvs_cpu_ql_bytes(uint32_t type)
+{
+    switch (type) {
+    case KVS_GGML_Q8_0:
+        return 34;
+    case KVS_GGML_Q4_1:
+        return 20;
+    case KVS_GGML_Q5_0:
+        return 22;
+    case KVS_GGML_Q5_1:
+        return 24;
+    default: /* Q4_0, IQ4_NL */
+        return 18;
+    }
+}
 
 /* The entry of type, or NULL: F32 / F16 / BF16 (float products). */
 const kvs_cpu_qdot_t *kvs_cpu_qdot_find(uint32_t type);

@@ -49,24 +49,6 @@ typedef struct {
 } kvs_ql_blk_t;
 
 
-static inline uint32_t
-kvs_ql_bytes(uint32_t type)
-{
-    switch (type) {
-    case KVS_GGML_Q8_0:
-        return 34;
-    case KVS_GGML_Q4_1:
-        return 20;
-    case KVS_GGML_Q5_0:
-        return 22;
-    case KVS_GGML_Q5_1:
-        return 24;
-    default: /* Q4_0, IQ4_NL */
-        return 18;
-    }
-}
-
-
 /* Block p of type as levels: q - 8 (Q4_0), q - 16 (Q5_0), q (Q4_1,
  * Q5_1), the int8 (Q8_0), kvs_iq4_kv[q] (IQ4_NL). */
 static inline void
@@ -148,7 +130,7 @@ kvs_ql_dot(uint32_t type, float *y, size_t ldy, const uint8_t *row,
     const kvs_cpu_q8_t  *xb;
 
     nb = cols / 32;
-    bytes = kvs_ql_bytes(type);
+    bytes = kvs_cpu_ql_bytes(type);
 
     for (i0 = 0; i0 < n; i0 += nt) {
         nt = n - i0 < KVS_QL_TOKENS ? n - i0 : KVS_QL_TOKENS;

@@ -67,24 +67,6 @@ typedef struct {
 } kvs_qlx_grp_t;
 
 
-static inline uint32_t
-kvs_qlx_bytes(uint32_t type)
-{
-    switch (type) {
-    case KVS_GGML_Q8_0:
-        return 34;
-    case KVS_GGML_Q4_1:
-        return 20;
-    case KVS_GGML_Q5_0:
-        return 22;
-    case KVS_GGML_Q5_1:
-        return 24;
-    default: /* Q4_0, IQ4_NL */
-        return 18;
-    }
-}
-
-
 /* the 16 bytes at qs as 32 nibbles: low ones in bytes 0..15, high ones
  * in 16..31 (the blocks' element order) */
 KVS_QLX_INLINE __m256i
@@ -129,7 +111,7 @@ kvs_qlx_unpack(uint32_t type, const uint8_t *p, uint32_t k,
     __m256i         w, tbl;
     const uint8_t  *q;
 
-    bytes = kvs_qlx_bytes(type);
+    bytes = kvs_cpu_ql_bytes(type);
     tbl = _mm256_setzero_si256();
 
     if (type == KVS_GGML_IQ4_NL) {
@@ -319,7 +301,7 @@ kvs_qlx_run(uint32_t type, uint32_t nt, int pf, float *y, size_t ldy,
     const uint8_t       *p;
     const kvs_cpu_q8_t  *xb[8];
 
-    bytes = kvs_qlx_bytes(type);
+    bytes = kvs_cpu_ql_bytes(type);
     ng = cols / 256;
     k = cols / 32 % 8;
 

@@ -102,6 +102,25 @@ kvs_cuda_plan_dims(const kvs_hparams_t *hp, uint64_t *dim)
 }
 
 
+const kvs_cuda_plan_name_t *
+kvs_cuda_plan_slot(uint32_t s, char *name, size_t size)
+{
+    const kvs_cuda_plan_name_t  *nm;
+
+    if (s < KVS_CUDA_GLOBALS) {
+        nm = &kvs_cuda_plan_globals[s];
+        snprintf(name, size, "%s", nm->name);
+        return nm;
+    }
+
+    nm = &kvs_cuda_plan_layer[(s - KVS_CUDA_GLOBALS) % KVS_CUDA_PER_LAYER];
+    snprintf(name, size, "blk.%" PRIu32 ".%s",
+             (s - KVS_CUDA_GLOBALS) / KVS_CUDA_PER_LAYER, nm->name);
+
+    return nm;
+}
+
+
 int
 kvs_cuda_plan_weights(const kvs_model_t *m, uint64_t *bytes, int *kv_dt,
     kvs_err_t *err)
@@ -109,7 +128,7 @@ kvs_cuda_plan_weights(const kvs_model_t *m, uint64_t *bytes, int *kv_dt,
     int                           rc, all_f32;
     char                          name[64];
     size_t                        total, size, off;
-    uint32_t                      l, s, n;
+    uint32_t                      s, n;
     uint64_t                      dim[KVS_CUDA_D_N];
     const kvs_gguf_tensor_t      *t;
     const kvs_cuda_plan_name_t   *nm;
@@ -124,16 +143,7 @@ kvs_cuda_plan_weights(const kvs_model_t *m, uint64_t *bytes, int *kv_dt,
     /* slot order, as the loader carves: the offsets' padding depends on
      * it */
     for (s = 0; s < n; s++) {
-        if (s < KVS_CUDA_GLOBALS) {
-            nm = &kvs_cuda_plan_globals[s];
-            snprintf(name, sizeof(name), "%s", nm->name);
-
-        } else {
-            l = (s - KVS_CUDA_GLOBALS) / KVS_CUDA_PER_LAYER;
-            nm = &kvs_cuda_plan_layer[(s - KVS_CUDA_GLOBALS)
-                                      % KVS_CUDA_PER_LAYER];
-            snprintf(name, sizeof(name), "blk.%" PRIu32 ".%s", l, nm->name);
-        }
+        nm = kvs_cuda_plan_slot(s, name, sizeof(name));
 
         rc = kvs_model_tensor(m, "cuda backend", name, dim[nm->ne0],
                               nm->ne1 < 0 ? 0 : dim[nm->ne1], nm->optional,

@@ -82,6 +82,11 @@ typedef struct {
 extern const kvs_cuda_plan_name_t  kvs_cuda_plan_globals[KVS_CUDA_GLOBALS];
 extern const kvs_cuda_plan_name_t  kvs_cuda_plan_layer[KVS_CUDA_PER_LAYER];
 
+/* Slot s's entry (kvs_cuda_plan_globals, then KVS_CUDA_PER_LAYER per
+ * layer) and its tensor's name into name[size]. */
+const kvs_cuda_plan_name_t *kvs_cuda_plan_slot(uint32_t s, char *name,
+    size_t size);
+
 /* dim[KVS_CUDA_D_N] of hp, by code. */
 void kvs_cuda_plan_dims(const kvs_hparams_t *hp, uint64_t *dim);
 

@@ -211,7 +211,7 @@ kvs_cuda_resolve(kvs_cuda_load_t *ld, const kvs_model_t *m, kvs_err_t *err)
 {
     int                          rc;
     char                         name[64];
-    uint32_t                     l, s;
+    uint32_t                     s;
     uint64_t                     dim[KVS_CUDA_D_N];
     const kvs_cuda_plan_name_t  *nm;
 
@@ -219,16 +219,7 @@ kvs_cuda_resolve(kvs_cuda_load_t *ld, const kvs_model_t *m, kvs_err_t *err)
     rc = KVS_OK;
 
     for (s = 0; rc == KVS_OK && s < ld->n; s++) {
-        if (s < KVS_CUDA_GLOBALS) {
-            nm = &kvs_cuda_plan_globals[s];
-            snprintf(name, sizeof(name), "%s", nm->name);
-
-        } else {
-            l = (s - KVS_CUDA_GLOBALS) / KVS_CUDA_PER_LAYER;
-            nm = &kvs_cuda_plan_layer[(s - KVS_CUDA_GLOBALS)
-                                      % KVS_CUDA_PER_LAYER];
-            snprintf(name, sizeof(name), "blk.%" PRIu32 ".%s", l, nm->name);
-        }
+        nm = kvs_cuda_plan_slot(s, name, sizeof(name));
 
         rc = kvs_cuda_tensor(ld, s, m, name, dim[nm->ne0],
                              nm->ne1 < 0 ? 0 : dim[nm->ne1], nm->optional,
