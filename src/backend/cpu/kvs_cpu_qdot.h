@@ -18,8 +18,9 @@
  *    float operations and their order are part of the kernel's contract,
  *    and no multiply-add is contracted (the files build with contraction
  *    off);
- *  - the input's quantization is bit-identical at every level too, so a
- *    model's logits do not depend on the CPU below AVX-512;
+ *  - the input's quantization is bit-identical at every level too, so
+ *    these products' results do not depend on the kernel level below
+ *    AVX-512 (the float products' sums still do: kvs_cpu_mm.c);
  *  - a kernel reads only its row (row_bytes of it) and the n inputs.
  */
 
