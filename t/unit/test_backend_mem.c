@@ -164,6 +164,7 @@ write_open(const file_t *f, const char *tag)
     kvs_model_t        *m;
     kvs_gguf_writer_t  *w;
 
+    m = NULL;
     assert_int_equal(kvs_gguf_writer_new(&w, 3, &err), KVS_OK);
     kvs_gguf_set_str(w, "general.architecture", "llama");
     kvs_gguf_set_str(w, "general.name", tag);
