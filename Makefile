@@ -99,8 +99,8 @@ else
 CUDA_SO      :=
 endif
 
-.PHONY: all lib deps run stop test layers unit unit-asan unit-asan-clang \
-        unit-tsan interop itest \
+.PHONY: all lib deps run stop test test-build layers unit unit-asan \
+        unit-asan-clang unit-asan-pair unit-tsan interop itest \
         sdk bench cuda-check gpu-check \
         fuzz clean
 
@@ -314,9 +314,33 @@ sdk: $(MODULE) $(DEFAULT_MODEL) $(PY_STAMP)
 layers:
 	@bash t/layers.sh
 
+# make test first builds everything its suites run, JOBS at a time (every
+# CPU by default), then runs the suites one after another, but for the
+# two ASan+UBSan suites (gcc's and clang's builds), which run side by side
+# (unit-asan-pair)
+JOBS         ?= $(shell nproc 2>/dev/null || echo 2)
+CLANG_ASAN_BINS := $(UNIT_SRCS:t/unit/%.c=$(B)/clang/asan/unit/%)
+
 test: deps
-	@$(MAKE) -s layers unit unit-asan unit-asan-clang unit-tsan interop itest sdk \
+	@$(MAKE) -s -j$(JOBS) test-build
+	@$(MAKE) -s layers unit unit-asan-pair unit-tsan interop itest sdk \
 	    $(if $(filter 1,$(KVSERVE_CUDA)),cuda-check)
+
+test-build: $(UNIT_BINS) $(ASAN_BINS) $(TSAN_BINS) $(CLI) $(MODULE) \
+    $(DEFAULT_MODEL) $(CUDA_SO) $(B)/gguf_sample $(B)/quant_sample \
+    $(PY_STAMP) $(if $(filter 1,$(KVSERVE_CUDA)),$(B)/gpu_check)
+	@$(MAKE) -s B=$(B)/clang CC=clang $(CLANG_ASAN_BINS) $(B)/clang/kvserve
+
+# The two ASan+UBSan suites at once, each into its own log, shown whole
+# when both have ended: each runs one test process at a time, and their
+# scratch files are apart (KVS_TMP is under each build's own folder).
+unit-asan-pair:
+	@$(MAKE) -s unit-asan > $(B)/unit-asan.log 2>&1 & p=$$!; \
+	$(MAKE) -s unit-asan-clang > $(B)/unit-asan-clang.log 2>&1; c=$$?; \
+	wait $$p; a=$$?; \
+	cat $(B)/unit-asan.log $(B)/unit-asan-clang.log; \
+	echo "unit-asan: exit $$a, unit-asan-clang: exit $$c"; \
+	test $$a = 0 && test $$c = 0
 
 BENCH_SRCS := $(wildcard t/bench/bench_*.c)
 BENCH_BINS := $(BENCH_SRCS:t/bench/%.c=$(B)/%)

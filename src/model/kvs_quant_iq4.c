@@ -104,8 +104,10 @@ kvs_iq4_nearest(float t)
     int    f;
     float  u;
 
-    u = 2.0f * fminf(fmaxf(t, -131.0f), 131.0f);
-    u = u == u ? u : -(float) KVS_IQ4_LUT_HALF;
+    /* clamped without libm calls (this runs per element per candidate
+     * scale); NaN fails the first test and takes the low end */
+    u = t > -131.0f ? t : -131.0f;
+    u = 2.0f * (u < 131.0f ? u : 131.0f);
     f = (int) u;
 
     /* ceil(u) - 1: trunc(u) is ceil(u) unless u has a positive fraction */
@@ -123,19 +125,28 @@ kvs_iq4_nearest(float t)
 static float
 kvs_iq4_map(const float *x, float d, uint8_t *idx)
 {
-    size_t  i;
-    float   id, e, err;
+    size_t  i, j;
+    float   id, e, lane[8];
 
-    id = d == 0.0f ? 0.0f : 1.0f / d;
-    err = 0.0f;
-
-    for (i = 0; i < KVS_IQ4_BLOCK; i++) {
-        idx[i] = d == 0.0f ? 8 : (uint8_t) kvs_iq4_nearest(x[i] * id);
-        e = x[i] - d * (float) kvs_iq4_kv[idx[i]];
-        err += e * e;
+    /* the squares summed in 8 lanes (element i in lane i % 8), then
+     * pairwise: 8 chains of additions instead of one */
+    for (j = 0; j < 8; j++) {
+        lane[j] = 0.0f;
     }
 
-    return err;
+    id = d == 0.0f ? 0.0f : 1.0f / d;
+
+    for (i = 0; i < KVS_IQ4_BLOCK; i += 8) {
+        for (j = 0; j < 8; j++) {
+            idx[i + j] = d == 0.0f
+                         ? 8 : (uint8_t) kvs_iq4_nearest(x[i + j] * id);
+            e = x[i + j] - d * (float) kvs_iq4_kv[idx[i + j]];
+            lane[j] += e * e;
+        }
+    }
+
+    return ((lane[0] + lane[1]) + (lane[2] + lane[3]))
+           + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
 }
 
 

@@ -80,19 +80,27 @@ static const kvs_qk_shape_t  kvs_q5k_shape = { 32, 0, 31, 0, 63, 63 };
 static const kvs_qk_shape_t  kvs_q6k_shape = { 16, -32, 31, -128, 127, 0 };
 
 
-/* nearest integer in lo..hi; NaN gives lo (never undefined) */
-static int
+/* 1.5 * 2^23: adding it to a float of magnitude below 2^22 leaves the
+ * integer part alone and rounds the rest away, to nearest, ties to even
+ * (the default rounding mode), exactly as lrintf() does */
+#define KVS_QK_ROUNDER  12582912.0f
+
+
+/*
+ * Nearest integer in lo..hi; NaN gives lo (never undefined).  Clamped
+ * first and rounded by KVS_QK_ROUNDER, with no branch or libm call, so
+ * that the error loops that call it per element (most of a K-quant's
+ * time) vectorise; the integers are lrintf()'s.
+ */
+static inline int
 kvs_qk_round(float v, int lo, int hi)
 {
-    if (!(v > (float) lo)) {
-        return lo;
-    }
+    float  c;
 
-    if (v >= (float) hi) {
-        return hi;
-    }
+    c = v > (float) lo ? v : (float) lo;
+    c = c < (float) hi ? c : (float) hi;
 
-    return (int) lrintf(v);
+    return (int) ((c + KVS_QK_ROUNDER) - KVS_QK_ROUNDER);
 }
 
 
@@ -115,32 +123,46 @@ kvs_qk_f16(float v)
 }
 
 
+/* the 8 lanes of kvs_qk_error and kvs_qk_sub_error, summed pairwise */
+static inline float
+kvs_qk_lanes(const float *lane)
+{
+    return ((lane[0] + lane[1]) + (lane[2] + lane[3]))
+           + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+
 /* ---- step 1: one sub-block's real scale (and offset) ------------------- */
 
 /*
  * Squared error of x[n] ~ s * q + l, each q the nearest in qlo..qhi
- * (s != 0); q[] receives them when not NULL.
+ * (s != 0); q[n] receives them.  n is a multiple of 8 (sub-blocks are 16
+ * or 32): the squares are summed in 8 lanes, element i in lane i % 8,
+ * then pairwise, so that the loop vectorises and its result is the same
+ * whether it does or not.
  */
 static float
 kvs_qk_error(const float *x, int n, int qlo, int qhi, float s, float l,
     int *q)
 {
-    int    i, k;
-    float  is, err, r;
+    int    i, j;
+    float  is, r, lane[8];
 
     is = 1.0f / s;
-    err = 0.0f;
 
-    for (i = 0; i < n; i++) {
-        k = kvs_qk_round((x[i] - l) * is, qlo, qhi);
-        r = s * (float) k + l - x[i];
-        err += r * r;
-        if (q != NULL) {
-            q[i] = k;
+    for (j = 0; j < 8; j++) {
+        lane[j] = 0.0f;
+    }
+
+    for (i = 0; i < n; i += 8) {
+        for (j = 0; j < 8; j++) {
+            q[i + j] = kvs_qk_round((x[i + j] - l) * is, qlo, qhi);
+            r = s * (float) q[i + j] + l - x[i + j];
+            lane[j] += r * r;
         }
     }
 
-    return err;
+    return kvs_qk_lanes(lane);
 }
 
 
@@ -257,7 +279,7 @@ kvs_qk_fit(const float *x, int n, const kvs_qk_shape_t *t, float *s,
             continue;
         }
 
-        err = kvs_qk_error(x, n, t->qlo, t->qhi, cs, cl, NULL);
+        err = kvs_qk_error(x, n, t->qlo, t->qhi, cs, cl, q);
         if (err < best) {
             best = err;
             *s = cs;
@@ -279,7 +301,7 @@ kvs_qk_fit(const float *x, int n, const kvs_qk_shape_t *t, float *s,
             break;
         }
 
-        err = kvs_qk_error(x, n, t->qlo, t->qhi, cs, cl, NULL);
+        err = kvs_qk_error(x, n, t->qlo, t->qhi, cs, cl, q);
         if (!(err < best)) {
             break;
         }
@@ -296,30 +318,44 @@ kvs_qk_fit(const float *x, int n, const kvs_qk_shape_t *t, float *s,
 /*
  * Squared error of sub-block x[n] (real values) read back with integer
  * scale sc and min m, computed as the reader does: (d * sc) * q - (dmin *
- * m); q[] receives the element integers when not NULL.
+ * m); q[n] receives the element integers.  Lanes as kvs_qk_error's.
  */
 static float
 kvs_qk_sub_error(const float *x, int n, const kvs_qk_shape_t *t, float d,
     float dmin, int sc, int m, int *q)
 {
-    int    i, k;
-    float  ds, dm, err, r;
+    int    i, j;
+    float  ds, dm, r, lane[8];
 
     ds = d * (float) sc;
     dm = dmin * (float) m;
-    err = 0.0f;
 
-    for (i = 0; i < n; i++) {
-        k = ds != 0.0f ? kvs_qk_round((x[i] + dm) / ds, t->qlo, t->qhi)
-                       : 0;
-        r = ds * (float) k - dm - x[i];
-        err += r * r;
-        if (q != NULL) {
-            q[i] = k;
+    for (j = 0; j < 8; j++) {
+        lane[j] = 0.0f;
+    }
+
+    if (ds == 0.0f) {
+        /* every element reads -dm, whatever its integer */
+        for (i = 0; i < n; i += 8) {
+            for (j = 0; j < 8; j++) {
+                q[i + j] = 0;
+                r = -dm - x[i + j];
+                lane[j] += r * r;
+            }
+        }
+
+        return kvs_qk_lanes(lane);
+    }
+
+    for (i = 0; i < n; i += 8) {
+        for (j = 0; j < 8; j++) {
+            q[i + j] = kvs_qk_round((x[i + j] + dm) / ds, t->qlo, t->qhi);
+            r = ds * (float) q[i + j] - dm - x[i + j];
+            lane[j] += r * r;
         }
     }
 
-    return err;
+    return kvs_qk_lanes(lane);
 }
 
 
@@ -362,7 +398,7 @@ kvs_qk_plan_ints(const float *x, const kvs_qk_shape_t *t, const float *s,
                 }
 
                 err = kvs_qk_sub_error(x + j * t->sub, t->sub, t, d, dmin,
-                                       a, b, NULL);
+                                       a, b, p->q + j * t->sub);
                 if (err < best) {
                     best = err;
                     best_sc = a;
