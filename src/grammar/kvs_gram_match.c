@@ -199,6 +199,21 @@ kvs_gram_front_push(kvs_gram_matcher_t *m, uint32_t id)
 }
 
 
+/* bits lo .. hi of a 256-bit set, a word at a time */
+static inline void
+kvs_gram_set_range(uint64_t *set, unsigned lo, unsigned hi)
+{
+    unsigned  w, a, b;
+
+    for (w = lo >> 6; w <= hi >> 6; w++) {
+        a = w == lo >> 6 ? (lo & 63) : 0;
+        b = w == hi >> 6 ? (hi & 63) : 63;
+        set[w] |= (b == 63 ? ~0ULL : (1ULL << (b + 1)) - 1)
+                  & ~((1ULL << a) - 1);
+    }
+}
+
+
 /*
  * Closes the seeds in work[0 .. nw) into a new level: expands rule
  * references and pops finished rules until every stack's top is a byte
@@ -249,9 +264,7 @@ kvs_gram_close(kvs_gram_matcher_t *m, uint32_t nw)
                 return KVS_ENOMEM;
             }
             lv->n_front++;
-            for (c = e->lo; c <= e->hi; c++) {
-                lv->next[c >> 6] |= 1ULL << (c & 63);
-            }
+            kvs_gram_set_range(lv->next, e->lo, e->hi);
             break;
 
         case KVS_GRAM_RULE:
