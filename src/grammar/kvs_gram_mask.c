@@ -31,6 +31,19 @@
 #include "grammar/kvs_grammar.h"
 
 
+/* A context-independent entry: for stacks whose top KVS_GRAM_CUT
+ * positions are key, the tokens accepted whatever lies below, and the
+ * ranges of sorted tokens (ids[lo .. hi)) that depend on it. */
+struct kvs_gram_ientry_s {
+    uint32_t   key[KVS_GRAM_CUT];     /* top positions, NIL-padded */
+    uint32_t   used;                  /* 0: a free slot */
+    uint64_t   stamp;                 /* the mask that last used it */
+    uint64_t   hash;
+    uint32_t  *bits;                  /* [words] accepted */
+    uint32_t  *ranges;                /* [2 * n_ranges] */
+    uint32_t   n_ranges, cap_ranges;
+};
+
 struct kvs_gram_centry_s {
     uint32_t  *key;                   /* sorted frontier ids */
     uint32_t   n_key;
@@ -43,18 +56,17 @@ struct kvs_gram_centry_s {
 
 /* ---- the vocabulary ---------------------------------------------------- */
 
-static const kvs_gram_vocab_t  *kvs_gram_sort_gv;
-
-
+/* qsort_r (glibc; the build defines _GNU_SOURCE): vocabularies may be
+ * built on several threads at once */
 static int
-kvs_gram_tok_cmp(const void *a, const void *b)
+kvs_gram_tok_cmp(const void *a, const void *b, void *arg)
 {
     int32_t                  x, y;
     uint32_t                 lx, ly;
     int                      c;
     const kvs_gram_vocab_t  *gv;
 
-    gv = kvs_gram_sort_gv;
+    gv = arg;
     x = *(const int32_t *) a;
     y = *(const int32_t *) b;
     lx = gv->len[x];
@@ -89,6 +101,7 @@ kvs_gram_vocab_free(kvs_gram_vocab_t *gv)
     free(gv->t_end);
     free(gv->t_tok);
     free(gv->t_ntok);
+    free(gv->t_cum);
     free(gv->ids);
     free(gv);
 }
@@ -130,11 +143,7 @@ kvs_gram_vocab_trie(kvs_gram_vocab_t *gv, kvs_err_t *err)
                            gv->max_len);
     }
 
-    /* qsort has no context argument in C11; the vocabulary is built once
-     * and not concurrently with another */
-    kvs_gram_sort_gv = gv;
-    qsort(gv->ids, n, sizeof(int32_t), kvs_gram_tok_cmp);
-    kvs_gram_sort_gv = NULL;
+    qsort_r(gv->ids, n, sizeof(int32_t), kvs_gram_tok_cmp, gv);
 
     gv->t_byte = malloc(total + 1);
     gv->t_depth = malloc((total + 1) * sizeof(uint16_t));
@@ -196,6 +205,16 @@ kvs_gram_vocab_trie(kvs_gram_vocab_t *gv, kvs_err_t *err)
 
     free(path_big);
     gv->n_nodes = nodes;
+
+    gv->t_cum = malloc(((size_t) nodes + 1) * sizeof(uint32_t));
+    if (gv->t_cum == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "vocabulary trie: no memory");
+    }
+    for (i = 0, d = 0; i < nodes; i++) {
+        gv->t_cum[i] = d;
+        d += gv->t_ntok[i];
+    }
+    gv->t_cum[nodes] = d;
 
     return KVS_OK;
 }
@@ -397,6 +416,9 @@ kvs_gram_accept_token(kvs_gram_matcher_t *m, const kvs_gram_vocab_t *gv,
 
 /* ---- the masker -------------------------------------------------------- */
 
+static void kvs_gram_ind_free(kvs_gram_ientry_t *e);
+
+
 int
 kvs_gram_masker_init(kvs_gram_masker_t *mk, const kvs_gram_vocab_t *gv,
     kvs_gram_matcher_t *m, uint32_t cache_entries, kvs_err_t *err)
@@ -408,8 +430,15 @@ kvs_gram_masker_init(kvs_gram_masker_t *mk, const kvs_gram_vocab_t *gv,
     mk->cap_cache = cache_entries;
 
     if (cache_entries > 0) {
+        /* a state has up to max_front stacks, each its own entry */
+        mk->cap_ind = cache_entries * 8;
         mk->cache = calloc(cache_entries, sizeof(kvs_gram_centry_t));
-        if (mk->cache == NULL) {
+        mk->ind = calloc(mk->cap_ind, sizeof(kvs_gram_ientry_t));
+        mk->used = calloc(m->lim.max_front + 1, sizeof(kvs_gram_ientry_t *));
+        if (mk->cache == NULL || mk->ind == NULL || mk->used == NULL) {
+            free(mk->cache);
+            free(mk->ind);
+            free(mk->used);
             return kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
         }
     }
@@ -430,7 +459,13 @@ kvs_gram_masker_free(kvs_gram_masker_t *mk)
         free(mk->cache[i].bits);
     }
 
+    for (i = 0; i < mk->n_ind; i++) {
+        kvs_gram_ind_free(&mk->ind[i]);
+    }
+
     free(mk->cache);
+    free(mk->ind);
+    free(mk->used);
     memset(mk, 0, sizeof(kvs_gram_masker_t));
 }
 
@@ -512,6 +547,333 @@ kvs_gram_mask_walk(kvs_gram_masker_t *mk, uint32_t *bits)
 }
 
 
+/* ---- context-independent masks ------------------------------------------ */
+
+static uint64_t
+kvs_gram_tuple_hash(const uint32_t *t)
+{
+    unsigned  k;
+    uint64_t  h;
+
+    h = 0x84222325cbf29ce4ULL;
+    for (k = 0; k < KVS_GRAM_CUT; k++) {
+        h = (h ^ t[k]) * 0x100000001b3ULL;
+    }
+
+    return h;
+}
+
+
+static int
+kvs_gram_ind_range(kvs_gram_ientry_t *e, uint32_t lo, uint32_t hi)
+{
+    uint32_t   c, *q;
+
+    if (lo == hi) {
+        return KVS_OK;
+    }
+
+    if (e->n_ranges > 0 && e->ranges[2 * e->n_ranges - 1] == lo) {
+        e->ranges[2 * e->n_ranges - 1] = hi;
+        return KVS_OK;
+    }
+
+    if (e->n_ranges == e->cap_ranges) {
+        c = e->cap_ranges ? e->cap_ranges * 2 : 32;
+        q = realloc(e->ranges, (size_t) c * 2 * sizeof(uint32_t));
+        if (q == NULL) {
+            return KVS_ENOMEM;
+        }
+        e->ranges = q;
+        e->cap_ranges = c;
+    }
+
+    e->ranges[2 * e->n_ranges] = lo;
+    e->ranges[2 * e->n_ranges + 1] = hi;
+    e->n_ranges++;
+
+    return KVS_OK;
+}
+
+
+/*
+ * The trie walk on the cut stack: a token taken without reaching the
+ * sentinel is accepted whatever lies below; one refused before any
+ * prefix of it reached the sentinel is refused whatever lies below; the
+ * rest (a prefix reached it, then the cut stack refused) depend on it.
+ */
+static int
+kvs_gram_ind_build(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
+    kvs_err_t *err)
+{
+    int                      rc;
+    uint8_t                  b, *seen;
+    uint32_t                 i, k, n, id, depth;
+    kvs_gram_matcher_t       cm;
+    const kvs_gram_vocab_t  *gv;
+    const kvs_gram_level_t  *lv;
+
+    gv = mk->gv;
+
+    rc = kvs_gram_matcher_init_cut(&cm, mk->m->g, e->key, KVS_GRAM_CUT,
+                                   &mk->m->lim, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    seen = calloc((size_t) gv->max_len + 2, 1);
+    if (seen == NULL) {
+        kvs_gram_matcher_free(&cm);
+        return kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
+    }
+
+    memset(e->bits, 0, (size_t) mk->words * sizeof(uint32_t));
+    n = gv->n_nodes;
+    rc = KVS_OK;
+
+    for (i = 0; i < n && rc == KVS_OK; ) {
+        depth = gv->t_depth[i];
+
+        if (kvs_gram_matcher_len(&cm) >= depth) {
+            kvs_gram_matcher_rollback(&cm, kvs_gram_matcher_len(&cm)
+                                           - (depth - 1));
+        }
+
+        b = gv->t_byte[i];
+        lv = &cm.lv[cm.n_lv - 1];
+
+        if (!(lv->next[b >> 6] >> (b & 63) & 1)
+            || kvs_gram_matcher_byte(&cm, b, NULL) != KVS_OK)
+        {
+            if (seen[depth - 1]) {
+                rc = kvs_gram_ind_range(e, gv->t_cum[i],
+                                        gv->t_cum[gv->t_end[i]]);
+            }
+            i = gv->t_end[i];
+            continue;
+        }
+
+        for (k = 0; k < gv->t_ntok[i]; k++) {
+            id = (uint32_t) gv->ids[gv->t_tok[i] + k];
+            e->bits[id >> 5] |= 1u << (id & 31);
+        }
+
+        seen[depth] = (uint8_t) (seen[depth - 1]
+                                 | (cm.lv[cm.n_lv - 1].sent != 0));
+        i++;
+    }
+
+    free(seen);
+    kvs_gram_matcher_free(&cm);
+
+    if (rc != KVS_OK) {
+        return kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
+    }
+
+    return KVS_OK;
+}
+
+
+/* The tokens that depend on what lies below, checked on the real
+ * matcher in trie order so that a shared prefix is fed once; those some
+ * other stack already accepted are skipped. */
+static void
+kvs_gram_ind_check(kvs_gram_masker_t *mk, const kvs_gram_ientry_t *e,
+    uint32_t *bits)
+{
+    uint32_t                 r, x, id, l, cur, lcp;
+    const uint8_t           *t, *prev;
+    kvs_gram_matcher_t      *m;
+    const kvs_gram_vocab_t  *gv;
+
+    m = mk->m;
+    gv = mk->gv;
+    cur = 0;
+    prev = NULL;
+
+    for (r = 0; r < e->n_ranges; r++) {
+        for (x = e->ranges[2 * r]; x < e->ranges[2 * r + 1]; x++) {
+            id = (uint32_t) gv->ids[x];
+            if (bits[id >> 5] >> (id & 31) & 1) {
+                continue;
+            }
+
+            t = gv->bytes + gv->off[id];
+            l = gv->len[id];
+
+            for (lcp = 0; lcp < cur && lcp < l && prev[lcp] == t[lcp];
+                 lcp++)
+            {
+                /* the part already fed */
+            }
+
+            kvs_gram_matcher_rollback(m, cur - lcp);
+            cur = lcp;
+            prev = t;
+
+            while (cur < l
+                   && kvs_gram_matcher_byte(m, t[cur], NULL) == KVS_OK)
+            {
+                cur++;
+            }
+
+            if (cur == l) {
+                bits[id >> 5] |= 1u << (id & 31);
+            }
+
+            mk->checked++;
+        }
+    }
+
+    kvs_gram_matcher_rollback(m, cur);
+}
+
+
+static void
+kvs_gram_ind_free(kvs_gram_ientry_t *e)
+{
+    free(e->bits);
+    free(e->ranges);
+    memset(e, 0, sizeof(kvs_gram_ientry_t));
+}
+
+
+/* The entry of one stack's top positions, built if new. */
+static int
+kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t,
+    kvs_gram_ientry_t **out, kvs_err_t *err)
+{
+    int                 rc;
+    uint32_t            i;
+    uint64_t            h;
+    kvs_gram_ientry_t  *e;
+
+    h = kvs_gram_tuple_hash(t);
+
+    for (i = 0; i < mk->n_ind; i++) {
+        e = &mk->ind[i];
+        if (e->used && e->hash == h
+            && memcmp(e->key, t, sizeof(e->key)) == 0)
+        {
+            mk->ind_hits++;
+            e->stamp = mk->serial;
+            *out = e;
+            return KVS_OK;
+        }
+    }
+
+    mk->ind_misses++;
+
+    if (mk->n_ind < mk->cap_ind) {
+        e = &mk->ind[mk->n_ind++];
+    } else {
+        /* round robin, sparing the entries this mask holds */
+        for (i = 0; i < mk->cap_ind; i++) {
+            e = &mk->ind[mk->next_ind];
+            mk->next_ind = (mk->next_ind + 1) % mk->cap_ind;
+            if (e->stamp != mk->serial) {
+                break;
+            }
+        }
+        if (i == mk->cap_ind) {
+            return KVS_ETOOLONG;      /* more stacks than entries */
+        }
+        kvs_gram_ind_free(e);
+    }
+
+    memcpy(e->key, t, sizeof(e->key));
+    e->hash = h;
+    e->bits = malloc((size_t) mk->words * sizeof(uint32_t));
+    rc = e->bits != NULL
+         ? kvs_gram_ind_build(mk, e, err)
+         : kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
+
+    if (rc != KVS_OK) {
+        kvs_gram_ind_free(e);         /* no half-built entry */
+        return rc;
+    }
+
+    e->used = 1;
+    e->stamp = mk->serial;
+    *out = e;
+
+    return KVS_OK;
+}
+
+
+/*
+ * The mask through the context-independent entries: a token is allowed
+ * iff some stack allows it, so the mask is the union over the frontier's
+ * stacks of each one's accepted tokens, plus those of its dependent ones
+ * that the real stacks take.
+ */
+static int
+kvs_gram_mask_ind(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
+{
+    int                      rc, any;
+    uint32_t                 i, j, k, w, id, n_used, t[KVS_GRAM_CUT];
+    kvs_gram_ientry_t       *e;
+    const kvs_gram_matcher_t  *m;
+    const kvs_gram_level_t  *lv;
+
+    m = mk->m;
+    lv = &m->lv[m->n_lv - 1];
+    n_used = 0;
+    mk->serial++;
+
+    memset(bits, 0, (size_t) mk->words * sizeof(uint32_t));
+
+    for (i = 0; i < lv->n_front; i++) {
+        id = m->front[lv->front + i];
+        for (k = 0; k < KVS_GRAM_CUT; k++) {
+            t[k] = id != KVS_GRAM_NIL ? m->nodes[id].pos : KVS_GRAM_NIL;
+            id = id != KVS_GRAM_NIL ? m->nodes[id].parent : KVS_GRAM_NIL;
+        }
+
+        rc = kvs_gram_ind_get(mk, t, &e, err);
+        if (rc == KVS_ETOOLONG) {
+            return kvs_gram_mask_walk(mk, bits);
+        }
+        if (rc != KVS_OK) {
+            return rc;
+        }
+
+        /* stacks that differ only below the cut share an entry */
+        for (j = 0; j < n_used && mk->used[j] != e; j++) {
+            /* seen already? */
+        }
+        if (j < n_used) {
+            continue;
+        }
+        mk->used[n_used++] = e;
+
+        for (w = 0; w < mk->words; w++) {
+            bits[w] |= e->bits[w];
+        }
+    }
+
+    /* m->lv may move while checking: lv is not used below */
+    for (j = 0; j < n_used; j++) {
+        if (mk->used[j]->n_ranges > 0) {
+            kvs_gram_ind_check(mk, mk->used[j], bits);
+        }
+    }
+
+    if (kvs_gram_matcher_can_end(mk->m)) {
+        for (k = 0; k < mk->gv->n_end; k++) {
+            id = (uint32_t) mk->gv->ids[mk->gv->n_text + k];
+            bits[id >> 5] |= 1u << (id & 31);
+        }
+    }
+
+    for (w = 0, any = 0; w < mk->words; w++) {
+        any |= bits[w] != 0;
+    }
+
+    return any ? KVS_OK : KVS_EFORMAT;
+}
+
+
 int
 kvs_gram_mask(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
 {
@@ -574,7 +936,11 @@ kvs_gram_mask(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
     }
 
     mk->misses++;
-    rc = kvs_gram_mask_walk(mk, bits);
+    rc = kvs_gram_mask_ind(mk, bits, err);
+    if (rc != KVS_OK && rc != KVS_EFORMAT) {
+        free(key);
+        return rc;
+    }
     /* the walk's own truncations are above every id in a key */
     m->low_water = UINT32_MAX;
 

@@ -28,8 +28,6 @@
 
 #include "grammar/kvs_grammar.h"
 
-#define KVS_GRAM_NIL  UINT32_MAX
-
 
 static uint32_t
 kvs_gram_hash(uint32_t pos, uint32_t parent)
@@ -245,6 +243,11 @@ kvs_gram_close(kvs_gram_matcher_t *m, uint32_t nw)
             continue;
         }
 
+        if (id == KVS_GRAM_SENT) {
+            lv->sent = 1;
+            continue;
+        }
+
         if (m->marks[id] == m->epoch) {
             continue;
         }
@@ -349,13 +352,10 @@ kvs_gram_level_pop(kvs_gram_matcher_t *m)
 }
 
 
-int
-kvs_gram_matcher_init(kvs_gram_matcher_t *m, const kvs_gram_t *g,
+static int
+kvs_gram_matcher_alloc(kvs_gram_matcher_t *m, const kvs_gram_t *g,
     const kvs_gram_mlimits_t *lim, kvs_err_t *err)
 {
-    int       rc;
-    uint32_t  a, id, nw, r;
-
     memset(m, 0, sizeof(kvs_gram_matcher_t));
 
     if (!g->finished) {
@@ -395,8 +395,23 @@ kvs_gram_matcher_init(kvs_gram_matcher_t *m, const kvs_gram_t *g,
 
     (void) kvs_gram_level_push(m);
 
+    return KVS_OK;
+}
+
+
+int
+kvs_gram_matcher_init(kvs_gram_matcher_t *m, const kvs_gram_t *g,
+    const kvs_gram_mlimits_t *lim, kvs_err_t *err)
+{
+    int       rc;
+    uint32_t  a, id, nw, r;
+
+    rc = kvs_gram_matcher_alloc(m, g, lim, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
     /* the root's alternatives, each a stack of one node over nothing */
-    rc = KVS_OK;
     nw = 0;
     r = g->root;
     for (a = g->rule_alt[r]; a < g->rule_alt[r + 1]; a++) {
@@ -419,6 +434,56 @@ kvs_gram_matcher_init(kvs_gram_matcher_t *m, const kvs_gram_t *g,
         return kvs_err_set(err, rc, "matcher: the grammar's start %s",
                            rc == KVS_ETOOLONG ? "passes the stack caps"
                                               : "is out of memory");
+    }
+
+    return KVS_OK;
+}
+
+
+int
+kvs_gram_matcher_init_cut(kvs_gram_matcher_t *m, const kvs_gram_t *g,
+    const uint32_t *pos, uint32_t depth, const kvs_gram_mlimits_t *lim,
+    kvs_err_t *err)
+{
+    int       rc;
+    uint32_t  k, n, parent, nw;
+
+    rc = kvs_gram_matcher_alloc(m, g, lim, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    for (n = 0; n < depth && pos[n] != KVS_GRAM_NIL; n++) {
+        if (pos[n] >= g->n_elems) {
+            kvs_gram_matcher_free(m);
+            return kvs_err_set(err, KVS_EINVAL, "no position %u", pos[n]);
+        }
+    }
+
+    if (n == 0) {
+        kvs_gram_matcher_free(m);
+        return kvs_err_set(err, KVS_EINVAL, "an empty stack to cut");
+    }
+
+    parent = n == depth ? KVS_GRAM_SENT : KVS_GRAM_NIL;
+    for (k = n; k > 0 && rc == KVS_OK; k--) {
+        parent = kvs_gram_intern(m, pos[k - 1], parent, &rc);
+    }
+
+    nw = 0;
+    if (rc == KVS_OK) {
+        rc = kvs_gram_work_push(m, &nw, parent) == KVS_OK ? KVS_OK
+                                                           : KVS_ENOMEM;
+    }
+    if (rc == KVS_OK) {
+        rc = kvs_gram_close(m, nw);
+    }
+
+    if (rc != KVS_OK) {
+        kvs_gram_matcher_free(m);
+        return kvs_err_set(err, rc, "matcher: cutting a stack: %s",
+                           rc == KVS_ETOOLONG ? "past the caps"
+                                              : "out of memory");
     }
 
     return KVS_OK;

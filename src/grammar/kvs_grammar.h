@@ -162,6 +162,9 @@ int kvs_gram_regex(kvs_gram_t *g, const char *re, size_t len,
 
 /* ---- the matcher ------------------------------------------------------- */
 
+#define KVS_GRAM_NIL   UINT32_MAX     /* below the bottom of a stack */
+#define KVS_GRAM_SENT  (UINT32_MAX - 1)   /* a cut stack's unknown rest */
+
 typedef struct {
     uint32_t  pos;                    /* element to match next */
     uint32_t  parent;                 /* the stack below; NIL: none */
@@ -172,6 +175,8 @@ typedef struct {
     uint32_t  n_front;
     uint32_t  nodes_before;           /* n_nodes when this level began */
     uint32_t  accept;                 /* an empty stack: may end here */
+    uint32_t  sent;                   /* a cut stack popped into its
+                                         sentinel (the rest decides) */
     uint64_t  next[4];                /* bytes some stack accepts next */
 } kvs_gram_level_t;
 
@@ -209,6 +214,18 @@ typedef struct {
 int kvs_gram_matcher_init(kvs_gram_matcher_t *m, const kvs_gram_t *g,
     const kvs_gram_mlimits_t *lim, kvs_err_t *err);
 void kvs_gram_matcher_free(kvs_gram_matcher_t *m);
+
+/*
+ * A matcher whose start is one stack cut below its top `depth` nodes:
+ * pos[0 .. depth) are their positions, top first, KVS_GRAM_NIL after the
+ * bottom of a stack shorter than that.  Below a cut stack is a sentinel;
+ * a parse that pops into it sets the level's `sent` instead of going on.
+ * What such a matcher accepts without reaching the sentinel, the whole
+ * stack accepts too, whatever lies below (kvs_gram_mask.c).
+ */
+int kvs_gram_matcher_init_cut(kvs_gram_matcher_t *m, const kvs_gram_t *g,
+    const uint32_t *pos, uint32_t depth, const kvs_gram_mlimits_t *lim,
+    kvs_err_t *err);
 
 /* Advances by one byte: KVS_OK; KVS_EFORMAT if the grammar refuses it
  * (state unchanged); KVS_ETOOLONG if a cap was hit (state unchanged). */
@@ -264,6 +281,9 @@ typedef struct {
     uint32_t  *t_end;
     uint32_t  *t_tok;
     uint32_t  *t_ntok;
+    uint32_t  *t_cum;                 /* [n_nodes + 1] text tokens at nodes
+                                         before i: node i's subtree holds
+                                         ids[t_cum[i] .. t_cum[t_end[i]]) */
     int32_t   *ids;                   /* [n_text] text token ids sorted by
                                          bytes, then [n_end] END ids */
     uint32_t   n_text, n_end;
@@ -289,6 +309,7 @@ int kvs_gram_accept_token(kvs_gram_matcher_t *m, const kvs_gram_vocab_t *gv,
     int32_t id, kvs_err_t *err);
 
 typedef struct kvs_gram_centry_s  kvs_gram_centry_t;
+typedef struct kvs_gram_ientry_s  kvs_gram_ientry_t;
 
 /* Per matcher: the mask and its cache of masks by matcher state. */
 typedef struct {
@@ -298,8 +319,21 @@ typedef struct {
     kvs_gram_centry_t       *cache;
     uint32_t                 n_cache, cap_cache, next_evict;
     uint64_t                 hits, misses;
+
+    /* context-independent masks by the top KVS_GRAM_CUT positions of a
+     * stack (kvs_gram_mask.c) */
+    kvs_gram_ientry_t       *ind;
+    kvs_gram_ientry_t      **used;    /* [max_front] this mask's entries */
+    uint32_t                 n_ind, cap_ind, next_ind;
+    uint64_t                 ind_hits, ind_misses, checked, serial;
 } kvs_gram_masker_t;
 
+/* How many top stack nodes a context-independent mask looks at: inside a
+ * string, the character, the loop and the closing quote. */
+#define KVS_GRAM_CUT  3
+
+/* cache_entries 0: no caches at all, every mask a full trie walk (the
+ * reference the tests compare with). */
 int kvs_gram_masker_init(kvs_gram_masker_t *mk, const kvs_gram_vocab_t *gv,
     kvs_gram_matcher_t *m, uint32_t cache_entries, kvs_err_t *err);
 void kvs_gram_masker_free(kvs_gram_masker_t *mk);

@@ -204,9 +204,14 @@ main(int argc, char **argv)
             }
 
             if (gen == gens - 1) {
-                printf("    cache: %llu hits, %llu misses (last run)\n",
+                printf("    last run: state cache %llu hits, %llu misses; "
+                       "context-independent %llu hits, %llu misses, "
+                       "%llu tokens checked on the stacks\n",
                        (unsigned long long) mk.hits,
-                       (unsigned long long) mk.misses);
+                       (unsigned long long) mk.misses,
+                       (unsigned long long) mk.ind_hits,
+                       (unsigned long long) mk.ind_misses,
+                       (unsigned long long) mk.checked);
             }
 
             kvs_gram_masker_free(&mk);
