@@ -72,6 +72,9 @@ kvs_gram_free(kvs_gram_t *g)
     free(g->alt_rule);
     free(g->alt_start);
     free(g->rule_alt);
+    free(g->nullable);
+    free(g->first);
+    free(g->alt_first);
     memset(g, 0, sizeof(kvs_gram_t));
 }
 
@@ -267,6 +270,97 @@ done:
 }
 
 
+/*
+ * Nullable rules and FIRST sets, by passes to a fixpoint (rules usually
+ * refer to later ones, so passes run from the last rule back and a
+ * schema's grammar settles in a few).  A grammar that has not settled
+ * after KVS_GRAM_PASSES passes is matched eagerly (lazy = 0): only
+ * exact sets may prune alternatives.
+ */
+#define KVS_GRAM_PASSES  64
+
+static int
+kvs_gram_first(kvs_gram_t *g, kvs_err_t *err)
+{
+    int                     changed;
+    unsigned                pass, w;
+    uint32_t                r, a, i;
+    uint64_t                set[4], *f;
+    const kvs_gram_elem_t  *e;
+
+    g->nullable = calloc((size_t) g->n_rules + 1, 1);
+    g->first = calloc(((size_t) g->n_rules + 1) * 4, sizeof(uint64_t));
+    g->alt_first = calloc(((size_t) g->n_alts + 1) * 4, sizeof(uint64_t));
+
+    if (g->nullable == NULL || g->first == NULL || g->alt_first == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "grammar: out of memory");
+    }
+
+    changed = 1;
+
+    for (pass = 0; pass < KVS_GRAM_PASSES && changed; pass++) {
+        changed = 0;
+
+        for (r = g->n_rules; r-- > 0; ) {
+            for (a = g->rule_alt[r]; a < g->rule_alt[r + 1]; a++) {
+                i = g->alt_start[a];
+                if (g->elems[i].kind == KVS_GRAM_DEAD) {
+                    continue;
+                }
+
+                memset(set, 0, sizeof(set));
+
+                for ( ; ; i++) {
+                    e = &g->elems[i];
+                    if (e->kind == KVS_GRAM_BYTES) {
+                        unsigned  c;
+
+                        for (c = e->lo; c <= e->hi; c++) {
+                            set[c >> 6] |= 1ULL << (c & 63);
+                        }
+                        break;
+                    }
+                    if (e->kind == KVS_GRAM_RULE) {
+                        f = &g->first[(size_t) e->rule * 4];
+                        for (w = 0; w < 4; w++) {
+                            set[w] |= f[w];
+                        }
+                        if (g->nullable[e->rule]) {
+                            continue;
+                        }
+                        break;
+                    }
+                    /* END: the alternative can be empty */
+                    if (!g->nullable[r]) {
+                        g->nullable[r] = 1;
+                        changed = 1;
+                    }
+                    break;
+                }
+
+                f = &g->alt_first[(size_t) a * 4];
+                for (w = 0; w < 4; w++) {
+                    if ((f[w] | set[w]) != f[w]) {
+                        f[w] |= set[w];
+                        changed = 1;
+                    }
+                    if ((g->first[(size_t) r * 4 + w] | set[w])
+                        != g->first[(size_t) r * 4 + w])
+                    {
+                        g->first[(size_t) r * 4 + w] |= set[w];
+                        changed = 1;
+                    }
+                }
+            }
+        }
+    }
+
+    g->lazy = !changed;
+
+    return KVS_OK;
+}
+
+
 int
 kvs_gram_finish(kvs_gram_t *g, uint32_t root, kvs_err_t *err)
 {
@@ -324,6 +418,11 @@ kvs_gram_finish(kvs_gram_t *g, uint32_t root, kvs_err_t *err)
     }
 
     rc = kvs_gram_prune(g, root, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    rc = kvs_gram_first(g, err);
     if (rc != KVS_OK) {
         return rc;
     }

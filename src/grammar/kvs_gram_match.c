@@ -271,6 +271,22 @@ kvs_gram_close(kvs_gram_matcher_t *m, uint32_t nw)
             break;
 
         case KVS_GRAM_RULE:
+            r = e->rule;
+            if (g->lazy && !g->nullable[r]) {
+                /* stays a top until a byte of FIRST(r) comes */
+                if (lv->n_front >= m->lim.max_front) {
+                    return KVS_ETOOLONG;
+                }
+                if (kvs_gram_front_push(m, id) != KVS_OK) {
+                    return KVS_ENOMEM;
+                }
+                lv->n_front++;
+                for (c = 0; c < 4; c++) {
+                    lv->next[c] |= g->first[(size_t) r * 4 + c];
+                }
+                break;
+            }
+
             rc = KVS_OK;
             if (g->elems[pos + 1].kind == KVS_GRAM_END) {
                 cont = parent;
@@ -281,7 +297,6 @@ kvs_gram_close(kvs_gram_matcher_t *m, uint32_t nw)
                 }
             }
 
-            r = e->rule;
             for (a = g->rule_alt[r]; a < g->rule_alt[r + 1]; a++) {
                 if (g->elems[g->alt_start[a]].kind == KVS_GRAM_DEAD) {
                     continue;
@@ -499,7 +514,152 @@ kvs_gram_matcher_free(kvs_gram_matcher_t *m)
     free(m->front);
     free(m->lv);
     free(m->work);
+    free(m->pwork);
     memset(m, 0, sizeof(kvs_gram_matcher_t));
+}
+
+
+static int
+kvs_gram_pwork_push(kvs_gram_matcher_t *m, uint32_t *n, uint32_t id)
+{
+    uint32_t  c, *q;
+
+    if (*n == m->cap_pwork) {
+        c = m->cap_pwork ? m->cap_pwork * 2 : 64;
+        q = realloc(m->pwork, (size_t) c * sizeof(uint32_t));
+        if (q == NULL) {
+            return KVS_ENOMEM;
+        }
+        m->pwork = q;
+        m->cap_pwork = c;
+    }
+
+    m->pwork[(*n)++] = id;
+
+    return KVS_OK;
+}
+
+
+/* The stack after its top took b: the next element, or the parent. */
+static uint32_t
+kvs_gram_advance(kvs_gram_matcher_t *m, uint32_t id, int *rc)
+{
+    uint32_t  pos, parent;
+
+    pos = m->nodes[id].pos;
+    parent = m->nodes[id].parent;
+
+    if (m->g->elems[pos + 1].kind == KVS_GRAM_END) {
+        return parent;
+    }
+
+    return kvs_gram_intern(m, pos + 1, parent, rc);
+}
+
+
+/*
+ * A lazy top (a rule that cannot be empty) meets byte b, which is in its
+ * FIRST set: expand only the alternatives that can start with b (all of
+ * a rule that can be empty, whose text may start after it), down to the
+ * byte ranges that take b, and push those stacks advanced past b as
+ * seeds.  No parse pops out of the lazy rule here: it cannot be empty.
+ */
+static int
+kvs_gram_predict(kvs_gram_matcher_t *m, uint32_t top, uint8_t b,
+    uint32_t *nw)
+{
+    int                     rc;
+    uint32_t                np, x, pos, parent, cont, a, c, r;
+    const kvs_gram_t       *g;
+    const kvs_gram_elem_t  *e;
+
+    g = m->g;
+    rc = KVS_OK;
+    np = 0;
+
+    if (kvs_gram_pwork_push(m, &np, top) != KVS_OK) {
+        return KVS_ENOMEM;
+    }
+
+    while (np > 0) {
+        x = m->pwork[--np];
+
+        if (x == KVS_GRAM_NIL || x == KVS_GRAM_SENT
+            || m->marks[x] == m->epoch)
+        {
+            continue;
+        }
+        m->marks[x] = m->epoch;
+
+        pos = m->nodes[x].pos;
+        parent = m->nodes[x].parent;
+        e = &g->elems[pos];
+
+        switch (e->kind) {
+
+        case KVS_GRAM_BYTES:
+            if (b >= e->lo && b <= e->hi) {
+                c = kvs_gram_advance(m, x, &rc);
+                if (rc != KVS_OK) {
+                    return rc;
+                }
+                if (kvs_gram_work_push(m, nw, c) != KVS_OK) {
+                    return KVS_ENOMEM;
+                }
+            }
+            break;
+
+        case KVS_GRAM_RULE:
+            r = e->rule;
+            if (!g->nullable[r]
+                && !(g->first[(size_t) r * 4 + (b >> 6)] >> (b & 63) & 1))
+            {
+                break;
+            }
+
+            if (g->elems[pos + 1].kind == KVS_GRAM_END) {
+                cont = parent;
+            } else {
+                cont = kvs_gram_intern(m, pos + 1, parent, &rc);
+                if (cont == KVS_GRAM_NIL) {
+                    return rc;
+                }
+            }
+
+            for (a = g->rule_alt[r]; a < g->rule_alt[r + 1]; a++) {
+                if (g->elems[g->alt_start[a]].kind == KVS_GRAM_DEAD) {
+                    continue;
+                }
+                if (!g->nullable[r]
+                    && !(g->alt_first[(size_t) a * 4 + (b >> 6)]
+                         >> (b & 63) & 1))
+                {
+                    continue;
+                }
+                if (g->elems[g->alt_start[a]].kind == KVS_GRAM_END) {
+                    c = cont;
+                } else {
+                    c = kvs_gram_intern(m, g->alt_start[a], cont, &rc);
+                    if (c == KVS_GRAM_NIL) {
+                        return rc;
+                    }
+                }
+                if (kvs_gram_pwork_push(m, &np, c) != KVS_OK) {
+                    return KVS_ENOMEM;
+                }
+            }
+            break;
+
+        default:
+            /* a nullable rule ended: on to what follows it */
+            if (kvs_gram_pwork_push(m, &np, parent) != KVS_OK) {
+                return KVS_ENOMEM;
+            }
+            break;
+        }
+    }
+
+    return KVS_OK;
 }
 
 
@@ -530,9 +690,27 @@ kvs_gram_matcher_byte(kvs_gram_matcher_t *m, uint8_t b, kvs_err_t *err)
     rc = KVS_OK;
     nw = 0;
 
+    /* a fresh stamp for kvs_gram_predict's visits */
+    if (++m->epoch == 0) {
+        memset(m->marks, 0, (size_t) m->cap_nodes * sizeof(uint32_t));
+        m->epoch = 1;
+    }
+
     for (i = 0; i < n; i++) {
         id = m->front[start + i];
         e = &m->g->elems[m->nodes[id].pos];
+
+        if (e->kind == KVS_GRAM_RULE) {
+            if (m->g->first[(size_t) e->rule * 4 + (b >> 6)]
+                >> (b & 63) & 1)
+            {
+                rc = kvs_gram_predict(m, id, b, &nw);
+                if (rc != KVS_OK) {
+                    break;
+                }
+            }
+            continue;
+        }
 
         if (b < e->lo || b > e->hi) {
             continue;

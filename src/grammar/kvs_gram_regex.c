@@ -659,10 +659,11 @@ kvs_re_repeat(kvs_re_t *re, uint32_t *rule)
 
     case '{':
         save = re->i++;
-        if (kvs_re_num(re, &min) != KVS_OK) {
-            if (re->err != NULL && re->err->code == KVS_EUNSUPPORTED) {
-                return KVS_EUNSUPPORTED;
-            }
+        rc = kvs_re_num(re, &min);
+        if (rc == KVS_EUNSUPPORTED) {
+            return rc;                /* the count's message is set */
+        }
+        if (rc != KVS_OK) {
             return kvs_re_unsupported(re, save, 2);
         }
         max = min;

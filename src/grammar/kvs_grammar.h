@@ -79,6 +79,14 @@ typedef struct {
     uint32_t         *alt_start;      /* [n_alts] first element */
     uint32_t          n_alts, cap_alts;
     uint32_t         *rule_alt;       /* [n_rules + 1], after finish */
+    /* after finish: rules that derive no empty text and the bytes their
+     * texts (and each alternative's) can start with; when `lazy`, the
+     * matcher expands such a rule only when a byte of its FIRST set
+     * comes, and only the alternatives that can take it */
+    uint8_t          *nullable;       /* [n_rules] */
+    uint64_t         *first;          /* [n_rules * 4] */
+    uint64_t         *alt_first;      /* [n_alts * 4] */
+    int               lazy;
     uint32_t          n_rules;
     uint32_t          root;
     int               finished;
@@ -205,6 +213,8 @@ typedef struct {
     uint32_t             n_lv, cap_lv;
     uint32_t            *work;
     uint32_t             cap_work;
+    uint32_t            *pwork;       /* kvs_gram_predict's worklist */
+    uint32_t             cap_pwork;
     uint32_t             epoch;
     uint32_t             low_water;   /* lowest n_nodes truncated to since
                                          the masker last looked */
@@ -330,7 +340,7 @@ typedef struct {
 
 /* How many top stack nodes a context-independent mask looks at: inside a
  * string, the character, the loop and the closing quote. */
-#define KVS_GRAM_CUT  3
+#define KVS_GRAM_CUT  2
 
 /* cache_entries 0: no caches at all, every mask a full trie walk (the
  * reference the tests compare with). */

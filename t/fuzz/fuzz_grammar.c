@@ -121,6 +121,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     o.flags = size > 0 && (data[size - 1] & 1) ? KVS_GRAM_COMPACT : 0;
 
     if (split == size) {
+        kvs_err_clear(&err);
         kvs_gram_init(&g, &o.lim);
         rc = kvs_gram_regex(&g, (const char *) data, size, &rule, &err);
         if (rc != KVS_OK && err.msg[0] == '\0') {
