@@ -11,7 +11,10 @@
  * list) recurs with the same ids, which is what the masker's cache keys
  * on.  A reference whose next element ends its alternative does not push
  * a return node (tail call), so right-recursive lists run in constant
- * stack depth.
+ * stack depth.  A reference to a rule that cannot be empty stays a top
+ * until a byte of its FIRST set comes, and then only the alternatives
+ * that can take that byte are expanded (kvs_gram_predict): a string's
+ * character is one stack, not one per UTF-8 lead-byte range and escape.
  *
  * Invariants: levels[k] is the state after k bytes (kvs_grammar.h); nodes
  * are only ever removed newest first, and the hash table is open

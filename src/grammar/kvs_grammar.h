@@ -196,7 +196,10 @@ typedef struct {
 /*
  * Invariants: level k (k = 0 .. n_lv - 1) is the state after k bytes:
  * its frontier holds the distinct stacks (node ids, hash-consed, so
- * equal stacks have equal ids) whose top element is a byte range;
+ * equal stacks have equal ids) whose top element is a byte range or,
+ * when the grammar is lazy, a reference to a rule that cannot be empty
+ * (expanded when a byte of its FIRST set comes); next[] is the union of
+ * the tops' byte sets, so a byte outside it is refused at once;
  * nodes are append-only between rollbacks, so an id in a level's
  * frontier is < the next level's nodes_before.
  */
