@@ -921,18 +921,7 @@ kvs_sc_body(kvs_sc_t *sc, const json_t *s, uint32_t *rule)
             rc = kvs_sc_int_bounded(sc, s, &x);
             break;
         case KVS_T_NUMBER:
-            for (i = 0; i < 4; i++) {
-                static const char  *b[] = { "minimum", "maximum",
-                                            "exclusiveMinimum",
-                                            "exclusiveMaximum" };
-
-                if (json_object_get(s, b[i]) != NULL) {
-                    return kvs_sc_fail(sc, KVS_EUNSUPPORTED, b[i],
-                                       "bounds on type number are not "
-                                       "supported (on integer they are)");
-                }
-            }
-            rc = kvs_sc_number(sc, &x);
+            rc = kvs_sc_num_bounded(sc, s, &x);
             break;
         case KVS_T_STRING:
             rc = kvs_sc_str(sc, s, &x);

@@ -86,5 +86,6 @@ void kvs_sc_put_str(kvs_sc_buf_t *b, const char *s, size_t n);
 int kvs_sc_enum(kvs_sc_t *sc, const json_t *vals, const char *kw,
     unsigned types, uint32_t *rule);
 int kvs_sc_int_bounded(kvs_sc_t *sc, const json_t *s, uint32_t *rule);
+int kvs_sc_num_bounded(kvs_sc_t *sc, const json_t *s, uint32_t *rule);
 
 #endif /* KVS_GRAM_SCHEMA_IMPL_H */

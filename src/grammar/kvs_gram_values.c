@@ -6,8 +6,9 @@
  * layout's separators, strings with the short escapes and \u00XX for
  * other controls, numbers as jansson holds them, the shortest %g that
  * reads back for reals), the byte trie that makes an enum one parse per
- * shared prefix, and the canonical decimals of an integer interval
- * [lo, hi] (either side open) as digit-range alternatives.
+ * shared prefix, the canonical decimals of an integer interval [lo, hi]
+ * (either side open) as digit-range alternatives, and numbers between
+ * integer bounds (without exponent).
  *
  * Invariants: an enum's rules derive exactly its values' serialisations
  * (of the allowed types), each once; an integer range's rules derive
@@ -559,6 +560,208 @@ kvs_sc_int_bounded(kvs_sc_t *sc, const json_t *s, uint32_t *rule)
     }
 
     kvs_gram_seq_free(&pre);
+
+    return rc;
+}
+
+
+/* ---- numbers between integer bounds ------------------------------------- */
+
+/* A new rule: the canonical decimals of [a, b] (b UINT64_MAX: open). */
+static int
+kvs_sc_uint_rule(kvs_sc_t *sc, uint64_t a, uint64_t b, uint32_t *rule)
+{
+    int             rc;
+    kvs_gram_seq_t  pre;
+
+    rc = kvs_sc_rule(sc, rule);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    memset(&pre, 0, sizeof(pre));
+    rc = kvs_sc_uint_range(sc, *rule, &pre, a, b);
+    kvs_gram_seq_free(&pre);
+
+    return rc;
+}
+
+
+/* rule -> [sign] int frac */
+static int
+kvs_sc_num_alt(kvs_sc_t *sc, uint32_t rule, int neg, uint64_t a, uint64_t b,
+    uint32_t frac)
+{
+    int             rc;
+    uint32_t        i;
+    kvs_gram_seq_t  q;
+
+    rc = kvs_sc_uint_rule(sc, a, b, &i);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    memset(&q, 0, sizeof(q));
+    if (neg) {
+        kvs_gram_seq_lit(&q, "-", 1);
+    }
+    kvs_gram_seq_ref(&q, i);
+    kvs_gram_seq_ref(&q, frac);
+    rc = kvs_gram_add_alt(sc->g, rule, &q, sc->err);
+    kvs_gram_seq_free(&q);
+
+    return rc;
+}
+
+
+/* ("." digit+)? when any, ("." "0"+)? when zero */
+static int
+kvs_sc_frac(kvs_sc_t *sc, int zero, uint32_t *rule)
+{
+    int             rc;
+    uint32_t        d, ds;
+    kvs_gram_seq_t  q;
+
+    memset(&q, 0, sizeof(q));
+    kvs_gram_seq_range(&q, '0', zero ? '0' : '9');
+    rc = kvs_sc_rule_of(sc, &q, &d);
+    if (rc == KVS_OK) {
+        rc = kvs_gram_repeat(sc->g, d, NULL, 1, UINT32_MAX, &ds, sc->err);
+    }
+    if (rc == KVS_OK) {
+        rc = kvs_sc_rule(sc, rule);
+    }
+    if (rc == KVS_OK) {
+        rc = kvs_gram_add_alt(sc->g, *rule, NULL, sc->err);
+    }
+    if (rc == KVS_OK) {
+        kvs_gram_seq_reset(&q);
+        kvs_gram_seq_lit(&q, ".", 1);
+        kvs_gram_seq_ref(&q, ds);
+        rc = kvs_gram_add_alt(sc->g, *rule, &q, sc->err);
+    }
+    kvs_gram_seq_free(&q);
+
+    return rc;
+}
+
+
+/* An integer-valued bound of a number; *have stays 0 when absent. */
+static int
+kvs_sc_num_bound(kvs_sc_t *sc, const json_t *s, const char *kw,
+    int64_t *out, int *have)
+{
+    double         d;
+    const json_t  *v;
+
+    v = json_object_get(s, kw);
+    if (v == NULL) {
+        return KVS_OK;
+    }
+
+    if (!json_is_number(v)) {
+        return kvs_sc_fail(sc, KVS_EINVAL, kw, "must be a number");
+    }
+
+    d = json_number_value(v);
+
+    if (d != floor(d) || !(fabs(d) <= KVS_SC_MAX_INT)) {
+        return kvs_sc_fail(sc, KVS_EUNSUPPORTED, kw,
+                           "on type number only integer values within "
+                           "1e18 are supported");
+    }
+
+    *out = (int64_t) d;
+    *have = 1;
+
+    return KVS_OK;
+}
+
+
+/*
+ * A number in [lo, hi] with integer bounds, written without exponent
+ * (a subset: every output is in range).  With x = I.F: x >= 0 is in
+ * range iff I in [max(lo, 0), hi - 1] with any F, or I = hi with F all
+ * zeros; x = -(I.F) iff I.F in [max(-hi, 0), -lo], the same way round.
+ */
+int
+kvs_sc_num_bounded(kvs_sc_t *sc, const json_t *s, uint32_t *rule)
+{
+    int       rc, hlo, hhi;
+    int64_t   lo, hi;
+    uint64_t  a, j;
+    uint32_t  any, zero;
+
+    if (json_object_get(s, "exclusiveMinimum") != NULL
+        || json_object_get(s, "exclusiveMaximum") != NULL)
+    {
+        return kvs_sc_fail(sc, KVS_EUNSUPPORTED,
+                           json_object_get(s, "exclusiveMinimum") != NULL
+                           ? "exclusiveMinimum" : "exclusiveMaximum",
+                           "on type number is not supported (minimum and "
+                           "maximum with integer values are)");
+    }
+
+    hlo = hhi = 0;
+    lo = hi = 0;
+
+    rc = kvs_sc_num_bound(sc, s, "minimum", &lo, &hlo);
+    if (rc == KVS_OK) {
+        rc = kvs_sc_num_bound(sc, s, "maximum", &hi, &hhi);
+    }
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    if (!hlo && !hhi) {
+        return kvs_sc_number(sc, rule);
+    }
+
+    if (hlo && hhi && lo > hi) {
+        return kvs_sc_fail(sc, KVS_EINVAL, "minimum",
+                           "%lld is over maximum %lld", (long long) lo,
+                           (long long) hi);
+    }
+
+    rc = kvs_sc_frac(sc, 0, &any);
+    if (rc == KVS_OK) {
+        rc = kvs_sc_frac(sc, 1, &zero);
+    }
+    if (rc == KVS_OK) {
+        rc = kvs_sc_rule(sc, rule);
+    }
+
+    /* x >= 0 */
+    if (rc == KVS_OK && (!hhi || hi >= 0)) {
+        a = hlo && lo > 0 ? (uint64_t) lo : 0;
+        if (!hhi) {
+            rc = kvs_sc_num_alt(sc, *rule, 0, a, UINT64_MAX, any);
+        } else {
+            if ((uint64_t) hi >= a + 1) {
+                rc = kvs_sc_num_alt(sc, *rule, 0, a, (uint64_t) hi - 1, any);
+            }
+            if (rc == KVS_OK) {
+                rc = kvs_sc_num_alt(sc, *rule, 0, (uint64_t) hi,
+                                    (uint64_t) hi, zero);
+            }
+        }
+    }
+
+    /* x < 0: magnitude in [max(-hi, 0), -lo] */
+    if (rc == KVS_OK && (!hlo || lo < 0)) {
+        a = hhi && hi < 0 ? (uint64_t) -hi : 0;
+        if (!hlo) {
+            rc = kvs_sc_num_alt(sc, *rule, 1, a, UINT64_MAX, any);
+        } else {
+            j = (uint64_t) -lo;
+            if (j >= a + 1) {
+                rc = kvs_sc_num_alt(sc, *rule, 1, a, j - 1, any);
+            }
+            if (rc == KVS_OK) {
+                rc = kvs_sc_num_alt(sc, *rule, 1, j, j, zero);
+            }
+        }
+    }
 
     return rc;
 }

@@ -18,7 +18,8 @@
 static const char  *tm_schemas[] = {
     "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\","
     " \"maxLength\": 6}, \"n\": {\"type\": \"integer\", \"minimum\": -3, "
-    "\"maximum\": 250}, \"ok\": {\"type\": \"boolean\"}}, \"required\": "
+    "\"maximum\": 250}, \"ok\": {\"type\": \"boolean\"}, \"x\": {\"type\": "
+    "\"number\", \"minimum\": -1, \"maximum\": 20}}, \"required\": "
     "[\"name\", \"n\"], \"additionalProperties\": false}",
     "{\"type\": \"array\", \"items\": {\"enum\": [\"red\", \"green\", "
     "\"blue\", 1, null]}, \"minItems\": 1, \"maxItems\": 4}",

@@ -168,6 +168,29 @@ static const tg_case_t  tg_cases[] = {
     { "{\"type\": \"integer\", \"exclusiveMaximum\": -10}", "5", 0 },
     { "{\"type\": \"integer\", \"minimum\": 1.5}", "1", 0 },
     { "{\"type\": \"integer\", \"minimum\": 1.5}", "2", 1 },
+
+    /* number bounds (integer-valued; no exponent under bounds) */
+    { "{\"type\": \"number\", \"minimum\": 0}", "0.25", 1 },
+    { "{\"type\": \"number\", \"minimum\": 0}", "-0.25", 0 },
+    { "{\"type\": \"number\", \"minimum\": 0}", "-0", 0 },
+    { "{\"type\": \"number\", \"minimum\": 0}", "1e5", 0 },
+    { "{\"type\": \"number\", \"minimum\": -2, \"maximum\": 3}", "3.0",
+      1 },
+    { "{\"type\": \"number\", \"minimum\": -2, \"maximum\": 3}",
+      "3.01", 0 },
+    { "{\"type\": \"number\", \"minimum\": -2, \"maximum\": 3}",
+      "2.999", 1 },
+    { "{\"type\": \"number\", \"minimum\": -2, \"maximum\": 3}",
+      "-2.000", 1 },
+    { "{\"type\": \"number\", \"minimum\": -2, \"maximum\": 3}",
+      "-2.5", 0 },
+    { "{\"type\": \"number\", \"minimum\": -2, \"maximum\": 3}",
+      "-1.75", 1 },
+    { "{\"type\": \"number\", \"maximum\": -10}", "-10.5", 1 },
+    { "{\"type\": \"number\", \"maximum\": -10}", "-9.5", 0 },
+    { "{\"type\": \"number\", \"maximum\": -10}", "-10", 1 },
+    { "{\"type\": \"number\", \"minimum\": -10, \"maximum\": -10}",
+      "-10.00", 1 },
 };
 
 
@@ -256,8 +279,10 @@ static const struct {
       "patternProperties: unsupported keyword" },
     { "{\"items\": {\"minProperties\": 1}}", KVS_EUNSUPPORTED,
       "items.minProperties: unsupported keyword" },
-    { "{\"type\": \"number\", \"minimum\": 0}", KVS_EUNSUPPORTED,
-      "minimum: bounds on type number" },
+    { "{\"type\": \"number\", \"minimum\": 0.5}", KVS_EUNSUPPORTED,
+      "minimum: on type number only integer values" },
+    { "{\"type\": \"number\", \"exclusiveMaximum\": 3}", KVS_EUNSUPPORTED,
+      "exclusiveMaximum: on type number is not supported" },
     { "{\"type\": \"array\", \"uniqueItems\": true}", KVS_EUNSUPPORTED,
       "uniqueItems: true is not supported" },
     { "{\"$ref\": \"other.json#/a\"}", KVS_EUNSUPPORTED,
@@ -352,6 +377,9 @@ static const char  *tg_walk_schemas[] = {
     "\"required\": [\"d\", \"u\", \"e\"]}",
     "{\"type\": \"array\", \"items\": {\"type\": [\"number\", \"boolean\"]},"
     " \"minItems\": 1, \"maxItems\": 5}",
+    "{\"type\": \"array\", \"items\": {\"anyOf\": [{\"type\": \"number\", "
+    "\"minimum\": -3, \"maximum\": 12}, {\"type\": \"number\", "
+    "\"maximum\": -100}, {\"type\": \"number\", \"minimum\": 7000}]}}",
     "{\"type\": \"object\", \"additionalProperties\": {\"type\": \"string\", "
     "\"pattern\": \"x\"}}",
     "{\"type\": \"string\", \"pattern\": "
