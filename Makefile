@@ -400,8 +400,8 @@ FUZZ_REQ_SRCS := $(FUZZ_SRCS) $(wildcard src/api/kvs_api_req*.c) \
                  src/api/kvs_api_models.c src/sample/kvs_sample.c
 
 fuzz: $(B)/fuzz/fuzz_gguf $(B)/fuzz/fuzz_tok $(B)/fuzz/fuzz_api_req \
-      $(B)/fuzz/fuzz_wire $(B)/fuzz/fuzz_index $(B)/gguf_sample \
-      $(DEFAULT_MODEL)
+      $(B)/fuzz/fuzz_wire $(B)/fuzz/fuzz_index $(B)/fuzz/fuzz_grammar \
+      $(B)/gguf_sample $(DEFAULT_MODEL)
 	@mkdir -p $(B)/fuzz/corpus $(B)/fuzz/seed $(B)/fuzz/tok-corpus \
 	    $(B)/fuzz/req-corpus
 	$(B)/gguf_sample $(B)/fuzz/seed/sample.gguf 3 32
@@ -420,6 +420,9 @@ fuzz: $(B)/fuzz/fuzz_gguf $(B)/fuzz/fuzz_tok $(B)/fuzz/fuzz_api_req \
 	@mkdir -p $(B)/fuzz/index-corpus
 	$(B)/fuzz/fuzz_index -max_total_time=$(FUZZ_TIME) -max_len=4096 \
 	    $(B)/fuzz/index-corpus
+	@mkdir -p $(B)/fuzz/grammar-corpus
+	$(B)/fuzz/fuzz_grammar -max_total_time=$(FUZZ_TIME) -max_len=4096 \
+	    -dict=t/fuzz/grammar.dict $(B)/fuzz/grammar-corpus t/fuzz/grammar
 
 # undefined behaviour stops the fuzzer (a crash it reports and saves),
 # as a memory error does
@@ -444,6 +447,15 @@ FUZZ_INDEX_SRCS := $(filter src/base/%, $(LIB_SRCS)) $(wildcard src/index/*.c)
 $(B)/fuzz/fuzz_index: t/fuzz/fuzz_index.c $(FUZZ_INDEX_SRCS) $(LIB_HDRS)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_INDEX_SRCS) $(LIBS)
+
+# JSON Schema -> grammar -> matcher and mask: src/grammar calls src/base
+# and src/tokenizer
+FUZZ_GRAMMAR_SRCS := $(FUZZ_SRCS) $(wildcard src/grammar/*.c)
+
+$(B)/fuzz/fuzz_grammar: t/fuzz/fuzz_grammar.c $(FUZZ_GRAMMAR_SRCS) \
+                        $(LIB_HDRS)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_GRAMMAR_SRCS) $(LIBS)
 
 $(B)/fuzz/fuzz_api_req: t/fuzz/fuzz_api_req.c $(FUZZ_REQ_SRCS) $(LIB_HDRS)
 	@mkdir -p $(dir $@)

@@ -1,0 +1,985 @@
+/*
+ * kvs_gram_mask: the token mask, from a vocabulary trie and a matcher.
+ *
+ * Owns kvs_gram_vocab_t (built once per vocabulary: each token's output
+ * bytes, and a trie of them in preorder) and kvs_gram_masker_t (per
+ * matcher: the mask and a cache of masks keyed by matcher state).
+ *
+ * The mask is a depth-first walk of the trie with the matcher: a node's
+ * byte is tried on the state its parent left (a rollback to that depth,
+ * then one byte), so a prefix that many tokens share is checked once,
+ * and a refused byte skips its whole subtree.  A byte that no stack can
+ * take is refused from the level's next-byte set without touching the
+ * stacks.  END tokens are allowed exactly when the grammar is complete
+ * here; REFUSED tokens never.
+ *
+ * The cache: the matcher hash-conses its stacks, so a state that recurs
+ * (inside a string, between list items) has the same frontier ids; the
+ * key is the sorted frontier plus the accept flag.  Ids die only when the
+ * matcher truncates its node pool below them, which it reports through
+ * low_water; an entry with an id at or above that mark is dropped before
+ * it could be looked up.
+ *
+ * Invariants: the matcher is left in the state it was given (every
+ * speculative byte rolled back); bits has exactly n_tokens meaningful
+ * bits, the rest zero.
+ */
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/kvs_grammar.h"
+
+
+/* A context-independent entry: for stacks whose top KVS_GRAM_CUT
+ * positions are key, the tokens accepted whatever lies below, and the
+ * ranges of sorted tokens (ids[lo .. hi)) that depend on it. */
+struct kvs_gram_ientry_s {
+    uint32_t   key[KVS_GRAM_CUT];     /* top positions, NIL-padded */
+    uint32_t   used;                  /* 0: a free slot */
+    uint64_t   stamp;                 /* the mask that last used it */
+    uint64_t   hash;
+    uint32_t  *bits;                  /* [words] accepted */
+    uint32_t  *ranges;                /* [2 * n_ranges] */
+    uint32_t   n_ranges, cap_ranges;
+};
+
+struct kvs_gram_centry_s {
+    uint32_t  *key;                   /* sorted frontier ids */
+    uint32_t   n_key;
+    uint32_t   accept;
+    uint32_t   max_id;
+    uint64_t   hash;
+    uint32_t  *bits;                  /* [words] */
+};
+
+
+/* ---- the vocabulary ---------------------------------------------------- */
+
+/* qsort_r (glibc; the build defines _GNU_SOURCE): vocabularies may be
+ * built on several threads at once */
+static int
+kvs_gram_tok_cmp(const void *a, const void *b, void *arg)
+{
+    int32_t                  x, y;
+    uint32_t                 lx, ly;
+    int                      c;
+    const kvs_gram_vocab_t  *gv;
+
+    gv = arg;
+    x = *(const int32_t *) a;
+    y = *(const int32_t *) b;
+    lx = gv->len[x];
+    ly = gv->len[y];
+
+    c = memcmp(gv->bytes + gv->off[x], gv->bytes + gv->off[y],
+               lx < ly ? lx : ly);
+    if (c != 0) {
+        return c;
+    }
+    if (lx != ly) {
+        return lx < ly ? -1 : 1;
+    }
+
+    return x < y ? -1 : x > y;
+}
+
+
+void
+kvs_gram_vocab_free(kvs_gram_vocab_t *gv)
+{
+    if (gv == NULL) {
+        return;
+    }
+
+    free(gv->kind);
+    free(gv->off);
+    free(gv->len);
+    free(gv->bytes);
+    free(gv->t_byte);
+    free(gv->t_depth);
+    free(gv->t_end);
+    free(gv->t_tok);
+    free(gv->t_ntok);
+    free(gv->t_cum);
+    free(gv->ids);
+    free(gv);
+}
+
+
+/* Builds the trie over the text tokens; bytes, off, len, kind are set. */
+static int
+kvs_gram_vocab_trie(kvs_gram_vocab_t *gv, kvs_err_t *err)
+{
+    uint32_t   i, n, d, lcp, pl, l, nodes;
+    uint32_t  *path_big;
+    int32_t    id, prev;
+    size_t     total;
+
+    /* only text tokens go in the trie */
+    n = 0;
+    total = 0;
+    for (i = 0; i < gv->n_tokens; i++) {
+        if (gv->kind[i] == KVS_GRAM_TOK_TEXT) {
+            gv->ids[n++] = (int32_t) i;
+            total += gv->len[i];
+            if (gv->len[i] > gv->max_len) {
+                gv->max_len = gv->len[i];
+            }
+        }
+    }
+
+    /* END tokens after the text ones, for the mask's last step */
+    gv->n_text = n;
+    for (i = 0; i < gv->n_tokens; i++) {
+        if (gv->kind[i] == KVS_GRAM_TOK_END) {
+            gv->ids[n + gv->n_end++] = (int32_t) i;
+        }
+    }
+
+    if (gv->max_len > 65535) {
+        return kvs_err_set(err, KVS_EUNSUPPORTED,
+                           "a token of %u bytes (the trie takes 65535)",
+                           gv->max_len);
+    }
+
+    qsort_r(gv->ids, n, sizeof(int32_t), kvs_gram_tok_cmp, gv);
+
+    gv->t_byte = malloc(total + 1);
+    gv->t_depth = malloc((total + 1) * sizeof(uint16_t));
+    gv->t_end = malloc((total + 1) * sizeof(uint32_t));
+    gv->t_tok = malloc((total + 1) * sizeof(uint32_t));
+    gv->t_ntok = calloc(total + 1, sizeof(uint32_t));
+    path_big = malloc(((size_t) gv->max_len + 1) * sizeof(uint32_t));
+
+    if (gv->t_byte == NULL || gv->t_depth == NULL || gv->t_end == NULL
+        || gv->t_tok == NULL || gv->t_ntok == NULL || path_big == NULL)
+    {
+        free(path_big);
+        return kvs_err_set(err, KVS_ENOMEM, "vocabulary trie: no memory");
+    }
+
+    /* path_big[d] is the open node at depth d + 1 */
+    nodes = 0;
+    pl = 0;
+    prev = -1;
+
+    for (i = 0; i < n; i++) {
+        id = gv->ids[i];
+        l = gv->len[id];
+
+        lcp = 0;
+        if (prev >= 0) {
+            while (lcp < l && lcp < gv->len[prev]
+                   && gv->bytes[gv->off[id] + lcp]
+                      == gv->bytes[gv->off[prev] + lcp])
+            {
+                lcp++;
+            }
+        }
+
+        while (pl > lcp) {
+            gv->t_end[path_big[--pl]] = nodes;
+        }
+
+        for (d = lcp; d < l; d++) {
+            gv->t_byte[nodes] = gv->bytes[gv->off[id] + d];
+            gv->t_depth[nodes] = (uint16_t) (d + 1);
+            gv->t_ntok[nodes] = 0;
+            gv->t_tok[nodes] = 0;
+            path_big[pl++] = nodes;
+            nodes++;
+        }
+
+        /* tokens with equal bytes are adjacent in the sorted order */
+        if (gv->t_ntok[path_big[l - 1]]++ == 0) {
+            gv->t_tok[path_big[l - 1]] = i;
+        }
+
+        prev = id;
+    }
+
+    while (pl > 0) {
+        gv->t_end[path_big[--pl]] = nodes;
+    }
+
+    free(path_big);
+    gv->n_nodes = nodes;
+
+    gv->t_cum = malloc(((size_t) nodes + 1) * sizeof(uint32_t));
+    if (gv->t_cum == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "vocabulary trie: no memory");
+    }
+    for (i = 0, d = 0; i < nodes; i++) {
+        gv->t_cum[i] = d;
+        d += gv->t_ntok[i];
+    }
+    gv->t_cum[nodes] = d;
+
+    return KVS_OK;
+}
+
+
+static int
+kvs_gram_vocab_alloc(kvs_gram_vocab_t **out, uint32_t n, size_t bytes,
+    kvs_err_t *err)
+{
+    kvs_gram_vocab_t  *gv;
+
+    gv = calloc(1, sizeof(kvs_gram_vocab_t));
+    if (gv == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "vocabulary: no memory");
+    }
+
+    gv->n_tokens = n;
+    gv->kind = calloc((size_t) n + 1, 1);
+    gv->off = calloc((size_t) n + 1, sizeof(uint32_t));
+    gv->len = calloc((size_t) n + 1, sizeof(uint32_t));
+    gv->ids = calloc((size_t) n + 1, sizeof(int32_t));
+    gv->bytes = malloc(bytes + 1);
+
+    if (gv->kind == NULL || gv->off == NULL || gv->len == NULL
+        || gv->ids == NULL || gv->bytes == NULL)
+    {
+        kvs_gram_vocab_free(gv);
+        return kvs_err_set(err, KVS_ENOMEM, "vocabulary: no memory");
+    }
+
+    *out = gv;
+
+    return KVS_OK;
+}
+
+
+int
+kvs_gram_vocab_from_bytes(kvs_gram_vocab_t **out, uint32_t n,
+    const uint8_t *const *texts, const uint32_t *lens, const uint8_t *kinds,
+    kvs_err_t *err)
+{
+    int                rc;
+    size_t             total;
+    uint32_t           i, o;
+    kvs_gram_vocab_t  *gv;
+
+    *out = NULL;
+
+    for (i = 0, total = 0; i < n; i++) {
+        total += lens[i];
+        if (total > UINT32_MAX / 2) {
+            return kvs_err_set(err, KVS_ETOOLONG, "vocabulary too large");
+        }
+    }
+
+    rc = kvs_gram_vocab_alloc(&gv, n, total, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    for (i = 0, o = 0; i < n; i++) {
+        gv->kind[i] = kinds[i] <= KVS_GRAM_TOK_REFUSED
+                      ? kinds[i] : KVS_GRAM_TOK_REFUSED;
+        if (gv->kind[i] == KVS_GRAM_TOK_TEXT && lens[i] == 0) {
+            gv->kind[i] = KVS_GRAM_TOK_REFUSED;
+        }
+        gv->off[i] = o;
+        gv->len[i] = lens[i];
+        if (lens[i] > 0) {
+            memcpy(gv->bytes + o, texts[i], lens[i]);
+        }
+        o += lens[i];
+    }
+
+    rc = kvs_gram_vocab_trie(gv, err);
+    if (rc != KVS_OK) {
+        kvs_gram_vocab_free(gv);
+        return rc;
+    }
+
+    *out = gv;
+
+    return KVS_OK;
+}
+
+
+int
+kvs_gram_vocab_from_vocab(kvs_gram_vocab_t **out, const kvs_vocab_t *v,
+    kvs_err_t *err)
+{
+    int                rc;
+    size_t             total;
+    uint32_t           i, j, o;
+    const char        *t;
+    const kvs_token_t *tok;
+    kvs_gram_vocab_t  *gv;
+
+    *out = NULL;
+
+    for (i = 0, total = 0; i < v->n_tokens; i++) {
+        total += v->tokens[i].len;
+    }
+
+    rc = kvs_gram_vocab_alloc(&gv, v->n_tokens, total, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    for (i = 0, o = 0; i < v->n_tokens; i++) {
+        tok = &v->tokens[i];
+        gv->off[i] = o;
+
+        if ((int32_t) i == v->eos || (int32_t) i == v->eot
+            || (int32_t) i == v->eom)
+        {
+            gv->kind[i] = KVS_GRAM_TOK_END;
+            continue;
+        }
+
+        switch (tok->type) {
+
+        case KVS_TOKT_CONTROL:
+        case KVS_TOKT_UNKNOWN:
+        case KVS_TOKT_UNUSED:
+            gv->kind[i] = KVS_GRAM_TOK_REFUSED;
+            continue;
+
+        case KVS_TOKT_BYTE:
+            if (v->byte_of != NULL && v->byte_of[i] >= 0) {
+                gv->bytes[o++] = (uint8_t) v->byte_of[i];
+                gv->len[i] = 1;
+                continue;
+            }
+            break;
+
+        default:
+            break;
+        }
+
+        /* as kvs_detok_push writes it: SPM and WPM "▁" is a space */
+        t = tok->text;
+        for (j = 0; j < tok->len; ) {
+            if ((v->kind == KVS_VOCAB_SPM || v->kind == KVS_VOCAB_WPM)
+                && j + 3 <= tok->len && memcmp(t + j, "\xe2\x96\x81", 3) == 0)
+            {
+                gv->bytes[o++] = ' ';
+                j += 3;
+            } else {
+                gv->bytes[o++] = (uint8_t) t[j++];
+            }
+        }
+
+        gv->len[i] = o - gv->off[i];
+        if (gv->len[i] == 0) {
+            gv->kind[i] = KVS_GRAM_TOK_REFUSED;
+        }
+    }
+
+    rc = kvs_gram_vocab_trie(gv, err);
+    if (rc != KVS_OK) {
+        kvs_gram_vocab_free(gv);
+        return rc;
+    }
+
+    *out = gv;
+
+    return KVS_OK;
+}
+
+
+int
+kvs_gram_accept_token(kvs_gram_matcher_t *m, const kvs_gram_vocab_t *gv,
+    int32_t id, kvs_err_t *err)
+{
+    if (id < 0 || (uint32_t) id >= gv->n_tokens) {
+        return kvs_err_set(err, KVS_EINVAL, "token %d is out of range", id);
+    }
+
+    switch (gv->kind[id]) {
+
+    case KVS_GRAM_TOK_END:
+        if (!kvs_gram_matcher_can_end(m)) {
+            return kvs_err_set(err, KVS_EFORMAT,
+                               "token %d ends the output before the grammar "
+                               "is complete", id);
+        }
+        return KVS_OK;
+
+    case KVS_GRAM_TOK_TEXT:
+        return kvs_gram_matcher_feed(m, gv->bytes + gv->off[id], gv->len[id],
+                                     err);
+
+    default:
+        return kvs_err_set(err, KVS_EFORMAT,
+                           "token %d is a control token", id);
+    }
+}
+
+
+/* ---- the masker -------------------------------------------------------- */
+
+static void kvs_gram_ind_free(kvs_gram_ientry_t *e);
+
+
+int
+kvs_gram_masker_init(kvs_gram_masker_t *mk, const kvs_gram_vocab_t *gv,
+    kvs_gram_matcher_t *m, uint32_t cache_entries, kvs_err_t *err)
+{
+    memset(mk, 0, sizeof(kvs_gram_masker_t));
+    mk->gv = gv;
+    mk->m = m;
+    mk->words = (gv->n_tokens + 31) / 32;
+    mk->cap_cache = cache_entries;
+
+    if (cache_entries > 0) {
+        /* a state has up to max_front stacks, each its own entry */
+        mk->cap_ind = cache_entries * 8;
+        mk->cache = calloc(cache_entries, sizeof(kvs_gram_centry_t));
+        mk->ind = calloc(mk->cap_ind, sizeof(kvs_gram_ientry_t));
+        mk->used = calloc(m->lim.max_front + 1, sizeof(kvs_gram_ientry_t *));
+        if (mk->cache == NULL || mk->ind == NULL || mk->used == NULL) {
+            free(mk->cache);
+            free(mk->ind);
+            free(mk->used);
+            return kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
+        }
+    }
+
+    m->low_water = UINT32_MAX;
+
+    return KVS_OK;
+}
+
+
+void
+kvs_gram_masker_free(kvs_gram_masker_t *mk)
+{
+    uint32_t  i;
+
+    for (i = 0; i < mk->n_cache; i++) {
+        free(mk->cache[i].key);
+        free(mk->cache[i].bits);
+    }
+
+    for (i = 0; i < mk->n_ind; i++) {
+        kvs_gram_ind_free(&mk->ind[i]);
+    }
+
+    free(mk->cache);
+    free(mk->ind);
+    free(mk->used);
+    memset(mk, 0, sizeof(kvs_gram_masker_t));
+}
+
+
+static int
+kvs_gram_u32_cmp(const void *a, const void *b)
+{
+    uint32_t  x = *(const uint32_t *) a, y = *(const uint32_t *) b;
+
+    return x < y ? -1 : x > y;
+}
+
+
+/* The walk itself: bits cleared and filled. */
+static int
+kvs_gram_mask_walk(kvs_gram_masker_t *mk, uint32_t *bits)
+{
+    int                        rc, any;
+    uint32_t                   i, k, n, id, depth;
+    size_t                     base;
+    kvs_gram_matcher_t        *m;
+    const kvs_gram_vocab_t    *gv;
+    const kvs_gram_level_t    *lv;
+    uint8_t                    b;
+
+    m = mk->m;
+    gv = mk->gv;
+    base = kvs_gram_matcher_len(m);
+    n = gv->n_nodes;
+    any = 0;
+
+    memset(bits, 0, (size_t) mk->words * sizeof(uint32_t));
+
+    for (i = 0; i < n; ) {
+        depth = gv->t_depth[i];
+
+        /* back to the state this node's parent left */
+        if (kvs_gram_matcher_len(m) >= base + depth) {
+            kvs_gram_matcher_rollback(m, kvs_gram_matcher_len(m)
+                                         - (base + depth - 1));
+        }
+
+        b = gv->t_byte[i];
+        lv = &m->lv[m->n_lv - 1];
+
+        if (!(lv->next[b >> 6] >> (b & 63) & 1)) {
+            i = gv->t_end[i];
+            continue;
+        }
+
+        rc = kvs_gram_matcher_byte(m, b, NULL);
+        if (rc != KVS_OK) {
+            /* refused, or a cap on this branch: refusing a token is
+             * always safe for the output's validity */
+            i = gv->t_end[i];
+            continue;
+        }
+
+        for (k = 0; k < gv->t_ntok[i]; k++) {
+            id = (uint32_t) gv->ids[gv->t_tok[i] + k];
+            bits[id >> 5] |= 1u << (id & 31);
+            any = 1;
+        }
+
+        i++;
+    }
+
+    kvs_gram_matcher_rollback(m, kvs_gram_matcher_len(m) - base);
+
+    if (kvs_gram_matcher_can_end(m)) {
+        for (k = 0; k < gv->n_end; k++) {
+            id = (uint32_t) gv->ids[gv->n_text + k];
+            bits[id >> 5] |= 1u << (id & 31);
+            any = 1;
+        }
+    }
+
+    return any ? KVS_OK : KVS_EFORMAT;
+}
+
+
+/* ---- context-independent masks ------------------------------------------ */
+
+static uint64_t
+kvs_gram_tuple_hash(const uint32_t *t)
+{
+    unsigned  k;
+    uint64_t  h;
+
+    h = 0x84222325cbf29ce4ULL;
+    for (k = 0; k < KVS_GRAM_CUT; k++) {
+        h = (h ^ t[k]) * 0x100000001b3ULL;
+    }
+
+    return h;
+}
+
+
+static int
+kvs_gram_ind_range(kvs_gram_ientry_t *e, uint32_t lo, uint32_t hi)
+{
+    uint32_t   c, *q;
+
+    if (lo == hi) {
+        return KVS_OK;
+    }
+
+    if (e->n_ranges > 0 && e->ranges[2 * e->n_ranges - 1] == lo) {
+        e->ranges[2 * e->n_ranges - 1] = hi;
+        return KVS_OK;
+    }
+
+    if (e->n_ranges == e->cap_ranges) {
+        c = e->cap_ranges ? e->cap_ranges * 2 : 32;
+        q = realloc(e->ranges, (size_t) c * 2 * sizeof(uint32_t));
+        if (q == NULL) {
+            return KVS_ENOMEM;
+        }
+        e->ranges = q;
+        e->cap_ranges = c;
+    }
+
+    e->ranges[2 * e->n_ranges] = lo;
+    e->ranges[2 * e->n_ranges + 1] = hi;
+    e->n_ranges++;
+
+    return KVS_OK;
+}
+
+
+/*
+ * The trie walk on the cut stack: a token taken without reaching the
+ * sentinel is accepted whatever lies below; one refused before any
+ * prefix of it reached the sentinel is refused whatever lies below; the
+ * rest (a prefix reached it, then the cut stack refused) depend on it.
+ */
+static int
+kvs_gram_ind_build(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
+    kvs_err_t *err)
+{
+    int                      rc;
+    uint8_t                  b, *seen;
+    uint32_t                 i, k, n, id, depth;
+    kvs_gram_matcher_t       cm;
+    const kvs_gram_vocab_t  *gv;
+    const kvs_gram_level_t  *lv;
+
+    gv = mk->gv;
+
+    rc = kvs_gram_matcher_init_cut(&cm, mk->m->g, e->key, KVS_GRAM_CUT,
+                                   &mk->m->lim, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    seen = calloc((size_t) gv->max_len + 2, 1);
+    if (seen == NULL) {
+        kvs_gram_matcher_free(&cm);
+        return kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
+    }
+
+    memset(e->bits, 0, (size_t) mk->words * sizeof(uint32_t));
+    n = gv->n_nodes;
+    rc = KVS_OK;
+
+    for (i = 0; i < n && rc == KVS_OK; ) {
+        depth = gv->t_depth[i];
+
+        if (kvs_gram_matcher_len(&cm) >= depth) {
+            kvs_gram_matcher_rollback(&cm, kvs_gram_matcher_len(&cm)
+                                           - (depth - 1));
+        }
+
+        b = gv->t_byte[i];
+        lv = &cm.lv[cm.n_lv - 1];
+
+        if (!(lv->next[b >> 6] >> (b & 63) & 1)
+            || kvs_gram_matcher_byte(&cm, b, NULL) != KVS_OK)
+        {
+            if (seen[depth - 1]) {
+                rc = kvs_gram_ind_range(e, gv->t_cum[i],
+                                        gv->t_cum[gv->t_end[i]]);
+            }
+            i = gv->t_end[i];
+            continue;
+        }
+
+        for (k = 0; k < gv->t_ntok[i]; k++) {
+            id = (uint32_t) gv->ids[gv->t_tok[i] + k];
+            e->bits[id >> 5] |= 1u << (id & 31);
+        }
+
+        seen[depth] = (uint8_t) (seen[depth - 1]
+                                 | (cm.lv[cm.n_lv - 1].sent != 0));
+        i++;
+    }
+
+    free(seen);
+    kvs_gram_matcher_free(&cm);
+
+    if (rc != KVS_OK) {
+        return kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
+    }
+
+    return KVS_OK;
+}
+
+
+/* The tokens that depend on what lies below, checked on the real
+ * matcher in trie order so that a shared prefix is fed once; those some
+ * other stack already accepted are skipped. */
+static void
+kvs_gram_ind_check(kvs_gram_masker_t *mk, const kvs_gram_ientry_t *e,
+    uint32_t *bits)
+{
+    uint32_t                 r, x, id, l, cur, lcp;
+    const uint8_t           *t, *prev;
+    kvs_gram_matcher_t      *m;
+    const kvs_gram_vocab_t  *gv;
+
+    m = mk->m;
+    gv = mk->gv;
+    cur = 0;
+    prev = NULL;
+
+    for (r = 0; r < e->n_ranges; r++) {
+        for (x = e->ranges[2 * r]; x < e->ranges[2 * r + 1]; x++) {
+            id = (uint32_t) gv->ids[x];
+            if (bits[id >> 5] >> (id & 31) & 1) {
+                continue;
+            }
+
+            t = gv->bytes + gv->off[id];
+            l = gv->len[id];
+
+            for (lcp = 0; lcp < cur && lcp < l && prev[lcp] == t[lcp];
+                 lcp++)
+            {
+                /* the part already fed */
+            }
+
+            kvs_gram_matcher_rollback(m, cur - lcp);
+            cur = lcp;
+            prev = t;
+
+            while (cur < l
+                   && kvs_gram_matcher_byte(m, t[cur], NULL) == KVS_OK)
+            {
+                cur++;
+            }
+
+            if (cur == l) {
+                bits[id >> 5] |= 1u << (id & 31);
+            }
+
+            mk->checked++;
+        }
+    }
+
+    kvs_gram_matcher_rollback(m, cur);
+}
+
+
+static void
+kvs_gram_ind_free(kvs_gram_ientry_t *e)
+{
+    free(e->bits);
+    free(e->ranges);
+    memset(e, 0, sizeof(kvs_gram_ientry_t));
+}
+
+
+/* The entry of one stack's top positions, built if new. */
+static int
+kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t,
+    kvs_gram_ientry_t **out, kvs_err_t *err)
+{
+    int                 rc;
+    uint32_t            i;
+    uint64_t            h;
+    kvs_gram_ientry_t  *e;
+
+    h = kvs_gram_tuple_hash(t);
+
+    for (i = 0; i < mk->n_ind; i++) {
+        e = &mk->ind[i];
+        if (e->used && e->hash == h
+            && memcmp(e->key, t, sizeof(e->key)) == 0)
+        {
+            mk->ind_hits++;
+            e->stamp = mk->serial;
+            *out = e;
+            return KVS_OK;
+        }
+    }
+
+    mk->ind_misses++;
+
+    if (mk->n_ind < mk->cap_ind) {
+        e = &mk->ind[mk->n_ind++];
+    } else {
+        /* round robin, sparing the entries this mask holds */
+        for (i = 0; i < mk->cap_ind; i++) {
+            e = &mk->ind[mk->next_ind];
+            mk->next_ind = (mk->next_ind + 1) % mk->cap_ind;
+            if (e->stamp != mk->serial) {
+                break;
+            }
+        }
+        if (i == mk->cap_ind) {
+            return KVS_ETOOLONG;      /* more stacks than entries */
+        }
+        kvs_gram_ind_free(e);
+    }
+
+    memcpy(e->key, t, sizeof(e->key));
+    e->hash = h;
+    e->bits = malloc((size_t) mk->words * sizeof(uint32_t));
+    rc = e->bits != NULL
+         ? kvs_gram_ind_build(mk, e, err)
+         : kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
+
+    if (rc != KVS_OK) {
+        kvs_gram_ind_free(e);         /* no half-built entry */
+        return rc;
+    }
+
+    e->used = 1;
+    e->stamp = mk->serial;
+    *out = e;
+
+    return KVS_OK;
+}
+
+
+/*
+ * The mask through the context-independent entries: a token is allowed
+ * iff some stack allows it, so the mask is the union over the frontier's
+ * stacks of each one's accepted tokens, plus those of its dependent ones
+ * that the real stacks take.
+ */
+static int
+kvs_gram_mask_ind(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
+{
+    int                      rc, any;
+    uint32_t                 i, j, k, w, id, n_used, t[KVS_GRAM_CUT];
+    kvs_gram_ientry_t       *e;
+    const kvs_gram_matcher_t  *m;
+    const kvs_gram_level_t  *lv;
+
+    m = mk->m;
+    lv = &m->lv[m->n_lv - 1];
+    n_used = 0;
+    mk->serial++;
+
+    memset(bits, 0, (size_t) mk->words * sizeof(uint32_t));
+
+    for (i = 0; i < lv->n_front; i++) {
+        id = m->front[lv->front + i];
+        for (k = 0; k < KVS_GRAM_CUT; k++) {
+            t[k] = id != KVS_GRAM_NIL ? m->nodes[id].pos : KVS_GRAM_NIL;
+            id = id != KVS_GRAM_NIL ? m->nodes[id].parent : KVS_GRAM_NIL;
+        }
+
+        rc = kvs_gram_ind_get(mk, t, &e, err);
+        if (rc == KVS_ETOOLONG) {
+            return kvs_gram_mask_walk(mk, bits);
+        }
+        if (rc != KVS_OK) {
+            return rc;
+        }
+
+        /* stacks that differ only below the cut share an entry */
+        for (j = 0; j < n_used && mk->used[j] != e; j++) {
+            /* seen already? */
+        }
+        if (j < n_used) {
+            continue;
+        }
+        mk->used[n_used++] = e;
+
+        for (w = 0; w < mk->words; w++) {
+            bits[w] |= e->bits[w];
+        }
+    }
+
+    /* m->lv may move while checking: lv is not used below */
+    for (j = 0; j < n_used; j++) {
+        if (mk->used[j]->n_ranges > 0) {
+            kvs_gram_ind_check(mk, mk->used[j], bits);
+        }
+    }
+
+    if (kvs_gram_matcher_can_end(mk->m)) {
+        for (k = 0; k < mk->gv->n_end; k++) {
+            id = (uint32_t) mk->gv->ids[mk->gv->n_text + k];
+            bits[id >> 5] |= 1u << (id & 31);
+        }
+    }
+
+    for (w = 0, any = 0; w < mk->words; w++) {
+        any |= bits[w] != 0;
+    }
+
+    return any ? KVS_OK : KVS_EFORMAT;
+}
+
+
+int
+kvs_gram_mask(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
+{
+    int                      rc;
+    uint32_t                 i, n, *key, max_id, accept;
+    uint64_t                 h;
+    kvs_gram_matcher_t      *m;
+    kvs_gram_centry_t       *e;
+    const kvs_gram_level_t  *lv;
+
+    m = mk->m;
+    lv = &m->lv[m->n_lv - 1];
+    n = lv->n_front;
+    accept = lv->accept;            /* the walk may move m->lv */
+
+    if (mk->cap_cache == 0) {
+        rc = kvs_gram_mask_walk(mk, bits);
+        m->low_water = UINT32_MAX;
+        goto done;
+    }
+
+    /* drop entries whose ids the matcher has freed (and may reuse) */
+    for (i = 0; i < mk->n_cache; ) {
+        if (mk->cache[i].max_id >= m->low_water) {
+            free(mk->cache[i].key);
+            free(mk->cache[i].bits);
+            mk->cache[i] = mk->cache[--mk->n_cache];
+            continue;
+        }
+        i++;
+    }
+    m->low_water = UINT32_MAX;
+
+    key = malloc(((size_t) n + 1) * sizeof(uint32_t));
+    if (key == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
+    }
+    memcpy(key, m->front + lv->front, (size_t) n * sizeof(uint32_t));
+    qsort(key, n, sizeof(uint32_t), kvs_gram_u32_cmp);
+
+    h = 0xcbf29ce484222325ULL ^ accept;
+    max_id = 0;
+    for (i = 0; i < n; i++) {
+        h = (h ^ key[i]) * 0x100000001b3ULL;
+        if (key[i] > max_id) {
+            max_id = key[i];
+        }
+    }
+
+    for (i = 0; i < mk->n_cache; i++) {
+        e = &mk->cache[i];
+        if (e->hash == h && e->n_key == n && e->accept == accept
+            && memcmp(e->key, key, (size_t) n * sizeof(uint32_t)) == 0)
+        {
+            free(key);
+            memcpy(bits, e->bits, (size_t) mk->words * sizeof(uint32_t));
+            mk->hits++;
+            return KVS_OK;
+        }
+    }
+
+    mk->misses++;
+    rc = kvs_gram_mask_ind(mk, bits, err);
+    if (rc != KVS_OK && rc != KVS_EFORMAT) {
+        free(key);
+        return rc;
+    }
+    /* the walk's own truncations are above every id in a key */
+    m->low_water = UINT32_MAX;
+
+    if (rc == KVS_OK) {
+        if (mk->n_cache < mk->cap_cache) {
+            uint32_t  *eb;
+
+            eb = malloc((size_t) mk->words * sizeof(uint32_t));
+            if (eb == NULL) {
+                /* no room to remember it: the mask itself is right */
+                free(key);
+                goto done;
+            }
+            e = &mk->cache[mk->n_cache++];
+            e->bits = eb;
+        } else {
+            e = &mk->cache[mk->next_evict];
+            mk->next_evict = (mk->next_evict + 1) % mk->cap_cache;
+            free(e->key);
+        }
+
+        e->key = key;
+        e->n_key = n;
+        e->accept = accept;
+        e->max_id = max_id;
+        e->hash = h;
+        memcpy(e->bits, bits, (size_t) mk->words * sizeof(uint32_t));
+        key = NULL;
+    }
+
+    free(key);
+
+done:
+
+    if (rc != KVS_OK) {
+        return kvs_err_set(err, KVS_EFORMAT,
+                           "no token of the vocabulary can continue the "
+                           "output here");
+    }
+
+    return KVS_OK;
+}

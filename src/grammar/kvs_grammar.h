@@ -1,0 +1,359 @@
+/*
+ * kvs_grammar: grammar-constrained decoding, as library code.
+ *
+ * Four objects, one file each (docs/grammar.md has the design):
+ *
+ *   kvs_gram_t          a context-free grammar over bytes: rules of
+ *                       alternatives, an alternative a sequence of byte
+ *                       ranges and rule references (kvs_gram.c), built
+ *                       with a small builder API and then frozen;
+ *   kvs_gram_schema     JSON Schema (a jansson value) or "any JSON
+ *                       object" -> kvs_gram_t (kvs_gram_schema.c, with
+ *                       the regex subset of "pattern" and "format" in
+ *                       kvs_gram_regex.c);
+ *   kvs_gram_matcher_t  what the grammar still accepts after the bytes
+ *                       so far: a set of parse stacks (a pushdown
+ *                       automaton run on every branch at once), advanced
+ *                       a byte at a time and rolled back a byte at a
+ *                       time (kvs_gram_match.c);
+ *   kvs_gram_vocab_t    a vocabulary's tokens as output bytes in a trie,
+ *   kvs_gram_masker_t   and the token mask computed by walking that trie
+ *                       with the matcher, with a cache of masks keyed by
+ *                       matcher state (kvs_gram_mask.c).
+ *
+ * Every call returns KVS_OK or a negative KVS_E* code and fills a
+ * kvs_err_t; nothing here exits or aborts on bad input, and every size a
+ * hostile schema or grammar could drive (rules, elements, stacks, stack
+ * nodes) has a cap whose breach is an error (KVS_ETOOLONG).
+ */
+
+#ifndef KVS_GRAMMAR_H
+#define KVS_GRAMMAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/kvs_err.h"
+#include "tokenizer/kvs_vocab.h"
+
+
+/* ---- the grammar ------------------------------------------------------ */
+
+#define KVS_GRAM_END    0             /* closes an alternative */
+#define KVS_GRAM_BYTES  1             /* one byte in [lo, hi] */
+#define KVS_GRAM_RULE   2             /* a reference to rule `rule` */
+#define KVS_GRAM_DEAD   3             /* first element of an alternative
+                                         that derives no finite text
+                                         (kvs_gram_finish marks them) */
+
+typedef struct {
+    uint8_t   kind;                   /* KVS_GRAM_* */
+    uint8_t   lo, hi;                 /* KVS_GRAM_BYTES */
+    uint8_t   pad;
+    uint32_t  rule;                   /* KVS_GRAM_RULE */
+} kvs_gram_elem_t;
+
+/* A sequence under construction (one alternative's elements). */
+typedef struct {
+    kvs_gram_elem_t  *e;
+    size_t            n, cap;
+    int               oom;            /* an append failed: add_alt fails */
+} kvs_gram_seq_t;
+
+typedef struct {
+    uint32_t  max_elems;              /* 0: 1 << 21 */
+    uint32_t  max_rules;              /* 0: 1 << 19 */
+} kvs_gram_limits_t;
+
+/*
+ * Invariants once kvs_gram_finish() returned KVS_OK: every alternative's
+ * elements end with KVS_GRAM_END; every KVS_GRAM_RULE names a rule that
+ * has at least one alternative; the alternatives of rule r are
+ * alt_start[rule_alt[r] .. rule_alt[r + 1]); the grammar is immutable and
+ * may be shared by any number of matchers and threads.
+ */
+typedef struct {
+    kvs_gram_elem_t  *elems;
+    uint32_t          n_elems, cap_elems;
+    uint32_t         *alt_rule;       /* [n_alts] building order */
+    uint32_t         *alt_start;      /* [n_alts] first element */
+    uint32_t          n_alts, cap_alts;
+    uint32_t         *rule_alt;       /* [n_rules + 1], after finish */
+    /* after finish: rules that derive no empty text and the bytes their
+     * texts (and each alternative's) can start with; when `lazy`, the
+     * matcher expands such a rule only when a byte of its FIRST set
+     * comes, and only the alternatives that can take it */
+    uint8_t          *nullable;       /* [n_rules] */
+    uint64_t         *first;          /* [n_rules * 4] */
+    uint64_t         *alt_first;      /* [n_alts * 4] */
+    int               lazy;
+    uint32_t          n_rules;
+    uint32_t          root;
+    int               finished;
+    kvs_gram_limits_t lim;
+} kvs_gram_t;
+
+int kvs_gram_init(kvs_gram_t *g, const kvs_gram_limits_t *lim);
+void kvs_gram_free(kvs_gram_t *g);
+
+/* A new rule with no alternatives yet (a rule may be referenced before
+ * its alternatives are added: recursion). */
+int kvs_gram_rule_new(kvs_gram_t *g, uint32_t *id, kvs_err_t *err);
+
+/* Appends a copy of seq (KVS_GRAM_END is added) as an alternative of
+ * rule.  An empty seq is the empty string. */
+int kvs_gram_add_alt(kvs_gram_t *g, uint32_t rule, const kvs_gram_seq_t *s,
+    kvs_err_t *err);
+
+/* Freezes the grammar with `root` as its start rule. */
+int kvs_gram_finish(kvs_gram_t *g, uint32_t root, kvs_err_t *err);
+
+void kvs_gram_seq_reset(kvs_gram_seq_t *s);
+void kvs_gram_seq_free(kvs_gram_seq_t *s);
+void kvs_gram_seq_range(kvs_gram_seq_t *s, uint8_t lo, uint8_t hi);
+void kvs_gram_seq_lit(kvs_gram_seq_t *s, const void *p, size_t n);
+void kvs_gram_seq_ref(kvs_gram_seq_t *s, uint32_t rule);
+
+/*
+ * Adds to `rule` one alternative per UTF-8 byte-range sequence of the
+ * code points [lo, hi] (surrogates D800-DFFF left out; hi <= 10FFFF),
+ * each followed by `tail` (NULL: nothing).
+ */
+int kvs_gram_add_cp_range(kvs_gram_t *g, uint32_t rule, uint32_t lo,
+    uint32_t hi, const kvs_gram_seq_t *tail, kvs_err_t *err);
+
+/*
+ * A new rule: x repeated min .. max times (max UINT32_MAX: no bound),
+ * with sep (NULL: nothing) between two of them.  The count is exact:
+ * x{min} then nested optionals (bounded) or a right-recursive star, so
+ * the size is O(max) elements and the matcher's stack stays flat.
+ */
+int kvs_gram_repeat(kvs_gram_t *g, uint32_t x, const kvs_gram_seq_t *sep,
+    uint32_t min, uint32_t max, uint32_t *rule, kvs_err_t *err);
+
+
+/* ---- JSON Schema -> grammar ------------------------------------------ */
+
+#define KVS_GRAM_COMPACT  0x1         /* "," and ":" with no space after */
+
+typedef struct {
+    unsigned           flags;         /* KVS_GRAM_* */
+    uint32_t           max_depth;     /* schema nesting; 0: 64 */
+    kvs_gram_limits_t  lim;
+} kvs_gram_opts_t;
+
+struct json_t;
+
+/*
+ * Compiles a JSON Schema into g (initialised here; kvs_gram_free() it,
+ * also after an error).  A keyword or value the compiler does not
+ * support is KVS_EUNSUPPORTED with a message that starts with the path
+ * of the keyword inside the schema ("properties.a.pattern: unsupported
+ * regex construct '(?='"), which the caller prefixes with its own
+ * ("response_format.json_schema.schema"); never silently ignored.
+ */
+int kvs_gram_from_schema(kvs_gram_t *g, const struct json_t *schema,
+    const kvs_gram_opts_t *opts, kvs_err_t *err);
+
+/* json_object mode: any JSON object. */
+int kvs_gram_json_object(kvs_gram_t *g, const kvs_gram_opts_t *opts,
+    kvs_err_t *err);
+
+/* A regex (the subset in docs/grammar.md) matched by the whole of the
+ * *decoded* text of a JSON string body, as a rule of g over the string's
+ * bytes between its quotes; anchored as JSON Schema's "pattern" is not
+ * (a pattern without ^ matches anywhere).  Used by the schema compiler
+ * for "pattern" and "format". */
+int kvs_gram_regex(kvs_gram_t *g, const char *re, size_t len,
+    uint32_t *rule, kvs_err_t *err);
+
+
+/* ---- the matcher ------------------------------------------------------- */
+
+#define KVS_GRAM_NIL   UINT32_MAX     /* below the bottom of a stack */
+#define KVS_GRAM_SENT  (UINT32_MAX - 1)   /* a cut stack's unknown rest */
+
+typedef struct {
+    uint32_t  pos;                    /* element to match next */
+    uint32_t  parent;                 /* the stack below; NIL: none */
+} kvs_gram_node_t;
+
+typedef struct {
+    uint32_t  front;                  /* first frontier entry */
+    uint32_t  n_front;
+    uint32_t  nodes_before;           /* n_nodes when this level began */
+    uint32_t  accept;                 /* an empty stack: may end here */
+    uint32_t  sent;                   /* a cut stack popped into its
+                                         sentinel (the rest decides) */
+    uint64_t  next[4];                /* bytes some stack accepts next */
+} kvs_gram_level_t;
+
+typedef struct {
+    uint32_t  max_nodes;              /* stack nodes alive; 0: 1 << 22 */
+    uint32_t  max_front;              /* stacks after a byte; 0: 4096 */
+} kvs_gram_mlimits_t;
+
+/*
+ * Invariants: level k (k = 0 .. n_lv - 1) is the state after k bytes:
+ * its frontier holds the distinct stacks (node ids, hash-consed, so
+ * equal stacks have equal ids) whose top element is a byte range or,
+ * when the grammar is lazy, a reference to a rule that cannot be empty
+ * (expanded when a byte of its FIRST set comes); next[] is the union of
+ * the tops' byte sets, so a byte outside it is refused at once;
+ * nodes are append-only between rollbacks, so an id in a level's
+ * frontier is < the next level's nodes_before.
+ */
+typedef struct {
+    const kvs_gram_t    *g;
+    kvs_gram_node_t     *nodes;
+    uint32_t            *marks;       /* [cap_nodes] closure visit stamp */
+    uint32_t             n_nodes, cap_nodes;
+    uint32_t            *slots;       /* hash (pos, parent) -> id + 1 */
+    uint32_t             slot_mask;
+    uint32_t            *front;
+    uint32_t             n_front, cap_front;
+    kvs_gram_level_t    *lv;
+    uint32_t             n_lv, cap_lv;
+    uint32_t            *work;
+    uint32_t             cap_work;
+    uint32_t            *pwork;       /* kvs_gram_predict's worklist */
+    uint32_t             cap_pwork;
+    uint32_t             epoch;
+    uint32_t             low_water;   /* lowest n_nodes truncated to since
+                                         the masker last looked */
+    kvs_gram_mlimits_t   lim;
+} kvs_gram_matcher_t;
+
+int kvs_gram_matcher_init(kvs_gram_matcher_t *m, const kvs_gram_t *g,
+    const kvs_gram_mlimits_t *lim, kvs_err_t *err);
+void kvs_gram_matcher_free(kvs_gram_matcher_t *m);
+
+/*
+ * A matcher whose start is one stack cut below its top `depth` nodes:
+ * pos[0 .. depth) are their positions, top first, KVS_GRAM_NIL after the
+ * bottom of a stack shorter than that.  Below a cut stack is a sentinel;
+ * a parse that pops into it sets the level's `sent` instead of going on.
+ * What such a matcher accepts without reaching the sentinel, the whole
+ * stack accepts too, whatever lies below (kvs_gram_mask.c).
+ */
+int kvs_gram_matcher_init_cut(kvs_gram_matcher_t *m, const kvs_gram_t *g,
+    const uint32_t *pos, uint32_t depth, const kvs_gram_mlimits_t *lim,
+    kvs_err_t *err);
+
+/* Advances by one byte: KVS_OK; KVS_EFORMAT if the grammar refuses it
+ * (state unchanged); KVS_ETOOLONG if a cap was hit (state unchanged). */
+int kvs_gram_matcher_byte(kvs_gram_matcher_t *m, uint8_t b,
+    kvs_err_t *err);
+
+/* Advances by n bytes, all or none (an error names the offset). */
+int kvs_gram_matcher_feed(kvs_gram_matcher_t *m, const void *p, size_t n,
+    kvs_err_t *err);
+
+/* Bytes accepted so far. */
+static inline size_t
+kvs_gram_matcher_len(const kvs_gram_matcher_t *m)
+{
+    return m->n_lv - 1;
+}
+
+/* Forgets the last n bytes (n <= len). */
+void kvs_gram_matcher_rollback(kvs_gram_matcher_t *m, size_t n);
+
+/* 1 if the text so far is a complete sentence of the grammar. */
+int kvs_gram_matcher_can_end(const kvs_gram_matcher_t *m);
+
+/* 1 if complete and no byte can follow. */
+int kvs_gram_matcher_must_end(const kvs_gram_matcher_t *m);
+
+/* The set of bytes that may come next (bit b of set[b >> 6]). */
+void kvs_gram_matcher_next(const kvs_gram_matcher_t *m, uint64_t set[4]);
+
+
+/* ---- the vocabulary and the mask --------------------------------------- */
+
+#define KVS_GRAM_TOK_TEXT    0        /* output bytes, masked by grammar */
+#define KVS_GRAM_TOK_END     1        /* ends the output: allowed iff the
+                                         grammar is complete */
+#define KVS_GRAM_TOK_REFUSED 2        /* never allowed (control, unused,
+                                         unknown, empty) */
+
+/*
+ * A vocabulary's tokens as the bytes they put into the output, and a
+ * trie of them in preorder: node i (depth >= 1) has byte[i], its subtree
+ * is i .. end[i] - 1, and the tokens whose bytes end at it are
+ * ids[tok[i] .. tok[i] + n_tok[i]).  Immutable once built.
+ */
+typedef struct {
+    uint32_t   n_tokens;
+    uint8_t   *kind;                  /* [n_tokens] KVS_GRAM_TOK_* */
+    uint32_t  *off, *len;             /* [n_tokens] into bytes */
+    uint8_t   *bytes;
+    uint32_t   n_nodes;
+    uint8_t   *t_byte;                /* [n_nodes] */
+    uint16_t  *t_depth;
+    uint32_t  *t_end;
+    uint32_t  *t_tok;
+    uint32_t  *t_ntok;
+    uint32_t  *t_cum;                 /* [n_nodes + 1] text tokens at nodes
+                                         before i: node i's subtree holds
+                                         ids[t_cum[i] .. t_cum[t_end[i]]) */
+    int32_t   *ids;                   /* [n_text] text token ids sorted by
+                                         bytes, then [n_end] END ids */
+    uint32_t   n_text, n_end;
+    uint32_t   max_len;
+} kvs_gram_vocab_t;
+
+/* From a loaded vocabulary: each token's output bytes as
+ * kvs_tok_decode() writes them (SPM "\xe2\x96\x81" is a space, <0xNN>
+ * its byte); EOS, EOT and EOM are END; control, unknown and unused
+ * tokens are REFUSED. */
+int kvs_gram_vocab_from_vocab(kvs_gram_vocab_t **out, const kvs_vocab_t *v,
+    kvs_err_t *err);
+
+/* From bytes: texts[i] of lens[i] bytes, kinds[i] a KVS_GRAM_TOK_*. */
+int kvs_gram_vocab_from_bytes(kvs_gram_vocab_t **out, uint32_t n,
+    const uint8_t *const *texts, const uint32_t *lens, const uint8_t *kinds,
+    kvs_err_t *err);
+void kvs_gram_vocab_free(kvs_gram_vocab_t *gv);
+
+/* Advances the matcher by a text token's bytes (an END token is checked
+ * with kvs_gram_matcher_can_end() and leaves the state as it is). */
+int kvs_gram_accept_token(kvs_gram_matcher_t *m, const kvs_gram_vocab_t *gv,
+    int32_t id, kvs_err_t *err);
+
+typedef struct kvs_gram_centry_s  kvs_gram_centry_t;
+typedef struct kvs_gram_ientry_s  kvs_gram_ientry_t;
+
+/* Per matcher: the mask and its cache of masks by matcher state. */
+typedef struct {
+    const kvs_gram_vocab_t  *gv;
+    kvs_gram_matcher_t      *m;
+    uint32_t                 words;   /* (n_tokens + 31) / 32 */
+    kvs_gram_centry_t       *cache;
+    uint32_t                 n_cache, cap_cache, next_evict;
+    uint64_t                 hits, misses;
+
+    /* context-independent masks by the top KVS_GRAM_CUT positions of a
+     * stack (kvs_gram_mask.c) */
+    kvs_gram_ientry_t       *ind;
+    kvs_gram_ientry_t      **used;    /* [max_front] this mask's entries */
+    uint32_t                 n_ind, cap_ind, next_ind;
+    uint64_t                 ind_hits, ind_misses, checked, serial;
+} kvs_gram_masker_t;
+
+/* How many top stack nodes a context-independent mask looks at: inside a
+ * string, the character, the loop and the closing quote. */
+#define KVS_GRAM_CUT  2
+
+/* cache_entries 0: no caches at all, every mask a full trie walk (the
+ * reference the tests compare with). */
+int kvs_gram_masker_init(kvs_gram_masker_t *mk, const kvs_gram_vocab_t *gv,
+    kvs_gram_matcher_t *m, uint32_t cache_entries, kvs_err_t *err);
+void kvs_gram_masker_free(kvs_gram_masker_t *mk);
+
+/* bits[words]: bit i (bits[i >> 5] >> (i & 31)) set iff token i may come
+ * next.  KVS_EFORMAT if no token can (a dead end the vocabulary cannot
+ * spell: the caller ends the request with an error). */
+int kvs_gram_mask(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err);
+
+#endif /* KVS_GRAMMAR_H */
