@@ -281,6 +281,7 @@ interop: $(CLI) $(B)/gguf_sample $(B)/quant_sample $(B)/unit/test_rope \
 	$(TEST_ENV) KVS_SAMPLE=$(BABS)/gguf_sample \
 	    $(VENV)/bin/python t/unit/test_gguf_python.py
 	$(TEST_ENV) $(VENV)/bin/python t/unit/test_chat_jinja.py
+	$(TEST_ENV) $(VENV)/bin/python t/unit/test_jinja_templates.py
 	$(TEST_ENV) KVS_QUANT_SAMPLE=$(BABS)/quant_sample \
 	    $(VENV)/bin/python t/unit/test_quant_python.py
 	$(TEST_ENV) $(VENV)/bin/python t/unit/test_rope_python.py \

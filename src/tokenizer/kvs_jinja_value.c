@@ -1,0 +1,1272 @@
+/*
+ * kvs_jinja_value: the interpreter's values and how Python shows them.
+ *
+ * Values mirror what a chat template sees in jinja2: JSON data become
+ * None, bool, int, float, str, list and dict (keys in document order, as
+ * Python's json keeps them); printing follows Python's str() and repr()
+ * exactly (repr of containers, shortest round-trip floats, True/None),
+ * and tojson follows json.dumps(ensure_ascii=False), so that the bytes
+ * match jinja2's.  The arena that every render allocates from is here
+ * too.  Strings are UTF-8 and never modified once made.
+ */
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/kvs_utf8.h"
+#include "kvs_jinja_impl.h"
+
+
+/* --- arena ----------------------------------------------------------------- */
+
+#define KVS_JBLK_SIZE  (64 * 1024)
+
+struct kvs_jblk_s {
+    kvs_jblk_t  *next;
+    size_t       used;
+    size_t       cap;
+    max_align_t  data[];
+};
+
+
+void *
+kvs_jarena_alloc(kvs_jarena_t *a, size_t n)
+{
+    kvs_jblk_t  *b = a->head;
+    size_t       need, cap;
+
+    n = (n + 15) & ~(size_t) 15;
+    if (n == 0) {
+        n = 16;
+    }
+
+    if (b != NULL && b->cap - b->used >= n) {
+        void  *p = (char *) b->data + b->used;
+
+        b->used += n;
+        return p;
+    }
+
+    need = n > KVS_JBLK_SIZE / 4 ? n : KVS_JBLK_SIZE;
+    cap = need;
+    if (n > SIZE_MAX / 2 || (a->limit && a->total + cap > a->limit)) {
+        a->over = 1;
+        return NULL;
+    }
+    b = malloc(sizeof(kvs_jblk_t) + cap);
+    if (b == NULL) {
+        a->over = 0;
+        return NULL;
+    }
+    a->total += cap;
+    b->cap = cap;
+    b->used = n;
+
+    /* a big one-off block goes behind the current one, which keeps its
+     * free space */
+    if (need != KVS_JBLK_SIZE && a->head != NULL) {
+        b->next = a->head->next;
+        a->head->next = b;
+    } else {
+        b->next = a->head;
+        a->head = b;
+    }
+
+    return b->data;
+}
+
+
+void *
+kvs_jarena_dup(kvs_jarena_t *a, const void *p, size_t n)
+{
+    void  *q = kvs_jarena_alloc(a, n);
+
+    if (q != NULL && n > 0) {
+        memcpy(q, p, n);
+    }
+
+    return q;
+}
+
+
+void
+kvs_jarena_free(kvs_jarena_t *a)
+{
+    kvs_jblk_t  *b, *next;
+
+    for (b = a->head; b != NULL; b = next) {
+        next = b->next;
+        free(b);
+    }
+    a->head = NULL;
+    a->total = 0;
+}
+
+
+/* --- constructors ---------------------------------------------------------- */
+
+kvs_jv_t
+kvs_jv_undef(const char *name)
+{
+    kvs_jv_t  v;
+
+    memset(&v, 0, sizeof(v));
+    v.type = KVS_JV_UNDEF;
+    v.u.s.p = name;
+    v.u.s.n = name ? strlen(name) : 0;
+
+    return v;
+}
+
+
+kvs_jv_t
+kvs_jv_none(void)
+{
+    kvs_jv_t  v;
+
+    memset(&v, 0, sizeof(v));
+    v.type = KVS_JV_NONE;
+
+    return v;
+}
+
+
+kvs_jv_t
+kvs_jv_bool(int b)
+{
+    kvs_jv_t  v;
+
+    memset(&v, 0, sizeof(v));
+    v.type = KVS_JV_BOOL;
+    v.u.i = b != 0;
+
+    return v;
+}
+
+
+kvs_jv_t
+kvs_jv_int(int64_t i)
+{
+    kvs_jv_t  v;
+
+    memset(&v, 0, sizeof(v));
+    v.type = KVS_JV_INT;
+    v.u.i = i;
+
+    return v;
+}
+
+
+kvs_jv_t
+kvs_jv_float(double f)
+{
+    kvs_jv_t  v;
+
+    memset(&v, 0, sizeof(v));
+    v.type = KVS_JV_FLOAT;
+    v.u.f = f;
+
+    return v;
+}
+
+
+kvs_jv_t
+kvs_jv_str(const char *p, size_t n)
+{
+    kvs_jv_t  v;
+
+    memset(&v, 0, sizeof(v));
+    v.type = KVS_JV_STR;
+    v.u.s.p = p ? p : "";
+    v.u.s.n = n;
+
+    return v;
+}
+
+
+int
+kvs_jv_list_new(kvs_jctx_t *c, size_t cap, kvs_jv_t *out)
+{
+    kvs_jlist_t  *l;
+
+    l = kvs_jarena_alloc(&c->arena, sizeof(*l));
+    if (l == NULL) {
+        return kvs_jctx_nomem(c);
+    }
+    memset(l, 0, sizeof(*l));
+    if (cap > 0) {
+        if (cap > SIZE_MAX / sizeof(kvs_jv_t)
+            || (l->v = kvs_jarena_alloc(&c->arena, cap * sizeof(kvs_jv_t)))
+               == NULL)
+        {
+            return kvs_jctx_nomem(c);
+        }
+        l->cap = cap;
+    }
+    memset(out, 0, sizeof(*out));
+    out->type = KVS_JV_LIST;
+    out->u.list = l;
+
+    return KVS_OK;
+}
+
+
+int
+kvs_jv_dict_new(kvs_jctx_t *c, kvs_jv_t *out)
+{
+    kvs_jdict_t  *d;
+
+    d = kvs_jarena_alloc(&c->arena, sizeof(*d));
+    if (d == NULL) {
+        return kvs_jctx_nomem(c);
+    }
+    memset(d, 0, sizeof(*d));
+    memset(out, 0, sizeof(*out));
+    out->type = KVS_JV_DICT;
+    out->u.dict = d;
+
+    return KVS_OK;
+}
+
+
+int
+kvs_jlist_push(kvs_jctx_t *c, kvs_jlist_t *l, kvs_jv_t v)
+{
+    kvs_jv_t  *nv;
+    size_t     cap;
+
+    if (l->n == l->cap) {
+        cap = l->cap ? l->cap * 2 : 8;
+        nv = kvs_jarena_alloc(&c->arena, cap * sizeof(kvs_jv_t));
+        if (nv == NULL) {
+            return kvs_jctx_nomem(c);
+        }
+        if (l->n) {
+            memcpy(nv, l->v, l->n * sizeof(kvs_jv_t));
+        }
+        l->v = nv;
+        l->cap = cap;
+    }
+    l->v[l->n++] = v;
+
+    return KVS_OK;
+}
+
+
+kvs_jv_t *
+kvs_jdict_get(const kvs_jdict_t *d, kvs_jv_t k)
+{
+    size_t  i;
+
+    for (i = 0; i < d->n; i++) {
+        if (kvs_jv_eq(&d->k[i], &k)) {
+            return &d->v[i];
+        }
+    }
+
+    return NULL;
+}
+
+
+kvs_jv_t *
+kvs_jdict_gets(const kvs_jdict_t *d, const char *p, size_t n)
+{
+    size_t  i;
+
+    for (i = 0; i < d->n; i++) {
+        if (d->k[i].type == KVS_JV_STR && d->k[i].u.s.n == n
+            && memcmp(d->k[i].u.s.p, p, n) == 0)
+        {
+            return &d->v[i];
+        }
+    }
+
+    return NULL;
+}
+
+
+int
+kvs_jdict_set(kvs_jctx_t *c, kvs_jdict_t *d, kvs_jv_t k, kvs_jv_t v)
+{
+    kvs_jv_t  *slot, *nk, *nv;
+    size_t     cap;
+
+    if ((slot = kvs_jdict_get(d, k)) != NULL) {
+        *slot = v;
+        return KVS_OK;
+    }
+    if (d->n == d->cap) {
+        cap = d->cap ? d->cap * 2 : 8;
+        nk = kvs_jarena_alloc(&c->arena, cap * sizeof(kvs_jv_t));
+        nv = nk ? kvs_jarena_alloc(&c->arena, cap * sizeof(kvs_jv_t)) : NULL;
+        if (nv == NULL) {
+            return kvs_jctx_nomem(c);
+        }
+        if (d->n) {
+            memcpy(nk, d->k, d->n * sizeof(kvs_jv_t));
+            memcpy(nv, d->v, d->n * sizeof(kvs_jv_t));
+        }
+        d->k = nk;
+        d->v = nv;
+        d->cap = cap;
+    }
+    d->k[d->n] = k;
+    d->v[d->n] = v;
+    d->n++;
+
+    return KVS_OK;
+}
+
+
+int
+kvs_jv_from_json(kvs_jctx_t *c, const json_t *j, kvs_jv_t *out)
+{
+    kvs_jv_t     k, v;
+    const char  *key;
+    json_t      *val;
+    size_t       i;
+    int          rc;
+
+    if ((rc = kvs_jctx_step(c)) != KVS_OK) {
+        return rc;
+    }
+
+    switch (json_typeof(j)) {
+    case JSON_OBJECT:
+        if ((rc = kvs_jv_dict_new(c, out)) != KVS_OK) {
+            return rc;
+        }
+        json_object_foreach((json_t *) j, key, val) {
+            k = kvs_jv_str(key, strlen(key));
+            if ((rc = kvs_jv_from_json(c, val, &v)) != KVS_OK
+                || (rc = kvs_jdict_set(c, out->u.dict, k, v)) != KVS_OK)
+            {
+                return rc;
+            }
+        }
+        return KVS_OK;
+
+    case JSON_ARRAY:
+        if ((rc = kvs_jv_list_new(c, json_array_size(j), out)) != KVS_OK) {
+            return rc;
+        }
+        for (i = 0; i < json_array_size(j); i++) {
+            if ((rc = kvs_jv_from_json(c, json_array_get(j, i), &v)) != KVS_OK
+                || (rc = kvs_jlist_push(c, out->u.list, v)) != KVS_OK)
+            {
+                return rc;
+            }
+        }
+        return KVS_OK;
+
+    case JSON_STRING:
+        *out = kvs_jv_str(json_string_value(j), json_string_length(j));
+        return KVS_OK;
+
+    case JSON_INTEGER:
+        *out = kvs_jv_int(json_integer_value(j));
+        return KVS_OK;
+
+    case JSON_REAL:
+        *out = kvs_jv_float(json_real_value(j));
+        return KVS_OK;
+
+    case JSON_TRUE:
+        *out = kvs_jv_bool(1);
+        return KVS_OK;
+
+    case JSON_FALSE:
+        *out = kvs_jv_bool(0);
+        return KVS_OK;
+
+    default:
+        *out = kvs_jv_none();
+        return KVS_OK;
+    }
+}
+
+
+/* --- Python semantics ------------------------------------------------------ */
+
+int
+kvs_jv_truthy(const kvs_jv_t *v)
+{
+    switch (v->type) {
+    case KVS_JV_UNDEF:
+    case KVS_JV_NONE:
+        return 0;
+    case KVS_JV_BOOL:
+    case KVS_JV_INT:
+        return v->u.i != 0;
+    case KVS_JV_FLOAT:
+        return v->u.f != 0.0;
+    case KVS_JV_STR:
+        return v->u.s.n != 0;
+    case KVS_JV_LIST:
+        return v->u.list->n != 0;
+    case KVS_JV_DICT:
+        return v->u.dict->n != 0;
+    default:
+        return 1;
+    }
+}
+
+
+int
+kvs_jv_is_num(const kvs_jv_t *v)
+{
+    return v->type == KVS_JV_INT || v->type == KVS_JV_FLOAT
+           || v->type == KVS_JV_BOOL;
+}
+
+
+double
+kvs_jv_num(const kvs_jv_t *v)
+{
+    return v->type == KVS_JV_FLOAT ? v->u.f : (double) v->u.i;
+}
+
+
+int
+kvs_jv_eq(const kvs_jv_t *a, const kvs_jv_t *b)
+{
+    size_t  i;
+
+    if (kvs_jv_is_num(a) && kvs_jv_is_num(b)) {
+        if (a->type != KVS_JV_FLOAT && b->type != KVS_JV_FLOAT) {
+            return a->u.i == b->u.i;
+        }
+        return kvs_jv_num(a) == kvs_jv_num(b);
+    }
+    if (a->type != b->type) {
+        return 0;
+    }
+
+    switch (a->type) {
+    case KVS_JV_UNDEF:
+    case KVS_JV_NONE:
+        return 1;
+    case KVS_JV_STR:
+        return a->u.s.n == b->u.s.n
+               && memcmp(a->u.s.p, b->u.s.p, a->u.s.n) == 0;
+    case KVS_JV_LIST:
+        if (a->flag != b->flag || a->u.list->n != b->u.list->n) {
+            return 0;
+        }
+        for (i = 0; i < a->u.list->n; i++) {
+            if (!kvs_jv_eq(&a->u.list->v[i], &b->u.list->v[i])) {
+                return 0;
+            }
+        }
+        return 1;
+    case KVS_JV_DICT:
+        if (a->u.dict->n != b->u.dict->n) {
+            return 0;
+        }
+        for (i = 0; i < a->u.dict->n; i++) {
+            kvs_jv_t  *o = kvs_jdict_get(b->u.dict, a->u.dict->k[i]);
+
+            if (o == NULL || !kvs_jv_eq(&a->u.dict->v[i], o)) {
+                return 0;
+            }
+        }
+        return 1;
+    case KVS_JV_NS:
+        return a->u.dict == b->u.dict;
+    case KVS_JV_LOOP:
+        return a->u.loop == b->u.loop;
+    case KVS_JV_MACRO:
+        return a->u.macro == b->u.macro;
+    default:
+        return a->u.fn == b->u.fn;
+    }
+}
+
+
+int
+kvs_jv_cmp(kvs_jctx_t *c, const kvs_jv_t *a, const kvs_jv_t *b, int *r)
+{
+    size_t  i, n;
+    int     rc;
+
+    if (kvs_jv_is_num(a) && kvs_jv_is_num(b)) {
+        if (a->type != KVS_JV_FLOAT && b->type != KVS_JV_FLOAT) {
+            *r = (a->u.i > b->u.i) - (a->u.i < b->u.i);
+        } else {
+            double  x = kvs_jv_num(a), y = kvs_jv_num(b);
+
+            *r = (x > y) - (x < y);
+        }
+        return KVS_OK;
+    }
+    if (a->type == KVS_JV_STR && b->type == KVS_JV_STR) {
+        n = a->u.s.n < b->u.s.n ? a->u.s.n : b->u.s.n;
+        rc = memcmp(a->u.s.p, b->u.s.p, n);
+        *r = rc != 0 ? (rc > 0) - (rc < 0)
+                     : (a->u.s.n > b->u.s.n) - (a->u.s.n < b->u.s.n);
+        return KVS_OK;
+    }
+    if (a->type == KVS_JV_LIST && b->type == KVS_JV_LIST
+        && a->flag == b->flag)
+    {
+        n = a->u.list->n < b->u.list->n ? a->u.list->n : b->u.list->n;
+        for (i = 0; i < n; i++) {
+            if (kvs_jv_eq(&a->u.list->v[i], &b->u.list->v[i])) {
+                continue;
+            }
+            return kvs_jv_cmp(c, &a->u.list->v[i], &b->u.list->v[i], r);
+        }
+        *r = (a->u.list->n > b->u.list->n) - (a->u.list->n < b->u.list->n);
+        return KVS_OK;
+    }
+
+    return kvs_jctx_fail(c, KVS_EINVAL, "cannot order %s and %s",
+                         kvs_jv_type_name(a), kvs_jv_type_name(b));
+}
+
+
+const char *
+kvs_jv_type_name(const kvs_jv_t *v)
+{
+    switch (v->type) {
+    case KVS_JV_UNDEF: return "undefined";
+    case KVS_JV_NONE: return "NoneType";
+    case KVS_JV_BOOL: return "bool";
+    case KVS_JV_INT: return "int";
+    case KVS_JV_FLOAT: return "float";
+    case KVS_JV_STR: return "str";
+    case KVS_JV_LIST: return v->flag ? "tuple" : "list";
+    case KVS_JV_DICT: return "dict";
+    case KVS_JV_NS: return "Namespace";
+    case KVS_JV_LOOP: return "LoopContext";
+    case KVS_JV_MACRO: return "Macro";
+    default: return "builtin_function_or_method";
+    }
+}
+
+
+/* --- strings --------------------------------------------------------------- */
+
+static size_t
+kvs_jstr_next(const char *p, size_t n, uint32_t *cp)
+{
+    size_t  k = kvs_utf8_next((const uint8_t *) p, n, cp);
+
+    if (k == 0) {
+        *cp = (uint8_t) p[0];
+        k = 1;
+    }
+
+    return k;
+}
+
+
+size_t
+kvs_jstr_len(const char *p, size_t n)
+{
+    size_t  i, k = 0;
+
+    for (i = 0; i < n; i++) {
+        k += ((uint8_t) p[i] & 0xc0) != 0x80;
+    }
+
+    return k;
+}
+
+
+size_t
+kvs_jstr_off(const char *p, size_t n, size_t i)
+{
+    size_t  off = 0;
+
+    while (i > 0 && off < n) {
+        off++;
+        while (off < n && ((uint8_t) p[off] & 0xc0) == 0x80) {
+            off++;
+        }
+        i--;
+    }
+
+    return off;
+}
+
+
+int
+kvs_jstr_space(uint32_t cp)
+{
+    return (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x20)
+           || cp == 0x85 || cp == 0xa0 || cp == 0x1680
+           || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028
+           || cp == 0x2029 || cp == 0x202f || cp == 0x205f || cp == 0x3000;
+}
+
+
+static int
+kvs_jstr_in(uint32_t cp, const char *chars, size_t nchars)
+{
+    size_t    i, k;
+    uint32_t  c;
+
+    if (chars == NULL) {
+        return kvs_jstr_space(cp);
+    }
+    for (i = 0; i < nchars; i += k) {
+        k = kvs_jstr_next(chars + i, nchars - i, &c);
+        if (c == cp) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+size_t
+kvs_jstr_lspan(const char *p, size_t n, const char *chars, size_t nchars)
+{
+    size_t    i = 0, k;
+    uint32_t  cp;
+
+    while (i < n) {
+        k = kvs_jstr_next(p + i, n - i, &cp);
+        if (!kvs_jstr_in(cp, chars, nchars)) {
+            break;
+        }
+        i += k;
+    }
+
+    return i;
+}
+
+
+size_t
+kvs_jstr_rspan(const char *p, size_t n, const char *chars, size_t nchars)
+{
+    size_t    end = n, start;
+    uint32_t  cp;
+
+    while (end > 0) {
+        start = end - 1;
+        while (start > 0 && ((uint8_t) p[start] & 0xc0) == 0x80
+               && end - start < 4)
+        {
+            start--;
+        }
+        if (kvs_jstr_next(p + start, end - start, &cp) != end - start) {
+            start = end - 1;
+            cp = (uint8_t) p[start];
+        }
+        if (!kvs_jstr_in(cp, chars, nchars)) {
+            break;
+        }
+        end = start;
+    }
+
+    return n - end;
+}
+
+
+/* --- printing -------------------------------------------------------------- */
+
+int
+kvs_jsink_put(kvs_jctx_t *c, kvs_jsink_t *s, const char *p, size_t n)
+{
+    char    *np;
+    size_t   cap;
+
+    if (n == 0) {
+        return KVS_OK;
+    }
+    if (s == c->out && c->opts->max_output
+        && s->n + n > c->opts->max_output)
+    {
+        return kvs_jctx_fail(c, KVS_ETOOLONG, "output passes the limit of "
+                             "%zu bytes", c->opts->max_output);
+    }
+    if (s->cap - s->n < n) {
+        cap = s->cap ? s->cap : 256;
+        while (cap - s->n < n) {
+            if (cap > SIZE_MAX / 4) {
+                return kvs_jctx_nomem(c);
+            }
+            cap *= 2;
+        }
+        np = kvs_jarena_alloc(&c->arena, cap);
+        if (np == NULL) {
+            return kvs_jctx_nomem(c);
+        }
+        if (s->n) {
+            memcpy(np, s->p, s->n);
+        }
+        s->p = np;
+        s->cap = cap;
+    }
+    memcpy(s->p + s->n, p, n);
+    s->n += n;
+
+    return KVS_OK;
+}
+
+
+/* markupsafe's escape(): what Markup arithmetic does to plain strings */
+int
+kvs_jv_html_put(kvs_jctx_t *c, kvs_jsink_t *s, const char *p, size_t n)
+{
+    size_t       i, run = 0;
+    const char  *r;
+    int          rc;
+
+    for (i = 0; i < n; i++) {
+        switch (p[i]) {
+        case '&': r = "&amp;"; break;
+        case '<': r = "&lt;"; break;
+        case '>': r = "&gt;"; break;
+        case '"': r = "&#34;"; break;
+        case '\'': r = "&#39;"; break;
+        default: continue;
+        }
+        if ((rc = kvs_jsink_put(c, s, p + run, i - run)) != KVS_OK
+            || (rc = kvs_jsink_put(c, s, r, strlen(r))) != KVS_OK)
+        {
+            return rc;
+        }
+        run = i + 1;
+    }
+
+    return kvs_jsink_put(c, s, p + run, n - run);
+}
+
+
+static int
+kvs_jsink_str(kvs_jctx_t *c, kvs_jsink_t *s, const char *str)
+{
+    return kvs_jsink_put(c, s, str, strlen(str));
+}
+
+
+void
+kvs_jv_float_fmt(double f, char *buf, size_t len)
+{
+    char    tmp[40], digits[24], *e;
+    int     prec, exp, nd, i, k;
+    size_t  o = 0;
+
+    if (isnan(f)) {
+        snprintf(buf, len, "nan");
+        return;
+    }
+    if (isinf(f)) {
+        snprintf(buf, len, f < 0 ? "-inf" : "inf");
+        return;
+    }
+
+    /* the shortest digits that read back as f */
+    for (prec = 1; prec <= 17; prec++) {
+        snprintf(tmp, sizeof(tmp), "%.*e", prec - 1, f);
+        if (strtod(tmp, NULL) == f) {
+            break;
+        }
+    }
+    e = strchr(tmp, 'e');
+    exp = atoi(e + 1);
+    nd = 0;
+    for (i = 0; tmp + i < e; i++) {
+        if (tmp[i] >= '0' && tmp[i] <= '9') {
+            digits[nd++] = tmp[i];
+        }
+    }
+    while (nd > 1 && digits[nd - 1] == '0') {
+        nd--;
+    }
+
+    if (f < 0 || (f == 0 && signbit(f))) {
+        buf[o++] = '-';
+    }
+    if (exp < -4 || exp >= 16) {
+        buf[o++] = digits[0];
+        if (nd > 1) {
+            buf[o++] = '.';
+            for (k = 1; k < nd; k++) {
+                buf[o++] = digits[k];
+            }
+        }
+        snprintf(buf + o, len - o, "e%c%02d", exp < 0 ? '-' : '+',
+                 exp < 0 ? -exp : exp);
+        return;
+    }
+    if (exp < 0) {
+        buf[o++] = '0';
+        buf[o++] = '.';
+        for (k = 0; k < -exp - 1; k++) {
+            buf[o++] = '0';
+        }
+        for (k = 0; k < nd; k++) {
+            buf[o++] = digits[k];
+        }
+    } else {
+        for (k = 0; k <= exp; k++) {
+            buf[o++] = k < nd ? digits[k] : '0';
+        }
+        buf[o++] = '.';
+        if (nd > exp + 1) {
+            for (k = exp + 1; k < nd; k++) {
+                buf[o++] = digits[k];
+            }
+        } else {
+            buf[o++] = '0';
+        }
+    }
+    buf[o] = '\0';
+}
+
+
+/* Python's str.isprintable() for one code point, approximately: the
+ * control, format, separator and private-use ranges of the BMP */
+static int
+kvs_jrepr_printable(uint32_t cp)
+{
+    if (cp < 0x20 || (cp >= 0x7f && cp <= 0xa0) || cp == 0xad) {
+        return 0;
+    }
+    if (cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200f)
+        || (cp >= 0x2028 && cp <= 0x202f) || (cp >= 0x205f && cp <= 0x206f)
+        || cp == 0x3000 || cp == 0xfeff || (cp >= 0xfff9 && cp <= 0xfffb)
+        || (cp >= 0xd800 && cp <= 0xf8ff) || cp == 0x061c || cp == 0x180e
+        || (cp >= 0x600 && cp <= 0x605) || cp == 0x6dd || cp == 0x70f
+        || cp >= 0xf0000 || (cp >= 0xe0000 && cp <= 0xe0fff))
+    {
+        return 0;
+    }
+
+    return 1;
+}
+
+
+static int
+kvs_jrepr_str(kvs_jctx_t *c, kvs_jsink_t *s, const char *p, size_t n)
+{
+    char      q = '\'', buf[16];
+    size_t    i, k, run;
+    uint32_t  cp;
+    int       rc;
+
+    if (memchr(p, '\'', n) != NULL && memchr(p, '"', n) == NULL) {
+        q = '"';
+    }
+    if ((rc = kvs_jsink_put(c, s, &q, 1)) != KVS_OK) {
+        return rc;
+    }
+    for (i = 0; i < n; i += k) {
+        /* a run of bytes that need nothing */
+        for (run = i; run < n; run++) {
+            uint8_t  b = (uint8_t) p[run];
+
+            if (b < 0x20 || b == 0x7f || b == '\\' || b == (uint8_t) q
+                || b >= 0x80)
+            {
+                break;
+            }
+        }
+        if (run > i) {
+            if ((rc = kvs_jsink_put(c, s, p + i, run - i)) != KVS_OK) {
+                return rc;
+            }
+            k = run - i;
+            continue;
+        }
+        k = kvs_jstr_next(p + i, n - i, &cp);
+        if (cp == '\\' || cp == (uint32_t) q) {
+            buf[0] = '\\';
+            buf[1] = (char) cp;
+            buf[2] = '\0';
+        } else if (cp == '\n') {
+            strcpy(buf, "\\n");
+        } else if (cp == '\r') {
+            strcpy(buf, "\\r");
+        } else if (cp == '\t') {
+            strcpy(buf, "\\t");
+        } else if (kvs_jrepr_printable(cp)) {
+            if ((rc = kvs_jsink_put(c, s, p + i, k)) != KVS_OK) {
+                return rc;
+            }
+            continue;
+        } else if (cp < 0x100) {
+            snprintf(buf, sizeof(buf), "\\x%02x", cp);
+        } else if (cp < 0x10000) {
+            snprintf(buf, sizeof(buf), "\\u%04x", cp);
+        } else {
+            snprintf(buf, sizeof(buf), "\\U%08x", cp);
+        }
+        if ((rc = kvs_jsink_str(c, s, buf)) != KVS_OK) {
+            return rc;
+        }
+    }
+
+    return kvs_jsink_put(c, s, &q, 1);
+}
+
+
+static int kvs_jv_print(kvs_jctx_t *c, kvs_jsink_t *s, const kvs_jv_t *v,
+    int repr, unsigned level);
+
+
+static int
+kvs_jv_print_dict(kvs_jctx_t *c, kvs_jsink_t *s, const kvs_jdict_t *d,
+    unsigned level)
+{
+    size_t  i;
+    int     rc;
+
+    if ((rc = kvs_jsink_str(c, s, "{")) != KVS_OK) {
+        return rc;
+    }
+    for (i = 0; i < d->n; i++) {
+        if ((i > 0 && (rc = kvs_jsink_str(c, s, ", ")) != KVS_OK)
+            || (rc = kvs_jv_print(c, s, &d->k[i], 1, level + 1)) != KVS_OK
+            || (rc = kvs_jsink_str(c, s, ": ")) != KVS_OK
+            || (rc = kvs_jv_print(c, s, &d->v[i], 1, level + 1)) != KVS_OK)
+        {
+            return rc;
+        }
+    }
+
+    return kvs_jsink_str(c, s, "}");
+}
+
+
+static int
+kvs_jv_print(kvs_jctx_t *c, kvs_jsink_t *s, const kvs_jv_t *v, int repr,
+    unsigned level)
+{
+    char    buf[64];
+    size_t  i;
+    int     rc;
+
+    if (level > KVS_JINJA_MAX_NEST) {
+        return kvs_jctx_fail(c, KVS_ETOOLONG, "value nested too deeply");
+    }
+    if ((rc = kvs_jctx_step(c)) != KVS_OK) {
+        return rc;
+    }
+
+    switch (v->type) {
+    case KVS_JV_UNDEF:
+        return repr ? kvs_jsink_str(c, s, "Undefined") : KVS_OK;
+    case KVS_JV_NONE:
+        return kvs_jsink_str(c, s, "None");
+    case KVS_JV_BOOL:
+        return kvs_jsink_str(c, s, v->u.i ? "True" : "False");
+    case KVS_JV_INT:
+        snprintf(buf, sizeof(buf), "%lld", (long long) v->u.i);
+        return kvs_jsink_str(c, s, buf);
+    case KVS_JV_FLOAT:
+        kvs_jv_float_fmt(v->u.f, buf, sizeof(buf));
+        return kvs_jsink_str(c, s, buf);
+    case KVS_JV_STR:
+        if (repr) {
+            return kvs_jrepr_str(c, s, v->u.s.p, v->u.s.n);
+        }
+        return kvs_jsink_put(c, s, v->u.s.p, v->u.s.n);
+    case KVS_JV_LIST:
+        if ((rc = kvs_jsink_str(c, s, v->flag ? "(" : "[")) != KVS_OK) {
+            return rc;
+        }
+        for (i = 0; i < v->u.list->n; i++) {
+            if ((i > 0 && (rc = kvs_jsink_str(c, s, ", ")) != KVS_OK)
+                || (rc = kvs_jv_print(c, s, &v->u.list->v[i], 1, level + 1))
+                   != KVS_OK)
+            {
+                return rc;
+            }
+        }
+        if (v->flag && v->u.list->n == 1
+            && (rc = kvs_jsink_str(c, s, ",")) != KVS_OK)
+        {
+            return rc;
+        }
+        return kvs_jsink_str(c, s, v->flag ? ")" : "]");
+    case KVS_JV_DICT:
+        return kvs_jv_print_dict(c, s, v->u.dict, level);
+    case KVS_JV_NS:
+        if ((rc = kvs_jsink_str(c, s, "<Namespace ")) != KVS_OK
+            || (rc = kvs_jv_print_dict(c, s, v->u.dict, level)) != KVS_OK)
+        {
+            return rc;
+        }
+        return kvs_jsink_str(c, s, ">");
+    case KVS_JV_LOOP:
+        snprintf(buf, sizeof(buf), "<LoopContext %lld/%lld>",
+                 (long long) v->u.loop->index0 + 1,
+                 (long long) v->u.loop->length);
+        return kvs_jsink_str(c, s, buf);
+    case KVS_JV_MACRO:
+        return kvs_jsink_str(c, s, "<Macro>");
+    default:
+        return kvs_jsink_str(c, s, "<built-in function>");
+    }
+}
+
+
+int
+kvs_jv_str_put(kvs_jctx_t *c, kvs_jsink_t *s, const kvs_jv_t *v)
+{
+    return kvs_jv_print(c, s, v, 0, 0);
+}
+
+
+int
+kvs_jv_repr_put(kvs_jctx_t *c, kvs_jsink_t *s, const kvs_jv_t *v)
+{
+    return kvs_jv_print(c, s, v, 1, 0);
+}
+
+
+int
+kvs_jv_to_str(kvs_jctx_t *c, const kvs_jv_t *v, kvs_jv_t *out)
+{
+    kvs_jsink_t  s;
+    int          rc;
+
+    if (v->type == KVS_JV_STR) {
+        *out = *v;
+        return KVS_OK;
+    }
+    memset(&s, 0, sizeof(s));
+    if ((rc = kvs_jv_str_put(c, &s, v)) != KVS_OK) {
+        return rc;
+    }
+    *out = kvs_jv_str(s.p, s.n);
+
+    return KVS_OK;
+}
+
+
+/* --- json.dumps ------------------------------------------------------------ */
+
+static int
+kvs_jjson_str(kvs_jctx_t *c, kvs_jsink_t *s, const char *p, size_t n)
+{
+    size_t  i, run;
+    char    buf[8];
+    int     rc;
+
+    if ((rc = kvs_jsink_str(c, s, "\"")) != KVS_OK) {
+        return rc;
+    }
+    for (i = 0; i < n; ) {
+        for (run = i; run < n; run++) {
+            uint8_t  b = (uint8_t) p[run];
+
+            if (b < 0x20 || b == '"' || b == '\\') {
+                break;
+            }
+        }
+        if (run > i) {
+            if ((rc = kvs_jsink_put(c, s, p + i, run - i)) != KVS_OK) {
+                return rc;
+            }
+            i = run;
+            continue;
+        }
+        switch (p[i]) {
+        case '"': strcpy(buf, "\\\""); break;
+        case '\\': strcpy(buf, "\\\\"); break;
+        case '\n': strcpy(buf, "\\n"); break;
+        case '\r': strcpy(buf, "\\r"); break;
+        case '\t': strcpy(buf, "\\t"); break;
+        case '\b': strcpy(buf, "\\b"); break;
+        case '\f': strcpy(buf, "\\f"); break;
+        default:
+            snprintf(buf, sizeof(buf), "\\u%04x", (unsigned) (uint8_t) p[i]);
+        }
+        if ((rc = kvs_jsink_str(c, s, buf)) != KVS_OK) {
+            return rc;
+        }
+        i++;
+    }
+
+    return kvs_jsink_str(c, s, "\"");
+}
+
+
+static int
+kvs_jjson_nl(kvs_jctx_t *c, kvs_jsink_t *s, const char *indent,
+    size_t nindent, unsigned level)
+{
+    int  rc;
+
+    if ((rc = kvs_jsink_str(c, s, "\n")) != KVS_OK) {
+        return rc;
+    }
+    while (level--) {
+        if ((rc = kvs_jsink_put(c, s, indent, nindent)) != KVS_OK) {
+            return rc;
+        }
+    }
+
+    return KVS_OK;
+}
+
+
+/* a dict key as json.dumps makes it a string */
+static int
+kvs_jjson_key(kvs_jctx_t *c, kvs_jsink_t *s, const kvs_jv_t *k)
+{
+    char  buf[64];
+
+    switch (k->type) {
+    case KVS_JV_STR:
+        return kvs_jjson_str(c, s, k->u.s.p, k->u.s.n);
+    case KVS_JV_NONE:
+        return kvs_jsink_str(c, s, "\"null\"");
+    case KVS_JV_BOOL:
+        return kvs_jsink_str(c, s, k->u.i ? "\"true\"" : "\"false\"");
+    case KVS_JV_INT:
+        snprintf(buf, sizeof(buf), "\"%lld\"", (long long) k->u.i);
+        return kvs_jsink_str(c, s, buf);
+    case KVS_JV_FLOAT:
+        buf[0] = '"';
+        kvs_jv_float_fmt(k->u.f, buf + 1, sizeof(buf) - 2);
+        strcat(buf, "\"");
+        return kvs_jsink_str(c, s, buf);
+    default:
+        return kvs_jctx_fail(c, KVS_EINVAL, "keys must be str, int, float, "
+                             "bool or None, not %s", kvs_jv_type_name(k));
+    }
+}
+
+
+int
+kvs_jv_json_put(kvs_jctx_t *c, kvs_jsink_t *s, const kvs_jv_t *v,
+    const char *indent, size_t nindent, const char *item_sep,
+    const char *key_sep, int sort_keys, unsigned level)
+{
+    char               buf[64];
+    size_t             i, j, n, *order = NULL;
+    const kvs_jdict_t  *d;
+    int                rc;
+
+    if (level > KVS_JINJA_MAX_NEST) {
+        return kvs_jctx_fail(c, KVS_ETOOLONG, "value nested too deeply");
+    }
+    if ((rc = kvs_jctx_step(c)) != KVS_OK) {
+        return rc;
+    }
+
+    switch (v->type) {
+    case KVS_JV_NONE:
+        return kvs_jsink_str(c, s, "null");
+    case KVS_JV_BOOL:
+        return kvs_jsink_str(c, s, v->u.i ? "true" : "false");
+    case KVS_JV_INT:
+        snprintf(buf, sizeof(buf), "%lld", (long long) v->u.i);
+        return kvs_jsink_str(c, s, buf);
+    case KVS_JV_FLOAT:
+        if (isnan(v->u.f)) {
+            return kvs_jsink_str(c, s, "NaN");
+        }
+        if (isinf(v->u.f)) {
+            return kvs_jsink_str(c, s, v->u.f < 0 ? "-Infinity" : "Infinity");
+        }
+        kvs_jv_float_fmt(v->u.f, buf, sizeof(buf));
+        return kvs_jsink_str(c, s, buf);
+    case KVS_JV_STR:
+        return kvs_jjson_str(c, s, v->u.s.p, v->u.s.n);
+    case KVS_JV_LIST:
+        n = v->u.list->n;
+        if (n == 0) {
+            return kvs_jsink_str(c, s, "[]");
+        }
+        if ((rc = kvs_jsink_str(c, s, "[")) != KVS_OK) {
+            return rc;
+        }
+        for (i = 0; i < n; i++) {
+            if (i > 0 && (rc = kvs_jsink_str(c, s, item_sep)) != KVS_OK) {
+                return rc;
+            }
+            if (indent != NULL
+                && (rc = kvs_jjson_nl(c, s, indent, nindent, level + 1))
+                   != KVS_OK)
+            {
+                return rc;
+            }
+            rc = kvs_jv_json_put(c, s, &v->u.list->v[i], indent, nindent,
+                                 item_sep, key_sep, sort_keys, level + 1);
+            if (rc != KVS_OK) {
+                return rc;
+            }
+        }
+        if (indent != NULL
+            && (rc = kvs_jjson_nl(c, s, indent, nindent, level)) != KVS_OK)
+        {
+            return rc;
+        }
+        return kvs_jsink_str(c, s, "]");
+    case KVS_JV_DICT:
+        d = v->u.dict;
+        n = d->n;
+        if (n == 0) {
+            return kvs_jsink_str(c, s, "{}");
+        }
+        if (sort_keys) {
+            order = kvs_jarena_alloc(&c->arena, n * sizeof(size_t));
+            if (order == NULL) {
+                return kvs_jctx_nomem(c);
+            }
+            /* insertion sort: dicts here are small and steps bound it */
+            for (i = 0; i < n; i++) {
+                int  r = 0;
+
+                for (j = i; j > 0; j--) {
+                    if ((rc = kvs_jctx_step(c)) != KVS_OK
+                        || (rc = kvs_jv_cmp(c, &d->k[order[j - 1]], &d->k[i],
+                                            &r)) != KVS_OK)
+                    {
+                        return rc;
+                    }
+                    if (r <= 0) {
+                        break;
+                    }
+                    order[j] = order[j - 1];
+                }
+                order[j] = i;
+            }
+        }
+        if ((rc = kvs_jsink_str(c, s, "{")) != KVS_OK) {
+            return rc;
+        }
+        for (i = 0; i < n; i++) {
+            j = order ? order[i] : i;
+            if (i > 0 && (rc = kvs_jsink_str(c, s, item_sep)) != KVS_OK) {
+                return rc;
+            }
+            if (indent != NULL
+                && (rc = kvs_jjson_nl(c, s, indent, nindent, level + 1))
+                   != KVS_OK)
+            {
+                return rc;
+            }
+            if ((rc = kvs_jjson_key(c, s, &d->k[j])) != KVS_OK
+                || (rc = kvs_jsink_str(c, s, key_sep)) != KVS_OK)
+            {
+                return rc;
+            }
+            rc = kvs_jv_json_put(c, s, &d->v[j], indent, nindent, item_sep,
+                                 key_sep, sort_keys, level + 1);
+            if (rc != KVS_OK) {
+                return rc;
+            }
+        }
+        if (indent != NULL
+            && (rc = kvs_jjson_nl(c, s, indent, nindent, level)) != KVS_OK)
+        {
+            return rc;
+        }
+        return kvs_jsink_str(c, s, "}");
+    default:
+        return kvs_jctx_fail(c, KVS_EINVAL, "Object of type %s is not JSON "
+                             "serializable", kvs_jv_type_name(v));
+    }
+}
