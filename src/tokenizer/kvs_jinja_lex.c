@@ -17,6 +17,7 @@
  * with one KVS_JT_EOF.
  */
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -250,12 +251,14 @@ kvs_jlex_number(kvs_jlex_t *L, kvs_jtok_t *tok)
         tok->f = strtod(buf, NULL);
     } else {
         tok->type = KVS_JT_INT;
-        if (strlen(buf) > 18) {
+        errno = 0;
+        tok->i = strtoll(buf, NULL, 10);
+        if (errno == ERANGE) {
+            /* Python's ints are unbounded, ours are 64-bit */
             return kvs_err_set(L->err, KVS_EUNSUPPORTED,
                                "line %u: integer %s too large", tok->line,
                                buf);
         }
-        tok->i = strtoll(buf, NULL, 10);
     }
     L->pos = i;
 

@@ -1496,7 +1496,7 @@ kvs_jp_body(kvs_jparse_t *P, const char *const *stop, kvs_jvec_t *out)
 {
     const kvs_jtok_t  *t;
     kvs_jnode_t       *n;
-    uint32_t           opened = kvs_jp_cur(P)->line;
+    uint32_t           opened = P->i > 0 ? P->t[P->i - 1].line : 1;
 
     if (++P->nest > KVS_JINJA_MAX_NEST) {
         kvs_jp_fail(P, KVS_EUNSUPPORTED, "blocks nested too deeply");
