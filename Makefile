@@ -377,8 +377,8 @@ FUZZ_REQ_SRCS := $(FUZZ_SRCS) $(wildcard src/api/kvs_api_req*.c) \
                  src/api/kvs_api_models.c src/sample/kvs_sample.c
 
 fuzz: $(B)/fuzz/fuzz_gguf $(B)/fuzz/fuzz_tok $(B)/fuzz/fuzz_api_req \
-      $(B)/fuzz/fuzz_wire $(B)/fuzz/fuzz_index $(B)/gguf_sample \
-      $(DEFAULT_MODEL)
+      $(B)/fuzz/fuzz_wire $(B)/fuzz/fuzz_index $(B)/fuzz/fuzz_jinja \
+      $(B)/gguf_sample $(DEFAULT_MODEL)
 	@mkdir -p $(B)/fuzz/corpus $(B)/fuzz/seed $(B)/fuzz/tok-corpus \
 	    $(B)/fuzz/req-corpus
 	$(B)/gguf_sample $(B)/fuzz/seed/sample.gguf 3 32
@@ -397,6 +397,10 @@ fuzz: $(B)/fuzz/fuzz_gguf $(B)/fuzz/fuzz_tok $(B)/fuzz/fuzz_api_req \
 	@mkdir -p $(B)/fuzz/index-corpus
 	$(B)/fuzz/fuzz_index -max_total_time=$(FUZZ_TIME) -max_len=4096 \
 	    $(B)/fuzz/index-corpus
+	@mkdir -p $(B)/fuzz/jinja-corpus
+	$(B)/fuzz/fuzz_jinja -max_total_time=$(FUZZ_TIME) -max_len=16384 \
+	    -dict=t/fuzz/jinja.dict $(B)/fuzz/jinja-corpus \
+	    $(wildcard $(FIXTURES)/templates)
 
 # undefined behaviour stops the fuzzer (a crash it reports and saves),
 # as a memory error does

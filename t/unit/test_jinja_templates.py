@@ -217,6 +217,27 @@ def tool_round_trip(args_as_string, rnd):
     ]
 
 
+def parallel_calls(args_as_string):
+    """two calls in one assistant turn (content None), two results"""
+    def call(i, name, args):
+        return {"id": "call%05d" % i + "abc", "type": "function",
+                "function": {"name": name,
+                             "arguments": json.dumps(args)
+                             if args_as_string else args}}
+    return [
+        {"role": "system", "content": "You can call tools."},
+        {"role": "user", "content": "Weather in Oslo, and search news."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            call(1, "get_current_weather", {"city": "Oslo"}),
+            call(2, "search", {"query": "news", "limit": 3,
+                               "tags": ["world", "ünï"]})]},
+        {"role": "tool", "tool_call_id": "call00001abc",
+         "content": "{\"temperature\": -3}"},
+        {"role": "tool", "tool_call_id": "call00002abc",
+         "content": "no results"},
+    ]
+
+
 def conversations(text, rnd):
     """(label, extra context) pairs for one template"""
     uses_tools = "tools" in text
@@ -273,6 +294,11 @@ def conversations(text, rnd):
                      "tools": TOOLS}))
         out.append(("tool round trip, no tools list",
                     {"messages": tool_round_trip(True, rnd)}))
+        for as_string in (False, True):
+            out.append(("parallel tool calls (%s)"
+                        % ("string" if as_string else "mapping"),
+                        {"messages": parallel_calls(as_string),
+                         "tools": TOOLS}))
     if "documents" in text:
         out.append(("documents", {"messages": [msg("user", "Summarise.")],
                                   "documents": [
