@@ -211,7 +211,7 @@ kvs_jb_method(kvs_jctx_t *c, const kvs_jv_t *obj, const char *name,
 }
 
 
-/* --- string helpers -------------------------------------------------------- */
+/* --- string helpers------------------------------------------------------- */
 
 static int
 kvs_jb_case(kvs_jctx_t *c, const kvs_jv_t *v, int how, kvs_jv_t *res)
@@ -690,7 +690,7 @@ kvs_jb_escape(kvs_jctx_t *c, const kvs_jv_t *s, kvs_jv_t *res)
 }
 
 
-/* --- tests ----------------------------------------------------------------- */
+/* --- tests---------------------------------------------------------------- */
 
 static int
 kvs_jb_test_is(const char *name, const char *what)
@@ -849,7 +849,7 @@ kvs_jb_test(kvs_jctx_t *c, const char *name, kvs_jv_t v,
 }
 
 
-/* --- filters --------------------------------------------------------------- */
+/* --- filters-------------------------------------------------------------- */
 
 /* item.attr for selectattr, map and friends: "a.b" and "0" walk down */
 static int
@@ -1630,7 +1630,7 @@ items:
 }
 
 
-/* --- calls ----------------------------------------------------------------- */
+/* --- calls---------------------------------------------------------------- */
 
 static int
 kvs_jb_call_method(kvs_jctx_t *c, const kvs_jfunc_t *fn,

@@ -39,7 +39,7 @@ void *kvs_jarena_dup(kvs_jarena_t *a, const void *p, size_t n);
 void kvs_jarena_free(kvs_jarena_t *a);
 
 
-/* --- tokens ---------------------------------------------------------------- */
+/* --- tokens--------------------------------------------------------------- */
 
 typedef enum {
     KVS_JT_TEXT = 0,
@@ -79,7 +79,7 @@ int kvs_jinja_lex(kvs_jarena_t *a, const char *src, size_t len,
     kvs_jtok_t **toks, size_t *n, kvs_err_t *err);
 
 
-/* --- values ---------------------------------------------------------------- */
+/* --- values--------------------------------------------------------------- */
 
 typedef enum {
     KVS_JV_UNDEF = 0,                 /* u.s: the name, for messages */
@@ -173,7 +173,7 @@ typedef struct {
 } kvs_jargs_t;
 
 
-/* --- syntax tree ----------------------------------------------------------- */
+/* --- syntax tree---------------------------------------------------------- */
 
 typedef enum {
     /* statements */
@@ -254,7 +254,7 @@ int kvs_jinja_parse(kvs_jarena_t *a, const kvs_jtok_t *toks, size_t n,
     kvs_jnode_t ***body, size_t *nbody, kvs_err_t *err);
 
 
-/* --- render state ---------------------------------------------------------- */
+/* --- render state--------------------------------------------------------- */
 
 typedef struct {
     char    *p;
@@ -286,7 +286,7 @@ int kvs_jctx_step(kvs_jctx_t *c);
 int kvs_jsink_put(kvs_jctx_t *c, kvs_jsink_t *s, const char *p, size_t n);
 
 
-/* --- values (kvs_jinja_value.c) -------------------------------------------- */
+/* --- values (kvs_jinja_value.c)------------------------------------------- */
 
 kvs_jv_t kvs_jv_undef(const char *name);
 kvs_jv_t kvs_jv_none(void);
@@ -338,7 +338,7 @@ size_t kvs_jstr_rspan(const char *p, size_t n, const char *chars,
     size_t nchars);
 
 
-/* --- built-ins (kvs_jinja_builtin.c) --------------------------------------- */
+/* --- built-ins (kvs_jinja_builtin.c)-------------------------------------- */
 
 int kvs_jb_has_filter(const char *name, size_t n);
 int kvs_jb_has_test(const char *name, size_t n);

@@ -19,9 +19,13 @@
 #include "kvs_jinja_impl.h"
 
 
-/* --- arena ----------------------------------------------------------------- */
+/* --- arena---------------------------------------------------------------- */
 
-#define KVS_JBLK_SIZE  (64 * 1024)
+#define KVS_JBLK_SIZE     (64 * 1024)
+
+/* deeper values (only a template's own loops can build them) are not
+ * walked on the C stack: comparing them stops there, as not equal */
+#define KVS_JV_MAX_DEPTH  4096
 
 struct kvs_jblk_s {
     kvs_jblk_t  *next;
@@ -105,7 +109,7 @@ kvs_jarena_free(kvs_jarena_t *a)
 }
 
 
-/* --- constructors ---------------------------------------------------------- */
+/* --- constructors--------------------------------------------------------- */
 
 kvs_jv_t
 kvs_jv_undef(const char *name)
@@ -320,8 +324,21 @@ kvs_jdict_set(kvs_jctx_t *c, kvs_jdict_t *d, kvs_jv_t k, kvs_jv_t v)
 }
 
 
+static int
+kvs_jv_from_json_d(kvs_jctx_t *c, const json_t *j, kvs_jv_t *out,
+    unsigned depth);
+
+
 int
 kvs_jv_from_json(kvs_jctx_t *c, const json_t *j, kvs_jv_t *out)
+{
+    return kvs_jv_from_json_d(c, j, out, 0);
+}
+
+
+static int
+kvs_jv_from_json_d(kvs_jctx_t *c, const json_t *j, kvs_jv_t *out,
+    unsigned depth)
 {
     kvs_jv_t     k, v;
     const char  *key;
@@ -332,6 +349,9 @@ kvs_jv_from_json(kvs_jctx_t *c, const json_t *j, kvs_jv_t *out)
     if ((rc = kvs_jctx_step(c)) != KVS_OK) {
         return rc;
     }
+    if (depth > KVS_JV_MAX_DEPTH) {
+        return kvs_jctx_fail(c, KVS_ETOOLONG, "context nested too deeply");
+    }
 
     switch (json_typeof(j)) {
     case JSON_OBJECT:
@@ -340,7 +360,8 @@ kvs_jv_from_json(kvs_jctx_t *c, const json_t *j, kvs_jv_t *out)
         }
         json_object_foreach((json_t *) j, key, val) {
             k = kvs_jv_str(key, strlen(key));
-            if ((rc = kvs_jv_from_json(c, val, &v)) != KVS_OK
+            if ((rc = kvs_jv_from_json_d(c, val, &v, depth + 1))
+                != KVS_OK
                 || (rc = kvs_jdict_set(c, out->u.dict, k, v)) != KVS_OK)
             {
                 return rc;
@@ -353,7 +374,8 @@ kvs_jv_from_json(kvs_jctx_t *c, const json_t *j, kvs_jv_t *out)
             return rc;
         }
         for (i = 0; i < json_array_size(j); i++) {
-            if ((rc = kvs_jv_from_json(c, json_array_get(j, i), &v)) != KVS_OK
+            if ((rc = kvs_jv_from_json_d(c, json_array_get(j, i), &v,
+                                           depth + 1)) != KVS_OK
                 || (rc = kvs_jlist_push(c, out->u.list, v)) != KVS_OK)
             {
                 return rc;
@@ -388,7 +410,7 @@ kvs_jv_from_json(kvs_jctx_t *c, const json_t *j, kvs_jv_t *out)
 }
 
 
-/* --- Python semantics ------------------------------------------------------ */
+/* --- Python semantics----------------------------------------------------- */
 
 int
 kvs_jv_truthy(const kvs_jv_t *v)
@@ -429,10 +451,14 @@ kvs_jv_num(const kvs_jv_t *v)
 }
 
 
-int
-kvs_jv_eq(const kvs_jv_t *a, const kvs_jv_t *b)
+static int
+kvs_jv_eq_d(const kvs_jv_t *a, const kvs_jv_t *b, unsigned depth)
 {
     size_t  i;
+
+    if (depth > KVS_JV_MAX_DEPTH) {
+        return 0;
+    }
 
     if (kvs_jv_is_num(a) && kvs_jv_is_num(b)) {
         if (a->type != KVS_JV_FLOAT && b->type != KVS_JV_FLOAT) {
@@ -456,7 +482,9 @@ kvs_jv_eq(const kvs_jv_t *a, const kvs_jv_t *b)
             return 0;
         }
         for (i = 0; i < a->u.list->n; i++) {
-            if (!kvs_jv_eq(&a->u.list->v[i], &b->u.list->v[i])) {
+            if (!kvs_jv_eq_d(&a->u.list->v[i], &b->u.list->v[i],
+                             depth + 1))
+            {
                 return 0;
             }
         }
@@ -468,7 +496,7 @@ kvs_jv_eq(const kvs_jv_t *a, const kvs_jv_t *b)
         for (i = 0; i < a->u.dict->n; i++) {
             kvs_jv_t  *o = kvs_jdict_get(b->u.dict, a->u.dict->k[i]);
 
-            if (o == NULL || !kvs_jv_eq(&a->u.dict->v[i], o)) {
+            if (o == NULL || !kvs_jv_eq_d(&a->u.dict->v[i], o, depth + 1)) {
                 return 0;
             }
         }
@@ -486,7 +514,15 @@ kvs_jv_eq(const kvs_jv_t *a, const kvs_jv_t *b)
 
 
 int
-kvs_jv_cmp(kvs_jctx_t *c, const kvs_jv_t *a, const kvs_jv_t *b, int *r)
+kvs_jv_eq(const kvs_jv_t *a, const kvs_jv_t *b)
+{
+    return kvs_jv_eq_d(a, b, 0);
+}
+
+
+static int
+kvs_jv_cmp_d(kvs_jctx_t *c, const kvs_jv_t *a, const kvs_jv_t *b, int *r,
+    unsigned depth)
 {
     size_t  i, n;
     int     rc;
@@ -516,7 +552,12 @@ kvs_jv_cmp(kvs_jctx_t *c, const kvs_jv_t *a, const kvs_jv_t *b, int *r)
             if (kvs_jv_eq(&a->u.list->v[i], &b->u.list->v[i])) {
                 continue;
             }
-            return kvs_jv_cmp(c, &a->u.list->v[i], &b->u.list->v[i], r);
+            if (depth > KVS_JV_MAX_DEPTH) {
+                return kvs_jctx_fail(c, KVS_ETOOLONG, "value nested too "
+                                     "deeply");
+            }
+            return kvs_jv_cmp_d(c, &a->u.list->v[i], &b->u.list->v[i], r,
+                                depth + 1);
         }
         *r = (a->u.list->n > b->u.list->n) - (a->u.list->n < b->u.list->n);
         return KVS_OK;
@@ -524,6 +565,13 @@ kvs_jv_cmp(kvs_jctx_t *c, const kvs_jv_t *a, const kvs_jv_t *b, int *r)
 
     return kvs_jctx_fail(c, KVS_EINVAL, "cannot order %s and %s",
                          kvs_jv_type_name(a), kvs_jv_type_name(b));
+}
+
+
+int
+kvs_jv_cmp(kvs_jctx_t *c, const kvs_jv_t *a, const kvs_jv_t *b, int *r)
+{
+    return kvs_jv_cmp_d(c, a, b, r, 0);
 }
 
 
@@ -547,7 +595,7 @@ kvs_jv_type_name(const kvs_jv_t *v)
 }
 
 
-/* --- strings --------------------------------------------------------------- */
+/* --- strings-------------------------------------------------------------- */
 
 static size_t
 kvs_jstr_next(const char *p, size_t n, uint32_t *cp)
@@ -668,7 +716,7 @@ kvs_jstr_rspan(const char *p, size_t n, const char *chars, size_t nchars)
 }
 
 
-/* --- printing -------------------------------------------------------------- */
+/* --- printing------------------------------------------------------------- */
 
 int
 kvs_jsink_put(kvs_jctx_t *c, kvs_jsink_t *s, const char *p, size_t n)
@@ -1043,7 +1091,7 @@ kvs_jv_to_str(kvs_jctx_t *c, const kvs_jv_t *v, kvs_jv_t *out)
 }
 
 
-/* --- json.dumps ------------------------------------------------------------ */
+/* --- json.dumps----------------------------------------------------------- */
 
 static int
 kvs_jjson_str(kvs_jctx_t *c, kvs_jsink_t *s, const char *p, size_t n)

@@ -70,25 +70,33 @@ static const case_t  cases[] = {
       "{% if true %}\n   {% if true %}\nz{% endif %}{% endif %}",
       "z" },
     { "if-elif",
-      "{% for i in [1,2,3] %}{% if i == 1 %}one{% elif i == 2 %}two{% else %}many{% endif %};{% endfor %}",
+      "{% for i in [1,2,3] %}{% if i == 1 %}one{% elif i == 2 %}two{% else "
+      "%}many{% endif %};{% endfor %}",
       "one;two;many;" },
     { "for-loop",
-      "{% for x in 'abc' %}{{ loop.index }}{{ loop.index0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.revindex }}{{ loop.revindex0 }}{{ loop.previtem }}{{ loop.nextitem }}|{% endfor %}",
+      "{% for x in 'abc' %}{{ loop.index }}{{ loop.index0 }}{{ loop.first }"
+      "}{{ loop.last }}{{ loop.length }}{{ loop.revindex }}{{ loop.revindex"
+      "0 }}{{ loop.previtem }}{{ loop.nextitem }}|{% endfor %}",
       "10TrueFalse332b|21FalseFalse321ac|32FalseTrue310b|" },
     { "for-if-else",
-      "{% for x in l if x %}{{ x }},{% else %}none{% endfor %}|{% for x in [] %}x{% else %}empty{% endfor %}",
+      "{% for x in l if x %}{{ x }},{% else %}none{% endfor %}|{% for x in "
+      "[] %}x{% else %}empty{% endfor %}",
       "1,a,True,2.0,|empty" },
     { "for-break-continue",
-      "{% for i in range(10) %}{% if i == 2 %}{% continue %}{% endif %}{% if i == 5 %}{% break %}{% endif %}{{ i }}{% endfor %}",
+      "{% for i in range(10) %}{% if i == 2 %}{% continue %}{% endif %}{% i"
+      "f i == 5 %}{% break %}{% endif %}{{ i }}{% endfor %}",
       "0134" },
     { "for-items",
-      "{% for k, v in d|items %}{{ k }}={{ v }};{% endfor %}{% for k in d %}{{ k }}{% endfor %}",
+      "{% for k, v in d|items %}{{ k }}={{ v }};{% endfor %}{% for k in d %"
+      "}{{ k }}{% endfor %}",
       "b=1;a=[1, 2];c={'x': 'y'};bac" },
     { "for-scope",
       "{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{% endfor %}{{ x }}",
       "1" },
     { "namespace",
-      "{% set ns = namespace(c=0, s='') %}{% for m in msgs %}{% set ns.c = ns.c + 1 %}{% set ns.s = ns.s ~ m.role[0] %}{% endfor %}{{ ns.c }} {{ ns.s }}",
+      "{% set ns = namespace(c=0, s='') %}{% for m in msgs %}{% set ns.c = "
+      "ns.c + 1 %}{% set ns.s = ns.s ~ m.role[0] %}{% endfor %}{{ ns.c }} {"
+      "{ ns.s }}",
       "4 suau" },
     { "set-tuple",
       "{% set a, b = 1, 'two' %}{{ a }}{{ b }}",
@@ -97,58 +105,83 @@ static const case_t  cases[] = {
       "{% set x | upper %}  hello {{ 'w' }}{% endset %}[{{ x }}]",
       "[  HELLO W]" },
     { "macro",
-      "{% macro f(a, b='B', c=none) %}<{{ a }}{{ b }}{{ c }}>{% endmacro %}{{ f(1) }}{{ f(1, 2) }}{{ f('x', c=3) }}{{ f() }}",
+      "{% macro f(a, b='B', c=none) %}<{{ a }}{{ b }}{{ c }}>{% endmacro %}"
+      "{{ f(1) }}{{ f(1, 2) }}{{ f('x', c=3) }}{{ f() }}",
       "<1BNone><12None><xB3><BNone>" },
     { "macro-recursion",
-      "{% macro fact(n) %}{% if n <= 1 %}1{% else %}{{ n * fact(n - 1)|int }}{% endif %}{% endmacro %}{{ fact(5) }}",
+      "{% macro fact(n) %}{% if n <= 1 %}1{% else %}{{ n * fact(n - 1)|int "
+      "}}{% endif %}{% endmacro %}{{ fact(5) }}",
       "120" },
     { "call-block",
-      "{% macro wrap(t) %}[{{ t }}:{{ caller() }}]{% endmacro %}{% call wrap('w') %}inner {{ n }}{% endcall %}",
+      "{% macro wrap(t) %}[{{ t }}:{{ caller() }}]{% endmacro %}{% call wra"
+      "p('w') %}inner {{ n }}{% endcall %}",
       "[w:inner 3]" },
     { "filter-block",
-      "{% filter upper %}abc {{ s }}{% endfilter %}|{% filter trim %}  x  {% endfilter %}|",
+      "{% filter upper %}abc {{ s }}{% endfilter %}|{% filter trim %}  x  {"
+      "% endfilter %}|",
       "ABC   HI THERE\n|x|" },
     { "f-trim",
-      "[{{ s|trim }}][{{ '\302\240 x\343\200\200'|trim }}][{{ 'xxaxx'|trim('x') }}]",
+      "[{{ s|trim }}][{{ '\302\240 x\343\200\200'|trim }}][{{ 'xxaxx'|trim("
+      "'x') }}]",
       "[Hi there][x][a]" },
     { "f-tojson",
-      "{{ d|tojson }}|{{ u|tojson }}|{{ l|tojson }}|{{ 'a\"\\\\\\n\\t\\u0001'|tojson }}|{{ f|tojson }}|{{ none|tojson }}",
-      "{\"b\": 1, \"a\": [1, 2], \"c\": {\"x\": \"y\"}}|\"h\303\251llo w\303\266rld\"|[1, \"a\", null, true, 2.0]|\"a\\\"\\\\\\n\\t\\u0001\"|2.5|null" },
+      "{{ d|tojson }}|{{ u|tojson }}|{{ l|tojson }}|{{ 'a\"\\\\\\n\\t\\u000"
+      "1'|tojson }}|{{ f|tojson }}|{{ none|tojson }}",
+      "{\"b\": 1, \"a\": [1, 2], \"c\": {\"x\": \"y\"}}|\"h\303\251llo w"
+      "\303\266rld\"|[1, \"a\", null, true, 2.0]|\"a\\\"\\\\\\n\\t\\u0001\""
+      "|2.5|null" },
     { "f-tojson-indent",
-      "{{ d|tojson(indent=2) }}|{{ [] |tojson(indent=2) }}|{{ {'k': {}}|tojson(indent=1) }}",
-      "{\n  \"b\": 1,\n  \"a\": [\n    1,\n    2\n  ],\n  \"c\": {\n    \"x\": \"y\"\n  }\n}|[]|{\n \"k\": {}\n}" },
+      "{{ d|tojson(indent=2) }}|{{ [] |tojson(indent=2) }}|{{ {'k': {}}|toj"
+      "son(indent=1) }}",
+      "{\n  \"b\": 1,\n  \"a\": [\n    1,\n    2\n  ],\n  \"c\": {\n    \"x"
+      "\": \"y\"\n  }\n}|[]|{\n \"k\": {}\n}" },
     { "f-tojson-sort",
       "{{ d|tojson(sort_keys=true) }}|{{ d|tojson(separators=(',', ':')) }}",
-      "{\"a\": [1, 2], \"b\": 1, \"c\": {\"x\": \"y\"}}|{\"b\":1,\"a\":[1,2],\"c\":{\"x\":\"y\"}}" },
+      "{\"a\": [1, 2], \"b\": 1, \"c\": {\"x\": \"y\"}}|{\"b\":1,\"a\":[1,2"
+      "],\"c\":{\"x\":\"y\"}}" },
     { "f-length",
-      "{{ s|length }}{{ u|length }}{{ l|length }}{{ d|length }}{{ missing|length }}{{ l|count }}",
+      "{{ s|length }}{{ u|length }}{{ l|length }}{{ d|length }}{{ missing|l"
+      "ength }}{{ l|count }}",
       "11115305" },
     { "f-select",
-      "{{ msgs|selectattr('role', 'equalto', 'user')|map(attribute='content')|join(',') }}|{{ msgs|rejectattr('role', 'eq', 'user')|list|length }}|{{ l|select|list }}|{{ [1,2,3,4]|reject('odd')|list }}|{{ msgs|selectattr('content')|list|length }}",
+      "{{ msgs|selectattr('role', 'equalto', 'user')|map(attribute='content"
+      "')|join(',') }}|{{ msgs|rejectattr('role', 'eq', 'user')|list|length"
+      " }}|{{ l|select|list }}|{{ [1,2,3,4]|reject('odd')|list }}|{{ msgs|s"
+      "electattr('content')|list|length }}",
       "U1,U2|2|[1, 'a', True, 2.0]|[2, 4]|4" },
     { "f-map",
-      "{{ msgs|map(attribute='role')|unique|list }}|{{ words|map('upper')|join }}|{{ words|unique|list }}",
+      "{{ msgs|map(attribute='role')|unique|list }}|{{ words|map('upper')|j"
+      "oin }}|{{ words|unique|list }}",
       "['system', 'user', 'assistant']|BAACB|['b', 'A', 'c']" },
     { "f-join",
-      "{{ [1, 'a', none]|join }}|{{ words|join(', ') }}|{{ msgs|join('/', attribute='role') }}",
+      "{{ [1, 'a', none]|join }}|{{ words|join(', ') }}|{{ msgs|join('/', a"
+      "ttribute='role') }}",
       "1aNone|b, A, a, c, B|system/user/assistant/user" },
     { "f-case",
-      "{{ 'hELLo wORLD'|upper }}|{{ 'hELLo wORLD'|lower }}|{{ 'hELLo wORLD-x(y)'|title }}|{{ 'hELLo wORLD'|capitalize }}",
+      "{{ 'hELLo wORLD'|upper }}|{{ 'hELLo wORLD'|lower }}|{{ 'hELLo wORLD-"
+      "x(y)'|title }}|{{ 'hELLo wORLD'|capitalize }}",
       "HELLO WORLD|hello world|Hello World-X(Y)|Hello world" },
     { "f-replace",
-      "{{ 'aaa'|replace('a', 'bb') }}|{{ 'aaa'|replace('a', 'b', 2) }}|{{ 'ab'|replace('', '-') }}",
+      "{{ 'aaa'|replace('a', 'bb') }}|{{ 'aaa'|replace('a', 'b', 2) }}|{{ '"
+      "ab'|replace('', '-') }}",
       "bbbbbb|bba|-a-b-" },
     { "f-indent",
-      "[{{ 'a\nb\n\nc'|indent }}][{{ 'a\nb'|indent(2, true) }}][{{ 'a\n\nb'|indent('> ', blank=true) }}]",
+      "[{{ 'a\nb\n\nc'|indent }}][{{ 'a\nb'|indent(2, true) }}][{{ 'a\n\nb'"
+      "|indent('> ', blank=true) }}]",
       "[a\n    b\n\n    c][  a\n  b][a\n> \n> b]" },
     { "f-default",
-      "{{ missing|default('dflt') }}|{{ none|default('x') }}|{{ ''|default('e', true) }}|{{ missing|d }}|",
+      "{{ missing|default('dflt') }}|{{ none|default('x') }}|{{ ''|default("
+      "'e', true) }}|{{ missing|d }}|",
       "dflt|None|e||" },
     { "f-misc",
-      "{{ l|first }}{{ l|last }}{{ [3,1,2]|sort }}{{ words|sort }}{{ [3,1,2]|sort(reverse=true) }}{{ 'abc'|reverse }}{{ [1,2]|reverse|list }}{{ d|dictsort }}",
-      "12.0[1, 2, 3]['A', 'a', 'b', 'B', 'c'][3, 2, 1]cba[2, 1][('a', [1, 2]), ('b', 1), ('c', {'x': 'y'})]" },
+      "{{ l|first }}{{ l|last }}{{ [3,1,2]|sort }}{{ words|sort }}{{ [3,1,2"
+      "]|sort(reverse=true) }}{{ 'abc'|reverse }}{{ [1,2]|reverse|list }}{{"
+      " d|dictsort }}",
+      "12.0[1, 2, 3]['A', 'a', 'b', 'B', 'c'][3, 2, 1]cba[2, 1][('a', [1, 2"
+      "]), ('b', 1), ('c', {'x': 'y'})]" },
     { "f-num",
-      "{{ '42'|int }}{{ 'x'|int }}{{ 3.9|int }}{{ '2.5'|float }}{{ -3|abs }}{{ 2.567|round(2) }}{{ [1,2,3]|sum }}{{ 7|string ~ 'x' }}",
+      "{{ '42'|int }}{{ 'x'|int }}{{ 3.9|int }}{{ '2.5'|float }}{{ -3|abs }"
+      "}{{ 2.567|round(2) }}{{ [1,2,3]|sum }}{{ 7|string ~ 'x' }}",
       "42032.532.5767x" },
     { "f-markup",
       "{{ 'a<b'|safe + '<i>' }}|{{ '<&>\"\\''|e }}|{{ '<x>' + 'y' }}",
@@ -157,20 +190,54 @@ static const case_t  cases[] = {
       "{% for k, v in missing|items %}x{% endfor %}ok",
       "ok" },
     { "tests",
-      "{{ missing is defined }}{{ n is defined }}{{ missing is undefined }}{{ none is none }}{{ s is string }}{{ n is number }}{{ n is integer }}{{ f is float }}{{ t is boolean }}{{ t is true }}{{ t is false }}{{ d is mapping }}{{ l is iterable }}{{ n is iterable }}{{ s is sequence }}{{ 3 is odd }}{{ 4 is even }}{{ 9 is divisibleby 3 }}{{ 'a' is in 'cat' }}{{ 1 is eq 1.0 }}{{ none is sameas none }}{{ n is not none }}{{ 'ab' is lower }}{{ t is number }}{{ t is integer }}",
-      "FalseTrueTrueTrueTrueTrueTrueTrueTrueTrueFalseTrueTrueFalseTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueFalse" },
+      "{{ missing is defined }}{{ n is defined }}{{ missing is undefined }}"
+      "{{ none is none }}{{ s is string }}{{ n is number }}{{ n is integer "
+      "}}{{ f is float }}{{ t is boolean }}{{ t is true }}{{ t is false }}{"
+      "{ d is mapping }}{{ l is iterable }}{{ n is iterable }}{{ s is seque"
+      "nce }}{{ 3 is odd }}{{ 4 is even }}{{ 9 is divisibleby 3 }}{{ 'a' is"
+      " in 'cat' }}{{ 1 is eq 1.0 }}{{ none is sameas none }}{{ n is not no"
+      "ne }}{{ 'ab' is lower }}{{ t is number }}{{ t is integer }}",
+      "FalseTrueTrueTrueTrueTrueTrueTrueTrueTrueFalseTrueTrueFalseTrueTrueT"
+      "rueTrueTrueTrueTrueTrueTrueTrueFalse" },
     { "m-str",
-      "{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ 'xxhixx'.strip('x') }}|{{ s.startswith('  H') }}{{ s.endswith('\n') }}{{ 'abc'.startswith(('x', 'a')) }}|{{ 'a,b,,c'.split(',') }}|{{ ' a  b \t c '.split() }}|{{ 'a,b,c'.split(',', 1) }}|{{ 'a,b,c'.rsplit(',', 1) }}|{{ 'aXbX'.replace('X', '-') }}|{{ 'hi'.upper() }}{{ 'HI'.lower() }}{{ 'ab cd'.title() }}{{ 'aB'.capitalize() }}|{{ 'abcabc'.find('c') }}{{ 'abcabc'.count('bc') }}|{{ '-'.join(['a', 'b']) }}|{{ 'a\nb\r\nc'.splitlines() }}",
-      "Hi there|Hi there\n|  Hi there|hi|TrueTrueTrue|['a', 'b', '', 'c']|['a', 'b', 'c']|['a', 'b,c']|['a,b', 'c']|a-b-|HIhiAb CdAb|22|a-b|['a', 'b', 'c']" },
+      "{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ 'xxhixx'.strip("
+      "'x') }}|{{ s.startswith('  H') }}{{ s.endswith('\n') }}{{ 'abc'.star"
+      "tswith(('x', 'a')) }}|{{ 'a,b,,c'.split(',') }}|{{ ' a  b \t c '.spl"
+      "it() }}|{{ 'a,b,c'.split(',', 1) }}|{{ 'a,b,c'.rsplit(',', 1) }}|{{ "
+      "'aXbX'.replace('X', '-') }}|{{ 'hi'.upper() }}{{ 'HI'.lower() }}{{ '"
+      "ab cd'.title() }}{{ 'aB'.capitalize() }}|{{ 'abcabc'.find('c') }}{{ "
+      "'abcabc'.count('bc') }}|{{ '-'.join(['a', 'b']) }}|{{ 'a\nb\r\nc'.sp"
+      "litlines() }}",
+      "Hi there|Hi there\n|  Hi there|hi|TrueTrueTrue|['a', 'b', '', 'c']|["
+      "'a', 'b', 'c']|['a', 'b,c']|['a,b', 'c']|a-b-|HIhiAb CdAb|22|a-b|['a"
+      "', 'b', 'c']" },
     { "m-dict",
-      "{{ d.get('b') }}{{ d.get('zz') }}{{ d.get('zz', 'dflt') }}|{{ d.keys()|list }}|{{ d.values()|list }}|{{ d.items()|list }}|{{ d['c']['x'] }}{{ d.c.x }}{{ d.zz }}",
-      "1Nonedflt|['b', 'a', 'c']|[1, [1, 2], {'x': 'y'}]|[('b', 1), ('a', [1, 2]), ('c', {'x': 'y'})]|yy" },
+      "{{ d.get('b') }}{{ d.get('zz') }}{{ d.get('zz', 'dflt') }}|{{ d.keys"
+      "()|list }}|{{ d.values()|list }}|{{ d.items()|list }}|{{ d['c']['x']"
+      " }}{{ d.c.x }}{{ d.zz }}",
+      "1Nonedflt|['b', 'a', 'c']|[1, [1, 2], {'x': 'y'}]|[('b', 1), ('a', ["
+      "1, 2]), ('c', {'x': 'y'})]|yy" },
     { "print",
-      "{{ l }}|{{ d }}|{{ [0.1, 1e16, 1.5e-05, 2.0, -0.0, 100.0, 1e300, 123456789.125, 1/3] }}|{{ t }}{{ none }}|{{ ['it\\'s', 'say \"hi\"', 'both \\' \"', 'tab\\there', 'nl\\n', '\303\251\342\200\250\302\240'] }}|{{ (1,) }}{{ (1, 'a') }}|{{ 10 / 4 }}{{ 7 // 2 }}{{ -7 // 2 }}{{ -7 % 3 }}{{ 2 ** 10 }}{{ 7.5 % 2 }}",
-      "[1, 'a', None, True, 2.0]|{'b': 1, 'a': [1, 2], 'c': {'x': 'y'}}|[0.1, 1e+16, 1.5e-05, 2.0, -0.0, 100.0, 1e+300, 123456789.125, 0.3333333333333333]|TrueNone|[\"it's\", 'say \"hi\"', 'both \\' \"', 'tab\\there', 'nl\\n', '\303\251\\u2028\\xa0']|(1,)(1, 'a')|2.53-4210241.5" },
+      "{{ l }}|{{ d }}|{{ [0.1, 1e16, 1.5e-05, 2.0, -0.0, 100.0, 1e300, 123"
+      "456789.125, 1/3] }}|{{ t }}{{ none }}|{{ ['it\\'s', 'say \"hi\"', 'b"
+      "oth \\' \"', 'tab\\there', 'nl\\n', '\303\251\342\200\250\302\240'] "
+      "}}|{{ (1,) }}{{ (1, 'a') }}|{{ 10 / 4 }}{{ 7 // 2 }}{{ -7 // 2 }}{{ "
+      "-7 % 3 }}{{ 2 ** 10 }}{{ 7.5 % 2 }}",
+      "[1, 'a', None, True, 2.0]|{'b': 1, 'a': [1, 2], 'c': {'x': 'y'}}|[0."
+      "1, 1e+16, 1.5e-05, 2.0, -0.0, 100.0, 1e+300, 123456789.125, 0.333333"
+      "3333333333]|TrueNone|[\"it's\", 'say \"hi\"', 'both \\' \"', 'tab\\t"
+      "here', 'nl\\n', '\303\251\\u2028\\xa0']|(1,)(1, 'a')|2.53-4210241.5" },
     { "ops",
-      "{{ 'abcdef'[::-1] }}|{{ 'abcdef'[1:] }}|{{ 'abcdef'[-2:] }}|{{ 'abcdef'[1:5:2] }}|{{ l[1:3] }}|{{ u[1] }}{{ u[-1] }}|{{ 'a' in 'cat' }}{{ 'z' not in 'cat' }}{{ 1 in l }}{{ 'b' in d }}|{{ 'a' ~ 1 ~ none ~ missing }}|{{ [1] + [2] }}{{ 'ab' * 3 }}{{ [0] * 2 }}|{{ 1 < 2 < 3 }}{{ 1 < 3 < 2 }}|{{ 'yes' if t }}{{ 'no' if not t }}|{{ none or 'x' }}{{ 0 and 'y' }}{{ 'a' and 'b' }}|{{ not missing }}{{ n is not string }}{{ -n }}{{ 'b' > 'a' }}{{ [1, 2] == [1, 2] }}{{ {'a': 1} == {'a': 1} }}{{ 1 == true }}",
-      "fedcba|bcdef|ef|bd|['a', None]|\303\251d|TrueTrueTrueTrue|a1None|[1, 2]ababab[0, 0]|TrueFalse|yes|x0b|TrueTrue-3TrueTrueTrueTrue" },
+      "{{ 'abcdef'[::-1] }}|{{ 'abcdef'[1:] }}|{{ 'abcdef'[-2:] }}|{{ 'abcd"
+      "ef'[1:5:2] }}|{{ l[1:3] }}|{{ u[1] }}{{ u[-1] }}|{{ 'a' in 'cat' }}{"
+      "{ 'z' not in 'cat' }}{{ 1 in l }}{{ 'b' in d }}|{{ 'a' ~ 1 ~ none ~ "
+      "missing }}|{{ [1] + [2] }}{{ 'ab' * 3 }}{{ [0] * 2 }}|{{ 1 < 2 < 3 }"
+      "}{{ 1 < 3 < 2 }}|{{ 'yes' if t }}{{ 'no' if not t }}|{{ none or 'x' "
+      "}}{{ 0 and 'y' }}{{ 'a' and 'b' }}|{{ not missing }}{{ n is not stri"
+      "ng }}{{ -n }}{{ 'b' > 'a' }}{{ [1, 2] == [1, 2] }}{{ {'a': 1} == {'a"
+      "': 1} }}{{ 1 == true }}",
+      "fedcba|bcdef|ef|bd|['a', None]|\303\251d|TrueTrueTrueTrue|a1None|[1,"
+      " 2]ababab[0, 0]|TrueFalse|yes|x0b|TrueTrue-3TrueTrueTrueTrue" },
     { "strftime",
       "{{ strftime_now('%Y-%m-%d %H:%M:%S %b %A') }}",
       "2025-01-15 00:00:00 Jan Wednesday" },
