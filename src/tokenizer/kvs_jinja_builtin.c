@@ -1174,8 +1174,10 @@ kvs_jb_filter(kvs_jctx_t *c, const char *name, kvs_jv_t v,
         {
             return rc;
         }
-        memcpy(out.u.list->v, items.u.list->v,
-               items.u.list->n * sizeof(kvs_jv_t));
+        if (items.u.list->n > 0) {
+            memcpy(out.u.list->v, items.u.list->v,
+                   items.u.list->n * sizeof(kvs_jv_t));
+        }
         out.u.list->n = items.u.list->n;
         *res = out;
         return KVS_OK;
