@@ -722,8 +722,8 @@ kvs_jb_test(kvs_jctx_t *c, const char *name, kvs_jv_t v,
         *res = t == KVS_JV_STR || t == KVS_JV_LIST || t == KVS_JV_DICT
                || t == KVS_JV_UNDEF || t == KVS_JV_LOOP;
     } else if (kvs_jb_test_is(name, "sequence")) {
-        *res = t == KVS_JV_STR || t == KVS_JV_LIST || t == KVS_JV_DICT
-               || t == KVS_JV_UNDEF;
+        *res = t == KVS_JV_STR || t == KVS_JV_DICT || t == KVS_JV_UNDEF
+               || (t == KVS_JV_LIST && v.flag != KVS_JL_GEN);
     } else if (kvs_jb_test_is(name, "number")) {
         *res = kvs_jv_is_num(&v);
     } else if (kvs_jb_test_is(name, "integer")) {
@@ -767,6 +767,13 @@ kvs_jb_test(kvs_jctx_t *c, const char *name, kvs_jv_t v,
     {
         int64_t  d = 2, rem;
 
+        if (t == KVS_JV_FLOAT && name[0] != 'd') {
+            /* Python: value % 2, a float */
+            double  m = fmod(v.u.f, 2.0);
+
+            *res = name[0] == 'o' ? m != 0 : m == 0;
+            return KVS_OK;
+        }
         if (t != KVS_JV_INT && t != KVS_JV_BOOL) {
             return kvs_jctx_fail(c, KVS_EINVAL, "test '%s' needs an int",
                                  name);
@@ -947,7 +954,9 @@ kvs_jb_select(kvs_jctx_t *c, kvs_jv_t v, const kvs_jargs_t *args,
 
     /* jinja2 skips a false sequence (None too) without iterating it */
     if (!kvs_jv_truthy(&v)) {
-        return kvs_jv_list_new(c, 0, res);
+        rc = kvs_jv_list_new(c, 0, res);
+        res->flag = KVS_JL_GEN;
+        return rc;
     }
     if ((rc = kvs_je_iter(c, &v, &items)) != KVS_OK
         || (rc = kvs_jv_list_new(c, 0, &out)) != KVS_OK)
@@ -979,6 +988,7 @@ kvs_jb_select(kvs_jctx_t *c, kvs_jv_t v, const kvs_jargs_t *args,
         }
     }
     *res = out;
+    res->flag = KVS_JL_GEN;
 
     return KVS_OK;
 }
@@ -1101,10 +1111,10 @@ kvs_jb_filter(kvs_jctx_t *c, const char *name, kvs_jv_t v,
     const kvs_jargs_t *args, kvs_jv_t *res)
 {
     const kvs_jv_t  *a0 = kvs_jargs_get(args, 0, NULL);
-    kvs_jv_t         items, out, x, pair;
+    kvs_jv_t         items, out, x, pair, orig;
     kvs_jsink_t      s;
     size_t           i, j;
-    int              rc, r;
+    int              rc, r, was_str;
 
     if (strcmp(name, "safe") == 0) {
         /* Markup(value): str(value), marked */
@@ -1139,6 +1149,9 @@ kvs_jb_filter(kvs_jctx_t *c, const char *name, kvs_jv_t v,
             *res = kvs_jv_int((int64_t) kvs_jstr_len(v.u.s.p, v.u.s.n));
             return KVS_OK;
         case KVS_JV_LIST:
+            if (v.flag == KVS_JL_GEN) {
+                break;
+            }
             *res = kvs_jv_int((int64_t) v.u.list->n);
             return KVS_OK;
         case KVS_JV_DICT:
@@ -1148,9 +1161,10 @@ kvs_jb_filter(kvs_jctx_t *c, const char *name, kvs_jv_t v,
             *res = kvs_jv_int(v.u.loop->length);
             return KVS_OK;
         default:
-            return kvs_jctx_fail(c, KVS_EINVAL, "object of type '%s' has no "
-                                 "len()", kvs_jv_type_name(&v));
+            break;
         }
+        return kvs_jctx_fail(c, KVS_EINVAL, "object of type '%s' has no "
+                             "len()", kvs_jv_type_name(&v));
     }
 
     if (strcmp(name, "tojson") == 0) {
@@ -1159,7 +1173,9 @@ kvs_jb_filter(kvs_jctx_t *c, const char *name, kvs_jv_t v,
 
     if (strcmp(name, "items") == 0) {
         if (v.type == KVS_JV_UNDEF) {
-            return kvs_jv_list_new(c, 0, res);
+            rc = kvs_jv_list_new(c, 0, res);
+            res->flag = KVS_JL_GEN;
+            return rc;
         }
         if (v.type != KVS_JV_DICT) {
             return kvs_jctx_fail(c, KVS_EINVAL, "Can only get item pairs "
@@ -1226,7 +1242,9 @@ kvs_jb_filter(kvs_jctx_t *c, const char *name, kvs_jv_t v,
         kvs_jargs_t      fargs;
 
         if (!kvs_jv_truthy(&v)) {
-            return kvs_jv_list_new(c, 0, res);
+            rc = kvs_jv_list_new(c, 0, res);
+            res->flag = KVS_JL_GEN;
+            return rc;
         }
         if ((rc = kvs_je_iter(c, &v, &items)) != KVS_OK
             || (rc = kvs_jv_list_new(c, 0, &out)) != KVS_OK)
@@ -1270,6 +1288,7 @@ kvs_jb_filter(kvs_jctx_t *c, const char *name, kvs_jv_t v,
             }
         }
         *res = out;
+        res->flag = KVS_JL_GEN;
         return KVS_OK;
     }
 
@@ -1308,10 +1327,16 @@ kvs_jb_filter(kvs_jctx_t *c, const char *name, kvs_jv_t v,
             }
         }
         *res = out;
+        res->flag = KVS_JL_GEN;
         return KVS_OK;
     }
 
     if (strcmp(name, "first") == 0 || strcmp(name, "last") == 0) {
+        if (name[0] == 'l' && v.type == KVS_JV_LIST && v.flag == KVS_JL_GEN)
+        {
+            return kvs_jctx_fail(c, KVS_EINVAL, "'generator' object is not "
+                                 "reversible");
+        }
         if ((rc = kvs_je_iter(c, &v, &items)) != KVS_OK) {
             return rc;
         }
@@ -1349,6 +1374,7 @@ kvs_jb_filter(kvs_jctx_t *c, const char *name, kvs_jv_t v,
             out.u.list->v[out.u.list->n++] = items.u.list->v[i - 1];
         }
         *res = out;
+        res->flag = KVS_JL_GEN;           /* reversed(): an iterator */
         return KVS_OK;
     }
 
@@ -1538,6 +1564,8 @@ kvs_jb_filter(kvs_jctx_t *c, const char *name, kvs_jv_t v,
     }
 
     /* the rest work on str(value) */
+    orig = v;
+    was_str = v.type == KVS_JV_STR;
     if ((rc = kvs_jb_str_arg(c, &v)) != KVS_OK) {
         return rc;
     }
@@ -1562,6 +1590,11 @@ kvs_jb_filter(kvs_jctx_t *c, const char *name, kvs_jv_t v,
         return kvs_jb_title_filter(c, &v, res);
     }
     if (strcmp(name, "indent") == 0) {
+        if (!was_str) {
+            /* jinja2 appends "\n" to the value itself: only str can */
+            return kvs_jctx_fail(c, KVS_EINVAL, "indent needs a string, not "
+                                 "%s", kvs_jv_type_name(&orig));
+        }
         return kvs_jb_indent(c, &v, args, res);
     }
     if (strcmp(name, "e") == 0 || strcmp(name, "escape") == 0) {
@@ -1605,6 +1638,9 @@ items:
         pair.u.list->v[1] = v.u.dict->v[i];
         pair.u.list->n = 2;
         out.u.list->v[out.u.list->n++] = pair;
+    }
+    if (name[0] == 'i') {
+        out.flag = KVS_JL_GEN;            /* do_items is a generator */
     }
     if (strcmp(name, "dictsort") == 0) {
         /* by key, case-insensitively */
@@ -1677,7 +1713,9 @@ kvs_jb_call_method(kvs_jctx_t *c, const kvs_jfunc_t *fn,
             kvs_jargs_t  none;
 
             memset(&none, 0, sizeof(none));
-            return kvs_jb_filter(c, "items", self, &none, res);
+            rc = kvs_jb_filter(c, "items", self, &none, res);
+            res->flag = KVS_JL_LIST;      /* a dict_items view has len() */
+            return rc;
         }
         /* keys, values */
         if ((rc = kvs_jv_list_new(c, d->n, &out)) != KVS_OK) {

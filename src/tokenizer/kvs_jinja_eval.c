@@ -231,7 +231,9 @@ kvs_je_getitem(kvs_jctx_t *c, const kvs_jv_t *obj, const kvs_jv_t *key,
 
     case KVS_JV_LIST:
     case KVS_JV_STR:
-        if (key->type != KVS_JV_INT && key->type != KVS_JV_BOOL) {
+        if ((key->type != KVS_JV_INT && key->type != KVS_JV_BOOL)
+            || (obj->type == KVS_JV_LIST && obj->flag == KVS_JL_GEN))
+        {
             break;
         }
         i = key->u.i;
@@ -325,7 +327,9 @@ kvs_je_slice(kvs_jctx_t *c, const kvs_jv_t *obj, const kvs_jv_t *parts,
     if (obj->type == KVS_JV_UNDEF) {
         return kvs_je_undefined(c, obj);
     }
-    if (obj->type != KVS_JV_LIST && obj->type != KVS_JV_STR) {
+    if ((obj->type != KVS_JV_LIST && obj->type != KVS_JV_STR)
+        || (obj->type == KVS_JV_LIST && obj->flag == KVS_JL_GEN))
+    {
         *res = kvs_jv_undef(NULL);
         return KVS_OK;
     }
@@ -492,7 +496,7 @@ kvs_je_binop(kvs_jctx_t *c, int op, const kvs_jv_t *a, const kvs_jv_t *b,
         return KVS_OK;
     }
     if (op == '+' && a->type == KVS_JV_LIST && b->type == KVS_JV_LIST
-        && a->flag == b->flag)
+        && a->flag == b->flag && a->flag != KVS_JL_GEN)
     {
         if ((rc = kvs_jv_list_new(c, a->u.list->n + b->u.list->n, &out))
             != KVS_OK)
@@ -509,12 +513,14 @@ kvs_je_binop(kvs_jctx_t *c, int op, const kvs_jv_t *a, const kvs_jv_t *b,
         *res = out;
         return KVS_OK;
     }
-    if (op == '*' && (a->type == KVS_JV_STR || a->type == KVS_JV_LIST)
+    if (op == '*' && (a->type == KVS_JV_STR
+                      || (a->type == KVS_JV_LIST && a->flag != KVS_JL_GEN))
         && (b->type == KVS_JV_INT || b->type == KVS_JV_BOOL))
     {
         return kvs_je_repeat(c, a, b->u.i, res);
     }
-    if (op == '*' && (b->type == KVS_JV_STR || b->type == KVS_JV_LIST)
+    if (op == '*' && (b->type == KVS_JV_STR
+                      || (b->type == KVS_JV_LIST && b->flag != KVS_JL_GEN))
         && (a->type == KVS_JV_INT || a->type == KVS_JV_BOOL))
     {
         return kvs_je_repeat(c, b, a->u.i, res);

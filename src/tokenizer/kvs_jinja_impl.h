@@ -88,13 +88,20 @@ typedef enum {
     KVS_JV_INT,
     KVS_JV_FLOAT,
     KVS_JV_STR,                       /* flag 1: Markup (from |safe) */
-    KVS_JV_LIST,                      /* flag 1: a tuple */
+    KVS_JV_LIST,                      /* flag: KVS_JL_* */
     KVS_JV_DICT,
     KVS_JV_NS,                        /* namespace(): a mutable dict */
     KVS_JV_LOOP,
     KVS_JV_MACRO,
     KVS_JV_FUNC
 } kvs_jv_type_t;
+
+/* what a KVS_JV_LIST stands for in Python */
+#define KVS_JL_LIST   0
+#define KVS_JL_TUPLE  1
+#define KVS_JL_GEN    2               /* a generator (select, map, ...):
+                                         always true, no len(), printed
+                                         as an object */
 
 typedef struct kvs_jlist_s   kvs_jlist_t;
 typedef struct kvs_jdict_s   kvs_jdict_t;

@@ -427,7 +427,7 @@ kvs_jv_truthy(const kvs_jv_t *v)
     case KVS_JV_STR:
         return v->u.s.n != 0;
     case KVS_JV_LIST:
-        return v->u.list->n != 0;
+        return v->flag == KVS_JL_GEN || v->u.list->n != 0;
     case KVS_JV_DICT:
         return v->u.dict->n != 0;
     default:
@@ -545,7 +545,7 @@ kvs_jv_cmp_d(kvs_jctx_t *c, const kvs_jv_t *a, const kvs_jv_t *b, int *r,
         return KVS_OK;
     }
     if (a->type == KVS_JV_LIST && b->type == KVS_JV_LIST
-        && a->flag == b->flag)
+        && a->flag == b->flag && a->flag != KVS_JL_GEN)
     {
         n = a->u.list->n < b->u.list->n ? a->u.list->n : b->u.list->n;
         for (i = 0; i < n; i++) {
@@ -585,7 +585,9 @@ kvs_jv_type_name(const kvs_jv_t *v)
     case KVS_JV_INT: return "int";
     case KVS_JV_FLOAT: return "float";
     case KVS_JV_STR: return "str";
-    case KVS_JV_LIST: return v->flag ? "tuple" : "list";
+    case KVS_JV_LIST:
+        return v->flag == KVS_JL_TUPLE ? "tuple"
+               : v->flag == KVS_JL_GEN ? "generator" : "list";
     case KVS_JV_DICT: return "dict";
     case KVS_JV_NS: return "Namespace";
     case KVS_JV_LOOP: return "LoopContext";
@@ -1018,6 +1020,10 @@ kvs_jv_print(kvs_jctx_t *c, kvs_jsink_t *s, const kvs_jv_t *v, int repr,
         }
         return kvs_jsink_put(c, s, v->u.s.p, v->u.s.n);
     case KVS_JV_LIST:
+        if (v->flag == KVS_JL_GEN) {
+            /* jinja2 prints the object's address: nothing to match */
+            return kvs_jsink_str(c, s, "<generator object>");
+        }
         if ((rc = kvs_jsink_str(c, s, v->flag ? "(" : "[")) != KVS_OK) {
             return rc;
         }
@@ -1223,6 +1229,10 @@ kvs_jv_json_put(kvs_jctx_t *c, kvs_jsink_t *s, const kvs_jv_t *v,
     case KVS_JV_STR:
         return kvs_jjson_str(c, s, v->u.s.p, v->u.s.n);
     case KVS_JV_LIST:
+        if (v->flag == KVS_JL_GEN) {
+            return kvs_jctx_fail(c, KVS_EINVAL, "Object of type generator "
+                                 "is not JSON serializable");
+        }
         n = v->u.list->n;
         if (n == 0) {
             return kvs_jsink_str(c, s, "[]");

@@ -250,6 +250,13 @@ static const case_t  cases[] = {
     { "undefined-print",
       "[{{ missing }}][{{ d.zz }}][{{ none.x }}][{{ l[99] }}]",
       "[][][][]" },
+    /* select, reject, map, unique, items and reverse give generators:
+     * true even when empty, no len(), not reversible, not JSON */
+    { "generators",
+      "{% if []|select %}Y{% else %}N{% endif %}{% if [0]|reject|list %}Y"
+      "{% else %}N{% endif %}{{ 2.0 is even }}{{ 3.0 is odd }}{{ [3, 1]|re"
+      "verse|list }}{{ {\"a\": 1}|items|list }}{{ [1]|select|list|length }}",
+      "YYTrueTrue[1, 3][('a', 1)]1" },
 };
 
 
@@ -476,6 +483,12 @@ test_render_errors(void **state)
     render_fails("{{ [1, 2] < 'a' }}", KVS_EINVAL, "cannot order");
     render_fails("{{ 9223372036854775807 + 1 }}", KVS_ERANGE,
                  "integer overflow");
+    render_fails("{{ [1]|select|length }}", KVS_EINVAL,
+                 "object of type 'generator' has no len()");
+    render_fails("{{ [1]|select|last }}", KVS_EINVAL, "not reversible");
+    render_fails("{{ [1]|map('string')|tojson }}", KVS_EINVAL,
+                 "not JSON serializable");
+    render_fails("{{ {'a': 1}|indent }}", KVS_EINVAL, "indent needs a string");
 
     /* raise_exception: the template's message, nothing added */
     memset(&out, 0, sizeof(out));
