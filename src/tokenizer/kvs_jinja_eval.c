@@ -72,7 +72,7 @@ kvs_jctx_step(kvs_jctx_t *c)
 }
 
 
-/* --- scopes--------------------------------------------------------------- */
+/* --- scopes --------------------------------------------------------------- */
 
 static kvs_jscope_t *
 kvs_je_scope(kvs_jctx_t *c, kvs_jscope_t *parent)
@@ -135,7 +135,7 @@ kvs_je_undefined(kvs_jctx_t *c, const kvs_jv_t *v)
 }
 
 
-/* --- attribute and item access-------------------------------------------- */
+/* --- attribute and item access -------------------------------------------- */
 
 static int
 kvs_je_loop_attr(kvs_jctx_t *c, const kvs_jloop_t *l, const char *name,
@@ -401,7 +401,7 @@ kvs_je_slice(kvs_jctx_t *c, const kvs_jv_t *obj, const kvs_jv_t *parts,
 }
 
 
-/* --- arithmetic----------------------------------------------------------- */
+/* --- arithmetic ----------------------------------------------------------- */
 
 static int
 kvs_je_repeat(kvs_jctx_t *c, const kvs_jv_t *seq, int64_t times,
@@ -659,7 +659,7 @@ kvs_je_contains(kvs_jctx_t *c, const kvs_jv_t *item, const kvs_jv_t *seq,
 }
 
 
-/* --- calls---------------------------------------------------------------- */
+/* --- calls ---------------------------------------------------------------- */
 
 static int
 kvs_je_args(kvs_jctx_t *c, kvs_jscope_t *sc, const kvs_jnode_t *n,
@@ -808,7 +808,7 @@ kvs_je_call(kvs_jctx_t *c, kvs_jscope_t *sc, const kvs_jnode_t *n,
 }
 
 
-/* --- expressions---------------------------------------------------------- */
+/* --- expressions ---------------------------------------------------------- */
 
 static int
 kvs_je_filter(kvs_jctx_t *c, kvs_jscope_t *sc, const kvs_jnode_t *n,
@@ -1071,7 +1071,7 @@ kvs_je_expr(kvs_jctx_t *c, kvs_jscope_t *sc, const kvs_jnode_t *n,
 }
 
 
-/* --- statements----------------------------------------------------------- */
+/* --- statements ----------------------------------------------------------- */
 
 static int
 kvs_je_unpack(kvs_jctx_t *c, kvs_jscope_t *sc, const kvs_jnode_t *n,

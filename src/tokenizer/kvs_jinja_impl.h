@@ -22,7 +22,7 @@
 #define KVS_JINJA_MAX_NEST  200
 
 
-/* --- arena --------------------------------------------------------------- */
+/* --- arena ---------------------------------------------------------------- */
 
 typedef struct kvs_jblk_s  kvs_jblk_t;
 
@@ -39,7 +39,7 @@ void *kvs_jarena_dup(kvs_jarena_t *a, const void *p, size_t n);
 void kvs_jarena_free(kvs_jarena_t *a);
 
 
-/* --- tokens--------------------------------------------------------------- */
+/* --- tokens --------------------------------------------------------------- */
 
 typedef enum {
     KVS_JT_TEXT = 0,
@@ -79,7 +79,7 @@ int kvs_jinja_lex(kvs_jarena_t *a, const char *src, size_t len,
     kvs_jtok_t **toks, size_t *n, kvs_err_t *err);
 
 
-/* --- values--------------------------------------------------------------- */
+/* --- values --------------------------------------------------------------- */
 
 typedef enum {
     KVS_JV_UNDEF = 0,                 /* u.s: the name, for messages */
@@ -180,7 +180,7 @@ typedef struct {
 } kvs_jargs_t;
 
 
-/* --- syntax tree---------------------------------------------------------- */
+/* --- syntax tree ---------------------------------------------------------- */
 
 typedef enum {
     /* statements */
@@ -261,7 +261,7 @@ int kvs_jinja_parse(kvs_jarena_t *a, const kvs_jtok_t *toks, size_t n,
     kvs_jnode_t ***body, size_t *nbody, kvs_err_t *err);
 
 
-/* --- render state--------------------------------------------------------- */
+/* --- render state --------------------------------------------------------- */
 
 typedef struct {
     char    *p;
@@ -293,7 +293,7 @@ int kvs_jctx_step(kvs_jctx_t *c);
 int kvs_jsink_put(kvs_jctx_t *c, kvs_jsink_t *s, const char *p, size_t n);
 
 
-/* --- values (kvs_jinja_value.c)------------------------------------------- */
+/* --- values (kvs_jinja_value.c, printing in kvs_jinja_print.c) ------------ */
 
 kvs_jv_t kvs_jv_undef(const char *name);
 kvs_jv_t kvs_jv_none(void);
@@ -333,6 +333,8 @@ void kvs_jv_float_fmt(double f, char *buf, size_t len);
 /* p[0..n) HTML-escaped as markupsafe's escape() does */
 int kvs_jv_html_put(kvs_jctx_t *c, kvs_jsink_t *s, const char *p, size_t n);
 
+/* one code point (an invalid byte stands for itself); its bytes */
+size_t kvs_jstr_next(const char *p, size_t n, uint32_t *cp);
 /* code points of a UTF-8 string; the byte offset of code point i */
 size_t kvs_jstr_len(const char *p, size_t n);
 size_t kvs_jstr_off(const char *p, size_t n, size_t i);
@@ -345,7 +347,7 @@ size_t kvs_jstr_rspan(const char *p, size_t n, const char *chars,
     size_t nchars);
 
 
-/* --- built-ins (kvs_jinja_builtin.c)-------------------------------------- */
+/* --- built-ins (kvs_jinja_builtin.c) -------------------------------------- */
 
 int kvs_jb_has_filter(const char *name, size_t n);
 int kvs_jb_has_test(const char *name, size_t n);
@@ -361,6 +363,28 @@ int kvs_jb_method(kvs_jctx_t *c, const kvs_jv_t *obj, const char *name,
     size_t n, kvs_jv_t *res);
 int kvs_jb_call(kvs_jctx_t *c, const kvs_jfunc_t *fn,
     const kvs_jargs_t *args, kvs_jv_t *res);
+
+/* the test's name as interned in the list, or NULL */
+const char *kvs_jb_test_name(const char *name, size_t n);
+/* KVS_OK if v is a string, else an error naming what wanted one */
+int kvs_jb_want_str(kvs_jctx_t *c, const kvs_jv_t *v, const char *what);
+/* v as str() (undefined: ""), in place (kvs_jinja_filter.c) */
+int kvs_jb_str_arg(kvs_jctx_t *c, kvs_jv_t *v);
+
+/* string operations (kvs_jinja_str.c); how: 'u'pper, 'l'ower,
+ * 'c'apitalize, 't'itle (str methods) */
+int kvs_jb_case(kvs_jctx_t *c, const kvs_jv_t *v, int how, kvs_jv_t *res);
+int kvs_jb_title_filter(kvs_jctx_t *c, const kvs_jv_t *v, kvs_jv_t *res);
+int kvs_jb_strip(kvs_jctx_t *c, const kvs_jv_t *v, const kvs_jv_t *chars,
+    int left, int right, kvs_jv_t *res);
+int kvs_jb_replace(kvs_jctx_t *c, const kvs_jv_t *s, const kvs_jv_t *old,
+    const kvs_jv_t *new, int64_t count, kvs_jv_t *res);
+int kvs_jb_split(kvs_jctx_t *c, const kvs_jv_t *s, const kvs_jv_t *sep,
+    int64_t maxsplit, int from_right, kvs_jv_t *res);
+int kvs_jb_splitlines(kvs_jctx_t *c, const char *p, size_t n, kvs_jv_t *res);
+int kvs_jb_indent(kvs_jctx_t *c, const kvs_jv_t *s, const kvs_jargs_t *args,
+    kvs_jv_t *res);
+int kvs_jb_escape(kvs_jctx_t *c, const kvs_jv_t *s, kvs_jv_t *res);
 
 /* the argument at position i or keyword kw, or NULL */
 const kvs_jv_t *kvs_jargs_get(const kvs_jargs_t *a, size_t i,

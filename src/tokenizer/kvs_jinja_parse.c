@@ -230,7 +230,7 @@ kvs_jp_cstr(kvs_jparse_t *P, const char *p, size_t n)
 }
 
 
-/* --- expressions---------------------------------------------------------- */
+/* --- expressions ---------------------------------------------------------- */
 
 /* "(" args ")" after a call or filter: positional, then name=value */
 static int
@@ -1064,7 +1064,7 @@ kvs_jp_tuple(kvs_jparse_t *P, int condexpr)
 }
 
 
-/* --- statements----------------------------------------------------------- */
+/* --- statements ----------------------------------------------------------- */
 
 static int
 kvs_jp_block_end(kvs_jparse_t *P)
@@ -1594,7 +1594,7 @@ kvs_jinja_parse(kvs_jarena_t *a, const kvs_jtok_t *toks, size_t n,
 }
 
 
-/* --- compile-------------------------------------------------------------- */
+/* --- compile -------------------------------------------------------------- */
 
 void
 kvs_jinja_opts_default(kvs_jinja_opts_t *opts)
