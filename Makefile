@@ -281,6 +281,7 @@ interop: $(CLI) $(B)/gguf_sample $(B)/quant_sample $(B)/unit/test_rope \
 	$(TEST_ENV) KVS_SAMPLE=$(BABS)/gguf_sample \
 	    $(VENV)/bin/python t/unit/test_gguf_python.py
 	$(TEST_ENV) $(VENV)/bin/python t/unit/test_chat_jinja.py
+	$(TEST_ENV) $(VENV)/bin/python t/unit/test_jinja_templates.py
 	$(TEST_ENV) KVS_QUANT_SAMPLE=$(BABS)/quant_sample \
 	    $(VENV)/bin/python t/unit/test_quant_python.py
 	$(TEST_ENV) $(VENV)/bin/python t/unit/test_rope_python.py \
@@ -399,30 +400,53 @@ FUZZ_SRCS := $(filter src/model/% src/base/% src/tokenizer/%, $(LIB_SRCS))
 FUZZ_REQ_SRCS := $(FUZZ_SRCS) $(wildcard src/api/kvs_api_req*.c) \
                  src/api/kvs_api_models.c src/sample/kvs_sample.c
 
-fuzz: $(B)/fuzz/fuzz_gguf $(B)/fuzz/fuzz_tok $(B)/fuzz/fuzz_api_req \
-      $(B)/fuzz/fuzz_wire $(B)/fuzz/fuzz_index $(B)/fuzz/fuzz_grammar \
-      $(B)/gguf_sample $(DEFAULT_MODEL)
-	@mkdir -p $(B)/fuzz/corpus $(B)/fuzz/seed $(B)/fuzz/tok-corpus \
-	    $(B)/fuzz/req-corpus
+# Each target runs for FUZZ_TIME seconds as a goal of its own, so that
+# `make -j2 -Otarget fuzz` runs two at a time, each one's output whole.
+FUZZ_RUNS := gguf tok api_req wire index grammar jinja
+
+fuzz: $(FUZZ_RUNS:%=fuzz-run-%)
+
+.PHONY: $(FUZZ_RUNS:%=fuzz-run-%)
+
+fuzz-run-gguf: $(B)/fuzz/fuzz_gguf $(B)/gguf_sample $(DEFAULT_MODEL)
+	@mkdir -p $(B)/fuzz/corpus $(B)/fuzz/seed
 	$(B)/gguf_sample $(B)/fuzz/seed/sample.gguf 3 32
 	cp -f $(DEFAULT_MODEL) $(wildcard $(FIXTURES)/models/*.gguf) \
 	    $(B)/fuzz/seed/ 2>/dev/null || true
 	$(B)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_TIME) -max_len=65536 \
 	    $(B)/fuzz/corpus $(B)/fuzz/seed
+
+fuzz-run-tok: $(B)/fuzz/fuzz_tok $(DEFAULT_MODEL)
+	@mkdir -p $(B)/fuzz/tok-corpus
 	KVS_FUZZ_VOCABS=$(if $(FUZZ_VOCABS),$(FUZZ_VOCABS),$(abspath \
 	    $(DEFAULT_MODEL))) $(B)/fuzz/fuzz_tok \
 	    -max_total_time=$(FUZZ_TIME) -max_len=4096 $(B)/fuzz/tok-corpus
+
+fuzz-run-api_req: $(B)/fuzz/fuzz_api_req
+	@mkdir -p $(B)/fuzz/req-corpus
 	$(B)/fuzz/fuzz_api_req -max_total_time=$(FUZZ_TIME) -max_len=8192 \
 	    -dict=t/fuzz/api_req.dict $(B)/fuzz/req-corpus t/fuzz/api_req
+
+fuzz-run-wire: $(B)/fuzz/fuzz_wire
 	@mkdir -p $(B)/fuzz/wire-corpus
 	$(B)/fuzz/fuzz_wire -max_total_time=$(FUZZ_TIME) -max_len=65536 \
 	    $(B)/fuzz/wire-corpus t/fuzz/wire
+
+fuzz-run-index: $(B)/fuzz/fuzz_index
 	@mkdir -p $(B)/fuzz/index-corpus
 	$(B)/fuzz/fuzz_index -max_total_time=$(FUZZ_TIME) -max_len=4096 \
 	    $(B)/fuzz/index-corpus
+
+fuzz-run-grammar: $(B)/fuzz/fuzz_grammar
 	@mkdir -p $(B)/fuzz/grammar-corpus
 	$(B)/fuzz/fuzz_grammar -max_total_time=$(FUZZ_TIME) -max_len=4096 \
 	    -dict=t/fuzz/grammar.dict $(B)/fuzz/grammar-corpus t/fuzz/grammar
+
+fuzz-run-jinja: $(B)/fuzz/fuzz_jinja
+	@mkdir -p $(B)/fuzz/jinja-corpus
+	$(B)/fuzz/fuzz_jinja -max_total_time=$(FUZZ_TIME) -max_len=16384 \
+	    -dict=t/fuzz/jinja.dict $(B)/fuzz/jinja-corpus \
+	    $(wildcard $(FIXTURES)/templates)
 
 # undefined behaviour stops the fuzzer (a crash it reports and saves),
 # as a memory error does

@@ -13,6 +13,7 @@ int kvs_cli_tokenize(int argc, char **argv);        /* kvs_cli_tok.c */
 int kvs_cli_detokenize(int argc, char **argv);      /* kvs_cli_tok.c */
 int kvs_cli_convert_vocab(int argc, char **argv);   /* kvs_cli_convert.c */
 int kvs_cli_chat_template(int argc, char **argv);   /* kvs_cli_chat.c */
+int kvs_cli_jinja(int argc, char **argv);           /* kvs_cli_jinja.c */
 int kvs_cli_generate(int argc, char **argv);        /* kvs_cli_generate.c */
 int kvs_cli_logits(int argc, char **argv);          /* kvs_cli_logits.c */
 int kvs_cli_quantize(int argc, char **argv);        /* kvs_cli_quantize.c */

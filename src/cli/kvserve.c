@@ -51,6 +51,10 @@ kvs_cli_usage(FILE *f)
         "      llama3, llama3.1, llama2, chatml, mistral, zephyr, phi3,\n"
         "      gemma) makes of OpenAI messages (an array, or an object\n"
         "      with \"messages\"), exactly, with no newline added\n"
+        "  jinja TEMPLATE_FILE CONTEXT_JSON_FILE [--now EPOCH]\n"
+        "      render a Jinja chat template with the variables of a JSON\n"
+        "      object (C interpreter, as Hugging Face's jinja2 setup),\n"
+        "      exactly, with no newline added; errors on stderr, status 1\n"
         "  generate model.gguf [-p TEXT] [-n NEW_TOKENS] [--temp T]\n"
         "           [--top-p P] [--top-k K] [--seed S] [--block N]\n"
         "           [--special]\n"
@@ -116,6 +120,10 @@ main(int argc, char **argv)
 
     if (strcmp(argv[1], "chat-template") == 0) {
         return kvs_cli_chat_template(argc - 1, argv + 1);
+    }
+
+    if (strcmp(argv[1], "jinja") == 0) {
+        return kvs_cli_jinja(argc - 1, argv + 1);
     }
 
     if (strcmp(argv[1], "generate") == 0) {
