@@ -1,6 +1,6 @@
 /*
- * kvs_cli_jinja: `kvserve jinja TEMPLATE CONTEXT.json [--now EPOCH]`:
- * renders a Jinja chat template file with the variables of a JSON object
+ * kvs_cli_jinja: `kvserve jinja TEMPLATE CONTEXT.json [--now EPOCH]`
+ * (strftime_now's clock, default the current time): renders a Jinja chat template file with the variables of a JSON object
  * (messages, tools, bos_token, add_generation_prompt, ...) through the C
  * interpreter and prints the text exactly, with no newline added, so that
  * it can be compared byte for byte with Python jinja2.  A compile or
@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tokenizer/kvs_jinja.h"
 #include "kvs_cli.h"
@@ -67,6 +68,7 @@ kvs_cli_jinja(int argc, char **argv)
     int                i, nfiles = 0, rc, status = 1;
 
     kvs_jinja_opts_default(&opts);
+    opts.now = (int64_t) time(NULL);      /* --now overrides */
     memset(&src, 0, sizeof(src));
     memset(&out, 0, sizeof(out));
 
