@@ -742,18 +742,21 @@ kvs_jp_not(kvs_jparse_t *P)
 }
 
 
+/* a left-associative chain of the keyword operator `word` (kind) over
+ * operands parsed by `operand`: `and` over `not`, `or` over `and` */
 static kvs_jnode_t *
-kvs_jp_and(kvs_jparse_t *P)
+kvs_jp_chain(kvs_jparse_t *P, const char *word, int kind,
+    kvs_jnode_t *(*operand)(kvs_jparse_t *))
 {
-    kvs_jnode_t  *l = kvs_jp_not(P), *n;
+    kvs_jnode_t  *l = operand(P), *n;
 
-    while (l != NULL && kvs_jp_is_name(kvs_jp_cur(P), "and")) {
+    while (l != NULL && kvs_jp_is_name(kvs_jp_cur(P), word)) {
         kvs_jp_next(P);
-        if ((n = kvs_jp_node(P, KVS_JN_AND)) == NULL) {
+        if ((n = kvs_jp_node(P, kind)) == NULL) {
             return NULL;
         }
         n->a = l;
-        if ((n->b = kvs_jp_not(P)) == NULL) {
+        if ((n->b = operand(P)) == NULL) {
             return NULL;
         }
         l = n;
@@ -764,23 +767,16 @@ kvs_jp_and(kvs_jparse_t *P)
 
 
 static kvs_jnode_t *
+kvs_jp_and(kvs_jparse_t *P)
+{
+    return kvs_jp_chain(P, "and", KVS_JN_AND, kvs_jp_not);
+}
+
+
+static kvs_jnode_t *
 kvs_jp_or(kvs_jparse_t *P)
 {
-    kvs_jnode_t  *l = kvs_jp_and(P), *n;
-
-    while (l != NULL && kvs_jp_is_name(kvs_jp_cur(P), "or")) {
-        kvs_jp_next(P);
-        if ((n = kvs_jp_node(P, KVS_JN_OR)) == NULL) {
-            return NULL;
-        }
-        n->a = l;
-        if ((n->b = kvs_jp_and(P)) == NULL) {
-            return NULL;
-        }
-        l = n;
-    }
-
-    return l;
+    return kvs_jp_chain(P, "or", KVS_JN_OR, kvs_jp_and);
 }
 
 
