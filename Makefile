@@ -7,9 +7,10 @@
 #   make stop    stop it
 #   make test    the layer check, unit (plain, ASan+UBSan with gcc and
 #                with clang, TSan), GGUF interop, Test::Nginx, the openai
-#                SDK against nginx
-#   make layers / unit / unit-asan / unit-asan-clang / unit-tsan / interop /
-#        itest / sdk / bench /
+#                SDK against nginx; everything built first (test-build,
+#                JOBS jobs)
+#   make layers / unit / unit-asan / unit-asan-clang / unit-asan-pair /
+#        unit-tsan / interop / itest / sdk / bench / test-build /
 #        fuzz / cuda-check / gpu-check / clean
 #
 # KVSERVE_CUDA=0 skips the CUDA sources even when nvcc is present.  The
