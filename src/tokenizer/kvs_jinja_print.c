@@ -283,6 +283,19 @@ kvs_jv_print_dict(kvs_jctx_t *c, kvs_jsink_t *s, const kvs_jdict_t *d,
 }
 
 
+/* a value printed (str, repr or JSON) at nesting level: bounded in depth,
+ * and one step of the render's budget */
+static int
+kvs_jv_print_enter(kvs_jctx_t *c, unsigned level)
+{
+    if (level > KVS_JINJA_MAX_NEST) {
+        return kvs_jctx_fail(c, KVS_ETOOLONG, "value nested too deeply");
+    }
+
+    return kvs_jctx_step(c);
+}
+
+
 static int
 kvs_jv_print(kvs_jctx_t *c, kvs_jsink_t *s, const kvs_jv_t *v, int repr,
     unsigned level)
@@ -291,10 +304,7 @@ kvs_jv_print(kvs_jctx_t *c, kvs_jsink_t *s, const kvs_jv_t *v, int repr,
     size_t  i;
     int     rc;
 
-    if (level > KVS_JINJA_MAX_NEST) {
-        return kvs_jctx_fail(c, KVS_ETOOLONG, "value nested too deeply");
-    }
-    if ((rc = kvs_jctx_step(c)) != KVS_OK) {
+    if ((rc = kvs_jv_print_enter(c, level)) != KVS_OK) {
         return rc;
     }
 
@@ -499,10 +509,7 @@ kvs_jv_json_put(kvs_jctx_t *c, kvs_jsink_t *s, const kvs_jv_t *v,
     const kvs_jdict_t  *d;
     int                rc;
 
-    if (level > KVS_JINJA_MAX_NEST) {
-        return kvs_jctx_fail(c, KVS_ETOOLONG, "value nested too deeply");
-    }
-    if ((rc = kvs_jctx_step(c)) != KVS_OK) {
+    if ((rc = kvs_jv_print_enter(c, level)) != KVS_OK) {
         return rc;
     }
 
