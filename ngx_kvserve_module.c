@@ -95,6 +95,9 @@
 #include "tokenizer/kvs_chat.h"
 
 #define NGX_HTTP_KVSERVE_BATCH_TOKENS  2048
+#define NGX_HTTP_KVSERVE_KV_SEQS       4      /* concurrent sequences of
+                                                 full context a model's
+                                                 KV need counts */
 #define NGX_HTTP_KVSERVE_MAX_BATCH     (1 << 20)
 #define NGX_HTTP_KVSERVE_MAX_THREADS   1024
 #define NGX_HTTP_KVSERVE_TOK_THRESHOLD  16384
@@ -142,7 +145,7 @@ static ngx_http_kvserve_uint_bounds_t  ngx_http_kvserve_messages_bounds = {
 static ngx_command_t  ngx_http_kvserve_commands[] = {
 
     { ngx_string("kvserve_model"),
-      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE2,
+      NGX_HTTP_MAIN_CONF|NGX_CONF_2MORE,
       ngx_http_kvserve_model,
       NGX_HTTP_MAIN_CONF_OFFSET,
       0,
@@ -511,18 +514,25 @@ ngx_http_kvserve_init_main_conf(ngx_conf_t *cf, void *conf)
  * Each model's KV cache plan.  A fraction is of what is available once
  * the weights are resident: MemAvailable counts the page cache, where
  * the mapped model files live (or will, once read), so their sizes are
- * taken off first.  The budget is shared equally by the models; the
- * cache is F32 on the CPU backend.
+ * taken off first.  A model with kv_cache= has that budget; the others
+ * share kvserve_kv_cache's in proportion to their need (bytes per token
+ * x context x NGX_HTTP_KVSERVE_KV_SEQS sequences), and with a fraction,
+ * a share that cannot hold one full context is raised to one while the
+ * available memory holds every budget.  The cache is F32 on the CPU
+ * backend.
  */
 static char *
 ngx_http_kvserve_kv_size(ngx_conf_t *cf, ngx_http_kvserve_main_conf_t *kmcf)
 {
-    u_char                     detail[256], *last;
-    uint64_t                   weights, avail, bpt;
+    char                      *d;
+    u_char                     detail[256], how[256], *last;
+    double                     total_need, part;
+    uint64_t                   weights, avail, pool, granted, bpt, extra;
+    uint64_t                  *budget, *need, *full;
     kvs_err_t                  err;
-    ngx_uint_t                 i, n;
+    ngx_uint_t                 i, n, n_shared, need_mem, *raised;
     const kvs_hparams_t       *hp;
-    kvs_kv_cache_spec_t        share;
+    kvs_kv_cache_spec_t        spec;
     ngx_http_kvserve_model_t  *m;
     char                       s_bytes[KVS_SIZE_FORMAT_LEN];
     char                       s_bpt[KVS_SIZE_FORMAT_LEN];
@@ -534,17 +544,49 @@ ngx_http_kvserve_kv_size(ngx_conf_t *cf, ngx_http_kvserve_main_conf_t *kmcf)
     n = kmcf->models->nelts;
     weights = 0;
     avail = 0;
-    share = kmcf->kv_spec;
+    need_mem = kmcf->kv_spec.fraction != 0;
+    total_need = 0;
+    n_shared = 0;
 
-    for (i = 0; i < n; i++) {
-        weights += m[i].model->file_size;
+    budget = ngx_pcalloc(cf->pool, n * (3 * sizeof(uint64_t)
+                                        + sizeof(ngx_uint_t)));
+    if (budget == NULL) {
+        return NGX_CONF_ERROR;
     }
 
-    if (share.fraction != 0) {
+    need = budget + n;
+    full = need + n;
+    raised = (ngx_uint_t *) (full + n);
+
+    for (i = 0; i < n; i++) {
+        hp = &m[i].model->hp;
+        weights += m[i].model->file_size;
+        need_mem |= m[i].kv_spec.fraction != 0;
+
+        /* one full context in whole blocks, and the need: that many
+         * sequences of it (saturating: a size that large never fits) */
+        bpt = kvs_hparams_kv_bytes_per_token(hp, NGX_HTTP_KVSERVE_KV_ELEM);
+        full[i] = ((uint64_t) hp->n_ctx_train + kmcf->kv_block - 1)
+                  / kmcf->kv_block * kmcf->kv_block;
+        full[i] = bpt != 0 && full[i] > UINT64_MAX / bpt
+                  ? UINT64_MAX : full[i] * bpt;
+        need[i] = full[i] > UINT64_MAX / NGX_HTTP_KVSERVE_KV_SEQS
+                  ? UINT64_MAX : full[i] * NGX_HTTP_KVSERVE_KV_SEQS;
+
+        if (m[i].kv_cache.len == 0) {
+            total_need += (double) need[i];
+            n_shared++;
+        }
+    }
+
+    last = detail;
+
+    if (need_mem) {
         if (kvs_mem_available(&kmcf->mem_avail, &err) != KVS_OK) {
             ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-                          "kvserve_kv_cache \"%V\": %s; set a size such as "
-                          "2g instead", &kmcf->kv_cache, err.msg);
+                          "kvserve: a KV cache fraction needs the available "
+                          "memory: %s; set sizes such as 2g instead",
+                          err.msg);
             return NGX_CONF_ERROR;
         }
 
@@ -558,53 +600,116 @@ ngx_http_kvserve_kv_size(ngx_conf_t *cf, ngx_http_kvserve_main_conf_t *kmcf)
                                             kmcf->mem_avail),
                             kvs_size_format(s_weights, sizeof(s_weights),
                                             weights));
-        avail /= n;
-
-    } else {
-        share.bytes /= n;
-        last = detail;
-
-        if (share.bytes == 0) {
-            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-                          "kvserve_kv_cache \"%V\" is too small for %ui "
-                          "models", &kmcf->kv_cache, n);
-            return NGX_CONF_ERROR;
-        }
-    }
-
-    if (n > 1) {
-        last = ngx_snprintf(last, detail + sizeof(detail) - 1 - last,
-                            ", shared by %ui models", n);
     }
 
     *last = '\0';
+
+    /* the shared models' pool, and each model's budget */
+    pool = kvs_kv_cache_budget(&kmcf->kv_spec, avail);
+    granted = 0;
+
+    for (i = 0; i < n; i++) {
+        if (m[i].kv_cache.len != 0) {
+            budget[i] = kvs_kv_cache_budget(&m[i].kv_spec, avail);
+            m[i].kv_fraction = m[i].kv_spec.fraction;
+
+        } else {
+            part = total_need > 0 ? (double) need[i] / total_need : 0;
+            budget[i] = (uint64_t) ((double) pool * part);
+            m[i].kv_fraction = kmcf->kv_spec.fraction * part;
+        }
+
+        granted += budget[i];
+    }
+
+    /* a fraction's share too small for one full context gets one, in
+     * the models' order, while every budget still fits */
+    for (i = 0; i < n && kmcf->kv_spec.fraction != 0; i++) {
+        if (m[i].kv_cache.len != 0 || budget[i] >= full[i]) {
+            continue;
+        }
+
+        extra = full[i] - budget[i];
+
+        if (granted + extra <= avail && granted + extra >= granted) {
+            if (avail != 0) {
+                m[i].kv_fraction = ngx_min(1.0, kmcf->kv_spec.fraction
+                                           * (double) full[i]
+                                           / (double) (pool ? pool : 1));
+            }
+
+            budget[i] = full[i];
+            granted += extra;
+            raised[i] = 1;
+        }
+    }
 
     for (i = 0; i < n; i++) {
         hp = &m[i].model->hp;
         bpt = kvs_hparams_kv_bytes_per_token(hp, NGX_HTTP_KVSERVE_KV_ELEM);
 
-        if (kvs_kv_cache_plan(&m[i].kv_plan, &share, avail, bpt,
-                              (uint32_t) kmcf->kv_block, hp->n_ctx_train,
-                              &err)
-            != KVS_OK)
+        /* how the budget was chosen, after the detail of a fraction */
+        d = (m[i].kv_cache.len ? m[i].kv_spec.fraction
+                               : kmcf->kv_spec.fraction) != 0
+            ? (char *) detail : "";
+        last = how;
+
+        if (m[i].kv_cache.len == 0 && n_shared > 1) {
+            last = ngx_snprintf(how, sizeof(how) - 1,
+                                ", %.1f%% of it by need (%s/token x %uD "
+                                "tokens x %d sequences)",
+                                total_need > 0
+                                ? 100.0 * (double) need[i] / total_need : 0.0,
+                                kvs_size_format(s_bpt, sizeof(s_bpt), bpt),
+                                hp->n_ctx_train, NGX_HTTP_KVSERVE_KV_SEQS);
+        }
+
+        if (raised[i]) {
+            last = ngx_snprintf(last, how + sizeof(how) - 1 - last,
+                                ", raised to one full context");
+        }
+
+        *last = '\0';
+
+        spec.bytes = budget[i];
+        spec.fraction = 0;
+
+        if (budget[i] == 0) {
+            kvs_err_set(&err, KVS_ERANGE, "kv cache: a share of 0 bytes");
+        }
+
+        if (budget[i] == 0
+            || kvs_kv_cache_plan(&m[i].kv_plan, &spec, avail, bpt,
+                                 (uint32_t) kmcf->kv_block, hp->n_ctx_train,
+                                 &err)
+               != KVS_OK)
         {
-            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-                          "kvserve_kv_cache \"%V\"%s is too small for model "
-                          "\"%V\": %s", &kmcf->kv_cache, detail,
-                          &m[i].name, err.msg);
+            if (m[i].kv_cache.len != 0) {
+                ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                              "kvserve_model \"%V\": kv_cache=%V%s is too "
+                              "small: %s", &m[i].name, &m[i].kv_cache,
+                              d, err.msg);
+            } else {
+                ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                              "kvserve_kv_cache \"%V\"%s%s is too small for "
+                              "model \"%V\": %s", &kmcf->kv_cache, d,
+                              how, &m[i].name, err.msg);
+            }
             return NGX_CONF_ERROR;
         }
 
         ngx_log_error(NGX_LOG_NOTICE, cf->log, 0,
                       "kvserve: model \"%V\": KV cache %s = %uD blocks x %uD "
-                      "tokens (%uL tokens, %s/token), from kvserve_kv_cache "
-                      "%V%s", &m[i].name,
+                      "tokens (%uL tokens, %s/token), from %s %V%s%s",
+                      &m[i].name,
                       kvs_size_format(s_bytes, sizeof(s_bytes),
                                       m[i].kv_plan.bytes),
                       m[i].kv_plan.n_blocks, m[i].kv_plan.block_tokens,
                       m[i].kv_plan.tokens,
                       kvs_size_format(s_bpt, sizeof(s_bpt), bpt),
-                      &kmcf->kv_cache, detail);
+                      m[i].kv_cache.len ? "kv_cache=" : "kvserve_kv_cache",
+                      m[i].kv_cache.len ? &m[i].kv_cache : &kmcf->kv_cache,
+                      d, how);
 
         if (!m[i].kv_plan.full_ctx_fits) {
             ngx_log_error(NGX_LOG_WARN, cf->log, 0,

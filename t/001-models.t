@@ -18,12 +18,18 @@ our $Size = -s $Model;
 # CPU backend's, which t/027-quant.t checks against kvserve info)
 our $Weights = qr/,"weights":\{"backend":"cpu","mapped_bytes":\d+,/
     . qr/"owned_bytes":\d+,"device_bytes":0\}/;
+# the worker's view of the model's engine process: starting until its
+# HELLO, then available, with the weights' figures
+my $starting = qr/,"available":false,"unavailable_reason":/
+    . qr/"engine for model \\"kvserve-tiny\\" is starting"/;
+my $ready = qr/,"available":true,"unavailable_reason":null$Weights/;
+our $Available = qr/$starting|$ready/;
 our $Tiny = qr/\{"id":"kvserve-tiny","object":"model","created":$Mtime,/
     . qr/"owned_by":"kvserve","kvserve":\{"architecture":"llama",/
     . qr/"context_length":512,"parameters":164160,"kv_bytes_per_token":512,/
     . qr/"kv_dtype":"f32","layers":2,"heads":4,"kv_heads":2,"head_dim":16,/
     . qr/"embedding_length":64,"vocab_size":512,"file_bytes":$Size/
-    . qr/(?:$Weights)?\}\}/;
+    . qr/(?:$Available)\}\}/;
 
 add_block_preprocessor(sub {
     my $block = shift;

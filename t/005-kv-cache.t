@@ -121,9 +121,11 @@ like($out, qr/\[warn\] .*kvserve: model "tiny": the KV cache holds $tokens token
     kvserve_model b $model;
     kvserve_kv_cache 2m;");
 is($status, 0, 'two models with one cache pass') or diag($out);
-like($out, plan_line('a', 1 << 20, 16, '2m', ', shared by 2 models'),
-     '... the first gets half');
-like($out, plan_line('b', 1 << 20, 16, '2m', ', shared by 2 models'),
+my $by_need = ', 50.0% of it by need (' . size($bpt) . '/token x 512 tokens '
+    . 'x 4 sequences)';
+like($out, plan_line('a', 1 << 20, 16, '2m', $by_need),
+     '... the first gets half (the same need)');
+like($out, plan_line('b', 1 << 20, 16, '2m', $by_need),
      '... and so does the second');
 
 # --- fractions of the available memory -------------------------------------

@@ -55,6 +55,11 @@ typedef struct {
     uint64_t              weights_mapped;   /* its weights' bytes in */
     uint64_t              weights_owned;    /* the file's mapping, in */
     uint64_t              weights_device;   /* copies, on the device */
+    int                   has_availability; /* 1: "available" and */
+    int                   available;        /* "unavailable_reason" */
+    const char           *reason;           /* are listed; reason */
+    size_t                reason_len;       /* [reason_len] when not
+                                               available */
 } kvs_api_model_t;
 
 /* {"object":"list","data":[...]} */

@@ -106,6 +106,20 @@ kvs_api_model_obj(const kvs_api_model_t *m)
                      "vocab_size", (int) hp->n_vocab,
                      "file_bytes", (json_int_t) m->file_size);
 
+    if (j != NULL && m->has_availability
+        && (json_object_set_new(json_object_get(j, "kvserve"), "available",
+                                json_boolean(m->available)) != 0
+            || json_object_set_new(json_object_get(j, "kvserve"),
+                                   "unavailable_reason",
+                                   m->available ? json_null()
+                                   : kvs_api_string(m->reason,
+                                                    m->reason_len))
+               != 0))
+    {
+        json_decref(j);
+        return NULL;
+    }
+
     if (j == NULL || m->backend == NULL) {
         return j;
     }

@@ -632,12 +632,13 @@ failed:
 
 
 void
-ngx_http_kvserve_index_hello(const kvs_wire_hello_t *hello)
+ngx_http_kvserve_index_hello(const kvs_wire_hello_t *hello,
+    ngx_uint_t model)
 {
     u_char                          *last, idx[NGX_INT_T_LEN + 2];
     size_t                           k;
     kvs_err_t                        err;
-    ngx_uint_t                       i;
+    ngx_uint_t                       i, j;
     ngx_http_kvserve_index_pub_t    *p;
     ngx_http_kvserve_index_model_t  *m;
 
@@ -646,19 +647,24 @@ ngx_http_kvserve_index_hello(const kvs_wire_hello_t *hello)
         return;
     }
 
-    for (i = 0; i < hello->n_models && i < KVS_WIRE_MAX_MODELS; i++) {
+    /* one engine process per model: its model j is the configuration's
+     * model + j (j is 0) */
+    for (j = 0; j < hello->n_models && model + j < KVS_WIRE_MAX_MODELS;
+         j++)
+    {
+        i = model + j;
         m = &p->models[i];
 
         if (!m->known || m->incarnation != hello->incarnation) {
             m->running = 0;
             m->waiting = 0;
-            m->free_blocks = hello->models[i].kv_blocks;
+            m->free_blocks = hello->models[j].kv_blocks;
         }
 
         m->known = 1;
         m->incarnation = hello->incarnation;
-        m->epoch = hello->models[i].epoch;
-        m->block_tokens = hello->models[i].block_tokens;
+        m->epoch = hello->models[j].epoch;
+        m->block_tokens = hello->models[j].block_tokens;
 
         /* "<host_id>", "<host_id>.1", ...: one record per model */
         last = ngx_snprintf(idx, sizeof(idx), ".%ui", i);
@@ -681,7 +687,7 @@ ngx_http_kvserve_index_hello(const kvs_wire_hello_t *hello)
             ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
                           "kvserve_index: model \"%s\" is not published: "
                           "its host id \"%V.%ui\" is too long",
-                          hello->models[i].name, &p->conf->host_id, i);
+                          hello->models[j].name, &p->conf->host_id, i);
             m->warned = 1;
         }
     }
@@ -713,9 +719,10 @@ ngx_http_kvserve_index_publish(const kvs_wire_index_t *ix)
     ngx_http_kvserve_index_model_t  *m;
 
     p = ngx_http_kvserve_index_pub();
-    hello = ngx_http_kvserve_engine_hello();
+    /* engine.c numbered ix->model as the configuration does */
+    hello = ngx_http_kvserve_engine_hello_of(ix->model);
 
-    if (p == NULL || hello == NULL || ix->model >= hello->n_models
+    if (p == NULL || hello == NULL
         || ix->model >= KVS_WIRE_MAX_MODELS || ix->incarnation == 0)
     {
         return;
@@ -903,10 +910,13 @@ ngx_http_kvserve_index_beat(ngx_event_t *ev)
 
     kvs_index_cmds_reset(&p->cmds);
 
-    for (i = 0; i < hello->n_models && i < KVS_WIRE_MAX_MODELS; i++) {
+    /* one engine per model: a model whose engine is down is not
+     * announced (its record expires) */
+    for (i = 0; i < KVS_WIRE_MAX_MODELS; i++) {
         m = &p->models[i];
+        hello = ngx_http_kvserve_engine_hello_of(i);
 
-        if (!m->known || !m->id_ok) {
+        if (hello == NULL || !m->known || !m->id_ok) {
             continue;
         }
 
@@ -914,7 +924,7 @@ ngx_http_kvserve_index_beat(ngx_event_t *ev)
         ngx_memcpy(h.id, m->id, m->id_len + 1);
         ngx_cpystrn((u_char *) h.url, p->conf->advertise.data,
                     ngx_min(p->conf->advertise.len, KVS_INDEX_URL_MAX) + 1);
-        ngx_cpystrn((u_char *) h.model, (u_char *) hello->models[i].name,
+        ngx_cpystrn((u_char *) h.model, (u_char *) hello->models[0].name,
                     sizeof(h.model));
         h.incarnation = m->incarnation;
         h.epoch = m->epoch;
@@ -932,7 +942,7 @@ ngx_http_kvserve_index_beat(ngx_event_t *ev)
             if (!m->warned) {
                 ngx_log_error(NGX_LOG_ERR, ev->log, 0,
                               "kvserve_index: model \"%s\" is not "
-                              "published: %s", hello->models[i].name,
+                              "published: %s", hello->models[0].name,
                               err.msg);
                 m->warned = 1;
             }

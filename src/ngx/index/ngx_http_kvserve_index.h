@@ -49,7 +49,8 @@ ngx_str_t *ngx_http_kvserve_index_redis_addr(ngx_cycle_t *cycle);
 
 /* The engine said HELLO and this worker subscribed (engine.c): its
  * incarnation, epochs and block sizes start the heartbeat at once. */
-void ngx_http_kvserve_index_hello(const kvs_wire_hello_t *hello);
+void ngx_http_kvserve_index_hello(const kvs_wire_hello_t *hello,
+    ngx_uint_t model);
 
 /* One decoded INDEX frame (engine.c): names and load into Redis. */
 void ngx_http_kvserve_index_publish(const kvs_wire_index_t *ix);

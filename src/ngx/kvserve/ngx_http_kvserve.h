@@ -50,6 +50,14 @@ typedef struct {
     kvs_kv_cache_plan_t       kv_plan;     /* its KV cache: n_blocks of
                                               kvserve_kv_block tokens,
                                               sized at init_main_conf */
+    ngx_str_t                 kv_cache;    /* kv_cache= as written; len
+                                              0: a share of
+                                              kvserve_kv_cache */
+    kvs_kv_cache_spec_t       kv_spec;     /* ... parsed */
+    double                    kv_fraction; /* of the device's memory on
+                                              CUDA: this model's part of
+                                              a fraction budget, 0 for a
+                                              size */
 } ngx_http_kvserve_model_t;
 
 
@@ -167,6 +175,9 @@ typedef struct {
  */
 typedef struct ngx_http_kvserve_sub_s  ngx_http_kvserve_sub_t;
 
+/* a STATS for every model's engine: one answer, the replies merged */
+#define NGX_HTTP_KVSERVE_ALL           ((ngx_uint_t) -1)
+
 typedef enum {
     NGX_HTTP_KVSERVE_EV_OUT = 0,           /* msg: kvs_wire_out_t */
     NGX_HTTP_KVSERVE_EV_REFUSED,           /* msg: kvs_wire_refused_t */
@@ -188,6 +199,10 @@ struct ngx_http_kvserve_sub_s {
                                               choice ended, forget() sends
                                               no CANCEL */
 
+    ngx_uint_t                model;       /* the engine: its model's
+                                              index in kvserve_model's
+                                              order; STATS may name
+                                              NGX_HTTP_KVSERVE_ALL */
     ngx_uint_t                type;        /* KVS_WIRE_SUBMIT, _STATS */
     u_char                   *frame;       /* SUBMIT: the whole frame, its
                                               id patched at each send */
@@ -286,8 +301,15 @@ void ngx_http_kvserve_engine_exit_process(ngx_cycle_t *cycle);
 ngx_int_t ngx_http_kvserve_engine_send(ngx_http_kvserve_sub_t *s);
 /* The owner is done with s: CANCEL if the engine has it, unqueued. */
 void ngx_http_kvserve_engine_forget(ngx_http_kvserve_sub_t *s);
-/* The engine now connected, or NULL. */
+/* Some model's engine, ready (the first model's when it is), or NULL
+ * while none is. */
 const kvs_wire_hello_t *ngx_http_kvserve_engine_hello(void);
+/* Model i's engine (i in kvserve_model's order), or NULL while it is not
+ * ready. */
+const kvs_wire_hello_t *ngx_http_kvserve_engine_hello_of(ngx_uint_t i);
+/* NGX_OK when model i's engine is ready, else NGX_DECLINED with *why
+ * set to the reason (the worker's memory, valid until its next event). */
+ngx_int_t ngx_http_kvserve_engine_available(ngx_uint_t i, ngx_str_t *why);
 /* That engine's HELLO entry of model m (backend, K/V element, weights'
  * bytes), or NULL while none is connected. */
 const kvs_wire_model_t *ngx_http_kvserve_engine_model(

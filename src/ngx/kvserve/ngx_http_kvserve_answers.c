@@ -495,9 +495,7 @@ ngx_http_kvserve_part_event(ngx_http_kvserve_sub_t *s, ngx_uint_t ev,
             ngx_http_kvserve_timer_arm(ctx, kmcf->engine_wait);
 
             if (ngx_http_kvserve_engine_send(s) != NGX_OK) {
-                ngx_http_kvserve_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE,
-                                      "The engine was lost.",
-                                      "server_error", NULL);
+                ngx_http_kvserve_fail_unavailable(ctx);
             }
             return;
         }

@@ -323,8 +323,8 @@ ngx_http_kvserve_part_init(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t i,
 
     ngx_memzero(&frame, sizeof(frame));
 
-    rc = kvs_wire_enc_submit(&frame, 0, (uint32_t) ctx->model_index, &ereq,
-                             kvs_now_ns(), &err);
+    /* the model's own engine process, whose only model is 0 */
+    rc = kvs_wire_enc_submit(&frame, 0, 0, &ereq, kvs_now_ns(), &err);
     if (rc != KVS_OK) {
         kvs_buf_free(&frame);
         kvs_api_err_from_msg(aerr, rc == KVS_ENOMEM ? 500 : 400, NULL,
@@ -333,6 +333,7 @@ ngx_http_kvserve_part_init(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t i,
     }
 
     part->sub.type = KVS_WIRE_SUBMIT;
+    part->sub.model = ctx->model_index;
     part->sub.frame = ngx_pnalloc(ctx->r->pool, frame.len);
     if (part->sub.frame == NULL) {
         kvs_buf_free(&frame);
@@ -529,7 +530,8 @@ ngx_http_kvserve_submit(ngx_http_kvserve_ctx_t *ctx)
     r->read_event_handler = ngx_http_test_reading;
     r->write_event_handler = ngx_http_kvserve_write_handler;
 
-    ngx_http_kvserve_timer_arm(ctx, ngx_http_kvserve_engine_hello() != NULL
+    ngx_http_kvserve_timer_arm(ctx, ngx_http_kvserve_engine_hello_of(
+                                        ctx->model_index) != NULL
                                     ? kmcf->engine_timeout
                                     : kmcf->engine_wait);
 

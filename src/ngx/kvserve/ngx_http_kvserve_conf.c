@@ -65,6 +65,77 @@ ngx_http_kvserve_valid_name(ngx_str_t *name)
 
 
 /*
+ * kv_cache=SIZE|FRACTION: the model's own KV budget, out of the share of
+ * kvserve_kv_cache (ngx_kvserve_module.c sizes it).
+ */
+static char *
+ngx_http_kvserve_model_kv_cache(ngx_conf_t *cf, ngx_http_kvserve_model_t *m,
+    ngx_str_t *arg)
+{
+    ngx_str_t  v;
+    kvs_err_t  err;
+
+    if (m->kv_cache.len != 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "kvserve_model \"%V\": duplicate parameter "
+                           "\"%V\"", &m->name, arg);
+        return NGX_CONF_ERROR;
+    }
+
+    v.data = arg->data + sizeof("kv_cache=") - 1;
+    v.len = arg->len - (sizeof("kv_cache=") - 1);
+
+    if (kvs_kv_cache_parse(&m->kv_spec, (const char *) v.data, v.len, &err)
+        != KVS_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "kvserve_model \"%V\": invalid parameter "
+                           "\"%V\": %s", &m->name, arg, err.msg);
+        return NGX_CONF_ERROR;
+    }
+
+    m->kv_cache = v;
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * The parameters after NAME PATH, each NAME=VALUE; one that is not known
+ * stops nginx naming it.
+ */
+static char *
+ngx_http_kvserve_model_params(ngx_conf_t *cf, ngx_http_kvserve_model_t *m,
+    ngx_str_t *args, ngx_uint_t n)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < n; i++) {
+        if (args[i].len > sizeof("kv_cache=") - 1
+            && ngx_strncmp(args[i].data, "kv_cache=",
+                           sizeof("kv_cache=") - 1) == 0)
+        {
+            if (ngx_http_kvserve_model_kv_cache(cf, m, &args[i])
+                != NGX_CONF_OK)
+            {
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "kvserve_model \"%V\": unknown parameter "
+                           "\"%V\" (known: kv_cache=SIZE|FRACTION)",
+                           &m->name, &args[i]);
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/*
  * A chat template the model carries and we recognise is used for chat
  * requests; a base model without one, or an unrecognised one, is not an
  * error, but chat needs kvserve_chat_template then, so say so.
@@ -134,11 +205,16 @@ ngx_http_kvserve_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    ngx_memzero(m, sizeof(ngx_http_kvserve_model_t));
     m->name = value[1];
     m->path = value[2];
-    m->model = NULL;
-    m->vocab = NULL;
-    m->has_chat = 0;
+
+    /* parameters first: a typo costs no model load */
+    if (ngx_http_kvserve_model_params(cf, m, &value[3], cf->args->nelts - 3)
+        != NGX_CONF_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
 
     if (ngx_conf_full_name(cf->cycle, &m->path, 0) != NGX_OK) {
         return NGX_CONF_ERROR;

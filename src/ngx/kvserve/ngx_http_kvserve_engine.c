@@ -5,11 +5,15 @@
  * frames and dispatching its answers.  The process itself (fork, lease,
  * backoff, watchdog) is ngx_http_kvserve_spawn.c.
  *
- * Each worker keeps one unix stream connection to the engine
- * (<engine_dir>/engine.sock), registered as an ordinary nginx connection
+ * One engine process per model: each worker keeps one unix stream
+ * connection to each model's engine (<engine_dir>/m-<key>.sock, key the
+ * FNV-1a 64 of the model's name, so that a reload that reorders models
+ * finds each where it was), registered as an ordinary nginx connection
  * (edge-triggered: read and write until EAGAIN), and reconnects from a
  * cancelable timer when it is lost, so a quitting worker is never held up
- * by it.
+ * by it.  A model's engine that is lost or cannot start stops only that
+ * model: its requests wait for the next one (and get 503 naming the
+ * model and the reason after kvserve_engine_wait), the others go on.
  *
  * Requests reach the engine as ngx_http_kvserve_sub_t's: each gets a
  * fresh id (slot | sequence << 32, so a late frame for a reused slot is
@@ -18,14 +22,18 @@
  * taken out of the table, so its owner may send it again at once: it is
  * then queued until the next engine says HELLO.
  *
- * `nginx -s reload` leaves the engine running, the new workers connect
- * to it (HELLO names the same files) and the old ones finish their
- * streams on their own connections.  A reload that changes the models
- * finds HELLO naming other files: the new worker sends DRAIN and
- * reconnects after the usual delay; the old engine stops listening,
- * releases the lease, serves the old workers to the end and exits, and
- * the next worker that finds no socket forks the engine of the new
- * models.  A worker shutting down never sends DRAIN: it is the older
+ * `nginx -s reload` leaves the engines running, the new workers connect
+ * to them (HELLO names the same files) and the old ones finish their
+ * streams on their own connections.  A reload that changes a model's
+ * file finds that model's HELLO naming another file: the new worker
+ * sends DRAIN and reconnects after the usual delay; that old engine stops
+ * listening, releases its lease, serves the old workers to the end and
+ * exits, and the next worker that finds no socket forks the engine of
+ * the new file.  The other models' engines, and their caches, stay.
+ *
+ * A STATS for NGX_HTTP_KVSERVE_ALL (kvserve_status, metrics) goes to
+ * every ready engine as one part each; the owner gets one answer, the
+ * replies merged with each model's entry renumbered to its index.  A worker shutting down never sends DRAIN: it is the older
  * configuration, and the engine it finds may be the newer one's.
  *
  * With kvserve_index, the publishing worker (worker 0) sends SUBSCRIBE
@@ -42,6 +50,7 @@
 
 #include "ngx_http_kvserve_engine.h"
 #include "ngx/index/ngx_http_kvserve_index.h"
+#include "base/kvs_hash.h"
 
 #define NGX_HTTP_KVSERVE_RECONNECT    50      /* ms between tries */
 #define NGX_HTTP_KVSERVE_READ_CHUNK   65536
@@ -52,15 +61,67 @@ static void ngx_http_kvserve_engine_read(ngx_event_t *rev);
 static void ngx_http_kvserve_engine_write(ngx_event_t *wev);
 static ngx_int_t ngx_http_kvserve_engine_put(ngx_http_kvserve_engine_t *e,
     ngx_http_kvserve_sub_t *s);
+static ngx_int_t ngx_http_kvserve_stats_all(ngx_http_kvserve_sub_t *s);
+static ngx_int_t ngx_http_kvserve_stats_all_forget(
+    ngx_http_kvserve_sub_t *s);
 
 
-ngx_http_kvserve_engine_t  *ngx_http_kvserve_eng;
+/* A STATS for every engine: one part per engine, the replies merged. */
+typedef struct {
+    ngx_queue_t               queue;       /* in ngx_http_kvserve_alls */
+    ngx_http_kvserve_sub_t   *owner;
+    ngx_uint_t                pending;     /* parts not yet answered */
+    ngx_uint_t                first;       /* none was ready: the first
+                                              reply answers */
+    ngx_uint_t                answered;
+    ngx_uint_t                sending;     /* in stats_all's loop: a
+                                              forget there only marks */
+    ngx_uint_t                forgotten;
+    kvs_wire_stats_t          merged;
+    ngx_http_kvserve_sub_t    parts[1];    /* [ngx_http_kvserve_n_engs] */
+} ngx_http_kvserve_stats_all_t;
+
+
+ngx_http_kvserve_engine_t  *ngx_http_kvserve_engs;
+ngx_uint_t                  ngx_http_kvserve_n_engs;
+
+static ngx_queue_t          ngx_http_kvserve_alls;
+
+
+static ngx_http_kvserve_engine_t *
+ngx_http_kvserve_engine_of(ngx_uint_t i)
+{
+    return (ngx_http_kvserve_engs != NULL && i < ngx_http_kvserve_n_engs)
+           ? &ngx_http_kvserve_engs[i] : NULL;
+}
+
+
+void
+ngx_http_kvserve_engine_why(ngx_http_kvserve_engine_t *e, const char *fmt,
+    ...)
+{
+    u_char   *p, *last;
+    va_list   args;
+
+    last = e->reason + sizeof(e->reason);
+    p = ngx_snprintf(e->reason, last - e->reason, "engine for model \"%V\" ",
+                     &e->model->name);
+
+    va_start(args, fmt);
+    p = ngx_vslprintf(p, last, fmt, args);
+    va_end(args);
+
+    e->reason_len = p - e->reason;
+}
 
 
 ngx_int_t
 ngx_http_kvserve_engine_init_process(ngx_cycle_t *cycle)
 {
-    ngx_http_kvserve_engine_t     *e;
+    uint64_t                       key;
+    ngx_uint_t                     i, n;
+    ngx_http_kvserve_model_t      *m;
+    ngx_http_kvserve_engine_t     *e, *engs;
     ngx_http_kvserve_main_conf_t  *kmcf;
 
     kmcf = ngx_http_cycle_get_module_main_conf(cycle,
@@ -79,17 +140,13 @@ ngx_http_kvserve_engine_init_process(ngx_cycle_t *cycle)
         return NGX_OK;
     }
 
-    e = ngx_pcalloc(cycle->pool, sizeof(ngx_http_kvserve_engine_t));
-    if (e == NULL) {
-        return NGX_ERROR;
-    }
+    n = kmcf->models->nelts;
+    m = kmcf->models->elts;
 
-    e->cycle = cycle;
-    e->kmcf = kmcf;
-    ngx_queue_init(&e->waiting);
-
-    if (kmcf->engine_dir->name.len + sizeof("/engine.sock.4294967295")
-        > sizeof(e->sock_path))
+    /* the socket takes "<dir>/m-<16 hex>.sock.<pid>" while it is bound */
+    if (kmcf->engine_dir->name.len + sizeof("/m-0123456789abcdef.sock."
+                                            "4294967295")
+        > sizeof(engs->sock_path))
     {
         ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
                       "kvserve_engine_dir \"%V\" is too long for a unix "
@@ -97,23 +154,55 @@ ngx_http_kvserve_engine_init_process(ngx_cycle_t *cycle)
         return NGX_ERROR;
     }
 
-    ngx_sprintf(e->sock_path, "%V/engine.sock%Z", &kmcf->engine_dir->name);
-    ngx_sprintf(e->lock_path, "%V/engine.lock%Z", &kmcf->engine_dir->name);
+    engs = ngx_pcalloc(cycle->pool, n * sizeof(ngx_http_kvserve_engine_t));
+    if (engs == NULL) {
+        return NGX_ERROR;
+    }
 
-    e->dummy.fd = (ngx_socket_t) -1;
-    e->reconnect.handler = ngx_http_kvserve_engine_connect;
-    e->reconnect.data = &e->dummy;
-    e->reconnect.log = cycle->log;
-    e->reconnect.cancelable = 1;
+    ngx_queue_init(&ngx_http_kvserve_alls);
 
-    e->ping.handler = ngx_http_kvserve_engine_watchdog;
-    e->ping.data = &e->dummy;
-    e->ping.log = cycle->log;
-    e->ping.cancelable = 1;
+    for (i = 0; i < n; i++) {
+        e = &engs[i];
+        e->index = i;
+        e->model = &m[i];
+        e->cycle = cycle;
+        e->kmcf = kmcf;
+        ngx_queue_init(&e->waiting);
 
-    ngx_http_kvserve_eng = e;
+        key = kvs_fnv1a64(KVS_FNV1A64_INIT, m[i].name.data, m[i].name.len);
 
-    ngx_http_kvserve_engine_connect(&e->reconnect);
+        ngx_sprintf(e->sock_path, "%V/m-%016uxL.sock%Z",
+                    &kmcf->engine_dir->name, key);
+        ngx_sprintf(e->lock_path, "%V/m-%016uxL.lock%Z",
+                    &kmcf->engine_dir->name, key);
+
+        ngx_http_kvserve_engine_why(e, "is starting");
+
+        e->dummy.fd = (ngx_socket_t) -1;
+        e->dummy.data = e;
+        e->reconnect.handler = ngx_http_kvserve_engine_connect;
+        e->reconnect.data = &e->dummy;
+        e->reconnect.log = cycle->log;
+        e->reconnect.cancelable = 1;
+
+        e->ping.handler = ngx_http_kvserve_engine_watchdog;
+        e->ping.data = &e->dummy;
+        e->ping.log = cycle->log;
+        e->ping.cancelable = 1;
+    }
+
+    ngx_http_kvserve_engs = engs;
+    ngx_http_kvserve_n_engs = n;
+
+    /* one worker of the new configuration retires the engines of the
+     * models it dropped */
+    if (ngx_worker == 0 || ngx_process == NGX_PROCESS_SINGLE) {
+        ngx_http_kvserve_engine_sweep(cycle, engs, n);
+    }
+
+    for (i = 0; i < n; i++) {
+        ngx_http_kvserve_engine_connect(&engs[i].reconnect);
+    }
 
     return NGX_OK;
 }
@@ -122,12 +211,11 @@ ngx_http_kvserve_engine_init_process(ngx_cycle_t *cycle)
 void
 ngx_http_kvserve_engine_exit_process(ngx_cycle_t *cycle)
 {
+    ngx_uint_t                  i;
     ngx_http_kvserve_engine_t  *e;
 
-    e = ngx_http_kvserve_eng;
-    if (e == NULL) {
-        return;
-    }
+    for (i = 0; i < ngx_http_kvserve_n_engs; i++) {
+        e = &ngx_http_kvserve_engs[i];
 
     if (e->reconnect.timer_set) {
         ngx_del_timer(&e->reconnect);
@@ -146,41 +234,74 @@ ngx_http_kvserve_engine_exit_process(ngx_cycle_t *cycle)
     kvs_buf_free(&e->rbuf);
     kvs_buf_free(&e->wbuf);
     kvs_engine_out_free(&e->out.out);
-    ngx_http_kvserve_eng = NULL;
+    }
+
+    ngx_http_kvserve_engs = NULL;
+    ngx_http_kvserve_n_engs = 0;
 }
 
 
 const kvs_wire_hello_t *
 ngx_http_kvserve_engine_hello(void)
 {
+    ngx_uint_t  i;
+
+    for (i = 0; i < ngx_http_kvserve_n_engs; i++) {
+        if (ngx_http_kvserve_engs[i].ready) {
+            return &ngx_http_kvserve_engs[i].hello;
+        }
+    }
+
+    return NULL;
+}
+
+
+const kvs_wire_hello_t *
+ngx_http_kvserve_engine_hello_of(ngx_uint_t i)
+{
     ngx_http_kvserve_engine_t  *e;
 
-    e = ngx_http_kvserve_eng;
+    e = ngx_http_kvserve_engine_of(i);
 
     return (e != NULL && e->ready) ? &e->hello : NULL;
+}
+
+
+ngx_int_t
+ngx_http_kvserve_engine_available(ngx_uint_t i, ngx_str_t *why)
+{
+    ngx_http_kvserve_engine_t  *e;
+
+    e = ngx_http_kvserve_engine_of(i);
+
+    if (e == NULL) {
+        ngx_str_set(why, "no engine in this process");
+        return NGX_DECLINED;
+    }
+
+    if (e->ready) {
+        ngx_str_null(why);
+        return NGX_OK;
+    }
+
+    why->data = e->reason;
+    why->len = e->reason_len;
+
+    return NGX_DECLINED;
 }
 
 
 const kvs_wire_model_t *
 ngx_http_kvserve_engine_model(const ngx_http_kvserve_model_t *m)
 {
-    ngx_uint_t                       i;
-    ngx_http_kvserve_engine_t       *e;
-    const ngx_http_kvserve_model_t  *first;
+    ngx_uint_t  i;
 
-    e = ngx_http_kvserve_eng;
-
-    if (e == NULL || !e->ready) {
-        return NULL;
-    }
-
-    /* a ready HELLO lists the configured models in their order (checked
-     * by ngx_http_kvserve_engine_hello_ok) */
-    first = e->kmcf->models->elts;
-
-    for (i = 0; i < e->kmcf->models->nelts; i++) {
-        if (&first[i] == m) {
-            return &e->hello.models[i];
+    /* a ready HELLO names exactly its model (checked by
+     * ngx_http_kvserve_engine_hello_ok) */
+    for (i = 0; i < ngx_http_kvserve_n_engs; i++) {
+        if (ngx_http_kvserve_engs[i].model == m) {
+            return ngx_http_kvserve_engs[i].ready
+                   ? &ngx_http_kvserve_engs[i].hello.models[0] : NULL;
         }
     }
 
@@ -299,7 +420,11 @@ ngx_http_kvserve_engine_send(ngx_http_kvserve_sub_t *s)
 {
     ngx_http_kvserve_engine_t  *e;
 
-    e = ngx_http_kvserve_eng;
+    if (s->type == KVS_WIRE_STATS && s->model == NGX_HTTP_KVSERVE_ALL) {
+        return ngx_http_kvserve_stats_all(s);
+    }
+
+    e = ngx_http_kvserve_engine_of(s->model);
     if (e == NULL) {
         return NGX_ERROR;
     }
@@ -382,7 +507,12 @@ ngx_http_kvserve_engine_forget(ngx_http_kvserve_sub_t *s)
     kvs_err_t                   err;
     ngx_http_kvserve_engine_t  *e;
 
-    e = ngx_http_kvserve_eng;
+    if (s->type == KVS_WIRE_STATS && s->model == NGX_HTTP_KVSERVE_ALL) {
+        (void) ngx_http_kvserve_stats_all_forget(s);
+        return;
+    }
+
+    e = ngx_http_kvserve_engine_of(s->model);
 
     if (s->waiting) {
         ngx_queue_remove(&s->queue);
@@ -406,6 +536,214 @@ ngx_http_kvserve_engine_forget(ngx_http_kvserve_sub_t *s)
     }
 
     ngx_http_kvserve_engine_unregister(e, s);
+}
+
+
+/* ---- a STATS for every engine ----------------------------------------- */
+
+static ngx_http_kvserve_stats_all_t *
+ngx_http_kvserve_stats_all_find(ngx_http_kvserve_sub_t *owner)
+{
+    ngx_queue_t                   *q;
+    ngx_http_kvserve_stats_all_t  *a;
+
+    if (ngx_http_kvserve_engs == NULL) {
+        return NULL;
+    }
+
+    for (q = ngx_queue_head(&ngx_http_kvserve_alls);
+         q != ngx_queue_sentinel(&ngx_http_kvserve_alls);
+         q = ngx_queue_next(q))
+    {
+        a = ngx_queue_data(q, ngx_http_kvserve_stats_all_t, queue);
+        if (a->owner == owner) {
+            return a;
+        }
+    }
+
+    return NULL;
+}
+
+
+/* Every part still with an engine or waiting for one is forgotten. */
+static void
+ngx_http_kvserve_stats_all_drop_parts(ngx_http_kvserve_stats_all_t *a)
+{
+    ngx_uint_t  k;
+
+    for (k = 0; k < ngx_http_kvserve_n_engs; k++) {
+        if (a->parts[k].id != 0 || a->parts[k].waiting) {
+            ngx_http_kvserve_engine_forget(&a->parts[k]);
+        }
+    }
+}
+
+
+static void
+ngx_http_kvserve_stats_part(ngx_http_kvserve_sub_t *s, ngx_uint_t ev,
+    void *msg)
+{
+    kvs_wire_stats_t              *st, *mg;
+    ngx_http_kvserve_sub_t        *owner;
+    ngx_http_kvserve_stats_all_t  *a;
+
+    a = s->data;
+
+    if (a->answered) {
+        return;
+    }
+
+    if (ev == NGX_HTTP_KVSERVE_EV_STATS) {
+        st = msg;
+        mg = &a->merged;
+
+        mg->clients += st->clients;
+        mg->requests += st->requests;
+
+        /* the engine's model 0 is model s->model of the configuration */
+        if (st->n_models >= 1 && mg->n_models < KVS_WIRE_MAX_MODELS) {
+            mg->models[mg->n_models] = st->models[0];
+            mg->models[mg->n_models].index = (uint32_t) s->model;
+            mg->n_models++;
+        }
+
+    } else if (ev != NGX_HTTP_KVSERVE_EV_LOST) {
+        return;
+    }
+
+    /* a lost engine's model is left out of the answer */
+    if (a->pending > 0) {
+        a->pending--;
+    }
+
+    if (a->pending > 0 && !(a->first && ev == NGX_HTTP_KVSERVE_EV_STATS)) {
+        return;
+    }
+
+    ngx_http_kvserve_stats_all_drop_parts(a);
+
+    owner = a->owner;
+    a->answered = 1;
+    owner->waiting = 0;
+
+    /* the owner may forget (and so free a) from its handler: last */
+    owner->handler(owner, NGX_HTTP_KVSERVE_EV_STATS, &a->merged);
+}
+
+
+/*
+ * One STATS part per ready engine; when none is ready, one per engine,
+ * queued, and the first reply answers (the owner's timer bounds the
+ * wait, as for a single engine).
+ */
+static ngx_int_t
+ngx_http_kvserve_stats_all(ngx_http_kvserve_sub_t *s)
+{
+    ngx_uint_t                     k, n, any;
+    ngx_http_kvserve_sub_t        *p;
+    ngx_http_kvserve_stats_all_t  *a;
+
+    n = ngx_http_kvserve_n_engs;
+
+    if (n == 0) {
+        return NGX_ERROR;
+    }
+
+    a = ngx_http_kvserve_stats_all_find(s);
+    if (a != NULL) {
+        if (!a->answered) {
+            return NGX_OK;      /* asked already */
+        }
+
+        (void) ngx_http_kvserve_stats_all_forget(s);
+    }
+
+    a = ngx_alloc(sizeof(ngx_http_kvserve_stats_all_t)
+                  + (n - 1) * sizeof(ngx_http_kvserve_sub_t),
+                  ngx_cycle->log);
+    if (a == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memzero(a, sizeof(ngx_http_kvserve_stats_all_t)
+                   + (n - 1) * sizeof(ngx_http_kvserve_sub_t));
+
+    any = 0;
+    for (k = 0; k < n; k++) {
+        any |= ngx_http_kvserve_engs[k].ready;
+    }
+
+    a->owner = s;
+    a->first = !any;
+    ngx_queue_insert_tail(&ngx_http_kvserve_alls, &a->queue);
+
+    s->waiting = a->first;
+
+    for (k = 0; k < n; k++) {
+        if (any && !ngx_http_kvserve_engs[k].ready) {
+            continue;
+        }
+
+        p = &a->parts[k];
+        p->model = k;
+        p->type = KVS_WIRE_STATS;
+        p->handler = ngx_http_kvserve_stats_part;
+        p->data = a;
+        a->pending++;
+    }
+
+    /* sent after counting, so that an answer lost at once counts down
+     * from the right number */
+    a->sending = 1;
+
+    for (k = 0; k < n && !a->answered; k++) {
+        p = &a->parts[k];
+
+        if (p->handler != NULL
+            && ngx_http_kvserve_engine_send(p) != NGX_OK)
+        {
+            ngx_http_kvserve_stats_part(p, NGX_HTTP_KVSERVE_EV_LOST, NULL);
+        }
+    }
+
+    a->sending = 0;
+
+    if (a->forgotten) {
+        ngx_http_kvserve_stats_all_drop_parts(a);
+        ngx_queue_remove(&a->queue);
+        ngx_free(a);
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_kvserve_stats_all_forget(ngx_http_kvserve_sub_t *s)
+{
+    ngx_http_kvserve_stats_all_t  *a;
+
+    s->waiting = 0;
+    s->id = 0;
+
+    a = ngx_http_kvserve_stats_all_find(s);
+    if (a == NULL) {
+        return NGX_DECLINED;
+    }
+
+    a->answered = 1;
+
+    if (a->sending) {
+        a->forgotten = 1;
+        a->owner = NULL;        /* the owner may reuse its sub */
+        return NGX_OK;
+    }
+
+    ngx_http_kvserve_stats_all_drop_parts(a);
+    ngx_queue_remove(&a->queue);
+    ngx_free(a);
+
+    return NGX_OK;
 }
 
 
@@ -462,36 +800,53 @@ ngx_http_kvserve_engine_flush(ngx_http_kvserve_engine_t *e)
 static void
 ngx_http_kvserve_engine_write(ngx_event_t *wev)
 {
-    if (ngx_http_kvserve_eng == NULL) {
+    ngx_connection_t           *c;
+    ngx_http_kvserve_engine_t  *e;
+
+    c = wev->data;
+    e = c->data;
+
+    if (ngx_http_kvserve_engs == NULL || e->c != c) {
         return;
     }
 
-    (void) ngx_http_kvserve_engine_flush(ngx_http_kvserve_eng);
+    (void) ngx_http_kvserve_engine_flush(e);
 }
 
 
-/* SUBSCRIBE again (kvserve_index: Redis is back and behind): the engine
- * answers with a full listing. */
+/* SUBSCRIBE again (kvserve_index: Redis is back and behind): every ready
+ * engine answers with a full listing. */
 ngx_int_t
 ngx_http_kvserve_engine_subscribe(void)
 {
+    ngx_int_t                   rc;
+    ngx_uint_t                  i;
     kvs_err_t                   err;
     ngx_http_kvserve_engine_t  *e;
 
-    e = ngx_http_kvserve_eng;
+    rc = NGX_DECLINED;
 
-    if (e == NULL || e->c == NULL || !e->ready) {
-        return NGX_DECLINED;
+    for (i = 0; i < ngx_http_kvserve_n_engs; i++) {
+        e = &ngx_http_kvserve_engs[i];
+
+        if (e->c == NULL || !e->ready) {
+            continue;
+        }
+
+        if (kvs_wire_enc_subscribe(&e->wbuf, &err) != KVS_OK) {
+            ngx_log_error(NGX_LOG_ALERT, e->cycle->log, 0,
+                          "kvserve: SUBSCRIBE not sent: %s", err.msg);
+            return NGX_ERROR;
+        }
+
+        if (ngx_http_kvserve_engine_flush(e) == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+
+        rc = NGX_OK;
     }
 
-    if (kvs_wire_enc_subscribe(&e->wbuf, &err) != KVS_OK) {
-        ngx_log_error(NGX_LOG_ALERT, e->cycle->log, 0,
-                      "kvserve: SUBSCRIBE not sent: %s", err.msg);
-        return NGX_ERROR;
-    }
-
-    return ngx_http_kvserve_engine_flush(e) == NGX_ERROR ? NGX_ERROR
-                                                         : NGX_OK;
+    return rc;
 }
 
 
@@ -505,11 +860,13 @@ ngx_http_kvserve_engine_connect(ngx_event_t *ev)
     ngx_event_t                *rev, *wev;
     ngx_connection_t           *c;
     struct sockaddr_un          sa;
+    ngx_connection_t           *dummy;
     ngx_http_kvserve_engine_t  *e;
 
-    e = ngx_http_kvserve_eng;
+    dummy = ev->data;
+    e = dummy->data;
 
-    if (e == NULL || e->c != NULL || ngx_terminate) {
+    if (ngx_http_kvserve_engs == NULL || e->c != NULL || ngx_terminate) {
         return;
     }
 
@@ -584,8 +941,9 @@ ngx_http_kvserve_engine_connect(ngx_event_t *ev)
         ngx_add_timer(&e->ping, e->kmcf->engine_ping);
     }
 
-    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, e->cycle->log, 0,
-                   "kvserve: connected to the engine");
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, e->cycle->log, 0,
+                   "kvserve: connected to the engine of model \"%V\"",
+                   &e->model->name);
 
     /* HELLO may already be there */
     ngx_http_kvserve_engine_read(rev);
@@ -615,8 +973,15 @@ ngx_http_kvserve_engine_lost(ngx_http_kvserve_engine_t *e, const char *why)
     if (e->c != NULL) {
         level = e->ready ? NGX_LOG_WARN : NGX_LOG_INFO;
         ngx_log_error(level, e->cycle->log, 0,
-                      "kvserve: engine %uD connection lost: %s",
-                      e->hello.pid, why);
+                      "kvserve: engine %uD of model \"%V\" connection "
+                      "lost: %s", e->hello.pid, &e->model->name, why);
+
+        /* the watchdog and a HELLO for another file said why already */
+        if (e->ready && ngx_strcmp(why, "hung") != 0) {
+            ngx_http_kvserve_engine_why(e, "(pid %uD) exited; restarting",
+                                        e->hello.pid);
+        }
+
         ngx_close_connection(e->c);
         e->c = NULL;
     }
@@ -670,13 +1035,14 @@ ngx_http_kvserve_engine_hello_ok(ngx_http_kvserve_engine_t *e)
     kvs_wire_model_t          *wm;
     ngx_http_kvserve_model_t  *m;
 
-    m = e->kmcf->models->elts;
+    m = e->model;
 
-    if (e->hello.n_models != e->kmcf->models->nelts) {
+    /* one model per engine process, this one */
+    if (e->hello.n_models != 1) {
         return NGX_DECLINED;
     }
 
-    for (i = 0; i < e->kmcf->models->nelts; i++) {
+    for (i = 0; i < 1; i++) {
         wm = &e->hello.models[i];
 
         if (ngx_strlen(wm->name) != m[i].name.len
@@ -714,11 +1080,15 @@ ngx_http_kvserve_engine_frame(ngx_http_kvserve_engine_t *e,
         }
 
         if (ngx_http_kvserve_engine_hello_ok(e) != NGX_OK) {
+            ngx_http_kvserve_engine_why(e, "(pid %uD) serves another "
+                                        "file; waiting for its successor",
+                                        e->hello.pid);
+
             if (ngx_exiting || ngx_quit || ngx_terminate) {
                 ngx_log_error(NGX_LOG_INFO, e->cycle->log, 0,
-                              "kvserve: engine %uD serves other models "
-                              "than this (older) configuration's",
-                              e->hello.pid);
+                              "kvserve: engine %uD serves another file "
+                              "than this (older) configuration's model "
+                              "\"%V\"", e->hello.pid, &e->model->name);
                 return NGX_DECLINED;
             }
 
@@ -735,16 +1105,18 @@ ngx_http_kvserve_engine_frame(ngx_http_kvserve_engine_t *e,
 
             ngx_log_error(NGX_LOG_NOTICE, e->cycle->log, 0,
                           "kvserve: engine %uD serves other models than "
-                          "this configuration's: DRAIN sent",
-                          e->hello.pid);
+                          "this configuration's: DRAIN sent (model \"%V\": "
+                          "another file)", e->hello.pid, &e->model->name);
             return NGX_DECLINED;
         }
 
         ngx_log_error(NGX_LOG_INFO, e->cycle->log, 0,
-                      "kvserve: worker %P connected to engine %uD",
-                      ngx_pid, e->hello.pid);
+                      "kvserve: worker %P connected to engine %uD of "
+                      "model \"%V\"", ngx_pid, e->hello.pid,
+                      &e->model->name);
 
         e->ready = 1;
+        e->reason_len = 0;
 
         /* the prefix index's publisher (kvserve_index): the engine
          * answers with INDEX frames, a full listing first; flushed with
@@ -754,7 +1126,7 @@ ngx_http_kvserve_engine_frame(ngx_http_kvserve_engine_t *e,
                 ngx_log_error(NGX_LOG_ALERT, e->cycle->log, 0,
                               "kvserve: SUBSCRIBE not sent: %s", err.msg);
             } else {
-                ngx_http_kvserve_index_hello(&e->hello);
+                ngx_http_kvserve_index_hello(&e->hello, e->index);
             }
         }
 
@@ -826,6 +1198,14 @@ ngx_http_kvserve_engine_frame(ngx_http_kvserve_engine_t *e,
             break;
         }
 
+        /* the engine's only model is this one */
+        if (index.model != 0) {
+            kvs_err_set(&err, KVS_EFORMAT, "INDEX: model %u of an engine "
+                        "of one model", (unsigned) index.model);
+            break;
+        }
+
+        index.model = (uint32_t) e->index;
         ngx_http_kvserve_index_publish(&index);
 
         return NGX_OK;
@@ -855,10 +1235,10 @@ ngx_http_kvserve_engine_read(ngx_event_t *rev)
     ngx_connection_t           *c;
     ngx_http_kvserve_engine_t  *e;
 
-    e = ngx_http_kvserve_eng;
     c = rev->data;
+    e = c->data;
 
-    if (e == NULL || e->c != c) {
+    if (ngx_http_kvserve_engs == NULL || e->c != c) {
         return;
     }
 

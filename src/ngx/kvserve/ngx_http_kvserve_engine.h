@@ -3,10 +3,12 @@
  * process: the connection (ngx_http_kvserve_engine.c) and the process
  * itself, its lease and its watchdog (ngx_http_kvserve_spawn.c).
  *
- * Invariants: there is one ngx_http_kvserve_engine_t per worker
- * (ngx_http_kvserve_eng, NULL outside workers that serve models); c is
- * NULL while not connected, and ready is set only once a HELLO has come
- * and been checked.
+ * Invariants: each worker that serves models has one
+ * ngx_http_kvserve_engine_t per model (ngx_http_kvserve_engs[i] for
+ * kvserve_model i, NULL elsewhere), each with its own socket, lease,
+ * timers and table of requests; c is NULL while not connected, and ready
+ * is set only once a HELLO naming exactly that model's file has come;
+ * reason says why it is not ready.
  */
 
 #ifndef NGX_HTTP_KVSERVE_ENGINE_H
@@ -21,7 +23,16 @@
 #include "ngx_http_kvserve.h"
 
 
+#define NGX_HTTP_KVSERVE_REASON_LEN    256
+
+
 typedef struct {
+    ngx_uint_t                index;       /* the model's, in kvserve_model
+                                              order */
+    ngx_http_kvserve_model_t *model;
+    u_char                    reason[NGX_HTTP_KVSERVE_REASON_LEN];
+    size_t                    reason_len;  /* why it is not ready */
+
     ngx_connection_t         *c;           /* NULL: not connected */
     ngx_uint_t                ready;       /* HELLO seen and checked */
     kvs_wire_hello_t          hello;
@@ -58,16 +69,23 @@ typedef struct {
 } ngx_http_kvserve_engine_t;
 
 
-extern ngx_http_kvserve_engine_t  *ngx_http_kvserve_eng;
+extern ngx_http_kvserve_engine_t  *ngx_http_kvserve_engs;   /* [n] */
+extern ngx_uint_t                  ngx_http_kvserve_n_engs;
 
 
 /* the connection (ngx_http_kvserve_engine.c) */
 ngx_int_t ngx_http_kvserve_engine_flush(ngx_http_kvserve_engine_t *e);
 void ngx_http_kvserve_engine_lost(ngx_http_kvserve_engine_t *e,
     const char *why);
+/* Sets e's reason: "engine for model "x" " then fmt's text. */
+void ngx_http_kvserve_engine_why(ngx_http_kvserve_engine_t *e,
+    const char *fmt, ...);
 
 /* the process (ngx_http_kvserve_spawn.c) */
 void ngx_http_kvserve_engine_watchdog(ngx_event_t *ev);
+/* DRAIN to each engine in the directory whose model is none of engs'. */
+void ngx_http_kvserve_engine_sweep(ngx_cycle_t *cycle,
+    ngx_http_kvserve_engine_t *engs, ngx_uint_t n);
 /* Takes the lease and forks the engine, unless the backoff holds. */
 void ngx_http_kvserve_engine_spawn(ngx_http_kvserve_engine_t *e);
 

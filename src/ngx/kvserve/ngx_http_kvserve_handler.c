@@ -23,11 +23,20 @@ static ngx_int_t ngx_http_kvserve_not_allowed(ngx_http_request_t *r,
 
 
 static void
-ngx_http_kvserve_describe(ngx_http_kvserve_model_t *m, kvs_api_model_t *out)
+ngx_http_kvserve_describe(ngx_http_kvserve_model_t *m, ngx_uint_t index,
+    kvs_api_model_t *out)
 {
+    ngx_str_t                why;
     const kvs_wire_model_t  *wm;
 
     ngx_memzero(out, sizeof(kvs_api_model_t));
+
+    /* this worker's view of the model's engine: ready, or why not */
+    out->has_availability = 1;
+    out->available = ngx_http_kvserve_engine_available(index, &why)
+                     == NGX_OK;
+    out->reason = (const char *) why.data;
+    out->reason_len = why.len;
 
     out->id = (const char *) m->name.data;
     out->id_len = m->name.len;
@@ -95,7 +104,7 @@ ngx_http_kvserve_models(ngx_http_request_t *r, kvs_route_t *route)
         if (list == NULL) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
-        ngx_http_kvserve_describe(&m[i], list);
+        ngx_http_kvserve_describe(&m[i], i, list);
         rc = kvs_api_model_json(list, &body, &err);
 
     } else {
@@ -104,7 +113,7 @@ ngx_http_kvserve_models(ngx_http_request_t *r, kvs_route_t *route)
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
         for (i = 0; i < n; i++) {
-            ngx_http_kvserve_describe(&m[i], &list[i]);
+            ngx_http_kvserve_describe(&m[i], i, &list[i]);
         }
         rc = kvs_api_models_json(list, n, &body, &err);
     }

@@ -551,6 +551,7 @@ ngx_http_kvserve_metrics_handler(ngx_http_request_t *r)
 
     sc->r = r;
     sc->stats.type = KVS_WIRE_STATS;
+    sc->stats.model = NGX_HTTP_KVSERVE_ALL;
     sc->stats.handler = ngx_http_kvserve_scrape_event;
     sc->stats.data = sc;
     sc->timer.handler = ngx_http_kvserve_scrape_timeout;

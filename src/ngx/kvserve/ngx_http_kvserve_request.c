@@ -118,6 +118,11 @@ ngx_http_kvserve_timeout(ngx_event_t *ev)
         }
     }
 
+    if (waiting && ctx->model != NULL) {
+        ngx_http_kvserve_fail_unavailable(ctx);
+        return;
+    }
+
     if (waiting || ctx->stats.waiting) {
         ngx_log_error(NGX_LOG_ERR, ctx->r->connection->log, 0,
                       "kvserve: no engine within kvserve_engine_wait");
@@ -134,6 +139,46 @@ ngx_http_kvserve_timeout(ngx_event_t *ev)
     ngx_http_kvserve_fail(ctx, NGX_HTTP_GATEWAY_TIME_OUT,
                           "The engine did not answer in time.",
                           "server_error", "timeout");
+}
+
+
+/*
+ * 503 naming the request's model and why its engine is not there ("The
+ * engine for model "x" (pid P) exited; restarting. Retry later."): one
+ * model's engine being down says nothing of the others'.
+ */
+void
+ngx_http_kvserve_fail_unavailable(ngx_http_kvserve_ctx_t *ctx)
+{
+    u_char     *msg, *p;
+    size_t      len;
+    ngx_str_t   why;
+
+    if (ngx_http_kvserve_engine_available(ctx->model_index, &why)
+        == NGX_OK)
+    {
+        ngx_str_set(&why, "engine did not take the request in time");
+    }
+
+    ngx_log_error(NGX_LOG_ERR, ctx->r->connection->log, 0,
+                  "kvserve: no engine within kvserve_engine_wait: %V", &why);
+
+    len = sizeof("The . Retry later.") + why.len;
+    msg = ngx_pnalloc(ctx->r->pool, len);
+
+    if (msg == NULL) {
+        ngx_http_kvserve_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE,
+                              "No engine is available to serve the "
+                              "request; retry later.", "server_error",
+                              "model_unavailable");
+        return;
+    }
+
+    p = ngx_snprintf(msg, len - 1, "The %V. Retry later.", &why);
+    *p = '\0';
+
+    ngx_http_kvserve_fail(ctx, NGX_HTTP_SERVICE_UNAVAILABLE, (char *) msg,
+                          "server_error", "model_unavailable");
 }
 
 

@@ -163,6 +163,8 @@ void ngx_http_kvserve_timeout(ngx_event_t *ev);
 
 /* A failure, as a JSON error before the header or an SSE error event
  * after it; the request ends. */
+/* 503 naming ctx's model and why its engine is not there */
+void ngx_http_kvserve_fail_unavailable(ngx_http_kvserve_ctx_t *ctx);
 void ngx_http_kvserve_fail(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t status,
     const char *message, const char *type, const char *code);
 /* Ends the request: every part forgotten, the timer gone, finalized

@@ -3,10 +3,13 @@
  * forking it under the lease, the child's life, the lease file's backoff
  * state, and the watchdog that kills a hung engine.
  *
- * One engine per host: whichever worker finds no engine listening and
- * wins the flock lease (<engine_dir>/engine.lock) forks it; the child
- * calls only engine code (kvs_srv) and holds the lease for its life, so
- * a second engine can never start beside it.
+ * One engine process per model per host: whichever worker finds no
+ * engine of that model listening and wins the model's flock lease
+ * (<engine_dir>/m-<key>.lock) forks it; the child serves that model
+ * alone, calls only engine code (kvs_srv) and holds the lease for its
+ * life, so a second engine of the model can never start beside it.
+ * Each model has its own watchdog and backoff state: one model's crash
+ * loop never delays another's engine.
  *
  * The engine exits by itself when the nginx master (or the single
  * process) is gone and no worker is connected: the child watches the
@@ -18,6 +21,11 @@
  * kvserve_engine_hang_timeout is hung: the worker SIGKILLs it (the pid
  * from HELLO, or from the lease file while HELLO has not come) and
  * treats it as lost, and the freed lease lets the respawn follow.
+ *
+ * Models no longer configured: worker 0 of a new configuration sends
+ * DRAIN to every engine socket in the directory that is none of its
+ * models' (ngx_http_kvserve_engine_sweep), so such an engine serves the
+ * older workers to the end and exits, as a changed file's engine does.
  *
  * Respawn backoff: the lease file holds "pid start died delay" (ms of
  * CLOCK_MONOTONIC), read and written only by the worker holding the
@@ -31,6 +39,7 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include <dirent.h>
 #include <sched.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
@@ -107,11 +116,15 @@ ngx_http_kvserve_engine_watchdog(ngx_event_t *ev)
     kvs_err_t                   err;
     ngx_pid_t                   pid;
     ngx_msec_t                  silent;
+    ngx_connection_t           *dummy;
     ngx_http_kvserve_engine_t  *e;
 
-    e = ngx_http_kvserve_eng;
+    dummy = ev->data;
+    e = dummy->data;
 
-    if (e == NULL || e->c == NULL || e->kmcf->engine_ping == 0) {
+    if (ngx_http_kvserve_engs == NULL || e->c == NULL
+        || e->kmcf->engine_ping == 0)
+    {
         return;
     }
 
@@ -125,7 +138,8 @@ ngx_http_kvserve_engine_watchdog(ngx_event_t *ev)
         if (pid > 0 && ngx_http_kvserve_is_engine(pid) == NGX_OK) {
             ngx_log_error(NGX_LOG_ALERT, e->cycle->log, 0,
                           "kvserve: engine %P sent nothing for %M ms: "
-                          "hung, killing it", pid, silent);
+                          "hung, killing it (model \"%V\")", pid, silent,
+                          &e->model->name);
 
             if (kill(pid, SIGKILL) == -1 && ngx_errno != NGX_ESRCH) {
                 ngx_log_error(NGX_LOG_ALERT, e->cycle->log, ngx_errno,
@@ -139,6 +153,9 @@ ngx_http_kvserve_engine_watchdog(ngx_event_t *ev)
                           silent);
         }
 
+        ngx_http_kvserve_engine_why(e, "(pid %P) sent nothing for %M ms: "
+                                    "hung, killed; restarting", pid,
+                                    silent);
         ngx_http_kvserve_engine_lost(e, "hung");
         return;
     }
@@ -213,6 +230,20 @@ ngx_http_kvserve_child_close_fds(int *keep, ngx_uint_t n)
     }
 
     (void) close_range(from, ~0U, 0);
+}
+
+
+/* "engine process for model NAME" in ps, as far as argv's room goes. */
+static void
+ngx_http_kvserve_child_title(ngx_str_t *name)
+{
+    u_char  title[128], *p;
+
+    p = ngx_snprintf(title, sizeof(title) - 1, "engine process for model %V",
+                     name);
+    *p = '\0';
+
+    ngx_setproctitle((char *) title);
 }
 
 
@@ -293,10 +324,12 @@ ngx_http_kvserve_child(ngx_http_kvserve_engine_t *e, int lease, int pidfd)
     (void) sched_setaffinity(0, sizeof(cpus), &cpus);
 
     (void) prctl(PR_SET_NAME, "kvserve engine", 0, 0, 0);
-    ngx_setproctitle("engine process");
 
-    n = kmcf->models->nelts;
-    m = kmcf->models->elts;
+    /* this engine's model alone: the others have engines of their own */
+    n = 1;
+    m = e->model;
+
+    ngx_http_kvserve_child_title(&m->name);
 
     sm = calloc(n, sizeof(kvs_srv_model_t));
     if (sm == NULL) {
@@ -321,8 +354,8 @@ ngx_http_kvserve_child(ngx_http_kvserve_engine_t *e, int lease, int pidfd)
         sm[i].engine.device = (int) kmcf->device;
 
         /* a fraction is of the device's memory on CUDA (the plan's
-         * n_blocks are the CPU's), shared equally by the models */
-        sm[i].engine.kv_fraction = kmcf->kv_spec.fraction / (double) n;
+         * n_blocks are the CPU's): this model's part of it */
+        sm[i].engine.kv_fraction = m[i].kv_fraction;
     }
 
     ngx_memzero(&conf, sizeof(conf));
@@ -360,6 +393,125 @@ ngx_http_kvserve_child(ngx_http_kvserve_engine_t *e, int lease, int pidfd)
 
     /* no atexit handlers, no stdio of the worker's to flush */
     _exit(rc);
+}
+
+
+/* ---- engines of models no longer configured ----------------------------- */
+
+/* DRAIN to the engine listening at path, if one does; then closed. */
+static void
+ngx_http_kvserve_engine_drain_path(ngx_cycle_t *cycle, const char *path)
+{
+    int                  fd;
+    ssize_t              n;
+    kvs_buf_t            b;
+    kvs_err_t            err;
+    struct sockaddr_un   sa;
+
+    if (ngx_strlen(path) >= sizeof(sa.sun_path)) {
+        return;
+    }
+
+    fd = socket(AF_UNIX, SOCK_STREAM|SOCK_NONBLOCK|SOCK_CLOEXEC, 0);
+    if (fd == -1) {
+        return;
+    }
+
+    ngx_memzero(&sa, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    ngx_cpystrn((u_char *) sa.sun_path, (u_char *) path,
+                sizeof(sa.sun_path));
+
+    /* nobody listening (a path left behind) or a full backlog: nothing
+     * to drain now */
+    if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) == -1) {
+        close(fd);
+        return;
+    }
+
+    ngx_memzero(&b, sizeof(b));
+
+    if (kvs_wire_enc_drain(&b, &err) == KVS_OK) {
+        n = send(fd, b.data, b.len, MSG_NOSIGNAL);
+
+        if (n == (ssize_t) b.len) {
+            ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
+                          "kvserve: engine at \"%s\" serves other models "
+                          "than this configuration's: DRAIN sent (its model "
+                          "is no longer configured)", path);
+        }
+    }
+
+    kvs_buf_free(&b);
+    close(fd);
+}
+
+
+void
+ngx_http_kvserve_engine_sweep(ngx_cycle_t *cycle,
+    ngx_http_kvserve_engine_t *engs, ngx_uint_t n)
+{
+    DIR            *dir;
+    size_t          len;
+    ngx_uint_t      i, ours;
+    u_char          path[NGX_MAX_PATH], *p;
+    const char     *base;
+    struct dirent  *de;
+
+    if (n == 0) {
+        return;
+    }
+
+    /* the directory of the first model's socket: engine_dir */
+    base = strrchr((char *) engs[0].sock_path, '/');
+    if (base == NULL) {
+        return;
+    }
+
+    len = (u_char *) base - engs[0].sock_path;
+    if (len + 2 + 256 > sizeof(path)) {
+        return;
+    }
+
+    p = ngx_cpymem(path, engs[0].sock_path, len);
+    *p = '\0';
+
+    dir = opendir((char *) path);
+    if (dir == NULL) {
+        return;
+    }
+
+    while ((de = readdir(dir)) != NULL) {
+        len = ngx_strlen(de->d_name);
+
+        /* "m-<16 hex>.sock", or the one engine of older builds */
+        if (!(len == sizeof("m-0123456789abcdef.sock") - 1
+              && ngx_strncmp(de->d_name, "m-", 2) == 0
+              && ngx_strcmp(de->d_name + len - 5, ".sock") == 0)
+            && ngx_strcmp(de->d_name, "engine.sock") != 0)
+        {
+            continue;
+        }
+
+        ours = 0;
+        for (i = 0; i < n; i++) {
+            base = strrchr((char *) engs[i].sock_path, '/');
+            if (base != NULL && ngx_strcmp(base + 1, de->d_name) == 0) {
+                ours = 1;
+                break;
+            }
+        }
+
+        if (ours) {
+            continue;
+        }
+
+        ngx_sprintf(p, "/%s%Z", de->d_name);
+        ngx_http_kvserve_engine_drain_path(cycle, (char *) path);
+        *p = '\0';
+    }
+
+    closedir(dir);
 }
 
 
@@ -510,14 +662,18 @@ ngx_http_kvserve_engine_spawn(ngx_http_kvserve_engine_t *e)
         } else {
             ngx_log_error(NGX_LOG_WARN, e->cycle->log, 0,
                           "kvserve: engine %P lived %uL ms: the next one "
-                          "starts in %uL ms", l.pid, ms - l.start,
-                          l.delay);
+                          "starts in %uL ms (model \"%V\")", l.pid,
+                          ms - l.start, l.delay, &e->model->name);
         }
 
         ngx_http_kvserve_lease_write(e, lease, &l);
     }
 
     if (l.died != 0 && ms - l.died < l.delay) {
+        ngx_http_kvserve_engine_why(e, "(pid %P) died after %uL ms; the "
+                                    "next one starts in %uL ms", l.pid,
+                                    l.died - l.start,
+                                    l.delay - (ms - l.died));
         close(lease);
         return;
     }
@@ -547,8 +703,8 @@ ngx_http_kvserve_engine_spawn(ngx_http_kvserve_engine_t *e)
 
     } else {
         ngx_log_error(NGX_LOG_NOTICE, e->cycle->log, 0,
-                      "kvserve: worker %P started engine process %P",
-                      ngx_pid, pid);
+                      "kvserve: worker %P started engine process %P for "
+                      "model \"%V\"", ngx_pid, pid, &e->model->name);
 
         /* the next young death waits twice as long as this one would */
         l.delay = (l.died == 0 || l.delay == 0)

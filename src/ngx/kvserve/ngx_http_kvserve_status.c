@@ -6,8 +6,10 @@
  * variable.
  *
  * Invariants:
- *  - a status request is one STATS sub (ctx->stats), forgotten by the
- *    request's pool cleanup, and bounded by the request timer;
+ *  - a status request is one STATS sub (ctx->stats) for every model's
+ *    engine (NGX_HTTP_KVSERVE_ALL: one merged answer), forgotten by the
+ *    request's pool cleanup, and bounded by the request timer; a model
+ *    whose engine is down is listed with "available": false and why;
  *  - the error filters only rewrite a page nginx itself made (text/html
  *    with r->err_status set); nginx keeps enforcing every limit.
  */
@@ -25,17 +27,48 @@ static ngx_http_output_body_filter_pt    ngx_http_kvserve_next_body;
 
 /* ---- kvserve_status ---------------------------------------------------- */
 
+/* s's bytes as the inside of a JSON string: the reasons are ours (model
+ * names are letters, digits and . _ - : / @ +), but quote what JSON
+ * needs anyway. */
+static int
+ngx_http_kvserve_status_json_str(kvs_buf_t *b, ngx_str_t *s)
+{
+    int         rc;
+    size_t      i;
+    u_char      c;
+
+    for (i = 0, rc = KVS_OK; rc == KVS_OK && i < s->len; i++) {
+        c = s->data[i];
+
+        if (c == '"' || c == '\\') {
+            rc = kvs_buf_printf(b, "\\%c", c);
+
+        } else if (c < 0x20) {
+            rc = kvs_buf_printf(b, "\\u%04x", (unsigned) c);
+
+        } else {
+            rc = kvs_buf_append(b, &c, 1);
+        }
+    }
+
+    return rc;
+}
+
+
 static void
 ngx_http_kvserve_status_event(ngx_http_kvserve_sub_t *s, ngx_uint_t ev,
     void *msg)
 {
-    ngx_int_t                rc;
-    uint32_t                 i;
-    kvs_buf_t                body;
-    kvs_wire_stats_t        *st;
-    kvs_engine_stats_t      *e;
-    const kvs_wire_hello_t  *hello;
-    ngx_http_kvserve_ctx_t  *ctx;
+    ngx_int_t                      rc;
+    uint32_t                       i, k;
+    ngx_str_t                      why;
+    kvs_buf_t                      body;
+    kvs_wire_stats_t              *st;
+    kvs_engine_stats_t            *e;
+    const kvs_wire_hello_t        *hello, *mh;
+    ngx_http_kvserve_ctx_t        *ctx;
+    ngx_http_kvserve_model_t      *m;
+    ngx_http_kvserve_main_conf_t  *kmcf;
 
     ctx = s->data;
 
@@ -58,6 +91,8 @@ ngx_http_kvserve_status_event(ngx_http_kvserve_sub_t *s, ngx_uint_t ev,
 
     st = msg;
     hello = ngx_http_kvserve_engine_hello();
+    kmcf = ngx_http_get_module_main_conf(ctx->r, ngx_http_kvserve_module);
+    m = kmcf->models->elts;
 
     ngx_memzero(&body, sizeof(body));
 
@@ -69,9 +104,39 @@ ngx_http_kvserve_status_event(ngx_http_kvserve_sub_t *s, ngx_uint_t ev,
                         (unsigned) st->clients, (unsigned) st->requests,
                         (int) ngx_pid);
 
-    for (i = 0; rc == KVS_OK && i < st->n_models; i++) {
+    /* every configured model, in order: its engine's entry, or why it
+     * has none */
+    for (k = 0; rc == KVS_OK && k < kmcf->models->nelts; k++) {
+        for (i = 0; i < st->n_models; i++) {
+            if (st->models[i].index == k) {
+                break;
+            }
+        }
+
+        mh = ngx_http_kvserve_engine_hello_of(k);
+
+        if (i == st->n_models || mh == NULL) {
+            if (ngx_http_kvserve_engine_available(k, &why) == NGX_OK) {
+                ngx_str_set(&why, "its engine did not answer");
+            }
+
+            rc = kvs_buf_printf(&body, "%s{\"name\":\"%.*s\","
+                                "\"available\":false,"
+                                "\"unavailable_reason\":\"", k ? "," : "",
+                                (int) m[k].name.len, m[k].name.data);
+            if (rc == KVS_OK) {
+                rc = ngx_http_kvserve_status_json_str(&body, &why);
+            }
+            if (rc == KVS_OK) {
+                rc = kvs_buf_append(&body, "\"}", 2);
+            }
+            continue;
+        }
+
         e = &st->models[i].st;
-        rc = kvs_buf_printf(&body, "%s{\"name\":\"%s\",\"kv_blocks\":%u,"
+        rc = kvs_buf_printf(&body, "%s{\"name\":\"%.*s\","
+                            "\"available\":true,\"engine_pid\":%u,"
+                            "\"kv_blocks\":%u,"
                             "\"kv_used\":%u,\"kv_used_max\":%u,"
                             "\"block_tokens\":%u,\"running\":%u,"
                             "\"waiting\":%u,\"requests\":%llu,"
@@ -82,10 +147,9 @@ ngx_http_kvserve_status_event(ngx_http_kvserve_sub_t *s, ngx_uint_t ev,
                             "\"pinned_blocks\":%u,\"evicted_blocks\":%llu,"
                             "\"query_tokens\":%llu,\"hit_tokens\":%llu,"
                             "\"epoch\":\"%016llx\"}}",
-                            i ? "," : "",
-                            hello && st->models[i].index < hello->n_models
-                            ? hello->models[st->models[i].index].name : "",
-                            e->kv_blocks, e->kv_used, e->kv_used_max,
+                            k ? "," : "",
+                            (int) m[k].name.len, m[k].name.data,
+                            (unsigned) mh->pid, e->kv_blocks, e->kv_used, e->kv_used_max,
                             e->block_tokens, e->running, e->waiting,
                             (unsigned long long) e->requests,
                             (unsigned long long) e->finished,
@@ -145,6 +209,7 @@ ngx_http_kvserve_status_handler(ngx_http_request_t *r)
     }
 
     ctx->stats.type = KVS_WIRE_STATS;
+    ctx->stats.model = NGX_HTTP_KVSERVE_ALL;
     ctx->stats.handler = ngx_http_kvserve_status_event;
     ctx->stats.data = ctx;
 

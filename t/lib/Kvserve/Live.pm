@@ -147,12 +147,38 @@ sub master_pid {
     return $p;
 }
 
-# The pid the lease file (engine/engine.lock) names; nothing when none.
+# The pid a lease file (engine/m-<key>.lock, one per model) names: the
+# first that names one, in the files' order; nothing when none does (a
+# drained engine's file is empty).  With $model, that model's file only
+# (its key, the FNV-1a 64 of the name, as ngx_http_kvserve_engine.c
+# makes it).
 sub lease_pid {
-    my ($self) = @_;
-    open my $fh, '<', "$self->{root}/engine/engine.lock" or return;
-    my ($p) = (<$fh> // '') =~ /^(\d+) /;
-    return $p;
+    my ($self, $model) = @_;
+    my @files = defined $model
+        ? ("$self->{root}/engine/m-" . fnv1a64($model) . '.lock')
+        : sort glob "$self->{root}/engine/*.lock";
+    for my $f (@files) {
+        open my $fh, '<', $f or next;
+        my ($p) = (<$fh> // '') =~ /^(\d+) /;
+        return $p if $p;
+    }
+    return;
+}
+
+# FNV-1a 64 of $s's bytes, as 16 hex digits.
+sub fnv1a64 {
+    my ($s) = @_;
+    require Math::BigInt;
+    my $h = Math::BigInt->from_hex('cbf29ce484222325');
+    my $prime = Math::BigInt->from_hex('100000001b3');
+    my $mod = Math::BigInt->new(2)->bpow(64);
+    for my $c (unpack 'C*', $s) {
+        $h->bxor($c);
+        $h->bmul($prime)->bmod($mod);
+    }
+    my $hex = $h->as_hex;
+    $hex =~ s/^0x//;
+    return (sprintf '%16s', $hex) =~ tr/ /0/r;
 }
 
 # Whether process $p exists and is not a zombie.
