@@ -165,11 +165,12 @@ sub lease_pid {
     return;
 }
 
-# FNV-1a 64 of $s's bytes, as 16 hex digits.
+# FNV-1a 64 of $s's bytes, as 16 hex digits, from kvs_hash.h's
+# KVS_FNV1A64_INIT (1469598103934665603, as src/base writes it).
 sub fnv1a64 {
     my ($s) = @_;
     require Math::BigInt;
-    my $h = Math::BigInt->from_hex('cbf29ce484222325');
+    my $h = Math::BigInt->new('1469598103934665603');
     my $prime = Math::BigInt->from_hex('100000001b3');
     my $mod = Math::BigInt->new(2)->bpow(64);
     for my $c (unpack 'C*', $s) {
