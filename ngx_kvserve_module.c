@@ -92,6 +92,7 @@
 #include "backend/kvs_backend.h"
 #include "kv/kvs_kv_pool.h"
 #include "kv/kvs_kv_size.h"
+#include "kv/kvs_kv_share.h"
 #include "tokenizer/kvs_chat.h"
 
 #define NGX_HTTP_KVSERVE_BATCH_TOKENS  2048
@@ -526,11 +527,10 @@ ngx_http_kvserve_kv_size(ngx_conf_t *cf, ngx_http_kvserve_main_conf_t *kmcf)
 {
     char                      *d;
     u_char                     detail[256], how[256], *last;
-    double                     total_need, part;
-    uint64_t                   weights, avail, pool, granted, bpt, extra;
-    uint64_t                  *budget, *need, *full;
+    uint64_t                   weights, avail, pool, bpt;
     kvs_err_t                  err;
-    ngx_uint_t                 i, n, n_shared, need_mem, *raised;
+    ngx_uint_t                 i, n, n_shared, need_mem;
+    kvs_kv_share_t            *sh;
     const kvs_hparams_t       *hp;
     kvs_kv_cache_spec_t        spec;
     ngx_http_kvserve_model_t  *m;
@@ -545,37 +545,30 @@ ngx_http_kvserve_kv_size(ngx_conf_t *cf, ngx_http_kvserve_main_conf_t *kmcf)
     weights = 0;
     avail = 0;
     need_mem = kmcf->kv_spec.fraction != 0;
-    total_need = 0;
     n_shared = 0;
 
-    budget = ngx_pcalloc(cf->pool, n * (3 * sizeof(uint64_t)
-                                        + sizeof(ngx_uint_t)));
-    if (budget == NULL) {
+    sh = ngx_pcalloc(cf->pool, n * sizeof(kvs_kv_share_t));
+    if (sh == NULL) {
         return NGX_CONF_ERROR;
     }
-
-    need = budget + n;
-    full = need + n;
-    raised = (ngx_uint_t *) (full + n);
 
     for (i = 0; i < n; i++) {
         hp = &m[i].model->hp;
         weights += m[i].model->file_size;
         need_mem |= m[i].kv_spec.fraction != 0;
+        sh[i].own = m[i].kv_cache.len != 0;
+        n_shared += !sh[i].own;
 
-        /* one full context in whole blocks, and the need: that many
-         * sequences of it (saturating: a size that large never fits) */
         bpt = kvs_hparams_kv_bytes_per_token(hp, NGX_HTTP_KVSERVE_KV_ELEM);
-        full[i] = ((uint64_t) hp->n_ctx_train + kmcf->kv_block - 1)
-                  / kmcf->kv_block * kmcf->kv_block;
-        full[i] = bpt != 0 && full[i] > UINT64_MAX / bpt
-                  ? UINT64_MAX : full[i] * bpt;
-        need[i] = full[i] > UINT64_MAX / NGX_HTTP_KVSERVE_KV_SEQS
-                  ? UINT64_MAX : full[i] * NGX_HTTP_KVSERVE_KV_SEQS;
 
-        if (m[i].kv_cache.len == 0) {
-            total_need += (double) need[i];
-            n_shared++;
+        if (kvs_kv_share_need(bpt, hp->n_ctx_train, (uint32_t) kmcf->kv_block,
+                              NGX_HTTP_KVSERVE_KV_SEQS, &sh[i].full,
+                              &sh[i].need, &err)
+            != KVS_OK)
+        {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0, "kvserve: model \"%V\": "
+                          "%s", &m[i].name, err.msg);
+            return NGX_CONF_ERROR;
         }
     }
 
@@ -604,43 +597,36 @@ ngx_http_kvserve_kv_size(ngx_conf_t *cf, ngx_http_kvserve_main_conf_t *kmcf)
 
     *last = '\0';
 
-    /* the shared models' pool, and each model's budget */
-    pool = kvs_kv_cache_budget(&kmcf->kv_spec, avail);
-    granted = 0;
-
+    /* the models with kv_cache= have it; the others share the pool by
+     * need, and with a fraction are raised to one full context while
+     * every budget fits in what is available */
     for (i = 0; i < n; i++) {
-        if (m[i].kv_cache.len != 0) {
-            budget[i] = kvs_kv_cache_budget(&m[i].kv_spec, avail);
-            m[i].kv_fraction = m[i].kv_spec.fraction;
-
-        } else {
-            part = total_need > 0 ? (double) need[i] / total_need : 0;
-            budget[i] = (uint64_t) ((double) pool * part);
-            m[i].kv_fraction = kmcf->kv_spec.fraction * part;
+        if (sh[i].own) {
+            sh[i].budget = kvs_kv_cache_budget(&m[i].kv_spec, avail);
         }
-
-        granted += budget[i];
     }
 
-    /* a fraction's share too small for one full context gets one, in
-     * the models' order, while every budget still fits */
-    for (i = 0; i < n && kmcf->kv_spec.fraction != 0; i++) {
-        if (m[i].kv_cache.len != 0 || budget[i] >= full[i]) {
-            continue;
-        }
+    pool = kvs_kv_cache_budget(&kmcf->kv_spec, avail);
 
-        extra = full[i] - budget[i];
+    if (kvs_kv_share(sh, n, pool, avail, kmcf->kv_spec.fraction != 0, &err)
+        != KVS_OK)
+    {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0, "kvserve: %s", err.msg);
+        return NGX_CONF_ERROR;
+    }
 
-        if (granted + extra <= avail && granted + extra >= granted) {
-            if (avail != 0) {
-                m[i].kv_fraction = ngx_min(1.0, kmcf->kv_spec.fraction
-                                           * (double) full[i]
-                                           / (double) (pool ? pool : 1));
-            }
+    for (i = 0; i < n; i++) {
+        /* CUDA sizes a fraction's pool from the device's memory: this
+         * model's part of it */
+        if (sh[i].own) {
+            m[i].kv_fraction = m[i].kv_spec.fraction;
 
-            budget[i] = full[i];
-            granted += extra;
-            raised[i] = 1;
+        } else if (kmcf->kv_spec.fraction != 0) {
+            m[i].kv_fraction = sh[i].raised && pool != 0
+                               ? ngx_min(1.0, kmcf->kv_spec.fraction
+                                              * (double) sh[i].budget
+                                              / (double) pool)
+                               : kmcf->kv_spec.fraction * sh[i].part;
         }
     }
 
@@ -658,27 +644,26 @@ ngx_http_kvserve_kv_size(ngx_conf_t *cf, ngx_http_kvserve_main_conf_t *kmcf)
             last = ngx_snprintf(how, sizeof(how) - 1,
                                 ", %.1f%% of it by need (%s/token x %uD "
                                 "tokens x %d sequences)",
-                                total_need > 0
-                                ? 100.0 * (double) need[i] / total_need : 0.0,
+                                100.0 * sh[i].part,
                                 kvs_size_format(s_bpt, sizeof(s_bpt), bpt),
                                 hp->n_ctx_train, NGX_HTTP_KVSERVE_KV_SEQS);
         }
 
-        if (raised[i]) {
+        if (sh[i].raised) {
             last = ngx_snprintf(last, how + sizeof(how) - 1 - last,
                                 ", raised to one full context");
         }
 
         *last = '\0';
 
-        spec.bytes = budget[i];
+        spec.bytes = sh[i].budget;
         spec.fraction = 0;
 
-        if (budget[i] == 0) {
+        if (sh[i].budget == 0) {
             kvs_err_set(&err, KVS_ERANGE, "kv cache: a share of 0 bytes");
         }
 
-        if (budget[i] == 0
+        if (sh[i].budget == 0
             || kvs_kv_cache_plan(&m[i].kv_plan, &spec, avail, bpt,
                                  (uint32_t) kmcf->kv_block, hp->n_ctx_train,
                                  &err)
@@ -700,14 +685,14 @@ ngx_http_kvserve_kv_size(ngx_conf_t *cf, ngx_http_kvserve_main_conf_t *kmcf)
 
         ngx_log_error(NGX_LOG_NOTICE, cf->log, 0,
                       "kvserve: model \"%V\": KV cache %s = %uD blocks x %uD "
-                      "tokens (%uL tokens, %s/token), from %s %V%s%s",
+                      "tokens (%uL tokens, %s/token), from %s%V%s%s",
                       &m[i].name,
                       kvs_size_format(s_bytes, sizeof(s_bytes),
                                       m[i].kv_plan.bytes),
                       m[i].kv_plan.n_blocks, m[i].kv_plan.block_tokens,
                       m[i].kv_plan.tokens,
                       kvs_size_format(s_bpt, sizeof(s_bpt), bpt),
-                      m[i].kv_cache.len ? "kv_cache=" : "kvserve_kv_cache",
+                      m[i].kv_cache.len ? "kv_cache=" : "kvserve_kv_cache ",
                       m[i].kv_cache.len ? &m[i].kv_cache : &kmcf->kv_cache,
                       d, how);
 

@@ -5,6 +5,8 @@
 #
 # 1. nginx -t refuses a model file the engine could not load (an unknown
 #    architecture, a missing tensor), naming the model and the reason;
+#    kvserve_model's kv_cache= gives a model its own KV budget, the others
+#    share kvserve_kv_cache by need, and bad parameters fail naming them;
 # 2. each model gets its own engine process, its own lease file and its
 #    own KV cache share, logged at startup;
 # 3. b's engine is killed (SIGKILL) again and again until the respawn
@@ -100,6 +102,40 @@ like($out, qr/\[emerg\] .*kvserve_model "c": .*output_norm\.weight/,
 ($failed, $out) = $t->nginx_t(models_conf(a => $file{a}, b => $file{b},
                                           c => $file{c}));
 ok(!$failed, 'nginx -t accepts the three good files') or diag($out);
+
+# kv_cache=: a's own budget; b and c share kvserve_kv_cache by need (the
+# same need: halves of 64m)
+($failed, $out) = $t->nginx_t("    kvserve_model a $file{a} kv_cache=8m;\n"
+                              . models_conf(b => $file{b}, c => $file{c}));
+ok(!$failed, 'kv_cache= is accepted') or diag($out);
+my $own = qr/kvserve: model "a": KV cache 8\.0 MiB = 1024 blocks x 16 /
+          . qr/tokens \(16384 tokens, 512 B\/token\), from kv_cache=8m\n/;
+like($out, qr/$own/,
+     '... a has its own 8m');
+my $shared = qr/kvserve: model "b": KV cache 32\.0 MiB = 4096 blocks x 16 /
+    . qr/tokens \(65536 tokens, 512 B\/token\), from kvserve_kv_cache /
+    . qr/64m, 50\.0% of it by need \(512 B\/token x 512 tokens x 4 /
+    . qr/sequences\)\n/;
+like($out, qr/$shared/,
+     '... b and c share kvserve_kv_cache by need');
+
+for my $case (["kv_cache=12x", qr/kvserve_model "a": invalid parameter /
+                                   . qr/"kv_cache=12x": .*12x/],
+              ["kv_cache=", qr/kvserve_model "a": unknown parameter /
+                                . qr/"kv_cache="/],
+              ["kv_cahce=1m", qr/kvserve_model "a": unknown parameter /
+                                  . qr/"kv_cahce=1m" \(known: kv_cache=/],
+              ["kv_cache=1m kv_cache=2m", qr/kvserve_model "a": duplicate /
+                                          . qr/parameter "kv_cache=2m"/],
+              ["kv_cache=1k", qr/kvserve_model "a": kv_cache=1k is too /
+                              . qr/small: .*hold no block/])
+{
+    my ($param, $re) = @$case;
+    ($failed, $out) = $t->nginx_t("    kvserve_model a $file{a} $param;\n"
+                                  . $tuning);
+    ok($failed, "nginx -t fails with $param");
+    like($out, qr/\[emerg\] .*$re/, '... naming it');
+}
 
 # --- 2. three models, three engine processes ----------------------------------
 
