@@ -259,6 +259,17 @@ ngx_http_kvserve_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     cln->handler = ngx_http_kvserve_vocab_cleanup;
     cln->data = m->vocab;
 
+    /* the engine refuses this at load (kvs_engine_new): refuse it here,
+     * so that such a file never reaches an engine process */
+    if (m->vocab->n_tokens != m->model->hp.n_vocab) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "kvserve_model \"%V\": \"%V\": the tokenizer has "
+                           "%uD tokens, the model's vocabulary %uD",
+                           &value[1], &m->path, m->vocab->n_tokens,
+                           m->model->hp.n_vocab);
+        return NGX_CONF_ERROR;
+    }
+
     ngx_http_kvserve_model_chat(cf, m);
 
     ngx_conf_log_error(NGX_LOG_INFO, cf, 0,

@@ -40,6 +40,7 @@
 #include <ngx_http.h>
 
 #include <dirent.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
@@ -57,6 +58,9 @@
                                                    lived this long died
                                                    of something else */
 #define NGX_HTTP_KVSERVE_ENGINE_COMM    "kvserve engine"
+#define NGX_HTTP_KVSERVE_SWEEP_WAIT     1000    /* ms for a dropped
+                                                   model's engine to say
+                                                   HELLO */
 
 
 /* The lease file's content: written by the lease holder only. */
@@ -403,9 +407,11 @@ static void
 ngx_http_kvserve_engine_drain_path(ngx_cycle_t *cycle, const char *path)
 {
     int                  fd;
+    u_char               hello[512];
     ssize_t              n;
     kvs_buf_t            b;
     kvs_err_t            err;
+    struct pollfd        pfd;
     struct sockaddr_un   sa;
 
     if (ngx_strlen(path) >= sizeof(sa.sun_path)) {
@@ -425,6 +431,22 @@ ngx_http_kvserve_engine_drain_path(ngx_cycle_t *cycle, const char *path)
     /* nobody listening (a path left behind) or a full backlog: nothing
      * to drain now */
     if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) == -1) {
+        close(fd);
+        return;
+    }
+
+    /* its HELLO first: an engine that finds the connection closed while
+     * it writes HELLO drops the client unread, DRAIN and all */
+    pfd.fd = fd;
+    pfd.events = POLLIN;
+    pfd.revents = 0;
+
+    if (poll(&pfd, 1, NGX_HTTP_KVSERVE_SWEEP_WAIT) != 1
+        || recv(fd, hello, sizeof(hello), 0) <= 0)
+    {
+        ngx_log_error(NGX_LOG_WARN, cycle->log, 0,
+                      "kvserve: engine at \"%s\" said nothing within %d ms: "
+                      "not drained", path, NGX_HTTP_KVSERVE_SWEEP_WAIT);
         close(fd);
         return;
     }
