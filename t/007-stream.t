@@ -187,4 +187,4 @@ GET /status
 --- response_headers
 Content-Type: application/json
 --- response_body_like eval
-qr/^\{"engine":\{"pid":\d+,"incarnation":"[0-9a-f]{16}","clients":\d+,"requests":0\},"worker":\{"pid":\d+\},"models":\[\{"name":"kvserve-tiny","kv_blocks":\d+,"kv_used":0,/
+qr/^\{"engine":\{"pid":\d+,"incarnation":"[0-9a-f]{16}","clients":\d+,"requests":0\},"worker":\{"pid":\d+\},"models":\[\{"name":"kvserve-tiny","available":true,"engine_pid":\d+,"kv_blocks":\d+,"kv_used":0,/

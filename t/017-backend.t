@@ -149,7 +149,7 @@ ok($t->wait_for(sub { !$t->alive($engine) }, 10), 'the engine is gone');
 # ---- 3. cuda without a device ------------------------------------------------
 
 SKIP: {
-    skip 'a CUDA device answered: kvserve_backend cuda would serve', 8
+    skip 'a CUDA device answered: kvserve_backend cuda would serve', 10
         unless $on_cpu;
 
     $t->write_conf(<<"EOC");
@@ -172,6 +172,13 @@ EOC
     my $j = eval { JSON::PP::decode_json($b) } // {};
     is($j->{error}{type}, 'server_error', '... an OpenAI-style error');
     like($j->{error}{message} // '', qr/engine/i, '... about the engine');
+    # the engine's own reason, from its last words (m-<key>.err)
+    my $why = qr/^The engine for model "kvserve-tiny" \(pid \d+\) .*/
+        . qr/failed.*: models\[0\] \(kvserve-tiny\): backend cuda /
+        . qr/\(device 0\): /;
+    like($j->{error}{message} // '', qr/$why/,
+         '... naming the model and why it could not start') or diag $b;
+    is($j->{error}{code}, 'model_unavailable', '... model_unavailable');
 
     is($t->log_count(qr/exited on signal|segfault|core dumped/), 0,
        'nothing crashed');

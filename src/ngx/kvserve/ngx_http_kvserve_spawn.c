@@ -251,6 +251,92 @@ ngx_http_kvserve_child_title(ngx_str_t *name)
 }
 
 
+/*
+ * The child's last words: why it could not start or serve, in
+ * <engine_dir>/m-<key>.err as "pid message", so that the workers can
+ * answer the model's requests with the reason (the lease file is the
+ * workers' to write, and a worker may rewrite it while we fail).
+ */
+static void
+ngx_http_kvserve_last_words(ngx_http_kvserve_engine_t *e, const char *msg)
+{
+    int      fd;
+    u_char   path[NGX_MAX_PATH], line[NGX_HTTP_KVSERVE_REASON_LEN], *p;
+    size_t   len;
+
+    len = ngx_strlen(e->lock_path);
+    if (len < sizeof(".lock") || len + 1 > sizeof(path)) {
+        return;
+    }
+
+    p = ngx_cpymem(path, e->lock_path, len - (sizeof(".lock") - 1));
+    ngx_memcpy(p, ".err", sizeof(".err"));
+
+    fd = open((char *) path, O_WRONLY|O_CREAT|O_TRUNC|O_CLOEXEC, 0600);
+    if (fd == -1) {
+        return;
+    }
+
+    p = ngx_snprintf(line, sizeof(line) - 1, "%P %s", ngx_getpid(), msg);
+    *p++ = '\n';
+
+    (void) write(fd, line, p - line);
+    close(fd);
+}
+
+
+/* What the engine pid left as last words (NGX_OK, *msg filled), if it
+ * did. */
+static ngx_int_t
+ngx_http_kvserve_last_words_of(ngx_http_kvserve_engine_t *e, ngx_pid_t pid,
+    ngx_str_t *msg, u_char *buf, size_t size)
+{
+    int        fd;
+    u_char     path[NGX_MAX_PATH], *p, *nl;
+    size_t     len;
+    ssize_t    n;
+    ngx_int_t  who;
+
+    len = ngx_strlen(e->lock_path);
+    if (len < sizeof(".lock") || len + 1 > sizeof(path)) {
+        return NGX_DECLINED;
+    }
+
+    p = ngx_cpymem(path, e->lock_path, len - (sizeof(".lock") - 1));
+    ngx_memcpy(p, ".err", sizeof(".err"));
+
+    fd = open((char *) path, O_RDONLY|O_CLOEXEC);
+    if (fd == -1) {
+        return NGX_DECLINED;
+    }
+
+    n = read(fd, buf, size);
+    close(fd);
+
+    if (n <= 0) {
+        return NGX_DECLINED;
+    }
+
+    p = ngx_strlchr(buf, buf + n, ' ');
+    nl = ngx_strlchr(buf, buf + n, '\n');
+
+    if (p == NULL || nl == NULL || p > nl) {
+        return NGX_DECLINED;
+    }
+
+    who = ngx_atoi(buf, p - buf);
+
+    if (who == NGX_ERROR || (ngx_pid_t) who != pid) {
+        return NGX_DECLINED;        /* another engine's */
+    }
+
+    msg->data = p + 1;
+    msg->len = nl - (p + 1);
+
+    return NGX_OK;
+}
+
+
 /* The child: engine code only, then _exit. */
 static void
 ngx_http_kvserve_child(ngx_http_kvserve_engine_t *e, int lease, int pidfd)
@@ -378,6 +464,7 @@ ngx_http_kvserve_child(ngx_http_kvserve_engine_t *e, int lease, int pidfd)
         ngx_time_update();
         ngx_log_error(NGX_LOG_ALERT, log, 0, "kvserve: engine: %s",
                       err.msg);
+        ngx_http_kvserve_last_words(e, err.msg);
         _exit(1);
     }
 
@@ -390,6 +477,7 @@ ngx_http_kvserve_child(ngx_http_kvserve_engine_t *e, int lease, int pidfd)
         ngx_time_update();
         ngx_log_error(NGX_LOG_ALERT, log, 0, "kvserve: engine: %s",
                       err.msg);
+        ngx_http_kvserve_last_words(e, err.msg);
     }
 
     ngx_http_kvserve_child_srv = NULL;
@@ -644,7 +732,9 @@ ngx_http_kvserve_engine_spawn(ngx_http_kvserve_engine_t *e)
 {
     int                       lease, pidfd;
     pid_t                     pid, watch;
+    u_char                    wbuf[NGX_HTTP_KVSERVE_REASON_LEN];
     uint64_t                  ms;
+    ngx_str_t                 words;
     ngx_msec_t                now;
     ngx_http_kvserve_lease_t  l;
 
@@ -691,11 +781,27 @@ ngx_http_kvserve_engine_spawn(ngx_http_kvserve_engine_t *e)
         ngx_http_kvserve_lease_write(e, lease, &l);
     }
 
+    /* an engine that could not start said why */
+    ngx_str_null(&words);
+
+    if (l.pid != 0) {
+        (void) ngx_http_kvserve_last_words_of(e, l.pid, &words, wbuf,
+                                              sizeof(wbuf));
+    }
+
     if (l.died != 0 && ms - l.died < l.delay) {
-        ngx_http_kvserve_engine_why(e, "(pid %P) died after %uL ms; the "
-                                    "next one starts in %uL ms", l.pid,
-                                    l.died - l.start,
-                                    l.delay - (ms - l.died));
+        if (words.len) {
+            ngx_http_kvserve_engine_why(e, "(pid %P) failed after %uL ms: "
+                                        "%V; the next one starts in %uL ms",
+                                        l.pid, l.died - l.start, &words,
+                                        l.delay - (ms - l.died));
+        } else {
+            ngx_http_kvserve_engine_why(e, "(pid %P) died after %uL ms; "
+                                        "the next one starts in %uL ms",
+                                        l.pid, l.died - l.start,
+                                        l.delay - (ms - l.died));
+        }
+
         close(lease);
         return;
     }
@@ -727,6 +833,14 @@ ngx_http_kvserve_engine_spawn(ngx_http_kvserve_engine_t *e)
         ngx_log_error(NGX_LOG_NOTICE, e->cycle->log, 0,
                       "kvserve: worker %P started engine process %P for "
                       "model \"%V\"", ngx_pid, pid, &e->model->name);
+
+        if (words.len) {
+            ngx_http_kvserve_engine_why(e, "(pid %P) is starting; the last "
+                                        "one (pid %P) failed: %V", pid,
+                                        l.pid, &words);
+        } else {
+            ngx_http_kvserve_engine_why(e, "(pid %P) is starting", pid);
+        }
 
         /* the next young death waits twice as long as this one would */
         l.delay = (l.died == 0 || l.delay == 0)
