@@ -21,7 +21,8 @@ our $Weights = qr/,"weights":\{"backend":"cpu","mapped_bytes":\d+,/
 # the worker's view of the model's engine process: starting until its
 # HELLO, then available, with the weights' figures
 my $starting = qr/,"available":false,"unavailable_reason":/
-    . qr/"engine for model \\"kvserve-tiny\\" is starting"/;
+    . qr/"engine for model \\"kvserve-tiny\\" (?:\(pid \d+\) )?is /
+    . qr/starting"/;
 my $ready = qr/,"available":true,"unavailable_reason":null$Weights/;
 our $Available = qr/$starting|$ready/;
 our $Tiny = qr/\{"id":"kvserve-tiny","object":"model","created":$Mtime,/
