@@ -29,12 +29,13 @@
  * sends DRAIN and reconnects after the usual delay; that old engine stops
  * listening, releases its lease, serves the old workers to the end and
  * exits, and the next worker that finds no socket forks the engine of
- * the new file.  The other models' engines, and their caches, stay.
+ * the new file.  The other models' engines, and their caches, stay.  A
+ * worker shutting down never sends DRAIN: it is the older configuration,
+ * and the engine it finds may be the newer one's.
  *
  * A STATS for NGX_HTTP_KVSERVE_ALL (kvserve_status, metrics) goes to
  * every ready engine as one part each; the owner gets one answer, the
- * replies merged with each model's entry renumbered to its index.  A worker shutting down never sends DRAIN: it is the older
- * configuration, and the engine it finds may be the newer one's.
+ * replies merged with each model's entry renumbered to its index.
  *
  * With kvserve_index, the publishing worker (worker 0) sends SUBSCRIBE
  * after each HELLO and hands the INDEX frames that answer it to the
