@@ -1,6 +1,7 @@
 /*
  * kvs_cli_gen: `kvserve gen-model`: option parsing over kvs_gen.  A preset
- * (default "tiny") sets every shape; explicit options override it.
+ * (default "tiny") sets every shape; explicit options override it;
+ * --arch (llama, qwen3, phi3) picks the layout, default llama.
  */
 
 #include <errno.h>
@@ -98,6 +99,15 @@ kvs_cli_gen_model(int argc, char **argv)
             field = &spec.n_vocab;
         } else if (strcmp(opt, "--ctx") == 0) {
             field = &spec.n_ctx;
+        } else if (strcmp(opt, "--head-dim") == 0) {
+            field = &spec.head_dim;
+        } else if (strcmp(opt, "--swa") == 0) {
+            field = &spec.n_swa;
+        } else if (strcmp(opt, "--arch") == 0) {
+            if (kvs_gen_arch(val, &spec.arch, &err) != KVS_OK) {
+                fprintf(stderr, "kvserve gen-model: %s\n", err.msg);
+                return 2;
+            }
         } else if (strcmp(opt, "--seed") == 0) {
             if (kvs_cli_u64(opt, val, UINT64_MAX, &spec.seed) != 0) {
                 return 2;

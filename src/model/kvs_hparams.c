@@ -26,14 +26,23 @@ typedef struct {
     kvs_arch_t           id;
     kvs_rope_pairing_t   rope_pairing;
     int                  qkv_bias;
+    int                  qk_norm;
+    int                  fused;       /* fused_qkv and fused_gate_up */
+    int                  swa;         /* reads attention.sliding_window */
 } kvs_hp_arch_t;
 
 static const kvs_hp_arch_t  kvs_hp_archs[] = {
     /* llama.cpp's converter permutes Llama's Q/K rows for adjacent pairs;
-     * Qwen2 keeps Hugging Face's rotate_half halves and its biases */
-    { "llama", KVS_ARCH_LLAMA, KVS_ROPE_NORM, 0 },
-    { "qwen2", KVS_ARCH_QWEN2, KVS_ROPE_NEOX, 1 },
+     * Qwen2 keeps Hugging Face's rotate_half halves and its biases;
+     * Qwen3 drops the biases for per-head Q/K norms; Phi-3 stores Q, K,
+     * V as one matrix and gate, up as another, and declares a window */
+    { "llama", KVS_ARCH_LLAMA, KVS_ROPE_NORM, 0, 0, 0, 0 },
+    { "qwen2", KVS_ARCH_QWEN2, KVS_ROPE_NEOX, 1, 0, 0, 0 },
+    { "qwen3", KVS_ARCH_QWEN3, KVS_ROPE_NEOX, 0, 1, 0, 0 },
+    { "phi3",  KVS_ARCH_PHI3,  KVS_ROPE_NEOX, 0, 0, 1, 1 },
 };
+
+#define KVS_HP_ARCH_NAMES  "llama, qwen2, qwen3, phi3"
 
 
 typedef struct {
@@ -308,6 +317,103 @@ kvs_hp_widths(kvs_hparams_t *hp, kvs_err_t *err)
 }
 
 
+/*
+ * "<arch>.attention.sliding_window" where the architecture declares one
+ * (phi3): required there, as llama.cpp requires it (its older files'
+ * defaults aside); a window at least the trained context is no window.
+ * Elsewhere the key is not read: llama.cpp does not apply it to llama.
+ */
+static int
+kvs_hp_window(kvs_hp_ctx_t *c, kvs_hparams_t *hp, int swa)
+{
+    hp->n_swa = 0;
+
+    if (!swa) {
+        return KVS_OK;
+    }
+
+    if (kvs_hp_u32(c, "attention.sliding_window", 0, UINT32_MAX,
+                   &hp->n_swa) != KVS_OK)
+    {
+        return c->err->code;
+    }
+
+    if (hp->n_swa >= hp->n_ctx_train) {
+        hp->n_swa = 0;
+    }
+
+    return KVS_OK;
+}
+
+
+/*
+ * Phi-3's LongRoPE as llama.cpp's converter writes it: no scaling type,
+ * but rope_factors_long / rope_factors_short tensors (n_rot / 2 each),
+ * "<arch>.rope.scaling.attn_factor" and the original context.  The set
+ * is llama.cpp's choice for a context of n_ctx_train: the long factors
+ * once it exceeds the original context.  It is fixed at load, so a
+ * cached block's keys never change meaning (Hugging Face switches per
+ * sequence length instead, which no KV cache survives).
+ */
+static int
+kvs_hp_longrope(kvs_hp_ctx_t *c, kvs_hparams_t *hp)
+{
+    int  rc, has_long, has_short;
+
+    has_long = kvs_gguf_find_tensor(c->g, "rope_factors_long.weight")
+               != NULL;
+    has_short = kvs_gguf_find_tensor(c->g, "rope_factors_short.weight")
+                != NULL;
+
+    hp->rope_longrope = 0;
+
+    if (!has_long && !has_short) {
+        if (hp->rope_scaling == KVS_ROPE_SCALING_LONGROPE) {
+            return kvs_err_set(c->err, KVS_EFORMAT, "%s: RoPE scaling "
+                               "'longrope' without rope_factors_long and "
+                               "rope_factors_short tensors", hp->arch);
+        }
+        return KVS_OK;
+    }
+
+    if (!has_long || !has_short || hp->has_rope_freqs) {
+        return kvs_err_set(c->err, KVS_EFORMAT, "%s: tensors "
+                           "rope_factors_long and rope_factors_short go "
+                           "together, without rope_freqs", hp->arch);
+    }
+
+    if (hp->rope_scaling != KVS_ROPE_SCALING_NONE
+        && hp->rope_scaling != KVS_ROPE_SCALING_LONGROPE)
+    {
+        return kvs_err_set(c->err, KVS_EFORMAT, "%s: LongRoPE factor "
+                           "tensors with RoPE scaling '%s'", hp->arch,
+                           kvs_rope_scaling_name(hp->rope_scaling));
+    }
+
+    rc = kvs_hp_u32(c, "rope.scaling.original_context_length", 0,
+                    KVS_HP_MAX_CTX, &hp->rope_orig_ctx);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    if (kvs_hp_float(c, "rope.scaling.attn_factor", 0, 1.0,
+                     &hp->rope_attn_factor) != KVS_OK)
+    {
+        return c->err->code;
+    }
+
+    if (hp->rope_attn_factor <= 0.0) {
+        return kvs_err_set(c->err, KVS_ERANGE, "%s.rope.scaling.attn_factor "
+                           "%g is not positive", hp->arch,
+                           hp->rope_attn_factor);
+    }
+
+    hp->rope_longrope = hp->n_ctx_train > hp->rope_orig_ctx ? 2 : 1;
+
+    return KVS_OK;
+}
+
+
 int
 kvs_hparams_read(kvs_hparams_t *hp, const kvs_gguf_t *g, kvs_err_t *err)
 {
@@ -347,7 +453,7 @@ kvs_hparams_read(kvs_hparams_t *hp, const kvs_gguf_t *g, kvs_err_t *err)
 
     if (known == NULL) {
         return kvs_err_set(err, KVS_EUNSUPPORTED, "architecture '%.*s' is "
-                           "not supported (llama, qwen2)",
+                           "not supported (" KVS_HP_ARCH_NAMES ")",
                            (int) (arch.len > 40 ? 40 : arch.len), arch.ptr);
     }
 
@@ -356,6 +462,9 @@ kvs_hparams_read(kvs_hparams_t *hp, const kvs_gguf_t *g, kvs_err_t *err)
     hp->arch_id = known->id;
     hp->rope_pairing = known->rope_pairing;
     hp->qkv_bias = known->qkv_bias;
+    hp->qk_norm = known->qk_norm;
+    hp->fused_qkv = known->fused;
+    hp->fused_gate_up = known->fused;
 
     c.g = g;
     c.arch = hp->arch;
@@ -429,8 +538,16 @@ kvs_hparams_read(kvs_hparams_t *hp, const kvs_gguf_t *g, kvs_err_t *err)
         return err->code;
     }
 
+    if (kvs_hp_window(&c, hp, known->swa) != KVS_OK) {
+        return err->code;
+    }
+
     hp->has_rope_freqs =
         kvs_gguf_find_tensor(g, "rope_freqs.weight") != NULL;
+
+    if (kvs_hp_longrope(&c, hp) != KVS_OK) {
+        return err->code;
+    }
     hp->tied_embeddings =
         kvs_gguf_find_tensor(g, "output.weight") == NULL;
 
@@ -439,6 +556,22 @@ kvs_hparams_read(kvs_hparams_t *hp, const kvs_gguf_t *g, kvs_err_t *err)
     }
 
     return KVS_OK;
+}
+
+
+const char *
+kvs_hparams_rope_factors(const kvs_hparams_t *hp)
+{
+    if (hp->has_rope_freqs) {
+        return "rope_freqs.weight";
+    }
+
+    if (hp->rope_longrope != 0) {
+        return hp->rope_longrope == 2 ? "rope_factors_long.weight"
+                                      : "rope_factors_short.weight";
+    }
+
+    return NULL;
 }
 
 

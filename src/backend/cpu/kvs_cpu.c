@@ -44,6 +44,8 @@ static int kvs_cpu_mat(const kvs_model_t *m, const char *name, uint64_t ne0,
     uint64_t ne1, int optional, kvs_cpu_mat_t *out, kvs_err_t *err);
 static int kvs_cpu_vec(kvs_cpu_model_t *cm, const char *name, uint64_t ne0,
     int optional, const float **out, kvs_err_t *err);
+static void kvs_cpu_view(kvs_cpu_mat_t *dst, const kvs_cpu_mat_t *src,
+    uint32_t r0, uint32_t rows);
 static void kvs_cpu_model_free_owned(kvs_cpu_model_t *cm);
 static size_t kvs_cpu_pack_size(const kvs_cpu_model_t *cm);
 static int kvs_cpu_pack(kvs_cpu_model_t *cm, kvs_err_t *err);
@@ -114,6 +116,21 @@ kvs_cpu_mat(const kvs_model_t *m, const char *name, uint64_t ne0,
     out->cols = (uint32_t) ne0;
 
     return KVS_OK;
+}
+
+
+/* dst := rows r0 .. r0 + rows of src (before packing): a fused
+ * tensor's part, an ordinary matrix to every kernel.  src may be dst. */
+static void
+kvs_cpu_view(kvs_cpu_mat_t *dst, const kvs_cpu_mat_t *src, uint32_t r0,
+    uint32_t rows)
+{
+    kvs_cpu_mat_t  w;
+
+    w = *src;
+    w.data = (const uint8_t *) src->data + (size_t) r0 * src->row_bytes;
+    w.rows = rows;
+    *dst = w;
 }
 
 
@@ -369,6 +386,7 @@ kvs_cpu_model_load(kvs_cpu_model_t **out, const kvs_model_t *m, int pack,
     int                       rc;
     char                      name[64];
     uint32_t                  l, e, f, q, kd, vd, o;
+    const char               *fname;
     const float              *freqs;
     kvs_cpu_model_t          *cm;
     kvs_cpu_layer_t          *ly;
@@ -430,24 +448,54 @@ kvs_cpu_model_load(kvs_cpu_model_t **out, const kvs_model_t *m, int pack,
     KVS_CPU_V(ly->field, name, ne0, opt)
 
         KVS_CPU_LV(attn_norm, "attn_norm.weight", e, 0);
-        KVS_CPU_LM(wq, "attn_q.weight", e, q);
-        KVS_CPU_LM(wk, "attn_k.weight", e, kd);
-        KVS_CPU_LM(wv, "attn_v.weight", e, vd);
-        KVS_CPU_LV(bq, "attn_q.bias", q, 1);
-        KVS_CPU_LV(bk, "attn_k.bias", kd, 1);
-        KVS_CPU_LV(bv, "attn_v.bias", vd, 1);
+
+        if (hp->fused_qkv) {
+            /* Q, K and V rows of one tensor, in that order */
+            KVS_CPU_LM(wq, "attn_qkv.weight", e, (uint64_t) q + kd + vd);
+            kvs_cpu_view(&ly->wk, &ly->wq, q, kd);
+            kvs_cpu_view(&ly->wv, &ly->wq, q + kd, vd);
+            kvs_cpu_view(&ly->wq, &ly->wq, 0, q);
+
+        } else {
+            KVS_CPU_LM(wq, "attn_q.weight", e, q);
+            KVS_CPU_LM(wk, "attn_k.weight", e, kd);
+            KVS_CPU_LM(wv, "attn_v.weight", e, vd);
+            KVS_CPU_LV(bq, "attn_q.bias", q, 1);
+            KVS_CPU_LV(bk, "attn_k.bias", kd, 1);
+            KVS_CPU_LV(bv, "attn_v.bias", vd, 1);
+        }
+
+        if (hp->qk_norm) {
+            KVS_CPU_LV(q_norm, "attn_q_norm.weight", hp->head_dim_k, 0);
+            KVS_CPU_LV(k_norm, "attn_k_norm.weight", hp->head_dim_k, 0);
+        }
+
         KVS_CPU_LM(wo, "attn_output.weight", o, e);
         KVS_CPU_LV(ffn_norm, "ffn_norm.weight", e, 0);
-        KVS_CPU_LM(w1, "ffn_gate.weight", e, f);
         KVS_CPU_LM(w2, "ffn_down.weight", f, e);
-        KVS_CPU_LM(w3, "ffn_up.weight", e, f);
+
+        if (hp->fused_gate_up) {
+            /* gate rows first, then up: llama.cpp's fused SwiGLU split */
+            KVS_CPU_LM(w3, "ffn_up.weight", e, 2 * (uint64_t) f);
+            kvs_cpu_view(&ly->w1, &ly->w3, 0, f);
+            kvs_cpu_view(&ly->w3, &ly->w3, f, f);
+
+        } else {
+            KVS_CPU_LM(w1, "ffn_gate.weight", e, f);
+            KVS_CPU_LM(w3, "ffn_up.weight", e, f);
+        }
 
 #undef KVS_CPU_LM
 #undef KVS_CPU_LV
     }
 
-    /* llama.cpp stores Llama 3.1 frequency bands as this tensor */
-    KVS_CPU_V(freqs, "rope_freqs.weight", hp->n_rot / 2, 1);
+    /* llama.cpp stores Llama 3.1 frequency bands as rope_freqs, Phi-3's
+     * LongRoPE as two sets, one of which the hyper-parameters chose */
+    freqs = NULL;
+    fname = kvs_hparams_rope_factors(hp);
+    if (fname != NULL) {
+        KVS_CPU_V(freqs, fname, hp->n_rot / 2, 0);
+    }
 
 #undef KVS_CPU_M
 #undef KVS_CPU_V
@@ -651,7 +699,8 @@ kvs_cpu_tok_task(void *arg, uint32_t i, uint32_t thread)
 }
 
 
-/* Per token i: biases, RoPE, and its K/V written to its slot. */
+/* Per token i: biases, per-head norms, RoPE, and its K/V written to its
+ * slot. */
 static void
 kvs_cpu_qkv_task(void *arg, uint32_t i, uint32_t thread)
 {
@@ -682,6 +731,19 @@ kvs_cpu_qkv_task(void *arg, uint32_t i, uint32_t thread)
 
     for (j = 0; ly->bv != NULL && j < fw->vd; j++) {
         v[j] += ly->bv[j];
+    }
+
+    /* qwen3: every head of q and k normed on its own, before RoPE */
+    for (j = 0; ly->q_norm != NULL && j < hp->n_head; j++) {
+        kvs_cpu_rmsnorm(q + (size_t) j * hp->head_dim_k,
+                        q + (size_t) j * hp->head_dim_k, ly->q_norm,
+                        hp->head_dim_k, fw->eps);
+    }
+
+    for (j = 0; ly->k_norm != NULL && j < hp->n_head_kv; j++) {
+        kvs_cpu_rmsnorm(k + (size_t) j * hp->head_dim_k,
+                        k + (size_t) j * hp->head_dim_k, ly->k_norm,
+                        hp->head_dim_k, fw->eps);
     }
 
     (void) kvs_rope_apply(&fw->cm->rope, q, (int) hp->n_head,
@@ -873,6 +935,7 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     for (l = 0; l < hp->n_layer; l++) {
         ly = &cm->layers[l];
         fw.ly = ly;
+        fw.win = kvs_hparams_swa(hp, l);
         fw.kc = kv->k + l * layer_k;      /* [n_blocks][bt][kd] */
         fw.vc = kv->v + l * layer_v;      /* [n_blocks][bt][vd] */
 

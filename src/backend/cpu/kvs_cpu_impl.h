@@ -118,6 +118,8 @@ typedef struct {
     uint32_t                attn_group; /* query heads per attention
                                           task: those of one K/V head
                                           (kvs_cpu_attn_group), or 1 */
+    uint32_t                win;      /* the layer's sliding window, or
+                                          0 (kvs_hparams_swa) */
     uint32_t                e, f, qd, kd, vd, od;
     float                   eps, scale;
 } kvs_cpu_fw_t;
