@@ -1,7 +1,7 @@
 # Model architectures through nginx (issue 20): a file of each
 # architecture `kvserve gen-model --arch` writes (llama, qwen3 with heads
-# wider than embd / heads, phi3 with a sliding window shorter than the
-# conversation) serves a chat completion, and a qwen3 file missing one
+# wider than embd / heads, phi3, gemma2 and gemma3 with sliding windows
+# shorter than the conversation) serves a chat completion, and a qwen3 file missing one
 # per-head norm, or a phi3 file without its sliding_window key, is
 # refused by nginx -t naming the tensor or key, so no engine is started
 # for it.
@@ -36,6 +36,8 @@ my %gen = (
     llama => "--arch llama $shape",
     qwen3 => "--arch qwen3 $shape --head-dim 32",
     phi3  => "--arch phi3 $shape --swa 16",
+    gemma2 => "--arch gemma2 $shape --swa 16",
+    gemma3 => "--arch gemma3 $shape --swa 16 --layers 6",
 );
 for my $a (sort keys %gen) {
     cli_ok("gen-model --arch $a", "gen-model $gen{$a} --seed 20"
@@ -81,7 +83,7 @@ $t->write_conf($models . <<"EOC");
     kvserve_threads 1;
     kvserve_engine_wait 30s;
 EOC
-ok($t->start, 'nginx started with the three architectures');
+ok($t->start, 'nginx started with the five architectures');
 
 # a prompt longer than phi3's window of 16, so its decode steps attend
 # a window that slides

@@ -1,7 +1,9 @@
 /*
  * kvs_cli_gen: `kvserve gen-model`: option parsing over kvs_gen.  A preset
  * (default "tiny") sets every shape; explicit options override it;
- * --arch (llama, qwen3, phi3) picks the layout, default llama.
+ * --arch (llama, qwen3, phi3, gemma2, gemma3) picks the layout, default
+ * llama; without --tied, the output is the architecture's (gemma tied,
+ * phi3 its own).
  */
 
 #include <errno.h>
@@ -38,7 +40,7 @@ kvs_cli_u64(const char *opt, const char *s, uint64_t max, uint64_t *v)
 int
 kvs_cli_gen_model(int argc, char **argv)
 {
-    int                      i, have_seed, t;
+    int                      i, have_seed, have_tied, t;
     char                     names[KVS_QUANT_NAMES_LEN];
     uint64_t                 v;
     uint32_t                *field;
@@ -60,6 +62,7 @@ kvs_cli_gen_model(int argc, char **argv)
     }
 
     have_seed = 0;
+    have_tied = 0;
     out = NULL;
 
     for (i = 1; i < argc; i++) {
@@ -118,6 +121,7 @@ kvs_cli_gen_model(int argc, char **argv)
                 return 2;
             }
             spec.tied = (int) v;
+            have_tied = 1;
         } else if (strcmp(opt, "--dtype") == 0) {
             /* any type of the table that has a quantizer */
             t = kvs_ggml_type_from_name(val);
@@ -146,6 +150,16 @@ kvs_cli_gen_model(int argc, char **argv)
                 return 2;
             }
             *field = (uint32_t) v;
+        }
+    }
+
+    /* the output the architecture has, unless --tied says otherwise
+     * (then kvs_gen_check says why not) */
+    if (!have_tied) {
+        if (spec.arch == KVS_ARCH_GEMMA2 || spec.arch == KVS_ARCH_GEMMA3) {
+            spec.tied = 1;
+        } else if (spec.arch == KVS_ARCH_PHI3) {
+            spec.tied = 0;
         }
     }
 

@@ -11,8 +11,13 @@
  * attn_q/k/v and ffn_gate/up apart, qwen3 adds attn_q_norm/attn_k_norm
  * [head_dim] per layer and no biases; phi3 fuses attn_qkv (rows Q, K, V)
  * and ffn_up (rows gate, then up), has no tied output, and declares
- * phi3.attention.sliding_window.
+ * phi3.attention.sliding_window; gemma2 and gemma3 add
+ * post_attention_norm and post_ffw_norm per layer, tie the output, and
+ * write key_length, the window and (gemma2) both soft-caps; gemma3 has
+ * qwen3's per-head norms too.
  */
+
+#define KVS_GEN_GEMMA(a)  ((a) == KVS_ARCH_GEMMA2 || (a) == KVS_ARCH_GEMMA3)
 
 #include <ctype.h>
 #include <math.h>
@@ -73,6 +78,8 @@ static const struct {
     { "llama", KVS_ARCH_LLAMA },
     { "qwen3", KVS_ARCH_QWEN3 },
     { "phi3",  KVS_ARCH_PHI3 },
+    { "gemma2", KVS_ARCH_GEMMA2 },
+    { "gemma3", KVS_ARCH_GEMMA3 },
 };
 
 
@@ -104,7 +111,8 @@ kvs_gen_arch(const char *name, kvs_arch_t *arch, kvs_err_t *err)
     }
 
     return kvs_err_set(err, KVS_EINVAL, "--arch \"%s\" is not one "
-                       "gen-model writes (llama, qwen3, phi3)", name);
+                       "gen-model writes (llama, qwen3, phi3, gemma2, "
+                       "gemma3)", name);
 }
 
 
@@ -135,13 +143,13 @@ kvs_gen_check(const kvs_gen_spec_t *spec, kvs_err_t *err)
     }
 
     if (spec->head_dim != 0) {
-        if (spec->arch != KVS_ARCH_QWEN3 || spec->head_dim % 2 != 0
-            || spec->head_dim > 1024 || spec->n_head == 0
-            || spec->n_head > 256)
+        if ((spec->arch != KVS_ARCH_QWEN3 && !KVS_GEN_GEMMA(spec->arch))
+            || spec->head_dim % 2 != 0 || spec->head_dim > 1024
+            || spec->n_head == 0 || spec->n_head > 256)
         {
             return kvs_err_set(err, KVS_EINVAL, "--head-dim %u: qwen3 "
-                               "only, even, at most 1024, with 1..256 "
-                               "--heads", spec->head_dim);
+                               "and gemma only, even, at most 1024, with "
+                               "1..256 --heads", spec->head_dim);
         }
 
     } else if (spec->n_head == 0 || spec->n_embd == 0
@@ -158,9 +166,16 @@ kvs_gen_check(const kvs_gen_spec_t *spec, kvs_err_t *err)
                            "matrix of its own (llama.cpp requires it)");
     }
 
-    if (spec->n_swa != 0 && spec->arch != KVS_ARCH_PHI3) {
-        return kvs_err_set(err, KVS_EINVAL, "--swa %u: only phi3 declares "
-                           "a sliding window", spec->n_swa);
+    if (KVS_GEN_GEMMA(spec->arch) && !spec->tied) {
+        return kvs_err_set(err, KVS_EINVAL, "--tied 0: gemma ties its "
+                           "output to the embeddings");
+    }
+
+    if (spec->n_swa != 0 && spec->arch != KVS_ARCH_PHI3
+        && !KVS_GEN_GEMMA(spec->arch))
+    {
+        return kvs_err_set(err, KVS_EINVAL, "--swa %u: only phi3 and "
+                           "gemma declare a sliding window", spec->n_swa);
     }
 
     if (spec->n_embd > 16384 || spec->n_ff == 0 || spec->n_ff > 65536) {
@@ -243,17 +258,22 @@ kvs_gen_metadata(kvs_gguf_writer_t *w, const kvs_gen_spec_t *s,
     kvs_gguf_set_u32(w, KVS_GEN_KEY("attention.head_count"), s->n_head);
     kvs_gguf_set_u32(w, KVS_GEN_KEY("attention.head_count_kv"),
                      s->n_head_kv);
-    if (s->head_dim != 0) {
+    if (s->head_dim != 0 || KVS_GEN_GEMMA(s->arch)) {
         kvs_gguf_set_u32(w, KVS_GEN_KEY("attention.key_length"),
-                         s->head_dim);
+                         kvs_gen_head_dim(s));
         kvs_gguf_set_u32(w, KVS_GEN_KEY("attention.value_length"),
-                         s->head_dim);
+                         kvs_gen_head_dim(s));
     }
     kvs_gguf_set_f32(w, KVS_GEN_KEY("attention.layer_norm_rms_epsilon"),
                      s->arch == KVS_ARCH_LLAMA ? 1e-5f : 1e-6f);
     kvs_gguf_set_f32(w, KVS_GEN_KEY("rope.freq_base"),
-                     s->arch == KVS_ARCH_QWEN3 ? 1000000.0f : 10000.0f);
-    if (s->arch == KVS_ARCH_PHI3) {
+                     s->arch == KVS_ARCH_QWEN3 || s->arch == KVS_ARCH_GEMMA3
+                     ? 1000000.0f : 10000.0f);
+    if (s->arch == KVS_ARCH_GEMMA2) {
+        kvs_gguf_set_f32(w, KVS_GEN_KEY("attn_logit_softcapping"), 50.0f);
+        kvs_gguf_set_f32(w, KVS_GEN_KEY("final_logit_softcapping"), 30.0f);
+    }
+    if (s->arch == KVS_ARCH_PHI3 || KVS_GEN_GEMMA(s->arch)) {
         kvs_gguf_set_u32(w, KVS_GEN_KEY("attention.sliding_window"),
                          s->n_swa != 0 ? s->n_swa : s->n_ctx);
     }
@@ -331,13 +351,20 @@ kvs_gen_tensors(kvs_gguf_writer_t *w, const kvs_gen_spec_t *s)
             KVS_GEN_BLK("attn_v.weight", t, s->n_embd, kv);
         }
 
-        if (s->arch == KVS_ARCH_QWEN3) {
+        if (s->arch == KVS_ARCH_QWEN3 || s->arch == KVS_ARCH_GEMMA3) {
             KVS_GEN_BLK("attn_q_norm.weight", KVS_GGML_F32, hd, 0);
             KVS_GEN_BLK("attn_k_norm.weight", KVS_GGML_F32, hd, 0);
         }
 
         KVS_GEN_BLK("attn_output.weight", t, q, s->n_embd);
+        if (KVS_GEN_GEMMA(s->arch)) {
+            KVS_GEN_BLK("post_attention_norm.weight", KVS_GGML_F32,
+                        s->n_embd, 0);
+        }
         KVS_GEN_BLK("ffn_norm.weight", KVS_GGML_F32, s->n_embd, 0);
+        if (KVS_GEN_GEMMA(s->arch)) {
+            KVS_GEN_BLK("post_ffw_norm.weight", KVS_GGML_F32, s->n_embd, 0);
+        }
 
         if (s->arch == KVS_ARCH_PHI3) {
             KVS_GEN_BLK("ffn_down.weight", t, s->n_ff, s->n_embd);

@@ -29,6 +29,9 @@ typedef struct {
     int                  qk_norm;
     int                  fused;       /* fused_qkv and fused_gate_up */
     int                  swa;         /* reads attention.sliding_window */
+    int                  gemma;       /* GeGLU, post-norms, scaled
+                                         embeddings: kvs_hp_gemma() */
+    uint32_t             swa_period;  /* kvs_hparams_t's */
 } kvs_hp_arch_t;
 
 static const kvs_hp_arch_t  kvs_hp_archs[] = {
@@ -36,13 +39,17 @@ static const kvs_hp_arch_t  kvs_hp_archs[] = {
      * Qwen2 keeps Hugging Face's rotate_half halves and its biases;
      * Qwen3 drops the biases for per-head Q/K norms; Phi-3 stores Q, K,
      * V as one matrix and gate, up as another, and declares a window */
-    { "llama", KVS_ARCH_LLAMA, KVS_ROPE_NORM, 0, 0, 0, 0 },
-    { "qwen2", KVS_ARCH_QWEN2, KVS_ROPE_NEOX, 1, 0, 0, 0 },
-    { "qwen3", KVS_ARCH_QWEN3, KVS_ROPE_NEOX, 0, 1, 0, 0 },
-    { "phi3",  KVS_ARCH_PHI3,  KVS_ROPE_NEOX, 0, 0, 1, 1 },
+    { "llama",  KVS_ARCH_LLAMA,  KVS_ROPE_NORM, 0, 0, 0, 0, 0, 0 },
+    { "qwen2",  KVS_ARCH_QWEN2,  KVS_ROPE_NEOX, 1, 0, 0, 0, 0, 0 },
+    { "qwen3",  KVS_ARCH_QWEN3,  KVS_ROPE_NEOX, 0, 1, 0, 0, 0, 0 },
+    { "phi3",   KVS_ARCH_PHI3,   KVS_ROPE_NEOX, 0, 0, 1, 1, 0, 0 },
+    /* Gemma 2 alternates windowed and global layers, the window first;
+     * Gemma 3 has five windowed layers to a global one, and Q/K norms */
+    { "gemma2", KVS_ARCH_GEMMA2, KVS_ROPE_NEOX, 0, 0, 0, 1, 1, 2 },
+    { "gemma3", KVS_ARCH_GEMMA3, KVS_ROPE_NEOX, 0, 1, 0, 1, 1, 6 },
 };
 
-#define KVS_HP_ARCH_NAMES  "llama, qwen2, qwen3, phi3"
+#define KVS_HP_ARCH_NAMES  "llama, qwen2, qwen3, phi3, gemma2, gemma3"
 
 
 typedef struct {
@@ -332,7 +339,9 @@ kvs_hp_window(kvs_hp_ctx_t *c, kvs_hparams_t *hp, int swa)
         return KVS_OK;
     }
 
-    if (kvs_hp_u32(c, "attention.sliding_window", 0, UINT32_MAX,
+    /* gemma2's default is llama.cpp's (4096); gemma3 and phi3 need it */
+    if (kvs_hp_u32(c, "attention.sliding_window",
+                   hp->arch_id == KVS_ARCH_GEMMA2 ? 4096 : 0, UINT32_MAX,
                    &hp->n_swa) != KVS_OK)
     {
         return c->err->code;
@@ -414,6 +423,66 @@ kvs_hp_longrope(kvs_hp_ctx_t *c, kvs_hparams_t *hp)
 }
 
 
+/*
+ * The Gemma 2 / Gemma 3 facts, as llama.cpp's converter writes and its
+ * loader reads them.  The norm weights need nothing here: the converter
+ * stores Gemma's (1 + w) already added.  The query scale: the model's
+ * "<arch>.attention.scale" when present, else llama.cpp's rule, which
+ * the converter leaves to the loader: 1/sqrt(n_embd / n_head) for the
+ * 27B models (46 layers for gemma2, 62 for gemma3; their
+ * query_pre_attn_scalar), 1/sqrt(head size) for the others.
+ * Soft-capping: gemma2's attn_logit_softcapping and
+ * final_logit_softcapping (llama.cpp's defaults 50 and 30 when absent);
+ * gemma3 has none.  Gemma 3's windowed layers rotate with base 10000,
+ * unscaled.
+ */
+static int
+kvs_hp_gemma(kvs_hp_ctx_t *c, kvs_hparams_t *hp)
+{
+    uint32_t  big;
+
+    hp->geglu = 1;
+    hp->post_norms = 1;
+    hp->embd_scale = sqrt((double) hp->n_embd);
+
+    big = hp->arch_id == KVS_ARCH_GEMMA2 ? 46 : 62;
+    /* in float, as llama.cpp forms it */
+    hp->attn_scale = hp->n_layer == big
+                     ? 1.0f / sqrtf((float) (hp->n_embd / hp->n_head))
+                     : 1.0f / sqrtf((float) hp->head_dim_k);
+
+    if (kvs_hp_float(c, "attention.scale", 0, hp->attn_scale,
+                     &hp->attn_scale) != KVS_OK)
+    {
+        return c->err->code;
+    }
+
+    if (hp->arch_id == KVS_ARCH_GEMMA2) {
+        if (kvs_hp_float(c, "attn_logit_softcapping", 0, 50.0,
+                         &hp->attn_softcap) != KVS_OK
+            || kvs_hp_float(c, "final_logit_softcapping", 0, 30.0,
+                            &hp->final_softcap) != KVS_OK)
+        {
+            return c->err->code;
+        }
+
+    } else {
+        hp->rope_base_swa = 10000.0;
+    }
+
+    if (hp->attn_scale <= 0.0 || hp->attn_softcap < 0.0
+        || hp->final_softcap < 0.0)
+    {
+        return kvs_err_set(c->err, KVS_ERANGE, "%s: attention scale %g "
+                           "must be positive, soft-caps %g and %g not "
+                           "negative", hp->arch, hp->attn_scale,
+                           hp->attn_softcap, hp->final_softcap);
+    }
+
+    return KVS_OK;
+}
+
+
 int
 kvs_hparams_read(kvs_hparams_t *hp, const kvs_gguf_t *g, kvs_err_t *err)
 {
@@ -465,6 +534,7 @@ kvs_hparams_read(kvs_hparams_t *hp, const kvs_gguf_t *g, kvs_err_t *err)
     hp->qk_norm = known->qk_norm;
     hp->fused_qkv = known->fused;
     hp->fused_gate_up = known->fused;
+    hp->swa_period = known->swa_period;
 
     c.g = g;
     c.arch = hp->arch;
@@ -539,6 +609,14 @@ kvs_hparams_read(kvs_hparams_t *hp, const kvs_gguf_t *g, kvs_err_t *err)
     }
 
     if (kvs_hp_window(&c, hp, known->swa) != KVS_OK) {
+        return err->code;
+    }
+
+    /* the float every backend has always used: 1.0f / sqrtf(hd) */
+    hp->embd_scale = 1.0;
+    hp->attn_scale = 1.0f / sqrtf((float) hp->head_dim_k);
+
+    if (known->gemma && kvs_hp_gemma(&c, hp) != KVS_OK) {
         return err->code;
     }
 

@@ -3,8 +3,10 @@
  * KV-cache arithmetic that follows from them.
  *
  * Architectures: "llama" (Llama 1/2/3, Mistral, TinyLlama,
- * stories260K), "qwen2", "qwen3" (per-head Q/K RMSNorm) and "phi3"
- * (fused QKV and gate/up tensors, LongRoPE factors, a sliding window).
+ * stories260K), "qwen2", "qwen3" (per-head Q/K RMSNorm), "phi3"
+ * (fused QKV and gate/up tensors, LongRoPE factors, a sliding window),
+ * "gemma2" and "gemma3" (GeGLU, scaled embeddings, post-norms,
+ * soft-capping, sliding-window layers between global ones).
  * Keys are "<arch>.<name>" as llama.cpp's converters write them.  A
  * missing required key is an error naming the key; optional keys
  * take llama.cpp's defaults.  After kvs_hparams_read() succeeds, every
@@ -44,7 +46,9 @@ typedef enum {
     KVS_ARCH_LLAMA = 0,                /* "llama" */
     KVS_ARCH_QWEN2,                    /* "qwen2" */
     KVS_ARCH_QWEN3,                    /* "qwen3" */
-    KVS_ARCH_PHI3                      /* "phi3" */
+    KVS_ARCH_PHI3,                     /* "phi3" */
+    KVS_ARCH_GEMMA2,                   /* "gemma2" */
+    KVS_ARCH_GEMMA3                    /* "gemma3" (text) */
 } kvs_arch_t;
 
 /* Which dimensions of a head RoPE turns together (src/backend/kvs_rope.h
@@ -76,6 +80,24 @@ typedef struct {
                                           sees positions > pos - n_swa;
                                           0: no window (every layer it
                                           applies to: kvs_hparams_swa) */
+    uint32_t            swa_period;    /* 0: every layer windowed; p:
+                                          layer l is global when
+                                          (l + 1) % p == 0 (gemma2: 2,
+                                          gemma3: 6) */
+    double              rope_base_swa; /* RoPE base of windowed layers,
+                                          unscaled (gemma3: 10000); 0:
+                                          the same table as the rest */
+    int                 geglu;         /* FFN gelu(gate) * up (tanh
+                                          approximation), not SwiGLU */
+    int                 post_norms;    /* post_attention_norm and
+                                          post_ffw_norm on the block's
+                                          outputs before each residual */
+    double              embd_scale;    /* embeddings times this (gemma:
+                                          sqrt(n_embd)); 1 elsewhere */
+    double              attn_scale;    /* the query scale: 1/sqrt(hd_k),
+                                          or what the model says */
+    double              attn_softcap;  /* scores := c tanh(s / c); 0: none */
+    double              final_softcap; /* the same on logits; 0: none */
 
     uint32_t            n_layer;       /* transformer blocks */
     uint32_t            n_head;        /* query heads */
@@ -123,11 +145,14 @@ int kvs_hparams_read(kvs_hparams_t *hp, const kvs_gguf_t *g, kvs_err_t *err);
 const char *kvs_rope_scaling_name(kvs_rope_scaling_t s);
 
 /* Layer l's attention window (positions a query sees, itself included),
- * 0 for full attention; every layer shares hp->n_swa today (phi3). */
+ * 0 for full attention: every layer's for phi3, all but every
+ * swa_period-th for gemma2 and gemma3. */
 static inline uint32_t
 kvs_hparams_swa(const kvs_hparams_t *hp, uint32_t l)
 {
-    (void) l;
+    if (hp->swa_period != 0 && (l + 1) % hp->swa_period == 0) {
+        return 0;
+    }
 
     return hp->n_swa;
 }

@@ -34,7 +34,8 @@ enum {
     KVS_W_FUSED_QKV,                  /* hp->fused_qkv */
     KVS_W_SPLIT_FFN,                  /* !hp->fused_gate_up */
     KVS_W_QK_NORM,                    /* hp->qk_norm */
-    KVS_W_LONGROPE                    /* hp->rope_longrope */
+    KVS_W_LONGROPE,                   /* hp->rope_longrope */
+    KVS_W_POST                        /* hp->post_norms */
 };
 
 enum {
@@ -70,7 +71,9 @@ static const kvs_tensor_spec_t  kvs_llama_tensors[] = {
     { "attn_q.bias",        1, 0, KVS_W_BIAS, 1, KVS_D_Q, 0 },
     { "attn_k.bias",        1, 0, KVS_W_BIAS, 1, KVS_D_K, 0 },
     { "attn_v.bias",        1, 0, KVS_W_BIAS, 1, KVS_D_V, 0 },
+    { "post_attention_norm.weight", 1, 0, KVS_W_POST, 1, KVS_D_EMBD, 0 },
     { "ffn_norm.weight",    1, 0, KVS_W_ALL, 1, KVS_D_EMBD, 0 },
+    { "post_ffw_norm.weight", 1, 0, KVS_W_POST, 1, KVS_D_EMBD, 0 },
     { "ffn_gate.weight",    1, 0, KVS_W_SPLIT_FFN, 2, KVS_D_EMBD,
       KVS_D_FF },
     { "ffn_up.weight",      1, 0, KVS_W_ALL, 2, KVS_D_EMBD, KVS_D_UP },
@@ -94,6 +97,7 @@ kvs_model_applies(const kvs_hparams_t *hp, int when)
     case KVS_W_SPLIT_FFN: return !hp->fused_gate_up;
     case KVS_W_QK_NORM:   return hp->qk_norm;
     case KVS_W_LONGROPE:  return hp->rope_longrope != 0;
+    case KVS_W_POST:      return hp->post_norms;
     default:              return 1;
     }
 }
@@ -190,8 +194,10 @@ kvs_model_check_tensors(const kvs_gguf_t *g, const kvs_hparams_t *hp,
     }
 
     /* biases where the forward has no place for them (qwen3 norms Q
-     * and K instead; phi3's fused QKV has none) */
-    for (l = 0; (hp->qk_norm || hp->fused_qkv) && l < hp->n_layer; l++) {
+     * and K instead; phi3's fused QKV and gemma have none) */
+    for (l = 0; (hp->qk_norm || hp->fused_qkv || hp->post_norms)
+                && l < hp->n_layer; l++)
+    {
         for (i = 0; i < sizeof(kvs_model_unused_bias) / sizeof(char *);
              i++)
         {

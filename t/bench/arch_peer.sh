@@ -145,5 +145,11 @@ run phi3-gqa phi3 --layers 2 --dim 64 --heads 4 --kv-heads 2 --ffn 96 \
     --vocab 300
 run phi3-swa8 phi3 --layers 2 --dim 64 --heads 4 --kv-heads 4 --ffn 96 \
     --vocab 300 --swa 8
+# llama.cpp picks gemma2's query scale by its layer count (26: the 2B),
+# and refuses another count
+run gemma2-swa8 gemma2 --layers 26 --dim 64 --heads 4 --kv-heads 2 \
+    --head-dim 32 --ffn 96 --vocab 300 --swa 8
+run gemma3-swa8 gemma3 --layers 6 --dim 64 --heads 4 --kv-heads 2 \
+    --head-dim 32 --ffn 96 --vocab 300 --swa 8
 
 exit $failed

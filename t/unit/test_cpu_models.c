@@ -5,7 +5,10 @@
  * Q8_0 as a smoke run; Llama, and the other architectures gen-model
  * writes: qwen3 (per-head Q/K norms, heads wider than embd / heads),
  * phi3 (fused QKV and gate/up, with and without a sliding window of 6
- * positions, shorter than the sequences, so decode steps drop keys).
+ * positions, shorter than the sequences, so decode steps drop keys),
+ * gemma2 and gemma3 (GeGLU, post-norms, soft-capping, windowed layers
+ * of 6 and 5 positions between global ones, gemma3's own RoPE base on
+ * the windowed ones).
  * For each model:
  *   (a) incremental decode over the paged cache gives the logits of a
  *       full recompute (a fresh cache, the whole sequence as one prefill
@@ -55,6 +58,8 @@ static const shape_t  shapes[] = {
     { "q3-hd", 2, 64, 4, 1, 96,  300, 0, KVS_ARCH_QWEN3, 32, 0 },
     { "phi3",  2, 64, 4, 2, 96,  300, 0, KVS_ARCH_PHI3, 0, 0 },
     { "phi3w", 2, 64, 4, 4, 96,  300, 0, KVS_ARCH_PHI3, 0, 6 },
+    { "gem2w", 3, 64, 4, 2, 96,  300, 1, KVS_ARCH_GEMMA2, 32, 6 },
+    { "gem3w", 7, 64, 4, 2, 96,  300, 1, KVS_ARCH_GEMMA3, 16, 5 },
 };
 
 #define N_SHAPES  (sizeof(shapes) / sizeof(shapes[0]))
@@ -493,6 +498,7 @@ test_bf16_q8_0(void **state)
     check_model(&shapes[1], KVS_GGML_Q8_0);
     check_model(&shapes[4], KVS_GGML_Q8_0);
     check_model(&shapes[7], KVS_GGML_Q8_0);
+    check_model(&shapes[8], KVS_GGML_Q8_0);
 }
 
 

@@ -1,6 +1,6 @@
 /*
- * test_model_arch: the qwen3 and phi3 layouts as llama.cpp's converter
- * writes them, from synthesized headers: what each architecture implies
+ * test_model_arch: the qwen3, phi3, gemma2 and gemma3 layouts as
+ * llama.cpp's converter writes them, from synthesized headers: what each architecture implies
  * (per-head Q/K norms, fused QKV and gate/up, the sliding window, the
  * LongRoPE factor set), and every way a file can get them wrong refused
  * with an error naming the key or tensor: a tensor missing, of another
@@ -9,6 +9,8 @@
  */
 
 #include "kvs_test.h"
+
+#include <math.h>
 
 #include "gen/kvs_gen.h"
 #include "model/kvs_ggml_type.h"
@@ -22,7 +24,7 @@
 #define FF    48
 
 typedef struct {
-    const char  *arch;                /* "qwen3" | "phi3" */
+    const char  *arch;                /* qwen3, phi3, gemma2, gemma3 */
     const char  *skip;                /* tensor or key left out */
     const char  *wrong;               /* tensor written one row longer */
     uint32_t     head_dim;            /* qwen3's key_length, 0: 8 */
@@ -115,7 +117,7 @@ build(const spec_t *s, kvs_model_t **m, kvs_err_t *err)
         key_u32(w, s, "attention.value_length", hd);
     }
 
-    if (strcmp(s->arch, "phi3") == 0) {
+    if (strcmp(s->arch, "qwen3") != 0 && s->window != 0) {
         key_u32(w, s, "attention.sliding_window", s->window);
     }
 
@@ -148,10 +150,17 @@ build(const spec_t *s, kvs_model_t **m, kvs_err_t *err)
             T("attn_q.weight", EMBD, q);
             T("attn_k.weight", EMBD, kv);
             T("attn_v.weight", EMBD, kv);
-            T("attn_q_norm.weight", hd, 0);
-            T("attn_k_norm.weight", hd, 0);
+            if (strcmp(s->arch, "gemma2") != 0) {
+                T("attn_q_norm.weight", hd, 0);
+                T("attn_k_norm.weight", hd, 0);
+            }
             T("ffn_gate.weight", EMBD, FF);
             T("ffn_up.weight", EMBD, FF);
+        }
+
+        if (strncmp(s->arch, "gemma", 5) == 0) {
+            T("post_attention_norm.weight", EMBD, 0);
+            T("post_ffw_norm.weight", EMBD, 0);
         }
 
         if (s->bias) {
@@ -317,6 +326,72 @@ test_phi3(void **state)
 }
 
 
+static void
+test_gemma(void **state)
+{
+    kvs_err_t     err;
+    kvs_model_t  *m;
+    spec_t        s;
+
+    memset(&s, 0, sizeof(s));
+    s.arch = "gemma2";
+
+    /* no window key: llama.cpp's 4096, beyond this context: none */
+    if (build(&s, &m, &err) != KVS_OK) {
+        fail_msg("%s", err.msg);
+    }
+    assert_int_equal(m->hp.arch_id, KVS_ARCH_GEMMA2);
+    assert_true(m->hp.geglu && m->hp.post_norms);
+    assert_false(m->hp.qk_norm);
+    assert_int_equal(m->hp.n_swa, 0);
+    assert_true(m->hp.attn_softcap == 50.0 && m->hp.final_softcap == 30.0);
+    assert_true(fabs(m->hp.embd_scale - sqrt(32.0)) < 1e-12);
+    assert_true(m->hp.attn_scale == (double) (1.0f / sqrtf(8.0f)));
+    kvs_model_close(m);
+
+    /* windowed even layers, global odd ones */
+    s.window = 16;
+    if (build(&s, &m, &err) != KVS_OK) {
+        fail_msg("%s", err.msg);
+    }
+    assert_int_equal(kvs_hparams_swa(&m->hp, 0), 16);
+    assert_int_equal(kvs_hparams_swa(&m->hp, 1), 0);
+    assert_true(m->hp.rope_base_swa == 0.0);
+    kvs_model_close(m);
+
+    s.skip = "blk.1.post_ffw_norm.weight";
+    expect_error(&s, "missing tensor 'blk.1.post_ffw_norm.weight'");
+    s.skip = NULL;
+    s.wrong = "blk.0.post_attention_norm.weight";
+    expect_error(&s, "'blk.0.post_attention_norm.weight' has shape [33,");
+    s.wrong = NULL;
+    s.bias = 1;
+    expect_error(&s, "architecture gemma2 has no Q/K/V biases");
+
+    /* gemma3: per-head norms, a global layer every sixth (none of the
+     * two here), no caps, its windowed layers' own RoPE base */
+    memset(&s, 0, sizeof(s));
+    s.arch = "gemma3";
+    s.window = 16;
+    if (build(&s, &m, &err) != KVS_OK) {
+        fail_msg("%s", err.msg);
+    }
+    assert_true(m->hp.qk_norm && m->hp.geglu && m->hp.post_norms);
+    assert_int_equal(m->hp.swa_period, 6);
+    assert_int_equal(kvs_hparams_swa(&m->hp, 1), 16);
+    assert_int_equal(kvs_hparams_swa(&m->hp, 5), 0);
+    assert_true(m->hp.attn_softcap == 0.0 && m->hp.final_softcap == 0.0);
+    assert_true(m->hp.rope_base_swa == 10000.0);
+    kvs_model_close(m);
+
+    s.skip = "gemma3.attention.sliding_window";
+    expect_error(&s, "missing required key "
+                     "'gemma3.attention.sliding_window'");
+    s.skip = "blk.0.attn_q_norm.weight";
+    expect_error(&s, "missing tensor 'blk.0.attn_q_norm.weight'");
+}
+
+
 /* gen-model writes only what llama.cpp would load. */
 static void
 test_gen_refusals(void **state)
@@ -347,6 +422,14 @@ test_gen_refusals(void **state)
     spec.n_swa = 8;
     assert_int_equal(kvs_gen_check(&spec, &err), KVS_EINVAL);
     assert_non_null(strstr(err.msg, "--swa"));
+
+    /* gemma: tied output, a window allowed */
+    spec.arch = KVS_ARCH_GEMMA2;
+    spec.tied = 0;
+    assert_int_equal(kvs_gen_check(&spec, &err), KVS_EINVAL);
+    assert_non_null(strstr(err.msg, "--tied 0"));
+    spec.tied = 1;
+    assert_int_equal(kvs_gen_check(&spec, &err), KVS_OK);
 }
 
 
@@ -356,6 +439,7 @@ main(void)
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_qwen3),
         cmocka_unit_test(test_phi3),
+        cmocka_unit_test(test_gemma),
         cmocka_unit_test(test_gen_refusals),
     };
 

@@ -388,6 +388,7 @@ kvs_cpu_model_load(kvs_cpu_model_t **out, const kvs_model_t *m, int pack,
     uint32_t                  l, e, f, q, kd, vd, o;
     const char               *fname;
     const float              *freqs;
+    kvs_hparams_t             swa_hp;
     kvs_cpu_model_t          *cm;
     kvs_cpu_layer_t          *ly;
     const kvs_hparams_t      *hp;
@@ -472,6 +473,11 @@ kvs_cpu_model_load(kvs_cpu_model_t **out, const kvs_model_t *m, int pack,
 
         KVS_CPU_LM(wo, "attn_output.weight", o, e);
         KVS_CPU_LV(ffn_norm, "ffn_norm.weight", e, 0);
+
+        if (hp->post_norms) {
+            KVS_CPU_LV(post_attn_norm, "post_attention_norm.weight", e, 0);
+            KVS_CPU_LV(post_ffn_norm, "post_ffw_norm.weight", e, 0);
+        }
         KVS_CPU_LM(w2, "ffn_down.weight", f, e);
 
         if (hp->fused_gate_up) {
@@ -505,10 +511,28 @@ kvs_cpu_model_load(kvs_cpu_model_t **out, const kvs_model_t *m, int pack,
         goto failed;
     }
 
+    /* gemma3's windowed layers: their own base, no scaling */
+    if (hp->rope_base_swa != 0.0) {
+        swa_hp = *hp;
+        swa_hp.rope_freq_base = hp->rope_base_swa;
+        swa_hp.rope_scaling = KVS_ROPE_SCALING_NONE;
+        swa_hp.rope_factor = 1.0;
+        swa_hp.rope_longrope = 0;
+
+        rc = kvs_rope_init(&cm->rope_swa, &swa_hp, err);
+        if (rc != KVS_OK) {
+            kvs_rope_free(&cm->rope);
+            goto failed;
+        }
+
+        cm->has_rope_swa = 1;
+    }
+
     if (freqs != NULL) {
         rc = kvs_rope_set_freq_factors(&cm->rope, freqs, hp->n_rot / 2, err);
         if (rc != KVS_OK) {
             kvs_rope_free(&cm->rope);
+            kvs_rope_free(&cm->rope_swa);
             goto failed;
         }
     }
@@ -516,6 +540,7 @@ kvs_cpu_model_load(kvs_cpu_model_t **out, const kvs_model_t *m, int pack,
     rc = pack ? kvs_cpu_pack(cm, err) : KVS_OK;
     if (rc != KVS_OK) {
         kvs_rope_free(&cm->rope);
+        kvs_rope_free(&cm->rope_swa);
         goto failed;
     }
 
@@ -541,6 +566,7 @@ kvs_cpu_model_free(kvs_cpu_model_t *cm)
     }
 
     kvs_rope_free(&cm->rope);
+    kvs_rope_free(&cm->rope_swa);
     kvs_cpu_model_free_owned(cm);
     free(cm->layers);
     free(cm);
@@ -673,8 +699,8 @@ kvs_cpu_rmsnorm(float *o, const float *x, const float *w, uint32_t size,
 }
 
 
-/* Per token i: x[i] += xb[i] when fw->resid, then xb[i] = the norm of
- * x[i] with fw->norm when set. */
+/* Per token i: xb[i] normed with fw->post when set, x[i] += xb[i] when
+ * fw->resid, then xb[i] = the norm of x[i] with fw->norm when set. */
 static void
 kvs_cpu_tok_task(void *arg, uint32_t i, uint32_t thread)
 {
@@ -686,6 +712,11 @@ kvs_cpu_tok_task(void *arg, uint32_t i, uint32_t thread)
     e = fw->e;
     x = fw->x + (size_t) i * e;
     xb = fw->xb + (size_t) i * e;
+
+    /* gemma: the block's output normed on its own before it is added */
+    if (fw->post != NULL) {
+        kvs_cpu_rmsnorm(xb, xb, fw->post, e, fw->eps);
+    }
 
     if (fw->resid) {
         for (j = 0; j < e; j++) {
@@ -746,10 +777,10 @@ kvs_cpu_qkv_task(void *arg, uint32_t i, uint32_t thread)
                         hp->head_dim_k, fw->eps);
     }
 
-    (void) kvs_rope_apply(&fw->cm->rope, q, (int) hp->n_head,
+    (void) kvs_rope_apply(fw->rope, q, (int) hp->n_head,
                           (int) hp->head_dim_k, (int32_t) tk->pos,
                           hp->rope_pairing);
-    (void) kvs_rope_apply(&fw->cm->rope, k, (int) hp->n_head_kv,
+    (void) kvs_rope_apply(fw->rope, k, (int) hp->n_head_kv,
                           (int) hp->head_dim_k, (int32_t) tk->pos,
                           hp->rope_pairing);
 
@@ -829,6 +860,8 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
 {
     int                     rc;
     size_t                  total, layer_k, layer_v;
+    float                   escale, cap;
+    size_t                  z;
     uint32_t                n, i, l, max_ctx, want, wrow, nth;
     kvs_cpu_fw_t            fw;
     kvs_threads_t          *tokp, *ffnp, *attp;
@@ -868,7 +901,8 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     fw.vd = kv->v_width;
     fw.od = hp->o_width;
     fw.eps = (float) hp->norm_eps;
-    fw.scale = 1.0f / sqrtf((float) hp->head_dim_k);
+    fw.scale = (float) hp->attn_scale;
+    fw.softcap = (float) hp->attn_softcap;
     fw.simd = kvs_cpu_simd();
 
     /* the widest weight row any product dequantizes */
@@ -921,6 +955,15 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
                fw.e * sizeof(float));
     }
 
+    /* gemma scales its embeddings by sqrt(n_embd) (a float, as ggml) */
+    if (hp->embd_scale != 1.0) {
+        escale = (float) hp->embd_scale;
+
+        for (z = 0; z < (size_t) n * fw.e; z++) {
+            fw.x[z] *= escale;
+        }
+    }
+
     layer_k = (size_t) kv->n_blocks * kv->block_tokens * fw.kd;
     layer_v = (size_t) kv->n_blocks * kv->block_tokens * fw.vd;
 
@@ -936,6 +979,8 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
         ly = &cm->layers[l];
         fw.ly = ly;
         fw.win = kvs_hparams_swa(hp, l);
+        fw.rope = fw.win != 0 && cm->has_rope_swa ? &cm->rope_swa
+                                                  : &cm->rope;
         fw.kc = kv->k + l * layer_k;      /* [n_blocks][bt][kd] */
         fw.vc = kv->v + l * layer_v;      /* [n_blocks][bt][vd] */
 
@@ -952,18 +997,22 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
                        NULL);
 
         fw.resid = 1;
+        fw.post = ly->post_attn_norm;
         fw.norm = ly->ffn_norm;
         kvs_threads_run(tokp, kvs_cpu_tok_task, &fw, n);
 
         kvs_cpu_matmul(&fw, fw.xb, n, &ly->w1, fw.h1, &ly->w3, fw.h3, NULL,
                        NULL);
-        kvs_threads_run(ffnp, kvs_cpu_swiglu_task, &fw, n);
+        kvs_threads_run(ffnp, hp->geglu ? kvs_cpu_geglu_task
+                                        : kvs_cpu_swiglu_task, &fw, n);
         kvs_cpu_matmul(&fw, fw.h1, n, &ly->w2, fw.xb, NULL, NULL, NULL,
                        NULL);
 
         /* the residual, and the next layer's attention norm with it */
+        fw.post = ly->post_ffn_norm;
         fw.norm = l + 1 < hp->n_layer ? cm->layers[l + 1].attn_norm : NULL;
         kvs_threads_run(tokp, kvs_cpu_tok_task, &fw, n);
+        fw.post = NULL;
     }
 
     /* only the wanted rows pay for the final norm and the classifier:
@@ -982,6 +1031,15 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     if (want > 0) {
         kvs_cpu_matmul(&fw, fw.xb, want, &cm->output, logits, NULL, NULL,
                        NULL, NULL);
+    }
+
+    /* gemma2: logits := c tanh(logits / c) */
+    if (want > 0 && hp->final_softcap != 0.0) {
+        cap = (float) hp->final_softcap;
+
+        for (z = 0; z < (size_t) want * hp->n_vocab; z++) {
+            logits[z] = cap * tanhf(logits[z] / cap);
+        }
     }
 
     return KVS_OK;

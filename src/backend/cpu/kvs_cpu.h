@@ -92,7 +92,9 @@ typedef struct {
     const float    *q_norm;           /* [hd_k] per-head norm, or NULL */
     const float    *k_norm;           /* [hd_k] per-head norm, or NULL */
     kvs_cpu_mat_t   wo;               /* [n_embd][n_head * hd_v] */
+    const float    *post_attn_norm;   /* [n_embd] or NULL (gemma) */
     const float    *ffn_norm;         /* [n_embd] */
+    const float    *post_ffn_norm;    /* [n_embd] or NULL (gemma) */
     kvs_cpu_mat_t   w1;               /* gate [n_ff][n_embd] */
     kvs_cpu_mat_t   w2;               /* down [n_embd][n_ff] */
     kvs_cpu_mat_t   w3;               /* up [n_ff][n_embd] */
@@ -113,6 +115,9 @@ typedef struct {
                                          mapping */
     uint64_t            vec_owned;    /* bytes of the converted copies */
     kvs_rope_t          rope;         /* paired as hp.rope_pairing */
+    kvs_rope_t          rope_swa;     /* windowed layers' (gemma3), used
+                                         when has_rope_swa */
+    int                 has_rope_swa;
 } kvs_cpu_model_t;
 
 typedef struct {

@@ -13,7 +13,8 @@
  * order of every sum (a score's q.k, the softmax's sum, each output's sum
  * over positions) depends only on pos and the head sizes, never on the
  * batch, the grouping or the thread, so a token attends the same alone
- * or batched.
+ * or batched.  Gemma 2's soft-capping (fw->softcap) applies to the scaled
+ * scores before the softmax, in every kernel alike.
  */
 
 #include <math.h>
@@ -47,6 +48,19 @@ static inline uint32_t
 kvs_cpu_attn_first(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk)
 {
     return fw->win != 0 && tk->pos >= fw->win ? tk->pos + 1 - fw->win : 0;
+}
+
+
+/* Gemma 2's soft-capping of n scaled scores, s := c tanh(s / c), as the
+ * portable kernel rounds it. */
+static inline void
+kvs_cpu_attn_cap(const kvs_cpu_fw_t *fw, float *sc, uint32_t n)
+{
+    uint32_t  t;
+
+    for (t = 0; fw->softcap != 0.0f && t < n; t++) {
+        sc[t] = fw->softcap * tanhf(sc[t] / fw->softcap);
+    }
 }
 
 
@@ -134,7 +148,9 @@ kvs_cpu_attn_ref(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
             z += qh[j] * kt[j];
         }
 
-        sc[t - t0] = z * fw->scale;
+        z *= fw->scale;
+        sc[t - t0] = fw->softcap != 0.0f
+                     ? fw->softcap * tanhf(z / fw->softcap) : z;
 
         if (sc[t - t0] > mx) {
             mx = sc[t - t0];
@@ -400,6 +416,7 @@ kvs_cpu_attn_avx2(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
                                                _mm256_set1_ps(fw->scale)));
     }
 
+    kvs_cpu_attn_cap(fw, sc, n);
     kvs_cpu_softmax_avx2(sc, n);
 
     for (c = 0; c + 32 <= hdv; c += 32) {
@@ -591,6 +608,7 @@ kvs_cpu_attn_avx512(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
     }
 
     for (g = 0; g < group; g++) {
+        kvs_cpu_attn_cap(fw, sc + g * fw->sc_len, n);
         kvs_cpu_softmax_avx2(sc + g * fw->sc_len, n);
     }
 

@@ -131,6 +131,15 @@ kvs_cuda_plan_slot(uint32_t s, char *name, size_t size)
 int
 kvs_cuda_plan_arch(const kvs_hparams_t *hp, kvs_err_t *err)
 {
+    if (hp->geglu || hp->post_norms || hp->embd_scale != 1.0
+        || hp->attn_softcap != 0.0 || hp->final_softcap != 0.0)
+    {
+        return kvs_err_set(err, KVS_EUNSUPPORTED, "cuda backend: %s "
+                           "(GeGLU, post-norms, scaled embeddings, "
+                           "soft-capping) is computed by the CPU backend "
+                           "only", hp->arch);
+    }
+
     if (hp->n_swa != 0) {
         return kvs_err_set(err, KVS_EUNSUPPORTED, "cuda backend: %s's "
                            "sliding window of %" PRIu32 " positions is "

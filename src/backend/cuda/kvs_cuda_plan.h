@@ -95,7 +95,7 @@ const kvs_cuda_plan_name_t *kvs_cuda_plan_slot(uint32_t s, char *name,
 
 /* KVS_OK when the CUDA backend computes every layer of hp's
  * architecture; KVS_EUNSUPPORTED naming what it lacks (today: a sliding
- * window, which only the CPU backend applies). */
+ * window, and gemma2 / gemma3, which only the CPU backend computes). */
 int kvs_cuda_plan_arch(const kvs_hparams_t *hp, kvs_err_t *err);
 
 /* dim[KVS_CUDA_D_N] of hp, by code. */
