@@ -11,7 +11,9 @@
  * attn_q/k/v and ffn_gate/up apart, qwen3 adds attn_q_norm/attn_k_norm
  * [head_dim] per layer and no biases; phi3 fuses attn_qkv (rows Q, K, V)
  * and ffn_up (rows gate, then up), has no tied output, and declares
- * phi3.attention.sliding_window; gemma2 and gemma3 add
+ * phi3.attention.sliding_window (llama too, Mistral-style, with --swa:
+ * the key kvserve reads, though llama.cpp's converter does not write it
+ * for Mistral 7B v0.1); gemma2 and gemma3 add
  * post_attention_norm and post_ffw_norm per layer, tie the output, and
  * write key_length, the window and (gemma2) both soft-caps; gemma3 has
  * qwen3's per-head norms too.
@@ -171,11 +173,9 @@ kvs_gen_check(const kvs_gen_spec_t *spec, kvs_err_t *err)
                            "output to the embeddings");
     }
 
-    if (spec->n_swa != 0 && spec->arch != KVS_ARCH_PHI3
-        && !KVS_GEN_GEMMA(spec->arch))
-    {
-        return kvs_err_set(err, KVS_EINVAL, "--swa %u: only phi3 and "
-                           "gemma declare a sliding window", spec->n_swa);
+    if (spec->n_swa != 0 && spec->arch == KVS_ARCH_QWEN3) {
+        return kvs_err_set(err, KVS_EINVAL, "--swa %u: qwen3 declares no "
+                           "sliding window", spec->n_swa);
     }
 
     if (spec->n_embd > 16384 || spec->n_ff == 0 || spec->n_ff > 65536) {
@@ -273,7 +273,9 @@ kvs_gen_metadata(kvs_gguf_writer_t *w, const kvs_gen_spec_t *s,
         kvs_gguf_set_f32(w, KVS_GEN_KEY("attn_logit_softcapping"), 50.0f);
         kvs_gguf_set_f32(w, KVS_GEN_KEY("final_logit_softcapping"), 30.0f);
     }
-    if (s->arch == KVS_ARCH_PHI3 || KVS_GEN_GEMMA(s->arch)) {
+    if (s->arch == KVS_ARCH_PHI3 || KVS_GEN_GEMMA(s->arch)
+        || (s->arch == KVS_ARCH_LLAMA && s->n_swa != 0))
+    {
         kvs_gguf_set_u32(w, KVS_GEN_KEY("attention.sliding_window"),
                          s->n_swa != 0 ? s->n_swa : s->n_ctx);
     }

@@ -33,8 +33,9 @@ typedef struct {
                                          PHI3 */
     uint32_t   head_dim;              /* 0: n_embd / n_head; else written
                                          as attention.key_length (qwen3) */
-    uint32_t   n_swa;                 /* phi3's attention.sliding_window;
-                                         0: n_ctx (no window) */
+    uint32_t   n_swa;                 /* attention.sliding_window (phi3,
+                                         gemma: 0 writes n_ctx, no
+                                         window; llama: 0 writes none) */
 } kvs_gen_spec_t;
 
 /* The architecture named (llama, qwen3, phi3) into *arch. */

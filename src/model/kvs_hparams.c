@@ -28,7 +28,9 @@ typedef struct {
     int                  qkv_bias;
     int                  qk_norm;
     int                  fused;       /* fused_qkv and fused_gate_up */
-    int                  swa;         /* reads attention.sliding_window */
+    int                  swa;         /* attention.sliding_window: 0 not
+                                         read, 1 required or defaulted,
+                                         2 optional (llama) */
     int                  gemma;       /* GeGLU, post-norms, scaled
                                          embeddings: kvs_hp_gemma() */
     uint32_t             swa_period;  /* kvs_hparams_t's */
@@ -39,7 +41,7 @@ static const kvs_hp_arch_t  kvs_hp_archs[] = {
      * Qwen2 keeps Hugging Face's rotate_half halves and its biases;
      * Qwen3 drops the biases for per-head Q/K norms; Phi-3 stores Q, K,
      * V as one matrix and gate, up as another, and declares a window */
-    { "llama",  KVS_ARCH_LLAMA,  KVS_ROPE_NORM, 0, 0, 0, 0, 0, 0 },
+    { "llama",  KVS_ARCH_LLAMA,  KVS_ROPE_NORM, 0, 0, 0, 2, 0, 0 },
     { "qwen2",  KVS_ARCH_QWEN2,  KVS_ROPE_NEOX, 1, 0, 0, 0, 0, 0 },
     { "qwen3",  KVS_ARCH_QWEN3,  KVS_ROPE_NEOX, 0, 1, 0, 0, 0, 0 },
     { "phi3",   KVS_ARCH_PHI3,   KVS_ROPE_NEOX, 0, 0, 1, 1, 0, 0 },
@@ -326,13 +328,18 @@ kvs_hp_widths(kvs_hparams_t *hp, kvs_err_t *err)
 
 /*
  * "<arch>.attention.sliding_window" where the architecture declares one
- * (phi3): required there, as llama.cpp requires it (its older files'
- * defaults aside); a window at least the trained context is no window.
- * Elsewhere the key is not read: llama.cpp does not apply it to llama.
+ * (phi3, gemma3): required there, as llama.cpp requires it (its older
+ * files' defaults aside; gemma2's default is 4096).  For llama it is
+ * optional: Mistral 7B v0.1 has a window of 4096, which llama.cpp's
+ * converter does not write (and llama.cpp does not apply), so such files
+ * run unwindowed as there; a file that carries the key gets its window.
+ * A window at least the trained context is no window.
  */
 static int
 kvs_hp_window(kvs_hp_ctx_t *c, kvs_hparams_t *hp, int swa)
 {
+    int  rc;
+
     hp->n_swa = 0;
 
     if (!swa) {
@@ -340,11 +347,17 @@ kvs_hp_window(kvs_hp_ctx_t *c, kvs_hparams_t *hp, int swa)
     }
 
     /* gemma2's default is llama.cpp's (4096); gemma3 and phi3 need it */
-    if (kvs_hp_u32(c, "attention.sliding_window",
-                   hp->arch_id == KVS_ARCH_GEMMA2 ? 4096 : 0, UINT32_MAX,
-                   &hp->n_swa) != KVS_OK)
-    {
-        return c->err->code;
+    rc = kvs_hp_u32(c, "attention.sliding_window",
+                    hp->arch_id == KVS_ARCH_GEMMA2 ? 4096 : 0, UINT32_MAX,
+                    &hp->n_swa);
+    if (rc == KVS_ENOTFOUND && swa == 2) {
+        kvs_err_clear(c->err);
+        hp->n_swa = 0;
+        return KVS_OK;
+    }
+
+    if (rc != KVS_OK) {
+        return rc;
     }
 
     if (hp->n_swa >= hp->n_ctx_train) {

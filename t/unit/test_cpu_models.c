@@ -1,7 +1,7 @@
 /*
  * test_cpu_models: the CPU backend on seeded random models of several
  * shapes (kvs_gen): MHA, GQA, an odd head count (3 heads of 16, one KV
- * head), tied and untied output, with F32 and F16 weights, and BF16 /
+ * head), tied and untied output, a Mistral-style window of 7, with F32 and F16 weights, and BF16 /
  * Q8_0 as a smoke run; Llama, and the other architectures gen-model
  * writes: qwen3 (per-head Q/K norms, heads wider than embd / heads),
  * phi3 (fused QKV and gate/up, with and without a sliding window of 6
@@ -58,6 +58,7 @@ static const shape_t  shapes[] = {
     { "q3-hd", 2, 64, 4, 1, 96,  300, 0, KVS_ARCH_QWEN3, 32, 0 },
     { "phi3",  2, 64, 4, 2, 96,  300, 0, KVS_ARCH_PHI3, 0, 0 },
     { "phi3w", 2, 64, 4, 4, 96,  300, 0, KVS_ARCH_PHI3, 0, 6 },
+    { "mistw", 2, 64, 4, 2, 96,  300, 0, KVS_ARCH_LLAMA, 0, 7 },
     { "gem2w", 3, 64, 4, 2, 96,  300, 1, KVS_ARCH_GEMMA2, 32, 6 },
     { "gem3w", 7, 64, 4, 2, 96,  300, 1, KVS_ARCH_GEMMA3, 16, 5 },
 };
@@ -498,7 +499,7 @@ test_bf16_q8_0(void **state)
     check_model(&shapes[1], KVS_GGML_Q8_0);
     check_model(&shapes[4], KVS_GGML_Q8_0);
     check_model(&shapes[7], KVS_GGML_Q8_0);
-    check_model(&shapes[8], KVS_GGML_Q8_0);
+    check_model(&shapes[9], KVS_GGML_Q8_0);
 }
 
 

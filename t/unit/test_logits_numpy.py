@@ -6,7 +6,8 @@ the Hugging Face models define it, not from our C), and compares every
 position's logits with `kvserve logits` (env KVS_CLI, default
 build/kvserve).
 
-Architectures: llama; qwen2 (Q/K/V biases, NEOX RoPE); qwen3 (no
+Architectures: llama (with Mistral 7B v0.1's sliding window when the
+file declares llama.attention.sliding_window); qwen2 (Q/K/V biases, NEOX RoPE); qwen3 (no
 biases; each head of Q and K RMS-normed with attn_q_norm / attn_k_norm
 before RoPE; head size from key_length, which may differ from
 n_embd / n_head); phi3 (attn_qkv split Q, K, V by rows; ffn_up split
@@ -142,6 +143,9 @@ def hparams(meta, w):
     hp["window"] = get("attention.sliding_window",
                        4096 if arch == "gemma2" else None) \
         if arch in ("phi3", "gemma2", "gemma3") else 0
+    if arch == "llama":
+        # Mistral 7B v0.1's window, when a file carries it
+        hp["window"] = get("attention.sliding_window", 0)
     hp["period"] = {"gemma2": 2, "gemma3": 6}.get(arch, 0)
     hp["mscale"] = 1.0
     hp["gemma"] = arch in ("gemma2", "gemma3")
@@ -411,6 +415,8 @@ GEN = [
      "--kv-heads 5 --ffn 112 --vocab 320 --swa 7 --dtype f16"),
     ("phi3-swa9-q8_0", "--arch phi3 --layers 2 --dim 128 --heads 8 "
      "--kv-heads 2 --ffn 64 --vocab 300 --swa 9 --dtype q8_0"),
+    ("mistral-swa6-f32", "--layers 2 --dim 64 --heads 4 --kv-heads 2 "
+     "--ffn 96 --vocab 300 --swa 6 --dtype f32"),
     ("gemma2-swa6-f32", "--arch gemma2 --layers 3 --dim 64 --heads 4 "
      "--kv-heads 2 --head-dim 32 --ffn 96 --vocab 300 --swa 6 "
      "--dtype f32"),

@@ -1,7 +1,7 @@
 /*
  * test_model_arch: the qwen3, phi3, gemma2 and gemma3 layouts as
- * llama.cpp's converter writes them, from synthesized headers: what each architecture implies
- * (per-head Q/K norms, fused QKV and gate/up, the sliding window, the
+ * llama.cpp's converter writes them, from synthesized headers: what each
+ * architecture implies (per-head Q/K norms, fused QKV and gate/up, the sliding window, the
  * LongRoPE factor set), and every way a file can get them wrong refused
  * with an error naming the key or tensor: a tensor missing, of another
  * shape, a bias the forward has no place for, half of a LongRoPE pair.
@@ -422,6 +422,14 @@ test_gen_refusals(void **state)
     spec.n_swa = 8;
     assert_int_equal(kvs_gen_check(&spec, &err), KVS_EINVAL);
     assert_non_null(strstr(err.msg, "--swa"));
+
+    /* llama: a Mistral-style window when asked for (still 8 here), but
+     * no head size of its own */
+    spec.arch = KVS_ARCH_LLAMA;
+    assert_int_equal(kvs_gen_check(&spec, &err), KVS_EINVAL);
+    assert_non_null(strstr(err.msg, "--head-dim"));
+    spec.head_dim = 0;
+    assert_int_equal(kvs_gen_check(&spec, &err), KVS_OK);
 
     /* gemma: tied output, a window allowed */
     spec.arch = KVS_ARCH_GEMMA2;
