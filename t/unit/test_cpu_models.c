@@ -1,14 +1,14 @@
 /*
- * test_cpu_models: the CPU backend on seeded random models of several
- * shapes (kvs_gen): MHA, GQA, an odd head count (3 heads of 16, one KV
- * head), tied and untied output, a Mistral-style window of 7, with F32 and F16 weights, and BF16 /
- * Q8_0 as a smoke run; Llama, and the other architectures gen-model
- * writes: qwen3 (per-head Q/K norms, heads wider than embd / heads),
+ * test_cpu_models: the CPU backend on seeded random models of several shapes
+ * (kvs_gen): MHA, GQA, an odd head count (3 heads of 16, one KV head), tied
+ * and untied output, a Mistral-style window of 7, with F32 and F16 weights,
+ * and BF16 / Q8_0 as a smoke run; Llama, and the other architectures
+ * gen-model writes: qwen3 (per-head Q/K norms, heads wider than embd / heads),
  * phi3 (fused QKV and gate/up, with and without a sliding window of 6
- * positions, shorter than the sequences, so decode steps drop keys),
- * gemma2 and gemma3 (GeGLU, post-norms, soft-capping, windowed layers
- * of 6 and 5 positions between global ones, gemma3's own RoPE base on
- * the windowed ones).
+ * positions, shorter than the sequences, so decode steps drop keys), gemma2
+ * and gemma3 (GeGLU, post-norms, soft-capping, windowed layers of 6 and 5
+ * positions between global ones, gemma3's own RoPE base on the windowed
+ * ones).
  * For each model:
  *   (a) incremental decode over the paged cache gives the logits of a
  *       full recompute (a fresh cache, the whole sequence as one prefill

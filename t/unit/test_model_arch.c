@@ -1,11 +1,11 @@
 /*
- * test_model_arch: the qwen3, phi3, gemma2 and gemma3 layouts as
- * llama.cpp's converter writes them, from synthesized headers: what each
- * architecture implies (per-head Q/K norms, fused QKV and gate/up, the sliding window, the
- * LongRoPE factor set), and every way a file can get them wrong refused
+ * test_model_arch: the qwen3, phi3, gemma2 and gemma3 layouts as llama.cpp's
+ * converter writes them, from synthesized headers: what each architecture
+ * implies (per-head Q/K norms, fused QKV and gate/up, the sliding window,
+ * the LongRoPE factor set), and every way a file can get them wrong refused
  * with an error naming the key or tensor: a tensor missing, of another
- * shape, a bias the forward has no place for, half of a LongRoPE pair.
- * Also gen-model's refusals of specs llama.cpp would not load.
+ * shape, a bias the forward has no place for, half of a LongRoPE pair. Also
+ * gen-model's refusals of specs llama.cpp would not load.
  */
 
 #include "kvs_test.h"
