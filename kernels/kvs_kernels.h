@@ -104,6 +104,12 @@ int kvs_k_rmsnorm(void *out, int out_dtype, float *x, const float *r,
     const float *w, const int32_t *rows, uint32_t n, uint32_t d, float eps,
     cudaStream_t st);
 
+/* RMSNorm of each of the n_rows rows of d floats of x, in place, with
+ * one weight vector w [d] for every row: a per-head norm of q or k
+ * (rows = tokens x heads).  Same formula as kvs_k_rmsnorm. */
+int kvs_k_headnorm(float *x, const float *w, uint32_t n_rows, uint32_t d,
+    float eps, cudaStream_t st);
+
 /* dst[i] = src[i] converted to dtype (round to nearest even); n elements. */
 int kvs_k_convert(void *dst, int dtype, const float *src, size_t n,
     cudaStream_t st);

@@ -248,21 +248,28 @@ kvs_backend_new(kvs_backend_t **out, const kvs_model_t *m,
             }
 
             rc = fn(out, m, &cc, err);
-            if (rc != KVS_OK) {
-                *out = NULL;
+            if (rc == KVS_OK) {
+                snprintf(info->reason, sizeof(info->reason), "%s",
+                         conf->kind == KVS_BACKEND_AUTO
+                         ? "auto: a device answered" : "asked for");
+                return KVS_OK;
+            }
+
+            *out = NULL;
+
+            if (rc != KVS_EUNSUPPORTED || conf->kind != KVS_BACKEND_AUTO) {
                 kvs_err_prefix(err, "backend cuda (device %d)",
                                conf->device);
                 return rc;
             }
 
-            snprintf(info->reason, sizeof(info->reason), "%s",
-                     conf->kind == KVS_BACKEND_AUTO
-                     ? "auto: a device answered" : "asked for");
-
-            return KVS_OK;
+            /* a model the device does not compute (a phi3 window):
+             * auto takes the CPU, saying why */
+            snprintf(why, sizeof(why), "%.200s", err->msg);
+            kvs_err_clear(err);
         }
 
-        /* a device, but no backend to drive it */
+        /* a device, but no backend to drive it (or this model) */
         info->kind = KVS_BACKEND_CPU;
         snprintf(info->reason, sizeof(info->reason), "%s", why);
     }

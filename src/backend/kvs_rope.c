@@ -17,7 +17,11 @@
  *     linear ramp over pair index, and mscale = attn_factor *
  *     (1 + 0.1 ln factor) for factor > 1.  The GGUF attn_factor (default
  *     1) multiplies the logarithmic term as ggml does, so with the
- *     default the result is HF's default attention_factor.
+ *     default the result is HF's default attention_factor;
+ *   - longrope (Phi-3): per-pair divisors of the frequency (the long or
+ *     short factor tensor, chosen once by the hyper-parameters) and
+ *     mscale = the GGUF attn_factor, sqrt(1 + ln(s) / ln(orig_ctx)) as
+ *     llama.cpp's converter computes it from HF's config.
  *
  * Precision: inv_freq and the angle pos * inv_freq are doubles, and cos,
  * sin and the rotation are done in double before rounding to float, so
@@ -57,9 +61,17 @@ kvs_rope_check(const kvs_hparams_t *hp, kvs_err_t *err)
         return KVS_OK;
     }
 
-    if (hp->rope_scaling == KVS_ROPE_SCALING_LONGROPE) {
+    /* longrope is its factor tensors (kvs_rope_set_freq_factors) and
+     * attn_factor; the hyper-parameters insist on the tensors */
+    if (hp->rope_scaling == KVS_ROPE_SCALING_LONGROPE
+        && hp->rope_longrope == 0)
+    {
         return kvs_err_set(err, KVS_EUNSUPPORTED, "RoPE scaling 'longrope' "
-                           "is not supported (none, linear, yarn, llama3)");
+                           "needs its factor tensors");
+    }
+
+    if (hp->rope_scaling == KVS_ROPE_SCALING_LONGROPE) {
+        return KVS_OK;
     }
 
     if (hp->rope_scaling != KVS_ROPE_SCALING_LINEAR
@@ -241,6 +253,12 @@ kvs_rope_init(kvs_rope_t *rope, const kvs_hparams_t *hp, kvs_err_t *err)
 
     default:
         break;
+    }
+
+    /* phi3's LongRoPE: the factors come as a tensor; its attn_factor
+     * multiplies cos and sin as ggml's rope does without YaRN ramps */
+    if (hp->rope_longrope != 0) {
+        rope->mscale = hp->rope_attn_factor;
     }
 
     return KVS_OK;

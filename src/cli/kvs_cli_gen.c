@@ -1,6 +1,9 @@
 /*
  * kvs_cli_gen: `kvserve gen-model`: option parsing over kvs_gen.  A preset
- * (default "tiny") sets every shape; explicit options override it.
+ * (default "tiny") sets every shape; explicit options override it;
+ * --arch (llama, qwen3, phi3, gemma2, gemma3) picks the layout, default
+ * llama; without --tied, the output is the architecture's (gemma tied,
+ * phi3 its own).
  */
 
 #include <errno.h>
@@ -37,7 +40,7 @@ kvs_cli_u64(const char *opt, const char *s, uint64_t max, uint64_t *v)
 int
 kvs_cli_gen_model(int argc, char **argv)
 {
-    int                      i, have_seed, t;
+    int                      i, have_seed, have_tied, t;
     char                     names[KVS_QUANT_NAMES_LEN];
     uint64_t                 v;
     uint32_t                *field;
@@ -59,6 +62,7 @@ kvs_cli_gen_model(int argc, char **argv)
     }
 
     have_seed = 0;
+    have_tied = 0;
     out = NULL;
 
     for (i = 1; i < argc; i++) {
@@ -98,6 +102,15 @@ kvs_cli_gen_model(int argc, char **argv)
             field = &spec.n_vocab;
         } else if (strcmp(opt, "--ctx") == 0) {
             field = &spec.n_ctx;
+        } else if (strcmp(opt, "--head-dim") == 0) {
+            field = &spec.head_dim;
+        } else if (strcmp(opt, "--swa") == 0) {
+            field = &spec.n_swa;
+        } else if (strcmp(opt, "--arch") == 0) {
+            if (kvs_gen_arch(val, &spec.arch, &err) != KVS_OK) {
+                fprintf(stderr, "kvserve gen-model: %s\n", err.msg);
+                return 2;
+            }
         } else if (strcmp(opt, "--seed") == 0) {
             if (kvs_cli_u64(opt, val, UINT64_MAX, &spec.seed) != 0) {
                 return 2;
@@ -108,6 +121,7 @@ kvs_cli_gen_model(int argc, char **argv)
                 return 2;
             }
             spec.tied = (int) v;
+            have_tied = 1;
         } else if (strcmp(opt, "--dtype") == 0) {
             /* any type of the table that has a quantizer */
             t = kvs_ggml_type_from_name(val);
@@ -136,6 +150,16 @@ kvs_cli_gen_model(int argc, char **argv)
                 return 2;
             }
             *field = (uint32_t) v;
+        }
+    }
+
+    /* the output the architecture has, unless --tied says otherwise
+     * (then kvs_gen_check says why not) */
+    if (!have_tied) {
+        if (spec.arch == KVS_ARCH_GEMMA2 || spec.arch == KVS_ARCH_GEMMA3) {
+            spec.tied = 1;
+        } else if (spec.arch == KVS_ARCH_PHI3) {
+            spec.tied = 0;
         }
     }
 

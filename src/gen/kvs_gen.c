@@ -1,9 +1,25 @@
 /*
  * kvs_gen: presets, checks, metadata and seeded weights of generated
- * Llama models (see kvs_gen.h).  Weight matrices are uniform with standard
- * deviation 0.02 (GPT-2's initialisation); norm weights are 1 and always
- * F32, as llama.cpp stores 1-D tensors.
+ * models (see kvs_gen.h).  Weight matrices are uniform with standard
+ * deviation 0.02 (GPT-2's initialisation); norm weights are always F32,
+ * as llama.cpp stores 1-D tensors: 1 for llama (the files tests have
+ * always made), uniform in [0.8, 1.2] for the other architectures, so
+ * that a norm applied to the wrong vector, or not at all, shows in the
+ * logits.
+ *
+ * Layouts, as llama.cpp's converter writes them: llama and qwen3 keep
+ * attn_q/k/v and ffn_gate/up apart, qwen3 adds attn_q_norm/attn_k_norm
+ * [head_dim] per layer and no biases; phi3 fuses attn_qkv (rows Q, K, V)
+ * and ffn_up (rows gate, then up), has no tied output, and declares
+ * phi3.attention.sliding_window (llama too, Mistral-style, with --swa:
+ * the key kvserve reads, though llama.cpp's converter does not write it
+ * for Mistral 7B v0.1); gemma2 and gemma3 add
+ * post_attention_norm and post_ffw_norm per layer, tie the output, and
+ * write key_length, the window and (gemma2) both soft-caps; gemma3 has
+ * qwen3's per-head norms too.
  */
+
+#define KVS_GEN_GEMMA(a)  ((a) == KVS_ARCH_GEMMA2 || (a) == KVS_ARCH_GEMMA3)
 
 #include <ctype.h>
 #include <math.h>
@@ -30,9 +46,9 @@ typedef struct {
 
 static const kvs_gen_preset_t  kvs_gen_presets[] = {
     /*                 name  L   embd  H   KV  ffn   vocab  ctx */
-    { "tiny",  { "", 2,  64,  4,  2, 192,  512,   512,  0, 0, 0 } },
-    { "small", { "", 4,  256, 8,  4, 768,  2048,  2048, 0, 0, 0 } },
-    { "100m",  { "", 12, 768, 12, 4, 2048, 32000, 4096, 0, 1, 0 } },
+    { "tiny",  { "", 2,  64,  4,  2, 192,  512,   512,  0, 0, 0, 0, 0, 0 } },
+    { "small", { "", 4,  256, 8,  4, 768,  2048,  2048, 0, 0, 0, 0, 0, 0 } },
+    { "100m",  { "", 12, 768, 12, 4, 2048, 32000, 4096, 0, 1, 0, 0, 0, 0 } },
 };
 
 
@@ -57,6 +73,59 @@ kvs_gen_preset(kvs_gen_spec_t *spec, const char *preset, kvs_err_t *err)
 }
 
 
+static const struct {
+    const char  *name;
+    kvs_arch_t   arch;
+} kvs_gen_archs[] = {
+    { "llama", KVS_ARCH_LLAMA },
+    { "qwen3", KVS_ARCH_QWEN3 },
+    { "phi3",  KVS_ARCH_PHI3 },
+    { "gemma2", KVS_ARCH_GEMMA2 },
+    { "gemma3", KVS_ARCH_GEMMA3 },
+};
+
+
+static const char *
+kvs_gen_arch_name(kvs_arch_t arch)
+{
+    size_t  i;
+
+    for (i = 0; i < sizeof(kvs_gen_archs) / sizeof(kvs_gen_archs[0]); i++) {
+        if (kvs_gen_archs[i].arch == arch) {
+            return kvs_gen_archs[i].name;
+        }
+    }
+
+    return NULL;
+}
+
+
+int
+kvs_gen_arch(const char *name, kvs_arch_t *arch, kvs_err_t *err)
+{
+    size_t  i;
+
+    for (i = 0; i < sizeof(kvs_gen_archs) / sizeof(kvs_gen_archs[0]); i++) {
+        if (strcmp(kvs_gen_archs[i].name, name) == 0) {
+            *arch = kvs_gen_archs[i].arch;
+            return KVS_OK;
+        }
+    }
+
+    return kvs_err_set(err, KVS_EINVAL, "--arch \"%s\" is not one "
+                       "gen-model writes (llama, qwen3, phi3, gemma2, "
+                       "gemma3)", name);
+}
+
+
+/* The per-head width the spec implies. */
+static uint32_t
+kvs_gen_head_dim(const kvs_gen_spec_t *s)
+{
+    return s->head_dim != 0 ? s->head_dim : s->n_embd / s->n_head;
+}
+
+
 int
 kvs_gen_check(const kvs_gen_spec_t *spec, kvs_err_t *err)
 {
@@ -70,13 +139,43 @@ kvs_gen_check(const kvs_gen_spec_t *spec, kvs_err_t *err)
                            spec->n_layer);
     }
 
-    if (spec->n_head == 0 || spec->n_embd == 0
-        || spec->n_embd % spec->n_head != 0
-        || (spec->n_embd / spec->n_head) % 2 != 0)
+    if (kvs_gen_arch_name(spec->arch) == NULL) {
+        return kvs_err_set(err, KVS_EINVAL, "--arch: architecture %d is "
+                           "not one gen-model writes", (int) spec->arch);
+    }
+
+    if (spec->head_dim != 0) {
+        if ((spec->arch != KVS_ARCH_QWEN3 && !KVS_GEN_GEMMA(spec->arch))
+            || spec->head_dim % 2 != 0 || spec->head_dim > 1024
+            || spec->n_head == 0 || spec->n_head > 256)
+        {
+            return kvs_err_set(err, KVS_EINVAL, "--head-dim %u: qwen3 "
+                               "and gemma only, even, at most 1024, with "
+                               "1..256 --heads", spec->head_dim);
+        }
+
+    } else if (spec->n_head == 0 || spec->n_embd == 0
+               || spec->n_embd % spec->n_head != 0
+               || (spec->n_embd / spec->n_head) % 2 != 0)
     {
         return kvs_err_set(err, KVS_EINVAL, "--dim %u must be a positive "
                            "multiple of --heads %u with an even head size",
                            spec->n_embd, spec->n_head);
+    }
+
+    if (spec->arch == KVS_ARCH_PHI3 && spec->tied) {
+        return kvs_err_set(err, KVS_EINVAL, "--tied 1: phi3 has an output "
+                           "matrix of its own (llama.cpp requires it)");
+    }
+
+    if (KVS_GEN_GEMMA(spec->arch) && !spec->tied) {
+        return kvs_err_set(err, KVS_EINVAL, "--tied 0: gemma ties its "
+                           "output to the embeddings");
+    }
+
+    if (spec->n_swa != 0 && spec->arch == KVS_ARCH_QWEN3) {
+        return kvs_err_set(err, KVS_EINVAL, "--swa %u: qwen3 declares no "
+                           "sliding window", spec->n_swa);
     }
 
     if (spec->n_embd > 16384 || spec->n_ff == 0 || spec->n_ff > 65536) {
@@ -109,15 +208,18 @@ kvs_gen_check(const kvs_gen_spec_t *spec, kvs_err_t *err)
     /* every matrix's rows are n_embd or n_ff long; the type named as
      * --dtype takes it, in lower case */
     info = kvs_ggml_type_info(spec->dtype);
-    if (spec->n_embd % info->block || spec->n_ff % info->block) {
+    if (spec->n_embd % info->block || spec->n_ff % info->block
+        || (spec->n_head * kvs_gen_head_dim(spec)) % info->block)
+    {
         for (i = 0; info->name[i] != '\0' && i + 1 < sizeof(name); i++) {
             name[i] = (char) tolower((unsigned char) info->name[i]);
         }
         name[i] = '\0';
 
-        return kvs_err_set(err, KVS_EINVAL, "--dtype %s needs --dim (%u) "
-                           "and --ffn (%u) to be multiples of %u", name,
-                           spec->n_embd, spec->n_ff, info->block);
+        return kvs_err_set(err, KVS_EINVAL, "--dtype %s needs --dim (%u), "
+                           "--ffn (%u) and heads x head size to be "
+                           "multiples of %u", name, spec->n_embd,
+                           spec->n_ff, info->block);
     }
 
     return KVS_OK;
@@ -128,9 +230,16 @@ static void
 kvs_gen_metadata(kvs_gguf_writer_t *w, const kvs_gen_spec_t *s,
     const kvs_gen_vocab_t *v)
 {
-    uint32_t  i;
+    char         key[96];
+    uint32_t     i;
+    const char  *a;
 
-    kvs_gguf_set_str(w, "general.architecture", "llama");
+    a = kvs_gen_arch_name(s->arch);
+
+#define KVS_GEN_KEY(name)                                                    \
+    (snprintf(key, sizeof(key), "%s." name, a), key)
+
+    kvs_gguf_set_str(w, "general.architecture", a);
     kvs_gguf_set_str(w, "general.name", s->name);
     kvs_gguf_set_u32(w, "general.file_type", kvs_quant_mix_ftype(s->dtype));
     if (kvs_ggml_type_info(s->dtype)->block > 1) {
@@ -140,16 +249,39 @@ kvs_gen_metadata(kvs_gguf_writer_t *w, const kvs_gen_spec_t *s,
     kvs_gguf_w_key(w, "kvserve.generator.seed", KVS_GGUF_U64);
     kvs_gguf_w_scalar(w, KVS_GGUF_U64, &s->seed);
 
-    kvs_gguf_set_u32(w, "llama.context_length", s->n_ctx);
-    kvs_gguf_set_u32(w, "llama.embedding_length", s->n_embd);
-    kvs_gguf_set_u32(w, "llama.block_count", s->n_layer);
-    kvs_gguf_set_u32(w, "llama.feed_forward_length", s->n_ff);
-    kvs_gguf_set_u32(w, "llama.rope.dimension_count", s->n_embd / s->n_head);
-    kvs_gguf_set_u32(w, "llama.attention.head_count", s->n_head);
-    kvs_gguf_set_u32(w, "llama.attention.head_count_kv", s->n_head_kv);
-    kvs_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    kvs_gguf_set_f32(w, "llama.rope.freq_base", 10000.0f);
-    kvs_gguf_set_u32(w, "llama.vocab_size", s->n_vocab);
+    kvs_gguf_set_u32(w, KVS_GEN_KEY("context_length"), s->n_ctx);
+    kvs_gguf_set_u32(w, KVS_GEN_KEY("embedding_length"), s->n_embd);
+    kvs_gguf_set_u32(w, KVS_GEN_KEY("block_count"), s->n_layer);
+    kvs_gguf_set_u32(w, KVS_GEN_KEY("feed_forward_length"), s->n_ff);
+    kvs_gguf_set_u32(w, KVS_GEN_KEY("rope.dimension_count"),
+                     kvs_gen_head_dim(s));
+    kvs_gguf_set_u32(w, KVS_GEN_KEY("attention.head_count"), s->n_head);
+    kvs_gguf_set_u32(w, KVS_GEN_KEY("attention.head_count_kv"),
+                     s->n_head_kv);
+    if (s->head_dim != 0 || KVS_GEN_GEMMA(s->arch)) {
+        kvs_gguf_set_u32(w, KVS_GEN_KEY("attention.key_length"),
+                         kvs_gen_head_dim(s));
+        kvs_gguf_set_u32(w, KVS_GEN_KEY("attention.value_length"),
+                         kvs_gen_head_dim(s));
+    }
+    kvs_gguf_set_f32(w, KVS_GEN_KEY("attention.layer_norm_rms_epsilon"),
+                     s->arch == KVS_ARCH_LLAMA ? 1e-5f : 1e-6f);
+    kvs_gguf_set_f32(w, KVS_GEN_KEY("rope.freq_base"),
+                     s->arch == KVS_ARCH_QWEN3 || s->arch == KVS_ARCH_GEMMA3
+                     ? 1000000.0f : 10000.0f);
+    if (s->arch == KVS_ARCH_GEMMA2) {
+        kvs_gguf_set_f32(w, KVS_GEN_KEY("attn_logit_softcapping"), 50.0f);
+        kvs_gguf_set_f32(w, KVS_GEN_KEY("final_logit_softcapping"), 30.0f);
+    }
+    if (s->arch == KVS_ARCH_PHI3 || KVS_GEN_GEMMA(s->arch)
+        || (s->arch == KVS_ARCH_LLAMA && s->n_swa != 0))
+    {
+        kvs_gguf_set_u32(w, KVS_GEN_KEY("attention.sliding_window"),
+                         s->n_swa != 0 ? s->n_swa : s->n_ctx);
+    }
+    kvs_gguf_set_u32(w, KVS_GEN_KEY("vocab_size"), s->n_vocab);
+
+#undef KVS_GEN_KEY
 
     kvs_gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
     kvs_gguf_set_str(w, "tokenizer.ggml.pre", "llama-bpe");
@@ -196,9 +328,11 @@ static void
 kvs_gen_tensors(kvs_gguf_writer_t *w, const kvs_gen_spec_t *s)
 {
     char      n[64];
-    uint32_t  l, hd, t;
+    uint32_t  l, hd, q, kv, t;
 
-    hd = s->n_embd / s->n_head;
+    hd = kvs_gen_head_dim(s);
+    q = hd * s->n_head;
+    kv = hd * s->n_head_kv;
     t = s->dtype;
 
     kvs_gen_tensor(w, "token_embd.weight", t, s->n_embd, s->n_vocab);
@@ -209,14 +343,40 @@ kvs_gen_tensors(kvs_gguf_writer_t *w, const kvs_gen_spec_t *s)
         kvs_gen_tensor(w, n, type, ne0, ne1)
 
         KVS_GEN_BLK("attn_norm.weight", KVS_GGML_F32, s->n_embd, 0);
-        KVS_GEN_BLK("attn_q.weight", t, s->n_embd, s->n_embd);
-        KVS_GEN_BLK("attn_k.weight", t, s->n_embd, hd * s->n_head_kv);
-        KVS_GEN_BLK("attn_v.weight", t, s->n_embd, hd * s->n_head_kv);
-        KVS_GEN_BLK("attn_output.weight", t, s->n_embd, s->n_embd);
+
+        if (s->arch == KVS_ARCH_PHI3) {
+            KVS_GEN_BLK("attn_qkv.weight", t, s->n_embd, q + 2 * kv);
+
+        } else {
+            KVS_GEN_BLK("attn_q.weight", t, s->n_embd, q);
+            KVS_GEN_BLK("attn_k.weight", t, s->n_embd, kv);
+            KVS_GEN_BLK("attn_v.weight", t, s->n_embd, kv);
+        }
+
+        if (s->arch == KVS_ARCH_QWEN3 || s->arch == KVS_ARCH_GEMMA3) {
+            KVS_GEN_BLK("attn_q_norm.weight", KVS_GGML_F32, hd, 0);
+            KVS_GEN_BLK("attn_k_norm.weight", KVS_GGML_F32, hd, 0);
+        }
+
+        KVS_GEN_BLK("attn_output.weight", t, q, s->n_embd);
+        if (KVS_GEN_GEMMA(s->arch)) {
+            KVS_GEN_BLK("post_attention_norm.weight", KVS_GGML_F32,
+                        s->n_embd, 0);
+        }
         KVS_GEN_BLK("ffn_norm.weight", KVS_GGML_F32, s->n_embd, 0);
-        KVS_GEN_BLK("ffn_gate.weight", t, s->n_embd, s->n_ff);
-        KVS_GEN_BLK("ffn_down.weight", t, s->n_ff, s->n_embd);
-        KVS_GEN_BLK("ffn_up.weight", t, s->n_embd, s->n_ff);
+        if (KVS_GEN_GEMMA(s->arch)) {
+            KVS_GEN_BLK("post_ffw_norm.weight", KVS_GGML_F32, s->n_embd, 0);
+        }
+
+        if (s->arch == KVS_ARCH_PHI3) {
+            KVS_GEN_BLK("ffn_down.weight", t, s->n_ff, s->n_embd);
+            KVS_GEN_BLK("ffn_up.weight", t, s->n_embd, 2 * s->n_ff);
+
+        } else {
+            KVS_GEN_BLK("ffn_gate.weight", t, s->n_embd, s->n_ff);
+            KVS_GEN_BLK("ffn_down.weight", t, s->n_ff, s->n_embd);
+            KVS_GEN_BLK("ffn_up.weight", t, s->n_embd, s->n_ff);
+        }
 #undef KVS_GEN_BLK
     }
 
@@ -252,14 +412,16 @@ kvs_gen_fill(void *ctx, const char *name, void *dst, uint64_t nbytes,
     s = c->spec;
     len = strlen(name);
 
+    rng = kvs_fnv1a64(s->seed, name, len);
+
     if (len > 11 && strcmp(name + len - 11, "norm.weight") == 0) {
         for (i = 0; i < nbytes / 4; i++) {
-            ((float *) dst)[i] = 1.0f;
+            ((float *) dst)[i] = s->arch == KVS_ARCH_LLAMA ? 1.0f
+                : 1.0f + 0.2f * (2.0f * (float) (kvs_splitmix64(&rng) >> 40)
+                                 / (float) (1 << 24) - 1.0f);
         }
         return KVS_OK;
     }
-
-    rng = kvs_fnv1a64(s->seed, name, len);
 
     ti = kvs_ggml_type_info(s->dtype);
     nelem = nbytes / ti->size * ti->block;

@@ -1,6 +1,7 @@
 /*
- * kvs_gen: writes a Llama-architecture GGUF model of any shape with seeded
- * random weights, a byte-level BPE vocabulary (kvs_gen_vocab) and the
+ * kvs_gen: writes a GGUF model of any shape of a supported architecture
+ * (llama, qwen3, phi3: the tensor names and metadata keys llama.cpp's
+ * converter writes and its loader reads) with seeded random weights, a byte-level BPE vocabulary (kvs_gen_vocab) and the
  * Llama 3 chat template: the model tests use, and the default that
  * `make run` serves until a trained default exists.
  *
@@ -14,6 +15,7 @@
 #include <stdint.h>
 
 #include "base/kvs_err.h"
+#include "model/kvs_hparams.h"
 
 typedef struct {
     char       name[64];              /* general.name */
@@ -27,7 +29,17 @@ typedef struct {
     uint32_t   dtype;                 /* any kvs_quant type it can make */
     int        tied;                  /* no output.weight */
     uint64_t   seed;
+    kvs_arch_t arch;                  /* KVS_ARCH_LLAMA (0), QWEN3 or
+                                         PHI3 */
+    uint32_t   head_dim;              /* 0: n_embd / n_head; else written
+                                         as attention.key_length (qwen3) */
+    uint32_t   n_swa;                 /* attention.sliding_window (phi3,
+                                         gemma: 0 writes n_ctx, no
+                                         window; llama: 0 writes none) */
 } kvs_gen_spec_t;
+
+/* The architecture named (llama, qwen3, phi3) into *arch. */
+int kvs_gen_arch(const char *name, kvs_arch_t *arch, kvs_err_t *err);
 
 /* Fills spec from a preset: "tiny", "small" or "100m". */
 int kvs_gen_preset(kvs_gen_spec_t *spec, const char *preset, kvs_err_t *err);

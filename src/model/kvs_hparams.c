@@ -26,14 +26,32 @@ typedef struct {
     kvs_arch_t           id;
     kvs_rope_pairing_t   rope_pairing;
     int                  qkv_bias;
+    int                  qk_norm;
+    int                  fused;       /* fused_qkv and fused_gate_up */
+    int                  swa;         /* attention.sliding_window: 0 not
+                                         read, 1 required or defaulted,
+                                         2 optional (llama) */
+    int                  gemma;       /* GeGLU, post-norms, scaled
+                                         embeddings: kvs_hp_gemma() */
+    uint32_t             swa_period;  /* kvs_hparams_t's */
 } kvs_hp_arch_t;
 
 static const kvs_hp_arch_t  kvs_hp_archs[] = {
     /* llama.cpp's converter permutes Llama's Q/K rows for adjacent pairs;
-     * Qwen2 keeps Hugging Face's rotate_half halves and its biases */
-    { "llama", KVS_ARCH_LLAMA, KVS_ROPE_NORM, 0 },
-    { "qwen2", KVS_ARCH_QWEN2, KVS_ROPE_NEOX, 1 },
+     * Qwen2 keeps Hugging Face's rotate_half halves and its biases;
+     * Qwen3 drops the biases for per-head Q/K norms; Phi-3 stores Q, K,
+     * V as one matrix and gate, up as another, and declares a window */
+    { "llama",  KVS_ARCH_LLAMA,  KVS_ROPE_NORM, 0, 0, 0, 2, 0, 0 },
+    { "qwen2",  KVS_ARCH_QWEN2,  KVS_ROPE_NEOX, 1, 0, 0, 0, 0, 0 },
+    { "qwen3",  KVS_ARCH_QWEN3,  KVS_ROPE_NEOX, 0, 1, 0, 0, 0, 0 },
+    { "phi3",   KVS_ARCH_PHI3,   KVS_ROPE_NEOX, 0, 0, 1, 1, 0, 0 },
+    /* Gemma 2 alternates windowed and global layers, the window first;
+     * Gemma 3 has five windowed layers to a global one, and Q/K norms */
+    { "gemma2", KVS_ARCH_GEMMA2, KVS_ROPE_NEOX, 0, 0, 0, 1, 1, 2 },
+    { "gemma3", KVS_ARCH_GEMMA3, KVS_ROPE_NEOX, 0, 1, 0, 1, 1, 6 },
 };
+
+#define KVS_HP_ARCH_NAMES  "llama, qwen2, qwen3, phi3, gemma2, gemma3"
 
 
 typedef struct {
@@ -308,6 +326,176 @@ kvs_hp_widths(kvs_hparams_t *hp, kvs_err_t *err)
 }
 
 
+/*
+ * "<arch>.attention.sliding_window" where the architecture declares one
+ * (phi3, gemma3): required there, as llama.cpp requires it (its older
+ * files' defaults aside; gemma2's default is 4096).  For llama it is
+ * optional: Mistral 7B v0.1 has a window of 4096, which llama.cpp's
+ * converter does not write (and llama.cpp does not apply), so such files
+ * run unwindowed as there; a file that carries the key gets its window.
+ * A window at least the trained context is no window.
+ */
+static int
+kvs_hp_window(kvs_hp_ctx_t *c, kvs_hparams_t *hp, int swa)
+{
+    int  rc;
+
+    hp->n_swa = 0;
+
+    if (!swa) {
+        return KVS_OK;
+    }
+
+    /* gemma2's default is llama.cpp's (4096); gemma3 and phi3 need it */
+    rc = kvs_hp_u32(c, "attention.sliding_window",
+                    hp->arch_id == KVS_ARCH_GEMMA2 ? 4096 : 0, UINT32_MAX,
+                    &hp->n_swa);
+    if (rc == KVS_ENOTFOUND && swa == 2) {
+        kvs_err_clear(c->err);
+        hp->n_swa = 0;
+        return KVS_OK;
+    }
+
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    if (hp->n_swa >= hp->n_ctx_train) {
+        hp->n_swa = 0;
+    }
+
+    return KVS_OK;
+}
+
+
+/*
+ * Phi-3's LongRoPE as llama.cpp's converter writes it: no scaling type,
+ * but rope_factors_long / rope_factors_short tensors (n_rot / 2 each),
+ * "<arch>.rope.scaling.attn_factor" and the original context.  The set
+ * is llama.cpp's choice for a context of n_ctx_train: the long factors
+ * once it exceeds the original context.  It is fixed at load, so a
+ * cached block's keys never change meaning (Hugging Face switches per
+ * sequence length instead, which no KV cache survives).
+ */
+static int
+kvs_hp_longrope(kvs_hp_ctx_t *c, kvs_hparams_t *hp)
+{
+    int  rc, has_long, has_short;
+
+    has_long = kvs_gguf_find_tensor(c->g, "rope_factors_long.weight")
+               != NULL;
+    has_short = kvs_gguf_find_tensor(c->g, "rope_factors_short.weight")
+                != NULL;
+
+    hp->rope_longrope = 0;
+
+    if (!has_long && !has_short) {
+        if (hp->rope_scaling == KVS_ROPE_SCALING_LONGROPE) {
+            return kvs_err_set(c->err, KVS_EFORMAT, "%s: RoPE scaling "
+                               "'longrope' without rope_factors_long and "
+                               "rope_factors_short tensors", hp->arch);
+        }
+        return KVS_OK;
+    }
+
+    if (!has_long || !has_short || hp->has_rope_freqs) {
+        return kvs_err_set(c->err, KVS_EFORMAT, "%s: tensors "
+                           "rope_factors_long and rope_factors_short go "
+                           "together, without rope_freqs", hp->arch);
+    }
+
+    if (hp->rope_scaling != KVS_ROPE_SCALING_NONE
+        && hp->rope_scaling != KVS_ROPE_SCALING_LONGROPE)
+    {
+        return kvs_err_set(c->err, KVS_EFORMAT, "%s: LongRoPE factor "
+                           "tensors with RoPE scaling '%s'", hp->arch,
+                           kvs_rope_scaling_name(hp->rope_scaling));
+    }
+
+    rc = kvs_hp_u32(c, "rope.scaling.original_context_length", 0,
+                    KVS_HP_MAX_CTX, &hp->rope_orig_ctx);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    if (kvs_hp_float(c, "rope.scaling.attn_factor", 0, 1.0,
+                     &hp->rope_attn_factor) != KVS_OK)
+    {
+        return c->err->code;
+    }
+
+    if (hp->rope_attn_factor <= 0.0) {
+        return kvs_err_set(c->err, KVS_ERANGE, "%s.rope.scaling.attn_factor "
+                           "%g is not positive", hp->arch,
+                           hp->rope_attn_factor);
+    }
+
+    hp->rope_longrope = hp->n_ctx_train > hp->rope_orig_ctx ? 2 : 1;
+
+    return KVS_OK;
+}
+
+
+/*
+ * The Gemma 2 / Gemma 3 facts, as llama.cpp's converter writes and its
+ * loader reads them.  The norm weights need nothing here: the converter
+ * stores Gemma's (1 + w) already added.  The query scale: the model's
+ * "<arch>.attention.scale" when present, else llama.cpp's rule, which
+ * the converter leaves to the loader: 1/sqrt(n_embd / n_head) for the
+ * 27B models (46 layers for gemma2, 62 for gemma3; their
+ * query_pre_attn_scalar), 1/sqrt(head size) for the others.
+ * Soft-capping: gemma2's attn_logit_softcapping and
+ * final_logit_softcapping (llama.cpp's defaults 50 and 30 when absent);
+ * gemma3 has none.  Gemma 3's windowed layers rotate with base 10000,
+ * unscaled.
+ */
+static int
+kvs_hp_gemma(kvs_hp_ctx_t *c, kvs_hparams_t *hp)
+{
+    uint32_t  big;
+
+    hp->geglu = 1;
+    hp->post_norms = 1;
+    hp->embd_scale = sqrt((double) hp->n_embd);
+
+    big = hp->arch_id == KVS_ARCH_GEMMA2 ? 46 : 62;
+    /* in float, as llama.cpp forms it */
+    hp->attn_scale = hp->n_layer == big
+                     ? 1.0f / sqrtf((float) (hp->n_embd / hp->n_head))
+                     : 1.0f / sqrtf((float) hp->head_dim_k);
+
+    if (kvs_hp_float(c, "attention.scale", 0, hp->attn_scale,
+                     &hp->attn_scale) != KVS_OK)
+    {
+        return c->err->code;
+    }
+
+    if (hp->arch_id == KVS_ARCH_GEMMA2) {
+        if (kvs_hp_float(c, "attn_logit_softcapping", 0, 50.0,
+                         &hp->attn_softcap) != KVS_OK
+            || kvs_hp_float(c, "final_logit_softcapping", 0, 30.0,
+                            &hp->final_softcap) != KVS_OK)
+        {
+            return c->err->code;
+        }
+
+    } else {
+        hp->rope_base_swa = 10000.0;
+    }
+
+    if (hp->attn_scale <= 0.0 || hp->attn_softcap < 0.0
+        || hp->final_softcap < 0.0)
+    {
+        return kvs_err_set(c->err, KVS_ERANGE, "%s: attention scale %g "
+                           "must be positive, soft-caps %g and %g not "
+                           "negative", hp->arch, hp->attn_scale,
+                           hp->attn_softcap, hp->final_softcap);
+    }
+
+    return KVS_OK;
+}
+
+
 int
 kvs_hparams_read(kvs_hparams_t *hp, const kvs_gguf_t *g, kvs_err_t *err)
 {
@@ -347,7 +535,7 @@ kvs_hparams_read(kvs_hparams_t *hp, const kvs_gguf_t *g, kvs_err_t *err)
 
     if (known == NULL) {
         return kvs_err_set(err, KVS_EUNSUPPORTED, "architecture '%.*s' is "
-                           "not supported (llama, qwen2)",
+                           "not supported (" KVS_HP_ARCH_NAMES ")",
                            (int) (arch.len > 40 ? 40 : arch.len), arch.ptr);
     }
 
@@ -356,6 +544,10 @@ kvs_hparams_read(kvs_hparams_t *hp, const kvs_gguf_t *g, kvs_err_t *err)
     hp->arch_id = known->id;
     hp->rope_pairing = known->rope_pairing;
     hp->qkv_bias = known->qkv_bias;
+    hp->qk_norm = known->qk_norm;
+    hp->fused_qkv = known->fused;
+    hp->fused_gate_up = known->fused;
+    hp->swa_period = known->swa_period;
 
     c.g = g;
     c.arch = hp->arch;
@@ -429,8 +621,24 @@ kvs_hparams_read(kvs_hparams_t *hp, const kvs_gguf_t *g, kvs_err_t *err)
         return err->code;
     }
 
+    if (kvs_hp_window(&c, hp, known->swa) != KVS_OK) {
+        return err->code;
+    }
+
+    /* the float every backend has always used: 1.0f / sqrtf(hd) */
+    hp->embd_scale = 1.0;
+    hp->attn_scale = 1.0f / sqrtf((float) hp->head_dim_k);
+
+    if (known->gemma && kvs_hp_gemma(&c, hp) != KVS_OK) {
+        return err->code;
+    }
+
     hp->has_rope_freqs =
         kvs_gguf_find_tensor(g, "rope_freqs.weight") != NULL;
+
+    if (kvs_hp_longrope(&c, hp) != KVS_OK) {
+        return err->code;
+    }
     hp->tied_embeddings =
         kvs_gguf_find_tensor(g, "output.weight") == NULL;
 
@@ -439,6 +647,22 @@ kvs_hparams_read(kvs_hparams_t *hp, const kvs_gguf_t *g, kvs_err_t *err)
     }
 
     return KVS_OK;
+}
+
+
+const char *
+kvs_hparams_rope_factors(const kvs_hparams_t *hp)
+{
+    if (hp->has_rope_freqs) {
+        return "rope_freqs.weight";
+    }
+
+    if (hp->rope_longrope != 0) {
+        return hp->rope_longrope == 2 ? "rope_factors_long.weight"
+                                      : "rope_factors_short.weight";
+    }
+
+    return NULL;
 }
 
 

@@ -2,9 +2,13 @@
  * kvs_hparams: a model's hyper-parameters, read from GGUF metadata, and the
  * KV-cache arithmetic that follows from them.
  *
- * Architectures: "llama" (Llama 1/2/3, Mistral, TinyLlama, stories260K)
- * and "qwen2".  Keys are "<arch>.<name>" as llama.cpp's converters write
- * them.  A missing required key is an error naming the key; optional keys
+ * Architectures: "llama" (Llama 1/2/3, Mistral, TinyLlama,
+ * stories260K), "qwen2", "qwen3" (per-head Q/K RMSNorm), "phi3"
+ * (fused QKV and gate/up tensors, LongRoPE factors, a sliding window),
+ * "gemma2" and "gemma3" (GeGLU, scaled embeddings, post-norms,
+ * soft-capping, sliding-window layers between global ones).
+ * Keys are "<arch>.<name>" as llama.cpp's converters write them.  A
+ * missing required key is an error naming the key; optional keys
  * take llama.cpp's defaults.  After kvs_hparams_read() succeeds, every
  * count is non-zero and the head arithmetic is consistent (heads divide
  * evenly into KV heads, head_dim * heads fits the embedding or is given).
@@ -40,7 +44,11 @@ typedef enum {
 /* The architectures kvs_hparams_read() accepts. */
 typedef enum {
     KVS_ARCH_LLAMA = 0,                /* "llama" */
-    KVS_ARCH_QWEN2                     /* "qwen2" */
+    KVS_ARCH_QWEN2,                    /* "qwen2" */
+    KVS_ARCH_QWEN3,                    /* "qwen3" */
+    KVS_ARCH_PHI3,                     /* "phi3" */
+    KVS_ARCH_GEMMA2,                   /* "gemma2" */
+    KVS_ARCH_GEMMA3                    /* "gemma3" (text) */
 } kvs_arch_t;
 
 /* Which dimensions of a head RoPE turns together (src/backend/kvs_rope.h
@@ -51,12 +59,45 @@ typedef enum {
 } kvs_rope_pairing_t;
 
 typedef struct {
-    char                arch[KVS_ARCH_MAX];  /* "llama" | "qwen2" */
+    char                arch[KVS_ARCH_MAX];  /* one of kvs_arch_t's */
     kvs_arch_t          arch_id;       /* the same, as a value */
-    kvs_rope_pairing_t  rope_pairing;  /* NORM: llama; NEOX: qwen2 */
+    kvs_rope_pairing_t  rope_pairing;  /* NORM: llama; NEOX: the rest */
     int                 qkv_bias;      /* Q, K and V bias tensors are
-                                          required (qwen2); elsewhere
-                                          optional, applied if present */
+                                          required (qwen2); refused
+                                          where qk_norm or fused_qkv;
+                                          elsewhere optional, applied if
+                                          present */
+    int                 qk_norm;       /* per-head RMSNorm of Q and K
+                                          before RoPE, weights
+                                          attn_q_norm / attn_k_norm of
+                                          head_dim_k (qwen3) */
+    int                 fused_qkv;     /* one attn_qkv [q+k+v][n_embd]
+                                          matrix, rows Q then K then V
+                                          (phi3) */
+    int                 fused_gate_up; /* one ffn_up [2 n_ff][n_embd],
+                                          gate rows first (phi3) */
+    uint32_t            n_swa;         /* sliding window: a query at pos
+                                          sees positions > pos - n_swa;
+                                          0: no window (every layer it
+                                          applies to: kvs_hparams_swa) */
+    uint32_t            swa_period;    /* 0: every layer windowed; p:
+                                          layer l is global when
+                                          (l + 1) % p == 0 (gemma2: 2,
+                                          gemma3: 6) */
+    double              rope_base_swa; /* RoPE base of windowed layers,
+                                          unscaled (gemma3: 10000); 0:
+                                          the same table as the rest */
+    int                 geglu;         /* FFN gelu(gate) * up (tanh
+                                          approximation), not SwiGLU */
+    int                 post_norms;    /* post_attention_norm and
+                                          post_ffw_norm on the block's
+                                          outputs before each residual */
+    double              embd_scale;    /* embeddings times this (gemma:
+                                          sqrt(n_embd)); 1 elsewhere */
+    double              attn_scale;    /* the query scale: 1/sqrt(hd_k),
+                                          or what the model says */
+    double              attn_softcap;  /* scores := c tanh(s / c); 0: none */
+    double              final_softcap; /* the same on logits; 0: none */
 
     uint32_t            n_layer;       /* transformer blocks */
     uint32_t            n_head;        /* query heads */
@@ -88,6 +129,12 @@ typedef struct {
     double              rope_low_freq_factor;   /* Llama 3.1 bands */
     double              rope_high_freq_factor;
     int                 has_rope_freqs;  /* a rope_freqs.weight tensor */
+    int                 rope_longrope; /* phi3's LongRoPE factor tensors:
+                                          0 none; 1 the short ones; 2 the
+                                          long ones (n_ctx_train beyond
+                                          rope_orig_ctx); their
+                                          rope_attn_factor multiplies cos
+                                          and sin */
 
     int                 tied_embeddings; /* no output.weight: reuse embd */
     uint64_t            n_params;        /* elements of all tensors */
@@ -96,6 +143,22 @@ typedef struct {
 int kvs_hparams_read(kvs_hparams_t *hp, const kvs_gguf_t *g, kvs_err_t *err);
 
 const char *kvs_rope_scaling_name(kvs_rope_scaling_t s);
+
+/* Layer l's attention window (positions a query sees, itself included),
+ * 0 for full attention: every layer's for phi3, all but every
+ * swa_period-th for gemma2 and gemma3. */
+static inline uint32_t
+kvs_hparams_swa(const kvs_hparams_t *hp, uint32_t l)
+{
+    if (hp->swa_period != 0 && (l + 1) % hp->swa_period == 0) {
+        return 0;
+    }
+
+    return hp->n_swa;
+}
+
+/* The longrope factor tensor kvs_hparams_read() chose, or NULL. */
+const char *kvs_hparams_rope_factors(const kvs_hparams_t *hp);
 
 /*
  * Bytes of K and V cache one token takes across all layers, at

@@ -21,11 +21,22 @@ typedef struct {
     const char  *name;                /* "blk.%u." prefix added per layer */
     int          per_layer;
     int          optional;
-    int          bias;                /* Q/K/V bias: checked only where
-                                         hp->qkv_bias requires it */
+    int          when;                /* KVS_W_*: which architectures */
     uint32_t     n_dims;
     int          d0, d1;              /* dimension selectors, see below */
 } kvs_tensor_spec_t;
+
+/* When a spec applies, from the hyper-parameters' architecture facts. */
+enum {
+    KVS_W_ALL = 0,
+    KVS_W_BIAS,                       /* hp->qkv_bias: required */
+    KVS_W_SPLIT_QKV,                  /* !hp->fused_qkv */
+    KVS_W_FUSED_QKV,                  /* hp->fused_qkv */
+    KVS_W_SPLIT_FFN,                  /* !hp->fused_gate_up */
+    KVS_W_QK_NORM,                    /* hp->qk_norm */
+    KVS_W_LONGROPE,                   /* hp->rope_longrope */
+    KVS_W_POST                        /* hp->post_norms */
+};
 
 enum {
     KVS_D_EMBD = 1,                   /* n_embd */
@@ -34,26 +45,62 @@ enum {
     KVS_D_Q,                          /* q_width */
     KVS_D_K,                          /* k_width */
     KVS_D_V,                          /* v_width */
-    KVS_D_O                           /* o_width */
+    KVS_D_O,                          /* o_width */
+    KVS_D_HEAD,                       /* head_dim_k */
+    KVS_D_QKV,                        /* q + k + v widths */
+    KVS_D_UP,                         /* n_ff, twice that when fused */
+    KVS_D_ROT2                        /* n_rot / 2 */
 };
 
 static const kvs_tensor_spec_t  kvs_llama_tensors[] = {
-    { "token_embd.weight",  0, 0, 0, 2, KVS_D_EMBD, KVS_D_VOCAB },
-    { "output_norm.weight", 0, 0, 0, 1, KVS_D_EMBD, 0 },
-    { "output.weight",      0, 1, 0, 2, KVS_D_EMBD, KVS_D_VOCAB },
-    { "attn_norm.weight",   1, 0, 0, 1, KVS_D_EMBD, 0 },
-    { "attn_q.weight",      1, 0, 0, 2, KVS_D_EMBD, KVS_D_Q },
-    { "attn_k.weight",      1, 0, 0, 2, KVS_D_EMBD, KVS_D_K },
-    { "attn_v.weight",      1, 0, 0, 2, KVS_D_EMBD, KVS_D_V },
-    { "attn_output.weight", 1, 0, 0, 2, KVS_D_O, KVS_D_EMBD },
-    { "attn_q.bias",        1, 0, 1, 1, KVS_D_Q, 0 },
-    { "attn_k.bias",        1, 0, 1, 1, KVS_D_K, 0 },
-    { "attn_v.bias",        1, 0, 1, 1, KVS_D_V, 0 },
-    { "ffn_norm.weight",    1, 0, 0, 1, KVS_D_EMBD, 0 },
-    { "ffn_gate.weight",    1, 0, 0, 2, KVS_D_EMBD, KVS_D_FF },
-    { "ffn_up.weight",      1, 0, 0, 2, KVS_D_EMBD, KVS_D_FF },
-    { "ffn_down.weight",    1, 0, 0, 2, KVS_D_FF, KVS_D_EMBD },
+    { "token_embd.weight",  0, 0, KVS_W_ALL, 2, KVS_D_EMBD, KVS_D_VOCAB },
+    { "output_norm.weight", 0, 0, KVS_W_ALL, 1, KVS_D_EMBD, 0 },
+    { "output.weight",      0, 1, KVS_W_ALL, 2, KVS_D_EMBD, KVS_D_VOCAB },
+    { "rope_factors_long.weight", 0, 0, KVS_W_LONGROPE, 1, KVS_D_ROT2, 0 },
+    { "rope_factors_short.weight", 0, 0, KVS_W_LONGROPE, 1, KVS_D_ROT2,
+      0 },
+    { "attn_norm.weight",   1, 0, KVS_W_ALL, 1, KVS_D_EMBD, 0 },
+    { "attn_q.weight",      1, 0, KVS_W_SPLIT_QKV, 2, KVS_D_EMBD, KVS_D_Q },
+    { "attn_k.weight",      1, 0, KVS_W_SPLIT_QKV, 2, KVS_D_EMBD, KVS_D_K },
+    { "attn_v.weight",      1, 0, KVS_W_SPLIT_QKV, 2, KVS_D_EMBD, KVS_D_V },
+    { "attn_qkv.weight",    1, 0, KVS_W_FUSED_QKV, 2, KVS_D_EMBD,
+      KVS_D_QKV },
+    { "attn_q_norm.weight", 1, 0, KVS_W_QK_NORM, 1, KVS_D_HEAD, 0 },
+    { "attn_k_norm.weight", 1, 0, KVS_W_QK_NORM, 1, KVS_D_HEAD, 0 },
+    { "attn_output.weight", 1, 0, KVS_W_ALL, 2, KVS_D_O, KVS_D_EMBD },
+    { "attn_q.bias",        1, 0, KVS_W_BIAS, 1, KVS_D_Q, 0 },
+    { "attn_k.bias",        1, 0, KVS_W_BIAS, 1, KVS_D_K, 0 },
+    { "attn_v.bias",        1, 0, KVS_W_BIAS, 1, KVS_D_V, 0 },
+    { "post_attention_norm.weight", 1, 0, KVS_W_POST, 1, KVS_D_EMBD, 0 },
+    { "ffn_norm.weight",    1, 0, KVS_W_ALL, 1, KVS_D_EMBD, 0 },
+    { "post_ffw_norm.weight", 1, 0, KVS_W_POST, 1, KVS_D_EMBD, 0 },
+    { "ffn_gate.weight",    1, 0, KVS_W_SPLIT_FFN, 2, KVS_D_EMBD,
+      KVS_D_FF },
+    { "ffn_up.weight",      1, 0, KVS_W_ALL, 2, KVS_D_EMBD, KVS_D_UP },
+    { "ffn_down.weight",    1, 0, KVS_W_ALL, 2, KVS_D_FF, KVS_D_EMBD },
 };
+
+/* Tensors an architecture's forward would silently skip: refused, so a
+ * file is computed as written or not at all. */
+static const char  *kvs_model_unused_bias[] = {
+    "attn_q.bias", "attn_k.bias", "attn_v.bias"
+};
+
+
+static int
+kvs_model_applies(const kvs_hparams_t *hp, int when)
+{
+    switch (when) {
+    case KVS_W_BIAS:      return hp->qkv_bias;
+    case KVS_W_SPLIT_QKV: return !hp->fused_qkv;
+    case KVS_W_FUSED_QKV: return hp->fused_qkv;
+    case KVS_W_SPLIT_FFN: return !hp->fused_gate_up;
+    case KVS_W_QK_NORM:   return hp->qk_norm;
+    case KVS_W_LONGROPE:  return hp->rope_longrope != 0;
+    case KVS_W_POST:      return hp->post_norms;
+    default:              return 1;
+    }
+}
 
 
 static uint64_t
@@ -67,6 +114,12 @@ kvs_model_dim(const kvs_hparams_t *hp, int d)
     case KVS_D_K:     return hp->k_width;
     case KVS_D_V:     return hp->v_width;
     case KVS_D_O:     return hp->o_width;
+    case KVS_D_HEAD:  return hp->head_dim_k;
+    case KVS_D_QKV:   return (uint64_t) hp->q_width + hp->k_width
+                             + hp->v_width;
+    case KVS_D_UP:    return (uint64_t) hp->n_ff
+                             * (hp->fused_gate_up ? 2 : 1);
+    case KVS_D_ROT2:  return hp->n_rot / 2;
     default:          return 1;
     }
 }
@@ -122,7 +175,7 @@ kvs_model_check_tensors(const kvs_gguf_t *g, const kvs_hparams_t *hp,
     {
         spec = &kvs_llama_tensors[i];
 
-        if (spec->bias && !hp->qkv_bias) {
+        if (!kvs_model_applies(hp, spec->when)) {
             continue;
         }
 
@@ -136,6 +189,25 @@ kvs_model_check_tensors(const kvs_gguf_t *g, const kvs_hparams_t *hp,
             rc = kvs_model_check_one(g, hp, spec, name, err);
             if (rc != KVS_OK) {
                 return rc;
+            }
+        }
+    }
+
+    /* biases where the forward has no place for them (qwen3 norms Q
+     * and K instead; phi3's fused QKV and gemma have none) */
+    for (l = 0; (hp->qk_norm || hp->fused_qkv || hp->post_norms)
+                && l < hp->n_layer; l++)
+    {
+        for (i = 0; i < sizeof(kvs_model_unused_bias) / sizeof(char *);
+             i++)
+        {
+            snprintf(name, sizeof(name), "blk.%u.%s", l,
+                     kvs_model_unused_bias[i]);
+
+            if (kvs_gguf_find_tensor(g, name) != NULL) {
+                return kvs_err_set(err, KVS_EUNSUPPORTED, "tensor '%s': "
+                                   "architecture %s has no Q/K/V biases",
+                                   name, hp->arch);
             }
         }
     }

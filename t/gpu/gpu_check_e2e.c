@@ -2,7 +2,8 @@
  * gpu_check_e2e: greedy generation through the backend interface, CUDA
  * against CPU, on stories260K (a trained model: clear margins) and on
  * generated models (kvs_gen: the "small" shape with BF16 weights, the
- * "tiny" shape with Q8_0 weights, and the "small" shape once in every
+ * "tiny" shape with Q8_0 weights, qwen3 (BF16) and phi3 (F16) on the
+ * "small" shape, and the "small" shape once in every
  * other type of kvs_quant's table that kvserve makes: F16, the 4- to
  * 6-bit types, which the CUDA backend dequantizes to BF16 at load while
  * the CPU keeps them quantized, so each type's load path and the CPU's
@@ -522,19 +523,21 @@ gc_e2e_model(gc_ctx_t *c, const char *label, const char *path)
 }
 
 
-/* a generated model, written to tmp and removed once open */
+/* a generated model of an architecture gen-model writes, written to
+ * tmp and removed once open */
 static int
-gc_e2e_gen(gc_ctx_t *c, const char *preset, uint32_t dtype)
+gc_e2e_gen(gc_ctx_t *c, const char *preset, uint32_t dtype, kvs_arch_t arch)
 {
     int             rc;
     char            path[4096], label[64];
     kvs_err_t       err;
     kvs_gen_spec_t  spec;
 
-    snprintf(label, sizeof(label), "gen %s %s", preset,
-             kvs_ggml_type_name(dtype));
-    snprintf(path, sizeof(path), "%s/gpu-check-%d-%s-%s.gguf", c->tmp,
-             (int) getpid(), preset, kvs_ggml_type_name(dtype));
+    snprintf(label, sizeof(label), "gen %s %s%s", preset,
+             kvs_ggml_type_name(dtype), arch == KVS_ARCH_QWEN3 ? " qwen3"
+             : arch == KVS_ARCH_PHI3 ? " phi3" : "");
+    snprintf(path, sizeof(path), "%s/gpu-check-%d-%s-%s-%d.gguf", c->tmp,
+             (int) getpid(), preset, kvs_ggml_type_name(dtype), (int) arch);
 
     if (kvs_gen_preset(&spec, preset, &err) != KVS_OK) {
         gc_fail(c, "e2e", label, err.msg);
@@ -543,6 +546,8 @@ gc_e2e_gen(gc_ctx_t *c, const char *preset, uint32_t dtype)
 
     spec.dtype = dtype;
     spec.seed = 7;
+    spec.arch = arch;
+    spec.tied = arch == KVS_ARCH_PHI3 ? 0 : spec.tied;
 
     if (kvs_gen_write(&spec, path, &err) != KVS_OK) {
         gc_fail(c, "e2e", label, err.msg);
@@ -584,14 +589,18 @@ gc_e2e_run(gc_ctx_t *c)
         }
     }
 
-    if (gc_e2e_gen(c, "small", KVS_GGML_BF16) != 0
-        || gc_e2e_gen(c, "tiny", KVS_GGML_Q8_0) != 0)
+    /* qwen3: the per-head norm kernel; phi3: fused QKV and gate/up
+     * bound as views (no window: the CUDA backend refuses one) */
+    if (gc_e2e_gen(c, "small", KVS_GGML_BF16, KVS_ARCH_LLAMA) != 0
+        || gc_e2e_gen(c, "tiny", KVS_GGML_Q8_0, KVS_ARCH_LLAMA) != 0
+        || gc_e2e_gen(c, "small", KVS_GGML_BF16, KVS_ARCH_QWEN3) != 0
+        || gc_e2e_gen(c, "small", KVS_GGML_F16, KVS_ARCH_PHI3) != 0)
     {
         return -1;
     }
 
     for (i = 0; i < sizeof(gc_e2e_types) / sizeof(gc_e2e_types[0]); i++) {
-        if (gc_e2e_gen(c, "small", gc_e2e_types[i]) != 0) {
+        if (gc_e2e_gen(c, "small", gc_e2e_types[i], KVS_ARCH_LLAMA) != 0) {
             return -1;
         }
     }

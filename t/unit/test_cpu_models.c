@@ -1,8 +1,15 @@
 /*
- * test_cpu_models: the CPU backend on seeded random Llama models of
- * several shapes (kvs_gen): MHA, GQA, an odd head count (3 heads of 16,
- * one KV head), tied and untied output, with F32 and F16 weights, and
- * BF16 / Q8_0 as a smoke run.  For each model:
+ * test_cpu_models: the CPU backend on seeded random models of several shapes
+ * (kvs_gen): MHA, GQA, an odd head count (3 heads of 16, one KV head), tied
+ * and untied output, a Mistral-style window of 7, with F32 and F16 weights,
+ * and BF16 / Q8_0 as a smoke run; Llama, and the other architectures
+ * gen-model writes: qwen3 (per-head Q/K norms, heads wider than embd / heads),
+ * phi3 (fused QKV and gate/up, with and without a sliding window of 6
+ * positions, shorter than the sequences, so decode steps drop keys), gemma2
+ * and gemma3 (GeGLU, post-norms, soft-capping, windowed layers of 6 and 5
+ * positions between global ones, gemma3's own RoPE base on the windowed
+ * ones).
+ * For each model:
  *   (a) incremental decode over the paged cache gives the logits of a
  *       full recompute (a fresh cache, the whole sequence as one prefill
  *       batch, the last position's logits): max |a - b| / max |b| < 1e-4;
@@ -37,13 +44,23 @@ typedef struct {
     const char  *label;
     uint32_t     n_layer, n_embd, n_head, n_head_kv, n_ff, n_vocab;
     int          tied;
+    kvs_arch_t   arch;
+    uint32_t     head_dim;            /* 0: n_embd / n_head */
+    uint32_t     n_swa;               /* phi3's window, 0: none */
 } shape_t;
 
 static const shape_t  shapes[] = {
-    { "mha",   2, 64, 4, 4, 96,  300, 0 },
-    { "gqa",   2, 64, 8, 2, 128, 300, 1 },
-    { "odd",   2, 48, 3, 1, 80,  280, 0 },
-    { "odd-t", 1, 48, 3, 1, 64,  270, 1 },
+    { "mha",   2, 64, 4, 4, 96,  300, 0, KVS_ARCH_LLAMA, 0, 0 },
+    { "gqa",   2, 64, 8, 2, 128, 300, 1, KVS_ARCH_LLAMA, 0, 0 },
+    { "odd",   2, 48, 3, 1, 80,  280, 0, KVS_ARCH_LLAMA, 0, 0 },
+    { "odd-t", 1, 48, 3, 1, 64,  270, 1, KVS_ARCH_LLAMA, 0, 0 },
+    { "qwen3", 2, 64, 4, 2, 96,  300, 1, KVS_ARCH_QWEN3, 0, 0 },
+    { "q3-hd", 2, 64, 4, 1, 96,  300, 0, KVS_ARCH_QWEN3, 32, 0 },
+    { "phi3",  2, 64, 4, 2, 96,  300, 0, KVS_ARCH_PHI3, 0, 0 },
+    { "phi3w", 2, 64, 4, 4, 96,  300, 0, KVS_ARCH_PHI3, 0, 6 },
+    { "mistw", 2, 64, 4, 2, 96,  300, 0, KVS_ARCH_LLAMA, 0, 7 },
+    { "gem2w", 3, 64, 4, 2, 96,  300, 1, KVS_ARCH_GEMMA2, 32, 6 },
+    { "gem3w", 7, 64, 4, 2, 96,  300, 1, KVS_ARCH_GEMMA3, 16, 5 },
 };
 
 #define N_SHAPES  (sizeof(shapes) / sizeof(shapes[0]))
@@ -88,6 +105,9 @@ model_load(model_t *md, const shape_t *sh, uint32_t dtype)
     spec.n_ctx = 256;
     spec.dtype = dtype;
     spec.tied = sh->tied;
+    spec.arch = sh->arch;
+    spec.head_dim = sh->head_dim;
+    spec.n_swa = sh->n_swa;
     spec.seed = 0x5eed0000u + dtype * 16 + (uint64_t) (sh - shapes);
 
     snprintf(name, sizeof(name), "test_cpu_models.%d.%s.%s.gguf",
@@ -106,6 +126,8 @@ model_load(model_t *md, const shape_t *sh, uint32_t dtype)
         fail_msg("%s: %s", path, err.msg);
     }
 
+    assert_int_equal(md->cm->hp.arch_id, sh->arch);
+    assert_int_equal(md->cm->hp.n_swa, sh->n_swa);
     assert_int_equal(md->cm->hp.n_head, sh->n_head);
     assert_int_equal(md->cm->hp.n_head_kv, sh->n_head_kv);
     assert_int_equal(md->cm->output.data == md->cm->tok_embd.data,
@@ -475,6 +497,9 @@ test_bf16_q8_0(void **state)
     check_model(&shapes[0], KVS_GGML_BF16);
     check_model(&shapes[0], KVS_GGML_Q8_0);
     check_model(&shapes[1], KVS_GGML_Q8_0);
+    check_model(&shapes[4], KVS_GGML_Q8_0);
+    check_model(&shapes[7], KVS_GGML_Q8_0);
+    check_model(&shapes[9], KVS_GGML_Q8_0);
 }
 
 

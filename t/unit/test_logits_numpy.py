@@ -1,14 +1,34 @@
 """
 test_logits_numpy: an independent reference for the CPU backend.  Reads a
-GGUF with the `gguf` package, runs the Llama forward pass in numpy float64
-(written from the architecture's definition as llama.cpp and llama2.c
-define it, not from our C), and compares every position's logits with
-`kvserve logits` (env KVS_CLI, default build/kvserve).
+GGUF with the `gguf` package, runs the forward pass in numpy float64
+(written from each architecture's definition as llama.cpp, llama2.c and
+the Hugging Face models define it, not from our C), and compares every
+position's logits with `kvserve logits` (env KVS_CLI, default
+build/kvserve).
+
+Architectures: llama (with Mistral 7B v0.1's sliding window when the
+file declares llama.attention.sliding_window); qwen2 (Q/K/V biases, NEOX RoPE); qwen3 (no
+biases; each head of Q and K RMS-normed with attn_q_norm / attn_k_norm
+before RoPE; head size from key_length, which may differ from
+n_embd / n_head); phi3 (attn_qkv split Q, K, V by rows; ffn_up split
+gate, up by rows, silu(gate) * up; a sliding window: a query at t sees
+keys at s with t - s < window; LongRoPE: the long factors when the
+trained context exceeds the original one, else the short ones, dividing
+each pair's frequency, and attn_factor multiplying cos and sin); gemma2
+and gemma3 (embeddings times sqrt(n_embd); post_attention_norm and
+post_ffw_norm on each block's output before its residual; gelu (tanh
+form) of the gate times up; the query scale 1/sqrt(head size), or
+1/sqrt(n_embd / n_head) for the 27B layer counts, or the model's
+attention.scale; gemma2: scores soft-capped c tanh(s / c) before the
+softmax, logits too, windowed even layers; gemma3: qwen3's per-head
+norms, five windowed layers to a global one, the windowed ones rotated
+with base 10000 unscaled; the output tied to the embeddings).
 
 Models: stories260K (the fixture, if present: env KVS_FIXTURES), random
 models of several shapes from `kvserve gen-model`, and a few GGUFs written
 here with gguf.GGUFWriter for what gen-model cannot make (qwen2 with q/k/v
-biases and NEOX RoPE, linear RoPE scaling, rope_freqs, partial rotary).
+biases and NEOX RoPE, linear RoPE scaling, rope_freqs, partial rotary,
+phi3's LongRoPE factors).
 
 Error measure: for each position t, max_v |ours[t,v] - ref[t,v]| divided
 by max_v |ref[t,v]|; a model's error is the largest over its positions.
@@ -115,8 +135,31 @@ def hparams(meta, w):
                          hp["n_embd"] // hp["n_head"])
     hp["n_rot"] = get("rope.dimension_count", hp["head_dim"])
     # llama.cpp: LLAMA_ROPE_TYPE_NORM (adjacent pairs) for llama,
-    # LLAMA_ROPE_TYPE_NEOX (first half with second half) for qwen2
-    hp["neox"] = {"llama": False, "qwen2": True}[arch]
+    # LLAMA_ROPE_TYPE_NEOX (first half with second half) for the others
+    hp["neox"] = {"llama": False, "qwen2": True, "qwen3": True,
+                  "phi3": True, "gemma2": True, "gemma3": True}[arch]
+    # the window: keys more than window - 1 positions back are masked, on
+    # every layer (phi3) or all but every period-th (gemma)
+    hp["window"] = get("attention.sliding_window",
+                       4096 if arch == "gemma2" else None) \
+        if arch in ("phi3", "gemma2", "gemma3") else 0
+    if arch == "llama":
+        # Mistral 7B v0.1's window, when a file carries it
+        hp["window"] = get("attention.sliding_window", 0)
+    hp["period"] = {"gemma2": 2, "gemma3": 6}.get(arch, 0)
+    hp["mscale"] = 1.0
+    hp["gemma"] = arch in ("gemma2", "gemma3")
+    hp["qk_norm"] = arch in ("qwen3", "gemma3")
+    hp["scale"] = 1.0 / np.sqrt(hp["head_dim"])
+    hp["softcap"] = hp["final_cap"] = 0.0
+    if hp["gemma"]:
+        big = {"gemma2": 46, "gemma3": 62}[arch]
+        hp["scale"] = get("attention.scale", 1.0 / np.sqrt(
+            hp["n_embd"] // hp["n_head"] if hp["n_layer"] == big
+            else hp["head_dim"]))
+    if arch == "gemma2":
+        hp["softcap"] = get("attn_logit_softcapping", 50.0)
+        hp["final_cap"] = get("final_logit_softcapping", 30.0)
     kind = get("rope.scaling.type", "none")
     factor = get("rope.scaling.factor", 1.0)
     if kind == "none" or factor in (0.0, 1.0):
@@ -127,6 +170,13 @@ def hparams(meta, w):
         raise NotImplementedError(f"RoPE scaling {kind!r}")
     # Llama 3.1: per-pair divisors of the frequency, stored as a tensor
     hp["freq_factors"] = w.get("rope_freqs.weight")
+    if "rope_factors_long.weight" in w:
+        # Phi-3 LongRoPE: one set for the whole context the model serves
+        orig = get("rope.scaling.original_context_length")
+        long = get("context_length") > orig
+        hp["freq_factors"] = w["rope_factors_long.weight" if long
+                               else "rope_factors_short.weight"]
+        hp["mscale"] = get("rope.scaling.attn_factor", 1.0)
     return hp
 
 
@@ -144,8 +194,8 @@ def rope(x, hp):
     if hp["freq_factors"] is not None:
         freq = freq / hp["freq_factors"]
     theta = np.arange(x.shape[0], dtype=np.float64)[:, None] * freq
-    cos = np.cos(theta)[:, None, :]
-    sin = np.sin(theta)[:, None, :]
+    cos = np.cos(theta)[:, None, :] * hp["mscale"]
+    sin = np.sin(theta)[:, None, :] * hp["mscale"]
     y = x.copy()
     if hp["neox"]:
         a, b = slice(0, n_rot // 2), slice(n_rot // 2, n_rot)
@@ -163,7 +213,17 @@ def forward(meta, w, ids):
     T, H, KV, hd = len(ids), hp["n_head"], hp["n_head_kv"], hp["head_dim"]
     eps = hp["eps"]
     x = w["token_embd.weight"][ids]
-    mask = np.triu(np.full((T, T), -np.inf), 1)
+    if hp["gemma"]:
+        x = x * np.sqrt(hp["n_embd"])
+    causal = np.triu(np.full((T, T), -np.inf), 1)
+    windowed = causal.copy()
+    if hp["window"]:
+        t = np.arange(T)
+        windowed[t[:, None] - t[None, :] >= hp["window"]] = -np.inf
+    # gemma3's windowed layers: base 10000, no scaling, no factors
+    hp_local = dict(hp, base=10000.0, freq_scale=1.0, freq_factors=None,
+                    mscale=1.0) if hp["arch"] == "gemma3" else hp
+    qd, kd = H * hd, KV * hd
 
     def matmul(name, h):
         if name + "#q" in w:
@@ -178,24 +238,57 @@ def forward(meta, w, ids):
     for layer in range(hp["n_layer"]):
         p = f"blk.{layer}."
         h = rmsnorm(x, w[p + "attn_norm.weight"], eps)
-        q = rope(lin(p + "attn_q", h).reshape(T, H, hd), hp)
-        k = rope(lin(p + "attn_k", h).reshape(T, KV, hd), hp)
-        v = lin(p + "attn_v", h).reshape(T, KV, -1)
+        if hp["arch"] == "phi3":
+            qkv = lin(p + "attn_qkv", h)
+            q, k, v = qkv[:, :qd], qkv[:, qd:qd + kd], qkv[:, qd + kd:]
+        else:
+            q, k = lin(p + "attn_q", h), lin(p + "attn_k", h)
+            v = lin(p + "attn_v", h)
+        q, k = q.reshape(T, H, hd), k.reshape(T, KV, hd)
+        v = v.reshape(T, KV, -1)
+        if hp["qk_norm"]:
+            q = rmsnorm(q, w[p + "attn_q_norm.weight"], eps)
+            k = rmsnorm(k, w[p + "attn_k_norm.weight"], eps)
+        local = hp["window"] and (hp["period"] == 0
+                                  or (layer + 1) % hp["period"] != 0)
+        mask = windowed if local else causal
+        hl = hp_local if local else hp
+        q, k = rope(q, hl), rope(k, hl)
         out = np.empty((T, H, v.shape[2]))
         for head in range(H):
             g = head // (H // KV)
-            s = q[:, head] @ k[:, g].T / np.sqrt(hd) + mask
+            s = q[:, head] @ k[:, g].T * hp["scale"]
+            if hp["softcap"]:
+                s = hp["softcap"] * np.tanh(s / hp["softcap"])
+            s = s + mask
             e = np.exp(s - s.max(axis=1, keepdims=True))
             out[:, head] = (e / e.sum(axis=1, keepdims=True)) @ v[:, g]
-        x = x + lin(p + "attn_output", out.reshape(T, -1))
+        a = lin(p + "attn_output", out.reshape(T, -1))
+        if hp["gemma"]:
+            a = rmsnorm(a, w[p + "post_attention_norm.weight"], eps)
+        x = x + a
         h = rmsnorm(x, w[p + "ffn_norm.weight"], eps)
-        gate = lin(p + "ffn_gate", h)
-        ff = gate / (1.0 + np.exp(-gate)) * lin(p + "ffn_up", h)
-        x = x + lin(p + "ffn_down", ff)
+        if hp["arch"] == "phi3":
+            gu = lin(p + "ffn_up", h)
+            gate, up = np.split(gu, 2, axis=1)
+        else:
+            gate, up = lin(p + "ffn_gate", h), lin(p + "ffn_up", h)
+        if hp["gemma"]:
+            ff = 0.5 * gate * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (
+                gate + 0.044715 * gate ** 3))) * up
+        else:
+            ff = gate / (1.0 + np.exp(-gate)) * up
+        f = lin(p + "ffn_down", ff)
+        if hp["gemma"]:
+            f = rmsnorm(f, w[p + "post_ffw_norm.weight"], eps)
+        x = x + f
 
     x = rmsnorm(x, w["output_norm.weight"], eps)
-    return matmul("output.weight" if "output.weight" in w
-                  else "token_embd.weight", x)
+    logits = matmul("output.weight" if "output.weight" in w
+                    else "token_embd.weight", x)
+    if hp["final_cap"]:
+        logits = hp["final_cap"] * np.tanh(logits / hp["final_cap"])
+    return logits
 
 
 # --- ours ------------------------------------------------------------------
@@ -305,19 +398,68 @@ GEN = [
      "--ffn 96 --vocab 300 --tied 0 --dtype q8_0"),
     ("q8_0-gqa4-tied", "--layers 2 --dim 128 --heads 8 --kv-heads 2 "
      "--ffn 64 --vocab 300 --tied 1 --dtype q8_0"),
+    ("qwen3-gqa2-f32", "--arch qwen3 --layers 2 --dim 64 --heads 4 "
+     "--kv-heads 2 --ffn 96 --vocab 300 --tied 1 --dtype f32"),
+    ("qwen3-hd32-untied", "--arch qwen3 --layers 2 --dim 64 --heads 4 "
+     "--kv-heads 1 --head-dim 32 --ffn 96 --vocab 300 --tied 0 "
+     "--dtype f32"),
+    ("qwen3-q8_0", "--arch qwen3 --layers 2 --dim 128 --heads 4 "
+     "--kv-heads 2 --ffn 64 --vocab 300 --tied 1 --dtype q8_0"),
+    ("qwen3-odd3-bf16", "--arch qwen3 --layers 2 --dim 48 --heads 3 "
+     "--kv-heads 1 --ffn 80 --vocab 280 --tied 0 --dtype bf16"),
+    ("phi3-gqa2-f32", "--arch phi3 --layers 2 --dim 64 --heads 4 "
+     "--kv-heads 2 --ffn 96 --vocab 300 --dtype f32"),
+    ("phi3-mha-swa5-f32", "--arch phi3 --layers 2 --dim 64 --heads 4 "
+     "--kv-heads 4 --ffn 96 --vocab 300 --swa 5 --dtype f32"),
+    ("phi3-swa7-f16", "--arch phi3 --layers 3 --dim 80 --heads 5 "
+     "--kv-heads 5 --ffn 112 --vocab 320 --swa 7 --dtype f16"),
+    ("phi3-swa9-q8_0", "--arch phi3 --layers 2 --dim 128 --heads 8 "
+     "--kv-heads 2 --ffn 64 --vocab 300 --swa 9 --dtype q8_0"),
+    ("mistral-swa6-f32", "--layers 2 --dim 64 --heads 4 --kv-heads 2 "
+     "--ffn 96 --vocab 300 --swa 6 --dtype f32"),
+    ("gemma2-swa6-f32", "--arch gemma2 --layers 3 --dim 64 --heads 4 "
+     "--kv-heads 2 --head-dim 32 --ffn 96 --vocab 300 --swa 6 "
+     "--dtype f32"),
+    ("gemma2-nowin-f16", "--arch gemma2 --layers 2 --dim 64 --heads 4 "
+     "--kv-heads 1 --ffn 96 --vocab 300 --dtype f16"),
+    ("gemma2-swa5-q8_0", "--arch gemma2 --layers 2 --dim 128 --heads 4 "
+     "--kv-heads 2 --ffn 64 --vocab 300 --swa 5 --dtype q8_0"),
+    ("gemma3-swa7-f32", "--arch gemma3 --layers 7 --dim 64 --heads 4 "
+     "--kv-heads 2 --head-dim 16 --ffn 96 --vocab 300 --swa 7 "
+     "--dtype f32"),
+    ("gemma3-swa4-bf16", "--arch gemma3 --layers 6 --dim 48 --heads 3 "
+     "--kv-heads 1 --ffn 80 --vocab 280 --swa 4 --dtype bf16"),
 ]
 
 
 def write_gguf(path, arch, n_layer, n_embd, n_head, n_head_kv, n_ff,
                n_vocab, seed, tied=False, bias=False, n_rot=None,
-               base=10000.0, linear=None, freq_factors=False):
+               base=10000.0, linear=None, freq_factors=False,
+               head_dim=None, longrope=None, window=None, ctx=256,
+               caps=None, attn_scale=None):
     """A random model written with gguf.GGUFWriter, independent of our
-    generator; F32 matrices with entries ~ N(0, 1/sqrt(fan_in))."""
+    generator; F32 matrices with entries ~ N(0, 1/sqrt(fan_in)).
+    longrope: the original context (phi3's factor tensors written)."""
     rng = np.random.default_rng(seed)
-    hd = n_embd // n_head
+    hd = head_dim or n_embd // n_head
     wr = GGUFWriter(path, arch)
     wr.add_block_count(n_layer)
-    wr.add_context_length(256)
+    wr.add_context_length(ctx)
+    if head_dim:
+        wr.add_key_length(hd)
+        wr.add_value_length(hd)
+    gemma = arch in ("gemma2", "gemma3")
+    if arch in ("phi3", "gemma2", "gemma3"):
+        wr.add_sliding_window(window or ctx)
+    if caps:
+        wr.add_float32(f"{arch}.attn_logit_softcapping", caps[0])
+        wr.add_float32(f"{arch}.final_logit_softcapping", caps[1])
+    if attn_scale:
+        wr.add_float32(f"{arch}.attention.scale", attn_scale)
+    if longrope:
+        wr.add_rope_scaling_orig_ctx_len(longrope)
+        wr.add_rope_scaling_attn_factors(
+            float(np.sqrt(1 + np.log(ctx / longrope) / np.log(longrope))))
     wr.add_embedding_length(n_embd)
     wr.add_feed_forward_length(n_ff)
     wr.add_head_count(n_head)
@@ -346,20 +488,40 @@ def write_gguf(path, arch, n_layer, n_embd, n_head, n_head_kv, n_ff,
         wr.add_tensor("rope_freqs.weight",
                       rng.uniform(1.0, 8.0, (n_rot or hd) // 2)
                       .astype(np.float32))
+    if longrope:
+        for kind in ("long", "short"):
+            wr.add_tensor(f"rope_factors_{kind}.weight",
+                          rng.uniform(1.0, 8.0, (n_rot or hd) // 2)
+                          .astype(np.float32))
     for i in range(n_layer):
         p = f"blk.{i}."
         wr.add_tensor(p + "attn_norm.weight", vec(n_embd))
-        wr.add_tensor(p + "attn_q.weight", mat(n_head * hd, n_embd))
-        wr.add_tensor(p + "attn_k.weight", mat(n_head_kv * hd, n_embd))
-        wr.add_tensor(p + "attn_v.weight", mat(n_head_kv * hd, n_embd))
+        if arch == "phi3":
+            wr.add_tensor(p + "attn_qkv.weight",
+                          mat((n_head + 2 * n_head_kv) * hd, n_embd))
+        else:
+            wr.add_tensor(p + "attn_q.weight", mat(n_head * hd, n_embd))
+            wr.add_tensor(p + "attn_k.weight",
+                          mat(n_head_kv * hd, n_embd))
+            wr.add_tensor(p + "attn_v.weight",
+                          mat(n_head_kv * hd, n_embd))
+        if arch in ("qwen3", "gemma3"):
+            wr.add_tensor(p + "attn_q_norm.weight", vec(hd, 1.0, 0.3))
+            wr.add_tensor(p + "attn_k_norm.weight", vec(hd, 1.0, 0.3))
         if bias:
             wr.add_tensor(p + "attn_q.bias", vec(n_head * hd, 0, 0.5))
             wr.add_tensor(p + "attn_k.bias", vec(n_head_kv * hd, 0, 0.5))
             wr.add_tensor(p + "attn_v.bias", vec(n_head_kv * hd, 0, 0.5))
         wr.add_tensor(p + "attn_output.weight", mat(n_embd, n_head * hd))
         wr.add_tensor(p + "ffn_norm.weight", vec(n_embd))
-        wr.add_tensor(p + "ffn_gate.weight", mat(n_ff, n_embd))
-        wr.add_tensor(p + "ffn_up.weight", mat(n_ff, n_embd))
+        if gemma:
+            wr.add_tensor(p + "post_attention_norm.weight", vec(n_embd))
+            wr.add_tensor(p + "post_ffw_norm.weight", vec(n_embd))
+        if arch == "phi3":
+            wr.add_tensor(p + "ffn_up.weight", mat(2 * n_ff, n_embd))
+        else:
+            wr.add_tensor(p + "ffn_gate.weight", mat(n_ff, n_embd))
+            wr.add_tensor(p + "ffn_up.weight", mat(n_ff, n_embd))
         wr.add_tensor(p + "ffn_down.weight", mat(n_embd, n_ff))
     wr.write_header_to_file()
     wr.write_kv_data_to_file()
@@ -384,6 +546,24 @@ WRITTEN = [
      n_head=2, n_head_kv=2, n_ff=96, n_vocab=200, n_rot=16)),
     ("qwen2-partial-rot8of16", dict(arch="qwen2", n_layer=1, n_embd=64,
      n_head=4, n_head_kv=2, n_ff=64, n_vocab=200, n_rot=8, bias=True)),
+    ("qwen3-hd24-base1e6", dict(arch="qwen3", n_layer=2, n_embd=64,
+     n_head=4, n_head_kv=2, n_ff=96, n_vocab=200, head_dim=24,
+     base=1000000.0)),
+    ("qwen3-mha-tied", dict(arch="qwen3", n_layer=2, n_embd=48,
+     n_head=3, n_head_kv=3, n_ff=64, n_vocab=150, tied=True)),
+    ("phi3-longrope-long-swa6", dict(arch="phi3", n_layer=2, n_embd=64,
+     n_head=4, n_head_kv=2, n_ff=96, n_vocab=200, longrope=64,
+     window=6)),
+    ("phi3-longrope-short", dict(arch="phi3", n_layer=2, n_embd=64,
+     n_head=4, n_head_kv=4, n_ff=96, n_vocab=200, longrope=256)),
+    # small caps so that they bite on these weights; the model's scale
+    ("gemma2-caps-scale-swa5", dict(arch="gemma2", n_layer=4, n_embd=64,
+     n_head=4, n_head_kv=2, n_ff=96, n_vocab=200, head_dim=24,
+     window=5, caps=(2.0, 3.0), attn_scale=0.125, tied=True)),
+    # linear scaling on the global layer only
+    ("gemma3-linear8-swa6", dict(arch="gemma3", n_layer=6, n_embd=64,
+     n_head=4, n_head_kv=2, n_ff=96, n_vocab=200, window=6, linear=8.0,
+     base=1000000.0, tied=True)),
 ]
 
 

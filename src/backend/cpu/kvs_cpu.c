@@ -44,6 +44,8 @@ static int kvs_cpu_mat(const kvs_model_t *m, const char *name, uint64_t ne0,
     uint64_t ne1, int optional, kvs_cpu_mat_t *out, kvs_err_t *err);
 static int kvs_cpu_vec(kvs_cpu_model_t *cm, const char *name, uint64_t ne0,
     int optional, const float **out, kvs_err_t *err);
+static void kvs_cpu_view(kvs_cpu_mat_t *dst, const kvs_cpu_mat_t *src,
+    uint32_t r0, uint32_t rows);
 static void kvs_cpu_model_free_owned(kvs_cpu_model_t *cm);
 static size_t kvs_cpu_pack_size(const kvs_cpu_model_t *cm);
 static int kvs_cpu_pack(kvs_cpu_model_t *cm, kvs_err_t *err);
@@ -114,6 +116,21 @@ kvs_cpu_mat(const kvs_model_t *m, const char *name, uint64_t ne0,
     out->cols = (uint32_t) ne0;
 
     return KVS_OK;
+}
+
+
+/* dst := rows r0 .. r0 + rows of src (before packing): a fused
+ * tensor's part, an ordinary matrix to every kernel.  src may be dst. */
+static void
+kvs_cpu_view(kvs_cpu_mat_t *dst, const kvs_cpu_mat_t *src, uint32_t r0,
+    uint32_t rows)
+{
+    kvs_cpu_mat_t  w;
+
+    w = *src;
+    w.data = (const uint8_t *) src->data + (size_t) r0 * src->row_bytes;
+    w.rows = rows;
+    *dst = w;
 }
 
 
@@ -369,7 +386,9 @@ kvs_cpu_model_load(kvs_cpu_model_t **out, const kvs_model_t *m, int pack,
     int                       rc;
     char                      name[64];
     uint32_t                  l, e, f, q, kd, vd, o;
+    const char               *fname;
     const float              *freqs;
+    kvs_hparams_t             swa_hp;
     kvs_cpu_model_t          *cm;
     kvs_cpu_layer_t          *ly;
     const kvs_hparams_t      *hp;
@@ -430,24 +449,59 @@ kvs_cpu_model_load(kvs_cpu_model_t **out, const kvs_model_t *m, int pack,
     KVS_CPU_V(ly->field, name, ne0, opt)
 
         KVS_CPU_LV(attn_norm, "attn_norm.weight", e, 0);
-        KVS_CPU_LM(wq, "attn_q.weight", e, q);
-        KVS_CPU_LM(wk, "attn_k.weight", e, kd);
-        KVS_CPU_LM(wv, "attn_v.weight", e, vd);
-        KVS_CPU_LV(bq, "attn_q.bias", q, 1);
-        KVS_CPU_LV(bk, "attn_k.bias", kd, 1);
-        KVS_CPU_LV(bv, "attn_v.bias", vd, 1);
+
+        if (hp->fused_qkv) {
+            /* Q, K and V rows of one tensor, in that order */
+            KVS_CPU_LM(wq, "attn_qkv.weight", e, (uint64_t) q + kd + vd);
+            kvs_cpu_view(&ly->wk, &ly->wq, q, kd);
+            kvs_cpu_view(&ly->wv, &ly->wq, q + kd, vd);
+            kvs_cpu_view(&ly->wq, &ly->wq, 0, q);
+
+        } else {
+            KVS_CPU_LM(wq, "attn_q.weight", e, q);
+            KVS_CPU_LM(wk, "attn_k.weight", e, kd);
+            KVS_CPU_LM(wv, "attn_v.weight", e, vd);
+            KVS_CPU_LV(bq, "attn_q.bias", q, 1);
+            KVS_CPU_LV(bk, "attn_k.bias", kd, 1);
+            KVS_CPU_LV(bv, "attn_v.bias", vd, 1);
+        }
+
+        if (hp->qk_norm) {
+            KVS_CPU_LV(q_norm, "attn_q_norm.weight", hp->head_dim_k, 0);
+            KVS_CPU_LV(k_norm, "attn_k_norm.weight", hp->head_dim_k, 0);
+        }
+
         KVS_CPU_LM(wo, "attn_output.weight", o, e);
         KVS_CPU_LV(ffn_norm, "ffn_norm.weight", e, 0);
-        KVS_CPU_LM(w1, "ffn_gate.weight", e, f);
+
+        if (hp->post_norms) {
+            KVS_CPU_LV(post_attn_norm, "post_attention_norm.weight", e, 0);
+            KVS_CPU_LV(post_ffn_norm, "post_ffw_norm.weight", e, 0);
+        }
         KVS_CPU_LM(w2, "ffn_down.weight", f, e);
-        KVS_CPU_LM(w3, "ffn_up.weight", e, f);
+
+        if (hp->fused_gate_up) {
+            /* gate rows first, then up: llama.cpp's fused SwiGLU split */
+            KVS_CPU_LM(w3, "ffn_up.weight", e, 2 * (uint64_t) f);
+            kvs_cpu_view(&ly->w1, &ly->w3, 0, f);
+            kvs_cpu_view(&ly->w3, &ly->w3, f, f);
+
+        } else {
+            KVS_CPU_LM(w1, "ffn_gate.weight", e, f);
+            KVS_CPU_LM(w3, "ffn_up.weight", e, f);
+        }
 
 #undef KVS_CPU_LM
 #undef KVS_CPU_LV
     }
 
-    /* llama.cpp stores Llama 3.1 frequency bands as this tensor */
-    KVS_CPU_V(freqs, "rope_freqs.weight", hp->n_rot / 2, 1);
+    /* llama.cpp stores Llama 3.1 frequency bands as rope_freqs, Phi-3's
+     * LongRoPE as two sets, one of which the hyper-parameters chose */
+    freqs = NULL;
+    fname = kvs_hparams_rope_factors(hp);
+    if (fname != NULL) {
+        KVS_CPU_V(freqs, fname, hp->n_rot / 2, 0);
+    }
 
 #undef KVS_CPU_M
 #undef KVS_CPU_V
@@ -457,10 +511,28 @@ kvs_cpu_model_load(kvs_cpu_model_t **out, const kvs_model_t *m, int pack,
         goto failed;
     }
 
+    /* gemma3's windowed layers: their own base, no scaling */
+    if (hp->rope_base_swa != 0.0) {
+        swa_hp = *hp;
+        swa_hp.rope_freq_base = hp->rope_base_swa;
+        swa_hp.rope_scaling = KVS_ROPE_SCALING_NONE;
+        swa_hp.rope_factor = 1.0;
+        swa_hp.rope_longrope = 0;
+
+        rc = kvs_rope_init(&cm->rope_swa, &swa_hp, err);
+        if (rc != KVS_OK) {
+            kvs_rope_free(&cm->rope);
+            goto failed;
+        }
+
+        cm->has_rope_swa = 1;
+    }
+
     if (freqs != NULL) {
         rc = kvs_rope_set_freq_factors(&cm->rope, freqs, hp->n_rot / 2, err);
         if (rc != KVS_OK) {
             kvs_rope_free(&cm->rope);
+            kvs_rope_free(&cm->rope_swa);
             goto failed;
         }
     }
@@ -468,6 +540,7 @@ kvs_cpu_model_load(kvs_cpu_model_t **out, const kvs_model_t *m, int pack,
     rc = pack ? kvs_cpu_pack(cm, err) : KVS_OK;
     if (rc != KVS_OK) {
         kvs_rope_free(&cm->rope);
+        kvs_rope_free(&cm->rope_swa);
         goto failed;
     }
 
@@ -493,6 +566,7 @@ kvs_cpu_model_free(kvs_cpu_model_t *cm)
     }
 
     kvs_rope_free(&cm->rope);
+    kvs_rope_free(&cm->rope_swa);
     kvs_cpu_model_free_owned(cm);
     free(cm->layers);
     free(cm);
@@ -625,8 +699,8 @@ kvs_cpu_rmsnorm(float *o, const float *x, const float *w, uint32_t size,
 }
 
 
-/* Per token i: x[i] += xb[i] when fw->resid, then xb[i] = the norm of
- * x[i] with fw->norm when set. */
+/* Per token i: xb[i] normed with fw->post when set, x[i] += xb[i] when
+ * fw->resid, then xb[i] = the norm of x[i] with fw->norm when set. */
 static void
 kvs_cpu_tok_task(void *arg, uint32_t i, uint32_t thread)
 {
@@ -638,6 +712,11 @@ kvs_cpu_tok_task(void *arg, uint32_t i, uint32_t thread)
     e = fw->e;
     x = fw->x + (size_t) i * e;
     xb = fw->xb + (size_t) i * e;
+
+    /* gemma: the block's output normed on its own before it is added */
+    if (fw->post != NULL) {
+        kvs_cpu_rmsnorm(xb, xb, fw->post, e, fw->eps);
+    }
 
     if (fw->resid) {
         for (j = 0; j < e; j++) {
@@ -651,7 +730,8 @@ kvs_cpu_tok_task(void *arg, uint32_t i, uint32_t thread)
 }
 
 
-/* Per token i: biases, RoPE, and its K/V written to its slot. */
+/* Per token i: biases, per-head norms, RoPE, and its K/V written to its
+ * slot. */
 static void
 kvs_cpu_qkv_task(void *arg, uint32_t i, uint32_t thread)
 {
@@ -684,10 +764,23 @@ kvs_cpu_qkv_task(void *arg, uint32_t i, uint32_t thread)
         v[j] += ly->bv[j];
     }
 
-    (void) kvs_rope_apply(&fw->cm->rope, q, (int) hp->n_head,
+    /* qwen3: every head of q and k normed on its own, before RoPE */
+    for (j = 0; ly->q_norm != NULL && j < hp->n_head; j++) {
+        kvs_cpu_rmsnorm(q + (size_t) j * hp->head_dim_k,
+                        q + (size_t) j * hp->head_dim_k, ly->q_norm,
+                        hp->head_dim_k, fw->eps);
+    }
+
+    for (j = 0; ly->k_norm != NULL && j < hp->n_head_kv; j++) {
+        kvs_cpu_rmsnorm(k + (size_t) j * hp->head_dim_k,
+                        k + (size_t) j * hp->head_dim_k, ly->k_norm,
+                        hp->head_dim_k, fw->eps);
+    }
+
+    (void) kvs_rope_apply(fw->rope, q, (int) hp->n_head,
                           (int) hp->head_dim_k, (int32_t) tk->pos,
                           hp->rope_pairing);
-    (void) kvs_rope_apply(&fw->cm->rope, k, (int) hp->n_head_kv,
+    (void) kvs_rope_apply(fw->rope, k, (int) hp->n_head_kv,
                           (int) hp->head_dim_k, (int32_t) tk->pos,
                           hp->rope_pairing);
 
@@ -767,6 +860,8 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
 {
     int                     rc;
     size_t                  total, layer_k, layer_v;
+    float                   escale, cap;
+    size_t                  z;
     uint32_t                n, i, l, max_ctx, want, wrow, nth;
     kvs_cpu_fw_t            fw;
     kvs_threads_t          *tokp, *ffnp, *attp;
@@ -806,7 +901,8 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     fw.vd = kv->v_width;
     fw.od = hp->o_width;
     fw.eps = (float) hp->norm_eps;
-    fw.scale = 1.0f / sqrtf((float) hp->head_dim_k);
+    fw.scale = (float) hp->attn_scale;
+    fw.softcap = (float) hp->attn_softcap;
     fw.simd = kvs_cpu_simd();
 
     /* the widest weight row any product dequantizes */
@@ -859,6 +955,15 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
                fw.e * sizeof(float));
     }
 
+    /* gemma scales its embeddings by sqrt(n_embd) (a float, as ggml) */
+    if (hp->embd_scale != 1.0) {
+        escale = (float) hp->embd_scale;
+
+        for (z = 0; z < (size_t) n * fw.e; z++) {
+            fw.x[z] *= escale;
+        }
+    }
+
     layer_k = (size_t) kv->n_blocks * kv->block_tokens * fw.kd;
     layer_v = (size_t) kv->n_blocks * kv->block_tokens * fw.vd;
 
@@ -873,6 +978,9 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     for (l = 0; l < hp->n_layer; l++) {
         ly = &cm->layers[l];
         fw.ly = ly;
+        fw.win = kvs_hparams_swa(hp, l);
+        fw.rope = fw.win != 0 && cm->has_rope_swa ? &cm->rope_swa
+                                                  : &cm->rope;
         fw.kc = kv->k + l * layer_k;      /* [n_blocks][bt][kd] */
         fw.vc = kv->v + l * layer_v;      /* [n_blocks][bt][vd] */
 
@@ -889,18 +997,22 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
                        NULL);
 
         fw.resid = 1;
+        fw.post = ly->post_attn_norm;
         fw.norm = ly->ffn_norm;
         kvs_threads_run(tokp, kvs_cpu_tok_task, &fw, n);
 
         kvs_cpu_matmul(&fw, fw.xb, n, &ly->w1, fw.h1, &ly->w3, fw.h3, NULL,
                        NULL);
-        kvs_threads_run(ffnp, kvs_cpu_swiglu_task, &fw, n);
+        kvs_threads_run(ffnp, hp->geglu ? kvs_cpu_geglu_task
+                                        : kvs_cpu_swiglu_task, &fw, n);
         kvs_cpu_matmul(&fw, fw.h1, n, &ly->w2, fw.xb, NULL, NULL, NULL,
                        NULL);
 
         /* the residual, and the next layer's attention norm with it */
+        fw.post = ly->post_ffn_norm;
         fw.norm = l + 1 < hp->n_layer ? cm->layers[l + 1].attn_norm : NULL;
         kvs_threads_run(tokp, kvs_cpu_tok_task, &fw, n);
+        fw.post = NULL;
     }
 
     /* only the wanted rows pay for the final norm and the classifier:
@@ -919,6 +1031,15 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     if (want > 0) {
         kvs_cpu_matmul(&fw, fw.xb, want, &cm->output, logits, NULL, NULL,
                        NULL, NULL);
+    }
+
+    /* gemma2: logits := c tanh(logits / c) */
+    if (want > 0 && hp->final_softcap != 0.0) {
+        cap = (float) hp->final_softcap;
+
+        for (z = 0; z < (size_t) want * hp->n_vocab; z++) {
+            logits[z] = cap * tanhf(logits[z] / cap);
+        }
     }
 
     return KVS_OK;

@@ -8,6 +8,10 @@
  * README): RMSNorm, q/k/v, RoPE, grouped-query attention over the paged
  * cache, wo, residual, RMSNorm, SwiGLU FFN, residual, final norm, output.
  *
+ * Fused tensors (phi3's attn_qkv, its gate/up ffn_up) are split into
+ * views: wq, wk and wv (w1 and w3) point at consecutive row ranges of
+ * the one tensor, so every kernel sees three (two) ordinary matrices.
+ *
  * Weights: matrices stay as stored in the mapping, of any type in
  * kvs_quant's table.  Products (measured on a 2-core AVX-512 Xeon,
  * kvs_cpu_mm.c):
@@ -85,8 +89,12 @@ typedef struct {
     const float    *bq;               /* [n_head * hd_k] or NULL */
     const float    *bk;               /* [n_head_kv * hd_k] or NULL */
     const float    *bv;               /* [n_head_kv * hd_v] or NULL */
+    const float    *q_norm;           /* [hd_k] per-head norm, or NULL */
+    const float    *k_norm;           /* [hd_k] per-head norm, or NULL */
     kvs_cpu_mat_t   wo;               /* [n_embd][n_head * hd_v] */
+    const float    *post_attn_norm;   /* [n_embd] or NULL (gemma) */
     const float    *ffn_norm;         /* [n_embd] */
+    const float    *post_ffn_norm;    /* [n_embd] or NULL (gemma) */
     kvs_cpu_mat_t   w1;               /* gate [n_ff][n_embd] */
     kvs_cpu_mat_t   w2;               /* down [n_embd][n_ff] */
     kvs_cpu_mat_t   w3;               /* up [n_ff][n_embd] */
@@ -107,6 +115,9 @@ typedef struct {
                                          mapping */
     uint64_t            vec_owned;    /* bytes of the converted copies */
     kvs_rope_t          rope;         /* paired as hp.rope_pairing */
+    kvs_rope_t          rope_swa;     /* windowed layers' (gemma3), used
+                                         when has_rope_swa */
+    int                 has_rope_swa;
 } kvs_cpu_model_t;
 
 typedef struct {

@@ -7,12 +7,14 @@
  * read once for all of them.
  *
  * Attention runs as tasks (token, head group) of the step's pool; a task
- * reads the K/V rows of positions 0..pos of its sequence through its
+ * reads the K/V rows of positions 0..pos of its sequence (t0..pos in a
+ * layer with a sliding window: kvs_cpu_attn_first) through its
  * block table and writes its heads' slices of fw->att.  Invariant: the
  * order of every sum (a score's q.k, the softmax's sum, each output's sum
  * over positions) depends only on pos and the head sizes, never on the
  * batch, the grouping or the thread, so a token attends the same alone
- * or batched.
+ * or batched.  Gemma 2's soft-capping (fw->softcap) applies to the scaled
+ * scores before the softmax, in every kernel alike.
  */
 
 #include <math.h>
@@ -37,6 +39,29 @@ static void kvs_cpu_attn_avx512(const kvs_cpu_fw_t *fw,
     const kvs_batch_tok_t *tk, const float *qh, float *ah, float *sc,
     uint32_t kvh);
 #endif
+
+
+/* The first position token tk attends: pos + 1 - window in a layer
+ * with a sliding window (fw->win) that the position has outgrown, else
+ * 0.  The kernels read positions t0..pos only, into sc[0 .. pos - t0]. */
+static inline uint32_t
+kvs_cpu_attn_first(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk)
+{
+    return fw->win != 0 && tk->pos >= fw->win ? tk->pos + 1 - fw->win : 0;
+}
+
+
+/* Gemma 2's soft-capping of n scaled scores, s := c tanh(s / c), as the
+ * portable kernel rounds it. */
+static inline void
+kvs_cpu_attn_cap(const kvs_cpu_fw_t *fw, float *sc, uint32_t n)
+{
+    uint32_t  t;
+
+    for (t = 0; fw->softcap != 0.0f && t < n; t++) {
+        sc[t] = fw->softcap * tanhf(sc[t] / fw->softcap);
+    }
+}
 
 
 uint32_t
@@ -102,7 +127,7 @@ kvs_cpu_attn_ref(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
     const float *qh, float *ah, float *sc, uint32_t kvh)
 {
     float                  mx, sum, z;
-    uint32_t               t, j, bt, blk, hdk, hdv;
+    uint32_t               t, t0, j, bt, blk, hdk, hdv;
     const float           *kt, *vt;
     const kvs_hparams_t   *hp;
 
@@ -111,8 +136,9 @@ kvs_cpu_attn_ref(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
     hdk = hp->head_dim_k;
     hdv = hp->head_dim_v;
     mx = -INFINITY;
+    t0 = kvs_cpu_attn_first(fw, tk);
 
-    for (t = 0; t <= tk->pos; t++) {
+    for (t = t0; t <= tk->pos; t++) {
         blk = tk->table->blocks[t / bt];
         kt = fw->kc + ((size_t) blk * bt + t % bt) * fw->kd
              + (size_t) kvh * hdk;
@@ -122,27 +148,29 @@ kvs_cpu_attn_ref(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
             z += qh[j] * kt[j];
         }
 
-        sc[t] = z * fw->scale;
+        z *= fw->scale;
+        sc[t - t0] = fw->softcap != 0.0f
+                     ? fw->softcap * tanhf(z / fw->softcap) : z;
 
-        if (sc[t] > mx) {
-            mx = sc[t];
+        if (sc[t - t0] > mx) {
+            mx = sc[t - t0];
         }
     }
 
     sum = 0.0f;
 
-    for (t = 0; t <= tk->pos; t++) {
-        sc[t] = expf(sc[t] - mx);
-        sum += sc[t];
+    for (t = t0; t <= tk->pos; t++) {
+        sc[t - t0] = expf(sc[t - t0] - mx);
+        sum += sc[t - t0];
     }
 
     memset(ah, 0, hdv * sizeof(float));
 
-    for (t = 0; t <= tk->pos; t++) {
+    for (t = t0; t <= tk->pos; t++) {
         blk = tk->table->blocks[t / bt];
         vt = fw->vc + ((size_t) blk * bt + t % bt) * fw->vd
              + (size_t) kvh * hdv;
-        z = sc[t] / sum;
+        z = sc[t - t0] / sum;
 
         for (j = 0; j < hdv; j++) {
             ah[j] += z * vt[j];
@@ -200,18 +228,20 @@ typedef struct {
 } kvs_cpu_rows_t;
 
 
+/* From position t0 (the window's first) on. */
 static inline void
 kvs_cpu_rows_init(kvs_cpu_rows_t *it, const float *cache, size_t off,
-    size_t width, const kvs_batch_tok_t *tk, uint32_t bt)
+    size_t width, const kvs_batch_tok_t *tk, uint32_t bt, uint32_t t0)
 {
     it->base = cache + off;
     it->blocks = tk->table->blocks;
     it->width = width;
     it->bt = bt;
-    it->u = 0;
-    it->blk = 0;
+    it->u = t0 % bt;
+    it->blk = t0 / bt;
     it->last = tk->pos / bt;
-    it->row = it->base + (size_t) it->blocks[0] * bt * width;
+    it->row = it->base + ((size_t) it->blocks[it->blk] * bt + it->u)
+                         * width;
 }
 
 
@@ -346,7 +376,7 @@ __attribute__((target("avx2,fma"))) static void
 kvs_cpu_attn_avx2(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
     const float *qh, float *ah, float *sc, uint32_t kvh)
 {
-    uint32_t              n, t, p, j, c, hdk, hdv, bt;
+    uint32_t              n, t, t0, p, j, c, hdk, hdv, bt;
     __m256                acc[8], qv;
     const float          *kp[8];
     kvs_cpu_rows_t        it;
@@ -356,9 +386,11 @@ kvs_cpu_attn_avx2(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
     bt = fw->kv->block_tokens;
     hdk = hp->head_dim_k;
     hdv = hp->head_dim_v;
-    n = tk->pos + 1;
+    t0 = kvs_cpu_attn_first(fw, tk);
+    n = tk->pos + 1 - t0;
 
-    kvs_cpu_rows_init(&it, fw->kc, (size_t) kvh * hdk, fw->kd, tk, bt);
+    kvs_cpu_rows_init(&it, fw->kc, (size_t) kvh * hdk, fw->kd, tk, bt,
+                      t0);
 
     for (t = 0; t < n; t += 8) {
         for (p = 0; p < 8; p++) {
@@ -384,15 +416,18 @@ kvs_cpu_attn_avx2(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
                                                _mm256_set1_ps(fw->scale)));
     }
 
+    kvs_cpu_attn_cap(fw, sc, n);
     kvs_cpu_softmax_avx2(sc, n);
 
     for (c = 0; c + 32 <= hdv; c += 32) {
-        kvs_cpu_rows_init(&it, fw->vc, (size_t) kvh * hdv, fw->vd, tk, bt);
+        kvs_cpu_rows_init(&it, fw->vc, (size_t) kvh * hdv, fw->vd, tk,
+                          bt, t0);
         kvs_cpu_attn_v(ah, sc, n, &it, c, 4);
     }
 
     for ( /* void */ ; c < hdv; c += 8) {
-        kvs_cpu_rows_init(&it, fw->vc, (size_t) kvh * hdv, fw->vd, tk, bt);
+        kvs_cpu_rows_init(&it, fw->vc, (size_t) kvh * hdv, fw->vd, tk,
+                          bt, t0);
         kvs_cpu_attn_v(ah, sc, n, &it, c, 1);
     }
 }
@@ -538,7 +573,7 @@ __attribute__((target(KVS_CPU_AVX512))) static void
 kvs_cpu_attn_avx512(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
     const float *qh, float *ah, float *sc, uint32_t kvh)
 {
-    uint32_t              n, g, gp, c, hdk, hdv, bt, group;
+    uint32_t              n, t0, g, gp, c, hdk, hdv, bt, group;
     kvs_cpu_rows_t        it;
     const kvs_hparams_t  *hp;
 
@@ -547,9 +582,11 @@ kvs_cpu_attn_avx512(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
     hdk = hp->head_dim_k;
     hdv = hp->head_dim_v;
     group = fw->attn_group;
-    n = tk->pos + 1;
+    t0 = kvs_cpu_attn_first(fw, tk);
+    n = tk->pos + 1 - t0;
 
-    kvs_cpu_rows_init(&it, fw->kc, (size_t) kvh * hdk, fw->kd, tk, bt);
+    kvs_cpu_rows_init(&it, fw->kc, (size_t) kvh * hdk, fw->kd, tk, bt,
+                      t0);
 
     for (g = 0; g < group; g += gp) {
         gp = group - g < 3 ? group - g : 3;
@@ -571,10 +608,12 @@ kvs_cpu_attn_avx512(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
     }
 
     for (g = 0; g < group; g++) {
+        kvs_cpu_attn_cap(fw, sc + g * fw->sc_len, n);
         kvs_cpu_softmax_avx2(sc + g * fw->sc_len, n);
     }
 
-    kvs_cpu_rows_init(&it, fw->vc, (size_t) kvh * hdv, fw->vd, tk, bt);
+    kvs_cpu_rows_init(&it, fw->vc, (size_t) kvh * hdv, fw->vd, tk, bt,
+                      t0);
 
     for (g = 0; g < group; g += gp) {
         gp = group - g < 3 ? group - g : 3;

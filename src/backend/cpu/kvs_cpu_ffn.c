@@ -1,7 +1,9 @@
 /*
  * kvs_cpu_ffn: the CPU backend's FFN activation, SwiGLU: per token,
  * h1 = silu(h1) * h3, between the gate/up products and the down product
- * (kvs_cpu_forward runs it as one task per token).  Portable in run.c's
+ * (kvs_cpu_forward runs it as one task per token); or Gemma's GeGLU,
+ * h1 = gelu(h1) * h3 with gelu's tanh form, portable only (libm's
+ * tanhf).  Portable in run.c's
  * order with libm's expf, or AVX2 + FMA with kvs_cpu_exp8 (within ~1 ulp
  * of expf), rounding each element as the portable loop does.
  *
@@ -73,3 +75,27 @@ kvs_cpu_swiglu_avx2(float *h1, const float *h3, uint32_t f)
 }
 
 #endif /* KVS_CPU_X86 */
+
+
+/* Per token i: h1[i] = gelu(h1[i]) * h3[i], gelu(z) = z/2 (1 + tanh(
+ * sqrt(2/pi) (z + 0.044715 z^3))), as ggml and Hugging Face's
+ * gelu_pytorch_tanh define it. */
+void
+kvs_cpu_geglu_task(void *arg, uint32_t i, uint32_t thread)
+{
+    float         *h1, *h3, z;
+    uint32_t       j;
+    kvs_cpu_fw_t  *fw;
+
+    const float    c = 0.7978845608f;      /* sqrt(2 / pi) */
+
+    fw = arg;
+    h1 = fw->h1 + (size_t) i * fw->f;
+    h3 = fw->h3 + (size_t) i * fw->f;
+
+    for (j = 0; j < fw->f; j++) {
+        z = h1[j];
+        h1[j] = 0.5f * z * (1.0f + tanhf(c * (z + 0.044715f * z * z * z)))
+                * h3[j];
+    }
+}

@@ -118,6 +118,12 @@ typedef struct {
     uint32_t                attn_group; /* query heads per attention
                                           task: those of one K/V head
                                           (kvs_cpu_attn_group), or 1 */
+    uint32_t                win;      /* the layer's sliding window, or
+                                          0 (kvs_hparams_swa) */
+    const kvs_rope_t       *rope;     /* the layer's RoPE table */
+    const float            *post;     /* kvs_cpu_tok_task: xb's own norm
+                                         before the residual, or NULL */
+    float                   softcap;  /* attention scores' cap, 0: none */
     uint32_t                e, f, qd, kd, vd, od;
     float                   eps, scale;
 } kvs_cpu_fw_t;
@@ -164,6 +170,9 @@ void kvs_cpu_attn_task(void *arg, uint32_t task, uint32_t thread);
 
 /* Token i's h1 := silu(h1) * h3 (kvs_cpu_ffn.c). */
 void kvs_cpu_swiglu_task(void *arg, uint32_t i, uint32_t thread);
+
+/* Token i's h1 := gelu(h1) * h3, gelu's tanh form (kvs_cpu_ffn.c). */
+void kvs_cpu_geglu_task(void *arg, uint32_t i, uint32_t thread);
 
 #if KVS_CPU_X86
 void kvs_cpu_mm_rows_avx2(float *y, size_t ldy, const float *x,

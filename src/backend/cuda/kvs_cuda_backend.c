@@ -208,7 +208,13 @@ static int
 kvs_cuda_init(kvs_cuda_t *cu, kvs_cuda_load_t *ld, const kvs_hparams_t *hp,
     const kvs_backend_conf_t *conf, kvs_err_t *err)
 {
+    int          rc;
     const char  *env;
+
+    rc = kvs_cuda_plan_arch(hp, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
 
     cu->hp = *hp;
     cu->device = conf->device;

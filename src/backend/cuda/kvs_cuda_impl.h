@@ -61,6 +61,8 @@ typedef struct {
     float           *bq;              /* [n_head * hd_k] or NULL */
     float           *bk;              /* [n_head_kv * hd_k] or NULL */
     float           *bv;              /* [n_head_kv * hd_v] or NULL */
+    float           *q_norm;          /* [hd_k] per-head norm, or NULL */
+    float           *k_norm;          /* [hd_k] per-head norm, or NULL */
     kvs_cuda_mat_t   wo;              /* [n_embd][n_head * hd_v] */
     float           *ffn_norm;        /* [n_embd] */
     kvs_cuda_mat_t   w1;              /* gate [n_ff][n_embd] */

@@ -31,17 +31,20 @@ const kvs_cuda_plan_name_t  kvs_cuda_plan_globals[KVS_CUDA_GLOBALS] = {
 
 const kvs_cuda_plan_name_t  kvs_cuda_plan_layer[KVS_CUDA_PER_LAYER] = {
     { "attn_norm.weight", 0, 0, KVS_CUDA_D_EMBD, -1 },
-    { "attn_q.weight", 1, 0, KVS_CUDA_D_EMBD, KVS_CUDA_D_Q },
-    { "attn_k.weight", 1, 0, KVS_CUDA_D_EMBD, KVS_CUDA_D_K },
-    { "attn_v.weight", 1, 0, KVS_CUDA_D_EMBD, KVS_CUDA_D_V },
+    { "attn_q.weight", 1, 1, KVS_CUDA_D_EMBD, KVS_CUDA_D_Q },
+    { "attn_k.weight", 1, 1, KVS_CUDA_D_EMBD, KVS_CUDA_D_K },
+    { "attn_v.weight", 1, 1, KVS_CUDA_D_EMBD, KVS_CUDA_D_V },
     { "attn_q.bias", 0, 1, KVS_CUDA_D_Q, -1 },
     { "attn_k.bias", 0, 1, KVS_CUDA_D_K, -1 },
     { "attn_v.bias", 0, 1, KVS_CUDA_D_V, -1 },
     { "attn_output.weight", 1, 0, KVS_CUDA_D_O, KVS_CUDA_D_EMBD },
     { "ffn_norm.weight", 0, 0, KVS_CUDA_D_EMBD, -1 },
-    { "ffn_gate.weight", 1, 0, KVS_CUDA_D_EMBD, KVS_CUDA_D_FF },
-    { "ffn_up.weight", 1, 0, KVS_CUDA_D_EMBD, KVS_CUDA_D_FF },
-    { "ffn_down.weight", 1, 0, KVS_CUDA_D_FF, KVS_CUDA_D_EMBD }
+    { "ffn_gate.weight", 1, 1, KVS_CUDA_D_EMBD, KVS_CUDA_D_FF },
+    { "ffn_up.weight", 1, 0, KVS_CUDA_D_EMBD, KVS_CUDA_D_UP },
+    { "ffn_down.weight", 1, 0, KVS_CUDA_D_FF, KVS_CUDA_D_EMBD },
+    { "attn_q_norm.weight", 0, 1, KVS_CUDA_D_HEAD, -1 },
+    { "attn_k_norm.weight", 0, 1, KVS_CUDA_D_HEAD, -1 },
+    { "attn_qkv.weight", 1, 1, KVS_CUDA_D_EMBD, KVS_CUDA_D_QKV }
 };
 
 
@@ -99,6 +102,10 @@ kvs_cuda_plan_dims(const kvs_hparams_t *hp, uint64_t *dim)
     dim[KVS_CUDA_D_O] = hp->o_width;
     dim[KVS_CUDA_D_FF] = hp->n_ff;
     dim[KVS_CUDA_D_VOCAB] = hp->n_vocab;
+    dim[KVS_CUDA_D_HEAD] = hp->head_dim_k;
+    dim[KVS_CUDA_D_QKV] = (uint64_t) hp->q_width + hp->k_width
+                          + hp->v_width;
+    dim[KVS_CUDA_D_UP] = (uint64_t) hp->n_ff * (hp->fused_gate_up ? 2 : 1);
 }
 
 
@@ -122,6 +129,29 @@ kvs_cuda_plan_slot(uint32_t s, char *name, size_t size)
 
 
 int
+kvs_cuda_plan_arch(const kvs_hparams_t *hp, kvs_err_t *err)
+{
+    if (hp->geglu || hp->post_norms || hp->embd_scale != 1.0
+        || hp->attn_softcap != 0.0 || hp->final_softcap != 0.0)
+    {
+        return kvs_err_set(err, KVS_EUNSUPPORTED, "cuda backend: %s "
+                           "(GeGLU, post-norms, scaled embeddings, "
+                           "soft-capping) is computed by the CPU backend "
+                           "only", hp->arch);
+    }
+
+    if (hp->n_swa != 0) {
+        return kvs_err_set(err, KVS_EUNSUPPORTED, "cuda backend: %s's "
+                           "sliding window of %" PRIu32 " positions is "
+                           "applied by the CPU backend only", hp->arch,
+                           hp->n_swa);
+    }
+
+    return KVS_OK;
+}
+
+
+int
 kvs_cuda_plan_weights(const kvs_model_t *m, uint64_t *bytes, int *kv_dt,
     kvs_err_t *err)
 {
@@ -135,6 +165,12 @@ kvs_cuda_plan_weights(const kvs_model_t *m, uint64_t *bytes, int *kv_dt,
 
     *bytes = 0;
     *kv_dt = KVS_CUDA_DT_F32;
+
+    rc = kvs_cuda_plan_arch(&m->hp, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
     kvs_cuda_plan_dims(&m->hp, dim);
     total = 0;
     all_f32 = 1;

@@ -57,10 +57,13 @@
 
 /* The tensors a step reads, in slot order: the globals, then per layer
  * the layer's (named "blk.<l>.<suffix>"), w3 right after w1 so that the
- * gate and up products can run as one.  Shapes are codes into the
+ * gate and up products can run as one.  Which of the optional ones an
+ * architecture must have is kvs_model_check_tensors()'s business: here
+ * attn_q/k/v and ffn_gate are optional since phi3 fuses them (attn_qkv;
+ * ffn_up of 2 n_ff rows, KVS_CUDA_D_UP).  Shapes are codes into the
  * dimensions kvs_cuda_plan_dims() fills. */
 #define KVS_CUDA_GLOBALS    3
-#define KVS_CUDA_PER_LAYER  12
+#define KVS_CUDA_PER_LAYER  15
 
 typedef struct {
     const char  *name;                /* a layer's: the suffix */
@@ -77,7 +80,10 @@ typedef struct {
 #define KVS_CUDA_D_O        4
 #define KVS_CUDA_D_FF       5
 #define KVS_CUDA_D_VOCAB    6
-#define KVS_CUDA_D_N        7
+#define KVS_CUDA_D_HEAD     7         /* hd_k: per-head norms */
+#define KVS_CUDA_D_QKV      8         /* q + k + v widths: attn_qkv */
+#define KVS_CUDA_D_UP       9         /* n_ff, 2 n_ff when gate is fused */
+#define KVS_CUDA_D_N        10
 
 extern const kvs_cuda_plan_name_t  kvs_cuda_plan_globals[KVS_CUDA_GLOBALS];
 extern const kvs_cuda_plan_name_t  kvs_cuda_plan_layer[KVS_CUDA_PER_LAYER];
@@ -86,6 +92,11 @@ extern const kvs_cuda_plan_name_t  kvs_cuda_plan_layer[KVS_CUDA_PER_LAYER];
  * layer) and its tensor's name into name[size]. */
 const kvs_cuda_plan_name_t *kvs_cuda_plan_slot(uint32_t s, char *name,
     size_t size);
+
+/* KVS_OK when the CUDA backend computes every layer of hp's
+ * architecture; KVS_EUNSUPPORTED naming what it lacks (today: a sliding
+ * window, and gemma2 / gemma3, which only the CPU backend computes). */
+int kvs_cuda_plan_arch(const kvs_hparams_t *hp, kvs_err_t *err);
 
 /* dim[KVS_CUDA_D_N] of hp, by code. */
 void kvs_cuda_plan_dims(const kvs_hparams_t *hp, uint64_t *dim);

@@ -207,6 +207,17 @@ kvs_cuda_layer(kvs_cuda_t *cu, const kvs_cuda_prog_t *p, uint32_t l,
         return rc;
     }
 
+    /* qwen3: each head of q and k RMS-normed before RoPE (no biases
+     * with it: kvs_model_check_tensors refuses them) */
+    if (ly->q_norm != NULL) {
+        KVS_K(kvs_k_headnorm(cu->q, ly->q_norm, n * cu->hp.n_head,
+                             cu->hp.head_dim_k, cu->eps, cu->st),
+              "kvs_k_headnorm");
+        KVS_K(kvs_k_headnorm(cu->k, ly->k_norm, n * cu->hp.n_head_kv,
+                             cu->hp.head_dim_k, cu->eps, cu->st),
+              "kvs_k_headnorm");
+    }
+
     /* biases, RoPE on q and k, K/V into the cache: every token of the
      * slice is written before any attends */
     KVS_K(kvs_k_rope_kv(&cu->kv, l, &p->kb, cu->q, cu->k, cu->v, ly->bq,

@@ -230,7 +230,9 @@ kvs_cuda_resolve(kvs_cuda_load_t *ld, const kvs_model_t *m, kvs_err_t *err)
 }
 
 
-/* The host RoPE table, with rope_freqs.weight's factors when present. */
+/* The host RoPE table, with the factors of the tensor the
+ * hyper-parameters name (rope_freqs, or phi3's longrope set) when
+ * present. */
 static int
 kvs_cuda_rope_table(kvs_rope_t *rope, const kvs_model_t *m, kvs_err_t *err)
 {
@@ -238,6 +240,7 @@ kvs_cuda_rope_table(kvs_rope_t *rope, const kvs_model_t *m, kvs_err_t *err)
     float                    *fl;
     uint32_t                  n;
     uint64_t                  raw;
+    const char               *fname;
     const kvs_gguf_tensor_t  *t;
 
     rc = kvs_rope_init(rope, &m->hp, err);
@@ -245,7 +248,8 @@ kvs_cuda_rope_table(kvs_rope_t *rope, const kvs_model_t *m, kvs_err_t *err)
         return rc;
     }
 
-    t = kvs_gguf_find_tensor(m->gguf, "rope_freqs.weight");
+    fname = kvs_hparams_rope_factors(&m->hp);
+    t = fname == NULL ? NULL : kvs_gguf_find_tensor(m->gguf, fname);
     if (t == NULL) {
         return KVS_OK;
     }
@@ -258,9 +262,9 @@ kvs_cuda_rope_table(kvs_rope_t *rope, const kvs_model_t *m, kvs_err_t *err)
     {
         kvs_rope_free(rope);
         return kvs_err_set(err, KVS_EFORMAT, "cuda backend: tensor "
-                           "rope_freqs.weight: %" PRIu64 " elements of %s, "
+                           "%s: %" PRIu64 " elements of %s, "
                            "expected %" PRIu32 " of a type kvserve "
-                           "computes with", t->nelem,
+                           "computes with", fname, t->nelem,
                            kvs_ggml_type_name(t->type), n);
     }
 
@@ -274,7 +278,7 @@ kvs_cuda_rope_table(kvs_rope_t *rope, const kvs_model_t *m, kvs_err_t *err)
     if (rc != KVS_OK) {
         free(fl);
         kvs_rope_free(rope);
-        return kvs_err_prefix(err, "cuda backend: rope_freqs.weight");
+        return kvs_err_prefix(err, "cuda backend: %s", fname);
     }
 
     rc = kvs_rope_set_freq_factors(rope, fl, n, err);
@@ -323,22 +327,58 @@ kvs_cuda_bind(kvs_cuda_t *cu, const kvs_cuda_load_t *ld)
 
         ly = &cu->layers[l];
         ly->attn_norm = KVS_CUDA_PTR(b + 0);
-        KVS_CUDA_MAT(ly->wq, b + 1);
-        KVS_CUDA_MAT(ly->wk, b + 2);
-        KVS_CUDA_MAT(ly->wv, b + 3);
+
+        if (ld->up[b + 14].t != NULL) {
+            /* phi3's attn_qkv: Q, K and V as views of its rows */
+            KVS_CUDA_MAT(ly->wq, b + 14);
+            ly->wk = ly->wq;
+            ly->wv = ly->wq;
+            ly->wq.rows = cu->hp.q_width;
+            ly->wk.rows = cu->hp.k_width;
+            ly->wv.rows = cu->hp.v_width;
+            ly->wk.data = (char *) ly->wq.data
+                          + (size_t) ly->wq.rows * ly->wq.cols
+                            * kvs_cuda_plan_dt_size(ly->wq.dt);
+            ly->wv.data = (char *) ly->wk.data
+                          + (size_t) ly->wk.rows * ly->wk.cols
+                            * kvs_cuda_plan_dt_size(ly->wk.dt);
+
+        } else {
+            KVS_CUDA_MAT(ly->wq, b + 1);
+            KVS_CUDA_MAT(ly->wk, b + 2);
+            KVS_CUDA_MAT(ly->wv, b + 3);
+        }
+
         ly->bq = KVS_CUDA_PTR(b + 4);
         ly->bk = KVS_CUDA_PTR(b + 5);
         ly->bv = KVS_CUDA_PTR(b + 6);
         KVS_CUDA_MAT(ly->wo, b + 7);
         ly->ffn_norm = KVS_CUDA_PTR(b + 8);
-        KVS_CUDA_MAT(ly->w1, b + 9);
         KVS_CUDA_MAT(ly->w3, b + 10);
-        KVS_CUDA_MAT(ly->w2, b + 11);
 
-        /* one [2 * n_ff][n_embd] product when up follows gate exactly */
-        ly->gate_up = ly->w1.dt == ly->w3.dt
-                      && ld->up[b + 10].off
-                         == ld->up[b + 9].off + ld->up[b + 9].bytes;
+        if (ld->up[b + 9].t != NULL) {
+            KVS_CUDA_MAT(ly->w1, b + 9);
+
+        } else {
+            /* phi3's ffn_up of 2 n_ff rows: gate first, then up */
+            ly->w1 = ly->w3;
+            ly->w1.rows = cu->hp.n_ff;
+            ly->w3.rows = cu->hp.n_ff;
+            ly->w3.data = (char *) ly->w1.data
+                          + (size_t) ly->w1.rows * ly->w1.cols
+                            * kvs_cuda_plan_dt_size(ly->w1.dt);
+        }
+
+        KVS_CUDA_MAT(ly->w2, b + 11);
+        ly->q_norm = cu->hp.qk_norm ? KVS_CUDA_PTR(b + 12) : NULL;
+        ly->k_norm = cu->hp.qk_norm ? KVS_CUDA_PTR(b + 13) : NULL;
+
+        /* one [2 * n_ff][n_embd] product when up follows gate exactly
+         * (always so for a fused ffn_up) */
+        ly->gate_up = ld->up[b + 9].t == NULL
+                      || (ly->w1.dt == ly->w3.dt
+                          && ld->up[b + 10].off
+                             == ld->up[b + 9].off + ld->up[b + 9].bytes);
     }
 
 #undef KVS_CUDA_MAT

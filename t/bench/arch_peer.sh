@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Greedy tokens against llama.cpp, per architecture (issue 20): for each
+# architecture `kvserve gen-model --arch` writes, one generated file
+# (F32, seeded) is continued greedily by both from the same prompt ids:
+# llama.cpp through t/bench/arch_peer_greedy.c (our program on llama.h's
+# public API, compiled here into $KVS_TMP against $LLAMA_CPP_BUILD; its
+# prompt in one batch, then one token per decode over its own KV cache),
+# kvserve by `kvserve logits` over the growing sequence (each step's last
+# row, argmax, lowest id on ties).  No BOS is added by either.
+#
+# One line per model:
+#   arch=<a> model=<label> tokens=<n> agree=<k>/<n> first_diff=<step|->
+#   peer_gap=<x> max_rel=<x> ok=<yes|no|skip>
+# agree counts the steps both picked the same id up to the first
+# difference; max_rel is the largest max|ours - peer| / max|peer| over
+# the steps compared (each step's logits, same sequence on both sides).
+# ok=yes when every id agrees, or when the first difference is a
+# near-tie: llama.cpp's own margin there (peer_gap) is within twice the
+# step's largest logit difference between the two (llama.cpp keeps its
+# KV cache in F16, kvserve in F32).  A file the
+# peer cannot load because it does not know the architecture is
+# ok=skip with llama.cpp's message (the peer is what the benches build,
+# whatever its age).  Exits 1 if any model fails.
+#
+# Environment: LLAMA_CPP_BUILD (llama.cpp/build/bin; recipe at the top of
+# t/bench/llamacpp.sh), LLAMA_CPP_SRC (its tree, default
+# $LLAMA_CPP_BUILD/../..), KVS_CLI, KVS_PYTHON, KVS_TMP, ARCH_NEW (tokens
+# to generate, default 24).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cli=${KVS_CLI:-$root/build/kvserve}
+py=${KVS_PYTHON:-$root/build/venv/bin/python}
+bin=${LLAMA_CPP_BUILD:-}
+n_new=${ARCH_NEW:-24}
+
+if [ -z "$bin" ]; then
+    echo "SKIP: arch_peer.sh: LLAMA_CPP_BUILD is not set (point it at" \
+         "llama.cpp/build/bin; recipe at the top of t/bench/llamacpp.sh)"
+    exit 0
+fi
+
+src=${LLAMA_CPP_SRC:-$bin/../..}
+lib=$(ls "$bin"/libllama.so* "$bin"/../src/libllama.so* 2>/dev/null \
+      | head -1 || true)
+if [ -z "$lib" ] || [ ! -f "$src/include/llama.h" ]; then
+    echo "SKIP: arch_peer.sh: no libllama.so by $bin or no llama.h in" \
+         "$src/include (set LLAMA_CPP_SRC)"
+    exit 0
+fi
+
+dir=${KVS_TMP:-/tmp}/arch-peer
+mkdir -p "$dir"
+peer=$dir/arch_peer_greedy
+libdir=$(dirname "$lib")
+cc -O2 -std=gnu11 -Wall -Wextra -Werror -Wno-unused-parameter \
+    -I"$src/include" -I"$src/ggml/include" \
+    -o "$peer" "$here/arch_peer_greedy.c" \
+    -L"$libdir" -lllama -lggml -lggml-base -Wl,-rpath,"$libdir"
+
+prompt="5 77 120 9 260 33 181 42"
+failed=0
+
+# run LABEL ARCH GEN-OPTIONS...
+run() {
+    local label=$1 arch=$2 file=$dir/$1.gguf
+    shift 2
+    "$cli" gen-model --arch "$arch" --seed 11 --dtype f32 "$@" "$file"
+    if ! "$peer" "$file" "$prompt" "$n_new" "$dir/$label.peer.f32" \
+         >"$dir/$label.peer" 2>"$dir/$label.err"; then
+        if grep -q "unknown model architecture" "$dir/$label.err"; then
+            echo "arch=$arch model=$label tokens=$n_new agree=-" \
+                 "first_diff=- peer_gap=- max_rel=- ok=skip" \
+                 "($(grep -o "unknown model architecture.*" \
+                     "$dir/$label.err" | head -1 | tr -d "'"))"
+            return 0
+        fi
+        cat "$dir/$label.err"
+        echo "arch=$arch model=$label ok=no (llama.cpp failed)"
+        failed=1
+        return 0
+    fi
+    if ! "$py" - "$cli" "$file" "$prompt" "$dir/$label" "$arch" \
+        "$label" <<'PY'
+import subprocess
+import sys
+
+import numpy as np
+
+cli, path, prompt, base, arch, label = sys.argv[1:7]
+ids = [int(t) for t in prompt.split()]
+peer = [line.split() for line in open(base + ".peer")]
+peer_ids = [int(p[0]) for p in peer]
+peer_gap = [float(p[1]) for p in peer]
+n = len(peer_ids)
+peer_lg = np.fromfile(base + ".peer.f32", dtype="<f4").astype(
+    np.float64).reshape(n, -1)
+
+
+def last_logits(seq):
+    r = subprocess.run([cli, "logits", path, "-t",
+                        " ".join(map(str, seq))], capture_output=True,
+                       check=True)
+    a = np.frombuffer(r.stdout, dtype="<f4").astype(np.float64)
+    return a.reshape(len(seq), -1)[-1]
+
+
+# ours greedy on our own picks; while they equal the peer's the two
+# sides see the same sequence, so their logits compare step by step
+seq = list(ids)
+agree, first, gap_at, rel_max, ok = 0, None, None, 0.0, True
+for step in range(n):
+    lg = last_logits(seq)
+    ours = int(np.argmax(lg))
+    diff = float(np.max(np.abs(lg - peer_lg[step])))
+    rel_max = max(rel_max, diff / float(np.max(np.abs(peer_lg[step]))))
+    if ours != peer_ids[step]:
+        first, gap_at = step, peer_gap[step]
+        # a near-tie: llama.cpp's own margin is within what the two
+        # sides' logits differ by, so either pick is within the error
+        ok = gap_at <= 2 * diff
+        break
+    agree += 1
+    seq.append(ours)
+
+print(f"arch={arch} model={label} tokens={n} agree={agree}/{n} "
+      f"first_diff={'-' if first is None else first} "
+      f"peer_gap={'-' if gap_at is None else f'{gap_at:.3g}'} "
+      f"max_rel={rel_max:.3g} ok={'yes' if ok else 'no'}")
+sys.exit(0 if ok else 1)
+PY
+    then
+        failed=1
+    fi
+}
+
+run llama-gqa llama --layers 2 --dim 64 --heads 4 --kv-heads 2 --ffn 96 \
+    --vocab 300
+run qwen3-gqa qwen3 --layers 2 --dim 64 --heads 4 --kv-heads 2 --ffn 96 \
+    --vocab 300
+run qwen3-hd32 qwen3 --layers 2 --dim 64 --heads 4 --kv-heads 1 \
+    --head-dim 32 --ffn 96 --vocab 300
+run phi3-gqa phi3 --layers 2 --dim 64 --heads 4 --kv-heads 2 --ffn 96 \
+    --vocab 300
+run phi3-swa8 phi3 --layers 2 --dim 64 --heads 4 --kv-heads 4 --ffn 96 \
+    --vocab 300 --swa 8
+# llama.cpp picks gemma2's query scale by its layer count (26: the 2B),
+# and refuses another count
+run gemma2-swa8 gemma2 --layers 26 --dim 64 --heads 4 --kv-heads 2 \
+    --head-dim 32 --ffn 96 --vocab 300 --swa 8
+run gemma3-swa8 gemma3 --layers 6 --dim 64 --heads 4 --kv-heads 2 \
+    --head-dim 32 --ffn 96 --vocab 300 --swa 8
+
+exit $failed
