@@ -16,7 +16,7 @@ use lib "$FindBin::Bin/lib";
 use Kvserve::Live;
 use JSON::PP ();
 
-my $t = Kvserve::Live->new('028', 'models');
+my $t = Kvserve::Live->new('029', 'models');
 my $root = $t->root;
 my $dir = "$root/models";
 my $cli = $ENV{KVS_CLI} || "$ENV{TEST_NGINX_MODEL_DIR}/../kvserve";
