@@ -27,6 +27,9 @@ typedef struct {
     uint32_t   dtype;                 /* any kvs_quant type it can make */
     int        tied;                  /* no output.weight */
     uint64_t   seed;
+    const char *chat_template;        /* tokenizer.chat_template text
+                                         (NUL-ended); NULL: the bundled
+                                         kvs_gen_chat_template */
 } kvs_gen_spec_t;
 
 /* Fills spec from a preset: "tiny", "small" or "100m". */
