@@ -180,16 +180,17 @@ const char *kvs_chat_name(kvs_chat_kind_t kind);
 int kvs_chat_check_messages(const json_t *messages, kvs_err_t *err);
 
 /*
- * Appends the prompt for messages to out.  Through chat->jinja (see
- * kvs_chat_jinja_render()) no content spans are reported.  With args->spans set, also
- * appends to *args->spans the byte ranges of the appended text that are
- * message content, one kvs_span_t per non-empty content, with offsets
- * counted from out->len at the call (so, when out starts empty, ready for
- * kvs_tok_encode_guarded()): in increasing order, not overlapping, none
- * empty.  args->spans is a byte buffer holding whole kvs_span_t's
- * (KVS_EINVAL otherwise); its len grows by sizeof(kvs_span_t) per span.
- * On failure (KVS_EINVAL for bad messages, KVS_ENOMEM) out->len and
- * args->spans->len are restored, so nothing is appended to either.
+ * Appends the prompt for messages to out (through chat->jinja, see
+ * kvs_chat_jinja_render(): no content spans are reported then).  With
+ * args->spans set, also appends to *args->spans the byte ranges of the
+ * appended text that are message content, one kvs_span_t per non-empty
+ * content, with offsets counted from out->len at the call (so, when out
+ * starts empty, ready for kvs_tok_encode_guarded()): in increasing
+ * order, not overlapping, none empty.  args->spans is a byte buffer
+ * holding whole kvs_span_t's (KVS_EINVAL otherwise); its len grows by
+ * sizeof(kvs_span_t) per span.  On failure (KVS_EINVAL for bad messages,
+ * KVS_ENOMEM) out->len and args->spans->len are restored, so nothing is
+ * appended to either.
  */
 int kvs_chat_render(const kvs_chat_t *chat, const json_t *messages,
     const kvs_chat_args_t *args, kvs_buf_t *out, kvs_err_t *err);

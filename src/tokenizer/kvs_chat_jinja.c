@@ -38,8 +38,10 @@ kvs_chat_jinja_scale(const kvs_chat_jinja_t *cj, size_t n_msgs,
 {
     *opts = cj->limits;
     opts->max_steps += (uint64_t) n_msgs * KVS_CJ_STEPS_PER_MSG;
-    opts->max_output += bytes * KVS_CJ_OUTPUT_PER_BYTE;
-    opts->max_memory += bytes * KVS_CJ_MEMORY_PER_BYTE;
+    opts->max_output += n_msgs * KVS_CJ_OUTPUT_PER_MSG
+                        + bytes * KVS_CJ_OUTPUT_PER_BYTE;
+    opts->max_memory += n_msgs * KVS_CJ_MEMORY_PER_MSG
+                        + bytes * KVS_CJ_MEMORY_PER_BYTE;
     opts->now = (int64_t) time(NULL);
 }
 

@@ -56,15 +56,19 @@ struct kvs_chat_jinja_s {
 /*
  * Limits per chat render: the base below, grown per message and per byte
  * of content, so the work a request may cause is proportional to its size
- * (which max_messages and the body size bound).  A real template spends
- * some hundreds of steps per message (docs/tokenizer.md).
+ * (which kvserve_max_messages and the body size bound) and a cheap
+ * request cannot hold its thread for long (20,000 steps are some 5 ms).
+ * The published templates spend at most 70 steps per message plus about
+ * 100 (docs/tokenizer.md), so the steps leave them a margin of 30.
  */
-#define KVS_CJ_STEPS            200000
-#define KVS_CJ_STEPS_PER_MSG    20000
+#define KVS_CJ_STEPS            20000
+#define KVS_CJ_STEPS_PER_MSG    2000
 #define KVS_CJ_OUTPUT           (64 * 1024)
+#define KVS_CJ_OUTPUT_PER_MSG   1024
 #define KVS_CJ_OUTPUT_PER_BYTE  4
 #define KVS_CJ_DEPTH            32
 #define KVS_CJ_MEMORY           (16 * 1024 * 1024)
+#define KVS_CJ_MEMORY_PER_MSG   (16 * 1024)
 #define KVS_CJ_MEMORY_PER_BYTE  16
 
 /* The base limits above. */

@@ -1,11 +1,12 @@
 /*
  * test_chat_paths: the two chat renderers agree.  Every fixture template
- * (the .jinja files in $KVS_FIXTURES/templates) that kvs_chat_detect() recognises as
- * one of the eight families is rendered through the Jinja interpreter
- * (kvs_chat_jinja, as the server does by default) and by the family's C
- * renderer, on conversations the C path accepts; where the real template
- * renders (it refuses some that the C families are lenient about) the
- * bytes must be identical.  Every family must be met and compared.
+ * (the .jinja files in $KVS_FIXTURES/templates) that kvs_chat_detect()
+ * recognises as one of the eight families is rendered through the Jinja
+ * interpreter (kvs_chat_jinja, as the server does by default) and by the
+ * family's C renderer, on conversations the C path accepts; where the
+ * real template renders (it refuses some that the C families are lenient
+ * about) the bytes must be identical for the families' own templates.
+ * Every family must be met and compared.
  *
  * Then the Jinja path's own rules, on small templates written here: the
  * context (developer as system, parts joined or walked, bos/eos, a
@@ -435,6 +436,48 @@ test_errors(void **state)
 }
 
 
+/* The limits grow with the request: 300 messages that a template pads to
+ * 600 bytes each (180 KB, over the 64 KiB base) render; the same template
+ * looping without end on one message stops at its steps. */
+static void
+test_limits_scale(void **state)
+{
+    size_t      i;
+    json_t     *msgs;
+    char       *json;
+    kvs_buf_t   out;
+
+    msgs = json_array();
+    for (i = 0; i < 300; i++) {
+        json_array_append_new(msgs, json_pack("{s:s, s:s}", "role",
+                                              i % 2 ? "assistant" : "user",
+                                              "content", "hi"));
+    }
+
+    json = json_dumps(msgs, 0);
+    assert_non_null(json);
+
+    assert_int_equal(render("{% for m in messages %}{{ m.content }}"
+                            "{{ ' ' * 598 }}{% endfor %}", json, 1, &out),
+                     KVS_OK);
+    assert_int_equal(out.len, 300 * 600);
+    kvs_buf_free(&out);
+
+    assert_int_equal(render("{% for m in messages %}{% for i in range(100)"
+                            " %}{{ i }}{% endfor %}{% endfor %}", json, 1,
+                            &out), KVS_OK);
+    kvs_buf_free(&out);
+
+    assert_int_equal(render("{% for i in range(1000000) %}{% endfor %}",
+                            "[{\"role\":\"user\",\"content\":\"x\"}]", 1,
+                            &out), KVS_EINVAL);
+    assert_non_null(strstr(err.msg, "limit of 22000 steps"));
+
+    free(json);
+    json_decref(msgs);
+}
+
+
 static void
 test_guard(void **state)
 {
@@ -480,6 +523,7 @@ main(void)
         cmocka_unit_test(test_families_agree),
         cmocka_unit_test(test_context),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_limits_scale),
         cmocka_unit_test(test_guard),
     };
 
