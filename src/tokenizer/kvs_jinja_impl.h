@@ -264,9 +264,14 @@ int kvs_jinja_parse(kvs_jarena_t *a, const kvs_jtok_t *toks, size_t n,
 /* --- render state --------------------------------------------------------- */
 
 typedef struct {
-    char    *p;
-    size_t   n;
-    size_t   cap;
+    char       *p;
+    size_t      n;
+    size_t      cap;
+    kvs_buf_t  *buf;                  /* the render's own output: bytes go
+                                         straight to the caller's buffer
+                                         (p and cap unused), so a big
+                                         prompt is neither grown in the
+                                         arena nor copied out of it */
 } kvs_jsink_t;
 
 struct kvs_jscope_s {

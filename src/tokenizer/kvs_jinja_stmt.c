@@ -6,7 +6,8 @@
  * Break and continue travel up as positive statuses (KVS_JE_BREAK,
  * KVS_JE_CONTINUE) until a loop takes them; errors are negative KVS_E*
  * codes recorded once in the render state.  The render's arena holds
- * everything it allocates and is freed once, failed or not.
+ * everything it allocates and is freed once, failed or not; the output
+ * goes straight to the caller's buffer, cut back on failure.
  */
 
 #include <string.h>
@@ -301,6 +302,7 @@ kvs_jinja_render(const kvs_jinja_t *tpl, const json_t *ctx,
     const char        *key;
     json_t            *val;
     kvs_jinja_opts_t   def;
+    size_t             start;
     int                rc = KVS_OK;
 
     if (tpl == NULL || out == NULL) {
@@ -317,6 +319,8 @@ kvs_jinja_render(const kvs_jinja_t *tpl, const json_t *ctx,
 
     memset(&c, 0, sizeof(c));
     memset(&sink, 0, sizeof(sink));
+    sink.buf = out;
+    start = out->len;
     c.arena.limit = opts->max_memory;
     c.opts = opts;
     c.out = &sink;
@@ -343,12 +347,10 @@ kvs_jinja_render(const kvs_jinja_t *tpl, const json_t *ctx,
             rc = KVS_OK;              /* a break outside a loop ends it */
         }
     }
-    if (rc == KVS_OK && kvs_buf_append(out, sink.p, sink.n) != KVS_OK) {
-        rc = kvs_err_set(&c.e, KVS_ENOMEM, "out of memory");
-    }
 
     kvs_jarena_free(&c.arena);
     if (rc != KVS_OK) {
+        out->len = start;
         if (c.e.code == KVS_OK) {
             kvs_err_set(&c.e, rc, "render failed");
         }
