@@ -15,12 +15,18 @@
  * in src/ngx/index/ngx_http_kvserve_index.c), which also closes the
  * Redis connections (_redis.c) at exit.
  *
- *   kvserve_model <name> <path.gguf>;   http, several allowed
+ *   kvserve_model <name> <path.gguf> [chat_template=<name>|<file>];
+ *                                       http, several allowed; chat
+ *                                       requests to the model use this
+ *                                       format or Jinja template file,
+ *                                       whatever the location says
  *   kvserve;                            location
  *   kvserve_chat_template <name>;       http, server, location: render
  *                                       chat messages in this format
- *                                       instead of the one recognised in
- *                                       the model's own template
+ *                                       instead of the model's own
+ *                                       template (run as written by the
+ *                                       Jinja interpreter), for models
+ *                                       without chat_template=
  *   kvserve_kv_cache <size>|<fraction>; http: KV cache memory, shared
  *                                       equally by the models
  *   kvserve_kv_block <tokens>;          http: tokens per KV block

@@ -132,6 +132,13 @@ kvs_api_cache_offsets(const kvs_chat_t *chat, const json_t *messages,
         s = (kvs_span_t *) spans.data;
         x = ns > 0 ? s[ns - 1].off + s[ns - 1].len : 0;
 
+        if (chat->jinja != NULL) {
+            /* a template run as written reports no spans: the whole cut
+             * rendering, as far as it agrees with the prompt (which may
+             * take in the next turn's header too) */
+            x = out.len;
+        }
+
         /* a prefix of the prompt only as far as the two agree */
         for (same = 0; same < x && same < len && same < out.len; same++) {
             if (out.data[same] != (uint8_t) text[same]) {

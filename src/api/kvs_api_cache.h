@@ -13,6 +13,9 @@
  * the cut rendering's last content span, clamped to where the two
  * renderings agree, so it is a true prefix of the prompt whatever the
  * family does (a trim that the cut exposes only moves it earlier).
+ * Through a Jinja template (chat->jinja), which reports no spans, it is
+ * the whole cut rendering clamped the same way, so it may take in the
+ * template's text up to the next content (the next turn's header).
  *
  * The token count is the number of leading prompt ids equal to the ids
  * of that text prefix tokenized on its own (the same guarded encoding,

@@ -37,11 +37,56 @@ kvs_cli_u64(const char *opt, const char *s, uint64_t max, uint64_t *v)
 }
 
 
+/* A template file's text, NUL-ended, malloc'd; NULL (said) on failure. */
+static char *
+kvs_cli_gen_read(const char *path)
+{
+    long   n;
+    FILE  *f;
+    char  *text;
+
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        fprintf(stderr, "kvserve gen-model: --chat-template \"%s\": %s\n",
+                path, strerror(errno));
+        return NULL;
+    }
+
+    text = NULL;
+
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0
+        && fseek(f, 0, SEEK_SET) == 0)
+    {
+        text = malloc((size_t) n + 1);
+        if (text != NULL && fread(text, 1, (size_t) n, f) == (size_t) n
+            && memchr(text, '\0', (size_t) n) == NULL)
+        {
+            text[n] = '\0';
+
+        } else {
+            free(text);
+            text = NULL;
+        }
+    }
+
+    fclose(f);
+
+    if (text == NULL) {
+        fprintf(stderr, "kvserve gen-model: --chat-template \"%s\": cannot "
+                "read it as text\n", path);
+    }
+
+    return text;
+}
+
+
 int
 kvs_cli_gen_model(int argc, char **argv)
 {
-    int                      i, have_seed, have_tied, t;
+    int                      i, have_seed, have_tied, t, rc;
     char                     names[KVS_QUANT_NAMES_LEN];
+    char                    *tmpl;
+    const char              *tpath;
     uint64_t                 v;
     uint32_t                *field;
     const char              *opt, *val, *out, *preset;
@@ -50,6 +95,9 @@ kvs_cli_gen_model(int argc, char **argv)
     const kvs_quant_type_t  *q;
 
     preset = "tiny";
+    tpath = NULL;
+    tmpl = NULL;
+
     for (i = 1; i + 1 < argc; i++) {
         if (strcmp(argv[i], "--preset") == 0) {
             preset = argv[i + 1];
@@ -133,6 +181,8 @@ kvs_cli_gen_model(int argc, char **argv)
                 return 2;
             }
             spec.dtype = (uint32_t) t;
+        } else if (strcmp(opt, "--chat-template") == 0) {
+            tpath = val;
         } else if (strcmp(opt, "--name") == 0) {
             if (strlen(val) == 0 || strlen(val) >= sizeof(spec.name)) {
                 fprintf(stderr, "kvserve gen-model: --name must be 1..%zu "
@@ -169,7 +219,19 @@ kvs_cli_gen_model(int argc, char **argv)
         return 2;
     }
 
-    if (kvs_gen_write(&spec, out, &err) != KVS_OK) {
+    if (tpath != NULL) {
+        tmpl = kvs_cli_gen_read(tpath);
+        if (tmpl == NULL) {
+            return 2;
+        }
+
+        spec.chat_template = tmpl;
+    }
+
+    rc = kvs_gen_write(&spec, out, &err);
+    free(tmpl);
+
+    if (rc != KVS_OK) {
         fprintf(stderr, "kvserve gen-model: %s\n", err.msg);
         return 1;
     }

@@ -46,9 +46,12 @@ typedef struct {
 
 static const kvs_gen_preset_t  kvs_gen_presets[] = {
     /*                 name  L   embd  H   KV  ffn   vocab  ctx */
-    { "tiny",  { "", 2,  64,  4,  2, 192,  512,   512,  0, 0, 0, 0, 0, 0 } },
-    { "small", { "", 4,  256, 8,  4, 768,  2048,  2048, 0, 0, 0, 0, 0, 0 } },
-    { "100m",  { "", 12, 768, 12, 4, 2048, 32000, 4096, 0, 1, 0, 0, 0, 0 } },
+    { "tiny",  { "", 2,  64,  4,  2, 192,  512,   512,  0, 0, 0, 0, 0, 0,
+                 NULL } },
+    { "small", { "", 4,  256, 8,  4, 768,  2048,  2048, 0, 0, 0, 0, 0, 0,
+                 NULL } },
+    { "100m",  { "", 12, 768, 12, 4, 2048, 32000, 4096, 0, 1, 0, 0, 0, 0,
+                 NULL } },
 };
 
 
@@ -307,7 +310,9 @@ kvs_gen_metadata(kvs_gguf_writer_t *w, const kvs_gen_spec_t *s,
     kvs_gguf_set_u32(w, "tokenizer.ggml.eot_token_id", v->eot);
     kvs_gguf_set_bool(w, "tokenizer.ggml.add_bos_token", 1);
     kvs_gguf_set_bool(w, "tokenizer.ggml.add_eos_token", 0);
-    kvs_gguf_set_str(w, "tokenizer.chat_template", kvs_gen_chat_template);
+    kvs_gguf_set_str(w, "tokenizer.chat_template",
+                     s->chat_template != NULL ? s->chat_template
+                                              : kvs_gen_chat_template);
 }
 
 

@@ -36,6 +36,9 @@ typedef struct {
     uint32_t   n_swa;                 /* attention.sliding_window (phi3,
                                          gemma: 0 writes n_ctx, no
                                          window; llama: 0 writes none) */
+    const char *chat_template;        /* tokenizer.chat_template text
+                                         (NUL-ended); NULL: the bundled
+                                         kvs_gen_chat_template */
 } kvs_gen_spec_t;
 
 /* The architecture named (llama, qwen3, phi3) into *arch. */

@@ -24,6 +24,7 @@
 
 #include "base/kvs_utf8.h"
 #include "kvs_chat.h"
+#include "kvs_chat_jinja.h"
 
 #define KVS_CHAT_DEFAULT_DATE  "26 Jul 2024"   /* Llama 3.1 and 3.3 */
 #define KVS_CHAT_SHOW          40              /* template bytes in errors */
@@ -427,6 +428,38 @@ kvs_chat_check_content(const json_t *msg, size_t i, kvs_chat_role_t role,
             return kvs_err_set(err, KVS_EINVAL, "messages[%zu].content[%zu]"
                                ".text: %s", i, j, t == NULL ? "missing"
                                : "must be a string");
+        }
+    }
+
+    return KVS_OK;
+}
+
+
+int
+kvs_chat_check_messages(const json_t *messages, kvs_err_t *err)
+{
+    int              rc;
+    size_t           i;
+    const json_t    *msg;
+    kvs_chat_role_t  role;
+
+    if (!json_is_array(messages)) {
+        return kvs_err_set(err, KVS_EINVAL, "messages: must be an array");
+    }
+
+    if (json_array_size(messages) == 0) {
+        return kvs_err_set(err, KVS_EINVAL, "messages: empty array, "
+                           "expected at least one message");
+    }
+
+    json_array_foreach(messages, i, msg) {
+        rc = kvs_chat_role(msg, i, &role, err);
+        if (rc == KVS_OK) {
+            rc = kvs_chat_check_content(msg, i, role, err);
+        }
+
+        if (rc != KVS_OK) {
+            return rc;
         }
     }
 
@@ -1005,6 +1038,15 @@ kvs_chat_render(const kvs_chat_t *chat, const json_t *messages,
     int           rc;
     size_t        first, start;
     kvs_chat_w_t  w;
+
+    if (chat->jinja != NULL) {
+        rc = kvs_chat_check_messages(messages, err);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+
+        return kvs_chat_jinja_render(chat->jinja, messages, args, out, err);
+    }
 
     if ((unsigned) chat->kind >= KVS_CHAT_N) {
         return kvs_err_set(err, KVS_EINVAL, "chat template kind %d is not "

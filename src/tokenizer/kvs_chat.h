@@ -1,16 +1,17 @@
 /*
- * kvs_chat: OpenAI chat `messages` -> the prompt text a model's own chat
- * template would produce, for the template families that real GGUFs carry
- * in `tokenizer.chat_template`.
+ * kvs_chat: OpenAI chat `messages` -> the prompt text of a chat template:
+ * the model's own (tokenizer.chat_template) or a named family.
  *
- * We do not interpret Jinja: kvs_chat_detect() recognises a template by
- * its distinctive markers and each family is rendered by C code written
- * from the format's definition, byte for byte what Hugging Face's
- * apply_chat_template() gives with the real template (jinja2, trim_blocks,
- * lstrip_blocks) for the conversations the real template accepts.
- * Template text that we do not recognise, or that is a variant we would
- * render differently, is KVS_EUNSUPPORTED: the operator then names a
- * family with `kvserve_chat_template`.
+ * Two renderers: a model's own template text, run as written by the Jinja
+ * interpreter (kvs_chat_jinja.h; a kvs_chat_t whose jinja is set), which
+ * is what a model serves by default; and the eight named families below,
+ * rendered by C code written from each format's definition, byte for byte
+ * what Hugging Face's apply_chat_template() gives with the real template
+ * (jinja2, trim_blocks, lstrip_blocks) for the conversations the real
+ * template accepts, which an operator selects by name.
+ * kvs_chat_detect() recognises a family by its template's distinctive
+ * markers; text that it does not recognise, or a variant it would render
+ * differently, is KVS_EUNSUPPORTED.
  *
  * Messages (a jansson array, as a client sends it):
  *   role     "system" and "developer" (OpenAI's newer name for the same
@@ -125,8 +126,13 @@ typedef enum {
 #define KVS_CHAT_NAMES \
     "llama3, llama3.1, llama2, chatml, mistral, zephyr, phi3, gemma"
 
-/* A template: a family plus what the model's template text adds to it. */
+typedef struct kvs_chat_jinja_s  kvs_chat_jinja_t;
+
+/* A template: a family plus what the model's template text adds to it,
+ * or (jinja set) the model's template itself. */
 typedef struct {
+    const kvs_chat_jinja_t  *jinja;   /* non-NULL: render through it; the
+                                         fields below are then unused */
     kvs_chat_kind_t   kind;
     int               bos;            /* write BOS first: fixed by the
                                          family, or (chatml, zephyr, phi3)
@@ -167,15 +173,24 @@ int kvs_chat_by_name(const char *name, size_t len, kvs_chat_t *chat,
 const char *kvs_chat_name(kvs_chat_kind_t kind);
 
 /*
- * Appends the prompt for messages to out.  With args->spans set, also
- * appends to *args->spans the byte ranges of the appended text that are
- * message content, one kvs_span_t per non-empty content, with offsets
- * counted from out->len at the call (so, when out starts empty, ready for
- * kvs_tok_encode_guarded()): in increasing order, not overlapping, none
- * empty.  args->spans is a byte buffer holding whole kvs_span_t's
- * (KVS_EINVAL otherwise); its len grows by sizeof(kvs_span_t) per span.
- * On failure (KVS_EINVAL for bad messages, KVS_ENOMEM) out->len and
- * args->spans->len are restored, so nothing is appended to either.
+ * Checks what every renderer requires of messages: an array of objects
+ * with a supported role and text content, as described above (not the
+ * families' turn order).  KVS_EINVAL naming the field otherwise.
+ */
+int kvs_chat_check_messages(const json_t *messages, kvs_err_t *err);
+
+/*
+ * Appends the prompt for messages to out (through chat->jinja, see
+ * kvs_chat_jinja_render(): no content spans are reported then).  With
+ * args->spans set, also appends to *args->spans the byte ranges of the
+ * appended text that are message content, one kvs_span_t per non-empty
+ * content, with offsets counted from out->len at the call (so, when out
+ * starts empty, ready for kvs_tok_encode_guarded()): in increasing
+ * order, not overlapping, none empty.  args->spans is a byte buffer
+ * holding whole kvs_span_t's (KVS_EINVAL otherwise); its len grows by
+ * sizeof(kvs_span_t) per span.  On failure (KVS_EINVAL for bad messages,
+ * KVS_ENOMEM) out->len and args->spans->len are restored, so nothing is
+ * appended to either.
  */
 int kvs_chat_render(const kvs_chat_t *chat, const json_t *messages,
     const kvs_chat_args_t *args, kvs_buf_t *out, kvs_err_t *err);

@@ -264,9 +264,14 @@ int kvs_jinja_parse(kvs_jarena_t *a, const kvs_jtok_t *toks, size_t n,
 /* --- render state --------------------------------------------------------- */
 
 typedef struct {
-    char    *p;
-    size_t   n;
-    size_t   cap;
+    char       *p;
+    size_t      n;
+    size_t      cap;
+    kvs_buf_t  *buf;                  /* the render's own output: bytes go
+                                         straight to the caller's buffer
+                                         (p and cap unused), so a big
+                                         prompt is neither grown in the
+                                         arena nor copied out of it */
 } kvs_jsink_t;
 
 struct kvs_jscope_s {
@@ -390,9 +395,39 @@ int kvs_jb_escape(kvs_jctx_t *c, const kvs_jv_t *s, kvs_jv_t *res);
 const kvs_jv_t *kvs_jargs_get(const kvs_jargs_t *a, size_t i,
     const char *kw);
 
-/* eval callbacks the built-ins need (kvs_jinja_eval.c) */
+
+/* --- evaluation (kvs_jinja_eval.c, kvs_jinja_ops.c, kvs_jinja_stmt.c) ---- */
+
+/* scopes and expressions (kvs_jinja_eval.c) */
+kvs_jscope_t *kvs_je_scope(kvs_jctx_t *c, kvs_jscope_t *parent);
+int kvs_je_assign(kvs_jctx_t *c, kvs_jscope_t *sc, const char *name,
+    kvs_jv_t v);
+kvs_jv_t kvs_je_lookup(kvs_jscope_t *sc, const char *name, size_t n);
+/* fails the render naming the undefined value v */
+int kvs_je_undefined(kvs_jctx_t *c, const kvs_jv_t *v);
+int kvs_je_expr(kvs_jctx_t *c, kvs_jscope_t *sc, const kvs_jnode_t *n,
+    kvs_jv_t *res);
+int kvs_je_call(kvs_jctx_t *c, kvs_jscope_t *sc, const kvs_jnode_t *n,
+    const kvs_jv_t *caller, kvs_jv_t *res);
+int kvs_je_filter(kvs_jctx_t *c, kvs_jscope_t *sc, const kvs_jnode_t *n,
+    kvs_jv_t v, kvs_jv_t *res);
+
+/* access and operators (kvs_jinja_ops.c) */
 int kvs_je_getattr(kvs_jctx_t *c, const kvs_jv_t *obj, const char *name,
     size_t n, kvs_jv_t *res);
+int kvs_je_getitem(kvs_jctx_t *c, const kvs_jv_t *obj, const kvs_jv_t *key,
+    kvs_jv_t *res);
 int kvs_je_iter(kvs_jctx_t *c, const kvs_jv_t *v, kvs_jv_t *list);
+int kvs_je_slice(kvs_jctx_t *c, const kvs_jv_t *obj, const kvs_jv_t *parts,
+    kvs_jv_t *res);
+int kvs_je_binop(kvs_jctx_t *c, int op, const kvs_jv_t *a, const kvs_jv_t *b,
+    kvs_jv_t *res);
+int kvs_je_contains(kvs_jctx_t *c, const kvs_jv_t *item, const kvs_jv_t *seq,
+    int *res);
+
+/* statements (kvs_jinja_stmt.c): KVS_OK, a break/continue status (> 0) or
+ * the render's error */
+int kvs_je_stmts(kvs_jctx_t *c, kvs_jscope_t *sc, kvs_jnode_t *const *body,
+    size_t n);
 
 #endif /* KVS_JINJA_IMPL_H */

@@ -32,6 +32,13 @@ kvs_jsink_put(kvs_jctx_t *c, kvs_jsink_t *s, const char *p, size_t n)
         return kvs_jctx_fail(c, KVS_ETOOLONG, "output passes the limit of "
                              "%zu bytes", c->opts->max_output);
     }
+    if (s->buf != NULL) {
+        if (kvs_buf_append(s->buf, p, n) != KVS_OK) {
+            return kvs_jctx_fail(c, KVS_ENOMEM, "out of memory");
+        }
+        s->n += n;
+        return KVS_OK;
+    }
     if (s->cap - s->n < n) {
         cap = s->cap ? s->cap : 256;
         while (cap - s->n < n) {

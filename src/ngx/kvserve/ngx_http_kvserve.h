@@ -20,6 +20,7 @@
 #include "model/kvs_model.h"
 #include "wire/kvs_wire.h"
 #include "tokenizer/kvs_chat.h"
+#include "tokenizer/kvs_chat_jinja.h"
 #include "tokenizer/kvs_vocab.h"
 
 /* What one cached K or V element takes in the CPU backend's pool: f32,
@@ -36,6 +37,8 @@
                                                  parser's 128 prompts x
                                                  128 choices */
 #define NGX_HTTP_KVSERVE_SEQS          16     /* ... its default */
+#define NGX_HTTP_KVSERVE_TEMPLATE_MAX  1048576  /* a chat_template= file,
+                                                   bytes */
 #define NGX_HTTP_KVSERVE_REQ_KV_MAX    250    /* kvserve_request_kv_max's
                                                  default, thousandths */
 
@@ -46,7 +49,14 @@ typedef struct {
     kvs_model_t              *model;
     kvs_vocab_t              *vocab;       /* its tokenizer */
     kvs_chat_t                chat;        /* its chat template, if */
-    ngx_flag_t                has_chat;    /* one was recognised */
+    ngx_flag_t                has_chat;    /* it has one: chat_template=,
+                                              or its own (Jinja) */
+    ngx_flag_t                chat_fixed;  /* chat_template= chose it:
+                                              kvserve_chat_template does
+                                              not override it */
+    kvs_chat_jinja_t         *jinja;       /* the compiled template chat
+                                              points to, if any (freed
+                                              with the cycle's pool) */
     kvs_kv_cache_plan_t       kv_plan;     /* its KV cache: n_blocks of
                                               kvserve_kv_block tokens,
                                               sized at init_main_conf */

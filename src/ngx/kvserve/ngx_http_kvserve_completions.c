@@ -236,7 +236,8 @@ ngx_http_kvserve_body_bytes(ngx_http_request_t *r, u_char **data,
 /* ---- on the event loop -------------------------------------------------- */
 
 
-/* The template for a chat request: the location's, else the model's. */
+/* The template for a chat request: the model's chat_template=, else the
+ * location's kvserve_chat_template, else the model's own. */
 static ngx_int_t
 ngx_http_kvserve_chat_resolve(ngx_http_kvserve_ctx_t *ctx, kvs_chat_t *chat,
     kvs_api_err_t *aerr)
@@ -246,6 +247,11 @@ ngx_http_kvserve_chat_resolve(ngx_http_kvserve_ctx_t *ctx, kvs_chat_t *chat,
     ngx_http_kvserve_loc_conf_t  *klcf;
 
     klcf = ngx_http_get_module_loc_conf(ctx->r, ngx_http_kvserve_module);
+
+    if (ctx->model->chat_fixed) {
+        *chat = ctx->model->chat;
+        return NGX_OK;
+    }
 
     if (klcf->chat_template != NGX_CONF_UNSET) {
         name = kvs_chat_name((kvs_chat_kind_t) klcf->chat_template);

@@ -64,6 +64,211 @@ ngx_http_kvserve_valid_name(ngx_str_t *name)
 }
 
 
+static void
+ngx_http_kvserve_jinja_cleanup(void *data)
+{
+    kvs_chat_jinja_free(data);
+}
+
+
+/* Compiles text[len] as m's chat template, kept until the cycle ends. */
+static ngx_int_t
+ngx_http_kvserve_model_jinja(ngx_conf_t *cf, ngx_http_kvserve_model_t *m,
+    const char *text, size_t len, kvs_err_t *err)
+{
+    ngx_pool_cleanup_t  *cln;
+
+    cln = ngx_pool_cleanup_add(cf->pool, 0);
+    if (cln == NULL) {
+        kvs_err_set(err, KVS_ENOMEM, "out of memory");
+        return NGX_ERROR;
+    }
+
+    if (kvs_chat_jinja_compile(&m->jinja, text, len, NULL, err) != KVS_OK) {
+        return NGX_ERROR;
+    }
+
+    cln->handler = ngx_http_kvserve_jinja_cleanup;
+    cln->data = m->jinja;
+
+    ngx_memzero(&m->chat, sizeof(kvs_chat_t));
+    m->chat.jinja = m->jinja;
+    m->has_chat = 1;
+
+    return NGX_OK;
+}
+
+
+/*
+ * The model's own chat template, run as written, unless chat_template=
+ * chose one: compiled now, so a construct the interpreter cannot run
+ * fails `nginx -t` naming it.  A base model without a template is not an
+ * error, but chat needs kvserve_chat_template then, so say so.
+ */
+static ngx_int_t
+ngx_http_kvserve_model_chat(ngx_conf_t *cf, ngx_http_kvserve_model_t *m)
+{
+    kvs_err_t       err;
+    kvs_gguf_str_t  text;
+
+    if (m->chat_fixed) {
+        return NGX_OK;
+    }
+
+    if (kvs_gguf_get_str(m->model->gguf, "tokenizer.chat_template", &text,
+                         &err) != KVS_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_NOTICE, cf, 0,
+                           "kvserve_model \"%V\": no chat template in the "
+                           "model; chat requests need kvserve_chat_template",
+                           &m->name);
+        return NGX_OK;
+    }
+
+    if (ngx_http_kvserve_model_jinja(cf, m, text.ptr, text.len, &err)
+        != NGX_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "kvserve_model \"%V\": the model's chat "
+                           "template: %s; name a format or a template file "
+                           "with chat_template=", &m->name, err.msg);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* Reads a template file whole into the configuration's temporary pool. */
+static ngx_int_t
+ngx_http_kvserve_read_template(ngx_conf_t *cf, ngx_str_t *path,
+    ngx_str_t *text, const char **why)
+{
+    ssize_t          n;
+    ngx_fd_t         fd;
+    ngx_file_info_t  fi;
+
+    fd = ngx_open_file(path->data, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
+    if (fd == NGX_INVALID_FILE) {
+        *why = strerror(ngx_errno);
+        return NGX_ERROR;
+    }
+
+    *why = NULL;
+
+    if (ngx_fd_info(fd, &fi) == NGX_FILE_ERROR) {
+        *why = strerror(ngx_errno);
+
+    } else if (!ngx_is_file(&fi)) {
+        *why = "not a regular file";
+
+    } else if (ngx_file_size(&fi) > NGX_HTTP_KVSERVE_TEMPLATE_MAX) {
+        *why = "larger than 1 MiB";
+
+    } else {
+        text->len = (size_t) ngx_file_size(&fi);
+        text->data = ngx_pnalloc(cf->temp_pool, text->len + 1);
+
+        if (text->data == NULL) {
+            *why = "out of memory";
+
+        } else {
+            n = ngx_read_fd(fd, text->data, text->len);
+            if (n < 0 || (size_t) n != text->len) {
+                *why = n < 0 ? strerror(ngx_errno) : "short read";
+            }
+        }
+    }
+
+    ngx_close_file(fd);
+
+    return *why == NULL ? NGX_OK : NGX_ERROR;
+}
+
+
+/*
+ * kvserve_model's chat_template=NAME|FILE: one of the named formats,
+ * else a Jinja template file (a relative name is from the configuration
+ * prefix, as include's), compiled now.  NGX_DECLINED: arg is another
+ * parameter.
+ */
+static ngx_int_t
+ngx_http_kvserve_model_chat_param(ngx_conf_t *cf,
+    ngx_http_kvserve_model_t *m, ngx_str_t *arg)
+{
+    kvs_err_t    err;
+    ngx_str_t    v, path, text;
+    const char  *why;
+
+    static const char  key[] = "chat_template=";
+
+    if (arg->len < sizeof(key) - 1
+        || ngx_strncmp(arg->data, key, sizeof(key) - 1) != 0)
+    {
+        return NGX_DECLINED;
+    }
+
+    if (m->chat_fixed) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "kvserve_model \"%V\": duplicate "
+                           "\"chat_template\" parameter", &m->name);
+        return NGX_ERROR;
+    }
+
+    ngx_str_null(&text);
+    why = "";
+
+    v.data = arg->data + sizeof(key) - 1;
+    v.len = arg->len - (sizeof(key) - 1);
+
+    if (kvs_chat_by_name((const char *) v.data, v.len, &m->chat, &err)
+        == KVS_OK)
+    {
+        m->has_chat = 1;
+        m->chat_fixed = 1;
+        return NGX_OK;
+    }
+
+    /* NUL-terminated for open(), which an absolute name is used as */
+    path.len = v.len;
+    path.data = ngx_pnalloc(cf->temp_pool, v.len + 1);
+    if (path.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_cpystrn(path.data, v.data, v.len + 1);
+
+    if (ngx_conf_full_name(cf->cycle, &path, 1) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (v.len == 0
+        || ngx_http_kvserve_read_template(cf, &path, &text, &why) != NGX_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "kvserve_model \"%V\": invalid value \"%V\" in "
+                           "\"chat_template=\": it must be one of "
+                           KVS_CHAT_NAMES " or a Jinja template file%s%s",
+                           &m->name, &v, v.len ? ": " : "",
+                           v.len ? why : "");
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_kvserve_model_jinja(cf, m, (const char *) text.data,
+                                     text.len, &err) != NGX_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "kvserve_model \"%V\": chat_template=\"%V\": "
+                           "%s", &m->name, &path, err.msg);
+        return NGX_ERROR;
+    }
+
+    m->chat_fixed = 1;
+
+    return NGX_OK;
+}
+
+
 /*
  * kv_cache=SIZE|FRACTION: the model's own KV budget, out of the share of
  * kvserve_kv_cache (ngx_kvserve_module.c sizes it).
@@ -108,9 +313,20 @@ static char *
 ngx_http_kvserve_model_params(ngx_conf_t *cf, ngx_http_kvserve_model_t *m,
     ngx_str_t *args, ngx_uint_t n)
 {
+    ngx_int_t   rc;
     ngx_uint_t  i;
 
     for (i = 0; i < n; i++) {
+        rc = ngx_http_kvserve_model_chat_param(cf, m, &args[i]);
+
+        if (rc == NGX_OK) {
+            continue;
+        }
+
+        if (rc != NGX_DECLINED) {
+            return NGX_CONF_ERROR;
+        }
+
         if (args[i].len > sizeof("kv_cache=") - 1
             && ngx_strncmp(args[i].data, "kv_cache=",
                            sizeof("kv_cache=") - 1) == 0)
@@ -126,7 +342,8 @@ ngx_http_kvserve_model_params(ngx_conf_t *cf, ngx_http_kvserve_model_t *m,
 
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "kvserve_model \"%V\": unknown parameter "
-                           "\"%V\" (known: kv_cache=SIZE|FRACTION)",
+                           "\"%V\" (known: kv_cache=SIZE|FRACTION, "
+                           "chat_template=NAME|FILE)",
                            &m->name, &args[i]);
         return NGX_CONF_ERROR;
     }
@@ -135,35 +352,20 @@ ngx_http_kvserve_model_params(ngx_conf_t *cf, ngx_http_kvserve_model_t *m,
 }
 
 
-/*
- * A chat template the model carries and we recognise is used for chat
- * requests; a base model without one, or an unrecognised one, is not an
- * error, but chat needs kvserve_chat_template then, so say so.
- */
-static void
-ngx_http_kvserve_model_chat(ngx_conf_t *cf, ngx_http_kvserve_model_t *m)
+/* What the model's chat requests are rendered with, for the log. */
+static const char *
+ngx_http_kvserve_chat_desc(ngx_http_kvserve_model_t *m)
 {
-    kvs_err_t       err;
-    kvs_gguf_str_t  text;
-
-    if (kvs_gguf_get_str(m->model->gguf, "tokenizer.chat_template", &text,
-                         &err) != KVS_OK)
-    {
-        ngx_conf_log_error(NGX_LOG_NOTICE, cf, 0,
-                           "kvserve_model \"%V\": no chat template in the "
-                           "model; chat requests need kvserve_chat_template",
-                           &m->name);
-        return;
+    if (!m->has_chat) {
+        return "none";
     }
 
-    if (kvs_chat_detect(text.ptr, text.len, &m->chat, &err) != KVS_OK) {
-        ngx_conf_log_error(NGX_LOG_NOTICE, cf, 0,
-                           "kvserve_model \"%V\": %s; chat requests need "
-                           "kvserve_chat_template", &m->name, err.msg);
-        return;
+    if (m->chat.jinja == NULL) {
+        return kvs_chat_name(m->chat.kind);
     }
 
-    m->has_chat = 1;
+    return m->chat_fixed ? "from chat_template= (Jinja)"
+                         : "the model's own (Jinja)";
 }
 
 
@@ -270,7 +472,9 @@ ngx_http_kvserve_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    ngx_http_kvserve_model_chat(cf, m);
+    if (ngx_http_kvserve_model_chat(cf, m) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
 
     ngx_conf_log_error(NGX_LOG_INFO, cf, 0,
                        "kvserve_model \"%V\": %s, %uD layers, context %uD, "
@@ -281,7 +485,7 @@ ngx_http_kvserve_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
                        (unsigned long long) m->model->hp.n_params,
                        kvs_vocab_kind_name(m->vocab->kind),
                        m->vocab->n_tokens, m->vocab->pre_name,
-                       m->has_chat ? kvs_chat_name(m->chat.kind) : "none");
+                       ngx_http_kvserve_chat_desc(m));
 
     return NGX_CONF_OK;
 }

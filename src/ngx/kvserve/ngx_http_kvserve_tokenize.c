@@ -32,6 +32,7 @@
 
 #include "ngx_http_kvserve_completions.h"
 #include "api/kvs_api_budget.h"
+#include "tokenizer/kvs_chat_jinja.h"
 
 
 static size_t ngx_http_kvserve_prompt_bytes(ngx_http_kvserve_ctx_t *ctx);
@@ -100,7 +101,9 @@ ngx_http_kvserve_tok_start(ngx_http_kvserve_ctx_t *ctx,
  */
 
 /* Chat: render with the template resolved on the event loop, tokenize
- * with control tokens only where the template wrote them; the
+ * with control tokens only where the template wrote them (a Jinja
+ * template's prompt is refused when content holds control-token text),
+ * and with no BOS added: the template writes it where it wants one; the
  * cache_control breakpoints become pins (ngx_http_kvserve_cache.c). */
 static ngx_int_t
 ngx_http_kvserve_chat_ids(ngx_http_kvserve_tok_job_t *job,
@@ -132,6 +135,11 @@ ngx_http_kvserve_chat_ids(ngx_http_kvserve_tok_job_t *job,
     args.spans = &spans;
 
     rc = kvs_chat_render(&job->chat, job->req->messages, &args, &text, &err);
+
+    /* a template run as written reports no content spans to guard */
+    if (rc == KVS_OK && job->chat.jinja != NULL) {
+        rc = kvs_chat_jinja_guard(v, job->req->messages, &err);
+    }
 
     if (rc == KVS_OK) {
         rc = kvs_tok_encode_limit(v, tok, (const char *) text.data, text.len,
