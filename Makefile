@@ -242,6 +242,8 @@ $(B)/unit/libkvs_fake_cuda.so: t/unit/fake_cuda_backend.c $(LIB)
 
 $(B)/unit/test_backend_select $(B)/asan/unit/test_backend_select: \
     $(B)/unit/libkvs_fake_cuda.so
+$(B)/unit/test_engine_gram $(B)/asan/unit/test_engine_gram: \
+    $(B)/unit/libkvs_fake_cuda.so
 
 TEST_ENV := KVS_FIXTURES=$(FIXTURES) KVS_TMP=$(BABS)/tmp \
             KVS_CLI=$(abspath $(CLI))
