@@ -33,9 +33,11 @@
 #include "kvs_engine_impl.h"
 
 /* per sequence: the states whose masks are kept (a mask is n_vocab bits:
- * 16 KiB at 128K tokens; the masker keeps 8 context-independent entries
- * per state entry) */
+ * 16 KiB at 128K tokens); per grammar: the context-independent entries,
+ * shared by its sequences (so 64 x 16 KiB, 1 MiB at 128K tokens, counted
+ * in the grammar cache's byte bound) */
 #define KVS_ENGINE_GRAM_CACHE   16
+#define KVS_ENGINE_GRAM_TABLE   64
 #define KVS_ENGINE_GRAM_NODES   (1u << 20)
 
 
@@ -51,6 +53,8 @@ kvs_engine_gram_new(kvs_engine_t *e, kvs_err_t *err)
         return rc;
     }
 
+    e->gcache.entry_extra = (size_t) KVS_ENGINE_GRAM_TABLE
+                            * (((size_t) e->be->n_vocab + 31) / 32) * 4;
     e->gbits = calloc(((size_t) e->be->n_vocab + 31) / 32, sizeof(uint32_t));
     if (e->gbits == NULL) {
         kvs_gram_cache_free(&e->gcache);
@@ -190,13 +194,26 @@ int
 kvs_engine_gram_mask(kvs_engine_t *e, kvs_engine_seq_t *h, float *logits,
     kvs_err_t *err)
 {
-    int        rc;
-    uint32_t   i, n, nt, w, word;
-    uint32_t  *bits;
+    int                 rc;
+    uint32_t            i, n, nt, w, word;
+    uint32_t           *bits;
+    kvs_gram_masker_t  *table;
 
     bits = e->gbits;
     n = e->be->n_vocab;
     nt = e->gv->n_tokens < n ? e->gv->n_tokens : n;
+
+    /* the grammar's shared table, attached here on the engine thread:
+     * only this thread masks with it */
+    if (!h->gshared) {
+        rc = kvs_gram_cached_table(h->gram, e->gv, KVS_ENGINE_GRAM_TABLE,
+                                   &table, err);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+        kvs_gram_masker_share(&h->gmk, table);
+        h->gshared = 1;
+    }
 
     rc = kvs_gram_mask(&h->gmk, bits, err);
     if (rc != KVS_OK) {

@@ -59,6 +59,7 @@ struct kvs_engine_seq_s {
     kvs_gram_cache_t        *gcache;   /* the engine's, to put it back */
     kvs_gram_matcher_t       gm;
     kvs_gram_masker_t        gmk;
+    int                      gshared;  /* gmk uses the grammar's table */
 
     /* prefix cache: the namespace key, taken on the engine thread */
     char                     scope[KVS_RADIX_MAX_SCOPE];

@@ -29,6 +29,8 @@ struct kvs_gram_centry_req_s {
     size_t              bytes;        /* grammar + text */
     unsigned            refs;
     kvs_gram_t          g;
+    kvs_gram_masker_t   table;        /* its masks, once table_ok */
+    int                 table_ok;
 };
 
 
@@ -108,6 +110,9 @@ kvs_gram_cache_init(kvs_gram_cache_t *c, uint32_t max_n, size_t max_bytes,
 static void
 kvs_gram_cached_free(kvs_gram_cached_t *ce)
 {
+    if (ce->table_ok) {
+        kvs_gram_masker_free(&ce->table);
+    }
     kvs_gram_free(&ce->g);
     free(ce->text);
     free(ce);
@@ -271,7 +276,7 @@ kvs_gram_cache_get(kvs_gram_cache_t *c, unsigned kind, const char *text,
         return rc;
     }
 
-    ce->bytes = kvs_gram_size(&ce->g) + len + sizeof(*ce);
+    ce->bytes = kvs_gram_size(&ce->g) + len + sizeof(*ce) + c->entry_extra;
     ce->refs = 1;
 
     pthread_mutex_lock(&c->lock);
@@ -303,6 +308,26 @@ const kvs_gram_t *
 kvs_gram_cached_gram(const kvs_gram_cached_t *ce)
 {
     return &ce->g;
+}
+
+
+int
+kvs_gram_cached_table(kvs_gram_cached_t *ce, const kvs_gram_vocab_t *gv,
+    uint32_t entries, kvs_gram_masker_t **out, kvs_err_t *err)
+{
+    int  rc;
+
+    if (!ce->table_ok) {
+        rc = kvs_gram_masker_init_table(&ce->table, gv, entries, err);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+        ce->table_ok = 1;
+    }
+
+    *out = &ce->table;
+
+    return KVS_OK;
 }
 
 

@@ -69,6 +69,10 @@ typedef struct {
     size_t               bytes;
     uint32_t             max_n;
     size_t               max_bytes;
+    size_t               entry_extra; /* bytes counted per entry for its
+                                         mask table (kvs_gram_cached_table:
+                                         entries x mask bytes), set by the
+                                         owner after init */
     uint64_t             hits, misses;
 } kvs_gram_cache_t;
 
@@ -88,5 +92,16 @@ int kvs_gram_cache_get(kvs_gram_cache_t *c, unsigned kind, const char *text,
 const kvs_gram_t *kvs_gram_cached_gram(const kvs_gram_cached_t *ce);
 
 void kvs_gram_cache_put(kvs_gram_cache_t *c, kvs_gram_cached_t *ce);
+
+/*
+ * The entry's table of context-independent masks over gv (built on the
+ * first call, `entries` at most), for kvs_gram_masker_share(): the
+ * maskers of every sequence constrained by this grammar build each entry
+ * once.  Not locked: a cache serves one vocabulary, and only one thread
+ * (the engine's) may call this and mask with the table; the entry's
+ * table is freed with the entry, when nothing holds it.
+ */
+int kvs_gram_cached_table(kvs_gram_cached_t *ce, const kvs_gram_vocab_t *gv,
+    uint32_t entries, kvs_gram_masker_t **out, kvs_err_t *err);
 
 #endif /* KVS_GRAM_REQ_H */

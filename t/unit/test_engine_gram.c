@@ -480,6 +480,98 @@ test_cache(void **state)
 }
 
 
+/* Maskers sharing one grammar's table give, state by state, the masks a
+ * masker with no caches at all computes (a fresh trie walk each time),
+ * along seeded random walks of several maskers taking turns. */
+static void
+test_shared_table(void **state)
+{
+    int                 rc;
+    uint32_t            i, k, step, words, n_ok, id;
+    uint32_t           *a, *b, *cand;
+    uint64_t            rng;
+    kvs_err_t           err;
+    kvs_gram_t          g;
+    kvs_gram_vocab_t   *gv;
+    kvs_gram_masker_t   table, mk[3], plain;
+    kvs_gram_matcher_t  m[3];
+    kvs_test_model_t    md;
+
+    (void) state;
+
+    kvs_test_model_small(&md, "gramt", 256, 15, 0);
+    assert_int_equal(kvs_gram_vocab_from_vocab(&gv, md.v, &err), KVS_OK);
+    assert_int_equal(kvs_gram_req_compile(&g, KVS_GRAM_REQ_SCHEMA,
+                                          schemas[2], strlen(schemas[2]),
+                                          &err), KVS_OK);
+    assert_int_equal(kvs_gram_masker_init_table(&table, gv, 8, &err),
+                     KVS_OK);
+
+    words = (gv->n_tokens + 31) / 32;
+    a = calloc(words, 4);
+    b = calloc(words, 4);
+    cand = calloc(gv->n_tokens, 4);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_non_null(cand);
+
+    for (k = 0; k < 3; k++) {
+        assert_int_equal(kvs_gram_matcher_init(&m[k], &g, NULL, &err),
+                         KVS_OK);
+        assert_int_equal(kvs_gram_masker_init(&mk[k], gv, &m[k], 4, &err),
+                         KVS_OK);
+        kvs_gram_masker_share(&mk[k], &table);
+    }
+
+    rng = 77;
+
+    for (step = 0; step < 300; step++) {
+        k = step % 3;
+
+        if (kvs_gram_matcher_must_end(&m[k])) {
+            continue;
+        }
+
+        assert_int_equal(kvs_gram_mask(&mk[k], a, &err), KVS_OK);
+        assert_int_equal(kvs_gram_masker_init(&plain, gv, &m[k], 0, &err),
+                         KVS_OK);
+        assert_int_equal(kvs_gram_mask(&plain, b, &err), KVS_OK);
+        kvs_gram_masker_free(&plain);
+        assert_memory_equal(a, b, words * 4);
+
+        /* a random allowed text token */
+        for (i = 0, n_ok = 0; i < gv->n_tokens; i++) {
+            if (((a[i >> 5] >> (i & 31)) & 1)
+                && gv->kind[i] == KVS_GRAM_TOK_TEXT)
+            {
+                cand[n_ok++] = i;
+            }
+        }
+        if (n_ok == 0) {
+            continue;
+        }
+        id = cand[tg_rand(&rng) % n_ok];
+        rc = kvs_gram_accept_token(&m[k], gv, (int32_t) id, &err);
+        assert_int_equal(rc, KVS_OK);
+    }
+
+    assert_true(table.n_ind > 0);
+
+    for (k = 0; k < 3; k++) {
+        kvs_gram_masker_free(&mk[k]);
+        kvs_gram_matcher_free(&m[k]);
+    }
+
+    kvs_gram_masker_free(&table);
+    kvs_gram_free(&g);
+    kvs_gram_vocab_free(gv);
+    free(a);
+    free(b);
+    free(cand);
+    kvs_test_model_free(&md);
+}
+
+
 /* On a backend that samples on its device, a step with a constrained
  * row samples on the host: the very tokens of the CPU engine. */
 static void
@@ -569,6 +661,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_choices_and_length),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_cache),
+        cmocka_unit_test(test_shared_table),
         cmocka_unit_test(test_device_sampling),
     };
 
