@@ -75,7 +75,7 @@ TSAN_BINS    := $(B)/tsan/unit/test_engine $(B)/tsan/unit/test_threads \
 VENV         := $(B)/venv
 # the venv is refreshed when the list of Python packages changes
 PY_PKGS      := gguf==0.19.0 jinja2==3.1.6 tokenizers==0.23.3 \
-                tiktoken==0.14.0 openai==3.57.0
+                tiktoken==0.14.0 openai==3.57.0 jsonschema==4.26.0
 PY_STAMP     := $(VENV)/.ok-$(shell echo '$(PY_PKGS)' | md5sum | cut -c1-8)
 
 # the CUDA backend: SASS for sm_90 plus compute_90 PTX (the driver's JIT
@@ -180,7 +180,7 @@ cuda-check: $(CUDA_SO) $(CLI) $(MODULE) $(VENV)/.cuobjdump $(B)/gpu_check
 $(VENV)/.cuobjdump:
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	test -x $(CUDA_HOME)/bin/cuobjdump \
-	    || $(VENV)/bin/pip install -q nvidia-cuda-cuobjdump==13.5.37
+	    || $(VENV)/bin/python -m pip install -q nvidia-cuda-cuobjdump==13.5.37
 	touch $@
 
 # --- command-line tool and the default model -----------------------------
@@ -241,6 +241,8 @@ $(B)/unit/libkvs_fake_cuda.so: t/unit/fake_cuda_backend.c $(LIB)
 	    -Wl,--exclude-libs,ALL -Wl,-Bsymbolic -Wl,--no-undefined $(LIBS)
 
 $(B)/unit/test_backend_select $(B)/asan/unit/test_backend_select: \
+    $(B)/unit/libkvs_fake_cuda.so
+$(B)/unit/test_engine_gram $(B)/asan/unit/test_engine_gram: \
     $(B)/unit/libkvs_fake_cuda.so
 
 TEST_ENV := KVS_FIXTURES=$(FIXTURES) KVS_TMP=$(BABS)/tmp \
@@ -310,6 +312,9 @@ sdk: $(MODULE) $(DEFAULT_MODEL) $(PY_STAMP)
 	$(TEST_ENV) KVS_NGINX=$(NGINX) KVS_MODULE=$(abspath $(MODULE)) \
 	    KVS_MODEL=$(abspath $(DEFAULT_MODEL)) \
 	    $(VENV)/bin/python t/unit/test_openai_sdk.py
+	$(TEST_ENV) KVS_NGINX=$(NGINX) KVS_MODULE=$(abspath $(MODULE)) \
+	    KVS_MODEL=$(abspath $(DEFAULT_MODEL)) \
+	    $(VENV)/bin/python t/unit/test_openai_structured.py
 
 # every #include against the layer table src/layers.txt (DESIGN's
 # "dependencies point down"), and nginx headers only in the glue
@@ -510,7 +515,7 @@ deps:
 
 $(PY_STAMP):
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q $(PY_PKGS)
+	$(VENV)/bin/python -m pip install -q $(PY_PKGS)
 	rm -f $(VENV)/.ok*
 	touch $@
 

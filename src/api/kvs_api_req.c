@@ -103,7 +103,7 @@ static const char  *kvs_api_fields[] = {
     "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
     "seed", "stream", "stream_options", "logprobs", "top_logprobs",
     "presence_penalty", "frequency_penalty", "user", "echo", "suffix",
-    "best_of"
+    "best_of", "response_format"
 };
 
 
@@ -487,6 +487,10 @@ kvs_api_req_parse(kvs_api_req_t *req, kvs_api_kind_t kind, const char *body,
                                   : kvs_api_req_cmpl(req, aerr);
     }
 
+    if (rc == KVS_OK) {
+        rc = kvs_api_req_response_format(req, aerr);
+    }
+
     if (rc != KVS_OK) {
         kvs_api_req_free(req);
         req->kind = kind;
@@ -511,6 +515,7 @@ kvs_api_req_free(kvs_api_req_t *req)
 
     /* ours: kvs_api_req_logit_bias() allocated it */
     free((void *) req->sample.logit_bias);
+    free(req->rf_schema);             /* json_dumps' malloc */
 
     json_decref(req->root);
 

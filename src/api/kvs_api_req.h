@@ -6,7 +6,10 @@
  * prompt token ids, the context length) afterwards.
  *
  * What OpenAI ignores we ignore: unknown fields and fields we do not act
- * on (tools, response_format of type "text", metadata, store, ...) pass;
+ * on (tools, metadata, store, ...) pass; response_format is acted on
+ * (kvs_api_req_rf.c: text, json_object, json_schema, on both endpoints,
+ * the schema compiled here so that what the grammar cannot do is a 400
+ * naming the keyword's path);
  * a field we know with the wrong type or out of its range is an error
  * naming it in param ("messages[2].content", "stop[1]", "logit_bias").
  *
@@ -41,6 +44,7 @@
 #include <jansson.h>
 
 #include "base/kvs_buf.h"
+#include "grammar/kvs_gram_req.h"
 #include "sample/kvs_sample.h"
 
 #define KVS_API_MAX_STOP       4      /* OpenAI's limit */
@@ -135,6 +139,16 @@ typedef struct {
                                              array), logprobs,
                                              top_logprobs */
     int                   echo;           /* completions */
+    unsigned              rf_kind;        /* response_format:
+                                             KVS_GRAM_REQ_NONE (absent or
+                                             "text"), _OBJECT, _SCHEMA */
+    char                 *rf_schema;      /* _SCHEMA: the schema's
+                                             canonical JSON text (sorted
+                                             keys, compact), owned */
+    size_t                rf_schema_len;  /* <= KVS_GRAM_REQ_MAX_SCHEMA */
+    int                   rf_strict;      /* json_schema.strict (the
+                                             output validates either
+                                             way) */
     kvs_api_str_t         user;           /* ptr NULL when absent */
 } kvs_api_req_t;
 

@@ -53,6 +53,10 @@ int kvs_api_req_common(kvs_api_req_t *req, kvs_api_err_t *aerr);
 int kvs_api_req_chat(kvs_api_req_t *req, kvs_api_err_t *aerr);
 int kvs_api_req_cmpl(kvs_api_req_t *req, kvs_api_err_t *aerr);
 
+/* Both: req->rf_* from root.response_format (kvs_api_req_rf.c); after
+ * the other fields (it checks stop against it). */
+int kvs_api_req_response_format(kvs_api_req_t *req, kvs_api_err_t *aerr);
+
 /* Chat: req->messages from root.messages. */
 int kvs_api_req_messages(kvs_api_req_t *req, kvs_api_err_t *aerr);
 

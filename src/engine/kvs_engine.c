@@ -54,12 +54,13 @@ int
 kvs_engine_new(kvs_engine_t **out, const kvs_engine_conf_t *conf,
     kvs_err_t *err)
 {
-    int                 rc;
+    int                 rc, gram;
     kvs_engine_t       *e;
     kvs_sched_conf_t    sc;
     kvs_backend_conf_t  bc;
 
     *out = NULL;
+    gram = 0;
 
     if (conf->model == NULL || conf->vocab == NULL) {
         return kvs_err_set(err, KVS_EINVAL, "engine: no model or vocab");
@@ -157,6 +158,12 @@ kvs_engine_new(kvs_engine_t **out, const kvs_engine_conf_t *conf,
         goto failed;
     }
 
+    rc = kvs_engine_gram_new(e, err);
+    if (rc != KVS_OK) {
+        goto failed;
+    }
+    gram = 1;
+
     e->fork_logits = malloc(2 * (size_t) e->be->n_vocab * sizeof(float));
     if (e->fork_logits == NULL) {
         rc = kvs_err_set(err, KVS_ENOMEM, "engine: out of memory");
@@ -187,6 +194,10 @@ failed:
 
     if (e->efd != -1) {
         close(e->efd);
+    }
+
+    if (gram) {
+        kvs_engine_gram_free(e);
     }
 
     free(e->fork_logits);
@@ -271,6 +282,7 @@ kvs_engine_free(kvs_engine_t *e)
     free(e->logits);
     free(e->dev_params);
     free(e->dev_ids);
+    kvs_engine_gram_free(e);
     close(e->efd);
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->wake);
@@ -459,7 +471,11 @@ kvs_engine_dev_plan(kvs_engine_t *e, const kvs_sched_plan_t *plan)
     for (i = 0; i < plan->n_logits; i++) {
         h = (kvs_engine_seq_t *) plan->logits_seq[i];
 
-        if (h->followers != NULL || !kvs_sampler_device_ok(&h->sampler)) {
+        /* the device sampler has no mask: a constrained row samples on
+         * the host, and so does its step */
+        if (h->followers != NULL || h->gram != NULL
+            || !kvs_sampler_device_ok(&h->sampler))
+        {
             return 0;
         }
     }
@@ -664,9 +680,20 @@ kvs_engine_sample(kvs_engine_t *e, kvs_engine_seq_t *h, float *logits)
         kvs_engine_fork(e, h, logits);
     }
 
+    if (h->gram != NULL
+        && kvs_engine_gram_mask(e, h, logits, &err) != KVS_OK)
+    {
+        kvs_engine_end(e, h, KVS_FINISH_ERROR, err.msg, 0);
+        return;
+    }
+
     if (kvs_sample(&h->sampler, logits, &tok, &err) != KVS_OK) {
         kvs_engine_end(e, h, KVS_FINISH_ERROR, err.msg, 0);
         return;
+    }
+
+    if (h->gram != NULL) {
+        tok = kvs_engine_gram_fix(e, logits, tok);
     }
 
     kvs_engine_token(e, h, tok);
@@ -678,12 +705,14 @@ kvs_engine_sample(kvs_engine_t *e, kvs_engine_seq_t *h, float *logits)
 static void
 kvs_engine_token(kvs_engine_t *e, kvs_engine_seq_t *h, int32_t tok)
 {
+    int                 gend;
     uint32_t            i;
     kvs_err_t           err;
     const kvs_vocab_t  *v;
 
     kvs_err_clear(&err);
     v = e->conf.vocab;
+    gend = 0;
 
     if (tok < 0 || (uint32_t) tok >= e->be->n_vocab) {
         kvs_err_set(&err, KVS_EIO, "backend: sampled token id %d is out "
@@ -693,7 +722,19 @@ kvs_engine_token(kvs_engine_t *e, kvs_engine_seq_t *h, int32_t tok)
         return;
     }
 
-    if (!h->ignore_eos && kvs_vocab_ends_text(v, tok)) {
+    /* constrained: an END token only came because the grammar is
+     * complete, and ends the output even under ignore_eos */
+    if (h->gram != NULL) {
+        if (kvs_engine_gram_accept(e, h, tok, &gend, &err) != KVS_OK) {
+            kvs_engine_end(e, h, KVS_FINISH_ERROR, err.msg, 0);
+            return;
+        }
+
+        if (gend == 1) {
+            goto stop;
+        }
+
+    } else if (!h->ignore_eos && kvs_vocab_ends_text(v, tok)) {
         goto stop;
     }
 
@@ -727,6 +768,11 @@ kvs_engine_token(kvs_engine_t *e, kvs_engine_seq_t *h, int32_t tok)
     if (h->stop.matched >= 0) {
         /* text past the stop string is never shown */
         kvs_engine_end(e, h, KVS_FINISH_STOP, NULL, 0);
+
+    } else if (gend == 2) {
+        /* the grammar accepts nothing more: the output is complete now,
+         * not after a step spent on an end token */
+        kvs_engine_end(e, h, KVS_FINISH_STOP, NULL, 1);
 
     } else if (kvs_seq_generated(&h->seq) == h->max_tokens) {
         /* the last token completes a block: compute its K/V in one more

@@ -44,11 +44,14 @@
 #include "tokenizer/kvs_vocab.h"
 #include "sample/kvs_finish.h"
 #include "sample/kvs_sample.h"
+#include "grammar/kvs_gram_req.h"
 
 #define KVS_ENGINE_MAX_STOP_IDS  64
 #define KVS_ENGINE_MAX_N         128  /* choices per request */
 #define KVS_ENGINE_MAX_PINS      4    /* cache breakpoints per request */
 #define KVS_ENGINE_MAX_PIN_TTL   3600000   /* ms: 1h */
+#define KVS_ENGINE_MAX_SCHEMA    KVS_GRAM_REQ_MAX_SCHEMA    /* bytes */
+#define KVS_ENGINE_GRAM_KIND_MAX KVS_GRAM_REQ_KIND_MAX
 
 typedef struct {
     const kvs_model_t  *model;        /* borrowed; outlives the engine */
@@ -122,6 +125,13 @@ typedef struct {
     size_t               tenant_len;  /* <= KVS_FAIR_MAX_KEY */
     kvs_engine_pin_t     pins[KVS_ENGINE_MAX_PINS];
     uint32_t             n_pins;
+    unsigned             gram_kind;   /* KVS_GRAM_REQ_*: an output
+                                         constraint (kvs_gram_req.h);
+                                         stop strings are refused with
+                                         one */
+    const char          *schema;      /* [schema_len] _SCHEMA: the JSON
+                                         Schema's text */
+    size_t               schema_len;  /* <= KVS_GRAM_REQ_MAX_SCHEMA */
     void                *data;        /* the caller's */
 } kvs_engine_req_t;
 

@@ -36,6 +36,8 @@
 #include "tokenizer/kvs_tok.h"
 #include "kvs_engine.h"
 #include "sample/kvs_stop.h"
+#include "grammar/kvs_grammar.h"
+#include "grammar/kvs_gram_req.h"
 
 
 struct kvs_engine_seq_s {
@@ -50,6 +52,14 @@ struct kvs_engine_seq_s {
     int                      ignore_eos;
     int                      want_lp;
     void                    *data;
+
+    /* an output constraint: the grammar (held in e->gcache), what it
+     * still accepts, and its masks; gram NULL: none */
+    kvs_gram_cached_t       *gram;
+    kvs_gram_cache_t        *gcache;   /* the engine's, to put it back */
+    kvs_gram_matcher_t       gm;
+    kvs_gram_masker_t        gmk;
+    int                      gshared;  /* gmk uses the grammar's table */
 
     /* prefix cache: the namespace key, taken on the engine thread */
     char                     scope[KVS_RADIX_MAX_SCOPE];
@@ -144,6 +154,15 @@ struct kvs_engine_s {
     int32_t                 *dev_ids;      /* [n_logits] their tokens */
     size_t                   dev_ids_cap;
 
+    /* output constraints: the vocabulary's token trie (built at load),
+     * the compiled grammars (shared by the sequences, any thread), and
+     * the engine thread's mask of a step */
+    kvs_gram_vocab_t        *gv;           /* NULL: could not be built */
+    char                     gv_why[KVS_ERR_MSG_LEN];   /* why not */
+    uint64_t                 gv_ns;        /* its build time */
+    kvs_gram_cache_t         gcache;
+    uint32_t                *gbits;        /* [(n_vocab + 31) / 32] */
+
     pthread_mutex_t          lock;
     pthread_cond_t           wake;
     pthread_t                thread;
@@ -182,6 +201,35 @@ void kvs_engine_index_end(kvs_engine_t *e);
 
 /* Whether the engine thread has index work (under e->lock). */
 int kvs_engine_index_pending(const kvs_engine_t *e);
+
+
+/* kvs_engine_gram.c */
+
+/* At load: the grammar cache, the mask buffer, the token trie (a trie
+ * that cannot be built leaves e->gv NULL and gv_why set). */
+int kvs_engine_gram_new(kvs_engine_t *e, kvs_err_t *err);
+void kvs_engine_gram_free(kvs_engine_t *e);
+
+/* Checks req's constraint and sets h's matcher and masker up (consumer
+ * thread, before h is queued). */
+int kvs_engine_gram_setup(kvs_engine_t *e, kvs_engine_seq_t *h,
+    const kvs_engine_req_t *req, kvs_err_t *err);
+void kvs_engine_gram_seq_free(kvs_engine_seq_t *h);
+
+/* Sets the logits of h's refused tokens to -inf (e->gbits holds the
+ * mask until the next call).  KVS_EFORMAT: no token can continue. */
+int kvs_engine_gram_mask(kvs_engine_t *e, kvs_engine_seq_t *h,
+    float *logits, kvs_err_t *err);
+
+/* tok if the last mask allows it, else the allowed token with the
+ * largest row value (the sampler's float rounding fallback). */
+int32_t kvs_engine_gram_fix(kvs_engine_t *e, const float *row,
+    int32_t tok);
+
+/* Advances h's matcher by tok; *end 1: tok is an END token (complete),
+ * 2: tok completed the grammar and nothing can follow, else 0. */
+int kvs_engine_gram_accept(kvs_engine_t *e, kvs_engine_seq_t *h,
+    int32_t tok, int *end, kvs_err_t *err);
 
 
 /* kvs_engine_io.c */

@@ -349,6 +349,10 @@ kvs_engine_seq_setup(kvs_engine_t *e, kvs_engine_seq_t *h,
     kvs_detok_init(&h->detok, v, 0);
     kvs_detok_skip(&h->detok, req->prompt, req->n_prompt);
 
+    if (kvs_engine_gram_setup(e, h, req, err) != KVS_OK) {
+        return err->code;
+    }
+
     h->max_tokens = req->max_tokens;
     h->ignore_eos = req->ignore_eos;
     h->want_lp = req->sample.logprobs;
@@ -425,6 +429,7 @@ kvs_engine_cache_setup(kvs_engine_seq_t *h, const kvs_engine_req_t *req,
 void
 kvs_engine_seq_free(kvs_engine_seq_t *h)
 {
+    kvs_engine_gram_seq_free(h);
     kvs_seq_free(&h->seq);
     kvs_sampler_free(&h->sampler);
     kvs_stop_free(&h->stop);

@@ -449,6 +449,38 @@ kvs_gram_masker_init(kvs_gram_masker_t *mk, const kvs_gram_vocab_t *gv,
 }
 
 
+int
+kvs_gram_masker_init_table(kvs_gram_masker_t *t, const kvs_gram_vocab_t *gv,
+    uint32_t entries, kvs_err_t *err)
+{
+    memset(t, 0, sizeof(kvs_gram_masker_t));
+    t->gv = gv;
+    t->words = (gv->n_tokens + 31) / 32;
+    t->cap_ind = entries > 0 ? entries : 1;
+    t->ind = calloc(t->cap_ind, sizeof(kvs_gram_ientry_t));
+
+    if (t->ind == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
+    }
+
+    return KVS_OK;
+}
+
+
+void
+kvs_gram_masker_share(kvs_gram_masker_t *mk, kvs_gram_masker_t *t)
+{
+    uint32_t  i;
+
+    for (i = 0; i < mk->n_ind; i++) {
+        kvs_gram_ind_free(&mk->ind[i]);
+    }
+
+    mk->n_ind = 0;
+    mk->ind_owner = t;
+}
+
+
 void
 kvs_gram_masker_free(kvs_gram_masker_t *mk)
 {
@@ -743,20 +775,22 @@ static int
 kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t,
     kvs_gram_ientry_t **out, kvs_err_t *err)
 {
-    int                 rc;
-    uint32_t            i;
-    uint64_t            h;
-    kvs_gram_ientry_t  *e;
+    int                  rc;
+    uint32_t             i;
+    uint64_t             h;
+    kvs_gram_ientry_t   *e;
+    kvs_gram_masker_t   *o;
 
     h = kvs_gram_tuple_hash(t);
+    o = mk->ind_owner != NULL ? mk->ind_owner : mk;   /* the table */
 
-    for (i = 0; i < mk->n_ind; i++) {
-        e = &mk->ind[i];
+    for (i = 0; i < o->n_ind; i++) {
+        e = &o->ind[i];
         if (e->used && e->hash == h
             && memcmp(e->key, t, sizeof(e->key)) == 0)
         {
             mk->ind_hits++;
-            e->stamp = mk->serial;
+            e->stamp = o->serial;
             *out = e;
             return KVS_OK;
         }
@@ -764,18 +798,18 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t,
 
     mk->ind_misses++;
 
-    if (mk->n_ind < mk->cap_ind) {
-        e = &mk->ind[mk->n_ind++];
+    if (o->n_ind < o->cap_ind) {
+        e = &o->ind[o->n_ind++];
     } else {
         /* round robin, sparing the entries this mask holds */
-        for (i = 0; i < mk->cap_ind; i++) {
-            e = &mk->ind[mk->next_ind];
-            mk->next_ind = (mk->next_ind + 1) % mk->cap_ind;
-            if (e->stamp != mk->serial) {
+        for (i = 0; i < o->cap_ind; i++) {
+            e = &o->ind[o->next_ind];
+            o->next_ind = (o->next_ind + 1) % o->cap_ind;
+            if (e->stamp != o->serial) {
                 break;
             }
         }
-        if (i == mk->cap_ind) {
+        if (i == o->cap_ind) {
             return KVS_ETOOLONG;      /* more stacks than entries */
         }
         kvs_gram_ind_free(e);
@@ -794,7 +828,7 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t,
     }
 
     e->used = 1;
-    e->stamp = mk->serial;
+    e->stamp = o->serial;
     *out = e;
 
     return KVS_OK;
@@ -819,7 +853,7 @@ kvs_gram_mask_ind(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
     m = mk->m;
     lv = &m->lv[m->n_lv - 1];
     n_used = 0;
-    mk->serial++;
+    (mk->ind_owner != NULL ? mk->ind_owner : mk)->serial++;
 
     memset(bits, 0, (size_t) mk->words * sizeof(uint32_t));
 

@@ -325,7 +325,7 @@ typedef struct kvs_gram_centry_s  kvs_gram_centry_t;
 typedef struct kvs_gram_ientry_s  kvs_gram_ientry_t;
 
 /* Per matcher: the mask and its cache of masks by matcher state. */
-typedef struct {
+typedef struct kvs_gram_masker_s {
     const kvs_gram_vocab_t  *gv;
     kvs_gram_matcher_t      *m;
     uint32_t                 words;   /* (n_tokens + 31) / 32 */
@@ -339,6 +339,10 @@ typedef struct {
     kvs_gram_ientry_t      **used;    /* [max_front] this mask's entries */
     uint32_t                 n_ind, cap_ind, next_ind;
     uint64_t                 ind_hits, ind_misses, checked, serial;
+
+    /* not NULL: the context-independent entries are this table's (shared
+     * by the maskers of one grammar and vocabulary), not ours */
+    struct kvs_gram_masker_s *ind_owner;
 } kvs_gram_masker_t;
 
 /* How many top stack nodes a context-independent mask looks at: inside a
@@ -350,6 +354,24 @@ typedef struct {
 int kvs_gram_masker_init(kvs_gram_masker_t *mk, const kvs_gram_vocab_t *gv,
     kvs_gram_matcher_t *m, uint32_t cache_entries, kvs_err_t *err);
 void kvs_gram_masker_free(kvs_gram_masker_t *mk);
+
+/*
+ * A table of context-independent entries only (no matcher, no state
+ * cache; kvs_gram_masker_free() frees it): the entries depend only on
+ * the grammar and the vocabulary, so the maskers of one grammar can
+ * share one table and each entry's trie walk (the expensive first mask
+ * of a string, a key, a number) is paid once for all of them.  At most
+ * `entries` entries of n_tokens bits each (plus their dependent ranges).
+ * Every masker sharing a table, and the table, must be used by one
+ * thread at a time.
+ */
+int kvs_gram_masker_init_table(kvs_gram_masker_t *t,
+    const kvs_gram_vocab_t *gv, uint32_t entries, kvs_err_t *err);
+
+/* mk (initialised with cache_entries > 0, over the same vocabulary and a
+ * matcher of the table's grammar) uses t's entries from now on; its own
+ * are freed.  t must outlive mk's use. */
+void kvs_gram_masker_share(kvs_gram_masker_t *mk, kvs_gram_masker_t *t);
 
 /* bits[words]: bit i (bits[i >> 5] >> (i & 31)) set iff token i may come
  * next.  KVS_EFORMAT if no token can (a dead end the vocabulary cannot

@@ -42,9 +42,10 @@
 #include "base/kvs_err.h"
 #include "engine/kvs_engine.h"
 
-#define KVS_WIRE_VERSION      4       /* 2: prefix cache fields, tenant;
+#define KVS_WIRE_VERSION      5       /* 2: prefix cache fields, tenant;
                                          3: SUBSCRIBE, INDEX; 4: HELLO's
-                                         backend and memory */
+                                         backend and memory; 5: SUBMIT's
+                                         output constraint */
 #define KVS_WIRE_HDR          16
 #define KVS_WIRE_MAX_FRAME    (16u << 20)   /* 1M prompt ids take 4 MiB */
 #define KVS_WIRE_AGAIN        1             /* need more bytes */
@@ -136,6 +137,8 @@ typedef struct {
                                  * KVS_WIRE_MAX_STOP_LEN];
     char               scope[KVS_RADIX_MAX_SCOPE];  /* req.scope's bytes */
     char               tenant[KVS_FAIR_MAX_KEY];    /* req.tenant's */
+    char              *schema;        /* [schema_cap] req.schema's */
+    size_t             schema_cap;
 } kvs_wire_submit_t;
 
 typedef struct {

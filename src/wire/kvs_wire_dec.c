@@ -194,6 +194,40 @@ kvs_wire_dec_submit_pins(kvs_wire_rd_t *rd, kvs_engine_req_t *r)
 }
 
 
+/* The constraint's schema text: checked against the bytes left before
+ * the buffer grows for it. */
+static int
+kvs_wire_dec_submit_schema(kvs_wire_rd_t *rd, kvs_wire_submit_t *m)
+{
+    size_t  len;
+
+    len = m->req.schema_len;
+
+    if (len == 0) {
+        return KVS_OK;
+    }
+
+    if (kvs_wire_need_n(rd, (uint32_t) len, 1, "schema") != KVS_OK) {
+        return KVS_EFORMAT;
+    }
+
+    if (kvs_grow((void **) &m->schema, &m->schema_cap, len + 1, 1)
+        != KVS_OK)
+    {
+        return kvs_err_set(rd->err, KVS_ENOMEM, "SUBMIT: out of memory for "
+                           "the schema");
+    }
+
+    if (kvs_wire_bytes(rd, "schema", len, m->schema) != KVS_OK) {
+        return KVS_EFORMAT;
+    }
+
+    m->schema[len] = '\0';
+
+    return KVS_OK;
+}
+
+
 /* The sections in wire order; the fixed part's counts, checked as they
  * are read, bound the sections after it. */
 static int
@@ -236,6 +270,11 @@ kvs_wire_dec_submit_body(kvs_wire_rd_t *rd, kvs_wire_submit_t *m)
         return KVS_EFORMAT;
     }
 
+    rc = kvs_wire_dec_submit_schema(rd, m);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
     return kvs_wire_end(rd);
 }
 
@@ -271,6 +310,7 @@ kvs_wire_dec_submit(const uint8_t *f, size_t f_len, kvs_wire_submit_t *m,
     r->stop_len = r->n_stop > 0 ? m->stop_len : NULL;
     r->scope = r->scope_len > 0 ? m->scope : NULL;
     r->tenant = r->tenant_len > 0 ? m->tenant : NULL;
+    r->schema = r->schema_len > 0 ? m->schema : NULL;
 
     return KVS_OK;
 }
@@ -285,6 +325,9 @@ kvs_wire_submit_free(kvs_wire_submit_t *m)
     m->prompt_cap = 0;
     m->bias = NULL;
     m->bias_cap = 0;
+    free(m->schema);
+    m->schema = NULL;
+    m->schema_cap = 0;
     memset(&m->req, 0, sizeof(kvs_engine_req_t));
 }
 

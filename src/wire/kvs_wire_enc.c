@@ -144,6 +144,21 @@ kvs_wire_enc_submit_counts(const kvs_engine_req_t *req, kvs_err_t *err)
                            req->n_pins, KVS_ENGINE_MAX_PINS);
     }
 
+    if (req->gram_kind > KVS_ENGINE_GRAM_KIND_MAX) {
+        return kvs_err_set(err, KVS_ERANGE, "SUBMIT: gram_kind: %u is not "
+                           "in 0..%d", req->gram_kind,
+                           KVS_ENGINE_GRAM_KIND_MAX);
+    }
+
+    if (req->schema_len > KVS_ENGINE_MAX_SCHEMA
+        || (req->schema_len > 0 && req->schema == NULL))
+    {
+        return kvs_err_set(err, KVS_ERANGE, "SUBMIT: schema: %zu bytes%s; "
+                           "at most %u", req->schema_len,
+                           req->schema == NULL ? " at NULL" : "",
+                           KVS_ENGINE_MAX_SCHEMA);
+    }
+
     return KVS_OK;
 }
 
@@ -226,7 +241,8 @@ kvs_wire_enc_submit_size(const kvs_engine_req_t *req)
           + req->sample.n_logit_bias
             * kvs_wire_fields_size(&kvs_wire_submit_bias)
           + (size_t) req->n_stop_ids * 4 + req->scope_len + req->tenant_len
-          + req->n_pins * kvs_wire_fields_size(&kvs_wire_submit_pin);
+          + req->n_pins * kvs_wire_fields_size(&kvs_wire_submit_pin)
+          + req->schema_len;
 
     for (i = 0; i < req->n_stop; i++) {
         len += 2 + req->stop_len[i];
@@ -278,6 +294,8 @@ kvs_wire_enc_submit(kvs_buf_t *b, uint64_t id, uint32_t model,
     for (i = 0; i < req->n_pins; i++) {
         p = kvs_wire_put_fields(p, &kvs_wire_submit_pin, &req->pins[i]);
     }
+
+    p = kvs_wire_putb(p, req->schema, req->schema_len);
 
     kvs_wire_commit(b, p);
 

@@ -70,7 +70,8 @@ static const kvs_wire_field_t  kvs_wire_submit_req_f[] = {
     { "top_logprobs",      KVS_WIRE_INT, 1, KVS_SAMPLE_MAX_TOP_LOGPROBS,
       KVS_REQ(sample.top_logprobs) },
     { "ignore_eos",        KVS_WIRE_FLAG, 1, 0, KVS_REQ(ignore_eos) },
-    KVS_RESERVED(1),
+    { "gram_kind",         KVS_WIRE_INT, 1, KVS_ENGINE_GRAM_KIND_MAX,
+      KVS_REQ(gram_kind) },
     { "n_logit_bias",      KVS_WIRE_INT, 4, KVS_WIRE_MAX_BIAS,
       KVS_REQ(sample.n_logit_bias) },
     { "n_stop_ids",        KVS_WIRE_INT, 4, KVS_ENGINE_MAX_STOP_IDS,
@@ -86,6 +87,8 @@ static const kvs_wire_field_t  kvs_wire_submit_req_f[] = {
     { "tenant_len",        KVS_WIRE_INT, 2, KVS_FAIR_MAX_KEY,
       KVS_REQ(tenant_len) },
     KVS_RESERVED(2),
+    { "schema_len",        KVS_WIRE_INT, 4, KVS_ENGINE_MAX_SCHEMA,
+      KVS_REQ(schema_len) },
 };
 
 

@@ -1338,6 +1338,129 @@ test_unknown_fields(void **state)
 }
 
 
+/* response_format: text, json_object, json_schema on both endpoints;
+ * the schema's canonical text; every bad shape a 400 naming the field;
+ * an unsupported keyword a 400 naming its path. */
+static void
+test_response_format(void **state)
+{
+    char  *big;
+    size_t i;
+
+    chat("'response_format':{'type':'text'}");
+    ok();
+    assert_int_equal(R.rf_kind, KVS_GRAM_REQ_NONE);
+    assert_null(R.rf_schema);
+
+    chat("'response_format':null");
+    ok();
+    assert_int_equal(R.rf_kind, KVS_GRAM_REQ_NONE);
+
+    chat("'response_format':{'type':'json_object'}");
+    ok();
+    assert_int_equal(R.rf_kind, KVS_GRAM_REQ_OBJECT);
+
+    cmpl("'response_format':{'type':'json_object'}");
+    ok();
+    assert_int_equal(R.rf_kind, KVS_GRAM_REQ_OBJECT);
+
+    /* sorted keys, compact: the engine's cache key */
+    chat("'response_format':{'type':'json_schema','json_schema':{'name':"
+         "'p-1_x','strict':true,'description':'d','schema':{'type':"
+         "'object','properties':{'b':{'type':'integer'},'a':{'type':"
+         "'string'}},'required':['b']}}}");
+    ok();
+    assert_int_equal(R.rf_kind, KVS_GRAM_REQ_SCHEMA);
+    assert_int_equal(R.rf_strict, 1);
+    assert_string_equal(R.rf_schema, "{\"properties\":{\"a\":{\"type\":"
+                        "\"string\"},\"b\":{\"type\":\"integer\"}},"
+                        "\"required\":[\"b\"],\"type\":\"object\"}");
+    assert_int_equal(R.rf_schema_len, strlen(R.rf_schema));
+
+    cmpl("'response_format':{'type':'json_schema','json_schema':{'name':"
+         "'x','schema':{'enum':[1,2]},'strict':false}}");
+    ok();
+    assert_int_equal(R.rf_kind, KVS_GRAM_REQ_SCHEMA);
+    assert_int_equal(R.rf_strict, 0);
+
+    /* no schema: any JSON value */
+    chat("'response_format':{'type':'json_schema','json_schema':{'name':"
+         "'x'}}");
+    ok();
+    assert_string_equal(R.rf_schema, "{}");
+
+    /* shapes */
+    chat("'response_format':'json_object'");
+    bad(400, "response_format", "invalid_type", "expected an object");
+    chat("'response_format':{}");
+    bad(400, "response_format.type", "missing_required_parameter", NULL);
+    chat("'response_format':{'type':'xml'}");
+    bad(400, "response_format.type", "invalid_value", "'json_schema'");
+    chat("'response_format':{'type':3}");
+    bad(400, "response_format.type", "invalid_type", NULL);
+    chat("'response_format':{'type':'json_object','schema':{}}");
+    bad(400, "response_format.schema", "unknown_parameter", NULL);
+    chat("'response_format':{'type':'json_schema'}");
+    bad(400, "response_format.json_schema", "missing_required_parameter",
+        NULL);
+    chat("'response_format':{'type':'json_schema','json_schema':[]}");
+    bad(400, "response_format.json_schema", "invalid_type", NULL);
+    chat("'response_format':{'type':'json_schema','json_schema':{'schema':"
+         "{}}}");
+    bad(400, "response_format.json_schema.name",
+        "missing_required_parameter", NULL);
+    chat("'response_format':{'type':'json_schema','json_schema':{'name':"
+         "'a b'}}");
+    bad(400, "response_format.json_schema.name", "invalid_value", NULL);
+    chat("'response_format':{'type':'json_schema','json_schema':{'name':"
+         "'x','strict':'yes'}}");
+    bad(400, "response_format.json_schema.strict", "invalid_type", NULL);
+    chat("'response_format':{'type':'json_schema','json_schema':{'name':"
+         "'x','description':1}}");
+    bad(400, "response_format.json_schema.description", "invalid_type",
+        NULL);
+    chat("'response_format':{'type':'json_schema','json_schema':{'name':"
+         "'x','schema':[1]}}");
+    bad(400, "response_format.json_schema.schema", "invalid_type", NULL);
+    chat("'response_format':{'type':'json_schema','json_schema':{'name':"
+         "'x','extra':1}}");
+    bad(400, "response_format.json_schema.extra", "unknown_parameter",
+        NULL);
+
+    /* what the grammar cannot do: named with its path, never ignored */
+    chat("'response_format':{'type':'json_schema','json_schema':{'name':"
+         "'x','schema':{'type':'object','properties':{'x':{'type':"
+         "'string','format':'hostname'}}}}}");
+    bad(400, "response_format.json_schema.schema.properties.x.format",
+        "unsupported_value", "response_format.json_schema.schema."
+        "properties.x.format: 'hostname' is not supported");
+    cmpl("'response_format':{'type':'json_schema','json_schema':{'name':"
+         "'x','schema':{'type':'array','items':{'minProperties':1}}}}");
+    bad(400, "response_format.json_schema.schema.items.minProperties",
+        "unsupported_value", "minProperties");
+    chat("'response_format':{'type':'json_schema','json_schema':{'name':"
+         "'x','schema':{'type':'nothing'}}}");
+    bad(400, "response_format.json_schema.schema.type", NULL, NULL);
+
+    /* stop strings could cut the JSON short */
+    chat("'stop':'}','response_format':{'type':'json_object'}");
+    bad(400, "stop", "invalid_value", "response_format json_object");
+
+    /* the size bound on the schema's text */
+    big = malloc(KVS_GRAM_REQ_MAX_SCHEMA + 200);
+    assert_non_null(big);
+    i = (size_t) sprintf(big, "'response_format':{'type':'json_schema',"
+                         "'json_schema':{'name':'x','schema':{'description'"
+                         ":'");
+    memset(big + i, 'a', KVS_GRAM_REQ_MAX_SCHEMA);
+    strcpy(big + i + KVS_GRAM_REQ_MAX_SCHEMA, "'}}}");
+    chat(big);
+    free(big);
+    bad(400, "response_format.json_schema.schema", "invalid_value",
+        "at most 65536");
+}
+
+
 static void
 test_json_errors(void **state)
 {
@@ -1739,6 +1862,7 @@ main(void)
         T(test_prompt),
         T(test_suffix_best_of),
         T(test_unknown_fields),
+        T(test_response_format),
         T(test_json_errors),
         T(test_utf8_nul),
         T(test_deep),

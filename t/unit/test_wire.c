@@ -369,6 +369,9 @@ test_submit(void **state)
         req.pins[i].n_tokens = i == 0 ? 1 : (uint32_t) (1000 - i);
         req.pins[i].ttl_ms = i == 0 ? KVS_ENGINE_MAX_PIN_TTL : (uint32_t) i;
     }
+    req.gram_kind = KVS_ENGINE_GRAM_KIND_MAX;
+    req.schema = "{\"type\":\"object\"}";
+    req.schema_len = 17;
 
     b.len = 0;
     assert_int_equal(kvs_wire_enc_submit(&b, UINT64_MAX, 31, &req,
@@ -417,6 +420,9 @@ test_submit(void **state)
         assert_int_equal(s.req.pins[i].n_tokens, req.pins[i].n_tokens);
         assert_int_equal(s.req.pins[i].ttl_ms, req.pins[i].ttl_ms);
     }
+    assert_int_equal(s.req.gram_kind, KVS_ENGINE_GRAM_KIND_MAX);
+    assert_int_equal(s.req.schema_len, 17);
+    assert_memory_equal(s.req.schema, "{\"type\":\"object\"}", 17);
 
     check_mutations(b.data, b.len);
 
@@ -476,6 +482,18 @@ test_submit(void **state)
     assert_int_equal(kvs_wire_enc_submit(&b, 1, 0, &req, 0, &err),
                      KVS_ERANGE);
     req.n_pins = 0;
+    req.gram_kind = KVS_ENGINE_GRAM_KIND_MAX + 1;
+    assert_int_equal(kvs_wire_enc_submit(&b, 1, 0, &req, 0, &err),
+                     KVS_ERANGE);
+    req.gram_kind = 0;
+    req.schema_len = KVS_ENGINE_MAX_SCHEMA + 1;
+    assert_int_equal(kvs_wire_enc_submit(&b, 1, 0, &req, 0, &err),
+                     KVS_ERANGE);
+    req.schema_len = 3;
+    req.schema = NULL;
+    assert_int_equal(kvs_wire_enc_submit(&b, 1, 0, &req, 0, &err),
+                     KVS_ERANGE);
+    req.schema_len = 0;
     req.n_prompt = KVS_WIRE_MAX_FRAME / 4;     /* past the frame */
     assert_int_equal(kvs_wire_enc_submit(&b, 1, 0, &req, 0, &err),
                      KVS_ERANGE);
@@ -1048,7 +1066,7 @@ submit_frame(kvs_buf_t *b)
 #define SUB_LOGPROBS    (16 + 56)
 #define SUB_TOPLP       (16 + 57)
 #define SUB_IGNORE_EOS  (16 + 58)
-#define SUB_RESERVED    (16 + 59)
+#define SUB_GRAM_KIND   (16 + 59)
 #define SUB_N_BIAS      (16 + 60)
 #define SUB_N_STOP_IDS  (16 + 64)
 #define SUB_N_STOP      (16 + 68)
@@ -1058,7 +1076,8 @@ submit_frame(kvs_buf_t *b)
 #define SUB_RESERVED2   (16 + 79)
 #define SUB_TENANT_LEN  (16 + 80)
 #define SUB_RESERVED3   (16 + 82)
-#define SUB_STOP_LEN    (16 + 84 + 12 + 8 + 4)
+#define SUB_SCHEMA_LEN  (16 + 84)
+#define SUB_STOP_LEN    (16 + 88 + 12 + 8 + 4)
 #define SUB_PIN         (SUB_STOP_LEN + 2 + 2 + 6 + 4)
 
 
@@ -1093,7 +1112,7 @@ test_bad_submit(void **state)
 
     memset(&b, 0, sizeof(b));
     submit_frame(&b);
-    assert_int_equal(b.len, 16 + 84 + 12 + 8 + 4 + 2 + 2 + 6 + 4 + 8);
+    assert_int_equal(b.len, 16 + 88 + 12 + 8 + 4 + 2 + 2 + 6 + 4 + 8);
 
     corrupt_submit(SUB_N_PROMPT, 0xffffffffu, 4, "prompt");
     corrupt_submit(SUB_N_PROMPT, 0x40000000u, 4, "prompt");  /* x4 wraps */
@@ -1107,7 +1126,11 @@ test_bad_submit(void **state)
     corrupt_submit(SUB_LOGPROBS, 2, 1, "logprobs");
     corrupt_submit(SUB_TOPLP, 21, 1, "top_logprobs");
     corrupt_submit(SUB_IGNORE_EOS, 0xff, 1, "ignore_eos");
-    corrupt_submit(SUB_RESERVED, 1, 1, "reserved");
+    corrupt_submit(SUB_GRAM_KIND, KVS_ENGINE_GRAM_KIND_MAX + 1, 1,
+                   "gram_kind");
+    corrupt_submit(SUB_SCHEMA_LEN, KVS_ENGINE_MAX_SCHEMA + 1, 4,
+                   "schema_len");
+    corrupt_submit(SUB_SCHEMA_LEN, 9, 4, "schema");   /* past the end */
     corrupt_submit(SUB_N_BIAS, 0xffffffffu, 4, "n_logit_bias");
     corrupt_submit(SUB_N_BIAS, 2, 4, "");
     corrupt_submit(SUB_N_STOP_IDS, KVS_ENGINE_MAX_STOP_IDS + 1, 4,

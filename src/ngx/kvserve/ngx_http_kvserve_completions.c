@@ -323,6 +323,9 @@ ngx_http_kvserve_part_init(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t i,
     ereq.stop = stop;
     ereq.stop_len = stop_len;
     ereq.n_stop = ctx->req.n_stop;
+    ereq.gram_kind = ctx->req.rf_kind;
+    ereq.schema = ctx->req.rf_schema;
+    ereq.schema_len = ctx->req.rf_schema_len;
     ngx_http_kvserve_cache_req(ctx, i, &ereq);
     ereq.tenant = (const char *) ctx->tenant.data;
     ereq.tenant_len = ctx->tenant.len;
