@@ -18,16 +18,7 @@
  * "cannot load"), 2 usage.
  */
 
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "llama.h"
-
-
-static int arch_peer_ids(const char *s, llama_token **ids, int32_t *n);
-static void arch_peer_log(enum ggml_log_level level, const char *text,
-    void *data);
+#include "peer_llama.h"
 
 
 int
@@ -41,11 +32,8 @@ main(int argc, char **argv)
     struct llama_batch           batch;
     struct llama_model          *model;
     struct llama_context        *ctx;
-    const struct llama_vocab    *vocab;
-    struct llama_model_params    mp;
-    struct llama_context_params  cp;
 
-    if (argc != 5 || arch_peer_ids(argv[2], &ids, &n) != 0
+    if (argc != 5 || peer_llama_ids(argv[2], &ids, &n) != 0
         || (n_new = atoi(argv[3])) < 1)
     {
         fprintf(stderr, "usage: %s MODEL.gguf \"ID ID ...\" N_NEW "
@@ -59,47 +47,14 @@ main(int argc, char **argv)
         return 1;
     }
 
-    llama_log_set(arch_peer_log, NULL);
-    llama_backend_init();
-
-    mp = llama_model_default_params();
-    model = llama_model_load_from_file(argv[1], mp);
-    if (model == NULL) {
-        fprintf(stderr, "arch_peer_greedy: %s: cannot load\n", argv[1]);
-        return 1;
-    }
-
-    vocab = llama_model_get_vocab(model);
-    n_vocab = llama_vocab_n_tokens(vocab);
-
-    cp = llama_context_default_params();
-    cp.n_ctx = (uint32_t) (n + n_new < 256 ? 256 : n + n_new);
-    cp.n_batch = cp.n_ctx;
-    cp.n_ubatch = cp.n_ctx;
-    cp.n_threads = 1;
-    cp.n_threads_batch = 1;
-
-    ctx = llama_init_from_model(model, cp);
-    if (ctx == NULL) {
-        fprintf(stderr, "arch_peer_greedy: no context\n");
+    if (peer_llama_open("arch_peer_greedy", argv[1], n + n_new, 1, ids, n,
+                        &model, &ctx, &n_vocab) != 0)
+    {
         return 1;
     }
 
     batch = llama_batch_init(n, 0, 1);
-
-    for (i = 0; i < n; i++) {
-        if (ids[i] < 0 || ids[i] >= n_vocab) {
-            fprintf(stderr, "arch_peer_greedy: id %d out of the "
-                    "vocabulary (%d)\n", ids[i], n_vocab);
-            return 1;
-        }
-        batch.token[i] = ids[i];
-        batch.pos[i] = i;
-        batch.n_seq_id[i] = 1;
-        batch.seq_id[i][0] = 0;
-        batch.logits[i] = i == n - 1;
-    }
-    batch.n_tokens = n;
+    peer_llama_fill(&batch, ids, n, 0, 0);
 
     for (i = 0; i < n_new; i++) {
         if (llama_decode(ctx, batch) != 0) {
@@ -135,12 +90,7 @@ main(int argc, char **argv)
         }
 
         tok = best;
-        batch.token[0] = tok;
-        batch.pos[0] = n + i;
-        batch.n_seq_id[0] = 1;
-        batch.seq_id[0][0] = 0;
-        batch.logits[0] = 1;
-        batch.n_tokens = 1;
+        peer_llama_fill(&batch, &tok, 1, n + i, 1);
     }
 
     if (fclose(f) != 0) {
@@ -157,60 +107,3 @@ main(int argc, char **argv)
     return 0;
 }
 
-
-/* ids separated by spaces or commas, as `kvserve logits -t` takes them */
-static int
-arch_peer_ids(const char *s, llama_token **ids, int32_t *n)
-{
-    long          v;
-    char         *end;
-    size_t        cap;
-    llama_token  *a;
-
-    cap = strlen(s) / 2 + 1;
-    a = malloc(cap * sizeof(llama_token));
-    if (a == NULL) {
-        return -1;
-    }
-
-    *n = 0;
-
-    for ( ;; ) {
-        while (*s == ' ' || *s == ',') {
-            s++;
-        }
-
-        if (*s == '\0') {
-            break;
-        }
-
-        v = strtol(s, &end, 10);
-        if (end == s || v < 0 || v > 0x7fffffff || (size_t) *n == cap) {
-            free(a);
-            return -1;
-        }
-
-        a[(*n)++] = (llama_token) v;
-        s = end;
-    }
-
-    if (*n == 0) {
-        free(a);
-        return -1;
-    }
-
-    *ids = a;
-
-    return 0;
-}
-
-
-/* llama.cpp logs every tensor at load: errors only, which say why a
- * file is refused (an architecture it does not know) */
-static void
-arch_peer_log(enum ggml_log_level level, const char *text, void *data)
-{
-    if (level == GGML_LOG_LEVEL_ERROR) {
-        fputs(text, stderr);
-    }
-}

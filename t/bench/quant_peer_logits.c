@@ -11,16 +11,7 @@
  * Exit status: 0 done, 1 failure, 2 usage.
  */
 
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "llama.h"
-
-
-static int quant_peer_ids(const char *s, llama_token **ids, int32_t *n);
-static void quant_peer_quiet(enum ggml_log_level level, const char *text,
-    void *data);
+#include "peer_llama.h"
 
 
 int
@@ -32,9 +23,6 @@ main(int argc, char **argv)
     struct llama_batch           batch;
     struct llama_model          *model;
     struct llama_context        *ctx;
-    const struct llama_vocab    *vocab;
-    struct llama_model_params    mp;
-    struct llama_context_params  cp;
 
     if (argc < 4 || argc > 5) {
         fprintf(stderr, "usage: %s MODEL.gguf \"ID ID ...\" OUT.f32 "
@@ -43,55 +31,19 @@ main(int argc, char **argv)
     }
 
     threads = argc == 5 ? atoi(argv[4]) : 1;
-    if (threads < 1 || quant_peer_ids(argv[2], &ids, &n) != 0) {
+    if (threads < 1 || peer_llama_ids(argv[2], &ids, &n) != 0) {
         fprintf(stderr, "quant_peer_logits: bad ids or threads\n");
         return 2;
     }
 
-    /* llama.cpp logs every tensor at load: only errors matter here */
-    llama_log_set(quant_peer_quiet, NULL);
-    llama_backend_init();
-
-    mp = llama_model_default_params();
-    model = llama_model_load_from_file(argv[1], mp);
-    if (model == NULL) {
-        fprintf(stderr, "quant_peer_logits: %s: cannot load\n", argv[1]);
-        return 1;
-    }
-
-    vocab = llama_model_get_vocab(model);
-    n_vocab = llama_vocab_n_tokens(vocab);
-
-    for (i = 0; i < n; i++) {
-        if (ids[i] < 0 || ids[i] >= n_vocab) {
-            fprintf(stderr, "quant_peer_logits: id %d out of the "
-                    "vocabulary (%d)\n", ids[i], n_vocab);
-            return 1;
-        }
-    }
-
-    cp = llama_context_default_params();
-    cp.n_ctx = (uint32_t) (n < 256 ? 256 : n);
-    cp.n_batch = cp.n_ctx;
-    cp.n_ubatch = cp.n_ctx;
-    cp.n_threads = threads;
-    cp.n_threads_batch = threads;
-
-    ctx = llama_init_from_model(model, cp);
-    if (ctx == NULL) {
-        fprintf(stderr, "quant_peer_logits: no context\n");
+    if (peer_llama_open("quant_peer_logits", argv[1], n, threads, ids, n,
+                        &model, &ctx, &n_vocab) != 0)
+    {
         return 1;
     }
 
     batch = llama_batch_init(n, 0, 1);
-    for (i = 0; i < n; i++) {
-        batch.token[i] = ids[i];
-        batch.pos[i] = i;
-        batch.n_seq_id[i] = 1;
-        batch.seq_id[i][0] = 0;
-        batch.logits[i] = 1;
-    }
-    batch.n_tokens = n;
+    peer_llama_fill(&batch, ids, n, 0, 1);
 
     if (llama_decode(ctx, batch) != 0) {
         fprintf(stderr, "quant_peer_logits: llama_decode failed\n");
@@ -127,53 +79,3 @@ main(int argc, char **argv)
     return 0;
 }
 
-
-/* ids separated by spaces or commas, as `kvserve logits -t` takes them */
-static int
-quant_peer_ids(const char *s, llama_token **ids, int32_t *n)
-{
-    long          v;
-    char         *end;
-    size_t        cap;
-    llama_token  *a;
-
-    cap = strlen(s) / 2 + 1;
-    a = malloc(cap * sizeof(llama_token));
-    if (a == NULL) {
-        return -1;
-    }
-
-    *n = 0;
-    for ( ;; ) {
-        while (*s == ' ' || *s == ',') {
-            s++;
-        }
-        if (*s == '\0') {
-            break;
-        }
-        v = strtol(s, &end, 10);
-        if (end == s || v < 0 || v > 0x7fffffff || (size_t) *n == cap) {
-            free(a);
-            return -1;
-        }
-        a[(*n)++] = (llama_token) v;
-        s = end;
-    }
-
-    if (*n == 0) {
-        free(a);
-        return -1;
-    }
-
-    *ids = a;
-    return 0;
-}
-
-
-static void
-quant_peer_quiet(enum ggml_log_level level, const char *text, void *data)
-{
-    if (level == GGML_LOG_LEVEL_ERROR) {
-        fputs(text, stderr);
-    }
-}
