@@ -176,6 +176,20 @@ http {
             if alive(p):
                 os.kill(p, signal.SIGKILL)
 
+    def stop(self, ok):
+        """Quits nginx (killing what is left), checks nothing was left,
+        and removes the prefix when all went well; otherwise keeps it and
+        prints the error log."""
+        left = self.quit()
+        if left:
+            self.kill()
+        check(not left, "nginx -s quit: no process left (%r)" % left)
+        if ok and not left:
+            shutil.rmtree(self.prefix, ignore_errors=True)
+        else:
+            print("nginx prefix kept: %s" % self.prefix)
+            print(self.error_log())
+
     def error_log(self):
         try:
             with open(os.path.join(self.prefix, "error.log")) as f:
@@ -651,15 +665,7 @@ def main():
               "no alert/crit in the error log")
         ok = True
     finally:
-        left = ngx.quit()
-        if left:
-            ngx.kill()
-        check(not left, "nginx -s quit: no process left (%r)" % left)
-        if ok and not left:
-            shutil.rmtree(ngx.prefix, ignore_errors=True)
-        else:
-            print("nginx prefix kept: %s" % ngx.prefix)
-            print(ngx.error_log())
+        ngx.stop(ok)
     return report("test_openai_sdk")
 
 

@@ -29,7 +29,6 @@ import importlib.metadata
 import json
 import os
 import random
-import shutil
 import sys
 import typing
 
@@ -288,15 +287,7 @@ def main():
               "no alert/crit in the error log")
         ok = True
     finally:
-        left = ngx.quit()
-        if left:
-            ngx.kill()
-        check(not left, "nginx -s quit: no process left (%r)" % left)
-        if ok and not left:
-            shutil.rmtree(ngx.prefix, ignore_errors=True)
-        else:
-            print("nginx prefix kept: %s" % ngx.prefix)
-            print(ngx.error_log())
+        ngx.stop(ok)
     return report("test_openai_structured")
 
 
