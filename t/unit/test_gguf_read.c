@@ -328,7 +328,7 @@ static const struct {
     { "ggml-vocab-mpt.gguf", "mpt", "gpt2", "mpt", 50432, 50009, 0, 0, -1,
       "architecture 'mpt' is not supported" },
     { "ggml-vocab-phi-3.gguf", "phi3", "llama", "default", 32064, -1,
-      1, 32000, 1, "architecture 'phi3' is not supported" },
+      1, 32000, 1, "missing required key 'phi3.attention.sliding_window'" },
     { "ggml-vocab-starcoder.gguf", "starcoder2", "gpt2", "starcoder", 49152,
       48872, 0, 0, -1, "architecture 'starcoder2' is not supported" },
 };
