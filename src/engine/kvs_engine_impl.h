@@ -185,6 +185,21 @@ struct kvs_engine_s {
  * 1 if it did work, 0 if idle. */
 int kvs_engine_step_run(kvs_engine_t *e);
 
+/* The engine thread's stats, into the copy the consumer reads (under
+ * e->lock). */
+void kvs_engine_publish(kvs_engine_t *e);
+
+
+/* kvs_engine_seq.c */
+
+/* Samples h's next token from its logits row and hands it on. */
+void kvs_engine_sample(kvs_engine_t *e, kvs_engine_seq_t *h, float *logits);
+/* h's next token, sampled on the host or the device. */
+void kvs_engine_token(kvs_engine_t *e, kvs_engine_seq_t *h, int32_t tok);
+/* Ends h's sequence once (flush: the held-back text too). */
+void kvs_engine_end(kvs_engine_t *e, kvs_engine_seq_t *h,
+    kvs_finish_t finish, const char *error, int flush);
+
 
 /* kvs_engine_index.c */
 

@@ -22,9 +22,10 @@
  * keyword's path in the message; nothing is silently ignored (annotation
  * keywords such as "title" constrain nothing and are accepted).
  *
- * This file has the keywords and the dispatch; JSON's lexical rules are
- * in kvs_gram_json.c, const/enum values and integer ranges in
- * kvs_gram_values.c (kvs_gram_schema_impl.h is what they share).
+ * This file has the keywords and the dispatch; objects and arrays are
+ * kvs_gram_schema_obj.c, JSON's lexical rules are in kvs_gram_json.c,
+ * const/enum values and integer ranges in kvs_gram_values.c
+ * (kvs_gram_schema_impl.h is what they share).
  *
  * Invariants: every rule made here gets at least one alternative before
  * kvs_gram_finish(), except a $ref rule while its target compiles (the
@@ -38,9 +39,6 @@
 #include <string.h>
 
 #include "grammar/kvs_gram_schema_impl.h"
-
-
-static int kvs_sc_schema(kvs_sc_t *sc, const json_t *s, uint32_t *rule);
 
 
 /* ---- strings ------------------------------------------------------------ */
@@ -73,7 +71,7 @@ static const struct {
 };
 
 
-static int
+int
 kvs_sc_count(kvs_sc_t *sc, const json_t *s, const char *kw, uint32_t *out,
     int *have)
 {
@@ -206,324 +204,6 @@ kvs_sc_str(kvs_sc_t *sc, const json_t *s, uint32_t *rule)
     if (rc == KVS_OK) {
         rc = kvs_sc_wrap(sc, *rule, "\"", body, "\"");
     }
-
-    return rc;
-}
-
-
-/* ---- objects and arrays ------------------------------------------------- */
-
-typedef struct {
-    const char    *name;
-    const json_t  *schema;
-    int            required;
-    uint32_t       member;            /* "name": value */
-} kvs_sc_prop_t;
-
-
-static int
-kvs_sc_object(kvs_sc_t *sc, const json_t *s, uint32_t *rule)
-{
-    int             rc;
-    size_t          n, n_decl, i, k, old;
-    uint32_t        val, first, after, nfirst, nafter, key, members;
-    const char     *name;
-    const json_t   *props, *req, *addl, *x;
-    kvs_sc_buf_t    b;
-    kvs_sc_prop_t  *p;
-    kvs_gram_seq_t  q, sep;
-
-    props = json_object_get(s, "properties");
-    req = json_object_get(s, "required");
-    addl = json_object_get(s, "additionalProperties");
-
-    if (props != NULL && !json_is_object(props)) {
-        return kvs_sc_fail(sc, KVS_EINVAL, "properties",
-                           "must be an object");
-    }
-    if (req != NULL && !json_is_array(req)) {
-        return kvs_sc_fail(sc, KVS_EINVAL, "required", "must be an array");
-    }
-    if (addl != NULL && !json_is_object(addl) && !json_is_boolean(addl)) {
-        return kvs_sc_fail(sc, KVS_EINVAL, "additionalProperties",
-                           "must be a schema");
-    }
-
-    memset(&q, 0, sizeof(q));
-    memset(&sep, 0, sizeof(sep));
-    kvs_gram_seq_lit(&sep, sc->comma, strlen(sc->comma));
-
-    /* a map: no properties, extra ones allowed */
-    if ((props == NULL || json_object_size(props) == 0)
-        && (req == NULL || json_array_size(req) == 0)
-        && (addl == NULL || !json_is_false(addl)))
-    {
-        old = kvs_sc_push(sc, "additionalProperties");
-        if (addl == NULL || json_is_true(addl)) {
-            rc = kvs_sc_value(sc, &val);
-        } else {
-            rc = kvs_sc_schema(sc, addl, &val);
-        }
-        kvs_sc_pop(sc, old);
-
-        if (rc == KVS_OK) {
-            rc = kvs_sc_string(sc, &key);
-        }
-        if (rc == KVS_OK) {
-            kvs_gram_seq_ref(&q, key);
-            kvs_gram_seq_lit(&q, sc->colon, strlen(sc->colon));
-            kvs_gram_seq_ref(&q, val);
-            rc = kvs_sc_rule_of(sc, &q, &first);
-        }
-        if (rc == KVS_OK) {
-            rc = kvs_gram_repeat(sc->g, first, &sep, 0, UINT32_MAX,
-                                 &members, sc->err);
-        }
-        if (rc == KVS_OK) {
-            rc = kvs_sc_rule(sc, rule);
-        }
-        if (rc == KVS_OK) {
-            rc = kvs_sc_wrap(sc, *rule, "{", members, "}");
-        }
-        kvs_gram_seq_free(&q);
-        kvs_gram_seq_free(&sep);
-        return rc;
-    }
-
-    n = (props != NULL ? json_object_size(props) : 0)
-        + (req != NULL ? json_array_size(req) : 0);
-    p = calloc(n + 1, sizeof(kvs_sc_prop_t));
-    if (p == NULL) {
-        kvs_gram_seq_free(&sep);
-        return kvs_err_set(sc->err, KVS_ENOMEM, "schema: out of memory");
-    }
-
-    n = 0;
-    if (props != NULL) {
-        json_object_foreach((json_t *) props, name, x) {
-            p[n].name = name;
-            p[n].schema = x;
-            n++;
-        }
-    }
-    n_decl = n;
-
-    rc = KVS_OK;
-
-    /* required: mark declared ones; an undeclared one is a property with
-     * the additionalProperties schema */
-    for (i = 0; req != NULL && i < json_array_size(req) && rc == KVS_OK;
-         i++)
-    {
-        x = json_array_get(req, i);
-        if (!json_is_string(x)) {
-            rc = kvs_sc_fail(sc, KVS_EINVAL, "required",
-                             "must list strings");
-            break;
-        }
-        for (k = 0; k < n; k++) {
-            if (strcmp(p[k].name, json_string_value(x)) == 0) {
-                break;
-            }
-        }
-        if (k == n) {
-            if (addl != NULL && json_is_false(addl)) {
-                rc = kvs_sc_fail(sc, KVS_EINVAL, "required",
-                                 "'%.64s' is neither in properties nor "
-                                 "allowed by additionalProperties",
-                                 json_string_value(x));
-                break;
-            }
-            p[n].name = json_string_value(x);
-            p[n].schema = addl;       /* NULL or true: any value */
-            n++;
-        }
-        p[k].required = 1;
-    }
-
-    /* the members, "name": value */
-    memset(&b, 0, sizeof(b));
-
-    for (k = 0; k < n && rc == KVS_OK; k++) {
-        old = kvs_sc_push(sc, k < n_decl ? "properties"
-                                         : "additionalProperties");
-        if (k < n_decl) {
-            (void) kvs_sc_push(sc, p[k].name);
-        }
-
-        if (p[k].schema == NULL || json_is_true(p[k].schema)) {
-            rc = kvs_sc_value(sc, &val);
-        } else {
-            rc = kvs_sc_schema(sc, p[k].schema, &val);
-        }
-        kvs_sc_pop(sc, old);
-
-        if (rc != KVS_OK) {
-            break;
-        }
-
-        b.n = 0;
-        kvs_sc_put_str(&b, p[k].name, strlen(p[k].name));
-        kvs_sc_put(&b, sc->colon, strlen(sc->colon));
-        if (b.oom) {
-            rc = kvs_err_set(sc->err, KVS_ENOMEM, "schema: out of memory");
-            break;
-        }
-        kvs_gram_seq_reset(&q);
-        kvs_gram_seq_lit(&q, b.p, b.n);
-        kvs_gram_seq_ref(&q, val);
-        rc = kvs_sc_rule_of(sc, &q, &p[k].member);
-    }
-
-    free(b.p);
-
-    /*
-     * From the last property back: first = the rest when nothing was
-     * written yet, after = the rest after something was; an optional
-     * property may be skipped, a required one may not.
-     */
-    nfirst = nafter = KVS_SC_NONE;
-
-    if (rc == KVS_OK) {
-        rc = kvs_sc_rule(sc, &nfirst);
-    }
-    if (rc == KVS_OK) {
-        rc = kvs_gram_add_alt(sc->g, nfirst, NULL, sc->err);
-    }
-    nafter = nfirst;
-
-    for (k = n; k > 0 && rc == KVS_OK; k--) {
-        rc = kvs_sc_rule(sc, &first);
-        if (rc == KVS_OK) {
-            rc = kvs_sc_rule(sc, &after);
-        }
-        if (rc != KVS_OK) {
-            break;
-        }
-
-        kvs_gram_seq_reset(&q);
-        kvs_gram_seq_ref(&q, p[k - 1].member);
-        kvs_gram_seq_ref(&q, nafter);
-        rc = kvs_gram_add_alt(sc->g, first, &q, sc->err);
-
-        if (rc == KVS_OK) {
-            kvs_gram_seq_reset(&q);
-            kvs_gram_seq_lit(&q, sc->comma, strlen(sc->comma));
-            kvs_gram_seq_ref(&q, p[k - 1].member);
-            kvs_gram_seq_ref(&q, nafter);
-            rc = kvs_gram_add_alt(sc->g, after, &q, sc->err);
-        }
-
-        if (rc == KVS_OK && !p[k - 1].required) {
-            kvs_gram_seq_reset(&q);
-            kvs_gram_seq_ref(&q, nfirst);
-            rc = kvs_gram_add_alt(sc->g, first, &q, sc->err);
-            if (rc == KVS_OK) {
-                kvs_gram_seq_reset(&q);
-                kvs_gram_seq_ref(&q, nafter);
-                rc = kvs_gram_add_alt(sc->g, after, &q, sc->err);
-            }
-        }
-
-        nfirst = first;
-        nafter = after;
-    }
-
-    if (rc == KVS_OK) {
-        rc = kvs_sc_rule(sc, rule);
-    }
-    if (rc == KVS_OK) {
-        rc = kvs_sc_wrap(sc, *rule, "{", nfirst, "}");
-    }
-
-    free(p);
-    kvs_gram_seq_free(&q);
-    kvs_gram_seq_free(&sep);
-
-    return rc;
-}
-
-
-static int
-kvs_sc_array(kvs_sc_t *sc, const json_t *s, uint32_t *rule)
-{
-    int             rc, hmin, hmax;
-    size_t          old;
-    uint32_t        item, items, minn, maxn;
-    const json_t   *it, *u;
-    kvs_gram_seq_t  sep;
-
-    it = json_object_get(s, "items");
-    u = json_object_get(s, "uniqueItems");
-    hmin = hmax = 0;
-    minn = 0;
-    maxn = UINT32_MAX;
-
-    if (u != NULL && !json_is_false(u)) {
-        return kvs_sc_fail(sc, KVS_EUNSUPPORTED, "uniqueItems",
-                           "true is not supported");
-    }
-
-    rc = kvs_sc_count(sc, s, "minItems", &minn, &hmin);
-    if (rc == KVS_OK) {
-        rc = kvs_sc_count(sc, s, "maxItems", &maxn, &hmax);
-    }
-    if (rc != KVS_OK) {
-        return rc;
-    }
-
-    if (hmin && hmax && minn > maxn) {
-        return kvs_sc_fail(sc, KVS_EINVAL, "minItems",
-                           "%u is over maxItems %u", minn, maxn);
-    }
-
-    if (it != NULL && json_is_array(it)) {
-        return kvs_sc_fail(sc, KVS_EUNSUPPORTED, "items",
-                           "an array of schemas (tuple form) is not "
-                           "supported");
-    }
-
-    old = kvs_sc_push(sc, "items");
-    if (it == NULL || json_is_true(it)) {
-        rc = kvs_sc_value(sc, &item);
-    } else if (json_is_false(it)) {
-        rc = KVS_OK;
-        maxn = 0;
-        item = 0;
-        if (minn > 0) {
-            rc = kvs_sc_fail(sc, KVS_EINVAL, NULL,
-                             "false with minItems %u", minn);
-        }
-    } else {
-        rc = kvs_sc_schema(sc, it, &item);
-    }
-    kvs_sc_pop(sc, old);
-
-    if (rc != KVS_OK) {
-        return rc;
-    }
-
-    if (maxn == 0) {
-        return kvs_sc_lit_rule(sc, "[]", rule);
-    }
-
-    memset(&sep, 0, sizeof(sep));
-    kvs_gram_seq_lit(&sep, sc->comma, strlen(sc->comma));
-
-    rc = kvs_gram_repeat(sc->g, item, &sep, minn, maxn, &items, sc->err);
-    if (rc != KVS_OK) {
-        (void) kvs_err_prefix(sc->err, "%s%s%s", sc->path,
-                              sc->plen > 0 ? "." : "",
-                              hmax ? "maxItems" : "minItems");
-    }
-    if (rc == KVS_OK) {
-        rc = kvs_sc_rule(sc, rule);
-    }
-    if (rc == KVS_OK) {
-        rc = kvs_sc_wrap(sc, *rule, "[", items, "]");
-    }
-
-    kvs_gram_seq_free(&sep);
 
     return rc;
 }
@@ -959,7 +639,7 @@ kvs_sc_body(kvs_sc_t *sc, const json_t *s, uint32_t *rule)
 }
 
 
-static int
+int
 kvs_sc_schema(kvs_sc_t *sc, const json_t *s, uint32_t *rule)
 {
     int  rc;

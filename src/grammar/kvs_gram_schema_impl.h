@@ -80,6 +80,17 @@ int kvs_sc_integer(kvs_sc_t *sc, uint32_t *rule);
 int kvs_sc_number(kvs_sc_t *sc, uint32_t *rule);
 int kvs_sc_value(kvs_sc_t *sc, uint32_t *rule);
 
+/* kvs_gram_schema.c */
+/* s's rule, through the dispatch (each nested schema comes back here). */
+int kvs_sc_schema(kvs_sc_t *sc, const json_t *s, uint32_t *rule);
+/* s[kw] as a count into *out; *have: whether s has kw. */
+int kvs_sc_count(kvs_sc_t *sc, const json_t *s, const char *kw,
+    uint32_t *out, int *have);
+
+/* kvs_gram_schema_obj.c */
+int kvs_sc_object(kvs_sc_t *sc, const json_t *s, uint32_t *rule);
+int kvs_sc_array(kvs_sc_t *sc, const json_t *s, uint32_t *rule);
+
 /* kvs_gram_values.c */
 void kvs_sc_put(kvs_sc_buf_t *b, const void *p, size_t n);
 void kvs_sc_put_str(kvs_sc_buf_t *b, const char *s, size_t n);

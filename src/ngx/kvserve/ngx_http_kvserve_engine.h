@@ -1,7 +1,8 @@
 /*
  * ngx_http_kvserve_engine.h: private to the worker's side of the engine
- * process: the connection (ngx_http_kvserve_engine.c) and the process
- * itself, its lease and its watchdog (ngx_http_kvserve_spawn.c).
+ * process: the connection (ngx_http_kvserve_engine.c), the requests sent
+ * over it (ngx_http_kvserve_dispatch.c) and the process itself, its lease
+ * and its watchdog (ngx_http_kvserve_spawn.c).
  *
  * Invariants: each worker that serves models has one
  * ngx_http_kvserve_engine_t per model (ngx_http_kvserve_engs[i] for
@@ -74,12 +75,22 @@ extern ngx_uint_t                  ngx_http_kvserve_n_engs;
 
 
 /* the connection (ngx_http_kvserve_engine.c) */
+/* kvserve_model i's engine, or NULL (none in this process). */
+ngx_http_kvserve_engine_t *ngx_http_kvserve_engine_of(ngx_uint_t i);
 ngx_int_t ngx_http_kvserve_engine_flush(ngx_http_kvserve_engine_t *e);
 void ngx_http_kvserve_engine_lost(ngx_http_kvserve_engine_t *e,
     const char *why);
 /* Sets e's reason: "engine for model "x" " then fmt's text. */
 void ngx_http_kvserve_engine_why(ngx_http_kvserve_engine_t *e,
     const char *fmt, ...);
+
+/* the requests (ngx_http_kvserve_dispatch.c) */
+/* The STATS for every engine in progress, set up by init_process. */
+extern ngx_queue_t                 ngx_http_kvserve_alls;
+/* One whole frame; NGX_ERROR: the connection must go, NGX_DECLINED: it
+ * is not this model's engine. */
+ngx_int_t ngx_http_kvserve_engine_frame(ngx_http_kvserve_engine_t *e,
+    const uint8_t *f, kvs_wire_hdr_t *h);
 
 /* the process (ngx_http_kvserve_spawn.c) */
 void ngx_http_kvserve_engine_watchdog(ngx_event_t *ev);
