@@ -1,10 +1,11 @@
 /*
  * kvs_cuda_weights: the CUDA backend's weights at load (see
- * kvs_cuda_weights.h): tensors resolved and placed, the host RoPE table,
- * the uploads (Q8_0 through a staging buffer and kvs_k_q8_0_to, every
- * other quantized type of kvs_quant's table dequantized on the host
- * through the table and rounded to BF16, a chunk of rows at a time,
- * non-F32 vectors widened on the host) and the layers' device pointers.
+ * kvs_cuda_weights.h): tensors resolved and placed, the host RoPE
+ * tables (gemma3's windowed layers have a second one), the uploads (Q8_0
+ * through a staging buffer and kvs_k_q8_0_to, every other quantized type
+ * of kvs_quant's table dequantized on the host through the table and
+ * rounded to BF16, a chunk of rows at a time, non-F32 vectors widened on
+ * the host) and the layers' device pointers.
  *
  * Invariant: every offset is carved with kvs_cuda_plan_carve (aligned,
  * never wrapping) before anything is allocated, so the device

@@ -2,7 +2,7 @@
  * kvs_cuda_weights: the CUDA backend's weights at load (kvs_cuda_weights.c):
  * the upload list, one slot per tensor a step reads, each tensor
  * resolved and checked like the CPU backend's and given its offset in
- * one device allocation; the host RoPE table placed after them; then
+ * one device allocation; the host RoPE tables placed after them; then
  * the uploads and the layers' device pointers.  Private to
  * src/backend/cuda/; kvs_cuda_backend_new() runs these as its steps 2
  * and 4.
