@@ -10,7 +10,11 @@
  *     is read once from global memory for all of them.  Split s covers
  *     positions [s * len, (s + 1) * len) of 0..pos, len = ceil(max_ctx /
  *     n_split); the last split also takes everything past its end up to
- *     pos, so a max_ctx too small costs speed, never positions.  With
+ *     pos, so a max_ctx too small costs speed, never positions.  In a
+ *     layer with a sliding window (window != 0) a split starts no
+ *     earlier than the token's first visible position, pos + 1 - window
+ *     (kvs_cpu_attn_first's rule), and a split wholly before it is
+ *     skipped by both kernels.  With
  *     n_split == 1 it normalizes and writes out itself; otherwise it
  *     writes (max, sum, acc[hd_v]) into part and
  *   kvs_kd_combine: one CTA per (run, query head) merges the parts of the
@@ -25,6 +29,8 @@
  *     chunks lr, lr + R, .. of V elements (16 bytes); q of the GC heads
  *     for those chunks lives in registers; a butterfly of shuffles sums
  *     the R partial dots;
+ *   - scores are scaled, then soft-capped (cap tanh(s / cap)) when
+ *     softcap != 0, as the CPU backend does before its softmax;
  *   - softmax: warp w updates the running max and sum of heads w, w + 4;
  *   - P.V: TV threads share a V row (chunk cv each), 128 / TV row groups
  *     accumulate every GC head in registers over their rows of every
@@ -83,7 +89,9 @@ typedef struct {
     uint32_t         tile;        /* positions per stage, 8..64 */
     uint32_t         r;           /* lanes per K row, power of 2 <= 32 */
     uint32_t         tv;          /* threads per V row, <= 128 */
+    uint32_t         window;      /* positions a query sees; 0: all */
     float            scale;
+    float            softcap;     /* 0: none */
 } kvs_kd_args_t;
 
 
@@ -140,6 +148,31 @@ kvs_kd_active(const kvs_kd_args_t &a, int32_t pos)
     n = (uint32_t) pos / a.split_len + 1;
 
     return n < a.n_split ? n : a.n_split;
+}
+
+
+/* The first position a token at pos >= 0 sees: pos + 1 - window once the
+ * position has outgrown the window, else 0 (the CPU backend's
+ * kvs_cpu_attn_first). */
+__device__ __forceinline__ uint32_t
+kvs_kd_first(const kvs_kd_args_t &a, int32_t pos)
+{
+    return a.window != 0 && (uint32_t) pos >= a.window
+           ? (uint32_t) pos + 1 - a.window : 0;
+}
+
+
+/* The first split holding a position the token sees: the one of its
+ * first position, or the last split, which runs up to pos whatever its
+ * nominal length. */
+__device__ __forceinline__ uint32_t
+kvs_kd_split0(const kvs_kd_args_t &a, int32_t pos)
+{
+    uint32_t  s;
+
+    s = kvs_kd_first(a, pos) / a.split_len;
+
+    return s < a.n_split - 1 ? s : a.n_split - 1;
 }
 
 
@@ -204,8 +237,14 @@ kvs_kd_part(kvs_kd_args_t a)
     }
 
     start = (uint64_t) split * a.split_len;
-    if (start > (uint64_t) pos) {
+    if (start > (uint64_t) pos || split < kvs_kd_split0(a, pos)) {
         return;
+    }
+
+    /* a window's first position: this split's positions before it are
+     * not seen (split0 keeps at least one position in range) */
+    if (start < kvs_kd_first(a, pos)) {
+        start = kvs_kd_first(a, pos);
     }
 
     end = split + 1 == a.n_split ? (uint64_t) pos + 1
@@ -368,7 +407,11 @@ kvs_kd_part(kvs_kd_args_t a)
             if (ok && lr == 0) {
 #pragma unroll
                 for (g = 0; g < GC; g++) {
-                    s[g * a.tile + row] = d[g] * a.scale;
+                    x0 = d[g] * a.scale;
+                    s[g * a.tile + row] = a.softcap != 0.0f
+                                          ? a.softcap
+                                            * tanhf(x0 / a.softcap)
+                                          : x0;
                 }
             }
         }
@@ -504,14 +547,15 @@ kvs_kd_part(kvs_kd_args_t a)
 }
 
 
-/* One (run, query head): out = sum over active splits of acc e^(m - M)
- * / sum of l e^(m - M), M their largest max; zeros for padding. */
+/* One (run, query head): out = sum over active splits (from split0 on:
+ * the ones before it wrote nothing) of acc e^(m - M) / sum of l e^(m -
+ * M), M their largest max; zeros for padding. */
 __global__ void __launch_bounds__(KVS_KD_THREADS)
 kvs_kd_combine(kvs_kd_args_t a)
 {
     float         mx, l, z, w;
     int32_t       t, pos, tbase;
-    uint32_t      h, na, sp, j, width;
+    uint32_t      h, na, s0, sp, j, width;
     size_t        row;
     const float  *pp;
 
@@ -533,23 +577,24 @@ kvs_kd_combine(kvs_kd_args_t a)
 
     width = a.hd_v + 2;
     na = kvs_kd_active(a, pos);
+    s0 = kvs_kd_split0(a, pos);
     pp = a.part + row * a.n_split * width;
     mx = -INFINITY;
 
-    for (sp = 0; sp < na; sp++) {
+    for (sp = s0; sp < na; sp++) {
         mx = fmaxf(mx, pp[(size_t) sp * width]);
     }
 
     l = 0.0f;
 
-    for (sp = 0; sp < na; sp++) {
+    for (sp = s0; sp < na; sp++) {
         l += pp[(size_t) sp * width + 1] * expf(pp[(size_t) sp * width] - mx);
     }
 
     for (j = threadIdx.x; j < a.hd_v; j += blockDim.x) {
         z = 0.0f;
 
-        for (sp = 0; sp < na; sp++) {
+        for (sp = s0; sp < na; sp++) {
             w = expf(pp[(size_t) sp * width] - mx);
             z = fmaf(pp[(size_t) sp * width + 2 + j], w, z);
         }
@@ -648,8 +693,8 @@ kvs_k_attn_part_floats(uint32_t n_tok, uint32_t n_head, uint32_t n_split,
 
 extern "C" int
 kvs_k_attn_decode(float *out, const float *q, const kvs_k_kv_t *kv,
-    uint32_t layer, const kvs_k_batch_t *b, float scale, uint32_t n_split,
-    float *part, cudaStream_t st)
+    uint32_t layer, const kvs_k_batch_t *b, float scale, uint32_t window,
+    float softcap, uint32_t n_split, float *part, cudaStream_t st)
 {
     bool           vec;
     size_t         esize, vsz;
@@ -667,6 +712,7 @@ kvs_k_attn_decode(float *out, const float *q, const kvs_k_kv_t *kv,
         || layer >= kv->n_layer
         || n_split == 0 || n_split > KVS_KD_GRID_MAX
         || (n_split > 1 && part == NULL)
+        || !(softcap >= 0.0f) || isinf(softcap)
         || b->n_run > 0x7fffffffu)
     {
         return KVS_K_EARG;
@@ -727,6 +773,8 @@ kvs_k_attn_decode(float *out, const float *q, const kvs_k_kv_t *kv,
         a.split_len = 1;
     }
     a.scale = scale;
+    a.window = window;
+    a.softcap = softcap;
     a.tile = KVS_KD_TILE_MAX;
     a.r = 1;
     a.tv = 1;

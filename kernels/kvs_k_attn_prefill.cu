@@ -25,6 +25,10 @@
  *     (K rows padded to an odd number of 16-byte units: the 8 lanes that
  *     read one chunk of 8 rows hit 8 different bank groups); masked
  *     (position past the row's pos, or past the tile) to -inf;
+ *     with a sliding window (window != 0) positions at or before pos -
+ *     window are masked too (kvs_cpu_attn_first's rule), and the tiles
+ *     start at the tile's smallest first visible position; scores are
+ *     scaled, then soft-capped (cap tanh(s / cap)) when softcap != 0;
  *   - online softmax per row (warp w takes rows w, w + 4, ..), F32;
  *   - P.V: the same thread keeps rows ty + 16 i x V-chunks tx + 8 k in
  *     registers (at most 64 floats), rescaled by the rows' factor.
@@ -82,7 +86,9 @@ typedef struct {
     uint32_t         ks;          /* K row stride in stage, elements */
     uint32_t         vs;          /* V row stride */
     uint32_t         tile;        /* positions per stage, 8..32 */
+    uint32_t         window;      /* positions a query sees; 0: all */
     float            scale;
+    float            softcap;     /* 0: none */
 } kvs_kp_args_t;
 
 
@@ -200,7 +206,7 @@ kvs_kp_attn(kvs_kp_args_t a)
     uint32_t            tid, lane, warp, tx, ty, kvh, hc, h0, ng, ntok;
     uint32_t            ck, cv, ckv, cpr, rstep, ntiles, it, nrows, i, j;
     uint32_t            c, p, qr, tq, hh, d, o;
-    uint64_t            p0, end;
+    uint64_t            p0, start, end;
     size_t              kw, vw, off;
     float              *qs, *s, *sm, *sl, *sal;
     raw                *kst, *vst, *kr;
@@ -236,6 +242,7 @@ kvs_kp_attn(kvs_kp_args_t a)
 
     if (tid == 0) {
         info[2] = -1;                                   /* largest pos */
+        info[3] = INT32_MAX;                            /* smallest */
     }
 
     __syncthreads();
@@ -283,6 +290,7 @@ kvs_kp_attn(kvs_kp_args_t a)
 
         if (pv >= 0) {
             atomicMax(&info[2], pv);
+            atomicMin(&info[3], pv);
         }
     }
 
@@ -308,7 +316,11 @@ kvs_kp_attn(kvs_kp_args_t a)
     cpr = ckv < KVS_KP_THREADS ? ckv : KVS_KP_THREADS;
     rstep = KVS_KP_THREADS / cpr;
     end = (uint64_t) (info[2] + 1);               /* 0 when none attends */
-    ntiles = (uint32_t) ((end + a.tile - 1) / a.tile);
+
+    /* the first position any row sees: its smallest pos's window start */
+    start = end != 0 && a.window != 0 && (uint32_t) info[3] >= a.window
+            ? (uint64_t) info[3] + 1 - a.window : 0;
+    ntiles = (uint32_t) ((end - start + a.tile - 1) / a.tile);
 
 #pragma unroll
     for (i = 0; i < TMR; i++) {
@@ -354,11 +366,12 @@ kvs_kp_attn(kvs_kp_args_t a)
     };
 
     if (ntiles > 0) {
-        kvs_ka_tiles_first(a, rowbase, 0, end, tbase, tid, rows_issue);
+        kvs_ka_tiles_first(a, rowbase, start, end, tbase, tid,
+                           rows_issue);
     }
 
     for (it = 0; it < ntiles; it++) {
-        p0 = (uint64_t) it * a.tile;
+        p0 = start + (uint64_t) it * a.tile;
         nrows = (uint32_t) (end - p0 < a.tile ? end - p0 : a.tile);
 
         /* the next tile flies while this one is computed */
@@ -406,10 +419,15 @@ kvs_kp_attn(kvs_kp_args_t a)
             for (j = 0; j < 4; j++) {
                 p = tx + 8 * j;
                 if (p < a.tile) {
+                    x = sc[i][j] * a.scale;
+                    x = a.softcap != 0.0f ? a.softcap * tanhf(x / a.softcap)
+                                          : x;
                     s[qr * (a.tile + 1) + p] =
                         p < nrows && qpos[qr] >= 0
                         && p0 + p <= (uint64_t) qpos[qr]
-                        ? sc[i][j] * a.scale : -INFINITY;
+                        && (a.window == 0
+                            || p0 + p + a.window > (uint64_t) qpos[qr])
+                        ? x : -INFINITY;
                 }
             }
         }
@@ -627,7 +645,8 @@ kvs_kp_launch_dt(kvs_kp_args_t *a, bool vec, bool wide, cudaStream_t st)
 
 extern "C" int
 kvs_k_attn_prefill(float *out, const float *q, const kvs_k_kv_t *kv,
-    uint32_t layer, const kvs_k_batch_t *b, float scale, cudaStream_t st)
+    uint32_t layer, const kvs_k_batch_t *b, float scale, uint32_t window,
+    float softcap, cudaStream_t st)
 {
     int            rc;
     bool           vec, wide;
@@ -642,6 +661,7 @@ kvs_k_attn_prefill(float *out, const float *q, const kvs_k_kv_t *kv,
         || kv->hd_v == 0 || kv->hd_v > KVS_KP_HD_MAX
         || kv->n_blocks == 0 || kv->block_tokens == 0
         || layer >= kv->n_layer
+        || !(softcap >= 0.0f) || isinf(softcap)
         || b->n_run > 0x3fffffffu || b->n_tok > 0x3fffffffu)
     {
         return KVS_K_EARG;
@@ -689,6 +709,8 @@ kvs_k_attn_prefill(float *out, const float *q, const kvs_k_kv_t *kv,
     a.hd_k = kv->hd_k;
     a.hd_v = kv->hd_v;
     a.scale = scale;
+    a.window = window;
+    a.softcap = softcap;
     a.hg = 1;
     a.n_hc = 1;
     a.qt = 1;

@@ -140,6 +140,18 @@ int kvs_k_rope_kv(const kvs_k_kv_t *kv, uint32_t layer,
 int kvs_k_swiglu(void *out, int out_dtype, const float *g, const float *u,
     size_t ld, uint32_t n, uint32_t n_ff, cudaStream_t st);
 
+/* out[t][j] = gelu(g[t][j]) * u[t][j], gelu's tanh approximation as
+ * kvs_cpu_geglu_task computes it (gemma); shapes as kvs_k_swiglu. */
+int kvs_k_geglu(void *out, int out_dtype, const float *g, const float *u,
+    size_t ld, uint32_t n, uint32_t n_ff, cudaStream_t st);
+
+/* x[i] *= s for n floats (gemma's embedding scale); s finite. */
+int kvs_k_scale(float *x, size_t n, float s, cudaStream_t st);
+
+/* x[i] = cap tanh(x[i] / cap) for n floats (gemma2's final logits);
+ * cap finite and > 0. */
+int kvs_k_softcap(float *x, size_t n, float cap, cudaStream_t st);
+
 /*
  * Attention over the paged cache for runs of one token (decodes), many
  * sequences, grouped-query heads; each token attends positions 0..pos of
@@ -148,11 +160,15 @@ int kvs_k_swiglu(void *out, int out_dtype, const float *g, const float *u,
  * part [n_tok][n_head][n_split][hd_v + 2] F32 is the scratch for the
  * partial results (kvs_k_attn_part_floats()).  Only tokens of runs with
  * run_len == 1 are computed; q [n_tok][n_head * hd_k], out [n_tok][n_head
- * * hd_v], scale usually 1/sqrt(hd_k).
+ * * hd_v], scale the hparams' attn_scale (usually 1/sqrt(hd_k)).
+ * window != 0: a token at pos attends only positions > pos - window
+ * (the layer's sliding window, kvs_hparams_swa); softcap != 0 (finite,
+ * positive): scaled scores become softcap tanh(s / softcap) before the
+ * softmax (gemma2).  Both as the CPU backend computes them.
  */
 int kvs_k_attn_decode(float *out, const float *q, const kvs_k_kv_t *kv,
-    uint32_t layer, const kvs_k_batch_t *b, float scale, uint32_t n_split,
-    float *part, cudaStream_t st);
+    uint32_t layer, const kvs_k_batch_t *b, float scale, uint32_t window,
+    float softcap, uint32_t n_split, float *part, cudaStream_t st);
 
 size_t kvs_k_attn_part_floats(uint32_t n_tok, uint32_t n_head,
     uint32_t n_split, uint32_t hd_v);
@@ -162,10 +178,11 @@ size_t kvs_k_attn_part_floats(uint32_t n_tok, uint32_t n_head,
  * the run's queries shares each K/V block it reads; causal within the
  * chunk (token at pos attends 0..pos), all earlier cached blocks
  * included.  Tokens of runs with run_len == 1 are left to
- * kvs_k_attn_decode.  Shapes as there.
+ * kvs_k_attn_decode.  Shapes, window and softcap as there.
  */
 int kvs_k_attn_prefill(float *out, const float *q, const kvs_k_kv_t *kv,
-    uint32_t layer, const kvs_k_batch_t *b, float scale, cudaStream_t st);
+    uint32_t layer, const kvs_k_batch_t *b, float scale, uint32_t window,
+    float softcap, cudaStream_t st);
 
 /*
  * Per-row sampling on the device, so only token ids come back: logits

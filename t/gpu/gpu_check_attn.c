@@ -56,6 +56,8 @@ typedef struct {
 typedef struct {
     uint32_t  hd, n_head, n_kv;
     int       dt;                     /* cache dtype */
+    uint32_t  win;                    /* sliding window; 0: none */
+    float     cap;                    /* score soft cap; 0: none */
 } gc_a_shape_t;
 
 
@@ -479,14 +481,17 @@ gc_a_rope_one(gc_ctx_t *c, const gc_a_rope_case_t *rc, gc_rng_t *rng)
 /* --- attention ---------------------------------------------------------- */
 
 /*
- * The reference for token t: each head attends positions 0..pos of its
- * sequence in the stored K/V, softmax in double.  out [n_head * hd].
+ * The reference for token t: each head attends positions p0..pos of its
+ * sequence in the stored K/V (p0 = pos + 1 - win once pos >= win, the
+ * CPU backend's rule; else 0), scores capped to cap tanh(s / cap) when
+ * cap != 0, softmax in double.  out [n_head * hd].
  */
 static void
 gc_a_attend(const gc_a_batch_t *bt, const gc_a_cache_t *ca, const float *q,
-    uint32_t t, double scale, double *out, double *sc)
+    uint32_t t, double scale, uint32_t win, double cap, double *out,
+    double *sc)
 {
-    int32_t          p, pos;
+    int32_t          p, p0, pos;
     uint32_t         h, kvh, j, s, hd, kw;
     size_t           at;
     double           mx, sum, dot;
@@ -497,12 +502,13 @@ gc_a_attend(const gc_a_batch_t *bt, const gc_a_cache_t *ca, const float *q,
     kw = kv->n_head_kv * hd;
     pos = bt->pos[t];
     s = (uint32_t) bt->seq[t];
+    p0 = win != 0 && (uint32_t) pos >= win ? pos + 1 - (int32_t) win : 0;
 
     for (h = 0; h < kv->n_head; h++) {
         kvh = h / (kv->n_head / kv->n_head_kv);
         mx = -INFINITY;
 
-        for (p = 0; p <= pos; p++) {
+        for (p = p0; p <= pos; p++) {
             at = gc_a_at(bt, kv, kw, s, p, kvh * hd);
             dot = 0.0;
             for (j = 0; j < hd; j++) {
@@ -510,11 +516,12 @@ gc_a_attend(const gc_a_batch_t *bt, const gc_a_cache_t *ca, const float *q,
                        * ca->fk[at + j];
             }
             sc[p] = dot * scale;
+            sc[p] = cap != 0.0 ? cap * tanh(sc[p] / cap) : sc[p];
             mx = fmax(mx, sc[p]);
         }
 
         sum = 0.0;
-        for (p = 0; p <= pos; p++) {
+        for (p = p0; p <= pos; p++) {
             sc[p] = exp(sc[p] - mx);
             sum += sc[p];
         }
@@ -523,7 +530,7 @@ gc_a_attend(const gc_a_batch_t *bt, const gc_a_cache_t *ca, const float *q,
             out[h * hd + j] = 0.0;
         }
 
-        for (p = 0; p <= pos; p++) {
+        for (p = p0; p <= pos; p++) {
             at = gc_a_at(bt, kv, kw, s, p, kvh * hd);
             for (j = 0; j < hd; j++) {
                 out[h * hd + j] += sc[p] / sum * ca->fv[at + j];
@@ -591,7 +598,8 @@ gc_a_attn_one(gc_ctx_t *c, const gc_a_shape_t *sh, const gc_a_run_t *runs,
 
         for (t = 0; t < bt.n_tok; t++) {
             if (bt.pos[t] >= 0) {
-                gc_a_attend(&bt, &ca, q, t, scale, ref + t * ow, sc);
+                gc_a_attend(&bt, &ca, q, t, scale, sh->win, sh->cap,
+                            ref + t * ow, sc);
             }
         }
 
@@ -604,13 +612,14 @@ gc_a_attn_one(gc_ctx_t *c, const gc_a_shape_t *sh, const gc_a_run_t *runs,
     for (si = 0; ok && si < ns; si++) {
         if (decode) {
             snprintf(name, sizeof(name), "attn_decode hd=%u heads=%u/%u %s "
-                     "ctx<=%u max_ctx=%u split=%u", sh->hd, sh->n_head,
-                     sh->n_kv, gc_dtype_name(sh->dt), maxpos, bt.kb.max_ctx,
-                     splits[si]);
+                     "ctx<=%u max_ctx=%u split=%u win=%u cap=%g", sh->hd,
+                     sh->n_head, sh->n_kv, gc_dtype_name(sh->dt), maxpos,
+                     bt.kb.max_ctx, splits[si], sh->win, (double) sh->cap);
         } else {
             snprintf(name, sizeof(name), "attn_prefill hd=%u heads=%u/%u %s "
-                     "ctx<=%u", sh->hd, sh->n_head, sh->n_kv,
-                     gc_dtype_name(sh->dt), maxpos);
+                     "ctx<=%u win=%u cap=%g", sh->hd, sh->n_head, sh->n_kv,
+                     gc_dtype_name(sh->dt), maxpos, sh->win,
+                     (double) sh->cap);
         }
 
         dout = gc_buf_poisoned(c, &b, bt.n_tok * ow * 4);
@@ -622,11 +631,13 @@ gc_a_attn_one(gc_ctx_t *c, const gc_a_shape_t *sh, const gc_a_run_t *runs,
             || gc_launched(c, decode
                               ? kvs_k_attn_decode(dout, dq, &ca.kv,
                                                   GC_A_LAYER, &bt.kb,
-                                                  (float) scale, splits[si],
+                                                  (float) scale, sh->win,
+                                                  sh->cap, splits[si],
                                                   dpart, 0)
                               : kvs_k_attn_prefill(dout, dq, &ca.kv,
                                                    GC_A_LAYER, &bt.kb,
-                                                   (float) scale, 0), name)
+                                                   (float) scale, sh->win,
+                                                   sh->cap, 0), name)
             || gc_download(c, out, dout, bt.n_tok * ow * 4))
         {
             gc_fail(c, "kern", name, "launch refused or failed");
@@ -674,17 +685,30 @@ gc_attn_run(gc_ctx_t *c)
 
     /* stories260K: hd 8, 8 heads, 4 KV heads; Llama 3 8B: 128, 32, 8;
      * Qwen2 0.5B: 64, 14, 2 (groups of 7) */
-    static const gc_a_shape_t  st_f32 = { 8, 8, 4, KVS_K_F32 };
-    static const gc_a_shape_t  l3_bf16 = { 128, 32, 8, KVS_K_BF16 };
-    static const gc_a_shape_t  l3_f32 = { 128, 32, 8, KVS_K_F32 };
-    static const gc_a_shape_t  qw_f16 = { 64, 14, 2, KVS_K_F16 };
+    static const gc_a_shape_t  st_f32 = { 8, 8, 4, KVS_K_F32, 0, 0 };
+    static const gc_a_shape_t  l3_bf16 = { 128, 32, 8, KVS_K_BF16, 0, 0 };
+    static const gc_a_shape_t  l3_f32 = { 128, 32, 8, KVS_K_F32, 0, 0 };
+    static const gc_a_shape_t  qw_f16 = { 64, 14, 2, KVS_K_F16, 0, 0 };
+    /* gemma2 2B's heads (256 wide, 8 over 4) with a window shorter than
+     * a block, a split and a prefill chunk, and its score cap of 50;
+     * gemma3-like 128 wide with a window across several blocks, no cap;
+     * a window of one position (each token sees only itself) */
+    static const gc_a_shape_t  g2_bf16 = { 256, 8, 4, KVS_K_BF16, 37,
+                                           50.0f };
+    static const gc_a_shape_t  g3_f32 = { 128, 16, 8, KVS_K_F32, 300, 0 };
+    static const gc_a_shape_t  w1_f32 = { 8, 8, 4, KVS_K_F32, 1, 0 };
 
     static const gc_a_rope_case_t  ropes[] = {
-        { { 8, 8, 4, KVS_K_F32 }, 8, KVS_ROPE_NORM, 0, 0, 10000.0 },
-        { { 128, 32, 8, KVS_K_BF16 }, 128, KVS_ROPE_NORM, 0, 1, 500000.0 },
-        { { 64, 14, 2, KVS_K_BF16 }, 64, KVS_ROPE_NEOX, 1, 1, 1000000.0 },
-        { { 128, 8, 8, KVS_K_F16 }, 64, KVS_ROPE_NEOX, 0, 0, 10000.0 },
-        { { 128, 32, 8, KVS_K_F32 }, 128, KVS_ROPE_NORM, 1, 1, 500000.0 },
+        { { 8, 8, 4, KVS_K_F32, 0, 0 }, 8, KVS_ROPE_NORM, 0, 0,
+          10000.0 },
+        { { 128, 32, 8, KVS_K_BF16, 0, 0 }, 128, KVS_ROPE_NORM, 0, 1,
+          500000.0 },
+        { { 64, 14, 2, KVS_K_BF16, 0, 0 }, 64, KVS_ROPE_NEOX, 1, 1,
+          1000000.0 },
+        { { 128, 8, 8, KVS_K_F16, 0, 0 }, 64, KVS_ROPE_NEOX, 0, 0,
+          10000.0 },
+        { { 128, 32, 8, KVS_K_F32, 0, 0 }, 128, KVS_ROPE_NORM, 1, 1,
+          500000.0 },
     };
 
     /* decodes at positions 0, at and past block edges, long; a prefill
@@ -740,7 +764,14 @@ gc_attn_run(gc_ctx_t *c)
         || gc_a_attn_one(c, &l3_f32, d4, 2, d4_ctx, 2, s4, 1, 0, &rng)
         || gc_a_attn_one(c, &st_f32, p1, 3, p1_ctx, 3, NULL, 0, 0, &rng)
         || gc_a_attn_one(c, &l3_bf16, p2, 3, p2_ctx, 3, NULL, 0, 0, &rng)
-        || gc_a_attn_one(c, &qw_f16, p3, 2, p3_ctx, 2, NULL, 0, 0, &rng))
+        || gc_a_attn_one(c, &qw_f16, p3, 2, p3_ctx, 2, NULL, 0, 0, &rng)
+        || gc_a_attn_one(c, &g2_bf16, d2, 6, d2_ctx, 5, s2, 3, 0, &rng)
+        || gc_a_attn_one(c, &g2_bf16, d2, 6, d2_ctx, 5, s2, 3, 2048, &rng)
+        || gc_a_attn_one(c, &g3_f32, d2, 6, d2_ctx, 5, s2, 3, 0, &rng)
+        || gc_a_attn_one(c, &w1_f32, d1, 7, d1_ctx, 5, s1, 2, 0, &rng)
+        || gc_a_attn_one(c, &g2_bf16, p2, 3, p2_ctx, 3, NULL, 0, 0, &rng)
+        || gc_a_attn_one(c, &g3_f32, p3, 2, p3_ctx, 2, NULL, 0, 0, &rng)
+        || gc_a_attn_one(c, &w1_f32, p1, 3, p1_ctx, 3, NULL, 0, 0, &rng))
     {
         return -1;
     }

@@ -3,7 +3,11 @@
  * against CPU, on stories260K (a trained model: clear margins) and on
  * generated models (kvs_gen: the "small" shape with BF16 weights, the
  * "tiny" shape with Q8_0 weights, qwen3 (BF16) and phi3 (F16) on the
- * "small" shape, and the "small" shape once in every
+ * "small" shape, phi3 again with a sliding window of 24 positions,
+ * gemma2 (GeGLU, post-norms, scaled embeddings, both soft caps, a window
+ * on every other layer) and gemma3 (per-head norms, windowed layers with
+ * their own RoPE base) with windows of 24, and the "small" shape once in
+ * every
  * other type of kvs_quant's table that kvserve makes: F16, the 4- to
  * 6-bit types, which the CUDA backend dequantizes to BF16 at load while
  * the CPU keeps them quantized, so each type's load path and the CPU's
@@ -523,21 +527,27 @@ gc_e2e_model(gc_ctx_t *c, const char *label, const char *path)
 }
 
 
-/* a generated model of an architecture gen-model writes, written to
- * tmp and removed once open */
+/* a generated model of an architecture gen-model writes, with a sliding
+ * window of n_swa positions (0: none), written to tmp and removed once
+ * open */
 static int
-gc_e2e_gen(gc_ctx_t *c, const char *preset, uint32_t dtype, kvs_arch_t arch)
+gc_e2e_gen(gc_ctx_t *c, const char *preset, uint32_t dtype, kvs_arch_t arch,
+    uint32_t n_swa)
 {
     int             rc;
     char            path[4096], label[64];
     kvs_err_t       err;
     kvs_gen_spec_t  spec;
 
-    snprintf(label, sizeof(label), "gen %s %s%s", preset,
+    snprintf(label, sizeof(label), "gen %s %s%s%s", preset,
              kvs_ggml_type_name(dtype), arch == KVS_ARCH_QWEN3 ? " qwen3"
-             : arch == KVS_ARCH_PHI3 ? " phi3" : "");
-    snprintf(path, sizeof(path), "%s/gpu-check-%d-%s-%s-%d.gguf", c->tmp,
-             (int) getpid(), preset, kvs_ggml_type_name(dtype), (int) arch);
+             : arch == KVS_ARCH_PHI3 ? " phi3"
+             : arch == KVS_ARCH_GEMMA2 ? " gemma2"
+             : arch == KVS_ARCH_GEMMA3 ? " gemma3" : "",
+             n_swa != 0 ? " window" : "");
+    snprintf(path, sizeof(path), "%s/gpu-check-%d-%s-%s-%d-%u.gguf",
+             c->tmp, (int) getpid(), preset, kvs_ggml_type_name(dtype),
+             (int) arch, n_swa);
 
     if (kvs_gen_preset(&spec, preset, &err) != KVS_OK) {
         gc_fail(c, "e2e", label, err.msg);
@@ -548,6 +558,10 @@ gc_e2e_gen(gc_ctx_t *c, const char *preset, uint32_t dtype, kvs_arch_t arch)
     spec.seed = 7;
     spec.arch = arch;
     spec.tied = arch == KVS_ARCH_PHI3 ? 0 : spec.tied;
+    /* gemma ties its output to the embeddings */
+    spec.tied = arch == KVS_ARCH_GEMMA2 || arch == KVS_ARCH_GEMMA3
+                ? 1 : spec.tied;
+    spec.n_swa = n_swa;
 
     if (kvs_gen_write(&spec, path, &err) != KVS_OK) {
         gc_fail(c, "e2e", label, err.msg);
@@ -590,17 +604,24 @@ gc_e2e_run(gc_ctx_t *c)
     }
 
     /* qwen3: the per-head norm kernel; phi3: fused QKV and gate/up
-     * bound as views (no window: the CUDA backend refuses one) */
-    if (gc_e2e_gen(c, "small", KVS_GGML_BF16, KVS_ARCH_LLAMA) != 0
-        || gc_e2e_gen(c, "tiny", KVS_GGML_Q8_0, KVS_ARCH_LLAMA) != 0
-        || gc_e2e_gen(c, "small", KVS_GGML_BF16, KVS_ARCH_QWEN3) != 0
-        || gc_e2e_gen(c, "small", KVS_GGML_F16, KVS_ARCH_PHI3) != 0)
+     * bound as views, then with a window shorter than the prompts and
+     * the generations (decode splits and prefill tiles start inside
+     * it); gemma2 and gemma3: everything gemma adds, windows of 24 */
+    if (gc_e2e_gen(c, "small", KVS_GGML_BF16, KVS_ARCH_LLAMA, 0) != 0
+        || gc_e2e_gen(c, "tiny", KVS_GGML_Q8_0, KVS_ARCH_LLAMA, 0) != 0
+        || gc_e2e_gen(c, "small", KVS_GGML_BF16, KVS_ARCH_QWEN3, 0) != 0
+        || gc_e2e_gen(c, "small", KVS_GGML_F16, KVS_ARCH_PHI3, 0) != 0
+        || gc_e2e_gen(c, "small", KVS_GGML_F16, KVS_ARCH_PHI3, 24) != 0
+        || gc_e2e_gen(c, "small", KVS_GGML_BF16, KVS_ARCH_GEMMA2, 24) != 0
+        || gc_e2e_gen(c, "small", KVS_GGML_BF16, KVS_ARCH_GEMMA3, 24) != 0)
     {
         return -1;
     }
 
     for (i = 0; i < sizeof(gc_e2e_types) / sizeof(gc_e2e_types[0]); i++) {
-        if (gc_e2e_gen(c, "small", gc_e2e_types[i], KVS_ARCH_LLAMA) != 0) {
+        if (gc_e2e_gen(c, "small", gc_e2e_types[i], KVS_ARCH_LLAMA, 0)
+            != 0)
+        {
             return -1;
         }
     }

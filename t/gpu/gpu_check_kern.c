@@ -478,11 +478,11 @@ gc_k_swiglu(gc_ctx_t *c, gc_rng_t *rng)
 {
     static const uint32_t  ffs[] = { 172, 192, 14336 };
 
-    int        dt, fused;
+    int        dt, fused, gg;
     char       name[96];
     void      *out, *dout;
     float     *h, *dh, *g, *u;
-    double     gv;
+    double     gv, act;
     size_t     fi, ti, ld, t, j;
     uint32_t   n, ff;
     gc_err_t   e;
@@ -502,28 +502,34 @@ gc_k_swiglu(gc_ctx_t *c, gc_rng_t *rng)
             return -1;
         }
 
-        for (fused = 0; fused < 2; fused++) {
+        /* fused bit 0: gate|up rows; bit 1: gemma's GeGLU, not SwiGLU */
+        for (fused = 0; fused < 4; fused++) {
+            gg = fused >> 1;
             for (ti = 0; ti < GC_DTS; ti++) {
                 dt = gc_dts[ti];
-                snprintf(name, sizeof(name), "swiglu n_ff=%u %s out=%s", ff,
-                         fused ? "gate|up rows" : "separate",
+                snprintf(name, sizeof(name), "%s n_ff=%u %s out=%s",
+                         gg ? "geglu" : "swiglu", ff,
+                         fused & 1 ? "gate|up rows" : "separate",
                          gc_dtype_name(dt));
 
                 /* fused: rows [gate | up] of 2 n_ff; else gate rows, then
                  * up rows, each n_ff wide */
                 gc_fill(h, KVS_K_F32, (size_t) n * 2 * ff, rng, -8.0f, 8.0f);
-                ld = fused ? 2 * (size_t) ff : ff;
+                ld = fused & 1 ? 2 * (size_t) ff : ff;
                 g = h;
-                u = fused ? h + ff : h + (size_t) n * ff;
+                u = fused & 1 ? h + ff : h + (size_t) n * ff;
 
                 dh = gc_buf_upload(c, &b, h, (size_t) n * 2 * ff * 4);
                 dout = gc_buf_poisoned(c, &b, (size_t) n * ff
                                               * gc_dtype_size(dt));
 
                 if (dh == NULL || dout == NULL
-                    || gc_launched(c, kvs_k_swiglu(dout, dt, dh,
-                                                   dh + (u - h), ld, n, ff,
-                                                   0), name)
+                    || gc_launched(c, gg ? kvs_k_geglu(dout, dt, dh,
+                                                       dh + (u - h), ld, n,
+                                                       ff, 0)
+                                         : kvs_k_swiglu(dout, dt, dh,
+                                                        dh + (u - h), ld, n,
+                                                        ff, 0), name)
                     || gc_download(c, out, dout, (size_t) n * ff
                                                  * gc_dtype_size(dt)))
                 {
@@ -539,8 +545,13 @@ gc_k_swiglu(gc_ctx_t *c, gc_rng_t *rng)
                 for (t = 0; t < n; t++) {
                     for (j = 0; j < ff; j++) {
                         gv = g[t * ld + j];
+                        /* gelu's tanh form, in double */
+                        act = gg ? 0.5 * gv * (1.0 + tanh(
+                                       0.7978845608028654
+                                       * (gv + 0.044715 * gv * gv * gv)))
+                                 : gv / (1.0 + exp(-gv));
                         gc_err_add(&e, gc_load(out, dt, t * ff + j),
-                                   gv / (1.0 + exp(-gv)) * u[t * ld + j]);
+                                   act * u[t * ld + j]);
                     }
                 }
 
@@ -729,6 +740,9 @@ gc_k_refusals(gc_ctx_t *c)
                          (const int32_t *) p + 256, 1, 8, 1e-5f, 0)
            != KVS_K_EARG;
     bad += kvs_k_swiglu(p, 5, f, f, 8, 1, 8, 0) != KVS_K_EARG;
+    bad += kvs_k_geglu(p, 5, f, f, 8, 1, 8, 0) != KVS_K_EARG;
+    bad += kvs_k_scale(f, 16, NAN, 0) != KVS_K_EARG;
+    bad += kvs_k_softcap(f, 16, 0.0f, 0) != KVS_K_EARG;
 
     cudaFree(p);
 
@@ -736,7 +750,7 @@ gc_k_refusals(gc_ctx_t *c)
         return -1;
     }
 
-    gc_check(c, "kern", "launchers refuse bad dtypes and shapes (9 cases)",
+    gc_check(c, "kern", "launchers refuse bad dtypes and shapes (12 cases)",
              bad ? INFINITY : 0.0, bad, 0.0);
 
     return 0;

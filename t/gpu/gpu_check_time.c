@@ -247,8 +247,8 @@ gc_t_attn(gc_ctx_t *c, const void *dpool, cudaEvent_t e0, cudaEvent_t e1,
             reps = 20;
             for (i = 0; i < 2; i++) {
                 if (gc_launched(c, kvs_k_attn_decode(dout, dq, &kv, 0, &kb,
-                                                     0.0883883f, split,
-                                                     dpart, 0),
+                                                     0.0883883f, 0, 0.0f,
+                                                     split, dpart, 0),
                                 "attn_decode") != 0)
                 {
                     goto done;
@@ -260,7 +260,7 @@ gc_t_attn(gc_ctx_t *c, const void *dpool, cudaEvent_t e0, cudaEvent_t e1,
             }
             for (i = 0; i < reps; i++) {
                 if (kvs_k_attn_decode(dout, dq, &kv, 0, &kb, 0.0883883f,
-                                      split, dpart, 0) != 0)
+                                      0, 0.0f, split, dpart, 0) != 0)
                 {
                     gc_cu(c, cudaGetLastError(), "attn_decode");
                     goto done;

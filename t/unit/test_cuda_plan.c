@@ -10,6 +10,7 @@
  */
 
 #include "kvs_test.h"
+#include "kvs_test_model.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -758,6 +759,101 @@ test_blocks(void **state)
 }
 
 
+/*
+ * Every architecture the CPU backend computes is planned for CUDA: a
+ * windowed phi3, gemma2 and gemma3 (generated, tiny) pass
+ * kvs_cuda_plan_arch, and kvs_cuda_plan_weights accounts for every
+ * tensor in their files (gemma's post-norms included) plus one RoPE
+ * table, two for gemma3 (its windowed layers' own base); heads wider
+ * than the attention kernels take are refused, naming the width.
+ */
+static void
+test_plan_arch(void **state)
+{
+    int                       kv_dt;
+    size_t                    size, total, off;
+    uint64_t                  i, bytes;
+    uint32_t                  c, tables;
+    kvs_err_t                 err;
+    kvs_hparams_t             hp;
+    kvs_gen_spec_t            spec;
+    kvs_test_model_t          md;
+    const kvs_gguf_tensor_t  *t;
+
+    static const struct {
+        kvs_arch_t  arch;
+        uint32_t    n_swa;
+    } cases[] = {
+        { KVS_ARCH_PHI3, 8 }, { KVS_ARCH_GEMMA2, 8 }, { KVS_ARCH_GEMMA3, 8 },
+        { KVS_ARCH_LLAMA, 0 },
+    };
+
+    for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        assert_int_equal(kvs_gen_preset(&spec, "tiny", &err), KVS_OK);
+        snprintf(spec.name, sizeof(spec.name), "cuda-plan-arch-%u", c);
+        spec.arch = cases[c].arch;
+        spec.n_swa = cases[c].n_swa;
+        spec.seed = 3;
+        spec.tied = cases[c].arch == KVS_ARCH_GEMMA2
+                    || cases[c].arch == KVS_ARCH_GEMMA3;
+        kvs_test_model_gen(&md, &spec);
+
+        assert_int_equal(md.m->hp.n_swa, cases[c].n_swa);
+        assert_int_equal(kvs_cuda_plan_arch(&md.m->hp, &err), KVS_OK);
+        assert_int_equal(kvs_cuda_plan_weights(md.m, &bytes, &kv_dt, &err),
+                         KVS_OK);
+
+        /* the carve's total does not depend on the order: each buffer
+         * starts aligned, so it is the aligned sizes but the last's */
+        total = 0;
+
+        for (i = 0; i < kvs_gguf_n_tensors(md.m->gguf); i++) {
+            t = kvs_gguf_tensor_at(md.m->gguf, i);
+            assert_int_equal(kvs_cuda_plan_tensor_bytes(t->type,
+                                 t->nelem != t->ne[0], t->nelem, &size,
+                                 &err), KVS_OK);
+            assert_int_equal(kvs_cuda_plan_carve(&total, size, &off, &err),
+                             KVS_OK);
+        }
+
+        tables = cases[c].arch == KVS_ARCH_GEMMA3 ? 2 : 1;
+        assert_true((md.m->hp.rope_base_swa != 0.0) == (tables == 2));
+
+        while (tables-- > 0) {
+            assert_int_equal(kvs_cuda_plan_carve(&total,
+                                 (size_t) md.m->hp.n_rot / 2
+                                 * sizeof(double), &off, &err), KVS_OK);
+        }
+
+        assert_int_equal(bytes, total);
+
+        if (cases[c].arch == KVS_ARCH_GEMMA2) {
+            assert_true(md.m->hp.post_norms && md.m->hp.geglu
+                        && md.m->hp.attn_softcap != 0.0
+                        && md.m->hp.final_softcap != 0.0);
+        }
+
+        kvs_vocab_free(md.v);
+        kvs_model_close(md.m);
+    }
+
+    memset(&hp, 0, sizeof(hp));
+    snprintf(hp.arch, sizeof(hp.arch), "gemma2");
+    hp.head_dim_k = KVS_CUDA_HEAD_MAX;
+    hp.head_dim_v = KVS_CUDA_HEAD_MAX;
+    assert_int_equal(kvs_cuda_plan_arch(&hp, &err), KVS_OK);
+
+    hp.head_dim_k = 2 * KVS_CUDA_HEAD_MAX;
+    assert_int_equal(kvs_cuda_plan_arch(&hp, &err), KVS_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "512"));
+
+    hp.head_dim_k = KVS_CUDA_HEAD_MAX;
+    hp.head_dim_v = KVS_CUDA_HEAD_MAX + 1;
+    assert_int_equal(kvs_cuda_plan_arch(&hp, &err), KVS_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "257"));
+}
+
+
 int
 main(void)
 {
@@ -773,6 +869,7 @@ main(void)
         cmocka_unit_test(test_tensor_bytes),
         cmocka_unit_test(test_workspace),
         cmocka_unit_test(test_blocks),
+        cmocka_unit_test(test_plan_arch),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

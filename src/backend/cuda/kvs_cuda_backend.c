@@ -102,9 +102,9 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
     const kvs_backend_conf_t *conf, kvs_err_t *err)
 {
     int                   rc;
-    size_t                rope_off;
+    size_t                rope_off[2];
     uint64_t              block_bytes;
-    kvs_rope_t            rope;
+    kvs_rope_t            rope[2];
     kvs_cuda_t           *cu;
     kvs_backend_t        *be;
     kvs_cuda_load_t       ld;
@@ -112,10 +112,11 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
 
     *out = NULL;
     hp = &m->hp;
-    rope_off = 0;
+    rope_off[0] = 0;
+    rope_off[1] = 0;
     block_bytes = 0;
     memset(&ld, 0, sizeof(kvs_cuda_load_t));
-    memset(&rope, 0, sizeof(kvs_rope_t));
+    memset(rope, 0, sizeof(rope));
 
     if (conf->block_tokens == 0 || hp->n_vocab > INT32_MAX
         || hp->n_embd > INT32_MAX / 4 || hp->n_ff > INT32_MAX / 4
@@ -143,7 +144,7 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
 
     /* 2. tensors, offsets, the RoPE table after them */
     if (rc == KVS_OK) {
-        rc = kvs_cuda_weights_place(cu, &ld, m, &rope, &rope_off, err);
+        rc = kvs_cuda_weights_place(cu, &ld, m, rope, rope_off, err);
     }
 
     /* 3. sizes */
@@ -161,7 +162,7 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
     }
 
     if (rc == KVS_OK) {
-        rc = kvs_cuda_weights_load(cu, &ld, &rope, rope_off, err);
+        rc = kvs_cuda_weights_load(cu, &ld, rope, rope_off, err);
     }
 
     if (rc == KVS_OK) {
@@ -174,7 +175,8 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
 
     /* the host copies of the upload list and the RoPE table are spent,
      * whatever happened */
-    kvs_rope_free(&rope);
+    kvs_rope_free(&rope[0]);
+    kvs_rope_free(&rope[1]);
     free(ld.up);
 
     if (rc != KVS_OK) {
@@ -222,7 +224,7 @@ kvs_cuda_init(kvs_cuda_t *cu, kvs_cuda_load_t *ld, const kvs_hparams_t *hp,
     cu->max_rows = KVS_CUDA_MAX_ROWS;
     cu->max_table = KVS_CUDA_MAX_TABLE;
     cu->eps = (float) hp->norm_eps;
-    cu->scale = 1.0f / sqrtf((float) hp->head_dim_k);
+    cu->scale = (float) hp->attn_scale;
     env = getenv("KVS_CUDA_GRAPHS");
     cu->use_graphs = env == NULL || strcmp(env, "0") != 0;
 

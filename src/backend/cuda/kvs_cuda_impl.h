@@ -68,6 +68,10 @@ typedef struct {
     kvs_cuda_mat_t   w1;              /* gate [n_ff][n_embd] */
     kvs_cuda_mat_t   w3;              /* up [n_ff][n_embd] */
     kvs_cuda_mat_t   w2;              /* down [n_embd][n_ff] */
+    float           *post_attn_norm;  /* [n_embd] on wo's output, or
+                                         NULL (gemma's post-norms) */
+    float           *post_ffn_norm;   /* [n_embd] on w2's output, or
+                                         NULL */
     int              gate_up;         /* w3 directly follows w1 in memory,
                                          same dtype: one product of
                                          [2 * n_ff][n_embd] */
@@ -96,6 +100,10 @@ typedef struct {
     double             *inv_freq;     /* [n_rot / 2], device */
     uint32_t            n_rot;
     double              mscale;
+    double             *inv_freq_swa; /* [n_rot / 2], device: windowed
+                                         layers' (gemma3), or NULL: they
+                                         use inv_freq */
+    double              mscale_swa;
 
     kvs_k_kv_t          kv;           /* k, v: [n_layer][n_blocks][bt]
                                          [width] of kv.dtype, device */
@@ -129,7 +137,9 @@ typedef struct {
     uint32_t            max_rows;
     uint32_t            max_table;
     float               eps;
-    float               scale;        /* 1 / sqrt(hd_k) */
+    float               scale;        /* hp.attn_scale: the query scale,
+                                         1 / sqrt(hd_k) unless the model
+                                         says otherwise */
 
     kvs_cuda_graph_t    graphs[KVS_CUDA_GRAPHS];
     uint64_t            tick;

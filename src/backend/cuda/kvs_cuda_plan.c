@@ -44,7 +44,9 @@ const kvs_cuda_plan_name_t  kvs_cuda_plan_layer[KVS_CUDA_PER_LAYER] = {
     { "ffn_down.weight", 1, 0, KVS_CUDA_D_FF, KVS_CUDA_D_EMBD },
     { "attn_q_norm.weight", 0, 1, KVS_CUDA_D_HEAD, -1 },
     { "attn_k_norm.weight", 0, 1, KVS_CUDA_D_HEAD, -1 },
-    { "attn_qkv.weight", 1, 1, KVS_CUDA_D_EMBD, KVS_CUDA_D_QKV }
+    { "attn_qkv.weight", 1, 1, KVS_CUDA_D_EMBD, KVS_CUDA_D_QKV },
+    { "post_attention_norm.weight", 0, 1, KVS_CUDA_D_EMBD, -1 },
+    { "post_ffw_norm.weight", 0, 1, KVS_CUDA_D_EMBD, -1 }
 };
 
 
@@ -131,20 +133,18 @@ kvs_cuda_plan_slot(uint32_t s, char *name, size_t size)
 int
 kvs_cuda_plan_arch(const kvs_hparams_t *hp, kvs_err_t *err)
 {
-    if (hp->geglu || hp->post_norms || hp->embd_scale != 1.0
-        || hp->attn_softcap != 0.0 || hp->final_softcap != 0.0)
+    /* windows, soft-caps, GeGLU, post-norms, scaled embeddings and a
+     * second RoPE base all have kernels or launch arguments now; what
+     * is left is the attention kernels' head width */
+    if (hp->head_dim_k > KVS_CUDA_HEAD_MAX
+        || hp->head_dim_v > KVS_CUDA_HEAD_MAX)
     {
-        return kvs_err_set(err, KVS_EUNSUPPORTED, "cuda backend: %s "
-                           "(GeGLU, post-norms, scaled embeddings, "
-                           "soft-capping) is computed by the CPU backend "
-                           "only", hp->arch);
-    }
-
-    if (hp->n_swa != 0) {
         return kvs_err_set(err, KVS_EUNSUPPORTED, "cuda backend: %s's "
-                           "sliding window of %" PRIu32 " positions is "
-                           "applied by the CPU backend only", hp->arch,
-                           hp->n_swa);
+                           "heads of %" PRIu32 " (K) and %" PRIu32 " (V) "
+                           "floats are wider than the attention kernels' "
+                           "%d; the CPU backend computes them", hp->arch,
+                           hp->head_dim_k, hp->head_dim_v,
+                           KVS_CUDA_HEAD_MAX);
     }
 
     return KVS_OK;
@@ -211,6 +211,15 @@ kvs_cuda_plan_weights(const kvs_model_t *m, uint64_t *bytes, int *kv_dt,
                              * sizeof(double), &off, err);
     if (rc != KVS_OK) {
         return rc;
+    }
+
+    /* gemma3's windowed layers: their own table, after the first */
+    if (m->hp.rope_base_swa != 0.0) {
+        rc = kvs_cuda_plan_carve(&total, (size_t) m->hp.n_rot / 2
+                                 * sizeof(double), &off, err);
+        if (rc != KVS_OK) {
+            return rc;
+        }
     }
 
     *bytes = total;

@@ -49,6 +49,8 @@
                                         least (a part is a CTA's work) */
 #define KVS_CUDA_CTX_MIN     256     /* smallest context bucket */
 #define KVS_CUDA_CTA_PER_SM  2       /* decode attention CTAs aimed for */
+#define KVS_CUDA_HEAD_MAX    256     /* widest K or V head the attention
+                                        kernels take */
 
 /* int32 words per packed sampling parameter (kvs_backend_sample_t and
  * kvs_k_sample_param_t are both four 4-byte fields) */
@@ -60,10 +62,10 @@
  * gate and up products can run as one.  Which of the optional ones an
  * architecture must have is kvs_model_check_tensors()'s business: here
  * attn_q/k/v and ffn_gate are optional since phi3 fuses them (attn_qkv;
- * ffn_up of 2 n_ff rows, KVS_CUDA_D_UP).  Shapes are codes into the
- * dimensions kvs_cuda_plan_dims() fills. */
+ * ffn_up of 2 n_ff rows, KVS_CUDA_D_UP); gemma's post-norms come last.
+ * Shapes are codes into the dimensions kvs_cuda_plan_dims() fills. */
 #define KVS_CUDA_GLOBALS    3
-#define KVS_CUDA_PER_LAYER  15
+#define KVS_CUDA_PER_LAYER  17
 
 typedef struct {
     const char  *name;                /* a layer's: the suffix */
@@ -94,8 +96,10 @@ const kvs_cuda_plan_name_t *kvs_cuda_plan_slot(uint32_t s, char *name,
     size_t size);
 
 /* KVS_OK when the CUDA backend computes every layer of hp's
- * architecture; KVS_EUNSUPPORTED naming what it lacks (today: a sliding
- * window, and gemma2 / gemma3, which only the CPU backend computes). */
+ * architecture (every kvs_arch_t today, sliding windows, soft-capping,
+ * GeGLU and post-norms included); KVS_EUNSUPPORTED naming what it lacks
+ * otherwise: a head wider than the attention kernels take
+ * (KVS_CUDA_HEAD_MAX). */
 int kvs_cuda_plan_arch(const kvs_hparams_t *hp, kvs_err_t *err);
 
 /* dim[KVS_CUDA_D_N] of hp, by code. */
@@ -104,7 +108,8 @@ void kvs_cuda_plan_dims(const kvs_hparams_t *hp, uint64_t *dim);
 /*
  * What loading m takes on the device, as kvs_cuda_weights_place carves
  * it: *bytes, every tensor of the lists above at its device dtype, each
- * KVS_CUDA_ALIGN aligned, then the RoPE table (n_rot / 2 doubles); and
+ * KVS_CUDA_ALIGN aligned, then the RoPE table (n_rot / 2 doubles), and
+ * a second one for the windowed layers when hp.rope_base_swa != 0; and
  * *kv_dt, the K/V cache's element the backend picks: F32 when every
  * matrix is F32 (the CPU's sums), else BF16.  Reads only m's headers;
  * fails as the loader would on a tensor missing or of a shape or type it

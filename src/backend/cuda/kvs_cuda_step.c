@@ -1,10 +1,15 @@
 /*
  * kvs_cuda_step: the CUDA backend's forward step (forward and
  * forward_sample of kvs_backend_ops_t), following kvs_cpu_forward's order
- * of operations: embedding; per layer RMSNorm, q/k/v products, biases +
- * RoPE + K/V write, attention over the paged cache, wo, residual +
- * RMSNorm, gate/up, SwiGLU, down; residual; final norm of the rows that
- * want logits; output product; then the logits or the sampled ids back.
+ * of operations: embedding (times embd_scale: gemma); per layer RMSNorm,
+ * q/k/v products, per-head norms (qwen3, gemma3), biases + RoPE (the
+ * windowed layers' own table: gemma3) + K/V write, attention over the
+ * paged cache (the layer's window, the soft cap: gemma2), wo,
+ * post-attention norm (gemma), residual + RMSNorm, gate/up, SwiGLU or
+ * GeGLU (gemma), down, post-FFN norm (gemma); residual; final norm of
+ * the rows that want logits; output product; the final soft cap
+ * (gemma2); then the logits or the sampled ids back.  Which of these
+ * run is read from the hyper-parameters, never from the name.
  *
  * A step validates the whole batch first (so a rejected batch writes
  * nothing), then runs it in slices of at most KVS_CUDA_MAX_TOK tokens and
@@ -153,14 +158,24 @@ kvs_cuda_layer(kvs_cuda_t *cu, const kvs_cuda_prog_t *p, uint32_t l,
 {
     int                      rc, cur;
     size_t                   ld;
-    uint32_t                 n, f;
+    uint32_t                 n, f, win;
     const void              *src;
+    const double            *inv_freq;
+    double                   mscale;
     const float             *g, *u;
     const kvs_cuda_layer_t  *ly;
 
     ly = &cu->layers[l];
     n = p->kb.n_tok;
     f = cu->hp.n_ff;
+
+    /* the layer's window (0: global), and gemma3's windowed layers'
+     * RoPE table, as kvs_cpu_forward picks them */
+    win = kvs_hparams_swa(&cu->hp, l);
+    inv_freq = win != 0 && cu->inv_freq_swa != NULL ? cu->inv_freq_swa
+                                                    : cu->inv_freq;
+    mscale = win != 0 && cu->inv_freq_swa != NULL ? cu->mscale_swa
+                                                  : cu->mscale;
 
     /* attention: in[n][n_embd] = norm(x), in each product's dtype */
     rc = kvs_cuda_norm(cu, ly->wq.dt, l == 0 ? NULL : cu->r, ly->attn_norm,
@@ -207,8 +222,8 @@ kvs_cuda_layer(kvs_cuda_t *cu, const kvs_cuda_prog_t *p, uint32_t l,
         return rc;
     }
 
-    /* qwen3: each head of q and k RMS-normed before RoPE (no biases
-     * with it: kvs_model_check_tensors refuses them) */
+    /* qwen3, gemma3: each head of q and k RMS-normed before RoPE (no
+     * biases with it: kvs_model_check_tensors refuses them) */
     if (ly->q_norm != NULL) {
         KVS_K(kvs_k_headnorm(cu->q, ly->q_norm, n * cu->hp.n_head,
                              cu->hp.head_dim_k, cu->eps, cu->st),
@@ -221,19 +236,22 @@ kvs_cuda_layer(kvs_cuda_t *cu, const kvs_cuda_prog_t *p, uint32_t l,
     /* biases, RoPE on q and k, K/V into the cache: every token of the
      * slice is written before any attends */
     KVS_K(kvs_k_rope_kv(&cu->kv, l, &p->kb, cu->q, cu->k, cu->v, ly->bq,
-                        ly->bk, ly->bv, cu->inv_freq, cu->n_rot, cu->mscale,
+                        ly->bk, ly->bv, inv_freq, cu->n_rot, mscale,
                         cu->hp.rope_pairing, cu->st), "kvs_k_rope_kv");
 
     /* att[n][n_head * hd_v] */
     if (p->has_dec) {
         KVS_K(kvs_k_attn_decode(cu->att, cu->q, &cu->kv, l, &p->kb,
-                                cu->scale, p->split, cu->part, cu->st),
-              "kvs_k_attn_decode");
+                                cu->scale, win,
+                                (float) cu->hp.attn_softcap, p->split,
+                                cu->part, cu->st), "kvs_k_attn_decode");
     }
 
     if (p->has_pre) {
         KVS_K(kvs_k_attn_prefill(cu->att, cu->q, &cu->kv, l, &p->kb,
-                                 cu->scale, cu->st), "kvs_k_attn_prefill");
+                                 cu->scale, win,
+                                 (float) cu->hp.attn_softcap, cu->st),
+              "kvs_k_attn_prefill");
     }
 
     /* r[n][n_embd] = att wo^T, att converted unless wo is F32 */
@@ -250,6 +268,13 @@ kvs_cuda_layer(kvs_cuda_t *cu, const kvs_cuda_prog_t *p, uint32_t l,
                        err);
     if (rc != KVS_OK) {
         return rc;
+    }
+
+    /* gemma: r normed before it joins the residual (rows of n_embd, one
+     * weight vector: the per-head norm kernel's shape) */
+    if (ly->post_attn_norm != NULL) {
+        KVS_K(kvs_k_headnorm(cu->r, ly->post_attn_norm, n, cu->hp.n_embd,
+                             cu->eps, cu->st), "kvs_k_headnorm(post)");
     }
 
     /* FFN: x += r, in = norm(x) */
@@ -295,12 +320,29 @@ kvs_cuda_layer(kvs_cuda_t *cu, const kvs_cuda_prog_t *p, uint32_t l,
         ld = f;
     }
 
-    /* in[n][n_ff] = silu(g) * u in w2's dtype; r = in w2^T */
-    KVS_K(kvs_k_swiglu(cu->in, ly->w2.dt, g, u, ld, n, f, cu->st),
-          "kvs_k_swiglu");
+    /* in[n][n_ff] = silu(g) * u (gemma: gelu(g) * u) in w2's dtype */
+    if (cu->hp.geglu) {
+        KVS_K(kvs_k_geglu(cu->in, ly->w2.dt, g, u, ld, n, f, cu->st),
+              "kvs_k_geglu");
 
-    return kvs_cuda_gemm(cu, &ly->w2, ly->w2.rows, cu->in, cu->r,
-                         ly->w2.rows, n, err);
+    } else {
+        KVS_K(kvs_k_swiglu(cu->in, ly->w2.dt, g, u, ld, n, f, cu->st),
+              "kvs_k_swiglu");
+    }
+
+    /* r = in w2^T, normed (gemma) before the next block adds it */
+    rc = kvs_cuda_gemm(cu, &ly->w2, ly->w2.rows, cu->in, cu->r,
+                       ly->w2.rows, n, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    if (ly->post_ffn_norm != NULL) {
+        KVS_K(kvs_k_headnorm(cu->r, ly->post_ffn_norm, n, cu->hp.n_embd,
+                             cu->eps, cu->st), "kvs_k_headnorm(post)");
+    }
+
+    return KVS_OK;
 }
 
 
@@ -318,6 +360,13 @@ kvs_cuda_enqueue(kvs_cuda_t *cu, const kvs_cuda_prog_t *p, kvs_err_t *err)
     KVS_K(kvs_k_embed(cu->x, cu->tok_embd.data, cu->tok_embd.dt, p->kb.tok,
                       n, cu->hp.n_embd, cu->hp.n_vocab, cu->st),
           "kvs_k_embed");
+
+    /* gemma: embeddings times sqrt(n_embd), an F32 product as the CPU's */
+    if (cu->hp.embd_scale != 1.0) {
+        KVS_K(kvs_k_scale(cu->x, (size_t) n * cu->hp.n_embd,
+                          (float) cu->hp.embd_scale, cu->st),
+              "kvs_k_scale");
+    }
 
     for (l = 0; l < cu->hp.n_layer; l++) {
         rc = kvs_cuda_layer(cu, p, l, err);
@@ -347,6 +396,14 @@ kvs_cuda_enqueue(kvs_cuda_t *cu, const kvs_cuda_prog_t *p, kvs_err_t *err)
                        cu->output.rows, p->n_rows, err);
     if (rc != KVS_OK) {
         return rc;
+    }
+
+    /* gemma2: logits := c tanh(logits / c), before sampling as before
+     * the host's */
+    if (cu->hp.final_softcap != 0.0) {
+        KVS_K(kvs_k_softcap(cu->logits, (size_t) p->n_rows * cu->hp.n_vocab,
+                            (float) cu->hp.final_softcap, cu->st),
+              "kvs_k_softcap");
     }
 
     if (p->params != NULL) {

@@ -1,10 +1,11 @@
 /*
  * kvs_cuda_weights: the CUDA backend's weights at load (see
- * kvs_cuda_weights.h): tensors resolved and placed, the host RoPE table,
- * the uploads (Q8_0 through a staging buffer and kvs_k_q8_0_to, every
- * other quantized type of kvs_quant's table dequantized on the host
- * through the table and rounded to BF16, a chunk of rows at a time,
- * non-F32 vectors widened on the host) and the layers' device pointers.
+ * kvs_cuda_weights.h): tensors resolved and placed, the host RoPE
+ * tables (gemma3's windowed layers have a second one), the uploads (Q8_0
+ * through a staging buffer and kvs_k_q8_0_to, every other quantized type
+ * of kvs_quant's table dequantized on the host through the table and
+ * rounded to BF16, a chunk of rows at a time, non-F32 vectors widened on
+ * the host) and the layers' device pointers.
  *
  * Invariant: every offset is carved with kvs_cuda_plan_carve (aligned,
  * never wrapping) before anything is allocated, so the device
@@ -54,32 +55,62 @@ kvs_cuda_host_deq(uint32_t type)
 
 int
 kvs_cuda_weights_place(kvs_cuda_t *cu, kvs_cuda_load_t *ld,
-    const kvs_model_t *m, kvs_rope_t *rope, size_t *rope_off,
+    const kvs_model_t *m, kvs_rope_t rope[2], size_t rope_off[2],
     kvs_err_t *err)
 {
-    int  rc;
+    int            rc;
+    kvs_hparams_t  swa_hp;
 
     rc = kvs_cuda_resolve(ld, m, err);
     if (rc != KVS_OK) {
         return rc;
     }
 
-    rc = kvs_cuda_rope_table(rope, m, err);
+    rc = kvs_cuda_rope_table(&rope[0], m, err);
     if (rc != KVS_OK) {
         return rc;
     }
 
-    cu->n_rot = rope->n_rot;
-    cu->mscale = rope->mscale;
+    cu->n_rot = rope[0].n_rot;
+    cu->mscale = rope[0].mscale;
+    cu->mscale_swa = rope[0].mscale;
 
-    return kvs_cuda_plan_carve(&ld->total, (size_t) rope->n_rot / 2
-                               * sizeof(double), rope_off, err);
+    rc = kvs_cuda_plan_carve(&ld->total, (size_t) rope[0].n_rot / 2
+                             * sizeof(double), &rope_off[0], err);
+    if (rc != KVS_OK || m->hp.rope_base_swa == 0.0) {
+        return rc;
+    }
+
+    /* gemma3's windowed layers: their own base and no scaling nor
+     * factors, exactly the CPU backend's second table */
+    swa_hp = m->hp;
+    swa_hp.rope_freq_base = m->hp.rope_base_swa;
+    swa_hp.rope_scaling = KVS_ROPE_SCALING_NONE;
+    swa_hp.rope_factor = 1.0;
+    swa_hp.rope_longrope = 0;
+
+    rc = kvs_rope_init(&rope[1], &swa_hp, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    if (rope[1].n_rot != rope[0].n_rot) {
+        return kvs_err_set(err, KVS_EINVAL, "cuda backend: the windowed "
+                           "layers' RoPE turns %" PRIu32 " dimensions, "
+                           "the others %" PRIu32, rope[1].n_rot,
+                           rope[0].n_rot);
+    }
+
+    cu->mscale_swa = rope[1].mscale;
+
+    return kvs_cuda_plan_carve(&ld->total, (size_t) rope[1].n_rot / 2
+                               * sizeof(double), &rope_off[1], err);
 }
 
 
 int
 kvs_cuda_weights_load(kvs_cuda_t *cu, const kvs_cuda_load_t *ld,
-    const kvs_rope_t *rope, size_t rope_off, kvs_err_t *err)
+    const kvs_rope_t rope[2], const size_t rope_off[2], kvs_err_t *err)
 {
     int    rc;
     void  *stage;
@@ -98,11 +129,23 @@ kvs_cuda_weights_load(kvs_cuda_t *cu, const kvs_cuda_load_t *ld,
         goto failed;
     }
 
-    cu->inv_freq = (double *) ((char *) cu->wmem + rope_off);
-    KVS_CUDA_TRY(cudaMemcpyAsync(cu->inv_freq, rope->inv_freq,
-                                 (size_t) rope->n_rot / 2 * sizeof(double),
+    cu->inv_freq = (double *) ((char *) cu->wmem + rope_off[0]);
+    KVS_CUDA_TRY(cudaMemcpyAsync(cu->inv_freq, rope[0].inv_freq,
+                                 (size_t) rope[0].n_rot / 2
+                                 * sizeof(double),
                                  cudaMemcpyHostToDevice, cu->st),
                  "upload of the RoPE table");
+
+    cu->inv_freq_swa = NULL;
+
+    if (rope[1].inv_freq != NULL) {
+        cu->inv_freq_swa = (double *) ((char *) cu->wmem + rope_off[1]);
+        KVS_CUDA_TRY(cudaMemcpyAsync(cu->inv_freq_swa, rope[1].inv_freq,
+                                     (size_t) rope[1].n_rot / 2
+                                     * sizeof(double),
+                                     cudaMemcpyHostToDevice, cu->st),
+                     "upload of the windowed layers' RoPE table");
+    }
     KVS_CUDA_TRY(cudaStreamSynchronize(cu->st),
                  "cudaStreamSynchronize(weights)");
 
@@ -372,6 +415,10 @@ kvs_cuda_bind(kvs_cuda_t *cu, const kvs_cuda_load_t *ld)
         KVS_CUDA_MAT(ly->w2, b + 11);
         ly->q_norm = cu->hp.qk_norm ? KVS_CUDA_PTR(b + 12) : NULL;
         ly->k_norm = cu->hp.qk_norm ? KVS_CUDA_PTR(b + 13) : NULL;
+        ly->post_attn_norm = cu->hp.post_norms ? KVS_CUDA_PTR(b + 15)
+                                               : NULL;
+        ly->post_ffn_norm = cu->hp.post_norms ? KVS_CUDA_PTR(b + 16)
+                                              : NULL;
 
         /* one [2 * n_ff][n_embd] product when up follows gate exactly
          * (always so for a fused ffn_up) */

@@ -2,7 +2,7 @@
  * kvs_cuda_weights: the CUDA backend's weights at load (kvs_cuda_weights.c):
  * the upload list, one slot per tensor a step reads, each tensor
  * resolved and checked like the CPU backend's and given its offset in
- * one device allocation; the host RoPE table placed after them; then
+ * one device allocation; the host RoPE tables placed after them; then
  * the uploads and the layers' device pointers.  Private to
  * src/backend/cuda/; kvs_cuda_backend_new() runs these as its steps 2
  * and 4.
@@ -50,16 +50,19 @@ typedef struct {
 
 
 /* 2. Every tensor resolved and given its offset in ld->total, the host
- * RoPE table built into *rope and given *rope_off after them. */
+ * RoPE tables built and given offsets after them: rope[0] every layer's
+ * (rope_off[0]); rope[1] the windowed layers' (gemma3's own base, no
+ * scaling, as the CPU backend builds it) when hp.rope_base_swa != 0,
+ * else left zeroed.  The caller zeroes both and frees both. */
 int kvs_cuda_weights_place(kvs_cuda_t *cu, kvs_cuda_load_t *ld,
-    const kvs_model_t *m, kvs_rope_t *rope, size_t *rope_off,
+    const kvs_model_t *m, kvs_rope_t rope[2], size_t rope_off[2],
     kvs_err_t *err);
 
-/* 4. Every tensor and the RoPE table uploaded into cu->wmem (allocated
+/* 4. Every tensor and the RoPE tables uploaded into cu->wmem (allocated
  * with ld->total bytes; Q8_0 through a staging buffer of ld->stage bytes
  * allocated and freed here, before the K/V cache is allocated), the
  * layers' pointers bound, the stream synchronized. */
 int kvs_cuda_weights_load(kvs_cuda_t *cu, const kvs_cuda_load_t *ld,
-    const kvs_rope_t *rope, size_t rope_off, kvs_err_t *err);
+    const kvs_rope_t rope[2], const size_t rope_off[2], kvs_err_t *err);
 
 #endif /* KVS_CUDA_WEIGHTS_H */
