@@ -103,7 +103,8 @@ static const char  *kvs_api_fields[] = {
     "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
     "seed", "stream", "stream_options", "logprobs", "top_logprobs",
     "presence_penalty", "frequency_penalty", "user", "echo", "suffix",
-    "best_of", "response_format"
+    "best_of", "response_format", "tools", "tool_choice",
+    "parallel_tool_calls", "functions", "function_call"
 };
 
 
@@ -489,6 +490,10 @@ kvs_api_req_parse(kvs_api_req_t *req, kvs_api_kind_t kind, const char *body,
 
     if (rc == KVS_OK) {
         rc = kvs_api_req_response_format(req, aerr);
+    }
+
+    if (rc == KVS_OK && kind == KVS_API_CHAT) {
+        rc = kvs_api_req_tools(req, aerr);
     }
 
     if (rc != KVS_OK) {

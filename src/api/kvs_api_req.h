@@ -6,12 +6,17 @@
  * prompt token ids, the context length) afterwards.
  *
  * What OpenAI ignores we ignore: unknown fields and fields we do not act
- * on (tools, metadata, store, ...) pass; response_format is acted on
+ * on (metadata, store, ...) pass; response_format is acted on
  * (kvs_api_req_rf.c: text, json_object, json_schema, on both endpoints,
  * the schema compiled here so that what the grammar cannot do is a 400
  * naming the keyword's path);
  * a field we know with the wrong type or out of its range is an error
  * naming it in param ("messages[2].content", "stop[1]", "logit_bias").
+ * Chat tools (tools, tool_choice, parallel_tool_calls, assistant
+ * tool_calls, tool messages' answers) are checked in full
+ * (kvs_api_req_tools.c, the parameters schemas compiled as
+ * response_format's are); until the engine acts on them, a host refuses
+ * a request with tools through kvs_api_req_check_tools().
  *
  * Messages are checked for the shape OpenAI's schema gives them (roles
  * system, developer, user, assistant, tool; content a string or text
@@ -59,6 +64,7 @@
                                          SUBMIT frame carries (the glue
                                          checks it against the wire's
                                          KVS_WIRE_MAX_BIAS) */
+#define KVS_API_MAX_TOOLS      128    /* OpenAI's limit */
 #define KVS_API_TTL_5M         300000     /* ms: cache_control ttl "5m" */
 #define KVS_API_TTL_1H         3600000    /* ms: "1h" */
 
@@ -66,6 +72,12 @@ typedef enum {
     KVS_API_CHAT = 0,                 /* /v1/chat/completions */
     KVS_API_COMPLETIONS               /* /v1/completions */
 } kvs_api_kind_t;
+
+/* tool_choice */
+#define KVS_API_TOOL_NONE      0      /* no tools, or "none" */
+#define KVS_API_TOOL_AUTO      1      /* text or calls */
+#define KVS_API_TOOL_REQUIRED  2      /* at least one call */
+#define KVS_API_TOOL_NAMED     3      /* a call of tools[tool_named] */
 
 /* An error for the client: HTTP status, and OpenAI's error object. */
 typedef struct {
@@ -149,6 +161,16 @@ typedef struct {
     int                   rf_strict;      /* json_schema.strict (the
                                              output validates either
                                              way) */
+    const json_t         *tools;          /* chat: the checked array (into
+                                             the tree), NULL when absent or
+                                             empty; each {"type":
+                                             "function", "function":
+                                             {"name", ...}} */
+    uint32_t              n_tools;
+    unsigned              tool_choice;    /* KVS_API_TOOL_*: default AUTO
+                                             with tools, else NONE */
+    uint32_t              tool_named;     /* _NAMED: the index in tools */
+    int                   parallel_tool_calls;  /* default 1 */
     kvs_api_str_t         user;           /* ptr NULL when absent */
 } kvs_api_req_t;
 
@@ -170,6 +192,10 @@ void kvs_api_req_free(kvs_api_req_t *req);
  * KVS_OK for a completions request (no messages). */
 int kvs_api_req_check_messages(const kvs_api_req_t *req, size_t max,
     kvs_api_err_t *aerr);
+
+/* 400 naming tools when the request has tools: what a host answers
+ * while it does not act on them (never ignored silently). */
+int kvs_api_req_check_tools(const kvs_api_req_t *req, kvs_api_err_t *aerr);
 
 /* Sets *aerr (status, message, param, type "invalid_request_error",
  * code); param and code may be NULL (JSON null).  Any invalid UTF-8 in

@@ -57,6 +57,14 @@ int kvs_api_req_cmpl(kvs_api_req_t *req, kvs_api_err_t *aerr);
  * the other fields (it checks stop against it). */
 int kvs_api_req_response_format(kvs_api_req_t *req, kvs_api_err_t *aerr);
 
+/* Chat: req->tools, tool_choice, parallel_tool_calls, and the tool
+ * messages' answers (kvs_api_req_tools.c); after the messages. */
+int kvs_api_req_tools(kvs_api_req_t *req, kvs_api_err_t *aerr);
+
+/* Chat: msg's tool_calls (at path msg's), allowed on the assistant's. */
+int kvs_api_req_tool_calls(const json_t *msg, const char *path,
+    int assistant, kvs_api_err_t *aerr);
+
 /* Chat: req->messages from root.messages. */
 int kvs_api_req_messages(kvs_api_req_t *req, kvs_api_err_t *aerr);
 

@@ -234,6 +234,12 @@ kvs_api_req_message(kvs_api_req_t *req, const json_t *msg, size_t i,
         return rc;
     }
 
+    rc = kvs_api_req_tool_calls(msg, path, role == KVS_API_ROLE_ASSISTANT,
+                                aerr);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
     if (role == KVS_API_ROLE_TOOL) {
         rc = kvs_api_opt_str(msg, path, "tool_call_id", 1, aerr);
         if (rc != KVS_OK) {

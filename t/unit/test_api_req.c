@@ -307,7 +307,8 @@ test_messages(void **state)
       "{'role':'system','content':'s','name':'sys'},"
       "{'role':'developer','content':[{'type':'text','text':'d'}]},"
       "{'role':'user','content':'','name':null},"
-      "{'role':'assistant','content':null,'tool_calls':[]},"
+      "{'role':'assistant','content':null,'tool_calls':[{'id':'call_1',"
+      "'type':'function','function':{'name':'f','arguments':'{}'}}]},"
       "{'role':'tool','content':'42','tool_call_id':'call_1'},"
       "{'role':'assistant'},"
       "{'role':'user','content':[{'type':'text','text':'a'},"
@@ -459,6 +460,8 @@ test_messages_render(void **state)
     out.len = 0;
 
     q(KVS_API_CHAT, "{'model':'m','messages':[{'role':'user','content':'a'},"
+      "{'role':'assistant','tool_calls':[{'id':'c','type':'function',"
+      "'function':{'name':'f','arguments':'{}'}}]},"
       "{'role':'tool','content':'1','tool_call_id':'c'}]}");
     ok();
 
@@ -466,10 +469,10 @@ test_messages_render(void **state)
                      KVS_EINVAL);
     kvs_api_err_from_msg(&a, 400, "invalid_value", err.msg);
     assert_int_equal(a.status, 400);
-    assert_string_equal(a.param, "messages[1].role");
+    assert_string_equal(a.param, "messages[2].role");
     assert_string_equal(a.code, "invalid_value");
     assert_string_equal(a.type, "invalid_request_error");
-    assert_null(strstr(a.message, "messages[1]"));
+    assert_null(strstr(a.message, "messages[2]"));
     assert_non_null(strstr(a.message, "tool"));
 
     q(KVS_API_CHAT, "{'model':'m','messages':[{'role':'user','content':'a'},"
@@ -1325,7 +1328,8 @@ test_suffix_best_of(void **state)
 }
 
 
-/* What OpenAI has and we do not act on passes, as does anything else. */
+/* What OpenAI has and we do not act on passes, as does anything else;
+ * tools are checked (test_api_req_tools.c) and pass when well formed. */
 static void
 test_unknown_fields(void **state)
 {

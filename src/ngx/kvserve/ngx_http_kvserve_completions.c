@@ -405,6 +405,10 @@ ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx, kvs_api_err_t *aerr)
         return NGX_ERROR;
     }
 
+    if (kvs_api_req_check_tools(&ctx->req, aerr) != KVS_OK) {
+        return NGX_ERROR;
+    }
+
     klcf = ngx_http_get_module_loc_conf(ctx->r, ngx_http_kvserve_module);
 
     /* the caps, before anything is allocated, rendered or tokenized for

@@ -1,0 +1,614 @@
+/*
+ * kvs_tool_parse: generated text -> content and tool calls, for the
+ * syntaxes kvs_tool_parse.h lists, and the detection of a template's
+ * syntax.
+ *
+ * Invariants: the parser never reads past text[len] (text need not be
+ * NUL-terminated), never fails on any input but for memory, and returns
+ * either every call the output holds or none (the whole output as
+ * content).  JSON is first delimited by kvs_tool_json_end() (a scanner
+ * that knows strings and brackets, so markers inside strings are
+ * content of the strings), then parsed by jansson on that span alone.
+ */
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "kvs_tool_parse.h"
+
+#define KVS_TOOL_JSON_DEPTH  512
+
+
+typedef struct {
+    const char  *open;                /* marker before the calls */
+    const char  *close;               /* after each call, or NULL */
+    int          array;               /* the calls are one JSON array */
+    int          repeat;              /* open ... close again per call */
+} kvs_tool_form_t;
+
+
+/* Indexed by kvs_tool_syntax_t; LLAMA3 and FUNCTIONARY have their own
+ * code, their entries only give the marker kvs_tool_parse_hold() holds. */
+static const kvs_tool_form_t  kvs_tool_forms[KVS_TOOL_SYN_N] = {
+    { NULL, NULL, 0, 0 },
+    { "<tool_call>", "</tool_call>", 0, 1 },
+    { "<|python_tag|>", NULL, 0, 0 },
+    { "[TOOL_CALLS]", NULL, 1, 0 },
+    { "<|tool_call|>", NULL, 1, 0 },
+    { "functools", NULL, 1, 0 },
+    { "<function=", "</function>", 0, 1 },
+};
+
+static const char  *kvs_tool_names[KVS_TOOL_SYN_N] = {
+    "none", "hermes", "llama3", "mistral", "granite", "firefunction",
+    "functionary"
+};
+
+
+static const char *
+kvs_tool_find(const char *s, size_t len, const char *needle)
+{
+    size_t  n, i;
+
+    n = strlen(needle);
+
+    for (i = 0; n <= len && i <= len - n; i++) {
+        if (s[i] == needle[0] && memcmp(s + i, needle, n) == 0) {
+            return s + i;
+        }
+    }
+
+    return NULL;
+}
+
+
+kvs_tool_syntax_t
+kvs_tool_syntax_detect(const char *tpl, size_t len)
+{
+    /* most specific first: Functionary's template also names
+     * <|python_tag|>, Hermes-on-Llama's names "parameters" */
+    if (kvs_tool_find(tpl, len, "[TOOL_CALLS]") != NULL) {
+        return KVS_TOOL_SYN_MISTRAL;
+    }
+
+    if (kvs_tool_find(tpl, len, "<|tool_call|>") != NULL) {
+        return KVS_TOOL_SYN_GRANITE;
+    }
+
+    if (kvs_tool_find(tpl, len, "functools[") != NULL) {
+        return KVS_TOOL_SYN_FIREFUNC;
+    }
+
+    if (kvs_tool_find(tpl, len, "<function=") != NULL) {
+        return KVS_TOOL_SYN_FUNCTIONARY;
+    }
+
+    if (kvs_tool_find(tpl, len, "<tool_call>") != NULL) {
+        return KVS_TOOL_SYN_HERMES;
+    }
+
+    if (kvs_tool_find(tpl, len, "<|start_header_id|>") != NULL
+        && (kvs_tool_find(tpl, len, "<|python_tag|>") != NULL
+            || kvs_tool_find(tpl, len, "\"parameters\"") != NULL))
+    {
+        return KVS_TOOL_SYN_LLAMA3;
+    }
+
+    return KVS_TOOL_SYN_NONE;
+}
+
+
+const char *
+kvs_tool_syntax_name(kvs_tool_syntax_t syn)
+{
+    return (unsigned) syn < KVS_TOOL_SYN_N ? kvs_tool_names[syn] : "?";
+}
+
+
+/* JSON extent. */
+
+static int
+kvs_tool_is_ws(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+
+static size_t
+kvs_tool_skip_ws(const char *s, size_t len, size_t i)
+{
+    while (i < len && kvs_tool_is_ws(s[i])) {
+        i++;
+    }
+
+    return i;
+}
+
+
+int
+kvs_tool_json_end(const char *text, size_t len, size_t *end)
+{
+    size_t  i, depth;
+    char    c, stack[KVS_TOOL_JSON_DEPTH];
+
+    if (len == 0) {
+        return KVS_ETOOLONG;
+    }
+
+    c = text[0];
+
+    if (c != '{' && c != '[' && c != '"') {
+        /* a scalar: its characters up to a delimiter */
+        for (i = 0; i < len; i++) {
+            c = text[i];
+
+            if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z')
+                  || c == '-' || c == '+' || c == '.' || c == 'E'))
+            {
+                break;
+            }
+        }
+
+        if (i == 0) {
+            return KVS_EFORMAT;
+        }
+
+        if (i == len) {
+            return KVS_ETOOLONG;
+        }
+
+        *end = i;
+        return KVS_OK;
+    }
+
+    depth = 0;
+
+    for (i = 0; i < len; i++) {
+        c = text[i];
+
+        if (c == '"') {
+            for (i++; i < len && text[i] != '"'; i++) {
+                if (text[i] == '\\') {
+                    i++;
+                }
+            }
+
+            if (i >= len) {
+                return KVS_ETOOLONG;
+            }
+
+            if (depth == 0) {
+                *end = i + 1;
+                return KVS_OK;
+            }
+
+            continue;
+        }
+
+        if (c == '{' || c == '[') {
+            if (depth == KVS_TOOL_JSON_DEPTH) {
+                return KVS_EFORMAT;
+            }
+
+            stack[depth++] = c == '{' ? '}' : ']';
+            continue;
+        }
+
+        if (c == '}' || c == ']') {
+            if (depth == 0 || stack[depth - 1] != c) {
+                return KVS_EFORMAT;
+            }
+
+            if (--depth == 0) {
+                *end = i + 1;
+                return KVS_OK;
+            }
+        }
+    }
+
+    return KVS_ETOOLONG;
+}
+
+
+/* Calls. */
+
+/* Appends the call in obj (a JSON object) to out; KVS_EFORMAT when it is
+ * not one.  name_given: Functionary's, outside the JSON (obj is then the
+ * arguments themselves). */
+static int
+kvs_tool_add(kvs_tool_parsed_t *out, json_t *obj, const char *name_given,
+    size_t name_len)
+{
+    char             *name, *args;
+    size_t            n;
+    json_t           *a, *parsed;
+    const char       *k;
+    json_t           *v;
+    kvs_tool_call_t  *calls;
+
+    if (!json_is_object(obj)) {
+        return KVS_EFORMAT;
+    }
+
+    a = NULL;
+
+    if (name_given != NULL) {
+        a = obj;
+
+    } else {
+        json_object_foreach(obj, k, v) {
+            if (strcmp(k, "name") == 0 || strcmp(k, "id") == 0) {
+                continue;
+            }
+
+            if ((strcmp(k, "arguments") == 0 || strcmp(k, "parameters") == 0)
+                && a == NULL)
+            {
+                a = v;
+                continue;
+            }
+
+            return KVS_EFORMAT;
+        }
+
+        v = json_object_get(obj, "name");
+
+        if (!json_is_string(v) || json_string_length(v) == 0) {
+            return KVS_EFORMAT;
+        }
+
+        name_given = json_string_value(v);
+        name_len = json_string_length(v);
+
+        if (memchr(name_given, '\0', name_len) != NULL) {
+            return KVS_EFORMAT;
+        }
+    }
+
+    parsed = NULL;
+
+    if (json_is_string(a)) {
+        /* arguments as a string of JSON, as OpenAI's own wire has them */
+        parsed = json_loadb(json_string_value(a), json_string_length(a),
+                            JSON_REJECT_DUPLICATES, NULL);
+        a = parsed;
+
+        if (a == NULL) {
+            return KVS_EFORMAT;
+        }
+    }
+
+    if (a != NULL && !json_is_object(a)) {
+        json_decref(parsed);
+        return KVS_EFORMAT;
+    }
+
+    if (a != NULL) {
+        args = json_dumps(a, JSON_COMPACT | JSON_PRESERVE_ORDER);
+
+    } else {
+        args = strdup("{}");
+    }
+
+    json_decref(parsed);
+
+    name = malloc(name_len + 1);
+    n = out->n_calls + 1;
+    calls = realloc(out->calls, n * sizeof(kvs_tool_call_t));
+
+    if (calls != NULL) {
+        out->calls = calls;
+    }
+
+    if (args == NULL || name == NULL || calls == NULL) {
+        free(args);
+        free(name);
+        return KVS_ENOMEM;
+    }
+
+    memcpy(name, name_given, name_len);
+    name[name_len] = '\0';
+
+    calls[n - 1].name = name;
+    calls[n - 1].arguments = args;
+    calls[n - 1].arguments_len = strlen(args);
+    out->n_calls = n;
+
+    return KVS_OK;
+}
+
+
+/* One JSON value at text[*i..len), parsed; *i moves past it. */
+static int
+kvs_tool_json_at(const char *text, size_t len, size_t *i, json_t **out)
+{
+    int     rc;
+    size_t  end;
+
+    rc = kvs_tool_json_end(text + *i, len - *i, &end);
+    if (rc != KVS_OK) {
+        return KVS_EFORMAT;
+    }
+
+    *out = json_loadb(text + *i, end, JSON_REJECT_DUPLICATES, NULL);
+    if (*out == NULL) {
+        return KVS_EFORMAT;
+    }
+
+    *i += end;
+
+    return KVS_OK;
+}
+
+
+/* The calls in a JSON array or object: each element a call. */
+static int
+kvs_tool_add_value(kvs_tool_parsed_t *out, json_t *v)
+{
+    int     rc;
+    size_t  j;
+
+    if (!json_is_array(v)) {
+        return kvs_tool_add(out, v, NULL, 0);
+    }
+
+    if (json_array_size(v) == 0) {
+        return KVS_EFORMAT;
+    }
+
+    for (j = 0; j < json_array_size(v); j++) {
+        rc = kvs_tool_add(out, json_array_get(v, j), NULL, 0);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+    }
+
+    return KVS_OK;
+}
+
+
+/* From the marker at text[i]: the calls of a marker-led syntax, to the
+ * end of the text. */
+static int
+kvs_tool_parse_marked(kvs_tool_syntax_t syn, const char *text, size_t len,
+    size_t i, kvs_tool_parsed_t *out)
+{
+    int                     rc;
+    size_t                  n, name_at;
+    json_t                 *v;
+    const char             *q = NULL;
+    const kvs_tool_form_t  *f;
+
+    f = &kvs_tool_forms[syn];
+
+    do {
+        n = strlen(f->open);
+
+        if (len - i < n || memcmp(text + i, f->open, n) != 0) {
+            return KVS_EFORMAT;
+        }
+
+        i += n;
+        name_at = i;
+
+        if (syn == KVS_TOOL_SYN_FUNCTIONARY) {
+            /* <function=NAME>{args}</function> */
+            q = memchr(text + i, '>', len - i);
+            if (q == NULL || q == text + i) {
+                return KVS_EFORMAT;
+            }
+
+            i = (size_t) (q - text) + 1;
+        }
+
+        i = kvs_tool_skip_ws(text, len, i);
+
+        rc = kvs_tool_json_at(text, len, &i, &v);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+
+        if (syn == KVS_TOOL_SYN_FUNCTIONARY) {
+            n = (size_t) (q - (text + name_at));
+            rc = memchr(text + name_at, '"', n) != NULL
+                 || memchr(text + name_at, '<', n) != NULL
+                 ? KVS_EFORMAT : kvs_tool_add(out, v, text + name_at, n);
+
+        } else {
+            rc = f->array && !json_is_array(v) ? KVS_EFORMAT
+                                               : kvs_tool_add_value(out, v);
+        }
+
+        json_decref(v);
+
+        if (rc != KVS_OK) {
+            return rc;
+        }
+
+        i = kvs_tool_skip_ws(text, len, i);
+
+        if (f->close != NULL) {
+            n = strlen(f->close);
+
+            if (len - i < n || memcmp(text + i, f->close, n) != 0) {
+                return KVS_EFORMAT;
+            }
+
+            i = kvs_tool_skip_ws(text, len, i + n);
+        }
+
+    } while (f->repeat && i < len);
+
+    return i == len ? KVS_OK : KVS_EFORMAT;
+}
+
+
+/* Llama 3: the output is calls separated by ";", maybe after the tag. */
+static int
+kvs_tool_parse_llama3(const char *text, size_t len, kvs_tool_parsed_t *out)
+{
+    int      rc;
+    size_t   i, n;
+    json_t  *v;
+
+    i = kvs_tool_skip_ws(text, len, 0);
+    n = strlen(kvs_tool_forms[KVS_TOOL_SYN_LLAMA3].open);
+
+    if (len - i >= n
+        && memcmp(text + i, kvs_tool_forms[KVS_TOOL_SYN_LLAMA3].open, n) == 0)
+    {
+        i = kvs_tool_skip_ws(text, len, i + n);
+    }
+
+    for ( ;; ) {
+        if (i == len || text[i] != '{') {
+            return KVS_EFORMAT;
+        }
+
+        rc = kvs_tool_json_at(text, len, &i, &v);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+
+        rc = kvs_tool_add(out, v, NULL, 0);
+        json_decref(v);
+
+        if (rc != KVS_OK) {
+            return rc;
+        }
+
+        i = kvs_tool_skip_ws(text, len, i);
+
+        if (i == len) {
+            return KVS_OK;
+        }
+
+        if (text[i] != ';') {
+            return KVS_EFORMAT;
+        }
+
+        i = kvs_tool_skip_ws(text, len, i + 1);
+
+        if (i == len) {
+            return KVS_OK;            /* a trailing ";" */
+        }
+    }
+}
+
+
+void
+kvs_tool_parsed_free(kvs_tool_parsed_t *p)
+{
+    size_t  i;
+
+    for (i = 0; i < p->n_calls; i++) {
+        free(p->calls[i].name);
+        free(p->calls[i].arguments);
+    }
+
+    free(p->calls);
+    p->calls = NULL;
+    p->n_calls = 0;
+}
+
+
+int
+kvs_tool_parse(kvs_tool_syntax_t syn, const char *text, size_t len,
+    kvs_tool_parsed_t *out, kvs_err_t *err)
+{
+    int          rc;
+    size_t       at;
+    const char  *m;
+
+    memset(out, 0, sizeof(*out));
+    out->content_len = len;
+
+    if ((unsigned) syn >= KVS_TOOL_SYN_N) {
+        return kvs_err_set(err, KVS_EINVAL, "tool syntax %d: unknown",
+                           (int) syn);
+    }
+
+    if (syn == KVS_TOOL_SYN_NONE || len == 0) {
+        return KVS_OK;
+    }
+
+    if (syn == KVS_TOOL_SYN_LLAMA3) {
+        at = 0;
+        rc = kvs_tool_parse_llama3(text, len, out);
+
+    } else {
+        m = kvs_tool_find(text, len, kvs_tool_forms[syn].open);
+        if (m == NULL) {
+            return KVS_OK;
+        }
+
+        at = (size_t) (m - text);
+        rc = kvs_tool_parse_marked(syn, text, len, at, out);
+    }
+
+    if (rc == KVS_ENOMEM) {
+        kvs_tool_parsed_free(out);
+        return kvs_err_set(err, KVS_ENOMEM, "tool calls: out of memory");
+    }
+
+    if (rc != KVS_OK || out->n_calls == 0) {
+        /* all or nothing: malformed calls are the model's text */
+        kvs_tool_parsed_free(out);
+        out->content_len = len;
+        return KVS_OK;
+    }
+
+    while (at > 0 && kvs_tool_is_ws(text[at - 1])) {
+        at--;
+    }
+
+    out->content_len = at;
+
+    return KVS_OK;
+}
+
+
+size_t
+kvs_tool_parse_hold(kvs_tool_syntax_t syn, const char *text, size_t len)
+{
+    size_t       n, k, i;
+    const char  *open, *m;
+
+    if ((unsigned) syn >= KVS_TOOL_SYN_N || syn == KVS_TOOL_SYN_NONE) {
+        return len;
+    }
+
+    if (syn == KVS_TOOL_SYN_LLAMA3) {
+        /* calls are the whole output: text that may still become one is
+         * held until it cannot (its first non-space is neither "{" nor
+         * the tag's "<") */
+        i = kvs_tool_skip_ws(text, len, 0);
+
+        if (i == len || text[i] == '{' || text[i] == '<') {
+            return 0;
+        }
+
+        return len;
+    }
+
+    open = kvs_tool_forms[syn].open;
+    m = kvs_tool_find(text, len, open);
+
+    if (m != NULL) {
+        return (size_t) (m - text);
+    }
+
+    /* a marker's beginning at the very end may be completed by what
+     * comes next: hold the longest such tail */
+    n = strlen(open);
+
+    for (k = n - 1; k > 0; k--) {
+        if (k <= len && memcmp(text + len - k, open, k) == 0) {
+            return len - k;
+        }
+    }
+
+    return len;
+}

@@ -1,0 +1,120 @@
+/*
+ * kvs_tool_parse: a model's generated text -> content text and OpenAI
+ * tool calls {name, arguments}, for the tool-call syntax its chat
+ * template teaches it.  Pure functions on buffers; no model, no ids (the
+ * caller gives each call its "call_..." id), no nginx.
+ *
+ * Syntaxes (kvs_tool_syntax_detect() tells them from the template text;
+ * the fixture corpus' families in brackets):
+ *
+ *   HERMES    <tool_call>{"name": N, "arguments": A}</tool_call>, one
+ *             block per call, whitespace between blocks [Hermes 2 Pro and
+ *             3, Qwen 2.5, Qwen 3, QwQ, Falcon 3]
+ *   LLAMA3    the whole output is {"name": N, "parameters": A}, maybe
+ *             after <|python_tag|>; several calls separated by ";" [Llama
+ *             3.1, 3.2, 3.3]
+ *   MISTRAL   [TOOL_CALLS][{"name": N, "arguments": A}, ...] [Mistral
+ *             v0.3, Nemo]
+ *   GRANITE   <|tool_call|>[{"name": N, "arguments": A}, ...] [Granite 3.x]
+ *   FIREFUNC  functools[{"name": N, "arguments": A}, ...] [FireFunction v2]
+ *   FUNCTIONARY <function=N>A</function>, one per call [Functionary v3.1]
+ *
+ * Not covered yet (their output is returned as text): DeepSeek's
+ * <｜tool▁calls▁begin｜> blocks, Command R's "Action:" JSON, Functionary
+ * v3.2's ">>>name", Llama 4's pythonic calls.
+ *
+ * Rules, the same for every syntax:
+ *  - content is the text before the first call marker (for LLAMA3: empty;
+ *    its calls are the whole output), less trailing whitespace when calls
+ *    follow it.
+ *  - From the first marker on, the output must be nothing but calls in
+ *    the syntax, with whitespace around them (HERMES, FUNCTIONARY between
+ *    blocks too).  Anything else after the marker (text, a second marker
+ *    of another kind, malformed or truncated JSON, a call without a
+ *    string name, unknown keys, arguments that are not an object) makes
+ *    the WHOLE output plain content with no calls: all or nothing, so a
+ *    client never gets half of what the model meant as calls, and never
+ *    a crash.  A marker inside a JSON string (an argument holding
+ *    "</tool_call>") is part of the string: JSON is scanned, not searched.
+ *  - A call is an object with "name" (a non-empty string) and the
+ *    arguments ("arguments", LLAMA3 "parameters"; either accepted) as an
+ *    object or as a string holding a JSON object (models do both);
+ *    absent arguments are {}.  "id" (Mistral's) is allowed and dropped.
+ *    The arguments are returned as compact JSON text (jansson, key order
+ *    kept), which is what OpenAI's arguments string holds.
+ *  - parallel_tool_calls and tool_choice are not the parser's business:
+ *    it returns every call; the caller (and, later, the grammar) decides.
+ *
+ * Streaming: kvs_tool_parse_hold() says how many leading bytes of the
+ * text so far are surely content (no marker can start in them), so a
+ * stream sends those as content deltas at once and holds the rest; once
+ * a marker is seen, the calls are parsed when the output ends (or,
+ * later, piecewise from the scanner's positions: the JSON scanner here
+ * stops at a truncation with KVS_ETOOLONG, which is how a streaming
+ * caller will tell "not yet" from "malformed").
+ */
+
+#ifndef KVS_TOOL_PARSE_H
+#define KVS_TOOL_PARSE_H
+
+#include <stddef.h>
+
+#include "base/kvs_err.h"
+
+typedef enum {
+    KVS_TOOL_SYN_NONE = 0,            /* no tool syntax: all text */
+    KVS_TOOL_SYN_HERMES,
+    KVS_TOOL_SYN_LLAMA3,
+    KVS_TOOL_SYN_MISTRAL,
+    KVS_TOOL_SYN_GRANITE,
+    KVS_TOOL_SYN_FIREFUNC,
+    KVS_TOOL_SYN_FUNCTIONARY,
+    KVS_TOOL_SYN_N
+} kvs_tool_syntax_t;
+
+typedef struct {
+    char     *name;                   /* NUL-terminated, owned */
+    char     *arguments;              /* compact JSON object, NUL-ended,
+                                         owned */
+    size_t    arguments_len;
+} kvs_tool_call_t;
+
+typedef struct {
+    size_t            content_len;    /* content is text[0..content_len) */
+    kvs_tool_call_t  *calls;          /* [n_calls], owned */
+    size_t            n_calls;
+} kvs_tool_parsed_t;
+
+/* The syntax a chat template's text teaches; NONE when it teaches none
+ * we parse. */
+kvs_tool_syntax_t kvs_tool_syntax_detect(const char *tpl, size_t len);
+
+/* "hermes", ...; "none". */
+const char *kvs_tool_syntax_name(kvs_tool_syntax_t syn);
+
+/*
+ * Parses text[len], the whole generated output.  KVS_OK with *out
+ * filled (n_calls 0 and content_len len when the output is not calls,
+ * malformed calls included); KVS_ENOMEM (out owns nothing then);
+ * KVS_EINVAL for a bad syntax value.  kvs_tool_parsed_free() after.
+ */
+int kvs_tool_parse(kvs_tool_syntax_t syn, const char *text, size_t len,
+    kvs_tool_parsed_t *out, kvs_err_t *err);
+
+void kvs_tool_parsed_free(kvs_tool_parsed_t *p);
+
+/* Streaming: the number of leading bytes of text[len] (the output so
+ * far) that are content whatever follows. */
+size_t kvs_tool_parse_hold(kvs_tool_syntax_t syn, const char *text,
+    size_t len);
+
+/*
+ * The end of the JSON value starting at text[0] (after no whitespace):
+ * *end is one past it.  KVS_EFORMAT when it is not a JSON value's
+ * shape (strings, brackets and scalars are scanned, not fully checked:
+ * jansson checks the span after), KVS_ETOOLONG when text ends inside it.
+ * Depth is bounded (KVS_EFORMAT past 512).
+ */
+int kvs_tool_json_end(const char *text, size_t len, size_t *end);
+
+#endif /* KVS_TOOL_PARSE_H */

@@ -1,0 +1,431 @@
+/*
+ * test_tool_parse: generated text -> content and tool calls
+ * (src/api/kvs_tool_parse.c) for each syntax: one call, parallel calls,
+ * text before a call, nested arguments and strings holding the markers,
+ * arguments as a string, and malformed or truncated output, which must
+ * come back whole as content with no calls.  Also the streaming hold,
+ * the JSON scanner, and the detection of each syntax from the real
+ * templates of the fixture corpus (skipped when absent).
+ *
+ * Expected calls are written by hand from each family's documented
+ * output format; arguments are compared as jansson's compact text.
+ */
+
+#include "kvs_test.h"
+
+#include "api/kvs_tool_parse.h"
+
+
+/* Parses s with syn: content must be want_content, and the calls the
+ * name/arguments pairs in want[] (NULL-ended). */
+static void
+parses(kvs_tool_syntax_t syn, const char *s, const char *want_content,
+    const char *const *want)
+{
+    size_t             i, n;
+    kvs_err_t          err;
+    kvs_tool_parsed_t  p;
+
+    kvs_err_clear(&err);
+
+    assert_int_equal(kvs_tool_parse(syn, s, strlen(s), &p, &err), KVS_OK);
+
+    for (n = 0; want != NULL && want[n] != NULL; n += 2) {
+        /* count */
+    }
+
+    if (p.n_calls != n / 2) {
+        print_message("calls: %zu, want %zu, for: %s\n", p.n_calls, n / 2,
+                      s);
+    }
+
+    assert_int_equal(p.n_calls, n / 2);
+    assert_int_equal(p.content_len, strlen(want_content));
+    assert_memory_equal(s, want_content, p.content_len);
+
+    for (i = 0; i < p.n_calls; i++) {
+        assert_string_equal(p.calls[i].name, want[2 * i]);
+        assert_string_equal(p.calls[i].arguments, want[2 * i + 1]);
+        assert_int_equal(p.calls[i].arguments_len,
+                         strlen(want[2 * i + 1]));
+    }
+
+    kvs_tool_parsed_free(&p);
+}
+
+
+/* s is not calls: all content. */
+static void
+text_only(kvs_tool_syntax_t syn, const char *s)
+{
+    parses(syn, s, s, NULL);
+}
+
+
+/* Every prefix of s (a truncated output) parses without a crash: either
+ * all content, or calls after content that is a prefix of s. */
+static void
+prefixes(kvs_tool_syntax_t syn, const char *s)
+{
+    size_t             len, k;
+    kvs_err_t          err;
+    kvs_tool_parsed_t  p;
+
+    len = strlen(s);
+
+    for (k = 0; k < len; k++) {
+        assert_int_equal(kvs_tool_parse(syn, s, k, &p, &err), KVS_OK);
+        assert_true(p.content_len <= k);
+
+        if (p.n_calls == 0) {
+            assert_int_equal(p.content_len, k);
+        }
+
+        kvs_tool_parsed_free(&p);
+    }
+}
+
+
+static void
+test_hermes(void **state)
+{
+    kvs_tool_syntax_t  h = KVS_TOOL_SYN_HERMES;
+
+    static const char *const  one[] = {
+        "get_weather", "{\"city\":\"Paris\",\"unit\":\"c\"}", NULL
+    };
+    static const char *const  two[] = {
+        "get_weather", "{\"city\":\"Paris\"}",
+        "get_time", "{\"tz\":{\"name\":\"CET\",\"dst\":[true,null,1.5]}}",
+        NULL
+    };
+    static const char *const  marker[] = {
+        "echo", "{\"s\":\"</tool_call> and <tool_call> {]\\\"\"}", NULL
+    };
+
+    (void) state;
+
+    parses(h, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+           "{\"city\": \"Paris\", \"unit\": \"c\"}}\n</tool_call>", "", one);
+    parses(h, "Let me check.\n\n<tool_call>\n{\"name\": \"get_weather\", "
+           "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+           "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": "
+           "{\"name\": \"CET\", \"dst\": [true, null, 1.5]}}}\n"
+           "</tool_call>\n", "Let me check.", two);
+    parses(h, "<tool_call>{\"name\":\"echo\",\"arguments\":{\"s\":"
+           "\"</tool_call> and <tool_call> {]\\\"\"}}</tool_call>", "",
+           marker);
+
+    /* arguments as a string of JSON, and absent */
+    static const char *const  str[] = { "f", "{\"a\":[1,2]}", NULL };
+    static const char *const  none[] = { "f", "{}", NULL };
+
+    parses(h, "<tool_call>{\"arguments\": \"{\\\"a\\\": [1, 2]}\", "
+           "\"name\": \"f\"}</tool_call>", "", str);
+    parses(h, "<tool_call>{\"name\": \"f\"}</tool_call>", "", none);
+
+    /* malformed: bad JSON, no name, empty name, unknown key, arguments
+     * not an object, text after, unclosed, truncated, a bad string */
+    text_only(h, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": }}"
+              "</tool_call>");
+    text_only(h, "<tool_call>{\"arguments\": {}}</tool_call>");
+    text_only(h, "<tool_call>{\"name\": \"\"}</tool_call>");
+    text_only(h, "<tool_call>{\"name\": 7}</tool_call>");
+    text_only(h, "<tool_call>{\"name\": \"f\", \"x\": 1}</tool_call>");
+    text_only(h, "<tool_call>{\"name\": \"f\", \"arguments\": [1]}"
+              "</tool_call>");
+    text_only(h, "<tool_call>{\"name\": \"f\", \"arguments\": \"{\"}"
+              "</tool_call>");
+    text_only(h, "<tool_call>{\"name\": \"f\"}</tool_call> and more");
+    text_only(h, "<tool_call>{\"name\": \"f\"}");
+    text_only(h, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"x");
+    text_only(h, "<tool_call>{\"name\": \"f\"]</tool_call>");
+    text_only(h, "<tool_call></tool_call>");
+    text_only(h, "<tool_call>[{\"name\": \"f\"}]</tool_call> x");
+    text_only(h, "I would use <tool_call> tags, but no.");
+    text_only(h, "Plain answer, no calls.");
+    text_only(h, "");
+
+    prefixes(h, "Hi <tool_call>\n{\"name\": \"a\", \"arguments\": "
+             "{\"s\": \"\\\"}\"}}\n</tool_call><tool_call>{\"name\": "
+             "\"b\"}</tool_call>");
+}
+
+
+static void
+test_llama3(void **state)
+{
+    kvs_tool_syntax_t  l = KVS_TOOL_SYN_LLAMA3;
+
+    static const char *const  one[] = {
+        "get_weather", "{\"city\":\"Paris\"}", NULL
+    };
+    static const char *const  two[] = {
+        "a", "{\"x\":{\"y\":[\"}\"]}}", "b", "{}", NULL
+    };
+
+    (void) state;
+
+    parses(l, "{\"name\": \"get_weather\", \"parameters\": "
+           "{\"city\": \"Paris\"}}", "", one);
+    parses(l, "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": "
+           "{\"city\": \"Paris\"}}", "", one);
+    parses(l, "  {\"name\": \"a\", \"parameters\": {\"x\": {\"y\": "
+           "[\"}\"]}}}; {\"name\": \"b\", \"parameters\": {}};", "", two);
+
+    /* a JSON answer that is not a call stays the answer */
+    text_only(l, "{\"city\": \"Paris\"}");
+    text_only(l, "The weather: {\"name\": \"a\", \"parameters\": {}}");
+    text_only(l, "{\"name\": \"a\", \"parameters\": {}} is what I'd call");
+    text_only(l, "<|python_tag|>print(1)");
+    text_only(l, "{\"name\": \"a\", \"parameters\": {\"x\": 1");
+    text_only(l, "{\"name\": \"a\", \"parameters\": {}}, {\"name\": \"b\"}");
+
+    prefixes(l, "<|python_tag|>{\"name\": \"a\", \"parameters\": "
+             "{\"x\": \"{\"}}; {\"name\": \"b\", \"parameters\": {}}");
+}
+
+
+static void
+test_mistral(void **state)
+{
+    kvs_tool_syntax_t  m = KVS_TOOL_SYN_MISTRAL;
+
+    static const char *const  two[] = {
+        "get_weather", "{\"city\":\"Paris\"}",
+        "get_time", "{\"s\":\"[TOOL_CALLS]\"}", NULL
+    };
+
+    (void) state;
+
+    parses(m, "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": "
+           "{\"city\": \"Paris\"}, \"id\": \"abcdefghi\"}, {\"name\": "
+           "\"get_time\", \"arguments\": {\"s\": \"[TOOL_CALLS]\"}}]", "",
+           two);
+    parses(m, "Sure. [TOOL_CALLS][{\"name\": \"get_weather\", "
+           "\"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"get_time\", "
+           "\"arguments\": {\"s\": \"[TOOL_CALLS]\"}}]", "Sure.", two);
+
+    text_only(m, "[TOOL_CALLS] {\"name\": \"f\"}");     /* not a list */
+    text_only(m, "[TOOL_CALLS] []");
+    text_only(m, "[TOOL_CALLS] [{\"name\": \"f\"}] [TOOL_CALLS] []");
+    text_only(m, "[TOOL_CALLS] [{\"name\": \"f\"}, 3]");
+    text_only(m, "[TOOL_CALLS] [{\"name\": \"f\"");
+
+    prefixes(m, "ok [TOOL_CALLS] [{\"name\": \"a\", \"arguments\": "
+             "{\"q\": [1, {\"r\": \"]\"}]}}, {\"name\": \"b\"}]");
+}
+
+
+static void
+test_others(void **state)
+{
+    static const char *const  one[] = {
+        "search", "{\"q\":\"cats\"}", NULL
+    };
+    static const char *const  two[] = {
+        "search", "{\"q\":\"cats\"}", "open", "{\"url\":\"</function>\"}",
+        NULL
+    };
+
+    (void) state;
+
+    parses(KVS_TOOL_SYN_GRANITE, "<|tool_call|>[{\"name\": \"search\", "
+           "\"arguments\": {\"q\": \"cats\"}}]", "", one);
+    text_only(KVS_TOOL_SYN_GRANITE, "<|tool_call|>{\"name\": \"search\"}");
+
+    parses(KVS_TOOL_SYN_FIREFUNC, " functools[{\"name\": \"search\", "
+           "\"arguments\": {\"q\": \"cats\"}}]", "", one);
+    text_only(KVS_TOOL_SYN_FIREFUNC, "functools[{\"name\": \"search\"},");
+
+    parses(KVS_TOOL_SYN_FUNCTIONARY, "Looking.\n<function=search>"
+           "{\"q\": \"cats\"}</function>\n<function=open>{\"url\": "
+           "\"</function>\"}</function>", "Looking.", two);
+    text_only(KVS_TOOL_SYN_FUNCTIONARY, "<function=>{}</function>");
+    text_only(KVS_TOOL_SYN_FUNCTIONARY, "<function=a>[1]</function>");
+    text_only(KVS_TOOL_SYN_FUNCTIONARY, "<function=a>{}");
+    text_only(KVS_TOOL_SYN_FUNCTIONARY, "<function=a\"b>{}</function>");
+
+    /* no syntax: everything is text */
+    text_only(KVS_TOOL_SYN_NONE, "<tool_call>{\"name\": \"f\"}</tool_call>");
+
+    prefixes(KVS_TOOL_SYN_FUNCTIONARY, "<function=search>{\"q\": "
+             "\"cats\"}</function><function=open>{}</function>");
+    prefixes(KVS_TOOL_SYN_GRANITE, "<|tool_call|>[{\"name\": \"search\", "
+             "\"arguments\": {\"q\": \"cats\"}}]");
+}
+
+
+static void
+test_bad_syntax(void **state)
+{
+    kvs_err_t          err;
+    kvs_tool_parsed_t  p;
+
+    (void) state;
+
+    kvs_err_clear(&err);
+    assert_int_equal(kvs_tool_parse(KVS_TOOL_SYN_N, "x", 1, &p, &err),
+                     KVS_EINVAL);
+    assert_int_equal(p.n_calls, 0);
+    assert_string_equal(kvs_tool_syntax_name(KVS_TOOL_SYN_N), "?");
+    assert_string_equal(kvs_tool_syntax_name(KVS_TOOL_SYN_MISTRAL),
+                        "mistral");
+}
+
+
+static void
+test_json_end(void **state)
+{
+    size_t  end;
+
+    (void) state;
+
+    end = 0;
+    assert_int_equal(kvs_tool_json_end("{\"a\": \"}\"} x", 12, &end),
+                     KVS_OK);
+    assert_int_equal(end, 10);
+    assert_int_equal(kvs_tool_json_end("[1, [2]]]", 9, &end), KVS_OK);
+    assert_int_equal(end, 8);
+    assert_int_equal(kvs_tool_json_end("\"a\\\"b\" ", 7, &end), KVS_OK);
+    assert_int_equal(end, 6);
+    assert_int_equal(kvs_tool_json_end("12,", 3, &end), KVS_OK);
+    assert_int_equal(end, 2);
+    assert_int_equal(kvs_tool_json_end("{\"a\": [}", 8, &end), KVS_EFORMAT);
+    assert_int_equal(kvs_tool_json_end("{\"a\": [1]", 9, &end),
+                     KVS_ETOOLONG);
+    assert_int_equal(kvs_tool_json_end("\"ab\\", 4, &end), KVS_ETOOLONG);
+    assert_int_equal(kvs_tool_json_end("", 0, &end), KVS_ETOOLONG);
+    assert_int_equal(kvs_tool_json_end("}", 1, &end), KVS_EFORMAT);
+}
+
+
+/* Deeper than the scanner's bound: refused, not a stack overflow. */
+static void
+test_deep(void **state)
+{
+    char               *s;
+    size_t              i, n;
+    kvs_err_t           err;
+    kvs_tool_parsed_t   p;
+
+    (void) state;
+
+    n = 100000;
+    s = malloc(n + 32);
+    assert_non_null(s);
+
+    memcpy(s, "<tool_call>", 11);
+    for (i = 0; i < n; i++) {
+        s[11 + i] = '[';
+    }
+
+    assert_int_equal(kvs_tool_parse(KVS_TOOL_SYN_HERMES, s, n + 11, &p, &err),
+                     KVS_OK);
+    assert_int_equal(p.n_calls, 0);
+    assert_int_equal(p.content_len, n + 11);
+
+    free(s);
+}
+
+
+static void
+hold(kvs_tool_syntax_t syn, const char *s, size_t want)
+{
+    assert_int_equal(kvs_tool_parse_hold(syn, s, strlen(s)), want);
+}
+
+
+static void
+test_hold(void **state)
+{
+    (void) state;
+
+    hold(KVS_TOOL_SYN_HERMES, "Hello", 5);
+    hold(KVS_TOOL_SYN_HERMES, "Hello <tool", 6);
+    hold(KVS_TOOL_SYN_HERMES, "Hello <", 6);
+    hold(KVS_TOOL_SYN_HERMES, "Hello <b>", 9);
+    hold(KVS_TOOL_SYN_HERMES, "Hi <tool_call>{\"na", 3);
+    hold(KVS_TOOL_SYN_MISTRAL, "ok [TOOL_C", 3);
+    hold(KVS_TOOL_SYN_LLAMA3, "  {\"name", 0);
+    hold(KVS_TOOL_SYN_LLAMA3, "", 0);
+    hold(KVS_TOOL_SYN_LLAMA3, "The answer", 10);
+    hold(KVS_TOOL_SYN_NONE, "<tool_call>", 11);
+    hold(KVS_TOOL_SYN_FUNCTIONARY, "x <function", 2);
+}
+
+
+/* Each syntax from the real templates that teach it. */
+static void
+test_detect(void **state)
+{
+    size_t       i, len = 0;
+    uint8_t     *t;
+    const char  *path;
+    char         rel[128];
+
+    static const struct {
+        const char         *file;
+        kvs_tool_syntax_t   syn;
+    } cases[] = {
+        { "hermes-2-pro-llama-3-8b-tool_use", KVS_TOOL_SYN_HERMES },
+        { "hermes-3-llama-3.1-8b-tool_use", KVS_TOOL_SYN_HERMES },
+        { "qwen2.5-7b-instruct", KVS_TOOL_SYN_HERMES },
+        { "qwen3-0.6b", KVS_TOOL_SYN_HERMES },
+        { "qwq-32b", KVS_TOOL_SYN_HERMES },
+        { "falcon3-3b-instruct", KVS_TOOL_SYN_HERMES },
+        { "llama-3.1-8b-instruct", KVS_TOOL_SYN_LLAMA3 },
+        { "llama-3.2-3b-instruct", KVS_TOOL_SYN_LLAMA3 },
+        { "llama-3.3-70b-instruct", KVS_TOOL_SYN_LLAMA3 },
+        { "mistral-7b-instruct-v0.3", KVS_TOOL_SYN_MISTRAL },
+        { "mistral-nemo-instruct-2407", KVS_TOOL_SYN_MISTRAL },
+        { "granite-3.1-3b-a800m-instruct", KVS_TOOL_SYN_GRANITE },
+        { "firefunction-v2", KVS_TOOL_SYN_FIREFUNC },
+        { "functionary-medium-v3.1", KVS_TOOL_SYN_FUNCTIONARY },
+        { "llama-3-8b-instruct", KVS_TOOL_SYN_NONE },
+        { "gemma-2-2b-it", KVS_TOOL_SYN_NONE },
+        { "mistral-7b-instruct-v0.1", KVS_TOOL_SYN_NONE },
+    };
+
+    (void) state;
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(rel, sizeof(rel), "templates/%s.jinja", cases[i].file);
+
+        path = kvs_test_fixture(rel);
+        if (path == NULL) {
+            continue;
+        }
+
+        t = kvs_test_slurp(path, &len);
+        assert_non_null(t);
+
+        if (kvs_tool_syntax_detect((const char *) t, len) != cases[i].syn) {
+            print_message("%s: %s\n", cases[i].file, kvs_tool_syntax_name(
+                          kvs_tool_syntax_detect((const char *) t, len)));
+        }
+
+        assert_int_equal(kvs_tool_syntax_detect((const char *) t, len),
+                         cases[i].syn);
+        free(t);
+    }
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_hermes),
+        cmocka_unit_test(test_llama3),
+        cmocka_unit_test(test_mistral),
+        cmocka_unit_test(test_others),
+        cmocka_unit_test(test_bad_syntax),
+        cmocka_unit_test(test_json_end),
+        cmocka_unit_test(test_deep),
+        cmocka_unit_test(test_hold),
+        cmocka_unit_test(test_detect),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
