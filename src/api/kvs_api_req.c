@@ -245,6 +245,38 @@ kvs_api_missing(const char *path, kvs_api_err_t *aerr)
 }
 
 
+/* Only the keys OpenAI defines (keys[], NULL-ended): one we do not act on
+ * is a 400 naming it, not ignored. */
+int
+kvs_api_keys(const json_t *obj, const char *path, const char *const *keys,
+    kvs_api_err_t *aerr)
+{
+    size_t       i;
+    const char  *k;
+    json_t      *v;
+    char         p[KVS_API_PATH_LEN];
+
+    json_object_foreach((json_t *) obj, k, v) {
+        for (i = 0; keys[i] != NULL; i++) {
+            if (strcmp(k, keys[i]) == 0) {
+                break;
+            }
+        }
+
+        if (keys[i] == NULL) {
+            kvs_api_path(p, "%s.%s", path, k);
+            kvs_api_err_set(aerr, 400, p, "unknown_parameter", "Unrecognized "
+                            "parameter: '%s.%s'.", path, k);
+            return KVS_EINVAL;
+        }
+    }
+
+    (void) v;
+
+    return KVS_OK;
+}
+
+
 int
 kvs_api_array_too_long(const char *path, size_t max, size_t n,
     kvs_api_err_t *aerr)

@@ -32,6 +32,9 @@ const char *kvs_api_json_what(const json_t *v);
 int kvs_api_type_err(const char *path, const char *expected,
     const json_t *v, kvs_api_err_t *aerr);
 int kvs_api_missing(const char *path, kvs_api_err_t *aerr);
+/* any key of obj (at path) not in keys[] (NULL-ended) is a 400 naming it */
+int kvs_api_keys(const json_t *obj, const char *path,
+    const char *const *keys, kvs_api_err_t *aerr);
 /* OpenAI's "array too long" for an array at path of n > max elements */
 int kvs_api_array_too_long(const char *path, size_t max, size_t n,
     kvs_api_err_t *aerr);

@@ -27,37 +27,6 @@
 #include "kvs_api_req_impl.h"
 
 
-/* Only the keys OpenAI defines: one we do not act on is not ignored. */
-static int
-kvs_api_rf_keys(const json_t *obj, const char *path, const char *const *keys,
-    kvs_api_err_t *aerr)
-{
-    size_t       i;
-    const char  *k;
-    json_t      *v;
-    char         p[KVS_API_PATH_LEN];
-
-    json_object_foreach((json_t *) obj, k, v) {
-        for (i = 0; keys[i] != NULL; i++) {
-            if (strcmp(k, keys[i]) == 0) {
-                break;
-            }
-        }
-
-        if (keys[i] == NULL) {
-            kvs_api_path(p, "%s.%s", path, k);
-            kvs_api_err_set(aerr, 400, p, "unknown_parameter", "Unrecognized "
-                            "parameter: '%s.%s'.", path, k);
-            return KVS_EINVAL;
-        }
-    }
-
-    (void) v;
-
-    return KVS_OK;
-}
-
-
 /* OpenAI's rule for json_schema.name: a-z, A-Z, 0-9, _ and -, 1..64. */
 static int
 kvs_api_rf_name(const json_t *v, kvs_api_err_t *aerr)
@@ -151,7 +120,7 @@ kvs_api_rf_schema(kvs_api_req_t *req, const json_t *js, kvs_api_err_t *aerr)
                                 js, aerr);
     }
 
-    if (kvs_api_rf_keys(js, "response_format.json_schema", keys, aerr)
+    if (kvs_api_keys(js, "response_format.json_schema", keys, aerr)
         != KVS_OK
         || kvs_api_rf_name(kvs_api_opt(js, "name"), aerr) != KVS_OK)
     {
@@ -274,7 +243,7 @@ kvs_api_req_response_format(kvs_api_req_t *req, kvs_api_err_t *aerr)
 
     if (strcmp(type.ptr, "text") == 0 || strcmp(type.ptr, "json_object") == 0)
     {
-        if (kvs_api_rf_keys(rf, "response_format", keys_text, aerr)
+        if (kvs_api_keys(rf, "response_format", keys_text, aerr)
             != KVS_OK)
         {
             return KVS_EINVAL;
@@ -284,7 +253,7 @@ kvs_api_req_response_format(kvs_api_req_t *req, kvs_api_err_t *aerr)
                                           : KVS_GRAM_REQ_OBJECT;
 
     } else if (strcmp(type.ptr, "json_schema") == 0) {
-        if (kvs_api_rf_keys(rf, "response_format", keys_schema, aerr)
+        if (kvs_api_keys(rf, "response_format", keys_schema, aerr)
             != KVS_OK)
         {
             return KVS_EINVAL;

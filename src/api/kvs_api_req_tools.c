@@ -39,37 +39,6 @@
 #include "kvs_api_req_impl.h"
 
 
-/* Only keys[]: any other key of obj, at path, is a 400. */
-static int
-kvs_api_tools_keys(const json_t *obj, const char *path,
-    const char *const *keys, kvs_api_err_t *aerr)
-{
-    size_t       i;
-    const char  *k;
-    json_t      *v;
-    char         p[KVS_API_PATH_LEN];
-
-    json_object_foreach((json_t *) obj, k, v) {
-        for (i = 0; keys[i] != NULL; i++) {
-            if (strcmp(k, keys[i]) == 0) {
-                break;
-            }
-        }
-
-        if (keys[i] == NULL) {
-            kvs_api_path(p, "%s.%s", path, k);
-            kvs_api_err_set(aerr, 400, p, "unknown_parameter", "Unrecognized "
-                            "parameter: '%s'.", p);
-            return KVS_EINVAL;
-        }
-    }
-
-    (void) v;
-
-    return KVS_OK;
-}
-
-
 /* obj[key] must be the string want. */
 static int
 kvs_api_tools_type(const json_t *obj, const char *path, const char *want,
@@ -241,7 +210,7 @@ kvs_api_tools_one(const json_t *tools, size_t i, kvs_api_err_t *aerr)
         return kvs_api_type_err(path, "an object", t, aerr);
     }
 
-    if (kvs_api_tools_keys(t, path, keys, aerr) != KVS_OK
+    if (kvs_api_keys(t, path, keys, aerr) != KVS_OK
         || kvs_api_tools_type(t, path, "function", aerr) != KVS_OK)
     {
         return KVS_EINVAL;
@@ -260,7 +229,7 @@ kvs_api_tools_one(const json_t *tools, size_t i, kvs_api_err_t *aerr)
 
     snprintf(path, sizeof(path), "%s", p);
 
-    if (kvs_api_tools_keys(f, path, fkeys, aerr) != KVS_OK
+    if (kvs_api_keys(f, path, fkeys, aerr) != KVS_OK
         || kvs_api_tools_name(f, path, &name, aerr) != KVS_OK)
     {
         return KVS_EINVAL;
@@ -341,7 +310,7 @@ kvs_api_tools_choice(kvs_api_req_t *req, const json_t *c,
                                 aerr);
     }
 
-    if (kvs_api_tools_keys(c, "tool_choice", keys, aerr) != KVS_OK
+    if (kvs_api_keys(c, "tool_choice", keys, aerr) != KVS_OK
         || kvs_api_tools_type(c, "tool_choice", "function", aerr) != KVS_OK)
     {
         return KVS_EINVAL;
@@ -358,7 +327,7 @@ kvs_api_tools_choice(kvs_api_req_t *req, const json_t *c,
                                 aerr);
     }
 
-    if (kvs_api_tools_keys(f, "tool_choice.function", fkeys, aerr) != KVS_OK
+    if (kvs_api_keys(f, "tool_choice.function", fkeys, aerr) != KVS_OK
         || kvs_api_tools_name(f, "tool_choice.function", &name, aerr)
            != KVS_OK)
     {
@@ -507,7 +476,7 @@ kvs_api_req_tool_calls(const json_t *msg, const char *path, int assistant,
             return kvs_api_type_err(cp, "an object", c, aerr);
         }
 
-        if (kvs_api_tools_keys(c, cp, keys, aerr) != KVS_OK
+        if (kvs_api_keys(c, cp, keys, aerr) != KVS_OK
             || kvs_api_tools_type(c, cp, "function", aerr) != KVS_OK)
         {
             return KVS_EINVAL;
@@ -546,7 +515,7 @@ kvs_api_req_tool_calls(const json_t *msg, const char *path, int assistant,
             return kvs_api_type_err(cp, "an object", f, aerr);
         }
 
-        if (kvs_api_tools_keys(f, cp, fkeys, aerr) != KVS_OK
+        if (kvs_api_keys(f, cp, fkeys, aerr) != KVS_OK
             || kvs_api_tools_name(f, cp, &s, aerr) != KVS_OK)
         {
             return KVS_EINVAL;
