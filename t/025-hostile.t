@@ -43,7 +43,8 @@ my $RSS_BOUND = 16 * 1024;
 my %Fields = map { $_ => 1 } qw(model messages prompt n stop logit_bias
     max_tokens max_completion_tokens temperature top_p top_k min_p seed
     stream stream_options logprobs top_logprobs presence_penalty
-    frequency_penalty user echo suffix best_of);
+    frequency_penalty user echo suffix best_of response_format tools
+    tool_choice parallel_tool_calls functions function_call);
 
 my $t = Kvserve::Live->new('025-hostile', 'corpus');
 my $root = $t->root;
