@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 
@@ -111,6 +112,34 @@ kvs_test_gauss(uint64_t *state)
     v = (*state >> 11) / 9007199254740992.0;
 
     return (float) (sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v));
+}
+
+
+/*
+ * The fake CUDA library's path for a test binary argv0: in its own
+ * folder (build/unit/) or, for build/asan/unit/, in build/unit/; "" when
+ * neither holds it (the tests that need it then skip).
+ */
+static inline void
+kvs_test_fake_cuda(const char *argv0, char *path, size_t size)
+{
+    const char  *slash;
+
+    path[0] = '\0';
+    slash = argv0 != NULL ? strrchr(argv0, '/') : NULL;
+    if (slash == NULL) {
+        return;
+    }
+
+    snprintf(path, size, "%.*s/libkvs_fake_cuda.so",
+             (int) (slash - argv0), argv0);
+    if (access(path, R_OK) != 0) {
+        snprintf(path, size, "%.*s/../../unit/libkvs_fake_cuda.so",
+                 (int) (slash - argv0), argv0);
+    }
+    if (access(path, R_OK) != 0) {
+        path[0] = '\0';
+    }
 }
 
 

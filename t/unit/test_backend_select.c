@@ -475,7 +475,6 @@ test_device_sampling(void **state)
 int
 main(int argc, char **argv)
 {
-    char                    *slash;
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_parse),
         cmocka_unit_test(test_new),
@@ -486,20 +485,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_device_sampling),
     };
 
-    /* build/unit/ or build/asan/unit/: the object is in build/unit/ */
-    slash = argc > 0 ? strrchr(argv[0], '/') : NULL;
-    if (slash != NULL) {
-        snprintf(fake_so, sizeof(fake_so), "%.*s/libkvs_fake_cuda.so",
-                 (int) (slash - argv[0]), argv[0]);
-        if (access(fake_so, R_OK) != 0) {
-            snprintf(fake_so, sizeof(fake_so),
-                     "%.*s/../../unit/libkvs_fake_cuda.so",
-                     (int) (slash - argv[0]), argv[0]);
-        }
-        if (access(fake_so, R_OK) != 0) {
-            fake_so[0] = '\0';
-        }
-    }
+    kvs_test_fake_cuda(argc > 0 ? argv[0] : NULL, fake_so, sizeof(fake_so));
 
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
