@@ -307,7 +307,7 @@ itest: $(MODULE) $(DEFAULT_MODEL) $(filter %_probe.so,$(CUDA_SO))
 	prove $(PROVE_INC) $(T)
 
 # the official openai Python SDK, unchanged, against nginx with the module
-sdk: $(MODULE) $(DEFAULT_MODEL) $(PY_STAMP)
+sdk: $(MODULE) $(DEFAULT_MODEL) $(PY_STAMP) $(CLI)
 	@mkdir -p $(B)/tmp
 	$(TEST_ENV) KVS_NGINX=$(NGINX) KVS_MODULE=$(abspath $(MODULE)) \
 	    KVS_MODEL=$(abspath $(DEFAULT_MODEL)) \
@@ -315,6 +315,9 @@ sdk: $(MODULE) $(DEFAULT_MODEL) $(PY_STAMP)
 	$(TEST_ENV) KVS_NGINX=$(NGINX) KVS_MODULE=$(abspath $(MODULE)) \
 	    KVS_MODEL=$(abspath $(DEFAULT_MODEL)) \
 	    $(VENV)/bin/python t/unit/test_openai_structured.py
+	$(TEST_ENV) KVS_NGINX=$(NGINX) KVS_MODULE=$(abspath $(MODULE)) \
+	    KVS_MODEL=$(abspath $(DEFAULT_MODEL)) \
+	    $(VENV)/bin/python t/unit/test_openai_tools.py
 
 # every #include against the layer table src/layers.txt (DESIGN's
 # "dependencies point down"), and nginx headers only in the glue

@@ -139,7 +139,13 @@ for my $case (["kv_cache=12x", qr/kvserve_model "a": invalid parameter /
 
 # --- 2. three models, three engine processes ----------------------------------
 
-$t->write_conf(models_conf(a => $file{a}, b => $file{b}, c => $file{c}));
+my $server = <<'EOS';
+        location /v1/ { kvserve; }
+        location = /status { kvserve_status; }
+        location = /metrics { kvserve_metrics; }
+EOS
+$t->write_conf(models_conf(a => $file{a}, b => $file{b}, c => $file{c}),
+               server => $server);
 ok($t->start, 'nginx started');
 
 sub complete {
@@ -236,6 +242,11 @@ like($avail{b}{unavailable_reason} // '',
      qr/^engine for model "b" \(pid \d+\) (exited|died)/, '... saying why');
 ok($avail{a}{available} && !defined $avail{a}{unavailable_reason},
    '... a is available');
+my $metrics = $t->read_all($t->request('GET', '/metrics'), 25);
+like($metrics, qr/^kvserve:model_available\{model_name="b"\} 0$/m,
+     '/metrics: model_available is 0 for b');
+like($metrics, qr/^kvserve:model_available\{model_name="a"\} 1$/m,
+     '... and 1 for a');
 
 ($hit) = complete('a', $long) =~ /"cached_tokens":(\d+)/;
 ok(($hit // 0) > 0, "a still hits its cache ($hit tokens)");
@@ -260,7 +271,8 @@ my $got = $t->read_until($s, qr/data: \{/, 30);
 like($got, qr/data: \{/, 'a long stream on c started');
 
 my $starts = $t->log_count(qr/started engine process/);
-$t->write_conf(models_conf(a => $file{a}, b => $file{b}, c => $file{c2}));
+$t->write_conf(models_conf(a => $file{a}, b => $file{b}, c => $file{c2}),
+               server => $server);
 kill 'HUP', $t->master_pid;
 
 my $t0 = time;

@@ -15,8 +15,8 @@
  * Chat tools (tools, tool_choice, parallel_tool_calls, assistant
  * tool_calls, tool messages' answers) are checked in full
  * (kvs_api_req_tools.c, the parameters schemas compiled as
- * response_format's are); until the engine acts on them, a host refuses
- * a request with tools through kvs_api_req_check_tools().
+ * response_format's are); once the model's template is known,
+ * kvs_api_req_tools_plan() turns them into the output constraint.
  *
  * Messages are checked for the shape OpenAI's schema gives them (roles
  * system, developer, user, assistant, tool; content a string or text
@@ -51,6 +51,7 @@
 #include "base/kvs_buf.h"
 #include "grammar/kvs_gram_req.h"
 #include "sample/kvs_sample.h"
+#include "kvs_tool_parse.h"
 
 #define KVS_API_MAX_STOP       4      /* OpenAI's limit */
 #define KVS_API_MAX_STOP_LEN   256    /* bytes; kvs_stop's limit */
@@ -151,12 +152,16 @@ typedef struct {
                                              array), logprobs,
                                              top_logprobs */
     int                   echo;           /* completions */
-    unsigned              rf_kind;        /* response_format:
+    unsigned              rf_kind;        /* the output constraint:
+                                             response_format's
                                              KVS_GRAM_REQ_NONE (absent or
-                                             "text"), _OBJECT, _SCHEMA */
+                                             "text"), _OBJECT, _SCHEMA, or
+                                             the tools' _TOOLS
+                                             (kvs_api_req_tools_plan) */
     char                 *rf_schema;      /* _SCHEMA: the schema's
                                              canonical JSON text (sorted
-                                             keys, compact), owned */
+                                             keys, compact); _TOOLS: the
+                                             tools spec; owned */
     size_t                rf_schema_len;  /* <= KVS_GRAM_REQ_MAX_SCHEMA */
     int                   rf_strict;      /* json_schema.strict (the
                                              output validates either
@@ -171,6 +176,11 @@ typedef struct {
                                              with tools, else NONE */
     uint32_t              tool_named;     /* _NAMED: the index in tools */
     int                   parallel_tool_calls;  /* default 1 */
+    unsigned              tool_syntax;    /* kvs_tool_syntax_t the output
+                                             is parsed with: set by
+                                             kvs_api_req_tools_plan() when
+                                             calls are possible, else
+                                             KVS_TOOL_SYN_NONE (text) */
     kvs_api_str_t         user;           /* ptr NULL when absent */
 } kvs_api_req_t;
 
@@ -193,9 +203,22 @@ void kvs_api_req_free(kvs_api_req_t *req);
 int kvs_api_req_check_messages(const kvs_api_req_t *req, size_t max,
     kvs_api_err_t *aerr);
 
-/* 400 naming tools when the request has tools: what a host answers
- * while it does not act on them (never ignored silently). */
-int kvs_api_req_check_tools(const kvs_api_req_t *req, kvs_api_err_t *aerr);
+/*
+ * A chat request's tools, once the model's chat template is chosen: jinja
+ * says it is the model's own (a built-in format renders no tools: 400),
+ * syn the tool-call syntax it teaches (kvs_tool_syntax_detect()).  With
+ * tool_choice other than "none", the output is constrained to text or
+ * calls of that syntax: rf_kind becomes KVS_GRAM_REQ_TOOLS with the
+ * spec of kvs_gram_from_tools() as rf_schema, compiled once here (400
+ * naming tools when it cannot be), and tool_syntax is set, which tells
+ * the response to parse calls out of the output.  "none" renders the
+ * tools and leaves the output text, unconstrained with stop sequences,
+ * constrained to text without a call otherwise.  400 with
+ * response_format (not combined yet) or stop (they could cut a call).
+ * KVS_OK with nothing to do when the request has no tools.
+ */
+int kvs_api_req_tools_plan(kvs_api_req_t *req, kvs_tool_syntax_t syn,
+    int jinja, kvs_api_err_t *aerr);
 
 /* Sets *aerr (status, message, param, type "invalid_request_error",
  * code); param and code may be NULL (JSON null).  Any invalid UTF-8 in

@@ -37,6 +37,7 @@
 
 #include "grammar/kvs_gram_req.h"
 #include "kvs_api_req_impl.h"
+#include "kvs_tool_parse.h"
 
 
 /* obj[key] must be the string want. */
@@ -625,14 +626,167 @@ kvs_api_req_tools(kvs_api_req_t *req, kvs_api_err_t *aerr)
 }
 
 
-int
-kvs_api_req_check_tools(const kvs_api_req_t *req, kvs_api_err_t *aerr)
+/* The spec of kvs_gram_from_tools(): choice, parallel, syntax and each
+ * callable tool's name and parameters (absent: any object). */
+static json_t *
+kvs_api_tools_spec(const kvs_api_req_t *req, const char *choice,
+    const char *syntax)
 {
-    if (req->n_tools > 0) {
-        kvs_api_err_set(aerr, 400, "tools", NULL, "tools are not supported "
-                        "yet.");
+    size_t         i;
+    json_t        *spec, *list, *one;
+    const json_t  *f, *params;
+
+    spec = json_object();
+    list = json_array();
+    if (spec == NULL || list == NULL
+        || json_object_set_new(spec, "tools", list) != 0)
+    {
+        json_decref(list);
+        json_decref(spec);
+        return NULL;
+    }
+
+    for (i = 0; i < req->n_tools; i++) {
+        if (req->tool_choice == KVS_API_TOOL_NAMED && i != req->tool_named) {
+            continue;
+        }
+
+        f = json_object_get(json_array_get(req->tools, i), "function");
+        params = json_object_get(f, "parameters");
+
+        one = json_object();
+        if (one == NULL || json_array_append_new(list, one) != 0
+            || json_object_set(one, "name", json_object_get(f, "name"))
+               != 0
+            || (params != NULL
+                && json_object_set(one, "parameters", (json_t *) params)
+                   != 0))
+        {
+            json_decref(spec);
+            return NULL;
+        }
+    }
+
+    if (json_object_set_new(spec, "choice", json_string(choice)) != 0
+        || json_object_set_new(spec, "parallel",
+                               json_boolean(req->parallel_tool_calls))
+           != 0
+        || json_object_set_new(spec, "syntax", json_string(syntax)) != 0)
+    {
+        json_decref(spec);
+        return NULL;
+    }
+
+    return spec;
+}
+
+
+int
+kvs_api_req_tools_plan(kvs_api_req_t *req, kvs_tool_syntax_t syn,
+    int jinja, kvs_api_err_t *aerr)
+{
+    int          rc;
+    char        *text;
+    json_t      *spec;
+    kvs_err_t    err;
+    kvs_gram_t   g;
+    const char  *choice;
+
+    req->tool_syntax = KVS_TOOL_SYN_NONE;
+
+    if (req->n_tools == 0) {
+        return KVS_OK;
+    }
+
+    if (!jinja) {
+        kvs_api_err_set(aerr, 400, "tools", "invalid_value", "Invalid "
+                        "'tools': the model's chat template is a built-in "
+                        "format, which has no place for tools; serve the "
+                        "model with its own (Jinja) template.");
         return KVS_EINVAL;
     }
+
+    /* "none": the tools are rendered but the output is text; without a
+     * syntax we parse, nothing constrains or parses it */
+    if (syn == KVS_TOOL_SYN_NONE || syn >= KVS_TOOL_SYN_N) {
+        if (req->tool_choice == KVS_API_TOOL_NONE) {
+            return KVS_OK;
+        }
+
+        kvs_api_err_set(aerr, 400, "tools", "invalid_value", "Invalid "
+                        "'tools': the model's chat template teaches no "
+                        "tool-call syntax kvserve parses (hermes, llama3, "
+                        "mistral, granite, firefunction, functionary); "
+                        "only tool_choice 'none' is possible.");
+        return KVS_EINVAL;
+    }
+
+    if (req->rf_kind != KVS_GRAM_REQ_NONE) {
+        kvs_api_err_set(aerr, 400, "response_format", "invalid_value",
+                        "Invalid 'response_format': it cannot be combined "
+                        "with tools yet.");
+        return KVS_EINVAL;
+    }
+
+    if (req->n_stop > 0) {
+        if (req->tool_choice == KVS_API_TOOL_NONE) {
+            return KVS_OK;
+        }
+
+        kvs_api_err_set(aerr, 400, "stop", "invalid_value", "Invalid 'stop':"
+                        " stop sequences cannot be combined with tools "
+                        "(they could cut a tool call short).");
+        return KVS_EINVAL;
+    }
+
+    switch (req->tool_choice) {
+    case KVS_API_TOOL_NONE:
+        choice = "none";
+        break;
+    case KVS_API_TOOL_AUTO:
+        choice = "auto";
+        break;
+    default:
+        choice = "required";
+        break;
+    }
+
+    spec = kvs_api_tools_spec(req, choice, kvs_tool_syntax_name(syn));
+    text = spec != NULL ? json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS)
+                        : NULL;
+    json_decref(spec);
+
+    if (text == NULL) {
+        return kvs_api_tools_nomem(aerr);
+    }
+
+    if (strlen(text) > KVS_GRAM_REQ_MAX_SCHEMA) {
+        kvs_api_err_set(aerr, 400, "tools", "invalid_value", "Invalid "
+                        "'tools': the tool definitions take %zu bytes as "
+                        "canonical JSON, over the %u this host takes.",
+                        strlen(text), KVS_GRAM_REQ_MAX_SCHEMA);
+        free(text);
+        return KVS_EINVAL;
+    }
+
+    /* compiled once here so that a failure is the client's 400, not the
+     * engine's; the engine compiles it again through its cache */
+    rc = kvs_gram_req_compile(&g, KVS_GRAM_REQ_TOOLS, text, strlen(text),
+                              &err);
+    kvs_gram_free(&g);
+
+    if (rc != KVS_OK) {
+        kvs_api_err_set(aerr, rc == KVS_ENOMEM ? 500 : 400, "tools",
+                        "invalid_value", "Invalid 'tools': %s", err.msg);
+        free(text);
+        return rc == KVS_ENOMEM ? KVS_ENOMEM : KVS_EINVAL;
+    }
+
+    free(req->rf_schema);
+    req->rf_schema = text;
+    req->rf_schema_len = strlen(text);
+    req->rf_kind = KVS_GRAM_REQ_TOOLS;
+    req->tool_syntax = (unsigned) syn;
 
     return KVS_OK;
 }

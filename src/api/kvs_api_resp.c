@@ -576,11 +576,11 @@ kvs_api_cmpl_lp(kvs_jw_t *w, const kvs_api_choice_t *c,
 /* --- bodies -------------------------------------------------------------- */
 
 static const char *
-kvs_api_finish_str(kvs_finish_t f)
+kvs_api_finish_str(const kvs_api_choice_t *c)
 {
-    switch (f) {
+    switch (c->finish) {
     case KVS_FINISH_STOP:
-        return "\"stop\"";
+        return c->tool_finish ? "\"tool_calls\"" : "\"stop\"";
     case KVS_FINISH_LENGTH:
         return "\"length\"";
     default:
@@ -657,6 +657,49 @@ kvs_api_logprobs(kvs_jw_t *w, const kvs_api_resp_head_t *h,
 }
 
 
+/* ,"tool_calls":[...]: whole calls in a message; in a chunk, a call's
+ * first piece has its id, type and name, the later ones only their index
+ * and arguments, as OpenAI streams them. */
+static void
+kvs_api_tool_calls(kvs_jw_t *w, const kvs_api_choice_t *c, int chunk,
+    int first)
+{
+    size_t                      i;
+    const kvs_api_tool_call_t  *t;
+
+    kvs_jw_lit(w, first ? "\"tool_calls\":[" : ",\"tool_calls\":[");
+
+    for (i = 0; i < c->n_calls; i++) {
+        t = &c->calls[i];
+        kvs_jw_lit(w, i ? ",{" : "{");
+
+        if (chunk) {
+            kvs_jw_lit(w, "\"index\":");
+            kvs_jw_u64(w, t->index);
+            kvs_jw_lit(w, t->id != NULL ? "," : "");
+        }
+
+        if (t->id != NULL) {
+            kvs_jw_lit(w, "\"id\":");
+            kvs_jw_str(w, t->id, strlen(t->id));
+            kvs_jw_lit(w, ",\"type\":\"function\"");
+        }
+
+        kvs_jw_lit(w, ",\"function\":{");
+        if (t->id != NULL) {
+            kvs_jw_lit(w, "\"name\":");
+            kvs_jw_str(w, t->name, strlen(t->name));
+            kvs_jw_lit(w, ",");
+        }
+        kvs_jw_lit(w, "\"arguments\":");
+        kvs_jw_str(w, t->args != NULL ? t->args : "", t->args_len);
+        kvs_jw_lit(w, "}}");
+    }
+
+    kvs_jw_lit(w, "]");
+}
+
+
 static void
 kvs_api_choice(kvs_jw_t *w, const kvs_api_resp_head_t *h,
     const kvs_api_choice_t *c, int chunk, const kvs_vocab_t *v)
@@ -676,7 +719,11 @@ kvs_api_choice(kvs_jw_t *w, const kvs_api_resp_head_t *h,
         } else {
             kvs_jw_lit(w, "null");
         }
-        kvs_jw_lit(w, ",\"refusal\":null}");
+        kvs_jw_lit(w, ",\"refusal\":null");
+        if (c->n_calls > 0) {
+            kvs_api_tool_calls(w, c, 0, 0);
+        }
+        kvs_jw_put(w, "}", 1);
 
     } else {
         kvs_jw_lit(w, "{\"index\":");
@@ -689,13 +736,16 @@ kvs_api_choice(kvs_jw_t *w, const kvs_api_resp_head_t *h,
             kvs_jw_lit(w, c->role ? ",\"content\":" : "\"content\":");
             kvs_jw_str(w, c->text, c->len);
         }
+        if (c->n_calls > 0) {
+            kvs_api_tool_calls(w, c, 1, !c->role && c->text == NULL);
+        }
         kvs_jw_put(w, "}", 1);
     }
 
     kvs_api_logprobs(w, h, c, chunk, v);
 
     kvs_jw_lit(w, ",\"finish_reason\":");
-    kvs_jw_lit(w, kvs_api_finish_str(c->finish));
+    kvs_jw_lit(w, kvs_api_finish_str(c));
     kvs_jw_put(w, "}", 1);
 }
 
@@ -870,18 +920,17 @@ kvs_api_resp_error_event(kvs_buf_t *out, const char *message,
 }
 
 
-size_t
-kvs_api_resp_id(char buf[KVS_API_RESP_ID_MAX], kvs_api_kind_t kind,
-    uint64_t *rng)
+/* prefix[n] then KVS_API_RESP_ID_RAND random base-62 characters */
+static size_t
+kvs_api_rand_id(char *buf, const char *prefix, size_t n, uint64_t *rng)
 {
-    size_t    n, i;
+    size_t    i;
     uint64_t  r;
 
     static const char  b62[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                "abcdefghijklmnopqrstuvwxyz";
 
-    n = kind == KVS_API_CHAT ? 9 : 5;
-    memcpy(buf, kind == KVS_API_CHAT ? "chatcmpl-" : "cmpl-", n);
+    memcpy(buf, prefix, n);
 
     /* 8 characters per draw: 62^8 is far below 2^64, so the modulo
      * bias is negligible */
@@ -899,6 +948,22 @@ kvs_api_resp_id(char buf[KVS_API_RESP_ID_MAX], kvs_api_kind_t kind,
     buf[n] = '\0';
 
     return n;
+}
+
+
+size_t
+kvs_api_resp_id(char buf[KVS_API_RESP_ID_MAX], kvs_api_kind_t kind,
+    uint64_t *rng)
+{
+    return kind == KVS_API_CHAT ? kvs_api_rand_id(buf, "chatcmpl-", 9, rng)
+                                : kvs_api_rand_id(buf, "cmpl-", 5, rng);
+}
+
+
+size_t
+kvs_api_resp_call_id(char buf[KVS_API_CALL_ID_MAX], uint64_t *rng)
+{
+    return kvs_api_rand_id(buf, "call_", 5, rng);
 }
 
 

@@ -49,6 +49,9 @@
 #define KVS_API_RESP_ID_RAND   24
 #define KVS_API_RESP_ID_MAX    (9 + KVS_API_RESP_ID_RAND + 1)
 
+/* "call_", then KVS_API_RESP_ID_RAND base-62 characters. */
+#define KVS_API_CALL_ID_MAX    (5 + KVS_API_RESP_ID_RAND + 1)
+
 /* What every body and chunk of one response repeats. */
 typedef struct {
     kvs_api_kind_t   kind;
@@ -84,6 +87,18 @@ typedef struct {
 void kvs_api_textpos_init(kvs_api_textpos_t *pos, const kvs_vocab_t *v,
     const int32_t *prompt, size_t n_prompt, uint64_t base);
 
+/* One tool call of a chat message, or a piece of one in a stream. */
+typedef struct {
+    uint32_t     index;               /* among the choice's calls */
+    const char  *id;                  /* "call_..." (kvs_api_resp_call_id);
+                                         NULL in a stream's later pieces
+                                         of the call */
+    const char  *name;                /* the function's, with id */
+    const char  *args;                /* the arguments' JSON text, or the
+                                         piece of it this chunk adds */
+    size_t       args_len;            /* bytes */
+} kvs_api_tool_call_t;
+
 /* One choice, whole (kvs_api_resp_body) or what a chunk adds. */
 typedef struct {
     uint32_t                      index;
@@ -104,6 +119,14 @@ typedef struct {
                                               NULL: a fresh one at 0 */
     int                           role;    /* chat chunk: delta.role
                                               "assistant" (first chunk) */
+    const kvs_api_tool_call_t    *calls;   /* chat: [n_calls], the
+                                              message's tool_calls, or
+                                              what a chunk's
+                                              delta.tool_calls adds */
+    size_t                        n_calls;
+    int                           tool_finish;  /* finish STOP is written
+                                              "tool_calls": the output was
+                                              calls */
 } kvs_api_choice_t;
 
 typedef struct {
@@ -128,6 +151,10 @@ typedef struct {
  */
 size_t kvs_api_resp_id(char buf[KVS_API_RESP_ID_MAX], kvs_api_kind_t kind,
     uint64_t *rng);
+
+/* Writes a new tool call id ("call_" and random base-62) into buf,
+ * NUL-terminated; returns its length.  rng as kvs_api_resp_id()'s. */
+size_t kvs_api_resp_call_id(char buf[KVS_API_CALL_ID_MAX], uint64_t *rng);
 
 /*
  * The whole non-streaming response: choices c[n] (each finished) and

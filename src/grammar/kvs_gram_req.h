@@ -34,6 +34,8 @@
 #define KVS_GRAM_REQ_NONE     0       /* no constraint (text) */
 #define KVS_GRAM_REQ_OBJECT   1       /* json_object: any JSON object */
 #define KVS_GRAM_REQ_SCHEMA   2       /* json_schema: schema text given */
+#define KVS_GRAM_REQ_TOOLS    3       /* tool calls: the spec of
+                                         kvs_gram_from_tools() given */
 #define KVS_GRAM_REQ_KIND_MAX 2
 
 /* The schema's canonical text, bytes; a larger one is a 400. */

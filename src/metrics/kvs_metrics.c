@@ -747,6 +747,43 @@ kvs_metrics_evictions(kvs_buf_t *out, const kvs_metrics_t *m,
 }
 
 
+/* model_available: 1 while a model's engine serves, 0 while it is down
+ * (its requests are answered 503 model_unavailable), for the models the
+ * glue knows about. */
+static int
+kvs_metrics_available(kvs_buf_t *out, const kvs_metrics_t *m,
+    const kvs_metrics_gauges_t *g)
+{
+    int       rc;
+    uint32_t  i, any;
+
+    any = 0;
+    for (i = 0; g != NULL && i < m->n_models; i++) {
+        any |= g[i].available != KVS_METRICS_AVAIL_UNKNOWN;
+    }
+
+    if (!any) {
+        return KVS_OK;
+    }
+
+    rc = kvs_metrics_head(out, "model_available", "", "1 while the model's "
+                          "engine process serves requests, 0 while it is "
+                          "down (its requests get 503 model_unavailable).",
+                          "gauge");
+
+    for (i = 0; rc == KVS_OK && i < m->n_models; i++) {
+        if (g[i].available != KVS_METRICS_AVAIL_UNKNOWN) {
+            rc = kvs_metrics_sample(out, "model_available", "",
+                                    m->models[i].name, NULL,
+                                    g[i].available == KVS_METRICS_AVAIL_UP
+                                    ? "1" : "0");
+        }
+    }
+
+    return rc;
+}
+
+
 /* tenant="..." of t: its key's first KVS_METRICS_TENANT_LABEL bytes
  * (nginx's keys are hex digits; any other byte becomes '_', so a label
  * never needs escaping), "none" for the empty key, or "other". */
@@ -865,7 +902,11 @@ kvs_metrics_write(const kvs_metrics_t *m, const kvs_metrics_gauges_t *g,
 
     len0 = out->len;
 
-    rc = kvs_metrics_gauges(out, m, g);
+    rc = kvs_metrics_available(out, m, g);
+
+    if (rc == KVS_OK) {
+        rc = kvs_metrics_gauges(out, m, g);
+    }
 
     for (i = 0; rc == KVS_OK && i < KVS_NELTS(kvs_counter_defs); i++) {
         rc = kvs_metrics_counter(out, m, kvs_counter_defs[i].name,

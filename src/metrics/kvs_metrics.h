@@ -166,8 +166,16 @@ typedef struct {
                                          shown when it exceeds n_top */
 } kvs_metrics_tenants_t;
 
+#define KVS_METRICS_AVAIL_UNKNOWN  0   /* left out */
+#define KVS_METRICS_AVAIL_DOWN     1
+#define KVS_METRICS_AVAIL_UP       2
+
 /* What the engine reports at scrape time, per model. */
 typedef struct {
+    int       available;      /* KVS_METRICS_AVAIL_*: whether its engine
+                                 serves, as the scraped worker sees it;
+                                 written for every model, engine
+                                 answering or not */
     int       have;           /* 0: the engine did not answer: left out */
     uint32_t  running;
     uint32_t  waiting;

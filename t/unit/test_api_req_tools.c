@@ -4,7 +4,10 @@
  * parallel_tool_calls, assistant tool_calls and tool messages, good and
  * bad, each 400 naming the field as the client wrote it; the parameters
  * schema compiled so that an unsupported keyword names its path; and
- * kvs_api_req_check_tools(), the host's refusal until tools are wired.
+ * kvs_api_req_tools_plan(), which turns them into the output constraint
+ * once the model's template is known (the spec text checked field by
+ * field, and the refusals: a built-in template, no syntax, with
+ * response_format or stop).
  *
  * Bodies are written with ' for " as in test_api_req.c; the expected
  * defaults are OpenAI's (tool_choice "auto" with tools, "none" without,
@@ -105,6 +108,153 @@ bad(const char *param, const char *code, const char *msg)
 }
 
 
+/* kvs_api_req_tools_plan() on the parsed request R: its status, and the
+ * 400's param when it fails. */
+static int
+plan(kvs_tool_syntax_t syn, int jinja, const char *param)
+{
+    int  rc;
+
+    memset(&E, 0, sizeof(E));
+    rc = kvs_api_req_tools_plan(&R, syn, jinja, &E);
+    if (param == NULL) {
+        if (rc != KVS_OK) {
+            fail_msg("plan failed: %d %s (param '%s')", E.status,
+                     E.message, E.param);
+        }
+    } else {
+        assert_int_not_equal(rc, KVS_OK);
+        assert_int_equal(E.status, 400);
+        assert_string_equal(E.param, param);
+    }
+
+    return rc;
+}
+
+
+/* The spec R carries, parsed back. */
+static json_t *
+spec(void)
+{
+    json_t  *s;
+
+    assert_int_equal(R.rf_kind, KVS_GRAM_REQ_TOOLS);
+    assert_non_null(R.rf_schema);
+    assert_int_equal(strlen(R.rf_schema), R.rf_schema_len);
+    s = json_loads(R.rf_schema, 0, NULL);
+    assert_non_null(s);
+
+    return s;
+}
+
+
+static void
+test_plan(void **state)
+{
+    json_t  *s, *t;
+
+    /* auto: both tools, parallel, the syntax's name */
+    chat(USER, "'tools':[" TOOL_F "," TOOL_G "]");
+    ok();
+    plan(KVS_TOOL_SYN_HERMES, 1, NULL);
+    assert_int_equal(R.tool_syntax, KVS_TOOL_SYN_HERMES);
+    s = spec();
+    assert_string_equal(json_string_value(json_object_get(s, "choice")),
+                        "auto");
+    assert_string_equal(json_string_value(json_object_get(s, "syntax")),
+                        "hermes");
+    assert_true(json_is_true(json_object_get(s, "parallel")));
+    t = json_object_get(s, "tools");
+    assert_int_equal(json_array_size(t), 2);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(t, 0), "name")), "f");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(
+                            json_object_get(json_object_get(
+                                json_array_get(t, 0), "parameters"),
+                            "properties"), "a"), "type")), "string");
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(t, 1), "name")), "g-2");
+    assert_null(json_object_get(json_array_get(t, 1), "parameters"));
+    /* canonical: what the engine's cache is keyed by */
+    assert_null(strchr(R.rf_schema, ' '));
+    json_decref(s);
+
+    /* a named function: required, that tool alone; not parallel */
+    chat(USER, "'tools':[" TOOL_F "," TOOL_G "],'tool_choice':{'type':"
+         "'function','function':{'name':'g-2'}},'parallel_tool_calls':"
+         "false");
+    ok();
+    plan(KVS_TOOL_SYN_LLAMA3, 1, NULL);
+    s = spec();
+    assert_string_equal(json_string_value(json_object_get(s, "choice")),
+                        "required");
+    assert_string_equal(json_string_value(json_object_get(s, "syntax")),
+                        "llama3");
+    assert_true(json_is_false(json_object_get(s, "parallel")));
+    t = json_object_get(s, "tools");
+    assert_int_equal(json_array_size(t), 1);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(t, 0), "name")), "g-2");
+    json_decref(s);
+
+    chat(USER, "'tools':[" TOOL_F "],'tool_choice':'required'");
+    ok();
+    plan(KVS_TOOL_SYN_MISTRAL, 1, NULL);
+    s = spec();
+    assert_string_equal(json_string_value(json_object_get(s, "choice")),
+                        "required");
+    json_decref(s);
+
+    /* none: text without a call; nothing is parsed from it */
+    chat(USER, "'tools':[" TOOL_F "],'tool_choice':'none'");
+    ok();
+    plan(KVS_TOOL_SYN_HERMES, 1, NULL);
+    assert_int_equal(R.tool_syntax, KVS_TOOL_SYN_NONE);
+    s = spec();
+    assert_string_equal(json_string_value(json_object_get(s, "choice")),
+                        "none");
+    json_decref(s);
+
+    /* none with stop: plain text, unconstrained */
+    chat(USER, "'tools':[" TOOL_F "],'tool_choice':'none','stop':'x'");
+    ok();
+    plan(KVS_TOOL_SYN_HERMES, 1, NULL);
+    assert_int_equal(R.rf_kind, KVS_GRAM_REQ_NONE);
+
+    /* a template without a syntax: only none */
+    chat(USER, "'tools':[" TOOL_F "],'tool_choice':'none'");
+    ok();
+    plan(KVS_TOOL_SYN_NONE, 1, NULL);
+    assert_int_equal(R.rf_kind, KVS_GRAM_REQ_NONE);
+    assert_int_equal(R.tool_syntax, KVS_TOOL_SYN_NONE);
+
+    chat(USER, "'tools':[" TOOL_F "]");
+    ok();
+    plan(KVS_TOOL_SYN_NONE, 1, "tools");
+    assert_non_null(strstr(E.message, "syntax"));
+    assert_int_equal(R.rf_kind, KVS_GRAM_REQ_NONE);
+
+    /* a built-in template has no place for tools */
+    chat(USER, "'tools':[" TOOL_F "],'tool_choice':'none'");
+    ok();
+    plan(KVS_TOOL_SYN_HERMES, 0, "tools");
+    assert_non_null(strstr(E.message, "built-in"));
+
+    /* not combined: response_format, stop */
+    chat(USER, "'tools':[" TOOL_F "],'response_format':{'type':"
+         "'json_object'}");
+    ok();
+    plan(KVS_TOOL_SYN_HERMES, 1, "response_format");
+    assert_int_equal(R.rf_kind, KVS_GRAM_REQ_OBJECT);
+
+    chat(USER, "'tools':[" TOOL_F "],'stop':['x']");
+    ok();
+    plan(KVS_TOOL_SYN_HERMES, 1, "stop");
+    assert_int_equal(R.rf_kind, KVS_GRAM_REQ_NONE);
+    assert_int_equal(R.tool_syntax, KVS_TOOL_SYN_NONE);
+}
+
+
 static void
 test_defaults(void **state)
 {
@@ -114,7 +264,10 @@ test_defaults(void **state)
     assert_int_equal(R.n_tools, 0);
     assert_int_equal(R.tool_choice, KVS_API_TOOL_NONE);
     assert_int_equal(R.parallel_tool_calls, 1);
-    assert_int_equal(kvs_api_req_check_tools(&R, &E), KVS_OK);
+    assert_int_equal(kvs_api_req_tools_plan(&R, KVS_TOOL_SYN_HERMES, 1, &E),
+                     KVS_OK);
+    assert_int_equal(R.rf_kind, KVS_GRAM_REQ_NONE);
+    assert_int_equal(R.tool_syntax, KVS_TOOL_SYN_NONE);
 
     chat(USER, "'tools':[" TOOL_F "," TOOL_G "]");
     ok();
@@ -124,11 +277,6 @@ test_defaults(void **state)
     assert_int_equal(R.tool_choice, KVS_API_TOOL_AUTO);
     assert_int_equal(R.parallel_tool_calls, 1);
 
-    /* the host's refusal until tools are wired */
-    memset(&E, 0, sizeof(E));
-    assert_int_equal(kvs_api_req_check_tools(&R, &E), KVS_EINVAL);
-    assert_int_equal(E.status, 400);
-    assert_string_equal(E.param, "tools");
 
     /* [] is no tools; null is absent */
     chat(USER, "'tools':[]");
@@ -380,6 +528,7 @@ main(void)
         cmocka_unit_test_teardown(test_choice, teardown),
         cmocka_unit_test_teardown(test_tools_bad, teardown),
         cmocka_unit_test_teardown(test_messages, teardown),
+        cmocka_unit_test_teardown(test_plan, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -581,6 +581,157 @@ test_chat_stream(void **state)
 }
 
 
+/* tool_calls: whole in a message (content null or text beside them),
+ * and in stream deltas as OpenAI sends them: a call's head with index,
+ * id, type and name and empty arguments, then its arguments alone. */
+static void
+test_tool_calls(void **state)
+{
+    size_t                 n, k;
+    char                   ids[2][KVS_API_CALL_ID_MAX];
+    json_t                *j, *ev[8];
+    uint64_t               rng;
+    kvs_buf_t              b;
+    kvs_err_t              err;
+    const json_t          *c, *m, *t, *f, *d;
+    kvs_api_choice_t       cs;
+    kvs_api_tool_call_t    calls[2], piece;
+    kvs_api_resp_head_t    h;
+
+    static const char  args0[] = "{\"city\":\"Paris \\\"1\\\"\"}";
+
+    rng = 7;
+    for (k = 0; k < 2; k++) {
+        assert_int_equal(kvs_api_resp_call_id(ids[k], &rng),
+                         5 + KVS_API_RESP_ID_RAND);
+        assert_memory_equal(ids[k], "call_", 5);
+    }
+    assert_string_not_equal(ids[0], ids[1]);
+
+    memset(calls, 0, sizeof(calls));
+    calls[0].index = 0;
+    calls[0].id = ids[0];
+    calls[0].name = "get_weather";
+    calls[0].args = args0;
+    calls[0].args_len = sizeof(args0) - 1;
+    calls[1].index = 1;
+    calls[1].id = ids[1];
+    calls[1].name = "now";
+    calls[1].args = "{}";
+    calls[1].args_len = 2;
+
+    head_init(&h, KVS_API_CHAT, "chatcmpl-t", 0);
+    memset(&b, 0, sizeof(b));
+
+    /* content null beside the calls; finish "tool_calls" */
+    choice_init(&cs, 0, NULL, KVS_FINISH_STOP);
+    cs.calls = calls;
+    cs.n_calls = 2;
+    cs.tool_finish = 1;
+    assert_int_equal(kvs_api_resp_body(&b, &h, &cs, 1, NULL, NULL, &err),
+                     KVS_OK);
+    j = parse_n(b.data, b.len);
+    c = json_array_get(check_head(j, "chatcmpl-t", "chat.completion"), 0);
+    assert_string_equal(str_of(c, "finish_reason"), "tool_calls");
+    m = json_object_get(c, "message");
+    keys_exact(m, "role", "content", "refusal", "tool_calls", NULL);
+    assert_true(json_is_null(json_object_get(m, "content")));
+    t = json_object_get(m, "tool_calls");
+    assert_int_equal(json_array_size(t), 2);
+    keys_exact(json_array_get(t, 0), "id", "type", "function", NULL);
+    assert_string_equal(str_of(json_array_get(t, 0), "id"), ids[0]);
+    assert_string_equal(str_of(json_array_get(t, 0), "type"), "function");
+    f = json_object_get(json_array_get(t, 0), "function");
+    keys_exact(f, "name", "arguments", NULL);
+    assert_string_equal(str_of(f, "name"), "get_weather");
+    /* the arguments are a string holding the JSON text, escaped once */
+    assert_string_equal(str_of(f, "arguments"), args0);
+    f = json_object_get(json_array_get(t, 1), "function");
+    assert_string_equal(str_of(f, "name"), "now");
+    assert_string_equal(str_of(f, "arguments"), "{}");
+    json_decref(j);
+
+    /* text beside a call; without tool_finish a STOP stays "stop" */
+    b.len = 0;
+    choice_init(&cs, 0, "Let me check.", KVS_FINISH_STOP);
+    cs.calls = calls;
+    cs.n_calls = 1;
+    assert_int_equal(kvs_api_resp_body(&b, &h, &cs, 1, NULL, NULL, &err),
+                     KVS_OK);
+    j = parse_n(b.data, b.len);
+    c = json_array_get(json_object_get(j, "choices"), 0);
+    assert_string_equal(str_of(c, "finish_reason"), "stop");
+    m = json_object_get(c, "message");
+    assert_string_equal(str_of(m, "content"), "Let me check.");
+    assert_int_equal(json_array_size(json_object_get(m, "tool_calls")), 1);
+    json_decref(j);
+
+    /* no calls: no key */
+    b.len = 0;
+    choice_init(&cs, 0, "plain", KVS_FINISH_STOP);
+    assert_int_equal(kvs_api_resp_body(&b, &h, &cs, 1, NULL, NULL, &err),
+                     KVS_OK);
+    j = parse_n(b.data, b.len);
+    m = json_object_get(json_array_get(json_object_get(j, "choices"), 0),
+                        "message");
+    keys_exact(m, "role", "content", "refusal", NULL);
+    json_decref(j);
+
+    /* the stream: head, arguments, finish */
+    b.len = 0;
+    piece = calls[0];
+    piece.args = "";
+    piece.args_len = 0;
+    choice_init(&cs, 0, NULL, KVS_FINISH_NONE);
+    cs.calls = &piece;
+    cs.n_calls = 1;
+    assert_int_equal(kvs_api_resp_chunk(&b, &h, &cs, 1, 0, NULL, &err),
+                     KVS_OK);
+    piece = calls[0];
+    piece.id = NULL;
+    assert_int_equal(kvs_api_resp_chunk(&b, &h, &cs, 1, 0, NULL, &err),
+                     KVS_OK);
+    choice_init(&cs, 0, NULL, KVS_FINISH_STOP);
+    cs.tool_finish = 1;
+    assert_int_equal(kvs_api_resp_chunk(&b, &h, &cs, 1, 0, NULL, &err),
+                     KVS_OK);
+
+    n = sse_events(&b, ev, 8);
+    assert_int_equal(n, 3);
+
+    c = json_array_get(json_object_get(ev[0], "choices"), 0);
+    d = json_object_get(c, "delta");
+    keys_exact(d, "tool_calls", NULL);
+    t = json_array_get(json_object_get(d, "tool_calls"), 0);
+    keys_exact(t, "index", "id", "type", "function", NULL);
+    assert_int_equal(int_of(t, "index"), 0);
+    assert_string_equal(str_of(t, "id"), ids[0]);
+    f = json_object_get(t, "function");
+    keys_exact(f, "name", "arguments", NULL);
+    assert_string_equal(str_of(f, "name"), "get_weather");
+    assert_string_equal(str_of(f, "arguments"), "");
+    assert_true(json_is_null(json_object_get(c, "finish_reason")));
+
+    d = json_object_get(json_array_get(json_object_get(ev[1], "choices"),
+                                       0), "delta");
+    t = json_array_get(json_object_get(d, "tool_calls"), 0);
+    keys_exact(t, "index", "function", NULL);
+    f = json_object_get(t, "function");
+    keys_exact(f, "arguments", NULL);
+    assert_string_equal(str_of(f, "arguments"), args0);
+
+    c = json_array_get(json_object_get(ev[2], "choices"), 0);
+    keys_exact(json_object_get(c, "delta"), NULL);
+    assert_string_equal(str_of(c, "finish_reason"), "tool_calls");
+
+    for (k = 0; k < n; k++) {
+        json_decref(ev[k]);
+    }
+
+    kvs_buf_free(&b);
+}
+
+
 /* n = 2 interleaved, completions: each chunk one choice. */
 static void
 test_completions_stream(void **state)
@@ -1258,6 +1409,7 @@ main(void)
         cmocka_unit_test(test_escaping),
         cmocka_unit_test(test_chat_stream),
         cmocka_unit_test(test_completions_stream),
+        cmocka_unit_test(test_tool_calls),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_chat_logprobs),
         cmocka_unit_test(test_completions_logprobs),

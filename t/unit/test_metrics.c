@@ -330,8 +330,22 @@ test_exposition(void **state)
     g[0].kv_blocks = 8;
     g[0].kv_used = 2;
 
+    /* availability unknown (as the glue leaves it with no engines): no
+     * family */
+    text = expose(m, g);
+    assert_null(strstr(text, "model_available"));
+    free(text);
+
+    /* m1's engine serves; the other's is down (and did not report) */
+    g[0].available = KVS_METRICS_AVAIL_UP;
+    g[1].available = KVS_METRICS_AVAIL_DOWN;
+
     text = expose(m, g);
     check_format(text);
+    assert_int_equal(sample(text, "kvserve:model_available"
+                            "{model_name=\"m1\"}"), 1);
+    assert_int_equal(sample(text, "kvserve:model_available"
+                            "{model_name=\"a\\\"b\\\\c\"}"), 0);
 
 #define KEY(name, labels)  "kvserve:" name "{model_name=\"m1\"" labels "}"
 

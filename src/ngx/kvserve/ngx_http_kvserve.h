@@ -22,6 +22,7 @@
 #include "tokenizer/kvs_chat.h"
 #include "tokenizer/kvs_chat_jinja.h"
 #include "tokenizer/kvs_vocab.h"
+#include "api/kvs_tool_parse.h"
 
 /* What one cached K or V element takes in the CPU backend's pool: f32,
  * as kvs_cpu computes.  The KV cache plan made at configuration time
@@ -57,6 +58,13 @@ typedef struct {
     kvs_chat_jinja_t         *jinja;       /* the compiled template chat
                                               points to, if any (freed
                                               with the cycle's pool) */
+    uint64_t                  key;         /* FNV-1a 64 of the name: its
+                                              engine's socket and lock are
+                                              m-<key hex>; unique among
+                                              the models (checked) */
+    kvs_tool_syntax_t         tool_syntax; /* the tool-call syntax that
+                                              template teaches
+                                              (kvs_tool_syntax_detect) */
     kvs_kv_cache_plan_t       kv_plan;     /* its KV cache: n_blocks of
                                               kvserve_kv_block tokens,
                                               sized at init_main_conf */

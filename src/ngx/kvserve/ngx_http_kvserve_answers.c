@@ -91,6 +91,10 @@ ngx_http_kvserve_stream_out(ngx_http_kvserve_ctx_t *ctx,
 
     v = ctx->model->vocab;
 
+    if (ctx->req.tool_syntax != KVS_TOOL_SYN_NONE) {
+        return ngx_http_kvserve_tools_stream(ctx, ch, index, o, err);
+    }
+
     ngx_memzero(&c, sizeof(c));
     c.index = index;
 
@@ -253,6 +257,16 @@ ngx_http_kvserve_complete(ngx_http_kvserve_ctx_t *ctx)
         c[i].lp = ch->lp;
         c[i].n_lp = ch->n_lp;
         c[i].pos = &ch->pos;
+
+        if (ctx->req.tool_syntax != KVS_TOOL_SYN_NONE
+            && ch->finish == KVS_FINISH_STOP
+            && ngx_http_kvserve_tools_body(ctx, ch->text.data, ch->text.len,
+                                           &c[i])
+               != NGX_OK)
+        {
+            ngx_http_kvserve_finish(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+            return;
+        }
     }
 
     ctx->out.len = 0;

@@ -52,7 +52,7 @@ static void ngx_http_kvserve_tokenized(ngx_http_kvserve_ctx_t *ctx);
 static uint64_t  ngx_http_kvserve_rng;
 
 
-static uint64_t
+uint64_t
 ngx_http_kvserve_random64(void)
 {
     uint64_t  v;
@@ -405,10 +405,6 @@ ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx, kvs_api_err_t *aerr)
         return NGX_ERROR;
     }
 
-    if (kvs_api_req_check_tools(&ctx->req, aerr) != KVS_OK) {
-        return NGX_ERROR;
-    }
-
     klcf = ngx_http_get_module_loc_conf(ctx->r, ngx_http_kvserve_module);
 
     /* the caps, before anything is allocated, rendered or tokenized for
@@ -469,7 +465,13 @@ ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx, kvs_api_err_t *aerr)
     }
 
     if (ctx->chat
-        && ngx_http_kvserve_chat_resolve(ctx, &job->chat, aerr) != NGX_OK)
+        && (ngx_http_kvserve_chat_resolve(ctx, &job->chat, aerr) != NGX_OK
+            || kvs_api_req_tools_plan(&ctx->req,
+                                      job->chat.jinja != NULL
+                                      ? ctx->model->tool_syntax
+                                      : KVS_TOOL_SYN_NONE,
+                                      job->chat.jinja != NULL, aerr)
+               != KVS_OK))
     {
         return NGX_ERROR;
     }

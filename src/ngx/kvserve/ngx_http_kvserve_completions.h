@@ -98,6 +98,20 @@ void ngx_http_kvserve_part_event(ngx_http_kvserve_sub_t *s, ngx_uint_t ev,
  *
  * Below the phases: cache scopes, pins and figures, the tenant's hash
  * (kvserve_limit's key, else the client address). */
+/* 64 bits from getrandom(), or from nginx's clock and ngx_random(). */
+uint64_t ngx_http_kvserve_random64(void);
+
+/* Chat output in a tool-call syntax (req.tool_syntax set):
+ * ngx_http_kvserve_tools_body() fills a finished choice's content and
+ * tool_calls from text[len] (allocated from the request's pool);
+ * ngx_http_kvserve_tools_stream() sends what an OUT frame makes sure
+ * (ngx_http_kvserve_tools.c). */
+ngx_int_t ngx_http_kvserve_tools_body(ngx_http_kvserve_ctx_t *ctx,
+    const u_char *text, size_t len, kvs_api_choice_t *c);
+ngx_int_t ngx_http_kvserve_tools_stream(ngx_http_kvserve_ctx_t *ctx,
+    ngx_http_kvserve_choice_t *ch, uint32_t index, kvs_engine_out_t *o,
+    kvs_err_t *err);
+
 ngx_int_t ngx_http_kvserve_addr_tenant(ngx_http_kvserve_ctx_t *ctx);
 ngx_int_t ngx_http_kvserve_hash_hex(ngx_pool_t *pool, ngx_str_t *v,
     ngx_str_t *out);

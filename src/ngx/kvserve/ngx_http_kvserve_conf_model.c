@@ -19,6 +19,7 @@
 #include <ngx_http.h>
 
 #include "ngx_http_kvserve.h"
+#include "base/kvs_hash.h"
 #include "kv/kvs_kv_size.h"
 #include "tokenizer/kvs_chat.h"
 
@@ -96,6 +97,7 @@ ngx_http_kvserve_model_jinja(ngx_conf_t *cf, ngx_http_kvserve_model_t *m,
 
     ngx_memzero(&m->chat, sizeof(kvs_chat_t));
     m->chat.jinja = m->jinja;
+    m->tool_syntax = kvs_tool_syntax_detect(text, len);
     m->has_chat = 1;
 
     return NGX_OK;
@@ -380,6 +382,7 @@ ngx_http_kvserve_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     u_char                    *path;
     kvs_err_t                  err;
     ngx_str_t                 *value;
+    uint64_t                   key;
     ngx_uint_t                 i;
     ngx_pool_cleanup_t        *cln;
     ngx_http_kvserve_model_t  *m;
@@ -394,6 +397,8 @@ ngx_http_kvserve_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    key = kvs_fnv1a64(KVS_FNV1A64_INIT, value[1].data, value[1].len);
+
     m = kmcf->models->elts;
     for (i = 0; i < kmcf->models->nelts; i++) {
         if (m[i].name.len == value[1].len
@@ -401,6 +406,16 @@ ngx_http_kvserve_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                "duplicate model name \"%V\"", &value[1]);
+            return NGX_CONF_ERROR;
+        }
+
+        /* two names, one engine socket: refused rather than shared */
+        if (m[i].key == key) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "model name \"%V\" has the engine key "
+                               "%016uxL of model \"%V\" (FNV-1a of the "
+                               "name); rename one of them", &value[1], key,
+                               &m[i].name);
             return NGX_CONF_ERROR;
         }
     }
@@ -412,6 +427,7 @@ ngx_http_kvserve_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     ngx_memzero(m, sizeof(ngx_http_kvserve_model_t));
     m->name = value[1];
+    m->key = key;
     m->path = value[2];
 
     /* parameters first: a typo costs no model load */
@@ -482,13 +498,16 @@ ngx_http_kvserve_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_conf_log_error(NGX_LOG_INFO, cf, 0,
                        "kvserve_model \"%V\": %s, %uD layers, context %uD, "
                        "%uL parameters, %s tokenizer of %uD tokens "
-                       "(pre-tokenizer %s), chat template %s",
+                       "(pre-tokenizer %s), chat template %s, tool calls "
+                       "%s",
                        &value[1], m->model->hp.arch,
                        m->model->hp.n_layer, m->model->hp.n_ctx_train,
                        (unsigned long long) m->model->hp.n_params,
                        kvs_vocab_kind_name(m->vocab->kind),
                        m->vocab->n_tokens, m->vocab->pre_name,
-                       ngx_http_kvserve_chat_desc(m));
+                       ngx_http_kvserve_chat_desc(m),
+                       m->chat.jinja != NULL
+                       ? kvs_tool_syntax_name(m->tool_syntax) : "none");
 
     return NGX_CONF_OK;
 }

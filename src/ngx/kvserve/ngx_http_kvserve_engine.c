@@ -138,7 +138,7 @@ ngx_http_kvserve_engine_init_process(ngx_cycle_t *cycle)
         e->kmcf = kmcf;
         ngx_queue_init(&e->waiting);
 
-        key = kvs_fnv1a64(KVS_FNV1A64_INIT, m[i].name.data, m[i].name.len);
+        key = m[i].key;
 
         ngx_sprintf(e->sock_path, "%V/m-%016uxL.sock%Z",
                     &kmcf->engine_dir->name, key);

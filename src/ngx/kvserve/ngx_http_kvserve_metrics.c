@@ -386,6 +386,7 @@ ngx_http_kvserve_scrape_send(ngx_http_request_t *r, kvs_wire_stats_t *st)
 {
     uint32_t               i, k;
     ngx_int_t              rc;
+    ngx_str_t              why;
     kvs_buf_t              body;
     kvs_err_t              err;
     ngx_buf_t             *b;
@@ -398,13 +399,21 @@ ngx_http_kvserve_scrape_send(ngx_http_request_t *r, kvs_wire_stats_t *st)
 
     ngx_memzero(&body, sizeof(body));
 
-    if (m != NULL && st != NULL) {
+    if (m != NULL) {
         g = ngx_pcalloc(r->pool, (m->n_models + 1)
                                  * sizeof(kvs_metrics_gauges_t));
         if (g == NULL) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
+        for (k = 0; k < m->n_models; k++) {
+            g[k].available = ngx_http_kvserve_engine_available(k, &why)
+                             == NGX_OK ? KVS_METRICS_AVAIL_UP
+                                       : KVS_METRICS_AVAIL_DOWN;
+        }
+    }
+
+    if (g != NULL && st != NULL) {
         for (i = 0; i < st->n_models; i++) {
             k = st->models[i].index;
             if (k >= m->n_models) {

@@ -51,7 +51,12 @@ typedef struct ngx_http_kvserve_ctx_s     ngx_http_kvserve_ctx_t;
 typedef struct ngx_http_kvserve_tok_job_s ngx_http_kvserve_tok_job_t;
 
 typedef struct {
-    kvs_buf_t                 text;        /* non-streaming: all of it */
+    kvs_buf_t                 text;        /* non-streaming, or streaming
+                                              with tool calls possible:
+                                              all of it */
+    size_t                    sent;        /* streaming with tool calls:
+                                              text's bytes sent as
+                                              content */
     kvs_sample_logprobs_t    *lp;          /* [n_lp], non-streaming */
     size_t                    n_lp;
     size_t                    lp_cap;

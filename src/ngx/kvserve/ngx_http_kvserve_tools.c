@@ -1,0 +1,270 @@
+/*
+ * ngx_http_kvserve_tools: a chat choice whose output may be tool calls
+ * (the request had tools and the model's template teaches a syntax:
+ * req.tool_syntax), turned into OpenAI's message content and tool_calls,
+ * whole or streamed.
+ *
+ * The output is parsed by kvs_tool_parse() once it is complete: all or
+ * nothing, so a client never gets half of what the model meant as calls
+ * (a call cut by max_tokens is text, finish "length").  While it streams,
+ * the bytes that are content whatever follows (kvs_tool_parse_hold) go
+ * out as content deltas at once; the rest waits for the end, where it is
+ * sent as calls (each: a delta with its index, id and name, then one with
+ * its arguments) or, when it is not calls, as content.  The grammar the
+ * engine ran makes the output parse whenever it completed.
+ *
+ * Each call gets a fresh id "call_" + 24 base-62 characters.  Names and
+ * arguments are copied into the request's pool.
+ */
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_kvserve_completions.h"
+#include "api/kvs_tool_parse.h"
+
+
+static uint64_t  ngx_http_kvserve_tools_rng;
+
+
+/* The calls parsed out of text[len] into the pool: *calls NULL and *n 0
+ * when the output is not calls. */
+static ngx_int_t
+ngx_http_kvserve_tools_parse(ngx_http_kvserve_ctx_t *ctx, const u_char *text,
+    size_t len, kvs_api_tool_call_t **calls, size_t *n, size_t *content_len)
+{
+    char                 *id, *p;
+    size_t                i, nl;
+    kvs_err_t             err;
+    kvs_tool_parsed_t     parsed;
+    kvs_api_tool_call_t  *t;
+
+    *calls = NULL;
+    *n = 0;
+    *content_len = len;
+
+    if (kvs_tool_parse((kvs_tool_syntax_t) ctx->req.tool_syntax,
+                       (const char *) text, len, &parsed, &err)
+        != KVS_OK)
+    {
+        ngx_log_error(NGX_LOG_ERR, ctx->r->connection->log, 0,
+                      "kvserve: tool calls: %s", err.msg);
+        return NGX_ERROR;
+    }
+
+    if (parsed.n_calls == 0) {
+        kvs_tool_parsed_free(&parsed);
+        return NGX_OK;
+    }
+
+    t = ngx_pcalloc(ctx->r->pool, parsed.n_calls * sizeof(*t));
+    if (t == NULL) {
+        kvs_tool_parsed_free(&parsed);
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_kvserve_tools_rng == 0) {
+        ngx_http_kvserve_tools_rng = ngx_http_kvserve_random64() | 1;
+    }
+
+    for (i = 0; i < parsed.n_calls; i++) {
+        nl = ngx_strlen(parsed.calls[i].name);
+        id = ngx_pnalloc(ctx->r->pool, KVS_API_CALL_ID_MAX);
+        p = ngx_pnalloc(ctx->r->pool, nl + 1
+                                      + parsed.calls[i].arguments_len + 1);
+        if (id == NULL || p == NULL) {
+            kvs_tool_parsed_free(&parsed);
+            return NGX_ERROR;
+        }
+
+        kvs_api_resp_call_id(id, &ngx_http_kvserve_tools_rng);
+
+        t[i].index = (uint32_t) i;
+        t[i].id = id;
+        t[i].name = p;
+        ngx_memcpy(p, parsed.calls[i].name, nl + 1);
+        p += nl + 1;
+        ngx_memcpy(p, parsed.calls[i].arguments,
+                   parsed.calls[i].arguments_len);
+        p[parsed.calls[i].arguments_len] = '\0';
+        t[i].args = p;
+        t[i].args_len = parsed.calls[i].arguments_len;
+    }
+
+    *calls = t;
+    *n = parsed.n_calls;
+    *content_len = parsed.content_len;
+    kvs_tool_parsed_free(&parsed);
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_kvserve_tools_body(ngx_http_kvserve_ctx_t *ctx, const u_char *text,
+    size_t len, kvs_api_choice_t *c)
+{
+    size_t                content_len;
+    kvs_api_tool_call_t  *calls;
+
+    if (ngx_http_kvserve_tools_parse(ctx, text, len, &calls, &c->n_calls,
+                                     &content_len)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (c->n_calls > 0) {
+        c->calls = calls;
+        c->tool_finish = 1;
+        /* OpenAI's message content is null beside calls with no text */
+        c->text = content_len > 0 ? (const char *) text : NULL;
+        c->len = content_len;
+    }
+
+    return NGX_OK;
+}
+
+
+/* The stream's end for a choice: what was held, as calls or content,
+ * then the finish chunk. */
+static ngx_int_t
+ngx_http_kvserve_tools_end(ngx_http_kvserve_ctx_t *ctx,
+    ngx_http_kvserve_choice_t *ch, kvs_api_choice_t *c, kvs_finish_t finish,
+    kvs_err_t *err)
+{
+    size_t                i, n, content_len;
+    kvs_api_tool_call_t   piece, *calls;
+    const kvs_vocab_t    *v;
+
+    v = ctx->model->vocab;
+
+    /* a call that max_tokens cut is text, as in a whole body */
+    calls = NULL;
+    n = 0;
+    content_len = ch->text.len;
+
+    if (finish == KVS_FINISH_STOP
+        && ngx_http_kvserve_tools_parse(ctx, ch->text.data, ch->text.len,
+                                        &calls, &n, &content_len)
+           != NGX_OK)
+    {
+        kvs_err_set(err, KVS_ENOMEM, "tool calls: out of memory");
+        return NGX_ERROR;
+    }
+
+    if (content_len > ch->sent) {
+        c->text = (const char *) ch->text.data + ch->sent;
+        c->len = content_len - ch->sent;
+        if (kvs_api_resp_chunk(&ctx->out, &ctx->head, c, 1,
+                               ctx->req.include_usage, v, err)
+            != KVS_OK)
+        {
+            return NGX_ERROR;
+        }
+        ch->sent = content_len;
+    }
+
+    c->text = NULL;
+    c->len = 0;
+
+    for (i = 0; i < n; i++) {
+        /* the call's head (index, id, name), then its arguments */
+        piece = calls[i];
+        piece.args = "";
+        piece.args_len = 0;
+        c->calls = &piece;
+        c->n_calls = 1;
+        if (kvs_api_resp_chunk(&ctx->out, &ctx->head, c, 1,
+                               ctx->req.include_usage, v, err)
+            != KVS_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        piece = calls[i];
+        piece.id = NULL;
+        if (kvs_api_resp_chunk(&ctx->out, &ctx->head, c, 1,
+                               ctx->req.include_usage, v, err)
+            != KVS_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    c->calls = NULL;
+    c->n_calls = 0;
+    c->finish = finish;
+    c->tool_finish = n > 0;
+
+    return kvs_api_resp_chunk(&ctx->out, &ctx->head, c, 1,
+                              ctx->req.include_usage, v, err) == KVS_OK
+           ? NGX_OK : NGX_ERROR;
+}
+
+
+ngx_int_t
+ngx_http_kvserve_tools_stream(ngx_http_kvserve_ctx_t *ctx,
+    ngx_http_kvserve_choice_t *ch, uint32_t index, kvs_engine_out_t *o,
+    kvs_err_t *err)
+{
+    size_t              hold;
+    kvs_api_choice_t    c;
+    const kvs_vocab_t  *v;
+
+    v = ctx->model->vocab;
+
+    ngx_memzero(&c, sizeof(c));
+    c.index = index;
+
+    if (!ch->started) {
+        c.role = 1;
+        c.text = "";
+        if (kvs_api_resp_chunk(&ctx->out, &ctx->head, &c, 1,
+                               ctx->req.include_usage, v, err)
+            != KVS_OK)
+        {
+            return NGX_ERROR;
+        }
+        c.role = 0;
+        ch->started = 1;
+    }
+
+    if (o->text.len > 0
+        && kvs_buf_append(&ch->text, o->text.data, o->text.len) != KVS_OK)
+    {
+        kvs_err_set(err, KVS_ENOMEM, "tool calls: out of memory");
+        return NGX_ERROR;
+    }
+
+    hold = kvs_tool_parse_hold((kvs_tool_syntax_t) ctx->req.tool_syntax,
+                               (const char *) ch->text.data, ch->text.len);
+
+    /* content that no call can follow any more, with this frame's
+     * logprobs (alone, in a delta without content, when none is sure) */
+    c.lp = o->lp;
+    c.n_lp = o->n_lp;
+    if (hold > ch->sent) {
+        c.text = (const char *) ch->text.data + ch->sent;
+        c.len = hold - ch->sent;
+        ch->sent = hold;
+    }
+
+    if ((c.text != NULL || c.n_lp > 0)
+        && kvs_api_resp_chunk(&ctx->out, &ctx->head, &c, 1,
+                              ctx->req.include_usage, v, err)
+           != KVS_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (o->finish != KVS_FINISH_STOP && o->finish != KVS_FINISH_LENGTH) {
+        return NGX_OK;
+    }
+
+    c.lp = NULL;
+    c.n_lp = 0;
+
+    return ngx_http_kvserve_tools_end(ctx, ch, &c, o->finish, err);
+}
