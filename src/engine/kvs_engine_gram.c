@@ -1,5 +1,7 @@
 /*
- * kvs_engine_gram: output constraints (response_format) in the engine:
+ * kvs_engine_gram: output constraints (response_format, and the tool
+ * calls' grammar, KVS_GRAM_REQ_TOOLS, whose messages name the tools spec's
+ * fields already) in the engine:
  * the vocabulary's token trie built once at load, the compiled grammars
  * shared through a bounded cache (kvs_gram_req.h), and per constrained
  * sequence a matcher and a masker.
@@ -133,7 +135,8 @@ kvs_engine_gram_setup(kvs_engine_t *e, kvs_engine_seq_t *h,
                            "json_schema");
     }
 
-    if (req->gram_kind == KVS_GRAM_REQ_SCHEMA
+    if ((req->gram_kind == KVS_GRAM_REQ_SCHEMA
+         || req->gram_kind == KVS_GRAM_REQ_TOOLS)
         && (req->schema == NULL || req->schema_len == 0
             || req->schema_len > KVS_GRAM_REQ_MAX_SCHEMA))
     {
@@ -153,7 +156,9 @@ kvs_engine_gram_setup(kvs_engine_t *e, kvs_engine_seq_t *h,
     if (rc != KVS_OK) {
         /* the worker compiled it already: only a worker of another build
          * gets here, and the path still names the keyword */
-        if (err != NULL && rc != KVS_ENOMEM) {
+        if (err != NULL && rc != KVS_ENOMEM
+            && req->gram_kind != KVS_GRAM_REQ_TOOLS)
+        {
             kvs_engine_gram_path(err);
         }
         h->gram = NULL;

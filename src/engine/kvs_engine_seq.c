@@ -97,7 +97,8 @@ kvs_engine_sample(kvs_engine_t *e, kvs_engine_seq_t *h, float *logits)
 void
 kvs_engine_token(kvs_engine_t *e, kvs_engine_seq_t *h, int32_t tok)
 {
-    int                 gend;
+    int                 gend, rc;
+    unsigned            dflags;
     uint32_t            i;
     kvs_err_t           err;
     const kvs_vocab_t  *v;
@@ -146,7 +147,22 @@ kvs_engine_token(kvs_engine_t *e, kvs_engine_seq_t *h, int32_t tok)
     e->piece.len = 0;
     e->text.len = 0;
 
-    if (kvs_detok_push(&h->detok, tok, &e->piece, &err) != KVS_OK
+    /* a tool-call marker that is a control token (Mistral's [TOOL_CALLS])
+     * is text to the grammar, so its text is written where a grammar
+     * allowed it (kvs_gram_vocab_marker) */
+    dflags = h->detok.flags;
+    if (h->gram != NULL && e->gv != NULL
+        && (uint32_t) tok < e->gv->n_tokens && (uint32_t) tok < v->n_tokens
+        && e->gv->kind[tok] == KVS_GRAM_TOK_TEXT
+        && v->tokens[tok].type == KVS_TOKT_CONTROL)
+    {
+        h->detok.flags |= KVS_DETOK_SPECIAL;
+    }
+
+    rc = kvs_detok_push(&h->detok, tok, &e->piece, &err);
+    h->detok.flags = dflags;
+
+    if (rc != KVS_OK
         || kvs_stop_feed(&h->stop, (const char *) e->piece.data,
                          e->piece.len, &e->text, &err) != KVS_OK)
     {

@@ -201,9 +201,33 @@ kvs_sc_char(kvs_sc_t *sc, uint32_t *rule)
         }
     }
 
-    /* \u and four hex digits, D800-DFFF left out */
+    /* \u and four hex digits, D800-DFFF left out; under JANSSON \u0000
+     * too (jansson refuses NUL in strings): "\u" [1-9] or "\u0" [1-9a-f]
+     * or "\u00" [1-9a-f] or "\u000" [1-9a-f], then hex digits */
+    for (k = 0; rc == KVS_OK && (sc->flags & KVS_GRAM_JANSSON) && k < 10;
+         k++)
+    {
+        static const char  nz[] = "19afAF";
+        unsigned           zeros, c, j;
+
+        zeros = k == 0 ? 0 : (k - 1) / 3 + 1;
+        c = k == 0 ? 0 : (k - 1) % 3;
+
+        kvs_gram_seq_reset(&q);
+        kvs_gram_seq_lit(&q, "\\u000", 2 + zeros);
+        kvs_gram_seq_range(&q, (uint8_t) nz[2 * c], (uint8_t) nz[2 * c + 1]);
+        for (j = zeros + 1; j < 4; j++) {
+            kvs_gram_seq_ref(&q, hex);
+        }
+        rc = kvs_gram_add_alt(sc->g, r, &q, sc->err);
+    }
+
     for (k = 0; rc == KVS_OK && k < 7; k++) {
         static const char  lo[] = "0aAeEdD", hi[] = "9cCfFdD";
+
+        if (k == 0 && (sc->flags & KVS_GRAM_JANSSON)) {
+            continue;                 /* the 0... escapes are above */
+        }
 
         kvs_gram_seq_reset(&q);
         kvs_gram_seq_lit(&q, "\\u", 2);
@@ -261,6 +285,27 @@ kvs_sc_string(kvs_sc_t *sc, uint32_t *rule)
 }
 
 
+/* [0-9]{min,max} as a rule */
+static int
+kvs_sc_digit_rep(kvs_sc_t *sc, uint32_t min, uint32_t max, uint32_t *rule)
+{
+    int             rc;
+    uint32_t        d;
+    kvs_gram_seq_t  q;
+
+    memset(&q, 0, sizeof(q));
+    kvs_gram_seq_range(&q, '0', '9');
+    rc = kvs_sc_rule_of(sc, &q, &d);
+    kvs_gram_seq_free(&q);
+
+    if (rc == KVS_OK) {
+        rc = kvs_gram_repeat(sc->g, d, NULL, min, max, rule, sc->err);
+    }
+
+    return rc;
+}
+
+
 /* [0-9]* as a rule */
 int
 kvs_sc_digits(kvs_sc_t *sc, uint32_t min, uint32_t *rule)
@@ -297,7 +342,10 @@ kvs_sc_integer(kvs_sc_t *sc, uint32_t *rule)
 
     memset(&q, 0, sizeof(q));
 
-    rc = kvs_sc_digits(sc, 0, &digits);
+    /* under JANSSON [1-9][0-9]{0,17}: below 2^63, jansson's "too big
+     * integer" */
+    rc = sc->flags & KVS_GRAM_JANSSON ? kvs_sc_digit_rep(sc, 0, 17, &digits)
+                                      : kvs_sc_digits(sc, 0, &digits);
     if (rc == KVS_OK) {
         rc = kvs_sc_lit_rule(sc, "0", &u);
     }
@@ -338,7 +386,7 @@ int
 kvs_sc_number(kvs_sc_t *sc, uint32_t *rule)
 {
     int             rc;
-    uint32_t        i, d1, frac, ex, sign, r;
+    uint32_t        i, d1, de, frac, ex, sign, r;
     kvs_gram_seq_t  q;
 
     if (sc->r_number != KVS_SC_NONE) {
@@ -351,6 +399,12 @@ kvs_sc_number(kvs_sc_t *sc, uint32_t *rule)
     rc = kvs_sc_integer(sc, &i);
     if (rc == KVS_OK) {
         rc = kvs_sc_digits(sc, 1, &d1);
+    }
+    de = d1;
+    if (rc == KVS_OK && (sc->flags & KVS_GRAM_JANSSON)) {
+        /* two exponent digits: 1e99 at most with 18 integer digits stays
+         * far from a double's overflow (jansson refuses "1e999") */
+        rc = kvs_sc_digit_rep(sc, 1, 2, &de);
     }
 
     if (rc == KVS_OK) {
@@ -392,14 +446,14 @@ kvs_sc_number(kvs_sc_t *sc, uint32_t *rule)
         kvs_gram_seq_reset(&q);
         kvs_gram_seq_range(&q, 'e', 'e');
         kvs_gram_seq_ref(&q, sign);
-        kvs_gram_seq_ref(&q, d1);
+        kvs_gram_seq_ref(&q, de);
         rc = kvs_gram_add_alt(sc->g, ex, &q, sc->err);
     }
     if (rc == KVS_OK) {
         kvs_gram_seq_reset(&q);
         kvs_gram_seq_range(&q, 'E', 'E');
         kvs_gram_seq_ref(&q, sign);
-        kvs_gram_seq_ref(&q, d1);
+        kvs_gram_seq_ref(&q, de);
         rc = kvs_gram_add_alt(sc->g, ex, &q, sc->err);
     }
 

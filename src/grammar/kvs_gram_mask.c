@@ -301,6 +301,35 @@ kvs_gram_vocab_from_bytes(kvs_gram_vocab_t **out, uint32_t n,
 }
 
 
+/* Control tokens that are text to a grammar: the tool-call markers a
+ * model writes as one token ([TOOL_CALLS] in Mistral v0.3,
+ * <|python_tag|> in Llama 3.1; Qwen's <tool_call> is user-defined, text
+ * already).  A model must be able to write them as it was trained to;
+ * the engine writes their text into the output of a constrained
+ * sequence (kvs_engine_seq.c), so mask and output agree. */
+static const char  *kvs_gram_markers[] = {
+    "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|python_tag|>",
+    "<|tool_call|>", "<function=", "</function>"
+};
+
+
+int
+kvs_gram_vocab_marker(const char *text, size_t len)
+{
+    size_t  i;
+
+    for (i = 0; i < sizeof(kvs_gram_markers) / sizeof(char *); i++) {
+        if (len == strlen(kvs_gram_markers[i])
+            && memcmp(text, kvs_gram_markers[i], len) == 0)
+        {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
 int
 kvs_gram_vocab_from_vocab(kvs_gram_vocab_t **out, const kvs_vocab_t *v,
     kvs_err_t *err)
@@ -337,6 +366,16 @@ kvs_gram_vocab_from_vocab(kvs_gram_vocab_t **out, const kvs_vocab_t *v,
         switch (tok->type) {
 
         case KVS_TOKT_CONTROL:
+            if (kvs_gram_vocab_marker(tok->text, tok->len)) {
+                /* its text, verbatim, as the engine writes it */
+                memcpy(gv->bytes + o, tok->text, tok->len);
+                o += tok->len;
+                gv->len[i] = tok->len;
+                continue;
+            }
+            gv->kind[i] = KVS_GRAM_TOK_REFUSED;
+            continue;
+
         case KVS_TOKT_UNKNOWN:
         case KVS_TOKT_UNUSED:
             gv->kind[i] = KVS_GRAM_TOK_REFUSED;

@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/kvs_grammar.h"
+#include "grammar/kvs_gram_schema_impl.h"
 
 #define KVS_RE_MAX_REPEAT  1000
 #define KVS_RE_MAX_DEPTH   64
@@ -44,6 +44,7 @@ typedef struct {
     const uint8_t   *p;
     size_t           i, n;
     unsigned         depth;
+    unsigned         flags;           /* KVS_GRAM_*: JANSSON, no U+0000 */
     kvs_err_t       *err;
 } kvs_re_t;
 
@@ -160,6 +161,10 @@ kvs_re_set_rule(kvs_re_t *re, kvs_re_set_t *s, uint32_t *rule)
     for (i = 0; i < s->n && rc == KVS_OK; i++) {
         /* the characters JSON must escape, one alternative each */
         for (c = s->r[i].lo; c <= s->r[i].hi && c < 0x20; c++) {
+            if (c == 0 && (re->flags & KVS_GRAM_JANSSON)) {
+                continue;
+            }
+
             switch (c) {
             case '\b': memcpy(esc, "\\b", 3); break;
             case '\f': memcpy(esc, "\\f", 3); break;
@@ -780,6 +785,14 @@ int
 kvs_gram_regex(kvs_gram_t *g, const char *p, size_t len, uint32_t *rule,
     kvs_err_t *err)
 {
+    return kvs_sc_regex(g, p, len, 0, rule, err);
+}
+
+
+int
+kvs_sc_regex(kvs_gram_t *g, const char *p, size_t len, unsigned flags,
+    uint32_t *rule, kvs_err_t *err)
+{
     int             rc, start, end;
     size_t          k, bs;
     uint32_t        body, any, star;
@@ -791,6 +804,7 @@ kvs_gram_regex(kvs_gram_t *g, const char *p, size_t len, uint32_t *rule,
     re.g = g;
     re.p = (const uint8_t *) p;
     re.n = len;
+    re.flags = flags;
     re.err = err;
 
     start = len > 0 && p[0] == '^';

@@ -40,6 +40,7 @@ kvs_gram_req_compile(kvs_gram_t *g, unsigned kind, const char *text,
 {
     int              rc;
     json_t          *s;
+    const char      *what;
     json_error_t     je;
     kvs_gram_opts_t  o;
 
@@ -52,24 +53,28 @@ kvs_gram_req_compile(kvs_gram_t *g, unsigned kind, const char *text,
         return kvs_gram_json_object(g, &o, err);
     }
 
-    if (kind != KVS_GRAM_REQ_SCHEMA) {
+    if (kind != KVS_GRAM_REQ_SCHEMA && kind != KVS_GRAM_REQ_TOOLS) {
         return kvs_err_set(err, KVS_EINVAL, "constraint kind %u is not "
-                           "one of 1 (json_object), 2 (json_schema)", kind);
+                           "one of 1 (json_object), 2 (json_schema), "
+                           "3 (tools)", kind);
     }
 
+    what = kind == KVS_GRAM_REQ_TOOLS ? "tools spec" : "schema";
+
     if (len > KVS_GRAM_REQ_MAX_SCHEMA) {
-        return kvs_err_set(err, KVS_EINVAL, "schema: %zu bytes of JSON; at "
-                           "most %u", len, KVS_GRAM_REQ_MAX_SCHEMA);
+        return kvs_err_set(err, KVS_EINVAL, "%s: %zu bytes of JSON; at "
+                           "most %u", what, len, KVS_GRAM_REQ_MAX_SCHEMA);
     }
 
     s = json_loadb(text, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES,
                    &je);
     if (s == NULL) {
-        return kvs_err_set(err, KVS_EINVAL, "schema: not JSON: %s",
+        return kvs_err_set(err, KVS_EINVAL, "%s: not JSON: %s", what,
                            je.text);
     }
 
-    rc = kvs_gram_from_schema(g, s, &o, err);
+    rc = kind == KVS_GRAM_REQ_TOOLS ? kvs_gram_from_tools(g, s, &o, err)
+                                    : kvs_gram_from_schema(g, s, &o, err);
     json_decref(s);
 
     return rc;

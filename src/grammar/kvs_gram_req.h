@@ -4,7 +4,8 @@
  * compiled grammars.
  *
  * A constraint is a kind and, for KVS_GRAM_REQ_SCHEMA, the schema's
- * canonical JSON text (jansson, sorted keys, compact): the API compiles
+ * canonical JSON text (jansson, sorted keys, compact; for
+ * KVS_GRAM_REQ_TOOLS the tools spec's, kvs_gram_from_tools()): the API compiles
  * it once to refuse what is not supported (the 400 names the keyword),
  * the wire carries the text, and the engine compiles it again through
  * the cache, keyed by (kind, text), since a compiled grammar is not
@@ -34,9 +35,9 @@
 #define KVS_GRAM_REQ_NONE     0       /* no constraint (text) */
 #define KVS_GRAM_REQ_OBJECT   1       /* json_object: any JSON object */
 #define KVS_GRAM_REQ_SCHEMA   2       /* json_schema: schema text given */
-#define KVS_GRAM_REQ_TOOLS    3       /* tool calls: the spec of
-                                         kvs_gram_from_tools() given */
-#define KVS_GRAM_REQ_KIND_MAX 2
+#define KVS_GRAM_REQ_TOOLS    3       /* tool calls: the text is a tools
+                                         spec (kvs_gram_from_tools) */
+#define KVS_GRAM_REQ_KIND_MAX 3
 
 /* The schema's canonical text, bytes; a larger one is a 400. */
 #define KVS_GRAM_REQ_MAX_SCHEMA  (64u << 10)
@@ -54,7 +55,9 @@
  * also after an error).  kind SCHEMA: text[len] is the schema's JSON
  * (KVS_EINVAL if it is not JSON or too long); the messages are the
  * schema compiler's, starting with the keyword's path inside the schema
- * ("properties.a.format: ...").  Kind OBJECT ignores text.
+ * ("properties.a.format: ...").  Kind TOOLS: text[len] is a tools spec
+ * (same bound; messages name the spec's field, "tools[0].parameters.
+ * properties.a.format: ...").  Kind OBJECT ignores text.
  */
 int kvs_gram_req_compile(kvs_gram_t *g, unsigned kind, const char *text,
     size_t len, kvs_err_t *err);

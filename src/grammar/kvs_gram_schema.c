@@ -174,7 +174,7 @@ kvs_sc_str(kvs_sc_t *sc, const json_t *s, uint32_t *rule)
             k = strlen(re);
         }
 
-        rc = kvs_gram_regex(sc->g, re, k, &body, sc->err);
+        rc = kvs_sc_regex(sc->g, re, k, sc->flags, &body, sc->err);
         if (rc != KVS_OK) {
             size_t  old;
 
@@ -657,7 +657,7 @@ kvs_sc_schema(kvs_sc_t *sc, const json_t *s, uint32_t *rule)
 }
 
 
-static void
+void
 kvs_sc_init(kvs_sc_t *sc, kvs_gram_t *g, const json_t *root,
     const kvs_gram_opts_t *opts, kvs_err_t *err)
 {

@@ -81,6 +81,9 @@ int kvs_sc_number(kvs_sc_t *sc, uint32_t *rule);
 int kvs_sc_value(kvs_sc_t *sc, uint32_t *rule);
 
 /* kvs_gram_schema.c */
+/* A compilation into g (already initialised) of schemas under root. */
+void kvs_sc_init(kvs_sc_t *sc, kvs_gram_t *g, const json_t *root,
+    const kvs_gram_opts_t *opts, kvs_err_t *err);
 /* s's rule, through the dispatch (each nested schema comes back here). */
 int kvs_sc_schema(kvs_sc_t *sc, const json_t *s, uint32_t *rule);
 /* s[kw] as a count into *out; *have: whether s has kw. */
@@ -90,6 +93,11 @@ int kvs_sc_count(kvs_sc_t *sc, const json_t *s, const char *kw,
 /* kvs_gram_schema_obj.c */
 int kvs_sc_object(kvs_sc_t *sc, const json_t *s, uint32_t *rule);
 int kvs_sc_array(kvs_sc_t *sc, const json_t *s, uint32_t *rule);
+
+/* kvs_gram_regex.c: kvs_gram_regex() with the KVS_GRAM_* flags (JANSSON
+ * leaves U+0000 out of every character set) */
+int kvs_sc_regex(kvs_gram_t *g, const char *re, size_t len, unsigned flags,
+    uint32_t *rule, kvs_err_t *err);
 
 /* kvs_gram_values.c */
 void kvs_sc_put(kvs_sc_buf_t *b, const void *p, size_t n);

@@ -135,6 +135,11 @@ int kvs_gram_repeat(kvs_gram_t *g, uint32_t x, const kvs_gram_seq_t *sep,
 /* ---- JSON Schema -> grammar ------------------------------------------ */
 
 #define KVS_GRAM_COMPACT  0x1         /* "," and ":" with no space after */
+#define KVS_GRAM_JANSSON  0x2         /* only JSON jansson reads back: no
+                                         \u0000 in strings, integer parts
+                                         of at most 18 digits, exponents
+                                         of at most 2 (tool arguments,
+                                         which kvs_tool_parse reads) */
 
 typedef struct {
     unsigned           flags;         /* KVS_GRAM_* */
@@ -158,6 +163,24 @@ int kvs_gram_from_schema(kvs_gram_t *g, const struct json_t *schema,
 /* json_object mode: any JSON object. */
 int kvs_gram_json_object(kvs_gram_t *g, const kvs_gram_opts_t *opts,
     kvs_err_t *err);
+
+/*
+ * Compiles a tool-call spec (the format and the grammar per syntax and
+ * tool_choice are in kvs_gram_tools.c and docs/grammar.md, "Tool
+ * calls"):
+ *
+ *   {"choice": "auto"|"required"|"none", "parallel": true|false,
+ *    "syntax": "hermes"|"llama3"|"mistral"|"granite"|"firefunction"|
+ *              "functionary",
+ *    "tools": [{"name": NAME, "parameters": SCHEMA}, ...]}
+ *
+ * into g (initialised here; kvs_gram_free() it, also after an error).
+ * A bad field is KVS_EINVAL naming it ("tools[1].name: ..."); a schema
+ * the compiler refuses keeps its message, prefixed with
+ * "tools[i].parameters.".
+ */
+int kvs_gram_from_tools(kvs_gram_t *g, const struct json_t *spec,
+    const kvs_gram_opts_t *opts, kvs_err_t *err);
 
 /* A regex (the subset in docs/grammar.md) matched by the whole of the
  * *decoded* text of a JSON string body, as a rule of g over the string's
@@ -305,10 +328,16 @@ typedef struct {
 
 /* From a loaded vocabulary: each token's output bytes as
  * kvs_tok_decode() writes them (SPM "\xe2\x96\x81" is a space, <0xNN>
- * its byte); EOS, EOT and EOM are END; control, unknown and unused
- * tokens are REFUSED. */
+ * its byte); EOS, EOT and EOM are END; control (but the tool-call
+ * markers, kvs_gram_vocab_marker()), unknown and unused tokens are
+ * REFUSED. */
 int kvs_gram_vocab_from_vocab(kvs_gram_vocab_t **out, const kvs_vocab_t *v,
     kvs_err_t *err);
+
+/* 1 if a control token of this text is a tool-call marker, which
+ * kvs_gram_vocab_from_vocab() makes a TEXT token of its text verbatim
+ * (and the engine writes into a constrained output). */
+int kvs_gram_vocab_marker(const char *text, size_t len);
 
 /* From bytes: texts[i] of lens[i] bytes, kinds[i] a KVS_GRAM_TOK_*. */
 int kvs_gram_vocab_from_bytes(kvs_gram_vocab_t **out, uint32_t n,

@@ -414,6 +414,37 @@ tg_valid_text(const char *schema, const char *text, size_t len)
 }
 
 
+/* The brute-force mask: every token on its own (a text token iff the
+ * matcher takes all its bytes; an END token iff the grammar is complete;
+ * others never), what kvs_gram_mask() must equal. */
+static inline void
+tg_brute(kvs_gram_matcher_t *m, const kvs_gram_vocab_t *gv, uint32_t *bits,
+    uint32_t words)
+{
+    uint32_t  id;
+
+    memset(bits, 0, words * sizeof(uint32_t));
+
+    for (id = 0; id < gv->n_tokens; id++) {
+        if (gv->kind[id] == KVS_GRAM_TOK_END) {
+            if (kvs_gram_matcher_can_end(m)) {
+                bits[id >> 5] |= 1u << (id & 31);
+            }
+            continue;
+        }
+        if (gv->kind[id] != KVS_GRAM_TOK_TEXT) {
+            continue;
+        }
+        if (kvs_gram_matcher_feed(m, gv->bytes + gv->off[id], gv->len[id],
+                                  NULL) == KVS_OK)
+        {
+            bits[id >> 5] |= 1u << (id & 31);
+            kvs_gram_matcher_rollback(m, gv->len[id]);
+        }
+    }
+}
+
+
 /* xorshift, so that runs repeat */
 static inline uint64_t
 tg_rand(uint64_t *st)

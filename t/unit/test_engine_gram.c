@@ -12,7 +12,10 @@
  * samples on its "device": a constrained step must come back to the
  * host); what the grammar cannot do, and stop strings beside a
  * constraint, are refused at submit with the reason; the prefix cache
- * and KV pool end clean.
+ * and KV pool end clean.  Tool calls (KVS_GRAM_REQ_TOOLS): "required"
+ * output parses (kvs_tool_parse) into a call of a tool with valid
+ * arguments, "auto" into text or calls, also when the marker is one
+ * control token (then its text is in the output).
  */
 
 #include "kvs_test.h"
@@ -21,6 +24,7 @@
 
 #include <unistd.h>
 
+#include "api/kvs_tool_parse.h"
 #include "engine/kvs_engine.h"
 #include "grammar/kvs_gram_req.h"
 
@@ -650,6 +654,188 @@ test_device_sampling(void **state)
 }
 
 
+/* ---- tool calls --------------------------------------------------------- */
+
+#define TOOLS_SPEC(choice, syntax) \
+    "{\"choice\":\"" choice "\",\"parallel\":false,\"syntax\":\"" \
+    syntax "\",\"tools\":[{\"name\":\"get_weather\",\"parameters\":" \
+    "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":" \
+    "\"string\",\"maxLength\":6},\"unit\":{\"enum\":[\"c\",\"f\"]}}," \
+    "\"required\":[\"city\",\"unit\"],\"additionalProperties\":false}}," \
+    "{\"name\":\"add\",\"parameters\":{\"type\":\"object\"," \
+    "\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":0," \
+    "\"maximum\":99}},\"required\":[\"a\"],\"additionalProperties\":" \
+    "false}}]}"
+
+static const char  *tool_args[2] = {
+    "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\","
+    "\"maxLength\":6},\"unit\":{\"enum\":[\"c\",\"f\"]}},\"required\":"
+    "[\"city\",\"unit\"]}",
+    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\","
+    "\"minimum\":0,\"maximum\":99}},\"required\":[\"a\"]}"
+};
+
+
+/* 1 if o parsed into calls (checked), 0 if into text (checked too). */
+static int
+check_tools(kvs_tool_syntax_t syn, const char *marker,
+    const kvs_engine_out_t *o)
+{
+    size_t             i;
+    kvs_err_t          err;
+    kvs_tool_parsed_t  p;
+    const char        *text;
+
+    text = (const char *) o->text.data;
+
+    if (getenv("KVS_TEST_SHOW") != NULL) {
+        print_message("%d %.*s\n", (int) o->finish, (int) o->text.len,
+                      text);
+    }
+
+    assert_int_equal(o->finish, KVS_FINISH_STOP);
+    assert_int_equal(kvs_tool_parse(syn, text, o->text.len, &p, &err),
+                     KVS_OK);
+
+    if (p.n_calls == 0) {
+        assert_int_equal(p.content_len, o->text.len);
+        assert_null(memmem(text, o->text.len, marker, strlen(marker)));
+        return 0;
+    }
+
+    assert_int_equal(p.n_calls, 1);
+
+    for (i = 0; i < p.n_calls; i++) {
+        if (strcmp(p.calls[i].name, "get_weather") == 0) {
+            assert_int_equal(tg_valid_text(tool_args[0], p.calls[i].arguments,
+                                           p.calls[i].arguments_len), 1);
+        } else {
+            assert_string_equal(p.calls[i].name, "add");
+            assert_int_equal(tg_valid_text(tool_args[1], p.calls[i].arguments,
+                                           p.calls[i].arguments_len), 1);
+        }
+    }
+
+    kvs_tool_parsed_free(&p);
+
+    return 1;
+}
+
+
+/*
+ * A TOOLS constraint on the generated model, whose vocabulary gets a
+ * control token "[TOOL_CALLS]" (as Mistral v0.3's): "required" always
+ * ends in a call, "auto" in text or a call; the marker written as that
+ * one token shows in the output's text.
+ */
+static void
+test_tools(void **state)
+{
+    int                marked, stopped;
+    uint32_t           i, q, k, ctl, calls;
+    int32_t            prompt[4] = { 5, 6, 7, 8 };
+    const char        *old_text;
+    uint32_t           old_len;
+    uint8_t            old_type;
+    kvs_engine_t      *e;
+    kvs_engine_req_t   req;
+    kvs_engine_out_t   o;
+    kvs_test_model_t   md;
+    static const struct {
+        const char         *spec;
+        kvs_tool_syntax_t   syn;
+        const char         *marker;
+        int                 required;
+    } cases[] = {
+        { TOOLS_SPEC("required", "mistral"), KVS_TOOL_SYN_MISTRAL,
+          "[TOOL_CALLS]", 1 },
+        { TOOLS_SPEC("auto", "mistral"), KVS_TOOL_SYN_MISTRAL,
+          "[TOOL_CALLS]", 0 },
+        { TOOLS_SPEC("required", "hermes"), KVS_TOOL_SYN_HERMES,
+          "<tool_call>", 1 },
+        { TOOLS_SPEC("auto", "hermes"), KVS_TOOL_SYN_HERMES,
+          "<tool_call>", 0 },
+        { TOOLS_SPEC("required", "llama3"), KVS_TOOL_SYN_LLAMA3,
+          "<|python_tag|>", 1 },
+        { TOOLS_SPEC("required", "functionary"), KVS_TOOL_SYN_FUNCTIONARY,
+          "<function=", 1 },
+    };
+
+    (void) state;
+
+    kvs_test_model_small(&md, "gramt", 1024, 14, 0);
+
+    /* the first merged text token becomes the marker, a control token */
+    for (ctl = 256; ctl < md.v->n_tokens; ctl++) {
+        if (md.v->tokens[ctl].type == KVS_TOKT_NORMAL
+            && md.v->tokens[ctl].len >= 2 && (int32_t) ctl != md.v->eos
+            && (int32_t) ctl != md.v->bos && (int32_t) ctl != md.v->eot)
+        {
+            break;
+        }
+    }
+    assert_true(ctl < md.v->n_tokens);
+    old_text = md.v->tokens[ctl].text;
+    old_len = md.v->tokens[ctl].len;
+    old_type = md.v->tokens[ctl].type;
+    md.v->tokens[ctl].text = "[TOOL_CALLS]";
+    md.v->tokens[ctl].len = 12;
+    md.v->tokens[ctl].type = KVS_TOKT_CONTROL;
+
+    e = new_engine(&md, KVS_BACKEND_CPU);
+    marked = 0;
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        calls = 0;
+        stopped = 0;
+
+        for (q = 0; q < 12; q++) {
+            set_req(&req, prompt, 4, KVS_GRAM_REQ_TOOLS, cases[i].spec,
+                    &samps[1 + q % 3], 300 + q);
+            req.max_tokens = 300;
+            run(e, &req, &o, 1);
+
+            if (o.finish == KVS_FINISH_LENGTH && !cases[i].required) {
+                /* free text may run to max_tokens */
+                kvs_engine_out_free(&o);
+                continue;
+            }
+
+            stopped++;
+            calls += (uint32_t) check_tools(cases[i].syn, cases[i].marker,
+                                            &o);
+
+            for (k = 0; k < o.n_tokens; k++) {
+                if (o.tokens[k] == (int32_t) ctl) {
+                    /* the control token's text is in the output */
+                    assert_non_null(memmem(o.text.data, o.text.len,
+                                           "[TOOL_CALLS]", 12));
+                    marked++;
+                }
+            }
+
+            kvs_engine_out_free(&o);
+        }
+
+        if (cases[i].required) {
+            assert_int_equal(calls, 12);
+        } else {
+            assert_true(stopped > 0);
+        }
+    }
+
+    /* the mask offered the one-token marker and the model took it */
+    assert_true(marked > 0);
+
+    kvs_engine_free(e);
+
+    md.v->tokens[ctl].text = old_text;
+    md.v->tokens[ctl].len = old_len;
+    md.v->tokens[ctl].type = old_type;
+    kvs_test_model_free(&md);
+}
+
+
 int
 main(int argc, char **argv)
 {
@@ -661,6 +847,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_cache),
         cmocka_unit_test(test_shared_table),
         cmocka_unit_test(test_device_sampling),
+        cmocka_unit_test(test_tools),
     };
 
     kvs_test_fake_cuda(argc > 0 ? argv[0] : NULL, fake_so, sizeof(fake_so));

@@ -54,35 +54,6 @@ tm_gram(kvs_gram_t *g, size_t i)
 }
 
 
-/* the brute force: every token on its own */
-static void
-tm_brute(kvs_gram_matcher_t *m, const kvs_gram_vocab_t *gv, uint32_t *bits,
-    uint32_t words)
-{
-    uint32_t  id;
-
-    memset(bits, 0, words * sizeof(uint32_t));
-
-    for (id = 0; id < gv->n_tokens; id++) {
-        if (gv->kind[id] == KVS_GRAM_TOK_END) {
-            if (kvs_gram_matcher_can_end(m)) {
-                bits[id >> 5] |= 1u << (id & 31);
-            }
-            continue;
-        }
-        if (gv->kind[id] != KVS_GRAM_TOK_TEXT) {
-            continue;
-        }
-        if (kvs_gram_matcher_feed(m, gv->bytes + gv->off[id], gv->len[id],
-                                  NULL) == KVS_OK)
-        {
-            bits[id >> 5] |= 1u << (id & 31);
-            kvs_gram_matcher_rollback(m, gv->len[id]);
-        }
-    }
-}
-
-
 static void
 tm_diff(const kvs_gram_vocab_t *gv, const uint32_t *a, const uint32_t *b,
     const char *text, size_t len)
@@ -144,7 +115,7 @@ tm_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t max_steps,
                     fail_msg("schema %zu after \"%.*s\": %s", i, (int) len,
                              text, err.msg);
                 }
-                tm_brute(&m, gv, brute, words);
+                tg_brute(&m, gv, brute, words);
                 if (memcmp(bits, brute, words * sizeof(uint32_t)) != 0) {
                     tm_diff(gv, bits, brute, text, len);
                 }
