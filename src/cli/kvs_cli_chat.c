@@ -1,12 +1,16 @@
 /*
  * kvs_cli_chat: `kvserve chat-template`: renders the OpenAI messages read
- * from stdin (an array, or a request object holding "messages") with the
- * model's chat template and prints the prompt exactly, with no newline
- * added, so that it can be compared byte for byte with other renderers.
+ * from stdin (an array, or a request object holding "messages" and maybe
+ * "tools") with the model's chat template and prints the prompt exactly,
+ * with no newline added, so that it can be compared byte for byte with
+ * other renderers.
  *
  * The template is recognised from the GGUF's tokenizer.chat_template
- * unless --template names one; bos_token and eos_token are the texts of
- * the vocabulary's BOS and EOS tokens, as Hugging Face passes them.
+ * unless --template names one, or --jinja gives a template file to run
+ * as written (the server's default path: kvs_chat_render() through
+ * kvs_chat_jinja, with the same checks, context and limits); bos_token
+ * and eos_token are the texts of the vocabulary's BOS and EOS tokens, as
+ * Hugging Face passes them.
  */
 
 #include <jansson.h>
@@ -16,15 +20,18 @@
 
 #include "model/kvs_gguf.h"
 #include "tokenizer/kvs_chat.h"
+#include "tokenizer/kvs_chat_jinja.h"
 #include "kvs_cli.h"
 
 
 static void
 kvs_cli_chat_usage(void)
 {
-    fprintf(stderr, "usage: kvserve chat-template [--template NAME] "
-            "[--no-generation-prompt] model.gguf < messages.json\n"
-            "  NAME: " KVS_CHAT_NAMES "\n");
+    fprintf(stderr, "usage: kvserve chat-template [--template NAME | "
+            "--jinja FILE] [--no-generation-prompt] model.gguf "
+            "< messages.json\n"
+            "  NAME: " KVS_CHAT_NAMES "\n"
+            "  FILE: a Jinja chat template, run as written\n");
 }
 
 
@@ -78,7 +85,43 @@ kvs_cli_chat_token(kvs_gguf_t *g, const char *key, const char **text,
 }
 
 
-/* named: the template --template names, or NULL to recognise it. */
+/* A template file's text into b. */
+static int
+kvs_cli_chat_file(const char *path, kvs_buf_t *b)
+{
+    FILE    *f;
+    char     chunk[65536];
+    size_t   n;
+    int      rc;
+
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        perror(path);
+        return -1;
+    }
+
+    rc = 0;
+
+    while (rc == 0 && (n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+        if (kvs_buf_append(b, chunk, n) != KVS_OK) {
+            fprintf(stderr, "kvserve chat-template: out of memory\n");
+            rc = -1;
+        }
+    }
+
+    if (rc == 0 && ferror(f)) {
+        perror(path);
+        rc = -1;
+    }
+
+    fclose(f);
+
+    return rc;
+}
+
+
+/* named: the template --template names (or --jinja compiled), or NULL to
+ * recognise it. */
 static int
 kvs_cli_chat_run(const char *path, const kvs_chat_t *named, int agp)
 {
@@ -110,6 +153,7 @@ kvs_cli_chat_run(const char *path, const kvs_chat_t *named, int agp)
     memset(&out, 0, sizeof(out));
     memset(&args, 0, sizeof(args));
     args.add_generation_prompt = agp;
+    args.tools = json_is_object(in) ? json_object_get(in, "tools") : NULL;
 
     if (named != NULL) {
         chat = *named;
@@ -159,21 +203,61 @@ kvs_cli_chat_run(const char *path, const kvs_chat_t *named, int agp)
 }
 
 
+/* --jinja FILE: the file compiled as the server compiles a model's. */
+static int
+kvs_cli_chat_jinja(const char *path, const char *file, int agp)
+{
+    int                rc;
+    kvs_buf_t          text;
+    kvs_err_t          err;
+    kvs_chat_t         chat;
+    kvs_chat_jinja_t  *cj;
+
+    memset(&text, 0, sizeof(text));
+
+    if (kvs_cli_chat_file(file, &text) != 0) {
+        kvs_buf_free(&text);
+        return 1;
+    }
+
+    rc = kvs_chat_jinja_compile(&cj, text.len ? (const char *) text.data
+                                              : "", text.len, NULL, &err);
+    kvs_buf_free(&text);
+
+    if (rc != KVS_OK) {
+        fprintf(stderr, "kvserve chat-template: %s: %s\n", file, err.msg);
+        return 1;
+    }
+
+    memset(&chat, 0, sizeof(chat));
+    chat.jinja = cj;
+
+    rc = kvs_cli_chat_run(path, &chat, agp);
+    kvs_chat_jinja_free(cj);
+
+    return rc;
+}
+
+
 int
 kvs_cli_chat_template(int argc, char **argv)
 {
     int          i, agp;
     kvs_err_t    err;
     kvs_chat_t   chat;
-    const char  *path, *name;
+    const char  *path, *name, *file;
 
     agp = 1;
     path = NULL;
     name = NULL;
+    file = NULL;
 
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--template") == 0 && i + 1 < argc) {
             name = argv[++i];
+
+        } else if (strcmp(argv[i], "--jinja") == 0 && i + 1 < argc) {
+            file = argv[++i];
 
         } else if (strcmp(argv[i], "--no-generation-prompt") == 0) {
             agp = 0;
@@ -187,9 +271,13 @@ kvs_cli_chat_template(int argc, char **argv)
         }
     }
 
-    if (path == NULL) {
+    if (path == NULL || (name != NULL && file != NULL)) {
         kvs_cli_chat_usage();
         return 2;
+    }
+
+    if (file != NULL) {
+        return kvs_cli_chat_jinja(path, file, agp);
     }
 
     if (name == NULL) {

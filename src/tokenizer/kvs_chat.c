@@ -24,7 +24,9 @@ static const char  *kvs_chat_names[KVS_CHAT_N] = {
     "gemma"
 };
 
-const char  *kvs_chat_role_names[] = { "system", "user", "assistant" };
+const char  *kvs_chat_role_names[] = {
+    "system", "user", "assistant", "tool"
+};
 
 
 const char *
@@ -328,15 +330,18 @@ kvs_chat_role(const json_t *msg, size_t i, kvs_chat_role_t *role,
     } else if (kvs_chat_is(r, "assistant")) {
         *role = KVS_CHAT_ASSISTANT;
 
-    } else if (kvs_chat_is(r, "tool") || kvs_chat_is(r, "function")) {
+    } else if (kvs_chat_is(r, "tool")) {
+        *role = KVS_CHAT_TOOL;
+
+    } else if (kvs_chat_is(r, "function")) {
         return kvs_err_set(err, KVS_EINVAL, "messages[%zu].role: role "
-                           "'%s' is not supported: this server does not "
-                           "do tool calls", i, s);
+                           "'function' (deprecated) is not supported; use "
+                           "'tool'", i);
 
     } else {
         return kvs_err_set(err, KVS_EINVAL, "messages[%zu].role: "
                            "unsupported role '%.64s'; use system, "
-                           "developer, user or assistant", i, s);
+                           "developer, user, assistant or tool", i, s);
     }
 
     return KVS_OK;
@@ -355,7 +360,7 @@ kvs_chat_check_content(const json_t *msg, size_t i, kvs_chat_role_t role,
 
     if (c == NULL || json_is_null(c)) {
         /* OpenAI lets an assistant turn go without content (it carried
-         * tool calls, which a text template has no place for): empty */
+         * tool calls): empty */
         if (role == KVS_CHAT_ASSISTANT) {
             return KVS_OK;
         }
@@ -411,6 +416,105 @@ kvs_chat_check_content(const json_t *msg, size_t i, kvs_chat_role_t role,
 }
 
 
+/* The member key of obj when present and not null (null is absent, as
+ * in OpenAI's API), else NULL. */
+static const json_t *
+kvs_chat_member(const json_t *obj, const char *key)
+{
+    const json_t  *v;
+
+    v = json_object_get(obj, key);
+
+    return json_is_null(v) ? NULL : v;
+}
+
+
+/* A tool call's function: a name, and arguments as OpenAI sends them (a
+ * JSON text) or as Hugging Face's callers do (the mapping itself). */
+static int
+kvs_chat_check_call(const json_t *call, size_t i, size_t j, kvs_err_t *err)
+{
+    const json_t  *f, *v;
+
+    if (!json_is_object(call)) {
+        return kvs_err_set(err, KVS_EINVAL, "messages[%zu].tool_calls[%zu]:"
+                           " must be an object", i, j);
+    }
+
+    v = kvs_chat_member(call, "id");
+    if (v != NULL && !json_is_string(v)) {
+        return kvs_err_set(err, KVS_EINVAL, "messages[%zu].tool_calls[%zu]"
+                           ".id: must be a string", i, j);
+    }
+
+    f = kvs_chat_member(call, "function");
+    if (!json_is_object(f)) {
+        return kvs_err_set(err, KVS_EINVAL, "messages[%zu].tool_calls[%zu]"
+                           ".function: %s", i, j, f == NULL ? "missing"
+                           : "must be an object");
+    }
+
+    v = kvs_chat_member(f, "name");
+    if (!json_is_string(v)) {
+        return kvs_err_set(err, KVS_EINVAL, "messages[%zu].tool_calls[%zu]"
+                           ".function.name: %s", i, j, v == NULL
+                           ? "missing" : "must be a string");
+    }
+
+    v = kvs_chat_member(f, "arguments");
+    if (!json_is_string(v) && !json_is_object(v)) {
+        return kvs_err_set(err, KVS_EINVAL, "messages[%zu].tool_calls[%zu]"
+                           ".function.arguments: %s", i, j, v == NULL
+                           ? "missing" : "must be a string (JSON text) or "
+                           "an object");
+    }
+
+    return KVS_OK;
+}
+
+
+/* The tool fields a template reads: tool_calls (an assistant's only) and
+ * tool_call_id. */
+static int
+kvs_chat_check_tool_fields(const json_t *msg, size_t i,
+    kvs_chat_role_t role, kvs_err_t *err)
+{
+    int            rc;
+    size_t         j;
+    const json_t  *calls, *id, *call;
+
+    calls = kvs_chat_member(msg, "tool_calls");
+
+    if (calls != NULL) {
+        if (role != KVS_CHAT_ASSISTANT) {
+            return kvs_err_set(err, KVS_EINVAL, "messages[%zu].tool_calls: "
+                               "only an assistant message may carry tool "
+                               "calls", i);
+        }
+
+        if (!json_is_array(calls) || json_array_size(calls) == 0) {
+            return kvs_err_set(err, KVS_EINVAL, "messages[%zu].tool_calls: "
+                               "must be a non-empty array", i);
+        }
+
+        json_array_foreach(calls, j, call) {
+            rc = kvs_chat_check_call(call, i, j, err);
+            if (rc != KVS_OK) {
+                return rc;
+            }
+        }
+    }
+
+    id = kvs_chat_member(msg, "tool_call_id");
+    if (id != NULL && !json_is_string(id)) {
+        return kvs_err_set(err, KVS_EINVAL, "messages[%zu].tool_call_id: "
+                           "must be a string", i);
+    }
+
+    return KVS_OK;
+}
+
+
 int
 kvs_chat_check_messages(const json_t *messages, kvs_err_t *err)
 {
@@ -434,8 +538,37 @@ kvs_chat_check_messages(const json_t *messages, kvs_err_t *err)
             rc = kvs_chat_check_content(msg, i, role, err);
         }
 
+        if (rc == KVS_OK) {
+            rc = kvs_chat_check_tool_fields(msg, i, role, err);
+        }
+
         if (rc != KVS_OK) {
             return rc;
+        }
+    }
+
+    return KVS_OK;
+}
+
+
+int
+kvs_chat_check_tools(const json_t *tools, kvs_err_t *err)
+{
+    size_t         i;
+    const json_t  *t;
+
+    if (tools == NULL || json_is_null(tools)) {
+        return KVS_OK;
+    }
+
+    if (!json_is_array(tools)) {
+        return kvs_err_set(err, KVS_EINVAL, "tools: must be an array");
+    }
+
+    json_array_foreach(tools, i, t) {
+        if (!json_is_object(t)) {
+            return kvs_err_set(err, KVS_EINVAL, "tools[%zu]: must be an "
+                               "object", i);
         }
     }
 
@@ -453,7 +586,8 @@ kvs_chat_alternates(kvs_chat_kind_t kind)
 }
 
 
-/* *first: index of the first message after a leading system message. */
+/* *first: index of the first message after a leading system message.
+ * Tool messages and tool calls are the model's template's to render. */
 int
 kvs_chat_check(const kvs_chat_t *chat, const json_t *messages,
     size_t *first, kvs_err_t *err)
@@ -485,9 +619,25 @@ kvs_chat_check(const kvs_chat_t *chat, const json_t *messages,
             return rc;
         }
 
+        if (role == KVS_CHAT_TOOL) {
+            return kvs_err_set(err, KVS_EUNSUPPORTED, "messages[%zu].role: "
+                               "role 'tool' is not supported by the "
+                               "built-in %s chat template: tool calling "
+                               "needs the model's own (Jinja) chat "
+                               "template", i, name);
+        }
+
         rc = kvs_chat_check_content(msg, i, role, err);
         if (rc != KVS_OK) {
             return rc;
+        }
+
+        if (kvs_chat_member(msg, "tool_calls") != NULL) {
+            return kvs_err_set(err, KVS_EUNSUPPORTED, "messages[%zu]."
+                               "tool_calls: not supported by the built-in "
+                               "%s chat template: tool calling needs the "
+                               "model's own (Jinja) chat template", i,
+                               name);
         }
 
         if (i == 0 && role == KVS_CHAT_SYSTEM) {

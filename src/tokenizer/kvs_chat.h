@@ -15,8 +15,19 @@
  *
  * Messages (a jansson array, as a client sends it):
  *   role     "system" and "developer" (OpenAI's newer name for the same
- *            thing, rendered as "system"), "user", "assistant".  Anything
- *            else, "tool" included (no tool calling yet), is KVS_EINVAL.
+ *            thing, rendered as "system"), "user", "assistant", and
+ *            "tool" (a tool's result: content, and tool_call_id a
+ *            string when present).  Anything else, the deprecated
+ *            "function" included, is KVS_EINVAL.
+ *   tool_calls  on an assistant message: an array of {"id", "type",
+ *            "function": {"name": string, "arguments": string or
+ *            object}} objects; null is absent; the message's content may
+ *            then be null or absent.
+ * Tool calling (tools in the args, tool messages, tool_calls) needs the
+ * model's own template (chat->jinja): the templates' tool sections are
+ * the model's and cannot be written from a family's definition, so the
+ * families refuse each with KVS_EUNSUPPORTED naming it ("tools: ...",
+ * "messages[2].role: ...", "messages[1].tool_calls: ...").
  *   content  a string, or a non-empty array of {"type": "text", "text":
  *            "..."} parts, concatenated with nothing between them (as
  *            llama.cpp's server does, and as the templates that walk parts
@@ -155,6 +166,10 @@ typedef struct {
     kvs_buf_t        *spans;          /* NULL, or receives a kvs_span_t
                                          per non-empty content written;
                                          see kvs_chat_render() */
+    const json_t     *tools;          /* the request's tools array as
+                                         sent ([{"type": "function",
+                                         "function": {...}}]), or NULL
+                                         (or JSON null): none */
 } kvs_chat_args_t;
 
 /*
@@ -173,9 +188,10 @@ int kvs_chat_by_name(const char *name, size_t len, kvs_chat_t *chat,
 const char *kvs_chat_name(kvs_chat_kind_t kind);
 
 /*
- * Checks what every renderer requires of messages: an array of objects
- * with a supported role and text content, as described above (not the
- * families' turn order).  KVS_EINVAL naming the field otherwise.
+ * Checks what the model's own template requires of messages: an array of
+ * objects with a supported role, text content and well-formed tool
+ * fields, as described above (not the families' turn order, nor their
+ * refusal of tool calling).  KVS_EINVAL naming the field otherwise.
  */
 int kvs_chat_check_messages(const json_t *messages, kvs_err_t *err);
 
@@ -189,8 +205,9 @@ int kvs_chat_check_messages(const json_t *messages, kvs_err_t *err);
  * order, not overlapping, none empty.  args->spans is a byte buffer
  * holding whole kvs_span_t's (KVS_EINVAL otherwise); its len grows by
  * sizeof(kvs_span_t) per span.  On failure (KVS_EINVAL for bad messages,
- * KVS_ENOMEM) out->len and args->spans->len are restored, so nothing is
- * appended to either.
+ * KVS_EUNSUPPORTED for tool calling through a family, KVS_ENOMEM)
+ * out->len and args->spans->len are restored, so nothing is appended to
+ * either.
  */
 int kvs_chat_render(const kvs_chat_t *chat, const json_t *messages,
     const kvs_chat_args_t *args, kvs_buf_t *out, kvs_err_t *err);

@@ -20,7 +20,8 @@
 typedef enum {
     KVS_CHAT_SYSTEM = 0,              /* "system" and "developer" */
     KVS_CHAT_USER,
-    KVS_CHAT_ASSISTANT
+    KVS_CHAT_ASSISTANT,
+    KVS_CHAT_TOOL                     /* a tool's result: Jinja only */
 } kvs_chat_role_t;
 
 /* indexed by kvs_chat_role_t */
@@ -30,6 +31,9 @@ extern const char  *kvs_chat_role_names[];
 /* messages[i]'s role; an error names messages[i].role. */
 int kvs_chat_role(const json_t *msg, size_t i, kvs_chat_role_t *role,
     kvs_err_t *err);
+/* tools (NULL or JSON null: none) is an array of objects, as the
+ * templates walk it; KVS_EINVAL naming it otherwise. */
+int kvs_chat_check_tools(const json_t *tools, kvs_err_t *err);
 /* Checks messages for chat's family; *first: index of the first message
  * after a leading system message. */
 int kvs_chat_check(const kvs_chat_t *chat, const json_t *messages,

@@ -10,11 +10,22 @@
  *
  * The context is what Hugging Face's apply_chat_template() gives:
  *   messages               the client's messages (kvs_chat_check_messages()
- *                          must have passed) as sent, every field kept,
- *                          except that role "developer" is given as
- *                          "system" (OpenAI's newer name for it, which
- *                          templates do not know), an assistant turn
- *                          without content gets "", and content parts
+ *                          must have passed) as sent, every field kept
+ *                          (tool messages' tool_call_id, name, the
+ *                          assistant's tool_calls), except that role
+ *                          "developer" is given as "system" (OpenAI's
+ *                          newer name for it, which templates do not
+ *                          know), a message without content (an assistant
+ *                          turn that only calls tools) gets "" as vLLM
+ *                          gives it, a null tool_calls, tool_call_id or
+ *                          name is left out (null is absent in OpenAI's
+ *                          API, while templates test `'tool_calls' in
+ *                          message`), each tool call's function.arguments
+ *                          (OpenAI's JSON text) is given as the mapping it
+ *                          parses to when it is a JSON object, as vLLM
+ *                          does (templates write `arguments | tojson` or
+ *                          walk its items), and left as the string
+ *                          otherwise, and content parts
  *                          are given as sent only to templates that walk
  *                          parts (found when compiling, by rendering a
  *                          one-part probe): for the others the parts'
@@ -22,6 +33,8 @@
  *                          into one string, as llama.cpp's server does,
  *                          since such a template would print the list's
  *                          Python repr.
+ *   tools                  the caller's tools array as sent, or none
+ *                          (null), as apply_chat_template() passes it
  *   add_generation_prompt  the caller's
  *   bos_token, eos_token   the vocabulary's token texts ("" for none)
  *   strftime_now(fmt)      the current time (UTC)
@@ -70,6 +83,11 @@ struct kvs_chat_jinja_s {
 #define KVS_CJ_MEMORY           (16 * 1024 * 1024)
 #define KVS_CJ_MEMORY_PER_MSG   (16 * 1024)
 #define KVS_CJ_MEMORY_PER_BYTE  16
+/* and per JSON value of the tools and tool calls (a schema's node, an
+ * argument), which templates print with tojson, often indented */
+#define KVS_CJ_STEPS_PER_NODE   64
+#define KVS_CJ_OUTPUT_PER_NODE  64
+#define KVS_CJ_MEMORY_PER_NODE  256
 
 /* The base limits above. */
 void kvs_chat_jinja_limits(kvs_jinja_opts_t *limits);
@@ -87,7 +105,7 @@ void kvs_chat_jinja_free(kvs_chat_jinja_t *cj);
 
 /*
  * Appends the prompt for messages (already checked by
- * kvs_chat_check_messages()) to out; args' bos, eos and
+ * kvs_chat_check_messages()) to out; args' bos, eos, tools and
  * add_generation_prompt are used, date and spans are not.  On failure
  * out->len is as it was: KVS_EINVAL for what the template refuses (the
  * message is raise_exception's, word for word) or a limit the render
@@ -98,13 +116,20 @@ int kvs_chat_jinja_render(const kvs_chat_jinja_t *cj,
     kvs_err_t *err);
 
 /*
- * KVS_EINVAL naming the field when a message's content holds the text of
- * one of v's control tokens: through a template run as written the
- * client's text cannot be told from the template's, so such text would
- * become the control token (a forged turn end or role); the named
- * families keep it as plain text instead.
+ * KVS_EINVAL naming the field when a string of the client's that the
+ * template may write holds the text of one of v's control tokens:
+ * through a template run as written the client's text cannot be told
+ * from the template's, so such text would become the control token (a
+ * forged turn end or role); the named families keep it as plain text
+ * instead.  Every string and object key of the messages and of tools
+ * (NULL: none) is looked at: contents, tool_call_id, names, tool calls'
+ * ids, names and arguments (as sent and, when they parse as a JSON
+ * object, each string and key of what the template is given), the tool
+ * definitions' names, descriptions and parameter schemas.  The error
+ * names the value ("tools[0].function.description: holds the control
+ * token text ...") or, for a key, the object holding it.
  */
 int kvs_chat_jinja_guard(const kvs_vocab_t *v, const json_t *messages,
-    kvs_err_t *err);
+    const json_t *tools, kvs_err_t *err);
 
 #endif /* KVS_CHAT_JINJA_H */

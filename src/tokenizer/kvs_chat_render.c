@@ -534,6 +534,11 @@ kvs_chat_render(const kvs_chat_t *chat, const json_t *messages,
             return rc;
         }
 
+        rc = kvs_chat_check_tools(args->tools, err);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+
         return kvs_chat_jinja_render(chat->jinja, messages, args, out, err);
     }
 
@@ -546,6 +551,13 @@ kvs_chat_render(const kvs_chat_t *chat, const json_t *messages,
     if (args->spans != NULL && args->spans->len % sizeof(kvs_span_t) != 0) {
         return kvs_err_set(err, KVS_EINVAL, "chat spans: the buffer holds "
                            "%zu bytes, not whole spans", args->spans->len);
+    }
+
+    if (args->tools != NULL && !json_is_null(args->tools)) {
+        return kvs_err_set(err, KVS_EUNSUPPORTED, "tools: not supported by "
+                           "the built-in %s chat template: tool calling "
+                           "needs the model's own (Jinja) chat template",
+                           kvs_chat_name(chat->kind));
     }
 
     first = 0;

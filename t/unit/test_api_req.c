@@ -417,10 +417,10 @@ test_messages(void **state)
 
 
 /*
- * What the parser accepts and kvs_chat_render() does not (the tool role,
- * null content) comes back from the renderer as a KVS_EINVAL naming the
- * field; kvs_api_err_from_msg() makes it the same kind of 400.  What
- * both accept renders.
+ * What the parser accepts and a built-in chat format does not (tool
+ * calls, the tool role) comes back from the renderer as a
+ * KVS_EUNSUPPORTED naming the field; kvs_api_err_from_msg() makes it the
+ * same kind of 400.  What both accept (null content) renders.
  */
 static void
 test_messages_render(void **state)
@@ -466,14 +466,14 @@ test_messages_render(void **state)
     ok();
 
     assert_int_equal(kvs_chat_render(&tpl, R.messages, &args, &out, &err),
-                     KVS_EINVAL);
+                     KVS_EUNSUPPORTED);
     kvs_api_err_from_msg(&a, 400, "invalid_value", err.msg);
     assert_int_equal(a.status, 400);
-    assert_string_equal(a.param, "messages[2].role");
+    assert_string_equal(a.param, "messages[1].tool_calls");
     assert_string_equal(a.code, "invalid_value");
     assert_string_equal(a.type, "invalid_request_error");
-    assert_null(strstr(a.message, "messages[2]"));
-    assert_non_null(strstr(a.message, "tool"));
+    assert_null(strstr(a.message, "messages[1]"));
+    assert_non_null(strstr(a.message, "Jinja"));
 
     q(KVS_API_CHAT, "{'model':'m','messages':[{'role':'user','content':'a'},"
       "{'role':'assistant','content':null}]}");

@@ -413,11 +413,12 @@ test_errors(void **state)
                  "messages[2].content[0].type: unsupported content part "
                  "type 'image_url'");
     expect_error("chatml", "[{'role': 'user', 'content': 'x'},"
-                 " {'role': 'tool', 'content': '42'}]",
-                 "messages[1].role: role 'tool' is not supported");
+                 " {'role': 'function', 'content': '42'}]",
+                 "messages[1].role: role 'function' (deprecated) is not "
+                 "supported; use 'tool'");
     expect_error("chatml", "[{'role': 'robot', 'content': 'x'}]",
                  "messages[0].role: unsupported role 'robot'; use system, "
-                 "developer, user or assistant");
+                 "developer, user, assistant or tool");
     expect_error("chatml", "[{'content': 'x'}]", "messages[0].role: missing");
     expect_error("chatml", "[{'role': 7, 'content': 'x'}]",
                  "messages[0].role: must be a string");

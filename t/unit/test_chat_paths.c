@@ -418,8 +418,8 @@ test_errors(void **state)
     assert_non_null(strstr(err.msg, "chat template: "));
 
     /* the messages are checked before any template runs */
-    assert_int_equal(render("x", "[{\"role\":\"tool\",\"content\":\"r\"}]",
-                            1, &out), KVS_EINVAL);
+    assert_int_equal(render("x", "[{\"role\":\"function\",\"content\":"
+                            "\"r\"}]", 1, &out), KVS_EINVAL);
     assert_non_null(strstr(err.msg, "messages[0].role"));
     assert_int_equal(render("x", "[]", 1, &out), KVS_EINVAL);
     assert_int_equal(render("x", "[{\"role\":\"user\",\"content\":[{\"type\""
@@ -494,7 +494,7 @@ test_guard(void **state)
 
     msgs = json_loads("[{\"role\":\"user\",\"content\":\"a <|end|> b\"}]", 0,
                       NULL);
-    assert_int_equal(kvs_chat_jinja_guard(v, msgs, &err), KVS_EINVAL);
+    assert_int_equal(kvs_chat_jinja_guard(v, msgs, NULL, &err), KVS_EINVAL);
     assert_non_null(strstr(err.msg, "messages[0].content"));
     assert_non_null(strstr(err.msg, "<|end|>"));
     json_decref(msgs);
@@ -503,13 +503,13 @@ test_guard(void **state)
                       "{\"role\":\"user\",\"content\":[{\"type\":\"text\","
                       "\"text\":\"fine\"},{\"type\":\"text\",\"text\":"
                       "\"<|assistant|>\"}]}]", 0, NULL);
-    assert_int_equal(kvs_chat_jinja_guard(v, msgs, &err), KVS_EINVAL);
+    assert_int_equal(kvs_chat_jinja_guard(v, msgs, NULL, &err), KVS_EINVAL);
     assert_non_null(strstr(err.msg, "messages[1].content[1].text"));
     json_decref(msgs);
 
     msgs = json_loads("[{\"role\":\"user\",\"content\":\"<|end plain\"}]", 0,
                       NULL);
-    assert_int_equal(kvs_chat_jinja_guard(v, msgs, &err), KVS_OK);
+    assert_int_equal(kvs_chat_jinja_guard(v, msgs, NULL, &err), KVS_OK);
     json_decref(msgs);
 
     kvs_vocab_free(v);

@@ -100,9 +100,10 @@ ngx_http_kvserve_tok_start(ngx_http_kvserve_ctx_t *ctx,
  * blocked).
  */
 
-/* Chat: render with the template resolved on the event loop, tokenize
- * with control tokens only where the template wrote them (a Jinja
- * template's prompt is refused when content holds control-token text),
+/* Chat: render with the template resolved on the event loop (the
+ * request's tools in its context), tokenize with control tokens only
+ * where the template wrote them (a Jinja template's prompt is refused
+ * when client text, messages or tools, holds control-token text),
  * and with no BOS added: the template writes it where it wants one; the
  * cache_control breakpoints become pins (ngx_http_kvserve_cache.c). */
 static ngx_int_t
@@ -133,12 +134,14 @@ ngx_http_kvserve_chat_ids(ngx_http_kvserve_tok_job_t *job,
 
     args.add_generation_prompt = 1;
     args.spans = &spans;
+    args.tools = job->req->tools;
 
     rc = kvs_chat_render(&job->chat, job->req->messages, &args, &text, &err);
 
     /* a template run as written reports no content spans to guard */
     if (rc == KVS_OK && job->chat.jinja != NULL) {
-        rc = kvs_chat_jinja_guard(v, job->req->messages, &err);
+        rc = kvs_chat_jinja_guard(v, job->req->messages, job->req->tools,
+                                  &err);
     }
 
     if (rc == KVS_OK) {
@@ -165,7 +168,9 @@ ngx_http_kvserve_chat_ids(ngx_http_kvserve_tok_job_t *job,
         return NGX_ERROR;
     }
 
-    if (rc == KVS_EINVAL) {
+    /* KVS_EUNSUPPORTED: tool calling through a built-in chat format,
+     * which the request asked for and the operator's format cannot do */
+    if (rc == KVS_EINVAL || rc == KVS_EUNSUPPORTED) {
         kvs_api_err_from_msg(aerr, 400, NULL, err.msg);
         return NGX_ERROR;
     }
