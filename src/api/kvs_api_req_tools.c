@@ -786,7 +786,8 @@ kvs_api_req_tools_plan(kvs_api_req_t *req, kvs_tool_syntax_t syn,
     req->rf_schema = text;
     req->rf_schema_len = strlen(text);
     req->rf_kind = KVS_GRAM_REQ_TOOLS;
-    req->tool_syntax = (unsigned) syn;
+    req->tool_syntax = req->tool_choice == KVS_API_TOOL_NONE
+                       ? KVS_TOOL_SYN_NONE : (unsigned) syn;
 
     return KVS_OK;
 }

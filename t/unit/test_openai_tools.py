@@ -46,7 +46,7 @@ TEMPLATES = {
     "tiny-llama31": "llama-3.1-8b-instruct.jinja",
     "tiny-qwen25": "qwen2.5-7b-instruct.jinja",
 }
-MAX_TOKENS = 400                      # the tiny model's context is 512
+MAX_TOKENS = 400
 
 WEATHER = {
     "type": "function",
@@ -88,7 +88,8 @@ def gen_model(name):
     if not os.path.exists(tpl):
         return None, tpl
     out = os.path.join(TMP, "%s.gguf" % name)
-    subprocess.run([CLI, "gen-model", "--preset", "tiny", "--seed", "11",
+    subprocess.run([CLI, "gen-model", "--preset", "tiny", "--ctx", "4096",
+                    "--vocab", "2048", "--seed", "11",
                     "--chat-template", tpl, out], check=True,
                    capture_output=True)
     return out, tpl
@@ -193,7 +194,7 @@ def test_choices(cl, model):
           % (model, c.message.content))
 
 
-def test_stream(cl, acl, model):
+def test_stream(cl, base, model):
     for seed in (21, 22):
         whole = create(cl, model, seed=seed, tool_choice="required")
         calls, text, finish = joined(create(cl, model, seed=seed,
@@ -208,6 +209,10 @@ def test_stream(cl, acl, model):
               "(%r vs %r)" % (model, seed, calls, want))
 
     async def run():
+        # a client per event loop: its connections belong to the loop
+        acl = openai.AsyncOpenAI(base_url=base, api_key="x", max_retries=0,
+                                 timeout=300)
+
         async def one(seed):
             s = await acl.chat.completions.create(
                 model=model, tools=TOOLS, messages=USER, seed=seed,
@@ -224,6 +229,7 @@ def test_stream(cl, acl, model):
         seeds = [31, 32, 33, 34]
         got = await asyncio.gather(*[one(s) for s in seeds])
         want = await asyncio.gather(*[whole(s) for s in seeds])
+        await acl.close()
         return got, want
 
     got, want = asyncio.run(run())
@@ -308,14 +314,12 @@ def main():
     try:
         cl = openai.OpenAI(base_url=ngx.base + "/v1", api_key="x",
                            max_retries=0, timeout=300)
-        acl = openai.AsyncOpenAI(base_url=ngx.base + "/v1", api_key="x",
-                                 max_retries=0, timeout=300)
         print("openai %s against %s" % (openai.__version__, ngx.base))
         kv0 = ngx.status()
         for name, _ in models[1:]:
             test_refusals(cl, name)
             test_choices(cl, name)
-            test_stream(cl, acl, name)
+            test_stream(cl, ngx.base + "/v1", name)
             test_two_turns(cl, name)
         # every sequence's KV blocks go back (within a step of its end)
         used0 = {m["name"]: m["kv_used"] for m in kv0["models"]}

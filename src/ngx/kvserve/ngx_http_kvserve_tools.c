@@ -228,6 +228,7 @@ ngx_http_kvserve_tools_stream(ngx_http_kvserve_ctx_t *ctx,
             return NGX_ERROR;
         }
         c.role = 0;
+        c.text = NULL;
         ch->started = 1;
     }
 
