@@ -58,7 +58,12 @@ kvs_engine_gram_new(kvs_engine_t *e, kvs_err_t *err)
     e->gcache.entry_extra = (size_t) KVS_ENGINE_GRAM_TABLE
                             * (((size_t) e->be->n_vocab + 31) / 32) * 4;
     e->gbits = calloc(((size_t) e->be->n_vocab + 31) / 32, sizeof(uint32_t));
-    if (e->gbits == NULL) {
+    e->gids = malloc((size_t) e->be->n_vocab * sizeof(int32_t));
+    if (e->gbits == NULL || e->gids == NULL) {
+        free(e->gbits);
+        free(e->gids);
+        e->gbits = NULL;
+        e->gids = NULL;
         kvs_gram_cache_free(&e->gcache);
         return kvs_err_set(err, KVS_ENOMEM, "engine: out of memory for "
                            "the grammar mask");
@@ -87,6 +92,8 @@ kvs_engine_gram_free(kvs_engine_t *e)
     e->gv = NULL;
     free(e->gbits);
     e->gbits = NULL;
+    free(e->gids);
+    e->gids = NULL;
     kvs_gram_cache_free(&e->gcache);
 }
 
@@ -197,10 +204,10 @@ kvs_engine_gram_seq_free(kvs_engine_seq_t *h)
 
 int
 kvs_engine_gram_mask(kvs_engine_t *e, kvs_engine_seq_t *h, float *logits,
-    kvs_err_t *err)
+    uint32_t *n_ids, kvs_err_t *err)
 {
     int                 rc;
-    uint32_t            i, n, nt, w, word;
+    uint32_t            i, n, nt, w, word, m;
     uint32_t           *bits;
     kvs_gram_masker_t  *table;
 
@@ -235,8 +242,10 @@ kvs_engine_gram_mask(kvs_engine_t *e, kvs_engine_seq_t *h, float *logits,
         }
     }
 
-    /* a word at a time: most words of a mask are all set or all clear */
+    /* a word at a time: most words of a mask are all set or all clear;
+     * the allowed ids are listed in increasing order as they go by */
     w = (nt + 31) / 32;
+    m = 0;
 
     for (i = 0; i < w; i++) {
         word = bits[i];
@@ -244,6 +253,10 @@ kvs_engine_gram_mask(kvs_engine_t *e, kvs_engine_seq_t *h, float *logits,
         if (i == w - 1 && (nt & 31) != 0) {
             word &= (1u << (nt & 31)) - 1;
             bits[i] = word;
+        }
+
+        for (n = word; n != 0; n &= n - 1) {
+            e->gids[m++] = (int32_t) (i * 32 + (uint32_t) __builtin_ctz(n));
         }
 
         if (word == 0xffffffffu) {
@@ -269,6 +282,8 @@ kvs_engine_gram_mask(kvs_engine_t *e, kvs_engine_seq_t *h, float *logits,
     for (i = nt; i < e->be->n_vocab; i++) {
         logits[i] = -INFINITY;
     }
+
+    *n_ids = m;
 
     return KVS_OK;
 }

@@ -162,6 +162,8 @@ struct kvs_engine_s {
     uint64_t                 gv_ns;        /* its build time */
     kvs_gram_cache_t         gcache;
     uint32_t                *gbits;        /* [(n_vocab + 31) / 32] */
+    int32_t                 *gids;         /* [n_vocab]: the ids gbits
+                                              allows, for the sampler */
 
     pthread_mutex_t          lock;
     pthread_cond_t           wake;
@@ -232,9 +234,10 @@ int kvs_engine_gram_setup(kvs_engine_t *e, kvs_engine_seq_t *h,
 void kvs_engine_gram_seq_free(kvs_engine_seq_t *h);
 
 /* Sets the logits of h's refused tokens to -inf (e->gbits holds the
- * mask until the next call).  KVS_EFORMAT: no token can continue. */
+ * mask, e->gids[*n_ids] the allowed ids in increasing order, until the
+ * next call).  KVS_EFORMAT: no token can continue. */
 int kvs_engine_gram_mask(kvs_engine_t *e, kvs_engine_seq_t *h,
-    float *logits, kvs_err_t *err);
+    float *logits, uint32_t *n_ids, kvs_err_t *err);
 
 /* tok if the last mask allows it, else the allowed token with the
  * largest row value (the sampler's float rounding fallback). */

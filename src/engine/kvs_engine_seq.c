@@ -63,7 +63,9 @@ kvs_engine_fork(kvs_engine_t *e, kvs_engine_seq_t *h, const float *logits)
 void
 kvs_engine_sample(kvs_engine_t *e, kvs_engine_seq_t *h, float *logits)
 {
+    int        rc;
     int32_t    tok;
+    uint32_t   m;
     kvs_err_t  err;
 
     kvs_err_clear(&err);
@@ -72,14 +74,20 @@ kvs_engine_sample(kvs_engine_t *e, kvs_engine_seq_t *h, float *logits)
         kvs_engine_fork(e, h, logits);
     }
 
-    if (h->gram != NULL
-        && kvs_engine_gram_mask(e, h, logits, &err) != KVS_OK)
-    {
-        kvs_engine_end(e, h, KVS_FINISH_ERROR, err.msg, 0);
-        return;
+    /* a constrained row is sampled over its allowed ids only: the same
+     * token, at the cost of the few a grammar leaves, not the vocabulary */
+    if (h->gram != NULL) {
+        rc = kvs_engine_gram_mask(e, h, logits, &m, &err);
+        if (rc == KVS_OK) {
+            rc = kvs_sample_sparse(&h->sampler, logits, e->gids, m, &tok,
+                                   &err);
+        }
+
+    } else {
+        rc = kvs_sample(&h->sampler, logits, &tok, &err);
     }
 
-    if (kvs_sample(&h->sampler, logits, &tok, &err) != KVS_OK) {
+    if (rc != KVS_OK) {
         kvs_engine_end(e, h, KVS_FINISH_ERROR, err.msg, 0);
         return;
     }

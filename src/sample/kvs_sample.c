@@ -423,28 +423,31 @@ kvs_sample_select(kvs_sample_cand_t *c, int64_t n, int64_t k)
 }
 
 
-/* keeps the k largest logits (ties: lower ids), the rest become -inf */
+/* The id of candidate i: ids[i], or i itself for a whole row. */
+#define kvs_sample_id(ids, i)  ((ids) != NULL ? (ids)[i] : (int32_t) (i))
+
+
+/* keeps the k largest of x[m] (ties: lower ids), the rest become -inf */
 static void
-kvs_sample_top_k(kvs_sampler_t *s, float *x, uint32_t k)
+kvs_sample_top_k(kvs_sampler_t *s, float *x, const int32_t *ids, uint32_t m,
+    uint32_t k)
 {
-    uint32_t           i, n;
+    uint32_t           i;
     kvs_sample_cand_t  kth, c;
 
-    n = s->n_vocab;
-
-    for (i = 0; i < n; i++) {
-        s->cand[i].id = (int32_t) i;
+    for (i = 0; i < m; i++) {
+        s->cand[i].id = kvs_sample_id(ids, i);
         s->cand[i].p = x[i];
     }
 
-    kvs_sample_select(s->cand, n, k - 1);
+    kvs_sample_select(s->cand, m, k - 1);
     kth = s->cand[k - 1];
 
-    for (i = 0; i < n; i++) {
-        c.id = (int32_t) i;
+    for (i = 0; i < m; i++) {
+        c.id = kvs_sample_id(ids, i);
         c.p = x[i];
 
-        if (i != (uint32_t) kth.id && !kvs_sample_before(&c, &kth)) {
+        if (c.id != kth.id && !kvs_sample_before(&c, &kth)) {
             x[i] = -INFINITY;
         }
     }
@@ -480,11 +483,14 @@ kvs_sample_softmax(float *x, uint32_t n)
 /*
  * run.c's nucleus into s->cand: the candidates with prob >= (1 - p) /
  * (n - 1) (those below can never be needed: together they weigh less
- * than 1 - p), sorted, cut after the cumulative first exceeds p.
- * Returns how many are kept (>= 1).
+ * than 1 - p), sorted, cut after the cumulative first exceeds p.  n is
+ * the vocabulary's size even when prob[m] holds only some of its ids
+ * (the others' probabilities are 0, below any cutoff).  Returns how many
+ * are kept (>= 1).
  */
 static uint32_t
-kvs_sample_top_p(kvs_sampler_t *s, const float *prob, float top_p)
+kvs_sample_top_p(kvs_sampler_t *s, const float *prob, const int32_t *ids,
+    uint32_t m, float top_p)
 {
     uint32_t  i, n, n0, last;
     float     cutoff, cum;
@@ -493,9 +499,9 @@ kvs_sample_top_p(kvs_sampler_t *s, const float *prob, float top_p)
     cutoff = n > 1 ? (1.0f - top_p) / (float) (n - 1) : 0.0f;
     n0 = 0;
 
-    for (i = 0; i < n; i++) {
+    for (i = 0; i < m; i++) {
         if (prob[i] >= cutoff) {
-            s->cand[n0].id = (int32_t) i;
+            s->cand[n0].id = kvs_sample_id(ids, i);
             s->cand[n0].p = prob[i];
             n0++;
         }
@@ -506,9 +512,9 @@ kvs_sample_top_p(kvs_sampler_t *s, const float *prob, float top_p)
          * p * n < 1 can put the cutoff above every probability (run.c
          * would then read before its array); the nucleus is the top one.
          */
-        for (i = 0; i < n; i++) {
+        for (i = 0; i < m; i++) {
             if (n0 == 0 || prob[i] > s->cand[0].p) {
-                s->cand[0].id = (int32_t) i;
+                s->cand[0].id = kvs_sample_id(ids, i);
                 s->cand[0].p = prob[i];
                 n0 = 1;
             }
@@ -537,32 +543,31 @@ kvs_sample_top_p(kvs_sampler_t *s, const float *prob, float top_p)
 /* candidates with prob > 0 (top-k leaves zeros) and >= min_p * max, in
  * id order; returns how many (>= 1: the maximum passes both tests) */
 static uint32_t
-kvs_sample_collect(kvs_sampler_t *s, const float *prob, float min_p)
+kvs_sample_collect(kvs_sampler_t *s, const float *prob, const int32_t *ids,
+    uint32_t m, float min_p)
 {
-    uint32_t  i, n, m;
+    uint32_t  i, k;
     float     max, thr;
 
-    n = s->n_vocab;
-
     max = prob[0];
-    for (i = 1; i < n; i++) {
+    for (i = 1; i < m; i++) {
         if (prob[i] > max) {
             max = prob[i];
         }
     }
 
     thr = min_p * max;
-    m = 0;
+    k = 0;
 
-    for (i = 0; i < n; i++) {
+    for (i = 0; i < m; i++) {
         if (prob[i] > 0.0f && prob[i] >= thr) {
-            s->cand[m].id = (int32_t) i;
-            s->cand[m].p = prob[i];
-            m++;
+            s->cand[k].id = kvs_sample_id(ids, i);
+            s->cand[k].p = prob[i];
+            k++;
         }
     }
 
-    return m;
+    return k;
 }
 
 
@@ -588,12 +593,110 @@ kvs_sample_add_bias_penalties(kvs_sampler_t *s, float *x)
 }
 
 
+/*
+ * Steps 3 to 10 on x[m], the logits (biased and penalised) of the
+ * candidates ids[m] in increasing id order, or of the whole vocabulary
+ * (ids NULL, m = n_vocab).  Every other id's logit is -inf, so its
+ * probability is exactly 0 and leaves every sum, maximum and cut as it
+ * would be over the whole row: the token is the one the whole row gives
+ * (but for a draw past the rounded total, see kvs_sample_sparse()).
+ */
+static void
+kvs_sample_pick(kvs_sampler_t *s, float *x, const int32_t *ids, uint32_t m,
+    int32_t *token)
+{
+    uint32_t                    i, k, c;
+    float                       coin, sum, r, cdf, best;
+    const kvs_sample_params_t  *p;
+
+    p = &s->params;
+
+    if (p->temperature == 0.0f) {
+        *token = kvs_sample_id(ids, 0);
+        best = x[0];
+
+        for (i = 1; i < m; i++) {
+            if (x[i] > best) {
+                best = x[i];
+                *token = kvs_sample_id(ids, i);
+            }
+        }
+
+        return;
+    }
+
+    for (i = 0; i < m; i++) {
+        x[i] /= p->temperature;
+    }
+
+    k = (uint32_t) p->top_k;
+    if (k > 0 && k < s->n_vocab && k < m) {
+        kvs_sample_top_k(s, x, ids, m, k);
+    }
+
+    kvs_sample_softmax(x, m);
+
+    coin = kvs_sample_f32(&s->rng);
+
+    if ((k == 0 || k >= s->n_vocab) && p->top_p >= 1.0f && p->min_p == 0.0f)
+    {
+        /* run.c's sample_mult: nothing was cut, so no renormalisation */
+        cdf = 0.0f;
+        *token = ids != NULL ? ids[m - 1] : (int32_t) m - 1;
+
+        for (i = 0; i < m; i++) {
+            cdf += x[i];
+            if (coin < cdf) {
+                *token = kvs_sample_id(ids, i);
+                break;
+            }
+        }
+
+        return;
+    }
+
+    if (p->top_p < 1.0f) {
+        c = kvs_sample_top_p(s, x, ids, m, p->top_p);
+
+        if (p->min_p > 0.0f) {
+            /* sorted: min-p cuts a tail; the first one always stays */
+            for (i = 1; i < c; i++) {
+                if (s->cand[i].p < p->min_p * s->cand[0].p) {
+                    c = i;
+                    break;
+                }
+            }
+        }
+
+    } else {
+        c = kvs_sample_collect(s, x, ids, m, p->min_p);
+    }
+
+    /* the sum in candidate order: run.c's cumulative_prob, bit for bit */
+    sum = 0.0f;
+    for (i = 0; i < c; i++) {
+        sum += s->cand[i].p;
+    }
+
+    r = coin * sum;
+    cdf = 0.0f;
+    *token = s->cand[c - 1].id;
+
+    for (i = 0; i < c; i++) {
+        cdf += s->cand[i].p;
+        if (r < cdf) {
+            *token = s->cand[i].id;
+            break;
+        }
+    }
+}
+
+
 int
 kvs_sample(kvs_sampler_t *s, float *logits, int32_t *token, kvs_err_t *err)
 {
     int                         rc;
-    uint32_t                    i, n, m, k;
-    float                       coin, sum, r, cdf, best;
+    uint32_t                    n;
     const kvs_sample_params_t  *p;
 
     p = &s->params;
@@ -606,94 +709,48 @@ kvs_sample(kvs_sampler_t *s, float *logits, int32_t *token, kvs_err_t *err)
 
     kvs_sample_add_bias_penalties(s, logits);
 
-    if (p->temperature == 0.0f) {
-        *token = 0;
-        best = logits[0];
-
-        for (i = 1; i < n; i++) {
-            if (logits[i] > best) {
-                best = logits[i];
-                *token = (int32_t) i;
-            }
-        }
-
-        goto done;
-    }
-
-    if (s->saved != NULL) {
+    if (p->temperature != 0.0f && s->saved != NULL) {
         memcpy(s->saved, logits, (size_t) n * sizeof(float));
     }
 
-    for (i = 0; i < n; i++) {
-        logits[i] /= p->temperature;
-    }
-
-    k = (uint32_t) p->top_k;
-    if (k > 0 && k < n) {
-        kvs_sample_top_k(s, logits, k);
-    }
-
-    kvs_sample_softmax(logits, n);
-
-    coin = kvs_sample_f32(&s->rng);
-
-    if ((k == 0 || k >= n) && p->top_p >= 1.0f && p->min_p == 0.0f) {
-        /* run.c's sample_mult: nothing was cut, so no renormalisation */
-        cdf = 0.0f;
-        *token = (int32_t) n - 1;
-
-        for (i = 0; i < n; i++) {
-            cdf += logits[i];
-            if (coin < cdf) {
-                *token = (int32_t) i;
-                break;
-            }
-        }
-
-        goto done;
-    }
-
-    if (p->top_p < 1.0f) {
-        m = kvs_sample_top_p(s, logits, p->top_p);
-
-        if (p->min_p > 0.0f) {
-            /* sorted: min-p cuts a tail; the first one always stays */
-            for (i = 1; i < m; i++) {
-                if (s->cand[i].p < p->min_p * s->cand[0].p) {
-                    m = i;
-                    break;
-                }
-            }
-        }
-
-    } else {
-        m = kvs_sample_collect(s, logits, p->min_p);
-    }
-
-    /* the sum in candidate order: run.c's cumulative_prob, bit for bit */
-    sum = 0.0f;
-    for (i = 0; i < m; i++) {
-        sum += s->cand[i].p;
-    }
-
-    r = coin * sum;
-    cdf = 0.0f;
-    *token = s->cand[m - 1].id;
-
-    for (i = 0; i < m; i++) {
-        cdf += s->cand[i].p;
-        if (r < cdf) {
-            *token = s->cand[i].id;
-            break;
-        }
-    }
-
-done:
+    kvs_sample_pick(s, logits, NULL, n, token);
 
     if (p->logprobs) {
-        return kvs_sample_logprobs(s->saved != NULL ? s->saved : logits, n,
+        return kvs_sample_logprobs(s->saved != NULL
+                                   && p->temperature != 0.0f
+                                   ? s->saved : logits, n,
                                    *token, p->top_logprobs, &s->lp, err);
     }
+
+    return KVS_OK;
+}
+
+
+int
+kvs_sample_sparse(kvs_sampler_t *s, float *logits, const int32_t *ids,
+    uint32_t m, int32_t *token, kvs_err_t *err)
+{
+    int       rc;
+    uint32_t  i;
+
+    /* logprobs are over the whole row */
+    if (s->params.logprobs || m == 0 || m >= s->n_vocab) {
+        return kvs_sample(s, logits, token, err);
+    }
+
+    kvs_sample_add_bias_penalties(s, logits);
+
+    /* ids ascend, so ids[i] >= i: compacting in place reads ahead */
+    for (i = 0; i < m; i++) {
+        logits[i] = logits[ids[i]];
+    }
+
+    rc = kvs_sample_check_logits(logits, m, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    kvs_sample_pick(s, logits, ids, m, token);
 
     return KVS_OK;
 }

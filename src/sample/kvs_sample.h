@@ -152,6 +152,22 @@ int kvs_sample(kvs_sampler_t *s, float *logits, int32_t *token,
     kvs_err_t *err);
 
 /*
+ * kvs_sample() over a row where only ids[m] (strictly increasing, each <
+ * n_vocab) may be drawn, as a grammar's mask leaves it: the work is
+ * O(m) after the bias and penalties, not O(n_vocab).  logits[n_vocab]
+ * holds the whole row (the other ids' values are ignored, as if -inf);
+ * it is modified: logits[0 .. m) end as the candidates' probabilities.
+ * The token and the coins drawn are kvs_sample()'s on the row with every
+ * other id at -inf, but for a draw past the rounded total of an
+ * untruncated distribution, where kvs_sample() returns n_vocab - 1 and
+ * this the last candidate (a token always in ids).  With logprobs, or m
+ * 0 or the whole vocabulary, it is kvs_sample() itself.  Errors as
+ * kvs_sample()'s, for the candidates' logits.
+ */
+int kvs_sample_sparse(kvs_sampler_t *s, float *logits, const int32_t *ids,
+    uint32_t m, int32_t *token, kvs_err_t *err);
+
+/*
  * For backends that sample on the device (kvs_backend_sample_t): 1 when
  * s needs nothing but temperature, top-k and top-p (steps 3 to 8 and
  * 10 above: no logit bias, penalties, min-p or logprobs), so the device

@@ -598,6 +598,117 @@ test_penalties_bias(void **state)
 }
 
 
+/* kvs_sample_sparse() over a mask's candidates against kvs_sample() on
+ * the row with every other id at -inf: the same token at every step,
+ * for every combination of temperature, top-k, top-p, min-p, bias and
+ * penalties, over masks from 1 candidate to most of the vocabulary
+ * (ties common), and the same coins drawn (the samplers stay in step) */
+static void
+test_sparse(void **state)
+{
+    enum { N = 700, STEPS = 300 };
+    static const kvs_logit_bias_t  bias[2] = { { 5, 3.0f }, { 600, -2.0f } };
+    static const float   temps[] = { 0.0f, 0.7f, 1.0f, 1.6f };
+    static const float   tops[] = { 1.0f, 0.9f, 0.3f };
+    static const int     topk[] = { 0, 1, 5, 40 };
+    static const float   minp[] = { 0.0f, 0.05f };
+    kvs_sample_params_t  p;
+    kvs_sampler_t        a, b;
+    kvs_err_t            err;
+    float                row[N], dense[N], sparse[N];
+    int32_t              ids[N], ta, tb;
+    uint64_t             st;
+    uint32_t             ti, pi, ki, mi, step, i, m, keep, diff;
+
+    st = 99;
+    diff = 0;
+
+    for (ti = 0; ti < 4; ti++)
+    for (pi = 0; pi < 3; pi++)
+    for (ki = 0; ki < 4; ki++)
+    for (mi = 0; mi < 2; mi++) {
+        p = params(temps[ti], tops[pi], 1000 + ti * 100 + pi * 10 + ki);
+        p.top_k = topk[ki];
+        p.min_p = minp[mi];
+        if (ki == 2) {
+            p.logit_bias = bias;
+            p.n_logit_bias = 2;
+            p.presence_penalty = 0.3f;
+            p.frequency_penalty = 0.2f;
+        }
+        assert_int_equal(kvs_sampler_init(&a, &p, N, &err), KVS_OK);
+        assert_int_equal(kvs_sampler_init(&b, &p, N, &err), KVS_OK);
+
+        for (step = 0; step < STEPS; step++) {
+            fill(row, N, &st, 6.0f, step % 2 ? 0.5f : 0.0f);
+
+            /* 1 in 2^k of the ids kept, k = 0 .. 9; one at least */
+            keep = 1u << (lcg(&st) % 10);
+            m = 0;
+            for (i = 0; i < N; i++) {
+                if (lcg(&st) % keep == 0) {
+                    ids[m++] = (int32_t) i;
+                }
+            }
+            if (m == 0) {
+                ids[m++] = (int32_t) (lcg(&st) % N);
+            }
+
+            for (i = 0; i < N; i++) {
+                dense[i] = -INFINITY;
+                sparse[i] = row[i];
+            }
+            for (i = 0; i < m; i++) {
+                dense[ids[i]] = row[ids[i]];
+            }
+
+            assert_int_equal(kvs_sample(&a, dense, &ta, &err), KVS_OK);
+            assert_int_equal(kvs_sample_sparse(&b, sparse, ids, m, &tb,
+                                               &err), KVS_OK);
+
+            /* the dense draw past its rounded total is the last id */
+            if (ta == N - 1 && dense[N - 1] == 0.0f) {
+                ta = ids[m - 1];
+            }
+            if (ta != tb) {
+                diff++;
+                fail_msg("T %g top_p %g top_k %d min_p %g step %u (%u "
+                         "candidates): dense %d, sparse %d",
+                         (double) p.temperature, (double) p.top_p,
+                         p.top_k, (double) p.min_p, step, m, ta, tb);
+            }
+
+            assert_int_equal(kvs_sampler_accept(&a, ta, &err), KVS_OK);
+            assert_int_equal(kvs_sampler_accept(&b, tb, &err), KVS_OK);
+        }
+
+        /* in step: the next coin is the same */
+        assert_true(kvs_sampler_coin(&a) == kvs_sampler_coin(&b));
+
+        kvs_sampler_free(&a);
+        kvs_sampler_free(&b);
+    }
+
+    assert_int_equal(diff, 0);
+
+    /* a NaN among the candidates is the error kvs_sample() gives; one
+     * outside them is not looked at */
+    p = params(1.0f, 1.0f, 3);
+    assert_int_equal(kvs_sampler_init(&a, &p, N, &err), KVS_OK);
+    fill(row, N, &st, 1.0f, 0.0f);
+    row[10] = NAN;
+    ids[0] = 3;
+    ids[1] = 10;
+    assert_int_equal(kvs_sample_sparse(&a, row, ids, 2, &tb, &err),
+                     KVS_EINVAL);
+    row[10] = NAN;
+    ids[1] = 11;
+    assert_int_equal(kvs_sample_sparse(&a, row, ids, 2, &tb, &err), KVS_OK);
+    assert_true(tb == 3 || tb == 11);
+    kvs_sampler_free(&a);
+}
+
+
 /* many distinct tokens (the counts table grows) against dense counts */
 static void
 test_penalties_many(void **state)
@@ -929,6 +1040,7 @@ main(void)
         cmocka_unit_test(test_frequencies),
         cmocka_unit_test(test_penalties_bias),
         cmocka_unit_test(test_penalties_many),
+        cmocka_unit_test(test_sparse),
         cmocka_unit_test(test_reproducible),
         cmocka_unit_test(test_params_check),
         cmocka_unit_test(test_logprobs),
