@@ -18,9 +18,9 @@
  *
  * --schemas: a JSON array of {"name", "schema"} (null: json_object mode),
  * t/bench/gram_schemas.json.  --walks: one JSON line per schema (compile
- * ms) and per walk (its token ids, and the per-step mask times of the
- * cached and shared maskers), which t/bench/gram_peer.py replays through
- * the peers.  --vocab-out: each token's kind and output bytes (hex), one
+ * ms) and per walk (its token ids, the number of tokens each step's mask
+ * allows, and the per-step mask times of the cached and shared maskers),
+ * which t/bench/gram_peer.py replays through the peers.  --vocab-out: each token's kind and output bytes (hex), one
  * line per id: the byte strings the peers are given.
  */
 
@@ -210,7 +210,7 @@ main(int argc, char **argv)
     size_t              s, gen, step, n, nc, nt, ncold, nsh, gens, ns, k;
     size_t              w0, ai;
     double              t0, *tw, *tc, *tsh, comp[11];
-    uint32_t           *bits, *cand, id, words, *walk;
+    uint32_t           *bits, *cand, id, words, *walk, *nallow;
     uint64_t            rng;
     FILE               *wf;
     kvs_err_t           err;
@@ -292,6 +292,7 @@ main(int argc, char **argv)
     tc = malloc(gens * 400 * sizeof(double));
     tsh = malloc(gens * 400 * sizeof(double));
     walk = malloc(400 * sizeof(uint32_t));
+    nallow = malloc(400 * sizeof(uint32_t));
 
     for (s = 0; s < ns; s++) {
         /* the median of 11 compiles: one takes ~0.1 ms, below the noise
@@ -358,6 +359,11 @@ main(int argc, char **argv)
                     tc[ncold++] = bg_now() - t0;
                 }
 
+                for (id = 0, n = 0; id < words; id++) {
+                    n += (size_t) __builtin_popcount(bits[id]);
+                }
+                nallow[step] = (uint32_t) n;
+
                 for (id = 0, n = 0, nc = 0; id < gv->n_tokens; id++) {
                     if (!(bits[id >> 5] >> (id & 31) & 1)) {
                         continue;
@@ -400,6 +406,10 @@ main(int argc, char **argv)
                         ? "true" : "false");
                 for (k = 0; k < step; k++) {
                     fprintf(wf, "%s%u", k ? ", " : "", walk[k]);
+                }
+                fputs("], \"allowed\": [", wf);
+                for (k = 0; k < step; k++) {
+                    fprintf(wf, "%s%u", k ? ", " : "", nallow[k]);
                 }
                 fputc(']', wf);
                 bg_put_times(wf, "own_us", tw + w0, nt - w0);
@@ -447,6 +457,7 @@ main(int argc, char **argv)
     free(tc);
     free(tsh);
     free(walk);
+    free(nallow);
     kvs_gram_vocab_free(gv);
     kvs_vocab_free(v);
 

@@ -247,6 +247,9 @@ class XGrammarPeer:
     def accept(self, m, tok):
         return m.accept_token(tok)
 
+    def count(self, bm, n):
+        return popcount(bm[0].numpy(), n)
+
     def overhead(self, m):
         t0 = ns_now()
         m.is_terminated()
@@ -337,6 +340,9 @@ class LLGuidancePeer:
         # mask), so a non-canonical token in a forced stretch is taken
         return m.consume_token(tok) and not m.is_error()
 
+    def count(self, bm, n):
+        return popcount(bm, n)
+
     def overhead(self, m):
         t0 = ns_now()
         m.is_accepting()
@@ -350,6 +356,8 @@ def replay(peer, g, walks, texts):
     llguidance offers only the canonical tokenization of bytes the
     grammar forces, a policy, not a grammar difference)."""
     times, refused, over, ctor, misses = [], [], [], [], 0
+    same = steps = 0
+    diff = []
     for w in walks:
         m = peer.start(g)
         if hasattr(peer, "ctor_ms"):
@@ -360,6 +368,15 @@ def replay(peer, g, walks, texts):
             times.append(t / 1e3)
             over.append(peer.overhead(m) / 1e3)
             inmask = bool(peer.allowed(bm, tok))
+            if "allowed" in w:
+                # the same number of tokens allowed: the grammars agree
+                # at this step (a cheap proxy for equal masks)
+                n = peer.count(bm, len(texts))
+                steps += 1
+                same += n == w["allowed"][step]
+                if n != w["allowed"][step] and len(diff) < 3:
+                    diff.append((w["gen"], step, w["allowed"][step], n,
+                                 done[-40:].decode("utf-8", "replace")))
             if not peer.accept(m, tok):
                 refused.append({"gen": w["gen"], "step": step, "token": tok,
                                 "in_mask": inmask,
@@ -368,7 +385,15 @@ def replay(peer, g, walks, texts):
                 break
             misses += not inmask
             done += texts[tok]
-    return times, refused, over, ctor, misses
+    return times, refused, over, ctor, misses, (same, steps, diff)
+
+
+def popcount(words, n):
+    """Set bits among the first n of an int32 bitmask (numpy)."""
+    import numpy as np
+    b = np.unpackbits(np.ascontiguousarray(words).view(np.uint8),
+                      bitorder="little")
+    return int(b[:n].sum())
 
 
 def run(args):
@@ -397,12 +422,14 @@ def run(args):
                 print("  %-16s compile failed: %s" % (e["name"], ex))
                 res["schemas"][e["name"]] = {"error": str(ex)}
                 continue
-            times, refused, over, ctor, misses = replay(peer, g, ws, texts)
+            times, refused, over, ctor, misses, agree = replay(peer, g, ws,
+                                                               texts)
             s = sorted(times)
             r = {"compile_ms": cold, "compile_hit_ms": hit,
                  "ctor_ms": ctor, "times_us": times, "refused": refused,
                  "walks": len(ws), "overhead_us": median(over),
-                 "mask_misses": misses}
+                 "mask_misses": misses, "same_count": agree[0],
+                 "steps": agree[1]}
             if ctor:
                 r["compile_ms"] = median(ctor)
                 r["compile_first_ms"] = cold
@@ -413,6 +440,11 @@ def run(args):
                      s[len(s) // 2] if s else 0,
                      s[len(s) * 99 // 100] if s else 0, len(refused),
                      len(ws), misses))
+            print("      masks allowing as many tokens as ours: %d of %d"
+                  % (agree[0], agree[1]))
+            for x in agree[2]:
+                print("      walk %d step %d: ours allow %d, %s %d, after "
+                      "...%r" % (x[0], x[1], x[2], peer.name, x[3], x[4]))
             for x in refused[:3]:
                 print("      walk %d step %d: token %d %r after ...%r (%s)"
                       % (x["gen"], x["step"], x["token"], texts[x["token"]],
