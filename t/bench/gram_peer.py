@@ -486,47 +486,72 @@ def table(specs):
         print()
         print("| schema | masks | kvserve compile ms | kvserve p50 / p99 us "
               "(run 1; run 2) | shared table p50 / p99 | "
-              + " | ".join("%s compile ms | %s p50 / p99 | refused"
-                           % (n, n) for n in peers)
+              + " | ".join("%s compile ms | %s p50 / p99 | refused walks | "
+                           "same count" % (n, n) for n in peers)
               + " | p50 ratio | p99 ratio | compile ratio |")
-        print("|---" * (5 + 3 * len(peers) + 3) + "|")
-        for name in sa:
-            a = [t for w in wa if w["schema"] == name for t in w["own_us"]]
-            b = [t for w in wb if w["schema"] == name for t in w["own_us"]]
-            sh = [t for w in wa if w["schema"] == name
-                  for t in w["shared_us"]]
-            row = ["%s" % name, "%d" % len(a),
-                   "%.3f; %.3f" % (sa[name]["compile_ms"],
-                                   sb[name]["compile_ms"]),
+        print("|---" * (5 + 4 * len(peers) + 3) + "|")
+        pool = {"a": [], "b": [], "sh": []}
+        ppool = {n: [] for n in peers}
+        for name in list(sa) + ["all"]:
+            pick = (lambda w: True) if name == "all" else (
+                lambda w, n=name: w["schema"] == n)
+            a = [t for w in wa if pick(w) for t in w["own_us"]]
+            b = [t for w in wb if pick(w) for t in w["own_us"]]
+            sh = [t for w in wa if pick(w) for t in w["shared_us"]]
+            comp = ([sa[name]["compile_ms"], sb[name]["compile_ms"]]
+                    if name != "all" else
+                    [max(x["compile_ms"] for x in sa.values()),
+                     max(x["compile_ms"] for x in sb.values())])
+            row = ["%s" % (name if name != "all" else
+                           "**all schemas** (compile: the largest)"),
+                   "%d" % len(a), "%.3f; %.3f" % tuple(comp),
                    "%.1f / %.0f; %.1f / %.0f"
                    % (pct(a, 50), pct(a, 99), pct(b, 50), pct(b, 99)),
                    "%.1f / %.0f" % (pct(sh, 50), pct(sh, 99))]
             best50 = best99 = bestc = None
             for pn, p in peers.items():
-                r = p.get("schemas", {}).get(name)
+                sch = p.get("schemas", {})
+                if name == "all":
+                    rs = [r for r in sch.values() if "error" not in r]
+                    if not rs:
+                        row += ["-", "-", "-", "-"]
+                        continue
+                    r = {"times_us": [t for x in rs for t in x["times_us"]],
+                         "compile_ms": max(x["compile_ms"] for x in rs),
+                         "refused": [y for x in rs for y in x["refused"]],
+                         "walks": sum(x["walks"] for x in rs),
+                         "mask_misses": sum(x.get("mask_misses", 0)
+                                            for x in rs),
+                         "same_count": sum(x.get("same_count", 0)
+                                           for x in rs),
+                         "steps": sum(x.get("steps", 0) for x in rs)}
+                else:
+                    r = sch.get(name)
                 if r is None or "error" in r:
-                    row += ["-", "-", "-"]
+                    row += ["-", "-", "-", "-"]
                     continue
                 t = r["times_us"]
-                comp = "%.1f" % r["compile_ms"]
+                c = "%.1f" % r["compile_ms"]
                 if r.get("compile_hit_ms") is not None:
-                    comp += " (hit %.2f)" % r["compile_hit_ms"]
-                row += [comp, "%.1f / %.0f" % (pct(t, 50), pct(t, 99)),
+                    c += " (hit %.2f)" % r["compile_hit_ms"]
+                row += [c, "%.1f / %.0f" % (pct(t, 50), pct(t, 99)),
                         "%d/%d" % (len(r["refused"]), r["walks"])
-                        + (" (%d not in mask)" % r["mask_misses"]
-                           if r.get("mask_misses") else "")]
+                        + (" (%d tokens not in its mask)" % r["mask_misses"]
+                           if r.get("mask_misses") else ""),
+                        "%.0f%%" % (100.0 * r["same_count"] / r["steps"])
+                        if r.get("steps") else "-"]
                 bestc = min(bestc or 1e18, r["compile_ms"])
-                if not r["refused"]:
+                if not r["refused"] or name == "all":
                     best50 = min(best50 or 1e18, pct(t, 50))
                     best99 = min(best99 or 1e18, pct(t, 99))
             row += ["%.2f" % (pct(a, 50) / best50) if best50 else "-",
-                    "%.2f" % (pct(a, 99) / best99) if best99 else "-",
-                    "%.3f" % (sa[name]["compile_ms"] / bestc)
-                    if bestc else "-"]
+                    "%.0f" % (pct(a, 99) / best99) if best99 else "-",
+                    "%.3f" % (comp[0] / bestc) if bestc else "-"]
             print("| " + " | ".join(row) + " |")
-    print("\nratios: kvserve run 1 (own masker) / the faster peer whose "
-          "walks all passed (compile: / the faster peer); < 1 is kvserve "
-          "faster")
+    print("\nratios: kvserve run 1 (own masker: a fresh request) / the "
+          "faster peer whose walks all passed (compile: / the faster peer's "
+          "compile); < 1: kvserve is faster.  same count: the steps where "
+          "the peer's mask allows as many tokens as ours.")
     return 0
 
 
