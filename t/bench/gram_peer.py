@@ -28,7 +28,8 @@ The JSON layout is kvserve's (one space after ',' and ':', no other
 whitespace), so the peers are configured alike: xgrammar
 any_whitespace=False, separators (", ", ": "), strict_mode=False (plain
 JSON Schema: our schemas say additionalProperties themselves);
-llguidance whitespace_flexible false with the same separators.  The
+llguidance whitespace_flexible false with the same separators, and
+json_allow_general_unicode_escapes (\uXXXX of any character, as ours).  The
 json_object entry (schema null) is {"type": "object"} for the peers.
 
 Timing: time.perf_counter_ns() around the one mask call of each step
@@ -310,7 +311,10 @@ class LLGuidancePeer:
         g = self.llg.LLMatcher.grammar_from_json_schema(
             schema, defaults={"whitespace_flexible": False,
                               "item_separator": SEPS[0],
-                              "key_separator": SEPS[1]})
+                              "key_separator": SEPS[1],
+                              # \uXXXX of any character, as ours (its
+                              # default takes only those of controls)
+                              "json_allow_general_unicode_escapes": True})
         t0 = ns_now()
         m = self.llg.LLMatcher(self.tok, g, log_level=0)
         ms = (ns_now() - t0) / 1e6
