@@ -29,7 +29,7 @@ whitespace), so the peers are configured alike: xgrammar
 any_whitespace=False, separators (", ", ": "), strict_mode=False (plain
 JSON Schema: our schemas say additionalProperties themselves);
 llguidance whitespace_flexible false with the same separators, and
-json_allow_general_unicode_escapes (\uXXXX of any character, as ours).  The
+json_allow_general_unicode_escapes (\\uXXXX of any character, as ours).  The
 json_object entry (schema null) is {"type": "object"} for the peers.
 
 Timing: time.perf_counter_ns() around the one mask call of each step
