@@ -19,7 +19,8 @@
 # Environment: KVS_BENCH_DIR (bench_grammar, kvserve), KVS_FIXTURES,
 # KVS_TMP, KVS_PYTHON (a python with `gguf`: build/venv).
 # Knobs: GRAM_GENS (walks per schema, 20), GRAM_PEER_VOCABS ("llama3
-# qwen2"), GRAM_VENV (build/venv-gram), GRAM_PEERS (xgrammar,llguidance).
+# qwen2", converted into /tmp when absent, or paths of vocabulary GGUFs),
+# GRAM_VENV (build/venv-gram), GRAM_PEERS (xgrammar,llguidance).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -75,6 +76,7 @@ vocab_gguf() {
 specs=()
 for v in ${GRAM_PEER_VOCABS:-llama3 qwen2}; do
     gguf=$(vocab_gguf "$v")
+    v=$(basename "$v" .gguf)
     echo "== $v ($gguf); load: $(cut -d' ' -f1-3 /proc/loadavg)"
     for run in 1 2; do
         "$dir/bench_grammar" "$gguf" "$gens" --no-cold \
