@@ -1,14 +1,27 @@
 /*
  * bench_grammar: time of the grammar engine's steps on a real vocabulary
- * (not a test; prints numbers).  For a few schemas: the compile time, and
- * over seeded random generations (a random allowed token each step,
- * leaning to tokens that close strings and containers, EOS when allowed
- * one time in three) the time of each token mask, with the matcher's
- * state cache and without it (every mask a full trie walk), p50 / p99 /
- * max in microseconds, and the cache's hit rate.
+ * (not a test; prints numbers).  For each schema: the compile time (the
+ * median of 11), and over seeded random generations (a random allowed
+ * token each step, leaning to tokens that close strings and containers,
+ * EOS when allowed one time in three) the time of each token mask with
+ * three maskers on the same walk: "cached", a masker of its own (the
+ * state cache and its own context-independent table: a fresh request);
+ * "shared", a masker sharing one table per grammar with the earlier
+ * walks (the engine's arrangement); "no cache", every mask a full trie
+ * walk (every 4th step; --no-cold leaves it out).  p50 / p99 / max in
+ * microseconds, and the cache's hit rate.
  *
- *   build/bench_grammar [vocab.gguf] [generations]
- *   default: $KVS_FIXTURES/vocab/ggml-vocab-gpt-2.gguf, 20
+ *   build/bench_grammar [vocab.gguf] [generations] [--schemas FILE]
+ *       [--walks OUT] [--vocab-out OUT] [--no-cold]
+ *   default: $KVS_FIXTURES/vocab/ggml-vocab-gpt-2.gguf, 20, the four
+ *   built-in schemas
+ *
+ * --schemas: a JSON array of {"name", "schema"} (null: json_object mode),
+ * t/bench/gram_schemas.json.  --walks: one JSON line per schema (compile
+ * ms) and per walk (its token ids, the number of tokens each step's mask
+ * allows, and the per-step mask times of the cached and shared maskers),
+ * which t/bench/gram_peer.py replays through the peers.  --vocab-out: each token's kind and output bytes (hex), one
+ * line per id: the byte strings the peers are given.
  */
 
 #include <stdio.h>
@@ -87,31 +100,162 @@ bg_rand(uint64_t *st)
 }
 
 
+/* The schemas of --schemas FILE (an array of {"name", "schema"}; a null
+ * schema is json_object mode), or the four built-in ones. */
+typedef struct {
+    char    *name;
+    json_t  *schema;                  /* NULL: json_object */
+} bg_schema_t;
+
+
+static int
+bg_load_schemas(const char *file, bg_schema_t **out, size_t *n)
+{
+    size_t        i;
+    json_t       *arr, *it, *sc;
+    json_error_t  je;
+    bg_schema_t  *s;
+
+    if (file == NULL) {
+        *n = sizeof(bg_schemas) / sizeof(bg_schemas[0]);
+        s = calloc(*n, sizeof(bg_schema_t));
+        for (i = 0; i < *n; i++) {
+            s[i].name = strdup(bg_schemas[i][0]);
+            s[i].schema = bg_schemas[i][1] == NULL
+                          ? NULL : json_loads(bg_schemas[i][1], 0, NULL);
+        }
+        *out = s;
+        return 0;
+    }
+
+    arr = json_load_file(file, 0, &je);
+    if (arr == NULL || !json_is_array(arr)) {
+        fprintf(stderr, "%s: %s\n", file, arr ? "not an array" : je.text);
+        return -1;
+    }
+
+    *n = json_array_size(arr);
+    s = calloc(*n, sizeof(bg_schema_t));
+    json_array_foreach(arr, i, it) {
+        s[i].name = strdup(json_string_value(json_object_get(it, "name"))
+                           ? json_string_value(json_object_get(it, "name"))
+                           : "?");
+        sc = json_object_get(it, "schema");
+        s[i].schema = json_is_object(sc) ? json_incref(sc) : NULL;
+    }
+    json_decref(arr);
+    *out = s;
+
+    return 0;
+}
+
+
+static int
+bg_compile(kvs_gram_t *g, const bg_schema_t *s, kvs_err_t *err)
+{
+    if (s->schema == NULL) {
+        return kvs_gram_json_object(g, NULL, err);
+    }
+
+    return kvs_gram_from_schema(g, s->schema, NULL, err);
+}
+
+
+/* Each token's output bytes as the mask sees them, one line per id:
+ * "KIND HEX" (KIND a KVS_GRAM_TOK_*; HEX empty for none), so that a peer
+ * is given exactly the byte strings our mask is computed over. */
+static int
+bg_dump_vocab(const kvs_gram_vocab_t *gv, const char *file)
+{
+    FILE      *f;
+    uint32_t   id, i;
+
+    f = fopen(file, "w");
+    if (f == NULL) {
+        perror(file);
+        return -1;
+    }
+
+    for (id = 0; id < gv->n_tokens; id++) {
+        fprintf(f, "%u ", gv->kind[id]);
+        for (i = 0; i < gv->len[id]; i++) {
+            fprintf(f, "%02x", gv->bytes[gv->off[id] + i]);
+        }
+        fputc('\n', f);
+    }
+
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+
+static void
+bg_put_times(FILE *f, const char *key, const double *t, size_t n)
+{
+    size_t  i;
+
+    fprintf(f, ", \"%s\": [", key);
+    for (i = 0; i < n; i++) {
+        fprintf(f, "%s%.2f", i ? ", " : "", t[i]);
+    }
+    fputc(']', f);
+}
+
+
 int
 main(int argc, char **argv)
 {
-    int                 rc;
+    int                 rc, cold_on;
     char                path[1024];
-    size_t              s, gen, step, n, nc, nt, ncold, gens;
-    double              t0, *tw, *tc;
-    uint32_t           *bits, *cand, id, words;
+    const char         *schemas_file, *walks_file, *vocab_file;
+    size_t              s, gen, step, n, nc, nt, ncold, nsh, gens, ns, k;
+    size_t              w0, ai;
+    double              t0, *tw, *tc, *tsh, comp[11];
+    uint32_t           *bits, *cand, id, words, *walk, *nallow;
     uint64_t            rng;
-    json_t             *js;
+    FILE               *wf;
     kvs_err_t           err;
     kvs_vocab_t        *v;
     kvs_gram_t          g;
+    bg_schema_t        *sch;
     kvs_gram_vocab_t   *gv;
     kvs_gram_matcher_t  m;
-    kvs_gram_masker_t   mk, cold;
+    kvs_gram_masker_t   mk, cold, shm, table;
 
-    if (argc > 1) {
-        snprintf(path, sizeof(path), "%s", argv[1]);
-    } else {
+    schemas_file = walks_file = vocab_file = NULL;
+    cold_on = 1;
+    path[0] = '\0';
+    gens = 20;
+
+    for (ai = 1, k = 0; ai < (size_t) argc; ai++) {
+        if (strcmp(argv[ai], "--schemas") == 0 && ai + 1 < (size_t) argc) {
+            schemas_file = argv[++ai];
+        } else if (strcmp(argv[ai], "--walks") == 0
+                   && ai + 1 < (size_t) argc)
+        {
+            walks_file = argv[++ai];
+        } else if (strcmp(argv[ai], "--vocab-out") == 0
+                   && ai + 1 < (size_t) argc)
+        {
+            vocab_file = argv[++ai];
+        } else if (strcmp(argv[ai], "--no-cold") == 0) {
+            cold_on = 0;
+        } else if (k == 0) {
+            snprintf(path, sizeof(path), "%s", argv[ai]);
+            k++;
+        } else {
+            gens = strtoul(argv[ai], NULL, 10);
+        }
+    }
+
+    if (path[0] == '\0') {
         snprintf(path, sizeof(path), "%s/vocab/ggml-vocab-gpt-2.gguf",
                  getenv("KVS_FIXTURES") ? getenv("KVS_FIXTURES")
                                         : "../shared/fixtures");
     }
-    gens = argc > 2 ? strtoul(argv[2], NULL, 10) : 20;
+
+    if (bg_load_schemas(schemas_file, &sch, &ns) != 0) {
+        return 1;
+    }
 
     if (kvs_vocab_open(&v, path, &err) != KVS_OK) {
         fprintf(stderr, "%s: %s\n", path, err.msg);
@@ -126,36 +270,73 @@ main(int argc, char **argv)
     printf("%s: %u tokens, trie of %u nodes built in %.1f ms\n", path,
            gv->n_tokens, gv->n_nodes, (bg_now() - t0) / 1e3);
 
+    if (vocab_file != NULL && bg_dump_vocab(gv, vocab_file) != 0) {
+        return 1;
+    }
+
+    wf = NULL;
+    if (walks_file != NULL) {
+        wf = fopen(walks_file, "w");
+        if (wf == NULL) {
+            perror(walks_file);
+            return 1;
+        }
+        fprintf(wf, "{\"type\": \"vocab\", \"path\": \"%s\", "
+                "\"n_tokens\": %u}\n", path, gv->n_tokens);
+    }
+
     words = (gv->n_tokens + 31) / 32;
     bits = malloc(words * sizeof(uint32_t));
     cand = malloc(gv->n_tokens * sizeof(uint32_t));
     tw = malloc(gens * 400 * sizeof(double));
     tc = malloc(gens * 400 * sizeof(double));
+    tsh = malloc(gens * 400 * sizeof(double));
+    walk = malloc(400 * sizeof(uint32_t));
+    nallow = malloc(400 * sizeof(uint32_t));
 
-    for (s = 0; s < sizeof(bg_schemas) / sizeof(bg_schemas[0]); s++) {
-        t0 = bg_now();
-        if (bg_schemas[s][1] == NULL) {
-            rc = kvs_gram_json_object(&g, NULL, &err);
-        } else {
-            js = json_loads(bg_schemas[s][1], 0, NULL);
-            rc = kvs_gram_from_schema(&g, js, NULL, &err);
-            json_decref(js);
+    for (s = 0; s < ns; s++) {
+        /* the median of 11 compiles: one takes ~0.1 ms, below the noise
+         * of a shared machine */
+        for (k = 0; k < 11; k++) {
+            t0 = bg_now();
+            rc = bg_compile(&g, &sch[s], &err);
+            comp[k] = (bg_now() - t0) / 1e3;
+            if (rc != KVS_OK) {
+                fprintf(stderr, "%s: %s\n", sch[s].name, err.msg);
+                return 1;
+            }
+            if (k < 10) {
+                kvs_gram_free(&g);
+            }
         }
-        if (rc != KVS_OK) {
-            fprintf(stderr, "%s: %s\n", bg_schemas[s][0], err.msg);
+        t0 = comp[0];
+        qsort(comp, 11, sizeof(double), bg_cmp);
+        printf("%s: compiled in %.3f ms (first %.3f; %u rules, "
+               "%u elements)\n", sch[s].name, comp[5], t0, g.n_rules,
+               g.n_elems);
+        if (wf != NULL) {
+            fprintf(wf, "{\"type\": \"schema\", \"schema\": \"%s\", "
+                    "\"compile_ms\": %.4f, \"compile_first_ms\": %.4f}\n",
+                    sch[s].name, comp[5], t0);
+        }
+
+        /* the engine's arrangement: one table of context-independent
+         * masks per grammar, shared by its requests' maskers */
+        if (kvs_gram_masker_init_table(&table, gv, 64, &err) != KVS_OK) {
+            fprintf(stderr, "table: %s\n", err.msg);
             return 1;
         }
-        printf("%s: compiled in %.3f ms (%u rules, %u elements)\n",
-               bg_schemas[s][0], (bg_now() - t0) / 1e3, g.n_rules,
-               g.n_elems);
 
         rng = 42;
-        nt = ncold = 0;
+        nt = ncold = nsh = 0;
 
         for (gen = 0; gen < gens; gen++) {
             kvs_gram_matcher_init(&m, &g, NULL, &err);
             kvs_gram_masker_init(&mk, gv, &m, 64, &err);
+            kvs_gram_masker_init(&shm, gv, &m, 16, &err);
+            kvs_gram_masker_share(&shm, &table);
             kvs_gram_masker_init(&cold, gv, &m, 0, &err);
+            w0 = nt;
 
             for (step = 0; step < 400; step++) {
                 t0 = bg_now();
@@ -165,11 +346,23 @@ main(int argc, char **argv)
                 }
                 tw[nt++] = bg_now() - t0;
 
-                if (step % 4 == 0) {
+                t0 = bg_now();
+                if (kvs_gram_mask(&shm, bits, &err) != KVS_OK) {
+                    fprintf(stderr, "shared mask: %s\n", err.msg);
+                    return 1;
+                }
+                tsh[nsh++] = bg_now() - t0;
+
+                if (cold_on && step % 4 == 0) {
                     t0 = bg_now();
                     kvs_gram_mask(&cold, bits, &err);
                     tc[ncold++] = bg_now() - t0;
                 }
+
+                for (id = 0, n = 0; id < words; id++) {
+                    n += (size_t) __builtin_popcount(bits[id]);
+                }
+                nallow[step] = (uint32_t) n;
 
                 for (id = 0, n = 0, nc = 0; id < gv->n_tokens; id++) {
                     if (!(bits[id >> 5] >> (id & 31) & 1)) {
@@ -197,10 +390,31 @@ main(int argc, char **argv)
                     id = (uint32_t) gv->ids[gv->n_text];
                 }
 
+                walk[step] = id;
                 kvs_gram_accept_token(&m, gv, (int32_t) id, &err);
                 if (gv->kind[id] == KVS_GRAM_TOK_END) {
+                    step++;
                     break;
                 }
+            }
+
+            if (wf != NULL) {
+                fprintf(wf, "{\"type\": \"walk\", \"schema\": \"%s\", "
+                        "\"gen\": %zu, \"ended\": %s, \"tokens\": [",
+                        sch[s].name, gen,
+                        gv->kind[walk[step - 1]] == KVS_GRAM_TOK_END
+                        ? "true" : "false");
+                for (k = 0; k < step; k++) {
+                    fprintf(wf, "%s%u", k ? ", " : "", walk[k]);
+                }
+                fputs("], \"allowed\": [", wf);
+                for (k = 0; k < step; k++) {
+                    fprintf(wf, "%s%u", k ? ", " : "", nallow[k]);
+                }
+                fputc(']', wf);
+                bg_put_times(wf, "own_us", tw + w0, nt - w0);
+                bg_put_times(wf, "shared_us", tsh + w0, nsh - w0);
+                fputs("}\n", wf);
             }
 
             if (gen == gens - 1) {
@@ -215,19 +429,35 @@ main(int argc, char **argv)
             }
 
             kvs_gram_masker_free(&mk);
+            kvs_gram_masker_free(&shm);
             kvs_gram_masker_free(&cold);
             kvs_gram_matcher_free(&m);
         }
 
         bg_print("cached", tw, nt);
+        bg_print("shared", tsh, nsh);
         bg_print("no cache", tc, ncold);
+        kvs_gram_masker_free(&table);
         kvs_gram_free(&g);
     }
 
+    if (wf != NULL && fclose(wf) != 0) {
+        perror(walks_file);
+        return 1;
+    }
+
+    for (s = 0; s < ns; s++) {
+        free(sch[s].name);
+        json_decref(sch[s].schema);
+    }
+    free(sch);
     free(bits);
     free(cand);
     free(tw);
     free(tc);
+    free(tsh);
+    free(walk);
+    free(nallow);
     kvs_gram_vocab_free(gv);
     kvs_vocab_free(v);
 
