@@ -47,6 +47,13 @@ static const char  *kvs_tool_names[KVS_TOOL_SYN_N] = {
 };
 
 
+const char *
+kvs_tool_marker(kvs_tool_syntax_t syn)
+{
+    return (unsigned) syn < KVS_TOOL_SYN_N ? kvs_tool_forms[syn].open : NULL;
+}
+
+
 static const char *
 kvs_tool_find(const char *s, size_t len, const char *needle)
 {

@@ -92,6 +92,10 @@ kvs_tool_syntax_t kvs_tool_syntax_detect(const char *tpl, size_t len);
 /* "hermes", ...; "none". */
 const char *kvs_tool_syntax_name(kvs_tool_syntax_t syn);
 
+/* The text that opens the calls ("<tool_call>"; LLAMA3: its optional
+ * "<|python_tag|>"); NULL for NONE. */
+const char *kvs_tool_marker(kvs_tool_syntax_t syn);
+
 /*
  * Parses text[len], the whole generated output.  KVS_OK with *out
  * filled (n_calls 0 and content_len len when the output is not calls,

@@ -44,6 +44,7 @@
 #include "api/kvs_api.h"
 #include "api/kvs_api_req.h"
 #include "api/kvs_api_resp.h"
+#include "api/kvs_tool_stream.h"
 #include "base/kvs_clock.h"
 
 
@@ -57,6 +58,8 @@ typedef struct {
     size_t                    sent;        /* streaming with tool calls:
                                               text's bytes sent as
                                               content */
+    kvs_tool_stream_t         ts;          /* ... and the calls read so
+                                              far (ts_on) */
     kvs_sample_logprobs_t    *lp;          /* [n_lp], non-streaming */
     size_t                    n_lp;
     size_t                    lp_cap;
@@ -69,6 +72,7 @@ typedef struct {
     uint64_t                  last_ns;     /* its last token came */
     unsigned                  started:1;
     unsigned                  ended:1;
+    unsigned                  ts_on:1;
 } ngx_http_kvserve_choice_t;
 
 typedef struct {

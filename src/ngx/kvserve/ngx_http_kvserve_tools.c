@@ -4,14 +4,18 @@
  * req.tool_syntax), turned into OpenAI's message content and tool_calls,
  * whole or streamed.
  *
- * The output is parsed by kvs_tool_parse() once it is complete: all or
- * nothing, so a client never gets half of what the model meant as calls
- * (a call cut by max_tokens is text, finish "length").  While it streams,
- * the bytes that are content whatever follows (kvs_tool_parse_hold) go
- * out as content deltas at once; the rest waits for the end, where it is
- * sent as calls (each: a delta with its index, id and name, then one with
- * its arguments) or, when it is not calls, as content.  The grammar the
- * engine ran makes the output parse whenever it completed.
+ * A whole body: the output is parsed by kvs_tool_parse() once it is
+ * complete: all or nothing, so a client never gets half of what the
+ * model meant as calls (a call cut by max_tokens is text, finish
+ * "length").  A stream: the bytes that are content whatever follows
+ * (kvs_tool_parse_hold) go out as content deltas at once, and the calls
+ * as kvs_tool_stream reads them in the grammar's layout: a delta with a
+ * call's index, id and name as soon as the name is complete, then its
+ * arguments in pieces, compacted, as they are generated (a call that
+ * max_tokens cuts is then sent as far as it got, finish "length", as
+ * OpenAI streams do).  Should the reader fail on an output (it cannot
+ * under the grammar), the end falls back to the whole output's parse,
+ * sending its calls at once or the held text as content.
  *
  * Each call gets a fresh id "call_" + 24 base-62 characters.  Names and
  * arguments are copied into the request's pool.
@@ -204,6 +208,88 @@ ngx_http_kvserve_tools_end(ngx_http_kvserve_ctx_t *ctx,
 }
 
 
+/* The calls kvs_tool_stream reads in the text so far, sent as they
+ * come: a call's head (index, id, name) once its name is complete, then
+ * its arguments in pieces. */
+static ngx_int_t
+ngx_http_kvserve_tools_pieces(ngx_http_kvserve_ctx_t *ctx,
+    ngx_http_kvserve_choice_t *ch, kvs_api_choice_t *c, kvs_err_t *err)
+{
+    int                   ev;
+    char                 *id, *name;
+    kvs_buf_t             args;
+    ngx_int_t             rc;
+    kvs_tool_delta_t      d;
+    kvs_api_tool_call_t   piece;
+
+    ngx_memzero(&args, sizeof(args));
+    rc = NGX_OK;
+
+    for ( ;; ) {
+        ev = kvs_tool_stream_next(&ch->ts, (const char *) ch->text.data,
+                                  ch->text.len, &d, &args);
+
+        if (ev < 0) {
+            kvs_err_set(err, KVS_ENOMEM, "tool calls: out of memory");
+            rc = NGX_ERROR;
+            break;
+        }
+
+        if (ev == KVS_TS_EV_NONE || ev == KVS_TS_EV_FAIL) {
+            break;
+        }
+
+        ngx_memzero(&piece, sizeof(piece));
+        piece.index = d.index;
+        piece.args = "";
+
+        if (ev == KVS_TS_EV_HEAD) {
+            if (ngx_http_kvserve_tools_rng == 0) {
+                ngx_http_kvserve_tools_rng = ngx_http_kvserve_random64() | 1;
+            }
+
+            id = ngx_pnalloc(ctx->r->pool, KVS_API_CALL_ID_MAX);
+            name = ngx_pnalloc(ctx->r->pool, d.name_len + 1);
+            if (id == NULL || name == NULL) {
+                kvs_err_set(err, KVS_ENOMEM, "tool calls: out of memory");
+                rc = NGX_ERROR;
+                break;
+            }
+
+            kvs_api_resp_call_id(id, &ngx_http_kvserve_tools_rng);
+            ngx_memcpy(name, d.name, d.name_len);
+            name[d.name_len] = '\0';
+            piece.id = id;
+            piece.name = name;
+
+        } else {
+            piece.args = (const char *) args.data;
+            piece.args_len = args.len;
+        }
+
+        c->calls = &piece;
+        c->n_calls = 1;
+
+        if (kvs_api_resp_chunk(&ctx->out, &ctx->head, c, 1,
+                               ctx->req.include_usage, ctx->model->vocab,
+                               err)
+            != KVS_OK)
+        {
+            rc = NGX_ERROR;
+            break;
+        }
+
+        args.len = 0;
+    }
+
+    c->calls = NULL;
+    c->n_calls = 0;
+    kvs_buf_free(&args);
+
+    return rc;
+}
+
+
 ngx_int_t
 ngx_http_kvserve_tools_stream(ngx_http_kvserve_ctx_t *ctx,
     ngx_http_kvserve_choice_t *ch, uint32_t index, kvs_engine_out_t *o,
@@ -230,6 +316,12 @@ ngx_http_kvserve_tools_stream(ngx_http_kvserve_ctx_t *ctx,
         c.role = 0;
         c.text = NULL;
         ch->started = 1;
+    }
+
+    if (!ch->ts_on) {
+        kvs_tool_stream_init(&ch->ts,
+                             (kvs_tool_syntax_t) ctx->req.tool_syntax);
+        ch->ts_on = 1;
     }
 
     if (o->text.len > 0
@@ -260,12 +352,29 @@ ngx_http_kvserve_tools_stream(ngx_http_kvserve_ctx_t *ctx,
         return NGX_ERROR;
     }
 
+    c.text = NULL;
+    c.len = 0;
+    c.lp = NULL;
+    c.n_lp = 0;
+
+    if (ngx_http_kvserve_tools_pieces(ctx, ch, &c, err) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     if (o->finish != KVS_FINISH_STOP && o->finish != KVS_FINISH_LENGTH) {
         return NGX_OK;
     }
 
-    c.lp = NULL;
-    c.n_lp = 0;
+    /* calls already streamed end the stream as they are (a call that
+     * max_tokens cut stays cut: "length"); else the whole output decides */
+    if (ch->ts.n_calls > 0) {
+        c.finish = o->finish;
+        c.tool_finish = o->finish == KVS_FINISH_STOP;
+
+        return kvs_api_resp_chunk(&ctx->out, &ctx->head, &c, 1,
+                                  ctx->req.include_usage, v, err) == KVS_OK
+               ? NGX_OK : NGX_ERROR;
+    }
 
     return ngx_http_kvserve_tools_end(ctx, ch, &c, o->finish, err);
 }

@@ -1,0 +1,258 @@
+/*
+ * test_tool_stream: the streaming reader of tool calls against the whole
+ * output's parser.  For outputs in each syntax's grammar layout (content
+ * before the calls, several calls, arguments with nested objects and
+ * arrays, strings holding braces, quotes, backslashes, "name" and the
+ * markers), fed cut at every byte and at random lengths: the heads come
+ * in order with the names kvs_tool_parse() finds, and each call's pieces
+ * join into JSON equal to its parsed arguments and free of white space
+ * outside strings; content ends where the calls begin.  Text that is
+ * not calls gives no event.
+ */
+
+#include <jansson.h>
+
+#include "kvs_test.h"
+
+#include "api/kvs_tool_parse.h"
+#include "api/kvs_tool_stream.h"
+
+#define MAX_CALLS  8
+
+typedef struct {
+    kvs_tool_syntax_t  syn;
+    const char        *text;
+    size_t             content;       /* bytes before the calls */
+} case_t;
+
+#define ARGS_A  "{\"city\": \"Pa{ris}\", \"n\": [1, 2, {\"x\": null}]}"
+#define ARGS_B  "{\"q\": \"say \\\"name\\\": \\\"x\\\" </tool_call> \\\\\"}"
+
+static const case_t  cases[] = {
+    { KVS_TOOL_SYN_HERMES,
+      "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+      ARGS_A "}\n</tool_call>\n<tool_call>\n{\"name\": \"f-2\", "
+      "\"arguments\": " ARGS_B "}\n</tool_call>", 13 },
+    { KVS_TOOL_SYN_LLAMA3,
+      "{\"name\": \"get_weather\", \"parameters\": " ARGS_A "}", 0 },
+    { KVS_TOOL_SYN_LLAMA3,
+      "<|python_tag|>{\"name\": \"f-2\", \"parameters\": " ARGS_B "}", 0 },
+    { KVS_TOOL_SYN_MISTRAL,
+      "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": " ARGS_A
+      "}, {\"name\": \"f-2\", \"arguments\": {}}]", 0 },
+    { KVS_TOOL_SYN_GRANITE,
+      "ok <|tool_call|>[{\"name\": \"a\", \"arguments\": " ARGS_B "}]", 3 },
+    { KVS_TOOL_SYN_FIREFUNC,
+      " functools[{\"name\": \"get_weather\", \"arguments\": " ARGS_A "}]",
+      1 },
+    { KVS_TOOL_SYN_FUNCTIONARY,
+      "<function=get_weather>" ARGS_A "</function><function=f-2>" ARGS_B
+      "</function>", 0 },
+};
+
+
+typedef struct {
+    uint32_t   n_heads;
+    char       names[MAX_CALLS][80];
+    kvs_buf_t  args[MAX_CALLS];
+    size_t     content;
+    int        failed;
+} got_t;
+
+
+/* Feeds text grown by `step` bytes at a time (0: random lengths). */
+static void
+feed(kvs_tool_syntax_t syn, const char *text, size_t step, uint64_t *rng,
+    got_t *g)
+{
+    int                rc;
+    size_t             len, total;
+    kvs_buf_t          piece;
+    kvs_tool_delta_t   d;
+    kvs_tool_stream_t  ts;
+
+    memset(g, 0, sizeof(*g));
+    memset(&piece, 0, sizeof(piece));
+    kvs_tool_stream_init(&ts, syn);
+    total = strlen(text);
+    len = 0;
+
+    while (len < total) {
+        if (step > 0) {
+            len += step;
+        } else {
+            *rng = *rng * 6364136223846793005ULL + 1442695040888963407ULL;
+            len += 1 + (*rng >> 33) % 9;
+        }
+        if (len > total) {
+            len = total;
+        }
+
+        while ((rc = kvs_tool_stream_next(&ts, text, len, &d, &piece))
+               != KVS_TS_EV_NONE)
+        {
+            assert_true(rc == KVS_TS_EV_HEAD || rc == KVS_TS_EV_ARGS
+                        || rc == KVS_TS_EV_FAIL);
+            if (rc == KVS_TS_EV_FAIL) {
+                g->failed = 1;
+                break;
+            }
+            if (rc == KVS_TS_EV_HEAD) {
+                assert_int_equal(d.index, g->n_heads);
+                assert_true(g->n_heads < MAX_CALLS && d.name_len < 80);
+                memcpy(g->names[g->n_heads], d.name, d.name_len);
+                g->names[g->n_heads][d.name_len] = '\0';
+                g->n_heads++;
+                g->content = ts.content;
+                continue;
+            }
+            /* a piece belongs to the last head */
+            assert_int_equal(d.index + 1, g->n_heads);
+            assert_true(piece.len > 0);
+            assert_int_equal(kvs_buf_append(&g->args[d.index], piece.data,
+                                            piece.len), KVS_OK);
+            piece.len = 0;
+        }
+
+        if (g->failed) {
+            break;
+        }
+    }
+
+    kvs_buf_free(&piece);
+}
+
+
+static void
+check_case(const case_t *c, size_t step, uint64_t *rng)
+{
+    size_t             i, k;
+    int                in_str, esc;
+    got_t              g;
+    json_t            *a, *b;
+    kvs_err_t          err;
+    kvs_tool_parsed_t  p;
+
+    assert_int_equal(kvs_tool_parse(c->syn, c->text, strlen(c->text), &p,
+                                    &err), KVS_OK);
+    assert_true(p.n_calls > 0);
+
+    feed(c->syn, c->text, step, rng, &g);
+
+    assert_false(g.failed);
+    assert_int_equal(g.n_heads, p.n_calls);
+    assert_int_equal(g.content, c->content);
+
+    for (i = 0; i < p.n_calls; i++) {
+        assert_string_equal(g.names[i], p.calls[i].name);
+
+        /* compact: no space outside strings */
+        in_str = 0;
+        esc = 0;
+        for (k = 0; k < g.args[i].len; k++) {
+            char ch = (char) g.args[i].data[k];
+
+            if (in_str) {
+                if (esc) {
+                    esc = 0;
+                } else if (ch == '\\') {
+                    esc = 1;
+                } else if (ch == '"') {
+                    in_str = 0;
+                }
+            } else {
+                assert_true(ch != ' ' && ch != '\n');
+                in_str = ch == '"';
+            }
+        }
+
+        a = json_loadb((const char *) g.args[i].data, g.args[i].len, 0,
+                       NULL);
+        b = json_loads(p.calls[i].arguments, 0, NULL);
+        if (a == NULL || b == NULL || !json_equal(a, b)) {
+            fail_msg("%s call %zu step %zu: pieces %.*s, parsed %s",
+                     kvs_tool_syntax_name(c->syn), i, step,
+                     (int) g.args[i].len, g.args[i].data,
+                     p.calls[i].arguments);
+        }
+        json_decref(a);
+        json_decref(b);
+        kvs_buf_free(&g.args[i]);
+    }
+
+    kvs_tool_parsed_free(&p);
+}
+
+
+static void
+test_cases(void **state)
+{
+    size_t    i, step;
+    uint64_t  rng;
+
+    rng = 7;
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        for (step = 1; step <= 3; step++) {
+            check_case(&cases[i], step, &rng);
+        }
+        check_case(&cases[i], strlen(cases[i].text), &rng);
+        for (step = 0; step < 20; step++) {
+            check_case(&cases[i], 0, &rng);
+        }
+    }
+}
+
+
+static void
+test_not_calls(void **state)
+{
+    got_t     g;
+    uint64_t  rng;
+
+    rng = 1;
+
+    /* plain text, a marker's beginning at the end, text in NONE */
+    feed(KVS_TOOL_SYN_HERMES, "Just text <tool_ca", 1, &rng, &g);
+    assert_int_equal(g.n_heads, 0);
+    assert_false(g.failed);
+
+    feed(KVS_TOOL_SYN_MISTRAL, "no calls [TOOL_CALL", 0, &rng, &g);
+    assert_int_equal(g.n_heads, 0);
+
+    /* LLAMA3: text that is not a call fails at once */
+    feed(KVS_TOOL_SYN_LLAMA3, "Hello there", 1, &rng, &g);
+    assert_true(g.failed);
+    assert_int_equal(g.n_heads, 0);
+
+    feed(KVS_TOOL_SYN_LLAMA3, "<b>bold</b>", 1, &rng, &g);
+    assert_true(g.failed);
+
+    feed(KVS_TOOL_SYN_NONE, "{\"name\": \"x\"}", 1, &rng, &g);
+    assert_true(g.failed);
+    assert_int_equal(g.n_heads, 0);
+
+    /* a name that never ends is not one the grammar wrote */
+    {
+        char  big[600];
+
+        memset(big, 'a', sizeof(big));
+        memcpy(big, "<function=", 10);
+        big[sizeof(big) - 1] = '\0';
+        feed(KVS_TOOL_SYN_FUNCTIONARY, big, 7, &rng, &g);
+        assert_true(g.failed);
+        assert_int_equal(g.n_heads, 0);
+    }
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cases),
+        cmocka_unit_test(test_not_calls),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
