@@ -2,6 +2,10 @@
  * test_swa_free: a model whose every layer has a sliding window gives
  * back the KV blocks that left it (kvs_sched.h, "Sliding windows").
  *
+ * Which models qualify: every layer windowed (kvs_hparams_swa_all),
+ * gemma's global layers keep every block.  A block table's holes: drop,
+ * fork, slot, check and release.
+ *
  * On generated llama (window 8) and phi3 (window 6) files, blocks of 4
  * positions, far longer generations than the window:
  *   - the blocks a decoding sequence holds stay at ceil(window / 4) + 1,
@@ -17,6 +21,8 @@
  *     prompt and reply, reuse exactly the cached whole blocks (the reply's
  *     too: published before they were given back) and give the outputs
  *     of an engine without a cache;
+ *   - n = 3 choices fork from a table with holes, computing the prompt
+ *     once, each as a single request;
  *   - the CPU kernels never read a position before the window: blocks
  *     that left it are replaced in the table by a block of NaNs, and
  *     the logits stay those of the intact table (a mask one position too
@@ -574,10 +580,97 @@ test_poisoned_blocks(void **state)
 }
 
 
+/* A table's holes: drop gives back whole blocks before a position
+ * only, a fork copies the holes, slot refuses a hole, release and check
+ * skip them, and the pool gets every block back. */
+static void
+test_table_holes(void **state)
+{
+    uint32_t         n, blk, off;
+    kvs_err_t        err;
+    kvs_kv_pool_t   *pool;
+    kvs_kv_table_t   t, f;
+
+    (void) state;
+    assert_int_equal(kvs_kv_pool_new(&pool, 16, BT, &err), KVS_OK);
+    memset(&t, 0, sizeof(t));
+    memset(&f, 0, sizeof(f));
+
+    assert_int_equal(kvs_kv_table_reserve(&t, pool, 21, &err), KVS_OK);
+    assert_int_equal(kvs_kv_pool_used_count(pool), 6);
+
+    /* position 11 is in block 2: blocks 0 and 1 go */
+    kvs_kv_table_drop(&t, pool, 11, &n);
+    assert_int_equal(n, 2);
+    kvs_kv_table_drop(&t, pool, 11, &n);
+    assert_int_equal(n, 0);
+    assert_int_equal(t.n_dropped, 2);
+    assert_int_equal(t.n_blocks, 6);
+    assert_int_equal(kvs_kv_table_held(&t), 4);
+    assert_int_equal(t.blocks[1], KVS_KV_HOLE);
+    assert_int_equal(kvs_kv_pool_used_count(pool), 4);
+    assert_int_equal(kvs_kv_table_check(&t, pool, &err), KVS_OK);
+
+    assert_int_equal(kvs_kv_table_slot(&t, 7, &blk, &off, &err),
+                     KVS_ERANGE);
+    assert_int_equal(kvs_kv_table_slot(&t, 8, &blk, &off, &err), KVS_OK);
+    assert_int_equal(blk, t.blocks[2]);
+
+    assert_int_equal(kvs_kv_table_fork(&f, &t, pool, &err), KVS_OK);
+    assert_int_equal(f.n_dropped, 2);
+    assert_int_equal(kvs_kv_pool_refcount(pool, t.blocks[2]), 2);
+    assert_int_equal(kvs_kv_table_check(&f, pool, &err), KVS_OK);
+
+    /* growing keeps the holes where they are */
+    assert_int_equal(kvs_kv_table_reserve(&t, pool, 30, &err), KVS_OK);
+    assert_int_equal(t.n_dropped, 2);
+    assert_int_equal(t.n_blocks, 8);
+
+    /* past every position: all but nothing beyond the table */
+    kvs_kv_table_drop(&f, pool, 1000, &n);
+    assert_int_equal(n, 4);
+    assert_int_equal(kvs_kv_table_held(&f), 0);
+    assert_int_equal(kvs_kv_table_check(&f, pool, &err), KVS_OK);
+
+    assert_int_equal(kvs_kv_table_release(&f, pool, &err), KVS_OK);
+    assert_int_equal(kvs_kv_table_release(&t, pool, &err), KVS_OK);
+    kvs_test_pool_ok(pool);
+    kvs_kv_pool_free(pool);
+}
+
+
+/* Which models give blocks back: every layer windowed, the largest
+ * window; a global layer anywhere (gemma's period) keeps them all. */
+static void
+test_swa_all(void **state)
+{
+    kvs_hparams_t  hp;
+
+    (void) state;
+    memset(&hp, 0, sizeof(hp));
+    hp.n_layer = 4;
+    assert_int_equal(kvs_hparams_swa_all(&hp), 0);
+
+    hp.n_swa = 4096;                  /* Mistral, phi3 */
+    assert_int_equal(kvs_hparams_swa_all(&hp), 4096);
+
+    hp.swa_period = 2;                /* gemma2: odd layers global */
+    assert_int_equal(kvs_hparams_swa_all(&hp), 0);
+
+    hp.swa_period = 6;                /* gemma3, 4 layers: all windowed */
+    assert_int_equal(kvs_hparams_swa_all(&hp), 4096);
+
+    hp.n_layer = 6;                   /* layer 5 is global */
+    assert_int_equal(kvs_hparams_swa_all(&hp), 0);
+}
+
+
 int
 main(void)
 {
     const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_table_holes),
+        cmocka_unit_test(test_swa_all),
         cmocka_unit_test(test_long_generation),
         cmocka_unit_test(test_prefix_cache),
         cmocka_unit_test(test_choices),
