@@ -23,6 +23,8 @@
  *     of an engine without a cache;
  *   - n = 3 choices fork from a table with holes, computing the prompt
  *     once, each as a single request;
+ *   - sequences preempted on a pool too small for them all, cache on
+ *     and off, are recomputed to the tokens of single requests;
  *   - the CPU kernels never read a position before the window: blocks
  *     that left it are replaced in the table by a block of NaNs, and
  *     the logits stay those of the intact table (a mask one position too
@@ -42,6 +44,7 @@
 #define N_PROMPT  10
 #define N_GEN     150
 #define MAX_TOK   400
+#define NP        8                   /* test_preemption's sequences */
 
 
 typedef struct {
@@ -457,6 +460,121 @@ test_choices(void **state)
 
 
 /*
+ * Preemption: NP sequences of 12 + 40 tokens on a pool of 11 blocks (a
+ * decoding one holds 2 or 3, a chunk up to 11: the least admission
+ * allows)
+ * preempt one another; a preempted sequence caches what it computed
+ * (its table has holes: only what the tree can hold without a gap) and
+ * is recomputed.  Cache on and off, each gives the tokens of a single
+ * request on an engine keeping every block, and nothing leaks.
+ */
+static void
+test_preemption(void **state)
+{
+    int32_t             p[NP][12];
+    size_t              s, n;
+    uint32_t            i, ended;
+    int                 cache;
+    kvs_err_t           err;
+    kvs_engine_t       *e, *keep;
+    kvs_engine_req_t    req;
+    kvs_engine_seq_t   *hs[NP], *r[NP];
+    kvs_engine_out_t    out[NP], one[NP];
+    kvs_engine_conf_t   conf;
+    kvs_engine_stats_t  st;
+    kvs_test_model_t    md;
+
+    (void) state;
+
+    for (s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        model_gen(&md, &shapes[s]);
+        keep = engine_new(&md, 0, 1);
+
+        for (i = 0; i < NP; i++) {
+            fill(p[i], 12, 0xbeef + 16 * s + i, md.m->hp.n_vocab);
+            run1(keep, p[i], 12, 40, &one[i], NULL);
+        }
+
+        for (cache = 0; cache < 2; cache++) {
+            memset(&conf, 0, sizeof(conf));
+            conf.model = md.m;
+            conf.vocab = md.v;
+            conf.block_tokens = BT;
+            conf.n_blocks = 11;
+            conf.threads = 1;
+            conf.max_batch_tokens = BUDGET;
+            conf.no_prefix_cache = !cache;
+
+            if (kvs_engine_new(&e, &conf, &err) != KVS_OK) {
+                fail_msg("engine: %s", err.msg);
+            }
+
+            memset(&req, 0, sizeof(req));
+            req.n_prompt = 12;
+            req.max_tokens = 40;
+            req.ignore_eos = 1;
+            req.sample.top_p = 1.0f;
+            req.sample.logprobs = 1;
+            req.sample.top_logprobs = 3;
+            memset(out, 0, sizeof(out));
+
+            for (i = 0; i < NP; i++) {
+                req.prompt = p[i];
+                if (kvs_engine_submit(e, &req, &hs[i], &err) != KVS_OK) {
+                    fail_msg("submit: %s", err.msg);
+                }
+            }
+
+            for (ended = 0; ended < NP; ) {
+                (void) kvs_engine_step(e);
+
+                while ((n = kvs_engine_ready(e, r, NP)) > 0) {
+                    while (n-- > 0) {
+                        for (i = 0; hs[i] != r[n]; i++) {
+                            assert_true(i < NP - 1);
+                        }
+
+                        if (kvs_engine_read(e, r[n], &out[i])
+                            != KVS_FINISH_NONE)
+                        {
+                            assert_int_equal(out[i].finish,
+                                             KVS_FINISH_LENGTH);
+                            ended++;
+                        }
+                    }
+                }
+            }
+
+            kvs_engine_stats(e, &st);
+            assert_true(st.preemptions > 0);
+
+            for (i = 0; i < NP; i++) {
+                kvs_engine_close(e, hs[i]);
+                same_all(&out[i], &one[i], cache ? "preempted, cache"
+                                                 : "preempted");
+                kvs_engine_out_free(&out[i]);
+            }
+
+            if (kvs_engine_check(e, &err) != KVS_OK) {
+                fail_msg("engine check: %s", err.msg);
+            }
+
+            kvs_engine_stats(e, &st);
+            assert_int_equal(st.kv_used, 0);
+            kvs_engine_free(e);
+        }
+
+        for (i = 0; i < NP; i++) {
+            kvs_engine_out_free(&one[i]);
+        }
+
+        kvs_engine_free(keep);
+        kvs_test_model_free(&md);
+    }
+}
+
+
+/*
  * The kernels' mask: the same decode twice over one prompt, the second
  * with every block that left the window swapped, in the table, for a
  * block of NaNs (a real block: the backend's own checks pass).  The
@@ -674,6 +792,7 @@ main(void)
         cmocka_unit_test(test_long_generation),
         cmocka_unit_test(test_prefix_cache),
         cmocka_unit_test(test_choices),
+        cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_poisoned_blocks),
     };
 
