@@ -25,6 +25,8 @@
  *     once, each as a single request;
  *   - sequences preempted on a pool too small for them all, cache on
  *     and off, are recomputed to the tokens of single requests;
+ *   - a request longer than the pool is admitted when its window and a
+ *     chunk fit, and refused when every block is kept;
  *   - the CPU kernels never read a position before the window: blocks
  *     that left it are replaced in the table by a block of NaNs, and
  *     the logits stay those of the intact table (a mask one position too
@@ -575,6 +577,68 @@ test_preemption(void **state)
 
 
 /*
+ * Admission: a request whose whole length needs 40 blocks of a 16-block
+ * pool is refused by an engine keeping every block, naming the numbers,
+ * and served, as a single request on a large pool, by one that gives
+ * them back (its window and a chunk need 11).
+ */
+static void
+test_admission(void **state)
+{
+    int32_t             p[N_PROMPT];
+    kvs_err_t           err;
+    kvs_engine_t       *e, *keep, *big;
+    kvs_engine_req_t    req;
+    kvs_engine_seq_t   *h;
+    kvs_engine_conf_t   conf;
+    kvs_engine_out_t    a, b;
+    kvs_test_model_t    md;
+    int                 k;
+
+    (void) state;
+    model_gen(&md, &shapes[0]);
+    fill(p, N_PROMPT, 0xad, md.m->hp.n_vocab);
+
+    for (k = 0; k < 2; k++) {
+        memset(&conf, 0, sizeof(conf));
+        conf.model = md.m;
+        conf.vocab = md.v;
+        conf.block_tokens = BT;
+        conf.n_blocks = 16;
+        conf.threads = 1;
+        conf.max_batch_tokens = BUDGET;
+        conf.keep_window_blocks = k;
+
+        if (kvs_engine_new(k ? &keep : &e, &conf, &err) != KVS_OK) {
+            fail_msg("engine: %s", err.msg);
+        }
+    }
+
+    memset(&req, 0, sizeof(req));
+    req.prompt = p;
+    req.n_prompt = N_PROMPT;
+    req.max_tokens = N_GEN;
+    req.ignore_eos = 1;
+
+    assert_int_equal(kvs_engine_submit(keep, &req, &h, &err), KVS_ERANGE);
+    assert_non_null(strstr(err.msg, "needs 40 KV blocks; the whole cache "
+                                    "has 16"));
+
+    big = engine_new(&md, 0, 1);
+    run1(e, p, N_PROMPT, N_GEN, &a, NULL);
+    run1(big, p, N_PROMPT, N_GEN, &b, NULL);
+    same_all(&a, &b, "admitted");
+
+    kvs_engine_out_free(&a);
+    kvs_engine_out_free(&b);
+    kvs_engine_free(e);
+    kvs_engine_free(keep);
+    kvs_engine_free(big);
+    kvs_test_model_free(&md);
+}
+
+
+/*
  * The kernels' mask: the same decode twice over one prompt, the second
  * with every block that left the window swapped, in the table, for a
  * block of NaNs (a real block: the backend's own checks pass).  The
@@ -793,6 +857,7 @@ main(void)
         cmocka_unit_test(test_prefix_cache),
         cmocka_unit_test(test_choices),
         cmocka_unit_test(test_preemption),
+        cmocka_unit_test(test_admission),
         cmocka_unit_test(test_poisoned_blocks),
     };
 
