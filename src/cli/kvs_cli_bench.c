@@ -45,6 +45,9 @@ typedef struct {
     uint32_t     max_batch_tokens;
     unsigned     threads;
     int          no_chunked;
+    int          no_cache;            /* the prefix cache off */
+    int          keep_window;         /* a windowed model keeps every
+                                         block (the baseline of freeing) */
     float        temp;
     uint64_t     seed;
     int          backend;             /* kvs_backend_kind_t; the CPU */
@@ -100,6 +103,16 @@ kvs_cli_bench_args(int argc, char **argv, kvs_cli_bench_opts_t *o)
 
         if (strcmp(opt, "--no-chunked") == 0) {
             o->no_chunked = 1;
+            continue;
+        }
+
+        if (strcmp(opt, "--no-prefix-cache") == 0) {
+            o->no_cache = 1;
+            continue;
+        }
+
+        if (strcmp(opt, "--keep-window-blocks") == 0) {
+            o->keep_window = 1;
             continue;
         }
 
@@ -275,6 +288,8 @@ kvs_cli_bench_run(const kvs_cli_bench_opts_t *o)
     conf.max_batch_tokens = o->max_batch_tokens;
     conf.max_running = o->seqs;
     conf.no_chunked_prefill = o->no_chunked;
+    conf.no_prefix_cache = o->no_cache;
+    conf.keep_window_blocks = o->keep_window;
     conf.backend = (kvs_backend_kind_t) o->backend;
     conf.device = o->device;
 
@@ -377,10 +392,11 @@ kvs_cli_bench_run(const kvs_cli_bench_opts_t *o)
            "tokens/s\n", tokens, t1 - t0, (double) tokens / (t1 - t0));
     printf("bench model=%s threads=%u seqs=%" PRIu32 " prompt=%" PRIu32
            " gen=%" PRIu32 " prefill_tps=%.1f decode_tps=%.1f "
-           "step_ms=%.3f preemptions=%" PRIu64 "\n", o->path,
-           kvs_engine_threads(e), o->seqs, o->prompt, o->gen, pre_tps,
-           dec_tps, st.steps ? (double) st.step_ns / st.steps / 1e6 : 0,
-           st.preemptions);
+           "step_ms=%.3f preemptions=%" PRIu64 " kv_peak=%" PRIu32 "\n",
+           o->path, kvs_engine_threads(e), o->seqs, o->prompt, o->gen,
+           pre_tps, dec_tps,
+           st.steps ? (double) st.step_ns / st.steps / 1e6 : 0,
+           st.preemptions, st.kv_used_max);
 
     rc = 0;
 
@@ -482,9 +498,12 @@ kvs_cli_bench_usage(FILE *f)
         "           [--threads T] [--block B] [--kv-blocks N]\n"
         "           [--max-batch-tokens N] [--no-chunked] [--temp T]\n"
         "           [--seed S] [--backend cpu|cuda|auto] [--device N]\n"
+        "           [--no-prefix-cache] [--keep-window-blocks]\n"
         "  N sequences (default 1) of P random prompt tokens (128) each\n"
         "  generating G tokens (128), submitted at once; --kv-blocks\n"
         "  defaults to what all of them need (fewer forces preemption);\n"
         "  --threads 0 (default): one per online CPU; --backend cpu\n"
-        "  (default); auto: CUDA device N (0) when it answers\n");
+        "  (default); auto: CUDA device N (0) when it answers;\n"
+        "  --keep-window-blocks: a model windowed on every layer keeps\n"
+        "  the blocks its window left (freed by default)\n");
 }

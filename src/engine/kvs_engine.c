@@ -99,6 +99,10 @@ kvs_engine_new(kvs_engine_t **out, const kvs_engine_conf_t *conf,
     sc.no_fair = e->conf.no_fair;
     sc.req_kv_max_milli = e->conf.req_kv_max_milli;
 
+    /* every layer windowed: what leaves the window is given back */
+    sc.window = e->conf.keep_window_blocks
+                ? 0 : kvs_hparams_swa_all(&conf->model->hp);
+
     bc.n_blocks = e->conf.n_blocks;
     bc.block_tokens = e->conf.block_tokens;
     bc.threads = e->conf.threads;

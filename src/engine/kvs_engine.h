@@ -65,6 +65,10 @@ typedef struct {
     uint32_t            n_ctx;        /* 0: the model's training context */
     int                 no_chunked_prefill;
     int                 no_prefix_cache;
+    int                 keep_window_blocks;   /* a windowed model's
+                                             sequences keep the blocks
+                                             left behind by its window
+                                             (baselines, checks) */
     uint64_t            pin_max_bytes;    /* KV bytes each cache scope may
                                              pin; 0: KV cache / 4 */
     uint32_t            fair_w_prefill;   /* tenant counter weights per */

@@ -1,8 +1,8 @@
 /*
  * kvs_kv_table: a sequence's block table over a kvs_kv_pool (see
- * kvs_kv_table.h for the invariants).  Every mutation plans first (block
- * count, pool capacity, id array growth) and commits only when nothing
- * can fail any more.
+ * kvs_kv_table.h for the invariants, holes included).  Every mutation
+ * plans first (block count, pool capacity, id array growth) and commits
+ * only when nothing can fail any more.
  */
 
 #include <inttypes.h>
@@ -107,6 +107,12 @@ kvs_kv_table_slot(const kvs_kv_table_t *table, uint32_t pos,
                            table->n_tokens);
     }
 
+    if (pos / table->block_tokens < table->n_dropped) {
+        return kvs_err_set(err, KVS_ERANGE, "kv table: position %" PRIu32
+                           " left the window; its block was given back",
+                           pos);
+    }
+
     *block = table->blocks[pos / table->block_tokens];
     *offset = pos % table->block_tokens;
 
@@ -139,7 +145,7 @@ kvs_kv_table_share(kvs_kv_table_t *dst, kvs_kv_pool_t *pool,
     const uint32_t *blocks, uint32_t n_tokens, kvs_err_t *err)
 {
     int       rc;
-    uint32_t  i, n;
+    uint32_t  i, n, holes;
 
     if (dst->n_blocks != 0 || dst->n_tokens != 0) {
         return kvs_err_set(err, KVS_EINVAL, "kv table: sharing into a "
@@ -154,7 +160,12 @@ kvs_kv_table_share(kvs_kv_table_t *dst, kvs_kv_pool_t *pool,
     n = (uint32_t) (((uint64_t) n_tokens + pool->block_tokens - 1)
                     / pool->block_tokens);
 
-    for (i = 0; i < n; i++) {
+    /* a windowed source's leading holes stay holes */
+    for (holes = 0; holes < n && blocks[holes] == KVS_KV_HOLE; holes++) {
+        /* void */
+    }
+
+    for (i = holes; i < n; i++) {
         if (kvs_kv_pool_refcount(pool, blocks[i]) == 0) {
             return kvs_err_set(err, KVS_EINVAL, "kv table: block %" PRIu32
                                " of the source is not held", blocks[i]);
@@ -176,11 +187,15 @@ kvs_kv_table_share(kvs_kv_table_t *dst, kvs_kv_pool_t *pool,
     /* every id was checked held and below the count limit: ref cannot
      * fail (a table or the prefix cache never holds one id twice) */
     for (i = 0; i < n; i++) {
-        (void) kvs_kv_pool_ref(pool, blocks[i], NULL);
+        if (i >= holes) {
+            (void) kvs_kv_pool_ref(pool, blocks[i], NULL);
+        }
+
         dst->blocks[i] = blocks[i];
     }
 
     dst->n_blocks = n;
+    dst->n_dropped = holes;
     dst->n_tokens = n_tokens;
     dst->block_tokens = pool->block_tokens;
 
@@ -252,7 +267,7 @@ kvs_kv_table_release(kvs_kv_table_t *table, kvs_kv_pool_t *pool,
 
     /* in reverse, so that the LIFO free list hands the blocks out again in
      * the order this table had them */
-    for (i = table->n_blocks; i > 0; i--) {
+    for (i = table->n_blocks; i > table->n_dropped; i--) {
         rc = kvs_kv_pool_unref(pool, table->blocks[i - 1], &e);
         if (rc != KVS_OK && first == KVS_OK) {
             first = kvs_err_set(err, rc, "%s", e.msg);
@@ -263,6 +278,31 @@ kvs_kv_table_release(kvs_kv_table_t *table, kvs_kv_pool_t *pool,
     memset(table, 0, sizeof(kvs_kv_table_t));
 
     return first;
+}
+
+
+void
+kvs_kv_table_drop(kvs_kv_table_t *table, kvs_kv_pool_t *pool, uint32_t pos,
+    uint32_t *dropped)
+{
+    uint32_t  end;
+
+    *dropped = 0;
+
+    if (table->block_tokens == 0) {
+        return;
+    }
+
+    /* blocks [0, end) hold only positions before pos */
+    end = pos / table->block_tokens;
+    end = end < table->n_blocks ? end : table->n_blocks;
+
+    for ( ; table->n_dropped < end; table->n_dropped++) {
+        (void) kvs_kv_pool_unref(pool, table->blocks[table->n_dropped],
+                                 NULL);
+        table->blocks[table->n_dropped] = KVS_KV_HOLE;
+        (*dropped)++;
+    }
 }
 
 
@@ -292,7 +332,22 @@ kvs_kv_table_check(const kvs_kv_table_t *table, const kvs_kv_pool_t *pool,
                            table->block_tokens);
     }
 
-    for (i = 0; i < table->n_blocks; i++) {
+    if (table->n_dropped > table->n_blocks) {
+        return kvs_err_set(err, KVS_EFORMAT, "kv table: %" PRIu32 " holes "
+                           "in %" PRIu32 " entries", table->n_dropped,
+                           table->n_blocks);
+    }
+
+    for (i = 0; i < table->n_dropped; i++) {
+        if (table->blocks[i] != KVS_KV_HOLE) {
+            return kvs_err_set(err, KVS_EFORMAT, "kv table: entry %" PRIu32
+                               " is block %" PRIu32 ", not a hole, among "
+                               "the %" PRIu32 " dropped", i,
+                               table->blocks[i], table->n_dropped);
+        }
+    }
+
+    for (i = table->n_dropped; i < table->n_blocks; i++) {
         if (kvs_kv_pool_refcount(pool, table->blocks[i]) == 0) {
             return kvs_err_set(err, KVS_EFORMAT, "kv table: entry %" PRIu32
                                " is block %" PRIu32 ", which is not held",

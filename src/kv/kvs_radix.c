@@ -363,6 +363,22 @@ kvs_radix_insert(kvs_radix_t *r, kvs_radix_ns_t *ns, const int32_t *tokens,
 
     b = kvs_radix_walk(r, ns, tokens, nb, &x, &c, &j, &chain);
 
+    /* a windowed sequence's holes: what the tree lacks is cached only up
+     * to the first of them, so that a path never skips a block */
+    for (i = b; i < nb && blocks[i] != KVS_KV_NONE; i++) {
+        /* void */
+    }
+
+    if (i < nb) {
+        nb = i;
+
+        if (nb == 0) {
+            return KVS_OK;
+        }
+
+        b = kvs_radix_walk(r, ns, tokens, nb, &x, &c, &j, &chain);
+    }
+
     /* here: b blocks are cached; c (if set) must be split after j */
 
     leaf = NULL;

@@ -167,9 +167,13 @@ void kvs_radix_match(kvs_radix_t *r, kvs_radix_ns_t *ns,
 /*
  * Caches the whole blocks of tokens[0..n_tokens) whose K/V is in
  * blocks[] (a sequence's table): blocks already cached stay as they are,
- * the others join the tree with one more pool reference each.  *node is
- * the deepest node of the prefix (NULL when n_tokens < block_tokens),
- * locked when lock is set.  KVS_ENOMEM changes nothing.
+ * the others join the tree with one more pool reference each.  A
+ * windowed sequence's table may begin with holes (KVS_KV_NONE, blocks it
+ * gave back): only the whole blocks up to the first hole past what the
+ * tree already holds are cached, so every path stays complete from the
+ * root.  *node is the deepest node of the cached prefix (NULL when it
+ * has no whole block), locked when lock is set.  KVS_ENOMEM changes
+ * nothing.
  */
 int kvs_radix_insert(kvs_radix_t *r, kvs_radix_ns_t *ns,
     const int32_t *tokens, uint32_t n_tokens, const uint32_t *blocks,

@@ -157,6 +157,30 @@ kvs_hparams_swa(const kvs_hparams_t *hp, uint32_t l)
     return hp->n_swa;
 }
 
+/* When every layer has a window, the largest (a position is read while
+ * any layer's window holds it), else 0: positions older than that are
+ * read by no layer again, and their KV blocks may go (llama with a
+ * window, phi3; gemma only with fewer layers than its period). */
+static inline uint32_t
+kvs_hparams_swa_all(const kvs_hparams_t *hp)
+{
+    uint32_t  l, w, most;
+
+    most = 0;
+
+    for (l = 0; l < hp->n_layer; l++) {
+        w = kvs_hparams_swa(hp, l);
+
+        if (w == 0) {
+            return 0;
+        }
+
+        most = w > most ? w : most;
+    }
+
+    return most;
+}
+
 /* The longrope factor tensor kvs_hparams_read() chose, or NULL. */
 const char *kvs_hparams_rope_factors(const kvs_hparams_t *hp);
 

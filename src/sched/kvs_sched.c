@@ -16,7 +16,12 @@
  *     preemptions (kvs_sched_rebalance) happen before the visit;
  *   - a tenant's and a group's kv_blocks are their running sequences'
  *     blocks: recounted at each plan, kept up to date by admissions and
- *     the caps' preemptions within it.
+ *     the caps' preemptions within it;
+ *   - with a window, a running sequence's table has no block wholly
+ *     before n_computed + 1 - window once a commit or a lookup is done
+ *     (kvs_sched_trim), and, with a cache, the tree held every whole
+ *     block it gave back at the time it gave it (inserted first); such a
+ *     sequence has no cache_node (no lock on the tree).
  */
 
 #include <inttypes.h>
@@ -42,6 +47,7 @@ static kvs_seq_t *kvs_sched_rebalance(kvs_sched_t *s);
 static int kvs_sched_over(kvs_sched_t *s, kvs_seq_t *seq, int tenants,
     int groups);
 static void kvs_sched_held(kvs_seq_t *seq, int32_t sign);
+static void kvs_sched_trim(kvs_sched_t *s, kvs_seq_t *seq);
 
 
 int
@@ -187,7 +193,7 @@ int
 kvs_seq_init(kvs_seq_t *seq, const kvs_sched_t *s, const int32_t *prompt,
     uint32_t n_prompt, uint32_t max_tokens, kvs_err_t *err)
 {
-    uint64_t  total, cached, blocks;
+    uint64_t  total, cached, blocks, span;
 
     memset(seq, 0, sizeof(kvs_seq_t));
 
@@ -213,6 +219,18 @@ kvs_seq_init(kvs_seq_t *seq, const kvs_sched_t *s, const int32_t *prompt,
     /* the last generated token is sampled, never computed */
     cached = total - 1;
     blocks = (cached + s->pool->block_tokens - 1) / s->pool->block_tokens;
+
+    /* with a window, at most the window's positions before a step and
+     * the step's own are held at once: their span, plus one block for
+     * a span that straddles one more */
+    if (s->conf.window != 0) {
+        span = s->conf.chunked_prefill && cached > s->conf.max_batch_tokens
+               ? s->conf.max_batch_tokens : cached;
+        span += s->conf.window - 1;
+        span = (span + s->pool->block_tokens - 1) / s->pool->block_tokens
+               + 1;
+        blocks = span < blocks ? span : blocks;
+    }
 
     if (blocks > s->pool->n_blocks) {
         return kvs_err_set(err, KVS_ERANGE, "the prompt (%" PRIu32
@@ -377,22 +395,57 @@ kvs_sched_commit(kvs_sched_t *s, kvs_sched_plan_t *plan)
         seq->n_step = 0;
 
         /* a computed prompt is shared at once with those that follow
-         * (other requests with its prefix); a failure only costs reuse */
-        if (seq->ns == NULL || seq->prompt_cached
-            || seq->n_computed < seq->n_prompt)
+         * (other requests with its prefix); a failure only costs reuse.
+         * A windowed sequence takes no lock (kvs_sched.h) */
+        if (seq->ns != NULL && !seq->prompt_cached
+            && seq->n_computed >= seq->n_prompt)
         {
-            continue;
+            err = kvs_radix_insert(s->radix, seq->ns, seq->tokens,
+                                   seq->n_computed, seq->table.blocks,
+                                   s->conf.window == 0, s->now, &node,
+                                   NULL);
+            if (err == KVS_OK) {
+                kvs_radix_unlock(s->radix, seq->cache_node);
+                seq->cache_node = s->conf.window == 0 ? node : NULL;
+                seq->prompt_cached = 1;
+            }
         }
 
-        err = kvs_radix_insert(s->radix, seq->ns, seq->tokens,
-                               seq->n_computed, seq->table.blocks, 1,
-                               s->now, &node, NULL);
-        if (err == KVS_OK) {
-            kvs_radix_unlock(s->radix, seq->cache_node);
-            seq->cache_node = node;
-            seq->prompt_cached = 1;
-        }
+        kvs_sched_trim(s, seq);
     }
+}
+
+
+/*
+ * With a window: gives back seq's blocks that hold only positions no
+ * layer reads again (before the window of n_computed, the next position
+ * to compute), the tree taking them first when there is one (what it
+ * cannot take, out of memory, is simply not cached).
+ */
+static void
+kvs_sched_trim(kvs_sched_t *s, kvs_seq_t *seq)
+{
+    uint32_t           first, end, dropped;
+    kvs_radix_node_t  *node;
+
+    if (s->conf.window == 0 || seq->n_computed + 1 <= s->conf.window) {
+        return;
+    }
+
+    first = seq->n_computed + 1 - s->conf.window;
+    end = first / s->pool->block_tokens;
+
+    if (end <= seq->table.n_dropped) {
+        return;
+    }
+
+    if (seq->ns != NULL) {
+        (void) kvs_radix_insert(s->radix, seq->ns, seq->tokens,
+                                end * s->pool->block_tokens,
+                                seq->table.blocks, 0, s->now, &node, NULL);
+    }
+
+    kvs_kv_table_drop(&seq->table, s->pool, first, &dropped);
 }
 
 
@@ -497,10 +550,14 @@ kvs_sched_fork(kvs_sched_t *s, kvs_seq_t *parent, kvs_seq_t *child)
         child->n_computed = parent->n_computed;
         child->state = KVS_SEQ_RUNNING;
 
-        /* the shared prefix stays cached while any choice runs */
+        /* the shared prefix stays cached while any choice runs (a
+         * windowed parent holds no lock: its holes are the child's) */
         if (child->ns != NULL && parent->cache_node != NULL) {
             kvs_radix_lock(s->radix, parent->cache_node);
             child->cache_node = parent->cache_node;
+        }
+
+        if (child->ns != NULL) {
             child->prompt_cached = parent->prompt_cached;
         }
 
@@ -574,6 +631,14 @@ kvs_sched_lookup(kvs_sched_t *s, kvs_seq_t *seq)
 
     seq->n_computed = m.n_tokens;
     seq->cache_node = m.node;
+
+    /* a windowed sequence locks nothing: the match's lock only split
+     * and refreshed the path, its table keeps what its window reads */
+    if (s->conf.window != 0) {
+        kvs_radix_unlock(s->radix, seq->cache_node);
+        seq->cache_node = NULL;
+        kvs_sched_trim(s, seq);
+    }
 
     if (!seq->looked_up) {
         seq->looked_up = 1;
@@ -854,7 +919,7 @@ kvs_sched_held(kvs_seq_t *seq, int32_t sign)
 {
     uint32_t  n;
 
-    n = seq->table.n_blocks;
+    n = kvs_kv_table_held(&seq->table);
 
     if (seq->tenant != NULL) {
         seq->tenant->kv_blocks = sign > 0 ? seq->tenant->kv_blocks + n

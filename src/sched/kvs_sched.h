@@ -28,6 +28,20 @@
  * cannot keep them out until it ends.  Alone, a tenant or a request may
  * take the whole pool: the caps only share it.
  *
+ * Sliding windows (conf.window, set when every layer of the model has
+ * one): after each step, a running sequence gives back the blocks whose
+ * every position p is older than the window of the next position to
+ * compute, p <= n_computed - window (the backends' mask: a query at q
+ * reads q - window + 1 .. q), leaving holes in its table
+ * (kvs_kv_table_drop).  With the prefix cache, blocks leave the table
+ * this way only once the tree has them: whole blocks are inserted
+ * before they are dropped (so the tree's paths stay complete from the
+ * root, exact prefixes as ever), a dropped block the tree holds lives
+ * on as cached (evictable), and such a sequence holds no lock on the
+ * tree (its table's references keep its window alive; a lock would
+ * hold the whole path from the root).  Its admission counts the blocks
+ * its window and a step's chunk span instead of the whole context.
+ *
  * A sequence whose prompt plus max_tokens can never fit (the context, the
  * whole pool, or with chunked prefill off the step budget) is refused by
  * kvs_sched_add() with the reason, and nothing changes.
@@ -125,6 +139,9 @@ typedef struct {
     uint32_t  req_kv_max_milli;       /* KV cap per group (request) while
                                          others wait, thousandths; 0 or
                                          1000: none */
+    uint32_t  window;                 /* every layer's sliding window
+                                         (kvs_hparams_swa_all), or 0:
+                                         sequences keep all blocks */
 } kvs_sched_conf_t;
 
 /* A planned step: the batch to run, and whose logits come back. */
@@ -183,8 +200,9 @@ void kvs_sched_free(kvs_sched_t *s);
  * Sets up seq (zeroed by the caller or left NEW by a remove) with a copy
  * of prompt[n_prompt] and room for max_tokens generated tokens.
  * KVS_EINVAL for an empty prompt or max_tokens 0; KVS_ERANGE, with the
- * numbers, when prompt plus max_tokens exceed the context, the pool or
- * (chunked prefill off) the step budget; KVS_ENOMEM.
+ * numbers, when prompt plus max_tokens exceed the context, the pool (with
+ * a window: the most blocks it holds at once) or (chunked prefill off)
+ * the step budget; KVS_ENOMEM.
  */
 int kvs_seq_init(kvs_seq_t *seq, const kvs_sched_t *s, const int32_t *prompt,
     uint32_t n_prompt, uint32_t max_tokens, kvs_err_t *err);

@@ -40,10 +40,10 @@ static uint32_t  blk_c[] = { 1, 2 };
 static uint32_t  blk_d[] = { 3, 7, 11 };      /* shares A's first two */
 
 /* A: prefill to 10 positions; B: 3; C: 8; D: 9 */
-static kvs_kv_table_t  tab_a = { blk_a, 3, 3, 10, BT };
-static kvs_kv_table_t  tab_b = { blk_b, 1, 1, 3, BT };
-static kvs_kv_table_t  tab_c = { blk_c, 2, 2, 8, BT };
-static kvs_kv_table_t  tab_d = { blk_d, 3, 3, 9, BT };
+static kvs_kv_table_t  tab_a = { blk_a, 3, 3, 10, BT, 0 };
+static kvs_kv_table_t  tab_b = { blk_b, 1, 1, 3, BT, 0 };
+static kvs_kv_table_t  tab_c = { blk_c, 2, 2, 8, BT, 0 };
+static kvs_kv_table_t  tab_d = { blk_d, 3, 3, 9, BT, 0 };
 
 
 static void
@@ -184,7 +184,8 @@ test_pack_same_table_twice(void **state)
     kvs_err_t          err;
     kvs_cuda_packed_t  pd;
     uint32_t           be[] = { 4, 6 }, bf[] = { 8 };
-    kvs_kv_table_t     te = { be, 2, 2, 7, BT }, tf = { bf, 1, 1, 1, BT };
+    kvs_kv_table_t     te = { be, 2, 2, 7, BT, 0 };
+    kvs_kv_table_t     tf = { bf, 1, 1, 1, BT, 0 };
     kvs_batch_tok_t    toks[] = {
         { 1, 5, &te, 1 }, { 2, 0, &tf, 1 }, { 3, 6, &te, 1 }
     };
@@ -307,10 +308,10 @@ static void
 test_pack_rejects(void **state)
 {
     uint32_t         bad[] = { 3, 16, 9 }, bad2[] = { 3, 7, 99 };
-    kvs_kv_table_t   tbad = { bad, 3, 3, 10, BT };
-    kvs_kv_table_t   tbad2 = { bad2, 3, 3, 10, BT };
-    kvs_kv_table_t   t8 = { blk_a, 3, 3, 10, 8 };
-    kvs_kv_table_t   tshort = { blk_a, 2, 3, 10, BT };  /* 2 blocks for
+    kvs_kv_table_t   tbad = { bad, 3, 3, 10, BT, 0 };
+    kvs_kv_table_t   tbad2 = { bad2, 3, 3, 10, BT, 0 };
+    kvs_kv_table_t   t8 = { blk_a, 3, 3, 10, 8, 0 };
+    kvs_kv_table_t   tshort = { blk_a, 2, 3, 10, BT, 0 };  /* 2 blocks for
                                                            10 positions */
     kvs_batch_tok_t  t[4];
 
@@ -370,6 +371,40 @@ test_pack_rejects(void **state)
     pack_bad(t, 3, 2, KVS_EINVAL, "padded to 2");
 
     pack_bad(t, 0, 0, KVS_EINVAL, "empty batch");
+}
+
+
+/* With every layer windowed (swa_all), the blocks wholly before a
+ * token's window may be holes; one inside it may not, nor any without a
+ * window. */
+static void
+test_check_window_holes(void **state)
+{
+    env_t            e;
+    kvs_err_t        err;
+    uint32_t         ids[] = { KVS_KV_HOLE, KVS_KV_HOLE, 9, 10 };
+    kvs_kv_table_t   th = { ids, 4, 4, 16, BT, 2 };
+    kvs_batch_tok_t  t[1] = { { 1, 13, &th, 1 } };
+    kvs_batch_t      b = { t, 1 };
+
+    env_init(&e);
+    e.pk.swa_all = 5;
+
+    /* 13 reads 9..13, 12 reads 8..12: block 2 on */
+    assert_int_equal(kvs_cuda_plan_check(&e.pk, &b, 0, 1, &err), KVS_OK);
+    t[0].pos = 12;
+    assert_int_equal(kvs_cuda_plan_check(&e.pk, &b, 0, 1, &err), KVS_OK);
+
+    /* 11 reads 7..11: position 7 is in block 1, a hole */
+    t[0].pos = 11;
+    assert_int_equal(kvs_cuda_plan_check(&e.pk, &b, 0, 1, &err),
+                     KVS_EINVAL);
+    assert_non_null(strstr(err.msg, "block id 4294967295 beyond"));
+
+    t[0].pos = 13;
+    e.pk.swa_all = 0;
+    assert_int_equal(kvs_cuda_plan_check(&e.pk, &b, 0, 1, &err),
+                     KVS_EINVAL);
 }
 
 
@@ -862,6 +897,7 @@ main(void)
         cmocka_unit_test(test_pack_same_table_twice),
         cmocka_unit_test(test_pack_padded),
         cmocka_unit_test(test_pack_rejects),
+        cmocka_unit_test(test_check_window_holes),
         cmocka_unit_test(test_pack_capacity),
         cmocka_unit_test(test_slice),
         cmocka_unit_test(test_buckets),

@@ -792,15 +792,21 @@ kvs_cpu_qkv_task(void *arg, uint32_t i, uint32_t thread)
 
 
 /* Every entry checked before anything is written; *max_ctx is the
- * longest attention span, pos + 1, for sizing the score scratch. */
+ * longest attention span, pos + 1, for sizing the score scratch.  The
+ * blocks checked are those some layer's attention reads: from the
+ * window's first position when every layer has one (the blocks before
+ * it may be holes, KVS_KV_HOLE, given back by the scheduler), so a
+ * mask that reached one position too far fails the step instead of
+ * reading a freed block. */
 static int
 kvs_cpu_check_batch(const kvs_cpu_model_t *cm, const kvs_cpu_kv_t *kv,
     const kvs_batch_t *b, uint32_t *max_ctx, kvs_err_t *err)
 {
-    uint32_t               i, j, nb;
+    uint32_t               i, j, nb, win, first;
     const kvs_batch_tok_t *t;
 
     *max_ctx = 0;
+    win = kvs_hparams_swa_all(&cm->hp);
 
     if (b == NULL || b->toks == NULL || b->n == 0) {
         return kvs_err_set(err, KVS_EINVAL, "cpu forward: empty batch");
@@ -835,8 +841,9 @@ kvs_cpu_check_batch(const kvs_cpu_model_t *cm, const kvs_cpu_kv_t *kv,
         }
 
         nb = t->pos / kv->block_tokens + 1;
+        first = win != 0 && t->pos >= win ? t->pos + 1 - win : 0;
 
-        for (j = 0; j < nb; j++) {
+        for (j = first / kv->block_tokens; j < nb; j++) {
             if (t->table->blocks[j] >= kv->n_blocks) {
                 return kvs_err_set(err, KVS_EINVAL, "cpu forward: entry "
                                    "%" PRIu32 ": block id %" PRIu32 " beyond "

@@ -467,6 +467,7 @@ kvs_cuda_bind_step(kvs_cuda_t *cu, kvs_err_t *err)
     cu->pk.n_vocab = cu->hp.n_vocab;
     cu->pk.n_blocks = cu->kv.n_blocks;
     cu->pk.block_tokens = cu->kv.block_tokens;
+    cu->pk.swa_all = kvs_hparams_swa_all(&cu->hp);
     cu->pk.words = cu->hpack;
     cu->pk.cap_words = cu->wl.pack_words;
     cu->pk.seq_tab = cu->seq_tab;

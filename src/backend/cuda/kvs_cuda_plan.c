@@ -644,7 +644,7 @@ int
 kvs_cuda_plan_check(const kvs_cuda_packer_t *pk, const kvs_batch_t *b,
     uint32_t from, uint32_t n, kvs_err_t *err)
 {
-    uint32_t                i, j, nb, checked, bt;
+    uint32_t                i, j, nb, checked, bt, first;
     const kvs_batch_tok_t  *t, *prev;
 
     if (b == NULL || b->toks == NULL || n == 0 || from > b->n
@@ -700,6 +700,12 @@ kvs_cuda_plan_check(const kvs_cuda_packer_t *pk, const kvs_batch_t *b,
         }
 
         nb = t->pos / bt + 1;
+
+        /* blocks wholly before the window are read by no layer, and may
+         * be holes (the scheduler gave them back) */
+        first = pk->swa_all != 0 && t->pos >= pk->swa_all
+                ? (t->pos + 1 - pk->swa_all) / bt : 0;
+        checked = first > checked ? first : checked;
 
         for (j = checked; j < nb; j++) {
             if (t->table->blocks[j] >= pk->n_blocks) {

@@ -267,6 +267,9 @@ typedef struct {
     uint32_t                n_vocab;
     uint32_t                n_blocks;        /* the cache's */
     uint32_t                block_tokens;
+    uint32_t                swa_all;         /* kvs_hparams_swa_all():
+                                                blocks before a token's
+                                                window may be holes */
     int32_t                *words;           /* [cap_words] the image */
     size_t                  cap_words;
     const kvs_kv_table_t  **seq_tab;         /* [cap_seq] scratch */
@@ -296,7 +299,8 @@ typedef struct {
  * block size and cache, as kvs_cpu_forward does: KVS_EINVAL naming the
  * entry for a token outside the vocabulary, no table, a position not
  * covered by its table, a table of another block size, or a block id at
- * or beyond n_blocks.  Reads nothing but b.
+ * or beyond n_blocks (a hole included) among those the token's attention
+ * reads (from its window's first, with swa_all).  Reads nothing but b.
  */
 int kvs_cuda_plan_check(const kvs_cuda_packer_t *pk, const kvs_batch_t *b,
     uint32_t from, uint32_t n, kvs_err_t *err);
