@@ -1,6 +1,8 @@
 /*
  * bench_grammar: time of the grammar engine's steps on a real vocabulary
- * (not a test; prints numbers).  For a few schemas: the compile time, and
+ * (not a test; prints numbers).  For a few schemas and two tool-call
+ * specs (three tools, Hermes syntax, auto and required): the compile
+ * time, and
  * over seeded random generations (a random allowed token each step,
  * leaning to tokens that close strings and containers, EOS when allowed
  * one time in three) the time of each token mask, with the matcher's
@@ -19,6 +21,23 @@
 #include <jansson.h>
 
 #include "grammar/kvs_grammar.h"
+
+#define BG_TOOLS(choice) \
+    "{\"choice\": \"" choice "\", \"parallel\": true, \"syntax\": " \
+    "\"hermes\", \"tools\": [{\"name\": \"get_weather\", \"parameters\": " \
+    "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": " \
+    "\"string\"}, \"unit\": {\"enum\": [\"celsius\", \"fahrenheit\"]}}, " \
+    "\"required\": [\"city\"], \"additionalProperties\": false}}, " \
+    "{\"name\": \"search\", \"parameters\": {\"type\": \"object\", " \
+    "\"properties\": {\"query\": {\"type\": \"string\"}, \"limit\": " \
+    "{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 50}}, " \
+    "\"required\": [\"query\"], \"additionalProperties\": false}}, " \
+    "{\"name\": \"create_event\", \"parameters\": {\"type\": \"object\", " \
+    "\"properties\": {\"title\": {\"type\": \"string\"}, \"date\": " \
+    "{\"type\": \"string\", \"format\": \"date\"}, \"attendees\": " \
+    "{\"type\": \"array\", \"items\": {\"type\": \"string\", " \
+    "\"format\": \"email\"}, \"maxItems\": 5}}, \"required\": " \
+    "[\"title\", \"date\"], \"additionalProperties\": false}}]}"
 
 static const char  *bg_schemas[][2] = {
     { "json_object", NULL },
@@ -40,6 +59,9 @@ static const char  *bg_schemas[][2] = {
       "{\"type\": \"number\"}, \"kids\": {\"type\": \"array\", \"items\": "
       "{\"$ref\": \"#/$defs/n\"}}}, \"required\": [\"v\"], "
       "\"additionalProperties\": false}}, \"$ref\": \"#/$defs/n\"}" },
+    /* tool calls (kvs_gram_from_tools): three tools, Hermes syntax */
+    { "tools auto", BG_TOOLS("auto") },
+    { "tools required", BG_TOOLS("required") },
 };
 
 
@@ -138,7 +160,9 @@ main(int argc, char **argv)
             rc = kvs_gram_json_object(&g, NULL, &err);
         } else {
             js = json_loads(bg_schemas[s][1], 0, NULL);
-            rc = kvs_gram_from_schema(&g, js, NULL, &err);
+            rc = strncmp(bg_schemas[s][0], "tools", 5) == 0
+                 ? kvs_gram_from_tools(&g, js, NULL, &err)
+                 : kvs_gram_from_schema(&g, js, NULL, &err);
             json_decref(js);
         }
         if (rc != KVS_OK) {

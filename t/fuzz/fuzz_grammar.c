@@ -1,8 +1,9 @@
 /*
- * fuzz_grammar: the schema compiler, the regex compiler, the matcher and
- * the mask on hostile input (src/grammar).
+ * fuzz_grammar: the schema compiler, the tools spec compiler, the regex
+ * compiler, the matcher and the mask on hostile input (src/grammar).
  *
- * The input is "schema JSON \0 bytes": the schema is compiled (any
+ * The input is "schema JSON \0 bytes" (an object with a "syntax" or
+ * "choice" key is a tools spec, kvs_gram_from_tools): it is compiled (any
  * outcome but a crash is fine; an error must carry a message); when it
  * compiles, the bytes are fed to a matcher one at a time while it takes
  * them, with a tiny vocabulary's mask checked against a brute force for
@@ -29,11 +30,13 @@ fz_vocab(void)
 {
     static const char  *pieces[] = { "{\"", "\": ", "\", \"", "\"}", "true",
                                      "null", "12", "\\u00", "\xc3\xa9",
-                                     "\xe6\x97", "}]", "[{" };
+                                     "\xe6\x97", "}]", "[{", "<tool_call>",
+                                     "[TOOL_CALLS]", "<function=",
+                                     "<|python_tag|>" };
     static uint8_t      bytes[256];
-    const uint8_t      *texts[256 + 13];
-    uint32_t            lens[256 + 13], i;
-    uint8_t             kinds[256 + 13];
+    const uint8_t      *texts[256 + 17];
+    uint32_t            lens[256 + 17], i;
+    uint8_t             kinds[256 + 17];
 
     for (i = 0; i < 256; i++) {
         bytes[i] = (uint8_t) i;
@@ -41,16 +44,16 @@ fz_vocab(void)
         lens[i] = 1;
         kinds[i] = KVS_GRAM_TOK_TEXT;
     }
-    for (i = 0; i < 12; i++) {
+    for (i = 0; i < 16; i++) {
         texts[256 + i] = (const uint8_t *) pieces[i];
         lens[256 + i] = (uint32_t) strlen(pieces[i]);
         kinds[256 + i] = KVS_GRAM_TOK_TEXT;
     }
-    texts[268] = (const uint8_t *) "";
-    lens[268] = 0;
-    kinds[268] = KVS_GRAM_TOK_END;
+    texts[272] = (const uint8_t *) "";
+    lens[272] = 0;
+    kinds[272] = KVS_GRAM_TOK_END;
 
-    if (kvs_gram_vocab_from_bytes(&fz_gv, 269, texts, lens, kinds, NULL)
+    if (kvs_gram_vocab_from_bytes(&fz_gv, 273, texts, lens, kinds, NULL)
         != KVS_OK)
     {
         abort();
@@ -136,7 +139,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     kvs_err_clear(&err);
-    rc = kvs_gram_from_schema(&g, s, &o, &err);
+    rc = json_object_get(s, "syntax") != NULL
+         || json_object_get(s, "choice") != NULL
+         ? kvs_gram_from_tools(&g, s, &o, &err)
+         : kvs_gram_from_schema(&g, s, &o, &err);
     json_decref(s);
 
     if (rc != KVS_OK) {

@@ -722,8 +722,10 @@ test_forms(void **state)
 
     spec = tt_spec(1, 0, 1, TT_N_TOOLS);
     assert_int_equal(tt_compile(&g, spec, &err), KVS_OK);
-    assert_false(tt_match(&g, " hi"));
+    assert_true(tt_match(&g, " hi"));
+    assert_false(tt_match(&g, " \n{hi"));
     assert_false(tt_match(&g, "{hi"));
+    assert_false(tt_match(&g, "\n<|python_tag|>hi"));
     assert_false(tt_match(&g, "<|python_tag|>hi"));
     assert_true(tt_match(&g, "<|python_ta"));
     assert_false(tt_match(&g, "{\"name\": \"ping\", \"parameters\": {}}; "
