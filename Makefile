@@ -485,7 +485,9 @@ $(B)/fuzz/fuzz_index: t/fuzz/fuzz_index.c $(FUZZ_INDEX_SRCS) $(LIB_HDRS)
 
 # JSON Schema -> grammar -> matcher and mask: src/grammar calls src/base
 # and src/tokenizer
-FUZZ_GRAMMAR_SRCS := $(FUZZ_SRCS) $(wildcard src/grammar/*.c)
+# with the tool-call parser that reads a tools grammar's outputs back
+FUZZ_GRAMMAR_SRCS := $(FUZZ_SRCS) $(wildcard src/grammar/*.c) \
+                     src/api/kvs_tool_parse.c
 
 $(B)/fuzz/fuzz_grammar: t/fuzz/fuzz_grammar.c $(FUZZ_GRAMMAR_SRCS) \
                         $(LIB_HDRS)

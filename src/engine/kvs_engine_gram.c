@@ -123,6 +123,7 @@ kvs_engine_gram_setup(kvs_engine_t *e, kvs_engine_seq_t *h,
     const kvs_engine_req_t *req, kvs_err_t *err)
 {
     int                 rc;
+    const char         *what;
     kvs_gram_mlimits_t  ml;
 
     if (req->gram_kind == KVS_GRAM_REQ_NONE) {
@@ -136,10 +137,14 @@ kvs_engine_gram_setup(kvs_engine_t *e, kvs_engine_seq_t *h,
 
     /* a stop string could cut the output before the grammar is complete
      * (invalid JSON): the API refuses the pair, and so does the engine */
+    what = req->gram_kind == KVS_GRAM_REQ_TOOLS ? "tools"
+                                                : "response_format";
+
     if (req->n_stop > 0) {
         return kvs_err_set(err, KVS_EINVAL, "stop: stop strings cannot be "
-                           "combined with response_format json_object or "
-                           "json_schema");
+                           "combined with %s", req->gram_kind
+                           == KVS_GRAM_REQ_TOOLS ? "tool calls' grammar"
+                           : "response_format json_object or json_schema");
     }
 
     if ((req->gram_kind == KVS_GRAM_REQ_SCHEMA
@@ -147,14 +152,14 @@ kvs_engine_gram_setup(kvs_engine_t *e, kvs_engine_seq_t *h,
         && (req->schema == NULL || req->schema_len == 0
             || req->schema_len > KVS_GRAM_REQ_MAX_SCHEMA))
     {
-        return kvs_err_set(err, KVS_EINVAL, "response_format: schema of %zu "
-                           "bytes; expected 1..%u", req->schema_len,
+        return kvs_err_set(err, KVS_EINVAL, "%s: schema of %zu bytes; "
+                           "expected 1..%u", what, req->schema_len,
                            KVS_GRAM_REQ_MAX_SCHEMA);
     }
 
     if (e->gv == NULL) {
-        return kvs_err_set(err, KVS_EUNSUPPORTED, "response_format: this "
-                           "model's vocabulary has no token trie (%s)",
+        return kvs_err_set(err, KVS_EUNSUPPORTED, "%s: this model's "
+                           "vocabulary has no token trie (%s)", what,
                            e->gv_why);
     }
 

@@ -386,7 +386,8 @@ int
 kvs_sc_number(kvs_sc_t *sc, uint32_t *rule)
 {
     int             rc;
-    uint32_t        i, d1, de, frac, ex, sign, r;
+    uint32_t        i, d1, frac, ex, sign, r;
+    uint32_t        de = KVS_SC_NONE;
     kvs_gram_seq_t  q;
 
     if (sc->r_number != KVS_SC_NONE) {
@@ -399,8 +400,8 @@ kvs_sc_number(kvs_sc_t *sc, uint32_t *rule)
     rc = kvs_sc_integer(sc, &i);
     if (rc == KVS_OK) {
         rc = kvs_sc_digits(sc, 1, &d1);
+        de = d1;
     }
-    de = d1;
     if (rc == KVS_OK && (sc->flags & KVS_GRAM_JANSSON)) {
         /* two exponent digits: 1e99 at most with 18 integer digits stays
          * far from a double's overflow (jansson refuses "1e999") */

@@ -1,7 +1,7 @@
 /*
- * kvs_gram_req: a request's output constraint (OpenAI's response_format)
- * as it travels from the API to the engine, and the engine's cache of
- * compiled grammars.
+ * kvs_gram_req: a request's output constraint (OpenAI's response_format,
+ * or the tool calls' grammar) as it travels from the API to the engine,
+ * and the engine's cache of compiled grammars.
  *
  * A constraint is a kind and, for KVS_GRAM_REQ_SCHEMA, the schema's
  * canonical JSON text (jansson, sorted keys, compact; for

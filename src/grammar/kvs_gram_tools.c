@@ -31,8 +31,8 @@
  * a lazy stack top with its FIRST set.  In auto mode the byte that
  * completes the marker goes on into the calls instead: the first
  * occurrence of the marker is where the parser finds the calls.  Llama
- * 3 has no marker (its calls are the whole output): its text is what
- * does not start with whitespace, "{" or <|python_tag|>.
+ * 3 has no marker (its calls are the whole output): its text is what,
+ * after leading whitespace, does not start with "{" or <|python_tag|>.
  *
  * Invariants: nothing in g is used before kvs_gram_finish() succeeded;
  * every json_t taken here is released on every path; errors name the
@@ -484,7 +484,7 @@ kvs_gt_text(kvs_gt_t *t, const char *mk, uint32_t after, uint32_t *rule)
 }
 
 
-/* Llama 3's text: not starting with whitespace, "{" or <|python_tag|>
+/* Llama 3's text: after any whitespace, not "{" nor <|python_tag|>
  * (kvs_tool_parse would read those as calls), then anything. */
 static int
 kvs_gt_llama3_text(kvs_gt_t *t, uint32_t *rule)
@@ -523,9 +523,11 @@ kvs_gt_llama3_text(kvs_gt_t *t, uint32_t *rule)
     }
 
     if (rc == KVS_OK) {
+        /* leading whitespace is skipped by the parser: it may come,
+         * and what follows it is held to the same rule */
         for (b = 0; b < 256; b++) {
-            to[b] = b == ' ' || b == '\t' || b == '\n' || b == '\r'
-                    || b == '{' ? KVS_SC_NONE : any;
+            to[b] = b == ' ' || b == '\t' || b == '\n' || b == '\r' ? t0
+                    : b == '{' ? KVS_SC_NONE : any;
         }
         to[(unsigned char) tag[0]] = pt[1];
         rc = kvs_gt_runs(t, n0, to);

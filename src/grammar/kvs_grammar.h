@@ -10,7 +10,8 @@
  *   kvs_gram_schema     JSON Schema (a jansson value) or "any JSON
  *                       object" -> kvs_gram_t (kvs_gram_schema.c, with
  *                       the regex subset of "pattern" and "format" in
- *                       kvs_gram_regex.c);
+ *                       kvs_gram_regex.c); a tool-call spec -> the
+ *                       grammar of text and calls (kvs_gram_tools.c);
  *   kvs_gram_matcher_t  what the grammar still accepts after the bytes
  *                       so far: a set of parse stacks (a pushdown
  *                       automaton run on every branch at once), advanced

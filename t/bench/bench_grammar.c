@@ -14,7 +14,9 @@
  *   build/bench_grammar [vocab.gguf] [generations] [--schemas FILE]
  *       [--walks OUT] [--vocab-out OUT] [--no-cold]
  *   default: $KVS_FIXTURES/vocab/ggml-vocab-gpt-2.gguf, 20, the four
- *   built-in schemas
+ *   built-in schemas and two tool-call specs (three tools, Hermes
+ *   syntax, auto and required; a --schemas entry whose name starts with
+ *   "tools" is such a spec too)
  *
  * --schemas: a JSON array of {"name", "schema"} (null: json_object mode),
  * t/bench/gram_schemas.json.  --walks: one JSON line per schema (compile
@@ -32,6 +34,23 @@
 #include <jansson.h>
 
 #include "grammar/kvs_grammar.h"
+
+#define BG_TOOLS(choice) \
+    "{\"choice\": \"" choice "\", \"parallel\": true, \"syntax\": " \
+    "\"hermes\", \"tools\": [{\"name\": \"get_weather\", \"parameters\": " \
+    "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": " \
+    "\"string\"}, \"unit\": {\"enum\": [\"celsius\", \"fahrenheit\"]}}, " \
+    "\"required\": [\"city\"], \"additionalProperties\": false}}, " \
+    "{\"name\": \"search\", \"parameters\": {\"type\": \"object\", " \
+    "\"properties\": {\"query\": {\"type\": \"string\"}, \"limit\": " \
+    "{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 50}}, " \
+    "\"required\": [\"query\"], \"additionalProperties\": false}}, " \
+    "{\"name\": \"create_event\", \"parameters\": {\"type\": \"object\", " \
+    "\"properties\": {\"title\": {\"type\": \"string\"}, \"date\": " \
+    "{\"type\": \"string\", \"format\": \"date\"}, \"attendees\": " \
+    "{\"type\": \"array\", \"items\": {\"type\": \"string\", " \
+    "\"format\": \"email\"}, \"maxItems\": 5}}, \"required\": " \
+    "[\"title\", \"date\"], \"additionalProperties\": false}}]}"
 
 static const char  *bg_schemas[][2] = {
     { "json_object", NULL },
@@ -53,6 +72,9 @@ static const char  *bg_schemas[][2] = {
       "{\"type\": \"number\"}, \"kids\": {\"type\": \"array\", \"items\": "
       "{\"$ref\": \"#/$defs/n\"}}}, \"required\": [\"v\"], "
       "\"additionalProperties\": false}}, \"$ref\": \"#/$defs/n\"}" },
+    /* tool calls (kvs_gram_from_tools): three tools, Hermes syntax */
+    { "tools auto", BG_TOOLS("auto") },
+    { "tools required", BG_TOOLS("required") },
 };
 
 
@@ -155,6 +177,11 @@ bg_compile(kvs_gram_t *g, const bg_schema_t *s, kvs_err_t *err)
 {
     if (s->schema == NULL) {
         return kvs_gram_json_object(g, NULL, err);
+    }
+
+    /* a tool-call spec, by its name */
+    if (strncmp(s->name, "tools", 5) == 0) {
+        return kvs_gram_from_tools(g, s->schema, NULL, err);
     }
 
     return kvs_gram_from_schema(g, s->schema, NULL, err);

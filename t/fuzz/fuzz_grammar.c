@@ -1,15 +1,21 @@
 /*
- * fuzz_grammar: the schema compiler, the regex compiler, the matcher and
- * the mask on hostile input (src/grammar).
+ * fuzz_grammar: the schema compiler, the tools spec compiler, the regex
+ * compiler, the matcher and the mask on hostile input (src/grammar).
  *
- * The input is "schema JSON \0 bytes": the schema is compiled (any
+ * The input is "schema JSON \0 bytes" (an object with a "syntax" or
+ * "choice" key is a tools spec, kvs_gram_from_tools): it is compiled (any
  * outcome but a crash is fine; an error must carry a message); when it
  * compiles, the bytes are fed to a matcher one at a time while it takes
  * them, with a tiny vocabulary's mask checked against a brute force for
  * the first steps.  Without a \0 the whole input is also tried as a
  * `pattern`.  Checks beyond "no crash, no undefined behaviour, no leak":
  * a refused byte leaves the state as it was; rolling back and re-feeding
- * gives the same state; the mask equals the brute force.
+ * gives the same state; the mask equals the brute force; and for a tools
+ * spec, bytes the grammar takes as a complete output are read back by
+ * the tool-call parser (src/api/kvs_tool_parse.c) as its choice says:
+ * calls for "required", none for "none", calls or text without the
+ * marker for "auto" (a repeated key of a map, which no grammar can
+ * exclude, is the one exception).
  */
 
 #include <stdio.h>
@@ -18,6 +24,7 @@
 
 #include <jansson.h>
 
+#include "api/kvs_tool_parse.h"
 #include "grammar/kvs_grammar.h"
 
 
@@ -29,11 +36,13 @@ fz_vocab(void)
 {
     static const char  *pieces[] = { "{\"", "\": ", "\", \"", "\"}", "true",
                                      "null", "12", "\\u00", "\xc3\xa9",
-                                     "\xe6\x97", "}]", "[{" };
+                                     "\xe6\x97", "}]", "[{", "<tool_call>",
+                                     "[TOOL_CALLS]", "<function=",
+                                     "<|python_tag|>" };
     static uint8_t      bytes[256];
-    const uint8_t      *texts[256 + 13];
-    uint32_t            lens[256 + 13], i;
-    uint8_t             kinds[256 + 13];
+    const uint8_t      *texts[256 + 17];
+    uint32_t            lens[256 + 17], i;
+    uint8_t             kinds[256 + 17];
 
     for (i = 0; i < 256; i++) {
         bytes[i] = (uint8_t) i;
@@ -41,16 +50,16 @@ fz_vocab(void)
         lens[i] = 1;
         kinds[i] = KVS_GRAM_TOK_TEXT;
     }
-    for (i = 0; i < 12; i++) {
+    for (i = 0; i < 16; i++) {
         texts[256 + i] = (const uint8_t *) pieces[i];
         lens[256 + i] = (uint32_t) strlen(pieces[i]);
         kinds[256 + i] = KVS_GRAM_TOK_TEXT;
     }
-    texts[268] = (const uint8_t *) "";
-    lens[268] = 0;
-    kinds[268] = KVS_GRAM_TOK_END;
+    texts[272] = (const uint8_t *) "";
+    lens[272] = 0;
+    kinds[272] = KVS_GRAM_TOK_END;
 
-    if (kvs_gram_vocab_from_bytes(&fz_gv, 269, texts, lens, kinds, NULL)
+    if (kvs_gram_vocab_from_bytes(&fz_gv, 273, texts, lens, kinds, NULL)
         != KVS_OK)
     {
         abort();
@@ -92,10 +101,76 @@ fz_check_mask(kvs_gram_masker_t *mk, kvs_gram_matcher_t *m)
 }
 
 
+/* 1 if some '{' of text starts an object with a repeated key */
+static int
+fz_dup_keys(const char *text, size_t len)
+{
+    size_t        i;
+    json_t       *v;
+    json_error_t  je;
+
+    for (i = 0; i < len; i++) {
+        if (text[i] != '{') {
+            continue;
+        }
+        v = json_loadb(text + i, len - i, JSON_DISABLE_EOF_CHECK
+                       | JSON_REJECT_DUPLICATES, &je);
+        json_decref(v);
+        if (v == NULL && strstr(je.text, "duplicate") != NULL) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+/* A complete output of a tools grammar, read back by the parser. */
+static void
+fz_check_tools(int syn, const char *choice, const uint8_t *text,
+    size_t len)
+{
+    static const char  *markers[] = { NULL, "<tool_call>", NULL,
+                                      "[TOOL_CALLS]", "<|tool_call|>",
+                                      "functools", "<function=" };
+    kvs_tool_parsed_t   p;
+    const char         *mk;
+    int                 calls, marked;
+
+    if (kvs_tool_parse((kvs_tool_syntax_t) syn, (const char *) text, len,
+                       &p, NULL) != KVS_OK)
+    {
+        return;                       /* out of memory */
+    }
+
+    calls = p.n_calls > 0;
+    kvs_tool_parsed_free(&p);
+
+    mk = markers[syn];
+    marked = mk != NULL && memmem(text, len, mk, strlen(mk)) != NULL;
+
+    if (fz_dup_keys((const char *) text, len)) {
+        return;
+    }
+
+    if ((strcmp(choice, "required") == 0 && !calls)
+        || (strcmp(choice, "none") == 0 && (calls || marked))
+        || (strcmp(choice, "auto") == 0 && !calls && marked))
+    {
+        fprintf(stderr, "tools %s/%s: \"%.*s\" parsed as %s\n",
+                kvs_tool_syntax_name((kvs_tool_syntax_t) syn), choice,
+                (int) len, (const char *) text, calls ? "calls" : "text");
+        abort();
+    }
+}
+
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    int                 rc, end;
+    int                 rc, end, tools, syn;
+    char                choice[16];
+    uint8_t             out[512];
     size_t              split, i, fed;
     json_t             *s;
     uint32_t            rule;
@@ -136,7 +211,28 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     kvs_err_clear(&err);
-    rc = kvs_gram_from_schema(&g, s, &o, &err);
+    tools = json_object_get(s, "syntax") != NULL
+            || json_object_get(s, "choice") != NULL;
+    rc = tools ? kvs_gram_from_tools(&g, s, &o, &err)
+               : kvs_gram_from_schema(&g, s, &o, &err);
+
+    syn = 0;
+    choice[0] = '\0';
+
+    if (tools && rc == KVS_OK) {
+        /* the spec's syntax names are the parser's */
+        for (syn = KVS_TOOL_SYN_N - 1; syn > 0; syn--) {
+            if (strcmp(kvs_tool_syntax_name((kvs_tool_syntax_t) syn),
+                       json_string_value(json_object_get(s, "syntax")))
+                == 0)
+            {
+                break;
+            }
+        }
+        snprintf(choice, sizeof(choice), "%s",
+                 json_string_value(json_object_get(s, "choice")));
+    }
+
     json_decref(s);
 
     if (rc != KVS_OK) {
@@ -187,7 +283,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
             continue;
         }
-        fed++;
+        out[fed++] = data[i];
 
         /* roll back one and re-feed: the same state */
         kvs_gram_matcher_next(&m, next);
@@ -202,6 +298,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         {
             abort();
         }
+    }
+
+    if (syn > 0 && kvs_gram_matcher_can_end(&m)) {
+        fz_check_tools(syn, choice, out, fed);
     }
 
     kvs_gram_masker_free(&mk);

@@ -399,6 +399,14 @@ test_refusals(void **state)
     assert_non_null(strstr(err.msg, "response_format.json_schema.schema."
                                     "properties.x.format"));
 
+    /* a tools spec's message names its field, not response_format */
+    bad = "{\"choice\":\"auto\",\"parallel\":true,\"syntax\":\"hermes\","
+          "\"tools\":[{\"name\":\"a b\"}]}";
+    set_req(&req, prompt, 3, KVS_GRAM_REQ_TOOLS, bad, &samps[0], 1);
+    assert_int_equal(kvs_engine_submit(e, &req, &h, &err), KVS_EINVAL);
+    assert_non_null(strstr(err.msg, "tools[0].name: "));
+    assert_null(strstr(err.msg, "response_format"));
+
     bad = "{\"type\":";
     set_req(&req, prompt, 3, KVS_GRAM_REQ_SCHEMA, bad, &samps[0], 1);
     assert_int_equal(kvs_engine_submit(e, &req, &h, &err), KVS_EINVAL);

@@ -722,13 +722,73 @@ test_forms(void **state)
 
     spec = tt_spec(1, 0, 1, TT_N_TOOLS);
     assert_int_equal(tt_compile(&g, spec, &err), KVS_OK);
-    assert_false(tt_match(&g, " hi"));
+    assert_true(tt_match(&g, " hi"));
+    assert_false(tt_match(&g, " \n{hi"));
     assert_false(tt_match(&g, "{hi"));
+    assert_false(tt_match(&g, "\n<|python_tag|>hi"));
     assert_false(tt_match(&g, "<|python_tag|>hi"));
     assert_true(tt_match(&g, "<|python_ta"));
     assert_false(tt_match(&g, "{\"name\": \"ping\", \"parameters\": {}}; "
                           "{\"name\": \"ping\", \"parameters\": {}}"));
     kvs_gram_free(&g);
+    free(spec);
+}
+
+
+/* Free text is a flat automaton: one stack, whatever the text's length
+ * (tail calls), and a recurring state is a state-cache hit. */
+static void
+test_text_state(void **state)
+{
+    char                *spec;
+    uint8_t              bytes[257], kinds[257];
+    uint32_t             i, lens[257], bits[9];
+    kvs_err_t            err;
+    kvs_gram_t           g;
+    const uint8_t       *texts[257];
+    kvs_gram_vocab_t    *gv;
+    kvs_gram_matcher_t   m;
+    kvs_gram_masker_t    mk;
+    const kvs_gram_level_t  *lv;
+
+    (void) state;
+
+    memset(kinds, 0, sizeof(kinds));
+    for (i = 0; i < 256; i++) {
+        bytes[i] = (uint8_t) i;
+        texts[i] = &bytes[i];
+        lens[i] = 1;
+    }
+    texts[256] = (const uint8_t *) "";
+    lens[256] = 0;
+    kinds[256] = KVS_GRAM_TOK_END;
+    assert_int_equal(kvs_gram_vocab_from_bytes(&gv, 257, texts, lens, kinds,
+                                               &err), KVS_OK);
+
+    spec = tt_spec(0, 0, 1, TT_N_TOOLS);
+    assert_int_equal(tt_compile(&g, spec, &err), KVS_OK);
+    assert_int_equal(kvs_gram_matcher_init(&m, &g, NULL, &err), KVS_OK);
+    assert_int_equal(kvs_gram_masker_init(&mk, gv, &m, 16, &err), KVS_OK);
+
+    for (i = 0; i < 40; i++) {
+        assert_int_equal(kvs_gram_mask(&mk, bits, &err), KVS_OK);
+        /* text: every byte but the marker's first would do; EOS too */
+        assert_true(bits['a' >> 5] >> ('a' & 31) & 1);
+        assert_true(bits[256 >> 5] >> (256 & 31) & 1);
+        /* "a<" then "b": the automaton leaves state 0 and comes back */
+        assert_int_equal(kvs_gram_accept_token(&m, gv, "a<b"[i % 3], &err),
+                         KVS_OK);
+        lv = &m.lv[m.n_lv - 1];
+        assert_int_equal(lv->n_front, 1);
+    }
+
+    /* two states recur: after the first mask of each, hits */
+    assert_true(mk.hits >= 37);
+
+    kvs_gram_masker_free(&mk);
+    kvs_gram_matcher_free(&m);
+    kvs_gram_free(&g);
+    kvs_gram_vocab_free(gv);
     free(spec);
 }
 
@@ -739,6 +799,7 @@ main(void)
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_spec_errors),
         cmocka_unit_test(test_forms),
+        cmocka_unit_test(test_text_state),
         cmocka_unit_test(test_byte_walks),
         cmocka_unit_test(test_token_walks),
     };
