@@ -18,10 +18,14 @@
  *    vocabulary fixture's control tokens), naming the path.
  *  - The render limits grow with the tools: 128 tools with large schemas
  *    printed indented by Llama 3.1's template render.
+ *  - Cache breakpoints (kvs_api_cache_offsets(), which renders the
+ *    conversation cut at each) see the tools too: through Qwen 2.5 a
+ *    breakpoint on the user turn covers the tool section before it.
  */
 
 #include "kvs_test.h"
 
+#include "api/kvs_api_cache.h"
 #include "tokenizer/kvs_chat.h"
 #include "tokenizer/kvs_chat_jinja.h"
 #include "tokenizer/kvs_vocab.h"
@@ -603,6 +607,68 @@ test_many_tools(void **state)
 }
 
 
+static void
+test_cache_offsets(void **state)
+{
+    char              *tpl;
+    size_t             len, off[2];
+    json_t            *m, *t;
+    kvs_buf_t          out;
+    kvs_chat_t         chat;
+    kvs_chat_args_t    args;
+    kvs_api_break_t    breaks[2];
+    kvs_chat_jinja_t  *cj;
+    const char        *end, *user, *res;
+
+    tpl = fixture_template("qwen2.5-7b-instruct.jinja", &len);
+    if (tpl == NULL) {
+        skip();
+    }
+
+    assert_int_equal(kvs_chat_jinja_compile(&cj, tpl, len, NULL, &err),
+                     KVS_OK);
+    memset(&chat, 0, sizeof(chat));
+    chat.jinja = cj;
+
+    m = load(CONVO);
+    t = load(TOOLS);
+
+    memset(&args, 0, sizeof(args));
+    args.add_generation_prompt = 1;
+    args.tools = t;
+
+    memset(&out, 0, sizeof(out));
+    assert_int_equal(kvs_chat_render(&chat, m, &args, &out, &err), KVS_OK);
+
+    end = memmem(out.data, out.len, "</tools>", 8);
+    user = memmem(out.data, out.len, "Weather in Paris?", 17);
+    res = memmem(out.data, out.len, "sunny, 21 C", 11);
+    assert_true(end != NULL && user != NULL && res != NULL);
+
+    memset(breaks, 0, sizeof(breaks));
+    breaks[0].message = 1;
+    breaks[0].part = -1;
+    breaks[1].message = 3;
+    breaks[1].part = -1;
+
+    assert_int_equal(kvs_api_cache_offsets(&chat, m, &args,
+                                           (const char *) out.data, out.len,
+                                           breaks, 2, off, &err), KVS_OK);
+
+    /* the cut renderings had the tools: they agree past the section */
+    assert_true(off[0] >= (size_t) (user + 17 - (const char *) out.data));
+    assert_true(off[0] > (size_t) (end - (const char *) out.data));
+    assert_true(off[1] >= (size_t) (res + 11 - (const char *) out.data));
+    assert_true(off[0] < off[1] && off[1] <= out.len);
+
+    kvs_buf_free(&out);
+    json_decref(m);
+    json_decref(t);
+    kvs_chat_jinja_free(cj);
+    free(tpl);
+}
+
+
 int
 main(void)
 {
@@ -614,6 +680,7 @@ main(void)
         cmocka_unit_test(test_families_refuse),
         cmocka_unit_test(test_guard),
         cmocka_unit_test(test_many_tools),
+        cmocka_unit_test(test_cache_offsets),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
