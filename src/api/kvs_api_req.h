@@ -21,9 +21,11 @@
  * Messages are checked for the shape OpenAI's schema gives them (roles
  * system, developer, user, assistant, tool; content a string or text
  * parts; assistant content may be null; tool needs tool_call_id), which
- * is wider than what kvs_chat_render() renders (no tool role, no null
- * content): its KVS_EINVAL messages name the field ("messages[3].role:
- * ...") and kvs_api_err_from_msg() turns them into the same 400.
+ * is wider than what a built-in chat format renders (no tool role, no
+ * tool_calls, no tools: the model's own Jinja template takes them): the
+ * renderer's KVS_EINVAL and KVS_EUNSUPPORTED messages name the field
+ * ("messages[3].role: ...") and kvs_api_err_from_msg() turns them into
+ * the same 400.
  *
  * Chat content parts and messages may carry Anthropic's cache_control
  * (a client cache breakpoint, at most KVS_API_MAX_BREAKS); they are

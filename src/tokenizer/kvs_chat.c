@@ -634,10 +634,10 @@ kvs_chat_check(const kvs_chat_t *chat, const json_t *messages,
 
         if (kvs_chat_member(msg, "tool_calls") != NULL) {
             return kvs_err_set(err, KVS_EUNSUPPORTED, "messages[%zu]."
-                               "tool_calls: not supported by the built-in "
-                               "%s chat template: tool calling needs the "
-                               "model's own (Jinja) chat template", i,
-                               name);
+                               "tool_calls: tool calls are not supported by "
+                               "the built-in %s chat template: tool calling "
+                               "needs the model's own (Jinja) chat "
+                               "template", i, name);
         }
 
         if (i == 0 && role == KVS_CHAT_SYSTEM) {

@@ -554,10 +554,10 @@ kvs_chat_render(const kvs_chat_t *chat, const json_t *messages,
     }
 
     if (args->tools != NULL && !json_is_null(args->tools)) {
-        return kvs_err_set(err, KVS_EUNSUPPORTED, "tools: not supported by "
-                           "the built-in %s chat template: tool calling "
-                           "needs the model's own (Jinja) chat template",
-                           kvs_chat_name(chat->kind));
+        return kvs_err_set(err, KVS_EUNSUPPORTED, "tools: tools are not "
+                           "supported by the built-in %s chat template: "
+                           "tool calling needs the model's own (Jinja) "
+                           "chat template", kvs_chat_name(chat->kind));
     }
 
     first = 0;

@@ -5,8 +5,10 @@
  * fails with a well-formed error (a known status, a UTF-8 message, an
  * error body that is valid JSON with the four keys, a request that owns
  * nothing) or gives a request whose every field is in its documented
- * range; the messages of an accepted chat request then render with a
- * chat template or are refused with a field-naming KVS_EINVAL.
+ * range; the messages (and tools) of an accepted chat request then
+ * render with a built-in chat format and with a Jinja template that
+ * walks the tool fields, or are refused with a field-naming KVS_EINVAL
+ * (KVS_EUNSUPPORTED for tool calling through a built-in format).
  */
 
 #include <stdint.h>
@@ -16,6 +18,7 @@
 #include "api/kvs_api_req.h"
 #include "base/kvs_utf8.h"
 #include "tokenizer/kvs_chat.h"
+#include "tokenizer/kvs_chat_jinja.h"
 
 
 #define FUZZ_CHECK(c)  do { if (!(c)) { __builtin_trap(); } } while (0)
@@ -60,37 +63,83 @@ fuzz_failed(const kvs_api_req_t *r, const kvs_api_err_t *e)
 }
 
 
+/* A template reading every tool field, as the corpus' templates do
+ * (Qwen's tojson of tools and arguments, Llama's items of arguments). */
+static const char  fuzz_tools_tpl[] =
+    "{% if tools %}{% for t in tools %}{{ t | tojson }}\n{% endfor %}"
+    "{% endif %}{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+    "{% if m.tool_calls %}{% for c in m.tool_calls %}"
+    "{{ c.id }} {{ c.function.name }} {{ c.function.arguments | tojson }}"
+    "{% if c.function.arguments is mapping %}"
+    "{% for k, v in c.function.arguments | items %}{{ k }}={{ v }};"
+    "{% endfor %}{% endif %}{% endfor %}{% endif %}"
+    "{% if m.tool_call_id %} for {{ m.tool_call_id }}{% endif %}"
+    "{% endfor %}";
+
+
 /* chatml takes any order of turns, gemma insists on alternation and
- * trims: between them most of the renderer's checks are reached */
+ * trims: between them most of the renderer's checks are reached; the
+ * Jinja template takes tool calling, which the two refuse */
 static void
 fuzz_render(const kvs_api_req_t *r, int gemma)
 {
-    kvs_buf_t         out;
-    kvs_err_t         err;
-    kvs_chat_t        tpl;
-    kvs_api_err_t     a;
-    kvs_chat_args_t   args;
-    int               rc;
+    kvs_buf_t                 out;
+    kvs_err_t                 err;
+    kvs_chat_t                tpl;
+    kvs_api_err_t             a;
+    kvs_chat_args_t           args;
+    int                       rc, k;
 
-    if (kvs_chat_by_name(gemma ? "gemma" : "chatml", gemma ? 5 : 6, &tpl,
-                         &err) != KVS_OK)
+    static kvs_chat_jinja_t  *cj;
+
+    if (cj == NULL
+        && kvs_chat_jinja_compile(&cj, fuzz_tools_tpl,
+                                  sizeof(fuzz_tools_tpl) - 1, NULL, &err)
+           != KVS_OK)
     {
-        return;
+        FUZZ_CHECK(0);
     }
 
-    memset(&out, 0, sizeof(out));
     memset(&args, 0, sizeof(args));
     args.add_generation_prompt = 1;
+    args.tools = r->tools;
 
-    rc = kvs_chat_render(&tpl, r->messages, &args, &out, &err);
-    FUZZ_CHECK(rc == KVS_OK || rc == KVS_EINVAL || rc == KVS_ENOMEM);
+    for (k = 0; k < 2; k++) {
+        if (k == 0) {
+            if (kvs_chat_by_name(gemma ? "gemma" : "chatml", gemma ? 5 : 6,
+                                 &tpl, &err) != KVS_OK)
+            {
+                continue;
+            }
 
-    if (rc == KVS_EINVAL) {
-        kvs_api_err_from_msg(&a, 400, NULL, err.msg);
-        FUZZ_CHECK(strncmp(a.param, "messages", 8) == 0);
+        } else {
+            memset(&tpl, 0, sizeof(tpl));
+            tpl.jinja = cj;
+        }
+
+        memset(&out, 0, sizeof(out));
+
+        rc = kvs_chat_render(&tpl, r->messages, &args, &out, &err);
+        FUZZ_CHECK(rc == KVS_OK || rc == KVS_EINVAL || rc == KVS_ENOMEM
+                   || (rc == KVS_EUNSUPPORTED && k == 0));
+
+        /* a render past its limits (deep arguments, say) is the
+         * template's refusal, not a field's */
+        if (rc == KVS_EINVAL && k == 1
+            && strncmp(err.msg, "chat template: ", 15) == 0)
+        {
+            rc = KVS_OK;
+        }
+
+        if (rc == KVS_EINVAL || rc == KVS_EUNSUPPORTED) {
+            kvs_api_err_from_msg(&a, 400, NULL, err.msg);
+            FUZZ_CHECK(strncmp(a.param, "messages", 8) == 0
+                       || (rc == KVS_EUNSUPPORTED
+                           && strcmp(a.param, "tools") == 0));
+        }
+
+        kvs_buf_free(&out);
     }
-
-    kvs_buf_free(&out);
 }
 
 

@@ -17,20 +17,33 @@ texts concatenated (the real templates here take strings only).
       skipped, saying so, when the fixture is absent.
   (b) the Llama 3 template of the model `kvserve gen-model` writes:
       every shape of conversation, and random ones with awkward whitespace.
+  (c) tool calling: every fixture template ($KVS_FIXTURES/templates) that
+      reads `tools`, run as written by `kvserve chat-template --jinja`
+      (kvs_chat_render() through the Jinja interpreter, the server's
+      default path), on request-shaped conversations: OpenAI tools,
+      assistant tool_calls with arguments as JSON text (content null,
+      absent or text), tool results; jinja2 gets them as Hugging Face's
+      apply_chat_template() is called by vLLM (tools as sent, None when
+      absent; arguments parsed to dicts; a missing content ""; the
+      "tojson", "raise_exception" and "strftime_now" of HF).  Where
+      jinja2 raises, ours must fail too.
 Each failure prints both renderings; the exit status is 1 if any failed.
 
 Environment: KVS_CLI (the kvserve tool; default build/kvserve), KVS_TMP
 (scratch dir), KVS_FIXTURES (../shared/fixtures).
 """
 
+import copy
 import json
 import os
 import random
 import subprocess
 import sys
+from datetime import datetime, timezone
 
 from gguf import GGUFReader
 from jinja2.exceptions import TemplateError
+from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from kvs_check import FIXTURES, ROOT, TMP, check, report
@@ -80,11 +93,13 @@ def gguf_template(path):
 
 # --- ours ---------------------------------------------------------------
 
-def cli(model, messages, agp, template=None):
+def cli(model, messages, agp, template=None, jinja=None):
     """(status, stdout text, stderr text) of kvserve chat-template."""
     args = [CLI, "chat-template"]
     if template is not None:
         args += ["--template", template]
+    if jinja is not None:
+        args += ["--jinja", jinja]
     if not agp:
         args.append("--no-generation-prompt")
     p = subprocess.run(args + [model], input=json.dumps(messages).encode(),
@@ -216,6 +231,206 @@ def check_llama3():
           "an unknown --template is a usage error: %d %r" % (rc, err))
 
 
+# --- (c) tool calling through the fixture templates ----------------------
+
+def strftime_now(fmt):
+    return datetime.now(timezone.utc).strftime(fmt)
+
+
+def hf_tojson(x, ensure_ascii=False, indent=None, separators=None,
+              sort_keys=False):
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent,
+                      separators=separators, sort_keys=sort_keys)
+
+
+def hf_env():
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[loopcontrols])
+    env.filters["tojson"] = hf_tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    return env
+
+
+def vllm_messages(messages):
+    """The messages as vLLM hands them to apply_chat_template(): content
+    None or absent is "", tool_calls' arguments parsed (an object's text
+    becomes the dict; other text is left, where vLLM's json.loads would
+    make a list or raise), null tool fields absent."""
+    out = []
+    for m in messages:
+        m = copy.deepcopy(m)
+        if m.get("content") is None:
+            m["content"] = ""
+        for k in ("tool_calls", "tool_call_id", "name"):
+            if k in m and m[k] is None:
+                del m[k]
+        for call in m.get("tool_calls", []):
+            a = call["function"]["arguments"]
+            try:
+                v = json.loads(a)
+            except ValueError:
+                continue
+            if isinstance(v, dict):
+                call["function"]["arguments"] = v
+        out.append(m)
+    return out
+
+
+TOOLS = [{
+    "type": "function",
+    "function": {
+        "name": "get_current_weather",
+        "description": "Get the current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string",
+                         "description": "The city, e.g. São Paulo"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                "days": {"type": "integer", "minimum": 1, "maximum": 7},
+            },
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+        "strict": True,
+    },
+}, {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "description": "Search the web. Returns snippets.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string"},
+                "limit": {"type": "number", "minimum": 0.5},
+                "tags": {"type": "array", "items": {"type": "string"}},
+            },
+            "required": ["query"],
+        },
+    },
+}]
+
+# OpenAI's least definition: no description, no parameters (templates that
+# print them raise, in jinja2 as here)
+BARE_TOOL = {"type": "function", "function": {"name": "no_params"}}
+
+
+def call(cid, name, args):
+    text = args if isinstance(args, str) else json.dumps(args,
+                                                         ensure_ascii=False)
+    return {"id": cid, "type": "function",
+            "function": {"name": name, "arguments": text}}
+
+
+def tool_conversations():
+    """(label, request) pairs shaped as OpenAI clients send them"""
+    u = {"role": "user", "content": "What's the weather in Zürich?"}
+    one = call("call12345", "get_current_weather",
+               {"city": "Zürich", "unit": "celsius", "days": 2})
+    res = {"role": "tool", "tool_call_id": "call12345",
+           "content": json.dumps({"temperature": 21.5, "sky": "clear"})}
+    out = [
+        ("tools only", {"messages": [u], "tools": TOOLS}),
+        ("system + tools", {"messages": [
+            {"role": "system", "content": "You can call tools."}, u],
+            "tools": TOOLS}),
+        ("round trip, content null", {"messages": [
+            u, {"role": "assistant", "content": None, "tool_calls": [one]},
+            res, {"role": "assistant", "content": "21.5 °C and clear."},
+            {"role": "user", "content": "Thanks!"}], "tools": TOOLS}),
+        ("round trip, content absent, result named", {"messages": [
+            u, {"role": "assistant", "tool_calls": [one]},
+            dict(res, name="get_current_weather")], "tools": TOOLS}),
+        ("round trip, content text", {"messages": [
+            u, {"role": "assistant", "content": "Let me check.",
+                "tool_calls": [one]}, res], "tools": TOOLS}),
+        ("round trip, no tools", {"messages": [
+            u, {"role": "assistant", "content": None, "tool_calls": [one]},
+            res]}),
+        ("null tool fields", {"messages": [
+            dict(u, name=None, tool_calls=None),
+            {"role": "assistant", "content": "Hi.", "tool_calls": None}],
+            "tools": TOOLS}),
+        ("parallel calls", {"messages": [
+            {"role": "system", "content": "Be quick."},
+            {"role": "user", "content": "Weather in Oslo, and news."},
+            {"role": "assistant", "content": None, "tool_calls": [
+                call("call00001", "get_current_weather", {"city": "Oslo"}),
+                call("call00002", "search",
+                     {"query": "news", "limit": 3, "tags": ["wörld"]})]},
+            {"role": "tool", "tool_call_id": "call00001",
+             "content": "{\"temperature\": -3}"},
+            {"role": "tool", "tool_call_id": "call00002",
+             "content": "no results"}], "tools": TOOLS}),
+        ("arguments not an object", {"messages": [
+            u, {"role": "assistant", "content": None, "tool_calls": [
+                call("call12345", "search", "[1, 2]")]},
+            dict(res, content="ok")], "tools": TOOLS}),
+        ("arguments not JSON", {"messages": [
+            u, {"role": "assistant", "content": None, "tool_calls": [
+                call("call12345", "search", "{query: oops")]},
+            dict(res, content="ok")], "tools": TOOLS}),
+        ("arguments empty object, spaced", {"messages": [
+            u, {"role": "assistant", "content": None, "tool_calls": [
+                call("call12345", "search", " {} ")]},
+            dict(res, content="")], "tools": TOOLS}),
+        ("bare tool definition", {"messages": [
+            u, {"role": "assistant", "content": None, "tool_calls": [
+                call("call12345", "no_params", "{}")]},
+            dict(res, content="done")], "tools": TOOLS + [BARE_TOOL]}),
+    ]
+    return out
+
+
+def check_tools(model):
+    tdir = os.path.join(FIXTURES, "templates")
+    if not os.path.isdir(tdir):
+        print("SKIP: fixture %s is absent (set KVS_FIXTURES)" % tdir)
+        return
+    ref = gguf_template(model)
+    env = hf_env()
+    tmpls = 0
+    for name in sorted(os.listdir(tdir)):
+        if not name.endswith(".jinja"):
+            continue
+        path = os.path.join(tdir, name)
+        text = open(path, encoding="utf-8").read()
+        if "tools" not in text:
+            continue
+        tmpls += 1
+        tpl = env.from_string(text)
+        n = same = failed = 0
+        for label, req in tool_conversations():
+            for agp in (True, False):
+                try:
+                    want = tpl.render(messages=vllm_messages(req["messages"]),
+                                      tools=req.get("tools"),
+                                      bos_token=ref[1], eos_token=ref[2],
+                                      add_generation_prompt=agp)
+                    want_ok = True
+                except Exception as e:    # any raise is a refused request
+                    want, want_ok = "%s: %s" % (type(e).__name__, e), False
+                rc, got, err = cli(model, req, agp, jinja=path)
+                ok = (rc == 0 and want_ok and got == want) \
+                    or (rc != 0 and not want_ok)
+                n += 1
+                same += ok
+                failed += ok and not want_ok
+                check(ok, "%s [%s, agp=%d]" % (name, label, agp))
+                if not ok:
+                    i = next((k for k in range(min(len(want), len(got)))
+                              if want[k] != got[k]), min(len(want), len(got)))
+                    print("  jinja2 (%s): %r\n  ours (status %d): %r %s"
+                          % ("ok" if want_ok else "raised",
+                             want[max(0, i - 60):i + 60], rc,
+                             got[max(0, i - 60):i + 60], err.strip()))
+        print("tools %-40s %2d/%2d identical (%d refused by both)"
+              % (name, same, n, failed))
+    check(tmpls > 0, "some fixture template reads tools")
+
+
 def main():
     if not os.access(CLI, os.X_OK):
         print("test_chat_jinja: %s is not an executable (set KVS_CLI)" % CLI)
@@ -223,6 +438,7 @@ def main():
     os.makedirs(TMP, exist_ok=True)
     check_phi3()
     check_llama3()
+    check_tools(os.path.join(TMP, "chat-jinja-tiny.gguf"))
     return report("test_chat_jinja")
 
 

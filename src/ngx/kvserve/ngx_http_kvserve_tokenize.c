@@ -365,10 +365,41 @@ ngx_http_kvserve_tok_thread(void *data, ngx_log_t *log)
 #endif
 
 
+/* Bytes of a JSON value's strings and keys, a few more per value: what a
+ * template printing it with tojson writes, roughly. */
+static size_t
+ngx_http_kvserve_json_bytes(const json_t *j)
+{
+    size_t         i, n;
+    const char    *key;
+    const json_t  *v;
+
+    n = 4;
+
+    if (json_is_string(j)) {
+        n += json_string_length(j);
+
+    } else if (json_is_array(j)) {
+        json_array_foreach(j, i, v) {
+            n += ngx_http_kvserve_json_bytes(v);
+        }
+
+    } else if (json_is_object(j)) {
+        /* jansson's iteration takes no const; nothing here writes */
+        json_object_foreach((json_t *) j, key, v) {
+            n += ngx_strlen(key) + ngx_http_kvserve_json_bytes(v);
+        }
+    }
+
+    return n;
+}
+
+
 /* Bytes of prompt text to tokenize: chat, the messages' contents (string
- * or text parts), once more per cache breakpoint (its prefix is rendered
- * and tokenized again, at most the whole); completions, the text prompts
- * (id prompts need none). */
+ * or text parts) and the tools and tool calls a template prints, once
+ * more per cache breakpoint (its prefix is rendered and tokenized again,
+ * at most the whole); completions, the text prompts (id prompts need
+ * none). */
 static size_t
 ngx_http_kvserve_prompt_bytes(ngx_http_kvserve_ctx_t *ctx)
 {
@@ -387,9 +418,18 @@ ngx_http_kvserve_prompt_bytes(ngx_http_kvserve_ctx_t *ctx)
         return n;
     }
 
+    if (ctx->req.tools != NULL) {
+        n += ngx_http_kvserve_json_bytes(ctx->req.tools);
+    }
+
     for (i = 0; i < json_array_size(ctx->req.messages); i++) {
         m = json_array_get(ctx->req.messages, i);
         content = json_object_get(m, "content");
+
+        if (json_object_get(m, "tool_calls") != NULL) {
+            n += ngx_http_kvserve_json_bytes(json_object_get(m,
+                                                             "tool_calls"));
+        }
 
         if (json_is_string(content)) {
             n += json_string_length(content);
