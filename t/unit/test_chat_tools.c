@@ -384,8 +384,9 @@ test_checks(void **state)
                  "{\"name\":\"f\",\"arguments\":3}}]}]", NULL,
                  "messages[0].tool_calls[0].function.arguments: must be a "
                  "string");
-    expect_refused("[{\"role\":\"tool\",\"content\":\"r\",\"tool_call_id\":5}]",
-                 NULL, "messages[0].tool_call_id: must be a string");
+    expect_refused("[{\"role\":\"tool\",\"content\":\"r\","
+                   "\"tool_call_id\":5}]", NULL,
+                   "messages[0].tool_call_id: must be a string");
     expect_refused("[{\"role\":\"tool\"}]", NULL, "messages[0].content: "
                  "missing");
     expect_refused("[{\"role\":\"function\",\"content\":\"r\"}]", NULL,
