@@ -775,9 +775,11 @@ kvs_api_req_tools_plan(kvs_api_req_t *req, kvs_tool_syntax_t syn,
                               &err);
     kvs_gram_free(&g);
 
+    /* the message leads with the spec's path ("tools[0].parameters.
+     * type: ..."), which becomes param */
     if (rc != KVS_OK) {
-        kvs_api_err_set(aerr, rc == KVS_ENOMEM ? 500 : 400, "tools",
-                        "invalid_value", "Invalid 'tools': %s", err.msg);
+        kvs_api_err_from_msg(aerr, rc == KVS_ENOMEM ? 500 : 400,
+                             "invalid_value", err.msg);
         free(text);
         return rc == KVS_ENOMEM ? KVS_ENOMEM : KVS_EINVAL;
     }

@@ -234,6 +234,17 @@ test_plan(void **state)
     assert_non_null(strstr(E.message, "syntax"));
     assert_int_equal(R.rf_kind, KVS_GRAM_REQ_NONE);
 
+    /* what only the calls' grammar refuses names its path */
+    chat(USER, "'tools':[{'type':'function','function':{'name':'h',"
+         "'parameters':{'type':'array'}}}]");
+    ok();
+    memset(&E, 0, sizeof(E));
+    assert_int_equal(kvs_api_req_tools_plan(&R, KVS_TOOL_SYN_HERMES, 1, &E),
+                     KVS_EINVAL);
+    assert_int_equal(E.status, 400);
+    assert_true(strncmp(E.param, "tools[0].parameters", 19) == 0);
+    assert_int_equal(R.rf_kind, KVS_GRAM_REQ_NONE);
+
     /* a built-in template has no place for tools */
     chat(USER, "'tools':[" TOOL_F "],'tool_choice':'none'");
     ok();
