@@ -306,24 +306,11 @@ kvs_sc_digit_rep(kvs_sc_t *sc, uint32_t min, uint32_t max, uint32_t *rule)
 }
 
 
-/* [0-9]* as a rule */
+/* [0-9]{min,} as a rule */
 int
 kvs_sc_digits(kvs_sc_t *sc, uint32_t min, uint32_t *rule)
 {
-    int             rc;
-    uint32_t        d;
-    kvs_gram_seq_t  q;
-
-    memset(&q, 0, sizeof(q));
-    kvs_gram_seq_range(&q, '0', '9');
-    rc = kvs_sc_rule_of(sc, &q, &d);
-    kvs_gram_seq_free(&q);
-
-    if (rc == KVS_OK) {
-        rc = kvs_gram_repeat(sc->g, d, NULL, min, UINT32_MAX, rule, sc->err);
-    }
-
-    return rc;
+    return kvs_sc_digit_rep(sc, min, UINT32_MAX, rule);
 }
 
 
