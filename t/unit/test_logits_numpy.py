@@ -22,7 +22,9 @@ form) of the gate times up; the query scale 1/sqrt(head size), or
 attention.scale; gemma2: scores soft-capped c tanh(s / c) before the
 softmax, logits too, windowed even layers; gemma3: qwen3's per-head
 norms, five windowed layers to a global one, the windowed ones rotated
-with base 10000 unscaled; the output tied to the embeddings).
+with base 10000 (or rope.freq_base_swa) unscaled, whatever the window's
+width, none without a window key; a final cap only when the file has
+one; the output tied to the embeddings).
 
 Models: stories260K (the fixture, if present: env KVS_FIXTURES), random
 models of several shapes from `kvserve gen-model`, and a few GGUFs written
