@@ -48,7 +48,7 @@ static const kvs_hp_arch_t  kvs_hp_archs[] = {
     /* Gemma 2 alternates windowed and global layers, the window first;
      * Gemma 3 has five windowed layers to a global one, and Q/K norms */
     { "gemma2", KVS_ARCH_GEMMA2, KVS_ROPE_NEOX, 0, 0, 0, 1, 1, 2 },
-    { "gemma3", KVS_ARCH_GEMMA3, KVS_ROPE_NEOX, 0, 1, 0, 1, 1, 6 },
+    { "gemma3", KVS_ARCH_GEMMA3, KVS_ROPE_NEOX, 0, 1, 0, 2, 1, 6 },
 };
 
 #define KVS_HP_ARCH_NAMES  "llama, qwen2, qwen3, phi3, gemma2, gemma3"
@@ -328,12 +328,14 @@ kvs_hp_widths(kvs_hparams_t *hp, kvs_err_t *err)
 
 /*
  * "<arch>.attention.sliding_window" where the architecture declares one
- * (phi3, gemma3): required there, as llama.cpp requires it (its older
- * files' defaults aside; gemma2's default is 4096).  For llama it is
- * optional: Mistral 7B v0.1 has a window of 4096, which llama.cpp's
- * converter does not write (and llama.cpp does not apply), so such files
- * run unwindowed as there; a file that carries the key gets its window.
- * A window at least the trained context is no window.
+ * (phi3): required there, as llama.cpp requires it (gemma2's default is
+ * 4096).  For llama it is optional: Mistral 7B v0.1 has a window of
+ * 4096, which llama.cpp's converter does not write (and llama.cpp does
+ * not apply), so such files run unwindowed as there; a file that carries
+ * the key gets its window.  gemma3's is optional too: the converter
+ * leaves it out for a model whose every layer is global
+ * (sliding_window_pattern 1), and llama.cpp then runs none.  A window at
+ * least the trained context is no window (but see kvs_hp_gemma).
  */
 static int
 kvs_hp_window(kvs_hp_ctx_t *c, kvs_hparams_t *hp, int swa)
@@ -346,7 +348,7 @@ kvs_hp_window(kvs_hp_ctx_t *c, kvs_hparams_t *hp, int swa)
         return KVS_OK;
     }
 
-    /* gemma2's default is llama.cpp's (4096); gemma3 and phi3 need it */
+    /* gemma2's default is llama.cpp's (4096); phi3 needs it */
     rc = kvs_hp_u32(c, "attention.sliding_window",
                     hp->arch_id == KVS_ARCH_GEMMA2 ? 4096 : 0, UINT32_MAX,
                     &hp->n_swa);
@@ -446,13 +448,18 @@ kvs_hp_longrope(kvs_hp_ctx_t *c, kvs_hparams_t *hp)
  * query_pre_attn_scalar), 1/sqrt(head size) for the others.
  * Soft-capping: gemma2's attn_logit_softcapping and
  * final_logit_softcapping (llama.cpp's defaults 50 and 30 when absent);
- * gemma3 has none.  Gemma 3's windowed layers rotate with base 10000,
- * unscaled.
+ * gemma3 has no attention cap and a final one only when the file says
+ * so.  When a gemma3 file declares a window, its local layers (five of
+ * six) rotate with rope.freq_base_swa (default 10000), unscaled, even
+ * when the window covers the whole context and masks nothing: llama.cpp
+ * picks the table by the layer pattern, not by the window's width.
  */
 static int
 kvs_hp_gemma(kvs_hp_ctx_t *c, kvs_hparams_t *hp)
 {
+    int       rc;
     uint32_t  big;
+    uint64_t  declared;
 
     hp->geglu = 1;
     hp->post_norms = 1;
@@ -480,7 +487,35 @@ kvs_hp_gemma(kvs_hp_ctx_t *c, kvs_hparams_t *hp)
         }
 
     } else {
-        hp->rope_base_swa = 10000.0;
+        if (kvs_hp_float(c, "final_logit_softcapping", 0, 0.0,
+                         &hp->final_softcap) != KVS_OK)
+        {
+            return c->err->code;
+        }
+
+        /* kvs_hp_window() read it already; an absent one is no window */
+        rc = kvs_gguf_get_uint(c->g, kvs_hp_key(c, "attention.sliding_window"),
+                               &declared, c->err);
+        if (rc == KVS_ENOTFOUND) {
+            kvs_err_clear(c->err);
+            declared = 0;
+
+        } else if (rc != KVS_OK) {
+            return rc;
+        }
+
+        if (declared != 0
+            && kvs_hp_float(c, "rope.freq_base_swa", 0, 10000.0,
+                            &hp->rope_base_swa) != KVS_OK)
+        {
+            return c->err->code;
+        }
+
+        if (declared != 0 && hp->rope_base_swa <= 0.0) {
+            return kvs_err_set(c->err, KVS_ERANGE, "%s.rope.freq_base_swa "
+                               "(%g) must be positive", hp->arch,
+                               hp->rope_base_swa);
+        }
     }
 
     if (hp->attn_scale <= 0.0 || hp->attn_softcap < 0.0

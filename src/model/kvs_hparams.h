@@ -84,9 +84,11 @@ typedef struct {
                                           layer l is global when
                                           (l + 1) % p == 0 (gemma2: 2,
                                           gemma3: 6) */
-    double              rope_base_swa; /* RoPE base of windowed layers,
-                                          unscaled (gemma3: 10000); 0:
-                                          the same table as the rest */
+    double              rope_base_swa; /* RoPE base of local layers,
+                                          unscaled (gemma3 declaring a
+                                          window: 10000 or its
+                                          rope.freq_base_swa); 0: the
+                                          same table as the rest */
     int                 geglu;         /* FFN gelu(gate) * up (tanh
                                           approximation), not SwiGLU */
     int                 post_norms;    /* post_attention_norm and
@@ -155,6 +157,18 @@ kvs_hparams_swa(const kvs_hparams_t *hp, uint32_t l)
     }
 
     return hp->n_swa;
+}
+
+/* Whether layer l rotates with the local layers' RoPE table
+ * (rope_base_swa: gemma3's five of six).  llama.cpp decides it by the
+ * layer pattern once the file declares a window, even one that covers
+ * the whole context (kvs_hparams_swa() then says 0), so the window and
+ * the table are separate facts. */
+static inline int
+kvs_hparams_rope_swa(const kvs_hparams_t *hp, uint32_t l)
+{
+    return hp->rope_base_swa != 0.0 && hp->swa_period != 0
+           && (l + 1) % hp->swa_period != 0;
 }
 
 /* When every layer has a window, the largest (a position is read while

@@ -17,15 +17,42 @@
 # ok=yes when every id agrees, or when the first difference is a
 # near-tie: llama.cpp's own margin there (peer_gap) is within twice the
 # step's largest logit difference between the two (llama.cpp keeps its
-# KV cache in F16, kvserve in F32).  A file the
+# KV cache in F16, kvserve in F32); and in both cases max_rel is at most
+# ARCH_TOL (0.01: the runs that agree measure 2e-4 to 2e-3, a wrong RoPE
+# base 0.5).  A file the
 # peer cannot load because it does not know the architecture is
 # ok=skip with llama.cpp's message (the peer is what the benches build,
-# whatever its age).  Exits 1 if any model fails.
+# whatever its age).  A file whose window the peer says it ignores
+# (llama.cpp since mid-2025 runs phi3 without its sliding_window, which
+# kvserve applies as Hugging Face's model does) is ok=skip naming that
+# when the two differ, with the agreement up to the first difference
+# still printed.  Exits 1 if any model fails.
+#
+# Peers: llama.h's API these programs use is the same in both snapshots
+# tried: c392e5094deaf2d1a7c18683214f007fad3fe42b (2025-02-20, knows
+# llama, phi3, gemma2; the recipe in t/bench/llamacpp.sh) and
+# 3f545beccee69d9975f466ec7e45fd9aacd8ba90 (2026-08-22, knows all five:
+# the tool fetch of github:ngxson/llama.cpp).  That snapshot lacks seven
+# models/ggml-vocab-*.gguf blobs, and git archive fails on it even with
+# them excluded, so it is checked out through a scratch index:
+#   g=/work/.mirror/ngxson+llama.cpp/repo; p=/work/peers/llama.cpp-new
+#   export GIT_INDEX_FILE=/tmp/peer-index; mkdir -p $p
+#   git --git-dir=$g read-tree HEAD
+#   git --git-dir=$g rm -q --cached models/ggml-vocab-{aquila,command-r,\
+#     gemma-4,llama-bpe,nomic-bert-moe,qwen2,qwen35}.gguf
+#   git --git-dir=$g --work-tree=$p checkout-index -a
+#   cd $p && cmake -B build -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF \
+#     -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+#     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
+#     -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+#     -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF
+#   cmake --build build -j2 --target llama
+# (this script needs libllama.so and the ggml libraries, no binary).
 #
 # Environment: LLAMA_CPP_BUILD (llama.cpp/build/bin; recipe at the top of
 # t/bench/llamacpp.sh), LLAMA_CPP_SRC (its tree, default
 # $LLAMA_CPP_BUILD/../..), KVS_CLI, KVS_PYTHON, KVS_TMP, ARCH_NEW (tokens
-# to generate, default 24).
+# to generate, default 24), ARCH_TOL (default 0.01).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -34,6 +61,7 @@ cli=${KVS_CLI:-$root/build/kvserve}
 py=${KVS_PYTHON:-$root/build/venv/bin/python}
 bin=${LLAMA_CPP_BUILD:-}
 n_new=${ARCH_NEW:-24}
+tol=${ARCH_TOL:-0.01}
 
 if [ -z "$bin" ]; then
     echo "SKIP: arch_peer.sh: LLAMA_CPP_BUILD is not set (point it at" \
@@ -81,14 +109,20 @@ run() {
         failed=1
         return 0
     fi
+    # what of the file the peer said it ignores (its warnings)
+    local ignored=
+    if grep -q "SWA is currently disabled" "$dir/$label.err"; then
+        ignored="llama.cpp ignores phi3's sliding_window"
+    fi
     if ! "$py" - "$cli" "$file" "$prompt" "$dir/$label" "$arch" \
-        "$label" <<'PY'
+        "$label" "$ignored" "$tol" <<'PY'
 import subprocess
 import sys
 
 import numpy as np
 
-cli, path, prompt, base, arch, label = sys.argv[1:7]
+cli, path, prompt, base, arch, label, ignored, tol = sys.argv[1:9]
+tol = float(tol)
 ids = [int(t) for t in prompt.split()]
 peer = [line.split() for line in open(base + ".peer")]
 peer_ids = [int(p[0]) for p in peer]
@@ -124,10 +158,20 @@ for step in range(n):
     agree += 1
     seq.append(ours)
 
+# logits that differ by more than F16 rounding explain are a different
+# model, whatever the picks (a wrong RoPE base gave 0.5 with a "near-tie"
+# at its first difference)
+ok = ok and rel_max <= tol
+
+# a peer that runs the file without what kvserve applies (a window) is
+# no reference once that bites: reported, never a failure
+verdict = "yes" if ok else "no"
+if ignored and first is not None:
+    verdict, ok = f"skip ({ignored})", True
 print(f"arch={arch} model={label} tokens={n} agree={agree}/{n} "
       f"first_diff={'-' if first is None else first} "
       f"peer_gap={'-' if gap_at is None else f'{gap_at:.3g}'} "
-      f"max_rel={rel_max:.3g} ok={'yes' if ok else 'no'}")
+      f"max_rel={rel_max:.3g} ok={verdict}")
 sys.exit(0 if ok else 1)
 PY
     then
@@ -145,11 +189,15 @@ run phi3-gqa phi3 --layers 2 --dim 64 --heads 4 --kv-heads 2 --ffn 96 \
     --vocab 300
 run phi3-swa8 phi3 --layers 2 --dim 64 --heads 4 --kv-heads 4 --ffn 96 \
     --vocab 300 --swa 8
-# llama.cpp picks gemma2's query scale by its layer count (26: the 2B),
-# and refuses another count
+# llama.cpp picks gemma2's query scale by its layer count (26: the 2B);
+# the older peer refuses another count
 run gemma2-swa8 gemma2 --layers 26 --dim 64 --heads 4 --kv-heads 2 \
     --head-dim 32 --ffn 96 --vocab 300 --swa 8
 run gemma3-swa8 gemma3 --layers 6 --dim 64 --heads 4 --kv-heads 2 \
     --head-dim 32 --ffn 96 --vocab 300 --swa 8
+# no --swa: a window of the whole context masks nothing, yet five of six
+# layers still rotate with the local base (10000, not the file's 1e6)
+run gemma3-ctxwin gemma3 --layers 6 --dim 64 --heads 4 --kv-heads 2 \
+    --head-dim 32 --ffn 96 --vocab 300
 
 exit $failed

@@ -66,14 +66,15 @@ peer_llama_ids(const char *s, llama_token **ids, int32_t *n)
 }
 
 
-/* llama.cpp logs every tensor at load: errors only, which say why a file
- * is refused (an architecture it does not know, say) */
+/* llama.cpp logs every tensor at load: errors, which say why a file is
+ * refused (an architecture it does not know, say), and warnings, which
+ * say what of the file it ignores (newer peers ignore phi3's window) */
 static void
 peer_llama_log(enum ggml_log_level level, const char *text, void *data)
 {
     (void) data;
 
-    if (level == GGML_LOG_LEVEL_ERROR) {
+    if (level == GGML_LOG_LEVEL_ERROR || level == GGML_LOG_LEVEL_WARN) {
         fputs(text, stderr);
     }
 }

@@ -22,7 +22,9 @@ form) of the gate times up; the query scale 1/sqrt(head size), or
 attention.scale; gemma2: scores soft-capped c tanh(s / c) before the
 softmax, logits too, windowed even layers; gemma3: qwen3's per-head
 norms, five windowed layers to a global one, the windowed ones rotated
-with base 10000 unscaled; the output tied to the embeddings).
+with base 10000 (or rope.freq_base_swa) unscaled, whatever the window's
+width, none without a window key; a final cap only when the file has
+one; the output tied to the embeddings).
 
 Models: stories260K (the fixture, if present: env KVS_FIXTURES), random
 models of several shapes from `kvserve gen-model`, and a few GGUFs written
@@ -142,9 +144,10 @@ def hparams(meta, w):
     # every layer (phi3) or all but every period-th (gemma)
     hp["window"] = get("attention.sliding_window",
                        4096 if arch == "gemma2" else None) \
-        if arch in ("phi3", "gemma2", "gemma3") else 0
-    if arch == "llama":
-        # Mistral 7B v0.1's window, when a file carries it
+        if arch in ("phi3", "gemma2") else 0
+    if arch in ("llama", "gemma3"):
+        # Mistral 7B v0.1's window, when a file carries it; a Gemma 3
+        # whose every layer is global has none
         hp["window"] = get("attention.sliding_window", 0)
     hp["period"] = {"gemma2": 2, "gemma3": 6}.get(arch, 0)
     hp["mscale"] = 1.0
@@ -160,6 +163,9 @@ def hparams(meta, w):
     if arch == "gemma2":
         hp["softcap"] = get("attn_logit_softcapping", 50.0)
         hp["final_cap"] = get("final_logit_softcapping", 30.0)
+    if arch == "gemma3":
+        hp["final_cap"] = get("final_logit_softcapping", 0.0)
+        hp["base_local"] = get("rope.freq_base_swa", 10000.0)
     kind = get("rope.scaling.type", "none")
     factor = get("rope.scaling.factor", 1.0)
     if kind == "none" or factor in (0.0, 1.0):
@@ -220,9 +226,11 @@ def forward(meta, w, ids):
     if hp["window"]:
         t = np.arange(T)
         windowed[t[:, None] - t[None, :] >= hp["window"]] = -np.inf
-    # gemma3's windowed layers: base 10000, no scaling, no factors
-    hp_local = dict(hp, base=10000.0, freq_scale=1.0, freq_factors=None,
-                    mscale=1.0) if hp["arch"] == "gemma3" else hp
+    # gemma3's windowed layers: base 10000 (or the file's), no scaling,
+    # no factors; local even when the window spans every position
+    hp_local = dict(hp, base=hp["base_local"], freq_scale=1.0,
+                    freq_factors=None, mscale=1.0) \
+        if hp["arch"] == "gemma3" else hp
     qd, kd = H * hd, KV * hd
 
     def matmul(name, h):
@@ -429,6 +437,10 @@ GEN = [
      "--dtype f32"),
     ("gemma3-swa4-bf16", "--arch gemma3 --layers 6 --dim 48 --heads 3 "
      "--kv-heads 1 --ffn 80 --vocab 280 --swa 4 --dtype bf16"),
+    # no --swa: a window of the whole context, which still makes five of
+    # six layers local ones (RoPE base 10000), as llama.cpp reads it
+    ("gemma3-ctxwin-f32", "--arch gemma3 --layers 6 --dim 64 --heads 4 "
+     "--kv-heads 2 --head-dim 32 --ffn 96 --vocab 300 --dtype f32"),
 ]
 
 
@@ -436,10 +448,12 @@ def write_gguf(path, arch, n_layer, n_embd, n_head, n_head_kv, n_ff,
                n_vocab, seed, tied=False, bias=False, n_rot=None,
                base=10000.0, linear=None, freq_factors=False,
                head_dim=None, longrope=None, window=None, ctx=256,
-               caps=None, attn_scale=None):
+               caps=None, attn_scale=None, final_cap=None,
+               base_swa=None):
     """A random model written with gguf.GGUFWriter, independent of our
     generator; F32 matrices with entries ~ N(0, 1/sqrt(fan_in)).
-    longrope: the original context (phi3's factor tensors written)."""
+    longrope: the original context (phi3's factor tensors written);
+    window=0: no sliding_window key."""
     rng = np.random.default_rng(seed)
     hd = head_dim or n_embd // n_head
     wr = GGUFWriter(path, arch)
@@ -449,8 +463,12 @@ def write_gguf(path, arch, n_layer, n_embd, n_head, n_head_kv, n_ff,
         wr.add_key_length(hd)
         wr.add_value_length(hd)
     gemma = arch in ("gemma2", "gemma3")
-    if arch in ("phi3", "gemma2", "gemma3"):
+    if arch in ("phi3", "gemma2", "gemma3") and window != 0:
         wr.add_sliding_window(window or ctx)
+    if final_cap:
+        wr.add_float32(f"{arch}.final_logit_softcapping", final_cap)
+    if base_swa:
+        wr.add_float32(f"{arch}.rope.freq_base_swa", base_swa)
     if caps:
         wr.add_float32(f"{arch}.attn_logit_softcapping", caps[0])
         wr.add_float32(f"{arch}.final_logit_softcapping", caps[1])
@@ -564,6 +582,14 @@ WRITTEN = [
     ("gemma3-linear8-swa6", dict(arch="gemma3", n_layer=6, n_embd=64,
      n_head=4, n_head_kv=2, n_ff=96, n_vocab=200, window=6, linear=8.0,
      base=1000000.0, tied=True)),
+    # the converter's all-global Gemma 3 (no window key), with a final
+    # cap; and one whose local layers' base the file gives
+    ("gemma3-global-cap3", dict(arch="gemma3", n_layer=6, n_embd=64,
+     n_head=4, n_head_kv=2, n_ff=96, n_vocab=200, window=0,
+     final_cap=3.0, base=1000000.0, tied=True)),
+    ("gemma3-baseswa5e4-swa6", dict(arch="gemma3", n_layer=6, n_embd=64,
+     n_head=4, n_head_kv=2, n_ff=96, n_vocab=200, window=6,
+     base_swa=50000.0, tied=True)),
 ]
 
 

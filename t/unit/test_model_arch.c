@@ -382,11 +382,32 @@ test_gemma(void **state)
     assert_int_equal(kvs_hparams_swa(&m->hp, 5), 0);
     assert_true(m->hp.attn_softcap == 0.0 && m->hp.final_softcap == 0.0);
     assert_true(m->hp.rope_base_swa == 10000.0);
+    assert_true(kvs_hparams_rope_swa(&m->hp, 1));
+    assert_false(kvs_hparams_rope_swa(&m->hp, 5));
     kvs_model_close(m);
 
+    /* a window of the whole context masks nothing, but the local layers
+     * keep their own RoPE table, as llama.cpp reads such a file */
+    s.window = 256;
+    if (build(&s, &m, &err) != KVS_OK) {
+        fail_msg("%s", err.msg);
+    }
+    assert_int_equal(kvs_hparams_swa(&m->hp, 1), 0);
+    assert_true(m->hp.rope_base_swa == 10000.0);
+    assert_true(kvs_hparams_rope_swa(&m->hp, 1));
+    kvs_model_close(m);
+
+    /* no window key (the converter's all-global Gemma 3): every layer
+     * global, one RoPE table */
+    s.window = 16;
     s.skip = "gemma3.attention.sliding_window";
-    expect_error(&s, "missing required key "
-                     "'gemma3.attention.sliding_window'");
+    if (build(&s, &m, &err) != KVS_OK) {
+        fail_msg("%s", err.msg);
+    }
+    assert_int_equal(kvs_hparams_swa(&m->hp, 1), 0);
+    assert_true(m->hp.rope_base_swa == 0.0);
+    assert_false(kvs_hparams_rope_swa(&m->hp, 1));
+    kvs_model_close(m);
     s.skip = "blk.0.attn_q_norm.weight";
     expect_error(&s, "missing tensor 'blk.0.attn_q_norm.weight'");
 }

@@ -511,7 +511,7 @@ kvs_cpu_model_load(kvs_cpu_model_t **out, const kvs_model_t *m, int pack,
         goto failed;
     }
 
-    /* gemma3's windowed layers: their own base, no scaling */
+    /* gemma3's local layers: their own base, no scaling */
     if (hp->rope_base_swa != 0.0) {
         swa_hp = *hp;
         swa_hp.rope_freq_base = hp->rope_base_swa;
@@ -986,8 +986,8 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
         ly = &cm->layers[l];
         fw.ly = ly;
         fw.win = kvs_hparams_swa(hp, l);
-        fw.rope = fw.win != 0 && cm->has_rope_swa ? &cm->rope_swa
-                                                  : &cm->rope;
+        fw.rope = kvs_hparams_rope_swa(hp, l) && cm->has_rope_swa
+                  ? &cm->rope_swa : &cm->rope;
         fw.kc = kv->k + l * layer_k;      /* [n_blocks][bt][kd] */
         fw.vc = kv->v + l * layer_v;      /* [n_blocks][bt][vd] */
 

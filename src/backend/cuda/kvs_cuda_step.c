@@ -156,7 +156,7 @@ static int
 kvs_cuda_layer(kvs_cuda_t *cu, const kvs_cuda_prog_t *p, uint32_t l,
     kvs_err_t *err)
 {
-    int                      rc, cur;
+    int                      rc, cur, local;
     size_t                   ld;
     uint32_t                 n, f, win;
     const void              *src;
@@ -169,13 +169,12 @@ kvs_cuda_layer(kvs_cuda_t *cu, const kvs_cuda_prog_t *p, uint32_t l,
     n = p->kb.n_tok;
     f = cu->hp.n_ff;
 
-    /* the layer's window (0: global), and gemma3's windowed layers'
-     * RoPE table, as kvs_cpu_forward picks them */
+    /* the layer's window (0: global), and gemma3's local layers' RoPE
+     * table, as kvs_cpu_forward picks them */
     win = kvs_hparams_swa(&cu->hp, l);
-    inv_freq = win != 0 && cu->inv_freq_swa != NULL ? cu->inv_freq_swa
-                                                    : cu->inv_freq;
-    mscale = win != 0 && cu->inv_freq_swa != NULL ? cu->mscale_swa
-                                                  : cu->mscale;
+    local = kvs_hparams_rope_swa(&cu->hp, l) && cu->inv_freq_swa != NULL;
+    inv_freq = local ? cu->inv_freq_swa : cu->inv_freq;
+    mscale = local ? cu->mscale_swa : cu->mscale;
 
     /* attention: in[n][n_embd] = norm(x), in each product's dtype */
     rc = kvs_cuda_norm(cu, ly->wq.dt, l == 0 ? NULL : cu->r, ly->attn_norm,
