@@ -20,6 +20,10 @@
  * low_water; an entry with an id at or above that mark is dropped before
  * it could be looked up.
  *
+ * Both trie walks (the plain mask and a context-independent entry's)
+ * step through the masker's transition memo (kvs_gram_memo.c), which
+ * feeds the matcher only for a (state, byte) the walk has not met yet.
+ *
  * Invariants: the matcher is left in the state it was given (every
  * speculative byte rolled back); bits has exactly n_tokens meaningful
  * bits, the rest zero.
@@ -468,6 +472,12 @@ kvs_gram_masker_init(kvs_gram_masker_t *mk, const kvs_gram_vocab_t *gv,
     mk->words = (gv->n_tokens + 31) / 32;
     mk->cap_cache = cache_entries;
 
+    if (kvs_gram_memo_new(&mk->memo, KVS_GRAM_MEMO_STATES, gv->max_len, err)
+        != KVS_OK)
+    {
+        return KVS_ENOMEM;
+    }
+
     if (cache_entries > 0) {
         /* a state has up to max_front stacks, each its own entry */
         mk->cap_ind = cache_entries * 8;
@@ -478,6 +488,7 @@ kvs_gram_masker_init(kvs_gram_masker_t *mk, const kvs_gram_vocab_t *gv,
             free(mk->cache);
             free(mk->ind);
             free(mk->used);
+            kvs_gram_memo_free(mk->memo);
             return kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
         }
     }
@@ -537,7 +548,27 @@ kvs_gram_masker_free(kvs_gram_masker_t *mk)
     free(mk->cache);
     free(mk->ind);
     free(mk->used);
+    kvs_gram_memo_free(mk->memo);
     memset(mk, 0, sizeof(kvs_gram_masker_t));
+}
+
+
+int
+kvs_gram_masker_memo(kvs_gram_masker_t *mk, uint32_t max_states,
+    kvs_err_t *err)
+{
+    int               rc;
+    kvs_gram_memo_t  *mo;
+
+    rc = kvs_gram_memo_new(&mo, max_states, mk->gv->max_len, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    kvs_gram_memo_free(mk->memo);
+    mk->memo = mo;
+
+    return KVS_OK;
 }
 
 
@@ -550,45 +581,27 @@ kvs_gram_u32_cmp(const void *a, const void *b)
 }
 
 
-/* The walk itself: bits cleared and filled. */
+/* The walk itself: bits cleared and filled.  The memo feeds the matcher
+ * (kvs_gram_memo.c); without one it is a byte step per trie node. */
 static int
 kvs_gram_mask_walk(kvs_gram_masker_t *mk, uint32_t *bits)
 {
-    int                        rc, any;
-    uint32_t                   i, k, n, id, depth;
-    size_t                     base;
-    kvs_gram_matcher_t        *m;
+    int                        any;
+    uint32_t                   i, k, n, id, sent;
+    kvs_gram_memo_t           *mo;
     const kvs_gram_vocab_t    *gv;
-    const kvs_gram_level_t    *lv;
-    uint8_t                    b;
 
-    m = mk->m;
     gv = mk->gv;
-    base = kvs_gram_matcher_len(m);
+    mo = mk->memo;
     n = gv->n_nodes;
     any = 0;
 
     memset(bits, 0, (size_t) mk->words * sizeof(uint32_t));
 
+    kvs_gram_memo_begin(mo, mk->m);
+
     for (i = 0; i < n; ) {
-        depth = gv->t_depth[i];
-
-        /* back to the state this node's parent left */
-        if (kvs_gram_matcher_len(m) >= base + depth) {
-            kvs_gram_matcher_rollback(m, kvs_gram_matcher_len(m)
-                                         - (base + depth - 1));
-        }
-
-        b = gv->t_byte[i];
-        lv = &m->lv[m->n_lv - 1];
-
-        if (!(lv->next[b >> 6] >> (b & 63) & 1)) {
-            i = gv->t_end[i];
-            continue;
-        }
-
-        rc = kvs_gram_matcher_byte(m, b, NULL);
-        if (rc != KVS_OK) {
+        if (!kvs_gram_memo_step(mo, gv->t_depth[i], gv->t_byte[i], &sent)) {
             /* refused, or a cap on this branch: refusing a token is
              * always safe for the output's validity */
             i = gv->t_end[i];
@@ -604,9 +617,9 @@ kvs_gram_mask_walk(kvs_gram_masker_t *mk, uint32_t *bits)
         i++;
     }
 
-    kvs_gram_matcher_rollback(m, kvs_gram_matcher_len(m) - base);
+    kvs_gram_memo_end(mo);
 
-    if (kvs_gram_matcher_can_end(m)) {
+    if (kvs_gram_matcher_can_end(mk->m)) {
         for (k = 0; k < gv->n_end; k++) {
             id = (uint32_t) gv->ids[gv->n_text + k];
             bits[id >> 5] |= 1u << (id & 31);
@@ -678,11 +691,10 @@ kvs_gram_ind_build(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
     kvs_err_t *err)
 {
     int                      rc;
-    uint8_t                  b, *seen;
-    uint32_t                 i, k, n, id, depth;
+    uint8_t                 *seen;
+    uint32_t                 i, k, n, id, depth, sent;
     kvs_gram_matcher_t       cm;
     const kvs_gram_vocab_t  *gv;
-    const kvs_gram_level_t  *lv;
 
     gv = mk->gv;
 
@@ -702,20 +714,12 @@ kvs_gram_ind_build(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
     n = gv->n_nodes;
     rc = KVS_OK;
 
+    kvs_gram_memo_begin(mk->memo, &cm);
+
     for (i = 0; i < n && rc == KVS_OK; ) {
         depth = gv->t_depth[i];
 
-        if (kvs_gram_matcher_len(&cm) >= depth) {
-            kvs_gram_matcher_rollback(&cm, kvs_gram_matcher_len(&cm)
-                                           - (depth - 1));
-        }
-
-        b = gv->t_byte[i];
-        lv = &cm.lv[cm.n_lv - 1];
-
-        if (!(lv->next[b >> 6] >> (b & 63) & 1)
-            || kvs_gram_matcher_byte(&cm, b, NULL) != KVS_OK)
-        {
+        if (!kvs_gram_memo_step(mk->memo, depth, gv->t_byte[i], &sent)) {
             if (seen[depth - 1]) {
                 rc = kvs_gram_ind_range(e, gv->t_cum[i],
                                         gv->t_cum[gv->t_end[i]]);
@@ -729,11 +733,11 @@ kvs_gram_ind_build(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
             e->bits[id >> 5] |= 1u << (id & 31);
         }
 
-        seen[depth] = (uint8_t) (seen[depth - 1]
-                                 | (cm.lv[cm.n_lv - 1].sent != 0));
+        seen[depth] = (uint8_t) (seen[depth - 1] | (sent != 0));
         i++;
     }
 
+    kvs_gram_memo_end(mk->memo);
     free(seen);
     kvs_gram_matcher_free(&cm);
 

@@ -81,6 +81,7 @@ kvs_gram_intern(kvs_gram_matcher_t *m, uint32_t pos, uint32_t parent,
     kvs_gram_node_t  *nodes;
     uint32_t         *marks;
 
+    m->interns++;
     j = kvs_gram_hash(pos, parent) & m->slot_mask;
 
     while (m->slots[j] != 0) {

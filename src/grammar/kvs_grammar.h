@@ -245,6 +245,10 @@ typedef struct {
     uint32_t             epoch;
     uint32_t             low_water;   /* lowest n_nodes truncated to since
                                          the masker last looked */
+    uint64_t             interns;     /* kvs_gram_intern calls ever: a
+                                         byte step makes at most as many
+                                         nodes as it calls it (the memo's
+                                         bound on the node cap) */
     kvs_gram_mlimits_t   lim;
 } kvs_gram_matcher_t;
 
@@ -354,6 +358,58 @@ int kvs_gram_accept_token(kvs_gram_matcher_t *m, const kvs_gram_vocab_t *gv,
 typedef struct kvs_gram_centry_s  kvs_gram_centry_t;
 typedef struct kvs_gram_ientry_s  kvs_gram_ientry_t;
 
+
+/* ---- the walk's transition memo (kvs_gram_memo.c) ---------------------- */
+
+/*
+ * A trie walk visits ~100k-270k nodes, each a matcher byte step, but
+ * inside a string they lead to a few dozen distinct matcher states: the
+ * memo names each state reached during one walk canonically (its stacks
+ * as positions down to the nodes that existed when the walk began, plus
+ * accept and sent; compared exactly, never by hash alone) and keeps
+ * next[state][byte], so a transition already seen in this walk is a
+ * table lookup and the matcher is fed only on a miss.  The masks are
+ * bit for bit those of the plain walk (kvs_gram_memo.c says why, caps
+ * included).
+ *
+ * Memory: at most max_states states per walk (KVS_GRAM_MEMO_STATES by
+ * default, at most 65536), each a 256-entry row of 6 bytes, plus 64 key
+ * words and 64 canonical stack nodes per state: about 3.6 KiB per state,
+ * 3.6 MiB at 1024, allocated on the first walk that uses it and kept by
+ * the masker.  Past any of those caps the memo is cleared and the walk
+ * goes on (slower, still exact).  max_states 0: no memo, every trie node
+ * a matcher step (the reference the tests compare with).
+ */
+typedef struct kvs_gram_memo_s  kvs_gram_memo_t;
+
+#define KVS_GRAM_MEMO_STATES  1024
+
+/* max_depth: the longest path a walk will take (the vocabulary's
+ * max_len). */
+int kvs_gram_memo_new(kvs_gram_memo_t **out, uint32_t max_states,
+    uint32_t max_depth, kvs_err_t *err);
+void kvs_gram_memo_free(kvs_gram_memo_t *mo);
+
+/* A walk from m's current state (m is only ever moved by the memo until
+ * kvs_gram_memo_end(), which puts it back). */
+void kvs_gram_memo_begin(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m);
+
+/*
+ * The trie node at depth (1 .. max_depth) with byte b, whose parent (the
+ * last node taken at depth - 1; depth 1: the walk's start) was taken:
+ * 1 if the grammar takes it (*sent: a cut stack popped into its
+ * sentinel there), 0 if not (refused, or a cap on this path: refusing is
+ * always safe).
+ */
+int kvs_gram_memo_step(kvs_gram_memo_t *mo, uint32_t depth, uint8_t b,
+    uint32_t *sent);
+
+void kvs_gram_memo_end(kvs_gram_memo_t *mo);
+
+/* Counters since kvs_gram_memo_new(): st[0] hits, st[1] misses (matcher
+ * byte steps), st[2] states made, st[3] clears past a cap. */
+void kvs_gram_memo_stats(const kvs_gram_memo_t *mo, uint64_t st[4]);
+
 /* Per matcher: the mask and its cache of masks by matcher state. */
 typedef struct kvs_gram_masker_s {
     const kvs_gram_vocab_t  *gv;
@@ -373,6 +429,10 @@ typedef struct kvs_gram_masker_s {
     /* not NULL: the context-independent entries are this table's (shared
      * by the maskers of one grammar and vocabulary), not ours */
     struct kvs_gram_masker_s *ind_owner;
+
+    /* the trie walks' transition memo (KVS_GRAM_MEMO_STATES states
+     * unless kvs_gram_masker_memo() said otherwise) */
+    kvs_gram_memo_t         *memo;
 } kvs_gram_masker_t;
 
 /* How many top stack nodes a context-independent mask looks at: inside a
@@ -384,6 +444,11 @@ typedef struct kvs_gram_masker_s {
 int kvs_gram_masker_init(kvs_gram_masker_t *mk, const kvs_gram_vocab_t *gv,
     kvs_gram_matcher_t *m, uint32_t cache_entries, kvs_err_t *err);
 void kvs_gram_masker_free(kvs_gram_masker_t *mk);
+
+/* The trie walks' memo with at most max_states states (0: none, every
+ * walk plain; masks are the same either way, only their time differs). */
+int kvs_gram_masker_memo(kvs_gram_masker_t *mk, uint32_t max_states,
+    kvs_err_t *err);
 
 /*
  * A table of context-independent entries only (no matcher, no state

@@ -238,7 +238,7 @@ main(int argc, char **argv)
     size_t              w0, ai;
     double              t0, *tw, *tc, *tsh, comp[11];
     uint32_t           *bits, *cand, id, words, *walk, *nallow;
-    uint64_t            rng;
+    uint64_t            rng, mst[4];
     FILE               *wf;
     kvs_err_t           err;
     kvs_vocab_t        *v;
@@ -453,6 +453,13 @@ main(int argc, char **argv)
                        (unsigned long long) mk.ind_hits,
                        (unsigned long long) mk.ind_misses,
                        (unsigned long long) mk.checked);
+                kvs_gram_memo_stats(mk.memo, mst);
+                printf("    last run: walk memo %llu hits, %llu matcher "
+                       "steps, %llu states, %llu clears\n",
+                       (unsigned long long) mst[0],
+                       (unsigned long long) mst[1],
+                       (unsigned long long) mst[2],
+                       (unsigned long long) mst[3]);
             }
 
             kvs_gram_masker_free(&mk);

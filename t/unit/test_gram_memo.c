@@ -1,0 +1,505 @@
+/*
+ * test_gram_memo: the trie walk's transition memo (kvs_gram_memo.c)
+ * changes the time of a mask, never its bits.  Over seeded random token
+ * walks through many schemas (t/bench/gram_schemas.json's eleven and a
+ * few here with bounded strings, patterns, enums, anyOf and recursion),
+ * on a small vocabulary built here and on real ones (GPT-2 and Llama SPM
+ * fixtures; the Llama 3 and Qwen2 GGUFs made by `kvserve convert-vocab`
+ * at /tmp/llama3.gguf and /tmp/qwen2.gguf, each skipped with its name
+ * when absent), every step's mask is computed by maskers that differ only
+ * in the memo and must agree bit for bit:
+ *
+ *   plain       no state cache (a full trie walk), no memo: the reference
+ *   memo        no state cache, the default memo
+ *   tiny        no state cache, a memo of 3 states (cleared over and
+ *               over: the caps' path)
+ *   cached      the state cache and context-independent entries (their
+ *               cut-stack walks through the memo), default memo
+ *   cached-off  the same without a memo
+ *
+ * and on the small vocabulary the plain mask equals the brute force too.
+ * The matcher's caps are exercised as well: before some masks the node
+ * cap is set a few nodes above what is alive (and the frontier cap low),
+ * where a walk with the memo must refuse exactly what the plain walk
+ * refuses.  The memo must also have been used (hits counted), so that a
+ * memo never consulted could not pass.
+ */
+
+#include <unistd.h>
+
+#include "kvs_test_gram.h"
+
+
+static const char  *tmm_own[] = {
+    "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\","
+    " \"minLength\": 2, \"maxLength\": 40}, \"n\": {\"type\": \"integer\", "
+    "\"minimum\": -3, \"maximum\": 250}}, \"required\": [\"name\", \"n\"], "
+    "\"additionalProperties\": false}",
+    "{\"type\": \"array\", \"items\": {\"enum\": [\"red\", \"green\", "
+    "\"blue\", 1, null]}, \"minItems\": 1, \"maxItems\": 4}",
+    "{\"$defs\": {\"t\": {\"type\": \"object\", \"properties\": {\"v\": "
+    "{\"type\": \"number\"}, \"c\": {\"type\": \"array\", \"items\": "
+    "{\"$ref\": \"#/$defs/t\"}, \"maxItems\": 2}}, \"required\": [\"v\"], "
+    "\"additionalProperties\": false}}, \"$ref\": \"#/$defs/t\"}",
+    "{\"type\": \"object\", \"properties\": {\"id\": {\"type\": \"string\", "
+    "\"format\": \"uuid\"}, \"s\": {\"type\": \"string\", \"pattern\": "
+    "\"^[\\u00e9a-z ]{1,8}$\"}, \"e\": {\"type\": \"string\", \"format\": "
+    "\"email\"}}, \"required\": [\"id\", \"s\", \"e\"]}",
+    "{\"anyOf\": [{\"type\": \"string\", \"maxLength\": 3}, "
+    "{\"type\": \"null\"}, {\"type\": \"array\", \"maxItems\": 1}]}",
+    "{\"type\": \"object\", \"properties\": {\"d\": {\"type\": \"string\", "
+    "\"maxLength\": 300}}, \"required\": [\"d\"]}",
+};
+
+#define TMM_N_OWN  (sizeof(tmm_own) / sizeof(tmm_own[0]))
+#define TMM_MAX    32                 /* schemas at most */
+
+enum { TMM_PLAIN, TMM_MEMO, TMM_TINY, TMM_CACHED, TMM_CACHED_OFF, TMM_N };
+
+static char    *tmm_schemas[TMM_MAX];       /* NULL: json_object mode */
+static size_t   tmm_n;
+static uint64_t tmm_hits, tmm_clears;
+
+
+/* The bench's schemas from the repository, then ours. */
+static int
+tmm_setup(void **state)
+{
+    size_t        i;
+    json_t       *a, *s;
+    json_error_t  je;
+    const char   *paths[] = { "t/bench/gram_schemas.json",
+                              "../t/bench/gram_schemas.json" };
+
+    (void) state;
+    a = NULL;
+    for (i = 0; i < 2 && a == NULL; i++) {
+        a = json_load_file(paths[i], 0, &je);
+    }
+    if (a == NULL || !json_is_array(a) || json_array_size(a) < 5) {
+        print_message("t/bench/gram_schemas.json not found from %s\n",
+                      getcwd(NULL, 0));
+        return -1;
+    }
+
+    for (i = 0; i < json_array_size(a) && tmm_n < TMM_MAX; i++) {
+        s = json_object_get(json_array_get(a, i), "schema");
+        tmm_schemas[tmm_n++] = s == NULL || json_is_null(s)
+                               ? NULL : json_dumps(s, JSON_COMPACT);
+    }
+    json_decref(a);
+
+    for (i = 0; i < TMM_N_OWN && tmm_n < TMM_MAX; i++) {
+        tmm_schemas[tmm_n++] = strdup(tmm_own[i]);
+    }
+
+    return 0;
+}
+
+
+static int
+tmm_teardown(void **state)
+{
+    size_t  i;
+
+    (void) state;
+    for (i = 0; i < tmm_n; i++) {
+        free(tmm_schemas[i]);
+    }
+
+    return 0;
+}
+
+
+static void
+tmm_gram(kvs_gram_t *g, size_t i)
+{
+    kvs_err_t  err;
+    int        rc;
+
+    rc = tmm_schemas[i] != NULL ? tg_compile(g, tmm_schemas[i], 0, &err)
+                                : kvs_gram_json_object(g, NULL, &err);
+    if (rc != KVS_OK) {
+        fail_msg("schema %zu: %s", i, err.msg);
+    }
+}
+
+
+static void
+tmm_first_diff(const kvs_gram_vocab_t *gv, const uint32_t *a,
+    const uint32_t *b, const char *what, size_t schema, const char *text,
+    size_t len)
+{
+    uint32_t  id;
+
+    for (id = 0; id < gv->n_tokens; id++) {
+        if ((a[id >> 5] ^ b[id >> 5]) >> (id & 31) & 1) {
+            fail_msg("schema %zu after \"%.*s\": %s differs at token %u "
+                     "(\"%.*s\"): %s there", schema, (int) len, text, what,
+                     id, (int) gv->len[id], gv->bytes + gv->off[id],
+                     a[id >> 5] >> (id & 31) & 1 ? "allowed" : "refused");
+        }
+    }
+}
+
+
+/* One masker's mask; rc kept (a dead end is an answer too). */
+static int
+tmm_mask(kvs_gram_masker_t *mk, uint32_t *bits)
+{
+    kvs_err_t  err;
+    int        rc;
+
+    rc = kvs_gram_mask(mk, bits, &err);
+    if (rc != KVS_OK && rc != KVS_EFORMAT) {
+        fail_msg("mask: %s", err.msg);
+    }
+
+    return rc;
+}
+
+
+/* Under tight caps: the plain walk and the memo's refuse alike. */
+static void
+tmm_caps(kvs_gram_matcher_t *m, kvs_gram_masker_t *mk, uint32_t words,
+    uint32_t *a, uint32_t *b, const kvs_gram_vocab_t *gv, size_t schema,
+    const char *text, size_t len)
+{
+    static const uint32_t  extra[] = { 1, 3, 6, 12, 30 };
+    size_t                 k;
+    int                    ra, rb;
+    kvs_gram_mlimits_t     keep;
+
+    keep = m->lim;
+
+    for (k = 0; k < sizeof(extra) / sizeof(extra[0]); k++) {
+        m->lim.max_nodes = m->n_nodes + extra[k];
+        m->lim.max_front = k == 0 ? 2 : keep.max_front;
+
+        ra = tmm_mask(&mk[TMM_PLAIN], a);
+        rb = tmm_mask(&mk[TMM_MEMO], b);
+        assert_int_equal(ra, rb);
+        if (ra == KVS_OK && memcmp(a, b, words * sizeof(uint32_t)) != 0) {
+            tmm_first_diff(gv, a, b, "memo under a node cap", schema, text,
+                           len);
+        }
+        rb = tmm_mask(&mk[TMM_TINY], b);
+        assert_int_equal(ra, rb);
+        if (ra == KVS_OK && memcmp(a, b, words * sizeof(uint32_t)) != 0) {
+            tmm_first_diff(gv, a, b, "tiny memo under a node cap", schema,
+                           text, len);
+        }
+    }
+
+    m->lim = keep;
+}
+
+
+/*
+ * Seeded walks over every schema: `walks` each, at most `steps` tokens;
+ * the plain reference every `every`-th step (it is a full walk without
+ * the memo, the slow part), the others every step; `brute`: the brute
+ * force too; `caps`: the cap checks every 4th step.
+ */
+static void
+tmm_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
+    size_t every, int brute, int caps, uint64_t seed)
+{
+    int                 rc;
+    size_t              i, w, step, len, n, nc, k;
+    char               *text;
+    uint32_t            words, id, *bits[TMM_N], *bf, *cand;
+    uint64_t            rng, st[4];
+    kvs_err_t           err;
+    kvs_gram_t          g;
+    kvs_gram_matcher_t  m;
+    kvs_gram_masker_t   mk[TMM_N];
+    static const char  *names[TMM_N] = {
+        "plain", "memo", "tiny memo", "cached", "cached without memo"
+    };
+
+    words = (gv->n_tokens + 31) / 32;
+    for (k = 0; k < TMM_N; k++) {
+        bits[k] = malloc(words * sizeof(uint32_t));
+        assert_non_null(bits[k]);
+    }
+    bf = malloc(words * sizeof(uint32_t));
+    cand = malloc(gv->n_tokens * sizeof(uint32_t));
+    text = malloc(steps * (gv->max_len + 1) + 1);
+    assert_non_null(bf);
+    assert_non_null(cand);
+    assert_non_null(text);
+
+    for (i = 0; i < tmm_n; i++) {
+        tmm_gram(&g, i);
+
+        for (w = 0; w < walks; w++) {
+            rng = seed + i * 1000003 + w * 7919;
+            assert_int_equal(kvs_gram_matcher_init(&m, &g, NULL, &err),
+                             KVS_OK);
+            for (k = 0; k < TMM_N; k++) {
+                assert_int_equal(kvs_gram_masker_init(&mk[k], gv, &m,
+                                     k >= TMM_CACHED ? 16 : 0, &err),
+                                 KVS_OK);
+            }
+            assert_int_equal(kvs_gram_masker_memo(&mk[TMM_PLAIN], 0, &err),
+                             KVS_OK);
+            assert_int_equal(kvs_gram_masker_memo(&mk[TMM_TINY], 3, &err),
+                             KVS_OK);
+            assert_int_equal(kvs_gram_masker_memo(&mk[TMM_CACHED_OFF], 0,
+                                                  &err), KVS_OK);
+            len = 0;
+
+            for (step = 0; step < steps; step++) {
+                rc = tmm_mask(&mk[TMM_MEMO], bits[TMM_MEMO]);
+                assert_int_equal(rc, KVS_OK);
+
+                for (k = 0; k < TMM_N; k++) {
+                    if (k == TMM_MEMO || (k == TMM_PLAIN && step % every))
+                    {
+                        continue;
+                    }
+                    assert_int_equal(tmm_mask(&mk[k], bits[k]), KVS_OK);
+                    if (memcmp(bits[k], bits[TMM_MEMO],
+                               words * sizeof(uint32_t)) != 0)
+                    {
+                        tmm_first_diff(gv, bits[k], bits[TMM_MEMO],
+                                       names[k], i, text, len);
+                    }
+                }
+
+                if (brute) {
+                    tg_brute(&m, gv, bf, words);
+                    if (memcmp(bf, bits[TMM_MEMO], words * sizeof(uint32_t))
+                        != 0)
+                    {
+                        tmm_first_diff(gv, bf, bits[TMM_MEMO], "brute force",
+                                       i, text, len);
+                    }
+                }
+
+                if (caps && step % 4 == 1) {
+                    tmm_caps(&m, mk, words, bits[TMM_PLAIN], bf, gv, i, text,
+                             len);
+                }
+
+                /* mostly string bodies and values (long bounded strings),
+                 * a closer one time in four, EOS when allowed one in
+                 * three */
+                for (id = 0, n = 0, nc = 0; id < gv->n_tokens; id++) {
+                    if (!(bits[TMM_MEMO][id >> 5] >> (id & 31) & 1)) {
+                        continue;
+                    }
+                    if (gv->kind[id] == KVS_GRAM_TOK_TEXT
+                        && (memchr(gv->bytes + gv->off[id], '"',
+                                   gv->len[id]) != NULL
+                            || memchr(gv->bytes + gv->off[id], '}',
+                                      gv->len[id]) != NULL
+                            || memchr(gv->bytes + gv->off[id], ']',
+                                      gv->len[id]) != NULL))
+                    {
+                        cand[gv->n_tokens - 1 - nc++] = id;
+                    } else {
+                        cand[n++] = id;
+                    }
+                }
+                assert_true(n + nc > 0);
+
+                if (nc > 0 && (n == 0 || tg_rand(&rng) % 4 == 0)) {
+                    id = cand[gv->n_tokens - 1 - tg_rand(&rng) % nc];
+                } else {
+                    id = cand[tg_rand(&rng) % n];
+                }
+                if (kvs_gram_matcher_can_end(&m) && tg_rand(&rng) % 3 == 0) {
+                    break;
+                }
+                if (gv->kind[id] == KVS_GRAM_TOK_END) {
+                    break;
+                }
+
+                assert_int_equal(kvs_gram_accept_token(&m, gv, (int32_t) id,
+                                                       &err), KVS_OK);
+                memcpy(text + len, gv->bytes + gv->off[id], gv->len[id]);
+                len += gv->len[id];
+            }
+
+            kvs_gram_memo_stats(mk[TMM_MEMO].memo, st);
+            tmm_hits += st[0];
+            kvs_gram_memo_stats(mk[TMM_TINY].memo, st);
+            tmm_clears += st[3];
+            kvs_gram_memo_stats(mk[TMM_PLAIN].memo, st);
+            assert_true(st[0] == 0 && st[1] == 0);
+
+            for (k = 0; k < TMM_N; k++) {
+                kvs_gram_masker_free(&mk[k]);
+            }
+            kvs_gram_matcher_free(&m);
+        }
+
+        kvs_gram_free(&g);
+    }
+
+    for (k = 0; k < TMM_N; k++) {
+        free(bits[k]);
+    }
+    free(bf);
+    free(cand);
+    free(text);
+}
+
+
+/* ---- a small vocabulary ----------------------------------------------- */
+
+static const char  *tmm_pieces[] = {
+    "{\"", "\":", "\": ", "\", \"", ", \"", "\"}", "\"]", "}]", "]}",
+    "true", "false", "null", "nu", "ll", "123", "0.", ".5", "e+", "-1",
+    "\\n", "\\u00", "\\\"", "\"},{\"", "\": [", "\": {\"", "name", "\"name",
+    "\xc3\xa9", "\xe6\x97\xa5\xe6\x9c\xac", "\xe6\x97", "\xa5", "\xf0\x9f",
+    "abc", "abcdefgh", "a b", "@x.", ".com", "-4", "ab-", "0000",
+};
+
+
+static void
+test_small(void **state)
+{
+    size_t             i, n, np;
+    uint8_t           *texts[512], kinds[512];
+    uint32_t           lens[512];
+    kvs_err_t          err;
+    kvs_gram_vocab_t  *gv;
+
+    (void) state;
+
+    /* every byte, the pieces, an EOS */
+    n = 0;
+    for (i = 0; i < 256; i++) {
+        texts[n] = malloc(1);
+        texts[n][0] = (uint8_t) i;
+        lens[n] = 1;
+        kinds[n++] = KVS_GRAM_TOK_TEXT;
+    }
+    np = sizeof(tmm_pieces) / sizeof(tmm_pieces[0]);
+    for (i = 0; i < np; i++) {
+        lens[n] = (uint32_t) strlen(tmm_pieces[i]);
+        texts[n] = (uint8_t *) strdup(tmm_pieces[i]);
+        kinds[n++] = KVS_GRAM_TOK_TEXT;
+    }
+    texts[n] = NULL;
+    lens[n] = 0;
+    kinds[n++] = KVS_GRAM_TOK_END;
+
+    assert_int_equal(kvs_gram_vocab_from_bytes(&gv, (uint32_t) n,
+                         (const uint8_t *const *) texts, lens, kinds, &err),
+                     KVS_OK);
+
+    tmm_hits = 0;
+    tmm_clears = 0;
+    tmm_walks(gv, 4, 60, 1, 1, 1, 11);
+    assert_true(tmm_hits > 0);
+    assert_true(tmm_clears > 0);
+
+    kvs_gram_vocab_free(gv);
+    for (i = 0; i < n; i++) {
+        free(texts[i]);
+    }
+}
+
+
+/* ---- real vocabularies -------------------------------------------------- */
+
+static void
+tmm_vocab(const char *path, size_t walks, size_t steps, size_t every,
+    int caps, uint64_t seed)
+{
+    kvs_err_t          err;
+    kvs_vocab_t       *v;
+    kvs_gram_vocab_t  *gv;
+
+    if (kvs_vocab_open(&v, path, &err) != KVS_OK) {
+        fail_msg("%s: %s", path, err.msg);
+    }
+    assert_int_equal(kvs_gram_vocab_from_vocab(&gv, v, &err), KVS_OK);
+
+    tmm_hits = 0;
+    tmm_walks(gv, walks, steps, every, 0, caps, seed);
+    assert_true(tmm_hits > 0);
+
+    kvs_gram_vocab_free(gv);
+    kvs_vocab_free(v);
+}
+
+
+static void
+test_gpt2(void **state)
+{
+    const char  *path;
+
+    (void) state;
+    path = kvs_test_fixture("vocab/ggml-vocab-gpt-2.gguf");
+    if (path == NULL) {
+        skip();
+        return;
+    }
+    tmm_vocab(path, 2, 24, 3, 1, 101);
+}
+
+
+static void
+test_llama_spm(void **state)
+{
+    const char  *path;
+
+    (void) state;
+    path = kvs_test_fixture("vocab/ggml-vocab-llama-spm.gguf");
+    if (path == NULL) {
+        skip();
+        return;
+    }
+    tmm_vocab(path, 1, 24, 3, 0, 202);
+}
+
+
+/* The converted 128k and 152k vocabularies (docs/grammar.md, "Timing"),
+ * where they were made. */
+static void
+tmm_converted(const char *path, uint64_t seed)
+{
+    if (access(path, R_OK) != 0) {
+        print_message("SKIP: %s is absent (kvserve convert-vocab makes it, "
+                      "docs/grammar.md)\n", path);
+        skip();
+        return;
+    }
+    tmm_vocab(path, 1, 16, 4, 0, seed);
+}
+
+
+static void
+test_llama3(void **state)
+{
+    (void) state;
+    tmm_converted("/tmp/llama3.gguf", 303);
+}
+
+
+static void
+test_qwen2(void **state)
+{
+    (void) state;
+    tmm_converted("/tmp/qwen2.gguf", 404);
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_small),
+        cmocka_unit_test(test_gpt2),
+        cmocka_unit_test(test_llama_spm),
+        cmocka_unit_test(test_llama3),
+        cmocka_unit_test(test_qwen2),
+    };
+
+    return cmocka_run_group_tests(tests, tmm_setup, tmm_teardown);
+}
