@@ -20,6 +20,14 @@
 
 #define KVS_TOOL_JSON_DEPTH  512
 
+/* DeepSeek's delimiters: single tokens of its vocabulary, here as the
+ * UTF-8 text its templates write (U+FF5C and U+2581 in them) */
+#define KVS_TOOL_DS_OPEN   "<｜tool▁calls▁begin｜>"
+#define KVS_TOOL_DS_CALL   "<｜tool▁call▁begin｜>"
+#define KVS_TOOL_DS_SEP    "<｜tool▁sep｜>"
+#define KVS_TOOL_DS_END    "<｜tool▁call▁end｜>"
+#define KVS_TOOL_DS_CLOSE  "<｜tool▁calls▁end｜>"
+
 
 typedef struct {
     const char  *open;                /* marker before the calls */
@@ -29,7 +37,7 @@ typedef struct {
 } kvs_tool_form_t;
 
 
-/* Indexed by kvs_tool_syntax_t; LLAMA3 and FUNCTIONARY have their own
+/* Indexed by kvs_tool_syntax_t; LLAMA3 and DEEPSEEK have their own
  * code, their entries only give the marker kvs_tool_parse_hold() holds. */
 static const kvs_tool_form_t  kvs_tool_forms[KVS_TOOL_SYN_N] = {
     { NULL, NULL, 0, 0 },
@@ -39,11 +47,12 @@ static const kvs_tool_form_t  kvs_tool_forms[KVS_TOOL_SYN_N] = {
     { "<|tool_call|>", NULL, 1, 0 },
     { "functools", NULL, 1, 0 },
     { "<function=", "</function>", 0, 1 },
+    { KVS_TOOL_DS_OPEN, NULL, 0, 0 },
 };
 
 static const char  *kvs_tool_names[KVS_TOOL_SYN_N] = {
     "none", "hermes", "llama3", "mistral", "granite", "firefunction",
-    "functionary"
+    "functionary", "deepseek"
 };
 
 
@@ -76,6 +85,10 @@ kvs_tool_syntax_detect(const char *tpl, size_t len)
 {
     /* most specific first: Functionary's template also names
      * <|python_tag|>, Hermes-on-Llama's names "parameters" */
+    if (kvs_tool_find(tpl, len, KVS_TOOL_DS_OPEN) != NULL) {
+        return KVS_TOOL_SYN_DEEPSEEK;
+    }
+
     if (kvs_tool_find(tpl, len, "[TOOL_CALLS]") != NULL) {
         return KVS_TOOL_SYN_MISTRAL;
     }
@@ -376,6 +389,51 @@ kvs_tool_add_value(kvs_tool_parsed_t *out, json_t *v)
 }
 
 
+/* A name written outside JSON.  strict (DeepSeek's, which ends at a
+ * newline): nor white space, '`' or control bytes, so that a stray line
+ * of text is not taken for one. */
+static int
+kvs_tool_name_ok(const char *s, size_t n, int strict)
+{
+    size_t         i;
+    unsigned char  c;
+
+    if (n == 0) {
+        return 0;
+    }
+
+    for (i = 0; i < n; i++) {
+        c = (unsigned char) s[i];
+
+        if (c == '"' || c == '<'
+            || (strict && (c <= ' ' || c == '`' || c == 0x7f)))
+        {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+/* text[*i..) starts with lit: *i moves past it. */
+static int
+kvs_tool_lit(const char *text, size_t len, size_t *i, const char *lit)
+{
+    size_t  n;
+
+    n = strlen(lit);
+
+    if (len - *i < n || memcmp(text + *i, lit, n) != 0) {
+        return 0;
+    }
+
+    *i += n;
+
+    return 1;
+}
+
+
 /* From the marker at text[i]: the calls of a marker-led syntax, to the
  * end of the text. */
 static int
@@ -419,9 +477,8 @@ kvs_tool_parse_marked(kvs_tool_syntax_t syn, const char *text, size_t len,
 
         if (syn == KVS_TOOL_SYN_FUNCTIONARY) {
             n = (size_t) (q - (text + name_at));
-            rc = memchr(text + name_at, '"', n) != NULL
-                 || memchr(text + name_at, '<', n) != NULL
-                 ? KVS_EFORMAT : kvs_tool_add(out, v, text + name_at, n);
+            rc = kvs_tool_name_ok(text + name_at, n, 0)
+                 ? kvs_tool_add(out, v, text + name_at, n) : KVS_EFORMAT;
 
         } else {
             rc = f->array && !json_is_array(v) ? KVS_EFORMAT
@@ -449,6 +506,87 @@ kvs_tool_parse_marked(kvs_tool_syntax_t syn, const char *text, size_t len,
     } while (f->repeat && i < len);
 
     return i == len ? KVS_OK : KVS_EFORMAT;
+}
+
+
+/* DeepSeek, from its marker at text[i]: calls, each
+ * <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
+ * <｜tool▁call▁end｜>, then <｜tool▁calls▁end｜> and nothing more. */
+static int
+kvs_tool_parse_deepseek(const char *text, size_t len, size_t i,
+    kvs_tool_parsed_t *out)
+{
+    int      rc, fence;
+    size_t   name_at, n;
+    json_t  *v;
+
+    if (!kvs_tool_lit(text, len, &i, KVS_TOOL_DS_OPEN)) {
+        return KVS_EFORMAT;
+    }
+
+    for ( ;; ) {
+        i = kvs_tool_skip_ws(text, len, i);
+
+        /* "function" is the only type the templates write */
+        if (!kvs_tool_lit(text, len, &i, KVS_TOOL_DS_CALL)
+            || !kvs_tool_lit(text, len, &i, "function")
+            || !kvs_tool_lit(text, len, &i, KVS_TOOL_DS_SEP))
+        {
+            return KVS_EFORMAT;
+        }
+
+        name_at = i;
+
+        while (i < len && text[i] != '\n') {
+            i++;
+        }
+
+        n = i - name_at;
+
+        if (i == len || !kvs_tool_name_ok(text + name_at, n, 1)) {
+            return KVS_EFORMAT;
+        }
+
+        i = kvs_tool_skip_ws(text, len, i);
+
+        /* the templates fence the arguments; a model may not */
+        fence = kvs_tool_lit(text, len, &i, "```");
+        if (fence) {
+            (void) kvs_tool_lit(text, len, &i, "json");
+            i = kvs_tool_skip_ws(text, len, i);
+        }
+
+        rc = kvs_tool_json_at(text, len, &i, &v);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+
+        rc = kvs_tool_add(out, v, text + name_at, n);
+        json_decref(v);
+
+        if (rc != KVS_OK) {
+            return rc;
+        }
+
+        i = kvs_tool_skip_ws(text, len, i);
+
+        if (fence && !kvs_tool_lit(text, len, &i, "```")) {
+            return KVS_EFORMAT;
+        }
+
+        i = kvs_tool_skip_ws(text, len, i);
+
+        if (!kvs_tool_lit(text, len, &i, KVS_TOOL_DS_END)) {
+            return KVS_EFORMAT;
+        }
+
+        i = kvs_tool_skip_ws(text, len, i);
+
+        if (kvs_tool_lit(text, len, &i, KVS_TOOL_DS_CLOSE)) {
+            return kvs_tool_skip_ws(text, len, i) == len ? KVS_OK
+                                                         : KVS_EFORMAT;
+        }
+    }
 }
 
 
@@ -552,7 +690,9 @@ kvs_tool_parse(kvs_tool_syntax_t syn, const char *text, size_t len,
         }
 
         at = (size_t) (m - text);
-        rc = kvs_tool_parse_marked(syn, text, len, at, out);
+        rc = syn == KVS_TOOL_SYN_DEEPSEEK
+             ? kvs_tool_parse_deepseek(text, len, at, out)
+             : kvs_tool_parse_marked(syn, text, len, at, out);
     }
 
     if (rc == KVS_ENOMEM) {

@@ -18,10 +18,14 @@
  *   GRANITE   <|tool_call|>[{"name": N, "arguments": A}, ...] [Granite 3.x]
  *   FIREFUNC  functools[{"name": N, "arguments": A}, ...] [FireFunction v2]
  *   FUNCTIONARY <function=N>A</function>, one per call [Functionary v3.1]
+ *   DEEPSEEK  <｜tool▁calls▁begin｜> then per call
+ *             <｜tool▁call▁begin｜>function<｜tool▁sep｜>N "\n```json\n" A
+ *             "\n```" <｜tool▁call▁end｜>, calls separated by whitespace,
+ *             then <｜tool▁calls▁end｜> [DeepSeek V2.5, V3, R1 and its
+ *             distills]; the fence around A may be left out
  *
- * Not covered yet (their output is returned as text): DeepSeek's
- * <｜tool▁calls▁begin｜> blocks, Command R's "Action:" JSON, Functionary
- * v3.2's ">>>name", Llama 4's pythonic calls.
+ * Not covered yet (their output is returned as text): Command R's
+ * "Action:" JSON, Functionary v3.2's ">>>name", Llama 4's pythonic calls.
  *
  * Rules, the same for every syntax:
  *  - content is the text before the first call marker (for LLAMA3: empty;
@@ -41,7 +45,10 @@
  *    object or as a string holding a JSON object (models do both);
  *    absent arguments are {}.  "id" (Mistral's) is allowed and dropped.
  *    The arguments are returned as compact JSON text (jansson, key order
- *    kept), which is what OpenAI's arguments string holds.
+ *    kept), which is what OpenAI's arguments string holds.  FUNCTIONARY
+ *    and DEEPSEEK write the name outside the JSON (FUNCTIONARY: without
+ *    '"' or '<'; DEEPSEEK: nor white space, '`' or control bytes), and
+ *    the JSON is the arguments object itself.
  *  - parallel_tool_calls and tool_choice are not the parser's business:
  *    it returns every call; the caller (and, later, the grammar) decides.
  *
@@ -69,6 +76,7 @@ typedef enum {
     KVS_TOOL_SYN_GRANITE,
     KVS_TOOL_SYN_FIREFUNC,
     KVS_TOOL_SYN_FUNCTIONARY,
+    KVS_TOOL_SYN_DEEPSEEK,
     KVS_TOOL_SYN_N
 } kvs_tool_syntax_t;
 
@@ -93,7 +101,7 @@ kvs_tool_syntax_t kvs_tool_syntax_detect(const char *tpl, size_t len);
 const char *kvs_tool_syntax_name(kvs_tool_syntax_t syn);
 
 /* The text that opens the calls ("<tool_call>"; LLAMA3: its optional
- * "<|python_tag|>"); NULL for NONE. */
+ * "<|python_tag|>"; DEEPSEEK: <｜tool▁calls▁begin｜>); NULL for NONE. */
 const char *kvs_tool_marker(kvs_tool_syntax_t syn);
 
 /*

@@ -17,6 +17,10 @@
  *   granite       <|tool_call|>[{"name": "N", "arguments": A}, ...]
  *   firefunction   functools[{"name": "N", "arguments": A}, ...]
  *   functionary   <function=N>A</function>, blocks back to back
+ *   deepseek      <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function
+ *                 <｜tool▁sep｜>N\n```json\nA\n```<｜tool▁call▁end｜>
+ *                 (no break after "function"), the next call after "\n"
+ *                 from <｜tool▁call▁begin｜> on, then <｜tool▁calls▁end｜>
  *
  * The name is one of the tools' names and A is that tool's parameters
  * schema (one alternative per tool), compiled with KVS_GRAM_JANSSON so
@@ -48,13 +52,16 @@
 
 #define KVS_GT_MAX_TOOLS  128
 #define KVS_GT_MAX_NAME   64
-#define KVS_GT_MAX_MARK   16
+#define KVS_GT_MAX_MARK   32          /* bytes; DeepSeek's is 28 */
 
 #define KVS_GT_AUTO      0
 #define KVS_GT_REQUIRED  1
 #define KVS_GT_NONE      2
 
 #define KVS_GT_LLAMA3_TAG  "<|python_tag|>"
+
+/* DeepSeek's delimiters all start so (U+FF5C, U+2581 in UTF-8) */
+#define KVS_GT_DS  "<｜tool▁"
 
 
 typedef struct {
@@ -66,18 +73,29 @@ typedef struct {
     const char  *sep;                 /* between calls; NULL: one call */
     const char  *close;               /* after the last call */
     const char  *key;                 /* the arguments' key; NULL: the
-                                         name outside the JSON */
+                                         name outside the JSON, then: */
+    const char  *name_end;            /* between the name and A */
+    const char  *call_end;            /* after A */
 } kvs_gt_syntax_t;
 
 
 static const kvs_gt_syntax_t  kvs_gt_syntaxes[] = {
     { "hermes", "", "<tool_call>", "\n", "\n</tool_call>\n<tool_call>\n",
-      "\n</tool_call>", "arguments" },
-    { "llama3", "", NULL, "", NULL, "", "parameters" },
-    { "mistral", "", "[TOOL_CALLS]", "[", ", ", "]", "arguments" },
-    { "granite", "", "<|tool_call|>", "[", ", ", "]", "arguments" },
-    { "firefunction", " ", "functools", "[", ", ", "]", "arguments" },
-    { "functionary", "", "<function=", "", "<function=", "", NULL },
+      "\n</tool_call>", "arguments", NULL, NULL },
+    { "llama3", "", NULL, "", NULL, "", "parameters", NULL, NULL },
+    { "mistral", "", "[TOOL_CALLS]", "[", ", ", "]", "arguments", NULL,
+      NULL },
+    { "granite", "", "<|tool_call|>", "[", ", ", "]", "arguments", NULL,
+      NULL },
+    { "firefunction", " ", "functools", "[", ", ", "]", "arguments", NULL,
+      NULL },
+    { "functionary", "", "<function=", "", "<function=", "", NULL, ">",
+      "</function>" },
+    { "deepseek", "", KVS_GT_DS "calls▁begin｜>",
+      KVS_GT_DS "call▁begin｜>function" KVS_GT_DS "sep｜>",
+      "\n" KVS_GT_DS "call▁begin｜>function" KVS_GT_DS "sep｜>",
+      KVS_GT_DS "calls▁end｜>", NULL, "\n```json\n",
+      "\n```" KVS_GT_DS "call▁end｜>" },
 };
 
 #define KVS_GT_N_SYNTAX  (sizeof(kvs_gt_syntaxes) / sizeof(kvs_gt_syntax_t))
@@ -108,7 +126,8 @@ kvs_gt_name_ok(const char *s, size_t n)
     }
 
     /* OpenAI's function names, and "." and ":" (namespaced tools): none
-     * needs escaping in JSON, none ends Functionary's <function=N> */
+     * needs escaping in JSON, none ends Functionary's <function=N> or
+     * DeepSeek's name line */
     for (i = 0; i < n; i++) {
         if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z')
               || (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '-'
@@ -303,7 +322,7 @@ kvs_gt_spec(kvs_gt_t *t, const json_t *spec)
     if (t->syn == NULL) {
         return kvs_err_set(t->err, KVS_EINVAL, "syntax: must be one of "
                            "hermes, llama3, mistral, granite, firefunction, "
-                           "functionary");
+                           "functionary, deepseek");
     }
 
     tools = json_object_get(spec, "tools");
@@ -438,10 +457,17 @@ kvs_gt_text(kvs_gt_t *t, const char *mk, uint32_t after, uint32_t *rule)
     int       rc;
     size_t    m, k, f;
     unsigned  b;
+    uint8_t   nx[KVS_GT_MAX_MARK][256];      /* 8 KiB: bytes, not words */
     uint32_t  tr[KVS_GT_MAX_MARK], nr[KVS_GT_MAX_MARK], to[256];
-    size_t    fail[KVS_GT_MAX_MARK], nx[KVS_GT_MAX_MARK][256];
+    size_t    fail[KVS_GT_MAX_MARK];
 
     m = strlen(mk);
+
+    if (m == 0 || m >= KVS_GT_MAX_MARK) {
+        /* the syntax table's, never a request's */
+        return kvs_err_set(t->err, KVS_EINVAL, "tools: marker of %zu bytes",
+                           m);
+    }
 
     /* fail[k]: the longest proper border of mk[0..k] */
     fail[0] = 0;
@@ -458,7 +484,7 @@ kvs_gt_text(kvs_gt_t *t, const char *mk, uint32_t after, uint32_t *rule)
     for (k = 0; k < m; k++) {
         for (b = 0; b < 256; b++) {
             if (b == (unsigned char) mk[k]) {
-                nx[k][b] = k + 1;
+                nx[k][b] = (uint8_t) (k + 1);
             } else {
                 nx[k][b] = k == 0 ? 0 : nx[fail[k - 1]][b];
             }
@@ -596,9 +622,11 @@ kvs_gt_call(kvs_gt_t *t, uint32_t *rule)
 
         if (t->syn->key == NULL) {
             kvs_gram_seq_lit(&q, t->names[i], strlen(t->names[i]));
-            kvs_gram_seq_lit(&q, ">", 1);
+            kvs_gram_seq_lit(&q, t->syn->name_end,
+                             strlen(t->syn->name_end));
             kvs_gram_seq_ref(&q, args);
-            kvs_gram_seq_lit(&q, "</function>", 11);
+            kvs_gram_seq_lit(&q, t->syn->call_end,
+                             strlen(t->syn->call_end));
 
         } else {
             kvs_gram_seq_lit(&q, "{\"name\"", 7);

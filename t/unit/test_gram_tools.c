@@ -36,6 +36,12 @@ static const char  *tt_schemas[] = { TT_WEATHER, TT_ADD, NULL };
 
 #define tt_match(g, lit)  tg_match(g, lit, strlen(lit))
 
+/* DeepSeek's delimiters (U+FF5C, U+2581 in UTF-8) */
+#define TT_DS_OPEN   "<｜tool▁calls▁begin｜>"
+#define TT_DS_CALL   "<｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+#define TT_DS_END    "\n```<｜tool▁call▁end｜>"
+#define TT_DS_CLOSE  "<｜tool▁calls▁end｜>"
+
 static const struct {
     const char         *name;
     kvs_tool_syntax_t   syn;
@@ -48,6 +54,7 @@ static const struct {
     { "granite", KVS_TOOL_SYN_GRANITE, "<|tool_call|>", 1 },
     { "firefunction", KVS_TOOL_SYN_FIREFUNC, "functools", 1 },
     { "functionary", KVS_TOOL_SYN_FUNCTIONARY, "<function=", 1 },
+    { "deepseek", KVS_TOOL_SYN_DEEPSEEK, TT_DS_OPEN, 1 },
 };
 
 #define TT_N_SYN  (sizeof(tt_syntaxes) / sizeof(tt_syntaxes[0]))
@@ -494,6 +501,9 @@ static const char  *tt_pieces[] = {
     "\"tags\": [\"", "\"]", "\\u0000", "\\u00", "Hello", " world", "Sure,",
     "{", "[{", "}, {", "\"}", "\n", "  ", "<", "[TOOL", "_CALLS]", "func",
     "tools", ">{", "get_weather>{", "\"city\": \"Paris\"",
+    TT_DS_OPEN, TT_DS_CALL, "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>",
+    "<｜tool▁call▁end｜>", TT_DS_CLOSE, "\n```json\n", "\n```", "```",
+    "<｜", "ping\n", "\n" TT_DS_CALL,
 };
 
 
@@ -686,6 +696,12 @@ test_forms(void **state)
         { 5, 0, "Sure.<function=ping>{}</function><function=add>{\"a\": 3, "
           "\"b\": 4, \"tags\": []}</function>", 2 },
         { 5, 2, "no <function call here", 0 },
+        { 6, 1, TT_DS_OPEN TT_DS_CALL "get_weather\n```json\n{\"city\": "
+          "\"Oslo\"}" TT_DS_END "\n" TT_DS_CALL "ping\n```json\n{}"
+          TT_DS_END TT_DS_CLOSE, 2 },
+        { 6, 0, "Checking." TT_DS_OPEN TT_DS_CALL "get_weather\n```json\n{\"city\": "
+          "\"```\"}" TT_DS_END TT_DS_CLOSE, 1 },
+        { 6, 2, "text with <｜tool▁calls▁end｜> and ```json", 0 },
     };
 
     (void) state;
@@ -730,6 +746,20 @@ test_forms(void **state)
     assert_true(tt_match(&g, "<|python_ta"));
     assert_false(tt_match(&g, "{\"name\": \"ping\", \"parameters\": {}}; "
                           "{\"name\": \"ping\", \"parameters\": {}}"));
+    kvs_gram_free(&g);
+    free(spec);
+
+    /* DeepSeek: text without its marker; one call without parallel; the
+     * calls' end is not optional (the parser wants it) */
+    spec = tt_spec(6, 0, 0, TT_N_TOOLS);
+    assert_int_equal(tt_compile(&g, spec, &err), KVS_OK);
+    assert_true(tt_match(&g, "a <｜tool▁calls▁begin b"));
+    assert_false(tt_match(&g, "a " TT_DS_OPEN "b"));
+    assert_false(tt_match(&g, TT_DS_OPEN TT_DS_CALL "ping\n```json\n{}"
+                          TT_DS_END));
+    assert_false(tt_match(&g, TT_DS_OPEN TT_DS_CALL "ping\n```json\n{}"
+                          TT_DS_END "\n" TT_DS_CALL "ping\n```json\n{}"
+                          TT_DS_END TT_DS_CLOSE));
     kvs_gram_free(&g);
     free(spec);
 }
