@@ -503,7 +503,7 @@ static const char  *tt_pieces[] = {
     "tools", ">{", "get_weather>{", "\"city\": \"Paris\"",
     TT_DS_OPEN, TT_DS_CALL, "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>",
     "<｜tool▁call▁end｜>", TT_DS_CLOSE, "\n```json\n", "\n```", "```",
-    "<｜", "ping\n", "\n" TT_DS_CALL,
+    "<｜", "ping\n", ("\n" TT_DS_CALL),
 };
 
 
