@@ -717,7 +717,7 @@ kvs_api_req_tools_plan(kvs_api_req_t *req, kvs_tool_syntax_t syn,
                         "'tools': the model's chat template teaches no "
                         "tool-call syntax kvserve parses (hermes, llama3, "
                         "mistral, granite, firefunction, functionary, "
-                        "deepseek); "
+                        "deepseek, functionary32); "
                         "only tool_choice 'none' is possible.");
         return KVS_EINVAL;
     }

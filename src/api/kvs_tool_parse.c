@@ -37,7 +37,8 @@ typedef struct {
 } kvs_tool_form_t;
 
 
-/* Indexed by kvs_tool_syntax_t; LLAMA3 and DEEPSEEK have their own
+/* Indexed by kvs_tool_syntax_t; LLAMA3, DEEPSEEK and FUNCTIONARY32
+ * have their own
  * code, their entries only give the marker kvs_tool_parse_hold() holds. */
 static const kvs_tool_form_t  kvs_tool_forms[KVS_TOOL_SYN_N] = {
     { NULL, NULL, 0, 0 },
@@ -48,11 +49,12 @@ static const kvs_tool_form_t  kvs_tool_forms[KVS_TOOL_SYN_N] = {
     { "functools", NULL, 1, 0 },
     { "<function=", "</function>", 0, 1 },
     { KVS_TOOL_DS_OPEN, NULL, 0, 0 },
+    { ">>>", NULL, 0, 0 },
 };
 
 static const char  *kvs_tool_names[KVS_TOOL_SYN_N] = {
     "none", "hermes", "llama3", "mistral", "granite", "firefunction",
-    "functionary", "deepseek"
+    "functionary", "deepseek", "functionary32"
 };
 
 
@@ -99,6 +101,11 @@ kvs_tool_syntax_detect(const char *tpl, size_t len)
 
     if (kvs_tool_find(tpl, len, "functools[") != NULL) {
         return KVS_TOOL_SYN_FIREFUNC;
+    }
+
+    /* Functionary v3.2's system prompt teaches its recipient lines */
+    if (kvs_tool_find(tpl, len, ">>>${recipient}") != NULL) {
+        return KVS_TOOL_SYN_FUNCTIONARY32;
     }
 
     if (kvs_tool_find(tpl, len, "<function=") != NULL) {
@@ -590,6 +597,59 @@ kvs_tool_parse_deepseek(const char *text, size_t len, size_t i,
 }
 
 
+/* Functionary v3.2, from text[i] (after "all\n" text and its ">>>", or
+ * the output's start): calls NAME\n{...}, joined by ">>>". */
+static int
+kvs_tool_parse_f32(const char *text, size_t len, size_t i,
+    kvs_tool_parsed_t *out)
+{
+    int      rc;
+    size_t   name_at, n;
+    json_t  *v;
+
+    for ( ;; ) {
+        name_at = i;
+
+        while (i < len && text[i] != '\n') {
+            i++;
+        }
+
+        n = i - name_at;
+
+        /* "all" is the recipient of text, never a function */
+        if (i == len || !kvs_tool_name_ok(text + name_at, n, 1)
+            || (n == 3 && memcmp(text + name_at, "all", 3) == 0))
+        {
+            return KVS_EFORMAT;
+        }
+
+        i = kvs_tool_skip_ws(text, len, i);
+
+        rc = kvs_tool_json_at(text, len, &i, &v);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+
+        rc = kvs_tool_add(out, v, text + name_at, n);
+        json_decref(v);
+
+        if (rc != KVS_OK) {
+            return rc;
+        }
+
+        i = kvs_tool_skip_ws(text, len, i);
+
+        if (i == len) {
+            return KVS_OK;
+        }
+
+        if (!kvs_tool_lit(text, len, &i, ">>>")) {
+            return KVS_EFORMAT;
+        }
+    }
+}
+
+
 /* Llama 3: the output is calls separated by ";", maybe after the tag. */
 static int
 kvs_tool_parse_llama3(const char *text, size_t len, kvs_tool_parsed_t *out)
@@ -683,6 +743,23 @@ kvs_tool_parse(kvs_tool_syntax_t syn, const char *text, size_t len,
         at = 0;
         rc = kvs_tool_parse_llama3(text, len, out);
 
+    } else if (syn == KVS_TOOL_SYN_FUNCTIONARY32) {
+        /* text for "all", then maybe calls after ">>>" (text holds no
+         * JSON to scan: the first ">>>" ends it); or calls at once */
+        at = 0;
+
+        if (len >= 4 && memcmp(text, "all\n", 4) == 0) {
+            out->content_at = 4;
+            m = kvs_tool_find(text + 4, len - 4, ">>>");
+            if (m == NULL) {
+                return KVS_OK;
+            }
+
+            at = (size_t) (m - text);
+        }
+
+        rc = kvs_tool_parse_f32(text, len, at == 0 ? 0 : at + 3, out);
+
     } else {
         m = kvs_tool_find(text, len, kvs_tool_forms[syn].open);
         if (m == NULL) {
@@ -707,7 +784,7 @@ kvs_tool_parse(kvs_tool_syntax_t syn, const char *text, size_t len,
         return KVS_OK;
     }
 
-    while (at > 0 && kvs_tool_is_ws(text[at - 1])) {
+    while (at > out->content_at && kvs_tool_is_ws(text[at - 1])) {
         at--;
     }
 
@@ -717,14 +794,49 @@ kvs_tool_parse(kvs_tool_syntax_t syn, const char *text, size_t len,
 }
 
 
+/* The bytes of text[len] before open, or before a tail that may
+ * become open when more comes. */
+static size_t
+kvs_tool_hold_marker(const char *open, const char *text, size_t len)
+{
+    size_t       n, k;
+    const char  *m;
+
+    m = kvs_tool_find(text, len, open);
+
+    if (m != NULL) {
+        return (size_t) (m - text);
+    }
+
+    n = strlen(open);
+
+    for (k = n - 1; k > 0; k--) {
+        if (k <= len && memcmp(text + len - k, open, k) == 0) {
+            return len - k;
+        }
+    }
+
+    return len;
+}
+
+
 size_t
 kvs_tool_parse_hold(kvs_tool_syntax_t syn, const char *text, size_t len)
 {
-    size_t       n, k, i;
-    const char  *open, *m;
+    size_t  i;
 
     if ((unsigned) syn >= KVS_TOOL_SYN_N || syn == KVS_TOOL_SYN_NONE) {
         return len;
+    }
+
+    if (syn == KVS_TOOL_SYN_FUNCTIONARY32) {
+        /* until "all\n" is there, the output may be calls; after it,
+         * text up to a ">>>" */
+        if (len < 4 || memcmp(text, "all\n", 4) != 0) {
+            return 0;
+        }
+
+        return 4 + kvs_tool_hold_marker(">>>", text + 4, len - 4);
     }
 
     if (syn == KVS_TOOL_SYN_LLAMA3) {
@@ -740,22 +852,15 @@ kvs_tool_parse_hold(kvs_tool_syntax_t syn, const char *text, size_t len)
         return len;
     }
 
-    open = kvs_tool_forms[syn].open;
-    m = kvs_tool_find(text, len, open);
-
-    if (m != NULL) {
-        return (size_t) (m - text);
-    }
-
     /* a marker's beginning at the very end may be completed by what
-     * comes next: hold the longest such tail */
-    n = strlen(open);
+     * comes next: held too */
+    return kvs_tool_hold_marker(kvs_tool_forms[syn].open, text, len);
+}
 
-    for (k = n - 1; k > 0; k--) {
-        if (k <= len && memcmp(text + len - k, open, k) == 0) {
-            return len - k;
-        }
-    }
 
-    return len;
+size_t
+kvs_tool_parse_skip(kvs_tool_syntax_t syn, const char *text, size_t len)
+{
+    return syn == KVS_TOOL_SYN_FUNCTIONARY32 && len >= 4
+           && memcmp(text, "all\n", 4) == 0 ? 4 : 0;
 }

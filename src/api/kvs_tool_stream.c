@@ -172,17 +172,19 @@ int
 kvs_tool_stream_next(kvs_tool_stream_t *ts, const char *text, size_t len,
     kvs_tool_delta_t *d, kvs_buf_t *args)
 {
-    int          rc, fn, ds;
+    int          rc, fn, ds, f32;
     long         at, at2;
     size_t       from, k;
     const char  *end, *seek;
 
     fn = ts->syn == KVS_TOOL_SYN_FUNCTIONARY;
     ds = ts->syn == KVS_TOOL_SYN_DEEPSEEK;
+    f32 = ts->syn == KVS_TOOL_SYN_FUNCTIONARY32;
 
     /* where a name begins; it ends at '>' (FUNCTIONARY), a newline
-     * (DEEPSEEK) or its closing quote */
-    seek = fn ? "<function=" : ds ? KVS_TS_DS_SEP : "\"name\": \"";
+     * (DEEPSEEK, FUNCTIONARY32) or its closing quote */
+    seek = fn ? "<function=" : ds ? KVS_TS_DS_SEP : f32 ? ">>>"
+                                                      : "\"name\": \"";
 
     for ( ;; ) {
         switch (ts->state) {
@@ -196,6 +198,24 @@ kvs_tool_stream_next(kvs_tool_stream_t *ts, const char *text, size_t len,
                 break;
             }
 
+            if (f32 && ts->pos == 0) {
+                /* "all\n": text, calls after a ">>>"; else calls now */
+                k = len < 4 ? len : 4;
+
+                if (memcmp(text, "all\n", k) != 0) {
+                    ts->content = 0;
+                    ts->name_at = 0;
+                    ts->state = KVS_TS_NAME;
+                    break;
+                }
+
+                if (k < 4) {
+                    return KVS_TS_EV_NONE;
+                }
+
+                ts->pos = 4;
+            }
+
             at = kvs_ts_find(text, len, &ts->pos, kvs_tool_marker(ts->syn));
             if (at < 0) {
                 return KVS_TS_EV_NONE;
@@ -204,9 +224,9 @@ kvs_tool_stream_next(kvs_tool_stream_t *ts, const char *text, size_t len,
             ts->content = (size_t) at;
             ts->pos = (size_t) at + strlen(kvs_tool_marker(ts->syn));
 
-            /* Functionary's marker is the start of its first call */
+            /* Functionary's markers are the start of a call */
             ts->name_at = ts->pos;
-            ts->state = fn ? KVS_TS_NAME : KVS_TS_SEEK;
+            ts->state = fn || f32 ? KVS_TS_NAME : KVS_TS_SEEK;
             break;
 
         case KVS_TS_SEEK:
@@ -222,7 +242,8 @@ kvs_tool_stream_next(kvs_tool_stream_t *ts, const char *text, size_t len,
 
         case KVS_TS_NAME:
             end = ts->name_at < len
-                  ? memchr(text + ts->name_at, fn ? '>' : ds ? '\n' : '"',
+                  ? memchr(text + ts->name_at,
+                           fn ? '>' : ds || f32 ? '\n' : '"',
                            len - ts->name_at)
                   : NULL;
 
@@ -238,7 +259,8 @@ kvs_tool_stream_next(kvs_tool_stream_t *ts, const char *text, size_t len,
             d->name = text + ts->name_at;
             d->name_len = (size_t) (end - d->name);
             ts->pos = (size_t) (end - text) + 1;
-            ts->state = fn ? KVS_TS_OPEN : ds ? KVS_TS_FENCE : KVS_TS_KEY;
+            ts->state = fn || f32 ? KVS_TS_OPEN
+                        : ds ? KVS_TS_FENCE : KVS_TS_KEY;
 
             return KVS_TS_EV_HEAD;
 

@@ -21,6 +21,10 @@
  *                 <｜tool▁sep｜>N\n```json\nA\n```<｜tool▁call▁end｜>
  *                 (no break after "function"), the next call after "\n"
  *                 from <｜tool▁call▁begin｜> on, then <｜tool▁calls▁end｜>
+ *   functionary32 N\nA, calls joined by ">>>" (the prompt ends with
+ *                 ">>>": the output's first line is the recipient); text
+ *                 is "all\n" then text, maybe then ">>>" and the calls;
+ *                 no tool may be named "all"
  *
  * The name is one of the tools' names and A is that tool's parameters
  * schema (one alternative per tool), compiled with KVS_GRAM_JANSSON so
@@ -76,26 +80,31 @@ typedef struct {
                                          name outside the JSON, then: */
     const char  *name_end;            /* between the name and A */
     const char  *call_end;            /* after A */
+    const char  *text_lead;           /* before text; not NULL: the calls
+                                         may also come at once, without
+                                         the marker (the prompt wrote
+                                         it) */
 } kvs_gt_syntax_t;
 
 
 static const kvs_gt_syntax_t  kvs_gt_syntaxes[] = {
     { "hermes", "", "<tool_call>", "\n", "\n</tool_call>\n<tool_call>\n",
-      "\n</tool_call>", "arguments", NULL, NULL },
-    { "llama3", "", NULL, "", NULL, "", "parameters", NULL, NULL },
+      "\n</tool_call>", "arguments", NULL, NULL, NULL },
+    { "llama3", "", NULL, "", NULL, "", "parameters", NULL, NULL, NULL },
     { "mistral", "", "[TOOL_CALLS]", "[", ", ", "]", "arguments", NULL,
-      NULL },
+      NULL, NULL },
     { "granite", "", "<|tool_call|>", "[", ", ", "]", "arguments", NULL,
-      NULL },
+      NULL, NULL },
     { "firefunction", " ", "functools", "[", ", ", "]", "arguments", NULL,
-      NULL },
+      NULL, NULL },
     { "functionary", "", "<function=", "", "<function=", "", NULL, ">",
-      "</function>" },
+      "</function>", NULL },
     { "deepseek", "", KVS_GT_DS "calls▁begin｜>",
       KVS_GT_DS "call▁begin｜>function" KVS_GT_DS "sep｜>",
       "\n" KVS_GT_DS "call▁begin｜>function" KVS_GT_DS "sep｜>",
       KVS_GT_DS "calls▁end｜>", NULL, "\n```json\n",
-      "\n```" KVS_GT_DS "call▁end｜>" },
+      "\n```" KVS_GT_DS "call▁end｜>", NULL },
+    { "functionary32", "", ">>>", "", ">>>", "", NULL, "\n", "", "all\n" },
 };
 
 #define KVS_GT_N_SYNTAX  (sizeof(kvs_gt_syntaxes) / sizeof(kvs_gt_syntax_t))
@@ -243,6 +252,14 @@ kvs_gt_tool(kvs_gt_t *t, size_t i, const json_t *tool)
         }
     }
 
+    if (t->syn->text_lead != NULL
+        && strcmp(json_string_value(name), "all") == 0)
+    {
+        return kvs_err_set(t->err, KVS_EINVAL, "tools[%zu].name: \"all\" "
+                           "is this syntax's recipient for text, not a "
+                           "function", i);
+    }
+
     t->names[i] = json_string_value(name);
 
     rc = kvs_gt_params(t, i, json_object_get(tool, "parameters"));
@@ -322,7 +339,7 @@ kvs_gt_spec(kvs_gt_t *t, const json_t *spec)
     if (t->syn == NULL) {
         return kvs_err_set(t->err, KVS_EINVAL, "syntax: must be one of "
                            "hermes, llama3, mistral, granite, firefunction, "
-                           "functionary, deepseek");
+                           "functionary, deepseek, functionary32");
     }
 
     tools = json_object_get(spec, "tools");
@@ -679,6 +696,48 @@ kvs_gt_after(kvs_gt_t *t, uint32_t call, uint32_t *rule)
 }
 
 
+/* Functionary v3.2's: the calls at once (not none), or the text lead
+ * then text (auto: maybe then the marker and the calls). */
+static int
+kvs_gt_lead_root(kvs_gt_t *t, uint32_t after, uint32_t *root)
+{
+    int             rc;
+    uint32_t        text;
+    kvs_gram_seq_t  q;
+
+    text = KVS_SC_NONE;
+    rc = KVS_OK;
+
+    if (t->choice != KVS_GT_REQUIRED) {
+        rc = kvs_gt_text(t, t->syn->marker,
+                         t->choice == KVS_GT_AUTO ? after : KVS_SC_NONE,
+                         &text);
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_gram_rule_new(t->g, root, t->err);
+    }
+
+    memset(&q, 0, sizeof(q));
+
+    if (rc == KVS_OK && text != KVS_SC_NONE) {
+        kvs_gram_seq_lit(&q, t->syn->text_lead, strlen(t->syn->text_lead));
+        kvs_gram_seq_ref(&q, text);
+        rc = kvs_gram_add_alt(t->g, *root, &q, t->err);
+    }
+
+    if (rc == KVS_OK && after != KVS_SC_NONE) {
+        kvs_gram_seq_reset(&q);
+        kvs_gram_seq_ref(&q, after);
+        rc = kvs_gram_add_alt(t->g, *root, &q, t->err);
+    }
+
+    kvs_gram_seq_free(&q);
+
+    return rc;
+}
+
+
 static int
 kvs_gt_root(kvs_gt_t *t, uint32_t *root)
 {
@@ -737,6 +796,10 @@ kvs_gt_root(kvs_gt_t *t, uint32_t *root)
         kvs_gram_seq_free(&q);
 
         return rc;
+    }
+
+    if (t->syn->text_lead != NULL) {
+        return kvs_gt_lead_root(t, after, root);
     }
 
     switch (t->choice) {

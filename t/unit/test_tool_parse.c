@@ -48,8 +48,10 @@ parses(kvs_tool_syntax_t syn, const char *s, const char *want_content,
     }
 
     assert_int_equal(p.n_calls, n / 2);
-    assert_int_equal(p.content_len, strlen(want_content));
-    assert_memory_equal(s, want_content, p.content_len);
+    assert_true(p.content_at <= p.content_len);
+    assert_int_equal(p.content_len - p.content_at, strlen(want_content));
+    assert_memory_equal(s + p.content_at, want_content,
+                        p.content_len - p.content_at);
 
     for (i = 0; i < p.n_calls; i++) {
         assert_string_equal(p.calls[i].name, want[2 * i]);
@@ -317,6 +319,46 @@ test_deepseek(void **state)
 }
 
 
+/* Functionary v3.2: the output after the prompt's ">>>" */
+static void
+test_functionary32(void **state)
+{
+    kvs_tool_syntax_t         f = KVS_TOOL_SYN_FUNCTIONARY32;
+    static const char *const  one[] = {
+        "get_weather", "{\"city\":\">>>Oslo\"}", NULL
+    };
+    static const char *const  two[] = {
+        "search", "{\"q\":\"cats\"}", "open", "{}", NULL
+    };
+
+    (void) state;
+
+    parses(f, "get_weather\n{\"city\": \">>>Oslo\"}", "", one);
+    parses(f, "search\n{\"q\": \"cats\"}>>>open\n{}\n", "", two);
+    parses(f, "all\nLet me look.\n>>>search\n{\"q\": \"cats\"}>>>open\n{}",
+           "Let me look.", two);
+    parses(f, "all\n>>>get_weather\n{\"city\": \">>>Oslo\"}", "", one);
+
+    /* text: "all\n" is the recipient, not content */
+    parses(f, "all\nHello there.", "Hello there.", NULL);
+    parses(f, "all\n", "", NULL);
+
+    /* malformed: all content (less "all\n"); no recipient line */
+    parses(f, "all\nok >>>f\n[1]", "ok >>>f\n[1]", NULL);
+    parses(f, "all\nok >>>all\nmore", "ok >>>all\nmore", NULL);
+    text_only(f, "Hello there.");
+    text_only(f, "get_weather {}");
+    text_only(f, "get weather\n{}");
+    text_only(f, "f\n{}>>>");
+    text_only(f, "f\n{} and text");
+    text_only(f, "f\n{\"a\": ");
+    text_only(f, "all");
+
+    prefixes(f, "all\nok>>>search\n{\"q\": \"cats\"}>>>open\n{}");
+    prefixes(f, "search\n{\"q\": \"cats\"}>>>open\n{}");
+}
+
+
 static void
 test_bad_syntax(void **state)
 {
@@ -413,6 +455,17 @@ test_hold(void **state)
     hold(KVS_TOOL_SYN_LLAMA3, "The answer", 10);
     hold(KVS_TOOL_SYN_NONE, "<tool_call>", 11);
     hold(KVS_TOOL_SYN_FUNCTIONARY, "x <function", 2);
+    hold(KVS_TOOL_SYN_FUNCTIONARY32, "al", 0);
+    hold(KVS_TOOL_SYN_FUNCTIONARY32, "get_weather\n{", 0);
+    hold(KVS_TOOL_SYN_FUNCTIONARY32, "all\nHi >", 7);
+    hold(KVS_TOOL_SYN_FUNCTIONARY32, "all\nHi >>>f", 7);
+    hold(KVS_TOOL_SYN_FUNCTIONARY32, "all\nHi > there", 14);
+    assert_int_equal(kvs_tool_parse_skip(KVS_TOOL_SYN_FUNCTIONARY32,
+                                         "all\nHi", 6), 4);
+    assert_int_equal(kvs_tool_parse_skip(KVS_TOOL_SYN_FUNCTIONARY32,
+                                         "all", 3), 0);
+    assert_int_equal(kvs_tool_parse_skip(KVS_TOOL_SYN_HERMES, "all\nHi",
+                                         6), 0);
     hold(KVS_TOOL_SYN_DEEPSEEK, "ok <｜tool▁calls", 3);
     hold(KVS_TOOL_SYN_DEEPSEEK, "ok " DS_OPEN DS_CALL, 3);
     hold(KVS_TOOL_SYN_DEEPSEEK, "ok <｜tool▁call▁begin｜>", 30);
@@ -449,7 +502,7 @@ test_detect(void **state)
         { "falcon3-3b-instruct", KVS_TOOL_SYN_HERMES },
         { "firefunction-v2", KVS_TOOL_SYN_FIREFUNC },
         { "functionary-medium-v3.1", KVS_TOOL_SYN_FUNCTIONARY },
-        { "functionary-medium-v3.2", KVS_TOOL_SYN_NONE },
+        { "functionary-medium-v3.2", KVS_TOOL_SYN_FUNCTIONARY32 },
         { "gemma-2-2b-it", KVS_TOOL_SYN_NONE },
         { "gemma-3-1b-it", KVS_TOOL_SYN_NONE },
         { "glm-4-9b-chat", KVS_TOOL_SYN_NONE },
@@ -552,6 +605,7 @@ main(void)
         cmocka_unit_test(test_mistral),
         cmocka_unit_test(test_others),
         cmocka_unit_test(test_deepseek),
+        cmocka_unit_test(test_functionary32),
         cmocka_unit_test(test_bad_syntax),
         cmocka_unit_test(test_json_end),
         cmocka_unit_test(test_deep),

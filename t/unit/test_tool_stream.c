@@ -62,6 +62,11 @@ static const case_t  cases[] = {
     { KVS_TOOL_SYN_DEEPSEEK,
       DS_OPEN DS_CALL "a.b\n" ARGS_A "<｜tool▁call▁end｜>\n" DS_CALL
       "c\n```\n{}" DS_END DS_CLOSE, 0 },
+    { KVS_TOOL_SYN_FUNCTIONARY32,
+      "all\nLet me look.>>>get_weather\n" ARGS_A ">>>f-2\n" ARGS_B, 16 },
+    { KVS_TOOL_SYN_FUNCTIONARY32,
+      "a.b\n{\"s\": \">>>x\\n\"}>>>all2\n" ARGS_A, 0 },
+    { KVS_TOOL_SYN_FUNCTIONARY32, "al\n{}", 0 },
 };
 
 
@@ -267,6 +272,11 @@ test_not_calls(void **state)
     feed(KVS_TOOL_SYN_DEEPSEEK, DS_OPEN DS_CALL "f\n`x{}", 1, &rng, &g);
     assert_true(g.failed);
     assert_int_equal(g.n_heads, 1);
+
+    /* Functionary v3.2: text after "all\n" (a ">>" is no marker) */
+    feed(KVS_TOOL_SYN_FUNCTIONARY32, "all\nJust >> text >", 1, &rng, &g);
+    assert_int_equal(g.n_heads, 0);
+    assert_false(g.failed);
 }
 
 
