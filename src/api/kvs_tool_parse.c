@@ -6,7 +6,7 @@
  * Invariants: the parser never reads past text[len] (text need not be
  * NUL-terminated), never fails on any input but for memory, and returns
  * either every call the output holds or none (the whole output as
- * content).  JSON is first delimited by kvs_tool_json_end() (a scanner
+ * content, less FUNCTIONARY32's "all\n" recipient line).  JSON is first delimited by kvs_tool_json_end() (a scanner
  * that knows strings and brackets, so markers inside strings are
  * content of the strings), then parsed by jansson on that span alone.
  */
@@ -37,9 +37,9 @@ typedef struct {
 } kvs_tool_form_t;
 
 
-/* Indexed by kvs_tool_syntax_t; LLAMA3, DEEPSEEK and FUNCTIONARY32
- * have their own
- * code, their entries only give the marker kvs_tool_parse_hold() holds. */
+/* Indexed by kvs_tool_syntax_t; LLAMA3, DEEPSEEK and FUNCTIONARY32 have
+ * their own code, their entries only give the marker that
+ * kvs_tool_parse_hold() holds. */
 static const kvs_tool_form_t  kvs_tool_forms[KVS_TOOL_SYN_N] = {
     { NULL, NULL, 0, 0 },
     { "<tool_call>", "</tool_call>", 0, 1 },

@@ -4,9 +4,11 @@
  * A state machine over the growing text: START (looking for where the
  * calls begin), SEEK (the next call's name), NAME, KEY (its arguments'
  * key), FENCE (DeepSeek's "```json" before them), OPEN (the arguments'
- * "{"), ARGS (inside them), FAIL.  Searches
- * that find nothing move pos to where a match could still begin, so each
- * byte is looked at a bounded number of times however the text is cut.
+ * "{"), ARGS (inside them), FAIL.  Searches that find nothing move pos
+ * to where a match could still begin, so each byte is looked at a
+ * bounded number of times however the text is cut.  FUNCTIONARY32
+ * decides at START from its first line: "all\n" (text, then maybe
+ * ">>>" and calls) or a name (calls at once).
  */
 
 #include <string.h>

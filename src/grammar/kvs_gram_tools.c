@@ -38,9 +38,11 @@
  * stack id (the mask cache hits), and N[k] cannot be empty, so it stays
  * a lazy stack top with its FIRST set.  In auto mode the byte that
  * completes the marker goes on into the calls instead: the first
- * occurrence of the marker is where the parser finds the calls.  Llama
- * 3 has no marker (its calls are the whole output): its text is what,
- * after leading whitespace, does not start with "{" or <|python_tag|>.
+ * occurrence of the marker is where the parser finds the calls
+ * (functionary32: text follows its "all\n" line, and its calls may also
+ * come at once, the prompt having written their ">>>").  Llama 3 has
+ * no marker (its calls are the whole output): its text is what, after
+ * leading whitespace, does not start with "{" or <|python_tag|>.
  *
  * Invariants: nothing in g is used before kvs_gram_finish() succeeded;
  * every json_t taken here is released on every path; errors name the

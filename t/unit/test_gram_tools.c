@@ -712,8 +712,8 @@ test_forms(void **state)
         { 6, 1, TT_DS_OPEN TT_DS_CALL "get_weather\n```json\n{\"city\": "
           "\"Oslo\"}" TT_DS_END "\n" TT_DS_CALL "ping\n```json\n{}"
           TT_DS_END TT_DS_CLOSE, 2 },
-        { 6, 0, "Checking." TT_DS_OPEN TT_DS_CALL "get_weather\n```json\n{\"city\": "
-          "\"```\"}" TT_DS_END TT_DS_CLOSE, 1 },
+        { 6, 0, "Checking." TT_DS_OPEN TT_DS_CALL "get_weather\n```json\n"
+          "{\"city\": \"```\"}" TT_DS_END TT_DS_CLOSE, 1 },
         { 6, 2, "text with <｜tool▁calls▁end｜> and ```json", 0 },
         { 7, 1, "get_weather\n{\"city\": \">>>\"}>>>ping\n{}", 2 },
         { 7, 0, "all\nSure.>>>add\n{\"a\": 1, \"b\": 2}", 1 },
