@@ -716,7 +716,8 @@ kvs_api_req_tools_plan(kvs_api_req_t *req, kvs_tool_syntax_t syn,
         kvs_api_err_set(aerr, 400, "tools", "invalid_value", "Invalid "
                         "'tools': the model's chat template teaches no "
                         "tool-call syntax kvserve parses (hermes, llama3, "
-                        "mistral, granite, firefunction, functionary); "
+                        "mistral, granite, firefunction, functionary, "
+                        "deepseek, functionary32); "
                         "only tool_choice 'none' is possible.");
         return KVS_EINVAL;
     }

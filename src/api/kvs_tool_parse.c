@@ -6,7 +6,7 @@
  * Invariants: the parser never reads past text[len] (text need not be
  * NUL-terminated), never fails on any input but for memory, and returns
  * either every call the output holds or none (the whole output as
- * content).  JSON is first delimited by kvs_tool_json_end() (a scanner
+ * content, less FUNCTIONARY32's "all\n" recipient line).  JSON is first delimited by kvs_tool_json_end() (a scanner
  * that knows strings and brackets, so markers inside strings are
  * content of the strings), then parsed by jansson on that span alone.
  */
@@ -20,6 +20,14 @@
 
 #define KVS_TOOL_JSON_DEPTH  512
 
+/* DeepSeek's delimiters: single tokens of its vocabulary, here as the
+ * UTF-8 text its templates write (U+FF5C and U+2581 in them) */
+#define KVS_TOOL_DS_OPEN   "<｜tool▁calls▁begin｜>"
+#define KVS_TOOL_DS_CALL   "<｜tool▁call▁begin｜>"
+#define KVS_TOOL_DS_SEP    "<｜tool▁sep｜>"
+#define KVS_TOOL_DS_END    "<｜tool▁call▁end｜>"
+#define KVS_TOOL_DS_CLOSE  "<｜tool▁calls▁end｜>"
+
 
 typedef struct {
     const char  *open;                /* marker before the calls */
@@ -29,8 +37,9 @@ typedef struct {
 } kvs_tool_form_t;
 
 
-/* Indexed by kvs_tool_syntax_t; LLAMA3 and FUNCTIONARY have their own
- * code, their entries only give the marker kvs_tool_parse_hold() holds. */
+/* Indexed by kvs_tool_syntax_t; LLAMA3, DEEPSEEK and FUNCTIONARY32 have
+ * their own code, their entries only give the marker that
+ * kvs_tool_parse_hold() holds. */
 static const kvs_tool_form_t  kvs_tool_forms[KVS_TOOL_SYN_N] = {
     { NULL, NULL, 0, 0 },
     { "<tool_call>", "</tool_call>", 0, 1 },
@@ -39,11 +48,13 @@ static const kvs_tool_form_t  kvs_tool_forms[KVS_TOOL_SYN_N] = {
     { "<|tool_call|>", NULL, 1, 0 },
     { "functools", NULL, 1, 0 },
     { "<function=", "</function>", 0, 1 },
+    { KVS_TOOL_DS_OPEN, NULL, 0, 0 },
+    { ">>>", NULL, 0, 0 },
 };
 
 static const char  *kvs_tool_names[KVS_TOOL_SYN_N] = {
     "none", "hermes", "llama3", "mistral", "granite", "firefunction",
-    "functionary"
+    "functionary", "deepseek", "functionary32"
 };
 
 
@@ -76,6 +87,10 @@ kvs_tool_syntax_detect(const char *tpl, size_t len)
 {
     /* most specific first: Functionary's template also names
      * <|python_tag|>, Hermes-on-Llama's names "parameters" */
+    if (kvs_tool_find(tpl, len, KVS_TOOL_DS_OPEN) != NULL) {
+        return KVS_TOOL_SYN_DEEPSEEK;
+    }
+
     if (kvs_tool_find(tpl, len, "[TOOL_CALLS]") != NULL) {
         return KVS_TOOL_SYN_MISTRAL;
     }
@@ -86,6 +101,11 @@ kvs_tool_syntax_detect(const char *tpl, size_t len)
 
     if (kvs_tool_find(tpl, len, "functools[") != NULL) {
         return KVS_TOOL_SYN_FIREFUNC;
+    }
+
+    /* Functionary v3.2's system prompt teaches its recipient lines */
+    if (kvs_tool_find(tpl, len, ">>>${recipient}") != NULL) {
+        return KVS_TOOL_SYN_FUNCTIONARY32;
     }
 
     if (kvs_tool_find(tpl, len, "<function=") != NULL) {
@@ -376,6 +396,51 @@ kvs_tool_add_value(kvs_tool_parsed_t *out, json_t *v)
 }
 
 
+/* A name written outside JSON.  strict (DeepSeek's, which ends at a
+ * newline): nor white space, '`' or control bytes, so that a stray line
+ * of text is not taken for one. */
+static int
+kvs_tool_name_ok(const char *s, size_t n, int strict)
+{
+    size_t         i;
+    unsigned char  c;
+
+    if (n == 0) {
+        return 0;
+    }
+
+    for (i = 0; i < n; i++) {
+        c = (unsigned char) s[i];
+
+        if (c == '"' || c == '<'
+            || (strict && (c <= ' ' || c == '`' || c == 0x7f)))
+        {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+/* text[*i..) starts with lit: *i moves past it. */
+static int
+kvs_tool_lit(const char *text, size_t len, size_t *i, const char *lit)
+{
+    size_t  n;
+
+    n = strlen(lit);
+
+    if (len - *i < n || memcmp(text + *i, lit, n) != 0) {
+        return 0;
+    }
+
+    *i += n;
+
+    return 1;
+}
+
+
 /* From the marker at text[i]: the calls of a marker-led syntax, to the
  * end of the text. */
 static int
@@ -419,9 +484,8 @@ kvs_tool_parse_marked(kvs_tool_syntax_t syn, const char *text, size_t len,
 
         if (syn == KVS_TOOL_SYN_FUNCTIONARY) {
             n = (size_t) (q - (text + name_at));
-            rc = memchr(text + name_at, '"', n) != NULL
-                 || memchr(text + name_at, '<', n) != NULL
-                 ? KVS_EFORMAT : kvs_tool_add(out, v, text + name_at, n);
+            rc = kvs_tool_name_ok(text + name_at, n, 0)
+                 ? kvs_tool_add(out, v, text + name_at, n) : KVS_EFORMAT;
 
         } else {
             rc = f->array && !json_is_array(v) ? KVS_EFORMAT
@@ -449,6 +513,140 @@ kvs_tool_parse_marked(kvs_tool_syntax_t syn, const char *text, size_t len,
     } while (f->repeat && i < len);
 
     return i == len ? KVS_OK : KVS_EFORMAT;
+}
+
+
+/* DeepSeek, from its marker at text[i]: calls, each
+ * <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
+ * <｜tool▁call▁end｜>, then <｜tool▁calls▁end｜> and nothing more. */
+static int
+kvs_tool_parse_deepseek(const char *text, size_t len, size_t i,
+    kvs_tool_parsed_t *out)
+{
+    int      rc, fence;
+    size_t   name_at, n;
+    json_t  *v;
+
+    if (!kvs_tool_lit(text, len, &i, KVS_TOOL_DS_OPEN)) {
+        return KVS_EFORMAT;
+    }
+
+    for ( ;; ) {
+        i = kvs_tool_skip_ws(text, len, i);
+
+        /* "function" is the only type the templates write */
+        if (!kvs_tool_lit(text, len, &i, KVS_TOOL_DS_CALL)
+            || !kvs_tool_lit(text, len, &i, "function")
+            || !kvs_tool_lit(text, len, &i, KVS_TOOL_DS_SEP))
+        {
+            return KVS_EFORMAT;
+        }
+
+        name_at = i;
+
+        while (i < len && text[i] != '\n') {
+            i++;
+        }
+
+        n = i - name_at;
+
+        if (i == len || !kvs_tool_name_ok(text + name_at, n, 1)) {
+            return KVS_EFORMAT;
+        }
+
+        i = kvs_tool_skip_ws(text, len, i);
+
+        /* the templates fence the arguments; a model may not */
+        fence = kvs_tool_lit(text, len, &i, "```");
+        if (fence) {
+            (void) kvs_tool_lit(text, len, &i, "json");
+            i = kvs_tool_skip_ws(text, len, i);
+        }
+
+        rc = kvs_tool_json_at(text, len, &i, &v);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+
+        rc = kvs_tool_add(out, v, text + name_at, n);
+        json_decref(v);
+
+        if (rc != KVS_OK) {
+            return rc;
+        }
+
+        i = kvs_tool_skip_ws(text, len, i);
+
+        if (fence && !kvs_tool_lit(text, len, &i, "```")) {
+            return KVS_EFORMAT;
+        }
+
+        i = kvs_tool_skip_ws(text, len, i);
+
+        if (!kvs_tool_lit(text, len, &i, KVS_TOOL_DS_END)) {
+            return KVS_EFORMAT;
+        }
+
+        i = kvs_tool_skip_ws(text, len, i);
+
+        if (kvs_tool_lit(text, len, &i, KVS_TOOL_DS_CLOSE)) {
+            return kvs_tool_skip_ws(text, len, i) == len ? KVS_OK
+                                                         : KVS_EFORMAT;
+        }
+    }
+}
+
+
+/* Functionary v3.2, from text[i] (after "all\n" text and its ">>>", or
+ * the output's start): calls NAME\n{...}, joined by ">>>". */
+static int
+kvs_tool_parse_f32(const char *text, size_t len, size_t i,
+    kvs_tool_parsed_t *out)
+{
+    int      rc;
+    size_t   name_at, n;
+    json_t  *v;
+
+    for ( ;; ) {
+        name_at = i;
+
+        while (i < len && text[i] != '\n') {
+            i++;
+        }
+
+        n = i - name_at;
+
+        /* "all" is the recipient of text, never a function */
+        if (i == len || !kvs_tool_name_ok(text + name_at, n, 1)
+            || (n == 3 && memcmp(text + name_at, "all", 3) == 0))
+        {
+            return KVS_EFORMAT;
+        }
+
+        i = kvs_tool_skip_ws(text, len, i);
+
+        rc = kvs_tool_json_at(text, len, &i, &v);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+
+        rc = kvs_tool_add(out, v, text + name_at, n);
+        json_decref(v);
+
+        if (rc != KVS_OK) {
+            return rc;
+        }
+
+        i = kvs_tool_skip_ws(text, len, i);
+
+        if (i == len) {
+            return KVS_OK;
+        }
+
+        if (!kvs_tool_lit(text, len, &i, ">>>")) {
+            return KVS_EFORMAT;
+        }
+    }
 }
 
 
@@ -545,6 +743,23 @@ kvs_tool_parse(kvs_tool_syntax_t syn, const char *text, size_t len,
         at = 0;
         rc = kvs_tool_parse_llama3(text, len, out);
 
+    } else if (syn == KVS_TOOL_SYN_FUNCTIONARY32) {
+        /* text for "all", then maybe calls after ">>>" (text holds no
+         * JSON to scan: the first ">>>" ends it); or calls at once */
+        at = 0;
+
+        if (len >= 4 && memcmp(text, "all\n", 4) == 0) {
+            out->content_at = 4;
+            m = kvs_tool_find(text + 4, len - 4, ">>>");
+            if (m == NULL) {
+                return KVS_OK;
+            }
+
+            at = (size_t) (m - text);
+        }
+
+        rc = kvs_tool_parse_f32(text, len, at == 0 ? 0 : at + 3, out);
+
     } else {
         m = kvs_tool_find(text, len, kvs_tool_forms[syn].open);
         if (m == NULL) {
@@ -552,7 +767,9 @@ kvs_tool_parse(kvs_tool_syntax_t syn, const char *text, size_t len,
         }
 
         at = (size_t) (m - text);
-        rc = kvs_tool_parse_marked(syn, text, len, at, out);
+        rc = syn == KVS_TOOL_SYN_DEEPSEEK
+             ? kvs_tool_parse_deepseek(text, len, at, out)
+             : kvs_tool_parse_marked(syn, text, len, at, out);
     }
 
     if (rc == KVS_ENOMEM) {
@@ -567,7 +784,7 @@ kvs_tool_parse(kvs_tool_syntax_t syn, const char *text, size_t len,
         return KVS_OK;
     }
 
-    while (at > 0 && kvs_tool_is_ws(text[at - 1])) {
+    while (at > out->content_at && kvs_tool_is_ws(text[at - 1])) {
         at--;
     }
 
@@ -577,14 +794,49 @@ kvs_tool_parse(kvs_tool_syntax_t syn, const char *text, size_t len,
 }
 
 
+/* The bytes of text[len] before open, or before a tail that may
+ * become open when more comes. */
+static size_t
+kvs_tool_hold_marker(const char *open, const char *text, size_t len)
+{
+    size_t       n, k;
+    const char  *m;
+
+    m = kvs_tool_find(text, len, open);
+
+    if (m != NULL) {
+        return (size_t) (m - text);
+    }
+
+    n = strlen(open);
+
+    for (k = n - 1; k > 0; k--) {
+        if (k <= len && memcmp(text + len - k, open, k) == 0) {
+            return len - k;
+        }
+    }
+
+    return len;
+}
+
+
 size_t
 kvs_tool_parse_hold(kvs_tool_syntax_t syn, const char *text, size_t len)
 {
-    size_t       n, k, i;
-    const char  *open, *m;
+    size_t  i;
 
     if ((unsigned) syn >= KVS_TOOL_SYN_N || syn == KVS_TOOL_SYN_NONE) {
         return len;
+    }
+
+    if (syn == KVS_TOOL_SYN_FUNCTIONARY32) {
+        /* until "all\n" is there, the output may be calls; after it,
+         * text up to a ">>>" */
+        if (len < 4 || memcmp(text, "all\n", 4) != 0) {
+            return 0;
+        }
+
+        return 4 + kvs_tool_hold_marker(">>>", text + 4, len - 4);
     }
 
     if (syn == KVS_TOOL_SYN_LLAMA3) {
@@ -600,22 +852,15 @@ kvs_tool_parse_hold(kvs_tool_syntax_t syn, const char *text, size_t len)
         return len;
     }
 
-    open = kvs_tool_forms[syn].open;
-    m = kvs_tool_find(text, len, open);
-
-    if (m != NULL) {
-        return (size_t) (m - text);
-    }
-
     /* a marker's beginning at the very end may be completed by what
-     * comes next: hold the longest such tail */
-    n = strlen(open);
+     * comes next: held too */
+    return kvs_tool_hold_marker(kvs_tool_forms[syn].open, text, len);
+}
 
-    for (k = n - 1; k > 0; k--) {
-        if (k <= len && memcmp(text + len - k, open, k) == 0) {
-            return len - k;
-        }
-    }
 
-    return len;
+size_t
+kvs_tool_parse_skip(kvs_tool_syntax_t syn, const char *text, size_t len)
+{
+    return syn == KVS_TOOL_SYN_FUNCTIONARY32 && len >= 4
+           && memcmp(text, "all\n", 4) == 0 ? 4 : 0;
 }

@@ -18,10 +18,18 @@
  *   GRANITE   <|tool_call|>[{"name": N, "arguments": A}, ...] [Granite 3.x]
  *   FIREFUNC  functools[{"name": N, "arguments": A}, ...] [FireFunction v2]
  *   FUNCTIONARY <function=N>A</function>, one per call [Functionary v3.1]
+ *   DEEPSEEK  <｜tool▁calls▁begin｜> then per call
+ *             <｜tool▁call▁begin｜>function<｜tool▁sep｜>N "\n```json\n" A
+ *             "\n```" <｜tool▁call▁end｜>, calls separated by whitespace,
+ *             then <｜tool▁calls▁end｜> [DeepSeek V2.5, V3, R1 and its
+ *             distills]; the fence around A may be left out
+ *   FUNCTIONARY32  the output follows the prompt's ">>>" (a recipient
+ *             line): "all\n" then text, maybe then ">>>" and calls; or
+ *             calls at once.  Calls are N "\n" A, joined by ">>>"
+ *             [Functionary v3.2].  "all\n" is not content (content_at).
  *
- * Not covered yet (their output is returned as text): DeepSeek's
- * <｜tool▁calls▁begin｜> blocks, Command R's "Action:" JSON, Functionary
- * v3.2's ">>>name", Llama 4's pythonic calls.
+ * Not covered yet (their output is returned as text): Command R's
+ * "Action:" JSON, Llama 4's pythonic calls.
  *
  * Rules, the same for every syntax:
  *  - content is the text before the first call marker (for LLAMA3: empty;
@@ -41,7 +49,11 @@
  *    object or as a string holding a JSON object (models do both);
  *    absent arguments are {}.  "id" (Mistral's) is allowed and dropped.
  *    The arguments are returned as compact JSON text (jansson, key order
- *    kept), which is what OpenAI's arguments string holds.
+ *    kept), which is what OpenAI's arguments string holds.  FUNCTIONARY
+ *    and DEEPSEEK write the name outside the JSON (FUNCTIONARY: without
+ *    '"' or '<'; DEEPSEEK, FUNCTIONARY32: nor white space, '`' or
+ *    control bytes; FUNCTIONARY32: not "all"), and
+ *    the JSON is the arguments object itself.
  *  - parallel_tool_calls and tool_choice are not the parser's business:
  *    it returns every call; the caller (and, later, the grammar) decides.
  *
@@ -69,6 +81,8 @@ typedef enum {
     KVS_TOOL_SYN_GRANITE,
     KVS_TOOL_SYN_FIREFUNC,
     KVS_TOOL_SYN_FUNCTIONARY,
+    KVS_TOOL_SYN_DEEPSEEK,
+    KVS_TOOL_SYN_FUNCTIONARY32,
     KVS_TOOL_SYN_N
 } kvs_tool_syntax_t;
 
@@ -80,7 +94,10 @@ typedef struct {
 } kvs_tool_call_t;
 
 typedef struct {
-    size_t            content_len;    /* content is text[0..content_len) */
+    size_t            content_at;     /* content is text[content_at..  */
+    size_t            content_len;    /* ..content_len): an end, not a
+                                         length; content_at is 0 but for
+                                         FUNCTIONARY32's "all\n" */
     kvs_tool_call_t  *calls;          /* [n_calls], owned */
     size_t            n_calls;
 } kvs_tool_parsed_t;
@@ -93,14 +110,15 @@ kvs_tool_syntax_t kvs_tool_syntax_detect(const char *tpl, size_t len);
 const char *kvs_tool_syntax_name(kvs_tool_syntax_t syn);
 
 /* The text that opens the calls ("<tool_call>"; LLAMA3: its optional
- * "<|python_tag|>"); NULL for NONE. */
+ * "<|python_tag|>"; DEEPSEEK: <｜tool▁calls▁begin｜>); NULL for NONE. */
 const char *kvs_tool_marker(kvs_tool_syntax_t syn);
 
 /*
  * Parses text[len], the whole generated output.  KVS_OK with *out
  * filled (n_calls 0 and content_len len when the output is not calls,
- * malformed calls included); KVS_ENOMEM (out owns nothing then);
- * KVS_EINVAL for a bad syntax value.  kvs_tool_parsed_free() after.
+ * malformed calls included; content_at 4 after FUNCTIONARY32's "all\n");
+ * KVS_ENOMEM (out owns nothing then); KVS_EINVAL for a bad syntax
+ * value.  kvs_tool_parsed_free() after.
  */
 int kvs_tool_parse(kvs_tool_syntax_t syn, const char *text, size_t len,
     kvs_tool_parsed_t *out, kvs_err_t *err);
@@ -108,8 +126,14 @@ int kvs_tool_parse(kvs_tool_syntax_t syn, const char *text, size_t len,
 void kvs_tool_parsed_free(kvs_tool_parsed_t *p);
 
 /* Streaming: the number of leading bytes of text[len] (the output so
- * far) that are content whatever follows. */
+ * far) that are content whatever follows (less kvs_tool_parse_skip()'s
+ * bytes before them). */
 size_t kvs_tool_parse_hold(kvs_tool_syntax_t syn, const char *text,
+    size_t len);
+
+/* Streaming: the leading bytes of text[len] that are never content
+ * (FUNCTIONARY32's "all\n" once it is all there; else 0). */
+size_t kvs_tool_parse_skip(kvs_tool_syntax_t syn, const char *text,
     size_t len);
 
 /*

@@ -3,9 +3,12 @@
  *
  * A state machine over the growing text: START (looking for where the
  * calls begin), SEEK (the next call's name), NAME, KEY (its arguments'
- * key), OPEN (the arguments' "{"), ARGS (inside them), FAIL.  Searches
- * that find nothing move pos to where a match could still begin, so each
- * byte is looked at a bounded number of times however the text is cut.
+ * key), FENCE (DeepSeek's "```json" before them), OPEN (the arguments'
+ * "{"), ARGS (inside them), FAIL.  Searches that find nothing move pos
+ * to where a match could still begin, so each byte is looked at a
+ * bounded number of times however the text is cut.  FUNCTIONARY32
+ * decides at START from its first line: "all\n" (text, then maybe
+ * ">>>" and calls) or a name (calls at once).
  */
 
 #include <string.h>
@@ -19,6 +22,10 @@
 #define KVS_TS_OPEN   4
 #define KVS_TS_ARGS   5
 #define KVS_TS_FAIL   6
+#define KVS_TS_FENCE  7
+
+/* DeepSeek's name follows this (kvs_tool_parse.c has its delimiters) */
+#define KVS_TS_DS_SEP  "<｜tool▁sep｜>"
 
 /* a name longer than this is not one the grammar wrote */
 #define KVS_TS_MAX_NAME  256
@@ -167,12 +174,19 @@ int
 kvs_tool_stream_next(kvs_tool_stream_t *ts, const char *text, size_t len,
     kvs_tool_delta_t *d, kvs_buf_t *args)
 {
-    int          rc, fn;
+    int          rc, fn, ds, f32;
     long         at, at2;
-    size_t       from;
-    const char  *end;
+    size_t       from, k;
+    const char  *end, *seek;
 
     fn = ts->syn == KVS_TOOL_SYN_FUNCTIONARY;
+    ds = ts->syn == KVS_TOOL_SYN_DEEPSEEK;
+    f32 = ts->syn == KVS_TOOL_SYN_FUNCTIONARY32;
+
+    /* where a name begins; it ends at '>' (FUNCTIONARY), a newline
+     * (DEEPSEEK, FUNCTIONARY32) or its closing quote */
+    seek = fn ? "<function=" : ds ? KVS_TS_DS_SEP : f32 ? ">>>"
+                                                      : "\"name\": \"";
 
     for ( ;; ) {
         switch (ts->state) {
@@ -186,6 +200,24 @@ kvs_tool_stream_next(kvs_tool_stream_t *ts, const char *text, size_t len,
                 break;
             }
 
+            if (f32 && ts->pos == 0) {
+                /* "all\n": text, calls after a ">>>"; else calls now */
+                k = len < 4 ? len : 4;
+
+                if (memcmp(text, "all\n", k) != 0) {
+                    ts->content = 0;
+                    ts->name_at = 0;
+                    ts->state = KVS_TS_NAME;
+                    break;
+                }
+
+                if (k < 4) {
+                    return KVS_TS_EV_NONE;
+                }
+
+                ts->pos = 4;
+            }
+
             at = kvs_ts_find(text, len, &ts->pos, kvs_tool_marker(ts->syn));
             if (at < 0) {
                 return KVS_TS_EV_NONE;
@@ -194,26 +226,26 @@ kvs_tool_stream_next(kvs_tool_stream_t *ts, const char *text, size_t len,
             ts->content = (size_t) at;
             ts->pos = (size_t) at + strlen(kvs_tool_marker(ts->syn));
 
-            /* Functionary's marker is the start of its first call */
+            /* Functionary's markers are the start of a call */
             ts->name_at = ts->pos;
-            ts->state = fn ? KVS_TS_NAME : KVS_TS_SEEK;
+            ts->state = fn || f32 ? KVS_TS_NAME : KVS_TS_SEEK;
             break;
 
         case KVS_TS_SEEK:
-            at = kvs_ts_find(text, len, &ts->pos,
-                             fn ? "<function=" : "\"name\": \"");
+            at = kvs_ts_find(text, len, &ts->pos, seek);
             if (at < 0) {
                 return KVS_TS_EV_NONE;
             }
 
-            ts->pos = (size_t) at + (fn ? 10 : 9);
+            ts->pos = (size_t) at + strlen(seek);
             ts->name_at = ts->pos;
             ts->state = KVS_TS_NAME;
             break;
 
         case KVS_TS_NAME:
             end = ts->name_at < len
-                  ? memchr(text + ts->name_at, fn ? '>' : '"',
+                  ? memchr(text + ts->name_at,
+                           fn ? '>' : ds || f32 ? '\n' : '"',
                            len - ts->name_at)
                   : NULL;
 
@@ -229,9 +261,42 @@ kvs_tool_stream_next(kvs_tool_stream_t *ts, const char *text, size_t len,
             d->name = text + ts->name_at;
             d->name_len = (size_t) (end - d->name);
             ts->pos = (size_t) (end - text) + 1;
-            ts->state = fn ? KVS_TS_OPEN : KVS_TS_KEY;
+            ts->state = fn || f32 ? KVS_TS_OPEN
+                        : ds ? KVS_TS_FENCE : KVS_TS_KEY;
 
             return KVS_TS_EV_HEAD;
+
+        case KVS_TS_FENCE:
+            while (ts->pos < len && kvs_ts_space(text[ts->pos])) {
+                ts->pos++;
+            }
+
+            if (ts->pos == len) {
+                return KVS_TS_EV_NONE;
+            }
+
+            /* "```json" as the grammar writes it, or a bare "```", or
+             * none (the parser takes all three) */
+            k = len - ts->pos < 7 ? len - ts->pos : 7;
+
+            if (text[ts->pos] == '`') {
+                if (memcmp(text + ts->pos, "```json", k) == 0) {
+                    if (k < 7) {
+                        return KVS_TS_EV_NONE;
+                    }
+                    ts->pos += 7;
+
+                } else if (k >= 3 && memcmp(text + ts->pos, "```", 3) == 0) {
+                    ts->pos += 3;
+
+                } else {
+                    ts->state = KVS_TS_FAIL;
+                    return KVS_TS_EV_FAIL;
+                }
+            }
+
+            ts->state = KVS_TS_OPEN;
+            break;
 
         case KVS_TS_KEY:
             from = ts->pos;

@@ -8,8 +8,11 @@
  * kvs_gram_tools.c): after the syntax's marker (LLAMA3: at the first
  * non-space, a "{" or <|python_tag|>), each call is a JSON object whose
  * "name" string comes before its "arguments" (LLAMA3 "parameters")
- * object; FUNCTIONARY writes <function=NAME> then the object.  Text
- * between calls is skipped.  The arguments are given compacted: white
+ * object; FUNCTIONARY writes <function=NAME> then the object, DEEPSEEK
+ * <｜tool▁sep｜>NAME, a newline, "```json" and the object, FUNCTIONARY32
+ * NAME, a newline and the object, at the start or after ">>>" (after
+ * "all\n" and text).  Text between
+ * calls is skipped.  The arguments are given compacted: white
  * space outside strings dropped, everything else byte for byte, so the
  * pieces of one call join into its arguments' JSON text.
  *

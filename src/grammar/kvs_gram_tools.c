@@ -17,6 +17,14 @@
  *   granite       <|tool_call|>[{"name": "N", "arguments": A}, ...]
  *   firefunction   functools[{"name": "N", "arguments": A}, ...]
  *   functionary   <function=N>A</function>, blocks back to back
+ *   deepseek      <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function
+ *                 <｜tool▁sep｜>N\n```json\nA\n```<｜tool▁call▁end｜>
+ *                 (no break after "function"), the next call after "\n"
+ *                 from <｜tool▁call▁begin｜> on, then <｜tool▁calls▁end｜>
+ *   functionary32 N\nA, calls joined by ">>>" (the prompt ends with
+ *                 ">>>": the output's first line is the recipient); text
+ *                 is "all\n" then text, maybe then ">>>" and the calls;
+ *                 no tool may be named "all"
  *
  * The name is one of the tools' names and A is that tool's parameters
  * schema (one alternative per tool), compiled with KVS_GRAM_JANSSON so
@@ -30,9 +38,11 @@
  * stack id (the mask cache hits), and N[k] cannot be empty, so it stays
  * a lazy stack top with its FIRST set.  In auto mode the byte that
  * completes the marker goes on into the calls instead: the first
- * occurrence of the marker is where the parser finds the calls.  Llama
- * 3 has no marker (its calls are the whole output): its text is what,
- * after leading whitespace, does not start with "{" or <|python_tag|>.
+ * occurrence of the marker is where the parser finds the calls
+ * (functionary32: text follows its "all\n" line, and its calls may also
+ * come at once, the prompt having written their ">>>").  Llama 3 has
+ * no marker (its calls are the whole output): its text is what, after
+ * leading whitespace, does not start with "{" or <|python_tag|>.
  *
  * Invariants: nothing in g is used before kvs_gram_finish() succeeded;
  * every json_t taken here is released on every path; errors name the
@@ -48,13 +58,16 @@
 
 #define KVS_GT_MAX_TOOLS  128
 #define KVS_GT_MAX_NAME   64
-#define KVS_GT_MAX_MARK   16
+#define KVS_GT_MAX_MARK   32          /* bytes; DeepSeek's is 28 */
 
 #define KVS_GT_AUTO      0
 #define KVS_GT_REQUIRED  1
 #define KVS_GT_NONE      2
 
 #define KVS_GT_LLAMA3_TAG  "<|python_tag|>"
+
+/* DeepSeek's delimiters all start so (U+FF5C, U+2581 in UTF-8) */
+#define KVS_GT_DS  "<｜tool▁"
 
 
 typedef struct {
@@ -66,18 +79,34 @@ typedef struct {
     const char  *sep;                 /* between calls; NULL: one call */
     const char  *close;               /* after the last call */
     const char  *key;                 /* the arguments' key; NULL: the
-                                         name outside the JSON */
+                                         name outside the JSON, then: */
+    const char  *name_end;            /* between the name and A */
+    const char  *call_end;            /* after A */
+    const char  *text_lead;           /* before text; not NULL: the calls
+                                         may also come at once, without
+                                         the marker (the prompt wrote
+                                         it) */
 } kvs_gt_syntax_t;
 
 
 static const kvs_gt_syntax_t  kvs_gt_syntaxes[] = {
     { "hermes", "", "<tool_call>", "\n", "\n</tool_call>\n<tool_call>\n",
-      "\n</tool_call>", "arguments" },
-    { "llama3", "", NULL, "", NULL, "", "parameters" },
-    { "mistral", "", "[TOOL_CALLS]", "[", ", ", "]", "arguments" },
-    { "granite", "", "<|tool_call|>", "[", ", ", "]", "arguments" },
-    { "firefunction", " ", "functools", "[", ", ", "]", "arguments" },
-    { "functionary", "", "<function=", "", "<function=", "", NULL },
+      "\n</tool_call>", "arguments", NULL, NULL, NULL },
+    { "llama3", "", NULL, "", NULL, "", "parameters", NULL, NULL, NULL },
+    { "mistral", "", "[TOOL_CALLS]", "[", ", ", "]", "arguments", NULL,
+      NULL, NULL },
+    { "granite", "", "<|tool_call|>", "[", ", ", "]", "arguments", NULL,
+      NULL, NULL },
+    { "firefunction", " ", "functools", "[", ", ", "]", "arguments", NULL,
+      NULL, NULL },
+    { "functionary", "", "<function=", "", "<function=", "", NULL, ">",
+      "</function>", NULL },
+    { "deepseek", "", KVS_GT_DS "calls▁begin｜>",
+      KVS_GT_DS "call▁begin｜>function" KVS_GT_DS "sep｜>",
+      "\n" KVS_GT_DS "call▁begin｜>function" KVS_GT_DS "sep｜>",
+      KVS_GT_DS "calls▁end｜>", NULL, "\n```json\n",
+      "\n```" KVS_GT_DS "call▁end｜>", NULL },
+    { "functionary32", "", ">>>", "", ">>>", "", NULL, "\n", "", "all\n" },
 };
 
 #define KVS_GT_N_SYNTAX  (sizeof(kvs_gt_syntaxes) / sizeof(kvs_gt_syntax_t))
@@ -108,7 +137,8 @@ kvs_gt_name_ok(const char *s, size_t n)
     }
 
     /* OpenAI's function names, and "." and ":" (namespaced tools): none
-     * needs escaping in JSON, none ends Functionary's <function=N> */
+     * needs escaping in JSON, none ends Functionary's <function=N> or
+     * DeepSeek's name line */
     for (i = 0; i < n; i++) {
         if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z')
               || (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '-'
@@ -224,6 +254,14 @@ kvs_gt_tool(kvs_gt_t *t, size_t i, const json_t *tool)
         }
     }
 
+    if (t->syn->text_lead != NULL
+        && strcmp(json_string_value(name), "all") == 0)
+    {
+        return kvs_err_set(t->err, KVS_EINVAL, "tools[%zu].name: \"all\" "
+                           "is this syntax's recipient for text, not a "
+                           "function", i);
+    }
+
     t->names[i] = json_string_value(name);
 
     rc = kvs_gt_params(t, i, json_object_get(tool, "parameters"));
@@ -303,7 +341,7 @@ kvs_gt_spec(kvs_gt_t *t, const json_t *spec)
     if (t->syn == NULL) {
         return kvs_err_set(t->err, KVS_EINVAL, "syntax: must be one of "
                            "hermes, llama3, mistral, granite, firefunction, "
-                           "functionary");
+                           "functionary, deepseek, functionary32");
     }
 
     tools = json_object_get(spec, "tools");
@@ -438,10 +476,17 @@ kvs_gt_text(kvs_gt_t *t, const char *mk, uint32_t after, uint32_t *rule)
     int       rc;
     size_t    m, k, f;
     unsigned  b;
+    uint8_t   nx[KVS_GT_MAX_MARK][256];      /* 8 KiB: bytes, not words */
     uint32_t  tr[KVS_GT_MAX_MARK], nr[KVS_GT_MAX_MARK], to[256];
-    size_t    fail[KVS_GT_MAX_MARK], nx[KVS_GT_MAX_MARK][256];
+    size_t    fail[KVS_GT_MAX_MARK];
 
     m = strlen(mk);
+
+    if (m == 0 || m >= KVS_GT_MAX_MARK) {
+        /* the syntax table's, never a request's */
+        return kvs_err_set(t->err, KVS_EINVAL, "tools: marker of %zu bytes",
+                           m);
+    }
 
     /* fail[k]: the longest proper border of mk[0..k] */
     fail[0] = 0;
@@ -458,7 +503,7 @@ kvs_gt_text(kvs_gt_t *t, const char *mk, uint32_t after, uint32_t *rule)
     for (k = 0; k < m; k++) {
         for (b = 0; b < 256; b++) {
             if (b == (unsigned char) mk[k]) {
-                nx[k][b] = k + 1;
+                nx[k][b] = (uint8_t) (k + 1);
             } else {
                 nx[k][b] = k == 0 ? 0 : nx[fail[k - 1]][b];
             }
@@ -596,9 +641,11 @@ kvs_gt_call(kvs_gt_t *t, uint32_t *rule)
 
         if (t->syn->key == NULL) {
             kvs_gram_seq_lit(&q, t->names[i], strlen(t->names[i]));
-            kvs_gram_seq_lit(&q, ">", 1);
+            kvs_gram_seq_lit(&q, t->syn->name_end,
+                             strlen(t->syn->name_end));
             kvs_gram_seq_ref(&q, args);
-            kvs_gram_seq_lit(&q, "</function>", 11);
+            kvs_gram_seq_lit(&q, t->syn->call_end,
+                             strlen(t->syn->call_end));
 
         } else {
             kvs_gram_seq_lit(&q, "{\"name\"", 7);
@@ -646,6 +693,48 @@ kvs_gt_after(kvs_gt_t *t, uint32_t call, uint32_t *rule)
     if (rc == KVS_OK) {
         rc = kvs_gt_seq_rule(t, t->syn->rest, calls, t->syn->close, rule);
     }
+
+    return rc;
+}
+
+
+/* Functionary v3.2's: the calls at once (not none), or the text lead
+ * then text (auto: maybe then the marker and the calls). */
+static int
+kvs_gt_lead_root(kvs_gt_t *t, uint32_t after, uint32_t *root)
+{
+    int             rc;
+    uint32_t        text;
+    kvs_gram_seq_t  q;
+
+    text = KVS_SC_NONE;
+    rc = KVS_OK;
+
+    if (t->choice != KVS_GT_REQUIRED) {
+        rc = kvs_gt_text(t, t->syn->marker,
+                         t->choice == KVS_GT_AUTO ? after : KVS_SC_NONE,
+                         &text);
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_gram_rule_new(t->g, root, t->err);
+    }
+
+    memset(&q, 0, sizeof(q));
+
+    if (rc == KVS_OK && text != KVS_SC_NONE) {
+        kvs_gram_seq_lit(&q, t->syn->text_lead, strlen(t->syn->text_lead));
+        kvs_gram_seq_ref(&q, text);
+        rc = kvs_gram_add_alt(t->g, *root, &q, t->err);
+    }
+
+    if (rc == KVS_OK && after != KVS_SC_NONE) {
+        kvs_gram_seq_reset(&q);
+        kvs_gram_seq_ref(&q, after);
+        rc = kvs_gram_add_alt(t->g, *root, &q, t->err);
+    }
+
+    kvs_gram_seq_free(&q);
 
     return rc;
 }
@@ -709,6 +798,10 @@ kvs_gt_root(kvs_gt_t *t, uint32_t *root)
         kvs_gram_seq_free(&q);
 
         return rc;
+    }
+
+    if (t->syn->text_lead != NULL) {
+        return kvs_gt_lead_root(t, after, root);
     }
 
     switch (t->choice) {

@@ -36,6 +36,12 @@ static const char  *tt_schemas[] = { TT_WEATHER, TT_ADD, NULL };
 
 #define tt_match(g, lit)  tg_match(g, lit, strlen(lit))
 
+/* DeepSeek's delimiters (U+FF5C, U+2581 in UTF-8) */
+#define TT_DS_OPEN   "<｜tool▁calls▁begin｜>"
+#define TT_DS_CALL   "<｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+#define TT_DS_END    "\n```<｜tool▁call▁end｜>"
+#define TT_DS_CLOSE  "<｜tool▁calls▁end｜>"
+
 static const struct {
     const char         *name;
     kvs_tool_syntax_t   syn;
@@ -48,7 +54,16 @@ static const struct {
     { "granite", KVS_TOOL_SYN_GRANITE, "<|tool_call|>", 1 },
     { "firefunction", KVS_TOOL_SYN_FIREFUNC, "functools", 1 },
     { "functionary", KVS_TOOL_SYN_FUNCTIONARY, "<function=", 1 },
+    { "deepseek", KVS_TOOL_SYN_DEEPSEEK, TT_DS_OPEN, 1 },
+    { "functionary32", KVS_TOOL_SYN_FUNCTIONARY32, ">>>", 1 },
 };
+
+/* functionary32: text comes after this recipient line; calls may come
+ * at once, the prompt having written their first marker */
+#define TT_F32       7
+#define TT_F32_TEXT  "all\n"
+#define tt_f32_calls(s, text, len) \
+    ((s) == TT_F32 && !((len) >= 4 && memcmp(text, TT_F32_TEXT, 4) == 0))
 
 #define TT_N_SYN  (sizeof(tt_syntaxes) / sizeof(tt_syntaxes[0]))
 
@@ -269,7 +284,7 @@ tt_check(size_t s, size_t c, int p, size_t n_tools, const char *text,
 
     if (out.n_calls == 0 && c != 2 && tt_dup_keys(text, len)
         && (mk == NULL || tt_find(text, len, mk) != NULL
-            || text[0] == '{'))
+            || text[0] == '{' || tt_f32_calls(s, text, len)))
     {
         /* the documented exception: a map with a repeated key */
         tt_n_dup++;
@@ -283,7 +298,8 @@ tt_check(size_t s, size_t c, int p, size_t n_tools, const char *text,
     if (c == 2 || (c == 0 && out.n_calls == 0)) {
         /* text: no calls, and no marker in it */
         if (out.n_calls != 0 || out.content_len != len
-            || (mk != NULL && tt_find(text, len, mk) != NULL))
+            || (mk != NULL && tt_find(text, len, mk) != NULL)
+            || out.content_at != (s == TT_F32 ? 4 : 0))
         {
             fail_msg("%s/%s: text \"%.*s\" parsed as %zu calls",
                      tt_syntaxes[s].name, tt_choices[c], (int) len, text,
@@ -304,7 +320,7 @@ tt_check(size_t s, size_t c, int p, size_t n_tools, const char *text,
                  text);
     }
 
-    if (c == 1) {
+    if (c == 1 || tt_f32_calls(s, text, len)) {
         assert_int_equal(out.content_len, 0);
     } else if (mk != NULL) {
         /* auto: the content is the text before the first marker, less
@@ -406,7 +422,10 @@ test_byte_walks(void **state)
                     if (c == 0 && w % 3 == 0) {
                         /* llama3: no text before its calls */
                         len = (size_t) snprintf(text, sizeof(text), "%s",
-                                                tt_syntaxes[s].marker != NULL
+                                                s == TT_F32
+                                                ? TT_F32_TEXT "Hi. "
+                                                : tt_syntaxes[s].marker
+                                                  != NULL
                                                 ? "Hi. " : "{\"name\": ");
                         if (tt_syntaxes[s].marker != NULL) {
                             len += (size_t) snprintf(text + len,
@@ -494,6 +513,10 @@ static const char  *tt_pieces[] = {
     "\"tags\": [\"", "\"]", "\\u0000", "\\u00", "Hello", " world", "Sure,",
     "{", "[{", "}, {", "\"}", "\n", "  ", "<", "[TOOL", "_CALLS]", "func",
     "tools", ">{", "get_weather>{", "\"city\": \"Paris\"",
+    TT_DS_OPEN, TT_DS_CALL, "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>",
+    "<｜tool▁call▁end｜>", TT_DS_CLOSE, "\n```json\n", "\n```", "```",
+    "<｜", "ping\n", ("\n" TT_DS_CALL), ">>>", "all\n", ">>>add\n{",
+    "get_weather\n{", ">>", "al",
 };
 
 
@@ -686,6 +709,17 @@ test_forms(void **state)
         { 5, 0, "Sure.<function=ping>{}</function><function=add>{\"a\": 3, "
           "\"b\": 4, \"tags\": []}</function>", 2 },
         { 5, 2, "no <function call here", 0 },
+        { 6, 1, TT_DS_OPEN TT_DS_CALL "get_weather\n```json\n{\"city\": "
+          "\"Oslo\"}" TT_DS_END "\n" TT_DS_CALL "ping\n```json\n{}"
+          TT_DS_END TT_DS_CLOSE, 2 },
+        { 6, 0, "Checking." TT_DS_OPEN TT_DS_CALL "get_weather\n```json\n"
+          "{\"city\": \"```\"}" TT_DS_END TT_DS_CLOSE, 1 },
+        { 6, 2, "text with <｜tool▁calls▁end｜> and ```json", 0 },
+        { 7, 1, "get_weather\n{\"city\": \">>>\"}>>>ping\n{}", 2 },
+        { 7, 0, "all\nSure.>>>add\n{\"a\": 1, \"b\": 2}", 1 },
+        { 7, 0, "ping\n{}", 1 },
+        { 7, 0, "all\nNo call > here >> either.", 0 },
+        { 7, 2, "all\nplain", 0 },
     };
 
     (void) state;
@@ -730,6 +764,42 @@ test_forms(void **state)
     assert_true(tt_match(&g, "<|python_ta"));
     assert_false(tt_match(&g, "{\"name\": \"ping\", \"parameters\": {}}; "
                           "{\"name\": \"ping\", \"parameters\": {}}"));
+    kvs_gram_free(&g);
+    free(spec);
+
+    /* functionary32: text needs its recipient line, has no ">>>"; no
+     * text in required; "all" is no tool's name */
+    spec = tt_spec(TT_F32, 0, 1, TT_N_TOOLS);
+    assert_int_equal(tt_compile(&g, spec, &err), KVS_OK);
+    assert_false(tt_match(&g, "Hello"));
+    assert_false(tt_match(&g, "all\nHi >>> there"));
+    assert_false(tt_match(&g, "all\nHi>>>all\nmore"));
+    kvs_gram_free(&g);
+    free(spec);
+    spec = tt_spec(TT_F32, 1, 1, TT_N_TOOLS);
+    assert_int_equal(tt_compile(&g, spec, &err), KVS_OK);
+    assert_false(tt_match(&g, "all\n>>>ping\n{}"));
+    assert_true(tt_match(&g, "ping\n{}>>>ping\n{}"));
+    kvs_gram_free(&g);
+    free(spec);
+    assert_int_equal(tt_compile(&g, "{\"choice\":\"auto\",\"parallel\":"
+                                "true,\"syntax\":\"functionary32\","
+                                "\"tools\":[{\"name\":\"all\"}]}", &err),
+                     KVS_EINVAL);
+    assert_non_null(strstr(err.msg, "tools[0].name: \"all\""));
+    kvs_gram_free(&g);
+
+    /* DeepSeek: text without its marker; one call without parallel; the
+     * calls' end is not optional (the parser wants it) */
+    spec = tt_spec(6, 0, 0, TT_N_TOOLS);
+    assert_int_equal(tt_compile(&g, spec, &err), KVS_OK);
+    assert_true(tt_match(&g, "a <｜tool▁calls▁begin b"));
+    assert_false(tt_match(&g, "a " TT_DS_OPEN "b"));
+    assert_false(tt_match(&g, TT_DS_OPEN TT_DS_CALL "ping\n```json\n{}"
+                          TT_DS_END));
+    assert_false(tt_match(&g, TT_DS_OPEN TT_DS_CALL "ping\n```json\n{}"
+                          TT_DS_END "\n" TT_DS_CALL "ping\n```json\n{}"
+                          TT_DS_END TT_DS_CLOSE));
     kvs_gram_free(&g);
     free(spec);
 }

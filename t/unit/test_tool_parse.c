@@ -13,7 +13,15 @@
 
 #include "kvs_test.h"
 
+#include <dirent.h>
+
 #include "api/kvs_tool_parse.h"
+
+/* DeepSeek's delimiters (U+FF5C, U+2581 in UTF-8) */
+#define DS_OPEN   "<｜tool▁calls▁begin｜>"
+#define DS_CALL   "<｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+#define DS_END    "<｜tool▁call▁end｜>"
+#define DS_CLOSE  "<｜tool▁calls▁end｜>"
 
 
 /* Parses s with syn: content must be want_content, and the calls the
@@ -40,8 +48,10 @@ parses(kvs_tool_syntax_t syn, const char *s, const char *want_content,
     }
 
     assert_int_equal(p.n_calls, n / 2);
-    assert_int_equal(p.content_len, strlen(want_content));
-    assert_memory_equal(s, want_content, p.content_len);
+    assert_true(p.content_at <= p.content_len);
+    assert_int_equal(p.content_len - p.content_at, strlen(want_content));
+    assert_memory_equal(s + p.content_at, want_content,
+                        p.content_len - p.content_at);
 
     for (i = 0; i < p.n_calls; i++) {
         assert_string_equal(p.calls[i].name, want[2 * i]);
@@ -256,6 +266,99 @@ test_others(void **state)
 }
 
 
+/* DeepSeek's blocks, as its templates write them and with the fence left
+ * out; anything off the layout is text. */
+static void
+test_deepseek(void **state)
+{
+    kvs_tool_syntax_t         d = KVS_TOOL_SYN_DEEPSEEK;
+    static const char *const  one[] = {
+        "get_weather", "{\"city\":\"Oslo\"}", NULL
+    };
+    static const char *const  two[] = {
+        "search", "{\"q\":\"```\"}", "open",
+        "{\"url\":\"<｜tool▁call▁end｜>\"}", NULL
+    };
+
+    (void) state;
+
+    parses(d, DS_OPEN DS_CALL "get_weather\n```json\n{\"city\": \"Oslo\"}"
+           "\n```" DS_END DS_CLOSE, "", one);
+    parses(d, "Let me check.\n\n" DS_OPEN DS_CALL "search\n```json\n"
+           "{\"q\": \"```\"}\n```" DS_END "\n" DS_CALL "open\n```json\n"
+           "{\"url\": \"<｜tool▁call▁end｜>\"}\n```" DS_END DS_CLOSE "\n",
+           "Let me check.", two);
+    /* no fence, or a bare one */
+    parses(d, DS_OPEN DS_CALL "get_weather\n{\"city\": \"Oslo\"}"
+           DS_END DS_CLOSE, "", one);
+    parses(d, DS_OPEN DS_CALL "get_weather\n```\n{\"city\": \"Oslo\"}"
+           "\n```" DS_END DS_CLOSE, "", one);
+
+    /* malformed: arguments as a string (the templates write the JSON
+     * text itself), no calls' end, no call end, a name with a space or
+     * empty, another type, text after the end, arguments not an
+     * object, an unclosed fence, text between calls, truncated */
+    text_only(d, DS_OPEN DS_CALL "f\n```json\n\"{}\"\n```" DS_END DS_CLOSE);
+    text_only(d, DS_OPEN DS_CALL "f\n```json\n{}\n```" DS_END);
+    text_only(d, DS_OPEN DS_CALL "f\n```json\n{}\n```" DS_CLOSE);
+    text_only(d, DS_OPEN DS_CALL "my f\n```json\n{}\n```" DS_END DS_CLOSE);
+    text_only(d, DS_OPEN DS_CALL "\n```json\n{}\n```" DS_END DS_CLOSE);
+    text_only(d, DS_OPEN "<｜tool▁call▁begin｜>code<｜tool▁sep｜>f\n"
+              "```json\n{}\n```" DS_END DS_CLOSE);
+    text_only(d, DS_OPEN DS_CALL "f\n```json\n{}\n```" DS_END DS_CLOSE
+              " and more");
+    text_only(d, DS_OPEN DS_CALL "f\n```json\n[1]\n```" DS_END DS_CLOSE);
+    text_only(d, DS_OPEN DS_CALL "f\n```json\n{}\n" DS_END DS_CLOSE);
+    text_only(d, DS_OPEN DS_CALL "f\n```json\n{}\n```" DS_END " so "
+              DS_CALL "g\n{}" DS_END DS_CLOSE);
+    text_only(d, DS_OPEN DS_CALL "f");
+    text_only(d, DS_OPEN);
+
+    prefixes(d, DS_OPEN DS_CALL "search\n```json\n{\"q\": \"a\"}\n```"
+             DS_END "\n" DS_CALL "open\n```json\n{}\n```" DS_END DS_CLOSE);
+}
+
+
+/* Functionary v3.2: the output after the prompt's ">>>" */
+static void
+test_functionary32(void **state)
+{
+    kvs_tool_syntax_t         f = KVS_TOOL_SYN_FUNCTIONARY32;
+    static const char *const  one[] = {
+        "get_weather", "{\"city\":\">>>Oslo\"}", NULL
+    };
+    static const char *const  two[] = {
+        "search", "{\"q\":\"cats\"}", "open", "{}", NULL
+    };
+
+    (void) state;
+
+    parses(f, "get_weather\n{\"city\": \">>>Oslo\"}", "", one);
+    parses(f, "search\n{\"q\": \"cats\"}>>>open\n{}\n", "", two);
+    parses(f, "all\nLet me look.\n>>>search\n{\"q\": \"cats\"}>>>open\n{}",
+           "Let me look.", two);
+    parses(f, "all\n>>>get_weather\n{\"city\": \">>>Oslo\"}", "", one);
+
+    /* text: "all\n" is the recipient, not content */
+    parses(f, "all\nHello there.", "Hello there.", NULL);
+    parses(f, "all\n", "", NULL);
+
+    /* malformed: all content (less "all\n"); no recipient line */
+    parses(f, "all\nok >>>f\n[1]", "ok >>>f\n[1]", NULL);
+    parses(f, "all\nok >>>all\nmore", "ok >>>all\nmore", NULL);
+    text_only(f, "Hello there.");
+    text_only(f, "get_weather {}");
+    text_only(f, "get weather\n{}");
+    text_only(f, "f\n{}>>>");
+    text_only(f, "f\n{} and text");
+    text_only(f, "f\n{\"a\": ");
+    text_only(f, "all");
+
+    prefixes(f, "all\nok>>>search\n{\"q\": \"cats\"}>>>open\n{}");
+    prefixes(f, "search\n{\"q\": \"cats\"}>>>open\n{}");
+}
+
+
 static void
 test_bad_syntax(void **state)
 {
@@ -352,10 +455,26 @@ test_hold(void **state)
     hold(KVS_TOOL_SYN_LLAMA3, "The answer", 10);
     hold(KVS_TOOL_SYN_NONE, "<tool_call>", 11);
     hold(KVS_TOOL_SYN_FUNCTIONARY, "x <function", 2);
+    hold(KVS_TOOL_SYN_FUNCTIONARY32, "al", 0);
+    hold(KVS_TOOL_SYN_FUNCTIONARY32, "get_weather\n{", 0);
+    hold(KVS_TOOL_SYN_FUNCTIONARY32, "all\nHi >", 7);
+    hold(KVS_TOOL_SYN_FUNCTIONARY32, "all\nHi >>>f", 7);
+    hold(KVS_TOOL_SYN_FUNCTIONARY32, "all\nHi > there", 14);
+    assert_int_equal(kvs_tool_parse_skip(KVS_TOOL_SYN_FUNCTIONARY32,
+                                         "all\nHi", 6), 4);
+    assert_int_equal(kvs_tool_parse_skip(KVS_TOOL_SYN_FUNCTIONARY32,
+                                         "all", 3), 0);
+    assert_int_equal(kvs_tool_parse_skip(KVS_TOOL_SYN_HERMES, "all\nHi",
+                                         6), 0);
+    hold(KVS_TOOL_SYN_DEEPSEEK, "ok <｜tool▁calls", 3);
+    hold(KVS_TOOL_SYN_DEEPSEEK, "ok " DS_OPEN DS_CALL, 3);
+    hold(KVS_TOOL_SYN_DEEPSEEK, "ok <｜tool▁call▁begin｜>", 30);
 }
 
 
-/* Each syntax from the real templates that teach it. */
+/* Every template of the corpus, and the syntax it teaches (NONE: none
+ * we parse); a template the table lacks fails, so that a new one is
+ * looked at. */
 static void
 test_detect(void **state)
 {
@@ -368,26 +487,91 @@ test_detect(void **state)
         const char         *file;
         kvs_tool_syntax_t   syn;
     } cases[] = {
+        { "chatglm3-6b", KVS_TOOL_SYN_NONE },
+        { "command-r-v01-rag", KVS_TOOL_SYN_NONE },
+        { "command-r-v01-tool_use", KVS_TOOL_SYN_NONE },
+        { "command-r-v01", KVS_TOOL_SYN_NONE },
+        { "command-r7b-12-2024-tool_use", KVS_TOOL_SYN_NONE },
+        { "dbrx-instruct", KVS_TOOL_SYN_NONE },
+        { "deepseek-r1-distill-llama-8b", KVS_TOOL_SYN_DEEPSEEK },
+        { "deepseek-r1", KVS_TOOL_SYN_DEEPSEEK },
+        { "deepseek-v2-lite-chat", KVS_TOOL_SYN_NONE },
+        { "deepseek-v2.5", KVS_TOOL_SYN_DEEPSEEK },
+        { "deepseek-v3", KVS_TOOL_SYN_DEEPSEEK },
+        { "exaone-3.5-2.4b-instruct", KVS_TOOL_SYN_NONE },
+        { "falcon3-3b-instruct", KVS_TOOL_SYN_HERMES },
+        { "firefunction-v2", KVS_TOOL_SYN_FIREFUNC },
+        { "functionary-medium-v3.1", KVS_TOOL_SYN_FUNCTIONARY },
+        { "functionary-medium-v3.2", KVS_TOOL_SYN_FUNCTIONARY32 },
+        { "gemma-2-2b-it", KVS_TOOL_SYN_NONE },
+        { "gemma-3-1b-it", KVS_TOOL_SYN_NONE },
+        { "glm-4-9b-chat", KVS_TOOL_SYN_NONE },
+        { "granite-3.0-1b-a400m-instruct", KVS_TOOL_SYN_GRANITE },
+        { "granite-3.1-3b-a800m-instruct", KVS_TOOL_SYN_GRANITE },
+        { "granite-3.2-2b-instruct", KVS_TOOL_SYN_GRANITE },
+        { "granite-3.3-2b-instruct", KVS_TOOL_SYN_GRANITE },
         { "hermes-2-pro-llama-3-8b-tool_use", KVS_TOOL_SYN_HERMES },
         { "hermes-3-llama-3.1-8b-tool_use", KVS_TOOL_SYN_HERMES },
-        { "qwen2.5-7b-instruct", KVS_TOOL_SYN_HERMES },
-        { "qwen3-0.6b", KVS_TOOL_SYN_HERMES },
-        { "qwq-32b", KVS_TOOL_SYN_HERMES },
-        { "falcon3-3b-instruct", KVS_TOOL_SYN_HERMES },
+        { "internlm2-chat-7b", KVS_TOOL_SYN_NONE },
+        { "llama-2-7b-chat", KVS_TOOL_SYN_NONE },
+        { "llama-3-8b-instruct", KVS_TOOL_SYN_NONE },
         { "llama-3.1-8b-instruct", KVS_TOOL_SYN_LLAMA3 },
         { "llama-3.2-3b-instruct", KVS_TOOL_SYN_LLAMA3 },
         { "llama-3.3-70b-instruct", KVS_TOOL_SYN_LLAMA3 },
+        { "llama-4-ollama-gguf", KVS_TOOL_SYN_NONE },
+        { "llama-4", KVS_TOOL_SYN_NONE },
+        { "minicpm3-4b", KVS_TOOL_SYN_NONE },
+        { "mistral-7b-instruct-v0.1", KVS_TOOL_SYN_NONE },
         { "mistral-7b-instruct-v0.3", KVS_TOOL_SYN_MISTRAL },
         { "mistral-nemo-instruct-2407", KVS_TOOL_SYN_MISTRAL },
-        { "granite-3.1-3b-a800m-instruct", KVS_TOOL_SYN_GRANITE },
-        { "firefunction-v2", KVS_TOOL_SYN_FIREFUNC },
-        { "functionary-medium-v3.1", KVS_TOOL_SYN_FUNCTIONARY },
-        { "llama-3-8b-instruct", KVS_TOOL_SYN_NONE },
-        { "gemma-2-2b-it", KVS_TOOL_SYN_NONE },
-        { "mistral-7b-instruct-v0.1", KVS_TOOL_SYN_NONE },
+        { "mistral-small-24b-instruct-2501", KVS_TOOL_SYN_NONE },
+        { "mistral-small-3.1-24b-instruct-2503", KVS_TOOL_SYN_NONE },
+        { "mixtral-8x7b-instruct-v0.1", KVS_TOOL_SYN_NONE },
+        { "openchat-3.5-0106", KVS_TOOL_SYN_NONE },
+        { "phi-3-medium-128k-instruct", KVS_TOOL_SYN_NONE },
+        { "phi-3-mini-4k-instruct", KVS_TOOL_SYN_NONE },
+        { "phi-3.5-mini-instruct", KVS_TOOL_SYN_NONE },
+        { "phi-4-mini-instruct", KVS_TOOL_SYN_NONE },
+        { "phi-4", KVS_TOOL_SYN_NONE },
+        { "qwen2-7b-instruct", KVS_TOOL_SYN_NONE },
+        { "qwen2.5-7b-instruct", KVS_TOOL_SYN_HERMES },
+        { "qwen3-0.6b", KVS_TOOL_SYN_HERMES },
+        { "qwen3-1.7b", KVS_TOOL_SYN_HERMES },
+        { "qwq-32b", KVS_TOOL_SYN_HERMES },
+        { "smollm2-instruct", KVS_TOOL_SYN_NONE },
+        { "tinyllama-1.1b-chat-v1.0", KVS_TOOL_SYN_NONE },
+        { "yi-1.5-34b-chat", KVS_TOOL_SYN_NONE },
     };
 
+    DIR            *dir;
+    size_t          n, j;
+    struct dirent  *de;
+
     (void) state;
+
+    path = kvs_test_fixture("templates");
+    dir = path != NULL ? opendir(path) : NULL;
+
+    while (dir != NULL && (de = readdir(dir)) != NULL) {
+        n = strlen(de->d_name);
+        if (n < 7 || strcmp(de->d_name + n - 6, ".jinja") != 0) {
+            continue;
+        }
+        for (j = 0; j < sizeof(cases) / sizeof(cases[0]); j++) {
+            if (strlen(cases[j].file) == n - 6
+                && memcmp(cases[j].file, de->d_name, n - 6) == 0)
+            {
+                break;
+            }
+        }
+        if (j == sizeof(cases) / sizeof(cases[0])) {
+            fail_msg("templates/%s: not in the table", de->d_name);
+        }
+    }
+
+    if (dir != NULL) {
+        closedir(dir);
+    }
 
     for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         snprintf(rel, sizeof(rel), "templates/%s.jinja", cases[i].file);
@@ -420,6 +604,8 @@ main(void)
         cmocka_unit_test(test_llama3),
         cmocka_unit_test(test_mistral),
         cmocka_unit_test(test_others),
+        cmocka_unit_test(test_deepseek),
+        cmocka_unit_test(test_functionary32),
         cmocka_unit_test(test_bad_syntax),
         cmocka_unit_test(test_json_end),
         cmocka_unit_test(test_deep),

@@ -28,6 +28,13 @@ typedef struct {
 #define ARGS_A  "{\"city\": \"Pa{ris}\", \"n\": [1, 2, {\"x\": null}]}"
 #define ARGS_B  "{\"q\": \"say \\\"name\\\": \\\"x\\\" </tool_call> \\\\\"}"
 
+/* DeepSeek's delimiters (U+FF5C, U+2581 in UTF-8) */
+#define DS_OPEN   "<｜tool▁calls▁begin｜>"
+#define DS_CALL   "<｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+#define DS_END    "\n```<｜tool▁call▁end｜>"
+#define DS_CLOSE  "<｜tool▁calls▁end｜>"
+#define ARGS_DS   "{\"s\": \"<｜tool▁sep｜>x\\n```json\\n\"}"
+
 static const case_t  cases[] = {
     { KVS_TOOL_SYN_HERMES,
       "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
@@ -48,6 +55,18 @@ static const case_t  cases[] = {
     { KVS_TOOL_SYN_FUNCTIONARY,
       "<function=get_weather>" ARGS_A "</function><function=f-2>" ARGS_B
       "</function>", 0 },
+    { KVS_TOOL_SYN_DEEPSEEK,
+      "Let me check.\n" DS_OPEN DS_CALL "get_weather\n```json\n" ARGS_A
+      DS_END "\n" DS_CALL "f-2\n```json\n" ARGS_DS DS_END "\n" DS_CALL
+      "g\n```json\n" ARGS_B DS_END DS_CLOSE, 14 },
+    { KVS_TOOL_SYN_DEEPSEEK,
+      DS_OPEN DS_CALL "a.b\n" ARGS_A "<｜tool▁call▁end｜>\n" DS_CALL
+      "c\n```\n{}" DS_END DS_CLOSE, 0 },
+    { KVS_TOOL_SYN_FUNCTIONARY32,
+      "all\nLet me look.>>>get_weather\n" ARGS_A ">>>f-2\n" ARGS_B, 16 },
+    { KVS_TOOL_SYN_FUNCTIONARY32,
+      "a.b\n{\"s\": \">>>x\\n\"}>>>all2\n" ARGS_A, 0 },
+    { KVS_TOOL_SYN_FUNCTIONARY32, "al\n{}", 0 },
 };
 
 
@@ -243,6 +262,21 @@ test_not_calls(void **state)
         assert_true(g.failed);
         assert_int_equal(g.n_heads, 0);
     }
+
+    /* DeepSeek: the marker's beginning is no call; a fence that is not
+     * one fails after the head */
+    feed(KVS_TOOL_SYN_DEEPSEEK, "no <｜tool▁calls▁beg", 1, &rng, &g);
+    assert_int_equal(g.n_heads, 0);
+    assert_false(g.failed);
+
+    feed(KVS_TOOL_SYN_DEEPSEEK, DS_OPEN DS_CALL "f\n`x{}", 1, &rng, &g);
+    assert_true(g.failed);
+    assert_int_equal(g.n_heads, 1);
+
+    /* Functionary v3.2: text after "all\n" (a ">>" is no marker) */
+    feed(KVS_TOOL_SYN_FUNCTIONARY32, "all\nJust >> text >", 1, &rng, &g);
+    assert_int_equal(g.n_heads, 0);
+    assert_false(g.failed);
 }
 
 

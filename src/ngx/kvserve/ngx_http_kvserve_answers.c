@@ -259,7 +259,6 @@ ngx_http_kvserve_complete(ngx_http_kvserve_ctx_t *ctx)
         c[i].pos = &ch->pos;
 
         if (ctx->req.tool_syntax != KVS_TOOL_SYN_NONE
-            && ch->finish == KVS_FINISH_STOP
             && ngx_http_kvserve_tools_body(ctx, ch->text.data, ch->text.len,
                                            &c[i])
                != NGX_OK)

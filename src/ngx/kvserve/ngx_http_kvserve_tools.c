@@ -17,6 +17,9 @@
  * under the grammar), the end falls back to the whole output's parse,
  * sending its calls at once or the held text as content.
  *
+ * Functionary v3.2's "all\n" recipient line is never content, whatever
+ * the finish (kvs_tool_parse_skip).
+ *
  * Each call gets a fresh id "call_" + 24 base-62 characters.  Names and
  * arguments are copied into the request's pool.
  */
@@ -33,10 +36,12 @@ static uint64_t  ngx_http_kvserve_tools_rng;
 
 
 /* The calls parsed out of text[len] into the pool: *calls NULL and *n 0
- * when the output is not calls. */
+ * when the output is not calls; the content is text[*content_at..
+ * *content_len) either way (Functionary v3.2's "all\n" is not). */
 static ngx_int_t
 ngx_http_kvserve_tools_parse(ngx_http_kvserve_ctx_t *ctx, const u_char *text,
-    size_t len, kvs_api_tool_call_t **calls, size_t *n, size_t *content_len)
+    size_t len, kvs_api_tool_call_t **calls, size_t *n, size_t *content_at,
+    size_t *content_len)
 {
     char                 *id, *p;
     size_t                i, nl;
@@ -46,6 +51,7 @@ ngx_http_kvserve_tools_parse(ngx_http_kvserve_ctx_t *ctx, const u_char *text,
 
     *calls = NULL;
     *n = 0;
+    *content_at = 0;
     *content_len = len;
 
     if (kvs_tool_parse((kvs_tool_syntax_t) ctx->req.tool_syntax,
@@ -56,6 +62,8 @@ ngx_http_kvserve_tools_parse(ngx_http_kvserve_ctx_t *ctx, const u_char *text,
                       "kvserve: tool calls: %s", err.msg);
         return NGX_ERROR;
     }
+
+    *content_at = parsed.content_at;
 
     if (parsed.n_calls == 0) {
         kvs_tool_parsed_free(&parsed);
@@ -109,11 +117,22 @@ ngx_int_t
 ngx_http_kvserve_tools_body(ngx_http_kvserve_ctx_t *ctx, const u_char *text,
     size_t len, kvs_api_choice_t *c)
 {
-    size_t                content_len;
+    size_t                content_at, content_len;
     kvs_api_tool_call_t  *calls;
 
+    if (c->finish != KVS_FINISH_STOP) {
+        /* a call that max_tokens cut is text: not parsed, but a
+         * recipient line is still no content */
+        content_at = kvs_tool_parse_skip(
+                         (kvs_tool_syntax_t) ctx->req.tool_syntax,
+                         (const char *) text, len);
+        c->text += content_at;
+        c->len -= content_at;
+        return NGX_OK;
+    }
+
     if (ngx_http_kvserve_tools_parse(ctx, text, len, &calls, &c->n_calls,
-                                     &content_len)
+                                     &content_at, &content_len)
         != NGX_OK)
     {
         return NGX_ERROR;
@@ -123,8 +142,13 @@ ngx_http_kvserve_tools_body(ngx_http_kvserve_ctx_t *ctx, const u_char *text,
         c->calls = calls;
         c->tool_finish = 1;
         /* OpenAI's message content is null beside calls with no text */
-        c->text = content_len > 0 ? (const char *) text : NULL;
-        c->len = content_len;
+        c->text = content_len > content_at
+                  ? (const char *) text + content_at : NULL;
+        c->len = content_len - content_at;
+
+    } else if (content_at > 0) {
+        c->text = (const char *) text + content_at;
+        c->len = content_len - content_at;
     }
 
     return NGX_OK;
@@ -138,7 +162,7 @@ ngx_http_kvserve_tools_end(ngx_http_kvserve_ctx_t *ctx,
     ngx_http_kvserve_choice_t *ch, kvs_api_choice_t *c, kvs_finish_t finish,
     kvs_err_t *err)
 {
-    size_t                i, n, content_len;
+    size_t                i, n, content_at, content_len;
     kvs_api_tool_call_t   piece, *calls;
     const kvs_vocab_t    *v;
 
@@ -148,14 +172,22 @@ ngx_http_kvserve_tools_end(ngx_http_kvserve_ctx_t *ctx,
     calls = NULL;
     n = 0;
     content_len = ch->text.len;
+    content_at = kvs_tool_parse_skip((kvs_tool_syntax_t) ctx->req.tool_syntax,
+                                     (const char *) ch->text.data,
+                                     ch->text.len);
 
     if (finish == KVS_FINISH_STOP
         && ngx_http_kvserve_tools_parse(ctx, ch->text.data, ch->text.len,
-                                        &calls, &n, &content_len)
+                                        &calls, &n, &content_at,
+                                        &content_len)
            != NGX_OK)
     {
         kvs_err_set(err, KVS_ENOMEM, "tool calls: out of memory");
         return NGX_ERROR;
+    }
+
+    if (ch->sent < content_at) {
+        ch->sent = content_at;
     }
 
     if (content_len > ch->sent) {
@@ -295,7 +327,7 @@ ngx_http_kvserve_tools_stream(ngx_http_kvserve_ctx_t *ctx,
     ngx_http_kvserve_choice_t *ch, uint32_t index, kvs_engine_out_t *o,
     kvs_err_t *err)
 {
-    size_t              hold;
+    size_t              hold, skip;
     kvs_api_choice_t    c;
     const kvs_vocab_t  *v;
 
@@ -333,6 +365,13 @@ ngx_http_kvserve_tools_stream(ngx_http_kvserve_ctx_t *ctx,
 
     hold = kvs_tool_parse_hold((kvs_tool_syntax_t) ctx->req.tool_syntax,
                                (const char *) ch->text.data, ch->text.len);
+    skip = kvs_tool_parse_skip((kvs_tool_syntax_t) ctx->req.tool_syntax,
+                               (const char *) ch->text.data, ch->text.len);
+
+    /* bytes that are never content (a recipient line) are never sent */
+    if (ch->sent < skip) {
+        ch->sent = skip;
+    }
 
     /* content that no call can follow any more, with this frame's
      * logprobs (alone, in a delta without content, when none is sure) */
