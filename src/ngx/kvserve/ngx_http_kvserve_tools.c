@@ -35,6 +35,27 @@
 static uint64_t  ngx_http_kvserve_tools_rng;
 
 
+/* A fresh call id in the request's pool; NULL when out of memory. */
+static char *
+ngx_http_kvserve_tools_id(ngx_http_kvserve_ctx_t *ctx)
+{
+    char  *id;
+
+    id = ngx_pnalloc(ctx->r->pool, KVS_API_CALL_ID_MAX);
+    if (id == NULL) {
+        return NULL;
+    }
+
+    if (ngx_http_kvserve_tools_rng == 0) {
+        ngx_http_kvserve_tools_rng = ngx_http_kvserve_random64() | 1;
+    }
+
+    kvs_api_resp_call_id(id, &ngx_http_kvserve_tools_rng);
+
+    return id;
+}
+
+
 /* The calls parsed out of text[len] into the pool: *calls NULL and *n 0
  * when the output is not calls; the content is text[*content_at..
  * *content_len) either way (Functionary v3.2's "all\n" is not). */
@@ -76,21 +97,15 @@ ngx_http_kvserve_tools_parse(ngx_http_kvserve_ctx_t *ctx, const u_char *text,
         return NGX_ERROR;
     }
 
-    if (ngx_http_kvserve_tools_rng == 0) {
-        ngx_http_kvserve_tools_rng = ngx_http_kvserve_random64() | 1;
-    }
-
     for (i = 0; i < parsed.n_calls; i++) {
         nl = ngx_strlen(parsed.calls[i].name);
-        id = ngx_pnalloc(ctx->r->pool, KVS_API_CALL_ID_MAX);
+        id = ngx_http_kvserve_tools_id(ctx);
         p = ngx_pnalloc(ctx->r->pool, nl + 1
                                       + parsed.calls[i].arguments_len + 1);
         if (id == NULL || p == NULL) {
             kvs_tool_parsed_free(&parsed);
             return NGX_ERROR;
         }
-
-        kvs_api_resp_call_id(id, &ngx_http_kvserve_tools_rng);
 
         t[i].index = (uint32_t) i;
         t[i].id = id;
@@ -276,11 +291,7 @@ ngx_http_kvserve_tools_pieces(ngx_http_kvserve_ctx_t *ctx,
         piece.args = "";
 
         if (ev == KVS_TS_EV_HEAD) {
-            if (ngx_http_kvserve_tools_rng == 0) {
-                ngx_http_kvserve_tools_rng = ngx_http_kvserve_random64() | 1;
-            }
-
-            id = ngx_pnalloc(ctx->r->pool, KVS_API_CALL_ID_MAX);
+            id = ngx_http_kvserve_tools_id(ctx);
             name = ngx_pnalloc(ctx->r->pool, d.name_len + 1);
             if (id == NULL || name == NULL) {
                 kvs_err_set(err, KVS_ENOMEM, "tool calls: out of memory");
@@ -288,7 +299,6 @@ ngx_http_kvserve_tools_pieces(ngx_http_kvserve_ctx_t *ctx,
                 break;
             }
 
-            kvs_api_resp_call_id(id, &ngx_http_kvserve_tools_rng);
             ngx_memcpy(name, d.name, d.name_len);
             name[d.name_len] = '\0';
             piece.id = id;
