@@ -190,6 +190,10 @@ http {
             print("nginx prefix kept: %s" % self.prefix)
             print(self.error_log())
 
+    def kv_used(self):
+        """Each model's KV blocks in use, by name."""
+        return {m["name"]: m["kv_used"] for m in self.status()["models"]}
+
     def error_log(self):
         try:
             with open(os.path.join(self.prefix, "error.log")) as f:
@@ -199,6 +203,20 @@ http {
 
 
 # --- helpers -------------------------------------------------------------
+
+def check_kv_back(ngx, kv0, n_models):
+    """Every sequence's KV blocks went back (within a step of its end):
+    kv_used as in the status kv0 taken before the requests."""
+    used0 = {m["name"]: m["kv_used"] for m in kv0["models"]}
+    for _ in range(100):
+        used1 = ngx.kv_used()
+        if used1 == used0:
+            break
+        time.sleep(0.02)
+    check(used1 == used0 and len(used1) == n_models,
+          "KV blocks all back after the requests (%r, before %r)"
+          % (used1, used0))
+
 
 def raises(exc, fn):
     """Calls fn(); returns the exception when it is an `exc`, else None."""
@@ -649,16 +667,7 @@ def main():
         if have_stories:
             test_stories(cl, greedy)
             test_concurrent(cl, greedy)
-        # every sequence's KV blocks go back (within a step of its end)
-        used0 = {m["name"]: m["kv_used"] for m in kv0["models"]}
-        for _ in range(100):
-            used1 = {m["name"]: m["kv_used"] for m in ngx.status()["models"]}
-            if used1 == used0:
-                break
-            time.sleep(0.02)
-        check(used1 == used0 and len(used1) == len(models),
-              "KV blocks all back after the requests (%r, before %r)"
-              % (used1, used0))
+        check_kv_back(ngx, kv0, len(models))
         log = ngx.error_log()
         check("[alert]" not in log and "[crit]" not in log
               and "[emerg]" not in log,

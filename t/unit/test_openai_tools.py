@@ -36,13 +36,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import jsonschema
 import openai
 
 from kvs_check import FIXTURES, ROOT, TMP, check, report
-from test_openai_sdk import MODEL, MODULE, NGINX, TINY, Nginx, raises
+from test_openai_sdk import (MODEL, MODULE, NGINX, TINY, Nginx,
+                             check_kv_back, raises)
 
 CLI = os.environ.get("KVS_CLI", os.path.join(ROOT, "build", "kvserve"))
 TEMPLATES = {
@@ -355,15 +355,7 @@ def main():
             test_stream(cl, ngx.base + "/v1", name)
             if name in TWO_TURNS:
                 test_two_turns(cl, name)
-        # every sequence's KV blocks go back (within a step of its end)
-        used0 = {m["name"]: m["kv_used"] for m in kv0["models"]}
-        for _ in range(100):
-            used1 = {m["name"]: m["kv_used"] for m in ngx.status()["models"]}
-            if used1 == used0:
-                break
-            time.sleep(0.02)
-        check(used1 == used0, "KV blocks all back after the requests (%r, "
-              "before %r)" % (used1, used0))
+        check_kv_back(ngx, kv0, len(models))
         log = ngx.error_log()
         check("[alert]" not in log and "[crit]" not in log,
               "no alert/crit in the error log")
