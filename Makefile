@@ -408,8 +408,8 @@ FUZZ_SRCS := $(filter src/model/% src/base/% src/tokenizer/%, $(LIB_SRCS))
 # renderer that its invariants call and the schema compiler that checks
 # response_format and tools
 FUZZ_REQ_SRCS := $(FUZZ_SRCS) $(wildcard src/api/kvs_api_req*.c) \
-                 src/api/kvs_api_models.c src/sample/kvs_sample.c \
-                 $(wildcard src/grammar/*.c)
+                 src/api/kvs_api_models.c src/api/kvs_tool_parse.c \
+                 src/sample/kvs_sample.c $(wildcard src/grammar/*.c)
 
 # Each target runs for FUZZ_TIME seconds as a goal of its own, so that
 # `make -j2 -Otarget fuzz` runs two at a time, each one's output whole.
