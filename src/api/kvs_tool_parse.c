@@ -516,6 +516,28 @@ kvs_tool_parse_marked(kvs_tool_syntax_t syn, const char *text, size_t len,
 }
 
 
+/* One call whose arguments are the JSON object at text[*i..len): named
+ * name[n] (NULL: the object holds its name), appended to out; *i moves
+ * past the object. */
+static int
+kvs_tool_call_at(const char *text, size_t len, size_t *i, const char *name,
+    size_t n, kvs_tool_parsed_t *out)
+{
+    int      rc;
+    json_t  *v;
+
+    rc = kvs_tool_json_at(text, len, i, &v);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    rc = kvs_tool_add(out, v, name, n);
+    json_decref(v);
+
+    return rc;
+}
+
+
 /* DeepSeek, from its marker at text[i]: calls, each
  * <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
  * <｜tool▁call▁end｜>, then <｜tool▁calls▁end｜> and nothing more. */
@@ -525,7 +547,6 @@ kvs_tool_parse_deepseek(const char *text, size_t len, size_t i,
 {
     int      rc, fence;
     size_t   name_at, n;
-    json_t  *v;
 
     if (!kvs_tool_lit(text, len, &i, KVS_TOOL_DS_OPEN)) {
         return KVS_EFORMAT;
@@ -563,14 +584,7 @@ kvs_tool_parse_deepseek(const char *text, size_t len, size_t i,
             i = kvs_tool_skip_ws(text, len, i);
         }
 
-        rc = kvs_tool_json_at(text, len, &i, &v);
-        if (rc != KVS_OK) {
-            return rc;
-        }
-
-        rc = kvs_tool_add(out, v, text + name_at, n);
-        json_decref(v);
-
+        rc = kvs_tool_call_at(text, len, &i, text + name_at, n, out);
         if (rc != KVS_OK) {
             return rc;
         }
@@ -605,7 +619,6 @@ kvs_tool_parse_f32(const char *text, size_t len, size_t i,
 {
     int      rc;
     size_t   name_at, n;
-    json_t  *v;
 
     for ( ;; ) {
         name_at = i;
@@ -625,14 +638,7 @@ kvs_tool_parse_f32(const char *text, size_t len, size_t i,
 
         i = kvs_tool_skip_ws(text, len, i);
 
-        rc = kvs_tool_json_at(text, len, &i, &v);
-        if (rc != KVS_OK) {
-            return rc;
-        }
-
-        rc = kvs_tool_add(out, v, text + name_at, n);
-        json_decref(v);
-
+        rc = kvs_tool_call_at(text, len, &i, text + name_at, n, out);
         if (rc != KVS_OK) {
             return rc;
         }
@@ -656,7 +662,6 @@ kvs_tool_parse_llama3(const char *text, size_t len, kvs_tool_parsed_t *out)
 {
     int      rc;
     size_t   i, n;
-    json_t  *v;
 
     i = kvs_tool_skip_ws(text, len, 0);
     n = strlen(kvs_tool_forms[KVS_TOOL_SYN_LLAMA3].open);
@@ -672,14 +677,7 @@ kvs_tool_parse_llama3(const char *text, size_t len, kvs_tool_parsed_t *out)
             return KVS_EFORMAT;
         }
 
-        rc = kvs_tool_json_at(text, len, &i, &v);
-        if (rc != KVS_OK) {
-            return rc;
-        }
-
-        rc = kvs_tool_add(out, v, NULL, 0);
-        json_decref(v);
-
+        rc = kvs_tool_call_at(text, len, &i, NULL, 0, out);
         if (rc != KVS_OK) {
             return rc;
         }
