@@ -85,7 +85,7 @@ kvs_cli_gen_model(int argc, char **argv)
 {
     int                      i, have_seed, have_tied, t, rc;
     char                     names[KVS_QUANT_NAMES_LEN];
-    char                    *tmpl;
+    char                    *tmpl, *end;
     const char              *tpath;
     uint64_t                 v;
     uint32_t                *field;
@@ -154,6 +154,20 @@ kvs_cli_gen_model(int argc, char **argv)
             field = &spec.head_dim;
         } else if (strcmp(opt, "--swa") == 0) {
             field = &spec.n_swa;
+        } else if (strcmp(opt, "--swa-pattern") == 0) {
+            if (kvs_cli_u64(opt, val, 4096, &v) != 0) {
+                return 2;
+            }
+            spec.swa_pattern = (uint32_t) v + 1;
+        } else if (strcmp(opt, "--rope-base-swa") == 0) {
+            spec.rope_base_swa = strtod(val, &end);
+            if (end == val || *end != '\0' || !(spec.rope_base_swa > 0.0)
+                || spec.rope_base_swa > 1e9)
+            {
+                fprintf(stderr, "kvserve gen-model: --rope-base-swa \"%s\" "
+                        "is not a number in (0, 1e9]\n", val);
+                return 2;
+            }
         } else if (strcmp(opt, "--arch") == 0) {
             if (kvs_gen_arch(val, &spec.arch, &err) != KVS_OK) {
                 fprintf(stderr, "kvserve gen-model: %s\n", err.msg);

@@ -47,11 +47,11 @@ typedef struct {
 static const kvs_gen_preset_t  kvs_gen_presets[] = {
     /*                 name  L   embd  H   KV  ffn   vocab  ctx */
     { "tiny",  { "", 2,  64,  4,  2, 192,  512,   512,  0, 0, 0, 0, 0, 0,
-                 NULL } },
+                 NULL, 0, 0.0 } },
     { "small", { "", 4,  256, 8,  4, 768,  2048,  2048, 0, 0, 0, 0, 0, 0,
-                 NULL } },
+                 NULL, 0, 0.0 } },
     { "100m",  { "", 12, 768, 12, 4, 2048, 32000, 4096, 0, 1, 0, 0, 0, 0,
-                 NULL } },
+                 NULL, 0, 0.0 } },
 };
 
 
@@ -176,6 +176,20 @@ kvs_gen_check(const kvs_gen_spec_t *spec, kvs_err_t *err)
                            "output to the embeddings");
     }
 
+    if ((spec->swa_pattern != 0 || spec->rope_base_swa != 0.0)
+        && !KVS_GEN_GEMMA(spec->arch))
+    {
+        return kvs_err_set(err, KVS_EINVAL, "--swa-pattern and "
+                           "--rope-base-swa are gemma2 and gemma3 keys");
+    }
+
+    if (spec->rope_base_swa < 0.0 || spec->swa_pattern > 4097) {
+        return kvs_err_set(err, KVS_EINVAL, "--rope-base-swa %g must be "
+                           "positive, --swa-pattern %u at most 4096",
+                           spec->rope_base_swa,
+                           spec->swa_pattern ? spec->swa_pattern - 1 : 0);
+    }
+
     if (spec->n_swa != 0 && spec->arch == KVS_ARCH_QWEN3) {
         return kvs_err_set(err, KVS_EINVAL, "--swa %u: qwen3 declares no "
                            "sliding window", spec->n_swa);
@@ -281,6 +295,14 @@ kvs_gen_metadata(kvs_gguf_writer_t *w, const kvs_gen_spec_t *s,
     {
         kvs_gguf_set_u32(w, KVS_GEN_KEY("attention.sliding_window"),
                          s->n_swa != 0 ? s->n_swa : s->n_ctx);
+    }
+    if (s->swa_pattern != 0) {
+        kvs_gguf_set_u32(w, KVS_GEN_KEY("attention.sliding_window_pattern"),
+                         s->swa_pattern - 1);
+    }
+    if (s->rope_base_swa != 0.0) {
+        kvs_gguf_set_f32(w, KVS_GEN_KEY("rope.freq_base_swa"),
+                         (float) s->rope_base_swa);
     }
     kvs_gguf_set_u32(w, KVS_GEN_KEY("vocab_size"), s->n_vocab);
 

@@ -39,6 +39,11 @@ typedef struct {
     const char *chat_template;        /* tokenizer.chat_template text
                                          (NUL-ended); NULL: the bundled
                                          kvs_gen_chat_template */
+    uint32_t   swa_pattern;           /* gemma's
+                                         attention.sliding_window_pattern
+                                         plus one; 0: not written */
+    double     rope_base_swa;         /* gemma's rope.freq_base_swa; 0:
+                                         not written */
 } kvs_gen_spec_t;
 
 /* The architecture named (llama, qwen3, phi3) into *arch. */

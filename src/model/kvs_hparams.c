@@ -439,6 +439,44 @@ kvs_hp_longrope(kvs_hp_ctx_t *c, kvs_hparams_t *hp)
 
 
 /*
+ * "<arch>.attention.sliding_window_pattern", as llama.cpp reads it for
+ * gemma2 and gemma3 (when absent: the architecture's period): 0 makes
+ * every layer windowed, p every p-th layer global, the same rule as
+ * kvs_hparams_swa().  Converters write a per-layer array for other
+ * architectures; here it is refused, naming the key.
+ */
+static int
+kvs_hp_swa_pattern(kvs_hp_ctx_t *c, kvs_hparams_t *hp)
+{
+    int          rc;
+    uint64_t     p;
+    const char  *key;
+
+    key = kvs_hp_key(c, "attention.sliding_window_pattern");
+
+    rc = kvs_gguf_get_uint(c->g, key, &p, c->err);
+    if (rc == KVS_ENOTFOUND) {
+        kvs_err_clear(c->err);
+        return KVS_OK;
+    }
+
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    if (p > KVS_HP_MAX_LAYERS) {
+        return kvs_err_set(c->err, KVS_ERANGE, "key '%s' = %llu is out of "
+                           "range 0..%u", key, (unsigned long long) p,
+                           (unsigned) KVS_HP_MAX_LAYERS);
+    }
+
+    hp->swa_period = (uint32_t) p;
+
+    return KVS_OK;
+}
+
+
+/*
  * The Gemma 2 / Gemma 3 facts, as llama.cpp's converter writes and its
  * loader reads them.  The norm weights need nothing here: the converter
  * stores Gemma's (1 + w) already added.  The query scale: the model's
@@ -453,6 +491,9 @@ kvs_hp_longrope(kvs_hp_ctx_t *c, kvs_hparams_t *hp)
  * six) rotate with rope.freq_base_swa (default 10000), unscaled, even
  * when the window covers the whole context and masks nothing: llama.cpp
  * picks the table by the layer pattern, not by the window's width.
+ * gemma2's local layers share the global table unless the file gives
+ * them a base of their own, and then keep the model's scaling.  Both
+ * may say how often a global layer comes (kvs_hp_swa_pattern).
  */
 static int
 kvs_hp_gemma(kvs_hp_ctx_t *c, kvs_hparams_t *hp)
@@ -481,9 +522,28 @@ kvs_hp_gemma(kvs_hp_ctx_t *c, kvs_hparams_t *hp)
         if (kvs_hp_float(c, "attn_logit_softcapping", 0, 50.0,
                          &hp->attn_softcap) != KVS_OK
             || kvs_hp_float(c, "final_logit_softcapping", 0, 30.0,
-                            &hp->final_softcap) != KVS_OK)
+                            &hp->final_softcap) != KVS_OK
+            || kvs_hp_float(c, "rope.freq_base_swa", 0, hp->rope_freq_base,
+                            &hp->rope_base_swa) != KVS_OK)
         {
             return c->err->code;
+        }
+
+        if (hp->rope_base_swa <= 0.0) {
+            return kvs_err_set(c->err, KVS_ERANGE, "%s.rope.freq_base_swa "
+                               "(%g) must be positive", hp->arch,
+                               hp->rope_base_swa);
+        }
+
+        /* the same base, scaled alike: the global table itself */
+        hp->rope_swa_scaled = 1;
+        if (hp->rope_base_swa == hp->rope_freq_base) {
+            hp->rope_base_swa = 0.0;
+        }
+
+        rc = kvs_hp_swa_pattern(c, hp);
+        if (rc != KVS_OK) {
+            return rc;
         }
 
     } else {
@@ -515,6 +575,11 @@ kvs_hp_gemma(kvs_hp_ctx_t *c, kvs_hparams_t *hp)
             return kvs_err_set(c->err, KVS_ERANGE, "%s.rope.freq_base_swa "
                                "(%g) must be positive", hp->arch,
                                hp->rope_base_swa);
+        }
+
+        rc = declared != 0 ? kvs_hp_swa_pattern(c, hp) : KVS_OK;
+        if (rc != KVS_OK) {
+            return rc;
         }
     }
 

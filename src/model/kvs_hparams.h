@@ -84,11 +84,15 @@ typedef struct {
                                           layer l is global when
                                           (l + 1) % p == 0 (gemma2: 2,
                                           gemma3: 6) */
-    double              rope_base_swa; /* RoPE base of local layers,
-                                          unscaled (gemma3 declaring a
-                                          window: 10000 or its
-                                          rope.freq_base_swa); 0: the
-                                          same table as the rest */
+    double              rope_base_swa; /* RoPE base of local layers
+                                          (gemma3 declaring a window:
+                                          10000 or its
+                                          rope.freq_base_swa; gemma2:
+                                          its rope.freq_base_swa); 0:
+                                          the same table as the rest */
+    int                 rope_swa_scaled; /* that table keeps the model's
+                                          RoPE scaling (gemma2); else
+                                          it is unscaled (gemma3) */
     int                 geglu;         /* FFN gelu(gate) * up (tanh
                                           approximation), not SwiGLU */
     int                 post_norms;    /* post_attention_norm and
@@ -160,15 +164,16 @@ kvs_hparams_swa(const kvs_hparams_t *hp, uint32_t l)
 }
 
 /* Whether layer l rotates with the local layers' RoPE table
- * (rope_base_swa: gemma3's five of six).  llama.cpp decides it by the
+ * (rope_base_swa: gemma3's five of six; every layer with a period of
+ * 0).  llama.cpp decides it by the
  * layer pattern once the file declares a window, even one that covers
  * the whole context (kvs_hparams_swa() then says 0), so the window and
  * the table are separate facts. */
 static inline int
 kvs_hparams_rope_swa(const kvs_hparams_t *hp, uint32_t l)
 {
-    return hp->rope_base_swa != 0.0 && hp->swa_period != 0
-           && (l + 1) % hp->swa_period != 0;
+    return hp->rope_base_swa != 0.0
+           && (hp->swa_period == 0 || (l + 1) % hp->swa_period != 0);
 }
 
 /* When every layer has a window, the largest (a position is read while

@@ -114,6 +114,16 @@ run() {
     if grep -q "SWA is currently disabled" "$dir/$label.err"; then
         ignored="llama.cpp ignores phi3's sliding_window"
     fi
+    # the February 2025 peer reads neither of gemma2's optional keys
+    case $label in
+    *-keys)
+        if ! grep -q "freq_base_swa" "$dir/$label.err"; then
+            ignored="this llama.cpp does not read gemma2's"
+            ignored="$ignored rope.freq_base_swa nor its"
+            ignored="$ignored sliding_window_pattern"
+        fi
+        ;;
+    esac
     if ! "$py" - "$cli" "$file" "$prompt" "$dir/$label" "$arch" \
         "$label" "$ignored" "$tol" <<'PY'
 import subprocess
@@ -193,6 +203,11 @@ run phi3-swa8 phi3 --layers 2 --dim 64 --heads 4 --kv-heads 4 --ffn 96 \
 # the older peer refuses another count
 run gemma2-swa8 gemma2 --layers 26 --dim 64 --heads 4 --kv-heads 2 \
     --head-dim 32 --ffn 96 --vocab 300 --swa 8
+# gemma2's optional keys: its local layers' own base (scaled as the
+# model) and a global layer every third
+run gemma2-swa8-keys gemma2 --layers 26 --dim 64 --heads 4 --kv-heads 2 \
+    --head-dim 32 --ffn 96 --vocab 300 --swa 8 --rope-base-swa 50000 \
+    --swa-pattern 3
 run gemma3-swa8 gemma3 --layers 6 --dim 64 --heads 4 --kv-heads 2 \
     --head-dim 32 --ffn 96 --vocab 300 --swa 8
 # no --swa: a window of the whole context masks nothing, yet five of six

@@ -149,7 +149,11 @@ def hparams(meta, w):
         # Mistral 7B v0.1's window, when a file carries it; a Gemma 3
         # whose every layer is global has none
         hp["window"] = get("attention.sliding_window", 0)
+    # a global layer every period-th (0: none), the file may say
     hp["period"] = {"gemma2": 2, "gemma3": 6}.get(arch, 0)
+    if hp["window"] and arch in ("gemma2", "gemma3"):
+        hp["period"] = get("attention.sliding_window_pattern",
+                           hp["period"])
     hp["mscale"] = 1.0
     hp["gemma"] = arch in ("gemma2", "gemma3")
     hp["qk_norm"] = arch in ("qwen3", "gemma3")
@@ -163,6 +167,7 @@ def hparams(meta, w):
     if arch == "gemma2":
         hp["softcap"] = get("attn_logit_softcapping", 50.0)
         hp["final_cap"] = get("final_logit_softcapping", 30.0)
+        hp["base_local"] = get("rope.freq_base_swa", hp["base"])
     if arch == "gemma3":
         hp["final_cap"] = get("final_logit_softcapping", 0.0)
         hp["base_local"] = get("rope.freq_base_swa", 10000.0)
@@ -227,10 +232,13 @@ def forward(meta, w, ids):
         t = np.arange(T)
         windowed[t[:, None] - t[None, :] >= hp["window"]] = -np.inf
     # gemma3's windowed layers: base 10000 (or the file's), no scaling,
-    # no factors; local even when the window spans every position
+    # no factors; local even when the window spans every position.
+    # gemma2's: the file's base, if any, scaled as the global layers
     hp_local = dict(hp, base=hp["base_local"], freq_scale=1.0,
                     freq_factors=None, mscale=1.0) \
         if hp["arch"] == "gemma3" else hp
+    if hp["arch"] == "gemma2":
+        hp_local = dict(hp, base=hp["base_local"])
     qd, kd = H * hd, KV * hd
 
     def matmul(name, h):
@@ -449,7 +457,7 @@ def write_gguf(path, arch, n_layer, n_embd, n_head, n_head_kv, n_ff,
                base=10000.0, linear=None, freq_factors=False,
                head_dim=None, longrope=None, window=None, ctx=256,
                caps=None, attn_scale=None, final_cap=None,
-               base_swa=None):
+               base_swa=None, pattern=None):
     """A random model written with gguf.GGUFWriter, independent of our
     generator; F32 matrices with entries ~ N(0, 1/sqrt(fan_in)).
     longrope: the original context (phi3's factor tensors written);
@@ -469,6 +477,8 @@ def write_gguf(path, arch, n_layer, n_embd, n_head, n_head_kv, n_ff,
         wr.add_float32(f"{arch}.final_logit_softcapping", final_cap)
     if base_swa:
         wr.add_float32(f"{arch}.rope.freq_base_swa", base_swa)
+    if pattern is not None:
+        wr.add_uint32(f"{arch}.attention.sliding_window_pattern", pattern)
     if caps:
         wr.add_float32(f"{arch}.attn_logit_softcapping", caps[0])
         wr.add_float32(f"{arch}.final_logit_softcapping", caps[1])
@@ -578,6 +588,11 @@ WRITTEN = [
     ("gemma2-caps-scale-swa5", dict(arch="gemma2", n_layer=4, n_embd=64,
      n_head=4, n_head_kv=2, n_ff=96, n_vocab=200, head_dim=24,
      window=5, caps=(2.0, 3.0), attn_scale=0.125, tied=True)),
+    # gemma2 with its local layers' own base (linear scaling on every
+    # layer) and a global layer every third
+    ("gemma2-baseswa5e4-linear4-period3", dict(arch="gemma2", n_layer=4,
+     n_embd=64, n_head=4, n_head_kv=2, n_ff=96, n_vocab=200, window=5,
+     base_swa=50000.0, linear=4.0, pattern=3, tied=True)),
     # linear scaling on the global layer only
     ("gemma3-linear8-swa6", dict(arch="gemma3", n_layer=6, n_embd=64,
      n_head=4, n_head_kv=2, n_ff=96, n_vocab=200, window=6, linear=8.0,

@@ -33,6 +33,9 @@ typedef struct {
                                          0: no factors */
     int          bias;                /* add attn_q/k/v biases */
     int          only_long;           /* LongRoPE's long factors alone */
+    int          pattern;             /* sliding_window_pattern + 1, 0:
+                                         none; -1: as an array */
+    float        base_swa;            /* rope.freq_base_swa, 0: none */
 } spec_t;
 
 
@@ -89,6 +92,7 @@ static int
 build(const spec_t *s, kvs_model_t **m, kvs_err_t *err)
 {
     char                name[64], key[96];
+    uint8_t             layers_swa[2] = { 1, 0 };
     uint32_t            l, hd, q, kv;
     kvs_gguf_writer_t  *w;
     const char         *path;
@@ -119,6 +123,23 @@ build(const spec_t *s, kvs_model_t **m, kvs_err_t *err)
 
     if (strcmp(s->arch, "qwen3") != 0 && s->window != 0) {
         key_u32(w, s, "attention.sliding_window", s->window);
+    }
+
+    if (s->pattern > 0) {
+        key_u32(w, s, "attention.sliding_window_pattern",
+                (uint32_t) s->pattern - 1);
+
+    } else if (s->pattern < 0) {
+        snprintf(key, sizeof(key), "%s.attention.sliding_window_pattern",
+                 s->arch);
+        kvs_gguf_w_key(w, key, KVS_GGUF_ARR);
+        kvs_gguf_w_arr(w, KVS_GGUF_BOOL, 2);
+        kvs_gguf_w_elems(w, layers_swa, 2);
+    }
+
+    if (s->base_swa != 0.0f) {
+        snprintf(key, sizeof(key), "%s.rope.freq_base_swa", s->arch);
+        kvs_gguf_set_f32(w, key, s->base_swa);
     }
 
     if (s->orig_ctx != 0) {
@@ -359,6 +380,38 @@ test_gemma(void **state)
     assert_true(m->hp.rope_base_swa == 0.0);
     kvs_model_close(m);
 
+    /* gemma2's local layers with a base of their own (scaled as the
+     * model), and a pattern making every layer local; an equal base is
+     * the global table; a per-layer array is refused, naming the key */
+    s.base_swa = 1000.0f;
+    s.pattern = 1;
+    if (build(&s, &m, &err) != KVS_OK) {
+        fail_msg("%s", err.msg);
+    }
+    assert_int_equal(m->hp.swa_period, 0);
+    assert_int_equal(kvs_hparams_swa(&m->hp, 1), 16);
+    assert_int_equal(kvs_hparams_swa_all(&m->hp), 16);
+    assert_true(m->hp.rope_base_swa == 1000.0 && m->hp.rope_swa_scaled);
+    assert_true(kvs_hparams_rope_swa(&m->hp, 1));
+    kvs_model_close(m);
+
+    s.base_swa = 10000.0f;
+    s.pattern = 3;
+    if (build(&s, &m, &err) != KVS_OK) {
+        fail_msg("%s", err.msg);
+    }
+    assert_int_equal(m->hp.swa_period, 2);
+    assert_int_equal(kvs_hparams_swa(&m->hp, 1), 0);
+    assert_true(m->hp.rope_base_swa == 0.0);
+    assert_false(kvs_hparams_rope_swa(&m->hp, 0));
+    kvs_model_close(m);
+
+    s.base_swa = 0.0f;
+    s.pattern = -1;
+    expect_error(&s, "'gemma2.attention.sliding_window_pattern' is arr, "
+                 "expected an integer");
+    s.pattern = 0;
+
     s.skip = "blk.1.post_ffw_norm.weight";
     expect_error(&s, "missing tensor 'blk.1.post_ffw_norm.weight'");
     s.skip = NULL;
@@ -382,9 +435,22 @@ test_gemma(void **state)
     assert_int_equal(kvs_hparams_swa(&m->hp, 5), 0);
     assert_true(m->hp.attn_softcap == 0.0 && m->hp.final_softcap == 0.0);
     assert_true(m->hp.rope_base_swa == 10000.0);
+    assert_false(m->hp.rope_swa_scaled);
     assert_true(kvs_hparams_rope_swa(&m->hp, 1));
     assert_false(kvs_hparams_rope_swa(&m->hp, 5));
     kvs_model_close(m);
+
+    /* a global layer every second one, as the file says */
+    s.pattern = 3;
+    if (build(&s, &m, &err) != KVS_OK) {
+        fail_msg("%s", err.msg);
+    }
+    assert_int_equal(m->hp.swa_period, 2);
+    assert_int_equal(kvs_hparams_swa(&m->hp, 0), 16);
+    assert_int_equal(kvs_hparams_swa(&m->hp, 1), 0);
+    assert_false(kvs_hparams_rope_swa(&m->hp, 1));
+    kvs_model_close(m);
+    s.pattern = 0;
 
     /* a window of the whole context masks nothing, but the local layers
      * keep their own RoPE table, as llama.cpp reads such a file */
@@ -459,6 +525,14 @@ test_gen_refusals(void **state)
     assert_non_null(strstr(err.msg, "--tied 0"));
     spec.tied = 1;
     assert_int_equal(kvs_gen_check(&spec, &err), KVS_OK);
+
+    /* gemma's optional keys, on gemma alone */
+    spec.rope_base_swa = 5e4;
+    spec.swa_pattern = 4;
+    assert_int_equal(kvs_gen_check(&spec, &err), KVS_OK);
+    spec.arch = KVS_ARCH_LLAMA;
+    assert_int_equal(kvs_gen_check(&spec, &err), KVS_EINVAL);
+    assert_non_null(strstr(err.msg, "--rope-base-swa"));
 }
 
 

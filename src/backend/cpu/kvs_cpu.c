@@ -511,13 +511,16 @@ kvs_cpu_model_load(kvs_cpu_model_t **out, const kvs_model_t *m, int pack,
         goto failed;
     }
 
-    /* gemma3's local layers: their own base, no scaling */
+    /* local layers: their own base; gemma3's unscaled, gemma2's scaled
+     * as the model (kvs_hparams_t.rope_swa_scaled) */
     if (hp->rope_base_swa != 0.0) {
         swa_hp = *hp;
         swa_hp.rope_freq_base = hp->rope_base_swa;
-        swa_hp.rope_scaling = KVS_ROPE_SCALING_NONE;
-        swa_hp.rope_factor = 1.0;
-        swa_hp.rope_longrope = 0;
+        if (!hp->rope_swa_scaled) {
+            swa_hp.rope_scaling = KVS_ROPE_SCALING_NONE;
+            swa_hp.rope_factor = 1.0;
+            swa_hp.rope_longrope = 0;
+        }
 
         rc = kvs_rope_init(&cm->rope_swa, &swa_hp, err);
         if (rc != KVS_OK) {

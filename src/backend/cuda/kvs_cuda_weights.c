@@ -81,13 +81,15 @@ kvs_cuda_weights_place(kvs_cuda_t *cu, kvs_cuda_load_t *ld,
         return rc;
     }
 
-    /* gemma3's windowed layers: their own base and no scaling nor
-     * factors, exactly the CPU backend's second table */
+    /* the windowed layers' own base (gemma3's unscaled, gemma2's
+     * scaled as the model), exactly the CPU backend's second table */
     swa_hp = m->hp;
     swa_hp.rope_freq_base = m->hp.rope_base_swa;
-    swa_hp.rope_scaling = KVS_ROPE_SCALING_NONE;
-    swa_hp.rope_factor = 1.0;
-    swa_hp.rope_longrope = 0;
+    if (!m->hp.rope_swa_scaled) {
+        swa_hp.rope_scaling = KVS_ROPE_SCALING_NONE;
+        swa_hp.rope_factor = 1.0;
+        swa_hp.rope_longrope = 0;
+    }
 
     rc = kvs_rope_init(&rope[1], &swa_hp, err);
     if (rc != KVS_OK) {
