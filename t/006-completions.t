@@ -73,10 +73,10 @@ run_tests();
 
 __DATA__
 
-=== TEST 1: chat, non-streaming: one choice, its message, usage (the random model may end early)
+=== TEST 1: chat, non-streaming: one choice, its message, usage (the random model may end early; seeded, so never before a first token)
 --- request
 POST /v1/chat/completions
-{"model": "kvserve-tiny", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 5}
+{"model": "kvserve-tiny", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 5, "seed": 7}
 --- response_headers
 Content-Type: application/json
 --- response_body_like eval

@@ -88,7 +88,15 @@ is_deeply([keys %engines], [$engine],
           'every worker talks to the same engine process');
 ok(scalar(keys %workers) >= 1, 'status answered by '
    . scalar(keys %workers) . ' worker(s)');
-is($st->{engine}{clients}, 4, 'the engine has one client per worker');
+# Each worker connects when it starts (and retries while the engine is
+# not listening yet), so a loaded host may answer the first status while
+# a worker is still connecting: wait for the fourth, within a deadline.
+my $clients = $st->{engine}{clients};
+for (my $until = time + 15; $clients != 4 && time < $until; ) {
+    sleep 0.1;
+    $clients = status()->{engine}{clients};
+}
+is($clients, 4, 'the engine has one client per worker');
 
 # a client that goes away mid-stream
 my $before = status()->{models}[0];
@@ -129,7 +137,7 @@ __DATA__
 === TEST 1: chat stream: role first, content, finish, usage, [DONE]
 --- request
 POST /v1/chat/completions
-{"model": "kvserve-tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": true, "stream_options": {"include_usage": true}}
+{"model": "kvserve-tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "seed": 7, "stream": true, "stream_options": {"include_usage": true}}
 --- response_headers
 Content-Type: text/event-stream
 Cache-Control: no-cache
