@@ -300,11 +300,11 @@ T ?= t/*.t
 # the probe's shared object too, so that kvserve_backend auto really asks
 # cudart (t/017-backend.t)
 itest: $(MODULE) $(DEFAULT_MODEL) $(filter %_probe.so,$(CUDA_SO))
-	TEST_NGINX_BINARY=$(NGINX) \
+	KVS_FIXTURES=$(FIXTURES) TEST_NGINX_BINARY=$(NGINX) \
 	TEST_NGINX_LOAD_MODULES=$(abspath $(MODULE)) \
 	TEST_NGINX_MODEL_DIR=$(BABS)/models \
 	TEST_NGINX_SERVROOT=$(BABS)/servroot \
-	prove $(PROVE_INC) $(T)
+	prove --directives $(PROVE_INC) $(T)
 
 # the official openai Python SDK, unchanged, against nginx with the module
 sdk: $(MODULE) $(DEFAULT_MODEL) $(PY_STAMP) $(CLI)

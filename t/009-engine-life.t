@@ -21,23 +21,14 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use Kvserve::Live;
 use Time::HiRes qw(sleep time);
-use Cwd ();
 
 my $t = Kvserve::Live->new('009');
 
-# stories260K when the fixtures are there (its end tokens, as
-# llama2.c's run.c has them: 1 and 2), else the tiny
-# default model (BOS 507, EOS 508 and EOT 511 end a text): banned,
-# streams run long
-my $fixture = Cwd::getcwd() . "/../shared/fixtures/models/stories260K-f32.gguf";
-my ($model, $bias, $max_tokens);
-if (-f $fixture) {
-    ($model, $bias, $max_tokens) = ($fixture, '{"1": -100, "2": -100}', 1800);
-} else {
-    ($model, $bias, $max_tokens) =
-        ($t->model_dir . "/default.gguf",
-         '{"507": -100, "508": -100, "511": -100}', 480);
-}
+# the tiny default model, with or without the fixtures (BOS 507, EOS 508
+# and EOT 511 end a text): banned, streams run long
+my ($model, $bias, $max_tokens) =
+    ($t->model_dir . "/default.gguf",
+     '{"507": -100, "508": -100, "511": -100}', 480);
 
 my $hang_ms = 1500;
 $t->write_conf(<<"EOC");

@@ -3,9 +3,9 @@
 # worker_processes 2:
 #
 # nginx starts with model A (the tiny default model) and a long stream
-# is started; the configuration is changed to model B (stories260K when
-# the fixtures are there, else a copy of the default model under another
-# path and mtime) and the master gets HUP.  The new workers find the old
+# is started; the configuration is changed to model B (a copy of the
+# default model under another path and mtime, with or without the
+# fixtures) and the master gets HUP.  The new workers find the old
 # engine's HELLO naming other files and send DRAIN: the old engine stops
 # listening and releases the lease, keeps serving the old workers' stream
 # to its [DONE], and exits once they are gone; a request for model B is
@@ -20,7 +20,6 @@ use lib "$FindBin::Bin/lib";
 use Kvserve::Live;
 use File::Copy ();
 use Time::HiRes qw(time);
-use Cwd ();
 
 my $t = Kvserve::Live->new('011', 'models');
 my $root = $t->root;
@@ -32,16 +31,11 @@ my $bias = '{"507": -100, "508": -100, "511": -100}';
 my $max_tokens = 480;
 
 # B: another file
-my $fixture = Cwd::getcwd() . "/../shared/fixtures/models/stories260K-f32.gguf";
 my $model_b = "$root/models/b.gguf";
-if (-f $fixture) {
-    $model_b = $fixture;
-} else {
-    File::Copy::copy($model_a, $model_b) or die "copy: $!";
-    # another identity even within the same second
-    my $mtime = (stat $model_a)[9] - 100;
-    utime $mtime, $mtime, $model_b or die "utime: $!";
-}
+File::Copy::copy($model_a, $model_b) or die "copy: $!";
+# another identity even within the same second
+my $mtime = (stat $model_a)[9] - 100;
+utime $mtime, $mtime, $model_b or die "utime: $!";
 
 sub write_conf {
     my ($name, $model) = @_;

@@ -51,6 +51,7 @@ sub run_tests {
 sub run_block {
     my $block = shift;
     my $name  = $block->name;
+    return if skip_block($block);
     reset_rand_ports();
     my $config = expand_env(scalar $block->config, $name);
 
@@ -71,6 +72,23 @@ sub run_block {
         write_user_files($block) if $i > 0;
         run_requests($block, $i);
     }
+}
+
+# "--- skip_eval: N: CODE", as the real Test::Nginx has it: when CODE
+# evaluates true the block runs nothing and N tests are reported skipped
+# (the block's name says why).
+sub skip_block {
+    my $block = shift;
+    my $spec  = $block->skip_eval;
+    return 0 unless defined $spec;
+    $spec =~ /^\s*(\d+)\s*:\s*(.*?)\s*\z/s
+        or bail_out($block->name . " - bad skip_eval \"$spec\" (N: CODE)");
+    my ($n, $code) = ($1, $2);
+    my $skip = eval $code;
+    bail_out($block->name . " - skip_eval: $@") if $@;
+    return 0 unless $skip;
+    SKIP: { Test::More::skip($block->name . " - skip_eval", $n) }
+    return 1;
 }
 
 sub start_or_bail {
