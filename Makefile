@@ -331,10 +331,15 @@ layers:
 JOBS         ?= $(shell nproc 2>/dev/null || echo 2)
 CLANG_ASAN_BINS := $(UNIT_SRCS:t/unit/%.c=$(B)/clang/asan/unit/%)
 
+# every suite's output is kept in $(B)/test.log, whose counts of passed
+# and skipped tests (and the fixtures the skips wanted) end the run
 test: deps
 	@$(MAKE) -s -j$(JOBS) test-build
-	@$(MAKE) -s layers unit unit-asan-pair unit-tsan interop itest sdk \
-	    $(if $(filter 1,$(KVSERVE_CUDA)),cuda-check)
+	@set -o pipefail; \
+	$(MAKE) -s layers unit unit-asan-pair unit-tsan interop itest sdk \
+	    $(if $(filter 1,$(KVSERVE_CUDA)),cuda-check) 2>&1 \
+	    | tee $(B)/test.log; rc=$$?; \
+	bash t/summary.sh $(B)/test.log; exit $$rc
 
 test-build: $(UNIT_BINS) $(ASAN_BINS) $(TSAN_BINS) $(CLI) $(MODULE) \
     $(DEFAULT_MODEL) $(CUDA_SO) $(B)/gguf_sample $(B)/quant_sample \
