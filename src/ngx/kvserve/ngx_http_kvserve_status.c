@@ -457,7 +457,7 @@ ngx_http_kvserve_where_variable(ngx_http_request_t *r,
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_kvserve_module);
 
-    if (ctx == NULL || !ctx->completion || ctx->tok_where == 0) {
+    if (ctx == NULL || ctx->tok_where == 0) {
         v->data = (u_char *) "-";
         v->len = 1;
 

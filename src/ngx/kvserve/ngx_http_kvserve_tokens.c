@@ -216,8 +216,8 @@ ngx_http_kvserve_tokenize_start(ngx_http_kvserve_ctx_t *ctx,
     /* cache breakpoints are a completion's business */
     ctx->req.n_breaks = 0;
 
+    /* no parts: nothing goes to the engine (the job has its one) */
     ctx->chat = ctx->req.kind == KVS_API_CHAT;
-    ctx->n_parts = 1;
 
     job = ngx_pcalloc(ctx->r->pool, sizeof(ngx_http_kvserve_tok_job_t));
     if (job == NULL) {
