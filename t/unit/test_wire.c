@@ -1341,10 +1341,10 @@ test_bad_others(void **state)
     put32(b.data + 28 + STATS_MODEL, 2);
     expect_bad(b.data, b.len, "tenant");
     put32(b.data + 28 + STATS_MODEL, 1);
-    b.data[28 + STATS_MODEL + 8] = 0x01;                  /* key_len 257 */
+    b.data[28 + STATS_MODEL + 8] = 0x01;      /* key_len 257 */
     b.data[28 + STATS_MODEL + 9] = 0x01;
     expect_bad(b.data, b.len, "key_len");
-    b.data[28 + STATS_MODEL + 8] = 4;                     /* one byte too many */
+    b.data[28 + STATS_MODEL + 8] = 4;         /* one byte too many */
     b.data[28 + STATS_MODEL + 9] = 0;
     expect_bad(b.data, b.len, "tenant.n_seqs");
     st->models[0].tenants.n_top = KVS_ENGINE_TOP_TENANTS + 1;
