@@ -414,6 +414,7 @@ FUZZ_SRCS := $(filter src/model/% src/base/% src/tokenizer/%, $(LIB_SRCS))
 # response_format and tools
 FUZZ_REQ_SRCS := $(FUZZ_SRCS) $(wildcard src/api/kvs_api_req*.c) \
                  src/api/kvs_api_models.c src/api/kvs_tool_parse.c \
+                 src/api/kvs_api_tok.c \
                  src/sample/kvs_sample.c $(wildcard src/grammar/*.c)
 
 # Each target runs for FUZZ_TIME seconds as a goal of its own, so that

@@ -333,6 +333,20 @@ static ngx_command_t  ngx_http_kvserve_commands[] = {
       0,
       NULL },
 
+    { ngx_string("kvserve_health"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_kvserve_health_directive,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("kvserve_cors_origins"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_kvserve_cors_origins,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
       ngx_null_command
 };
 
@@ -736,6 +750,8 @@ ngx_http_kvserve_create_loc_conf(ngx_conf_t *cf)
     klcf->cache_scope = NGX_CONF_UNSET_PTR;
     klcf->max_messages = NGX_CONF_UNSET_UINT;
     klcf->max_sequences = NGX_CONF_UNSET_UINT;
+    klcf->health = NGX_CONF_UNSET;
+    klcf->cors = NGX_CONF_UNSET_PTR;
 
     return klcf;
 }
@@ -750,6 +766,8 @@ ngx_http_kvserve_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->enable, prev->enable, 0);
     ngx_conf_merge_value(conf->status, prev->status, 0);
     ngx_conf_merge_value(conf->metrics, prev->metrics, 0);
+    ngx_conf_merge_value(conf->health, prev->health, 0);
+    ngx_conf_merge_ptr_value(conf->cors, prev->cors, NULL);
     ngx_conf_merge_value(conf->chat_template, prev->chat_template,
                          NGX_CONF_UNSET);
     ngx_conf_merge_size_value(conf->tokenize_threshold,

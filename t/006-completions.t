@@ -252,3 +252,69 @@ Allow: POST
 Content-Type: application/json
 --- response_body
 {"error":{"message":"Method GET is not allowed here; use POST.","type":"invalid_request_error","param":null,"code":"method_not_allowed"}}
+
+
+
+=== TEST 19: the end token ends a completion (EOS forced by logit_bias)
+--- request
+POST /v1/completions
+{"model": "kvserve-tiny", "prompt": "Once", "max_tokens": 8, "logit_bias": {"508": 100}}
+--- error_code: 200
+--- response_body_like eval
+qr/"finish_reason":"stop".*"completion_tokens":[0-7],/s
+
+
+
+=== TEST 20: ignore_eos: generation goes on past the end token, up to max_tokens
+--- request
+POST /v1/completions
+{"model": "kvserve-tiny", "prompt": "Once", "max_tokens": 8, "logit_bias": {"508": 100}, "ignore_eos": true}
+--- error_code: 200
+--- response_body_like eval
+qr/"finish_reason":"length".*"completion_tokens":8,/s
+
+
+
+=== TEST 21: ignore_eos on chat too (the turn's end token forced)
+--- request
+POST /v1/chat/completions
+{"model": "kvserve-tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6, "logit_bias": {"508": 100, "511": 100}, "ignore_eos": true}
+--- error_code: 200
+--- response_body_like eval
+qr/"finish_reason":"length".*"completion_tokens":6,/s
+
+
+
+=== TEST 22: ignore_eos of the wrong type is a 400 naming it
+--- request eval
+["POST /v1/completions\n{\"model\": \"kvserve-tiny\", \"prompt\": \"a\", \"ignore_eos\": 1}",
+ "POST /v1/chat/completions\n{\"model\": \"kvserve-tiny\", \"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"ignore_eos\": \"yes\"}"]
+--- error_code eval
+[400, 400]
+--- response_body eval
+["{\"error\":{\"message\":\"Invalid type for 'ignore_eos': expected a boolean, but got an integer instead.\",\"type\":\"invalid_request_error\",\"param\":\"ignore_eos\",\"code\":\"invalid_type\"}}\n",
+ "{\"error\":{\"message\":\"Invalid type for 'ignore_eos': expected a boolean, but got a string instead.\",\"type\":\"invalid_request_error\",\"param\":\"ignore_eos\",\"code\":\"invalid_type\"}}\n"]
+
+
+
+=== TEST 23: an unknown field passes, and is logged (notice) naming it
+--- request
+POST /v1/completions
+{"model": "kvserve-tiny", "prompt": "a", "max_tokens": 1, "no_such_field": 1, "metadata": {}}
+--- error_code: 200
+--- error_log
+request field "no_such_field" in /v1/completions is not read by this server
+request field "metadata" in /v1/completions is not read by this server
+
+
+
+=== TEST 24: ... once per name per worker: the second request logs nothing more
+--- request eval
+["POST /v1/completions\n{\"model\": \"kvserve-tiny\", \"prompt\": \"a\", \"max_tokens\": 1, \"no_such_field\": 1}",
+ "POST /v1/completions\n{\"model\": \"kvserve-tiny\", \"prompt\": \"a\", \"max_tokens\": 1, \"no_such_field\": 2}"]
+--- error_code eval
+[200, 200]
+--- grep_error_log: request field "no_such_field"
+--- grep_error_log_out eval
+# checked after each request: the first logs it, the second must not
+qr/\A(?:request field "no_such_field"\n)?\z/

@@ -217,6 +217,27 @@ for my $h (qw(time_to_first_token_seconds inter_token_latency_seconds
               request_generation_tokens)) {
     is($type0->{"kvserve:$h"}, 'histogram', "metrics: $h is a histogram");
 }
+for my $h (qw(request_params_n request_params_max_tokens
+              request_max_num_generation_tokens iteration_tokens_total)) {
+    is($type0->{"kvserve:$h"}, 'histogram', "metrics: $h is a histogram");
+}
+ok(exists $m0->{'kvserve:iteration_tokens_total_bucket'
+                . '{model_name="kvserve-tiny",le="1.0"}'}
+   && exists $m0->{'kvserve:iteration_tokens_total_bucket'
+                   . '{model_name="kvserve-tiny",le="16384.0"}'}
+   && exists $m0->{'kvserve:request_params_n_bucket'
+                   . '{model_name="kvserve-tiny",le="20.0"}'},
+   "metrics: iteration_tokens_total and request_params_n have vLLM's "
+   . "bounds");
+is($type0->{'kvserve:cache_config_info'}, 'gauge',
+   'metrics: cache_config_info is a gauge');
+{
+    my ($k) = grep { /^kvserve:cache_config_info\{/ } keys %$m0;
+    like($k // '', qr/^kvserve:cache_config_info\{model_name="kvserve-tiny",block_size="16",cache_dtype="f32",enable_prefix_caching="True",num_gpu_blocks="1024"\}$/,
+         '... labelled with the KV cache configuration (8m of 512-byte '
+         . 'tokens in 16-token blocks)');
+    is($m0->{$k // ''}, '1.0', '... valued 1');
+}
 ok(exists $m0->{'kvserve:time_to_first_token_seconds_bucket'
                 . '{model_name="kvserve-tiny",le="0.001"}'}
    && exists $m0->{'kvserve:time_to_first_token_seconds_bucket'
@@ -342,6 +363,31 @@ for my $h (qw(time_to_first_token_seconds e2e_request_latency_seconds
     is(counter($m1, "${h}_count") - counter($m0, "${h}_count"),
        scalar(@ids), "$h: one observation per request");
 }
+# vLLM's request parameters: n (1 each), the max_tokens asked (4, 8 and
+# 12, then 6 and 5), the most tokens a choice generated (one choice each)
+is(counter($m1, 'request_params_n_count')
+   - counter($m0, 'request_params_n_count'), scalar(@ids),
+   'request_params_n: one observation per request');
+is(counter($m1, 'request_params_n_sum')
+   - counter($m0, 'request_params_n_sum'), scalar(@ids), '... of n = 1');
+is(counter($m1, 'request_params_max_tokens_count')
+   - counter($m0, 'request_params_max_tokens_count'), scalar(@ids),
+   'request_params_max_tokens: one observation per request');
+is(counter($m1, 'request_params_max_tokens_sum')
+   - counter($m0, 'request_params_max_tokens_sum'), 4 + 8 + 12 + 6 + 5,
+   '... of the max_tokens they asked');
+is(counter($m1, 'request_max_num_generation_tokens_count')
+   - counter($m0, 'request_max_num_generation_tokens_count'), scalar(@ids),
+   'request_max_num_generation_tokens: one observation per request');
+is(counter($m1, 'request_max_num_generation_tokens_sum')
+   - counter($m0, 'request_max_num_generation_tokens_sum'), $gt,
+   "... of their one choice's tokens ($gt)");
+cmp_ok(counter($m1, 'iteration_tokens_total_count')
+       - counter($m0, 'iteration_tokens_total_count'), '>=', $gt / 2,
+       'iteration_tokens_total: the engine counted its steps');
+cmp_ok(counter($m1, 'iteration_tokens_total_sum')
+       - counter($m0, 'iteration_tokens_total_sum'), '>=', $gt - scalar(@ids),
+       '... and their tokens');
 cmp_ok(counter($m1, 'inter_token_latency_seconds_count')
        - counter($m0, 'inter_token_latency_seconds_count'), '>', 0,
        'inter_token_latency_seconds: observations');

@@ -104,7 +104,7 @@ static const char  *kvs_api_fields[] = {
     "seed", "stream", "stream_options", "logprobs", "top_logprobs",
     "presence_penalty", "frequency_penalty", "user", "echo", "suffix",
     "best_of", "response_format", "tools", "tool_choice",
-    "parallel_tool_calls", "functions", "function_call"
+    "parallel_tool_calls", "functions", "function_call", "ignore_eos"
 };
 
 
@@ -411,7 +411,7 @@ kvs_api_str(const json_t *v, const char *path, kvs_api_str_t *out,
 
 /* The body itself. */
 
-static int
+int
 kvs_api_req_load(kvs_api_req_t *req, const char *body, size_t len,
     size_t max_body, kvs_api_err_t *aerr)
 {

@@ -154,6 +154,10 @@ typedef struct {
                                              array), logprobs,
                                              top_logprobs */
     int                   echo;           /* completions */
+    int                   ignore_eos;     /* extension (vLLM's and
+                                             llama-server's): generate
+                                             past the model's end tokens,
+                                             up to max_tokens */
     unsigned              rf_kind;        /* the output constraint:
                                              response_format's
                                              KVS_GRAM_REQ_NONE (absent or
@@ -198,6 +202,16 @@ int kvs_api_req_parse(kvs_api_req_t *req, kvs_api_kind_t kind,
     const char *body, size_t len, size_t max_body, kvs_api_err_t *aerr);
 
 void kvs_api_req_free(kvs_api_req_t *req);
+
+/*
+ * The top-level fields of a parsed request that the parser does not read
+ * for its kind (they pass, as OpenAI lets them): up to max of their
+ * names into names[] (pointing into the tree, valid until
+ * kvs_api_req_free()), in the tree's order; returns how many there are
+ * in all, which may exceed max.
+ */
+size_t kvs_api_req_unknown(const kvs_api_req_t *req, const char **names,
+    size_t max);
 
 /* A chat request's messages against the host's cap (kvserve_max_messages;
  * OpenAI states none): 400 "array too long" naming messages over max.

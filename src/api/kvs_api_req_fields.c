@@ -374,6 +374,13 @@ kvs_api_req_common(kvs_api_req_t *req, kvs_api_err_t *aerr)
     }
     sp->top_k = i < 0 ? 0 : (i > INT32_MAX ? INT32_MAX : (int32_t) i);
 
+    /* vLLM's and llama-server's extension, which serving benchmarks
+     * send to get exactly max_tokens out of every request */
+    rc = kvs_api_f_bool(root, "ignore_eos", &req->ignore_eos, aerr);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
     v = kvs_api_opt(root, "logit_bias");
     if (v != NULL) {
         rc = kvs_api_req_logit_bias(req, v, aerr);

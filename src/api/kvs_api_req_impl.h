@@ -51,6 +51,12 @@ int kvs_api_str(const json_t *v, const char *path, kvs_api_str_t *out,
 /* A number as the client wrote it, near enough, for messages. */
 void kvs_api_num_text(const json_t *v, char *buf, size_t size);
 
+/* body[len] into req->root: the size limit (413), strict JSON (no NUL,
+ * no duplicate keys, valid UTF-8) and an object, with the parser's
+ * errors; the tokenize endpoints' bodies load the same way. */
+int kvs_api_req_load(kvs_api_req_t *req, const char *body, size_t len,
+    size_t max_body, kvs_api_err_t *aerr);
+
 /* The fields both endpoints have, then each endpoint's own. */
 int kvs_api_req_common(kvs_api_req_t *req, kvs_api_err_t *aerr);
 int kvs_api_req_chat(kvs_api_req_t *req, kvs_api_err_t *aerr);

@@ -39,6 +39,10 @@ static void kvs_engine_pin(kvs_engine_t *e, kvs_engine_seq_t *h);
 static void *kvs_engine_main(void *arg);
 
 
+const uint32_t  kvs_engine_iter_bounds[KVS_ENGINE_ITER_BOUNDS] = {
+    1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384
+};
+
 
 
 int
@@ -289,7 +293,7 @@ int
 kvs_engine_step_run(kvs_engine_t *e)
 {
     int                 rc, dev;
-    uint32_t            i, used;
+    uint32_t            i, k, used, n_tok;
     uint64_t            t0, dt;
     kvs_err_t           err;
     kvs_seq_t          *seq, *next;
@@ -392,6 +396,15 @@ kvs_engine_step_run(kvs_engine_t *e)
     e->stats.step_ns_max = dt > e->stats.step_ns_max ? dt
                                                      : e->stats.step_ns_max;
     e->stats.batch_seqs += plan.n_logits;
+
+    n_tok = plan.n_prefill + plan.n_decode;
+    for (k = 0; k < KVS_ENGINE_ITER_BOUNDS; k++) {
+        if (n_tok <= kvs_engine_iter_bounds[k]) {
+            break;
+        }
+    }
+    e->stats.iter_tokens[k]++;
+    e->stats.iter_tokens_sum += n_tok;
 
     if (plan.n_prefill == 0) {
         e->stats.decode_only_steps++;

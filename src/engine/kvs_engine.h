@@ -189,6 +189,10 @@ typedef struct {
     char                    error[KVS_ERR_MSG_LEN];  /* when ERROR */
 } kvs_engine_out_t;
 
+/* vLLM's iteration_tokens_total buckets (1, 8, 16, ... 16384). */
+#define KVS_ENGINE_ITER_BOUNDS  13
+extern const uint32_t  kvs_engine_iter_bounds[KVS_ENGINE_ITER_BOUNDS];
+
 typedef struct {
     uint64_t  steps;
     uint64_t  prefill_tokens;         /* computed, recomputes included */
@@ -215,7 +219,13 @@ typedef struct {
     uint32_t  cache_blocks;           /* in the prefix cache now */
     uint32_t  cache_pinned_blocks;
     uint64_t  epoch;                  /* the weights' identity */
+    uint64_t  iter_tokens[KVS_ENGINE_ITER_BOUNDS + 1];  /* steps by the
+                                         tokens they computed:
+                                         <= kvs_engine_iter_bounds[i],
+                                         the last above them all */
+    uint64_t  iter_tokens_sum;        /* tokens of those steps */
 } kvs_engine_stats_t;
+
 
 
 /* Builds the backend (conf->backend; a CUDA one that cannot be had

@@ -154,52 +154,77 @@ static const double  kvs_latency_bounds[] = {
     50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0
 };
 
+/* vLLM's request_params_n buckets */
+static const double  kvs_n_bounds[] = {
+    1, 2, 5, 10, 20
+};
+
+/* iteration_tokens_total: tokens per engine step, the engine's buckets
+ * (KVS_ENGINE_ITER_BOUNDS, 1 ... 16384) */
+static const double  kvs_iter_bounds[KVS_METRICS_ITER_BOUNDS] = {
+    1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384
+};
+
 #define KVS_NELTS(a)  (sizeof(a) / sizeof((a)[0]))
 
 typedef struct {
     const char    *name;      /* after "kvserve:" */
     const char    *help;
     kvs_hist_id_t  id;
-    const double  *bounds;    /* seconds; NULL: the model's token bounds */
+    const double  *bounds;    /* seconds, or counts; NULL: the model's
+                                 token bounds */
     unsigned       n_bounds;
+    unsigned       counts;    /* bounds are counts, not seconds */
 } kvs_hist_def_t;
 
 static const kvs_hist_def_t  kvs_hist_defs[] = {
     { "time_to_first_token_seconds",
       "Histogram of time to first token in seconds.",
-      KVS_HIST_TTFT, kvs_ttft_bounds, KVS_NELTS(kvs_ttft_bounds) },
+      KVS_HIST_TTFT, kvs_ttft_bounds, KVS_NELTS(kvs_ttft_bounds), 0 },
     { "inter_token_latency_seconds",
       "Histogram of inter-token latency in seconds.",
-      KVS_HIST_ITL, kvs_itl_bounds, KVS_NELTS(kvs_itl_bounds) },
+      KVS_HIST_ITL, kvs_itl_bounds, KVS_NELTS(kvs_itl_bounds), 0 },
     { "time_per_output_token_seconds",
       "Histogram of time per output token in seconds (the same "
       "observations as inter_token_latency_seconds; vLLM's older name).",
-      KVS_HIST_ITL, kvs_itl_bounds, KVS_NELTS(kvs_itl_bounds) },
+      KVS_HIST_ITL, kvs_itl_bounds, KVS_NELTS(kvs_itl_bounds), 0 },
     { "e2e_request_latency_seconds",
       "Histogram of e2e request latency in seconds.",
-      KVS_HIST_E2E, kvs_latency_bounds, KVS_NELTS(kvs_latency_bounds) },
+      KVS_HIST_E2E, kvs_latency_bounds, KVS_NELTS(kvs_latency_bounds), 0 },
     { "request_queue_time_seconds",
       "Histogram of time from the worker handing the request over to the "
       "engine process receiving it, in seconds.",
-      KVS_HIST_QUEUE, kvs_latency_bounds, KVS_NELTS(kvs_latency_bounds) },
+      KVS_HIST_QUEUE, kvs_latency_bounds,
+      KVS_NELTS(kvs_latency_bounds), 0 },
     { "request_prefill_time_seconds",
       "Histogram of time from the engine receiving the request to its "
       "first token, in seconds.",
-      KVS_HIST_PREFILL, kvs_latency_bounds, KVS_NELTS(kvs_latency_bounds) },
+      KVS_HIST_PREFILL, kvs_latency_bounds,
+      KVS_NELTS(kvs_latency_bounds), 0 },
     { "request_decode_time_seconds",
       "Histogram of time from the first token to the last, in seconds.",
-      KVS_HIST_DECODE, kvs_latency_bounds, KVS_NELTS(kvs_latency_bounds) },
+      KVS_HIST_DECODE, kvs_latency_bounds,
+      KVS_NELTS(kvs_latency_bounds), 0 },
     { "request_inference_time_seconds",
       "Histogram of time from the engine receiving the request to its "
       "last token, in seconds.",
       KVS_HIST_INFERENCE, kvs_latency_bounds,
-      KVS_NELTS(kvs_latency_bounds) },
+      KVS_NELTS(kvs_latency_bounds), 0 },
     { "request_prompt_tokens",
       "Number of prefill tokens processed.",
-      KVS_HIST_PROMPT_TOKENS, NULL, 0 },
+      KVS_HIST_PROMPT_TOKENS, NULL, 0, 0 },
     { "request_generation_tokens",
       "Number of generation tokens processed.",
-      KVS_HIST_GEN_TOKENS, NULL, 0 },
+      KVS_HIST_GEN_TOKENS, NULL, 0, 0 },
+    { "request_params_n",
+      "Histogram of the n request parameter.",
+      KVS_HIST_PARAMS_N, kvs_n_bounds, KVS_NELTS(kvs_n_bounds), 1 },
+    { "request_params_max_tokens",
+      "Histogram of the max_tokens request parameter.",
+      KVS_HIST_PARAMS_MAX_TOKENS, NULL, 0, 0 },
+    { "request_max_num_generation_tokens",
+      "Histogram of maximum number of requested generation tokens.",
+      KVS_HIST_MAX_GEN_TOKENS, NULL, 0, 0 },
 };
 
 /* the per-model counters, in exposition order (after "kvserve:", before
@@ -400,7 +425,9 @@ kvs_metrics_observe(kvs_metrics_t *m, uint32_t model, kvs_hist_id_t h,
 
     if (def->bounds != NULL) {
         for (i = 0; i < def->n_bounds; i++) {
-            if (v <= kvs_seconds_ns(def->bounds[i])) {
+            if (v <= (def->counts ? (uint64_t) def->bounds[i]
+                                  : kvs_seconds_ns(def->bounds[i])))
+            {
                 break;
             }
         }
@@ -613,7 +640,7 @@ kvs_metrics_hist(kvs_buf_t *out, const kvs_metrics_t *m,
 
         if (rc == KVS_OK) {
             sum = kvs_metrics_load(&hist->sum);
-            if (def->bounds != NULL) {
+            if (def->bounds != NULL && !def->counts) {
                 snprintf(val, sizeof(val), "%.9f", (double) sum / 1e9);
             } else {
                 snprintf(val, sizeof(val), "%llu",
@@ -741,6 +768,121 @@ kvs_metrics_evictions(kvs_buf_t *out, const kvs_metrics_t *m,
                                         "_total", m->models[i].name, NULL,
                                         g[i].cache_evicted_blocks);
         }
+    }
+
+    return rc;
+}
+
+
+/* iteration_tokens_total: the engine's steps by tokens computed, when
+ * it answered (kept by the engine, so it restarts with it). */
+static int
+kvs_metrics_iter(kvs_buf_t *out, const kvs_metrics_t *m,
+    const kvs_metrics_gauges_t *g)
+{
+    int       rc;
+    char      le[64];
+    uint32_t  i, k, any;
+    uint64_t  cum;
+
+    any = 0;
+    for (i = 0; g != NULL && i < m->n_models; i++) {
+        any |= (uint32_t) g[i].have;
+    }
+
+    if (!any) {
+        return KVS_OK;
+    }
+
+    rc = kvs_metrics_head(out, "iteration_tokens_total", "",
+                          "Histogram of number of tokens per engine_step.",
+                          "histogram");
+
+    for (i = 0; rc == KVS_OK && i < m->n_models; i++) {
+        if (!g[i].have) {
+            continue;
+        }
+
+        cum = 0;
+
+        for (k = 0; rc == KVS_OK && k <= KVS_METRICS_ITER_BOUNDS; k++) {
+            cum += g[i].iter_tokens[k];
+
+            if (k == KVS_METRICS_ITER_BOUNDS) {
+                snprintf(le, sizeof(le), "le=\"+Inf\"");
+            } else {
+                memcpy(le, "le=\"", 4);
+                kvs_metrics_le(le + 4, sizeof(le) - 5, kvs_iter_bounds[k]);
+                strcat(le, "\"");
+            }
+
+            rc = kvs_metrics_sample_u64(out, "iteration_tokens_total",
+                                        "_bucket", m->models[i].name, le,
+                                        cum);
+        }
+
+        if (rc == KVS_OK) {
+            rc = kvs_metrics_sample_u64(out, "iteration_tokens_total",
+                                        "_count", m->models[i].name, NULL,
+                                        cum);
+        }
+
+        if (rc == KVS_OK) {
+            rc = kvs_metrics_sample_u64(out, "iteration_tokens_total",
+                                        "_sum", m->models[i].name, NULL,
+                                        g[i].iter_tokens_sum);
+        }
+    }
+
+    return rc;
+}
+
+
+/* cache_config_info: 1, the KV cache's configuration in labels (vLLM's
+ * names for what we have: block_size, num_gpu_blocks, cache_dtype,
+ * enable_prefix_caching, written as Python writes them). */
+static int
+kvs_metrics_cache_config(kvs_buf_t *out, const kvs_metrics_t *m,
+    const kvs_metrics_gauges_t *g)
+{
+    int          rc;
+    char         extra[192];
+    uint32_t     i, any;
+    const char  *p;
+
+    any = 0;
+    for (i = 0; g != NULL && i < m->n_models; i++) {
+        any |= g[i].block_size != 0;
+    }
+
+    if (!any) {
+        return KVS_OK;
+    }
+
+    rc = kvs_metrics_head(out, "cache_config_info", "",
+                          "Information of the LLMEngine CacheConfig.",
+                          "gauge");
+
+    for (i = 0; rc == KVS_OK && i < m->n_models; i++) {
+        if (g[i].block_size == 0) {
+            continue;
+        }
+
+        /* a dtype name is ours ("f32", "q8_0"): nothing to escape, but
+         * nothing odd reaches a label either */
+        p = g[i].cache_dtype != NULL ? g[i].cache_dtype : "";
+        if (strpbrk(p, "\\\"\n") != NULL) {
+            p = "?";
+        }
+
+        snprintf(extra, sizeof(extra), "block_size=\"%u\","
+                 "cache_dtype=\"%s\",enable_prefix_caching=\"%s\","
+                 "num_gpu_blocks=\"%u\"", (unsigned) g[i].block_size, p,
+                 g[i].prefix_caching ? "True" : "False",
+                 (unsigned) g[i].num_blocks);
+
+        rc = kvs_metrics_sample(out, "cache_config_info", "",
+                                m->models[i].name, extra, "1.0");
     }
 
     return rc;
@@ -908,6 +1050,10 @@ kvs_metrics_write(const kvs_metrics_t *m, const kvs_metrics_gauges_t *g,
         rc = kvs_metrics_gauges(out, m, g);
     }
 
+    if (rc == KVS_OK) {
+        rc = kvs_metrics_cache_config(out, m, g);
+    }
+
     for (i = 0; rc == KVS_OK && i < KVS_NELTS(kvs_counter_defs); i++) {
         rc = kvs_metrics_counter(out, m, kvs_counter_defs[i].name,
                                  kvs_counter_defs[i].help,
@@ -941,6 +1087,10 @@ kvs_metrics_write(const kvs_metrics_t *m, const kvs_metrics_gauges_t *g,
 
     for (i = 0; rc == KVS_OK && i < KVS_NELTS(kvs_hist_defs); i++) {
         rc = kvs_metrics_hist(out, m, &kvs_hist_defs[i]);
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_metrics_iter(out, m, g);
     }
 
     if (rc != KVS_OK) {

@@ -28,7 +28,7 @@
 #include "base/kvs_buf.h"
 #include "base/kvs_err.h"
 
-#define KVS_METRICS_MAGIC        0x6b766d31u   /* "kvm1" */
+#define KVS_METRICS_MAGIC        0x6b766d32u   /* "kvm2" */
 #define KVS_METRICS_MAX_BOUNDS   32
 #define KVS_METRICS_NAME_MAX     255
 #define KVS_METRICS_TENANT_LABEL 12     /* bytes of a tenant's key shown */
@@ -98,6 +98,11 @@ typedef enum {
     KVS_HIST_INFERENCE,       /* request_inference_time_seconds */
     KVS_HIST_PROMPT_TOKENS,   /* request_prompt_tokens */
     KVS_HIST_GEN_TOKENS,      /* request_generation_tokens */
+    KVS_HIST_PARAMS_N,        /* request_params_n: choices asked */
+    KVS_HIST_PARAMS_MAX_TOKENS,   /* request_params_max_tokens: the
+                                     client's max_tokens, when given */
+    KVS_HIST_MAX_GEN_TOKENS,  /* request_max_num_generation_tokens: the
+                                 most tokens one choice generated */
     KVS_HIST_N
 } kvs_hist_id_t;
 
@@ -166,6 +171,11 @@ typedef struct {
                                          shown when it exceeds n_top */
 } kvs_metrics_tenants_t;
 
+/* iteration_tokens_total's bounds: tokens per engine step, 1, 8, 16,
+ * 32, ... 16384; the engine keeps the same buckets
+ * (KVS_ENGINE_ITER_BOUNDS, checked by the glue that copies them) */
+#define KVS_METRICS_ITER_BOUNDS  13
+
 #define KVS_METRICS_AVAIL_UNKNOWN  0   /* left out */
 #define KVS_METRICS_AVAIL_DOWN     1
 #define KVS_METRICS_AVAIL_UP       2
@@ -185,6 +195,18 @@ typedef struct {
                                          started (a counter) */
     kvs_metrics_tenants_t  tenants;   /* the fair share's top tenants and
                                          the rest (keys: nginx's hashes) */
+    uint64_t  iter_tokens[KVS_METRICS_ITER_BOUNDS + 1];  /* when have:
+                                         engine steps by tokens computed,
+                                         per bucket (the last: above
+                                         all), since the engine started */
+    uint64_t  iter_tokens_sum;
+
+    /* cache_config_info, from the configuration: written for every model
+     * whose block_size is not 0, engine answering or not */
+    uint32_t     block_size;          /* tokens per KV block */
+    uint32_t     num_blocks;          /* of its KV cache */
+    const char  *cache_dtype;         /* "f32", "f16", ...; borrowed */
+    int          prefix_caching;
 } kvs_metrics_gauges_t;
 
 /* Bytes kvs_metrics_init() needs for n models. */

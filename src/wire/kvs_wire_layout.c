@@ -154,7 +154,40 @@ static const kvs_wire_field_t  kvs_wire_stats_model_f[] = {
     { "cache_pinned_blocks",  KVS_WIRE_INT, 4, 0,
       KVS_STATS(st.cache_pinned_blocks) },
     { "epoch",                KVS_WIRE_INT, 8, 0, KVS_STATS(st.epoch) },
+    { "iter_tokens[0]",       KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.iter_tokens[0]) },
+    { "iter_tokens[1]",       KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.iter_tokens[1]) },
+    { "iter_tokens[2]",       KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.iter_tokens[2]) },
+    { "iter_tokens[3]",       KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.iter_tokens[3]) },
+    { "iter_tokens[4]",       KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.iter_tokens[4]) },
+    { "iter_tokens[5]",       KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.iter_tokens[5]) },
+    { "iter_tokens[6]",       KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.iter_tokens[6]) },
+    { "iter_tokens[7]",       KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.iter_tokens[7]) },
+    { "iter_tokens[8]",       KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.iter_tokens[8]) },
+    { "iter_tokens[9]",       KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.iter_tokens[9]) },
+    { "iter_tokens[10]",      KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.iter_tokens[10]) },
+    { "iter_tokens[11]",      KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.iter_tokens[11]) },
+    { "iter_tokens[12]",      KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.iter_tokens[12]) },
+    { "iter_tokens[13]",      KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.iter_tokens[13]) },
+    { "iter_tokens_sum",      KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.iter_tokens_sum) },
 };
+
+/* the table above writes every bucket */
+typedef char kvs_wire_iter_check_t[KVS_ENGINE_ITER_BOUNDS == 13 ? 1 : -1];
 
 
 /* STATS_REPLY: a tenant's counts, after its key (none for the rest) */

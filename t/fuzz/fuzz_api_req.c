@@ -9,6 +9,10 @@
  * render with a built-in chat format and with a Jinja template that
  * walks the tool fields, or are refused with a field-naming KVS_EINVAL
  * (KVS_EUNSUPPORTED for tool calling through a built-in format).
+ * The same input is parsed as /tokenize and /detokenize bodies too
+ * (kvs_api_tok), with the same rule for failures, and an accepted one
+ * answers valid JSON; an accepted request's unknown fields are named
+ * (kvs_api_req_unknown), each a key of its body.
  */
 
 #include <stdint.h>
@@ -16,6 +20,7 @@
 #include <string.h>
 
 #include "api/kvs_api_req.h"
+#include "api/kvs_api_tok.h"
 #include "base/kvs_utf8.h"
 #include "tokenizer/kvs_chat.h"
 #include "tokenizer/kvs_chat_jinja.h"
@@ -224,6 +229,92 @@ fuzz_ok(const kvs_api_req_t *r, kvs_api_kind_t kind, int gemma)
 }
 
 
+/* /tokenize and /detokenize bodies: a failure as the parser's, an
+ * accepted body's fields in range and its answer valid JSON. */
+static void
+fuzz_tok(const char *copy, size_t size)
+{
+    int            rc;
+    size_t         i;
+    json_t        *j;
+    kvs_buf_t      out;
+    kvs_api_tok_t  t;
+    kvs_api_err_t  e;
+    json_error_t   je;
+    const int32_t  ids[2] = { 0, 2147483647 };
+
+    memset(&e, 0, sizeof(e));
+    rc = kvs_api_tokenize_parse(&t, copy, size, 0, &e);
+
+    if (rc != KVS_OK) {
+        fuzz_failed(&t.req, &e);
+        FUZZ_CHECK(t.ids == NULL);
+
+    } else {
+        FUZZ_CHECK(t.shape == KVS_API_TOK_VLLM
+                   || t.shape == KVS_API_TOK_LLAMA);
+        if (t.req.kind == KVS_API_CHAT) {
+            FUZZ_CHECK(json_array_size(t.req.messages) > 0);
+        } else {
+            FUZZ_CHECK(t.req.n_prompts == 1);
+            fuzz_str(t.req.prompts[0].text, size);
+        }
+
+        memset(&out, 0, sizeof(out));
+        if (kvs_api_tokenize_json(&t, ids, 2, 1, &out) == KVS_OK) {
+            j = json_loadb((const char *) out.data, out.len, 0, &je);
+            FUZZ_CHECK(j != NULL);
+            json_decref(j);
+        }
+        kvs_buf_free(&out);
+    }
+
+    kvs_api_tok_free(&t);
+
+    memset(&e, 0, sizeof(e));
+    rc = kvs_api_detokenize_parse(&t, copy, size, 0, &e);
+
+    if (rc != KVS_OK) {
+        fuzz_failed(&t.req, &e);
+        FUZZ_CHECK(t.ids == NULL);
+
+    } else {
+        for (i = 0; i < t.n_ids; i++) {
+            FUZZ_CHECK(t.ids[i] >= 0);
+        }
+
+        rc = kvs_api_tok_check_ids(&t, 100, &e);
+        FUZZ_CHECK(rc == KVS_OK || (e.status == 400
+                                    && strncmp(e.param, "tokens[", 7) == 0));
+
+        memset(&out, 0, sizeof(out));
+        if (kvs_api_detokenize_json(&t, "a\"b", 3, &out) == KVS_OK) {
+            j = json_loadb((const char *) out.data, out.len, 0, &je);
+            FUZZ_CHECK(j != NULL);
+            json_decref(j);
+        }
+        kvs_buf_free(&out);
+    }
+
+    kvs_api_tok_free(&t);
+}
+
+
+/* The unknown fields an accepted request names are keys of its body. */
+static void
+fuzz_unknown(const kvs_api_req_t *r)
+{
+    size_t       i, n;
+    const char  *names[4];
+
+    n = kvs_api_req_unknown(r, names, 4);
+
+    for (i = 0; i < n && i < 4; i++) {
+        FUZZ_CHECK(json_object_get(r->root, names[i]) != NULL);
+    }
+}
+
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -245,6 +336,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         rc = kvs_api_req_parse(&r, (kvs_api_kind_t) k, copy, size, 0, &e);
 
         if (rc == KVS_OK) {
+            fuzz_unknown(&r);
             fuzz_ok(&r, (kvs_api_kind_t) k, (int) (size & 1));
         } else {
             fuzz_failed(&r, &e);
@@ -252,6 +344,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         kvs_api_req_free(&r);
     }
+
+    fuzz_tok(copy, size);
 
     /* over the limit: refused before parsing */
     if (size >= 2) {

@@ -1333,12 +1333,92 @@ test_suffix_best_of(void **state)
 static void
 test_unknown_fields(void **state)
 {
+    size_t       n, i;
+    const char  *names[8];
+
     chat("'tools':[{'type':'function','function':{'name':'f'}}],"
          "'tool_choice':'auto','response_format':{'type':'text'},"
          "'metadata':{'a':'b'},'store':false,'service_tier':'auto',"
          "'parallel_tool_calls':true,'reasoning_effort':'low',"
          "'prompt_cache_key':'k','safety_identifier':'s','x-y':[1,{}]");
     ok();
+
+    /* they pass, and are named for the operator's log: the ones the
+     * parser does not read, and only those */
+    n = kvs_api_req_unknown(&R, names, 8);
+    assert_int_equal(n, 7);
+
+    for (i = 0; i < n; i++) {
+        assert_true(strcmp(names[i], "metadata") == 0
+                    || strcmp(names[i], "store") == 0
+                    || strcmp(names[i], "service_tier") == 0
+                    || strcmp(names[i], "reasoning_effort") == 0
+                    || strcmp(names[i], "prompt_cache_key") == 0
+                    || strcmp(names[i], "safety_identifier") == 0
+                    || strcmp(names[i], "x-y") == 0);
+    }
+
+    /* more than asked for: counted, max filled */
+    assert_int_equal(kvs_api_req_unknown(&R, names, 2), 7);
+
+    /* every field the parser reads is known */
+    chat("'n':1,'stop':'x','seed':1,'stream':true,'stream_options':"
+         "{'include_usage':true},'temperature':1,'top_p':1,'min_p':0,"
+         "'top_k':1,'presence_penalty':0,'frequency_penalty':0,"
+         "'logit_bias':{},'user':'u','ignore_eos':true,'max_tokens':3,"
+         "'max_completion_tokens':3,'logprobs':true,'top_logprobs':1");
+    ok();
+    assert_int_equal(kvs_api_req_unknown(&R, names, 8), 0);
+
+    cmpl("'echo':false,'suffix':'','best_of':1,'logprobs':1,"
+         "'ignore_eos':false,'max_tokens':3");
+    ok();
+    assert_int_equal(kvs_api_req_unknown(&R, names, 8), 0);
+
+    /* a field of the other endpoint is unknown here */
+    cmpl("'messages':[],'top_logprobs':2");
+    ok();
+    assert_int_equal(kvs_api_req_unknown(&R, names, 8), 2);
+
+    chat("'prompt':'x'");
+    ok();
+    assert_int_equal(kvs_api_req_unknown(&R, names, 8), 1);
+    assert_string_equal(names[0], "prompt");
+}
+
+
+/* ignore_eos (vLLM's and llama-server's extension): a boolean on both
+ * endpoints, off by default, null as absent, any other type a 400
+ * naming it. */
+static void
+test_ignore_eos(void **state)
+{
+    chat("");
+    ok();
+    assert_int_equal(R.ignore_eos, 0);
+
+    chat("'ignore_eos':true");
+    ok();
+    assert_int_equal(R.ignore_eos, 1);
+
+    cmpl("'ignore_eos':true");
+    ok();
+    assert_int_equal(R.ignore_eos, 1);
+
+    cmpl("'ignore_eos':false");
+    ok();
+    assert_int_equal(R.ignore_eos, 0);
+
+    chat("'ignore_eos':null");
+    ok();
+    assert_int_equal(R.ignore_eos, 0);
+
+    chat("'ignore_eos':1");
+    bad(400, "ignore_eos", "invalid_type", "Invalid type for 'ignore_eos': "
+        "expected a boolean, but got an integer instead.");
+
+    cmpl("'ignore_eos':'true'");
+    bad(400, "ignore_eos", "invalid_type", "but got a string instead.");
 }
 
 
@@ -1866,6 +1946,7 @@ main(void)
         T(test_prompt),
         T(test_suffix_best_of),
         T(test_unknown_fields),
+        T(test_ignore_eos),
         T(test_response_format),
         T(test_json_errors),
         T(test_utf8_nul),

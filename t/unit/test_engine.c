@@ -153,6 +153,8 @@ run(const kvs_test_model_t *md, seq_t *seqs, uint32_t first, uint32_t n,
     kvs_engine_req_t    req;
     kvs_engine_seq_t   *h;
     kvs_engine_conf_t   conf;
+    uint32_t            k;
+    uint64_t            steps;
     kvs_engine_stats_t  st;
 
     memset(&conf, 0, sizeof(conf));
@@ -216,6 +218,16 @@ run(const kvs_test_model_t *md, seq_t *seqs, uint32_t first, uint32_t n,
     kvs_engine_stats(e, &st);
     assert_int_equal(st.kv_used, 0);
     assert_int_equal(st.running + st.waiting, 0);
+
+    /* iteration_tokens_total's buckets: every step in one of them, with
+     * every token it computed */
+    steps = 0;
+    for (k = 0; k <= KVS_ENGINE_ITER_BOUNDS; k++) {
+        steps += st.iter_tokens[k];
+    }
+    assert_true(st.steps > 0);
+    assert_int_equal(steps, st.steps);
+    assert_int_equal(st.iter_tokens_sum, st.prefill_tokens + st.decode_tokens);
 
     if (kvs_engine_check(e, &err) != KVS_OK) {
         fail_msg("pool: %s", err.msg);

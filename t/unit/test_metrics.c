@@ -430,6 +430,119 @@ test_exposition(void **state)
 /* The engine's tenants: labelled by the first 12 bytes of their keys,
  * "none" for the empty key, "other" only when some tenant is not shown;
  * a model the engine did not report has none. */
+/* vLLM's request-parameter histograms (counts, not seconds), the
+ * engine's iteration buckets and cache_config_info, from the gauges. */
+static void
+test_params_iter_config(void **state)
+{
+    char                  *text;
+    kvs_metrics_t         *m;
+    kvs_metrics_gauges_t   g[2];
+    uint32_t               len[2] = { 100, 64 };
+    const char            *names[2] = { "m1", "m2" };
+
+    (void) state;
+
+    m = new_metrics(2, names, len);
+
+    /* n: 1, 2 and 3 (le=5), 50 above every bound (1 2 5 10 20) */
+    kvs_metrics_observe(m, 0, KVS_HIST_PARAMS_N, 1, 1);
+    kvs_metrics_observe(m, 0, KVS_HIST_PARAMS_N, 2, 1);
+    kvs_metrics_observe(m, 0, KVS_HIST_PARAMS_N, 3, 1);
+    kvs_metrics_observe(m, 0, KVS_HIST_PARAMS_N, 50, 1);
+    /* max_tokens on the model's 1-2-5 bounds up to 100 */
+    kvs_metrics_observe(m, 0, KVS_HIST_PARAMS_MAX_TOKENS, 16, 1);
+    kvs_metrics_observe(m, 0, KVS_HIST_MAX_GEN_TOKENS, 100, 1);
+    kvs_metrics_observe(m, 0, KVS_HIST_MAX_GEN_TOKENS, 101, 1);
+
+    memset(g, 0, sizeof(g));
+
+    /* no engine answered, no configuration: neither family */
+    text = expose(m, g);
+    check_format(text);
+    assert_null(strstr(text, "iteration_tokens_total"));
+    assert_null(strstr(text, "cache_config_info"));
+
+    assert_int_equal(sample(text, "kvserve:request_params_n_bucket"
+                            "{model_name=\"m1\",le=\"1.0\"}"), 1);
+    assert_int_equal(sample(text, "kvserve:request_params_n_bucket"
+                            "{model_name=\"m1\",le=\"2.0\"}"), 2);
+    assert_int_equal(sample(text, "kvserve:request_params_n_bucket"
+                            "{model_name=\"m1\",le=\"5.0\"}"), 3);
+    assert_int_equal(sample(text, "kvserve:request_params_n_bucket"
+                            "{model_name=\"m1\",le=\"20.0\"}"), 3);
+    assert_int_equal(sample(text, "kvserve:request_params_n_bucket"
+                            "{model_name=\"m1\",le=\"+Inf\"}"), 4);
+    /* a count's sum is a count, not seconds */
+    assert_int_equal(sample(text, "kvserve:request_params_n_sum"
+                            "{model_name=\"m1\"}"), 56);
+    assert_int_equal(sample(text, "kvserve:request_params_max_tokens_bucket"
+                            "{model_name=\"m1\",le=\"10.0\"}"), 0);
+    assert_int_equal(sample(text, "kvserve:request_params_max_tokens_bucket"
+                            "{model_name=\"m1\",le=\"20.0\"}"), 1);
+    assert_int_equal(sample(text, "kvserve:request_max_num_generation_"
+                            "tokens_bucket{model_name=\"m1\",le=\"100.0\"}"),
+                     1);
+    assert_int_equal(sample(text, "kvserve:request_max_num_generation_"
+                            "tokens_count{model_name=\"m1\"}"), 2);
+    assert_int_equal(sample(text, "kvserve:request_max_num_generation_"
+                            "tokens_sum{model_name=\"m1\"}"), 201);
+    free(text);
+
+    /* model 0's engine answered: 3 steps of 1 token, 2 of 9..16, 1 over
+     * 16384; model 1's configuration only */
+    g[0].have = 1;
+    g[0].iter_tokens[0] = 3;
+    g[0].iter_tokens[2] = 2;
+    g[0].iter_tokens[KVS_METRICS_ITER_BOUNDS] = 1;
+    g[0].iter_tokens_sum = 3 + 25 + 20000;
+    g[1].block_size = 16;
+    g[1].num_blocks = 1024;
+    g[1].cache_dtype = "f16";
+    g[1].prefix_caching = 1;
+
+    text = expose(m, g);
+    check_format(text);
+    assert_int_equal(sample(text, "kvserve:iteration_tokens_total_bucket"
+                            "{model_name=\"m1\",le=\"1.0\"}"), 3);
+    assert_int_equal(sample(text, "kvserve:iteration_tokens_total_bucket"
+                            "{model_name=\"m1\",le=\"8.0\"}"), 3);
+    assert_int_equal(sample(text, "kvserve:iteration_tokens_total_bucket"
+                            "{model_name=\"m1\",le=\"16.0\"}"), 5);
+    assert_int_equal(sample(text, "kvserve:iteration_tokens_total_bucket"
+                            "{model_name=\"m1\",le=\"16384.0\"}"), 5);
+    assert_int_equal(sample(text, "kvserve:iteration_tokens_total_bucket"
+                            "{model_name=\"m1\",le=\"+Inf\"}"), 6);
+    assert_int_equal(sample(text, "kvserve:iteration_tokens_total_count"
+                            "{model_name=\"m1\"}"), 6);
+    assert_int_equal(sample(text, "kvserve:iteration_tokens_total_sum"
+                            "{model_name=\"m1\"}"), 20028);
+    /* only for the engine that answered */
+    assert_null(strstr(text, "iteration_tokens_total_count"
+                       "{model_name=\"m2\"}"));
+
+    assert_int_equal(sample(text, "kvserve:cache_config_info"
+                            "{model_name=\"m2\",block_size=\"16\","
+                            "cache_dtype=\"f16\",enable_prefix_caching="
+                            "\"True\",num_gpu_blocks=\"1024\"}"), 1);
+    assert_null(strstr(text, "cache_config_info{model_name=\"m1\""));
+    free(text);
+
+    /* a dtype that would need escaping never reaches a label */
+    g[1].cache_dtype = "f\"16";
+    g[1].prefix_caching = 0;
+    text = expose(m, g);
+    check_format(text);
+    assert_int_equal(sample(text, "kvserve:cache_config_info"
+                            "{model_name=\"m2\",block_size=\"16\","
+                            "cache_dtype=\"?\",enable_prefix_caching="
+                            "\"False\",num_gpu_blocks=\"1024\"}"), 1);
+    free(text);
+
+    free(m);
+}
+
+
 static void
 test_tenants(void **state)
 {
@@ -576,6 +689,7 @@ main(void)
         cmocka_unit_test(test_server_timing),
         cmocka_unit_test(test_layout),
         cmocka_unit_test(test_exposition),
+        cmocka_unit_test(test_params_iter_config),
         cmocka_unit_test(test_tenants),
         cmocka_unit_test(test_shared),
     };

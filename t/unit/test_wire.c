@@ -20,6 +20,9 @@
 
 #include "wire/kvs_wire.h"
 
+/* bytes of one model's fixed stats in STATS_REPLY */
+#define STATS_MODEL  (4 + 17 * 8 + 8 * 4 + (KVS_ENGINE_ITER_BOUNDS + 2) * 8)
+
 
 /* --- helpers ------------------------------------------------------------- */
 
@@ -933,6 +936,12 @@ test_stats(void **state)
         in->models[i].st.cache_blocks = 22;
         in->models[i].st.cache_pinned_blocks = 0xffffffffu;
         in->models[i].st.epoch = 0x0123456789abcdefULL + i;
+
+        for (k = 0; k <= KVS_ENGINE_ITER_BOUNDS; k++) {
+            in->models[i].st.iter_tokens[k] = 100 + k + i;
+        }
+        in->models[i].st.iter_tokens[KVS_ENGINE_ITER_BOUNDS] = UINT64_MAX;
+        in->models[i].st.iter_tokens_sum = UINT64_MAX - 1 - i;
     }
 
     /* model 0: no tenant; model 1: the most, one key empty, one full */
@@ -1324,18 +1333,19 @@ test_bad_others(void **state)
     st->models[0].tenants.top[0].key_len = 3;
     b.len = 0;
     kvs_wire_enc_stats(&b, 1, st, &err);
-    assert_int_equal(b.len, 16 + 12 + (4 + 17 * 8 + 8 * 4) + 8 + 2 + 3
-                            + 24 + 24);
-    put32(b.data + 28 + 172, KVS_ENGINE_TOP_TENANTS + 1);
+    /* a model's stats: 17 counters, 8 gauges, then the iteration
+     * buckets and their sum */
+    assert_int_equal(b.len, 16 + 12 + STATS_MODEL + 8 + 2 + 3 + 24 + 24);
+    put32(b.data + 28 + STATS_MODEL, KVS_ENGINE_TOP_TENANTS + 1);
     expect_bad(b.data, b.len, "n_top");
-    put32(b.data + 28 + 172, 2);
+    put32(b.data + 28 + STATS_MODEL, 2);
     expect_bad(b.data, b.len, "tenant");
-    put32(b.data + 28 + 172, 1);
-    b.data[28 + 180] = 0x01;                  /* key_len 257 */
-    b.data[28 + 181] = 0x01;
+    put32(b.data + 28 + STATS_MODEL, 1);
+    b.data[28 + STATS_MODEL + 8] = 0x01;      /* key_len 257 */
+    b.data[28 + STATS_MODEL + 9] = 0x01;
     expect_bad(b.data, b.len, "key_len");
-    b.data[28 + 180] = 4;                     /* one byte too many */
-    b.data[28 + 181] = 0;
+    b.data[28 + STATS_MODEL + 8] = 4;         /* one byte too many */
+    b.data[28 + STATS_MODEL + 9] = 0;
     expect_bad(b.data, b.len, "tenant.n_seqs");
     st->models[0].tenants.n_top = KVS_ENGINE_TOP_TENANTS + 1;
     assert_int_equal(kvs_wire_enc_stats(&b, 1, st, &err), KVS_ERANGE);

@@ -166,6 +166,14 @@ typedef struct {
     ngx_uint_t                max_sequences;  /* kvserve_max_sequences:
                                                  prompts x n a request
                                                  may ask for */
+    ngx_flag_t                health;      /* kvserve_health: 200 when
+                                              every model's engine is
+                                              ready, else 503 and why */
+    ngx_array_t              *cors;        /* kvserve_cors_origins:
+                                              ngx_str_t origins ("*":
+                                              any); NULL: off;
+                                              NGX_CONF_UNSET_PTR until
+                                              merged */
 } ngx_http_kvserve_loc_conf_t;
 
 
@@ -286,6 +294,21 @@ char *ngx_http_kvserve_cache_pin_max(ngx_conf_t *cf, ngx_command_t *cmd,
 /* "diverged:812": the miss reason's name, and its position if any */
 ngx_int_t ngx_http_kvserve_cache_miss_text(ngx_http_request_t *r,
     ngx_int_t miss, uint32_t pos, ngx_str_t *s);
+
+/* kvserve_health, and /health in kvserve locations
+ * (ngx_http_kvserve_health.c) */
+char *ngx_http_kvserve_health_directive(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+ngx_int_t ngx_http_kvserve_health_handler(ngx_http_request_t *r);
+
+/* kvserve_cors_origins: the directive, the header filter that adds
+ * Access-Control-Allow-Origin, and the preflight answer: NGX_DECLINED
+ * when r is not a CORS preflight of a location with origins set, else
+ * the handler's return (ngx_http_kvserve_cors.c) */
+char *ngx_http_kvserve_cors_origins(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+ngx_int_t ngx_http_kvserve_cors_init(ngx_conf_t *cf);
+ngx_int_t ngx_http_kvserve_cors_preflight(ngx_http_request_t *r);
 
 /* the content handler of kvserve locations (ngx_http_kvserve_handler.c;
  * the requests' own files are ngx_http_kvserve_request.h's) */

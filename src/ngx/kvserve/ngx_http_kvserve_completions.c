@@ -238,7 +238,7 @@ ngx_http_kvserve_body_bytes(ngx_http_request_t *r, u_char **data,
 
 /* The template for a chat request: the model's chat_template=, else the
  * location's kvserve_chat_template, else the model's own. */
-static ngx_int_t
+ngx_int_t
 ngx_http_kvserve_chat_resolve(ngx_http_kvserve_ctx_t *ctx, kvs_chat_t *chat,
     kvs_api_err_t *aerr)
 {
@@ -323,6 +323,7 @@ ngx_http_kvserve_part_init(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t i,
     ereq.stop = stop;
     ereq.stop_len = stop_len;
     ereq.n_stop = ctx->req.n_stop;
+    ereq.ignore_eos = ctx->req.ignore_eos;
     ereq.gram_kind = ctx->req.rf_kind;
     ereq.schema = ctx->req.rf_schema;
     ereq.schema_len = ctx->req.rf_schema_len;
@@ -630,6 +631,7 @@ ngx_http_kvserve_body(ngx_http_request_t *r)
     ctx->t.parse_ns = kvs_now_ns();
 
     if (rc == NGX_OK) {
+        ngx_http_kvserve_log_unknown(r, &ctx->req);
         rc = ngx_http_kvserve_prepare(ctx, &aerr);
     }
 

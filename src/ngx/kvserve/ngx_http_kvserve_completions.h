@@ -60,6 +60,14 @@ struct ngx_http_kvserve_tok_job_s {
     uint32_t                  n_pins;
     ngx_http_kvserve_tok_done_pt  done;    /* tokenized, on the event
                                               loop */
+    ngx_uint_t                tokenize;    /* for POST /tokenize, 1 + the
+                                              answer's KVS_API_TOK_*
+                                              shape (0: a completion): text
+                                              with tok_flags, chat with
+                                              add_gen, no context limit,
+                                              an empty result allowed */
+    unsigned                  tok_flags;   /* KVS_TOK_ADD_BOS, _SPECIAL */
+    unsigned                  add_gen;     /* add_generation_prompt */
 };
 
 /* ---- reading and preparing (ngx_http_kvserve_completions.c) ---------- */
@@ -77,6 +85,23 @@ ngx_int_t ngx_http_kvserve_body_bytes(ngx_http_request_t *r, u_char **data,
  * outright.  kvserve_route prepares the same way. */
 ngx_int_t ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx,
     kvs_api_err_t *aerr);
+
+/* Logs, once per worker for each name, the top-level fields of a parsed
+ * request that the parser does not read (ngx_http_kvserve_unknown.c). */
+void ngx_http_kvserve_log_unknown(ngx_http_request_t *r,
+    const kvs_api_req_t *req);
+
+/* ---- POST /tokenize and /detokenize (ngx_http_kvserve_tokens.c) ------- */
+
+/* POST /tokenize or /detokenize, as route_tokens() says. */
+ngx_int_t ngx_http_kvserve_tokens(ngx_http_request_t *r);
+
+/* The template of ctx's chat request on ctx->model: the model's
+ * chat_template=, else the location's kvserve_chat_template, else the
+ * model's own; 400 for a model without one.  /tokenize resolves it the
+ * same way. */
+ngx_int_t ngx_http_kvserve_chat_resolve(ngx_http_kvserve_ctx_t *ctx,
+    kvs_chat_t *chat, kvs_api_err_t *aerr);
 
 /* ---- rendering and tokenizing (ngx_http_kvserve_tokenize.c) ----------- */
 

@@ -7,7 +7,10 @@
  * outcomes to HTTP statuses, and the request core sends them.  Every
  * answer, errors included, is JSON in OpenAI's shapes.  POST
  * /v1/chat/completions and /v1/completions go to
- * ngx_http_kvserve_completions.c.
+ * ngx_http_kvserve_completions.c; POST .../tokenize and .../detokenize
+ * (by the path's last segment) to ngx_http_kvserve_tokens.c, GET
+ * .../health to ngx_http_kvserve_health.c; a CORS preflight is answered
+ * first (ngx_http_kvserve_cors.c).
  */
 
 #include <ngx_config.h>
@@ -135,8 +138,13 @@ ngx_int_t
 ngx_http_kvserve_handler(ngx_http_request_t *r)
 {
     u_char       *msg;
-    ngx_int_t     rc, chat;
+    ngx_int_t     rc, chat, tokens;
     kvs_route_t   route;
+
+    rc = ngx_http_kvserve_cors_preflight(r);
+    if (rc != NGX_DECLINED) {
+        return rc;
+    }
 
     chat = ngx_http_kvserve_route_post(r);
 
@@ -153,12 +161,31 @@ ngx_http_kvserve_handler(ngx_http_request_t *r)
         return ngx_http_kvserve_not_allowed(r, "POST");
     }
 
+    kvs_api_route((const char *) r->uri.data, r->uri.len, &route);
+    tokens = route.kind == KVS_ROUTE_UNKNOWN
+             ? ngx_http_kvserve_route_tokens(r) : NGX_DECLINED;
+
+    if (tokens == 0 || tokens == 1) {
+        if (r->method == NGX_HTTP_POST) {
+            return ngx_http_kvserve_tokens(r);
+        }
+
+        rc = ngx_http_discard_request_body(r);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        return ngx_http_kvserve_not_allowed(r, "POST");
+    }
+
+    if (tokens == 2) {
+        return ngx_http_kvserve_health_handler(r);
+    }
+
     rc = ngx_http_discard_request_body(r);
     if (rc != NGX_OK) {
         return rc;
     }
-
-    kvs_api_route((const char *) r->uri.data, r->uri.len, &route);
 
     if (route.kind == KVS_ROUTE_UNKNOWN) {
         msg = ngx_pnalloc(r->pool, r->method_name.len + r->uri.len + 32);

@@ -23,6 +23,13 @@
 
 #include "ngx_http_kvserve.h"
 #include "ngx/limit/ngx_http_kvserve_limit.h"
+#include "backend/kvs_backend.h"
+
+
+/* the engine's iteration buckets are the exposition's */
+#if (KVS_ENGINE_ITER_BOUNDS != KVS_METRICS_ITER_BOUNDS)
+#error "KVS_ENGINE_ITER_BOUNDS differs from KVS_METRICS_ITER_BOUNDS"
+#endif
 
 #define NGX_HTTP_KVSERVE_SCRAPE_WAIT  1000     /* ms for the STATS reply */
 
@@ -391,8 +398,11 @@ ngx_http_kvserve_scrape_send(ngx_http_request_t *r, kvs_wire_stats_t *st)
     kvs_err_t              err;
     ngx_buf_t             *b;
     ngx_chain_t            out;
-    kvs_metrics_t         *m;
-    kvs_metrics_gauges_t  *g;
+    kvs_metrics_t                 *m;
+    kvs_metrics_gauges_t          *g;
+    const kvs_wire_model_t        *wm;
+    ngx_http_kvserve_model_t      *mc;
+    ngx_http_kvserve_main_conf_t  *kmcf;
 
     m = ngx_http_kvserve_metrics(r);
     g = NULL;
@@ -406,10 +416,29 @@ ngx_http_kvserve_scrape_send(ngx_http_request_t *r, kvs_wire_stats_t *st)
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
+        kmcf = ngx_http_get_module_main_conf(r, ngx_http_kvserve_module);
+        mc = kmcf->models->elts;
+
         for (k = 0; k < m->n_models; k++) {
             g[k].available = ngx_http_kvserve_engine_available(k, &why)
                              == NGX_OK ? KVS_METRICS_AVAIL_UP
                                        : KVS_METRICS_AVAIL_DOWN;
+
+            if (k >= kmcf->models->nelts) {
+                continue;
+            }
+
+            /* cache_config_info: the serving engine's figures once it
+             * said hello, the configuration's plan before */
+            wm = ngx_http_kvserve_engine_model(&mc[k]);
+            g[k].block_size = (uint32_t) kmcf->kv_block;
+            g[k].num_blocks = wm != NULL ? wm->kv_blocks
+                                         : mc[k].kv_plan.n_blocks;
+            g[k].cache_dtype = wm != NULL
+                               && kvs_backend_kv_size(wm->kv_dtype) != 0
+                               ? kvs_backend_kv_name(wm->kv_dtype)
+                               : NGX_HTTP_KVSERVE_KV_DTYPE;
+            g[k].prefix_caching = kmcf->prefix_cache == 1;
         }
     }
 
@@ -426,6 +455,9 @@ ngx_http_kvserve_scrape_send(ngx_http_request_t *r, kvs_wire_stats_t *st)
             g[k].kv_used = st->models[i].st.kv_used;
             g[k].cache_evicted_blocks =
                 st->models[i].st.cache_evicted_blocks;
+            ngx_memcpy(g[k].iter_tokens, st->models[i].st.iter_tokens,
+                       sizeof(g[k].iter_tokens));
+            g[k].iter_tokens_sum = st->models[i].st.iter_tokens_sum;
             ngx_http_kvserve_scrape_tenants(&g[k].tenants,
                                             &st->models[i].tenants);
         }
@@ -536,6 +568,11 @@ ngx_http_kvserve_metrics_handler(ngx_http_request_t *r)
     ngx_int_t                   rc;
     ngx_pool_cleanup_t         *cln;
     ngx_http_kvserve_scrape_t  *sc;
+
+    rc = ngx_http_kvserve_cors_preflight(r);
+    if (rc != NGX_DECLINED) {
+        return rc;
+    }
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return NGX_HTTP_NOT_ALLOWED;

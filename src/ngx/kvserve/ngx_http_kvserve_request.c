@@ -411,6 +411,8 @@ ngx_http_kvserve_send_json(ngx_http_request_t *r, ngx_uint_t status,
 
     if (status == NGX_HTTP_NOT_ALLOWED) {
         allow = ngx_http_kvserve_route_post(r) != NGX_DECLINED
+                || ngx_http_kvserve_route_tokens(r) == 0
+                || ngx_http_kvserve_route_tokens(r) == 1
                 ? "POST" : "GET, HEAD";
 
         if (ngx_http_kvserve_add_header(r, "Allow", allow) != NGX_OK) {
@@ -498,6 +500,43 @@ ngx_http_kvserve_route_post(ngx_http_request_t *r)
         && ngx_strncmp(p, "completions", len) == 0)
     {
         return 0;
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/* The operator endpoints, by the path's last segment, so that a location
+ * of their own (location = /tokenize) and one holding /v1/ alike serve
+ * them: 0 tokenize, 1 detokenize, 2 health, NGX_DECLINED none. */
+ngx_int_t
+ngx_http_kvserve_route_tokens(ngx_http_request_t *r)
+{
+    u_char  *p, *last;
+    size_t   len;
+
+    last = r->uri.data + r->uri.len;
+
+    for (p = last; p > r->uri.data && p[-1] != '/'; p--) {
+        /* the last segment */
+    }
+
+    len = last - p;
+
+    if (len == sizeof("tokenize") - 1
+        && ngx_strncmp(p, "tokenize", len) == 0)
+    {
+        return 0;
+    }
+
+    if (len == sizeof("detokenize") - 1
+        && ngx_strncmp(p, "detokenize", len) == 0)
+    {
+        return 1;
+    }
+
+    if (len == sizeof("health") - 1 && ngx_strncmp(p, "health", len) == 0) {
+        return 2;
     }
 
     return NGX_DECLINED;

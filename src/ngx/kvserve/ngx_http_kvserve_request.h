@@ -208,6 +208,9 @@ ngx_int_t ngx_http_kvserve_add_header(ngx_http_request_t *r,
 /* POST endpoints by r->uri: 1 chat, 0 completions, NGX_DECLINED
  * neither (the handler and kvserve_route route by it too). */
 ngx_int_t ngx_http_kvserve_route_post(ngx_http_request_t *r);
+/* The endpoint of r->uri's last segment: 0 tokenize, 1 detokenize, 2
+ * health, NGX_DECLINED none. */
+ngx_int_t ngx_http_kvserve_route_tokens(ngx_http_request_t *r);
 
 
 /*

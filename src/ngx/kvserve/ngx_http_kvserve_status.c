@@ -187,6 +187,11 @@ ngx_http_kvserve_status_handler(ngx_http_request_t *r)
     ngx_http_kvserve_ctx_t        *ctx;
     ngx_http_kvserve_main_conf_t  *kmcf;
 
+    rc = ngx_http_kvserve_cors_preflight(r);
+    if (rc != NGX_DECLINED) {
+        return rc;
+    }
+
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return NGX_HTTP_NOT_ALLOWED;
     }
@@ -452,7 +457,7 @@ ngx_http_kvserve_where_variable(ngx_http_request_t *r,
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_kvserve_module);
 
-    if (ctx == NULL || !ctx->completion || ctx->tok_where == 0) {
+    if (ctx == NULL || ctx->tok_where == 0) {
         v->data = (u_char *) "-";
         v->len = 1;
 
@@ -491,6 +496,11 @@ ngx_http_kvserve_filter_init(ngx_conf_t *cf)
     if (ngx_http_kvserve_add_vars(cf, ngx_http_kvserve_where_vars)
         != NGX_OK)
     {
+        return NGX_ERROR;
+    }
+
+    /* below the error pages' filter: CORS headers go on what it makes */
+    if (ngx_http_kvserve_cors_init(cf) != NGX_OK) {
         return NGX_ERROR;
     }
 

@@ -113,7 +113,9 @@ ngx_http_kvserve_req_info(ngx_http_request_t *r,
 void
 ngx_http_kvserve_record(ngx_http_kvserve_ctx_t *ctx)
 {
+    uint32_t        most;
     ngx_int_t       reason;
+    ngx_uint_t      i;
     kvs_metrics_t  *m;
 
     if (ctx->recorded) {
@@ -143,6 +145,28 @@ ngx_http_kvserve_record(ngx_http_kvserve_ctx_t *ctx)
                         ctx->preempted, (kvs_reason_t) reason);
     kvs_metrics_prefix_cache(m, (uint32_t) ctx->model_index,
                              ctx->cache_queried, ctx->cached_tokens);
+
+    /* vLLM's request parameters: n, the client's max_tokens (when it
+     * gave one; completions always have one), and the most tokens a
+     * choice generated */
+    kvs_metrics_observe(m, (uint32_t) ctx->model_index, KVS_HIST_PARAMS_N,
+                        ctx->req.n, 1);
+
+    if (ctx->req.max_tokens >= 0) {
+        kvs_metrics_observe(m, (uint32_t) ctx->model_index,
+                            KVS_HIST_PARAMS_MAX_TOKENS,
+                            (uint64_t) ctx->req.max_tokens, 1);
+    }
+
+    most = 0;
+    for (i = 0; i < ctx->n_choices; i++) {
+        most = ngx_max(most, ctx->choices[i].ended
+                             ? ctx->choices[i].n_generated
+                             : ctx->choices[i].n_seen);
+    }
+
+    kvs_metrics_observe(m, (uint32_t) ctx->model_index,
+                        KVS_HIST_MAX_GEN_TOKENS, most, 1);
 }
 
 

@@ -6,6 +6,10 @@
  * ngx_http_kvserve_completions.c and by kvserve_route, each giving the
  * function to call when the ids are there.
  *
+ * POST /tokenize (ngx_http_kvserve_tokens.c) uses the same job with
+ * job->tokenize set: its own special-token flags and generation prompt,
+ * no context limit, an empty result allowed.
+ *
  * Invariants:
  *  - while a tokenizing task runs, the request is blocked
  *    (r->main->blocked, as nginx does for aio): nginx does not free it
@@ -132,7 +136,7 @@ ngx_http_kvserve_chat_ids(ngx_http_kvserve_tok_job_t *job,
         args.eos_len = v->tokens[v->eos].len;
     }
 
-    args.add_generation_prompt = 1;
+    args.add_generation_prompt = job->tokenize ? job->add_gen : 1;
     args.spans = &spans;
     args.tools = job->req->tools;
 
@@ -208,8 +212,10 @@ ngx_http_kvserve_prompt_ids(ngx_http_kvserve_tok_job_t *job, ngx_uint_t i,
 
     if (p->text.ptr != NULL) {
         rc = kvs_tok_encode_limit(v, tok, p->text.ptr, p->text.len,
-                                  v->add_bos ? KVS_TOK_ADD_BOS : 0, NULL, 0,
-                                  job->max_ids, ids, &err);
+                                  job->tokenize
+                                  ? job->tok_flags
+                                  : (v->add_bos ? KVS_TOK_ADD_BOS : 0),
+                                  NULL, 0, job->max_ids, ids, &err);
         if (rc == KVS_ETOOLONG) {
             kvs_api_budget_too_long(job->req, (uint32_t) job->max_ids, aerr);
             return NGX_ERROR;
@@ -241,7 +247,8 @@ ngx_http_kvserve_prompt_ids(ngx_http_kvserve_tok_job_t *job, ngx_uint_t i,
         ids->n += p->n_ids;
     }
 
-    if (ids->n == 0) {
+    /* /tokenize answers what there is, nothing included */
+    if (ids->n == 0 && !job->tokenize) {
         kvs_api_err_set(aerr, 400, param, NULL,
                         "The prompt is empty and the model has no "
                         "beginning-of-text token to start from.");
