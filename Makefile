@@ -9,9 +9,11 @@
 #                with clang, TSan), GGUF interop, Test::Nginx, the openai
 #                SDK against nginx; everything built first (test-build,
 #                JOBS jobs)
+#   make fixtures  fetch the test data named in t/fixtures.manifest into
+#                t/fixtures (or FIXTURES=DIR), checking each sha256
 #   make layers / unit / unit-asan / unit-asan-clang / unit-asan-pair /
 #        unit-tsan / interop / itest / sdk / bench / test-build /
-#        fuzz / cuda-check / gpu-check / clean
+#        fixtures-test / fuzz / cuda-check / gpu-check / clean
 #
 # KVSERVE_CUDA=0 skips the CUDA sources even when nvcc is present.  The
 # CUDA backend is a shared object of its own (kernels/*.cu and
@@ -31,7 +33,10 @@ NGINX_SRC    ?= /usr/share/nginx/src
 CUDA_HOME    ?= /usr/local/cuda
 NVCC         ?= $(CUDA_HOME)/bin/nvcc
 KVSERVE_CUDA ?= $(if $(wildcard $(NVCC)),1,0)
-FIXTURES     ?= $(abspath ../shared/fixtures)
+# test data (README.md, "Test data (fixtures)"): t/fixtures once `make
+# fixtures` has filled it, else a copy beside the checkout
+FX_HERE      := $(wildcard t/fixtures)
+FIXTURES     ?= $(abspath $(if $(FX_HERE),t/fixtures,../shared/fixtures))
 PORT         ?= 8080
 
 WARN         := -Wall -Wextra -Wpointer-arith -Wno-unused-parameter \
@@ -103,7 +108,7 @@ endif
 .PHONY: all lib deps run stop test test-build layers unit unit-asan \
         unit-asan-clang unit-asan-pair unit-tsan interop itest \
         sdk bench cuda-check gpu-check \
-        fuzz clean
+        fixtures fixtures-test fuzz clean
 
 all: $(LIB) $(CLI) $(MODULE) $(DEFAULT_MODEL) $(CUDA_SO)
 
@@ -319,6 +324,21 @@ sdk: $(MODULE) $(DEFAULT_MODEL) $(PY_STAMP) $(CLI)
 	    KVS_MODEL=$(abspath $(DEFAULT_MODEL)) \
 	    $(VENV)/bin/python t/unit/test_openai_tools.py
 
+# the test data, from the public sources in t/fixtures.manifest, into
+# t/fixtures unless FIXTURES is given (the default FIXTURES may be the
+# read-only copy beside the checkout); the fetch itself is checked
+# offline by fixtures-test
+FX_DEFAULT    := $(filter file,$(origin FIXTURES))
+FIXTURES_DEST := $(abspath $(if $(FX_DEFAULT),t/fixtures,$(FIXTURES)))
+fixtures:
+	FIXTURES=$(FIXTURES_DEST) \
+	    $(if $(wildcard $(VENV)/bin/python),\
+	        KVS_PYTHON=$(abspath $(VENV))/bin/python) \
+	    bash t/fixtures.sh
+
+fixtures-test:
+	KVS_FIXTURES=$(FIXTURES) bash t/unit/test_fixtures_fetch.sh
+
 # every #include against the layer table src/layers.txt (DESIGN's
 # "dependencies point down"), and nginx headers only in the glue
 layers:
@@ -336,7 +356,8 @@ CLANG_ASAN_BINS := $(UNIT_SRCS:t/unit/%.c=$(B)/clang/asan/unit/%)
 test: deps
 	@$(MAKE) -s -j$(JOBS) test-build
 	@set -o pipefail; \
-	$(MAKE) -s layers unit unit-asan-pair unit-tsan interop itest sdk \
+	$(MAKE) -s layers fixtures-test unit unit-asan-pair unit-tsan interop \
+	    itest sdk \
 	    $(if $(filter 1,$(KVSERVE_CUDA)),cuda-check) 2>&1 \
 	    | tee $(B)/test.log; rc=$$?; \
 	bash t/summary.sh $(B)/test.log; exit $$rc
