@@ -14,7 +14,8 @@ Kinds (ARG is percent-decoded first):
                         part after the last '//' separator: NAME//KEY.
   py-name:NAME          Python file: the first str assigned to NAME.
   py-func-key:FUNC:KEY  Python file: inside def FUNC, the str value of a
-                        dict entry "KEY".
+                        dict entry "KEY" (or of the module-level name that
+                        the entry's value is).
   py-bytes:FUNC         Python file: the bytes literal inside def FUNC.
   ts-entry:NAME:FIELD   TypeScript file: after the string literal "NAME",
                         the string value of the next FIELD: key.
@@ -121,6 +122,9 @@ def py_func_key(tree, arg):
         v = get(node, key)
         if v is not None and isinstance(const_str(v), str):
             return const_str(v)
+        # Test files often name the template once at module level.
+        if isinstance(v, ast.Name):
+            return py_name(tree, v.id)
     die("py-func-key %r not found" % arg)
 
 
