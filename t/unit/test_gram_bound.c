@@ -10,7 +10,8 @@
  * more are checked on the real stacks), seeded long walks through
  * maxLength 5, 40 and 300 strings, x{m,n} patterns (a mandatory part,
  * an optional part, a separator-like group, an exact count, an x that
- * can be empty), and bounded strings inside bounded arrays compare at
+ * can be empty, nested counts whose two families meet in one key), and
+ * bounded strings inside bounded arrays compare at
  * every step, token by token:
  *
  *   plain    cache_entries 0: every mask a full walk on the real stacks
@@ -38,6 +39,8 @@ static const char  *tb_schemas[] = {
     "{\"type\": \"string\", \"pattern\": \"^(ab|c){3,70}x$\"}",
     "{\"type\": \"string\", \"pattern\": \"^[0-9a]{60}$\"}",
     "{\"type\": \"string\", \"pattern\": \"^(a?b?){0,50}$\"}",
+    "{\"type\": \"string\", \"pattern\": \"^((ab){2,5}){3,40}$\"}",
+    "{\"type\": \"string\", \"pattern\": \"^((a|b0){1,60}c){2,9}$\"}",
     "{\"type\": \"array\", \"items\": {\"type\": \"string\", "
     "\"maxLength\": 60}, \"minItems\": 12, \"maxItems\": 70}",
     "{\"type\": \"array\", \"items\": {\"type\": \"array\", \"items\": "
@@ -164,12 +167,35 @@ tb_families(const kvs_gram_t *g)
 }
 
 
+/* 1 if some stack's two key positions both have counts. */
+static int
+tb_two_families(const kvs_gram_matcher_t *m)
+{
+    uint32_t                 i, id;
+    const kvs_gram_level_t  *lv;
+
+    lv = &m->lv[m->n_lv - 1];
+    for (i = 0; i < lv->n_front; i++) {
+        id = m->front[lv->front + i];
+        if (m->nodes[id].parent != KVS_GRAM_NIL
+            && kvs_gram_rep_count(m->g, m->nodes[id].pos) > 0
+            && kvs_gram_rep_count(m->g,
+                   m->nodes[m->nodes[id].parent].pos) > 0)
+        {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
 static void
 tb_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
     uint64_t seed)
 {
     int                 rc[TB_MK], sh;
-    size_t              i, w, step, n, k, masks;
+    size_t              i, w, step, n, k, masks, both;
     uint32_t            words, id, *bits[TB_MK], *bf, *cand, ch;
     uint64_t            rng, built;
     kvs_err_t           err;
@@ -204,6 +230,7 @@ tb_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
                          KVS_OK);
         masks = 0;
         built = 0;
+        both = 0;
 
         for (w = 0; w < walks; w++) {
             rng = seed + i * 1000003 + w * 7919;
@@ -233,6 +260,7 @@ tb_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
                 }
                 assert_int_equal(rc[TB_PLAIN], KVS_OK);
                 masks++;
+                both += tb_two_families(&m);
 
                 if (step % 5 == 0) {
                     tg_brute(&m, gv, bf, words);
@@ -286,8 +314,14 @@ tb_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
             kvs_gram_matcher_free(&m);
         }
 
-        print_message("schema %zu: %zu masks, %llu entries built\n", i,
-                      masks, (unsigned long long) built);
+        print_message("schema %zu: %zu masks, %llu entries built, %zu "
+                      "with two counts in a key\n", i, masks,
+                      (unsigned long long) built, both);
+
+        /* the nested counts do put two families in one key */
+        if (strstr(tb_schemas[i], "((ab){2,5}){3,40}") != NULL) {
+            assert_true(both > 0);
+        }
 
         kvs_gram_masker_free(&table);
         kvs_gram_free(&g);
