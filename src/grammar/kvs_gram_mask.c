@@ -24,6 +24,11 @@
  * step through the masker's transition memo (kvs_gram_memo.c), which
  * feeds the matcher only for a (state, byte) the walk has not met yet.
  *
+ * A context-independent key names a counted repetition's position by a
+ * canonical copy (kvs_gram_ind_key), so that the characters of a
+ * bounded string share entries as those of a free string do; the
+ * entries stay exact (kvs_gram.c, "counted repetitions").
+ *
  * Invariants: the matcher is left in the state it was given (every
  * speculative byte rolled back); bits has exactly n_tokens meaningful
  * bits, the rest zero.
@@ -107,7 +112,65 @@ kvs_gram_vocab_free(kvs_gram_vocab_t *gv)
     free(gv->t_ntok);
     free(gv->t_cum);
     free(gv->ids);
+    free(gv->long_x);
     free(gv);
+}
+
+
+/*
+ * The counts of a repetition that the context-independent keys tell
+ * apart (kvs_gram_ind_key; why it is exact: kvs_gram.c).  Above max_len
+ * copies left no token can see the end, so every such count is keyed as
+ * max_len + 1.  Below that, positions with at least rep_low left take
+ * the same tokens of fewer than rep_low bytes, so they share one entry
+ * in which the few longer tokens are left to the real stacks: rep_low is
+ * the shortest length (at least KVS_GRAM_LONG_MIN) that at most
+ * KVS_GRAM_LONG_MAX text tokens reach (Llama 3, Qwen2: 32 bytes, ~250
+ * tokens).  Once per vocabulary, after the trie.
+ */
+#define KVS_GRAM_LONG_MIN  8
+#define KVS_GRAM_LONG_MAX  256
+
+static int
+kvs_gram_vocab_long(kvs_gram_vocab_t *gv, kvs_err_t *err)
+{
+    uint32_t   x, l, n, *hist;
+
+    hist = calloc((size_t) gv->max_len + 2, sizeof(uint32_t));
+    if (hist == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "vocabulary: out of memory");
+    }
+    for (x = 0; x < gv->n_text; x++) {
+        hist[gv->len[gv->ids[x]]]++;
+    }
+
+    /* down from the longest while few enough tokens are that long */
+    n = 0;
+    for (l = gv->max_len; l >= KVS_GRAM_LONG_MIN; l--) {
+        if (n + hist[l] > KVS_GRAM_LONG_MAX) {
+            break;
+        }
+        n += hist[l];
+    }
+    free(hist);
+    l++;                              /* the last length taken */
+
+    if (l > gv->max_len) {
+        return KVS_OK;                /* no tier below max_len + 1 */
+    }
+
+    gv->long_x = malloc(((size_t) n + 1) * sizeof(uint32_t));
+    if (gv->long_x == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "vocabulary: out of memory");
+    }
+    for (x = 0; x < gv->n_text; x++) {
+        if (gv->len[gv->ids[x]] >= l) {
+            gv->long_x[gv->n_long++] = x;
+        }
+    }
+    gv->rep_low = l;
+
+    return KVS_OK;
 }
 
 
@@ -294,6 +357,9 @@ kvs_gram_vocab_from_bytes(kvs_gram_vocab_t **out, uint32_t n,
     }
 
     rc = kvs_gram_vocab_trie(gv, err);
+    if (rc == KVS_OK) {
+        rc = kvs_gram_vocab_long(gv, err);
+    }
     if (rc != KVS_OK) {
         kvs_gram_vocab_free(gv);
         return rc;
@@ -419,6 +485,9 @@ kvs_gram_vocab_from_vocab(kvs_gram_vocab_t **out, const kvs_vocab_t *v,
     }
 
     rc = kvs_gram_vocab_trie(gv, err);
+    if (rc == KVS_OK) {
+        rc = kvs_gram_vocab_long(gv, err);
+    }
     if (rc != KVS_OK) {
         kvs_gram_vocab_free(gv);
         return rc;
@@ -464,67 +533,6 @@ kvs_gram_accept_token(kvs_gram_matcher_t *m, const kvs_gram_vocab_t *gv,
 static void kvs_gram_ind_free(kvs_gram_ientry_t *e);
 
 
-/*
- * The counts of a repetition that the context-independent keys tell
- * apart (kvs_gram_rep_at; why it is exact: kvs_gram.c).  Above max_len
- * copies left no token can see the end, so every such count is keyed as
- * max_len + 1.  Below that, positions with at least rep_low left take
- * the same tokens of fewer than rep_low bytes, so they share one entry
- * in which the few longer tokens are left to the real stacks: rep_low is
- * the shortest length (at least KVS_GRAM_LONG_MIN) that at most
- * KVS_GRAM_LONG_MAX text tokens reach (Llama 3: 32 bytes, ~250 tokens).
- */
-#define KVS_GRAM_LONG_MIN  8
-#define KVS_GRAM_LONG_MAX  256
-
-static int
-kvs_gram_masker_tiers(kvs_gram_masker_t *mk, kvs_err_t *err)
-{
-    uint32_t                 x, l, n, *hist;
-    const kvs_gram_vocab_t  *gv;
-
-    gv = mk->gv;
-    mk->rep_all = gv->max_len + 1 > 2 ? gv->max_len + 1 : 2;
-
-    hist = calloc((size_t) gv->max_len + 2, sizeof(uint32_t));
-    if (hist == NULL) {
-        return kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
-    }
-    for (x = 0; x < gv->n_text; x++) {
-        hist[gv->len[gv->ids[x]]]++;
-    }
-
-    /* the shortest l >= LONG_MIN with few enough tokens of l bytes or
-     * more */
-    n = 0;
-    for (l = gv->max_len; l >= KVS_GRAM_LONG_MIN; l--) {
-        if (n + hist[l] > KVS_GRAM_LONG_MAX) {
-            break;
-        }
-        n += hist[l];
-    }
-    free(hist);
-    l++;                              /* the last length taken */
-
-    if (l >= mk->rep_all) {
-        return KVS_OK;                /* no tier below max_len + 1 */
-    }
-
-    mk->long_x = malloc(((size_t) n + 1) * sizeof(uint32_t));
-    if (mk->long_x == NULL) {
-        return kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
-    }
-    for (x = 0; x < gv->n_text; x++) {
-        if (gv->len[gv->ids[x]] >= l) {
-            mk->long_x[mk->n_long++] = x;
-        }
-    }
-    mk->rep_low = l;
-
-    return KVS_OK;
-}
-
-
 int
 kvs_gram_masker_init(kvs_gram_masker_t *mk, const kvs_gram_vocab_t *gv,
     kvs_gram_matcher_t *m, uint32_t cache_entries, kvs_err_t *err)
@@ -547,13 +555,10 @@ kvs_gram_masker_init(kvs_gram_masker_t *mk, const kvs_gram_vocab_t *gv,
         mk->cache = calloc(cache_entries, sizeof(kvs_gram_centry_t));
         mk->ind = calloc(mk->cap_ind, sizeof(kvs_gram_ientry_t));
         mk->used = calloc(m->lim.max_front + 1, sizeof(kvs_gram_ientry_t *));
-        if (mk->cache == NULL || mk->ind == NULL || mk->used == NULL
-            || kvs_gram_masker_tiers(mk, err) != KVS_OK)
-        {
+        if (mk->cache == NULL || mk->ind == NULL || mk->used == NULL) {
             free(mk->cache);
             free(mk->ind);
             free(mk->used);
-            free(mk->long_x);
             kvs_gram_memo_free(mk->memo);
             return kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
         }
@@ -614,7 +619,6 @@ kvs_gram_masker_free(kvs_gram_masker_t *mk)
     free(mk->cache);
     free(mk->ind);
     free(mk->used);
-    free(mk->long_x);
     kvs_gram_memo_free(mk->memo);
     memset(mk, 0, sizeof(kvs_gram_masker_t));
 }
@@ -882,10 +886,10 @@ kvs_gram_ind_free(kvs_gram_ientry_t *e)
 
 /*
  * The key of a stack's top positions t: a position of a counted
- * repetition with more copies left than any token can cross is named by
- * its family's member with rep_all left; one with rep_low .. rep_all - 1
- * left by the member with rep_low (kvs_gram.c: the two take the same
- * tokens of fewer than rep_low bytes).  1 if the key has such a member:
+ * repetition with more copies left than any token can cross (all =
+ * max_len + 1) is named by its family's member with `all` left; one with
+ * rep_low .. all - 1 left by the member with rep_low (kvs_gram.c: the
+ * two take the same tokens of fewer than rep_low bytes).  1 if the key has such a member:
  * its entry leaves the long tokens to the real stacks.
  */
 static int
@@ -893,24 +897,24 @@ kvs_gram_ind_key(const kvs_gram_masker_t *mk, const uint32_t *t,
     uint32_t *key)
 {
     int                 low;
-    uint32_t            k, c;
+    uint32_t            k, c, all, lo;
     const kvs_gram_t   *g;
 
     g = mk->m->g;
+    all = mk->gv->max_len + 1 > 2 ? mk->gv->max_len + 1 : 2;
+    lo = mk->gv->rep_low;
     low = 0;
 
     for (k = 0; k < KVS_GRAM_CUT; k++) {
         key[k] = t[k];
         c = kvs_gram_rep_count(g, t[k]);
 
-        if (c > mk->rep_all) {
-            key[k] = kvs_gram_rep_at(g, t[k], mk->rep_all);
+        if (c > all) {
+            key[k] = kvs_gram_rep_at(g, t[k], all);
 
-        } else if (mk->rep_low != 0 && c >= mk->rep_low
-                   && c < mk->rep_all)
-        {
-            if (c > mk->rep_low) {
-                key[k] = kvs_gram_rep_at(g, t[k], mk->rep_low);
+        } else if (lo != 0 && c >= lo && c < all) {
+            if (c > lo) {
+                key[k] = kvs_gram_rep_at(g, t[k], lo);
             }
             low = 1;
         }
@@ -920,34 +924,37 @@ kvs_gram_ind_key(const kvs_gram_masker_t *mk, const uint32_t *t,
 }
 
 
-/* A low-tier entry: the long tokens (mk->long_x, sorted positions) are
+/* A low-tier entry: the long tokens (gv->long_x, sorted positions) are
  * taken out of the accepted bits and merged into the dependent ranges,
  * which stay sorted and disjoint. */
 static int
 kvs_gram_ind_long(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e)
 {
-    uint32_t   r, i, lo, hi, id, n, *old, *q;
+    uint32_t                 r, i, lo, hi, id, n, *old, *q;
+    const kvs_gram_vocab_t  *gv;
+
+    gv = mk->gv;
 
     old = e->ranges;
     n = e->n_ranges;
-    q = malloc(((size_t) n + mk->n_long + 1) * 2 * sizeof(uint32_t));
+    q = malloc(((size_t) n + gv->n_long + 1) * 2 * sizeof(uint32_t));
     if (q == NULL) {
         return KVS_ENOMEM;
     }
 
     e->ranges = q;
     e->n_ranges = 0;
-    e->cap_ranges = n + mk->n_long + 1;
+    e->cap_ranges = n + gv->n_long + 1;
 
-    for (r = 0, i = 0; r < n || i < mk->n_long; ) {
-        if (i == mk->n_long || (r < n && old[2 * r] <= mk->long_x[i])) {
+    for (r = 0, i = 0; r < n || i < gv->n_long; ) {
+        if (i == gv->n_long || (r < n && old[2 * r] <= gv->long_x[i])) {
             lo = old[2 * r];
             hi = old[2 * r + 1];
             r++;
         } else {
-            lo = mk->long_x[i++];
+            lo = gv->long_x[i++];
             hi = lo + 1;
-            id = (uint32_t) mk->gv->ids[lo];
+            id = (uint32_t) gv->ids[lo];
             e->bits[id >> 5] &= ~(1u << (id & 31));
         }
 

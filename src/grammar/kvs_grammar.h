@@ -378,6 +378,12 @@ typedef struct {
                                          bytes, then [n_end] END ids */
     uint32_t   n_text, n_end;
     uint32_t   max_len;
+    /* counted repetitions' second key tier (kvs_gram_mask.c): the
+     * shortest length >= 8 that at most 256 text tokens reach (0: none
+     * below max_len + 1), and those tokens' sorted positions in ids */
+    uint32_t   rep_low;
+    uint32_t  *long_x;
+    uint32_t   n_long;
 } kvs_gram_vocab_t;
 
 /* From a loaded vocabulary: each token's output bytes as
@@ -482,16 +488,6 @@ typedef struct kvs_gram_masker_s {
     /* the trie walks' transition memo (KVS_GRAM_MEMO_STATES states
      * unless kvs_gram_masker_memo() said otherwise) */
     kvs_gram_memo_t         *memo;
-
-    /* counted repetitions (kvs_gram_rep_at): a key position with more
-     * than rep_all copies left (max_len + 1: no token tells them apart)
-     * is keyed by its member with rep_all left; one with rep_low ..
-     * rep_all - 1 by its member with rep_low left, and then the tokens of
-     * rep_low bytes or more (long_x: their sorted positions) depend on
-     * the real stacks (0: no such tier) */
-    uint32_t                 rep_all, rep_low;
-    uint32_t                *long_x;
-    uint32_t                 n_long;
 } kvs_gram_masker_t;
 
 /* How many top stack nodes a context-independent mask looks at: inside a
