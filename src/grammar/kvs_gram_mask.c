@@ -27,7 +27,7 @@
  * A context-independent key names a counted repetition's position by a
  * canonical copy (kvs_gram_ind_key), so that the characters of a
  * bounded string share entries as those of a free string do; the
- * entries stay exact (kvs_gram.c, "counted repetitions").
+ * entries stay exact (kvs_gram_rep.c).
  *
  * Invariants: the matcher is left in the state it was given (every
  * speculative byte rolled back); bits has exactly n_tokens meaningful
@@ -119,12 +119,12 @@ kvs_gram_vocab_free(kvs_gram_vocab_t *gv)
 
 /*
  * The counts of a repetition that the context-independent keys tell
- * apart (kvs_gram_ind_key; why it is exact: kvs_gram.c).  Above max_len
- * copies left no token can see the end, so every such count is keyed as
- * max_len + 1.  Below that, positions with at least rep_low left take
- * the same tokens of fewer than rep_low bytes, so they share one entry
- * in which the few longer tokens are left to the real stacks: rep_low is
- * the shortest length (at least KVS_GRAM_LONG_MIN) that at most
+ * apart (kvs_gram_ind_key; why it is exact: kvs_gram_rep.c).  Above
+ * max_len copies left no token can see the end, so every such count is
+ * keyed as max_len + 1.  Below that, positions with at least rep_low
+ * left take the same tokens of fewer than rep_low bytes, so they share
+ * one entry in which the few longer tokens are left to the real stacks:
+ * rep_low is the shortest length (at least KVS_GRAM_LONG_MIN) that at most
  * KVS_GRAM_LONG_MAX text tokens reach (Llama 3, Qwen2: 32 bytes, ~250
  * tokens).  Once per vocabulary, after the trie.
  */
@@ -888,9 +888,10 @@ kvs_gram_ind_free(kvs_gram_ientry_t *e)
  * The key of a stack's top positions t: a position of a counted
  * repetition with more copies left than any token can cross (all =
  * max_len + 1) is named by its family's member with `all` left; one with
- * rep_low .. all - 1 left by the member with rep_low (kvs_gram.c: the
- * two take the same tokens of fewer than rep_low bytes).  1 if the key has such a member:
- * its entry leaves the long tokens to the real stacks.
+ * rep_low .. all - 1 left by the member with rep_low (kvs_gram_rep.c:
+ * the two take the same tokens of fewer than rep_low bytes).  1 if the
+ * key has such a member: its entry leaves the long tokens to the real
+ * stacks.
  */
 static int
 kvs_gram_ind_key(const kvs_gram_masker_t *mk, const uint32_t *t,

@@ -157,11 +157,18 @@ int kvs_gram_repeat(kvs_gram_t *g, uint32_t x, const kvs_gram_seq_t *sep,
     uint32_t min, uint32_t max, uint32_t *rule, kvs_err_t *err);
 
 
+/* kvs_gram_rep.c: kvs_gram_repeat notes a bounded count's layout (x, the
+ * separator's length, T_1's copy, the optional copies, R's alternative,
+ * the minimum); kvs_gram_finish indexes the notes and frees them. */
+int kvs_gram_rep_note(kvs_gram_t *g, uint32_t x, uint32_t s, uint32_t t1,
+    uint32_t extra, uint32_t ralt, uint32_t min, kvs_err_t *err);
+int kvs_gram_rep_index(kvs_gram_t *g, kvs_err_t *err);
+
 /*
  * The copies of x a position of an unrolled repetition can still start
  * (0: not such a position, or one whose x can be empty).  Two positions
  * of one family with c and c' copies left take the same bytes up to the
- * first min(c, c') of them (kvs_gram.c says why), so a mask that looks
+ * first min(c, c') of them (kvs_gram_rep.c says why), so a mask that looks
  * no further than max_len bytes may key both by one of them.
  */
 static inline uint32_t

@@ -1,7 +1,7 @@
 /*
  * test_gram_bound: inside bounded strings and counted repetitions the
  * context-independent entries are keyed by a canonical copy of the
- * repetition (kvs_gram_rep_at; kvs_gram.c says why that is exact), and
+ * repetition (kvs_gram_rep_at; kvs_gram_rep.c says why that is exact), and
  * the masks must stay those of a full trie walk on the real stacks.
  *
  * On a small vocabulary built here whose longest token is 48 bytes (so
