@@ -75,6 +75,10 @@ kvs_gram_free(kvs_gram_t *g)
     free(g->nullable);
     free(g->first);
     free(g->alt_first);
+    free(g->unrolls);
+    free(g->rep_c);
+    free(g->rep_f);
+    free(g->rfam);
     memset(g, 0, sizeof(kvs_gram_t));
 }
 
@@ -427,6 +431,11 @@ kvs_gram_finish(kvs_gram_t *g, uint32_t root, kvs_err_t *err)
         return rc;
     }
 
+    rc = kvs_gram_rep_index(g, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
     g->root = root;
     g->finished = 1;
 
@@ -669,8 +678,11 @@ kvs_gram_repeat(kvs_gram_t *g, uint32_t x, const kvs_gram_seq_t *sep,
     uint32_t min, uint32_t max, uint32_t *rule, kvs_err_t *err)
 {
     int             rc;
-    uint32_t        k, tail, t, extra;
+    uint32_t        k, tail, t, extra, t1, ralt;
     kvs_gram_seq_t  q;
+
+    extra = 0;
+    t1 = 0;
 
     if (min > max) {
         return kvs_err_set(err, KVS_EINVAL, "repeat %u > %u", min, max);
@@ -694,6 +706,7 @@ kvs_gram_repeat(kvs_gram_t *g, uint32_t x, const kvs_gram_seq_t *sep,
 
     } else {
         extra = max == 0 ? 0 : max - (min > 0 ? min : 1);
+        t1 = g->n_elems + 1;          /* T_1's copy, after its empty alt */
 
         for (k = 0; k < extra && rc == KVS_OK; k++) {
             rc = kvs_gram_rule_new(g, &t, err);
@@ -738,8 +751,15 @@ kvs_gram_repeat(kvs_gram_t *g, uint32_t x, const kvs_gram_seq_t *sep,
             kvs_gram_seq_ref(&q, tail);
         }
 
+        ralt = g->n_elems;
         if (rc == KVS_OK && q.n > 0) {
             rc = kvs_gram_add_alt(g, *rule, &q, err);
+        }
+
+        /* a bounded count: remember its layout (kvs_gram_rep_index) */
+        if (rc == KVS_OK && max != UINT32_MAX && max > 1) {
+            rc = kvs_gram_rep_note(g, x, sep != NULL ? (uint32_t) sep->n : 0,
+                                   t1, extra, ralt, min, err);
         }
     }
 

@@ -24,6 +24,11 @@
  * step through the masker's transition memo (kvs_gram_memo.c), which
  * feeds the matcher only for a (state, byte) the walk has not met yet.
  *
+ * A context-independent key names a counted repetition's position by a
+ * canonical copy (kvs_gram_ind_key), so that the characters of a
+ * bounded string share entries as those of a free string do; the
+ * entries stay exact (kvs_gram_rep.c).
+ *
  * Invariants: the matcher is left in the state it was given (every
  * speculative byte rolled back); bits has exactly n_tokens meaningful
  * bits, the rest zero.
@@ -107,7 +112,65 @@ kvs_gram_vocab_free(kvs_gram_vocab_t *gv)
     free(gv->t_ntok);
     free(gv->t_cum);
     free(gv->ids);
+    free(gv->long_x);
     free(gv);
+}
+
+
+/*
+ * The counts of a repetition that the context-independent keys tell
+ * apart (kvs_gram_ind_key; why it is exact: kvs_gram_rep.c).  Above
+ * max_len copies left no token can see the end, so every such count is
+ * keyed as max_len + 1.  Below that, positions with at least rep_low
+ * left take the same tokens of fewer than rep_low bytes, so they share
+ * one entry in which the few longer tokens are left to the real stacks:
+ * rep_low is the shortest length (at least KVS_GRAM_LONG_MIN) that at most
+ * KVS_GRAM_LONG_MAX text tokens reach (Llama 3, Qwen2: 32 bytes, ~250
+ * tokens).  Once per vocabulary, after the trie.
+ */
+#define KVS_GRAM_LONG_MIN  8
+#define KVS_GRAM_LONG_MAX  256
+
+static int
+kvs_gram_vocab_long(kvs_gram_vocab_t *gv, kvs_err_t *err)
+{
+    uint32_t   x, l, n, *hist;
+
+    hist = calloc((size_t) gv->max_len + 2, sizeof(uint32_t));
+    if (hist == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "vocabulary: out of memory");
+    }
+    for (x = 0; x < gv->n_text; x++) {
+        hist[gv->len[gv->ids[x]]]++;
+    }
+
+    /* down from the longest while few enough tokens are that long */
+    n = 0;
+    for (l = gv->max_len; l >= KVS_GRAM_LONG_MIN; l--) {
+        if (n + hist[l] > KVS_GRAM_LONG_MAX) {
+            break;
+        }
+        n += hist[l];
+    }
+    free(hist);
+    l++;                              /* the last length taken */
+
+    if (l > gv->max_len) {
+        return KVS_OK;                /* no tier below max_len + 1 */
+    }
+
+    gv->long_x = malloc(((size_t) n + 1) * sizeof(uint32_t));
+    if (gv->long_x == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "vocabulary: out of memory");
+    }
+    for (x = 0; x < gv->n_text; x++) {
+        if (gv->len[gv->ids[x]] >= l) {
+            gv->long_x[gv->n_long++] = x;
+        }
+    }
+    gv->rep_low = l;
+
+    return KVS_OK;
 }
 
 
@@ -294,6 +357,9 @@ kvs_gram_vocab_from_bytes(kvs_gram_vocab_t **out, uint32_t n,
     }
 
     rc = kvs_gram_vocab_trie(gv, err);
+    if (rc == KVS_OK) {
+        rc = kvs_gram_vocab_long(gv, err);
+    }
     if (rc != KVS_OK) {
         kvs_gram_vocab_free(gv);
         return rc;
@@ -419,6 +485,9 @@ kvs_gram_vocab_from_vocab(kvs_gram_vocab_t **out, const kvs_vocab_t *v,
     }
 
     rc = kvs_gram_vocab_trie(gv, err);
+    if (rc == KVS_OK) {
+        rc = kvs_gram_vocab_long(gv, err);
+    }
     if (rc != KVS_OK) {
         kvs_gram_vocab_free(gv);
         return rc;
@@ -815,17 +884,110 @@ kvs_gram_ind_free(kvs_gram_ientry_t *e)
 }
 
 
+/*
+ * The key of a stack's top positions t: a position of a counted
+ * repetition with more copies left than any token can cross (all =
+ * max_len + 1) is named by its family's member with `all` left; one with
+ * rep_low .. all - 1 left by the member with rep_low (kvs_gram_rep.c:
+ * the two take the same tokens of fewer than rep_low bytes).  1 if the
+ * key has such a member: its entry leaves the long tokens to the real
+ * stacks.
+ */
+static int
+kvs_gram_ind_key(const kvs_gram_masker_t *mk, const uint32_t *t,
+    uint32_t *key)
+{
+    int                 low;
+    uint32_t            k, c, all, lo;
+    const kvs_gram_t   *g;
+
+    g = mk->m->g;
+    all = mk->gv->max_len + 1 > 2 ? mk->gv->max_len + 1 : 2;
+    lo = mk->gv->rep_low;
+    low = 0;
+
+    for (k = 0; k < KVS_GRAM_CUT; k++) {
+        key[k] = t[k];
+        c = kvs_gram_rep_count(g, t[k]);
+
+        if (c > all) {
+            key[k] = kvs_gram_rep_at(g, t[k], all);
+
+        } else if (lo != 0 && c >= lo && c < all) {
+            if (c > lo) {
+                key[k] = kvs_gram_rep_at(g, t[k], lo);
+            }
+            low = 1;
+        }
+    }
+
+    return low;
+}
+
+
+/* A low-tier entry: the long tokens (gv->long_x, sorted positions) are
+ * taken out of the accepted bits and merged into the dependent ranges,
+ * which stay sorted and disjoint. */
+static int
+kvs_gram_ind_long(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e)
+{
+    uint32_t                 r, i, lo, hi, id, n, *old, *q;
+    const kvs_gram_vocab_t  *gv;
+
+    gv = mk->gv;
+
+    old = e->ranges;
+    n = e->n_ranges;
+    q = malloc(((size_t) n + gv->n_long + 1) * 2 * sizeof(uint32_t));
+    if (q == NULL) {
+        return KVS_ENOMEM;
+    }
+
+    e->ranges = q;
+    e->n_ranges = 0;
+    e->cap_ranges = n + gv->n_long + 1;
+
+    for (r = 0, i = 0; r < n || i < gv->n_long; ) {
+        if (i == gv->n_long || (r < n && old[2 * r] <= gv->long_x[i])) {
+            lo = old[2 * r];
+            hi = old[2 * r + 1];
+            r++;
+        } else {
+            lo = gv->long_x[i++];
+            hi = lo + 1;
+            id = (uint32_t) gv->ids[lo];
+            e->bits[id >> 5] &= ~(1u << (id & 31));
+        }
+
+        if (e->n_ranges > 0 && lo <= q[2 * e->n_ranges - 1]) {
+            if (hi > q[2 * e->n_ranges - 1]) {
+                q[2 * e->n_ranges - 1] = hi;
+            }
+            continue;
+        }
+        q[2 * e->n_ranges] = lo;
+        q[2 * e->n_ranges + 1] = hi;
+        e->n_ranges++;
+    }
+
+    free(old);
+
+    return KVS_OK;
+}
+
+
 /* The entry of one stack's top positions, built if new. */
 static int
-kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t,
+kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
     kvs_gram_ientry_t **out, kvs_err_t *err)
 {
-    int                  rc;
-    uint32_t             i;
+    int                  rc, low;
+    uint32_t             i, t[KVS_GRAM_CUT];
     uint64_t             h;
     kvs_gram_ientry_t   *e;
     kvs_gram_masker_t   *o;
 
+    low = kvs_gram_ind_key(mk, t0, t);
     h = kvs_gram_tuple_hash(t);
     o = mk->ind_owner != NULL ? mk->ind_owner : mk;   /* the table */
 
@@ -866,6 +1028,10 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t,
     rc = e->bits != NULL
          ? kvs_gram_ind_build(mk, e, err)
          : kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
+
+    if (rc == KVS_OK && low && kvs_gram_ind_long(mk, e) != KVS_OK) {
+        rc = kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
+    }
 
     if (rc != KVS_OK) {
         kvs_gram_ind_free(e);         /* no half-built entry */

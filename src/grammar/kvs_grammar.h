@@ -61,6 +61,21 @@ typedef struct {
     int               oom;            /* an append failed: add_alt fails */
 } kvs_gram_seq_t;
 
+/* A counted repetition kvs_gram_repeat() unrolled (kvs_gram.c): x, the
+ * separator's length, the first element of T_1's copy, the optional
+ * copies, the first element of the rule's own alternative, the minimum. */
+typedef struct {
+    uint32_t  x, s, t1, extra, ralt, min;
+} kvs_gram_unroll_t;
+
+/* A family of positions that differ only in the copies of a repetition
+ * still to come: the member with c copies left is at - (c_at - c) *
+ * step. */
+typedef struct {
+    uint32_t  at, c_at;
+    int32_t   step;
+} kvs_gram_rfam_t;
+
 typedef struct {
     uint32_t  max_elems;              /* 0: 1 << 21 */
     uint32_t  max_rules;              /* 0: 1 << 19 */
@@ -92,6 +107,15 @@ typedef struct {
     uint32_t          root;
     int               finished;
     kvs_gram_limits_t lim;
+    /* counted repetitions: while building, one record per unrolled
+     * repeat; after finish (when any was exact to share, see
+     * kvs_gram_rep_at), per position the copies of x it can still start
+     * (rep_c, 0: not one) and its family (rep_f into rfam) */
+    kvs_gram_unroll_t *unrolls;
+    uint32_t          n_unrolls, cap_unrolls;
+    uint32_t         *rep_c, *rep_f;
+    kvs_gram_rfam_t  *rfam;
+    uint32_t          n_rfam;
 } kvs_gram_t;
 
 int kvs_gram_init(kvs_gram_t *g, const kvs_gram_limits_t *lim);
@@ -131,6 +155,38 @@ int kvs_gram_add_cp_range(kvs_gram_t *g, uint32_t rule, uint32_t lo,
  */
 int kvs_gram_repeat(kvs_gram_t *g, uint32_t x, const kvs_gram_seq_t *sep,
     uint32_t min, uint32_t max, uint32_t *rule, kvs_err_t *err);
+
+
+/* kvs_gram_rep.c: kvs_gram_repeat notes a bounded count's layout (x, the
+ * separator's length, T_1's copy, the optional copies, R's alternative,
+ * the minimum); kvs_gram_finish indexes the notes and frees them. */
+int kvs_gram_rep_note(kvs_gram_t *g, uint32_t x, uint32_t s, uint32_t t1,
+    uint32_t extra, uint32_t ralt, uint32_t min, kvs_err_t *err);
+int kvs_gram_rep_index(kvs_gram_t *g, kvs_err_t *err);
+
+/*
+ * The copies of x a position of an unrolled repetition can still start
+ * (0: not such a position, or one whose x can be empty).  Two positions
+ * of one family with c and c' copies left take the same bytes up to the
+ * first min(c, c') of them (kvs_gram_rep.c says why), so a mask that looks
+ * no further than max_len bytes may key both by one of them.
+ */
+static inline uint32_t
+kvs_gram_rep_count(const kvs_gram_t *g, uint32_t pos)
+{
+    return g->rep_c != NULL && pos < g->n_elems ? g->rep_c[pos] : 0;
+}
+
+/* The member of pos's family with c copies left, 2 <= c < pos's own
+ * count (a position of R itself has no member of its own count). */
+static inline uint32_t
+kvs_gram_rep_at(const kvs_gram_t *g, uint32_t pos, uint32_t c)
+{
+    const kvs_gram_rfam_t  *f = &g->rfam[g->rep_f[pos]];
+
+    return (uint32_t) ((int64_t) f->at
+                       - ((int64_t) f->c_at - (int64_t) c) * f->step);
+}
 
 
 /* ---- JSON Schema -> grammar ------------------------------------------ */
@@ -329,6 +385,12 @@ typedef struct {
                                          bytes, then [n_end] END ids */
     uint32_t   n_text, n_end;
     uint32_t   max_len;
+    /* counted repetitions' second key tier (kvs_gram_mask.c): the
+     * shortest length >= 8 that at most 256 text tokens reach (0: none
+     * below max_len + 1), and those tokens' sorted positions in ids */
+    uint32_t   rep_low;
+    uint32_t  *long_x;
+    uint32_t   n_long;
 } kvs_gram_vocab_t;
 
 /* From a loaded vocabulary: each token's output bytes as

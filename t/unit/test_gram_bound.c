@@ -1,0 +1,445 @@
+/*
+ * test_gram_bound: inside bounded strings and counted repetitions the
+ * context-independent entries are keyed by a canonical copy of the
+ * repetition (kvs_gram_rep_at; kvs_gram_rep.c says why that is exact), and
+ * the masks must stay those of a full trie walk on the real stacks.
+ *
+ * On a small vocabulary built here whose longest token is 48 bytes (so
+ * that a count of 49 or more copies left is the "all tokens alike"
+ * tier, and counts of 8 .. 48 the tier where the tokens of 8 bytes or
+ * more are checked on the real stacks), seeded long walks through
+ * maxLength 5, 40 and 300 strings, x{m,n} patterns (a mandatory part,
+ * an optional part, a separator-like group, an exact count, an x that
+ * can be empty, nested counts whose two families meet in one key), and
+ * bounded strings inside bounded arrays compare at
+ * every step, token by token:
+ *
+ *   plain    cache_entries 0: every mask a full walk on the real stacks
+ *   cached   the state cache and the context-independent entries
+ *   shared   the same through a table of entries shared by the walks
+ *
+ * and, every few steps, the brute force of every token.  The grammar's
+ * families are checked too (every member named by kvs_gram_rep_at has the
+ * count asked for), and the walks must have been keyed canonically (far
+ * fewer entries built than masks inside the strings), so that a change
+ * that stopped sharing could not pass either.
+ */
+
+#include "kvs_test_gram.h"
+
+
+static const char  *tb_schemas[] = {
+    "{\"type\": \"string\", \"maxLength\": 5}",
+    "{\"type\": \"string\", \"maxLength\": 40}",
+    "{\"type\": \"string\", \"minLength\": 20, \"maxLength\": 300}",
+    "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\", "
+    "\"maxLength\": 40}, \"b\": {\"type\": \"string\", \"maxLength\": 300}}"
+    ", \"required\": [\"a\", \"b\"], \"additionalProperties\": false}",
+    "{\"type\": \"string\", \"pattern\": \"^[a-z ]{10,120}$\"}",
+    "{\"type\": \"string\", \"pattern\": \"^(ab|c){3,70}x$\"}",
+    "{\"type\": \"string\", \"pattern\": \"^[0-9a]{60}$\"}",
+    "{\"type\": \"string\", \"pattern\": \"^(a?b?){0,50}$\"}",
+    "{\"type\": \"string\", \"pattern\": \"^((ab){2,5}){3,40}$\"}",
+    "{\"type\": \"string\", \"pattern\": \"^((a|b0){1,60}c){2,9}$\"}",
+    "{\"type\": \"array\", \"items\": {\"type\": \"string\", "
+    "\"maxLength\": 60}, \"minItems\": 12, \"maxItems\": 70}",
+    "{\"type\": \"array\", \"items\": {\"type\": \"array\", \"items\": "
+    "{\"type\": \"string\", \"maxLength\": 55}, \"maxItems\": 9}, "
+    "\"maxItems\": 60}",
+};
+
+#define TB_N  (sizeof(tb_schemas) / sizeof(tb_schemas[0]))
+
+enum { TB_PLAIN, TB_CACHED, TB_SHARED, TB_MK };
+
+
+/* Long runs of string characters, keys, closers, escapes, UTF-8. */
+static kvs_gram_vocab_t *
+tb_vocab(void)
+{
+    static const char  *pieces[] = {
+        "\"", "\", \"", "\"]", "\"}", "\", ", "\"], [\"", "[\"", "[[\"",
+        "\": \"", "\\n", "\\\"", "\\u00e9", "\xc3\xa9", "\xe6\x97\xa5",
+        "ab", "abab", "cab", "ababab", "x\"", "ax", "0a", "a0a0",
+        "\"a\": \"", "\", \"b\": \"", "\"}", "]]", "\"]]",
+        "a b", "hello world", "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9",
+        "abcdefghij\", \"b\": \"",
+    };
+    static const char   fill[] = "ab c";
+    size_t              i, n, k, l, np;
+    uint8_t            *texts[600], kinds[600];
+    uint32_t            lens[600];
+    kvs_err_t           err;
+    kvs_gram_vocab_t   *gv;
+
+    n = 0;
+    for (i = 1; i < 256; i++) {
+        texts[n] = malloc(1);
+        texts[n][0] = (uint8_t) i;
+        lens[n] = 1;
+        kinds[n++] = KVS_GRAM_TOK_TEXT;
+    }
+
+    np = sizeof(pieces) / sizeof(pieces[0]);
+    for (i = 0; i < np; i++) {
+        lens[n] = (uint32_t) strlen(pieces[i]);
+        texts[n] = (uint8_t *) strdup(pieces[i]);
+        kinds[n++] = KVS_GRAM_TOK_TEXT;
+    }
+
+    /* runs of 2 .. 48 bytes of a few shapes: plain, digits, "ab"s,
+     * spaces, and ones that close the string in their last bytes */
+    for (l = 2; l <= 48; l++) {
+        for (k = 0; k < 5; k++) {
+            texts[n] = malloc(l);
+            for (i = 0; i < l; i++) {
+                texts[n][i] = (uint8_t) (k == 0 ? 'a'
+                                         : k == 1 ? "0a"[i % 2]
+                                         : k == 2 ? "ab"[i % 2]
+                                         : k == 3 ? ' ' : fill[i % 4]);
+            }
+            if (k == 4 && l >= 4) {
+                memcpy(texts[n] + l - 3, "\", ", 3);
+            }
+            lens[n] = (uint32_t) l;
+            kinds[n++] = KVS_GRAM_TOK_TEXT;
+        }
+    }
+
+    texts[n] = NULL;
+    lens[n] = 0;
+    kinds[n++] = KVS_GRAM_TOK_END;
+
+    assert_int_equal(kvs_gram_vocab_from_bytes(&gv, (uint32_t) n,
+                         (const uint8_t *const *) texts, lens, kinds, &err),
+                     KVS_OK);
+    assert_int_equal(gv->max_len, 48);
+    assert_int_equal(gv->rep_low, 8);
+
+    for (i = 0; i < n; i++) {
+        free(texts[i]);
+    }
+
+    return gv;
+}
+
+
+static void
+tb_first_diff(const kvs_gram_vocab_t *gv, const uint32_t *a,
+    const uint32_t *b, const char *what, size_t schema, size_t step)
+{
+    uint32_t  id;
+
+    for (id = 0; id < gv->n_tokens; id++) {
+        if ((a[id >> 5] ^ b[id >> 5]) >> (id & 31) & 1) {
+            fail_msg("schema %zu step %zu: %s differs at token %u "
+                     "(\"%.*s\"): %s by the full walk", schema, step, what,
+                     id, (int) gv->len[id], gv->bytes + gv->off[id],
+                     a[id >> 5] >> (id & 31) & 1 ? "allowed" : "refused");
+        }
+    }
+}
+
+
+/* Every member a family names has the count asked for and is of the
+ * same family; returns the positions that have a count. */
+static size_t
+tb_families(const kvs_gram_t *g)
+{
+    size_t    n;
+    uint32_t  p, c, q;
+
+    n = 0;
+    for (p = 0; p < g->n_elems; p++) {
+        if (kvs_gram_rep_count(g, p) < 2) {
+            continue;
+        }
+        n++;
+        for (c = 2; c < kvs_gram_rep_count(g, p); c++) {
+            q = kvs_gram_rep_at(g, p, c);
+            assert_true(q < g->n_elems);
+            assert_int_equal(kvs_gram_rep_count(g, q), c);
+            assert_int_equal(g->rep_f[q], g->rep_f[p]);
+            assert_int_equal(g->elems[q].kind, g->elems[p].kind);
+        }
+    }
+
+    return n;
+}
+
+
+/* 1 if some stack's two key positions both have counts. */
+static int
+tb_two_families(const kvs_gram_matcher_t *m)
+{
+    uint32_t                 i, id;
+    const kvs_gram_level_t  *lv;
+
+    lv = &m->lv[m->n_lv - 1];
+    for (i = 0; i < lv->n_front; i++) {
+        id = m->front[lv->front + i];
+        if (m->nodes[id].parent != KVS_GRAM_NIL
+            && kvs_gram_rep_count(m->g, m->nodes[id].pos) > 0
+            && kvs_gram_rep_count(m->g,
+                   m->nodes[m->nodes[id].parent].pos) > 0)
+        {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+static void
+tb_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
+    uint64_t seed)
+{
+    int                 rc[TB_MK], sh;
+    size_t              i, w, step, n, k, masks, both;
+    uint32_t            words, id, *bits[TB_MK], *bf, *cand, ch;
+    uint64_t            rng, built;
+    kvs_err_t           err;
+    kvs_gram_t          g;
+    kvs_gram_matcher_t  m;
+    kvs_gram_masker_t   mk[TB_MK], table;
+    static const char  *names[TB_MK] = { "plain", "cached", "shared" };
+
+    words = (gv->n_tokens + 31) / 32;
+    for (k = 0; k < TB_MK; k++) {
+        bits[k] = malloc(words * sizeof(uint32_t));
+        assert_non_null(bits[k]);
+    }
+    bf = malloc(words * sizeof(uint32_t));
+    cand = malloc(gv->n_tokens * sizeof(uint32_t));
+    assert_non_null(bf);
+    assert_non_null(cand);
+
+    for (i = 0; i < TB_N; i++) {
+        if (tg_compile(&g, tb_schemas[i], 0, &err) != KVS_OK) {
+            fail_msg("schema %zu: %s", i, err.msg);
+        }
+
+        /* the x of (a?b?) can be empty: no family there */
+        if (strstr(tb_schemas[i], "a?b?") != NULL) {
+            assert_int_equal(tb_families(&g), 0);
+        } else if (strstr(tb_schemas[i], "\"maxLength\": 5}") == NULL) {
+            assert_true(tb_families(&g) > 0);
+        }
+
+        assert_int_equal(kvs_gram_masker_init_table(&table, gv, 64, &err),
+                         KVS_OK);
+        masks = 0;
+        built = 0;
+        both = 0;
+
+        for (w = 0; w < walks; w++) {
+            rng = seed + i * 1000003 + w * 7919;
+            assert_int_equal(kvs_gram_matcher_init(&m, &g, NULL, &err),
+                             KVS_OK);
+            for (k = 0; k < TB_MK; k++) {
+                assert_int_equal(kvs_gram_masker_init(&mk[k], gv, &m,
+                                     k == TB_PLAIN ? 0 : 16, &err),
+                                 KVS_OK);
+            }
+            kvs_gram_masker_share(&mk[TB_SHARED], &table);
+
+            for (step = 0; step < steps; step++) {
+                for (k = 0; k < TB_MK; k++) {
+                    rc[k] = kvs_gram_mask(&mk[k], bits[k], &err);
+                    assert_true(rc[k] == KVS_OK || rc[k] == KVS_EFORMAT);
+                    assert_int_equal(rc[k], rc[TB_PLAIN]);
+                    if (k != TB_PLAIN && rc[k] == KVS_OK
+                        && memcmp(bits[k], bits[TB_PLAIN],
+                                  words * sizeof(uint32_t)) != 0)
+                    {
+                        tb_first_diff(gv, bits[TB_PLAIN], bits[k], names[k],
+                                      i, step);
+                    }
+                }
+                assert_int_equal(rc[TB_PLAIN], KVS_OK);
+                masks++;
+                both += tb_two_families(&m);
+
+                if (step % 5 == 0) {
+                    tg_brute(&m, gv, bf, words);
+                    if (memcmp(bf, bits[TB_PLAIN], words * sizeof(uint32_t))
+                        != 0)
+                    {
+                        tb_first_diff(gv, bf, bits[TB_PLAIN],
+                                      "the full walk against brute force",
+                                      i, step);
+                    }
+                }
+
+                /* long walks: a token that closes something one time in
+                 * forty, else one that keeps writing, mostly short ones
+                 * (three times in four only tokens of 1 or 2 bytes) */
+                sh = tg_rand(&rng) % 4 != 0;
+                for (id = 0, n = 0, ch = 0; id < gv->n_tokens; id++) {
+                    if (!(bits[TB_PLAIN][id >> 5] >> (id & 31) & 1)
+                        || (sh && gv->len[id] > 2 && n > 0))
+                    {
+                        continue;
+                    }
+                    if (gv->kind[id] == KVS_GRAM_TOK_TEXT
+                        && memchr(gv->bytes + gv->off[id], '"',
+                                  gv->len[id]) == NULL
+                        && memchr(gv->bytes + gv->off[id], ']',
+                                  gv->len[id]) == NULL)
+                    {
+                        cand[n++] = id;
+                    } else {
+                        cand[gv->n_tokens - 1 - ch++] = id;
+                    }
+                }
+
+                if (ch > 0 && (n == 0 || tg_rand(&rng) % 40 == 0)) {
+                    id = cand[gv->n_tokens - 1 - tg_rand(&rng) % ch];
+                } else {
+                    id = cand[tg_rand(&rng) % n];
+                }
+                if (gv->kind[id] == KVS_GRAM_TOK_END) {
+                    break;
+                }
+                assert_int_equal(kvs_gram_accept_token(&m, gv, (int32_t) id,
+                                                       &err), KVS_OK);
+            }
+
+            built += mk[TB_CACHED].ind_misses;
+            for (k = 0; k < TB_MK; k++) {
+                kvs_gram_masker_free(&mk[k]);
+            }
+            kvs_gram_matcher_free(&m);
+        }
+
+        print_message("schema %zu: %zu masks, %llu entries built, %zu "
+                      "with two counts in a key\n", i, masks,
+                      (unsigned long long) built, both);
+
+        /* the nested counts do put two families in one key */
+        if (strstr(tb_schemas[i], "((ab){2,5}){3,40}") != NULL) {
+            assert_true(both > 0);
+        }
+
+        kvs_gram_masker_free(&table);
+        kvs_gram_free(&g);
+    }
+
+    for (k = 0; k < TB_MK; k++) {
+        free(bits[k]);
+    }
+    free(bf);
+    free(cand);
+}
+
+
+static void
+test_bound_walks(void **state)
+{
+    kvs_gram_vocab_t  *gv;
+
+    (void) state;
+    gv = tb_vocab();
+    tb_walks(gv, 4, 400, 5);
+    kvs_gram_vocab_free(gv);
+}
+
+
+/*
+ * 292 characters into a maxLength 300 string, one "a" at a time: every
+ * count from 300 down to 8 is keyed by one of two members (49 and 8),
+ * so a handful of entries are built for ~290 masks (one a mask without
+ * the canonical keys); the masks are those of the full walk.
+ */
+static void
+test_sharing(void **state)
+{
+    int32_t             a;
+    uint32_t            k, words, *x, *y;
+    kvs_err_t           err;
+    kvs_gram_t          g;
+    kvs_gram_matcher_t  m;
+    kvs_gram_masker_t   plain, mk;
+    kvs_gram_vocab_t   *gv;
+
+    (void) state;
+    gv = tb_vocab();
+    words = (gv->n_tokens + 31) / 32;
+    x = malloc(words * sizeof(uint32_t));
+    y = malloc(words * sizeof(uint32_t));
+    assert_non_null(x);
+    assert_non_null(y);
+
+    assert_int_equal(tg_compile(&g, "{\"type\": \"string\", "
+                                "\"maxLength\": 300}", 0, &err), KVS_OK);
+    assert_int_equal(kvs_gram_matcher_init(&m, &g, NULL, &err), KVS_OK);
+    assert_int_equal(kvs_gram_masker_init(&plain, gv, &m, 0, &err), KVS_OK);
+    assert_int_equal(kvs_gram_masker_init(&mk, gv, &m, 16, &err), KVS_OK);
+    assert_int_equal(kvs_gram_matcher_feed(&m, "\"", 1, &err), KVS_OK);
+
+    a = 'a' - 1;                      /* the byte tokens start at 1 */
+    assert_int_equal(gv->len[a], 1);
+    assert_int_equal(gv->bytes[gv->off[a]], 'a');
+
+    for (k = 0; k <= 292; k++) {
+        assert_int_equal(kvs_gram_mask(&plain, x, &err), KVS_OK);
+        assert_int_equal(kvs_gram_mask(&mk, y, &err), KVS_OK);
+        if (memcmp(x, y, words * sizeof(uint32_t)) != 0) {
+            tb_first_diff(gv, x, y, "cached", 2, k);
+        }
+        if (k < 292) {
+            assert_int_equal(kvs_gram_accept_token(&m, gv, a, &err),
+                             KVS_OK);
+        }
+    }
+
+    print_message("293 masks: %llu entries built, %llu hits\n",
+                  (unsigned long long) mk.ind_misses,
+                  (unsigned long long) mk.ind_hits);
+    assert_true(mk.ind_misses <= 6);
+
+    kvs_gram_masker_free(&mk);
+    kvs_gram_masker_free(&plain);
+    kvs_gram_matcher_free(&m);
+    kvs_gram_free(&g);
+    kvs_gram_vocab_free(gv);
+    free(x);
+    free(y);
+}
+
+
+/* The tier of tokens checked on the real stacks: its bound, its count. */
+static void
+test_tiers(void **state)
+{
+    uint32_t           x, n;
+    kvs_gram_vocab_t  *gv;
+
+    (void) state;
+    gv = tb_vocab();
+
+    for (x = 0, n = 0; x < gv->n_text; x++) {
+        n += gv->len[gv->ids[x]] >= gv->rep_low;
+    }
+    assert_int_equal(gv->n_long, n);
+    assert_true(n > 0 && n <= 256);
+    for (x = 1; x < gv->n_long; x++) {
+        assert_true(gv->long_x[x - 1] < gv->long_x[x]);
+    }
+
+    kvs_gram_vocab_free(gv);
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_tiers),
+        cmocka_unit_test(test_sharing),
+        cmocka_unit_test(test_bound_walks),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
