@@ -73,8 +73,8 @@ kvs_ts_space(char c)
 }
 
 
-/* LLAMA3 has no marker: the calls are the output from its first
- * non-space on, a "{" or the tag. */
+/* LLAMA3 (and LLAMA4) has no marker: the calls are the output from its
+ * first non-space on, a "{" or the tag. */
 static int
 kvs_ts_start_llama3(kvs_tool_stream_t *ts, const char *text, size_t len)
 {
@@ -186,13 +186,17 @@ kvs_tool_stream_next(kvs_tool_stream_t *ts, const char *text, size_t len,
     /* where a name begins; it ends at '>' (FUNCTIONARY), a newline
      * (DEEPSEEK, FUNCTIONARY32) or its closing quote */
     seek = fn ? "<function=" : ds ? KVS_TS_DS_SEP : f32 ? ">>>"
-                                                      : "\"name\": \"";
+           : ts->syn == KVS_TOOL_SYN_COMMANDR
+             || ts->syn == KVS_TOOL_SYN_COMMANDR7B ? "\"tool_name\": \""
+           : "\"name\": \"";
 
     for ( ;; ) {
         switch (ts->state) {
 
         case KVS_TS_START:
-            if (ts->syn == KVS_TOOL_SYN_LLAMA3) {
+            if (ts->syn == KVS_TOOL_SYN_LLAMA3
+                || ts->syn == KVS_TOOL_SYN_LLAMA4)
+            {
                 rc = kvs_ts_start_llama3(ts, text, len);
                 if (rc >= 0) {
                     return rc;

@@ -11,7 +11,8 @@
  * object; FUNCTIONARY writes <function=NAME> then the object, DEEPSEEK
  * <｜tool▁sep｜>NAME, a newline, "```json" and the object, FUNCTIONARY32
  * NAME, a newline and the object, at the start or after ">>>" (after
- * "all\n" and text).  Text between
+ * "all\n" and text); COMMANDR and COMMANDR7B name a call with
+ * "tool_name", LLAMA4 is read as LLAMA3.  Text between
  * calls is skipped.  The arguments are given compacted: white
  * space outside strings dropped, everything else byte for byte, so the
  * pieces of one call join into its arguments' JSON text.
