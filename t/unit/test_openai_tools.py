@@ -3,10 +3,13 @@
 nginx with the kvserve module (the `sdk` target runs it after
 test_openai_sdk.py, whose Nginx class it reuses).
 
-Three generated tiny models carry real published templates from the
+Five generated tiny models carry real published templates from the
 fixtures: Llama 3.1's (tool calls as a JSON object with "parameters"),
-Qwen 2.5's (Hermes <tool_call> blocks) and DeepSeek V3's (its
-<｜tool▁call▁begin｜> blocks; not in the two-turn case, see TWO_TURNS).  Their weights are random, so
+Qwen 2.5's (Hermes <tool_call> blocks), DeepSeek V3's (its
+<｜tool▁call▁begin｜> blocks; not in the two-turn case, see TWO_TURNS),
+Llama 4's (JSON calls back to back) and Command R7B's (a
+<|START_ACTION|> list of "tool_name"s, its long preamble: a larger
+context).  Their weights are random, so
 their text is noise: whatever calls come out, the grammar made them.
 What must hold on each:
 
@@ -49,12 +52,17 @@ TEMPLATES = {
     "tiny-llama31": "llama-3.1-8b-instruct.jinja",
     "tiny-qwen25": "qwen2.5-7b-instruct.jinja",
     "tiny-deepseek3": "deepseek-v3.jinja",
+    "tiny-llama4": "llama-4.jinja",
+    "tiny-commandr7b": "command-r7b-12-2024-tool_use.jinja",
 }
+# Command R7B's system preamble alone is ~5,000 bytes
+CTX = {"tiny-commandr7b": 8192}
 # DeepSeek V3's template writes an assistant turn's tool calls only when
 # its content is None and their arguments only as a string, which an
 # OpenAI request's turn (content "", arguments parsed for the template
 # as vLLM does) is not: its second turn is not rendered as trained
-TWO_TURNS = {"tiny-llama31", "tiny-qwen25"}
+TWO_TURNS = {"tiny-llama31", "tiny-qwen25", "tiny-llama4",
+             "tiny-commandr7b"}
 MAX_TOKENS = 400
 
 WEATHER = {
@@ -97,7 +105,8 @@ def gen_model(name):
     if not os.path.exists(tpl):
         return None, tpl
     out = os.path.join(TMP, "%s.gguf" % name)
-    subprocess.run([CLI, "gen-model", "--preset", "tiny", "--ctx", "4096",
+    subprocess.run([CLI, "gen-model", "--preset", "tiny", "--ctx",
+                    str(CTX.get(name, 4096)),
                     "--vocab", "2048", "--seed", "11",
                     "--chat-template", tpl, out], check=True,
                    capture_output=True)
