@@ -27,7 +27,10 @@ What must hold on each:
 - a two-turn conversation: the assistant's tool_calls and the tool
   results sent back are rendered (the prompt grows by them) and answered;
 - refusals: an unsupported parameters keyword, stop beside tools, tools
-  on a model whose template has no tool syntax: 400 naming the field.
+  on a model whose template has no tool syntax: 400 naming the field;
+- Functionary v3.2 (whose text answers begin with an "all" recipient
+  line) without tools: text, no calls, the same streamed as not, never
+  beginning with that line.
 
 Environment: as test_openai_sdk.py; needs the kvserve tool (KVS_CLI,
 default build/kvserve) and the fixture templates; skips naming a missing
@@ -54,6 +57,7 @@ TEMPLATES = {
     "tiny-deepseek3": "deepseek-v3.jinja",
     "tiny-llama4": "llama-4.jinja",
     "tiny-commandr7b": "command-r7b-12-2024-tool_use.jinja",
+    "tiny-functionary32": "functionary-medium-v3.2.jinja",
 }
 # Command R7B's system preamble alone is ~5,000 bytes
 CTX = {"tiny-commandr7b": 8192}
@@ -309,6 +313,23 @@ def test_two_turns(cl, model):
           "%s turn 2 (required): calls" % model)
 
 
+def test_no_tools(cl, model):
+    """A request without tools to a model whose syntax has a recipient
+    line: its output is read as text (the line dropped)."""
+    for seed in (51, 52):
+        kw = dict(model=model, messages=USER, seed=seed, max_tokens=24)
+        whole = cl.chat.completions.create(**kw).choices[0]
+        calls, text, finish = joined(cl.chat.completions.create(
+            stream=True, **kw))
+        check(not whole.message.tool_calls and not calls
+              and whole.finish_reason in ("stop", "length")
+              and finish == whole.finish_reason
+              and text == (whole.message.content or "")
+              and not text.startswith("all\n"),
+              "%s no tools seed %d: text, streamed = whole (%r vs %r)"
+              % (model, seed, text, whole.message.content))
+
+
 def test_refusals(cl, model):
     bad = dict(WEATHER)
     bad["function"] = dict(WEATHER["function"],
@@ -364,6 +385,8 @@ def main():
             test_stream(cl, ngx.base + "/v1", name)
             if name in TWO_TURNS:
                 test_two_turns(cl, name)
+            if name == "tiny-functionary32":
+                test_no_tools(cl, name)
         check_kv_back(ngx, kv0, len(models))
         log = ngx.error_log()
         check("[alert]" not in log and "[crit]" not in log,
