@@ -6,7 +6,8 @@
  * Invariants: the parser never reads past text[len] (text need not be
  * NUL-terminated), never fails on any input but for memory, and returns
  * either every call the output holds or none (the whole output as
- * content, less FUNCTIONARY32's "all\n" recipient line).  JSON is first delimited by kvs_tool_json_end() (a scanner
+ * content, less FUNCTIONARY32's "all\n" recipient line).  JSON is first
+ * delimited by kvs_tool_json_end() (a scanner
  * that knows strings and brackets, so markers inside strings are
  * content of the strings), then parsed by jansson on that span alone.
  */
@@ -16,7 +17,7 @@
 
 #include <jansson.h>
 
-#include "kvs_tool_parse.h"
+#include "kvs_tool_parse_impl.h"
 
 #define KVS_TOOL_JSON_DEPTH  512
 
@@ -27,14 +28,6 @@
 #define KVS_TOOL_DS_SEP    "<｜tool▁sep｜>"
 #define KVS_TOOL_DS_END    "<｜tool▁call▁end｜>"
 #define KVS_TOOL_DS_CLOSE  "<｜tool▁calls▁end｜>"
-
-/* Command R7B's tags (control tokens of its vocabulary) */
-#define KVS_TOOL_R7_ACTION   "<|START_ACTION|>"
-#define KVS_TOOL_R7_END      "<|END_ACTION|>"
-#define KVS_TOOL_R7_THINK    "<|START_THINKING|>"
-#define KVS_TOOL_R7_THINKED  "<|END_THINKING|>"
-#define KVS_TOOL_R7_RESP     "<|START_RESPONSE|>"
-#define KVS_TOOL_R7_RESPED   "<|END_RESPONSE|>"
 
 
 typedef struct {
@@ -60,7 +53,7 @@ static const kvs_tool_form_t  kvs_tool_forms[KVS_TOOL_SYN_N] = {
     { ">>>", NULL, 0, 0 },
     { "<|python_tag|>", NULL, 0, 0 },
     { "Action:", NULL, 1, 0 },
-    { KVS_TOOL_R7_ACTION, NULL, 1, 0 },
+    { "<|START_ACTION|>", NULL, 1, 0 },
 };
 
 static const char  *kvs_tool_names[KVS_TOOL_SYN_N] = {
@@ -77,7 +70,7 @@ kvs_tool_marker(kvs_tool_syntax_t syn)
 }
 
 
-static const char *
+const char *
 kvs_tool_find(const char *s, size_t len, const char *needle)
 {
     size_t  n, i;
@@ -103,7 +96,7 @@ kvs_tool_syntax_detect(const char *tpl, size_t len)
         return KVS_TOOL_SYN_DEEPSEEK;
     }
 
-    if (kvs_tool_find(tpl, len, KVS_TOOL_R7_ACTION) != NULL) {
+    if (kvs_tool_find(tpl, len, "<|START_ACTION|>") != NULL) {
         return KVS_TOOL_SYN_COMMANDR7B;
     }
 
@@ -167,14 +160,14 @@ kvs_tool_syntax_name(kvs_tool_syntax_t syn)
 
 /* JSON extent. */
 
-static int
+int
 kvs_tool_is_ws(char c)
 {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
 
-static size_t
+size_t
 kvs_tool_skip_ws(const char *s, size_t len, size_t i)
 {
     while (i < len && kvs_tool_is_ws(s[i])) {
@@ -384,7 +377,7 @@ kvs_tool_add(kvs_tool_parsed_t *out, json_t *obj, const char *name_given,
 
 
 /* One JSON value at text[*i..len), parsed; *i moves past it. */
-static int
+int
 kvs_tool_json_at(const char *text, size_t len, size_t *i, json_t **out)
 {
     int     rc;
@@ -407,7 +400,7 @@ kvs_tool_json_at(const char *text, size_t len, size_t *i, json_t **out)
 
 
 /* The calls in a JSON array or object: each element a call. */
-static int
+int
 kvs_tool_add_value(kvs_tool_parsed_t *out, json_t *v, int cohere)
 {
     int     rc;
@@ -460,7 +453,7 @@ kvs_tool_name_ok(const char *s, size_t n, int strict)
 
 
 /* text[*i..) starts with lit: *i moves past it. */
-static int
+int
 kvs_tool_lit(const char *text, size_t len, size_t *i, const char *lit)
 {
     size_t  n;
@@ -743,111 +736,6 @@ kvs_tool_parse_llama3(const char *text, size_t len, int back_to_back,
 }
 
 
-/* Command R, from its marker at text[i]: COMMANDR "Action:" then the
- * array, maybe fenced in ```json ... ```; COMMANDR7B <|START_ACTION|>,
- * the array, <|END_ACTION|>.  Nothing but whitespace after. */
-static int
-kvs_tool_parse_cohere(kvs_tool_syntax_t syn, const char *text, size_t len,
-    size_t i, kvs_tool_parsed_t *out)
-{
-    int      rc, fence;
-    json_t  *v;
-
-    fence = 0;
-
-    if (!kvs_tool_lit(text, len, &i, kvs_tool_forms[syn].open)) {
-        return KVS_EFORMAT;
-    }
-
-    i = kvs_tool_skip_ws(text, len, i);
-
-    if (syn == KVS_TOOL_SYN_COMMANDR) {
-        fence = kvs_tool_lit(text, len, &i, "```");
-        if (fence) {
-            (void) kvs_tool_lit(text, len, &i, "json");
-            i = kvs_tool_skip_ws(text, len, i);
-        }
-    }
-
-    if (i == len || text[i] != '[') {
-        return KVS_EFORMAT;
-    }
-
-    rc = kvs_tool_json_at(text, len, &i, &v);
-    if (rc != KVS_OK) {
-        return rc;
-    }
-
-    rc = kvs_tool_add_value(out, v, 1);
-    json_decref(v);
-
-    if (rc != KVS_OK) {
-        return rc;
-    }
-
-    i = kvs_tool_skip_ws(text, len, i);
-
-    if ((fence && !kvs_tool_lit(text, len, &i, "```"))
-        || (syn == KVS_TOOL_SYN_COMMANDR7B
-            && !kvs_tool_lit(text, len, &i, KVS_TOOL_R7_END)))
-    {
-        return KVS_EFORMAT;
-    }
-
-    return kvs_tool_skip_ws(text, len, i) == len ? KVS_OK : KVS_EFORMAT;
-}
-
-
-/* text[len] ends with lit, after trailing whitespace: where lit begins
- * (len when it does not). */
-static size_t
-kvs_tool_tail(const char *text, size_t len, size_t from, const char *lit)
-{
-    size_t  n, e;
-
-    n = strlen(lit);
-    e = len;
-
-    while (e > from && kvs_tool_is_ws(text[e - 1])) {
-        e--;
-    }
-
-    if (e - from >= n && memcmp(text + e - n, lit, n) == 0) {
-        return e - n;
-    }
-
-    return len;
-}
-
-
-/* Command R7B's content, text[out->content_at..out->content_len): less
- * a closing <|END_RESPONSE|> or <|END_THINKING|> (the opening ones are
- * kvs_tool_parse_skip()'s). */
-static void
-kvs_tool_r7_trim(const char *text, kvs_tool_parsed_t *out)
-{
-    size_t  e;
-
-    e = kvs_tool_tail(text, out->content_len, out->content_at,
-                      KVS_TOOL_R7_RESPED);
-
-    if (e == out->content_len) {
-        e = kvs_tool_tail(text, out->content_len, out->content_at,
-                          KVS_TOOL_R7_THINKED);
-    }
-
-    if (e == out->content_len) {
-        return;
-    }
-
-    while (e > out->content_at && kvs_tool_is_ws(text[e - 1])) {
-        e--;
-    }
-
-    out->content_len = e;
-}
-
-
 void
 kvs_tool_parsed_free(kvs_tool_parsed_t *p)
 {
@@ -952,7 +840,7 @@ kvs_tool_parse(kvs_tool_syntax_t syn, const char *text, size_t len,
 
 /* The bytes of text[len] before open, or before a tail that may
  * become open when more comes. */
-static size_t
+size_t
 kvs_tool_hold_marker(const char *open, const char *text, size_t len)
 {
     size_t       n, k;
@@ -977,7 +865,7 @@ kvs_tool_hold_marker(const char *open, const char *text, size_t len)
 
 
 /* text[len] is a proper beginning of lit */
-static int
+int
 kvs_tool_prefix(const char *text, size_t len, const char *lit)
 {
     return len < strlen(lit) && memcmp(text, lit, len) == 0;
@@ -987,7 +875,7 @@ kvs_tool_prefix(const char *text, size_t len, const char *lit)
 size_t
 kvs_tool_parse_hold(kvs_tool_syntax_t syn, const char *text, size_t len)
 {
-    size_t  i, end;
+    size_t  i;
 
     if ((unsigned) syn >= KVS_TOOL_SYN_N || syn == KVS_TOOL_SYN_NONE) {
         return len;
@@ -1004,18 +892,7 @@ kvs_tool_parse_hold(kvs_tool_syntax_t syn, const char *text, size_t len)
     }
 
     if (syn == KVS_TOOL_SYN_COMMANDR7B) {
-        /* an opening tag not yet whole is not yet skipped; a closing
-         * one may end the content (kvs_tool_r7_trim) */
-        if (kvs_tool_prefix(text, len, KVS_TOOL_R7_RESP)
-            || kvs_tool_prefix(text, len, KVS_TOOL_R7_THINK))
-        {
-            return 0;
-        }
-
-        i = kvs_tool_hold_marker(KVS_TOOL_R7_ACTION, text, len);
-        end = kvs_tool_hold_marker("<|END_", text, len);
-
-        return i < end ? i : end;
+        return kvs_tool_r7_hold(text, len);
     }
 
     if (syn == KVS_TOOL_SYN_LLAMA3 || syn == KVS_TOOL_SYN_LLAMA4) {
@@ -1044,8 +921,7 @@ kvs_tool_parse_hold_text(kvs_tool_syntax_t syn, const char *text,
     if ((syn == KVS_TOOL_SYN_FUNCTIONARY32 && kvs_tool_prefix(text, len,
                                                               "all\n"))
         || (syn == KVS_TOOL_SYN_COMMANDR7B
-            && (kvs_tool_prefix(text, len, KVS_TOOL_R7_RESP)
-                || kvs_tool_prefix(text, len, KVS_TOOL_R7_THINK))))
+            && kvs_tool_r7_opening(text, len)))
     {
         return 0;
     }
@@ -1057,18 +933,8 @@ kvs_tool_parse_hold_text(kvs_tool_syntax_t syn, const char *text,
 size_t
 kvs_tool_parse_skip(kvs_tool_syntax_t syn, const char *text, size_t len)
 {
-    size_t  i;
-
     if (syn == KVS_TOOL_SYN_COMMANDR7B) {
-        i = 0;
-
-        if (kvs_tool_lit(text, len, &i, KVS_TOOL_R7_RESP)
-            || kvs_tool_lit(text, len, &i, KVS_TOOL_R7_THINK))
-        {
-            return i;
-        }
-
-        return 0;
+        return kvs_tool_r7_skip(text, len);
     }
 
     return syn == KVS_TOOL_SYN_FUNCTIONARY32 && len >= 4
