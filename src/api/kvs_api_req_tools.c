@@ -728,7 +728,7 @@ kvs_api_req_tools_plan(kvs_api_req_t *req, kvs_tool_syntax_t syn,
                         "tool-call syntax kvserve parses (hermes, llama3, "
                         "mistral, granite, firefunction, functionary, "
                         "deepseek, functionary32, llama4, commandr, "
-                        "commandr7b); "
+                        "commandr7b, minicpm3); "
                         "only tool_choice 'none' is possible.");
         return KVS_EINVAL;
     }

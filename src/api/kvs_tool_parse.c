@@ -54,12 +54,13 @@ static const kvs_tool_form_t  kvs_tool_forms[KVS_TOOL_SYN_N] = {
     { "<|python_tag|>", NULL, 0, 0 },
     { "Action:", NULL, 1, 0 },
     { "<|START_ACTION|>", NULL, 1, 0 },
+    { "<|tool_call_start|>", NULL, 0, 0 },
 };
 
 static const char  *kvs_tool_names[KVS_TOOL_SYN_N] = {
     "none", "hermes", "llama3", "mistral", "granite", "firefunction",
     "functionary", "deepseek", "functionary32", "llama4", "commandr",
-    "commandr7b"
+    "commandr7b", "minicpm3"
 };
 
 
@@ -94,6 +95,10 @@ kvs_tool_syntax_detect(const char *tpl, size_t len)
      * <|python_tag|>, Hermes-on-Llama's names "parameters" */
     if (kvs_tool_find(tpl, len, KVS_TOOL_DS_OPEN) != NULL) {
         return KVS_TOOL_SYN_DEEPSEEK;
+    }
+
+    if (kvs_tool_find(tpl, len, "<|tool_call_start|>") != NULL) {
+        return KVS_TOOL_SYN_MINICPM3;
     }
 
     if (kvs_tool_find(tpl, len, "<|START_ACTION|>") != NULL) {
@@ -269,12 +274,11 @@ kvs_tool_json_end(const char *text, size_t len, size_t *end)
  * not one.  name_given: Functionary's, outside the JSON (obj is then the
  * arguments themselves).  cohere: the name is "tool_name", the id
  * "tool_call_id". */
-static int
+int
 kvs_tool_add(kvs_tool_parsed_t *out, json_t *obj, const char *name_given,
     size_t name_len, int cohere)
 {
     const char       *nkey, *idkey;
-
     char             *name, *args;
     size_t            n;
     json_t           *a, *parsed;
@@ -388,7 +392,10 @@ kvs_tool_json_at(const char *text, size_t len, size_t *i, json_t **out)
         return KVS_EFORMAT;
     }
 
-    *out = json_loadb(text + *i, end, JSON_REJECT_DUPLICATES, NULL);
+    /* any value: the callers check its shape (a keyword argument's
+     * value may be a scalar) */
+    *out = json_loadb(text + *i, end, JSON_REJECT_DUPLICATES
+                      | JSON_DECODE_ANY, NULL);
     if (*out == NULL) {
         return KVS_EFORMAT;
     }
@@ -428,7 +435,7 @@ kvs_tool_add_value(kvs_tool_parsed_t *out, json_t *v, int cohere)
 /* A name written outside JSON.  strict (DeepSeek's, which ends at a
  * newline): nor white space, '`' or control bytes, so that a stray line
  * of text is not taken for one. */
-static int
+int
 kvs_tool_name_ok(const char *s, size_t n, int strict)
 {
     size_t         i;
@@ -808,6 +815,8 @@ kvs_tool_parse(kvs_tool_syntax_t syn, const char *text, size_t len,
                  : syn == KVS_TOOL_SYN_COMMANDR
                    || syn == KVS_TOOL_SYN_COMMANDR7B
                  ? kvs_tool_parse_cohere(syn, text, len, at, out)
+                 : syn == KVS_TOOL_SYN_MINICPM3
+                 ? kvs_tool_parse_mc3(text, len, at, out)
                  : kvs_tool_parse_marked(syn, text, len, at, out);
         }
     }

@@ -40,9 +40,14 @@
  *             <|END_THINKING|>, text without calls an answer in
  *             <|START_RESPONSE|> ... <|END_RESPONSE|>: those tags, at the
  *             very start and end of the content, are not content.
+ *   MINICPM3  <|tool_call_start|>, a ```python fence (may be left out),
+ *             calls N(key=V, ...) one a line, each V a JSON value, the
+ *             fence's end, <|tool_call_end|> [MiniCPM3]; the arguments
+ *             become the object {"key": V, ...} (a key twice: malformed)
  *
  * Not covered (output returned as text): Llama 4's pythonic calls
- * ([f(a=1)]), which no template of the corpus teaches.
+ * ([f(a=1)], Python literals), which no template of the corpus
+ * teaches.
  *
  * Rules, the same for every syntax:
  *  - content is the text before the first call marker (for LLAMA3: empty;
@@ -101,6 +106,7 @@ typedef enum {
     KVS_TOOL_SYN_LLAMA4,
     KVS_TOOL_SYN_COMMANDR,
     KVS_TOOL_SYN_COMMANDR7B,
+    KVS_TOOL_SYN_MINICPM3,
     KVS_TOOL_SYN_N
 } kvs_tool_syntax_t;
 

@@ -40,6 +40,20 @@ int kvs_tool_add_value(kvs_tool_parsed_t *out, json_t *v, int cohere);
 size_t kvs_tool_hold_marker(const char *open, const char *text,
     size_t len);
 
+/* Appends the call in obj to out: name_given NULL, obj is the call
+ * ({"name", "arguments"}, cohere: {"tool_name", "parameters"}); else
+ * obj is its arguments.  KVS_EFORMAT, KVS_ENOMEM. */
+int kvs_tool_add(kvs_tool_parsed_t *out, json_t *obj, const char *name_given,
+    size_t name_len, int cohere);
+
+/* A name written outside JSON; strict: nor white space, '`' or control
+ * bytes. */
+int kvs_tool_name_ok(const char *s, size_t n, int strict);
+
+/* MiniCPM3 (kvs_tool_parse_py.c), from its marker at text[i]. */
+int kvs_tool_parse_mc3(const char *text, size_t len, size_t i,
+    kvs_tool_parsed_t *out);
+
 /* Command R (kvs_tool_parse_cohere.c). */
 int kvs_tool_parse_cohere(kvs_tool_syntax_t syn, const char *text,
     size_t len, size_t i, kvs_tool_parsed_t *out);

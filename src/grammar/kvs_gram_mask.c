@@ -320,7 +320,10 @@ static const char  *kvs_gram_markers[] = {
     /* Command R7B's: its actions, and the plan and answer tags that
      * frame its text (kvs_tool_parse drops those from content) */
     "<|START_ACTION|>", "<|END_ACTION|>", "<|START_THINKING|>",
-    "<|END_THINKING|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>"
+    "<|END_THINKING|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>",
+    /* MiniCPM3's */
+    "<|tool_call_start|>", "<|tool_call_end|>", "<|thought_start|>",
+    "<|thought_end|>"
 };
 
 

@@ -32,6 +32,11 @@
  *   commandr7b    <|START_ACTION|>[{"tool_call_id": "K", "tool_name":
  *                 "N", "parameters": A}, ...]<|END_ACTION|>, K 1 to 4
  *                 digits (the template numbers calls across the chat)
+ *   minicpm3      <|tool_call_start|>\n```python\nN(k=V,k2=V2)\n...
+ *                 \n```\n<|tool_call_end|>: keyword arguments, each
+ *                 value JSON (its template writes them with tojson); the
+ *                 parameters must be a plain object of properties named
+ *                 as Python identifiers (a map: no arguments)
  *
  * The name is one of the tools' names and A is that tool's parameters
  * schema (one alternative per tool), compiled with KVS_GRAM_JANSSON so
@@ -96,35 +101,39 @@ typedef struct {
     const char  *name_key;            /* the JSON key of the name */
     int          id;                  /* a "tool_call_id" of digits
                                          before the name */
+    int          kwargs;              /* A as Python keyword arguments
+                                         (key=JSON, ...) */
 } kvs_gt_syntax_t;
 
 
 static const kvs_gt_syntax_t  kvs_gt_syntaxes[] = {
     { "hermes", "", "<tool_call>", "\n", "\n</tool_call>\n<tool_call>\n",
-      "\n</tool_call>", "arguments", NULL, NULL, NULL, "name", 0 },
+      "\n</tool_call>", "arguments", NULL, NULL, NULL, "name", 0, 0 },
     { "llama3", "", NULL, "", NULL, "", "parameters", NULL, NULL, NULL,
-      "name", 0 },
+      "name", 0, 0 },
     { "mistral", "", "[TOOL_CALLS]", "[", ", ", "]", "arguments", NULL,
-      NULL, NULL, "name", 0 },
+      NULL, NULL, "name", 0, 0 },
     { "granite", "", "<|tool_call|>", "[", ", ", "]", "arguments", NULL,
-      NULL, NULL, "name", 0 },
+      NULL, NULL, "name", 0, 0 },
     { "firefunction", " ", "functools", "[", ", ", "]", "arguments", NULL,
-      NULL, NULL, "name", 0 },
+      NULL, NULL, "name", 0, 0 },
     { "functionary", "", "<function=", "", "<function=", "", NULL, ">",
-      "</function>", NULL, "name", 0 },
+      "</function>", NULL, "name", 0, 0 },
     { "deepseek", "", KVS_GT_DS "calls▁begin｜>",
       KVS_GT_DS "call▁begin｜>function" KVS_GT_DS "sep｜>",
       "\n" KVS_GT_DS "call▁begin｜>function" KVS_GT_DS "sep｜>",
       KVS_GT_DS "calls▁end｜>", NULL, "\n```json\n",
-      "\n```" KVS_GT_DS "call▁end｜>", NULL, "name", 0 },
+      "\n```" KVS_GT_DS "call▁end｜>", NULL, "name", 0, 0 },
     { "functionary32", "", ">>>", "", ">>>", "", NULL, "\n", "", "all\n",
-      "name", 0 },
+      "name", 0, 0 },
     { "llama4", "", NULL, "", "", "", "parameters", NULL, NULL, NULL,
-      "name", 0 },
+      "name", 0, 0 },
     { "commandr", "", "Action:", "\n```json\n[", ", ", "]\n```",
-      "parameters", NULL, NULL, NULL, "tool_name", 0 },
+      "parameters", NULL, NULL, NULL, "tool_name", 0, 0 },
     { "commandr7b", "", "<|START_ACTION|>", "[", ", ", "]<|END_ACTION|>",
-      "parameters", NULL, NULL, NULL, "tool_name", 1 },
+      "parameters", NULL, NULL, NULL, "tool_name", 1, 0 },
+    { "minicpm3", "", "<|tool_call_start|>", "\n```python\n", "\n",
+      "\n```\n<|tool_call_end|>", NULL, "(", ")", NULL, "name", 0, 1 },
 };
 
 #define KVS_GT_N_SYNTAX  (sizeof(kvs_gt_syntaxes) / sizeof(kvs_gt_syntax_t))
@@ -216,6 +225,40 @@ kvs_gt_params(kvs_gt_t *t, size_t i, const json_t *p)
 }
 
 
+/* Keyword arguments are the members of one plain object: a combinator
+ * or a value keyword at the top would apply kvs_sc_t.kwargs to the
+ * wrong object. */
+static int
+kvs_gt_kwargs_ok(kvs_gt_t *t, size_t i)
+{
+    size_t       j;
+    const char  *k;
+    json_t      *v;
+
+    static const char  *ok[] = {
+        "type", "properties", "required", "additionalProperties",
+        "description", "title", "$defs", "definitions", "$schema"
+    };
+
+    json_object_foreach(t->schemas[i], k, v) {
+        for (j = 0; j < sizeof(ok) / sizeof(ok[0]); j++) {
+            if (strcmp(k, ok[j]) == 0) {
+                break;
+            }
+        }
+
+        if (j == sizeof(ok) / sizeof(ok[0])) {
+            return kvs_err_set(t->err, KVS_EINVAL, "tools[%zu].parameters."
+                               "%.64s: not supported where the calls take "
+                               "keyword arguments (%s)", i, k,
+                               t->syn->name);
+        }
+    }
+
+    return KVS_OK;
+}
+
+
 /* The schema compiler's message under "tools[i].parameters.". */
 static int
 kvs_gt_schema_err(kvs_gt_t *t, size_t i, int rc, const kvs_err_t *e)
@@ -285,6 +328,13 @@ kvs_gt_tool(kvs_gt_t *t, size_t i, const json_t *tool)
     rc = kvs_gt_params(t, i, json_object_get(tool, "parameters"));
     if (rc != KVS_OK) {
         return rc;
+    }
+
+    if (t->syn->kwargs) {
+        rc = kvs_gt_kwargs_ok(t, i);
+        if (rc != KVS_OK) {
+            return rc;
+        }
     }
 
     /* alone first: its messages, and a schema that derives nothing
@@ -360,7 +410,7 @@ kvs_gt_spec(kvs_gt_t *t, const json_t *spec)
         return kvs_err_set(t->err, KVS_EINVAL, "syntax: must be one of "
                            "hermes, llama3, mistral, granite, firefunction, "
                            "functionary, deepseek, functionary32, llama4, "
-                           "commandr, commandr7b");
+                           "commandr, commandr7b, minicpm3");
     }
 
     tools = json_object_get(spec, "tools");
@@ -657,6 +707,7 @@ kvs_gt_call(kvs_gt_t *t, uint32_t *rule)
         sc.r_number = shared.r_number;
         sc.r_uint = shared.r_uint;
 
+        sc.kwargs = t->syn->kwargs;
         rc = kvs_sc_schema(&sc, t->schemas[i], &args);
         free(sc.refs);
         sc.refs = NULL;

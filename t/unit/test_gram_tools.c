@@ -59,11 +59,15 @@ static const struct {
     { "llama4", KVS_TOOL_SYN_LLAMA4, NULL, 1 },
     { "commandr", KVS_TOOL_SYN_COMMANDR, "Action:", 1 },
     { "commandr7b", KVS_TOOL_SYN_COMMANDR7B, "<|START_ACTION|>", 1 },
+    { "minicpm3", KVS_TOOL_SYN_MINICPM3, "<|tool_call_start|>", 1 },
 };
 
 #define TT_LLAMA4  8
 #define TT_CR      9
 #define TT_CR7B    10
+#define TT_MC3     11
+#define TT_MC_S    "<|tool_call_start|>\n```python\n"
+#define TT_MC_E    "\n```\n<|tool_call_end|>"
 #define TT_R7_ACT  "<|START_ACTION|>"
 #define TT_R7_END  "<|END_ACTION|>"
 
@@ -529,6 +533,8 @@ static const char  *tt_pieces[] = {
     "}}{\"name\": \"", "Action:", "Action", ":\n```json\n[", "\n```",
     "]\n```", TT_R7_ACT, TT_R7_END, "<|START_", "[{\"tool_call_id\": \"",
     "\", \"tool_name\": \"", "{\"tool_name\": \"", "7\", ",
+    TT_MC_S, TT_MC_E, "get_weather(city=\"", "add(a=", ",b=", "ping()",
+    ")\n", "<|tool_call_", "\",unit=\"",
 };
 
 
@@ -749,6 +755,11 @@ test_forms(void **state)
         { TT_CR7B, 0, "I will ping." TT_R7_ACT "[{\"tool_call_id\": \"3\", "
           "\"tool_name\": \"ping\", \"parameters\": {}}]" TT_R7_END, 1 },
         { TT_CR7B, 2, "Hello <|START_ACT", 0 },
+        { TT_MC3, 1, TT_MC_S "get_weather(city=\"Oslo\",unit=\"c\")\n"
+          "ping()\nadd(a=1,b=2.5,tags=[\"x\", \"\"])" TT_MC_E, 3 },
+        { TT_MC3, 0, "<|thought_start|>\nI will ping.\n<|thought_end|>\n"
+          TT_MC_S "ping()" TT_MC_E, 1 },
+        { TT_MC3, 2, "add(a=1) is not a call here", 0 },
     };
 
     (void) state;
@@ -853,6 +864,33 @@ test_forms(void **state)
                           "\"parameters\": {}}]\n```"));
     kvs_gram_free(&g);
     free(spec);
+
+    /* MiniCPM3: keyword arguments only, in the schema's order; a map
+     * takes none; a property that is no identifier is refused */
+    spec = tt_spec(TT_MC3, 1, 1, TT_N_TOOLS);
+    assert_int_equal(tt_compile(&g, spec, &err), KVS_OK);
+    assert_false(tt_match(&g, TT_MC_S "ping(x=1)" TT_MC_E));
+    assert_false(tt_match(&g, TT_MC_S "add(b=1,a=2)" TT_MC_E));
+    assert_false(tt_match(&g, TT_MC_S "add({\"a\": 1, \"b\": 2})" TT_MC_E));
+    assert_false(tt_match(&g, TT_MC_S "add(a=1, b=2)" TT_MC_E));
+    kvs_gram_free(&g);
+    free(spec);
+    assert_int_equal(tt_compile(&g, "{\"choice\":\"auto\",\"parallel\":"
+                                "true,\"syntax\":\"minicpm3\",\"tools\":"
+                                "[{\"name\":\"f\",\"parameters\":{"
+                                "\"properties\":{\"a-b\":{}}}}]}", &err),
+                     KVS_EINVAL);
+    assert_non_null(strstr(err.msg, "tools[0].parameters.properties: "
+                           "'a-b' is not a Python identifier"));
+    kvs_gram_free(&g);
+    assert_int_equal(tt_compile(&g, "{\"choice\":\"auto\",\"parallel\":"
+                                "true,\"syntax\":\"minicpm3\",\"tools\":"
+                                "[{\"name\":\"f\",\"parameters\":{"
+                                "\"anyOf\":[{\"properties\":{}}]}}]}", &err),
+                     KVS_EINVAL);
+    assert_non_null(strstr(err.msg, "tools[0].parameters.anyOf: not "
+                           "supported"));
+    kvs_gram_free(&g);
 
     /* Command R7B: digits for ids; the action's end is not optional;
      * required is calls only */

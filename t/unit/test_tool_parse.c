@@ -501,6 +501,52 @@ test_commandr7b(void **state)
 }
 
 
+#define MC_S  "<|tool_call_start|>\n```python\n"
+#define MC_E  "\n```\n<|tool_call_end|>"
+
+
+/* MiniCPM3: python calls with JSON values for keyword arguments */
+static void
+test_minicpm3(void **state)
+{
+    kvs_tool_syntax_t         c = KVS_TOOL_SYN_MINICPM3;
+    static const char *const  one[] = {
+        "get_weather", "{\"city\":\"a)b\\\",c=\",\"n\":[1,{\"x\":null}]}",
+        NULL
+    };
+    static const char *const  two[] = {
+        "get_weather", "{\"city\":\"Paris\"}", "ping", "{}", NULL
+    };
+
+    (void) state;
+
+    parses(c, MC_S "get_weather(city=\"a)b\\\",c=\",n=[1, {\"x\": null}])"
+           MC_E, "", one);
+    parses(c, "<|thought_start|>\nBoth.\n<|thought_end|>\n" MC_S
+           "get_weather(city=\"Paris\")\nping()" MC_E "\n",
+           "<|thought_start|>\nBoth.\n<|thought_end|>", two);
+    /* unfenced, spaces around "=" (a trailing "," is malformed) */
+    text_only(c, "<|tool_call_start|>get_weather( city = \"Paris\" , )\n"
+              "ping( )<|tool_call_end|>");
+    parses(c, "<|tool_call_start|>get_weather( city = \"Paris\" )\n"
+           "ping( )<|tool_call_end|>", "", two);
+
+    /* malformed: all content */
+    text_only(c, "It is sunny.");
+    text_only(c, MC_S "get_weather(city=\"Paris\")" MC_E " and more");
+    text_only(c, MC_S "get_weather(city=\"Paris\", city=\"Oslo\")" MC_E);
+    text_only(c, MC_S "get_weather(\"Paris\")" MC_E);
+    text_only(c, MC_S "get_weather(city='Paris')" MC_E);
+    text_only(c, MC_S "get_weather(city=True)" MC_E);
+    text_only(c, MC_S "get weather(city=1)" MC_E);
+    text_only(c, MC_S "get_weather(city=1" MC_E);
+    text_only(c, MC_S "get_weather(city=1)\n```\n");
+    text_only(c, MC_S "()" MC_E);
+
+    prefixes(c, "ok " MC_S "get_weather(city=\"Paris\",n=[1])\nping()" MC_E);
+}
+
+
 static void
 test_bad_syntax(void **state)
 {
@@ -691,7 +737,7 @@ test_detect(void **state)
         { "llama-3.3-70b-instruct", KVS_TOOL_SYN_LLAMA3 },
         { "llama-4-ollama-gguf", KVS_TOOL_SYN_LLAMA4 },
         { "llama-4", KVS_TOOL_SYN_LLAMA4 },
-        { "minicpm3-4b", KVS_TOOL_SYN_NONE },
+        { "minicpm3-4b", KVS_TOOL_SYN_MINICPM3 },
         { "mistral-7b-instruct-v0.1", KVS_TOOL_SYN_NONE },
         { "mistral-7b-instruct-v0.3", KVS_TOOL_SYN_MISTRAL },
         { "mistral-nemo-instruct-2407", KVS_TOOL_SYN_MISTRAL },
@@ -780,6 +826,7 @@ main(void)
         cmocka_unit_test(test_llama4),
         cmocka_unit_test(test_commandr),
         cmocka_unit_test(test_commandr7b),
+        cmocka_unit_test(test_minicpm3),
         cmocka_unit_test(test_bad_syntax),
         cmocka_unit_test(test_json_end),
         cmocka_unit_test(test_deep),

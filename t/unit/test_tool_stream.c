@@ -82,6 +82,12 @@ static const case_t  cases[] = {
       "\"parameters\": " ARGS_A "}, {\"tool_call_id\": \"1\", "
       "\"tool_name\": \"f-2\", \"parameters\": {\"s\": "
       "\"\\\"name\\\": \\\"<|END_ACTION|>\"}}]<|END_ACTION|>", 39 },
+    { KVS_TOOL_SYN_MINICPM3,
+      "Plan.\n<|tool_call_start|>\n```python\nget_weather(city=\"P)a,r=\","
+      "n=[1, {\"x\": \"(\"}],q=" ARGS_B ")\nf-2()\ng(a = 1 , b=null)\n```\n"
+      "<|tool_call_end|>", 6 },
+    { KVS_TOOL_SYN_MINICPM3,
+      "<|tool_call_start|>h(x=true)<|tool_call_end|>", 0 },
 };
 
 
@@ -308,6 +314,16 @@ test_not_calls(void **state)
          "\"x\"}<|END_RESPONSE|>", 2, &rng, &g);
     assert_int_equal(g.n_heads, 0);
     assert_false(g.failed);
+
+    /* MiniCPM3: no marker, no call; a fence that is not python */
+    feed(KVS_TOOL_SYN_MINICPM3, "f(a=1) <|tool_call_sta", 1, &rng, &g);
+    assert_int_equal(g.n_heads, 0);
+    assert_false(g.failed);
+
+    feed(KVS_TOOL_SYN_MINICPM3, "<|tool_call_start|>\n```json\nf()", 1,
+         &rng, &g);
+    assert_true(g.failed);
+    assert_int_equal(g.n_heads, 0);
 
     /* a head, then arguments that are not an object */
     feed(KVS_TOOL_SYN_COMMANDR7B, "<|START_ACTION|>[{\"tool_name\": \"f\", "
