@@ -135,7 +135,7 @@ fz_check_tools(int syn, const char *choice, const uint8_t *text,
     static const char  *markers[KVS_TOOL_SYN_N] = {
         NULL, "<tool_call>", NULL, "[TOOL_CALLS]", "<|tool_call|>",
         "functools", "<function=", "<｜tool▁calls▁begin｜>", ">>>", NULL,
-        "Action:", "<|START_ACTION|>"
+        "Action:", "<|START_ACTION|>", "<|tool_call_start|>"
     };
     kvs_tool_parsed_t   p;
     const char         *mk;

@@ -285,6 +285,14 @@ test_plan(void **state)
 
     chat(USER, "'tools':[" TOOL_F "]");
     ok();
+    plan(KVS_TOOL_SYN_MINICPM3, 1, NULL);
+    s = spec();
+    assert_string_equal(json_string_value(json_object_get(s, "syntax")),
+                        "minicpm3");
+    json_decref(s);
+
+    chat(USER, "'tools':[" TOOL_F "]");
+    ok();
     plan(KVS_TOOL_SYN_COMMANDR, 1, NULL);
     s = spec();
     assert_string_equal(json_string_value(json_object_get(s, "syntax")),

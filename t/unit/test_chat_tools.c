@@ -452,6 +452,38 @@ test_commandr(void **state)
 }
 
 
+/* MiniCPM3: the tools as Python signatures with pydantic fields (its
+ * caller() macros), the calls as python lines with tojson values (the
+ * form its syntax, "minicpm3", generates), results in tool turns. */
+static void
+test_minicpm3(void **state)
+{
+    char       *tpl;
+    size_t      len;
+    kvs_buf_t   out;
+
+    tpl = fixture_template("minicpm3-4b.jinja", &len);
+    if (tpl == NULL) {
+        skip();
+    }
+
+    assert_int_equal(render_text(tpl, len, CONVO2, TOOLS, &out), KVS_OK);
+
+    expect_in(&out, "<|im_start|>system\nUse tools.\n# Functions\n");
+    expect_in(&out, "def get_weather(city):\n    \"\"\"Get the weather in "
+              "a city.\n\n    Args:\n        city: str = Field(..., "
+              "description=\"The city\")\n    \"\"\"\n");
+    expect_in(&out, "<|im_start|>assistant\n<|tool_call_start|>\n```python\n"
+              "get_weather(city=\"Paris\")\nget_weather(city=\"Oslo\")\n"
+              "```\n<|tool_call_end|>\n<|im_end|>\n");
+    expect_in(&out, "<|im_start|>tool\nsunny, 21 C<|im_end|>\n"
+              "<|im_start|>tool\nrain<|im_end|>\n<|im_start|>assistant\n");
+    kvs_buf_free(&out);
+
+    free(tpl);
+}
+
+
 static void
 test_context(void **state)
 {
@@ -851,6 +883,7 @@ main(void)
         cmocka_unit_test(test_llama4),
         cmocka_unit_test(test_commandr7b),
         cmocka_unit_test(test_commandr),
+        cmocka_unit_test(test_minicpm3),
         cmocka_unit_test(test_context),
         cmocka_unit_test(test_checks),
         cmocka_unit_test(test_families_refuse),

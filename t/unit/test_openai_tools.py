@@ -7,9 +7,10 @@ Five generated tiny models carry real published templates from the
 fixtures: Llama 3.1's (tool calls as a JSON object with "parameters"),
 Qwen 2.5's (Hermes <tool_call> blocks), DeepSeek V3's (its
 <｜tool▁call▁begin｜> blocks; not in the two-turn case, see TWO_TURNS),
-Llama 4's (JSON calls back to back) and Command R7B's (a
+Llama 4's (JSON calls back to back), Command R7B's (a
 <|START_ACTION|> list of "tool_name"s, its long preamble: a larger
-context).  Their weights are random, so
+context), Functionary v3.2's and MiniCPM3's (python calls with keyword
+arguments, streamed as JSON).  Their weights are random, so
 their text is noise: whatever calls come out, the grammar made them.
 What must hold on each:
 
@@ -58,6 +59,7 @@ TEMPLATES = {
     "tiny-llama4": "llama-4.jinja",
     "tiny-commandr7b": "command-r7b-12-2024-tool_use.jinja",
     "tiny-functionary32": "functionary-medium-v3.2.jinja",
+    "tiny-minicpm3": "minicpm3-4b.jinja",
 }
 # Command R7B's system preamble alone is ~5,000 bytes
 CTX = {"tiny-commandr7b": 8192}
@@ -66,7 +68,7 @@ CTX = {"tiny-commandr7b": 8192}
 # OpenAI request's turn (content "", arguments parsed for the template
 # as vLLM does) is not: its second turn is not rendered as trained
 TWO_TURNS = {"tiny-llama31", "tiny-qwen25", "tiny-llama4",
-             "tiny-commandr7b"}
+             "tiny-commandr7b", "tiny-minicpm3"}
 MAX_TOKENS = 400
 
 WEATHER = {
