@@ -436,6 +436,7 @@ FUZZ_SRCS := $(filter src/model/% src/base/% src/tokenizer/%, $(LIB_SRCS))
 FUZZ_REQ_SRCS := $(FUZZ_SRCS) $(wildcard src/api/kvs_api_req*.c) \
                  src/api/kvs_api_models.c src/api/kvs_tool_parse.c \
                  src/api/kvs_api_tok.c \
+                 src/api/kvs_tool_parse_cohere.c src/api/kvs_tool_parse_py.c \
                  src/sample/kvs_sample.c $(wildcard src/grammar/*.c)
 
 # Each target runs for FUZZ_TIME seconds as a goal of its own, so that
@@ -514,7 +515,9 @@ $(B)/fuzz/fuzz_index: t/fuzz/fuzz_index.c $(FUZZ_INDEX_SRCS) $(LIB_HDRS)
 # and src/tokenizer
 # with the tool-call parser that reads a tools grammar's outputs back
 FUZZ_GRAMMAR_SRCS := $(FUZZ_SRCS) $(wildcard src/grammar/*.c) \
-                     src/api/kvs_tool_parse.c
+                     src/api/kvs_tool_parse.c \
+                     src/api/kvs_tool_parse_cohere.c \
+                     src/api/kvs_tool_parse_py.c
 
 $(B)/fuzz/fuzz_grammar: t/fuzz/fuzz_grammar.c $(FUZZ_GRAMMAR_SRCS) \
                         $(LIB_HDRS)

@@ -187,6 +187,13 @@ typedef struct {
                                              kvs_api_req_tools_plan() when
                                              calls are possible, else
                                              KVS_TOOL_SYN_NONE (text) */
+    unsigned              tool_text_only; /* the output is text whatever
+                                             it holds (no tools, or
+                                             tool_choice "none"), but
+                                             tool_syntax still names the
+                                             bytes that are never content
+                                             (Functionary v3.2's "all\n":
+                                             kvs_tool_parse_skip) */
     kvs_api_str_t         user;           /* ptr NULL when absent */
 } kvs_api_req_t;
 

@@ -693,6 +693,16 @@ kvs_api_req_tools_plan(kvs_api_req_t *req, kvs_tool_syntax_t syn,
     const char  *choice;
 
     req->tool_syntax = KVS_TOOL_SYN_NONE;
+    req->tool_text_only = 0;
+
+    /* Functionary v3.2's generation prompt ends with ">>>": its text
+     * answers begin with the recipient line "all\n", tools or not */
+    if (jinja && syn == KVS_TOOL_SYN_FUNCTIONARY32
+        && (req->n_tools == 0 || req->tool_choice == KVS_API_TOOL_NONE))
+    {
+        req->tool_syntax = KVS_TOOL_SYN_FUNCTIONARY32;
+        req->tool_text_only = 1;
+    }
 
     if (req->n_tools == 0) {
         return KVS_OK;
@@ -717,7 +727,8 @@ kvs_api_req_tools_plan(kvs_api_req_t *req, kvs_tool_syntax_t syn,
                         "'tools': the model's chat template teaches no "
                         "tool-call syntax kvserve parses (hermes, llama3, "
                         "mistral, granite, firefunction, functionary, "
-                        "deepseek, functionary32); "
+                        "deepseek, functionary32, llama4, commandr, "
+                        "commandr7b, minicpm3); "
                         "only tool_choice 'none' is possible.");
         return KVS_EINVAL;
     }
@@ -789,8 +800,9 @@ kvs_api_req_tools_plan(kvs_api_req_t *req, kvs_tool_syntax_t syn,
     req->rf_schema = text;
     req->rf_schema_len = strlen(text);
     req->rf_kind = KVS_GRAM_REQ_TOOLS;
-    req->tool_syntax = req->tool_choice == KVS_API_TOOL_NONE
-                       ? KVS_TOOL_SYN_NONE : (unsigned) syn;
+    if (req->tool_choice != KVS_API_TOOL_NONE) {
+        req->tool_syntax = (unsigned) syn;
+    }
 
     return KVS_OK;
 }

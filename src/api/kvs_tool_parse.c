@@ -6,7 +6,8 @@
  * Invariants: the parser never reads past text[len] (text need not be
  * NUL-terminated), never fails on any input but for memory, and returns
  * either every call the output holds or none (the whole output as
- * content, less FUNCTIONARY32's "all\n" recipient line).  JSON is first delimited by kvs_tool_json_end() (a scanner
+ * content, less FUNCTIONARY32's "all\n" recipient line).  JSON is first
+ * delimited by kvs_tool_json_end() (a scanner
  * that knows strings and brackets, so markers inside strings are
  * content of the strings), then parsed by jansson on that span alone.
  */
@@ -16,7 +17,7 @@
 
 #include <jansson.h>
 
-#include "kvs_tool_parse.h"
+#include "kvs_tool_parse_impl.h"
 
 #define KVS_TOOL_JSON_DEPTH  512
 
@@ -37,9 +38,9 @@ typedef struct {
 } kvs_tool_form_t;
 
 
-/* Indexed by kvs_tool_syntax_t; LLAMA3, DEEPSEEK and FUNCTIONARY32 have
- * their own code, their entries only give the marker that
- * kvs_tool_parse_hold() holds. */
+/* Indexed by kvs_tool_syntax_t; LLAMA3, LLAMA4, DEEPSEEK, FUNCTIONARY32
+ * and the Command R pair have their own code, their entries only give
+ * the marker that kvs_tool_parse_hold() holds. */
 static const kvs_tool_form_t  kvs_tool_forms[KVS_TOOL_SYN_N] = {
     { NULL, NULL, 0, 0 },
     { "<tool_call>", "</tool_call>", 0, 1 },
@@ -50,11 +51,16 @@ static const kvs_tool_form_t  kvs_tool_forms[KVS_TOOL_SYN_N] = {
     { "<function=", "</function>", 0, 1 },
     { KVS_TOOL_DS_OPEN, NULL, 0, 0 },
     { ">>>", NULL, 0, 0 },
+    { "<|python_tag|>", NULL, 0, 0 },
+    { "Action:", NULL, 1, 0 },
+    { "<|START_ACTION|>", NULL, 1, 0 },
+    { "<|tool_call_start|>", NULL, 0, 0 },
 };
 
 static const char  *kvs_tool_names[KVS_TOOL_SYN_N] = {
     "none", "hermes", "llama3", "mistral", "granite", "firefunction",
-    "functionary", "deepseek", "functionary32"
+    "functionary", "deepseek", "functionary32", "llama4", "commandr",
+    "commandr7b", "minicpm3"
 };
 
 
@@ -65,7 +71,7 @@ kvs_tool_marker(kvs_tool_syntax_t syn)
 }
 
 
-static const char *
+const char *
 kvs_tool_find(const char *s, size_t len, const char *needle)
 {
     size_t  n, i;
@@ -89,6 +95,29 @@ kvs_tool_syntax_detect(const char *tpl, size_t len)
      * <|python_tag|>, Hermes-on-Llama's names "parameters" */
     if (kvs_tool_find(tpl, len, KVS_TOOL_DS_OPEN) != NULL) {
         return KVS_TOOL_SYN_DEEPSEEK;
+    }
+
+    if (kvs_tool_find(tpl, len, "<|tool_call_start|>") != NULL) {
+        return KVS_TOOL_SYN_MINICPM3;
+    }
+
+    if (kvs_tool_find(tpl, len, "<|START_ACTION|>") != NULL) {
+        return KVS_TOOL_SYN_COMMANDR7B;
+    }
+
+    /* Command R's tool_use template asks for "Action:" and a json list
+     * of "tool_name"s */
+    if (kvs_tool_find(tpl, len, "Action:") != NULL
+        && kvs_tool_find(tpl, len, "\"tool_name\"") != NULL)
+    {
+        return KVS_TOOL_SYN_COMMANDR;
+    }
+
+    /* Llama 4's headers, and its JSON call format in the tools prompt */
+    if (kvs_tool_find(tpl, len, "<|header_start|>") != NULL
+        && kvs_tool_find(tpl, len, "\"parameters\"") != NULL)
+    {
+        return KVS_TOOL_SYN_LLAMA4;
     }
 
     if (kvs_tool_find(tpl, len, "[TOOL_CALLS]") != NULL) {
@@ -136,14 +165,14 @@ kvs_tool_syntax_name(kvs_tool_syntax_t syn)
 
 /* JSON extent. */
 
-static int
+int
 kvs_tool_is_ws(char c)
 {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
 
-static size_t
+size_t
 kvs_tool_skip_ws(const char *s, size_t len, size_t i)
 {
     while (i < len && kvs_tool_is_ws(s[i])) {
@@ -243,11 +272,13 @@ kvs_tool_json_end(const char *text, size_t len, size_t *end)
 
 /* Appends the call in obj (a JSON object) to out; KVS_EFORMAT when it is
  * not one.  name_given: Functionary's, outside the JSON (obj is then the
- * arguments themselves). */
-static int
+ * arguments themselves).  cohere: the name is "tool_name", the id
+ * "tool_call_id". */
+int
 kvs_tool_add(kvs_tool_parsed_t *out, json_t *obj, const char *name_given,
-    size_t name_len)
+    size_t name_len, int cohere)
 {
+    const char       *nkey, *idkey;
     char             *name, *args;
     size_t            n;
     json_t           *a, *parsed;
@@ -260,13 +291,15 @@ kvs_tool_add(kvs_tool_parsed_t *out, json_t *obj, const char *name_given,
     }
 
     a = NULL;
+    nkey = cohere ? "tool_name" : "name";
+    idkey = cohere ? "tool_call_id" : "id";
 
     if (name_given != NULL) {
         a = obj;
 
     } else {
         json_object_foreach(obj, k, v) {
-            if (strcmp(k, "name") == 0 || strcmp(k, "id") == 0) {
+            if (strcmp(k, nkey) == 0 || strcmp(k, idkey) == 0) {
                 continue;
             }
 
@@ -280,7 +313,7 @@ kvs_tool_add(kvs_tool_parsed_t *out, json_t *obj, const char *name_given,
             return KVS_EFORMAT;
         }
 
-        v = json_object_get(obj, "name");
+        v = json_object_get(obj, nkey);
 
         if (!json_is_string(v) || json_string_length(v) == 0) {
             return KVS_EFORMAT;
@@ -348,7 +381,7 @@ kvs_tool_add(kvs_tool_parsed_t *out, json_t *obj, const char *name_given,
 
 
 /* One JSON value at text[*i..len), parsed; *i moves past it. */
-static int
+int
 kvs_tool_json_at(const char *text, size_t len, size_t *i, json_t **out)
 {
     int     rc;
@@ -359,7 +392,10 @@ kvs_tool_json_at(const char *text, size_t len, size_t *i, json_t **out)
         return KVS_EFORMAT;
     }
 
-    *out = json_loadb(text + *i, end, JSON_REJECT_DUPLICATES, NULL);
+    /* any value: the callers check its shape (a keyword argument's
+     * value may be a scalar) */
+    *out = json_loadb(text + *i, end, JSON_REJECT_DUPLICATES
+                      | JSON_DECODE_ANY, NULL);
     if (*out == NULL) {
         return KVS_EFORMAT;
     }
@@ -371,14 +407,14 @@ kvs_tool_json_at(const char *text, size_t len, size_t *i, json_t **out)
 
 
 /* The calls in a JSON array or object: each element a call. */
-static int
-kvs_tool_add_value(kvs_tool_parsed_t *out, json_t *v)
+int
+kvs_tool_add_value(kvs_tool_parsed_t *out, json_t *v, int cohere)
 {
     int     rc;
     size_t  j;
 
     if (!json_is_array(v)) {
-        return kvs_tool_add(out, v, NULL, 0);
+        return kvs_tool_add(out, v, NULL, 0, cohere);
     }
 
     if (json_array_size(v) == 0) {
@@ -386,7 +422,7 @@ kvs_tool_add_value(kvs_tool_parsed_t *out, json_t *v)
     }
 
     for (j = 0; j < json_array_size(v); j++) {
-        rc = kvs_tool_add(out, json_array_get(v, j), NULL, 0);
+        rc = kvs_tool_add(out, json_array_get(v, j), NULL, 0, cohere);
         if (rc != KVS_OK) {
             return rc;
         }
@@ -399,7 +435,7 @@ kvs_tool_add_value(kvs_tool_parsed_t *out, json_t *v)
 /* A name written outside JSON.  strict (DeepSeek's, which ends at a
  * newline): nor white space, '`' or control bytes, so that a stray line
  * of text is not taken for one. */
-static int
+int
 kvs_tool_name_ok(const char *s, size_t n, int strict)
 {
     size_t         i;
@@ -424,7 +460,7 @@ kvs_tool_name_ok(const char *s, size_t n, int strict)
 
 
 /* text[*i..) starts with lit: *i moves past it. */
-static int
+int
 kvs_tool_lit(const char *text, size_t len, size_t *i, const char *lit)
 {
     size_t  n;
@@ -485,11 +521,11 @@ kvs_tool_parse_marked(kvs_tool_syntax_t syn, const char *text, size_t len,
         if (syn == KVS_TOOL_SYN_FUNCTIONARY) {
             n = (size_t) (q - (text + name_at));
             rc = kvs_tool_name_ok(text + name_at, n, 0)
-                 ? kvs_tool_add(out, v, text + name_at, n) : KVS_EFORMAT;
+                 ? kvs_tool_add(out, v, text + name_at, n, 0) : KVS_EFORMAT;
 
         } else {
-            rc = f->array && !json_is_array(v) ? KVS_EFORMAT
-                                               : kvs_tool_add_value(out, v);
+            rc = f->array && !json_is_array(v)
+                 ? KVS_EFORMAT : kvs_tool_add_value(out, v, 0);
         }
 
         json_decref(v);
@@ -531,7 +567,7 @@ kvs_tool_call_at(const char *text, size_t len, size_t *i, const char *name,
         return rc;
     }
 
-    rc = kvs_tool_add(out, v, name, n);
+    rc = kvs_tool_add(out, v, name, n, 0);
     json_decref(v);
 
     return rc;
@@ -656,9 +692,11 @@ kvs_tool_parse_f32(const char *text, size_t len, size_t i,
 }
 
 
-/* Llama 3: the output is calls separated by ";", maybe after the tag. */
+/* Llama 3: the output is calls separated by ";", maybe after the tag;
+ * back_to_back (Llama 4): or by nothing but whitespace. */
 static int
-kvs_tool_parse_llama3(const char *text, size_t len, kvs_tool_parsed_t *out)
+kvs_tool_parse_llama3(const char *text, size_t len, int back_to_back,
+    kvs_tool_parsed_t *out)
 {
     int      rc;
     size_t   i, n;
@@ -686,6 +724,10 @@ kvs_tool_parse_llama3(const char *text, size_t len, kvs_tool_parsed_t *out)
 
         if (i == len) {
             return KVS_OK;
+        }
+
+        if (back_to_back && text[i] == '{') {
+            continue;
         }
 
         if (text[i] != ';') {
@@ -737,9 +779,10 @@ kvs_tool_parse(kvs_tool_syntax_t syn, const char *text, size_t len,
         return KVS_OK;
     }
 
-    if (syn == KVS_TOOL_SYN_LLAMA3) {
+    if (syn == KVS_TOOL_SYN_LLAMA3 || syn == KVS_TOOL_SYN_LLAMA4) {
         at = 0;
-        rc = kvs_tool_parse_llama3(text, len, out);
+        rc = kvs_tool_parse_llama3(text, len, syn == KVS_TOOL_SYN_LLAMA4,
+                                   out);
 
     } else if (syn == KVS_TOOL_SYN_FUNCTIONARY32) {
         /* text for "all", then maybe calls after ">>>" (text holds no
@@ -759,15 +802,23 @@ kvs_tool_parse(kvs_tool_syntax_t syn, const char *text, size_t len,
         rc = kvs_tool_parse_f32(text, len, at == 0 ? 0 : at + 3, out);
 
     } else {
+        out->content_at = kvs_tool_parse_skip(syn, text, len);
         m = kvs_tool_find(text, len, kvs_tool_forms[syn].open);
         if (m == NULL) {
-            return KVS_OK;
-        }
+            at = len;
+            rc = KVS_EFORMAT;
 
-        at = (size_t) (m - text);
-        rc = syn == KVS_TOOL_SYN_DEEPSEEK
-             ? kvs_tool_parse_deepseek(text, len, at, out)
-             : kvs_tool_parse_marked(syn, text, len, at, out);
+        } else {
+            at = (size_t) (m - text);
+            rc = syn == KVS_TOOL_SYN_DEEPSEEK
+                 ? kvs_tool_parse_deepseek(text, len, at, out)
+                 : syn == KVS_TOOL_SYN_COMMANDR
+                   || syn == KVS_TOOL_SYN_COMMANDR7B
+                 ? kvs_tool_parse_cohere(syn, text, len, at, out)
+                 : syn == KVS_TOOL_SYN_MINICPM3
+                 ? kvs_tool_parse_mc3(text, len, at, out)
+                 : kvs_tool_parse_marked(syn, text, len, at, out);
+        }
     }
 
     if (rc == KVS_ENOMEM) {
@@ -779,14 +830,18 @@ kvs_tool_parse(kvs_tool_syntax_t syn, const char *text, size_t len,
         /* all or nothing: malformed calls are the model's text */
         kvs_tool_parsed_free(out);
         out->content_len = len;
-        return KVS_OK;
+
+    } else {
+        while (at > out->content_at && kvs_tool_is_ws(text[at - 1])) {
+            at--;
+        }
+
+        out->content_len = at;
     }
 
-    while (at > out->content_at && kvs_tool_is_ws(text[at - 1])) {
-        at--;
+    if (syn == KVS_TOOL_SYN_COMMANDR7B) {
+        kvs_tool_r7_trim(text, out);
     }
-
-    out->content_len = at;
 
     return KVS_OK;
 }
@@ -794,7 +849,7 @@ kvs_tool_parse(kvs_tool_syntax_t syn, const char *text, size_t len,
 
 /* The bytes of text[len] before open, or before a tail that may
  * become open when more comes. */
-static size_t
+size_t
 kvs_tool_hold_marker(const char *open, const char *text, size_t len)
 {
     size_t       n, k;
@@ -818,6 +873,14 @@ kvs_tool_hold_marker(const char *open, const char *text, size_t len)
 }
 
 
+/* text[len] is a proper beginning of lit */
+int
+kvs_tool_prefix(const char *text, size_t len, const char *lit)
+{
+    return len < strlen(lit) && memcmp(text, lit, len) == 0;
+}
+
+
 size_t
 kvs_tool_parse_hold(kvs_tool_syntax_t syn, const char *text, size_t len)
 {
@@ -837,7 +900,11 @@ kvs_tool_parse_hold(kvs_tool_syntax_t syn, const char *text, size_t len)
         return 4 + kvs_tool_hold_marker(">>>", text + 4, len - 4);
     }
 
-    if (syn == KVS_TOOL_SYN_LLAMA3) {
+    if (syn == KVS_TOOL_SYN_COMMANDR7B) {
+        return kvs_tool_r7_hold(text, len);
+    }
+
+    if (syn == KVS_TOOL_SYN_LLAMA3 || syn == KVS_TOOL_SYN_LLAMA4) {
         /* calls are the whole output: text that may still become one is
          * held until it cannot (its first non-space is neither "{" nor
          * the tag's "<") */
@@ -857,8 +924,28 @@ kvs_tool_parse_hold(kvs_tool_syntax_t syn, const char *text, size_t len)
 
 
 size_t
+kvs_tool_parse_hold_text(kvs_tool_syntax_t syn, const char *text,
+    size_t len)
+{
+    if ((syn == KVS_TOOL_SYN_FUNCTIONARY32 && kvs_tool_prefix(text, len,
+                                                              "all\n"))
+        || (syn == KVS_TOOL_SYN_COMMANDR7B
+            && kvs_tool_r7_opening(text, len)))
+    {
+        return 0;
+    }
+
+    return len;
+}
+
+
+size_t
 kvs_tool_parse_skip(kvs_tool_syntax_t syn, const char *text, size_t len)
 {
+    if (syn == KVS_TOOL_SYN_COMMANDR7B) {
+        return kvs_tool_r7_skip(text, len);
+    }
+
     return syn == KVS_TOOL_SYN_FUNCTIONARY32 && len >= 4
            && memcmp(text, "all\n", 4) == 0 ? 4 : 0;
 }

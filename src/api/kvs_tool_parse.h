@@ -27,9 +27,27 @@
  *             line): "all\n" then text, maybe then ">>>" and calls; or
  *             calls at once.  Calls are N "\n" A, joined by ">>>"
  *             [Functionary v3.2].  "all\n" is not content (content_at).
+ *   LLAMA4    as LLAMA3, and several calls may also follow each other
+ *             with only whitespace between them, as the template writes
+ *             them back [Llama 4: its template teaches JSON calls, not
+ *             the pythonic ones of Meta's other prompts]
+ *   COMMANDR  Action: then a JSON array [{"tool_name": N, "parameters":
+ *             A}, ...], maybe fenced in ```json ... ``` [Command R v01 /
+ *             R+ tool_use]
+ *   COMMANDR7B  <|START_ACTION|>[{"tool_call_id": "0", "tool_name": N,
+ *             "parameters": A}, ...]<|END_ACTION|> [Command R7B]; text
+ *             before it may be a plan in <|START_THINKING|> ...
+ *             <|END_THINKING|>, text without calls an answer in
+ *             <|START_RESPONSE|> ... <|END_RESPONSE|>: those tags, at the
+ *             very start and end of the content, are not content.
+ *   MINICPM3  <|tool_call_start|>, a ```python fence (may be left out),
+ *             calls N(key=V, ...) one a line, each V a JSON value, the
+ *             fence's end, <|tool_call_end|> [MiniCPM3]; the arguments
+ *             become the object {"key": V, ...} (a key twice: malformed)
  *
- * Not covered yet (their output is returned as text): Command R's
- * "Action:" JSON, Llama 4's pythonic calls.
+ * Not covered (output returned as text): Llama 4's pythonic calls
+ * ([f(a=1)], Python literals), which no template of the corpus
+ * teaches.
  *
  * Rules, the same for every syntax:
  *  - content is the text before the first call marker (for LLAMA3: empty;
@@ -48,6 +66,8 @@
  *    arguments ("arguments", LLAMA3 "parameters"; either accepted) as an
  *    object or as a string holding a JSON object (models do both);
  *    absent arguments are {}.  "id" (Mistral's) is allowed and dropped.
+ *    COMMANDR and COMMANDR7B name the call with "tool_name" (and only
+ *    that) and allow "tool_call_id" (dropped).
  *    The arguments are returned as compact JSON text (jansson, key order
  *    kept), which is what OpenAI's arguments string holds.  FUNCTIONARY
  *    and DEEPSEEK write the name outside the JSON (FUNCTIONARY: without
@@ -83,6 +103,10 @@ typedef enum {
     KVS_TOOL_SYN_FUNCTIONARY,
     KVS_TOOL_SYN_DEEPSEEK,
     KVS_TOOL_SYN_FUNCTIONARY32,
+    KVS_TOOL_SYN_LLAMA4,
+    KVS_TOOL_SYN_COMMANDR,
+    KVS_TOOL_SYN_COMMANDR7B,
+    KVS_TOOL_SYN_MINICPM3,
     KVS_TOOL_SYN_N
 } kvs_tool_syntax_t;
 
@@ -131,8 +155,15 @@ void kvs_tool_parsed_free(kvs_tool_parsed_t *p);
 size_t kvs_tool_parse_hold(kvs_tool_syntax_t syn, const char *text,
     size_t len);
 
+/* Streaming an output that is text whatever it holds (no tools, or
+ * tool_choice "none"): as kvs_tool_parse_hold(), with no call to wait
+ * for; only a beginning of kvs_tool_parse_skip()'s bytes waits. */
+size_t kvs_tool_parse_hold_text(kvs_tool_syntax_t syn, const char *text,
+    size_t len);
+
 /* Streaming: the leading bytes of text[len] that are never content
- * (FUNCTIONARY32's "all\n" once it is all there; else 0). */
+ * (FUNCTIONARY32's "all\n", COMMANDR7B's <|START_RESPONSE|> or
+ * <|START_THINKING|>, once it is all there; else 0). */
 size_t kvs_tool_parse_skip(kvs_tool_syntax_t syn, const char *text,
     size_t len);
 

@@ -8,7 +8,9 @@
  * to where a match could still begin, so each byte is looked at a
  * bounded number of times however the text is cut.  FUNCTIONARY32
  * decides at START from its first line: "all\n" (text, then maybe
- * ">>>" and calls) or a name (calls at once).
+ * ">>>" and calls) or a name (calls at once).  MINICPM3's keyword
+ * arguments are turned into JSON as they come: "{" (or ",") and the key
+ * quoted, ":" for "=", the value compacted, "}" for the ")".
  */
 
 #include <string.h>
@@ -23,6 +25,10 @@
 #define KVS_TS_ARGS   5
 #define KVS_TS_FAIL   6
 #define KVS_TS_FENCE  7
+#define KVS_TS_PYFENCE  8             /* MINICPM3: "```python" */
+#define KVS_TS_PYSEEK   9             /* ... the next call, or the end */
+#define KVS_TS_KWARGS  10             /* ... key=V, ... ) as JSON */
+#define KVS_TS_DONE    11             /* nothing more to read */
 
 /* DeepSeek's name follows this (kvs_tool_parse.c has its delimiters) */
 #define KVS_TS_DS_SEP  "<｜tool▁sep｜>"
@@ -73,8 +79,8 @@ kvs_ts_space(char c)
 }
 
 
-/* LLAMA3 has no marker: the calls are the output from its first
- * non-space on, a "{" or the tag. */
+/* LLAMA3 (and LLAMA4) has no marker: the calls are the output from its
+ * first non-space on, a "{" or the tag. */
 static int
 kvs_ts_start_llama3(kvs_tool_stream_t *ts, const char *text, size_t len)
 {
@@ -170,11 +176,94 @@ kvs_ts_args(kvs_tool_stream_t *ts, const char *text, size_t len,
 }
 
 
+/* KWARGS: key=V, ... ) up to len or the call's end, as JSON into args */
+static int
+kvs_ts_kwargs(kvs_tool_stream_t *ts, const char *text, size_t len,
+    kvs_buf_t *args)
+{
+    int          rc;
+    char         c;
+    size_t       i, len0;
+    const char  *put;
+
+    len0 = args->len;
+    rc = KVS_OK;
+
+    for (i = ts->pos; i < len && rc == KVS_OK; i++) {
+        c = text[i];
+        put = NULL;
+
+        if (ts->kw == 2 && ts->in_str) {
+            if (ts->esc) {
+                ts->esc = 0;
+            } else if (c == '\\') {
+                ts->esc = 1;
+            } else if (c == '"') {
+                ts->in_str = 0;
+            }
+
+        } else if (kvs_ts_space(c)) {
+            continue;
+
+        } else if (ts->depth == 0 && c == ')' && ts->kw != 1) {
+            rc = kvs_buf_append(args, ts->opened ? "}" : "{}",
+                                ts->opened ? 1 : 2);
+            i++;
+            ts->state = KVS_TS_PYSEEK;
+            break;
+
+        } else if (ts->kw == 0) {
+            /* a key's first byte */
+            put = ts->opened ? ",\"" : "{\"";
+            ts->opened = 1;
+            ts->kw = 1;
+
+        } else if (ts->kw == 1) {
+            if (c == '=') {
+                rc = kvs_buf_append(args, "\":", 2);
+                ts->kw = 2;
+                continue;
+            }
+
+        } else if (ts->depth == 0 && c == ',') {
+            ts->kw = 0;
+            continue;
+
+        } else if (c == '"') {
+            ts->in_str = 1;
+
+        } else if (c == '{' || c == '[') {
+            ts->depth++;
+
+        } else if ((c == '}' || c == ']') && ts->depth > 0) {
+            ts->depth--;
+        }
+
+        if (put != NULL && rc == KVS_OK) {
+            rc = kvs_buf_append(args, put, 2);
+        }
+
+        if (rc == KVS_OK) {
+            rc = kvs_buf_append(args, &c, 1);
+        }
+    }
+
+    if (rc != KVS_OK) {
+        args->len = len0;
+        return KVS_ENOMEM;
+    }
+
+    ts->pos = i;
+
+    return args->len > len0 ? KVS_TS_EV_ARGS : KVS_TS_EV_NONE;
+}
+
+
 int
 kvs_tool_stream_next(kvs_tool_stream_t *ts, const char *text, size_t len,
     kvs_tool_delta_t *d, kvs_buf_t *args)
 {
-    int          rc, fn, ds, f32;
+    int          rc, fn, ds, f32, py;
     long         at, at2;
     size_t       from, k;
     const char  *end, *seek;
@@ -182,17 +271,22 @@ kvs_tool_stream_next(kvs_tool_stream_t *ts, const char *text, size_t len,
     fn = ts->syn == KVS_TOOL_SYN_FUNCTIONARY;
     ds = ts->syn == KVS_TOOL_SYN_DEEPSEEK;
     f32 = ts->syn == KVS_TOOL_SYN_FUNCTIONARY32;
+    py = ts->syn == KVS_TOOL_SYN_MINICPM3;
 
     /* where a name begins; it ends at '>' (FUNCTIONARY), a newline
      * (DEEPSEEK, FUNCTIONARY32) or its closing quote */
     seek = fn ? "<function=" : ds ? KVS_TS_DS_SEP : f32 ? ">>>"
-                                                      : "\"name\": \"";
+           : ts->syn == KVS_TOOL_SYN_COMMANDR
+             || ts->syn == KVS_TOOL_SYN_COMMANDR7B ? "\"tool_name\": \""
+           : "\"name\": \"";
 
     for ( ;; ) {
         switch (ts->state) {
 
         case KVS_TS_START:
-            if (ts->syn == KVS_TOOL_SYN_LLAMA3) {
+            if (ts->syn == KVS_TOOL_SYN_LLAMA3
+                || ts->syn == KVS_TOOL_SYN_LLAMA4)
+            {
                 rc = kvs_ts_start_llama3(ts, text, len);
                 if (rc >= 0) {
                     return rc;
@@ -228,8 +322,66 @@ kvs_tool_stream_next(kvs_tool_stream_t *ts, const char *text, size_t len,
 
             /* Functionary's markers are the start of a call */
             ts->name_at = ts->pos;
-            ts->state = fn || f32 ? KVS_TS_NAME : KVS_TS_SEEK;
+            ts->state = fn || f32 ? KVS_TS_NAME
+                        : py ? KVS_TS_PYFENCE : KVS_TS_SEEK;
             break;
+
+        case KVS_TS_PYFENCE:
+            while (ts->pos < len && kvs_ts_space(text[ts->pos])) {
+                ts->pos++;
+            }
+
+            if (ts->pos == len) {
+                return KVS_TS_EV_NONE;
+            }
+
+            /* "```python" as the grammar writes it, or no fence */
+            if (text[ts->pos] == '`') {
+                k = len - ts->pos < 9 ? len - ts->pos : 9;
+
+                if (memcmp(text + ts->pos, "```python", k) != 0) {
+                    ts->state = KVS_TS_FAIL;
+                    return KVS_TS_EV_FAIL;
+                }
+
+                if (k < 9) {
+                    return KVS_TS_EV_NONE;
+                }
+
+                ts->pos += 9;
+            }
+
+            ts->state = KVS_TS_PYSEEK;
+            break;
+
+        case KVS_TS_PYSEEK:
+            while (ts->pos < len && kvs_ts_space(text[ts->pos])) {
+                ts->pos++;
+            }
+
+            if (ts->pos == len) {
+                return KVS_TS_EV_NONE;
+            }
+
+            /* the fence's end or <|tool_call_end|>: no more calls */
+            if (text[ts->pos] == '`' || text[ts->pos] == '<') {
+                ts->state = KVS_TS_DONE;
+                return KVS_TS_EV_NONE;
+            }
+
+            ts->name_at = ts->pos;
+            ts->state = KVS_TS_NAME;
+            break;
+
+        case KVS_TS_DONE:
+            return KVS_TS_EV_NONE;
+
+        case KVS_TS_KWARGS:
+            d->index = ts->n_calls - 1;
+            d->name = NULL;
+            d->name_len = 0;
+
+            return kvs_ts_kwargs(ts, text, len, args);
 
         case KVS_TS_SEEK:
             at = kvs_ts_find(text, len, &ts->pos, seek);
@@ -245,7 +397,7 @@ kvs_tool_stream_next(kvs_tool_stream_t *ts, const char *text, size_t len,
         case KVS_TS_NAME:
             end = ts->name_at < len
                   ? memchr(text + ts->name_at,
-                           fn ? '>' : ds || f32 ? '\n' : '"',
+                           fn ? '>' : ds || f32 ? '\n' : py ? '(' : '"',
                            len - ts->name_at)
                   : NULL;
 
@@ -262,7 +414,13 @@ kvs_tool_stream_next(kvs_tool_stream_t *ts, const char *text, size_t len,
             d->name_len = (size_t) (end - d->name);
             ts->pos = (size_t) (end - text) + 1;
             ts->state = fn || f32 ? KVS_TS_OPEN
-                        : ds ? KVS_TS_FENCE : KVS_TS_KEY;
+                        : ds ? KVS_TS_FENCE : py ? KVS_TS_KWARGS
+                        : KVS_TS_KEY;
+            ts->kw = 0;
+            ts->opened = 0;
+            ts->depth = 0;
+            ts->in_str = 0;
+            ts->esc = 0;
 
             return KVS_TS_EV_HEAD;
 

@@ -11,7 +11,9 @@
  * object; FUNCTIONARY writes <function=NAME> then the object, DEEPSEEK
  * <｜tool▁sep｜>NAME, a newline, "```json" and the object, FUNCTIONARY32
  * NAME, a newline and the object, at the start or after ">>>" (after
- * "all\n" and text).  Text between
+ * "all\n" and text); COMMANDR and COMMANDR7B name a call with
+ * "tool_name", LLAMA4 is read as LLAMA3; MINICPM3's calls N(k=V, ...)
+ * are given as the JSON object {"k":V,...} as they come.  Text between
  * calls is skipped.  The arguments are given compacted: white
  * space outside strings dropped, everything else byte for byte, so the
  * pieces of one call join into its arguments' JSON text.
@@ -54,6 +56,10 @@ typedef struct {
     uint32_t           depth;         /* arguments: brackets open */
     unsigned           in_str:1;      /* arguments: inside a string */
     unsigned           esc:1;         /* ... after its backslash */
+    unsigned           kw:2;          /* MINICPM3's keyword arguments:
+                                         0 before a key, 1 in it, 2 in
+                                         its value */
+    unsigned           opened:1;      /* ... "{" given */
 } kvs_tool_stream_t;
 
 typedef struct {

@@ -373,7 +373,8 @@ kvs_gram_vocab_from_bytes(kvs_gram_vocab_t **out, uint32_t n,
 
 /* Control tokens that are text to a grammar: the tool-call markers a
  * model writes as one token ([TOOL_CALLS] in Mistral v0.3,
- * <|python_tag|> in Llama 3.1, DeepSeek's delimiters; Qwen's <tool_call>
+ * <|python_tag|> in Llama 3.1, DeepSeek's and Command R7B's delimiters;
+ * Qwen's <tool_call>
  * is user-defined, text already).  A model must be able to write them
  * as it was trained to; the engine writes their text into the output of
  * a constrained sequence (kvs_engine_seq.c), so mask and output agree. */
@@ -381,7 +382,14 @@ static const char  *kvs_gram_markers[] = {
     "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|python_tag|>",
     "<|tool_call|>", "<function=", "</function>",
     "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",
-    "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
+    "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>",
+    /* Command R7B's: its actions, and the plan and answer tags that
+     * frame its text (kvs_tool_parse drops those from content) */
+    "<|START_ACTION|>", "<|END_ACTION|>", "<|START_THINKING|>",
+    "<|END_THINKING|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>",
+    /* MiniCPM3's */
+    "<|tool_call_start|>", "<|tool_call_end|>", "<|thought_start|>",
+    "<|thought_end|>"
 };
 
 

@@ -45,6 +45,11 @@ typedef struct {
     char            path[KVS_SC_PATH];
     size_t          plen;
     const char     *comma, *colon;
+    int             kwargs;           /* the next object is written as
+                                         Python keyword arguments,
+                                         key=value joined by ",", no
+                                         braces (MiniCPM3's calls); its
+                                         members' objects are JSON */
 
     /* shared rules, made on first use */
     uint32_t        r_value, r_string, r_char, r_body, r_int, r_number;

@@ -32,13 +32,31 @@ typedef struct {
 } kvs_sc_prop_t;
 
 
+/* [A-Za-z_][A-Za-z0-9_]*: a keyword argument's name */
+static int
+kvs_sc_ident(const char *s)
+{
+    size_t  i;
+
+    for (i = 0; s[i] != '\0'; i++) {
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z')
+              || s[i] == '_' || (i > 0 && s[i] >= '0' && s[i] <= '9')))
+        {
+            return 0;
+        }
+    }
+
+    return i > 0;
+}
+
+
 int
 kvs_sc_object(kvs_sc_t *sc, const json_t *s, uint32_t *rule)
 {
-    int             rc;
+    int             rc, kw;
     size_t          n, n_decl, i, k, old;
     uint32_t        val, first, after, nfirst, nafter, key, members;
-    const char     *name;
+    const char     *name, *open, *close, *comma;
     const json_t   *props, *req, *addl, *x;
     kvs_sc_buf_t    b;
     kvs_sc_prop_t  *p;
@@ -60,15 +78,31 @@ kvs_sc_object(kvs_sc_t *sc, const json_t *s, uint32_t *rule)
                            "must be a schema");
     }
 
+    kw = sc->kwargs;
+    sc->kwargs = 0;
+    open = kw ? "" : "{";
+    close = kw ? "" : "}";
+    comma = kw ? "," : sc->comma;
+
     memset(&q, 0, sizeof(q));
     memset(&sep, 0, sizeof(sep));
-    kvs_gram_seq_lit(&sep, sc->comma, strlen(sc->comma));
+    kvs_gram_seq_lit(&sep, comma, strlen(comma));
 
-    /* a map: no properties, extra ones allowed */
+    /* a map: no properties, extra ones allowed; as keyword arguments,
+     * none (free keys would need a Python identifier's grammar and
+     * could repeat) */
     if ((props == NULL || json_object_size(props) == 0)
         && (req == NULL || json_array_size(req) == 0)
         && (addl == NULL || !json_is_false(addl)))
     {
+        if (kw) {
+            kvs_gram_seq_free(&sep);
+            rc = kvs_sc_rule(sc, rule);
+            return rc == KVS_OK ? kvs_gram_add_alt(sc->g, *rule, NULL,
+                                                   sc->err)
+                                : rc;
+        }
+
         old = kvs_sc_push(sc, "additionalProperties");
         if (addl == NULL || json_is_true(addl)) {
             rc = kvs_sc_value(sc, &val);
@@ -174,8 +208,20 @@ kvs_sc_object(kvs_sc_t *sc, const json_t *s, uint32_t *rule)
         }
 
         b.n = 0;
-        kvs_sc_put_str(&b, p[k].name, strlen(p[k].name));
-        kvs_sc_put(&b, sc->colon, strlen(sc->colon));
+        if (kw) {
+            if (!kvs_sc_ident(p[k].name)) {
+                rc = kvs_sc_fail(sc, KVS_EINVAL, "properties", "'%.64s' "
+                                 "is not a Python identifier (the call "
+                                 "writes it as a keyword argument)",
+                                 p[k].name);
+                break;
+            }
+            kvs_sc_put(&b, p[k].name, strlen(p[k].name));
+            kvs_sc_put(&b, "=", 1);
+        } else {
+            kvs_sc_put_str(&b, p[k].name, strlen(p[k].name));
+            kvs_sc_put(&b, sc->colon, strlen(sc->colon));
+        }
         if (b.oom) {
             rc = kvs_err_set(sc->err, KVS_ENOMEM, "schema: out of memory");
             break;
@@ -219,7 +265,7 @@ kvs_sc_object(kvs_sc_t *sc, const json_t *s, uint32_t *rule)
 
         if (rc == KVS_OK) {
             kvs_gram_seq_reset(&q);
-            kvs_gram_seq_lit(&q, sc->comma, strlen(sc->comma));
+            kvs_gram_seq_lit(&q, comma, strlen(comma));
             kvs_gram_seq_ref(&q, p[k - 1].member);
             kvs_gram_seq_ref(&q, nafter);
             rc = kvs_gram_add_alt(sc->g, after, &q, sc->err);
@@ -244,7 +290,7 @@ kvs_sc_object(kvs_sc_t *sc, const json_t *s, uint32_t *rule)
         rc = kvs_sc_rule(sc, rule);
     }
     if (rc == KVS_OK) {
-        rc = kvs_sc_wrap(sc, *rule, "{", nfirst, "}");
+        rc = kvs_sc_wrap(sc, *rule, open, nfirst, close);
     }
 
     free(p);

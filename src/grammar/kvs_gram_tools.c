@@ -25,6 +25,18 @@
  *                 ">>>": the output's first line is the recipient); text
  *                 is "all\n" then text, maybe then ">>>" and the calls;
  *                 no tool may be named "all"
+ *   llama4        {"name": "N", "parameters": A}, several back to back
+ *                 (as its template writes them): the whole output
+ *   commandr      Action:\n```json\n[{"tool_name": "N", "parameters":
+ *                 A}, ...]\n```
+ *   commandr7b    <|START_ACTION|>[{"tool_call_id": "K", "tool_name":
+ *                 "N", "parameters": A}, ...]<|END_ACTION|>, K 1 to 4
+ *                 digits (the template numbers calls across the chat)
+ *   minicpm3      <|tool_call_start|>\n```python\nN(k=V,k2=V2)\n...
+ *                 \n```\n<|tool_call_end|>: keyword arguments, each
+ *                 value JSON (its template writes them with tojson); the
+ *                 parameters must be a plain object of properties named
+ *                 as Python identifiers (a map: no arguments)
  *
  * The name is one of the tools' names and A is that tool's parameters
  * schema (one alternative per tool), compiled with KVS_GRAM_JANSSON so
@@ -86,27 +98,42 @@ typedef struct {
                                          may also come at once, without
                                          the marker (the prompt wrote
                                          it) */
+    const char  *name_key;            /* the JSON key of the name */
+    int          id;                  /* a "tool_call_id" of digits
+                                         before the name */
+    int          kwargs;              /* A as Python keyword arguments
+                                         (key=JSON, ...) */
 } kvs_gt_syntax_t;
 
 
 static const kvs_gt_syntax_t  kvs_gt_syntaxes[] = {
     { "hermes", "", "<tool_call>", "\n", "\n</tool_call>\n<tool_call>\n",
-      "\n</tool_call>", "arguments", NULL, NULL, NULL },
-    { "llama3", "", NULL, "", NULL, "", "parameters", NULL, NULL, NULL },
+      "\n</tool_call>", "arguments", NULL, NULL, NULL, "name", 0, 0 },
+    { "llama3", "", NULL, "", NULL, "", "parameters", NULL, NULL, NULL,
+      "name", 0, 0 },
     { "mistral", "", "[TOOL_CALLS]", "[", ", ", "]", "arguments", NULL,
-      NULL, NULL },
+      NULL, NULL, "name", 0, 0 },
     { "granite", "", "<|tool_call|>", "[", ", ", "]", "arguments", NULL,
-      NULL, NULL },
+      NULL, NULL, "name", 0, 0 },
     { "firefunction", " ", "functools", "[", ", ", "]", "arguments", NULL,
-      NULL, NULL },
+      NULL, NULL, "name", 0, 0 },
     { "functionary", "", "<function=", "", "<function=", "", NULL, ">",
-      "</function>", NULL },
+      "</function>", NULL, "name", 0, 0 },
     { "deepseek", "", KVS_GT_DS "calls▁begin｜>",
       KVS_GT_DS "call▁begin｜>function" KVS_GT_DS "sep｜>",
       "\n" KVS_GT_DS "call▁begin｜>function" KVS_GT_DS "sep｜>",
       KVS_GT_DS "calls▁end｜>", NULL, "\n```json\n",
-      "\n```" KVS_GT_DS "call▁end｜>", NULL },
-    { "functionary32", "", ">>>", "", ">>>", "", NULL, "\n", "", "all\n" },
+      "\n```" KVS_GT_DS "call▁end｜>", NULL, "name", 0, 0 },
+    { "functionary32", "", ">>>", "", ">>>", "", NULL, "\n", "", "all\n",
+      "name", 0, 0 },
+    { "llama4", "", NULL, "", "", "", "parameters", NULL, NULL, NULL,
+      "name", 0, 0 },
+    { "commandr", "", "Action:", "\n```json\n[", ", ", "]\n```",
+      "parameters", NULL, NULL, NULL, "tool_name", 0, 0 },
+    { "commandr7b", "", "<|START_ACTION|>", "[", ", ", "]<|END_ACTION|>",
+      "parameters", NULL, NULL, NULL, "tool_name", 1, 0 },
+    { "minicpm3", "", "<|tool_call_start|>", "\n```python\n", "\n",
+      "\n```\n<|tool_call_end|>", NULL, "(", ")", NULL, "name", 0, 1 },
 };
 
 #define KVS_GT_N_SYNTAX  (sizeof(kvs_gt_syntaxes) / sizeof(kvs_gt_syntax_t))
@@ -198,6 +225,40 @@ kvs_gt_params(kvs_gt_t *t, size_t i, const json_t *p)
 }
 
 
+/* Keyword arguments are the members of one plain object: a combinator
+ * or a value keyword at the top would apply kvs_sc_t.kwargs to the
+ * wrong object. */
+static int
+kvs_gt_kwargs_ok(kvs_gt_t *t, size_t i)
+{
+    size_t       j;
+    const char  *k;
+    json_t      *v;
+
+    static const char  *ok[] = {
+        "type", "properties", "required", "additionalProperties",
+        "description", "title", "$defs", "definitions", "$schema"
+    };
+
+    json_object_foreach(t->schemas[i], k, v) {
+        for (j = 0; j < sizeof(ok) / sizeof(ok[0]); j++) {
+            if (strcmp(k, ok[j]) == 0) {
+                break;
+            }
+        }
+
+        if (j == sizeof(ok) / sizeof(ok[0])) {
+            return kvs_err_set(t->err, KVS_EINVAL, "tools[%zu].parameters."
+                               "%.64s: not supported where the calls take "
+                               "keyword arguments (%s)", i, k,
+                               t->syn->name);
+        }
+    }
+
+    return KVS_OK;
+}
+
+
 /* The schema compiler's message under "tools[i].parameters.". */
 static int
 kvs_gt_schema_err(kvs_gt_t *t, size_t i, int rc, const kvs_err_t *e)
@@ -267,6 +328,13 @@ kvs_gt_tool(kvs_gt_t *t, size_t i, const json_t *tool)
     rc = kvs_gt_params(t, i, json_object_get(tool, "parameters"));
     if (rc != KVS_OK) {
         return rc;
+    }
+
+    if (t->syn->kwargs) {
+        rc = kvs_gt_kwargs_ok(t, i);
+        if (rc != KVS_OK) {
+            return rc;
+        }
     }
 
     /* alone first: its messages, and a schema that derives nothing
@@ -341,7 +409,8 @@ kvs_gt_spec(kvs_gt_t *t, const json_t *spec)
     if (t->syn == NULL) {
         return kvs_err_set(t->err, KVS_EINVAL, "syntax: must be one of "
                            "hermes, llama3, mistral, granite, firefunction, "
-                           "functionary, deepseek, functionary32");
+                           "functionary, deepseek, functionary32, llama4, "
+                           "commandr, commandr7b, minicpm3");
     }
 
     tools = json_object_get(spec, "tools");
@@ -593,7 +662,7 @@ kvs_gt_call(kvs_gt_t *t, uint32_t *rule)
 {
     int             rc;
     size_t          i;
-    uint32_t        args;
+    uint32_t        args, digit, digits;
     kvs_sc_t        sc, shared;
     kvs_gram_seq_t  q;
     const char     *comma, *colon;
@@ -606,7 +675,23 @@ kvs_gt_call(kvs_gt_t *t, uint32_t *rule)
     /* no shared rule made yet: every one KVS_SC_NONE */
     kvs_sc_init(&shared, t->g, NULL, &t->o, t->err);
 
-    rc = kvs_gram_rule_new(t->g, rule, t->err);
+    digits = KVS_SC_NONE;
+    rc = KVS_OK;
+
+    if (t->syn->id) {
+        kvs_gram_seq_range(&q, '0', '9');
+        rc = kvs_gram_rule_new(t->g, &digit, t->err);
+        if (rc == KVS_OK) {
+            rc = kvs_gram_add_alt(t->g, digit, &q, t->err);
+        }
+        if (rc == KVS_OK) {
+            rc = kvs_gram_repeat(t->g, digit, NULL, 1, 4, &digits, t->err);
+        }
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_gram_rule_new(t->g, rule, t->err);
+    }
 
     for (i = 0; i < t->n && rc == KVS_OK; i++) {
         kvs_sc_init(&sc, t->g, t->schemas[i], &t->o, t->err);
@@ -622,6 +707,7 @@ kvs_gt_call(kvs_gt_t *t, uint32_t *rule)
         sc.r_number = shared.r_number;
         sc.r_uint = shared.r_uint;
 
+        sc.kwargs = t->syn->kwargs;
         rc = kvs_sc_schema(&sc, t->schemas[i], &args);
         free(sc.refs);
         sc.refs = NULL;
@@ -648,7 +734,20 @@ kvs_gt_call(kvs_gt_t *t, uint32_t *rule)
                              strlen(t->syn->call_end));
 
         } else {
-            kvs_gram_seq_lit(&q, "{\"name\"", 7);
+            kvs_gram_seq_lit(&q, "{", 1);
+
+            if (t->syn->id) {
+                kvs_gram_seq_lit(&q, "\"tool_call_id\"", 14);
+                kvs_gram_seq_lit(&q, colon, strlen(colon));
+                kvs_gram_seq_lit(&q, "\"", 1);
+                kvs_gram_seq_ref(&q, digits);
+                kvs_gram_seq_lit(&q, "\"", 1);
+                kvs_gram_seq_lit(&q, comma, strlen(comma));
+            }
+
+            kvs_gram_seq_lit(&q, "\"", 1);
+            kvs_gram_seq_lit(&q, t->syn->name_key, strlen(t->syn->name_key));
+            kvs_gram_seq_lit(&q, "\"", 1);
             kvs_gram_seq_lit(&q, colon, strlen(colon));
             kvs_gram_seq_lit(&q, "\"", 1);
             kvs_gram_seq_lit(&q, t->names[i], strlen(t->names[i]));
@@ -763,8 +862,18 @@ kvs_gt_root(kvs_gt_t *t, uint32_t *root)
     }
 
     if (t->syn->marker == NULL) {
-        /* llama3: the call is the whole output, or text */
+        /* llama3, llama4: the call is the whole output, or text; llama4
+         * may write several back to back */
         text = KVS_SC_NONE;
+
+        if (call != KVS_SC_NONE && t->syn->sep != NULL) {
+            memset(&q, 0, sizeof(q));
+            kvs_gram_seq_lit(&q, t->syn->sep, strlen(t->syn->sep));
+            rc = kvs_gram_repeat(t->g, call, &q, 1,
+                                 t->parallel ? UINT32_MAX : 1, &call,
+                                 t->err);
+            kvs_gram_seq_free(&q);
+        }
 
         if (t->choice != KVS_GT_REQUIRED) {
             rc = kvs_gt_llama3_text(t, &text);
@@ -787,7 +896,7 @@ kvs_gt_root(kvs_gt_t *t, uint32_t *root)
             rc = kvs_gram_add_alt(t->g, *root, &q, t->err);
         }
 
-        if (rc == KVS_OK && call != KVS_SC_NONE) {
+        if (rc == KVS_OK && call != KVS_SC_NONE && t->syn->sep == NULL) {
             kvs_gram_seq_reset(&q);
             kvs_gram_seq_lit(&q, KVS_GT_LLAMA3_TAG,
                              strlen(KVS_GT_LLAMA3_TAG));

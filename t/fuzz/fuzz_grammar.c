@@ -130,11 +130,12 @@ static void
 fz_check_tools(int syn, const char *choice, const uint8_t *text,
     size_t len)
 {
-    /* what text never holds (llama3: none; functionary32: its calls
+    /* what text never holds (llama3, llama4: none; functionary32: its calls
      * may come at once, but its text after "all\n" has no ">>>") */
     static const char  *markers[KVS_TOOL_SYN_N] = {
         NULL, "<tool_call>", NULL, "[TOOL_CALLS]", "<|tool_call|>",
-        "functools", "<function=", "<｜tool▁calls▁begin｜>", ">>>"
+        "functools", "<function=", "<｜tool▁calls▁begin｜>", ">>>", NULL,
+        "Action:", "<|START_ACTION|>", "<|tool_call_start|>"
     };
     kvs_tool_parsed_t   p;
     const char         *mk;

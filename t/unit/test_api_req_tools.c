@@ -263,6 +263,71 @@ test_plan(void **state)
     plan(KVS_TOOL_SYN_HERMES, 1, "stop");
     assert_int_equal(R.rf_kind, KVS_GRAM_REQ_NONE);
     assert_int_equal(R.tool_syntax, KVS_TOOL_SYN_NONE);
+
+    /* the syntaxes of Llama 4 and Command R are named in the spec */
+    chat(USER, "'tools':[" TOOL_F "],'tool_choice':'required'");
+    ok();
+    plan(KVS_TOOL_SYN_COMMANDR7B, 1, NULL);
+    assert_int_equal(R.tool_syntax, KVS_TOOL_SYN_COMMANDR7B);
+    assert_int_equal(R.tool_text_only, 0);
+    s = spec();
+    assert_string_equal(json_string_value(json_object_get(s, "syntax")),
+                        "commandr7b");
+    json_decref(s);
+
+    chat(USER, "'tools':[" TOOL_F "]");
+    ok();
+    plan(KVS_TOOL_SYN_LLAMA4, 1, NULL);
+    s = spec();
+    assert_string_equal(json_string_value(json_object_get(s, "syntax")),
+                        "llama4");
+    json_decref(s);
+
+    chat(USER, "'tools':[" TOOL_F "]");
+    ok();
+    plan(KVS_TOOL_SYN_MINICPM3, 1, NULL);
+    s = spec();
+    assert_string_equal(json_string_value(json_object_get(s, "syntax")),
+                        "minicpm3");
+    json_decref(s);
+
+    chat(USER, "'tools':[" TOOL_F "]");
+    ok();
+    plan(KVS_TOOL_SYN_COMMANDR, 1, NULL);
+    s = spec();
+    assert_string_equal(json_string_value(json_object_get(s, "syntax")),
+                        "commandr");
+    json_decref(s);
+
+    /* Functionary v3.2 writes "all\n" before text, tools or not: its
+     * output is read as text with that line dropped */
+    chat(USER, "");
+    ok();
+    plan(KVS_TOOL_SYN_FUNCTIONARY32, 1, NULL);
+    assert_int_equal(R.tool_syntax, KVS_TOOL_SYN_FUNCTIONARY32);
+    assert_int_equal(R.tool_text_only, 1);
+    assert_int_equal(R.rf_kind, KVS_GRAM_REQ_NONE);
+
+    chat(USER, "'tools':[" TOOL_F "],'tool_choice':'none'");
+    ok();
+    plan(KVS_TOOL_SYN_FUNCTIONARY32, 1, NULL);
+    assert_int_equal(R.tool_syntax, KVS_TOOL_SYN_FUNCTIONARY32);
+    assert_int_equal(R.tool_text_only, 1);
+
+    chat(USER, "'tools':[" TOOL_F "]");
+    ok();
+    plan(KVS_TOOL_SYN_FUNCTIONARY32, 1, NULL);
+    assert_int_equal(R.tool_syntax, KVS_TOOL_SYN_FUNCTIONARY32);
+    assert_int_equal(R.tool_text_only, 0);
+
+    /* not for a built-in template, nor for another syntax */
+    chat(USER, "");
+    ok();
+    plan(KVS_TOOL_SYN_FUNCTIONARY32, 0, NULL);
+    assert_int_equal(R.tool_syntax, KVS_TOOL_SYN_NONE);
+    assert_int_equal(R.tool_text_only, 0);
+    plan(KVS_TOOL_SYN_HERMES, 1, NULL);
+    assert_int_equal(R.tool_syntax, KVS_TOOL_SYN_NONE);
 }
 
 

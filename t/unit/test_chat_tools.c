@@ -51,6 +51,20 @@ static kvs_err_t  err;
     "\"sunny, 21 C\"}]"
 
 
+/* two calls in one turn, then their two results */
+#define CONVO2 \
+    "[{\"role\":\"system\",\"content\":\"Use tools.\"}," \
+    "{\"role\":\"user\",\"content\":\"Weather in Paris and Oslo?\"}," \
+    "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":" \
+    "\"call1\",\"type\":\"function\",\"function\":{\"name\":" \
+    "\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\"}}," \
+    "{\"id\":\"call2\",\"type\":\"function\",\"function\":{\"name\":" \
+    "\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Oslo\\\"}\"}}]}," \
+    "{\"role\":\"tool\",\"tool_call_id\":\"call1\",\"content\":" \
+    "\"sunny, 21 C\"},{\"role\":\"tool\",\"tool_call_id\":\"call2\"," \
+    "\"content\":\"rain\"}]"
+
+
 static json_t *
 load(const char *text)
 {
@@ -279,6 +293,196 @@ expect_small(const char *tpl, const char *messages, const char *tools,
     "{% if 'tool_call_id' in m %} id={{ m.tool_call_id }}{% endif %}" \
     "{% if 'name' in m %} name={{ m.name }}{% endif %}" \
     "|{{ m.content }}]{% endfor %}"
+
+/* Llama 4: tools in the first user turn, JSON calls back to back (the
+ * form its syntax, "llama4", generates), results in ipython turns. */
+static void
+test_llama4(void **state)
+{
+    char       *tpl;
+    size_t      len;
+    kvs_buf_t   out;
+
+    tpl = fixture_template("llama-4.jinja", &len);
+    if (tpl == NULL) {
+        skip();
+    }
+
+    assert_int_equal(render_text(tpl, len, CONVO2, TOOLS, &out), KVS_OK);
+
+    expect_in(&out, "<|header_start|>system<|header_end|>\n\nEnvironment: "
+              "ipython\nUse tools.<|eot|>");
+    expect_in(&out, "Respond in the format {\"name\": function name, "
+              "\"parameters\": dictionary of argument name and its "
+              "value}.Do not use variables.\n\n{\n    \"type\": "
+              "\"function\",\n    \"function\": {\n        \"name\": "
+              "\"get_weather\",");
+    expect_in(&out, "}\n\nWeather in Paris and Oslo?<|eot|>");
+    expect_in(&out, "<|header_start|>assistant<|header_end|>\n\n"
+              "<|python_start|><|python_end|>{\"name\": \"get_weather\", "
+              "\"parameters\": {\"city\": \"Paris\"}}{\"name\": "
+              "\"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}"
+              "<|eot|>");
+    expect_in(&out, "<|header_start|>ipython<|header_end|>\n\n\"sunny, 21 "
+              "C\"<|eot|><|header_start|>ipython<|header_end|>\n\n\"rain\""
+              "<|eot|><|header_start|>assistant<|header_end|>\n\n");
+    kvs_buf_free(&out);
+
+    /* no tools: no tool section */
+    assert_int_equal(render_text(tpl, len,
+                                 "[{\"role\":\"user\",\"content\":\"x\"}]",
+                                 NULL, &out), KVS_OK);
+    expect_not_in(&out, "Environment: ipython");
+    expect_in(&out, "<|header_start|>user<|header_end|>\n\nx<|eot|>");
+    kvs_buf_free(&out);
+
+    free(tpl);
+}
+
+
+/* Command R7B: the tools list in the system preamble, the calls as its
+ * action list numbered across the chat (the template's namespace
+ * counters), the results grouped by its loop with break. */
+static void
+test_commandr7b(void **state)
+{
+    char       *tpl;
+    size_t      len;
+    kvs_buf_t   out;
+
+    tpl = fixture_template("command-r7b-12-2024-tool_use.jinja", &len);
+    if (tpl == NULL) {
+        skip();
+    }
+
+    assert_int_equal(render_text(tpl, len, CONVO2, TOOLS, &out), KVS_OK);
+
+    expect_in(&out, "## Available Tools\n");
+    expect_in(&out, "    {\"name\": \"get_weather\", \"description\": "
+              "\"Get the weather in a city.\", \"parameters\": {\"type\": "
+              "\"object\", \"properties\": {\"city\": {\"type\": "
+              "\"string\", \"description\": \"The city\"}}, \"required\": "
+              "[\"city\"]}, \"responses\": null}\n");
+    expect_in(&out, "# Developer Preamble\nThe following instructions "
+              "take precedence");
+    expect_in(&out, "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"
+              "<|START_THINKING|><|END_THINKING|><|START_ACTION|>[\n"
+              "    {\"tool_call_id\": \"0\", \"tool_name\": "
+              "\"get_weather\", \"parameters\": {\"city\": \"Paris\"}},\n"
+              "    {\"tool_call_id\": \"1\", \"tool_name\": "
+              "\"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}\n"
+              "]<|END_ACTION|><|END_OF_TURN_TOKEN|>");
+    expect_in(&out, "<|START_TOOL_RESULT|>[\n    {\n        "
+              "\"tool_call_id\": \"0\",\n        \"results\": {\n"
+              "            \"0\": \"sunny, 21 C\"\n        },\n"
+              "        \"is_error\": null\n    },\n    {\n"
+              "        \"tool_call_id\": \"1\",");
+    expect_in(&out, "\"0\": \"rain\"\n        },\n        \"is_error\": "
+              "null\n    }\n]<|END_TOOL_RESULT|><|END_OF_TURN_TOKEN|>"
+              "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
+    kvs_buf_free(&out);
+
+    /* no tools: no tool section, a text turn in its response tags */
+    assert_int_equal(render_text(tpl, len,
+                                 "[{\"role\":\"user\",\"content\":\"x\"},"
+                                 "{\"role\":\"assistant\",\"content\":"
+                                 "\"y\"},{\"role\":\"user\",\"content\":"
+                                 "\"z\"}]", NULL, &out), KVS_OK);
+    expect_not_in(&out, "## Available Tools");
+    expect_in(&out, "<|CHATBOT_TOKEN|><|START_RESPONSE|>y<|END_RESPONSE|>"
+              "<|END_OF_TURN_TOKEN|>");
+    kvs_buf_free(&out);
+
+    free(tpl);
+}
+
+
+/* Command R v01 tool_use: the tools as Python signatures (its recursive
+ * type macro, items and indent filters), the calls after "Action:" as an
+ * indented fenced list, the results in <results>. */
+static void
+test_commandr(void **state)
+{
+    char       *tpl;
+    size_t      len;
+    kvs_buf_t   out;
+
+    tpl = fixture_template("command-r-v01-tool_use.jinja", &len);
+    if (tpl == NULL) {
+        skip();
+    }
+
+    assert_int_equal(render_text(tpl, len, CONVO2, TOOLS, &out), KVS_OK);
+
+    expect_in(&out, "# User Preamble\nUse tools.\n\n## Available Tools\n");
+    expect_in(&out, "```python\ndef get_weather(city: str) -> List[Dict]:\n"
+              "    \"\"\"Get the weather in a city.\n\n    Args:\n        "
+              "city (str): The city\n    \"\"\"\n    pass\n```"
+              "<|END_OF_TURN_TOKEN|>");
+    expect_in(&out, "<|CHATBOT_TOKEN|>\nAction:\n```json\n[\n    {\n"
+              "        \"tool_name\": \"get_weather\",\n        "
+              "\"parameters\": {\n            \"city\": \"Paris\"\n"
+              "        }\n    },\n    {\n        \"tool_name\": "
+              "\"get_weather\",");
+    expect_in(&out, "<|SYSTEM_TOKEN|><results>\nsunny, 21 C</results>"
+              "<|END_OF_TURN_TOKEN|>");
+    expect_in(&out, "Write 'Action:' followed by a json-formatted list");
+    kvs_buf_free(&out);
+
+    /* an optional parameter and a typed array, through the type macro:
+     * its recursive call for the items gives "Union[]" in jinja2 too
+     * (checked against jinja2 3.1: the same text) */
+    assert_int_equal(render_text(tpl, len,
+                                 "[{\"role\":\"user\",\"content\":\"x\"}]",
+                                 "[{\"type\":\"function\",\"function\":"
+                                 "{\"name\":\"f\",\"description\":\"F.\","
+                                 "\"parameters\":{\"type\":\"object\","
+                                 "\"properties\":{\"a\":{\"type\":"
+                                 "\"array\",\"items\":{\"type\":"
+                                 "\"integer\"},\"description\":\"A\"},"
+                                 "\"b\":{\"type\":\"boolean\","
+                                 "\"description\":\"B\"}},\"required\":"
+                                 "[\"a\"]}}}]", &out), KVS_OK);
+    expect_in(&out, "def f(a: List[Union[]], b: Optional[bool] = None) -> "
+              "List[Dict]:");
+    expect_in(&out, "a (List[Union[]]): A\n        b (Optional[bool]): B\n");
+    kvs_buf_free(&out);
+
+    free(tpl);
+}
+
+
+/* MiniCPM3: the tools as Python signatures with pydantic fields (its
+ * caller() macros), the calls as python lines with tojson values (the
+ * form its syntax, "minicpm3", generates), results in tool turns. */
+static void
+test_minicpm3(void **state)
+{
+    char       *tpl;
+    size_t      len;
+    kvs_buf_t   out;
+
+    tpl = fixture_template("minicpm3-4b.jinja", &len);
+    if (tpl == NULL) {
+        skip();
+    }
+
+    assert_int_equal(render_text(tpl, len, CONVO2, TOOLS, &out), KVS_OK);
+
+    expect_in(&out, "<|im_start|>system\nUse tools.\n# Functions\n");
+    expect_in(&out, "def get_weather(city):\n    \"\"\"Get the weather in "
+              "a city.\n\n    Args:\n        city: str = Field(..., "
+              "description=\"The city\")\n    \"\"\"\n");
+    expect_in(&out, "<|im_start|>assistant\n<|tool_call_start|>\n```python\n"
+              "get_weather(city=\"Paris\")\nget_weather(city=\"Oslo\")\n"
+              "```\n<|tool_call_end|>\n<|im_end|>\n");
+    expect_in(&out, "<|im_start|>tool\nsunny, 21 C<|im_end|>\n"
+              "<|im_start|>tool\nrain<|im_end|>\n<|im_start|>assistant\n");
+    kvs_buf_free(&out);
+
+    free(tpl);
+}
+
 
 static void
 test_context(void **state)
@@ -676,6 +880,10 @@ main(void)
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_qwen25),
         cmocka_unit_test(test_llama31),
+        cmocka_unit_test(test_llama4),
+        cmocka_unit_test(test_commandr7b),
+        cmocka_unit_test(test_commandr),
+        cmocka_unit_test(test_minicpm3),
         cmocka_unit_test(test_context),
         cmocka_unit_test(test_checks),
         cmocka_unit_test(test_families_refuse),

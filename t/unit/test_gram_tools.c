@@ -56,7 +56,20 @@ static const struct {
     { "functionary", KVS_TOOL_SYN_FUNCTIONARY, "<function=", 1 },
     { "deepseek", KVS_TOOL_SYN_DEEPSEEK, TT_DS_OPEN, 1 },
     { "functionary32", KVS_TOOL_SYN_FUNCTIONARY32, ">>>", 1 },
+    { "llama4", KVS_TOOL_SYN_LLAMA4, NULL, 1 },
+    { "commandr", KVS_TOOL_SYN_COMMANDR, "Action:", 1 },
+    { "commandr7b", KVS_TOOL_SYN_COMMANDR7B, "<|START_ACTION|>", 1 },
+    { "minicpm3", KVS_TOOL_SYN_MINICPM3, "<|tool_call_start|>", 1 },
 };
+
+#define TT_LLAMA4  8
+#define TT_CR      9
+#define TT_CR7B    10
+#define TT_MC3     11
+#define TT_MC_S    "<|tool_call_start|>\n```python\n"
+#define TT_MC_E    "\n```\n<|tool_call_end|>"
+#define TT_R7_ACT  "<|START_ACTION|>"
+#define TT_R7_END  "<|END_ACTION|>"
 
 /* functionary32: text comes after this recipient line; calls may come
  * at once, the prompt having written their first marker */
@@ -517,6 +530,11 @@ static const char  *tt_pieces[] = {
     "<｜tool▁call▁end｜>", TT_DS_CLOSE, "\n```json\n", "\n```", "```",
     "<｜", "ping\n", ("\n" TT_DS_CALL), ">>>", "all\n", ">>>add\n{",
     "get_weather\n{", ">>", "al",
+    "}}{\"name\": \"", "Action:", "Action", ":\n```json\n[", "\n```",
+    "]\n```", TT_R7_ACT, TT_R7_END, "<|START_", "[{\"tool_call_id\": \"",
+    "\", \"tool_name\": \"", "{\"tool_name\": \"", "7\", ",
+    TT_MC_S, TT_MC_E, "get_weather(city=\"", "add(a=", ",b=", "ping()",
+    ")\n", "<|tool_call_", "\",unit=\"",
 };
 
 
@@ -720,6 +738,28 @@ test_forms(void **state)
         { 7, 0, "ping\n{}", 1 },
         { 7, 0, "all\nNo call > here >> either.", 0 },
         { 7, 2, "all\nplain", 0 },
+        { TT_LLAMA4, 1, "{\"name\": \"ping\", \"parameters\": {}}{\"name\": "
+          "\"add\", \"parameters\": {\"a\": 1, \"b\": 2}}", 2 },
+        { TT_LLAMA4, 0, "{\"name\": \"ping\", \"parameters\": {}}", 1 },
+        { TT_LLAMA4, 0, "It is sunny.", 0 },
+        { TT_CR, 1, "Action:\n```json\n[{\"tool_name\": \"ping\", "
+          "\"parameters\": {}}, {\"tool_name\": \"get_weather\", "
+          "\"parameters\": {\"city\": \"```\"}}]\n```", 2 },
+        { TT_CR, 0, "Let me search.Action:\n```json\n[{\"tool_name\": "
+          "\"ping\", \"parameters\": {}}]\n```", 1 },
+        { TT_CR, 2, "No Action here, Action - none.", 0 },
+        { TT_CR7B, 1, TT_R7_ACT "[{\"tool_call_id\": \"0\", \"tool_name\": "
+          "\"ping\", \"parameters\": {}}, {\"tool_call_id\": \"12\", "
+          "\"tool_name\": \"add\", \"parameters\": {\"a\": 1, \"b\": 2}}]"
+          TT_R7_END, 2 },
+        { TT_CR7B, 0, "I will ping." TT_R7_ACT "[{\"tool_call_id\": \"3\", "
+          "\"tool_name\": \"ping\", \"parameters\": {}}]" TT_R7_END, 1 },
+        { TT_CR7B, 2, "Hello <|START_ACT", 0 },
+        { TT_MC3, 1, TT_MC_S "get_weather(city=\"Oslo\",unit=\"c\")\n"
+          "ping()\nadd(a=1,b=2.5,tags=[\"x\", \"\"])" TT_MC_E, 3 },
+        { TT_MC3, 0, "<|thought_start|>\nI will ping.\n<|thought_end|>\n"
+          TT_MC_S "ping()" TT_MC_E, 1 },
+        { TT_MC3, 2, "add(a=1) is not a call here", 0 },
     };
 
     (void) state;
@@ -800,6 +840,73 @@ test_forms(void **state)
     assert_false(tt_match(&g, TT_DS_OPEN TT_DS_CALL "ping\n```json\n{}"
                           TT_DS_END "\n" TT_DS_CALL "ping\n```json\n{}"
                           TT_DS_END TT_DS_CLOSE));
+    kvs_gram_free(&g);
+    free(spec);
+
+    /* Llama 4: text never starts with "{"; calls back to back only with
+     * parallel */
+    spec = tt_spec(TT_LLAMA4, 0, 0, TT_N_TOOLS);
+    assert_int_equal(tt_compile(&g, spec, &err), KVS_OK);
+    assert_false(tt_match(&g, " {hi"));
+    assert_false(tt_match(&g, "{\"name\": \"ping\", \"parameters\": {}}"
+                          "{\"name\": \"ping\", \"parameters\": {}}"));
+    assert_false(tt_match(&g, "{\"name\": \"pong\", \"parameters\": {}}"));
+    kvs_gram_free(&g);
+    free(spec);
+
+    /* Command R: no "Action:" in text; the fence is not optional */
+    spec = tt_spec(TT_CR, 0, 1, TT_N_TOOLS);
+    assert_int_equal(tt_compile(&g, spec, &err), KVS_OK);
+    assert_false(tt_match(&g, "a Action: b"));
+    assert_false(tt_match(&g, "Action: [{\"tool_name\": \"ping\", "
+                          "\"parameters\": {}}]"));
+    assert_false(tt_match(&g, "Action:\n```json\n[{\"name\": \"ping\", "
+                          "\"parameters\": {}}]\n```"));
+    kvs_gram_free(&g);
+    free(spec);
+
+    /* MiniCPM3: keyword arguments only, in the schema's order; a map
+     * takes none; a property that is no identifier is refused */
+    spec = tt_spec(TT_MC3, 1, 1, TT_N_TOOLS);
+    assert_int_equal(tt_compile(&g, spec, &err), KVS_OK);
+    assert_false(tt_match(&g, TT_MC_S "ping(x=1)" TT_MC_E));
+    assert_false(tt_match(&g, TT_MC_S "add(b=1,a=2)" TT_MC_E));
+    assert_false(tt_match(&g, TT_MC_S "add({\"a\": 1, \"b\": 2})" TT_MC_E));
+    assert_false(tt_match(&g, TT_MC_S "add(a=1, b=2)" TT_MC_E));
+    kvs_gram_free(&g);
+    free(spec);
+    assert_int_equal(tt_compile(&g, "{\"choice\":\"auto\",\"parallel\":"
+                                "true,\"syntax\":\"minicpm3\",\"tools\":"
+                                "[{\"name\":\"f\",\"parameters\":{"
+                                "\"properties\":{\"a-b\":{}}}}]}", &err),
+                     KVS_EINVAL);
+    assert_non_null(strstr(err.msg, "tools[0].parameters.properties: "
+                           "'a-b' is not a Python identifier"));
+    kvs_gram_free(&g);
+    assert_int_equal(tt_compile(&g, "{\"choice\":\"auto\",\"parallel\":"
+                                "true,\"syntax\":\"minicpm3\",\"tools\":"
+                                "[{\"name\":\"f\",\"parameters\":{"
+                                "\"anyOf\":[{\"properties\":{}}]}}]}", &err),
+                     KVS_EINVAL);
+    assert_non_null(strstr(err.msg, "tools[0].parameters.anyOf: not "
+                           "supported"));
+    kvs_gram_free(&g);
+
+    /* Command R7B: digits for ids; the action's end is not optional;
+     * required is calls only */
+    spec = tt_spec(TT_CR7B, 1, 1, TT_N_TOOLS);
+    assert_int_equal(tt_compile(&g, spec, &err), KVS_OK);
+    assert_false(tt_match(&g, TT_R7_ACT "[{\"tool_call_id\": \"a\", "
+                          "\"tool_name\": \"ping\", \"parameters\": {}}]"
+                          TT_R7_END));
+    assert_false(tt_match(&g, TT_R7_ACT "[{\"tool_call_id\": \"12345\", "
+                          "\"tool_name\": \"ping\", \"parameters\": {}}]"
+                          TT_R7_END));
+    assert_false(tt_match(&g, TT_R7_ACT "[{\"tool_call_id\": \"1\", "
+                          "\"tool_name\": \"ping\", \"parameters\": {}}]"));
+    assert_false(tt_match(&g, "Plan." TT_R7_ACT "[{\"tool_call_id\": \"1\", "
+                          "\"tool_name\": \"ping\", \"parameters\": {}}]"
+                          TT_R7_END));
     kvs_gram_free(&g);
     free(spec);
 }

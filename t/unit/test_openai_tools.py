@@ -3,10 +3,14 @@
 nginx with the kvserve module (the `sdk` target runs it after
 test_openai_sdk.py, whose Nginx class it reuses).
 
-Three generated tiny models carry real published templates from the
+Five generated tiny models carry real published templates from the
 fixtures: Llama 3.1's (tool calls as a JSON object with "parameters"),
-Qwen 2.5's (Hermes <tool_call> blocks) and DeepSeek V3's (its
-<｜tool▁call▁begin｜> blocks; not in the two-turn case, see TWO_TURNS).  Their weights are random, so
+Qwen 2.5's (Hermes <tool_call> blocks), DeepSeek V3's (its
+<｜tool▁call▁begin｜> blocks; not in the two-turn case, see TWO_TURNS),
+Llama 4's (JSON calls back to back), Command R7B's (a
+<|START_ACTION|> list of "tool_name"s, its long preamble: a larger
+context), Functionary v3.2's and MiniCPM3's (python calls with keyword
+arguments, streamed as JSON).  Their weights are random, so
 their text is noise: whatever calls come out, the grammar made them.
 What must hold on each:
 
@@ -24,7 +28,10 @@ What must hold on each:
 - a two-turn conversation: the assistant's tool_calls and the tool
   results sent back are rendered (the prompt grows by them) and answered;
 - refusals: an unsupported parameters keyword, stop beside tools, tools
-  on a model whose template has no tool syntax: 400 naming the field.
+  on a model whose template has no tool syntax: 400 naming the field;
+- Functionary v3.2 (whose text answers begin with an "all" recipient
+  line) without tools: text, no calls, the same streamed as not, never
+  beginning with that line.
 
 Environment: as test_openai_sdk.py; needs the kvserve tool (KVS_CLI,
 default build/kvserve) and the fixture templates; skips naming a missing
@@ -49,12 +56,19 @@ TEMPLATES = {
     "tiny-llama31": "llama-3.1-8b-instruct.jinja",
     "tiny-qwen25": "qwen2.5-7b-instruct.jinja",
     "tiny-deepseek3": "deepseek-v3.jinja",
+    "tiny-llama4": "llama-4.jinja",
+    "tiny-commandr7b": "command-r7b-12-2024-tool_use.jinja",
+    "tiny-functionary32": "functionary-medium-v3.2.jinja",
+    "tiny-minicpm3": "minicpm3-4b.jinja",
 }
+# Command R7B's system preamble alone is ~5,000 bytes
+CTX = {"tiny-commandr7b": 8192}
 # DeepSeek V3's template writes an assistant turn's tool calls only when
 # its content is None and their arguments only as a string, which an
 # OpenAI request's turn (content "", arguments parsed for the template
 # as vLLM does) is not: its second turn is not rendered as trained
-TWO_TURNS = {"tiny-llama31", "tiny-qwen25"}
+TWO_TURNS = {"tiny-llama31", "tiny-qwen25", "tiny-llama4",
+             "tiny-commandr7b", "tiny-minicpm3"}
 MAX_TOKENS = 400
 
 WEATHER = {
@@ -97,7 +111,8 @@ def gen_model(name):
     if not os.path.exists(tpl):
         return None, tpl
     out = os.path.join(TMP, "%s.gguf" % name)
-    subprocess.run([CLI, "gen-model", "--preset", "tiny", "--ctx", "4096",
+    subprocess.run([CLI, "gen-model", "--preset", "tiny", "--ctx",
+                    str(CTX.get(name, 4096)),
                     "--vocab", "2048", "--seed", "11",
                     "--chat-template", tpl, out], check=True,
                    capture_output=True)
@@ -300,6 +315,23 @@ def test_two_turns(cl, model):
           "%s turn 2 (required): calls" % model)
 
 
+def test_no_tools(cl, model):
+    """A request without tools to a model whose syntax has a recipient
+    line: its output is read as text (the line dropped)."""
+    for seed in (51, 52):
+        kw = dict(model=model, messages=USER, seed=seed, max_tokens=24)
+        whole = cl.chat.completions.create(**kw).choices[0]
+        calls, text, finish = joined(cl.chat.completions.create(
+            stream=True, **kw))
+        check(not whole.message.tool_calls and not calls
+              and whole.finish_reason in ("stop", "length")
+              and finish == whole.finish_reason
+              and text == (whole.message.content or "")
+              and not text.startswith("all\n"),
+              "%s no tools seed %d: text, streamed = whole (%r vs %r)"
+              % (model, seed, text, whole.message.content))
+
+
 def test_refusals(cl, model):
     bad = dict(WEATHER)
     bad["function"] = dict(WEATHER["function"],
@@ -355,6 +387,8 @@ def main():
             test_stream(cl, ngx.base + "/v1", name)
             if name in TWO_TURNS:
                 test_two_turns(cl, name)
+            if name == "tiny-functionary32":
+                test_no_tools(cl, name)
         check_kv_back(ngx, kv0, len(models))
         log = ngx.error_log()
         check("[alert]" not in log and "[crit]" not in log,

@@ -67,6 +67,27 @@ static const case_t  cases[] = {
     { KVS_TOOL_SYN_FUNCTIONARY32,
       "a.b\n{\"s\": \">>>x\\n\"}>>>all2\n" ARGS_A, 0 },
     { KVS_TOOL_SYN_FUNCTIONARY32, "al\n{}", 0 },
+    { KVS_TOOL_SYN_LLAMA4,
+      "{\"name\": \"get_weather\", \"parameters\": " ARGS_A "}{\"name\": "
+      "\"f-2\", \"parameters\": " ARGS_B "}", 0 },
+    { KVS_TOOL_SYN_LLAMA4,
+      "\n{\"name\": \"a\", \"parameters\": {}}", 1 },
+    { KVS_TOOL_SYN_COMMANDR,
+      "Searching.Action:\n```json\n[{\"tool_name\": \"get_weather\", "
+      "\"parameters\": " ARGS_A "}, {\"tool_name\": \"f-2\", "
+      "\"parameters\": " ARGS_B "}]\n```", 10 },
+    { KVS_TOOL_SYN_COMMANDR7B,
+      "<|START_THINKING|>Plan.<|END_THINKING|><|START_ACTION|>[{"
+      "\"tool_call_id\": \"0\", \"tool_name\": \"get_weather\", "
+      "\"parameters\": " ARGS_A "}, {\"tool_call_id\": \"1\", "
+      "\"tool_name\": \"f-2\", \"parameters\": {\"s\": "
+      "\"\\\"name\\\": \\\"<|END_ACTION|>\"}}]<|END_ACTION|>", 39 },
+    { KVS_TOOL_SYN_MINICPM3,
+      "Plan.\n<|tool_call_start|>\n```python\nget_weather(city=\"P)a,r=\","
+      "n=[1, {\"x\": \"(\"}],q=" ARGS_B ")\nf-2()\ng(a = 1 , b=null)\n```\n"
+      "<|tool_call_end|>", 6 },
+    { KVS_TOOL_SYN_MINICPM3,
+      "<|tool_call_start|>h(x=true)<|tool_call_end|>", 0 },
 };
 
 
@@ -277,6 +298,38 @@ test_not_calls(void **state)
     feed(KVS_TOOL_SYN_FUNCTIONARY32, "all\nJust >> text >", 1, &rng, &g);
     assert_int_equal(g.n_heads, 0);
     assert_false(g.failed);
+
+    /* Llama 4 reads as Llama 3: text is no call */
+    feed(KVS_TOOL_SYN_LLAMA4, "Sunny today", 1, &rng, &g);
+    assert_true(g.failed);
+    assert_int_equal(g.n_heads, 0);
+
+    /* Command R: "Action" without its colon, the response tags */
+    feed(KVS_TOOL_SYN_COMMANDR, "No Action here: {\"tool_name\": \"x\"",
+         1, &rng, &g);
+    assert_int_equal(g.n_heads, 0);
+    assert_false(g.failed);
+
+    feed(KVS_TOOL_SYN_COMMANDR7B, "<|START_RESPONSE|>Hi {\"tool_name\": "
+         "\"x\"}<|END_RESPONSE|>", 2, &rng, &g);
+    assert_int_equal(g.n_heads, 0);
+    assert_false(g.failed);
+
+    /* MiniCPM3: no marker, no call; a fence that is not python */
+    feed(KVS_TOOL_SYN_MINICPM3, "f(a=1) <|tool_call_sta", 1, &rng, &g);
+    assert_int_equal(g.n_heads, 0);
+    assert_false(g.failed);
+
+    feed(KVS_TOOL_SYN_MINICPM3, "<|tool_call_start|>\n```json\nf()", 1,
+         &rng, &g);
+    assert_true(g.failed);
+    assert_int_equal(g.n_heads, 0);
+
+    /* a head, then arguments that are not an object */
+    feed(KVS_TOOL_SYN_COMMANDR7B, "<|START_ACTION|>[{\"tool_name\": \"f\", "
+         "\"parameters\": 3}]", 1, &rng, &g);
+    assert_true(g.failed);
+    assert_int_equal(g.n_heads, 1);
 }
 
 

@@ -18,7 +18,10 @@
  * sending its calls at once or the held text as content.
  *
  * Functionary v3.2's "all\n" recipient line is never content, whatever
- * the finish (kvs_tool_parse_skip).
+ * the finish (kvs_tool_parse_skip), and a request without tools (or
+ * tool_choice "none") to such a model comes here too, as text whose
+ * recipient line is dropped (req.tool_text_only); so do Command R7B's
+ * <|START_RESPONSE|> and <|END_RESPONSE|> around its content.
  *
  * Each call gets a fresh id "call_" + 24 base-62 characters.  Names and
  * arguments are copied into the request's pool.
@@ -75,6 +78,13 @@ ngx_http_kvserve_tools_parse(ngx_http_kvserve_ctx_t *ctx, const u_char *text,
     *content_at = 0;
     *content_len = len;
 
+    if (ctx->req.tool_text_only) {
+        *content_at = kvs_tool_parse_skip(
+                          (kvs_tool_syntax_t) ctx->req.tool_syntax,
+                          (const char *) text, len);
+        return NGX_OK;
+    }
+
     if (kvs_tool_parse((kvs_tool_syntax_t) ctx->req.tool_syntax,
                        (const char *) text, len, &parsed, &err)
         != KVS_OK)
@@ -85,6 +95,7 @@ ngx_http_kvserve_tools_parse(ngx_http_kvserve_ctx_t *ctx, const u_char *text,
     }
 
     *content_at = parsed.content_at;
+    *content_len = parsed.content_len;
 
     if (parsed.n_calls == 0) {
         kvs_tool_parsed_free(&parsed);
@@ -161,7 +172,7 @@ ngx_http_kvserve_tools_body(ngx_http_kvserve_ctx_t *ctx, const u_char *text,
                   ? (const char *) text + content_at : NULL;
         c->len = content_len - content_at;
 
-    } else if (content_at > 0) {
+    } else if (content_at > 0 || content_len < len) {
         c->text = (const char *) text + content_at;
         c->len = content_len - content_at;
     }
@@ -373,8 +384,13 @@ ngx_http_kvserve_tools_stream(ngx_http_kvserve_ctx_t *ctx,
         return NGX_ERROR;
     }
 
-    hold = kvs_tool_parse_hold((kvs_tool_syntax_t) ctx->req.tool_syntax,
-                               (const char *) ch->text.data, ch->text.len);
+    hold = ctx->req.tool_text_only
+           ? kvs_tool_parse_hold_text(
+                 (kvs_tool_syntax_t) ctx->req.tool_syntax,
+                 (const char *) ch->text.data, ch->text.len)
+           : kvs_tool_parse_hold((kvs_tool_syntax_t) ctx->req.tool_syntax,
+                                 (const char *) ch->text.data,
+                                 ch->text.len);
     skip = kvs_tool_parse_skip((kvs_tool_syntax_t) ctx->req.tool_syntax,
                                (const char *) ch->text.data, ch->text.len);
 
@@ -406,7 +422,9 @@ ngx_http_kvserve_tools_stream(ngx_http_kvserve_ctx_t *ctx,
     c.lp = NULL;
     c.n_lp = 0;
 
-    if (ngx_http_kvserve_tools_pieces(ctx, ch, &c, err) != NGX_OK) {
+    if (!ctx->req.tool_text_only
+        && ngx_http_kvserve_tools_pieces(ctx, ch, &c, err) != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
