@@ -73,12 +73,15 @@ typedef struct {
     size_t                  scratch_stride;
     kvs_cpu_q8_t           *xq;       /* [n][cols / 32] or NULL */
     kvs_cpu_q8k_t          *xk;       /* [n][cols / 256] or NULL */
+    kvs_cpu_q8i_t          *xi;       /* [n][(cols + 255) / 256] xq
+                                         interleaved, or NULL */
 } kvs_cpu_mm_job_t;
 
 
 /* a task's rows start on a packed Q8_0 group */
 _Static_assert(KVS_CPU_TILE % KVS_CPU_Q8P_ROWS == 0
-               && KVS_CPU_BLAS_TILE % KVS_CPU_Q8P_ROWS == 0,
+               && KVS_CPU_BLAS_TILE % KVS_CPU_Q8P_ROWS == 0
+               && KVS_CPU_QTILE % KVS_CPU_Q8P_ROWS == 0,
                "product tiles must hold whole packed Q8_0 row groups");
 
 
@@ -419,6 +422,13 @@ kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
             xstride = (mat->cols / 256) * sizeof(kvs_cpu_q8k_t);
             chunk = KVS_CPU_QCHUNK;
 
+        } else if (job->xi != NULL && mat->qd->dot_avx2i != NULL) {
+            dot = mat->qd->dot_avx2i;
+            xin = job->xi;
+            xstride = (mat->cols + 255) / 256 * sizeof(kvs_cpu_q8i_t);
+            chunk = (uint32_t) (KVS_CPU_QDOT_CHUNK / xstride) & ~7u;
+            chunk = chunk < 8 ? 8 : chunk;
+
         } else {
             xin = job->xq;
             xstride = (mat->cols / KVS_Q8_0_BLOCK) * sizeof(kvs_cpu_q8_t);
@@ -524,7 +534,17 @@ kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
     job.first[0] = 0;
     job.xq = NULL;
     job.xk = NULL;
+    job.xi = NULL;
     job.tile = n >= KVS_CPU_BLAS_MIN ? KVS_CPU_BLAS_TILE : KVS_CPU_TILE;
+
+    /* quantized products do not need the batched kernel's fixed tile (a
+     * row's sums never depend on its neighbours): smaller tasks keep
+     * every thread busy to the end of a 768-row product */
+    if (n >= KVS_CPU_BLAS_MIN && w0->qd != NULL
+        && (w1 == NULL || w1->qd != NULL) && (w2 == NULL || w2->qd != NULL))
+    {
+        job.tile = KVS_CPU_QTILE;
+    }
 
     /* quantized weights stay quantized: the input is quantized once here,
      * in the blocks their products take, for every n, so a token's sums
@@ -539,6 +559,16 @@ kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
 
         } else if (job.w[m]->qd != NULL) {
             job.xq = fw->xq;
+
+            /* the batched kernels' input, from enough tokens to pay for
+             * interleaving their blocks */
+            if (job.w[m]->qd->dot_avx2i != NULL && n >= KVS_CPU_QLI_MIN
+                && fw->simd >= KVS_CPU_SIMD_AVX2
+                && (fw->simd < KVS_CPU_SIMD_AVX512
+                    || job.w[m]->pack == NULL))
+            {
+                job.xi = fw->xi;
+            }
         }
     }
 
@@ -567,6 +597,12 @@ kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
 #endif
         kvs_cpu_q8_quant(x + (size_t) i * w0->cols,
                          job.xq + (size_t) i * (w0->cols / KVS_Q8_0_BLOCK),
+                         w0->cols);
+    }
+
+    for (i = 0; job.xi != NULL && i < n; i++) {
+        kvs_cpu_q8i_fill(job.xq + (size_t) i * (w0->cols / KVS_Q8_0_BLOCK),
+                         job.xi + (size_t) i * ((w0->cols + 255) / 256),
                          w0->cols);
     }
 
