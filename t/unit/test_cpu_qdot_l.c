@@ -7,10 +7,12 @@
  * lengths 32 .. 4096 columns, many not multiples of 256.
  *
  *  - the table holds each type with the Q8 input and both kernels;
- *  - the portable and AVX2 kernels give the same bits (memcmp) for 1, 2,
- *    3, 5, 8 and 33 tokens, and every token's result with n tokens is
- *    its result alone; a kernel writes y[i * ldy] and nothing between
- *    (skipped without AVX2: the portable kernel is then checked alone);
+ *  - the portable and AVX2 kernels, and the AVX2 batched kernel on the
+ *    interleaved input (kvs_cpu_q8i_fill), give the same bits (memcmp)
+ *    for every n of 1 .. 33 tokens, and every token's result with n
+ *    tokens is its result alone; a kernel writes y[i * ldy] and nothing
+ *    between (skipped without AVX2: the portable kernel is then checked
+ *    alone);
  *  - each result is the exact product: |y - ref| <= 2e-6 * mag, where
  *    ref is the double dot of the dequantized row (kvs_quant_dequantize)
  *    and the dequantized input (d * q), and mag = sum |w_j x_j| plus, for
@@ -56,7 +58,6 @@ static const uint32_t  colss[] = {
     32, 64, 96, 160, 224, 256, 288, 544, 768, 800, 2080, 4096
 };
 
-static const uint32_t  ns[] = { 1, 2, 3, 5, 8, N_TOK };
 
 
 /* Row r's floats: Gaussian, with all-zero blocks (r 1), all zero (r 2),
@@ -118,15 +119,16 @@ make_input(float *x, uint32_t cols, uint32_t i, uint64_t *st)
 static void
 check_type(const ltype_t *lt, int avx2, double *worst)
 {
-    float                 *wf, *xf, *wd, *xd, *ya, *yb, *y1;
+    float                 *wf, *xf, *wd, *xd, *ya, *yb, *yc, *y1;
     double                 ref, mag, err, m;
     uint8_t               *rows;
-    uint32_t               cols, nb, r, i, j, ci, ni, n, b;
+    uint32_t               cols, nb, ng, r, i, j, ci, n, b;
     uint64_t               st;
-    size_t                 rb, xs;
+    size_t                 rb, xs, is;
     kvs_err_t              e;
     kvs_cpu_q8_t          *xq;
-    kvs_cpu_qdot_pt        port, simd;
+    kvs_cpu_q8i_t         *xi;
+    kvs_cpu_qdot_pt        port, simd, simdi;
     const kvs_cpu_qdot_t  *q;
 
     q = kvs_cpu_qdot_find(lt->type);
@@ -139,8 +141,11 @@ check_type(const ltype_t *lt, int avx2, double *worst)
     assert_non_null(q->dot_avx2);
     simd = kvs_cpu_qdot_at(q, KVS_CPU_SIMD_AVX2);
     assert_ptr_equal(simd, q->dot_avx2);
+    assert_non_null(q->dot_avx2i);
+    simdi = q->dot_avx2i;
 #else
     simd = port;
+    simdi = port;
 #endif
 
     st = 0x51ed + lt->type;
@@ -150,6 +155,8 @@ check_type(const ltype_t *lt, int avx2, double *worst)
         nb = cols / 32;
         rb = (size_t) nb * lt->bytes;
         xs = (size_t) nb * sizeof(kvs_cpu_q8_t);
+        ng = (nb + 7) / 8;
+        is = (size_t) ng * sizeof(kvs_cpu_q8i_t);
 
         wf = malloc(cols * sizeof(float));
         wd = malloc((size_t) N_ROW * cols * sizeof(float));
@@ -159,8 +166,11 @@ check_type(const ltype_t *lt, int avx2, double *worst)
         xq = malloc(N_TOK * xs);
         ya = malloc(N_TOK * LDY * sizeof(float));
         yb = malloc(N_TOK * LDY * sizeof(float));
+        yc = malloc(N_TOK * LDY * sizeof(float));
         y1 = malloc(N_TOK * sizeof(float));
-        assert_true(wf && wd && xf && xd && rows && xq && ya && yb && y1);
+        xi = malloc(N_TOK * is);
+        assert_true(wf && wd && xf && xd && rows && xq && ya && yb && yc
+                    && y1 && xi);
 
         for (r = 0; r < N_ROW; r++) {
             make_row(wf, cols, r, &st);
@@ -174,6 +184,8 @@ check_type(const ltype_t *lt, int avx2, double *worst)
         for (i = 0; i < N_TOK; i++) {
             make_input(xf, cols, i, &st);
             kvs_cpu_q8_quant(xf, xq + (size_t) i * nb, cols);
+            kvs_cpu_q8i_fill(xq + (size_t) i * nb, xi + (size_t) i * ng,
+                             cols);
 
             for (j = 0; j < cols; j++) {
                 xd[(size_t) i * cols + j] = xq[i * nb + j / 32].d
@@ -218,12 +230,11 @@ check_type(const ltype_t *lt, int avx2, double *worst)
                 }
             }
 
-            for (ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
-                n = ns[ni];
-
+            for (n = 1; n <= N_TOK; n++) {
                 for (j = 0; j < N_TOK * LDY; j++) {
                     ya[j] = -7.0f;
                     yb[j] = -7.0f;
+                    yc[j] = -7.0f;
                 }
 
                 /* tokens from N_TOK - n on, so each n sees others */
@@ -232,6 +243,8 @@ check_type(const ltype_t *lt, int avx2, double *worst)
                 if (avx2) {
                     simd(yb, LDY, rows + r * rb,
                          xq + (size_t) (N_TOK - n) * nb, xs, n, cols);
+                    simdi(yc, LDY, rows + r * rb,
+                          xi + (size_t) (N_TOK - n) * ng, is, n, cols);
                 }
 
                 for (i = 0; i < n; i++) {
@@ -252,16 +265,28 @@ check_type(const ltype_t *lt, int avx2, double *worst)
                                  (double) ya[i * LDY]);
                     }
 
+                    if (avx2 && memcmp(&yc[i * LDY], &ya[i * LDY], 4) != 0)
+                    {
+                        fail_msg("%s cols %u row %u: AVX2 interleaved, "
+                                 "token %u of %u: %.9g, portable %.9g",
+                                 kvs_ggml_type_name(lt->type), cols, r, i,
+                                 n, (double) yc[i * LDY],
+                                 (double) ya[i * LDY]);
+                    }
+
                     /* nothing written between the outputs */
                     assert_true(ya[i * LDY + 1] == -7.0f
                                 && ya[i * LDY + 2] == -7.0f);
                     assert_true(!avx2 || (yb[i * LDY + 1] == -7.0f
-                                          && yb[i * LDY + 2] == -7.0f));
+                                          && yb[i * LDY + 2] == -7.0f
+                                          && yc[i * LDY + 1] == -7.0f
+                                          && yc[i * LDY + 2] == -7.0f));
                 }
 
                 /* nor past the last */
                 for (j = n * LDY; j < N_TOK * LDY; j++) {
-                    assert_true(ya[j] == -7.0f && yb[j] == -7.0f);
+                    assert_true(ya[j] == -7.0f && yb[j] == -7.0f
+                                && yc[j] == -7.0f);
                 }
             }
         }
@@ -274,7 +299,9 @@ check_type(const ltype_t *lt, int avx2, double *worst)
         free(xq);
         free(ya);
         free(yb);
+        free(yc);
         free(y1);
+        free(xi);
     }
 }
 

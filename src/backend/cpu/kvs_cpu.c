@@ -933,7 +933,9 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
                           + 2 * (size_t) fw.f)
             + nth * (fw.sc_stride + fw.wscratch_stride)
             + (size_t) n * (wrow / 32) * (sizeof(kvs_cpu_q8_t) / 4 + 1)
-            + (size_t) n * (wrow / 256) * (sizeof(kvs_cpu_q8k_t) / 4 + 1);
+            + (size_t) n * (wrow / 256) * (sizeof(kvs_cpu_q8k_t) / 4 + 1)
+            + (size_t) n * ((wrow + 255) / 256)
+              * (sizeof(kvs_cpu_q8i_t) / 4) + 16;
 
     if (kvs_grow((void **) &kv->act, &kv->act_cap, total, sizeof(float))
         != KVS_OK)
@@ -954,9 +956,14 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     fw.sc = fw.h3 + (size_t) n * fw.f;    /* [nth][sc_stride] scores */
     fw.wscratch = fw.sc + nth * fw.sc_stride;  /* [nth][4][wrow] */
     /* [n][wrow / 32] and [n][wrow / 256] quantized inputs, used by the
-     * quantized weights' products (kvs_cpu_qdot.h) */
+     * quantized weights' products (kvs_cpu_qdot.h), then xi */
     fw.xq = (kvs_cpu_q8_t *) (fw.wscratch + nth * fw.wscratch_stride);
     fw.xk = (kvs_cpu_q8k_t *) (fw.xq + (size_t) n * (wrow / 32));
+    /* [n][(wrow + 255) / 256] xq interleaved for the batched kernels,
+     * on a cache line: a group's vectors never straddle two */
+    fw.xi = (kvs_cpu_q8i_t *) (((uintptr_t) (fw.xk + (size_t) n
+                                             * (wrow / 256)) + 63)
+                               & ~(uintptr_t) 63);
 
     for (i = 0; i < n; i++) {
         memcpy(fw.x + (size_t) i * fw.e,

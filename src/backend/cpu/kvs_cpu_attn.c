@@ -79,22 +79,24 @@ kvs_cpu_attn_group(const kvs_hparams_t *hp, int simd)
 }
 
 
-/* Task i * (n_head / group) + u: heads u * group .. + group of token i
- * attend over positions 0..pos of its sequence; scores in the thread's
- * scratch. */
+/* Task u * n + i: heads u * group .. + group of token i attend over
+ * positions 0..pos of its sequence; scores in the thread's scratch.
+ * Head-major, so that the tasks running one after another read one K/V
+ * head's rows (a 512-token prompt's: 256 KiB) from L2, where token-major
+ * walked all the K/V heads' (1 MiB at 4 heads) through L3 for every
+ * token. */
 void
 kvs_cpu_attn_task(void *arg, uint32_t task, uint32_t thread)
 {
     float                  *qh, *ah, *sc;
-    uint32_t                i, h, kvh, units;
+    uint32_t                i, h, kvh;
     kvs_cpu_fw_t           *fw;
     const kvs_hparams_t    *hp;
 
     fw = arg;
     hp = &fw->cm->hp;
-    units = hp->n_head / fw->attn_group;
-    i = task / units;
-    h = task % units * fw->attn_group;
+    i = task % fw->b->n;
+    h = task / fw->b->n * fw->attn_group;
     kvh = h / (hp->n_head / hp->n_head_kv);
     qh = fw->q + (size_t) i * fw->qd + (size_t) h * hp->head_dim_k;
     ah = fw->att + (size_t) i * fw->od + (size_t) h * hp->head_dim_v;

@@ -65,6 +65,14 @@
 #define KVS_CPU_BLAS_MIN   64
 #define KVS_CPU_BLAS_TILE  256
 
+/* Output rows per task of a quantized product from KVS_CPU_BLAS_MIN
+ * tokens on: a 768-row matrix makes 12 tasks, which two threads share
+ * evenly (256-row tiles made 3, one thread doing two); a multiple of
+ * KVS_CPU_Q8P_ROWS.  Each task still reads the whole input, from L2. */
+#ifndef KVS_CPU_QTILE
+#define KVS_CPU_QTILE      64
+#endif
+
 /* Tokens per pass of a quantized product (kvs_cpu_qdot.h) over a task's
  * rows: their int8 inputs stay in L1 / L2 while the rows stream past. */
 #ifndef KVS_CPU_QCHUNK
@@ -115,6 +123,8 @@ typedef struct {
     int                     simd;     /* KVS_CPU_SIMD_* */
     kvs_cpu_q8_t           *xq;       /* [n][wrow / 32] Q8_0 inputs */
     struct kvs_cpu_q8k_s   *xk;       /* [n][wrow / 256] Q8_K inputs */
+    struct kvs_cpu_q8i_s   *xi;       /* [n][(wrow + 255) / 256] xq's
+                                         blocks interleaved (prefill) */
     uint32_t                attn_group; /* query heads per attention
                                           task: those of one K/V head
                                           (kvs_cpu_attn_group), or 1 */

@@ -29,7 +29,11 @@
  * block, scaled and summed in a float order fixed by the row length
  * (kvs_cpu_qdot.h), the same for the portable and AVX2 kernels.  A task
  * runs its rows over chunks of tokens whose inputs stay in cache, each
- * row's blocks unpacked once for the chunk's tokens.  With AVX-512 VNNI,
+ * row's blocks unpacked once for the chunk's tokens; from
+ * KVS_CPU_BLAS_MIN tokens on a task is KVS_CPU_QTILE rows (the product
+ * never depends on the tile), and from KVS_CPU_QLI_MIN tokens the
+ * 32-column types' AVX2 kernels take the input interleaved by groups of
+ * 8 blocks too (kvs_cpu_q8i_t, filled once per product).  With AVX-512 VNNI,
  * Q8_0's weights were packed at load (kvs_cpu_q8p_fill) and its kernel
  * takes 16 rows by up to 8 tokens per pass instead (its own float order).
  */
@@ -73,18 +77,23 @@ typedef struct {
     size_t                  scratch_stride;
     kvs_cpu_q8_t           *xq;       /* [n][cols / 32] or NULL */
     kvs_cpu_q8k_t          *xk;       /* [n][cols / 256] or NULL */
+    kvs_cpu_q8i_t          *xi;       /* [n][(cols + 255) / 256] xq
+                                         interleaved, or NULL */
+    uint32_t                cols;     /* the input's */
 } kvs_cpu_mm_job_t;
 
 
 /* a task's rows start on a packed Q8_0 group */
 _Static_assert(KVS_CPU_TILE % KVS_CPU_Q8P_ROWS == 0
-               && KVS_CPU_BLAS_TILE % KVS_CPU_Q8P_ROWS == 0,
+               && KVS_CPU_BLAS_TILE % KVS_CPU_Q8P_ROWS == 0
+               && KVS_CPU_QTILE % KVS_CPU_Q8P_ROWS == 0,
                "product tiles must hold whole packed Q8_0 row groups");
 
 
 static void kvs_cpu_mm_rows(float *y, size_t ldy, const float *x,
     uint32_t n, uint32_t cols, const float *const *w, uint32_t nr);
 static void kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread);
+static void kvs_cpu_mm_quant_task(void *arg, uint32_t i, uint32_t thread);
 
 
 #if KVS_CPU_X86
@@ -362,6 +371,53 @@ kvs_cpu_q8p_fill(const kvs_cpu_mat_t *w, uint8_t *dst)
 }
 
 
+/* Token i's quantized inputs: the Q8_K blocks, or the Q8_0-style ones
+ * and their interleaved copy, as the job's matrices take them. */
+static void
+kvs_cpu_mm_quant_task(void *arg, uint32_t i, uint32_t thread)
+{
+    const float       *x;
+    kvs_cpu_q8_t      *xq;
+    kvs_cpu_mm_job_t  *job;
+
+    job = arg;
+    x = job->x + (size_t) i * job->cols;
+
+    if (job->xk != NULL) {
+#if KVS_CPU_X86
+        if (job->simd >= KVS_CPU_SIMD_AVX2) {
+            kvs_cpu_q8k_quant_avx2(x, job->xk + (size_t) i * (job->cols / 256),
+                                   job->cols);
+        } else
+#endif
+        {
+            kvs_cpu_q8k_quant(x, job->xk + (size_t) i * (job->cols / 256),
+                              job->cols);
+        }
+    }
+
+    if (job->xq == NULL) {
+        return;
+    }
+
+    xq = job->xq + (size_t) i * (job->cols / KVS_Q8_0_BLOCK);
+
+#if KVS_CPU_X86
+    if (job->simd >= KVS_CPU_SIMD_AVX2) {
+        kvs_cpu_q8_quant_avx2(x, xq, job->cols);
+    } else
+#endif
+    {
+        kvs_cpu_q8_quant(x, xq, job->cols);
+    }
+
+    if (job->xi != NULL) {
+        kvs_cpu_q8i_fill(xq, job->xi + (size_t) i * ((job->cols + 255) / 256),
+                         job->cols);
+    }
+}
+
+
 /*
  * One task of a product: rows [r0, r0 + tile) of one of the job's
  * matrices, for every token: packed Q8_0 by groups of 16 rows, the
@@ -418,6 +474,13 @@ kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
             xin = job->xk;
             xstride = (mat->cols / 256) * sizeof(kvs_cpu_q8k_t);
             chunk = KVS_CPU_QCHUNK;
+
+        } else if (job->xi != NULL && mat->qd->dot_avx2i != NULL) {
+            dot = mat->qd->dot_avx2i;
+            xin = job->xi;
+            xstride = (mat->cols + 255) / 256 * sizeof(kvs_cpu_q8i_t);
+            chunk = (uint32_t) (KVS_CPU_QDOT_CHUNK / xstride) & ~7u;
+            chunk = chunk < 8 ? 8 : chunk;
 
         } else {
             xin = job->xq;
@@ -506,7 +569,7 @@ kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
     const kvs_cpu_mat_t *w0, float *y0, const kvs_cpu_mat_t *w1, float *y1,
     const kvs_cpu_mat_t *w2, float *y2)
 {
-    uint32_t           m, i;
+    uint32_t           m;
     kvs_cpu_mm_job_t   job;
 
     job.x = x;
@@ -524,7 +587,17 @@ kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
     job.first[0] = 0;
     job.xq = NULL;
     job.xk = NULL;
+    job.xi = NULL;
     job.tile = n >= KVS_CPU_BLAS_MIN ? KVS_CPU_BLAS_TILE : KVS_CPU_TILE;
+
+    /* quantized products do not need the batched kernel's fixed tile (a
+     * row's sums never depend on its neighbours): smaller tasks keep
+     * every thread busy to the end of a 768-row product */
+    if (n >= KVS_CPU_BLAS_MIN && w0->qd != NULL
+        && (w1 == NULL || w1->qd != NULL) && (w2 == NULL || w2->qd != NULL))
+    {
+        job.tile = KVS_CPU_QTILE;
+    }
 
     /* quantized weights stay quantized: the input is quantized once here,
      * in the blocks their products take, for every n, so a token's sums
@@ -539,35 +612,26 @@ kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
 
         } else if (job.w[m]->qd != NULL) {
             job.xq = fw->xq;
+
+            /* the batched kernels' input, from enough tokens to pay for
+             * interleaving their blocks */
+            if (job.w[m]->qd->dot_avx2i != NULL && n >= KVS_CPU_QLI_MIN
+                && fw->simd >= KVS_CPU_SIMD_AVX2
+                && (fw->simd < KVS_CPU_SIMD_AVX512
+                    || job.w[m]->pack == NULL))
+            {
+                job.xi = fw->xi;
+            }
         }
     }
 
-    for (i = 0; job.xk != NULL && i < n; i++) {
-#if KVS_CPU_X86
-        if (fw->simd >= KVS_CPU_SIMD_AVX2) {
-            kvs_cpu_q8k_quant_avx2(x + (size_t) i * w0->cols,
-                                   job.xk + (size_t) i * (w0->cols / 256),
-                                   w0->cols);
-            continue;
-        }
-#endif
-        kvs_cpu_q8k_quant(x + (size_t) i * w0->cols,
-                          job.xk + (size_t) i * (w0->cols / 256), w0->cols);
-    }
+    /* each token's inputs on the pool too: alone they were up to 3% of
+     * a two-thread prefill, the workers waiting */
+    job.cols = w0->cols;
 
-    for (i = 0; job.xq != NULL && i < n; i++) {
-#if KVS_CPU_X86
-        if (fw->simd >= KVS_CPU_SIMD_AVX2) {
-            kvs_cpu_q8_quant_avx2(x + (size_t) i * w0->cols,
-                                  job.xq + (size_t) i
-                                           * (w0->cols / KVS_Q8_0_BLOCK),
-                                  w0->cols);
-            continue;
-        }
-#endif
-        kvs_cpu_q8_quant(x + (size_t) i * w0->cols,
-                         job.xq + (size_t) i * (w0->cols / KVS_Q8_0_BLOCK),
-                         w0->cols);
+    if (job.xk != NULL || job.xq != NULL) {
+        kvs_threads_run(kvs_cpu_pool(fw, (double) n * w0->cols),
+                        kvs_cpu_mm_quant_task, &job, n);
     }
 
     for (m = 0; m < 3; m++) {

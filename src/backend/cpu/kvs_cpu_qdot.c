@@ -10,17 +10,19 @@
 
 static const kvs_cpu_qdot_t  kvs_cpu_qdots[] = {
 #if KVS_CPU_X86
-#define KVS_CPU_QDOT(t, a, f)  { t, a, f, f##_avx2 }
+#define KVS_CPU_QDOT(t, a, f)   { t, a, f, f##_avx2, NULL }
+#define KVS_CPU_QDOTI(t, a, f)  { t, a, f, f##_avx2, f##_avx2i }
 #else
-#define KVS_CPU_QDOT(t, a, f)  { t, a, f, NULL }
+#define KVS_CPU_QDOT(t, a, f)   { t, a, f, NULL, NULL }
+#define KVS_CPU_QDOTI(t, a, f)  { t, a, f, NULL, NULL }
 #endif
     /* the 32-column types (kvs_cpu_ql.c) */
-    KVS_CPU_QDOT(KVS_GGML_Q8_0, KVS_CPU_ACT_Q8, kvs_cpu_qdot_q8_0),
-    KVS_CPU_QDOT(KVS_GGML_Q4_0, KVS_CPU_ACT_Q8, kvs_cpu_qdot_q4_0),
-    KVS_CPU_QDOT(KVS_GGML_Q4_1, KVS_CPU_ACT_Q8, kvs_cpu_qdot_q4_1),
-    KVS_CPU_QDOT(KVS_GGML_Q5_0, KVS_CPU_ACT_Q8, kvs_cpu_qdot_q5_0),
-    KVS_CPU_QDOT(KVS_GGML_Q5_1, KVS_CPU_ACT_Q8, kvs_cpu_qdot_q5_1),
-    KVS_CPU_QDOT(KVS_GGML_IQ4_NL, KVS_CPU_ACT_Q8, kvs_cpu_qdot_iq4_nl),
+    KVS_CPU_QDOTI(KVS_GGML_Q8_0, KVS_CPU_ACT_Q8, kvs_cpu_qdot_q8_0),
+    KVS_CPU_QDOTI(KVS_GGML_Q4_0, KVS_CPU_ACT_Q8, kvs_cpu_qdot_q4_0),
+    KVS_CPU_QDOTI(KVS_GGML_Q4_1, KVS_CPU_ACT_Q8, kvs_cpu_qdot_q4_1),
+    KVS_CPU_QDOTI(KVS_GGML_Q5_0, KVS_CPU_ACT_Q8, kvs_cpu_qdot_q5_0),
+    KVS_CPU_QDOTI(KVS_GGML_Q5_1, KVS_CPU_ACT_Q8, kvs_cpu_qdot_q5_1),
+    KVS_CPU_QDOTI(KVS_GGML_IQ4_NL, KVS_CPU_ACT_Q8, kvs_cpu_qdot_iq4_nl),
 
     /* the 256-column types (kvs_cpu_qk.c) */
     KVS_CPU_QDOT(KVS_GGML_Q2_K, KVS_CPU_ACT_Q8K, kvs_cpu_qdot_q2_k),
@@ -31,7 +33,8 @@ static const kvs_cpu_qdot_t  kvs_cpu_qdots[] = {
     KVS_CPU_QDOT(KVS_GGML_IQ4_XS, KVS_CPU_ACT_Q8K, kvs_cpu_qdot_iq4_xs),
 
 #undef KVS_CPU_QDOT
-    { 0, 0, NULL, NULL }
+#undef KVS_CPU_QDOTI
+    { 0, 0, NULL, NULL, NULL }
 };
 
 

@@ -42,6 +42,28 @@ typedef struct kvs_cpu_q8k_s {
     int8_t   q[256];
 } kvs_cpu_q8k_t;
 
+/*
+ * Eight kvs_cpu_q8_t blocks (256 columns) interleaved for the AVX2
+ * batched kernels of the 32-column types (kvs_cpu_qli_x86.c): q[k]
+ * holds, in its 4-byte lane b, bytes 4k .. 4k + 3 of block b, so one
+ * int8 product of q[k] with the weights interleaved alike leaves each
+ * block's partial sums in its own lane, and adding the eight gives every
+ * block's exact sum with no horizontal step.  d[b], c[b]: block b's.
+ * Blocks past a row's end (cols not a multiple of 256) are all zero.
+ */
+typedef struct kvs_cpu_q8i_s {
+    int8_t   q[8][32];
+    float    d[8];
+    int32_t  c[8];
+} kvs_cpu_q8i_t;
+
+/* Tokens from which a product takes the interleaved input when its type
+ * has such a kernel: below, the 8 blocks' interleaving costs more than
+ * the per-token sums save. */
+#ifndef KVS_CPU_QLI_MIN
+#define KVS_CPU_QLI_MIN  8
+#endif
+
 #define KVS_CPU_ACT_Q8   0            /* kvs_cpu_q8_t per 32 columns */
 #define KVS_CPU_ACT_Q8K  1            /* kvs_cpu_q8k_t per 256 columns */
 
@@ -64,6 +86,10 @@ typedef struct kvs_cpu_qdot_s {
     uint32_t          act;            /* KVS_CPU_ACT_* */
     kvs_cpu_qdot_pt   dot;            /* portable */
     kvs_cpu_qdot_pt   dot_avx2;       /* or NULL: the portable one */
+    kvs_cpu_qdot_pt   dot_avx2i;      /* or NULL: dot_avx2's product on
+                                         kvs_cpu_q8i_t inputs, the same
+                                         bits (x: (cols + 255) / 256 of
+                                         them per token) */
 } kvs_cpu_qdot_t;
 
 /*
@@ -135,6 +161,8 @@ void kvs_cpu_qdot_q5_1(float *y, size_t ldy, const uint8_t *row,
     const void *x, size_t xstride, uint32_t n, uint32_t cols);
 void kvs_cpu_qdot_iq4_nl(float *y, size_t ldy, const uint8_t *row,
     const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_q8i_fill(const kvs_cpu_q8_t *x, kvs_cpu_q8i_t *dst,
+    uint32_t cols);
 
 /* kvs_cpu_qk.c */
 void kvs_cpu_qdot_q2_k(float *y, size_t ldy, const uint8_t *row,
@@ -163,6 +191,18 @@ void kvs_cpu_qdot_q5_0_avx2(float *y, size_t ldy, const uint8_t *row,
 void kvs_cpu_qdot_q5_1_avx2(float *y, size_t ldy, const uint8_t *row,
     const void *x, size_t xstride, uint32_t n, uint32_t cols);
 void kvs_cpu_qdot_iq4_nl_avx2(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_q8_0_avx2i(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_q4_0_avx2i(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_q4_1_avx2i(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_q5_0_avx2i(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_q5_1_avx2i(float *y, size_t ldy, const uint8_t *row,
+    const void *x, size_t xstride, uint32_t n, uint32_t cols);
+void kvs_cpu_qdot_iq4_nl_avx2i(float *y, size_t ldy, const uint8_t *row,
     const void *x, size_t xstride, uint32_t n, uint32_t cols);
 
 /* kvs_cpu_qk_x86.c */

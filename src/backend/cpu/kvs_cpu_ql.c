@@ -217,3 +217,36 @@ kvs_cpu_qdot_iq4_nl(float *y, size_t ldy, const uint8_t *row,
 {
     kvs_ql_dot(KVS_GGML_IQ4_NL, y, ldy, row, x, xstride, n, cols);
 }
+
+
+/* x[cols / 32] as (cols + 255) / 256 interleaved groups (kvs_cpu_q8i_t);
+ * only moves bytes, so every kernel level sees the same input. */
+void
+kvs_cpu_q8i_fill(const kvs_cpu_q8_t *x, kvs_cpu_q8i_t *dst, uint32_t cols)
+{
+    uint32_t  nb, g, b, k;
+
+    nb = cols / 32;
+
+    for (g = 0; g < (nb + 7) / 8; g++) {
+        for (b = 0; b < 8; b++) {
+            if (8 * g + b >= nb) {
+                dst[g].d[b] = 0.0f;
+                dst[g].c[b] = 0;
+
+                for (k = 0; k < 8; k++) {
+                    memset(&dst[g].q[k][4 * b], 0, 4);
+                }
+
+                continue;
+            }
+
+            dst[g].d[b] = x[8 * g + b].d;
+            dst[g].c[b] = x[8 * g + b].c;
+
+            for (k = 0; k < 8; k++) {
+                memcpy(&dst[g].q[k][4 * b], &x[8 * g + b].q[4 * k], 4);
+            }
+        }
+    }
+}
