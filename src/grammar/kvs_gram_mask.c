@@ -106,8 +106,64 @@ kvs_gram_vocab_free(kvs_gram_vocab_t *gv)
     free(gv->t_tok);
     free(gv->t_ntok);
     free(gv->t_cum);
+    free(gv->t_node);
     free(gv->ids);
     free(gv);
+}
+
+
+/*
+ * The packed trie the walks read (kvs_gram_tnode_t), with each node's
+ * class state (the class automaton run over the node's bytes from the
+ * root) and KVS_GRAM_CLS_ALL where no node of its subtree is dead: the
+ * automaton's dead state absorbs, so a subtree is all alive iff no node
+ * in i + 1 .. end - 1 is dead, found with one backward pass.
+ */
+static int
+kvs_gram_vocab_pack(kvs_gram_vocab_t *gv, kvs_err_t *err)
+{
+    uint8_t            *q;
+    uint32_t            i, n, dead;
+    kvs_gram_tnode_t   *nd;
+
+    n = gv->n_nodes;
+    gv->t_node = malloc(((size_t) n + 1) * sizeof(kvs_gram_tnode_t));
+    q = malloc((size_t) gv->max_len + 1);
+    if (gv->t_node == NULL || q == NULL) {
+        free(q);
+        return kvs_err_set(err, KVS_ENOMEM, "vocabulary trie: no memory");
+    }
+
+    nd = gv->t_node;
+    q[0] = 0;                               /* the root: between chars */
+
+    for (i = 0; i < n; i++) {
+        nd[i].end = gv->t_end[i];
+        nd[i].cum = gv->t_cum[i];
+        nd[i].depth = gv->t_depth[i];
+        nd[i].byte = gv->t_byte[i];
+        q[nd[i].depth] = kvs_gram_memo_class(q[nd[i].depth - 1],
+                                             nd[i].byte);
+        nd[i].cls = q[nd[i].depth];
+    }
+
+    nd[n].end = n;
+    nd[n].cum = gv->t_cum[n];
+    nd[n].depth = 0;
+    nd[n].byte = 0;
+    nd[n].cls = KVS_GRAM_CLS_DEAD;
+
+    for (i = n, dead = n; i-- > 0; ) {
+        if (nd[i].cls == KVS_GRAM_CLS_DEAD) {
+            dead = i;
+        } else if (dead >= nd[i].end) {
+            nd[i].cls |= KVS_GRAM_CLS_ALL;
+        }
+    }
+
+    free(q);
+
+    return KVS_OK;
 }
 
 
@@ -220,7 +276,7 @@ kvs_gram_vocab_trie(kvs_gram_vocab_t *gv, kvs_err_t *err)
     }
     gv->t_cum[nodes] = d;
 
-    return KVS_OK;
+    return kvs_gram_vocab_pack(gv, err);
 }
 
 
@@ -589,44 +645,24 @@ static int
 kvs_gram_mask_walk(kvs_gram_masker_t *mk, uint32_t *bits)
 {
     int                        any;
-    uint32_t                   i, k, n, id, sent;
-    kvs_gram_memo_t           *mo;
+    uint32_t                   k, w, id;
     const kvs_gram_vocab_t    *gv;
 
     gv = mk->gv;
-    mo = mk->memo;
-    n = gv->n_nodes;
-    any = 0;
 
     memset(bits, 0, (size_t) mk->words * sizeof(uint32_t));
 
-    kvs_gram_memo_begin(mo, mk->m);
-
-    for (i = 0; i < n; ) {
-        if (!kvs_gram_memo_step(mo, gv->t_depth[i], gv->t_byte[i], &sent)) {
-            /* refused, or a cap on this branch: refusing a token is
-             * always safe for the output's validity */
-            i = gv->t_end[i];
-            continue;
-        }
-
-        for (k = 0; k < gv->t_ntok[i]; k++) {
-            id = (uint32_t) gv->ids[gv->t_tok[i] + k];
-            bits[id >> 5] |= 1u << (id & 31);
-            any = 1;
-        }
-
-        i++;
-    }
-
-    kvs_gram_memo_end(mo);
+    (void) kvs_gram_memo_walk(mk->memo, mk->m, gv, bits, NULL, NULL);
 
     if (kvs_gram_matcher_can_end(mk->m)) {
         for (k = 0; k < gv->n_end; k++) {
             id = (uint32_t) gv->ids[gv->n_text + k];
             bits[id >> 5] |= 1u << (id & 31);
-            any = 1;
         }
+    }
+
+    for (w = 0, any = 0; w < mk->words; w++) {
+        any |= bits[w] != 0;
     }
 
     return any ? KVS_OK : KVS_EFORMAT;
@@ -682,6 +718,15 @@ kvs_gram_ind_range(kvs_gram_ientry_t *e, uint32_t lo, uint32_t hi)
 }
 
 
+/* The walk's report of a range of tokens refused after a prefix reached
+ * the sentinel: they depend on the stack below. */
+static int
+kvs_gram_ind_dep(void *arg, uint32_t lo, uint32_t hi)
+{
+    return kvs_gram_ind_range(arg, lo, hi);
+}
+
+
 /*
  * The trie walk on the cut stack: a token taken without reaching the
  * sentinel is accepted whatever lies below; one refused before any
@@ -693,12 +738,7 @@ kvs_gram_ind_build(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
     kvs_err_t *err)
 {
     int                      rc;
-    uint8_t                 *seen;
-    uint32_t                 i, k, n, id, depth, sent;
     kvs_gram_matcher_t       cm;
-    const kvs_gram_vocab_t  *gv;
-
-    gv = mk->gv;
 
     rc = kvs_gram_matcher_init_cut(&cm, mk->m->g, e->key, KVS_GRAM_CUT,
                                    &mk->m->lim, err);
@@ -706,41 +746,11 @@ kvs_gram_ind_build(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
         return rc;
     }
 
-    seen = calloc((size_t) gv->max_len + 2, 1);
-    if (seen == NULL) {
-        kvs_gram_matcher_free(&cm);
-        return kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
-    }
-
     memset(e->bits, 0, (size_t) mk->words * sizeof(uint32_t));
-    n = gv->n_nodes;
-    rc = KVS_OK;
 
-    kvs_gram_memo_begin(mk->memo, &cm);
+    rc = kvs_gram_memo_walk(mk->memo, &cm, mk->gv, e->bits,
+                            kvs_gram_ind_dep, e);
 
-    for (i = 0; i < n && rc == KVS_OK; ) {
-        depth = gv->t_depth[i];
-
-        if (!kvs_gram_memo_step(mk->memo, depth, gv->t_byte[i], &sent)) {
-            if (seen[depth - 1]) {
-                rc = kvs_gram_ind_range(e, gv->t_cum[i],
-                                        gv->t_cum[gv->t_end[i]]);
-            }
-            i = gv->t_end[i];
-            continue;
-        }
-
-        for (k = 0; k < gv->t_ntok[i]; k++) {
-            id = (uint32_t) gv->ids[gv->t_tok[i] + k];
-            e->bits[id >> 5] |= 1u << (id & 31);
-        }
-
-        seen[depth] = (uint8_t) (seen[depth - 1] | (sent != 0));
-        i++;
-    }
-
-    kvs_gram_memo_end(mk->memo);
-    free(seen);
     kvs_gram_matcher_free(&cm);
 
     if (rc != KVS_OK) {
