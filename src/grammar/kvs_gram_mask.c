@@ -44,6 +44,7 @@ struct kvs_gram_ientry_s {
     uint64_t   stamp;                 /* the mask that last used it */
     uint64_t   hash;
     uint32_t  *bits;                  /* [words] accepted */
+    uint32_t   some;                  /* 1: bits has a token */
     uint32_t  *ranges;                /* [2 * n_ranges] */
     uint32_t   n_ranges, cap_ranges;
 };
@@ -644,7 +645,6 @@ kvs_gram_u32_cmp(const void *a, const void *b)
 static int
 kvs_gram_mask_walk(kvs_gram_masker_t *mk, uint32_t *bits)
 {
-    int                        any;
     uint32_t                   k, w, id;
     const kvs_gram_vocab_t    *gv;
 
@@ -661,11 +661,11 @@ kvs_gram_mask_walk(kvs_gram_masker_t *mk, uint32_t *bits)
         }
     }
 
-    for (w = 0, any = 0; w < mk->words; w++) {
-        any |= bits[w] != 0;
+    for (w = 0; w < mk->words && bits[w] == 0; w++) {
+        /* void */
     }
 
-    return any ? KVS_OK : KVS_EFORMAT;
+    return w < mk->words ? KVS_OK : KVS_EFORMAT;
 }
 
 
@@ -738,6 +738,7 @@ kvs_gram_ind_build(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
     kvs_err_t *err)
 {
     int                      rc;
+    uint32_t                 k;
     kvs_gram_matcher_t       cm;
 
     rc = kvs_gram_matcher_init_cut(&cm, mk->m->g, e->key, KVS_GRAM_CUT,
@@ -753,6 +754,13 @@ kvs_gram_ind_build(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
 
     kvs_gram_matcher_free(&cm);
 
+    /* looked at once here, so that a mask knows it is not empty
+     * without a pass over its bits */
+    for (k = 0; k < mk->words && e->bits[k] == 0; k++) {
+        /* void */
+    }
+    e->some = k < mk->words;
+
     if (rc != KVS_OK) {
         return kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
     }
@@ -763,11 +771,12 @@ kvs_gram_ind_build(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
 
 /* The tokens that depend on what lies below, checked on the real
  * matcher in trie order so that a shared prefix is fed once; those some
- * other stack already accepted are skipped. */
-static void
+ * other stack already accepted are skipped.  1 if it allowed one. */
+static int
 kvs_gram_ind_check(kvs_gram_masker_t *mk, const kvs_gram_ientry_t *e,
     uint32_t *bits)
 {
+    int                      any;
     uint32_t                 r, x, id, l, cur, lcp;
     const uint8_t           *t, *prev;
     kvs_gram_matcher_t      *m;
@@ -777,6 +786,7 @@ kvs_gram_ind_check(kvs_gram_masker_t *mk, const kvs_gram_ientry_t *e,
     gv = mk->gv;
     cur = 0;
     prev = NULL;
+    any = 0;
 
     for (r = 0; r < e->n_ranges; r++) {
         for (x = e->ranges[2 * r]; x < e->ranges[2 * r + 1]; x++) {
@@ -806,6 +816,7 @@ kvs_gram_ind_check(kvs_gram_masker_t *mk, const kvs_gram_ientry_t *e,
 
             if (cur == l) {
                 bits[id >> 5] |= 1u << (id & 31);
+                any = 1;
             }
 
             mk->checked++;
@@ -813,6 +824,8 @@ kvs_gram_ind_check(kvs_gram_masker_t *mk, const kvs_gram_ientry_t *e,
     }
 
     kvs_gram_matcher_rollback(m, cur);
+
+    return any;
 }
 
 
@@ -908,9 +921,8 @@ kvs_gram_mask_ind(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
     m = mk->m;
     lv = &m->lv[m->n_lv - 1];
     n_used = 0;
+    any = 0;
     (mk->ind_owner != NULL ? mk->ind_owner : mk)->serial++;
-
-    memset(bits, 0, (size_t) mk->words * sizeof(uint32_t));
 
     for (i = 0; i < lv->n_front; i++) {
         id = m->front[lv->front + i];
@@ -935,16 +947,27 @@ kvs_gram_mask_ind(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
             continue;
         }
         mk->used[n_used++] = e;
+        any |= (int) e->some;
 
+        /* the first entry is copied, the others OR-ed in: one pass over
+         * the bits per entry */
+        if (n_used == 1) {
+            memcpy(bits, e->bits, (size_t) mk->words * sizeof(uint32_t));
+            continue;
+        }
         for (w = 0; w < mk->words; w++) {
             bits[w] |= e->bits[w];
         }
     }
 
+    if (n_used == 0) {
+        memset(bits, 0, (size_t) mk->words * sizeof(uint32_t));
+    }
+
     /* m->lv may move while checking: lv is not used below */
     for (j = 0; j < n_used; j++) {
         if (mk->used[j]->n_ranges > 0) {
-            kvs_gram_ind_check(mk, mk->used[j], bits);
+            any |= kvs_gram_ind_check(mk, mk->used[j], bits);
         }
     }
 
@@ -952,11 +975,8 @@ kvs_gram_mask_ind(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
         for (k = 0; k < mk->gv->n_end; k++) {
             id = (uint32_t) mk->gv->ids[mk->gv->n_text + k];
             bits[id >> 5] |= 1u << (id & 31);
+            any = 1;
         }
-    }
-
-    for (w = 0, any = 0; w < mk->words; w++) {
-        any |= bits[w] != 0;
     }
 
     return any ? KVS_OK : KVS_EFORMAT;
