@@ -710,9 +710,9 @@ kvs_gram_memo_step(kvs_gram_memo_t *mo, uint32_t depth, uint8_t b,
  * room holds, the bound grows by at most c, and the rest starts from a
  * pair of P again.  A node i at depth d with KVS_GRAM_CLS_ALL, whose
  * state t (after its byte) has (t, q_i) in such a P with cum[d] +
- * (max_depth - d) * c <= room, therefore has its whole subtree accepted
- * (every string below it is at most max_depth - d bytes long and the
- * automaton takes it from q_i): the walk sets all its tokens,
+ * height_i * c <= room, therefore has its whole subtree accepted (every
+ * string below it is at most height_i bytes long and the automaton takes
+ * it from q_i): the walk sets all its tokens,
  * ids[cum_i .. cum_end), and goes on at its end without stepping them.
  * Nothing is skipped in a cut stack's walk that it would have to see: a
  * skipped subtree holds no refusal, and the sentinel marks (seen[]) are
@@ -857,11 +857,12 @@ kvs_gram_memo_explore(kvs_gram_memo_t *mo, uint32_t depth, uint8_t q,
 }
 
 
-/* 1 if the subtree below the node just taken at depth (class state q)
- * is accepted whole (the claim above), 0 if it must be walked. */
+/* 1 if the subtree below the node just taken at depth (class state q,
+ * subtree height h) is accepted whole (the claim above), 0 if it must
+ * be walked. */
 static int
 kvs_gram_memo_closed(kvs_gram_memo_t *mo, uint32_t depth, uint8_t q,
-    int64_t room)
+    uint32_t h, int64_t room)
 {
     uint8_t   v;
     uint32_t  t, j, c;
@@ -911,9 +912,9 @@ kvs_gram_memo_closed(kvs_gram_memo_t *mo, uint32_t depth, uint8_t q,
         v = mo->s_sim[k];
     }
 
+    /* every string below is at most h bytes long */
     return v == KVS_GRAM_MEMO_SIM_YES
-           && (int64_t) (mo->cum[depth]
-                         + (uint64_t) (mo->max_depth - depth) * mo->s_simc[k])
+           && (int64_t) (mo->cum[depth] + (uint64_t) h * mo->s_simc[k])
               <= room;
 }
 
@@ -964,7 +965,7 @@ kvs_gram_memo_walk(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
         if ((nd[i].cls & KVS_GRAM_CLS_ALL) && nd[i].end > next
             && !mo->noskip
             && kvs_gram_memo_closed(mo, d, nd[i].cls & KVS_GRAM_CLS_STATE,
-                                    room))
+                                    nd[i].height, room))
         {
             mo->skipped++;
             mo->skipped_nodes += nd[i].end - next;

@@ -306,20 +306,23 @@ void kvs_gram_matcher_next(const kvs_gram_matcher_t *m, uint64_t set[4]);
                                          unknown, empty) */
 
 /*
- * A trie node as the walks read it (one 12-byte record, so a node is one
+ * A trie node as the walks read it (one 16-byte record, so a node is one
  * read): its subtree is i .. end - 1; the text tokens before it in the
  * sorted order are cum (t_cum[i]), so the tokens ending at it are
  * ids[cum .. next node's cum) and its subtree's ids[cum .. t_node[end]
- * .cum); cls is the class automaton's state after its bytes (bits 0-3,
- * kvs_gram_memo_class()) and KVS_GRAM_CLS_ALL when every string below it
- * keeps that automaton alive (the memo's subtree skipping).
+ * .cum); height: the longest path below it; cls is the class
+ * automaton's state after its bytes (bits 0-3, kvs_gram_memo_class())
+ * and KVS_GRAM_CLS_ALL when every string below it keeps that automaton
+ * alive (the memo's subtree skipping).
  */
 typedef struct {
     uint32_t  end;
     uint32_t  cum;
     uint16_t  depth;
+    uint16_t  height;
     uint8_t   byte;
     uint8_t   cls;
+    uint16_t  pad;
 } kvs_gram_tnode_t;
 
 #define KVS_GRAM_CLS_STATE  0x0f
