@@ -35,10 +35,16 @@
  * not), and a hit is taken only if nbase + cum[d - 1] + calls is within
  * max_nodes; otherwise it is a miss, computed on the real matcher.
  *
+ * The walk itself (kvs_gram_memo_walk) is a loop here over the packed
+ * trie, the hit path inline; a new state's row starts with the bytes
+ * outside its next set refused; subtrees the memo proves accepted are
+ * taken whole ("subtree skipping" below says when that is exact).
+ *
  * Invariants: the matcher holds mpath[0 .. fed) past the walk's start;
  * map[0 .. map_n) are the canonical ids of matcher nodes nbase ..
  * nbase + map_n - 1, all alive; sid[d] is the state at path depth d or
- * UNKNOWN; a row of next[] exists for every state; at most max_states
+ * UNKNOWN; a row of next[] exists for every state, and a verdict of
+ * s_sim[] is YES only for a pair of a proved closure; at most max_states
  * states, 64 * max_states key words and canonical nodes, past which
  * everything is cleared (every sid UNKNOWN) and the walk goes on.
  */
@@ -111,7 +117,7 @@ struct kvs_gram_memo_s {
     uint16_t            *s_simc;          /* [max_states * 8] */
     uint32_t             pairs[KVS_GRAM_MEMO_PAIRS];
     uint32_t             n_pairs;
-    uint8_t             *seen;            /* [max_depth + 1] */
+    uint8_t             *seen;            /* [KVS_GRAM_MEMO_DEPTH] */
 
     uint64_t             hits, misses, made, clears;
     uint64_t             skipped, skipped_nodes, proved, refuted;
