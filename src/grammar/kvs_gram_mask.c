@@ -1,9 +1,9 @@
 /*
  * kvs_gram_mask: the token mask, from a vocabulary trie and a matcher.
  *
- * Owns kvs_gram_vocab_t (built once per vocabulary: each token's output
- * bytes, and a trie of them in preorder) and kvs_gram_masker_t (per
- * matcher: the mask and a cache of masks keyed by matcher state).
+ * Owns kvs_gram_masker_t (per matcher: the mask and a cache of masks
+ * keyed by matcher state); the vocabulary and its trie are
+ * kvs_gram_vocab.c's.
  *
  * The mask is a depth-first walk of the trie with the matcher: a node's
  * byte is tried on the state its parent left (a rollback to that depth,
@@ -49,6 +49,7 @@ struct kvs_gram_ientry_s {
     uint64_t   stamp;                 /* the mask that last used it */
     uint64_t   hash;
     uint32_t  *bits;                  /* [words] accepted */
+    uint32_t   some;                  /* 1: bits has a token */
     uint32_t  *ranges;                /* [2 * n_ranges] */
     uint32_t   n_ranges, cap_ranges;
 };
@@ -61,479 +62,6 @@ struct kvs_gram_centry_s {
     uint64_t   hash;
     uint32_t  *bits;                  /* [words] */
 };
-
-
-/* ---- the vocabulary ---------------------------------------------------- */
-
-/* qsort_r (glibc; the build defines _GNU_SOURCE): vocabularies may be
- * built on several threads at once */
-static int
-kvs_gram_tok_cmp(const void *a, const void *b, void *arg)
-{
-    int32_t                  x, y;
-    uint32_t                 lx, ly;
-    int                      c;
-    const kvs_gram_vocab_t  *gv;
-
-    gv = arg;
-    x = *(const int32_t *) a;
-    y = *(const int32_t *) b;
-    lx = gv->len[x];
-    ly = gv->len[y];
-
-    c = memcmp(gv->bytes + gv->off[x], gv->bytes + gv->off[y],
-               lx < ly ? lx : ly);
-    if (c != 0) {
-        return c;
-    }
-    if (lx != ly) {
-        return lx < ly ? -1 : 1;
-    }
-
-    return x < y ? -1 : x > y;
-}
-
-
-void
-kvs_gram_vocab_free(kvs_gram_vocab_t *gv)
-{
-    if (gv == NULL) {
-        return;
-    }
-
-    free(gv->kind);
-    free(gv->off);
-    free(gv->len);
-    free(gv->bytes);
-    free(gv->t_byte);
-    free(gv->t_depth);
-    free(gv->t_end);
-    free(gv->t_tok);
-    free(gv->t_ntok);
-    free(gv->t_cum);
-    free(gv->ids);
-    free(gv->long_x);
-    free(gv);
-}
-
-
-/*
- * The counts of a repetition that the context-independent keys tell
- * apart (kvs_gram_ind_key; why it is exact: kvs_gram_rep.c).  Above
- * max_len copies left no token can see the end, so every such count is
- * keyed as max_len + 1.  Below that, positions with at least rep_low
- * left take the same tokens of fewer than rep_low bytes, so they share
- * one entry in which the few longer tokens are left to the real stacks:
- * rep_low is the shortest length (at least KVS_GRAM_LONG_MIN) that at most
- * KVS_GRAM_LONG_MAX text tokens reach (Llama 3, Qwen2: 32 bytes, ~250
- * tokens).  Once per vocabulary, after the trie.
- */
-#define KVS_GRAM_LONG_MIN  8
-#define KVS_GRAM_LONG_MAX  256
-
-static int
-kvs_gram_vocab_long(kvs_gram_vocab_t *gv, kvs_err_t *err)
-{
-    uint32_t   x, l, n, *hist;
-
-    hist = calloc((size_t) gv->max_len + 2, sizeof(uint32_t));
-    if (hist == NULL) {
-        return kvs_err_set(err, KVS_ENOMEM, "vocabulary: out of memory");
-    }
-    for (x = 0; x < gv->n_text; x++) {
-        hist[gv->len[gv->ids[x]]]++;
-    }
-
-    /* down from the longest while few enough tokens are that long */
-    n = 0;
-    for (l = gv->max_len; l >= KVS_GRAM_LONG_MIN; l--) {
-        if (n + hist[l] > KVS_GRAM_LONG_MAX) {
-            break;
-        }
-        n += hist[l];
-    }
-    free(hist);
-    l++;                              /* the last length taken */
-
-    if (l > gv->max_len) {
-        return KVS_OK;                /* no tier below max_len + 1 */
-    }
-
-    gv->long_x = malloc(((size_t) n + 1) * sizeof(uint32_t));
-    if (gv->long_x == NULL) {
-        return kvs_err_set(err, KVS_ENOMEM, "vocabulary: out of memory");
-    }
-    for (x = 0; x < gv->n_text; x++) {
-        if (gv->len[gv->ids[x]] >= l) {
-            gv->long_x[gv->n_long++] = x;
-        }
-    }
-    gv->rep_low = l;
-
-    return KVS_OK;
-}
-
-
-/* Builds the trie over the text tokens; bytes, off, len, kind are set. */
-static int
-kvs_gram_vocab_trie(kvs_gram_vocab_t *gv, kvs_err_t *err)
-{
-    uint32_t   i, n, d, lcp, pl, l, nodes;
-    uint32_t  *path_big;
-    int32_t    id, prev;
-    size_t     total;
-
-    /* only text tokens go in the trie */
-    n = 0;
-    total = 0;
-    for (i = 0; i < gv->n_tokens; i++) {
-        if (gv->kind[i] == KVS_GRAM_TOK_TEXT) {
-            gv->ids[n++] = (int32_t) i;
-            total += gv->len[i];
-            if (gv->len[i] > gv->max_len) {
-                gv->max_len = gv->len[i];
-            }
-        }
-    }
-
-    /* END tokens after the text ones, for the mask's last step */
-    gv->n_text = n;
-    for (i = 0; i < gv->n_tokens; i++) {
-        if (gv->kind[i] == KVS_GRAM_TOK_END) {
-            gv->ids[n + gv->n_end++] = (int32_t) i;
-        }
-    }
-
-    if (gv->max_len > 65535) {
-        return kvs_err_set(err, KVS_EUNSUPPORTED,
-                           "a token of %u bytes (the trie takes 65535)",
-                           gv->max_len);
-    }
-
-    qsort_r(gv->ids, n, sizeof(int32_t), kvs_gram_tok_cmp, gv);
-
-    gv->t_byte = malloc(total + 1);
-    gv->t_depth = malloc((total + 1) * sizeof(uint16_t));
-    gv->t_end = malloc((total + 1) * sizeof(uint32_t));
-    gv->t_tok = malloc((total + 1) * sizeof(uint32_t));
-    gv->t_ntok = calloc(total + 1, sizeof(uint32_t));
-    path_big = malloc(((size_t) gv->max_len + 1) * sizeof(uint32_t));
-
-    if (gv->t_byte == NULL || gv->t_depth == NULL || gv->t_end == NULL
-        || gv->t_tok == NULL || gv->t_ntok == NULL || path_big == NULL)
-    {
-        free(path_big);
-        return kvs_err_set(err, KVS_ENOMEM, "vocabulary trie: no memory");
-    }
-
-    /* path_big[d] is the open node at depth d + 1 */
-    nodes = 0;
-    pl = 0;
-    prev = -1;
-
-    for (i = 0; i < n; i++) {
-        id = gv->ids[i];
-        l = gv->len[id];
-
-        lcp = 0;
-        if (prev >= 0) {
-            while (lcp < l && lcp < gv->len[prev]
-                   && gv->bytes[gv->off[id] + lcp]
-                      == gv->bytes[gv->off[prev] + lcp])
-            {
-                lcp++;
-            }
-        }
-
-        while (pl > lcp) {
-            gv->t_end[path_big[--pl]] = nodes;
-        }
-
-        for (d = lcp; d < l; d++) {
-            gv->t_byte[nodes] = gv->bytes[gv->off[id] + d];
-            gv->t_depth[nodes] = (uint16_t) (d + 1);
-            gv->t_ntok[nodes] = 0;
-            gv->t_tok[nodes] = 0;
-            path_big[pl++] = nodes;
-            nodes++;
-        }
-
-        /* tokens with equal bytes are adjacent in the sorted order */
-        if (gv->t_ntok[path_big[l - 1]]++ == 0) {
-            gv->t_tok[path_big[l - 1]] = i;
-        }
-
-        prev = id;
-    }
-
-    while (pl > 0) {
-        gv->t_end[path_big[--pl]] = nodes;
-    }
-
-    free(path_big);
-    gv->n_nodes = nodes;
-
-    gv->t_cum = malloc(((size_t) nodes + 1) * sizeof(uint32_t));
-    if (gv->t_cum == NULL) {
-        return kvs_err_set(err, KVS_ENOMEM, "vocabulary trie: no memory");
-    }
-    for (i = 0, d = 0; i < nodes; i++) {
-        gv->t_cum[i] = d;
-        d += gv->t_ntok[i];
-    }
-    gv->t_cum[nodes] = d;
-
-    return KVS_OK;
-}
-
-
-static int
-kvs_gram_vocab_alloc(kvs_gram_vocab_t **out, uint32_t n, size_t bytes,
-    kvs_err_t *err)
-{
-    kvs_gram_vocab_t  *gv;
-
-    gv = calloc(1, sizeof(kvs_gram_vocab_t));
-    if (gv == NULL) {
-        return kvs_err_set(err, KVS_ENOMEM, "vocabulary: no memory");
-    }
-
-    gv->n_tokens = n;
-    gv->kind = calloc((size_t) n + 1, 1);
-    gv->off = calloc((size_t) n + 1, sizeof(uint32_t));
-    gv->len = calloc((size_t) n + 1, sizeof(uint32_t));
-    gv->ids = calloc((size_t) n + 1, sizeof(int32_t));
-    gv->bytes = malloc(bytes + 1);
-
-    if (gv->kind == NULL || gv->off == NULL || gv->len == NULL
-        || gv->ids == NULL || gv->bytes == NULL)
-    {
-        kvs_gram_vocab_free(gv);
-        return kvs_err_set(err, KVS_ENOMEM, "vocabulary: no memory");
-    }
-
-    *out = gv;
-
-    return KVS_OK;
-}
-
-
-int
-kvs_gram_vocab_from_bytes(kvs_gram_vocab_t **out, uint32_t n,
-    const uint8_t *const *texts, const uint32_t *lens, const uint8_t *kinds,
-    kvs_err_t *err)
-{
-    int                rc;
-    size_t             total;
-    uint32_t           i, o;
-    kvs_gram_vocab_t  *gv;
-
-    *out = NULL;
-
-    for (i = 0, total = 0; i < n; i++) {
-        total += lens[i];
-        if (total > UINT32_MAX / 2) {
-            return kvs_err_set(err, KVS_ETOOLONG, "vocabulary too large");
-        }
-    }
-
-    rc = kvs_gram_vocab_alloc(&gv, n, total, err);
-    if (rc != KVS_OK) {
-        return rc;
-    }
-
-    for (i = 0, o = 0; i < n; i++) {
-        gv->kind[i] = kinds[i] <= KVS_GRAM_TOK_REFUSED
-                      ? kinds[i] : KVS_GRAM_TOK_REFUSED;
-        if (gv->kind[i] == KVS_GRAM_TOK_TEXT && lens[i] == 0) {
-            gv->kind[i] = KVS_GRAM_TOK_REFUSED;
-        }
-        gv->off[i] = o;
-        gv->len[i] = lens[i];
-        if (lens[i] > 0) {
-            memcpy(gv->bytes + o, texts[i], lens[i]);
-        }
-        o += lens[i];
-    }
-
-    rc = kvs_gram_vocab_trie(gv, err);
-    if (rc == KVS_OK) {
-        rc = kvs_gram_vocab_long(gv, err);
-    }
-    if (rc != KVS_OK) {
-        kvs_gram_vocab_free(gv);
-        return rc;
-    }
-
-    *out = gv;
-
-    return KVS_OK;
-}
-
-
-/* Control tokens that are text to a grammar: the tool-call markers a
- * model writes as one token ([TOOL_CALLS] in Mistral v0.3,
- * <|python_tag|> in Llama 3.1, DeepSeek's and Command R7B's delimiters;
- * Qwen's <tool_call>
- * is user-defined, text already).  A model must be able to write them
- * as it was trained to; the engine writes their text into the output of
- * a constrained sequence (kvs_engine_seq.c), so mask and output agree. */
-static const char  *kvs_gram_markers[] = {
-    "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|python_tag|>",
-    "<|tool_call|>", "<function=", "</function>",
-    "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",
-    "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>",
-    /* Command R7B's: its actions, and the plan and answer tags that
-     * frame its text (kvs_tool_parse drops those from content) */
-    "<|START_ACTION|>", "<|END_ACTION|>", "<|START_THINKING|>",
-    "<|END_THINKING|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>",
-    /* MiniCPM3's */
-    "<|tool_call_start|>", "<|tool_call_end|>", "<|thought_start|>",
-    "<|thought_end|>"
-};
-
-
-int
-kvs_gram_vocab_marker(const char *text, size_t len)
-{
-    size_t  i;
-
-    for (i = 0; i < sizeof(kvs_gram_markers) / sizeof(char *); i++) {
-        if (len == strlen(kvs_gram_markers[i])
-            && memcmp(text, kvs_gram_markers[i], len) == 0)
-        {
-            return 1;
-        }
-    }
-
-    return 0;
-}
-
-
-int
-kvs_gram_vocab_from_vocab(kvs_gram_vocab_t **out, const kvs_vocab_t *v,
-    kvs_err_t *err)
-{
-    int                rc;
-    size_t             total;
-    uint32_t           i, j, o;
-    const char        *t;
-    const kvs_token_t *tok;
-    kvs_gram_vocab_t  *gv;
-
-    *out = NULL;
-
-    for (i = 0, total = 0; i < v->n_tokens; i++) {
-        total += v->tokens[i].len;
-    }
-
-    rc = kvs_gram_vocab_alloc(&gv, v->n_tokens, total, err);
-    if (rc != KVS_OK) {
-        return rc;
-    }
-
-    for (i = 0, o = 0; i < v->n_tokens; i++) {
-        tok = &v->tokens[i];
-        gv->off[i] = o;
-
-        if ((int32_t) i == v->eos || (int32_t) i == v->eot
-            || (int32_t) i == v->eom)
-        {
-            gv->kind[i] = KVS_GRAM_TOK_END;
-            continue;
-        }
-
-        switch (tok->type) {
-
-        case KVS_TOKT_CONTROL:
-            if (kvs_gram_vocab_marker(tok->text, tok->len)) {
-                /* its text, verbatim, as the engine writes it */
-                memcpy(gv->bytes + o, tok->text, tok->len);
-                o += tok->len;
-                gv->len[i] = tok->len;
-                continue;
-            }
-            gv->kind[i] = KVS_GRAM_TOK_REFUSED;
-            continue;
-
-        case KVS_TOKT_UNKNOWN:
-        case KVS_TOKT_UNUSED:
-            gv->kind[i] = KVS_GRAM_TOK_REFUSED;
-            continue;
-
-        case KVS_TOKT_BYTE:
-            if (v->byte_of != NULL && v->byte_of[i] >= 0) {
-                gv->bytes[o++] = (uint8_t) v->byte_of[i];
-                gv->len[i] = 1;
-                continue;
-            }
-            break;
-
-        default:
-            break;
-        }
-
-        /* as kvs_detok_push writes it: SPM and WPM "▁" is a space */
-        t = tok->text;
-        for (j = 0; j < tok->len; ) {
-            if ((v->kind == KVS_VOCAB_SPM || v->kind == KVS_VOCAB_WPM)
-                && j + 3 <= tok->len && memcmp(t + j, "\xe2\x96\x81", 3) == 0)
-            {
-                gv->bytes[o++] = ' ';
-                j += 3;
-            } else {
-                gv->bytes[o++] = (uint8_t) t[j++];
-            }
-        }
-
-        gv->len[i] = o - gv->off[i];
-        if (gv->len[i] == 0) {
-            gv->kind[i] = KVS_GRAM_TOK_REFUSED;
-        }
-    }
-
-    rc = kvs_gram_vocab_trie(gv, err);
-    if (rc == KVS_OK) {
-        rc = kvs_gram_vocab_long(gv, err);
-    }
-    if (rc != KVS_OK) {
-        kvs_gram_vocab_free(gv);
-        return rc;
-    }
-
-    *out = gv;
-
-    return KVS_OK;
-}
-
-
-int
-kvs_gram_accept_token(kvs_gram_matcher_t *m, const kvs_gram_vocab_t *gv,
-    int32_t id, kvs_err_t *err)
-{
-    if (id < 0 || (uint32_t) id >= gv->n_tokens) {
-        return kvs_err_set(err, KVS_EINVAL, "token %d is out of range", id);
-    }
-
-    switch (gv->kind[id]) {
-
-    case KVS_GRAM_TOK_END:
-        if (!kvs_gram_matcher_can_end(m)) {
-            return kvs_err_set(err, KVS_EFORMAT,
-                               "token %d ends the output before the grammar "
-                               "is complete", id);
-        }
-        return KVS_OK;
-
-    case KVS_GRAM_TOK_TEXT:
-        return kvs_gram_matcher_feed(m, gv->bytes + gv->off[id], gv->len[id],
-                                     err);
-
-    default:
-        return kvs_err_set(err, KVS_EFORMAT,
-                           "token %d is a control token", id);
-    }
-}
 
 
 /* ---- the masker -------------------------------------------------------- */
@@ -665,48 +193,27 @@ kvs_gram_u32_cmp(const void *a, const void *b)
 static int
 kvs_gram_mask_walk(kvs_gram_masker_t *mk, uint32_t *bits)
 {
-    int                        any;
-    uint32_t                   i, k, n, id, sent;
-    kvs_gram_memo_t           *mo;
+    uint32_t                   k, w, id;
     const kvs_gram_vocab_t    *gv;
 
     gv = mk->gv;
-    mo = mk->memo;
-    n = gv->n_nodes;
-    any = 0;
 
     memset(bits, 0, (size_t) mk->words * sizeof(uint32_t));
 
-    kvs_gram_memo_begin(mo, mk->m);
-
-    for (i = 0; i < n; ) {
-        if (!kvs_gram_memo_step(mo, gv->t_depth[i], gv->t_byte[i], &sent)) {
-            /* refused, or a cap on this branch: refusing a token is
-             * always safe for the output's validity */
-            i = gv->t_end[i];
-            continue;
-        }
-
-        for (k = 0; k < gv->t_ntok[i]; k++) {
-            id = (uint32_t) gv->ids[gv->t_tok[i] + k];
-            bits[id >> 5] |= 1u << (id & 31);
-            any = 1;
-        }
-
-        i++;
-    }
-
-    kvs_gram_memo_end(mo);
+    (void) kvs_gram_memo_walk(mk->memo, mk->m, gv, bits, NULL, NULL);
 
     if (kvs_gram_matcher_can_end(mk->m)) {
         for (k = 0; k < gv->n_end; k++) {
             id = (uint32_t) gv->ids[gv->n_text + k];
             bits[id >> 5] |= 1u << (id & 31);
-            any = 1;
         }
     }
 
-    return any ? KVS_OK : KVS_EFORMAT;
+    for (w = 0; w < mk->words && bits[w] == 0; w++) {
+        /* void */
+    }
+
+    return w < mk->words ? KVS_OK : KVS_EFORMAT;
 }
 
 
@@ -759,6 +266,15 @@ kvs_gram_ind_range(kvs_gram_ientry_t *e, uint32_t lo, uint32_t hi)
 }
 
 
+/* The walk's report of a range of tokens refused after a prefix reached
+ * the sentinel: they depend on the stack below. */
+static int
+kvs_gram_ind_dep(void *arg, uint32_t lo, uint32_t hi)
+{
+    return kvs_gram_ind_range(arg, lo, hi);
+}
+
+
 /*
  * The trie walk on the cut stack: a token taken without reaching the
  * sentinel is accepted whatever lies below; one refused before any
@@ -770,12 +286,8 @@ kvs_gram_ind_build(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
     kvs_err_t *err)
 {
     int                      rc;
-    uint8_t                 *seen;
-    uint32_t                 i, k, n, id, depth, sent;
+    uint32_t                 k;
     kvs_gram_matcher_t       cm;
-    const kvs_gram_vocab_t  *gv;
-
-    gv = mk->gv;
 
     rc = kvs_gram_matcher_init_cut(&cm, mk->m->g, e->key, KVS_GRAM_CUT,
                                    &mk->m->lim, err);
@@ -783,42 +295,19 @@ kvs_gram_ind_build(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
         return rc;
     }
 
-    seen = calloc((size_t) gv->max_len + 2, 1);
-    if (seen == NULL) {
-        kvs_gram_matcher_free(&cm);
-        return kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
-    }
-
     memset(e->bits, 0, (size_t) mk->words * sizeof(uint32_t));
-    n = gv->n_nodes;
-    rc = KVS_OK;
 
-    kvs_gram_memo_begin(mk->memo, &cm);
+    rc = kvs_gram_memo_walk(mk->memo, &cm, mk->gv, e->bits,
+                            kvs_gram_ind_dep, e);
 
-    for (i = 0; i < n && rc == KVS_OK; ) {
-        depth = gv->t_depth[i];
-
-        if (!kvs_gram_memo_step(mk->memo, depth, gv->t_byte[i], &sent)) {
-            if (seen[depth - 1]) {
-                rc = kvs_gram_ind_range(e, gv->t_cum[i],
-                                        gv->t_cum[gv->t_end[i]]);
-            }
-            i = gv->t_end[i];
-            continue;
-        }
-
-        for (k = 0; k < gv->t_ntok[i]; k++) {
-            id = (uint32_t) gv->ids[gv->t_tok[i] + k];
-            e->bits[id >> 5] |= 1u << (id & 31);
-        }
-
-        seen[depth] = (uint8_t) (seen[depth - 1] | (sent != 0));
-        i++;
-    }
-
-    kvs_gram_memo_end(mk->memo);
-    free(seen);
     kvs_gram_matcher_free(&cm);
+
+    /* looked at once here, so that a mask knows it is not empty
+     * without a pass over its bits */
+    for (k = 0; k < mk->words && e->bits[k] == 0; k++) {
+        /* void */
+    }
+    e->some = k < mk->words;
 
     if (rc != KVS_OK) {
         return kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
@@ -830,11 +319,12 @@ kvs_gram_ind_build(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
 
 /* The tokens that depend on what lies below, checked on the real
  * matcher in trie order so that a shared prefix is fed once; those some
- * other stack already accepted are skipped. */
-static void
+ * other stack already accepted are skipped.  1 if it allowed one. */
+static int
 kvs_gram_ind_check(kvs_gram_masker_t *mk, const kvs_gram_ientry_t *e,
     uint32_t *bits)
 {
+    int                      any;
     uint32_t                 r, x, id, l, cur, lcp;
     const uint8_t           *t, *prev;
     kvs_gram_matcher_t      *m;
@@ -844,6 +334,7 @@ kvs_gram_ind_check(kvs_gram_masker_t *mk, const kvs_gram_ientry_t *e,
     gv = mk->gv;
     cur = 0;
     prev = NULL;
+    any = 0;
 
     for (r = 0; r < e->n_ranges; r++) {
         for (x = e->ranges[2 * r]; x < e->ranges[2 * r + 1]; x++) {
@@ -873,6 +364,7 @@ kvs_gram_ind_check(kvs_gram_masker_t *mk, const kvs_gram_ientry_t *e,
 
             if (cur == l) {
                 bits[id >> 5] |= 1u << (id & 31);
+                any = 1;
             }
 
             mk->checked++;
@@ -880,6 +372,8 @@ kvs_gram_ind_check(kvs_gram_masker_t *mk, const kvs_gram_ientry_t *e,
     }
 
     kvs_gram_matcher_rollback(m, cur);
+
+    return any;
 }
 
 
@@ -1072,9 +566,8 @@ kvs_gram_mask_ind(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
     m = mk->m;
     lv = &m->lv[m->n_lv - 1];
     n_used = 0;
+    any = 0;
     (mk->ind_owner != NULL ? mk->ind_owner : mk)->serial++;
-
-    memset(bits, 0, (size_t) mk->words * sizeof(uint32_t));
 
     for (i = 0; i < lv->n_front; i++) {
         id = m->front[lv->front + i];
@@ -1099,16 +592,27 @@ kvs_gram_mask_ind(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
             continue;
         }
         mk->used[n_used++] = e;
+        any |= (int) e->some;
 
+        /* the first entry is copied, the others OR-ed in: one pass over
+         * the bits per entry */
+        if (n_used == 1) {
+            memcpy(bits, e->bits, (size_t) mk->words * sizeof(uint32_t));
+            continue;
+        }
         for (w = 0; w < mk->words; w++) {
             bits[w] |= e->bits[w];
         }
     }
 
+    if (n_used == 0) {
+        memset(bits, 0, (size_t) mk->words * sizeof(uint32_t));
+    }
+
     /* m->lv may move while checking: lv is not used below */
     for (j = 0; j < n_used; j++) {
         if (mk->used[j]->n_ranges > 0) {
-            kvs_gram_ind_check(mk, mk->used[j], bits);
+            any |= kvs_gram_ind_check(mk, mk->used[j], bits);
         }
     }
 
@@ -1116,11 +620,8 @@ kvs_gram_mask_ind(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
         for (k = 0; k < mk->gv->n_end; k++) {
             id = (uint32_t) mk->gv->ids[mk->gv->n_text + k];
             bits[id >> 5] |= 1u << (id & 31);
+            any = 1;
         }
-    }
-
-    for (w = 0, any = 0; w < mk->words; w++) {
-        any |= bits[w] != 0;
     }
 
     return any ? KVS_OK : KVS_EFORMAT;

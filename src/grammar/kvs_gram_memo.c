@@ -35,10 +35,16 @@
  * not), and a hit is taken only if nbase + cum[d - 1] + calls is within
  * max_nodes; otherwise it is a miss, computed on the real matcher.
  *
+ * The walk itself (kvs_gram_memo_walk) is a loop here over the packed
+ * trie, the hit path inline; a new state's row starts with the bytes
+ * outside its next set refused; subtrees the memo proves accepted are
+ * taken whole ("subtree skipping" below says when that is exact).
+ *
  * Invariants: the matcher holds mpath[0 .. fed) past the walk's start;
  * map[0 .. map_n) are the canonical ids of matcher nodes nbase ..
  * nbase + map_n - 1, all alive; sid[d] is the state at path depth d or
- * UNKNOWN; a row of next[] exists for every state; at most max_states
+ * UNKNOWN; a row of next[] exists for every state, and a verdict of
+ * s_sim[] is YES only for a pair of a proved closure; at most max_states
  * states, 64 * max_states key words and canonical nodes, past which
  * everything is cleared (every sid UNKNOWN) and the walk goes on.
  */
@@ -54,6 +60,13 @@
                                              s + 2 state s */
 #define KVS_GRAM_MEMO_PER      64         /* key words, nodes per state */
 #define KVS_GRAM_MEMO_MAX      65536      /* max_states at most */
+#define KVS_GRAM_MEMO_PAIRS    32         /* a closure's pairs at most */
+#define KVS_GRAM_MEMO_DEPTH(mo) ((mo)->max_depth + KVS_GRAM_MEMO_PAIRS + 2)
+                                          /* path slots: a walk's, then
+                                             an exploration's below it */
+#define KVS_GRAM_MEMO_SIM_YES  1
+#define KVS_GRAM_MEMO_SIM_NO   2
+#define KVS_GRAM_CLS_N         8          /* live class states */
 
 
 struct kvs_gram_memo_s {
@@ -94,7 +107,20 @@ struct kvs_gram_memo_s {
     uint32_t            *scratch;         /* a key being made */
     uint32_t             cap_scratch;
 
+    /* subtree skipping: per (state, class state) a verdict
+     * (KVS_GRAM_MEMO_SIM_*) and the closure's bound on the nodes a step
+     * makes; the pairs of the closure being explored; seen[d]: a prefix
+     * of the path to depth d reached a cut stack's sentinel */
+    int                  noskip;
+    int                  nosim;           /* this walk: no more tries */
+    uint8_t             *s_sim;           /* [max_states * 8] */
+    uint16_t            *s_simc;          /* [max_states * 8] */
+    uint32_t             pairs[KVS_GRAM_MEMO_PAIRS];
+    uint32_t             n_pairs;
+    uint8_t             *seen;            /* [KVS_GRAM_MEMO_DEPTH] */
+
     uint64_t             hits, misses, made, clears;
+    uint64_t             skipped, skipped_nodes, proved, refuted;
 };
 
 
@@ -114,13 +140,14 @@ kvs_gram_memo_new(kvs_gram_memo_t **out, uint32_t max_states,
     mo->max_states = max_states < KVS_GRAM_MEMO_MAX ? max_states
                                                     : KVS_GRAM_MEMO_MAX;
     mo->max_depth = max_depth;
-    mo->path = malloc((size_t) max_depth + 1);
-    mo->mpath = malloc((size_t) max_depth + 1);
-    mo->sid = malloc(((size_t) max_depth + 1) * sizeof(uint32_t));
-    mo->cum = malloc(((size_t) max_depth + 1) * sizeof(uint64_t));
+    mo->path = malloc(KVS_GRAM_MEMO_DEPTH(mo));
+    mo->mpath = malloc(KVS_GRAM_MEMO_DEPTH(mo));
+    mo->seen = calloc(KVS_GRAM_MEMO_DEPTH(mo), 1);
+    mo->sid = malloc(KVS_GRAM_MEMO_DEPTH(mo) * sizeof(uint32_t));
+    mo->cum = malloc(KVS_GRAM_MEMO_DEPTH(mo) * sizeof(uint64_t));
 
     if (mo->path == NULL || mo->mpath == NULL || mo->sid == NULL
-        || mo->cum == NULL)
+        || mo->cum == NULL || mo->seen == NULL)
     {
         kvs_gram_memo_free(mo);
         return kvs_err_set(err, KVS_ENOMEM, "memo: no memory");
@@ -146,6 +173,10 @@ kvs_gram_memo_tables_free(kvs_gram_memo_t *mo)
     free(mo->cn);
     free(mo->cn_slot);
     free(mo->cn_slots);
+    free(mo->s_sim);
+    free(mo->s_simc);
+    mo->s_sim = NULL;
+    mo->s_simc = NULL;
     mo->next = NULL;
     mo->calls = NULL;
     mo->key_off = NULL;
@@ -170,6 +201,7 @@ kvs_gram_memo_free(kvs_gram_memo_t *mo)
     kvs_gram_memo_tables_free(mo);
     free(mo->path);
     free(mo->mpath);
+    free(mo->seen);
     free(mo->sid);
     free(mo->cum);
     free(mo->map);
@@ -212,11 +244,14 @@ kvs_gram_memo_tables(kvs_gram_memo_t *mo)
     mo->cn = malloc((size_t) mo->cap_cn * sizeof(kvs_gram_node_t));
     mo->cn_slot = malloc((size_t) mo->cap_cn * sizeof(uint32_t));
     mo->cn_slots = calloc((size_t) mo->cn_mask + 1, sizeof(uint32_t));
+    mo->s_sim = malloc(s * KVS_GRAM_CLS_N);
+    mo->s_simc = malloc(s * KVS_GRAM_CLS_N * sizeof(uint16_t));
 
     if (mo->next == NULL || mo->calls == NULL || mo->key_off == NULL
         || mo->s_hash == NULL || mo->s_slot == NULL || mo->s_flags == NULL
         || mo->keys == NULL || mo->s_slots == NULL || mo->cn == NULL
-        || mo->cn_slot == NULL || mo->cn_slots == NULL)
+        || mo->cn_slot == NULL || mo->cn_slots == NULL || mo->s_sim == NULL
+        || mo->s_simc == NULL)
     {
         kvs_gram_memo_tables_free(mo);
         return KVS_ENOMEM;
@@ -246,7 +281,7 @@ kvs_gram_memo_clear(kvs_gram_memo_t *mo)
     mo->n_cn = 0;
     mo->map_n = 0;
 
-    for (i = 0; i <= mo->max_depth; i++) {
+    for (i = 0; i < KVS_GRAM_MEMO_DEPTH(mo); i++) {
         mo->sid[i] = KVS_GRAM_MEMO_UNKNOWN;
     }
 }
@@ -359,7 +394,7 @@ static uint32_t
 kvs_gram_memo_state(kvs_gram_memo_t *mo)
 {
     int                       rc, tries;
-    uint32_t                  i, n, s, j, k, c, *q, flags;
+    uint32_t                  i, n, s, j, k, c, *q, flags, *row;
     uint64_t                  h;
     const kvs_gram_level_t   *lv;
     kvs_gram_matcher_t       *m;
@@ -445,7 +480,16 @@ kvs_gram_memo_state(kvs_gram_memo_t *mo)
     mo->s_flags[s] = (uint8_t) flags;
     mo->s_slot[s] = j;
     mo->s_slots[j] = s + 1;
-    memset(mo->next + (size_t) s * 256, 0, 256 * sizeof(uint32_t));
+    memset(mo->s_sim + (size_t) s * KVS_GRAM_CLS_N, 0, KVS_GRAM_CLS_N);
+
+    /* a byte outside the level's next set is refused by the matcher's
+     * first test, with nothing changed (kvs_gram_matcher_byte): known
+     * now, so that most of a narrow state's row is hits from the start */
+    row = mo->next + (size_t) s * 256;
+    for (i = 0; i < 256; i++) {
+        row[i] = lv->next[i >> 6] >> (i & 63) & 1 ? 0
+                                                  : KVS_GRAM_MEMO_REFUSED;
+    }
     mo->made++;
 
     return s;
@@ -502,6 +546,7 @@ kvs_gram_memo_begin(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m)
     mo->nbase = m->n_nodes;
     mo->cum[0] = 0;
     mo->off = mo->max_states == 0;
+    mo->nosim = 0;
 
     if (!mo->off
         && (kvs_gram_memo_tables(mo) != KVS_OK
@@ -594,11 +639,23 @@ kvs_gram_memo_miss(kvs_gram_memo_t *mo, uint32_t depth, uint8_t b,
 }
 
 
-int
-kvs_gram_memo_step(kvs_gram_memo_t *mo, uint32_t depth, uint8_t b,
-    uint32_t *sent)
+/* Room for nodes the walk may make: a hit needs cum + calls <= room
+ * (the matcher's node cap less the nodes alive when the walk began). */
+static inline int64_t
+kvs_gram_memo_room(const kvs_gram_memo_t *mo)
 {
-    uint32_t  s, x, c;
+    return (int64_t) mo->m->lim.max_nodes - (int64_t) mo->nbase;
+}
+
+
+/* kvs_gram_memo_step() with the room given: the walk's loop inlines the
+ * hit path. */
+static inline int
+kvs_gram_memo_go(kvs_gram_memo_t *mo, uint32_t depth, uint8_t b,
+    int64_t room, uint32_t *sent)
+{
+    uint32_t  s, x;
+    uint64_t  c;
 
     mo->path[depth - 1] = b;
 
@@ -611,13 +668,11 @@ kvs_gram_memo_step(kvs_gram_memo_t *mo, uint32_t depth, uint8_t b,
                 return 0;
             }
             if (x != 0) {
-                c = mo->calls[(size_t) s * 256 + b];
-                if (mo->nbase + mo->cum[depth - 1] + c
-                    <= mo->m->lim.max_nodes)
-                {
+                c = mo->cum[depth - 1] + mo->calls[(size_t) s * 256 + b];
+                if ((int64_t) c <= room) {
                     mo->hits++;
                     mo->sid[depth] = x - 2;
-                    mo->cum[depth] = mo->cum[depth - 1] + c;
+                    mo->cum[depth] = c;
                     *sent = mo->s_flags[x - 2] >> 1;
                     return 1;
                 }
@@ -626,6 +681,323 @@ kvs_gram_memo_step(kvs_gram_memo_t *mo, uint32_t depth, uint8_t b,
     }
 
     return kvs_gram_memo_miss(mo, depth, b, sent);
+}
+
+
+int
+kvs_gram_memo_step(kvs_gram_memo_t *mo, uint32_t depth, uint8_t b,
+    uint32_t *sent)
+{
+    return kvs_gram_memo_go(mo, depth, b, kvs_gram_memo_room(mo), sent);
+}
+
+
+/* ---- subtree skipping ---------------------------------------------------
+ *
+ * Inside a JSON string nearly every trie node is accepted: a full walk
+ * there steps ~270k nodes to refuse a few hundred.  The class automaton
+ * below accepts the bytes of valid UTF-8 text without controls (< 0x20),
+ * '"' and '\\', prefixes of a character included (its states: 0 between
+ * characters, 1-7 inside one, by what the next byte may be; DEAD once
+ * the bytes leave the class).  The trie records per node the
+ * automaton's state q after the node's bytes from the root and whether
+ * every node below it is alive (KVS_GRAM_CLS_ALL).
+ *
+ * The claim.  Let P be a set of pairs (memo state t, class state q) such
+ * that for every pair and every byte b the automaton takes from q, the
+ * memo holds a remembered transition t --b--> t' with (t', q after b)
+ * in P, each of them making at most c nodes (its kvs_gram_intern calls).
+ * Then from any point of the walk where the matcher is in state t with
+ * (t, q) in P and the path's node bound is cum, every byte string w that
+ * the automaton takes from q with cum + |w| * c <= room is accepted,
+ * and the plain walk takes every prefix of it: by induction on |w|, the
+ * first byte's transition is remembered, so it is exactly the matcher's
+ * step there (the memo's argument above), its hit rule cum + calls <=
+ * room holds, the bound grows by at most c, and the rest starts from a
+ * pair of P again.  A node i at depth d with KVS_GRAM_CLS_ALL, whose
+ * state t (after its byte) has (t, q_i) in such a P with cum[d] +
+ * height_i * c <= room, therefore has its whole subtree accepted (every
+ * string below it is at most height_i bytes long and the automaton takes
+ * it from q_i): the walk sets all its tokens,
+ * ids[cum_i .. cum_end), and goes on at its end without stepping them.
+ * Nothing is skipped in a cut stack's walk that it would have to see: a
+ * skipped subtree holds no refusal, and the sentinel marks (seen[]) are
+ * read only at refusals below the node, never beside it.
+ *
+ * Finding P: a depth-first exploration from (t, q) that takes every
+ * byte of q's class through the memo (kvs_gram_memo_go: hits, or the
+ * matcher on a miss, along a path below the node's; the path arrays
+ * have KVS_GRAM_MEMO_PAIRS spare slots for it) and stops at the first
+ * refusal, unremembered step, clear of the memo, or pair past
+ * KVS_GRAM_MEMO_PAIRS: it proves P or gives up.  Its verdicts are kept
+ * per (state, q) for the walk (a state's are reset when it is made, so
+ * a clear forgets them): YES for every pair of a proved P, with its c;
+ * NO for the pairs on the way to a failure.  NO is only ever a reason
+ * not to skip, so a budget's failure costs time, not bits.  A bounded
+ * string (x{0,n}) never closes: its state changes with every character,
+ * so it is refuted within 32 pairs and walked node by node.
+ */
+
+uint8_t
+kvs_gram_memo_class(uint8_t q, uint8_t b)
+{
+    switch (q) {
+
+    case 0:
+        if (b >= 0x20 && b < 0x80) {
+            return b == '"' || b == '\\' ? KVS_GRAM_CLS_DEAD : 0;
+        }
+        if (b >= 0xc2 && b <= 0xdf) {
+            return 1;
+        }
+        if (b == 0xe0) {
+            return 2;
+        }
+        if (b == 0xed) {
+            return 4;
+        }
+        if (b >= 0xe1 && b <= 0xef) {
+            return 3;
+        }
+        if (b == 0xf0) {
+            return 5;
+        }
+        if (b >= 0xf1 && b <= 0xf3) {
+            return 6;
+        }
+        return b == 0xf4 ? 7 : KVS_GRAM_CLS_DEAD;
+
+    case 1:                                 /* one more: 80-BF */
+        return b >= 0x80 && b <= 0xbf ? 0 : KVS_GRAM_CLS_DEAD;
+    case 2:                                 /* E0: A0-BF, then one */
+        return b >= 0xa0 && b <= 0xbf ? 1 : KVS_GRAM_CLS_DEAD;
+    case 3:                                 /* two more */
+        return b >= 0x80 && b <= 0xbf ? 1 : KVS_GRAM_CLS_DEAD;
+    case 4:                                 /* ED: 80-9F (no surrogates) */
+        return b >= 0x80 && b <= 0x9f ? 1 : KVS_GRAM_CLS_DEAD;
+    case 5:                                 /* F0: 90-BF, then two */
+        return b >= 0x90 && b <= 0xbf ? 3 : KVS_GRAM_CLS_DEAD;
+    case 6:                                 /* three more */
+        return b >= 0x80 && b <= 0xbf ? 3 : KVS_GRAM_CLS_DEAD;
+    case 7:                                 /* F4: 80-8F, then two */
+        return b >= 0x80 && b <= 0x8f ? 3 : KVS_GRAM_CLS_DEAD;
+    default:
+        return KVS_GRAM_CLS_DEAD;
+    }
+}
+
+
+void
+kvs_gram_memo_skip(kvs_gram_memo_t *mo, int on)
+{
+    mo->noskip = !on;
+}
+
+
+/* The pair (sid[depth], q), already in pairs[]: every byte of q's class
+ * taken, each new pair explored in turn.  1: all closed so far (*c the
+ * largest step), 0: given up (the pairs on the way to it marked NO). */
+static int
+kvs_gram_memo_explore(kvs_gram_memo_t *mo, uint32_t depth, uint8_t q,
+    int64_t room, uint64_t clears, uint32_t *c)
+{
+    uint8_t   q2, v;
+    uint32_t  t, t2, b, j, sent, x;
+
+    t = mo->sid[depth];
+
+    for (b = 0; b < 256; b++) {
+        q2 = kvs_gram_memo_class(q, (uint8_t) b);
+        if (q2 == KVS_GRAM_CLS_DEAD) {
+            continue;
+        }
+
+        if (!kvs_gram_memo_go(mo, depth + 1, (uint8_t) b, room, &sent)
+            || mo->clears != clears || mo->off)
+        {
+            return 0;
+        }
+
+        t2 = mo->sid[depth + 1];
+        x = mo->next[(size_t) t * 256 + b];
+        if (t2 == KVS_GRAM_MEMO_UNKNOWN || x != t2 + 2) {
+            return 0;                       /* not remembered */
+        }
+        if (mo->calls[(size_t) t * 256 + b] > *c) {
+            *c = mo->calls[(size_t) t * 256 + b];
+        }
+
+        for (j = 0; j < mo->n_pairs && mo->pairs[j] != (t2 << 4 | q2); j++) {
+            /* in this closure already? */
+        }
+        if (j < mo->n_pairs) {
+            continue;
+        }
+
+        v = mo->s_sim[(size_t) t2 * KVS_GRAM_CLS_N + q2];
+        if (v == KVS_GRAM_MEMO_SIM_YES) {
+            /* a closure proved before: this one's bound covers it */
+            if (mo->s_simc[(size_t) t2 * KVS_GRAM_CLS_N + q2] > *c) {
+                *c = mo->s_simc[(size_t) t2 * KVS_GRAM_CLS_N + q2];
+            }
+            continue;
+        }
+        if (v == KVS_GRAM_MEMO_SIM_NO || mo->n_pairs == KVS_GRAM_MEMO_PAIRS
+            || depth + 2 >= KVS_GRAM_MEMO_DEPTH(mo))
+        {
+            return 0;
+        }
+
+        mo->pairs[mo->n_pairs++] = t2 << 4 | q2;
+
+        if (!kvs_gram_memo_explore(mo, depth + 1, q2, room, clears, c)) {
+            if (mo->clears == clears) {
+                mo->s_sim[(size_t) t2 * KVS_GRAM_CLS_N + q2] =
+                    KVS_GRAM_MEMO_SIM_NO;
+            }
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+/* 1 if the subtree below the node just taken at depth (class state q,
+ * subtree height h) is accepted whole (the claim above), 0 if it must
+ * be walked. */
+static int
+kvs_gram_memo_closed(kvs_gram_memo_t *mo, uint32_t depth, uint8_t q,
+    uint32_t h, int64_t room)
+{
+    uint8_t   v;
+    uint32_t  t, j, c;
+    uint64_t  clears;
+    size_t    k;
+
+    t = mo->sid[depth];
+    if (mo->off || mo->nosim || t == KVS_GRAM_MEMO_UNKNOWN) {
+        return 0;
+    }
+
+    k = (size_t) t * KVS_GRAM_CLS_N + q;
+    v = mo->s_sim[k];
+
+    if (v == 0) {
+        if (mo->n_states + KVS_GRAM_MEMO_PAIRS > mo->max_states) {
+            /* a closure could clear the memo: not worth it here */
+            return 0;
+        }
+
+        clears = mo->clears;
+        c = 0;
+        mo->pairs[0] = t << 4 | q;
+        mo->n_pairs = 1;
+
+        if (kvs_gram_memo_explore(mo, depth, q, room, clears, &c)) {
+            for (j = 0; j < mo->n_pairs; j++) {
+                k = (size_t) (mo->pairs[j] >> 4) * KVS_GRAM_CLS_N
+                    + (mo->pairs[j] & 15);
+                mo->s_sim[k] = KVS_GRAM_MEMO_SIM_YES;
+                mo->s_simc[k] = (uint16_t) c;
+            }
+            mo->proved++;
+
+        } else if (mo->clears == clears) {
+            mo->s_sim[(size_t) t * KVS_GRAM_CLS_N + q] = KVS_GRAM_MEMO_SIM_NO;
+            mo->refuted++;
+
+        } else {
+            /* the states were renamed under it: nothing to remember, and
+             * a memo that fills up is no place for closures this walk */
+            mo->nosim = 1;
+            return 0;
+        }
+
+        k = (size_t) t * KVS_GRAM_CLS_N + q;
+        v = mo->s_sim[k];
+    }
+
+    /* every string below is at most h bytes long */
+    return v == KVS_GRAM_MEMO_SIM_YES
+           && (int64_t) (mo->cum[depth] + (uint64_t) h * mo->s_simc[k])
+              <= room;
+}
+
+
+int
+kvs_gram_memo_walk(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
+    const kvs_gram_vocab_t *gv, uint32_t *bits, kvs_gram_walk_dep_pt dep,
+    void *arg)
+{
+    int                      rc;
+    uint32_t                 i, n, d, k, hi, next, id, sent;
+    int64_t                  room;
+    const int32_t           *ids;
+    const kvs_gram_tnode_t  *nd;
+
+    kvs_gram_memo_begin(mo, m);
+
+    nd = gv->t_node;
+    ids = gv->ids;
+    n = gv->n_nodes;
+    room = kvs_gram_memo_room(mo);
+    rc = KVS_OK;
+    mo->seen[0] = 0;
+
+    for (i = 0; i < n; i = next) {
+        d = nd[i].depth;
+
+        if (!kvs_gram_memo_go(mo, d, nd[i].byte, room, &sent)) {
+            /* refused, or a cap on this branch: refusing a token is
+             * always safe for the output's validity */
+            if (dep != NULL && mo->seen[d - 1]) {
+                rc = dep(arg, nd[i].cum, nd[nd[i].end].cum);
+                if (rc != KVS_OK) {
+                    break;
+                }
+            }
+            next = nd[i].end;
+            continue;
+        }
+
+        if (dep != NULL) {
+            mo->seen[d] = (uint8_t) (mo->seen[d - 1] | (sent != 0));
+        }
+
+        next = i + 1;
+        hi = nd[next].cum;
+
+        if ((nd[i].cls & KVS_GRAM_CLS_ALL) && nd[i].end > next
+            && !mo->noskip
+            && kvs_gram_memo_closed(mo, d, nd[i].cls & KVS_GRAM_CLS_STATE,
+                                    nd[i].height, room))
+        {
+            mo->skipped++;
+            mo->skipped_nodes += nd[i].end - next;
+            next = nd[i].end;
+            hi = nd[next].cum;
+        }
+
+        for (k = nd[i].cum; k < hi; k++) {
+            id = (uint32_t) ids[k];
+            bits[id >> 5] |= 1u << (id & 31);
+        }
+    }
+
+    kvs_gram_memo_end(mo);
+
+    return rc;
+}
+
+
+void
+kvs_gram_memo_skips(const kvs_gram_memo_t *mo, uint64_t st[4])
+{
+    st[0] = mo->skipped;
+    st[1] = mo->skipped_nodes;
+    st[2] = mo->proved;
+    st[3] = mo->refuted;
 }
 
 

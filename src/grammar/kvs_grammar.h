@@ -362,10 +362,35 @@ void kvs_gram_matcher_next(const kvs_gram_matcher_t *m, uint64_t set[4]);
                                          unknown, empty) */
 
 /*
+ * A trie node as the walks read it (one 16-byte record, so a node is one
+ * read): its subtree is i .. end - 1; the text tokens before it in the
+ * sorted order are cum (t_cum[i]), so the tokens ending at it are
+ * ids[cum .. next node's cum) and its subtree's ids[cum .. t_node[end]
+ * .cum); height: the longest path below it; cls is the class
+ * automaton's state after its bytes (bits 0-3, kvs_gram_memo_class())
+ * and KVS_GRAM_CLS_ALL when every string below it keeps that automaton
+ * alive (the memo's subtree skipping).
+ */
+typedef struct {
+    uint32_t  end;
+    uint32_t  cum;
+    uint16_t  depth;
+    uint16_t  height;
+    uint8_t   byte;
+    uint8_t   cls;
+    uint16_t  pad;
+} kvs_gram_tnode_t;
+
+#define KVS_GRAM_CLS_STATE  0x0f
+#define KVS_GRAM_CLS_ALL    0x10
+
+/*
  * A vocabulary's tokens as the bytes they put into the output, and a
  * trie of them in preorder: node i (depth >= 1) has byte[i], its subtree
  * is i .. end[i] - 1, and the tokens whose bytes end at it are
- * ids[tok[i] .. tok[i] + n_tok[i]).  Immutable once built.
+ * ids[tok[i] .. tok[i] + n_tok[i]).  t_node holds the same trie packed
+ * (n_nodes + 1 records, the last one a sentinel: end n_nodes, cum
+ * n_text).  Immutable once built.
  */
 typedef struct {
     uint32_t   n_tokens;
@@ -381,6 +406,7 @@ typedef struct {
     uint32_t  *t_cum;                 /* [n_nodes + 1] text tokens at nodes
                                          before i: node i's subtree holds
                                          ids[t_cum[i] .. t_cum[t_end[i]]) */
+    kvs_gram_tnode_t *t_node;         /* [n_nodes + 1] */
     int32_t   *ids;                   /* [n_text] text token ids sorted by
                                          bytes, then [n_end] END ids */
     uint32_t   n_text, n_end;
@@ -468,9 +494,41 @@ int kvs_gram_memo_step(kvs_gram_memo_t *mo, uint32_t depth, uint8_t b,
 
 void kvs_gram_memo_end(kvs_gram_memo_t *mo);
 
+/*
+ * A whole trie walk from m's state through the memo, its hits taken
+ * inline: bits (zeroed by the caller) get every text token the grammar
+ * takes; dep, when not NULL, is called with each range of sorted tokens
+ * ids[lo .. hi) refused after a prefix of theirs reached a cut stack's
+ * sentinel (kvs_gram_mask.c's context-independent entries), and its
+ * error ends the walk.  Subtrees whose every string the memo proves
+ * accepted are taken whole without stepping their nodes
+ * (kvs_gram_memo.c says when that is exact).
+ */
+typedef int (*kvs_gram_walk_dep_pt)(void *arg, uint32_t lo, uint32_t hi);
+
+int kvs_gram_memo_walk(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
+    const kvs_gram_vocab_t *gv, uint32_t *bits, kvs_gram_walk_dep_pt dep,
+    void *arg);
+
+/* Subtree skipping on (the default) or off (every node stepped: the
+ * reference the tests compare with). */
+void kvs_gram_memo_skip(kvs_gram_memo_t *mo, int on);
+
+/* The class automaton (kvs_gram_memo.c): its state after byte b from
+ * state q (0: between characters), KVS_GRAM_CLS_DEAD once the bytes
+ * leave the class; the vocabulary trie records it per node. */
+#define KVS_GRAM_CLS_DEAD  15
+
+uint8_t kvs_gram_memo_class(uint8_t q, uint8_t b);
+
 /* Counters since kvs_gram_memo_new(): st[0] hits, st[1] misses (matcher
  * byte steps), st[2] states made, st[3] clears past a cap. */
 void kvs_gram_memo_stats(const kvs_gram_memo_t *mo, uint64_t st[4]);
+
+/* Subtree skipping since kvs_gram_memo_new(): st[0] subtrees taken
+ * whole, st[1] trie nodes they held, st[2] closures proved, st[3]
+ * refuted. */
+void kvs_gram_memo_skips(const kvs_gram_memo_t *mo, uint64_t st[4]);
 
 /* Per matcher: the mask and its cache of masks by matcher state. */
 typedef struct kvs_gram_masker_s {

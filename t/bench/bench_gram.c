@@ -18,6 +18,13 @@
  *     The token trie of each vocabulary (what the engine builds once per
  *     model at load): build time, nodes, and the memory it holds.
  *
+ *   bench_gram walk VOCAB.gguf... [--reps 30]
+ *     One full mask walk of the trie inside a free JSON string (a
+ *     json_object grammar after {"a": "x): a masker without caches, so
+ *     every mask is the whole walk; the median and the best of the reps,
+ *     with the memo as it is (subtree skipping on), without skipping, and
+ *     without the memo; the memo's counters per walk.
+ *
  * The machine this was written on is shared (load well above its cores),
  * so wall-clock rates swing by 2x from run to run; each run also
  * measures the process's CPU time (getrusage: every thread, prefill
@@ -313,11 +320,137 @@ bg_trie(int argc, char **argv)
               + (size_t) (gv->n_tokens > 0
                           ? gv->off[gv->n_tokens - 1]
                             + gv->len[gv->n_tokens - 1] : 0)
-              + ((size_t) gv->n_nodes + 1) * (1 + 2 + 4 + 4 + 4 + 4);
+              + ((size_t) gv->n_nodes + 1) * (1 + 2 + 4 + 4 + 4 + 4)
+              + ((size_t) gv->n_nodes + 1) * sizeof(kvs_gram_tnode_t);
 
         printf("bench_gram trie=%s tokens=%u nodes=%u build_ms=%.1f "
                "mem_mib=%.1f\n", argv[i], gv->n_tokens, gv->n_nodes,
                (double) dt / 1e6, (double) mem / (1 << 20));
+
+        kvs_gram_vocab_free(gv);
+        kvs_vocab_free(v);
+    }
+
+    return 0;
+}
+
+
+static int
+bg_u64_cmp(const void *a, const void *b)
+{
+    uint64_t  x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+
+    return x < y ? -1 : x > y;
+}
+
+
+/* The walks of one vocabulary: mode 0 as built, 1 no skipping, 2 no
+ * memo. */
+static int
+bg_walk_one(const kvs_gram_vocab_t *gv, const char *path, uint32_t reps)
+{
+    int                  mode, rc;
+    uint32_t             r, *bits, n;
+    uint64_t            *t, t0, st[4], sk[4], st0[4], sk0[4];
+    kvs_err_t            err;
+    kvs_gram_t           g;
+    kvs_gram_matcher_t   m;
+    kvs_gram_masker_t    mk;
+    static const char   *names[] = { "skip", "noskip", "nomemo" };
+    static const char    text[] = "{\"a\": \"x";
+
+    if (kvs_gram_json_object(&g, NULL, &err) != KVS_OK
+        || kvs_gram_matcher_init(&m, &g, NULL, &err) != KVS_OK
+        || kvs_gram_matcher_feed(&m, text, sizeof(text) - 1, &err) != KVS_OK)
+    {
+        fprintf(stderr, "%s: %s\n", path, err.msg);
+        return 1;
+    }
+
+    bits = malloc(((gv->n_tokens + 31) / 32) * sizeof(uint32_t));
+    t = malloc(reps * sizeof(uint64_t));
+    if (bits == NULL || t == NULL) {
+        return 1;
+    }
+
+    for (mode = 0; mode < 3; mode++) {
+        if (kvs_gram_masker_init(&mk, gv, &m, 0, &err) != KVS_OK
+            || (mode == 2 && kvs_gram_masker_memo(&mk, 0, &err) != KVS_OK))
+        {
+            fprintf(stderr, "%s: %s\n", path, err.msg);
+            return 1;
+        }
+        kvs_gram_memo_skip(mk.memo, mode == 0);
+
+        n = 0;
+        for (r = 0; r < reps; r++) {
+            kvs_gram_memo_stats(mk.memo, st0);
+            kvs_gram_memo_skips(mk.memo, sk0);
+            t0 = kvs_now_ns();
+            rc = kvs_gram_mask(&mk, bits, &err);
+            t[r] = kvs_now_ns() - t0;
+            if (rc != KVS_OK) {
+                fprintf(stderr, "%s: %s\n", path, err.msg);
+                return 1;
+            }
+        }
+        for (r = 0; r < (gv->n_tokens + 31) / 32; r++) {
+            n += (uint32_t) __builtin_popcount(bits[r]);
+        }
+        kvs_gram_memo_stats(mk.memo, st);
+        kvs_gram_memo_skips(mk.memo, sk);
+        qsort(t, reps, sizeof(uint64_t), bg_u64_cmp);
+
+        printf("bench_gram walk=%s mode=%s tokens=%u allowed=%u "
+               "p50_ms=%.3f min_ms=%.3f hits=%llu steps=%llu "
+               "skipped=%llu skipped_nodes=%llu\n", path, names[mode],
+               gv->n_tokens, n, (double) t[reps / 2] / 1e6,
+               (double) t[0] / 1e6,
+               (unsigned long long) (st[0] - st0[0]),
+               (unsigned long long) (st[1] - st0[1]),
+               (unsigned long long) (sk[0] - sk0[0]),
+               (unsigned long long) (sk[1] - sk0[1]));
+
+        kvs_gram_masker_free(&mk);
+    }
+
+    free(bits);
+    free(t);
+    kvs_gram_matcher_free(&m);
+    kvs_gram_free(&g);
+
+    return 0;
+}
+
+
+static int
+bg_walk(int argc, char **argv)
+{
+    int                i;
+    uint32_t           reps;
+    kvs_err_t          err;
+    kvs_vocab_t       *v;
+    kvs_gram_vocab_t  *gv;
+
+    reps = 30;
+
+    for (i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+            reps = (uint32_t) strtoul(argv[++i], NULL, 10);
+            reps = reps > 0 ? reps : 1;
+            continue;
+        }
+
+        if (kvs_vocab_open(&v, argv[i], &err) != KVS_OK
+            || kvs_gram_vocab_from_vocab(&gv, v, &err) != KVS_OK)
+        {
+            fprintf(stderr, "%s: %s\n", argv[i], err.msg);
+            return 1;
+        }
+
+        if (bg_walk_one(gv, argv[i], reps) != 0) {
+            return 1;
+        }
 
         kvs_gram_vocab_free(gv);
         kvs_vocab_free(v);
@@ -338,9 +471,14 @@ main(int argc, char **argv)
         return bg_trie(argc - 2, argv + 2);
     }
 
+    if (argc >= 3 && strcmp(argv[1], "walk") == 0) {
+        return bg_walk(argc - 2, argv + 2);
+    }
+
     fprintf(stderr, "usage: bench_gram decode MODEL.gguf [--seqs N] "
             "[--prompt P] [--gen G] [--threads T] [--reps R]\n"
-            "       bench_gram trie VOCAB.gguf...\n");
+            "       bench_gram trie VOCAB.gguf...\n"
+            "       bench_gram walk VOCAB.gguf... [--reps R]\n");
 
     return 2;
 }

@@ -16,6 +16,8 @@
  *   cached      the state cache and context-independent entries (their
  *               cut-stack walks through the memo), default memo
  *   cached-off  the same without a memo
+ *   noskip      no state cache, the default memo with subtree skipping
+ *               off (every trie node stepped through the memo)
  *
  * and on the small vocabulary the plain mask equals the brute force too.
  * The matcher's caps are exercised as well: before some masks the node
@@ -23,6 +25,14 @@
  * where a walk with the memo must refuse exactly what the plain walk
  * refuses.  The memo must also have been used (hits counted), so that a
  * memo never consulted could not pass.
+ *
+ * Subtree skipping (the memo takes a subtree whole when it proves every
+ * string below it accepted) is compared the same way, and test_skip
+ * walks a vocabulary built to trip it: multi-byte UTF-8 of every lead
+ * byte's kind, tokens cut mid-character, the surrogate, overlong and
+ * out-of-range sequences UTF-8 leaves out, quotes, backslashes, controls
+ * and DEL inside long tokens that share prefixes; there skipping must
+ * have taken subtrees and refused to take others.
  */
 
 #include <unistd.h>
@@ -54,11 +64,12 @@ static const char  *tmm_own[] = {
 #define TMM_N_OWN  (sizeof(tmm_own) / sizeof(tmm_own[0]))
 #define TMM_MAX    32                 /* schemas at most */
 
-enum { TMM_PLAIN, TMM_MEMO, TMM_TINY, TMM_CACHED, TMM_CACHED_OFF, TMM_N };
+enum { TMM_PLAIN, TMM_MEMO, TMM_TINY, TMM_CACHED, TMM_CACHED_OFF,
+       TMM_NOSKIP, TMM_N };
 
 static char    *tmm_schemas[TMM_MAX];       /* NULL: json_object mode */
 static size_t   tmm_n;
-static uint64_t tmm_hits, tmm_clears;
+static uint64_t tmm_hits, tmm_clears, tmm_skipped, tmm_refuted;
 
 
 /* The bench's schemas from the repository, then ours. */
@@ -215,7 +226,8 @@ tmm_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
     kvs_gram_matcher_t  m;
     kvs_gram_masker_t   mk[TMM_N];
     static const char  *names[TMM_N] = {
-        "plain", "memo", "tiny memo", "cached", "cached without memo"
+        "plain", "memo", "tiny memo", "cached", "cached without memo",
+        "memo without skipping"
     };
 
     words = (gv->n_tokens + 31) / 32;
@@ -239,9 +251,11 @@ tmm_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
                              KVS_OK);
             for (k = 0; k < TMM_N; k++) {
                 assert_int_equal(kvs_gram_masker_init(&mk[k], gv, &m,
-                                     k >= TMM_CACHED ? 16 : 0, &err),
+                                     k == TMM_CACHED || k == TMM_CACHED_OFF
+                                     ? 16 : 0, &err),
                                  KVS_OK);
             }
+            kvs_gram_memo_skip(mk[TMM_NOSKIP].memo, 0);
             assert_int_equal(kvs_gram_masker_memo(&mk[TMM_PLAIN], 0, &err),
                              KVS_OK);
             assert_int_equal(kvs_gram_masker_memo(&mk[TMM_TINY], 3, &err),
@@ -329,6 +343,13 @@ tmm_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
             tmm_clears += st[3];
             kvs_gram_memo_stats(mk[TMM_PLAIN].memo, st);
             assert_true(st[0] == 0 && st[1] == 0);
+            kvs_gram_memo_skips(mk[TMM_NOSKIP].memo, st);
+            assert_true(st[0] == 0 && st[2] == 0);
+            kvs_gram_memo_skips(mk[TMM_MEMO].memo, st);
+            tmm_skipped += st[0];
+            tmm_refuted += st[3];
+            kvs_gram_memo_skips(mk[TMM_CACHED].memo, st);
+            tmm_skipped += st[0];
 
             for (k = 0; k < TMM_N; k++) {
                 kvs_gram_masker_free(&mk[k]);
@@ -405,6 +426,93 @@ test_small(void **state)
 }
 
 
+/* ---- a vocabulary for subtree skipping ----------------------------------- */
+
+/* Pieces the tokens are made of: every kind of UTF-8 lead byte (and the
+ * E0, ED, F0, F4 ranges' edges), what UTF-8 leaves out (surrogates,
+ * overlongs, past 10FFFF, a lone continuation, C0/C1/F5), what a JSON
+ * string refuses raw or escapes, and plain text. */
+static const char  *tmm_frag[] = {
+    "a", "b", "xy", " ", "0", "-", ".", "\xc3\xa9", "\xc2\x80", "\xdf\xbf",
+    "\xe6\x97\xa5", "\xe0\xa0\x80", "\xe0\xbf\xbf", "\xed\x9f\xbf",
+    "\xee\x80\x80", "\xef\xbf\xbf", "\xf0\x90\x80\x80", "\xf0\x9f\x98\x80",
+    "\xf3\xbf\xbf\xbf", "\xf4\x8f\xbf\xbf", "\xed\xa0\x80", "\xe0\x9f\xbf",
+    "\xf0\x8f\xbf\xbf", "\xf4\x90\x80\x80", "\xc0\xaf", "\xc1\xbf", "\xf5\x80",
+    "\x80", "\"", "\\", "\\n", "\\\"", "\\u00e9", "\\ud83d", "\x1f", "\t",
+    "\x7f", "}", "]", ",", ":", "\": \"", "\", \"", "\"}",
+};
+
+
+static void
+test_skip(void **state)
+{
+    size_t             i, k, n, nf, l, cut;
+    uint8_t           *texts[3000], kinds[3000], buf[64];
+    uint32_t           lens[3000];
+    uint64_t           rng;
+    kvs_err_t          err;
+    kvs_gram_vocab_t  *gv;
+
+    (void) state;
+
+    /* every byte alone, then seeded strings of 1 to 6 pieces sharing
+     * prefixes (each made from the one before one time in two), a third
+     * of them cut at a random byte: mid-character ends */
+    n = 0;
+    for (i = 0; i < 256; i++) {
+        texts[n] = malloc(1);
+        texts[n][0] = (uint8_t) i;
+        lens[n] = 1;
+        kinds[n++] = KVS_GRAM_TOK_TEXT;
+    }
+
+    nf = sizeof(tmm_frag) / sizeof(tmm_frag[0]);
+    rng = 77;
+    l = 0;
+    while (n < 2999) {
+        if (tg_rand(&rng) % 2 == 0 || l == 0) {
+            l = 0;
+        }
+        k = 1 + tg_rand(&rng) % 3;
+        while (k-- > 0) {
+            const char  *f = tmm_frag[tg_rand(&rng) % nf];
+
+            if (l + strlen(f) > sizeof(buf)) {
+                break;
+            }
+            memcpy(buf + l, f, strlen(f));
+            l += strlen(f);
+        }
+        cut = tg_rand(&rng) % 3 == 0 && l > 1 ? 1 + tg_rand(&rng) % (l - 1)
+                                              : l;
+        texts[n] = malloc(cut);
+        memcpy(texts[n], buf, cut);
+        lens[n] = (uint32_t) cut;
+        kinds[n++] = KVS_GRAM_TOK_TEXT;
+    }
+    texts[n] = NULL;
+    lens[n] = 0;
+    kinds[n++] = KVS_GRAM_TOK_END;
+
+    assert_int_equal(kvs_gram_vocab_from_bytes(&gv, (uint32_t) n,
+                         (const uint8_t *const *) texts, lens, kinds, &err),
+                     KVS_OK);
+
+    tmm_hits = 0;
+    tmm_skipped = 0;
+    tmm_refuted = 0;
+    tmm_walks(gv, 3, 40, 1, 1, 1, 23);
+    assert_true(tmm_hits > 0);
+    assert_true(tmm_skipped > 0);
+    assert_true(tmm_refuted > 0);
+
+    kvs_gram_vocab_free(gv);
+    for (i = 0; i < n; i++) {
+        free(texts[i]);
+    }
+}
+
+
 /* ---- real vocabularies -------------------------------------------------- */
 
 static void
@@ -421,8 +529,10 @@ tmm_vocab(const char *path, size_t walks, size_t steps, size_t every,
     assert_int_equal(kvs_gram_vocab_from_vocab(&gv, v, &err), KVS_OK);
 
     tmm_hits = 0;
+    tmm_skipped = 0;
     tmm_walks(gv, walks, steps, every, 0, caps, seed);
     assert_true(tmm_hits > 0);
+    assert_true(tmm_skipped > 0);
 
     kvs_gram_vocab_free(gv);
     kvs_vocab_free(v);
@@ -495,6 +605,7 @@ main(void)
 {
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_small),
+        cmocka_unit_test(test_skip),
         cmocka_unit_test(test_gpt2),
         cmocka_unit_test(test_llama_spm),
         cmocka_unit_test(test_llama3),

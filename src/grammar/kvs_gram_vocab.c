@@ -1,0 +1,573 @@
+/*
+ * kvs_gram_vocab: a vocabulary as the mask sees it.
+ *
+ * Owns kvs_gram_vocab_t, built once per vocabulary and immutable after:
+ * each token's kind (text, END, refused) and the bytes it writes into
+ * the output (as kvs_tok_decode() writes them), the text tokens sorted
+ * by those bytes, and their trie in preorder, twice: the arrays of
+ * kvs_grammar.h and the packed records the walks read (kvs_gram_tnode_t,
+ * with each node's subtree height and its class state for the memo's
+ * subtree skipping, kvs_gram_memo.c).
+ *
+ * Invariants: node i's subtree is i .. t_end[i] - 1 and holds the sorted
+ * tokens ids[t_cum[i] .. t_cum[t_end[i]]); tokens with equal bytes are
+ * adjacent and end at one node; t_node[n_nodes] is a sentinel.
+ */
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/kvs_grammar.h"
+
+
+/* qsort_r (glibc; the build defines _GNU_SOURCE): vocabularies may be
+ * built on several threads at once */
+static int
+kvs_gram_tok_cmp(const void *a, const void *b, void *arg)
+{
+    int32_t                  x, y;
+    uint32_t                 lx, ly;
+    int                      c;
+    const kvs_gram_vocab_t  *gv;
+
+    gv = arg;
+    x = *(const int32_t *) a;
+    y = *(const int32_t *) b;
+    lx = gv->len[x];
+    ly = gv->len[y];
+
+    c = memcmp(gv->bytes + gv->off[x], gv->bytes + gv->off[y],
+               lx < ly ? lx : ly);
+    if (c != 0) {
+        return c;
+    }
+    if (lx != ly) {
+        return lx < ly ? -1 : 1;
+    }
+
+    return x < y ? -1 : x > y;
+}
+
+
+void
+kvs_gram_vocab_free(kvs_gram_vocab_t *gv)
+{
+    if (gv == NULL) {
+        return;
+    }
+
+    free(gv->kind);
+    free(gv->off);
+    free(gv->len);
+    free(gv->bytes);
+    free(gv->t_byte);
+    free(gv->t_depth);
+    free(gv->t_end);
+    free(gv->t_tok);
+    free(gv->t_ntok);
+    free(gv->t_cum);
+    free(gv->t_node);
+    free(gv->ids);
+    free(gv->long_x);
+    free(gv);
+}
+
+
+/* Each node's height (the longest path below it); every node is a
+ * child of one parent, so the pass is linear. */
+static void
+kvs_gram_vocab_heights(kvs_gram_tnode_t *nd, uint32_t n)
+{
+    uint32_t  i, k;
+
+    /* backward: a node's height is the largest (child height + 1) over
+     * its children, which lie in i + 1 .. end - 1, each found by
+     * jumping over the one before's subtree */
+    for (i = n; i-- > 0; ) {
+        nd[i].height = 0;
+        for (k = i + 1; k < nd[i].end; k = nd[k].end) {
+            if (nd[k].height + 1u > nd[i].height) {
+                nd[i].height = (uint16_t) (nd[k].height + 1);
+            }
+        }
+    }
+}
+
+
+/*
+ * The packed trie the walks read (kvs_gram_tnode_t), with each node's
+ * class state (the class automaton run over the node's bytes from the
+ * root) and KVS_GRAM_CLS_ALL where no node of its subtree is dead: the
+ * automaton's dead state absorbs, so a subtree is all alive iff no node
+ * in i + 1 .. end - 1 is dead, found with one backward pass.
+ */
+static int
+kvs_gram_vocab_pack(kvs_gram_vocab_t *gv, kvs_err_t *err)
+{
+    uint8_t            *q;
+    uint32_t            i, n, dead;
+    kvs_gram_tnode_t   *nd;
+
+    n = gv->n_nodes;
+    gv->t_node = malloc(((size_t) n + 1) * sizeof(kvs_gram_tnode_t));
+    q = malloc((size_t) gv->max_len + 1);
+    if (gv->t_node == NULL || q == NULL) {
+        free(q);
+        return kvs_err_set(err, KVS_ENOMEM, "vocabulary trie: no memory");
+    }
+
+    nd = gv->t_node;
+    q[0] = 0;                               /* the root: between chars */
+
+    for (i = 0; i < n; i++) {
+        nd[i].end = gv->t_end[i];
+        nd[i].cum = gv->t_cum[i];
+        nd[i].depth = gv->t_depth[i];
+        nd[i].byte = gv->t_byte[i];
+        q[nd[i].depth] = kvs_gram_memo_class(q[nd[i].depth - 1],
+                                             nd[i].byte);
+        nd[i].cls = q[nd[i].depth];
+    }
+
+    nd[n].end = n;
+    nd[n].cum = gv->t_cum[n];
+    nd[n].depth = 0;
+    nd[n].byte = 0;
+    nd[n].cls = KVS_GRAM_CLS_DEAD;
+    nd[n].height = 0;
+
+    for (i = n, dead = n; i-- > 0; ) {
+        if (nd[i].cls == KVS_GRAM_CLS_DEAD) {
+            dead = i;
+        } else if (dead >= nd[i].end) {
+            nd[i].cls |= KVS_GRAM_CLS_ALL;
+        }
+    }
+
+    for (i = 0; i <= n; i++) {
+        nd[i].pad = 0;
+    }
+    kvs_gram_vocab_heights(nd, n);
+
+    free(q);
+
+    return KVS_OK;
+}
+
+
+/*
+ * The counts of a repetition that the context-independent keys tell
+ * apart (kvs_gram_ind_key; why it is exact: kvs_gram_rep.c).  Above
+ * max_len copies left no token can see the end, so every such count is
+ * keyed as max_len + 1.  Below that, positions with at least rep_low
+ * left take the same tokens of fewer than rep_low bytes, so they share
+ * one entry in which the few longer tokens are left to the real stacks:
+ * rep_low is the shortest length (at least KVS_GRAM_LONG_MIN) that at most
+ * KVS_GRAM_LONG_MAX text tokens reach (Llama 3, Qwen2: 32 bytes, ~250
+ * tokens).  Once per vocabulary, after the trie.
+ */
+#define KVS_GRAM_LONG_MIN  8
+#define KVS_GRAM_LONG_MAX  256
+
+static int
+kvs_gram_vocab_long(kvs_gram_vocab_t *gv, kvs_err_t *err)
+{
+    uint32_t   x, l, n, *hist;
+
+    hist = calloc((size_t) gv->max_len + 2, sizeof(uint32_t));
+    if (hist == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "vocabulary: out of memory");
+    }
+    for (x = 0; x < gv->n_text; x++) {
+        hist[gv->len[gv->ids[x]]]++;
+    }
+
+    /* down from the longest while few enough tokens are that long */
+    n = 0;
+    for (l = gv->max_len; l >= KVS_GRAM_LONG_MIN; l--) {
+        if (n + hist[l] > KVS_GRAM_LONG_MAX) {
+            break;
+        }
+        n += hist[l];
+    }
+    free(hist);
+    l++;                              /* the last length taken */
+
+    if (l > gv->max_len) {
+        return KVS_OK;                /* no tier below max_len + 1 */
+    }
+
+    gv->long_x = malloc(((size_t) n + 1) * sizeof(uint32_t));
+    if (gv->long_x == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "vocabulary: out of memory");
+    }
+    for (x = 0; x < gv->n_text; x++) {
+        if (gv->len[gv->ids[x]] >= l) {
+            gv->long_x[gv->n_long++] = x;
+        }
+    }
+    gv->rep_low = l;
+
+    return KVS_OK;
+}
+
+
+/* Builds the trie over the text tokens; bytes, off, len, kind are set. */
+static int
+kvs_gram_vocab_trie(kvs_gram_vocab_t *gv, kvs_err_t *err)
+{
+    uint32_t   i, n, d, lcp, pl, l, nodes;
+    uint32_t  *path_big;
+    int32_t    id, prev;
+    size_t     total;
+
+    /* only text tokens go in the trie */
+    n = 0;
+    total = 0;
+    for (i = 0; i < gv->n_tokens; i++) {
+        if (gv->kind[i] == KVS_GRAM_TOK_TEXT) {
+            gv->ids[n++] = (int32_t) i;
+            total += gv->len[i];
+            if (gv->len[i] > gv->max_len) {
+                gv->max_len = gv->len[i];
+            }
+        }
+    }
+
+    /* END tokens after the text ones, for the mask's last step */
+    gv->n_text = n;
+    for (i = 0; i < gv->n_tokens; i++) {
+        if (gv->kind[i] == KVS_GRAM_TOK_END) {
+            gv->ids[n + gv->n_end++] = (int32_t) i;
+        }
+    }
+
+    if (gv->max_len > 65535) {
+        return kvs_err_set(err, KVS_EUNSUPPORTED,
+                           "a token of %u bytes (the trie takes 65535)",
+                           gv->max_len);
+    }
+
+    qsort_r(gv->ids, n, sizeof(int32_t), kvs_gram_tok_cmp, gv);
+
+    gv->t_byte = malloc(total + 1);
+    gv->t_depth = malloc((total + 1) * sizeof(uint16_t));
+    gv->t_end = malloc((total + 1) * sizeof(uint32_t));
+    gv->t_tok = malloc((total + 1) * sizeof(uint32_t));
+    gv->t_ntok = calloc(total + 1, sizeof(uint32_t));
+    path_big = malloc(((size_t) gv->max_len + 1) * sizeof(uint32_t));
+
+    if (gv->t_byte == NULL || gv->t_depth == NULL || gv->t_end == NULL
+        || gv->t_tok == NULL || gv->t_ntok == NULL || path_big == NULL)
+    {
+        free(path_big);
+        return kvs_err_set(err, KVS_ENOMEM, "vocabulary trie: no memory");
+    }
+
+    /* path_big[d] is the open node at depth d + 1 */
+    nodes = 0;
+    pl = 0;
+    prev = -1;
+
+    for (i = 0; i < n; i++) {
+        id = gv->ids[i];
+        l = gv->len[id];
+
+        lcp = 0;
+        if (prev >= 0) {
+            while (lcp < l && lcp < gv->len[prev]
+                   && gv->bytes[gv->off[id] + lcp]
+                      == gv->bytes[gv->off[prev] + lcp])
+            {
+                lcp++;
+            }
+        }
+
+        while (pl > lcp) {
+            gv->t_end[path_big[--pl]] = nodes;
+        }
+
+        for (d = lcp; d < l; d++) {
+            gv->t_byte[nodes] = gv->bytes[gv->off[id] + d];
+            gv->t_depth[nodes] = (uint16_t) (d + 1);
+            gv->t_ntok[nodes] = 0;
+            gv->t_tok[nodes] = 0;
+            path_big[pl++] = nodes;
+            nodes++;
+        }
+
+        /* tokens with equal bytes are adjacent in the sorted order */
+        if (gv->t_ntok[path_big[l - 1]]++ == 0) {
+            gv->t_tok[path_big[l - 1]] = i;
+        }
+
+        prev = id;
+    }
+
+    while (pl > 0) {
+        gv->t_end[path_big[--pl]] = nodes;
+    }
+
+    free(path_big);
+    gv->n_nodes = nodes;
+
+    gv->t_cum = malloc(((size_t) nodes + 1) * sizeof(uint32_t));
+    if (gv->t_cum == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "vocabulary trie: no memory");
+    }
+    for (i = 0, d = 0; i < nodes; i++) {
+        gv->t_cum[i] = d;
+        d += gv->t_ntok[i];
+    }
+    gv->t_cum[nodes] = d;
+
+    return kvs_gram_vocab_pack(gv, err);
+}
+
+
+static int
+kvs_gram_vocab_alloc(kvs_gram_vocab_t **out, uint32_t n, size_t bytes,
+    kvs_err_t *err)
+{
+    kvs_gram_vocab_t  *gv;
+
+    gv = calloc(1, sizeof(kvs_gram_vocab_t));
+    if (gv == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "vocabulary: no memory");
+    }
+
+    gv->n_tokens = n;
+    gv->kind = calloc((size_t) n + 1, 1);
+    gv->off = calloc((size_t) n + 1, sizeof(uint32_t));
+    gv->len = calloc((size_t) n + 1, sizeof(uint32_t));
+    gv->ids = calloc((size_t) n + 1, sizeof(int32_t));
+    gv->bytes = malloc(bytes + 1);
+
+    if (gv->kind == NULL || gv->off == NULL || gv->len == NULL
+        || gv->ids == NULL || gv->bytes == NULL)
+    {
+        kvs_gram_vocab_free(gv);
+        return kvs_err_set(err, KVS_ENOMEM, "vocabulary: no memory");
+    }
+
+    *out = gv;
+
+    return KVS_OK;
+}
+
+
+int
+kvs_gram_vocab_from_bytes(kvs_gram_vocab_t **out, uint32_t n,
+    const uint8_t *const *texts, const uint32_t *lens, const uint8_t *kinds,
+    kvs_err_t *err)
+{
+    int                rc;
+    size_t             total;
+    uint32_t           i, o;
+    kvs_gram_vocab_t  *gv;
+
+    *out = NULL;
+
+    for (i = 0, total = 0; i < n; i++) {
+        total += lens[i];
+        if (total > UINT32_MAX / 2) {
+            return kvs_err_set(err, KVS_ETOOLONG, "vocabulary too large");
+        }
+    }
+
+    rc = kvs_gram_vocab_alloc(&gv, n, total, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    for (i = 0, o = 0; i < n; i++) {
+        gv->kind[i] = kinds[i] <= KVS_GRAM_TOK_REFUSED
+                      ? kinds[i] : KVS_GRAM_TOK_REFUSED;
+        if (gv->kind[i] == KVS_GRAM_TOK_TEXT && lens[i] == 0) {
+            gv->kind[i] = KVS_GRAM_TOK_REFUSED;
+        }
+        gv->off[i] = o;
+        gv->len[i] = lens[i];
+        if (lens[i] > 0) {
+            memcpy(gv->bytes + o, texts[i], lens[i]);
+        }
+        o += lens[i];
+    }
+
+    rc = kvs_gram_vocab_trie(gv, err);
+    if (rc == KVS_OK) {
+        rc = kvs_gram_vocab_long(gv, err);
+    }
+    if (rc != KVS_OK) {
+        kvs_gram_vocab_free(gv);
+        return rc;
+    }
+
+    *out = gv;
+
+    return KVS_OK;
+}
+
+
+/* Control tokens that are text to a grammar: the tool-call markers a
+ * model writes as one token ([TOOL_CALLS] in Mistral v0.3,
+ * <|python_tag|> in Llama 3.1, DeepSeek's and Command R7B's delimiters;
+ * Qwen's <tool_call> is user-defined, text already).  A model must be able to write them
+ * as it was trained to; the engine writes their text into the output of
+ * a constrained sequence (kvs_engine_seq.c), so mask and output agree. */
+static const char  *kvs_gram_markers[] = {
+    "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|python_tag|>",
+    "<|tool_call|>", "<function=", "</function>",
+    "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",
+    "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>",
+    /* Command R7B's: its actions, and the plan and answer tags that
+     * frame its text (kvs_tool_parse drops those from content) */
+    "<|START_ACTION|>", "<|END_ACTION|>", "<|START_THINKING|>",
+    "<|END_THINKING|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>",
+    /* MiniCPM3's */
+    "<|tool_call_start|>", "<|tool_call_end|>", "<|thought_start|>",
+    "<|thought_end|>"
+};
+
+
+int
+kvs_gram_vocab_marker(const char *text, size_t len)
+{
+    size_t  i;
+
+    for (i = 0; i < sizeof(kvs_gram_markers) / sizeof(char *); i++) {
+        if (len == strlen(kvs_gram_markers[i])
+            && memcmp(text, kvs_gram_markers[i], len) == 0)
+        {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+int
+kvs_gram_vocab_from_vocab(kvs_gram_vocab_t **out, const kvs_vocab_t *v,
+    kvs_err_t *err)
+{
+    int                rc;
+    size_t             total;
+    uint32_t           i, j, o;
+    const char        *t;
+    const kvs_token_t *tok;
+    kvs_gram_vocab_t  *gv;
+
+    *out = NULL;
+
+    for (i = 0, total = 0; i < v->n_tokens; i++) {
+        total += v->tokens[i].len;
+    }
+
+    rc = kvs_gram_vocab_alloc(&gv, v->n_tokens, total, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    for (i = 0, o = 0; i < v->n_tokens; i++) {
+        tok = &v->tokens[i];
+        gv->off[i] = o;
+
+        if ((int32_t) i == v->eos || (int32_t) i == v->eot
+            || (int32_t) i == v->eom)
+        {
+            gv->kind[i] = KVS_GRAM_TOK_END;
+            continue;
+        }
+
+        switch (tok->type) {
+
+        case KVS_TOKT_CONTROL:
+            if (kvs_gram_vocab_marker(tok->text, tok->len)) {
+                /* its text, verbatim, as the engine writes it */
+                memcpy(gv->bytes + o, tok->text, tok->len);
+                o += tok->len;
+                gv->len[i] = tok->len;
+                continue;
+            }
+            gv->kind[i] = KVS_GRAM_TOK_REFUSED;
+            continue;
+
+        case KVS_TOKT_UNKNOWN:
+        case KVS_TOKT_UNUSED:
+            gv->kind[i] = KVS_GRAM_TOK_REFUSED;
+            continue;
+
+        case KVS_TOKT_BYTE:
+            if (v->byte_of != NULL && v->byte_of[i] >= 0) {
+                gv->bytes[o++] = (uint8_t) v->byte_of[i];
+                gv->len[i] = 1;
+                continue;
+            }
+            break;
+
+        default:
+            break;
+        }
+
+        /* as kvs_detok_push writes it: SPM and WPM "▁" is a space */
+        t = tok->text;
+        for (j = 0; j < tok->len; ) {
+            if ((v->kind == KVS_VOCAB_SPM || v->kind == KVS_VOCAB_WPM)
+                && j + 3 <= tok->len && memcmp(t + j, "\xe2\x96\x81", 3) == 0)
+            {
+                gv->bytes[o++] = ' ';
+                j += 3;
+            } else {
+                gv->bytes[o++] = (uint8_t) t[j++];
+            }
+        }
+
+        gv->len[i] = o - gv->off[i];
+        if (gv->len[i] == 0) {
+            gv->kind[i] = KVS_GRAM_TOK_REFUSED;
+        }
+    }
+
+    rc = kvs_gram_vocab_trie(gv, err);
+    if (rc == KVS_OK) {
+        rc = kvs_gram_vocab_long(gv, err);
+    }
+    if (rc != KVS_OK) {
+        kvs_gram_vocab_free(gv);
+        return rc;
+    }
+
+    *out = gv;
+
+    return KVS_OK;
+}
+
+
+int
+kvs_gram_accept_token(kvs_gram_matcher_t *m, const kvs_gram_vocab_t *gv,
+    int32_t id, kvs_err_t *err)
+{
+    if (id < 0 || (uint32_t) id >= gv->n_tokens) {
+        return kvs_err_set(err, KVS_EINVAL, "token %d is out of range", id);
+    }
+
+    switch (gv->kind[id]) {
+
+    case KVS_GRAM_TOK_END:
+        if (!kvs_gram_matcher_can_end(m)) {
+            return kvs_err_set(err, KVS_EFORMAT,
+                               "token %d ends the output before the grammar "
+                               "is complete", id);
+        }
+        return KVS_OK;
+
+    case KVS_GRAM_TOK_TEXT:
+        return kvs_gram_matcher_feed(m, gv->bytes + gv->off[id], gv->len[id],
+                                     err);
+
+    default:
+        return kvs_err_set(err, KVS_EFORMAT,
+                           "token %d is a control token", id);
+    }
+}
