@@ -36,10 +36,13 @@
 
 /* per sequence: the states whose masks are kept (a mask is n_vocab bits:
  * 16 KiB at 128K tokens); per grammar: the context-independent entries,
- * shared by its sequences (so 64 x 16 KiB, 1 MiB at 128K tokens, counted
- * in the grammar cache's byte bound) */
+ * shared by its sequences (so 256 x 16 KiB, 4 MiB at 128K tokens, counted
+ * in the grammar cache's byte bound: 16 such grammars in its 64 MiB).
+ * 256, not 64: a tool-call or API schema meets ~100-200 distinct keys
+ * (bench_grammar's search_tool: 192), and a table smaller than that
+ * evicts round robin and rebuilds, each a walk of the vocabulary trie */
 #define KVS_ENGINE_GRAM_CACHE   16
-#define KVS_ENGINE_GRAM_TABLE   64
+#define KVS_ENGINE_GRAM_TABLE   256
 #define KVS_ENGINE_GRAM_NODES   (1u << 20)
 
 

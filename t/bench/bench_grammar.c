@@ -349,7 +349,7 @@ main(int argc, char **argv)
 
         /* the engine's arrangement: one table of context-independent
          * masks per grammar, shared by its requests' maskers */
-        if (kvs_gram_masker_init_table(&table, gv, 64, &err) != KVS_OK) {
+        if (kvs_gram_masker_init_table(&table, gv, 256, &err) != KVS_OK) {
             fprintf(stderr, "table: %s\n", err.msg);
             return 1;
         }
