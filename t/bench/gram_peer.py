@@ -55,6 +55,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import re  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -93,6 +94,19 @@ def gpt2_byte_decoder():
     return dec
 
 
+def grammar_markers():
+    """The control tokens the grammar takes as text (kvs_gram_markers in
+    src/grammar/kvs_gram_vocab.c, read from there so that the two never
+    disagree)."""
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                       "..", "src", "grammar", "kvs_gram_vocab.c")
+    text = open(src, encoding="utf-8").read()
+    body = text[text.index("kvs_gram_markers[] = {"):]
+    body = body[:body.index("};")]
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    return {m.encode() for m in re.findall(r'"([^"]*)"', body)}
+
+
 def vocab_check(gguf_path, dump_path):
     from gguf import GGUFReader
 
@@ -122,12 +136,17 @@ def vocab_check(gguf_path, dump_path):
                 ends.add(toks.index(t))
                 break
 
+    markers = grammar_markers()
     dec = gpt2_byte_decoder()
     want_k, want_t = [], []
     for i, (t, ty) in enumerate(zip(toks, types)):
         if i in ends:
             want_k.append(END)
             want_t.append(b"")
+            continue
+        if ty == 3 and t in markers:  # a tool-call marker: its text
+            want_k.append(TEXT)
+            want_t.append(t)
             continue
         if ty in (2, 3, 5):  # unknown, control, unused
             want_k.append(REFUSED)

@@ -72,26 +72,11 @@ ngx_int_t
 ngx_http_kvserve_completions(ngx_http_request_t *r, ngx_uint_t chat)
 {
     ngx_int_t                  rc;
-    kvs_api_err_t              aerr;
     ngx_http_kvserve_ctx_t    *ctx;
-    ngx_http_core_loc_conf_t  *clcf;
 
-    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
-
-    /* nginx's own 413 is an HTML page: answer in OpenAI's shape first */
-    if (clcf->client_max_body_size
-        && r->headers_in.content_length_n > clcf->client_max_body_size)
-    {
-        kvs_api_err_set(&aerr, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, NULL,
-                        NULL, "The request body is larger than the %lld "
-                        "bytes allowed.",
-                        (long long) clcf->client_max_body_size);
-        r->keepalive = 0;
-        rc = ngx_http_discard_request_body(r);
-        if (rc != NGX_OK) {
-            return rc;
-        }
-        return ngx_http_kvserve_api_error(r, &aerr);
+    rc = ngx_http_kvserve_body_too_large(r);
+    if (rc != NGX_DECLINED) {
+        return rc;
     }
 
     ctx = ngx_http_kvserve_ctx_new(r, ngx_http_kvserve_timeout);

@@ -366,6 +366,37 @@ ngx_http_kvserve_api_error(ngx_http_request_t *r, kvs_api_err_t *aerr)
 }
 
 
+/* nginx's own 413 is an HTML page: a body announced over
+ * client_max_body_size is answered in OpenAI's shape before it is read */
+ngx_int_t
+ngx_http_kvserve_body_too_large(ngx_http_request_t *r)
+{
+    ngx_int_t                  rc;
+    kvs_api_err_t              aerr;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    if (clcf->client_max_body_size == 0
+        || r->headers_in.content_length_n <= clcf->client_max_body_size)
+    {
+        return NGX_DECLINED;
+    }
+
+    kvs_api_err_set(&aerr, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, NULL, NULL,
+                    "The request body is larger than the %lld bytes "
+                    "allowed.", (long long) clcf->client_max_body_size);
+    r->keepalive = 0;
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    return ngx_http_kvserve_api_error(r, &aerr);
+}
+
+
 ngx_int_t
 ngx_http_kvserve_error_json(ngx_http_request_t *r, ngx_uint_t status,
     const char *message, const char *param, const char *code)

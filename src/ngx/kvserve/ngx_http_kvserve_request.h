@@ -200,6 +200,9 @@ ngx_int_t ngx_http_kvserve_error_json(ngx_http_request_t *r,
     const char *code);
 ngx_int_t ngx_http_kvserve_api_error(ngx_http_request_t *r,
     kvs_api_err_t *aerr);
+/* NGX_DECLINED when the announced body fits client_max_body_size, else
+ * the 413 answered as an API error (the body discarded). */
+ngx_int_t ngx_http_kvserve_body_too_large(ngx_http_request_t *r);
 /* Adds a response header; key and value outlive the request's header
  * (static, or in its pool). */
 ngx_int_t ngx_http_kvserve_add_header(ngx_http_request_t *r,
