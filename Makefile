@@ -352,14 +352,23 @@ JOBS         ?= $(shell nproc 2>/dev/null || echo 2)
 CLANG_ASAN_BINS := $(UNIT_SRCS:t/unit/%.c=$(B)/clang/asan/unit/%)
 
 # every suite's output is kept in $(B)/test.log, whose counts of passed
-# and skipped tests (and the fixtures the skips wanted) end the run
+# and skipped tests (and the fixtures the skips wanted) end the run, with
+# each step's wall-clock seconds (CI has 30 minutes on 2 cores: the
+# "time" lines say where they go).  A suite that fails stops the run.
+TEST_SUITES := layers fixtures-test unit unit-asan-pair unit-tsan interop \
+               itest sdk $(if $(filter 1,$(KVSERVE_CUDA)),cuda-check)
 test: deps
-	@$(MAKE) -s -j$(JOBS) test-build
-	@set -o pipefail; \
-	$(MAKE) -s layers fixtures-test unit unit-asan-pair unit-tsan interop \
-	    itest sdk \
-	    $(if $(filter 1,$(KVSERVE_CUDA)),cuda-check) 2>&1 \
-	    | tee $(B)/test.log; rc=$$?; \
+	@mkdir -p $(B)
+	@t0=$$(date +%s); $(MAKE) -s -j$(JOBS) test-build; rc=$$?; \
+	echo "time test-build: $$(( $$(date +%s) - t0 )) s" > $(B)/test.log; \
+	cat $(B)/test.log; [ $$rc = 0 ] || exit $$rc
+	@set -o pipefail; rc=0; \
+	for s in $(TEST_SUITES); do \
+	    t0=$$(date +%s); \
+	    $(MAKE) -s $$s 2>&1 | tee -a $(B)/test.log || rc=$$?; \
+	    echo "time $$s: $$(( $$(date +%s) - t0 )) s" | tee -a $(B)/test.log; \
+	    [ $$rc = 0 ] || break; \
+	done; \
 	bash t/summary.sh $(B)/test.log; exit $$rc
 
 test-build: $(UNIT_BINS) $(ASAN_BINS) $(TSAN_BINS) $(CLI) $(MODULE) \

@@ -12,6 +12,9 @@
 #               "SKIP" or "name: SKIP", other than the ones cmocka's
 #               tests print before their "[  SKIPPED ]".
 #
+# and "time STEP: N s" lines (make test writes them) become one line of
+# seconds per step.
+#
 #   t/summary.sh LOG
 set -euo pipefail
 
@@ -43,6 +46,9 @@ function reason(s,    k, m, w, f, pick) {
 /^ [0-9]+ SKIPPED TEST/           { c_skip += $1 }
 /^\[  SKIPPED \] test_/           { if (pending != "") reason(pending)
                                     pending = "" }
+/^time [a-z-]+: [0-9]+ s$/        { sub(/:$/, "", $2); t_list = t_list \
+                                    (t_list != "" ? ", " : "") $2 " " $3
+                                    t_sum += $3; next }
 /^Files=[0-9]+, Tests=[0-9]+/     { split($0, f, /[=,]/); p_files += f[2]
                                     p_tests += f[4] }
 /^ok [0-9]+ [#] skip/               { p_skip++; reason($0) }
@@ -68,6 +74,9 @@ END {
            "Test::Nginx %d tests in %d files, %d skipped, %d files " \
            "skipped; other suites %d skips\n", c_pass, c_skip, p_tests,
            p_files, p_skip, p_fskip, o_skip
+    if (t_list != "") {
+        printf "seconds per step (%d in all): %s\n", t_sum, t_list
+    }
     if (n_why > 0) {
         printf "skipped for want of (%d):", n_why
         for (i = 1; i <= n_why && i <= 30; i++) {
