@@ -7,7 +7,8 @@
 #    under `kvserve_cache_scope global` B reuses A's prompt; a request
 #    without a key reuses neither A's prompt nor the global scope's, and
 #    repeats its own (its location's scope); a named group shares
-#    between the tenants of its locations only.
+#    between the tenants of its locations only; a tenant named by
+#    auth_request (auth_request_set) is the map's tenant of that name.
 # 2. The identity elsewhere: $kvserve_tenant in the access log is a
 #    32-hex-digit hash (the raw key and the name never appear), whose
 #    first 12 digits are the tenant's label in the engine's per-tenant
@@ -22,10 +23,11 @@
 #    ties) must not separate "A's prompt" from "cold" in the default
 #    location (p > 0.01), and must separate them under global
 #    (p < 0.001): the control shows that the measurement can see a
-#    cached prompt at all.  The model is kvserve-small (generated here),
-#    whose prefill of 600 tokens is tens of milliseconds, far above the
-#    loopback's jitter; interleaving keeps the machine's load alike for
-#    both kinds.
+#    cached prompt at all.  A default-scope p <= 0.01 (1 run in 100 when
+#    nothing leaks) is measured once more, and fails only if separable
+#    again.  The model is kvserve-small (generated here), whose prefill
+#    of 160 tokens is about 50 ms, far above the loopback's jitter;
+#    interleaving keeps the machine's load alike for both kinds.
 # 4. nginx -t: kvserve_tenant "" and twice, kvserve_cache_scope "" fail
 #    naming the value; a keyless kvserve_limit_zone passes.
 use strict;
@@ -53,6 +55,13 @@ my $model = "$root/small.gguf";
 is(system("'$cli' gen-model --preset small --name kvserve-small --seed 3 "
           . "'$model' >/dev/null 2>&1"), 0, 'kvserve-small generated');
 
+# a port for the key service: bound, then closed
+my $key_port = do {
+    my $s = IO::Socket::INET->new(Listen => 1, LocalAddr => '127.0.0.1',
+                                  LocalPort => 0) or die "port: $!";
+    $s->sockport;
+};
+
 my $len = 160;                      # prompt tokens of the timed prompts
 
 $t->write_conf(<<"EOC", workers => 1, server => <<"EOS");
@@ -73,6 +82,18 @@ $t->write_conf(<<"EOC", workers => 1, server => <<"EOS");
 
     log_format ten 'T id=\$http_x_test_id tenant=\$kvserve_tenant '
                    'ct=\$kvserve_cached_tokens';
+
+    # the key service that auth_request asks: a tenant's name for key-a
+    server {
+        listen 127.0.0.1:$key_port;
+        location = /check {
+            if (\$http_x_api_key = key-a) {
+                add_header X-Tenant alice;
+                return 204;
+            }
+            return 403;
+        }
+    }
 EOC
         access_log logs/ten.log ten;
         location /v1/ { kvserve; }
@@ -83,6 +104,18 @@ EOC
             kvserve;
             kvserve_limit zone=per burst=100000 nodelay;
         }
+        location /auth/v1/ {
+            auth_request /auth;
+            auth_request_set \$checked \$upstream_http_x_tenant;
+            kvserve_tenant \$checked;
+            kvserve;
+        }
+        location = /auth {
+            internal;
+            proxy_pass http://127.0.0.1:$key_port/check;
+            proxy_pass_request_body off;
+            proxy_set_header Content-Length "";
+        }
         location = /metrics { kvserve_metrics; }
         location = /status { kvserve_status; }
 EOS
@@ -91,13 +124,14 @@ ok($t->start, 'nginx started');
 ok($t->engine_pid, 'the engine is up');
 
 # A prompt of $n token ids (bytes: no special token among them): the
-# first unique to it, so that no two prompts share even one token, the
-# rest random.
+# first counts prompts, so that none of the first 250 (the checks of
+# cached_tokens come first) shares even one token with another; the rest
+# random.
 my $n_prompts = 0;
 sub ids {
     my ($n) = @_;
-    die 'out of first tokens' if ++$n_prompts > 250;
-    return [$n_prompts, map { 1 + int(rand(250)) } 2 .. $n];
+    my $first = 1 + $n_prompts++ % 250;
+    return [$first, map { 1 + int(rand(250)) } 2 .. $n];
 }
 
 # POSTs a completion of @$prompt to $path as $key (none when undef);
@@ -155,6 +189,15 @@ cmp_ok(cached('/team2/v1', 'key-b', $q) // -1, '>', 0,
        "... B reuses it in another location of the same group");
 is(cached('/v1', 'key-a', $q), 0, "... A's own scope does not have it");
 is(cached('/global/v1', 'key-a', $q), 0, '... nor the global one');
+
+# the tenant from auth_request: the name the check answers ("alice"),
+# so A through it is A through the map
+my $r = ids($len);
+is(cached('/v1', 'key-a', $r), 0, 'A sends a prompt through the map');
+cmp_ok(cached('/auth/v1', 'key-a', $r) // -1, '>', 0,
+       '... and reuses it through auth_request: one tenant, one name');
+is((complete('/auth/v1', 'key-b', $r))[0], 403,
+   'auth_request refuses a key it does not know');
 
 # --- 2. the identity in logs, metrics and limits -----------------------------
 
@@ -252,34 +295,44 @@ sub median {
     return @v ? ($v[$#v / 2] + $v[@v / 2]) / 2 : -1;
 }
 
-my $t_start = time;
-my %ms = map { ($_ => []) } qw(iso_a iso_cold glob_a glob_cold);
-my $failed = 0;
-for my $round (1 .. 30) {
-    my ($pa, $pc, $ga, $gc) = map { ids($len) } 1 .. 4;
-    defined cached('/v1', 'key-a', $pa) or $failed++;
-    defined cached('/global/v1', 'key-a', $ga) or $failed++;
-    for my $try (shuffle(['iso_a', '/v1', $pa], ['iso_cold', '/v1', $pc],
-                         ['glob_a', '/global/v1', $ga],
-                         ['glob_cold', '/global/v1', $gc]))
-    {
-        my $v = ttft($try->[1], 'key-b', $try->[2]);
-        defined $v ? push @{ $ms{$try->[0]} }, $v : $failed++;
+# 30 rounds: the four kinds' times, and how many requests failed.
+sub rounds {
+    my %ms = map { ($_ => []) } qw(iso_a iso_cold glob_a glob_cold);
+    my $failed = 0;
+    my $t0 = time;
+    for my $round (1 .. 30) {
+        my ($pa, $pc, $ga, $gc) = map { ids($len) } 1 .. 4;
+        defined cached('/v1', 'key-a', $pa) or $failed++;
+        defined cached('/global/v1', 'key-a', $ga) or $failed++;
+        for my $try (shuffle(['iso_a', '/v1', $pa], ['iso_cold', '/v1', $pc],
+                             ['glob_a', '/global/v1', $ga],
+                             ['glob_cold', '/global/v1', $gc]))
+        {
+            my $v = ttft($try->[1], 'key-b', $try->[2]);
+            defined $v ? push @{ $ms{$try->[0]} }, $v : $failed++;
+        }
     }
+    my $p_iso = mann_whitney_p($ms{iso_a}, $ms{iso_cold});
+    my $p_glob = mann_whitney_p($ms{glob_a}, $ms{glob_cold});
+    diag(sprintf '30 rounds in %.1f s; medians (ms): default scope '
+        . "A's %.2f, cold %.2f (p %.3g); global A's %.2f, cold %.2f "
+        . '(p %.3g)', time - $t0,
+        median(@{ $ms{iso_a} }), median(@{ $ms{iso_cold} }), $p_iso,
+        median(@{ $ms{glob_a} }), median(@{ $ms{glob_cold} }), $p_glob);
+    return ($failed, $p_iso, $p_glob);
 }
-is($failed, 0, 'every timed request was served');
-diag(sprintf 'timing: %d rounds in %.1f s', 30, time - $t_start);
 
-my $p_iso = mann_whitney_p($ms{iso_a}, $ms{iso_cold});
-my $p_glob = mann_whitney_p($ms{glob_a}, $ms{glob_cold});
-my $summary = sprintf 'medians (ms): default scope A-cached %.2f, cold %.2f '
-    . '(p %.3g); global A-cached %.2f, cold %.2f (p %.3g)',
-    median(@{ $ms{iso_a} }), median(@{ $ms{iso_cold} }), $p_iso,
-    median(@{ $ms{glob_a} }), median(@{ $ms{glob_cold} }), $p_glob;
-diag($summary);
+my ($failed, $p_iso, $p_glob) = rounds();
+is($failed, 0, 'every timed request was served');
 cmp_ok($p_glob, '<', 0.001,
        "control: under global, B's TTFT on A's prompt is told from a cold "
        . "one's");
+if ($p_iso <= 0.01) {
+    # 1 run in 100 when nothing leaks: measured once more, so that a
+    # false alarm needs two (1 in 10,000); a leak fails both
+    diag("default scope separable at p $p_iso: 30 more rounds");
+    (undef, $p_iso) = rounds();
+}
 cmp_ok($p_iso, '>', 0.01,
        "default scope: B's TTFT on A's prompt is not told from a cold one's");
 
