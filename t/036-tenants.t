@@ -13,7 +13,8 @@
 #    32-hex-digit hash (the raw key and the name never appear), whose
 #    first 12 digits are the tenant's label in the engine's per-tenant
 #    metrics; a kvserve_limit_zone without a key keeps one bucket per
-#    tenant.
+#    tenant; a kvserve_tenant that refers to $kvserve_tenant is a 500,
+#    logged, not an endless evaluation.
 # 3. The timing side channel: 30 rounds; in each A sends two fresh
 #    prompts, one to the default location and one to a global one, then
 #    B sends, in a random order, A's default-location prompt, a cold one
@@ -116,6 +117,7 @@ EOC
             proxy_pass_request_body off;
             proxy_set_header Content-Length "";
         }
+        location /loop/v1/ { kvserve; kvserve_tenant "x\$kvserve_tenant"; }
         location = /metrics { kvserve_metrics; }
         location = /status { kvserve_status; }
 EOS
@@ -198,6 +200,13 @@ cmp_ok(cached('/auth/v1', 'key-a', $r) // -1, '>', 0,
        '... and reuses it through auth_request: one tenant, one name');
 is((complete('/auth/v1', 'key-b', $r))[0], 403,
    'auth_request refuses a key it does not know');
+
+# a tenant that names itself is an error, not an endless evaluation
+is((complete('/loop/v1', 'key-a', ids(8)))[0], 500,
+   'kvserve_tenant referring to $kvserve_tenant: a 500');
+ok($t->wait_for(sub {
+    $t->log_count(qr/kvserve_tenant "x\$kvserve_tenant" refers to \$kvserve_tenant/)
+}, 5), '... logged as such');
 
 # --- 2. the identity in logs, metrics and limits -----------------------------
 

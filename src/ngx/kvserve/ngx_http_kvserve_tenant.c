@@ -129,12 +129,20 @@ ngx_http_kvserve_hash_hex(ngx_pool_t *pool, ngx_str_t *v, ngx_str_t *out)
 
 /* ---- a request's tenant ------------------------------------------------ */
 
-/* id: the tenant's id, len 0 when the request has none. */
+/*
+ * id: the tenant's id, len 0 when the request has none.  A value that
+ * refers to $kvserve_tenant, itself or through a map, would evaluate
+ * itself for ever: it is an error instead (variables are evaluated on
+ * the worker's one event loop, so one flag tells).
+ */
 ngx_int_t
 ngx_http_kvserve_tenant_id(ngx_http_request_t *r, ngx_str_t *id)
 {
+    ngx_int_t                     rc;
     ngx_str_t                     name;
     ngx_http_kvserve_loc_conf_t  *klcf;
+
+    static ngx_uint_t  evaluating, looped;
 
     ngx_str_null(id);
 
@@ -144,7 +152,23 @@ ngx_http_kvserve_tenant_id(ngx_http_request_t *r, ngx_str_t *id)
         return NGX_OK;
     }
 
-    if (ngx_http_complex_value(r, klcf->tenant, &name) != NGX_OK) {
+    if (evaluating) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "kvserve_tenant \"%V\" refers to $kvserve_tenant",
+                      &klcf->tenant->value);
+        looped = 1;
+        return NGX_ERROR;
+    }
+
+    /* the inner call's error is an empty variable to nginx: the outer
+     * one fails instead of naming the request with what is left */
+    evaluating = 1;
+    looped = 0;
+    rc = ngx_http_complex_value(r, klcf->tenant, &name);
+    evaluating = 0;
+
+    if (rc != NGX_OK || looped) {
+        looped = 0;
         return NGX_ERROR;
     }
 
