@@ -13,7 +13,7 @@
 #    32-hex-digit hash (the raw key and the name never appear), whose
 #    first 12 digits are the tenant's label in the engine's per-tenant
 #    metrics; a kvserve_limit_zone without a key keeps one bucket per
-#    tenant; a kvserve_tenant that refers to $kvserve_tenant is a 500,
+#    tenant, and with empty=reject refuses a request without one (401); a kvserve_tenant that refers to $kvserve_tenant is a 500,
 #    logged, not an endless evaluation.
 # 3. The timing side channel: 30 rounds; in each A sends two fresh
 #    prompts, one to the default location and one to a global one, then
@@ -104,6 +104,10 @@ EOC
         location /lim/v1/ {
             kvserve;
             kvserve_limit zone=per burst=100000 nodelay;
+        }
+        location /rej/v1/ {
+            kvserve;
+            kvserve_limit zone=per burst=100000 nodelay empty=reject;
         }
         location /auth/v1/ {
             auth_request /auth;
@@ -252,6 +256,9 @@ my $b1 = remaining('key-b');
 ok(defined $a1 && defined $a2 && $a2 < $a1,
    "a keyless zone charges A's bucket ($a1, then " . ($a2 // '?') . ')');
 is($b1, $a1, "... and B's is its own, untouched by A's");
+is((complete('/rej/v1', 'key-x', ids(8)))[0], 401,
+   'empty=reject: a key the map does not know is no tenant, a 401');
+is((complete('/rej/v1', 'key-a', ids(8)))[0], 200, '... a known one passes');
 
 # --- 3. the timing side channel --------------------------------------------------
 
