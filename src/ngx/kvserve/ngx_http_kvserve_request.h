@@ -21,7 +21,8 @@
  *
  * and below them all what the core and the phases use: timings and
  * metrics (ngx_http_kvserve_timing.c, _metrics.c), the engine process
- * (_engine.c) and the prefix cache (_cache.c).
+ * (_engine.c), the request's tenant (_tenant.c) and the prefix cache
+ * (_cache.c).
  *
  * Invariants of the context (ngx_http_kvserve_ctx_t):
  *  - it lives in the request's pool and its pool cleanup forgets every
