@@ -38,9 +38,8 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use Kvserve::Live;
 use IO::Socket::INET ();
-use IO::Select ();
 use JSON::PP ();
-use List::Util qw(shuffle sum0);
+use List::Util qw(shuffle);
 use POSIX qw(erfc);
 use Time::HiRes qw(time sleep);
 
