@@ -58,9 +58,14 @@
  *   kvserve_prefix_cache on|off;        http: the engines' prefix cache
  *   kvserve_cache_pin_max <size>;       http: KV bytes each cache scope
  *                                       may pin with cache_control
- *   kvserve_cache_scope global|<value>; http, server, location: the
- *                                       prefix cache's tenant (a value
- *                                       with variables), default global
+ *   kvserve_tenant <value>;             http, server, location: the
+ *                                       request's tenant (a value with
+ *                                       variables; empty: none)
+ *   kvserve_cache_scope global|tenant|<value>;  http, server, location:
+ *                                       whose prefix cache a request
+ *                                       uses: everyone's, its tenant's
+ *                                       (default; without a tenant its
+ *                                       location's) or a named group's
  *   kvserve_fair_weights prefill=<N> decode=<N>;  http: the fair
  *                                       share's counter units per token
  *                                       computed (1 and 2)
@@ -294,6 +299,13 @@ static ngx_command_t  ngx_http_kvserve_commands[] = {
     { ngx_string("kvserve_cache_scope"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_kvserve_cache_scope_directive,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("kvserve_tenant"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_kvserve_tenant_directive,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },
@@ -747,7 +759,8 @@ ngx_http_kvserve_create_loc_conf(ngx_conf_t *cf)
     klcf->metrics = NGX_CONF_UNSET;
     klcf->tokenize_pool = NGX_CONF_UNSET_PTR;
     klcf->tokenize_threshold = NGX_CONF_UNSET_SIZE;
-    klcf->cache_scope = NGX_CONF_UNSET_PTR;
+    klcf->cache_share = NGX_CONF_UNSET_UINT;
+    klcf->tenant = NGX_CONF_UNSET_PTR;
     klcf->max_messages = NGX_CONF_UNSET_UINT;
     klcf->max_sequences = NGX_CONF_UNSET_UINT;
     klcf->health = NGX_CONF_UNSET;
@@ -775,7 +788,16 @@ ngx_http_kvserve_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                               NGX_HTTP_KVSERVE_TOK_THRESHOLD);
     ngx_conf_merge_ptr_value(conf->tokenize_pool, prev->tokenize_pool,
                              NGX_CONF_UNSET_PTR);
-    ngx_conf_merge_ptr_value(conf->cache_scope, prev->cache_scope, NULL);
+    if (conf->cache_share == NGX_CONF_UNSET_UINT) {
+        conf->cache_share = prev->cache_share;
+        conf->cache_scope = prev->cache_scope;
+    }
+
+    if (conf->cache_share == NGX_CONF_UNSET_UINT) {
+        conf->cache_share = NGX_HTTP_KVSERVE_SCOPE_TENANT;
+    }
+
+    ngx_conf_merge_ptr_value(conf->tenant, prev->tenant, NULL);
     ngx_conf_merge_uint_value(conf->max_messages, prev->max_messages,
                               NGX_HTTP_KVSERVE_MAX_MESSAGES);
     ngx_conf_merge_uint_value(conf->max_sequences, prev->max_sequences,

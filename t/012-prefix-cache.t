@@ -177,7 +177,7 @@ like($out, qr/invalid value "maybe" in "kvserve_prefix_cache" directive, it must
                               'location /v1/ { kvserve; '
                               . 'kvserve_cache_scope ""; }');
 isnt($status, 0, 'an empty kvserve_cache_scope fails nginx -t');
-like($out, qr/invalid value "" in "kvserve_cache_scope" directive, it must be "global" or a string with variables/,
+like($out, qr/invalid value "" in "kvserve_cache_scope" directive, it must be "global", "tenant" or a string with variables/,
      '... saying what it must be');
 
 ($status, $out) = $t->nginx_t("kvserve_model tiny $m;",

@@ -172,9 +172,12 @@ push @pids, backend($_, $bport{$_}) for sort keys %bport;
 my $model = "$root/models/m.gguf";
 symlink($t->model_dir . '/default.gguf', $model) or die "symlink: $!";
 
+# the global scope: index-names names blocks under an empty scope (the
+# default, the location's, is a hash this test does not make)
 $t->write_conf(<<"EOC", workers => 1, server => <<"EOS");
     kvserve_model m $model;
     kvserve_kv_block 16;
+    kvserve_cache_scope global;
     kvserve_route_load_weight 256;
     client_max_body_size 1m;
 
@@ -498,6 +501,9 @@ sub workers {
 
 # --- 7. redis down -------------------------------------------------------------------
 
+# fresh records first: the worker that 6b started lists only heartbeats
+# of the last 10 s, and on a loaded machine 3 to 6b take longer than that
+put_hosts();
 kill 'KILL', $redis_pid;
 waitpid($redis_pid, 0);
 sleep 0.3;

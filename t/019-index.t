@@ -179,11 +179,14 @@ is_deeply([names('stories260K', '0123456789abcdef', 16,
 
 ok(redis_start(), "redis-server on 127.0.0.1:$rport");
 
+# the global scope: the helper names blocks under an empty scope (the
+# default, the location's, is a hash the helper does not make)
 $t->write_conf(<<"EOC");
     kvserve_model kvserve-tiny $model;
     kvserve_kv_cache 1m;
     kvserve_threads 1;
     kvserve_engine_wait 20s;
+    kvserve_cache_scope global;
     kvserve_index redis=127.0.0.1:$rport host_id=e1 heartbeat=200ms;
 EOC
 

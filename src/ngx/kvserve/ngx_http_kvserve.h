@@ -43,6 +43,14 @@
 #define NGX_HTTP_KVSERVE_REQ_KV_MAX    250    /* kvserve_request_kv_max's
                                                  default, thousandths */
 
+/* kvserve_cache_scope: whose prefix cache a request reads and writes */
+#define NGX_HTTP_KVSERVE_SCOPE_TENANT  0      /* the default: its tenant's;
+                                                 without one, its
+                                                 location's */
+#define NGX_HTTP_KVSERVE_SCOPE_GLOBAL  1      /* one for everyone */
+#define NGX_HTTP_KVSERVE_SCOPE_VALUE   2      /* a named group, the value;
+                                                 empty: as SCOPE_TENANT */
+
 
 typedef struct {
     ngx_str_t                 name;        /* the API's model id */
@@ -152,8 +160,10 @@ typedef struct {
                                                       over which it is
                                                       tokenized in the
                                                       pool */
-    ngx_http_complex_value_t *cache_scope; /* kvserve_cache_scope; NULL:
-                                              global */
+    ngx_uint_t                cache_share; /* kvserve_cache_scope:
+                                              NGX_HTTP_KVSERVE_SCOPE_* */
+    ngx_http_complex_value_t *cache_scope; /* its value (SCOPE_VALUE) */
+    ngx_http_complex_value_t *tenant;      /* kvserve_tenant; NULL: none */
     ngx_uint_t                max_messages;  /* kvserve_max_messages: a
                                                 chat request's messages */
     ngx_flag_t                json_errors; /* server level only: a
@@ -261,6 +271,10 @@ char *ngx_http_kvserve_kv_cache(ngx_conf_t *cf, ngx_command_t *cmd,
 /* "invalid value "V" in "D" directive, <must>": NGX_CONF_ERROR */
 char *ngx_http_kvserve_conf_invalid(ngx_conf_t *cf, ngx_command_t *cmd,
     ngx_str_t *value, const char *must);
+/* *cvp: value compiled as a string with variables; an empty value is
+ * refused with must */
+char *ngx_http_kvserve_conf_complex(ngx_conf_t *cf, ngx_command_t *cmd,
+    ngx_str_t *value, const char *must, ngx_http_complex_value_t **cvp);
 /* cmd->post: an ngx_http_kvserve_uint_bounds_t */
 char *ngx_http_kvserve_set_uint(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
@@ -286,6 +300,11 @@ char *ngx_http_kvserve_max_sequences(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_kvserve_backend(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+/* (ngx_http_kvserve_tenant.c) */
+char *ngx_http_kvserve_tenant_directive(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+/* preconfiguration: $kvserve_tenant */
+ngx_int_t ngx_http_kvserve_tenant_add_variables(ngx_conf_t *cf);
 /* (ngx_http_kvserve_cache.c) */
 char *ngx_http_kvserve_cache_scope_directive(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);

@@ -6,14 +6,19 @@
  * variables, metrics).
  *
  * Invariants:
- *  - a scope reaches the engine only as a 32-hex-digit XXH3-128 of the
- *    evaluated kvserve_cache_scope value: fixed length (within
+ *  - a request's scope is, by default, its tenant's (kvserve_tenant), and
+ *    without a tenant its location's: a prefix is shared across tenants
+ *    only where kvserve_cache_scope says so ("global", or a group's
+ *    value); the global scope (empty) is never had by default;
+ *  - a scope reaches the engine only as a 32-hex-digit XXH3-128, tagged
+ *    by its kind (ngx_http_kvserve_hash_tagged: the tenant's id, a
+ *    group's value, a location's names): fixed length (within
  *    KVS_RADIX_MAX_SCOPE whatever the value), never the value itself (an
- *    API key stays in the worker), and distinct tenants collide with
- *    probability 2^-128; an empty value is the global scope, as
- *    "global" is (ngx_http_kvserve_hash_hex() makes that hash, and the
- *    fair share's tenant of a kvserve_limit key, or of the client
- *    address when no key applies);
+ *    API key stays in the worker), distinct values collide with
+ *    probability 2^-128, and no value of one kind is another kind's;
+ *  - kvserve_route names a prompt's blocks under ctx->cache_scope, made
+ *    here by the same call, so a gateway looks up the namespace that its
+ *    engine hosts cache under when both are configured alike;
  *  - ngx_http_kvserve_cache_pins() runs in the tokenizing job (maybe a
  *    pool thread): it touches only the job and libkvserve;
  *  - a part's cache figures are taken from the first OUT frame that
@@ -25,8 +30,6 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
-#include <xxhash.h>
-
 #include "ngx_http_kvserve_completions.h"
 #include "api/kvs_api_cache.h"
 
@@ -37,51 +40,40 @@
 
 /* ---- directives ------------------------------------------------------- */
 
+/* kvserve_cache_scope global | tenant | <value> */
 char *
 ngx_http_kvserve_cache_scope_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf)
 {
     ngx_http_kvserve_loc_conf_t  *klcf = conf;
 
-    ngx_str_t                         *value;
-    ngx_http_complex_value_t          *cv;
-    ngx_http_compile_complex_value_t   ccv;
+    ngx_str_t  *value;
 
-    if (klcf->cache_scope != NGX_CONF_UNSET_PTR) {
+    if (klcf->cache_share != NGX_CONF_UNSET_UINT) {
         return "is duplicate";
     }
 
     value = cf->args->elts;
 
     if (value[1].len == 6 && ngx_strncmp(value[1].data, "global", 6) == 0) {
-        klcf->cache_scope = NULL;
+        klcf->cache_share = NGX_HTTP_KVSERVE_SCOPE_GLOBAL;
         return NGX_CONF_OK;
     }
 
-    if (value[1].len == 0) {
-        return ngx_http_kvserve_conf_invalid(cf, cmd, &value[1],
-                                             "it must be \"global\" or a "
-                                             "string with variables, such "
-                                             "as $http_authorization");
+    if (value[1].len == 6 && ngx_strncmp(value[1].data, "tenant", 6) == 0) {
+        klcf->cache_share = NGX_HTTP_KVSERVE_SCOPE_TENANT;
+        return NGX_CONF_OK;
     }
 
-    cv = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
-    if (cv == NULL) {
-        return NGX_CONF_ERROR;
-    }
+    klcf->cache_share = NGX_HTTP_KVSERVE_SCOPE_VALUE;
 
-    ngx_memzero(&ccv, sizeof(ccv));
-    ccv.cf = cf;
-    ccv.value = &value[1];
-    ccv.complex_value = cv;
-
-    if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
-        return NGX_CONF_ERROR;
-    }
-
-    klcf->cache_scope = cv;
-
-    return NGX_CONF_OK;
+    return ngx_http_kvserve_conf_complex(cf, cmd, &value[1],
+                                         "it must be \"global\", "
+                                         "\"tenant\" or a string with "
+                                         "variables, such as "
+                                         "$http_authorization or a "
+                                         "group's name",
+                                         &klcf->cache_scope);
 }
 
 
@@ -117,84 +109,41 @@ ngx_http_kvserve_cache_pin_max(ngx_conf_t *cf, ngx_command_t *cmd,
 /* ---- a request: its scope and pins ------------------------------------ */
 
 /*
- * out: the 32 hex digits of v's XXH3-128, in pool.  A key that names a
- * tenant (a cache scope, a rate limit's key: API keys) reaches the engine
- * only this way, at a fixed length.
+ * The scope of a request without a tenant: its location's, the hash of
+ * its server's name and its location's name (so a gateway and its
+ * engine hosts, configured alike, name it alike).
  */
-ngx_int_t
-ngx_http_kvserve_hash_hex(ngx_pool_t *pool, ngx_str_t *v, ngx_str_t *out)
+static ngx_int_t
+ngx_http_kvserve_location_scope(ngx_http_request_t *r, ngx_str_t *out)
 {
-    u_char         *p;
-    ngx_uint_t      i;
-    XXH128_hash_t   h;
+    u_char                    *p;
+    ngx_str_t                  v;
+    ngx_http_core_srv_conf_t  *cscf;
+    ngx_http_core_loc_conf_t  *clcf;
 
-    static const u_char  hex[] = "0123456789abcdef";
+    cscf = ngx_http_get_module_srv_conf(r, ngx_http_core_module);
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
 
-    h = XXH3_128bits(v->data, v->len);
-
-    p = ngx_pnalloc(pool, 32);
-    if (p == NULL) {
+    v.len = cscf->server_name.len + 1 + clcf->name.len;
+    v.data = ngx_pnalloc(r->pool, v.len);
+    if (v.data == NULL) {
         return NGX_ERROR;
     }
 
-    for (i = 0; i < 16; i++) {
-        p[i] = hex[(h.high64 >> (60 - 4 * i)) & 0xf];
-        p[16 + i] = hex[(h.low64 >> (60 - 4 * i)) & 0xf];
-    }
+    p = ngx_cpymem(v.data, cscf->server_name.data, cscf->server_name.len);
+    *p++ = '\n';
+    ngx_memcpy(p, clcf->name.data, clcf->name.len);
 
-    out->data = p;
-    out->len = 32;
-
-    return NGX_OK;
+    return ngx_http_kvserve_hash_tagged(r->pool, "location\n", &v, out);
 }
 
 
 /*
- * A request no kvserve_limit key names is the fair share's tenant of its
- * client address (the sockaddr's address bytes, without the port, as
- * the realip module may have set them), hashed as a key is: so keyless
- * clients share the engine between them, not in one nameless queue.  A
- * unix-socket client has no address and stays nameless.
+ * The request's scope, from the location's kvserve_cache_scope: a
+ * group's value, else (and by default) its tenant's id, else its
+ * location's; empty (global) only where "global" is configured.  After
+ * ngx_http_kvserve_tenant().
  */
-ngx_int_t
-ngx_http_kvserve_addr_tenant(ngx_http_kvserve_ctx_t *ctx)
-{
-    ngx_str_t             a;
-    struct sockaddr      *sa;
-#if (NGX_HAVE_INET6)
-    struct sockaddr_in6  *sin6;
-#endif
-
-    if (ctx->tenant.len > 0) {
-        return NGX_OK;
-    }
-
-    sa = ctx->r->connection->sockaddr;
-
-    switch (sa->sa_family) {
-
-    case AF_INET:
-        a.data = (u_char *) &((struct sockaddr_in *) sa)->sin_addr;
-        a.len = sizeof(struct in_addr);
-        break;
-
-#if (NGX_HAVE_INET6)
-    case AF_INET6:
-        sin6 = (struct sockaddr_in6 *) sa;
-        a.data = sin6->sin6_addr.s6_addr;
-        a.len = sizeof(struct in6_addr);
-        break;
-#endif
-
-    default:
-        return NGX_OK;
-    }
-
-    return ngx_http_kvserve_hash_hex(ctx->r->pool, &a, &ctx->tenant);
-}
-
-
-/* The request's scope, from the location's kvserve_cache_scope. */
 ngx_int_t
 ngx_http_kvserve_cache_scope(ngx_http_kvserve_ctx_t *ctx)
 {
@@ -206,20 +155,27 @@ ngx_http_kvserve_cache_scope(ngx_http_kvserve_ctx_t *ctx)
 
     klcf = ngx_http_get_module_loc_conf(ctx->r, ngx_http_kvserve_module);
 
-    if (klcf->cache_scope == NULL || klcf->cache_scope == NGX_CONF_UNSET_PTR)
-    {
+    if (klcf->cache_share == NGX_HTTP_KVSERVE_SCOPE_GLOBAL) {
         return NGX_OK;
     }
 
-    if (ngx_http_complex_value(ctx->r, klcf->cache_scope, &v) != NGX_OK) {
-        return NGX_ERROR;
+    if (klcf->cache_share == NGX_HTTP_KVSERVE_SCOPE_VALUE) {
+        if (ngx_http_complex_value(ctx->r, klcf->cache_scope, &v) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        if (v.len > 0) {
+            return ngx_http_kvserve_hash_tagged(ctx->r->pool, "scope\n", &v,
+                                                &ctx->cache_scope);
+        }
     }
 
-    if (v.len == 0) {
+    if (ctx->tenant_id.len > 0) {
+        ctx->cache_scope = ctx->tenant_id;
         return NGX_OK;
     }
 
-    return ngx_http_kvserve_hash_hex(ctx->r->pool, &v, &ctx->cache_scope);
+    return ngx_http_kvserve_location_scope(ctx->r, &ctx->cache_scope);
 }
 
 

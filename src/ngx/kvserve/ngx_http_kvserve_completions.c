@@ -436,17 +436,15 @@ ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx, kvs_api_err_t *aerr)
     job->chat_req = ctx->chat;
     ctx->tok = job;
 
-    if (ngx_http_kvserve_cache_scope(ctx) != NGX_OK) {
-        kvs_api_err_set(aerr, 500, NULL, NULL, "The cache scope could not "
-                        "be evaluated.");
+    if (ngx_http_kvserve_tenant(ctx) != NGX_OK) {
+        kvs_api_err_set(aerr, 500, NULL, NULL, "The tenant could not be "
+                        "evaluated.");
         return NGX_ERROR;
     }
 
-    if (ngx_http_kvserve_limit_tenant(ctx) != NGX_OK
-        || ngx_http_kvserve_addr_tenant(ctx) != NGX_OK)
-    {
-        kvs_api_err_set(aerr, 500, NULL, NULL, "The tenant could not be "
-                        "evaluated.");
+    if (ngx_http_kvserve_cache_scope(ctx) != NGX_OK) {
+        kvs_api_err_set(aerr, 500, NULL, NULL, "The cache scope could not "
+                        "be evaluated.");
         return NGX_ERROR;
     }
 

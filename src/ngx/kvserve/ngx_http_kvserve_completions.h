@@ -119,10 +119,22 @@ void ngx_http_kvserve_tok_start(ngx_http_kvserve_ctx_t *ctx,
 void ngx_http_kvserve_part_event(ngx_http_kvserve_sub_t *s, ngx_uint_t ev,
     void *msg);
 
+/* ---- the tenant (ngx_http_kvserve_tenant.c) -------------------------- */
+
+/* out: the 32 hex digits of the XXH3-128 of tag and v (tag "": of v) */
+ngx_int_t ngx_http_kvserve_hash_tagged(ngx_pool_t *pool, const char *tag,
+    ngx_str_t *v, ngx_str_t *out);
+ngx_int_t ngx_http_kvserve_hash_hex(ngx_pool_t *pool, ngx_str_t *v,
+    ngx_str_t *out);
+/* id: the hash of the request's kvserve_tenant; len 0: it has none */
+ngx_int_t ngx_http_kvserve_tenant_id(ngx_http_request_t *r, ngx_str_t *id);
+/* ctx->tenant_id, and ctx->tenant: the fair share's (the tenant's id,
+ * else kvserve_limit's key, else the client address) */
+ngx_int_t ngx_http_kvserve_tenant(ngx_http_kvserve_ctx_t *ctx);
+
 /* ---- the prefix cache (ngx_http_kvserve_cache.c) ---------------------
  *
- * Below the phases: cache scopes, pins and figures, the tenant's hash
- * (kvserve_limit's key, else the client address). */
+ * Below the phases: cache scopes (after the tenant), pins and figures. */
 /* 64 bits from getrandom(), or from nginx's clock and ngx_random(). */
 uint64_t ngx_http_kvserve_random64(void);
 
@@ -137,9 +149,6 @@ ngx_int_t ngx_http_kvserve_tools_stream(ngx_http_kvserve_ctx_t *ctx,
     ngx_http_kvserve_choice_t *ch, uint32_t index, kvs_engine_out_t *o,
     kvs_err_t *err);
 
-ngx_int_t ngx_http_kvserve_addr_tenant(ngx_http_kvserve_ctx_t *ctx);
-ngx_int_t ngx_http_kvserve_hash_hex(ngx_pool_t *pool, ngx_str_t *v,
-    ngx_str_t *out);
 ngx_int_t ngx_http_kvserve_cache_scope(ngx_http_kvserve_ctx_t *ctx);
 int ngx_http_kvserve_cache_pins(ngx_http_kvserve_tok_job_t *job,
     kvs_tok_ctx_t *tok, const kvs_chat_args_t *args, const char *text,

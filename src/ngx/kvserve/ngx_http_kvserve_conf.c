@@ -615,3 +615,36 @@ ngx_http_kvserve_conf_invalid(ngx_conf_t *cf, ngx_command_t *cmd,
                        value, &cmd->name, must);
     return NGX_CONF_ERROR;
 }
+
+
+/* *cvp: value compiled as a string with variables; an empty value is
+ * refused with must */
+char *
+ngx_http_kvserve_conf_complex(ngx_conf_t *cf, ngx_command_t *cmd,
+    ngx_str_t *value, const char *must, ngx_http_complex_value_t **cvp)
+{
+    ngx_http_complex_value_t          *cv;
+    ngx_http_compile_complex_value_t   ccv;
+
+    if (value->len == 0) {
+        return ngx_http_kvserve_conf_invalid(cf, cmd, value, must);
+    }
+
+    cv = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
+    if (cv == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memzero(&ccv, sizeof(ccv));
+    ccv.cf = cf;
+    ccv.value = value;
+    ccv.complex_value = cv;
+
+    if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    *cvp = cv;
+
+    return NGX_CONF_OK;
+}

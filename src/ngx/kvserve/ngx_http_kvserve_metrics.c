@@ -195,7 +195,11 @@ static ngx_http_variable_t  ngx_http_kvserve_vars[] = {
 ngx_int_t
 ngx_http_kvserve_add_variables(ngx_conf_t *cf)
 {
-    return ngx_http_kvserve_add_vars(cf, ngx_http_kvserve_vars);
+    if (ngx_http_kvserve_add_vars(cf, ngx_http_kvserve_vars) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_kvserve_tenant_add_variables(cf);
 }
 
 

@@ -21,7 +21,8 @@
  *
  * and below them all what the core and the phases use: timings and
  * metrics (ngx_http_kvserve_timing.c, _metrics.c), the engine process
- * (_engine.c) and the prefix cache (_cache.c).
+ * (_engine.c), the request's tenant (_tenant.c) and the prefix cache
+ * (_cache.c).
  *
  * Invariants of the context (ngx_http_kvserve_ctx_t):
  *  - it lives in the request's pool and its pool cleanup forgets every
@@ -119,9 +120,13 @@ struct ngx_http_kvserve_ctx_s {
     ngx_http_kvserve_sub_t    stats;       /* kvserve_status */
 
     ngx_str_t                 cache_scope; /* hashed; len 0: global */
-    ngx_str_t                 tenant;      /* hashed key of the first
-                                              kvserve_limit zone; len 0:
-                                              none */
+    ngx_str_t                 tenant_id;   /* kvserve_tenant's, hashed;
+                                              len 0: none */
+    ngx_str_t                 tenant;      /* the fair share's: tenant_id,
+                                              else the hashed key of the
+                                              first kvserve_limit zone,
+                                              else of the client address;
+                                              len 0: none */
     uint32_t                  cached_tokens;   /* over the parts: prompt
                                                   tokens from the prefix
                                                   cache, */

@@ -8,8 +8,9 @@
  * Invariants:
  *  - every value is checked here, so nginx -t refuses a bad one with the
  *    value quoted, and the request side never meets one;
- *  - a zone is bound to one key expression; every zone is listed in the
- *    main conf for the metrics;
+ *  - a zone is bound to one key expression, "$kvserve_tenant" (the
+ *    request's tenant, hashed) where it names none; every zone is
+ *    listed in the main conf for the metrics;
  *  - kvserve_limit lists are inherited only where a level sets none, as
  *    limit_req's are;
  *  - a zone keyed by a request's header, cookie or argument as the
@@ -49,6 +50,11 @@ static char *ngx_http_kvserve_limit_status_code(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 
 
+/* a zone's key where it names none: the request's tenant */
+static ngx_str_t  ngx_http_kvserve_limit_tenant_key =
+    ngx_string("$kvserve_tenant");
+
+
 static ngx_conf_enum_t  ngx_http_kvserve_limit_log_levels[] = {
     { ngx_string("info"), NGX_LOG_INFO },
     { ngx_string("notice"), NGX_LOG_NOTICE },
@@ -61,7 +67,7 @@ static ngx_conf_enum_t  ngx_http_kvserve_limit_log_levels[] = {
 static ngx_command_t  ngx_http_kvserve_limit_commands[] = {
 
     { ngx_string("kvserve_limit_zone"),
-      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE3|NGX_CONF_TAKE4,
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE2|NGX_CONF_TAKE3|NGX_CONF_TAKE4,
       ngx_http_kvserve_limit_zone,
       0,
       0,
@@ -216,15 +222,16 @@ ngx_http_kvserve_limit_number(u_char *p, size_t len)
 }
 
 
-/* kvserve_limit_zone <key> zone=<name>:<size> rate=<N>t/s|t/m
- *     [kv_rate=<size>/s] */
+/* kvserve_limit_zone [<key>] zone=<name>:<size> rate=<N>t/s|t/m
+ *     [kv_rate=<size>/s]; without a key, the request's tenant
+ *     ($kvserve_tenant: kvserve_tenant's hash) */
 static char *
 ngx_http_kvserve_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ssize_t                             size;
     ngx_int_t                           rc;
     ngx_str_t                          *value, name;
-    ngx_uint_t                          i;
+    ngx_uint_t                          i, first;
     ngx_http_kvserve_limit_zone_t      *zone;
     ngx_http_compile_complex_value_t    ccv;
 
@@ -237,9 +244,15 @@ ngx_http_kvserve_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
 
+    first = 2;
     ccv.cf = cf;
     ccv.value = &value[1];
     ccv.complex_value = &zone->key;
+
+    if (ngx_strncmp(value[1].data, "zone=", 5) == 0) {
+        first = 1;
+        ccv.value = &ngx_http_kvserve_limit_tenant_key;
+    }
 
     if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
         return NGX_CONF_ERROR;
@@ -248,7 +261,7 @@ ngx_http_kvserve_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     size = 0;
     name.len = 0;
 
-    for (i = 2; i < cf->args->nelts; i++) {
+    for (i = first; i < cf->args->nelts; i++) {
 
         if (ngx_strncmp(value[i].data, "zone=", 5) == 0) {
             rc = ngx_http_kvserve_limit_zone_name(cf, &value[i], &name,
