@@ -21,7 +21,13 @@ frequent adjacent pair (ties: the smallest pair of byte strings), until
 the vocabulary has its size.  Deterministic: no hashing order is used.
 """
 
+import os
 import re
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), "bench"))
+from tok_peer import bytes_to_unicode  # noqa: E402
 
 # GPT-2's pre-tokenizer with ASCII classes for \p{L} and \p{N}
 PIECE = re.compile(r"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+"
@@ -30,17 +36,9 @@ PIECE = re.compile(r"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+"
 
 def byte_alphabet():
     """GPT-2's map from bytes to printable characters (how byte-level
-    token texts are written in GGUF and tokenizer.json)."""
-    keep = (list(range(ord("!"), ord("~") + 1))
-            + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1)))
-    out, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            out[b] = chr(b)
-        else:
-            out[b] = chr(256 + extra)
-            extra += 1
-    return out
+    token texts are written in GGUF and tokenizer.json): the table of
+    t/bench/tok_peer.py."""
+    return bytes_to_unicode()
 
 
 class Tokenizer:
