@@ -2,21 +2,22 @@
 corpus: the default model's training text, generated from a small
 grammar with a seeded random.Random, so that the same seed gives the same
 documents on any machine (Python's Mersenne Twister and its choice() are
-stable across versions for the calls used here: random(), randrange(),
-choice(), shuffle()).
+stable since Python 3.2 for the calls used here: random(), randrange(),
+choice()).
 
-Three kinds of document, all plain ASCII:
+Two kinds of document, all plain ASCII, joined by <|endoftext|> when
+packed for training (train.py):
   - stories: a protagonist (name, animal, pronoun kept consistent), a
     place, an object, a friend, and one of a few plots told in short
     sentences with some dialogue;
   - chats in the model's chat template (ChatML, CHAT_TEMPLATE below):
     a user turn (greetings, small facts, questions answered from the
     question itself, story requests) and the assistant's answer, ended by
-    <|im_end|>; some with a system turn, some with two exchanges;
-  - the documents are separated by <|endoftext|> when packed for training.
+    <|im_end|>; some with a system turn, some with two exchanges.
 
-Invariants: every word any document contains is in words() (the test of
-the trained model checks its answers against that set); every chat
+Invariants: a document's words come only from the word lists and the
+sentence patterns below (words() collects them, and the test of the
+trained model checks its answers against that set); every chat
 document ends with the assistant's <|im_end|> and a newline, exactly as
 the template renders a finished turn.
 """
