@@ -16,7 +16,7 @@
 #        unit-tsan / interop / itest / sdk / bench / test-build /
 #        fixtures-test / fuzz / cuda-check / gpu-check / clean
 #   make model   retrain the committed default model from its seed
-#                (t/train/, docs/models.md; some 9 minutes on one core)
+#                (t/train/, docs/models.md; 9-14 minutes on one core)
 #
 # KVSERVE_CUDA=0 skips the CUDA sources even when nvcc is present.  The
 # CUDA backend is a shared object of its own (kernels/*.cu and
