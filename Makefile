@@ -3,7 +3,8 @@
 #   make deps    install the Debian packages (and the PyPI test helper)
 #   make all     libkvserve.a, the kvserve tool, the nginx module and,
 #                with nvcc, the CUDA backend's libkvserve_cuda.so
-#   make run     start nginx with the module on 127.0.0.1:8080
+#   make run     start nginx with the module on 127.0.0.1:8080, serving
+#                the trained default model conf/models/kvserve-stories.gguf
 #   make stop    stop it
 #   make test    the layer check, unit (plain, ASan+UBSan with gcc and
 #                with clang, TSan), GGUF interop, Test::Nginx, the openai
@@ -14,6 +15,8 @@
 #   make layers / unit / unit-asan / unit-asan-clang / unit-asan-pair /
 #        unit-tsan / interop / itest / sdk / bench / test-build /
 #        fixtures-test / fuzz / cuda-check / gpu-check / clean
+#   make model   retrain the committed default model from its seed
+#                (t/train/, docs/models.md; 9-14 minutes on one core)
 #
 # KVSERVE_CUDA=0 skips the CUDA sources even when nvcc is present.  The
 # CUDA backend is a shared object of its own (kernels/*.cu and
@@ -71,6 +74,8 @@ TSAN_LIB     := $(B)/tsan/libkvserve.a
 CLI          := $(B)/kvserve
 MODULE       := $(B)/ngx_http_kvserve_module.so
 DEFAULT_MODEL := $(B)/models/default.gguf
+# the model `make run` serves, trained by `make model` and committed
+STORIES      := conf/models/kvserve-stories.gguf
 UNIT_BINS    := $(UNIT_SRCS:t/unit/%.c=$(B)/unit/%)
 ASAN_BINS    := $(UNIT_SRCS:t/unit/%.c=$(B)/asan/unit/%)
 # the tests that run threads: the engine's hand-over, the thread pool and
@@ -108,7 +113,7 @@ endif
 .PHONY: all lib deps run stop test test-build layers unit unit-asan \
         unit-asan-clang unit-asan-pair unit-tsan interop itest \
         sdk bench cuda-check gpu-check \
-        fixtures fixtures-test fuzz clean
+        fixtures fixtures-test fuzz clean model
 
 all: $(LIB) $(CLI) $(MODULE) $(DEFAULT_MODEL) $(CUDA_SO)
 
@@ -295,6 +300,10 @@ interop: $(CLI) $(B)/gguf_sample $(B)/quant_sample $(B)/unit/test_rope \
 	$(TEST_ENV) $(VENV)/bin/python t/unit/test_rope_python.py \
 	    $(B)/unit/test_rope
 	$(TEST_ENV) $(VENV)/bin/python t/unit/test_logits_numpy.py
+	$(TEST_ENV) OPENBLAS_NUM_THREADS=1 \
+	    $(VENV)/bin/python t/train/test_llama_grad.py
+	$(TEST_ENV) OPENBLAS_NUM_THREADS=1 KVS_STORIES=$(abspath $(STORIES)) \
+	    $(VENV)/bin/python t/train/test_stories.py
 
 # The real Test::Nginx when installed; otherwise our compatible runner.
 PROVE_INC := $(shell perl -MTest::Nginx::Socket -e1 2>/dev/null \
@@ -323,6 +332,9 @@ sdk: $(MODULE) $(DEFAULT_MODEL) $(PY_STAMP) $(CLI)
 	$(TEST_ENV) KVS_NGINX=$(NGINX) KVS_MODULE=$(abspath $(MODULE)) \
 	    KVS_MODEL=$(abspath $(DEFAULT_MODEL)) \
 	    $(VENV)/bin/python t/unit/test_openai_tools.py
+	$(TEST_ENV) KVS_NGINX=$(NGINX) KVS_MODULE=$(abspath $(MODULE)) \
+	    OPENBLAS_NUM_THREADS=1 KVS_STORIES=$(abspath $(STORIES)) \
+	    $(VENV)/bin/python t/train/test_stories.py --server
 
 # the test data, from the public sources in t/fixtures.manifest, into
 # t/fixtures unless FIXTURES is given (the default FIXTURES may be the
@@ -564,6 +576,16 @@ $(PY_STAMP):
 	$(VENV)/bin/python -m pip install -q $(PY_PKGS)
 	rm -f $(VENV)/.ok*
 	touch $@
+
+# --- the default model ---------------------------------------------------
+
+# corpus -> tokenizer -> numpy training -> GGUF, all from the seed in
+# t/train/train.py; the same bytes again on the same numpy and BLAS build
+# (BLAS pinned to one thread there).  The file is committed, so neither
+# `all` nor `run` depends on this.
+model: $(PY_STAMP)
+	@mkdir -p $(dir $(STORIES))
+	$(VENV)/bin/python t/train/train.py $(STORIES)
 
 # --- running -------------------------------------------------------------
 
