@@ -137,14 +137,18 @@ lib: $(LIB) $(CUDA_SO)
 
 # Objects are rebuilt when the flags change (KVSERVE_CUDA=0 after 1, say).
 FLAGS_STAMP  := $(B)/.flags
+# nginx's configure runs again when the module's options change.  Neither
+# stamp is written by a make of install, uninstall or deb alone: they
+# build in trees of their own, whose sub-makes write those trees' stamps.
+NGX_STAMP    := $(B)/.ngx-flags
+NGX_LINE     := $(NGX_CC_OPT) | $(NGX_LD_OPT) | $(KVS_ENGINE_DIR)
+ifneq ($(filter-out install uninstall deb,$(or $(MAKECMDGOALS),all)),)
 $(shell mkdir -p $(B); echo '$(CC) $(KVS_CFLAGS) $(CFLAGS)' \
         | cmp -s - $(FLAGS_STAMP) \
         || echo '$(CC) $(KVS_CFLAGS) $(CFLAGS)' > $(FLAGS_STAMP))
-# and nginx's configure runs again when the module's options change
-NGX_STAMP    := $(B)/.ngx-flags
-NGX_LINE     := $(NGX_CC_OPT) | $(NGX_LD_OPT) | $(KVS_ENGINE_DIR)
 $(shell echo '$(NGX_LINE)' | cmp -s - $(NGX_STAMP) \
         || echo '$(NGX_LINE)' > $(NGX_STAMP))
+endif
 
 $(B)/obj/%.o: %.c $(LIB_HDRS) $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)

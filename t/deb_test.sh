@@ -8,9 +8,10 @@
 # `nginx -t`, starting and stopping.
 #
 # Owns, while it runs: the package, /etc/nginx/sites-enabled/kvserve-deb-test,
-# the system nginx (started only briefly, on the test's port only: the
-# default site's link is set aside meanwhile) and a model directory under
-# /tmp.
+# the system nginx (started briefly, on the test's port only: the default
+# site's link is set aside while the test's site is served; the last
+# start, without the package, has the default site back unless another
+# process holds port 80) and a model directory under /tmp.
 # Invariants: the host is left as found, on success or failure (an EXIT
 # trap): the package purged, the site and model gone, the default site's
 # link back, nginx stopped, nginx's logs cut back to their sizes, the
@@ -75,8 +76,10 @@ stop_nginx() {      # status 1 when nginx or an engine does not stop
             kill -0 "$p" 2>/dev/null || break
             sleep 0.05
         done
-        kill -0 "$p" 2>/dev/null && { say "engine $p outlived nginx"; \
-                                       return 1; }
+        if kill -0 "$p" 2>/dev/null; then
+            say "engine $p outlived nginx"
+            return 1
+        fi
     done
     ! kill -0 "$master" 2>/dev/null
 }
@@ -118,12 +121,21 @@ restore() {
 }
 trap restore EXIT
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket()
-s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+free_port() {       # a free port, or status 1 when port $1 is taken
+    python3 -c 'import socket, sys; s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("", int(sys.argv[1]))); print(s.getsockname()[1])' "${1:-0}" \
+        2> /dev/null
 }
 
-nginx_cycle() {     # nginx -t, start, stop, with /etc/nginx/nginx.conf
+set_default_aside() {   # Debian's default site listens on port 80
+    if [ -e "$default_site" ] || [ -L "$default_site" ]; then
+        mv "$default_site" "$tmp/default"
+        default_moved=1
+    fi
+}
+
+nginx_cycle() {     # nginx -t and a start, with /etc/nginx/nginx.conf
     "$nginx" -t -q || fail "nginx -t: $1"
     started=1
     "$nginx" || fail "nginx does not start: $1"
@@ -171,11 +183,9 @@ sed -e "s|/var/lib/kvserve/models/default.gguf|$tmp/models/default.gguf|" \
     -e "s|listen  127.0.0.1:8080;|listen  127.0.0.1:$port;|" \
     -e "s|^#kvserve_kv_cache .*|kvserve_kv_cache  16m;\nkvserve_threads  1;|" \
     "$example" > "$site"
-grep -q "127.0.0.1:$port;" "$site" || fail "the example's listen changed"
-if [ -e "$default_site" ] || [ -L "$default_site" ]; then
-    mv "$default_site" "$tmp/default"       # its port 80 is not ours
-    default_moved=1
-fi
+grep -q "127.0.0.1:$port;" "$site" && grep -qF "$tmp/models/" "$site" \
+    || fail "the example's listen or kvserve_model line changed"
+set_default_aside
 
 nginx_cycle "with the package and the site"
 say "nginx serves on 127.0.0.1:$port ($(( $(date +%s) - t0 )) s)"
@@ -226,7 +236,13 @@ left=$(ls -d "$module" "$link" "$link.removed" "$engine_dir" \
 dpkg-query -W "$pkg" > /dev/null 2>&1 && fail "dpkg still knows $pkg"
 say "removed and purged ($(( $(date +%s) - t0 )) s)"
 
-# --- the system nginx without it ---------------------------------------
+# --- the system nginx without it, with its default site unless another
+# process holds port 80 ---------------------------------------------------
+if [ "$default_moved" = 1 ]; then
+    mv "$tmp/default" "$default_site"
+    default_moved=0
+    free_port 80 > /dev/null || set_default_aside
+fi
 nginx_cycle "after the purge"
 stop_nginx || fail "stopping nginx after the purge"
 started=0
