@@ -582,12 +582,12 @@ DOC_FILES      := $(wildcard docs/*.md docs/*.png)
 
 .PHONY: install-build install-files
 
-INSTALL_MAKE    = $(MAKE) B=$(INSTALL_B) \
+INSTALL_VARS    = B=$(INSTALL_B) \
                   KVS_CUDA_SO_PATH=$(KVS_LIBDIR)/libkvserve_cuda.so
 
 install:
-	@$(INSTALL_MAKE) install-build
-	@$(INSTALL_MAKE) -s install-files
+	@$(MAKE) $(INSTALL_VARS) install-build
+	@$(MAKE) -s $(INSTALL_VARS) install-files
 
 install-build: $(CLI) $(MODULE) $(CUDA_SO)
 
@@ -613,9 +613,12 @@ uninstall:
 	    $(DESTDIR)$(KVS_LIBDIR)/libkvserve_cuda.so \
 	    $(DESTDIR)$(KVS_LIBDIR)/libkvserve_cuda_probe.so \
 	    $(DESTDIR)$(NGX_MODCONFDIR)/mod-http-kvserve.conf \
-	    $(DESTDIR)$(MANDIR)/man1/kvserve.1
-	rm -rf $(DESTDIR)$(DOCDIR)
-	-rmdir $(DESTDIR)$(KVS_LIBDIR) 2>/dev/null
+	    $(DESTDIR)$(MANDIR)/man1/kvserve.1 \
+	    $(DESTDIR)$(DOCDIR)/README.md \
+	    $(addprefix $(DESTDIR)$(DOCDIR)/,$(DOC_FILES)) \
+	    $(DESTDIR)$(DOCDIR)/examples/kvserve-site.conf
+	rmdir $(DESTDIR)$(DOCDIR)/docs $(DESTDIR)$(DOCDIR)/examples \
+	    $(DESTDIR)$(DOCDIR) $(DESTDIR)$(KVS_LIBDIR) 2>/dev/null || true
 
 # The package: `make install` into DEB_STAGE in Debian's layout, built
 # with dpkg-buildflags' hardened flags and with no rpath to the CUDA
