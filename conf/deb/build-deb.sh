@@ -61,7 +61,12 @@ fill "$here/changelog.in" > "$work/debian/changelog"
 # Debian package; the engine loads them only when it uses a GPU
 printf '%s\n' 'libcudart 13' 'libcublas 13' 'libcublasLt 13' \
     > "$work/debian/shlibs.local"
-echo "nginx:abi=$abi" > "$work/debian/substvars"
+cuda_suggests=
+if compgen -G "$stage/usr/lib/*/kvserve/libkvserve_cuda.so" > /dev/null; then
+    cuda_suggests="cuda-cudart-13-0, libcublas-13-0"
+fi
+printf '%s\n' "nginx:abi=$abi" "cuda:Suggests=$cuda_suggests" \
+    > "$work/debian/substvars"
 # DEBIAN/ marks the package's root for dpkg-shlibdeps
 rm -rf "$stage/DEBIAN"
 install -d -m 755 "$stage/DEBIAN"
