@@ -224,13 +224,13 @@ DEBIAN_FRONTEND=noninteractive dpkg -r "$pkg" > "$tmp/dpkg.log" \
     || { cat "$tmp/dpkg.log"; fail "dpkg -r"; }
 [ -e "$module" ] && fail "dpkg -r left $module"
 [ -e "$link" ] || [ -L "$link" ] && fail "dpkg -r left $link"
+[ -L "$link.removed" ] || fail "dpkg -r did not set $link aside"
 "$nginx" -t -q || fail "nginx -t after dpkg -r"
 DEBIAN_FRONTEND=noninteractive dpkg --purge "$pkg" > "$tmp/dpkg.log" \
     || { cat "$tmp/dpkg.log"; fail "dpkg --purge"; }
 installed=0
-left=$(ls -d "$module" "$link" "$link.removed" "$engine_dir" \
+left=$(ls -d "$module" "$link" "$link.removed" "$engine_dir" "$avail" \
            /usr/lib/"$multiarch"/kvserve /usr/bin/kvserve \
-           "$avail" \
            /usr/share/doc/"$pkg" 2>/dev/null || true)
 [ -z "$left" ] || fail "left after purge: $left"
 dpkg-query -W "$pkg" > /dev/null 2>&1 && fail "dpkg still knows $pkg"
