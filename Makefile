@@ -12,6 +12,13 @@
 #                JOBS jobs)
 #   make fixtures  fetch the test data named in t/fixtures.manifest into
 #                t/fixtures (or FIXTURES=DIR), checking each sha256
+#   make install / uninstall  the module, the CUDA backend, the CLI, its
+#                manual, the docs and example configurations, under
+#                DESTDIR and PREFIX (built in a tree of their own,
+#                INSTALL_B, with the installed paths compiled in)
+#   make deb     build/libnginx-mod-http-kvserve_<version>_<arch>.deb
+#                (conf/deb/, docs/deployment.md); deb-test installs it
+#                and serves through Debian's nginx (t/deb_test.sh)
 #   make layers / unit / unit-asan / unit-asan-clang / unit-asan-pair /
 #        unit-tsan / interop / itest / sdk / bench / test-build /
 #        fixtures-test / fuzz / cuda-check / gpu-check / clean
@@ -41,13 +48,25 @@ KVSERVE_CUDA ?= $(if $(wildcard $(NVCC)),1,0)
 FX_HERE      := $(wildcard t/fixtures)
 FIXTURES     ?= $(abspath $(if $(FX_HERE),t/fixtures,../shared/fixtures))
 PORT         ?= 8080
+VERSION      ?= 0.1.0
+# the CUDA backend's path compiled into libkvserve.a (the engine dlopens
+# it), and kvserve_engine_dir's default compiled into the module (empty:
+# the module's own, kvserve_temp under nginx's prefix); install and deb
+# set both to where they put things
+KVS_CUDA_SO_PATH ?= $(BABS)/libkvserve_cuda.so
+KVS_ENGINE_DIR ?=
+# nginx's compiler and linker options for the module; the CUDA objects'
+# search path for cudart and cuBLAS (the package relies on ld.so.conf)
+NGX_CC_OPT   ?= -g -O2 -fPIC
+NGX_LD_OPT   ?= -fPIC
+CUDA_RPATH   ?= -Wl,-rpath,$(CUDA_HOME)/lib64
 
 WARN         := -Wall -Wextra -Wpointer-arith -Wno-unused-parameter \
                 -Wshadow -Wstrict-prototypes -Werror
 CFLAGS       ?= -O2 -g
 KVS_CFLAGS   := -std=gnu11 -fPIC $(WARN) -D_GNU_SOURCE -Isrc \
                 -DKVS_HAVE_CUDA=$(KVSERVE_CUDA) \
-                -DKVS_CUDA_SO=\"$(BABS)/libkvserve_cuda.so\"
+                -DKVS_CUDA_SO=\"$(KVS_CUDA_SO_PATH)\"
 ASAN_FLAGS   := -O1 -g -fsanitize=address,undefined \
                 -fno-sanitize-recover=all -fno-omit-frame-pointer
 TSAN_FLAGS   := -O1 -g -fsanitize=thread
@@ -102,7 +121,7 @@ CUDA_C_SRCS  := $(filter-out $(CUDA_PLAN_SRCS), \
 CUDA_HDRS    := $(wildcard kernels/*.h kernels/*.cuh src/backend/cuda/*.h)
 CUDA_OBJS    := $(CU_SRCS:kernels/%.cu=$(B)/cuda/%.o) \
                 $(CUDA_C_SRCS:%.c=$(B)/cuda/obj/%.o)
-CUDA_LINK    := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
+CUDA_LINK    := -L$(CUDA_HOME)/lib64 $(CUDA_RPATH) \
                 -lcublas -lcudart -lstdc++
 ifeq ($(KVSERVE_CUDA),1)
 CUDA_SO      := $(B)/libkvserve_cuda.so $(B)/libkvserve_cuda_probe.so
@@ -113,7 +132,8 @@ endif
 .PHONY: all lib deps run stop test test-build layers unit unit-asan \
         unit-asan-clang unit-asan-pair unit-tsan interop itest \
         sdk bench cuda-check gpu-check \
-        fixtures fixtures-test fuzz clean model
+        fixtures fixtures-test fuzz clean model install uninstall deb \
+        deb-test
 
 all: $(LIB) $(CLI) $(MODULE) $(DEFAULT_MODEL) $(CUDA_SO)
 
@@ -123,9 +143,18 @@ lib: $(LIB) $(CUDA_SO)
 
 # Objects are rebuilt when the flags change (KVSERVE_CUDA=0 after 1, say).
 FLAGS_STAMP  := $(B)/.flags
+# nginx's configure runs again when the module's options change.  Neither
+# stamp is written by a make of install, uninstall or deb alone: they
+# build in trees of their own, whose sub-makes write those trees' stamps.
+NGX_STAMP    := $(B)/.ngx-flags
+NGX_LINE     := $(NGX_CC_OPT) | $(NGX_LD_OPT) | $(KVS_ENGINE_DIR)
+ifneq ($(filter-out install uninstall deb,$(or $(MAKECMDGOALS),all)),)
 $(shell mkdir -p $(B); echo '$(CC) $(KVS_CFLAGS) $(CFLAGS)' \
         | cmp -s - $(FLAGS_STAMP) \
         || echo '$(CC) $(KVS_CFLAGS) $(CFLAGS)' > $(FLAGS_STAMP))
+$(shell echo '$(NGX_LINE)' | cmp -s - $(NGX_STAMP) \
+        || echo '$(NGX_LINE)' > $(NGX_STAMP))
+endif
 
 $(B)/obj/%.o: %.c $(LIB_HDRS) $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
@@ -167,13 +196,13 @@ $(B)/cuda/obj/%.o: %.c $(CUDA_HDRS) $(LIB_HDRS) $(FLAGS_STAMP)
 	    -c -o $@ $<
 
 $(B)/libkvserve_cuda.so: $(CUDA_OBJS) $(LIB)
-	$(CC) -shared -o $@ $(CUDA_OBJS) $(LIB) -Wl,--no-undefined \
-	    -Wl,--exclude-libs,ALL -Wl,-Bsymbolic $(CUDA_LINK) \
-	    -Wl,--as-needed $(LIBS)
+	$(CC) $(LDFLAGS) -shared -o $@ $(CUDA_OBJS) $(LIB) \
+	    -Wl,--no-undefined -Wl,--exclude-libs,ALL -Wl,-Bsymbolic \
+	    $(CUDA_LINK) -Wl,--as-needed $(LIBS)
 
 $(B)/libkvserve_cuda_probe.so: $(B)/cuda/kvs_cuda_probe.o
-	$(CC) -shared -o $@ $< -Wl,--no-undefined \
-	    -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart \
+	$(CC) $(LDFLAGS) -shared -o $@ $< -Wl,--no-undefined \
+	    -L$(CUDA_HOME)/lib64 $(CUDA_RPATH) -lcudart \
 	    -lstdc++
 
 # every kernel built for sm_90 without a warning, both images in the .so,
@@ -196,7 +225,7 @@ $(VENV)/.cuobjdump:
 # --- command-line tool and the default model -----------------------------
 
 $(CLI): $(CLI_SRCS:%.c=$(B)/obj/%.o) $(LIB)
-	$(CC) -o $@ $^ $(LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 $(DEFAULT_MODEL): $(CLI)
 	@mkdir -p $(dir $@)
@@ -206,12 +235,15 @@ $(DEFAULT_MODEL): $(CLI)
 # nginx's own build compiles the glue (with -Werror) and links the
 # libraries built above; `config` reads KVSERVE_BUILD to find them.
 
-$(B)/nginx/Makefile: config $(FLAGS_STAMP)
+# (CFLAGS leaves configure's environment: given, it would replace nginx's
+# own warning flags and -Werror; the module's options are NGX_CC_OPT)
+$(B)/nginx/Makefile: config $(FLAGS_STAMP) $(NGX_STAMP)
 	@mkdir -p $(B)/nginx
-	cd $(NGINX_SRC) && . ./conf_flags && \
+	cd $(NGINX_SRC) && unset CFLAGS && . ./conf_flags && \
 	KVSERVE_BUILD=$(BABS) KVSERVE_CUDA=$(KVSERVE_CUDA) \
-	CUDA_HOME=$(CUDA_HOME) ./configure \
-	    --with-cc-opt="-g -O2 -fPIC" --with-ld-opt="-fPIC" \
+	CUDA_HOME=$(CUDA_HOME) KVSERVE_ENGINE_DIR='$(KVS_ENGINE_DIR)' \
+	./configure \
+	    --with-cc-opt='$(NGX_CC_OPT)' --with-ld-opt='$(NGX_LD_OPT)' \
 	    "$${NGX_CONF_FLAGS[@]}" \
 	    --add-dynamic-module=$(CURDIR) \
 	    --builddir=$(BABS)/nginx \
@@ -549,6 +581,105 @@ $(B)/fuzz/fuzz_api_req: t/fuzz/fuzz_api_req.c $(FUZZ_REQ_SRCS) $(LIB_HDRS)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_REQ_SRCS) $(LIBS)
 
+# --- installing and the Debian package -----------------------------------
+# `make install` builds in a tree of its own, INSTALL_B, with the paths it
+# installs to compiled in (the CUDA backend's; kvserve_engine_dir's
+# default when KVS_ENGINE_DIR is given), then copies under DESTDIR.  The
+# module's load_module line goes to NGX_MODCONFDIR; enabling it is the
+# admin's (docs/deployment.md) or the package's (postinst).
+
+PREFIX         ?= /usr/local
+BINDIR         ?= $(PREFIX)/bin
+LIBDIR         ?= $(PREFIX)/lib
+NGX_MODDIR     ?= $(LIBDIR)/nginx/modules
+KVS_LIBDIR     ?= $(LIBDIR)/kvserve
+DATADIR        ?= $(PREFIX)/share
+NGX_MODCONFDIR ?= $(DATADIR)/nginx/modules-available
+MANDIR         ?= $(DATADIR)/man
+DOCDIR         ?= $(DATADIR)/doc/kvserve
+NGX_LOAD       ?= $(NGX_MODDIR)/ngx_http_kvserve_module.so
+INSTALL_B      ?= $(B)/install
+INSTALL        ?= install
+DOC_FILES      := $(wildcard docs/*.md docs/*.png)
+
+.PHONY: install-build install-files
+
+INSTALL_VARS    = B=$(INSTALL_B) \
+                  KVS_CUDA_SO_PATH=$(KVS_LIBDIR)/libkvserve_cuda.so
+
+install:
+	@$(MAKE) $(INSTALL_VARS) install-build
+	@$(MAKE) -s $(INSTALL_VARS) install-files
+
+install-build: $(CLI) $(MODULE) $(CUDA_SO)
+
+install-files:
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(NGX_MODDIR) \
+	    $(DESTDIR)$(NGX_MODCONFDIR) $(DESTDIR)$(MANDIR)/man1 \
+	    $(DESTDIR)$(DOCDIR)/docs $(DESTDIR)$(DOCDIR)/examples
+	$(INSTALL) -m 755 $(CLI) $(DESTDIR)$(BINDIR)/kvserve
+	$(INSTALL) -m 644 $(MODULE) $(DESTDIR)$(NGX_MODDIR)/
+	$(if $(CUDA_SO),$(INSTALL) -d $(DESTDIR)$(KVS_LIBDIR) && \
+	    $(INSTALL) -m 644 $(CUDA_SO) $(DESTDIR)$(KVS_LIBDIR)/)
+	echo 'load_module $(NGX_LOAD);' > \
+	    $(DESTDIR)$(NGX_MODCONFDIR)/mod-http-kvserve.conf
+	chmod 644 $(DESTDIR)$(NGX_MODCONFDIR)/mod-http-kvserve.conf
+	$(INSTALL) -m 644 docs/kvserve.1 $(DESTDIR)$(MANDIR)/man1/
+	$(INSTALL) -m 644 README.md $(DESTDIR)$(DOCDIR)/
+	$(INSTALL) -m 644 $(DOC_FILES) $(DESTDIR)$(DOCDIR)/docs/
+	$(INSTALL) -m 644 conf/kvserve-site.conf $(DESTDIR)$(DOCDIR)/examples/
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/kvserve \
+	    $(DESTDIR)$(NGX_MODDIR)/ngx_http_kvserve_module.so \
+	    $(DESTDIR)$(KVS_LIBDIR)/libkvserve_cuda.so \
+	    $(DESTDIR)$(KVS_LIBDIR)/libkvserve_cuda_probe.so \
+	    $(DESTDIR)$(NGX_MODCONFDIR)/mod-http-kvserve.conf \
+	    $(DESTDIR)$(MANDIR)/man1/kvserve.1 \
+	    $(DESTDIR)$(DOCDIR)/README.md \
+	    $(addprefix $(DESTDIR)$(DOCDIR)/,$(DOC_FILES)) \
+	    $(DESTDIR)$(DOCDIR)/examples/kvserve-site.conf
+	rmdir $(DESTDIR)$(DOCDIR)/docs $(DESTDIR)$(DOCDIR)/examples \
+	    $(DESTDIR)$(DOCDIR) $(DESTDIR)$(KVS_LIBDIR) 2>/dev/null || true
+
+# The package: `make install` into DEB_STAGE in Debian's layout, built
+# with dpkg-buildflags' hardened flags and with no rpath to the CUDA
+# toolkit (ld.so.conf finds it), then conf/deb/build-deb.sh.
+DEB_PKG        := libnginx-mod-http-kvserve
+DEB_REVISION   ?= 1
+DEB_VERSION    := $(VERSION)-$(DEB_REVISION)
+DEB_ARCH       := $(shell dpkg --print-architecture 2>/dev/null)
+DEB_MULTIARCH  := $(shell dpkg-architecture -qDEB_HOST_MULTIARCH \
+                    2>/dev/null)
+DEB            := $(B)/$(DEB_PKG)_$(DEB_VERSION)_$(DEB_ARCH).deb
+DEB_B          := $(BABS)/deb
+DEB_STAGE      := $(DEB_B)/src/debian/$(DEB_PKG)
+DEB_FLAGS       = $(shell DEB_BUILD_MAINT_OPTIONS=hardening=+all \
+                    dpkg-buildflags --get $(1))
+# the package's Maintainer: the last commit's author unless given
+MAINTAINER     ?= $(shell git log -1 --format='%an <%ae>' 2>/dev/null)
+
+deb:
+	rm -rf $(DEB_STAGE)
+	$(MAKE) install INSTALL_B=$(DEB_B)/build DESTDIR=$(DEB_STAGE) \
+	    PREFIX=/usr KVS_LIBDIR=/usr/lib/$(DEB_MULTIARCH)/kvserve \
+	    DOCDIR=/usr/share/doc/$(DEB_PKG) \
+	    NGX_LOAD=modules/ngx_http_kvserve_module.so \
+	    KVS_ENGINE_DIR=/var/lib/nginx/kvserve CUDA_RPATH= \
+	    CFLAGS="$(call DEB_FLAGS,CFLAGS) $(call DEB_FLAGS,CPPFLAGS)" \
+	    LDFLAGS="$(call DEB_FLAGS,LDFLAGS)" \
+	    NGX_CC_OPT="$(call DEB_FLAGS,CFLAGS) -fPIC \
+	        $(call DEB_FLAGS,CPPFLAGS)" \
+	    NGX_LD_OPT="$(call DEB_FLAGS,LDFLAGS) -fPIC"
+	MAINTAINER='$(MAINTAINER)' NGX_SRC=$(NGINX_SRC) \
+	    bash conf/deb/build-deb.sh $(DEB_B)/src $(abspath $(DEB)) \
+	    $(DEB_VERSION)
+
+# install the package on this host, serve through Debian's nginx, remove
+# it; leaves the host as it was (t/deb_test.sh; root, after make test)
+deb-test: deb $(DEFAULT_MODEL)
+	bash t/deb_test.sh $(abspath $(DEB)) $(abspath $(DEFAULT_MODEL))
+
 # --- dependencies --------------------------------------------------------
 
 DEB_PKGS := gcc make perl curl pkg-config python3 python3-venv \
@@ -557,7 +688,7 @@ DEB_PKGS := gcc make perl curl pkg-config python3 python3-venv \
             redis-server \
             libtest-base-perl libtext-diff-perl libwww-perl \
             libhttp-message-perl liburi-perl liblist-moreutils-perl \
-            libtest-longstring-perl libipc-run-perl clang
+            libtest-longstring-perl libipc-run-perl clang lintian
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \

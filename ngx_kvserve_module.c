@@ -36,7 +36,8 @@
  *                                       auto: CUDA when a device answers
  *   kvserve_device <n>;                 http: the CUDA device ordinal
  *   kvserve_engine_dir <path>;          http: the engine's socket and
- *                                       lease file
+ *                                       lease file; default the build's
+ *                                       NGX_HTTP_KVSERVE_ENGINE_DIR
  *   kvserve_engine_wait <time>;         http: how long a request waits
  *                                       for an engine before a 503
  *   kvserve_engine_timeout <time>;      http: no output for this long
@@ -119,6 +120,13 @@
  * milliseconds (t/bench/chat_messages.sh) */
 #define NGX_HTTP_KVSERVE_MAX_MESSAGES  2048
 #define NGX_HTTP_KVSERVE_MESSAGES_HIGH 1000000
+
+/* kvserve_engine_dir's default, relative to nginx's prefix unless
+ * absolute: `config` defines it from KVSERVE_ENGINE_DIR (the Debian
+ * package's is /var/lib/nginx/kvserve) */
+#ifndef NGX_HTTP_KVSERVE_ENGINE_DIR
+#define NGX_HTTP_KVSERVE_ENGINE_DIR    "kvserve_temp"
+#endif
 
 
 static char *ngx_http_kvserve_kv_size(ngx_conf_t *cf,
@@ -486,7 +494,7 @@ ngx_http_kvserve_init_main_conf(ngx_conf_t *cf, void *conf)
             return NGX_CONF_ERROR;
         }
 
-        ngx_str_set(&kmcf->engine_dir->name, "kvserve_temp");
+        ngx_str_set(&kmcf->engine_dir->name, NGX_HTTP_KVSERVE_ENGINE_DIR);
 
         if (ngx_conf_full_name(cf->cycle, &kmcf->engine_dir->name, 0)
             != NGX_OK)
