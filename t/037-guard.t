@@ -64,6 +64,24 @@ like($out, qr/invalid parameter "output=fast" in "kvserve_guard"/,
 ($failed, $out) = $t->nginx_t(
     "kvserve_guard_zone g patterns=$root/conf/win.rules;");
 ok(!$failed, 'an unbounded pattern with window= passes') or diag($out);
+# a gateway would pass what it cannot prepare on unguarded: refused
+($failed, $out) = $t->nginx_t(
+    "kvserve_model kvserve-tiny $model;\n"
+    . "    kvserve_guard_zone g patterns=$root/conf/win.rules;\n"
+    . "    upstream b { kvserve_prefix_balance; server 127.0.0.1:1; }\n"
+    . "    server { location /v1/ { kvserve_route redis=127.0.0.1:1;\n"
+    . "        proxy_pass http://b; kvserve_guard zone=g output=stop; } }");
+ok($failed, 'kvserve_guard in a kvserve_route location fails nginx -t');
+like($out, qr/apply where kvserve serves, not in a kvserve_route location/,
+     '... saying where it applies') or diag($out);
+
+($failed, $out) = $t->nginx_t("kvserve_max_tokens 0;");
+ok($failed, 'kvserve_max_tokens 0 fails nginx -t');
+like($out, qr/invalid value "0" in "kvserve_max_tokens" directive, it must be a number from 1 to 2147483647/,
+     '... naming the value');
+($failed, $out) = $t->nginx_t("kvserve_max_prompt_tokens many;");
+like($out, qr/invalid value "many" in "kvserve_max_prompt_tokens"/,
+     'kvserve_max_prompt_tokens: a word fails, named');
 
 # ---- the unguarded output, greedy ----------------------------------------
 

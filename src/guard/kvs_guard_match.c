@@ -2,16 +2,15 @@
  * kvs_guard_match: finding a set's matches in a whole text and in a
  * stream of chunks, with the same answer for every chunking.
  *
- * The search (kvs_guard_next) from a position: the set's alternation,
- * unanchored, gives the leftmost start at which some rule matches or,
- * with PCRE2_PARTIAL_HARD, might match once more text comes; PCRE2 tries
- * the rules in file order at each start and returns a partial match as
- * soon as the first rule that has not failed there reaches the end of
- * the text.  A full match of rule i no longer than its window is the
- * answer.  Otherwise the start is decided rule by rule, each anchored
- * there and seeing only its window (kvs_guard_at): the text cut W bytes
+ * The search (kvs_guard_next) tries every start from a position, left
+ * to right, and decides each one rule by rule (kvs_guard_at), in file
+ * order, over the rules whose match may begin with the byte there
+ * (PCRE2's start bitmaps: a handful of 100 rules at most bytes, where
+ * one alternation of all of them would try every rule at every start),
+ * each anchored there and seeing only its window: the text cut W bytes
  * after the start (PCRE2_NOTEOL: the cut is not an end) when those
- * bytes are all there, else the text so far with PCRE2_PARTIAL_HARD.
+ * bytes are all there, else the text so far with PCRE2_PARTIAL_HARD
+ * (never for a whole text, which has no more to come).
  *
  * Why a stream gets the whole text's answer: a decision at a start s
  * reads only the bytes of [s, s + W) and the character before s.  A
@@ -21,14 +20,11 @@
  * bytes are all there, the same bytes the whole text gives; otherwise
  * it holds the text from s back, less than W bytes (a partial at s
  * with s + W past the end), and decides when more comes or the text
- * ends.  A partial shorter than the smallest window of the set is held
- * without asking each rule, since no rule's window cuts it.  Matches
- * no longer than their window come out the same from the alternation
- * and from the rule alone: the rules before it failed at s without
- * reaching further (else PCRE2 had said partial), and failing on more
- * text means failing on less for the subset (no lookarounds, no
- * backreferences; with window=, no end assertions, atomic groups or
- * possessive quantifiers, kvs_guard_len.c).
+ * ends.  A rule may use no lookaround nor backreference
+ * (kvs_guard_len.c), so what it reads is the window and the one
+ * character before the start; and a window= rule no $, which would see
+ * the cut as an end (with \b, \B, atomic groups and possessive
+ * quantifiers, kept out of window= rules to be safe).
  *
  * Invariants: a stream's buffer never grows (cap fixed at init); bytes
  * before pos were emitted and only KVS_GUARD_CTX of them are kept; the
@@ -68,20 +64,23 @@ kvs_guard_limit(kvs_err_t *err, int rc)
 }
 
 
-/* Rule by rule at start s, each within its window. */
+/* Rule by rule at start s < len, each within its window: those whose
+ * match may begin with b[s], in file order (the others cannot match
+ * there, nor partially). */
 static int
 kvs_guard_at(const kvs_guard_t *g, pcre2_match_data *md,
     const unsigned char *b, size_t len, size_t s, int final,
     kvs_gfound_t *f, kvs_err_t *err)
 {
     int          rc;
-    size_t       i, lim, sub;
+    size_t       i, k, lim, sub;
     uint32_t     opts;
     PCRE2_SIZE  *ov;
 
-    for (i = 0; i < g->n; i++) {
+    for (k = g->cand_off[b[s]]; k < g->cand_off[b[s] + 1]; k++) {
+        i = g->cand[k];
         lim = s + g->rules[i].window;
-        opts = PCRE2_ANCHORED | PCRE2_NOTEMPTY;
+        opts = PCRE2_NOTEMPTY;
 
         if (lim < len || (lim == len && !final)) {
             sub = lim;
@@ -127,78 +126,23 @@ kvs_guard_at(const kvs_guard_t *g, pcre2_match_data *md,
 }
 
 
-/* The rule whose group took part in the alternation's match. */
-static uint32_t
-kvs_guard_which(const kvs_guard_t *g, const PCRE2_SIZE *ov)
-{
-    size_t  i;
-
-    for (i = 0; i < g->n; i++) {
-        if (ov[2 * g->grp[i]] != PCRE2_UNSET) {
-            return (uint32_t) i;
-        }
-    }
-
-    return 0;
-}
-
-
-/* The leftmost match or partial match from pos. */
+/* The leftmost match, or partial match, from pos. */
 static int
 kvs_guard_next(const kvs_guard_t *g, pcre2_match_data *md,
     const unsigned char *b, size_t len, size_t pos, int final,
     kvs_gfound_t *f, kvs_err_t *err)
 {
-    int          rc;
-    size_t       s, s0;
-    uint32_t     rule;
-    PCRE2_SIZE  *ov;
+    int     rc;
+    size_t  s;
 
-    s = pos;
-
-    while (s <= len) {
-        rc = pcre2_match(g->all, b, len, s,
-                         PCRE2_NOTEMPTY | (final ? 0 : PCRE2_PARTIAL_HARD),
-                         md, g->mctx);
-
-        if (rc == PCRE2_ERROR_NOMATCH) {
-            break;
-        }
-
-        if (rc < 0 && rc != PCRE2_ERROR_PARTIAL) {
-            return kvs_guard_limit(err, rc);
-        }
-
-        ov = pcre2_get_ovector_pointer(md);
-        s = ov[0];
-
-        if (rc == PCRE2_ERROR_PARTIAL) {
-            if (len - s < g->window_min) {
-                f->kind = KVS_GF_PARTIAL;
-                f->start = s;
-                return KVS_OK;
-            }
-
-        } else {
-            rule = kvs_guard_which(g, ov);
-            if (ov[1] - s <= g->rules[rule].window) {
-                f->kind = KVS_GF_MATCH;
-                f->rule = rule;
-                f->start = s;
-                f->end = ov[1];
-                return KVS_OK;
-            }
+    for (s = pos; s < len; s++) {
+        if (g->cand_off[b[s]] == g->cand_off[b[s] + 1]) {
+            continue;
         }
 
         rc = kvs_guard_at(g, md, b, len, s, final, f, err);
         if (rc != KVS_OK || f->kind != KVS_GF_NONE) {
             return rc;
-        }
-
-        /* nothing at s within the windows: from the next character */
-        s0 = s++;
-        while (s < len && (b[s] & 0xc0) == 0x80 && s - s0 < 4) {
-            s++;
         }
     }
 

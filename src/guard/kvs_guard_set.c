@@ -1,8 +1,9 @@
 /*
  * kvs_guard_set: reading a pattern file into a compiled rule set
  * (kvs_guard.h gives the syntax): each rule measured (kvs_guard_len.c),
- * compiled alone and JIT-compiled, then all of them as one alternation
- * whose groups say which rule matched.
+ * compiled (PCRE2's errors and its start bitmap), then compiled again
+ * anchored, JIT, for matching; and for each byte, the rules whose match
+ * may begin with it.
  *
  * Invariants: a set is all or nothing: the first bad line fails the
  * whole compile, naming "FILE:LINE", and frees what was built; a
@@ -33,15 +34,15 @@ kvs_guard_blank(int c)
 }
 
 
-/* One PCRE2 compile of pat[len] (with "\E" after it, which ends a \Q
- * left open and is ignored otherwise); JIT where the platform has it. */
+/* One PCRE2 compile of pat[len]; JIT where the platform has it. */
 static pcre2_code *
-kvs_guard_pcre(const char *pat, size_t len, int *ecode, size_t *eoff)
+kvs_guard_pcre(const char *pat, size_t len, uint32_t opts, int *ecode,
+    size_t *eoff)
 {
     pcre2_code  *code;
 
-    code = pcre2_compile((PCRE2_SPTR) pat, len, KVS_GUARD_COMPILE, ecode,
-                         eoff, NULL);
+    code = pcre2_compile((PCRE2_SPTR) pat, len, KVS_GUARD_COMPILE | opts,
+                         ecode, eoff, NULL);
     if (code != NULL) {
         /* without JIT the interpreter answers the same */
         (void) pcre2_jit_compile(code, PCRE2_JIT_COMPLETE
@@ -69,9 +70,82 @@ kvs_guard_pcre_err(kvs_err_t *err, const char *name, uint32_t line,
 
 
 /* One rule line (blanks and CR already cut, not empty, not a comment). */
+/* The bytes a match of code may begin with, as a 256-bit map. */
+static void
+kvs_guard_first_bytes(const pcre2_code *code, uint8_t *bits)
+{
+    int             c;
+    uint32_t        type, unit;
+    const uint8_t  *map;
+
+    map = NULL;
+    if (pcre2_pattern_info(code, PCRE2_INFO_FIRSTBITMAP, &map) == 0
+        && map != NULL)
+    {
+        memcpy(bits, map, 32);
+        return;
+    }
+
+    type = 0;
+    unit = 0;
+    (void) pcre2_pattern_info(code, PCRE2_INFO_FIRSTCODETYPE, &type);
+
+    if (type != 1
+        || pcre2_pattern_info(code, PCRE2_INFO_FIRSTCODEUNIT, &unit) != 0
+        || unit > 0xff)
+    {
+        memset(bits, 0xff, 32);
+        return;
+    }
+
+    /* one byte; caseless or not (PCRE2 does not say): both ASCII cases
+     * and every non-ASCII lead byte (U+212A for k, and such) */
+    memset(bits, 0, 32);
+    bits[unit >> 3] |= (uint8_t) (1u << (unit & 7));
+    c = (unit >= 'a' && unit <= 'z') ? (int) unit - 32
+        : (unit >= 'A' && unit <= 'Z') ? (int) unit + 32 : (int) unit;
+    bits[c >> 3] |= (uint8_t) (1u << (c & 7));
+    memset(bits + (0xc0 >> 3), 0xff, 32 - (0xc0 >> 3));
+}
+
+
+/* cand: each byte's rules, in file order. */
 static int
-kvs_guard_line(kvs_guard_t *g, kvs_buf_t *all, const char *name,
-    uint32_t line, const char *p, const char *end, kvs_err_t *err)
+kvs_guard_cands(kvs_guard_t *g, const uint8_t *bits, kvs_err_t *err)
+{
+    size_t    i, c, k;
+    uint32_t  n;
+
+    n = 0;
+    for (c = 0; c < 256; c++) {
+        g->cand_off[c] = n;
+        for (i = 0; i < g->n; i++) {
+            n += (bits[32 * i + (c >> 3)] >> (c & 7)) & 1;
+        }
+    }
+    g->cand_off[256] = n;
+
+    g->cand = malloc((n ? n : 1) * sizeof(uint16_t));
+    if (g->cand == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "out of memory");
+    }
+
+    for (k = 0, c = 0; c < 256; c++) {
+        for (i = 0; i < g->n; i++) {
+            if ((bits[32 * i + (c >> 3)] >> (c & 7)) & 1) {
+                g->cand[k++] = (uint16_t) i;
+            }
+        }
+    }
+
+    return KVS_OK;
+}
+
+
+static int
+kvs_guard_line(kvs_guard_t *g, uint8_t *bits,
+    const char *name, uint32_t line, const char *p, const char *end,
+    kvs_err_t *err)
 {
     int                ecode, rc;
     char              *q;
@@ -157,7 +231,7 @@ kvs_guard_line(kvs_guard_t *g, kvs_buf_t *all, const char *name,
     rc = kvs_guard_measure(p, n, r->explicit_window, &w, &off, &e);
 
     /* PCRE2's own message first: a pattern that does not compile */
-    g->one[g->n] = kvs_guard_pcre(p, n, &ecode, &eoff);
+    g->one[g->n] = kvs_guard_pcre(p, n, 0, &ecode, &eoff);
     if (g->one[g->n] == NULL) {
         return kvs_guard_pcre_err(err, name, line, ecode, eoff);
     }
@@ -177,23 +251,21 @@ kvs_guard_line(kvs_guard_t *g, kvs_buf_t *all, const char *name,
                            "count", name, line);
     }
 
-    g->grp[g->n] = g->n_pairs;
-    g->n_pairs += 1 + caps;
+    kvs_guard_first_bytes(g->one[g->n], bits);
 
-    if ((g->n > 0 && kvs_buf_append(all, "|", 1) != KVS_OK)
-        || kvs_buf_append(all, "(", 1) != KVS_OK
-        || kvs_buf_append(all, p, n) != KVS_OK
-        || kvs_buf_append(all, "\\E)", 3) != KVS_OK)
-    {
-        return kvs_err_set(err, KVS_ENOMEM, "out of memory");
+    /* matched anchored at a start, which JIT runs when compiled so */
+    pcre2_code_free(g->one[g->n]);
+    g->one[g->n] = kvs_guard_pcre(p, n, PCRE2_ANCHORED, &ecode, &eoff);
+    if (g->one[g->n] == NULL) {
+        return kvs_guard_pcre_err(err, name, line, ecode, eoff);
+    }
+
+    if (1 + caps > g->n_pairs) {
+        g->n_pairs = 1 + caps;
     }
 
     if (r->window > g->window) {
         g->window = r->window;
-    }
-
-    if (g->n == 0 || r->window < g->window_min) {
-        g->window_min = r->window;
     }
 
     g->n++;
@@ -206,10 +278,10 @@ int
 kvs_guard_compile(kvs_guard_t **gp, const char *name, const char *text,
     size_t len, kvs_err_t *err)
 {
-    int           rc, ecode;
-    size_t        n, eoff;
+    int           rc;
+    size_t        n;
+    uint8_t      *bits;
     uint32_t      line;
-    kvs_buf_t     all;
     const char   *p, *end, *e, *nl;
     kvs_guard_t  *g;
 
@@ -232,14 +304,14 @@ kvs_guard_compile(kvs_guard_t **gp, const char *name, const char *text,
     /* one more: the rule being read when a line fails */
     g->rules = calloc(n + 1, sizeof(kvs_guard_rule_t));
     g->one = calloc(n + 1, sizeof(pcre2_code *));
-    g->grp = calloc(n + 1, sizeof(uint32_t));
     g->mctx = pcre2_match_context_create(NULL);
-    memset(&all, 0, sizeof(all));
+    bits = calloc(n + 1, 32);
     g->n_pairs = 1;
 
-    if (g->rules == NULL || g->one == NULL || g->grp == NULL
-        || g->mctx == NULL)
+    if (g->rules == NULL || g->one == NULL || g->mctx == NULL
+        || bits == NULL)
     {
+        free(bits);
         kvs_guard_free(g);
         return kvs_err_set(err, KVS_ENOMEM, "out of memory");
     }
@@ -283,7 +355,7 @@ kvs_guard_compile(kvs_guard_t **gp, const char *name, const char *text,
             break;
         }
 
-        rc = kvs_guard_line(g, &all, name, line, p, e, err);
+        rc = kvs_guard_line(g, bits + 32 * g->n, name, line, p, e, err);
     }
 
     if (rc == KVS_OK && g->n == 0) {
@@ -291,14 +363,10 @@ kvs_guard_compile(kvs_guard_t **gp, const char *name, const char *text,
     }
 
     if (rc == KVS_OK) {
-        g->all = kvs_guard_pcre((const char *) all.data, all.len, &ecode,
-                                &eoff);
-        if (g->all == NULL) {
-            rc = kvs_guard_pcre_err(err, name, 0, ecode, eoff);
-        }
+        rc = kvs_guard_cands(g, bits, err);
     }
 
-    kvs_buf_free(&all);
+    free(bits);
 
     if (rc != KVS_OK) {
         kvs_guard_free(g);
@@ -370,11 +438,10 @@ kvs_guard_free(kvs_guard_t *g)
         pcre2_code_free(g->one[g->n]);
     }
 
-    pcre2_code_free(g->all);
     pcre2_match_context_free(g->mctx);
+    free(g->cand);
     free(g->rules);
     free(g->one);
-    free(g->grp);
     free(g);
 }
 

@@ -4,7 +4,9 @@
  * input's first 8 bytes choose the chunk sizes (1..16 bytes each, from
  * a generator they seed) and the mode; the rest is the text, any bytes.
  * The output, the rules matched and the bound on what is held back
- * must be the same for every chunking; a difference aborts.
+ * must be the same for every chunking, and the whole-text search
+ * (kvs_guard_check) must find the same first rule; a difference
+ * aborts.
  */
 
 #include <stdint.h>
@@ -57,7 +59,9 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     size_t              i, k, n, n_hits;
-    uint32_t            want[64], got[64], hits[64];
+    uint32_t            want[64], got[64];
+    static uint32_t     hits[1024];   /* max_len 512: fewer matches */
+    int32_t             first;
     uint64_t            seed;
     kvs_buf_t           a, b;
     kvs_err_t           err;
@@ -88,9 +92,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memset(want, 0, sizeof(want));
     memset(got, 0, sizeof(got));
 
-    kvs_guard_ref_run(&ref, mode, (const char *) data, size, &a, hits, 64,
+    kvs_guard_ref_run(&ref, mode, (const char *) data, size, &a, hits, 1024,
                       &n_hits);
-    for (i = 0; i < n_hits && i < 64; i++) {
+    for (i = 0; i < n_hits && i < 1024; i++) {
         want[hits[i]]++;
     }
 
@@ -122,6 +126,14 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (want[k] != got[k]) {
             abort();
         }
+    }
+
+    /* the whole-text search: the first match's rule */
+    if (kvs_guard_check(g, (const char *) data, size, &first, &err)
+        != KVS_OK
+        || first != (n_hits > 0 ? (int32_t) hits[0] : -1))
+    {
+        abort();
     }
 
     kvs_guard_stream_free(&st);

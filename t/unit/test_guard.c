@@ -395,6 +395,8 @@ test_random(void **state)
 {
     int               m;
     char              text[128];
+    int32_t           first;
+    kvs_err_t         err;
     size_t            len, cut, k, n_hits, n_cuts, cuts[32], matched;
     uint32_t          hits[64];
     kvs_buf_t         want;
@@ -415,6 +417,11 @@ test_random(void **state)
             kvs_guard_ref_run(&ref, modes[m], text, len, &want, hits, 64,
                               &n_hits);
             matched += (m == 0 && n_hits > 0);
+
+            /* the whole-text search finds the same first rule */
+            assert_int_equal(kvs_guard_check(g, text, len, &first, &err),
+                             KVS_OK);
+            assert_int_equal(first, n_hits > 0 ? (int32_t) hits[0] : -1);
 
             /* whole, every split in two, and random chunkings */
             check_chunked(g, modes[m], text, len, NULL, 0, &want, hits,

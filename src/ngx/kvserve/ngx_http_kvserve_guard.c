@@ -25,6 +25,7 @@
 #include <ngx_http.h>
 
 #include "ngx_http_kvserve_guard.h"
+#include "ngx/route/ngx_http_kvserve_route.h"
 #include "guard/kvs_guard.h"
 
 #define NGX_HTTP_KVSERVE_GUARD_INPUT   0
@@ -75,8 +76,9 @@ static char *ngx_http_kvserve_guard_merge_loc_conf(ngx_conf_t *cf,
     void *parent, void *child);
 
 
-static ngx_conf_num_bounds_t  ngx_http_kvserve_guard_cap = {
-    ngx_conf_check_num_bounds, 1, 0x7fffffff
+/* the caps: "invalid value "V" in "D" directive, it must be ..." */
+static ngx_http_kvserve_uint_bounds_t  ngx_http_kvserve_guard_cap = {
+    1, 0x7fffffff, NGX_CONF_UNSET_UINT
 };
 
 
@@ -99,14 +101,14 @@ static ngx_command_t  ngx_http_kvserve_guard_commands[] = {
 
     { ngx_string("kvserve_max_prompt_tokens"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_num_slot,
+      ngx_http_kvserve_set_uint,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_kvserve_guard_loc_conf_t, max_prompt_tokens),
       &ngx_http_kvserve_guard_cap },
 
     { ngx_string("kvserve_max_tokens"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_num_slot,
+      ngx_http_kvserve_set_uint,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_kvserve_guard_loc_conf_t, max_tokens),
       &ngx_http_kvserve_guard_cap },
@@ -195,12 +197,30 @@ ngx_http_kvserve_guard_merge_loc_conf(ngx_conf_t *cf, void *parent,
     ngx_http_kvserve_guard_loc_conf_t  *prev = parent;
     ngx_http_kvserve_guard_loc_conf_t  *conf = child;
 
+    ngx_http_kvserve_route_loc_conf_t  *rlcf;
+
     ngx_conf_merge_ptr_value(conf->zone, prev->zone, NULL);
     ngx_conf_merge_uint_value(conf->input, prev->input, 0);
     ngx_conf_merge_uint_value(conf->output, prev->output, KVS_GUARD_OFF);
     ngx_conf_merge_uint_value(conf->max_prompt_tokens,
                               prev->max_prompt_tokens, 0);
     ngx_conf_merge_uint_value(conf->max_tokens, prev->max_tokens, 0);
+
+    /* a gateway passes what it cannot prepare to its hosts as it is:
+     * the guard and the caps would be skipped there, silently */
+    rlcf = ngx_http_conf_get_module_loc_conf(cf,
+                                             ngx_http_kvserve_route_module);
+    if (rlcf != NULL && rlcf->enable == 1
+        && ((conf->zone != NULL && (conf->input || conf->output))
+            || conf->max_prompt_tokens > 0 || conf->max_tokens > 0))
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "kvserve_guard, "
+                           "kvserve_max_prompt_tokens and kvserve_max_tokens "
+                           "apply where kvserve serves, not in a "
+                           "kvserve_route location: set them on the engine "
+                           "hosts");
+        return NGX_CONF_ERROR;
+    }
 
     return NGX_CONF_OK;
 }
