@@ -179,7 +179,7 @@ EOC
         location /in/v1/ { kvserve; kvserve_guard zone=g input=reject; }
         location /stop/v1/ { kvserve; kvserve_guard zone=g output=stop; }
         location /redact/v1/ { kvserve; kvserve_guard zone=g output=redact; }
-        location /caps/v1/ { kvserve; kvserve_max_prompt_tokens 8;
+        location /caps/v1/ { kvserve; kvserve_max_prompt_tokens 30;
                              kvserve_max_tokens 4; }
         location /v1/ { kvserve; }
         location = /metrics { kvserve_metrics; }
@@ -246,21 +246,40 @@ is($e->{choices}[0]{message}{content}, $before, '... the text before it');
 $e = eval { $json->decode($body) } || {};
 is($st, 400, 'kvserve_max_tokens: max_tokens over it is refused');
 is($e->{error}{param}, 'max_tokens', '... naming the field');
-like($e->{error}{message}, qr/is 5, over the 4/, '... with both numbers');
+like($e->{error}{message}, qr/max_tokens is 5, over the 4/,
+     '... with both numbers');
+
+($st, $body) = post('/caps/v1/chat/completions', $json->encode({
+    model => 'kvserve-tiny', max_completion_tokens => 9,
+    messages => [ { role => 'user', content => 'hi' } ] }));
+$e = eval { $json->decode($body) } || {};
+is($e->{error}{param}, 'max_completion_tokens',
+   'max_completion_tokens over it: named as sent') or diag($body);
 
 ($st, $body) = post('/caps/v1/completions', $json->encode({
     model => 'kvserve-tiny', max_tokens => 2,
-    prompt => 'one two three four five six seven eight nine ten' }));
+    prompt => join(' ', ('word') x 60) }));
 $e = eval { $json->decode($body) } || {};
 is($st, 400, 'kvserve_max_prompt_tokens: a longer prompt is refused');
 is($e->{error}{param}, 'prompt', '... naming the field');
+like($e->{error}{message}, qr/over the 30 this server allows/,
+     '... and the cap');
 
 ($st, $body) = post('/caps/v1/chat/completions', $json->encode({
     model => 'kvserve-tiny', messages => [ { role => 'user',
     content => 'hi' } ] }));
 $e = eval { $json->decode($body) } || {};
-ok($st == 400 || $e->{usage}{completion_tokens} <= 4,
-   'no max_tokens: the cap applies') or diag($body);
+is($st, 200, 'chat without max_tokens: served') or diag($body);
+ok($e->{usage}{completion_tokens} <= 4, '... within the cap')
+    or diag($body);
+
+($st, $body) = post('/caps/v1/completions', $json->encode({
+    model => 'kvserve-tiny', prompt => 'hi', temperature => 0 }));
+$e = eval { $json->decode($body) } || {};
+is($st, 200, 'completions without max_tokens (default 16): served, not '
+   . 'refused') or diag($body);
+ok($e->{usage}{completion_tokens} <= 4, '... within the cap')
+    or diag($body);
 
 # ---- the variable and the metric -----------------------------------------
 

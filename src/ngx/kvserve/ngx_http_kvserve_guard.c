@@ -639,12 +639,26 @@ ngx_http_kvserve_guard_hit(void *data, uint32_t rule)
 }
 
 
+/* The request's body has the field, not null (the parser's default
+ * otherwise). */
+static ngx_uint_t
+ngx_http_kvserve_guard_given(const kvs_api_req_t *req, const char *name)
+{
+    json_t  *v;
+
+    v = req->root != NULL ? json_object_get(req->root, name) : NULL;
+
+    return v != NULL && !json_is_null(v);
+}
+
+
 ngx_int_t
 ngx_http_kvserve_guard_prepare(ngx_http_kvserve_ctx_t *ctx,
     kvs_api_err_t *aerr)
 {
     ngx_uint_t                          i;
     kvs_err_t                           err;
+    const char                         *field;
     ngx_pool_cleanup_t                 *cln;
     ngx_http_kvserve_guard_ctx_t       *gctx;
     ngx_http_kvserve_guard_loc_conf_t  *glcf;
@@ -655,18 +669,29 @@ ngx_http_kvserve_guard_prepare(ngx_http_kvserve_ctx_t *ctx,
     ctx->tok->guard = NULL;
     ctx->tok->guard_rule = -1;
 
-    /* kvserve_max_tokens: what a request may ask; no ask gets the cap */
+    /* kvserve_max_tokens: what a request may ask; no ask gets the cap
+     * (or completions' default of 16, when less) */
     if (glcf->max_tokens > 0) {
-        if (ctx->req.max_tokens > (int64_t) glcf->max_tokens) {
-            kvs_api_err_set(aerr, 400, "max_tokens", NULL,
-                            "max_tokens (or max_completion_tokens) is %lld, "
-                            "over the %lu this server allows.",
-                            (long long) ctx->req.max_tokens,
-                            (unsigned long) glcf->max_tokens);
-            return NGX_ERROR;
-        }
+        /* the parser takes max_completion_tokens over max_tokens */
+        field = ngx_http_kvserve_guard_given(&ctx->req,
+                                             "max_completion_tokens")
+                ? "max_completion_tokens"
+                : ngx_http_kvserve_guard_given(&ctx->req, "max_tokens")
+                ? "max_tokens" : NULL;
 
-        if (ctx->req.max_tokens < 0) {
+        if (field != NULL) {
+            if (ctx->req.max_tokens > (int64_t) glcf->max_tokens) {
+                kvs_api_err_set(aerr, 400, field, NULL,
+                                "%s is %lld, over the %lu this server "
+                                "allows.", field,
+                                (long long) ctx->req.max_tokens,
+                                (unsigned long) glcf->max_tokens);
+                return NGX_ERROR;
+            }
+
+        } else if (ctx->req.max_tokens < 0
+                   || ctx->req.max_tokens > (int64_t) glcf->max_tokens)
+        {
             ctx->req.max_tokens = (int64_t) glcf->max_tokens;
         }
     }
