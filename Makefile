@@ -494,7 +494,7 @@ FUZZ_REQ_SRCS := $(FUZZ_SRCS) $(wildcard src/api/kvs_api_req*.c) \
 
 # Each target runs for FUZZ_TIME seconds as a goal of its own, so that
 # `make -j2 -Otarget fuzz` runs two at a time, each one's output whole.
-FUZZ_RUNS := gguf tok api_req wire index grammar jinja
+FUZZ_RUNS := gguf tok api_req wire index grammar jinja guard
 
 fuzz: $(FUZZ_RUNS:%=fuzz-run-%)
 
@@ -540,6 +540,11 @@ fuzz-run-jinja: $(B)/fuzz/fuzz_jinja
 	    -dict=t/fuzz/jinja.dict $(B)/fuzz/jinja-corpus \
 	    $(wildcard $(FIXTURES)/templates)
 
+fuzz-run-guard: $(B)/fuzz/fuzz_guard
+	@mkdir -p $(B)/fuzz/guard-corpus
+	$(B)/fuzz/fuzz_guard -max_total_time=$(FUZZ_TIME) -max_len=512 \
+	    $(B)/fuzz/guard-corpus
+
 # undefined behaviour stops the fuzzer (a crash it reports and saves),
 # as a memory error does
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined \
@@ -576,6 +581,15 @@ $(B)/fuzz/fuzz_grammar: t/fuzz/fuzz_grammar.c $(FUZZ_GRAMMAR_SRCS) \
                         $(LIB_HDRS)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_GRAMMAR_SRCS) $(LIBS)
+
+# the guard's streaming matcher against its definition: src/guard calls
+# only src/base
+FUZZ_GUARD_SRCS := $(filter src/base/%, $(LIB_SRCS)) $(wildcard src/guard/*.c)
+
+$(B)/fuzz/fuzz_guard: t/fuzz/fuzz_guard.c t/unit/kvs_guard_ref.h \
+                      $(FUZZ_GUARD_SRCS) $(LIB_HDRS)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_GUARD_SRCS) $(LIBS)
 
 $(B)/fuzz/fuzz_api_req: t/fuzz/fuzz_api_req.c $(FUZZ_REQ_SRCS) $(LIB_HDRS)
 	@mkdir -p $(dir $@)

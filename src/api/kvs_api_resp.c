@@ -583,6 +583,8 @@ kvs_api_finish_str(const kvs_api_choice_t *c)
         return c->tool_finish ? "\"tool_calls\"" : "\"stop\"";
     case KVS_FINISH_LENGTH:
         return "\"length\"";
+    case KVS_FINISH_CONTENT_FILTER:
+        return "\"content_filter\"";
     default:
         return "null";
     }
@@ -600,6 +602,7 @@ kvs_api_choices_check(const kvs_api_resp_head_t *h,
     for (i = 0; i < n; i++) {
         if (c[i].finish != KVS_FINISH_STOP
             && c[i].finish != KVS_FINISH_LENGTH
+            && c[i].finish != KVS_FINISH_CONTENT_FILTER
             && (whole || c[i].finish != KVS_FINISH_NONE))
         {
             return kvs_err_set(err, KVS_EINVAL,

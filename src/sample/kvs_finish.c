@@ -17,6 +17,8 @@ kvs_finish_name(kvs_finish_t f)
         return "cancelled";
     case KVS_FINISH_ERROR:
         return "error";
+    case KVS_FINISH_CONTENT_FILTER:
+        return "content_filter";
     default:
         return "none";
     }

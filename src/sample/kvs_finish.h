@@ -15,10 +15,15 @@ typedef enum {
                                          stop string */
     KVS_FINISH_LENGTH,                /* max_tokens reached */
     KVS_FINISH_CANCELLED,
-    KVS_FINISH_ERROR
+    KVS_FINISH_ERROR,
+    KVS_FINISH_CONTENT_FILTER         /* a guard stopped it (set by the
+                                         nginx side, never on the wire:
+                                         the engine was cancelled) */
 } kvs_finish_t;
 
-/* "stop", "length", "cancelled", "error"; "none" for anything else. */
+/* "stop", "length", "cancelled", "error", "content_filter" (OpenAI's
+ * name; Anthropic's stop_reason for it is "refusal"); "none" for
+ * anything else. */
 const char *kvs_finish_name(kvs_finish_t f);
 
 #endif /* KVS_FINISH_H */

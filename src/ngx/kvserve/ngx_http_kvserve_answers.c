@@ -22,6 +22,15 @@
 #include <ngx_http.h>
 
 #include "ngx_http_kvserve_completions.h"
+#include "ngx_http_kvserve_guard.h"
+
+
+/* A reason that ends a choice with a finish_reason: the engine's stop
+ * and length, and a guard's content_filter (set here, never by the
+ * engine). */
+#define ngx_http_kvserve_finished(f)                                       \
+    ((f) == KVS_FINISH_STOP || (f) == KVS_FINISH_LENGTH                    \
+     || (f) == KVS_FINISH_CONTENT_FILTER)
 
 
 /* The stream's header, with the first output: SSE, never buffered, and
@@ -125,7 +134,7 @@ ngx_http_kvserve_stream_out(ngx_http_kvserve_ctx_t *ctx,
             }
         }
 
-        if (o->finish == KVS_FINISH_STOP || o->finish == KVS_FINISH_LENGTH) {
+        if (ngx_http_kvserve_finished(o->finish)) {
             c.text = NULL;
             c.len = 0;
             c.lp = NULL;
@@ -146,7 +155,7 @@ ngx_http_kvserve_stream_out(ngx_http_kvserve_ctx_t *ctx,
     ch->started = 1;
 
     if (o->text.len == 0 && o->n_lp == 0
-        && o->finish != KVS_FINISH_STOP && o->finish != KVS_FINISH_LENGTH)
+        && !ngx_http_kvserve_finished(o->finish))
     {
         return NGX_OK;
     }
@@ -156,7 +165,7 @@ ngx_http_kvserve_stream_out(ngx_http_kvserve_ctx_t *ctx,
     c.lp = o->lp;
     c.n_lp = o->n_lp;
     c.pos = &ch->pos;
-    if (o->finish == KVS_FINISH_STOP || o->finish == KVS_FINISH_LENGTH) {
+    if (ngx_http_kvserve_finished(o->finish)) {
         c.finish = o->finish;
     }
 
@@ -405,6 +414,19 @@ ngx_http_kvserve_on_out(ngx_http_kvserve_ctx_t *ctx,
         return;
     }
 
+    /* kvserve_guard output=: the text the guard lets out, or a stop */
+    if (ngx_http_kvserve_guard_out(ctx, index, o) != NGX_OK) {
+        ngx_http_kvserve_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                              "The output could not be checked against "
+                              "this server's content policy.",
+                              "server_error", NULL);
+        return;
+    }
+
+    if (o->finish == KVS_FINISH_CONTENT_FILTER) {
+        part->filtered = 1;
+    }
+
     if (ctx->stream) {
         if (!ctx->header_sent
             && ngx_http_kvserve_stream_header(ctx) != NGX_OK)
@@ -438,7 +460,12 @@ ngx_http_kvserve_on_out(ngx_http_kvserve_ctx_t *ctx,
         ctx->n_ended++;
 
         if (++part->n_ended == ctx->req.n) {
-            part->sub.done = 1;
+            if (part->filtered) {
+                /* the engine still generates a stopped choice: CANCEL */
+                ngx_http_kvserve_engine_forget(&part->sub);
+            } else {
+                part->sub.done = 1;
+            }
         }
     }
 

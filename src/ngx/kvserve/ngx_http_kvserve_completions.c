@@ -35,6 +35,7 @@
 
 #include "ngx_http_kvserve_completions.h"
 #include "ngx/limit/ngx_http_kvserve_limit.h"
+#include "ngx_http_kvserve_guard.h"
 #include "api/kvs_api_budget.h"
 
 
@@ -460,7 +461,8 @@ ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx, kvs_api_err_t *aerr)
         return NGX_ERROR;
     }
 
-    return NGX_OK;
+    /* kvserve_guard and the size caps */
+    return ngx_http_kvserve_guard_prepare(ctx, aerr);
 }
 
 
@@ -480,6 +482,11 @@ ngx_http_kvserve_parts_init(ngx_http_kvserve_ctx_t *ctx,
 
     if (rc != NGX_OK) {
         *aerr = job->aerr;
+    }
+
+    /* an input guard's refusal recorded; kvserve_max_prompt_tokens */
+    if (ngx_http_kvserve_guard_tokenized(ctx, aerr) != NGX_OK) {
+        rc = NGX_ERROR;
     }
 
     for (i = 0; i < ctx->n_parts && rc == NGX_OK; i++) {

@@ -26,6 +26,7 @@
 #include "api/kvs_api_req.h"
 #include "tokenizer/kvs_chat.h"
 #include "tokenizer/kvs_tok.h"
+#include "guard/kvs_guard.h"
 
 
 /* What tokenizing calls when it is done, on the event loop. */
@@ -68,6 +69,10 @@ struct ngx_http_kvserve_tok_job_s {
                                               an empty result allowed */
     unsigned                  tok_flags;   /* KVS_TOK_ADD_BOS, _SPECIAL */
     unsigned                  add_gen;     /* add_generation_prompt */
+    /* kvserve_guard input=reject (ngx_http_kvserve_guard.c) */
+    const kvs_guard_t        *guard;       /* the rendered text's rules */
+    int32_t                   guard_rule;  /* the one that refused it, or
+                                              -1 */
 };
 
 /* ---- reading and preparing (ngx_http_kvserve_completions.c) ---------- */

@@ -23,6 +23,7 @@
 
 #include "ngx_http_kvserve.h"
 #include "ngx/limit/ngx_http_kvserve_limit.h"
+#include "ngx_http_kvserve_guard.h"
 #include "backend/kvs_backend.h"
 
 
@@ -475,7 +476,9 @@ ngx_http_kvserve_scrape_send(ngx_http_request_t *r, kvs_wire_stats_t *st)
     }
 
     /* the kvserve_limit zones' counters */
-    if (ngx_http_kvserve_limit_metrics(r, &body) != NGX_OK) {
+    if (ngx_http_kvserve_limit_metrics(r, &body) != NGX_OK
+        || ngx_http_kvserve_guard_metrics(r, &body) != NGX_OK)
+    {
         kvs_buf_free(&body);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }

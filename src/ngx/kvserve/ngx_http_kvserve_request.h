@@ -88,6 +88,8 @@ typedef struct {
                                               kvs_api_budget), which
                                               kvserve_limit reserves */
     unsigned                  has_cache:1; /* its cache figures came */
+    unsigned                  filtered:1;  /* a guard stopped a choice:
+                                              CANCEL when its last ends */
 } ngx_http_kvserve_part_t;
 
 #define NGX_HTTP_KVSERVE_TOK_INLINE  1

@@ -37,6 +37,7 @@
 #include "ngx_http_kvserve_completions.h"
 #include "api/kvs_api_budget.h"
 #include "tokenizer/kvs_chat_jinja.h"
+#include "ngx_http_kvserve_guard.h"
 
 
 static size_t ngx_http_kvserve_prompt_bytes(ngx_http_kvserve_ctx_t *ctx);
@@ -148,6 +149,17 @@ ngx_http_kvserve_chat_ids(ngx_http_kvserve_tok_job_t *job,
                                   &err);
     }
 
+    /* kvserve_guard input=reject: the whole rendered prompt, once */
+    if (rc == KVS_OK
+        && ngx_http_kvserve_guard_check(job, (const char *) text.data,
+                                        text.len, aerr)
+           != NGX_OK)
+    {
+        kvs_buf_free(&text);
+        kvs_buf_free(&spans);
+        return NGX_ERROR;
+    }
+
     if (rc == KVS_OK) {
         rc = kvs_tok_encode_limit(v, tok, (const char *) text.data, text.len,
                                   KVS_TOK_SPECIAL,
@@ -208,6 +220,13 @@ ngx_http_kvserve_prompt_ids(ngx_http_kvserve_tok_job_t *job, ngx_uint_t i,
         ngx_sprintf((u_char *) param, "prompt[%ui]%Z", i);
     } else {
         ngx_sprintf((u_char *) param, "prompt%Z");
+    }
+
+    if (p->text.ptr != NULL
+        && ngx_http_kvserve_guard_check(job, p->text.ptr, p->text.len, aerr)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
     if (p->text.ptr != NULL) {

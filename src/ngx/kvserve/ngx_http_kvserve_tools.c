@@ -428,7 +428,9 @@ ngx_http_kvserve_tools_stream(ngx_http_kvserve_ctx_t *ctx,
         return NGX_ERROR;
     }
 
-    if (o->finish != KVS_FINISH_STOP && o->finish != KVS_FINISH_LENGTH) {
+    if (o->finish != KVS_FINISH_STOP && o->finish != KVS_FINISH_LENGTH
+        && o->finish != KVS_FINISH_CONTENT_FILTER)
+    {
         return NGX_OK;
     }
 
