@@ -116,7 +116,7 @@ sub hop {
 
 my $ban = '"logit_bias": {"507": -100, "508": -100, "511": -100}';
 
-# ---- 1. healthy --------------------------------------------------------------
+# ---- 1. healthy -------------------------------------------------------------
 
 server('038-triage-ok', undef, "kvserve_kv_cache 16m;", '');
 
@@ -167,7 +167,7 @@ like($out, qr/^guilty: tokenization$/m, '... and names tokenization')
 is(hop($out, 'tokenization'), 'OUT', '... out of bounds');
 isnt(hop($out, 'kv_cache'), 'OUT', '... the KV cache is not');
 
-# ---- 3. a KV cache too small for the load ------------------------------------
+# ---- 3. a KV cache too small for the load -----------------------------------
 
 server('038-triage-kv', undef,
        "kvserve_kv_cache 256k;\n    kvserve_kv_block 16;\n"
