@@ -246,6 +246,10 @@ static const kvs_hist_def_t  kvs_hist_defs[] = {
       "Histogram of time from the prompt tokenized to the request handed "
       "to the engine (kvserve_limit's delay), in seconds.",
       KVS_HIST_LIMIT, kvs_hop_bounds, KVS_NELTS(kvs_hop_bounds), 0 },
+    { "request_route_time_seconds",
+      "Histogram of time a gateway's kvserve_route took to choose a host "
+      "once the prompt was tokenized (the prefix lookup), in seconds.",
+      KVS_HIST_ROUTE, kvs_hop_bounds, KVS_NELTS(kvs_hop_bounds), 0 },
 };
 
 /* the per-model counters, in exposition order (after "kvserve:", before

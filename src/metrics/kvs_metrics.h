@@ -108,6 +108,8 @@ typedef enum {
     KVS_HIST_BODY,            /* request_body_time_seconds: the network */
     KVS_HIST_TOKENIZE,        /* request_tokenize_time_seconds */
     KVS_HIST_LIMIT,           /* request_limit_time_seconds */
+    KVS_HIST_ROUTE,           /* request_route_time_seconds: a gateway's
+                                 choice of a host, once tokenized */
     KVS_HIST_N
 } kvs_hist_id_t;
 

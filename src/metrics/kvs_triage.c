@@ -444,7 +444,7 @@ kvs_triage_compute(const kvs_prom_t *a, const kvs_prom_t *b,
     if (rc == KVS_OK) {
         /* a gateway's; an engine host has none */
         rc = kvs_triage_time_row(&in, &t->row[KVS_TRIAGE_ROUTE],
-                                 KVS_TRIAGE_P "route_time_seconds",
+                                 KVS_TRIAGE_P "request_route_time_seconds",
                                  mx[KVS_TRIAGE_ROUTE]);
     }
 
