@@ -6,7 +6,9 @@
  * (docs/api.md, "Metrics and variables").
  *
  * Names, meanings and buckets are vLLM's (v1 engine) with the prefix
- * `kvserve:` instead of `vllm:`, so dashboards work with a rename.
+ * `kvserve:` instead of `vllm:`, so dashboards work with a rename; the
+ * hops vLLM has no figure for (request_{body,tokenize,limit,route}_
+ * time_seconds) are ours, for the triage walk (docs/triage.md).
  *
  * Invariants:
  *  - kvs_metrics_t holds no pointers (it lives in shared memory) and only
