@@ -226,25 +226,22 @@ kvs_triage_limit(const kvs_triage_in_t *in, kvs_triage_row_t *row,
 }
 
 
-/* prefill: its time, and the prompt tokens per second served */
+/* A time row with a counter's rate beside it: prefill with the prompt
+ * tokens served per second, decode with the tokens generated. */
 static int
-kvs_triage_prefill(const kvs_triage_in_t *in, kvs_triage_row_t *row,
-    double max)
+kvs_triage_time_rate(const kvs_triage_in_t *in, kvs_triage_row_t *row,
+    const char *base, double max, const char *what, const char *counter)
 {
     double             v;
     unsigned           found;
     kvs_triage_fig_t  *f;
 
-    if (kvs_triage_time_row(in, row, KVS_TRIAGE_P
-                            "request_prefill_time_seconds", max)
-        != KVS_OK)
-    {
+    if (kvs_triage_time_row(in, row, base, max) != KVS_OK) {
         return KVS_EFORMAT;
     }
 
-    f = kvs_triage_fig(row, "prompt", "tok/s", -1);
-    v = kvs_triage_delta(in, KVS_TRIAGE_P "prompt_tokens_total", NULL, NULL,
-                         &found);
+    f = kvs_triage_fig(row, what, "tok/s", -1);
+    v = kvs_triage_delta(in, counter, NULL, NULL, &found);
     if (found && in->seconds > 0) {
         kvs_triage_set(f, v / in->seconds);
     }
@@ -338,33 +335,6 @@ kvs_triage_batching(const kvs_triage_in_t *in, kvs_triage_row_t *row,
 }
 
 
-/* decode: inter-token latency, and tokens generated per second */
-static int
-kvs_triage_decode(const kvs_triage_in_t *in, kvs_triage_row_t *row,
-    double max)
-{
-    double             v;
-    unsigned           found;
-    kvs_triage_fig_t  *f;
-
-    if (kvs_triage_time_row(in, row, KVS_TRIAGE_P
-                            "inter_token_latency_seconds", max)
-        != KVS_OK)
-    {
-        return KVS_EFORMAT;
-    }
-
-    f = kvs_triage_fig(row, "generated", "tok/s", -1);
-    v = kvs_triage_delta(in, KVS_TRIAGE_P "generation_tokens_total", NULL,
-                         NULL, &found);
-    if (found && in->seconds > 0) {
-        kvs_triage_set(f, v / in->seconds);
-    }
-
-    return KVS_OK;
-}
-
-
 /* ---- the walk ----------------------------------------------------------- */
 
 /* Which hops explain an out-of-bounds hop: prefill and decode times
@@ -449,8 +419,10 @@ kvs_triage_compute(const kvs_prom_t *a, const kvs_prom_t *b,
     }
 
     if (rc == KVS_OK) {
-        rc = kvs_triage_prefill(&in, &t->row[KVS_TRIAGE_PREFILL],
-                                mx[KVS_TRIAGE_PREFILL]);
+        rc = kvs_triage_time_rate(&in, &t->row[KVS_TRIAGE_PREFILL],
+                                  KVS_TRIAGE_P "request_prefill_time_seconds",
+                                  mx[KVS_TRIAGE_PREFILL], "prompt",
+                                  KVS_TRIAGE_P "prompt_tokens_total");
     }
 
     if (rc == KVS_OK) {
@@ -461,8 +433,10 @@ kvs_triage_compute(const kvs_prom_t *a, const kvs_prom_t *b,
     }
 
     if (rc == KVS_OK) {
-        rc = kvs_triage_decode(&in, &t->row[KVS_TRIAGE_DECODE],
-                               mx[KVS_TRIAGE_DECODE]);
+        rc = kvs_triage_time_rate(&in, &t->row[KVS_TRIAGE_DECODE],
+                                  KVS_TRIAGE_P "inter_token_latency_seconds",
+                                  mx[KVS_TRIAGE_DECODE], "generated",
+                                  KVS_TRIAGE_P "generation_tokens_total");
     }
 
     if (rc != KVS_OK) {
