@@ -702,7 +702,8 @@ DEB_PKGS := gcc make perl curl pkg-config python3 python3-venv \
             redis-server \
             libtest-base-perl libtext-diff-perl libwww-perl \
             libhttp-message-perl liburi-perl liblist-moreutils-perl \
-            libtest-longstring-perl libipc-run-perl clang lintian
+            libtest-longstring-perl libipc-run-perl clang lintian \
+            prometheus
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \

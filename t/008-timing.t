@@ -256,7 +256,7 @@ for my $i (1 .. 3) {
     my $u = JSON::PP::decode_json($body)->{usage};
     $usage{$id} = $u;
     push @ids, $id;
-    like($head, qr/^Server-Timing: body;dur=$Ms, parse;dur=$Ms, tokenize;dur=$Ms, queue;dur=$Ms, prefill;dur=$Ms, ttft;dur=$Ms, decode;dur=$Ms, (?:itl;dur=$Ms, )?total;dur=$Ms\r?$/m,
+    like($head, qr/^Server-Timing: body;dur=$Ms, parse;dur=$Ms, tokenize;dur=$Ms, limit;dur=$Ms, queue;dur=$Ms, prefill;dur=$Ms, ttft;dur=$Ms, decode;dur=$Ms, (?:itl;dur=$Ms, )?total;dur=$Ms\r?$/m,
          "$id: Server-Timing names every hop");
 }
 
@@ -474,7 +474,7 @@ __DATA__
 POST /v1/completions
 {"model": "kvserve-tiny", "prompt": "abc", "max_tokens": 3, "logit_bias": {"507": -100, "508": -100, "511": -100}}
 --- response_headers_like
-Server-Timing: body;dur=\d+\.\d{3}, parse;dur=\d+\.\d{3}, tokenize;dur=\d+\.\d{3}, queue;dur=\d+\.\d{3}, prefill;dur=\d+\.\d{3}, ttft;dur=\d+\.\d{3}, .*total;dur=\d+\.\d{3}
+Server-Timing: body;dur=\d+\.\d{3}, parse;dur=\d+\.\d{3}, tokenize;dur=\d+\.\d{3}, limit;dur=\d+\.\d{3}, queue;dur=\d+\.\d{3}, prefill;dur=\d+\.\d{3}, ttft;dur=\d+\.\d{3}, .*total;dur=\d+\.\d{3}
 --- no_error_log
 [error]
 

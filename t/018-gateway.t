@@ -31,6 +31,8 @@
 #     the worker well;
 #  7. redis-server killed: requests still succeed (no_index), and the
 #     same conversation keeps its backend (the consistent hash);
+#  7b. the gateway's kvserve_metrics counts every routed request in
+#     kvserve:request_route_time_seconds (docs/triage.md);
 #  8. no engine process ever started on the gateway.
 #
 # Skips when redis-server or redis-cli is absent.  Every process started
@@ -200,6 +202,7 @@ EOC
             kvserve_route redis=127.0.0.1:$rport timeout=2s;
             proxy_pass http://backends;
         }
+        location = /metrics { kvserve_metrics; }
         location /approx/v1/ {
             kvserve_route redis=127.0.0.1:$rport mode=approximate;
             proxy_pass http://backends;
@@ -518,6 +521,17 @@ for my $i (1 .. 4) {
 }
 is(scalar keys %seen, 1, 'redis down: one conversation, one backend');
 ok($t->log_count(qr/redis/i) >= 1, 'the lost connection logged');
+
+# --- 7b. the route hop in the gateway's metrics ----------------------------
+
+# every request routed above (over 20, redis down or not) took the hop
+$r = $t->read_all($t->request('GET', '/metrics'), 10);
+my $hop = 'kvserve:request_route_time_seconds';
+my ($route_n) = $r =~ /^${hop}_count\{model_name="m"\} (\d+)$/m;
+my ($route_s) = $r =~ /^${hop}_sum\{model_name="m"\} (\S+)$/m;
+ok(($route_n // 0) >= 20, "the gateway's /metrics counts the route hop "
+   . '(' . ($route_n // 'none') . ')');
+ok(($route_s // 0) > 0, '... with its time');
 
 # --- 8. no engine -------------------------------------------------------------------
 

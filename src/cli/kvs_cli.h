@@ -21,6 +21,7 @@ int kvs_cli_quantize(int argc, char **argv);        /* kvs_cli_quantize.c */
 int kvs_cli_bench(int argc, char **argv);           /* kvs_cli_bench.c */
 int kvs_cli_engine(int argc, char **argv);          /* kvs_cli_engine.c */
 int kvs_cli_index_names(int argc, char **argv);     /* kvs_cli_index.c */
+int kvs_cli_triage(int argc, char **argv);          /* kvs_cli_triage.c */
 
 /* Parses a whole decimal number in [lo, hi] (an integer if asked) into
  * *out; otherwise prints "kvserve CMD: OPT: expected ..." and returns 2. */

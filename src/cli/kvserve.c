@@ -87,7 +87,12 @@ kvs_cli_usage(FILE *f)
         "              [--block N] [--root] [ID ...]\n"
         "      the prefix index's name of every whole block of the ids\n"
         "      (arguments, or stdin), one per line in hex\n"
-        "      (docs/prefix-index.md)\n");
+        "      (docs/prefix-index.md)\n"
+        "  triage http://HOST[:PORT][/PATH] [--interval S] [--model NAME]\n"
+        "         [--max HOP=VALUE] [--save PREFIX]\n"
+        "      scrape a server's /metrics twice, S seconds apart (5),\n"
+        "      and walk the hops in order: figures, thresholds, the\n"
+        "      guilty hop (docs/triage.md); status 1 when one is out\n");
 }
 
 
@@ -97,6 +102,10 @@ main(int argc, char **argv)
     if (argc < 2) {
         kvs_cli_usage(stderr);
         return 2;
+    }
+
+    if (strcmp(argv[1], "triage") == 0) {
+        return kvs_cli_triage(argc - 1, argv + 1);
     }
 
     if (strcmp(argv[1], "info") == 0) {

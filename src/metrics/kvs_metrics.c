@@ -21,8 +21,8 @@
 /* ---- per-request timings ---------------------------------------------- */
 
 static const char  *kvs_hop_names[KVS_HOP_N] = {
-    "body", "parse", "tokenize", "queue", "prefill", "ttft", "decode",
-    "itl", "total"
+    "body", "parse", "tokenize", "limit", "queue", "prefill", "ttft",
+    "decode", "itl", "total"
 };
 
 
@@ -59,6 +59,9 @@ kvs_req_times_hop(const kvs_req_times_t *t, kvs_hop_t hop, uint64_t *ns)
 
     case KVS_HOP_TOKENIZE:
         return kvs_req_span(t->parse_ns, t->tokenize_ns, ns);
+
+    case KVS_HOP_LIMIT:
+        return kvs_req_span(t->tokenize_ns, t->submit_ns, ns);
 
     case KVS_HOP_QUEUE:
         return kvs_req_span(t->submit_ns, t->recv_ns, ns);
@@ -154,6 +157,12 @@ static const double  kvs_latency_bounds[] = {
     50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0
 };
 
+/* the worker's own hops (not vLLM's): 100 us ... 60 s */
+static const double  kvs_hop_bounds[] = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0
+};
+
 /* vLLM's request_params_n buckets */
 static const double  kvs_n_bounds[] = {
     1, 2, 5, 10, 20
@@ -225,6 +234,22 @@ static const kvs_hist_def_t  kvs_hist_defs[] = {
     { "request_max_num_generation_tokens",
       "Histogram of maximum number of requested generation tokens.",
       KVS_HIST_MAX_GEN_TOKENS, NULL, 0, 0 },
+    { "request_body_time_seconds",
+      "Histogram of time from the content handler to the request body "
+      "read (the network), in seconds.",
+      KVS_HIST_BODY, kvs_hop_bounds, KVS_NELTS(kvs_hop_bounds), 0 },
+    { "request_tokenize_time_seconds",
+      "Histogram of time from the body parsed to the prompt tokenized, "
+      "the thread pool's wait included, in seconds.",
+      KVS_HIST_TOKENIZE, kvs_hop_bounds, KVS_NELTS(kvs_hop_bounds), 0 },
+    { "request_limit_time_seconds",
+      "Histogram of time from the prompt tokenized to the request handed "
+      "to the engine (kvserve_limit's delay), in seconds.",
+      KVS_HIST_LIMIT, kvs_hop_bounds, KVS_NELTS(kvs_hop_bounds), 0 },
+    { "request_route_time_seconds",
+      "Histogram of time a gateway's kvserve_route took to choose a host "
+      "once the prompt was tokenized (the prefix lookup), in seconds.",
+      KVS_HIST_ROUTE, kvs_hop_bounds, KVS_NELTS(kvs_hop_bounds), 0 },
 };
 
 /* the per-model counters, in exposition order (after "kvserve:", before
@@ -446,6 +471,33 @@ kvs_metrics_observe(kvs_metrics_t *m, uint32_t model, kvs_hist_id_t h,
 
 
 void
+kvs_metrics_hop(kvs_metrics_t *m, uint32_t model, const kvs_req_times_t *t,
+    kvs_hop_t hop)
+{
+    uint64_t       ns;
+    kvs_hist_id_t  h;
+
+    switch (hop) {
+    case KVS_HOP_BODY:
+        h = KVS_HIST_BODY;
+        break;
+    case KVS_HOP_TOKENIZE:
+        h = KVS_HIST_TOKENIZE;
+        break;
+    case KVS_HOP_LIMIT:
+        h = KVS_HIST_LIMIT;
+        break;
+    default:
+        return;
+    }
+
+    if (kvs_req_times_hop(t, hop, &ns) == KVS_OK) {
+        kvs_metrics_observe(m, model, h, ns, 1);
+    }
+}
+
+
+void
 kvs_metrics_prefix_cache(kvs_metrics_t *m, uint32_t model, uint64_t queries,
     uint64_t hits)
 {
@@ -504,7 +556,8 @@ kvs_metrics_request(kvs_metrics_t *m, uint32_t model,
         kvs_metrics_observe(m, model, KVS_HIST_INFERENCE, ns, 1);
     }
 
-    /* TTFT and ITL are observed as tokens arrive */
+    /* TTFT and ITL are observed as tokens arrive; body, tokenize and
+     * limit as each ends (kvs_metrics_hop), refused requests too */
 }
 
 

@@ -6,7 +6,9 @@
  * (docs/api.md, "Metrics and variables").
  *
  * Names, meanings and buckets are vLLM's (v1 engine) with the prefix
- * `kvserve:` instead of `vllm:`, so dashboards work with a rename.
+ * `kvserve:` instead of `vllm:`, so dashboards work with a rename; the
+ * hops vLLM has no figure for (request_{body,tokenize,limit,route}_
+ * time_seconds) are ours, for the triage walk (docs/triage.md).
  *
  * Invariants:
  *  - kvs_metrics_t holds no pointers (it lives in shared memory) and only
@@ -28,7 +30,7 @@
 #include "base/kvs_buf.h"
 #include "base/kvs_err.h"
 
-#define KVS_METRICS_MAGIC        0x6b766d32u   /* "kvm2" */
+#define KVS_METRICS_MAGIC        0x6b766d33u   /* "kvm3" */
 #define KVS_METRICS_MAX_BOUNDS   32
 #define KVS_METRICS_NAME_MAX     255
 #define KVS_METRICS_TENANT_LABEL 12     /* bytes of a tenant's key shown */
@@ -55,6 +57,8 @@ typedef enum {
     KVS_HOP_BODY = 0,         /* start -> body: the network */
     KVS_HOP_PARSE,            /* body -> parse */
     KVS_HOP_TOKENIZE,         /* parse -> tokenize */
+    KVS_HOP_LIMIT,            /* tokenize -> submit: kvserve_limit's
+                                 delay */
     KVS_HOP_QUEUE,            /* submit -> recv: to the engine, waiting
                                  for one if none was connected */
     KVS_HOP_PREFILL,          /* recv -> engine_first: the engine's
@@ -103,6 +107,11 @@ typedef enum {
                                      client's max_tokens, when given */
     KVS_HIST_MAX_GEN_TOKENS,  /* request_max_num_generation_tokens: the
                                  most tokens one choice generated */
+    KVS_HIST_BODY,            /* request_body_time_seconds: the network */
+    KVS_HIST_TOKENIZE,        /* request_tokenize_time_seconds */
+    KVS_HIST_LIMIT,           /* request_limit_time_seconds */
+    KVS_HIST_ROUTE,           /* request_route_time_seconds: a gateway's
+                                 choice of a host, once tokenized */
     KVS_HIST_N
 } kvs_hist_id_t;
 
@@ -233,6 +242,13 @@ void kvs_metrics_observe(kvs_metrics_t *m, uint32_t model,
 void kvs_metrics_request(kvs_metrics_t *m, uint32_t model,
     const kvs_req_times_t *t, uint64_t prompt_tokens,
     uint64_t generation_tokens, uint64_t preemptions, kvs_reason_t reason);
+
+/* A worker-side hop of t that just ended: KVS_HOP_BODY, _TOKENIZE or
+ * _LIMIT into its histogram (request_body_time_seconds ...), for every
+ * request that reaches the hop's end, refused afterwards or not; other
+ * hops, and hops not reached, are ignored. */
+void kvs_metrics_hop(kvs_metrics_t *m, uint32_t model,
+    const kvs_req_times_t *t, kvs_hop_t hop);
 
 /* One request's prefix cache lookup: queries prompt tokens looked up,
  * hits of them reused (vLLM's prefix_cache_queries/_hits, in tokens). */

@@ -186,6 +186,8 @@ test_hops(void **state)
 
     assert_int_equal(kvs_req_times_hop(&t, KVS_HOP_BODY, &ns), KVS_OK);
     assert_int_equal(ns, 100000);
+    assert_int_equal(kvs_req_times_hop(&t, KVS_HOP_LIMIT, &ns), KVS_OK);
+    assert_int_equal(ns, 1000);
     assert_int_equal(kvs_req_times_hop(&t, KVS_HOP_QUEUE, &ns), KVS_OK);
     assert_int_equal(ns, 50000);
     assert_int_equal(kvs_req_times_hop(&t, KVS_HOP_PREFILL, &ns), KVS_OK);
@@ -232,7 +234,88 @@ test_server_timing(void **state)
     kvs_buf_free(&b);
 
     assert_string_equal(kvs_hop_name(KVS_HOP_TOKENIZE), "tokenize");
+    assert_string_equal(kvs_hop_name(KVS_HOP_LIMIT), "limit");
     assert_string_equal(kvs_hop_name(KVS_HOP_N), "?");
+
+    /* limit sits between tokenize and queue */
+    t.tokenize_ns = 5200000;
+    t.submit_ns = 5450000;
+    t.recv_ns = 5460000;
+    assert_int_equal(kvs_req_times_server_timing(&t, &b, &err), KVS_OK);
+    assert_int_equal(kvs_buf_append(&b, "", 1), KVS_OK);
+    assert_string_equal((char *) b.data,
+                        "body;dur=0.120, parse;dur=0.010, "
+                        "tokenize;dur=0.070, limit;dur=0.250, "
+                        "queue;dur=0.010, total;dur=2.000");
+    kvs_buf_free(&b);
+}
+
+
+/* The worker's hops go to their histograms as each ends, the others not
+ * at all; the exposition shows them with the hop buckets (100 us ...). */
+static void
+test_worker_hops(void **state)
+{
+    char                 *text;
+    unsigned              h;
+    uint32_t              len = 512;
+    kvs_metrics_t        *m;
+    kvs_req_times_t       t;
+    const char           *names[] = { "m" };
+
+    (void) state;
+
+    m = new_metrics(1, names, &len);
+
+    memset(&t, 0, sizeof(t));
+    t.start_ns = 1000000000;
+    t.body_ns = t.start_ns + 2000000;          /* 2 ms: le 0.0025 */
+    t.parse_ns = t.body_ns + 10000;
+    t.tokenize_ns = t.parse_ns + 80000;        /* 80 us: le 0.0001 */
+    t.submit_ns = t.tokenize_ns + 300000000;   /* 0.3 s: le 0.5 */
+    t.recv_ns = t.submit_ns + 1000;
+
+    kvs_metrics_hop(m, 0, &t, KVS_HOP_BODY);
+    kvs_metrics_hop(m, 0, &t, KVS_HOP_TOKENIZE);
+    kvs_metrics_hop(m, 0, &t, KVS_HOP_LIMIT);
+    kvs_metrics_hop(m, 0, &t, KVS_HOP_QUEUE);    /* not a worker's hop */
+    kvs_metrics_hop(m, 1, &t, KVS_HOP_BODY);     /* no such model */
+
+    for (h = 0; h < KVS_HIST_N; h++) {
+        if (h != KVS_HIST_BODY && h != KVS_HIST_TOKENIZE
+            && h != KVS_HIST_LIMIT)
+        {
+            assert_int_equal(m->models[0].hist[h].sum, 0);
+        }
+    }
+    assert_int_equal(m->models[0].hist[KVS_HIST_BODY].sum, 2000000);
+    assert_int_equal(m->models[0].hist[KVS_HIST_TOKENIZE].sum, 80000);
+    assert_int_equal(m->models[0].hist[KVS_HIST_LIMIT].sum, 300000000);
+
+    /* a hop not reached is not observed */
+    t.submit_ns = 0;
+    kvs_metrics_hop(m, 0, &t, KVS_HOP_LIMIT);
+    assert_int_equal(m->models[0].hist[KVS_HIST_LIMIT].sum, 300000000);
+
+    text = expose(m, NULL);
+    check_format(text);
+    assert_true(sample(text, "kvserve:request_body_time_seconds_bucket"
+                       "{model_name=\"m\",le=\"0.001\"}") == 0);
+    assert_true(sample(text, "kvserve:request_body_time_seconds_bucket"
+                       "{model_name=\"m\",le=\"0.0025\"}") == 1);
+    assert_true(sample(text, "kvserve:request_tokenize_time_seconds_bucket"
+                       "{model_name=\"m\",le=\"0.0001\"}") == 1);
+    assert_true(sample(text, "kvserve:request_limit_time_seconds_bucket"
+                       "{model_name=\"m\",le=\"0.25\"}") == 0);
+    assert_true(sample(text, "kvserve:request_limit_time_seconds_bucket"
+                       "{model_name=\"m\",le=\"0.5\"}") == 1);
+    assert_true(sample(text, "kvserve:request_limit_time_seconds_count"
+                       "{model_name=\"m\"}") == 1);
+    assert_true(fabs(sample(text, "kvserve:request_limit_time_seconds_sum"
+                            "{model_name=\"m\"}") - 0.3) < 1e-9);
+
+    free(text);
+    free(m);
 }
 
 
@@ -687,6 +770,7 @@ main(void)
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_hops),
         cmocka_unit_test(test_server_timing),
+        cmocka_unit_test(test_worker_hops),
         cmocka_unit_test(test_layout),
         cmocka_unit_test(test_exposition),
         cmocka_unit_test(test_params_iter_config),

@@ -542,6 +542,7 @@ ngx_http_kvserve_submit(ngx_http_kvserve_ctx_t *ctx)
                                     : kmcf->engine_wait);
 
     ctx->t.submit_ns = kvs_now_ns();
+    ngx_http_kvserve_record_hop(ctx, KVS_HOP_LIMIT);
 
     for (i = 0; i < ctx->n_parts; i++) {
         if (ngx_http_kvserve_engine_send(&ctx->parts[i].sub) != NGX_OK) {
@@ -568,6 +569,9 @@ ngx_http_kvserve_tokenized(ngx_http_kvserve_ctx_t *ctx)
 
     rc = ngx_http_kvserve_parts_init(ctx, &aerr);
     ctx->t.tokenize_ns = kvs_now_ns();
+
+    ngx_http_kvserve_record_hop(ctx, KVS_HOP_BODY);
+    ngx_http_kvserve_record_hop(ctx, KVS_HOP_TOKENIZE);
 
     if (rc != NGX_OK) {
         rc = ngx_http_kvserve_api_error(ctx->r, &aerr);

@@ -151,6 +151,9 @@ static ngx_http_variable_t  ngx_http_kvserve_vars[] = {
     { ngx_string("kvserve_tokenize_ms"), NULL, ngx_http_kvserve_variable,
       KVS_HOP_TOKENIZE, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
+    { ngx_string("kvserve_limit_ms"), NULL, ngx_http_kvserve_variable,
+      KVS_HOP_LIMIT, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
     { ngx_string("kvserve_queue_ms"), NULL, ngx_http_kvserve_variable,
       KVS_HOP_QUEUE, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 

@@ -231,6 +231,10 @@ ngx_int_t ngx_http_kvserve_route_tokens(ngx_http_request_t *r);
  */
 
 void ngx_http_kvserve_record(ngx_http_kvserve_ctx_t *ctx);
+/* A worker-side hop that just ended (body, tokenize, limit) into the
+ * shared histograms, for a request whose model is known. */
+void ngx_http_kvserve_record_hop(ngx_http_kvserve_ctx_t *ctx,
+    kvs_hop_t hop);
 /* Output tokens the request's choices generated so far (an end token
  * counts: it was computed). */
 uint32_t ngx_http_kvserve_completion_tokens(ngx_http_kvserve_ctx_t *ctx);

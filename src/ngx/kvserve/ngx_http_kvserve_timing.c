@@ -7,7 +7,9 @@
  *  - every hop is stamped on CLOCK_MONOTONIC (ctx->t; the engine's stamps
  *    come in OUT frames, same clock, same host);
  *  - a request that reached the engine side, and was not refused there,
- *    is added to the shared metrics exactly once (ctx->recorded).
+ *    is added to the shared metrics exactly once (ctx->recorded);
+ *  - the worker's own hops (body, tokenize, limit) are added as each
+ *    ends, once, for every request whose model is known by then.
  */
 
 #include <ngx_config.h>
@@ -167,6 +169,19 @@ ngx_http_kvserve_record(ngx_http_kvserve_ctx_t *ctx)
 
     kvs_metrics_observe(m, (uint32_t) ctx->model_index,
                         KVS_HIST_MAX_GEN_TOKENS, most, 1);
+}
+
+
+void
+ngx_http_kvserve_record_hop(ngx_http_kvserve_ctx_t *ctx, kvs_hop_t hop)
+{
+    kvs_metrics_t  *m;
+
+    m = ngx_http_kvserve_metrics(ctx->r);
+
+    if (m != NULL && ctx->model != NULL) {
+        kvs_metrics_hop(m, (uint32_t) ctx->model_index, &ctx->t, hop);
+    }
 }
 
 

@@ -51,6 +51,7 @@ static void ngx_http_kvserve_route_tokenized(ngx_http_kvserve_ctx_t *kctx);
 static void ngx_http_kvserve_route_send(ngx_http_kvserve_route_ctx_t *rc);
 static void ngx_http_kvserve_route_choose(ngx_http_kvserve_route_ctx_t *rc,
     ngx_uint_t failed);
+static void ngx_http_kvserve_route_observe(ngx_http_kvserve_route_ctx_t *rc);
 
 
 /*
@@ -314,6 +315,8 @@ ngx_http_kvserve_route_tokenized(ngx_http_kvserve_ctx_t *kctx)
         ngx_http_kvserve_route_pass(rc, "the prompt does not tokenize");
         return;
     }
+
+    rc->lookup_ns = kvs_now_ns();
 
     kvs_index_route_conf_default(&rc->conf);
     rc->conf.load_weight = rc->rlcf->load_weight;
@@ -698,7 +701,28 @@ ngx_http_kvserve_route_choose(ngx_http_kvserve_route_ctx_t *rc,
                    rc->peer, ch.cached_tokens,
                    kvs_now_ns() - rc->start_ns);
 
+    ngx_http_kvserve_route_observe(rc);
+
     ngx_http_kvserve_route_resume(rc);
+}
+
+
+/* The route hop, tokenized to chosen, into the gateway's shared
+ * histogram (kvserve:request_route_time_seconds) of the request's
+ * model. */
+static void
+ngx_http_kvserve_route_observe(ngx_http_kvserve_route_ctx_t *rc)
+{
+    kvs_metrics_t  *m;
+
+    m = ngx_http_kvserve_metrics(rc->r);
+
+    if (m != NULL && rc->lookup_ns != 0 && rc->kctx != NULL
+        && rc->kctx->model != NULL)
+    {
+        kvs_metrics_observe(m, (uint32_t) rc->kctx->model_index,
+                            KVS_HIST_ROUTE, kvs_now_ns() - rc->lookup_ns, 1);
+    }
 }
 
 

@@ -173,6 +173,8 @@ typedef struct {
     uint32_t                        round;    /* of the batch out: 1, 2 */
     ngx_http_kvserve_redis_batch_t *batch;
     uint64_t                        start_ns;
+    uint64_t                        lookup_ns;    /* tokenized: the
+                                                     route hop starts */
 
     unsigned                        decided:1;
     unsigned                        from_table:1; /* cands are hosts */

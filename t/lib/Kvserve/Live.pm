@@ -62,8 +62,9 @@ sub log_path  { "$_[0]{root}/logs/error.log" }
 # in the http block.  Written aside and renamed, so that a reload never
 # reads half a file.  %o may change: workers (2), error_level (info),
 # connections (256), access_log ("access_log off;"), listen (more
-# parameters of the listen directive) and server (the server block's
-# locations; by default the API at /v1/ and kvserve_status at /status).
+# parameters of the listen directive), main (directives of the main
+# context, e.g. a thread_pool) and server (the server block's locations;
+# by default the API at /v1/ and kvserve_status at /status).
 sub write_conf {
     my ($self, $http, %o) = @_;
     my ($root, $port) = @$self{qw(root port)};
@@ -72,6 +73,7 @@ sub write_conf {
     my $conns = $o{connections} // 256;
     my $access = $o{access_log} // 'access_log off;';
     my $listen = "127.0.0.1:$port" . ($o{listen} ? " $o{listen}" : '');
+    my $main = $o{main} // '';
     my $server = $o{server} // <<"EOS";
         location /v1/ { kvserve; }
         location = /status { kvserve_status; }
@@ -84,6 +86,7 @@ daemon on;
 master_process on;
 error_log logs/error.log $level;
 pid logs/nginx.pid;
+$main
 events { worker_connections $conns; }
 http {
     $access
