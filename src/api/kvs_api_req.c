@@ -555,6 +555,7 @@ kvs_api_req_free(kvs_api_req_t *req)
     free(req->rf_schema);             /* json_dumps' malloc */
 
     json_decref(req->root);
+    json_decref(req->msg_root);
 
     memset(req, 0, sizeof(*req));
 }

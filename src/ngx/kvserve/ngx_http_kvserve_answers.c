@@ -2,8 +2,9 @@
  * ngx_http_kvserve_answers: the last phase of a completion request: the
  * engine's answers on its parts (OUT frames, refusals, a lost engine)
  * turned into SSE events, the stream's header sent with the first, or
- * into one collected JSON body.  Sending, failing and finishing are the
- * request core's (ngx_http_kvserve_request.c).
+ * into one collected JSON body (in Anthropic's shapes for a Messages
+ * request: ngx_http_kvserve_messages.c).  Sending, failing and
+ * finishing are the request core's (ngx_http_kvserve_request.c).
  *
  * Invariants:
  *  - the response header goes out only with the first output, so that a
@@ -87,9 +88,6 @@ ngx_http_kvserve_stream_out(ngx_http_kvserve_ctx_t *ctx,
 {
     int                 rc;
     kvs_api_choice_t    c;
-    const kvs_vocab_t  *v;
-
-    v = ctx->model->vocab;
 
     if (ctx->req.tool_syntax != KVS_TOOL_SYN_NONE) {
         return ngx_http_kvserve_tools_stream(ctx, ch, index, o, err);
@@ -102,8 +100,7 @@ ngx_http_kvserve_stream_out(ngx_http_kvserve_ctx_t *ctx,
         if (!ch->started) {
             c.role = 1;
             c.text = "";
-            rc = kvs_api_resp_chunk(&ctx->out, &ctx->head, &c, 1,
-                                    ctx->req.include_usage, v, err);
+            rc = ngx_http_kvserve_chunk(ctx, &c, err);
             if (rc != KVS_OK) {
                 return NGX_ERROR;
             }
@@ -118,8 +115,7 @@ ngx_http_kvserve_stream_out(ngx_http_kvserve_ctx_t *ctx,
             if (c.text == NULL) {
                 c.text = "";
             }
-            rc = kvs_api_resp_chunk(&ctx->out, &ctx->head, &c, 1,
-                                    ctx->req.include_usage, v, err);
+            rc = ngx_http_kvserve_chunk(ctx, &c, err);
             if (rc != KVS_OK) {
                 return NGX_ERROR;
             }
@@ -131,8 +127,7 @@ ngx_http_kvserve_stream_out(ngx_http_kvserve_ctx_t *ctx,
             c.lp = NULL;
             c.n_lp = 0;
             c.finish = o->finish;
-            rc = kvs_api_resp_chunk(&ctx->out, &ctx->head, &c, 1,
-                                    ctx->req.include_usage, v, err);
+            rc = ngx_http_kvserve_chunk(ctx, &c, err);
             if (rc != KVS_OK) {
                 return NGX_ERROR;
             }
@@ -160,8 +155,7 @@ ngx_http_kvserve_stream_out(ngx_http_kvserve_ctx_t *ctx,
         c.finish = o->finish;
     }
 
-    rc = kvs_api_resp_chunk(&ctx->out, &ctx->head, &c, 1,
-                            ctx->req.include_usage, v, err);
+    rc = ngx_http_kvserve_chunk(ctx, &c, err);
 
     return rc == KVS_OK ? NGX_OK : NGX_ERROR;
 }
@@ -218,6 +212,20 @@ ngx_http_kvserve_complete(ngx_http_kvserve_ctx_t *ctx)
     ctx->t.end_ns = kvs_now_ns();
     ngx_http_kvserve_record(ctx);
 
+    if (ctx->anthropic && ctx->stream) {
+        if (ctx->trailers
+            && ngx_http_kvserve_server_timing(ctx,
+                                              &ctx->r->headers_out.trailers)
+               != NGX_OK)
+        {
+            ngx_http_kvserve_finish(ctx, NGX_ERROR);
+            return;
+        }
+
+        (void) ngx_http_kvserve_msg_complete(ctx, NULL, &u);
+        return;
+    }
+
     if (ctx->stream) {
         if (ctx->trailers
             && ngx_http_kvserve_server_timing(ctx,
@@ -266,6 +274,11 @@ ngx_http_kvserve_complete(ngx_http_kvserve_ctx_t *ctx)
             ngx_http_kvserve_finish(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
             return;
         }
+    }
+
+    if (ctx->anthropic) {
+        (void) ngx_http_kvserve_msg_complete(ctx, &c[0], &u);
+        return;
     }
 
     ctx->out.len = 0;
@@ -389,6 +402,7 @@ ngx_http_kvserve_on_out(ngx_http_kvserve_ctx_t *ctx,
 
     ngx_http_kvserve_on_times(ctx, ch, wo);
     ngx_http_kvserve_cache_out(ctx, part, o);
+    ngx_http_kvserve_msg_collect(ctx, ch, o);
 
     kmcf = ngx_http_get_module_main_conf(ctx->r, ngx_http_kvserve_module);
     ngx_http_kvserve_timer_arm(ctx, kmcf->engine_timeout);
