@@ -80,7 +80,8 @@ TSAN_BINS    := $(B)/tsan/unit/test_engine $(B)/tsan/unit/test_threads \
 VENV         := $(B)/venv
 # the venv is refreshed when the list of Python packages changes
 PY_PKGS      := gguf==0.19.0 jinja2==3.1.6 tokenizers==0.23.3 \
-                tiktoken==0.14.0 openai==3.57.0 jsonschema==4.26.0
+                tiktoken==0.14.0 openai==3.57.0 jsonschema==4.26.0 \
+                anthropic==2.16.0
 PY_STAMP     := $(VENV)/.ok-$(shell echo '$(PY_PKGS)' | md5sum | cut -c1-8)
 
 # the CUDA backend: SASS for sm_90 plus compute_90 PTX (the driver's JIT
