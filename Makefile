@@ -312,7 +312,8 @@ itest: $(MODULE) $(DEFAULT_MODEL) $(filter %_probe.so,$(CUDA_SO))
 	TEST_NGINX_SERVROOT=$(BABS)/servroot \
 	prove --directives $(PROVE_INC) $(T)
 
-# the official openai Python SDK, unchanged, against nginx with the module
+# the official openai and anthropic Python SDKs, unchanged, against nginx
+# with the module
 sdk: $(MODULE) $(DEFAULT_MODEL) $(PY_STAMP) $(CLI)
 	@mkdir -p $(B)/tmp
 	$(TEST_ENV) KVS_NGINX=$(NGINX) KVS_MODULE=$(abspath $(MODULE)) \
@@ -324,6 +325,9 @@ sdk: $(MODULE) $(DEFAULT_MODEL) $(PY_STAMP) $(CLI)
 	$(TEST_ENV) KVS_NGINX=$(NGINX) KVS_MODULE=$(abspath $(MODULE)) \
 	    KVS_MODEL=$(abspath $(DEFAULT_MODEL)) \
 	    $(VENV)/bin/python t/unit/test_openai_tools.py
+	$(TEST_ENV) KVS_NGINX=$(NGINX) KVS_MODULE=$(abspath $(MODULE)) \
+	    KVS_MODEL=$(abspath $(DEFAULT_MODEL)) \
+	    $(VENV)/bin/python t/unit/test_anthropic_sdk.py
 
 # the test data, from the public sources in t/fixtures.manifest, into
 # t/fixtures unless FIXTURES is given (the default FIXTURES may be the

@@ -150,7 +150,7 @@ anthropic-version: 2099-01-01
 POST /v1/messages
 {"model": "kvserve-tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]}
 --- response_body_like chomp
-^\{"type":"error","error":\{"type":"invalid_request_error","message":"anthropic-version: \\"2099-01-01\\" is not a version this server accepts \(\\"2023-06-01\\"\)\."\}\}$
+^\{"type":"error","error":\{"type":"invalid_request_error","message":"anthropic-version: \\"2099-01-01\\" is not a version this server accepts \(\\"2023-06-01\\" or \\"2026-10-21\\"\)\."\}\}$
 --- error_code: 400
 
 

@@ -20,6 +20,7 @@
  *                    "custom"}]; server tools are refused
  *   tool_choice      {"type":"auto"|"any"|"tool"|"none","name",
  *                    "disable_parallel_tool_use"}
+ *   cache_control    top-level: a breakpoint after the last message
  *   thinking         only {"type":"disabled"}; mcp_servers and
  *                    container only null
  *
@@ -654,7 +655,7 @@ kvs_api_msg_messages(kvs_api_req_t *req, kvs_api_err_t *aerr)
 {
     int            rc;
     size_t         i, n;
-    json_t        *msgs;
+    json_t        *msgs, *last;
     const json_t  *m;
 
     msgs = json_array();
@@ -692,7 +693,17 @@ kvs_api_msg_messages(kvs_api_req_t *req, kvs_api_err_t *aerr)
         }
     }
 
-    return KVS_OK;
+    /* the top-level cache_control: a breakpoint after the last message
+     * (unless that message has its own) */
+    last = json_array_get(msgs, json_array_size(msgs) - 1);
+
+    if (kvs_api_opt(req->msg_root, "cache_control") == NULL
+        || kvs_api_opt(last, "cache_control") != NULL)
+    {
+        return KVS_OK;
+    }
+
+    return kvs_api_msg_cc(req->msg_root, last, aerr);
 }
 
 
@@ -1154,22 +1165,26 @@ kvs_api_msg_parse(kvs_api_req_t *req, const char *body, size_t len,
 int
 kvs_api_msg_version(const char *v, size_t len, kvs_api_err_t *aerr)
 {
+    size_t  i;
+
+    static const char *const  versions[] = { "2023-06-01", "2026-10-21" };
+
     if (v == NULL) {
         kvs_api_err_set(aerr, 400, "anthropic-version", NULL,
                         "anthropic-version: header is required (this "
-                        "server accepts \"%s\").", KVS_API_MSG_VERSION);
+                        "server accepts %s).", KVS_API_MSG_VERSIONS);
         return KVS_EINVAL;
     }
 
-    if (len == sizeof(KVS_API_MSG_VERSION) - 1
-        && memcmp(v, KVS_API_MSG_VERSION, len) == 0)
-    {
-        return KVS_OK;
+    for (i = 0; i < sizeof(versions) / sizeof(versions[0]); i++) {
+        if (len == strlen(versions[i]) && memcmp(v, versions[i], len) == 0) {
+            return KVS_OK;
+        }
     }
 
     kvs_api_err_set(aerr, 400, "anthropic-version", NULL,
                     "anthropic-version: \"%.*s\" is not a version this "
-                    "server accepts (\"%s\").", (int) (len > 64 ? 64 : len),
-                    v, KVS_API_MSG_VERSION);
+                    "server accepts (%s).", (int) (len > 64 ? 64 : len), v,
+                    KVS_API_MSG_VERSIONS);
     return KVS_EINVAL;
 }

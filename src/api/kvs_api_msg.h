@@ -32,8 +32,10 @@
 #include "kvs_api_req.h"
 #include "kvs_api_resp.h"
 
-/* the anthropic-version values served (the header is required) */
-#define KVS_API_MSG_VERSION  "2023-06-01"
+/* the anthropic-version values served (the header is required): the
+ * API's first version, and the one anthropic-python 2.16 sends; both
+ * are served alike (docs/api.md) */
+#define KVS_API_MSG_VERSIONS  "\"2023-06-01\" or \"2026-10-21\""
 
 /* kvs_api_msg_parse() flags */
 #define KVS_API_MSG_COUNT    1        /* count_tokens: no max_tokens */

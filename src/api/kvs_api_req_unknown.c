@@ -39,7 +39,8 @@ static const char  *kvs_api_known_cmpl[] = {
 static const char  *kvs_api_known_msg[] = {
     "model", "messages", "system", "max_tokens", "stop_sequences",
     "temperature", "top_p", "top_k", "metadata", "stream", "tools",
-    "tool_choice", "thinking", "mcp_servers", "container", NULL
+    "tool_choice", "thinking", "mcp_servers", "container", "cache_control",
+    NULL
 };
 
 
