@@ -209,7 +209,7 @@ my $b = '{"model": "kvserve-tiny", "max_tokens": 2, "system": [{"type": "text", 
 --- skip_eval: 1: !$::HaveQwen
 --- request eval
 "POST /v1/messages\n"
-. '{"model": "tiny-qwen25", "max_tokens": 200, "stream": true, "messages": [{"role": "user", "content": "Weather in Paris?"}], ' . $::Tools . '}'
+. '{"model": "tiny-qwen25", "max_tokens": 200, "stream": true, "messages": [{"role": "user", "content": "Weather in Paris?"}], ' . $::ToolsOne . '}'
 --- response_body_like chomp
 (?s:"content_block":\{"type":"tool_use","id":"toolu_\w+","name":"get_weather","input":\{\}\}\}\n\nevent: ping\n.*"delta":\{"type":"input_json_delta","partial_json":.*event: content_block_stop\n.*"stop_reason":"tool_use".*event: message_stop\n)
 --- error_code: 200
