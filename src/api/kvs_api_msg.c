@@ -1075,11 +1075,15 @@ kvs_api_msg_rename(char *s, size_t size, const char *a, const char *b)
 }
 
 
-/* The chat checker's tool paths under their Anthropic names. */
+/* The chat checker's tool paths under their Anthropic names
+ * ("tools[0].function.parameters.x" is "tools[0].input_schema.x",
+ * "tool_choice.function.name" "tool_choice.name"). */
 static void
 kvs_api_msg_tool_paths(kvs_api_err_t *aerr)
 {
-    if (aerr == NULL || strncmp(aerr->param, "tools[", 6) != 0) {
+    if (aerr == NULL || (strncmp(aerr->param, "tools[", 6) != 0
+                         && strncmp(aerr->param, "tool_choice.", 12) != 0))
+    {
         return;
     }
 
