@@ -446,7 +446,7 @@ FUZZ_REQ_SRCS := $(FUZZ_SRCS) $(wildcard src/api/kvs_api_req*.c) \
 
 # Each target runs for FUZZ_TIME seconds as a goal of its own, so that
 # `make -j2 -Otarget fuzz` runs two at a time, each one's output whole.
-FUZZ_RUNS := gguf tok api_req wire index grammar jinja
+FUZZ_RUNS := gguf tok api_req api_msg wire index grammar jinja
 
 fuzz: $(FUZZ_RUNS:%=fuzz-run-%)
 
@@ -470,6 +470,11 @@ fuzz-run-api_req: $(B)/fuzz/fuzz_api_req
 	@mkdir -p $(B)/fuzz/req-corpus
 	$(B)/fuzz/fuzz_api_req -max_total_time=$(FUZZ_TIME) -max_len=8192 \
 	    -dict=t/fuzz/api_req.dict $(B)/fuzz/req-corpus t/fuzz/api_req
+
+fuzz-run-api_msg: $(B)/fuzz/fuzz_api_msg
+	@mkdir -p $(B)/fuzz/msg-corpus
+	$(B)/fuzz/fuzz_api_msg -max_total_time=$(FUZZ_TIME) -max_len=8192 \
+	    -dict=t/fuzz/api_msg.dict $(B)/fuzz/msg-corpus t/fuzz/api_msg
 
 fuzz-run-wire: $(B)/fuzz/fuzz_wire
 	@mkdir -p $(B)/fuzz/wire-corpus
@@ -528,6 +533,15 @@ $(B)/fuzz/fuzz_grammar: t/fuzz/fuzz_grammar.c $(FUZZ_GRAMMAR_SRCS) \
                         $(LIB_HDRS)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_GRAMMAR_SRCS) $(LIBS)
+
+# Anthropic's Messages parser: the OpenAI one's sources, and the writers
+FUZZ_MSG_SRCS := $(FUZZ_REQ_SRCS) src/api/kvs_api_msg.c \
+                 src/api/kvs_api_msg_resp.c src/api/kvs_api_resp.c \
+                 src/sample/kvs_finish.c
+
+$(B)/fuzz/fuzz_api_msg: t/fuzz/fuzz_api_msg.c $(FUZZ_MSG_SRCS) $(LIB_HDRS)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_MSG_SRCS) $(LIBS)
 
 $(B)/fuzz/fuzz_api_req: t/fuzz/fuzz_api_req.c $(FUZZ_REQ_SRCS) $(LIB_HDRS)
 	@mkdir -p $(dir $@)
