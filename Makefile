@@ -535,8 +535,8 @@ $(B)/fuzz/fuzz_grammar: t/fuzz/fuzz_grammar.c $(FUZZ_GRAMMAR_SRCS) \
 	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_GRAMMAR_SRCS) $(LIBS)
 
 # Anthropic's Messages parser: the OpenAI one's sources, and the writers
-FUZZ_MSG_SRCS := $(FUZZ_REQ_SRCS) src/api/kvs_api_msg.c \
-                 src/api/kvs_api_msg_resp.c src/api/kvs_api_resp.c \
+FUZZ_MSG_SRCS := $(FUZZ_REQ_SRCS) $(wildcard src/api/kvs_api_msg*.c) \
+                 src/api/kvs_api_resp.c \
                  src/sample/kvs_finish.c
 
 $(B)/fuzz/fuzz_api_msg: t/fuzz/fuzz_api_msg.c $(FUZZ_MSG_SRCS) $(LIB_HDRS)
