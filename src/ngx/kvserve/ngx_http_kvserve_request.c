@@ -596,6 +596,11 @@ ngx_http_kvserve_route_post(ngx_http_request_t *r)
     u_char  *p, *last;
     size_t   len;
 
+    /* nginx's own error pages ask too, before a request line was read */
+    if (r->uri.len < 4) {
+        return NGX_DECLINED;
+    }
+
     last = r->uri.data + r->uri.len;
     p = ngx_strlcasestrn(r->uri.data, last, (u_char *) "/v1/", 4 - 1);
 
