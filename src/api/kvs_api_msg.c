@@ -711,11 +711,7 @@ kvs_api_msg_parse(kvs_api_req_t *req, const char *body, size_t len,
     int            rc;
     const json_t  *v;
 
-    memset(req, 0, sizeof(*req));
-    req->kind = KVS_API_MESSAGES;
-    req->n = 1;
-    req->sample.temperature = 1.0f;
-    req->sample.top_p = 1.0f;
+    kvs_api_req_init(req, KVS_API_MESSAGES);
 
     rc = kvs_api_req_load(req, body, len, max_body, aerr);
     if (rc != KVS_OK) {

@@ -471,8 +471,10 @@ kvs_api_msg_error(kvs_jw_t *w, int status, const char *message)
 }
 
 
-int
-kvs_api_msg_error_json(kvs_buf_t *out, int status, const char *message)
+/* the error object, as an "event: error" when event is set */
+static int
+kvs_api_msg_error_out(kvs_buf_t *out, int status, const char *message,
+    int event)
 {
     size_t    len0;
     kvs_jw_t  w;
@@ -481,27 +483,25 @@ kvs_api_msg_error_json(kvs_buf_t *out, int status, const char *message)
     w.b = out;
     w.rc = KVS_OK;
 
+    kvs_jw_lit(&w, event ? "event: error\ndata: " : "");
     kvs_api_msg_error(&w, status, message);
+    kvs_jw_lit(&w, event ? "\n\n" : "");
 
     return kvs_jw_end(&w, len0);
 }
 
 
 int
+kvs_api_msg_error_json(kvs_buf_t *out, int status, const char *message)
+{
+    return kvs_api_msg_error_out(out, status, message, 0);
+}
+
+
+int
 kvs_api_msg_error_event(kvs_buf_t *out, int status, const char *message)
 {
-    size_t    len0;
-    kvs_jw_t  w;
-
-    len0 = out->len;
-    w.b = out;
-    w.rc = KVS_OK;
-
-    kvs_jw_lit(&w, "event: error\ndata: ");
-    kvs_api_msg_error(&w, status, message);
-    kvs_jw_lit(&w, "\n\n");
-
-    return kvs_jw_end(&w, len0);
+    return kvs_api_msg_error_out(out, status, message, 1);
 }
 
 

@@ -2,7 +2,8 @@
  * kvs_api_resp: chat and completions response bodies and SSE events,
  * written straight into the caller's buffer by a small JSON writer (a
  * tree would cost an allocation per value for every streamed token, and
- * jansson neither escapes U+2028 nor formats floats the way we need).
+ * jansson neither escapes U+2028 nor formats floats the way we need);
+ * the writer is shared with the Messages route's (kvs_api_jw.h).
  *
  * Invariants: everything written is valid JSON whatever the input bytes
  * (invalid UTF-8 is replaced, never passed); a failed call leaves the

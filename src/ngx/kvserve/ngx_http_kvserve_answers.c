@@ -212,7 +212,7 @@ ngx_http_kvserve_complete(ngx_http_kvserve_ctx_t *ctx)
     ctx->t.end_ns = kvs_now_ns();
     ngx_http_kvserve_record(ctx);
 
-    if (ctx->anthropic && ctx->stream) {
+    if (ctx->stream) {
         if (ctx->trailers
             && ngx_http_kvserve_server_timing(ctx,
                                               &ctx->r->headers_out.trailers)
@@ -222,17 +222,8 @@ ngx_http_kvserve_complete(ngx_http_kvserve_ctx_t *ctx)
             return;
         }
 
-        (void) ngx_http_kvserve_msg_complete(ctx, NULL, &u);
-        return;
-    }
-
-    if (ctx->stream) {
-        if (ctx->trailers
-            && ngx_http_kvserve_server_timing(ctx,
-                                              &ctx->r->headers_out.trailers)
-               != NGX_OK)
-        {
-            ngx_http_kvserve_finish(ctx, NGX_ERROR);
+        if (ctx->anthropic) {
+            (void) ngx_http_kvserve_msg_complete(ctx, NULL, &u);
             return;
         }
 
