@@ -65,23 +65,22 @@ int
 ngx_http_kvserve_chunk(ngx_http_kvserve_ctx_t *ctx, const kvs_api_choice_t *c,
     kvs_err_t *err)
 {
+    kvs_api_usage_t  u;
+
     if (!ctx->anthropic) {
         return kvs_api_resp_chunk(&ctx->out, &ctx->head, c, 1,
                                   ctx->req.include_usage, ctx->model->vocab,
                                   err);
     }
 
+    /* message_start tells the prompt's figures: known by the first
+     * output, whose frame brought the cache's */
     if (!ctx->msg.started) {
-        ctx->msg.usage.input_tokens = ctx->prompt_tokens;
-        ctx->msg.usage.cache_read = ctx->cached_tokens;
-        ctx->msg.usage.cache_creation = ctx->cache_created;
-
-        if ((uint64_t) ctx->cached_tokens + ctx->cache_created
-            <= ctx->prompt_tokens)
-        {
-            ctx->msg.usage.input_tokens -= ctx->cached_tokens
-                                           + ctx->cache_created;
-        }
+        ngx_memzero(&u, sizeof(u));
+        u.prompt_tokens = ctx->prompt_tokens;
+        u.cached_tokens = ctx->cached_tokens;
+        u.cache_creation_tokens = ctx->cache_created;
+        kvs_api_msg_usage(&ctx->msg.usage, &u);
     }
 
     return kvs_api_msg_sse(&ctx->msg, &ctx->out, &ctx->head, c, err);
