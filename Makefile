@@ -104,7 +104,8 @@ TSAN_BINS    := $(B)/tsan/unit/test_engine $(B)/tsan/unit/test_threads \
 VENV         := $(B)/venv
 # the venv is refreshed when the list of Python packages changes
 PY_PKGS      := gguf==0.19.0 jinja2==3.1.6 tokenizers==0.23.3 \
-                tiktoken==0.14.0 openai==3.57.0 jsonschema==4.26.0
+                tiktoken==0.14.0 openai==3.57.0 jsonschema==4.26.0 \
+                anthropic==2.16.0
 PY_STAMP     := $(VENV)/.ok-$(shell echo '$(PY_PKGS)' | md5sum | cut -c1-8)
 
 # the CUDA backend: SASS for sm_90 plus compute_90 PTX (the driver's JIT
@@ -352,7 +353,8 @@ itest: $(MODULE) $(DEFAULT_MODEL) $(filter %_probe.so,$(CUDA_SO))
 	TEST_NGINX_SERVROOT=$(BABS)/servroot \
 	prove --directives $(PROVE_INC) $(T)
 
-# the official openai Python SDK, unchanged, against nginx with the module
+# the official openai and anthropic Python SDKs, unchanged, against nginx
+# with the module
 sdk: $(MODULE) $(DEFAULT_MODEL) $(PY_STAMP) $(CLI)
 	@mkdir -p $(B)/tmp
 	$(TEST_ENV) KVS_NGINX=$(NGINX) KVS_MODULE=$(abspath $(MODULE)) \
@@ -367,6 +369,9 @@ sdk: $(MODULE) $(DEFAULT_MODEL) $(PY_STAMP) $(CLI)
 	$(TEST_ENV) KVS_NGINX=$(NGINX) KVS_MODULE=$(abspath $(MODULE)) \
 	    OPENBLAS_NUM_THREADS=1 KVS_STORIES=$(abspath $(STORIES)) \
 	    $(VENV)/bin/python t/train/test_stories.py --server
+	$(TEST_ENV) KVS_NGINX=$(NGINX) KVS_MODULE=$(abspath $(MODULE)) \
+	    KVS_MODEL=$(abspath $(DEFAULT_MODEL)) \
+	    $(VENV)/bin/python t/unit/test_anthropic_sdk.py
 
 # the test data, from the public sources in t/fixtures.manifest, into
 # t/fixtures unless FIXTURES is given (the default FIXTURES may be the
@@ -494,7 +499,7 @@ FUZZ_REQ_SRCS := $(FUZZ_SRCS) $(wildcard src/api/kvs_api_req*.c) \
 
 # Each target runs for FUZZ_TIME seconds as a goal of its own, so that
 # `make -j2 -Otarget fuzz` runs two at a time, each one's output whole.
-FUZZ_RUNS := gguf tok api_req wire index grammar jinja guard
+FUZZ_RUNS := gguf tok api_req api_msg wire index grammar jinja guard
 
 fuzz: $(FUZZ_RUNS:%=fuzz-run-%)
 
@@ -518,6 +523,11 @@ fuzz-run-api_req: $(B)/fuzz/fuzz_api_req
 	@mkdir -p $(B)/fuzz/req-corpus
 	$(B)/fuzz/fuzz_api_req -max_total_time=$(FUZZ_TIME) -max_len=8192 \
 	    -dict=t/fuzz/api_req.dict $(B)/fuzz/req-corpus t/fuzz/api_req
+
+fuzz-run-api_msg: $(B)/fuzz/fuzz_api_msg
+	@mkdir -p $(B)/fuzz/msg-corpus
+	$(B)/fuzz/fuzz_api_msg -max_total_time=$(FUZZ_TIME) -max_len=8192 \
+	    -dict=t/fuzz/api_msg.dict $(B)/fuzz/msg-corpus t/fuzz/api_msg
 
 fuzz-run-wire: $(B)/fuzz/fuzz_wire
 	@mkdir -p $(B)/fuzz/wire-corpus
@@ -590,6 +600,15 @@ $(B)/fuzz/fuzz_guard: t/fuzz/fuzz_guard.c t/unit/kvs_guard_ref.h \
                       $(FUZZ_GUARD_SRCS) $(LIB_HDRS)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_GUARD_SRCS) $(LIBS)
+
+# Anthropic's Messages parser: the OpenAI one's sources, and the writers
+FUZZ_MSG_SRCS := $(FUZZ_REQ_SRCS) $(wildcard src/api/kvs_api_msg*.c) \
+                 src/api/kvs_api_resp.c \
+                 src/sample/kvs_finish.c
+
+$(B)/fuzz/fuzz_api_msg: t/fuzz/fuzz_api_msg.c $(FUZZ_MSG_SRCS) $(LIB_HDRS)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_MSG_SRCS) $(LIBS)
 
 $(B)/fuzz/fuzz_api_req: t/fuzz/fuzz_api_req.c $(FUZZ_REQ_SRCS) $(LIB_HDRS)
 	@mkdir -p $(dir $@)

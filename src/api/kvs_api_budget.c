@@ -28,7 +28,7 @@ kvs_api_budget(const kvs_api_req_t *req, size_t n_prompt, uint32_t n_ctx,
     if (max_tokens < 1 || n_prompt > n_ctx
         || (uint64_t) max_tokens > n_ctx - (uint64_t) n_prompt)
     {
-        what = req->kind == KVS_API_CHAT ? "messages" : "prompt";
+        what = req->kind != KVS_API_COMPLETIONS ? "messages" : "prompt";
         shown = max_tokens > 0 ? max_tokens : 1;
 
         /* shown is below 2^63, and so is any prompt's length: their
@@ -59,7 +59,7 @@ kvs_api_budget_seqs(const kvs_api_req_t *req, uint32_t max_seqs,
     uint64_t  n_prompts, seqs;
 
     /* a chat is one prompt; so is a completion of one string */
-    n_prompts = req->kind == KVS_API_CHAT || req->n_prompts == 0
+    n_prompts = req->kind != KVS_API_COMPLETIONS || req->n_prompts == 0
                 ? 1 : req->n_prompts;
     seqs = n_prompts * req->n;
 
@@ -97,7 +97,7 @@ kvs_api_budget_too_long(const kvs_api_req_t *req, uint32_t n_ctx,
 {
     const char  *what;
 
-    what = req->kind == KVS_API_CHAT ? "messages" : "prompt";
+    what = req->kind != KVS_API_COMPLETIONS ? "messages" : "prompt";
 
     kvs_api_err_set(aerr, 400, what, "context_length_exceeded",
                     "This model's maximum context length is %u tokens. "

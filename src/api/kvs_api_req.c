@@ -479,6 +479,17 @@ kvs_api_req_load(kvs_api_req_t *req, const char *body, size_t len,
 }
 
 
+void
+kvs_api_req_init(kvs_api_req_t *req, kvs_api_kind_t kind)
+{
+    memset(req, 0, sizeof(*req));
+    req->kind = kind;
+    req->n = 1;
+    req->sample.temperature = 1.0f;
+    req->sample.top_p = 1.0f;
+}
+
+
 int
 kvs_api_req_parse(kvs_api_req_t *req, kvs_api_kind_t kind, const char *body,
     size_t len, size_t max_body, kvs_api_err_t *aerr)
@@ -486,11 +497,7 @@ kvs_api_req_parse(kvs_api_req_t *req, kvs_api_kind_t kind, const char *body,
     int            rc;
     const json_t  *v;
 
-    memset(req, 0, sizeof(*req));
-    req->kind = kind;
-    req->n = 1;
-    req->sample.temperature = 1.0f;
-    req->sample.top_p = 1.0f;
+    kvs_api_req_init(req, kind);
 
     rc = kvs_api_req_load(req, body, len, max_body, aerr);
     if (rc != KVS_OK) {
@@ -555,6 +562,7 @@ kvs_api_req_free(kvs_api_req_t *req)
     free(req->rf_schema);             /* json_dumps' malloc */
 
     json_decref(req->root);
+    json_decref(req->msg_root);
 
     memset(req, 0, sizeof(*req));
 }

@@ -73,7 +73,9 @@
 
 typedef enum {
     KVS_API_CHAT = 0,                 /* /v1/chat/completions */
-    KVS_API_COMPLETIONS               /* /v1/completions */
+    KVS_API_COMPLETIONS,              /* /v1/completions */
+    KVS_API_MESSAGES                  /* Anthropic's /v1/messages: a chat
+                                         request (kvs_api_msg.h) */
 } kvs_api_kind_t;
 
 /* tool_choice */
@@ -117,7 +119,12 @@ typedef struct {
 
 typedef struct {
     kvs_api_kind_t        kind;
-    json_t               *root;           /* owned */
+    json_t               *root;           /* owned; MESSAGES: the body's
+                                             translation into a chat
+                                             body (messages, tools,
+                                             tool_choice) */
+    json_t               *msg_root;       /* MESSAGES: the body as sent,
+                                             owned; NULL otherwise */
     kvs_api_str_t         model;
 
     const json_t         *messages;       /* chat: the array, checked:

@@ -51,6 +51,10 @@ int kvs_api_str(const json_t *v, const char *path, kvs_api_str_t *out,
 /* A number as the client wrote it, near enough, for messages. */
 void kvs_api_num_text(const json_t *v, char *buf, size_t size);
 
+/* req emptied, of kind, with the defaults every kind shares (n 1,
+ * temperature and top_p 1). */
+void kvs_api_req_init(kvs_api_req_t *req, kvs_api_kind_t kind);
+
 /* body[len] into req->root: the size limit (413), strict JSON (no NUL,
  * no duplicate keys, valid UTF-8) and an object, with the parser's
  * errors; the tokenize endpoints' bodies load the same way. */

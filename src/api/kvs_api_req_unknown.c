@@ -5,8 +5,9 @@
  * the caller can tell an operator what clients send that has no effect
  * (the nginx glue logs each name once per worker).
  *
- * Invariant: the lists below are the fields kvs_api_req_parse() reads
- * for each kind, and nothing else; a field read for the other kind only
+ * Invariant: the lists below are the fields kvs_api_req_parse() (and
+ * kvs_api_msg_parse(), for Anthropic's body) reads for each kind, and
+ * nothing else; a field read for the other kind only
  * (prompt in a chat body, messages in a completions body) is unknown
  * here, as docs/api.md says it is ignored there.
  */
@@ -32,6 +33,14 @@ static const char  *kvs_api_known_chat[] = {
 
 static const char  *kvs_api_known_cmpl[] = {
     "prompt", "echo", "suffix", "best_of", NULL
+};
+
+/* Anthropic's Messages body (kvs_api_msg.c), read from req->msg_root */
+static const char  *kvs_api_known_msg[] = {
+    "model", "messages", "system", "max_tokens", "stop_sequences",
+    "temperature", "top_p", "top_k", "metadata", "stream", "tools",
+    "tool_choice", "thinking", "mcp_servers", "container", "cache_control",
+    NULL
 };
 
 
@@ -63,6 +72,19 @@ kvs_api_req_unknown(const kvs_api_req_t *req, const char **names,
     }
 
     n = 0;
+
+    if (req->kind == KVS_API_MESSAGES) {
+        json_object_foreach(req->msg_root, k, v) {
+            if (!kvs_api_in(kvs_api_known_msg, k)) {
+                if (n < max) {
+                    names[n] = k;
+                }
+                n++;
+            }
+        }
+
+        return n;
+    }
 
     /* jansson's iteration takes no const; nothing here writes */
     json_object_foreach((json_t *) req->root, k, v) {

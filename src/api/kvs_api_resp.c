@@ -2,7 +2,8 @@
  * kvs_api_resp: chat and completions response bodies and SSE events,
  * written straight into the caller's buffer by a small JSON writer (a
  * tree would cost an allocation per value for every streamed token, and
- * jansson neither escapes U+2028 nor formats floats the way we need).
+ * jansson neither escapes U+2028 nor formats floats the way we need);
+ * the writer is shared with the Messages route's (kvs_api_jw.h).
  *
  * Invariants: everything written is valid JSON whatever the input bytes
  * (invalid UTF-8 is replaced, never passed); a failed call leaves the
@@ -20,22 +21,14 @@
 #include "base/kvs_hash.h"
 #include "base/kvs_utf8.h"
 #include "kvs_api.h"
+#include "kvs_api_jw.h"
 #include "kvs_api_resp.h"
 
-
-/*
- * Once an append fails every later one is a no-op and rc keeps the
- * failure, so a body is written as straight-line code and checked once.
- */
-typedef struct {
-    kvs_buf_t  *b;
-    int         rc;
-} kvs_jw_t;
 
 static const char  kvs_api_fffd[] = "\xef\xbf\xbd";
 
 
-static void
+void
 kvs_jw_put(kvs_jw_t *w, const void *p, size_t n)
 {
     if (w->rc == KVS_OK && n > 0 && kvs_buf_append(w->b, p, n) != KVS_OK) {
@@ -44,14 +37,14 @@ kvs_jw_put(kvs_jw_t *w, const void *p, size_t n)
 }
 
 
-static void
+void
 kvs_jw_lit(kvs_jw_t *w, const char *s)
 {
     kvs_jw_put(w, s, strlen(s));
 }
 
 
-static void
+void
 kvs_jw_u64(kvs_jw_t *w, uint64_t v)
 {
     int   n;
@@ -161,7 +154,7 @@ kvs_jw_text(kvs_jw_t *w, const uint8_t *s, size_t len)
 }
 
 
-static void
+void
 kvs_jw_str(kvs_jw_t *w, const char *s, size_t len)
 {
     kvs_jw_put(w, "\"", 1);
@@ -778,7 +771,7 @@ kvs_api_usage(kvs_jw_t *w, const kvs_api_usage_t *u)
 }
 
 
-static int
+int
 kvs_jw_end(kvs_jw_t *w, size_t len0)
 {
     if (w->rc != KVS_OK) {
@@ -958,8 +951,14 @@ size_t
 kvs_api_resp_id(char buf[KVS_API_RESP_ID_MAX], kvs_api_kind_t kind,
     uint64_t *rng)
 {
-    return kind == KVS_API_CHAT ? kvs_api_rand_id(buf, "chatcmpl-", 9, rng)
-                                : kvs_api_rand_id(buf, "cmpl-", 5, rng);
+    switch (kind) {
+    case KVS_API_CHAT:
+        return kvs_api_rand_id(buf, "chatcmpl-", 9, rng);
+    case KVS_API_MESSAGES:
+        return kvs_api_rand_id(buf, "msg_", 4, rng);
+    default:
+        return kvs_api_rand_id(buf, "cmpl-", 5, rng);
+    }
 }
 
 

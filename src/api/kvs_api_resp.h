@@ -45,7 +45,8 @@
 
 #define KVS_API_LOGPROB_FLOOR  -9999.0
 
-/* "chatcmpl-" or "cmpl-", then KVS_API_RESP_ID_RAND base-62 characters. */
+/* "chatcmpl-", "cmpl-" or "msg_" (Messages), then KVS_API_RESP_ID_RAND
+ * base-62 characters. */
 #define KVS_API_RESP_ID_RAND   24
 #define KVS_API_RESP_ID_MAX    (9 + KVS_API_RESP_ID_RAND + 1)
 

@@ -2,8 +2,9 @@
  * ngx_http_kvserve_answers: the last phase of a completion request: the
  * engine's answers on its parts (OUT frames, refusals, a lost engine)
  * turned into SSE events, the stream's header sent with the first, or
- * into one collected JSON body.  Sending, failing and finishing are the
- * request core's (ngx_http_kvserve_request.c).
+ * into one collected JSON body (in Anthropic's shapes for a Messages
+ * request: ngx_http_kvserve_messages.c).  Sending, failing and
+ * finishing are the request core's (ngx_http_kvserve_request.c).
  *
  * Invariants:
  *  - the response header goes out only with the first output, so that a
@@ -96,9 +97,6 @@ ngx_http_kvserve_stream_out(ngx_http_kvserve_ctx_t *ctx,
 {
     int                 rc;
     kvs_api_choice_t    c;
-    const kvs_vocab_t  *v;
-
-    v = ctx->model->vocab;
 
     if (ctx->req.tool_syntax != KVS_TOOL_SYN_NONE) {
         return ngx_http_kvserve_tools_stream(ctx, ch, index, o, err);
@@ -111,8 +109,7 @@ ngx_http_kvserve_stream_out(ngx_http_kvserve_ctx_t *ctx,
         if (!ch->started) {
             c.role = 1;
             c.text = "";
-            rc = kvs_api_resp_chunk(&ctx->out, &ctx->head, &c, 1,
-                                    ctx->req.include_usage, v, err);
+            rc = ngx_http_kvserve_chunk(ctx, &c, err);
             if (rc != KVS_OK) {
                 return NGX_ERROR;
             }
@@ -127,8 +124,7 @@ ngx_http_kvserve_stream_out(ngx_http_kvserve_ctx_t *ctx,
             if (c.text == NULL) {
                 c.text = "";
             }
-            rc = kvs_api_resp_chunk(&ctx->out, &ctx->head, &c, 1,
-                                    ctx->req.include_usage, v, err);
+            rc = ngx_http_kvserve_chunk(ctx, &c, err);
             if (rc != KVS_OK) {
                 return NGX_ERROR;
             }
@@ -140,8 +136,7 @@ ngx_http_kvserve_stream_out(ngx_http_kvserve_ctx_t *ctx,
             c.lp = NULL;
             c.n_lp = 0;
             c.finish = o->finish;
-            rc = kvs_api_resp_chunk(&ctx->out, &ctx->head, &c, 1,
-                                    ctx->req.include_usage, v, err);
+            rc = ngx_http_kvserve_chunk(ctx, &c, err);
             if (rc != KVS_OK) {
                 return NGX_ERROR;
             }
@@ -169,8 +164,7 @@ ngx_http_kvserve_stream_out(ngx_http_kvserve_ctx_t *ctx,
         c.finish = o->finish;
     }
 
-    rc = kvs_api_resp_chunk(&ctx->out, &ctx->head, &c, 1,
-                            ctx->req.include_usage, v, err);
+    rc = ngx_http_kvserve_chunk(ctx, &c, err);
 
     return rc == KVS_OK ? NGX_OK : NGX_ERROR;
 }
@@ -237,6 +231,11 @@ ngx_http_kvserve_complete(ngx_http_kvserve_ctx_t *ctx)
             return;
         }
 
+        if (ctx->anthropic) {
+            (void) ngx_http_kvserve_msg_complete(ctx, NULL, &u);
+            return;
+        }
+
         if ((ctx->req.include_usage
              && kvs_api_resp_usage_chunk(&ctx->out, &ctx->head, &u)
                 != KVS_OK)
@@ -275,6 +274,11 @@ ngx_http_kvserve_complete(ngx_http_kvserve_ctx_t *ctx)
             ngx_http_kvserve_finish(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
             return;
         }
+    }
+
+    if (ctx->anthropic) {
+        (void) ngx_http_kvserve_msg_complete(ctx, &c[0], &u);
+        return;
     }
 
     ctx->out.len = 0;
@@ -398,6 +402,7 @@ ngx_http_kvserve_on_out(ngx_http_kvserve_ctx_t *ctx,
 
     ngx_http_kvserve_on_times(ctx, ch, wo);
     ngx_http_kvserve_cache_out(ctx, part, o);
+    ngx_http_kvserve_msg_collect(ctx, ch, o);
 
     kmcf = ngx_http_get_module_main_conf(ctx->r, ngx_http_kvserve_module);
     ngx_http_kvserve_timer_arm(ctx, kmcf->engine_timeout);

@@ -1,7 +1,9 @@
 /*
  * ngx_http_kvserve_completions: POST /v1/chat/completions and
- * /v1/completions: reading a request's body, preparing it, and
- * submitting it; the first phase of a completion and the one that
+ * /v1/completions, and Anthropic's /v1/messages (and count_tokens), a
+ * chat request in other shapes: reading a request's body, preparing it,
+ * and submitting it (count_tokens: answering its prompt's tokens
+ * instead); the first phase of a completion and the one that
  * starts the others (ngx_http_kvserve_request.h draws the layers).
  *
  * A request is read (nginx's body reader, client_max_body_size), parsed
@@ -69,15 +71,65 @@ ngx_http_kvserve_random64(void)
 
 /* ---- the request ------------------------------------------------------- */
 
+void
+ngx_http_kvserve_set_kind(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t kind)
+{
+    ctx->chat = kind != NGX_HTTP_KVSERVE_POST_CMPL;
+    ctx->anthropic = kind == NGX_HTTP_KVSERVE_POST_MSG
+                     || kind == NGX_HTTP_KVSERVE_POST_MSG_COUNT;
+    ctx->count_only = kind == NGX_HTTP_KVSERVE_POST_MSG_COUNT;
+    ctx->msg_stop = -1;
+}
+
+
 ngx_int_t
-ngx_http_kvserve_completions(ngx_http_request_t *r, ngx_uint_t chat)
+ngx_http_kvserve_parse(ngx_http_kvserve_ctx_t *ctx, u_char *data, size_t len,
+    kvs_api_err_t *aerr)
+{
+    int                        rc;
+    size_t                     max;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_get_module_loc_conf(ctx->r, ngx_http_core_module);
+    max = (size_t) clcf->client_max_body_size;
+
+    if (ctx->anthropic) {
+        rc = kvs_api_msg_parse(&ctx->req, (const char *) data, len, max,
+                               ctx->count_only ? KVS_API_MSG_COUNT : 0,
+                               aerr);
+
+    } else {
+        rc = kvs_api_req_parse(&ctx->req, ctx->chat ? KVS_API_CHAT
+                                                    : KVS_API_COMPLETIONS,
+                               (const char *) data, len, max, aerr);
+    }
+
+    return rc == KVS_OK ? NGX_OK : NGX_ERROR;
+}
+
+
+ngx_int_t
+ngx_http_kvserve_completions(ngx_http_request_t *r, ngx_uint_t kind)
 {
     ngx_int_t                  rc;
+    kvs_api_err_t              aerr;
     ngx_http_kvserve_ctx_t    *ctx;
 
     rc = ngx_http_kvserve_body_too_large(r);
     if (rc != NGX_DECLINED) {
         return rc;
+    }
+
+    if ((kind == NGX_HTTP_KVSERVE_POST_MSG
+         || kind == NGX_HTTP_KVSERVE_POST_MSG_COUNT)
+        && ngx_http_kvserve_msg_version(r, &aerr) != NGX_OK)
+    {
+        rc = ngx_http_discard_request_body(r);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        return ngx_http_kvserve_api_error(r, &aerr);
     }
 
     ctx = ngx_http_kvserve_ctx_new(r, ngx_http_kvserve_timeout);
@@ -87,8 +139,9 @@ ngx_http_kvserve_completions(ngx_http_request_t *r, ngx_uint_t chat)
 
     /* the header is in: the body is read from here */
     ctx->t.start_ns = kvs_now_ns();
-    ctx->completion = 1;
-    ctx->chat = chat ? 1 : 0;
+    ngx_http_kvserve_set_kind(ctx, kind);
+    /* count_tokens generates nothing: no completion in the metrics */
+    ctx->completion = !ctx->count_only;
 
     r->request_body_in_single_buf = 1;
 
@@ -507,7 +560,8 @@ ngx_http_kvserve_parts_init(ngx_http_kvserve_ctx_t *ctx,
                              ctx->parts[i / ctx->req.n].n_ids, 0);
     }
 
-    ctx->head.kind = ctx->chat ? KVS_API_CHAT : KVS_API_COMPLETIONS;
+    ctx->head.kind = ctx->anthropic ? KVS_API_MESSAGES
+                     : ctx->chat ? KVS_API_CHAT : KVS_API_COMPLETIONS;
     ctx->head.id_len = kvs_api_resp_id(ctx->id, ctx->head.kind,
                                        &ngx_http_kvserve_rng);
     ctx->head.id = ctx->id;
@@ -580,6 +634,11 @@ ngx_http_kvserve_tokenized(ngx_http_kvserve_ctx_t *ctx)
         return;
     }
 
+    if (ctx->count_only) {
+        ngx_http_kvserve_msg_count(ctx);
+        return;
+    }
+
     /* kvserve_limit: charged now; refused (answered), or delayed (its
      * timer submits) */
     if (ngx_http_kvserve_limit_admit(ctx, ngx_http_kvserve_submit)
@@ -600,10 +659,8 @@ ngx_http_kvserve_body(ngx_http_request_t *r)
     ngx_int_t                  rc;
     kvs_api_err_t              aerr;
     ngx_http_kvserve_ctx_t    *ctx;
-    ngx_http_core_loc_conf_t  *clcf;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_kvserve_module);
-    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
 
     ctx->t.body_ns = kvs_now_ns();
 
@@ -616,11 +673,7 @@ ngx_http_kvserve_body(ngx_http_request_t *r)
         ngx_http_kvserve_rng = ngx_http_kvserve_random64() | 1;
     }
 
-    rc = kvs_api_req_parse(&ctx->req, ctx->chat ? KVS_API_CHAT
-                                                : KVS_API_COMPLETIONS,
-                           (const char *) data, len,
-                           (size_t) clcf->client_max_body_size, &aerr)
-         == KVS_OK ? NGX_OK : NGX_ERROR;
+    rc = ngx_http_kvserve_parse(ctx, data, len, &aerr);
 
     ctx->t.parse_ns = kvs_now_ns();
 

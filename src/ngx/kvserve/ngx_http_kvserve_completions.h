@@ -77,10 +77,16 @@ struct ngx_http_kvserve_tok_job_s {
 
 /* ---- reading and preparing (ngx_http_kvserve_completions.c) ---------- */
 
-/* The handler's entry for POST /v1/chat/completions (chat: 1) and
- * /v1/completions. */
+/* The handler's entry for the POST endpoints: kind is
+ * NGX_HTTP_KVSERVE_POST_* (chat, completions, and Anthropic's Messages
+ * and count_tokens, which are chat requests). */
 ngx_int_t ngx_http_kvserve_completions(ngx_http_request_t *r,
-    ngx_uint_t chat);
+    ngx_uint_t kind);
+/* ctx's kind flags (chat, anthropic, count_only) for kind. */
+void ngx_http_kvserve_set_kind(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t kind);
+/* The body parsed into ctx->req as ctx's kind says. */
+ngx_int_t ngx_http_kvserve_parse(ngx_http_kvserve_ctx_t *ctx, u_char *data,
+    size_t len, kvs_api_err_t *aerr);
 /* The body in one piece (a pool copy when in several buffers or a
  * file); kvserve_route reads it too. */
 ngx_int_t ngx_http_kvserve_body_bytes(ngx_http_request_t *r, u_char **data,
@@ -136,6 +142,27 @@ ngx_int_t ngx_http_kvserve_tenant_id(ngx_http_request_t *r, ngx_str_t *id);
 /* ctx->tenant_id, and ctx->tenant: the fair share's (the tenant's id,
  * else kvserve_limit's key, else the client address) */
 ngx_int_t ngx_http_kvserve_tenant(ngx_http_kvserve_ctx_t *ctx);
+
+/* ---- Anthropic's Messages (ngx_http_kvserve_messages.c) --------------
+ *
+ * Beside the phases: the chat route's output written in Anthropic's
+ * shapes when ctx->anthropic. */
+/* NGX_OK, or NGX_ERROR with the 400 naming the header in *aerr */
+ngx_int_t ngx_http_kvserve_msg_version(ngx_http_request_t *r,
+    kvs_api_err_t *aerr);
+/* A chat delta as the stream's events: the chat route's chunk, or the
+ * Messages events; KVS_OK or a kvs_err_t code. */
+int ngx_http_kvserve_chunk(ngx_http_kvserve_ctx_t *ctx,
+    const kvs_api_choice_t *c, kvs_err_t *err);
+/* An OUT frame of choice ch: what tells the stop sequence that ended it */
+void ngx_http_kvserve_msg_collect(ngx_http_kvserve_ctx_t *ctx,
+    ngx_http_kvserve_choice_t *ch, const kvs_engine_out_t *o);
+/* Every choice ended: the stream's last events, or the whole message
+ * (c: the one choice, u: the chat route's usage); the request ends. */
+ngx_int_t ngx_http_kvserve_msg_complete(ngx_http_kvserve_ctx_t *ctx,
+    const kvs_api_choice_t *c, const kvs_api_usage_t *u);
+/* count_tokens: {"input_tokens": N} once tokenized; the request ends. */
+void ngx_http_kvserve_msg_count(ngx_http_kvserve_ctx_t *ctx);
 
 /* ---- the prefix cache (ngx_http_kvserve_cache.c) ---------------------
  *

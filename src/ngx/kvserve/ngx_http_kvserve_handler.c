@@ -6,7 +6,8 @@
  * Routing and bodies come from libkvserve (kvs_api_*); this file only maps
  * outcomes to HTTP statuses, and the request core sends them.  Every
  * answer, errors included, is JSON in OpenAI's shapes.  POST
- * /v1/chat/completions and /v1/completions go to
+ * /v1/chat/completions, /v1/completions and Anthropic's /v1/messages
+ * (and /v1/messages/count_tokens) go to
  * ngx_http_kvserve_completions.c; POST .../tokenize and .../detokenize
  * (by the path's last segment) to ngx_http_kvserve_tokens.c, GET
  * .../health to ngx_http_kvserve_health.c; a CORS preflight is answered
@@ -138,7 +139,7 @@ ngx_int_t
 ngx_http_kvserve_handler(ngx_http_request_t *r)
 {
     u_char       *msg;
-    ngx_int_t     rc, chat, tokens;
+    ngx_int_t     rc, kind, tokens;
     kvs_route_t   route;
 
     rc = ngx_http_kvserve_cors_preflight(r);
@@ -146,11 +147,11 @@ ngx_http_kvserve_handler(ngx_http_request_t *r)
         return rc;
     }
 
-    chat = ngx_http_kvserve_route_post(r);
+    kind = ngx_http_kvserve_route_post(r);
 
-    if (chat != NGX_DECLINED) {
+    if (kind != NGX_DECLINED) {
         if (r->method == NGX_HTTP_POST) {
-            return ngx_http_kvserve_completions(r, chat);
+            return ngx_http_kvserve_completions(r, kind);
         }
 
         rc = ngx_http_discard_request_body(r);

@@ -17,7 +17,9 @@
  *  - finish() ends a request once: parts forgotten, the timer gone, then
  *    finalized; after the response header a failure is an SSE error
  *    event and [DONE], since the status is already 200;
- *  - every answer, errors included, is JSON in OpenAI's shapes.
+ *  - every answer, errors included, is JSON in OpenAI's shapes, but on
+ *    the Messages endpoints (by r->uri), whose errors are Anthropic's
+ *    (kvs_api_msg.h).
  */
 
 #include <ngx_config.h>
@@ -86,6 +88,7 @@ ngx_http_kvserve_cleanup(void *data)
 
     for (i = 0; i < ctx->n_choices; i++) {
         kvs_buf_free(&ctx->choices[i].text);
+        kvs_buf_free(&ctx->choices[i].msg_full);
         free(ctx->choices[i].lp);
     }
 
@@ -271,6 +274,8 @@ void
 ngx_http_kvserve_stream_abort(ngx_http_kvserve_ctx_t *ctx,
     const char *message, const char *type, const char *code)
 {
+    int  rc;
+
     ctx->failed = 1;
     ctx->out.len = 0;
     ctx->t.end_ns = kvs_now_ns();
@@ -283,10 +288,25 @@ ngx_http_kvserve_stream_abort(ngx_http_kvserve_ctx_t *ctx,
         return;
     }
 
-    if (kvs_api_resp_error_event(&ctx->out, message, type, code) != KVS_OK
-        || kvs_api_resp_done(&ctx->out) != KVS_OK
-        || ngx_http_kvserve_stream_send(ctx, 1) != NGX_OK)
-    {
+    /* Anthropic's stream ends with its error event, without [DONE] */
+    if (ctx->anthropic) {
+        rc = kvs_api_msg_error_event(&ctx->out,
+                                     ngx_strcmp(type, "server_error") != 0
+                                     ? NGX_HTTP_BAD_REQUEST
+                                     : code != NULL
+                                       && ngx_strcmp(code, "engine_lost") == 0
+                                     ? NGX_HTTP_SERVICE_UNAVAILABLE
+                                     : NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                     message);
+
+    } else {
+        rc = kvs_api_resp_error_event(&ctx->out, message, type, code);
+        if (rc == KVS_OK) {
+            rc = kvs_api_resp_done(&ctx->out);
+        }
+    }
+
+    if (rc != KVS_OK || ngx_http_kvserve_stream_send(ctx, 1) != NGX_OK) {
         ngx_http_kvserve_finish(ctx, NGX_ERROR);
         return;
     }
@@ -350,10 +370,71 @@ ngx_http_kvserve_stream_send(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t last)
 
 /* ---- whole JSON answers ------------------------------------------------- */
 
+/* ---- Anthropic's errors (the Messages endpoints, by r->uri) ---------- */
+
+static ngx_uint_t
+ngx_http_kvserve_is_msg(ngx_http_request_t *r)
+{
+    ngx_int_t  kind;
+
+    kind = ngx_http_kvserve_route_post(r);
+
+    return kind == NGX_HTTP_KVSERVE_POST_MSG
+           || kind == NGX_HTTP_KVSERVE_POST_MSG_COUNT;
+}
+
+
+/* {"type":"error","error":{...}} with Anthropic's status (529 for 503);
+ * a field the message does not name leads it ("max_tokens: ..."). */
+static ngx_int_t
+ngx_http_kvserve_msg_error(ngx_http_request_t *r, ngx_uint_t status,
+    const char *message, const char *param)
+{
+    u_char     *p;
+    size_t      len;
+    kvs_buf_t   body;
+
+    if (param != NULL && param[0] != '\0'
+        && ngx_strstr(message, param) == NULL)
+    {
+        len = ngx_strlen(param) + ngx_strlen(message) + sizeof(": ");
+        p = ngx_pnalloc(r->pool, len);
+        if (p == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ngx_snprintf(p, len, "%s: %s%Z", param, message);
+        message = (const char *) p;
+    }
+
+    ngx_memzero(&body, sizeof(kvs_buf_t));
+
+    if (kvs_api_msg_error_json(&body, (int) status, message) != KVS_OK) {
+        kvs_buf_free(&body);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (status == NGX_HTTP_SERVICE_UNAVAILABLE
+        && ngx_http_kvserve_add_header(r, "Retry-After", "1") != NGX_OK)
+    {
+        kvs_buf_free(&body);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_kvserve_send_json(r, kvs_api_msg_status((int) status),
+                                      &body);
+}
+
+
 ngx_int_t
 ngx_http_kvserve_api_error(ngx_http_request_t *r, kvs_api_err_t *aerr)
 {
     kvs_buf_t  body;
+
+    if (ngx_http_kvserve_is_msg(r)) {
+        return ngx_http_kvserve_msg_error(r, aerr->status, aerr->message,
+                                          aerr->param);
+    }
 
     ngx_memzero(&body, sizeof(kvs_buf_t));
 
@@ -402,6 +483,10 @@ ngx_http_kvserve_error_json(ngx_http_request_t *r, ngx_uint_t status,
     const char *message, const char *param, const char *code)
 {
     kvs_buf_t  body;
+
+    if (ngx_http_kvserve_is_msg(r)) {
+        return ngx_http_kvserve_msg_error(r, status, message, param);
+    }
 
     ngx_memzero(&body, sizeof(kvs_buf_t));
 
@@ -502,14 +587,19 @@ ngx_http_kvserve_add_header(ngx_http_request_t *r, const char *key,
 
 /*
  * The POST endpoints, matched as kvs_api_route() matches the others
- * (from the first "/v1/" in the path): 1 chat, 0 completions,
- * NGX_DECLINED neither.
+ * (from the first "/v1/" in the path): NGX_HTTP_KVSERVE_POST_*,
+ * NGX_DECLINED none.
  */
 ngx_int_t
 ngx_http_kvserve_route_post(ngx_http_request_t *r)
 {
     u_char  *p, *last;
     size_t   len;
+
+    /* nginx's own error pages ask too, before a request line was read */
+    if (r->uri.len < 4) {
+        return NGX_DECLINED;
+    }
 
     last = r->uri.data + r->uri.len;
     p = ngx_strlcasestrn(r->uri.data, last, (u_char *) "/v1/", 4 - 1);
@@ -524,13 +614,25 @@ ngx_http_kvserve_route_post(ngx_http_request_t *r)
     if (len == sizeof("chat/completions") - 1
         && ngx_strncmp(p, "chat/completions", len) == 0)
     {
-        return 1;
+        return NGX_HTTP_KVSERVE_POST_CHAT;
     }
 
     if (len == sizeof("completions") - 1
         && ngx_strncmp(p, "completions", len) == 0)
     {
-        return 0;
+        return NGX_HTTP_KVSERVE_POST_CMPL;
+    }
+
+    if (len == sizeof("messages") - 1
+        && ngx_strncmp(p, "messages", len) == 0)
+    {
+        return NGX_HTTP_KVSERVE_POST_MSG;
+    }
+
+    if (len == sizeof("messages/count_tokens") - 1
+        && ngx_strncmp(p, "messages/count_tokens", len) == 0)
+    {
+        return NGX_HTTP_KVSERVE_POST_MSG_COUNT;
     }
 
     return NGX_DECLINED;

@@ -43,6 +43,7 @@
 
 #include "ngx_http_kvserve.h"
 #include "api/kvs_api.h"
+#include "api/kvs_api_msg.h"
 #include "api/kvs_api_req.h"
 #include "api/kvs_api_resp.h"
 #include "api/kvs_tool_stream.h"
@@ -71,6 +72,10 @@ typedef struct {
                                               sampled, an end token
                                               included */
     uint64_t                  last_ns;     /* its last token came */
+    kvs_buf_t                 msg_full;    /* anthropic with stop
+                                              sequences: its tokens' text
+                                              (stops not cut) */
+    size_t                    msg_out;     /* ... and its output's bytes */
     unsigned                  started:1;
     unsigned                  ended:1;
     unsigned                  ts_on:1;
@@ -145,6 +150,12 @@ struct ngx_http_kvserve_ctx_s {
 
     ngx_event_t               timer;       /* data: r->connection */
 
+    kvs_api_msg_stream_t      msg;         /* anthropic, streaming: the
+                                              events' state */
+    int                       msg_stop;    /* anthropic: the stop
+                                              sequence that ended the
+                                              output, -1 none */
+
     unsigned                  chat:1;
     unsigned                  stream:1;
     unsigned                  header_sent:1;
@@ -158,6 +169,11 @@ struct ngx_http_kvserve_ctx_s {
     unsigned                  refused:1;    /* the engine refused it */
     unsigned                  recorded:1;   /* in the shared metrics */
     unsigned                  trailers:1;   /* Server-Timing trailer */
+    unsigned                  anthropic:1;  /* /v1/messages: Anthropic's
+                                               shapes (kvs_api_msg.h) */
+    unsigned                  count_only:1; /* .../count_tokens: the
+                                               prompt's tokens, no
+                                               generation */
 };
 
 
@@ -215,8 +231,13 @@ ngx_int_t ngx_http_kvserve_body_too_large(ngx_http_request_t *r);
 ngx_int_t ngx_http_kvserve_add_header(ngx_http_request_t *r,
     const char *key, const char *value);
 
-/* POST endpoints by r->uri: 1 chat, 0 completions, NGX_DECLINED
- * neither (the handler and kvserve_route route by it too). */
+/* POST endpoints by r->uri: NGX_HTTP_KVSERVE_POST_*, NGX_DECLINED none
+ * (the handler and kvserve_route route by it too); the Messages ones
+ * answer errors in Anthropic's shape. */
+#define NGX_HTTP_KVSERVE_POST_CMPL       0     /* /v1/completions */
+#define NGX_HTTP_KVSERVE_POST_CHAT       1     /* /v1/chat/completions */
+#define NGX_HTTP_KVSERVE_POST_MSG        2     /* /v1/messages */
+#define NGX_HTTP_KVSERVE_POST_MSG_COUNT  3     /* .../count_tokens */
 ngx_int_t ngx_http_kvserve_route_post(ngx_http_request_t *r);
 /* The endpoint of r->uri's last segment: 0 tokenize, 1 detokenize, 2
  * health, NGX_DECLINED none. */

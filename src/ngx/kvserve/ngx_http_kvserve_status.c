@@ -332,6 +332,7 @@ ngx_http_kvserve_header_filter(ngx_http_request_t *r)
 {
     u_char                   *p;
     size_t                    len;
+    ngx_int_t                 kind;
     ngx_uint_t                i, status;
     kvs_buf_t                 body;
     const char               *type, *msg;
@@ -363,7 +364,13 @@ ngx_http_kvserve_header_filter(ngx_http_request_t *r)
     ngx_cpystrn((u_char *) aerr.type, (u_char *) type, sizeof(aerr.type));
     ngx_memzero(&body, sizeof(body));
 
-    if (kvs_api_err_json(&aerr, &body) != KVS_OK
+    /* the Messages endpoints answer in Anthropic's shape */
+    kind = ngx_http_kvserve_route_post(r);
+
+    if ((kind == NGX_HTTP_KVSERVE_POST_MSG
+         || kind == NGX_HTTP_KVSERVE_POST_MSG_COUNT
+         ? kvs_api_msg_error_json(&body, (int) status, msg)
+         : kvs_api_err_json(&aerr, &body)) != KVS_OK
         || kvs_buf_append(&body, "\n", 1) != KVS_OK)
     {
         kvs_buf_free(&body);

@@ -190,9 +190,6 @@ ngx_http_kvserve_tools_end(ngx_http_kvserve_ctx_t *ctx,
 {
     size_t                i, n, content_at, content_len;
     kvs_api_tool_call_t   piece, *calls;
-    const kvs_vocab_t    *v;
-
-    v = ctx->model->vocab;
 
     /* a call that max_tokens cut is text, as in a whole body */
     calls = NULL;
@@ -219,10 +216,7 @@ ngx_http_kvserve_tools_end(ngx_http_kvserve_ctx_t *ctx,
     if (content_len > ch->sent) {
         c->text = (const char *) ch->text.data + ch->sent;
         c->len = content_len - ch->sent;
-        if (kvs_api_resp_chunk(&ctx->out, &ctx->head, c, 1,
-                               ctx->req.include_usage, v, err)
-            != KVS_OK)
-        {
+        if (ngx_http_kvserve_chunk(ctx, c, err) != KVS_OK) {
             return NGX_ERROR;
         }
         ch->sent = content_len;
@@ -238,19 +232,13 @@ ngx_http_kvserve_tools_end(ngx_http_kvserve_ctx_t *ctx,
         piece.args_len = 0;
         c->calls = &piece;
         c->n_calls = 1;
-        if (kvs_api_resp_chunk(&ctx->out, &ctx->head, c, 1,
-                               ctx->req.include_usage, v, err)
-            != KVS_OK)
-        {
+        if (ngx_http_kvserve_chunk(ctx, c, err) != KVS_OK) {
             return NGX_ERROR;
         }
 
         piece = calls[i];
         piece.id = NULL;
-        if (kvs_api_resp_chunk(&ctx->out, &ctx->head, c, 1,
-                               ctx->req.include_usage, v, err)
-            != KVS_OK)
-        {
+        if (ngx_http_kvserve_chunk(ctx, c, err) != KVS_OK) {
             return NGX_ERROR;
         }
     }
@@ -260,8 +248,7 @@ ngx_http_kvserve_tools_end(ngx_http_kvserve_ctx_t *ctx,
     c->finish = finish;
     c->tool_finish = n > 0;
 
-    return kvs_api_resp_chunk(&ctx->out, &ctx->head, c, 1,
-                              ctx->req.include_usage, v, err) == KVS_OK
+    return ngx_http_kvserve_chunk(ctx, c, err) == KVS_OK
            ? NGX_OK : NGX_ERROR;
 }
 
@@ -323,11 +310,7 @@ ngx_http_kvserve_tools_pieces(ngx_http_kvserve_ctx_t *ctx,
         c->calls = &piece;
         c->n_calls = 1;
 
-        if (kvs_api_resp_chunk(&ctx->out, &ctx->head, c, 1,
-                               ctx->req.include_usage, ctx->model->vocab,
-                               err)
-            != KVS_OK)
-        {
+        if (ngx_http_kvserve_chunk(ctx, c, err) != KVS_OK) {
             rc = NGX_ERROR;
             break;
         }
@@ -350,9 +333,6 @@ ngx_http_kvserve_tools_stream(ngx_http_kvserve_ctx_t *ctx,
 {
     size_t              hold, skip;
     kvs_api_choice_t    c;
-    const kvs_vocab_t  *v;
-
-    v = ctx->model->vocab;
 
     ngx_memzero(&c, sizeof(c));
     c.index = index;
@@ -360,10 +340,7 @@ ngx_http_kvserve_tools_stream(ngx_http_kvserve_ctx_t *ctx,
     if (!ch->started) {
         c.role = 1;
         c.text = "";
-        if (kvs_api_resp_chunk(&ctx->out, &ctx->head, &c, 1,
-                               ctx->req.include_usage, v, err)
-            != KVS_OK)
-        {
+        if (ngx_http_kvserve_chunk(ctx, &c, err) != KVS_OK) {
             return NGX_ERROR;
         }
         c.role = 0;
@@ -410,9 +387,7 @@ ngx_http_kvserve_tools_stream(ngx_http_kvserve_ctx_t *ctx,
     }
 
     if ((c.text != NULL || c.n_lp > 0)
-        && kvs_api_resp_chunk(&ctx->out, &ctx->head, &c, 1,
-                              ctx->req.include_usage, v, err)
-           != KVS_OK)
+        && ngx_http_kvserve_chunk(ctx, &c, err) != KVS_OK)
     {
         return NGX_ERROR;
     }
@@ -440,8 +415,7 @@ ngx_http_kvserve_tools_stream(ngx_http_kvserve_ctx_t *ctx,
         c.finish = o->finish;
         c.tool_finish = o->finish == KVS_FINISH_STOP;
 
-        return kvs_api_resp_chunk(&ctx->out, &ctx->head, &c, 1,
-                                  ctx->req.include_usage, v, err) == KVS_OK
+        return ngx_http_kvserve_chunk(ctx, &c, err) == KVS_OK
                ? NGX_OK : NGX_ERROR;
     }
 

@@ -238,7 +238,6 @@ ngx_http_kvserve_limit_reject(ngx_http_kvserve_limit_ctx_t *lctx,
     char                                dur[KVS_LIMIT_DUR_LEN];
     const char                         *per;
     ngx_int_t                           rc;
-    kvs_buf_t                           body;
     kvs_api_err_t                       aerr;
     ngx_http_request_t                 *r;
     ngx_http_kvserve_ctx_t             *kctx;
@@ -280,17 +279,13 @@ ngx_http_kvserve_limit_reject(ngx_http_kvserve_limit_ctx_t *lctx,
     ngx_cpystrn((u_char *) aerr.type, (u_char *) "tokens",
                 sizeof(aerr.type));
 
-    ngx_memzero(&body, sizeof(body));
-
-    if (ngx_http_kvserve_limit_headers(r, v, never) != NGX_OK
-        || kvs_api_err_json(&aerr, &body) != KVS_OK)
-    {
-        kvs_buf_free(&body);
+    if (ngx_http_kvserve_limit_headers(r, v, never) != NGX_OK) {
         ngx_http_kvserve_finish(kctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
     }
 
-    rc = ngx_http_kvserve_send_json(r, llcf->status_code, &body);
+    /* OpenAI's shape, or Anthropic's on the Messages endpoints */
+    rc = ngx_http_kvserve_api_error(r, &aerr);
     ngx_http_kvserve_finish(kctx, rc);
 }
 
@@ -307,7 +302,6 @@ ngx_http_kvserve_limit_keyless_reject(ngx_http_kvserve_limit_ctx_t *lctx,
     ngx_http_kvserve_limit_zone_t *zone)
 {
     ngx_int_t                rc;
-    kvs_buf_t                body;
     kvs_api_err_t            aerr;
     ngx_http_request_t      *r;
     ngx_http_kvserve_ctx_t  *kctx;
@@ -323,18 +317,14 @@ ngx_http_kvserve_limit_keyless_reject(ngx_http_kvserve_limit_ctx_t *lctx,
                     (int) zone->key.value.len, zone->key.value.data,
                     (int) zone->name.len, zone->name.data);
 
-    ngx_memzero(&body, sizeof(body));
-
     if (ngx_http_kvserve_add_header(r, "www-authenticate", "Bearer")
-        != NGX_OK
-        || kvs_api_err_json(&aerr, &body) != KVS_OK)
+        != NGX_OK)
     {
-        kvs_buf_free(&body);
         ngx_http_kvserve_finish(kctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
     }
 
-    rc = ngx_http_kvserve_send_json(r, NGX_HTTP_UNAUTHORIZED, &body);
+    rc = ngx_http_kvserve_api_error(r, &aerr);
     ngx_http_kvserve_finish(kctx, rc);
 }
 

@@ -149,7 +149,7 @@ ngx_http_kvserve_route_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ctx->kctx->chat = chat ? 1 : 0;
+    ngx_http_kvserve_set_kind(ctx->kctx, (ngx_uint_t) chat);
 
     rc = ngx_http_read_client_request_body(r, ngx_http_kvserve_route_body);
     if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
@@ -196,24 +196,17 @@ ngx_http_kvserve_route_body(ngx_http_request_t *r)
     size_t                         len;
     kvs_api_err_t                  aerr;
     ngx_http_kvserve_ctx_t        *kctx;
-    ngx_http_core_loc_conf_t      *clcf;
     ngx_http_kvserve_route_ctx_t  *rc;
 
     rc = ngx_http_get_module_ctx(r, ngx_http_kvserve_route_module);
     kctx = rc->kctx;
-    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
 
     if (ngx_http_kvserve_body_bytes(r, &data, &len) != NGX_OK) {
         ngx_http_kvserve_route_pass(rc, "the body could not be read");
         return;
     }
 
-    if (kvs_api_req_parse(&kctx->req, kctx->chat ? KVS_API_CHAT
-                                                 : KVS_API_COMPLETIONS,
-                          (const char *) data, len,
-                          (size_t) clcf->client_max_body_size, &aerr)
-        != KVS_OK)
-    {
+    if (ngx_http_kvserve_parse(kctx, data, len, &aerr) != NGX_OK) {
         ngx_http_kvserve_route_pass(rc, "the body does not parse");
         return;
     }
