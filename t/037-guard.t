@@ -86,11 +86,11 @@ like($out, qr/invalid value "many" in "kvserve_max_prompt_tokens"/,
 # ---- the unguarded output, greedy ----------------------------------------
 
 sub post {
-    my ($path, $body) = @_;
+    my ($path, $body, $more) = @_;
     my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port")
         or die "connect: $!";
     print $s "POST $path HTTP/1.1\r\nHost: localhost\r\n"
-        . "Content-Type: application/json\r\n"
+        . "Content-Type: application/json\r\n" . ($more // '')
         . 'Content-Length: ' . length($body) . "\r\n"
         . "Connection: close\r\n\r\n$body";
     my ($head, $b) = $t->split_response($t->read_all($s, 30));
@@ -238,6 +238,18 @@ is($e->{choices}[0]{finish_reason}, 'content_filter',
    'output=stop, not streaming: content_filter') or diag($body);
 is($e->{choices}[0]{message}{content}, $before, '... the text before it');
 
+# Anthropic's Messages route: the same prompt, so the same greedy text;
+# the guard's stop is its stop_reason "refusal"
+my $msg = $json->encode({ model => 'kvserve-tiny', temperature => 0,
+    max_tokens => 16, messages => [ { role => 'user', content => 'tell me' } ] });
+($st, $body) = post('/stop/v1/messages', $msg,
+                    "anthropic-version: 2023-06-01\r\n");
+$e = eval { $json->decode($body) } || {};
+is($e->{stop_reason}, 'refusal', '/v1/messages, output=stop: refusal')
+    or diag($body);
+is(join('', map { $_->{text} // '' } @{ $e->{content} // [] }), $before,
+   '... the text before the match');
+
 # ---- caps ----------------------------------------------------------------
 
 ($st, $body) = post('/caps/v1/chat/completions', $json->encode({
@@ -286,8 +298,8 @@ ok($e->{usage}{completion_tokens} <= 4, '... within the cap')
 my $metrics = get('/metrics');
 like($metrics, qr/^kvserve_guard_matches_total\{zone="g",rule="pii:ssn",where="input",action="reject"\} 1$/m,
      'the input refusal is counted');
-like($metrics, qr/^kvserve_guard_matches_total\{zone="g",rule="span:two",where="output",action="stop"\} 3$/m,
-     'the three stops are counted');
+like($metrics, qr/^kvserve_guard_matches_total\{zone="g",rule="span:two",where="output",action="stop"\} 4$/m,
+     'the four stops are counted (three chat, one Messages)');
 like($metrics, qr/^kvserve_guard_matches_total\{zone="g",rule="span:two",where="output",action="redact"\} [1-9]/m,
      'the redactions are counted');
 
