@@ -293,11 +293,33 @@ is($st, 200, 'completions without max_tokens (default 16): served, not '
 ok($e->{usage}{completion_tokens} <= 4, '... within the cap')
     or diag($body);
 
+# the Messages route: the same refusals in Anthropic's error shape
+my $av = "anthropic-version: 2023-06-01\r\n";
+($st, $body) = post('/caps/v1/messages', $json->encode({
+    model => 'kvserve-tiny', max_tokens => 5,
+    messages => [ { role => 'user', content => 'hi' } ] }), $av);
+$e = eval { $json->decode($body) } || {};
+is($st, 400, '/v1/messages: max_tokens over kvserve_max_tokens refused')
+    or diag($body);
+is($e->{type}, 'error', '... in Anthropic\'s shape');
+is($e->{error}{type}, 'invalid_request_error', '... invalid_request_error');
+like($e->{error}{message}, qr/max_tokens/, '... naming the field');
+
+($st, $body) = post('/in/v1/messages', $json->encode({
+    model => 'kvserve-tiny', max_tokens => 2,
+    messages => [ { role => 'user', content => 'my ssn is 123-45-6789' } ] }),
+    $av);
+$e = eval { $json->decode($body) } || {};
+is($st, 400, '/v1/messages: input=reject refuses a matching prompt')
+    or diag($body);
+is($e->{error}{type}, 'invalid_request_error', '... Anthropic\'s shape');
+unlike($body, qr/123-45|\\d\{3\}/, '... echoing neither text nor pattern');
+
 # ---- the variable and the metric -----------------------------------------
 
 my $metrics = get('/metrics');
-like($metrics, qr/^kvserve_guard_matches_total\{zone="g",rule="pii:ssn",where="input",action="reject"\} 1$/m,
-     'the input refusal is counted');
+like($metrics, qr/^kvserve_guard_matches_total\{zone="g",rule="pii:ssn",where="input",action="reject"\} 2$/m,
+     'the input refusals are counted (chat, Messages)');
 like($metrics, qr/^kvserve_guard_matches_total\{zone="g",rule="span:two",where="output",action="stop"\} 4$/m,
      'the four stops are counted (three chat, one Messages)');
 like($metrics, qr/^kvserve_guard_matches_total\{zone="g",rule="span:two",where="output",action="redact"\} [1-9]/m,

@@ -640,13 +640,15 @@ ngx_http_kvserve_guard_hit(void *data, uint32_t rule)
 
 
 /* The request's body has the field, not null (the parser's default
- * otherwise). */
+ * otherwise).  A Messages request's root is its translation into a chat
+ * body, without max_tokens: its body as sent is msg_root. */
 static ngx_uint_t
 ngx_http_kvserve_guard_given(const kvs_api_req_t *req, const char *name)
 {
-    json_t  *v;
+    json_t  *v, *body;
 
-    v = req->root != NULL ? json_object_get(req->root, name) : NULL;
+    body = req->msg_root != NULL ? req->msg_root : req->root;
+    v = body != NULL ? json_object_get(body, name) : NULL;
 
     return v != NULL && !json_is_null(v);
 }
