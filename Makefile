@@ -317,6 +317,7 @@ unit-asan: $(ASAN_BINS) $(TEST_CLI)
 
 # the same again built by clang, whose UBSan checks what gcc's does not
 # (an offset applied to a NULL pointer, for one), in a build of its own
+# (the library and the tests; the CLI and stand-in are the gcc build's)
 unit-asan-clang: $(CLI) $(B)/unit/libkvs_fake_cuda.so
 	@$(MAKE) -s $(CLANG_VARS) unit-asan
 
