@@ -163,9 +163,7 @@ kvs_api_msg_body(kvs_buf_t *out, const kvs_api_resp_head_t *h,
     size_t     i, len0;
     kvs_jw_t   w;
 
-    if (c->finish != KVS_FINISH_STOP && c->finish != KVS_FINISH_LENGTH
-        && c->finish != KVS_FINISH_CONTENT_FILTER)
-    {
+    if (!kvs_finish_answered(c->finish)) {
         return kvs_err_set(err, KVS_EINVAL, "message: finish \"%s\" has no "
                            "stop_reason", kvs_finish_name(c->finish));
     }

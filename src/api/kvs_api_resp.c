@@ -593,9 +593,7 @@ kvs_api_choices_check(const kvs_api_resp_head_t *h,
     size_t  i;
 
     for (i = 0; i < n; i++) {
-        if (c[i].finish != KVS_FINISH_STOP
-            && c[i].finish != KVS_FINISH_LENGTH
-            && c[i].finish != KVS_FINISH_CONTENT_FILTER
+        if (!kvs_finish_answered(c[i].finish)
             && (whole || c[i].finish != KVS_FINISH_NONE))
         {
             return kvs_err_set(err, KVS_EINVAL,

@@ -23,3 +23,11 @@ kvs_finish_name(kvs_finish_t f)
         return "none";
     }
 }
+
+
+int
+kvs_finish_answered(kvs_finish_t f)
+{
+    return f == KVS_FINISH_STOP || f == KVS_FINISH_LENGTH
+           || f == KVS_FINISH_CONTENT_FILTER;
+}

@@ -26,4 +26,9 @@ typedef enum {
  * anything else. */
 const char *kvs_finish_name(kvs_finish_t f);
 
+/* 1 for the reasons a response names as a choice's end (stop, length,
+ * content_filter); 0 while generating, and for cancelled and error,
+ * which end the request instead. */
+int kvs_finish_answered(kvs_finish_t f);
+
 #endif /* KVS_FINISH_H */

@@ -26,14 +26,6 @@
 #include "ngx_http_kvserve_guard.h"
 
 
-/* A reason that ends a choice with a finish_reason: the engine's stop
- * and length, and a guard's content_filter (set here, never by the
- * engine). */
-#define ngx_http_kvserve_finished(f)                                       \
-    ((f) == KVS_FINISH_STOP || (f) == KVS_FINISH_LENGTH                    \
-     || (f) == KVS_FINISH_CONTENT_FILTER)
-
-
 /* The stream's header, with the first output: SSE, never buffered, and
  * Server-Timing as a trailer where the client takes trailers. */
 static ngx_int_t
@@ -130,7 +122,7 @@ ngx_http_kvserve_stream_out(ngx_http_kvserve_ctx_t *ctx,
             }
         }
 
-        if (ngx_http_kvserve_finished(o->finish)) {
+        if (kvs_finish_answered(o->finish)) {
             c.text = NULL;
             c.len = 0;
             c.lp = NULL;
@@ -150,7 +142,7 @@ ngx_http_kvserve_stream_out(ngx_http_kvserve_ctx_t *ctx,
     ch->started = 1;
 
     if (o->text.len == 0 && o->n_lp == 0
-        && !ngx_http_kvserve_finished(o->finish))
+        && !kvs_finish_answered(o->finish))
     {
         return NGX_OK;
     }
@@ -160,7 +152,7 @@ ngx_http_kvserve_stream_out(ngx_http_kvserve_ctx_t *ctx,
     c.lp = o->lp;
     c.n_lp = o->n_lp;
     c.pos = &ch->pos;
-    if (ngx_http_kvserve_finished(o->finish)) {
+    if (kvs_finish_answered(o->finish)) {
         c.finish = o->finish;
     }
 

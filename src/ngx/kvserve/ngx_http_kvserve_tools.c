@@ -403,9 +403,7 @@ ngx_http_kvserve_tools_stream(ngx_http_kvserve_ctx_t *ctx,
         return NGX_ERROR;
     }
 
-    if (o->finish != KVS_FINISH_STOP && o->finish != KVS_FINISH_LENGTH
-        && o->finish != KVS_FINISH_CONTENT_FILTER)
-    {
+    if (!kvs_finish_answered(o->finish)) {
         return NGX_OK;
     }
 
