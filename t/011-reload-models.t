@@ -63,7 +63,7 @@ is($t->log_count($serving), 1, 'it loaded its model once');
 my $s = $t->request('POST', '/v1/completions',
                     '{"model": "m", "prompt": "Once upon a time", "n": 64, '
                     . "\"max_tokens\": $max_tokens, \"stream\": true, "
-                    . "\"logit_bias\": $bias}");
+                    . "\"ignore_eos\": true, \"logit_bias\": $bias}");
 my $got = $t->read_until($s, qr/data: \{/, 30);
 like($got, qr/data: \{/, 'a long stream on model A started');
 
