@@ -18,8 +18,8 @@
 #            says each tenant holds, step by step, debt carried
 # Prints each tenant's served tokens and KV block-seconds, A's share of
 # each, then the goal (kvserve: both shares within 10% of equal, i.e.
-# 45%..55%; kvrate and kvmeter: the KV block-seconds share), and draws the shares with t/bench/fair_plot.py into
-# FAIR_PNG.
+# 45%..55%; kvrate and kvmeter: the KV block-seconds share), and draws
+# the shares with t/bench/fair_plot.py into FAIR_PNG.
 #
 # The literal scenario (the default) takes FAIR_SECONDS x 3 and a long
 # time per A request: on two cores a 100k-token prefill of the tiny model
@@ -95,8 +95,8 @@ $1 == "fair_run" && field("policy") == "kvserve" {
 $1 == "fair_run" && (field("policy") == "kvrate" \
                      || field("policy") == "kvmeter") {
     k = field("share_kv")
-    printf "goal: with %s, A'\''s share of KV block-seconds within 45%%..55%%:" \
-           " %.1f%% %s (served tokens %.1f%%)\n", field("policy"), 100 * k,
+    printf "goal: with %s, A'\''s share of KV block-seconds within" \
+           " 45%%..55%%: %.1f%% %s (served tokens %.1f%%)\n", field("policy"), 100 * k,
            (k >= 0.45 && k <= 0.55) ? "met" : "NOT met",
            100 * field("share_tokens")
 }
