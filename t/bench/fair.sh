@@ -96,7 +96,8 @@ $1 == "fair_run" && (field("policy") == "kvrate" \
                      || field("policy") == "kvmeter") {
     k = field("share_kv")
     printf "goal: with %s, A'\''s share of KV block-seconds within" \
-           " 45%%..55%%: %.1f%% %s (served tokens %.1f%%)\n", field("policy"), 100 * k,
+           " 45%%..55%%: %.1f%% %s (served tokens %.1f%%)\n",
+           field("policy"), 100 * k,
            (k >= 0.45 && k <= 0.55) ? "met" : "NOT met",
            100 * field("share_tokens")
 }
