@@ -267,22 +267,27 @@ kvs_plan_row(const kvs_kv_shape_t *shape, uint32_t kv_heads,
     uint64_t context, int chosen)
 {
     char           buf[32];
+    const char    *att;
     kvs_err_t      err;
     kvs_kv_plan_t  p;
+
+    /* the model's own KV heads: GQA when fewer than its query heads,
+     * "-" when those are not known; the query heads' count: MHA */
+    att = kv_heads != shape->n_head_kv || shape->n_head == kv_heads ? "MHA"
+          : shape->n_head == 0 ? "-" : "GQA";
 
     if (kvs_kv_plan_compute(&p, shape, kv_heads,
                             kvs_kv_plan_dtype_bytes(dt), budget, a->block,
                             context, a->batch, &err) != KVS_OK)
     {
-        printf("  %-5s %-9s %s\n", kvs_kv_plan_dtype_name(dt),
-               kv_heads == shape->n_head_kv ? "GQA" : "MHA", err.msg);
+        printf("  %-5s %3s %4u %s\n", kvs_kv_plan_dtype_name(dt), att,
+               kv_heads, err.msg);
         return;
     }
 
     printf("  %-5s %3s %4u %12" PRIu64 " %12s %14" PRIu64 " %10" PRIu64
-           " %12" PRIu64 "%s\n", kvs_kv_plan_dtype_name(dt),
-           kv_heads == shape->n_head_kv && shape->n_head != kv_heads
-           ? "GQA" : "MHA", kv_heads, p.bytes_per_token,
+           " %12" PRIu64 "%s\n", kvs_kv_plan_dtype_name(dt), att, kv_heads,
+           p.bytes_per_token,
            kvs_cli_human((double) p.context_bytes, buf, sizeof(buf)),
            p.tokens, p.seqs_at_context, p.context_at_batch,
            chosen ? "  <-" : "");
