@@ -5,7 +5,8 @@
  *   - the seed's example from --shape: 327680 B per token, a 200k
  *     sequence 65536000000 B (61.04 GiB), 262144 tokens in 80 GiB, one
  *     200k sequence, 32768 tokens each at batch 8; the table's MHA row
- *     (2621440 B per token) and int8's (163840 B);
+ *     (2621440 B per token) and int8's (163840 B); without heads= no
+ *     MHA rows, and the model's rows not called GQA;
  *   - a generated model (the tiny preset, written to KVS_TMP): the shape
  *     and bytes per token the tool prints are the model's
  *     (kvs_hparams_kv_bytes_per_token), its weights the sum of its
@@ -148,6 +149,8 @@ test_seed_example(void **state)
     expect_has(&r, "concurrent sequences at 200000 tokens: 0\n");
     expect_has(&r, "needs 1.53 x the KV budget");
     expect_has(&r, "(MHA rows need heads= in --shape)");
+    /* without heads= the model's own rows say neither GQA nor MHA */
+    expect_has(&r, "bf16    -    8       327680");
     free(r.out);
 }
 
