@@ -17,6 +17,7 @@ int kvs_cli_jinja(int argc, char **argv);           /* kvs_cli_jinja.c */
 int kvs_cli_generate(int argc, char **argv);        /* kvs_cli_generate.c */
 int kvs_cli_logits(int argc, char **argv);          /* kvs_cli_logits.c */
 int kvs_cli_quantize(int argc, char **argv);        /* kvs_cli_quantize.c */
+int kvs_cli_plan(int argc, char **argv);            /* kvs_cli_plan.c */
 
 int kvs_cli_bench(int argc, char **argv);           /* kvs_cli_bench.c */
 int kvs_cli_engine(int argc, char **argv);          /* kvs_cli_engine.c */

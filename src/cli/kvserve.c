@@ -19,6 +19,12 @@ kvs_cli_usage(FILE *f)
         "  info [--json] [--kv-bytes N] model.gguf\n"
         "      print metadata, tensors, hyper-parameters and the KV-cache\n"
         "      arithmetic (--json: every value, for machine comparison)\n"
+        "  plan MODEL.gguf | --shape layers=L,kv_heads=H,head_dim=D[,heads=Q]\n"
+        "       --memory SIZE [--kv-dtype f32|f16|bf16|fp8|int8]\n"
+        "       [--context N] [--batch N] [--weights SIZE] [--block N]\n"
+        "      KV capacity: bytes per token, tokens that fit, sequences\n"
+        "      at a context, the longest context at a batch, with and\n"
+        "      without GQA and KV quantization (docs/capacity.md)\n"
         "  gen-model [--preset tiny|small|100m] [--layers N --dim N\n"
         "            --heads N --kv-heads N --ffn N --vocab N --ctx N\n"
         "            --dtype TYPE --tied 0|1 --name S\n"
@@ -110,6 +116,10 @@ main(int argc, char **argv)
 
     if (strcmp(argv[1], "info") == 0) {
         return kvs_cli_info(argc - 1, argv + 1);
+    }
+
+    if (strcmp(argv[1], "plan") == 0) {
+        return kvs_cli_plan(argc - 1, argv + 1);
     }
 
     if (strcmp(argv[1], "gen-model") == 0) {

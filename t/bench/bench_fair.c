@@ -15,6 +15,22 @@
  *            prompt + max_tokens before the submit and refunded the
  *            unused output after (what kvserve_limit does), plus the
  *            engine's fair share (VTC weights, KV cap)
+ *   kvrate   kv_rate's bucket per tenant (kvs_limit_kv: KiB x s of KV
+ *            cache held) at the same KiB/s, each request reserving its
+ *            whole KV for one second at the submit and settled to what
+ *            it held, estimated from its own stamps (submit, first
+ *            token, end: kvs_limit_kv_held) as a worker does; arrival
+ *            order in the engine (no_fair), so that the limiter alone
+ *            shares (with the fair share on, A's long prefills were
+ *            preempted over and over and none finished in a short run)
+ *   kvmeter  an experiment, not what kvserve does: the same bucket, but
+ *            charged every step with what each tenant's sequences hold
+ *            in the engine (its kv_blocks x the step's time), what went
+ *            past a full bucket kept as debt that blocks the tenant's
+ *            admissions until paid; a request's one-second reservation
+ *            is given back when it ends.  What kv_rate would do if the
+ *            engine reported each request's held KV (docs/performance.md,
+ *            "kv_rate")
  *
  * Saturation: each tenant keeps a backlog at the client that never runs
  * dry, and up to --a-conc / --b-conc requests submitted (enough that one
@@ -32,7 +48,9 @@
  * "none" run's throughput C in tokens/s: count admits C / (A's cost +
  * B's cost) requests/s per tenant, so that both at that rate make C;
  * kvserve admits C / 2 tokens/s per tenant, burst A's cost (a smaller
- * burst would never pass A).
+ * burst would never pass A); kvrate lets each tenant hold half of what
+ * "none" held on average (its KV block-seconds per second, in KiB), the
+ * bucket --kv-window seconds of that (kvs_limit_kv_conf_init's window).
  *
  * Output: a markdown table, then one "fair_run ..." line per policy for
  * scripts (t/bench/fair.sh, t/bench/fair_plot.py).
@@ -49,6 +67,7 @@
 
 #include "engine/kvs_engine.h"
 #include "limit/kvs_limit.h"
+#include "limit/kvs_limit_kv.h"
 #include "gen/kvs_gen.h"
 #include "model/kvs_model.h"
 #include "tokenizer/kvs_vocab.h"
@@ -61,7 +80,9 @@
 typedef enum {
     BF_NONE = 0,
     BF_COUNT,
-    BF_KVSERVE
+    BF_KVSERVE,
+    BF_KVRATE,
+    BF_KVMETER
 } bf_policy_t;
 
 typedef struct {
@@ -75,6 +96,8 @@ typedef struct {
     double       seconds;             /* wall time of each policy */
     double       rate_req;            /* count: requests/s per tenant */
     double       rate_tok;            /* kvserve: tokens/s per tenant */
+    double       rate_kv;             /* kvrate: KiB/s per tenant */
+    double       kv_window;           /* kvrate: bucket, seconds of it */
     const char  *policies;
     uint32_t     block;
     uint32_t     max_batch_tokens;
@@ -96,6 +119,12 @@ typedef struct {
     kvs_limit_conf_t     lc;
     kvs_limit_state_t    ls;
     uint64_t             retry_at_ms; /* refused: not before */
+    uint64_t             kv_forgiven; /* kvrate: KiB x s held beyond
+                                         the reservation, not charged
+                                         (the bucket was full) */
+    uint64_t             kv_settled;  /* kvrate: KiB x s estimated */
+    double               kv_owed;     /* kvmeter: KiB x s held, not yet
+                                         charged (fractions, debt) */
     uint64_t             submitted;
     uint64_t             finished;
     uint64_t             refused;     /* limiter decisions that said no */
@@ -109,12 +138,15 @@ typedef struct {
     kvs_engine_seq_t    *h;
     uint32_t             tenant;
     kvs_limit_resv_t     resv;
+    uint64_t             submit_ns;   /* kvrate: its stamps */
+    uint64_t             first_ns;
     kvs_engine_out_t     out;
 } bf_slot_t;
 
 typedef struct {
     bf_policy_t          policy;
     double               rate;        /* per tenant, as applied */
+    uint64_t             kv_bpt;      /* KV bytes per token (kvrate) */
     double               wall;
     double               busy;        /* seconds in working steps */
     uint64_t             preemptions;
@@ -137,6 +169,10 @@ static const char *bf_policy_name(bf_policy_t p);
 static double bf_share(double a, double b);
 static uint32_t bf_rand(uint64_t *s, uint32_t n);
 static double bf_now(void);
+static uint64_t bf_now_ns(void);
+static void bf_settle_kv(const bf_run_t *run, bf_tenant_t *t,
+    bf_slot_t *slot, uint64_t now_ms);
+static int bf_meter(bf_tenant_t *t, uint64_t now_ms, kvs_err_t *err);
 static void bf_usage(FILE *f);
 
 
@@ -152,7 +188,7 @@ main(int argc, char **argv)
     kvs_err_t     err;
     kvs_model_t  *m;
     kvs_vocab_t  *v;
-    double        cap;
+    double        cap, cap_kv;
 
     if (bf_args(argc, argv, &o) != 0) {
         return 2;
@@ -183,6 +219,7 @@ main(int argc, char **argv)
     rc = 0;
     n = 0;
     cap = 0;
+    cap_kv = 0;
 
     for (tok = strtok_r(list, ",", &save); tok != NULL && n < 8;
          tok = strtok_r(NULL, ",", &save))
@@ -209,16 +246,27 @@ main(int argc, char **argv)
                 runs[n].rate = cap / 2;
             }
 
+        } else if (strcmp(tok, "kvrate") == 0
+                   || strcmp(tok, "kvmeter") == 0)
+        {
+            runs[n].policy = tok[2] == 'r' ? BF_KVRATE : BF_KVMETER;
+            runs[n].rate = o.rate_kv;
+
+            if (runs[n].rate <= 0 && cap_kv > 0) {
+                runs[n].rate = cap_kv / 2;
+            }
+
         } else {
             fprintf(stderr, "bench_fair: unknown policy \"%s\" (none, "
-                    "count, kvserve)\n", tok);
+                    "count, kvserve, kvrate, kvmeter)\n", tok);
             rc = 2;
             break;
         }
 
         if (runs[n].policy != BF_NONE && runs[n].rate <= 0) {
             fprintf(stderr, "bench_fair: %s needs a rate: run \"none\" "
-                    "first or give --rate-req / --rate-tok\n", tok);
+                    "first or give --rate-req / --rate-tok / --rate-kv\n",
+                    tok);
             rc = 2;
             break;
         }
@@ -235,6 +283,10 @@ main(int argc, char **argv)
                 cap += (double) (runs[n].t[i].prefill + runs[n].t[i].decode);
             }
             cap /= runs[n].wall;
+
+            /* KiB of KV held on average: block-s x block x bytes */
+            cap_kv = (runs[n].t[0].kv_bs + runs[n].t[1].kv_bs) * o.block
+                     * (double) runs[n].kv_bpt / 1024 / runs[n].wall;
         }
 
         fprintf(stderr, "bench_fair: %s done\n", tok);
@@ -292,6 +344,7 @@ bf_args(int argc, char **argv, bf_opts_t *o)
     o->w_prefill = 1;
     o->w_decode = 2;
     o->kv_max_milli = 500;
+    o->kv_window = 10;
     o->seed = 1;
 
     for (i = 1; i < argc; i++) {
@@ -341,6 +394,16 @@ bf_args(int argc, char **argv, bf_opts_t *o)
             continue;
         }
 
+        if (strcmp(opt, "--rate-kv") == 0) {
+            o->rate_kv = d;
+            continue;
+        }
+
+        if (strcmp(opt, "--kv-window") == 0) {
+            o->kv_window = d;
+            continue;
+        }
+
         if (strcmp(opt, "--seed") == 0) {
             o->seed = (uint64_t) d;
             continue;
@@ -367,10 +430,12 @@ bf_args(int argc, char **argv, bf_opts_t *o)
     }
 
     if (o->block == 0 || o->a_gen == 0 || o->b_gen == 0 || o->a_conc == 0
-        || o->b_prompt == 0 || o->seconds <= 0 || o->kv_max_milli > 1000)
+        || o->b_prompt == 0 || o->seconds <= 0 || o->kv_max_milli > 1000
+        || o->kv_window < 1)
     {
         fprintf(stderr, "bench_fair: block, a-gen, b-gen, a-conc, b-prompt"
-                " and seconds must be > 0, kv-max-milli <= 1000\n");
+                " and seconds must be > 0, kv-max-milli <= 1000, "
+                "kv-window >= 1\n");
         return -1;
     }
 
@@ -486,6 +551,7 @@ bf_run(const bf_opts_t *o, kvs_model_t *m, kvs_vocab_t *v, uint32_t n_ids,
     kvs_engine_seq_t     *ready[64];
     kvs_engine_stats_t    st;
     kvs_engine_tenants_t  tn;
+    kvs_limit_conf_t      tok;
     const kvs_engine_tenant_t  *row;
 
     memset(&conf, 0, sizeof(conf));
@@ -498,8 +564,10 @@ bf_run(const bf_opts_t *o, kvs_model_t *m, kvs_vocab_t *v, uint32_t n_ids,
     conf.max_running = BF_MAX_SLOTS;
     conf.no_prefix_cache = o->no_prefix_cache;
     conf.no_fair = run->policy != BF_KVSERVE;
+    run->kv_bpt = kvs_hparams_kv_bytes_per_token(&m->hp,
+                                                 (uint32_t) sizeof(float));
 
-    if (run->policy == BF_KVSERVE) {
+    if (!conf.no_fair) {
         conf.fair_w_prefill = o->w_prefill;
         conf.fair_w_decode = o->w_decode;
         conf.fair_kv_max_milli = o->kv_max_milli;
@@ -548,10 +616,22 @@ bf_run(const bf_opts_t *o, kvs_model_t *m, kvs_vocab_t *v, uint32_t n_ids,
                      (uint64_t) llround(run->rate * 60 * BF_COUNT_UNIT),
                      60000, BF_COUNT_UNIT, KVS_LIMIT_NODELAY, err);
 
-        } else {
+        } else if (run->policy == BF_KVSERVE) {
             rc = kvs_limit_conf_init(&t[ti].lc,
                      (uint64_t) llround(run->rate * 60), 60000, burst,
                      KVS_LIMIT_NODELAY, err);
+
+        } else if (run->policy == BF_KVRATE || run->policy == BF_KVMETER) {
+            /* a token bucket whose window is kv_window seconds (1 t/s,
+             * burst kv_window), which kv_rate's bucket takes for its own
+             * size, as kvserve_limit_zone does */
+            rc = kvs_limit_conf_init(&tok, 1, 1000,
+                                     (uint64_t) o->kv_window,
+                                     KVS_LIMIT_NODELAY, err);
+            if (rc == KVS_OK) {
+                rc = kvs_limit_kv_conf_init(&t[ti].lc, &tok,
+                         (uint64_t) llround(run->rate), err);
+            }
         }
 
         if (rc != KVS_OK) {
@@ -626,6 +706,11 @@ bf_run(const bf_opts_t *o, kvs_model_t *m, kvs_vocab_t *v, uint32_t n_ids,
 
         for (ti = 0; ti < BF_N_TENANTS; ti++) {
             t[ti].kv_bs += held[ti] * scale * (now - last);
+
+            if (run->policy == BF_KVMETER) {
+                t[ti].kv_owed += held[ti] * scale * (now - last) * o->block
+                                 * (double) run->kv_bpt / 1024;
+            }
             run->kv_kept += held[ti] * scale * (now - last);
 
             if (held[ti] * scale > t[ti].kv_max) {
@@ -645,6 +730,10 @@ bf_run(const bf_opts_t *o, kvs_model_t *m, kvs_vocab_t *v, uint32_t n_ids,
                     goto done;
                 }
 
+                if (slots[s].first_ns == 0 && slots[s].out.n_tokens > 0) {
+                    slots[s].first_ns = bf_now_ns();
+                }
+
                 if (slots[s].out.finish == KVS_FINISH_NONE) {
                     continue;
                 }
@@ -659,7 +748,14 @@ bf_run(const bf_opts_t *o, kvs_model_t *m, kvs_vocab_t *v, uint32_t n_ids,
                     goto done;
                 }
 
-                if (t[ti].limited) {
+                if (t[ti].limited && run->policy == BF_KVRATE) {
+                    bf_settle_kv(run, &t[ti], &slots[s], now_ms);
+
+                } else if (t[ti].limited && run->policy == BF_KVMETER) {
+                    (void) kvs_limit_cancel(&t[ti].lc, &t[ti].ls, now_ms,
+                                            &slots[s].resv);
+
+                } else if (t[ti].limited) {
                     (void) kvs_limit_settle(&t[ti].lc, &t[ti].ls, now_ms,
                                             &slots[s].resv,
                                             slots[s].out.n_generated);
@@ -753,6 +849,26 @@ bf_submit(kvs_engine_t *e, const bf_opts_t *o, bf_run_t *run,
                     cost = BF_COUNT_UNIT;
                     refundable = 0;
 
+                } else if (run->policy == BF_KVRATE
+                           || run->policy == BF_KVMETER)
+                {
+                    if (run->policy == BF_KVMETER
+                        && bf_meter(t, now_ms, err) != KVS_OK)
+                    {
+                        return err->code;
+                    }
+
+                    if (t->kv_owed >= 1) {
+                        /* in debt: no admission until it is paid */
+                        t->refused++;
+                        t->retry_at_ms = now_ms + 10;
+                        break;
+                    }
+
+                    cost = kvs_limit_kv_cost((uint64_t) t->prompt + t->gen,
+                                             run->kv_bpt);
+                    refundable = 0;
+
                 } else {
                     cost = (uint64_t) t->prompt + t->gen;
                     refundable = t->gen;
@@ -805,6 +921,8 @@ bf_submit(kvs_engine_t *e, const bf_opts_t *o, bf_run_t *run,
 
             slots[s].tenant = ti;
             slots[s].resv = resv;
+            slots[s].submit_ns = bf_now_ns();
+            slots[s].first_ns = 0;
             slots[s].out.n_tokens = 0;
             slots[s].out.text.len = 0;
             slots[s].out.finish = KVS_FINISH_NONE;
@@ -841,7 +959,8 @@ bf_print(const bf_opts_t *o, const bf_run_t *runs, size_t n)
         st = bf_share(ta, tb);
         sk = bf_share(ka, kb);
         rate_unit = r->policy == BF_COUNT ? "req/s"
-                    : r->policy == BF_KVSERVE ? "tok/s" : "";
+                    : r->policy == BF_KVSERVE ? "tok/s"
+                    : r->policy >= BF_KVRATE ? "KiB/s" : "";
 
         if (r->policy == BF_NONE) {
             printf("| %s | - ", bf_policy_name(r->policy));
@@ -869,6 +988,8 @@ bf_print(const bf_opts_t *o, const bf_run_t *runs, size_t n)
                " a_kv_bs=%.1f b_kv_bs=%.1f a_kv_max=%" PRIu32
                " b_kv_max=%" PRIu32 " a_done=%" PRIu64 " b_done=%" PRIu64
                " a_refused=%" PRIu64 " b_refused=%" PRIu64
+               " a_kv_est=%" PRIu64 " b_kv_est=%" PRIu64
+               " a_kv_forgiven=%" PRIu64 " b_kv_forgiven=%" PRIu64
                " share_tokens=%.4f share_kv=%.4f\n",
                bf_policy_name(r->policy), r->rate, r->wall, r->busy,
                r->preemptions,
@@ -878,6 +999,8 @@ bf_print(const bf_opts_t *o, const bf_run_t *runs, size_t n)
                r->t[1].decode, r->t[0].kv_bs, r->t[1].kv_bs, r->t[0].kv_max,
                r->t[1].kv_max, r->t[0].finished, r->t[1].finished,
                r->t[0].refused, r->t[1].refused,
+               r->t[0].kv_settled, r->t[1].kv_settled,
+               r->t[0].kv_forgiven, r->t[1].kv_forgiven,
                bf_share((double) (r->t[0].prefill + r->t[0].decode),
                         (double) (r->t[1].prefill + r->t[1].decode)),
                bf_share(r->t[0].kv_bs, r->t[1].kv_bs));
@@ -891,6 +1014,10 @@ bf_policy_name(bf_policy_t p)
     switch (p) {
     case BF_COUNT:
         return "count";
+    case BF_KVRATE:
+        return "kvrate";
+    case BF_KVMETER:
+        return "kvmeter";
     case BF_KVSERVE:
         return "kvserve";
     default:
@@ -922,6 +1049,82 @@ bf_rand(uint64_t *s, uint32_t n)
 }
 
 
+/*
+ * kvrate: the request's reservation settled to what it held, estimated
+ * from its stamps as a worker does (ngx_http_kvserve_limit_admit.c); what
+ * the bucket could not take (it was full) is counted as forgiven.
+ */
+static void
+bf_settle_kv(const bf_run_t *run, bf_tenant_t *t, bf_slot_t *slot,
+    uint64_t now_ms)
+{
+    uint64_t             held, more, cost;
+    kvs_limit_kv_hold_t  h;
+
+    memset(&h, 0, sizeof(h));
+    h.prompt_tokens = t->prompt;
+    h.generated = slot->out.n_generated;
+    h.bytes_per_token = run->kv_bpt;
+    h.submit_ns = slot->submit_ns;
+    h.first_ns = slot->first_ns;
+
+    held = kvs_limit_kv_held(&h, bf_now_ns());
+    cost = slot->resv.cost;
+
+    (void) kvs_limit_settle_actual(&t->lc, &t->ls, now_ms, &slot->resv,
+                                   held, &more);
+
+    t->kv_settled += held;
+
+    if (held > cost && held - cost > more) {
+        t->kv_forgiven += held - cost - more;
+    }
+}
+
+
+/* kvmeter: charges what the tenant held since the last call, as far as
+ * its bucket has room; the rest stays owed */
+static int
+bf_meter(bf_tenant_t *t, uint64_t now_ms, kvs_err_t *err)
+{
+    uint64_t              room, pay;
+    kvs_limit_resv_t      resv;
+    kvs_limit_decision_t  d;
+
+    room = kvs_limit_remaining(&t->lc, &t->ls, now_ms);
+    pay = (uint64_t) t->kv_owed;
+    pay = pay > room ? room : pay;
+
+    if (pay == 0) {
+        return KVS_OK;
+    }
+
+    if (kvs_limit_reserve(&t->lc, &t->ls, now_ms, pay, 0, &resv, &d, err)
+        != KVS_OK)
+    {
+        return err->code;
+    }
+
+    if (d.verdict == KVS_LIMIT_PASSED) {
+        t->kv_owed -= (double) pay;
+        t->kv_settled += pay;
+    }
+
+    return KVS_OK;
+}
+
+
+static uint64_t
+bf_now_ns(void)
+{
+    struct timespec  ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+
+    return (uint64_t) ts.tv_sec * 1000000000ULL + (uint64_t) ts.tv_nsec;
+}
+
+
 static double
 bf_now(void)
 {
@@ -946,9 +1149,14 @@ bf_usage(FILE *f)
         "  --a-conc N         A's requests in flight (2)\n"
         "  --b-conc N         B's (0: the cache's worth + 2)\n"
         "  --seconds S        wall time of each policy (600)\n"
-        "  --policies LIST    of none,count,kvserve (all, in that order)\n"
+        "  --policies LIST    of none,count,kvserve,kvrate,kvmeter (the "
+        "first three)\n"
         "  --rate-req R       count: requests/s per tenant (0: from none)\n"
         "  --rate-tok R       kvserve: tokens/s per tenant (0: from none)\n"
+        "  --rate-kv R        kvrate: kv_rate, KiB/s per tenant (0: half "
+        "what none held)\n"
+        "  --kv-window S      kvrate: the bucket holds S seconds of it "
+        "(10)\n"
         "  --w-prefill N --w-decode N  kvserve's VTC weights (1, 2)\n"
         "  --kv-max-milli N   kvserve's KV cap, 1/1000 of the cache (500)\n"
         "  --no-prefix-cache  --block N (16)  --max-batch-tokens N (2048)\n"

@@ -10,10 +10,16 @@
 #   kvserve  the same tokens/s for each tenant (kvs_limit buckets charged
 #            prompt + max_tokens, refunded after) plus the engine's fair
 #            share (VTC prefill=1 decode=2, KV cap 0.5)
+#   kvrate   (FAIR_POLICIES=...,kvrate) kv_rate alone: the same KiB x s
+#            of KV held per second for each tenant, each request settled
+#            to what it held estimated from its stamps, as kvserve_limit
+#            does; arrival order in the engine
+#   kvmeter  an experiment: kv_rate's bucket charged with what the engine
+#            says each tenant holds, step by step, debt carried
 # Prints each tenant's served tokens and KV block-seconds, A's share of
 # each, then the goal (kvserve: both shares within 10% of equal, i.e.
-# 45%..55%), and draws the shares with t/bench/fair_plot.py into
-# FAIR_PNG.
+# 45%..55%; kvrate and kvmeter: the KV block-seconds share), and draws
+# the shares with t/bench/fair_plot.py into FAIR_PNG.
 #
 # The literal scenario (the default) takes FAIR_SECONDS x 3 and a long
 # time per A request: on two cores a 100k-token prefill of the tiny model
@@ -25,7 +31,9 @@
 # generated model is written there, removed once open), KVS_PYTHON.
 # Knobs: FAIR_SCALE (full | small), FAIR_CACHE, FAIR_A_PROMPT (0: the
 # cache less the output), FAIR_B_PROMPT, FAIR_GEN (32), FAIR_SECONDS,
-# FAIR_POLICIES ("none,count,kvserve"), FAIR_THREADS (0: every CPU),
+# FAIR_POLICIES ("none,count,kvserve"; add kvrate, kvmeter),
+# FAIR_KV_WINDOW (kv_rate's bucket in seconds of it, 10),
+# FAIR_THREADS (0: every CPU),
 # FAIR_SEED (1), FAIR_PNG ($KVS_TMP/fair-share.png; the bench's output is
 # kept beside it, .txt for .png).
 set -euo pipefail
@@ -61,6 +69,7 @@ echo "fair share, scale $scale: cache $cache tokens, B prompts $b_prompt," \
     --b-gen "${FAIR_GEN:-32}" --seconds "$seconds" \
     --policies "${FAIR_POLICIES:-none,count,kvserve}" \
     --threads "${FAIR_THREADS:-0}" --seed "${FAIR_SEED:-1}" \
+    --kv-window "${FAIR_KV_WINDOW:-10}" \
     | tee "$out" | grep --line-buffered -v '^fair_run'
 
 echo
@@ -82,6 +91,15 @@ $1 == "fair_run" && field("policy") == "kvserve" {
            " %.1f%% %s\n", 100 * t,
            (t >= 0.45 && t <= 0.55) ? "met" : "NOT met", 100 * k,
            (k >= 0.45 && k <= 0.55) ? "met" : "NOT met"
+}
+$1 == "fair_run" && (field("policy") == "kvrate" \
+                     || field("policy") == "kvmeter") {
+    k = field("share_kv")
+    printf "goal: with %s, A'\''s share of KV block-seconds within" \
+           " 45%%..55%%: %.1f%% %s (served tokens %.1f%%)\n",
+           field("policy"), 100 * k,
+           (k >= 0.45 && k <= 0.55) ? "met" : "NOT met",
+           100 * field("share_tokens")
 }
 ' "$out"
 
