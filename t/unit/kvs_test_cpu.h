@@ -50,6 +50,31 @@ kvs_test_pool_ok(const kvs_kv_pool_t *pool)
 }
 
 
+/* max |a - b| / max |b| over n floats (every one finite); b must not be
+ * all zeros, or a model whose logits are all 0 would compare equal
+ * vacuously. */
+static inline double
+kvs_test_rel_err(const float *a, const float *b, size_t n)
+{
+    size_t  i;
+    double  d, dmax, bmax;
+
+    dmax = 0.0;
+    bmax = 0.0;
+
+    for (i = 0; i < n; i++) {
+        assert_true(isfinite(a[i]) && isfinite(b[i]));
+        d = fabs((double) a[i] - b[i]);
+        dmax = d > dmax ? d : dmax;
+        bmax = fabs(b[i]) > bmax ? fabs(b[i]) : bmax;
+    }
+
+    assert_true(bmax > 1e-3);
+
+    return dmax / bmax;
+}
+
+
 /* The first index of the largest of v[0..n), n >= 1. */
 static inline int32_t
 kvs_test_argmax(const float *v, uint32_t n)

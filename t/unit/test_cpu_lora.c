@@ -111,29 +111,6 @@ seq_init(kvs_test_seq_t *seq, uint32_t s, uint32_t n_vocab)
 }
 
 
-/* max |a - b| / max |b| over n floats. */
-static double
-rel_err(const float *a, const float *b, size_t n)
-{
-    size_t  i;
-    double  d, dmax, bmax;
-
-    dmax = 0.0;
-    bmax = 0.0;
-
-    for (i = 0; i < n; i++) {
-        assert_true(isfinite(a[i]) && isfinite(b[i]));
-        d = fabs((double) a[i] - b[i]);
-        dmax = d > dmax ? d : dmax;
-        bmax = fabs(b[i]) > bmax ? fabs(b[i]) : bmax;
-    }
-
-    assert_true(bmax > 1e-3);
-
-    return dmax / bmax;
-}
-
-
 /* Runs seqs[0..n) on cm under slots (NULL: none), kv of `threads`. */
 static void
 run(const kvs_cpu_model_t *cm, kvs_test_seq_t *seqs, uint32_t n,
@@ -242,7 +219,7 @@ check_arch(kvs_arch_t arch, const char *tag)
                      "merged model's", tag, s, s);
         }
 
-        rel = rel_err(seqs[s].lg, alone.lg,
+        rel = kvs_test_rel_err(seqs[s].lg, alone.lg,
                       (size_t) N_GEN * base.cm->hp.n_vocab);
         if (rel >= 1e-4) {
             fail_msg("%s: sequence %u: logits differ from the merged "
@@ -250,7 +227,7 @@ check_arch(kvs_arch_t arch, const char *tag)
         }
 
         if (s > 0) {
-            rel = rel_err(seqs[s].lg, plain[s].lg,
+            rel = kvs_test_rel_err(seqs[s].lg, plain[s].lg,
                           (size_t) N_GEN * base.cm->hp.n_vocab);
             if (rel <= 1e-3) {
                 fail_msg("%s: adapter %u changes the logits by %g only",
