@@ -18,6 +18,11 @@ int kvs_cli_generate(int argc, char **argv);        /* kvs_cli_generate.c */
 int kvs_cli_logits(int argc, char **argv);          /* kvs_cli_logits.c */
 int kvs_cli_quantize(int argc, char **argv);        /* kvs_cli_quantize.c */
 int kvs_cli_plan(int argc, char **argv);            /* kvs_cli_plan.c */
+int kvs_cli_gen_lora(int argc, char **argv);        /* kvs_cli_lora.c */
+int kvs_cli_merge_lora(int argc, char **argv);      /* kvs_cli_lora.c */
+
+/* `kvserve info` of an adapter file, against base when not NULL. */
+int kvs_cli_lora_info(const char *path, const char *base, int json);
 
 int kvs_cli_bench(int argc, char **argv);           /* kvs_cli_bench.c */
 int kvs_cli_engine(int argc, char **argv);          /* kvs_cli_engine.c */

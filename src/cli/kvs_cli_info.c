@@ -34,6 +34,7 @@
 #include "model/kvs_ggml_type.h"
 #include "model/kvs_gguf.h"
 #include "model/kvs_hparams.h"
+#include "model/kvs_lora.h"
 #include "model/kvs_model.h"
 #include "model/kvs_quant.h"
 #include "kvs_cli.h"
@@ -644,7 +645,7 @@ kvs_cli_info(int argc, char **argv)
 {
     int              i, json, hp_ok;
     char            *end;
-    const char      *path;
+    const char      *path, *base;
     uint32_t         kv_bytes;
     kvs_err_t        err, hp_err;
     kvs_gguf_t      *g;
@@ -655,6 +656,7 @@ kvs_cli_info(int argc, char **argv)
     json = 0;
     kv_bytes = 2;
     path = NULL;
+    base = NULL;
 
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
@@ -666,6 +668,8 @@ kvs_cli_info(int argc, char **argv)
                         "1..8\n", argv[i]);
                 return 2;
             }
+        } else if (strcmp(argv[i], "--base") == 0 && i + 1 < argc) {
+            base = argv[++i];
         } else if (argv[i][0] == '-' || path != NULL) {
             fprintf(stderr, "kvserve info: unexpected argument \"%s\"\n",
                     argv[i]);
@@ -677,13 +681,25 @@ kvs_cli_info(int argc, char **argv)
 
     if (path == NULL) {
         fprintf(stderr, "usage: kvserve info [--json] [--kv-bytes N] "
-                "model.gguf\n");
+                "[--base BASE.gguf] model.gguf\n");
         return 2;
     }
 
     if (kvs_gguf_open(&g, path, &err) != KVS_OK) {
         fprintf(stderr, "kvserve info: %s\n", err.msg);
         return 1;
+    }
+
+    if (kvs_lora_is_adapter(g)) {
+        kvs_gguf_close(g);
+        return kvs_cli_lora_info(path, base, json);
+    }
+
+    if (base != NULL) {
+        kvs_gguf_close(g);
+        fprintf(stderr, "kvserve info: --base is for adapters; %s is not "
+                "one (general.type is not \"adapter\")\n", path);
+        return 2;
     }
 
     kvs_err_clear(&hp_err);

@@ -16,9 +16,11 @@ kvs_cli_usage(FILE *f)
         "usage: kvserve <command> [options]\n"
         "\n"
         "commands:\n"
-        "  info [--json] [--kv-bytes N] model.gguf\n"
+        "  info [--json] [--kv-bytes N] [--base BASE.gguf] model.gguf\n"
         "      print metadata, tensors, hyper-parameters and the KV-cache\n"
-        "      arithmetic (--json: every value, for machine comparison)\n"
+        "      arithmetic (--json: every value, for machine comparison);\n"
+        "      of a LoRA adapter, its matrices, ranks and scale, checked\n"
+        "      against BASE.gguf when given\n"
         "  plan MODEL.gguf | --shape layers=L,kv_heads=H,head_dim=D[,heads=Q]\n"
         "       --memory SIZE [--kv-dtype f32|f16|bf16|fp8|int8]\n"
         "       [--context N] [--batch N] [--weights SIZE] [--block N]\n"
@@ -37,6 +39,14 @@ kvs_cli_usage(FILE *f)
         "      (a Llama 3 one, or FILE's text)\n"
         "      (TYPE: f32, f16, bf16, q8_0 or any quantized type kvserve\n"
         "      can make, e.g. q4_0, q4_k, iq4_xs; case-insensitive)\n"
+        "  gen-lora BASE.gguf [--rank R] [--alpha A] [--strength S]\n"
+        "           [--targets q,k,v,o,gate,up,down] --seed S OUT.gguf\n"
+        "      write a LoRA adapter for BASE with seeded random A and B\n"
+        "      (llama.cpp's GGUF adapter layout; defaults: rank 8, alpha\n"
+        "      2R, strength 0.5, every target; docs/lora.md)\n"
+        "  merge-lora BASE.gguf ADAPTER.gguf OUT.gguf\n"
+        "      write BASE with the adapter merged, W + alpha/rank B A\n"
+        "      (adapted matrices as F32)\n"
         "  quantize IN.gguf OUT.gguf --type MIX [--threads N]\n"
         "      copy a model with its weights quantized by one of the\n"
         "      usual mixes (q4_0 ... q8_0, q2_k, q3_k_s|m|l, q4_k_s|m,\n"
@@ -124,6 +134,14 @@ main(int argc, char **argv)
 
     if (strcmp(argv[1], "gen-model") == 0) {
         return kvs_cli_gen_model(argc - 1, argv + 1);
+    }
+
+    if (strcmp(argv[1], "gen-lora") == 0) {
+        return kvs_cli_gen_lora(argc - 1, argv + 1);
+    }
+
+    if (strcmp(argv[1], "merge-lora") == 0) {
+        return kvs_cli_merge_lora(argc - 1, argv + 1);
     }
 
     if (strcmp(argv[1], "quantize") == 0) {

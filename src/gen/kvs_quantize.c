@@ -318,46 +318,11 @@ typedef struct {
 } kvs_quantize_job_t;
 
 
-/* One metadata value (an array's elements recursively) re-encoded. */
-static int
-kvs_quantize_arr(kvs_gguf_writer_t *w, const kvs_gguf_arr_t *a)
-{
-    int              rc;
-    kvs_gguf_arr_t   sub;
-    kvs_gguf_str_t   s;
-    kvs_gguf_iter_t  it;
-
-    rc = kvs_gguf_w_arr(w, a->type, a->n);
-    if (rc != KVS_OK) {
-        return rc;
-    }
-
-    if (a->type == KVS_GGUF_STR) {
-        kvs_gguf_iter_init(&it, a);
-        while (rc == KVS_OK && kvs_gguf_iter_str(&it, &s)) {
-            rc = kvs_gguf_w_str(w, s.ptr, s.len);
-        }
-        return rc;
-    }
-
-    if (a->type == KVS_GGUF_ARR) {
-        kvs_gguf_iter_init(&it, a);
-        while (rc == KVS_OK && kvs_gguf_iter_arr(&it, &sub)) {
-            rc = kvs_quantize_arr(w, &sub);
-        }
-        return rc;
-    }
-
-    return a->n == 0 ? KVS_OK : kvs_gguf_w_elems(w, a->data, a->n);
-}
-
-
 static int
 kvs_quantize_meta(kvs_gguf_writer_t *w, const kvs_gguf_t *g, uint32_t ftype)
 {
     int                   rc;
-    char                  key[256];
-    uint64_t              i, len;
+    uint64_t              i;
     const kvs_gguf_kv_t  *kv;
 
     rc = KVS_OK;
@@ -365,36 +330,13 @@ kvs_quantize_meta(kvs_gguf_writer_t *w, const kvs_gguf_t *g, uint32_t ftype)
     for (i = 0; rc == KVS_OK && i < kvs_gguf_n_kv(g); i++) {
         kv = kvs_gguf_kv_at(g, i);
 
-        if (kv->key.len >= sizeof(key)) {
-            return KVS_EINVAL;
-        }
-
-        memcpy(key, kv->key.ptr, kv->key.len);
-        key[kv->key.len] = '\0';
-
-        if (strcmp(key, "general.file_type") == 0
-            || strcmp(key, "general.quantization_version") == 0)
+        if (kvs_gguf_str_eq(kv->key, "general.file_type")
+            || kvs_gguf_str_eq(kv->key, "general.quantization_version"))
         {
             continue;
         }
 
-        rc = kvs_gguf_w_key(w, key, kv->type);
-        if (rc != KVS_OK) {
-            break;
-        }
-
-        switch (kv->type) {
-        case KVS_GGUF_STR:
-            memcpy(&len, kv->val, 8);
-            rc = kvs_gguf_w_str(w, (const char *) kv->val + 8, len);
-            break;
-        case KVS_GGUF_ARR:
-            rc = kvs_quantize_arr(w, &kv->arr);
-            break;
-        default:
-            rc = kvs_gguf_w_scalar(w, kv->type, kv->val);
-            break;
-        }
+        rc = kvs_gguf_w_copy(w, kv);
     }
 
     if (rc == KVS_OK) {

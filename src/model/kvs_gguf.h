@@ -203,6 +203,9 @@ int kvs_gguf_w_arr(kvs_gguf_writer_t *w, kvs_gguf_vtype_t elem,
 /* n fixed-size elements at once (little-endian native layout). */
 int kvs_gguf_w_elems(kvs_gguf_writer_t *w, const void *v, uint64_t n);
 
+/* kv (another file's key and value, arrays nested) written as it is. */
+int kvs_gguf_w_copy(kvs_gguf_writer_t *w, const kvs_gguf_kv_t *kv);
+
 /* Conveniences: key plus one value. */
 int kvs_gguf_set_u32(kvs_gguf_writer_t *w, const char *key, uint32_t v);
 int kvs_gguf_set_i32(kvs_gguf_writer_t *w, const char *key, int32_t v);

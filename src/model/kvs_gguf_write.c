@@ -400,6 +400,71 @@ kvs_gguf_set_str(kvs_gguf_writer_t *w, const char *key, const char *s)
 
 /* Tensors. */
 
+/* One metadata value (an array's elements recursively) re-encoded. */
+static int
+kvs_gguf_w_copy_arr(kvs_gguf_writer_t *w, const kvs_gguf_arr_t *a)
+{
+    int              rc;
+    kvs_gguf_arr_t   sub;
+    kvs_gguf_str_t   s;
+    kvs_gguf_iter_t  it;
+
+    rc = kvs_gguf_w_arr(w, a->type, a->n);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    if (a->type == KVS_GGUF_STR) {
+        kvs_gguf_iter_init(&it, a);
+        while (rc == KVS_OK && kvs_gguf_iter_str(&it, &s)) {
+            rc = kvs_gguf_w_str(w, s.ptr, s.len);
+        }
+        return rc;
+    }
+
+    if (a->type == KVS_GGUF_ARR) {
+        kvs_gguf_iter_init(&it, a);
+        while (rc == KVS_OK && kvs_gguf_iter_arr(&it, &sub)) {
+            rc = kvs_gguf_w_copy_arr(w, &sub);
+        }
+        return rc;
+    }
+
+    return a->n == 0 ? KVS_OK : kvs_gguf_w_elems(w, a->data, a->n);
+}
+
+
+int
+kvs_gguf_w_copy(kvs_gguf_writer_t *w, const kvs_gguf_kv_t *kv)
+{
+    int       rc;
+    char      key[256];
+    uint64_t  len;
+
+    if (kv->key.len >= sizeof(key)) {
+        return kvs_gguf_w_fail(w, KVS_EINVAL, "key too long");
+    }
+
+    memcpy(key, kv->key.ptr, kv->key.len);
+    key[kv->key.len] = '\0';
+
+    rc = kvs_gguf_w_key(w, key, kv->type);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    switch (kv->type) {
+    case KVS_GGUF_STR:
+        memcpy(&len, kv->val, 8);
+        return kvs_gguf_w_str(w, (const char *) kv->val + 8, len);
+    case KVS_GGUF_ARR:
+        return kvs_gguf_w_copy_arr(w, &kv->arr);
+    default:
+        return kvs_gguf_w_scalar(w, kv->type, kv->val);
+    }
+}
+
+
 int
 kvs_gguf_w_tensor(kvs_gguf_writer_t *w, const char *name, uint32_t type,
     uint32_t n_dims, const uint64_t *ne, const void *data)

@@ -1,9 +1,10 @@
 /*
- * fuzz_gguf: libFuzzer target for the GGUF reader, hyper-parameters and
- * the tokenizer vocabulary loader (`make fuzz`).  Any input must give
- * either an error or a file whose every value, array element and tensor
- * byte can be walked in bounds, and a vocabulary that loads whole or not
- * at all.
+ * fuzz_gguf: libFuzzer target for the GGUF reader, hyper-parameters,
+ * the tokenizer vocabulary loader and the LoRA adapter reader (`make
+ * fuzz`).  Any input must give either an error or a file whose every
+ * value, array element and tensor byte can be walked in bounds, a
+ * vocabulary that loads whole or not at all, and an adapter whose every
+ * A and B value can be read.
  */
 
 #include <stdint.h>
@@ -12,6 +13,7 @@
 
 #include "model/kvs_gguf.h"
 #include "model/kvs_hparams.h"
+#include "model/kvs_lora.h"
 #include "model/kvs_model.h"
 #include "tokenizer/kvs_vocab.h"
 
@@ -20,11 +22,13 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     volatile unsigned         sink;
+    volatile float            fsink;
     uint8_t                  *copy;
     uint64_t                  i;
     kvs_err_t                 err;
     kvs_gguf_t               *g;
     kvs_vocab_t              *v;
+    kvs_lora_t               *l;
     kvs_hparams_t             hp;
     kvs_gguf_str_t            s;
     kvs_gguf_arr_t            sub;
@@ -76,6 +80,18 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         (void) sink;
         kvs_gguf_close(g);
+    }
+
+    /* an adapter, on its own: refused, or every value readable */
+    if (kvs_lora_open_mem(&l, copy, size, NULL, &err) == KVS_OK) {
+        fsink = 0.0f;
+        for (i = 0; i < l->n_mat; i++) {
+            fsink += l->mat[i].a[(uint64_t) l->mat[i].rank
+                                 * l->mat[i].n_in - 1];
+            fsink += l->mat[i].b[l->mat[i].n_out * l->mat[i].rank - 1];
+        }
+        (void) fsink;
+        kvs_lora_close(l);
     }
 
     free(copy);

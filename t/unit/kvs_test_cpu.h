@@ -50,6 +50,31 @@ kvs_test_pool_ok(const kvs_kv_pool_t *pool)
 }
 
 
+/* max |a - b| / max |b| over n floats (every one finite); b must not be
+ * all zeros, or a model whose logits are all 0 would compare equal
+ * vacuously. */
+static inline double
+kvs_test_rel_err(const float *a, const float *b, size_t n)
+{
+    size_t  i;
+    double  d, dmax, bmax;
+
+    dmax = 0.0;
+    bmax = 0.0;
+
+    for (i = 0; i < n; i++) {
+        assert_true(isfinite(a[i]) && isfinite(b[i]));
+        d = fabs((double) a[i] - b[i]);
+        dmax = d > dmax ? d : dmax;
+        bmax = fabs(b[i]) > bmax ? fabs(b[i]) : bmax;
+    }
+
+    assert_true(bmax > 1e-3);
+
+    return dmax / bmax;
+}
+
+
 /* The first index of the largest of v[0..n), n >= 1. */
 static inline int32_t
 kvs_test_argmax(const float *v, uint32_t n)
@@ -72,14 +97,18 @@ kvs_test_argmax(const float *v, uint32_t n)
  * Steps all sequences together until each holds n_total ids: each step
  * takes up to `chunk` unfed ids of every sequence, interleaved in the
  * batch (each sequence's own in position order), and appends the argmax
- * of a sequence's last logits once all its known ids are fed.
+ * of a sequence's last logits once all its known ids are fed.  With
+ * adapters (NULL: none), sequence s runs under kv's LoRA slot
+ * adapters[s] (0: the base).
  */
 static inline void
-kvs_test_run_seqs(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
-    kvs_kv_pool_t *pool, kvs_test_seq_t *seqs, uint32_t n_seqs)
+kvs_test_run_seqs_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
+    kvs_kv_pool_t *pool, kvs_test_seq_t *seqs, uint32_t n_seqs,
+    const uint32_t *adapters)
 {
     uint32_t          s, n, r, nw, active, max_take, cap, nv;
     uint32_t         *take, *row;         /* [n_seqs] each */
+    uint32_t         *slots;              /* [cap] */
     float            *logits;             /* [n_seqs][n_vocab] */
     kvs_err_t         err;
     kvs_batch_tok_t  *toks;               /* [cap]: a step never exceeds
@@ -96,6 +125,8 @@ kvs_test_run_seqs(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     toks = malloc(cap * sizeof(kvs_batch_tok_t));
     take = malloc(2 * n_seqs * sizeof(uint32_t));
     logits = malloc((size_t) n_seqs * nv * sizeof(float));
+    slots = malloc(cap * sizeof(uint32_t));
+    assert_non_null(slots);
     assert_non_null(toks);
     assert_non_null(take);
     assert_non_null(logits);
@@ -148,6 +179,7 @@ kvs_test_run_seqs(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
                 toks[n].token = seqs[s].ids[seqs[s].n_fed + r];
                 toks[n].pos = seqs[s].n_fed + r;
                 toks[n].table = &seqs[s].table;
+                slots[n] = adapters != NULL ? adapters[s] : 0;
                 toks[n].want_logits = r + 1 == take[s]
                     && seqs[s].n_fed + take[s] == seqs[s].n_ids;
 
@@ -162,7 +194,10 @@ kvs_test_run_seqs(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
         b.toks = toks;
         b.n = n;
 
-        if (kvs_cpu_forward(cm, kv, &b, logits, &err) != KVS_OK) {
+        if (kvs_cpu_forward_lora(cm, kv, &b, adapters != NULL ? slots : NULL,
+                                 logits, &err)
+            != KVS_OK)
+        {
             fail_msg("%s", err.msg);
         }
 
@@ -191,6 +226,15 @@ kvs_test_run_seqs(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     free(logits);
     free(take);
     free(toks);
+    free(slots);
+}
+
+
+static inline void
+kvs_test_run_seqs(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
+    kvs_kv_pool_t *pool, kvs_test_seq_t *seqs, uint32_t n_seqs)
+{
+    kvs_test_run_seqs_lora(cm, kv, pool, seqs, n_seqs, NULL);
 }
 
 

@@ -172,30 +172,6 @@ seq_init(kvs_test_seq_t *seq, uint32_t s, uint32_t n_vocab, uint32_t chunk)
 }
 
 
-/* max |a - b| / max |b| over n floats; b must not be all zeros. */
-static double
-rel_err(const float *a, const float *b, size_t n)
-{
-    size_t  i;
-    double  d, dmax, bmax;
-
-    dmax = 0.0;
-    bmax = 0.0;
-
-    for (i = 0; i < n; i++) {
-        assert_true(isfinite(a[i]) && isfinite(b[i]));
-        d = fabs((double) a[i] - b[i]);
-        dmax = d > dmax ? d : dmax;
-        bmax = fabs(b[i]) > bmax ? fabs(b[i]) : bmax;
-    }
-
-    /* a model whose logits are all 0 would compare equal vacuously */
-    assert_true(bmax > 1e-3);
-
-    return dmax / bmax;
-}
-
-
 /*
  * Runs sequences first..first+n-1 together with blocks of bt tokens and
  * checks each one's ids and logits against ref[s] / ref_lg[s] (or stores
@@ -243,7 +219,7 @@ run_check(const kvs_cpu_model_t *cm, uint32_t first, uint32_t n,
                          what, first + s);
             }
 
-            rel = rel_err(seqs[s].lg, ref_lg[first + s],
+            rel = kvs_test_rel_err(seqs[s].lg, ref_lg[first + s],
                           (size_t) seq_gen[first + s] * cm->hp.n_vocab);
 
             if (rel >= 1e-4) {
@@ -369,7 +345,7 @@ check_recompute(const kvs_cpu_model_t *cm)
 
         recompute(cm, ids, n, full);
 
-        rel = rel_err(inc, full, nv);
+        rel = kvs_test_rel_err(inc, full, nv);
         worst = rel > worst ? rel : worst;
 
         if (n < N_PROMPT_A + N_DECODE - 1) {
@@ -570,7 +546,7 @@ test_dtype_agree(void **state)
         recompute(md[0].cm, ids, 7, ref);
         recompute(md[1].cm, ids, 7, got);
 
-        rel = rel_err(got, ref, nv);
+        rel = kvs_test_rel_err(got, ref, nv);
         print_message("%-4s vs F32 (same seed): max rel err %.3g\n",
                       kvs_ggml_type_name(types[t]), rel);
         assert_true(rel < tol[t]);

@@ -645,6 +645,7 @@ kvs_cpu_kv_free(kvs_cpu_kv_t *kv)
     }
 
     kvs_threads_free(kv->threads);
+    kvs_cpu_kv_lora_free(kv);
     free(kv->k);
     free(kv->v);
     free(kv->act);
@@ -868,6 +869,15 @@ int
 kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     const kvs_batch_t *b, float *logits, kvs_err_t *err)
 {
+    return kvs_cpu_forward_lora(cm, kv, b, NULL, logits, err);
+}
+
+
+int
+kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
+    const kvs_batch_t *b, const uint32_t *slots, float *logits,
+    kvs_err_t *err)
+{
     int                     rc;
     size_t                  total, layer_k, layer_v;
     float                   escale, cap;
@@ -879,6 +889,10 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     const kvs_hparams_t    *hp;
 
     rc = kvs_cpu_check_batch(cm, kv, b, &max_ctx, err);
+    if (rc == KVS_OK) {
+        rc = kvs_cpu_lora_check(kv, b, slots, err);
+    }
+
     if (rc != KVS_OK) {
         return rc;
     }
@@ -914,6 +928,12 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     fw.scale = (float) hp->attn_scale;
     fw.softcap = (float) hp->attn_softcap;
     fw.simd = kvs_cpu_simd();
+    fw.lora_slots = slots;
+
+    rc = kvs_cpu_lora_prepare(&fw, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
 
     /* the widest weight row any product dequantizes */
     wrow = fw.e > fw.f ? fw.e : fw.f;
@@ -1003,6 +1023,9 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
 
         kvs_cpu_matmul(&fw, fw.xb, n, &ly->wq, fw.q, &ly->wk, fw.k,
                        &ly->wv, fw.v);
+        kvs_cpu_lora_apply(&fw, l, KVS_LORA_Q, fw.xb, fw.e, fw.q, fw.qd);
+        kvs_cpu_lora_apply(&fw, l, KVS_LORA_K, fw.xb, fw.e, fw.k, fw.kd);
+        kvs_cpu_lora_apply(&fw, l, KVS_LORA_V, fw.xb, fw.e, fw.v, fw.vd);
 
         /* this layer's K/V of the whole batch is written before any token
          * attends, so tokens see earlier positions of their own chunk */
@@ -1012,6 +1035,7 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
 
         kvs_cpu_matmul(&fw, fw.att, n, &ly->wo, fw.xb, NULL, NULL, NULL,
                        NULL);
+        kvs_cpu_lora_apply(&fw, l, KVS_LORA_O, fw.att, fw.od, fw.xb, fw.e);
 
         fw.resid = 1;
         fw.post = ly->post_attn_norm;
@@ -1020,10 +1044,13 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
 
         kvs_cpu_matmul(&fw, fw.xb, n, &ly->w1, fw.h1, &ly->w3, fw.h3, NULL,
                        NULL);
+        kvs_cpu_lora_apply(&fw, l, KVS_LORA_GATE, fw.xb, fw.e, fw.h1, fw.f);
+        kvs_cpu_lora_apply(&fw, l, KVS_LORA_UP, fw.xb, fw.e, fw.h3, fw.f);
         kvs_threads_run(ffnp, hp->geglu ? kvs_cpu_geglu_task
                                         : kvs_cpu_swiglu_task, &fw, n);
         kvs_cpu_matmul(&fw, fw.h1, n, &ly->w2, fw.xb, NULL, NULL, NULL,
                        NULL);
+        kvs_cpu_lora_apply(&fw, l, KVS_LORA_DOWN, fw.h1, fw.f, fw.xb, fw.e);
 
         /* the residual, and the next layer's attention norm with it */
         fw.post = ly->post_ffn_norm;

@@ -61,8 +61,17 @@
 #include "backend/kvs_rope.h"
 #include "kv/kvs_kv_table.h"
 #include "kv/kvs_batch.h"
+#include "model/kvs_lora.h"
 #include "model/kvs_model.h"
 #include "model/kvs_quant.h"
+
+/* Adapters a kv holds at once (kvs_cpu_kv_set_lora), slots 1..N. */
+#define KVS_CPU_LORA_SLOTS  64
+
+typedef struct {
+    const kvs_lora_t        *l;       /* borrowed; NULL: empty */
+    const kvs_lora_mat_t   **by;      /* [n_layer][KVS_LORA_N_TARGETS] */
+} kvs_cpu_lora_slot_t;
 
 /* A weight matrix [rows][cols] as the GGUF stores it (row r: the weights
  * of output r); cols is a multiple of 32 for Q8_0. */
@@ -138,6 +147,12 @@ typedef struct {
     size_t     act_cap;               /* floats */
     kvs_threads_t
               *threads;               /* NULL: the caller's thread only */
+    kvs_cpu_lora_slot_t
+               lora[KVS_CPU_LORA_SLOTS];  /* slot s at [s - 1] */
+    uint32_t  *lora_rows;             /* a step's adapted rows, grouped */
+    size_t     lora_rows_cap;
+    float     *lora_tmp;              /* [n_threads][rank] */
+    size_t     lora_tmp_cap;
 } kvs_cpu_kv_t;
 
 /*
@@ -191,5 +206,21 @@ int kvs_cpu_kv_set_threads(kvs_cpu_kv_t *kv, unsigned n, kvs_err_t *err);
  */
 int kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     const kvs_batch_t *b, float *logits, kvs_err_t *err);
+
+/*
+ * LoRA (kvs_cpu_lora.c).  kvs_cpu_kv_set_lora() puts adapter l (checked
+ * against cm: every pair must be a matrix the forward multiplies; NULL
+ * empties the slot) into slot 1..KVS_CPU_LORA_SLOTS of kv; kv borrows
+ * it.  kvs_cpu_forward_lora() is kvs_cpu_forward() with slots[b->n]
+ * naming each entry's adapter (0: none; NULL: none for all): the base
+ * products once for the whole batch, then each adapted row's own
+ * low-rank product.  An entry naming an empty slot is KVS_EINVAL before
+ * anything is written.
+ */
+int kvs_cpu_kv_set_lora(kvs_cpu_kv_t *kv, const kvs_cpu_model_t *cm,
+    uint32_t slot, const kvs_lora_t *l, kvs_err_t *err);
+int kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
+    const kvs_batch_t *b, const uint32_t *slots, float *logits,
+    kvs_err_t *err);
 
 #endif /* KVS_CPU_H */

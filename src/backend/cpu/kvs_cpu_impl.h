@@ -136,8 +136,23 @@ typedef struct {
     float                   softcap;  /* attention scores' cap, 0: none */
     uint32_t                e, f, qd, kd, vd, od;
     float                   eps, scale;
+    const uint32_t         *lora_slots; /* [n] adapter slots, or NULL */
+    uint32_t                lora_n;   /* rows with an adapter */
+    uint32_t                lora_rank; /* their adapters' largest rank */
 } kvs_cpu_fw_t;
 
+
+/* LoRA (kvs_cpu_lora.c): slots checked against kv's; the step's adapted
+ * rows grouped by slot (fw->lora_slots, fw->b, fw->kv set); y[row] +=
+ * the row's adapter's product for (layer, target) over the adapted rows;
+ * kv's slot indexes and buffers freed. */
+int kvs_cpu_lora_check(const kvs_cpu_kv_t *kv, const kvs_batch_t *b,
+    const uint32_t *slots, kvs_err_t *err);
+int kvs_cpu_lora_prepare(kvs_cpu_fw_t *fw, kvs_err_t *err);
+void kvs_cpu_lora_apply(const kvs_cpu_fw_t *fw, uint32_t layer,
+    kvs_lora_target_t target, const float *x, uint32_t ldx, float *y,
+    uint32_t ldy);
+void kvs_cpu_kv_lora_free(kvs_cpu_kv_t *kv);
 
 int kvs_cpu_simd(void);
 kvs_threads_t *kvs_cpu_pool(const kvs_cpu_fw_t *fw, double work);
