@@ -92,6 +92,20 @@ tier_ns_hash(const kvs_radix_key_t *key)
 }
 
 
+static int
+tier_scope_bad(const kvs_radix_key_t *key, kvs_err_t *err)
+{
+    if (key->scope_len <= KVS_RADIX_MAX_SCOPE) {
+        return 0;
+    }
+
+    kvs_err_set(err, KVS_EINVAL, "kv tier: scope of %zu bytes, at most %u",
+                key->scope_len, KVS_RADIX_MAX_SCOPE);
+
+    return 1;
+}
+
+
 static uint32_t
 tier_bucket(const kvs_tier_t *t, uint64_t ns, const uint8_t *id)
 {
@@ -757,10 +771,8 @@ kvs_tier_put(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
     uint32_t   i, k;
     uint64_t   ns, seq, t0;
 
-    if (key->scope_len > KVS_RADIX_MAX_SCOPE) {
-        return kvs_err_set(err, KVS_EINVAL, "kv tier: scope of %zu bytes, "
-                           "at most %u", key->scope_len,
-                           KVS_RADIX_MAX_SCOPE);
+    if (tier_scope_bad(key, err)) {
+        return KVS_EINVAL;
     }
 
     ns = tier_ns_hash(key);
@@ -915,10 +927,8 @@ kvs_tier_get(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
     uint32_t   i;
     uint64_t   ns, t0;
 
-    if (key->scope_len > KVS_RADIX_MAX_SCOPE) {
-        return kvs_err_set(err, KVS_EINVAL, "kv tier: scope of %zu bytes, "
-                           "at most %u", key->scope_len,
-                           KVS_RADIX_MAX_SCOPE);
+    if (tier_scope_bad(key, err)) {
+        return KVS_EINVAL;
     }
 
     ns = tier_ns_hash(key);

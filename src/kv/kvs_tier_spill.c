@@ -93,6 +93,20 @@ spill_main(void *arg)
 }
 
 
+/* Frees what kvs_tier_spill_new() made, once no writer runs. */
+static void
+spill_destroy(kvs_tier_spill_t *sp)
+{
+    pthread_cond_destroy(&sp->idle);
+    pthread_cond_destroy(&sp->work);
+    pthread_mutex_destroy(&sp->mu);
+    kvs_tier_io_free(sp->io);
+    free(sp->entries);
+    free(sp->bytes);
+    free(sp);
+}
+
+
 int
 kvs_tier_spill_new(kvs_tier_spill_t **out, kvs_tier_t *tier,
     uint32_t depth, kvs_err_t *err)
@@ -149,13 +163,7 @@ kvs_tier_spill_new(kvs_tier_spill_t **out, kvs_tier_t *tier,
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 
     if (rc != 0) {
-        pthread_cond_destroy(&sp->idle);
-        pthread_cond_destroy(&sp->work);
-        pthread_mutex_destroy(&sp->mu);
-        kvs_tier_io_free(sp->io);
-        free(sp->entries);
-        free(sp->bytes);
-        free(sp);
+        spill_destroy(sp);
         return kvs_err_set(err, KVS_EIO, "kv tier spill: no writer "
                            "thread: %s", strerror(rc));
     }
@@ -179,14 +187,7 @@ kvs_tier_spill_free(kvs_tier_spill_t *sp)
     pthread_mutex_unlock(&sp->mu);
 
     pthread_join(sp->thread, NULL);
-
-    pthread_cond_destroy(&sp->idle);
-    pthread_cond_destroy(&sp->work);
-    pthread_mutex_destroy(&sp->mu);
-    kvs_tier_io_free(sp->io);
-    free(sp->entries);
-    free(sp->bytes);
-    free(sp);
+    spill_destroy(sp);
 }
 
 

@@ -68,6 +68,62 @@ tier_open(kvs_tier_conf_t *c, char *why)
 }
 
 
+/* A new tier file `name` of `slots` slots, with an I/O buffer. */
+static kvs_tier_t *
+tier_fresh(kvs_tier_conf_t *c, const char *name, uint64_t slots,
+    kvs_tier_io_t **io)
+{
+    kvs_err_t    err;
+    kvs_tier_t  *t;
+
+    conf_init(c, name, slots);
+    unlink(c->path);
+    t = tier_open(c, NULL);
+    assert_int_equal(kvs_tier_io_new(t, io, &err), KVS_OK);
+
+    return t;
+}
+
+
+/* The block under key and id reads back as tokens and data. */
+static void
+get_is(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
+    const uint8_t *id, const int32_t *tok, const uint8_t *data)
+{
+    uint8_t    out[BB];
+    kvs_err_t  err;
+
+    memset(out, 0, BB);
+    assert_int_equal(kvs_tier_get(t, io, key, id, tok, out, &err), KVS_OK);
+    assert_memory_equal(out, data, BB);
+}
+
+
+static void
+tier_done(kvs_tier_t *t, kvs_tier_io_t *io, const char *path)
+{
+    kvs_tier_io_free(io);
+    kvs_tier_close(t);
+    unlink(path);
+}
+
+
+/* Puts blocks 0..n-1 of one prompt (each named after the one before). */
+static void
+put_chain(kvs_tier_t *t, kvs_tier_io_t *io, uint32_t n, int32_t (*tok)[BT],
+    uint8_t (*data)[BB], uint8_t (*id)[16])
+{
+    uint32_t   k;
+    kvs_err_t  err;
+
+    for (k = 0; k < n; k++) {
+        block_make(k, tok[k], data[k], id[k], k > 0 ? id[k - 1] : NULL);
+        assert_int_equal(kvs_tier_put(t, io, &ns_a, id[k], tok[k], data[k],
+                                      &err), KVS_OK);
+    }
+}
+
+
 static void
 test_roundtrip(void **state)
 {
@@ -79,10 +135,7 @@ test_roundtrip(void **state)
     kvs_tier_conf_t   c;
     kvs_tier_stats_t  st;
 
-    conf_init(&c, "tier-roundtrip", 8);
-    unlink(c.path);
-    t = tier_open(&c, NULL);
-    assert_int_equal(kvs_tier_io_new(t, &io, &err), KVS_OK);
+    t = tier_fresh(&c, "tier-roundtrip", 8, &io);
     assert_true(kvs_tier_slot_bytes(t) == 4096);
 
     block_make(0, tok, data, id, NULL);
@@ -95,9 +148,7 @@ test_roundtrip(void **state)
     assert_true(kvs_tier_has(t, &ns_a, id));
 
     memset(out, 0, BB);
-    assert_int_equal(kvs_tier_get(t, io, &ns_a, id, tok, out, &err),
-                     KVS_OK);
-    assert_memory_equal(out, data, BB);
+    get_is(t, io, &ns_a, id, tok, data);
 
     /* the next block's name depends on the first's */
     block_make(1, tok2, data, id2, id);
@@ -120,9 +171,7 @@ test_roundtrip(void **state)
     assert_true(st.hits == 1 && st.misses == 2 && st.corrupt == 0);
     assert_true(st.bytes_written == 4096 && st.bytes_read == 4096);
 
-    kvs_tier_io_free(io);
-    kvs_tier_close(t);
-    unlink(c.path);
+    tier_done(t, io, c.path);
 }
 
 
@@ -142,10 +191,7 @@ test_namespaces(void **state)
     adapter.adapter = 3;
     scope.scope = "tenant-b";
 
-    conf_init(&c, "tier-ns", 8);
-    unlink(c.path);
-    t = tier_open(&c, NULL);
-    assert_int_equal(kvs_tier_io_new(t, &io, &err), KVS_OK);
+    t = tier_fresh(&c, "tier-ns", 8, &io);
 
     block_make(0, tok, data, id, NULL);
     assert_int_equal(kvs_tier_put(t, io, &ns_a, id, tok, data, &err),
@@ -165,16 +211,10 @@ test_namespaces(void **state)
     memset(data2, 0x5c, BB);
     assert_int_equal(kvs_tier_put(t, io, &scope, id, tok, data2, &err),
                      KVS_OK);
-    assert_int_equal(kvs_tier_get(t, io, &scope, id, tok, out, &err),
-                     KVS_OK);
-    assert_memory_equal(out, data2, BB);
-    assert_int_equal(kvs_tier_get(t, io, &ns_a, id, tok, out, &err),
-                     KVS_OK);
-    assert_memory_equal(out, data, BB);
+    get_is(t, io, &scope, id, tok, data2);
+    get_is(t, io, &ns_a, id, tok, data);
 
-    kvs_tier_io_free(io);
-    kvs_tier_close(t);
-    unlink(c.path);
+    tier_done(t, io, c.path);
 }
 
 
@@ -226,16 +266,9 @@ test_corrupt(void **state)
     kvs_tier_conf_t   c;
     kvs_tier_stats_t  st;
 
-    conf_init(&c, "tier-corrupt", 8);
-    unlink(c.path);
-    t = tier_open(&c, NULL);
-    assert_int_equal(kvs_tier_io_new(t, &io, &err), KVS_OK);
+    t = tier_fresh(&c, "tier-corrupt", 8, &io);
 
-    for (k = 0; k < 3; k++) {
-        block_make(k, tok[k], data[k], id[k], k > 0 ? id[k - 1] : NULL);
-        assert_int_equal(kvs_tier_put(t, io, &ns_a, id[k], tok[k], data[k],
-                                      &err), KVS_OK);
-    }
+    put_chain(t, io, 3, tok, data, id);
 
     /* block 0: one byte of its KV data */
     file_flip(c.path, data[0], BB, 500);
@@ -264,24 +297,19 @@ test_corrupt(void **state)
     for (k = 0; k < 3; k++) {
         assert_int_equal(kvs_tier_put(t, io, &ns_a, id[k], tok[k], data[k],
                                       &err), KVS_OK);
-        assert_int_equal(kvs_tier_get(t, io, &ns_a, id[k], tok[k], out,
-                                      &err), KVS_OK);
-        assert_memory_equal(out, data[k], BB);
+        get_is(t, io, &ns_a, id[k], tok[k], data[k]);
     }
 
     kvs_tier_stats(t, &st);
     assert_true(st.reclaimed == 0 && st.used == 3);
 
-    kvs_tier_io_free(io);
-    kvs_tier_close(t);
-    unlink(c.path);
+    tier_done(t, io, c.path);
 }
 
 
 static void
 test_truncated(void **state)
 {
-    int               k;
     int32_t           tok[2][BT];
     uint8_t           data[2][BB], out[BB], id[2][16];
     char              why[160];
@@ -291,23 +319,14 @@ test_truncated(void **state)
     kvs_tier_conf_t   c;
     kvs_tier_stats_t  st;
 
-    conf_init(&c, "tier-trunc", 2);
-    unlink(c.path);
-    t = tier_open(&c, NULL);
-    assert_int_equal(kvs_tier_io_new(t, &io, &err), KVS_OK);
+    t = tier_fresh(&c, "tier-trunc", 2, &io);
 
-    for (k = 0; k < 2; k++) {
-        block_make(k, tok[k], data[k], id[k], k > 0 ? id[k - 1] : NULL);
-        assert_int_equal(kvs_tier_put(t, io, &ns_a, id[k], tok[k], data[k],
-                                      &err), KVS_OK);
-    }
+    put_chain(t, io, 2, tok, data, id);
 
     /* cut the file in the middle of the second slot */
     assert_int_equal(truncate(c.path, 4096 + 4096 + 1500), 0);
 
-    assert_int_equal(kvs_tier_get(t, io, &ns_a, id[0], tok[0], out, &err),
-                     KVS_OK);
-    assert_memory_equal(out, data[0], BB);
+    get_is(t, io, &ns_a, id[0], tok[0], data[0]);
     assert_int_equal(kvs_tier_get(t, io, &ns_a, id[1], tok[1], out, &err),
                      KVS_EFORMAT);
     assert_non_null(strstr(err.msg, "short read"));
@@ -377,14 +396,10 @@ test_size_bound(void **state)
     }
 
     for (k = 9; k < 12; k++) {
-        assert_int_equal(kvs_tier_get(t, io, &ns_a, id[k], tok[k], out,
-                                      &err), KVS_OK);
-        assert_memory_equal(out, data[k], BB);
+        get_is(t, io, &ns_a, id[k], tok[k], data[k]);
     }
 
-    kvs_tier_io_free(io);
-    kvs_tier_close(t);
-    unlink(c.path);
+    tier_done(t, io, c.path);
 }
 
 
@@ -407,11 +422,7 @@ test_restart(void **state)
     assert_string_equal(why, "");
     assert_int_equal(kvs_tier_io_new(t, &io, &err), KVS_OK);
 
-    for (k = 0; k < 3; k++) {
-        block_make(k, tok[k], data[k], id[k], k > 0 ? id[k - 1] : NULL);
-        assert_int_equal(kvs_tier_put(t, io, &ns_a, id[k], tok[k], data[k],
-                                      &err), KVS_OK);
-    }
+    put_chain(t, io, 3, tok, data, id);
 
     /* block 0 read last: 1 is the least recently used */
     assert_int_equal(kvs_tier_get(t, io, &ns_a, id[0], tok[0], out, &err),
@@ -427,9 +438,7 @@ test_restart(void **state)
     assert_true(st.kept == 3 && st.used == 3);
 
     for (k = 0; k < 3; k++) {
-        assert_int_equal(kvs_tier_get(t, io, &ns_a, id[k], tok[k], out,
-                                      &err), KVS_OK);
-        assert_memory_equal(out, data[k], BB);
+        get_is(t, io, &ns_a, id[k], tok[k], data[k]);
     }
 
     kvs_tier_io_free(io);
@@ -477,7 +486,7 @@ test_direct(void **state)
 {
     int               rc;
     int32_t           tok[BT];
-    uint8_t           data[BB], out[BB], id[16];
+    uint8_t           data[BB], id[16];
     kvs_err_t         err;
     kvs_tier_t       *t;
     kvs_tier_io_t    *io;
@@ -498,12 +507,8 @@ test_direct(void **state)
     block_make(3, tok, data, id, NULL);
     assert_int_equal(kvs_tier_put(t, io, &ns_a, id, tok, data, &err),
                      KVS_OK);
-    assert_int_equal(kvs_tier_get(t, io, &ns_a, id, tok, out, &err),
-                     KVS_OK);
-    assert_memory_equal(out, data, BB);
-    kvs_tier_io_free(io);
-    kvs_tier_close(t);
-    unlink(c.path);
+    get_is(t, io, &ns_a, id, tok, data);
+    tier_done(t, io, c.path);
 }
 
 
@@ -551,9 +556,7 @@ test_errors(void **state)
                      KVS_EINVAL);
     assert_false(kvs_tier_has(t, &key, id));
 
-    kvs_tier_io_free(io);
-    kvs_tier_close(t);
-    unlink(c.path);
+    tier_done(t, io, c.path);
 }
 
 
