@@ -235,6 +235,10 @@ tier_pwrite(int fd, const uint8_t *p, size_t n, uint64_t off)
         }
 
         if (w <= 0) {
+            if (w == 0) {
+                errno = ENOSPC;
+            }
+
             return -1;
         }
 
@@ -481,6 +485,16 @@ tier_setup(kvs_tier_t *t, char *why, size_t why_len, kvs_err_t *err)
     total = tier_off(t, t->n_slots);
 
     if (tier_header_matches(t, buf, (uint64_t) sb.st_size, why, why_len)) {
+        /* kept: never longer than the tier (nothing of it lies past) */
+        if ((uint64_t) sb.st_size > total
+            && ftruncate(t->fd, (off_t) total) != 0)
+        {
+            free(buf);
+            return kvs_err_set(err, KVS_EIO, "kv tier: size \"%s\" to %"
+                               PRIu64 " bytes: %s", t->conf.path, total,
+                               strerror(errno));
+        }
+
         rc = tier_scan(t, buf, err);
         free(buf);
         return rc;
@@ -766,7 +780,7 @@ kvs_tier_put(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
     const uint8_t *id, const int32_t *tokens, const void *data,
     kvs_err_t *err)
 {
-    int        rc;
+    int        rc, eno;
     uint8_t   *b = io->buf;
     uint32_t   i, k;
     uint64_t   ns, seq, t0;
@@ -839,6 +853,7 @@ kvs_tier_put(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
 
     t0 = kvs_now_ns();
     rc = tier_pwrite(t->fd, b, t->slot_bytes, tier_off(t, i));
+    eno = errno;
     t0 = kvs_now_ns() - t0;
 
     pthread_mutex_lock(&t->mu);
@@ -847,7 +862,7 @@ kvs_tier_put(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
 
     if (rc != 0) {
         rc = kvs_err_set(err, KVS_EIO, "kv tier: write slot %" PRIu32
-                         ": %s", i, strerror(errno));
+                         ": %s", i, strerror(eno));
         tier_release(t, i);
 
     } else if (tier_find(t, ns, id) != NONE) {
@@ -922,7 +937,7 @@ int
 kvs_tier_get(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
     const uint8_t *id, const int32_t *tokens, void *data, kvs_err_t *err)
 {
-    int        is;
+    int        is, eno;
     ssize_t    got;
     uint32_t   i;
     uint64_t   ns, t0;
@@ -947,6 +962,7 @@ kvs_tier_get(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
 
     t0 = kvs_now_ns();
     got = tier_pread(t->fd, io->buf, t->slot_bytes, tier_off(t, i));
+    eno = errno;
     t0 = kvs_now_ns() - t0;
 
     is = got == (ssize_t) t->slot_bytes
@@ -957,39 +973,36 @@ kvs_tier_get(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
     t->slots[i].readers--;
     t->st.read_ns += t0;
 
-    if (t->slots[i].state == SLOT_DEAD && t->slots[i].readers == 0
-        && is >= 0)
-    {
-        tier_release(t, i);
-    }
-
-    if (got < 0) {
-        pthread_mutex_unlock(&t->mu);
-        return kvs_err_set(err, KVS_EIO, "kv tier: read slot %" PRIu32
-                           ": %s", i, strerror(errno));
-    }
-
-    if (is < 0) {
-        /* never used again: out of the index at once, free once no
-         * other read holds it (the last reader frees it) */
+    if (got >= 0 && is < 0) {
+        /* never used again: out of the index at once */
         t->st.corrupt++;
 
         if (t->slots[i].state == SLOT_READY) {
             tier_unindex(t, i);
             t->slots[i].state = SLOT_DEAD;
         }
+    }
 
-        if (t->slots[i].readers == 0) {
-            tier_release(t, i);
-        }
+    /* a dead slot is freed by the last read that held it */
+    if (t->slots[i].state == SLOT_DEAD && t->slots[i].readers == 0) {
+        tier_release(t, i);
+    }
 
-        pthread_mutex_unlock(&t->mu);
+    pthread_mutex_unlock(&t->mu);
 
+    if (got < 0) {
+        return kvs_err_set(err, KVS_EIO, "kv tier: read slot %" PRIu32
+                           ": %s", i, strerror(eno));
+    }
+
+    if (is < 0) {
         return kvs_err_set(err, KVS_EFORMAT, "kv tier: slot %" PRIu32
                            " is corrupt (%s)", i,
                            got < (ssize_t) t->slot_bytes
                            ? "short read" : "checksum or header");
     }
+
+    pthread_mutex_lock(&t->mu);
 
     if (is == 0) {
         t->st.misses++;

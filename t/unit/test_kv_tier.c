@@ -415,6 +415,7 @@ test_restart(void **state)
     kvs_tier_io_t    *io;
     kvs_tier_conf_t   c;
     kvs_tier_stats_t  st;
+    struct stat       sb;
 
     conf_init(&c, "tier-restart", 3);
     unlink(c.path);
@@ -430,8 +431,12 @@ test_restart(void **state)
     kvs_tier_io_free(io);
     kvs_tier_close(t);
 
-    /* same epoch: kept, in write order (the read is not on disk) */
+    /* same epoch: kept, in write order (the read is not on disk); a file
+     * grown past the tier's size is cut back to it */
+    assert_int_equal(truncate(c.path, c.size + 10000), 0);
     t = tier_open(&c, why);
+    assert_int_equal(stat(c.path, &sb), 0);
+    assert_true((uint64_t) sb.st_size == 4096 + 3 * 4096);
     assert_string_equal(why, "");
     assert_int_equal(kvs_tier_io_new(t, &io, &err), KVS_OK);
     kvs_tier_stats(t, &st);
