@@ -102,6 +102,7 @@ ASAN_BINS    := $(UNIT_SRCS:t/unit/%.c=$(B)/asan/unit/%)
 # the tests that run threads: the engine's hand-over, the thread pool and
 # the engine process's server loop
 TSAN_BINS    := $(B)/tsan/unit/test_engine $(B)/tsan/unit/test_threads \
+                $(B)/tsan/unit/test_kv_tier_spill \
                 $(B)/tsan/unit/test_srv
 VENV         := $(B)/venv
 # the venv is refreshed when the list of Python packages changes

@@ -129,6 +129,7 @@ kvs_radix_free(kvs_radix_t *r)
     }
 
     kvs_radix_names_free(r);
+    free(r->spill_path);
     free(r->heap);
     free(r);
 }
@@ -681,6 +682,8 @@ kvs_radix_stats(const kvs_radix_t *r, kvs_radix_stats_t *st)
     st->namespaces = r->n_ns;
     st->pins = r->n_pins;
     st->evicted_blocks = r->evicted;
+    st->spilled_blocks = r->spilled;
+    st->spill_lost = r->spill_lost;
     st->expired_pins = r->expired;
     st->released_pins = r->released;
 }
@@ -764,6 +767,10 @@ kvs_radix_drop_blocks(kvs_radix_t *r, kvs_radix_node_t *node, uint32_t from,
     uint32_t *freed)
 {
     uint32_t  i;
+
+    if (r->spill != NULL && from < node->n_blocks) {
+        kvs_radix_spill_blocks(r, node, from);
+    }
 
     for (i = from; i < node->n_blocks; i++) {
         if (kvs_kv_pool_refcount(r->pool, node->blocks[i]) == 1) {

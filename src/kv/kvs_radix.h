@@ -41,6 +41,14 @@
  * must not call back into the tree.  kvs_radix_free() reports nothing
  * (the tree goes away whole).
  *
+ * Spilling (the disk tier, kvs_tier.h): with a spill function set,
+ * every block that leaves the tree by eviction is reported to it before
+ * the tree drops its pool reference (the block's K/V is intact during
+ * the call), with its namespace, its path name (kvs_tier_path_id()
+ * chained from the namespace's root), its tokens and its pool id, in
+ * path order.  It runs on the evicting thread and must not call back
+ * into the tree; kvs_radix_free() reports nothing.
+ *
  * Invariants (kvs_radix_check() verifies them):
  *   - a node's blocks are held by the tree (pool refcount >= 1), and no
  *     block is in the tree twice; n_blocks counts the tree's blocks;
@@ -103,6 +111,11 @@ typedef struct {
     void    *arg;
 } kvs_radix_hooks_t;
 
+/* What eviction reports to the disk tier (see "Spilling" above): path
+ * is KVS_RADIX_NAME_LEN bytes, tokens the block's block_tokens. */
+typedef void (*kvs_radix_spill_pt)(void *arg, const kvs_radix_key_t *key,
+    const uint8_t *path, const int32_t *tokens, uint32_t block);
+
 /* What kvs_radix_list_names() calls for each named block. */
 typedef void (*kvs_radix_name_pt)(void *arg, const uint8_t *name);
 
@@ -129,6 +142,8 @@ typedef struct {
     uint64_t  evicted_blocks;         /* since creation */
     uint64_t  expired_pins;
     uint64_t  released_pins;          /* over a scope's pin_max */
+    uint64_t  spilled_blocks;         /* reported to the spill function */
+    uint64_t  spill_lost;             /* evicted, not reported: no memory */
 } kvs_radix_stats_t;
 
 
@@ -217,6 +232,11 @@ void kvs_radix_stats(const kvs_radix_t *r, kvs_radix_stats_t *st);
 /* Sets (a copy of) the index hooks; NULL removes them.  Blocks cached
  * before hooks are set stay unnamed. */
 void kvs_radix_set_hooks(kvs_radix_t *r, const kvs_radix_hooks_t *hooks);
+
+/* Sets the spill function (NULL: none).  Blocks evicted while the
+ * path's scratch cannot grow (out of memory) are not reported, and are
+ * counted in the stats' spill_lost. */
+void kvs_radix_set_spill(kvs_radix_t *r, kvs_radix_spill_pt fn, void *arg);
 
 /* 1 when an index name (KVS_RADIX_NAME_LEN bytes) is not all zero. */
 int kvs_radix_named(const uint8_t *name);

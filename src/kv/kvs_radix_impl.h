@@ -107,6 +107,14 @@ struct kvs_radix_s {
 
     kvs_radix_hooks_t   hooks;        /* the prefix index's; zero: none */
 
+    kvs_radix_spill_pt  spill;        /* the disk tier's; NULL: none */
+    void               *spill_arg;
+    kvs_radix_node_t  **spill_path;   /* [spill_cap] scratch: a path's
+                                         nodes, root's child first */
+    uint32_t            spill_cap;
+    uint64_t            spilled;
+    uint64_t            spill_lost;
+
     kvs_radix_name_t   *names;        /* [names_cap], linear probing from
                                          the chain's home slot */
     uint32_t            names_cap;    /* a power of two */
@@ -120,6 +128,11 @@ struct kvs_radix_s {
 
 
 /* kvs_radix.c */
+
+/* kvs_radix_spill.c: reports node's blocks [from, n_blocks) to the
+ * spill function (set), before they are dropped. */
+void kvs_radix_spill_blocks(kvs_radix_t *r, kvs_radix_node_t *node,
+    uint32_t from);
 
 /* Re-derives whether node belongs in the heap and moves it in or out. */
 void kvs_radix_update(kvs_radix_t *r, kvs_radix_node_t *node);

@@ -13,7 +13,9 @@
  * were named exactly once, in order, from the right parent; that the
  * names reported evicted are exactly those of the blocks that left, once
  * each, children before parents; and that kvs_radix_list_names() lists
- * exactly the tree's blocks' names, parents first.
+ * exactly the tree's blocks' names, parents first.  The disk tier's
+ * spill function: every evicted block is reported once, while the tree
+ * still holds it, with the tokens written into it and its own key.
  */
 
 #include "kvs_test.h"
@@ -134,6 +136,7 @@ typedef struct {
     uint8_t           (*evl)[KVS_RADIX_NAME_LEN];  /* [nb] reported
                                              evicted since the last check */
     uint32_t            n_evl;
+    uint64_t            n_spilled;        /* blocks the spill hook saw */
     uint32_t           *ord;              /* [nb] scratch */
     uint64_t            names_added, names_evicted;
 } rt_t;
@@ -201,6 +204,38 @@ rt_hook_evicted(void *arg, const uint8_t *name)
                  (unsigned long) rt->op);
     }
     memcpy(rt->evl[rt->n_evl++], name, KVS_RADIX_NAME_LEN);
+}
+
+
+/* The spill hook: a block of the tree, still held, with the tokens
+ * written into it, under the key it joined with. */
+static void
+rt_hook_spill(void *arg, const kvs_radix_key_t *key, const uint8_t *path,
+    const int32_t *tokens, uint32_t block)
+{
+    rt_t                   *rt = arg;
+    const kvs_radix_key_t  *k;
+
+    if (block >= rt->nb || !rt->tree[block]
+        || kvs_kv_pool_refcount(rt->e.pool, block) == 0)
+    {
+        fail_msg("op %lu: block %u spilled but not in the tree",
+                 (unsigned long) rt->op, block);
+    }
+
+    k = &r_keys[rt->info[block].key];
+
+    if (memcmp(tokens, &rt->e.shadow[(size_t) block * rt->bt],
+               rt->bt * sizeof(int32_t)) != 0
+        || key->epoch != k->epoch || key->adapter != k->adapter
+        || key->scope_len != k->scope_len
+        || memcmp(key->scope, k->scope, k->scope_len) != 0)
+    {
+        fail_msg("op %lu: block %u spilled with other tokens or key",
+                 (unsigned long) rt->op, block);
+    }
+
+    rt->n_spilled++;
 }
 
 
@@ -1269,6 +1304,7 @@ random_run(uint32_t bt, uint64_t seed, uint64_t n_ops, int coverage)
     hooks.evicted = rt_hook_evicted;
     hooks.arg = rt;
     kvs_radix_set_hooks(rt->e.r, &hooks);
+    kvs_radix_set_spill(rt->e.r, rt_hook_spill, rt);
 
     /* a small vocabulary, so that branches share first tokens */
     for (i = 0; i < R_CONV; i++) {
@@ -1296,6 +1332,9 @@ random_run(uint32_t bt, uint64_t seed, uint64_t n_ops, int coverage)
     rt_evict(rt, ALL);
     st = stats(&rt->e);
     assert_int_equal(st.blocks, 0);
+    assert_true(st.evicted_blocks > 0);
+    assert_true(st.spilled_blocks == st.evicted_blocks);
+    assert_true(rt->n_spilled == st.evicted_blocks);
     assert_int_equal(st.namespaces, 0);
     assert_int_equal(st.nodes, 0);
     assert_int_equal(kvs_kv_pool_free_count(rt->e.pool), rt->nb);
