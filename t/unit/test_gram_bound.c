@@ -199,13 +199,47 @@ tb_two_families(const kvs_gram_matcher_t *m)
 }
 
 
+/* An allowed token: one that closes something (holds '"' or ']', or
+ * is END) one time in `close` or when nothing else is allowed, else one
+ * that keeps writing, of at most maxl bytes once such a one was found;
+ * UINT32_MAX when none. */
+static uint32_t
+tb_pick(const kvs_gram_vocab_t *gv, const uint32_t *bits, uint32_t *cand,
+    uint32_t maxl, uint32_t close, uint64_t *rng)
+{
+    size_t    n, ch;
+    uint32_t  id;
+
+    for (id = 0, n = 0, ch = 0; id < gv->n_tokens; id++) {
+        if (!(bits[id >> 5] >> (id & 31) & 1) || (gv->len[id] > maxl && n > 0))
+        {
+            continue;
+        }
+        if (gv->kind[id] == KVS_GRAM_TOK_TEXT
+            && memchr(gv->bytes + gv->off[id], '"', gv->len[id]) == NULL
+            && memchr(gv->bytes + gv->off[id], ']', gv->len[id]) == NULL)
+        {
+            cand[n++] = id;
+        } else {
+            cand[gv->n_tokens - 1 - ch++] = id;
+        }
+    }
+
+    if (ch > 0 && (n == 0 || tg_rand(rng) % close == 0)) {
+        return cand[gv->n_tokens - 1 - tg_rand(rng) % ch];
+    }
+
+    return n > 0 ? cand[tg_rand(rng) % n] : UINT32_MAX;
+}
+
+
 static void
 tb_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
     uint64_t seed)
 {
     int                 rc[TB_MK], sh;
-    size_t              i, w, step, n, k, masks, both;
-    uint32_t            words, id, *bits[TB_MK], *bf, *cand, ch;
+    size_t              i, w, step, k, masks, both;
+    uint32_t            words, id, *bits[TB_MK], *bf, *cand;
     uint64_t            rng, built;
     kvs_err_t           err;
     kvs_gram_t          g;
@@ -284,29 +318,9 @@ tb_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
                  * forty, else one that keeps writing, mostly short ones
                  * (three times in four only tokens of 1 or 2 bytes) */
                 sh = tg_rand(&rng) % 4 != 0;
-                for (id = 0, n = 0, ch = 0; id < gv->n_tokens; id++) {
-                    if (!(bits[TB_PLAIN][id >> 5] >> (id & 31) & 1)
-                        || (sh && gv->len[id] > 2 && n > 0))
-                    {
-                        continue;
-                    }
-                    if (gv->kind[id] == KVS_GRAM_TOK_TEXT
-                        && memchr(gv->bytes + gv->off[id], '"',
-                                  gv->len[id]) == NULL
-                        && memchr(gv->bytes + gv->off[id], ']',
-                                  gv->len[id]) == NULL)
-                    {
-                        cand[n++] = id;
-                    } else {
-                        cand[gv->n_tokens - 1 - ch++] = id;
-                    }
-                }
-
-                if (ch > 0 && (n == 0 || tg_rand(&rng) % 40 == 0)) {
-                    id = cand[gv->n_tokens - 1 - tg_rand(&rng) % ch];
-                } else {
-                    id = cand[tg_rand(&rng) % n];
-                }
+                id = tb_pick(gv, bits[TB_PLAIN], cand, sh ? 2 : UINT32_MAX,
+                             40, &rng);
+                assert_true(id != UINT32_MAX);
                 if (gv->kind[id] == KVS_GRAM_TOK_END) {
                     break;
                 }
@@ -453,7 +467,7 @@ test_small_lengths(void **state)
 {
     int                 rc[4];
     char                schema[256];
-    size_t              n, w, step, k, nc, ncl;
+    size_t              n, w, step, k;
     uint32_t            words, id, *bits[4], *bf, *cand;
     uint64_t            rng, src, masks;
     kvs_err_t           err;
@@ -531,29 +545,8 @@ test_small_lengths(void **state)
 
                 /* tokens of 1 to 6 bytes that write characters; one
                  * that closes something one time in twelve */
-                for (id = 0, nc = 0, ncl = 0; id < gv->n_tokens; id++) {
-                    if (!(bits[0][id >> 5] >> (id & 31) & 1)
-                        || gv->len[id] > 6)
-                    {
-                        continue;
-                    }
-                    if (gv->kind[id] == KVS_GRAM_TOK_TEXT
-                        && memchr(gv->bytes + gv->off[id], '"',
-                                  gv->len[id]) == NULL)
-                    {
-                        cand[nc++] = id;
-                    } else {
-                        cand[gv->n_tokens - 1 - ncl++] = id;
-                    }
-                }
-                if (ncl > 0 && (nc == 0 || tg_rand(&rng) % 12 == 0)) {
-                    id = cand[gv->n_tokens - 1 - tg_rand(&rng) % ncl];
-                } else if (nc > 0) {
-                    id = cand[tg_rand(&rng) % nc];
-                } else {
-                    break;
-                }
-                if (gv->kind[id] == KVS_GRAM_TOK_END) {
+                id = tb_pick(gv, bits[0], cand, 6, 12, &rng);
+                if (id == UINT32_MAX || gv->kind[id] == KVS_GRAM_TOK_END) {
                     break;
                 }
                 assert_int_equal(kvs_gram_accept_token(&m, gv, (int32_t) id,
