@@ -199,6 +199,29 @@ tb_two_families(const kvs_gram_matcher_t *m)
 }
 
 
+/* n masks' bits, one for the brute force, room for candidates; the
+ * words of a mask. */
+static uint32_t
+tb_buffers(const kvs_gram_vocab_t *gv, size_t n, uint32_t **bits,
+    uint32_t **bf, uint32_t **cand)
+{
+    size_t    k;
+    uint32_t  words;
+
+    words = (gv->n_tokens + 31) / 32;
+    for (k = 0; k < n; k++) {
+        bits[k] = malloc(words * sizeof(uint32_t));
+        assert_non_null(bits[k]);
+    }
+    *bf = malloc(words * sizeof(uint32_t));
+    *cand = malloc(gv->n_tokens * sizeof(uint32_t));
+    assert_non_null(*bf);
+    assert_non_null(*cand);
+
+    return words;
+}
+
+
 /* An allowed token: one that closes something (holds '"' or ']', or
  * is END) one time in `close` or when nothing else is allowed, else one
  * that keeps writing, of at most maxl bytes once such a one was found;
@@ -247,15 +270,7 @@ tb_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
     kvs_gram_masker_t   mk[TB_MK], table;
     static const char  *names[TB_MK] = { "plain", "cached", "shared" };
 
-    words = (gv->n_tokens + 31) / 32;
-    for (k = 0; k < TB_MK; k++) {
-        bits[k] = malloc(words * sizeof(uint32_t));
-        assert_non_null(bits[k]);
-    }
-    bf = malloc(words * sizeof(uint32_t));
-    cand = malloc(gv->n_tokens * sizeof(uint32_t));
-    assert_non_null(bf);
-    assert_non_null(cand);
+    words = tb_buffers(gv, TB_MK, bits, &bf, &cand);
 
     for (i = 0; i < TB_N; i++) {
         if (tg_compile(&g, tb_schemas[i], 0, &err) != KVS_OK) {
@@ -480,15 +495,7 @@ test_small_lengths(void **state)
 
     (void) state;
     gv = tb_vocab();
-    words = (gv->n_tokens + 31) / 32;
-    for (k = 0; k < 4; k++) {
-        bits[k] = malloc(words * sizeof(uint32_t));
-        assert_non_null(bits[k]);
-    }
-    bf = malloc(words * sizeof(uint32_t));
-    cand = malloc(gv->n_tokens * sizeof(uint32_t));
-    assert_non_null(bf);
-    assert_non_null(cand);
+    words = tb_buffers(gv, 4, bits, &bf, &cand);
     src = 0;
     masks = 0;
 
