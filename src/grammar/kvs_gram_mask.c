@@ -200,7 +200,7 @@ kvs_gram_mask_walk(kvs_gram_masker_t *mk, uint32_t *bits)
 
     memset(bits, 0, (size_t) mk->words * sizeof(uint32_t));
 
-    (void) kvs_gram_memo_walk(mk->memo, mk->m, gv, bits, NULL, NULL);
+    (void) kvs_gram_memo_walk(mk->memo, mk->m, gv, bits, NULL, NULL, NULL);
 
     if (kvs_gram_matcher_can_end(mk->m)) {
         for (k = 0; k < gv->n_end; k++) {
@@ -280,14 +280,18 @@ kvs_gram_ind_dep(void *arg, uint32_t lo, uint32_t hi)
  * sentinel is accepted whatever lies below; one refused before any
  * prefix of it reached the sentinel is refused whatever lies below; the
  * rest (a prefix reached it, then the cut stack refused) depend on it.
+ * With a source entry (src not NULL), the tokens shorter than len bytes
+ * take its classification instead (kvs_gram_ind_src says why that is
+ * exact).
  */
 static int
 kvs_gram_ind_build(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
-    kvs_err_t *err)
+    const kvs_gram_ientry_t *src, uint32_t len, kvs_err_t *err)
 {
     int                      rc;
     uint32_t                 k;
     kvs_gram_matcher_t       cm;
+    kvs_gram_walk_src_t      ws;
 
     rc = kvs_gram_matcher_init_cut(&cm, mk->m->g, e->key, KVS_GRAM_CUT,
                                    &mk->m->lim, err);
@@ -297,8 +301,15 @@ kvs_gram_ind_build(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
 
     memset(e->bits, 0, (size_t) mk->words * sizeof(uint32_t));
 
+    if (src != NULL) {
+        ws.len = len;
+        ws.bits = src->bits;
+        ws.ranges = src->ranges;
+        ws.n_ranges = src->n_ranges;
+    }
+
     rc = kvs_gram_memo_walk(mk->memo, &cm, mk->gv, e->bits,
-                            kvs_gram_ind_dep, e);
+                            kvs_gram_ind_dep, e, src != NULL ? &ws : NULL);
 
     kvs_gram_matcher_free(&cm);
 
@@ -427,6 +438,72 @@ kvs_gram_ind_key(const kvs_gram_masker_t *mk, const uint32_t *t,
 }
 
 
+/*
+ * The source of a new entry's short tokens.  A key position of a counted
+ * repetition with c copies left is named by its family's member with
+ * the most copies left, keyed as kvs_gram_ind_key keys it (count cs:
+ * max_len + 1, rep_low, or the family's largest), when cs > c; the
+ * other positions stay.  By kvs_gram_rep.c's argument (each position
+ * renamed on its own frame), the cut walks from the two keys classify
+ * alike every token shorter than the smallest such c, which is returned
+ * (0: no position renamed, no source).  So the new entry's walk takes
+ * those tokens from the source entry and steps only the trie paths to
+ * longer tokens: in the last characters of a bounded string, where
+ * every count is a key of its own, a few thousand nodes instead of the
+ * whole trie.  A source key's positions are at a tier or at their
+ * family's largest count, so its own source, if any, is a tier's: the
+ * chain is at most three entries long.
+ */
+static uint32_t
+kvs_gram_ind_src(const kvs_gram_masker_t *mk, const uint32_t *key,
+    uint32_t *src)
+{
+    uint32_t                 k, c, cs, p, len, all, lo;
+    const kvs_gram_t        *g;
+    const kvs_gram_rfam_t   *f;
+
+    g = mk->m->g;
+    all = mk->gv->max_len + 1 > 2 ? mk->gv->max_len + 1 : 2;
+    lo = mk->gv->rep_low;
+    len = UINT32_MAX;
+
+    for (k = 0; k < KVS_GRAM_CUT; k++) {
+        src[k] = key[k];
+        c = kvs_gram_rep_count(g, key[k]);
+        if (c == 0) {
+            continue;
+        }
+
+        f = &g->rfam[g->rep_f[key[k]]];
+        cs = f->c_at;
+        if (cs > all) {
+            cs = all;
+        } else if (lo != 0 && cs >= lo && cs < all) {
+            cs = lo;
+        }
+        if (cs <= c) {
+            continue;
+        }
+
+        /* the member named must be of the family and have that count */
+        p = kvs_gram_rep_at(g, key[k], cs);
+        if (p >= g->n_elems || kvs_gram_rep_count(g, p) != cs
+            || g->rep_f[p] != g->rep_f[key[k]]
+            || g->elems[p].kind != g->elems[key[k]].kind)
+        {
+            continue;
+        }
+
+        src[k] = p;
+        if (c < len) {
+            len = c;
+        }
+    }
+
+    return len == UINT32_MAX ? 0 : len;
+}
+
+
 /* A low-tier entry: the long tokens (gv->long_x, sorted positions) are
  * taken out of the accepted bits and merged into the dependent ranges,
  * which stay sorted and disjoint. */
@@ -484,9 +561,9 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
     kvs_gram_ientry_t **out, kvs_err_t *err)
 {
     int                  rc, low;
-    uint32_t             i, t[KVS_GRAM_CUT];
+    uint32_t             i, len, t[KVS_GRAM_CUT], s[KVS_GRAM_CUT];
     uint64_t             h;
-    kvs_gram_ientry_t   *e;
+    kvs_gram_ientry_t   *e, *se;
     kvs_gram_masker_t   *o;
 
     low = kvs_gram_ind_key(mk, t0, t);
@@ -506,6 +583,19 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
     }
 
     mk->ind_misses++;
+
+    /* the source first (found or built, and held for this mask), so
+     * that taking a slot below cannot evict it */
+    se = NULL;
+    len = mk->nosrc ? 0 : kvs_gram_ind_src(mk, t, s);
+    if (len > 1) {
+        rc = kvs_gram_ind_get(mk, s, &se, err);
+        if (rc == KVS_ETOOLONG) {
+            se = NULL;                /* no room: a full walk then */
+        } else if (rc != KVS_OK) {
+            return rc;
+        }
+    }
 
     if (o->n_ind < o->cap_ind) {
         e = &o->ind[o->n_ind++];
@@ -528,7 +618,7 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
     e->hash = h;
     e->bits = malloc((size_t) mk->words * sizeof(uint32_t));
     rc = e->bits != NULL
-         ? kvs_gram_ind_build(mk, e, err)
+         ? kvs_gram_ind_build(mk, e, se, len, err)
          : kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
 
     if (rc == KVS_OK && low && kvs_gram_ind_long(mk, e) != KVS_OK) {
@@ -542,6 +632,7 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
 
     e->used = 1;
     e->stamp = o->serial;
+    mk->ind_src += se != NULL;
     *out = e;
 
     return KVS_OK;

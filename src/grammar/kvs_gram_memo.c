@@ -121,6 +121,7 @@ struct kvs_gram_memo_s {
 
     uint64_t             hits, misses, made, clears;
     uint64_t             skipped, skipped_nodes, proved, refuted;
+    uint64_t             copied_nodes;    /* taken from a walk's source */
 };
 
 
@@ -925,13 +926,51 @@ kvs_gram_memo_closed(kvs_gram_memo_t *mo, uint32_t depth, uint8_t q,
 }
 
 
+/* The subtree of node i taken from the source (its tokens are all
+ * shorter than src->len): accepted bits copied, dependent ranges
+ * reported; *r is the first source range that may still meet a later
+ * subtree (the walk goes in sorted order). */
+static int
+kvs_gram_memo_copy(const kvs_gram_walk_src_t *src, const kvs_gram_vocab_t *gv,
+    uint32_t lo, uint32_t hi, uint32_t *bits, kvs_gram_walk_dep_pt dep,
+    void *arg, uint32_t *r)
+{
+    int        rc;
+    uint32_t   k, id, a, b;
+
+    for (k = lo; k < hi; k++) {
+        id = (uint32_t) gv->ids[k];
+        bits[id >> 5] |= src->bits[id >> 5] & (1u << (id & 31));
+    }
+
+    if (dep == NULL) {
+        return KVS_OK;
+    }
+
+    while (*r < src->n_ranges && src->ranges[2 * *r + 1] <= lo) {
+        (*r)++;
+    }
+
+    for (k = *r; k < src->n_ranges && src->ranges[2 * k] < hi; k++) {
+        a = src->ranges[2 * k] > lo ? src->ranges[2 * k] : lo;
+        b = src->ranges[2 * k + 1] < hi ? src->ranges[2 * k + 1] : hi;
+        rc = dep(arg, a, b);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+    }
+
+    return KVS_OK;
+}
+
+
 int
 kvs_gram_memo_walk(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
     const kvs_gram_vocab_t *gv, uint32_t *bits, kvs_gram_walk_dep_pt dep,
-    void *arg)
+    void *arg, const kvs_gram_walk_src_t *src)
 {
     int                      rc;
-    uint32_t                 i, n, d, k, hi, next, id, sent;
+    uint32_t                 i, n, d, k, hi, next, id, sent, r;
     int64_t                  room;
     const int32_t           *ids;
     const kvs_gram_tnode_t  *nd;
@@ -945,8 +984,22 @@ kvs_gram_memo_walk(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
     rc = KVS_OK;
     mo->seen[0] = 0;
 
+    r = 0;
+
     for (i = 0; i < n; i = next) {
         d = nd[i].depth;
+
+        if (src != NULL && (uint32_t) d + nd[i].height < src->len) {
+            /* every token below is shorter than len bytes */
+            next = nd[i].end;
+            rc = kvs_gram_memo_copy(src, gv, nd[i].cum, nd[next].cum, bits,
+                                    dep, arg, &r);
+            if (rc != KVS_OK) {
+                break;
+            }
+            mo->copied_nodes += next - i;
+            continue;
+        }
 
         if (!kvs_gram_memo_go(mo, d, nd[i].byte, room, &sent)) {
             /* refused, or a cap on this branch: refusing a token is
@@ -998,6 +1051,13 @@ kvs_gram_memo_skips(const kvs_gram_memo_t *mo, uint64_t st[4])
     st[1] = mo->skipped_nodes;
     st[2] = mo->proved;
     st[3] = mo->refuted;
+}
+
+
+uint64_t
+kvs_gram_memo_copied(const kvs_gram_memo_t *mo)
+{
+    return mo->copied_nodes;
 }
 
 

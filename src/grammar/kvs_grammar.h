@@ -506,9 +506,24 @@ void kvs_gram_memo_end(kvs_gram_memo_t *mo);
  */
 typedef int (*kvs_gram_walk_dep_pt)(void *arg, uint32_t lo, uint32_t hi);
 
+/*
+ * A walk's source for its short tokens (kvs_gram_mask.c: an entry whose
+ * key differs from src's only in the copies a counted repetition has
+ * left, len the fewest of them): every trie subtree whose tokens are all
+ * shorter than len bytes takes src's classification (accepted: bits;
+ * dependent: the sorted disjoint ranges of sorted token positions)
+ * without being stepped.  NULL: every node is walked.
+ */
+typedef struct {
+    uint32_t         len;
+    const uint32_t  *bits;
+    const uint32_t  *ranges;
+    uint32_t         n_ranges;
+} kvs_gram_walk_src_t;
+
 int kvs_gram_memo_walk(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
     const kvs_gram_vocab_t *gv, uint32_t *bits, kvs_gram_walk_dep_pt dep,
-    void *arg);
+    void *arg, const kvs_gram_walk_src_t *src);
 
 /* Subtree skipping on (the default) or off (every node stepped: the
  * reference the tests compare with). */
@@ -530,6 +545,10 @@ void kvs_gram_memo_stats(const kvs_gram_memo_t *mo, uint64_t st[4]);
  * refuted. */
 void kvs_gram_memo_skips(const kvs_gram_memo_t *mo, uint64_t st[4]);
 
+/* Trie nodes walks took from their source (kvs_gram_walk_src_t) without
+ * stepping them, since kvs_gram_memo_new(). */
+uint64_t kvs_gram_memo_copied(const kvs_gram_memo_t *mo);
+
 /* Per matcher: the mask and its cache of masks by matcher state. */
 typedef struct kvs_gram_masker_s {
     const kvs_gram_vocab_t  *gv;
@@ -545,6 +564,12 @@ typedef struct kvs_gram_masker_s {
     kvs_gram_ientry_t      **used;    /* [max_front] this mask's entries */
     uint32_t                 n_ind, cap_ind, next_ind;
     uint64_t                 ind_hits, ind_misses, checked, serial;
+
+    /* entries built from a source entry (kvs_gram_walk_src_t); nosrc:
+     * build every entry by a full walk (the reference the tests
+     * compare with) */
+    uint64_t                 ind_src;
+    int                      nosrc;
 
     /* not NULL: the context-independent entries are this table's (shared
      * by the maskers of one grammar and vocabulary), not ours */

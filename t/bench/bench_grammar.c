@@ -12,7 +12,7 @@
  * microseconds, and the cache's hit rate.
  *
  *   build/bench_grammar [vocab.gguf] [generations] [--schemas FILE]
- *       [--walks OUT] [--vocab-out OUT] [--no-cold]
+ *       [--walks OUT] [--vocab-out OUT] [--no-cold] [--nosrc]
  *   default: $KVS_FIXTURES/vocab/ggml-vocab-gpt-2.gguf, 20, the four
  *   built-in schemas and two tool-call specs (three tools, Hermes
  *   syntax, auto and required; a --schemas entry whose name starts with
@@ -23,7 +23,11 @@
  * ms) and per walk (its token ids, the number of tokens each step's mask
  * allows, and the per-step mask times of the cached and shared maskers),
  * which t/bench/gram_peer.py replays through the peers.  --vocab-out: each token's kind and output bytes (hex), one
- * line per id: the byte strings the peers are given.
+ * line per id: the byte strings the peers are given.  --nosrc: every
+ * context-independent entry built by a full walk (kvs_gram_masker_t's
+ * nosrc), the arrangement before entries were built from a source.
+ * Last, all schemas pooled.  GRAM_CLOCK=thread times with the thread's
+ * CPU clock instead of the monotonic one.
  */
 
 #include <stdio.h>
@@ -82,8 +86,16 @@ static double
 bg_now(void)
 {
     struct timespec  ts;
+    static int       clk = -1;
 
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    /* GRAM_CLOCK=thread: the thread's CPU time, which a loaded machine's
+     * preemptions do not inflate (t/bench/gram_peer.sh) */
+    if (clk < 0) {
+        clk = getenv("GRAM_CLOCK") != NULL
+              && strcmp(getenv("GRAM_CLOCK"), "thread") == 0;
+    }
+
+    clock_gettime(clk ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
 
     return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
@@ -231,12 +243,12 @@ bg_put_times(FILE *f, const char *key, const double *t, size_t n)
 int
 main(int argc, char **argv)
 {
-    int                 rc, cold_on;
+    int                 rc, cold_on, nosrc;
     char                path[1024];
     const char         *schemas_file, *walks_file, *vocab_file;
     size_t              s, gen, step, n, nc, nt, ncold, nsh, gens, ns, k;
-    size_t              w0, ai;
-    double              t0, *tw, *tc, *tsh, comp[11];
+    size_t              w0, ai, na;
+    double              t0, *tw, *tc, *tsh, comp[11], *aw, *ash;
     uint32_t           *bits, *cand, id, words, *walk, *nallow;
     uint64_t            rng, mst[4];
     FILE               *wf;
@@ -250,6 +262,7 @@ main(int argc, char **argv)
 
     schemas_file = walks_file = vocab_file = NULL;
     cold_on = 1;
+    nosrc = 0;
     path[0] = '\0';
     gens = 20;
 
@@ -266,6 +279,8 @@ main(int argc, char **argv)
             vocab_file = argv[++ai];
         } else if (strcmp(argv[ai], "--no-cold") == 0) {
             cold_on = 0;
+        } else if (strcmp(argv[ai], "--nosrc") == 0) {
+            nosrc = 1;
         } else if (k == 0) {
             snprintf(path, sizeof(path), "%s", argv[ai]);
             k++;
@@ -318,6 +333,9 @@ main(int argc, char **argv)
     tw = malloc(gens * 400 * sizeof(double));
     tc = malloc(gens * 400 * sizeof(double));
     tsh = malloc(gens * 400 * sizeof(double));
+    aw = malloc((ns + 1) * gens * 400 * sizeof(double));
+    ash = malloc((ns + 1) * gens * 400 * sizeof(double));
+    na = 0;
     walk = malloc(400 * sizeof(uint32_t));
     nallow = malloc(400 * sizeof(uint32_t));
 
@@ -363,6 +381,8 @@ main(int argc, char **argv)
             kvs_gram_masker_init(&shm, gv, &m, 16, &err);
             kvs_gram_masker_share(&shm, &table);
             kvs_gram_masker_init(&cold, gv, &m, 0, &err);
+            mk.nosrc = nosrc;
+            shm.nosrc = nosrc;
             w0 = nt;
 
             for (step = 0; step < 400; step++) {
@@ -453,6 +473,10 @@ main(int argc, char **argv)
                        (unsigned long long) mk.ind_hits,
                        (unsigned long long) mk.ind_misses,
                        (unsigned long long) mk.checked);
+                printf("    last run: %llu entries built from a source, "
+                       "%llu trie nodes taken from sources\n",
+                       (unsigned long long) mk.ind_src,
+                       (unsigned long long) kvs_gram_memo_copied(mk.memo));
                 kvs_gram_memo_stats(mk.memo, mst);
                 printf("    last run: walk memo %llu hits, %llu matcher "
                        "steps, %llu states, %llu clears\n",
@@ -468,12 +492,25 @@ main(int argc, char **argv)
             kvs_gram_matcher_free(&m);
         }
 
+        if (aw != NULL && ash != NULL && nt == nsh) {
+            memcpy(aw + na, tw, nt * sizeof(double));
+            memcpy(ash + na, tsh, nt * sizeof(double));
+            na += nt;
+        }
         bg_print("cached", tw, nt);
         bg_print("shared", tsh, nsh);
         bg_print("no cache", tc, ncold);
         kvs_gram_masker_free(&table);
         kvs_gram_free(&g);
     }
+
+    if (aw != NULL && ash != NULL) {
+        printf("all schemas%s:\n", nosrc ? " (--nosrc)" : "");
+        bg_print("cached", aw, na);
+        bg_print("shared", ash, na);
+    }
+    free(aw);
+    free(ash);
 
     if (wf != NULL && fclose(wf) != 0) {
         perror(walks_file);

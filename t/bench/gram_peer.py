@@ -32,7 +32,8 @@ llguidance whitespace_flexible false with the same separators, and
 json_allow_general_unicode_escapes (\\uXXXX of any character, as ours).  The
 json_object entry (schema null) is {"type": "object"} for the peers.
 
-Timing: time.perf_counter_ns() around the one mask call of each step
+Timing: time.perf_counter_ns() (GRAM_CLOCK=thread: time.thread_time_ns(),
+the thread's CPU time) around the one mask call of each step
 (xgrammar GrammarMatcher.fill_next_token_bitmask into a preallocated
 int32 bitmask; llguidance LLMatcher.unsafe_compute_mask_ptr into one),
 so a Python call's overhead (measured and printed as "call overhead")
@@ -207,8 +208,14 @@ def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
+# GRAM_CLOCK=thread: the thread's CPU time (bench_grammar reads the same
+# variable), which a loaded machine's preemptions do not inflate
+NS_NOW = (time.thread_time_ns if os.environ.get("GRAM_CLOCK") == "thread"
+          else time.perf_counter_ns)
+
+
 def ns_now():
-    return time.perf_counter_ns()
+    return NS_NOW()
 
 
 class XGrammarPeer:

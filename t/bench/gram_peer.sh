@@ -20,7 +20,9 @@
 # KVS_TMP, KVS_PYTHON (a python with `gguf`: build/venv).
 # Knobs: GRAM_GENS (walks per schema, 20), GRAM_PEER_VOCABS ("llama3
 # qwen2", converted into /tmp when absent, or paths of vocabulary GGUFs),
-# GRAM_VENV (build/venv-gram), GRAM_PEERS (xgrammar,llguidance).
+# GRAM_VENV (build/venv-gram), GRAM_PEERS (xgrammar,llguidance),
+# GRAM_CLOCK (thread: every side timed by its thread's CPU clock, which
+# a loaded machine's preemptions do not inflate; default: monotonic).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

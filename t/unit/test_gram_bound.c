@@ -23,6 +23,14 @@
  * count asked for), and the walks must have been keyed canonically (far
  * fewer entries built than masks inside the strings), so that a change
  * that stopped sharing could not pass either.
+ *
+ * test_small_lengths: an entry whose key has a count below the tiers
+ * takes its short tokens from the entry of its family's largest count
+ * (kvs_gram_ind_src); on strings of every maxLength from 1 to 60 (and
+ * inside a minLength and a bounded array), the masks of maskers built
+ * that way, of maskers that build every entry by a full walk (nosrc)
+ * and of the full walk on the real stacks agree at every step, and
+ * the source path must have been taken.
  */
 
 #include "kvs_test_gram.h"
@@ -191,13 +199,70 @@ tb_two_families(const kvs_gram_matcher_t *m)
 }
 
 
+/* n masks' bits, one for the brute force, room for candidates; the
+ * words of a mask. */
+static uint32_t
+tb_buffers(const kvs_gram_vocab_t *gv, size_t n, uint32_t **bits,
+    uint32_t **bf, uint32_t **cand)
+{
+    size_t    k;
+    uint32_t  words;
+
+    words = (gv->n_tokens + 31) / 32;
+    for (k = 0; k < n; k++) {
+        bits[k] = malloc(words * sizeof(uint32_t));
+        assert_non_null(bits[k]);
+    }
+    *bf = malloc(words * sizeof(uint32_t));
+    *cand = malloc(gv->n_tokens * sizeof(uint32_t));
+    assert_non_null(*bf);
+    assert_non_null(*cand);
+
+    return words;
+}
+
+
+/* An allowed token: one that closes something (holds '"' or ']', or
+ * is END) one time in `close` or when nothing else is allowed, else one
+ * that keeps writing, of at most maxl bytes once such a one was found;
+ * UINT32_MAX when none. */
+static uint32_t
+tb_pick(const kvs_gram_vocab_t *gv, const uint32_t *bits, uint32_t *cand,
+    uint32_t maxl, uint32_t close, uint64_t *rng)
+{
+    size_t    n, ch;
+    uint32_t  id;
+
+    for (id = 0, n = 0, ch = 0; id < gv->n_tokens; id++) {
+        if (!(bits[id >> 5] >> (id & 31) & 1) || (gv->len[id] > maxl && n > 0))
+        {
+            continue;
+        }
+        if (gv->kind[id] == KVS_GRAM_TOK_TEXT
+            && memchr(gv->bytes + gv->off[id], '"', gv->len[id]) == NULL
+            && memchr(gv->bytes + gv->off[id], ']', gv->len[id]) == NULL)
+        {
+            cand[n++] = id;
+        } else {
+            cand[gv->n_tokens - 1 - ch++] = id;
+        }
+    }
+
+    if (ch > 0 && (n == 0 || tg_rand(rng) % close == 0)) {
+        return cand[gv->n_tokens - 1 - tg_rand(rng) % ch];
+    }
+
+    return n > 0 ? cand[tg_rand(rng) % n] : UINT32_MAX;
+}
+
+
 static void
 tb_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
     uint64_t seed)
 {
     int                 rc[TB_MK], sh;
-    size_t              i, w, step, n, k, masks, both;
-    uint32_t            words, id, *bits[TB_MK], *bf, *cand, ch;
+    size_t              i, w, step, k, masks, both;
+    uint32_t            words, id, *bits[TB_MK], *bf, *cand;
     uint64_t            rng, built;
     kvs_err_t           err;
     kvs_gram_t          g;
@@ -205,15 +270,7 @@ tb_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
     kvs_gram_masker_t   mk[TB_MK], table;
     static const char  *names[TB_MK] = { "plain", "cached", "shared" };
 
-    words = (gv->n_tokens + 31) / 32;
-    for (k = 0; k < TB_MK; k++) {
-        bits[k] = malloc(words * sizeof(uint32_t));
-        assert_non_null(bits[k]);
-    }
-    bf = malloc(words * sizeof(uint32_t));
-    cand = malloc(gv->n_tokens * sizeof(uint32_t));
-    assert_non_null(bf);
-    assert_non_null(cand);
+    words = tb_buffers(gv, TB_MK, bits, &bf, &cand);
 
     for (i = 0; i < TB_N; i++) {
         if (tg_compile(&g, tb_schemas[i], 0, &err) != KVS_OK) {
@@ -276,29 +333,9 @@ tb_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
                  * forty, else one that keeps writing, mostly short ones
                  * (three times in four only tokens of 1 or 2 bytes) */
                 sh = tg_rand(&rng) % 4 != 0;
-                for (id = 0, n = 0, ch = 0; id < gv->n_tokens; id++) {
-                    if (!(bits[TB_PLAIN][id >> 5] >> (id & 31) & 1)
-                        || (sh && gv->len[id] > 2 && n > 0))
-                    {
-                        continue;
-                    }
-                    if (gv->kind[id] == KVS_GRAM_TOK_TEXT
-                        && memchr(gv->bytes + gv->off[id], '"',
-                                  gv->len[id]) == NULL
-                        && memchr(gv->bytes + gv->off[id], ']',
-                                  gv->len[id]) == NULL)
-                    {
-                        cand[n++] = id;
-                    } else {
-                        cand[gv->n_tokens - 1 - ch++] = id;
-                    }
-                }
-
-                if (ch > 0 && (n == 0 || tg_rand(&rng) % 40 == 0)) {
-                    id = cand[gv->n_tokens - 1 - tg_rand(&rng) % ch];
-                } else {
-                    id = cand[tg_rand(&rng) % n];
-                }
+                id = tb_pick(gv, bits[TB_PLAIN], cand, sh ? 2 : UINT32_MAX,
+                             40, &rng);
+                assert_true(id != UINT32_MAX);
                 if (gv->kind[id] == KVS_GRAM_TOK_END) {
                     break;
                 }
@@ -432,11 +469,128 @@ test_tiers(void **state)
 }
 
 
+/*
+ * Every small bounded length: walks of short tokens (ASCII, a 2-byte and
+ * a 3-byte character, escapes) through each string until it closes,
+ * three walks per length; at every step the masks of the default masker
+ * (entries from a source), one with nosrc, one sharing a table, and the
+ * full walk on the real stacks are equal, and every fourth step the
+ * brute force agrees too.
+ */
+static void
+test_small_lengths(void **state)
+{
+    int                 rc[4];
+    char                schema[256];
+    size_t              n, w, step, k;
+    uint32_t            words, id, *bits[4], *bf, *cand;
+    uint64_t            rng, src, masks;
+    kvs_err_t           err;
+    kvs_gram_t          g;
+    kvs_gram_matcher_t  m;
+    kvs_gram_masker_t   mk[4], table;
+    kvs_gram_vocab_t   *gv;
+    static const char  *names[4] = { "plain", "from a source", "nosrc",
+                                     "shared" };
+
+    (void) state;
+    gv = tb_vocab();
+    words = tb_buffers(gv, 4, bits, &bf, &cand);
+    src = 0;
+    masks = 0;
+
+    for (n = 1; n <= 62; n++) {
+        if (n <= 60) {
+            snprintf(schema, sizeof(schema), "{\"type\": \"string\", "
+                     "\"maxLength\": %zu}", n);
+        } else if (n == 61) {
+            snprintf(schema, sizeof(schema), "{\"type\": \"string\", "
+                     "\"minLength\": 3, \"maxLength\": 20}");
+        } else {
+            snprintf(schema, sizeof(schema), "{\"type\": \"array\", "
+                     "\"items\": {\"type\": \"string\", "
+                     "\"maxLength\": 12}, \"maxItems\": 10}");
+        }
+        if (tg_compile(&g, schema, 0, &err) != KVS_OK) {
+            fail_msg("%s: %s", schema, err.msg);
+        }
+        assert_int_equal(kvs_gram_masker_init_table(&table, gv, 64, &err),
+                         KVS_OK);
+
+        for (w = 0; w < 3; w++) {
+            rng = 77 + n * 131 + w;
+            assert_int_equal(kvs_gram_matcher_init(&m, &g, NULL, &err),
+                             KVS_OK);
+            for (k = 0; k < 4; k++) {
+                assert_int_equal(kvs_gram_masker_init(&mk[k], gv, &m,
+                                     k == 0 ? 0 : 16, &err), KVS_OK);
+            }
+            mk[2].nosrc = 1;
+            kvs_gram_masker_share(&mk[3], &table);
+
+            for (step = 0; step < 120; step++) {
+                for (k = 0; k < 4; k++) {
+                    rc[k] = kvs_gram_mask(&mk[k], bits[k], &err);
+                    assert_int_equal(rc[k], KVS_OK);
+                    if (memcmp(bits[k], bits[0], words * sizeof(uint32_t))
+                        != 0)
+                    {
+                        tb_first_diff(gv, bits[0], bits[k], names[k], n,
+                                      step);
+                    }
+                }
+                masks++;
+
+                if (step % 4 == 0) {
+                    tg_brute(&m, gv, bf, words);
+                    if (memcmp(bf, bits[0], words * sizeof(uint32_t)) != 0)
+                    {
+                        tb_first_diff(gv, bf, bits[0], "brute force", n,
+                                      step);
+                    }
+                }
+
+                /* tokens of 1 to 6 bytes that write characters; one
+                 * that closes something one time in twelve */
+                id = tb_pick(gv, bits[0], cand, 6, 12, &rng);
+                if (id == UINT32_MAX || gv->kind[id] == KVS_GRAM_TOK_END) {
+                    break;
+                }
+                assert_int_equal(kvs_gram_accept_token(&m, gv, (int32_t) id,
+                                                       &err), KVS_OK);
+            }
+
+            src += mk[1].ind_src + mk[3].ind_src;
+            assert_int_equal(mk[2].ind_src, 0);
+            for (k = 0; k < 4; k++) {
+                kvs_gram_masker_free(&mk[k]);
+            }
+            kvs_gram_matcher_free(&m);
+        }
+
+        kvs_gram_masker_free(&table);
+        kvs_gram_free(&g);
+    }
+
+    print_message("%llu masks, %llu entries built from a source\n",
+                  (unsigned long long) masks, (unsigned long long) src);
+    assert_true(src > 100);
+
+    for (k = 0; k < 4; k++) {
+        free(bits[k]);
+    }
+    free(bf);
+    free(cand);
+    kvs_gram_vocab_free(gv);
+}
+
+
 int
 main(void)
 {
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_tiers),
+        cmocka_unit_test(test_small_lengths),
         cmocka_unit_test(test_sharing),
         cmocka_unit_test(test_bound_walks),
     };
