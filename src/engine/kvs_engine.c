@@ -649,11 +649,13 @@ kvs_engine_expire(kvs_engine_t *e)
         h = (kvs_engine_seq_t *) seq;
         h->retry_after = kvs_sched_retry_after(&e->sched, seq);
 
-        snprintf(msg, sizeof(msg), "The server's %s-request KV pool had "
-                 "no room for this request's %" PRIu32 " KV blocks within "
-                 "%" PRIu32 " ms; retry after %" PRIu32 " s.",
-                 seq->pool == KVS_POOL_LONG ? "long" : "short", seq->need,
-                 e->conf.queue_timeout_ms, h->retry_after);
+        snprintf(msg, sizeof(msg), "The server's %s had no room for this "
+                 "request's %" PRIu32 " KV blocks within %" PRIu32 " ms; "
+                 "retry after %" PRIu32 " s.",
+                 !e->sched.pools_on ? "KV cache"
+                 : seq->pool == KVS_POOL_LONG ? "long-request KV pool"
+                                              : "short-request KV pool",
+                 seq->need, e->conf.queue_timeout_ms, h->retry_after);
 
         kvs_engine_end(e, h, KVS_FINISH_ERROR, msg, 0);
     }

@@ -14,16 +14,17 @@
 #
 # Configurations (LONGCTX_CONFIGS, run in that order LONGCTX_ROUNDS
 # times):
-#   off    today's engine: no pools
+#   off    today's engine: no pools, no queue deadline
 #   pools  kvserve_kv_pool long min_tokens=2048 share=0.6 max_prefill=1
-#          chunk=8; kvserve_queue_timeout 300s
+#          chunk=LONGCTX_CHUNK (8); kvserve_queue_timeout 300s
 # Prints one JSON line per run (t/bench/longctx_client.py) and a table of
 # short requests' TTFT p50/p99, throughput, failures, queueing and
 # preemptions before, during and after the long requests, with the load.
 #
 # Environment: KVS_CLI, KVS_MODULE, KVS_TMP, KVS_PYTHON, NGINX.
 # Knobs: LONGCTX_RATE (short requests/s, 4), LONGCTX_NLONG (3),
-# LONGCTX_LONG_AT (s, 20), LONGCTX_AFTER (s, 20), LONGCTX_THREADS (1).
+# LONGCTX_LONG_AT (s, 20), LONGCTX_AFTER (s, 20), LONGCTX_THREADS (1),
+# LONGCTX_CHUNK (8), LONGCTX_ROUNDS (1), LONGCTX_CONFIGS ("off pools").
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -64,7 +65,7 @@ s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 
 # write_conf DIR CONFIG
 write_conf() {
-    local d=$1 extra=""
+    local d=$1 extra="kvserve_queue_timeout off;"
     if [ "$2" = pools ]; then
         extra="kvserve_kv_pool long min_tokens=2048 share=0.6"
         extra="$extra max_prefill=1 chunk=${LONGCTX_CHUNK:-8};
