@@ -79,6 +79,14 @@
  *                                       request (a prompt and its n
  *                                       choices) may hold while others
  *                                       wait (0.25)
+ *   kvserve_kv_pool long min_tokens=<N> share=<fraction>
+ *       max_prefill=<K> [chunk=<T>];    http: a pool for long requests
+ *                                       (docs/pools.md): their KV share,
+ *                                       prefills at once, prefill
+ *                                       tokens a step
+ *   kvserve_queue_timeout <time>|off;   http: how long a request waits
+ *                                       to be admitted before 503 with
+ *                                       Retry-After (30s)
  *   kvserve_status;                     location: the engine's stats
  *   kvserve_metrics;                    location: Prometheus metrics,
  *                                       every worker's requests and
@@ -346,6 +354,20 @@ static ngx_command_t  ngx_http_kvserve_commands[] = {
       0,
       NULL },
 
+    { ngx_string("kvserve_kv_pool"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_2MORE,
+      ngx_http_kvserve_kv_pool,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("kvserve_queue_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_kvserve_queue_timeout,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("kvserve_status"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_kvserve_status,
@@ -428,6 +450,8 @@ ngx_http_kvserve_create_main_conf(ngx_conf_t *cf)
     kmcf->fair_w_decode = NGX_CONF_UNSET_UINT;
     kmcf->fair_kv_max_milli = NGX_CONF_UNSET_UINT;
     kmcf->req_kv_max_milli = NGX_CONF_UNSET_UINT;
+    kmcf->pool_min_tokens = NGX_CONF_UNSET_UINT;
+    kmcf->queue_timeout = NGX_CONF_UNSET_MSEC;
     kmcf->backend = NGX_CONF_UNSET_UINT;
     kmcf->device = NGX_CONF_UNSET_UINT;
     /* engine_dir: NULL, as ngx_conf_set_path_slot() wants it */
@@ -478,6 +502,10 @@ ngx_http_kvserve_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_msec_value(kmcf->engine_timeout, 60000);
     ngx_conf_init_msec_value(kmcf->engine_ping, 1000);
     ngx_conf_init_msec_value(kmcf->engine_hang_timeout, 10000);
+
+    if (ngx_http_kvserve_pools_init(cf, kmcf) != NGX_CONF_OK) {
+        return NGX_CONF_ERROR;
+    }
 
     if (kmcf->engine_ping != 0
         && kmcf->engine_hang_timeout <= kmcf->engine_ping)

@@ -30,6 +30,7 @@
 
 static void kvs_engine_take_inbox(kvs_engine_t *e);
 static void kvs_engine_take_cancels(kvs_engine_t *e);
+static void kvs_engine_expire(kvs_engine_t *e);
 static int kvs_engine_dev_plan(kvs_engine_t *e, const kvs_sched_plan_t *plan);
 static void kvs_engine_backend_line(kvs_engine_t *e);
 static void kvs_engine_publish_tenants(kvs_engine_t *e);
@@ -37,6 +38,10 @@ static int kvs_engine_cache_new(kvs_engine_t *e, kvs_err_t *err);
 static void kvs_engine_cache_ns(kvs_engine_t *e, kvs_engine_seq_t *h);
 static void kvs_engine_pin(kvs_engine_t *e, kvs_engine_seq_t *h);
 static void *kvs_engine_main(void *arg);
+
+
+/* ms between the idle engine's looks at its queue's deadlines */
+#define KVS_ENGINE_QUEUE_TICK  50
 
 
 const uint32_t  kvs_engine_iter_bounds[KVS_ENGINE_ITER_BOUNDS] = {
@@ -102,6 +107,11 @@ kvs_engine_new(kvs_engine_t **out, const kvs_engine_conf_t *conf,
     sc.fair_kv_max_milli = e->conf.fair_kv_max_milli;
     sc.no_fair = e->conf.no_fair;
     sc.req_kv_max_milli = e->conf.req_kv_max_milli;
+    sc.pool_min_tokens = e->conf.pool_min_tokens;
+    sc.pool_share_milli = e->conf.pool_share_milli;
+    sc.pool_max_prefill = e->conf.pool_max_prefill;
+    sc.pool_chunk = e->conf.pool_chunk;
+    sc.queue_timeout_ms = e->conf.queue_timeout_ms;
 
     /* every layer windowed: what leaves the window is given back */
     sc.window = e->conf.keep_window_blocks
@@ -304,14 +314,17 @@ kvs_engine_step_run(kvs_engine_t *e)
     /* new requests and cancellations first, so a cancelled sequence's
      * blocks serve this very step */
 
+    /* the time first: an arrival's place in its queue is stamped */
+    e->sched.now = kvs_now_ns() / 1000000;
+
     kvs_engine_take_inbox(e);
     kvs_engine_take_cancels(e);
 
     if (e->radix != NULL) {
-        e->sched.now = kvs_now_ns() / 1000000;
         kvs_radix_expire(e->radix, e->sched.now);
     }
 
+    kvs_engine_expire(e);
     kvs_sched_plan(&e->sched, &plan);
 
     if (plan.batch.n == 0) {
@@ -619,6 +632,36 @@ kvs_engine_take_inbox(kvs_engine_t *e)
 }
 
 
+/*
+ * Ends the sequences that waited past the queue timeout without being
+ * admitted: an error with the seconds after which a retry could fit
+ * (the worker answers 503 with Retry-After).  They held no blocks.
+ */
+static void
+kvs_engine_expire(kvs_engine_t *e)
+{
+    char               msg[160];
+    kvs_seq_t         *seq, *next;
+    kvs_engine_seq_t  *h;
+
+    for (seq = kvs_sched_expire(&e->sched); seq != NULL; seq = next) {
+        next = seq->step_next;
+        h = (kvs_engine_seq_t *) seq;
+        h->retry_after = kvs_sched_retry_after(&e->sched, seq);
+
+        snprintf(msg, sizeof(msg), "The server's %s had no room for this "
+                 "request's %" PRIu32 " KV blocks within %" PRIu32 " ms; "
+                 "retry after %" PRIu32 " s.",
+                 !e->sched.pools_on ? "KV cache"
+                 : seq->pool == KVS_POOL_LONG ? "long-request KV pool"
+                                              : "short-request KV pool",
+                 seq->need, e->conf.queue_timeout_ms, h->retry_after);
+
+        kvs_engine_end(e, h, KVS_FINISH_ERROR, msg, 0);
+    }
+}
+
+
 /* Ends the sequences whose consumer closed them early. */
 static void
 kvs_engine_take_cancels(kvs_engine_t *e)
@@ -650,10 +693,28 @@ kvs_engine_take_cancels(kvs_engine_t *e)
 void
 kvs_engine_publish(kvs_engine_t *e)
 {
+    size_t             k;
     uint32_t           used;
     kvs_radix_stats_t  rs;
+    kvs_sched_pool_t  *p;
 
     used = kvs_kv_pool_used_count(e->pool);
+
+    /* as of now, not of the plan: the pools' and tenants' blocks */
+    kvs_sched_kv_count(&e->sched);
+
+    for (k = 0; k < KVS_POOL_N; k++) {
+        p = &e->sched.pools[k];
+        e->stats.pool_max[k] = p->max_blocks;
+        e->stats.pool_used[k] = p->used;
+        e->stats.pool_queued[k] = p->queued;
+        e->stats.pool_admitted[k] = p->admitted;
+        e->stats.pool_waited[k] = p->waited;
+        e->stats.pool_wait_ms[k] = p->wait_ms;
+        e->stats.pool_refused[k] = p->refused;
+    }
+
+    e->stats.pools = (uint32_t) e->sched.pools_on;
 
     e->stats.requests = e->shown.requests;
     e->stats.preemptions = e->sched.n_preemptions;
@@ -691,7 +752,6 @@ kvs_engine_publish_tenants(kvs_engine_t *e)
     kvs_engine_tenants_t  *out;
 
     out = &e->tenants;
-    kvs_sched_kv_count(&e->sched);      /* as of now, not of the plan */
     n = kvs_fair_rows(&e->sched.fair, rows, KVS_ENGINE_TOP_TENANTS, &all);
 
     memset(&out->other, 0, sizeof(out->other));
@@ -826,8 +886,9 @@ kvs_engine_pin(kvs_engine_t *e, kvs_engine_seq_t *h)
 static void *
 kvs_engine_main(void *arg)
 {
-    int            busy;
-    kvs_engine_t  *e = arg;
+    int              busy, tick;
+    kvs_engine_t    *e = arg;
+    struct timespec  at;
 
     busy = 0;
 
@@ -835,11 +896,27 @@ kvs_engine_main(void *arg)
         pthread_mutex_lock(&e->lock);
 
         /* idle (the last step found nothing to run): sleep until a
-         * submit, a close or quit */
+         * submit, a close or quit; with sequences waiting for blocks
+         * that nothing running will free (pins), a step at least every
+         * KVS_ENGINE_QUEUE_TICK ms ends those past the queue timeout */
+        tick = e->sched.waiting.n > 0 && e->conf.queue_timeout_ms > 0;
+
         while (!busy && !e->quit && e->inbox == NULL && e->cancels == NULL
                && !kvs_engine_index_pending(e))
         {
-            pthread_cond_wait(&e->wake, &e->lock);
+            if (!tick) {
+                pthread_cond_wait(&e->wake, &e->lock);
+                continue;
+            }
+
+            clock_gettime(CLOCK_REALTIME, &at);
+            at.tv_nsec += KVS_ENGINE_QUEUE_TICK * 1000000L;
+            at.tv_sec += at.tv_nsec / 1000000000L;
+            at.tv_nsec %= 1000000000L;
+
+            if (pthread_cond_timedwait(&e->wake, &e->lock, &at) != 0) {
+                break;
+            }
         }
 
         if (e->quit) {

@@ -90,6 +90,19 @@ typedef struct {
                                              device memory free after
                                              weights and workspace,
                                              instead of n_blocks */
+    uint32_t            pool_min_tokens;  /* KV pools (docs/pools.md):
+                                             prompt + max_tokens that
+                                             make a request long; 0:
+                                             no pools */
+    uint32_t            pool_share_milli; /* the long pool's most blocks,
+                                             thousandths of the cache */
+    uint32_t            pool_max_prefill; /* long prefills at once */
+    uint32_t            pool_chunk;       /* long prefill tokens a step;
+                                             0: max_batch_tokens */
+    uint32_t            queue_timeout_ms; /* a request not admitted
+                                             within it ends with an
+                                             error and retry_after; 0:
+                                             it waits */
     const char         *index_model;      /* the served model's name:
                                              names every cached block
                                              for the prefix index (see
@@ -187,6 +200,11 @@ typedef struct {
                                              set: by the first read that
                                              hands them over, and kept */
     char                    error[KVS_ERR_MSG_LEN];  /* when ERROR */
+    uint32_t                retry_after;  /* when ERROR and not 0: it
+                                             was not admitted within the
+                                             queue timeout; a retry could
+                                             fit after this many seconds
+                                             (1..3600) */
 } kvs_engine_out_t;
 
 /* vLLM's iteration_tokens_total buckets (1, 8, 16, ... 16384). */
@@ -224,6 +242,16 @@ typedef struct {
                                          <= kvs_engine_iter_bounds[i],
                                          the last above them all */
     uint64_t  iter_tokens_sum;        /* tokens of those steps */
+    uint32_t  pools;                  /* 1: KV pools are on; the pool_
+                                         figures, [0] short, [1] long
+                                         (kvs_sched_pool_t) */
+    uint32_t  pool_max[2];
+    uint32_t  pool_used[2];
+    uint32_t  pool_queued[2];
+    uint64_t  pool_admitted[2];
+    uint64_t  pool_waited[2];
+    uint64_t  pool_wait_ms[2];
+    uint64_t  pool_refused[2];
 } kvs_engine_stats_t;
 
 

@@ -75,6 +75,8 @@ struct kvs_engine_seq_s {
                                               out (under the lock) */
     kvs_finish_t             pending;  /* the end, once its tail_only
                                           step has run */
+    uint32_t                 retry_after;  /* set when the queue timeout
+                                              ends it, for out */
 
     int                      drop;     /* closed before it was scheduled */
     kvs_engine_seq_t        *leader;   /* choices 1..n-1 of a request,

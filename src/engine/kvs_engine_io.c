@@ -211,6 +211,7 @@ kvs_engine_read(kvs_engine_t *e, kvs_engine_seq_t *h, kvs_engine_out_t *out)
         }
 
         memcpy(out->error, in->error, sizeof(out->error));
+        out->retry_after = in->retry_after;
         rc = in->finish;
     }
 
@@ -502,6 +503,8 @@ kvs_engine_emit(kvs_engine_t *e, kvs_engine_seq_t *h, int32_t token,
         if (error != NULL) {
             snprintf(o->error, sizeof(o->error), "%s", error);
         }
+
+        o->retry_after = finish == KVS_FINISH_ERROR ? h->retry_after : 0;
     }
 
     if (!h->ready && !h->cancelled) {

@@ -827,6 +827,104 @@ kvs_metrics_evictions(kvs_buf_t *out, const kvs_metrics_t *m,
 }
 
 
+/* The KV pools' gauges and counters, for the models whose engine
+ * answered with pools on: one sample per pool="short"|"long". */
+static int
+kvs_metrics_pools(kvs_buf_t *out, const kvs_metrics_t *m,
+    const kvs_metrics_gauges_t *g)
+{
+    int       rc;
+    char      extra[32], val[32];
+    double    v;
+    uint32_t  i, k, p, any;
+
+    static const char  *pool_names[2] = { "short", "long" };
+
+    static const struct {
+        const char  *name;
+        const char  *suffix;
+        const char  *type;
+        const char  *help;
+    } defs[] = {
+        { "kv_pool_blocks_max", "", "gauge",
+          "KV blocks the pool's requests may hold." },
+        { "kv_pool_blocks_used", "", "gauge",
+          "KV blocks held by the pool's running requests." },
+        { "kv_pool_queued", "", "gauge",
+          "Requests of the pool waiting to be admitted." },
+        { "kv_pool_admitted", "_total", "counter",
+          "Requests the pool admitted since the engine started." },
+        { "kv_pool_waited", "_total", "counter",
+          "Of those, requests admitted after waiting in the queue." },
+        { "kv_pool_wait_seconds", "_total", "counter",
+          "Their time waiting in the queue." },
+        { "kv_pool_refused", "_total", "counter",
+          "Requests not admitted within kvserve_queue_timeout (503)." },
+    };
+
+    any = 0;
+    for (i = 0; g != NULL && i < m->n_models; i++) {
+        any |= (uint32_t) (g[i].have && g[i].pools);
+    }
+
+    if (!any) {
+        return KVS_OK;
+    }
+
+    rc = KVS_OK;
+
+    for (k = 0; rc == KVS_OK && k < KVS_NELTS(defs); k++) {
+        rc = kvs_metrics_head(out, defs[k].name, defs[k].suffix,
+                              defs[k].help, defs[k].type);
+
+        for (i = 0; rc == KVS_OK && i < m->n_models; i++) {
+            if (!g[i].have || !g[i].pools) {
+                continue;
+            }
+
+            for (p = 0; rc == KVS_OK && p < 2; p++) {
+                switch (k) {
+                case 0:
+                    v = g[i].pool_max[p];
+                    break;
+                case 1:
+                    v = g[i].pool_used[p];
+                    break;
+                case 2:
+                    v = g[i].pool_queued[p];
+                    break;
+                case 3:
+                    v = (double) g[i].pool_admitted[p];
+                    break;
+                case 4:
+                    v = (double) g[i].pool_waited[p];
+                    break;
+                case 5:
+                    v = (double) g[i].pool_wait_ms[p] / 1000.0;
+                    break;
+                default:
+                    v = (double) g[i].pool_refused[p];
+                    break;
+                }
+
+                if (k == 5) {
+                    snprintf(val, sizeof(val), "%.3f", v);
+                } else {
+                    snprintf(val, sizeof(val), "%.0f", v);
+                }
+
+                snprintf(extra, sizeof(extra), "pool=\"%s\"",
+                         pool_names[p]);
+                rc = kvs_metrics_sample(out, defs[k].name, defs[k].suffix,
+                                        m->models[i].name, extra, val);
+            }
+        }
+    }
+
+    return rc;
+}
+
+
 /* iteration_tokens_total: the engine's steps by tokens computed, when
  * it answered (kept by the engine, so it restarts with it). */
 static int
@@ -1119,6 +1217,10 @@ kvs_metrics_write(const kvs_metrics_t *m, const kvs_metrics_gauges_t *g,
 
     if (rc == KVS_OK) {
         rc = kvs_metrics_tenants(out, m, g);
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_metrics_pools(out, m, g);
     }
 
     if (rc == KVS_OK) {

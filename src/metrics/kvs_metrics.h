@@ -210,6 +210,18 @@ typedef struct {
                                          all), since the engine started */
     uint64_t  iter_tokens_sum;
 
+    /* KV pools (docs/pools.md), when have and pools: [0] short, [1]
+     * long; the counters are the engine's since it started */
+    int       pools;
+    uint32_t  pool_max[2];            /* blocks it may hold */
+    uint32_t  pool_used[2];           /* held by its running requests */
+    uint32_t  pool_queued[2];         /* waiting now */
+    uint64_t  pool_admitted[2];
+    uint64_t  pool_waited[2];         /* admitted after waiting */
+    uint64_t  pool_wait_ms[2];        /* their time waiting */
+    uint64_t  pool_refused[2];        /* not admitted within the queue
+                                         timeout (503) */
+
     /* cache_config_info, from the configuration: written for every model
      * whose block_size is not 0, engine answering or not */
     uint32_t     block_size;          /* tokens per KV block */

@@ -17,6 +17,11 @@
  *   - a tenant's and a group's kv_blocks are their running sequences'
  *     blocks: recounted at each plan, kept up to date by admissions and
  *     the caps' preemptions within it;
+ *   - with pools on, a running long sequence's table covers its whole
+ *     need (cap - 1 positions) from its admission on, so it never asks
+ *     the pool for a block; no preemption chooses it as a victim;
+ *   - a pool's used is its running sequences' blocks, recounted at each
+ *     plan and kept up to date by admissions within it;
  *   - with a window, a running sequence's table has no block wholly
  *     before n_computed + 1 - window once a commit or a lookup is done
  *     (kvs_sched_trim), and, with a cache, the tree held every whole
@@ -41,7 +46,22 @@ static uint32_t kvs_sched_blocks_for(kvs_sched_t *s, kvs_seq_t *seq,
 static void kvs_sched_lookup(kvs_sched_t *s, kvs_seq_t *seq);
 static void kvs_sched_let_go(kvs_sched_t *s, kvs_seq_t *seq);
 static int kvs_sched_room(kvs_sched_t *s, uint32_t need);
-static kvs_seq_t *kvs_sched_pick(kvs_sched_t *s);
+static kvs_seq_t *kvs_sched_pick(kvs_sched_t *s, int only_short);
+static int kvs_sched_long(const kvs_sched_t *s, const kvs_seq_t *seq);
+static kvs_seq_t *kvs_sched_victim(kvs_sched_t *s, kvs_seq_t *seq);
+static kvs_seq_t *kvs_sched_pool_pick(kvs_sched_t *s, kvs_seq_t *first,
+    uint32_t *hold);
+static int kvs_sched_long_prefill(const kvs_sched_t *s,
+    const kvs_seq_t *seq);
+static kvs_seq_t *kvs_sched_long_next(kvs_sched_t *s);
+static int kvs_sched_long_pending(kvs_sched_t *s);
+static int kvs_sched_run(kvs_sched_t *s, kvs_sched_plan_t *plan,
+    kvs_seq_t *seq, uint32_t most, uint32_t *budget, kvs_seq_t **next);
+static int kvs_sched_admit(kvs_sched_t *s, kvs_sched_plan_t *plan,
+    kvs_seq_t *seq, uint32_t most, uint32_t hold, uint32_t *budget);
+static uint32_t kvs_sched_avail(kvs_sched_t *s);
+static void kvs_sched_rate(kvs_sched_t *s);
+static void kvs_sched_admitted(kvs_sched_t *s, kvs_seq_t *seq);
 static int kvs_sched_group_capped(kvs_sched_t *s, kvs_seq_group_t *g);
 static kvs_seq_t *kvs_sched_rebalance(kvs_sched_t *s);
 static int kvs_sched_over(kvs_sched_t *s, kvs_seq_t *seq, int tenants,
@@ -76,6 +96,19 @@ kvs_sched_init(kvs_sched_t *s, const kvs_sched_conf_t *conf,
                            conf->req_kv_max_milli);
     }
 
+    if (conf->pool_min_tokens != 0
+        && (conf->pool_share_milli == 0 || conf->pool_share_milli > 1000))
+    {
+        return kvs_err_set(err, KVS_EINVAL, "the long pool's share of %u "
+                           "thousandths of the cache; from 1 to 1000",
+                           conf->pool_share_milli);
+    }
+
+    if (conf->pool_min_tokens != 0 && conf->pool_max_prefill == 0) {
+        return kvs_err_set(err, KVS_EINVAL, "the long pool's max_prefill "
+                           "must be at least 1");
+    }
+
     if (kvs_fair_init(&s->fair, conf->fair_w_prefill, conf->fair_w_decode,
                       conf->fair_kv_max_milli, err) != KVS_OK)
     {
@@ -96,6 +129,14 @@ kvs_sched_init(kvs_sched_t *s, const kvs_sched_conf_t *conf,
 
     s->conf = *conf;
     s->pool = pool;
+
+    /* a window's sequences hold a bounded span, not their whole need */
+    s->pools_on = conf->pool_min_tokens != 0 && conf->window == 0;
+    s->pools[KVS_POOL_SHORT].max_blocks = pool->n_blocks;
+    s->pools[KVS_POOL_LONG].max_blocks = s->pools_on
+        ? (uint32_t) ((uint64_t) pool->n_blocks * conf->pool_share_milli
+                      / 1000)
+        : 0;
 
     return KVS_OK;
 }
@@ -249,6 +290,18 @@ kvs_seq_init(kvs_seq_t *seq, const kvs_sched_t *s, const int32_t *prompt,
                            s->conf.max_batch_tokens);
     }
 
+    if (s->pools_on && total >= s->conf.pool_min_tokens
+        && blocks > s->pools[KVS_POOL_LONG].max_blocks)
+    {
+        return kvs_err_set(err, KVS_ERANGE, "the prompt (%" PRIu32
+                           " tokens) plus max_tokens (%" PRIu32 ") needs %"
+                           PRIu64 " KV blocks; the long pool may hold %"
+                           PRIu32 " (share %u/1000 of %" PRIu32 ")",
+                           n_prompt, max_tokens, blocks,
+                           s->pools[KVS_POOL_LONG].max_blocks,
+                           s->conf.pool_share_milli, s->pool->n_blocks);
+    }
+
     seq->tokens = malloc(total * sizeof(int32_t));
     if (seq->tokens == NULL) {
         return kvs_err_set(err, KVS_ENOMEM, "sequence: out of memory");
@@ -258,6 +311,9 @@ kvs_seq_init(kvs_seq_t *seq, const kvs_sched_t *s, const int32_t *prompt,
     seq->cap = (uint32_t) total;
     seq->n_prompt = n_prompt;
     seq->n_tokens = n_prompt;
+    seq->need = (uint32_t) blocks;
+    seq->pool = s->pools_on && total >= s->conf.pool_min_tokens
+                ? KVS_POOL_LONG : KVS_POOL_SHORT;
 
     return KVS_OK;
 }
@@ -277,6 +333,7 @@ kvs_sched_add(kvs_sched_t *s, kvs_seq_t *seq)
 {
     seq->order = s->next_order++;
     seq->state = KVS_SEQ_WAITING;
+    seq->queued_ms = s->now;
     kvs_seq_queue_insert(&s->waiting, seq);
 }
 
@@ -290,6 +347,7 @@ kvs_sched_remove(kvs_sched_t *s, kvs_seq_t *seq)
         break;
     case KVS_SEQ_RUNNING:
         kvs_seq_queue_unlink(&s->running, seq);
+        s->n_freed += kvs_kv_table_held(&seq->table);
         break;
     default:
         return;
@@ -303,7 +361,7 @@ kvs_sched_remove(kvs_sched_t *s, kvs_seq_t *seq)
 void
 kvs_sched_plan(kvs_sched_t *s, kvs_sched_plan_t *plan)
 {
-    uint32_t    want, budget, take;
+    uint32_t    budget, chunk, hold;
     kvs_seq_t  *seq, *next, *first;
 
     memset(plan, 0, sizeof(kvs_sched_plan_t));
@@ -314,70 +372,204 @@ kvs_sched_plan(kvs_sched_t *s, kvs_sched_plan_t *plan)
 
     budget = s->conf.max_batch_tokens;
     kvs_sched_kv_count(s);
+    kvs_sched_rate(s);
     first = kvs_sched_rebalance(s);
 
+    /* the running, oldest first; with pools, long prefills come last */
     for (seq = s->running.head; seq != NULL && budget > 0; seq = next) {
-        next = seq->next;
-        want = seq->n_tokens - seq->n_computed;
-        take = want < budget ? want : budget;
-
-        /* make room from the newest; when seq is the newest, it goes */
-
-        while (!kvs_sched_room(s, kvs_sched_blocks_for(s, seq, take))) {
-            if (s->running.tail == seq) {
-                break;
-            }
-
-            kvs_sched_preempt(s, s->running.tail);
+        if (kvs_sched_long_prefill(s, seq)) {
+            next = seq->next;
+            continue;
         }
 
-        /* seq may have been the tail all along, or next just went */
-        next = seq->next;
-
-        if (kvs_sched_take(s, plan, seq, take) != KVS_OK) {
-            kvs_sched_preempt(s, seq);
+        if (kvs_sched_run(s, plan, seq, budget, &budget, &next) != KVS_OK) {
             break;
         }
-
-        budget -= take;
     }
+
+    hold = 0;
 
     while (budget > 0 && s->running.n < s->conf.max_running
            && s->waiting.head != NULL)
     {
         /* the one the caps made room for goes first: those they
          * preempted would tie with it, and are older */
-        seq = first != NULL && first->state == KVS_SEQ_WAITING
-              ? first : kvs_sched_pick(s);
+        if (s->pools_on) {
+            seq = kvs_sched_pool_pick(s, first, &hold);
+            if (seq == NULL) {
+                break;
+            }
+
+        } else {
+            seq = first != NULL && first->state == KVS_SEQ_WAITING
+                  ? first : kvs_sched_pick(s, 0);
+        }
+
         first = NULL;
 
-        /* what the prefix cache has of it comes first (a waiting
-         * sequence holds nothing, so this is undone if it must wait) */
-        kvs_sched_lookup(s, seq);
-
-        want = seq->n_tokens - seq->n_computed;
-        take = want < budget ? want : budget;
-
-        if ((!s->conf.chunked_prefill && want > budget)
-            || !kvs_sched_room(s, kvs_sched_blocks_for(s, seq, take)))
+        if (kvs_sched_admit(s, plan, seq, budget, hold, &budget)
+            != KVS_OK)
         {
-            kvs_sched_let_go(s, seq);
             break;
         }
-
-        kvs_seq_queue_unlink(&s->waiting, seq);
-        seq->state = KVS_SEQ_RUNNING;
-        kvs_seq_queue_insert(&s->running, seq);
-
-        if (kvs_sched_take(s, plan, seq, take) != KVS_OK) {
-            kvs_sched_preempt(s, seq);
-            break;
-        }
-
-        kvs_sched_held(seq, 1);
-
-        budget -= take;
     }
+
+    if (!s->pools_on) {
+        return;
+    }
+
+    /*
+     * Long prefills: in a step that prefills no short prompt, or else
+     * every other step (never starved); pool_chunk tokens in all, the
+     * running ones oldest first, then the oldest waiting one if the
+     * long pool may take it.
+     */
+    if (plan->n_prefill > 0 && !s->long_skipped) {
+        s->long_skipped = kvs_sched_long_pending(s);
+        return;
+    }
+
+    s->long_skipped = 0;
+    chunk = s->conf.pool_chunk != 0 ? s->conf.pool_chunk : budget;
+
+    for (seq = s->running.head;
+         seq != NULL && budget > 0 && chunk > 0;
+         seq = next)
+    {
+        if (!kvs_sched_long_prefill(s, seq)) {
+            next = seq->next;
+            continue;
+        }
+
+        if (kvs_sched_run(s, plan, seq, chunk < budget ? chunk : budget,
+                          &budget, &next) != KVS_OK)
+        {
+            break;
+        }
+
+        chunk -= seq->n_step;
+    }
+
+    if (budget > 0 && chunk > 0 && s->running.n < s->conf.max_running) {
+        seq = kvs_sched_long_next(s);
+
+        if (seq != NULL && kvs_sched_avail(s) >= seq->need) {
+            (void) kvs_sched_admit(s, plan, seq,
+                                   chunk < budget ? chunk : budget, 0,
+                                   &budget);
+        }
+    }
+}
+
+
+/*
+ * One running sequence's part of the step: at most most positions
+ * (and what the budget has left), after making room from the newest
+ * running (never a long one); *budget drops by what it takes, *next is
+ * where the visit goes on.  KVS_KV_EFULL: the visit stops (a short seq
+ * was preempted for lack of blocks).
+ */
+static int
+kvs_sched_run(kvs_sched_t *s, kvs_sched_plan_t *plan, kvs_seq_t *seq,
+    uint32_t most, uint32_t *budget, kvs_seq_t **next)
+{
+    uint32_t    want, take;
+    kvs_seq_t  *victim;
+
+    want = seq->n_tokens - seq->n_computed;
+    take = want < most ? want : most;
+    take = take < *budget ? take : *budget;
+
+    /* make room from the newest; when seq is the newest, it goes */
+
+    while (!kvs_sched_room(s, kvs_sched_blocks_for(s, seq, take))) {
+        victim = kvs_sched_victim(s, seq);
+        if (victim == NULL) {
+            break;
+        }
+
+        kvs_sched_preempt(s, victim);
+    }
+
+    /* seq may have been the tail all along, or next just went */
+    *next = seq->next;
+
+    if (kvs_sched_take(s, plan, seq, take) != KVS_OK) {
+        if (kvs_sched_long(s, seq)) {
+            /* never preempted: it waits for a block a step */
+            return KVS_OK;
+        }
+
+        kvs_sched_preempt(s, seq);
+        return KVS_KV_EFULL;
+    }
+
+    *budget -= take;
+
+    return KVS_OK;
+}
+
+
+/*
+ * Admits waiting seq with at most most positions this step, if what it
+ * needs fits: with pools its whole need, a short one's leaving hold
+ * blocks free (the waiting long one's); else its first chunk's.  A long
+ * one takes its whole need now.  KVS_KV_EFULL: it stays waiting and
+ * admission stops.
+ */
+static int
+kvs_sched_admit(kvs_sched_t *s, kvs_sched_plan_t *plan, kvs_seq_t *seq,
+    uint32_t most, uint32_t hold, uint32_t *budget)
+{
+    int       fits, lng;
+    uint32_t  want, take, whole;
+
+    /* what the prefix cache has of it comes first (a waiting sequence
+     * holds nothing, so this is undone if it must wait) */
+    kvs_sched_lookup(s, seq);
+
+    want = seq->n_tokens - seq->n_computed;
+    take = want < most ? want : most;
+    take = take < *budget ? take : *budget;
+    lng = kvs_sched_long(s, seq);
+
+    if (!s->conf.chunked_prefill && want > *budget) {
+        fits = 0;
+
+    } else if (s->pools_on) {
+        whole = kvs_kv_table_blocks_needed(&seq->table, s->pool,
+                                           seq->cap - 1);
+        fits = take > 0 && kvs_sched_room(s, whole + (lng ? 0 : hold));
+
+    } else {
+        fits = kvs_sched_room(s, kvs_sched_blocks_for(s, seq, take));
+    }
+
+    if (!fits) {
+        kvs_sched_let_go(s, seq);
+        return KVS_KV_EFULL;
+    }
+
+    kvs_seq_queue_unlink(&s->waiting, seq);
+    seq->state = KVS_SEQ_RUNNING;
+    kvs_seq_queue_insert(&s->running, seq);
+
+    /* a long one takes its whole need now (room was checked) */
+    if ((lng && kvs_kv_table_reserve(&seq->table, s->pool, seq->cap - 1,
+                                     NULL) != KVS_OK)
+        || kvs_sched_take(s, plan, seq, take) != KVS_OK)
+    {
+        kvs_sched_preempt(s, seq);
+        return KVS_KV_EFULL;
+    }
+
+    kvs_sched_admitted(s, seq);
+    kvs_sched_held(seq, 1);
+    s->pools[seq->pool].used += kvs_kv_table_held(&seq->table);
+
+    *budget -= take;
+
+    return KVS_OK;
 }
 
 
@@ -547,6 +739,16 @@ kvs_sched_fork(kvs_sched_t *s, kvs_seq_t *parent, kvs_seq_t *child)
         && kvs_kv_table_fork(&child->table, &parent->table, s->pool, NULL)
            == KVS_OK)
     {
+        /* a long choice holds its whole need, as its parent does */
+        if (kvs_sched_long(s, child)
+            && kvs_kv_table_reserve(&child->table, s->pool, child->cap - 1,
+                                    NULL) != KVS_OK)
+        {
+            (void) kvs_kv_table_release(&child->table, s->pool, NULL);
+            goto queue;
+        }
+
+        child->admitted = 1;
         child->n_computed = parent->n_computed;
         child->state = KVS_SEQ_RUNNING;
 
@@ -572,7 +774,10 @@ kvs_sched_fork(kvs_sched_t *s, kvs_seq_t *parent, kvs_seq_t *child)
         return 1;
     }
 
+queue:
+
     child->state = KVS_SEQ_WAITING;
+    child->queued_ms = s->now;
     kvs_seq_queue_insert(&s->waiting, child);
 
     return 0;
@@ -709,10 +914,11 @@ kvs_sched_room(kvs_sched_t *s, uint32_t need)
  * The waiting sequence to admit next: the oldest of the tenant served
  * least.  While several tenants wait, one holding more than its KV cap
  * is passed over, and so is, while several groups wait, a group over
- * its own; unless all are.
+ * its own; unless all are.  only_short: among short ones alone (NULL
+ * when none waits).
  */
 static kvs_seq_t *
-kvs_sched_pick(kvs_sched_t *s)
+kvs_sched_pick(kvs_sched_t *s, int only_short)
 {
     int               others, other_groups;
     uint64_t          vtc, best_vtc, any_vtc;
@@ -721,7 +927,13 @@ kvs_sched_pick(kvs_sched_t *s)
     kvs_seq_group_t  *first_group;
 
     if (s->conf.no_fair) {
-        return s->waiting.head;
+        for (seq = s->waiting.head; seq != NULL; seq = seq->next) {
+            if (!only_short || seq->pool == KVS_POOL_SHORT) {
+                return seq;
+            }
+        }
+
+        return NULL;
     }
 
     first = s->waiting.head->tenant;
@@ -744,6 +956,10 @@ kvs_sched_pick(kvs_sched_t *s)
 
     /* strictly smaller: the oldest wins a tie */
     for (seq = s->waiting.head; seq != NULL; seq = seq->next) {
+        if (only_short && seq->pool != KVS_POOL_SHORT) {
+            continue;
+        }
+
         vtc = seq->tenant != NULL ? seq->tenant->vtc : 0;
 
         if (any == NULL || vtc < any_vtc) {
@@ -841,7 +1057,7 @@ kvs_sched_rebalance(kvs_sched_t *s)
     if (budget > 0 && s->running.n < s->conf.max_running
         && s->waiting.head != NULL)
     {
-        seq = kvs_sched_pick(s);
+        seq = kvs_sched_pick(s, 0);
 
         if (!kvs_sched_over(s, seq, tenants, groups)) {
             wait = seq;
@@ -862,7 +1078,9 @@ kvs_sched_rebalance(kvs_sched_t *s)
         for (victim = s->running.tail; victim != NULL;
              victim = victim->prev)
         {
-            if (kvs_sched_over(s, victim, tenants, groups)) {
+            if (kvs_sched_over(s, victim, tenants, groups)
+                && !kvs_sched_long(s, victim))
+            {
                 break;
             }
         }
@@ -946,11 +1164,18 @@ kvs_sched_kv_count(kvs_sched_t *s)
         }
     }
 
+    for (b = 0; b < KVS_POOL_N; b++) {
+        s->pools[b].used = 0;
+        s->pools[b].queued = 0;
+    }
+
     /* the groups of waiting sequences are read by pick too */
     for (seq = s->waiting.head; seq != NULL; seq = seq->next) {
         if (seq->group != NULL) {
             seq->group->kv_blocks = 0;
         }
+
+        s->pools[seq->pool].queued++;
     }
 
     for (seq = s->running.head; seq != NULL; seq = seq->next) {
@@ -961,7 +1186,254 @@ kvs_sched_kv_count(kvs_sched_t *s)
 
     for (seq = s->running.head; seq != NULL; seq = seq->next) {
         kvs_sched_held(seq, 1);
+        s->pools[seq->pool].used += kvs_kv_table_held(&seq->table);
     }
+}
+
+
+/* 1 when seq is a long one with pools on: admitted with its whole need,
+ * never preempted. */
+static int
+kvs_sched_long(const kvs_sched_t *s, const kvs_seq_t *seq)
+{
+    return s->pools_on && seq->pool == KVS_POOL_LONG;
+}
+
+
+/* The newest running sequence newer than seq that may be preempted (not
+ * a long one), or NULL. */
+static kvs_seq_t *
+kvs_sched_victim(kvs_sched_t *s, kvs_seq_t *seq)
+{
+    kvs_seq_t  *v;
+
+    for (v = s->running.tail; v != NULL && v != seq; v = v->prev) {
+        if (!kvs_sched_long(s, v)) {
+            return v;
+        }
+    }
+
+    return NULL;
+}
+
+
+/* Free blocks and cached ones nobody uses. */
+static uint32_t
+kvs_sched_avail(kvs_sched_t *s)
+{
+    uint64_t  n;
+
+    n = kvs_kv_pool_free_count(s->pool);
+
+    if (s->radix != NULL) {
+        n += kvs_radix_evictable(s->radix);
+    }
+
+    return n < UINT32_MAX ? (uint32_t) n : UINT32_MAX;
+}
+
+
+/* 1 when seq is a running long one still prefilling (pools on). */
+static int
+kvs_sched_long_prefill(const kvs_sched_t *s, const kvs_seq_t *seq)
+{
+    return kvs_sched_long(s, seq) && seq->n_computed < seq->n_prompt;
+}
+
+
+/*
+ * The oldest waiting long sequence if the long pool may take it now: a
+ * prefill slot free (fewer than pool_max_prefill prefilling) and its
+ * need within the pool's share; else NULL.
+ */
+static kvs_seq_t *
+kvs_sched_long_next(kvs_sched_t *s)
+{
+    uint32_t           prefilling;
+    kvs_seq_t         *seq, *lng;
+    kvs_sched_pool_t  *lp;
+
+    lp = &s->pools[KVS_POOL_LONG];
+
+    for (lng = s->waiting.head; lng != NULL; lng = lng->next) {
+        if (lng->pool == KVS_POOL_LONG) {
+            break;
+        }
+    }
+
+    if (lng == NULL) {
+        return NULL;
+    }
+
+    prefilling = 0;
+
+    for (seq = s->running.head; seq != NULL; seq = seq->next) {
+        prefilling += kvs_sched_long_prefill(s, seq);
+    }
+
+    if (prefilling >= s->conf.pool_max_prefill
+        || (uint64_t) lp->used + lng->need > lp->max_blocks)
+    {
+        return NULL;
+    }
+
+    return lng;
+}
+
+
+/* 1 when a long sequence would prefill this step if allowed: one runs
+ * still prefilling, or one waits that the long pool may take. */
+static int
+kvs_sched_long_pending(kvs_sched_t *s)
+{
+    kvs_seq_t  *seq;
+
+    for (seq = s->running.head; seq != NULL; seq = seq->next) {
+        if (kvs_sched_long_prefill(s, seq)) {
+            return 1;
+        }
+    }
+
+    return kvs_sched_long_next(s) != NULL;
+}
+
+
+/*
+ * With pools: the short waiting sequence to admit next, as pick chooses
+ * (first, the caps' choice, when it is short); NULL when none waits.
+ * *hold is the need of the oldest waiting long one when the long pool
+ * may take it: short ones must leave it free, so that it is not
+ * starved (it is admitted in the step's long part).
+ */
+static kvs_seq_t *
+kvs_sched_pool_pick(kvs_sched_t *s, kvs_seq_t *first, uint32_t *hold)
+{
+    kvs_seq_t  *lng;
+
+    lng = kvs_sched_long_next(s);
+    *hold = lng != NULL ? lng->need : 0;
+
+    if (first != NULL && first->state == KVS_SEQ_WAITING
+        && first->pool == KVS_POOL_SHORT)
+    {
+        return first;
+    }
+
+    return kvs_sched_pick(s, 1);
+}
+
+
+/* seq joins the running for the first time: its pool's counts. */
+static void
+kvs_sched_admitted(kvs_sched_t *s, kvs_seq_t *seq)
+{
+    kvs_sched_pool_t  *p;
+
+    if (seq->admitted) {
+        return;
+    }
+
+    seq->admitted = 1;
+    p = &s->pools[seq->pool];
+    p->admitted++;
+
+    if (s->now > seq->queued_ms) {
+        p->waited++;
+        p->wait_ms += s->now - seq->queued_ms;
+    }
+}
+
+
+/* The rate at which ended sequences give blocks back: sampled at most
+ * once a second, smoothed (0.7 old, 0.3 new). */
+static void
+kvs_sched_rate(kvs_sched_t *s)
+{
+    double    inst;
+    uint64_t  dt;
+
+    if (s->rate_ms == 0 || s->now < s->rate_ms) {
+        s->rate_ms = s->now;
+        s->rate_freed = s->n_freed;
+        return;
+    }
+
+    dt = s->now - s->rate_ms;
+    if (dt < 1000) {
+        return;
+    }
+
+    inst = (double) (s->n_freed - s->rate_freed) * 1000.0 / (double) dt;
+    s->free_rate = s->free_rate == 0.0 ? inst
+                                       : 0.7 * s->free_rate + 0.3 * inst;
+    s->rate_ms = s->now;
+    s->rate_freed = s->n_freed;
+}
+
+
+kvs_seq_t *
+kvs_sched_expire(kvs_sched_t *s)
+{
+    kvs_seq_t  *seq, *next, *list;
+
+    list = NULL;
+
+    if (s->conf.queue_timeout_ms == 0) {
+        return NULL;
+    }
+
+    for (seq = s->waiting.head; seq != NULL; seq = next) {
+        next = seq->next;
+
+        if (seq->admitted
+            || s->now < seq->queued_ms + s->conf.queue_timeout_ms)
+        {
+            continue;
+        }
+
+        /* a waiting sequence holds no blocks (invariant) */
+        kvs_seq_queue_unlink(&s->waiting, seq);
+        seq->state = KVS_SEQ_NEW;
+        s->pools[seq->pool].refused++;
+
+        seq->step_next = list;
+        list = seq;
+    }
+
+    return list;
+}
+
+
+uint32_t
+kvs_sched_retry_after(kvs_sched_t *s, const kvs_seq_t *seq)
+{
+    double             secs;
+    uint32_t           avail, lack, room;
+    kvs_sched_pool_t  *p;
+
+    avail = kvs_sched_avail(s);
+    lack = seq->need > avail ? seq->need - avail : 0;
+
+    p = &s->pools[seq->pool];
+
+    if (kvs_sched_long(s, seq)) {
+        room = p->max_blocks > p->used ? p->max_blocks - p->used : 0;
+        lack = seq->need > room && seq->need - room > lack
+               ? seq->need - room : lack;
+    }
+
+    /* it lacked a turn, not blocks: one block's worth of turnover */
+    lack = lack > 0 ? lack : 1;
+
+    if (s->free_rate <= 0.0) {
+        secs = (double) s->conf.queue_timeout_ms / 1000.0;
+    } else {
+        secs = (double) lack / s->free_rate;
+    }
+
+    secs = secs < 1.0 ? 1.0 : secs;
+
+    return secs > 3600.0 ? 3600 : (uint32_t) (secs + 0.999);
 }
 
 

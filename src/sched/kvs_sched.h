@@ -46,6 +46,26 @@
  * whole pool, or with chunked prefill off the step budget) is refused by
  * kvs_sched_add() with the reason, and nothing changes.
  *
+ * KV pools (conf.pool_min_tokens, docs/pools.md; not with a window): a
+ * sequence whose prompt plus max_tokens reach pool_min_tokens is long,
+ * the others short; its need is the blocks of that whole length.  A long
+ * sequence is admitted only when its need fits in the long pool's share
+ * (pool_share_milli of the blocks, less what running long ones hold),
+ * fewer than pool_max_prefill long ones are prefilling, and the pool has
+ * its need free (free + evictable); it then takes all those blocks at
+ * once, so it never needs a block again and is never preempted by
+ * anyone: running long sequences are no preemption victims.  Long
+ * sequences are admitted oldest first, and a short one only when its
+ * whole need fits the free blocks left after the oldest waiting long
+ * one's need (when the long pool has room for it): short traffic cannot
+ * starve it.  Long prefills come last in a step, pool_chunk tokens at
+ * most (all long ones together), and only in a step that prefills no
+ * short prompt, or else in every other step: short prompts go first,
+ * long ones still advance.  A sequence still waiting (never admitted)
+ * queue_timeout_ms after it was added leaves the queue through
+ * kvs_sched_expire(), with a retry-after from the measured rate at
+ * which finished sequences give blocks back.
+ *
  * Ownership: the caller (the engine) owns each kvs_seq_t and its token
  * array; the scheduler links it into its queues and owns, through the
  * sequence's block table, one pool reference per block the table holds.
@@ -112,11 +132,33 @@ struct kvs_seq_s {
                                          last token's K/V for the cache
                                          (it completes a block), wants
                                          no logits */
+    uint8_t           pool;           /* KVS_POOL_SHORT or _LONG */
+    uint8_t           admitted;       /* ran once: never expires */
+    uint32_t          need;           /* blocks of prompt + max_tokens */
+    uint64_t          queued_ms;      /* when it was added (s->now) */
 
     kvs_seq_t        *prev;           /* in its queue */
     kvs_seq_t        *next;
     kvs_seq_t        *step_next;      /* in this step's list */
 };
+
+#define KVS_POOL_SHORT  0
+#define KVS_POOL_LONG   1
+#define KVS_POOL_N      2
+
+/* A pool's figures, for metrics: now (used, queued) and since the
+ * scheduler began (the others). */
+typedef struct {
+    uint32_t  max_blocks;             /* it may hold: the long share, or
+                                         the whole pool */
+    uint32_t  used;                   /* held by its running sequences */
+    uint32_t  queued;                 /* its sequences waiting */
+    uint64_t  admitted;               /* sequences it admitted */
+    uint64_t  waited;                 /* of those, admitted 1 ms or more
+                                         after they were added */
+    uint64_t  wait_ms;                /* their time in the queue */
+    uint64_t  refused;                /* too big for it, or expired */
+} kvs_sched_pool_t;
 
 typedef struct {
     kvs_seq_t  *head;                 /* oldest */
@@ -142,6 +184,15 @@ typedef struct {
     uint32_t  window;                 /* every layer's sliding window
                                          (kvs_hparams_swa_all), or 0:
                                          sequences keep all blocks */
+    uint32_t  pool_min_tokens;        /* prompt + max_tokens that make a
+                                         sequence long; 0: no pools */
+    uint32_t  pool_share_milli;       /* the long pool's most blocks,
+                                         thousandths, 1..1000 */
+    uint32_t  pool_max_prefill;       /* long ones prefilling at once,
+                                         >= 1 */
+    uint32_t  pool_chunk;             /* long prefill tokens a step, all
+                                         together; 0: the step budget */
+    uint32_t  queue_timeout_ms;       /* 0: a sequence waits forever */
 } kvs_sched_conf_t;
 
 /* A planned step: the batch to run, and whose logits come back. */
@@ -176,6 +227,15 @@ typedef struct {
     uint64_t           now;           /* ms, set by the caller per step */
     uint64_t           n_query_tokens;    /* prompt tokens looked up */
     uint64_t           n_hit_tokens;      /* of those, reused */
+
+    int                pools_on;      /* conf.pool_min_tokens, no window */
+    int                long_skipped;  /* the last plan left long prefills
+                                         out: this one takes them */
+    kvs_sched_pool_t   pools[KVS_POOL_N];
+    uint64_t           n_freed;       /* blocks ended sequences gave back */
+    uint64_t           rate_ms;       /* the rate's last sample: when, */
+    uint64_t           rate_freed;    /* and n_freed then */
+    double             free_rate;     /* blocks per second, smoothed */
 } kvs_sched_t;
 
 /* Checks conf (KVS_EINVAL names the field) and allocates the step
@@ -228,7 +288,8 @@ void kvs_sched_group(kvs_seq_t *seq, kvs_seq_group_t *g);
 void kvs_sched_ungroup(kvs_seq_t *seq);
 
 /* Counts each tenant's and group's blocks (kv_blocks) from its running
- * sequences' tables: at each plan, and for whoever reports them. */
+ * sequences' tables, and each pool's used and queued: at each plan, and
+ * for whoever reports them. */
 void kvs_sched_kv_count(kvs_sched_t *s);
 
 /* Queues an initialised sequence at the back of the waiting queue. */
@@ -258,6 +319,19 @@ void kvs_sched_plan(kvs_sched_t *s, kvs_sched_plan_t *plan);
  * id array could not grow): never an error.
  */
 int kvs_sched_fork(kvs_sched_t *s, kvs_seq_t *parent, kvs_seq_t *child);
+
+/*
+ * Takes the waiting sequences that were never admitted and were added
+ * conf.queue_timeout_ms or more before s->now out of the queue (they
+ * hold nothing), counts them refused, and returns them linked by
+ * step_next; the caller ends them.  NULL when none.
+ */
+kvs_seq_t *kvs_sched_expire(kvs_sched_t *s);
+
+/* Seconds after which seq (waiting) could expect its need to fit, from
+ * the blocks it lacks now and the measured rate at which blocks are
+ * freed; 1..3600 (the queue timeout's when nothing was freed yet). */
+uint32_t kvs_sched_retry_after(kvs_sched_t *s, const kvs_seq_t *seq);
 
 /* After the step ran: the planned positions are now cached. */
 void kvs_sched_commit(kvs_sched_t *s, kvs_sched_plan_t *plan);

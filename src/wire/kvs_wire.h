@@ -42,11 +42,13 @@
 #include "base/kvs_err.h"
 #include "engine/kvs_engine.h"
 
-#define KVS_WIRE_VERSION      6       /* 2: prefix cache fields, tenant;
+#define KVS_WIRE_VERSION      7       /* 2: prefix cache fields, tenant;
                                          3: SUBSCRIBE, INDEX; 4: HELLO's
                                          backend and memory; 5: SUBMIT's
                                          output constraint; 6: STATS's
-                                         iteration token buckets */
+                                         iteration token buckets; 7:
+                                         STATS's KV pools, OUT's
+                                         retry_after */
 #define KVS_WIRE_HDR          16
 #define KVS_WIRE_MAX_FRAME    (16u << 20)   /* 1M prompt ids take 4 MiB */
 #define KVS_WIRE_AGAIN        1             /* need more bytes */
@@ -57,6 +59,7 @@
 #define KVS_WIRE_MAX_STOP     16            /* = KVS_STOP_MAX */
 #define KVS_WIRE_MAX_STOP_LEN 256           /* = KVS_STOP_MAX_LEN */
 #define KVS_WIRE_MAX_MSG      (KVS_ERR_MSG_LEN - 1)  /* REFUSED, error */
+#define KVS_WIRE_MAX_RETRY_AFTER  3600   /* OUT's retry_after, seconds */
 
 typedef enum {
     KVS_WIRE_HELLO = 1,               /* engine -> worker, on accept */

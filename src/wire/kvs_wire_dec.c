@@ -378,7 +378,7 @@ kvs_wire_dec_out(const uint8_t *f, size_t f_len, kvs_wire_out_t *m,
     kvs_err_t *err)
 {
     uint8_t                 fin, pad, nt, miss, has;
-    uint16_t                el, pad16;
+    uint16_t                el, retry;
     uint32_t                i, j, n_tok, n_text, n_lp;
     const uint8_t          *text;
     kvs_wire_rd_t           rd;
@@ -391,6 +391,7 @@ kvs_wire_dec_out(const uint8_t *f, size_t f_len, kvs_wire_out_t *m,
     o->text.len = 0;
     o->finish = KVS_FINISH_NONE;
     o->error[0] = '\0';
+    o->retry_after = 0;
     o->n_cached = 0;
     o->n_cache_created = 0;
     o->miss = KVS_RADIX_MISS_NONE;
@@ -441,15 +442,25 @@ kvs_wire_dec_out(const uint8_t *f, size_t f_len, kvs_wire_out_t *m,
         || kvs_wire_u32(&rd, "miss_pos", &o->miss_pos) != KVS_OK
         || kvs_wire_u8(&rd, "miss", &miss) != KVS_OK
         || kvs_wire_u8(&rd, "has_cache", &has) != KVS_OK
-        || kvs_wire_u16(&rd, "reserved", &pad16) != KVS_OK)
+        || kvs_wire_u16(&rd, "retry_after", &retry) != KVS_OK)
     {
         return KVS_EFORMAT;
     }
 
-    if (pad16 != 0 || has > 1) {
-        return kvs_err_set(err, KVS_EFORMAT, "OUT: has_cache %u, reserved "
-                           "%u: must be 0 or 1, and 0", has, pad16);
+    if (has > 1) {
+        return kvs_err_set(err, KVS_EFORMAT, "OUT: has_cache: %u must be 0 "
+                           "or 1", has);
     }
+
+    if (retry > KVS_WIRE_MAX_RETRY_AFTER
+        || (retry != 0 && fin != KVS_FINISH_ERROR))
+    {
+        return kvs_err_set(err, KVS_EFORMAT, "OUT: retry_after: %u with "
+                           "finish %u (only error carries one, at most "
+                           "%d)", retry, fin, KVS_WIRE_MAX_RETRY_AFTER);
+    }
+
+    o->retry_after = retry;
 
     /* without has_cache the four fields are zero: one encoding each */
     if (miss > KVS_RADIX_MISS_OFF

@@ -392,7 +392,8 @@ kvs_wire_out_frame(kvs_buf_t *b, uint64_t id, uint32_t choice,
     p = kvs_le_put32(p, out->has_cache ? out->miss_pos : 0);
     *p++ = (uint8_t) (out->has_cache ? out->miss : 0);
     *p++ = out->has_cache ? 1 : 0;
-    p = kvs_le_put16(p, 0);
+    p = kvs_le_put16(p, finish == KVS_FINISH_ERROR
+                        ? (uint16_t) out->retry_after : 0);
 
     /* no output yet may mean no buffer: no offset from NULL */
     p = kvs_wire_put_ids(p, t1 > t0 ? out->tokens + t0 : NULL, t1 - t0);
@@ -433,6 +434,13 @@ kvs_wire_enc_out(kvs_buf_t *b, uint64_t id, uint32_t choice,
     if ((unsigned) out->finish > KVS_FINISH_ERROR) {
         return kvs_err_set(err, KVS_ERANGE, "OUT: finish: %d is not a "
                            "finish reason", (int) out->finish);
+    }
+
+    if (out->finish == KVS_FINISH_ERROR
+        && out->retry_after > KVS_WIRE_MAX_RETRY_AFTER)
+    {
+        return kvs_err_set(err, KVS_ERANGE, "OUT: retry_after: %u exceeds "
+                           "%d", out->retry_after, KVS_WIRE_MAX_RETRY_AFTER);
     }
 
     if (out->has_cache

@@ -20,8 +20,11 @@
 
 #include "wire/kvs_wire.h"
 
-/* bytes of one model's fixed stats in STATS_REPLY */
-#define STATS_MODEL  (4 + 17 * 8 + 8 * 4 + (KVS_ENGINE_ITER_BOUNDS + 2) * 8)
+/* bytes of one model's fixed stats in STATS_REPLY: index, counters,
+ * gauges, iteration buckets and sum, then the KV pools' (pools, 3 x 2
+ * gauges, 4 x 2 counters) */
+#define STATS_MODEL  (4 + 17 * 8 + 8 * 4 + (KVS_ENGINE_ITER_BOUNDS + 2) * 8 \
+                      + 4 + 6 * 4 + 8 * 8)
 
 
 /* --- helpers ------------------------------------------------------------- */
@@ -728,6 +731,7 @@ test_out(void **state)
     o.miss = KVS_RADIX_MISS_OFF;
     o.miss_pos = 10;
     snprintf(o.error, sizeof(o.error), "backend: out of memory");
+    o.retry_after = KVS_WIRE_MAX_RETRY_AFTER;
     t.recv_ns = 1;
     t.first_ns = 2;
     t.now_ns = UINT64_MAX;
@@ -740,6 +744,7 @@ test_out(void **state)
     assert_int_equal(d.choice, KVS_ENGINE_MAX_N - 1);
     assert_int_equal(d.out.finish, KVS_FINISH_ERROR);
     assert_string_equal(d.out.error, "backend: out of memory");
+    assert_int_equal(d.out.retry_after, KVS_WIRE_MAX_RETRY_AFTER);
     assert_int_equal(d.out.n_prompt, 11);
     assert_int_equal(d.out.n_generated, 5);
     assert_int_equal(d.out.n_preempted, 0xffffffffu);
@@ -942,6 +947,17 @@ test_stats(void **state)
         }
         in->models[i].st.iter_tokens[KVS_ENGINE_ITER_BOUNDS] = UINT64_MAX;
         in->models[i].st.iter_tokens_sum = UINT64_MAX - 1 - i;
+        in->models[i].st.pools = i;
+
+        for (k = 0; k < 2; k++) {
+            in->models[i].st.pool_max[k] = 0xffffffffu - k;
+            in->models[i].st.pool_used[k] = 30 + k;
+            in->models[i].st.pool_queued[k] = 32 + k;
+            in->models[i].st.pool_admitted[k] = UINT64_MAX - 2 - k;
+            in->models[i].st.pool_waited[k] = 34 + k;
+            in->models[i].st.pool_wait_ms[k] = 36 + k;
+            in->models[i].st.pool_refused[k] = 38 + k;
+        }
     }
 
     /* model 0: no tenant; model 1: the most, one key empty, one full */
@@ -1254,10 +1270,27 @@ test_bad_others(void **state)
     b.data[16 + 69] = 0;                      /* a miss without has_cache */
     expect_bad(b.data, b.len, "cache");
 
+    /* retry_after (16 + 70): only with finish error, at most 3600 */
     b.len = 0;
     kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err);
     b.data[16 + 70] = 1;
-    expect_bad(b.data, b.len, "reserved");
+    expect_bad(b.data, b.len, "retry_after");
+
+    o.finish = KVS_FINISH_ERROR;
+    o.retry_after = KVS_WIRE_MAX_RETRY_AFTER + 1;
+    b.len = 0;
+    assert_int_equal(kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err),
+                     KVS_ERANGE);
+    assert_int_equal(b.len, 0);
+    assert_non_null(strstr(err.msg, "retry_after"));
+
+    o.retry_after = KVS_WIRE_MAX_RETRY_AFTER;
+    assert_int_equal(kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err), KVS_OK);
+    b.data[16 + 70] = (uint8_t) (KVS_WIRE_MAX_RETRY_AFTER + 1);
+    b.data[16 + 71] = (uint8_t) ((KVS_WIRE_MAX_RETRY_AFTER + 1) >> 8);
+    expect_bad(b.data, b.len, "retry_after");
+    o.finish = KVS_FINISH_NONE;
+    o.retry_after = 0;
 
     b.len = 0;
     kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err);
@@ -1333,8 +1366,8 @@ test_bad_others(void **state)
     st->models[0].tenants.top[0].key_len = 3;
     b.len = 0;
     kvs_wire_enc_stats(&b, 1, st, &err);
-    /* a model's stats: 17 counters, 8 gauges, then the iteration
-     * buckets and their sum */
+    /* a model's stats: 17 counters, 8 gauges, the iteration buckets
+     * and their sum, the pools' figures */
     assert_int_equal(b.len, 16 + 12 + STATS_MODEL + 8 + 2 + 3 + 24 + 24);
     put32(b.data + 28 + STATS_MODEL, KVS_ENGINE_TOP_TENANTS + 1);
     expect_bad(b.data, b.len, "n_top");

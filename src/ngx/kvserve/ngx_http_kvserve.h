@@ -40,6 +40,8 @@
 #define NGX_HTTP_KVSERVE_SEQS          16     /* ... its default */
 #define NGX_HTTP_KVSERVE_TEMPLATE_MAX  1048576  /* a chat_template= file,
                                                    bytes */
+#define NGX_HTTP_KVSERVE_QUEUE_TIMEOUT  30000  /* kvserve_queue_timeout's
+                                                  default, ms */
 #define NGX_HTTP_KVSERVE_REQ_KV_MAX    250    /* kvserve_request_kv_max's
                                                  default, thousandths */
 
@@ -113,6 +115,14 @@ typedef struct {
                                                   KV cache; 0: off */
     ngx_uint_t                req_kv_max_milli;    /* kvserve_request_
                                                   kv_max, likewise */
+    ngx_uint_t                pool_min_tokens;     /* kvserve_kv_pool long
+                                                  min_tokens=; 0: no
+                                                  pools */
+    ngx_uint_t                pool_share_milli;    /* share=, thousandths */
+    ngx_uint_t                pool_max_prefill;    /* max_prefill= */
+    ngx_uint_t                pool_chunk;          /* chunk=; 0: a step */
+    ngx_msec_t                queue_timeout;       /* kvserve_queue_
+                                                  timeout; 0: off */
     ngx_uint_t                backend;     /* kvserve_backend: a
                                               kvs_backend_kind_t, chosen
                                               in the engine process */
@@ -294,6 +304,13 @@ char *ngx_http_kvserve_fair_weights(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_kvserve_fair_kv_max(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+ngx_int_t ngx_http_kvserve_parse_milli(ngx_str_t *v, ngx_uint_t *milli);
+char *ngx_http_kvserve_kv_pool(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_kvserve_queue_timeout(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_kvserve_pools_init(ngx_conf_t *cf,
+    ngx_http_kvserve_main_conf_t *kmcf);
 char *ngx_http_kvserve_request_kv_max(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_kvserve_max_sequences(ngx_conf_t *cf, ngx_command_t *cmd,

@@ -399,6 +399,11 @@ ngx_http_kvserve_on_out(ngx_http_kvserve_ctx_t *ctx,
     kmcf = ngx_http_get_module_main_conf(ctx->r, ngx_http_kvserve_module);
     ngx_http_kvserve_timer_arm(ctx, kmcf->engine_timeout);
 
+    if (o->finish == KVS_FINISH_ERROR && o->retry_after != 0) {
+        ngx_http_kvserve_fail_busy(ctx, o);
+        return;
+    }
+
     if (o->finish == KVS_FINISH_ERROR || o->finish == KVS_FINISH_CANCELLED) {
         ngx_log_error(NGX_LOG_ERR, ctx->r->connection->log, 0,
                       "kvserve: the engine ended choice %uD: %s", index,

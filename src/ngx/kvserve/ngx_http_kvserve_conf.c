@@ -430,7 +430,7 @@ ngx_http_kvserve_fair_weights(ngx_conf_t *cf, ngx_command_t *cmd,
  * up, at least 1), into *milli; NGX_ERROR for anything else.  Parsed by
  * hand as a decimal so that 0.1 is exactly 100.
  */
-static ngx_int_t
+ngx_int_t
 ngx_http_kvserve_parse_milli(ngx_str_t *v, ngx_uint_t *milli)
 {
     u_char      *p, *last;

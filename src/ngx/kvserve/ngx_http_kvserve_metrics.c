@@ -43,6 +43,10 @@ typedef struct {
 } ngx_http_kvserve_scrape_t;
 
 
+static void ngx_http_kvserve_scrape_pools(kvs_metrics_gauges_t *g,
+    const kvs_engine_stats_t *st);
+
+
 /* ---- variables -------------------------------------------------------- */
 
 typedef enum {
@@ -466,6 +470,7 @@ ngx_http_kvserve_scrape_send(ngx_http_request_t *r, kvs_wire_stats_t *st)
             ngx_memcpy(g[k].iter_tokens, st->models[i].st.iter_tokens,
                        sizeof(g[k].iter_tokens));
             g[k].iter_tokens_sum = st->models[i].st.iter_tokens_sum;
+            ngx_http_kvserve_scrape_pools(&g[k], &st->models[i].st);
             ngx_http_kvserve_scrape_tenants(&g[k].tenants,
                                             &st->models[i].tenants);
         }
@@ -629,4 +634,25 @@ ngx_http_kvserve_metrics_handler(ngx_http_request_t *r)
     }
 
     return NGX_DONE;
+}
+
+
+/* The engine's KV pools' figures into the scrape's gauges. */
+static void
+ngx_http_kvserve_scrape_pools(kvs_metrics_gauges_t *g,
+    const kvs_engine_stats_t *st)
+{
+    ngx_uint_t  p;
+
+    g->pools = st->pools != 0;
+
+    for (p = 0; p < 2; p++) {
+        g->pool_max[p] = st->pool_max[p];
+        g->pool_used[p] = st->pool_used[p];
+        g->pool_queued[p] = st->pool_queued[p];
+        g->pool_admitted[p] = st->pool_admitted[p];
+        g->pool_waited[p] = st->pool_waited[p];
+        g->pool_wait_ms[p] = st->pool_wait_ms[p];
+        g->pool_refused[p] = st->pool_refused[p];
+    }
 }

@@ -415,6 +415,7 @@ ngx_http_kvserve_msg_error(ngx_http_request_t *r, ngx_uint_t status,
     }
 
     if (status == NGX_HTTP_SERVICE_UNAVAILABLE
+        && !ngx_http_kvserve_has_header(r, "Retry-After")
         && ngx_http_kvserve_add_header(r, "Retry-After", "1") != NGX_OK)
     {
         kvs_buf_free(&body);
@@ -537,6 +538,7 @@ ngx_http_kvserve_send_json(ngx_http_request_t *r, ngx_uint_t status,
     }
 
     if (status == NGX_HTTP_SERVICE_UNAVAILABLE
+        && !ngx_http_kvserve_has_header(r, "Retry-After")
         && ngx_http_kvserve_add_header(r, "Retry-After", "1") != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -582,6 +584,34 @@ ngx_http_kvserve_add_header(ngx_http_request_t *r, const char *key,
     h->value.len = ngx_strlen(value);
 
     return NGX_OK;
+}
+
+
+ngx_uint_t
+ngx_http_kvserve_has_header(ngx_http_request_t *r, const char *key)
+{
+    size_t            len;
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    len = ngx_strlen(key);
+
+    for (part = &r->headers_out.headers.part; part != NULL;
+         part = part->next)
+    {
+        h = part->elts;
+
+        for (i = 0; i < part->nelts; i++) {
+            if (h[i].hash != 0 && h[i].key.len == len
+                && ngx_strncasecmp(h[i].key.data, (u_char *) key, len) == 0)
+            {
+                return 1;
+            }
+        }
+    }
+
+    return 0;
 }
 
 

@@ -197,6 +197,10 @@ void ngx_http_kvserve_timeout(ngx_event_t *ev);
  * after it; the request ends. */
 /* 503 naming ctx's model and why its engine is not there */
 void ngx_http_kvserve_fail_unavailable(ngx_http_kvserve_ctx_t *ctx);
+/* Not admitted within kvserve_queue_timeout: 503 with the engine's
+ * Retry-After (ngx_http_kvserve_pools.c). */
+void ngx_http_kvserve_fail_busy(ngx_http_kvserve_ctx_t *ctx,
+    const kvs_engine_out_t *o);
 void ngx_http_kvserve_fail(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t status,
     const char *message, const char *type, const char *code);
 /* Ends the request: every part forgotten, the timer gone, finalized
@@ -230,6 +234,9 @@ ngx_int_t ngx_http_kvserve_body_too_large(ngx_http_request_t *r);
  * (static, or in its pool). */
 ngx_int_t ngx_http_kvserve_add_header(ngx_http_request_t *r,
     const char *key, const char *value);
+/* 1 when the response already has a header key (case-insensitive). */
+ngx_uint_t ngx_http_kvserve_has_header(ngx_http_request_t *r,
+    const char *key);
 
 /* POST endpoints by r->uri: NGX_HTTP_KVSERVE_POST_*, NGX_DECLINED none
  * (the handler and kvserve_route route by it too); the Messages ones

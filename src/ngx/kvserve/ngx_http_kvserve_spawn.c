@@ -440,6 +440,11 @@ ngx_http_kvserve_child(ngx_http_kvserve_engine_t *e, int lease, int pidfd)
         sm[i].engine.fair_w_decode = (uint32_t) kmcf->fair_w_decode;
         sm[i].engine.fair_kv_max_milli = (uint32_t) kmcf->fair_kv_max_milli;
         sm[i].engine.req_kv_max_milli = (uint32_t) kmcf->req_kv_max_milli;
+        sm[i].engine.pool_min_tokens = (uint32_t) kmcf->pool_min_tokens;
+        sm[i].engine.pool_share_milli = (uint32_t) kmcf->pool_share_milli;
+        sm[i].engine.pool_max_prefill = (uint32_t) kmcf->pool_max_prefill;
+        sm[i].engine.pool_chunk = (uint32_t) kmcf->pool_chunk;
+        sm[i].engine.queue_timeout_ms = (uint32_t) kmcf->queue_timeout;
         sm[i].engine.backend = (kvs_backend_kind_t) kmcf->backend;
         sm[i].engine.device = (int) kmcf->device;
 
