@@ -35,7 +35,9 @@
  * 32-column types' AVX2 kernels take the input interleaved by groups of
  * 8 blocks too (kvs_cpu_q8i_t, filled once per product).  With AVX-512 VNNI,
  * Q8_0's weights were packed at load (kvs_cpu_q8p_fill) and its kernel
- * takes 16 rows by up to 8 tokens per pass instead (its own float order).
+ * takes 16 rows by up to 8 tokens per pass instead (its own float order);
+ * Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL likewise (kvs_cpu_qlp_fill, 16 rows
+ * by 2 tokens per pass, the portable kernel's bits).
  */
 
 #include <math.h>
@@ -316,6 +318,29 @@ kvs_cpu_q8p_size(const kvs_cpu_mat_t *w)
 }
 
 
+/* Bytes of w's packed copy at load on AVX-512 VNNI CPUs: Q8_0's
+ * (below), or the 32-column 4- and 5-bit types' (kvs_cpu_qlp_x86.c); 0
+ * for every other type. */
+size_t
+kvs_cpu_wpack_size(const kvs_cpu_mat_t *w)
+{
+    return w->type == KVS_GGML_Q8_0 ? kvs_cpu_q8p_size(w)
+                                    : kvs_cpu_qlp_size(w);
+}
+
+
+void
+kvs_cpu_wpack_fill(const kvs_cpu_mat_t *w, uint8_t *dst)
+{
+    if (w->type == KVS_GGML_Q8_0) {
+        kvs_cpu_q8p_fill(w, dst);
+
+    } else {
+        kvs_cpu_qlp_fill(w, dst);
+    }
+}
+
+
 /*
  * w's Q8_0 bytes in the packed layout (kvs_cpu_impl.h): for row group g
  * and block b, vector k (0..7) holds for each of the 16 rows r its bytes
@@ -451,8 +476,15 @@ kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
         for (r = r0; r < r0 + job->tile && r < mat->rows;
              r += KVS_CPU_Q8P_ROWS)
         {
-            kvs_cpu_q8p_rows_avx512(job->y[m], mat->rows, mat,
-                                    r / KVS_CPU_Q8P_ROWS, job->xq, job->n);
+            if (mat->type == KVS_GGML_Q8_0) {
+                kvs_cpu_q8p_rows_avx512(job->y[m], mat->rows, mat,
+                                        r / KVS_CPU_Q8P_ROWS, job->xq,
+                                        job->n);
+            } else {
+                kvs_cpu_qlp_rows_avx512(job->y[m], mat->rows, mat,
+                                        r / KVS_CPU_Q8P_ROWS, job->xq,
+                                        job->n);
+            }
         }
         return;
     }
