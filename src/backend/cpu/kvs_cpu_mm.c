@@ -601,7 +601,7 @@ kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
     const kvs_cpu_mat_t *w0, float *y0, const kvs_cpu_mat_t *w1, float *y1,
     const kvs_cpu_mat_t *w2, float *y2)
 {
-    uint32_t           m;
+    uint32_t           m, rows;
     kvs_cpu_mm_job_t   job;
 
     job.x = x;
@@ -623,12 +623,19 @@ kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
     job.tile = n >= KVS_CPU_BLAS_MIN ? KVS_CPU_BLAS_TILE : KVS_CPU_TILE;
 
     /* quantized products do not need the batched kernel's fixed tile (a
-     * row's sums never depend on its neighbours): smaller tasks keep
-     * every thread busy to the end of a 768-row product */
-    if (n >= KVS_CPU_BLAS_MIN && w0->qd != NULL
-        && (w1 == NULL || w1->qd != NULL) && (w2 == NULL || w2->qd != NULL))
+     * row's sums never depend on its neighbours): about six tasks per
+     * thread, of 16 to KVS_CPU_QTILE rows, keep every thread busy to the
+     * end of a 768-row product, and a one-token step claims a task per
+     * 64 rows, not per 16 (each claim moves the counter's cache line
+     * between the cores) */
+    if (w0->qd != NULL && (w1 == NULL || w1->qd != NULL)
+        && (w2 == NULL || w2->qd != NULL))
     {
-        job.tile = KVS_CPU_QTILE;
+        rows = w0->rows + (w1 ? w1->rows : 0) + (w2 ? w2->rows : 0);
+        rows /= 6 * kvs_threads_count(fw->kv->threads);
+        rows &= ~(uint32_t) (KVS_CPU_Q8P_ROWS - 1);
+        job.tile = rows < KVS_CPU_TILE ? KVS_CPU_TILE
+                   : rows > KVS_CPU_QTILE ? KVS_CPU_QTILE : rows;
     }
 
     /* quantized weights stay quantized: the input is quantized once here,
