@@ -63,7 +63,6 @@ struct kvs_threads_s {
     int                    stop;      /* under mu */
 
     _Alignas(64) atomic_uint  gen;    /* the caller's: a new job */
-    atomic_int             hot;       /* kvs_threads_hold(): spin on */
     _Alignas(64) atomic_uint  next;   /* next unclaimed task */
     _Alignas(64) atomic_uint  busy;   /* workers not done with gen */
     atomic_uint            sleeping;  /* workers in (or going to) wake */
@@ -107,11 +106,6 @@ kvs_threads_main(void *p)
             g = atomic_load_explicit(&tp->gen, memory_order_acquire);
             if (g != seen) {
                 break;
-            }
-
-            /* held hot: more calls are coming, keep spinning */
-            if (atomic_load_explicit(&tp->hot, memory_order_relaxed)) {
-                i = 0;
             }
 
             kvs_threads_pause();
@@ -199,7 +193,6 @@ kvs_threads_new(kvs_threads_t **out, unsigned n, kvs_err_t *err)
     atomic_init(&tp->next, 0);
     atomic_init(&tp->busy, 0);
     atomic_init(&tp->sleeping, 0);
-    atomic_init(&tp->hot, 0);
     atomic_init(&tp->waiting, 0);
 
     /* workers inherit the mask: they never take the process's signals */
@@ -286,15 +279,6 @@ kvs_threads_run(kvs_threads_t *tp, kvs_threads_fn_t fn, void *arg,
 }
 
 
-void
-kvs_threads_hold(kvs_threads_t *tp, int on)
-{
-    if (tp != NULL && tp->n > 1) {
-        atomic_store_explicit(&tp->hot, on != 0, memory_order_relaxed);
-    }
-}
-
-
 unsigned
 kvs_threads_count(const kvs_threads_t *tp)
 {
@@ -312,7 +296,6 @@ kvs_threads_free(kvs_threads_t *tp)
     }
 
     if (tp->n > 1) {
-        atomic_store(&tp->hot, 0);
         pthread_mutex_lock(&tp->mu);
         tp->stop = 1;
         pthread_cond_broadcast(&tp->wake);

@@ -7,9 +7,7 @@
  * a generation bump and, when the workers have gone to sleep, one
  * broadcast: workers spin briefly after each call (the next one usually
  * follows within microseconds, the same layer's next product) and then
- * block on a condition variable, so an idle engine burns no CPU; while
- * the owner holds the pool (kvs_threads_hold: a forward step) they spin
- * until the next call however long it takes.
+ * block on a condition variable, so an idle engine burns no CPU.
  *
  * Invariants:
  *   - every task index in [0, n_tasks) runs exactly once per call, on
@@ -47,13 +45,6 @@ int kvs_threads_new(kvs_threads_t **out, unsigned n, kvs_err_t *err);
  * caller. */
 void kvs_threads_run(kvs_threads_t *tp, kvs_threads_fn_t fn, void *arg,
     uint32_t n_tasks);
-
-/* on != 0: more calls follow soon (the products of one forward step),
- * so the workers spin between them however long a gap is, instead of
- * sleeping after a while and costing a wake-up per call; 0 (the default)
- * lets them sleep again.  A NULL pool is allowed.  The holder must let go
- * when the burst ends: held workers take a core each. */
-void kvs_threads_hold(kvs_threads_t *tp, int on);
 
 /* Threads counting the caller; 1 for a NULL pool. */
 unsigned kvs_threads_count(const kvs_threads_t *tp);

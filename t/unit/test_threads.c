@@ -3,8 +3,7 @@
  * on valid thread indexes, returning only when all are done; many rapid
  * calls of varying sizes (fewer tasks than threads, none, many) in a
  * row; a pool of one thread runs on the caller in order; a NULL pool
- * too; bad sizes are refused; a pool held hot (kvs_threads_hold) runs
- * calls after long gaps, and one freed while held stops.
+ * too; bad sizes are refused.
  *
  * And the CPU backend on its pool (kvs_cpu_kv_set_threads): the split
  * of rows and heads between threads (whose tiles of quantized products
@@ -152,44 +151,6 @@ test_sleep_wake(void **state)
         job_check(&j, 64);
     }
 
-    kvs_threads_free(tp);
-}
-
-
-/*
- * Held hot (kvs_threads_hold), the workers spin through gaps longer than
- * their spin, and calls still run every task once; let go, they sleep
- * and are woken again; a pool freed while held stops (free lets go).
- */
-static void
-test_hold(void **state)
-{
-    static job_t     j;
-    int              c;
-    kvs_err_t        err;
-    kvs_threads_t   *tp;
-    struct timespec  ts = { 0, 2 * 1000 * 1000 };
-
-    assert_int_equal(kvs_threads_new(&tp, 2, &err), KVS_OK);
-
-    for (c = 0; c < 12; c++) {
-        kvs_threads_hold(tp, c < 6);
-        nanosleep(&ts, NULL);
-        job_reset(&j, 2);
-        kvs_threads_run(tp, job_task, &j, 100);
-        job_check(&j, 100);
-    }
-
-    kvs_threads_hold(tp, 1);
-    kvs_threads_free(tp);
-
-    /* a NULL pool and a pool of one take it and do nothing */
-    kvs_threads_hold(NULL, 1);
-    assert_int_equal(kvs_threads_new(&tp, 1, &err), KVS_OK);
-    kvs_threads_hold(tp, 1);
-    job_reset(&j, 1);
-    kvs_threads_run(tp, job_task, &j, 10);
-    job_check(&j, 10);
     kvs_threads_free(tp);
 }
 
@@ -466,7 +427,6 @@ main(void)
         cmocka_unit_test(test_two),
         cmocka_unit_test(test_four),
         cmocka_unit_test(test_sleep_wake),
-        cmocka_unit_test(test_hold),
         cmocka_unit_test(test_one),
         cmocka_unit_test(test_bad),
         cmocka_unit_test(test_cpu_split),

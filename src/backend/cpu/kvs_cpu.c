@@ -989,11 +989,6 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     layer_k = (size_t) kv->n_blocks * kv->block_tokens * fw.kd;
     layer_v = (size_t) kv->n_blocks * kv->block_tokens * fw.vd;
 
-    /* the step's 60-odd pool calls (5 a layer) follow each other within
-     * microseconds: the workers spin through the gaps rather than sleep
-     * and be woken for each (let go at the end of the step) */
-    kvs_threads_hold(kv->threads, 1);
-
     tokp = kvs_cpu_pool(&fw, (double) n * fw.e);
     ffnp = kvs_cpu_pool(&fw, (double) n * fw.f);
     attp = kvs_cpu_pool(&fw, (double) n * max_ctx * (fw.qd + fw.od));
@@ -1059,8 +1054,6 @@ kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
         kvs_cpu_matmul(&fw, fw.xb, want, &cm->output, logits, NULL, NULL,
                        NULL, NULL);
     }
-
-    kvs_threads_hold(kv->threads, 0);
 
     /* gemma2: logits := c tanh(logits / c) */
     if (want > 0 && hp->final_softcap != 0.0) {

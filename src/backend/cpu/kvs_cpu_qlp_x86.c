@@ -368,19 +368,17 @@ __attribute__((target(KVS_QLP_TARGET))) void
 kvs_cpu_qlp_rows_avx512(float *y, size_t ldy, const kvs_cpu_mat_t *w,
     uint32_t g, const kvs_cpu_q8_t *xq, uint32_t n)
 {
+    /* one specialization of the kernel per type (a constant inside) */
     switch (w->type) {
-    case KVS_GGML_Q4_0:
-        kvs_qlp_rows(KVS_GGML_Q4_0, y, ldy, w, g, xq, n);
+#define KVS_QLP_TYPE(t)                                                     \
+    case t:                                                                 \
+        kvs_qlp_rows(t, y, ldy, w, g, xq, n);                               \
         break;
-    case KVS_GGML_Q4_1:
-        kvs_qlp_rows(KVS_GGML_Q4_1, y, ldy, w, g, xq, n);
-        break;
-    case KVS_GGML_Q5_0:
-        kvs_qlp_rows(KVS_GGML_Q5_0, y, ldy, w, g, xq, n);
-        break;
-    case KVS_GGML_Q5_1:
-        kvs_qlp_rows(KVS_GGML_Q5_1, y, ldy, w, g, xq, n);
-        break;
+    KVS_QLP_TYPE(KVS_GGML_Q4_0)
+    KVS_QLP_TYPE(KVS_GGML_Q4_1)
+    KVS_QLP_TYPE(KVS_GGML_Q5_0)
+    KVS_QLP_TYPE(KVS_GGML_Q5_1)
+#undef KVS_QLP_TYPE
     default: /* IQ4_NL */
         kvs_qlp_rows(KVS_GGML_IQ4_NL, y, ldy, w, g, xq, n);
         break;
