@@ -12,7 +12,7 @@
  *
  * No mutex on the fast path (every call, when the threads spin): a lock
  * that one side holds while the other wants it parks the other in the
- * kernel, which two threads meeting 60 times a decode step did.  The
+ * kernel, a risk two threads meeting 60 times a decode step run.  The
  * sleeps are safe without it by store-then-load pairs, all seq_cst: a
  * worker counts itself in `sleeping` and then reads `gen`, the caller
  * bumps `gen` and then reads `sleeping`, so one of them sees the other
@@ -107,7 +107,6 @@ kvs_threads_main(void *p)
             if (g != seen) {
                 break;
             }
-
             kvs_threads_pause();
         }
 
