@@ -2,13 +2,24 @@
  * kvs_threads: the worker pool (see kvs_threads.h).
  *
  * A call publishes its job (fn, arg, n_tasks), resets the task counter and
- * the count of workers still busy, then bumps the generation under the
- * mutex (so a worker about to sleep cannot miss it) and broadcasts only if
- * some worker sleeps.  Tasks are claimed with an atomic counter, so a
- * worker that wakes late finds them taken and a slow one does not hold
- * the others.  The job fields are read by workers only between their
- * seeing the new generation and their check-out, and the caller rewrites
- * them only after every worker checked out: they need no atomics.
+ * the count of workers still busy, then bumps the generation and takes
+ * the mutex to broadcast only if some worker sleeps.  Tasks are claimed
+ * with an atomic counter, so a worker that wakes late finds them taken
+ * and a slow one does not hold the others.  The job fields are read by
+ * workers only between their seeing the new generation and their
+ * check-out, and the caller rewrites them only after every worker checked
+ * out: they need no atomics.
+ *
+ * No mutex on the fast path (every call, when the threads spin): a lock
+ * that one side holds while the other wants it parks the other in the
+ * kernel, a risk two threads meeting 60 times a decode step run.  The
+ * sleeps are safe without it by store-then-load pairs, all seq_cst: a
+ * worker counts itself in `sleeping` and then reads `gen`, the caller
+ * bumps `gen` and then reads `sleeping`, so one of them sees the other
+ * (the worker does not sleep, or the caller broadcasts under the mutex,
+ * which the worker holds until it waits); likewise the caller's `waiting`
+ * against the last worker's decrement of `busy`.  The counters written by
+ * different threads live on cache lines of their own.
  */
 
 #include <errno.h>
@@ -49,12 +60,13 @@ struct kvs_threads_s {
     void                  *arg;
     uint32_t               n_tasks;
 
-    atomic_uint            gen;       /* written under mu */
-    atomic_uint            next;      /* next unclaimed task */
-    atomic_uint            busy;      /* workers not done with gen */
-    unsigned               sleeping;  /* under mu */
-    int                    waiting;   /* under mu: the caller sleeps */
     int                    stop;      /* under mu */
+
+    _Alignas(64) atomic_uint  gen;    /* the caller's: a new job */
+    _Alignas(64) atomic_uint  next;   /* next unclaimed task */
+    _Alignas(64) atomic_uint  busy;   /* workers not done with gen */
+    atomic_uint            sleeping;  /* workers in (or going to) wake */
+    atomic_int             waiting;   /* the caller in (or going to) done */
 };
 
 
@@ -100,36 +112,33 @@ kvs_threads_main(void *p)
 
         if (g == seen) {
             pthread_mutex_lock(&tp->mu);
-            tp->sleeping++;
+            atomic_fetch_add(&tp->sleeping, 1);
 
-            while (!tp->stop
-                   && atomic_load_explicit(&tp->gen, memory_order_relaxed)
-                      == seen)
-            {
+            while (!tp->stop && atomic_load(&tp->gen) == seen) {
                 pthread_cond_wait(&tp->wake, &tp->mu);
             }
 
-            tp->sleeping--;
+            atomic_fetch_sub(&tp->sleeping, 1);
 
             if (tp->stop) {
                 pthread_mutex_unlock(&tp->mu);
                 return NULL;
             }
 
-            g = atomic_load_explicit(&tp->gen, memory_order_relaxed);
+            g = atomic_load(&tp->gen);
             pthread_mutex_unlock(&tp->mu);
         }
 
         seen = g;
         kvs_threads_work(tp, w->index);
 
-        if (atomic_fetch_sub_explicit(&tp->busy, 1, memory_order_acq_rel)
-            == 1)
+        /* the last one out wakes the caller if it sleeps (or is about
+         * to: it set waiting before its last look at busy) */
+        if (atomic_fetch_sub(&tp->busy, 1) == 1
+            && atomic_load(&tp->waiting))
         {
             pthread_mutex_lock(&tp->mu);
-            if (tp->waiting) {
-                pthread_cond_signal(&tp->done);
-            }
+            pthread_cond_signal(&tp->done);
             pthread_mutex_unlock(&tp->mu);
         }
     }
@@ -151,10 +160,13 @@ kvs_threads_new(kvs_threads_t **out, unsigned n, kvs_err_t *err)
                            "allowed", n, KVS_THREADS_MAX);
     }
 
-    tp = calloc(1, sizeof(kvs_threads_t));
+    /* the counters' cache lines: the struct's size is a multiple of 64 */
+    tp = aligned_alloc(64, sizeof(kvs_threads_t));
     if (tp == NULL) {
         return kvs_err_set(err, KVS_ENOMEM, "threads: out of memory");
     }
+
+    memset(tp, 0, sizeof(kvs_threads_t));
 
     tp->n = n;
 
@@ -179,6 +191,8 @@ kvs_threads_new(kvs_threads_t **out, unsigned n, kvs_err_t *err)
     atomic_init(&tp->gen, 0);
     atomic_init(&tp->next, 0);
     atomic_init(&tp->busy, 0);
+    atomic_init(&tp->sleeping, 0);
+    atomic_init(&tp->waiting, 0);
 
     /* workers inherit the mask: they never take the process's signals */
     sigfillset(&all);
@@ -233,13 +247,15 @@ kvs_threads_run(kvs_threads_t *tp, kvs_threads_fn_t fn, void *arg,
     atomic_store_explicit(&tp->next, 0, memory_order_relaxed);
     atomic_store_explicit(&tp->busy, tp->n - 1, memory_order_relaxed);
 
-    pthread_mutex_lock(&tp->mu);
-    /* release: the job above is visible to whoever sees the new gen */
-    atomic_fetch_add_explicit(&tp->gen, 1, memory_order_release);
-    if (tp->sleeping > 0) {
+    /* seq_cst (so release too: the job above is visible to whoever sees
+     * the new gen), then the look at sleeping */
+    atomic_fetch_add(&tp->gen, 1);
+
+    if (atomic_load(&tp->sleeping) > 0) {
+        pthread_mutex_lock(&tp->mu);
         pthread_cond_broadcast(&tp->wake);
+        pthread_mutex_unlock(&tp->mu);
     }
-    pthread_mutex_unlock(&tp->mu);
 
     kvs_threads_work(tp, 0);
 
@@ -251,13 +267,13 @@ kvs_threads_run(kvs_threads_t *tp, kvs_threads_fn_t fn, void *arg,
     }
 
     pthread_mutex_lock(&tp->mu);
-    tp->waiting = 1;
+    atomic_store(&tp->waiting, 1);
 
-    while (atomic_load_explicit(&tp->busy, memory_order_acquire) != 0) {
+    while (atomic_load(&tp->busy) != 0) {
         pthread_cond_wait(&tp->done, &tp->mu);
     }
 
-    tp->waiting = 0;
+    atomic_store(&tp->waiting, 0);
     pthread_mutex_unlock(&tp->mu);
 }
 

@@ -18,6 +18,7 @@
 
 #include "backend/kvs_backend.h"
 #include "backend/cpu/kvs_cpu.h"
+#include "backend/cpu/kvs_cpu_qdot.h"
 #include "backend/cuda/kvs_cuda_plan.h"
 #include "model/kvs_ggml_type.h"
 #include "model/kvs_gguf.h"
@@ -256,7 +257,7 @@ cuda_expect(const file_t *f, int *all_f32)
 static void
 check_cpu(const file_t *f, kvs_model_t *m)
 {
-    uint64_t             mapped, owned, em, eo, q8;
+    uint64_t             mapped, owned, em, eo, packed;
     uint32_t             i;
     kvs_err_t            err;
     kvs_backend_t       *be;
@@ -298,27 +299,30 @@ check_cpu(const file_t *f, kvs_model_t *m)
     assert_true(be->kv_bytes == 2ull * 16 * LAYERS * 2 * KVW * 4);
     kvs_backend_free(be);
 
-    /* at this host's own level: Q8_0 product matrices (not tok_embd)
-     * leave the mapping for a repacked copy of at least their bytes on
-     * AVX-512 VNNI; elsewhere the figures above again */
+    /* at this host's own level: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL
+     * product matrices (not tok_embd) leave the mapping for a repacked
+     * copy of at least their bytes on AVX-512 VNNI; elsewhere the
+     * figures above again */
     unsetenv("KVSERVE_CPU_SIMD");
     assert_int_equal(kvs_cpu_model_footprint(m, &mapped, &owned, &err),
                      KVS_OK);
 
-    for (i = 0, q8 = 0; i < f->n; i++) {
-        if (f->t[i].ne1 != 0 && f->t[i].type == KVS_GGML_Q8_0
+    for (i = 0, packed = 0; i < f->n; i++) {
+        if (f->t[i].ne1 != 0
+            && (f->t[i].type == KVS_GGML_Q8_0
+                || kvs_cpu_qlp_rec(f->t[i].type) != 0)
             && strcmp(f->t[i].name, "token_embd.weight") != 0)
         {
-            q8 += stored_bytes(&f->t[i]);
+            packed += stored_bytes(&f->t[i]);
         }
     }
 
     if (mapped == em) {
         assert_true(owned == eo);
     } else {
-        assert_true(q8 > 0);
-        assert_true(mapped == em - q8);
-        assert_true(owned - eo >= q8);
+        assert_true(packed > 0);
+        assert_true(mapped == em - packed);
+        assert_true(owned - eo >= packed);
         assert_int_equal((owned - eo) % 64, 0);
     }
 }

@@ -7,6 +7,11 @@
  * lengths 32 .. 4096 columns, many not multiples of 256.
  *
  *  - the table holds each type with the Q8 input and both kernels;
+ *  - on AVX-512 VNNI CPUs, the rows repacked by 16 (kvs_cpu_qlp_fill,
+ *    Q4_0 .. Q5_1 and IQ4_NL) give the portable kernel's bits through
+ *    kvs_cpu_qlp_rows_avx512 for every n of 1 .. 33 tokens, in matrices
+ *    of 5 rows (one partial group) and 37 (two whole groups and a
+ *    partial one), and write no output past the matrix's rows;
  *  - the portable and AVX2 kernels, and the AVX2 batched kernel on the
  *    interleaved input (kvs_cpu_q8i_fill), give the same bits (memcmp)
  *    for every n of 1 .. 33 tokens, and every token's result with n
@@ -306,6 +311,137 @@ check_type(const ltype_t *lt, int avx2, double *worst)
 }
 
 
+/*
+ * The packed AVX-512 VNNI kernel against the portable one: a matrix of
+ * nrows rows (the first N_ROW made as check_type's, the others Gaussian)
+ * and n tokens, every output compared bit for bit; the outputs' row
+ * stride leaves 3 floats after each token's rows, which must stay put.
+ */
+static void
+check_packed(const ltype_t *lt, uint32_t cols, uint32_t nrows, uint64_t *st)
+{
+#if KVS_CPU_X86
+    float           *wf, *xf, *yp, *yr;
+    size_t           rb, xs, ldy, psize;
+    uint8_t         *rows, *pack;
+    uint32_t         nb, r, i, n, g;
+    kvs_err_t        e;
+    kvs_cpu_q8_t    *xq;
+    kvs_cpu_mat_t    w;
+
+    nb = cols / 32;
+    rb = (size_t) nb * lt->bytes;
+    xs = (size_t) nb * sizeof(kvs_cpu_q8_t);
+    ldy = nrows + 3;
+
+    wf = malloc(cols * sizeof(float));
+    xf = malloc(cols * sizeof(float));
+    rows = malloc(nrows * rb);
+    xq = malloc(N_TOK * xs);
+    yp = malloc(N_TOK * ldy * sizeof(float));
+    yr = malloc(N_TOK * ldy * sizeof(float));
+    assert_true(wf && xf && rows && xq && yp && yr);
+
+    for (r = 0; r < nrows; r++) {
+        make_row(wf, cols, r < N_ROW ? r : 0, st);
+        assert_int_equal(kvs_quant_quantize(lt->type, wf, rows + r * rb,
+                                            cols, &e), KVS_OK);
+    }
+
+    for (i = 0; i < N_TOK; i++) {
+        make_input(xf, cols, i, st);
+        kvs_cpu_q8_quant(xf, xq + (size_t) i * nb, cols);
+    }
+
+    memset(&w, 0, sizeof(w));
+    w.data = rows;
+    w.row_bytes = rb;
+    w.type = lt->type;
+    w.rows = nrows;
+    w.cols = cols;
+
+    psize = kvs_cpu_qlp_size(&w);
+    assert_true(psize >= (size_t) (nrows + 15) / 16 * nb
+                         * kvs_cpu_qlp_rec(lt->type));
+    assert_true(psize % 64 == 0);
+    pack = aligned_alloc(64, psize);
+    assert_non_null(pack);
+    kvs_cpu_qlp_fill(&w, pack);
+    w.pack = pack;
+
+    for (n = 1; n <= N_TOK; n++) {
+        for (i = 0; i < N_TOK * ldy; i++) {
+            yp[i] = -7.0f;
+            yr[i] = -7.0f;
+        }
+
+        for (r = 0; r < nrows; r++) {
+            lt->dot(yr + r, ldy, rows + r * rb,
+                    xq + (size_t) (N_TOK - n) * nb, xs, n, cols);
+        }
+
+        for (g = 0; g < (nrows + 15) / 16; g++) {
+            kvs_cpu_qlp_rows_avx512(yp, ldy, &w, g,
+                                    xq + (size_t) (N_TOK - n) * nb, n);
+        }
+
+        if (memcmp(yp, yr, N_TOK * ldy * sizeof(float)) != 0) {
+            for (i = 0; i < N_TOK * ldy; i++) {
+                if (memcmp(&yp[i], &yr[i], 4) != 0) {
+                    fail_msg("%s cols %u rows %u: packed AVX-512, token "
+                             "%zu of %u, row %zu: %.9g, portable %.9g",
+                             kvs_ggml_type_name(lt->type), cols, nrows,
+                             i / ldy, n, i % ldy, (double) yp[i],
+                             (double) yr[i]);
+                }
+            }
+        }
+    }
+
+    free(pack);
+    free(wf);
+    free(xf);
+    free(rows);
+    free(xq);
+    free(yp);
+    free(yr);
+#else
+    (void) lt;
+    (void) cols;
+    (void) nrows;
+    (void) st;
+#endif
+}
+
+
+static void
+test_packed(void **state)
+{
+    size_t    t, ci;
+    uint64_t  st;
+
+    if (kvs_cpu_simd() < KVS_CPU_SIMD_AVX512) {
+        print_message("SKIP: no AVX-512 VNNI here: the packed kernels are "
+                      "not run\n");
+        return;
+    }
+
+    st = 0x9ac4;
+
+    for (t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+        if (kvs_cpu_qlp_rec(types[t].type) == 0) {
+            assert_int_equal(types[t].type, KVS_GGML_Q8_0);
+            continue;
+        }
+
+        for (ci = 0; ci < sizeof(colss) / sizeof(colss[0]); ci++) {
+            check_packed(&types[t], colss[ci], N_ROW, &st);
+            check_packed(&types[t], colss[ci], 37, &st);
+        }
+    }
+}
+
+
 static void
 test_types(void **state)
 {
@@ -386,6 +522,7 @@ main(void)
 {
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_types),
+        cmocka_unit_test(test_packed),
         cmocka_unit_test(test_zero),
     };
 

@@ -6,8 +6,9 @@
  * too; bad sizes are refused.
  *
  * And the CPU backend on its pool (kvs_cpu_kv_set_threads): the split
- * of rows and heads between threads changes no bit of the logits, for
- * F32, F16 and Q8_0 seeded models, with a prefill chunk (large enough
+ * of rows and heads between threads (whose tiles of quantized products
+ * depend on the thread count) changes no bit of the logits, for F32,
+ * F16, Q8_0, Q4_0 and Q5_1 seeded models, with a prefill chunk (large enough
  * for the sgemm path) and a decode batch; stories260K's greedy ids on two
  * threads are run.c's (the fixtures' derived ids).
  */
@@ -286,7 +287,8 @@ test_cpu_split(void **state)
     kvs_gen_spec_t    spec;
     kvs_cpu_model_t  *cm;
     static const uint32_t  dtypes[] = {
-        KVS_GGML_F32, KVS_GGML_F16, KVS_GGML_Q8_0
+        KVS_GGML_F32, KVS_GGML_F16, KVS_GGML_Q8_0, KVS_GGML_Q4_0,
+        KVS_GGML_Q5_1
     };
 
     for (d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++) {

@@ -16,7 +16,8 @@
  * attends, so a prefill chunk sees its own earlier positions and a decode
  * token the cache, with no special case for either.
  *
- * Packed Q8_0 weights (AVX-512 VNNI CPUs) are made once in
+ * Packed weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL on AVX-512 VNNI
+ * CPUs) are made once in
  * kvs_cpu_model_new(), into one buffer that the model owns; a mat's
  * data keeps pointing into the mapping for every other kernel level.
  */
@@ -208,10 +209,11 @@ kvs_cpu_model_free_owned(kvs_cpu_model_t *cm)
 
 
 /*
- * On AVX-512 VNNI CPUs, every Q8_0 matrix of a product (not tok_embd,
- * which is only looked up) packed for kvs_cpu_q8p_rows_avx512() into one
- * buffer: the product kernel then reads the weights 64-byte aligned, 16
- * rows per vector.  Nothing to do elsewhere, or for other types.
+ * On AVX-512 VNNI CPUs, every Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL
+ * matrix of a product (not tok_embd, which is only looked up) packed for
+ * kvs_cpu_q8p_rows_avx512() or kvs_cpu_qlp_rows_avx512() into one
+ * buffer (kvs_cpu_wpack_fill): the product kernel then reads 16 rows per
+ * vector.  Nothing to do elsewhere, or for other types.
  */
 static size_t
 kvs_cpu_pack_size(const kvs_cpu_model_t *cm)
@@ -224,15 +226,18 @@ kvs_cpu_pack_size(const kvs_cpu_model_t *cm)
         return 0;
     }
 
-    total = kvs_cpu_q8p_size(&cm->output);
+    total = kvs_cpu_wpack_size(&cm->output);
 
     for (l = 0; l < cm->hp.n_layer; l++) {
         ly = &cm->layers[l];
 
-        total += kvs_cpu_q8p_size(&ly->wq) + kvs_cpu_q8p_size(&ly->wk)
-                 + kvs_cpu_q8p_size(&ly->wv) + kvs_cpu_q8p_size(&ly->wo)
-                 + kvs_cpu_q8p_size(&ly->w1) + kvs_cpu_q8p_size(&ly->w2)
-                 + kvs_cpu_q8p_size(&ly->w3);
+        total += kvs_cpu_wpack_size(&ly->wq)
+                 + kvs_cpu_wpack_size(&ly->wk)
+                 + kvs_cpu_wpack_size(&ly->wv)
+                 + kvs_cpu_wpack_size(&ly->wo)
+                 + kvs_cpu_wpack_size(&ly->w1)
+                 + kvs_cpu_wpack_size(&ly->w2)
+                 + kvs_cpu_wpack_size(&ly->w3);
     }
 
     return total;
@@ -256,7 +261,7 @@ kvs_cpu_pack(kvs_cpu_model_t *cm, kvs_err_t *err)
     cm->pack_mem = aligned_alloc(64, total);
     if (cm->pack_mem == NULL) {
         return kvs_err_set(err, KVS_ENOMEM, "cpu backend: out of memory "
-                           "for %zu bytes of packed Q8_0 weights", total);
+                           "for %zu bytes of packed weights", total);
     }
 
     p = cm->pack_mem;
@@ -279,10 +284,10 @@ kvs_cpu_pack(kvs_cpu_model_t *cm, kvs_err_t *err)
 
         for (m = 0; m < n_mats; m++) {
             w = mats[m];
-            size = kvs_cpu_q8p_size(w);
+            size = kvs_cpu_wpack_size(w);
 
             if (size != 0) {
-                kvs_cpu_q8p_fill(w, p);
+                kvs_cpu_wpack_fill(w, p);
                 w->pack = p;
                 p += size;
             }
@@ -347,7 +352,7 @@ kvs_cpu_model_mem(const kvs_cpu_model_t *cm, uint64_t *mapped,
     packs = pack > 0;
 
 #define KVS_CPU_MAPPED(w)                                                    \
-    (packs && kvs_cpu_q8p_size(w) != 0                                       \
+    (packs && kvs_cpu_wpack_size(w) != 0                                     \
      ? 0 : (uint64_t) (w)->rows * (w)->row_bytes)
 
     map = cm->vec_mapped + (uint64_t) cm->tok_embd.rows

@@ -186,6 +186,11 @@ void kvs_cpu_gemm_ref(float *y, size_t ldy, const float *x, uint32_t n,
 size_t kvs_cpu_q8p_size(const kvs_cpu_mat_t *w);
 void kvs_cpu_q8p_fill(const kvs_cpu_mat_t *w, uint8_t *dst);
 
+/* The same for every type packed at load on AVX-512 VNNI CPUs: Q8_0 as
+ * above, Q4_0 .. Q5_1 and IQ4_NL as kvs_cpu_qlp_fill (kvs_cpu_qdot.h). */
+size_t kvs_cpu_wpack_size(const kvs_cpu_mat_t *w);
+void kvs_cpu_wpack_fill(const kvs_cpu_mat_t *w, uint8_t *dst);
+
 /* Query heads per attention task at this kernel level: the n_head /
  * n_head_kv sharing a K/V head where the kernel reads their K/V rows
  * once for all of them (AVX-512, head sizes multiples of 16), else 1.

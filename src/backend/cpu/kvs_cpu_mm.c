@@ -35,7 +35,9 @@
  * 32-column types' AVX2 kernels take the input interleaved by groups of
  * 8 blocks too (kvs_cpu_q8i_t, filled once per product).  With AVX-512 VNNI,
  * Q8_0's weights were packed at load (kvs_cpu_q8p_fill) and its kernel
- * takes 16 rows by up to 8 tokens per pass instead (its own float order).
+ * takes 16 rows by up to 8 tokens per pass instead (its own float order);
+ * Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL likewise (kvs_cpu_qlp_fill, 16 rows
+ * by 2 tokens per pass, the portable kernel's bits).
  */
 
 #include <math.h>
@@ -316,6 +318,29 @@ kvs_cpu_q8p_size(const kvs_cpu_mat_t *w)
 }
 
 
+/* Bytes of w's packed copy at load on AVX-512 VNNI CPUs: Q8_0's
+ * (below), or the 32-column 4- and 5-bit types' (kvs_cpu_qlp_x86.c); 0
+ * for every other type. */
+size_t
+kvs_cpu_wpack_size(const kvs_cpu_mat_t *w)
+{
+    return w->type == KVS_GGML_Q8_0 ? kvs_cpu_q8p_size(w)
+                                    : kvs_cpu_qlp_size(w);
+}
+
+
+void
+kvs_cpu_wpack_fill(const kvs_cpu_mat_t *w, uint8_t *dst)
+{
+    if (w->type == KVS_GGML_Q8_0) {
+        kvs_cpu_q8p_fill(w, dst);
+
+    } else {
+        kvs_cpu_qlp_fill(w, dst);
+    }
+}
+
+
 /*
  * w's Q8_0 bytes in the packed layout (kvs_cpu_impl.h): for row group g
  * and block b, vector k (0..7) holds for each of the 16 rows r its bytes
@@ -451,8 +476,15 @@ kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
         for (r = r0; r < r0 + job->tile && r < mat->rows;
              r += KVS_CPU_Q8P_ROWS)
         {
-            kvs_cpu_q8p_rows_avx512(job->y[m], mat->rows, mat,
-                                    r / KVS_CPU_Q8P_ROWS, job->xq, job->n);
+            if (mat->type == KVS_GGML_Q8_0) {
+                kvs_cpu_q8p_rows_avx512(job->y[m], mat->rows, mat,
+                                        r / KVS_CPU_Q8P_ROWS, job->xq,
+                                        job->n);
+            } else {
+                kvs_cpu_qlp_rows_avx512(job->y[m], mat->rows, mat,
+                                        r / KVS_CPU_Q8P_ROWS, job->xq,
+                                        job->n);
+            }
         }
         return;
     }
@@ -569,7 +601,7 @@ kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
     const kvs_cpu_mat_t *w0, float *y0, const kvs_cpu_mat_t *w1, float *y1,
     const kvs_cpu_mat_t *w2, float *y2)
 {
-    uint32_t           m;
+    uint32_t           m, rows;
     kvs_cpu_mm_job_t   job;
 
     job.x = x;
@@ -591,12 +623,19 @@ kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
     job.tile = n >= KVS_CPU_BLAS_MIN ? KVS_CPU_BLAS_TILE : KVS_CPU_TILE;
 
     /* quantized products do not need the batched kernel's fixed tile (a
-     * row's sums never depend on its neighbours): smaller tasks keep
-     * every thread busy to the end of a 768-row product */
-    if (n >= KVS_CPU_BLAS_MIN && w0->qd != NULL
-        && (w1 == NULL || w1->qd != NULL) && (w2 == NULL || w2->qd != NULL))
+     * row's sums never depend on its neighbours): about six tasks per
+     * thread, of 16 to KVS_CPU_QTILE rows, keep every thread busy to the
+     * end of a 768-row product, and a one-token step claims a task per
+     * 64 rows, not per 16 (each claim moves the counter's cache line
+     * between the cores) */
+    if (w0->qd != NULL && (w1 == NULL || w1->qd != NULL)
+        && (w2 == NULL || w2->qd != NULL))
     {
-        job.tile = KVS_CPU_QTILE;
+        rows = w0->rows + (w1 ? w1->rows : 0) + (w2 ? w2->rows : 0);
+        rows /= 6 * kvs_threads_count(fw->kv->threads);
+        rows &= ~(uint32_t) (KVS_CPU_Q8P_ROWS - 1);
+        job.tile = rows < KVS_CPU_TILE ? KVS_CPU_TILE
+                   : rows > KVS_CPU_QTILE ? KVS_CPU_QTILE : rows;
     }
 
     /* quantized weights stay quantized: the input is quantized once here,

@@ -164,6 +164,15 @@ void kvs_cpu_qdot_iq4_nl(float *y, size_t ldy, const uint8_t *row,
 void kvs_cpu_q8i_fill(const kvs_cpu_q8_t *x, kvs_cpu_q8i_t *dst,
     uint32_t cols);
 
+/* kvs_cpu_qlp_x86.c: Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL repacked by 16
+ * rows for the AVX-512 VNNI kernel (the layout: that file).  Bytes of a
+ * record (one block of a group) of type, 0 for other types; bytes of w's
+ * packed form (0 unless of those types), and the packing into dst (64-byte
+ * aligned). */
+uint32_t kvs_cpu_qlp_rec(uint32_t type);
+size_t kvs_cpu_qlp_size(const kvs_cpu_mat_t *w);
+void kvs_cpu_qlp_fill(const kvs_cpu_mat_t *w, uint8_t *dst);
+
 /* kvs_cpu_qk.c */
 void kvs_cpu_qdot_q2_k(float *y, size_t ldy, const uint8_t *row,
     const void *x, size_t xstride, uint32_t n, uint32_t cols);
@@ -204,6 +213,12 @@ void kvs_cpu_qdot_q5_1_avx2i(float *y, size_t ldy, const uint8_t *row,
     const void *x, size_t xstride, uint32_t n, uint32_t cols);
 void kvs_cpu_qdot_iq4_nl_avx2i(float *y, size_t ldy, const uint8_t *row,
     const void *x, size_t xstride, uint32_t n, uint32_t cols);
+
+/* kvs_cpu_qlp_x86.c: y[i * ldy + g * 16 + r] = row g * 16 + r of w
+ * (packed: w->pack) . token i's input (xq + i * w->cols / 32) for the
+ * group's rows inside the matrix and every i < n: kvs_cpu_ql.c's bits */
+void kvs_cpu_qlp_rows_avx512(float *y, size_t ldy, const kvs_cpu_mat_t *w,
+    uint32_t g, const kvs_cpu_q8_t *xq, uint32_t n);
 
 /* kvs_cpu_qk_x86.c */
 void kvs_cpu_q8k_quant_avx2(const float *x, kvs_cpu_q8k_t *dst,

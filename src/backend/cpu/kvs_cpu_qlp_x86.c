@@ -1,0 +1,388 @@
+/*
+ * kvs_cpu_qlp_x86: the 32-column 4- and 5-bit types (Q4_0, Q4_1, Q5_0,
+ * Q5_1, IQ4_NL) repacked at load for an AVX-512 VNNI kernel that takes
+ * 16 rows per vector, to the same bits as kvs_cpu_ql.c's portable kernel.
+ *
+ * Layout (kvs_cpu_qlp_fill, portable C so every build links it): rows in
+ * groups of KVS_CPU_Q8P_ROWS (16); per group g and block b of 32 columns
+ * one record of kvs_cpu_qlp_rec() bytes, records of a group in block
+ * order:
+ *
+ *   4 vectors of 64 bytes: vector k (0..3) holds, in the 4-byte lane of
+ *     row r, bytes 4k .. 4k + 3 of that row's qs (low nibbles: columns
+ *     4k .. 4k + 3; high nibbles: 16 + 4k .. 16 + 4k + 3)
+ *   Q5_0, Q5_1: one vector: in row r's lane, byte j bit k is the fifth
+ *     bit of column 4k + j (qh bit 4k + j), so one shift brings every
+ *     column of unpacked vector k to bit 4
+ *   the 16 rows' f16 d, then (Q4_1, Q5_1) their 16 f16 m
+ *
+ * Rows past the matrix are zero bytes (d = 0); their outputs are never
+ * stored.  The packed copy holds the same information as the rows, so a
+ * matrix's products read only it.
+ *
+ * The kernel (kvs_cpu_qlp_rows_avx512): per block, each row's exact int32
+ * sum of levels times input comes from 8 vpdpbusd (unsigned levels: the
+ * nibbles, with the fifth bit, or IQ4_NL's grid value + 128; the offsets
+ * corrected exactly from the input's c = -128 sum(q)), lane r row r; then
+ * the portable kernel's float steps, lane for lane: t = (d_w * d_x) *
+ * (float) isum (+ (m_w * d_x) * (float) sum(q) for the _1 types), added
+ * to accumulator b % 8 (16 rows each), and the same tree of the eight at
+ * the end.  Invariant: every output is the portable kernel's bits, for
+ * any number of tokens (test_cpu_qdot_l compares them with memcmp).
+ */
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize ("fp-contract=off")
+#endif
+
+#include <string.h>
+
+#include "model/kvs_ggml_type.h"
+#include "model/kvs_quant.h"
+#include "kvs_cpu_qdot.h"
+
+
+/* Bytes of one record of type, or 0 when type is not packed this way. */
+uint32_t
+kvs_cpu_qlp_rec(uint32_t type)
+{
+    switch (type) {
+    case KVS_GGML_Q4_0:
+    case KVS_GGML_IQ4_NL:
+        return 256 + 32;
+    case KVS_GGML_Q4_1:
+        return 256 + 32 + 32;
+    case KVS_GGML_Q5_0:
+        return 256 + 64 + 32;
+    case KVS_GGML_Q5_1:
+        return 256 + 64 + 32 + 32;
+    default:
+        return 0;
+    }
+}
+
+
+size_t
+kvs_cpu_qlp_size(const kvs_cpu_mat_t *w)
+{
+    size_t  groups;
+
+    if (w->data == NULL || kvs_cpu_qlp_rec(w->type) == 0) {
+        return 0;
+    }
+
+    groups = (w->rows + KVS_CPU_Q8P_ROWS - 1) / KVS_CPU_Q8P_ROWS;
+
+    return (groups * (w->cols / 32) * kvs_cpu_qlp_rec(w->type) + 63)
+           & ~(size_t) 63;
+}
+
+
+void
+kvs_cpu_qlp_fill(const kvs_cpu_mat_t *w, uint8_t *dst)
+{
+    int             five, affine;
+    size_t          groups, blocks, g, b, r, row;
+    uint8_t        *rec, hb[4];
+    uint32_t        recb, qh, k, j, off;
+    const uint8_t  *src;
+
+    recb = kvs_cpu_qlp_rec(w->type);
+    five = w->type == KVS_GGML_Q5_0 || w->type == KVS_GGML_Q5_1;
+    affine = w->type == KVS_GGML_Q4_1 || w->type == KVS_GGML_Q5_1;
+    groups = (w->rows + KVS_CPU_Q8P_ROWS - 1) / KVS_CPU_Q8P_ROWS;
+    blocks = w->cols / 32;
+
+    for (g = 0; g < groups; g++) {
+        for (b = 0; b < blocks; b++) {
+            rec = dst + (g * blocks + b) * recb;
+            memset(rec, 0, recb);
+
+            for (r = 0; r < KVS_CPU_Q8P_ROWS; r++) {
+                row = g * KVS_CPU_Q8P_ROWS + r;
+                if (row >= w->rows) {
+                    continue;
+                }
+
+                src = (const uint8_t *) w->data + row * w->row_bytes
+                      + b * kvs_cpu_ql_bytes(w->type);
+                off = 256 + (five ? 64 : 0);
+
+                /* d, then m (after d in the _1 types' blocks) */
+                memcpy(rec + off + 2 * r, src, 2);
+                if (affine) {
+                    memcpy(rec + off + 32 + 2 * r, src + 2, 2);
+                }
+
+                qh = 0;
+                if (five) {
+                    memcpy(&qh, src + (affine ? 4 : 2), 4);
+                }
+
+                /* the nibbles follow d (m) (qh) */
+                src += 2 + (affine ? 2 : 0) + (five ? 4 : 0);
+
+                for (k = 0; k < 4; k++) {
+                    memcpy(rec + 64 * k + 4 * r, src + 4 * k, 4);
+                }
+
+                if (five) {
+                    memset(hb, 0, 4);
+
+                    for (k = 0; k < 8; k++) {
+                        for (j = 0; j < 4; j++) {
+                            hb[j] |= ((qh >> (4 * k + j)) & 1) << k;
+                        }
+                    }
+
+                    memcpy(rec + 256 + 4 * r, hb, 4);
+                }
+            }
+        }
+    }
+}
+
+
+#if KVS_CPU_X86
+
+#include <immintrin.h>
+
+#define KVS_QLP_TARGET  "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"
+
+#define KVS_QLP_INLINE                                                      \
+    static inline __attribute__((always_inline, target(KVS_QLP_TARGET)))
+
+/* how far ahead (bytes) a group's first token pass fetches its records */
+#ifndef KVS_QLP_PF
+#define KVS_QLP_PF  4096
+#endif
+
+/* tokens per pass over a group's records (their accumulators: 8 each) */
+#ifndef KVS_QLP_NT
+#define KVS_QLP_NT  2
+#endif
+
+
+/* The 8 unsigned level vectors of one record: u[k] columns 4k .., u[4 +
+ * k] columns 16 + 4k .. (k 0..3), as vpdpbusd's unsigned operand. */
+KVS_QLP_INLINE void
+kvs_qlp_unpack(uint32_t type, const uint8_t *p, __m512i *u)
+{
+    uint32_t  k;
+    __m512i   v, lo, hi, h, m4, b4, tbl;
+
+    m4 = _mm512_set1_epi8(0x0f);
+    b4 = _mm512_set1_epi8(0x10);
+
+#pragma GCC unroll 4
+    for (k = 0; k < 4; k++) {
+        v = _mm512_loadu_si512((const void *) (p + 64 * k));
+        lo = _mm512_and_si512(v, m4);
+        hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        u[k] = lo;
+        u[4 + k] = hi;
+    }
+
+    if (type == KVS_GGML_Q5_0 || type == KVS_GGML_Q5_1) {
+        h = _mm512_loadu_si512((const void *) (p + 256));
+
+        /* bit k of each byte to bit 4: u | (h shifted & 0x10) */
+#pragma GCC unroll 8
+        for (k = 0; k < 8; k++) {
+            v = k < 4 ? _mm512_slli_epi16(h, 4 - k)
+                      : k == 4 ? h : _mm512_srli_epi16(h, k - 4);
+            u[k] = _mm512_ternarylogic_epi32(u[k], v, b4, 0xf8);
+        }
+    }
+
+    if (type == KVS_GGML_IQ4_NL) {
+        /* the grid's values + 128 (1 .. 241) */
+        tbl = _mm512_broadcast_i32x4(_mm_xor_si128(
+                  _mm_loadu_si128((const __m128i *) kvs_iq4_kv),
+                  _mm_set1_epi8((char) 0x80)));
+
+#pragma GCC unroll 8
+        for (k = 0; k < 8; k++) {
+            u[k] = _mm512_shuffle_epi8(tbl, u[k]);
+        }
+    }
+}
+
+
+/* acc + one token's terms of the record's 16 rows: u the unpacked
+ * levels, d (m) the rows' scales, xb the token's input block */
+KVS_QLP_INLINE __m512
+kvs_qlp_term(uint32_t type, const __m512i *u, __m512 d, __m512 m,
+    const kvs_cpu_q8_t *xb, __m512 acc)
+{
+    int32_t   v, c;
+    uint32_t  k;
+    __m512    dx, t, mt;
+    __m512i   ia, ib;
+
+    c = xb->c;
+
+    /* the levels' offsets, exactly: c = -128 sum(q_x) */
+    switch (type) {
+    case KVS_GGML_Q4_0:
+        ia = _mm512_set1_epi32(c >> 4);          /* - 8 sum(q_x) */
+        break;
+    case KVS_GGML_Q5_0:
+        ia = _mm512_set1_epi32(c >> 3);          /* - 16 sum(q_x) */
+        break;
+    case KVS_GGML_IQ4_NL:
+        ia = _mm512_set1_epi32(c);               /* - 128 sum(q_x) */
+        break;
+    default:
+        ia = _mm512_setzero_si512();
+        break;
+    }
+
+    ib = _mm512_setzero_si512();
+
+#pragma GCC unroll 4
+    for (k = 0; k < 4; k++) {
+        memcpy(&v, xb->q + 4 * k, 4);
+        ia = _mm512_dpbusd_epi32(ia, u[k], _mm512_set1_epi32(v));
+        memcpy(&v, xb->q + 16 + 4 * k, 4);
+        ib = _mm512_dpbusd_epi32(ib, u[4 + k], _mm512_set1_epi32(v));
+    }
+
+    dx = _mm512_set1_ps(xb->d);
+    t = _mm512_mul_ps(d, dx);
+    t = _mm512_mul_ps(t, _mm512_cvtepi32_ps(_mm512_add_epi32(ia, ib)));
+
+    if (type == KVS_GGML_Q4_1 || type == KVS_GGML_Q5_1) {
+        mt = _mm512_mul_ps(m, dx);
+        mt = _mm512_mul_ps(mt, _mm512_set1_ps((float) (-(c / 128))));
+        t = _mm512_add_ps(t, mt);
+    }
+
+    return _mm512_add_ps(acc, t);
+}
+
+
+/*
+ * NT (1 .. KVS_QLP_NT) tokens by the 16 rows of one group: its nb
+ * records at p (rec bytes each), token t's blocks at xq + t * xs.
+ */
+KVS_QLP_INLINE void
+kvs_qlp_tile(uint32_t type, float *y, size_t ldy, const uint8_t *p,
+    uint32_t rec, const kvs_cpu_q8_t *xq, size_t xs, uint32_t nb,
+    __mmask16 mask, int pf, const uint32_t NT)
+{
+    uint32_t        b0, j, t, off, doff;
+    __m512          acc[KVS_QLP_NT][8], d, m, s;
+    __m512i         u[8];
+    const uint8_t  *r;
+
+    doff = 256 + (type == KVS_GGML_Q5_0 || type == KVS_GGML_Q5_1 ? 64 : 0);
+
+#pragma GCC unroll 2
+    for (t = 0; t < NT; t++) {
+#pragma GCC unroll 8
+        for (j = 0; j < 8; j++) {
+            acc[t][j] = _mm512_setzero_ps();
+        }
+    }
+
+    for (b0 = 0; b0 < nb; b0 += 8) {
+#pragma GCC unroll 8
+        for (j = 0; j < 8; j++) {
+            if (b0 + j >= nb) {
+                break;
+            }
+
+            r = p + (size_t) (b0 + j) * rec;
+
+            if (pf) {
+                for (off = 0; off < rec; off += 64) {
+                    _mm_prefetch((const char *) r + KVS_QLP_PF + off,
+                                 _MM_HINT_T0);
+                }
+            }
+
+            kvs_qlp_unpack(type, r, u);
+            d = _mm512_cvtph_ps(_mm256_loadu_si256(
+                    (const __m256i *) (r + doff)));
+            m = _mm512_setzero_ps();
+
+            if (type == KVS_GGML_Q4_1 || type == KVS_GGML_Q5_1) {
+                m = _mm512_cvtph_ps(_mm256_loadu_si256(
+                        (const __m256i *) (r + doff + 32)));
+            }
+
+#pragma GCC unroll 2
+            for (t = 0; t < NT; t++) {
+                acc[t][j] = kvs_qlp_term(type, u, d, m,
+                                         xq + t * xs + b0 + j, acc[t][j]);
+            }
+        }
+    }
+
+#pragma GCC unroll 2
+    for (t = 0; t < NT; t++) {
+        s = _mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][4]),
+                          _mm512_add_ps(acc[t][2], acc[t][6]));
+        s = _mm512_add_ps(s, _mm512_add_ps(
+                                 _mm512_add_ps(acc[t][1], acc[t][5]),
+                                 _mm512_add_ps(acc[t][3], acc[t][7])));
+        _mm512_mask_storeu_ps(y + t * ldy, mask, s);
+    }
+}
+
+
+KVS_QLP_INLINE void
+kvs_qlp_rows(uint32_t type, float *y, size_t ldy, const kvs_cpu_mat_t *w,
+    uint32_t g, const kvs_cpu_q8_t *xq, uint32_t n)
+{
+    size_t          nb;
+    uint32_t        i, left, rec;
+    __mmask16       mask;
+    const uint8_t  *p;
+
+    rec = kvs_cpu_qlp_rec(type);
+    nb = w->cols / 32;
+    p = (const uint8_t *) w->pack + (size_t) g * nb * rec;
+    left = w->rows - g * KVS_CPU_Q8P_ROWS;
+    mask = left >= 16 ? 0xffff : (__mmask16) ((1u << left) - 1);
+    y += (size_t) g * KVS_CPU_Q8P_ROWS;
+
+    for (i = 0; i + KVS_QLP_NT <= n; i += KVS_QLP_NT) {
+        kvs_qlp_tile(type, y + i * ldy, ldy, p, rec, xq + i * nb, nb, nb,
+                     mask, i == 0, KVS_QLP_NT);
+    }
+
+    if (i < n) {
+        kvs_qlp_tile(type, y + i * ldy, ldy, p, rec, xq + i * nb, nb, nb,
+                     mask, i == 0, 1);
+    }
+}
+
+
+/* y[i][g * 16 + r] for the rows r of packed group g inside the matrix
+ * and every token i < n (xq: n tokens of w->cols / 32 blocks) */
+__attribute__((target(KVS_QLP_TARGET))) void
+kvs_cpu_qlp_rows_avx512(float *y, size_t ldy, const kvs_cpu_mat_t *w,
+    uint32_t g, const kvs_cpu_q8_t *xq, uint32_t n)
+{
+    /* one specialization of the kernel per type (a constant inside) */
+    switch (w->type) {
+#define KVS_QLP_TYPE(t)                                                     \
+    case t:                                                                 \
+        kvs_qlp_rows(t, y, ldy, w, g, xq, n);                               \
+        break;
+    KVS_QLP_TYPE(KVS_GGML_Q4_0)
+    KVS_QLP_TYPE(KVS_GGML_Q4_1)
+    KVS_QLP_TYPE(KVS_GGML_Q5_0)
+    KVS_QLP_TYPE(KVS_GGML_Q5_1)
+#undef KVS_QLP_TYPE
+    default: /* IQ4_NL */
+        kvs_qlp_rows(KVS_GGML_IQ4_NL, y, ldy, w, g, xq, n);
+        break;
+    }
+}
+
+#endif /* KVS_CPU_X86 */
