@@ -90,6 +90,10 @@ typedef struct {
                                              device memory free after
                                              weights and workspace,
                                              instead of n_blocks */
+    int                 kv_dtype_set;     /* 0: the backend's own K/V
+                                             dtype; else kv_dtype */
+    uint32_t            kv_dtype;         /* kvs_kv_dtype_t
+                                             (kvserve_kv_dtype) */
     const char         *index_model;      /* the served model's name:
                                              names every cached block
                                              for the prefix index (see
