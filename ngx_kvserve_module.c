@@ -613,6 +613,7 @@ ngx_http_kvserve_kv_size(ngx_conf_t *cf, ngx_http_kvserve_main_conf_t *kmcf)
         n_shared += !sh[i].own;
 
         m[i].kv_block = (uint32_t) kmcf->kv_block;
+        m[i].kv_dtype_set = kmcf->kv_dtype != NGX_CONF_UNSET_UINT;
         m[i].kv_dtype = kmcf->kv_dtype != NGX_CONF_UNSET_UINT
                         ? (uint32_t) kmcf->kv_dtype
                         : NGX_HTTP_KVSERVE_KV_DTYPE;

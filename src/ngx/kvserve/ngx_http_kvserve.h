@@ -77,6 +77,10 @@ typedef struct {
     uint32_t                  kv_dtype;    /* kvserve_kv_dtype, or
                                               NGX_HTTP_KVSERVE_KV_DTYPE:
                                               what kv_plan is sized in */
+    uint32_t                  kv_dtype_set;  /* kvserve_kv_dtype was
+                                                set: an engine caching
+                                                in another dtype is
+                                                drained (a reload) */
     uint32_t                  kv_block;    /* kvserve_kv_block */
     kvs_kv_cache_plan_t       kv_plan;     /* its KV cache: n_blocks of
                                               kvserve_kv_block tokens,
