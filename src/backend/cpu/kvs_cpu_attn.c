@@ -582,7 +582,8 @@ kvs_cpu_kv_load8(const uint8_t *p, const uint32_t DT)
 
 
 /*
- * kvs_cpu_attn_qref in 8-lane vectors for head sizes multiples of 8:
+ * kvs_cpu_attn_qref in 8-lane vectors for head sizes multiples of 8,
+ * a block at a time (its rows' base and the head's scale found once):
  * each score one FMA chain over the row, summed by kvs_cpu_attn_hsum;
  * kvs_cpu_softmax_avx2(); each V row's weight (times its scale) added
  * into ah 8 floats at a time.
@@ -591,30 +592,43 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) static inline void
 kvs_cpu_attn_qavx2_dt(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
     const float *qh, float *ah, float *sc, uint32_t kvh, const uint32_t DT)
 {
-    float                 s;
-    uint32_t              n, t, t0, j, hdk, hdv, elem;
-    __m256                acc, w;
-    const uint8_t        *r;
-    const kvs_hparams_t  *hp;
+    float                   s;
+    size_t                  krow, vrow;
+    uint32_t                n, t, t0, end, j, hdk, hdv, elem, bt;
+    __m256                  acc, w;
+    const uint8_t          *r, *base;
+    const kvs_kv_layout_t  *lo;
 
-    hp = &fw->cm->hp;
-    hdk = hp->head_dim_k;
-    hdv = hp->head_dim_v;
-    elem = fw->kv->lo.elem;
+    lo = &fw->kv->lo;
+    hdk = lo->hd_k;
+    hdv = lo->hd_v;
+    elem = lo->elem;
+    bt = lo->block_tokens;
+    krow = (size_t) lo->k_row;
+    vrow = (size_t) lo->v_row;
     t0 = kvs_cpu_attn_first(fw, tk);
     n = tk->pos + 1 - t0;
 
-    for (t = 0; t < n; t++) {
-        r = kvs_cpu_kv_row(fw, tk, t0 + t, kvh, 0, &s);
-        acc = _mm256_setzero_ps();
+    for (t = t0; t <= tk->pos; /* void */ ) {
+        base = kvs_cpu_kv_row(fw, tk, t, kvh, 0, &s) - (size_t) (t % bt)
+               * krow;
+        s *= fw->scale;
+        end = (t / bt + 1) * bt;
+        end = end > tk->pos + 1 ? tk->pos + 1 : end;
 
-        for (j = 0; j < hdk; j += 8) {
-            acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + j),
-                                  kvs_cpu_kv_load8(r + (size_t) j * elem, DT),
-                                  acc);
+        for ( /* void */ ; t < end; t++) {
+            r = base + (size_t) (t % bt) * krow;
+            acc = _mm256_setzero_ps();
+
+            for (j = 0; j < hdk; j += 8) {
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + j),
+                                      kvs_cpu_kv_load8(r + (size_t) j * elem,
+                                                       DT),
+                                      acc);
+            }
+
+            sc[t - t0] = kvs_cpu_attn_hsum(acc) * s;
         }
-
-        sc[t] = kvs_cpu_attn_hsum(acc) * s * fw->scale;
     }
 
     kvs_cpu_attn_cap(fw, sc, n);
@@ -622,14 +636,21 @@ kvs_cpu_attn_qavx2_dt(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
 
     memset(ah, 0, hdv * sizeof(float));
 
-    for (t = 0; t < n; t++) {
-        r = kvs_cpu_kv_row(fw, tk, t0 + t, kvh, 1, &s);
-        w = _mm256_set1_ps(sc[t] * s);
+    for (t = t0; t <= tk->pos; /* void */ ) {
+        base = kvs_cpu_kv_row(fw, tk, t, kvh, 1, &s) - (size_t) (t % bt)
+               * vrow;
+        end = (t / bt + 1) * bt;
+        end = end > tk->pos + 1 ? tk->pos + 1 : end;
 
-        for (j = 0; j < hdv; j += 8) {
-            _mm256_storeu_ps(ah + j, _mm256_fmadd_ps(
-                w, kvs_cpu_kv_load8(r + (size_t) j * elem, DT),
-                _mm256_loadu_ps(ah + j)));
+        for ( /* void */ ; t < end; t++) {
+            r = base + (size_t) (t % bt) * vrow;
+            w = _mm256_set1_ps(sc[t - t0] * s);
+
+            for (j = 0; j < hdv; j += 8) {
+                _mm256_storeu_ps(ah + j, _mm256_fmadd_ps(
+                    w, kvs_cpu_kv_load8(r + (size_t) j * elem, DT),
+                    _mm256_loadu_ps(ah + j)));
+            }
         }
     }
 }
