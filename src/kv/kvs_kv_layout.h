@@ -27,6 +27,12 @@
  * kv_bytes_per_token is block_bytes / bt rounded up: with scales, a
  * token's exact share is a fraction of a byte more than its elements.
  *
+ * Blocks of one dtype are never read as another: an engine's pool keeps
+ * one layout for its life (a new kvserve_kv_dtype means a new engine
+ * process and pool).  A lower tier that keeps blocks beyond that life
+ * must store the layout's fields with them and take back only a block of
+ * the same layout (kvs_kv_layout_same).
+ *
  * Invariants: a layout made by kvs_kv_layout_init() has every size > 0,
  * block_bytes = n_layer x layer_bytes and no sum overflows 64 bits.
  * Nothing here allocates.
@@ -108,6 +114,16 @@ kvs_kv_layout_bytes_per_token(const kvs_kv_layout_t *lo)
 uint64_t kvs_kv_bytes_per_token(uint32_t dtype, uint32_t n_layer,
     uint32_t n_head_kv, uint32_t hd_k, uint32_t hd_v,
     uint32_t block_tokens);
+
+/* 1 when a and b lay blocks out alike (dtype and every size), else 0. */
+static inline int
+kvs_kv_layout_same(const kvs_kv_layout_t *a, const kvs_kv_layout_t *b)
+{
+    return a->dtype == b->dtype && a->n_layer == b->n_layer
+           && a->n_head_kv == b->n_head_kv && a->hd_k == b->hd_k
+           && a->hd_v == b->hd_v && a->block_tokens == b->block_tokens
+           && a->block_bytes == b->block_bytes;
+}
 
 /* Byte offsets in a block: slot u's K (V) row of layer l, and the
  * layer's K (V) scales. */

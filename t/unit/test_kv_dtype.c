@@ -10,8 +10,11 @@
  *   bf16 |x - x'| <= 2^-8 |x|      (8-bit mantissa)
  *   int8 |x - x'| <= scale / 2 for a row written under its block's final
  *        scale, <= (1 + g) scale / 2 after g growths of it;
- *   logits of a 48-token run, incremental against the f32 cache and one
- *   batch against incremental, largest |diff| (mean |diff|):
+ *   logits of a 48-token run, one batch against incremental: equal bits
+ *   but in int8 (whose later rows may grow a block's scale before an
+ *   earlier row is read); the same run twice, in one batch or chunks of
+ *   5: equal bits; incremental against the f32 cache and one batch
+ *   against incremental, largest |diff| (mean |diff|):
  *        generated (2 layers, heads of 32): f16 0.001 (1e-4), bf16 0.01
  *        (1e-3), int8 0.03 (3e-3); measured 1.5e-4, 2.0e-3, 9.9e-3;
  *        stories260K (heads of 8, logits spanning ~25): f16 0.05
@@ -70,6 +73,22 @@ test_layout_sizes(void **state)
      * f32's 4096, within 0.4% of a half and a quarter */
     assert_true(kvs_kv_layout_bytes_per_token(&lo) * 1000 <= 2048 * 502);
     assert_true(kvs_kv_layout_bytes_per_token(&lo) * 1000 <= 4096 * 251);
+
+    /* the same layout only for the same dtype and sizes */
+    {
+        kvs_kv_layout_t  a, b;
+
+        assert_int_equal(kvs_kv_layout_init(&a, KVS_KV_INT8, 2, 4, 64, 64,
+                                            16, &err), KVS_OK);
+        b = a;
+        assert_true(kvs_kv_layout_same(&a, &b));
+        assert_int_equal(kvs_kv_layout_init(&b, KVS_KV_F16, 2, 4, 64, 64,
+                                            16, &err), KVS_OK);
+        assert_false(kvs_kv_layout_same(&a, &b));
+        assert_int_equal(kvs_kv_layout_init(&b, KVS_KV_INT8, 2, 4, 64, 64,
+                                            32, &err), KVS_OK);
+        assert_false(kvs_kv_layout_same(&a, &b));
+    }
 
     /* odd sizes keep every section 4-aligned */
     assert_int_equal(kvs_kv_layout_init(&lo, KVS_KV_INT8, 3, 1, 5, 7, 3,
@@ -386,7 +405,7 @@ static void
 forward_dtypes(const kvs_cpu_model_t *cm, const char *what,
     const float *tol, const float *mtol)
 {
-    float     *ref, *inc, *one, d_inc, d_one;
+    float     *ref, *inc, *one, *again, d_inc, d_one;
     double     m_inc, m_one;
     size_t     di, nl;
     int32_t    ids[N_RUN];
@@ -394,10 +413,11 @@ forward_dtypes(const kvs_cpu_model_t *cm, const char *what,
     uint64_t   seed;
 
     nl = (size_t) N_RUN * cm->hp.n_vocab;
-    ref = malloc(3 * nl * sizeof(float));
+    ref = malloc(4 * nl * sizeof(float));
     assert_non_null(ref);
     inc = ref + nl;
     one = inc + nl;
+    again = one + nl;
     seed = 99;
 
     for (i = 0; i < N_RUN; i++) {
@@ -412,6 +432,14 @@ forward_dtypes(const kvs_cpu_model_t *cm, const char *what,
         run_logits(cm, dtypes[di], ids, N_RUN, 1, inc);
         run_logits(cm, dtypes[di], ids, N_RUN, N_RUN, one);
 
+        /* the same steps again give the same bits, in chunks of 5 too */
+        run_logits(cm, dtypes[di], ids, N_RUN, N_RUN, again);
+        assert_memory_equal(one, again, nl * sizeof(float));
+        run_logits(cm, dtypes[di], ids, N_RUN, 5, one);
+        run_logits(cm, dtypes[di], ids, N_RUN, 5, again);
+        assert_memory_equal(one, again, nl * sizeof(float));
+        run_logits(cm, dtypes[di], ids, N_RUN, N_RUN, one);
+
         d_inc = max_diff(inc, ref, nl, &m_inc);
         d_one = max_diff(one, inc, nl, &m_one);
 
@@ -422,6 +450,13 @@ forward_dtypes(const kvs_cpu_model_t *cm, const char *what,
 
         if (dtypes[di] == KVS_KV_F32) {
             assert_true(d_inc == 0.0f);
+        }
+
+        /* a row's stored bytes depend on no other row but in int8 (a
+         * block's scale): one batch and one token per step read the
+         * same cache, and attention sums in the same order */
+        if (dtypes[di] != KVS_KV_INT8) {
+            assert_true(d_one == 0.0f);
         }
 
         assert_true(d_inc <= tol[di]);

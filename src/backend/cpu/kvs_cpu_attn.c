@@ -632,6 +632,13 @@ kvs_cpu_attn_qavx2_dt(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
     }
 
     kvs_cpu_attn_cap(fw, sc, n);
+
+    /* the vector softmax reads up to the next multiple of 8: copies of
+     * a real score there, never what an earlier task left */
+    for (t = n; t % 8 != 0; t++) {
+        sc[t] = sc[n - 1];
+    }
+
     kvs_cpu_softmax_avx2(sc, n);
 
     memset(ah, 0, hdv * sizeof(float));
