@@ -39,9 +39,6 @@
 static void kvs_cpu_attn_ref(const kvs_cpu_fw_t *fw,
     const kvs_batch_tok_t *tk, const float *qh, float *ah, float *sc,
     uint32_t kvh);
-static void kvs_cpu_attn_qref(const kvs_cpu_fw_t *fw,
-    const kvs_batch_tok_t *tk, const float *qh, float *ah, float *sc,
-    uint32_t kvh);
 #if KVS_CPU_X86
 static void kvs_cpu_attn_qavx2(const kvs_cpu_fw_t *fw,
     const kvs_batch_tok_t *tk, const float *qh, float *ah, float *sc,
@@ -125,7 +122,7 @@ kvs_cpu_attn_task(void *arg, uint32_t task, uint32_t thread)
             return;
         }
 #endif
-        kvs_cpu_attn_qref(fw, &fw->b->toks[i], qh, ah, sc, kvh);
+        kvs_cpu_attn_ref(fw, &fw->b->toks[i], qh, ah, sc, kvh);
         return;
     }
 
@@ -150,71 +147,17 @@ kvs_cpu_attn_task(void *arg, uint32_t task, uint32_t thread)
 }
 
 
-/* The portable attention, in run.c's order. */
-static void
-kvs_cpu_attn_ref(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
-    const float *qh, float *ah, float *sc, uint32_t kvh)
-{
-    float                  mx, sum, z;
-    uint32_t               t, t0, j, bt, blk, hdk, hdv;
-    const float           *kt, *vt;
-    const kvs_hparams_t   *hp;
-
-    hp = &fw->cm->hp;
-    bt = fw->kv->block_tokens;
-    hdk = hp->head_dim_k;
-    hdv = hp->head_dim_v;
-    mx = -INFINITY;
-    t0 = kvs_cpu_attn_first(fw, tk);
-
-    for (t = t0; t <= tk->pos; t++) {
-        blk = tk->table->blocks[t / bt];
-        kt = fw->kc + (size_t) blk * fw->bstride + (size_t) (t % bt) * fw->kd
-             + (size_t) kvh * hdk;
-        z = 0.0f;
-
-        for (j = 0; j < hdk; j++) {
-            z += qh[j] * kt[j];
-        }
-
-        z *= fw->scale;
-        sc[t - t0] = fw->softcap != 0.0f
-                     ? fw->softcap * tanhf(z / fw->softcap) : z;
-
-        if (sc[t - t0] > mx) {
-            mx = sc[t - t0];
-        }
-    }
-
-    sum = 0.0f;
-
-    for (t = t0; t <= tk->pos; t++) {
-        sc[t - t0] = expf(sc[t - t0] - mx);
-        sum += sc[t - t0];
-    }
-
-    memset(ah, 0, hdv * sizeof(float));
-
-    for (t = t0; t <= tk->pos; t++) {
-        blk = tk->table->blocks[t / bt];
-        vt = fw->vc + (size_t) blk * fw->bstride + (size_t) (t % bt) * fw->vd
-             + (size_t) kvh * hdv;
-        z = sc[t - t0] / sum;
-
-        for (j = 0; j < hdv; j++) {
-            ah[j] += z * vt[j];
-        }
-    }
-}
-
-
 /* Element j of a stored row p of dtype dt as a float; int8 unscaled. */
 static inline float
 kvs_cpu_kv_elem(const uint8_t *p, uint32_t dt, uint32_t j)
 {
+    float     f;
     uint16_t  h;
 
     switch (dt) {
+    case KVS_KV_F32:
+        memcpy(&f, p + 4 * (size_t) j, 4);
+        return f;
     case KVS_KV_F16:
         memcpy(&h, p + 2 * (size_t) j, 2);
         return kvs_f16_to_f32(h);
@@ -248,10 +191,11 @@ kvs_cpu_kv_row(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
 }
 
 
-/* The portable attention over an f16, bf16 or int8 cache, in
- * kvs_cpu_attn_ref's order, each element converted as it is read. */
+/* The portable attention, in run.c's order, over a cache of any dtype,
+ * each element converted as it is read (an f32 one as is: a scale of 1
+ * changes no bit). */
 static void
-kvs_cpu_attn_qref(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
+kvs_cpu_attn_ref(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
     const float *qh, float *ah, float *sc, uint32_t kvh)
 {
     float                  mx, sum, z, s;
@@ -582,7 +526,7 @@ kvs_cpu_kv_load8(const uint8_t *p, const uint32_t DT)
 
 
 /*
- * kvs_cpu_attn_qref in 8-lane vectors for head sizes multiples of 8,
+ * kvs_cpu_attn_ref in 8-lane vectors for head sizes multiples of 8,
  * a block at a time (its rows' base and the head's scale found once):
  * each score one FMA chain over the row, summed by kvs_cpu_attn_hsum;
  * kvs_cpu_softmax_avx2(); each V row's weight (times its scale) added

@@ -87,20 +87,37 @@ kvs_cpu_kv_write_q8(int8_t *q, float *s, const float *x, uint32_t hd,
 }
 
 
+/* Slot u's K (v == 0) or V row of layer l in block b, its elements' count
+ * into *n, the layer's scales for it into *sc. */
+static uint8_t *
+kvs_cpu_kv_at(const kvs_cpu_kv_t *kv, uint32_t b, uint32_t l, uint32_t u,
+    int v, uint32_t *n, float **sc)
+{
+    uint8_t                *blk;
+    const kvs_kv_layout_t  *lo;
+
+    lo = &kv->lo;
+    blk = kvs_cpu_kv_block(kv, b);
+    *n = v ? kv->v_width : kv->k_width;
+    *sc = (float *) (void *) (blk + (v ? kvs_kv_layout_vs(lo, l)
+                                       : kvs_kv_layout_ks(lo, l)));
+
+    return blk + (v ? kvs_kv_layout_v(lo, l, u) : kvs_kv_layout_k(lo, l, u));
+}
+
+
 void
 kvs_cpu_kv_write(kvs_cpu_kv_t *kv, uint32_t b, uint32_t l, uint32_t u,
     int v, const float *row)
 {
     float                  *sc;
-    uint8_t                *p, *blk;
+    uint8_t                *p;
     uint16_t                h;
     uint32_t                j, n, hd, head;
     const kvs_kv_layout_t  *lo;
 
     lo = &kv->lo;
-    blk = kvs_cpu_kv_block(kv, b);
-    p = blk + (v ? kvs_kv_layout_v(lo, l, u) : kvs_kv_layout_k(lo, l, u));
-    n = v ? kv->v_width : kv->k_width;
+    p = kvs_cpu_kv_at(kv, b, l, u, v, &n, &sc);
 
     switch (lo->dtype) {
     case KVS_KV_F32:
@@ -118,8 +135,6 @@ kvs_cpu_kv_write(kvs_cpu_kv_t *kv, uint32_t b, uint32_t l, uint32_t u,
 
     default:    /* int8: kvs_cpu_kv_new_dtype() allows nothing else */
         hd = v ? lo->hd_v : lo->hd_k;
-        sc = (float *) (blk + (v ? kvs_kv_layout_vs(lo, l)
-                                 : kvs_kv_layout_ks(lo, l)));
 
         for (head = 0; head < lo->n_head_kv; head++) {
             kvs_cpu_kv_write_q8((int8_t *) p + (size_t) head * hd,
@@ -135,16 +150,14 @@ void
 kvs_cpu_kv_read(const kvs_cpu_kv_t *kv, uint32_t b, uint32_t l, uint32_t u,
     int v, float *row)
 {
-    const float            *sc;
-    const uint8_t          *p, *blk;
+    float                  *sc;
+    const uint8_t          *p;
     uint16_t                h;
     uint32_t                j, n, hd;
     const kvs_kv_layout_t  *lo;
 
     lo = &kv->lo;
-    blk = kvs_cpu_kv_block(kv, b);
-    p = blk + (v ? kvs_kv_layout_v(lo, l, u) : kvs_kv_layout_k(lo, l, u));
-    n = v ? kv->v_width : kv->k_width;
+    p = kvs_cpu_kv_at(kv, b, l, u, v, &n, &sc);
 
     switch (lo->dtype) {
     case KVS_KV_F32:
@@ -162,8 +175,6 @@ kvs_cpu_kv_read(const kvs_cpu_kv_t *kv, uint32_t b, uint32_t l, uint32_t u,
 
     default:
         hd = v ? lo->hd_v : lo->hd_k;
-        sc = (const float *) (blk + (v ? kvs_kv_layout_vs(lo, l)
-                                       : kvs_kv_layout_ks(lo, l)));
 
         for (j = 0; j < n; j++) {
             row[j] = (float) ((const int8_t *) p)[j] * sc[j / hd];
