@@ -311,6 +311,19 @@ test_roundtrip(void **state)
         assert_true(y[j] == 0.0f);
     }
 
+    for (j = 0; j < 64; j++) {
+        x[1][j] = 1.0f;
+    }
+
+    x[1][3] = NAN;
+    kvs_cpu_kv_write(kv, 0, 1, 0, 1, x[1]);
+    kvs_cpu_kv_read(kv, 0, 1, 0, 1, y);
+    assert_true(isfinite(y[3]) && fabsf(y[3]) <= 1.0f + 1e-6f);
+
+    for (j = 0; j < 64; j++) {
+        assert_true(j == 3 || fabsf(y[j] - 1.0f) <= 1e-6f);
+    }
+
     kvs_cpu_kv_free(kv);
 
     /* fp8 has no CPU kernels: refused, naming it */
