@@ -36,9 +36,10 @@
  * Invariants:
  *   - a kvs_cpu_model_t borrows the kvs_model_t's mapping (weights are
  *     pointers into it); the model must outlive it;
- *   - K/V bytes of pool block b live at block index b of every layer's
- *     arrays; the pool and tables decide ownership, this object only
- *     stores;
+ *   - K/V bytes of pool block b are block b of kv->mem, one run of
+ *     lo.block_bytes laid out by kvs_kv_layout in the cache's dtype
+ *     (kvserve_kv_dtype: f32, f16, bf16, int8); the pool and tables
+ *     decide ownership, this object only stores;
  *   - kvs_cpu_forward() validates its whole batch before touching the
  *     cache, so a rejected batch changes nothing.
  *
