@@ -16,12 +16,12 @@
  * or batched.  Gemma 2's soft-capping (fw->softcap) applies to the scaled
  * scores before the softmax, in every kernel alike.
  *
- * A cache in f16, bf16 or int8 (kvs_cpu_kv.c) is read by its own
- * kernels, one query head per task: each K or V row is converted in
- * registers as it is read (8 elements at a time with AVX2 + F16C, one at
- * a time in the portable kernel), an int8 head's scale applied once per
- * score and once per V weight; no full-precision copy of the cache is
- * ever made.
+ * A cache in f16, bf16 or int8 (kvs_cpu_kv.c) is read one query head per
+ * task, each K or V row converted in registers as it is read (8 elements
+ * at a time with AVX2 + F16C; one at a time by the portable kernel,
+ * which reads every dtype, f32's as is), an int8 head's scale applied
+ * once per score and once per V weight; no full-precision copy of the
+ * cache is ever made.
  */
 
 #include <math.h>
