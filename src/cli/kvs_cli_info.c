@@ -790,7 +790,7 @@ kvs_info_kv_dtype(kvs_info_mem_t *mem, uint32_t dt)
     if (mem->cuda_rc == KVS_OK) {
         if (dt == KVS_KV_INT8 || dt == KVS_KV_FP8) {
             mem->cuda_rc = kvs_err_set(&mem->cuda_err, KVS_EUNSUPPORTED,
-                                       "cuda: a \"%s\" KV cache is not "
+                                       "a \"%s\" KV cache is not "
                                        "built for the device yet",
                                        kvs_kv_dtype_name(dt));
         } else {
