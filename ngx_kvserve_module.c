@@ -221,6 +221,13 @@ static ngx_command_t  ngx_http_kvserve_commands[] = {
       offsetof(ngx_http_kvserve_main_conf_t, threads),
       &ngx_http_kvserve_threads_bounds },
 
+    { ngx_string("kvserve_kv_dtype"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_kvserve_kv_dtype_directive,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("kvserve_backend"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_http_kvserve_backend,
@@ -453,6 +460,7 @@ ngx_http_kvserve_create_main_conf(ngx_conf_t *cf)
     kmcf->pool_min_tokens = NGX_CONF_UNSET_UINT;
     kmcf->queue_timeout = NGX_CONF_UNSET_MSEC;
     kmcf->backend = NGX_CONF_UNSET_UINT;
+    kmcf->kv_dtype = NGX_CONF_UNSET_UINT;
     kmcf->device = NGX_CONF_UNSET_UINT;
     /* engine_dir: NULL, as ngx_conf_set_path_slot() wants it */
     kmcf->engine_wait = NGX_CONF_UNSET_MSEC;
@@ -484,6 +492,10 @@ ngx_http_kvserve_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_uint_value(kmcf->threads, 0);
     ngx_conf_init_uint_value(kmcf->backend, KVS_BACKEND_AUTO);
     ngx_conf_init_uint_value(kmcf->device, 0);
+
+    if (ngx_http_kvserve_kv_dtype_check(cf, kmcf) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
     ngx_conf_init_value(kmcf->prefix_cache, 1);
     ngx_conf_init_value(kmcf->pin_max, 0);
 
@@ -587,8 +599,9 @@ ngx_http_kvserve_init_main_conf(ngx_conf_t *cf, void *conf)
  * share kvserve_kv_cache's in proportion to their need (bytes per token
  * x context x NGX_HTTP_KVSERVE_KV_SEQS sequences), and with a fraction,
  * a share that cannot hold one full context is raised to one while the
- * available memory holds every budget.  The cache is F32 on the CPU
- * backend.
+ * available memory holds every budget.  Bytes per token are those of
+ * kvserve_kv_dtype's blocks (kvs_kv_layout), f32 (the CPU backend's)
+ * when it is not set.
  */
 static char *
 ngx_http_kvserve_kv_size(ngx_conf_t *cf, ngx_http_kvserve_main_conf_t *kmcf)
@@ -627,7 +640,12 @@ ngx_http_kvserve_kv_size(ngx_conf_t *cf, ngx_http_kvserve_main_conf_t *kmcf)
         sh[i].own = m[i].kv_cache.len != 0;
         n_shared += !sh[i].own;
 
-        bpt = kvs_hparams_kv_bytes_per_token(hp, NGX_HTTP_KVSERVE_KV_ELEM);
+        m[i].kv_block = (uint32_t) kmcf->kv_block;
+        m[i].kv_dtype_set = kmcf->kv_dtype != NGX_CONF_UNSET_UINT;
+        m[i].kv_dtype = kmcf->kv_dtype != NGX_CONF_UNSET_UINT
+                        ? (uint32_t) kmcf->kv_dtype
+                        : NGX_HTTP_KVSERVE_KV_DTYPE;
+        bpt = ngx_http_kvserve_kv_bpt(&m[i]);
 
         if (kvs_kv_share_need(bpt, hp->n_ctx_train, (uint32_t) kmcf->kv_block,
                               NGX_HTTP_KVSERVE_KV_SEQS, &sh[i].full,
@@ -700,7 +718,7 @@ ngx_http_kvserve_kv_size(ngx_conf_t *cf, ngx_http_kvserve_main_conf_t *kmcf)
 
     for (i = 0; i < n; i++) {
         hp = &m[i].model->hp;
-        bpt = kvs_hparams_kv_bytes_per_token(hp, NGX_HTTP_KVSERVE_KV_ELEM);
+        bpt = ngx_http_kvserve_kv_bpt(&m[i]);
 
         /* how the budget was chosen, after the detail of a fraction */
         d = (m[i].kv_cache.len ? m[i].kv_spec.fraction

@@ -324,26 +324,12 @@ kvs_backend_name(kvs_backend_kind_t kind)
 const char *
 kvs_backend_kv_name(uint32_t dtype)
 {
-    switch (dtype) {
-    case KVS_BACKEND_KV_F32:
-        return "f32";
-    case KVS_BACKEND_KV_BF16:
-        return "bf16";
-    default:
-        return "?";
-    }
+    return kvs_kv_dtype_name(dtype);
 }
 
 
 uint32_t
 kvs_backend_kv_size(uint32_t dtype)
 {
-    switch (dtype) {
-    case KVS_BACKEND_KV_F32:
-        return 4;
-    case KVS_BACKEND_KV_BF16:
-        return 2;
-    default:
-        return 0;
-    }
+    return kvs_kv_dtype_elem(dtype);
 }

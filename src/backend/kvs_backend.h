@@ -37,6 +37,7 @@
 #include "base/kvs_err.h"
 #include "model/kvs_model.h"
 #include "kv/kvs_batch.h"
+#include "kv/kvs_kv_layout.h"
 
 typedef enum {
     KVS_BACKEND_CPU = 0,
@@ -62,11 +63,15 @@ void kvs_backend_probe(kvs_backend_info_t *info, int device);
 
 typedef struct kvs_backend_s  kvs_backend_t;
 
-/* The element a backend's K/V cache stores. */
+/* The element a backend's K/V cache stores: kvs_kv_layout's dtypes,
+ * the values the wire carries. */
 typedef enum {
-    KVS_BACKEND_KV_F32 = 0,
-    KVS_BACKEND_KV_BF16,
-    KVS_BACKEND_KV_MAX = KVS_BACKEND_KV_BF16
+    KVS_BACKEND_KV_F32 = KVS_KV_F32,
+    KVS_BACKEND_KV_BF16 = KVS_KV_BF16,
+    KVS_BACKEND_KV_F16 = KVS_KV_F16,
+    KVS_BACKEND_KV_INT8 = KVS_KV_INT8,
+    KVS_BACKEND_KV_FP8 = KVS_KV_FP8,
+    KVS_BACKEND_KV_MAX = KVS_KV_DTYPE_MAX
 } kvs_backend_kv_dtype_t;
 
 /* Where a backend's weights live once loaded, bytes.  mapped + owned +
@@ -127,6 +132,12 @@ typedef struct {
                                          the pool to this fraction of the
                                          device memory free after weights
                                          and workspace, (0, 1] */
+    int       kv_dtype_set;           /* 0: the backend's own K/V dtype
+                                         (CPU f32; CUDA bf16, f32 for an
+                                         all-F32 model) */
+    uint32_t  kv_dtype;               /* else this kvs_kv_dtype_t; one
+                                         the backend cannot store is
+                                         KVS_EUNSUPPORTED naming it */
 } kvs_backend_conf_t;
 
 struct kvs_backend_s {
@@ -187,8 +198,9 @@ kvs_backend_free(kvs_backend_t *be)
 /* "CPU", "CUDA", "auto" */
 const char *kvs_backend_name(kvs_backend_kind_t kind);
 
-/* A kvs_backend_kv_dtype_t's name ("f32", "bf16") and element bytes;
- * "?" and 0 for another value. */
+/* A kvs_backend_kv_dtype_t's name ("f32", "bf16", "int8") and element
+ * bytes (kvs_kv_dtype_name, kvs_kv_dtype_elem); "?" and 0 for another
+ * value.  A token's bytes, scales included: kvs_kv_bytes_per_token(). */
 const char *kvs_backend_kv_name(uint32_t dtype);
 uint32_t kvs_backend_kv_size(uint32_t dtype);
 

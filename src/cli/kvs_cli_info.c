@@ -31,6 +31,7 @@
 #include "backend/cpu/kvs_cpu.h"
 #include "backend/cuda/kvs_cuda_plan.h"
 #include "base/kvs_hash.h"
+#include "kv/kvs_kv_pool.h"
 #include "model/kvs_ggml_type.h"
 #include "model/kvs_gguf.h"
 #include "model/kvs_hparams.h"
@@ -50,6 +51,8 @@ typedef struct {
     uint64_t   cpu_mapped;
     uint64_t   cpu_owned;
     kvs_err_t  cpu_err;
+    int        cpu_kv;                /* KVS_BACKEND_KV_*: the dtype its
+                                         cache would store */
     int        cuda_rc;
     int        cuda_kv;               /* KVS_BACKEND_KV_* */
     uint64_t   cuda_device;
@@ -79,6 +82,7 @@ kvs_cli_human(double bytes, char *buf, unsigned len)
 static json_t *kvs_info_json_arr(const kvs_gguf_arr_t *a);
 static void kvs_info_memory(const char *path, const kvs_gguf_t *g,
     kvs_info_mem_t *mem);
+static void kvs_info_kv_dtype(kvs_info_mem_t *mem, uint32_t dt);
 
 
 static json_t *
@@ -250,6 +254,17 @@ kvs_info_json_hparams(const kvs_hparams_t *hp, uint32_t kv_bytes)
 }
 
 
+/* A token's real K/V bytes in dtype kv, scales included, in blocks of
+ * the default size (kvs_kv_layout). */
+static uint64_t
+kvs_info_kv_bpt(const kvs_hparams_t *hp, uint32_t kv)
+{
+    return kvs_kv_bytes_per_token(kv, hp->n_layer, hp->n_head_kv,
+                                  hp->head_dim_k, hp->head_dim_v,
+                                  KVS_KV_BLOCK_TOKENS);
+}
+
+
 static json_t *
 kvs_info_json_backend(int rc, const kvs_err_t *err, uint64_t mapped,
     uint64_t owned, uint64_t device, uint32_t kv, const kvs_hparams_t *hp)
@@ -264,8 +279,7 @@ kvs_info_json_backend(int rc, const kvs_err_t *err, uint64_t mapped,
                      "weights_device", (json_int_t) device,
                      "kv_dtype", kvs_backend_kv_name(kv),
                      "kv_bytes_per_token",
-                     (json_int_t) kvs_hparams_kv_bytes_per_token(hp,
-                                      kvs_backend_kv_size(kv)));
+                     (json_int_t) kvs_info_kv_bpt(hp, kv));
 }
 
 
@@ -292,7 +306,7 @@ kvs_info_json_memory(const kvs_info_mem_t *mem, const kvs_hparams_t *hp)
                   "cpu", kvs_info_json_backend(mem->cpu_rc, &mem->cpu_err,
                                                mem->cpu_mapped,
                                                mem->cpu_owned, 0,
-                                               KVS_BACKEND_KV_F32, hp),
+                                               (uint32_t) mem->cpu_kv, hp),
                   "cuda", kvs_info_json_backend(mem->cuda_rc,
                                                 &mem->cuda_err, 0, 0,
                                                 mem->cuda_device,
@@ -546,7 +560,7 @@ kvs_info_text_memory(const kvs_info_mem_t *mem, const kvs_hparams_t *hp)
     putchar('\n');
 
     if (mem->cpu_rc == KVS_OK) {
-        kv = KVS_BACKEND_KV_F32;
+        kv = (uint32_t) mem->cpu_kv;
         printf("  cpu:  weights %s mapped as stored (%" PRIu64 " B), %s "
                "owned (%" PRIu64 " B of converted vectors and repacked "
                "matrices); "
@@ -555,7 +569,7 @@ kvs_info_text_memory(const kvs_info_mem_t *mem, const kvs_hparams_t *hp)
                mem->cpu_mapped,
                kvs_cli_human((double) mem->cpu_owned, b2, sizeof(b2)),
                mem->cpu_owned, kvs_backend_kv_name(kv),
-               kvs_hparams_kv_bytes_per_token(hp, kvs_backend_kv_size(kv)));
+               kvs_info_kv_bpt(hp, kv));
     } else {
         printf("  cpu:  %s\n", mem->cpu_err.msg);
     }
@@ -566,7 +580,7 @@ kvs_info_text_memory(const kvs_info_mem_t *mem, const kvs_hparams_t *hp)
                " B); KV %s, %" PRIu64 " B per token\n",
                kvs_cli_human((double) mem->cuda_device, b1, sizeof(b1)),
                mem->cuda_device, kvs_backend_kv_name(kv),
-               kvs_hparams_kv_bytes_per_token(hp, kvs_backend_kv_size(kv)));
+               kvs_info_kv_bpt(hp, kv));
     } else {
         printf("  cuda: %s\n", mem->cuda_err.msg);
     }
@@ -646,7 +660,7 @@ kvs_cli_info(int argc, char **argv)
     int              i, json, hp_ok;
     char            *end;
     const char      *path, *base;
-    uint32_t         kv_bytes;
+    uint32_t         kv_bytes, kv_dt;
     kvs_err_t        err, hp_err;
     kvs_gguf_t      *g;
     kvs_hparams_t    hp;
@@ -655,6 +669,7 @@ kvs_cli_info(int argc, char **argv)
     memset(&mem, 0, sizeof(kvs_info_mem_t));
     json = 0;
     kv_bytes = 2;
+    kv_dt = KVS_KV_DTYPE_DEFAULT;
     path = NULL;
     base = NULL;
 
@@ -670,6 +685,15 @@ kvs_cli_info(int argc, char **argv)
             }
         } else if (strcmp(argv[i], "--base") == 0 && i + 1 < argc) {
             base = argv[++i];
+        } else if (strcmp(argv[i], "--kv-dtype") == 0 && i + 1 < argc) {
+            if (kvs_kv_dtype_parse(argv[i + 1], strlen(argv[i + 1]), &kv_dt)
+                != KVS_OK)
+            {
+                fprintf(stderr, "kvserve info: --kv-dtype \"%s\" is not "
+                        "f32, f16, bf16, int8 or fp8\n", argv[i + 1]);
+                return 2;
+            }
+            i++;
         } else if (argv[i][0] == '-' || path != NULL) {
             fprintf(stderr, "kvserve info: unexpected argument \"%s\"\n",
                     argv[i]);
@@ -681,7 +705,8 @@ kvs_cli_info(int argc, char **argv)
 
     if (path == NULL) {
         fprintf(stderr, "usage: kvserve info [--json] [--kv-bytes N] "
-                "[--base BASE.gguf] model.gguf\n");
+                "[--kv-dtype f32|f16|bf16|int8|fp8] [--base BASE.gguf] "
+                "model.gguf\n");
         return 2;
     }
 
@@ -708,6 +733,7 @@ kvs_cli_info(int argc, char **argv)
 
     if (hp_ok) {
         kvs_info_memory(path, g, &mem);
+        kvs_info_kv_dtype(&mem, kv_dt);
     }
 
     i = json ? kvs_info_json(g, &hp, hp_ok, hp_err.msg, kv_bytes, &mem)
@@ -752,6 +778,40 @@ kvs_info_memory(const char *path, const kvs_gguf_t *g, kvs_info_mem_t *mem)
                                          &mem->cuda_err);
     mem->cuda_kv = kv_dt == KVS_CUDA_DT_F32 ? KVS_BACKEND_KV_F32
                                             : KVS_BACKEND_KV_BF16;
+    mem->cpu_kv = KVS_BACKEND_KV_F32;
 
     kvs_model_close(m);
+}
+
+
+/* --kv-dtype: each backend's cache in that dtype, as kvserve_kv_dtype
+ * would make it, or why that backend cannot store it (the CPU: f32, f16,
+ * bf16, int8; CUDA: f32, f16, bf16). */
+static void
+kvs_info_kv_dtype(kvs_info_mem_t *mem, uint32_t dt)
+{
+    if (dt == KVS_KV_DTYPE_DEFAULT) {
+        return;
+    }
+
+    if (mem->cpu_rc == KVS_OK) {
+        if (dt == KVS_KV_FP8) {
+            mem->cpu_rc = kvs_err_set(&mem->cpu_err, KVS_EUNSUPPORTED,
+                                      "the CPU backend cannot store a "
+                                      "\"fp8\" KV cache");
+        } else {
+            mem->cpu_kv = (int) dt;
+        }
+    }
+
+    if (mem->cuda_rc == KVS_OK) {
+        if (dt == KVS_KV_INT8 || dt == KVS_KV_FP8) {
+            mem->cuda_rc = kvs_err_set(&mem->cuda_err, KVS_EUNSUPPORTED,
+                                       "a \"%s\" KV cache is not "
+                                       "built for the device yet",
+                                       kvs_kv_dtype_name(dt));
+        } else {
+            mem->cuda_kv = (int) dt;
+        }
+    }
 }

@@ -123,6 +123,8 @@ kvs_engine_new(kvs_engine_t **out, const kvs_engine_conf_t *conf,
     bc.kind = e->conf.backend;
     bc.device = e->conf.device;
     bc.kv_fraction = e->conf.kv_fraction;
+    bc.kv_dtype_set = e->conf.kv_dtype_set;
+    bc.kv_dtype = e->conf.kv_dtype;
 
     /* the pool's limits are checked before the backend allocates for
      * them: the pool refuses, with its own message, what it would refuse

@@ -103,6 +103,10 @@ typedef struct {
                                              within it ends with an
                                              error and retry_after; 0:
                                              it waits */
+    int                 kv_dtype_set;     /* 0: the backend's own K/V
+                                             dtype; else kv_dtype */
+    uint32_t            kv_dtype;         /* kvs_kv_dtype_t
+                                             (kvserve_kv_dtype) */
     const char         *index_model;      /* the served model's name:
                                              names every cached block
                                              for the prefix index (see

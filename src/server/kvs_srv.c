@@ -174,8 +174,12 @@ kvs_srv_new(kvs_srv_t **out, const kvs_srv_conf_t *conf, kvs_err_t *err)
                     kind == KVS_BACKEND_CUDA ? "cuda" : "cpu",
                     mem.weights_mapped, mem.weights_owned,
                     mem.weights_device, kvs_backend_kv_name(mem.kv_dtype),
-                    kvs_hparams_kv_bytes_per_token(&m->hp,
-                        kvs_backend_kv_size(mem.kv_dtype)));
+                    kvs_kv_bytes_per_token(mem.kv_dtype, m->hp.n_layer,
+                                           m->hp.n_head_kv,
+                                           m->hp.head_dim_k,
+                                           m->hp.head_dim_v,
+                                           conf->models[i].engine
+                                           .block_tokens));
 
         kvs_engine_stats(srv->engines[i].e, &st);
 

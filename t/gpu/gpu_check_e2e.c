@@ -14,6 +14,10 @@
  * kernel for it meet here).  "small" is 256 wide: every row is whole
  * 256-column blocks, as the K-quants need.
  *
+ * stories260K runs three times: each backend's own K/V dtype, then both
+ * caching in f16 and in bf16 (kvserve_kv_dtype).  The CUDA backend does
+ * not store int8 or fp8 yet, so they have no case here.
+ *
  * The schedule: three sequences, 64 generated tokens each; the first two
  * start together (a 1-token and a 21-token prompt), the third (40 tokens)
  * joins at step 5, so steps mix decodes with prefill chunks; chunks are
@@ -425,7 +429,7 @@ gc_e2e_mem(gc_ctx_t *c, const char *label, const kvs_model_t *m,
 
 
 static int
-gc_e2e_model(gc_ctx_t *c, const char *label, const char *path)
+gc_e2e_model(gc_ctx_t *c, const char *label, const char *path, int kv_dt)
 {
     int                  rc;
     char                 why[KVS_ERR_MSG_LEN + 64];
@@ -475,6 +479,10 @@ gc_e2e_model(gc_ctx_t *c, const char *label, const char *path)
     conf.block_tokens = GC_E2E_CHUNK;
     conf.device = c->device;
     conf.kind = KVS_BACKEND_CPU;
+    /* kvserve_kv_dtype: both backends cache in that dtype (-1: each its
+     * own) */
+    conf.kv_dtype_set = kv_dt >= 0;
+    conf.kv_dtype = kv_dt >= 0 ? (uint32_t) kv_dt : 0;
 
     rc = g->lc == NULL || g->lg == NULL ? KVS_ENOMEM
          : kvs_kv_pool_new(&pool, GC_E2E_BLOCKS, GC_E2E_CHUNK, &err);
@@ -568,7 +576,7 @@ gc_e2e_gen(gc_ctx_t *c, const char *preset, uint32_t dtype, kvs_arch_t arch,
         return 0;
     }
 
-    rc = gc_e2e_model(c, label, path);
+    rc = gc_e2e_model(c, label, path, -1);
     unlink(path);
 
     return rc;
@@ -598,7 +606,14 @@ gc_e2e_run(gc_ctx_t *c)
             gc_row(c, "e2e", "stories260K", "-", "", "", "SKIP",
                    "fixture absent");
 
-        } else if (gc_e2e_model(c, "stories260K f32", path) != 0) {
+        } else if (gc_e2e_model(c, "stories260K f32", path, -1) != 0
+                   /* the K/V dtypes both backends store, each against
+                    * the CPU caching in the same dtype */
+                   || gc_e2e_model(c, "stories260K f32, K/V f16", path,
+                                   KVS_KV_F16) != 0
+                   || gc_e2e_model(c, "stories260K f32, K/V bf16", path,
+                                   KVS_KV_BF16) != 0)
+        {
             return -1;
         }
     }

@@ -533,7 +533,7 @@ test_bad_batch(void **state)
     fx_t             *fx;
     float             lg[2 * 512];  /* two rows want logits */
     size_t            nk;
-    float            *snap;
+    uint8_t          *snap;
     kvs_err_t         err;
     kvs_cpu_kv_t     *kv;
     kvs_batch_tok_t   tok[2];
@@ -552,11 +552,10 @@ test_bad_batch(void **state)
     memset(&other, 0, sizeof(other));
     assert_int_equal(kvs_kv_table_reserve(&table, pool, 4, &err), KVS_OK);
 
-    nk = (size_t) kv->n_layer * kv->n_blocks * kv->block_tokens
-         * kv->k_width;
-    snap = malloc(nk * sizeof(float));
+    nk = (size_t) kv->n_blocks * kv->lo.block_bytes;
+    snap = malloc(nk);
     assert_non_null(snap);
-    memcpy(snap, kv->k, nk * sizeof(float));
+    memcpy(snap, kv->mem, nk);
 
     b.toks = tok;
     b.n = 2;
@@ -584,7 +583,7 @@ test_bad_batch(void **state)
     b.n = 0;
     assert_int_equal(kvs_cpu_forward(fx->cm, kv, &b, lg, &err), KVS_EINVAL);
 
-    assert_memory_equal(snap, kv->k, nk * sizeof(float));
+    assert_memory_equal(snap, kv->mem, nk);
 
     /* and the same batch, corrected, goes through */
     b.n = 2;

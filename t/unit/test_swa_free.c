@@ -680,20 +680,13 @@ test_poisoned_blocks(void **state)
         assert_non_null(lg);
         ref = lg + (size_t) n * cm->hp.n_vocab;
 
-        /* the poison: a block of the pool the tables never get; K and
-         * V are [n_layer][n_blocks][BT][width] */
+        /* the poison: a block of the pool the tables never get, all its
+         * f32 K and V (kvs_kv_layout: the block is one run of floats) */
         assert_int_equal(kvs_kv_pool_alloc(pool, 1, &poison, &err), KVS_OK);
 
-        for (i = 0; i < kv->n_layer; i++) {
-            per = (size_t) BT * kv->k_width;
-            for (z = 0; z < per; z++) {
-                kv->k[((size_t) i * kv->n_blocks + poison) * per + z] = NAN;
-            }
-
-            per = (size_t) BT * kv->v_width;
-            for (z = 0; z < per; z++) {
-                kv->v[((size_t) i * kv->n_blocks + poison) * per + z] = NAN;
-            }
+        per = (size_t) kv->lo.block_bytes / sizeof(float);
+        for (z = 0; z < per; z++) {
+            ((float *) (void *) kvs_cpu_kv_block(kv, poison))[z] = NAN;
         }
 
         for (pass = 0; pass < 2; pass++) {

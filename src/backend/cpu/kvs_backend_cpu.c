@@ -64,8 +64,11 @@ kvs_backend_cpu_new(kvs_backend_t **out, const kvs_model_t *m,
     cpu = (kvs_backend_cpu_t *) (be + 1);
 
     if (kvs_cpu_model_new(&cpu->cm, m, err) != KVS_OK
-        || kvs_cpu_kv_new(&cpu->kv, cpu->cm, conf->n_blocks,
-                          conf->block_tokens, err) != KVS_OK
+        || kvs_cpu_kv_new_dtype(&cpu->kv, cpu->cm, conf->n_blocks,
+                                conf->block_tokens,
+                                conf->kv_dtype_set ? conf->kv_dtype
+                                                   : KVS_KV_F32,
+                                err) != KVS_OK
         || kvs_cpu_kv_set_threads(cpu->kv, threads, err) != KVS_OK)
     {
         kvs_cpu_kv_free(cpu->kv);
@@ -80,12 +83,10 @@ kvs_backend_cpu_new(kvs_backend_t **out, const kvs_model_t *m,
     be->n_blocks = conf->n_blocks;
     be->block_tokens = conf->block_tokens;
     be->threads = threads;
-    be->kv_bytes = (uint64_t) cpu->kv->n_layer * conf->n_blocks
-                   * conf->block_tokens
-                   * (cpu->kv->k_width + cpu->kv->v_width) * sizeof(float);
+    be->kv_bytes = (uint64_t) conf->n_blocks * cpu->kv->lo.block_bytes;
     kvs_cpu_model_mem(cpu->cm, &be->mem.weights_mapped,
                       &be->mem.weights_owned);
-    be->mem.kv_dtype = KVS_BACKEND_KV_F32;     /* kvs_cpu_kv_t's floats */
+    be->mem.kv_dtype = cpu->kv->lo.dtype;
     be->impl = cpu;
 
     *out = be;
@@ -108,8 +109,6 @@ static int
 kvs_backend_cpu_copy_block(kvs_backend_t *be, uint32_t dst, uint32_t src,
     kvs_err_t *err)
 {
-    size_t              kn, vn;
-    uint32_t            l;
     kvs_cpu_kv_t       *kv;
     kvs_backend_cpu_t  *cpu = be->impl;
 
@@ -125,17 +124,9 @@ kvs_backend_cpu_copy_block(kvs_backend_t *be, uint32_t dst, uint32_t src,
         return KVS_OK;
     }
 
-    kn = (size_t) kv->block_tokens * kv->k_width;    /* floats per block */
-    vn = (size_t) kv->block_tokens * kv->v_width;
-
-    for (l = 0; l < kv->n_layer; l++) {
-        memcpy(kv->k + ((size_t) l * kv->n_blocks + dst) * kn,
-               kv->k + ((size_t) l * kv->n_blocks + src) * kn,
-               kn * sizeof(float));
-        memcpy(kv->v + ((size_t) l * kv->n_blocks + dst) * vn,
-               kv->v + ((size_t) l * kv->n_blocks + src) * vn,
-               vn * sizeof(float));
-    }
+    /* a block is one run of bytes, scales included (kvs_kv_layout.h) */
+    memcpy(kvs_cpu_kv_block(kv, dst), kvs_cpu_kv_block(kv, src),
+           (size_t) kv->lo.block_bytes);
 
     return KVS_OK;
 }

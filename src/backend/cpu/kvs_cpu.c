@@ -585,14 +585,47 @@ int
 kvs_cpu_kv_new(kvs_cpu_kv_t **out, const kvs_cpu_model_t *cm,
     uint32_t n_blocks, uint32_t block_tokens, kvs_err_t *err)
 {
-    size_t         slots, nk, nv;
-    kvs_cpu_kv_t  *kv;
+    return kvs_cpu_kv_new_dtype(out, cm, n_blocks, block_tokens, KVS_KV_F32,
+                                err);
+}
+
+
+int
+kvs_cpu_kv_new_dtype(kvs_cpu_kv_t **out, const kvs_cpu_model_t *cm,
+    uint32_t n_blocks, uint32_t block_tokens, uint32_t dtype,
+    kvs_err_t *err)
+{
+    int              rc;
+    kvs_cpu_kv_t    *kv;
+    kvs_kv_layout_t  lo;
 
     *out = NULL;
 
     if (n_blocks == 0 || block_tokens == 0) {
         return kvs_err_set(err, KVS_EINVAL, "cpu kv: %" PRIu32 " blocks "
                            "of %" PRIu32 " tokens", n_blocks, block_tokens);
+    }
+
+    if (dtype != KVS_KV_F32 && dtype != KVS_KV_F16 && dtype != KVS_KV_BF16
+        && dtype != KVS_KV_INT8)
+    {
+        return kvs_err_set(err, KVS_EUNSUPPORTED, "cpu kv: the CPU backend "
+                           "cannot store a \"%s\" KV cache (it stores "
+                           "f32, f16, bf16 or int8)",
+                           kvs_kv_dtype_name(dtype));
+    }
+
+    rc = kvs_kv_layout_init(&lo, dtype, cm->hp.n_layer, cm->hp.n_head_kv,
+                            cm->hp.head_dim_k, cm->hp.head_dim_v,
+                            block_tokens, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    if (lo.block_bytes > SIZE_MAX / n_blocks) {
+        return kvs_err_set(err, KVS_ERANGE, "cpu kv: %" PRIu32 " blocks "
+                           "of %" PRIu32 " tokens overflow the address "
+                           "space", n_blocks, block_tokens);
     }
 
     kv = calloc(1, sizeof(kvs_cpu_kv_t));
@@ -608,32 +641,16 @@ kvs_cpu_kv_new(kvs_cpu_kv_t **out, const kvs_cpu_model_t *cm,
     kv->block_tokens = block_tokens;
     kv->k_width = cm->hp.k_width;
     kv->v_width = cm->hp.v_width;
+    kv->lo = lo;
 
-    /* slots across all layers; each factor is a uint32_t, so check every
-     * product against SIZE_MAX / sizeof(float) before taking it */
-    slots = (size_t) n_blocks * block_tokens;
+    /* zeroed: a block never written reads as zeros, scales included */
+    kv->mem = calloc(n_blocks, (size_t) lo.block_bytes);
 
-    if (slots / block_tokens != n_blocks
-        || slots > SIZE_MAX / sizeof(float) / kv->n_layer
-        || slots * kv->n_layer > SIZE_MAX / sizeof(float) / kv->k_width
-        || slots * kv->n_layer > SIZE_MAX / sizeof(float) / kv->v_width)
-    {
-        free(kv);
-        return kvs_err_set(err, KVS_ERANGE, "cpu kv: %" PRIu32 " blocks "
-                           "of %" PRIu32 " tokens overflow the address "
-                           "space", n_blocks, block_tokens);
-    }
-
-    nk = slots * kv->n_layer * kv->k_width;
-    nv = slots * kv->n_layer * kv->v_width;
-
-    kv->k = calloc(nk, sizeof(float));
-    kv->v = calloc(nv, sizeof(float));
-
-    if (kv->k == NULL || kv->v == NULL) {
+    if (kv->mem == NULL) {
         kvs_cpu_kv_free(kv);
         return kvs_err_set(err, KVS_ENOMEM, "cpu kv: out of memory for "
-                           "%zu bytes", (nk + nv) * sizeof(float));
+                           "%" PRIu32 " blocks of %" PRIu64 " bytes",
+                           n_blocks, lo.block_bytes);
     }
 
     *out = kv;
@@ -651,8 +668,7 @@ kvs_cpu_kv_free(kvs_cpu_kv_t *kv)
 
     kvs_threads_free(kv->threads);
     kvs_cpu_kv_lora_free(kv);
-    free(kv->k);
-    free(kv->v);
+    free(kv->mem);
     free(kv->act);
     free(kv);
 }
@@ -745,7 +761,6 @@ static void
 kvs_cpu_qkv_task(void *arg, uint32_t i, uint32_t thread)
 {
     float                  *q, *k, *v;
-    size_t                  slot;
     uint32_t                j, bt;
     kvs_cpu_fw_t           *fw;
     const kvs_cpu_layer_t  *ly;
@@ -793,9 +808,34 @@ kvs_cpu_qkv_task(void *arg, uint32_t i, uint32_t thread)
                           (int) hp->head_dim_k, (int32_t) tk->pos,
                           hp->rope_pairing);
 
-    slot = (size_t) tk->table->blocks[tk->pos / bt] * bt + tk->pos % bt;
-    memcpy(fw->kc + slot * fw->kd, k, fw->kd * sizeof(float));
-    memcpy(fw->vc + slot * fw->vd, v, fw->vd * sizeof(float));
+    /* int8 writes grow scales shared by a block's slots: the caller
+     * stores them after this task, in batch order, one thread */
+    if (fw->kv->lo.dtype != KVS_KV_INT8) {
+        kvs_cpu_kv_write(fw->kv, tk->table->blocks[tk->pos / bt], fw->l,
+                         tk->pos % bt, 0, k);
+        kvs_cpu_kv_write(fw->kv, tk->table->blocks[tk->pos / bt], fw->l,
+                         tk->pos % bt, 1, v);
+    }
+}
+
+
+/* The batch's K/V rows of layer fw->l into the cache, in batch order
+ * (a sequence's positions ascending): the int8 writes. */
+static void
+kvs_cpu_kv_store(kvs_cpu_fw_t *fw)
+{
+    uint32_t                i, bt;
+    const kvs_batch_tok_t  *tk;
+
+    bt = fw->kv->block_tokens;
+
+    for (i = 0; i < fw->b->n; i++) {
+        tk = &fw->b->toks[i];
+        kvs_cpu_kv_write(fw->kv, tk->table->blocks[tk->pos / bt], fw->l,
+                         tk->pos % bt, 0, fw->k + (size_t) i * fw->kd);
+        kvs_cpu_kv_write(fw->kv, tk->table->blocks[tk->pos / bt], fw->l,
+                         tk->pos % bt, 1, fw->v + (size_t) i * fw->vd);
+    }
 }
 
 
@@ -884,7 +924,7 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     kvs_err_t *err)
 {
     int                     rc;
-    size_t                  total, layer_k, layer_v;
+    size_t                  total;
     float                   escale, cap;
     size_t                  z;
     uint32_t                n, i, l, max_ctx, want, wrow, nth;
@@ -949,7 +989,8 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
      * scores [attn_group][max_ctx rounded up to 16: the vector softmax
      * pads them] and four weight rows [4][wrow] (a sgemm tile's
      * [KVS_CPU_BLAS_TILE][wrow]) */
-    fw.attn_group = kvs_cpu_attn_group(hp, fw.simd);
+    fw.attn_group = kv->lo.dtype == KVS_KV_F32
+                    ? kvs_cpu_attn_group(hp, fw.simd) : 1;
     fw.sc_len = ((size_t) max_ctx + 15) & ~(size_t) 15;
     fw.sc_stride = fw.attn_group * fw.sc_len;
     fw.wscratch_stride = (n >= KVS_CPU_BLAS_MIN ? KVS_CPU_BLAS_TILE : 4)
@@ -1006,8 +1047,7 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
         }
     }
 
-    layer_k = (size_t) kv->n_blocks * kv->block_tokens * fw.kd;
-    layer_v = (size_t) kv->n_blocks * kv->block_tokens * fw.vd;
+    fw.bstride = (size_t) kv->lo.block_bytes / sizeof(float);
 
     tokp = kvs_cpu_pool(&fw, (double) n * fw.e);
     ffnp = kvs_cpu_pool(&fw, (double) n * fw.f);
@@ -1023,8 +1063,13 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
         fw.win = kvs_hparams_swa(hp, l);
         fw.rope = kvs_hparams_rope_swa(hp, l) && cm->has_rope_swa
                   ? &cm->rope_swa : &cm->rope;
-        fw.kc = kv->k + l * layer_k;      /* [n_blocks][bt][kd] */
-        fw.vc = kv->v + l * layer_v;      /* [n_blocks][bt][vd] */
+        fw.l = l;
+        fw.kcb = kv->mem + kvs_kv_layout_k(&kv->lo, l, 0);
+        fw.vcb = kv->mem + kvs_kv_layout_v(&kv->lo, l, 0);
+        fw.ksb = kv->mem + kvs_kv_layout_ks(&kv->lo, l);
+        fw.vsb = kv->mem + kvs_kv_layout_vs(&kv->lo, l);
+        fw.kc = (float *) (void *) (kv->mem + kvs_kv_layout_k(&kv->lo, l, 0));
+        fw.vc = (float *) (void *) (kv->mem + kvs_kv_layout_v(&kv->lo, l, 0));
 
         kvs_cpu_matmul(&fw, fw.xb, n, &ly->wq, fw.q, &ly->wk, fw.k,
                        &ly->wv, fw.v);
@@ -1035,6 +1080,11 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
         /* this layer's K/V of the whole batch is written before any token
          * attends, so tokens see earlier positions of their own chunk */
         kvs_threads_run(tokp, kvs_cpu_qkv_task, &fw, n);
+
+        if (kv->lo.dtype == KVS_KV_INT8) {
+            kvs_cpu_kv_store(&fw);
+        }
+
         kvs_threads_run(attp, kvs_cpu_attn_task, &fw,
                         n * (hp->n_head / fw.attn_group));
 

@@ -36,9 +36,10 @@
  * Invariants:
  *   - a kvs_cpu_model_t borrows the kvs_model_t's mapping (weights are
  *     pointers into it); the model must outlive it;
- *   - K/V bytes of pool block b live at block index b of every layer's
- *     arrays; the pool and tables decide ownership, this object only
- *     stores;
+ *   - K/V bytes of pool block b are block b of kv->mem, one run of
+ *     lo.block_bytes laid out by kvs_kv_layout in the cache's dtype
+ *     (kvserve_kv_dtype: f32, f16, bf16, int8); the pool and tables
+ *     decide ownership, this object only stores;
  *   - kvs_cpu_forward() validates its whole batch before touching the
  *     cache, so a rejected batch changes nothing.
  *
@@ -59,6 +60,7 @@
 #include "base/kvs_err.h"
 #include "base/kvs_threads.h"
 #include "backend/kvs_rope.h"
+#include "kv/kvs_kv_layout.h"
 #include "kv/kvs_kv_table.h"
 #include "kv/kvs_batch.h"
 #include "model/kvs_lora.h"
@@ -133,13 +135,14 @@ typedef struct {
     uint32_t   n_layer;
     uint32_t   n_blocks;
     uint32_t   block_tokens;
-    uint32_t   k_width;               /* floats per token per layer, K:
+    uint32_t   k_width;               /* elements per token per layer, K:
                                          hp.k_width */
     uint32_t   v_width;               /* same for V: hp.v_width */
-    float     *k;                     /* [n_layer][n_blocks][block_tokens]
-                                         [k_width] */
-    float     *v;                     /* [n_layer][n_blocks][block_tokens]
-                                         [v_width] */
+    kvs_kv_layout_t
+               lo;                    /* a block's bytes (kvs_kv_layout.h),
+                                         its dtype */
+    uint8_t   *mem;                   /* [n_blocks][lo.block_bytes], block
+                                         b at b x block_bytes */
     float     *act;                   /* [act_cap] activations of the
                                          last step, grown as batches grow
                                          and reused, so a steady step
@@ -179,11 +182,37 @@ void kvs_cpu_model_mem(const kvs_cpu_model_t *cm, uint64_t *mapped,
 int kvs_cpu_model_footprint(const kvs_model_t *m, uint64_t *mapped,
     uint64_t *owned, kvs_err_t *err);
 
-/* K/V storage for a pool of n_blocks blocks of block_tokens tokens, zeroed.
- * KVS_EINVAL for zero sizes, KVS_ERANGE if the byte count overflows,
- * KVS_ENOMEM. */
+/* K/V storage for a pool of n_blocks blocks of block_tokens tokens, zeroed,
+ * in f32.  KVS_EINVAL for zero sizes, KVS_ERANGE if the byte count
+ * overflows, KVS_ENOMEM. */
 int kvs_cpu_kv_new(kvs_cpu_kv_t **out, const kvs_cpu_model_t *cm,
     uint32_t n_blocks, uint32_t block_tokens, kvs_err_t *err);
+
+/* The same in dtype (a kvs_kv_dtype_t): f32, f16, bf16 or int8; another
+ * is KVS_EUNSUPPORTED naming it. */
+int kvs_cpu_kv_new_dtype(kvs_cpu_kv_t **out, const kvs_cpu_model_t *cm,
+    uint32_t n_blocks, uint32_t block_tokens, uint32_t dtype,
+    kvs_err_t *err);
+
+/* Bytes of block b, or NULL for b >= n_blocks: lo.block_bytes opaque
+ * bytes (copied whole, e.g. to another block or a lower tier). */
+uint8_t *kvs_cpu_kv_block(const kvs_cpu_kv_t *kv, uint32_t b);
+
+/*
+ * Stores row (K when v == 0, V else: k_width / v_width floats) at slot u
+ * of block b, layer l, in kv's dtype.  In int8 a head's scale is its
+ * block's largest |x| / 127 so far: writing slot 0 starts the block
+ * afresh (slots are written in order from 0: a sequence writes from its
+ * n_computed on), and a row larger than the scale grows it and requantizes
+ * the block's slots 0..u-1 of that head to the new scale.  Callers keep
+ * writes to one block in one thread, in slot order.
+ */
+void kvs_cpu_kv_write(kvs_cpu_kv_t *kv, uint32_t b, uint32_t l, uint32_t u,
+    int v, const float *row);
+
+/* The stored row back in floats (dequantized), for tests and checks. */
+void kvs_cpu_kv_read(const kvs_cpu_kv_t *kv, uint32_t b, uint32_t l,
+    uint32_t u, int v, float *row);
 void kvs_cpu_kv_free(kvs_cpu_kv_t *kv);
 
 /*

@@ -15,6 +15,13 @@
  * batch, the grouping or the thread, so a token attends the same alone
  * or batched.  Gemma 2's soft-capping (fw->softcap) applies to the scaled
  * scores before the softmax, in every kernel alike.
+ *
+ * A cache in f16, bf16 or int8 (kvs_cpu_kv.c) is read one query head per
+ * task, each K or V row converted in registers as it is read (8 elements
+ * at a time with AVX2 + F16C; one at a time by the portable kernel,
+ * which reads every dtype, f32's as is), an int8 head's scale applied
+ * once per score and once per V weight; no full-precision copy of the
+ * cache is ever made.
  */
 
 #include <math.h>
@@ -22,6 +29,7 @@
 
 #include "kvs_cpu_exp.h"
 #include "kvs_cpu_impl.h"
+#include "model/kvs_dtype.h"
 
 #if KVS_CPU_X86
 #include <immintrin.h>
@@ -32,6 +40,9 @@ static void kvs_cpu_attn_ref(const kvs_cpu_fw_t *fw,
     const kvs_batch_tok_t *tk, const float *qh, float *ah, float *sc,
     uint32_t kvh);
 #if KVS_CPU_X86
+static void kvs_cpu_attn_qavx2(const kvs_cpu_fw_t *fw,
+    const kvs_batch_tok_t *tk, const float *qh, float *ah, float *sc,
+    uint32_t kvh);
 static void kvs_cpu_attn_avx2(const kvs_cpu_fw_t *fw,
     const kvs_batch_tok_t *tk, const float *qh, float *ah, float *sc,
     uint32_t kvh);
@@ -102,6 +113,19 @@ kvs_cpu_attn_task(void *arg, uint32_t task, uint32_t thread)
     ah = fw->att + (size_t) i * fw->od + (size_t) h * hp->head_dim_v;
     sc = fw->sc + (size_t) thread * fw->sc_stride;
 
+    if (fw->kv->lo.dtype != KVS_KV_F32) {
+#if KVS_CPU_X86
+        if (fw->simd >= KVS_CPU_SIMD_AVX2 && hp->head_dim_k % 8 == 0
+            && hp->head_dim_v % 8 == 0)
+        {
+            kvs_cpu_attn_qavx2(fw, &fw->b->toks[i], qh, ah, sc, kvh);
+            return;
+        }
+#endif
+        kvs_cpu_attn_ref(fw, &fw->b->toks[i], qh, ah, sc, kvh);
+        return;
+    }
+
 #if KVS_CPU_X86
     if (fw->attn_group > 1 || (fw->simd >= KVS_CPU_SIMD_AVX512
                                && hp->head_dim_k % 16 == 0
@@ -123,34 +147,78 @@ kvs_cpu_attn_task(void *arg, uint32_t task, uint32_t thread)
 }
 
 
-/* The portable attention, in run.c's order. */
+/* Element j of a stored row p of dtype dt as a float; int8 unscaled. */
+static inline float
+kvs_cpu_kv_elem(const uint8_t *p, uint32_t dt, uint32_t j)
+{
+    float     f;
+    uint16_t  h;
+
+    switch (dt) {
+    case KVS_KV_F32:
+        memcpy(&f, p + 4 * (size_t) j, 4);
+        return f;
+    case KVS_KV_F16:
+        memcpy(&h, p + 2 * (size_t) j, 2);
+        return kvs_f16_to_f32(h);
+    case KVS_KV_BF16:
+        memcpy(&h, p + 2 * (size_t) j, 2);
+        return kvs_bf16_to_f32(h);
+    default:
+        return (float) ((const int8_t *) p)[j];
+    }
+}
+
+
+/* Head kvh's stored row of position t (K when v == 0) and, in int8, the
+ * scale it is read with (else 1). */
+static inline const uint8_t *
+kvs_cpu_kv_row(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
+    uint32_t t, uint32_t kvh, int v, float *scale)
+{
+    size_t                  blk;
+    const kvs_kv_layout_t  *lo;
+
+    lo = &fw->kv->lo;
+    blk = (size_t) tk->table->blocks[t / lo->block_tokens] * lo->block_bytes;
+    *scale = lo->scaled ? ((const float *) (const void *)
+                           ((v ? fw->vsb : fw->ksb) + blk))[kvh]
+                        : 1.0f;
+
+    return (v ? fw->vcb : fw->kcb) + blk
+           + (size_t) (t % lo->block_tokens) * (v ? lo->v_row : lo->k_row)
+           + (size_t) kvh * (v ? lo->hd_v : lo->hd_k) * lo->elem;
+}
+
+
+/* The portable attention, in run.c's order, over a cache of any dtype,
+ * each element converted as it is read (an f32 one as is: a scale of 1
+ * changes no bit). */
 static void
 kvs_cpu_attn_ref(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
     const float *qh, float *ah, float *sc, uint32_t kvh)
 {
-    float                  mx, sum, z;
-    uint32_t               t, t0, j, bt, blk, hdk, hdv;
-    const float           *kt, *vt;
+    float                  mx, sum, z, s;
+    uint32_t               t, t0, j, dt, hdk, hdv;
+    const uint8_t         *r;
     const kvs_hparams_t   *hp;
 
     hp = &fw->cm->hp;
-    bt = fw->kv->block_tokens;
+    dt = fw->kv->lo.dtype;
     hdk = hp->head_dim_k;
     hdv = hp->head_dim_v;
     mx = -INFINITY;
     t0 = kvs_cpu_attn_first(fw, tk);
 
     for (t = t0; t <= tk->pos; t++) {
-        blk = tk->table->blocks[t / bt];
-        kt = fw->kc + ((size_t) blk * bt + t % bt) * fw->kd
-             + (size_t) kvh * hdk;
+        r = kvs_cpu_kv_row(fw, tk, t, kvh, 0, &s);
         z = 0.0f;
 
         for (j = 0; j < hdk; j++) {
-            z += qh[j] * kt[j];
+            z += qh[j] * kvs_cpu_kv_elem(r, dt, j);
         }
 
-        z *= fw->scale;
+        z *= s * fw->scale;
         sc[t - t0] = fw->softcap != 0.0f
                      ? fw->softcap * tanhf(z / fw->softcap) : z;
 
@@ -169,13 +237,11 @@ kvs_cpu_attn_ref(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
     memset(ah, 0, hdv * sizeof(float));
 
     for (t = t0; t <= tk->pos; t++) {
-        blk = tk->table->blocks[t / bt];
-        vt = fw->vc + ((size_t) blk * bt + t % bt) * fw->vd
-             + (size_t) kvh * hdv;
-        z = sc[t - t0] / sum;
+        r = kvs_cpu_kv_row(fw, tk, t, kvh, 1, &s);
+        z = sc[t - t0] / sum * s;
 
         for (j = 0; j < hdv; j++) {
-            ah[j] += z * vt[j];
+            ah[j] += z * kvs_cpu_kv_elem(r, dt, j);
         }
     }
 }
@@ -223,6 +289,7 @@ typedef struct {
     const float     *row;             /* the current position's row */
     const uint32_t  *blocks;
     size_t           width;           /* floats per slot */
+    size_t           bstride;         /* floats per block */
     uint32_t         bt;
     uint32_t         u;               /* position within its block */
     uint32_t         blk;
@@ -232,18 +299,20 @@ typedef struct {
 
 /* From position t0 (the window's first) on. */
 static inline void
-kvs_cpu_rows_init(kvs_cpu_rows_t *it, const float *cache, size_t off,
-    size_t width, const kvs_batch_tok_t *tk, uint32_t bt, uint32_t t0)
+kvs_cpu_rows_init(kvs_cpu_rows_t *it, const kvs_cpu_fw_t *fw,
+    const float *cache, size_t off, size_t width, const kvs_batch_tok_t *tk,
+    uint32_t bt, uint32_t t0)
 {
     it->base = cache + off;
     it->blocks = tk->table->blocks;
     it->width = width;
+    it->bstride = fw->bstride;
     it->bt = bt;
     it->u = t0 % bt;
     it->blk = t0 / bt;
     it->last = tk->pos / bt;
-    it->row = it->base + ((size_t) it->blocks[it->blk] * bt + it->u)
-                         * width;
+    it->row = it->base + (size_t) it->blocks[it->blk] * it->bstride
+              + (size_t) it->u * width;
 }
 
 
@@ -262,7 +331,7 @@ kvs_cpu_rows_next(kvs_cpu_rows_t *it)
         if (it->blk < it->last) {
             it->blk++;
             it->row = it->base
-                      + (size_t) it->blocks[it->blk] * it->bt * it->width;
+                      + (size_t) it->blocks[it->blk] * it->bstride;
         }
     }
 
@@ -391,7 +460,7 @@ kvs_cpu_attn_avx2(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
     t0 = kvs_cpu_attn_first(fw, tk);
     n = tk->pos + 1 - t0;
 
-    kvs_cpu_rows_init(&it, fw->kc, (size_t) kvh * hdk, fw->kd, tk, bt,
+    kvs_cpu_rows_init(&it, fw, fw->kc, (size_t) kvh * hdk, fw->kd, tk, bt,
                       t0);
 
     for (t = 0; t < n; t += 8) {
@@ -422,15 +491,136 @@ kvs_cpu_attn_avx2(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
     kvs_cpu_softmax_avx2(sc, n);
 
     for (c = 0; c + 32 <= hdv; c += 32) {
-        kvs_cpu_rows_init(&it, fw->vc, (size_t) kvh * hdv, fw->vd, tk,
+        kvs_cpu_rows_init(&it, fw, fw->vc, (size_t) kvh * hdv, fw->vd, tk,
                           bt, t0);
         kvs_cpu_attn_v(ah, sc, n, &it, c, 4);
     }
 
     for ( /* void */ ; c < hdv; c += 8) {
-        kvs_cpu_rows_init(&it, fw->vc, (size_t) kvh * hdv, fw->vd, tk,
+        kvs_cpu_rows_init(&it, fw, fw->vc, (size_t) kvh * hdv, fw->vd, tk,
                           bt, t0);
         kvs_cpu_attn_v(ah, sc, n, &it, c, 1);
+    }
+}
+
+
+/* 8 stored elements at p of dtype DT (constant once inlined) as floats;
+ * int8 unscaled. */
+__attribute__((target("avx2,fma,f16c"), always_inline)) static inline __m256
+kvs_cpu_kv_load8(const uint8_t *p, const uint32_t DT)
+{
+    __m128i  h;
+
+    switch (DT) {
+    case KVS_KV_F16:
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) p));
+    case KVS_KV_BF16:
+        h = _mm_loadu_si128((const __m128i *) p);
+        return _mm256_castsi256_ps(_mm256_slli_epi32(
+                   _mm256_cvtepu16_epi32(h), 16));
+    default:
+        h = _mm_loadl_epi64((const __m128i *) p);
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(h));
+    }
+}
+
+
+/*
+ * kvs_cpu_attn_ref in 8-lane vectors for head sizes multiples of 8,
+ * a block at a time (its rows' base and the head's scale found once):
+ * each score one FMA chain over the row, summed by kvs_cpu_attn_hsum;
+ * kvs_cpu_softmax_avx2(); each V row's weight (times its scale) added
+ * into ah 8 floats at a time.
+ */
+__attribute__((target("avx2,fma,f16c"), always_inline)) static inline void
+kvs_cpu_attn_qavx2_dt(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
+    const float *qh, float *ah, float *sc, uint32_t kvh, const uint32_t DT)
+{
+    float                   s;
+    size_t                  krow, vrow;
+    uint32_t                n, t, t0, end, j, hdk, hdv, elem, bt;
+    __m256                  acc, w;
+    const uint8_t          *r, *base;
+    const kvs_kv_layout_t  *lo;
+
+    lo = &fw->kv->lo;
+    hdk = lo->hd_k;
+    hdv = lo->hd_v;
+    elem = lo->elem;
+    bt = lo->block_tokens;
+    krow = (size_t) lo->k_row;
+    vrow = (size_t) lo->v_row;
+    t0 = kvs_cpu_attn_first(fw, tk);
+    n = tk->pos + 1 - t0;
+
+    for (t = t0; t <= tk->pos; /* void */ ) {
+        base = kvs_cpu_kv_row(fw, tk, t, kvh, 0, &s) - (size_t) (t % bt)
+               * krow;
+        s *= fw->scale;
+        end = (t / bt + 1) * bt;
+        end = end > tk->pos + 1 ? tk->pos + 1 : end;
+
+        for ( /* void */ ; t < end; t++) {
+            r = base + (size_t) (t % bt) * krow;
+            acc = _mm256_setzero_ps();
+
+            for (j = 0; j < hdk; j += 8) {
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + j),
+                                      kvs_cpu_kv_load8(r + (size_t) j * elem,
+                                                       DT),
+                                      acc);
+            }
+
+            sc[t - t0] = kvs_cpu_attn_hsum(acc) * s;
+        }
+    }
+
+    kvs_cpu_attn_cap(fw, sc, n);
+
+    /* the vector softmax reads up to the next multiple of 8: copies of
+     * a real score there, never what an earlier task left */
+    for (t = n; t % 8 != 0; t++) {
+        sc[t] = sc[n - 1];
+    }
+
+    kvs_cpu_softmax_avx2(sc, n);
+
+    memset(ah, 0, hdv * sizeof(float));
+
+    for (t = t0; t <= tk->pos; /* void */ ) {
+        base = kvs_cpu_kv_row(fw, tk, t, kvh, 1, &s) - (size_t) (t % bt)
+               * vrow;
+        end = (t / bt + 1) * bt;
+        end = end > tk->pos + 1 ? tk->pos + 1 : end;
+
+        for ( /* void */ ; t < end; t++) {
+            r = base + (size_t) (t % bt) * vrow;
+            w = _mm256_set1_ps(sc[t - t0] * s);
+
+            for (j = 0; j < hdv; j += 8) {
+                _mm256_storeu_ps(ah + j, _mm256_fmadd_ps(
+                    w, kvs_cpu_kv_load8(r + (size_t) j * elem, DT),
+                    _mm256_loadu_ps(ah + j)));
+            }
+        }
+    }
+}
+
+
+__attribute__((target("avx2,fma,f16c"))) static void
+kvs_cpu_attn_qavx2(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
+    const float *qh, float *ah, float *sc, uint32_t kvh)
+{
+    switch (fw->kv->lo.dtype) {
+    case KVS_KV_F16:
+        kvs_cpu_attn_qavx2_dt(fw, tk, qh, ah, sc, kvh, KVS_KV_F16);
+        break;
+    case KVS_KV_BF16:
+        kvs_cpu_attn_qavx2_dt(fw, tk, qh, ah, sc, kvh, KVS_KV_BF16);
+        break;
+    default:
+        kvs_cpu_attn_qavx2_dt(fw, tk, qh, ah, sc, kvh, KVS_KV_INT8);
+        break;
     }
 }
 
@@ -587,7 +777,7 @@ kvs_cpu_attn_avx512(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
     t0 = kvs_cpu_attn_first(fw, tk);
     n = tk->pos + 1 - t0;
 
-    kvs_cpu_rows_init(&it, fw->kc, (size_t) kvh * hdk, fw->kd, tk, bt,
+    kvs_cpu_rows_init(&it, fw, fw->kc, (size_t) kvh * hdk, fw->kd, tk, bt,
                       t0);
 
     for (g = 0; g < group; g += gp) {
@@ -614,7 +804,7 @@ kvs_cpu_attn_avx512(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
         kvs_cpu_softmax_avx2(sc + g * fw->sc_len, n);
     }
 
-    kvs_cpu_rows_init(&it, fw->vc, (size_t) kvh * hdv, fw->vd, tk, bt,
+    kvs_cpu_rows_init(&it, fw, fw->vc, (size_t) kvh * hdv, fw->vd, tk, bt,
                       t0);
 
     for (g = 0; g < group; g += gp) {

@@ -110,8 +110,18 @@ typedef struct {
     float                  *att;      /* [n][od] */
     float                  *h1;       /* [n][f] */
     float                  *h3;       /* [n][f] */
-    float                  *kc;       /* the layer's K [n_blocks][bt][kd] */
-    float                  *vc;       /* the layer's V [n_blocks][bt][vd] */
+    float                  *kc;       /* f32: the layer's K in block 0,
+                                         [bt][kd] per block */
+    float                  *vc;       /* ... V [bt][vd] */
+    size_t                  bstride;  /* f32: floats from a block to the
+                                         next (kv->lo.block_bytes / 4) */
+    const uint8_t          *kcb;      /* the layer's K in block 0, bytes
+                                         (every dtype) */
+    const uint8_t          *vcb;      /* ... V */
+    const uint8_t          *ksb;      /* int8: the layer's K scales in
+                                         block 0 [n_head_kv] floats */
+    const uint8_t          *vsb;      /* ... V's */
+    uint32_t                l;        /* the current layer */
     float                  *sc;       /* [n_threads][sc_stride] scores */
     float                  *wscratch; /* [n_threads][wscratch_stride]
                                          dequantized weight rows */

@@ -196,7 +196,8 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
      * the RoPE table with them (kvs_cuda_plan_weights carves the same) */
     be->mem.weights_device = cu->wbytes;
     be->mem.kv_dtype = cu->kv.dtype == KVS_K_F32 ? KVS_BACKEND_KV_F32
-                                                 : KVS_BACKEND_KV_BF16;
+                       : cu->kv.dtype == KVS_K_F16 ? KVS_BACKEND_KV_F16
+                       : KVS_BACKEND_KV_BF16;
 
     *out = be;
 
@@ -321,6 +322,27 @@ kvs_cuda_plan_kv(kvs_cuda_t *cu, const kvs_cuda_load_t *ld,
 
     hp = &cu->hp;
     kv_dt = ld->all_f32 ? KVS_K_F32 : KVS_K_BF16;
+
+    /* kvserve_kv_dtype: the kernels' 32- and 16-bit caches; int8 and
+     * fp8 are not built for the device yet */
+    if (conf->kv_dtype_set) {
+        switch (conf->kv_dtype) {
+        case KVS_KV_F32:
+            kv_dt = KVS_K_F32;
+            break;
+        case KVS_KV_F16:
+            kv_dt = KVS_K_F16;
+            break;
+        case KVS_KV_BF16:
+            kv_dt = KVS_K_BF16;
+            break;
+        default:
+            return kvs_err_set(err, KVS_EUNSUPPORTED, "cuda: a \"%s\" KV "
+                               "cache is not built for the device yet (it "
+                               "stores f32, f16 or bf16)",
+                               kvs_kv_dtype_name(conf->kv_dtype));
+        }
+    }
 
     rc = kvs_cuda_plan_block_bytes(hp->n_layer, conf->block_tokens,
                                    hp->k_width, hp->v_width,

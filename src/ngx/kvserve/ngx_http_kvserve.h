@@ -17,6 +17,7 @@
 
 #include "metrics/kvs_metrics.h"
 #include "kv/kvs_kv_size.h"
+#include "kv/kvs_kv_layout.h"
 #include "model/kvs_model.h"
 #include "wire/kvs_wire.h"
 #include "tokenizer/kvs_chat.h"
@@ -24,14 +25,14 @@
 #include "tokenizer/kvs_vocab.h"
 #include "api/kvs_tool_parse.h"
 
-/* What one cached K or V element takes in the CPU backend's pool: f32,
- * as kvs_cpu computes.  The KV cache plan made at configuration time
- * (before any engine says which backend it runs) uses it; /v1/models'
- * kv_bytes_per_token and kv_rate's charges use the element of the
- * backend serving the model, which the engine's HELLO says
- * (ngx_http_kvserve_kv_elem), and this one only until a HELLO came. */
-#define NGX_HTTP_KVSERVE_KV_ELEM       sizeof(float)
-#define NGX_HTTP_KVSERVE_KV_DTYPE      "f32"
+/* The K/V dtype of the CPU backend's pool when kvserve_kv_dtype is not
+ * set: f32, as kvs_cpu computes.  The KV cache plan made at
+ * configuration time (before any engine says which backend it runs)
+ * uses the configured dtype, or this one; /v1/models' kv_bytes_per_token
+ * and kv_rate's charges use the dtype of the backend serving the model,
+ * which the engine's HELLO says (ngx_http_kvserve_kv_bpt), and the
+ * configured one only until a HELLO came. */
+#define NGX_HTTP_KVSERVE_KV_DTYPE      KVS_KV_F32
 
 #define NGX_HTTP_KVSERVE_FAIR_W_MAX    1000   /* kvserve_fair_weights */
 #define NGX_HTTP_KVSERVE_MAX_SEQS      16384  /* kvserve_max_sequences: the
@@ -75,6 +76,14 @@ typedef struct {
     kvs_tool_syntax_t         tool_syntax; /* the tool-call syntax that
                                               template teaches
                                               (kvs_tool_syntax_detect) */
+    uint32_t                  kv_dtype;    /* kvserve_kv_dtype, or
+                                              NGX_HTTP_KVSERVE_KV_DTYPE:
+                                              what kv_plan is sized in */
+    uint32_t                  kv_dtype_set;  /* kvserve_kv_dtype was
+                                                set: an engine caching
+                                                in another dtype is
+                                                drained (a reload) */
+    uint32_t                  kv_block;    /* kvserve_kv_block */
     kvs_kv_cache_plan_t       kv_plan;     /* its KV cache: n_blocks of
                                               kvserve_kv_block tokens,
                                               sized at init_main_conf */
@@ -100,6 +109,9 @@ typedef struct {
     uint64_t                  mem_avail;   /* MemAvailable when sized, 0
                                               for a size */
     ngx_uint_t                kv_block;    /* tokens per KV block */
+    ngx_uint_t                kv_dtype;    /* kvserve_kv_dtype: a
+                                              kvs_kv_dtype_t, or unset:
+                                              each backend's own */
     ngx_uint_t                max_batch_tokens;  /* per engine step */
     ngx_uint_t                threads;     /* as set; 0: auto */
     ngx_uint_t                n_threads;   /* resolved: >= 1 */
@@ -276,6 +288,10 @@ char *ngx_http_kvserve_enable(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_kvserve_chat_template(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+char *ngx_http_kvserve_kv_dtype_directive(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+ngx_int_t ngx_http_kvserve_kv_dtype_check(ngx_conf_t *cf,
+    ngx_http_kvserve_main_conf_t *kmcf);
 char *ngx_http_kvserve_kv_cache(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 /* "invalid value "V" in "D" directive, <must>": NGX_CONF_ERROR */
@@ -391,8 +407,11 @@ ngx_int_t ngx_http_kvserve_engine_available(ngx_uint_t i, ngx_str_t *why);
  * bytes), or NULL while none is connected. */
 const kvs_wire_model_t *ngx_http_kvserve_engine_model(
     const ngx_http_kvserve_model_t *m);
-/* Bytes of one K or V element in m's serving cache: the engine's answer,
- * else NGX_HTTP_KVSERVE_KV_ELEM. */
-size_t ngx_http_kvserve_kv_elem(const ngx_http_kvserve_model_t *m);
+/* The dtype of m's serving K/V cache: the engine's answer, else the
+ * configured one (m->kv_dtype). */
+uint32_t ngx_http_kvserve_kv_dtype(const ngx_http_kvserve_model_t *m);
+/* Bytes one token of m takes in that cache, scales included
+ * (kvs_kv_bytes_per_token). */
+uint64_t ngx_http_kvserve_kv_bpt(const ngx_http_kvserve_model_t *m);
 
 #endif /* NGX_HTTP_KVSERVE_H */

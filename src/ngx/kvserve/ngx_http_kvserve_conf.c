@@ -151,6 +151,78 @@ ngx_http_kvserve_kv_cache(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
 
 /*
+ * kvserve_kv_dtype f32 | f16 | bf16 | int8 | fp8: parsed here; whether
+ * the backend can store it is checked once kvserve_backend is known
+ * (ngx_http_kvserve_kv_dtype_check).
+ */
+char *
+ngx_http_kvserve_kv_dtype_directive(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_kvserve_main_conf_t  *kmcf = conf;
+
+    uint32_t    dt;
+    ngx_str_t  *value;
+
+    if (kmcf->kv_dtype != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (kvs_kv_dtype_parse((const char *) value[1].data, value[1].len, &dt)
+        != KVS_OK)
+    {
+        return ngx_http_kvserve_conf_invalid(cf, cmd, &value[1],
+                                             "it must be \"f32\", \"f16\", "
+                                             "\"bf16\", \"int8\" or "
+                                             "\"fp8\"");
+    }
+
+    kmcf->kv_dtype = dt;
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * The CPU backend stores f32, f16, bf16 and int8; the CUDA one f32, f16
+ * and bf16 (its int8 and fp8 kernels are not built yet).  With "auto" a
+ * dtype the device cannot store runs on the CPU (kvs_backend_new), so
+ * only the CPU's set is required.
+ */
+ngx_int_t
+ngx_http_kvserve_kv_dtype_check(ngx_conf_t *cf,
+    ngx_http_kvserve_main_conf_t *kmcf)
+{
+    uint32_t  dt;
+
+    if (kmcf->kv_dtype == NGX_CONF_UNSET_UINT) {
+        return NGX_OK;
+    }
+
+    dt = (uint32_t) kmcf->kv_dtype;
+
+    if (dt == KVS_KV_FP8) {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                      "kvserve_kv_dtype \"fp8\": no backend stores it yet "
+                      "(CPU: f32, f16, bf16, int8; CUDA: f32, f16, bf16)");
+        return NGX_ERROR;
+    }
+
+    if (dt == KVS_KV_INT8 && kmcf->backend == KVS_BACKEND_CUDA) {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                      "kvserve_kv_dtype \"int8\": the CUDA backend does "
+                      "not store it yet (f32, f16, bf16; \"kvserve_backend "
+                      "cpu\" or \"auto\" stores int8 on the CPU)");
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
  * kvserve_backend cuda | cpu | auto: only parsed here; the engine process
  * chooses and loads (nginx's master and workers never touch CUDA).
  */

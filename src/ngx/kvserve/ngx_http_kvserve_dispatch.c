@@ -545,8 +545,12 @@ ngx_http_kvserve_engine_hello_ok(ngx_http_kvserve_engine_t *e)
             || wm->file_size != m[i].model->file_size
             || wm->mtime_ns != m[i].model->mtime_ns
             || wm->dev != m[i].model->dev
-            || wm->ino != m[i].model->ino)
+            || wm->ino != m[i].model->ino
+            || (m[i].kv_dtype_set && wm->kv_dtype != m[i].kv_dtype))
         {
+            /* another file, or a cache in another dtype than
+             * kvserve_kv_dtype now asks: that engine drains, and its
+             * blocks go with it; the next one starts a new pool */
             return NGX_DECLINED;
         }
     }
@@ -576,13 +580,14 @@ ngx_http_kvserve_engine_frame(ngx_http_kvserve_engine_t *e,
 
         if (ngx_http_kvserve_engine_hello_ok(e) != NGX_OK) {
             ngx_http_kvserve_engine_why(e, "(pid %uD) serves another "
-                                        "file; waiting for its successor",
-                                        e->hello.pid);
+                                        "file or KV dtype; waiting for "
+                                        "its successor", e->hello.pid);
 
             if (ngx_exiting || ngx_quit || ngx_terminate) {
                 ngx_log_error(NGX_LOG_INFO, e->cycle->log, 0,
                               "kvserve: engine %uD serves another file "
-                              "than this (older) configuration's model "
+                              "or KV dtype than this (older) "
+                              "configuration's model "
                               "\"%V\"", e->hello.pid, &e->model->name);
                 return NGX_DECLINED;
             }

@@ -278,16 +278,28 @@ ngx_http_kvserve_engine_model(const ngx_http_kvserve_model_t *m)
 }
 
 
-size_t
-ngx_http_kvserve_kv_elem(const ngx_http_kvserve_model_t *m)
+uint32_t
+ngx_http_kvserve_kv_dtype(const ngx_http_kvserve_model_t *m)
 {
-    uint32_t                 size;
     const kvs_wire_model_t  *wm;
 
     wm = ngx_http_kvserve_engine_model(m);
-    size = wm != NULL ? kvs_backend_kv_size(wm->kv_dtype) : 0;
 
-    return size != 0 ? size : NGX_HTTP_KVSERVE_KV_ELEM;
+    return wm != NULL && kvs_kv_dtype_elem(wm->kv_dtype) != 0
+           ? wm->kv_dtype : m->kv_dtype;
+}
+
+
+uint64_t
+ngx_http_kvserve_kv_bpt(const ngx_http_kvserve_model_t *m)
+{
+    const kvs_hparams_t  *hp;
+
+    hp = &m->model->hp;
+
+    return kvs_kv_bytes_per_token(ngx_http_kvserve_kv_dtype(m), hp->n_layer,
+                                  hp->n_head_kv, hp->head_dim_k,
+                                  hp->head_dim_v, m->kv_block);
 }
 
 

@@ -47,18 +47,16 @@ ngx_http_kvserve_describe(ngx_http_kvserve_model_t *m, ngx_uint_t index,
     out->created = m->model->mtime;
     out->file_size = m->model->file_size;
     out->hp = &m->model->hp;
-    /* what the engine's cache holds, not an f16 guess */
-    out->kv_bytes_per_token = kvs_hparams_kv_bytes_per_token(
-                                  out->hp,
-                                  (uint32_t) ngx_http_kvserve_kv_elem(m));
-    out->kv_dtype = NGX_HTTP_KVSERVE_KV_DTYPE;
+    /* what the engine's cache holds (the configured dtype until it said
+     * hello), scales included */
+    out->kv_bytes_per_token = ngx_http_kvserve_kv_bpt(m);
+    out->kv_dtype = kvs_kv_dtype_name(ngx_http_kvserve_kv_dtype(m));
 
     /* the engine's own figures once it said hello; before, only the
      * default backend's element, and no weights */
     wm = ngx_http_kvserve_engine_model(m);
 
     if (wm != NULL && kvs_backend_kv_size(wm->kv_dtype) != 0) {
-        out->kv_dtype = kvs_backend_kv_name(wm->kv_dtype);
         out->backend = wm->backend == KVS_BACKEND_CUDA ? "cuda" : "cpu";
         out->weights_mapped = wm->weights_mapped;
         out->weights_owned = wm->weights_owned;

@@ -446,10 +446,8 @@ ngx_http_kvserve_scrape_send(ngx_http_request_t *r, kvs_wire_stats_t *st)
             g[k].block_size = (uint32_t) kmcf->kv_block;
             g[k].num_blocks = wm != NULL ? wm->kv_blocks
                                          : mc[k].kv_plan.n_blocks;
-            g[k].cache_dtype = wm != NULL
-                               && kvs_backend_kv_size(wm->kv_dtype) != 0
-                               ? kvs_backend_kv_name(wm->kv_dtype)
-                               : NGX_HTTP_KVSERVE_KV_DTYPE;
+            g[k].cache_dtype = kvs_kv_dtype_name(
+                                   ngx_http_kvserve_kv_dtype(&mc[k]));
             g[k].prefix_caching = kmcf->prefix_cache == 1;
         }
     }

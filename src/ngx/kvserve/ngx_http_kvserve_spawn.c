@@ -447,6 +447,8 @@ ngx_http_kvserve_child(ngx_http_kvserve_engine_t *e, int lease, int pidfd)
         sm[i].engine.queue_timeout_ms = (uint32_t) kmcf->queue_timeout;
         sm[i].engine.backend = (kvs_backend_kind_t) kmcf->backend;
         sm[i].engine.device = (int) kmcf->device;
+        sm[i].engine.kv_dtype_set = kmcf->kv_dtype != NGX_CONF_UNSET_UINT;
+        sm[i].engine.kv_dtype = (uint32_t) m[i].kv_dtype;
 
         /* a fraction is of the device's memory on CUDA (the plan's
          * n_blocks are the CPU's): this model's part of it */

@@ -389,9 +389,9 @@ ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *kctx,
     }
 
     lctx->cost = kctx->prompt_tokens + lctx->refundable;
-    /* the serving backend's element: a bf16 cache holds half an f32's */
-    lctx->kv_bpt = kvs_hparams_kv_bytes_per_token(&kctx->model->model->hp,
-                       (uint32_t) ngx_http_kvserve_kv_elem(kctx->model));
+    /* the serving cache's real bytes: a bf16 cache holds half an
+     * f32's, an int8 one a quarter and its scales */
+    lctx->kv_bpt = ngx_http_kvserve_kv_bpt(kctx->model);
     lctx->kv_cost = kvs_limit_kv_cost(lctx->cost, lctx->kv_bpt);
 
     now = (uint64_t) ngx_current_msec;

@@ -1,0 +1,146 @@
+# kvserve_kv_dtype (issue 24, point 5): `nginx -t` refuses a dtype no
+# backend in the configuration can store, naming it; an engine caching in
+# int8 serves, and /v1/models, kvserve info and the engine's log give the
+# same real bytes per token (scales included); a reload that changes the
+# dtype drains the old engine, so no block written in one dtype is ever
+# read as another, and its successor caches in the new one.
+#
+# The default tiny model: 2 layers, 2 KV heads of 16, blocks of 16.
+# f32: 2 x 2 x 2 x 16 x 4 = 512 B per token; f16 256; int8: per block and
+# layer 2 x 16 x 2 x 16 B of elements and 2 x 2 floats of scales, 1040 B,
+# x 2 layers / 16 tokens = 130 B per token.
+#
+# One nginx of our own (Kvserve::Live); every process it started is
+# killed in END.
+use strict;
+use warnings;
+use Test::More;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Kvserve::Live;
+use JSON::PP ();
+
+my $t = Kvserve::Live->new('041');
+my $model = $t->model_dir . '/default.gguf';
+my $cli = $ENV{KVS_CLI} || "$ENV{TEST_NGINX_MODEL_DIR}/../kvserve";
+
+END { $t->stop if $t }
+
+# ---- nginx -t -------------------------------------------------------------
+
+my ($failed, $out) = $t->nginx_t("kvserve_model m $model;\n"
+                                 . "kvserve_kv_dtype int4;");
+ok($failed, 'nginx -t refuses kvserve_kv_dtype int4');
+like($out, qr/invalid value "int4" in "kvserve_kv_dtype" directive, it must be "f32", "f16", "bf16", "int8" or "fp8"/,
+     '... naming the value and the choices');
+
+($failed, $out) = $t->nginx_t("kvserve_model m $model;\n"
+                              . "kvserve_kv_dtype fp8;");
+ok($failed, 'nginx -t refuses fp8 (no backend stores it yet)');
+like($out, qr/kvserve_kv_dtype "fp8": no backend stores it yet/,
+     '... naming it');
+
+($failed, $out) = $t->nginx_t("kvserve_model m $model;\n"
+                              . "kvserve_backend cuda;\n"
+                              . "kvserve_kv_dtype int8;");
+ok($failed, 'nginx -t refuses int8 with kvserve_backend cuda');
+like($out, qr/kvserve_kv_dtype "int8": the CUDA backend does not store it/,
+     '... naming it and the backend');
+
+($failed, $out) = $t->nginx_t("kvserve_model m $model;\n"
+                              . "kvserve_kv_dtype f16;\n"
+                              . "kvserve_kv_dtype int8;");
+ok($failed, 'a second kvserve_kv_dtype is refused');
+like($out, qr/"kvserve_kv_dtype" directive is duplicate/, '... as such');
+
+for my $dt (qw(f32 f16 bf16 int8)) {
+    ($failed, $out) = $t->nginx_t("kvserve_model m $model;\n"
+                                  . "kvserve_kv_dtype $dt;");
+    ok(!$failed, "nginx -t takes kvserve_kv_dtype $dt") or diag($out);
+}
+
+# ---- kvserve info --kv-dtype ----------------------------------------------
+
+SKIP: {
+    skip "no kvserve tool at $cli", 4 unless -x $cli;
+    my %bpt;
+    for my $dt (qw(f32 f16 int8)) {
+        my $j = JSON::PP::decode_json(
+            scalar `'$cli' info --json --kv-dtype $dt $model`);
+        my $cpu = $j->{memory}{backends}{cpu};
+        is($cpu->{kv_dtype}, $dt, "info --kv-dtype $dt: the CPU's dtype");
+        $bpt{$dt} = $cpu->{kv_bytes_per_token};
+    }
+    is_deeply(\%bpt, { f32 => 512, f16 => 256, int8 => 130 },
+              'info: 512, 256 and 130 bytes per token');
+}
+
+# ---- an int8 engine, then a reload to f16 ---------------------------------
+
+sub conf {
+    my ($dt) = @_;
+    $t->write_conf(<<"EOC");
+    kvserve_model m $model;
+    kvserve_backend cpu;
+    kvserve_kv_dtype $dt;
+    kvserve_kv_cache 4m;
+    kvserve_threads 1;
+    kvserve_engine_wait 30s;
+EOC
+}
+
+sub complete {
+    my ($what) = @_;
+    my $r = $t->read_all($t->request('POST', '/v1/completions',
+        '{"model": "m", "prompt": "Once upon a time", "max_tokens": 24, '
+        . '"temperature": 0, "ignore_eos": true}'), 60);
+    my ($head, $body) = $t->split_response($r);
+    like($head, qr{^HTTP/1\.1 200}, "$what: a completion is 200")
+        or diag($r);
+    my $j = eval { JSON::PP::decode_json($body) } || {};
+    is($j->{usage}{completion_tokens}, 24, "$what: 24 tokens")
+        or diag($body);
+}
+
+# the model's kvserve object once the engine of dtype $dt said hello
+sub listed {
+    my ($dt) = @_;
+    my $k = {};
+    $t->wait_for(sub {
+        my (undef, $body) = $t->split_response($t->read_all(
+            $t->request('GET', '/v1/models/m'), 10));
+        my $j = eval { JSON::PP::decode_json($body) } || {};
+        $k = $j->{kvserve} || {};
+        return $k->{weights} && $k->{kv_dtype} eq $dt;
+    }, 20);
+    return $k;
+}
+
+conf('int8');
+ok($t->start, 'nginx started with kvserve_kv_dtype int8');
+is($t->log_count(qr/KV cache .* \(\d+ tokens, 130 B\/token\)/), 1,
+   'the cache plan counts 130 B per token');
+complete('int8');
+my $pid = $t->engine_pid;
+ok($pid, "the int8 engine serves ($pid)");
+
+my $k = listed('int8');
+is($k->{kv_dtype}, 'int8', '/v1/models: kv_dtype int8');
+is($k->{kv_bytes_per_token}, 130, '... 130 bytes per token');
+is($t->log_count(qr/model "m": weights on cpu: .* KV int8, 130 bytes per token/),
+   1, 'the engine logged its int8 cache');
+
+conf('f16');
+kill 'HUP', $t->master_pid;
+ok($t->wait_for(sub {
+        $t->log_count(qr/KV f16, 256 bytes per token/) == 1 }, 30),
+   'reload to f16: a new engine caches in f16');
+ok($t->wait_for(sub { !$t->alive($pid) }, 30),
+   '... and the int8 engine exited, its blocks with it');
+complete('f16');
+$k = listed('f16');
+is($k->{kv_bytes_per_token}, 256, '/v1/models: f16, 256 bytes per token');
+
+is($t->log_count(qr/\[alert\]|\[emerg\]/), 0, 'no alert meanwhile');
+
+done_testing();
