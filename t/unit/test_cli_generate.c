@@ -17,74 +17,21 @@
  * Every case skips when the fixtures or KVS_CLI are absent.
  */
 
-#include "kvs_test.h"
-
-#include <sys/wait.h>
-#include <unistd.h>
+#include "kvs_test_cli.h"
 
 #define MODEL   "models/stories260K-f32.gguf"
 #define GREEDY  "models/stories260K.expected-greedy-n256.txt"
 #define TOPP    "models/stories260K.expected-t1.0-p0.9-s133742.txt"
 
 
-typedef struct {
-    char    *out;                     /* stdout, NUL-terminated */
-    size_t   len;
-    int      status;                  /* exit status, -1 if not exited */
-} run_t;
-
-
-/* The CLI's path, or NULL (and a SKIP note) when it is not set up. */
-static const char *
-cli_path(void)
-{
-    const char  *cli;
-
-    cli = getenv("KVS_CLI");
-
-    if (cli == NULL || cli[0] == '\0' || access(cli, X_OK) != 0) {
-        print_message("SKIP: KVS_CLI is not an executable (%s)\n",
-                      cli != NULL ? cli : "unset");
-        return NULL;
-    }
-
-    return cli;
-}
-
-
-/* Runs "$KVS_CLI generate ARGS" (args already shell-quoted). */
+/* Runs "$KVS_CLI generate ARGS REDIRECT" (args already shell-quoted). */
 static void
 run_cli(const char *args, const char *redirect, run_t *r)
 {
-    int      st;
-    char     cmd[4096];
-    FILE    *f;
-    size_t   n, cap;
+    char  a[4096];
 
-    snprintf(cmd, sizeof(cmd), "'%s' generate %s %s", getenv("KVS_CLI"),
-             args, redirect);
-
-    f = popen(cmd, "r");
-    assert_non_null(f);
-
-    cap = 4096;
-    r->out = malloc(cap);
-    r->len = 0;
-    assert_non_null(r->out);
-
-    while ((n = fread(r->out + r->len, 1, cap - r->len - 1, f)) > 0) {
-        r->len += n;
-
-        if (cap - r->len - 1 == 0) {
-            cap *= 2;
-            r->out = realloc(r->out, cap);
-            assert_non_null(r->out);
-        }
-    }
-
-    r->out[r->len] = '\0';
-    st = pclose(f);
-    r->status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    snprintf(a, sizeof(a), "generate %s %s", args, redirect);
+    kvs_test_cli_run(a, r);
 }
 
 
@@ -116,7 +63,7 @@ check_against(const char *opts, const char *ref_rel)
     model = kvs_test_fixture(MODEL);
     ref_path = kvs_test_fixture(ref_rel);
 
-    if (model == NULL || ref_path == NULL || cli_path() == NULL) {
+    if (model == NULL || ref_path == NULL || kvs_test_cli_path() == NULL) {
         skip();
     }
 
@@ -165,7 +112,7 @@ test_prompt(void **state)
     model = kvs_test_fixture(MODEL);
     ref_path = kvs_test_fixture(GREEDY);
 
-    if (model == NULL || ref_path == NULL || cli_path() == NULL) {
+    if (model == NULL || ref_path == NULL || kvs_test_cli_path() == NULL) {
         skip();
     }
 
@@ -205,7 +152,7 @@ test_usage(void **state)
 
     model = kvs_test_fixture(MODEL);
 
-    if (model == NULL || cli_path() == NULL) {
+    if (model == NULL || kvs_test_cli_path() == NULL) {
         skip();
     }
 
@@ -235,7 +182,7 @@ test_missing_model(void **state)
     run_t        r;
     const char  *path;
 
-    if (cli_path() == NULL) {
+    if (kvs_test_cli_path() == NULL) {
         skip();
     }
 

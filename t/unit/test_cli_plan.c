@@ -20,74 +20,23 @@
  * Every case skips when KVS_CLI is absent.
  */
 
-#include "kvs_test.h"
+#include "kvs_test_cli.h"
 
 #include <inttypes.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "gen/kvs_gen.h"
 #include "model/kvs_gguf.h"
 #include "model/kvs_model.h"
 
 
-typedef struct {
-    char    *out;                     /* stdout and stderr, NUL-ended */
-    size_t   len;
-    int      status;                  /* exit status, -1 if not exited */
-} run_t;
-
-
-static const char *
-cli_path(void)
-{
-    const char  *cli;
-
-    cli = getenv("KVS_CLI");
-
-    if (cli == NULL || cli[0] == '\0' || access(cli, X_OK) != 0) {
-        print_message("SKIP: KVS_CLI is not an executable (%s)\n",
-                      cli != NULL ? cli : "unset");
-        return NULL;
-    }
-
-    return cli;
-}
-
-
 /* Runs "$KVS_CLI plan ARGS 2>&1" (args already shell-quoted). */
 static void
 run_plan(const char *args, run_t *r)
 {
-    int      st;
-    char     cmd[4096];
-    FILE    *f;
-    size_t   n, cap;
+    char  a[4096];
 
-    snprintf(cmd, sizeof(cmd), "'%s' plan %s 2>&1", getenv("KVS_CLI"),
-             args);
-
-    f = popen(cmd, "r");
-    assert_non_null(f);
-
-    cap = 4096;
-    r->out = malloc(cap);
-    assert_non_null(r->out);
-    r->len = 0;
-
-    while ((n = fread(r->out + r->len, 1, cap - r->len - 1, f)) > 0) {
-        r->len += n;
-
-        if (cap - r->len - 1 == 0) {
-            cap *= 2;
-            r->out = realloc(r->out, cap);
-            assert_non_null(r->out);
-        }
-    }
-
-    r->out[r->len] = '\0';
-    st = pclose(f);
-    r->status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    snprintf(a, sizeof(a), "plan %s 2>&1", args);
+    kvs_test_cli_run(a, r);
 }
 
 
@@ -122,7 +71,7 @@ test_seed_example(void **state)
 {
     run_t  r;
 
-    if (cli_path() == NULL) {
+    if (kvs_test_cli_path() == NULL) {
         skip();
     }
 
@@ -167,7 +116,7 @@ test_model(void **state)
     kvs_gen_spec_t   spec;
     char             args[1200];
 
-    if (cli_path() == NULL) {
+    if (kvs_test_cli_path() == NULL) {
         skip();
     }
 
@@ -229,7 +178,7 @@ test_bad_arguments(void **state)
     const char  *junk;
     char         args[1200];
 
-    if (cli_path() == NULL) {
+    if (kvs_test_cli_path() == NULL) {
         skip();
     }
 

@@ -25,10 +25,9 @@
  */
 
 #include "kvs_test_cpu.h"
+#include "kvs_test_cli.h"
 
 #include <math.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "gen/kvs_gen.h"
 #include "gen/kvs_quantize.h"
@@ -400,23 +399,15 @@ test_fallback(void **state)
 }
 
 
+/* Runs "$KVS_CLI quantize ARGS 2>&1" into out[size]; its exit status. */
 static int
 run_cli(const char *args, char *out, size_t size)
 {
-    int     st;
-    char    cmd[2048];
-    FILE   *f;
-    size_t  n;
+    char  a[4096];
 
-    snprintf(cmd, sizeof(cmd), "'%s' quantize %s 2>&1", getenv("KVS_CLI"),
-             args);
-    f = popen(cmd, "r");
-    assert_non_null(f);
-    n = fread(out, 1, size - 1, f);
-    out[n] = '\0';
-    st = pclose(f);
+    snprintf(a, sizeof(a), "quantize %s", args);
 
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return kvs_test_cli_run_buf(a, out, size);
 }
 
 

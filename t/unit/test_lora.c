@@ -26,10 +26,7 @@
  *     width (exit 1 naming the tensor and both shapes), merge-lora.
  */
 
-#include "kvs_test.h"
-
-#include <sys/wait.h>
-#include <unistd.h>
+#include "kvs_test_cli.h"
 
 #include "gen/kvs_gen.h"
 #include "gen/kvs_gen_lora.h"
@@ -576,26 +573,6 @@ test_truncated(void **state)
 }
 
 
-/* Runs the CLI with args; its output into out[size]; the exit status. */
-static int
-run_cli(const char *args, char *out, size_t size)
-{
-    int     st;
-    char    cmd[2048];
-    size_t  n;
-    FILE   *f;
-
-    snprintf(cmd, sizeof(cmd), "'%s' %s 2>&1", getenv("KVS_CLI"), args);
-    f = popen(cmd, "r");
-    assert_non_null(f);
-    n = fread(out, 1, size - 1, f);
-    out[n] = '\0';
-    st = pclose(f);
-
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-
 static void
 test_cli(void **state)
 {
@@ -618,29 +595,29 @@ test_cli(void **state)
 
     snprintf(args, sizeof(args), "gen-lora %s --rank 4 --targets q,down "
              "--seed 9 %s", p64, an);
-    assert_int_equal(run_cli(args, out, sizeof(out)), 0);
+    assert_int_equal(kvs_test_cli_run_buf(args, out, sizeof(out)), 0);
 
     snprintf(args, sizeof(args), "gen-lora %s --rank 4 --targets q,nope "
              "--seed 9 %s", p64, an);
-    assert_int_equal(run_cli(args, out, sizeof(out)), 2);
+    assert_int_equal(kvs_test_cli_run_buf(args, out, sizeof(out)), 2);
     assert_non_null(strstr(out, "\"nope\""));
 
     snprintf(args, sizeof(args), "info %s", an);
-    assert_int_equal(run_cli(args, out, sizeof(out)), 0);
+    assert_int_equal(kvs_test_cli_run_buf(args, out, sizeof(out)), 0);
     assert_non_null(strstr(out, "LoRA adapter for llama"));
     assert_non_null(strstr(out, "blk.1.ffn_down.weight"));
 
     snprintf(args, sizeof(args), "info --base %s %s", p64, an);
-    assert_int_equal(run_cli(args, out, sizeof(out)), 0);
+    assert_int_equal(kvs_test_cli_run_buf(args, out, sizeof(out)), 0);
     assert_non_null(strstr(out, "fits"));
 
     snprintf(args, sizeof(args), "info --base %s %s", p32, an);
-    assert_int_equal(run_cli(args, out, sizeof(out)), 1);
+    assert_int_equal(kvs_test_cli_run_buf(args, out, sizeof(out)), 1);
     assert_non_null(strstr(out, "blk.0.attn_q.weight.lora_a [64, 4]"));
     assert_non_null(strstr(out, "[32, 32]"));
 
     snprintf(args, sizeof(args), "merge-lora %s %s %s", p64, an, mn);
-    assert_int_equal(run_cli(args, out, sizeof(out)), 0);
+    assert_int_equal(kvs_test_cli_run_buf(args, out, sizeof(out)), 0);
     assert_int_equal(kvs_model_open(&m, mn, &err), KVS_OK);
     assert_int_equal(kvs_gguf_find_tensor(m->gguf,
                          "blk.0.attn_q.weight")->type, KVS_GGML_F32);
