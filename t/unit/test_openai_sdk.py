@@ -142,6 +142,20 @@ http {
                 raise RuntimeError("nginx never answered /v1/models\n"
                                    + self.error_log())
             time.sleep(0.05)
+        # /v1/models answers from the configuration; each model's engine
+        # says hello on its own time, and /status lists a model without
+        # its figures (kv_used...) until it has: wait for every one
+        while True:
+            try:
+                models = self.status()["models"]
+                if all(m.get("available") for m in models):
+                    break
+            except (OSError, ValueError, KeyError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("an engine never said hello\n"
+                                   + self.error_log())
+            time.sleep(0.05)
 
     def status(self):
         with urllib.request.urlopen(self.base + "/status", timeout=5) as r:
