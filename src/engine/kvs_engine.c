@@ -306,7 +306,7 @@ kvs_engine_step_run(kvs_engine_t *e)
 {
     int                 rc, dev;
     uint32_t            i, k, used, n_tok;
-    uint64_t            t0, dt;
+    uint64_t            t0, dt, now_ns;
     kvs_err_t           err;
     kvs_seq_t          *seq, *next;
     kvs_sched_plan_t    plan;
@@ -316,8 +316,12 @@ kvs_engine_step_run(kvs_engine_t *e)
     /* new requests and cancellations first, so a cancelled sequence's
      * blocks serve this very step */
 
-    /* the time first: an arrival's place in its queue is stamped */
-    e->sched.now = kvs_now_ns() / 1000000;
+    /* the time first: an arrival's place in its queue is stamped, and
+     * what the running sequences held since the last step is counted
+     * before cancels and the plan change their blocks */
+    now_ns = kvs_now_ns();
+    e->sched.now = now_ns / 1000000;
+    kvs_engine_kv_count(e, now_ns);
 
     kvs_engine_take_inbox(e);
     kvs_engine_take_cancels(e);
@@ -328,6 +332,7 @@ kvs_engine_step_run(kvs_engine_t *e)
 
     kvs_engine_expire(e);
     kvs_sched_plan(&e->sched, &plan);
+    kvs_engine_kv_admitted(e, now_ns);
 
     if (plan.batch.n == 0) {
         return 0;

@@ -209,6 +209,14 @@ typedef struct {
                                              queue timeout; a retry could
                                              fit after this many seconds
                                              (1..3600) */
+    uint64_t                kv_block_us;  /* KV blocks it held x the
+                                             microseconds it held them,
+                                             from its admission to its
+                                             latest step (to its end once
+                                             finish is set); nothing while
+                                             it waits in the queue or
+                                             after a preemption; kv_rate
+                                             is settled with it */
 } kvs_engine_out_t;
 
 /* vLLM's iteration_tokens_total buckets (1, 8, 16, ... 16384). */

@@ -21,6 +21,10 @@
  *     it; the eventfd is written when the list goes from empty to not;
  *   - every block a sequence holds is released when it ends, whatever
  *     the reason, before its engine hold is dropped;
+ *   - a running sequence's kv_block_us counts its blocks x the time from
+ *     kv_stamp_ns, which every step's count (kvs_engine_kv_count) moves
+ *     to that step's start; a sequence admitted by a plan starts from
+ *     that plan, so time in the queue counts nothing;
  *   - a sequence's prefix cache namespace (seq.ns) is taken when the
  *     engine thread takes the request and put back when it ends, on the
  *     engine thread: the cache is the engine thread's alone.
@@ -77,6 +81,10 @@ struct kvs_engine_seq_s {
                                           step has run */
     uint32_t                 retry_after;  /* set when the queue timeout
                                               ends it, for out */
+    uint64_t                 kv_block_us;  /* KV held so far, blocks x
+                                              us (kvs_engine_kv_count) */
+    uint64_t                 kv_stamp_ns;  /* counted until then; 0: not
+                                              yet running */
 
     int                      drop;     /* closed before it was scheduled */
     kvs_engine_seq_t        *leader;   /* choices 1..n-1 of a request,
@@ -192,6 +200,22 @@ int kvs_engine_step_run(kvs_engine_t *e);
 /* The engine thread's stats, into the copy the consumer reads (under
  * e->lock). */
 void kvs_engine_publish(kvs_engine_t *e);
+
+
+/* kvs_engine_kv.c */
+
+/* Adds each running sequence's blocks x the time since its stamp to its
+ * kv_block_us and stamps it now_ns; a sequence without a stamp (just
+ * forked) is only stamped. */
+void kvs_engine_kv_count(kvs_engine_t *e, uint64_t now_ns);
+
+/* After a plan at now_ns: the running sequences it admitted (their stamp
+ * is not now_ns) count from now_ns. */
+void kvs_engine_kv_admitted(kvs_engine_t *e, uint64_t now_ns);
+
+/* h's blocks x the time since its stamp, once it ends (before its blocks
+ * go back). */
+void kvs_engine_kv_end(kvs_engine_seq_t *h);
 
 
 /* kvs_engine_seq.c */

@@ -199,6 +199,7 @@ kvs_engine_read(kvs_engine_t *e, kvs_engine_seq_t *h, kvs_engine_out_t *out)
         out->n_prompt = in->n_prompt;
         out->n_generated = in->n_generated;
         out->n_preempted = in->n_preempted;
+        out->kv_block_us = in->kv_block_us;
 
         /* the cache figures are handed over once; out keeps them */
         if (in->has_cache) {
@@ -487,6 +488,7 @@ kvs_engine_emit(kvs_engine_t *e, kvs_engine_seq_t *h, int32_t token,
 
     o->n_generated = kvs_seq_generated(&h->seq);
     o->n_preempted = h->seq.n_preempted;
+    o->kv_block_us = h->kv_block_us;
 
     if (!h->cache_told && h->seq.looked_up) {
         h->cache_told = 1;

@@ -236,6 +236,7 @@ kvs_engine_end(kvs_engine_t *e, kvs_engine_seq_t *h, kvs_finish_t finish,
     }
 
     kvs_engine_unfollow(e, h);
+    kvs_engine_kv_end(h);
     kvs_sched_remove(&e->sched, &h->seq);
 
     if (h->seq.ns != NULL) {

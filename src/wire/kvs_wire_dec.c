@@ -392,6 +392,7 @@ kvs_wire_dec_out(const uint8_t *f, size_t f_len, kvs_wire_out_t *m,
     o->finish = KVS_FINISH_NONE;
     o->error[0] = '\0';
     o->retry_after = 0;
+    o->kv_block_us = 0;
     o->n_cached = 0;
     o->n_cache_created = 0;
     o->miss = KVS_RADIX_MISS_NONE;
@@ -442,7 +443,8 @@ kvs_wire_dec_out(const uint8_t *f, size_t f_len, kvs_wire_out_t *m,
         || kvs_wire_u32(&rd, "miss_pos", &o->miss_pos) != KVS_OK
         || kvs_wire_u8(&rd, "miss", &miss) != KVS_OK
         || kvs_wire_u8(&rd, "has_cache", &has) != KVS_OK
-        || kvs_wire_u16(&rd, "retry_after", &retry) != KVS_OK)
+        || kvs_wire_u16(&rd, "retry_after", &retry) != KVS_OK
+        || kvs_wire_u64(&rd, "kv_block_us", &o->kv_block_us) != KVS_OK)
     {
         return KVS_EFORMAT;
     }

@@ -394,6 +394,7 @@ kvs_wire_out_frame(kvs_buf_t *b, uint64_t id, uint32_t choice,
     *p++ = out->has_cache ? 1 : 0;
     p = kvs_le_put16(p, finish == KVS_FINISH_ERROR
                         ? (uint16_t) out->retry_after : 0);
+    p = kvs_le_put64(p, out->kv_block_us);
 
     /* no output yet may mean no buffer: no offset from NULL */
     p = kvs_wire_put_ids(p, t1 > t0 ? out->tokens + t0 : NULL, t1 - t0);

@@ -23,6 +23,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include "base/kvs_clock.h"
 #include "engine/kvs_engine.h"
 #include "tokenizer/kvs_tok.h"
 
@@ -803,6 +804,110 @@ test_choices(void **state)
 }
 
 
+/* The KV each request held (kv_block_us): its blocks x the time from
+ * the step that admitted it to its end.  Two requests of 3 blocks each
+ * (40 + 8 positions of 16) and room to run one at a time: the second
+ * waits in the queue through the first's whole run, which counts
+ * nothing; GAP_US between steps makes the times large against a step. */
+#define GAP_US  20000
+
+static void
+test_kv_count(void **state)
+{
+    int                 i, fa, fb;
+    uint32_t            n_a, n_b;
+    uint64_t            t0, a_end, b_end;
+    int32_t             pa[40], pb[40];
+    kvs_err_t           err;
+    kvs_engine_t       *e;
+    kvs_test_model_t    md;
+    kvs_engine_req_t    req;
+    kvs_engine_seq_t   *ha, *hb;
+    kvs_engine_conf_t   conf;
+    kvs_engine_out_t    oa, ob;
+
+    (void) state;
+
+    model_gen(&md, 4, 2, KVS_GGML_F32, 0);
+
+    memset(&conf, 0, sizeof(conf));
+    conf.model = md.m;
+    conf.vocab = md.v;
+    conf.n_blocks = 16;
+    conf.block_tokens = 16;
+    conf.threads = 1;
+    conf.max_running = 1;
+    conf.no_prefix_cache = 1;
+    assert_int_equal(kvs_engine_new(&e, &conf, &err), KVS_OK);
+
+    for (i = 0; i < 40; i++) {
+        pa[i] = i + 7;
+        pb[i] = i + 50;
+    }
+
+    memset(&req, 0, sizeof(req));
+    req.n_prompt = 40;
+    req.max_tokens = 8;
+    req.ignore_eos = 1;
+    req.sample.top_p = 1.0f;
+
+    req.prompt = pa;
+    assert_int_equal(kvs_engine_submit(e, &req, &ha, &err), KVS_OK);
+    req.prompt = pb;
+    assert_int_equal(kvs_engine_submit(e, &req, &hb, &err), KVS_OK);
+
+    memset(&oa, 0, sizeof(oa));
+    memset(&ob, 0, sizeof(ob));
+    fa = KVS_FINISH_NONE;
+    fb = KVS_FINISH_NONE;
+    n_a = 0;
+    n_b = 0;
+    a_end = 0;
+    b_end = 0;
+    t0 = kvs_now_ns();
+
+    while (fb == KVS_FINISH_NONE) {
+        assert_int_equal(kvs_engine_step(e), 1);
+
+        if (fa == KVS_FINISH_NONE) {
+            n_a++;
+            fa = kvs_engine_read(e, ha, &oa);
+            a_end = kvs_now_ns();
+        } else {
+            n_b++;
+            fb = kvs_engine_read(e, hb, &ob);
+            b_end = kvs_now_ns();
+        }
+
+        usleep(GAP_US);
+    }
+
+    assert_int_equal(fa, KVS_FINISH_LENGTH);
+    assert_int_equal(fb, KVS_FINISH_LENGTH);
+    assert_int_equal(oa.n_generated, 8);
+    assert_true(n_a >= 8 && n_b >= 8);
+
+    /* A held its 3 blocks through at least the gaps between its steps,
+     * and at most from the start to its end */
+    assert_true(oa.kv_block_us >= 3ULL * (n_a - 1) * GAP_US);
+    assert_true(oa.kv_block_us <= 3ULL * (a_end - t0) / 1000);
+
+    /* B held its 3 blocks from after A's end only: the n_a steps it
+     * waited (at least 3 x (n_a - 1) x GAP_US) count nothing */
+    assert_true(ob.kv_block_us >= 3ULL * (n_b - 1) * GAP_US);
+    assert_true(ob.kv_block_us <= 3ULL * (b_end - a_end) / 1000);
+
+    kvs_engine_close(e, ha);
+    kvs_engine_close(e, hb);
+    assert_int_equal(kvs_engine_check(e, &err), KVS_OK);
+
+    kvs_engine_out_free(&oa);
+    kvs_engine_out_free(&ob);
+    kvs_engine_free(e);
+    kvs_test_model_free(&md);
+}
+
+
 /* The engine thread against a consumer that closes handles at every
  * stage: before scheduling, mid-generation, after the end.  Every block
  * must come back and nothing may be used after it was freed (run under
@@ -915,6 +1020,7 @@ main(void)
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_stops),
         cmocka_unit_test(test_cancel_and_refusals),
+        cmocka_unit_test(test_kv_count),
         cmocka_unit_test(test_thread_cancel),
         cmocka_unit_test(test_choices),
         cmocka_unit_test(test_batching_stories),

@@ -732,6 +732,7 @@ test_out(void **state)
     o.miss_pos = 10;
     snprintf(o.error, sizeof(o.error), "backend: out of memory");
     o.retry_after = KVS_WIRE_MAX_RETRY_AFTER;
+    o.kv_block_us = UINT64_MAX - 1;
     t.recv_ns = 1;
     t.first_ns = 2;
     t.now_ns = UINT64_MAX;
@@ -745,6 +746,7 @@ test_out(void **state)
     assert_int_equal(d.out.finish, KVS_FINISH_ERROR);
     assert_string_equal(d.out.error, "backend: out of memory");
     assert_int_equal(d.out.retry_after, KVS_WIRE_MAX_RETRY_AFTER);
+    assert_true(d.out.kv_block_us == UINT64_MAX - 1);
     assert_int_equal(d.out.n_prompt, 11);
     assert_int_equal(d.out.n_generated, 5);
     assert_int_equal(d.out.n_preempted, 0xffffffffu);
@@ -789,6 +791,19 @@ test_out(void **state)
     assert_int_equal(d.out.n_tokens, 5);
     assert_true(d.t.now_ns == 0);
 
+    /* the KV count (version 8) travels in every frame, with a finish or
+     * not, little-endian after retry_after (16 + 72); decoding again
+     * replaces it */
+    assert_true(d.out.kv_block_us == UINT64_MAX - 1);
+    o.finish = KVS_FINISH_NONE;
+    o.kv_block_us = 0x0102030405060708ULL;
+    b.len = 0;
+    assert_int_equal(kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err), KVS_OK);
+    assert_int_equal(b.data[16 + 72], 0x08);
+    assert_int_equal(b.data[16 + 79], 0x01);
+    assert_int_equal(kvs_wire_dec_out(b.data, b.len, &d, &err), KVS_OK);
+    assert_true(d.out.kv_block_us == 0x0102030405060708ULL);
+
     /* an empty output with no finish is a valid, empty frame */
     kvs_engine_out_free(&o);
     fill_out(&o, 0, "", 0);
@@ -797,6 +812,7 @@ test_out(void **state)
     assert_int_equal(kvs_wire_dec_out(b.data, b.len, &d, &err), KVS_OK);
     assert_int_equal(d.out.n_tokens + d.out.n_lp + d.out.text.len, 0);
     assert_int_equal(d.out.finish, KVS_FINISH_NONE);
+    assert_true(d.out.kv_block_us == 0);
 
     /* nothing produced at all: no text buffer (NULL), which the encoder
      * must not offset (undefined behaviour; clang's UBSan in the wire
@@ -1245,7 +1261,7 @@ test_bad_others(void **state)
 
     b.len = 0;
     kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err);
-    b.data[16 + 72 + 8 + 2 + 8] = KVS_SAMPLE_MAX_TOP_LOGPROBS + 1;
+    b.data[16 + 80 + 8 + 2 + 8] = KVS_SAMPLE_MAX_TOP_LOGPROBS + 1;
     expect_bad(b.data, b.len, "n_top");
 
     /* the cache fields at 16 + 56: n_cached, n_cache_created, miss_pos,
