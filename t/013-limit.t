@@ -13,7 +13,8 @@
 # each), the 429 body, retry-after, a cost over the burst, refund after
 # an early stop and after a client abort (in the next response's
 # remaining tokens and in the metrics), delay and nodelay and delay=N,
-# dry run, several zones at once, kv_rate (KV held x seconds),
+# dry run, several zones at once, kv_rate (KV held x seconds, charged
+# the engine's count of blocks x time, within its round-up),
 # kvserve_limit_status, the
 # $kvserve_limit_status variable, headers of a stream, a reload keeping
 # the zone, and `nginx -t` errors naming the bad value.
@@ -48,8 +49,10 @@ $t->write_conf(<<"EOC",
     kvserve_limit_zone \$arg_k zone=m2:1m rate=1t/m;
     kvserve_limit_zone \$arg_k zone=tiny:32k rate=1t/m;
     kvserve_limit_zone \$arg_k zone=kv:1m rate=1000t/s kv_rate=2k/s;
+    kvserve_limit_zone \$arg_k zone=kvb:1m rate=1000t/s kv_rate=256k/s;
 EOC
     access_log => "log_format lim '\$arg_k \$status \$kvserve_limit_status';\n"
+                  . "    log_format kvl '\$arg_k \$kvserve_kv_block_ms';\n"
                   . "    access_log logs/access.log lim;",
     server => <<"EOS");
         location /a/v1/ { kvserve; kvserve_limit zone=slow burst=100 nodelay; }
@@ -81,6 +84,11 @@ EOC
         }
         location /tiny/v1/ { kvserve; kvserve_limit zone=tiny burst=100 nodelay; }
         location /kv/v1/ { kvserve; kvserve_limit zone=kv burst=10000 nodelay; }
+        location /kvb/v1/ {
+            kvserve;
+            kvserve_limit zone=kvb burst=10000 nodelay;
+            access_log logs/kv.log kvl;
+        }
         location /free/v1/ { kvserve; }
         location = /metrics { kvserve_metrics; }
         location = /status { kvserve_status; }
@@ -501,6 +509,79 @@ is(metric('kvserve:limit_keys', 'slow'), 9,
          'kv_rate: ... saying it is too large') or diag $b;
     is($h->{'x-should-retry'}, 'false', 'kv_rate: ... and not to retry');
     ok(!exists $h->{'retry-after'}, 'kv_rate: ... with no retry-after');
+}
+
+# ---- kv_rate charges the engine's count ---------------------------------------
+# Zone kvb: 256 KiB x s per second, a 2560 KiB x s bucket.  The engine
+# counts each choice's KV blocks x the time it held them (OUT's
+# kv_block_us; $kvserve_kv_block_ms, block x ms, all choices); the tiny
+# model's block is 16 tokens x 512 bytes = 8 KiB, so a request must end
+# up charged block_ms x 8 / 1000 KiB x s, rounded up: within [0, 1) of
+# it (the tolerance is the round-up).  A request's net charge is what
+# the zone charged less what it refunded while it alone ran.
+
+# The KV count the kv log has for key $k, once it is written.
+sub kv_logged {
+    my ($k) = @_;
+    my $v;
+    $t->wait_for(sub {
+        open my $fh, '<', "$root/logs/kv.log" or return 0;
+        for (<$fh>) {
+            $v = $1 if /^\Q$k\E (\S+)$/;
+        }
+        return defined $v;
+    }, 5);
+    return $v;
+}
+
+sub kv_net {
+    return (metric('kvserve:limit_kv_charged_kib_seconds_total', 'kvb')
+            // 0)
+        - (metric('kvserve:limit_kv_refunded_kib_seconds_total', 'kvb')
+           // 0);
+}
+
+{
+    for my $i (1 .. 3) {
+        my $k = "kvc$i";
+        my $net0 = kv_net();
+        # 4 choices of 4 + 300 tokens: 19 blocks each at the end; 602
+        # KiB x s reserved
+        my ($st, $h, $b, $dt) = post("/kvb/v1/completions?k=$k",
+                                     body(300, "$ban, \"n\": 4"));
+        is($st, 200, "kv count $i: 200");
+        my $ms = kv_logged($k);
+        like($ms // '', qr/^\d+\.\d{3}$/, "kv count $i: logged ($ms)");
+        $ms //= 0;
+        # held at most 76 blocks for as long as the client waited
+        cmp_ok($ms, '>', 0, "kv count $i: some KV held");
+        cmp_ok($ms, '<=', 76 * $dt * 1000,
+               "kv count $i: at most 76 blocks for ${dt}s");
+        my $want = $ms * 8 / 1000;
+        # settled before the response's end went out
+        my $net = kv_net() - $net0;
+        cmp_ok($net, '>=', $want - 1e-6,
+               "kv count $i: charged $net KiB x s, the engine's $want");
+        cmp_ok($net, '<', $want + 1,
+               "kv count $i: ... within 1 KiB x s (the round-up)");
+    }
+
+    # a client that leaves mid-stream: the count so far, and its tokens
+    # from then to the settle, are charged; the reservation is settled
+    # (the next full one passes once the bucket allows)
+    my $net0 = kv_net();
+    my $s = $t->request('POST', '/kvb/v1/completions?k=kvab',
+                        body(240, "$ban, \"n\": 4, \"stream\": true"));
+    my $got = $t->read_until($s, qr/data: \{/, 20);
+    close $s;
+    like($got, qr/data: \{/, 'kv abort: the stream had started');
+    my $ms = kv_logged('kvab') // '';
+    like($ms, qr/^\d+\.\d{3}$/, "kv abort: the engine's count came ($ms)");
+    my $net;
+    $t->wait_for(sub { $net = kv_net() - $net0; $net < 482 }, 5);
+    cmp_ok($net, '>=', ($ms || 0) * 8 / 1000 - 1e-6,
+           "kv abort: charged $net KiB x s, at least the engine's count");
+    cmp_ok($net, '<', 482, 'kv abort: less than the reservation');
 }
 
 # ---- the zone survives a reload ---------------------------------------------

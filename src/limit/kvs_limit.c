@@ -89,7 +89,7 @@ kvs_limit_drain(const kvs_limit_conf_t *c, kvs_limit_state_t *s,
         s->frac = 0;
     }
 
-    /* used <= burst < 2^50: a drain of 2^57 empties any bucket, and
+    /* used <= burst + debt < 2^51: a drain of 2^57 empties any bucket, and
      * num * dt stays below 2^64 up to there */
     if (s->used == 0 || dt >= (1ULL << 57) / c->num) {
         s->used = 0;
@@ -242,14 +242,16 @@ kvs_limit_settle_actual(const kvs_limit_conf_t *c, kvs_limit_state_t *s,
     }
 
     /* it passed on its reservation: what it took beyond that is charged
-     * now, up to a full bucket, and later requests wait for it */
+     * now, past a full bucket if need be (debt), and later requests wait
+     * for it; used <= burst + KVS_LIMIT_DEBT_MAX < 2^51 keeps drain's
+     * and wait's arithmetic in range */
     extra = actual - resv->cost;
     if (extra > KVS_LIMIT_TOKENS_MAX) {
         extra = KVS_LIMIT_TOKENS_MAX;
     }
 
     extra *= KVS_LIMIT_MILLI;
-    room = c->burst - s->used;
+    room = c->burst + KVS_LIMIT_DEBT_MAX - s->used;
     if (extra > room) {
         extra = room;
     }
@@ -284,7 +286,7 @@ kvs_limit_remaining(const kvs_limit_conf_t *c, kvs_limit_state_t *s,
 {
     kvs_limit_drain(c, s, now_ms);
 
-    return (c->burst - s->used) / KVS_LIMIT_MILLI;
+    return s->used < c->burst ? (c->burst - s->used) / KVS_LIMIT_MILLI : 0;
 }
 
 

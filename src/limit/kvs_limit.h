@@ -21,8 +21,12 @@
  *    off `used` kept in frac (< KVS_LIMIT_DEN), so that no amount is ever
  *    lost or made up by rounding: after any sequence of operations the
  *    bucket holds exactly used - frac / KVS_LIMIT_DEN milli-tokens;
- *  - 0 <= used <= burst; a refund or a drain never takes used below 0
- *    (no credit is banked), a charge never takes it over burst;
+ *  - 0 <= used <= burst + KVS_LIMIT_DEBT_MAX milli-tokens: a refund or
+ *    a drain never takes used below 0 (no credit is banked); an
+ *    admission never takes it over burst; only kvs_limit_settle_actual()
+ *    takes it past burst, as debt (what a request really took beyond
+ *    the room left), which drains like any charge and keeps the key's
+ *    next requests out until it has;
  *  - a clock earlier than the last one seen counts as no time passed,
  *    and last_ms keeps the latest time seen, so no interval is counted
  *    twice when workers' cached clocks differ slightly;
@@ -45,6 +49,9 @@
 #define KVS_LIMIT_MILLI       1000        /* milli-tokens per token */
 #define KVS_LIMIT_TOKENS_MAX  (1ULL << 40)  /* rate, burst, cost bound */
 #define KVS_LIMIT_NODELAY     UINT64_MAX  /* delay: as much as the burst */
+#define KVS_LIMIT_DEBT_MAX    (KVS_LIMIT_TOKENS_MAX * KVS_LIMIT_MILLI)
+                                          /* milli-tokens a bucket may be
+                                             charged past its burst */
 #define KVS_LIMIT_DUR_LEN     32          /* kvs_limit_fmt_duration() */
 
 typedef struct {
@@ -133,8 +140,10 @@ uint64_t kvs_limit_settle(const kvs_limit_conf_t *c, kvs_limit_state_t *s,
  * Settles a reservation whose true cost is known only when the request
  * ends (kv_rate: KV held x seconds): the bucket ends up charged actual
  * instead of resv->cost.  Less: the difference is refunded (returned).
- * More: the difference is charged now (*more), as far as the burst, so
- * that later requests wait for it; a request cannot be refused after the
+ * More: the difference is charged now (*more), past the burst if need
+ * be (debt: the bucket is over full, and the key's next requests are
+ * refused until it has drained below full less their cost), at most
+ * KVS_LIMIT_DEBT_MAX past it; a request cannot be refused after the
  * fact.  Settles at most once, like kvs_limit_settle().
  */
 uint64_t kvs_limit_settle_actual(const kvs_limit_conf_t *c,
@@ -147,7 +156,8 @@ uint64_t kvs_limit_settle_actual(const kvs_limit_conf_t *c,
 uint64_t kvs_limit_cancel(const kvs_limit_conf_t *c, kvs_limit_state_t *s,
     uint64_t now_ms, kvs_limit_resv_t *resv);
 
-/* Whole tokens the bucket can still take after drain to now_ms. */
+/* Whole tokens the bucket can still take after drain to now_ms (0 while
+ * it is in debt). */
 uint64_t kvs_limit_remaining(const kvs_limit_conf_t *c,
     kvs_limit_state_t *s, uint64_t now_ms);
 

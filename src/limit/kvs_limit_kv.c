@@ -1,12 +1,16 @@
 /*
  * kvs_limit_kv: kv_rate's bucket size, reservation and hold (see
- * kvs_limit_kv.h).  The hold is estimated in floating point, as its
- * inputs are; sizes and the reservation are exact integers.
+ * kvs_limit_kv.h).  The hold is computed in floating point (the
+ * engine's count times a block's bytes, or the estimate from timings),
+ * rounded up once; sizes and the reservation are exact integers.
  */
 
 #include <math.h>
 
 #include "kvs_limit_kv.h"
+
+
+static uint64_t kvs_limit_kv_round(double kib_s);
 
 
 int
@@ -63,6 +67,20 @@ kvs_limit_kv_held(const kvs_limit_kv_hold_t *h, uint64_t now_ns)
     double    fill_ns, full_ns, kib_s;
     uint64_t  first;
 
+    if (h->engine_ns != 0) {
+        /* block x us x bytes per block, in KiB x s */
+        kib_s = (double) h->engine_block_us * (double) h->block_tokens
+                * (double) h->bytes_per_token / 1024.0 / 1e6;
+
+        if (!h->engine_done && now_ns > h->engine_ns) {
+            kib_s += ((double) h->prompt_tokens + (double) h->generated)
+                     * (double) h->bytes_per_token / 1024.0
+                     * (double) (now_ns - h->engine_ns) / 1e9;
+        }
+
+        return kvs_limit_kv_round(kib_s);
+    }
+
     if (h->submit_ns == 0) {
         return 0;
     }
@@ -77,6 +95,14 @@ kvs_limit_kv_held(const kvs_limit_kv_hold_t *h, uint64_t now_ns)
                * full_ns)
             * (double) h->bytes_per_token / 1024.0 / 1e9;
 
+    return kvs_limit_kv_round(kib_s);
+}
+
+
+/* KiB x s rounded up, at most KVS_LIMIT_TOKENS_MAX. */
+static uint64_t
+kvs_limit_kv_round(double kib_s)
+{
     return kib_s >= (double) KVS_LIMIT_TOKENS_MAX ? KVS_LIMIT_TOKENS_MAX
                                                    : (uint64_t) ceil(kib_s);
 }

@@ -4,6 +4,10 @@
  * long as it runs (docs/limits.md, "kv_rate"): the KV bucket's size,
  * what a request reserves at admission, and what it held when it ends,
  * to which the reservation is settled (kvs_limit_settle_actual()).
+ * What it held is the engine's own count (KV blocks x the time it held
+ * them, from its admission to its end, nothing while it waited in the
+ * engine's queue) when the engine sent one, else an estimate from the
+ * request's timings.
  *
  * Units: tokens; bytes of KV cache per token (the model's, as /v1/models
  * reports it); KiB x s, KiB of KV cache held for one second, the KV
@@ -25,13 +29,23 @@
 #include "base/kvs_err.h"
 #include "kvs_limit.h"
 
-/* A request's hold of KV cache, from its own timings. */
+/* A request's hold of KV cache: the engine's count, and its own timings
+ * for when that did not come (all of it or its end).  Zero the struct,
+ * then fill what is known. */
 typedef struct {
     uint64_t  prompt_tokens;    /* over its prompts */
     uint64_t  generated;        /* output tokens generated, all choices */
     uint64_t  bytes_per_token;  /* KV bytes per token */
     uint64_t  submit_ns;        /* sent to the engine; 0: never was */
     uint64_t  first_ns;         /* its first token came; 0: none yet */
+    uint64_t  engine_block_us;  /* the engine's count over its choices:
+                                   KV blocks held x microseconds (the
+                                   OUT frames' kv_block_us) */
+    uint64_t  engine_ns;        /* the latest frame that carried it was
+                                   made; 0: none came (no count) */
+    uint64_t  block_tokens;     /* tokens a KV block holds */
+    uint32_t  engine_done;      /* every choice's last frame came: the
+                                   count is the whole hold */
 } kvs_limit_kv_hold_t;
 
 /*
@@ -54,11 +68,20 @@ uint64_t kvs_limit_kv_cost(uint64_t tokens, uint64_t bytes_per_token);
 
 /*
  * What the request held until now_ns, KiB x s, rounded up, at most
- * KVS_LIMIT_TOKENS_MAX: from the submit to the first token (now, without
- * one) its prompt's blocks fill up, half the prompt held on average;
- * from then on the whole prompt and half the output so far.  A request
- * that never reached the engine held nothing; a stamp behind the one
- * before it counts as no time.
+ * KVS_LIMIT_TOKENS_MAX.
+ *
+ * With the engine's count (engine_ns set): engine_block_us x the block's
+ * bytes (block_tokens x bytes_per_token), exactly; when the count is not
+ * whole (engine_done 0: the client left, the engine timed out or
+ * failed), plus the tokens it had (prompt and generated) held from the
+ * latest count to now_ns, as if it kept them all.
+ *
+ * Without (an engine that sent none, or a request cut short before its
+ * first frame): from the submit to the first token (now, without one)
+ * its prompt's blocks fill up, half the prompt held on average; from
+ * then on the whole prompt and half the output so far.  A request that
+ * never reached the engine held nothing; a stamp behind the one before
+ * it counts as no time.
  */
 uint64_t kvs_limit_kv_held(const kvs_limit_kv_hold_t *h, uint64_t now_ns);
 

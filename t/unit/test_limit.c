@@ -306,7 +306,7 @@ test_clock_backwards(void **state)
 
 
 /* kv_rate's settle: the bucket ends charged what the request really
- * held, more or less than its reservation, never over full, once. */
+ * held, more or less than its reservation, past full as debt, once. */
 static void
 test_settle_actual(void **state)
 {
@@ -343,21 +343,120 @@ test_settle_actual(void **state)
     assert_int_equal(more, 150);
     assert_int_equal(kvs_limit_remaining(&c, &s, 0), 720);
 
-    /* 2 s later (2 drained) a hold of 5000 fills the bucket, no further */
+    /* 2 s later (2 drained) a hold of 5000 on a reservation of 10: all
+     * 4990 charged, 4278 of them past the full bucket (debt) */
     assert_int_equal(kvs_limit_reserve(&c, &s, 2000, 10, 10, &r1, &d, &err),
                      KVS_OK);
     assert_int_equal(kvs_limit_remaining(&c, &s, 2000), 712);
     assert_int_equal(kvs_limit_settle_actual(&c, &s, 2000, &r1, 5000,
                                              &more), 0);
-    assert_int_equal(more, 712);
+    assert_int_equal(more, 4990);
     assert_int_equal(kvs_limit_remaining(&c, &s, 2000), 0);
-    assert_int_equal(s.used, c.burst);
+    assert_int_equal(s.used, c.burst + 4278 * KVS_LIMIT_MILLI);
+    assert_int_equal(kvs_limit_reset_ms(&c, &s), 5278 * 1000);
 
-    /* and the next request waits for what it took */
+    /* the next request waits until the debt is paid and its own cost
+     * fits: 5278 - 999 tokens at 1 t/s; refused, it changes nothing */
     assert_int_equal(kvs_limit_reserve(&c, &s, 2000, 1, 1, &r1, &d, &err),
                      KVS_OK);
     assert_int_equal(d.verdict, KVS_LIMIT_REJECTED);
-    assert_int_equal(d.retry_ms, 1000);
+    assert_int_equal(d.retry_ms, 4279 * 1000);
+    assert_int_equal(d.used, c.burst + 4278 * KVS_LIMIT_MILLI);
+
+    /* still in debt 4000 s later (remaining 0, not a wrapped count) */
+    assert_int_equal(kvs_limit_remaining(&c, &s, 4002000), 0);
+    assert_int_equal(kvs_limit_reserve(&c, &s, 4002000, 1, 1, &r1, &d,
+                                       &err), KVS_OK);
+    assert_int_equal(d.verdict, KVS_LIMIT_REJECTED);
+    assert_int_equal(d.retry_ms, 279 * 1000);
+
+    /* and passes once it has drained that far */
+    assert_int_equal(kvs_limit_reserve(&c, &s, 4281000, 1, 1, &r1, &d,
+                                       &err), KVS_OK);
+    assert_int_equal(d.verdict, KVS_LIMIT_PASSED);
+    assert_int_equal(kvs_limit_remaining(&c, &s, 4281000), 0);
+    assert_int_equal(kvs_limit_settle_actual(&c, &s, 4281000, &r1, 0,
+                                             &more), 1);
+    assert_int_equal(kvs_limit_remaining(&c, &s, 4281000), 1);
+}
+
+
+/* Debt's bounds: a hold over KVS_LIMIT_TOKENS_MAX is charged as that
+ * much, and a bucket never goes past burst + KVS_LIMIT_DEBT_MAX, so that
+ * the arithmetic stays exact at the largest rates and buckets. */
+static void
+test_settle_debt_bounds(void **state)
+{
+    uint64_t              more, back, burst;
+    kvs_err_t             err;
+    kvs_limit_conf_t      c;
+    kvs_limit_resv_t      r1;
+    kvs_limit_state_t     s;
+    kvs_limit_decision_t  d;
+
+    (void) state;
+
+    /* the largest bucket at the largest rate */
+    c = conf(KVS_LIMIT_TOKENS_MAX, 1000, KVS_LIMIT_TOKENS_MAX,
+             KVS_LIMIT_NODELAY);
+    burst = c.burst;
+    kvs_limit_state_init(&s, 0);
+
+    assert_int_equal(kvs_limit_reserve(&c, &s, 0, 1, 1, &r1, &d, &err),
+                     KVS_OK);
+    assert_int_equal(d.verdict, KVS_LIMIT_PASSED);
+
+    /* a hold of UINT64_MAX: the excess is capped at 2^40 tokens */
+    assert_int_equal(kvs_limit_settle_actual(&c, &s, 0, &r1, UINT64_MAX,
+                                             &more), 0);
+    assert_int_equal(more, KVS_LIMIT_TOKENS_MAX);
+    assert_int_equal(s.used, (1 + KVS_LIMIT_TOKENS_MAX) * KVS_LIMIT_MILLI);
+
+    /* fill to full, then another huge hold: at most DEBT_MAX past it */
+    assert_int_equal(kvs_limit_reserve(&c, &s, 0, 1, 1, &r1, &d, &err),
+                     KVS_OK);
+    assert_int_equal(d.verdict, KVS_LIMIT_REJECTED);
+
+    s.used = burst - KVS_LIMIT_MILLI;
+    assert_int_equal(kvs_limit_reserve(&c, &s, 0, 1, 1, &r1, &d, &err),
+                     KVS_OK);
+    assert_int_equal(d.verdict, KVS_LIMIT_PASSED);
+    assert_int_equal(kvs_limit_settle_actual(&c, &s, 0, &r1, UINT64_MAX,
+                                             &more), 0);
+    assert_int_equal(more, KVS_LIMIT_TOKENS_MAX);
+    assert_int_equal(s.used, burst + KVS_LIMIT_DEBT_MAX);
+
+    /* another one at the cap charges nothing more */
+    r1.cost = 1;
+    r1.refundable = 1;
+    r1.settled = 0;
+    assert_int_equal(kvs_limit_settle_actual(&c, &s, 0, &r1, 1000, &more),
+                     0);
+    assert_int_equal(more, 0);
+    assert_int_equal(s.used, burst + KVS_LIMIT_DEBT_MAX);
+
+    /* waits stay exact: (burst + debt - (burst - 1 token)) at the rate,
+     * 2^40 + 1 tokens at 2^40 a second: just over 1 s */
+    assert_int_equal(kvs_limit_reserve(&c, &s, 0, 1, 1, &r1, &d, &err),
+                     KVS_OK);
+    assert_int_equal(d.verdict, KVS_LIMIT_REJECTED);
+    assert_int_equal(d.retry_ms, 1001);
+    assert_int_equal(kvs_limit_reset_ms(&c, &s), 2000);
+
+    /* a long time drains it all, with no overflow */
+    assert_int_equal(kvs_limit_remaining(&c, &s, UINT64_MAX / 2),
+                     KVS_LIMIT_TOKENS_MAX);
+
+    /* a refund in debt takes it down, never below empty */
+    s.used = burst + 5 * KVS_LIMIT_MILLI;
+    s.last_ms = 0;
+    r1.cost = 10;
+    r1.refundable = 10;
+    r1.settled = 0;
+    back = kvs_limit_settle_actual(&c, &s, 0, &r1, 3, &more);
+    assert_int_equal(back, 7);
+    assert_int_equal(more, 0);
+    assert_int_equal(s.used, burst - 2 * KVS_LIMIT_MILLI);
 }
 
 
@@ -752,6 +851,7 @@ held(uint64_t prompt, uint64_t generated, uint64_t bpt, uint64_t submit,
 {
     kvs_limit_kv_hold_t  h;
 
+    memset(&h, 0, sizeof(h));
     h.prompt_tokens = prompt;
     h.generated = generated;
     h.bytes_per_token = bpt;
@@ -797,6 +897,61 @@ test_kv_held(void **state)
     /* 2^40 tokens of 1 MiB for 1000 s: KVS_LIMIT_TOKENS_MAX */
     assert_int_equal(held(KVS_LIMIT_TOKENS_MAX, 0, 1 << 20, S, S,
                           1001 * S), KVS_LIMIT_TOKENS_MAX);
+}
+
+
+/* What a request held by the engine's count: blocks x us x a block's
+ * bytes; cut short, plus its tokens from the latest count to now. */
+static void
+test_kv_held_engine(void **state)
+{
+    kvs_limit_kv_hold_t  h;
+
+    (void) state;
+
+    memset(&h, 0, sizeof(h));
+    h.prompt_tokens = 100;
+    h.generated = 20;
+    h.bytes_per_token = 512;
+    h.block_tokens = 16;                 /* 8 KiB a block */
+    h.submit_ns = S;                     /* the estimate would be 0.. */
+    h.first_ns = 50 * S;                 /* ..huge: 49 s of filling */
+
+    /* 10 blocks for 2.5 s: 25,000,000 block-us = 200 KiB x s, whatever
+     * the timings say (the 49 s in the queue count nothing) */
+    h.engine_block_us = 25000000;
+    h.engine_ns = 60 * S;
+    h.engine_done = 1;
+    assert_int_equal(kvs_limit_kv_held(&h, 61 * S), 200);
+    assert_int_equal(kvs_limit_kv_held(&h, 600 * S), 200);
+
+    /* rounded up: one block for 1 us is 8 KiB x 1e-6 s */
+    h.engine_block_us = 1;
+    assert_int_equal(kvs_limit_kv_held(&h, 61 * S), 1);
+
+    /* nothing held: nothing charged */
+    h.engine_block_us = 0;
+    assert_int_equal(kvs_limit_kv_held(&h, 61 * S), 0);
+
+    /* cut short (the client left): the count, plus its 120 tokens
+     * (60 KiB) from the latest count to now, 2 s: 200 + 120 */
+    h.engine_block_us = 25000000;
+    h.engine_done = 0;
+    assert_int_equal(kvs_limit_kv_held(&h, 62 * S), 320);
+
+    /* a now behind the count adds nothing */
+    assert_int_equal(kvs_limit_kv_held(&h, 59 * S), 200);
+
+    /* the largest count: capped, no overflow */
+    h.engine_block_us = UINT64_MAX;
+    h.engine_done = 1;
+    assert_int_equal(kvs_limit_kv_held(&h, 61 * S), KVS_LIMIT_TOKENS_MAX);
+
+    /* without a count (engine_ns 0) the estimate stays: 49 s of half
+     * the prompt (50 x 0.5 KiB) and 1 s of 110 x 0.5 KiB */
+    h.engine_block_us = 25000000;
+    h.engine_ns = 0;
+    assert_int_equal(kvs_limit_kv_held(&h, 51 * S), 1225 + 55);
 }
 
 
@@ -864,6 +1019,16 @@ test_kv_settle(void **state)
     kv_request(&kc, &s, kv_cost, held(100, 0, 1024, 0, 0, S),
                500, 0, 7975);
 
+    /* above the room left: 9000 held, 8500 more, 1025 of them past the
+     * full bucket: in debt, the next reservation waits for it */
+    kv_request(&kc, &s, kv_cost, 9000, 0, 8500, 0);
+    assert_int_equal(s.used, (10240 + 1025) * KVS_LIMIT_MILLI);
+    assert_int_equal(kvs_limit_reserve(&kc, &s, 0, kv_cost, kv_cost, &r1,
+                                       &d, &err), KVS_OK);
+    assert_int_equal(d.verdict, KVS_LIMIT_REJECTED);
+    /* (1025 + 500) KiB x s at 1024 KiB/s */
+    assert_int_equal(d.retry_ms, 1490);
+
     /* a reservation over any bucket can never pass */
     assert_int_equal(kvs_limit_reserve(&kc, &s, 0,
                                        kvs_limit_kv_cost(UINT64_MAX, 1024),
@@ -884,11 +1049,13 @@ main(void)
         cmocka_unit_test(test_clock_backwards),
         cmocka_unit_test(test_settle_once),
         cmocka_unit_test(test_settle_actual),
+        cmocka_unit_test(test_settle_debt_bounds),
         cmocka_unit_test(test_million_no_drift),
         cmocka_unit_test(test_fmt_duration),
         cmocka_unit_test(test_kv_conf),
         cmocka_unit_test(test_kv_cost),
         cmocka_unit_test(test_kv_held),
+        cmocka_unit_test(test_kv_held_engine),
         cmocka_unit_test(test_kv_settle),
     };
 

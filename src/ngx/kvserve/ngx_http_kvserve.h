@@ -221,6 +221,9 @@ typedef struct {
     uint32_t                  cache_miss_pos;
     ngx_int_t                 reason;      /* kvs_reason_t, or -1 while
                                               it has none */
+    uint64_t                  kv_block_us; /* the engine's count of the
+                                              KV held, all choices */
+    unsigned                  kv_counted:1;   /* a count came */
     unsigned                  submitted:1; /* reached the engine side */
 } ngx_http_kvserve_req_info_t;
 

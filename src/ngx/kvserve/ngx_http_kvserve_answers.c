@@ -364,6 +364,32 @@ ngx_http_kvserve_on_times(ngx_http_kvserve_ctx_t *ctx,
 }
 
 
+/* The engine's count of the KV the choice held (cumulative in each of
+ * its frames): the request's sum moves by what it grew, and a frame with
+ * the finish makes the choice's count whole. */
+static void
+ngx_http_kvserve_on_kv(ngx_http_kvserve_ctx_t *ctx,
+    ngx_http_kvserve_choice_t *ch, kvs_wire_out_t *wo)
+{
+    uint64_t  add;
+
+    if (wo->out.kv_block_us > ch->kv_block_us) {
+        add = wo->out.kv_block_us - ch->kv_block_us;
+        ctx->kv_block_us = add > UINT64_MAX - ctx->kv_block_us
+                           ? UINT64_MAX : ctx->kv_block_us + add;
+        ch->kv_block_us = wo->out.kv_block_us;
+    }
+
+    if (wo->t.now_ns > ctx->kv_ns) {
+        ctx->kv_ns = wo->t.now_ns;
+    }
+
+    if (wo->out.finish != KVS_FINISH_NONE) {
+        ctx->kv_done++;
+    }
+}
+
+
 static void
 ngx_http_kvserve_on_out(ngx_http_kvserve_ctx_t *ctx,
     ngx_http_kvserve_part_t *part, kvs_wire_out_t *wo)
@@ -392,6 +418,7 @@ ngx_http_kvserve_on_out(ngx_http_kvserve_ctx_t *ctx,
 
     ctx->got_output = 1;
 
+    ngx_http_kvserve_on_kv(ctx, ch, wo);
     ngx_http_kvserve_on_times(ctx, ch, wo);
     ngx_http_kvserve_cache_out(ctx, part, o);
     ngx_http_kvserve_msg_collect(ctx, ch, o);

@@ -55,7 +55,8 @@ typedef enum {
     NGX_HTTP_KVSERVE_VAR_COMPLETION,
     NGX_HTTP_KVSERVE_VAR_REASON,
     NGX_HTTP_KVSERVE_VAR_MODEL,
-    NGX_HTTP_KVSERVE_VAR_MISS
+    NGX_HTTP_KVSERVE_VAR_MISS,
+    NGX_HTTP_KVSERVE_VAR_KV_BLOCK_MS
 } ngx_http_kvserve_var_e;
 
 
@@ -115,6 +116,17 @@ ngx_http_kvserve_variable(ngx_http_request_t *r,
         {
             return NGX_ERROR;
         }
+        break;
+
+    case NGX_HTTP_KVSERVE_VAR_KV_BLOCK_MS:
+        /* KV blocks x ms the engine counted (kv_rate's charge) */
+        if (!info.kv_counted) {
+            break;
+        }
+        s.data = p;
+        s.len = ngx_sprintf(p, "%uL.%03uL", info.kv_block_us / 1000,
+                            info.kv_block_us % 1000)
+                - p;
         break;
 
     case NGX_HTTP_KVSERVE_VAR_MODEL:
@@ -195,6 +207,9 @@ static ngx_http_variable_t  ngx_http_kvserve_vars[] = {
     { ngx_string("kvserve_cache_miss_reason"), NULL,
       ngx_http_kvserve_variable, NGX_HTTP_KVSERVE_VAR_MISS,
       NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("kvserve_kv_block_ms"), NULL, ngx_http_kvserve_variable,
+      NGX_HTTP_KVSERVE_VAR_KV_BLOCK_MS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
       ngx_http_null_variable
 };

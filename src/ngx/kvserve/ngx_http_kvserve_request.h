@@ -72,6 +72,9 @@ typedef struct {
                                               sampled, an end token
                                               included */
     uint64_t                  last_ns;     /* its last token came */
+    uint64_t                  kv_block_us; /* the engine's count of the
+                                              KV it held (OUT's, the
+                                              latest) */
     kvs_buf_t                 msg_full;    /* anthropic with stop
                                               sequences: its tokens' text
                                               (stops not cut) */
@@ -116,6 +119,14 @@ struct ngx_http_kvserve_ctx_s {
     ngx_uint_t                n_ended;
     uint32_t                  prompt_tokens;
     uint64_t                  preempted;   /* of the choices that ended */
+    uint64_t                  kv_block_us; /* over the choices: the KV
+                                              they held, as the engine
+                                              counted (kv_rate) */
+    uint64_t                  kv_ns;       /* the engine's stamp of the
+                                              latest frame counting it;
+                                              0: none came */
+    ngx_uint_t                kv_done;     /* choices whose last frame
+                                              (with a finish) came */
     ngx_int_t                 reason;      /* kvs_reason_t, once recorded */
 
     kvs_req_times_t           t;           /* the hops */

@@ -99,6 +99,8 @@ ngx_http_kvserve_req_info(ngx_http_request_t *r,
     info->cache_miss_pos = ctx->cache_miss_pos;
     info->reason = ngx_http_kvserve_reason(ctx);
     info->submitted = (ctx->t.submit_ns != 0 && !ctx->refused);
+    info->kv_block_us = ctx->kv_block_us;
+    info->kv_counted = (ctx->kv_ns != 0);
 
     /* the log phase of a request that has not ended its own way (a
      * client gone): its total is up to now */

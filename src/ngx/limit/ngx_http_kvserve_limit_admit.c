@@ -82,7 +82,10 @@ ngx_http_kvserve_limit_delayed(ngx_event_t *ev)
 
 /* The request ended, or its output is all generated: every zone gets
  * back the output it did not generate, and kv_rate's reservation becomes
- * what it held (kvs_limit_kv_held()). */
+ * what it held (kvs_limit_kv_held()): the engine's count of its blocks x
+ * time, whole when every choice's last frame came, else topped up to now
+ * (a client that left, an engine that timed out or failed); an estimate
+ * from its timings when no count came at all. */
 static void
 ngx_http_kvserve_limit_end(ngx_http_kvserve_limit_ctx_t *lctx)
 {
@@ -93,11 +96,16 @@ ngx_http_kvserve_limit_end(ngx_http_kvserve_limit_ctx_t *lctx)
     kctx = lctx->kctx;
     generated = ngx_http_kvserve_completion_tokens(kctx);
 
+    ngx_memzero(&h, sizeof(h));
     h.prompt_tokens = kctx->prompt_tokens;
     h.generated = generated;
     h.bytes_per_token = lctx->kv_bpt;
     h.submit_ns = kctx->t.submit_ns;
     h.first_ns = kctx->t.first_ns;
+    h.engine_block_us = kctx->kv_block_us;
+    h.engine_ns = kctx->kv_ns;
+    h.block_tokens = kctx->model != NULL ? kctx->model->kv_block : 0;
+    h.engine_done = kctx->n_choices > 0 && kctx->kv_done >= kctx->n_choices;
 
     ngx_http_kvserve_limit_settle(lctx, 0, lctx->n, 0, generated,
                                   kvs_limit_kv_held(&h, kvs_now_ns()));
@@ -479,7 +487,9 @@ ngx_http_kvserve_limit_admit(ngx_http_kvserve_ctx_t *kctx,
         v.kv = kv_refused;
         v.asked = kv_refused ? lctx->kv_cost : lctx->cost;
         v.limit = c.burst / KVS_LIMIT_MILLI;
-        v.remaining = (c.burst - d.used) / KVS_LIMIT_MILLI;
+        /* a KV bucket may be past full: a request's debt */
+        v.remaining = d.used < c.burst ? (c.burst - d.used) / KVS_LIMIT_MILLI
+                                       : 0;
         v.reset_ms = d.reset_ms;
         v.retry_ms = d.retry_ms;
         v.zone = zone->name;
