@@ -17,19 +17,24 @@
  *            engine's fair share (VTC weights, KV cap)
  *   kvrate   kv_rate's bucket per tenant (kvs_limit_kv: KiB x s of KV
  *            cache held) at the same KiB/s, each request reserving its
- *            whole KV for one second at the submit and settled to what
- *            it held, estimated from its own stamps (submit, first
- *            token, end: kvs_limit_kv_held) as a worker does; arrival
- *            order in the engine (no_fair), so that the limiter alone
- *            shares (with the fair share on, A's long prefills were
- *            preempted over and over and none finished in a short run)
+ *            whole KV for one second at the submit and settled, when it
+ *            ends, to what it held by the engine's count (its output's
+ *            kv_block_us, through kvs_limit_kv_held), what the bucket
+ *            has no room for kept as debt (kvs_limit_settle_actual), as
+ *            kvserve_limit does; arrival order in the engine (no_fair),
+ *            so that the limiter alone shares (with the fair share on,
+ *            A's long prefills were preempted over and over and none
+ *            finished in a short run)
+ *   kvest    kvrate settled instead to the estimate from the request's
+ *            own stamps (submit, first token, end), what kvserve_limit
+ *            did before the engine counted: the baseline of the fix
  *   kvmeter  an experiment, not what kvserve does: the same bucket, but
  *            charged every step with what each tenant's sequences hold
  *            in the engine (its kv_blocks x the step's time), what went
  *            past a full bucket kept as debt that blocks the tenant's
  *            admissions until paid; a request's one-second reservation
- *            is given back when it ends.  What kv_rate would do if the
- *            engine reported each request's held KV (docs/performance.md,
+ *            is given back when it ends: kvrate's accounting charged step
+ *            by step instead of per request (docs/performance.md,
  *            "kv_rate")
  *
  * Saturation: each tenant keeps a backlog at the client that never runs
@@ -82,7 +87,8 @@ typedef enum {
     BF_COUNT,
     BF_KVSERVE,
     BF_KVRATE,
-    BF_KVMETER
+    BF_KVMETER,
+    BF_KVEST
 } bf_policy_t;
 
 typedef struct {
@@ -131,6 +137,9 @@ typedef struct {
     uint64_t             prefill;
     uint64_t             decode;
     double               kv_bs;       /* block-seconds */
+    double               kv_eng;      /* block-seconds by the engine's
+                                         count (kv_block_us) */
+    double               held_prev;   /* blocks after the last step */
     uint32_t             kv_max;      /* most blocks held at once */
 } bf_tenant_t;
 
@@ -147,6 +156,7 @@ typedef struct {
     bf_policy_t          policy;
     double               rate;        /* per tenant, as applied */
     uint64_t             kv_bpt;      /* KV bytes per token (kvrate) */
+    uint32_t             block;       /* tokens per KV block */
     double               wall;
     double               busy;        /* seconds in working steps */
     uint64_t             preemptions;
@@ -247,9 +257,11 @@ main(int argc, char **argv)
             }
 
         } else if (strcmp(tok, "kvrate") == 0
-                   || strcmp(tok, "kvmeter") == 0)
+                   || strcmp(tok, "kvmeter") == 0
+                   || strcmp(tok, "kvest") == 0)
         {
-            runs[n].policy = tok[2] == 'r' ? BF_KVRATE : BF_KVMETER;
+            runs[n].policy = tok[2] == 'r' ? BF_KVRATE
+                             : tok[2] == 'm' ? BF_KVMETER : BF_KVEST;
             runs[n].rate = o.rate_kv;
 
             if (runs[n].rate <= 0 && cap_kv > 0) {
@@ -258,7 +270,7 @@ main(int argc, char **argv)
 
         } else {
             fprintf(stderr, "bench_fair: unknown policy \"%s\" (none, "
-                    "count, kvserve, kvrate, kvmeter)\n", tok);
+                    "count, kvserve, kvrate, kvmeter, kvest)\n", tok);
             rc = 2;
             break;
         }
@@ -566,6 +578,7 @@ bf_run(const bf_opts_t *o, kvs_model_t *m, kvs_vocab_t *v, uint32_t n_ids,
     conf.no_fair = run->policy != BF_KVSERVE;
     run->kv_bpt = kvs_hparams_kv_bytes_per_token(&m->hp,
                                                  (uint32_t) sizeof(float));
+    run->block = o->block;
 
     if (!conf.no_fair) {
         conf.fair_w_prefill = o->w_prefill;
@@ -621,7 +634,7 @@ bf_run(const bf_opts_t *o, kvs_model_t *m, kvs_vocab_t *v, uint32_t n_ids,
                      (uint64_t) llround(run->rate * 60), 60000, burst,
                      KVS_LIMIT_NODELAY, err);
 
-        } else if (run->policy == BF_KVRATE || run->policy == BF_KVMETER) {
+        } else if (run->policy >= BF_KVRATE) {
             /* a token bucket whose window is kv_window seconds (1 t/s,
              * burst kv_window), which kv_rate's bucket takes for its own
              * size, as kvserve_limit_zone does */
@@ -667,13 +680,14 @@ bf_run(const bf_opts_t *o, kvs_model_t *m, kvs_vocab_t *v, uint32_t n_ids,
         }
 
         /*
-         * What each tenant held since the last step, until now.  The
-         * engine counts a tenant's blocks when it plans a step: what its
-         * sequences held after the step before, plus those it admits;
-         * one preempted in the same plan is still counted.  The pool's
-         * count after the step is exact, so when the tenants' sum is
-         * over it both are scaled down to it (kv_corr: the block-seconds
-         * that took off).
+         * What each tenant held since the last step, until now: from the
+         * last step's end to this one's start, what it held after the
+         * last step (nothing changes between steps); through this step,
+         * what it holds after it, plus (below, as they are read) the
+         * blocks of its requests that ended in it, which they held
+         * until the step's sampling.  The pool's count after the step
+         * is exact, so when the tenants' sum is over it both are scaled
+         * down to it (kv_corr: the block-seconds that took off).
          */
         kvs_engine_tenants(e, &tn);
         kvs_engine_stats(e, &st);
@@ -705,7 +719,9 @@ bf_run(const bf_opts_t *o, kvs_model_t *m, kvs_vocab_t *v, uint32_t n_ids,
         run->kv_raw += raw * (now - last);
 
         for (ti = 0; ti < BF_N_TENANTS; ti++) {
-            t[ti].kv_bs += held[ti] * scale * (now - last);
+            t[ti].kv_bs += t[ti].held_prev * (step0 - last)
+                           + held[ti] * scale * (now - step0);
+            t[ti].held_prev = held[ti] * scale;
 
             if (run->policy == BF_KVMETER) {
                 t[ti].kv_owed += held[ti] * scale * (now - last) * o->block
@@ -740,6 +756,13 @@ bf_run(const bf_opts_t *o, kvs_model_t *m, kvs_vocab_t *v, uint32_t n_ids,
 
                 ti = slots[s].tenant;
 
+                /* it held its blocks through the step it ended in */
+                t[ti].kv_bs += (double) ((t[ti].prompt
+                                          + slots[s].out.n_generated
+                                          + o->block - 1) / o->block)
+                               * (now - step0);
+                t[ti].kv_eng += (double) slots[s].out.kv_block_us / 1e6;
+
                 if (slots[s].out.finish != KVS_FINISH_LENGTH) {
                     rc = kvs_err_set(err, KVS_EFORMAT, "tenant %s: a "
                                      "request ended %s: %s", t[ti].key,
@@ -748,7 +771,9 @@ bf_run(const bf_opts_t *o, kvs_model_t *m, kvs_vocab_t *v, uint32_t n_ids,
                     goto done;
                 }
 
-                if (t[ti].limited && run->policy == BF_KVRATE) {
+                if (t[ti].limited && (run->policy == BF_KVRATE
+                                      || run->policy == BF_KVEST))
+                {
                     bf_settle_kv(run, &t[ti], &slots[s], now_ms);
 
                 } else if (t[ti].limited && run->policy == BF_KVMETER) {
@@ -795,6 +820,9 @@ done:
     if (slots != NULL) {
         for (s = 0; s < BF_MAX_SLOTS; s++) {
             if (slots[s].h != NULL) {
+                /* in flight at the end: its count as of its last read */
+                run->t[slots[s].tenant].kv_eng +=
+                    (double) slots[s].out.kv_block_us / 1e6;
                 kvs_engine_close(e, slots[s].h);
             }
 
@@ -849,8 +877,7 @@ bf_submit(kvs_engine_t *e, const bf_opts_t *o, bf_run_t *run,
                     cost = BF_COUNT_UNIT;
                     refundable = 0;
 
-                } else if (run->policy == BF_KVRATE
-                           || run->policy == BF_KVMETER)
+                } else if (run->policy >= BF_KVRATE)
                 {
                     if (run->policy == BF_KVMETER
                         && bf_meter(t, now_ms, err) != KVS_OK)
@@ -947,8 +974,9 @@ bf_print(const bf_opts_t *o, const bf_run_t *runs, size_t n)
 
     printf("\n| policy | limit per tenant | A tokens | B tokens | A share "
            "of tokens | A KV block-s | B KV block-s | A share of KV "
-           "block-s | A/B tokens | A/B KV | A done | B done | busy |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "block-s | A share, engine's count | A/B tokens | A/B KV | "
+           "A done | B done | busy |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 
     for (i = 0; i < n; i++) {
         r = &runs[i];
@@ -969,9 +997,11 @@ bf_print(const bf_opts_t *o, const bf_run_t *runs, size_t n)
                    rate_unit);
         }
 
-        printf("| %.0f | %.0f | %.1f%% | %.0f | %.0f | %.1f%% | %.2f | %.2f "
-               "| %" PRIu64 " | %" PRIu64 " | %.0f%% |\n", ta, tb,
-               100 * st, ka, kb, 100 * sk, tb > 0 ? ta / tb : 0,
+        printf("| %.0f | %.0f | %.1f%% | %.0f | %.0f | %.1f%% | %.1f%% "
+               "| %.2f | %.2f | %" PRIu64 " | %" PRIu64 " | %.0f%% |\n", ta,
+               tb, 100 * st, ka, kb, 100 * sk,
+               100 * bf_share(r->t[0].kv_eng, r->t[1].kv_eng),
+               tb > 0 ? ta / tb : 0,
                kb > 0 ? ka / kb : 0, r->t[0].finished, r->t[1].finished,
                r->wall > 0 ? 100 * r->busy / r->wall : 0);
     }
@@ -990,7 +1020,8 @@ bf_print(const bf_opts_t *o, const bf_run_t *runs, size_t n)
                " a_refused=%" PRIu64 " b_refused=%" PRIu64
                " a_kv_est=%" PRIu64 " b_kv_est=%" PRIu64
                " a_kv_forgiven=%" PRIu64 " b_kv_forgiven=%" PRIu64
-               " share_tokens=%.4f share_kv=%.4f\n",
+               " a_kv_eng=%.1f b_kv_eng=%.1f"
+               " share_tokens=%.4f share_kv=%.4f share_kv_eng=%.4f\n",
                bf_policy_name(r->policy), r->rate, r->wall, r->busy,
                r->preemptions,
                r->kv_raw > 0 ? 1 - r->kv_kept / r->kv_raw : 0,
@@ -1001,9 +1032,11 @@ bf_print(const bf_opts_t *o, const bf_run_t *runs, size_t n)
                r->t[0].refused, r->t[1].refused,
                r->t[0].kv_settled, r->t[1].kv_settled,
                r->t[0].kv_forgiven, r->t[1].kv_forgiven,
+               r->t[0].kv_eng, r->t[1].kv_eng,
                bf_share((double) (r->t[0].prefill + r->t[0].decode),
                         (double) (r->t[1].prefill + r->t[1].decode)),
-               bf_share(r->t[0].kv_bs, r->t[1].kv_bs));
+               bf_share(r->t[0].kv_bs, r->t[1].kv_bs),
+               bf_share(r->t[0].kv_eng, r->t[1].kv_eng));
     }
 }
 
@@ -1018,6 +1051,8 @@ bf_policy_name(bf_policy_t p)
         return "kvrate";
     case BF_KVMETER:
         return "kvmeter";
+    case BF_KVEST:
+        return "kvest";
     case BF_KVSERVE:
         return "kvserve";
     default:
@@ -1050,9 +1085,10 @@ bf_rand(uint64_t *s, uint32_t n)
 
 
 /*
- * kvrate: the request's reservation settled to what it held, estimated
- * from its stamps as a worker does (ngx_http_kvserve_limit_admit.c); what
- * the bucket could not take (it was full) is counted as forgiven.
+ * kvrate: the request's reservation settled to what it held by the
+ * engine's count, as a worker does (ngx_http_kvserve_limit_admit.c);
+ * kvest: to the estimate from its stamps.  What the bucket did not take
+ * is counted as forgiven (none since debt is kept: 0 is the check).
  */
 static void
 bf_settle_kv(const bf_run_t *run, bf_tenant_t *t, bf_slot_t *slot,
@@ -1067,6 +1103,13 @@ bf_settle_kv(const bf_run_t *run, bf_tenant_t *t, bf_slot_t *slot,
     h.bytes_per_token = run->kv_bpt;
     h.submit_ns = slot->submit_ns;
     h.first_ns = slot->first_ns;
+
+    if (run->policy == BF_KVRATE) {
+        h.engine_block_us = slot->out.kv_block_us;
+        h.engine_ns = bf_now_ns();
+        h.block_tokens = run->block;
+        h.engine_done = 1;
+    }
 
     held = kvs_limit_kv_held(&h, bf_now_ns());
     cost = slot->resv.cost;
@@ -1149,8 +1192,8 @@ bf_usage(FILE *f)
         "  --a-conc N         A's requests in flight (2)\n"
         "  --b-conc N         B's (0: the cache's worth + 2)\n"
         "  --seconds S        wall time of each policy (600)\n"
-        "  --policies LIST    of none,count,kvserve,kvrate,kvmeter (the "
-        "first three)\n"
+        "  --policies LIST    of none,count,kvserve,kvrate,kvmeter,kvest "
+        "(the first three)\n"
         "  --rate-req R       count: requests/s per tenant (0: from none)\n"
         "  --rate-tok R       kvserve: tokens/s per tenant (0: from none)\n"
         "  --rate-kv R        kvrate: kv_rate, KiB/s per tenant (0: half "

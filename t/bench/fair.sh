@@ -12,8 +12,10 @@
 #            share (VTC prefill=1 decode=2, KV cap 0.5)
 #   kvrate   (FAIR_POLICIES=...,kvrate) kv_rate alone: the same KiB x s
 #            of KV held per second for each tenant, each request settled
-#            to what it held estimated from its stamps, as kvserve_limit
-#            does; arrival order in the engine
+#            to what it held by the engine's count, the excess as debt,
+#            as kvserve_limit does; arrival order in the engine
+#   kvest    kvrate settled to the estimate from the request's stamps
+#            instead (what kvserve_limit did before the engine counted)
 #   kvmeter  an experiment: kv_rate's bucket charged with what the engine
 #            says each tenant holds, step by step, debt carried
 # Prints each tenant's served tokens and KV block-seconds, A's share of
@@ -31,7 +33,7 @@
 # generated model is written there, removed once open), KVS_PYTHON.
 # Knobs: FAIR_SCALE (full | small), FAIR_CACHE, FAIR_A_PROMPT (0: the
 # cache less the output), FAIR_B_PROMPT, FAIR_GEN (32), FAIR_SECONDS,
-# FAIR_POLICIES ("none,count,kvserve"; add kvrate, kvmeter),
+# FAIR_POLICIES ("none,count,kvserve"; add kvrate, kvest, kvmeter),
 # FAIR_KV_WINDOW (kv_rate's bucket in seconds of it, 10),
 # FAIR_THREADS (0: every CPU),
 # FAIR_SEED (1), FAIR_PNG ($KVS_TMP/fair-share.png; the bench's output is
@@ -93,13 +95,15 @@ $1 == "fair_run" && field("policy") == "kvserve" {
            (k >= 0.45 && k <= 0.55) ? "met" : "NOT met"
 }
 $1 == "fair_run" && (field("policy") == "kvrate" \
-                     || field("policy") == "kvmeter") {
+                     || field("policy") == "kvmeter" \
+                     || field("policy") == "kvest") {
     k = field("share_kv")
     printf "goal: with %s, A'\''s share of KV block-seconds within" \
-           " 45%%..55%%: %.1f%% %s (served tokens %.1f%%)\n",
+           " 45%%..55%%: %.1f%% %s (served tokens %.1f%%; by the" \
+           " engine'\''s count %.1f%%)\n",
            field("policy"), 100 * k,
            (k >= 0.45 && k <= 0.55) ? "met" : "NOT met",
-           100 * field("share_tokens")
+           100 * field("share_tokens"), 100 * field("share_kv_eng")
 }
 ' "$out"
 
