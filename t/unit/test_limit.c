@@ -381,6 +381,24 @@ test_settle_actual(void **state)
 }
 
 
+/* A request of cost that passes at 0 ms and held actual: what came back,
+ * and in *more what was charged on top. */
+static uint64_t
+settled(const kvs_limit_conf_t *c, kvs_limit_state_t *s, uint64_t cost,
+    uint64_t actual, uint64_t *more)
+{
+    kvs_err_t             err;
+    kvs_limit_resv_t      r;
+    kvs_limit_decision_t  d;
+
+    assert_int_equal(kvs_limit_reserve(c, s, 0, cost, cost, &r, &d, &err),
+                     KVS_OK);
+    assert_int_equal(d.verdict, KVS_LIMIT_PASSED);
+
+    return kvs_limit_settle_actual(c, s, 0, &r, actual, more);
+}
+
+
 /* Debt's bounds: a hold over KVS_LIMIT_TOKENS_MAX is charged as that
  * much, and a bucket never goes past burst + KVS_LIMIT_DEBT_MAX, so that
  * the arithmetic stays exact at the largest rates and buckets. */
@@ -402,27 +420,16 @@ test_settle_debt_bounds(void **state)
     burst = c.burst;
     kvs_limit_state_init(&s, 0);
 
-    assert_int_equal(kvs_limit_reserve(&c, &s, 0, 1, 1, &r1, &d, &err),
-                     KVS_OK);
-    assert_int_equal(d.verdict, KVS_LIMIT_PASSED);
-
     /* a hold of UINT64_MAX: the excess is capped at 2^40 tokens */
-    assert_int_equal(kvs_limit_settle_actual(&c, &s, 0, &r1, UINT64_MAX,
-                                             &more), 0);
+    assert_int_equal(settled(&c, &s, 1, UINT64_MAX, &more), 0);
     assert_int_equal(more, KVS_LIMIT_TOKENS_MAX);
     assert_int_equal(s.used, (1 + KVS_LIMIT_TOKENS_MAX) * KVS_LIMIT_MILLI);
+    assert_int_equal(take(&c, &s, 0, 1, NULL), KVS_LIMIT_REJECTED);
 
-    /* fill to full, then another huge hold: at most DEBT_MAX past it */
-    assert_int_equal(kvs_limit_reserve(&c, &s, 0, 1, 1, &r1, &d, &err),
-                     KVS_OK);
-    assert_int_equal(d.verdict, KVS_LIMIT_REJECTED);
-
+    /* from one token short of full, another huge hold: at most
+     * DEBT_MAX past full */
     s.used = burst - KVS_LIMIT_MILLI;
-    assert_int_equal(kvs_limit_reserve(&c, &s, 0, 1, 1, &r1, &d, &err),
-                     KVS_OK);
-    assert_int_equal(d.verdict, KVS_LIMIT_PASSED);
-    assert_int_equal(kvs_limit_settle_actual(&c, &s, 0, &r1, UINT64_MAX,
-                                             &more), 0);
+    assert_int_equal(settled(&c, &s, 1, UINT64_MAX, &more), 0);
     assert_int_equal(more, KVS_LIMIT_TOKENS_MAX);
     assert_int_equal(s.used, burst + KVS_LIMIT_DEBT_MAX);
 
