@@ -8,8 +8,10 @@
  *  - only running sequences count: a sequence holds blocks from the plan
  *    that admits it until its end or a preemption, and none while it
  *    waits in the queue; between two counts its blocks do not change
- *    (tables change in plans only), so blocks x the time since its stamp
- *    is exact up to the truncation of each count to whole microseconds;
+ *    (tables grow in plans), so blocks x the time since its stamp is
+ *    exact up to the truncation of each count to whole microseconds,
+ *    but for a sliding window's blocks dropped after a step, which
+ *    count until the next one;
  *  - a stamp is the time of the latest count (or admission) of that
  *    sequence; a running sequence whose stamp is not the current step's
  *    was admitted by its plan (or preempted and admitted again) and
