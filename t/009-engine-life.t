@@ -6,7 +6,9 @@
 #    loaded its model once, and a request after the reload is served;
 # 2. kill -9 of the engine mid-stream: the stream ends with an SSE error
 #    event and a proper end of the chunked body; a request sent right
-#    after is served by a new engine;
+#    after is served by a new engine; the stream's kv_rate reservation
+#    is settled (to the engine's count so far and its tokens since),
+#    not kept;
 # 3. the watchdog: a SIGSTOPped engine is killed by the workers within
 #    kvserve_engine_hang_timeout and a new one serves a request sent to
 #    the stopped one;
@@ -31,21 +33,31 @@ my ($model, $bias, $max_tokens) =
      '{"507": -100, "508": -100, "511": -100}', 480);
 
 my $hang_ms = 1500;
-$t->write_conf(<<"EOC");
+$t->write_conf(<<"EOC", server => <<"EOS");
     kvserve_model m $model;
     kvserve_kv_cache 64m;
     kvserve_threads 1;
     kvserve_engine_wait 20s;
     kvserve_engine_ping 200ms;
     kvserve_engine_hang_timeout ${hang_ms}ms;
+    kvserve_limit_zone \$arg_k zone=kv:1m rate=100000t/s kv_rate=64m/s;
 EOC
+        location /v1/ { kvserve; }
+        location /kv/v1/ {
+            kvserve;
+            kvserve_limit zone=kv burst=1000000 nodelay;
+        }
+        location = /status { kvserve_status; }
+        location = /metrics { kvserve_metrics; }
+EOS
 
 END { $t->stop if $t }
 
 ok($t->start, 'nginx started');
 
 sub stream {
-    return $t->request('POST', '/v1/completions',
+    my ($path) = @_;
+    return $t->request('POST', $path // '/v1/completions',
                        '{"model": "m", "prompt": "Once upon a time", "n": 16, '
                        . "\"max_tokens\": $max_tokens, \"stream\": true, "
                        . "\"logit_bias\": $bias}");
@@ -106,8 +118,17 @@ is($t->log_count(qr/started engine process/), 1, 'no second engine started');
 
 # --- 2. the engine killed mid-stream -----------------------------------------
 
+# zone kv's KiB x s charged less those refunded
+sub kv_net {
+    my $r = $t->read_all($t->request('GET', '/metrics'), 10);
+    my %m = $r =~ /^kvserve:limit_kv_(charged|refunded)_kib_seconds_total\{zone="kv"\} (\d+)$/mg;
+    return (($m{charged} // 0) - ($m{refunded} // 0), $m{refunded} // 0);
+}
+
 {
-    my $s = stream();
+    # 16 x 480 output tokens and the prompt, 512 bytes each, reserved
+    # for a second: over 3,840 KiB x s
+    my $s = stream('/kv/v1/completions?k=killed');
     my $got = $t->read_until($s, qr/data: \{/, 30);
     like($got, qr/data: \{/, 'a long stream started');
 
@@ -122,6 +143,15 @@ is($t->log_count(qr/started engine process/), 1, 'no second engine started');
          'the stream ended with an error event');
     unlike($body, qr/"finish_reason":"length"/,
            '... before its choices were done');
+
+    # the request's end settled its kv_rate reservation: what the engine
+    # counted before it died and the tokens held since, not all of it
+    my ($net, $back);
+    $t->wait_for(sub { ($net, $back) = kv_net(); $back > 0 }, 5);
+    cmp_ok($back, '>', 0, "kv_rate: the killed stream's reservation was "
+                          . "settled ($back KiB x s back)");
+    cmp_ok($net, '>', 0, "kv_rate: ... charged what it held ($net KiB x s)");
+    cmp_ok($net, '<', 3840, '... less than its reservation');
     ok($ended, '... and a proper end of the chunked body');
     like($body, qr/"code":"engine_lost"/, '... code engine_lost');
 }
