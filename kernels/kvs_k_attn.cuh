@@ -61,25 +61,19 @@ template <> struct kvs_ka_ty<KVS_K_BF16> {
     }
 };
 
-template <> struct kvs_ka_ty<KVS_K_I8> {
+/* int8 (FP8 0) and fp8 (FP8 1) codes, by kvs_kv_quant.h */
+template <int FP8> struct kvs_ka_q8 {
     typedef unsigned char  raw;
     static constexpr bool  scaled = true;
     static constexpr int   vec = 8;
     static __device__ __forceinline__ float f(raw x)
     {
-        return kvs_kvq_dec(0, x);
+        return kvs_kvq_dec(FP8, x);
     }
 };
 
-template <> struct kvs_ka_ty<KVS_K_FP8> {
-    typedef unsigned char  raw;
-    static constexpr bool  scaled = true;
-    static constexpr int   vec = 8;
-    static __device__ __forceinline__ float f(raw x)
-    {
-        return kvs_kvq_dec(1, x);
-    }
-};
+template <> struct kvs_ka_ty<KVS_K_I8> : kvs_ka_q8<0> {};
+template <> struct kvs_ka_ty<KVS_K_FP8> : kvs_ka_q8<1> {};
 
 
 /* Two 16-bit elements packed in w, low first, as F32. */

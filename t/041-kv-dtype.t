@@ -153,28 +153,25 @@ is($k->{kv_bytes_per_token}, 130, '... 130 bytes per token');
 is($t->log_count(qr/model "m": weights on cpu: .* KV int8, 130 bytes per token/),
    1, 'the engine logged its int8 cache');
 
-conf('fp8');
-kill 'HUP', $t->master_pid;
-ok($t->wait_for(sub {
-        $t->log_count(qr/KV fp8, 130 bytes per token/) == 1 }, 30),
-   'reload to fp8: a new engine caches in fp8');
-ok($t->wait_for(sub { !$t->alive($pid) }, 30),
-   '... and the int8 engine exited, its blocks with it');
-complete('fp8');
-$k = listed('fp8');
-is($k->{kv_bytes_per_token}, 130, '/v1/models: fp8, 130 bytes per token');
-$pid = $t->engine_pid;
+# a reload from the engine of dtype $old to $dt ($bpt bytes per token)
+sub reload {
+    my ($old, $dt, $bpt) = @_;
+    conf($dt);
+    kill 'HUP', $t->master_pid;
+    ok($t->wait_for(sub {
+            $t->log_count(qr/KV $dt, $bpt bytes per token/) == 1 }, 30),
+       "reload to $dt: a new engine caches in $dt");
+    ok($t->wait_for(sub { !$t->alive($pid) }, 30),
+       "... and the $old engine exited, its blocks with it");
+    complete($dt);
+    $k = listed($dt);
+    is($k->{kv_bytes_per_token}, $bpt,
+       "/v1/models: $dt, $bpt bytes per token");
+    $pid = $t->engine_pid;
+}
 
-conf('f16');
-kill 'HUP', $t->master_pid;
-ok($t->wait_for(sub {
-        $t->log_count(qr/KV f16, 256 bytes per token/) == 1 }, 30),
-   'reload to f16: a new engine caches in f16');
-ok($t->wait_for(sub { !$t->alive($pid) }, 30),
-   '... and the fp8 engine exited, its blocks with it');
-complete('f16');
-$k = listed('f16');
-is($k->{kv_bytes_per_token}, 256, '/v1/models: f16, 256 bytes per token');
+reload('int8', 'fp8', 130);
+reload('fp8', 'f16', 256);
 
 is($t->log_count(qr/\[alert\]|\[emerg\]/), 0, 'no alert meanwhile');
 

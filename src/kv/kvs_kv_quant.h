@@ -12,7 +12,8 @@
  * infinities included, becomes +-448; a NaN stays a NaN (0x7f, signed).
  *
  * int8 holds round-to-nearest-even of x / scale clamped to [-127, 127];
- * a NaN becomes 0.
+ * a NaN becomes 0.  Both are given x / scale as x times kvs_kvq_inv(scale),
+ * one rounding, and decode unscaled (kvs_kvq_dec; the reader multiplies).
  *
  * The scale rule (kvs_kvq_scale), per (block, layer, K or V, head):
  * writing slot 0 sets the scale to the row's largest |x| over the

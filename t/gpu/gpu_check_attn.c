@@ -583,6 +583,7 @@ gc_a_rope_one(gc_ctx_t *c, const gc_a_rope_case_t *rc, gc_rng_t *rng)
 
     /* int8, fp8: the cache's random start, for the CPU's replay */
     start = NULL;
+    kvg = NULL;
 
     if (gc_a_scaled(rc->sh.dt)) {
         start = gc_a_blocks(&ca, &rc->sh, 24);
@@ -638,8 +639,6 @@ gc_a_rope_one(gc_ctx_t *c, const gc_a_rope_case_t *rc, gc_rng_t *rng)
     }
 
     /* int8, fp8: the scales, and the F32 rows left in k and v */
-    kvg = NULL;
-
     if (ok && gc_a_scaled(rc->sh.dt)) {
         kvg = gc_alloc(2 * nt * kw * 4);
         ok = kvg != NULL
@@ -650,14 +649,8 @@ gc_a_rope_one(gc_ctx_t *c, const gc_a_rope_case_t *rc, gc_rng_t *rng)
     }
 
     if (!ok) {
-        free(q);
-        free(wk);
-        free(start);
-        free(kvg);
-        kvs_rope_free(&rope);
-        gc_a_free(&bt, &ca, &b);
         gc_fail(c, "kern", name, "launch refused or failed");
-        return c->dead ? -1 : 0;
+        goto done;
     }
 
     /* the reference: bias, then the CPU's own rotation */
@@ -684,14 +677,7 @@ gc_a_rope_one(gc_ctx_t *c, const gc_a_rope_case_t *rc, gc_rng_t *rng)
     if (gc_a_scaled(rc->sh.dt)) {
         gc_a_rope_bytes(c, name, &rc->sh, &bt, &ca, start, qg, kvg,
                         kvg + nt * kw, qr, kr, vr);
-        free(q);
-        free(wk);
-        free(start);
-        free(kvg);
-        kvs_rope_free(&rope);
-        gc_a_free(&bt, &ca, &b);
-
-        return 0;
+        goto done;
     }
 
     for (t = 0; t < nt; t++) {
@@ -741,12 +727,16 @@ gc_a_rope_one(gc_ctx_t *c, const gc_a_rope_case_t *rc, gc_rng_t *rng)
                                       : fmax(gc_err_rel(&ek), gc_err_rel(&ev)),
              fmax(ek.maxabs, ev.maxabs), gc_dtype_tol(rc->sh.dt));
 
+done:
+
     free(q);
     free(wk);
+    free(start);
+    free(kvg);
     kvs_rope_free(&rope);
     gc_a_free(&bt, &ca, &b);
 
-    return 0;
+    return c->dead ? -1 : 0;
 }
 
 

@@ -397,6 +397,54 @@ rnd(uint64_t *s)
 }
 
 
+/*
+ * A new kv of dtype (int8, fp8) whose block 0, layer l, K (v == 0) or
+ * V, gets 16 rows x[u] of every head's largest |x| u + 1, so that each
+ * slot grows the block's scales and requantizes the slots before it;
+ * each row read back within (1 + the growths after it) half-steps under
+ * the final scale 16 / the dtype's largest code: int8's half-step is
+ * scale / 2, fp8's max(|x| / 16, scale / 1024).  Returns the kv.
+ */
+static kvs_cpu_kv_t *
+growth_check(const kvs_cpu_model_t *cm, uint32_t dtype, uint64_t *seed,
+    uint32_t l, int v, float x[16][64])
+{
+    float          y[64], s, step, tol;
+    uint32_t       u, j, hd;
+    kvs_err_t      err;
+    kvs_cpu_kv_t  *kv;
+
+    hd = cm->hp.head_dim_k;
+    assert_int_equal(kvs_cpu_kv_new_dtype(&kv, cm, 1, 16, dtype, &err),
+                     KVS_OK);
+
+    for (u = 0; u < 16; u++) {
+        for (j = 0; j < 64; j++) {
+            x[u][j] = rnd(seed) * (float) (u + 1);
+        }
+
+        x[u][0] = (float) (u + 1);
+        x[u][hd] = -(float) (u + 1);
+        kvs_cpu_kv_write(kv, 0, l, u, v, x[u]);
+    }
+
+    s = 16.0f / (dtype == KVS_KV_FP8 ? 448.0f : 127.0f);
+
+    for (u = 0; u < 16; u++) {
+        kvs_cpu_kv_read(kv, 0, l, u, v, y);
+
+        for (j = 0; j < 64; j++) {
+            step = dtype == KVS_KV_FP8
+                   ? fmaxf(fabsf(x[u][j]) / 16.0f, s / 1024.0f) : s / 2.0f;
+            tol = (1.0f + (float) (15 - u)) * step * 1.0001f;
+            assert_true(fabsf(y[j] - x[u][j]) <= tol);
+        }
+    }
+
+    return kv;
+}
+
+
 static void
 test_roundtrip(void **state)
 {
@@ -486,31 +534,9 @@ test_roundtrip(void **state)
 
     /* int8: rows growing each slot requantize the block's earlier ones;
      * each stays within (1 + growths) half-scales of the final scale */
-    assert_int_equal(kvs_cpu_kv_new_dtype(&kv, cm, 1, 16, KVS_KV_INT8,
-                                          &err), KVS_OK);
     seed = 12345;
-
-    for (u = 0; u < 16; u++) {
-        for (j = 0; j < 64; j++) {
-            x[u][j] = rnd(&seed) * (float) (u + 1);
-        }
-
-        /* every head's largest grows with u */
-        x[u][0] = (float) (u + 1);
-        x[u][hd] = -(float) (u + 1);
-        kvs_cpu_kv_write(kv, 0, 0, u, 0, x[u]);
-    }
-
+    kv = growth_check(cm, KVS_KV_INT8, &seed, 0, 0, x);
     s = 16.0f / 127.0f;
-
-    for (u = 0; u < 16; u++) {
-        kvs_cpu_kv_read(kv, 0, 0, u, 0, y);
-
-        for (j = 0; j < 64; j++) {
-            tol = (1.0f + (float) (15 - u)) * s / 2.0f * 1.0001f;
-            assert_true(fabsf(y[j] - x[u][j]) <= tol);
-        }
-    }
 
     /* the last row (no growth after it) is within half a scale */
     kvs_cpu_kv_read(kv, 0, 0, 15, 0, y);
@@ -555,33 +581,10 @@ test_roundtrip(void **state)
     kvs_cpu_kv_free(kv);
 
     /* fp8: the same growth; a row written under the block's final
-     * scale within half a step of it, earlier ones within a growth's
-     * step more per growth */
-    assert_int_equal(kvs_cpu_kv_new_dtype(&kv, cm, 1, 16, KVS_KV_FP8,
-                                          &err), KVS_OK);
+     * scale within half a step of it, earlier ones within a step more
+     * per growth */
     seed = 54321;
-
-    for (u = 0; u < 16; u++) {
-        for (j = 0; j < 64; j++) {
-            x[u][j] = rnd(&seed) * (float) (u + 1);
-        }
-
-        x[u][0] = (float) (u + 1);
-        x[u][hd] = -(float) (u + 1);
-        kvs_cpu_kv_write(kv, 0, 1, u, 1, x[u]);
-    }
-
-    s = 16.0f / 448.0f;
-
-    for (u = 0; u < 16; u++) {
-        kvs_cpu_kv_read(kv, 0, 1, u, 1, y);
-
-        for (j = 0; j < 64; j++) {
-            tol = (1.0f + (float) (15 - u))
-                  * fmaxf(fabsf(x[u][j]) / 16.0f, s / 1024.0f) * 1.0001f;
-            assert_true(fabsf(y[j] - x[u][j]) <= tol);
-        }
-    }
+    kv = growth_check(cm, KVS_KV_FP8, &seed, 1, 1, x);
 
     /* the bytes are kvs_kv_quant.h's codes of x / scale: slot 15 (no
      * growth after it), its head 0's scale in the block */
