@@ -1,8 +1,11 @@
 /*
  * kvs_k_attn: device helpers the two attention kernels share
  * (kvs_k_attn_decode.cu, kvs_k_attn_prefill.cu): the cache's element
- * types as raw storage and F32, vector loads from shared memory, the
- * 16-byte cp.async staging of K/V rows (with its commit and waits), and
+ * types as raw storage and F32 (int8's and fp8's unscaled, by
+ * kvs_kv_quant.h's decoding: `scaled` says the kernel applies the
+ * block's head scale, per position, to the score and to the V weight),
+ * vector loads from shared memory, the 16-byte (8-byte for 1-byte
+ * elements) cp.async staging of K/V rows (with its commit and waits), and
  * the double-buffered tile loop's staging: positions pass through
  * shared memory in tiles, two stages, tile i + 1's rows in flight while
  * tile i is computed.  Header only; nothing here allocates; only
@@ -22,18 +25,26 @@
 #include <stdint.h>
 
 #include "kvs_k_util.cuh"
+#include "kv/kvs_kv_quant.h"
 
 
-/* Raw storage of the cache's element types and their F32 value. */
+/* Raw storage of the cache's element types, their F32 value (unscaled),
+ * whether a block scale applies, and the elements of one cp.async copy
+ * (16 bytes; 8 for bytes, so that q and accumulator registers stay
+ * those of a 16-bit cache). */
 template <int DT> struct kvs_ka_ty;
 
 template <> struct kvs_ka_ty<KVS_K_F32> {
     typedef float  raw;
+    static constexpr bool  scaled = false;
+    static constexpr int   vec = 4;
     static __device__ __forceinline__ float f(raw x) { return x; }
 };
 
 template <> struct kvs_ka_ty<KVS_K_F16> {
     typedef unsigned short  raw;
+    static constexpr bool  scaled = false;
+    static constexpr int   vec = 8;
     static __device__ __forceinline__ float f(raw x)
     {
         return __half2float(__ushort_as_half(x));
@@ -42,11 +53,27 @@ template <> struct kvs_ka_ty<KVS_K_F16> {
 
 template <> struct kvs_ka_ty<KVS_K_BF16> {
     typedef unsigned short  raw;
+    static constexpr bool  scaled = false;
+    static constexpr int   vec = 8;
     static __device__ __forceinline__ float f(raw x)
     {
         return __uint_as_float((unsigned) x << 16);
     }
 };
+
+/* int8 (FP8 0) and fp8 (FP8 1) codes, by kvs_kv_quant.h */
+template <int FP8> struct kvs_ka_q8 {
+    typedef unsigned char  raw;
+    static constexpr bool  scaled = true;
+    static constexpr int   vec = 8;
+    static __device__ __forceinline__ float f(raw x)
+    {
+        return kvs_kvq_dec(FP8, x);
+    }
+};
+
+template <> struct kvs_ka_ty<KVS_K_I8> : kvs_ka_q8<0> {};
+template <> struct kvs_ka_ty<KVS_K_FP8> : kvs_ka_q8<1> {};
 
 
 /* Two 16-bit elements packed in w, low first, as F32. */
@@ -60,14 +87,23 @@ kvs_ka_unpack2(unsigned w, float *f)
 
 
 /* V consecutive elements at p (shared memory, 16-byte aligned when V
- * elements make 16 bytes) as F32. */
+ * elements make 16 bytes, 8-byte when 8 bytes) as F32. */
 template <int DT, int V>
 __device__ __forceinline__ void
 kvs_ka_ld(const typename kvs_ka_ty<DT>::raw *p, float *f)
 {
     typedef typename kvs_ka_ty<DT>::raw  raw;
 
-    if constexpr (V * sizeof(raw) == 16) {
+    if constexpr (sizeof(raw) == 1 && V == 8) {
+        uint2  u = *(const uint2 *) p;
+
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            f[i] = kvs_ka_ty<DT>::f((raw) (u.x >> (8 * i)));
+            f[i + 4] = kvs_ka_ty<DT>::f((raw) (u.y >> (8 * i)));
+        }
+
+    } else if constexpr (V * sizeof(raw) == 16) {
         uint4  u = *(const uint4 *) p;
 
         if constexpr (sizeof(raw) == 4) {
@@ -93,7 +129,8 @@ kvs_ka_ld(const typename kvs_ka_ty<DT>::raw *p, float *f)
 
 
 /* Copies V elements from global src to shared dst, or zeros when !ok:
- * 16-byte cp.async (src-size 0 zero-fills) or plain element copies. */
+ * 16-byte cp.async (src-size 0 zero-fills), 8-byte for V bytes, or
+ * plain element copies. */
 template <int DT, int V>
 __device__ __forceinline__ void
 kvs_ka_copy(typename kvs_ka_ty<DT>::raw *dst,
@@ -106,6 +143,12 @@ kvs_ka_copy(typename kvs_ka_ty<DT>::raw *dst,
 
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
                      :: "r"(s), "l"(src), "r"(ok ? 16 : 0) : "memory");
+
+    } else if constexpr (V * sizeof(raw) == 8) {
+        unsigned  s = (unsigned) __cvta_generic_to_shared(dst);
+
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n"
+                     :: "r"(s), "l"(src), "r"(ok ? 8 : 0) : "memory");
 
     } else {
 #pragma unroll

@@ -36,9 +36,17 @@
  *     accumulate every GC head in registers over their rows of every
  *     tile; the row groups are added in a fixed order at the end.
  *
+ * An int8 or fp8 cache (kvs_ka_ty<DT>::scaled; head sizes multiples of
+ * 8, else KVS_K_EARG) is staged as bytes, 8 a copy, and decoded in
+ * registers as it is read; the thread that writes a
+ * row's scores multiplies them by the row's block K scale (read from
+ * ks) and leaves its V scale in vsc[row], by which P.V multiplies the
+ * row's weight: no full-precision copy of the cache is made.
+ *
  * Shared memory (dynamic, under 48 KB, no opt-in): stage[2][tile][hd_k +
  * hd_v] raw elements (reused as red[GC][hd_v] floats at the end),
- * rowbase[2][tile] u64, s[GC][tile], m[GC], l[GC], al[GC] floats.
+ * rowbase[2][tile] u64, s[GC][tile], m[GC], l[GC], al[GC] floats, and in
+ * int8 / fp8 vsc[tile] floats.
  *
  * Invariants: the grid depends only on the launcher's arguments; tokens
  * whose run is not of length 1, whose index, sequence or table offset is
@@ -69,6 +77,8 @@ typedef struct {
     const float     *q;           /* [n_tok][n_head * hd_k] */
     const void      *k;           /* layer's [n_blocks][bt][k_width] */
     const void      *v;           /* layer's [n_blocks][bt][v_width] */
+    const float     *ks;          /* int8, fp8: layer's [n_blocks][n_kv] */
+    const float     *vs;
     const int32_t   *pos;
     const int32_t   *seq;
     const int32_t   *table_off;
@@ -195,7 +205,7 @@ kvs_kd_part(kvs_kd_args_t a)
     extern __shared__ __align__(16) unsigned char  kvs_kd_smem[];
 
     float               qr[GC][CPL][V], acc[GC][CPT][V], kf[V], d[GC];
-    float               x0, x1, mt, mo, mn, e0, e1, sum, al, p;
+    float               x0, x1, mt, mo, mn, e0, e1, sum, al, p, ksc;
     int32_t             t, pos, tbase;
     uint32_t            tid, lane, warp, kvh, hc, h0, ng, split, ck, cv;
     uint32_t            ckv, cpr, rstep, nrg, rg, cvt, lr, rp, row, c;
@@ -204,7 +214,7 @@ kvs_kd_part(kvs_kd_args_t a)
     size_t              kw, vw, rb, orow;
     raw                *stage, *st, *kr;
     uint64_t           *rowbase;
-    float              *s, *sm, *sl, *sal, *red;
+    float              *s, *sm, *sl, *sal, *red, *vsc;
     const raw          *kg, *vg;
     bool                ok;
 
@@ -268,6 +278,7 @@ kvs_kd_part(kvs_kd_args_t a)
     sm = s + GC * a.tile;
     sl = sm + GC;
     sal = sl + GC;
+    vsc = sal + GC;                                  /* [tile], scaled */
     red = (float *) kvs_kd_smem;                     /* [GC][hd_v] */
 
     kw = (size_t) (a.n_head / a.group) * a.hd_k;
@@ -405,9 +416,19 @@ kvs_kd_part(kvs_kd_args_t a)
             }
 
             if (ok && lr == 0) {
+                ksc = a.scale;
+
+                if constexpr (kvs_ka_ty<DT>::scaled) {
+                    rb = rowbase[(i & 1) * a.tile + row];
+                    rb = rb != ~(uint64_t) 0
+                         ? rb / a.bt * (a.n_head / a.group) + kvh : rb;
+                    ksc *= rb != ~(uint64_t) 0 ? a.ks[rb] : 0.0f;
+                    vsc[row] = rb != ~(uint64_t) 0 ? a.vs[rb] : 0.0f;
+                }
+
 #pragma unroll
                 for (g = 0; g < GC; g++) {
-                    x0 = d[g] * a.scale;
+                    x0 = d[g] * ksc;
                     s[g * a.tile + row] = a.softcap != 0.0f
                                           ? a.softcap
                                             * tanhf(x0 / a.softcap)
@@ -487,6 +508,9 @@ kvs_kd_part(kvs_kd_args_t a)
                         for (g = 0; g < GC; g++) {
                             if (g < ng) {
                                 p = s[g * a.tile + row];
+                                if constexpr (kvs_ka_ty<DT>::scaled) {
+                                    p *= vsc[row];
+                                }
 #pragma unroll
                                 for (int x = 0; x < V; x++) {
                                     acc[g][k][x] = fmaf(p, kf[x],
@@ -606,7 +630,8 @@ kvs_kd_combine(kvs_kd_args_t a)
 
 /* Bytes of dynamic shared memory kvs_kd_part<DT, GC, V> uses. */
 static size_t
-kvs_kd_smem_bytes(const kvs_kd_args_t *a, size_t esize, uint32_t gc)
+kvs_kd_smem_bytes(const kvs_kd_args_t *a, size_t esize, uint32_t gc,
+    bool scaled)
 {
     size_t  st;
 
@@ -617,7 +642,8 @@ kvs_kd_smem_bytes(const kvs_kd_args_t *a, size_t esize, uint32_t gc)
     }
 
     return st + (size_t) 2 * a->tile * sizeof(uint64_t)
-           + ((size_t) gc * a->tile + 3 * gc) * sizeof(float);
+           + ((size_t) gc * a->tile + 3 * gc
+              + (scaled ? a->tile : 0)) * sizeof(float);
 }
 
 
@@ -654,7 +680,9 @@ kvs_kd_launch(kvs_kd_args_t *a, dim3 grid, cudaStream_t st)
     }
 
     kvs_kd_part<DT, GC, V><<<grid, KVS_KD_THREADS,
-                             kvs_kd_smem_bytes(a, esize, GC), st>>>(*a);
+                             kvs_kd_smem_bytes(a, esize, GC,
+                                               kvs_ka_ty<DT>::scaled),
+                             st>>>(*a);
 }
 
 
@@ -663,12 +691,17 @@ static void
 kvs_kd_launch_dt(kvs_kd_args_t *a, uint32_t gc, bool vec, dim3 grid,
     cudaStream_t st)
 {
-    constexpr int  V = 16 / (int) sizeof(typename kvs_ka_ty<DT>::raw);
+    constexpr int  V = kvs_ka_ty<DT>::vec;
 
-    if (!vec) {
-        kvs_kd_launch<DT, 8, 1>(a, grid, st);
+    /* int8 and fp8 only in 8-byte copies (the launcher refused others) */
+    if constexpr (!kvs_ka_ty<DT>::scaled) {
+        if (!vec) {
+            kvs_kd_launch<DT, 8, 1>(a, grid, st);
+            return;
+        }
+    }
 
-    } else if (gc == 1) {
+    if (gc == 1) {
         kvs_kd_launch<DT, 1, V>(a, grid, st);
 
     } else if (gc == 2) {
@@ -702,7 +735,8 @@ kvs_k_attn_decode(float *out, const float *q, const kvs_k_kv_t *kv,
     kvs_kd_args_t  a;
 
     if (out == NULL || q == NULL || kv == NULL || b == NULL
-        || kv->k == NULL || kv->v == NULL || !kvs_k_dtype_ok(kv->dtype)
+        || kv->k == NULL || kv->v == NULL || !kvs_k_kv_dtype_ok(kv->dtype)
+        || (kvs_k_kv_scaled(kv->dtype) && (kv->ks == NULL || kv->vs == NULL))
         || kv->n_head == 0 || kv->n_head_kv == 0
         || kv->n_head % kv->n_head_kv != 0
         || kv->n_head > KVS_KD_GRID_MAX
@@ -730,12 +764,17 @@ kvs_k_attn_decode(float *out, const float *q, const kvs_k_kv_t *kv,
 
     group = kv->n_head / kv->n_head_kv;
     gc = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
-    esize = kv->dtype == KVS_K_F32 ? 4 : 2;
-    vsz = 16 / esize;
+    esize = kvs_k_dtype_size(kv->dtype);
+    vsz = esize == 1 ? 8 : 16 / esize;
 
-    /* 16-byte copies need rows and heads on 16-byte boundaries */
+    /* 16-byte copies (8 of bytes) need rows and heads on such
+     * boundaries */
     vec = kv->hd_k % vsz == 0 && kv->hd_v % vsz == 0
           && (uintptr_t) kv->k % 16 == 0 && (uintptr_t) kv->v % 16 == 0;
+    if (!vec && kvs_k_kv_scaled(kv->dtype)) {
+        return KVS_K_EARG;            /* int8, fp8: heads of 8n bytes */
+    }
+
     if (!vec) {
         gc = 8;
     }
@@ -752,6 +791,10 @@ kvs_k_attn_decode(float *out, const float *q, const kvs_k_kv_t *kv,
           * kv->block_tokens * kv->n_head_kv * kv->hd_k * esize;
     a.v = (const char *) kv->v + (size_t) layer * kv->n_blocks
           * kv->block_tokens * kv->n_head_kv * kv->hd_v * esize;
+    a.ks = kv->ks != NULL ? kv->ks + (size_t) layer * kv->n_blocks
+                            * kv->n_head_kv : NULL;
+    a.vs = kv->vs != NULL ? kv->vs + (size_t) layer * kv->n_blocks
+                            * kv->n_head_kv : NULL;
     a.pos = b->pos;
     a.seq = b->seq;
     a.table_off = b->table_off;
@@ -787,6 +830,12 @@ kvs_k_attn_decode(float *out, const float *q, const kvs_k_kv_t *kv,
         break;
     case KVS_K_F16:
         kvs_kd_launch_dt<KVS_K_F16>(&a, gc, vec, grid, st);
+        break;
+    case KVS_K_I8:
+        kvs_kd_launch_dt<KVS_K_I8>(&a, gc, vec, grid, st);
+        break;
+    case KVS_K_FP8:
+        kvs_kd_launch_dt<KVS_K_FP8>(&a, gc, vec, grid, st);
         break;
     default:
         kvs_kd_launch_dt<KVS_K_BF16>(&a, gc, vec, grid, st);

@@ -33,10 +33,17 @@
  *   - P.V: the same thread keeps rows ty + 16 i x V-chunks tx + 8 k in
  *     registers (at most 64 floats), rescaled by the rows' factor.
  *
+ * An int8 or fp8 cache (kvs_ka_ty<DT>::scaled; head sizes multiples of
+ * 8, else KVS_K_EARG) is staged as bytes, 8 a copy, and decoded in
+ * registers; each tile's rows' block scales are
+ * read once into ksc / vsc[tile] (one more barrier), scores are
+ * multiplied by their position's K scale and P.V weights by its V
+ * scale: no full-precision copy of the cache is made.
+ *
  * Shared memory (dynamic; over 48 KB it is opted into at launch, at most
  * about 82 KB): q[QR][hd_k] F32, kst[2][tile][ks], vst[2][tile][vs] raw,
  * rowbase[2][tile] u64, s[QR][tile + 1], m, l, al[QR] F32, qpos[QR] i32,
- * info[4] i32.
+ * info[4] i32, and in int8 / fp8 ksc[tile], vsc[tile] F32.
  *
  * Invariants: a padding token (pos < 0), or one whose sequence or table
  * offset is out of range, gets a zero output row and reads nothing; a
@@ -64,6 +71,8 @@ typedef struct {
     const float     *q;           /* [n_tok][n_head * hd_k] */
     const void      *k;           /* layer's [n_blocks][bt][k_width] */
     const void      *v;           /* layer's [n_blocks][bt][v_width] */
+    const float     *kscale;      /* int8, fp8: layer's [n_blocks][n_kv] */
+    const float     *vscale;
     const int32_t   *pos;
     const int32_t   *seq;
     const int32_t   *table_off;
@@ -208,7 +217,7 @@ kvs_kp_attn(kvs_kp_args_t a)
     uint32_t            c, p, qr, tq, hh, d, o;
     uint64_t            p0, start, end;
     size_t              kw, vw, off;
-    float              *qs, *s, *sm, *sl, *sal;
+    float              *qs, *s, *sm, *sl, *sal, *ksc, *vsc;
     raw                *kst, *vst, *kr;
     uint64_t           *rowbase;
     const raw          *kg, *vg;
@@ -235,6 +244,8 @@ kvs_kp_attn(kvs_kp_args_t a)
     sal = sl + QR;
     qpos = (int32_t *) (sal + QR);
     info = qpos + QR;
+    ksc = (float *) (info + 4);                        /* [tile], scaled */
+    vsc = ksc + a.tile;
 
     if (warp == 0) {
         kvs_kp_find(a, blockIdx.x, info);
@@ -378,6 +389,19 @@ kvs_kp_attn(kvs_kp_args_t a)
         kvs_ka_tiles_next(a, rowbase, it, ntiles, p0 + a.tile, end, tbase,
                           tid, rows_issue);
 
+        /* the tile's rows' block scales (a missing block's: 0) */
+        if constexpr (kvs_ka_ty<DT>::scaled) {
+            if (tid < nrows) {
+                off = rowbase[(it & 1) * a.tile + tid];
+                off = off != ~(size_t) 0
+                      ? off / a.bt * a.n_head_kv + kvh : off;
+                ksc[tid] = off != ~(size_t) 0 ? a.kscale[off] : 0.0f;
+                vsc[tid] = off != ~(size_t) 0 ? a.vscale[off] : 0.0f;
+            }
+
+            __syncthreads();
+        }
+
         /* scores of rows ty + 16 i x positions tx + 8 j; positions past
          * the tile read its last row and are masked below */
 #pragma unroll
@@ -420,6 +444,9 @@ kvs_kp_attn(kvs_kp_args_t a)
                 p = tx + 8 * j;
                 if (p < a.tile) {
                     x = sc[i][j] * a.scale;
+                    if constexpr (kvs_ka_ty<DT>::scaled) {
+                        x *= p < nrows ? ksc[p] : 0.0f;
+                    }
                     x = a.softcap != 0.0f ? a.softcap * tanhf(x / a.softcap)
                                           : x;
                     s[qr * (a.tile + 1) + p] =
@@ -490,6 +517,9 @@ kvs_kp_attn(kvs_kp_args_t a)
 #pragma unroll
             for (i = 0; i < TMR; i++) {
                 w[i] = s[(ty + 16 * i) * (a.tile + 1) + p];
+                if constexpr (kvs_ka_ty<DT>::scaled) {
+                    w[i] *= vsc[p];
+                }
             }
 
 #pragma unroll
@@ -560,7 +590,8 @@ kvs_kp_stride(uint32_t hd, uint32_t vsz, bool vec)
 
 /* Bytes of dynamic shared memory of kvs_kp_attn with QR rows. */
 static size_t
-kvs_kp_smem_bytes(const kvs_kp_args_t *a, size_t esize, uint32_t qrows)
+kvs_kp_smem_bytes(const kvs_kp_args_t *a, size_t esize, uint32_t qrows,
+    bool scaled)
 {
     size_t  n;
 
@@ -571,7 +602,8 @@ kvs_kp_smem_bytes(const kvs_kp_args_t *a, size_t esize, uint32_t qrows)
     return n + (size_t) 2 * a->tile * sizeof(uint64_t)
            + (size_t) qrows * (a->tile + 1) * sizeof(float)
            + (size_t) 3 * qrows * sizeof(float)
-           + ((size_t) qrows + 4) * sizeof(int32_t);
+           + ((size_t) qrows + 4) * sizeof(int32_t)
+           + (scaled ? (size_t) 2 * a->tile * sizeof(float) : 0);
 }
 
 
@@ -584,7 +616,7 @@ kvs_kp_launch(kvs_kp_args_t *a, bool vec, cudaStream_t st)
     cudaError_t  rc;
 
     esize = sizeof(typename kvs_ka_ty<DT>::raw);
-    vsz = (uint32_t) (16 / esize);
+    vsz = (uint32_t) kvs_ka_ty<DT>::vec;
     a->ks = kvs_kp_stride(a->hd_k, vsz, vec);
     a->vs = kvs_kp_stride(a->hd_v, vsz, vec);
 
@@ -604,7 +636,7 @@ kvs_kp_launch(kvs_kp_args_t *a, bool vec, cudaStream_t st)
         return KVS_K_EARG;
     }
 
-    smem = kvs_kp_smem_bytes(a, esize, 16 * TMR);
+    smem = kvs_kp_smem_bytes(a, esize, 16 * TMR, kvs_ka_ty<DT>::scaled);
     if (smem > KVS_KP_SMEM_MAX) {
         return KVS_K_EARG;
     }
@@ -631,15 +663,22 @@ template <int DT>
 static int
 kvs_kp_launch_dt(kvs_kp_args_t *a, bool vec, bool wide, cudaStream_t st)
 {
-    constexpr int  V = 16 / (int) sizeof(typename kvs_ka_ty<DT>::raw);
+    constexpr int  V = kvs_ka_ty<DT>::vec;
 
-    if (!vec) {
-        return wide ? kvs_kp_launch<DT, 1, 2>(a, vec, st)
-                    : kvs_kp_launch<DT, 1, 4>(a, vec, st);
+    /* int8 and fp8 only in 8-byte copies (the launcher refused others) */
+    if constexpr (kvs_ka_ty<DT>::scaled) {
+        return wide ? kvs_kp_launch<DT, V, 2>(a, vec, st)
+                    : kvs_kp_launch<DT, V, 4>(a, vec, st);
+
+    } else {
+        if (!vec) {
+            return wide ? kvs_kp_launch<DT, 1, 2>(a, vec, st)
+                        : kvs_kp_launch<DT, 1, 4>(a, vec, st);
+        }
+
+        return wide ? kvs_kp_launch<DT, V, 2>(a, vec, st)
+                    : kvs_kp_launch<DT, V, 4>(a, vec, st);
     }
-
-    return wide ? kvs_kp_launch<DT, V, 2>(a, vec, st)
-                : kvs_kp_launch<DT, V, 4>(a, vec, st);
 }
 
 
@@ -654,7 +693,8 @@ kvs_k_attn_prefill(float *out, const float *q, const kvs_k_kv_t *kv,
     kvs_kp_args_t  a;
 
     if (out == NULL || q == NULL || kv == NULL || b == NULL
-        || kv->k == NULL || kv->v == NULL || !kvs_k_dtype_ok(kv->dtype)
+        || kv->k == NULL || kv->v == NULL || !kvs_k_kv_dtype_ok(kv->dtype)
+        || (kvs_k_kv_scaled(kv->dtype) && (kv->ks == NULL || kv->vs == NULL))
         || kv->n_head == 0 || kv->n_head_kv == 0
         || kv->n_head % kv->n_head_kv != 0
         || kv->hd_k == 0 || kv->hd_k > KVS_KP_HD_MAX
@@ -677,14 +717,18 @@ kvs_k_attn_prefill(float *out, const float *q, const kvs_k_kv_t *kv,
         return KVS_K_EARG;
     }
 
-    esize = kv->dtype == KVS_K_F32 ? 4 : 2;
-    vsz = 16 / esize;
+    esize = kvs_k_dtype_size(kv->dtype);
+    vsz = esize == 1 ? 8 : 16 / esize;
 
-    /* 16-byte copies and q loads need rows and heads on 16-byte
-     * boundaries */
+    /* 16-byte copies (8 of bytes) and q loads need rows and heads on
+     * such boundaries */
     vec = kv->hd_k % vsz == 0 && kv->hd_v % vsz == 0
           && (uintptr_t) kv->k % 16 == 0 && (uintptr_t) kv->v % 16 == 0;
     wide = kv->hd_k > 128 || kv->hd_v > 128;
+
+    if (!vec && kvs_k_kv_scaled(kv->dtype)) {
+        return KVS_K_EARG;            /* int8, fp8: heads of 8n bytes */
+    }
 
     a.out = out;
     a.q = q;
@@ -692,6 +736,10 @@ kvs_k_attn_prefill(float *out, const float *q, const kvs_k_kv_t *kv,
           * kv->block_tokens * kv->n_head_kv * kv->hd_k * esize;
     a.v = (const char *) kv->v + (size_t) layer * kv->n_blocks
           * kv->block_tokens * kv->n_head_kv * kv->hd_v * esize;
+    a.kscale = kv->ks != NULL ? kv->ks + (size_t) layer * kv->n_blocks
+                                * kv->n_head_kv : NULL;
+    a.vscale = kv->vs != NULL ? kv->vs + (size_t) layer * kv->n_blocks
+                                * kv->n_head_kv : NULL;
     a.pos = b->pos;
     a.seq = b->seq;
     a.table_off = b->table_off;
@@ -724,6 +772,12 @@ kvs_k_attn_prefill(float *out, const float *q, const kvs_k_kv_t *kv,
         break;
     case KVS_K_F16:
         rc = kvs_kp_launch_dt<KVS_K_F16>(&a, vec, wide, st);
+        break;
+    case KVS_K_I8:
+        rc = kvs_kp_launch_dt<KVS_K_I8>(&a, vec, wide, st);
+        break;
+    case KVS_K_FP8:
+        rc = kvs_kp_launch_dt<KVS_K_FP8>(&a, vec, wide, st);
         break;
     default:
         rc = kvs_kp_launch_dt<KVS_K_BF16>(&a, vec, wide, st);

@@ -83,6 +83,9 @@ kvs_k_dtype_size(int t)
     case KVS_K_F16:
     case KVS_K_BF16:
         return 2;
+    case KVS_K_I8:
+    case KVS_K_FP8:
+        return 1;
     default:
         return 0;
     }

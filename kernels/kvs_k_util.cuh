@@ -1,7 +1,8 @@
 /*
  * kvs_k_util: device helpers shared by the kernels in this directory:
- * loading and storing the three element types as F32, and the launch
- * check every launcher ends with.  Header only; nothing here allocates.
+ * loading and storing the three element types as F32, which dtypes a
+ * kernel takes, and the launch check every launcher ends with.  Header
+ * only; nothing here allocates.
  */
 
 #ifndef KVS_K_UTIL_CUH
@@ -44,10 +45,24 @@ kvs_k_store(void *p, int t, size_t i, float x)
     }
 }
 
+/* An activation's or weight's dtype (a kernel's input or output). */
 static __forceinline__ int
 kvs_k_dtype_ok(int t)
 {
     return t == KVS_K_F32 || t == KVS_K_F16 || t == KVS_K_BF16;
+}
+
+/* A K/V cache's dtype: those, or int8 and fp8 with scales. */
+static __host__ __device__ __forceinline__ int
+kvs_k_kv_scaled(int t)
+{
+    return t == KVS_K_I8 || t == KVS_K_FP8;
+}
+
+static __forceinline__ int
+kvs_k_kv_dtype_ok(int t)
+{
+    return kvs_k_dtype_ok(t) || kvs_k_kv_scaled(t);
 }
 
 /* What a launcher returns after its launches: the launch error, if any. */

@@ -19,10 +19,15 @@
  *     write no K/V for it and leave its output rows zero or unspecified,
  *     but never fault.
  *
- * Paged K/V (same layout as the CPU backend, kvs_cpu.h): layer l, block
- * b, slot s of K is at k + ((l * n_blocks + b) * block_tokens + s) *
- * k_width elements of the cache's dtype; token at position p of a
- * sequence lives in block table[p / block_tokens], slot p % block_tokens.
+ * Paged K/V: layer l, block b, slot s of K is at k + ((l * n_blocks + b)
+ * * block_tokens + s) * k_width elements of the cache's dtype; token at
+ * position p of a sequence lives in block table[p / block_tokens], slot
+ * p % block_tokens.  In int8 and fp8 (KVS_K_I8, KVS_K_FP8) head h of
+ * that block and layer has the float scale ks[(l * n_blocks + b) *
+ * n_head_kv + h] (vs for V), and its elements and scales are the CPU
+ * backend's bytes for the same rows (kvs_kv_quant.h's codes and scale
+ * rule), kept in these arrays rather than in kvs_kv_layout's one run
+ * per block.
  */
 
 #ifndef KVS_KERNELS_H
@@ -42,7 +47,9 @@ extern "C" {
 typedef enum {
     KVS_K_F32 = 0,
     KVS_K_F16 = 1,
-    KVS_K_BF16 = 2
+    KVS_K_BF16 = 2,
+    KVS_K_I8 = 3,               /* the K/V cache only, with scales */
+    KVS_K_FP8 = 4               /* e4m3, the K/V cache only, with scales */
 } kvs_k_dtype_t;
 
 /* Bytes of one element of dtype t; 0 for an unknown one. */
@@ -52,7 +59,10 @@ size_t kvs_k_dtype_size(int t);
 typedef struct {
     void      *k;              /* [n_layer][n_blocks][block_tokens][k_width] */
     void      *v;              /* [n_layer][n_blocks][block_tokens][v_width] */
-    int        dtype;          /* KVS_K_F32, F16 or BF16 */
+    float     *ks;             /* I8, FP8: [n_layer][n_blocks][n_head_kv]
+                                  K scales; else unused (NULL) */
+    float     *vs;             /* ... V scales */
+    int        dtype;          /* KVS_K_F32, F16, BF16, I8 or FP8 */
     uint32_t   n_layer;
     uint32_t   n_blocks;
     uint32_t   block_tokens;
@@ -126,10 +136,15 @@ int kvs_k_q8_0_to(void *dst, int dtype, const void *src, size_t n,
  *   hd_k], v [n_tok][n_head_kv * hd_v]; bq/bk/bv of those widths or NULL;
  *   inv_freq [n_rot / 2] doubles (kvs_rope_t's table), mscale its factor,
  *   pairing KVS_ROPE_NORM (0) or KVS_ROPE_NEOX (1).
- * Angles, cos and sin in double, as kvs_rope.c does.
+ * Angles, cos and sin in double, as kvs_rope.c does.  In an int8 or fp8
+ * cache k and v are left holding the rotated and biased F32 rows, which
+ * a second kernel then quantizes into the cache in batch order, per
+ * (sequence, K/V head, K or V), by kvs_kv_quant.h's rule (so a block
+ * filled over several steps gets the CPU backend's bytes); b's runs are
+ * not needed.
  */
 int kvs_k_rope_kv(const kvs_k_kv_t *kv, uint32_t layer,
-    const kvs_k_batch_t *b, float *q, const float *k, const float *v,
+    const kvs_k_batch_t *b, float *q, float *k, float *v,
     const float *bq, const float *bk, const float *bv,
     const double *inv_freq, uint32_t n_rot, double mscale, int pairing,
     cudaStream_t st);

@@ -3,12 +3,13 @@
 # int8 serves, and /v1/models, kvserve info and the engine's log give the
 # same real bytes per token (scales included); a reload that changes the
 # dtype drains the old engine, so no block written in one dtype is ever
-# read as another, and its successor caches in the new one.
+# read as another, and its successor caches in the new one (fp8, then
+# f16).
 #
 # The default tiny model: 2 layers, 2 KV heads of 16, blocks of 16.
 # f32: 2 x 2 x 2 x 16 x 4 = 512 B per token; f16 256; int8: per block and
 # layer 2 x 16 x 2 x 16 B of elements and 2 x 2 floats of scales, 1040 B,
-# x 2 layers / 16 tokens = 130 B per token.
+# x 2 layers / 16 tokens = 130 B per token; fp8 the same bytes.
 #
 # One nginx of our own (Kvserve::Live); every process it started is
 # killed in END.
@@ -19,6 +20,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use Kvserve::Live;
 use JSON::PP ();
+use File::Temp ();
 
 my $t = Kvserve::Live->new('041');
 my $model = $t->model_dir . '/default.gguf';
@@ -34,18 +36,35 @@ ok($failed, 'nginx -t refuses kvserve_kv_dtype int4');
 like($out, qr/invalid value "int4" in "kvserve_kv_dtype" directive, it must be "f32", "f16", "bf16", "int8" or "fp8"/,
      '... naming the value and the choices');
 
-($failed, $out) = $t->nginx_t("kvserve_model m $model;\n"
-                              . "kvserve_kv_dtype fp8;");
-ok($failed, 'nginx -t refuses fp8 (no backend stores it yet)');
-like($out, qr/kvserve_kv_dtype "fp8": no backend stores it yet/,
-     '... naming it');
+# the CUDA backend stores int8 and fp8 for heads of 8n elements (the
+# default model's are 16); a model of heads of 12 is refused with it
+for my $dt (qw(int8 fp8)) {
+    ($failed, $out) = $t->nginx_t("kvserve_model m $model;\n"
+                                  . "kvserve_backend cuda;\n"
+                                  . "kvserve_kv_dtype $dt;");
+    ok(!$failed, "nginx -t takes $dt with kvserve_backend cuda")
+        or diag($out);
+}
 
-($failed, $out) = $t->nginx_t("kvserve_model m $model;\n"
-                              . "kvserve_backend cuda;\n"
-                              . "kvserve_kv_dtype int8;");
-ok($failed, 'nginx -t refuses int8 with kvserve_backend cuda');
-like($out, qr/kvserve_kv_dtype "int8": the CUDA backend does not store it/,
-     '... naming it and the backend');
+SKIP: {
+    skip "no kvserve tool at $cli", 4 unless -x $cli;
+    my $odd = File::Temp::tempdir(CLEANUP => 1) . '/kvdt-heads12.gguf';
+    system("'$cli' gen-model --dim 48 --ffn 96 --heads 4 --kv-heads 2 "
+           . "--layers 1 --vocab 300 --ctx 64 --seed 5 --name kvdt12 "
+           . "'$odd' >/dev/null 2>&1");
+    ok(-f $odd, 'a model of heads of 12 elements');
+    ($failed, $out) = $t->nginx_t("kvserve_model m $odd;\n"
+                                  . "kvserve_backend cuda;\n"
+                                  . "kvserve_kv_dtype fp8;");
+    ok($failed, 'nginx -t refuses fp8 on CUDA for heads of 12');
+    like($out, qr/kvserve_kv_dtype "fp8": model "m" has heads of 12\/12 elements; the CUDA backend stores it for heads of a multiple of 8/,
+         '... naming the dtype, the model and its heads');
+    ($failed, $out) = $t->nginx_t("kvserve_model m $odd;\n"
+                                  . "kvserve_backend auto;\n"
+                                  . "kvserve_kv_dtype fp8;");
+    ok(!$failed, '... and takes it with kvserve_backend auto (the CPU)')
+        or diag($out);
+}
 
 ($failed, $out) = $t->nginx_t("kvserve_model m $model;\n"
                               . "kvserve_kv_dtype f16;\n"
@@ -53,7 +72,7 @@ like($out, qr/kvserve_kv_dtype "int8": the CUDA backend does not store it/,
 ok($failed, 'a second kvserve_kv_dtype is refused');
 like($out, qr/"kvserve_kv_dtype" directive is duplicate/, '... as such');
 
-for my $dt (qw(f32 f16 bf16 int8)) {
+for my $dt (qw(f32 f16 bf16 int8 fp8)) {
     ($failed, $out) = $t->nginx_t("kvserve_model m $model;\n"
                                   . "kvserve_kv_dtype $dt;");
     ok(!$failed, "nginx -t takes kvserve_kv_dtype $dt") or diag($out);
@@ -62,17 +81,21 @@ for my $dt (qw(f32 f16 bf16 int8)) {
 # ---- kvserve info --kv-dtype ----------------------------------------------
 
 SKIP: {
-    skip "no kvserve tool at $cli", 4 unless -x $cli;
+    skip "no kvserve tool at $cli", 9 unless -x $cli;
     my %bpt;
-    for my $dt (qw(f32 f16 int8)) {
+    for my $dt (qw(f32 f16 int8 fp8)) {
         my $j = JSON::PP::decode_json(
             scalar `'$cli' info --json --kv-dtype $dt $model`);
         my $cpu = $j->{memory}{backends}{cpu};
+        my $cuda = $j->{memory}{backends}{cuda};
         is($cpu->{kv_dtype}, $dt, "info --kv-dtype $dt: the CPU's dtype");
+        is("$cuda->{kv_dtype}/$cuda->{kv_bytes_per_token}",
+           "$dt/$cpu->{kv_bytes_per_token}",
+           "... and CUDA's, the same bytes per token");
         $bpt{$dt} = $cpu->{kv_bytes_per_token};
     }
-    is_deeply(\%bpt, { f32 => 512, f16 => 256, int8 => 130 },
-              'info: 512, 256 and 130 bytes per token');
+    is_deeply(\%bpt, { f32 => 512, f16 => 256, int8 => 130, fp8 => 130 },
+              'info: 512, 256, 130 and 130 bytes per token');
 }
 
 # ---- an int8 engine, then a reload to f16 ---------------------------------
@@ -130,16 +153,25 @@ is($k->{kv_bytes_per_token}, 130, '... 130 bytes per token');
 is($t->log_count(qr/model "m": weights on cpu: .* KV int8, 130 bytes per token/),
    1, 'the engine logged its int8 cache');
 
-conf('f16');
-kill 'HUP', $t->master_pid;
-ok($t->wait_for(sub {
-        $t->log_count(qr/KV f16, 256 bytes per token/) == 1 }, 30),
-   'reload to f16: a new engine caches in f16');
-ok($t->wait_for(sub { !$t->alive($pid) }, 30),
-   '... and the int8 engine exited, its blocks with it');
-complete('f16');
-$k = listed('f16');
-is($k->{kv_bytes_per_token}, 256, '/v1/models: f16, 256 bytes per token');
+# a reload from the engine of dtype $old to $dt ($bpt bytes per token)
+sub reload {
+    my ($old, $dt, $bpt) = @_;
+    conf($dt);
+    kill 'HUP', $t->master_pid;
+    ok($t->wait_for(sub {
+            $t->log_count(qr/KV $dt, $bpt bytes per token/) == 1 }, 30),
+       "reload to $dt: a new engine caches in $dt");
+    ok($t->wait_for(sub { !$t->alive($pid) }, 30),
+       "... and the $old engine exited, its blocks with it");
+    complete($dt);
+    $k = listed($dt);
+    is($k->{kv_bytes_per_token}, $bpt,
+       "/v1/models: $dt, $bpt bytes per token");
+    $pid = $t->engine_pid;
+}
+
+reload('int8', 'fp8', 130);
+reload('fp8', 'f16', 256);
 
 is($t->log_count(qr/\[alert\]|\[emerg\]/), 0, 'no alert meanwhile');
 

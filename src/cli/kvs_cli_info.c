@@ -82,7 +82,8 @@ kvs_cli_human(double bytes, char *buf, unsigned len)
 static json_t *kvs_info_json_arr(const kvs_gguf_arr_t *a);
 static void kvs_info_memory(const char *path, const kvs_gguf_t *g,
     kvs_info_mem_t *mem);
-static void kvs_info_kv_dtype(kvs_info_mem_t *mem, uint32_t dt);
+static void kvs_info_kv_dtype(kvs_info_mem_t *mem, uint32_t dt,
+    const kvs_hparams_t *hp);
 
 
 static json_t *
@@ -733,7 +734,7 @@ kvs_cli_info(int argc, char **argv)
 
     if (hp_ok) {
         kvs_info_memory(path, g, &mem);
-        kvs_info_kv_dtype(&mem, kv_dt);
+        kvs_info_kv_dtype(&mem, kv_dt, &hp);
     }
 
     i = json ? kvs_info_json(g, &hp, hp_ok, hp_err.msg, kv_bytes, &mem)
@@ -785,30 +786,26 @@ kvs_info_memory(const char *path, const kvs_gguf_t *g, kvs_info_mem_t *mem)
 
 
 /* --kv-dtype: each backend's cache in that dtype, as kvserve_kv_dtype
- * would make it, or why that backend cannot store it (the CPU: f32, f16,
- * bf16, int8; CUDA: f32, f16, bf16). */
+ * would make it, or why that backend cannot store it (the CPU: every
+ * dtype; CUDA: every dtype, int8 and fp8 for heads of 8n elements). */
 static void
-kvs_info_kv_dtype(kvs_info_mem_t *mem, uint32_t dt)
+kvs_info_kv_dtype(kvs_info_mem_t *mem, uint32_t dt, const kvs_hparams_t *hp)
 {
     if (dt == KVS_KV_DTYPE_DEFAULT) {
         return;
     }
 
     if (mem->cpu_rc == KVS_OK) {
-        if (dt == KVS_KV_FP8) {
-            mem->cpu_rc = kvs_err_set(&mem->cpu_err, KVS_EUNSUPPORTED,
-                                      "the CPU backend cannot store a "
-                                      "\"fp8\" KV cache");
-        } else {
-            mem->cpu_kv = (int) dt;
-        }
+        mem->cpu_kv = (int) dt;
     }
 
     if (mem->cuda_rc == KVS_OK) {
-        if (dt == KVS_KV_INT8 || dt == KVS_KV_FP8) {
+        if ((dt == KVS_KV_INT8 || dt == KVS_KV_FP8)
+            && (hp->head_dim_k % 8 != 0 || hp->head_dim_v % 8 != 0))
+        {
             mem->cuda_rc = kvs_err_set(&mem->cuda_err, KVS_EUNSUPPORTED,
-                                       "a \"%s\" KV cache is not "
-                                       "built for the device yet",
+                                       "a \"%s\" KV cache needs heads of "
+                                       "a multiple of 8 elements",
                                        kvs_kv_dtype_name(dt));
         } else {
             mem->cuda_kv = (int) dt;

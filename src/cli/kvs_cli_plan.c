@@ -276,9 +276,9 @@ kvs_plan_row(const kvs_kv_shape_t *shape, uint32_t kv_heads,
     att = kv_heads != shape->n_head_kv || shape->n_head == kv_heads ? "MHA"
           : shape->n_head == 0 ? "-" : "GQA";
 
-    if (kvs_kv_plan_compute(&p, shape, kv_heads,
-                            kvs_kv_plan_dtype_bytes(dt), budget, a->block,
-                            context, a->batch, &err) != KVS_OK)
+    if (kvs_kv_plan_compute_dtype(&p, shape, kv_heads, dt, budget,
+                                  a->block, context, a->batch, &err)
+        != KVS_OK)
     {
         printf("  %-5s %3s %4u %s\n", kvs_kv_plan_dtype_name(dt), att,
                kv_heads, err.msg);
@@ -349,8 +349,9 @@ kvs_cli_plan(int argc, char **argv)
         return 1;
     }
 
-    if (kvs_kv_plan_compute(&p, &shape, shape.n_head_kv, elem, budget,
-                            a.block, context, a.batch, &err) != KVS_OK)
+    if (kvs_kv_plan_compute_dtype(&p, &shape, shape.n_head_kv, a.dtype,
+                                  budget, a.block, context, a.batch, &err)
+        != KVS_OK)
     {
         fprintf(stderr, "kvserve plan: %s\n", err.msg);
         return err.code == KVS_ERANGE ? 1 : 2;
@@ -380,16 +381,22 @@ kvs_cli_plan(int argc, char **argv)
     printf("\nKV per token (%s, %u B per element):\n",
            kvs_kv_plan_dtype_name(a.dtype), elem);
     if (shape.head_dim_v == shape.head_dim_k) {
-        printf("  2 x %u layers x %u KV heads x %u head_dim x %u B = %"
-               PRIu64 " B (%s)\n", shape.n_layer, shape.n_head_kv,
-               shape.head_dim_k, elem, p.bytes_per_token,
-               kvs_cli_human((double) p.bytes_per_token, b1, sizeof(b1)));
+        printf("  2 x %u layers x %u KV heads x %u head_dim x %u B",
+               shape.n_layer, shape.n_head_kv, shape.head_dim_k, elem);
     } else {
-        printf("  %u layers x %u KV heads x (%u + %u) x %u B = %" PRIu64
-               " B (%s)\n", shape.n_layer, shape.n_head_kv,
-               shape.head_dim_k, shape.head_dim_v, elem, p.bytes_per_token,
-               kvs_cli_human((double) p.bytes_per_token, b1, sizeof(b1)));
+        printf("  %u layers x %u KV heads x (%u + %u) x %u B",
+               shape.n_layer, shape.n_head_kv, shape.head_dim_k,
+               shape.head_dim_v, elem);
     }
+
+    /* int8, fp8: a float scale per (layer, K or V, KV head) of a block */
+    if (a.dtype == KVS_KV_PLAN_INT8 || a.dtype == KVS_KV_PLAN_FP8) {
+        printf(" + scales (2 x %u x %u x 4 B a block of %u), rounded up",
+               shape.n_layer, shape.n_head_kv, a.block);
+    }
+
+    printf(" = %" PRIu64 " B (%s)\n", p.bytes_per_token,
+           kvs_cli_human((double) p.bytes_per_token, b1, sizeof(b1)));
 
     printf("  one %" PRIu64 "-token sequence: %" PRIu64 " B (%s)\n",
            context, p.context_bytes,

@@ -17,12 +17,12 @@
  *   v_scale [n_head_kv]            float        at vs_off   (int8, fp8)
  *
  * An element is an IEEE float (f32), a half (f16), a bfloat16 (bf16),
- * a signed byte (int8) or an e4m3 byte (fp8); halves and floats in host
- * order.  A quantized element x_q of head h stands for x_q x scale[h]:
- * one scale per (block, layer, K or V, head), shared by the block's bt
- * tokens.  Sections start 4-byte aligned and layer_bytes and
- * block_bytes are multiples of 4, so that in a 4-aligned pool every
- * float is aligned.
+ * a signed byte (int8) or an OCP FP8 E4M3 byte (fp8, kvs_kv_quant.h);
+ * halves and floats in host order.  A quantized element x_q of head h
+ * stands for x_q x scale[h]: one scale per (block, layer, K or V,
+ * head), shared by the block's bt tokens.  Sections start 4-byte
+ * aligned and layer_bytes and block_bytes are multiples of 4, so that
+ * in a 4-aligned pool every float is aligned.
  *
  * kv_bytes_per_token is block_bytes / bt rounded up: with scales, a
  * token's exact share is a fraction of a byte more than its elements.
@@ -60,8 +60,8 @@ typedef enum {
  * bf16 or f32 for an all-F32 model) */
 #define KVS_KV_DTYPE_DEFAULT   255u
 
-#define KVS_KV_INT8_MAX        127.0f      /* |x_q| <= this */
-#define KVS_KV_FP8_MAX         448.0f      /* e4m3's largest finite */
+/* int8's and fp8's codes, their largest and the scale rule:
+ * kvs_kv_quant.h, shared with the CUDA kernels */
 
 typedef struct {
     uint32_t  dtype;                  /* kvs_kv_dtype_t */

@@ -6,6 +6,7 @@
 
 #include <string.h>
 
+#include "kvs_kv_layout.h"
 #include "kvs_kv_plan.h"
 
 #define KVS_KV_PLAN_BLOCK_MAX  65536   /* block_tokens, at most */
@@ -285,6 +286,41 @@ kvs_kv_plan_budget(uint64_t *budget, uint64_t memory, uint64_t weights,
 }
 
 
+/* The figures of blocks of block_bytes, bpt a token's share of one;
+ * zeroed and KVS_ERANGE when a context's bytes overflow. */
+static int
+kvs_kv_plan_fill(kvs_kv_plan_t *plan, uint64_t bpt, uint64_t block_bytes,
+    uint64_t kv_budget, uint32_t block_tokens, uint64_t context,
+    uint64_t batch, kvs_err_t *err)
+{
+    uint64_t  per_seq;
+
+    memset(plan, 0, sizeof(kvs_kv_plan_t));
+
+    if (!kvs_kv_plan_mul(bpt, context, &plan->context_bytes)) {
+        memset(plan, 0, sizeof(kvs_kv_plan_t));
+        return kvs_err_set(err, KVS_ERANGE, "%llu B per token x %llu "
+                           "tokens overflows", (unsigned long long) bpt,
+                           (unsigned long long) context);
+    }
+
+    plan->bytes_per_token = bpt;
+    plan->block_bytes = block_bytes;
+    plan->n_blocks = kv_budget / block_bytes;
+    /* n_blocks x block_tokens <= kv_budget (a block holds at least a
+     * byte per token), so this product fits */
+    plan->tokens = plan->n_blocks * block_tokens;
+
+    /* blocks one sequence of `context` tokens needs, rounded up */
+    per_seq = context / block_tokens + (context % block_tokens != 0);
+    plan->seqs_at_context = plan->n_blocks / per_seq;
+
+    plan->context_at_batch = plan->n_blocks / batch * block_tokens;
+
+    return KVS_OK;
+}
+
+
 int
 kvs_kv_plan_compute(kvs_kv_plan_t *plan, const kvs_kv_shape_t *shape,
     uint32_t n_head_kv, uint32_t elem_bytes, uint64_t kv_budget,
@@ -292,7 +328,7 @@ kvs_kv_plan_compute(kvs_kv_plan_t *plan, const kvs_kv_shape_t *shape,
     kvs_err_t *err)
 {
     int       rc;
-    uint64_t  bpt, per_seq;
+    uint64_t  bpt, bb;
 
     memset(plan, 0, sizeof(kvs_kv_plan_t));
 
@@ -312,27 +348,45 @@ kvs_kv_plan_compute(kvs_kv_plan_t *plan, const kvs_kv_shape_t *shape,
         return rc;
     }
 
-    if (!kvs_kv_plan_mul(bpt, block_tokens, &plan->block_bytes)
-        || !kvs_kv_plan_mul(bpt, context, &plan->context_bytes))
-    {
-        memset(plan, 0, sizeof(kvs_kv_plan_t));
-        return kvs_err_set(err, KVS_ERANGE, "%llu B per token x %llu "
-                           "tokens overflows",
-                           (unsigned long long) bpt,
-                           (unsigned long long) (context > block_tokens
-                                                 ? context : block_tokens));
+    if (!kvs_kv_plan_mul(bpt, block_tokens, &bb)) {
+        return kvs_err_set(err, KVS_ERANGE, "%llu B per token x %u tokens "
+                           "overflows", (unsigned long long) bpt,
+                           block_tokens);
     }
 
-    plan->bytes_per_token = bpt;
-    plan->n_blocks = kv_budget / plan->block_bytes;
-    /* n_blocks x block_bytes <= kv_budget, so this product fits */
-    plan->tokens = plan->n_blocks * block_tokens;
+    return kvs_kv_plan_fill(plan, bpt, bb, kv_budget, block_tokens,
+                            context, batch, err);
+}
 
-    /* blocks one sequence of `context` tokens needs, rounded up */
-    per_seq = context / block_tokens + (context % block_tokens != 0);
-    plan->seqs_at_context = plan->n_blocks / per_seq;
 
-    plan->context_at_batch = plan->n_blocks / batch * block_tokens;
+int
+kvs_kv_plan_compute_dtype(kvs_kv_plan_t *plan, const kvs_kv_shape_t *shape,
+    uint32_t n_head_kv, kvs_kv_plan_dtype_t dt, uint64_t kv_budget,
+    uint32_t block_tokens, uint64_t context, uint64_t batch,
+    kvs_err_t *err)
+{
+    int              rc;
+    kvs_kv_layout_t  lo;
 
-    return KVS_OK;
+    /* every check of the plain computation, and the unscaled dtypes */
+    rc = kvs_kv_plan_compute(plan, shape, n_head_kv,
+                             kvs_kv_plan_dtype_bytes(dt), kv_budget,
+                             block_tokens, context, batch, err);
+
+    if (rc != KVS_OK || (dt != KVS_KV_PLAN_INT8 && dt != KVS_KV_PLAN_FP8)) {
+        return rc;
+    }
+
+    rc = kvs_kv_layout_init(&lo, dt == KVS_KV_PLAN_FP8 ? KVS_KV_FP8
+                                                       : KVS_KV_INT8,
+                            shape->n_layer, n_head_kv, shape->head_dim_k,
+                            shape->head_dim_v, block_tokens, err);
+    if (rc != KVS_OK) {
+        memset(plan, 0, sizeof(kvs_kv_plan_t));
+        return rc;
+    }
+
+    return kvs_kv_plan_fill(plan, kvs_kv_layout_bytes_per_token(&lo),
+                            lo.block_bytes, kv_budget, block_tokens,
+                            context, batch, err);
 }

@@ -108,6 +108,15 @@ int kvs_kv_plan_compute(kvs_kv_plan_t *plan, const kvs_kv_shape_t *shape,
     uint32_t block_tokens, uint64_t context, uint64_t batch,
     kvs_err_t *err);
 
+/* The same for a cache of dtype dt as the engine's pool lays it out
+ * (kvs_kv_layout): int8's and fp8's per-block scales included, so
+ * block_bytes is the pool's block and bytes_per_token its share rounded
+ * up (what /v1/models and `kvserve info` report). */
+int kvs_kv_plan_compute_dtype(kvs_kv_plan_t *plan,
+    const kvs_kv_shape_t *shape, uint32_t n_head_kv, kvs_kv_plan_dtype_t dt,
+    uint64_t kv_budget, uint32_t block_tokens, uint64_t context,
+    uint64_t batch, kvs_err_t *err);
+
 /* memory less weights into *budget; KVS_EINVAL ("weights ... leave no
  * memory for the KV cache") when weights >= memory. */
 int kvs_kv_plan_budget(uint64_t *budget, uint64_t memory, uint64_t weights,

@@ -47,7 +47,7 @@ static const char  text[] =
     "under a tree and ran to get it. ";
 
 static const uint32_t  dtypes[] = {
-    KVS_KV_F32, KVS_KV_F16, KVS_KV_BF16, KVS_KV_INT8
+    KVS_KV_F32, KVS_KV_F16, KVS_KV_BF16, KVS_KV_INT8, KVS_KV_FP8
 };
 
 #define N_DT  (sizeof(dtypes) / sizeof(dtypes[0]))

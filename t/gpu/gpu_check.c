@@ -30,6 +30,7 @@
 #include <time.h>
 
 #include "gpu_check.h"
+#include "kv/kvs_kv_quant.h"
 #include "model/kvs_dtype.h"
 
 static int gc_args(gc_ctx_t *c, int argc, char **argv);
@@ -450,6 +451,12 @@ gc_fill(void *p, int dtype, size_t n, gc_rng_t *r, float lo, float hi)
         case KVS_K_F16:
             ((uint16_t *) p)[i] = kvs_f32_to_f16(f);
             break;
+        case KVS_K_I8:
+            ((uint8_t *) p)[i] = kvs_kvq_enc(0, f * KVS_KVQ_I8_MAX);
+            break;
+        case KVS_K_FP8:
+            ((uint8_t *) p)[i] = kvs_kvq_enc(1, f * KVS_KVQ_FP8_MAX);
+            break;
         default:
             ((float *) p)[i] = f;
         }
@@ -605,6 +612,10 @@ gc_load(const void *p, int dtype, size_t i)
         return kvs_bf16_to_f32(((const uint16_t *) p)[i]);
     case KVS_K_F16:
         return kvs_f16_to_f32(((const uint16_t *) p)[i]);
+    case KVS_K_I8:
+        return kvs_kvq_dec(0, ((const uint8_t *) p)[i]);
+    case KVS_K_FP8:
+        return kvs_kvq_dec(1, ((const uint8_t *) p)[i]);
     default:
         return ((const float *) p)[i];
     }
@@ -614,7 +625,8 @@ gc_load(const void *p, int dtype, size_t i)
 size_t
 gc_dtype_size(int dtype)
 {
-    return dtype == KVS_K_F32 ? 4 : 2;
+    return dtype == KVS_K_F32 ? 4
+           : dtype == KVS_K_I8 || dtype == KVS_K_FP8 ? 1 : 2;
 }
 
 
@@ -626,6 +638,10 @@ gc_dtype_name(int dtype)
         return "bf16";
     case KVS_K_F16:
         return "f16";
+    case KVS_K_I8:
+        return "int8";
+    case KVS_K_FP8:
+        return "fp8";
     default:
         return "f32";
     }

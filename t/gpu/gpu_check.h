@@ -103,7 +103,8 @@ void gc_bufs_free(gc_bufs_t *b);
 /* host memory; prints and returns NULL on failure */
 void *gc_alloc(size_t n);
 
-/* n random elements of dtype in [lo, hi) (rounded to nearest even) */
+/* n random elements of dtype in [lo, hi) (rounded to nearest even); in
+ * int8 and fp8 the codes of those times the dtype's largest code */
 void gc_fill(void *p, int dtype, size_t n, gc_rng_t *r, float lo,
     float hi);
 
@@ -140,7 +141,8 @@ typedef struct {
 void gc_err_add(gc_err_t *e, double got, double ref);
 double gc_err_rel(const gc_err_t *e);
 
-/* host conversions of the kernels' element types */
+/* host conversions of the kernels' element types (int8 and fp8:
+ * unscaled) */
 float gc_load(const void *p, int dtype, size_t i);
 size_t gc_dtype_size(int dtype);
 const char *gc_dtype_name(int dtype);

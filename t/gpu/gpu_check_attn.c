@@ -1,9 +1,19 @@
 /*
  * gpu_check_attn: the kernels over the paged K/V cache against CPU
  * references: rope_kv (NORM and NEOX pairing, partial rotary, YaRN's
- * mscale, biases; F32, F16 and BF16 caches), attn_decode (several split
- * counts, a graph's looser max_ctx) and attn_prefill (chunks that start
- * after cached blocks, at and off block boundaries).
+ * mscale, biases; F32, F16, BF16, int8 and fp8 caches), attn_decode
+ * (several split counts, a graph's looser max_ctx) and attn_prefill
+ * (chunks that start after cached blocks, at and off block boundaries).
+ *
+ * int8 and fp8: rope_kv's cache starts as random codes and scales (a
+ * block written mid-way, as one filled over several steps is), and its
+ * result must equal, byte for byte, elements and scales, what the CPU
+ * backend's own write (kvs_cpu_block_write, in kvs_kv_layout's blocks)
+ * makes of the same start and of the F32 rows the kernel quantized (the
+ * rotated K and biased V it leaves in k and v, themselves checked
+ * against the CPU's RoPE within 1e-5); attention reads random codes and
+ * scales, against the double-precision loop over the dequantized
+ * values, within 1e-4 (all its arithmetic is F32).
  *
  * Every batch mixes runs of one token (decodes) with longer runs
  * (prefill chunks) of several sequences whose block tables are drawn
@@ -23,6 +33,8 @@
 
 #include "gpu_check.h"
 #include "backend/kvs_rope.h"
+#include "backend/cpu/kvs_cpu.h"
+#include "kv/kvs_kv_layout.h"
 #include "model/kvs_dtype.h"
 
 #define GC_A_LAYERS  2
@@ -48,8 +60,10 @@ typedef struct {
 typedef struct {
     kvs_k_kv_t      kv;               /* device pointers */
     void           *hk, *hv;          /* host images, as stored */
+    float          *hks, *hvs;        /* int8, fp8: the scales */
     float          *fk, *fv;          /* the same as F32 (filled caches) */
     size_t          k_elems, v_elems;
+    size_t          n_sc;             /* scales of K (of V) */
 } gc_a_cache_t;
 
 /* the shape a check runs at */
@@ -194,6 +208,26 @@ gc_a_at(const gc_a_batch_t *bt, const kvs_k_kv_t *kv, uint32_t width,
 }
 
 
+static int
+gc_a_scaled(int dt)
+{
+    return dt == KVS_K_I8 || dt == KVS_K_FP8;
+}
+
+
+/* the scale index of element i of a cache of shape sh: its (layer,
+ * block) and head */
+static size_t
+gc_a_sc(const gc_a_shape_t *sh, size_t i)
+{
+    size_t  kw;
+
+    kw = (size_t) sh->n_kv * sh->hd;
+
+    return i / (GC_A_BT * kw) * sh->n_kv + i % kw / sh->hd;
+}
+
+
 /* a cache of n_blocks blocks, random (fill) or poisoned */
 static int
 gc_a_cache(gc_ctx_t *c, gc_bufs_t *b, gc_a_cache_t *ca, const gc_a_shape_t *sh,
@@ -223,6 +257,31 @@ gc_a_cache(gc_ctx_t *c, gc_bufs_t *b, gc_a_cache_t *ca, const gc_a_shape_t *sh,
         return -1;
     }
 
+    /* int8 and fp8: random scales in [0.5, 2) over the largest code, on
+     * the device before any element (a poisoned cache gets them too: a
+     * write mid-block reads the block's scale) */
+    if (gc_a_scaled(sh->dt)) {
+        ca->n_sc = (size_t) GC_A_LAYERS * n_blocks * sh->n_kv;
+        ca->hks = gc_alloc(ca->n_sc * 4);
+        ca->hvs = gc_alloc(ca->n_sc * 4);
+        if (ca->hks == NULL || ca->hvs == NULL) {
+            return -1;
+        }
+
+        for (i = 0; i < ca->n_sc; i++) {
+            ca->hks[i] = gc_rng_range(rng, 0.5f, 2.0f)
+                         / (sh->dt == KVS_K_FP8 ? 448.0f : 127.0f);
+            ca->hvs[i] = gc_rng_range(rng, 0.5f, 2.0f)
+                         / (sh->dt == KVS_K_FP8 ? 448.0f : 127.0f);
+        }
+
+        ca->kv.ks = gc_buf_upload(c, b, ca->hks, ca->n_sc * 4);
+        ca->kv.vs = gc_buf_upload(c, b, ca->hvs, ca->n_sc * 4);
+        if (ca->kv.ks == NULL || ca->kv.vs == NULL) {
+            return -1;
+        }
+    }
+
     if (fill) {
         ca->fk = gc_alloc(ca->k_elems * 4);
         ca->fv = gc_alloc(ca->v_elems * 4);
@@ -236,6 +295,12 @@ gc_a_cache(gc_ctx_t *c, gc_bufs_t *b, gc_a_cache_t *ca, const gc_a_shape_t *sh,
         for (i = 0; i < ca->k_elems; i++) {
             ca->fk[i] = gc_load(ca->hk, sh->dt, i);
             ca->fv[i] = gc_load(ca->hv, sh->dt, i);
+
+            /* element i's (layer, block) and head: its scale */
+            if (gc_a_scaled(sh->dt)) {
+                ca->fk[i] *= ca->hks[gc_a_sc(sh, i)];
+                ca->fv[i] *= ca->hvs[gc_a_sc(sh, i)];
+            }
         }
 
         ca->kv.k = gc_buf_upload(c, b, ca->hk, ca->k_elems * es);
@@ -257,10 +322,14 @@ gc_a_free(gc_a_batch_t *bt, gc_a_cache_t *ca, gc_bufs_t *b)
     bt->words = NULL;
     free(ca->hk);
     free(ca->hv);
+    free(ca->hks);
+    free(ca->hvs);
     free(ca->fk);
     free(ca->fv);
     ca->hk = NULL;
     ca->hv = NULL;
+    ca->hks = NULL;
+    ca->hvs = NULL;
     ca->fk = NULL;
     ca->fv = NULL;
     gc_bufs_free(b);
@@ -268,6 +337,169 @@ gc_a_free(gc_a_batch_t *bt, gc_a_cache_t *ca, gc_bufs_t *b)
 
 
 /* --- rope_kv ------------------------------------------------------------ */
+
+/* The layout of a shape's int8 / fp8 cache as the CPU backend keeps it
+ * (kvs_kv_layout), into *lo; 0, or -1 when it refuses. */
+static int
+gc_a_layout(const gc_a_shape_t *sh, kvs_kv_layout_t *lo)
+{
+    kvs_err_t  err;
+
+    if (kvs_kv_layout_init(lo, sh->dt == KVS_K_FP8 ? KVS_KV_FP8
+                                                   : KVS_KV_INT8,
+                           GC_A_LAYERS, sh->n_kv, sh->hd, sh->hd, GC_A_BT,
+                           &err) != KVS_OK)
+    {
+        printf("  gpu_check: kvs_kv_layout_init: %s\n", err.msg);
+        return -1;
+    }
+
+    return 0;
+}
+
+
+/* ca's host image (elements in hk / hv, scales in hks / hvs) as the CPU
+ * backend's n_blocks blocks: a new allocation, NULL on failure. */
+static uint8_t *
+gc_a_blocks(const gc_a_cache_t *ca, const gc_a_shape_t *sh,
+    uint32_t n_blocks)
+{
+    size_t           kw, src;
+    uint8_t         *blk, *out;
+    uint32_t         l, bk, u;
+    kvs_kv_layout_t  lo;
+
+    if (gc_a_layout(sh, &lo) != 0) {
+        return NULL;
+    }
+
+    out = calloc(n_blocks, lo.block_bytes);
+    if (out == NULL) {
+        printf("  gpu_check: out of memory\n");
+        return NULL;
+    }
+
+    kw = (size_t) sh->n_kv * sh->hd;
+
+    for (bk = 0; bk < n_blocks; bk++) {
+        blk = out + (size_t) bk * lo.block_bytes;
+
+        for (l = 0; l < GC_A_LAYERS; l++) {
+            src = (size_t) l * n_blocks + bk;
+
+            for (u = 0; u < GC_A_BT; u++) {
+                memcpy(blk + kvs_kv_layout_k(&lo, l, u),
+                       (uint8_t *) ca->hk + (src * GC_A_BT + u) * kw, kw);
+                memcpy(blk + kvs_kv_layout_v(&lo, l, u),
+                       (uint8_t *) ca->hv + (src * GC_A_BT + u) * kw, kw);
+            }
+
+            memcpy(blk + kvs_kv_layout_ks(&lo, l),
+                   ca->hks + src * sh->n_kv, sh->n_kv * sizeof(float));
+            memcpy(blk + kvs_kv_layout_vs(&lo, l),
+                   ca->hvs + src * sh->n_kv, sh->n_kv * sizeof(float));
+        }
+    }
+
+    return out;
+}
+
+
+/*
+ * An int8 / fp8 rope_kv's verdicts: q and the F32 rows it left in k and
+ * v (kg, vg) against the reference (qr, kr, vr) within 1e-5; then the
+ * CPU backend's writes of kg / vg, in batch order, into the cache's
+ * start (blocks, as kvs_kv_layout lays them) against the kernel's cache
+ * (ca, downloaded), every byte of every block: elements and scales.
+ */
+static void
+gc_a_rope_bytes(gc_ctx_t *c, char *name, const gc_a_shape_t *sh,
+    const gc_a_batch_t *bt, const gc_a_cache_t *ca, uint8_t *blocks,
+    const float *qg, const float *kg, const float *vg, const float *qr,
+    const float *kr, const float *vr)
+{
+    char             *tail;
+    size_t            qw, kw, j, diff, n;
+    int32_t           p;
+    uint8_t          *got;
+    uint32_t          t, blk;
+    gc_err_t          eq, ekv;
+    kvs_kv_layout_t   lo;
+
+    qw = (size_t) sh->n_head * sh->hd;
+    kw = (size_t) sh->n_kv * sh->hd;
+    memset(&eq, 0, sizeof(eq));
+    memset(&ekv, 0, sizeof(ekv));
+
+    for (t = 0; t < bt->n_tok; t++) {
+        p = bt->pos[t];
+
+        if (p < 0) {
+            continue;
+        }
+
+        for (j = 0; j < qw; j++) {
+            gc_err_add(&eq, qg[t * qw + j], qr[t * qw + j]);
+        }
+
+        for (j = 0; j < kw; j++) {
+            gc_err_add(&ekv, kg[t * kw + j], kr[t * kw + j]);
+            gc_err_add(&ekv, vg[t * kw + j], vr[t * kw + j]);
+        }
+    }
+
+    tail = name + strlen(name);
+    snprintf(tail, 96 - (size_t) (tail - name), ": q");
+    gc_check(c, "kern", name, gc_err_rel(&eq), eq.maxabs, 1e-5);
+    snprintf(tail, 96 - (size_t) (tail - name), ": k/v rows (F32)");
+    gc_check(c, "kern", name, gc_err_rel(&ekv), ekv.maxabs, 1e-5);
+
+    /* the CPU backend's writes, in batch order, over the same start */
+    if (gc_a_layout(sh, &lo) != 0) {
+        gc_fail(c, "kern", name, "no layout");
+        return;
+    }
+
+    for (t = 0; t < bt->n_tok; t++) {
+        p = bt->pos[t];
+
+        if (p < 0) {
+            continue;
+        }
+
+        blk = (uint32_t) bt->table[bt->table_off[bt->seq[t]] + p / GC_A_BT];
+        kvs_cpu_block_write(&lo, blocks + (size_t) blk * lo.block_bytes,
+                            GC_A_LAYER, (uint32_t) p % GC_A_BT, 0,
+                            kg + (size_t) t * kw);
+        kvs_cpu_block_write(&lo, blocks + (size_t) blk * lo.block_bytes,
+                            GC_A_LAYER, (uint32_t) p % GC_A_BT, 1,
+                            vg + (size_t) t * kw);
+    }
+
+    got = gc_a_blocks(ca, sh, ca->kv.n_blocks);
+    if (got == NULL) {
+        gc_fail(c, "kern", name, "out of memory");
+        return;
+    }
+
+    n = (size_t) ca->kv.n_blocks * lo.block_bytes;
+    diff = 0;
+
+    for (j = 0; j < n; j++) {
+        diff += got[j] != blocks[j];
+    }
+
+    if (diff != 0) {
+        printf("  %s: %zu of %zu bytes differ from the CPU backend's\n",
+               name, diff, n);
+    }
+
+    snprintf(tail, 96 - (size_t) (tail - name), ": cache = CPU's bytes");
+    gc_check(c, "kern", name, diff != 0 ? INFINITY : 0.0, (double) diff,
+             0.0);
+    free(got);
+}
+
 
 typedef struct {
     gc_a_shape_t  sh;
@@ -291,11 +523,11 @@ gc_a_rope_one(gc_ctx_t *c, const gc_a_rope_case_t *rc, gc_rng_t *rng)
     int            ok;
     char           name[96];
     float         *q, *k, *v, *bq, *bk, *bv, *qr, *kr, *vr, *qg;
-    float         *dq, *dk, *dv, *dbq, *dbk, *dbv;
+    float         *dq, *dk, *dv, *dbq, *dbk, *dbv, *kvg;
     void          *gk, *gv;
     double        *dinv;
     size_t         es, i, j, t, qw, kw, at, changed;
-    uint8_t       *wk;
+    uint8_t       *wk, *start;
     uint32_t       nt;
     kvs_err_t      err;
     gc_err_t       eq, ek, ev;
@@ -341,11 +573,25 @@ gc_a_rope_one(gc_ctx_t *c, const gc_a_rope_case_t *rc, gc_rng_t *rng)
     es = gc_dtype_size(rc->sh.dt);
 
     if (gc_a_batch(c, &b, &bt, runs, 7, 4, ctx, 24, 512, 0, rng) != 0
-        || gc_a_cache(c, &b, &ca, &rc->sh, 24, 0, rng) != 0)
+        || gc_a_cache(c, &b, &ca, &rc->sh, 24, gc_a_scaled(rc->sh.dt), rng)
+           != 0)
     {
         kvs_rope_free(&rope);
         gc_a_free(&bt, &ca, &b);
         return -1;
+    }
+
+    /* int8, fp8: the cache's random start, for the CPU's replay */
+    start = NULL;
+    kvg = NULL;
+
+    if (gc_a_scaled(rc->sh.dt)) {
+        start = gc_a_blocks(&ca, &rc->sh, 24);
+        if (start == NULL) {
+            kvs_rope_free(&rope);
+            gc_a_free(&bt, &ca, &b);
+            return -1;
+        }
     }
 
     /* q, qr, qg [nt][qw]; k, v, kr, vr [nt][kw]; bq [qw]; bk, bv [kw]:
@@ -392,13 +638,19 @@ gc_a_rope_one(gc_ctx_t *c, const gc_a_rope_case_t *rc, gc_rng_t *rng)
              && gc_download(c, ca.hv, ca.kv.v, ca.v_elems * es) == 0;
     }
 
+    /* int8, fp8: the scales, and the F32 rows left in k and v */
+    if (ok && gc_a_scaled(rc->sh.dt)) {
+        kvg = gc_alloc(2 * nt * kw * 4);
+        ok = kvg != NULL
+             && gc_download(c, ca.hks, ca.kv.ks, ca.n_sc * 4) == 0
+             && gc_download(c, ca.hvs, ca.kv.vs, ca.n_sc * 4) == 0
+             && gc_download(c, kvg, dk, nt * kw * 4) == 0
+             && gc_download(c, kvg + nt * kw, dv, nt * kw * 4) == 0;
+    }
+
     if (!ok) {
-        free(q);
-        free(wk);
-        kvs_rope_free(&rope);
-        gc_a_free(&bt, &ca, &b);
         gc_fail(c, "kern", name, "launch refused or failed");
-        return c->dead ? -1 : 0;
+        goto done;
     }
 
     /* the reference: bias, then the CPU's own rotation */
@@ -421,6 +673,12 @@ gc_a_rope_one(gc_ctx_t *c, const gc_a_rope_case_t *rc, gc_rng_t *rng)
     memset(&eq, 0, sizeof(eq));
     memset(&ek, 0, sizeof(ek));
     memset(&ev, 0, sizeof(ev));
+
+    if (gc_a_scaled(rc->sh.dt)) {
+        gc_a_rope_bytes(c, name, &rc->sh, &bt, &ca, start, qg, kvg,
+                        kvg + nt * kw, qr, kr, vr);
+        goto done;
+    }
 
     for (t = 0; t < nt; t++) {
         if (bt.pos[t] < 0) {
@@ -469,12 +727,16 @@ gc_a_rope_one(gc_ctx_t *c, const gc_a_rope_case_t *rc, gc_rng_t *rng)
                                       : fmax(gc_err_rel(&ek), gc_err_rel(&ev)),
              fmax(ek.maxabs, ev.maxabs), gc_dtype_tol(rc->sh.dt));
 
+done:
+
     free(q);
     free(wk);
+    free(start);
+    free(kvg);
     kvs_rope_free(&rope);
     gc_a_free(&bt, &ca, &b);
 
-    return 0;
+    return c->dead ? -1 : 0;
 }
 
 
@@ -583,8 +845,10 @@ gc_a_attn_one(gc_ctx_t *c, const gc_a_shape_t *sh, const gc_a_run_t *runs,
     qw = (size_t) sh->n_head * sh->hd;
     ow = qw;
     scale = 1.0 / sqrt((double) sh->hd);
-    /* F32 K/V: F32 arithmetic; F16 / BF16: products may round to them */
-    tol = sh->dt == KVS_K_F32 ? 1e-5 : 1e-2;
+    /* F32 K/V: F32 arithmetic; F16 / BF16: products may round to them;
+     * int8 / fp8: F32 arithmetic over the decoded codes and scales, a
+     * few more roundings (the scales) than F32's */
+    tol = sh->dt == KVS_K_F32 ? 1e-5 : gc_a_scaled(sh->dt) ? 1e-4 : 1e-2;
 
     q = gc_alloc(bt.n_tok * qw * 4);
     out = gc_alloc(bt.n_tok * ow * 4);
@@ -697,6 +961,15 @@ gc_attn_run(gc_ctx_t *c)
                                            50.0f };
     static const gc_a_shape_t  g3_f32 = { 128, 16, 8, KVS_K_F32, 300, 0 };
     static const gc_a_shape_t  w1_f32 = { 8, 8, 4, KVS_K_F32, 1, 0 };
+    /* int8 and fp8: Llama 3's heads, Qwen2's groups of 7, stories260K's
+     * heads of 8 (the smallest the kernels take), gemma2's 256 wide with
+     * its window and cap */
+    static const gc_a_shape_t  l3_i8 = { 128, 32, 8, KVS_K_I8, 0, 0 };
+    static const gc_a_shape_t  qw_fp8 = { 64, 14, 2, KVS_K_FP8, 0, 0 };
+    static const gc_a_shape_t  st_i8 = { 8, 8, 4, KVS_K_I8, 0, 0 };
+    static const gc_a_shape_t  st_fp8 = { 8, 8, 4, KVS_K_FP8, 0, 0 };
+    static const gc_a_shape_t  g2_fp8 = { 256, 8, 4, KVS_K_FP8, 37, 50.0f };
+    static const gc_a_shape_t  l3_fp8 = { 128, 32, 8, KVS_K_FP8, 0, 0 };
 
     static const gc_a_rope_case_t  ropes[] = {
         { { 8, 8, 4, KVS_K_F32, 0, 0 }, 8, KVS_ROPE_NORM, 0, 0,
@@ -709,6 +982,13 @@ gc_attn_run(gc_ctx_t *c)
           10000.0 },
         { { 128, 32, 8, KVS_K_F32, 0, 0 }, 128, KVS_ROPE_NORM, 1, 1,
           500000.0 },
+        { { 128, 32, 8, KVS_K_I8, 0, 0 }, 128, KVS_ROPE_NORM, 1, 1,
+          500000.0 },
+        { { 64, 14, 2, KVS_K_FP8, 0, 0 }, 64, KVS_ROPE_NEOX, 1, 1,
+          1000000.0 },
+        { { 8, 8, 4, KVS_K_I8, 0, 0 }, 8, KVS_ROPE_NORM, 0, 0, 10000.0 },
+        { { 256, 8, 4, KVS_K_FP8, 0, 0 }, 128, KVS_ROPE_NEOX, 0, 0,
+          10000.0 },
     };
 
     /* decodes at positions 0, at and past block edges, long; a prefill
@@ -771,7 +1051,17 @@ gc_attn_run(gc_ctx_t *c)
         || gc_a_attn_one(c, &w1_f32, d1, 7, d1_ctx, 5, s1, 2, 0, &rng)
         || gc_a_attn_one(c, &g2_bf16, p2, 3, p2_ctx, 3, NULL, 0, 0, &rng)
         || gc_a_attn_one(c, &g3_f32, p3, 2, p3_ctx, 2, NULL, 0, 0, &rng)
-        || gc_a_attn_one(c, &w1_f32, p1, 3, p1_ctx, 3, NULL, 0, 0, &rng))
+        || gc_a_attn_one(c, &w1_f32, p1, 3, p1_ctx, 3, NULL, 0, 0, &rng)
+        || gc_a_attn_one(c, &l3_i8, d2, 6, d2_ctx, 5, s2, 3, 0, &rng)
+        || gc_a_attn_one(c, &l3_fp8, d2, 6, d2_ctx, 5, s2, 3, 2048, &rng)
+        || gc_a_attn_one(c, &qw_fp8, d3, 4, d3_ctx, 3, s3, 2, 0, &rng)
+        || gc_a_attn_one(c, &st_i8, d1, 7, d1_ctx, 5, s1, 2, 0, &rng)
+        || gc_a_attn_one(c, &st_fp8, d1, 7, d1_ctx, 5, s1, 2, 256, &rng)
+        || gc_a_attn_one(c, &g2_fp8, d2, 6, d2_ctx, 5, s2, 3, 0, &rng)
+        || gc_a_attn_one(c, &l3_i8, p2, 3, p2_ctx, 3, NULL, 0, 0, &rng)
+        || gc_a_attn_one(c, &qw_fp8, p3, 2, p3_ctx, 2, NULL, 0, 0, &rng)
+        || gc_a_attn_one(c, &st_fp8, p1, 3, p1_ctx, 3, NULL, 0, 0, &rng)
+        || gc_a_attn_one(c, &g2_fp8, p2, 3, p2_ctx, 3, NULL, 0, 0, &rng))
     {
         return -1;
     }

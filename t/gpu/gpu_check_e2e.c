@@ -14,9 +14,11 @@
  * kernel for it meet here).  "small" is 256 wide: every row is whole
  * 256-column blocks, as the K-quants need.
  *
- * stories260K runs three times: each backend's own K/V dtype, then both
- * caching in f16 and in bf16 (kvserve_kv_dtype).  The CUDA backend does
- * not store int8 or fp8 yet, so they have no case here.
+ * stories260K runs five times: each backend's own K/V dtype, then both
+ * caching in f16, bf16, int8 and fp8 (kvserve_kv_dtype).  In int8 and
+ * fp8 both write the same bytes for the same F32 rows (kvs_kv_quant.h);
+ * the rows themselves differ by the products' rounding, which a code
+ * may round across, so their logits are held to the same GC_E2E_TOL.
  *
  * The schedule: three sequences, 64 generated tokens each; the first two
  * start together (a 1-token and a 21-token prompt), the third (40 tokens)
@@ -401,7 +403,7 @@ gc_e2e_verdict(gc_ctx_t *c, gc_e2e_t *g, const char *label)
  * loader and the plan must carve the same bytes. */
 static void
 gc_e2e_mem(gc_ctx_t *c, const char *label, const kvs_model_t *m,
-    const kvs_backend_t *be)
+    const kvs_backend_t *be, int kv_set)
 {
     int        kv_dt, ok;
     char       value[64], note[128];
@@ -414,8 +416,10 @@ gc_e2e_mem(gc_ctx_t *c, const char *label, const kvs_model_t *m,
         return;
     }
 
-    want = kv_dt == KVS_CUDA_DT_F32 ? KVS_BACKEND_KV_F32
-                                    : KVS_BACKEND_KV_BF16;
+    /* the dtype asked for (kvserve_kv_dtype), else the plan's */
+    want = kv_set >= 0 ? (uint32_t) kv_set
+           : kv_dt == KVS_CUDA_DT_F32 ? KVS_BACKEND_KV_F32
+                                      : KVS_BACKEND_KV_BF16;
     ok = be->mem.weights_device == bytes && be->mem.kv_dtype == want;
 
     snprintf(value, sizeof(value), "%" PRIu64 " B, KV %s",
@@ -502,7 +506,7 @@ gc_e2e_model(gc_ctx_t *c, const char *label, const char *path, int kv_dt)
 
             /* a self-test's "CUDA" is the CPU: no device bytes */
             if (!c->self_test) {
-                gc_e2e_mem(c, label, m, cuda);
+                gc_e2e_mem(c, label, m, cuda, kv_dt);
             }
         }
     }
@@ -612,7 +616,11 @@ gc_e2e_run(gc_ctx_t *c)
                    || gc_e2e_model(c, "stories260K f32, K/V f16", path,
                                    KVS_KV_F16) != 0
                    || gc_e2e_model(c, "stories260K f32, K/V bf16", path,
-                                   KVS_KV_BF16) != 0)
+                                   KVS_KV_BF16) != 0
+                   || gc_e2e_model(c, "stories260K f32, K/V int8", path,
+                                   KVS_KV_INT8) != 0
+                   || gc_e2e_model(c, "stories260K f32, K/V fp8", path,
+                                   KVS_KV_FP8) != 0)
         {
             return -1;
         }

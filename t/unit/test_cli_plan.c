@@ -5,7 +5,8 @@
  *   - the seed's example from --shape: 327680 B per token, a 200k
  *     sequence 65536000000 B (61.04 GiB), 262144 tokens in 80 GiB, one
  *     200k sequence, 32768 tokens each at batch 8; the table's MHA row
- *     (2621440 B per token) and int8's (163840 B); without heads= no
+ *     (2621440 B per token) and int8's (164160 B, scales included);
+ *     without heads= no
  *     MHA rows, and the model's rows not called GQA;
  *   - a generated model (the tiny preset, written to KVS_TMP): the shape
  *     and bytes per token the tool prints are the model's
@@ -85,9 +86,11 @@ test_seed_example(void **state)
     expect_has(&r, "concurrent sequences at 200000 tokens: 1\n");
     expect_has(&r, "longest context at batch 8: 32768 tokens");
     expect_has(&r, "(GQA 8:1)");
-    /* the table: MHA at 64 KV heads, and int8 */
+    /* the table: MHA at 64 KV heads, and int8 and fp8 with their
+     * scales (2 x 80 x 8 floats a block of 16: 320 B a token more) */
     expect_has(&r, "MHA   64      2621440");
-    expect_has(&r, "int8  GQA    8       163840");
+    expect_has(&r, "int8  GQA    8       164160");
+    expect_has(&r, "fp8   GQA    8       164160");
     free(r.out);
 
     /* the default element is 16-bit; f32 doubles it */

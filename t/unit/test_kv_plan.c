@@ -23,6 +23,7 @@
 
 #include "kvs_test.h"
 
+#include "kv/kvs_kv_layout.h"
 #include "kv/kvs_kv_plan.h"
 
 #define GIB  (1024ULL * 1024 * 1024)
@@ -72,6 +73,31 @@ test_seed_example(void **state)
     assert_true(p.n_blocks == 32768);
     assert_true(p.seqs_at_context == 2);
     assert_true(p.context_at_batch == 524288);
+
+    /* ... as the engine's pool holds it: a float scale per (layer, K or
+     * V, KV head) of a block, 2 x 80 x 8 x 4 B = 5,120 B a block of 16:
+     * blocks of 2,626,560 B, 164,160 B a token, kvs_kv_layout's figures
+     * (fp8 the same); f16 unchanged by the _dtype form */
+    assert_int_equal(kvs_kv_plan_compute_dtype(&p, &llama70b, 8,
+                         KVS_KV_PLAN_INT8, 80 * GIB, 16, 200000, 1, &err),
+                     KVS_OK);
+    assert_true(p.block_bytes == 2626560);
+    assert_true(p.bytes_per_token == 164160);
+    assert_true(p.bytes_per_token
+                == kvs_kv_bytes_per_token(KVS_KV_INT8, 80, 8, 128, 128, 16));
+    assert_true(p.n_blocks == 32704);
+    assert_true(p.tokens == 32704 * 16);
+    assert_true(p.seqs_at_context == 2);
+    assert_true(p.context_at_batch == 523264);
+    assert_int_equal(kvs_kv_plan_compute_dtype(&p, &llama70b, 8,
+                         KVS_KV_PLAN_FP8, 80 * GIB, 16, 200000, 1, &err),
+                     KVS_OK);
+    assert_true(p.bytes_per_token == 164160);
+    assert_int_equal(kvs_kv_plan_compute_dtype(&p, &llama70b, 8,
+                         KVS_KV_PLAN_F16, 80 * GIB, 16, 200000, 1, &err),
+                     KVS_OK);
+    assert_true(p.bytes_per_token == 327680);
+    assert_true(p.block_bytes == 327680 * 16);
 
     /* f32: 655,360 B per token; 80 GiB less 140 GiB of weights is an
      * error, 160 GiB less 140 leaves 20 GiB = 2,048 blocks of 10 MiB */

@@ -606,12 +606,10 @@ kvs_cpu_kv_new_dtype(kvs_cpu_kv_t **out, const kvs_cpu_model_t *cm,
                            "of %" PRIu32 " tokens", n_blocks, block_tokens);
     }
 
-    if (dtype != KVS_KV_F32 && dtype != KVS_KV_F16 && dtype != KVS_KV_BF16
-        && dtype != KVS_KV_INT8)
-    {
+    if (dtype > KVS_KV_DTYPE_MAX) {
         return kvs_err_set(err, KVS_EUNSUPPORTED, "cpu kv: the CPU backend "
                            "cannot store a \"%s\" KV cache (it stores "
-                           "f32, f16, bf16 or int8)",
+                           "f32, f16, bf16, int8 or fp8)",
                            kvs_kv_dtype_name(dtype));
     }
 
@@ -808,9 +806,9 @@ kvs_cpu_qkv_task(void *arg, uint32_t i, uint32_t thread)
                           (int) hp->head_dim_k, (int32_t) tk->pos,
                           hp->rope_pairing);
 
-    /* int8 writes grow scales shared by a block's slots: the caller
-     * stores them after this task, in batch order, one thread */
-    if (fw->kv->lo.dtype != KVS_KV_INT8) {
+    /* int8 and fp8 writes grow scales shared by a block's slots: the
+     * caller stores them after this task, in batch order, one thread */
+    if (!fw->kv->lo.scaled) {
         kvs_cpu_kv_write(fw->kv, tk->table->blocks[tk->pos / bt], fw->l,
                          tk->pos % bt, 0, k);
         kvs_cpu_kv_write(fw->kv, tk->table->blocks[tk->pos / bt], fw->l,
@@ -820,7 +818,7 @@ kvs_cpu_qkv_task(void *arg, uint32_t i, uint32_t thread)
 
 
 /* The batch's K/V rows of layer fw->l into the cache, in batch order
- * (a sequence's positions ascending): the int8 writes. */
+ * (a sequence's positions ascending): the int8 and fp8 writes. */
 static void
 kvs_cpu_kv_store(kvs_cpu_fw_t *fw)
 {
@@ -1081,7 +1079,7 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
          * attends, so tokens see earlier positions of their own chunk */
         kvs_threads_run(tokp, kvs_cpu_qkv_task, &fw, n);
 
-        if (kv->lo.dtype == KVS_KV_INT8) {
+        if (kv->lo.scaled) {
             kvs_cpu_kv_store(&fw);
         }
 

@@ -38,7 +38,7 @@
  *     pointers into it); the model must outlive it;
  *   - K/V bytes of pool block b are block b of kv->mem, one run of
  *     lo.block_bytes laid out by kvs_kv_layout in the cache's dtype
- *     (kvserve_kv_dtype: f32, f16, bf16, int8); the pool and tables
+ *     (kvserve_kv_dtype: f32, f16, bf16, int8, fp8); the pool and tables
  *     decide ownership, this object only stores;
  *   - kvs_cpu_forward() validates its whole batch before touching the
  *     cache, so a rejected batch changes nothing.
@@ -188,8 +188,8 @@ int kvs_cpu_model_footprint(const kvs_model_t *m, uint64_t *mapped,
 int kvs_cpu_kv_new(kvs_cpu_kv_t **out, const kvs_cpu_model_t *cm,
     uint32_t n_blocks, uint32_t block_tokens, kvs_err_t *err);
 
-/* The same in dtype (a kvs_kv_dtype_t): f32, f16, bf16 or int8; another
- * is KVS_EUNSUPPORTED naming it. */
+/* The same in dtype (a kvs_kv_dtype_t): f32, f16, bf16, int8 or fp8;
+ * another is KVS_EUNSUPPORTED naming it. */
 int kvs_cpu_kv_new_dtype(kvs_cpu_kv_t **out, const kvs_cpu_model_t *cm,
     uint32_t n_blocks, uint32_t block_tokens, uint32_t dtype,
     kvs_err_t *err);
@@ -200,12 +200,13 @@ uint8_t *kvs_cpu_kv_block(const kvs_cpu_kv_t *kv, uint32_t b);
 
 /*
  * Stores row (K when v == 0, V else: k_width / v_width floats) at slot u
- * of block b, layer l, in kv's dtype.  In int8 a head's scale is its
- * block's largest |x| / 127 so far: writing slot 0 starts the block
- * afresh (slots are written in order from 0: a sequence writes from its
- * n_computed on), and a row larger than the scale grows it and requantizes
- * the block's slots 0..u-1 of that head to the new scale.  Callers keep
- * writes to one block in one thread, in slot order.
+ * of block b, layer l, in kv's dtype.  In int8 and fp8 a head's scale is
+ * its block's largest |x| so far over the dtype's largest code
+ * (kvs_kv_quant.h): writing slot 0 starts the block afresh (slots are
+ * written in order from 0: a sequence writes from its n_computed on),
+ * and a row larger than the scale grows it and requantizes the block's
+ * slots 0..u-1 of that head to the new scale.  Callers keep writes to
+ * one block in one thread, in slot order.
  */
 void kvs_cpu_kv_write(kvs_cpu_kv_t *kv, uint32_t b, uint32_t l, uint32_t u,
     int v, const float *row);
@@ -213,6 +214,13 @@ void kvs_cpu_kv_write(kvs_cpu_kv_t *kv, uint32_t b, uint32_t l, uint32_t u,
 /* The stored row back in floats (dequantized), for tests and checks. */
 void kvs_cpu_kv_read(const kvs_cpu_kv_t *kv, uint32_t b, uint32_t l,
     uint32_t u, int v, float *row);
+
+/* The same two on one block's bytes blk laid out by lo, with no kv
+ * object: what gpu_check compares the CUDA cache's bytes with. */
+void kvs_cpu_block_write(const kvs_kv_layout_t *lo, uint8_t *blk,
+    uint32_t l, uint32_t u, int v, const float *row);
+void kvs_cpu_block_read(const kvs_kv_layout_t *lo, const uint8_t *blk,
+    uint32_t l, uint32_t u, int v, float *row);
 void kvs_cpu_kv_free(kvs_cpu_kv_t *kv);
 
 /*

@@ -16,12 +16,13 @@
  * or batched.  Gemma 2's soft-capping (fw->softcap) applies to the scaled
  * scores before the softmax, in every kernel alike.
  *
- * A cache in f16, bf16 or int8 (kvs_cpu_kv.c) is read one query head per
- * task, each K or V row converted in registers as it is read (8 elements
- * at a time with AVX2 + F16C; one at a time by the portable kernel,
- * which reads every dtype, f32's as is), an int8 head's scale applied
- * once per score and once per V weight; no full-precision copy of the
- * cache is ever made.
+ * A cache in f16, bf16, int8 or fp8 (kvs_cpu_kv.c) is read one query
+ * head per task, each K or V row converted in registers as it is read (8
+ * elements at a time with AVX2 + F16C, fp8's by integer steps equal to
+ * kvs_kv_fp8_to_f32's; one at a time by the portable kernel, which reads
+ * every dtype, f32's as is), an int8 or fp8 head's scale applied once
+ * per score and once per V weight; no full-precision copy of the cache
+ * is ever made.
  */
 
 #include <math.h>
@@ -29,6 +30,7 @@
 
 #include "kvs_cpu_exp.h"
 #include "kvs_cpu_impl.h"
+#include "kv/kvs_kv_quant.h"
 #include "model/kvs_dtype.h"
 
 #if KVS_CPU_X86
@@ -147,7 +149,8 @@ kvs_cpu_attn_task(void *arg, uint32_t task, uint32_t thread)
 }
 
 
-/* Element j of a stored row p of dtype dt as a float; int8 unscaled. */
+/* Element j of a stored row p of dtype dt as a float; int8 and fp8
+ * unscaled. */
 static inline float
 kvs_cpu_kv_elem(const uint8_t *p, uint32_t dt, uint32_t j)
 {
@@ -164,14 +167,16 @@ kvs_cpu_kv_elem(const uint8_t *p, uint32_t dt, uint32_t j)
     case KVS_KV_BF16:
         memcpy(&h, p + 2 * (size_t) j, 2);
         return kvs_bf16_to_f32(h);
+    case KVS_KV_FP8:
+        return kvs_kv_fp8_to_f32(p[j]);
     default:
         return (float) ((const int8_t *) p)[j];
     }
 }
 
 
-/* Head kvh's stored row of position t (K when v == 0) and, in int8, the
- * scale it is read with (else 1). */
+/* Head kvh's stored row of position t (K when v == 0) and, in int8 and
+ * fp8, the scale it is read with (else 1). */
 static inline const uint8_t *
 kvs_cpu_kv_row(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
     uint32_t t, uint32_t kvh, int v, float *scale)
@@ -505,11 +510,15 @@ kvs_cpu_attn_avx2(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
 
 
 /* 8 stored elements at p of dtype DT (constant once inlined) as floats;
- * int8 unscaled. */
+ * int8 and fp8 unscaled.  fp8 as kvs_kv_fp8_to_f32: a normal code's
+ * bits placed into a float's ((em << 20) + (120 << 23)), a subnormal's
+ * m x 2^-9, 0x7f a NaN, the sign set last. */
 __attribute__((target("avx2,fma,f16c"), always_inline)) static inline __m256
 kvs_cpu_kv_load8(const uint8_t *p, const uint32_t DT)
 {
     __m128i  h;
+    __m256i  c, em, sg;
+    __m256   nrm, sub;
 
     switch (DT) {
     case KVS_KV_F16:
@@ -518,6 +527,22 @@ kvs_cpu_kv_load8(const uint8_t *p, const uint32_t DT)
         h = _mm_loadu_si128((const __m128i *) p);
         return _mm256_castsi256_ps(_mm256_slli_epi32(
                    _mm256_cvtepu16_epi32(h), 16));
+    case KVS_KV_FP8:
+        c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) p));
+        em = _mm256_and_si256(c, _mm256_set1_epi32(0x7f));
+        sg = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)),
+                               24);
+        nrm = _mm256_castsi256_ps(_mm256_add_epi32(
+                  _mm256_slli_epi32(em, 20), _mm256_set1_epi32(120 << 23)));
+        sub = _mm256_mul_ps(_mm256_cvtepi32_ps(em),
+                            _mm256_set1_ps(0.001953125f));
+        nrm = _mm256_blendv_ps(nrm, sub, _mm256_castsi256_ps(
+                  _mm256_cmpgt_epi32(_mm256_set1_epi32(8), em)));
+        nrm = _mm256_blendv_ps(nrm, _mm256_castsi256_ps(
+                                   _mm256_set1_epi32(0x7fc00000)),
+                               _mm256_castsi256_ps(_mm256_cmpeq_epi32(
+                                   em, _mm256_set1_epi32(0x7f))));
+        return _mm256_or_ps(nrm, _mm256_castsi256_ps(sg));
     default:
         h = _mm_loadl_epi64((const __m128i *) p);
         return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(h));
@@ -617,6 +642,9 @@ kvs_cpu_attn_qavx2(const kvs_cpu_fw_t *fw, const kvs_batch_tok_t *tk,
         break;
     case KVS_KV_BF16:
         kvs_cpu_attn_qavx2_dt(fw, tk, qh, ah, sc, kvh, KVS_KV_BF16);
+        break;
+    case KVS_KV_FP8:
+        kvs_cpu_attn_qavx2_dt(fw, tk, qh, ah, sc, kvh, KVS_KV_FP8);
         break;
     default:
         kvs_cpu_attn_qavx2_dt(fw, tk, qh, ah, sc, kvh, KVS_KV_INT8);

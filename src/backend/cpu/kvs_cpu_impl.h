@@ -118,7 +118,7 @@ typedef struct {
     const uint8_t          *kcb;      /* the layer's K in block 0, bytes
                                          (every dtype) */
     const uint8_t          *vcb;      /* ... V */
-    const uint8_t          *ksb;      /* int8: the layer's K scales in
+    const uint8_t          *ksb;      /* int8, fp8: the layer's K scales in
                                          block 0 [n_head_kv] floats */
     const uint8_t          *vsb;      /* ... V's */
     uint32_t                l;        /* the current layer */

@@ -1,15 +1,19 @@
 /*
  * kvs_cpu_kv: the CPU backend's K/V writes and reads in the cache's dtype
- * (f32, f16, bf16, int8), over kvs_kv_layout's blocks.
+ * (f32, f16, bf16, int8, fp8), over kvs_kv_layout's blocks.
  *
- * f16 and bf16 round to nearest even (kvs_dtype).  int8 keeps one scale
- * per (block, layer, K or V, head), the largest |x| the block's slots of
- * that head have held, over 127, and x_q = round(x / scale) in
- * [-127, 127].  Writing slot 0 starts a block afresh; a later row larger
- * than the scale grows it and requantizes the slots before it, so each
- * stored element is within scale / 2 of its value per growth it went
- * through (one growth per row at most: within u / 2 + 1/2 scales at
- * slot u, in practice a few).
+ * f16 and bf16 round to nearest even (kvs_dtype).  int8 and fp8 keep one
+ * scale per (block, layer, K or V, head), the largest |x| the block's
+ * slots of that head have held over the dtype's largest code (127, 448),
+ * and x_q = enc(x / scale): int8's round to nearest even in [-127, 127],
+ * fp8's OCP E4M3 (kvs_kv_quant.h, which the CUDA kernels share, so both
+ * backends write the same bytes).  Writing slot 0 starts a block afresh;
+ * a later row larger than the scale grows it and requantizes the slots
+ * before it (kvs_kvq_scale), so in int8 each stored element is within
+ * scale / 2 of its value per growth it went through (one growth per row
+ * at most: within u / 2 + 1/2 scales at slot u, in practice a few); in
+ * fp8 within half an e4m3 step (2^-4 of it relative, 2^-10 scales
+ * absolute below 2^-6 scales) per growth likewise.
  *
  * Invariant: the bytes written for a row depend only on the rows written
  * to that block before it, in order, never on the batch or the thread.
@@ -19,6 +23,7 @@
 #include <string.h>
 
 #include "kvs_cpu_impl.h"
+#include "kv/kvs_kv_quant.h"
 #include "model/kvs_dtype.h"
 
 
@@ -30,30 +35,19 @@ kvs_cpu_kv_block(const kvs_cpu_kv_t *kv, uint32_t b)
 }
 
 
-static inline int8_t
-kvs_cpu_kv_q8(float x, float id)
-{
-    long  r;
-
-    r = lrintf(x * id);
-
-    /* a NaN gives lrintf's LONG_MIN: clamped like any overflow */
-    r = r > 127 ? 127 : r;
-    r = r < -127 ? -127 : r;
-
-    return (int8_t) r;
-}
-
-
-/* Head h's hd elements of row x into slot u's q, growing the block's
- * scale *s (requantizing slots 0..u-1 at stride row bytes) first. */
+/*
+ * Head h's hd elements of row x into slot u's codes q (int8, or fp8 when
+ * fp8 != 0), the block's scale *s updated by kvs_kvq_scale(): a growth
+ * requantizes slots 0..u-1 (at stride row bytes before q) first.
+ */
 static void
-kvs_cpu_kv_write_q8(int8_t *q, float *s, const float *x, uint32_t hd,
-    uint32_t u, size_t row)
+kvs_cpu_kv_write_q(uint8_t *q, float *s, const float *x, uint32_t hd,
+    uint32_t u, size_t row, int fp8)
 {
-    float     amax, ns, r, id;
+    int       grow;
+    float     amax, ns, r, id, qmax;
     uint32_t  j, t;
-    int8_t   *p;
+    uint8_t  *p;
 
     amax = 0.0f;
 
@@ -61,44 +55,37 @@ kvs_cpu_kv_write_q8(int8_t *q, float *s, const float *x, uint32_t hd,
         amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
     }
 
-    if (u == 0) {
-        *s = amax / KVS_KV_INT8_MAX;
+    qmax = fp8 ? KVS_KVQ_FP8_MAX : KVS_KVQ_I8_MAX;
+    ns = kvs_kvq_scale(*s, amax, u, qmax, &grow);
 
-    } else if (amax > *s * KVS_KV_INT8_MAX) {
-        ns = amax / KVS_KV_INT8_MAX;
+    if (grow) {
         r = *s / ns;
 
         for (t = 0; t < u; t++) {
             p = q - (size_t) (u - t) * row;
 
             for (j = 0; j < hd; j++) {
-                p[j] = kvs_cpu_kv_q8((float) p[j], r);
+                p[j] = kvs_kvq_enc(fp8, kvs_kvq_dec(fp8, p[j]) * r);
             }
         }
-
-        *s = ns;
     }
 
-    id = *s > 0.0f ? 1.0f / *s : 0.0f;
+    *s = ns;
+    id = kvs_kvq_inv(ns);
 
     for (j = 0; j < hd; j++) {
-        q[j] = kvs_cpu_kv_q8(x[j], id);
+        q[j] = kvs_kvq_enc(fp8, x[j] * id);
     }
 }
 
 
-/* Slot u's K (v == 0) or V row of layer l in block b, its elements' count
- * into *n, the layer's scales for it into *sc. */
+/* Slot u's K (v == 0) or V row of layer l in block blk, its elements'
+ * count into *n, the layer's scales for it into *sc. */
 static uint8_t *
-kvs_cpu_kv_at(const kvs_cpu_kv_t *kv, uint32_t b, uint32_t l, uint32_t u,
-    int v, uint32_t *n, float **sc)
+kvs_cpu_block_at(const kvs_kv_layout_t *lo, uint8_t *blk, uint32_t l,
+    uint32_t u, int v, uint32_t *n, float **sc)
 {
-    uint8_t                *blk;
-    const kvs_kv_layout_t  *lo;
-
-    lo = &kv->lo;
-    blk = kvs_cpu_kv_block(kv, b);
-    *n = v ? kv->v_width : kv->k_width;
+    *n = lo->n_head_kv * (v ? lo->hd_v : lo->hd_k);
     *sc = (float *) (void *) (blk + (v ? kvs_kv_layout_vs(lo, l)
                                        : kvs_kv_layout_ks(lo, l)));
 
@@ -107,17 +94,15 @@ kvs_cpu_kv_at(const kvs_cpu_kv_t *kv, uint32_t b, uint32_t l, uint32_t u,
 
 
 void
-kvs_cpu_kv_write(kvs_cpu_kv_t *kv, uint32_t b, uint32_t l, uint32_t u,
-    int v, const float *row)
+kvs_cpu_block_write(const kvs_kv_layout_t *lo, uint8_t *blk, uint32_t l,
+    uint32_t u, int v, const float *row)
 {
-    float                  *sc;
-    uint8_t                *p;
-    uint16_t                h;
-    uint32_t                j, n, hd, head;
-    const kvs_kv_layout_t  *lo;
+    float     *sc;
+    uint8_t   *p;
+    uint16_t   h;
+    uint32_t   j, n, hd, head;
 
-    lo = &kv->lo;
-    p = kvs_cpu_kv_at(kv, b, l, u, v, &n, &sc);
+    p = kvs_cpu_block_at(lo, blk, l, u, v, &n, &sc);
 
     switch (lo->dtype) {
     case KVS_KV_F32:
@@ -133,13 +118,14 @@ kvs_cpu_kv_write(kvs_cpu_kv_t *kv, uint32_t b, uint32_t l, uint32_t u,
         }
         break;
 
-    default:    /* int8: kvs_cpu_kv_new_dtype() allows nothing else */
+    default:    /* int8, fp8: kvs_cpu_kv_new_dtype() allows nothing else */
         hd = v ? lo->hd_v : lo->hd_k;
 
         for (head = 0; head < lo->n_head_kv; head++) {
-            kvs_cpu_kv_write_q8((int8_t *) p + (size_t) head * hd,
-                                &sc[head], row + (size_t) head * hd, hd, u,
-                                v ? lo->v_row : lo->k_row);
+            kvs_cpu_kv_write_q(p + (size_t) head * hd, &sc[head],
+                               row + (size_t) head * hd, hd, u,
+                               v ? lo->v_row : lo->k_row,
+                               lo->dtype == KVS_KV_FP8);
         }
         break;
     }
@@ -147,17 +133,23 @@ kvs_cpu_kv_write(kvs_cpu_kv_t *kv, uint32_t b, uint32_t l, uint32_t u,
 
 
 void
-kvs_cpu_kv_read(const kvs_cpu_kv_t *kv, uint32_t b, uint32_t l, uint32_t u,
-    int v, float *row)
+kvs_cpu_kv_write(kvs_cpu_kv_t *kv, uint32_t b, uint32_t l, uint32_t u,
+    int v, const float *row)
 {
-    float                  *sc;
-    const uint8_t          *p;
-    uint16_t                h;
-    uint32_t                j, n, hd;
-    const kvs_kv_layout_t  *lo;
+    kvs_cpu_block_write(&kv->lo, kvs_cpu_kv_block(kv, b), l, u, v, row);
+}
 
-    lo = &kv->lo;
-    p = kvs_cpu_kv_at(kv, b, l, u, v, &n, &sc);
+
+void
+kvs_cpu_block_read(const kvs_kv_layout_t *lo, const uint8_t *blk,
+    uint32_t l, uint32_t u, int v, float *row)
+{
+    float          *sc;
+    const uint8_t  *p;
+    uint16_t        h;
+    uint32_t        j, n, hd;
+
+    p = kvs_cpu_block_at(lo, (uint8_t *) blk, l, u, v, &n, &sc);
 
     switch (lo->dtype) {
     case KVS_KV_F32:
@@ -177,8 +169,17 @@ kvs_cpu_kv_read(const kvs_cpu_kv_t *kv, uint32_t b, uint32_t l, uint32_t u,
         hd = v ? lo->hd_v : lo->hd_k;
 
         for (j = 0; j < n; j++) {
-            row[j] = (float) ((const int8_t *) p)[j] * sc[j / hd];
+            row[j] = kvs_kvq_dec(lo->dtype == KVS_KV_FP8, p[j])
+                     * sc[j / hd];
         }
         break;
     }
+}
+
+
+void
+kvs_cpu_kv_read(const kvs_cpu_kv_t *kv, uint32_t b, uint32_t l, uint32_t u,
+    int v, float *row)
+{
+    kvs_cpu_block_read(&kv->lo, kvs_cpu_kv_block(kv, b), l, u, v, row);
 }

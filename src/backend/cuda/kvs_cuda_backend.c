@@ -197,6 +197,8 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
     be->mem.weights_device = cu->wbytes;
     be->mem.kv_dtype = cu->kv.dtype == KVS_K_F32 ? KVS_BACKEND_KV_F32
                        : cu->kv.dtype == KVS_K_F16 ? KVS_BACKEND_KV_F16
+                       : cu->kv.dtype == KVS_K_I8 ? KVS_BACKEND_KV_INT8
+                       : cu->kv.dtype == KVS_K_FP8 ? KVS_BACKEND_KV_FP8
                        : KVS_BACKEND_KV_BF16;
 
     *out = be;
@@ -309,7 +311,9 @@ kvs_cuda_plan_ws(kvs_cuda_t *cu, const kvs_cuda_load_t *ld, kvs_err_t *err)
 
 /* 3. The K/V pool's geometry, cu->kv but its arrays, its block count
  * planned against the device's free memory after weights, workspace
- * and staging; *block_bytes is one block's K and V over every layer. */
+ * and staging; *block_bytes is one block's K and V over every layer,
+ * in int8 and fp8 with their scales (a float per layer, K or V, and
+ * K/V head: kvs_kv_layout's count, in arrays of their own here). */
 static int
 kvs_cuda_plan_kv(kvs_cuda_t *cu, const kvs_cuda_load_t *ld,
     const kvs_backend_conf_t *conf, uint64_t *block_bytes, kvs_err_t *err)
@@ -323,8 +327,8 @@ kvs_cuda_plan_kv(kvs_cuda_t *cu, const kvs_cuda_load_t *ld,
     hp = &cu->hp;
     kv_dt = ld->all_f32 ? KVS_K_F32 : KVS_K_BF16;
 
-    /* kvserve_kv_dtype: the kernels' 32- and 16-bit caches; int8 and
-     * fp8 are not built for the device yet */
+    /* kvserve_kv_dtype: every dtype; int8 and fp8 (the attention
+     * kernels' 8-byte copies) for head sizes of 8n elements */
     if (conf->kv_dtype_set) {
         switch (conf->kv_dtype) {
         case KVS_KV_F32:
@@ -336,11 +340,27 @@ kvs_cuda_plan_kv(kvs_cuda_t *cu, const kvs_cuda_load_t *ld,
         case KVS_KV_BF16:
             kv_dt = KVS_K_BF16;
             break;
+        case KVS_KV_INT8:
+            kv_dt = KVS_K_I8;
+            break;
+        case KVS_KV_FP8:
+            kv_dt = KVS_K_FP8;
+            break;
         default:
             return kvs_err_set(err, KVS_EUNSUPPORTED, "cuda: a \"%s\" KV "
-                               "cache is not built for the device yet (it "
-                               "stores f32, f16 or bf16)",
+                               "cache is not one the device stores",
                                kvs_kv_dtype_name(conf->kv_dtype));
+        }
+
+        if ((kv_dt == KVS_K_I8 || kv_dt == KVS_K_FP8)
+            && (hp->head_dim_k % 8 != 0 || hp->head_dim_v % 8 != 0))
+        {
+            return kvs_err_set(err, KVS_EUNSUPPORTED, "cuda: a \"%s\" KV "
+                               "cache needs heads of a multiple of 8 "
+                               "elements (this model's: %" PRIu32 " / %"
+                               PRIu32 ")",
+                               kvs_kv_dtype_name(conf->kv_dtype),
+                               hp->head_dim_k, hp->head_dim_v);
         }
     }
 
@@ -350,6 +370,13 @@ kvs_cuda_plan_kv(kvs_cuda_t *cu, const kvs_cuda_load_t *ld,
                                    err);
     if (rc != KVS_OK) {
         return rc;
+    }
+
+    /* n_layer x 2 x n_head_kv floats: far from 64 bits' end after a
+     * block's elements passed */
+    if (kv_dt == KVS_K_I8 || kv_dt == KVS_K_FP8) {
+        *block_bytes += (uint64_t) hp->n_layer * 2 * hp->n_head_kv
+                        * sizeof(float);
     }
 
     KVS_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
@@ -410,14 +437,15 @@ failed:
 }
 
 
-/* 4. The K/V cache, [n_layer][n_blocks][bt][width] each, zeroed; their
+/* 4. The K/V cache, [n_layer][n_blocks][bt][width] each, and in int8
+ * and fp8 the scales, [n_layer][n_blocks][n_head_kv] each, zeroed; their
  * sum, n_blocks * block_bytes, was checked against free memory by the
  * plan. */
 static int
 kvs_cuda_alloc_kv(kvs_cuda_t *cu, kvs_err_t *err)
 {
     int     rc;
-    size_t  elem, kv_k, kv_v;
+    size_t  elem, kv_k, kv_v, sc;
 
     elem = kvs_k_dtype_size(cu->kv.dtype);
     kv_k = (size_t) cu->kv.n_layer * cu->kv.n_blocks * cu->kv.block_tokens
@@ -431,6 +459,20 @@ kvs_cuda_alloc_kv(kvs_cuda_t *cu, kvs_err_t *err)
                  "cudaMemsetAsync(K cache)");
     KVS_CUDA_TRY(cudaMemsetAsync(cu->kv.v, 0, kv_v, cu->st),
                  "cudaMemsetAsync(V cache)");
+
+    if (cu->kv.dtype == KVS_K_I8 || cu->kv.dtype == KVS_K_FP8) {
+        sc = (size_t) cu->kv.n_layer * cu->kv.n_blocks * cu->kv.n_head_kv
+             * sizeof(float);
+
+        KVS_CUDA_TRY(cudaMalloc((void **) &cu->kv.ks, sc),
+                     "cudaMalloc(K scales)");
+        KVS_CUDA_TRY(cudaMalloc((void **) &cu->kv.vs, sc),
+                     "cudaMalloc(V scales)");
+        KVS_CUDA_TRY(cudaMemsetAsync(cu->kv.ks, 0, sc, cu->st),
+                     "cudaMemsetAsync(K scales)");
+        KVS_CUDA_TRY(cudaMemsetAsync(cu->kv.vs, 0, sc, cu->st),
+                     "cudaMemsetAsync(V scales)");
+    }
 
     return KVS_OK;
 
@@ -534,6 +576,14 @@ kvs_cuda_release(kvs_cuda_t *cu)
         (void) cudaFree(cu->kv.v);
     }
 
+    if (cu->kv.ks != NULL) {
+        (void) cudaFree(cu->kv.ks);
+    }
+
+    if (cu->kv.vs != NULL) {
+        (void) cudaFree(cu->kv.vs);
+    }
+
     if (cu->ws != NULL) {
         (void) cudaFree(cu->ws);
     }
@@ -573,13 +623,14 @@ kvs_cuda_free(kvs_backend_t *be)
 
 
 /* dst's K/V := src's, every layer: one copy per layer and cache, since a
- * block's slots are contiguous only within a layer. */
+ * block's slots are contiguous only within a layer; in int8 and fp8 the
+ * block's scales too. */
 static int
 kvs_cuda_copy_block(kvs_backend_t *be, uint32_t dst, uint32_t src,
     kvs_err_t *err)
 {
     int          rc;
-    size_t       kb, vb, ko, vo;
+    size_t       kb, vb, ko, vo, sb;
     uint32_t     l;
     kvs_cuda_t  *cu = be->impl;
 
@@ -611,6 +662,21 @@ kvs_cuda_copy_block(kvs_backend_t *be, uint32_t dst, uint32_t src,
                                      (char *) cu->kv.v + (vo + src) * vb,
                                      vb, cudaMemcpyDeviceToDevice, cu->st),
                      "cudaMemcpyAsync(copy V block)");
+
+        if (cu->kv.ks != NULL) {
+            sb = (size_t) cu->kv.n_head_kv * sizeof(float);
+
+            KVS_CUDA_TRY(cudaMemcpyAsync((char *) cu->kv.ks + (ko + dst) * sb,
+                                         (char *) cu->kv.ks + (ko + src) * sb,
+                                         sb, cudaMemcpyDeviceToDevice,
+                                         cu->st),
+                         "cudaMemcpyAsync(copy K scales)");
+            KVS_CUDA_TRY(cudaMemcpyAsync((char *) cu->kv.vs + (vo + dst) * sb,
+                                         (char *) cu->kv.vs + (vo + src) * sb,
+                                         sb, cudaMemcpyDeviceToDevice,
+                                         cu->st),
+                         "cudaMemcpyAsync(copy V scales)");
+        }
     }
 
     KVS_CUDA_TRY(cudaStreamSynchronize(cu->st),

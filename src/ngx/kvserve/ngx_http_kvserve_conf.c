@@ -186,8 +186,10 @@ ngx_http_kvserve_kv_dtype_directive(ngx_conf_t *cf, ngx_command_t *cmd,
 
 
 /*
- * The CPU backend stores f32, f16, bf16 and int8; the CUDA one f32, f16
- * and bf16 (its int8 and fp8 kernels are not built yet).  With "auto" a
+ * The CPU backend stores every dtype; the CUDA one too, int8 and fp8
+ * for heads of a multiple of 8 elements only (its attention kernels copy
+ * 8 bytes at a time), so with "kvserve_backend cuda" a model with other
+ * heads is refused here as its engine would refuse it.  With "auto" a
  * dtype the device cannot store runs on the CPU (kvs_backend_new), so
  * only the CPU's set is required.
  */
@@ -195,27 +197,38 @@ ngx_int_t
 ngx_http_kvserve_kv_dtype_check(ngx_conf_t *cf,
     ngx_http_kvserve_main_conf_t *kmcf)
 {
-    uint32_t  dt;
+    uint32_t                   dt;
+    ngx_uint_t                 i;
+    const kvs_hparams_t       *hp;
+    ngx_http_kvserve_model_t  *m;
 
-    if (kmcf->kv_dtype == NGX_CONF_UNSET_UINT) {
+    if (kmcf->kv_dtype == NGX_CONF_UNSET_UINT
+        || kmcf->backend != KVS_BACKEND_CUDA)
+    {
         return NGX_OK;
     }
 
     dt = (uint32_t) kmcf->kv_dtype;
 
-    if (dt == KVS_KV_FP8) {
-        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-                      "kvserve_kv_dtype \"fp8\": no backend stores it yet "
-                      "(CPU: f32, f16, bf16, int8; CUDA: f32, f16, bf16)");
-        return NGX_ERROR;
+    if (dt != KVS_KV_INT8 && dt != KVS_KV_FP8) {
+        return NGX_OK;
     }
 
-    if (dt == KVS_KV_INT8 && kmcf->backend == KVS_BACKEND_CUDA) {
-        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-                      "kvserve_kv_dtype \"int8\": the CUDA backend does "
-                      "not store it yet (f32, f16, bf16; \"kvserve_backend "
-                      "cpu\" or \"auto\" stores int8 on the CPU)");
-        return NGX_ERROR;
+    m = kmcf->models->elts;
+
+    for (i = 0; i < kmcf->models->nelts; i++) {
+        hp = &m[i].model->hp;
+
+        if (hp->head_dim_k % 8 != 0 || hp->head_dim_v % 8 != 0) {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "kvserve_kv_dtype \"%s\": model \"%V\" has "
+                          "heads of %uD/%uD elements; the CUDA backend "
+                          "stores it for heads of a multiple of 8 "
+                          "(\"kvserve_backend cpu\" or \"auto\" stores it "
+                          "on the CPU)", kvs_kv_dtype_name(dt), &m[i].name,
+                          hp->head_dim_k, hp->head_dim_v);
+            return NGX_ERROR;
+        }
     }
 
     return NGX_OK;
