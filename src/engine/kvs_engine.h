@@ -115,6 +115,9 @@ typedef struct {
                                              file of another is discarded
                                              (as one of another epoch) */
     uint32_t            tier_depth;       /* spill queue entries; 0: 64 */
+    int                 tier_load_always; /* load what the tier holds
+                                             whatever the cost model says
+                                             (tests, benches) */
     uint32_t            tier_write_delay_us;  /* tests only: a slow disk
                                              (kvs_tier_conf_t's) */
     const char         *index_model;      /* the served model's name:

@@ -260,8 +260,9 @@ kvs_engine_tier_load(void *arg, kvs_seq_t *seq, const uint32_t *blocks,
 
     et->st.lookups++;
 
-    if (!kvs_tier_cost_worth(&et->cost, (uint64_t) n * bt,
-                             (uint64_t) n * kvs_tier_slot_bytes(et->tier)))
+    if (!e->conf.tier_load_always
+        && !kvs_tier_cost_worth(&et->cost, (uint64_t) n * bt,
+                                (uint64_t) n * kvs_tier_slot_bytes(et->tier)))
     {
         et->st.recomputed_blocks += n;
         return 0;
