@@ -99,10 +99,12 @@ DEFAULT_MODEL := $(B)/models/default.gguf
 STORIES      := conf/models/kvserve-stories.gguf
 UNIT_BINS    := $(UNIT_SRCS:t/unit/%.c=$(B)/unit/%)
 ASAN_BINS    := $(UNIT_SRCS:t/unit/%.c=$(B)/asan/unit/%)
-# the tests that run threads: the engine's hand-over, the thread pool and
-# the engine process's server loop
+# the tests that run threads: the engine's hand-over, the thread pool,
+# the disk tier's writer (alone and in the engine) and the engine
+# process's server loop
 TSAN_BINS    := $(B)/tsan/unit/test_engine $(B)/tsan/unit/test_threads \
                 $(B)/tsan/unit/test_kv_tier_spill \
+                $(B)/tsan/unit/test_engine_tier \
                 $(B)/tsan/unit/test_srv
 VENV         := $(B)/venv
 # the venv is refreshed when the list of Python packages changes

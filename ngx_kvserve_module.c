@@ -228,6 +228,13 @@ static ngx_command_t  ngx_http_kvserve_commands[] = {
       0,
       NULL },
 
+    { ngx_string("kvserve_kv_tier"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_2MORE,
+      ngx_http_kvserve_kv_tier_directive,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("kvserve_backend"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_http_kvserve_backend,
@@ -587,7 +594,13 @@ ngx_http_kvserve_init_main_conf(ngx_conf_t *cf, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    return ngx_http_kvserve_kv_size(cf, kmcf);
+    if (ngx_http_kvserve_kv_size(cf, kmcf) != NGX_CONF_OK
+        || ngx_http_kvserve_kv_tier_check(cf, kmcf) != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
 }
 
 

@@ -755,6 +755,17 @@ kvs_api_usage(kvs_jw_t *w, const kvs_api_usage_t *u)
     kvs_jw_u64(w, (uint64_t) u->prompt_tokens + u->completion_tokens);
     kvs_jw_lit(w, ",\"prompt_tokens_details\":{\"cached_tokens\":");
     kvs_jw_u64(w, u->cached_tokens);
+
+    /* the extension: the same split by where the K/V came from */
+    if (u->tiered) {
+        kvs_jw_lit(w, ",\"cached_tokens_by_tier\":{\"pool\":");
+        kvs_jw_u64(w, u->cached_tokens >= u->cached_tier
+                      ? (uint64_t) u->cached_tokens - u->cached_tier : 0);
+        kvs_jw_lit(w, ",\"disk\":");
+        kvs_jw_u64(w, u->cached_tier);
+        kvs_jw_lit(w, "}");
+    }
+
     kvs_jw_lit(w, "},\"completion_tokens_details\":"
                   "{\"reasoning_tokens\":0}");
 

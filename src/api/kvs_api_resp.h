@@ -135,6 +135,11 @@ typedef struct {
     uint32_t  completion_tokens;      /* over all choices */
     uint32_t  cached_tokens;          /* prompt tokens whose KV was
                                          reused */
+    uint32_t  cached_tier;            /* of cached_tokens, loaded from
+                                         the disk tier */
+    int       tiered;                 /* the model has a disk tier:
+                                         prompt_tokens_details also has
+                                         cached_tokens_by_tier */
     uint32_t  cache_creation_tokens;  /* prompt tokens cached for the
                                          request's breakpoints, not read */
     int       breakpoints;            /* the request gave cache_control:

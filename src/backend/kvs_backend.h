@@ -117,6 +117,14 @@ typedef struct {
     int   (*copy_block)(kvs_backend_t *be, uint32_t dst, uint32_t src,
                         kvs_err_t *err);
     void  (*free)(kvs_backend_t *be);
+    /* optional (NULL: the backend has no second tier): the K/V bytes of
+     * block b, every layer, scales included (be->kv_bytes / n_blocks of
+     * them), out into dst or in from src (the disk tier's spill and
+     * load); KVS_EINVAL for a block out of range */
+    int   (*block_read)(kvs_backend_t *be, uint32_t b, void *dst,
+                        kvs_err_t *err);
+    int   (*block_write)(kvs_backend_t *be, uint32_t b, const void *src,
+                         kvs_err_t *err);
 } kvs_backend_ops_t;
 
 typedef struct {

@@ -169,6 +169,11 @@ kvs_engine_new(kvs_engine_t **out, const kvs_engine_conf_t *conf,
         goto failed;
     }
 
+    rc = kvs_engine_tier_new(e, err);
+    if (rc != KVS_OK) {
+        goto failed;
+    }
+
     rc = kvs_engine_gram_new(e, err);
     if (rc != KVS_OK) {
         goto failed;
@@ -195,6 +200,7 @@ kvs_engine_new(kvs_engine_t **out, const kvs_engine_conf_t *conf,
     e->stats.kv_blocks = e->conf.n_blocks;
     e->stats.block_tokens = e->conf.block_tokens;
     e->stats.epoch = e->epoch;
+    kvs_engine_tier_publish(e);
     e->shown = e->stats;
 
     *out = e;
@@ -212,6 +218,7 @@ failed:
     }
 
     free(e->fork_logits);
+    kvs_engine_tier_free(e);
     kvs_backend_free(e->be);
     kvs_sched_free(&e->sched);
     kvs_radix_free(e->radix);
@@ -283,6 +290,7 @@ kvs_engine_free(kvs_engine_t *e)
     kvs_engine_take_cancels(e);
 
     kvs_sched_free(&e->sched);
+    kvs_engine_tier_free(e);
     kvs_radix_free(e->radix);
     kvs_engine_index_done(e);
     kvs_backend_free(e->be);
@@ -416,6 +424,7 @@ kvs_engine_step_run(kvs_engine_t *e)
     e->stats.step_ns_max = dt > e->stats.step_ns_max ? dt
                                                      : e->stats.step_ns_max;
     e->stats.batch_seqs += plan.n_logits;
+    kvs_engine_tier_prefill(e, plan.n_prefill, dt);
 
     n_tok = plan.n_prefill + plan.n_decode;
     for (k = 0; k < KVS_ENGINE_ITER_BOUNDS; k++) {
@@ -588,6 +597,9 @@ kvs_engine_stats(kvs_engine_t *e, kvs_engine_stats_t *st)
     pthread_mutex_lock(&e->lock);
     *st = e->shown;
     pthread_mutex_unlock(&e->lock);
+
+    /* the tier's own figures as of now: its writer works between steps */
+    kvs_engine_tier_live(e, &st->tier);
 }
 
 
@@ -739,6 +751,8 @@ kvs_engine_publish(kvs_engine_t *e)
         e->stats.cache_evicted_blocks = rs.evicted_blocks;
         e->stats.cache_blocks = (uint32_t) rs.blocks;
         e->stats.cache_pinned_blocks = (uint32_t) rs.pinned_blocks;
+        e->stats.cache_tier_hit_tokens = e->sched.n_tier_hit_tokens;
+        kvs_engine_tier_publish(e);
     }
 
     e->stats.kv_used = used;

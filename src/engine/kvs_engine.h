@@ -107,6 +107,19 @@ typedef struct {
                                              dtype; else kv_dtype */
     uint32_t            kv_dtype;         /* kvs_kv_dtype_t
                                              (kvserve_kv_dtype) */
+    const char         *tier_path;        /* the disk tier's file
+                                             (kvserve_kv_tier disk); NULL:
+                                             no second tier.  Borrowed */
+    uint64_t            tier_size;        /* its bytes at most */
+    uint64_t            tier_model;       /* the caller's model tag: a
+                                             file of another is discarded
+                                             (as one of another epoch) */
+    uint32_t            tier_depth;       /* spill queue entries; 0: 64 */
+    int                 tier_load_always; /* load what the tier holds
+                                             whatever the cost model says
+                                             (tests, benches) */
+    uint32_t            tier_write_delay_us;  /* tests only: a slow disk
+                                             (kvs_tier_conf_t's) */
     const char         *index_model;      /* the served model's name:
                                              names every cached block
                                              for the prefix index (see
@@ -195,6 +208,8 @@ typedef struct {
     uint32_t                n_preempted;
     uint32_t                n_cached;     /* prompt tokens whose K/V came
                                              from the prefix cache */
+    uint32_t                n_cached_tier;    /* of n_cached, loaded
+                                             from the disk tier */
     uint32_t                n_cache_created;  /* prompt tokens cached for
                                              the request's pins that were
                                              not read from the cache */
@@ -222,6 +237,37 @@ typedef struct {
 /* vLLM's iteration_tokens_total buckets (1, 8, 16, ... 16384). */
 #define KVS_ENGINE_ITER_BOUNDS  13
 extern const uint32_t  kvs_engine_iter_bounds[KVS_ENGINE_ITER_BOUNDS];
+
+/* The disk tier's figures (kvs_engine_tier.c); on 0: no tier. */
+typedef struct {
+    uint32_t  on;
+    uint32_t  direct;                 /* 1: O_DIRECT, 0: buffered */
+    uint64_t  slots;                  /* blocks it holds at most */
+    uint64_t  used;                   /* blocks it holds now */
+    uint64_t  slot_bytes;             /* file bytes per block */
+    uint64_t  kept;                   /* blocks kept from the file at
+                                         start */
+    uint64_t  spilled;                /* evicted blocks queued */
+    uint64_t  spill_kept;             /* evicted blocks the tier had */
+    uint64_t  spill_dropped;          /* the queue was full */
+    uint64_t  spill_written;          /* written by the writer */
+    uint64_t  spill_failed;           /* not copied out of the pool */
+    uint64_t  lookups;                /* matches the tier continued */
+    uint64_t  loads;                  /* of those, loaded */
+    uint64_t  loaded_blocks;          /* blocks read back into the tree */
+    uint64_t  load_failed;            /* reads that ended a run: corrupt,
+                                         gone or failed */
+    uint64_t  recomputed_blocks;      /* held, but the cost model chose
+                                         to compute them */
+    uint64_t  load_ns;                /* time in loads (at admission) */
+    uint64_t  corrupt;                /* slots found corrupt */
+    uint64_t  bytes_written;
+    uint64_t  bytes_read;
+    double    load_bps;               /* the cost model's rates */
+    double    prefill_tps;
+    char      discarded[160];         /* why the file's blocks were not
+                                         kept at start; "": kept or new */
+} kvs_engine_tier_stats_t;
 
 typedef struct {
     uint64_t  steps;
@@ -264,6 +310,9 @@ typedef struct {
     uint64_t  pool_waited[2];
     uint64_t  pool_wait_ms[2];
     uint64_t  pool_refused[2];
+    uint64_t  cache_tier_hit_tokens;  /* of cache_hit_tokens, loaded from
+                                         the disk tier */
+    kvs_engine_tier_stats_t  tier;
 } kvs_engine_stats_t;
 
 
@@ -313,6 +362,10 @@ void kvs_engine_close(kvs_engine_t *e, kvs_engine_seq_t *h);
 int kvs_engine_step(kvs_engine_t *e);
 
 void kvs_engine_stats(kvs_engine_t *e, kvs_engine_stats_t *st);
+
+/* Waits until the disk tier's spill queue is written (tests, benches);
+ * no-op without a tier.  Any thread. */
+void kvs_engine_tier_wait(kvs_engine_t *e);
 
 /* The tenants served most and the rest, as of the last step. */
 void kvs_engine_tenants(kvs_engine_t *e, kvs_engine_tenants_t *out);

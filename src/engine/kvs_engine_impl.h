@@ -139,6 +139,8 @@ typedef struct {
     size_t                   ev_max;   /* past it: dropped, resync */
 } kvs_engine_ix_t;
 
+typedef struct kvs_engine_tier_s  kvs_engine_tier_t;
+
 struct kvs_engine_s {
     kvs_engine_conf_t        conf;
     kvs_backend_t           *be;
@@ -188,6 +190,7 @@ struct kvs_engine_s {
     kvs_engine_stats_t       shown;    /* copy under the lock */
     kvs_engine_tenants_t     tenants;  /* published under the lock */
     kvs_engine_ix_t          ix;       /* the prefix index's record */
+    kvs_engine_tier_t       *tier;     /* NULL: no disk tier */
 };
 
 
@@ -244,6 +247,26 @@ void kvs_engine_index_end(kvs_engine_t *e);
 
 /* Whether the engine thread has index work (under e->lock). */
 int kvs_engine_index_pending(const kvs_engine_t *e);
+
+
+/* kvs_engine_tier.c */
+
+/* Opens conf.tier_path's tier (O_DIRECT, else buffered) and its spill
+ * queue, and sets the cache's spill function and the scheduler's loader;
+ * KVS_OK and nothing when no tier is configured.  KVS_EINVAL without a
+ * prefix cache, KVS_EUNSUPPORTED for a backend that cannot copy blocks
+ * out, the tier's errors.  On failure what was made stays in e->tier
+ * for kvs_engine_tier_free(). */
+int kvs_engine_tier_new(kvs_engine_t *e, kvs_err_t *err);
+/* Writes what is queued, then closes the tier. */
+void kvs_engine_tier_free(kvs_engine_t *e);
+/* A step's prefill: tokens computed in ns, for the cost model. */
+void kvs_engine_tier_prefill(kvs_engine_t *e, uint32_t tokens, uint64_t ns);
+/* The tier's figures into e->stats.tier. */
+void kvs_engine_tier_publish(kvs_engine_t *e);
+/* The figures the tier and its queue keep (under their own locks) into
+ * st, as of now; any thread. */
+void kvs_engine_tier_live(kvs_engine_t *e, kvs_engine_tier_stats_t *st);
 
 
 /* kvs_engine_gram.c */

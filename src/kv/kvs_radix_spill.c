@@ -25,6 +25,16 @@ kvs_radix_set_spill(kvs_radix_t *r, kvs_radix_spill_pt fn, void *arg)
 
 
 void
+kvs_radix_ns_key(const kvs_radix_ns_t *ns, kvs_radix_key_t *key)
+{
+    key->epoch = ns->epoch;
+    key->adapter = ns->adapter;
+    key->scope = ns->scope;
+    key->scope_len = ns->scope_len;
+}
+
+
+void
 kvs_radix_spill_blocks(kvs_radix_t *r, kvs_radix_node_t *node,
     uint32_t from)
 {
@@ -59,10 +69,7 @@ kvs_radix_spill_blocks(kvs_radix_t *r, kvs_radix_node_t *node,
         r->spill_path[--k] = p;
     }
 
-    key.epoch = node->ns->epoch;
-    key.adapter = node->ns->adapter;
-    key.scope = node->ns->scope;
-    key.scope_len = node->ns->scope_len;
+    kvs_radix_ns_key(node->ns, &key);
 
     prev = NULL;
 

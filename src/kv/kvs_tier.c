@@ -1,6 +1,7 @@
 /*
- * kvs_tier: the disk tier's file format, index and LRU (see kvs_tier.h
- * for the invariants).
+ * kvs_tier: the disk tier's file, its format, open, reads and writes
+ * (see kvs_tier.h for the invariants; the slot index and LRU are in
+ * kvs_tier_slots.c).
  *
  * File header (little-endian, 4096 bytes): "KVSTIER1", version, block
  * tokens, block bytes, slot bytes, slots, epoch, model, xxh3-64 of the
@@ -29,7 +30,7 @@
 
 #include "base/kvs_clock.h"
 #include "base/kvs_le.h"
-#include "kvs_tier.h"
+#include "kvs_tier_impl.h"
 
 #define TIER_MAGIC       "KVSTIER1"
 #define TIER_VERSION     1
@@ -39,57 +40,10 @@
 #define SLOT_OFF_SCOPE   64
 #define SLOT_OFF_HSUM    (SLOT_OFF_SCOPE + KVS_RADIX_MAX_SCOPE)
 #define SLOT_OFF_SUM     (SLOT_OFF_HSUM + 8)
-#define NONE             UINT32_MAX
-
-typedef enum {
-    SLOT_FREE = 0,
-    SLOT_BUSY,                        /* being written */
-    SLOT_READY,
-    SLOT_DEAD                         /* found corrupt while read by
-                                         others: freed by the last */
-} slot_state_t;
-
-typedef struct {
-    uint8_t    state;
-    uint32_t   readers;
-    uint64_t   ns;                    /* namespace hash */
-    uint8_t    id[KVS_TIER_ID_LEN];
-    uint64_t   seq;
-    uint32_t   prev, next;            /* LRU: head most recent */
-    uint32_t   link;                  /* index chain or free list */
-} slot_t;
-
-struct kvs_tier_s {
-    pthread_mutex_t    mu;
-    int                fd;
-    kvs_tier_conf_t    conf;
-    uint64_t           slot_bytes;
-    uint32_t           n_slots;
-    slot_t            *slots;
-    uint32_t          *buckets;
-    uint32_t           mask;
-    uint32_t           free_head;
-    uint32_t           lru_head, lru_tail;
-    uint64_t           seq;
-    kvs_tier_stats_t   st;
-};
 
 struct kvs_tier_io_s {
     uint8_t  *buf;                    /* [slot_bytes], aligned */
 };
-
-
-static uint64_t
-tier_ns_hash(const kvs_radix_key_t *key)
-{
-    uint8_t  b[12];
-
-    kvs_le_put64(b, key->epoch);
-    kvs_le_put32(b + 8, key->adapter);
-
-    return XXH3_64bits_withSeed(key->scope_len > 0 ? key->scope : "",
-                                key->scope_len, XXH3_64bits(b, 12));
-}
 
 
 static int
@@ -103,116 +57,6 @@ tier_scope_bad(const kvs_radix_key_t *key, kvs_err_t *err)
                 key->scope_len, KVS_RADIX_MAX_SCOPE);
 
     return 1;
-}
-
-
-static uint32_t
-tier_bucket(const kvs_tier_t *t, uint64_t ns, const uint8_t *id)
-{
-    return (uint32_t) XXH3_64bits_withSeed(id, KVS_TIER_ID_LEN, ns)
-           & t->mask;
-}
-
-
-static void
-tier_lru_unlink(kvs_tier_t *t, uint32_t i)
-{
-    slot_t  *s = &t->slots[i];
-
-    if (s->prev != NONE) {
-        t->slots[s->prev].next = s->next;
-    } else {
-        t->lru_head = s->next;
-    }
-
-    if (s->next != NONE) {
-        t->slots[s->next].prev = s->prev;
-    } else {
-        t->lru_tail = s->prev;
-    }
-
-    s->prev = NONE;
-    s->next = NONE;
-}
-
-
-static void
-tier_lru_push(kvs_tier_t *t, uint32_t i)
-{
-    slot_t  *s = &t->slots[i];
-
-    s->prev = NONE;
-    s->next = t->lru_head;
-
-    if (t->lru_head != NONE) {
-        t->slots[t->lru_head].prev = i;
-    } else {
-        t->lru_tail = i;
-    }
-
-    t->lru_head = i;
-}
-
-
-static uint32_t
-tier_find(const kvs_tier_t *t, uint64_t ns, const uint8_t *id)
-{
-    uint32_t  i;
-
-    for (i = t->buckets[tier_bucket(t, ns, id)]; i != NONE;
-         i = t->slots[i].link)
-    {
-        if (t->slots[i].ns == ns
-            && memcmp(t->slots[i].id, id, KVS_TIER_ID_LEN) == 0)
-        {
-            return i;
-        }
-    }
-
-    return NONE;
-}
-
-
-/* Takes a ready slot out of the index and the LRU (it stays allocated:
- * the caller frees it or writes it). */
-static void
-tier_unindex(kvs_tier_t *t, uint32_t i)
-{
-    uint32_t  *p;
-
-    p = &t->buckets[tier_bucket(t, t->slots[i].ns, t->slots[i].id)];
-
-    while (*p != i) {
-        p = &t->slots[*p].link;
-    }
-
-    *p = t->slots[i].link;
-    t->slots[i].link = NONE;
-    tier_lru_unlink(t, i);
-    t->st.used--;
-}
-
-
-static void
-tier_index(kvs_tier_t *t, uint32_t i)
-{
-    uint32_t  b;
-
-    b = tier_bucket(t, t->slots[i].ns, t->slots[i].id);
-    t->slots[i].link = t->buckets[b];
-    t->buckets[b] = i;
-    t->slots[i].state = SLOT_READY;
-    tier_lru_push(t, i);
-    t->st.used++;
-}
-
-
-static void
-tier_release(kvs_tier_t *t, uint32_t i)
-{
-    t->slots[i].state = SLOT_FREE;
-    t->slots[i].link = t->free_head;
-    t->free_head = i;
 }
 
 
@@ -324,7 +168,7 @@ tier_slot_sum(const kvs_tier_t *t, const uint8_t *b)
 static int
 tier_seq_cmp(const void *a, const void *b, void *arg)
 {
-    const slot_t  *s = arg;
+    const kvs_tier_slot_t  *s = arg;
     uint64_t       x = s[*(const uint32_t *) a].seq;
     uint64_t       y = s[*(const uint32_t *) b].seq;
 
@@ -337,9 +181,10 @@ tier_seq_cmp(const void *a, const void *b, void *arg)
 static int
 tier_scan(kvs_tier_t *t, uint8_t *buf, kvs_err_t *err)
 {
-    uint32_t            i, j, n, *order;
-    kvs_radix_key_t     key;
-    const uint8_t      *b = buf;
+    uint32_t                i, j, n, *order;
+    kvs_radix_key_t         key;
+    const uint8_t          *b = buf;
+    const kvs_tier_slot_t  *s;
 
     order = malloc((size_t) t->n_slots * sizeof(uint32_t));
     if (order == NULL) {
@@ -361,7 +206,7 @@ tier_scan(kvs_tier_t *t, uint8_t *buf, kvs_err_t *err)
         key.scope_len = kvs_le_get32(b + 28);
         key.scope = (const char *) b + SLOT_OFF_SCOPE;
 
-        t->slots[i].ns = tier_ns_hash(&key);
+        t->slots[i].ns = kvs_tier_ns_hash(&key);
         memcpy(t->slots[i].id, b + 32, KVS_TIER_ID_LEN);
         t->slots[i].seq = kvs_le_get64(b + 8);
         order[n++] = i;
@@ -371,13 +216,14 @@ tier_scan(kvs_tier_t *t, uint8_t *buf, kvs_err_t *err)
 
     /* oldest first: each push makes the later ones more recent */
     for (i = 0; i < n; i++) {
-        j = tier_find(t, t->slots[order[i]].ns, t->slots[order[i]].id);
-        if (j != NONE) {
-            tier_unindex(t, j);
-            tier_release(t, j);
+        s = &t->slots[order[i]];
+        j = kvs_tier_slot_find(t, s->ns, s->id);
+        if (j != KVS_TIER_NONE) {
+            kvs_tier_slot_unindex(t, j);
+            kvs_tier_slot_release(t, j);
         }
 
-        tier_index(t, order[i]);
+        kvs_tier_slot_index(t, order[i]);
 
         if (t->slots[order[i]].seq >= t->seq) {
             t->seq = t->slots[order[i]].seq + 1;
@@ -385,11 +231,11 @@ tier_scan(kvs_tier_t *t, uint8_t *buf, kvs_err_t *err)
     }
 
     /* the free list: every slot not indexed */
-    t->free_head = NONE;
+    t->free_head = KVS_TIER_NONE;
 
     for (i = t->n_slots; i-- > 0; ) {
-        if (t->slots[i].state == SLOT_FREE) {
-            tier_release(t, i);
+        if (t->slots[i].state == KVS_TIER_SLOT_FREE) {
+            kvs_tier_slot_release(t, i);
         }
     }
 
@@ -543,7 +389,6 @@ kvs_tier_open(kvs_tier_t **out, const kvs_tier_conf_t *conf,
 {
     int          rc;
     char         why[160];
-    uint32_t     i;
     uint64_t     slot_bytes, n;
     kvs_tier_t  *t;
 
@@ -599,28 +444,10 @@ kvs_tier_open(kvs_tier_t **out, const kvs_tier_conf_t *conf,
     t->slot_bytes = slot_bytes;
     t->n_slots = (uint32_t) n;
 
-    for (i = 1; i < t->n_slots * 2; i <<= 1) { /* void */ }
-
-    t->mask = i - 1;
-    t->slots = malloc((size_t) t->n_slots * sizeof(slot_t));
-    t->buckets = malloc((size_t) i * sizeof(uint32_t));
-
-    if (t->slots == NULL || t->buckets == NULL) {
+    if (kvs_tier_slots_init(t) != KVS_OK) {
         kvs_tier_close(t);
         return kvs_err_set(err, KVS_ENOMEM, "kv tier: out of memory for "
                            "%" PRIu32 " slots", t->n_slots);
-    }
-
-    memset(t->buckets, 0xff, (size_t) i * sizeof(uint32_t));
-    t->free_head = NONE;
-    t->lru_head = NONE;
-    t->lru_tail = NONE;
-
-    for (i = t->n_slots; i-- > 0; ) {
-        t->slots[i].readers = 0;
-        t->slots[i].prev = NONE;
-        t->slots[i].next = NONE;
-        tier_release(t, i);
     }
 
     t->st.slots = t->n_slots;
@@ -749,32 +576,6 @@ kvs_tier_path_id(const uint8_t *prev, const int32_t *tokens, uint32_t n,
 }
 
 
-/* The slot a put writes: a free one, else the least recently used ready
- * slot no read holds (taken out of the index); NONE if all are busy. */
-static uint32_t
-tier_take(kvs_tier_t *t)
-{
-    uint32_t  i;
-
-    if (t->free_head != NONE) {
-        i = t->free_head;
-        t->free_head = t->slots[i].link;
-        t->slots[i].link = NONE;
-        return i;
-    }
-
-    for (i = t->lru_tail; i != NONE; i = t->slots[i].prev) {
-        if (t->slots[i].readers == 0) {
-            tier_unindex(t, i);
-            t->st.reclaimed++;
-            return i;
-        }
-    }
-
-    return NONE;
-}
-
-
 int
 kvs_tier_put(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
     const uint8_t *id, const int32_t *tokens, const void *data,
@@ -789,27 +590,26 @@ kvs_tier_put(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
         return KVS_EINVAL;
     }
 
-    ns = tier_ns_hash(key);
+    ns = kvs_tier_ns_hash(key);
 
     pthread_mutex_lock(&t->mu);
 
-    i = tier_find(t, ns, id);
-    if (i != NONE) {
-        tier_lru_unlink(t, i);
-        tier_lru_push(t, i);
+    i = kvs_tier_slot_find(t, ns, id);
+    if (i != KVS_TIER_NONE) {
+        kvs_tier_slot_touch(t, i);
         t->st.put_dups++;
         pthread_mutex_unlock(&t->mu);
         return KVS_OK;
     }
 
-    i = tier_take(t);
-    if (i == NONE) {
+    i = kvs_tier_slot_take(t);
+    if (i == KVS_TIER_NONE) {
         pthread_mutex_unlock(&t->mu);
         return kvs_err_set(err, KVS_KV_EFULL, "kv tier: all %" PRIu32
                            " slots are busy", t->n_slots);
     }
 
-    t->slots[i].state = SLOT_BUSY;
+    t->slots[i].state = KVS_TIER_SLOT_BUSY;
     t->slots[i].ns = ns;
     memcpy(t->slots[i].id, id, KVS_TIER_ID_LEN);
     seq = t->seq++;
@@ -863,15 +663,15 @@ kvs_tier_put(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
     if (rc != 0) {
         rc = kvs_err_set(err, KVS_EIO, "kv tier: write slot %" PRIu32
                          ": %s", i, strerror(eno));
-        tier_release(t, i);
+        kvs_tier_slot_release(t, i);
 
-    } else if (tier_find(t, ns, id) != NONE) {
+    } else if (kvs_tier_slot_find(t, ns, id) != KVS_TIER_NONE) {
         /* another thread stored the same block meanwhile */
-        tier_release(t, i);
+        kvs_tier_slot_release(t, i);
         t->st.put_dups++;
 
     } else {
-        tier_index(t, i);
+        kvs_tier_slot_index(t, i);
         t->st.puts++;
         t->st.bytes_written += t->slot_bytes;
     }
@@ -879,23 +679,6 @@ kvs_tier_put(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
     pthread_mutex_unlock(&t->mu);
 
     return rc;
-}
-
-
-int
-kvs_tier_has(kvs_tier_t *t, const kvs_radix_key_t *key, const uint8_t *id)
-{
-    int  found;
-
-    if (key->scope_len > KVS_RADIX_MAX_SCOPE) {
-        return 0;
-    }
-
-    pthread_mutex_lock(&t->mu);
-    found = tier_find(t, tier_ns_hash(key), id) != NONE;
-    pthread_mutex_unlock(&t->mu);
-
-    return found;
 }
 
 
@@ -946,12 +729,12 @@ kvs_tier_get(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
         return KVS_EINVAL;
     }
 
-    ns = tier_ns_hash(key);
+    ns = kvs_tier_ns_hash(key);
 
     pthread_mutex_lock(&t->mu);
 
-    i = tier_find(t, ns, id);
-    if (i == NONE) {
+    i = kvs_tier_slot_find(t, ns, id);
+    if (i == KVS_TIER_NONE) {
         t->st.misses++;
         pthread_mutex_unlock(&t->mu);
         return kvs_err_set(err, KVS_ENOTFOUND, "kv tier: block not stored");
@@ -977,15 +760,15 @@ kvs_tier_get(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
         /* never used again: out of the index at once */
         t->st.corrupt++;
 
-        if (t->slots[i].state == SLOT_READY) {
-            tier_unindex(t, i);
-            t->slots[i].state = SLOT_DEAD;
+        if (t->slots[i].state == KVS_TIER_SLOT_READY) {
+            kvs_tier_slot_unindex(t, i);
+            t->slots[i].state = KVS_TIER_SLOT_DEAD;
         }
     }
 
     /* a dead slot is freed by the last read that held it */
-    if (t->slots[i].state == SLOT_DEAD && t->slots[i].readers == 0) {
-        tier_release(t, i);
+    if (t->slots[i].state == KVS_TIER_SLOT_DEAD && t->slots[i].readers == 0) {
+        kvs_tier_slot_release(t, i);
     }
 
     pthread_mutex_unlock(&t->mu);
@@ -1011,9 +794,8 @@ kvs_tier_get(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
                            "other tokens or namespace");
     }
 
-    if (t->slots[i].state == SLOT_READY) {
-        tier_lru_unlink(t, i);
-        tier_lru_push(t, i);
+    if (t->slots[i].state == KVS_TIER_SLOT_READY) {
+        kvs_tier_slot_touch(t, i);
     }
 
     t->st.hits++;
@@ -1027,10 +809,3 @@ kvs_tier_get(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
 }
 
 
-void
-kvs_tier_stats(kvs_tier_t *t, kvs_tier_stats_t *st)
-{
-    pthread_mutex_lock(&t->mu);
-    *st = t->st;
-    pthread_mutex_unlock(&t->mu);
-}

@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kvs_metrics.h"
+#include "kvs_metrics_impl.h"
 
 
 /* ---- per-request timings ---------------------------------------------- */
@@ -590,7 +590,7 @@ kvs_metrics_label(kvs_buf_t *out, const char *name)
 }
 
 
-static int
+int
 kvs_metrics_head(kvs_buf_t *out, const char *name, const char *suffix,
     const char *help, const char *type)
 {
@@ -601,7 +601,7 @@ kvs_metrics_head(kvs_buf_t *out, const char *name, const char *suffix,
 
 
 /* name{model_name="m"[,extra]} value */
-static int
+int
 kvs_metrics_sample(kvs_buf_t *out, const char *name, const char *suffix,
     const char *model, const char *extra, const char *value)
 {
@@ -625,7 +625,7 @@ kvs_metrics_sample(kvs_buf_t *out, const char *name, const char *suffix,
 }
 
 
-static int
+int
 kvs_metrics_sample_u64(kvs_buf_t *out, const char *name,
     const char *suffix, const char *model, const char *extra, uint64_t v)
 {
@@ -1221,6 +1221,10 @@ kvs_metrics_write(const kvs_metrics_t *m, const kvs_metrics_gauges_t *g,
 
     if (rc == KVS_OK) {
         rc = kvs_metrics_pools(out, m, g);
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_metrics_tier(out, m, g);
     }
 
     if (rc == KVS_OK) {

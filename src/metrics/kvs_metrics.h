@@ -222,6 +222,23 @@ typedef struct {
     uint64_t  pool_refused[2];        /* not admitted within the queue
                                          timeout (503) */
 
+    /* the disk tier (kvs_metrics_tier.c), when have and tier; the
+     * counters are the engine's since it started */
+    int       tier;
+    uint64_t  tier_hit_tokens_pool;   /* prompt tokens reused from the
+                                         pool */
+    uint64_t  tier_hit_tokens_disk;   /* ... loaded from the disk tier */
+    uint64_t  tier_blocks;            /* held now */
+    uint64_t  tier_capacity;          /* at most */
+    uint64_t  tier_loaded;            /* blocks read back */
+    uint64_t  tier_load_ns;
+    uint64_t  tier_read_bytes;
+    uint64_t  tier_written_bytes;
+    uint64_t  tier_spilled;           /* blocks queued */
+    uint64_t  tier_dropped;           /* the queue was full */
+    uint64_t  tier_corrupt;
+    uint64_t  tier_recomputed;        /* held, computed (cost model) */
+
     /* cache_config_info, from the configuration: written for every model
      * whose block_size is not 0, engine answering or not */
     uint32_t     block_size;          /* tokens per KV block */

@@ -183,6 +183,17 @@ kvs_srv_new(kvs_srv_t **out, const kvs_srv_conf_t *conf, kvs_err_t *err)
 
         kvs_engine_stats(srv->engines[i].e, &st);
 
+        /* the disk tier: what it kept of its file, or why not */
+        if (st.tier.on) {
+            kvs_srv_log(srv, "model \"%s\": disk tier \"%s\" (%s): %" PRIu64
+                        " blocks of %" PRIu64 " bytes, %" PRIu64 " kept%s%s",
+                        wm->name, ec.tier_path,
+                        st.tier.direct ? "O_DIRECT" : "buffered",
+                        st.tier.slots, st.tier.slot_bytes, st.tier.kept,
+                        st.tier.discarded[0] ? "; discarded: " : "",
+                        st.tier.discarded);
+        }
+
         wm->index = i;
         wm->n_ctx = conf->models[i].engine.n_ctx != 0
                     ? conf->models[i].engine.n_ctx : m->hp.n_ctx_train;

@@ -49,7 +49,8 @@
                                          iteration token buckets; 7:
                                          STATS's KV pools, OUT's
                                          retry_after; 8: OUT's
-                                         kv_block_us */
+                                         kv_block_us, n_cached_tier;
+                                         STATS's disk tier */
 #define KVS_WIRE_HDR          16
 #define KVS_WIRE_MAX_FRAME    (16u << 20)   /* 1M prompt ids take 4 MiB */
 #define KVS_WIRE_AGAIN        1             /* need more bytes */

@@ -117,6 +117,11 @@ typedef struct {
     uint32_t     max_batch_tokens;
     unsigned     threads;
     uint64_t     seed;
+    double       tier;                /* trace: a disk tier of this
+                                         fraction of the working set for
+                                         every cache-on run; 0: none */
+    int          tier_always;         /* load whatever the cost model
+                                         says */
 } bp_opts_t;
 
 typedef struct {
@@ -149,6 +154,7 @@ typedef struct {
     uint32_t          *ord_user;      /* [n] in submission order */
     uint32_t          *ord_prompt;    /* prompt tokens */
     uint32_t          *ord_kv;        /* prompt + reply tokens */
+    double            *ttft;          /* [n] in submission order, s */
     uint32_t          *ev;            /* [3 * n] BP_EV_* events */
     uint32_t           n_ev;
     uint32_t           n_req;         /* requests submitted */
@@ -189,7 +195,10 @@ typedef struct {
 static int bp_args(int argc, char **argv, bp_opts_t *o);
 static int bp_model(const bp_opts_t *o, bp_model_t *md, kvs_err_t *err);
 static int bp_engine(kvs_engine_t **e, const bp_opts_t *o,
-    const bp_model_t *md, uint32_t n_blocks, int cache, kvs_err_t *err);
+    const bp_model_t *md, uint32_t n_blocks, int cache, uint64_t tier_blocks,
+    kvs_err_t *err);
+static void bp_tier_report(const bp_opts_t *o, const bp_run_t *run,
+    const bp_run_t *off, double f);
 static int bp_trace(const bp_opts_t *o);
 static void bp_events_write(const bp_run_t *run, double frac);
 static int bp_trace_make(const bp_opts_t *o, const bp_model_t *md,
@@ -300,6 +309,11 @@ bp_args(int argc, char **argv, bp_opts_t *o)
             continue;
         }
 
+        if (strcmp(opt, "--tier-always") == 0) {
+            o->tier_always = 1;
+            continue;
+        }
+
         if (i + 1 >= argc) {
             fprintf(stderr, "bench_prefix: %s needs a value\n", opt);
             return -1;
@@ -319,6 +333,18 @@ bp_args(int argc, char **argv, bp_opts_t *o)
 
         if (strcmp(opt, "--sizes") == 0) {
             o->sizes = argv[i];
+            continue;
+        }
+
+        if (strcmp(opt, "--tier") == 0) {
+            o->tier = strtod(argv[i], &end);
+            if (*end != '\0' || end == argv[i] || !(o->tier >= 0.0)
+                || o->tier > 100.0)
+            {
+                fprintf(stderr, "bench_prefix: --tier: not a fraction "
+                        "0..100 \"%s\"\n", argv[i]);
+                return -1;
+            }
             continue;
         }
 
@@ -430,11 +456,44 @@ failed:
 }
 
 
+/* The disk tier's file of a trace run (KVS_TMP), one per process. */
+static const char *
+bp_tier_path(void)
+{
+    static char  path[4096];
+
+    snprintf(path, sizeof(path), "%s/bench_prefix.%d.tier",
+             getenv("KVS_TMP") != NULL ? getenv("KVS_TMP") : "/tmp",
+             (int) getpid());
+
+    return path;
+}
+
+
+/* An engine; with tier_blocks > 0 (and the cache on), a disk tier that
+ * holds that many blocks, in a fresh file. */
 static int
 bp_engine(kvs_engine_t **e, const bp_opts_t *o, const bp_model_t *md,
-    uint32_t n_blocks, int cache, kvs_err_t *err)
+    uint32_t n_blocks, int cache, uint64_t tier_blocks, kvs_err_t *err)
 {
+    uint64_t           slot;
     kvs_engine_conf_t  conf;
+
+    slot = 0;
+
+    if (cache && tier_blocks > 0) {
+        /* the block's bytes, from an engine of the same shape */
+        if (bp_engine(e, o, md, n_blocks, 1, 0, err) != KVS_OK) {
+            return err->code;
+        }
+
+        slot = 512 + 4 * (uint64_t) o->block
+               + kvs_engine_kv_bytes(*e) / n_blocks;
+        slot = (slot + 4095) / 4096 * 4096;
+        kvs_engine_free(*e);
+        *e = NULL;
+        unlink(bp_tier_path());
+    }
 
     memset(&conf, 0, sizeof(conf));
     conf.model = md->m;
@@ -445,12 +504,85 @@ bp_engine(kvs_engine_t **e, const bp_opts_t *o, const bp_model_t *md,
     conf.max_batch_tokens = o->max_batch_tokens;
     conf.no_prefix_cache = !cache;
 
+    if (cache && tier_blocks > 0) {
+        conf.tier_path = bp_tier_path();
+        conf.tier_size = 4096 + tier_blocks * slot;
+        conf.tier_model = 1;
+        conf.tier_load_always = o->tier_always;
+    }
+
     if (kvs_engine_new(e, &conf, err) != KVS_OK) {
         *e = NULL;
         return err->code;
     }
 
     return KVS_OK;
+}
+
+
+/* The p-th percentile (0..100) of v[n], nearest rank; 0 for n 0. */
+static double
+bp_pct(const double *v, uint32_t n, double p)
+{
+    double    x, *c;
+    uint32_t  i, j, k;
+
+    if (n == 0 || (c = malloc(n * sizeof(double))) == NULL) {
+        return 0.0;
+    }
+
+    memcpy(c, v, n * sizeof(double));
+
+    for (i = 1; i < n; i++) {
+        x = c[i];
+        for (j = i; j > 0 && c[j - 1] > x; j--) {
+            c[j] = c[j - 1];
+        }
+        c[j] = x;
+    }
+
+    k = (uint32_t) (p / 100.0 * n + 0.999999);
+    k = k < 1 ? 1 : k > n ? n : k;
+    x = c[k - 1];
+    free(c);
+
+    return x;
+}
+
+
+/* A run's TTFT p50/p99 against the cache-off run's, and what its disk
+ * tier did: one line for the table's reader, one for scripts. */
+static void
+bp_tier_report(const bp_opts_t *o, const bp_run_t *run, const bp_run_t *off,
+    double f)
+{
+    double                          p50, p99;
+    const kvs_engine_tier_stats_t  *ts = &run->st.tier;
+
+    p50 = bp_pct(run->ttft, run->n_req, 50.0);
+    p99 = bp_pct(run->ttft, run->n_req, 99.0);
+
+    printf("  ttft p50 %.1f ms, p99 %.1f ms", p50 * 1e3, p99 * 1e3);
+
+    if (ts->on) {
+        printf("; disk tier: %" PRIu64 " prompt tokens loaded (%.2f%% of "
+               "prompts), %" PRIu64 " blocks in %.1f ms, %" PRIu64
+               " spilled, %" PRIu64 " dropped, %" PRIu64 " corrupt, %"
+               PRIu64 " left to compute", run->st.cache_tier_hit_tokens,
+               100.0 * (double) run->st.cache_tier_hit_tokens
+               / (double) (run->prompt_tokens ? run->prompt_tokens : 1),
+               ts->loaded_blocks, (double) ts->load_ns / 1e6, ts->spilled,
+               ts->spill_dropped, ts->corrupt, ts->recomputed_blocks);
+    }
+
+    printf("\nprefix_tier frac=%g tier=%g on=%u ttft_p50=%.6f "
+           "ttft_p99=%.6f tier_hit=%" PRIu64 " loaded=%" PRIu64
+           " load_ns=%" PRIu64 " spilled=%" PRIu64 " dropped=%" PRIu64
+           " corrupt=%" PRIu64 "\n", f, ts->on ? o->tier : 0.0,
+           (unsigned) ts->on, p50, p99, run->st.cache_tier_hit_tokens,
+           ts->loaded_blocks, ts->load_ns, ts->spilled, ts->spill_dropped,
+           ts->corrupt);
+    (void) off;
 }
 
 
@@ -555,7 +687,11 @@ bp_trace(const bp_opts_t *o)
             n_blocks = tr.max_seq;
         }
 
-        if (bp_engine(&e, o, &md, n_blocks, on, &err) != KVS_OK) {
+        if (bp_engine(&e, o, &md, n_blocks, on,
+                      on && o->tier > 0
+                      ? (uint64_t) (o->tier * (double) tr.ws + 0.999) : 0,
+                      &err) != KVS_OK)
+        {
             goto failed;
         }
 
@@ -570,6 +706,7 @@ bp_trace(const bp_opts_t *o)
 
         kvs_engine_free(e);
         e = NULL;
+        unlink(bp_tier_path());
 
         if (bp_blocks_build(o, on ? &run : &off, &bl) != KVS_OK) {
             kvs_err_set(&err, KVS_ENOMEM, "out of memory");
@@ -602,6 +739,7 @@ bp_trace(const bp_opts_t *o)
                    100.0 * (double) best_t / (double) off.prompt_tokens,
                    100.0 * (double) loose_t / (double) off.prompt_tokens,
                    100.0 * inf, off.st.preemptions, off.wall);
+            bp_tier_report(o, &off, &off, 0.0);
             printf("prefix_trace cache=off blocks=%" PRIu32 " prompt=%"
                    PRIu64 " prefill=%" PRIu64 " best=%.4f inf=%.4f "
                    "wall=%.2f\n", n_blocks, off.prompt_tokens,
@@ -642,6 +780,7 @@ bp_trace(const bp_opts_t *o)
         }
 
         bp_events_write(&run, f);
+        bp_tier_report(o, &run, &off, f);
 
         printf("prefix_trace cache=on turns_mean=%" PRIu32 " frac=%g "
                "blocks=%" PRIu32 " prompt=%"
@@ -868,12 +1007,13 @@ bp_run_alloc(const bp_opts_t *o, const bp_trace_t *tr, bp_run_t *run)
     run->ord_user = calloc(n, sizeof(uint32_t));
     run->ord_prompt = calloc(n, sizeof(uint32_t));
     run->ord_kv = calloc(n, sizeof(uint32_t));
+    run->ttft = calloc(n, sizeof(double));
     run->ev = calloc(3 * (size_t) n, sizeof(uint32_t));
 
     if (run->hist == NULL || run->hist_len == NULL || run->reply_off == NULL
         || run->reply_len == NULL || run->cached == NULL
         || run->ord_user == NULL || run->ord_prompt == NULL
-        || run->ord_kv == NULL || run->ev == NULL)
+        || run->ord_kv == NULL || run->ev == NULL || run->ttft == NULL)
     {
         return KVS_ENOMEM;
     }
@@ -911,6 +1051,7 @@ bp_run_free(const bp_opts_t *o, bp_run_t *run)
     free(run->ord_user);
     free(run->ord_prompt);
     free(run->ord_kv);
+    free(run->ttft);
     free(run->ev);
     memset(run, 0, sizeof(bp_run_t));
 }
@@ -938,6 +1079,7 @@ bp_trace_run(kvs_engine_t *e, const bp_opts_t *o, const bp_trace_t *tr,
         kvs_engine_seq_t  *h;
         uint32_t           user, turn, req;
         int                prefilled;
+        double             t_sub;
         kvs_engine_out_t   out;
     } slot[BP_MAX_CONC];
 
@@ -1009,6 +1151,7 @@ bp_trace_run(kvs_engine_t *e, const bp_opts_t *o, const bp_trace_t *tr,
             slot[s].turn = t;
             slot[s].req = sub;
             slot[s].prefilled = 0;
+            slot[s].t_sub = bp_now();
             slot[s].out.n_tokens = 0;
             slot[s].out.text.len = 0;
             running[u] = 1;
@@ -1039,6 +1182,7 @@ bp_trace_run(kvs_engine_t *e, const bp_opts_t *o, const bp_trace_t *tr,
                     || slot[s].out.finish != KVS_FINISH_NONE))
                 {
                     slot[s].prefilled = 1;
+                    run->ttft[slot[s].req] = bp_now() - slot[s].t_sub;
                     run->ev[run->n_ev++] = slot[s].req << 2 | BP_EV_PREFILL;
                 }
 
@@ -1790,7 +1934,7 @@ bp_ttft(const bp_opts_t *o)
     }
 
     if (i < ns) {
-        if (bp_engine(&eo, o, &md, n_blocks, 0, &err) != KVS_OK) {
+        if (bp_engine(&eo, o, &md, n_blocks, 0, 0, &err) != KVS_OK) {
             goto failed;
         }
 
@@ -1802,7 +1946,7 @@ bp_ttft(const bp_opts_t *o)
 
     n_blocks = (uint32_t) ((sum + ns * (3 * o->ttft_reply + o->ttft_msg))
                            / o->block) + n_blocks + 4 * ns;
-    if (bp_engine(&e, o, &md, n_blocks, 1, &err) != KVS_OK) {
+    if (bp_engine(&e, o, &md, n_blocks, 1, 0, &err) != KVS_OK) {
         goto failed;
     }
 
@@ -2039,6 +2183,9 @@ bp_usage(FILE *f)
         "         mean M, at most --turns)\n"
         "         [--cache 1,0.5,0.25]  (pool = fraction x working set + what\n"
         "                           the running requests add)\n"
+        "         [--tier F] [--tier-always]  (a disk tier of F x the\n"
+        "         working set in KVS_TMP for the cache-on runs;\n"
+        "         --tier-always loads whatever the cost model says)\n"
         "  ttft:  [--sizes 8192,16384,32768,65536] [--ttft-reply 16]\n"
         "         [--ttft-msg 64] [--off-max 32768]  (longer prompts are\n"
         "         not timed on a cache-off engine: their cold time is a\n"

@@ -13,6 +13,13 @@
 #           PREFIX_TURNS_MEAN, at most PREFIX_TURNS_MAX): most
 #           conversations short, a few long, so users come and go as in
 #           real traffic instead of all 32 staying to the end
+#   tier    the second tier (issue 26): the trace (fixed and geometric
+#           turns) with pools of 1 and PREFIX_TIER_POOL (0.25) x the
+#           working set, one tier, then the small pool with a disk tier
+#           of PREFIX_TIER (1) x the working set loading always, then
+#           with the cost model: hit rate against the 1 x run (the
+#           one-tier bound), prefill computed, TTFT p50/p99, what the
+#           tier loaded, replies equal to cache-off
 #   ttft    time to first token at 8k..64k-token prompts: cold (cache
 #           off), a full-prefix hit (the same prompt again) and a
 #           follow-up (prompt + reply + a new message), and the ratios
@@ -36,7 +43,7 @@ set -euo pipefail
 
 bin=${KVS_BENCH_DIR:-build}/bench_prefix
 export KVS_TMP=${KVS_TMP:-/tmp}
-parts=${PREFIX_PARTS:-trace trace-geo ttft}
+parts=${PREFIX_PARTS:-trace trace-geo ttft tier}
 common=(--threads "${PREFIX_THREADS:-0}" --seed "${PREFIX_SEED:-1}")
 out=$(mktemp "$KVS_TMP/prefix-bench.XXXXXX")
 trap 'rm -f "$out"' EXIT
@@ -55,13 +62,34 @@ for part in $parts; do
             --conc "${PREFIX_CONC:-4}" --reply "${PREFIX_REPLY:-32}" \
             --cache "${PREFIX_CACHE:-1,0.5,0.25}" | tee -a "$out" \
             | grep -v '^prefix_' ;;
+    tier)
+        small=${PREFIX_TIER_POOL:-0.25}
+        for turns in "--turns ${PREFIX_TURNS:-8}" \
+                     "--turns ${PREFIX_TURNS_MAX:-40} --turns-mean ${PREFIX_TURNS_MEAN:-7}"; do
+            for mode in one always cost; do
+                case $mode in
+                one)    tier=() ;;
+                always) tier=(--tier "${PREFIX_TIER:-1}" --tier-always) ;;
+                cost)   tier=(--tier "${PREFIX_TIER:-1}") ;;
+                esac
+                echo
+                echo "tier part: $mode, $turns"
+                # shellcheck disable=SC2086
+                "$bin" trace "${common[@]}" --users "${PREFIX_USERS:-32}" \
+                    $turns --system "${PREFIX_SYSTEM:-512}" \
+                    --conc "${PREFIX_CONC:-4}" --reply "${PREFIX_REPLY:-32}" \
+                    --cache "1,$small" "${tier[@]}" \
+                    | sed "s/^prefix_trace /prefix_trace mode=$mode /" \
+                    | tee -a "$out" | grep -v '^prefix_'
+            done
+        done ;;
     ttft)
         echo
         "$bin" ttft "${common[@]}" --off-max "${PREFIX_OFF_MAX:-32768}" \
             --sizes "${PREFIX_SIZES:-8192,16384,32768,65536}" \
             | tee -a "$out" | grep -v '^prefix_' ;;
     *)
-        echo "prefix.sh: unknown part \"$part\" (trace, trace-geo, ttft)" >&2
+        echo "prefix.sh: unknown part \"$part\" (trace, trace-geo, ttft, tier)" >&2
         exit 2 ;;
     esac
 done
@@ -78,7 +106,22 @@ function field(name,    i, kv) {
     }
     return ""
 }
-$1 == "prefix_trace" && field("cache") == "on" {
+$1 == "prefix_trace" && field("mode") != "" && field("cache") == "on" \
+    && field("frac") == 1 {
+    bound[field("mode"), field("turns_mean")] = field("hit")
+}
+$1 == "prefix_trace" && field("mode") != "" && field("cache") == "on" \
+    && field("frac") != 1 {
+    b = bound[field("mode"), field("turns_mean")]
+    printf "tier: %s, %s turns, pool %s x ws: hit %.2f%% vs the one-tier" \
+           " bound %.2f%%: %.1f%% (goal 95%%: %s), replies differ: %s\n",
+           field("mode"), (field("turns_mean") > 0) ? "geometric" : "fixed",
+           field("frac"), 100 * field("hit"), 100 * b,
+           (b > 0) ? 100 * field("hit") / b : 0,
+           (b > 0 && field("hit") / b >= 0.95) ? "met" : "NOT met",
+           field("replies_differ")
+}
+$1 == "prefix_trace" && field("mode") == "" && field("cache") == "on" {
     r = field("ratio")
     printf "goal: hit rate >= 95%% of the best possible, %s turns, pool %s" \
            " x working set: %.1f%% (%.2f%% of %.2f%%): %s\n",

@@ -24,7 +24,7 @@
  * gauges, iteration buckets and sum, then the KV pools' (pools, 3 x 2
  * gauges, 4 x 2 counters) */
 #define STATS_MODEL  (4 + 17 * 8 + 8 * 4 + (KVS_ENGINE_ITER_BOUNDS + 2) * 8 \
-                      + 4 + 6 * 4 + 8 * 8)
+                      + 4 + 6 * 4 + 8 * 8 + 8 + 2 * 4 + 18 * 8)
 
 
 /* --- helpers ------------------------------------------------------------- */
@@ -728,6 +728,7 @@ test_out(void **state)
     o.has_cache = 1;
     o.n_cached = 11;
     o.n_cache_created = 7;
+    o.n_cached_tier = 9;
     o.miss = KVS_RADIX_MISS_OFF;
     o.miss_pos = 10;
     snprintf(o.error, sizeof(o.error), "backend: out of memory");
@@ -753,6 +754,7 @@ test_out(void **state)
     assert_int_equal(d.out.has_cache, 1);
     assert_int_equal(d.out.n_cached, 11);
     assert_int_equal(d.out.n_cache_created, 7);
+    assert_int_equal(d.out.n_cached_tier, 9);
     assert_int_equal(d.out.miss, KVS_RADIX_MISS_OFF);
     assert_int_equal(d.out.miss_pos, 10);
     assert_true(d.t.recv_ns == 1 && d.t.first_ns == 2
@@ -974,6 +976,19 @@ test_stats(void **state)
             in->models[i].st.pool_wait_ms[k] = 36 + k;
             in->models[i].st.pool_refused[k] = 38 + k;
         }
+
+        /* the disk tier (version 8): what goes on the wire, not its
+         * rates nor why a file was discarded (the engine's own) */
+        in->models[i].st.cache_tier_hit_tokens = UINT64_MAX - i;
+        in->models[i].st.tier.on = 1;
+        in->models[i].st.tier.direct = (uint32_t) i % 2;
+        in->models[i].st.tier.slots = 40 + i;
+        in->models[i].st.tier.used = 41;
+        in->models[i].st.tier.loaded_blocks = UINT64_MAX - 1;
+        in->models[i].st.tier.corrupt = 42;
+        in->models[i].st.tier.load_ns = 43;
+        in->models[i].st.tier.spill_dropped = 44;
+        in->models[i].st.tier.bytes_read = UINT64_MAX - 2;
     }
 
     /* model 0: no tenant; model 1: the most, one key empty, one full */
@@ -1261,7 +1276,7 @@ test_bad_others(void **state)
 
     b.len = 0;
     kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err);
-    b.data[16 + 80 + 8 + 2 + 8] = KVS_SAMPLE_MAX_TOP_LOGPROBS + 1;
+    b.data[16 + 84 + 8 + 2 + 8] = KVS_SAMPLE_MAX_TOP_LOGPROBS + 1;
     expect_bad(b.data, b.len, "n_top");
 
     /* the cache fields at 16 + 56: n_cached, n_cache_created, miss_pos,
@@ -1323,6 +1338,21 @@ test_bad_others(void **state)
     put32(b.data + 16 + 64, 6);               /* miss_pos */
     expect_bad(b.data, b.len, "cache");
 
+    /* n_cached_tier (16 + 80, version 8): at most n_cached */
+    o.n_cached = 4;
+    o.n_cached_tier = 5;
+    b.len = 0;
+    assert_int_equal(kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err),
+                     KVS_ERANGE);
+    assert_int_equal(b.len, 0);
+
+    o.n_cached_tier = 4;
+    assert_int_equal(kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err), KVS_OK);
+    put32(b.data + 16 + 80, 5);
+    expect_bad(b.data, b.len, "cache");
+    o.n_cached = 0;
+    o.n_cached_tier = 0;
+
     kvs_engine_out_free(&o);
 
     /* REFUSED: a code that is not one, a NUL in the message */
@@ -1383,7 +1413,7 @@ test_bad_others(void **state)
     b.len = 0;
     kvs_wire_enc_stats(&b, 1, st, &err);
     /* a model's stats: 17 counters, 8 gauges, the iteration buckets
-     * and their sum, the pools' figures */
+     * and their sum, the pools' figures, the disk tier's */
     assert_int_equal(b.len, 16 + 12 + STATS_MODEL + 8 + 2 + 3 + 24 + 24);
     put32(b.data + 28 + STATS_MODEL, KVS_ENGINE_TOP_TENANTS + 1);
     expect_bad(b.data, b.len, "n_top");

@@ -28,13 +28,19 @@ static int kvs_backend_cpu_forward(kvs_backend_t *be, const kvs_batch_t *b,
 static int kvs_backend_cpu_copy_block(kvs_backend_t *be, uint32_t dst,
     uint32_t src, kvs_err_t *err);
 static void kvs_backend_cpu_free(kvs_backend_t *be);
+static int kvs_backend_cpu_block_read(kvs_backend_t *be, uint32_t b,
+    void *dst, kvs_err_t *err);
+static int kvs_backend_cpu_block_write(kvs_backend_t *be, uint32_t b,
+    const void *src, kvs_err_t *err);
 
 
 static const kvs_backend_ops_t  kvs_backend_cpu_ops = {
     kvs_backend_cpu_forward,
     NULL,                                   /* samples on the host */
     kvs_backend_cpu_copy_block,
-    kvs_backend_cpu_free
+    kvs_backend_cpu_free,
+    kvs_backend_cpu_block_read,
+    kvs_backend_cpu_block_write
 };
 
 
@@ -127,6 +133,45 @@ kvs_backend_cpu_copy_block(kvs_backend_t *be, uint32_t dst, uint32_t src,
     /* a block is one run of bytes, scales included (kvs_kv_layout.h) */
     memcpy(kvs_cpu_kv_block(kv, dst), kvs_cpu_kv_block(kv, src),
            (size_t) kv->lo.block_bytes);
+
+    return KVS_OK;
+}
+
+
+/* The disk tier's copies: a block is one run of bytes on the host. */
+static int
+kvs_backend_cpu_block_read(kvs_backend_t *be, uint32_t b, void *dst,
+    kvs_err_t *err)
+{
+    kvs_backend_cpu_t  *cpu = be->impl;
+
+    if (b >= cpu->kv->n_blocks) {
+        return kvs_err_set(err, KVS_EINVAL, "read block %" PRIu32 ": the "
+                           "cache has %" PRIu32 " blocks", b,
+                           cpu->kv->n_blocks);
+    }
+
+    memcpy(dst, kvs_cpu_kv_block(cpu->kv, b),
+           (size_t) cpu->kv->lo.block_bytes);
+
+    return KVS_OK;
+}
+
+
+static int
+kvs_backend_cpu_block_write(kvs_backend_t *be, uint32_t b, const void *src,
+    kvs_err_t *err)
+{
+    kvs_backend_cpu_t  *cpu = be->impl;
+
+    if (b >= cpu->kv->n_blocks) {
+        return kvs_err_set(err, KVS_EINVAL, "write block %" PRIu32 ": the "
+                           "cache has %" PRIu32 " blocks", b,
+                           cpu->kv->n_blocks);
+    }
+
+    memcpy(kvs_cpu_kv_block(cpu->kv, b), src,
+           (size_t) cpu->kv->lo.block_bytes);
 
     return KVS_OK;
 }

@@ -55,6 +55,19 @@
                                                  empty: as SCOPE_TENANT */
 
 
+/* kvserve_kv_tier disk PATH SIZE [model=NAME] (ngx_http_kvserve_tier.c) */
+typedef struct {
+    ngx_str_t                 path;        /* absolute file name */
+    off_t                     size;        /* bytes of file at most */
+    ngx_str_t                 model;       /* model=; len 0: the one model
+                                              served */
+    ngx_flag_t                load_always; /* load=always: whatever the
+                                              cost model says */
+    u_char                   *file;        /* where it was written, for */
+    ngx_uint_t                line;        /* nginx -t's messages */
+} ngx_http_kvserve_tier_t;
+
+
 typedef struct {
     ngx_str_t                 name;        /* the API's model id */
     ngx_str_t                 path;        /* absolute file name */
@@ -91,6 +104,10 @@ typedef struct {
                                               0: a share of
                                               kvserve_kv_cache */
     kvs_kv_cache_spec_t       kv_spec;     /* ... parsed */
+    ngx_http_kvserve_tier_t  *tier;        /* its disk tier; NULL: none */
+    uint64_t                  tier_tag;    /* xxh3-64 of its name: a tier
+                                              file of another model is
+                                              discarded */
     double                    kv_fraction; /* of the device's memory on
                                               CUDA: this model's part of
                                               a fraction budget, 0 for a
@@ -140,6 +157,8 @@ typedef struct {
                                               in the engine process */
     ngx_uint_t                device;      /* kvserve_device: CUDA
                                               ordinal */
+    ngx_array_t              *tiers;       /* ngx_http_kvserve_tier_t;
+                                              NULL: none */
 
     /* the engine process (ngx_http_kvserve_engine.c) */
     ngx_path_t               *engine_dir;  /* kvserve_engine_dir: socket
@@ -291,6 +310,12 @@ char *ngx_http_kvserve_enable(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_kvserve_chat_template(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+char *ngx_http_kvserve_kv_tier_directive(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+/* Gives each model its tier, and refuses what its engine would refuse
+ * (once the models' KV blocks are known). */
+ngx_int_t ngx_http_kvserve_kv_tier_check(ngx_conf_t *cf,
+    ngx_http_kvserve_main_conf_t *kmcf);
 char *ngx_http_kvserve_kv_dtype_directive(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 ngx_int_t ngx_http_kvserve_kv_dtype_check(ngx_conf_t *cf,

@@ -202,6 +202,8 @@ ngx_http_kvserve_complete(ngx_http_kvserve_ctx_t *ctx)
     ngx_memzero(&u, sizeof(u));
     u.prompt_tokens = ctx->prompt_tokens;
     u.cached_tokens = ctx->cached_tokens;
+    u.cached_tier = ctx->cached_tier;
+    u.tiered = ctx->model != NULL && ctx->model->tier != NULL;
     u.cache_creation_tokens = ctx->cache_created;
     u.breakpoints = ctx->req.n_breaks > 0;
     for (i = 0; i < ctx->n_choices; i++) {

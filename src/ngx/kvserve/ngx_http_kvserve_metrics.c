@@ -43,6 +43,8 @@ typedef struct {
 } ngx_http_kvserve_scrape_t;
 
 
+static void ngx_http_kvserve_scrape_tier(kvs_metrics_gauges_t *g,
+    const kvs_engine_stats_t *st);
 static void ngx_http_kvserve_scrape_pools(kvs_metrics_gauges_t *g,
     const kvs_engine_stats_t *st);
 
@@ -484,6 +486,7 @@ ngx_http_kvserve_scrape_send(ngx_http_request_t *r, kvs_wire_stats_t *st)
                        sizeof(g[k].iter_tokens));
             g[k].iter_tokens_sum = st->models[i].st.iter_tokens_sum;
             ngx_http_kvserve_scrape_pools(&g[k], &st->models[i].st);
+            ngx_http_kvserve_scrape_tier(&g[k], &st->models[i].st);
             ngx_http_kvserve_scrape_tenants(&g[k].tenants,
                                             &st->models[i].tenants);
         }
@@ -668,4 +671,33 @@ ngx_http_kvserve_scrape_pools(kvs_metrics_gauges_t *g,
         g->pool_wait_ms[p] = st->pool_wait_ms[p];
         g->pool_refused[p] = st->pool_refused[p];
     }
+}
+
+
+/* The disk tier's figures (kvs_metrics_tier.c), when it has one. */
+static void
+ngx_http_kvserve_scrape_tier(kvs_metrics_gauges_t *g,
+    const kvs_engine_stats_t *st)
+{
+    g->tier = st->tier.on != 0;
+
+    if (!g->tier) {
+        return;
+    }
+
+    g->tier_hit_tokens_disk = st->cache_tier_hit_tokens;
+    g->tier_hit_tokens_pool = st->cache_hit_tokens >= st->cache_tier_hit_tokens
+                              ? st->cache_hit_tokens
+                                - st->cache_tier_hit_tokens
+                              : 0;
+    g->tier_blocks = st->tier.used;
+    g->tier_capacity = st->tier.slots;
+    g->tier_loaded = st->tier.loaded_blocks;
+    g->tier_load_ns = st->tier.load_ns;
+    g->tier_read_bytes = st->tier.bytes_read;
+    g->tier_written_bytes = st->tier.bytes_written;
+    g->tier_spilled = st->tier.spilled;
+    g->tier_dropped = st->tier.spill_dropped;
+    g->tier_corrupt = st->tier.corrupt;
+    g->tier_recomputed = st->tier.recomputed_blocks;
 }

@@ -148,6 +148,8 @@ struct ngx_http_kvserve_ctx_s {
     uint32_t                  cached_tokens;   /* over the parts: prompt
                                                   tokens from the prefix
                                                   cache, */
+    uint32_t                  cached_tier;     /* of those, loaded from
+                                                  the disk tier, */
     uint32_t                  cache_created;   /* cached for the pins, */
     uint32_t                  cache_queried;   /* looked up */
     ngx_int_t                 cache_miss;  /* kvs_radix_miss_t of the

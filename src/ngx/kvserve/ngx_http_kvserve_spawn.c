@@ -450,6 +450,13 @@ ngx_http_kvserve_child(ngx_http_kvserve_engine_t *e, int lease, int pidfd)
         sm[i].engine.kv_dtype_set = kmcf->kv_dtype != NGX_CONF_UNSET_UINT;
         sm[i].engine.kv_dtype = (uint32_t) m[i].kv_dtype;
 
+        if (m[i].tier != NULL) {
+            sm[i].engine.tier_path = (const char *) m[i].tier->path.data;
+            sm[i].engine.tier_size = (uint64_t) m[i].tier->size;
+            sm[i].engine.tier_model = m[i].tier_tag;
+            sm[i].engine.tier_load_always = (int) m[i].tier->load_always;
+        }
+
         /* a fraction is of the device's memory on CUDA (the plan's
          * n_blocks are the CPU's): this model's part of it */
         sm[i].engine.kv_fraction = m[i].kv_fraction;

@@ -1,0 +1,227 @@
+/*
+ * kvs_tier_slots: the disk tier's slot index (see kvs_tier_impl.h):
+ * the namespace hash, the hash table from (namespace, path id) to a
+ * ready slot, the LRU list of ready slots, the free list, and the
+ * reclaim of the least recently used slot that no read holds.  No I/O
+ * here: kvs_tier.c reads and writes the file outside the lock.
+ *
+ * Invariants: a (namespace hash, path id) pair names at most one ready
+ * slot; a slot with readers is never taken for a write.
+ */
+
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "base/kvs_le.h"
+#include "kvs_tier_impl.h"
+
+
+uint64_t
+kvs_tier_ns_hash(const kvs_radix_key_t *key)
+{
+    uint8_t  b[12];
+
+    kvs_le_put64(b, key->epoch);
+    kvs_le_put32(b + 8, key->adapter);
+
+    return XXH3_64bits_withSeed(key->scope_len > 0 ? key->scope : "",
+                                key->scope_len, XXH3_64bits(b, 12));
+}
+
+
+static uint32_t
+tier_bucket(const kvs_tier_t *t, uint64_t ns, const uint8_t *id)
+{
+    return (uint32_t) XXH3_64bits_withSeed(id, KVS_TIER_ID_LEN, ns)
+           & t->mask;
+}
+
+
+static void
+tier_lru_unlink(kvs_tier_t *t, uint32_t i)
+{
+    kvs_tier_slot_t  *s = &t->slots[i];
+
+    if (s->prev != KVS_TIER_NONE) {
+        t->slots[s->prev].next = s->next;
+    } else {
+        t->lru_head = s->next;
+    }
+
+    if (s->next != KVS_TIER_NONE) {
+        t->slots[s->next].prev = s->prev;
+    } else {
+        t->lru_tail = s->prev;
+    }
+
+    s->prev = KVS_TIER_NONE;
+    s->next = KVS_TIER_NONE;
+}
+
+
+static void
+tier_lru_push(kvs_tier_t *t, uint32_t i)
+{
+    kvs_tier_slot_t  *s = &t->slots[i];
+
+    s->prev = KVS_TIER_NONE;
+    s->next = t->lru_head;
+
+    if (t->lru_head != KVS_TIER_NONE) {
+        t->slots[t->lru_head].prev = i;
+    } else {
+        t->lru_tail = i;
+    }
+
+    t->lru_head = i;
+}
+
+
+uint32_t
+kvs_tier_slot_find(const kvs_tier_t *t, uint64_t ns, const uint8_t *id)
+{
+    uint32_t  i;
+
+    for (i = t->buckets[tier_bucket(t, ns, id)]; i != KVS_TIER_NONE;
+         i = t->slots[i].link)
+    {
+        if (t->slots[i].ns == ns
+            && memcmp(t->slots[i].id, id, KVS_TIER_ID_LEN) == 0)
+        {
+            return i;
+        }
+    }
+
+    return KVS_TIER_NONE;
+}
+
+
+void
+kvs_tier_slot_unindex(kvs_tier_t *t, uint32_t i)
+{
+    uint32_t  *p;
+
+    p = &t->buckets[tier_bucket(t, t->slots[i].ns, t->slots[i].id)];
+
+    while (*p != i) {
+        p = &t->slots[*p].link;
+    }
+
+    *p = t->slots[i].link;
+    t->slots[i].link = KVS_TIER_NONE;
+    tier_lru_unlink(t, i);
+    t->st.used--;
+}
+
+
+void
+kvs_tier_slot_index(kvs_tier_t *t, uint32_t i)
+{
+    uint32_t  b;
+
+    b = tier_bucket(t, t->slots[i].ns, t->slots[i].id);
+    t->slots[i].link = t->buckets[b];
+    t->buckets[b] = i;
+    t->slots[i].state = KVS_TIER_SLOT_READY;
+    tier_lru_push(t, i);
+    t->st.used++;
+}
+
+
+void
+kvs_tier_slot_release(kvs_tier_t *t, uint32_t i)
+{
+    t->slots[i].state = KVS_TIER_SLOT_FREE;
+    t->slots[i].link = t->free_head;
+    t->free_head = i;
+}
+
+
+void
+kvs_tier_slot_touch(kvs_tier_t *t, uint32_t i)
+{
+    tier_lru_unlink(t, i);
+    tier_lru_push(t, i);
+}
+
+
+int
+kvs_tier_slots_init(kvs_tier_t *t)
+{
+    uint32_t  i;
+
+    for (i = 1; i < t->n_slots * 2; i <<= 1) { /* void */ }
+
+    t->mask = i - 1;
+    t->slots = malloc((size_t) t->n_slots * sizeof(kvs_tier_slot_t));
+    t->buckets = malloc((size_t) i * sizeof(uint32_t));
+
+    if (t->slots == NULL || t->buckets == NULL) {
+        return KVS_ENOMEM;
+    }
+
+    memset(t->buckets, 0xff, (size_t) i * sizeof(uint32_t));
+    t->free_head = KVS_TIER_NONE;
+    t->lru_head = KVS_TIER_NONE;
+    t->lru_tail = KVS_TIER_NONE;
+
+    for (i = t->n_slots; i-- > 0; ) {
+        t->slots[i].readers = 0;
+        t->slots[i].prev = KVS_TIER_NONE;
+        t->slots[i].next = KVS_TIER_NONE;
+        kvs_tier_slot_release(t, i);
+    }
+
+    return KVS_OK;
+}
+
+
+uint32_t
+kvs_tier_slot_take(kvs_tier_t *t)
+{
+    uint32_t  i;
+
+    if (t->free_head != KVS_TIER_NONE) {
+        i = t->free_head;
+        t->free_head = t->slots[i].link;
+        t->slots[i].link = KVS_TIER_NONE;
+        return i;
+    }
+
+    for (i = t->lru_tail; i != KVS_TIER_NONE; i = t->slots[i].prev) {
+        if (t->slots[i].readers == 0) {
+            kvs_tier_slot_unindex(t, i);
+            t->st.reclaimed++;
+            return i;
+        }
+    }
+
+    return KVS_TIER_NONE;
+}
+
+
+int
+kvs_tier_has(kvs_tier_t *t, const kvs_radix_key_t *key, const uint8_t *id)
+{
+    int  found;
+
+    if (key->scope_len > KVS_RADIX_MAX_SCOPE) {
+        return 0;
+    }
+
+    pthread_mutex_lock(&t->mu);
+    found = kvs_tier_slot_find(t, kvs_tier_ns_hash(key), id) != KVS_TIER_NONE;
+    pthread_mutex_unlock(&t->mu);
+
+    return found;
+}
+
+
+void
+kvs_tier_stats(kvs_tier_t *t, kvs_tier_stats_t *st)
+{
+    pthread_mutex_lock(&t->mu);
+    *st = t->st;
+    pthread_mutex_unlock(&t->mu);
+}

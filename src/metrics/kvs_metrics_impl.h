@@ -1,0 +1,27 @@
+/*
+ * kvs_metrics_impl: what kvs_metrics.c (the exposition) shares with
+ * kvs_metrics_tier.c (the disk tier's metrics): the HELP/TYPE head and
+ * one sample line.  Not for use outside src/metrics.
+ */
+
+#ifndef KVS_METRICS_IMPL_H
+#define KVS_METRICS_IMPL_H
+
+#include "kvs_metrics.h"
+
+/* # HELP and # TYPE of kvserve:<name><suffix> */
+int kvs_metrics_head(kvs_buf_t *out, const char *name, const char *suffix,
+    const char *help, const char *type);
+
+/* kvserve:<name><suffix>{model_name="model"[,extra]} value */
+int kvs_metrics_sample(kvs_buf_t *out, const char *name, const char *suffix,
+    const char *model, const char *extra, const char *value);
+int kvs_metrics_sample_u64(kvs_buf_t *out, const char *name,
+    const char *suffix, const char *model, const char *extra, uint64_t v);
+
+/* The disk tier's metrics, for the models whose engine answered with a
+ * tier (kvs_metrics_tier.c). */
+int kvs_metrics_tier(kvs_buf_t *out, const kvs_metrics_t *m,
+    const kvs_metrics_gauges_t *g);
+
+#endif /* KVS_METRICS_IMPL_H */

@@ -1,0 +1,463 @@
+/*
+ * test_engine_tier: the prefix cache's disk tier inside the engine
+ * (kvs_engine_tier.c), against an engine with the cache off.
+ *
+ * A prompt whose blocks were evicted from a small pool comes back from
+ * the disk tier: it reports the loaded tokens (n_cached_tier), and its
+ * tokens and log-probabilities are bit for bit the cold engine's.  The
+ * tier honours namespaces (another scope loads nothing), a flipped byte
+ * in the file is detected (corrupt, the run stops there) and the reply
+ * is still the cold one, a restart keeps the file under the same model
+ * and discards it under another model tag or another model's weights,
+ * and with a disk that takes 300 ms a write no step waits for it (the
+ * queue drops instead).
+ */
+
+#include "kvs_test.h"
+#include "kvs_test_model.h"
+
+#include <fcntl.h>
+#include <inttypes.h>
+#include <sys/stat.h>
+
+#include "base/kvs_clock.h"
+#include "engine/kvs_engine.h"
+
+#define BT       16
+#define BUDGET   32
+#define POOL     12                   /* blocks: two 64-token turns */
+#define TIER     (4u << 20)           /* bytes of file */
+
+
+typedef struct {
+    const char  *scope;
+    uint64_t     tag;                 /* tier_model */
+    uint32_t     delay_us;
+    uint32_t     depth;
+} opts_t;
+
+
+static const char *
+tier_path(void)
+{
+    static char  path[256];
+
+    snprintf(path, sizeof(path), "%s", kvs_test_tmp("test_engine_tier"));
+    snprintf(path + strlen(path), sizeof(path) - strlen(path), ".%d",
+             (int) getpid());
+
+    return path;
+}
+
+
+static kvs_engine_t *
+engine_new(const kvs_test_model_t *md, int cache, const opts_t *o)
+{
+    kvs_err_t          err;
+    kvs_engine_t      *e;
+    kvs_engine_conf_t  conf;
+
+    memset(&conf, 0, sizeof(conf));
+    conf.model = md->m;
+    conf.vocab = md->v;
+    conf.block_tokens = BT;
+    conf.n_blocks = cache ? POOL : 64;
+    conf.threads = 1;
+    conf.max_batch_tokens = BUDGET;
+    conf.no_prefix_cache = !cache;
+
+    if (cache) {
+        conf.tier_path = tier_path();
+        conf.tier_size = TIER;
+        conf.tier_model = o != NULL ? o->tag : 1;
+        conf.tier_write_delay_us = o != NULL ? o->delay_us : 0;
+        conf.tier_depth = o != NULL ? o->depth : 0;
+    }
+
+    if (kvs_engine_new(&e, &conf, &err) != KVS_OK) {
+        fail_msg("engine: %s", err.msg);
+    }
+
+    return e;
+}
+
+
+/* One greedy request with top-5 logprobs, run to its end; *max_ns the
+ * longest kvs_engine_step() call (may be NULL). */
+static void
+run1(kvs_engine_t *e, const int32_t *prompt, uint32_t n_prompt,
+    uint32_t gen, const char *scope, kvs_engine_out_t *out,
+    uint64_t *max_ns)
+{
+    uint64_t           t0;
+    kvs_err_t          err;
+    kvs_engine_req_t   req;
+    kvs_engine_seq_t  *h, *hs[1];
+
+    memset(&req, 0, sizeof(req));
+    req.prompt = prompt;
+    req.n_prompt = n_prompt;
+    req.max_tokens = gen;
+    req.ignore_eos = 1;
+    req.sample.top_p = 1.0f;
+    req.sample.logprobs = 1;
+    req.sample.top_logprobs = 5;
+    req.scope = scope;
+    req.scope_len = scope != NULL ? strlen(scope) : 0;
+
+    memset(out, 0, sizeof(*out));
+
+    if (kvs_engine_submit(e, &req, &h, &err) != KVS_OK) {
+        fail_msg("submit: %s", err.msg);
+    }
+
+    while (out->finish == KVS_FINISH_NONE) {
+        t0 = kvs_now_ns();
+        (void) kvs_engine_step(e);
+        t0 = kvs_now_ns() - t0;
+
+        if (max_ns != NULL && t0 > *max_ns) {
+            *max_ns = t0;
+        }
+
+        while (kvs_engine_ready(e, hs, 1) > 0) {
+            assert_ptr_equal(hs[0], h);
+            assert_true(kvs_engine_read(e, h, out) >= 0);
+        }
+    }
+
+    kvs_engine_close(e, h);
+    assert_int_equal(out->finish, KVS_FINISH_LENGTH);
+    assert_int_equal(out->n_tokens, gen);
+
+    if (kvs_engine_check(e, &err) != KVS_OK) {
+        fail_msg("engine check: %s", err.msg);
+    }
+}
+
+
+static void
+expect_same(const kvs_engine_out_t *a, const kvs_engine_out_t *b,
+    const char *what)
+{
+    size_t  i;
+
+    assert_int_equal(a->n_tokens, b->n_tokens);
+    assert_int_equal(a->n_lp, b->n_lp);
+
+    for (i = 0; i < a->n_tokens; i++) {
+        if (a->tokens[i] != b->tokens[i]) {
+            fail_msg("%s: token %zu is %d with the tier, %d without",
+                     what, i, a->tokens[i], b->tokens[i]);
+        }
+    }
+
+    for (i = 0; i < a->n_lp; i++) {
+        if (memcmp(&a->lp[i], &b->lp[i], sizeof(a->lp[i])) != 0) {
+            fail_msg("%s: logprobs of token %zu differ (%.9g vs %.9g)",
+                     what, i, a->lp[i].logprob, b->lp[i].logprob);
+        }
+    }
+}
+
+
+static void
+fill(int32_t *t, uint32_t n, uint64_t seed, uint32_t n_vocab, int32_t bos)
+{
+    uint32_t  i;
+
+    for (i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        t[i] = (int32_t) ((seed >> 33) % n_vocab);
+        if (t[i] == bos) {
+            t[i] = (t[i] + 1) % (int32_t) n_vocab;
+        }
+    }
+}
+
+
+/* Runs six other 64-token prompts: the pool of 12 blocks keeps none of
+ * what came before, and the tier gets it (written before returning). */
+static void
+evict_all(kvs_engine_t *e, const kvs_test_model_t *md, uint64_t seed,
+    uint64_t *max_ns)
+{
+    int32_t           other[64];
+    uint32_t          k;
+    kvs_engine_out_t  c;
+
+    for (k = 0; k < 6; k++) {
+        fill(other, 64, seed + k, md->m->hp.n_vocab, md->v->bos);
+        run1(e, other, 64, 8, NULL, &c, max_ns);
+        kvs_engine_out_free(&c);
+    }
+
+    kvs_engine_tier_wait(e);
+}
+
+
+/* Flips one byte of every block's KV bytes in the file. */
+static void
+corrupt_file(const kvs_engine_stats_t *st)
+{
+    int       fd;
+    uint8_t   b;
+    uint64_t  i, off;
+
+    fd = open(tier_path(), O_RDWR);
+    assert_true(fd >= 0);
+
+    for (i = 0; i < st->tier.slots; i++) {
+        /* file header, slot header, the tokens, then a KV byte */
+        off = 4096 + i * st->tier.slot_bytes + 512 + 4 * BT + 100;
+        assert_int_equal(pread(fd, &b, 1, (off_t) off), 1);
+        b ^= 0x40;
+        assert_int_equal(pwrite(fd, &b, 1, (off_t) off), 1);
+    }
+
+    close(fd);
+}
+
+
+static void
+test_evicted_comes_back(void **state)
+{
+    int32_t             sys[72];
+    kvs_test_model_t    md;
+    kvs_engine_t       *on, *off;
+    kvs_engine_out_t    a, b, c;
+    kvs_engine_stats_t  st;
+
+    if (kvs_test_model_stories(&md) != 0) {
+        skip();
+    }
+
+    unlink(tier_path());
+    on = engine_new(&md, 1, NULL);
+    off = engine_new(&md, 0, NULL);
+    fill(sys, 72, 11, md.m->hp.n_vocab, md.v->bos);
+
+    run1(on, sys, 64, 8, NULL, &a, NULL);
+    assert_int_equal(a.n_cached_tier, 0);
+    evict_all(on, &md, 1000, NULL);
+
+    kvs_engine_stats(on, &st);
+    assert_true(st.tier.on);
+    assert_true(st.tier.spilled > 0);
+    assert_int_equal(st.tier.spill_written, st.tier.spilled);
+    assert_true(st.tier.used > 0 && st.tier.used <= st.tier.slots);
+
+    /* the 64-token prompt and 8 more: its 4 whole blocks, and the
+     * reply's fifth, come back from the tier */
+    run1(on, sys, 72, 8, NULL, &b, NULL);
+    run1(off, sys, 72, 8, NULL, &c, NULL);
+    expect_same(&b, &c, "loaded from the tier");
+    assert_int_equal(b.n_cached, 64);
+    assert_int_equal(b.n_cached_tier, 64);
+
+    kvs_engine_stats(on, &st);
+    assert_int_equal(st.tier.loaded_blocks, 4);
+    assert_int_equal(st.tier.corrupt, 0);
+    assert_int_equal(st.cache_tier_hit_tokens, 64);
+    assert_true(st.tier.bytes_read >= 4 * st.tier.slot_bytes);
+    printf("tier: %" PRIu64 " blocks of %" PRIu64 " bytes loaded in %.1f "
+           "us at admission (%s)\n", st.tier.loaded_blocks,
+           st.tier.slot_bytes, (double) st.tier.load_ns / 1e3,
+           st.tier.direct ? "O_DIRECT" : "buffered");
+
+    /* another scope: the same tokens, nothing of them loaded */
+    kvs_engine_out_free(&b);
+    evict_all(on, &md, 2000, NULL);
+    run1(on, sys, 72, 8, "tenant-b", &b, NULL);
+    assert_int_equal(b.n_cached, 0);
+    assert_int_equal(b.n_cached_tier, 0);
+    expect_same(&b, &c, "another scope");
+
+    kvs_engine_out_free(&a);
+    kvs_engine_out_free(&b);
+    kvs_engine_out_free(&c);
+    kvs_engine_free(on);
+    kvs_engine_free(off);
+    unlink(tier_path());
+    kvs_test_model_free(&md);
+}
+
+
+static void
+test_flipped_byte(void **state)
+{
+    int32_t             sys[64];
+    kvs_test_model_t    md;
+    kvs_engine_t       *on, *off;
+    kvs_engine_out_t    a, b, c;
+    kvs_engine_stats_t  st;
+
+    if (kvs_test_model_stories(&md) != 0) {
+        skip();
+    }
+
+    unlink(tier_path());
+    on = engine_new(&md, 1, NULL);
+    off = engine_new(&md, 0, NULL);
+    fill(sys, 64, 21, md.m->hp.n_vocab, md.v->bos);
+
+    run1(on, sys, 64, 8, NULL, &a, NULL);
+    evict_all(on, &md, 3000, NULL);
+    kvs_engine_stats(on, &st);
+    corrupt_file(&st);
+
+    /* the first block read fails its checksum: nothing is loaded, the
+     * reply is computed, the slot is dropped */
+    run1(on, sys, 64, 8, NULL, &b, NULL);
+    run1(off, sys, 64, 8, NULL, &c, NULL);
+    expect_same(&b, &c, "after a flipped byte");
+    assert_int_equal(b.n_cached_tier, 0);
+
+    kvs_engine_stats(on, &st);
+    assert_int_equal(st.tier.corrupt, 1);
+    assert_int_equal(st.tier.load_failed, 1);
+    assert_int_equal(st.tier.loaded_blocks, 0);
+
+    kvs_engine_out_free(&a);
+    kvs_engine_out_free(&b);
+    kvs_engine_out_free(&c);
+    kvs_engine_free(on);
+    kvs_engine_free(off);
+    unlink(tier_path());
+    kvs_test_model_free(&md);
+}
+
+
+static void
+test_restart(void **state)
+{
+    int32_t             sys[64];
+    opts_t              o;
+    kvs_test_model_t    md, other;
+    kvs_engine_t       *on, *off;
+    kvs_engine_out_t    a, b, c;
+    kvs_engine_stats_t  st;
+
+    if (kvs_test_model_stories(&md) != 0) {
+        skip();
+    }
+
+    unlink(tier_path());
+    memset(&o, 0, sizeof(o));
+    o.tag = 7;
+
+    on = engine_new(&md, 1, &o);
+    off = engine_new(&md, 0, NULL);
+    fill(sys, 64, 31, md.m->hp.n_vocab, md.v->bos);
+    run1(on, sys, 64, 8, NULL, &a, NULL);
+    evict_all(on, &md, 4000, NULL);
+    kvs_engine_free(on);
+
+    /* the same model and tag: the file is kept, and a fresh engine with
+     * an empty pool loads the prompt from it */
+    on = engine_new(&md, 1, &o);
+    kvs_engine_stats(on, &st);
+    assert_true(st.tier.kept > 0);
+    assert_string_equal(st.tier.discarded, "");
+
+    run1(on, sys, 64, 8, NULL, &b, NULL);
+    run1(off, sys, 64, 8, NULL, &c, NULL);
+    expect_same(&b, &c, "after a restart");
+    assert_int_equal(b.n_cached, 63);
+    assert_int_equal(b.n_cached_tier, 63);
+    kvs_engine_free(on);
+
+    /* another tag: discarded */
+    o.tag = 8;
+    on = engine_new(&md, 1, &o);
+    kvs_engine_stats(on, &st);
+    assert_int_equal(st.tier.kept, 0);
+    assert_int_equal(st.tier.used, 0);
+    assert_string_equal(st.tier.discarded, "another model");
+    kvs_engine_free(on);
+
+    /* other weights of the same shape and block size: another epoch */
+    kvs_engine_out_free(&a);
+    kvs_test_model_small(&other, "tier_a", 256, 1, 0);
+    fill(sys, 64, 32, other.m->hp.n_vocab, other.v->bos);
+    on = engine_new(&other, 1, &o);
+    run1(on, sys, 64, 8, NULL, &a, NULL);
+    evict_all(on, &other, 6000, NULL);
+    kvs_engine_stats(on, &st);
+    assert_true(st.tier.used > 0);
+    kvs_engine_free(on);
+    kvs_test_model_free(&other);
+
+    kvs_test_model_small(&other, "tier_b", 256, 2, 0);
+    on = engine_new(&other, 1, &o);
+    kvs_engine_stats(on, &st);
+    assert_int_equal(st.tier.kept, 0);
+    assert_true(strncmp(st.tier.discarded, "weight epoch", 12) == 0);
+    kvs_engine_free(on);
+    kvs_test_model_free(&other);
+
+    kvs_engine_out_free(&a);
+    kvs_engine_out_free(&b);
+    kvs_engine_out_free(&c);
+    kvs_engine_free(off);
+    unlink(tier_path());
+    kvs_test_model_free(&md);
+}
+
+
+static void
+test_slow_disk(void **state)
+{
+    int32_t             sys[64];
+    opts_t              o;
+    uint64_t            max_ns;
+    kvs_test_model_t    md;
+    kvs_engine_t       *on;
+    kvs_engine_out_t    a;
+    kvs_engine_stats_t  st;
+
+    if (kvs_test_model_stories(&md) != 0) {
+        skip();
+    }
+
+    unlink(tier_path());
+    memset(&o, 0, sizeof(o));
+    o.tag = 1;
+    o.delay_us = 300000;
+    o.depth = 2;
+
+    on = engine_new(&md, 1, &o);
+    fill(sys, 64, 41, md.m->hp.n_vocab, md.v->bos);
+    run1(on, sys, 64, 8, NULL, &a, NULL);
+
+    max_ns = 0;
+    evict_all(on, &md, 5000, &max_ns);
+
+    /* dozens of blocks evicted, two written at 300 ms each at a time:
+     * the rest dropped, and no step waited for a write */
+    kvs_engine_stats(on, &st);
+    assert_true(st.tier.spill_dropped > 0);
+    assert_int_equal(st.tier.spilled + st.tier.spill_dropped
+                     + st.tier.spill_kept,
+                     st.cache_evicted_blocks);
+    assert_true(max_ns < 150000000);
+
+    kvs_engine_out_free(&a);
+    kvs_engine_free(on);
+    unlink(tier_path());
+    kvs_test_model_free(&md);
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_evicted_comes_back),
+        cmocka_unit_test(test_flipped_byte),
+        cmocka_unit_test(test_restart),
+        cmocka_unit_test(test_slow_disk),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
