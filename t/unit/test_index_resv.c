@@ -29,30 +29,8 @@ cmds_init(size_t buf_cap)
 }
 
 
-/* Command i is the words of want, separated by '|' (the script's text
- * as "<script>"). */
-static void
-assert_cmd(size_t i, const char *want)
-{
-    int            argc, a;
-    char           got[1024];
-    size_t         len;
-    const char   **argv;
-    const size_t  *argvlen;
-
-    kvs_index_cmds_get(&cmds, i, &argc, &argv, &argvlen);
-
-    len = 0;
-    for (a = 0; a < argc; a++) {
-        assert_int_equal(strlen(argv[a]), argvlen[a]);
-        len += (size_t) snprintf(got + len, sizeof(got) - len, "%s%s",
-                                 a > 0 ? "|" : "",
-                                 strcmp(argv[a], kvs_index_resv_script) == 0
-                                 ? "<script>" : argv[a]);
-    }
-
-    assert_string_equal(got, want);
-}
+/* Command i of the batch, its words separated by '|'. */
+#define assert_cmd(i, want)  kvs_test_assert_cmd(&cmds, i, want)
 
 
 static void
