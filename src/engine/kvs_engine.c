@@ -201,6 +201,14 @@ kvs_engine_new(kvs_engine_t **out, const kvs_engine_conf_t *conf,
     e->stats.block_tokens = e->conf.block_tokens;
     e->stats.epoch = e->epoch;
     kvs_engine_tier_publish(e);
+
+    /* the long pool's room before the first step: the host record shows
+     * it from the start (kvs_engine_publish keeps it after) */
+    e->stats.pools = (uint32_t) e->sched.pools_on;
+    e->stats.pool_min_tokens = e->sched.pools_on
+                               ? e->sched.conf.pool_min_tokens : 0;
+    kvs_sched_long_room(&e->sched, &e->stats.long_room,
+                        &e->stats.long_slots);
     e->shown = e->stats;
 
     *out = e;
@@ -734,6 +742,10 @@ kvs_engine_publish(kvs_engine_t *e)
     }
 
     e->stats.pools = (uint32_t) e->sched.pools_on;
+    e->stats.pool_min_tokens = e->sched.pools_on
+                               ? e->sched.conf.pool_min_tokens : 0;
+    kvs_sched_long_room(&e->sched, &e->stats.long_room,
+                        &e->stats.long_slots);
 
     e->stats.requests = e->shown.requests;
     e->stats.preemptions = e->sched.n_preemptions;

@@ -313,6 +313,9 @@ typedef struct {
     uint64_t  cache_tier_hit_tokens;  /* of cache_hit_tokens, loaded from
                                          the disk tier */
     kvs_engine_tier_stats_t  tier;
+    uint32_t  pool_min_tokens;        /* pools on: a long one's length */
+    uint32_t  long_room;              /* kvs_sched_long_room's: blocks */
+    uint32_t  long_slots;             /*   and prefill slots free */
 } kvs_engine_stats_t;
 
 
@@ -408,6 +411,9 @@ typedef struct {
     uint32_t    free_blocks;          /* free + evictable cached */
     uint32_t    block_tokens;
     uint64_t    epoch;
+    uint32_t    long_min;             /* KV pools: min_tokens, 0: none */
+    uint32_t    long_room;            /*   blocks the long pool may */
+    uint32_t    long_slots;           /*   admit, its free prefills */
 
     /* the take's own, reused from one take to the next */
     size_t      names_cap;

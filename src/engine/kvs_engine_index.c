@@ -269,6 +269,9 @@ kvs_engine_index_take(kvs_engine_t *e, kvs_engine_index_t *out,
                        ? e->shown.kv_blocks - e->shown.kv_used : 0;
     out->block_tokens = e->conf.block_tokens;
     out->epoch = e->epoch;
+    out->long_min = e->shown.pools ? e->shown.pool_min_tokens : 0;
+    out->long_room = e->shown.pools ? e->shown.long_room : 0;
+    out->long_slots = e->shown.pools ? e->shown.long_slots : 0;
 
     pthread_mutex_unlock(&e->lock);
 

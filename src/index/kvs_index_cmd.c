@@ -13,11 +13,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kvs_index_schema.h"
+#include "kvs_index_resv.h"
 
 #define KVS_INDEX_KEY_BLK    KVS_INDEX_KEY_PREFIX "blk:"
 #define KVS_INDEX_KEY_HOST   KVS_INDEX_KEY_PREFIX "host:"
 #define KVS_INDEX_KEY_HOSTS  KVS_INDEX_KEY_PREFIX "hosts"
+#define KVS_INDEX_KEY_RESV   KVS_INDEX_KEY_PREFIX "resv:"
 
 typedef struct {
     size_t  buf_len;
@@ -314,6 +315,132 @@ kvs_index_cmd_by_id(kvs_index_cmds_t *c, const char *verb, const char *id,
                                      id_len);
 
     return kvs_index_cmd_end(c, m, rc, verb, err);
+}
+
+
+int
+kvs_index_cmd_resv_load(kvs_index_cmds_t *c, kvs_err_t *err)
+{
+    int               rc;
+    kvs_index_mark_t  m;
+
+    m = kvs_index_cmd_begin(c);
+
+    rc = kvs_index_cmd_str(c, "SCRIPT");
+    rc = rc ? rc : kvs_index_cmd_str(c, "LOAD");
+    rc = rc ? rc : kvs_index_cmd_str(c, kvs_index_resv_script);
+
+    return kvs_index_cmd_end(c, m, rc, "SCRIPT LOAD", err);
+}
+
+
+/* 1..MEMBER_MAX bytes of [0-9a-z:], as kvs_index_resv_member makes. */
+static int
+kvs_index_resv_member_ok(const char *s, size_t n)
+{
+    size_t  i;
+
+    if (n == 0 || n > KVS_INDEX_RESV_MEMBER_MAX) {
+        return 0;
+    }
+
+    for (i = 0; i < n; i++) {
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'z')
+              || s[i] == ':'))
+        {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+int
+kvs_index_cmd_resv_take(kvs_index_cmds_t *c, const char *sha,
+    const char *id, size_t id_len, const char *member, size_t member_len,
+    uint64_t blocks, uint32_t seqs, uint64_t ttl_ms, kvs_err_t *err)
+{
+    int               rc;
+    size_t            i;
+    kvs_index_mark_t  m;
+
+    rc = kvs_index_host_id_check(id, id_len, err);
+    rc = rc ? rc : kvs_index_resv_ttl_check(ttl_ms, err);
+    if (rc != KVS_OK) {
+        return KVS_EINVAL;
+    }
+
+    if (!kvs_index_resv_member_ok(member, member_len) || blocks == 0
+        || seqs == 0)
+    {
+        return kvs_err_set(err, KVS_EINVAL, "long-pool reservation: a bad "
+                           "member or an empty need");
+    }
+
+    if (sha != NULL) {
+        for (i = 0; i < KVS_INDEX_RESV_SHA_LEN; i++) {
+            if (!((sha[i] >= '0' && sha[i] <= '9')
+                  || (sha[i] >= 'a' && sha[i] <= 'f')))
+            {
+                break;
+            }
+        }
+
+        if (i != KVS_INDEX_RESV_SHA_LEN || sha[i] != '\0') {
+            return kvs_err_set(err, KVS_EINVAL, "long-pool reservation: "
+                               "a SHA-1 that is not 40 hex digits");
+        }
+    }
+
+    m = kvs_index_cmd_begin(c);
+
+    rc = kvs_index_cmd_str(c, sha != NULL ? "EVALSHA" : "EVAL");
+    rc = rc ? rc : kvs_index_cmd_str(c, sha != NULL ? sha
+                                                    : kvs_index_resv_script);
+    rc = rc ? rc : kvs_index_cmd_str(c, "2");
+    rc = rc ? rc : kvs_index_cmd_arg(c, KVS_INDEX_KEY_HOST,
+                                     sizeof(KVS_INDEX_KEY_HOST) - 1, id,
+                                     id_len);
+    rc = rc ? rc : kvs_index_cmd_arg(c, KVS_INDEX_KEY_RESV,
+                                     sizeof(KVS_INDEX_KEY_RESV) - 1, id,
+                                     id_len);
+    rc = rc ? rc : kvs_index_cmd_arg(c, member, member_len, NULL, 0);
+    rc = rc ? rc : kvs_index_cmd_u64(c, "", blocks);
+    rc = rc ? rc : kvs_index_cmd_u64(c, "", seqs);
+    rc = rc ? rc : kvs_index_cmd_u64(c, "", ttl_ms);
+
+    return kvs_index_cmd_end(c, m, rc, sha != NULL ? "EVALSHA" : "EVAL",
+                             err);
+}
+
+
+int
+kvs_index_cmd_resv_drop(kvs_index_cmds_t *c, const char *id, size_t id_len,
+    const char *member, size_t member_len, kvs_err_t *err)
+{
+    int               rc;
+    kvs_index_mark_t  m;
+
+    rc = kvs_index_host_id_check(id, id_len, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    if (!kvs_index_resv_member_ok(member, member_len)) {
+        return kvs_err_set(err, KVS_EINVAL, "long-pool reservation: a bad "
+                           "member");
+    }
+
+    m = kvs_index_cmd_begin(c);
+
+    rc = kvs_index_cmd_str(c, "ZREM");
+    rc = rc ? rc : kvs_index_cmd_arg(c, KVS_INDEX_KEY_RESV,
+                                     sizeof(KVS_INDEX_KEY_RESV) - 1, id,
+                                     id_len);
+    rc = rc ? rc : kvs_index_cmd_arg(c, member, member_len, NULL, 0);
+
+    return kvs_index_cmd_end(c, m, rc, "ZREM", err);
 }
 
 

@@ -18,13 +18,20 @@
 
 #define KVS_INDEX_HOSTS_MAX  4096         /* members of a host list */
 
+/* the required fields, then the optional ones (KVS_F_REQ on): the long
+ * KV pool's three, all or none */
 enum {
     KVS_F_ID = 0, KVS_F_INC, KVS_F_EPOCH, KVS_F_BT, KVS_F_RUN, KVS_F_WAIT,
-    KVS_F_FREE, KVS_F_TS, KVS_F_MODEL, KVS_F_URL, KVS_F_N
+    KVS_F_FREE, KVS_F_TS, KVS_F_MODEL, KVS_F_URL, KVS_F_REQ,
+    KVS_F_LMIN = KVS_F_REQ, KVS_F_LROOM, KVS_F_LSLOTS, KVS_F_N
 };
 
+#define KVS_F_LONG_ALL  ((1u << KVS_F_LMIN) | (1u << KVS_F_LROOM) \
+                         | (1u << KVS_F_LSLOTS))
+
 static const char  *kvs_index_fields[KVS_F_N] = {
-    "id", "inc", "epoch", "bt", "run", "wait", "free", "ts", "model", "url"
+    "id", "inc", "epoch", "bt", "run", "wait", "free", "ts", "model", "url",
+    "lmin", "lroom", "lslots"
 };
 
 
@@ -126,7 +133,14 @@ kvs_index_host_format(const kvs_index_host_t *h, char *out, size_t *len,
                  h->running, h->waiting, h->free_blocks, h->ts_ms, h->model,
                  h->url);
 
-    /* the bounds above keep it near 600 bytes: cannot be cut */
+    /* the bounds above keep it near 600 bytes, and the long pool's
+     * fields add at most 44: cannot be cut */
+    if (h->long_min != 0) {
+        n += snprintf(out + n, KVS_INDEX_HOST_VALUE_MAX + 1 - (size_t) n,
+                      " lmin=%u lroom=%u lslots=%u", h->long_min,
+                      h->long_room, h->long_slots);
+    }
+
     *len = (size_t) n;
 
     return KVS_OK;
@@ -256,7 +270,15 @@ kvs_index_host_parse(const kvs_index_reply_t *r, const char *id,
         }
     }
 
-    for (f = 0; f < KVS_F_N; f++) {
+    if ((seen & KVS_F_LONG_ALL) != 0
+        && ((seen & KVS_F_LONG_ALL) != KVS_F_LONG_ALL || h->long_min == 0))
+    {
+        return kvs_index_reject(why, KVS_INDEX_REJECT_MALFORMED, err,
+                                KVS_EFORMAT, "the long pool's lmin, lroom "
+                                "and lslots go together, lmin above 0");
+    }
+
+    for (f = 0; f < KVS_F_REQ; f++) {
         if (!(seen & (1u << f))) {
             return kvs_index_reject(why, KVS_INDEX_REJECT_PARTIAL, err,
                                     KVS_EFORMAT, "no field \"%s\"",
@@ -560,6 +582,18 @@ kvs_index_host_field(kvs_index_host_t *h, int f, const char *v, size_t n)
 
     case KVS_F_WAIT:
         h->waiting = (uint32_t) x;
+        break;
+
+    case KVS_F_LMIN:
+        h->long_min = (uint32_t) x;
+        break;
+
+    case KVS_F_LROOM:
+        h->long_room = (uint32_t) x;
+        break;
+
+    case KVS_F_LSLOTS:
+        h->long_slots = (uint32_t) x;
         break;
 
     default:

@@ -5,7 +5,8 @@
  * Keys (docs/prefix-index.md explains the choices):
  *
  *   kvs:v1:host:<host_id>   string, "kvs1 id=.. inc=.. epoch=.. bt=..
- *                           run=.. wait=.. free=.. ts=.. model=.. url=..",
+ *                           run=.. wait=.. free=.. ts=.. model=.. url=..
+ *                           [lmin=.. lroom=.. lslots=..]",
  *                           SET with PX: a short TTL refreshed by each
  *                           heartbeat, so a dead host vanishes by itself
  *   kvs:v1:hosts            sorted set: host_id scored by its last
@@ -13,6 +14,9 @@
  *   kvs:v1:blk:<name hex>   hash: field host_id, value the incarnation
  *                           (16 hex digits) that cached the block; PEXPIRE
  *                           on every publish, HDEL on eviction
+ *   kvs:v1:resv:<host_id>   sorted set: gateways' reservations of the
+ *                           host's long KV pool, scored by their expiry
+ *                           (kvs_index_resv.h)
  *
  * The schema version is in every key (kvs:v1:) and in every host value
  * ("kvs1 "): a reader never parses a version it does not know.  Host ids
@@ -51,8 +55,9 @@
 #define KVS_INDEX_HOST_VALUE_MAX  1024     /* bytes of a host record */
 #define KVS_INDEX_INC_HEX_LEN     16       /* hex digits of an
                                               incarnation or an epoch */
-#define KVS_INDEX_CMD_ARGS_MAX    6        /* arguments of our longest
-                                              command */
+#define KVS_INDEX_CMD_ARGS_MAX    9        /* arguments of our longest
+                                              command (EVALSHA of the
+                                              reservation script) */
 
 
 /* ---- replies ----------------------------------------------------------- */
@@ -111,6 +116,11 @@ typedef struct {
     uint32_t  waiting;                /* sequences queued */
     uint32_t  free_blocks;            /* free KV blocks */
     uint64_t  ts_ms;                  /* heartbeat, ms since 1970 */
+    uint32_t  long_min;               /* KV pools: prompt + max_tokens
+                                         that make a request long; 0: no
+                                         pools (the fields are absent) */
+    uint32_t  long_room;              /* blocks the long pool may admit */
+    uint32_t  long_slots;             /* its free prefill slots */
 } kvs_index_host_t;
 
 /* What a reader accepts (kvs_index_host_check). */
@@ -137,7 +147,8 @@ int kvs_index_host_format(const kvs_index_host_t *h, char *out, size_t *len,
 /*
  * Parses the reply to GET kvs:v1:host:<id> (id[0, id_len) from the key)
  * into *h.  Unknown fields are ignored (v1 may gain fields), a repeated
- * or missing one is not.  On rejection *why says why (MISSING for nil)
+ * or missing one is not; the long pool's lmin, lroom and lslots are
+ * optional (long_min 0 without them), but all three or none.  On rejection *why says why (MISSING for nil)
  * and the return is KVS_ENOTFOUND (nil), KVS_EIO (an error reply),
  * KVS_ETYPE, KVS_EUNSUPPORTED (another schema version) or KVS_EFORMAT;
  * *h is then undefined.
@@ -232,5 +243,17 @@ int kvs_index_cmd_blk_del(kvs_index_cmds_t *c, const kvs_index_name_t *name,
 /* HGETALL kvs:v1:blk:<name> */
 int kvs_index_cmd_blk_get(kvs_index_cmds_t *c, const kvs_index_name_t *name,
     kvs_err_t *err);
+
+/* The long-pool reservations (kvs_index_resv.h): SCRIPT LOAD <script> */
+int kvs_index_cmd_resv_load(kvs_index_cmds_t *c, kvs_err_t *err);
+/* EVALSHA <sha> 2 kvs:v1:host:<id> kvs:v1:resv:<id> <member> <blocks>
+ * <seqs> <ttl_ms>; with sha NULL, EVAL <script> and the same.  KVS_EINVAL
+ * for a bad id, sha or member, a TTL out of range or an empty need. */
+int kvs_index_cmd_resv_take(kvs_index_cmds_t *c, const char *sha,
+    const char *id, size_t id_len, const char *member, size_t member_len,
+    uint64_t blocks, uint32_t seqs, uint64_t ttl_ms, kvs_err_t *err);
+/* ZREM kvs:v1:resv:<id> <member>: a reservation given back */
+int kvs_index_cmd_resv_drop(kvs_index_cmds_t *c, const char *id,
+    size_t id_len, const char *member, size_t member_len, kvs_err_t *err);
 
 #endif /* KVS_INDEX_SCHEMA_H */

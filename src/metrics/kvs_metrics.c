@@ -274,6 +274,15 @@ static const kvs_counter_def_t  kvs_counter_defs[] = {
     { "prefix_cache_hits",
       "Prefix cache hits, in terms of number of cached tokens.",
       offsetof(kvs_metrics_model_t, prefix_cache_hits) },
+    { "route_pool_reservations_won",
+      "Long KV pool reservations a gateway made in Redis.",
+      offsetof(kvs_metrics_model_t, route_pool_won) },
+    { "route_pool_reservations_lost",
+      "Long KV pool reservations a gateway was refused: no room left.",
+      offsetof(kvs_metrics_model_t, route_pool_lost) },
+    { "route_pool_reservations_expired",
+      "Unreleased long KV pool reservations a gateway found expired.",
+      offsetof(kvs_metrics_model_t, route_pool_expired) },
 };
 
 static const char  *kvs_reason_names[KVS_REASON_N] = {
@@ -507,6 +516,24 @@ kvs_metrics_prefix_cache(kvs_metrics_t *m, uint32_t model, uint64_t queries,
 
     kvs_metrics_add(&m->models[model].prefix_cache_queries, queries);
     kvs_metrics_add(&m->models[model].prefix_cache_hits, hits);
+}
+
+
+void
+kvs_metrics_route_pool(kvs_metrics_t *m, uint32_t model, uint64_t won,
+    uint64_t lost, uint64_t expired)
+{
+    kvs_metrics_model_t  *mm;
+
+    if (m == NULL || model >= m->n_models) {
+        return;
+    }
+
+    mm = &m->models[model];
+
+    kvs_metrics_add(&mm->route_pool_won, won);
+    kvs_metrics_add(&mm->route_pool_lost, lost);
+    kvs_metrics_add(&mm->route_pool_expired, expired);
 }
 
 

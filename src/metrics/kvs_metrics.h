@@ -146,6 +146,10 @@ typedef struct {
                                                      up in the prefix
                                                      cache */
     uint64_t    prefix_cache_hits;                /* of those, reused */
+    uint64_t    route_pool_won;                   /* a gateway's long-pool
+                                                     reservations made, */
+    uint64_t    route_pool_lost;                  /*   refused (no room), */
+    uint64_t    route_pool_expired;               /*   found expired */
     uint64_t    success[KVS_REASON_N];
     kvs_hist_t  hist[KVS_HIST_N];
 } kvs_metrics_model_t;
@@ -155,6 +159,11 @@ typedef struct {
     uint32_t             n_models;
     kvs_metrics_model_t  models[];   /* [n_models] */
 } kvs_metrics_t;
+
+/* A gateway's long-pool reservations (docs/pools.md "Across hosts"):
+ * won and lost (0 or 1 each), and the expired ones a take removed. */
+void kvs_metrics_route_pool(kvs_metrics_t *m, uint32_t model,
+    uint64_t won, uint64_t lost, uint64_t expired);
 
 /* A tenant of the engine's fair share, as the exposition shows it; the
  * glue fills it from what the engine reported. */

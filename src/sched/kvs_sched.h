@@ -312,6 +312,15 @@ void kvs_sched_ungroup(kvs_seq_t *seq);
  * for whoever reports them. */
 void kvs_sched_kv_count(kvs_sched_t *s);
 
+/* What the long pool may still admit (pools on; else both 0), for the
+ * host record gateways reserve against (docs/pools.md "Across hosts"):
+ * *room the blocks of its share that neither running long sequences
+ * hold nor waiting ones need, *slots the prefill slots that neither
+ * prefilling nor waiting long sequences take.  After kvs_sched_kv_count
+ * (used). */
+void kvs_sched_long_room(const kvs_sched_t *s, uint32_t *room,
+    uint32_t *slots);
+
 /* Queues an initialised sequence at the back of the waiting queue. */
 void kvs_sched_add(kvs_sched_t *s, kvs_seq_t *seq);
 

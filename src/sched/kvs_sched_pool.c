@@ -68,6 +68,41 @@ kvs_sched_long_prefill(const kvs_sched_t *s, const kvs_seq_t *seq)
 }
 
 
+void
+kvs_sched_long_room(const kvs_sched_t *s, uint32_t *room, uint32_t *slots)
+{
+    uint64_t                 taken, busy;
+    const kvs_seq_t         *seq;
+    const kvs_sched_pool_t  *lp;
+
+    *room = 0;
+    *slots = 0;
+
+    if (!s->pools_on) {
+        return;
+    }
+
+    lp = &s->pools[KVS_POOL_LONG];
+    taken = lp->used;
+    busy = 0;
+
+    for (seq = s->running.head; seq != NULL; seq = seq->next) {
+        busy += (uint64_t) kvs_sched_long_prefill(s, seq);
+    }
+
+    for (seq = s->waiting.head; seq != NULL; seq = seq->next) {
+        if (seq->pool == KVS_POOL_LONG) {
+            taken += seq->need;
+            busy++;
+        }
+    }
+
+    *room = taken < lp->max_blocks ? (uint32_t) (lp->max_blocks - taken) : 0;
+    *slots = busy < s->conf.pool_max_prefill
+             ? (uint32_t) (s->conf.pool_max_prefill - busy) : 0;
+}
+
+
 /*
  * The oldest waiting long sequence if the long pool may take it now: a
  * prefill slot free (fewer than pool_max_prefill prefilling) and its

@@ -178,6 +178,9 @@ kvs_srv_index_send(kvs_srv_t *srv, uint32_t m, uint64_t now)
     w.running = ix->running;
     w.waiting = ix->waiting;
     w.free_blocks = ix->free_blocks;
+    w.long_min = ix->long_min;
+    w.long_room = ix->long_room;
+    w.long_slots = ix->long_slots;
     w.resync = ix->resync != 0;
 
     off = 0;

@@ -42,7 +42,7 @@
 #include "base/kvs_err.h"
 #include "engine/kvs_engine.h"
 
-#define KVS_WIRE_VERSION      8       /* 2: prefix cache fields, tenant;
+#define KVS_WIRE_VERSION      9       /* 2: prefix cache fields, tenant;
                                          3: SUBSCRIBE, INDEX; 4: HELLO's
                                          backend and memory; 5: SUBMIT's
                                          output constraint; 6: STATS's
@@ -50,7 +50,8 @@
                                          STATS's KV pools, OUT's
                                          retry_after; 8: OUT's
                                          kv_block_us, n_cached_tier;
-                                         STATS's disk tier */
+                                         STATS's disk tier; 9: INDEX's
+                                         long pool room */
 #define KVS_WIRE_HDR          16
 #define KVS_WIRE_MAX_FRAME    (16u << 20)   /* 1M prompt ids take 4 MiB */
 #define KVS_WIRE_AGAIN        1             /* need more bytes */
@@ -187,7 +188,7 @@ typedef struct {
  * in several (at most KVS_WIRE_INDEX_MAX_NAMES names each); every frame
  * of a resync has resync set.  n_add = n_del = 0 is a load report.
  */
-#define KVS_WIRE_INDEX_FIXED      48
+#define KVS_WIRE_INDEX_FIXED      60
 #define KVS_WIRE_INDEX_MAX_NAMES  ((KVS_WIRE_MAX_FRAME - KVS_WIRE_HDR \
                                     - KVS_WIRE_INDEX_FIXED) / 16)
 
@@ -203,6 +204,9 @@ typedef struct {
                                          after a SUBSCRIBE; 0 or 1 */
     uint32_t        n_add;            /* names added (parents first) */
     uint32_t        n_del;            /* names evicted (children first) */
+    uint32_t        long_min;         /* KV pools' min_tokens; 0: none */
+    uint32_t        long_room;        /* blocks the long pool may admit */
+    uint32_t        long_slots;       /* its free prefill slots */
     const uint8_t  *names;            /* [(n_add + n_del) * 16] added then
                                          deleted, kvs_index_name_t bytes;
                                          decoded: points into the frame */

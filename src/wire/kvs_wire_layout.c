@@ -278,6 +278,9 @@ static const kvs_wire_field_t  kvs_wire_index_head_f[] = {
     { "resync",       KVS_WIRE_INT, 4, 0, KVS_INDEX(resync) },
     { "n_add",        KVS_WIRE_INT, 4, 0, KVS_INDEX(n_add) },
     { "n_del",        KVS_WIRE_INT, 4, 0, KVS_INDEX(n_del) },
+    { "long_min",     KVS_WIRE_INT, 4, 0, KVS_INDEX(long_min) },
+    { "long_room",    KVS_WIRE_INT, 4, 0, KVS_INDEX(long_room) },
+    { "long_slots",   KVS_WIRE_INT, 4, 0, KVS_INDEX(long_slots) },
 };
 
 

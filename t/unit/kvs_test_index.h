@@ -11,6 +11,7 @@
 #include "kvs_test.h"
 
 #include "index/kvs_index_lookup.h"
+#include "index/kvs_index_resv.h"
 #include "index/kvs_index_schema.h"
 
 
@@ -42,6 +43,33 @@ kvs_test_str_reply(const char *s)
     r.len = strlen(s);
 
     return r;
+}
+
+
+/* Command i of c is exactly the words of want, separated by '|'; the
+ * long-pool reservation script's text is written "<script>". */
+static inline void
+kvs_test_assert_cmd(const kvs_index_cmds_t *c, size_t i, const char *want)
+{
+    int            argc, a;
+    char           got[2048];
+    size_t         len;
+    const char   **argv;
+    const size_t  *argvlen;
+
+    assert_true(i < c->n_cmds);
+    kvs_index_cmds_get(c, i, &argc, &argv, &argvlen);
+
+    len = 0;
+    for (a = 0; a < argc; a++) {
+        assert_int_equal(strlen(argv[a]), argvlen[a]);  /* NUL-ended */
+        len += (size_t) snprintf(got + len, sizeof(got) - len, "%s%s",
+                                 a > 0 ? "|" : "",
+                                 strcmp(argv[a], kvs_index_resv_script) == 0
+                                 ? "<script>" : argv[a]);
+    }
+
+    assert_string_equal(got, want);
 }
 
 #endif /* KVS_TEST_INDEX_H */

@@ -31,27 +31,7 @@ static const char  name_hex[] = "00112233445566778899aabbccddeeff";
 
 
 /* Command i of c is exactly the words of want, separated by '|'. */
-static void
-assert_cmd(const kvs_index_cmds_t *c, size_t i, const char *want)
-{
-    int            argc, a;
-    char           got[2048];
-    size_t         len;
-    const char   **argv;
-    const size_t  *argvlen;
-
-    assert_true(i < c->n_cmds);
-    kvs_index_cmds_get(c, i, &argc, &argv, &argvlen);
-
-    len = 0;
-    for (a = 0; a < argc; a++) {
-        assert_int_equal(strlen(argv[a]), argvlen[a]);  /* NUL-ended */
-        len += (size_t) snprintf(got + len, sizeof(got) - len, "%s%s",
-                                 a > 0 ? "|" : "", argv[a]);
-    }
-
-    assert_string_equal(got, want);
-}
+#define assert_cmd  kvs_test_assert_cmd
 
 
 static void

@@ -40,7 +40,7 @@ index_by_hand(uint8_t *f, uint64_t id, uint32_t model, uint64_t inc,
     uint8_t  *p;
     size_t    len;
 
-    len = 16 + 48 + n_bytes;
+    len = 16 + 60 + n_bytes;
     p = put32(f, (uint32_t) len);
     p[0] = 12;                        /* INDEX */
     p[1] = 0;
@@ -57,6 +57,9 @@ index_by_hand(uint8_t *f, uint64_t id, uint32_t model, uint64_t inc,
     p = put32(p, resync);
     p = put32(p, n_add);
     p = put32(p, n_del);
+    p = put32(p, 2048);               /* long_min (version 8) */
+    p = put32(p, 300);                /* long_room */
+    p = put32(p, 1);                  /* long_slots */
     memcpy(p, names, n_bytes);
 
     return len;
@@ -102,6 +105,9 @@ test_round_trip(void **state)
     ix.resync = 1;
     ix.n_add = 3;
     ix.n_del = 2;
+    ix.long_min = 2048;
+    ix.long_room = 300;
+    ix.long_slots = 1;
     ix.names = names;
 
     memset(&b, 0, sizeof(b));
@@ -126,7 +132,10 @@ test_round_trip(void **state)
     assert_int_equal(got.resync, 1);
     assert_int_equal(got.n_add, 3);
     assert_int_equal(got.n_del, 2);
-    assert_ptr_equal(got.names, b.data + 16 + 48);     /* into the frame */
+    assert_int_equal(got.long_min, 2048);
+    assert_int_equal(got.long_room, 300);
+    assert_int_equal(got.long_slots, 1);
+    assert_ptr_equal(got.names, b.data + 16 + 60);     /* into the frame */
     assert_memory_equal(got.names, names, sizeof(names));
 
     /* a load report: no names */
@@ -136,7 +145,7 @@ test_round_trip(void **state)
     ix.resync = 0;
     ix.names = NULL;
     assert_int_equal(kvs_wire_enc_index(&b, 10, &ix, &err), KVS_OK);
-    assert_int_equal(b.len, 16 + 48);
+    assert_int_equal(b.len, 16 + 60);
     assert_int_equal(kvs_wire_dec_index(b.data, b.len, &got, &err), KVS_OK);
     assert_int_equal(got.n_add + got.n_del, 0);
     assert_int_equal(got.resync, 0);
@@ -289,8 +298,8 @@ test_oversize(void **state)
     size_t             max;
 
     max = KVS_WIRE_INDEX_MAX_NAMES;
-    assert_true(16 + 48 + max * 16 <= KVS_WIRE_MAX_FRAME);
-    assert_true(16 + 48 + (max + 1) * 16 > KVS_WIRE_MAX_FRAME);
+    assert_true(16 + 60 + max * 16 <= KVS_WIRE_MAX_FRAME);
+    assert_true(16 + 60 + (max + 1) * 16 > KVS_WIRE_MAX_FRAME);
 
     names = calloc(max + 1, 16);
     assert_non_null(names);

@@ -83,6 +83,9 @@ typedef struct {
     uint32_t                  running;
     uint32_t                  waiting;
     uint32_t                  free_blocks;
+    uint32_t                  long_min;    /* the long KV pool's, from */
+    uint32_t                  long_room;   /*   the latest INDEX; 0: no */
+    uint32_t                  long_slots;  /*   pools (docs/pools.md) */
 } ngx_http_kvserve_index_model_t;
 
 
@@ -659,6 +662,9 @@ ngx_http_kvserve_index_hello(const kvs_wire_hello_t *hello,
             m->running = 0;
             m->waiting = 0;
             m->free_blocks = hello->models[j].kv_blocks;
+            m->long_min = 0;
+            m->long_room = 0;
+            m->long_slots = 0;
         }
 
         m->known = 1;
@@ -737,6 +743,9 @@ ngx_http_kvserve_index_publish(const kvs_wire_index_t *ix)
     m->running = ix->running;
     m->waiting = ix->waiting;
     m->free_blocks = ix->free_blocks;
+    m->long_min = ix->long_min;
+    m->long_room = ix->long_room;
+    m->long_slots = ix->long_slots;
 
     n = (size_t) ix->n_add + ix->n_del;
 
@@ -932,6 +941,9 @@ ngx_http_kvserve_index_beat(ngx_event_t *ev)
         h.running = m->running;
         h.waiting = m->waiting;
         h.free_blocks = m->free_blocks;
+        h.long_min = m->long_min;
+        h.long_room = m->long_room;
+        h.long_slots = m->long_slots;
         h.ts_ms = now;
 
         if (kvs_index_cmd_host_set(&p->cmds, &h, host_ttl, &err) != KVS_OK

@@ -5,7 +5,8 @@
  * ngx_http_kvserve_route_conf.c:
  *
  *   kvserve_route [redis=<host:port>] [mode=index|approximate]
- *                 [timeout=<time>] [upstream=<name>];      location
+ *                 [timeout=<time>] [reserve_ttl=<time>]
+ *                 [upstream=<name>];                       location
  *   kvserve_route_load_weight <number>;            http, server, location
  *   kvserve_prefix_balance;                                upstream
  *   $kvserve_route_reason, $kvserve_route_cached_tokens,
@@ -49,8 +50,6 @@
 static void ngx_http_kvserve_route_body(ngx_http_request_t *r);
 static void ngx_http_kvserve_route_tokenized(ngx_http_kvserve_ctx_t *kctx);
 static void ngx_http_kvserve_route_send(ngx_http_kvserve_route_ctx_t *rc);
-static void ngx_http_kvserve_route_choose(ngx_http_kvserve_route_ctx_t *rc,
-    ngx_uint_t failed);
 static void ngx_http_kvserve_route_observe(ngx_http_kvserve_route_ctx_t *rc);
 
 
@@ -87,6 +86,8 @@ ngx_http_kvserve_route_cleanup(void *data)
     }
 
     rc->counted = -1;
+
+    ngx_http_kvserve_route_resv_release(rc);
 }
 
 
@@ -310,6 +311,15 @@ ngx_http_kvserve_route_tokenized(ngx_http_kvserve_ctx_t *kctx)
     }
 
     rc->lookup_ns = kvs_now_ns();
+
+    if (ngx_http_kvserve_route_resv_prompts(rc) != NGX_OK) {
+        for (i = 0; i < job->n_parts; i++) {
+            kvs_ids_free(&job->ids[i]);
+        }
+
+        ngx_http_kvserve_route_pass(rc, "out of memory");
+        return;
+    }
 
     kvs_index_route_conf_default(&rc->conf);
     rc->conf.load_weight = rc->rlcf->load_weight;
@@ -580,23 +590,21 @@ ngx_http_kvserve_route_done(void *data, const kvs_index_reply_t *replies,
 
 
 /*
- * The choice, from the lookups (or the hash when failed), into the ctx;
- * mode=approximate then records the names the chosen peer now holds.
- * The phases go on.
+ * The choice, from the lookups (or the hash when failed), into the ctx.
+ * With Redis answering, a request long on some host goes only to a host
+ * whose record shows room in its long pool, and that room is reserved
+ * before the choice is final (ngx_http_kvserve_route_resv.c); a lost
+ * reservation comes back here with that host out.
  */
-static void
+void
 ngx_http_kvserve_route_choose(ngx_http_kvserve_route_ctx_t *rc,
     ngx_uint_t failed)
 {
     uint32_t                        *blocks, *tokens;
-    ngx_int_t                        peer;
     ngx_uint_t                       g, i, named;
     kvs_index_choice_t               ch;
-    const kvs_index_cand_t          *h;
-    ngx_http_kvserve_route_tgt_t    *t;
     ngx_http_kvserve_route_group_t  *gr, *first;
 
-    t = rc->tgt;
     named = 0;
     first = NULL;
 
@@ -642,6 +650,13 @@ ngx_http_kvserve_route_choose(ngx_http_kvserve_route_ctx_t *rc,
             }
         }
 
+        /* Redis answers: the long pools' room counts (Redis down: as
+         * before pools, unreserved) */
+        if (!failed && ngx_http_kvserve_route_resv_filter(rc) != NGX_OK) {
+            ngx_http_kvserve_route_pass(rc, "out of memory");
+            return;
+        }
+
         /* hosts of several block sizes compare in tokens */
         kvs_index_choose(rc->cands, rc->n_cands, tokens, 1, !named,
                          &rc->conf, &ch);
@@ -650,6 +665,48 @@ ngx_http_kvserve_route_choose(ngx_http_kvserve_route_ctx_t *rc,
             ch.reason = KVS_INDEX_ROUTE_NO_INDEX;
         }
     }
+
+    rc->choice = ch;
+    rc->blocks = blocks;
+    rc->named = named;
+
+    if (rc->long_cut
+        && (ch.host < 0 || (uint32_t) ch.host >= rc->n_cands))
+    {
+        ngx_http_kvserve_route_resv_full(rc);
+        return;
+    }
+
+    if (!failed && rc->need != NULL && ch.host >= 0
+        && (uint32_t) ch.host < rc->n_cands && rc->need[ch.host].seqs > 0)
+    {
+        ngx_http_kvserve_route_resv_take(rc);
+        return;
+    }
+
+    ngx_http_kvserve_route_commit(rc);
+}
+
+
+/* The choice made (and reserved when it had to be): into the ctx;
+ * mode=approximate records the names the chosen peer now holds.  The
+ * phases go on. */
+void
+ngx_http_kvserve_route_commit(ngx_http_kvserve_route_ctx_t *rc)
+{
+    uint32_t                        *blocks;
+    ngx_int_t                        peer;
+    ngx_uint_t                       g, named, failed;
+    kvs_index_choice_t               ch;
+    const kvs_index_cand_t          *h;
+    ngx_http_kvserve_route_tgt_t    *t;
+    ngx_http_kvserve_route_group_t  *gr;
+
+    t = rc->tgt;
+    ch = rc->choice;
+    blocks = rc->blocks;
+    named = rc->named;
+    failed = ch.reason == KVS_INDEX_ROUTE_NO_INDEX;
 
     rc->decided = 1;
     rc->has_reason = 1;

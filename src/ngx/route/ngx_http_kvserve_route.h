@@ -45,6 +45,7 @@
 #include "ngx/index/ngx_http_kvserve_redis.h"
 #include "index/kvs_index_gw.h"
 #include "index/kvs_index_lookup.h"
+#include "index/kvs_index_resv.h"
 
 #define NGX_HTTP_KVSERVE_ROUTE_INDEX        0
 #define NGX_HTTP_KVSERVE_ROUTE_APPROXIMATE  1
@@ -62,6 +63,9 @@
                                                        entry lives */
 #define NGX_HTTP_KVSERVE_ROUTE_APPROX_MAX   8192    /* names recorded per
                                                        request */
+#define NGX_HTTP_KVSERVE_ROUTE_RESV_TTL     5000    /* ms a long-pool
+                                                       reservation lives
+                                                       unless released */
 
 
 typedef struct {
@@ -104,6 +108,8 @@ typedef struct {
                                                  changes once */
     unsigned                        listed:1; /* a refresh ever worked */
     unsigned                        sync_fail:1;
+    unsigned                        resv_sha_ok:1;  /* resv_sha loaded */
+    char                            resv_sha[KVS_INDEX_RESV_SHA_LEN + 1];
 } ngx_http_kvserve_route_tgt_t;
 
 
@@ -114,6 +120,8 @@ typedef struct {
     ngx_str_t                       upstream; /* upstream=; len 0: the
                                                  only balanced one */
     ngx_msec_t                      timeout;
+    ngx_msec_t                      reserve_ttl;  /* long-pool
+                                                     reservations' */
     double                          load_weight;  /* -1: unset */
     ngx_http_kvserve_route_tgt_t   *tgt;      /* resolved at
                                                  postconfiguration */
@@ -176,10 +184,34 @@ typedef struct {
     uint64_t                        lookup_ns;    /* tokenized: the
                                                      route hop starts */
 
+    /* long-pool reservations (ngx_http_kvserve_route_resv.c) */
+    uint32_t                       *prompt_len;   /* [n_prompts] tokens */
+    uint32_t                        n_prompts;
+    uint64_t                        max_tokens;   /* per choice, -1 in
+                                                     the body: n_ctx */
+    uint32_t                        n_choices;
+    kvs_index_resv_need_t          *need;     /* [n_cands]: seqs 0 when
+                                                 short on that host */
+    uint8_t                        *lost;     /* [n_cands]: no room there
+                                                 in Redis */
+    uint32_t                       *blocks;   /* choose's, kept across a
+                                                 reservation */
+    kvs_index_choice_t              choice;   /* waiting for its
+                                                 reservation */
+    char                            member[KVS_INDEX_RESV_MEMBER_MAX + 1];
+    size_t                          member_len;
+    char                            resv_id[KVS_INDEX_HOST_ID_MAX + 1];
+    size_t                          resv_id_len;  /* 0: none held */
+
     unsigned                        decided:1;
     unsigned                        from_table:1; /* cands are hosts */
     unsigned                        has_reason:1;
     unsigned                        sync_fail:1;
+    unsigned                        named:1;      /* choose's */
+    unsigned                        long_cut:1;   /* a host was left out
+                                                     for its long pool */
+    unsigned                        resv_eval:1;  /* EVAL sent after a
+                                                     NOSCRIPT */
 } ngx_http_kvserve_route_ctx_t;
 
 
@@ -204,6 +236,29 @@ void ngx_http_kvserve_route_fresh(ngx_http_kvserve_route_ctx_t *rc,
 /* The chosen host was sent one more request. */
 void ngx_http_kvserve_route_sent(ngx_http_kvserve_route_tgt_t *t,
     const char *id, size_t id_len);
+/* (ngx_http_kvserve_route.c) Chooses a host from the lookups (the hash
+ * when failed); then, for a long request, reserves its room first. */
+void ngx_http_kvserve_route_choose(ngx_http_kvserve_route_ctx_t *rc,
+    ngx_uint_t failed);
+/* The choice in rc->choice is final: the phases go on. */
+void ngx_http_kvserve_route_commit(ngx_http_kvserve_route_ctx_t *rc);
+
+/* (ngx_http_kvserve_route_resv.c) The prompts' lengths and max_tokens,
+ * while the tokenizer's ids are there. */
+ngx_int_t ngx_http_kvserve_route_resv_prompts(
+    ngx_http_kvserve_route_ctx_t *rc);
+/* Each candidate's need on its long pool; candidates whose record shows
+ * no room for it, or that lost its reservation, are taken out. */
+ngx_int_t ngx_http_kvserve_route_resv_filter(
+    ngx_http_kvserve_route_ctx_t *rc);
+/* Reserves rc->choice's room in Redis; commits, chooses again (lost) or
+ * commits unreserved (Redis failed) when the reply comes. */
+void ngx_http_kvserve_route_resv_take(ngx_http_kvserve_route_ctx_t *rc);
+/* No host has room: 503 kv_pool_full with Retry-After. */
+void ngx_http_kvserve_route_resv_full(ngx_http_kvserve_route_ctx_t *rc);
+/* The request ended: its reservation, if any, is given back. */
+void ngx_http_kvserve_route_resv_release(ngx_http_kvserve_route_ctx_t *rc);
+
 /* mode=approximate: names[from, n) are now believed held by peer. */
 void ngx_http_kvserve_route_record(ngx_http_kvserve_route_ctx_t *rc,
     const kvs_index_name_t *names, size_t from, size_t n,

@@ -4,7 +4,8 @@
  * ngx_http_kvserve_route.c, the host tables _route_hosts.c):
  *
  *   kvserve_route [redis=<host:port>] [mode=index|approximate]
- *                 [timeout=<time>] [upstream=<name>];      location
+ *                 [timeout=<time>] [reserve_ttl=<time>]
+ *                 [upstream=<name>];                       location
  *   kvserve_route_load_weight <number>;            http, server, location
  *   kvserve_prefix_balance;                                upstream
  *
@@ -197,6 +198,7 @@ ngx_http_kvserve_route_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     rlcf->enable = 1;
     rlcf->mode = NGX_HTTP_KVSERVE_ROUTE_INDEX;
     rlcf->timeout = 50;
+    rlcf->reserve_ttl = NGX_HTTP_KVSERVE_ROUTE_RESV_TTL;
     ngx_str_set(&rlcf->redis, "127.0.0.1:6379");
     rlcf->conf_file = cf->conf_file->file.name;
     rlcf->line = cf->conf_file->line;
@@ -244,6 +246,25 @@ ngx_http_kvserve_route_directive(ngx_conf_t *cf, ngx_command_t *cmd,
             continue;
         }
 
+        if (ngx_strncmp(value[i].data, "reserve_ttl=", 12) == 0) {
+            v.data = value[i].data + 12;
+            v.len = value[i].len - 12;
+
+            rlcf->reserve_ttl = ngx_parse_time(&v, 0);
+            if (rlcf->reserve_ttl == (ngx_msec_t) NGX_ERROR
+                || kvs_index_resv_ttl_check(rlcf->reserve_ttl, NULL)
+                   != KVS_OK)
+            {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "kvserve_route: \"%V\": expected a time "
+                                   "from 100ms to 1h, such as "
+                                   "reserve_ttl=5s", &value[i]);
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
         if (ngx_strncmp(value[i].data, "upstream=", 9) == 0
             && value[i].len > 9)
         {
@@ -255,7 +276,8 @@ ngx_http_kvserve_route_directive(ngx_conf_t *cf, ngx_command_t *cmd,
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "kvserve_route: unknown parameter \"%V\" "
                            "(redis=<host:port>, mode=index|approximate, "
-                           "timeout=<time>, upstream=<name>)", &value[i]);
+                           "timeout=<time>, reserve_ttl=<time>, "
+                           "upstream=<name>)", &value[i]);
         return NGX_CONF_ERROR;
     }
 
