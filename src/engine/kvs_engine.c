@@ -169,6 +169,11 @@ kvs_engine_new(kvs_engine_t **out, const kvs_engine_conf_t *conf,
         goto failed;
     }
 
+    rc = kvs_engine_lora_new(e, err);
+    if (rc != KVS_OK) {
+        goto failed;
+    }
+
     rc = kvs_engine_gram_new(e, err);
     if (rc != KVS_OK) {
         goto failed;
@@ -212,6 +217,7 @@ failed:
     }
 
     free(e->fork_logits);
+    kvs_engine_lora_free(e);
     kvs_backend_free(e->be);
     kvs_sched_free(&e->sched);
     kvs_radix_free(e->radix);
@@ -285,6 +291,7 @@ kvs_engine_free(kvs_engine_t *e)
     kvs_sched_free(&e->sched);
     kvs_radix_free(e->radix);
     kvs_engine_index_done(e);
+    kvs_engine_lora_free(e);
     kvs_backend_free(e->be);
     kvs_kv_pool_free(e->pool);
     kvs_buf_free(&e->piece);
@@ -362,7 +369,7 @@ kvs_engine_step_run(kvs_engine_t *e)
         rc = dev ? e->be->ops->forward_sample(e->be, &plan.batch,
                                               e->dev_params, e->dev_ids,
                                               &err)
-                 : kvs_backend_forward(e->be, &plan.batch, e->logits, &err);
+                 : kvs_engine_lora_forward(e, &plan, &err);
     }
 
     if (rc != KVS_OK) {
@@ -830,7 +837,7 @@ kvs_engine_cache_ns(kvs_engine_t *e, kvs_engine_seq_t *h)
         g = NULL;
     }
 
-    key.epoch = e->epoch;
+    key.epoch = kvs_engine_lora_epoch(e, h->adapter);
     key.adapter = h->adapter;
     key.scope = h->scope;
     key.scope_len = h->scope_len;

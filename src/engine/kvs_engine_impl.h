@@ -180,6 +180,14 @@ struct kvs_engine_s {
     kvs_engine_stats_t       shown;    /* copy under the lock */
     kvs_engine_tenants_t     tenants;  /* published under the lock */
     kvs_engine_ix_t          ix;       /* the prefix index's record */
+
+    /* LoRA adapters (kvs_engine_lora.c): id i + 1 is loras[i], in the
+     * backend's slot i + 1; its cache epoch lora_epoch[i] */
+    kvs_lora_t             **loras;    /* [n_loras], owned */
+    uint64_t                *lora_epoch;
+    uint32_t                 n_loras;
+    uint32_t                *lora_slots;   /* [lora_slots_cap] a step's */
+    size_t                   lora_slots_cap;
 };
 
 
@@ -250,6 +258,20 @@ int32_t kvs_engine_gram_fix(kvs_engine_t *e, const float *row,
  * 2: tok completed the grammar and nothing can follow, else 0. */
 int kvs_engine_gram_accept(kvs_engine_t *e, kvs_engine_seq_t *h,
     int32_t tok, int *end, kvs_err_t *err);
+
+
+/* kvs_engine_lora.c */
+
+/* At load, after the backend: opens conf.lora_paths against the model
+ * and puts them into the backend's slots. */
+int kvs_engine_lora_new(kvs_engine_t *e, kvs_err_t *err);
+void kvs_engine_lora_free(kvs_engine_t *e);
+
+/* The step's forward: through the backend's forward_lora, each entry
+ * under its sequence's adapter, when some sequence of the plan has one;
+ * else the plain forward. */
+int kvs_engine_lora_forward(kvs_engine_t *e, const kvs_sched_plan_t *plan,
+    kvs_err_t *err);
 
 
 /* kvs_engine_io.c */

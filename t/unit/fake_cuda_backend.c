@@ -235,7 +235,9 @@ static const kvs_backend_ops_t  fake_ops = {
     fake_forward,
     fake_forward_sample,
     fake_copy_block,
-    fake_free
+    fake_free,
+    NULL,                                   /* no LoRA adapters */
+    NULL
 };
 
 

@@ -28,14 +28,25 @@ static int kvs_backend_cpu_forward(kvs_backend_t *be, const kvs_batch_t *b,
 static int kvs_backend_cpu_copy_block(kvs_backend_t *be, uint32_t dst,
     uint32_t src, kvs_err_t *err);
 static void kvs_backend_cpu_free(kvs_backend_t *be);
+static int kvs_backend_cpu_set_lora(kvs_backend_t *be, uint32_t slot,
+    const kvs_lora_t *l, kvs_err_t *err);
+static int kvs_backend_cpu_forward_lora(kvs_backend_t *be,
+    const kvs_batch_t *b, const uint32_t *slots, float *logits,
+    kvs_err_t *err);
 
 
 static const kvs_backend_ops_t  kvs_backend_cpu_ops = {
     kvs_backend_cpu_forward,
     NULL,                                   /* samples on the host */
     kvs_backend_cpu_copy_block,
-    kvs_backend_cpu_free
+    kvs_backend_cpu_free,
+    kvs_backend_cpu_set_lora,
+    kvs_backend_cpu_forward_lora
 };
+
+#if KVS_BACKEND_LORA_SLOTS != KVS_CPU_LORA_SLOTS
+#error "the backend's adapter slots are the CPU kv's"
+#endif
 
 
 int
@@ -102,6 +113,26 @@ kvs_backend_cpu_forward(kvs_backend_t *be, const kvs_batch_t *b,
     kvs_backend_cpu_t  *cpu = be->impl;
 
     return kvs_cpu_forward(cpu->cm, cpu->kv, b, logits, err);
+}
+
+
+static int
+kvs_backend_cpu_set_lora(kvs_backend_t *be, uint32_t slot,
+    const kvs_lora_t *l, kvs_err_t *err)
+{
+    kvs_backend_cpu_t  *cpu = be->impl;
+
+    return kvs_cpu_kv_set_lora(cpu->kv, cpu->cm, slot, l, err);
+}
+
+
+static int
+kvs_backend_cpu_forward_lora(kvs_backend_t *be, const kvs_batch_t *b,
+    const uint32_t *slots, float *logits, kvs_err_t *err)
+{
+    kvs_backend_cpu_t  *cpu = be->impl;
+
+    return kvs_cpu_forward_lora(cpu->cm, cpu->kv, b, slots, logits, err);
 }
 
 

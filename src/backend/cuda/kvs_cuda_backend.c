@@ -60,7 +60,9 @@ static const kvs_backend_ops_t  kvs_cuda_ops = {
     kvs_cuda_forward,
     kvs_cuda_forward_sample,
     kvs_cuda_copy_block,
-    kvs_cuda_free
+    kvs_cuda_free,
+    NULL,                                   /* no LoRA adapters yet */
+    NULL
 };
 
 
