@@ -62,6 +62,12 @@
  *   kvserve_tenant <value>;             http, server, location: the
  *                                       request's tenant (a value with
  *                                       variables; empty: none)
+ *   kvserve_lora NAME PATH [base=MODEL];  http: a LoRA adapter of MODEL
+ *                                       (default: the last kvserve_model
+ *                                       before it), model id MODEL:NAME
+ *   kvserve_lora_map <value>;           http, server, location: the
+ *                                       adapter NAME a request is served
+ *                                       under; empty: the base
  *   kvserve_cache_scope global|tenant|<value>;  http, server, location:
  *                                       whose prefix cache a request
  *                                       uses: everyone's, its tenant's
@@ -322,6 +328,20 @@ static ngx_command_t  ngx_http_kvserve_commands[] = {
     { ngx_string("kvserve_cache_scope"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_kvserve_cache_scope_directive,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("kvserve_lora"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE23,
+      ngx_http_kvserve_lora_directive,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("kvserve_lora_map"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_kvserve_lora_map_directive,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },
@@ -815,6 +835,7 @@ ngx_http_kvserve_create_loc_conf(ngx_conf_t *cf)
     klcf->tokenize_threshold = NGX_CONF_UNSET_SIZE;
     klcf->cache_share = NGX_CONF_UNSET_UINT;
     klcf->tenant = NGX_CONF_UNSET_PTR;
+    klcf->lora_map = NGX_CONF_UNSET_PTR;
     klcf->max_messages = NGX_CONF_UNSET_UINT;
     klcf->max_sequences = NGX_CONF_UNSET_UINT;
     klcf->health = NGX_CONF_UNSET;
@@ -852,6 +873,7 @@ ngx_http_kvserve_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     }
 
     ngx_conf_merge_ptr_value(conf->tenant, prev->tenant, NULL);
+    ngx_conf_merge_ptr_value(conf->lora_map, prev->lora_map, NULL);
     ngx_conf_merge_uint_value(conf->max_messages, prev->max_messages,
                               NGX_HTTP_KVSERVE_MAX_MESSAGES);
     ngx_conf_merge_uint_value(conf->max_sequences, prev->max_sequences,
