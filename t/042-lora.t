@@ -15,6 +15,9 @@
 #     gets 404 naming the model id, an unmapped tenant cannot pick one;
 #   - adapter A's file replaced and nginx reloaded: its text changes and
 #     the old prompt reuses nothing;
+#   - paging: kvserve_lora_slots 1 for the two adapters, so A and B take
+#     turns in the one slot; the metrics count the loads, evictions and
+#     waits;
 #   - `nginx -t` refuses an adapter made for another base, naming the
 #     adapter, the tensor and both shapes.
 #
@@ -85,6 +88,17 @@ like($out, qr/invalid adapter name "A:x"/, '... quoting it');
                               . "kvserve_lora B $dir/b.gguf base=base;");
 ok(!$failed, 'nginx -t accepts the good ones') or diag($out);
 
+my $many = join '', map { "kvserve_lora a$_ $dir/a.gguf;\n" } 1 .. 65;
+($failed, $out) = $t->nginx_t("kvserve_model base $dir/base.gguf;\n$many");
+ok($failed, 'nginx -t refuses 65 adapters without kvserve_lora_slots');
+like($out, qr/model "base" has 65 LoRA adapters, more than an engine holds at once \(64\): set kvserve_lora_slots/, '... saying so');
+($failed, $out) = $t->nginx_t("kvserve_model base $dir/base.gguf;\n$many"
+                              . "kvserve_lora_slots 8;");
+ok(!$failed, '... and takes them with kvserve_lora_slots 8') or diag($out);
+($failed, $out) = $t->nginx_t("kvserve_lora_slots 65;");
+ok($failed, 'nginx -t refuses kvserve_lora_slots 65');
+like($out, qr/invalid value "65" in "kvserve_lora_slots" directive, it must be a number from 1 to 64/, '... quoting it');
+
 # ---- serving --------------------------------------------------------------
 
 my $http = <<"EOC";
@@ -92,6 +106,7 @@ my $http = <<"EOC";
     kvserve_lora A $dir/a.gguf;
     kvserve_lora B $dir/b.gguf base=base;
     kvserve_model merged $dir/merged.gguf;
+    kvserve_lora_slots 1;
     kvserve_kv_cache 16m;
     kvserve_threads 1;
     kvserve_engine_wait 30s;
@@ -113,6 +128,7 @@ my $server = <<"EOS";
             access_log logs/cache.log cache;
         }
         location = /status { kvserve_status; }
+        location = /metrics { kvserve_metrics; }
 EOS
 $t->write_conf($http, server => $server);
 ok($t->start, 'nginx started with the base, its adapters and the merged '
@@ -249,6 +265,27 @@ for my $i (0 .. $#jobs) {
     like($head, qr{^HTTP/1\.1 200}, '/v1/messages with base:B: 200')
         or diag($b);
     like($b, qr/"model":\s*"base:B"/, '... naming it');
+}
+
+# paging: one slot for two adapters; A and B took turns in it
+{
+    my $r = $t->read_all($t->request('GET', '/metrics'), 10);
+    my %v;
+    while ($r =~ /^kvserve:(lora_\w+)\{model_name="base"\} (\S+)$/mg) {
+        $v{$1} = $2;
+    }
+    is($v{lora_adapters}, 2, 'metrics: 2 adapters') or diag($r);
+    is($v{lora_slots}, 1, '... 1 slot');
+    is($v{lora_resident}, 1, '... 1 resident');
+    is($v{lora_waiting}, 0, '... no request waiting');
+    ok(($v{lora_loads_total} // 0) >= 2, "... loads ($v{lora_loads_total})");
+    ok(($v{lora_evictions_total} // 0) >= 2,
+       "... evictions ($v{lora_evictions_total})");
+    ok(($v{lora_waited_total} // 0) >= 2,
+       "... requests that waited ($v{lora_waited_total})");
+    ok(defined $v{lora_wait_seconds_total}, '... their time');
+    unlike($r, qr/^kvserve:lora_\w+\{model_name="merged"\}/m,
+           '... none for a model without adapters');
 }
 
 # the tenant's map

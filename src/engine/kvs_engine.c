@@ -278,6 +278,7 @@ kvs_engine_free(kvs_engine_t *e)
      * holds that were never closed */
 
     kvs_engine_take_inbox(e);
+    kvs_engine_lora_end_all(e);
 
     while ((seq = e->sched.running.head) != NULL
            || (seq = e->sched.waiting.head) != NULL)
@@ -328,6 +329,7 @@ kvs_engine_step_run(kvs_engine_t *e)
 
     kvs_engine_take_inbox(e);
     kvs_engine_take_cancels(e);
+    kvs_engine_lora_admit(e);
 
     if (e->radix != NULL) {
         kvs_radix_expire(e->radix, e->sched.now);
@@ -636,6 +638,10 @@ kvs_engine_take_inbox(kvs_engine_t *e)
             continue;
         }
 
+        if (kvs_engine_lora_take(e, h)) {
+            continue;                 /* its adapter is being loaded */
+        }
+
         kvs_sched_add(&e->sched, &h->seq);
     }
 }
@@ -744,6 +750,7 @@ kvs_engine_publish(kvs_engine_t *e)
     }
 
     e->stats.kv_used = used;
+    kvs_engine_lora_stats(e);
     e->shown = e->stats;
 
     kvs_engine_publish_tenants(e);
@@ -911,7 +918,7 @@ kvs_engine_main(void *arg)
         tick = e->sched.waiting.n > 0 && e->conf.queue_timeout_ms > 0;
 
         while (!busy && !e->quit && e->inbox == NULL && e->cancels == NULL
-               && !kvs_engine_index_pending(e))
+               && !kvs_engine_index_pending(e) && !e->lora_ready)
         {
             if (!tick) {
                 pthread_cond_wait(&e->wake, &e->lock);

@@ -120,9 +120,18 @@ typedef struct {
                                              i + 1 (requests' adapter);
                                              borrowed for the call */
     uint32_t            n_loras;          /* 0..KVS_ENGINE_MAX_LORAS */
+    uint32_t            lora_slots;       /* adapters resident at once,
+                                             1..KVS_ENGINE_LORA_SLOTS;
+                                             0: n_loras (at most
+                                             KVS_ENGINE_LORA_SLOTS).
+                                             Fewer than n_loras: the
+                                             others are loaded when a
+                                             request needs them (docs/
+                                             lora.md, "Paging") */
 } kvs_engine_conf_t;
 
-#define KVS_ENGINE_MAX_LORAS  64          /* KVS_BACKEND_LORA_SLOTS */
+#define KVS_ENGINE_MAX_LORAS   256        /* adapters an engine serves */
+#define KVS_ENGINE_LORA_SLOTS  64         /* KVS_BACKEND_LORA_SLOTS */
 
 /* A client cache breakpoint: keep prompt[0..n_tokens) cached (whole
  * blocks of it) for ttl_ms, refreshed by every request that pins it. */
@@ -267,6 +276,14 @@ typedef struct {
     uint64_t  pool_waited[2];
     uint64_t  pool_wait_ms[2];
     uint64_t  pool_refused[2];
+    uint32_t  lora_adapters;          /* LoRA adapters served */
+    uint32_t  lora_slots;             /* ... resident at most */
+    uint32_t  lora_resident;          /* ... resident now */
+    uint32_t  lora_parked;            /* requests waiting for theirs */
+    uint64_t  lora_loads;             /* adapters loaded after start */
+    uint64_t  lora_evictions;         /* ... and unloaded for another */
+    uint64_t  lora_waited;            /* requests that waited for one */
+    uint64_t  lora_wait_ms;           /* their time waiting, total */
 } kvs_engine_stats_t;
 
 
@@ -386,7 +403,8 @@ int kvs_engine_index_take(kvs_engine_t *e, kvs_engine_index_t *out,
 void kvs_engine_index_free(kvs_engine_index_t *out);
 
 /* The adapters the engine serves: their count, and adapter id i's
- * (1..n; the opened file, for its epoch and ranks), else NULL. */
+ * (1..n; the opened file, for its epoch and ranks) while it is
+ * resident, else NULL.  Engine thread (or a driving caller) only. */
 uint32_t kvs_engine_n_loras(const kvs_engine_t *e);
 const kvs_lora_t *kvs_engine_lora(const kvs_engine_t *e, uint32_t id);
 

@@ -237,6 +237,7 @@ kvs_engine_end(kvs_engine_t *e, kvs_engine_seq_t *h, kvs_finish_t finish,
 
     kvs_engine_unfollow(e, h);
     kvs_sched_remove(&e->sched, &h->seq);
+    kvs_engine_lora_release(e, h);
 
     if (h->seq.ns != NULL) {
         kvs_radix_ns_put(e->radix, h->seq.ns);

@@ -222,6 +222,17 @@ typedef struct {
     uint64_t  pool_refused[2];        /* not admitted within the queue
                                          timeout (503) */
 
+    /* LoRA adapters (docs/lora.md), when have and lora_adapters: now,
+     * and the engine's counters since it started */
+    uint32_t  lora_adapters;          /* served */
+    uint32_t  lora_slots;             /* resident at most */
+    uint32_t  lora_resident;
+    uint32_t  lora_parked;            /* requests waiting for theirs */
+    uint64_t  lora_loads;
+    uint64_t  lora_evictions;
+    uint64_t  lora_waited;
+    uint64_t  lora_wait_ms;
+
     /* cache_config_info, from the configuration: written for every model
      * whose block_size is not 0, engine answering or not */
     uint32_t     block_size;          /* tokens per KV block */

@@ -42,13 +42,14 @@
 #include "base/kvs_err.h"
 #include "engine/kvs_engine.h"
 
-#define KVS_WIRE_VERSION      7       /* 2: prefix cache fields, tenant;
+#define KVS_WIRE_VERSION      8       /* 2: prefix cache fields, tenant;
                                          3: SUBSCRIBE, INDEX; 4: HELLO's
                                          backend and memory; 5: SUBMIT's
                                          output constraint; 6: STATS's
                                          iteration token buckets; 7:
                                          STATS's KV pools, OUT's
-                                         retry_after */
+                                         retry_after; 8: STATS's LoRA
+                                         adapters */
 #define KVS_WIRE_HDR          16
 #define KVS_WIRE_MAX_FRAME    (16u << 20)   /* 1M prompt ids take 4 MiB */
 #define KVS_WIRE_AGAIN        1             /* need more bytes */

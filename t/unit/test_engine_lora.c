@@ -22,6 +22,7 @@
 
 #include "kvs_test.h"
 
+#include <inttypes.h>
 #include <unistd.h>
 
 #include "engine/kvs_engine.h"
@@ -170,6 +171,9 @@ mdl_close(mdl_t *md)
 }
 
 
+static uint32_t  n_slots;             /* the next engine's lora_slots */
+
+
 static int
 engine_try(kvs_engine_t **e, const mdl_t *md, const char *const *paths,
     uint32_t n, kvs_err_t *err)
@@ -185,6 +189,7 @@ engine_try(kvs_engine_t **e, const mdl_t *md, const char *const *paths,
     conf.max_batch_tokens = 256;
     conf.lora_paths = paths;
     conf.n_loras = n;
+    conf.lora_slots = n_slots;
 
     return kvs_engine_new(e, &conf, err);
 }
@@ -422,6 +427,163 @@ test_cache_namespace(void **state)
 }
 
 
+/* Adapter id's residency and the paging figures. */
+static void
+expect_paging(kvs_engine_t *e, uint64_t loads, uint64_t evictions,
+    uint64_t waited)
+{
+    kvs_engine_stats_t  st;
+
+    kvs_engine_stats(e, &st);
+    assert_int_equal(st.lora_adapters, N_AD);
+    assert_int_equal(st.lora_slots, 2);
+    assert_int_equal(st.lora_resident, 2);
+    assert_int_equal(st.lora_parked, 0);
+    if (st.lora_loads != loads || st.lora_evictions != evictions
+        || st.lora_waited != waited)
+    {
+        fail_msg("loads %" PRIu64 ", evictions %" PRIu64 ", waited %"
+                 PRIu64 "; expected %" PRIu64 ", %" PRIu64 ", %" PRIu64,
+                 st.lora_loads, st.lora_evictions, st.lora_waited, loads,
+                 evictions, waited);
+    }
+}
+
+
+/*
+ * Paging: 4 adapters in 2 slots.  All five requests at once give the
+ * same tokens as with every adapter resident (adapters 3 and 4 wait for
+ * 1 and 2 to be let go, then evict them); the least recently let go
+ * adapter is the one evicted; a request waiting for its adapter never
+ * holds up the base's (it decodes in the very step the load is asked
+ * for, the load being on the loader's thread).
+ */
+static void
+test_paging(void **state)
+{
+    size_t              k;
+    int32_t             pr[N_REQ][40];
+    uint32_t            r, lens[N_REQ], ads[N_REQ];
+    const int32_t      *prompts[N_REQ];
+    kvs_err_t           err;
+    mdl_t               base;
+    kvs_engine_t       *e, *all;
+    kvs_engine_req_t    req;
+    kvs_engine_seq_t   *h[2], *hs[2];
+    kvs_engine_out_t    out[N_REQ], want[N_REQ], o[2];
+
+    mdl_open(&base, base_path);
+    all = engine_new(&base, ad_paths, N_AD);
+    n_slots = 2;
+    e = engine_new(&base, ad_paths, N_AD);
+    n_slots = 0;
+
+    assert_non_null(kvs_engine_lora(e, 1));
+    assert_non_null(kvs_engine_lora(e, 2));
+    assert_null(kvs_engine_lora(e, 3));
+    assert_null(kvs_engine_lora(e, 4));
+    assert_int_not_equal(kvs_engine_lora_epoch(e, 3),
+                         kvs_engine_lora_epoch(e, 4));
+    assert_int_equal(kvs_engine_lora_epoch(e, 4),
+                     kvs_engine_lora_epoch(all, 4));
+
+    for (r = 0; r < N_REQ; r++) {
+        lens[r] = 20 + r;
+        prompt_of(pr[r], lens[r], r);
+        prompts[r] = pr[r];
+        ads[r] = r;
+    }
+
+    run(all, prompts, lens, ads, N_REQ, want);
+    run(e, prompts, lens, ads, N_REQ, out);
+
+    for (r = 0; r < N_REQ; r++) {
+        if (memcmp(want[r].tokens, out[r].tokens, N_GEN * sizeof(int32_t))
+            != 0)
+        {
+            fail_msg("request %u (adapter %u): paged tokens differ", r, r);
+        }
+        kvs_engine_out_free(&want[r]);
+        kvs_engine_out_free(&out[r]);
+    }
+
+    expect_paging(e, 2, 2, 2);
+    assert_non_null(kvs_engine_lora(e, 3));
+    assert_non_null(kvs_engine_lora(e, 4));
+
+    /* 4 let go after 3: 1 evicts 3, then 2 evicts 4 */
+    ads[0] = 4;
+    run(e, prompts, lens, ads, 1, out);
+    kvs_engine_out_free(&out[0]);
+    expect_paging(e, 2, 2, 2);
+    ads[0] = 1;
+    run(e, prompts, lens, ads, 1, out);
+    kvs_engine_out_free(&out[0]);
+    expect_paging(e, 3, 3, 3);
+    assert_null(kvs_engine_lora(e, 3));
+    assert_non_null(kvs_engine_lora(e, 4));
+    ads[0] = 2;
+    run(e, prompts, lens, ads, 1, out);
+    kvs_engine_out_free(&out[0]);
+    expect_paging(e, 4, 4, 4);
+    assert_null(kvs_engine_lora(e, 4));
+    assert_non_null(kvs_engine_lora(e, 1));
+
+    /* a parked request and the base's: the base decodes at once */
+    for (r = 0; r < 2; r++) {
+        memset(&req, 0, sizeof(req));
+        req.prompt = pr[r];
+        req.n_prompt = lens[r];
+        req.max_tokens = N_GEN;
+        req.ignore_eos = 1;
+        req.sample.top_p = 1.0f;
+        req.adapter = r == 0 ? 3 : 0;
+        memset(&o[r], 0, sizeof(o[r]));
+        if (kvs_engine_submit(e, &req, &h[r], &err) != KVS_OK) {
+            fail_msg("submit: %s", err.msg);
+        }
+    }
+
+    assert_int_equal(kvs_engine_step(e), 1);
+    k = kvs_engine_ready(e, hs, 2);
+    assert_int_equal(k, 1);
+    assert_ptr_equal(hs[0], h[1]);
+    assert_true(kvs_engine_read(e, h[1], &o[1]) >= 0);
+    assert_int_equal(o[1].n_tokens, 1);
+
+    while (o[0].finish == KVS_FINISH_NONE || o[1].finish == KVS_FINISH_NONE) {
+        (void) kvs_engine_step(e);
+        while ((k = kvs_engine_ready(e, hs, 2)) > 0) {
+            while (k-- > 0) {
+                assert_true(kvs_engine_read(e, hs[k], hs[k] == h[0] ? &o[0]
+                                                                    : &o[1])
+                            >= 0);
+            }
+        }
+    }
+
+    assert_int_equal(o[0].finish, KVS_FINISH_LENGTH);
+    assert_int_equal(o[1].finish, KVS_FINISH_LENGTH);
+    expect_paging(e, 5, 5, 5);
+
+    for (r = 0; r < 2; r++) {
+        kvs_engine_close(e, h[r]);
+        kvs_engine_out_free(&o[r]);
+    }
+
+    /* a request parked when the engine is freed ends cancelled, its
+     * hold let go (ASan: nothing leaks) */
+    req.adapter = 4;
+    assert_int_equal(kvs_engine_submit(e, &req, &h[0], &err), KVS_OK);
+    (void) kvs_engine_step(e);
+    kvs_engine_close(e, h[0]);
+
+    kvs_engine_free(e);
+    kvs_engine_free(all);
+    mdl_close(&base);
+}
+
+
 static void
 test_refusals(void **state)
 {
@@ -434,7 +596,7 @@ test_refusals(void **state)
     kvs_engine_seq_t   *h;
     kvs_engine_stats_t  st;
     char                wide_path[256];
-    const char         *many[KVS_ENGINE_MAX_LORAS + 1];
+    static const char  *many[KVS_ENGINE_MAX_LORAS + 1];
 
     mdl_open(&base, base_path);
     e = engine_new(&base, ad_paths, N_AD);
@@ -471,7 +633,19 @@ test_refusals(void **state)
 
     assert_int_equal(engine_try(&e, &base, many, KVS_ENGINE_MAX_LORAS + 1,
                                 &err), KVS_EINVAL);
-    assert_non_null(strstr(err.msg, "65 LoRA adapters; at most 64"));
+    assert_non_null(strstr(err.msg, "257 LoRA adapters; at most 256"));
+
+    /* more adapters than slots need lora_slots; at most 64 slots */
+    assert_int_equal(engine_try(&e, &base, many, KVS_ENGINE_LORA_SLOTS + 1,
+                                &err), KVS_EINVAL);
+    assert_non_null(strstr(err.msg, "65 LoRA adapter slots for 65 "
+                           "adapters; at most 64"));
+    n_slots = KVS_ENGINE_LORA_SLOTS + 1;
+    assert_int_equal(engine_try(&e, &base, ad_paths, N_AD, &err),
+                     KVS_EINVAL);
+    assert_non_null(strstr(err.msg, "65 LoRA adapter slots for 4 "
+                           "adapters"));
+    n_slots = 0;
 
     mdl_close(&base);
 }
@@ -483,6 +657,7 @@ main(void)
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_mixed_batch),
         cmocka_unit_test(test_cache_namespace),
+        cmocka_unit_test(test_paging),
         cmocka_unit_test(test_refusals),
     };
 

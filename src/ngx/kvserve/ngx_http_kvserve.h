@@ -158,6 +158,9 @@ typedef struct {
                                               in the engine process */
     ngx_uint_t                device;      /* kvserve_device: CUDA
                                               ordinal */
+    ngx_uint_t                lora_slots;  /* kvserve_lora_slots: LoRA
+                                              adapters resident at once
+                                              per model; 0: all */
 
     /* the engine process (ngx_http_kvserve_engine.c) */
     ngx_path_t               *engine_dir;  /* kvserve_engine_dir: socket
@@ -329,6 +332,10 @@ ngx_http_kvserve_lora_t *ngx_http_kvserve_lora_find(
  * engine process's own, it exits with them). */
 ngx_int_t ngx_http_kvserve_lora_paths(ngx_http_kvserve_model_t *m,
     kvs_engine_conf_t *conf);
+/* init main conf: a model with more adapters than an engine holds at
+ * once needs kvserve_lora_slots */
+ngx_int_t ngx_http_kvserve_lora_check(ngx_conf_t *cf,
+    ngx_http_kvserve_main_conf_t *kmcf);
 /* "invalid value "V" in "D" directive, <must>": NGX_CONF_ERROR */
 char *ngx_http_kvserve_conf_invalid(ngx_conf_t *cf, ngx_command_t *cmd,
     ngx_str_t *value, const char *must);

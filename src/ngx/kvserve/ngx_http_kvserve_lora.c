@@ -7,6 +7,10 @@
  *                                          declared last before it),
  *                                          served as model id
  *                                          "MODEL:NAME"
+ *   kvserve_lora_slots N;                  http: adapters resident at
+ *                                          once per model's engine
+ *                                          (1..64; default: all, and
+ *                                          then at most 64)
  *   kvserve_lora_map <value>;              http, server, location: the
  *                                          adapter NAME a request is
  *                                          served under (a value with
@@ -20,7 +24,7 @@
  * `nginx -t` with the reader's message naming the adapter's tensor and
  * both shapes; only its identity is kept (the f32 copies are freed: the
  * engine process opens the file again, kvs_engine_lora.c).  Adapter ids
- * are the order of the base's kvserve_lora lines, 1..64.  The base's
+ * are the order of the base's kvserve_lora lines, 1..256.  The base's
  * engine key (its socket and lease) is folded with every adapter's
  * name and file epoch, so a configuration whose adapters differ (a
  * replaced file, another list) is served by a new engine, never by one
@@ -388,6 +392,32 @@ ngx_http_kvserve_lora_paths(ngx_http_kvserve_model_t *m,
 
     conf->lora_paths = paths;
     conf->n_loras = (uint32_t) m->loras->nelts;
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_kvserve_lora_check(ngx_conf_t *cf,
+    ngx_http_kvserve_main_conf_t *kmcf)
+{
+    ngx_uint_t                 i;
+    ngx_http_kvserve_model_t  *m;
+
+    m = kmcf->models->elts;
+
+    for (i = 0; i < kmcf->models->nelts; i++) {
+        if (kmcf->lora_slots == 0 && m[i].loras != NULL
+            && m[i].loras->nelts > KVS_ENGINE_LORA_SLOTS)
+        {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "model \"%V\" has %ui LoRA adapters, more than "
+                          "an engine holds at once (%d): set "
+                          "kvserve_lora_slots", &m[i].name,
+                          m[i].loras->nelts, KVS_ENGINE_LORA_SLOTS);
+            return NGX_ERROR;
+        }
+    }
 
     return NGX_OK;
 }

@@ -454,6 +454,8 @@ ngx_http_kvserve_child(ngx_http_kvserve_engine_t *e, int lease, int pidfd)
          * n_blocks are the CPU's): this model's part of it */
         sm[i].engine.kv_fraction = m[i].kv_fraction;
 
+        sm[i].engine.lora_slots = (uint32_t) kmcf->lora_slots;
+
         if (ngx_http_kvserve_lora_paths(&m[i], &sm[i].engine) != NGX_OK) {
             _exit(1);
         }
