@@ -36,16 +36,11 @@ use Time::HiRes qw(sleep);
 my $t = Kvserve::Live->new('042', 'models');
 my $root = $t->root;
 my $dir = "$root/models";
-my $cli = $ENV{KVS_CLI} || "$ENV{TEST_NGINX_MODEL_DIR}/../kvserve";
-plan(skip_all => "no kvserve tool at $cli") unless -x $cli;
+$t->cli;
 
 END { $t->stop if $t }
 
-sub cli_ok {
-    my ($what, @args) = @_;
-    my $out = `'$cli' @args 2>&1`;
-    is($?, 0, $what) or diag($out);
-}
+sub cli_ok { $t->cli_ok(@_) }
 
 my $shape = '--heads 4 --kv-heads 2 --layers 2 --vocab 512';
 cli_ok('a base generated',

@@ -29,6 +29,7 @@
 #include "model/kvs_ggml_type.h"
 #include "model/kvs_model.h"
 #include "tokenizer/kvs_vocab.h"
+#include "bench_lora.h"
 
 #define N_AD      64
 #define IN_FLIGHT 32
@@ -192,7 +193,6 @@ main(int argc, char **argv)
     kvs_err_t            err;
     kvs_model_t         *m;
     kvs_vocab_t         *v;
-    kvs_gen_spec_t       spec;
     kvs_engine_stats_t   st;
     kvs_gen_lora_spec_t  ls;
     static const uint32_t  slots[] = { 64, 16, 8 };
@@ -220,19 +220,10 @@ main(int argc, char **argv)
         return 2;
     }
 
-    tmp = getenv("KVS_TMP") != NULL ? getenv("KVS_TMP") : "/tmp";
+    tmp = bench_lora_tmp();
 
-    if (kvs_gen_preset(&spec, preset, &err) != KVS_OK) {
-        die("preset", &err);
-    }
-
-    spec.dtype = KVS_GGML_F32;
-    spec.seed = 1;
-    snprintf(spec.name, sizeof(spec.name), "bench-lora-paging");
-    snprintf(bp, sizeof(bp), "%s/bench-lora-paging.%d.gguf", tmp,
-             (int) getpid());
-
-    if (kvs_gen_write(&spec, bp, &err) != KVS_OK
+    if (bench_lora_base(preset, "bench-lora-paging", bp, sizeof(bp), &err)
+        != KVS_OK
         || kvs_model_open(&m, bp, &err) != KVS_OK
         || kvs_vocab_load(&v, m->gguf, &err) != KVS_OK)
     {

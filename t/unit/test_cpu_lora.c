@@ -61,8 +61,10 @@ mdl_close(mdl_t *md)
 }
 
 
+/* A generated base of n_embd wide (4 heads, 2 K/V) and FFN n_ff. */
 static void
-gen_base(char *path, const char *tag, kvs_arch_t arch)
+gen_base_dims(char *path, const char *tag, kvs_arch_t arch, uint32_t n_embd,
+    uint32_t n_ff)
 {
     char            name[64];
     kvs_err_t       err;
@@ -72,10 +74,10 @@ gen_base(char *path, const char *tag, kvs_arch_t arch)
     snprintf(spec.name, sizeof(spec.name), "cpu-lora");
     spec.arch = arch;
     spec.n_layer = 2;
-    spec.n_embd = 64;
+    spec.n_embd = n_embd;
     spec.n_head = 4;
     spec.n_head_kv = 2;
-    spec.n_ff = 128;
+    spec.n_ff = n_ff;
     spec.n_vocab = 300;
     spec.n_ctx = 128;
     spec.dtype = KVS_GGML_F32;
@@ -87,6 +89,13 @@ gen_base(char *path, const char *tag, kvs_arch_t arch)
     if (kvs_gen_write(&spec, path, &err) != KVS_OK) {
         fail_msg("%s: %s", path, err.msg);
     }
+}
+
+
+static void
+gen_base(char *path, const char *tag, kvs_arch_t arch)
+{
+    gen_base_dims(path, tag, arch, 64, 128);
 }
 
 
@@ -371,27 +380,12 @@ test_levels(void **state)
     kvs_err_t             err;
     kvs_lora_t           *ad[N_AD];
     mdl_t                 base;
-    kvs_gen_spec_t        gs;
     kvs_test_seq_t        seqs[3][N_SEQ];
     kvs_gen_lora_spec_t   spec;
     static const char    *levels[3] = { "0", "1", NULL };
     static const uint32_t ranks[3] = { 5, 8, 64 };
 
-    memset(&gs, 0, sizeof(gs));
-    snprintf(gs.name, sizeof(gs.name), "cpu-lora-odd");
-    gs.arch = KVS_ARCH_LLAMA;
-    gs.n_layer = 2;
-    gs.n_embd = 48;
-    gs.n_head = 4;
-    gs.n_head_kv = 2;
-    gs.n_ff = 136;
-    gs.n_vocab = 300;
-    gs.n_ctx = 128;
-    gs.dtype = KVS_GGML_F32;
-    gs.seed = 23;
-    snprintf(name, sizeof(name), "cpu-lora-odd.%d.gguf", (int) getpid());
-    snprintf(bp, sizeof(bp), "%s", kvs_test_tmp(name));
-    assert_int_equal(kvs_gen_write(&gs, bp, &err), KVS_OK);
+    gen_base_dims(bp, "odd", KVS_ARCH_LLAMA, 48, 136);
     mdl_open(&base, bp);
 
     for (s = 0; s < N_AD; s++) {

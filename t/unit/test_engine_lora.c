@@ -450,6 +450,20 @@ expect_paging(kvs_engine_t *e, uint64_t loads, uint64_t evictions,
 }
 
 
+/* One request under adapter, run to its end; then loads and evictions
+ * (and waits) are `paged`. */
+static void
+run_one(kvs_engine_t *e, const int32_t *prompt, uint32_t len,
+    uint32_t adapter, uint64_t paged)
+{
+    kvs_engine_out_t  out;
+
+    run(e, &prompt, &len, &adapter, 1, &out);
+    kvs_engine_out_free(&out);
+    expect_paging(e, paged, paged, paged);
+}
+
+
 /*
  * Paging: 4 adapters in 2 slots.  All five requests at once give the
  * same tokens as with every adapter resident (adapters 3 and 4 wait for
@@ -512,20 +526,11 @@ test_paging(void **state)
     assert_non_null(kvs_engine_lora(e, 4));
 
     /* 4 let go after 3: 1 evicts 3, then 2 evicts 4 */
-    ads[0] = 4;
-    run(e, prompts, lens, ads, 1, out);
-    kvs_engine_out_free(&out[0]);
-    expect_paging(e, 2, 2, 2);
-    ads[0] = 1;
-    run(e, prompts, lens, ads, 1, out);
-    kvs_engine_out_free(&out[0]);
-    expect_paging(e, 3, 3, 3);
+    run_one(e, pr[0], lens[0], 4, 2);
+    run_one(e, pr[0], lens[0], 1, 3);
     assert_null(kvs_engine_lora(e, 3));
     assert_non_null(kvs_engine_lora(e, 4));
-    ads[0] = 2;
-    run(e, prompts, lens, ads, 1, out);
-    kvs_engine_out_free(&out[0]);
-    expect_paging(e, 4, 4, 4);
+    run_one(e, pr[0], lens[0], 2, 4);
     assert_null(kvs_engine_lora(e, 4));
     assert_non_null(kvs_engine_lora(e, 1));
 
