@@ -283,7 +283,8 @@ int kvs_engine_lora_forward(kvs_engine_t *e, const kvs_sched_plan_t *plan,
  * (the caller adds it to the scheduler). */
 int kvs_engine_lora_take(kvs_engine_t *e, kvs_engine_seq_t *h);
 
-/* At its end: lets go of h's adapter (and unparks it). */
+/* At its end, before kvs_engine_unfollow: lets go of h's adapter (and
+ * unparks it; its followers, if any, are parked in its place). */
 void kvs_engine_lora_release(kvs_engine_t *e, kvs_engine_seq_t *h);
 
 /* Before a step's plan: the loads finished (into their slots; the

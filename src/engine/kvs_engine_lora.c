@@ -23,9 +23,11 @@
  *     holds one adapter at most (slot_of); a request naming an id past
  *     n is refused at submit;
  *   - ad->refs counts the sequences holding the adapter (parked or in
- *     the scheduler), from their take to their end; an adapter with
- *     refs is never evicted, so a scheduled sequence's adapter is
- *     resident in every step it runs;
+ *     the scheduler, and a request's other choices from choice 0's
+ *     take), to their end; an adapter with refs is never evicted, so a
+ *     scheduled sequence's adapter is resident in every step it runs;
+ *     the choices of a parked choice 0 that ends are parked in its
+ *     place (kvs_engine_lora_release runs before kvs_engine_unfollow);
  *   - a sequence's prefix cache namespace has the adapter's id and
  *     ns_epoch, a hash of the weights' epoch and the adapter file's
  *     (xxh3-64 of its bytes), never the weights' own: the same prompt
@@ -133,7 +135,6 @@ kvs_engine_lora_new(kvs_engine_t *e, kvs_err_t *err)
 
     n = e->conf.n_loras;
     slots = e->conf.lora_slots;
-    e->conf.lora_slots = 0;
 
     if (n == 0) {
         e->conf.lora_paths = NULL;
@@ -363,25 +364,12 @@ kvs_engine_lora_unpark(struct kvs_engine_lora_s *lo, kvs_engine_seq_t *h)
 }
 
 
-int
-kvs_engine_lora_take(kvs_engine_t *e, kvs_engine_seq_t *h)
+static void
+kvs_engine_lora_park(kvs_engine_t *e, kvs_engine_seq_t *h)
 {
-    kvs_engine_ad_t           *ad;
     struct kvs_engine_lora_s  *lo;
 
     lo = e->lora;
-
-    if (h->adapter == 0 || lo == NULL) {
-        return 0;
-    }
-
-    ad = &lo->ad[h->adapter - 1];
-    ad->refs++;
-    h->lora_held = 1;
-
-    if (ad->l != NULL) {
-        return 0;
-    }
 
     h->lora_parked = 1;
     h->lora_since = e->sched.now;
@@ -396,6 +384,36 @@ kvs_engine_lora_take(kvs_engine_t *e, kvs_engine_seq_t *h)
 
     lo->park_tail = h;
     lo->n_parked++;
+}
+
+
+int
+kvs_engine_lora_take(kvs_engine_t *e, kvs_engine_seq_t *h)
+{
+    kvs_engine_ad_t           *ad;
+    kvs_engine_seq_t          *f;
+    struct kvs_engine_lora_s  *lo;
+
+    lo = e->lora;
+
+    if (h->adapter == 0 || lo == NULL) {
+        return 0;
+    }
+
+    /* the request's other choices hold it too, from now: they run
+     * when choice 0 forks them (or ends), never through a take */
+    ad = &lo->ad[h->adapter - 1];
+
+    for (f = h; f != NULL; f = f == h ? h->followers : f->next_follower) {
+        ad->refs++;
+        f->lora_held = 1;
+    }
+
+    if (ad->l != NULL) {
+        return 0;
+    }
+
+    kvs_engine_lora_park(e, h);
 
     return 1;
 }
@@ -405,6 +423,7 @@ void
 kvs_engine_lora_release(kvs_engine_t *e, kvs_engine_seq_t *h)
 {
     kvs_engine_ad_t           *ad;
+    kvs_engine_seq_t          *f, *next;
     struct kvs_engine_lora_s  *lo;
 
     lo = e->lora;
@@ -415,6 +434,17 @@ kvs_engine_lora_release(kvs_engine_t *e, kvs_engine_seq_t *h)
 
     if (h->lora_parked) {
         kvs_engine_lora_unpark(lo, h);
+
+        /* its choices, which would go to the scheduler in its place,
+         * wait for the adapter as it did */
+        for (f = h->followers; f != NULL; f = next) {
+            next = f->next_follower;
+            f->leader = NULL;
+            f->next_follower = NULL;
+            kvs_engine_lora_park(e, f);
+        }
+
+        h->followers = NULL;
     }
 
     ad = &lo->ad[h->adapter - 1];

@@ -235,9 +235,9 @@ kvs_engine_end(kvs_engine_t *e, kvs_engine_seq_t *h, kvs_finish_t finish,
         flush = 1;
     }
 
+    kvs_engine_lora_release(e, h);     /* first: it may park followers */
     kvs_engine_unfollow(e, h);
     kvs_sched_remove(&e->sched, &h->seq);
-    kvs_engine_lora_release(e, h);
 
     if (h->seq.ns != NULL) {
         kvs_radix_ns_put(e->radix, h->seq.ns);

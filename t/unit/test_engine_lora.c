@@ -483,8 +483,9 @@ test_paging(void **state)
     mdl_t               base;
     kvs_engine_t       *e, *all;
     kvs_engine_req_t    req;
-    kvs_engine_seq_t   *h[2], *hs[2];
-    kvs_engine_out_t    out[N_REQ], want[N_REQ], o[2];
+    uint32_t            done;
+    kvs_engine_seq_t   *h[2], *hs[2], *h3[3];
+    kvs_engine_out_t    out[N_REQ], want[N_REQ], o[2], o3[3];
 
     mdl_open(&base, base_path);
     all = engine_new(&base, ad_paths, N_AD);
@@ -576,8 +577,67 @@ test_paging(void **state)
         kvs_engine_out_free(&o[r]);
     }
 
-    /* a request parked when the engine is freed ends cancelled, its
-     * hold let go (ASan: nothing leaks) */
+    /* 3 choices under a parked adapter: each holds it, each gives the
+     * greedy tokens of one request under it with every adapter
+     * resident */
+    ads[0] = 4;
+    run(all, &prompts[4], &lens[4], ads, 1, want);
+    memset(&req, 0, sizeof(req));
+    req.prompt = pr[4];
+    req.n_prompt = lens[4];
+    req.max_tokens = N_GEN;
+    req.n = 3;
+    req.ignore_eos = 1;
+    req.sample.top_p = 1.0f;
+    req.adapter = 4;
+    assert_null(kvs_engine_lora(e, 4));
+    assert_int_equal(kvs_engine_submit(e, &req, h3, &err), KVS_OK);
+    memset(o3, 0, sizeof(o3));
+
+    for (done = 0; done < 3; ) {
+        (void) kvs_engine_step(e);
+        while ((k = kvs_engine_ready(e, hs, 2)) > 0) {
+            while (k-- > 0) {
+                for (r = 0; h3[r] != hs[k]; r++) { }
+                assert_true(kvs_engine_read(e, h3[r], &o3[r]) >= 0);
+                done += o3[r].finish != KVS_FINISH_NONE;
+            }
+        }
+    }
+
+    for (r = 0; r < 3; r++) {
+        assert_int_equal(o3[r].finish, KVS_FINISH_LENGTH);
+        if (memcmp(o3[r].tokens, want[0].tokens, N_GEN * sizeof(int32_t))
+            != 0)
+        {
+            fail_msg("choice %u under a paged adapter: tokens differ", r);
+        }
+        kvs_engine_close(e, h3[r]);
+        kvs_engine_out_free(&o3[r]);
+    }
+
+    kvs_engine_out_free(&want[0]);
+    expect_paging(e, 6, 6, 6);
+
+    /* its three holds were let go: adapter 4 is evicted for 1, then 2
+     * (one slot: 3's) */
+    run_one(e, pr[0], lens[0], 1, 7);
+    assert_null(kvs_engine_lora(e, 3));
+    run_one(e, pr[0], lens[0], 2, 8);
+    assert_null(kvs_engine_lora(e, 4));
+
+    /* a parked request of 2 choices closed before its adapter came, and
+     * a request parked when the engine is freed: they end cancelled,
+     * their holds let go (ASan: nothing leaks) */
+    req.adapter = 3;
+    req.n = 2;
+    assert_int_equal(kvs_engine_submit(e, &req, h3, &err), KVS_OK);
+    (void) kvs_engine_step(e);
+    kvs_engine_close(e, h3[0]);
+    kvs_engine_close(e, h3[1]);
+    (void) kvs_engine_step(e);
+    req.n = 1;
+
     req.adapter = 4;
     assert_int_equal(kvs_engine_submit(e, &req, &h[0], &err), KVS_OK);
     (void) kvs_engine_step(e);
