@@ -62,6 +62,14 @@
  *   kvserve_tenant <value>;             http, server, location: the
  *                                       request's tenant (a value with
  *                                       variables; empty: none)
+ *   kvserve_lora NAME PATH [base=MODEL];  http: a LoRA adapter of MODEL
+ *                                       (default: the last kvserve_model
+ *                                       before it), model id MODEL:NAME
+ *   kvserve_lora_slots <n>;             http: adapters resident at once
+ *                                       per model (1..64; default: all)
+ *   kvserve_lora_map <value>;           http, server, location: the
+ *                                       adapter NAME a request is served
+ *                                       under; empty: the base
  *   kvserve_cache_scope global|tenant|<value>;  http, server, location:
  *                                       whose prefix cache a request
  *                                       uses: everyone's, its tenant's
@@ -150,6 +158,10 @@ static void ngx_http_kvserve_exit_process(ngx_cycle_t *cycle);
 
 static ngx_http_kvserve_uint_bounds_t  ngx_http_kvserve_kv_block_bounds = {
     1, KVS_KV_MAX_BLOCK_TOKENS, NGX_CONF_UNSET_UINT
+};
+
+static ngx_http_kvserve_uint_bounds_t  ngx_http_kvserve_lora_slot_bounds = {
+    1, KVS_ENGINE_LORA_SLOTS, NGX_CONF_UNSET_UINT
 };
 
 static ngx_http_kvserve_uint_bounds_t  ngx_http_kvserve_batch_bounds = {
@@ -333,6 +345,27 @@ static ngx_command_t  ngx_http_kvserve_commands[] = {
       0,
       NULL },
 
+    { ngx_string("kvserve_lora"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE23,
+      ngx_http_kvserve_lora_directive,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("kvserve_lora_slots"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_kvserve_set_uint,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_kvserve_main_conf_t, lora_slots),
+      &ngx_http_kvserve_lora_slot_bounds },
+
+    { ngx_string("kvserve_lora_map"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_kvserve_lora_map_directive,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("kvserve_tenant"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_kvserve_tenant_directive,
@@ -469,6 +502,7 @@ ngx_http_kvserve_create_main_conf(ngx_conf_t *cf)
     kmcf->backend = NGX_CONF_UNSET_UINT;
     kmcf->kv_dtype = NGX_CONF_UNSET_UINT;
     kmcf->device = NGX_CONF_UNSET_UINT;
+    kmcf->lora_slots = NGX_CONF_UNSET_UINT;
     /* engine_dir: NULL, as ngx_conf_set_path_slot() wants it */
     kmcf->engine_wait = NGX_CONF_UNSET_MSEC;
     kmcf->engine_timeout = NGX_CONF_UNSET_MSEC;
@@ -501,6 +535,12 @@ ngx_http_kvserve_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_uint_value(kmcf->device, 0);
 
     if (ngx_http_kvserve_kv_dtype_check(cf, kmcf) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_conf_init_uint_value(kmcf->lora_slots, 0);
+
+    if (ngx_http_kvserve_lora_check(cf, kmcf) != NGX_OK) {
         return NGX_CONF_ERROR;
     }
     ngx_conf_init_value(kmcf->prefix_cache, 1);
@@ -828,6 +868,7 @@ ngx_http_kvserve_create_loc_conf(ngx_conf_t *cf)
     klcf->tokenize_threshold = NGX_CONF_UNSET_SIZE;
     klcf->cache_share = NGX_CONF_UNSET_UINT;
     klcf->tenant = NGX_CONF_UNSET_PTR;
+    klcf->lora_map = NGX_CONF_UNSET_PTR;
     klcf->max_messages = NGX_CONF_UNSET_UINT;
     klcf->max_sequences = NGX_CONF_UNSET_UINT;
     klcf->health = NGX_CONF_UNSET;
@@ -865,6 +906,7 @@ ngx_http_kvserve_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     }
 
     ngx_conf_merge_ptr_value(conf->tenant, prev->tenant, NULL);
+    ngx_conf_merge_ptr_value(conf->lora_map, prev->lora_map, NULL);
     ngx_conf_merge_uint_value(conf->max_messages, prev->max_messages,
                               NGX_HTTP_KVSERVE_MAX_MESSAGES);
     ngx_conf_merge_uint_value(conf->max_sequences, prev->max_sequences,

@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "base/kvs_err.h"
+#include "model/kvs_lora.h"
 #include "model/kvs_model.h"
 #include "kv/kvs_batch.h"
 #include "kv/kvs_kv_layout.h"
@@ -125,7 +126,22 @@ typedef struct {
                         kvs_err_t *err);
     int   (*block_write)(kvs_backend_t *be, uint32_t b, const void *src,
                          kvs_err_t *err);
+    /* optional, both or neither (NULL: the backend serves no LoRA
+     * adapters): set_lora puts adapter l (NULL: none) into slot
+     * 1..KVS_BACKEND_LORA_SLOTS, checked against the model (the backend
+     * borrows l until the slot is set again or the backend is freed);
+     * forward_lora is forward with slots[b->n], each entry's adapter
+     * slot (0: the base alone); an entry naming an empty slot is
+     * KVS_EINVAL before anything is written */
+    int   (*set_lora)(kvs_backend_t *be, uint32_t slot, const kvs_lora_t *l,
+                      kvs_err_t *err);
+    int   (*forward_lora)(kvs_backend_t *be, const kvs_batch_t *b,
+                          const uint32_t *slots, float *logits,
+                          kvs_err_t *err);
 } kvs_backend_ops_t;
+
+/* Adapter slots a backend with set_lora holds at once (the CPU's). */
+#define KVS_BACKEND_LORA_SLOTS  64
 
 typedef struct {
     uint32_t  n_blocks;               /* K/V storage for this many */

@@ -170,6 +170,7 @@ kvs_engine_new(kvs_engine_t **out, const kvs_engine_conf_t *conf,
     }
 
     rc = kvs_engine_tier_new(e, err);
+    rc = kvs_engine_lora_new(e, err);
     if (rc != KVS_OK) {
         goto failed;
     }
@@ -227,6 +228,7 @@ failed:
 
     free(e->fork_logits);
     kvs_engine_tier_free(e);
+    kvs_engine_lora_free(e);
     kvs_backend_free(e->be);
     kvs_sched_free(&e->sched);
     kvs_radix_free(e->radix);
@@ -287,6 +289,7 @@ kvs_engine_free(kvs_engine_t *e)
      * holds that were never closed */
 
     kvs_engine_take_inbox(e);
+    kvs_engine_lora_end_all(e);
 
     while ((seq = e->sched.running.head) != NULL
            || (seq = e->sched.waiting.head) != NULL)
@@ -301,6 +304,7 @@ kvs_engine_free(kvs_engine_t *e)
     kvs_engine_tier_free(e);
     kvs_radix_free(e->radix);
     kvs_engine_index_done(e);
+    kvs_engine_lora_free(e);
     kvs_backend_free(e->be);
     kvs_kv_pool_free(e->pool);
     kvs_buf_free(&e->piece);
@@ -341,6 +345,7 @@ kvs_engine_step_run(kvs_engine_t *e)
 
     kvs_engine_take_inbox(e);
     kvs_engine_take_cancels(e);
+    kvs_engine_lora_admit(e);
 
     if (e->radix != NULL) {
         kvs_radix_expire(e->radix, e->sched.now);
@@ -383,7 +388,7 @@ kvs_engine_step_run(kvs_engine_t *e)
         rc = dev ? e->be->ops->forward_sample(e->be, &plan.batch,
                                               e->dev_params, e->dev_ids,
                                               &err)
-                 : kvs_backend_forward(e->be, &plan.batch, e->logits, &err);
+                 : kvs_engine_lora_forward(e, &plan, &err);
     }
 
     if (rc != KVS_OK) {
@@ -654,6 +659,10 @@ kvs_engine_take_inbox(kvs_engine_t *e)
             continue;
         }
 
+        if (kvs_engine_lora_take(e, h)) {
+            continue;                 /* its adapter is being loaded */
+        }
+
         kvs_sched_add(&e->sched, &h->seq);
     }
 }
@@ -768,6 +777,7 @@ kvs_engine_publish(kvs_engine_t *e)
     }
 
     e->stats.kv_used = used;
+    kvs_engine_lora_stats(e);
     e->shown = e->stats;
 
     kvs_engine_publish_tenants(e);
@@ -861,7 +871,7 @@ kvs_engine_cache_ns(kvs_engine_t *e, kvs_engine_seq_t *h)
         g = NULL;
     }
 
-    key.epoch = e->epoch;
+    key.epoch = kvs_engine_lora_epoch(e, h->adapter);
     key.adapter = h->adapter;
     key.scope = h->scope;
     key.scope_len = h->scope_len;
@@ -935,7 +945,7 @@ kvs_engine_main(void *arg)
         tick = e->sched.waiting.n > 0 && e->conf.queue_timeout_ms > 0;
 
         while (!busy && !e->quit && e->inbox == NULL && e->cancels == NULL
-               && !kvs_engine_index_pending(e))
+               && !kvs_engine_index_pending(e) && !e->lora_ready)
         {
             if (!tick) {
                 pthread_cond_wait(&e->wake, &e->lock);

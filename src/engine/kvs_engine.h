@@ -40,6 +40,7 @@
 #include "base/kvs_err.h"
 #include "kv/kvs_radix.h"
 #include "sched/kvs_fair.h"
+#include "model/kvs_lora.h"
 #include "model/kvs_model.h"
 #include "tokenizer/kvs_vocab.h"
 #include "sample/kvs_finish.h"
@@ -125,7 +126,25 @@ typedef struct {
                                              for the prefix index (see
                                              kvs_engine_index_take);
                                              NULL: no names.  Borrowed */
+    const char *const  *lora_paths;       /* [n_loras] LoRA adapter files
+                                             (docs/lora.md): the engine
+                                             opens each against the model
+                                             and serves it as adapter id
+                                             i + 1 (requests' adapter);
+                                             borrowed for the call */
+    uint32_t            n_loras;          /* 0..KVS_ENGINE_MAX_LORAS */
+    uint32_t            lora_slots;       /* adapters resident at once,
+                                             1..KVS_ENGINE_LORA_SLOTS;
+                                             0: n_loras (at most
+                                             KVS_ENGINE_LORA_SLOTS).
+                                             Fewer than n_loras: the
+                                             others are loaded when a
+                                             request needs them (docs/
+                                             lora.md, "Paging") */
 } kvs_engine_conf_t;
+
+#define KVS_ENGINE_MAX_LORAS   256        /* adapters an engine serves */
+#define KVS_ENGINE_LORA_SLOTS  64         /* KVS_BACKEND_LORA_SLOTS */
 
 /* A client cache breakpoint: keep prompt[0..n_tokens) cached (whole
  * blocks of it) for ttl_ms, refreshed by every request that pins it. */
@@ -153,7 +172,8 @@ typedef struct {
     const char          *scope;       /* [scope_len] prefix cache scope
                                          (a tenant); NULL or "": global */
     size_t               scope_len;   /* <= KVS_RADIX_MAX_SCOPE */
-    uint32_t             adapter;     /* LoRA adapter id; 0: none */
+    uint32_t             adapter;     /* LoRA adapter id: 0 the base,
+                                         else 1..conf.n_loras */
     const char          *tenant;      /* [tenant_len] fair share key (the
                                          rate limit's); NULL: nameless */
     size_t               tenant_len;  /* <= KVS_FAIR_MAX_KEY */
@@ -316,6 +336,14 @@ typedef struct {
     uint32_t  pool_min_tokens;        /* pools on: a long one's length */
     uint32_t  long_room;              /* kvs_sched_long_room's: blocks */
     uint32_t  long_slots;             /*   and prefill slots free */
+    uint32_t  lora_adapters;          /* LoRA adapters served */
+    uint32_t  lora_slots;             /* ... resident at most */
+    uint32_t  lora_resident;          /* ... resident now */
+    uint32_t  lora_parked;            /* requests waiting for theirs */
+    uint64_t  lora_loads;             /* adapters loaded after start */
+    uint64_t  lora_evictions;         /* ... and unloaded for another */
+    uint64_t  lora_waited;            /* requests that waited for one */
+    uint64_t  lora_wait_ms;           /* their time waiting, total */
 } kvs_engine_stats_t;
 
 
@@ -440,6 +468,17 @@ int kvs_engine_index_take(kvs_engine_t *e, kvs_engine_index_t *out,
     kvs_err_t *err);
 
 void kvs_engine_index_free(kvs_engine_index_t *out);
+
+/* The adapters the engine serves: their count, and adapter id i's
+ * (1..n; the opened file, for its epoch and ranks) while it is
+ * resident, else NULL.  Engine thread (or a driving caller) only. */
+uint32_t kvs_engine_n_loras(const kvs_engine_t *e);
+const kvs_lora_t *kvs_engine_lora(const kvs_engine_t *e, uint32_t id);
+
+/* The prefix cache's epoch of adapter id (0: the weights' own): the
+ * base's and the adapter file's identities together, so a block of
+ * one adapter, or of a replaced file, is never another's. */
+uint64_t kvs_engine_lora_epoch(const kvs_engine_t *e, uint32_t id);
 
 /* The pool's consistency, and with no sequence left no block in use:
  * for tests, between steps (or after the thread stopped). */

@@ -93,6 +93,14 @@ struct kvs_engine_seq_s {
     kvs_engine_seq_t        *followers;     /* choice 0: those waiting */
     kvs_engine_seq_t        *next_follower;
 
+    /* LoRA (kvs_engine_lora.c), engine thread only: the adapter's
+     * hold, and the list of those waiting for their adapter to load */
+    uint8_t                  lora_held;
+    uint8_t                  lora_parked;
+    uint64_t                 lora_since;   /* parked at, ms */
+    kvs_engine_seq_t        *lora_prev;
+    kvs_engine_seq_t        *lora_next;
+
     /* under the engine's lock (separate fields, not bit-fields: the two
      * threads write neighbouring flags) */
     kvs_engine_out_t         out;      /* not yet read */
@@ -191,6 +199,11 @@ struct kvs_engine_s {
     kvs_engine_tenants_t     tenants;  /* published under the lock */
     kvs_engine_ix_t          ix;       /* the prefix index's record */
     kvs_engine_tier_t       *tier;     /* NULL: no disk tier */
+
+    /* LoRA adapters (kvs_engine_lora.c) */
+    struct kvs_engine_lora_s *lora;    /* NULL: none */
+    int                      lora_ready;   /* under e->lock: the loader
+                                              has finished a load */
 };
 
 
@@ -297,6 +310,41 @@ int32_t kvs_engine_gram_fix(kvs_engine_t *e, const float *row,
  * 2: tok completed the grammar and nothing can follow, else 0. */
 int kvs_engine_gram_accept(kvs_engine_t *e, kvs_engine_seq_t *h,
     int32_t tok, int *end, kvs_err_t *err);
+
+
+/* kvs_engine_lora.c */
+
+/* At load, after the backend: opens conf.lora_paths against the model
+ * and puts them into the backend's slots. */
+int kvs_engine_lora_new(kvs_engine_t *e, kvs_err_t *err);
+void kvs_engine_lora_free(kvs_engine_t *e);
+
+/* The step's forward: through the backend's forward_lora, each entry
+ * under its sequence's adapter, when some sequence of the plan has one;
+ * else the plain forward. */
+int kvs_engine_lora_forward(kvs_engine_t *e, const kvs_sched_plan_t *plan,
+    kvs_err_t *err);
+
+/* A sequence taken from the inbox: holds its adapter; 1 when the
+ * adapter is not resident (h is parked, not for the scheduler), else 0
+ * (the caller adds it to the scheduler). */
+int kvs_engine_lora_take(kvs_engine_t *e, kvs_engine_seq_t *h);
+
+/* At its end, before kvs_engine_unfollow: lets go of h's adapter (and
+ * unparks it; its followers, if any, are parked in its place). */
+void kvs_engine_lora_release(kvs_engine_t *e, kvs_engine_seq_t *h);
+
+/* Before a step's plan: the loads finished (into their slots; the
+ * sequences waiting for them into the scheduler), new loads for the
+ * parked sequences (evicting the least recently used adapter no
+ * sequence holds when the slots are full). */
+void kvs_engine_lora_admit(kvs_engine_t *e);
+
+/* Ends every parked sequence (cancelled): kvs_engine_free. */
+void kvs_engine_lora_end_all(kvs_engine_t *e);
+
+/* The figures, into e->stats. */
+void kvs_engine_lora_stats(kvs_engine_t *e);
 
 
 /* kvs_engine_io.c */

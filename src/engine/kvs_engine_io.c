@@ -323,6 +323,13 @@ kvs_engine_seq_setup(kvs_engine_t *e, kvs_engine_seq_t *h,
 
     h->n_stop_ids = req->n_stop_ids;
 
+    if (req->adapter > kvs_engine_n_loras(e)) {
+        return kvs_err_set(err, KVS_EINVAL, "adapter %" PRIu32 ": the "
+                           "model serves %" PRIu32 " LoRA adapter%s",
+                           req->adapter, kvs_engine_n_loras(e),
+                           kvs_engine_n_loras(e) == 1 ? "" : "s");
+    }
+
     if (kvs_engine_cache_setup(h, req, err) != KVS_OK) {
         return err->code;
     }

@@ -952,6 +952,80 @@ kvs_metrics_pools(kvs_buf_t *out, const kvs_metrics_t *m,
 }
 
 
+/* The LoRA adapters' gauges and counters, for the models whose engine
+ * answered and serves adapters (docs/lora.md, "Paging"). */
+static int
+kvs_metrics_lora(kvs_buf_t *out, const kvs_metrics_t *m,
+    const kvs_metrics_gauges_t *g)
+{
+    int       rc;
+    char      val[32];
+    double    v;
+    uint32_t  i, k, any;
+
+    static const struct {
+        const char  *name;
+        const char  *suffix;
+        const char  *type;
+        const char  *help;
+    } defs[] = {
+        { "lora_adapters", "", "gauge", "LoRA adapters the model serves." },
+        { "lora_slots", "", "gauge",
+          "LoRA adapters resident at most (kvserve_lora_slots)." },
+        { "lora_resident", "", "gauge", "LoRA adapters resident now." },
+        { "lora_waiting", "", "gauge",
+          "Requests waiting for their adapter to be loaded." },
+        { "lora_loads", "_total", "counter",
+          "Adapters loaded since the engine started (not at its start)." },
+        { "lora_evictions", "_total", "counter",
+          "Adapters unloaded to make room for another." },
+        { "lora_waited", "_total", "counter",
+          "Requests that waited for their adapter to be loaded." },
+        { "lora_wait_seconds", "_total", "counter",
+          "Their time waiting for it." },
+    };
+
+    any = 0;
+    for (i = 0; g != NULL && i < m->n_models; i++) {
+        any |= (uint32_t) (g[i].have && g[i].lora_adapters != 0);
+    }
+
+    if (!any) {
+        return KVS_OK;
+    }
+
+    rc = KVS_OK;
+
+    for (k = 0; rc == KVS_OK && k < KVS_NELTS(defs); k++) {
+        rc = kvs_metrics_head(out, defs[k].name, defs[k].suffix,
+                              defs[k].help, defs[k].type);
+
+        for (i = 0; rc == KVS_OK && i < m->n_models; i++) {
+            if (!g[i].have || g[i].lora_adapters == 0) {
+                continue;
+            }
+
+            switch (k) {
+            case 0:  v = g[i].lora_adapters; break;
+            case 1:  v = g[i].lora_slots; break;
+            case 2:  v = g[i].lora_resident; break;
+            case 3:  v = g[i].lora_parked; break;
+            case 4:  v = (double) g[i].lora_loads; break;
+            case 5:  v = (double) g[i].lora_evictions; break;
+            case 6:  v = (double) g[i].lora_waited; break;
+            default: v = (double) g[i].lora_wait_ms / 1000.0; break;
+            }
+
+            snprintf(val, sizeof(val), k == 7 ? "%.3f" : "%.0f", v);
+            rc = kvs_metrics_sample(out, defs[k].name, defs[k].suffix,
+                                    m->models[i].name, NULL, val);
+        }
+    }
+
+    return rc;
+}
+
+
 /* iteration_tokens_total: the engine's steps by tokens computed, when
  * it answered (kept by the engine, so it restarts with it). */
 static int
@@ -1252,6 +1326,7 @@ kvs_metrics_write(const kvs_metrics_t *m, const kvs_metrics_gauges_t *g,
 
     if (rc == KVS_OK) {
         rc = kvs_metrics_tier(out, m, g);
+        rc = kvs_metrics_lora(out, m, g);
     }
 
     if (rc == KVS_OK) {

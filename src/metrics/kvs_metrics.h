@@ -247,6 +247,16 @@ typedef struct {
     uint64_t  tier_dropped;           /* the queue was full */
     uint64_t  tier_corrupt;
     uint64_t  tier_recomputed;        /* held, computed (cost model) */
+    /* LoRA adapters (docs/lora.md), when have and lora_adapters: now,
+     * and the engine's counters since it started */
+    uint32_t  lora_adapters;          /* served */
+    uint32_t  lora_slots;             /* resident at most */
+    uint32_t  lora_resident;
+    uint32_t  lora_parked;            /* requests waiting for theirs */
+    uint64_t  lora_loads;
+    uint64_t  lora_evictions;
+    uint64_t  lora_waited;
+    uint64_t  lora_wait_ms;
 
     /* cache_config_info, from the configuration: written for every model
      * whose block_size is not 0, engine answering or not */

@@ -250,6 +250,21 @@ static const kvs_wire_field_t  kvs_wire_stats_model_f[] = {
       KVS_STATS(st.tier.bytes_written) },
     { "tier.bytes_read",      KVS_WIRE_INT, 8, 0,
       KVS_STATS(st.tier.bytes_read) },
+    /* version 10: LoRA adapters (docs/lora.md) */
+    { "lora_adapters",        KVS_WIRE_INT, 4, 0,
+      KVS_STATS(st.lora_adapters) },
+    { "lora_slots",           KVS_WIRE_INT, 4, 0, KVS_STATS(st.lora_slots) },
+    { "lora_resident",        KVS_WIRE_INT, 4, 0,
+      KVS_STATS(st.lora_resident) },
+    { "lora_parked",          KVS_WIRE_INT, 4, 0,
+      KVS_STATS(st.lora_parked) },
+    { "lora_loads",           KVS_WIRE_INT, 8, 0, KVS_STATS(st.lora_loads) },
+    { "lora_evictions",       KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.lora_evictions) },
+    { "lora_waited",          KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.lora_waited) },
+    { "lora_wait_ms",         KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.lora_wait_ms) },
 };
 
 /* the table above writes every bucket */

@@ -28,6 +28,7 @@
 #include "kv/kvs_kv_pool.h"
 #include "model/kvs_ggml_type.h"
 #include "model/kvs_lora.h"
+#include "bench_lora.h"
 
 #define MAX_AD  64
 
@@ -172,7 +173,6 @@ main(int argc, char **argv)
     kvs_lora_t          *ad[MAX_AD];
     kvs_model_t         *m, *mm;
     kvs_cpu_model_t     *cm, *cmm;
-    kvs_gen_spec_t       spec;
     kvs_gen_lora_spec_t  ls;
     static const uint32_t  counts[] = { 1, 8, 64 };
 
@@ -208,21 +208,12 @@ main(int argc, char **argv)
         return 2;
     }
 
-    tmp = getenv("KVS_TMP") != NULL ? getenv("KVS_TMP") : "/tmp";
-
-    if (kvs_gen_preset(&spec, preset, &err) != KVS_OK) {
-        die("preset", &err);
-    }
-
-    spec.dtype = KVS_GGML_F32;
-    spec.seed = 1;
-    snprintf(spec.name, sizeof(spec.name), "bench-lora");
-    snprintf(bp, sizeof(bp), "%s/bench-lora-base.%d.gguf", tmp,
-             (int) getpid());
+    tmp = bench_lora_tmp();
     snprintf(mp, sizeof(mp), "%s/bench-lora-merged.%d.gguf", tmp,
              (int) getpid());
 
-    if (kvs_gen_write(&spec, bp, &err) != KVS_OK
+    if (bench_lora_base(preset, "bench-lora", bp, sizeof(bp), &err)
+        != KVS_OK
         || kvs_model_open(&m, bp, &err) != KVS_OK
         || kvs_cpu_model_new(&cm, m, &err) != KVS_OK)
     {

@@ -236,7 +236,9 @@ static const kvs_backend_ops_t  fake_ops = {
     fake_forward_sample,
     fake_copy_block,
     fake_free,
+    NULL,                                   /* no second tier */
     NULL,
+    NULL,                                   /* no LoRA adapters */
     NULL
 };
 

@@ -24,7 +24,8 @@
  * gauges, iteration buckets and sum, then the KV pools' (pools, 3 x 2
  * gauges, 4 x 2 counters) */
 #define STATS_MODEL  (4 + 17 * 8 + 8 * 4 + (KVS_ENGINE_ITER_BOUNDS + 2) * 8 \
-                      + 4 + 6 * 4 + 8 * 8 + 8 + 2 * 4 + 18 * 8)
+                      + 4 + 6 * 4 + 8 * 8 + 8 + 2 * 4 + 18 * 8
+                      + 4 * 4 + 4 * 8)
 
 
 /* --- helpers ------------------------------------------------------------- */
@@ -989,6 +990,14 @@ test_stats(void **state)
         in->models[i].st.tier.load_ns = 43;
         in->models[i].st.tier.spill_dropped = 44;
         in->models[i].st.tier.bytes_read = UINT64_MAX - 2;
+        in->models[i].st.lora_adapters = 40 + i;
+        in->models[i].st.lora_slots = 41;
+        in->models[i].st.lora_resident = 0xffffffffu;
+        in->models[i].st.lora_parked = 42;
+        in->models[i].st.lora_loads = UINT64_MAX - 3;
+        in->models[i].st.lora_evictions = 43;
+        in->models[i].st.lora_waited = 44;
+        in->models[i].st.lora_wait_ms = UINT64_MAX;
     }
 
     /* model 0: no tenant; model 1: the most, one key empty, one full */
@@ -1413,7 +1422,8 @@ test_bad_others(void **state)
     b.len = 0;
     kvs_wire_enc_stats(&b, 1, st, &err);
     /* a model's stats: 17 counters, 8 gauges, the iteration buckets
-     * and their sum, the pools' figures, the disk tier's */
+     * and their sum, the pools' figures, the disk tier's,
+     * the adapters' */
     assert_int_equal(b.len, 16 + 12 + STATS_MODEL + 8 + 2 + 3 + 24 + 24);
     put32(b.data + 28 + STATS_MODEL, KVS_ENGINE_TOP_TENANTS + 1);
     expect_bad(b.data, b.len, "n_top");

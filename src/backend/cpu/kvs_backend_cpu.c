@@ -32,6 +32,11 @@ static int kvs_backend_cpu_block_read(kvs_backend_t *be, uint32_t b,
     void *dst, kvs_err_t *err);
 static int kvs_backend_cpu_block_write(kvs_backend_t *be, uint32_t b,
     const void *src, kvs_err_t *err);
+static int kvs_backend_cpu_set_lora(kvs_backend_t *be, uint32_t slot,
+    const kvs_lora_t *l, kvs_err_t *err);
+static int kvs_backend_cpu_forward_lora(kvs_backend_t *be,
+    const kvs_batch_t *b, const uint32_t *slots, float *logits,
+    kvs_err_t *err);
 
 
 static const kvs_backend_ops_t  kvs_backend_cpu_ops = {
@@ -40,8 +45,14 @@ static const kvs_backend_ops_t  kvs_backend_cpu_ops = {
     kvs_backend_cpu_copy_block,
     kvs_backend_cpu_free,
     kvs_backend_cpu_block_read,
-    kvs_backend_cpu_block_write
+    kvs_backend_cpu_block_write,
+    kvs_backend_cpu_set_lora,
+    kvs_backend_cpu_forward_lora
 };
+
+#if KVS_BACKEND_LORA_SLOTS != KVS_CPU_LORA_SLOTS
+#error "the backend's adapter slots are the CPU kv's"
+#endif
 
 
 int
@@ -108,6 +119,26 @@ kvs_backend_cpu_forward(kvs_backend_t *be, const kvs_batch_t *b,
     kvs_backend_cpu_t  *cpu = be->impl;
 
     return kvs_cpu_forward(cpu->cm, cpu->kv, b, logits, err);
+}
+
+
+static int
+kvs_backend_cpu_set_lora(kvs_backend_t *be, uint32_t slot,
+    const kvs_lora_t *l, kvs_err_t *err)
+{
+    kvs_backend_cpu_t  *cpu = be->impl;
+
+    return kvs_cpu_kv_set_lora(cpu->kv, cpu->cm, slot, l, err);
+}
+
+
+static int
+kvs_backend_cpu_forward_lora(kvs_backend_t *be, const kvs_batch_t *b,
+    const uint32_t *slots, float *logits, kvs_err_t *err)
+{
+    kvs_backend_cpu_t  *cpu = be->impl;
+
+    return kvs_cpu_forward_lora(cpu->cm, cpu->kv, b, slots, logits, err);
 }
 
 

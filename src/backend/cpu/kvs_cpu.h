@@ -73,6 +73,10 @@
 typedef struct {
     const kvs_lora_t        *l;       /* borrowed; NULL: empty */
     const kvs_lora_mat_t   **by;      /* [n_layer][KVS_LORA_N_TARGETS] */
+    float                  **bt;      /* ... each pair's B transposed,
+                                         [rank][n_out], owned (the
+                                         grouped x86 path) */
+    uint32_t                 n_layer; /* by's and bt's layers */
 } kvs_cpu_lora_slot_t;
 
 /* A weight matrix [rows][cols] as the GGUF stores it (row r: the weights

@@ -149,6 +149,8 @@ typedef struct {
     const uint32_t         *lora_slots; /* [n] adapter slots, or NULL */
     uint32_t                lora_n;   /* rows with an adapter */
     uint32_t                lora_rank; /* their adapters' largest rank */
+    uint32_t                lora_tasks; /* groups of one adapter's rows */
+    size_t                  lora_stride; /* a thread's scratch, floats */
 } kvs_cpu_fw_t;
 
 

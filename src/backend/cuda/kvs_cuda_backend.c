@@ -62,6 +62,8 @@ static const kvs_backend_ops_t  kvs_cuda_ops = {
     kvs_cuda_copy_block,
     kvs_cuda_free,
     NULL,                                   /* no second tier yet */
+    NULL,
+    NULL,                                   /* no LoRA adapters yet */
     NULL
 };
 

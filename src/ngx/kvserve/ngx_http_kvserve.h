@@ -19,6 +19,7 @@
 #include "kv/kvs_kv_size.h"
 #include "kv/kvs_kv_layout.h"
 #include "model/kvs_model.h"
+#include "engine/kvs_engine.h"
 #include "wire/kvs_wire.h"
 #include "tokenizer/kvs_chat.h"
 #include "tokenizer/kvs_chat_jinja.h"
@@ -66,12 +67,27 @@ typedef struct {
     u_char                   *file;        /* where it was written, for */
     ngx_uint_t                line;        /* nginx -t's messages */
 } ngx_http_kvserve_tier_t;
+/* A LoRA adapter of a model (kvserve_lora, ngx_http_kvserve_lora.c):
+ * checked against its base when the configuration is read, opened again
+ * by the base's engine process. */
+typedef struct {
+    ngx_str_t                 name;        /* NAME; the API's id is
+                                              BASE:NAME */
+    ngx_str_t                 id;          /* "BASE:NAME" */
+    u_char                   *path;        /* absolute, NUL-ended */
+    uint32_t                  adapter;     /* the engine's id, 1.. */
+    uint32_t                  rank_max;
+    uint64_t                  epoch;       /* xxh3-64 of the file */
+} ngx_http_kvserve_lora_t;
 
 
 typedef struct {
     ngx_str_t                 name;        /* the API's model id */
     ngx_str_t                 path;        /* absolute file name */
     kvs_model_t              *model;
+    ngx_array_t              *loras;       /* ngx_http_kvserve_lora_t,
+                                              adapter i + 1 at [i];
+                                              NULL: none */
     kvs_vocab_t              *vocab;       /* its tokenizer */
     kvs_chat_t                chat;        /* its chat template, if */
     ngx_flag_t                has_chat;    /* it has one: chat_template=,
@@ -159,6 +175,9 @@ typedef struct {
                                               ordinal */
     ngx_array_t              *tiers;       /* ngx_http_kvserve_tier_t;
                                               NULL: none */
+    ngx_uint_t                lora_slots;  /* kvserve_lora_slots: LoRA
+                                              adapters resident at once
+                                              per model; 0: all */
 
     /* the engine process (ngx_http_kvserve_engine.c) */
     ngx_path_t               *engine_dir;  /* kvserve_engine_dir: socket
@@ -205,6 +224,9 @@ typedef struct {
                                               NGX_HTTP_KVSERVE_SCOPE_* */
     ngx_http_complex_value_t *cache_scope; /* its value (SCOPE_VALUE) */
     ngx_http_complex_value_t *tenant;      /* kvserve_tenant; NULL: none */
+    ngx_http_complex_value_t *lora_map;    /* kvserve_lora_map: the
+                                              adapter NAME a request is
+                                              served under; NULL: none */
     ngx_uint_t                max_messages;  /* kvserve_max_messages: a
                                                 chat request's messages */
     ngx_flag_t                json_errors; /* server level only: a
@@ -322,6 +344,24 @@ ngx_int_t ngx_http_kvserve_kv_dtype_check(ngx_conf_t *cf,
     ngx_http_kvserve_main_conf_t *kmcf);
 char *ngx_http_kvserve_kv_cache(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+/* kvserve_lora, kvserve_lora_map (ngx_http_kvserve_lora.c) */
+char *ngx_http_kvserve_lora_directive(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_kvserve_lora_map_directive(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+/* The adapter of model id "BASE:NAME" (id[len]), its base's index in
+ * *base; NULL when no adapter has that id. */
+ngx_http_kvserve_lora_t *ngx_http_kvserve_lora_find(
+    ngx_http_kvserve_main_conf_t *kmcf, const char *id, size_t len,
+    ngx_uint_t *base);
+/* The engine process's adapter files of m, into conf (malloc'ed: the
+ * engine process's own, it exits with them). */
+ngx_int_t ngx_http_kvserve_lora_paths(ngx_http_kvserve_model_t *m,
+    kvs_engine_conf_t *conf);
+/* init main conf: a model with more adapters than an engine holds at
+ * once needs kvserve_lora_slots */
+ngx_int_t ngx_http_kvserve_lora_check(ngx_conf_t *cf,
+    ngx_http_kvserve_main_conf_t *kmcf);
 /* "invalid value "V" in "D" directive, <must>": NGX_CONF_ERROR */
 char *ngx_http_kvserve_conf_invalid(ngx_conf_t *cf, ngx_command_t *cmd,
     ngx_str_t *value, const char *must);

@@ -254,7 +254,7 @@ ngx_http_kvserve_cache_req(ngx_http_kvserve_ctx_t *ctx, ngx_uint_t i,
 
     ereq->scope = (const char *) ctx->cache_scope.data;
     ereq->scope_len = ctx->cache_scope.len;
-    ereq->adapter = 0;
+    ereq->adapter = ctx->lora != NULL ? ctx->lora->adapter : 0;
     ereq->n_pins = 0;
 
     if (!ctx->chat || i != 0) {

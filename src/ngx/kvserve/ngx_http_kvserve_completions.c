@@ -411,6 +411,7 @@ ngx_int_t
 ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx, kvs_api_err_t *aerr)
 {
     ngx_uint_t                     i, n;
+    ngx_http_kvserve_lora_t       *lora;
     ngx_http_kvserve_model_t      *m;
     ngx_http_kvserve_tok_job_t    *job;
     ngx_http_kvserve_loc_conf_t   *klcf;
@@ -429,6 +430,11 @@ ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx, kvs_api_err_t *aerr)
         }
     }
 
+    /* not a model: an adapter's id, BASE:NAME */
+    lora = i == n ? ngx_http_kvserve_lora_find(kmcf, ctx->req.model.ptr,
+                                               ctx->req.model.len, &i)
+                  : NULL;
+
     if (i == n) {
         kvs_api_err_set(aerr, 404, "model", "model_not_found",
                         "The model `%s` does not exist or you do not have "
@@ -438,6 +444,10 @@ ngx_http_kvserve_prepare(ngx_http_kvserve_ctx_t *ctx, kvs_api_err_t *aerr)
 
     ctx->model = &m[i];
     ctx->model_index = i;
+
+    if (ngx_http_kvserve_lora_select(ctx, lora, aerr) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
     if (ctx->req.echo) {
         kvs_api_err_set(aerr, 400, "echo", NULL,

@@ -69,10 +69,11 @@ static ngx_int_t
 ngx_http_kvserve_models(ngx_http_request_t *r, kvs_route_t *route)
 {
     ngx_int_t                      rc;
-    ngx_uint_t                     i, n;
+    ngx_uint_t                     i, j, k, n, total;
     kvs_buf_t                      body;
     kvs_err_t                      err;
     kvs_api_model_t               *list;
+    ngx_http_kvserve_lora_t       *a;
     ngx_http_kvserve_model_t      *m;
     ngx_http_kvserve_main_conf_t  *kmcf;
 
@@ -92,6 +93,11 @@ ngx_http_kvserve_models(ngx_http_request_t *r, kvs_route_t *route)
             }
         }
 
+        /* an adapter's id, BASE:NAME */
+        a = i == n ? ngx_http_kvserve_lora_find(kmcf, route->id,
+                                                route->id_len, &i)
+                   : NULL;
+
         if (i == n) {
             if (kvs_api_model_not_found_json(&body, route->id,
                                              route->id_len) != KVS_OK)
@@ -107,17 +113,36 @@ ngx_http_kvserve_models(ngx_http_request_t *r, kvs_route_t *route)
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
         ngx_http_kvserve_describe(&m[i], i, list);
+        if (a != NULL) {
+            list->id = (const char *) a->id.data;
+            list->id_len = a->id.len;
+        }
         rc = kvs_api_model_json(list, &body, &err);
 
     } else {
-        list = ngx_palloc(r->pool, n * sizeof(kvs_api_model_t));
+        /* every model, each followed by its adapters */
+        total = n;
+        for (i = 0; i < n; i++) {
+            total += m[i].loras != NULL ? m[i].loras->nelts : 0;
+        }
+
+        list = ngx_palloc(r->pool, total * sizeof(kvs_api_model_t));
         if (list == NULL) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
-        for (i = 0; i < n; i++) {
-            ngx_http_kvserve_describe(&m[i], i, &list[i]);
+
+        for (i = 0, j = 0; i < n; i++) {
+            ngx_http_kvserve_describe(&m[i], i, &list[j++]);
+
+            a = m[i].loras != NULL ? m[i].loras->elts : NULL;
+            for (k = 0; a != NULL && k < m[i].loras->nelts; k++) {
+                list[j] = list[j - 1 - k];
+                list[j].id = (const char *) a[k].id.data;
+                list[j].id_len = a[k].id.len;
+                j++;
+            }
         }
-        rc = kvs_api_models_json(list, n, &body, &err);
+        rc = kvs_api_models_json(list, total, &body, &err);
     }
 
     if (rc != KVS_OK) {

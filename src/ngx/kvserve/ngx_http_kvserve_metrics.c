@@ -487,6 +487,14 @@ ngx_http_kvserve_scrape_send(ngx_http_request_t *r, kvs_wire_stats_t *st)
             g[k].iter_tokens_sum = st->models[i].st.iter_tokens_sum;
             ngx_http_kvserve_scrape_pools(&g[k], &st->models[i].st);
             ngx_http_kvserve_scrape_tier(&g[k], &st->models[i].st);
+            g[k].lora_adapters = st->models[i].st.lora_adapters;
+            g[k].lora_slots = st->models[i].st.lora_slots;
+            g[k].lora_resident = st->models[i].st.lora_resident;
+            g[k].lora_parked = st->models[i].st.lora_parked;
+            g[k].lora_loads = st->models[i].st.lora_loads;
+            g[k].lora_evictions = st->models[i].st.lora_evictions;
+            g[k].lora_waited = st->models[i].st.lora_waited;
+            g[k].lora_wait_ms = st->models[i].st.lora_wait_ms;
             ngx_http_kvserve_scrape_tenants(&g[k].tenants,
                                             &st->models[i].tenants);
         }

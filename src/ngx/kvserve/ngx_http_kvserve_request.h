@@ -108,6 +108,8 @@ struct ngx_http_kvserve_ctx_s {
     kvs_api_req_t             req;
     ngx_http_kvserve_model_t *model;
     ngx_uint_t                model_index;
+    ngx_http_kvserve_lora_t  *lora;        /* the adapter it is served
+                                              under; NULL: the base */
 
     kvs_api_resp_head_t       head;
     char                      id[KVS_API_RESP_ID_MAX];
@@ -281,5 +283,12 @@ void ngx_http_kvserve_record_hop(ngx_http_kvserve_ctx_t *ctx,
 uint32_t ngx_http_kvserve_completion_tokens(ngx_http_kvserve_ctx_t *ctx);
 ngx_int_t ngx_http_kvserve_server_timing(ngx_http_kvserve_ctx_t *ctx,
     ngx_list_t *list);
+
+/* The adapter ctx is served under (ctx->lora): asked (the model id's,
+ * NULL for the base's id), unless kvserve_lora_map maps the request to
+ * another (then a 404 naming the model id) (ngx_http_kvserve_lora.c). */
+ngx_int_t ngx_http_kvserve_lora_select(ngx_http_kvserve_ctx_t *ctx,
+    ngx_http_kvserve_lora_t *asked, kvs_api_err_t *aerr);
+
 
 #endif /* NGX_HTTP_KVSERVE_REQUEST_H */

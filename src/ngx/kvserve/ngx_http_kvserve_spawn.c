@@ -460,6 +460,12 @@ ngx_http_kvserve_child(ngx_http_kvserve_engine_t *e, int lease, int pidfd)
         /* a fraction is of the device's memory on CUDA (the plan's
          * n_blocks are the CPU's): this model's part of it */
         sm[i].engine.kv_fraction = m[i].kv_fraction;
+
+        sm[i].engine.lora_slots = (uint32_t) kmcf->lora_slots;
+
+        if (ngx_http_kvserve_lora_paths(&m[i], &sm[i].engine) != NGX_OK) {
+            _exit(1);
+        }
     }
 
     ngx_memzero(&conf, sizeof(conf));

@@ -90,7 +90,8 @@ ngx_http_kvserve_req_info(ngx_http_request_t *r,
 
     info->t = ctx->t;
     if (ctx->model != NULL) {
-        info->model = ctx->model->name;
+        /* an adapter's requests: its model id, BASE:NAME */
+        info->model = ctx->lora != NULL ? ctx->lora->id : ctx->model->name;
     }
     info->prompt_tokens = ctx->prompt_tokens;
     info->completion_tokens = ngx_http_kvserve_completion_tokens(ctx);

@@ -185,6 +185,24 @@ sub fnv1a64 {
     return (sprintf '%16s', $hex) =~ tr/ /0/r;
 }
 
+# The kvserve tool (KVS_CLI, else the one beside the model directory);
+# plans skip_all (the test ends there) when it is not there.
+sub cli {
+    my ($self) = @_;
+    my $cli = $ENV{KVS_CLI} || "$self->{model_dir}/../kvserve";
+    Test::More::plan(skip_all => "no kvserve tool at $cli") unless -x $cli;
+    $self->{cli} = $cli;
+    return $cli;
+}
+
+# Runs the kvserve tool (cli() first) with @args; a test named $what
+# passes when it exits 0, else shows what it said.
+sub cli_ok {
+    my ($self, $what, @args) = @_;
+    my $out = `'$self->{cli}' @args 2>&1`;
+    Test::More::is($?, 0, $what) or Test::More::diag($out);
+}
+
 # Whether process $p exists and is not a zombie.
 sub alive {
     my ($self, $p) = @_;

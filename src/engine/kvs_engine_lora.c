@@ -1,0 +1,731 @@
+/*
+ * kvs_engine_lora: the engine's LoRA adapters (docs/lora.md): opened at
+ * load from conf.lora_paths against the served model, served from a
+ * bounded set of backend slots (the resident set), and a step's forward
+ * with every batch entry under its sequence's adapter (kvs_backend's
+ * forward_lora: the base products once for the whole batch, then each
+ * adapted row's own low-rank product), so one step mixes sequences of
+ * different adapters and of the base.
+ *
+ * Paging: with fewer slots than adapters, a sequence whose adapter is
+ * not resident when it arrives is parked (kept out of the scheduler)
+ * and its adapter is loaded by a thread of its own (kvs_lora_open of
+ * the file, checked against the model and against the epoch the engine
+ * read at start), never on the step loop; the step that finds the load
+ * done puts the adapter into its slot and the parked sequences into the
+ * scheduler.  A load takes a free slot, else the least recently used
+ * resident adapter that no sequence holds (evicted: its copy freed);
+ * with every slot held it waits until one is let go.
+ *
+ * Invariants:
+ *   - adapter id i (1..n) is ad[i - 1]; it is resident (ad->l set) in
+ *     ad->slot, or loading into ad->slot, or neither (slot 0); a slot
+ *     holds one adapter at most (slot_of); a request naming an id past
+ *     n is refused at submit;
+ *   - ad->refs counts the sequences holding the adapter (parked or in
+ *     the scheduler, and a request's other choices from choice 0's
+ *     take), to their end; an adapter with refs is never evicted, so a
+ *     scheduled sequence's adapter is resident in every step it runs;
+ *     the choices of a parked choice 0 that ends are parked in its
+ *     place (kvs_engine_lora_release runs before kvs_engine_unfollow);
+ *   - a sequence's prefix cache namespace has the adapter's id and
+ *     ns_epoch, a hash of the weights' epoch and the adapter file's
+ *     (xxh3-64 of its bytes), never the weights' own: the same prompt
+ *     under two adapters, or under a replaced file, never shares a
+ *     block; a load whose file's epoch is no longer the one read at
+ *     start fails the sequences waiting for it;
+ *   - every batch entry's table is its sequence's kvs_seq_t.table (the
+ *     scheduler's contract, kvs_sched.c), and kvs_seq_t is the first
+ *     member of kvs_engine_seq_t: an entry's sequence is found from its
+ *     table;
+ *   - a step with no adapted sequence takes the plain forward: serving
+ *     the base costs what it did;
+ *   - locks: the loader takes lk, and e->lock alone (never both) to
+ *     wake the engine thread; the engine thread takes lk alone.
+ */
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/kvs_buf.h"
+#include "base/kvs_clock.h"
+#include "base/kvs_hash.h"
+#include "base/kvs_le.h"
+#include "kvs_engine_impl.h"
+
+
+typedef struct {
+    kvs_lora_t   *l;                  /* resident: the opened file */
+    char         *path;               /* owned */
+    uint64_t      file_epoch;         /* the file's, read at start */
+    uint64_t      ns_epoch;           /* the cache namespace's */
+    uint32_t      slot;               /* resident or loading: 1.. */
+    uint32_t      refs;               /* sequences holding it */
+    uint64_t      used;               /* clock of its last let-go */
+    uint8_t       loading;
+} kvs_engine_ad_t;
+
+typedef struct {
+    uint32_t      id;
+    int           rc;
+    kvs_lora_t   *l;
+    char          msg[KVS_ERR_MSG_LEN];
+} kvs_engine_load_t;
+
+struct kvs_engine_lora_s {
+    kvs_engine_ad_t     *ad;          /* [n] */
+    uint32_t             n;
+    uint32_t             n_slots;
+    uint32_t             slot_of[KVS_ENGINE_LORA_SLOTS + 1];  /* id */
+    uint32_t             n_resident;
+    uint64_t             clock;
+    uint32_t            *slots;       /* [slots_cap] a step's */
+    size_t               slots_cap;
+    kvs_engine_seq_t    *park_head;   /* oldest first */
+    kvs_engine_seq_t    *park_tail;
+    uint32_t             n_parked;
+    uint64_t             loads;
+    uint64_t             evictions;
+    uint64_t             waited;
+    uint64_t             wait_ms;
+
+    /* the loader (paging only) */
+    const kvs_model_t   *model;
+    int                  thread_on;
+    pthread_t            thread;
+    pthread_mutex_t      lk;
+    pthread_cond_t       cv;
+    int                  quit;
+    uint32_t            *queue;       /* [n] ids to load, under lk */
+    uint32_t             n_queue;
+    kvs_engine_load_t   *done;        /* [n] finished, under lk */
+    uint32_t             n_done;
+};
+
+
+static void *kvs_engine_lora_main(void *arg);
+
+
+static uint64_t
+kvs_engine_lora_ns_epoch(uint64_t base, uint64_t file)
+{
+    uint8_t   b[16];
+    uint64_t  h;
+
+    kvs_le_put64(b, base);
+    kvs_le_put64(b + 8, file);
+    h = kvs_fnv1a64(KVS_FNV1A64_INIT, b, sizeof(b));
+
+    return h != base ? h : h ^ 1;     /* never the base's namespace */
+}
+
+
+int
+kvs_engine_lora_new(kvs_engine_t *e, kvs_err_t *err)
+{
+    int                  rc;
+    size_t               len;
+    uint32_t             i, n, slots;
+    kvs_engine_ad_t     *ad;
+    struct kvs_engine_lora_s  *lo;
+
+    n = e->conf.n_loras;
+    slots = e->conf.lora_slots;
+
+    if (n == 0) {
+        e->conf.lora_paths = NULL;
+        return KVS_OK;
+    }
+
+    if (n > KVS_ENGINE_MAX_LORAS) {
+        return kvs_err_set(err, KVS_EINVAL, "engine: %" PRIu32 " LoRA "
+                           "adapters; at most %d", n, KVS_ENGINE_MAX_LORAS);
+    }
+
+    if (slots > KVS_ENGINE_LORA_SLOTS
+        || (slots == 0 && n > KVS_ENGINE_LORA_SLOTS))
+    {
+        return kvs_err_set(err, KVS_EINVAL, "engine: %" PRIu32 " LoRA "
+                           "adapter slots for %" PRIu32 " adapters; at "
+                           "most %d", slots == 0 ? n : slots, n,
+                           KVS_ENGINE_LORA_SLOTS);
+    }
+
+    slots = slots == 0 || slots > n ? n : slots;
+
+    if (e->be->ops->set_lora == NULL || e->be->ops->forward_lora == NULL) {
+        return kvs_err_set(err, KVS_EUNSUPPORTED, "engine: the %s backend "
+                           "serves no LoRA adapters (%" PRIu32
+                           " configured); use the CPU backend",
+                           kvs_backend_name(e->be->kind), n);
+    }
+
+    lo = calloc(1, sizeof(*lo));
+    if (lo == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "engine: out of memory for "
+                           "the adapters");
+    }
+
+    e->lora = lo;
+    lo->model = e->conf.model;
+    lo->n_slots = slots;
+    lo->ad = calloc(n, sizeof(kvs_engine_ad_t));
+    lo->queue = calloc(n, sizeof(uint32_t));
+    lo->done = calloc(n, sizeof(kvs_engine_load_t));
+    if (lo->ad == NULL || lo->queue == NULL || lo->done == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "engine: out of memory for "
+                           "the adapters");
+    }
+
+    /* every file is read once now: checked against the model, its
+     * epoch known for the namespace; the first `slots` stay resident */
+    for (i = 0; i < n; i++) {
+        ad = &lo->ad[i];
+        lo->n = i + 1;
+
+        len = strlen(e->conf.lora_paths[i]);
+        ad->path = malloc(len + 1);
+        if (ad->path == NULL) {
+            return kvs_err_set(err, KVS_ENOMEM, "engine: out of memory "
+                               "for the adapters");
+        }
+        memcpy(ad->path, e->conf.lora_paths[i], len + 1);
+
+        rc = kvs_lora_open(&ad->l, ad->path, e->conf.model, err);
+        if (rc != KVS_OK) {
+            ad->l = NULL;
+            return rc;
+        }
+
+        ad->file_epoch = ad->l->epoch;
+        ad->ns_epoch = kvs_engine_lora_ns_epoch(e->epoch, ad->file_epoch);
+
+        if (i >= slots) {
+            kvs_lora_close(ad->l);
+            ad->l = NULL;
+            continue;
+        }
+
+        ad->slot = i + 1;
+        lo->slot_of[i + 1] = i + 1;
+        lo->n_resident++;
+
+        rc = e->be->ops->set_lora(e->be, ad->slot, ad->l, err);
+        if (rc != KVS_OK) {
+            kvs_err_prefix(err, "adapter %" PRIu32, i + 1);
+            return rc;
+        }
+    }
+
+    e->conf.lora_paths = NULL;        /* borrowed for kvs_engine_new */
+
+    if (slots == n) {
+        return KVS_OK;
+    }
+
+    pthread_mutex_init(&lo->lk, NULL);
+    pthread_cond_init(&lo->cv, NULL);
+    lo->thread_on = 1;
+
+    rc = pthread_create(&lo->thread, NULL, kvs_engine_lora_main, e);
+    if (rc != 0) {
+        lo->thread_on = 0;
+        pthread_mutex_destroy(&lo->lk);
+        pthread_cond_destroy(&lo->cv);
+        return kvs_err_set(err, KVS_ENOMEM, "engine: the adapter loader "
+                           "thread: %s", strerror(rc));
+    }
+
+    return KVS_OK;
+}
+
+
+void
+kvs_engine_lora_free(kvs_engine_t *e)
+{
+    uint32_t                   i;
+    struct kvs_engine_lora_s  *lo;
+
+    lo = e->lora;
+    if (lo == NULL) {
+        return;
+    }
+
+    if (lo->thread_on) {
+        pthread_mutex_lock(&lo->lk);
+        lo->quit = 1;
+        pthread_cond_signal(&lo->cv);
+        pthread_mutex_unlock(&lo->lk);
+        pthread_join(lo->thread, NULL);
+        pthread_mutex_destroy(&lo->lk);
+        pthread_cond_destroy(&lo->cv);
+    }
+
+    for (i = 0; i < lo->n_done; i++) {
+        kvs_lora_close(lo->done[i].l);
+    }
+
+    for (i = 0; lo->ad != NULL && i < lo->n; i++) {
+        kvs_lora_close(lo->ad[i].l);
+        free(lo->ad[i].path);
+    }
+
+    free(lo->ad);
+    free(lo->queue);
+    free(lo->done);
+    free(lo->slots);
+    free(lo);
+    e->lora = NULL;
+}
+
+
+/* The loader: opens what the engine thread queued, one at a time. */
+static void *
+kvs_engine_lora_main(void *arg)
+{
+    uint32_t                   id;
+    kvs_err_t                  err;
+    kvs_engine_t              *e = arg;
+    kvs_engine_load_t         *d;
+    kvs_lora_t                *l;
+    struct kvs_engine_lora_s  *lo;
+
+    lo = e->lora;
+
+    pthread_mutex_lock(&lo->lk);
+
+    for ( ;; ) {
+        while (!lo->quit && lo->n_queue == 0) {
+            pthread_cond_wait(&lo->cv, &lo->lk);
+        }
+
+        if (lo->quit) {
+            break;
+        }
+
+        id = lo->queue[0];
+        lo->n_queue--;
+        memmove(lo->queue, lo->queue + 1, lo->n_queue * sizeof(uint32_t));
+        pthread_mutex_unlock(&lo->lk);
+
+        /* the path is the engine's, unchanged while it runs */
+        kvs_err_clear(&err);
+        if (kvs_lora_open(&l, lo->ad[id - 1].path, lo->model, &err)
+            != KVS_OK)
+        {
+            l = NULL;
+        }
+
+        pthread_mutex_lock(&lo->lk);
+        d = &lo->done[lo->n_done++];    /* one load per id at a time */
+        d->id = id;
+        d->l = l;
+        d->rc = l != NULL ? KVS_OK : err.code;
+        snprintf(d->msg, sizeof(d->msg), "%s", err.msg);
+        pthread_mutex_unlock(&lo->lk);
+
+        pthread_mutex_lock(&e->lock);
+        e->lora_ready = 1;
+        pthread_cond_signal(&e->wake);
+        pthread_mutex_unlock(&e->lock);
+
+        pthread_mutex_lock(&lo->lk);
+    }
+
+    pthread_mutex_unlock(&lo->lk);
+
+    return NULL;
+}
+
+
+static void
+kvs_engine_lora_unpark(struct kvs_engine_lora_s *lo, kvs_engine_seq_t *h)
+{
+    if (h->lora_prev != NULL) {
+        h->lora_prev->lora_next = h->lora_next;
+    } else {
+        lo->park_head = h->lora_next;
+    }
+
+    if (h->lora_next != NULL) {
+        h->lora_next->lora_prev = h->lora_prev;
+    } else {
+        lo->park_tail = h->lora_prev;
+    }
+
+    h->lora_prev = NULL;
+    h->lora_next = NULL;
+    h->lora_parked = 0;
+    lo->n_parked--;
+}
+
+
+static void
+kvs_engine_lora_park(kvs_engine_t *e, kvs_engine_seq_t *h)
+{
+    struct kvs_engine_lora_s  *lo;
+
+    lo = e->lora;
+
+    h->lora_parked = 1;
+    h->lora_since = e->sched.now;
+    h->lora_next = NULL;
+    h->lora_prev = lo->park_tail;
+
+    if (lo->park_tail != NULL) {
+        lo->park_tail->lora_next = h;
+    } else {
+        lo->park_head = h;
+    }
+
+    lo->park_tail = h;
+    lo->n_parked++;
+}
+
+
+int
+kvs_engine_lora_take(kvs_engine_t *e, kvs_engine_seq_t *h)
+{
+    kvs_engine_ad_t           *ad;
+    kvs_engine_seq_t          *f;
+    struct kvs_engine_lora_s  *lo;
+
+    lo = e->lora;
+
+    if (h->adapter == 0 || lo == NULL) {
+        return 0;
+    }
+
+    /* the request's other choices hold it too, from now: they run
+     * when choice 0 forks them (or ends), never through a take */
+    ad = &lo->ad[h->adapter - 1];
+
+    for (f = h; f != NULL; f = f == h ? h->followers : f->next_follower) {
+        ad->refs++;
+        f->lora_held = 1;
+    }
+
+    if (ad->l != NULL) {
+        return 0;
+    }
+
+    kvs_engine_lora_park(e, h);
+
+    return 1;
+}
+
+
+void
+kvs_engine_lora_release(kvs_engine_t *e, kvs_engine_seq_t *h)
+{
+    kvs_engine_ad_t           *ad;
+    kvs_engine_seq_t          *f, *next;
+    struct kvs_engine_lora_s  *lo;
+
+    lo = e->lora;
+
+    if (!h->lora_held || lo == NULL) {
+        return;
+    }
+
+    if (h->lora_parked) {
+        kvs_engine_lora_unpark(lo, h);
+
+        /* its choices, which would go to the scheduler in its place,
+         * wait for the adapter as it did */
+        for (f = h->followers; f != NULL; f = next) {
+            next = f->next_follower;
+            f->leader = NULL;
+            f->next_follower = NULL;
+            kvs_engine_lora_park(e, f);
+        }
+
+        h->followers = NULL;
+    }
+
+    ad = &lo->ad[h->adapter - 1];
+    ad->refs--;
+    ad->used = ++lo->clock;
+    h->lora_held = 0;
+}
+
+
+/* A slot for a load: a free one, else the least recently let go
+ * resident adapter's that nobody holds (evicted); 0: none now. */
+static uint32_t
+kvs_engine_lora_slot(kvs_engine_t *e)
+{
+    uint32_t                   s, i, victim;
+    kvs_err_t                  err;
+    kvs_engine_ad_t           *ad;
+    struct kvs_engine_lora_s  *lo;
+
+    lo = e->lora;
+
+    for (s = 1; s <= lo->n_slots; s++) {
+        if (lo->slot_of[s] == 0) {
+            return s;
+        }
+    }
+
+    victim = 0;
+
+    for (i = 0; i < lo->n; i++) {
+        ad = &lo->ad[i];
+        if (ad->l != NULL && ad->refs == 0
+            && (victim == 0 || ad->used < lo->ad[victim - 1].used))
+        {
+            victim = i + 1;
+        }
+    }
+
+    if (victim == 0) {
+        return 0;
+    }
+
+    ad = &lo->ad[victim - 1];
+    s = ad->slot;
+
+    /* emptying a slot cannot fail */
+    (void) e->be->ops->set_lora(e->be, s, NULL, &err);
+    kvs_lora_close(ad->l);
+    ad->l = NULL;
+    ad->slot = 0;
+    lo->slot_of[s] = 0;
+    lo->n_resident--;
+    lo->evictions++;
+
+    return s;
+}
+
+
+/* A finished load into its slot, or its waiting sequences failed. */
+static void
+kvs_engine_lora_loaded(kvs_engine_t *e, kvs_engine_load_t *d)
+{
+    char                       msg[KVS_ERR_MSG_LEN];
+    kvs_err_t                  err;
+    kvs_engine_ad_t           *ad;
+    kvs_engine_seq_t          *h, *next;
+    struct kvs_engine_lora_s  *lo;
+
+    lo = e->lora;
+    ad = &lo->ad[d->id - 1];
+    ad->loading = 0;
+
+    if (d->rc == KVS_OK && d->l->epoch != ad->file_epoch) {
+        snprintf(d->msg, sizeof(d->msg), "its file changed since the "
+                 "engine started (epoch %016" PRIx64 ", was %016" PRIx64
+                 "); reload", d->l->epoch, ad->file_epoch);
+        d->rc = KVS_EINVAL;
+    }
+
+    if (d->rc == KVS_OK
+        && e->be->ops->set_lora(e->be, ad->slot, d->l, &err) != KVS_OK)
+    {
+        snprintf(d->msg, sizeof(d->msg), "%s", err.msg);
+        d->rc = err.code;
+    }
+
+    if (d->rc == KVS_OK) {
+        ad->l = d->l;
+        d->l = NULL;
+        lo->n_resident++;
+        lo->loads++;
+        return;
+    }
+
+    kvs_lora_close(d->l);
+    d->l = NULL;
+    lo->slot_of[ad->slot] = 0;
+    ad->slot = 0;
+
+    snprintf(msg, sizeof(msg), "LoRA adapter %" PRIu32 " could not be "
+             "loaded: %s", d->id, d->msg);
+
+    for (h = lo->park_head; h != NULL; h = next) {
+        next = h->lora_next;
+        if (h->adapter == d->id) {
+            kvs_engine_end(e, h, KVS_FINISH_ERROR, msg, 0);
+        }
+    }
+}
+
+
+void
+kvs_engine_lora_admit(kvs_engine_t *e)
+{
+    uint32_t                   i, n, s;
+    kvs_engine_ad_t           *ad;
+    kvs_engine_seq_t          *h, *next;
+    kvs_engine_load_t          done[8];
+    struct kvs_engine_lora_s  *lo;
+
+    lo = e->lora;
+
+    if (lo == NULL || !lo->thread_on) {
+        return;
+    }
+
+    pthread_mutex_lock(&e->lock);
+    e->lora_ready = 0;
+    pthread_mutex_unlock(&e->lock);
+
+    /* the finished loads, a few at a time (the rest next step) */
+    pthread_mutex_lock(&lo->lk);
+    n = lo->n_done < 8 ? lo->n_done : 8;
+    memcpy(done, lo->done, n * sizeof(kvs_engine_load_t));
+    lo->n_done -= n;
+    memmove(lo->done, lo->done + n,
+            lo->n_done * sizeof(kvs_engine_load_t));
+    if (lo->n_done > 0) {
+        pthread_mutex_unlock(&lo->lk);
+        pthread_mutex_lock(&e->lock);
+        e->lora_ready = 1;
+        pthread_mutex_unlock(&e->lock);
+    } else {
+        pthread_mutex_unlock(&lo->lk);
+    }
+
+    for (i = 0; i < n; i++) {
+        kvs_engine_lora_loaded(e, &done[i]);
+    }
+
+    /* the parked: in the scheduler once resident, in arrival order;
+     * else their adapter's load, when a slot can be had */
+    for (h = lo->park_head; h != NULL; h = next) {
+        next = h->lora_next;
+        ad = &lo->ad[h->adapter - 1];
+
+        if (ad->l != NULL) {
+            kvs_engine_lora_unpark(lo, h);
+            lo->waited++;
+            lo->wait_ms += e->sched.now - h->lora_since;
+            kvs_sched_add(&e->sched, &h->seq);
+            continue;
+        }
+
+        if (ad->loading) {
+            continue;
+        }
+
+        s = kvs_engine_lora_slot(e);
+        if (s == 0) {
+            continue;                 /* every slot held: later */
+        }
+
+        ad->slot = s;
+        ad->loading = 1;
+        lo->slot_of[s] = h->adapter;
+
+        pthread_mutex_lock(&lo->lk);
+        lo->queue[lo->n_queue++] = h->adapter;
+        pthread_cond_signal(&lo->cv);
+        pthread_mutex_unlock(&lo->lk);
+    }
+}
+
+
+void
+kvs_engine_lora_end_all(kvs_engine_t *e)
+{
+    while (e->lora != NULL && e->lora->park_head != NULL) {
+        kvs_engine_end(e, e->lora->park_head, KVS_FINISH_CANCELLED, NULL,
+                       0);
+    }
+}
+
+
+void
+kvs_engine_lora_stats(kvs_engine_t *e)
+{
+    struct kvs_engine_lora_s  *lo;
+
+    lo = e->lora;
+    if (lo == NULL) {
+        return;
+    }
+
+    e->stats.lora_adapters = lo->n;
+    e->stats.lora_slots = lo->n_slots;
+    e->stats.lora_resident = lo->n_resident;
+    e->stats.lora_parked = lo->n_parked;
+    e->stats.lora_loads = lo->loads;
+    e->stats.lora_evictions = lo->evictions;
+    e->stats.lora_waited = lo->waited;
+    e->stats.lora_wait_ms = lo->wait_ms;
+}
+
+
+int
+kvs_engine_lora_forward(kvs_engine_t *e, const kvs_sched_plan_t *plan,
+    kvs_err_t *err)
+{
+    uint32_t                   i, adapted;
+    kvs_seq_t                 *seq;
+    const kvs_kv_table_t      *table;
+    const kvs_engine_seq_t    *h;
+    struct kvs_engine_lora_s  *lo;
+
+    lo = e->lora;
+    adapted = 0;
+
+    for (seq = plan->seqs; seq != NULL; seq = seq->step_next) {
+        adapted |= ((kvs_engine_seq_t *) seq)->adapter;
+    }
+
+    if (adapted == 0 || lo == NULL) {
+        return kvs_backend_forward(e->be, &plan->batch, e->logits, err);
+    }
+
+    if (kvs_grow((void **) &lo->slots, &lo->slots_cap, plan->batch.n,
+                 sizeof(uint32_t)) != KVS_OK)
+    {
+        return kvs_err_set(err, KVS_ENOMEM, "engine: out of memory for "
+                           "the step's adapters");
+    }
+
+    table = NULL;
+    h = NULL;
+
+    for (i = 0; i < plan->batch.n; i++) {
+        if (plan->batch.toks[i].table != table) {
+            table = plan->batch.toks[i].table;
+            h = (const kvs_engine_seq_t *)
+                ((const char *) table - offsetof(kvs_seq_t, table));
+        }
+
+        /* resident: a held adapter is never evicted */
+        lo->slots[i] = h->adapter != 0 ? lo->ad[h->adapter - 1].slot : 0;
+    }
+
+    return e->be->ops->forward_lora(e->be, &plan->batch, lo->slots,
+                                    e->logits, err);
+}
+
+
+uint32_t
+kvs_engine_n_loras(const kvs_engine_t *e)
+{
+    return e->lora != NULL ? e->lora->n : 0;
+}
+
+
+const kvs_lora_t *
+kvs_engine_lora(const kvs_engine_t *e, uint32_t id)
+{
+    return e->lora != NULL && id >= 1 && id <= e->lora->n
+           ? e->lora->ad[id - 1].l : NULL;
+}
+
+
+uint64_t
+kvs_engine_lora_epoch(const kvs_engine_t *e, uint32_t id)
+{
+    return e->lora != NULL && id >= 1 && id <= e->lora->n
+           ? e->lora->ad[id - 1].ns_epoch : e->epoch;
+}
