@@ -54,6 +54,9 @@ static const char  *tb_schemas[] = {
     "{\"type\": \"array\", \"items\": {\"type\": \"array\", \"items\": "
     "{\"type\": \"string\", \"maxLength\": 55}, \"maxItems\": 9}, "
     "\"maxItems\": 60}",
+    "{\"type\": \"object\", \"properties\": {\"b\": {\"type\": \"string\"}, "
+    "\"a\": {\"type\": \"string\", \"maxLength\": 120}}, \"required\": "
+    "[\"b\", \"a\"], \"additionalProperties\": false}",
 };
 
 #define TB_N  (sizeof(tb_schemas) / sizeof(tb_schemas[0]))
@@ -585,12 +588,143 @@ test_small_lengths(void **state)
 }
 
 
+/*
+ * Renaming passes (kvs_gram_ind_passes, kvs_gram_memo_rename): walks
+ * through a maxLength 300 string, a bounded string after a free one, a
+ * pattern's count, bounded strings in a bounded array and a count of an
+ * x that two parses can take (so that one state holds stacks at two
+ * counts of one group, kvs_gram_memo_uniform); at every step
+ * the masks of maskers whose first pass renames above theta0 = 1, 3 and
+ * 15 (the default) and of one with norename equal the full walk's on
+ * the real stacks, and every fifth step the brute force's.  Renaming
+ * must have happened, and must have let subtree skipping close inside
+ * the bounded strings, where norename's walks close less.
+ */
+static void
+test_renaming(void **state)
+{
+    int                 rc[5], sh;
+    size_t              i, w, step, k;
+    uint32_t            words, id, *bits[5], *bf, *cand;
+    uint64_t            rng, renamed, sk[4], skip[5];
+    kvs_err_t           err;
+    kvs_gram_t          g;
+    kvs_gram_matcher_t  m;
+    kvs_gram_masker_t   mk[5];
+    kvs_gram_vocab_t   *gv;
+    static const char  *names[5] = { "plain", "theta0 1", "theta0 3",
+                                     "theta0 15", "norename" };
+    static const char  *schemas[] = {
+        "{\"type\": \"string\", \"maxLength\": 300}",
+        "{\"type\": \"object\", \"properties\": {\"b\": {\"type\": "
+        "\"string\"}, \"a\": {\"type\": \"string\", \"maxLength\": 120}}, "
+        "\"required\": [\"b\", \"a\"], \"additionalProperties\": false}",
+        "{\"type\": \"string\", \"pattern\": \"^[a-z ]{10,120}$\"}",
+        "{\"type\": \"array\", \"items\": {\"type\": \"string\", "
+        "\"maxLength\": 60}, \"maxItems\": 70}",
+        "{\"type\": \"string\", \"pattern\": \"^(a|aa| ){0,90}b$\"}",
+    };
+
+    (void) state;
+    gv = tb_vocab();
+    words = tb_buffers(gv, 5, bits, &bf, &cand);
+    renamed = 0;
+    memset(skip, 0, sizeof(skip));
+
+    for (i = 0; i < sizeof(schemas) / sizeof(schemas[0]); i++) {
+        if (tg_compile(&g, schemas[i], 0, &err) != KVS_OK) {
+            fail_msg("%s: %s", schemas[i], err.msg);
+        }
+
+        for (w = 0; w < 3; w++) {
+            rng = 901 + i * 7717 + w;
+            assert_int_equal(kvs_gram_matcher_init(&m, &g, NULL, &err),
+                             KVS_OK);
+            for (k = 0; k < 5; k++) {
+                assert_int_equal(kvs_gram_masker_init(&mk[k], gv, &m,
+                                     k == 0 ? 0 : 16, &err), KVS_OK);
+            }
+            mk[1].theta0 = 1;
+            mk[2].theta0 = 3;
+            mk[4].norename = 1;
+
+            for (step = 0; step < 300; step++) {
+                for (k = 0; k < 5; k++) {
+                    rc[k] = kvs_gram_mask(&mk[k], bits[k], &err);
+                    assert_int_equal(rc[k], KVS_OK);
+                    if (memcmp(bits[k], bits[0], words * sizeof(uint32_t))
+                        != 0)
+                    {
+                        tb_first_diff(gv, bits[0], bits[k], names[k], i,
+                                      step);
+                    }
+                }
+
+                if (step % 5 == 0) {
+                    tg_brute(&m, gv, bf, words);
+                    if (memcmp(bf, bits[0], words * sizeof(uint32_t)) != 0)
+                    {
+                        tb_first_diff(gv, bf, bits[0], "brute force", i,
+                                      step);
+                    }
+                }
+
+                /* mostly tokens of 1 or 2 bytes; a closing one one time
+                 * in sixty */
+                sh = tg_rand(&rng) % 4 != 0;
+                id = tb_pick(gv, bits[0], cand, sh ? 2 : UINT32_MAX, 60,
+                             &rng);
+                if (id == UINT32_MAX || gv->kind[id] == KVS_GRAM_TOK_END) {
+                    break;
+                }
+                assert_int_equal(kvs_gram_accept_token(&m, gv, (int32_t) id,
+                                                       &err), KVS_OK);
+            }
+
+            for (k = 1; k < 5; k++) {
+                kvs_gram_memo_skips(mk[k].memo, sk);
+                skip[k] += sk[0];
+                if (k < 4) {
+                    renamed += kvs_gram_memo_renamed(mk[k].memo);
+                } else {
+                    assert_int_equal(kvs_gram_memo_renamed(mk[k].memo), 0);
+                }
+            }
+            for (k = 0; k < 5; k++) {
+                kvs_gram_masker_free(&mk[k]);
+            }
+            kvs_gram_matcher_free(&m);
+        }
+
+        kvs_gram_free(&g);
+    }
+
+    print_message("renamed %llu positions; subtrees skipped: theta0 1 "
+                  "%llu, 3 %llu, 15 %llu, norename %llu\n",
+                  (unsigned long long) renamed, (unsigned long long) skip[1],
+                  (unsigned long long) skip[2], (unsigned long long) skip[3],
+                  (unsigned long long) skip[4]);
+    assert_true(renamed > 0);
+    for (k = 1; k < 4; k++) {
+        assert_true(skip[k] > skip[4]);
+    }
+
+    for (k = 0; k < 5; k++) {
+        free(bits[k]);
+    }
+    free(bf);
+    free(cand);
+    kvs_gram_vocab_free(gv);
+}
+
+
 int
 main(void)
 {
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_tiers),
         cmocka_unit_test(test_small_lengths),
+        cmocka_unit_test(test_renaming),
         cmocka_unit_test(test_sharing),
         cmocka_unit_test(test_bound_walks),
     };
