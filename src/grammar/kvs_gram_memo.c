@@ -35,6 +35,13 @@
  * not), and a hit is taken only if nbase + cum[d - 1] + calls is within
  * max_nodes; otherwise it is a miss, computed on the real matcher.
  *
+ * Byte classes.  The matcher looks at a byte only through the
+ * grammar's byte ranges (and the FIRST and next sets made of them), so
+ * two bytes that every range holds alike (kvs_gram_t's bnext) step a
+ * state alike, intern calls included: a transition learnt on a miss is
+ * the transition of every byte of its class, and is filled in for them
+ * (a string's body: ~15 classes instead of ~200 bytes to learn).
+ *
  * The walk itself (kvs_gram_memo_walk) is a loop here over the packed
  * trie, the hit path inline; a new state's row starts with the bytes
  * outside its next set refused; subtrees the memo proves accepted are
@@ -131,6 +138,9 @@ struct kvs_gram_memo_s {
      * with more than theta copies left are named by their family */
     uint32_t             theta;
     uint64_t             renamed;
+
+    uint64_t             by_class;        /* transitions known from a
+                                             byte of the same class */
 };
 
 
@@ -662,7 +672,9 @@ kvs_gram_memo_miss(kvs_gram_memo_t *mo, uint32_t depth, uint8_t b,
     uint32_t *sent)
 {
     int                  rc;
-    uint32_t             s, t;
+    uint8_t              c;
+    uint16_t            *crow;
+    uint32_t             s, t, *row;
     uint64_t             before, calls, clears;
     kvs_gram_matcher_t  *m;
 
@@ -719,8 +731,19 @@ kvs_gram_memo_miss(kvs_gram_memo_t *mo, uint32_t depth, uint8_t b,
     if (s != KVS_GRAM_MEMO_UNKNOWN && t != KVS_GRAM_MEMO_UNKNOWN
         && mo->clears == clears && calls < UINT16_MAX)
     {
-        mo->next[(size_t) s * 256 + b] = t + 2;
-        mo->calls[(size_t) s * 256 + b] = (uint16_t) calls;
+        /* and for every byte of b's class, which the step takes alike
+         * (kvs_gram_t's bnext), where not known yet */
+        row = mo->next + (size_t) s * 256;
+        crow = mo->calls + (size_t) s * 256;
+        c = b;
+        do {
+            if (c == b || row[c] == 0) {
+                row[c] = t + 2;
+                crow[c] = (uint16_t) calls;
+                mo->by_class += c != b;
+            }
+            c = m->g->bnext[c];
+        } while (c != b);
     }
 
     return 1;
@@ -1014,21 +1037,16 @@ kvs_gram_memo_closed(kvs_gram_memo_t *mo, uint32_t depth, uint8_t q,
 
 
 /* The subtree of node i taken from the source (its tokens are all
- * shorter than src->len): accepted bits copied, dependent ranges
- * reported; *r is the first source range that may still meet a later
- * subtree (the walk goes in sorted order). */
+ * shorter than src->len): its dependent ranges reported (its accepted
+ * bits are taken at the end of the walk, kvs_gram_memo_short); *r is
+ * the first source range that may still meet a later subtree (the walk
+ * goes in sorted order). */
 static int
-kvs_gram_memo_copy(const kvs_gram_walk_src_t *src, const kvs_gram_vocab_t *gv,
-    uint32_t lo, uint32_t hi, uint32_t *bits, kvs_gram_walk_dep_pt dep,
-    void *arg, uint32_t *r)
+kvs_gram_memo_copy(const kvs_gram_walk_src_t *src, uint32_t lo, uint32_t hi,
+    kvs_gram_walk_dep_pt dep, void *arg, uint32_t *r)
 {
     int        rc;
-    uint32_t   k, id, a, b;
-
-    for (k = lo; k < hi; k++) {
-        id = (uint32_t) gv->ids[k];
-        bits[id >> 5] |= src->bits[id >> 5] & (1u << (id & 31));
-    }
+    uint32_t   k, a, b;
 
     if (dep == NULL) {
         return KVS_OK;
@@ -1048,6 +1066,34 @@ kvs_gram_memo_copy(const kvs_gram_walk_src_t *src, const kvs_gram_vocab_t *gv,
     }
 
     return KVS_OK;
+}
+
+
+/*
+ * The source's accepted tokens shorter than src->len, in id order, one
+ * word at a time.  Those of the subtrees the walk copied are what it
+ * would have set; any other is on a node the walk stepped (and set
+ * already) or below a refusal or a skipped subtree, where both
+ * classifications are exact for it and so agree (set, or left clear).
+ */
+static void
+kvs_gram_memo_short(const kvs_gram_walk_src_t *src,
+    const kvs_gram_vocab_t *gv, uint32_t *bits)
+{
+    uint32_t  w, x, y, j, words;
+
+    words = (gv->n_tokens + 31) / 32;
+
+    for (w = 0; w < words; w++) {
+        x = src->bits[w] & ~bits[w];
+        for (y = 0; x != 0; x &= x - 1) {
+            j = (uint32_t) __builtin_ctz(x);
+            if (gv->len[w * 32 + j] < src->len) {
+                y |= 1u << j;
+            }
+        }
+        bits[w] |= y;
+    }
 }
 
 
@@ -1085,8 +1131,8 @@ kvs_gram_memo_walk(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
         if (src != NULL && (uint32_t) d + nd[i].height < src->len) {
             /* every token below is shorter than len bytes */
             next = nd[i].end;
-            rc = kvs_gram_memo_copy(src, gv, nd[i].cum, nd[next].cum, bits,
-                                    dep, arg, &r);
+            rc = kvs_gram_memo_copy(src, nd[i].cum, nd[next].cum, dep, arg,
+                                    &r);
             if (rc != KVS_OK) {
                 break;
             }
@@ -1132,6 +1178,10 @@ kvs_gram_memo_walk(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
     }
 
     kvs_gram_memo_end(mo);
+
+    if (src != NULL && rc == KVS_OK) {
+        kvs_gram_memo_short(src, gv, bits);
+    }
 
     return rc;
 }
@@ -1193,6 +1243,13 @@ kvs_gram_memo_skips(const kvs_gram_memo_t *mo, uint64_t st[4])
     st[1] = mo->skipped_nodes;
     st[2] = mo->proved;
     st[3] = mo->refuted;
+}
+
+
+uint64_t
+kvs_gram_memo_by_class(const kvs_gram_memo_t *mo)
+{
+    return mo->by_class;
 }
 
 

@@ -120,6 +120,11 @@ typedef struct {
     uint32_t         *rep_c, *rep_f;
     kvs_gram_rfam_t  *rfam;
     uint32_t          n_rfam;
+    /* after finish: byte classes, the bytes every byte range of the
+     * grammar holds alike (so FIRST and next sets too, and a matcher
+     * step takes them alike); bnext[b] is the next byte of b's class,
+     * round to its first (b itself when b is alone) */
+    uint8_t           bnext[256];
 } kvs_gram_t;
 
 int kvs_gram_init(kvs_gram_t *g, const kvs_gram_limits_t *lim);
@@ -557,6 +562,10 @@ void kvs_gram_memo_stats(const kvs_gram_memo_t *mo, uint64_t st[4]);
  * whole, st[1] trie nodes they held, st[2] closures proved, st[3]
  * refuted. */
 void kvs_gram_memo_skips(const kvs_gram_memo_t *mo, uint64_t st[4]);
+
+/* Transitions the memo filled in from another byte of the same class
+ * (kvs_gram_t's bnext), since kvs_gram_memo_new(). */
+uint64_t kvs_gram_memo_by_class(const kvs_gram_memo_t *mo);
 
 /* Trie nodes walks took from their source (kvs_gram_walk_src_t) without
  * stepping them, since kvs_gram_memo_new(). */

@@ -31,6 +31,11 @@
  * that way, of maskers that build every entry by a full walk (nosrc)
  * and of the full walk on the real stacks agree at every step, and
  * the source path must have been taken.
+ *
+ * test_renaming: entries walked in renaming passes (kvs_gram_memo_rename)
+ * against the full walk, at several first thetas and without renaming;
+ * test_byte_classes: the grammar's byte classes, from which the memo
+ * fills a transition for every byte of a class.
  */
 
 #include "kvs_test_gram.h"
@@ -718,6 +723,74 @@ test_renaming(void **state)
 }
 
 
+/*
+ * Byte classes (kvs_gram_t's bnext, which the memo fills transitions
+ * from): for every schema here, every byte's class is a cycle through
+ * bnext, and every byte range of the grammar holds all of a class or
+ * none of it; the classes are not all single bytes (or the memo would
+ * gain nothing), and a walk's memo did fill transitions from them.
+ */
+static void
+test_byte_classes(void **state)
+{
+    size_t              i;
+    uint32_t            b, c, n, k, words, *bits;
+    uint64_t            filled;
+    kvs_err_t           err;
+    kvs_gram_t          g;
+    kvs_gram_matcher_t  m;
+    kvs_gram_masker_t   mk;
+    kvs_gram_vocab_t   *gv;
+    const kvs_gram_elem_t  *e;
+
+    (void) state;
+    gv = tb_vocab();
+    words = (gv->n_tokens + 31) / 32;
+    bits = malloc(words * sizeof(uint32_t));
+    assert_non_null(bits);
+    filled = 0;
+
+    for (i = 0; i < TB_N; i++) {
+        if (tg_compile(&g, tb_schemas[i], 0, &err) != KVS_OK) {
+            fail_msg("schema %zu: %s", i, err.msg);
+        }
+
+        for (b = 0, n = 0; b < 256; b++) {
+            for (c = g.bnext[b], k = 1; c != b && k <= 256;
+                 c = g.bnext[c], k++)
+            {
+                /* round the class */
+            }
+            assert_int_equal(c, b);
+            n += k > 1;
+
+            for (k = 0; k < g.n_elems; k++) {
+                e = &g.elems[k];
+                if (e->kind == KVS_GRAM_BYTES) {
+                    assert_int_equal(b >= e->lo && b <= e->hi,
+                                     g.bnext[b] >= e->lo
+                                     && g.bnext[b] <= e->hi);
+                }
+            }
+        }
+        assert_true(n > 100);
+
+        assert_int_equal(kvs_gram_matcher_init(&m, &g, NULL, &err), KVS_OK);
+        assert_int_equal(kvs_gram_masker_init(&mk, gv, &m, 16, &err),
+                         KVS_OK);
+        assert_int_equal(kvs_gram_mask(&mk, bits, &err), KVS_OK);
+        filled += kvs_gram_memo_by_class(mk.memo);
+        kvs_gram_masker_free(&mk);
+        kvs_gram_matcher_free(&m);
+        kvs_gram_free(&g);
+    }
+
+    assert_true(filled > 0);
+    free(bits);
+    kvs_gram_vocab_free(gv);
+}
+
+
 int
 main(void)
 {
@@ -725,6 +798,7 @@ main(void)
         cmocka_unit_test(test_tiers),
         cmocka_unit_test(test_small_lengths),
         cmocka_unit_test(test_renaming),
+        cmocka_unit_test(test_byte_classes),
         cmocka_unit_test(test_sharing),
         cmocka_unit_test(test_bound_walks),
     };
