@@ -230,6 +230,65 @@ tb_buffers(const kvs_gram_vocab_t *gv, size_t n, uint32_t **bits,
 }
 
 
+static void
+tb_buffers_free(uint32_t **bits, size_t n, uint32_t *bf, uint32_t *cand)
+{
+    size_t  k;
+
+    for (k = 0; k < n; k++) {
+        free(bits[k]);
+    }
+    free(bf);
+    free(cand);
+}
+
+
+/* A matcher of g and n maskers on it: the first with no cache (the
+ * full walk on the real stacks), the others with a state cache of 16. */
+static void
+tb_maskers(const kvs_gram_t *g, const kvs_gram_vocab_t *gv,
+    kvs_gram_matcher_t *m, kvs_gram_masker_t *mk, size_t n)
+{
+    size_t     k;
+    kvs_err_t  err;
+
+    assert_int_equal(kvs_gram_matcher_init(m, g, NULL, &err), KVS_OK);
+    for (k = 0; k < n; k++) {
+        assert_int_equal(kvs_gram_masker_init(&mk[k], gv, m,
+                                              k == 0 ? 0 : 16, &err),
+                         KVS_OK);
+    }
+}
+
+
+/* One step's masks: maskers 1 .. n - 1 against masker 0 (the full walk
+ * on the real stacks), and that against the brute force when `brute`;
+ * every one KVS_OK. */
+static void
+tb_step(const kvs_gram_vocab_t *gv, kvs_gram_matcher_t *m,
+    kvs_gram_masker_t *mk, size_t n, uint32_t **bits, uint32_t *bf,
+    uint32_t words, const char *const *names, size_t i, size_t step,
+    int brute)
+{
+    size_t     k;
+    kvs_err_t  err;
+
+    for (k = 0; k < n; k++) {
+        assert_int_equal(kvs_gram_mask(&mk[k], bits[k], &err), KVS_OK);
+        if (memcmp(bits[k], bits[0], words * sizeof(uint32_t)) != 0) {
+            tb_first_diff(gv, bits[0], bits[k], names[k], i, step);
+        }
+    }
+
+    if (brute) {
+        tg_brute(m, gv, bf, words);
+        if (memcmp(bf, bits[0], words * sizeof(uint32_t)) != 0) {
+            tb_first_diff(gv, bf, bits[0], "brute force", i, step);
+        }
+    }
+}
+
+
 /* An allowed token: one that closes something (holds '"' or ']', or
  * is END) one time in `close` or when nothing else is allowed, else one
  * that keeps writing, of at most maxl bytes once such a one was found;
@@ -371,11 +430,7 @@ tb_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
         kvs_gram_free(&g);
     }
 
-    for (k = 0; k < TB_MK; k++) {
-        free(bits[k]);
-    }
-    free(bf);
-    free(cand);
+    tb_buffers_free(bits, TB_MK, bf, cand);
 }
 
 
@@ -488,7 +543,6 @@ test_tiers(void **state)
 static void
 test_small_lengths(void **state)
 {
-    int                 rc[4];
     char                schema[256];
     size_t              n, w, step, k;
     uint32_t            words, id, *bits[4], *bf, *cand;
@@ -527,36 +581,14 @@ test_small_lengths(void **state)
 
         for (w = 0; w < 3; w++) {
             rng = 77 + n * 131 + w;
-            assert_int_equal(kvs_gram_matcher_init(&m, &g, NULL, &err),
-                             KVS_OK);
-            for (k = 0; k < 4; k++) {
-                assert_int_equal(kvs_gram_masker_init(&mk[k], gv, &m,
-                                     k == 0 ? 0 : 16, &err), KVS_OK);
-            }
+            tb_maskers(&g, gv, &m, mk, 4);
             mk[2].nosrc = 1;
             kvs_gram_masker_share(&mk[3], &table);
 
             for (step = 0; step < 120; step++) {
-                for (k = 0; k < 4; k++) {
-                    rc[k] = kvs_gram_mask(&mk[k], bits[k], &err);
-                    assert_int_equal(rc[k], KVS_OK);
-                    if (memcmp(bits[k], bits[0], words * sizeof(uint32_t))
-                        != 0)
-                    {
-                        tb_first_diff(gv, bits[0], bits[k], names[k], n,
-                                      step);
-                    }
-                }
+                tb_step(gv, &m, mk, 4, bits, bf, words, names, n, step,
+                        step % 4 == 0);
                 masks++;
-
-                if (step % 4 == 0) {
-                    tg_brute(&m, gv, bf, words);
-                    if (memcmp(bf, bits[0], words * sizeof(uint32_t)) != 0)
-                    {
-                        tb_first_diff(gv, bf, bits[0], "brute force", n,
-                                      step);
-                    }
-                }
 
                 /* tokens of 1 to 6 bytes that write characters; one
                  * that closes something one time in twelve */
@@ -584,11 +616,7 @@ test_small_lengths(void **state)
                   (unsigned long long) masks, (unsigned long long) src);
     assert_true(src > 100);
 
-    for (k = 0; k < 4; k++) {
-        free(bits[k]);
-    }
-    free(bf);
-    free(cand);
+    tb_buffers_free(bits, 4, bf, cand);
     kvs_gram_vocab_free(gv);
 }
 
@@ -608,7 +636,7 @@ test_small_lengths(void **state)
 static void
 test_renaming(void **state)
 {
-    int                 rc[5], sh;
+    int                 sh;
     size_t              i, w, step, k;
     uint32_t            words, id, *bits[5], *bf, *cand;
     uint64_t            rng, renamed, sk[4], skip[5];
@@ -643,36 +671,14 @@ test_renaming(void **state)
 
         for (w = 0; w < 3; w++) {
             rng = 901 + i * 7717 + w;
-            assert_int_equal(kvs_gram_matcher_init(&m, &g, NULL, &err),
-                             KVS_OK);
-            for (k = 0; k < 5; k++) {
-                assert_int_equal(kvs_gram_masker_init(&mk[k], gv, &m,
-                                     k == 0 ? 0 : 16, &err), KVS_OK);
-            }
+            tb_maskers(&g, gv, &m, mk, 5);
             mk[1].theta0 = 1;
             mk[2].theta0 = 3;
             mk[4].norename = 1;
 
             for (step = 0; step < 300; step++) {
-                for (k = 0; k < 5; k++) {
-                    rc[k] = kvs_gram_mask(&mk[k], bits[k], &err);
-                    assert_int_equal(rc[k], KVS_OK);
-                    if (memcmp(bits[k], bits[0], words * sizeof(uint32_t))
-                        != 0)
-                    {
-                        tb_first_diff(gv, bits[0], bits[k], names[k], i,
-                                      step);
-                    }
-                }
-
-                if (step % 5 == 0) {
-                    tg_brute(&m, gv, bf, words);
-                    if (memcmp(bf, bits[0], words * sizeof(uint32_t)) != 0)
-                    {
-                        tb_first_diff(gv, bf, bits[0], "brute force", i,
-                                      step);
-                    }
-                }
+                tb_step(gv, &m, mk, 5, bits, bf, words, names, i, step,
+                        step % 5 == 0);
 
                 /* mostly tokens of 1 or 2 bytes; a closing one one time
                  * in sixty */
@@ -714,11 +720,7 @@ test_renaming(void **state)
         assert_true(skip[k] > skip[4]);
     }
 
-    for (k = 0; k < 5; k++) {
-        free(bits[k]);
-    }
-    free(bf);
-    free(cand);
+    tb_buffers_free(bits, 5, bf, cand);
     kvs_gram_vocab_free(gv);
 }
 
