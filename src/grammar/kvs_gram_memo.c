@@ -1217,10 +1217,11 @@ kvs_gram_memo_walk(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
  * bw is at most theta bytes.  The walk names its first state, and
  * every state it meets on a miss, so every token of at most theta bytes
  * gets the matcher's verdict; the closures of subtree skipping are
- * proved through the same transitions.  Longer tokens may not:
- * kvs_gram_mask.c walks again for them with a larger theta, taking
- * the short ones from this walk (kvs_gram_walk_src_t).  A walk that
- * renamed nothing (kvs_gram_memo_renamed unchanged) was exact for all.
+ * proved through the same transitions.  Longer tokens may not, and the
+ * walk does not go below depth theta for them: kvs_gram_mask.c walks
+ * again with a larger theta, taking the short ones from this walk
+ * (kvs_gram_walk_src_t).  kvs_gram_memo_renamed tells whether a walk
+ * renamed anything at all.
  */
 void
 kvs_gram_memo_rename(kvs_gram_memo_t *mo, uint32_t theta)
