@@ -649,12 +649,13 @@ test_renaming(void **state)
                                      "theta0 15", "norename" };
     static const char  *schemas[] = {
         "{\"type\": \"string\", \"maxLength\": 300}",
-        "{\"type\": \"object\", \"properties\": {\"b\": {\"type\": "
-        "\"string\"}, \"a\": {\"type\": \"string\", \"maxLength\": 120}}, "
-        "\"required\": [\"b\", \"a\"], \"additionalProperties\": false}",
+        ("{\"type\": \"object\", \"properties\": {\"b\": {\"type\": "
+         "\"string\"}, \"a\": {\"type\": \"string\", \"maxLength\": "
+         "120}}, \"required\": [\"b\", \"a\"], \"additionalProperties\": "
+         "false}"),
         "{\"type\": \"string\", \"pattern\": \"^[a-z ]{10,120}$\"}",
-        "{\"type\": \"array\", \"items\": {\"type\": \"string\", "
-        "\"maxLength\": 60}, \"maxItems\": 70}",
+        ("{\"type\": \"array\", \"items\": {\"type\": \"string\", "
+         "\"maxLength\": 60}, \"maxItems\": 70}"),
         "{\"type\": \"string\", \"pattern\": \"^(a|aa| ){0,90}b$\"}",
     };
 
