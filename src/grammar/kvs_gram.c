@@ -365,6 +365,34 @@ kvs_gram_first(kvs_gram_t *g, kvs_err_t *err)
 }
 
 
+/* Byte classes: cut 0 .. 255 at every range's ends; the bytes between
+ * two cuts are in every range alike, and each such run is a class. */
+static void
+kvs_gram_classes(kvs_gram_t *g)
+{
+    uint8_t   cut[257];
+    uint32_t  i, b, a;
+
+    memset(cut, 0, sizeof(cut));
+    cut[0] = 1;
+    cut[256] = 1;
+
+    for (i = 0; i < g->n_elems; i++) {
+        if (g->elems[i].kind == KVS_GRAM_BYTES) {
+            cut[g->elems[i].lo] = 1;
+            cut[g->elems[i].hi + 1] = 1;
+        }
+    }
+
+    for (a = 0, b = 0; b < 256; b++) {
+        if (cut[b]) {
+            a = b;
+        }
+        g->bnext[b] = (uint8_t) (cut[b + 1] ? a : b + 1);
+    }
+}
+
+
 int
 kvs_gram_finish(kvs_gram_t *g, uint32_t root, kvs_err_t *err)
 {
@@ -435,6 +463,8 @@ kvs_gram_finish(kvs_gram_t *g, uint32_t root, kvs_err_t *err)
     if (rc != KVS_OK) {
         return rc;
     }
+
+    kvs_gram_classes(g);
 
     g->root = root;
     g->finished = 1;

@@ -275,31 +275,16 @@ kvs_gram_ind_dep(void *arg, uint32_t lo, uint32_t hi)
 }
 
 
-/*
- * The trie walk on the cut stack: a token taken without reaching the
- * sentinel is accepted whatever lies below; one refused before any
- * prefix of it reached the sentinel is refused whatever lies below; the
- * rest (a prefix reached it, then the cut stack refused) depend on it.
- * With a source entry (src not NULL), the tokens shorter than len bytes
- * take its classification instead (kvs_gram_ind_src says why that is
- * exact).
- */
+/* One trie walk on the cut stack into e (cleared first), the tokens
+ * shorter than len bytes taken from src when it is not NULL. */
 static int
-kvs_gram_ind_build(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
-    const kvs_gram_ientry_t *src, uint32_t len, kvs_err_t *err)
+kvs_gram_ind_pass(kvs_gram_masker_t *mk, kvs_gram_matcher_t *cm,
+    kvs_gram_ientry_t *e, const kvs_gram_ientry_t *src, uint32_t len)
 {
-    int                      rc;
-    uint32_t                 k;
-    kvs_gram_matcher_t       cm;
-    kvs_gram_walk_src_t      ws;
-
-    rc = kvs_gram_matcher_init_cut(&cm, mk->m->g, e->key, KVS_GRAM_CUT,
-                                   &mk->m->lim, err);
-    if (rc != KVS_OK) {
-        return rc;
-    }
+    kvs_gram_walk_src_t  ws;
 
     memset(e->bits, 0, (size_t) mk->words * sizeof(uint32_t));
+    e->n_ranges = 0;
 
     if (src != NULL) {
         ws.len = len;
@@ -308,8 +293,121 @@ kvs_gram_ind_build(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
         ws.n_ranges = src->n_ranges;
     }
 
-    rc = kvs_gram_memo_walk(mk->memo, &cm, mk->gv, e->bits,
-                            kvs_gram_ind_dep, e, src != NULL ? &ws : NULL);
+    return kvs_gram_memo_walk(mk->memo, cm, mk->gv, e->bits,
+                              kvs_gram_ind_dep, e, src != NULL ? &ws : NULL);
+}
+
+
+/*
+ * The walk of an entry with no source, in passes with counted
+ * repetitions renamed (kvs_gram_memo_rename): the first names every
+ * position with more than theta0 copies left by its family, so that
+ * inside a bounded string far from its bound the states recur and
+ * subtree skipping closes as in a free string, and is exact for the
+ * tokens of at most theta0 bytes; each next pass doubles theta, takes
+ * the tokens shorter than the last theta + 1 from the pass before and
+ * steps only the paths to longer ones; the last has theta = need - 1
+ * (the entry must be exact for the tokens shorter than need).  After a
+ * pass that renamed nothing, the last pass comes next.
+ */
+static int
+kvs_gram_ind_passes(kvs_gram_masker_t *mk, kvs_gram_matcher_t *cm,
+    kvs_gram_ientry_t *e, uint32_t need)
+{
+    int                  rc;
+    uint32_t             i, theta, plen;
+    uint64_t             before;
+    kvs_gram_ientry_t    t[2], *cur, *prev;
+
+    memset(t, 0, sizeof(t));
+    t[0].bits = malloc((size_t) mk->words * sizeof(uint32_t));
+    t[1].bits = malloc((size_t) mk->words * sizeof(uint32_t));
+    rc = t[0].bits != NULL && t[1].bits != NULL ? KVS_OK : KVS_ENOMEM;
+
+    prev = NULL;
+    plen = 0;
+    theta = mk->theta0 != 0 ? mk->theta0 : KVS_GRAM_THETA0;
+
+    for (i = 0; rc == KVS_OK; i++) {
+        if (theta >= need - 1) {
+            theta = need - 1;
+        }
+        cur = theta == need - 1 ? e : &t[i & 1];
+
+        before = kvs_gram_memo_renamed(mk->memo);
+        kvs_gram_memo_rename(mk->memo, theta);
+        rc = kvs_gram_ind_pass(mk, cm, cur, prev, plen);
+
+        if (rc != KVS_OK || cur == e) {
+            break;
+        }
+
+        prev = cur;
+        plen = theta + 1;
+
+        /* a pass that renamed nothing met no count above its theta:
+         * the last pass next */
+        theta = kvs_gram_memo_renamed(mk->memo) == before ? need - 1
+                                                           : 2 * theta + 1;
+    }
+
+    kvs_gram_memo_rename(mk->memo, 0);
+
+    for (i = 0; i < 2; i++) {
+        free(t[i].bits);
+        free(t[i].ranges);
+    }
+
+    return rc;
+}
+
+
+/*
+ * The trie walk on the cut stack: a token taken without reaching the
+ * sentinel is accepted whatever lies below; one refused before any
+ * prefix of it reached the sentinel is refused whatever lies below; the
+ * rest (a prefix reached it, then the cut stack refused) depend on it.
+ * With a source entry (src not NULL), the tokens shorter than len bytes
+ * take its classification instead (kvs_gram_ind_src says why that is
+ * exact).  Without one, the walk starts from wkey (kvs_gram_ind_wkey:
+ * alike for the tokens shorter than need), in renaming passes
+ * (kvs_gram_ind_passes) when a position of wkey has more than theta0
+ * copies left and the masker's norename does not say otherwise.
+ */
+static int
+kvs_gram_ind_build(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
+    const kvs_gram_ientry_t *src, uint32_t len, const uint32_t *wkey,
+    uint32_t need, kvs_err_t *err)
+{
+    int                      rc;
+    uint32_t                 k, theta;
+    kvs_gram_matcher_t       cm;
+
+    rc = kvs_gram_matcher_init_cut(&cm, mk->m->g,
+                                   src == NULL ? wkey : e->key,
+                                   KVS_GRAM_CUT, &mk->m->lim, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    e->n_ranges = 0;
+
+    /* renaming pays where the key itself is far from a bound; a key
+     * with no such count takes one walk (most keys: a narrow one's walk
+     * costs less than a second pass's copy) */
+    theta = mk->theta0 != 0 ? mk->theta0 : KVS_GRAM_THETA0;
+    for (k = 0; k < KVS_GRAM_CUT
+                && kvs_gram_rep_count(mk->m->g, wkey[k]) <= theta; k++)
+    {
+        /* void */
+    }
+
+    if (src != NULL || mk->norename || k == KVS_GRAM_CUT || need < 2) {
+        rc = kvs_gram_ind_pass(mk, &cm, e, src, len);
+
+    } else {
+        rc = kvs_gram_ind_passes(mk, &cm, e, need);
+    }
 
     kvs_gram_matcher_free(&cm);
 
@@ -504,6 +602,50 @@ kvs_gram_ind_src(const kvs_gram_masker_t *mk, const uint32_t *key,
 }
 
 
+/*
+ * The key a new entry's walk starts from when it has no source: each
+ * position of a counted repetition with need or more copies left
+ * replaced by its family's member with the most copies left (when that
+ * is more).  By kvs_gram_rep.c's argument the two keys' cut walks
+ * classify alike every token shorter than need bytes, which is all the
+ * entry must get right (need: max_len + 1, or rep_low for a low-tier
+ * entry, whose longer tokens are checked on the real stacks); and from
+ * the larger count more of the walk stays above the renaming passes'
+ * theta (kvs_gram_ind_passes), where its states recur.
+ */
+static void
+kvs_gram_ind_wkey(const kvs_gram_masker_t *mk, const uint32_t *key,
+    uint32_t need, uint32_t *wkey)
+{
+    uint32_t                 k, c, cs, p;
+    const kvs_gram_t        *g;
+
+    g = mk->m->g;
+
+    for (k = 0; k < KVS_GRAM_CUT; k++) {
+        wkey[k] = key[k];
+        c = kvs_gram_rep_count(g, key[k]);
+        if (c == 0 || c < need || mk->norename) {
+            continue;
+        }
+
+        cs = g->rfam[g->rep_f[key[k]]].c_at;
+        if (cs <= c) {
+            continue;
+        }
+
+        /* the member named must be of the family and have that count */
+        p = kvs_gram_rep_at(g, key[k], cs);
+        if (p < g->n_elems && kvs_gram_rep_count(g, p) == cs
+            && g->rep_f[p] == g->rep_f[key[k]]
+            && g->elems[p].kind == g->elems[key[k]].kind)
+        {
+            wkey[k] = p;
+        }
+    }
+}
+
+
 /* A low-tier entry: the long tokens (gv->long_x, sorted positions) are
  * taken out of the accepted bits and merged into the dependent ranges,
  * which stay sorted and disjoint. */
@@ -561,7 +703,8 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
     kvs_gram_ientry_t **out, kvs_err_t *err)
 {
     int                  rc, low;
-    uint32_t             i, len, t[KVS_GRAM_CUT], s[KVS_GRAM_CUT];
+    uint32_t             i, len, need, t[KVS_GRAM_CUT], s[KVS_GRAM_CUT];
+    uint32_t             w[KVS_GRAM_CUT];
     uint64_t             h;
     kvs_gram_ientry_t   *e, *se;
     kvs_gram_masker_t   *o;
@@ -616,9 +759,11 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
 
     memcpy(e->key, t, sizeof(e->key));
     e->hash = h;
+    need = low ? mk->gv->rep_low : mk->gv->max_len + 1;
+    kvs_gram_ind_wkey(mk, t, need, w);
     e->bits = malloc((size_t) mk->words * sizeof(uint32_t));
     rc = e->bits != NULL
-         ? kvs_gram_ind_build(mk, e, se, len, err)
+         ? kvs_gram_ind_build(mk, e, se, len, w, need, err)
          : kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
 
     if (rc == KVS_OK && low && kvs_gram_ind_long(mk, e) != KVS_OK) {

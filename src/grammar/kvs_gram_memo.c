@@ -35,6 +35,13 @@
  * not), and a hit is taken only if nbase + cum[d - 1] + calls is within
  * max_nodes; otherwise it is a miss, computed on the real matcher.
  *
+ * Byte classes.  The matcher looks at a byte only through the
+ * grammar's byte ranges (and the FIRST and next sets made of them), so
+ * two bytes that every range holds alike (kvs_gram_t's bnext) step a
+ * state alike, intern calls included: a transition learnt on a miss is
+ * the transition of every byte of its class, and is filled in for them
+ * (a string's body: ~15 classes instead of ~200 bytes to learn).
+ *
  * The walk itself (kvs_gram_memo_walk) is a loop here over the packed
  * trie, the hit path inline; a new state's row starts with the bytes
  * outside its next set refused; subtrees the memo proves accepted are
@@ -67,6 +74,10 @@
 #define KVS_GRAM_MEMO_SIM_YES  1
 #define KVS_GRAM_MEMO_SIM_NO   2
 #define KVS_GRAM_CLS_N         8          /* live class states */
+#define KVS_GRAM_MEMO_FAM      0x80000000u /* a renamed position's name:
+                                             this bit and its family */
+#define KVS_GRAM_MEMO_GRPS     16         /* groups a renamed state holds
+                                             at most */
 
 
 struct kvs_gram_memo_s {
@@ -122,6 +133,14 @@ struct kvs_gram_memo_s {
     uint64_t             hits, misses, made, clears;
     uint64_t             skipped, skipped_nodes, proved, refuted;
     uint64_t             copied_nodes;    /* taken from a walk's source */
+
+    /* counted repetitions renamed (kvs_gram_memo_rename): positions
+     * with more than theta copies left are named by their family */
+    uint32_t             theta;
+    uint64_t             renamed;
+
+    uint64_t             by_class;        /* transitions known from a
+                                             byte of the same class */
 };
 
 
@@ -338,6 +357,77 @@ kvs_gram_memo_canon(const kvs_gram_memo_t *mo, uint32_t id)
 }
 
 
+/* The name of a position in a state: itself, or with renaming on and
+ * more than theta copies left, its family (kvs_gram_memo_rename says why
+ * that is exact). */
+static inline uint32_t
+kvs_gram_memo_rpos(kvs_gram_memo_t *mo, uint32_t pos)
+{
+    const kvs_gram_t  *g;
+
+    if (mo->theta == 0 || pos >= KVS_GRAM_MEMO_FAM) {
+        return pos;
+    }
+
+    g = mo->m->g;
+    if (kvs_gram_rep_count(g, pos) <= mo->theta) {
+        return pos;
+    }
+
+    mo->renamed++;
+
+    return KVS_GRAM_MEMO_FAM | g->rep_f[pos];
+}
+
+
+/* With renaming on: 1 if every position of the state's stacks with more
+ * than theta copies left has the same count as the others of its group
+ * (so that two states of one name differ by one shift per group), 0 if
+ * not (the state is then left unnamed: its steps go to the matcher). */
+static int
+kvs_gram_memo_uniform(const kvs_gram_memo_t *mo,
+    const kvs_gram_level_t *lv)
+{
+    uint32_t                  i, k, n, id, c, grp;
+    uint32_t                  gs[KVS_GRAM_MEMO_GRPS], cs[KVS_GRAM_MEMO_GRPS];
+    const kvs_gram_t         *g;
+    const kvs_gram_matcher_t *m;
+
+    m = mo->m;
+    g = m->g;
+    n = 0;
+
+    for (i = 0; i < lv->n_front; i++) {
+        for (id = m->front[lv->front + i];
+             id != KVS_GRAM_NIL && id != KVS_GRAM_SENT;
+             id = m->nodes[id].parent)
+        {
+            c = kvs_gram_rep_count(g, m->nodes[id].pos);
+            if (c <= mo->theta) {
+                continue;
+            }
+            grp = g->rfam[g->rep_f[m->nodes[id].pos]].grp;
+            for (k = 0; k < n && gs[k] != grp; k++) {
+                /* seen? */
+            }
+            if (k < n) {
+                if (cs[k] != c) {
+                    return 0;
+                }
+                continue;
+            }
+            if (n == KVS_GRAM_MEMO_GRPS) {
+                return 0;
+            }
+            gs[n] = grp;
+            cs[n++] = c;
+        }
+    }
+
+    return 1;
+}
+
+
 /* Canonical ids for every matcher node above nbase: KVS_OK, or
  * KVS_ETOOLONG (the node table is full), KVS_ENOMEM. */
 static int
@@ -367,7 +457,7 @@ kvs_gram_memo_map(kvs_gram_memo_t *mo)
     for ( /* void */ ; mo->map_n < n; mo->map_n++) {
         id = mo->nbase + mo->map_n;
         nd = &m->nodes[id];
-        cid = kvs_gram_memo_cnode(mo, nd->pos,
+        cid = kvs_gram_memo_cnode(mo, kvs_gram_memo_rpos(mo, nd->pos),
                                   kvs_gram_memo_canon(mo, nd->parent));
         if (cid == KVS_GRAM_MEMO_UNKNOWN) {
             return KVS_ETOOLONG;
@@ -404,6 +494,10 @@ kvs_gram_memo_state(kvs_gram_memo_t *mo)
     lv = &m->lv[m->n_lv - 1];
     n = lv->n_front;
     flags = (lv->accept ? 1 : 0) | (lv->sent ? 2 : 0);
+
+    if (mo->theta != 0 && !kvs_gram_memo_uniform(mo, lv)) {
+        return KVS_GRAM_MEMO_UNKNOWN;
+    }
 
     if (n > mo->cap_scratch) {
         c = mo->cap_scratch ? mo->cap_scratch : 64;
@@ -578,15 +672,20 @@ kvs_gram_memo_miss(kvs_gram_memo_t *mo, uint32_t depth, uint8_t b,
     uint32_t *sent)
 {
     int                  rc;
-    uint32_t             s, t;
+    uint8_t              c;
+    uint16_t            *crow;
+    uint32_t             s, t, *row;
     uint64_t             before, calls, clears;
     kvs_gram_matcher_t  *m;
 
     m = mo->m;
 
     if (kvs_gram_memo_position(mo, depth - 1) != KVS_OK) {
-        /* the path was taken before, so only memory can fail here */
-        mo->off = 1;
+        /* the path was taken before, so only memory can fail here; or,
+         * with renaming, a path longer than theta that the memo took
+         * and the matcher does not: its tokens are not this walk's to
+         * get right (kvs_gram_memo_rename), refusing is enough */
+        mo->off = mo->theta == 0;
         return 0;
     }
 
@@ -632,8 +731,19 @@ kvs_gram_memo_miss(kvs_gram_memo_t *mo, uint32_t depth, uint8_t b,
     if (s != KVS_GRAM_MEMO_UNKNOWN && t != KVS_GRAM_MEMO_UNKNOWN
         && mo->clears == clears && calls < UINT16_MAX)
     {
-        mo->next[(size_t) s * 256 + b] = t + 2;
-        mo->calls[(size_t) s * 256 + b] = (uint16_t) calls;
+        /* and for every byte of b's class, which the step takes alike
+         * (kvs_gram_t's bnext), where not known yet */
+        row = mo->next + (size_t) s * 256;
+        crow = mo->calls + (size_t) s * 256;
+        c = b;
+        do {
+            if (c == b || row[c] == 0) {
+                row[c] = t + 2;
+                crow[c] = (uint16_t) calls;
+                mo->by_class += c != b;
+            }
+            c = m->g->bnext[c];
+        } while (c != b);
     }
 
     return 1;
@@ -927,21 +1037,16 @@ kvs_gram_memo_closed(kvs_gram_memo_t *mo, uint32_t depth, uint8_t q,
 
 
 /* The subtree of node i taken from the source (its tokens are all
- * shorter than src->len): accepted bits copied, dependent ranges
- * reported; *r is the first source range that may still meet a later
- * subtree (the walk goes in sorted order). */
+ * shorter than src->len): its dependent ranges reported (its accepted
+ * bits are taken at the end of the walk, kvs_gram_memo_short); *r is
+ * the first source range that may still meet a later subtree (the walk
+ * goes in sorted order). */
 static int
-kvs_gram_memo_copy(const kvs_gram_walk_src_t *src, const kvs_gram_vocab_t *gv,
-    uint32_t lo, uint32_t hi, uint32_t *bits, kvs_gram_walk_dep_pt dep,
-    void *arg, uint32_t *r)
+kvs_gram_memo_copy(const kvs_gram_walk_src_t *src, uint32_t lo, uint32_t hi,
+    kvs_gram_walk_dep_pt dep, void *arg, uint32_t *r)
 {
     int        rc;
-    uint32_t   k, id, a, b;
-
-    for (k = lo; k < hi; k++) {
-        id = (uint32_t) gv->ids[k];
-        bits[id >> 5] |= src->bits[id >> 5] & (1u << (id & 31));
-    }
+    uint32_t   k, a, b;
 
     if (dep == NULL) {
         return KVS_OK;
@@ -961,6 +1066,34 @@ kvs_gram_memo_copy(const kvs_gram_walk_src_t *src, const kvs_gram_vocab_t *gv,
     }
 
     return KVS_OK;
+}
+
+
+/*
+ * The source's accepted tokens shorter than src->len, in id order, one
+ * word at a time.  Those of the subtrees the walk copied are what it
+ * would have set; any other is on a node the walk stepped (and set
+ * already) or below a refusal or a skipped subtree, where both
+ * classifications are exact for it and so agree (set, or left clear).
+ */
+static void
+kvs_gram_memo_short(const kvs_gram_walk_src_t *src,
+    const kvs_gram_vocab_t *gv, uint32_t *bits)
+{
+    uint32_t  w, x, y, j, words;
+
+    words = (gv->n_tokens + 31) / 32;
+
+    for (w = 0; w < words; w++) {
+        x = src->bits[w] & ~bits[w];
+        for (y = 0; x != 0; x &= x - 1) {
+            j = (uint32_t) __builtin_ctz(x);
+            if (gv->len[w * 32 + j] < src->len) {
+                y |= 1u << j;
+            }
+        }
+        bits[w] |= y;
+    }
 }
 
 
@@ -989,11 +1122,17 @@ kvs_gram_memo_walk(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
     for (i = 0; i < n; i = next) {
         d = nd[i].depth;
 
+        if (mo->theta != 0 && d > mo->theta) {
+            /* tokens longer than theta: not this walk's to get right */
+            next = nd[i].end;
+            continue;
+        }
+
         if (src != NULL && (uint32_t) d + nd[i].height < src->len) {
             /* every token below is shorter than len bytes */
             next = nd[i].end;
-            rc = kvs_gram_memo_copy(src, gv, nd[i].cum, nd[next].cum, bits,
-                                    dep, arg, &r);
+            rc = kvs_gram_memo_copy(src, nd[i].cum, nd[next].cum, dep, arg,
+                                    &r);
             if (rc != KVS_OK) {
                 break;
             }
@@ -1040,7 +1179,61 @@ kvs_gram_memo_walk(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
 
     kvs_gram_memo_end(mo);
 
+    if (src != NULL && rc == KVS_OK) {
+        kvs_gram_memo_short(src, gv, bits);
+    }
+
     return rc;
+}
+
+
+/*
+ * Renaming counted repetitions.  Inside a bounded string (x{0,n},
+ * kvs_gram_rep.c) every character takes the count down by one, so the
+ * memo's states never recur and subtree skipping finds no closure: a
+ * cut walk from a bounded string's key steps the whole trie (~300k
+ * nodes) where a free string's steps ~9k.  With theta set, a state's
+ * stacks name each position with more than theta copies left by its
+ * family alone (KVS_GRAM_MEMO_FAM | family), so the states of a string
+ * far from its bound recur as a free string's do.
+ *
+ * Why the walk stays exact for every token of at most theta bytes.
+ * Call two states of one name mates.  A state is named only if, in
+ * each group (kvs_gram_rfam_t), its positions with more than theta
+ * copies left all have one count (kvs_gram_memo_uniform), so mates
+ * differ by one shift per group applied to those positions only: by
+ * kvs_gram_rep.c's argument (each frame renamed on its own; a shift is
+ * one-to-one and never maps a renamed position onto a kept one, so
+ * stacks that meet in one run meet in the other) their runs over any
+ * string of at most theta bytes have the same verdicts, `sent` flags,
+ * frontier sizes and kvs_gram_intern calls (the caps act alike),
+ * since each such count needs more than theta bytes to run out.  Now
+ * let S be a state the memo named N and w a string of at most theta
+ * bytes; by induction on |w|, the memo's verdict for w from N is the
+ * matcher's from S: N's transition on w's first byte b was taken from
+ * some mate S' (refused iff S' refuses b, as S does), to the name N' of
+ * S' after b, and the induction gives the memo's verdict on the rest
+ * from N' as the matcher's from S' after b, which is S's after b since
+ * bw is at most theta bytes.  The walk names its first state, and
+ * every state it meets on a miss, so every token of at most theta bytes
+ * gets the matcher's verdict; the closures of subtree skipping are
+ * proved through the same transitions.  Longer tokens may not, and the
+ * walk does not go below depth theta for them: kvs_gram_mask.c walks
+ * again with a larger theta, taking the short ones from this walk
+ * (kvs_gram_walk_src_t).  kvs_gram_memo_renamed tells whether a walk
+ * renamed anything at all.
+ */
+void
+kvs_gram_memo_rename(kvs_gram_memo_t *mo, uint32_t theta)
+{
+    mo->theta = theta;
+}
+
+
+uint64_t
+kvs_gram_memo_renamed(const kvs_gram_memo_t *mo)
+{
+    return mo->renamed;
 }
 
 
@@ -1051,6 +1244,13 @@ kvs_gram_memo_skips(const kvs_gram_memo_t *mo, uint64_t st[4])
     st[1] = mo->skipped_nodes;
     st[2] = mo->proved;
     st[3] = mo->refuted;
+}
+
+
+uint64_t
+kvs_gram_memo_by_class(const kvs_gram_memo_t *mo)
+{
+    return mo->by_class;
 }
 
 

@@ -192,6 +192,7 @@ kvs_gram_rep_index(kvs_gram_t *g, kvs_err_t *err)
                 g->rfam[ft + o].at = u->t1 + (u->extra - 1) * st + o;
                 g->rfam[ft + o].c_at = u->extra;
                 g->rfam[ft + o].step = (int32_t) st;
+                g->rfam[ft + o].grp = ft;
                 for (j = 1; j <= u->extra; j++) {
                     kvs_gram_rep_set(g, u->t1 + (uint64_t) (j - 1) * st + o,
                                      j, ft + o);
@@ -213,6 +214,7 @@ kvs_gram_rep_index(kvs_gram_t *g, kvs_err_t *err)
                 g->rfam[fm + o].at = o < s ? u->ralt + 1 + o : u->ralt;
                 g->rfam[fm + o].c_at = o < s ? u->min - 1 : u->min;
                 g->rfam[fm + o].step = -(int32_t) (s + 1);
+                g->rfam[fm + o].grp = fm;
             }
             g->n_rfam += s + 1;
 

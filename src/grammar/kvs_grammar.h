@@ -70,10 +70,14 @@ typedef struct {
 
 /* A family of positions that differ only in the copies of a repetition
  * still to come: the member with c copies left is at - (c_at - c) *
- * step. */
+ * step.  grp: the first family of its block (one repetition's optional
+ * copies, or its mandatory ones), whose members all move together when
+ * a copy is taken (kvs_gram_memo.c's renaming needs the same count
+ * throughout a group). */
 typedef struct {
     uint32_t  at, c_at;
     int32_t   step;
+    uint32_t  grp;
 } kvs_gram_rfam_t;
 
 typedef struct {
@@ -116,6 +120,11 @@ typedef struct {
     uint32_t         *rep_c, *rep_f;
     kvs_gram_rfam_t  *rfam;
     uint32_t          n_rfam;
+    /* after finish: byte classes, the bytes every byte range of the
+     * grammar holds alike (so FIRST and next sets too, and a matcher
+     * step takes them alike); bnext[b] is the next byte of b's class,
+     * round to its first (b itself when b is alone) */
+    uint8_t           bnext[256];
 } kvs_gram_t;
 
 int kvs_gram_init(kvs_gram_t *g, const kvs_gram_limits_t *lim);
@@ -536,6 +545,15 @@ void kvs_gram_memo_skip(kvs_gram_memo_t *mo, int on);
 
 uint8_t kvs_gram_memo_class(uint8_t q, uint8_t b);
 
+/* From the next walk on: positions of counted repetitions with more
+ * than theta copies left named by their family (0: off, the default);
+ * exact for every token of at most theta bytes (kvs_gram_memo.c). */
+void kvs_gram_memo_rename(kvs_gram_memo_t *mo, uint32_t theta);
+
+/* Positions renamed so, since kvs_gram_memo_new(): a walk that left it
+ * unchanged named every state exactly. */
+uint64_t kvs_gram_memo_renamed(const kvs_gram_memo_t *mo);
+
 /* Counters since kvs_gram_memo_new(): st[0] hits, st[1] misses (matcher
  * byte steps), st[2] states made, st[3] clears past a cap. */
 void kvs_gram_memo_stats(const kvs_gram_memo_t *mo, uint64_t st[4]);
@@ -544,6 +562,10 @@ void kvs_gram_memo_stats(const kvs_gram_memo_t *mo, uint64_t st[4]);
  * whole, st[1] trie nodes they held, st[2] closures proved, st[3]
  * refuted. */
 void kvs_gram_memo_skips(const kvs_gram_memo_t *mo, uint64_t st[4]);
+
+/* Transitions the memo filled in from another byte of the same class
+ * (kvs_gram_t's bnext), since kvs_gram_memo_new(). */
+uint64_t kvs_gram_memo_by_class(const kvs_gram_memo_t *mo);
 
 /* Trie nodes walks took from their source (kvs_gram_walk_src_t) without
  * stepping them, since kvs_gram_memo_new(). */
@@ -571,6 +593,13 @@ typedef struct kvs_gram_masker_s {
     uint64_t                 ind_src;
     int                      nosrc;
 
+    /* an entry with no source is walked in passes with counted
+     * repetitions renamed (kvs_gram_mask.c, kvs_gram_ind_passes), the
+     * first with theta0 (0: KVS_GRAM_THETA0); norename: one walk with
+     * none (the reference the tests compare with) */
+    uint32_t                 theta0;
+    int                      norename;
+
     /* not NULL: the context-independent entries are this table's (shared
      * by the maskers of one grammar and vocabulary), not ours */
     struct kvs_gram_masker_s *ind_owner;
@@ -579,6 +608,11 @@ typedef struct kvs_gram_masker_s {
      * unless kvs_gram_masker_memo() said otherwise) */
     kvs_gram_memo_t         *memo;
 } kvs_gram_masker_t;
+
+/* The first renaming pass's theta: tokens of at most 15 bytes are most
+ * of a vocabulary's trie, and a bounded string more than 15 characters
+ * from its bound keeps recurring states through them. */
+#define KVS_GRAM_THETA0  15
 
 /* How many top stack nodes a context-independent mask looks at: inside a
  * string, the character, the loop and the closing quote. */

@@ -31,6 +31,11 @@
  * that way, of maskers that build every entry by a full walk (nosrc)
  * and of the full walk on the real stacks agree at every step, and
  * the source path must have been taken.
+ *
+ * test_renaming: entries walked in renaming passes (kvs_gram_memo_rename)
+ * against the full walk, at several first thetas and without renaming;
+ * test_byte_classes: the grammar's byte classes, from which the memo
+ * fills a transition for every byte of a class.
  */
 
 #include "kvs_test_gram.h"
@@ -54,6 +59,9 @@ static const char  *tb_schemas[] = {
     "{\"type\": \"array\", \"items\": {\"type\": \"array\", \"items\": "
     "{\"type\": \"string\", \"maxLength\": 55}, \"maxItems\": 9}, "
     "\"maxItems\": 60}",
+    "{\"type\": \"object\", \"properties\": {\"b\": {\"type\": \"string\"}, "
+    "\"a\": {\"type\": \"string\", \"maxLength\": 120}}, \"required\": "
+    "[\"b\", \"a\"], \"additionalProperties\": false}",
 };
 
 #define TB_N  (sizeof(tb_schemas) / sizeof(tb_schemas[0]))
@@ -222,6 +230,65 @@ tb_buffers(const kvs_gram_vocab_t *gv, size_t n, uint32_t **bits,
 }
 
 
+static void
+tb_buffers_free(uint32_t **bits, size_t n, uint32_t *bf, uint32_t *cand)
+{
+    size_t  k;
+
+    for (k = 0; k < n; k++) {
+        free(bits[k]);
+    }
+    free(bf);
+    free(cand);
+}
+
+
+/* A matcher of g and n maskers on it: the first with no cache (the
+ * full walk on the real stacks), the others with a state cache of 16. */
+static void
+tb_maskers(const kvs_gram_t *g, const kvs_gram_vocab_t *gv,
+    kvs_gram_matcher_t *m, kvs_gram_masker_t *mk, size_t n)
+{
+    size_t     k;
+    kvs_err_t  err;
+
+    assert_int_equal(kvs_gram_matcher_init(m, g, NULL, &err), KVS_OK);
+    for (k = 0; k < n; k++) {
+        assert_int_equal(kvs_gram_masker_init(&mk[k], gv, m,
+                                              k == 0 ? 0 : 16, &err),
+                         KVS_OK);
+    }
+}
+
+
+/* One step's masks: maskers 1 .. n - 1 against masker 0 (the full walk
+ * on the real stacks), and that against the brute force when `brute`;
+ * every one KVS_OK. */
+static void
+tb_step(const kvs_gram_vocab_t *gv, kvs_gram_matcher_t *m,
+    kvs_gram_masker_t *mk, size_t n, uint32_t **bits, uint32_t *bf,
+    uint32_t words, const char *const *names, size_t i, size_t step,
+    int brute)
+{
+    size_t     k;
+    kvs_err_t  err;
+
+    for (k = 0; k < n; k++) {
+        assert_int_equal(kvs_gram_mask(&mk[k], bits[k], &err), KVS_OK);
+        if (memcmp(bits[k], bits[0], words * sizeof(uint32_t)) != 0) {
+            tb_first_diff(gv, bits[0], bits[k], names[k], i, step);
+        }
+    }
+
+    if (brute) {
+        tg_brute(m, gv, bf, words);
+        if (memcmp(bf, bits[0], words * sizeof(uint32_t)) != 0) {
+            tb_first_diff(gv, bf, bits[0], "brute force", i, step);
+        }
+    }
+}
+
+
 /* An allowed token: one that closes something (holds '"' or ']', or
  * is END) one time in `close` or when nothing else is allowed, else one
  * that keeps writing, of at most maxl bytes once such a one was found;
@@ -363,11 +430,7 @@ tb_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
         kvs_gram_free(&g);
     }
 
-    for (k = 0; k < TB_MK; k++) {
-        free(bits[k]);
-    }
-    free(bf);
-    free(cand);
+    tb_buffers_free(bits, TB_MK, bf, cand);
 }
 
 
@@ -480,7 +543,6 @@ test_tiers(void **state)
 static void
 test_small_lengths(void **state)
 {
-    int                 rc[4];
     char                schema[256];
     size_t              n, w, step, k;
     uint32_t            words, id, *bits[4], *bf, *cand;
@@ -519,36 +581,14 @@ test_small_lengths(void **state)
 
         for (w = 0; w < 3; w++) {
             rng = 77 + n * 131 + w;
-            assert_int_equal(kvs_gram_matcher_init(&m, &g, NULL, &err),
-                             KVS_OK);
-            for (k = 0; k < 4; k++) {
-                assert_int_equal(kvs_gram_masker_init(&mk[k], gv, &m,
-                                     k == 0 ? 0 : 16, &err), KVS_OK);
-            }
+            tb_maskers(&g, gv, &m, mk, 4);
             mk[2].nosrc = 1;
             kvs_gram_masker_share(&mk[3], &table);
 
             for (step = 0; step < 120; step++) {
-                for (k = 0; k < 4; k++) {
-                    rc[k] = kvs_gram_mask(&mk[k], bits[k], &err);
-                    assert_int_equal(rc[k], KVS_OK);
-                    if (memcmp(bits[k], bits[0], words * sizeof(uint32_t))
-                        != 0)
-                    {
-                        tb_first_diff(gv, bits[0], bits[k], names[k], n,
-                                      step);
-                    }
-                }
+                tb_step(gv, &m, mk, 4, bits, bf, words, names, n, step,
+                        step % 4 == 0);
                 masks++;
-
-                if (step % 4 == 0) {
-                    tg_brute(&m, gv, bf, words);
-                    if (memcmp(bf, bits[0], words * sizeof(uint32_t)) != 0)
-                    {
-                        tb_first_diff(gv, bf, bits[0], "brute force", n,
-                                      step);
-                    }
-                }
 
                 /* tokens of 1 to 6 bytes that write characters; one
                  * that closes something one time in twelve */
@@ -576,11 +616,180 @@ test_small_lengths(void **state)
                   (unsigned long long) masks, (unsigned long long) src);
     assert_true(src > 100);
 
-    for (k = 0; k < 4; k++) {
-        free(bits[k]);
+    tb_buffers_free(bits, 4, bf, cand);
+    kvs_gram_vocab_free(gv);
+}
+
+
+/*
+ * Renaming passes (kvs_gram_ind_passes, kvs_gram_memo_rename): walks
+ * through a maxLength 300 string, a bounded string after a free one, a
+ * pattern's count, bounded strings in a bounded array and a count of an
+ * x that two parses can take (so that one state holds stacks at two
+ * counts of one group, kvs_gram_memo_uniform); at every step
+ * the masks of maskers whose first pass renames above theta0 = 1, 3 and
+ * 15 (the default) and of one with norename equal the full walk's on
+ * the real stacks, and every fifth step the brute force's.  Renaming
+ * must have happened, and must have let subtree skipping close inside
+ * the bounded strings, where norename's walks close less.
+ */
+static void
+test_renaming(void **state)
+{
+    int                 sh;
+    size_t              i, w, step, k;
+    uint32_t            words, id, *bits[5], *bf, *cand;
+    uint64_t            rng, renamed, sk[4], skip[5];
+    kvs_err_t           err;
+    kvs_gram_t          g;
+    kvs_gram_matcher_t  m;
+    kvs_gram_masker_t   mk[5];
+    kvs_gram_vocab_t   *gv;
+    static const char  *names[5] = { "plain", "theta0 1", "theta0 3",
+                                     "theta0 15", "norename" };
+    static const char  *schemas[] = {
+        "{\"type\": \"string\", \"maxLength\": 300}",
+        ("{\"type\": \"object\", \"properties\": {\"b\": {\"type\": "
+         "\"string\"}, \"a\": {\"type\": \"string\", \"maxLength\": "
+         "120}}, \"required\": [\"b\", \"a\"], \"additionalProperties\": "
+         "false}"),
+        "{\"type\": \"string\", \"pattern\": \"^[a-z ]{10,120}$\"}",
+        ("{\"type\": \"array\", \"items\": {\"type\": \"string\", "
+         "\"maxLength\": 60}, \"maxItems\": 70}"),
+        "{\"type\": \"string\", \"pattern\": \"^(a|aa| ){0,90}b$\"}",
+    };
+
+    (void) state;
+    gv = tb_vocab();
+    words = tb_buffers(gv, 5, bits, &bf, &cand);
+    renamed = 0;
+    memset(skip, 0, sizeof(skip));
+
+    for (i = 0; i < sizeof(schemas) / sizeof(schemas[0]); i++) {
+        if (tg_compile(&g, schemas[i], 0, &err) != KVS_OK) {
+            fail_msg("%s: %s", schemas[i], err.msg);
+        }
+
+        for (w = 0; w < 3; w++) {
+            rng = 901 + i * 7717 + w;
+            tb_maskers(&g, gv, &m, mk, 5);
+            mk[1].theta0 = 1;
+            mk[2].theta0 = 3;
+            mk[4].norename = 1;
+
+            for (step = 0; step < 300; step++) {
+                tb_step(gv, &m, mk, 5, bits, bf, words, names, i, step,
+                        step % 5 == 0);
+
+                /* mostly tokens of 1 or 2 bytes; a closing one one time
+                 * in sixty */
+                sh = tg_rand(&rng) % 4 != 0;
+                id = tb_pick(gv, bits[0], cand, sh ? 2 : UINT32_MAX, 60,
+                             &rng);
+                if (id == UINT32_MAX || gv->kind[id] == KVS_GRAM_TOK_END) {
+                    break;
+                }
+                assert_int_equal(kvs_gram_accept_token(&m, gv, (int32_t) id,
+                                                       &err), KVS_OK);
+            }
+
+            for (k = 1; k < 5; k++) {
+                kvs_gram_memo_skips(mk[k].memo, sk);
+                skip[k] += sk[0];
+                if (k < 4) {
+                    renamed += kvs_gram_memo_renamed(mk[k].memo);
+                } else {
+                    assert_int_equal(kvs_gram_memo_renamed(mk[k].memo), 0);
+                }
+            }
+            for (k = 0; k < 5; k++) {
+                kvs_gram_masker_free(&mk[k]);
+            }
+            kvs_gram_matcher_free(&m);
+        }
+
+        kvs_gram_free(&g);
     }
-    free(bf);
-    free(cand);
+
+    print_message("renamed %llu positions; subtrees skipped: theta0 1 "
+                  "%llu, 3 %llu, 15 %llu, norename %llu\n",
+                  (unsigned long long) renamed, (unsigned long long) skip[1],
+                  (unsigned long long) skip[2], (unsigned long long) skip[3],
+                  (unsigned long long) skip[4]);
+    assert_true(renamed > 0);
+    for (k = 1; k < 4; k++) {
+        assert_true(skip[k] > skip[4]);
+    }
+
+    tb_buffers_free(bits, 5, bf, cand);
+    kvs_gram_vocab_free(gv);
+}
+
+
+/*
+ * Byte classes (kvs_gram_t's bnext, which the memo fills transitions
+ * from): for every schema here, every byte's class is a cycle through
+ * bnext, and every byte range of the grammar holds all of a class or
+ * none of it; the classes are not all single bytes (or the memo would
+ * gain nothing), and a walk's memo did fill transitions from them.
+ */
+static void
+test_byte_classes(void **state)
+{
+    size_t              i;
+    uint32_t            b, c, n, k, words, *bits;
+    uint64_t            filled;
+    kvs_err_t           err;
+    kvs_gram_t          g;
+    kvs_gram_matcher_t  m;
+    kvs_gram_masker_t   mk;
+    kvs_gram_vocab_t   *gv;
+    const kvs_gram_elem_t  *e;
+
+    (void) state;
+    gv = tb_vocab();
+    words = (gv->n_tokens + 31) / 32;
+    bits = malloc(words * sizeof(uint32_t));
+    assert_non_null(bits);
+    filled = 0;
+
+    for (i = 0; i < TB_N; i++) {
+        if (tg_compile(&g, tb_schemas[i], 0, &err) != KVS_OK) {
+            fail_msg("schema %zu: %s", i, err.msg);
+        }
+
+        for (b = 0, n = 0; b < 256; b++) {
+            for (c = g.bnext[b], k = 1; c != b && k <= 256;
+                 c = g.bnext[c], k++)
+            {
+                /* round the class */
+            }
+            assert_int_equal(c, b);
+            n += k > 1;
+
+            for (k = 0; k < g.n_elems; k++) {
+                e = &g.elems[k];
+                if (e->kind == KVS_GRAM_BYTES) {
+                    assert_int_equal(b >= e->lo && b <= e->hi,
+                                     g.bnext[b] >= e->lo
+                                     && g.bnext[b] <= e->hi);
+                }
+            }
+        }
+        assert_true(n > 100);
+
+        assert_int_equal(kvs_gram_matcher_init(&m, &g, NULL, &err), KVS_OK);
+        assert_int_equal(kvs_gram_masker_init(&mk, gv, &m, 16, &err),
+                         KVS_OK);
+        assert_int_equal(kvs_gram_mask(&mk, bits, &err), KVS_OK);
+        filled += kvs_gram_memo_by_class(mk.memo);
+        kvs_gram_masker_free(&mk);
+        kvs_gram_matcher_free(&m);
+        kvs_gram_free(&g);
+    }
+
+    assert_true(filled > 0);
+    free(bits);
     kvs_gram_vocab_free(gv);
 }
 
@@ -591,6 +800,8 @@ main(void)
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_tiers),
         cmocka_unit_test(test_small_lengths),
+        cmocka_unit_test(test_renaming),
+        cmocka_unit_test(test_byte_classes),
         cmocka_unit_test(test_sharing),
         cmocka_unit_test(test_bound_walks),
     };
