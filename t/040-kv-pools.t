@@ -113,7 +113,10 @@ my ($st, undef, $j) = post('/v1/chat/completions',
 is($st, 200, 'a chat request with a breakpoint is served');
 
 my $s;
-ok($t->wait_for(sub { $s = status(); $s->{running} == 0 }, 10),
+# /status answers from the engine's last stats reply: wait until it has
+# counted the chat request, or a reply from before it passes for idle
+ok($t->wait_for(sub { $s = status(); $s->{finished} >= 1
+                      && $s->{running} == 0 }, 10),
    'the engine is idle');
 my $pinned = $s->{prefix_cache}{pinned_blocks};
 my $avail = $s->{kv_blocks} - $s->{kv_used};
