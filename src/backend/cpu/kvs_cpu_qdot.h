@@ -11,6 +11,8 @@
  *   kvs_cpu_ql_x86.c     the same, AVX2
  *   kvs_cpu_qk.c         Q2_K .. Q6_K, IQ4_XS, the Q8_K input (portable)
  *   kvs_cpu_qk_x86.c     the same, AVX2
+ *   kvs_cpu_qkp_x86.c    Q4_K, Q5_K, Q6_K repacked by 16 rows, AVX-512
+ *                        VNNI
  *
  * Invariants every kernel keeps:
  *  - a kernel's result for (row, token) is bit-identical at every kernel
@@ -173,6 +175,15 @@ uint32_t kvs_cpu_qlp_rec(uint32_t type);
 size_t kvs_cpu_qlp_size(const kvs_cpu_mat_t *w);
 void kvs_cpu_qlp_fill(const kvs_cpu_mat_t *w, uint8_t *dst);
 
+/* kvs_cpu_qkp_x86.c: Q4_K, Q5_K and Q6_K repacked by 16 rows for the
+ * AVX-512 VNNI kernel (the layout: that file), as kvs_cpu_qlp_* above:
+ * bytes of a record (one super-block of a group) of type, 0 for other
+ * types; bytes of w's packed form (a multiple of 64; 0 unless of those
+ * types), and the packing into dst (64-byte aligned). */
+uint32_t kvs_cpu_qkp_rec(uint32_t type);
+size_t kvs_cpu_qkp_size(const kvs_cpu_mat_t *w);
+void kvs_cpu_qkp_fill(const kvs_cpu_mat_t *w, uint8_t *dst);
+
 /* kvs_cpu_qk.c */
 void kvs_cpu_qdot_q2_k(float *y, size_t ldy, const uint8_t *row,
     const void *x, size_t xstride, uint32_t n, uint32_t cols);
@@ -219,6 +230,12 @@ void kvs_cpu_qdot_iq4_nl_avx2i(float *y, size_t ldy, const uint8_t *row,
  * group's rows inside the matrix and every i < n: kvs_cpu_ql.c's bits */
 void kvs_cpu_qlp_rows_avx512(float *y, size_t ldy, const kvs_cpu_mat_t *w,
     uint32_t g, const kvs_cpu_q8_t *xq, uint32_t n);
+
+/* kvs_cpu_qkp_x86.c: y[i * ldy + g * 16 + r] = row g * 16 + r of w
+ * (packed: w->pack) . token i's input (xk + i * w->cols / 256) for the
+ * group's rows inside the matrix and every i < n: kvs_cpu_qk.c's bits */
+void kvs_cpu_qkp_rows_avx512(float *y, size_t ldy, const kvs_cpu_mat_t *w,
+    uint32_t g, const kvs_cpu_q8k_t *xk, uint32_t n);
 
 /* kvs_cpu_qk_x86.c */
 void kvs_cpu_q8k_quant_avx2(const float *x, kvs_cpu_q8k_t *dst,
