@@ -142,6 +142,35 @@ kvs_cpu_ql_bytes(uint32_t type)
     }
 }
 
+/* Bytes of w's packed copy in records of rec bytes per 16 rows and block
+ * columns, rounded up to 64; 0 when rec is (the type is not packed so)
+ * or w has no data. */
+static inline size_t
+kvs_cpu_pack_bytes(const kvs_cpu_mat_t *w, uint32_t block, uint32_t rec)
+{
+    size_t  groups;
+
+    if (w->data == NULL || rec == 0) {
+        return 0;
+    }
+
+    groups = (w->rows + KVS_CPU_Q8P_ROWS - 1) / KVS_CPU_Q8P_ROWS;
+
+    return (groups * (w->cols / block) * rec + 63) & ~(size_t) 63;
+}
+
+/* The packed kernels' output mask of w's row group g: bit r for each of
+ * its rows g * 16 + r inside the matrix. */
+static inline uint16_t
+kvs_cpu_pack_mask(const kvs_cpu_mat_t *w, uint32_t g)
+{
+    uint32_t  left;
+
+    left = w->rows - g * KVS_CPU_Q8P_ROWS;
+
+    return left >= 16 ? 0xffff : (uint16_t) ((1u << left) - 1);
+}
+
 /* The entry of type, or NULL: F32 / F16 / BF16 (float products). */
 const kvs_cpu_qdot_t *kvs_cpu_qdot_find(uint32_t type);
 

@@ -95,15 +95,7 @@ kvs_cpu_qkp_rec(uint32_t type)
 size_t
 kvs_cpu_qkp_size(const kvs_cpu_mat_t *w)
 {
-    size_t  groups;
-
-    if (w->data == NULL || kvs_cpu_qkp_rec(w->type) == 0) {
-        return 0;
-    }
-
-    groups = (w->rows + KVS_CPU_Q8P_ROWS - 1) / KVS_CPU_Q8P_ROWS;
-
-    return groups * (w->cols / 256) * kvs_cpu_qkp_rec(w->type);
+    return kvs_cpu_pack_bytes(w, 256, kvs_cpu_qkp_rec(w->type));
 }
 
 
@@ -165,33 +157,29 @@ kvs_cpu_qkp_put(uint32_t type, const uint8_t *src, uint8_t *rec, uint32_t r)
 }
 
 
+/* Row by row into its lane of each record of its group (a group's
+ * records stay in cache while its 16 rows go in); lanes of rows past the
+ * matrix stay zero. */
 void
 kvs_cpu_qkp_fill(const kvs_cpu_mat_t *w, uint8_t *dst)
 {
-    size_t    groups, blocks, g, b, r, row, bytes;
-    uint8_t  *rec;
-    uint32_t  recb;
+    size_t          blocks, b, row, bytes, recb;
+    const uint8_t  *src;
 
     recb = kvs_cpu_qkp_rec(w->type);
     bytes = kvs_ggml_type_info(w->type)->size;
-    groups = (w->rows + KVS_CPU_Q8P_ROWS - 1) / KVS_CPU_Q8P_ROWS;
     blocks = w->cols / 256;
 
-    for (g = 0; g < groups; g++) {
+    memset(dst, 0, kvs_cpu_qkp_size(w));
+
+    for (row = 0; row < w->rows; row++) {
+        src = (const uint8_t *) w->data + row * w->row_bytes;
+
         for (b = 0; b < blocks; b++) {
-            rec = dst + (g * blocks + b) * recb;
-            memset(rec, 0, recb);
-
-            for (r = 0; r < KVS_CPU_Q8P_ROWS; r++) {
-                row = g * KVS_CPU_Q8P_ROWS + r;
-                if (row >= w->rows) {
-                    break;
-                }
-
-                kvs_cpu_qkp_put(w->type, (const uint8_t *) w->data
-                                         + row * w->row_bytes + b * bytes,
-                                rec, (uint32_t) r);
-            }
+            kvs_cpu_qkp_put(w->type, src + b * bytes,
+                            dst + ((row / KVS_CPU_Q8P_ROWS) * blocks + b)
+                                  * recb,
+                            (uint32_t) (row % KVS_CPU_Q8P_ROWS));
         }
     }
 }
@@ -236,15 +224,10 @@ kvs_qkp_sums45(int five, const uint8_t *r, const kvs_cpu_q8k_t *const *x,
     int32_t         v;
     uint32_t        c, k, t, j;
     __m512i         a0[KVS_QKP_NT], a1[KVS_QKP_NT], w, lo, hi, hb, m4, b10,
-                    s0, s1, mv;
+                    s0, s1, mv, p;
+
     m4 = _mm512_set1_epi8(0x0f);
     b10 = _mm512_set1_epi8(0x10);
-
-#pragma GCC unroll 4
-    for (t = 0; t < NT; t++) {
-        isum[t] = _mm512_setzero_si512();
-        msum[t] = _mm512_setzero_si512();
-    }
 
 #pragma GCC unroll 4
     for (c = 0; c < 4; c++) {
@@ -292,9 +275,9 @@ kvs_qkp_sums45(int five, const uint8_t *r, const kvs_cpu_q8k_t *const *x,
 
 #pragma GCC unroll 4
         for (t = 0; t < NT; t++) {
-            isum[t] = _mm512_add_epi32(isum[t],
-                          _mm512_add_epi32(_mm512_mullo_epi32(a0[t], s0),
-                                           _mm512_mullo_epi32(a1[t], s1)));
+            p = _mm512_add_epi32(_mm512_mullo_epi32(a0[t], s0),
+                                 _mm512_mullo_epi32(a1[t], s1));
+            isum[t] = c == 0 ? p : _mm512_add_epi32(isum[t], p);
         }
     }
 
@@ -310,7 +293,9 @@ kvs_qkp_sums45(int five, const uint8_t *r, const kvs_cpu_q8k_t *const *x,
 #pragma GCC unroll 4
         for (t = 0; t < NT; t++) {
             memcpy(&v, x[t]->bsums + 2 * j, 4);
-            msum[t] = _mm512_dpwssd_epi32(msum[t], mv, _mm512_set1_epi32(v));
+            msum[t] = _mm512_dpwssd_epi32(j == 0 ? _mm512_setzero_si512()
+                                                 : msum[t],
+                                          mv, _mm512_set1_epi32(v));
         }
     }
 }
@@ -438,25 +423,20 @@ kvs_qkp_tile(uint32_t type, float *y, size_t ldy, const uint8_t *p,
         if (type == KVS_GGML_Q6_K) {
             kvs_qkp_sums6(r, x, isum, NT);
 
-#pragma GCC unroll 4
-            for (t = 0; t < NT; t++) {
-                dx = _mm512_set1_ps(x[t]->d);
-                fa[t] = _mm512_add_ps(fa[t],
-                            _mm512_mul_ps(_mm512_mul_ps(d, dx),
-                                          _mm512_cvtepi32_ps(isum[t])));
-            }
-
         } else {
             kvs_qkp_sums45(five, r, x, isum, msum, NT);
-            dm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)
-                                                   (r + KVS_QKP_Q45_DMIN)));
+        }
 
 #pragma GCC unroll 4
-            for (t = 0; t < NT; t++) {
-                dx = _mm512_set1_ps(x[t]->d);
-                fa[t] = _mm512_add_ps(fa[t],
-                            _mm512_mul_ps(_mm512_mul_ps(d, dx),
-                                          _mm512_cvtepi32_ps(isum[t])));
+        for (t = 0; t < NT; t++) {
+            dx = _mm512_set1_ps(x[t]->d);
+            fa[t] = _mm512_add_ps(fa[t],
+                        _mm512_mul_ps(_mm512_mul_ps(d, dx),
+                                      _mm512_cvtepi32_ps(isum[t])));
+
+            if (type != KVS_GGML_Q6_K) {
+                dm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)
+                                         (r + KVS_QKP_Q45_DMIN)));
                 fa[t] = _mm512_sub_ps(fa[t],
                             _mm512_mul_ps(_mm512_mul_ps(dm, dx),
                                           _mm512_cvtepi32_ps(msum[t])));
@@ -471,36 +451,35 @@ kvs_qkp_tile(uint32_t type, float *y, size_t ldy, const uint8_t *p,
 }
 
 
+/* The n tokens by group g of w: KVS_QKP_NT at a time, then 2, then 1. */
 KVS_QKP_INLINE void
 kvs_qkp_rows(uint32_t type, float *y, size_t ldy, const kvs_cpu_mat_t *w,
     uint32_t g, const kvs_cpu_q8k_t *xk, uint32_t n)
 {
-    size_t          nb;
-    uint32_t        i, left, rec;
-    __mmask16       mask;
+    size_t          nb, rec;
+    uint32_t        i, nt;
     const uint8_t  *p;
 
     rec = kvs_cpu_qkp_rec(type);
     nb = w->cols / 256;
-    p = (const uint8_t *) w->pack + (size_t) g * nb * rec;
-    left = w->rows - g * KVS_CPU_Q8P_ROWS;
-    mask = left >= 16 ? 0xffff : (__mmask16) ((1u << left) - 1);
+    p = (const uint8_t *) w->pack + g * nb * rec;
     y += (size_t) g * KVS_CPU_Q8P_ROWS;
 
-    for (i = 0; i + KVS_QKP_NT <= n; i += KVS_QKP_NT) {
-        kvs_qkp_tile(type, y + i * ldy, ldy, p, rec, xk + i * nb, nb, nb,
-                     mask, KVS_QKP_NT);
-    }
+    for (i = 0; i < n; i += nt) {
+        nt = n - i >= KVS_QKP_NT ? KVS_QKP_NT : n - i >= 2 ? 2 : 1;
 
-    if (n - i >= 2) {
-        kvs_qkp_tile(type, y + i * ldy, ldy, p, rec, xk + i * nb, nb, nb,
-                     mask, 2);
-        i += 2;
-    }
+        if (nt == KVS_QKP_NT) {
+            kvs_qkp_tile(type, y + i * ldy, ldy, p, rec, xk + i * nb, nb,
+                         nb, kvs_cpu_pack_mask(w, g), KVS_QKP_NT);
 
-    if (i < n) {
-        kvs_qkp_tile(type, y + i * ldy, ldy, p, rec, xk + i * nb, nb, nb,
-                     mask, 1);
+        } else if (nt == 2) {
+            kvs_qkp_tile(type, y + i * ldy, ldy, p, rec, xk + i * nb, nb,
+                         nb, kvs_cpu_pack_mask(w, g), 2);
+
+        } else {
+            kvs_qkp_tile(type, y + i * ldy, ldy, p, rec, xk + i * nb, nb,
+                         nb, kvs_cpu_pack_mask(w, g), 1);
+        }
     }
 }
 
