@@ -299,8 +299,9 @@ check_cpu(const file_t *f, kvs_model_t *m)
     assert_true(be->kv_bytes == 2ull * 16 * LAYERS * 2 * KVW * 4);
     kvs_backend_free(be);
 
-    /* at this host's own level: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL
-     * product matrices (not tok_embd) leave the mapping for a repacked
+    /* at this host's own level: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
+     * Q4_K, Q5_K and Q6_K product matrices (not tok_embd) leave the
+     * mapping for a repacked
      * copy of at least their bytes on AVX-512 VNNI; elsewhere the
      * figures above again */
     unsetenv("KVSERVE_CPU_SIMD");
@@ -310,7 +311,8 @@ check_cpu(const file_t *f, kvs_model_t *m)
     for (i = 0, packed = 0; i < f->n; i++) {
         if (f->t[i].ne1 != 0
             && (f->t[i].type == KVS_GGML_Q8_0
-                || kvs_cpu_qlp_rec(f->t[i].type) != 0)
+                || kvs_cpu_qlp_rec(f->t[i].type) != 0
+                || kvs_cpu_qkp_rec(f->t[i].type) != 0)
             && strcmp(f->t[i].name, "token_embd.weight") != 0)
         {
             packed += stored_bytes(&f->t[i]);

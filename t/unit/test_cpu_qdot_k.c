@@ -9,6 +9,11 @@
  *    kernel writes y[i * ldy] for i < n and nothing else;
  *  - kvs_cpu_q8k_quant and kvs_cpu_q8k_quant_avx2 give the same bytes
  *    (ties included), and the bsums are the sums of their 16 q;
+ *  - on AVX-512 VNNI CPUs, Q4_K, Q5_K and Q6_K matrices repacked by 16
+ *    rows (kvs_cpu_qkp_fill, kvs_cpu_qkp_x86.c) give the portable
+ *    kernel's bits from kvs_cpu_qkp_rows_avx512 for every n of 1 .. 9
+ *    tokens, in matrices of 16 and 37 rows (a partial group) whose rows
+ *    are every kind below, and write nothing else of y;
  *  - each result is the exact product of what it multiplies: the double
  *    dot of the row dequantized (kvs_quant_dequantize) and the input
  *    dequantized (d * q), within a bound derived from the kernels' float
@@ -587,6 +592,148 @@ check_type(const qk_type_t *t, int ti)
 }
 
 
+/*
+ * The packed AVX-512 VNNI kernel against the portable one: a matrix of
+ * nrows rows of t's type (row r of kind r % ROW_KINDS) and up to PK_TOK
+ * tokens of every input kind, every output compared bit for bit; the
+ * outputs' row stride leaves 3 floats after each token's rows, which
+ * must stay put.
+ */
+#define PK_TOK  9
+
+static void
+check_packed(const qk_type_t *t, uint32_t cols, uint32_t nrows)
+{
+#if KVS_CPU_X86
+    float          *tmp, *x, *yp, *yr;
+    size_t          rb, xs, ldy, psize;
+    uint8_t        *rows, *pack;
+    uint32_t        nb, r, i, n, g;
+    kvs_cpu_q8k_t  *xq;
+    kvs_cpu_mat_t   w;
+
+    nb = cols / 256;
+    rb = (size_t) nb * block_bytes(t->type);
+    xs = (size_t) nb * sizeof(kvs_cpu_q8k_t);
+    ldy = nrows + 3;
+
+    tmp = malloc(cols * sizeof(float));
+    x = malloc(cols * sizeof(float));
+    rows = malloc(nrows * rb);
+    xq = malloc(PK_TOK * xs);
+    yp = malloc(PK_TOK * ldy * sizeof(float));
+    yr = malloc(PK_TOK * ldy * sizeof(float));
+    assert_true(tmp && x && rows && xq && yp && yr);
+
+    for (r = 0; r < nrows; r++) {
+        make_row(t, (int) (r % ROW_KINDS), cols, rows + r * rb, tmp);
+    }
+
+    for (i = 0; i < PK_TOK; i++) {
+        make_input((int) (i % IN_KINDS), cols, x);
+        kvs_cpu_q8k_quant(x, xq + (size_t) i * nb, cols);
+    }
+
+    memset(&w, 0, sizeof(w));
+    w.data = rows;
+    w.row_bytes = rb;
+    w.type = t->type;
+    w.rows = nrows;
+    w.cols = cols;
+
+    psize = kvs_cpu_qkp_size(&w);
+    assert_int_equal(psize, (size_t) (nrows + 15) / 16 * nb
+                            * kvs_cpu_qkp_rec(t->type));
+    assert_true(psize % 64 == 0);
+    pack = aligned_alloc(64, psize);
+    assert_non_null(pack);
+    kvs_cpu_qkp_fill(&w, pack);
+    w.pack = pack;
+
+    for (n = 1; n <= PK_TOK; n++) {
+        for (i = 0; i < PK_TOK * ldy; i++) {
+            yp[i] = -7.0f;
+            yr[i] = -7.0f;
+        }
+
+        for (r = 0; r < nrows; r++) {
+            t->dot(yr + r, ldy, rows + r * rb,
+                   xq + (size_t) (PK_TOK - n) * nb, xs, n, cols);
+        }
+
+        for (g = 0; g < (nrows + 15) / 16; g++) {
+            kvs_cpu_qkp_rows_avx512(yp, ldy, &w, g,
+                                    xq + (size_t) (PK_TOK - n) * nb, n);
+        }
+
+        for (i = 0; i < PK_TOK * ldy; i++) {
+            if (memcmp(&yp[i], &yr[i], 4) != 0) {
+                fail_msg("%s cols %u rows %u: packed AVX-512, token %zu of "
+                         "%u, row %zu: %.9g, portable %.9g",
+                         kvs_ggml_type_name(t->type), cols, nrows,
+                         (size_t) i / ldy, n, (size_t) i % ldy,
+                         (double) yp[i], (double) yr[i]);
+            }
+        }
+    }
+
+    free(pack);
+    free(tmp);
+    free(x);
+    free(rows);
+    free(xq);
+    free(yp);
+    free(yr);
+#else
+    (void) t;
+    (void) cols;
+    (void) nrows;
+#endif
+}
+
+
+static void
+test_packed(void **state)
+{
+    int        k;
+    uint32_t   c, packed;
+    qk_type_t  t[6];
+
+    (void) state;
+
+    types_init(t);
+    packed = 0;
+
+    for (k = 0; k < 6; k++) {
+        if (kvs_cpu_qkp_rec(t[k].type) == 0) {
+            assert_true(t[k].type != KVS_GGML_Q4_K
+                        && t[k].type != KVS_GGML_Q5_K
+                        && t[k].type != KVS_GGML_Q6_K);
+            continue;
+        }
+
+        assert_true(kvs_cpu_qkp_rec(t[k].type) % 64 == 0);
+        packed++;
+
+        if (kvs_cpu_simd() < KVS_CPU_SIMD_AVX512) {
+            continue;
+        }
+
+        for (c = 0; c < sizeof(cols_list) / sizeof(cols_list[0]); c++) {
+            check_packed(&t[k], cols_list[c], 16);
+            check_packed(&t[k], cols_list[c], 37);
+        }
+    }
+
+    assert_int_equal(packed, 3);
+
+    if (kvs_cpu_simd() < KVS_CPU_SIMD_AVX512) {
+        print_message("SKIP: no AVX-512 VNNI here: the packed kernels are "
+                      "not run\n");
+    }
+}
+
+
 static void
 test_types(void **state)
 {
@@ -614,6 +761,7 @@ main(void)
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_q8k_quant),
         cmocka_unit_test(test_types),
+        cmocka_unit_test(test_packed),
     };
 
 #if KVS_CPU_X86

@@ -37,7 +37,9 @@
  * Q8_0's weights were packed at load (kvs_cpu_q8p_fill) and its kernel
  * takes 16 rows by up to 8 tokens per pass instead (its own float order);
  * Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL likewise (kvs_cpu_qlp_fill, 16 rows
- * by 2 tokens per pass, the portable kernel's bits).
+ * by 2 tokens per pass, the portable kernel's bits), and Q4_K, Q5_K and
+ * Q6_K (kvs_cpu_qkp_fill, 16 rows by 4 tokens, the portable kernel's
+ * bits).
  */
 
 #include <math.h>
@@ -319,13 +321,17 @@ kvs_cpu_q8p_size(const kvs_cpu_mat_t *w)
 
 
 /* Bytes of w's packed copy at load on AVX-512 VNNI CPUs: Q8_0's
- * (below), or the 32-column 4- and 5-bit types' (kvs_cpu_qlp_x86.c); 0
- * for every other type. */
+ * (below), the 32-column 4- and 5-bit types' (kvs_cpu_qlp_x86.c), or
+ * Q4_K, Q5_K and Q6_K's (kvs_cpu_qkp_x86.c); 0 for every other type. */
 size_t
 kvs_cpu_wpack_size(const kvs_cpu_mat_t *w)
 {
-    return w->type == KVS_GGML_Q8_0 ? kvs_cpu_q8p_size(w)
-                                    : kvs_cpu_qlp_size(w);
+    if (w->type == KVS_GGML_Q8_0) {
+        return kvs_cpu_q8p_size(w);
+    }
+
+    return kvs_cpu_qkp_rec(w->type) != 0 ? kvs_cpu_qkp_size(w)
+                                         : kvs_cpu_qlp_size(w);
 }
 
 
@@ -334,6 +340,9 @@ kvs_cpu_wpack_fill(const kvs_cpu_mat_t *w, uint8_t *dst)
 {
     if (w->type == KVS_GGML_Q8_0) {
         kvs_cpu_q8p_fill(w, dst);
+
+    } else if (kvs_cpu_qkp_rec(w->type) != 0) {
+        kvs_cpu_qkp_fill(w, dst);
 
     } else {
         kvs_cpu_qlp_fill(w, dst);
@@ -470,15 +479,17 @@ kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
     s = job->scratch + (size_t) thread * job->scratch_stride;
 
 #if KVS_CPU_X86
-    if (job->xq != NULL && mat->pack != NULL
-        && job->simd >= KVS_CPU_SIMD_AVX512)
-    {
+    if (mat->pack != NULL && job->simd >= KVS_CPU_SIMD_AVX512) {
         for (r = r0; r < r0 + job->tile && r < mat->rows;
              r += KVS_CPU_Q8P_ROWS)
         {
             if (mat->type == KVS_GGML_Q8_0) {
                 kvs_cpu_q8p_rows_avx512(job->y[m], mat->rows, mat,
                                         r / KVS_CPU_Q8P_ROWS, job->xq,
+                                        job->n);
+            } else if (mat->qd->act == KVS_CPU_ACT_Q8K) {
+                kvs_cpu_qkp_rows_avx512(job->y[m], mat->rows, mat,
+                                        r / KVS_CPU_Q8P_ROWS, job->xk,
                                         job->n);
             } else {
                 kvs_cpu_qlp_rows_avx512(job->y[m], mat->rows, mat,

@@ -11,6 +11,8 @@
  *   kvs_cpu_ql_x86.c     the same, AVX2
  *   kvs_cpu_qk.c         Q2_K .. Q6_K, IQ4_XS, the Q8_K input (portable)
  *   kvs_cpu_qk_x86.c     the same, AVX2
+ *   kvs_cpu_qkp_x86.c    Q4_K, Q5_K, Q6_K repacked by 16 rows, AVX-512
+ *                        VNNI
  *
  * Invariants every kernel keeps:
  *  - a kernel's result for (row, token) is bit-identical at every kernel
@@ -140,6 +142,35 @@ kvs_cpu_ql_bytes(uint32_t type)
     }
 }
 
+/* Bytes of w's packed copy in records of rec bytes per 16 rows and block
+ * columns, rounded up to 64; 0 when rec is (the type is not packed so)
+ * or w has no data. */
+static inline size_t
+kvs_cpu_pack_bytes(const kvs_cpu_mat_t *w, uint32_t block, uint32_t rec)
+{
+    size_t  groups;
+
+    if (w->data == NULL || rec == 0) {
+        return 0;
+    }
+
+    groups = (w->rows + KVS_CPU_Q8P_ROWS - 1) / KVS_CPU_Q8P_ROWS;
+
+    return (groups * (w->cols / block) * rec + 63) & ~(size_t) 63;
+}
+
+/* The packed kernels' output mask of w's row group g: bit r for each of
+ * its rows g * 16 + r inside the matrix. */
+static inline uint16_t
+kvs_cpu_pack_mask(const kvs_cpu_mat_t *w, uint32_t g)
+{
+    uint32_t  left;
+
+    left = w->rows - g * KVS_CPU_Q8P_ROWS;
+
+    return left >= 16 ? 0xffff : (uint16_t) ((1u << left) - 1);
+}
+
 /* The entry of type, or NULL: F32 / F16 / BF16 (float products). */
 const kvs_cpu_qdot_t *kvs_cpu_qdot_find(uint32_t type);
 
@@ -172,6 +203,15 @@ void kvs_cpu_q8i_fill(const kvs_cpu_q8_t *x, kvs_cpu_q8i_t *dst,
 uint32_t kvs_cpu_qlp_rec(uint32_t type);
 size_t kvs_cpu_qlp_size(const kvs_cpu_mat_t *w);
 void kvs_cpu_qlp_fill(const kvs_cpu_mat_t *w, uint8_t *dst);
+
+/* kvs_cpu_qkp_x86.c: Q4_K, Q5_K and Q6_K repacked by 16 rows for the
+ * AVX-512 VNNI kernel (the layout: that file), as kvs_cpu_qlp_* above:
+ * bytes of a record (one super-block of a group) of type, 0 for other
+ * types; bytes of w's packed form (a multiple of 64; 0 unless of those
+ * types), and the packing into dst (64-byte aligned). */
+uint32_t kvs_cpu_qkp_rec(uint32_t type);
+size_t kvs_cpu_qkp_size(const kvs_cpu_mat_t *w);
+void kvs_cpu_qkp_fill(const kvs_cpu_mat_t *w, uint8_t *dst);
 
 /* kvs_cpu_qk.c */
 void kvs_cpu_qdot_q2_k(float *y, size_t ldy, const uint8_t *row,
@@ -219,6 +259,12 @@ void kvs_cpu_qdot_iq4_nl_avx2i(float *y, size_t ldy, const uint8_t *row,
  * group's rows inside the matrix and every i < n: kvs_cpu_ql.c's bits */
 void kvs_cpu_qlp_rows_avx512(float *y, size_t ldy, const kvs_cpu_mat_t *w,
     uint32_t g, const kvs_cpu_q8_t *xq, uint32_t n);
+
+/* kvs_cpu_qkp_x86.c: y[i * ldy + g * 16 + r] = row g * 16 + r of w
+ * (packed: w->pack) . token i's input (xk + i * w->cols / 256) for the
+ * group's rows inside the matrix and every i < n: kvs_cpu_qk.c's bits */
+void kvs_cpu_qkp_rows_avx512(float *y, size_t ldy, const kvs_cpu_mat_t *w,
+    uint32_t g, const kvs_cpu_q8k_t *xk, uint32_t n);
 
 /* kvs_cpu_qk_x86.c */
 void kvs_cpu_q8k_quant_avx2(const float *x, kvs_cpu_q8k_t *dst,

@@ -67,16 +67,7 @@ kvs_cpu_qlp_rec(uint32_t type)
 size_t
 kvs_cpu_qlp_size(const kvs_cpu_mat_t *w)
 {
-    size_t  groups;
-
-    if (w->data == NULL || kvs_cpu_qlp_rec(w->type) == 0) {
-        return 0;
-    }
-
-    groups = (w->rows + KVS_CPU_Q8P_ROWS - 1) / KVS_CPU_Q8P_ROWS;
-
-    return (groups * (w->cols / 32) * kvs_cpu_qlp_rec(w->type) + 63)
-           & ~(size_t) 63;
+    return kvs_cpu_pack_bytes(w, 32, kvs_cpu_qlp_rec(w->type));
 }
 
 
@@ -339,15 +330,14 @@ kvs_qlp_rows(uint32_t type, float *y, size_t ldy, const kvs_cpu_mat_t *w,
     uint32_t g, const kvs_cpu_q8_t *xq, uint32_t n)
 {
     size_t          nb;
-    uint32_t        i, left, rec;
+    uint32_t        i, rec;
     __mmask16       mask;
     const uint8_t  *p;
 
     rec = kvs_cpu_qlp_rec(type);
     nb = w->cols / 32;
     p = (const uint8_t *) w->pack + (size_t) g * nb * rec;
-    left = w->rows - g * KVS_CPU_Q8P_ROWS;
-    mask = left >= 16 ? 0xffff : (__mmask16) ((1u << left) - 1);
+    mask = kvs_cpu_pack_mask(w, g);
     y += (size_t) g * KVS_CPU_Q8P_ROWS;
 
     for (i = 0; i + KVS_QLP_NT <= n; i += KVS_QLP_NT) {

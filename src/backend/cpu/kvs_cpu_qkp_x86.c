@@ -1,0 +1,507 @@
+/*
+ * kvs_cpu_qkp_x86: Q4_K, Q5_K and Q6_K repacked at load for an AVX-512
+ * VNNI kernel that takes 16 rows per vector, to the same bits as
+ * kvs_cpu_qk.c's portable kernel (and kvs_cpu_qk_x86.c's AVX2 twin).
+ *
+ * Layout (kvs_cpu_qkp_fill, portable C so every build links it): rows in
+ * groups of KVS_CPU_Q8P_ROWS (16); per group g and super-block b of 256
+ * columns one record of kvs_cpu_qkp_rec() bytes (a multiple of 64),
+ * records of a group in super-block order.  A record starts with a head
+ * of KVS_QKP_HEAD bytes, then "vectors": 64 bytes whose 4-byte lane r
+ * holds 4 bytes of row r, in the order the kernel reads them (so that a
+ * matrix is one sequential stream, which the hardware prefetcher follows
+ * best: on the AVX-512 host, reading Q6_K's vectors out of order, or
+ * adding software prefetches, cost up to half the speed):
+ *
+ *   Q4_K, Q5_K  head: sc[j] of the 16 rows (16 bytes per j, j 0..7),
+ *               the mins likewise, the 16 f16 d, the 16 f16 dmin
+ *               nibbles (c 0..3, k 0..7): qs[32c + 4k .. + 3]; their low
+ *               nibbles are columns 64c + 4k .. + 3 (sub-block 2c), their
+ *               high nibbles 64c + 32 + 4k .. + 3 (sub-block 2c + 1)
+ *   Q5_K        fifth bits (k 0..7): qh[4k .. + 3]; byte i's bit j is the
+ *               fifth bit of column 32j + 4k + i; read with c = 0, so
+ *               vector 2k is nibbles (0, k), 2k + 1 fifth bits k, then
+ *               16 + 8 (c - 1) + k nibbles (c, k) for c >= 1
+ *   Q4_K        vector 8c + k is nibbles (c, k)
+ *   Q6_K        head: the 16 int8 scales of the rows (16 bytes per
+ *               scale), the 16 f16 d, 32 bytes of padding; then for h
+ *               0..1 and k 0..7 three vectors 24h + 3k + (0, 1, 2):
+ *               ql[64h + 4k ..], ql[64h + 32 + 4k ..], qh[32h + 4k ..]
+ *               (+ 3 each)
+ *
+ * Rows past the matrix are zero bytes (d = 0); their outputs are never
+ * stored.  The packed copy holds every bit of the rows, so a matrix's
+ * products read only it.
+ *
+ * The kernel (kvs_cpu_qkp_rows_avx512): per super-block and token, each
+ * row's exact int32 sums come from vpdpbusd of 4 columns (unsigned
+ * levels: Q4_K's nibbles, Q5_K's with the fifth bit, Q6_K's q + 32, its
+ * offset taken back exactly by starting each 16-column sum at -32 times
+ * the input's bsum) by the token's 4 int8 inputs, lane r row r; each
+ * sub-block's sum times its scale (vpmulld) into isum, and the mins by
+ * the input's bsums (vpdpwssd, pairs of 16 columns) into msum; then
+ * kvs_cpu_qk_acc / _min's float steps, lane for lane, super-block by
+ * super-block.  Invariant: every output is the portable kernel's bits,
+ * for any number of tokens (test_cpu_qdot_k compares them by memcmp).
+ * The integers stay far inside int32: kvs_cpu_qk.c's bounds, and a
+ * partial sum here never exceeds its final magnitude's bound.
+ */
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize ("fp-contract=off")
+#endif
+
+#include <string.h>
+
+#include "model/kvs_ggml_type.h"
+#include "model/kvs_quant_k.h"
+#include "kvs_cpu_qdot.h"
+
+
+/* Offsets inside a record (see the top of the file). */
+#define KVS_QKP_HEAD          320
+#define KVS_QKP_Q45_M         128
+#define KVS_QKP_Q45_D         256
+#define KVS_QKP_Q45_DMIN      288
+#define KVS_QKP_Q6_D          256
+
+/* Q4_K / Q5_K: the nibbles (c, k), Q5_K's fifth bits k; Q6_K: vector i
+ * (0: ql low, 1: ql high, 2: qh) of (h, k). */
+#define KVS_QKP_NIB(five, c, k)                                             \
+    (KVS_QKP_HEAD + 64 * ((five) ? ((c) == 0 ? 2 * (k) : 8 + 8 * (c) + (k)) \
+                                 : 8 * (c) + (k)))
+#define KVS_QKP_Q5_HB(k)      (KVS_QKP_HEAD + 64 * (2 * (k) + 1))
+#define KVS_QKP_Q6_V(h, k, i) (KVS_QKP_HEAD + 64 * (24 * (h) + 3 * (k) + (i)))
+
+
+uint32_t
+kvs_cpu_qkp_rec(uint32_t type)
+{
+    switch (type) {
+    case KVS_GGML_Q4_K:
+        return KVS_QKP_HEAD + 32 * 64;
+    case KVS_GGML_Q5_K:
+        return KVS_QKP_HEAD + 40 * 64;
+    case KVS_GGML_Q6_K:
+        return KVS_QKP_HEAD + 48 * 64;
+    default:
+        return 0;
+    }
+}
+
+
+size_t
+kvs_cpu_qkp_size(const kvs_cpu_mat_t *w)
+{
+    return kvs_cpu_pack_bytes(w, 256, kvs_cpu_qkp_rec(w->type));
+}
+
+
+/* One row's super-block src into lane r of rec. */
+static void
+kvs_cpu_qkp_put(uint32_t type, const uint8_t *src, uint8_t *rec, uint32_t r)
+{
+    int             five;
+    uint8_t         sc, m;
+    uint32_t        c, k, h, j;
+    const uint8_t  *qs;
+
+    if (type == KVS_GGML_Q6_K) {
+        for (h = 0; h < 2; h++) {
+            for (k = 0; k < 8; k++) {
+                memcpy(rec + KVS_QKP_Q6_V(h, k, 0) + 4 * r,
+                       src + KVS_Q6_K_QL + 64 * h + 4 * k, 4);
+                memcpy(rec + KVS_QKP_Q6_V(h, k, 1) + 4 * r,
+                       src + KVS_Q6_K_QL + 64 * h + 32 + 4 * k, 4);
+                memcpy(rec + KVS_QKP_Q6_V(h, k, 2) + 4 * r,
+                       src + KVS_Q6_K_QH + 32 * h + 4 * k, 4);
+            }
+        }
+
+        for (k = 0; k < 16; k++) {
+            rec[16 * k + r] = src[KVS_Q6_K_SCALES + k];
+        }
+
+        memcpy(rec + KVS_QKP_Q6_D + 2 * r, src + KVS_Q6_K_D, 2);
+        return;
+    }
+
+    /* Q4_K, Q5_K: d and dmin first in both */
+    five = type == KVS_GGML_Q5_K;
+    qs = src + (five ? KVS_Q5_K_QS : KVS_Q4_K_QS);
+
+    for (c = 0; c < 4; c++) {
+        for (k = 0; k < 8; k++) {
+            memcpy(rec + KVS_QKP_NIB(five, c, k) + 4 * r,
+                   qs + 32 * c + 4 * k, 4);
+        }
+    }
+
+    if (five) {
+        for (k = 0; k < 8; k++) {
+            memcpy(rec + KVS_QKP_Q5_HB(k) + 4 * r,
+                   src + KVS_Q5_K_QH + 4 * k, 4);
+        }
+    }
+
+    for (j = 0; j < 8; j++) {
+        kvs_qk_scales_unpack(src + KVS_Q4_K_SCALES, (int) j, &sc, &m);
+        rec[16 * j + r] = sc;
+        rec[KVS_QKP_Q45_M + 16 * j + r] = m;
+    }
+
+    memcpy(rec + KVS_QKP_Q45_D + 2 * r, src + KVS_Q4_K_D, 2);
+    memcpy(rec + KVS_QKP_Q45_DMIN + 2 * r, src + KVS_Q4_K_DMIN, 2);
+}
+
+
+/* Row by row into its lane of each record of its group (a group's
+ * records stay in cache while its 16 rows go in); lanes of rows past the
+ * matrix stay zero. */
+void
+kvs_cpu_qkp_fill(const kvs_cpu_mat_t *w, uint8_t *dst)
+{
+    size_t          blocks, b, row, bytes, recb;
+    const uint8_t  *src;
+
+    recb = kvs_cpu_qkp_rec(w->type);
+    bytes = kvs_ggml_type_info(w->type)->size;
+    blocks = w->cols / 256;
+
+    memset(dst, 0, kvs_cpu_qkp_size(w));
+
+    for (row = 0; row < w->rows; row++) {
+        src = (const uint8_t *) w->data + row * w->row_bytes;
+
+        for (b = 0; b < blocks; b++) {
+            kvs_cpu_qkp_put(w->type, src + b * bytes,
+                            dst + ((row / KVS_CPU_Q8P_ROWS) * blocks + b)
+                                  * recb,
+                            (uint32_t) (row % KVS_CPU_Q8P_ROWS));
+        }
+    }
+}
+
+
+#if KVS_CPU_X86
+
+#include <immintrin.h>
+
+#define KVS_QKP_TARGET  "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"
+
+#define KVS_QKP_INLINE                                                      \
+    static inline __attribute__((always_inline, target(KVS_QKP_TARGET)))
+
+/* tokens per pass over a group's records */
+#ifndef KVS_QKP_NT
+#define KVS_QKP_NT  4
+#endif
+
+
+/* The 4 int8 inputs of token x at column j, in every lane. */
+KVS_QKP_INLINE __m512i
+kvs_qkp_x4(const kvs_cpu_q8k_t *x, uint32_t j)
+{
+    int32_t  v;
+
+    memcpy(&v, x->q + j, 4);
+
+    return _mm512_set1_epi32(v);
+}
+
+
+/*
+ * Q4_K / Q5_K: isum[t] and msum[t] of the record r's 16 rows for the NT
+ * tokens x[t].  Per c, the low nibbles (sub-block 2c) and high (2c + 1)
+ * are two dpbusd chains per token.
+ */
+KVS_QKP_INLINE void
+kvs_qkp_sums45(int five, const uint8_t *r, const kvs_cpu_q8k_t *const *x,
+    __m512i *isum, __m512i *msum, const uint32_t NT)
+{
+    int32_t         v;
+    uint32_t        c, k, t, j;
+    __m512i         a0[KVS_QKP_NT], a1[KVS_QKP_NT], w, lo, hi, hb, m4, b10,
+                    s0, s1, mv, p;
+
+    m4 = _mm512_set1_epi8(0x0f);
+    b10 = _mm512_set1_epi8(0x10);
+
+#pragma GCC unroll 4
+    for (c = 0; c < 4; c++) {
+#pragma GCC unroll 4
+        for (t = 0; t < NT; t++) {
+            a0[t] = _mm512_setzero_si512();
+            a1[t] = _mm512_setzero_si512();
+        }
+
+#pragma GCC unroll 8
+        for (k = 0; k < 8; k++) {
+            w = _mm512_load_si512((const void *)
+                                  (r + KVS_QKP_NIB(five, c, k)));
+            lo = _mm512_and_si512(w, m4);
+            hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
+
+            if (five) {
+                /* bit 2c of each byte to bit 4 for lo, 2c + 1 for hi */
+                hb = _mm512_load_si512((const void *)
+                                       (r + KVS_QKP_Q5_HB(k)));
+                lo = _mm512_ternarylogic_epi32(lo,
+                         c < 2 ? _mm512_slli_epi16(hb, 4 - 2 * c)
+                               : _mm512_srli_epi16(hb, 2 * c - 4),
+                         b10, 0xf8);
+                hi = _mm512_ternarylogic_epi32(hi,
+                         c < 2 ? _mm512_slli_epi16(hb, 3 - 2 * c)
+                               : _mm512_srli_epi16(hb, 2 * c - 3),
+                         b10, 0xf8);
+            }
+
+#pragma GCC unroll 4
+            for (t = 0; t < NT; t++) {
+                a0[t] = _mm512_dpbusd_epi32(a0[t], lo,
+                                            kvs_qkp_x4(x[t], 64 * c + 4 * k));
+                a1[t] = _mm512_dpbusd_epi32(a1[t], hi,
+                                            kvs_qkp_x4(x[t],
+                                                       64 * c + 32 + 4 * k));
+            }
+        }
+
+        s0 = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)
+                                                 (r + 32 * c)));
+        s1 = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)
+                                                 (r + 32 * c + 16)));
+
+#pragma GCC unroll 4
+        for (t = 0; t < NT; t++) {
+            p = _mm512_add_epi32(_mm512_mullo_epi32(a0[t], s0),
+                                 _mm512_mullo_epi32(a1[t], s1));
+            isum[t] = c == 0 ? p : _mm512_add_epi32(isum[t], p);
+        }
+    }
+
+    /* msum = sum over j of m_j (bsums[2j] + bsums[2j + 1]): the min in
+     * both 16-bit halves of its lane, the two bsums in those of the
+     * input's word */
+#pragma GCC unroll 8
+    for (j = 0; j < 8; j++) {
+        mv = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)
+                                      (r + KVS_QKP_Q45_M + 16 * j)));
+        mv = _mm512_or_si512(mv, _mm512_slli_epi32(mv, 16));
+
+#pragma GCC unroll 4
+        for (t = 0; t < NT; t++) {
+            memcpy(&v, x[t]->bsums + 2 * j, 4);
+            msum[t] = _mm512_dpwssd_epi32(j == 0 ? _mm512_setzero_si512()
+                                                 : msum[t],
+                                          mv, _mm512_set1_epi32(v));
+        }
+    }
+}
+
+
+/*
+ * Q6_K: isum[t] of the record r's 16 rows for the NT tokens x[t].  For
+ * each half h and each s, the 4 sub-blocks 8h + 2u + s (u 0..3) are
+ * summed together, each chain starting at -32 times its input bsum.
+ */
+KVS_QKP_INLINE void
+kvs_qkp_sums6(const uint8_t *r, const kvs_cpu_q8k_t *const *x,
+    __m512i *isum, const uint32_t NT)
+{
+    uint32_t  h, s, k, t, u, j;
+    __m512i   a[KVS_QKP_NT][4], l0, l1, hq, m4, m30, q[4], sv;
+
+    m4 = _mm512_set1_epi8(0x0f);
+    m30 = _mm512_set1_epi8(0x30);
+
+#pragma GCC unroll 4
+    for (t = 0; t < NT; t++) {
+        isum[t] = _mm512_setzero_si512();
+    }
+
+#pragma GCC unroll 2
+    for (h = 0; h < 2; h++) {
+#pragma GCC unroll 2
+        for (s = 0; s < 2; s++) {
+#pragma GCC unroll 4
+            for (t = 0; t < NT; t++) {
+#pragma GCC unroll 4
+                for (u = 0; u < 4; u++) {
+                    a[t][u] = _mm512_set1_epi32(
+                                  -32 * x[t]->bsums[8 * h + 2 * u + s]);
+                }
+            }
+
+#pragma GCC unroll 4
+            for (k = 4 * s; k < 4 * s + 4; k++) {
+                l0 = _mm512_load_si512((const void *)
+                                       (r + KVS_QKP_Q6_V(h, k, 0)));
+                l1 = _mm512_load_si512((const void *)
+                                       (r + KVS_QKP_Q6_V(h, k, 1)));
+                hq = _mm512_load_si512((const void *)
+                                       (r + KVS_QKP_Q6_V(h, k, 2)));
+
+                /* columns 128h + 32u + 4k ..: q + 32 = low 4 bits | the
+                 * 2 high ones at bits 4..5 (0xe4: m4 ? first : second) */
+                q[0] = _mm512_ternarylogic_epi32(l0,
+                           _mm512_and_si512(_mm512_slli_epi16(hq, 4), m30),
+                           m4, 0xe4);
+                q[1] = _mm512_ternarylogic_epi32(l1,
+                           _mm512_and_si512(_mm512_slli_epi16(hq, 2), m30),
+                           m4, 0xe4);
+                q[2] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(l0, 4),
+                           _mm512_and_si512(hq, m30), m4, 0xe4);
+                q[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(l1, 4),
+                           _mm512_and_si512(_mm512_srli_epi16(hq, 2), m30),
+                           m4, 0xe4);
+
+#pragma GCC unroll 4
+                for (t = 0; t < NT; t++) {
+#pragma GCC unroll 4
+                    for (u = 0; u < 4; u++) {
+                        a[t][u] = _mm512_dpbusd_epi32(a[t][u], q[u],
+                                      kvs_qkp_x4(x[t],
+                                                 128 * h + 32 * u + 4 * k));
+                    }
+                }
+            }
+
+#pragma GCC unroll 4
+            for (u = 0; u < 4; u++) {
+                j = 8 * h + 2 * u + s;
+                sv = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)
+                                                         (r + 16 * j)));
+
+#pragma GCC unroll 4
+                for (t = 0; t < NT; t++) {
+                    isum[t] = _mm512_add_epi32(isum[t],
+                                  _mm512_mullo_epi32(a[t][u], sv));
+                }
+            }
+        }
+    }
+}
+
+
+/*
+ * NT (1 .. KVS_QKP_NT) tokens by the 16 rows of one group: its nb
+ * records at p (rec bytes each), token t's blocks at xk + t * xs.
+ */
+KVS_QKP_INLINE void
+kvs_qkp_tile(uint32_t type, float *y, size_t ldy, const uint8_t *p,
+    uint32_t rec, const kvs_cpu_q8k_t *xk, size_t xs, uint32_t nb,
+    __mmask16 mask, const uint32_t NT)
+{
+    int                   five;
+    uint32_t              b, t, doff;
+    __m512                fa[KVS_QKP_NT], d, dm, dx;
+    __m512i               isum[KVS_QKP_NT], msum[KVS_QKP_NT];
+    const uint8_t        *r;
+    const kvs_cpu_q8k_t  *x[KVS_QKP_NT];
+
+    five = type == KVS_GGML_Q5_K;
+    doff = type == KVS_GGML_Q6_K ? KVS_QKP_Q6_D : KVS_QKP_Q45_D;
+
+#pragma GCC unroll 4
+    for (t = 0; t < NT; t++) {
+        fa[t] = _mm512_setzero_ps();
+    }
+
+    for (b = 0; b < nb; b++) {
+        r = p + (size_t) b * rec;
+
+#pragma GCC unroll 4
+        for (t = 0; t < NT; t++) {
+            x[t] = xk + t * xs + b;
+        }
+
+        d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)
+                                              (r + doff)));
+
+        if (type == KVS_GGML_Q6_K) {
+            kvs_qkp_sums6(r, x, isum, NT);
+
+        } else {
+            kvs_qkp_sums45(five, r, x, isum, msum, NT);
+        }
+
+#pragma GCC unroll 4
+        for (t = 0; t < NT; t++) {
+            dx = _mm512_set1_ps(x[t]->d);
+            fa[t] = _mm512_add_ps(fa[t],
+                        _mm512_mul_ps(_mm512_mul_ps(d, dx),
+                                      _mm512_cvtepi32_ps(isum[t])));
+
+            if (type != KVS_GGML_Q6_K) {
+                dm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)
+                                         (r + KVS_QKP_Q45_DMIN)));
+                fa[t] = _mm512_sub_ps(fa[t],
+                            _mm512_mul_ps(_mm512_mul_ps(dm, dx),
+                                          _mm512_cvtepi32_ps(msum[t])));
+            }
+        }
+    }
+
+#pragma GCC unroll 4
+    for (t = 0; t < NT; t++) {
+        _mm512_mask_storeu_ps(y + t * ldy, mask, fa[t]);
+    }
+}
+
+
+/* The n tokens by group g of w: KVS_QKP_NT at a time, then 2, then 1. */
+KVS_QKP_INLINE void
+kvs_qkp_rows(uint32_t type, float *y, size_t ldy, const kvs_cpu_mat_t *w,
+    uint32_t g, const kvs_cpu_q8k_t *xk, uint32_t n)
+{
+    size_t          nb, rec;
+    uint32_t        i, nt;
+    const uint8_t  *p;
+
+    rec = kvs_cpu_qkp_rec(type);
+    nb = w->cols / 256;
+    p = (const uint8_t *) w->pack + g * nb * rec;
+    y += (size_t) g * KVS_CPU_Q8P_ROWS;
+
+    for (i = 0; i < n; i += nt) {
+        nt = n - i >= KVS_QKP_NT ? KVS_QKP_NT : n - i >= 2 ? 2 : 1;
+
+        if (nt == KVS_QKP_NT) {
+            kvs_qkp_tile(type, y + i * ldy, ldy, p, rec, xk + i * nb, nb,
+                         nb, kvs_cpu_pack_mask(w, g), KVS_QKP_NT);
+
+        } else if (nt == 2) {
+            kvs_qkp_tile(type, y + i * ldy, ldy, p, rec, xk + i * nb, nb,
+                         nb, kvs_cpu_pack_mask(w, g), 2);
+
+        } else {
+            kvs_qkp_tile(type, y + i * ldy, ldy, p, rec, xk + i * nb, nb,
+                         nb, kvs_cpu_pack_mask(w, g), 1);
+        }
+    }
+}
+
+
+/* y[i][g * 16 + r] for the rows r of packed group g inside the matrix
+ * and every token i < n (xk: n tokens of w->cols / 256 blocks) */
+__attribute__((target(KVS_QKP_TARGET))) void
+kvs_cpu_qkp_rows_avx512(float *y, size_t ldy, const kvs_cpu_mat_t *w,
+    uint32_t g, const kvs_cpu_q8k_t *xk, uint32_t n)
+{
+    /* one specialization of the kernel per type (a constant inside) */
+    switch (w->type) {
+    case KVS_GGML_Q4_K:
+        kvs_qkp_rows(KVS_GGML_Q4_K, y, ldy, w, g, xk, n);
+        break;
+    case KVS_GGML_Q5_K:
+        kvs_qkp_rows(KVS_GGML_Q5_K, y, ldy, w, g, xk, n);
+        break;
+    default: /* Q6_K */
+        kvs_qkp_rows(KVS_GGML_Q6_K, y, ldy, w, g, xk, n);
+        break;
+    }
+}
+
+#endif /* KVS_CPU_X86 */
