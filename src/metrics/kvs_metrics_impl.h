@@ -1,13 +1,16 @@
 /*
  * kvs_metrics_impl: what kvs_metrics.c (the exposition) shares with
- * kvs_metrics_tier.c (the disk tier's metrics): the HELP/TYPE head and
- * one sample line.  Not for use outside src/metrics.
+ * kvs_metrics_engine.c (pools, adapters, tenants) and kvs_metrics_tier.c
+ * (the disk tier's metrics): the HELP/TYPE head and one sample line.
+ * Not for use outside src/metrics.
  */
 
 #ifndef KVS_METRICS_IMPL_H
 #define KVS_METRICS_IMPL_H
 
 #include "kvs_metrics.h"
+
+#define KVS_NELTS(a)  (sizeof(a) / sizeof((a)[0]))
 
 /* # HELP and # TYPE of kvserve:<name><suffix> */
 int kvs_metrics_head(kvs_buf_t *out, const char *name, const char *suffix,
@@ -18,6 +21,15 @@ int kvs_metrics_sample(kvs_buf_t *out, const char *name, const char *suffix,
     const char *model, const char *extra, const char *value);
 int kvs_metrics_sample_u64(kvs_buf_t *out, const char *name,
     const char *suffix, const char *model, const char *extra, uint64_t v);
+
+/* The engine's optional families (kvs_metrics_engine.c): KV pools, LoRA
+ * adapters and tenants, for the models whose engine answered with them */
+int kvs_metrics_pools(kvs_buf_t *out, const kvs_metrics_t *m,
+    const kvs_metrics_gauges_t *g);
+int kvs_metrics_lora(kvs_buf_t *out, const kvs_metrics_t *m,
+    const kvs_metrics_gauges_t *g);
+int kvs_metrics_tenants(kvs_buf_t *out, const kvs_metrics_t *m,
+    const kvs_metrics_gauges_t *g);
 
 /* The disk tier's metrics, for the models whose engine answered with a
  * tier (kvs_metrics_tier.c). */
