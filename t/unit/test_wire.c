@@ -24,7 +24,7 @@
  * gauges, iteration buckets and sum, then the KV pools' (pools, 3 x 2
  * gauges, 4 x 2 counters) */
 #define STATS_MODEL  (4 + 17 * 8 + 8 * 4 + (KVS_ENGINE_ITER_BOUNDS + 2) * 8 \
-                      + 4 + 6 * 4 + 8 * 8 + 8 + 2 * 4 + 18 * 8
+                      + 4 + 6 * 4 + 8 * 8 + 8 + 2 * 4 + 18 * 8 \
                       + 4 * 4 + 4 * 8)
 
 
