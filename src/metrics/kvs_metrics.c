@@ -1046,6 +1046,9 @@ kvs_metrics_write(const kvs_metrics_t *m, const kvs_metrics_gauges_t *g,
 
     if (rc == KVS_OK) {
         rc = kvs_metrics_tier(out, m, g);
+    }
+
+    if (rc == KVS_OK) {
         rc = kvs_metrics_lora(out, m, g);
     }
 
