@@ -1,9 +1,10 @@
 /*
  * kvs_test_engine: what the engine tests that compare two runs bit for
- * bit share (test_engine_cache, test_engine_tier, test_swa_free): an
- * engine on one thread with a given block size, pool and step budget,
- * the prefix cache on or off; one greedy request with log-probabilities
- * run to its end; the comparison of two outputs; seeded prompt tokens.
+ * bit share (test_engine_cache, test_engine_tier, test_swa_free; the
+ * engine setup test_engine too): an engine on one thread with a given
+ * block size, pool and step budget (0: the engine's defaults), the
+ * prefix cache on or off; one greedy request with log-probabilities run
+ * to its end; the comparison of two outputs; seeded prompt tokens.
  * Any failure fails the test; after every request the engine's own
  * check passes.  Header-only, like kvs_test.h.
  */
