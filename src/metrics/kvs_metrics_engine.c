@@ -1,9 +1,10 @@
 /*
  * kvs_metrics_engine: the per-model families whose figures come from the
  * engine's stats reply (kvs_metrics_gauges_t) and exist only when the
- * engine has the feature on: KV pools, LoRA adapters, tenants.  Each
- * family writes its HELP/TYPE head once, and only when some model
- * answered with it, so a scrape never shows an empty family.
+ * engine has the feature on: KV pools, LoRA adapters, tenants.  One
+ * writer (kvs_metrics_family) writes them all: each family's HELP/TYPE
+ * head once, and only when some model has the feature, so a scrape never
+ * shows an empty family; then each such model's rows, in model order.
  */
 
 #include <stdio.h>
@@ -12,44 +13,35 @@
 #include "kvs_metrics_impl.h"
 
 
-/* The KV pools' gauges and counters, for the models whose engine
- * answered with pools on: one sample per pool="short"|"long". */
-int
-kvs_metrics_pools(kvs_buf_t *out, const kvs_metrics_t *m,
-    const kvs_metrics_gauges_t *g)
+/* One family: kvserve:<name><suffix>, its type and help. */
+typedef struct {
+    const char  *name;
+    const char  *suffix;
+    const char  *type;
+    const char  *help;
+} kvs_metrics_def_t;
+
+/* Whether the model's engine answered with the feature on. */
+typedef int (*kvs_metrics_has_pt)(const kvs_metrics_gauges_t *g);
+
+/* Row r of family k for one model: fills its extra labels ("" for none)
+ * and its value; 0 when the model has no row r (rows end at the first). */
+typedef int (*kvs_metrics_row_pt)(const kvs_metrics_gauges_t *g, uint32_t k,
+    uint32_t r, char *extra, size_t extra_size, char *val, size_t val_size);
+
+
+static int
+kvs_metrics_family(kvs_buf_t *out, const kvs_metrics_t *m,
+    const kvs_metrics_gauges_t *g, const kvs_metrics_def_t *defs,
+    uint32_t n_defs, kvs_metrics_has_pt has, kvs_metrics_row_pt row)
 {
     int       rc;
-    char      extra[32], val[32];
-    double    v;
-    uint32_t  i, k, p, any;
-
-    static const char  *pool_names[2] = { "short", "long" };
-
-    static const struct {
-        const char  *name;
-        const char  *suffix;
-        const char  *type;
-        const char  *help;
-    } defs[] = {
-        { "kv_pool_blocks_max", "", "gauge",
-          "KV blocks the pool's requests may hold." },
-        { "kv_pool_blocks_used", "", "gauge",
-          "KV blocks held by the pool's running requests." },
-        { "kv_pool_queued", "", "gauge",
-          "Requests of the pool waiting to be admitted." },
-        { "kv_pool_admitted", "_total", "counter",
-          "Requests the pool admitted since the engine started." },
-        { "kv_pool_waited", "_total", "counter",
-          "Of those, requests admitted after waiting in the queue." },
-        { "kv_pool_wait_seconds", "_total", "counter",
-          "Their time waiting in the queue." },
-        { "kv_pool_refused", "_total", "counter",
-          "Requests not admitted within kvserve_queue_timeout (503)." },
-    };
+    char      extra[48], val[32];
+    uint32_t  i, k, r, any;
 
     any = 0;
     for (i = 0; g != NULL && i < m->n_models; i++) {
-        any |= (uint32_t) (g[i].have && g[i].pools);
+        any |= (uint32_t) (has(&g[i]) != 0);
     }
 
     if (!any) {
@@ -58,55 +50,155 @@ kvs_metrics_pools(kvs_buf_t *out, const kvs_metrics_t *m,
 
     rc = KVS_OK;
 
-    for (k = 0; rc == KVS_OK && k < KVS_NELTS(defs); k++) {
+    for (k = 0; rc == KVS_OK && k < n_defs; k++) {
         rc = kvs_metrics_head(out, defs[k].name, defs[k].suffix,
                               defs[k].help, defs[k].type);
 
         for (i = 0; rc == KVS_OK && i < m->n_models; i++) {
-            if (!g[i].have || !g[i].pools) {
+            if (!has(&g[i])) {
                 continue;
             }
 
-            for (p = 0; rc == KVS_OK && p < 2; p++) {
-                switch (k) {
-                case 0:
-                    v = g[i].pool_max[p];
-                    break;
-                case 1:
-                    v = g[i].pool_used[p];
-                    break;
-                case 2:
-                    v = g[i].pool_queued[p];
-                    break;
-                case 3:
-                    v = (double) g[i].pool_admitted[p];
-                    break;
-                case 4:
-                    v = (double) g[i].pool_waited[p];
-                    break;
-                case 5:
-                    v = (double) g[i].pool_wait_ms[p] / 1000.0;
-                    break;
-                default:
-                    v = (double) g[i].pool_refused[p];
+            for (r = 0; rc == KVS_OK; r++) {
+                extra[0] = '\0';
+
+                if (!row(&g[i], k, r, extra, sizeof(extra), val,
+                         sizeof(val)))
+                {
                     break;
                 }
 
-                if (k == 5) {
-                    snprintf(val, sizeof(val), "%.3f", v);
-                } else {
-                    snprintf(val, sizeof(val), "%.0f", v);
-                }
-
-                snprintf(extra, sizeof(extra), "pool=\"%s\"",
-                         pool_names[p]);
                 rc = kvs_metrics_sample(out, defs[k].name, defs[k].suffix,
-                                        m->models[i].name, extra, val);
+                                        m->models[i].name,
+                                        extra[0] != '\0' ? extra : NULL,
+                                        val);
             }
         }
     }
 
     return rc;
+}
+
+
+/* ---- KV pools: one row per pool="short"|"long" ------------------------ */
+
+static const kvs_metrics_def_t  kvs_metrics_pool_defs[] = {
+    { "kv_pool_blocks_max", "", "gauge",
+      "KV blocks the pool's requests may hold." },
+    { "kv_pool_blocks_used", "", "gauge",
+      "KV blocks held by the pool's running requests." },
+    { "kv_pool_queued", "", "gauge",
+      "Requests of the pool waiting to be admitted." },
+    { "kv_pool_admitted", "_total", "counter",
+      "Requests the pool admitted since the engine started." },
+    { "kv_pool_waited", "_total", "counter",
+      "Of those, requests admitted after waiting in the queue." },
+    { "kv_pool_wait_seconds", "_total", "counter",
+      "Their time waiting in the queue." },
+    { "kv_pool_refused", "_total", "counter",
+      "Requests not admitted within kvserve_queue_timeout (503)." },
+};
+
+
+static int
+kvs_metrics_pools_has(const kvs_metrics_gauges_t *g)
+{
+    return g->have && g->pools;
+}
+
+
+static int
+kvs_metrics_pools_row(const kvs_metrics_gauges_t *g, uint32_t k,
+    uint32_t r, char *extra, size_t extra_size, char *val, size_t val_size)
+{
+    double  v;
+
+    static const char  *pool_names[2] = { "short", "long" };
+
+    if (r >= 2) {
+        return 0;
+    }
+
+    switch (k) {
+    case 0:  v = g->pool_max[r]; break;
+    case 1:  v = g->pool_used[r]; break;
+    case 2:  v = g->pool_queued[r]; break;
+    case 3:  v = (double) g->pool_admitted[r]; break;
+    case 4:  v = (double) g->pool_waited[r]; break;
+    case 5:  v = (double) g->pool_wait_ms[r] / 1000.0; break;
+    default: v = (double) g->pool_refused[r]; break;
+    }
+
+    snprintf(val, val_size, k == 5 ? "%.3f" : "%.0f", v);
+    snprintf(extra, extra_size, "pool=\"%s\"", pool_names[r]);
+
+    return 1;
+}
+
+
+/* The KV pools' gauges and counters, for the models whose engine
+ * answered with pools on. */
+int
+kvs_metrics_pools(kvs_buf_t *out, const kvs_metrics_t *m,
+    const kvs_metrics_gauges_t *g)
+{
+    return kvs_metrics_family(out, m, g, kvs_metrics_pool_defs,
+                              KVS_NELTS(kvs_metrics_pool_defs),
+                              kvs_metrics_pools_has, kvs_metrics_pools_row);
+}
+
+
+/* ---- LoRA adapters: one row per model --------------------------------- */
+
+static const kvs_metrics_def_t  kvs_metrics_lora_defs[] = {
+    { "lora_adapters", "", "gauge", "LoRA adapters the model serves." },
+    { "lora_slots", "", "gauge",
+      "LoRA adapters resident at most (kvserve_lora_slots)." },
+    { "lora_resident", "", "gauge", "LoRA adapters resident now." },
+    { "lora_waiting", "", "gauge",
+      "Requests waiting for their adapter to be loaded." },
+    { "lora_loads", "_total", "counter",
+      "Adapters loaded since the engine started (not at its start)." },
+    { "lora_evictions", "_total", "counter",
+      "Adapters unloaded to make room for another." },
+    { "lora_waited", "_total", "counter",
+      "Requests that waited for their adapter to be loaded." },
+    { "lora_wait_seconds", "_total", "counter",
+      "Their time waiting for it." },
+};
+
+
+static int
+kvs_metrics_lora_has(const kvs_metrics_gauges_t *g)
+{
+    return g->have && g->lora_adapters != 0;
+}
+
+
+static int
+kvs_metrics_lora_row(const kvs_metrics_gauges_t *g, uint32_t k, uint32_t r,
+    char *extra, size_t extra_size, char *val, size_t val_size)
+{
+    double  v;
+
+    if (r != 0) {
+        return 0;
+    }
+
+    switch (k) {
+    case 0:  v = g->lora_adapters; break;
+    case 1:  v = g->lora_slots; break;
+    case 2:  v = g->lora_resident; break;
+    case 3:  v = g->lora_parked; break;
+    case 4:  v = (double) g->lora_loads; break;
+    case 5:  v = (double) g->lora_evictions; break;
+    case 6:  v = (double) g->lora_waited; break;
+    default: v = (double) g->lora_wait_ms / 1000.0; break;
+    }
+
+    snprintf(val, val_size, k == 7 ? "%.3f" : "%.0f", v);
+
+    return 1;
 }
 
 
@@ -116,72 +208,24 @@ int
 kvs_metrics_lora(kvs_buf_t *out, const kvs_metrics_t *m,
     const kvs_metrics_gauges_t *g)
 {
-    int       rc;
-    char      val[32];
-    double    v;
-    uint32_t  i, k, any;
-
-    static const struct {
-        const char  *name;
-        const char  *suffix;
-        const char  *type;
-        const char  *help;
-    } defs[] = {
-        { "lora_adapters", "", "gauge", "LoRA adapters the model serves." },
-        { "lora_slots", "", "gauge",
-          "LoRA adapters resident at most (kvserve_lora_slots)." },
-        { "lora_resident", "", "gauge", "LoRA adapters resident now." },
-        { "lora_waiting", "", "gauge",
-          "Requests waiting for their adapter to be loaded." },
-        { "lora_loads", "_total", "counter",
-          "Adapters loaded since the engine started (not at its start)." },
-        { "lora_evictions", "_total", "counter",
-          "Adapters unloaded to make room for another." },
-        { "lora_waited", "_total", "counter",
-          "Requests that waited for their adapter to be loaded." },
-        { "lora_wait_seconds", "_total", "counter",
-          "Their time waiting for it." },
-    };
-
-    any = 0;
-    for (i = 0; g != NULL && i < m->n_models; i++) {
-        any |= (uint32_t) (g[i].have && g[i].lora_adapters != 0);
-    }
-
-    if (!any) {
-        return KVS_OK;
-    }
-
-    rc = KVS_OK;
-
-    for (k = 0; rc == KVS_OK && k < KVS_NELTS(defs); k++) {
-        rc = kvs_metrics_head(out, defs[k].name, defs[k].suffix,
-                              defs[k].help, defs[k].type);
-
-        for (i = 0; rc == KVS_OK && i < m->n_models; i++) {
-            if (!g[i].have || g[i].lora_adapters == 0) {
-                continue;
-            }
-
-            switch (k) {
-            case 0:  v = g[i].lora_adapters; break;
-            case 1:  v = g[i].lora_slots; break;
-            case 2:  v = g[i].lora_resident; break;
-            case 3:  v = g[i].lora_parked; break;
-            case 4:  v = (double) g[i].lora_loads; break;
-            case 5:  v = (double) g[i].lora_evictions; break;
-            case 6:  v = (double) g[i].lora_waited; break;
-            default: v = (double) g[i].lora_wait_ms / 1000.0; break;
-            }
-
-            snprintf(val, sizeof(val), k == 7 ? "%.3f" : "%.0f", v);
-            rc = kvs_metrics_sample(out, defs[k].name, defs[k].suffix,
-                                    m->models[i].name, NULL, val);
-        }
-    }
-
-    return rc;
+    return kvs_metrics_family(out, m, g, kvs_metrics_lora_defs,
+                              KVS_NELTS(kvs_metrics_lora_defs),
+                              kvs_metrics_lora_has, kvs_metrics_lora_row);
 }
+
+
+/* ---- tenants: the top ones, then "other" ------------------------------ */
+
+static const kvs_metrics_def_t  kvs_metrics_tenant_defs[] = {
+    { "tenant_prefill_tokens", "_total", "counter",
+      "Prompt tokens the engine computed for a tenant (the hash of "
+      "its kvserve_limit key), since the engine first saw it." },
+    { "tenant_decode_tokens", "_total", "counter",
+      "Generated tokens the engine computed for a tenant, since the "
+      "engine first saw it." },
+    { "tenant_kv_blocks", "", "gauge",
+      "KV blocks a tenant's running sequences hold." },
+};
 
 
 /* tenant="..." of t: its key's first KVS_METRICS_TENANT_LABEL bytes
@@ -211,81 +255,51 @@ kvs_metrics_tenant_label(char *buf, size_t size,
 }
 
 
-/* The engine's tenants, when it answered: the top ones, then the rest
- * summed when there are more. */
+static int
+kvs_metrics_tenants_has(const kvs_metrics_gauges_t *g)
+{
+    return g->have;
+}
+
+
+/* Row r: the r-th top tenant, then "other" when some are not among
+ * them. */
+static int
+kvs_metrics_tenants_row(const kvs_metrics_gauges_t *g, uint32_t k,
+    uint32_t r, char *extra, size_t extra_size, char *val, size_t val_size)
+{
+    uint32_t                      n;
+    const kvs_metrics_tenant_t   *t;
+    const kvs_metrics_tenants_t  *tn;
+
+    tn = &g->tenants;
+    n = tn->n_top < KVS_METRICS_TOP_TENANTS
+        ? tn->n_top : KVS_METRICS_TOP_TENANTS;
+
+    if (r < n) {
+        t = &tn->top[r];
+    } else if (r == n && tn->n_tenants > n) {
+        t = &tn->other;
+    } else {
+        return 0;
+    }
+
+    kvs_metrics_tenant_label(extra, extra_size, t, t == &tn->other);
+
+    snprintf(val, val_size, "%llu", (unsigned long long)
+             (k == 0 ? t->prefill : k == 1 ? t->decode : t->kv_blocks));
+
+    return 1;
+}
+
+
+/* The engine's tenants, when it answered. */
 int
 kvs_metrics_tenants(kvs_buf_t *out, const kvs_metrics_t *m,
     const kvs_metrics_gauges_t *g)
 {
-    int                           rc;
-    char                          extra[48];
-    uint64_t                      v;
-    uint32_t                      i, j, k, n, any;
-    const kvs_metrics_tenant_t   *t;
-    const kvs_metrics_tenants_t  *tn;
-    static const struct {
-        const char  *name;
-        const char  *suffix;
-        const char  *type;
-        const char  *help;
-    } defs[] = {
-        { "tenant_prefill_tokens", "_total", "counter",
-          "Prompt tokens the engine computed for a tenant (the hash of "
-          "its kvserve_limit key), since the engine first saw it." },
-        { "tenant_decode_tokens", "_total", "counter",
-          "Generated tokens the engine computed for a tenant, since the "
-          "engine first saw it." },
-        { "tenant_kv_blocks", "", "gauge",
-          "KV blocks a tenant's running sequences hold." },
-    };
-
-    any = 0;
-    for (i = 0; g != NULL && i < m->n_models; i++) {
-        any |= (uint32_t) g[i].have;
-    }
-
-    if (!any) {
-        return KVS_OK;
-    }
-
-    rc = KVS_OK;
-
-    for (k = 0; rc == KVS_OK && k < KVS_NELTS(defs); k++) {
-        rc = kvs_metrics_head(out, defs[k].name, defs[k].suffix,
-                              defs[k].help, defs[k].type);
-
-        for (i = 0; rc == KVS_OK && i < m->n_models; i++) {
-            tn = &g[i].tenants;
-
-            if (!g[i].have) {
-                continue;
-            }
-
-            n = tn->n_top < KVS_METRICS_TOP_TENANTS
-                ? tn->n_top : KVS_METRICS_TOP_TENANTS;
-
-            /* the top ones, then "other" when some are not among them */
-            for (j = 0; rc == KVS_OK && j <= n; j++) {
-                if (j == n) {
-                    if (tn->n_tenants <= n) {
-                        break;
-                    }
-                    t = &tn->other;
-                } else {
-                    t = &tn->top[j];
-                }
-
-                kvs_metrics_tenant_label(extra, sizeof(extra), t,
-                                         t == &tn->other);
-
-                v = k == 0 ? t->prefill : k == 1 ? t->decode : t->kv_blocks;
-
-                rc = kvs_metrics_sample_u64(out, defs[k].name,
-                                            defs[k].suffix,
-                                            m->models[i].name, extra, v);
-            }
-        }
-    }
-
-    return rc;
+    return kvs_metrics_family(out, m, g, kvs_metrics_tenant_defs,
+                              KVS_NELTS(kvs_metrics_tenant_defs),
+                              kvs_metrics_tenants_has,
+                              kvs_metrics_tenants_row);
 }

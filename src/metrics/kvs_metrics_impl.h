@@ -1,7 +1,8 @@
 /*
  * kvs_metrics_impl: what kvs_metrics.c (the exposition) shares with
- * kvs_metrics_engine.c (pools, adapters, tenants) and kvs_metrics_tier.c
- * (the disk tier's metrics): the HELP/TYPE head and one sample line.
+ * kvs_metrics_engine.c (pools, adapters, tenants), kvs_metrics_tier.c
+ * (the disk tier's metrics) and kvs_req_times.c (a request's hops): the
+ * HELP/TYPE head, one sample line, the span between two timestamps.
  * Not for use outside src/metrics.
  */
 
@@ -11,6 +12,10 @@
 #include "kvs_metrics.h"
 
 #define KVS_NELTS(a)  (sizeof(a) / sizeof((a)[0]))
+
+/* *ns = b - a when both are stamped (not 0) and in order; else
+ * KVS_ENOTFOUND (kvs_req_times.c) */
+int kvs_req_span(uint64_t a, uint64_t b, uint64_t *ns);
 
 /* # HELP and # TYPE of kvserve:<name><suffix> */
 int kvs_metrics_head(kvs_buf_t *out, const char *name, const char *suffix,

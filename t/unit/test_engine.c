@@ -18,6 +18,7 @@
  */
 
 #include "kvs_test.h"
+#include "kvs_test_engine.h"
 #include "kvs_test_model.h"
 
 #include <poll.h>
@@ -393,13 +394,8 @@ one(const kvs_test_model_t *md, const kvs_engine_req_t *req,
     kvs_engine_seq_t  *h, *r;
     kvs_engine_conf_t  conf;
 
-    memset(&conf, 0, sizeof(conf));
-    conf.model = md->m;
-    conf.vocab = md->v;
-    conf.n_blocks = 64;
-    conf.threads = 1;
-
-    assert_int_equal(kvs_engine_new(&e, &conf, &err), KVS_OK);
+    kvs_test_engine_conf(&conf, md, 0, 64, 0, 1);
+    e = kvs_test_engine_new(&conf);
 
     if (kvs_engine_submit(e, req, &h, &err) != KVS_OK) {
         fail_msg("submit: %s", err.msg);
@@ -567,13 +563,8 @@ test_cancel_and_refusals(void **state)
 
     model_gen(&md, 4, 2, KVS_GGML_F32, 0);
 
-    memset(&conf, 0, sizeof(conf));
-    conf.model = md.m;
-    conf.vocab = md.v;
-    conf.n_blocks = 6;
-    conf.block_tokens = 16;
-    conf.threads = 1;
-    assert_int_equal(kvs_engine_new(&e, &conf, &err), KVS_OK);
+    kvs_test_engine_conf(&conf, &md, 16, 6, 0, 1);
+    e = kvs_test_engine_new(&conf);
 
     for (i = 0; i < 40; i++) {
         prompt[i] = i + 7;
@@ -710,13 +701,9 @@ test_choices(void **state)
     req.n = 4;
 
     for (k = 0; k < 2; k++) {
-        memset(&conf, 0, sizeof(conf));
-        conf.model = md.m;
-        conf.vocab = md.v;
-        conf.threads = 1;
         /* k 1: 8 blocks of 16 for 4 x 58 positions: preemption */
-        conf.n_blocks = k == 0 ? 64 : 8;
-        assert_int_equal(kvs_engine_new(&e, &conf, &err), KVS_OK);
+        kvs_test_engine_conf(&conf, &md, 0, k == 0 ? 64 : 8, 0, 1);
+        e = kvs_test_engine_new(&conf);
         assert_int_equal(kvs_engine_submit(e, &req, h, &err), KVS_OK);
 
         while (kvs_engine_step(e)) {
@@ -745,12 +732,8 @@ test_choices(void **state)
 
     /* choices closed early: 1 before the fork, 0 (the leader) after its
      * first token, 2 and 3 run on */
-    memset(&conf, 0, sizeof(conf));
-    conf.model = md.m;
-    conf.vocab = md.v;
-    conf.threads = 1;
-    conf.n_blocks = 64;
-    assert_int_equal(kvs_engine_new(&e, &conf, &err), KVS_OK);
+    kvs_test_engine_conf(&conf, &md, 0, 64, 0, 1);
+    e = kvs_test_engine_new(&conf);
     assert_int_equal(kvs_engine_submit(e, &req, h, &err), KVS_OK);
     kvs_engine_close(e, h[1]);
     assert_int_equal(kvs_engine_step(e), 1);
@@ -830,15 +813,9 @@ test_kv_count(void **state)
 
     model_gen(&md, 4, 2, KVS_GGML_F32, 0);
 
-    memset(&conf, 0, sizeof(conf));
-    conf.model = md.m;
-    conf.vocab = md.v;
-    conf.n_blocks = 16;
-    conf.block_tokens = 16;
-    conf.threads = 1;
+    kvs_test_engine_conf(&conf, &md, 16, 16, 0, 0);
     conf.max_running = 1;
-    conf.no_prefix_cache = 1;
-    assert_int_equal(kvs_engine_new(&e, &conf, &err), KVS_OK);
+    e = kvs_test_engine_new(&conf);
 
     for (i = 0; i < 40; i++) {
         pa[i] = i + 7;
@@ -932,14 +909,10 @@ test_thread_cancel(void **state)
 
     model_gen(&md, 4, 2, KVS_GGML_F32, 0);
 
-    memset(&conf, 0, sizeof(conf));
-    conf.model = md.m;
-    conf.vocab = md.v;
-    conf.n_blocks = 40;             /* short: preemption happens too */
-    conf.block_tokens = 4;
+    /* 40 blocks, short: preemption happens too */
+    kvs_test_engine_conf(&conf, &md, 4, 40, 16, 1);
     conf.threads = 2;
-    conf.max_batch_tokens = 16;
-    assert_int_equal(kvs_engine_new(&e, &conf, &err), KVS_OK);
+    e = kvs_test_engine_new(&conf);
     assert_int_equal(kvs_engine_start(e, &err), KVS_OK);
 
     for (i = 0; i < 20; i++) {

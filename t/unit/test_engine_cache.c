@@ -18,6 +18,7 @@
  */
 
 #include "kvs_test.h"
+#include "kvs_test_engine.h"
 #include "kvs_test_model.h"
 
 #include "engine/kvs_engine.h"
@@ -42,24 +43,11 @@ typedef struct {
 static kvs_engine_t *
 engine_new(const kvs_test_model_t *md, int cache, uint32_t n_blocks)
 {
-    kvs_err_t          err;
-    kvs_engine_t      *e;
     kvs_engine_conf_t  conf;
 
-    memset(&conf, 0, sizeof(conf));
-    conf.model = md->m;
-    conf.vocab = md->v;
-    conf.block_tokens = BT;
-    conf.n_blocks = n_blocks;
-    conf.threads = 1;
-    conf.max_batch_tokens = BUDGET;
-    conf.no_prefix_cache = !cache;
+    kvs_test_engine_conf(&conf, md, BT, n_blocks, BUDGET, cache);
 
-    if (kvs_engine_new(&e, &conf, &err) != KVS_OK) {
-        fail_msg("engine: %s", err.msg);
-    }
-
-    return e;
+    return kvs_test_engine_new(&conf);
 }
 
 
@@ -68,19 +56,9 @@ static void
 run1(kvs_engine_t *e, const int32_t *prompt, uint32_t n_prompt,
     uint32_t gen, const opts_t *o, kvs_engine_out_t *out)
 {
-    size_t             n;
-    kvs_err_t          err;
-    kvs_engine_req_t   req;
-    kvs_engine_seq_t  *h, *hs[1];
+    kvs_engine_req_t  req;
 
-    memset(&req, 0, sizeof(req));
-    req.prompt = prompt;
-    req.n_prompt = n_prompt;
-    req.max_tokens = gen;
-    req.ignore_eos = 1;
-    req.sample.top_p = 1.0f;
-    req.sample.logprobs = 1;
-    req.sample.top_logprobs = 5;
+    kvs_test_engine_req(&req, prompt, n_prompt, gen, 5);
 
     if (o != NULL) {
         req.scope = o->scope;
@@ -89,69 +67,7 @@ run1(kvs_engine_t *e, const int32_t *prompt, uint32_t n_prompt,
         memcpy(req.pins, o->pins, sizeof(req.pins));
     }
 
-    memset(out, 0, sizeof(*out));
-
-    if (kvs_engine_submit(e, &req, &h, &err) != KVS_OK) {
-        fail_msg("submit: %s", err.msg);
-    }
-
-    while (out->finish == KVS_FINISH_NONE) {
-        (void) kvs_engine_step(e);
-
-        while ((n = kvs_engine_ready(e, hs, 1)) > 0) {
-            assert_ptr_equal(hs[0], h);
-            assert_true(kvs_engine_read(e, h, out) >= 0);
-        }
-    }
-
-    kvs_engine_close(e, h);
-    assert_int_equal(out->finish, KVS_FINISH_LENGTH);
-    assert_int_equal(out->n_tokens, gen);
-
-    if (kvs_engine_check(e, &err) != KVS_OK) {
-        fail_msg("engine check: %s", err.msg);
-    }
-}
-
-
-static void
-expect_same(const kvs_engine_out_t *a, const kvs_engine_out_t *b,
-    const char *what)
-{
-    size_t  i;
-
-    assert_int_equal(a->n_tokens, b->n_tokens);
-    assert_int_equal(a->n_lp, b->n_lp);
-
-    for (i = 0; i < a->n_tokens; i++) {
-        if (a->tokens[i] != b->tokens[i]) {
-            fail_msg("%s: token %zu is %d with the cache, %d without",
-                     what, i, a->tokens[i], b->tokens[i]);
-        }
-    }
-
-    /* bit for bit: the logits behind them are the same */
-    for (i = 0; i < a->n_lp; i++) {
-        if (memcmp(&a->lp[i], &b->lp[i], sizeof(a->lp[i])) != 0) {
-            fail_msg("%s: logprobs of token %zu differ (%.9g vs %.9g)",
-                     what, i, a->lp[i].logprob, b->lp[i].logprob);
-        }
-    }
-}
-
-
-static void
-fill(int32_t *t, uint32_t n, uint64_t seed, uint32_t n_vocab, int32_t bos)
-{
-    uint32_t  i;
-
-    for (i = 0; i < n; i++) {
-        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-        t[i] = (int32_t) ((seed >> 33) % n_vocab);
-        if (t[i] == bos) {
-            t[i] = (t[i] + 1) % (int32_t) n_vocab;
-        }
-    }
+    kvs_test_engine_run(e, &req, out, NULL, NULL);
 }
 
 
@@ -179,7 +95,8 @@ conversation(const kvs_test_model_t *md, uint32_t turns, uint32_t user,
 
     for (t = 0; t < turns; t++) {
         assert_true(n + user + gen <= MAX_TOK);
-        fill(conv + n, user, 0xabc + t, md->m->hp.n_vocab, md->v->bos);
+        kvs_test_engine_fill(conv + n, user, 0xabc + t, md->m->hp.n_vocab,
+                             md->v->bos);
         if (t == 0 && md->v->bos >= 0) {
             conv[0] = md->v->bos;
         }
@@ -189,7 +106,7 @@ conversation(const kvs_test_model_t *md, uint32_t turns, uint32_t user,
         run1(p.off, conv, n, gen, NULL, &cold);
 
         snprintf(what, sizeof(what), "turn %u", t);
-        expect_same(&hot, &cold, what);
+        kvs_test_engine_same(&hot, &cold, what);
 
         assert_true(hot.has_cache);
         assert_int_equal(hot.n_cached, computed / BT * BT);
@@ -288,10 +205,10 @@ test_partial_block_cow(void **state)
     on = engine_new(&md, 1, 64);
     off = engine_new(&md, 0, 64);
 
-    fill(x, 40, 7, md.m->hp.n_vocab, md.v->bos);
+    kvs_test_engine_fill(x, 40, 7, md.m->hp.n_vocab, md.v->bos);
     x[0] = md.v->bos;
     memcpy(y, x, sizeof(y));
-    fill(y + 20, 20, 99, md.m->hp.n_vocab, md.v->bos);
+    kvs_test_engine_fill(y + 20, 20, 99, md.m->hp.n_vocab, md.v->bos);
     assert_true(y[20] != x[20]);
 
     run1(on, x, 40, 10, NULL, &a);
@@ -308,13 +225,13 @@ test_partial_block_cow(void **state)
     assert_int_equal(st1.kv_copies, st0.kv_copies + 1);
 
     run1(off, y, 40, 10, NULL, &c);
-    expect_same(&b, &c, "diverged prompt");
+    kvs_test_engine_same(&b, &c, "diverged prompt");
 
     /* x again: everything but its last token, the cached block intact */
     run1(on, x, 40, 10, NULL, &d);
     assert_int_equal(d.n_cached, 39);
     assert_int_equal(d.miss, KVS_RADIX_MISS_NONE);
-    expect_same(&d, &a, "the first prompt again");
+    kvs_test_engine_same(&d, &a, "the first prompt again");
 
     kvs_engine_out_free(&a);
     kvs_engine_out_free(&b);
@@ -341,7 +258,7 @@ test_scopes(void **state)
     }
 
     on = engine_new(&md, 1, 64);
-    fill(x, 48, 3, md.m->hp.n_vocab, md.v->bos);
+    kvs_test_engine_fill(x, 48, 3, md.m->hp.n_vocab, md.v->bos);
 
     memset(&oa, 0, sizeof(oa));
     memset(&ob, 0, sizeof(ob));
@@ -357,8 +274,8 @@ test_scopes(void **state)
     assert_int_equal(b.miss, KVS_RADIX_MISS_SCOPE);
     assert_int_equal(b.miss_pos, 0);
     assert_int_equal(c.n_cached, 47);
-    expect_same(&a, &b, "scope b");
-    expect_same(&a, &c, "scope a again");
+    kvs_test_engine_same(&a, &b, "scope b");
+    kvs_test_engine_same(&a, &c, "scope a again");
 
     kvs_engine_out_free(&a);
     kvs_engine_out_free(&b);
@@ -391,7 +308,7 @@ test_pins(void **state)
     /* 12 blocks: one 64-token prompt with 8 new tokens takes 5 */
     on = engine_new(&md, 1, 12);
     off = engine_new(&md, 0, 12);
-    fill(sys, 65, 11, md.m->hp.n_vocab, md.v->bos);
+    kvs_test_engine_fill(sys, 65, 11, md.m->hp.n_vocab, md.v->bos);
 
     memset(&o, 0, sizeof(o));
     o.n_pins = 1;
@@ -405,7 +322,7 @@ test_pins(void **state)
     assert_int_equal(st.cache_pinned_blocks, 3);
 
     for (k = 0; k < 6; k++) {
-        fill(other, 64, 1000 + k, md.m->hp.n_vocab, md.v->bos);
+        kvs_test_engine_fill(other, 64, 1000 + k, md.m->hp.n_vocab, md.v->bos);
         run1(on, other, 64, 8, NULL, &c);
         kvs_engine_out_free(&c);
     }
@@ -421,7 +338,7 @@ test_pins(void **state)
     assert_int_equal(b.miss_pos, 48);
 
     run1(off, sys, 65, 8, NULL, &c);
-    expect_same(&b, &c, "pinned prefix");
+    kvs_test_engine_same(&b, &c, "pinned prefix");
 
     kvs_engine_out_free(&a);
     kvs_engine_out_free(&b);

@@ -14,13 +14,13 @@
  */
 
 #include "kvs_test.h"
+#include "kvs_test_engine.h"
 #include "kvs_test_model.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
 #include <sys/stat.h>
 
-#include "base/kvs_clock.h"
 #include "engine/kvs_engine.h"
 
 #define BT       16
@@ -53,18 +53,9 @@ tier_path(void)
 static kvs_engine_t *
 engine_new(const kvs_test_model_t *md, int cache, const opts_t *o)
 {
-    kvs_err_t          err;
-    kvs_engine_t      *e;
     kvs_engine_conf_t  conf;
 
-    memset(&conf, 0, sizeof(conf));
-    conf.model = md->m;
-    conf.vocab = md->v;
-    conf.block_tokens = BT;
-    conf.n_blocks = cache ? POOL : 64;
-    conf.threads = 1;
-    conf.max_batch_tokens = BUDGET;
-    conf.no_prefix_cache = !cache;
+    kvs_test_engine_conf(&conf, md, BT, cache ? POOL : 64, BUDGET, cache);
 
     if (cache) {
         conf.tier_path = tier_path();
@@ -74,11 +65,19 @@ engine_new(const kvs_test_model_t *md, int cache, const opts_t *o)
         conf.tier_depth = o != NULL ? o->depth : 0;
     }
 
-    if (kvs_engine_new(&e, &conf, &err) != KVS_OK) {
-        fail_msg("engine: %s", err.msg);
-    }
+    return kvs_test_engine_new(&conf);
+}
 
-    return e;
+
+/* arg: the longest step so far */
+static void
+step_max(kvs_engine_t *e, const kvs_engine_out_t *out, uint64_t ns,
+    void *arg)
+{
+    uint64_t  *max_ns;
+
+    max_ns = arg;
+    *max_ns = ns > *max_ns ? ns : *max_ns;
 }
 
 
@@ -89,90 +88,14 @@ run1(kvs_engine_t *e, const int32_t *prompt, uint32_t n_prompt,
     uint32_t gen, const char *scope, kvs_engine_out_t *out,
     uint64_t *max_ns)
 {
-    uint64_t           t0;
-    kvs_err_t          err;
-    kvs_engine_req_t   req;
-    kvs_engine_seq_t  *h, *hs[1];
+    kvs_engine_req_t  req;
 
-    memset(&req, 0, sizeof(req));
-    req.prompt = prompt;
-    req.n_prompt = n_prompt;
-    req.max_tokens = gen;
-    req.ignore_eos = 1;
-    req.sample.top_p = 1.0f;
-    req.sample.logprobs = 1;
-    req.sample.top_logprobs = 5;
+    kvs_test_engine_req(&req, prompt, n_prompt, gen, 5);
     req.scope = scope;
     req.scope_len = scope != NULL ? strlen(scope) : 0;
 
-    memset(out, 0, sizeof(*out));
-
-    if (kvs_engine_submit(e, &req, &h, &err) != KVS_OK) {
-        fail_msg("submit: %s", err.msg);
-    }
-
-    while (out->finish == KVS_FINISH_NONE) {
-        t0 = kvs_now_ns();
-        (void) kvs_engine_step(e);
-        t0 = kvs_now_ns() - t0;
-
-        if (max_ns != NULL && t0 > *max_ns) {
-            *max_ns = t0;
-        }
-
-        while (kvs_engine_ready(e, hs, 1) > 0) {
-            assert_ptr_equal(hs[0], h);
-            assert_true(kvs_engine_read(e, h, out) >= 0);
-        }
-    }
-
-    kvs_engine_close(e, h);
-    assert_int_equal(out->finish, KVS_FINISH_LENGTH);
-    assert_int_equal(out->n_tokens, gen);
-
-    if (kvs_engine_check(e, &err) != KVS_OK) {
-        fail_msg("engine check: %s", err.msg);
-    }
-}
-
-
-static void
-expect_same(const kvs_engine_out_t *a, const kvs_engine_out_t *b,
-    const char *what)
-{
-    size_t  i;
-
-    assert_int_equal(a->n_tokens, b->n_tokens);
-    assert_int_equal(a->n_lp, b->n_lp);
-
-    for (i = 0; i < a->n_tokens; i++) {
-        if (a->tokens[i] != b->tokens[i]) {
-            fail_msg("%s: token %zu is %d with the tier, %d without",
-                     what, i, a->tokens[i], b->tokens[i]);
-        }
-    }
-
-    for (i = 0; i < a->n_lp; i++) {
-        if (memcmp(&a->lp[i], &b->lp[i], sizeof(a->lp[i])) != 0) {
-            fail_msg("%s: logprobs of token %zu differ (%.9g vs %.9g)",
-                     what, i, a->lp[i].logprob, b->lp[i].logprob);
-        }
-    }
-}
-
-
-static void
-fill(int32_t *t, uint32_t n, uint64_t seed, uint32_t n_vocab, int32_t bos)
-{
-    uint32_t  i;
-
-    for (i = 0; i < n; i++) {
-        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-        t[i] = (int32_t) ((seed >> 33) % n_vocab);
-        if (t[i] == bos) {
-            t[i] = (t[i] + 1) % (int32_t) n_vocab;
-        }
-    }
+    kvs_test_engine_run(e, &req, out, max_ns != NULL ? step_max : NULL,
+                        max_ns);
 }
 
 
@@ -187,7 +110,8 @@ evict_all(kvs_engine_t *e, const kvs_test_model_t *md, uint64_t seed,
     kvs_engine_out_t  c;
 
     for (k = 0; k < 6; k++) {
-        fill(other, 64, seed + k, md->m->hp.n_vocab, md->v->bos);
+        kvs_test_engine_fill(other, 64, seed + k, md->m->hp.n_vocab,
+                             md->v->bos);
         run1(e, other, 64, 8, NULL, &c, max_ns);
         kvs_engine_out_free(&c);
     }
@@ -235,7 +159,7 @@ test_evicted_comes_back(void **state)
     unlink(tier_path());
     on = engine_new(&md, 1, NULL);
     off = engine_new(&md, 0, NULL);
-    fill(sys, 72, 11, md.m->hp.n_vocab, md.v->bos);
+    kvs_test_engine_fill(sys, 72, 11, md.m->hp.n_vocab, md.v->bos);
 
     run1(on, sys, 64, 8, NULL, &a, NULL);
     assert_int_equal(a.n_cached_tier, 0);
@@ -251,7 +175,7 @@ test_evicted_comes_back(void **state)
      * reply's fifth, come back from the tier */
     run1(on, sys, 72, 8, NULL, &b, NULL);
     run1(off, sys, 72, 8, NULL, &c, NULL);
-    expect_same(&b, &c, "loaded from the tier");
+    kvs_test_engine_same(&b, &c, "loaded from the tier");
     assert_int_equal(b.n_cached, 64);
     assert_int_equal(b.n_cached_tier, 64);
 
@@ -271,7 +195,7 @@ test_evicted_comes_back(void **state)
     run1(on, sys, 72, 8, "tenant-b", &b, NULL);
     assert_int_equal(b.n_cached, 0);
     assert_int_equal(b.n_cached_tier, 0);
-    expect_same(&b, &c, "another scope");
+    kvs_test_engine_same(&b, &c, "another scope");
 
     kvs_engine_out_free(&a);
     kvs_engine_out_free(&b);
@@ -299,7 +223,7 @@ test_flipped_byte(void **state)
     unlink(tier_path());
     on = engine_new(&md, 1, NULL);
     off = engine_new(&md, 0, NULL);
-    fill(sys, 64, 21, md.m->hp.n_vocab, md.v->bos);
+    kvs_test_engine_fill(sys, 64, 21, md.m->hp.n_vocab, md.v->bos);
 
     run1(on, sys, 64, 8, NULL, &a, NULL);
     evict_all(on, &md, 3000, NULL);
@@ -310,7 +234,7 @@ test_flipped_byte(void **state)
      * reply is computed, the slot is dropped */
     run1(on, sys, 64, 8, NULL, &b, NULL);
     run1(off, sys, 64, 8, NULL, &c, NULL);
-    expect_same(&b, &c, "after a flipped byte");
+    kvs_test_engine_same(&b, &c, "after a flipped byte");
     assert_int_equal(b.n_cached_tier, 0);
 
     kvs_engine_stats(on, &st);
@@ -348,7 +272,7 @@ test_restart(void **state)
 
     on = engine_new(&md, 1, &o);
     off = engine_new(&md, 0, NULL);
-    fill(sys, 64, 31, md.m->hp.n_vocab, md.v->bos);
+    kvs_test_engine_fill(sys, 64, 31, md.m->hp.n_vocab, md.v->bos);
     run1(on, sys, 64, 8, NULL, &a, NULL);
     evict_all(on, &md, 4000, NULL);
     kvs_engine_free(on);
@@ -362,7 +286,7 @@ test_restart(void **state)
 
     run1(on, sys, 64, 8, NULL, &b, NULL);
     run1(off, sys, 64, 8, NULL, &c, NULL);
-    expect_same(&b, &c, "after a restart");
+    kvs_test_engine_same(&b, &c, "after a restart");
     assert_int_equal(b.n_cached, 63);
     assert_int_equal(b.n_cached_tier, 63);
     kvs_engine_free(on);
@@ -379,7 +303,7 @@ test_restart(void **state)
     /* other weights of the same shape and block size: another epoch */
     kvs_engine_out_free(&a);
     kvs_test_model_small(&other, "tier_a", 256, 1, 0);
-    fill(sys, 64, 32, other.m->hp.n_vocab, other.v->bos);
+    kvs_test_engine_fill(sys, 64, 32, other.m->hp.n_vocab, other.v->bos);
     on = engine_new(&other, 1, &o);
     run1(on, sys, 64, 8, NULL, &a, NULL);
     evict_all(on, &other, 6000, NULL);
@@ -427,7 +351,7 @@ test_slow_disk(void **state)
     o.depth = 2;
 
     on = engine_new(&md, 1, &o);
-    fill(sys, 64, 41, md.m->hp.n_vocab, md.v->bos);
+    kvs_test_engine_fill(sys, 64, 41, md.m->hp.n_vocab, md.v->bos);
     run1(on, sys, 64, 8, NULL, &a, NULL);
 
     max_ns = 0;

@@ -718,6 +718,179 @@ test_tenants(void **state)
 }
 
 
+/* What test_engine_families' gauges expose, from the tenants' head to
+ * the last adapters' sample: the text kvs_metrics_engine.c wrote before
+ * its three families shared one writer. */
+static const char  engine_families_text[] =
+    "# HELP kvserve:tenant_prefill_tokens_total Prompt tokens the engine "
+    "computed for a tenant (the hash of its kvserve_limit key), since the "
+    "engine first saw it.\n"
+    "# TYPE kvserve:tenant_prefill_tokens_total counter\n"
+    "kvserve:tenant_prefill_tokens_total{model_name=\"m1\",tenant=\"c0ffee\"}"
+    " 300\n"
+    "kvserve:tenant_prefill_tokens_total{model_name=\"m1\",tenant=\"other\"} "
+    "9\n"
+    "kvserve:tenant_prefill_tokens_total{model_name=\"m2\",tenant=\"other\"} "
+    "1\n"
+    "# HELP kvserve:tenant_decode_tokens_total Generated tokens the engine "
+    "computed for a tenant, since the engine first saw it.\n"
+    "# TYPE kvserve:tenant_decode_tokens_total counter\n"
+    "kvserve:tenant_decode_tokens_total{model_name=\"m1\",tenant=\"c0ffee\"} "
+    "40\n"
+    "kvserve:tenant_decode_tokens_total{model_name=\"m1\",tenant=\"other\"} "
+    "8\n"
+    "kvserve:tenant_decode_tokens_total{model_name=\"m2\",tenant=\"other\"} "
+    "2\n"
+    "# HELP kvserve:tenant_kv_blocks KV blocks a tenant's running sequences "
+    "hold.\n"
+    "# TYPE kvserve:tenant_kv_blocks gauge\n"
+    "kvserve:tenant_kv_blocks{model_name=\"m1\",tenant=\"c0ffee\"} 5\n"
+    "kvserve:tenant_kv_blocks{model_name=\"m1\",tenant=\"other\"} 1\n"
+    "kvserve:tenant_kv_blocks{model_name=\"m2\",tenant=\"other\"} 3\n"
+    "# HELP kvserve:kv_pool_blocks_max KV blocks the pool's requests may "
+    "hold.\n"
+    "# TYPE kvserve:kv_pool_blocks_max gauge\n"
+    "kvserve:kv_pool_blocks_max{model_name=\"m1\",pool=\"short\"} 96\n"
+    "kvserve:kv_pool_blocks_max{model_name=\"m1\",pool=\"long\"} 160\n"
+    "# HELP kvserve:kv_pool_blocks_used KV blocks held by the pool's running "
+    "requests.\n"
+    "# TYPE kvserve:kv_pool_blocks_used gauge\n"
+    "kvserve:kv_pool_blocks_used{model_name=\"m1\",pool=\"short\"} 12\n"
+    "kvserve:kv_pool_blocks_used{model_name=\"m1\",pool=\"long\"} 140\n"
+    "# HELP kvserve:kv_pool_queued Requests of the pool waiting to be "
+    "admitted.\n"
+    "# TYPE kvserve:kv_pool_queued gauge\n"
+    "kvserve:kv_pool_queued{model_name=\"m1\",pool=\"short\"} 0\n"
+    "kvserve:kv_pool_queued{model_name=\"m1\",pool=\"long\"} 3\n"
+    "# HELP kvserve:kv_pool_admitted_total Requests the pool admitted since "
+    "the engine started.\n"
+    "# TYPE kvserve:kv_pool_admitted_total counter\n"
+    "kvserve:kv_pool_admitted_total{model_name=\"m1\",pool=\"short\"} 1000\n"
+    "kvserve:kv_pool_admitted_total{model_name=\"m1\",pool=\"long\"} 25\n"
+    "# HELP kvserve:kv_pool_waited_total Of those, requests admitted after "
+    "waiting in the queue.\n"
+    "# TYPE kvserve:kv_pool_waited_total counter\n"
+    "kvserve:kv_pool_waited_total{model_name=\"m1\",pool=\"short\"} 0\n"
+    "kvserve:kv_pool_waited_total{model_name=\"m1\",pool=\"long\"} 7\n"
+    "# HELP kvserve:kv_pool_wait_seconds_total Their time waiting in the "
+    "queue.\n"
+    "# TYPE kvserve:kv_pool_wait_seconds_total counter\n"
+    "kvserve:kv_pool_wait_seconds_total{model_name=\"m1\",pool=\"short\"} "
+    "0.001\n"
+    "kvserve:kv_pool_wait_seconds_total{model_name=\"m1\",pool=\"long\"} "
+    "123.456\n"
+    "# HELP kvserve:kv_pool_refused_total Requests not admitted within "
+    "kvserve_queue_timeout (503).\n"
+    "# TYPE kvserve:kv_pool_refused_total counter\n"
+    "kvserve:kv_pool_refused_total{model_name=\"m1\",pool=\"short\"} 0\n"
+    "kvserve:kv_pool_refused_total{model_name=\"m1\",pool=\"long\"} 2\n"
+    "# HELP kvserve:lora_adapters LoRA adapters the model serves.\n"
+    "# TYPE kvserve:lora_adapters gauge\n"
+    "kvserve:lora_adapters{model_name=\"m2\"} 8\n"
+    "# HELP kvserve:lora_slots LoRA adapters resident at most "
+    "(kvserve_lora_slots).\n"
+    "# TYPE kvserve:lora_slots gauge\n"
+    "kvserve:lora_slots{model_name=\"m2\"} 4\n"
+    "# HELP kvserve:lora_resident LoRA adapters resident now.\n"
+    "# TYPE kvserve:lora_resident gauge\n"
+    "kvserve:lora_resident{model_name=\"m2\"} 3\n"
+    "# HELP kvserve:lora_waiting Requests waiting for their adapter to be "
+    "loaded.\n"
+    "# TYPE kvserve:lora_waiting gauge\n"
+    "kvserve:lora_waiting{model_name=\"m2\"} 2\n"
+    "# HELP kvserve:lora_loads_total Adapters loaded since the engine "
+    "started (not at its start).\n"
+    "# TYPE kvserve:lora_loads_total counter\n"
+    "kvserve:lora_loads_total{model_name=\"m2\"} 17\n"
+    "# HELP kvserve:lora_evictions_total Adapters unloaded to make room for "
+    "another.\n"
+    "# TYPE kvserve:lora_evictions_total counter\n"
+    "kvserve:lora_evictions_total{model_name=\"m2\"} 13\n"
+    "# HELP kvserve:lora_waited_total Requests that waited for their adapter "
+    "to be loaded.\n"
+    "# TYPE kvserve:lora_waited_total counter\n"
+    "kvserve:lora_waited_total{model_name=\"m2\"} 11\n"
+    "# HELP kvserve:lora_wait_seconds_total Their time waiting for it.\n"
+    "# TYPE kvserve:lora_wait_seconds_total counter\n"
+    "kvserve:lora_wait_seconds_total{model_name=\"m2\"} 2.500\n";
+
+
+/* The engine's optional families (KV pools, tenants, LoRA adapters)
+ * byte for byte: each family's head once, then its rows in model order,
+ * only for the models whose engine answered with the feature on (m3's
+ * engine did not answer: its pools are left out). */
+static void
+test_engine_families(void **state)
+{
+    char                  *text, *from, *to;
+    kvs_metrics_t         *m;
+    kvs_metrics_gauges_t   g[3];
+    uint32_t               len[3] = { 64, 64, 64 };
+    const char            *names[3] = { "m1", "m2", "m3" };
+
+    (void) state;
+
+    m = new_metrics(3, names, len);
+
+    memset(g, 0, sizeof(g));
+    g[0].have = 1;
+    g[0].pools = 1;
+    g[0].pool_max[0] = 96;
+    g[0].pool_max[1] = 160;
+    g[0].pool_used[0] = 12;
+    g[0].pool_used[1] = 140;
+    g[0].pool_queued[1] = 3;
+    g[0].pool_admitted[0] = 1000;
+    g[0].pool_admitted[1] = 25;
+    g[0].pool_waited[1] = 7;
+    g[0].pool_wait_ms[0] = 1;
+    g[0].pool_wait_ms[1] = 123456;
+    g[0].pool_refused[1] = 2;
+    g[0].tenants.n_top = 1;
+    g[0].tenants.n_tenants = 4;
+    g[0].tenants.top[0].key = "c0ffee";
+    g[0].tenants.top[0].key_len = 6;
+    g[0].tenants.top[0].prefill = 300;
+    g[0].tenants.top[0].decode = 40;
+    g[0].tenants.top[0].kv_blocks = 5;
+    g[0].tenants.other.prefill = 9;
+    g[0].tenants.other.decode = 8;
+    g[0].tenants.other.kv_blocks = 1;
+
+    g[1].have = 1;
+    g[1].lora_adapters = 8;
+    g[1].lora_slots = 4;
+    g[1].lora_resident = 3;
+    g[1].lora_parked = 2;
+    g[1].lora_loads = 17;
+    g[1].lora_evictions = 13;
+    g[1].lora_waited = 11;
+    g[1].lora_wait_ms = 2500;
+    g[1].tenants.n_tenants = 2;               /* none on top: "other" */
+    g[1].tenants.other.prefill = 1;
+    g[1].tenants.other.decode = 2;
+    g[1].tenants.other.kv_blocks = 3;
+
+    g[2].pools = 1;
+    g[2].pool_max[0] = 1;
+    g[2].lora_adapters = 1;
+
+    text = expose(m, g);
+    check_format(text);
+
+    from = strstr(text, "# HELP kvserve:tenant_prefill_tokens_total ");
+    to = strstr(text, "# HELP kvserve:request_success_total ");
+    assert_non_null(from);
+    assert_non_null(to);
+    assert_true(from < to);
+
+    *to = '\0';
+    assert_string_equal(from, engine_families_text);
+
+    free(text);
+    free(m);
+}
+
 /* Two processes add to one shared mapping, as nginx workers do. */
 static void
 test_shared(void **state)
@@ -775,6 +948,7 @@ main(void)
         cmocka_unit_test(test_exposition),
         cmocka_unit_test(test_params_iter_config),
         cmocka_unit_test(test_tenants),
+        cmocka_unit_test(test_engine_families),
         cmocka_unit_test(test_shared),
     };
 

@@ -34,6 +34,7 @@
  */
 
 #include "kvs_test_cpu.h"
+#include "kvs_test_engine.h"
 #include "kvs_test_model.h"
 
 #include <math.h>
@@ -88,25 +89,30 @@ model_gen(kvs_test_model_t *md, const shape_t *sh)
 static kvs_engine_t *
 engine_new(const kvs_test_model_t *md, int cache, int keep)
 {
-    kvs_err_t          err;
-    kvs_engine_t      *e;
     kvs_engine_conf_t  conf;
 
-    memset(&conf, 0, sizeof(conf));
-    conf.model = md->m;
-    conf.vocab = md->v;
-    conf.block_tokens = BT;
-    conf.n_blocks = N_BLOCKS;
-    conf.threads = 1;
-    conf.max_batch_tokens = BUDGET;
-    conf.no_prefix_cache = !cache;
+    kvs_test_engine_conf(&conf, md, BT, N_BLOCKS, BUDGET, cache);
     conf.keep_window_blocks = keep;
 
-    if (kvs_engine_new(&e, &conf, &err) != KVS_OK) {
-        fail_msg("engine: %s", err.msg);
-    }
+    return kvs_test_engine_new(&conf);
+}
 
-    return e;
+
+/* arg: the most KV blocks in use after a step once the first token
+ * came */
+static void
+step_blocks(kvs_engine_t *e, const kvs_engine_out_t *out, uint64_t ns,
+    void *arg)
+{
+    uint32_t            *decode_max;
+    kvs_engine_stats_t   st;
+
+    decode_max = arg;
+
+    if (out->n_tokens > 0) {
+        kvs_engine_stats(e, &st);
+        *decode_max = st.kv_used > *decode_max ? st.kv_used : *decode_max;
+    }
 }
 
 
@@ -119,52 +125,16 @@ static void
 run1(kvs_engine_t *e, const int32_t *prompt, uint32_t n_prompt,
     uint32_t gen, kvs_engine_out_t *out, uint32_t *decode_max)
 {
-    kvs_err_t           err;
-    kvs_engine_req_t    req;
-    kvs_engine_seq_t   *h, *hs[1];
-    kvs_engine_stats_t  st;
+    kvs_engine_req_t  req;
 
-    memset(&req, 0, sizeof(req));
-    req.prompt = prompt;
-    req.n_prompt = n_prompt;
-    req.max_tokens = gen;
-    req.ignore_eos = 1;
-    req.sample.top_p = 1.0f;
-    req.sample.logprobs = 1;
-    req.sample.top_logprobs = 3;
-
-    memset(out, 0, sizeof(*out));
-
-    if (kvs_engine_submit(e, &req, &h, &err) != KVS_OK) {
-        fail_msg("submit: %s", err.msg);
-    }
+    kvs_test_engine_req(&req, prompt, n_prompt, gen, 3);
 
     if (decode_max != NULL) {
         *decode_max = 0;
     }
 
-    while (out->finish == KVS_FINISH_NONE) {
-        (void) kvs_engine_step(e);
-
-        if (decode_max != NULL && out->n_tokens > 0) {
-            kvs_engine_stats(e, &st);
-            *decode_max = st.kv_used > *decode_max ? st.kv_used
-                                                   : *decode_max;
-        }
-
-        while (kvs_engine_ready(e, hs, 1) > 0) {
-            assert_ptr_equal(hs[0], h);
-            assert_true(kvs_engine_read(e, h, out) >= 0);
-        }
-    }
-
-    kvs_engine_close(e, h);
-    assert_int_equal(out->finish, KVS_FINISH_LENGTH);
-    assert_int_equal(out->n_tokens, gen);
-
-    if (kvs_engine_check(e, &err) != KVS_OK) {
-        fail_msg("engine check: %s", err.msg);
-    }
+    kvs_test_engine_run(e, &req, out,
+                        decode_max != NULL ? step_blocks : NULL, decode_max);
 }
 
 
@@ -190,27 +160,9 @@ static void
 same_all(const kvs_engine_out_t *a, const kvs_engine_out_t *b,
     const char *what)
 {
-    size_t  i;
-
-    assert_int_equal(a->n_tokens, b->n_tokens);
     assert_int_equal(a->n_lp, a->n_tokens);
     assert_int_equal(b->n_lp, b->n_tokens);
-
-    for (i = 0; i < a->n_tokens; i++) {
-        same_at(a, i, b, i, what);
-    }
-}
-
-
-static void
-fill(int32_t *t, uint32_t n, uint64_t seed, uint32_t n_vocab)
-{
-    uint32_t  i;
-
-    for (i = 0; i < n; i++) {
-        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-        t[i] = (int32_t) ((seed >> 33) % n_vocab);
-    }
+    kvs_test_engine_same(a, b, what);
 }
 
 
@@ -245,7 +197,7 @@ test_long_generation(void **state)
         fr = engine_new(&md, 0, 0);
         keep = engine_new(&md, 0, 1);
 
-        fill(seq, N_PROMPT, 0x77 + s, md.m->hp.n_vocab);
+        kvs_test_engine_fill(seq, N_PROMPT, 0x77 + s, md.m->hp.n_vocab, -1);
 
         run1(fr, seq, N_PROMPT, N_GEN, &a, &dmax);
         run1(keep, seq, N_PROMPT, N_GEN, &b, &kmax);
@@ -322,7 +274,7 @@ test_prefix_cache(void **state)
 
         /* A: 50 tokens, 60 generated */
         n_a = 50;
-        fill(pa, n_a, 0x1234 + s, md.m->hp.n_vocab);
+        kvs_test_engine_fill(pa, n_a, 0x1234 + s, md.m->hp.n_vocab, -1);
 
         run1(hot, pa, n_a, 60, &h, NULL);
         run1(off, pa, n_a, 60, &o, NULL);
@@ -334,7 +286,7 @@ test_prefix_cache(void **state)
         memcpy(pa + n_a, h.tokens, 60 * sizeof(int32_t));
         n_c = n_a + 60;
         done = n_c - 1;
-        fill(pa + n_c, 7, 0x99, md.m->hp.n_vocab);
+        kvs_test_engine_fill(pa + n_c, 7, 0x99, md.m->hp.n_vocab, -1);
         n_c += 7;
         kvs_engine_out_free(&h);
         kvs_engine_out_free(&o);
@@ -342,7 +294,7 @@ test_prefix_cache(void **state)
         /* B: A's first 42 tokens, then its own */
         n_b = 42 + 20;
         memcpy(pb, pa, 42 * sizeof(int32_t));
-        fill(pb + 42, 20, 0x4321, md.m->hp.n_vocab);
+        kvs_test_engine_fill(pb + 42, 20, 0x4321, md.m->hp.n_vocab, -1);
         if (pb[42] == pa[42]) {
             pb[42] = (pb[42] + 1) % (int32_t) md.m->hp.n_vocab;
         }
@@ -398,7 +350,7 @@ test_choices(void **state)
 
     for (s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
         model_gen(&md, &shapes[s]);
-        fill(p, 40, 0xc0ffee + s, md.m->hp.n_vocab);
+        kvs_test_engine_fill(p, 40, 0xc0ffee + s, md.m->hp.n_vocab, -1);
 
         keep = engine_new(&md, 0, 1);
         run1(keep, p, 40, 50, &one, NULL);
@@ -493,31 +445,16 @@ test_preemption(void **state)
         keep = engine_new(&md, 0, 1);
 
         for (i = 0; i < NP; i++) {
-            fill(p[i], 12, 0xbeef + 16 * s + i, md.m->hp.n_vocab);
+            kvs_test_engine_fill(p[i], 12, 0xbeef + 16 * s + i,
+                                 md.m->hp.n_vocab, -1);
             run1(keep, p[i], 12, 40, &one[i], NULL);
         }
 
         for (cache = 0; cache < 2; cache++) {
-            memset(&conf, 0, sizeof(conf));
-            conf.model = md.m;
-            conf.vocab = md.v;
-            conf.block_tokens = BT;
-            conf.n_blocks = 11;
-            conf.threads = 1;
-            conf.max_batch_tokens = BUDGET;
-            conf.no_prefix_cache = !cache;
+            kvs_test_engine_conf(&conf, &md, BT, 11, BUDGET, cache);
+            e = kvs_test_engine_new(&conf);
 
-            if (kvs_engine_new(&e, &conf, &err) != KVS_OK) {
-                fail_msg("engine: %s", err.msg);
-            }
-
-            memset(&req, 0, sizeof(req));
-            req.n_prompt = 12;
-            req.max_tokens = 40;
-            req.ignore_eos = 1;
-            req.sample.top_p = 1.0f;
-            req.sample.logprobs = 1;
-            req.sample.top_logprobs = 3;
+            kvs_test_engine_req(&req, NULL, 12, 40, 3);
             memset(out, 0, sizeof(out));
 
             for (i = 0; i < NP; i++) {
@@ -597,21 +534,12 @@ test_admission(void **state)
 
     (void) state;
     model_gen(&md, &shapes[0]);
-    fill(p, N_PROMPT, 0xad, md.m->hp.n_vocab);
+    kvs_test_engine_fill(p, N_PROMPT, 0xad, md.m->hp.n_vocab, -1);
 
     for (k = 0; k < 2; k++) {
-        memset(&conf, 0, sizeof(conf));
-        conf.model = md.m;
-        conf.vocab = md.v;
-        conf.block_tokens = BT;
-        conf.n_blocks = 16;
-        conf.threads = 1;
-        conf.max_batch_tokens = BUDGET;
+        kvs_test_engine_conf(&conf, &md, BT, 16, BUDGET, 1);
         conf.keep_window_blocks = k;
-
-        if (kvs_engine_new(k ? &keep : &e, &conf, &err) != KVS_OK) {
-            fail_msg("engine: %s", err.msg);
-        }
+        *(k ? &keep : &e) = kvs_test_engine_new(&conf);
     }
 
     memset(&req, 0, sizeof(req));
@@ -667,7 +595,7 @@ test_poisoned_blocks(void **state)
     for (s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
         model_gen(&md, &shapes[s]);
         w = shapes[s].swa;
-        fill(ids, n, 0x5150 + s, md.m->hp.n_vocab);
+        kvs_test_engine_fill(ids, n, 0x5150 + s, md.m->hp.n_vocab, -1);
 
         if (kvs_cpu_model_new(&cm, md.m, &err) != KVS_OK
             || kvs_cpu_kv_new(&kv, cm, 64, BT, &err) != KVS_OK

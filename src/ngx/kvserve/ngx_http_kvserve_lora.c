@@ -39,6 +39,7 @@
 #include <ngx_http.h>
 
 #include "ngx_http_kvserve.h"
+#include "ngx_http_kvserve_param.h"
 #include "ngx_http_kvserve_request.h"
 #include "base/kvs_hash.h"
 #include "base/kvs_le.h"
@@ -110,7 +111,7 @@ ngx_http_kvserve_lora_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     u_char                    *p;
     uint8_t                    b[8];
     kvs_err_t                  err;
-    ngx_str_t                 *value, base, path;
+    ngx_str_t                 *value, base, path, v;
     ngx_uint_t                 i, n;
     kvs_lora_t                *l;
     ngx_http_kvserve_lora_t   *a;
@@ -129,11 +130,11 @@ ngx_http_kvserve_lora_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     ngx_str_null(&base);
 
     for (i = 3; i < cf->args->nelts; i++) {
-        if (value[i].len > 5 && ngx_strncmp(value[i].data, "base=", 5) == 0
-            && base.len == 0)
+        if (base.len == 0
+            && ngx_http_kvserve_param(&value[i], "base", &v) == NGX_OK
+            && v.len > 0)
         {
-            base.data = value[i].data + 5;
-            base.len = value[i].len - 5;
+            base = v;
             continue;
         }
 

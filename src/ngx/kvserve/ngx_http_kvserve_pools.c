@@ -15,6 +15,7 @@
 #include <ngx_http.h>
 
 #include "ngx_http_kvserve.h"
+#include "ngx_http_kvserve_param.h"
 #include "ngx_http_kvserve_request.h"
 
 
@@ -22,7 +23,7 @@
 
 
 static char *ngx_http_kvserve_pool_num(ngx_conf_t *cf, ngx_command_t *cmd,
-    ngx_str_t *v, size_t skip, ngx_uint_t min, ngx_uint_t *out,
+    ngx_str_t *arg, ngx_str_t *v, ngx_uint_t min, ngx_uint_t *out,
     const char *must);
 
 
@@ -38,7 +39,7 @@ ngx_http_kvserve_kv_pool(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_kvserve_main_conf_t  *kmcf = conf;
 
-    ngx_str_t   *value;
+    ngx_str_t   *value, v;
     ngx_uint_t   i, share, min_tokens, max_prefill, chunk;
 
     if (kmcf->pool_min_tokens != NGX_CONF_UNSET_UINT) {
@@ -61,8 +62,8 @@ ngx_http_kvserve_kv_pool(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     for (i = 2; i < cf->args->nelts; i++) {
 
-        if (ngx_strncmp(value[i].data, "min_tokens=", 11) == 0) {
-            if (ngx_http_kvserve_pool_num(cf, cmd, &value[i], 11, 1,
+        if (ngx_http_kvserve_param(&value[i], "min_tokens", &v) == NGX_OK) {
+            if (ngx_http_kvserve_pool_num(cf, cmd, &value[i], &v, 1,
                                           &min_tokens, "min_tokens must be "
                                           "a number of tokens of at least "
                                           "1") != NGX_CONF_OK)
@@ -70,8 +71,10 @@ ngx_http_kvserve_kv_pool(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
                 return NGX_CONF_ERROR;
             }
 
-        } else if (ngx_strncmp(value[i].data, "max_prefill=", 12) == 0) {
-            if (ngx_http_kvserve_pool_num(cf, cmd, &value[i], 12, 1,
+        } else if (ngx_http_kvserve_param(&value[i], "max_prefill", &v)
+                   == NGX_OK)
+        {
+            if (ngx_http_kvserve_pool_num(cf, cmd, &value[i], &v, 1,
                                           &max_prefill, "max_prefill must "
                                           "be a number of requests of at "
                                           "least 1") != NGX_CONF_OK)
@@ -79,8 +82,8 @@ ngx_http_kvserve_kv_pool(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
                 return NGX_CONF_ERROR;
             }
 
-        } else if (ngx_strncmp(value[i].data, "chunk=", 6) == 0) {
-            if (ngx_http_kvserve_pool_num(cf, cmd, &value[i], 6, 1, &chunk,
+        } else if (ngx_http_kvserve_param(&value[i], "chunk", &v) == NGX_OK) {
+            if (ngx_http_kvserve_pool_num(cf, cmd, &value[i], &v, 1, &chunk,
                                           "chunk must be a number of "
                                           "tokens of at least 1")
                 != NGX_CONF_OK)
@@ -88,12 +91,7 @@ ngx_http_kvserve_kv_pool(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
                 return NGX_CONF_ERROR;
             }
 
-        } else if (ngx_strncmp(value[i].data, "share=", 6) == 0) {
-            ngx_str_t  v;
-
-            v.data = value[i].data + 6;
-            v.len = value[i].len - 6;
-
+        } else if (ngx_http_kvserve_param(&value[i], "share", &v) == NGX_OK) {
             if (ngx_http_kvserve_parse_milli(&v, &share) != NGX_OK) {
                 return ngx_http_kvserve_conf_invalid(cf, cmd, &value[i],
                                                      "share must be a "
@@ -132,20 +130,20 @@ ngx_http_kvserve_kv_pool(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
-/* v's number after skip bytes into *out, at least min; else nginx's
- * "invalid value" with must. */
+/* The number v (arg's value) into *out, at least min; else nginx's
+ * "invalid value" naming arg, with must. */
 static char *
-ngx_http_kvserve_pool_num(ngx_conf_t *cf, ngx_command_t *cmd, ngx_str_t *v,
-    size_t skip, ngx_uint_t min, ngx_uint_t *out, const char *must)
+ngx_http_kvserve_pool_num(ngx_conf_t *cf, ngx_command_t *cmd, ngx_str_t *arg,
+    ngx_str_t *v, ngx_uint_t min, ngx_uint_t *out, const char *must)
 {
     ngx_int_t  n;
 
-    n = ngx_atoi(v->data + skip, v->len - skip);
+    n = ngx_atoi(v->data, v->len);
 
     if (n == NGX_ERROR || (ngx_uint_t) n < min
         || n > NGX_HTTP_KVSERVE_POOL_MAX_TOKENS)
     {
-        return ngx_http_kvserve_conf_invalid(cf, cmd, v, must);
+        return ngx_http_kvserve_conf_invalid(cf, cmd, arg, must);
     }
 
     *out = (ngx_uint_t) n;

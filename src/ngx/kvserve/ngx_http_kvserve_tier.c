@@ -24,6 +24,7 @@
 #include <xxhash.h>
 
 #include "ngx_http_kvserve.h"
+#include "ngx_http_kvserve_param.h"
 #include "backend/kvs_backend.h"
 #include "kv/kvs_tier.h"
 
@@ -40,7 +41,7 @@ ngx_http_kvserve_kv_tier_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     ngx_http_kvserve_main_conf_t  *kmcf = conf;
 
     off_t                     size;
-    ngx_str_t                *value, model;
+    ngx_str_t                *value, model, v;
     ngx_int_t                 always;
     ngx_uint_t                i, n;
     ngx_http_kvserve_tier_t  *t;
@@ -82,12 +83,11 @@ ngx_http_kvserve_kv_tier_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     always = -1;
 
     for (i = 4; i < n; i++) {
-        if (value[i].len > 6
-            && ngx_strncmp(value[i].data, "model=", 6) == 0
-            && model.len == 0)
+        if (model.len == 0
+            && ngx_http_kvserve_param(&value[i], "model", &v) == NGX_OK
+            && v.len > 0)
         {
-            model.data = value[i].data + 6;
-            model.len = value[i].len - 6;
+            model = v;
             continue;
         }
 

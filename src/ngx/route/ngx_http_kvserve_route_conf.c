@@ -29,6 +29,7 @@
 #include <stdlib.h>
 
 #include "ngx_http_kvserve_route.h"
+#include "ngx/kvserve/ngx_http_kvserve_param.h"
 
 
 static ngx_int_t ngx_http_kvserve_route_postconf(ngx_conf_t *cf);
@@ -207,7 +208,7 @@ ngx_http_kvserve_route_directive(ngx_conf_t *cf, ngx_command_t *cmd,
 
     for (i = 1; i < cf->args->nelts; i++) {
 
-        if (ngx_strncmp(value[i].data, "redis=", 6) == 0) {
+        if (ngx_http_kvserve_param(&value[i], "redis", &v) == NGX_OK) {
             if (ngx_http_kvserve_redis_resolve(cf, &cmd->name, &value[i],
                                                &rlcf->redis)
                 != NGX_OK)
@@ -228,10 +229,7 @@ ngx_http_kvserve_route_directive(ngx_conf_t *cf, ngx_command_t *cmd,
             continue;
         }
 
-        if (ngx_strncmp(value[i].data, "timeout=", 8) == 0) {
-            v.data = value[i].data + 8;
-            v.len = value[i].len - 8;
-
+        if (ngx_http_kvserve_param(&value[i], "timeout", &v) == NGX_OK) {
             rlcf->timeout = ngx_parse_time(&v, 0);
             if (rlcf->timeout == (ngx_msec_t) NGX_ERROR
                 || rlcf->timeout == 0)
@@ -246,10 +244,7 @@ ngx_http_kvserve_route_directive(ngx_conf_t *cf, ngx_command_t *cmd,
             continue;
         }
 
-        if (ngx_strncmp(value[i].data, "reserve_ttl=", 12) == 0) {
-            v.data = value[i].data + 12;
-            v.len = value[i].len - 12;
-
+        if (ngx_http_kvserve_param(&value[i], "reserve_ttl", &v) == NGX_OK) {
             rlcf->reserve_ttl = ngx_parse_time(&v, 0);
             if (rlcf->reserve_ttl == (ngx_msec_t) NGX_ERROR
                 || kvs_index_resv_ttl_check(rlcf->reserve_ttl, NULL)
@@ -265,11 +260,10 @@ ngx_http_kvserve_route_directive(ngx_conf_t *cf, ngx_command_t *cmd,
             continue;
         }
 
-        if (ngx_strncmp(value[i].data, "upstream=", 9) == 0
-            && value[i].len > 9)
+        if (ngx_http_kvserve_param(&value[i], "upstream", &v) == NGX_OK
+            && v.len > 0)
         {
-            rlcf->upstream.data = value[i].data + 9;
-            rlcf->upstream.len = value[i].len - 9;
+            rlcf->upstream = v;
             continue;
         }
 

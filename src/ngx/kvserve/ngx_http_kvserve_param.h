@@ -1,0 +1,41 @@
+/*
+ * ngx_http_kvserve_param: the one reader of the "name=value" parameters
+ * of kvserve's directives (kvserve_kv_pool, kvserve_kv_tier,
+ * kvserve_lora, kvserve_route).
+ *
+ * It only splits a parameter, and never fails: each directive checks the
+ * value and words its own `nginx -t` error, naming the whole parameter.
+ * The value points into the parameter (the configuration's memory), so
+ * it lives as long as the configuration does.
+ */
+
+#ifndef NGX_HTTP_KVSERVE_PARAM_H
+#define NGX_HTTP_KVSERVE_PARAM_H
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+
+
+/* NGX_OK when arg is name=value (name, then '='), *v then set to value,
+ * which may be empty; NGX_DECLINED, *v untouched, otherwise. */
+static ngx_inline ngx_int_t
+ngx_http_kvserve_param(const ngx_str_t *arg, const char *name, ngx_str_t *v)
+{
+    size_t  n;
+
+    n = ngx_strlen(name);
+
+    if (arg->len <= n || arg->data[n] != '='
+        || ngx_strncmp(arg->data, name, n) != 0)
+    {
+        return NGX_DECLINED;
+    }
+
+    v->data = arg->data + n + 1;
+    v->len = arg->len - n - 1;
+
+    return NGX_OK;
+}
+
+
+#endif /* NGX_HTTP_KVSERVE_PARAM_H */
