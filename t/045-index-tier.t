@@ -125,7 +125,8 @@ sub ids {
 }
 
 my @p = ids(96);
-my @names = split /\n/, `$cli index-names --model kvserve-tiny --epoch $epoch --block 16 @p`;
+my @names = split /\n/,
+    `$cli index-names --model kvserve-tiny --epoch $epoch --block 16 @p`;
 is(scalar @names, 6, "P's 6 block names");
 
 # HGETALL of a block's entry, as "field=value ..." sorted

@@ -76,14 +76,15 @@ static void kvs_engine_tier_ix_watch(void *arg, uint64_t ns,
     const uint8_t *id, int ready);
 static uint32_t *kvs_engine_tier_ix_find(kvs_engine_tier_ix_t *tx,
     uint64_t ns, const uint8_t *id);
-static void kvs_engine_tier_ix_clear(kvs_engine_t *e);
+static void kvs_engine_tier_ix_each(kvs_engine_t *e, int del);
+static void kvs_engine_tier_ix_empty(kvs_engine_tier_ix_t *tx);
 
 
 int
 kvs_engine_tier_ix_new(kvs_engine_t *e, kvs_tier_t *tier, uint64_t slots,
     uint32_t depth, kvs_err_t *err)
 {
-    uint32_t               i, nb;
+    uint32_t               nb;
     uint64_t               cap;
     kvs_engine_tier_ix_t  *tx;
 
@@ -119,13 +120,7 @@ kvs_engine_tier_ix_new(kvs_engine_t *e, kvs_tier_t *tier, uint64_t slots,
                            "the index names of %u blocks", (unsigned) cap);
     }
 
-    memset(tx->buckets, 0xff, (size_t) nb * sizeof(uint32_t));
-
-    for (i = 0; i < tx->cap; i++) {
-        tx->ent[i].next = i + 1 < tx->cap ? i + 1 : KVS_TIER_IX_NONE;
-    }
-
-    tx->free_head = 0;
+    kvs_engine_tier_ix_empty(tx);
     e->tier_ix = tx;
     kvs_tier_set_watch(tier, kvs_engine_tier_ix_watch, tx);
 
@@ -276,7 +271,11 @@ kvs_engine_tier_ix_drain(kvs_engine_t *e)
     pthread_mutex_unlock(&tx->mu);
 
     if (lost) {
-        kvs_engine_tier_ix_clear(e);
+        /* the watch's news were lost: unpublish every disk name and
+         * forget them all (the index then says less than the disk
+         * holds, never more) */
+        kvs_engine_tier_ix_each(e, 1);
+        kvs_engine_tier_ix_empty(tx);
         return;
     }
 
@@ -314,22 +313,14 @@ kvs_engine_tier_ix_drain(kvs_engine_t *e)
 void
 kvs_engine_tier_ix_list(kvs_engine_t *e)
 {
-    uint32_t               b, i;
-    kvs_engine_tier_ix_t  *tx = e->tier_ix;
-
-    for (b = 0; b <= tx->mask; b++) {
-        for (i = tx->buckets[b]; i != KVS_TIER_IX_NONE; i = tx->ent[i].next) {
-            if (tx->ent[i].ready) {
-                kvs_engine_index_record(e, tx->ent[i].name, 0, 1);
-            }
-        }
-    }
+    kvs_engine_tier_ix_each(e, 0);
 }
 
 
-/* The watch's news were lost: unpublish every disk name, forget all. */
+/* Records every published disk name: as an add (a listing) or a
+ * delete (del). */
 static void
-kvs_engine_tier_ix_clear(kvs_engine_t *e)
+kvs_engine_tier_ix_each(kvs_engine_t *e, int del)
 {
     uint32_t               b, i;
     kvs_engine_tier_ix_t  *tx = e->tier_ix;
@@ -337,12 +328,20 @@ kvs_engine_tier_ix_clear(kvs_engine_t *e)
     for (b = 0; b <= tx->mask; b++) {
         for (i = tx->buckets[b]; i != KVS_TIER_IX_NONE; i = tx->ent[i].next) {
             if (tx->ent[i].ready) {
-                kvs_engine_index_record(e, tx->ent[i].name, 1, 1);
+                kvs_engine_index_record(e, tx->ent[i].name, del, 1);
             }
         }
-
-        tx->buckets[b] = KVS_TIER_IX_NONE;
     }
+}
+
+
+/* No entry: every bucket empty, every entry free. */
+static void
+kvs_engine_tier_ix_empty(kvs_engine_tier_ix_t *tx)
+{
+    uint32_t  i;
+
+    memset(tx->buckets, 0xff, ((size_t) tx->mask + 1) * sizeof(uint32_t));
 
     for (i = 0; i < tx->cap; i++) {
         tx->ent[i].next = i + 1 < tx->cap ? i + 1 : KVS_TIER_IX_NONE;

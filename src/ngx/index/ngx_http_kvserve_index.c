@@ -554,7 +554,8 @@ ngx_http_kvserve_index_exit_process(ngx_cycle_t *cycle)
                   "blocks, %uL written to and %uL dropped from the disk "
                   "tier, in %uL batches, %uL failed, %uL error replies, "
                   "%uL full listings asked", p->n_add, p->n_del,
-                  p->n_dadd, p->n_ddel, p->n_batches, p->n_failed, p->n_errors, p->n_resyncs);
+                  p->n_dadd, p->n_ddel, p->n_batches, p->n_failed,
+                  p->n_errors, p->n_resyncs);
 
     ngx_free(p->buf);
     ngx_free(p->argv);
