@@ -369,6 +369,7 @@ kvs_index_lk_worth(const kvs_index_lookup_t *lk, uint32_t h, uint32_t pool,
 
     w = lk->hosts[h].tier_weight != 0 ? lk->hosts[h].tier_weight
                                       : KVS_INDEX_TIER_WEIGHT_DEFAULT;
+    w = w < KVS_INDEX_TIER_WEIGHT_ONE ? w : KVS_INDEX_TIER_WEIGHT_ONE;
     pool = pool < blocks ? pool : blocks;
 
     return ((double) pool
