@@ -254,6 +254,31 @@ count(const uint8_t *v, uint32_t n)
 }
 
 
+/* An engine whose tier has exactly SLOTS slots (the slot's size read
+ * from an engine with a larger tier first), on a new file. */
+static kvs_engine_t *
+engine_slots(const kvs_test_model_t *md)
+{
+    uint64_t            slot;
+    kvs_engine_t       *e;
+    kvs_engine_stats_t  st;
+
+    unlink(tier_path());
+    e = engine_new(md, 1u << 20);
+    kvs_engine_stats(e, &st);
+    slot = st.tier.slot_bytes;
+    assert_true(slot > 0);
+    kvs_engine_free(e);
+    unlink(tier_path());
+
+    e = engine_new(md, 4096 + SLOTS * slot);
+    kvs_engine_stats(e, &st);
+    assert_int_equal(st.tier.slots, SLOTS);
+
+    return e;
+}
+
+
 /* Lets the writer finish, and one step drain what it reported. */
 static void
 settle(kvs_engine_t *e)
@@ -268,7 +293,6 @@ test_disk_names(void **state)
 {
     int32_t             tok[N_PROMPT][LEN];
     uint32_t            s, i, loaded;
-    uint64_t            slot;
     book_t             *bk;
     kvs_engine_t       *e;
     kvs_test_model_t    md;
@@ -278,19 +302,7 @@ test_disk_names(void **state)
     (void) state;
 
     kvs_test_model_small(&md, "test-engine-tier-ix", 256, 0x71e5, 1);
-    unlink(tier_path());
-
-    /* the slot's size, then a tier of exactly SLOTS slots */
-    e = engine_new(&md, 1u << 20);
-    kvs_engine_stats(e, &st);
-    slot = st.tier.slot_bytes;
-    assert_true(slot > 0);
-    kvs_engine_free(e);
-    unlink(tier_path());
-
-    e = engine_new(&md, 4096 + SLOTS * slot);
-    kvs_engine_stats(e, &st);
-    assert_int_equal(st.tier.slots, SLOTS);
+    e = engine_slots(&md);
 
     bk = calloc(1, sizeof(book_t));
     assert_non_null(bk);
@@ -388,7 +400,6 @@ test_listing_after_subscribe(void **state)
 {
     int32_t             tok[6][LEN];
     uint32_t            s;
-    uint64_t            slot;
     book_t             *bk;
     kvs_engine_t       *e;
     kvs_test_model_t    md;
@@ -398,14 +409,7 @@ test_listing_after_subscribe(void **state)
     (void) state;
 
     kvs_test_model_small(&md, "test-engine-tier-ix2", 256, 0x71e6, 1);
-    unlink(tier_path());
-    e = engine_new(&md, 1u << 20);
-    kvs_engine_stats(e, &st);
-    slot = st.tier.slot_bytes;
-    kvs_engine_free(e);
-    unlink(tier_path());
-
-    e = engine_new(&md, 4096 + SLOTS * slot);
+    e = engine_slots(&md);
     bk = calloc(1, sizeof(book_t));
     assert_non_null(bk);
     memset(&ix, 0, sizeof(ix));
