@@ -170,6 +170,10 @@ kvs_engine_new(kvs_engine_t **out, const kvs_engine_conf_t *conf,
     }
 
     rc = kvs_engine_tier_new(e, err);
+    if (rc != KVS_OK) {
+        goto failed;
+    }
+
     rc = kvs_engine_lora_new(e, err);
     if (rc != KVS_OK) {
         goto failed;

@@ -423,14 +423,26 @@ kvs_backend_kind_t kvs_engine_mem(const kvs_engine_t *e,
  * over once per step (the eventfd becomes readable when there is
  * something to take); kvs_engine_index_take() gets them, netted:
  * a name is in adds or dels at most once, as the last event says.
+ * With a disk tier (conf.tier_path) a block the tree evicts and the
+ * tier stores is named again, as the disk tier's, once it is written;
+ * when the tier reclaims its slot or finds it corrupt, it is dropped
+ * (kvs_engine_tier_ix.c).  The disk tier's names are netted apart from
+ * the pool's: a block may be in both.
  */
 typedef struct {
-    uint8_t   (*names)[16];           /* [n_add + n_del] kvs_index_name_t
-                                         bytes: added (parents before
-                                         children), then evicted
-                                         (children before parents) */
+    uint8_t   (*names)[16];           /* [n_add + n_del + n_dadd + n_ddel]
+                                         kvs_index_name_t bytes: added
+                                         (parents before children), then
+                                         evicted (children before
+                                         parents), then the disk tier's
+                                         added and dropped */
     uint32_t    n_add;
     uint32_t    n_del;
+    uint32_t    n_dadd;               /* written to the disk tier */
+    uint32_t    n_ddel;               /* gone from it (reclaimed, corrupt) */
+    uint32_t    tier_weight;          /* a disk block's worth per mille of
+                                         a pool block's (the host record's
+                                         tw); 0: no tier, or unmeasured */
     int         resync;               /* the adds begin with the whole
                                          cache's listing (a subscribe,
                                          or a record that was lost) */

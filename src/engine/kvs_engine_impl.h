@@ -36,6 +36,7 @@
 #include <pthread.h>
 
 #include "backend/kvs_backend.h"
+#include "kv/kvs_tier.h"
 #include "sched/kvs_sched.h"
 #include "tokenizer/kvs_tok.h"
 #include "kvs_engine.h"
@@ -116,10 +117,12 @@ struct kvs_engine_seq_s {
     kvs_engine_seq_t        *ready_next;
 };
 
-/* One recorded name: added (del 0) or evicted. */
+/* One recorded name: added (del 0) or evicted, in the pool (tier 0) or
+ * the disk tier (1). */
 typedef struct {
     uint8_t  name[16];
     uint8_t  del;
+    uint8_t  tier;
 } kvs_engine_ix_ev_t;
 
 /*
@@ -147,7 +150,8 @@ typedef struct {
     size_t                   ev_max;   /* past it: dropped, resync */
 } kvs_engine_ix_t;
 
-typedef struct kvs_engine_tier_s  kvs_engine_tier_t;
+typedef struct kvs_engine_tier_s     kvs_engine_tier_t;
+typedef struct kvs_engine_tier_ix_s  kvs_engine_tier_ix_t;
 
 struct kvs_engine_s {
     kvs_engine_conf_t        conf;
@@ -199,6 +203,8 @@ struct kvs_engine_s {
     kvs_engine_tenants_t     tenants;  /* published under the lock */
     kvs_engine_ix_t          ix;       /* the prefix index's record */
     kvs_engine_tier_t       *tier;     /* NULL: no disk tier */
+    kvs_engine_tier_ix_t    *tier_ix;  /* the disk tier's names in the
+                                          prefix index; NULL: none */
 
     /* LoRA adapters (kvs_engine_lora.c) */
     struct kvs_engine_lora_s *lora;    /* NULL: none */
@@ -261,6 +267,11 @@ void kvs_engine_index_end(kvs_engine_t *e);
 /* Whether the engine thread has index work (under e->lock). */
 int kvs_engine_index_pending(const kvs_engine_t *e);
 
+/* Records one event of name in tier (0 pool, 1 disk) while subscribed
+ * (engine thread, inside a step: between begin and end). */
+void kvs_engine_index_record(kvs_engine_t *e, const uint8_t *name,
+    int del, int tier);
+
 
 /* kvs_engine_tier.c */
 
@@ -280,6 +291,24 @@ void kvs_engine_tier_publish(kvs_engine_t *e);
 /* The figures the tier and its queue keep (under their own locks) into
  * st, as of now; any thread. */
 void kvs_engine_tier_live(kvs_engine_t *e, kvs_engine_tier_stats_t *st);
+
+
+/* kvs_engine_tier_ix.c: the disk tier's blocks in the prefix index */
+
+/* With naming on: the table of spilled blocks' names (for slots + depth
+ * blocks) and the tier's watch.  KVS_OK and nothing without naming. */
+int kvs_engine_tier_ix_new(kvs_engine_t *e, kvs_tier_t *tier,
+    uint64_t slots, uint32_t depth, kvs_err_t *err);
+/* Unsets the watch (the writer must be stopped) and frees. */
+void kvs_engine_tier_ix_free(kvs_engine_t *e, kvs_tier_t *tier);
+/* The tree spills a block (engine thread, in the spill function): in
+ * the tier already (stored 1) or queued for it (0). */
+void kvs_engine_tier_ix_spilled(kvs_engine_t *e, const kvs_radix_key_t *key,
+    const uint8_t *path, int stored);
+/* The watch's news into the index's record (engine thread, in a step). */
+void kvs_engine_tier_ix_drain(kvs_engine_t *e);
+/* Every published disk name as an add (a listing, in a step). */
+void kvs_engine_tier_ix_list(kvs_engine_t *e);
 
 
 /* kvs_engine_gram.c */

@@ -18,8 +18,10 @@
  *     it, in order) says exactly what the cache holds; when an event
  *     cannot be kept (memory, or ev_max events not taken) the record is
  *     dropped and a resync asked for, never left with a hole;
- *   - a netted take holds each name at most once: as added when its
- *     last event added it, as deleted when its last event evicted it.
+ *   - a netted take holds each (name, tier) at most once: as added when
+ *     its last event added it, as deleted when its last event evicted
+ *     it.  The pool's names come first, then the disk tier's
+ *     (kvs_engine_tier_ix.c), each adds then dels.
  *     Since a name is in the cache at most once, its events alternate
  *     (but for a listing, which re-adds what the cache holds after the
  *     untaken events), and ordering by the last event keeps parents
@@ -33,6 +35,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "index/kvs_index_lookup.h"
 #include "index/kvs_index_name.h"
 #include "kvs_engine_impl.h"
 
@@ -43,8 +46,6 @@ static void kvs_engine_index_added(void *arg, const kvs_radix_key_t *key,
     const uint8_t *parent, const int32_t *tokens, uint32_t n,
     uint8_t (*names)[KVS_RADIX_NAME_LEN]);
 static void kvs_engine_index_evicted(void *arg, const uint8_t *name);
-static void kvs_engine_index_record(kvs_engine_t *e, const uint8_t *name,
-    int del);
 static int kvs_engine_index_net(kvs_engine_index_t *out, size_t n,
     kvs_err_t *err);
 
@@ -86,6 +87,11 @@ kvs_engine_step(kvs_engine_t *e)
 
     kvs_engine_index_begin(e);
     busy = kvs_engine_step_run(e);
+
+    if (e->tier_ix != NULL) {
+        kvs_engine_tier_ix_drain(e);
+    }
+
     kvs_engine_index_end(e);
 
     return busy;
@@ -134,7 +140,7 @@ kvs_engine_index_pending(const kvs_engine_t *e)
 static void
 kvs_engine_index_listed(void *arg, const uint8_t *name)
 {
-    kvs_engine_index_record(arg, name, 0);
+    kvs_engine_index_record(arg, name, 0, 0);
 }
 
 
@@ -167,6 +173,10 @@ kvs_engine_index_begin(kvs_engine_t *e)
         e->ix.lost = 0;
         e->ix.listing = 1;
         (void) kvs_radix_list_names(e->radix, kvs_engine_index_listed, e);
+
+        if (e->tier_ix != NULL) {
+            kvs_engine_tier_ix_list(e);
+        }
     }
 }
 
@@ -248,6 +258,8 @@ kvs_engine_index_take(kvs_engine_t *e, kvs_engine_index_t *out,
 
     out->n_add = 0;
     out->n_del = 0;
+    out->n_dadd = 0;
+    out->n_ddel = 0;
 
     pthread_mutex_lock(&e->lock);
 
@@ -272,6 +284,11 @@ kvs_engine_index_take(kvs_engine_t *e, kvs_engine_index_t *out,
     out->long_min = e->shown.pools ? e->shown.pool_min_tokens : 0;
     out->long_room = e->shown.pools ? e->shown.long_room : 0;
     out->long_slots = e->shown.pools ? e->shown.long_slots : 0;
+    out->tier_weight = e->tier_ix == NULL ? 0
+                       : kvs_index_tier_weight(e->conf.block_tokens,
+                                               e->shown.tier.slot_bytes,
+                                               e->shown.tier.load_bps,
+                                               e->shown.tier.prefill_tps);
 
     pthread_mutex_unlock(&e->lock);
 
@@ -280,6 +297,8 @@ kvs_engine_index_take(kvs_engine_t *e, kvs_engine_index_t *out,
          * again rather than a hole */
         out->n_add = 0;
         out->n_del = 0;
+        out->n_dadd = 0;
+        out->n_ddel = 0;
         out->resync = 0;
         kvs_engine_index_resync(e);
         return KVS_ENOMEM;
@@ -346,7 +365,7 @@ kvs_engine_index_added(void *arg, const kvs_radix_key_t *key,
         prev = cur;
 
         if (e->ix.on) {
-            kvs_engine_index_record(e, cur.b, 0);
+            kvs_engine_index_record(e, cur.b, 0, 0);
         }
     }
 }
@@ -358,17 +377,18 @@ kvs_engine_index_evicted(void *arg, const uint8_t *name)
     kvs_engine_t  *e = arg;
 
     if (e->ix.on) {
-        kvs_engine_index_record(e, name, 1);
+        kvs_engine_index_record(e, name, 1, 0);
     }
 }
 
 
-static void
-kvs_engine_index_record(kvs_engine_t *e, const uint8_t *name, int del)
+void
+kvs_engine_index_record(kvs_engine_t *e, const uint8_t *name, int del,
+    int tier)
 {
     kvs_engine_ix_ev_t  *ev;
 
-    if (e->ix.lost) {
+    if (!e->ix.on || e->ix.lost) {
         return;                       /* a resync is coming anyway */
     }
 
@@ -382,35 +402,39 @@ kvs_engine_index_record(kvs_engine_t *e, const uint8_t *name, int del)
     ev = &e->ix.step_ev[e->ix.step_n++];
     memcpy(ev->name, name, KVS_INDEX_NAME_LEN);
     ev->del = (uint8_t) del;
+    ev->tier = (uint8_t) tier;
 }
 
 
 /* --- the consumer's side ------------------------------------------------- */
 
 static uint64_t
-kvs_engine_index_hash(const uint8_t *name)
+kvs_engine_index_hash(const uint8_t *name, uint8_t tier)
 {
     uint64_t  h;
 
     /* names are hashes already: their first bytes spread well */
     memcpy(&h, name, sizeof(h));
 
-    return h;
+    return h + tier;
 }
 
 
-/* Finds name's slot: the one holding an event of that name, or the
- * empty one where it would go. */
+/* Finds the slot of e's (name, tier): the one holding an event of
+ * them, or the empty one where it would go. */
 static size_t
 kvs_engine_index_slot(const kvs_engine_index_t *out,
-    const kvs_engine_ix_ev_t *ev, size_t mask, const uint8_t *name)
+    const kvs_engine_ix_ev_t *ev, size_t mask, const kvs_engine_ix_ev_t *e)
 {
     size_t  i;
 
-    for (i = kvs_engine_index_hash(name) & mask;
+    for (i = kvs_engine_index_hash(e->name, e->tier) & mask;
          out->slots[i] != UINT32_MAX; i = (i + 1) & mask)
     {
-        if (memcmp(ev[out->slots[i]].name, name, KVS_INDEX_NAME_LEN) == 0) {
+        if (ev[out->slots[i]].tier == e->tier
+            && memcmp(ev[out->slots[i]].name, e->name, KVS_INDEX_NAME_LEN)
+               == 0)
+        {
             break;
         }
     }
@@ -419,12 +443,14 @@ kvs_engine_index_slot(const kvs_engine_index_t *out,
 }
 
 
-/* out->ev[0, n) netted into out->names: each name once, as its last
- * event says, adds first, in the order of those last events. */
+/* out->ev[0, n) netted into out->names: each (name, tier) once, as its
+ * last event says; the pool's adds, then its dels, then the disk tier's
+ * adds and dels, each in the order of those last events. */
 static int
 kvs_engine_index_net(kvs_engine_index_t *out, size_t n, kvs_err_t *err)
 {
-    size_t               i, cap, mask, s, k;
+    size_t               i, cap, mask, s, k, from;
+    uint32_t             pass, count[4];
     kvs_engine_ix_ev_t  *ev;
 
     if (n == 0) {
@@ -449,35 +475,34 @@ kvs_engine_index_net(kvs_engine_index_t *out, size_t n, kvs_err_t *err)
     mask = cap - 1;
     memset(out->slots, 0xff, cap * sizeof(uint32_t));
 
-    /* each name's slot ends holding its last event */
+    /* each (name, tier)'s slot ends holding its last event */
     for (i = 0; i < n; i++) {
-        s = kvs_engine_index_slot(out, ev, mask, ev[i].name);
+        s = kvs_engine_index_slot(out, ev, mask, &ev[i]);
         out->slots[s] = (uint32_t) i;
     }
 
     k = 0;
 
-    for (i = 0; i < n; i++) {
-        if (ev[i].del == 0
-            && out->slots[kvs_engine_index_slot(out, ev, mask, ev[i].name)]
-               == i)
-        {
-            memcpy(out->names[k++], ev[i].name, KVS_INDEX_NAME_LEN);
+    /* the pool's adds, its dels, the disk tier's adds, its dels */
+    for (pass = 0; pass < 4; pass++) {
+        from = k;
+
+        for (i = 0; i < n; i++) {
+            if (ev[i].tier == pass / 2 && ev[i].del == pass % 2
+                && out->slots[kvs_engine_index_slot(out, ev, mask, &ev[i])]
+                   == i)
+            {
+                memcpy(out->names[k++], ev[i].name, KVS_INDEX_NAME_LEN);
+            }
         }
+
+        count[pass] = (uint32_t) (k - from);
     }
 
-    out->n_add = (uint32_t) k;
-
-    for (i = 0; i < n; i++) {
-        if (ev[i].del != 0
-            && out->slots[kvs_engine_index_slot(out, ev, mask, ev[i].name)]
-               == i)
-        {
-            memcpy(out->names[k++], ev[i].name, KVS_INDEX_NAME_LEN);
-        }
-    }
-
-    out->n_del = (uint32_t) (k - out->n_add);
+    out->n_add = count[0];
+    out->n_del = count[1];
+    out->n_dadd = count[2];
+    out->n_ddel = count[3];
 
     return KVS_OK;
 }

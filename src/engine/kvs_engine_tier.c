@@ -127,6 +127,15 @@ kvs_engine_tier_new(kvs_engine_t *e, kvs_err_t *err)
         return rc;
     }
 
+    /* the disk tier's blocks in the prefix index (kvs_engine_tier_ix.c) */
+    rc = kvs_engine_tier_ix_new(e, et->tier,
+                                e->conf.tier_size
+                                / kvs_tier_slot_bytes(et->tier),
+                                depth, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
     rc = kvs_tier_io_new(et->tier, &et->io, err);
     if (rc != KVS_OK) {
         return rc;
@@ -173,6 +182,7 @@ kvs_engine_tier_free(kvs_engine_t *e)
     }
 
     kvs_tier_spill_free(et->spill);
+    kvs_engine_tier_ix_free(e, et->tier);
     kvs_tier_io_free(et->io);
     kvs_tier_close(et->tier);
     free(et->block);
@@ -196,6 +206,7 @@ kvs_engine_tier_spill(void *arg, const kvs_radix_key_t *key,
 
     if (kvs_tier_has(et->tier, key, path)) {
         et->st.spill_kept++;
+        kvs_engine_tier_ix_spilled(e, key, path, 1);
         return;
     }
 
@@ -206,8 +217,11 @@ kvs_engine_tier_spill(void *arg, const kvs_radix_key_t *key,
         return;
     }
 
-    (void) kvs_tier_spill_push(et->spill, key, path, tokens, et->block,
-                               &err);
+    if (kvs_tier_spill_push(et->spill, key, path, tokens, et->block, &err)
+        == KVS_OK)
+    {
+        kvs_engine_tier_ix_spilled(e, key, path, 0);
+    }
 }
 
 

@@ -33,6 +33,8 @@ static int kvs_index_cmd_arg(kvs_index_cmds_t *c, const char *a, size_t n,
 static int kvs_index_cmd_str(kvs_index_cmds_t *c, const char *s);
 static int kvs_index_cmd_u64(kvs_index_cmds_t *c, const char *pre,
     uint64_t v);
+static int kvs_index_cmd_field(kvs_index_cmds_t *c, const char *id,
+    size_t id_len, kvs_index_tier_t tier);
 static int kvs_index_cmd_blk_key(kvs_index_cmds_t *c,
     const kvs_index_name_t *name);
 static int kvs_index_cmd_end(kvs_index_cmds_t *c, kvs_index_mark_t m,
@@ -193,6 +195,16 @@ kvs_index_cmd_blk_add(kvs_index_cmds_t *c, const kvs_index_name_t *name,
     const char *id, size_t id_len, uint64_t incarnation, uint64_t ttl_ms,
     kvs_err_t *err)
 {
+    return kvs_index_cmd_blk_tier_add(c, name, id, id_len, incarnation,
+                                      ttl_ms, KVS_INDEX_TIER_POOL, err);
+}
+
+
+int
+kvs_index_cmd_blk_tier_add(kvs_index_cmds_t *c, const kvs_index_name_t *name,
+    const char *id, size_t id_len, uint64_t incarnation, uint64_t ttl_ms,
+    kvs_index_tier_t tier, kvs_err_t *err)
+{
     int               rc;
     char              inc[KVS_INDEX_INC_HEX_LEN + 1];
     size_t            pexpire;
@@ -201,6 +213,11 @@ kvs_index_cmd_blk_add(kvs_index_cmds_t *c, const kvs_index_name_t *name,
     rc = kvs_index_host_id_check(id, id_len, err);
     if (rc != KVS_OK) {
         return rc;
+    }
+
+    if ((unsigned) tier > KVS_INDEX_TIER_DISK) {
+        return kvs_err_set(err, KVS_EINVAL, "prefix index: tier %d",
+                           (int) tier);
     }
 
     if (incarnation == 0 || ttl_ms == 0) {
@@ -215,7 +232,7 @@ kvs_index_cmd_blk_add(kvs_index_cmds_t *c, const kvs_index_name_t *name,
     rc = c->cmd_cap - c->n_cmds < 2 ? KVS_ERANGE : KVS_OK;
     rc = rc ? rc : kvs_index_cmd_str(c, "HSET");
     rc = rc ? rc : kvs_index_cmd_blk_key(c, name);
-    rc = rc ? rc : kvs_index_cmd_arg(c, id, id_len, NULL, 0);
+    rc = rc ? rc : kvs_index_cmd_field(c, id, id_len, tier);
     rc = rc ? rc : kvs_index_cmd_arg(c, inc, KVS_INDEX_INC_HEX_LEN, NULL, 0);
 
     pexpire = c->n_args;
@@ -261,6 +278,15 @@ int
 kvs_index_cmd_blk_del(kvs_index_cmds_t *c, const kvs_index_name_t *name,
     const char *id, size_t id_len, kvs_err_t *err)
 {
+    return kvs_index_cmd_blk_tier_del(c, name, id, id_len,
+                                      KVS_INDEX_TIER_POOL, err);
+}
+
+
+int
+kvs_index_cmd_blk_tier_del(kvs_index_cmds_t *c, const kvs_index_name_t *name,
+    const char *id, size_t id_len, kvs_index_tier_t tier, kvs_err_t *err)
+{
     int               rc;
     kvs_index_mark_t  m;
 
@@ -269,11 +295,16 @@ kvs_index_cmd_blk_del(kvs_index_cmds_t *c, const kvs_index_name_t *name,
         return rc;
     }
 
+    if ((unsigned) tier > KVS_INDEX_TIER_DISK) {
+        return kvs_err_set(err, KVS_EINVAL, "prefix index: tier %d",
+                           (int) tier);
+    }
+
     m = kvs_index_cmd_begin(c);
 
     rc = kvs_index_cmd_str(c, "HDEL");
     rc = rc ? rc : kvs_index_cmd_blk_key(c, name);
-    rc = rc ? rc : kvs_index_cmd_arg(c, id, id_len, NULL, 0);
+    rc = rc ? rc : kvs_index_cmd_field(c, id, id_len, tier);
 
     return kvs_index_cmd_end(c, m, rc, "HDEL block", err);
 }
@@ -516,6 +547,22 @@ kvs_index_cmd_blk_key(kvs_index_cmds_t *c, const kvs_index_name_t *name)
     return kvs_index_cmd_arg(c, KVS_INDEX_KEY_BLK,
                              sizeof(KVS_INDEX_KEY_BLK) - 1, hex,
                              KVS_INDEX_NAME_HEX_LEN);
+}
+
+
+/* A block entry's field: the host id for the pool, "d:<id>" for the
+ * disk tier (docs/prefix-index.md, "Lower tiers"). */
+static int
+kvs_index_cmd_field(kvs_index_cmds_t *c, const char *id, size_t id_len,
+    kvs_index_tier_t tier)
+{
+    if (tier == KVS_INDEX_TIER_DISK) {
+        return kvs_index_cmd_arg(c, KVS_INDEX_FIELD_DISK,
+                                 sizeof(KVS_INDEX_FIELD_DISK) - 1, id,
+                                 id_len);
+    }
+
+    return kvs_index_cmd_arg(c, id, id_len, NULL, 0);
 }
 
 

@@ -73,7 +73,8 @@ uint32_t kvs_index_gw_load(const kvs_index_gw_host_t *h);
  *  - h of another epoch or block size (new weights): c stays up with
  *    h's load, but incarnation 0: the prompt's names are not its names;
  *  - else c takes h's incarnation (a restart: every entry of the old
- *    one is a miss from now on), epoch, load and free blocks.
+ *    one is a miss from now on), epoch, load, free blocks and tier
+ *    weight (tw).
  * The load is kvs_index_gw_load with h->sent capped at sent_cap (what
  * this worker sent since the heartbeat and still runs there).
  */

@@ -9,8 +9,15 @@
  * probes, shared by every host that missed at the same probe.  Round 2
  * probes chosen gaps block by block, in ascending order, and moves lo.
  *
+ * Tiers: present[h] has bit 1 for a pool entry, bit 2 for a disk-tier
+ * entry; either is a hit.  The pool's own prefix is followed on the
+ * same probes: plo after its last pool hit before pmiss, its first pool
+ * miss (a pool hit after a pool miss is ignored, as hits after a miss
+ * are).
+ *
  * Invariants: 0 <= lo <= hi <= n_blocks; lo only grows; a host that is
- * not up, or of another epoch, stays at lo = 0 (state INELIGIBLE).
+ * not up, or of another epoch, stays at lo = 0 (state INELIGIBLE);
+ * plo only grows, and plo <= pmiss.
  */
 
 #include <math.h>
@@ -26,6 +33,9 @@
 #define KVS_LK_GAP         2          /* missed: [lo, hi) unknown */
 #define KVS_LK_REFINE      3          /* its gap is probed in round 2 */
 #define KVS_LK_DONE        4
+
+#define KVS_LK_POOL        1          /* present[]: a pool entry */
+#define KVS_LK_DISK        2          /*   a disk-tier entry */
 
 #define KVS_LK_ALIGN(n)    (((n) + 7) & ~(size_t) 7)
 
@@ -43,6 +53,10 @@ static int kvs_index_lk_find(const kvs_index_lookup_t *lk, const char *id,
     size_t len);
 static void kvs_index_lk_mark(kvs_index_lookup_t *lk,
     const kvs_index_reply_t *r);
+static void kvs_index_lk_pool(kvs_index_lk_host_t *hs, uint32_t pos,
+    uint8_t present);
+static double kvs_index_lk_worth(const kvs_index_lookup_t *lk, uint32_t h,
+    uint32_t pool, uint32_t blocks);
 static void kvs_index_lk_plan2(kvs_index_lookup_t *lk);
 static int kvs_index_lk_refuse(kvs_index_lookup_t *lk, uint32_t round,
     size_t n, kvs_err_t *err);
@@ -156,6 +170,8 @@ kvs_index_lookup_init(kvs_index_lookup_t *lk, void *mem, size_t mem_len,
 
         lk->host[h].lo = 0;
         lk->host[h].hi = n_blocks;
+        lk->host[h].plo = 0;
+        lk->host[h].pmiss = n_blocks;
         lk->host[h].state = hosts[h].up && hosts[h].epoch == epoch
                             ? KVS_LK_OPEN : KVS_LK_INELIGIBLE;
     }
@@ -218,6 +234,8 @@ kvs_index_lookup_round1(kvs_index_lookup_t *lk,
                 continue;
             }
 
+            kvs_index_lk_pool(hs, pos, lk->present[h]);
+
             if (lk->present[h]) {
                 hs->lo = pos + 1;
 
@@ -267,6 +285,8 @@ kvs_index_lookup_round2(kvs_index_lookup_t *lk,
                 continue;
             }
 
+            kvs_index_lk_pool(hs, pos, lk->present[h]);
+
             if (lk->present[h]) {
                 hs->lo = pos + 1;
 
@@ -298,6 +318,63 @@ kvs_index_lookup_result(const kvs_index_lookup_t *lk, uint32_t *blocks)
         blocks[h] = lk->host[h].state == KVS_LK_INELIGIBLE
                     ? 0 : lk->host[h].lo;
     }
+}
+
+
+void
+kvs_index_lookup_result_tier(const kvs_index_lookup_t *lk, uint32_t *pool,
+    uint32_t *disk)
+{
+    uint32_t  h, lo, p;
+
+    for (h = 0; h < lk->n_hosts; h++) {
+        lo = lk->host[h].state == KVS_LK_INELIGIBLE ? 0 : lk->host[h].lo;
+        p = lk->host[h].plo < lo ? lk->host[h].plo : lo;
+
+        if (pool != NULL) {
+            pool[h] = p;
+        }
+
+        if (disk != NULL) {
+            disk[h] = lo - p;
+        }
+    }
+}
+
+
+/* A probe at pos, not before the host's any-tier miss: its pool's
+ * prefix moves on a pool hit before any pool miss, and ends at a
+ * pool miss. */
+static void
+kvs_index_lk_pool(kvs_index_lk_host_t *hs, uint32_t pos, uint8_t present)
+{
+    if (present & KVS_LK_POOL) {
+        if (pos < hs->pmiss && pos + 1 > hs->plo) {
+            hs->plo = pos + 1;
+        }
+
+    } else if (pos < hs->pmiss) {
+        hs->pmiss = pos;
+    }
+}
+
+
+/* Host h's worth in tokens with blocks [0, blocks) held, the first pool
+ * of them in its pool and the rest in its disk tier. */
+static double
+kvs_index_lk_worth(const kvs_index_lookup_t *lk, uint32_t h, uint32_t pool,
+    uint32_t blocks)
+{
+    uint32_t  w;
+
+    w = lk->hosts[h].tier_weight != 0 ? lk->hosts[h].tier_weight
+                                      : KVS_INDEX_TIER_WEIGHT_DEFAULT;
+    w = w < KVS_INDEX_TIER_WEIGHT_ONE ? w : KVS_INDEX_TIER_WEIGHT_ONE;
+    pool = pool < blocks ? pool : blocks;
+
+    return ((double) pool
+            + (double) (blocks - pool) * w / KVS_INDEX_TIER_WEIGHT_ONE)
+           * lk->block_tokens;
 }
 
 
@@ -368,14 +445,16 @@ kvs_index_lk_find(const kvs_index_lookup_t *lk, const char *id, size_t len)
 }
 
 
-/* present[h] = 1 iff r lists host h's current incarnation. */
+/* present[h]: the tiers (KVS_LK_POOL, KVS_LK_DISK) in which r lists
+ * host h's current incarnation; 0: none. */
 static void
 kvs_index_lk_mark(kvs_index_lookup_t *lk, const kvs_index_reply_t *r)
 {
-    int          h;
-    size_t       i, id_len;
-    uint64_t     inc;
-    const char  *id;
+    int               h;
+    size_t            i, id_len;
+    uint64_t          inc;
+    const char       *id;
+    kvs_index_tier_t  tier;
 
     memset(lk->present, 0, lk->n_hosts);
 
@@ -392,8 +471,9 @@ kvs_index_lk_mark(kvs_index_lookup_t *lk, const kvs_index_reply_t *r)
     }
 
     for (i = 0; i < r->elements; i += 2) {
-        if (kvs_index_blk_entry(&r->element[i], &r->element[i + 1], &id,
-                                &id_len, &inc) != KVS_OK)
+        if (kvs_index_blk_entry_tier(&r->element[i], &r->element[i + 1],
+                                     &id, &id_len, &inc, &tier)
+            != KVS_OK)
         {
             lk->bad_entries++;
             continue;
@@ -408,7 +488,8 @@ kvs_index_lk_mark(kvs_index_lookup_t *lk, const kvs_index_reply_t *r)
             lk->stale_entries++;
 
         } else {
-            lk->present[h] = 1;
+            lk->present[h] |= tier == KVS_INDEX_TIER_DISK ? KVS_LK_DISK
+                                                          : KVS_LK_POOL;
         }
     }
 }
@@ -431,10 +512,12 @@ kvs_index_lk_refuse(kvs_index_lookup_t *lk, uint32_t round, size_t n,
 
 
 /*
- * Chooses round 2's gaps: a host's score lies in [lo, hi] * bt - w *
- * load; a gap is worth probing only for a host whose best case is at
- * least the best worst case of any host that is up (who would win
- * otherwise).  Best cases first, whole gaps, until round2_max.
+ * Chooses round 2's gaps: a host's score lies between the worth of its
+ * lo blocks (the first plo in its pool) and that of hi blocks (the
+ * first pmiss in its pool), less w * load; a gap is worth probing only
+ * for a host whose best case is at least the best worst case of any
+ * host that is up (who would win otherwise).  Best cases first, whole
+ * gaps, until round2_max.
  */
 static void
 kvs_index_lk_plan2(kvs_index_lookup_t *lk)
@@ -452,7 +535,7 @@ kvs_index_lk_plan2(kvs_index_lookup_t *lk)
             continue;
         }
 
-        s = (double) lk->host[h].lo * lk->block_tokens
+        s = kvs_index_lk_worth(lk, h, lk->host[h].plo, lk->host[h].lo)
             - lk->load_weight * lk->hosts[h].load;
 
         if (s > best) {
@@ -469,7 +552,7 @@ kvs_index_lk_plan2(kvs_index_lookup_t *lk)
             continue;
         }
 
-        s = (double) hs->hi * lk->block_tokens
+        s = kvs_index_lk_worth(lk, h, hs->pmiss, hs->hi)
             - lk->load_weight * lk->hosts[h].load;
 
         if (s < best) {

@@ -17,6 +17,13 @@
  * For 100k tokens in 16-token blocks: n = 6,250, k = 80, 79 probes in
  * round 1 and at most 79 per gap in round 2.
  *
+ * Tiers: an entry is the pool's (field <id>) or the disk tier's (field
+ * d:<id>); either is a hit for the prefix.  Per host the lookup also
+ * keeps the pool's own prefix, from the same probes: where the pool's
+ * end falls in a gap that round 2 does not probe, it is known only to
+ * the stride, and the blocks between count as disk blocks (a lower
+ * bound of the host's worth).
+ *
  * Assumption: an entry for host h at block i means h holds blocks 0..i
  * (its radix tree caches a block only with its parent, and evicts
  * leaves first; publishers add parents first and delete children
@@ -59,6 +66,10 @@ typedef struct {
     uint32_t     free_blocks;
     int          up;                  /* routable: a fresh, accepted
                                          record (or a configured peer) */
+    uint32_t     tier_weight;         /* its record's tw: a disk-tier
+                                         block's worth per mille of a
+                                         pool block's; 0: not said, the
+                                         default is used */
 } kvs_index_cand_t;
 
 typedef struct {
@@ -94,6 +105,9 @@ typedef struct {
     uint32_t  lo;                     /* blocks [0, lo) held */
     uint32_t  hi;                     /* block hi missing (n: none) */
     uint32_t  state;
+    uint32_t  plo;                    /* blocks [0, plo) in its pool */
+    uint32_t  pmiss;                  /* first block seen not in its
+                                         pool (n: none seen) */
 } kvs_index_lk_host_t;
 
 typedef struct {
@@ -172,6 +186,25 @@ int kvs_index_lookup_round2(kvs_index_lookup_t *lk,
  * blocks[n_hosts] (a lower bound until the lookup is done). */
 void kvs_index_lookup_result(const kvs_index_lookup_t *lk, uint32_t *blocks);
 
+/* The same split by tier: pool[h] of blocks[h] are believed in host h's
+ * pool, disk[h] = the rest, in its disk tier (either may be NULL). */
+void kvs_index_lookup_result_tier(const kvs_index_lookup_t *lk,
+    uint32_t *pool, uint32_t *disk);
+
+/* A disk-tier block's worth per mille of a pool block's when a host
+ * does not say (unmeasured): half. */
+#define KVS_INDEX_TIER_WEIGHT_DEFAULT  500
+
+/*
+ * What a host publishes as tw: the share of a block's recompute time
+ * that loading it from the disk tier saves, per mille: 1000 * (1 -
+ * (slot_bytes / load_bps) / (block_tokens / prefill_tps)), at least 1
+ * (a tier slower than recompute: the engine would recompute) and at
+ * most 1000; 0 (not said) while either rate is unmeasured.
+ */
+uint32_t kvs_index_tier_weight(uint32_t block_tokens, uint64_t slot_bytes,
+    double load_bps, double prefill_tps);
+
 /* Default routing knobs (load_weight 256, automatic stride and bounds,
  * 4 hash blocks, hash_load_slack 8). */
 void kvs_index_route_conf_default(kvs_index_route_conf_t *conf);
@@ -186,6 +219,18 @@ void kvs_index_route_conf_default(kvs_index_route_conf_t *conf);
 void kvs_index_choose(const kvs_index_cand_t *hosts, uint32_t n_hosts,
     const uint32_t *blocks, uint32_t block_tokens, int short_prompt,
     const kvs_index_route_conf_t *conf, kvs_index_choice_t *out);
+
+/*
+ * kvs_index_choose with tiers: host h's cached tokens are pool[h] blocks
+ * at full worth and disk[h] blocks at its tier weight (hosts[h]
+ * .tier_weight, or KVS_INDEX_TIER_WEIGHT_DEFAULT) in the score; the
+ * choice's cached_tokens are its pool and disk blocks' tokens, and the
+ * reason compares them weighted.  disk NULL: kvs_index_choose.
+ */
+void kvs_index_choose_tier(const kvs_index_cand_t *hosts, uint32_t n_hosts,
+    const uint32_t *pool, const uint32_t *disk, uint32_t block_tokens,
+    int short_prompt, const kvs_index_route_conf_t *conf,
+    kvs_index_choice_t *out);
 
 /*
  * Redis unavailable: rendezvous hashing of the name of block

@@ -54,28 +54,51 @@ kvs_index_choose(const kvs_index_cand_t *hosts, uint32_t n_hosts,
     const uint32_t *blocks, uint32_t block_tokens, int short_prompt,
     const kvs_index_route_conf_t *conf, kvs_index_choice_t *out)
 {
-    double    s;
-    uint32_t  h;
-    uint64_t  cached, most;
+    kvs_index_choose_tier(hosts, n_hosts, blocks, NULL, block_tokens,
+                          short_prompt, conf, out);
+}
+
+
+void
+kvs_index_choose_tier(const kvs_index_cand_t *hosts, uint32_t n_hosts,
+    const uint32_t *pool, const uint32_t *disk, uint32_t block_tokens,
+    int short_prompt, const kvs_index_route_conf_t *conf,
+    kvs_index_choice_t *out)
+{
+    double    s, worth, most, won;
+    uint32_t  h, w;
+    uint64_t  cached, lower;
 
     out->host = -1;
     out->reason = KVS_INDEX_ROUTE_NO_HOSTS;
     out->cached_tokens = 0;
     out->score = 0;
     most = 0;
+    won = 0;
 
     for (h = 0; h < n_hosts; h++) {
         if (!hosts[h].up) {
             continue;
         }
 
-        cached = blocks != NULL ? (uint64_t) blocks[h] * block_tokens : 0;
+        cached = pool != NULL ? (uint64_t) pool[h] * block_tokens : 0;
+        lower = disk != NULL ? (uint64_t) disk[h] * block_tokens : 0;
+
+        /* a disk-tier block saves its recompute less its load: worth
+         * tier_weight per mille of a pool block */
+        w = hosts[h].tier_weight != 0 ? hosts[h].tier_weight
+                                      : KVS_INDEX_TIER_WEIGHT_DEFAULT;
+        w = w < KVS_INDEX_TIER_WEIGHT_ONE ? w : KVS_INDEX_TIER_WEIGHT_ONE;
+        worth = (double) cached
+                + (double) lower * w / KVS_INDEX_TIER_WEIGHT_ONE;
+
+        cached += lower;
         if (cached > UINT32_MAX) {
             cached = UINT32_MAX;
         }
 
-        most = cached > most ? cached : most;
-        s = (double) cached - conf->load_weight * hosts[h].load;
+        most = worth > most ? worth : most;
+        s = worth - conf->load_weight * hosts[h].load;
 
         if (out->host < 0
             || kvs_index_route_before(&hosts[h], s, &hosts[out->host],
@@ -84,6 +107,7 @@ kvs_index_choose(const kvs_index_cand_t *hosts, uint32_t n_hosts,
             out->host = (int32_t) h;
             out->score = s;
             out->cached_tokens = (uint32_t) cached;
+            won = worth;
         }
     }
 
@@ -91,12 +115,38 @@ kvs_index_choose(const kvs_index_cand_t *hosts, uint32_t n_hosts,
         return;
     }
 
-    /* load: a longer prefix than the winner's lost on load, whether the
-     * winner holds a shorter one or none */
+    /* load: a prefix worth more than the winner's lost on load, whether
+     * the winner holds a lesser one or none */
     out->reason = short_prompt ? KVS_INDEX_ROUTE_SHORT
                   : most == 0 ? KVS_INDEX_ROUTE_LEAST_LOADED
-                  : out->cached_tokens < most ? KVS_INDEX_ROUTE_LOAD
+                  : won < most ? KVS_INDEX_ROUTE_LOAD
                   : KVS_INDEX_ROUTE_PREFIX;
+}
+
+
+uint32_t
+kvs_index_tier_weight(uint32_t block_tokens, uint64_t slot_bytes,
+    double load_bps, double prefill_tps)
+{
+    double  load_s, compute_s, w;
+
+    if (!(load_bps > 0) || !(prefill_tps > 0) || block_tokens == 0
+        || isinf(load_bps) || isinf(prefill_tps))
+    {
+        return 0;
+    }
+
+    load_s = (double) slot_bytes / load_bps;
+    compute_s = (double) block_tokens / prefill_tps;
+    w = 1.0 - load_s / compute_s;
+    w = floor(w * KVS_INDEX_TIER_WEIGHT_ONE + 0.5);
+
+    if (!(w >= 1)) {
+        return 1;
+    }
+
+    return w >= KVS_INDEX_TIER_WEIGHT_ONE ? KVS_INDEX_TIER_WEIGHT_ONE
+                                          : (uint32_t) w;
 }
 
 

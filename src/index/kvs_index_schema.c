@@ -19,11 +19,11 @@
 #define KVS_INDEX_HOSTS_MAX  4096         /* members of a host list */
 
 /* the required fields, then the optional ones (KVS_F_REQ on): the long
- * KV pool's three, all or none */
+ * KV pool's three, all or none; the disk tier's weight */
 enum {
     KVS_F_ID = 0, KVS_F_INC, KVS_F_EPOCH, KVS_F_BT, KVS_F_RUN, KVS_F_WAIT,
     KVS_F_FREE, KVS_F_TS, KVS_F_MODEL, KVS_F_URL, KVS_F_REQ,
-    KVS_F_LMIN = KVS_F_REQ, KVS_F_LROOM, KVS_F_LSLOTS, KVS_F_N
+    KVS_F_LMIN = KVS_F_REQ, KVS_F_LROOM, KVS_F_LSLOTS, KVS_F_TW, KVS_F_N
 };
 
 #define KVS_F_LONG_ALL  ((1u << KVS_F_LMIN) | (1u << KVS_F_LROOM) \
@@ -31,7 +31,7 @@ enum {
 
 static const char  *kvs_index_fields[KVS_F_N] = {
     "id", "inc", "epoch", "bt", "run", "wait", "free", "ts", "model", "url",
-    "lmin", "lroom", "lslots"
+    "lmin", "lroom", "lslots", "tw"
 };
 
 
@@ -125,6 +125,12 @@ kvs_index_host_format(const kvs_index_host_t *h, char *out, size_t *len,
                            h->block_tokens);
     }
 
+    if (h->tier_weight > KVS_INDEX_TIER_WEIGHT_ONE) {
+        return kvs_err_set(err, KVS_EINVAL, "prefix index: host \"%s\": "
+                           "tier weight %u over %d", h->id, h->tier_weight,
+                           KVS_INDEX_TIER_WEIGHT_ONE);
+    }
+
     n = snprintf(out, KVS_INDEX_HOST_VALUE_MAX + 1,
                  KVS_INDEX_VALUE_TAG " id=%s inc=%016" PRIx64
                  " epoch=%016" PRIx64 " bt=%u run=%u wait=%u free=%u"
@@ -139,6 +145,11 @@ kvs_index_host_format(const kvs_index_host_t *h, char *out, size_t *len,
         n += snprintf(out + n, KVS_INDEX_HOST_VALUE_MAX + 1 - (size_t) n,
                       " lmin=%u lroom=%u lslots=%u", h->long_min,
                       h->long_room, h->long_slots);
+    }
+
+    if (h->tier_weight != 0) {
+        n += snprintf(out + n, KVS_INDEX_HOST_VALUE_MAX + 1 - (size_t) n,
+                      " tw=%u", h->tier_weight);
     }
 
     *len = (size_t) n;
@@ -391,17 +402,55 @@ kvs_index_blk_entry(const kvs_index_reply_t *field,
     const kvs_index_reply_t *value, const char **id, size_t *id_len,
     uint64_t *incarnation)
 {
+    kvs_index_tier_t  tier;
+
+    /* a reader of the pool alone, as before lower tiers: "d:<id>" is
+     * not a host id */
+    if (kvs_index_blk_entry_tier(field, value, id, id_len, incarnation,
+                                 &tier) != KVS_OK
+        || tier != KVS_INDEX_TIER_POOL)
+    {
+        return KVS_EFORMAT;
+    }
+
+    return KVS_OK;
+}
+
+
+int
+kvs_index_blk_entry_tier(const kvs_index_reply_t *field,
+    const kvs_index_reply_t *value, const char **id, size_t *id_len,
+    uint64_t *incarnation, kvs_index_tier_t *tier)
+{
+    size_t       pre, n;
+    const char  *f;
+
     if (field->type != KVS_INDEX_REPLY_STRING || field->str == NULL
-        || value->type != KVS_INDEX_REPLY_STRING || value->str == NULL
-        || kvs_index_host_id_check(field->str, field->len, NULL) != KVS_OK
+        || value->type != KVS_INDEX_REPLY_STRING || value->str == NULL)
+    {
+        return KVS_EFORMAT;
+    }
+
+    pre = sizeof(KVS_INDEX_FIELD_DISK) - 1;
+    f = field->str;
+    n = field->len;
+    *tier = KVS_INDEX_TIER_POOL;
+
+    if (n > pre && memcmp(f, KVS_INDEX_FIELD_DISK, pre) == 0) {
+        f += pre;
+        n -= pre;
+        *tier = KVS_INDEX_TIER_DISK;
+    }
+
+    if (kvs_index_host_id_check(f, n, NULL) != KVS_OK
         || kvs_index_hex64(value->str, value->len, incarnation) != KVS_OK
         || *incarnation == 0)
     {
         return KVS_EFORMAT;
     }
 
-    *id = field->str;
-    *id_len = field->len;
+    *id = f;
+    *id_len = n;
 
     return KVS_OK;
 }
@@ -594,6 +643,13 @@ kvs_index_host_field(kvs_index_host_t *h, int f, const char *v, size_t n)
 
     case KVS_F_LSLOTS:
         h->long_slots = (uint32_t) x;
+        break;
+
+    case KVS_F_TW:
+        if (x == 0 || x > KVS_INDEX_TIER_WEIGHT_ONE) {
+            return KVS_EFORMAT;
+        }
+        h->tier_weight = (uint32_t) x;
         break;
 
     default:

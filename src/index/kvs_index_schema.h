@@ -6,14 +6,20 @@
  *
  *   kvs:v1:host:<host_id>   string, "kvs1 id=.. inc=.. epoch=.. bt=..
  *                           run=.. wait=.. free=.. ts=.. model=.. url=..
- *                           [lmin=.. lroom=.. lslots=..]",
+ *                           [lmin=.. lroom=.. lslots=..] [tw=..]",
  *                           SET with PX: a short TTL refreshed by each
  *                           heartbeat, so a dead host vanishes by itself
  *   kvs:v1:hosts            sorted set: host_id scored by its last
  *                           heartbeat (ms), how readers find the hosts
  *   kvs:v1:blk:<name hex>   hash: field host_id, value the incarnation
  *                           (16 hex digits) that cached the block; PEXPIRE
- *                           on every publish, HDEL on eviction
+ *                           on every publish, HDEL on eviction; a block
+ *                           the host keeps in its disk tier has the
+ *                           field "d:<host_id>" too (or alone), written
+ *                           and deleted the same way.  ':' is never in a
+ *                           host id, so a reader of the pool alone takes
+ *                           such a field for a malformed entry, skips it
+ *                           and goes on (the key's TTL is shared)
  *   kvs:v1:resv:<host_id>   sorted set: gateways' reservations of the
  *                           host's long KV pool, scored by their expiry
  *                           (kvs_index_resv.h)
@@ -55,9 +61,19 @@
 #define KVS_INDEX_HOST_VALUE_MAX  1024     /* bytes of a host record */
 #define KVS_INDEX_INC_HEX_LEN     16       /* hex digits of an
                                               incarnation or an epoch */
+#define KVS_INDEX_FIELD_DISK      "d:"     /* before a host id: the
+                                              block is in its disk tier */
+#define KVS_INDEX_TIER_WEIGHT_ONE 1000     /* a pool block's worth */
 #define KVS_INDEX_CMD_ARGS_MAX    9        /* arguments of our longest
                                               command (EVALSHA of the
                                               reservation script) */
+
+
+/* Where a host keeps a block it publishes. */
+typedef enum {
+    KVS_INDEX_TIER_POOL = 0,          /* the engine's KV pool */
+    KVS_INDEX_TIER_DISK               /* its disk tier (kvserve_kv_tier) */
+} kvs_index_tier_t;
 
 
 /* ---- replies ----------------------------------------------------------- */
@@ -121,6 +137,10 @@ typedef struct {
                                          pools (the fields are absent) */
     uint32_t  long_room;              /* blocks the long pool may admit */
     uint32_t  long_slots;             /* its free prefill slots */
+    uint32_t  tier_weight;            /* "tw": a disk-tier block's worth
+                                         to a request, per mille of a
+                                         pool block's (1..1000); 0: not
+                                         said (the field is absent) */
 } kvs_index_host_t;
 
 /* What a reader accepts (kvs_index_host_check). */
@@ -148,7 +168,9 @@ int kvs_index_host_format(const kvs_index_host_t *h, char *out, size_t *len,
  * Parses the reply to GET kvs:v1:host:<id> (id[0, id_len) from the key)
  * into *h.  Unknown fields are ignored (v1 may gain fields), a repeated
  * or missing one is not; the long pool's lmin, lroom and lslots are
- * optional (long_min 0 without them), but all three or none.  On rejection *why says why (MISSING for nil)
+ * optional (long_min 0 without them), but all three or none; tw is
+ * optional (tier_weight 0 without it), 1..1000.  On rejection *why says
+ * why (MISSING for nil)
  * and the return is KVS_ENOTFOUND (nil), KVS_EIO (an error reply),
  * KVS_ETYPE, KVS_EUNSUPPORTED (another schema version) or KVS_EFORMAT;
  * *h is then undefined.
@@ -176,6 +198,12 @@ int kvs_index_hosts_parse(const kvs_index_reply_t *r,
 int kvs_index_blk_entry(const kvs_index_reply_t *field,
     const kvs_index_reply_t *value, const char **id, size_t *id_len,
     uint64_t *incarnation);
+
+/* The same for a reader of every tier: a field "<id>" is the pool's,
+ * "d:<id>" the disk tier's (*tier says which, *id is the id alone). */
+int kvs_index_blk_entry_tier(const kvs_index_reply_t *field,
+    const kvs_index_reply_t *value, const char **id, size_t *id_len,
+    uint64_t *incarnation, kvs_index_tier_t *tier);
 
 /* The reply to a write (SET, ZADD, HSET, PEXPIRE, HDEL, DEL...): KVS_OK
  * for a status or an integer, KVS_EIO with Redis' message for an error,
@@ -237,6 +265,16 @@ int kvs_index_cmd_blk_add(kvs_index_cmds_t *c, const kvs_index_name_t *name,
 /* PEXPIRE kvs:v1:blk:<name> <ttl_ms> (a reused block stays listed) */
 int kvs_index_cmd_blk_touch(kvs_index_cmds_t *c,
     const kvs_index_name_t *name, uint64_t ttl_ms, kvs_err_t *err);
+/* The same for the block in tier: field <id> (the pool) or d:<id> (the
+ * disk tier); KVS_EINVAL for another tier. */
+int kvs_index_cmd_blk_tier_add(kvs_index_cmds_t *c,
+    const kvs_index_name_t *name, const char *id, size_t id_len,
+    uint64_t incarnation, uint64_t ttl_ms, kvs_index_tier_t tier,
+    kvs_err_t *err);
+/* HDEL kvs:v1:blk:<name> <id> or d:<id> */
+int kvs_index_cmd_blk_tier_del(kvs_index_cmds_t *c,
+    const kvs_index_name_t *name, const char *id, size_t id_len,
+    kvs_index_tier_t tier, kvs_err_t *err);
 /* HDEL kvs:v1:blk:<name> <id> */
 int kvs_index_cmd_blk_del(kvs_index_cmds_t *c, const kvs_index_name_t *name,
     const char *id, size_t id_len, kvs_err_t *err);

@@ -238,6 +238,11 @@ void kvs_radix_set_hooks(kvs_radix_t *r, const kvs_radix_hooks_t *hooks);
  * counted in the stats' spill_lost. */
 void kvs_radix_set_spill(kvs_radix_t *r, kvs_radix_spill_pt fn, void *arg);
 
+/* During a spill call: the index name (hooks.added's) of the block being
+ * spilled, KVS_RADIX_NAME_LEN bytes; NULL when it is unnamed (no hooks,
+ * or under an unnamed parent) or outside a spill call. */
+const uint8_t *kvs_radix_spill_name(const kvs_radix_t *r);
+
 /* The key of namespace ns (its scope points into ns, valid while ns is
  * held): what the disk tier's loads look up under. */
 void kvs_radix_ns_key(const kvs_radix_ns_t *ns, kvs_radix_key_t *key);

@@ -114,6 +114,9 @@ struct kvs_radix_s {
     uint32_t            spill_cap;
     uint64_t            spilled;
     uint64_t            spill_lost;
+    const uint8_t      *spill_name;   /* the index name of the block
+                                         being spilled, during the call;
+                                         NULL: unnamed */
 
     kvs_radix_name_t   *names;        /* [names_cap], linear probing from
                                          the chain's home slot */

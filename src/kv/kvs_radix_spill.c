@@ -8,6 +8,9 @@
  * node's path: the nodes are gathered into a scratch array owned by the
  * tree, grown when a deeper path comes and never shrunk (no allocation
  * per eviction once it is big enough).  Nothing here changes the tree.
+ * During each call the block's index name, if it has one, is at hand
+ * (kvs_radix_spill_name()), so that the prefix index can say the block
+ * moved to the disk tier.
  */
 
 #include <stdlib.h>
@@ -21,6 +24,13 @@ kvs_radix_set_spill(kvs_radix_t *r, kvs_radix_spill_pt fn, void *arg)
 {
     r->spill = fn;
     r->spill_arg = fn != NULL ? arg : NULL;
+}
+
+
+const uint8_t *
+kvs_radix_spill_name(const kvs_radix_t *r)
+{
+    return r->spill_name;
 }
 
 
@@ -82,8 +92,11 @@ kvs_radix_spill_blocks(kvs_radix_t *r, kvs_radix_node_t *node,
             prev = id;
 
             if (p == node && i >= from) {
+                r->spill_name = kvs_radix_named(p->inames[i])
+                                ? p->inames[i] : NULL;
                 r->spill(r->spill_arg, &key, id,
                          p->tokens + (size_t) i * r->bt, p->blocks[i]);
+                r->spill_name = NULL;
                 r->spilled++;
             }
         }

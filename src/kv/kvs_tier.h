@@ -146,4 +146,22 @@ int kvs_tier_get(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
 
 void kvs_tier_stats(kvs_tier_t *t, kvs_tier_stats_t *st);
 
+/*
+ * Watching the slots (the prefix index's disk entries, kvs_engine_
+ * tier_ix.c): fn is called with a block's namespace hash and path id
+ * when its slot becomes ready (ready 1: written) and when it leaves the
+ * index (0: reclaimed, or found corrupt).  It runs under the tier's
+ * lock, on whichever thread wrote or read: it must be short and must
+ * not call back into the tier.  Slots kept at open are not reported.
+ * NULL: none.
+ */
+typedef void (*kvs_tier_watch_pt)(void *arg, uint64_t ns, const uint8_t *id,
+    int ready);
+
+void kvs_tier_set_watch(kvs_tier_t *t, kvs_tier_watch_pt fn, void *arg);
+
+/* The namespace hash the tier files a block under (epoch, adapter,
+ * scope), as the watch reports it. */
+uint64_t kvs_tier_ns_hash(const kvs_radix_key_t *key);
+
 #endif /* KVS_TIER_H */

@@ -51,13 +51,12 @@ struct kvs_tier_s {
     uint32_t           lru_head, lru_tail;
     uint64_t           seq;
     kvs_tier_stats_t   st;
+    kvs_tier_watch_pt  watch;         /* kvs_tier_set_watch()'s */
+    void              *watch_arg;
 };
 
 /* The slot index (kvs_tier_slots.c); all but kvs_tier_ns_hash() and
  * kvs_tier_slots_init() are called under t->mu. */
-
-/* The hash of a namespace: epoch, adapter, scope. */
-uint64_t kvs_tier_ns_hash(const kvs_radix_key_t *key);
 
 /* Allocates the index for t->n_slots slots, all free: KVS_ENOMEM. */
 int kvs_tier_slots_init(kvs_tier_t *t);

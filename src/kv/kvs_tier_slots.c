@@ -6,7 +6,9 @@
  * here: kvs_tier.c reads and writes the file outside the lock.
  *
  * Invariants: a (namespace hash, path id) pair names at most one ready
- * slot; a slot with readers is never taken for a write.
+ * slot; a slot with readers is never taken for a write; the watch, when
+ * set, hears of every slot that enters or leaves the index after it was
+ * set (both happen here only).
  */
 
 #include <stdlib.h>
@@ -112,6 +114,10 @@ kvs_tier_slot_unindex(kvs_tier_t *t, uint32_t i)
     t->slots[i].link = KVS_TIER_NONE;
     tier_lru_unlink(t, i);
     t->st.used--;
+
+    if (t->watch != NULL) {
+        t->watch(t->watch_arg, t->slots[i].ns, t->slots[i].id, 0);
+    }
 }
 
 
@@ -126,6 +132,20 @@ kvs_tier_slot_index(kvs_tier_t *t, uint32_t i)
     t->slots[i].state = KVS_TIER_SLOT_READY;
     tier_lru_push(t, i);
     t->st.used++;
+
+    if (t->watch != NULL) {
+        t->watch(t->watch_arg, t->slots[i].ns, t->slots[i].id, 1);
+    }
+}
+
+
+void
+kvs_tier_set_watch(kvs_tier_t *t, kvs_tier_watch_pt fn, void *arg)
+{
+    pthread_mutex_lock(&t->mu);
+    t->watch = fn;
+    t->watch_arg = fn != NULL ? arg : NULL;
+    pthread_mutex_unlock(&t->mu);
 }
 
 

@@ -11,7 +11,8 @@
  *   - every engine records while there is a publisher, and what it
  *     recorded goes to the publisher in the order taken (a listing, then
  *     changes), split into frames of at most KVS_WIRE_INDEX_MAX_NAMES
- *     names, adds before dels;
+ *     names, in the order of kvs_engine_index_t (the pool's adds, its
+ *     dels, the disk tier's adds and dels);
  *   - frames are appended to the publisher's output buffer like any
  *     other: nothing here blocks, and a publisher that stops reading is
  *     cut off by out_limit like any slow client (another takes over).
@@ -147,7 +148,8 @@ kvs_srv_index_timeout(kvs_srv_t *srv)
 static void
 kvs_srv_index_send(kvs_srv_t *srv, uint32_t m, uint64_t now)
 {
-    size_t               total, off, take;
+    size_t               total, off, take, lo, hi, end, k, n[4];
+    uint32_t            *cnt[4];
     kvs_err_t            err;
     kvs_srv_client_t    *c;
     kvs_wire_index_t     w;
@@ -162,7 +164,11 @@ kvs_srv_index_send(kvs_srv_t *srv, uint32_t m, uint64_t now)
         return;
     }
 
-    total = (size_t) ix->n_add + ix->n_del;
+    n[0] = ix->n_add;
+    n[1] = ix->n_del;
+    n[2] = ix->n_dadd;
+    n[3] = ix->n_ddel;
+    total = n[0] + n[1] + n[2] + n[3];
 
     if (total == 0 && !ix->resync
         && now - srv->engines[m].ix_sent_ns < KVS_SRV_LOAD_NS)
@@ -182,17 +188,28 @@ kvs_srv_index_send(kvs_srv_t *srv, uint32_t m, uint64_t now)
     w.long_room = ix->long_room;
     w.long_slots = ix->long_slots;
     w.resync = ix->resync != 0;
+    w.tier_weight = ix->tier_weight;
+    cnt[0] = &w.n_add;
+    cnt[1] = &w.n_del;
+    cnt[2] = &w.n_dadd;
+    cnt[3] = &w.n_ddel;
 
     off = 0;
 
     do {
-        /* [off, off + take) of adds then dels */
+        /* [off, off + take) of the four lists, one after the other:
+         * each frame's counts are their parts in that range */
         take = total - off < KVS_WIRE_INDEX_MAX_NAMES
                ? total - off : KVS_WIRE_INDEX_MAX_NAMES;
-        w.n_add = off >= ix->n_add ? 0
-                  : (uint32_t) (ix->n_add - off < take ? ix->n_add - off
-                                                       : take);
-        w.n_del = (uint32_t) (take - w.n_add);
+        end = 0;
+
+        for (k = 0; k < 4; k++) {
+            lo = end > off ? end : off;
+            end += n[k];
+            hi = end < off + take ? end : off + take;
+            *cnt[k] = (uint32_t) (hi > lo ? hi - lo : 0);
+        }
+
         w.names = take > 0 ? ix->names[off] : NULL;
 
         if (kvs_wire_enc_index(&c->out, ++c->ix_frames, &w, &err)

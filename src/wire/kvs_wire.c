@@ -536,6 +536,11 @@ kvs_wire_index_check(const kvs_wire_index_t *ix, kvs_err_t *err, int code)
                            "%u)", ix->resync);
     }
 
+    if (ix->tier_weight > 1000) {
+        return kvs_err_set(err, code, "INDEX: tier_weight: %u, over 1000",
+                           ix->tier_weight);
+    }
+
     return KVS_OK;
 }
 
@@ -553,7 +558,7 @@ kvs_wire_enc_index(kvs_buf_t *b, uint64_t id, const kvs_wire_index_t *ix,
         return rc;
     }
 
-    n = (size_t) ix->n_add + ix->n_del;
+    n = (size_t) ix->n_add + ix->n_del + ix->n_dadd + ix->n_ddel;
 
     if (n > KVS_WIRE_INDEX_MAX_NAMES) {
         return kvs_err_set(err, KVS_ERANGE, "INDEX: %zu names, more than "
@@ -579,6 +584,7 @@ int
 kvs_wire_dec_index(const uint8_t *f, size_t f_len, kvs_wire_index_t *ix,
     kvs_err_t *err)
 {
+    uint64_t       n;
     kvs_wire_rd_t  rd;
 
     memset(ix, 0, sizeof(kvs_wire_index_t));
@@ -593,15 +599,14 @@ kvs_wire_dec_index(const uint8_t *f, size_t f_len, kvs_wire_index_t *ix,
         return KVS_EFORMAT;
     }
 
-    /* the sum in 64 bits: two u32 counts cannot wrap it */
-    if (kvs_wire_need_n(&rd, (uint64_t) ix->n_add + ix->n_del, 16,
-                        "names") != KVS_OK)
-    {
+    /* the sum in 64 bits: four u32 counts cannot wrap it */
+    n = (uint64_t) ix->n_add + ix->n_del + ix->n_dadd + ix->n_ddel;
+
+    if (kvs_wire_need_n(&rd, n, 16, "names") != KVS_OK) {
         return KVS_EFORMAT;
     }
 
-    ix->names = kvs_wire_take(&rd, "names",
-                              ((size_t) ix->n_add + ix->n_del) * 16);
+    ix->names = kvs_wire_take(&rd, "names", (size_t) n * 16);
 
     return kvs_wire_end(&rd);
 }

@@ -296,6 +296,9 @@ static const kvs_wire_field_t  kvs_wire_index_head_f[] = {
     { "long_min",     KVS_WIRE_INT, 4, 0, KVS_INDEX(long_min) },
     { "long_room",    KVS_WIRE_INT, 4, 0, KVS_INDEX(long_room) },
     { "long_slots",   KVS_WIRE_INT, 4, 0, KVS_INDEX(long_slots) },
+    { "n_dadd",       KVS_WIRE_INT, 4, 0, KVS_INDEX(n_dadd) },
+    { "n_ddel",       KVS_WIRE_INT, 4, 0, KVS_INDEX(n_ddel) },
+    { "tier_weight",  KVS_WIRE_INT, 4, 0, KVS_INDEX(tier_weight) },
 };
 
 

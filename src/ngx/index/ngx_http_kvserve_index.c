@@ -86,6 +86,7 @@ typedef struct {
     uint32_t                  long_min;    /* the long KV pool's, from */
     uint32_t                  long_room;   /*   the latest INDEX; 0: no */
     uint32_t                  long_slots;  /*   pools (docs/pools.md) */
+    uint32_t                  tier_weight; /* the disk tier's tw; 0: no */
 } ngx_http_kvserve_index_model_t;
 
 
@@ -114,6 +115,8 @@ typedef struct {
     /* counters, logged at exit */
     uint64_t                        n_add;
     uint64_t                        n_del;
+    uint64_t                        n_dadd;       /* disk tier's names */
+    uint64_t                        n_ddel;
     uint64_t                        n_batches;
     uint64_t                        n_failed;     /* batches */
     uint64_t                        n_errors;     /* error replies */
@@ -548,9 +551,11 @@ ngx_http_kvserve_index_exit_process(ngx_cycle_t *cycle)
 
     ngx_log_error(NGX_LOG_INFO, cycle->log, 0,
                   "kvserve_index: published %uL added and %uL evicted "
-                  "blocks in %uL batches, %uL failed, %uL error replies, "
+                  "blocks, %uL written to and %uL dropped from the disk "
+                  "tier, in %uL batches, %uL failed, %uL error replies, "
                   "%uL full listings asked", p->n_add, p->n_del,
-                  p->n_batches, p->n_failed, p->n_errors, p->n_resyncs);
+                  p->n_dadd, p->n_ddel, p->n_batches, p->n_failed,
+                  p->n_errors, p->n_resyncs);
 
     ngx_free(p->buf);
     ngx_free(p->argv);
@@ -665,6 +670,7 @@ ngx_http_kvserve_index_hello(const kvs_wire_hello_t *hello,
             m->long_min = 0;
             m->long_room = 0;
             m->long_slots = 0;
+            m->tier_weight = 0;
         }
 
         m->known = 1;
@@ -717,8 +723,9 @@ void
 ngx_http_kvserve_index_publish(const kvs_wire_index_t *ix)
 {
     int                              rc;
-    size_t                           i, n;
+    size_t                           i, n, d;
     kvs_err_t                        err;
+    kvs_index_tier_t                 tier;
     kvs_index_name_t                 name;
     const kvs_wire_hello_t          *hello;
     ngx_http_kvserve_index_pub_t    *p;
@@ -746,8 +753,10 @@ ngx_http_kvserve_index_publish(const kvs_wire_index_t *ix)
     m->long_min = ix->long_min;
     m->long_room = ix->long_room;
     m->long_slots = ix->long_slots;
+    m->tier_weight = ix->tier_weight;
 
-    n = (size_t) ix->n_add + ix->n_del;
+    n = (size_t) ix->n_add + ix->n_del + ix->n_dadd + ix->n_ddel;
+    d = (size_t) ix->n_add + ix->n_del;
 
     if (n == 0 || !m->id_ok) {
         return;
@@ -766,13 +775,16 @@ ngx_http_kvserve_index_publish(const kvs_wire_index_t *ix)
                    KVS_INDEX_NAME_LEN);
 
         for ( ;; ) {
-            if (i < ix->n_add) {
-                rc = kvs_index_cmd_blk_add(&p->cmds, &name, m->id,
-                                           m->id_len, m->incarnation,
-                                           p->conf->ttl, &err);
+            /* the pool's adds, dels, then the disk tier's (d:<id>) */
+            tier = i < d ? KVS_INDEX_TIER_POOL : KVS_INDEX_TIER_DISK;
+
+            if (i < ix->n_add || (i >= d && i < d + ix->n_dadd)) {
+                rc = kvs_index_cmd_blk_tier_add(&p->cmds, &name, m->id,
+                                                m->id_len, m->incarnation,
+                                                p->conf->ttl, tier, &err);
             } else {
-                rc = kvs_index_cmd_blk_del(&p->cmds, &name, m->id,
-                                           m->id_len, &err);
+                rc = kvs_index_cmd_blk_tier_del(&p->cmds, &name, m->id,
+                                                m->id_len, tier, &err);
             }
 
             if (rc != KVS_ERANGE || p->cmds.n_cmds == 0) {
@@ -797,6 +809,8 @@ ngx_http_kvserve_index_publish(const kvs_wire_index_t *ix)
 
     p->n_add += ix->n_add;
     p->n_del += ix->n_del;
+    p->n_dadd += ix->n_dadd;
+    p->n_ddel += ix->n_ddel;
 
     ngx_http_kvserve_index_flush(p);
 }
@@ -944,6 +958,7 @@ ngx_http_kvserve_index_beat(ngx_event_t *ev)
         h.long_min = m->long_min;
         h.long_room = m->long_room;
         h.long_slots = m->long_slots;
+        h.tier_weight = m->tier_weight;
         h.ts_ms = now;
 
         if (kvs_index_cmd_host_set(&p->cmds, &h, host_ttl, &err) != KVS_OK

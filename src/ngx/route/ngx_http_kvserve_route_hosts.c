@@ -576,6 +576,7 @@ ngx_http_kvserve_route_cands(ngx_http_kvserve_route_ctx_t *rc)
                 return NGX_ERROR;
             }
 
+            rc->cands[k].tier_weight = h->h.rec.tier_weight;
             k++;
         }
 

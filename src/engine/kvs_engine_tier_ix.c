@@ -1,0 +1,352 @@
+/*
+ * kvs_engine_tier_ix: the disk tier's blocks in the prefix index
+ * (docs/prefix-index.md, "Lower tiers"; issue 26 point 4).
+ *
+ * The index names a block by content (kvs_engine_index.c); the disk tier
+ * files it by namespace hash and path id (kvs_tier.h).  When the tree
+ * spills a named block, this file notes (namespace hash, path id) ->
+ * index name in a table of its own.  The tier's watch reports each slot
+ * that becomes ready (written) or leaves the index (reclaimed, corrupt)
+ * by (namespace hash, path id), from the thread that wrote or read; the
+ * reports queue here under a mutex of their own, and the engine thread
+ * drains them in its step: a written block becomes a disk add of its
+ * name, a dropped one a disk delete, and leaves the table.
+ *
+ * Threads: the table is the engine thread's alone (spill function,
+ * drain, listing); the queue is shared with the watch, which runs under
+ * the tier's lock and takes only the queue's (lock order: tier, then
+ * queue; the engine thread never holds the queue's lock while calling
+ * the tier).
+ *
+ * Invariants:
+ *   - a name is published as the disk tier's only after its slot was
+ *     written, and unpublished when that slot leaves the tier's index:
+ *     a reader never hears of a disk block that was not on disk, save a
+ *     block the tier held at spill time and reclaims before the drain
+ *     (then the delete follows in the same step's drain);
+ *   - the table holds at most cap entries (slots + queue depth, twice):
+ *     an entry goes when its slot is dropped, or when its spill was not
+ *     queued; a spill that finds the table full is not published;
+ *   - when the queue cannot grow (memory), every published disk name is
+ *     deleted and the table emptied: the index then says less than the
+ *     disk holds, never more.
+ */
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvs_engine_impl.h"
+
+#define KVS_TIER_IX_NONE  UINT32_MAX
+
+typedef struct {
+    uint64_t  ns;
+    uint8_t   id[KVS_TIER_ID_LEN];
+    uint8_t   ready;
+} kvs_tier_ix_ev_t;
+
+typedef struct {
+    uint64_t  ns;
+    uint8_t   id[KVS_TIER_ID_LEN];
+    uint8_t   name[KVS_RADIX_NAME_LEN];
+    uint8_t   ready;                  /* written: published */
+    uint32_t  next;                   /* bucket chain or free list */
+} kvs_tier_ix_ent_t;
+
+struct kvs_engine_tier_ix_s {
+    pthread_mutex_t      mu;          /* guards q, q_n, q_cap, q_lost */
+    kvs_tier_ix_ev_t    *q;
+    size_t               q_n;
+    size_t               q_cap;
+    int                  q_lost;
+    kvs_tier_ix_ev_t    *taken;       /* the drain's, swapped with q */
+    size_t               taken_cap;
+
+    kvs_tier_ix_ent_t   *ent;         /* [cap] engine thread's */
+    uint32_t            *buckets;     /* [mask + 1] */
+    uint32_t             mask;
+    uint32_t             cap;
+    uint32_t             free_head;
+    uint32_t             n;
+};
+
+
+static void kvs_engine_tier_ix_watch(void *arg, uint64_t ns,
+    const uint8_t *id, int ready);
+static uint32_t *kvs_engine_tier_ix_find(kvs_engine_tier_ix_t *tx,
+    uint64_t ns, const uint8_t *id);
+static void kvs_engine_tier_ix_each(kvs_engine_t *e, int del);
+static void kvs_engine_tier_ix_empty(kvs_engine_tier_ix_t *tx);
+
+
+int
+kvs_engine_tier_ix_new(kvs_engine_t *e, kvs_tier_t *tier, uint64_t slots,
+    uint32_t depth, kvs_err_t *err)
+{
+    uint32_t               nb;
+    uint64_t               cap;
+    kvs_engine_tier_ix_t  *tx;
+
+    if (!e->ix.naming) {
+        return KVS_OK;
+    }
+
+    cap = 2 * (slots + depth);
+    if (cap > KVS_TIER_MAX_SLOTS) {
+        cap = KVS_TIER_MAX_SLOTS;
+    }
+
+    tx = calloc(1, sizeof(kvs_engine_tier_ix_t));
+    if (tx == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "kv tier: out of memory for "
+                           "its index names");
+    }
+
+    for (nb = 16; nb < cap; nb *= 2) { /* void */ }
+
+    tx->cap = (uint32_t) cap;
+    tx->mask = nb - 1;
+    tx->ent = malloc((size_t) cap * sizeof(kvs_tier_ix_ent_t));
+    tx->buckets = malloc((size_t) nb * sizeof(uint32_t));
+
+    if (tx->ent == NULL || tx->buckets == NULL
+        || pthread_mutex_init(&tx->mu, NULL) != 0)
+    {
+        free(tx->ent);
+        free(tx->buckets);
+        free(tx);
+        return kvs_err_set(err, KVS_ENOMEM, "kv tier: out of memory for "
+                           "the index names of %u blocks", (unsigned) cap);
+    }
+
+    kvs_engine_tier_ix_empty(tx);
+    e->tier_ix = tx;
+    kvs_tier_set_watch(tier, kvs_engine_tier_ix_watch, tx);
+
+    return KVS_OK;
+}
+
+
+void
+kvs_engine_tier_ix_free(kvs_engine_t *e, kvs_tier_t *tier)
+{
+    kvs_engine_tier_ix_t  *tx = e->tier_ix;
+
+    if (tx == NULL) {
+        return;
+    }
+
+    if (tier != NULL) {
+        kvs_tier_set_watch(tier, NULL, NULL);
+    }
+
+    pthread_mutex_destroy(&tx->mu);
+    free(tx->q);
+    free(tx->taken);
+    free(tx->ent);
+    free(tx->buckets);
+    free(tx);
+    e->tier_ix = NULL;
+}
+
+
+/* The tier's watch: under the tier's lock, any thread.  Queues only. */
+static void
+kvs_engine_tier_ix_watch(void *arg, uint64_t ns, const uint8_t *id,
+    int ready)
+{
+    kvs_tier_ix_ev_t      *ev;
+    kvs_engine_tier_ix_t  *tx = arg;
+
+    pthread_mutex_lock(&tx->mu);
+
+    if (!tx->q_lost
+        && kvs_grow((void **) &tx->q, &tx->q_cap, tx->q_n + 1,
+                    sizeof(kvs_tier_ix_ev_t)) == KVS_OK)
+    {
+        ev = &tx->q[tx->q_n++];
+        ev->ns = ns;
+        memcpy(ev->id, id, KVS_TIER_ID_LEN);
+        ev->ready = (uint8_t) (ready != 0);
+
+    } else {
+        tx->q_lost = 1;
+    }
+
+    pthread_mutex_unlock(&tx->mu);
+}
+
+
+/* The link that holds (ns, id)'s entry, or the chain's end. */
+static uint32_t *
+kvs_engine_tier_ix_find(kvs_engine_tier_ix_t *tx, uint64_t ns,
+    const uint8_t *id)
+{
+    uint32_t  *p;
+    uint64_t   h;
+
+    memcpy(&h, id, sizeof(h));
+    p = &tx->buckets[(h ^ ns) & tx->mask];
+
+    while (*p != KVS_TIER_IX_NONE
+           && (tx->ent[*p].ns != ns
+               || memcmp(tx->ent[*p].id, id, KVS_TIER_ID_LEN) != 0))
+    {
+        p = &tx->ent[*p].next;
+    }
+
+    return p;
+}
+
+
+void
+kvs_engine_tier_ix_spilled(kvs_engine_t *e, const kvs_radix_key_t *key,
+    const uint8_t *path, int stored)
+{
+    uint32_t              *p, i;
+    uint64_t               ns;
+    const uint8_t         *name;
+    kvs_tier_ix_ent_t     *en;
+    kvs_engine_tier_ix_t  *tx = e->tier_ix;
+
+    name = kvs_radix_spill_name(e->radix);
+
+    if (tx == NULL || name == NULL) {
+        return;                       /* unnamed: never published */
+    }
+
+    ns = kvs_tier_ns_hash(key);
+    p = kvs_engine_tier_ix_find(tx, ns, path);
+
+    if (*p == KVS_TIER_IX_NONE) {
+        if (tx->free_head == KVS_TIER_IX_NONE) {
+            return;                   /* full: not published */
+        }
+
+        i = tx->free_head;
+        tx->free_head = tx->ent[i].next;
+        en = &tx->ent[i];
+        en->ns = ns;
+        memcpy(en->id, path, KVS_TIER_ID_LEN);
+        en->ready = 0;
+        en->next = KVS_TIER_IX_NONE;
+        *p = i;
+        tx->n++;
+    }
+
+    en = &tx->ent[*p];
+    memcpy(en->name, name, KVS_RADIX_NAME_LEN);
+
+    if (stored && !en->ready) {
+        en->ready = 1;
+        kvs_engine_index_record(e, en->name, 0, 1);
+    }
+}
+
+
+void
+kvs_engine_tier_ix_drain(kvs_engine_t *e)
+{
+    int                    lost;
+    size_t                 k, n;
+    uint32_t              *p, i;
+    kvs_tier_ix_ev_t      *q;
+    kvs_tier_ix_ent_t     *en;
+    kvs_engine_tier_ix_t  *tx = e->tier_ix;
+
+    pthread_mutex_lock(&tx->mu);
+
+    q = tx->q;
+    n = tx->q_n;
+    k = tx->q_cap;
+    tx->q = tx->taken;
+    tx->q_cap = tx->taken_cap;
+    tx->q_n = 0;
+    tx->taken = q;
+    tx->taken_cap = k;
+    lost = tx->q_lost;
+    tx->q_lost = 0;
+
+    pthread_mutex_unlock(&tx->mu);
+
+    if (lost) {
+        /* the watch's news were lost: unpublish every disk name and
+         * forget them all (the index then says less than the disk
+         * holds, never more) */
+        kvs_engine_tier_ix_each(e, 1);
+        kvs_engine_tier_ix_empty(tx);
+        return;
+    }
+
+    for (k = 0; k < n; k++) {
+        p = kvs_engine_tier_ix_find(tx, q[k].ns, q[k].id);
+
+        if (*p == KVS_TIER_IX_NONE) {
+            continue;                 /* not ours: kept at open, unnamed */
+        }
+
+        i = *p;
+        en = &tx->ent[i];
+
+        if (q[k].ready) {
+            if (!en->ready) {
+                en->ready = 1;
+                kvs_engine_index_record(e, en->name, 0, 1);
+            }
+
+            continue;
+        }
+
+        if (en->ready) {
+            kvs_engine_index_record(e, en->name, 1, 1);
+        }
+
+        *p = en->next;
+        en->next = tx->free_head;
+        tx->free_head = i;
+        tx->n--;
+    }
+}
+
+
+void
+kvs_engine_tier_ix_list(kvs_engine_t *e)
+{
+    kvs_engine_tier_ix_each(e, 0);
+}
+
+
+/* Records every published disk name: as an add (a listing) or a
+ * delete (del). */
+static void
+kvs_engine_tier_ix_each(kvs_engine_t *e, int del)
+{
+    uint32_t               b, i;
+    kvs_engine_tier_ix_t  *tx = e->tier_ix;
+
+    for (b = 0; b <= tx->mask; b++) {
+        for (i = tx->buckets[b]; i != KVS_TIER_IX_NONE; i = tx->ent[i].next) {
+            if (tx->ent[i].ready) {
+                kvs_engine_index_record(e, tx->ent[i].name, del, 1);
+            }
+        }
+    }
+}
+
+
+/* No entry: every bucket empty, every entry free. */
+static void
+kvs_engine_tier_ix_empty(kvs_engine_tier_ix_t *tx)
+{
+    uint32_t  i;
+
+    memset(tx->buckets, 0xff, ((size_t) tx->mask + 1) * sizeof(uint32_t));
+
+    for (i = 0; i < tx->cap; i++) {
+        tx->ent[i].next = i + 1 < tx->cap ? i + 1 : KVS_TIER_IX_NONE;
+    }
+
+    tx->free_head = 0;
+    tx->n = 0;
+}
