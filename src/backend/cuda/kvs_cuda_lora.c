@@ -193,9 +193,8 @@ kvs_cuda_set_lora(kvs_backend_t *be, uint32_t slot, const kvs_lora_t *l,
     }
 
     /* cannot fail: the slot is in range */
-    (void) kvs_cuda_lora_table_set(&lo->tab, slot, l, (uint64_t) (uintptr_t) img,
-                                   parts,
-                                   err);
+    (void) kvs_cuda_lora_table_set(&lo->tab, slot, l,
+                                   (uint64_t) (uintptr_t) img, parts, err);
 
     e = cudaMemcpy(lo->dtab, lo->tab.ent, kvs_cuda_lora_table_len(&lo->tab)
                                           * sizeof(kvs_k_lora_mat_t),

@@ -1,7 +1,8 @@
 /*
  * kvs_cuda_lora: LoRA adapters on the CUDA backend (set_lora of
- * kvs_backend_ops_t, and what kvs_cuda_step.c's forward_lora calls), over kvs_cuda_lora_plan's layout,
- * table and grouping and kernels/kvs_k_lora.cu's product.
+ * kvs_backend_ops_t, and what kvs_cuda_step.c's forward_lora calls),
+ * over kvs_cuda_lora_plan's layout, table and grouping and
+ * kernels/kvs_k_lora.cu's product.
  *
  * Ownership: a kvs_cuda_lora_t hangs off kvs_cuda_t (cu->lora, NULL until
  * the first set_lora) and owns every adapter's device image (one
