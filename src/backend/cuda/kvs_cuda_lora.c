@@ -12,26 +12,17 @@
 #include "kvs_cuda_lora.h"
 
 
-#define KVS_CU_RET(call, what)                                               \
-    do {                                                                     \
-        cudaError_t  e_ = (call);                                            \
-        if (e_ != cudaSuccess) {                                             \
-            return kvs_cuda_fail(err, what, e_);                             \
-        }                                                                    \
-    } while (0)
-
-
-_Static_assert(sizeof(kvs_k_lora_mat_t) == sizeof(kvs_cuda_lora_ent_t)
-               && offsetof(kvs_k_lora_mat_t, a)
-                  == offsetof(kvs_cuda_lora_ent_t, a)
-               && offsetof(kvs_k_lora_mat_t, bt)
-                  == offsetof(kvs_cuda_lora_ent_t, bt)
+/* the slot table's entries are the kernel's, field for field */
+_Static_assert(sizeof(void *) == sizeof(uint64_t)
+               && sizeof(kvs_k_lora_mat_t) == sizeof(kvs_cuda_lora_ent_t),
+               "a device address in a uint64_t");
+_Static_assert(offsetof(kvs_k_lora_mat_t, bt) == offsetof(kvs_cuda_lora_ent_t,
+                                                          bt)
                && offsetof(kvs_k_lora_mat_t, rank)
                   == offsetof(kvs_cuda_lora_ent_t, rank)
                && offsetof(kvs_k_lora_mat_t, scale)
-                  == offsetof(kvs_cuda_lora_ent_t, scale)
-               && sizeof(void *) == sizeof(uint64_t),
-               "the slot table's entries are the kernel's");
+                  == offsetof(kvs_cuda_lora_ent_t, scale),
+               "kvs_k_lora_mat_t is kvs_cuda_lora_ent_t");
 _Static_assert(KVS_CUDA_LORA_SLOTS == KVS_BACKEND_LORA_SLOTS,
                "the engine's slots are the backend's");
 
@@ -150,7 +141,10 @@ kvs_cuda_set_lora(kvs_backend_t *be, uint32_t slot, const kvs_lora_t *l,
         }
     }
 
-    KVS_CU_RET(cudaSetDevice(cu->device), "cudaSetDevice");
+    e = cudaSetDevice(cu->device);
+    if (e != cudaSuccess) {
+        return kvs_cuda_fail(err, "cudaSetDevice", e);
+    }
 
     if (cu->lora == NULL) {
         rc = kvs_cuda_lora_init(cu, err);
@@ -245,6 +239,7 @@ kvs_cuda_lora_slice(kvs_cuda_t *cu, const uint32_t *slots, uint32_t n,
     uint32_t *n_task, kvs_err_t *err)
 {
     uint32_t          i, rank;
+    cudaError_t       e;
     kvs_cuda_lora_t  *lo;
 
     *n_task = 0;
@@ -266,11 +261,12 @@ kvs_cuda_lora_slice(kvs_cuda_t *cu, const uint32_t *slots, uint32_t n,
     kvs_cuda_lora_group(&lo->tab, slots, n, lo->cap, lo->hwords, n_task,
                         &rank);
 
-    KVS_CU_RET(cudaMemcpyAsync(lo->dwords, lo->hwords,
-                               kvs_cuda_lora_group_words(lo->cap)
-                               * sizeof(int32_t), cudaMemcpyHostToDevice,
-                               cu->st),
-               "cudaMemcpyAsync(lora groups)");
+    e = cudaMemcpyAsync(lo->dwords, lo->hwords,
+                        kvs_cuda_lora_group_words(lo->cap) * sizeof(int32_t),
+                        cudaMemcpyHostToDevice, cu->st);
+    if (e != cudaSuccess) {
+        return kvs_cuda_fail(err, "cudaMemcpyAsync(lora groups)", e);
+    }
 
     return KVS_OK;
 }
