@@ -30,9 +30,10 @@
  * BF16 on the host converts exactly.
  *
  * Invariants: every size is checked (KVS_ERANGE, never a wrapped
- * number); nothing here allocates but kvs_cuda_lora_table_new; grouping
- * validates the whole slice before writing a word of its image; a slot
- * set to NULL leaves rank 0 in every entry of its column.
+ * number); nothing here allocates but kvs_cuda_lora_table_new;
+ * grouping trusts its slots, which kvs_cuda_lora_check has passed for the
+ * whole batch before anything runs; a slot set to NULL leaves rank 0 in
+ * every entry of its column.
  */
 
 #ifndef KVS_CUDA_LORA_PLAN_H
