@@ -225,6 +225,31 @@ int kvs_k_sample(int32_t *ids, float *logits,
 
 size_t kvs_k_sample_scratch_bytes(uint32_t n, uint32_t n_vocab);
 
+/*
+ * The grouped LoRA product of one adapted matrix (kvs_k_lora.cu): for
+ * each task k of the grouping image `words` (kvs_cuda_lora_plan.h's
+ * layout for capacity cap: rows [cap], task0 [cap + 1], task_slot
+ * [cap]), its rows j in [task0[k], task0[k + 1]), at most 8, all of
+ * slot s = task_slot[k], with m = mats[s]:
+ *   y[rows[j]][0..n_out) += m.scale * BT^T (A x[rows[j]][0..n_in))
+ * A BF16 [m.rank][n_in], BT BF16 [m.rank][n_out] (B transposed); x of
+ * x_dtype at row stride ldx, y F32 at row stride ldy.  A slot whose
+ * m.rank is 0 changes nothing; rows in no task are not touched.  rank
+ * bounds every used m.rank (1..1024) and is T's row stride; t is
+ * scratch of cap x rank floats.  n_task 0 launches nothing.
+ */
+typedef struct {
+    const void  *a;            /* BF16 [rank][n_in], device */
+    const void  *bt;           /* BF16 [rank][n_out], device */
+    uint32_t     rank;         /* 0: no product */
+    float        scale;        /* alpha / rank */
+} kvs_k_lora_mat_t;
+
+int kvs_k_lora(float *y, size_t ldy, const void *x, int x_dtype, size_t ldx,
+    uint32_t n_in, uint32_t n_out, const kvs_k_lora_mat_t *mats,
+    const int32_t *words, uint32_t cap, uint32_t n_task, uint32_t rank,
+    float *t, cudaStream_t st);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,10 +3,13 @@
  * on a CUDA device, checks every kernel against CPU references
  * (gpu_check_kern.c), compares greedy generation through the CUDA and CPU
  * backends (gpu_check_e2e.c) and times a model of Llama-3-8B's shapes
- * (gpu_check_time.c), then writes gpu-check.md and gpu-check.tsv.
+ * (gpu_check_time.c), then writes gpu-check.md and gpu-check.tsv; LoRA
+ * adapters' kernel and the backend with adapters against the CPU's are
+ * the part "lora" (gpu_check_lora.c).
  *
  *   gpu_check [--out DIR] [--fixtures DIR] [--tmp DIR] [--seed N]
- *             [--only kern|e2e|time] [--device N] [--quick] [--self-test]
+ *             [--only kern|e2e|lora|time] [--device N] [--quick]
+ *             [--self-test]
  *
  * --self-test needs no device: it runs the end-to-end harness with the
  * CPU backend in the CUDA backend's place (so both runs must agree
@@ -65,6 +68,9 @@ main(int argc, char **argv)
         printf("gpu_check: self-test without a device, seed %llu\n",
                (unsigned long long) c->seed);
         rc = gc_e2e_run(c);
+        if (rc == 0) {
+            rc = gc_lora_run(c);
+        }
         if (rc == 0) {
             rc = gc_time_self_test(c);
         }
@@ -126,6 +132,14 @@ main(int argc, char **argv)
         printf("\n== end to end: greedy tokens, CUDA vs CPU backend\n");
         rc = gc_e2e_run(c);
         printf("== end to end: %.1f s\n", gc_now() - t);
+        fflush(stdout);
+    }
+
+    if (rc == 0 && (c->only == NULL || strcmp(c->only, "lora") == 0)) {
+        t = gc_now();
+        printf("\n== LoRA: the grouped kernel, CUDA vs CPU with adapters\n");
+        rc = gc_lora_run(c);
+        printf("== LoRA: %.1f s\n", gc_now() - t);
         fflush(stdout);
     }
 
@@ -207,8 +221,10 @@ gc_args(gc_ctx_t *c, int argc, char **argv)
             c->tmp = v;
 
         } else if (strcmp(o, "--only") == 0) {
-            if (strcmp(v, "kern") && strcmp(v, "e2e") && strcmp(v, "time")) {
-                fprintf(stderr, "gpu_check: --only kern|e2e|time\n");
+            if (strcmp(v, "kern") && strcmp(v, "e2e") && strcmp(v, "lora")
+                && strcmp(v, "time"))
+            {
+                fprintf(stderr, "gpu_check: --only kern|e2e|lora|time\n");
                 return -1;
             }
             c->only = v;

@@ -187,6 +187,9 @@ int gc_kern_run(gc_ctx_t *c);
 int gc_attn_run(gc_ctx_t *c);         /* rope_kv and attention, for
                                          gc_kern_run */
 int gc_e2e_run(gc_ctx_t *c);
+int gc_lora_run(gc_ctx_t *c);         /* LoRA: the kernel, CUDA vs CPU
+                                         with adapters (self-test: the
+                                         harness on the CPU) */
 int gc_time_run(gc_ctx_t *c);
 int gc_time_self_test(gc_ctx_t *c);   /* the model image, on the CPU */
 

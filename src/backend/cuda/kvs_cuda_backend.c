@@ -27,6 +27,7 @@
 
 #include "kvs_cuda_backend.h"
 #include "kvs_cuda_impl.h"
+#include "kvs_cuda_lora.h"
 #include "kvs_cuda_weights.h"
 #include "backend/kvs_rope.h"
 #include "model/kvs_model.h"
@@ -63,8 +64,8 @@ static const kvs_backend_ops_t  kvs_cuda_ops = {
     kvs_cuda_free,
     NULL,                                   /* no second tier yet */
     NULL,
-    NULL,                                   /* no LoRA adapters yet */
-    NULL
+    kvs_cuda_set_lora,                      /* kvs_cuda_lora.c */
+    kvs_cuda_forward_lora
 };
 
 
@@ -567,6 +568,7 @@ kvs_cuda_release(kvs_cuda_t *cu)
     }
 
     kvs_cuda_graphs_free(cu);
+    kvs_cuda_lora_free(cu);
 
     if (cu->blas != NULL) {
         (void) cublasDestroy(cu->blas);

@@ -145,6 +145,10 @@ typedef struct {
     uint64_t            tick;
     int                 use_graphs;   /* 0 after a failed capture, or
                                          KVS_CUDA_GRAPHS=0 */
+
+    struct kvs_cuda_lora_s
+                       *lora;         /* LoRA slots (kvs_cuda_lora.h), or
+                                         NULL before the first set_lora */
 } kvs_cuda_t;
 
 
@@ -186,6 +190,8 @@ int kvs_cuda_forward(kvs_backend_t *be, const kvs_batch_t *b,
     float *logits, kvs_err_t *err);
 int kvs_cuda_forward_sample(kvs_backend_t *be, const kvs_batch_t *b,
     const kvs_backend_sample_t *params, int32_t *ids, kvs_err_t *err);
+int kvs_cuda_forward_lora(kvs_backend_t *be, const kvs_batch_t *b,
+    const uint32_t *slots, float *logits, kvs_err_t *err);
 
 /* Destroys every captured graph. */
 void kvs_cuda_graphs_free(kvs_cuda_t *cu);

@@ -47,6 +47,7 @@
 #include <string.h>
 
 #include "kvs_cuda_impl.h"
+#include "kvs_cuda_lora.h"
 
 
 _Static_assert(sizeof(kvs_k_sample_param_t) == sizeof(kvs_backend_sample_t)
@@ -72,6 +73,9 @@ typedef struct {
     int                          has_pre;  /* some run of more */
     const kvs_k_sample_param_t  *params;   /* device, or NULL: no
                                               sampling */
+    uint32_t                     lora_tasks;  /* the slice's LoRA tasks
+                                                 (kvs_cuda_lora.h); 0:
+                                                 no adapted row */
 } kvs_cuda_prog_t;
 
 
@@ -87,8 +91,8 @@ static int kvs_cuda_enqueue(kvs_cuda_t *cu, const kvs_cuda_prog_t *p,
 static int kvs_cuda_graph_run(kvs_cuda_t *cu, const kvs_cuda_prog_t *p,
     uint64_t key, kvs_err_t *err);
 static int kvs_cuda_run(kvs_backend_t *be, const kvs_batch_t *b,
-    int sample, const kvs_backend_sample_t *params, float *logits,
-    int32_t *ids, kvs_err_t *err);
+    int sample, const kvs_backend_sample_t *params, const uint32_t *slots,
+    float *logits, int32_t *ids, kvs_err_t *err);
 
 
 #define KVS_K(call, what)                                                    \
@@ -104,6 +108,21 @@ static int kvs_cuda_run(kvs_backend_t *be, const kvs_batch_t *b,
         cudaError_t  e_ = (call);                                            \
         if (e_ != cudaSuccess) {                                             \
             return kvs_cuda_fail(err, what, e_);                             \
+        }                                                                    \
+    } while (0)
+
+
+/* After the base product of `target` into y: the adapted rows' LoRA
+ * products (kvs_cuda_lora_apply), when the slice has any. */
+#define KVS_LORA(target, x, x_dt, ldx, y, ldy)                               \
+    do {                                                                     \
+        if (p->lora_tasks != 0) {                                            \
+            int  l_ = kvs_cuda_lora_apply(cu, p->lora_tasks, l, (target),    \
+                                          (x), (x_dt), (ldx), (y), (ldy),    \
+                                          err);                              \
+            if (l_ != KVS_OK) {                                              \
+                return l_;                                                   \
+            }                                                                \
         }                                                                    \
     } while (0)
 
@@ -193,6 +212,8 @@ kvs_cuda_layer(kvs_cuda_t *cu, const kvs_cuda_prog_t *p, uint32_t l,
         return rc;
     }
 
+    KVS_LORA(KVS_LORA_Q, cu->in, ly->wq.dt, ly->wq.cols, cu->q, ly->wq.rows);
+
     if (ly->wk.dt != cur) {
         rc = kvs_cuda_norm(cu, ly->wk.dt, NULL, ly->attn_norm, n, err);
         if (rc != KVS_OK) {
@@ -208,6 +229,8 @@ kvs_cuda_layer(kvs_cuda_t *cu, const kvs_cuda_prog_t *p, uint32_t l,
         return rc;
     }
 
+    KVS_LORA(KVS_LORA_K, cu->in, ly->wk.dt, ly->wk.cols, cu->k, ly->wk.rows);
+
     if (ly->wv.dt != cur) {
         rc = kvs_cuda_norm(cu, ly->wv.dt, NULL, ly->attn_norm, n, err);
         if (rc != KVS_OK) {
@@ -220,6 +243,8 @@ kvs_cuda_layer(kvs_cuda_t *cu, const kvs_cuda_prog_t *p, uint32_t l,
     if (rc != KVS_OK) {
         return rc;
     }
+
+    KVS_LORA(KVS_LORA_V, cu->in, ly->wv.dt, ly->wv.cols, cu->v, ly->wv.rows);
 
     /* qwen3, gemma3: each head of q and k RMS-normed before RoPE (no
      * biases with it: kvs_model_check_tensors refuses them) */
@@ -269,6 +294,9 @@ kvs_cuda_layer(kvs_cuda_t *cu, const kvs_cuda_prog_t *p, uint32_t l,
         return rc;
     }
 
+    /* src is att itself when wo is F32, else att in wo's dtype */
+    KVS_LORA(KVS_LORA_O, src, ly->wo.dt, ly->wo.cols, cu->r, ly->wo.rows);
+
     /* gemma: r normed before it joins the residual (rows of n_embd, one
      * weight vector: the per-head norm kernel's shape) */
     if (ly->post_attn_norm != NULL) {
@@ -290,6 +318,11 @@ kvs_cuda_layer(kvs_cuda_t *cu, const kvs_cuda_prog_t *p, uint32_t l,
             return rc;
         }
 
+        KVS_LORA(KVS_LORA_GATE, cu->in, ly->w1.dt, ly->w1.cols, cu->h,
+                 2 * (size_t) f);
+        KVS_LORA(KVS_LORA_UP, cu->in, ly->w1.dt, ly->w1.cols, cu->h + f,
+                 2 * (size_t) f);
+
         g = cu->h;
         u = cu->h + f;
         ld = 2 * (size_t) f;
@@ -300,6 +333,9 @@ kvs_cuda_layer(kvs_cuda_t *cu, const kvs_cuda_prog_t *p, uint32_t l,
         if (rc != KVS_OK) {
             return rc;
         }
+
+        /* before in is normed again for w3's dtype */
+        KVS_LORA(KVS_LORA_GATE, cu->in, ly->w1.dt, ly->w1.cols, cu->h, f);
 
         if (ly->w3.dt != ly->w1.dt) {
             rc = kvs_cuda_norm(cu, ly->w3.dt, NULL, ly->ffn_norm, n, err);
@@ -313,6 +349,9 @@ kvs_cuda_layer(kvs_cuda_t *cu, const kvs_cuda_prog_t *p, uint32_t l,
         if (rc != KVS_OK) {
             return rc;
         }
+
+        KVS_LORA(KVS_LORA_UP, cu->in, ly->w3.dt, ly->w3.cols,
+                 cu->h + (size_t) n * f, f);
 
         g = cu->h;
         u = cu->h + (size_t) n * f;
@@ -335,6 +374,9 @@ kvs_cuda_layer(kvs_cuda_t *cu, const kvs_cuda_prog_t *p, uint32_t l,
     if (rc != KVS_OK) {
         return rc;
     }
+
+    KVS_LORA(KVS_LORA_DOWN, cu->in, ly->w2.dt, ly->w2.cols, cu->r,
+             ly->w2.rows);
 
     if (ly->post_ffn_norm != NULL) {
         KVS_K(kvs_k_headnorm(cu->r, ly->post_ffn_norm, n, cu->hp.n_embd,
@@ -514,12 +556,12 @@ kvs_cuda_graphs_free(kvs_cuda_t *cu)
  */
 static int
 kvs_cuda_run(kvs_backend_t *be, const kvs_batch_t *b, int sample,
-    const kvs_backend_sample_t *params, float *logits, int32_t *ids,
-    kvs_err_t *err)
+    const kvs_backend_sample_t *params, const uint32_t *slots, float *logits,
+    int32_t *ids, kvs_err_t *err)
 {
     int                rc;
     size_t             need;
-    uint32_t           i, from, n, bucket, w0, want, nv;
+    uint32_t           i, from, n, bucket, w0, want, nv, lora_tasks;
     uint64_t           key;
     kvs_cuda_t        *cu;
     kvs_cuda_prog_t    p;
@@ -557,9 +599,23 @@ kvs_cuda_run(kvs_backend_t *be, const kvs_batch_t *b, int sample,
         n = kvs_cuda_plan_slice(b, from, cu->max_tok, cu->max_rows,
                                 cu->max_table, cu->kv.block_tokens);
 
+        /* the slice's adapted rows grouped, their upload enqueued; a
+         * slice with any runs eagerly (its tasks change every step) */
+        lora_tasks = 0;
+
+        if (slots != NULL) {
+            rc = kvs_cuda_lora_slice(cu, slots + from, n, &lora_tasks, err);
+            if (rc != KVS_OK) {
+                (void) cudaStreamSynchronize(cu->st);
+                return rc;
+            }
+        }
+
         bucket = 0;
 
-        if (cu->use_graphs && kvs_cuda_plan_decode_only(b, from, n)) {
+        if (cu->use_graphs && lora_tasks == 0
+            && kvs_cuda_plan_decode_only(b, from, n))
+        {
             bucket = kvs_cuda_plan_bucket(n, cu->max_rows);
         }
 
@@ -568,6 +624,8 @@ kvs_cuda_run(kvs_backend_t *be, const kvs_batch_t *b, int sample,
                                                          : NULL,
                                 &pd, err);
         if (rc != KVS_OK) {
+            /* a LoRA grouping upload may be in flight */
+            (void) cudaStreamSynchronize(cu->st);
             return rc;
         }
 
@@ -607,6 +665,7 @@ kvs_cuda_run(kvs_backend_t *be, const kvs_batch_t *b, int sample,
         p.params = sample ? (const kvs_k_sample_param_t *)
                             (cu->dpack + pd.params)
                           : NULL;
+        p.lora_tasks = lora_tasks;
         p.split = kvs_cuda_plan_split(p.kb.n_tok, p.kb.max_ctx,
                                       cu->hp.n_head_kv, (uint32_t) cu->n_sm,
                                       KVS_CUDA_MAX_SPLIT,
@@ -680,7 +739,7 @@ int
 kvs_cuda_forward(kvs_backend_t *be, const kvs_batch_t *b, float *logits,
     kvs_err_t *err)
 {
-    return kvs_cuda_run(be, b, 0, NULL, logits, NULL, err);
+    return kvs_cuda_run(be, b, 0, NULL, NULL, logits, NULL, err);
 }
 
 
@@ -688,5 +747,24 @@ int
 kvs_cuda_forward_sample(kvs_backend_t *be, const kvs_batch_t *b,
     const kvs_backend_sample_t *params, int32_t *ids, kvs_err_t *err)
 {
-    return kvs_cuda_run(be, b, 1, params, NULL, ids, err);
+    return kvs_cuda_run(be, b, 1, params, NULL, NULL, ids, err);
+}
+
+
+/* forward with each entry's adapter slot (0: none); every slot named is
+ * checked before anything runs */
+int
+kvs_cuda_forward_lora(kvs_backend_t *be, const kvs_batch_t *b,
+    const uint32_t *slots, float *logits, kvs_err_t *err)
+{
+    int  rc;
+
+    if (b != NULL && slots != NULL) {
+        rc = kvs_cuda_lora_check_slots(be->impl, slots, b->n, err);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+    }
+
+    return kvs_cuda_run(be, b, 0, NULL, slots, logits, NULL, err);
 }
