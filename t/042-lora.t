@@ -13,8 +13,10 @@
 #   - kvserve_lora_map from the tenant: a mapped tenant asking for the
 #     base is served under its adapter, one asking for another adapter
 #     gets 404 naming the model id, an unmapped tenant cannot pick one;
-#   - adapter A's file replaced and nginx reloaded: its text changes and
-#     the old prompt reuses nothing;
+#   - adapter A's file replaced and nginx reloaded: the base's engine is
+#     kept (the same pid), A's text changes, the old prompt under A
+#     reuses nothing of the old file's blocks and the miss says `epoch`,
+#     and the base's cached prompt still hits in full;
 #   - paging: kvserve_lora_slots 1 for the two adapters, so A and B take
 #     turns in the one slot; the metrics count the loads, evictions and
 #     waits;
@@ -309,6 +311,7 @@ is($code, 200, '... asking for the base: 200');
 is($text, $text_base, '... the base\'s text');
 
 # a replaced adapter file: reload
+my $pid_before = $t->engine_pid;
 cli_ok('another adapter A', "gen-lora $dir/base.gguf --rank 8 --seed 7"
        . " $dir/a2.gguf");
 rename "$dir/a2.gguf", "$dir/a.gguf" or die "rename: $!";
@@ -322,6 +325,15 @@ ok($t->wait_for(sub {
 }, 60), 'after a reload base:A serves the new file') or diag($new_text);
 ($ct, $miss) = logged($probe);
 is($ct, 0, '... and reuses nothing of the old adapter\'s blocks');
-like($miss, qr/^(?:epoch|adapter|no_entry)$/, "... the miss says why ($miss)");
+is($miss, 'epoch', "... the miss says why ($miss)");
+is($t->engine_pid, $pid_before, 'the base\'s engine was kept');
+complete('base', $p2, 'cbase2');
+($ct, $miss) = logged('cbase2');
+is($ct, $ct2, "the base's cached prompt still hits in full ($ct)")
+    or diag("miss $miss");
+(undef, $text) = complete('base:A', $p2, 'ca3');
+is($text, $new_text, 'the new A again: the same text');
+($ct, $miss) = logged('ca3');
+is($ct, $ct2, "... a full hit within the new file's blocks ($ct)");
 
 done_testing();

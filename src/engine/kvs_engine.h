@@ -475,6 +475,19 @@ void kvs_engine_index_free(kvs_engine_index_t *out);
 uint32_t kvs_engine_n_loras(const kvs_engine_t *e);
 const kvs_lora_t *kvs_engine_lora(const kvs_engine_t *e, uint32_t id);
 
+/* The engine's adapter id of the adapter file path[path_len] whose
+ * xxh3-64 the caller read as file_epoch: the id of a file it serves
+ * already (the same path and epoch), else the next id, whose file is
+ * opened, checked against the model and against file_epoch when a
+ * request first needs it.  A worker binds its configuration's adapters
+ * after HELLO (the LORA frame), so an engine kept across a reload that
+ * replaced, added or removed adapter files serves each file under its
+ * own id and cache namespace.  Ids are never reused: KVS_ERANGE past
+ * KVS_ENGINE_MAX_LORAS files; KVS_EUNSUPPORTED for a backend without
+ * adapters.  Any thread. */
+int kvs_engine_lora_bind(kvs_engine_t *e, const char *path, size_t path_len,
+    uint64_t file_epoch, uint32_t *id, kvs_err_t *err);
+
 /* The prefix cache's epoch of adapter id (0: the weights' own): the
  * base's and the adapter file's identities together, so a block of
  * one adapter, or of a replaced file, is never another's. */

@@ -346,6 +346,13 @@ void kvs_engine_lora_end_all(kvs_engine_t *e);
 /* The figures, into e->stats. */
 void kvs_engine_lora_stats(kvs_engine_t *e);
 
+/* Under e->lock, as the engine thread takes its inbox: its view of the
+ * adapters follows those bound since (kvs_engine_lora_bind). */
+void kvs_engine_lora_sync(kvs_engine_t *e);
+
+/* The adapters bound so far, under e->lock: any thread (submit). */
+uint32_t kvs_engine_lora_bound(kvs_engine_t *e);
+
 
 /* kvs_engine_io.c */
 

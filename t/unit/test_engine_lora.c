@@ -15,6 +15,15 @@
  *     reuses nothing, the miss saying another epoch (the adapter's
  *     epoch is in the namespace); an engine with another file as
  *     adapter 1 has another epoch for it, the same file the same one;
+ *   - reload (kvs_engine_lora_bind): an engine whose adapter 1's file
+ *     is replaced on disk binds the new file (its path, its new epoch)
+ *     under a new id: a request under it reuses nothing of the old
+ *     file's blocks, the miss saying another epoch, its greedy tokens
+ *     those of an engine started with the new file, while the base's
+ *     cached prompt still hits in full; binding the same file again
+ *     gives the same id; a file whose epoch is not the bound one fails
+ *     its request; an engine started without adapters serves one bound
+ *     later;
  *   - refusals: a request naming adapter 5 of 4 (nothing queued), an
  *     adapter that does not fit the base (kvs_engine_new fails naming
  *     the tensor and its shapes), more adapters than slots.
@@ -427,6 +436,181 @@ test_cache_namespace(void **state)
 }
 
 
+static uint64_t
+file_epoch(const mdl_t *md, const char *path)
+{
+    uint64_t     ep;
+    kvs_err_t    err;
+    kvs_lora_t  *l;
+
+    if (kvs_lora_open(&l, path, md->m, &err) != KVS_OK) {
+        fail_msg("%s: %s", path, err.msg);
+    }
+
+    ep = l->epoch;
+    kvs_lora_close(l);
+
+    return ep;
+}
+
+
+static void
+copy_file(const char *from, const char *to)
+{
+    FILE    *in, *out;
+    size_t   n;
+    char     buf[65536];
+
+    in = fopen(from, "rb");
+    out = fopen(to, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+
+    while ((n = fread(buf, 1, sizeof(buf), in)) > 0) {
+        assert_int_equal(fwrite(buf, 1, n, out), n);
+    }
+
+    fclose(in);
+    assert_int_equal(fclose(out), 0);
+}
+
+
+static uint32_t
+bind_file(kvs_engine_t *e, const char *path, uint64_t epoch)
+{
+    uint32_t   id;
+    kvs_err_t  err;
+
+    if (kvs_engine_lora_bind(e, path, strlen(path), epoch, &id, &err)
+        != KVS_OK)
+    {
+        fail_msg("bind %s: %s", path, err.msg);
+    }
+
+    return id;
+}
+
+
+/*
+ * A reload that replaced adapter 1's file: the worker binds the file
+ * again with its new epoch.  Adapter 1 is a copy of ad_path[0], then
+ * of ad_path[2] (the same path, new bytes, as `cp` or a rename would
+ * leave it).
+ */
+static void
+test_bind(void **state)
+{
+    int32_t             p[40], q[40];
+    uint32_t            n, id, ad;
+    mdl_t               base;
+    char                path[256], name[64];
+    uint64_t            ep0, ep2;
+    kvs_err_t           err;
+    kvs_engine_t       *e, *ref;
+    const int32_t      *pp;
+    const char         *paths[2];
+    kvs_engine_req_t    req;
+    kvs_engine_seq_t   *h;
+    kvs_engine_out_t    out, want;
+    kvs_engine_stats_t  st;
+
+    mdl_open(&base, base_path);
+    snprintf(name, sizeof(name), "engine-lora-bind.%d.gguf", (int) getpid());
+    snprintf(path, sizeof(path), "%s", kvs_test_tmp(name));
+    copy_file(ad_path[0], path);
+    ep0 = file_epoch(&base, ad_path[0]);
+    ep2 = file_epoch(&base, ad_path[2]);
+
+    paths[0] = path;
+    paths[1] = ad_path[1];
+    e = engine_new(&base, paths, 2);
+
+    /* the configuration that started it binds its own ids */
+    assert_int_equal(bind_file(e, path, ep0), 1);
+    assert_int_equal(bind_file(e, ad_path[1], file_epoch(&base, ad_path[1])), 2);
+
+    prompt_of(p, 40, 3);
+    prompt_of(q, 40, 4);
+    cache_run(e, p, 40, 1, 0, KVS_RADIX_MISS_EMPTY);
+    cache_run(e, p, 40, 1, 39, KVS_RADIX_MISS_NONE);
+    cache_run(e, q, 40, 0, 0, KVS_RADIX_MISS_EMPTY);
+
+    /* replaced on disk; the new configuration binds it */
+    copy_file(ad_path[2], path);
+    id = bind_file(e, path, ep2);
+    assert_int_equal(id, 3);
+    assert_int_equal(bind_file(e, path, ep2), 3);
+    assert_int_equal(bind_file(e, path, ep0), 1);     /* old workers' still */
+    assert_int_not_equal(kvs_engine_lora_epoch(e, 3),
+                         kvs_engine_lora_epoch(e, 1));
+
+    /* the old file's blocks are not reused: the miss says epoch; then
+     * a full hit within the new one; the base's prompt hits still */
+    cache_run(e, p, 40, 3, 0, KVS_RADIX_MISS_EPOCH);
+    cache_run(e, p, 40, 3, 39, KVS_RADIX_MISS_NONE);
+    cache_run(e, q, 40, 0, 39, KVS_RADIX_MISS_NONE);
+
+    kvs_engine_stats(e, &st);
+    assert_int_equal(st.lora_adapters, 3);
+    assert_int_equal(st.lora_slots, 3);
+    assert_int_equal(st.lora_resident, 3);
+    assert_int_equal(st.lora_loads, 1);
+
+    /* the new id serves the new file: an engine started with it */
+    paths[0] = ad_path[2];
+    ref = engine_new(&base, paths, 1);
+    n = 40;
+    pp = p;
+    ad = 1;
+    run(ref, &pp, &n, &ad, 1, &want);
+    ad = 3;
+    run(e, &pp, &n, &ad, 1, &out);
+    assert_int_equal(out.n_tokens, want.n_tokens);
+    assert_memory_equal(out.tokens, want.tokens,
+                        want.n_tokens * sizeof(int32_t));
+    kvs_engine_out_free(&out);
+    kvs_engine_out_free(&want);
+    kvs_engine_free(ref);
+
+    /* a file that is not what the configuration read fails its request
+     * when its load finds another epoch */
+    id = bind_file(e, path, ep0 ^ 1);
+    assert_int_equal(id, 4);
+    memset(&req, 0, sizeof(req));
+    req.prompt = p;
+    req.n_prompt = 8;
+    req.max_tokens = 2;
+    req.sample.top_p = 1.0f;
+    req.adapter = id;
+    assert_int_equal(kvs_engine_submit(e, &req, &h, &err), KVS_OK);
+    memset(&out, 0, sizeof(out));
+    while (out.finish == KVS_FINISH_NONE) {
+        (void) kvs_engine_step(e);
+        assert_true(kvs_engine_read(e, h, &out) >= 0);
+    }
+    assert_int_equal(out.finish, KVS_FINISH_ERROR);
+    assert_non_null(strstr(out.error, "LoRA adapter 4 could not be loaded: "
+                           "its file changed since the configuration "
+                           "read it"));
+    kvs_engine_close(e, h);
+    kvs_engine_out_free(&out);
+    kvs_engine_free(e);
+
+    /* an engine started without adapters, one bound later */
+    e = engine_new(&base, NULL, 0);
+    kvs_engine_stats(e, &st);
+    assert_int_equal(st.lora_adapters, 0);
+    assert_int_equal(bind_file(e, ad_path[2], ep2), 1);
+    cache_run(e, p, 40, 1, 0, KVS_RADIX_MISS_EMPTY);
+    cache_run(e, p, 40, 1, 39, KVS_RADIX_MISS_NONE);
+    cache_run(e, p, 40, 0, 0, KVS_RADIX_MISS_EPOCH);
+    kvs_engine_free(e);
+
+    unlink(path);
+    mdl_close(&base);
+}
+
+
 /* Adapter id's residency and the paging figures. */
 static void
 expect_paging(kvs_engine_t *e, uint64_t loads, uint64_t evictions,
@@ -677,6 +861,13 @@ test_refusals(void **state)
     assert_int_equal(kvs_engine_submit(e, &req, &h, &err), KVS_EINVAL);
     assert_non_null(strstr(err.msg, "adapter 5: the model serves 4 LoRA "
                            "adapters"));
+
+    /* a path no engine can open: refused before any id is spent */
+    assert_int_equal(kvs_engine_lora_bind(e, "a\0b", 3, 1, &i, &err),
+                     KVS_EINVAL);
+    assert_int_equal(i, 0);
+    assert_int_equal(kvs_engine_lora_bind(e, "", 0, 1, &i, &err),
+                     KVS_EINVAL);
     kvs_engine_stats(e, &st);
     assert_int_equal(st.requests, 0);
     assert_int_equal(kvs_engine_step(e), 0);
@@ -723,6 +914,7 @@ main(void)
         cmocka_unit_test(test_mixed_batch),
         cmocka_unit_test(test_cache_namespace),
         cmocka_unit_test(test_paging),
+        cmocka_unit_test(test_bind),
         cmocka_unit_test(test_refusals),
     };
 
