@@ -21,7 +21,12 @@
 #     turns in the one slot; the metrics count the loads, evictions and
 #     waits;
 #   - `nginx -t` refuses an adapter made for another base, naming the
-#     adapter, the tensor and both shapes.
+#     adapter, the tensor and both shapes;
+#   - a second configuration: 8 adapters of the base (ranks 8 and 64),
+#     all resident, and each merged into a model of its own: the 8
+#     adapters and the base asked for at once, twice over, so the
+#     base's engine runs them in the same steps; each greedy reply is
+#     its merged model's (the base's for the base).
 #
 # One nginx of our own (Kvserve::Live); every process it started is
 # killed in END.
@@ -335,5 +340,56 @@ is($ct, $ct2, "the base's cached prompt still hits in full ($ct)")
 is($text, $new_text, 'the new A again: the same text');
 ($ct, $miss) = logged('ca3');
 is($ct, $ct2, "... a full hit within the new file's blocks ($ct)");
+
+# ---- 8 adapters and the base in flight together ---------------------------
+
+$t->stop;
+for my $i (1 .. 8) {
+    my $rank = $i % 2 ? 8 : 64;
+    cli_ok("adapter e$i (rank $rank)", "gen-lora $dir/base.gguf --rank $rank"
+           . " --seed " . (40 + $i) . " $dir/e$i.gguf");
+    cli_ok("... merged", "merge-lora $dir/base.gguf $dir/e$i.gguf"
+           . " $dir/me$i.gguf");
+}
+my $http8 = "    kvserve_model base $dir/base.gguf;\n"
+    . join('', map { "    kvserve_lora e$_ $dir/e$_.gguf;\n" } 1 .. 8)
+    . join('', map { "    kvserve_model m$_ $dir/me$_.gguf;\n" } 1 .. 8)
+    . "    kvserve_kv_cache 64m;\n    kvserve_threads 1;\n"
+    . "    kvserve_engine_wait 60s;\n";
+$t->write_conf($http8, server => <<"EOS");
+        location /v1/ { kvserve; }
+        location = /status { kvserve_status; }
+        location = /metrics { kvserve_metrics; }
+EOS
+ok($t->start, 'nginx with 8 adapters of the base and their merged models');
+
+my %want8;
+(undef, $want8{0}) = complete('base', $p1, 'b8');
+for my $i (1 .. 8) {
+    my ($c8, $x8) = complete("m$i", $p1, "m8-$i");
+    is($c8, 200, "merged model m$i answers");
+    $want8{$i} = $x8;
+    isnt($x8, $want8{0}, '... not the base\'s text');
+}
+my %distinct = map { ($want8{$_} // '') => 1 } 1 .. 8;
+is(scalar(keys %distinct), 8, 'the 8 merged models\' texts all differ');
+
+# the 9 at once, twice over: 18 requests in flight on one engine
+my @all8 = map { my $k = $_; map { [$_, "all8-$k-$_"] } 0 .. 8 } 1 .. 2;
+my @s8 = map { send_req('/v1/completions',
+                        $_->[0] ? "base:e$_->[0]" : 'base', $p1, $_->[1]) }
+         @all8;
+for my $k (0 .. $#all8) {
+    my ($i, $id) = @{$all8[$k]};
+    my ($code8, $text8, $body8) = answer($s8[$k]);
+    is($code8, 200, "$id: 200") or diag($body8);
+    is($text8, $want8{$i}, $i ? "... base:e${i}'s text is merged m${i}'s"
+                              : '... the base\'s text');
+}
+{
+    my $r8 = $t->read_all($t->request('GET', '/metrics'), 10);
+    my ($res) = $r8 =~ /^kvserve:lora_resident\{model_name="base"\} (\S+)$/m;
+    is($res, 8, 'the 8 adapters resident together') or diag($r8);
+}
 
 done_testing();
