@@ -417,7 +417,8 @@ kvs_backend_kind_t kvs_engine_mem(const kvs_engine_t *e,
  * The prefix index (docs/prefix-index.md).  With conf.index_model set
  * (and the prefix cache on), every block that joins the cache is named
  * with kvs_index_name_root/_next under (index_model, epoch, adapter: ""
- * or its id in decimal, the request's cache scope) as it is inserted,
+ * or, with the adapter's namespace epoch, its file's epoch in hex
+ * (kvs_index_lora.h), the request's cache scope) as it is inserted,
  * from its parent's name: only new blocks are hashed.  While subscribed,
  * the engine thread records every name added and evicted and hands them
  * over once per step (the eventfd becomes readable when there is

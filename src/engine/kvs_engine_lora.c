@@ -68,8 +68,7 @@
 
 #include "base/kvs_buf.h"
 #include "base/kvs_clock.h"
-#include "base/kvs_hash.h"
-#include "base/kvs_le.h"
+#include "index/kvs_index_lora.h"
 #include "kvs_engine_impl.h"
 
 
@@ -129,17 +128,12 @@ static void *kvs_engine_lora_main(void *arg);
 static int kvs_engine_lora_start(kvs_engine_t *e, kvs_err_t *err);
 
 
+/* never the base's namespace; the prefix index names the adapter's
+ * blocks under the same (kvs_engine_index.c), as a gateway does */
 static uint64_t
 kvs_engine_lora_ns_epoch(uint64_t base, uint64_t file)
 {
-    uint8_t   b[16];
-    uint64_t  h;
-
-    kvs_le_put64(b, base);
-    kvs_le_put64(b + 8, file);
-    h = kvs_fnv1a64(KVS_FNV1A64_INIT, b, sizeof(b));
-
-    return h != base ? h : h ^ 1;     /* never the base's namespace */
+    return kvs_index_lora_epoch(base, file);
 }
 
 
@@ -871,6 +865,14 @@ kvs_engine_lora(const kvs_engine_t *e, uint32_t id)
 {
     return e->lora != NULL && id >= 1 && id <= e->lora->n
            ? e->lora->ad[id - 1].l : NULL;
+}
+
+
+uint64_t
+kvs_engine_lora_file_epoch(const kvs_engine_t *e, uint32_t id)
+{
+    return e->lora != NULL && id >= 1 && id <= e->lora->n
+           ? e->lora->ad[id - 1].file_epoch : 0;
 }
 
 

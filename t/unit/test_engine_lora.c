@@ -24,6 +24,9 @@
  *     gives the same id; a file whose epoch is not the bound one fails
  *     its request; an engine started without adapters serves one bound
  *     later;
+ *   - the prefix index: an adapter's blocks are published under names a
+ *     gateway computes from the base's epoch and the adapter file's
+ *     alone (kvs_index_lora.h), whatever id the engine gave it;
  *   - refusals: a request naming adapter 5 of 4 (nothing queued), an
  *     adapter that does not fit the base (kvs_engine_new fails naming
  *     the tensor and its shapes), more adapters than slots.
@@ -37,6 +40,8 @@
 #include "engine/kvs_engine.h"
 #include "gen/kvs_gen.h"
 #include "gen/kvs_gen_lora.h"
+#include "index/kvs_index_lora.h"
+#include "index/kvs_index_name.h"
 #include "model/kvs_ggml_type.h"
 #include "model/kvs_model.h"
 #include "tokenizer/kvs_vocab.h"
@@ -180,7 +185,8 @@ mdl_close(mdl_t *md)
 }
 
 
-static uint32_t  n_slots;             /* the next engine's lora_slots */
+static uint32_t     n_slots;          /* the next engine's lora_slots */
+static const char  *index_model;      /* ... and index_model */
 
 
 static int
@@ -199,6 +205,7 @@ engine_try(kvs_engine_t **e, const mdl_t *md, const char *const *paths,
     conf.lora_paths = paths;
     conf.n_loras = n;
     conf.lora_slots = n_slots;
+    conf.index_model = index_model;
 
     return kvs_engine_new(e, &conf, err);
 }
@@ -611,6 +618,121 @@ test_bind(void **state)
 }
 
 
+/* Whether the adds of ix hold name. */
+static int
+published(const kvs_engine_index_t *ix, const kvs_index_name_t *name)
+{
+    uint32_t  i;
+
+    for (i = 0; i < ix->n_add; i++) {
+        if (memcmp(ix->names[i], name->b, KVS_INDEX_NAME_LEN) == 0) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+/* The names of p's first two blocks under (model, epoch, adapter). */
+static void
+names_of(const int32_t *p, uint64_t epoch, const char *adapter,
+    kvs_index_name_t *names)
+{
+    size_t            n;
+    kvs_err_t         err;
+    kvs_index_ns_t    ns;
+    kvs_index_name_t  root;
+
+    memset(&ns, 0, sizeof(ns));
+    ns.model = "lbase";
+    ns.model_len = 5;
+    ns.epoch = epoch;
+    ns.adapter = adapter;
+    ns.adapter_len = strlen(adapter);
+    ns.scope = "";
+
+    assert_int_equal(kvs_index_name_root(&ns, &root, &err), KVS_OK);
+    assert_int_equal(kvs_index_name_chain(&root, p, 2 * BT, BT, names, 2,
+                                          &n, &err), KVS_OK);
+    assert_int_equal(n, 2);
+}
+
+
+/*
+ * What a host publishes for an adapted request, and what a gateway
+ * names it under (ngx_http_kvserve_route.c): the epoch and adapter field
+ * of kvs_index_lora.h from the base's epoch and the file's.  The adapter
+ * is bound after the start (engine id 3 for the configuration's id 1),
+ * so its engine id is no part of the names.
+ */
+static void
+test_index_names(void **state)
+{
+    int32_t             p[40];
+    uint32_t            n, ad;
+    mdl_t               base;
+    uint64_t            file;
+    kvs_err_t           err;
+    kvs_engine_t       *e;
+    const int32_t      *pp;
+    kvs_engine_out_t    out;
+    kvs_index_name_t    want[2], base_names[2], by_id[2];
+    kvs_engine_index_t  ix;
+    char                field[KVS_INDEX_LORA_FIELD_LEN + 1];
+
+    mdl_open(&base, base_path);
+    index_model = "lbase";
+    e = engine_new(&base, ad_paths, 2);
+    index_model = NULL;
+
+    file = file_epoch(&base, ad_path[2]);
+    assert_int_equal(bind_file(e, ad_path[2], file), 3);
+    kvs_index_lora_field(file, field);
+    assert_int_equal(strlen(field), KVS_INDEX_LORA_FIELD_LEN);
+    assert_true(kvs_index_lora_epoch(kvs_engine_lora_epoch(e, 0), file)
+                != kvs_engine_lora_epoch(e, 0));
+
+    kvs_engine_index_subscribe(e, 1);
+    prompt_of(p, 40, 9);
+    n = 40;
+    pp = p;
+    ad = 3;
+    run(e, &pp, &n, &ad, 1, &out);
+    kvs_engine_out_free(&out);
+    ad = 0;
+    run(e, &pp, &n, &ad, 1, &out);
+    kvs_engine_out_free(&out);
+
+    /* the engine's namespace is the index's (its view of id 3 follows
+     * the bind once it took a request) */
+    assert_true(kvs_engine_lora_epoch(e, 3)
+                == kvs_index_lora_epoch(kvs_engine_lora_epoch(e, 0), file));
+
+    memset(&ix, 0, sizeof(ix));
+    if (kvs_engine_index_take(e, &ix, &err) != KVS_OK) {
+        fail_msg("take: %s", err.msg);
+    }
+
+    names_of(p, kvs_index_lora_epoch(kvs_engine_lora_epoch(e, 0), file),
+             field, want);
+    names_of(p, kvs_engine_lora_epoch(e, 0), "", base_names);
+    names_of(p, kvs_engine_lora_epoch(e, 3), "3", by_id);
+
+    assert_true(published(&ix, &want[0]));
+    assert_true(published(&ix, &want[1]));
+    assert_true(published(&ix, &base_names[0]));
+    assert_true(published(&ix, &base_names[1]));
+    assert_false(published(&ix, &by_id[0]));
+    assert_int_not_equal(memcmp(want[0].b, base_names[0].b,
+                                KVS_INDEX_NAME_LEN), 0);
+
+    kvs_engine_index_free(&ix);
+    kvs_engine_free(e);
+    mdl_close(&base);
+}
+
+
 /* Adapter id's residency and the paging figures. */
 static void
 expect_paging(kvs_engine_t *e, uint64_t loads, uint64_t evictions,
@@ -915,6 +1037,7 @@ main(void)
         cmocka_unit_test(test_cache_namespace),
         cmocka_unit_test(test_paging),
         cmocka_unit_test(test_bind),
+        cmocka_unit_test(test_index_names),
         cmocka_unit_test(test_refusals),
     };
 
