@@ -351,6 +351,7 @@ interop: $(CLI) $(B)/gguf_sample $(B)/quant_sample $(B)/unit/test_rope \
 	$(TEST_ENV) $(VENV)/bin/python t/unit/test_rope_python.py \
 	    $(B)/unit/test_rope
 	$(TEST_ENV) $(VENV)/bin/python t/unit/test_logits_numpy.py
+	$(TEST_ENV) $(VENV)/bin/python t/unit/test_lora_numpy.py
 	$(TEST_ENV) OPENBLAS_NUM_THREADS=1 \
 	    $(VENV)/bin/python t/train/test_llama_grad.py
 	$(TEST_ENV) OPENBLAS_NUM_THREADS=1 KVS_STORIES=$(abspath $(STORIES)) \

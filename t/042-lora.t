@@ -13,13 +13,20 @@
 #   - kvserve_lora_map from the tenant: a mapped tenant asking for the
 #     base is served under its adapter, one asking for another adapter
 #     gets 404 naming the model id, an unmapped tenant cannot pick one;
-#   - adapter A's file replaced and nginx reloaded: its text changes and
-#     the old prompt reuses nothing;
+#   - adapter A's file replaced and nginx reloaded: the base's engine is
+#     kept (the same pid), A's text changes, the old prompt under A
+#     reuses nothing of the old file's blocks and the miss says `epoch`,
+#     and the base's cached prompt still hits in full;
 #   - paging: kvserve_lora_slots 1 for the two adapters, so A and B take
 #     turns in the one slot; the metrics count the loads, evictions and
 #     waits;
 #   - `nginx -t` refuses an adapter made for another base, naming the
-#     adapter, the tensor and both shapes.
+#     adapter, the tensor and both shapes;
+#   - a second configuration: 8 adapters of the base (ranks 8 and 64),
+#     all resident, and each merged into a model of its own: the 8
+#     adapters and the base asked for at once, twice over, so the
+#     base's engine runs them in the same steps; each greedy reply is
+#     its merged model's (the base's for the base).
 #
 # One nginx of our own (Kvserve::Live); every process it started is
 # killed in END.
@@ -309,6 +316,7 @@ is($code, 200, '... asking for the base: 200');
 is($text, $text_base, '... the base\'s text');
 
 # a replaced adapter file: reload
+my $pid_before = $t->engine_pid;
 cli_ok('another adapter A', "gen-lora $dir/base.gguf --rank 8 --seed 7"
        . " $dir/a2.gguf");
 rename "$dir/a2.gguf", "$dir/a.gguf" or die "rename: $!";
@@ -322,6 +330,66 @@ ok($t->wait_for(sub {
 }, 60), 'after a reload base:A serves the new file') or diag($new_text);
 ($ct, $miss) = logged($probe);
 is($ct, 0, '... and reuses nothing of the old adapter\'s blocks');
-like($miss, qr/^(?:epoch|adapter|no_entry)$/, "... the miss says why ($miss)");
+is($miss, 'epoch', "... the miss says why ($miss)");
+is($t->engine_pid, $pid_before, 'the base\'s engine was kept');
+complete('base', $p2, 'cbase2');
+($ct, $miss) = logged('cbase2');
+is($ct, $ct2, "the base's cached prompt still hits in full ($ct)")
+    or diag("miss $miss");
+(undef, $text) = complete('base:A', $p2, 'ca3');
+is($text, $new_text, 'the new A again: the same text');
+($ct, $miss) = logged('ca3');
+is($ct, $ct2, "... a full hit within the new file's blocks ($ct)");
+
+# ---- 8 adapters and the base in flight together ---------------------------
+
+$t->stop;
+for my $i (1 .. 8) {
+    my $rank = $i % 2 ? 8 : 64;
+    cli_ok("adapter e$i (rank $rank)", "gen-lora $dir/base.gguf --rank $rank"
+           . " --seed " . (40 + $i) . " $dir/e$i.gguf");
+    cli_ok("... merged", "merge-lora $dir/base.gguf $dir/e$i.gguf"
+           . " $dir/me$i.gguf");
+}
+my $http8 = "    kvserve_model base $dir/base.gguf;\n"
+    . join('', map { "    kvserve_lora e$_ $dir/e$_.gguf;\n" } 1 .. 8)
+    . join('', map { "    kvserve_model m$_ $dir/me$_.gguf;\n" } 1 .. 8)
+    . "    kvserve_kv_cache 64m;\n    kvserve_threads 1;\n"
+    . "    kvserve_engine_wait 60s;\n";
+$t->write_conf($http8, server => <<"EOS");
+        location /v1/ { kvserve; }
+        location = /status { kvserve_status; }
+        location = /metrics { kvserve_metrics; }
+EOS
+ok($t->start, 'nginx with 8 adapters of the base and their merged models');
+
+my %want8;
+(undef, $want8{0}) = complete('base', $p1, 'b8');
+for my $i (1 .. 8) {
+    my ($c8, $x8) = complete("m$i", $p1, "m8-$i");
+    is($c8, 200, "merged model m$i answers");
+    $want8{$i} = $x8;
+    isnt($x8, $want8{0}, '... not the base\'s text');
+}
+my %distinct = map { ($want8{$_} // '') => 1 } 1 .. 8;
+is(scalar(keys %distinct), 8, 'the 8 merged models\' texts all differ');
+
+# the 9 at once, twice over: 18 requests in flight on one engine
+my @all8 = map { my $k = $_; map { [$_, "all8-$k-$_"] } 0 .. 8 } 1 .. 2;
+my @s8 = map { send_req('/v1/completions',
+                        $_->[0] ? "base:e$_->[0]" : 'base', $p1, $_->[1]) }
+         @all8;
+for my $k (0 .. $#all8) {
+    my ($i, $id) = @{$all8[$k]};
+    my ($code8, $text8, $body8) = answer($s8[$k]);
+    is($code8, 200, "$id: 200") or diag($body8);
+    is($text8, $want8{$i}, $i ? "... base:e${i}'s text is merged m${i}'s"
+                              : '... the base\'s text');
+}
+{
+    my $r8 = $t->read_all($t->request('GET', '/metrics'), 10);
+    my ($res) = $r8 =~ /^kvserve:lora_resident\{model_name="base"\} (\S+)$/m;
+    is($res, 8, 'the 8 adapters resident together') or diag($r8);
+}
 
 done_testing();

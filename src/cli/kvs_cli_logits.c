@@ -3,8 +3,11 @@
  * token ids, raw float32 [n_ids][n_vocab] little-endian, to be compared
  * with an independent implementation (t/unit/test_logits_numpy.py).  No
  * tokenizer, no sampler: one sequence over a paged KV cache, prefilled in
- * steps of --chunk ids (default all in one).  Exit status: 0 done,
- * 1 failure (model, ids, context, memory, write), 2 usage.
+ * steps of --chunk ids (default all in one).  With --lora, every
+ * position runs under that LoRA adapter (the backend's forward_lora,
+ * the adapter in slot 1; docs/lora.md), for t/unit/test_lora_numpy.py.
+ * Exit status: 0 done, 1 failure (model, adapter, ids, context, memory,
+ * write), 2 usage.
  */
 
 #include <errno.h>
@@ -16,6 +19,7 @@
 #include "backend/kvs_backend.h"
 #include "kv/kvs_kv_pool.h"
 #include "kv/kvs_kv_table.h"
+#include "model/kvs_lora.h"
 #include "model/kvs_model.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -24,13 +28,14 @@
 
 #define KVS_CLI_LOGITS_USAGE                                                 \
     "usage: kvserve logits model.gguf -t \"ID ID ...\" [--block N]\n"        \
-    "           [--chunk N] [-o out.f32]\n"
+    "           [--chunk N] [--lora ADAPTER.gguf] [-o out.f32]\n"
 
 
 typedef struct {
     const char  *path;
     const char  *text;                /* -t: the ids as given */
     const char  *out;                 /* -o; NULL: stdout */
+    const char  *lora;                /* --lora; NULL: the base alone */
     uint32_t     block;               /* KV block size, tokens */
     uint32_t     chunk;               /* ids per forward step; 0: all */
 } kvs_cli_logits_opts_t;
@@ -44,6 +49,8 @@ typedef struct {
     kvs_kv_pool_t   *pool;
     kvs_kv_table_t   table;           /* the one sequence's blocks */
     float           *logits;          /* [n_ids][n_vocab] */
+    kvs_lora_t      *lora;            /* --lora's, in slot 1 */
+    uint32_t        *slots;           /* [chunk], each 1 */
 } kvs_cli_logits_run_t;
 
 
@@ -112,6 +119,9 @@ kvs_cli_logits_args(int argc, char **argv, kvs_cli_logits_opts_t *o)
 
         } else if (i + 1 < argc && strcmp(argv[i], "-o") == 0) {
             o->out = argv[++i];
+
+        } else if (i + 1 < argc && strcmp(argv[i], "--lora") == 0) {
+            o->lora = argv[++i];
 
         } else if (i + 1 < argc && (strcmp(argv[i], "--block") == 0
                                     || strcmp(argv[i], "--chunk") == 0))
@@ -206,6 +216,33 @@ kvs_cli_logits_forward(const kvs_cli_logits_opts_t *o,
         return err->code;
     }
 
+    if (o->lora != NULL) {
+        if (r->be->ops->set_lora == NULL) {
+            return kvs_err_set(err, KVS_EUNSUPPORTED, "--lora: the backend "
+                               "serves no LoRA adapters");
+        }
+
+        rc = kvs_lora_open(&r->lora, o->lora, r->m, err);
+        if (rc != KVS_OK) {
+            r->lora = NULL;
+            return rc;
+        }
+
+        rc = r->be->ops->set_lora(r->be, 1, r->lora, err);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+
+        r->slots = malloc(chunk * sizeof(uint32_t));
+        if (r->slots == NULL) {
+            return kvs_err_set(err, KVS_ENOMEM, "out of memory");
+        }
+
+        for (j = 0; j < chunk; j++) {
+            r->slots[j] = 1;
+        }
+    }
+
     toks = malloc(chunk * sizeof(kvs_batch_tok_t));
     r->logits = malloc((size_t) r->n_ids * nv * sizeof(float));
 
@@ -228,7 +265,10 @@ kvs_cli_logits_forward(const kvs_cli_logits_opts_t *o,
 
         b.toks = toks;
         b.n = n;
-        rc = kvs_backend_forward(r->be, &b, r->logits + off * nv, err);
+        rc = r->lora != NULL
+             ? r->be->ops->forward_lora(r->be, &b, r->slots,
+                                        r->logits + off * nv, err)
+             : kvs_backend_forward(r->be, &b, r->logits + off * nv, err);
     }
 
     free(toks);
@@ -274,7 +314,9 @@ kvs_cli_logits_free(kvs_cli_logits_run_t *r)
     free(r->ids);
     free(r->logits);
     kvs_kv_pool_free(r->pool);
-    kvs_backend_free(r->be);
+    kvs_backend_free(r->be);          /* borrowed the adapter: first */
+    kvs_lora_close(r->lora);
+    free(r->slots);
     kvs_model_close(r->m);
 }
 

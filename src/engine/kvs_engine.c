@@ -651,6 +651,7 @@ kvs_engine_take_inbox(kvs_engine_t *e)
     }
 
     e->inbox = NULL;
+    kvs_engine_lora_sync(e);          /* before a new adapter id is seen */
     pthread_mutex_unlock(&e->lock);
 
     for (h = list; h != NULL; h = next) {

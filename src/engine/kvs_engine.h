@@ -417,7 +417,8 @@ kvs_backend_kind_t kvs_engine_mem(const kvs_engine_t *e,
  * The prefix index (docs/prefix-index.md).  With conf.index_model set
  * (and the prefix cache on), every block that joins the cache is named
  * with kvs_index_name_root/_next under (index_model, epoch, adapter: ""
- * or its id in decimal, the request's cache scope) as it is inserted,
+ * or, with the adapter's namespace epoch, its file's epoch in hex
+ * (kvs_index_lora.h), the request's cache scope) as it is inserted,
  * from its parent's name: only new blocks are hashed.  While subscribed,
  * the engine thread records every name added and evicted and hands them
  * over once per step (the eventfd becomes readable when there is
@@ -486,6 +487,19 @@ void kvs_engine_index_free(kvs_engine_index_t *out);
  * resident, else NULL.  Engine thread (or a driving caller) only. */
 uint32_t kvs_engine_n_loras(const kvs_engine_t *e);
 const kvs_lora_t *kvs_engine_lora(const kvs_engine_t *e, uint32_t id);
+
+/* The engine's adapter id of the adapter file path[path_len] whose
+ * xxh3-64 the caller read as file_epoch: the id of a file it serves
+ * already (the same path and epoch), else the next id, whose file is
+ * opened, checked against the model and against file_epoch when a
+ * request first needs it.  A worker binds its configuration's adapters
+ * after HELLO (the LORA frame), so an engine kept across a reload that
+ * replaced, added or removed adapter files serves each file under its
+ * own id and cache namespace.  Ids are never reused: KVS_ERANGE past
+ * KVS_ENGINE_MAX_LORAS files; KVS_EUNSUPPORTED for a backend without
+ * adapters.  Any thread. */
+int kvs_engine_lora_bind(kvs_engine_t *e, const char *path, size_t path_len,
+    uint64_t file_epoch, uint32_t *id, kvs_err_t *err);
 
 /* The prefix cache's epoch of adapter id (0: the weights' own): the
  * base's and the adapter file's identities together, so a block of

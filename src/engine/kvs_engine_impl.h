@@ -375,6 +375,17 @@ void kvs_engine_lora_end_all(kvs_engine_t *e);
 /* The figures, into e->stats. */
 void kvs_engine_lora_stats(kvs_engine_t *e);
 
+/* Under e->lock, as the engine thread takes its inbox: its view of the
+ * adapters follows those bound since (kvs_engine_lora_bind). */
+void kvs_engine_lora_sync(kvs_engine_t *e);
+
+/* The adapters bound so far, under e->lock: any thread (submit). */
+uint32_t kvs_engine_lora_bound(kvs_engine_t *e);
+
+/* Adapter id's file epoch (xxh3-64 of its bytes; 0 for none): the
+ * prefix index's adapter field (kvs_index_lora.h).  Engine thread. */
+uint64_t kvs_engine_lora_file_epoch(const kvs_engine_t *e, uint32_t id);
+
 
 /* kvs_engine_io.c */
 

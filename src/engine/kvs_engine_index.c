@@ -37,6 +37,7 @@
 
 #include "index/kvs_index_lookup.h"
 #include "index/kvs_index_name.h"
+#include "index/kvs_index_lora.h"
 #include "kvs_engine_impl.h"
 
 #define KVS_ENGINE_IX_MIN_MAX  65536  /* events kept untaken, at least */
@@ -334,12 +335,16 @@ kvs_engine_index_added(void *arg, const kvs_radix_key_t *key,
     kvs_engine_t      *e = arg;
     kvs_index_ns_t     ns;
     kvs_index_name_t   prev, cur;
-    char               adapter[16];
+    char               adapter[KVS_INDEX_LORA_FIELD_LEN + 1];
 
     if (parent == NULL) {
+        /* an adapter's blocks: its file's epoch, not the engine's id for
+         * it, so a gateway can name them (kvs_index_lora.h) */
         adapter[0] = '\0';
         if (key->adapter != 0) {
-            snprintf(adapter, sizeof(adapter), "%" PRIu32, key->adapter);
+            kvs_index_lora_field(kvs_engine_lora_file_epoch(e,
+                                                            key->adapter),
+                                 adapter);
         }
 
         ns.model = e->conf.index_model;

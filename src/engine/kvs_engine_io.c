@@ -290,7 +290,7 @@ int
 kvs_engine_seq_setup(kvs_engine_t *e, kvs_engine_seq_t *h,
     const kvs_engine_req_t *req, kvs_err_t *err)
 {
-    uint32_t            i, n_vocab;
+    uint32_t            i, n_vocab, n_loras;
     const kvs_vocab_t  *v;
 
     v = e->conf.vocab;
@@ -323,11 +323,12 @@ kvs_engine_seq_setup(kvs_engine_t *e, kvs_engine_seq_t *h,
 
     h->n_stop_ids = req->n_stop_ids;
 
-    if (req->adapter > kvs_engine_n_loras(e)) {
+    n_loras = kvs_engine_lora_bound(e);
+
+    if (req->adapter > n_loras) {
         return kvs_err_set(err, KVS_EINVAL, "adapter %" PRIu32 ": the "
                            "model serves %" PRIu32 " LoRA adapter%s",
-                           req->adapter, kvs_engine_n_loras(e),
-                           kvs_engine_n_loras(e) == 1 ? "" : "s");
+                           req->adapter, n_loras, n_loras == 1 ? "" : "s");
     }
 
     if (kvs_engine_cache_setup(h, req, err) != KVS_OK) {

@@ -10,15 +10,30 @@
  * Paging: with fewer slots than adapters, a sequence whose adapter is
  * not resident when it arrives is parked (kept out of the scheduler)
  * and its adapter is loaded by a thread of its own (kvs_lora_open of
- * the file, checked against the model and against the epoch the engine
- * read at start), never on the step loop; the step that finds the load
+ * the file, checked against the model and against the epoch it was
+ * bound with), never on the step loop; the step that finds the load
  * done puts the adapter into its slot and the parked sequences into the
  * scheduler.  A load takes a free slot, else the least recently used
  * resident adapter that no sequence holds (evicted: its copy freed);
  * with every slot held it waits until one is let go.
  *
+ * Reload (kvs_engine_lora_bind): a worker names the adapter files of its
+ * configuration (path and epoch, the LORA frame); a file the engine
+ * serves already keeps its id, any other gets the next id (its file
+ * opened when a request first needs it), so an engine kept across a
+ * reload that replaced, added or removed adapters serves each
+ * configuration's files under ids of their own, and the base's cache
+ * stays.  Ids are never reused: at most KVS_ENGINE_MAX_LORAS files over
+ * the engine's life.
+ *
  * Invariants:
- *   - adapter id i (1..n) is ad[i - 1]; it is resident (ad->l set) in
+ *   - adapter id i (1..n) is ad[i - 1]; ad has room for
+ *     KVS_ENGINE_MAX_LORAS and is never moved; an entry's path,
+ *     file_epoch and ns_epoch are written once, before n_pub (under
+ *     e->lock) counts it, and never change: any thread may read them
+ *     for ids up to n_pub; the engine thread's n follows n_pub when it
+ *     takes its inbox (kvs_engine_lora_sync), before it sees a request
+ *     naming a new id; it is resident (ad->l set) in
  *     ad->slot, or loading into ad->slot, or neither (slot 0); a slot
  *     holds one adapter at most (slot_of); a request naming an id past
  *     n is refused at submit;
@@ -32,8 +47,8 @@
  *     ns_epoch, a hash of the weights' epoch and the adapter file's
  *     (xxh3-64 of its bytes), never the weights' own: the same prompt
  *     under two adapters, or under a replaced file, never shares a
- *     block; a load whose file's epoch is no longer the one read at
- *     start fails the sequences waiting for it;
+ *     block; a load whose file's epoch is no longer the one it was
+ *     bound with fails the sequences waiting for it;
  *   - every batch entry's table is its sequence's kvs_seq_t.table (the
  *     scheduler's contract, kvs_sched.c), and kvs_seq_t is the first
  *     member of kvs_engine_seq_t: an entry's sequence is found from its
@@ -53,8 +68,7 @@
 
 #include "base/kvs_buf.h"
 #include "base/kvs_clock.h"
-#include "base/kvs_hash.h"
-#include "base/kvs_le.h"
+#include "index/kvs_index_lora.h"
 #include "kvs_engine_impl.h"
 
 
@@ -77,9 +91,12 @@ typedef struct {
 } kvs_engine_load_t;
 
 struct kvs_engine_lora_s {
-    kvs_engine_ad_t     *ad;          /* [n] */
-    uint32_t             n;
+    kvs_engine_ad_t     *ad;          /* [KVS_ENGINE_MAX_LORAS] */
+    uint32_t             n;           /* the engine thread's */
+    uint32_t             n_pub;       /* under e->lock: bound so far */
     uint32_t             n_slots;
+    uint32_t             max_slots;   /* conf.lora_slots, 0: the most;
+                                         n_slots is min(n, max_slots) */
     uint32_t             slot_of[KVS_ENGINE_LORA_SLOTS + 1];  /* id */
     uint32_t             n_resident;
     uint64_t             clock;
@@ -100,27 +117,23 @@ struct kvs_engine_lora_s {
     pthread_mutex_t      lk;
     pthread_cond_t       cv;
     int                  quit;
-    uint32_t            *queue;       /* [n] ids to load, under lk */
+    uint32_t            *queue;       /* [MAX] ids to load, under lk */
     uint32_t             n_queue;
-    kvs_engine_load_t   *done;        /* [n] finished, under lk */
+    kvs_engine_load_t   *done;        /* [MAX] finished, under lk */
     uint32_t             n_done;
 };
 
 
 static void *kvs_engine_lora_main(void *arg);
+static int kvs_engine_lora_start(kvs_engine_t *e, kvs_err_t *err);
 
 
+/* never the base's namespace; the prefix index names the adapter's
+ * blocks under the same (kvs_engine_index.c), as a gateway does */
 static uint64_t
 kvs_engine_lora_ns_epoch(uint64_t base, uint64_t file)
 {
-    uint8_t   b[16];
-    uint64_t  h;
-
-    kvs_le_put64(b, base);
-    kvs_le_put64(b + 8, file);
-    h = kvs_fnv1a64(KVS_FNV1A64_INIT, b, sizeof(b));
-
-    return h != base ? h : h ^ 1;     /* never the base's namespace */
+    return kvs_index_lora_epoch(base, file);
 }
 
 
@@ -129,7 +142,7 @@ kvs_engine_lora_new(kvs_engine_t *e, kvs_err_t *err)
 {
     int                  rc;
     size_t               len;
-    uint32_t             i, n, slots;
+    uint32_t             i, n, slots, max_slots;
     kvs_engine_ad_t     *ad;
     struct kvs_engine_lora_s  *lo;
 
@@ -138,7 +151,13 @@ kvs_engine_lora_new(kvs_engine_t *e, kvs_err_t *err)
 
     if (n == 0) {
         e->conf.lora_paths = NULL;
-        return KVS_OK;
+
+        /* none yet: a reload may bind some (kvs_engine_lora_bind) */
+        if (e->be->ops->set_lora == NULL
+            || e->be->ops->forward_lora == NULL)
+        {
+            return KVS_OK;
+        }
     }
 
     if (n > KVS_ENGINE_MAX_LORAS) {
@@ -155,7 +174,8 @@ kvs_engine_lora_new(kvs_engine_t *e, kvs_err_t *err)
                            KVS_ENGINE_LORA_SLOTS);
     }
 
-    slots = slots == 0 || slots > n ? n : slots;
+    max_slots = slots == 0 ? KVS_ENGINE_LORA_SLOTS : slots;
+    slots = max_slots > n ? n : max_slots;
 
     if (e->be->ops->set_lora == NULL || e->be->ops->forward_lora == NULL) {
         return kvs_err_set(err, KVS_EUNSUPPORTED, "engine: the %s backend "
@@ -173,9 +193,12 @@ kvs_engine_lora_new(kvs_engine_t *e, kvs_err_t *err)
     e->lora = lo;
     lo->model = e->conf.model;
     lo->n_slots = slots;
-    lo->ad = calloc(n, sizeof(kvs_engine_ad_t));
-    lo->queue = calloc(n, sizeof(uint32_t));
-    lo->done = calloc(n, sizeof(kvs_engine_load_t));
+    lo->max_slots = max_slots;
+    lo->ad = calloc(KVS_ENGINE_MAX_LORAS, sizeof(kvs_engine_ad_t));
+    lo->queue = calloc(KVS_ENGINE_MAX_LORAS, sizeof(uint32_t));
+    lo->done = calloc(KVS_ENGINE_MAX_LORAS, sizeof(kvs_engine_load_t));
+    pthread_mutex_init(&lo->lk, NULL);
+    pthread_cond_init(&lo->cv, NULL);
     if (lo->ad == NULL || lo->queue == NULL || lo->done == NULL) {
         return kvs_err_set(err, KVS_ENOMEM, "engine: out of memory for "
                            "the adapters");
@@ -186,6 +209,7 @@ kvs_engine_lora_new(kvs_engine_t *e, kvs_err_t *err)
     for (i = 0; i < n; i++) {
         ad = &lo->ad[i];
         lo->n = i + 1;
+        lo->n_pub = i + 1;
 
         len = strlen(e->conf.lora_paths[i]);
         ad->path = malloc(len + 1);
@@ -224,23 +248,136 @@ kvs_engine_lora_new(kvs_engine_t *e, kvs_err_t *err)
     e->conf.lora_paths = NULL;        /* borrowed for kvs_engine_new */
 
     if (slots == n) {
+        return KVS_OK;                /* the loader: when one is needed */
+    }
+
+    return kvs_engine_lora_start(e, err);
+}
+
+
+/* The loader thread, once. */
+static int
+kvs_engine_lora_start(kvs_engine_t *e, kvs_err_t *err)
+{
+    int                        rc;
+    struct kvs_engine_lora_s  *lo;
+
+    lo = e->lora;
+
+    if (lo->thread_on) {
         return KVS_OK;
     }
 
-    pthread_mutex_init(&lo->lk, NULL);
-    pthread_cond_init(&lo->cv, NULL);
-    lo->thread_on = 1;
-
     rc = pthread_create(&lo->thread, NULL, kvs_engine_lora_main, e);
     if (rc != 0) {
-        lo->thread_on = 0;
-        pthread_mutex_destroy(&lo->lk);
-        pthread_cond_destroy(&lo->cv);
         return kvs_err_set(err, KVS_ENOMEM, "engine: the adapter loader "
                            "thread: %s", strerror(rc));
     }
 
+    lo->thread_on = 1;
+
     return KVS_OK;
+}
+
+
+int
+kvs_engine_lora_bind(kvs_engine_t *e, const char *path, size_t path_len,
+    uint64_t file_epoch, uint32_t *id, kvs_err_t *err)
+{
+    int                        rc;
+    char                      *copy;
+    uint32_t                   i;
+    kvs_engine_ad_t           *ad;
+    struct kvs_engine_lora_s  *lo;
+
+    lo = e->lora;
+    *id = 0;
+
+    if (lo == NULL) {
+        return kvs_err_set(err, KVS_EUNSUPPORTED, "engine: the %s backend "
+                           "serves no LoRA adapters; use the CPU backend",
+                           kvs_backend_name(e->be->kind));
+    }
+
+    if (path_len == 0 || memchr(path, '\0', path_len) != NULL) {
+        return kvs_err_set(err, KVS_EINVAL, "engine: an adapter path "
+                           "empty or holding a NUL byte");
+    }
+
+    copy = malloc(path_len + 1);
+    if (copy == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "engine: out of memory for "
+                           "an adapter");
+    }
+
+    memcpy(copy, path, path_len);
+    copy[path_len] = '\0';
+
+    rc = KVS_OK;
+
+    pthread_mutex_lock(&e->lock);
+
+    for (i = 0; i < lo->n_pub; i++) {
+        ad = &lo->ad[i];
+        if (ad->file_epoch == file_epoch && strcmp(ad->path, copy) == 0) {
+            *id = i + 1;
+            break;
+        }
+    }
+
+    if (*id == 0 && lo->n_pub == KVS_ENGINE_MAX_LORAS) {
+        rc = kvs_err_set(err, KVS_ERANGE, "engine: %d LoRA adapter files "
+                         "served since it started, the most; %s is "
+                         "another: restart the engine",
+                         KVS_ENGINE_MAX_LORAS, copy);
+
+    } else if (*id == 0) {
+        ad = &lo->ad[lo->n_pub];
+        ad->path = copy;
+        copy = NULL;
+        ad->file_epoch = file_epoch;
+        ad->ns_epoch = kvs_engine_lora_ns_epoch(e->epoch, file_epoch);
+        *id = ++lo->n_pub;
+    }
+
+    pthread_mutex_unlock(&e->lock);
+
+    free(copy);
+
+    return rc;
+}
+
+
+void
+kvs_engine_lora_sync(kvs_engine_t *e)
+{
+    struct kvs_engine_lora_s  *lo;
+
+    lo = e->lora;
+
+    if (lo == NULL || lo->n == lo->n_pub) {
+        return;
+    }
+
+    lo->n = lo->n_pub;
+    lo->n_slots = lo->n < lo->max_slots ? lo->n : lo->max_slots;
+}
+
+
+uint32_t
+kvs_engine_lora_bound(kvs_engine_t *e)
+{
+    uint32_t  n;
+
+    if (e->lora == NULL) {
+        return 0;
+    }
+
+    pthread_mutex_lock(&e->lock);
+    n = e->lora->n_pub;
+    pthread_mutex_unlock(&e->lock);
+
+    return n;
 }
 
 
@@ -261,15 +398,16 @@ kvs_engine_lora_free(kvs_engine_t *e)
         pthread_cond_signal(&lo->cv);
         pthread_mutex_unlock(&lo->lk);
         pthread_join(lo->thread, NULL);
-        pthread_mutex_destroy(&lo->lk);
-        pthread_cond_destroy(&lo->cv);
     }
+
+    pthread_mutex_destroy(&lo->lk);
+    pthread_cond_destroy(&lo->cv);
 
     for (i = 0; i < lo->n_done; i++) {
         kvs_lora_close(lo->done[i].l);
     }
 
-    for (i = 0; lo->ad != NULL && i < lo->n; i++) {
+    for (i = 0; lo->ad != NULL && i < lo->n_pub; i++) {
         kvs_lora_close(lo->ad[i].l);
         free(lo->ad[i].path);
     }
@@ -390,6 +528,7 @@ kvs_engine_lora_park(kvs_engine_t *e, kvs_engine_seq_t *h)
 int
 kvs_engine_lora_take(kvs_engine_t *e, kvs_engine_seq_t *h)
 {
+    kvs_err_t                  err;
     kvs_engine_ad_t           *ad;
     kvs_engine_seq_t          *f;
     struct kvs_engine_lora_s  *lo;
@@ -411,6 +550,12 @@ kvs_engine_lora_take(kvs_engine_t *e, kvs_engine_seq_t *h)
 
     if (ad->l != NULL) {
         return 0;
+    }
+
+    /* an adapter bound after the start may need the loader first */
+    if (kvs_engine_lora_start(e, &err) != KVS_OK) {
+        kvs_engine_end(e, h, KVS_FINISH_ERROR, err.msg, 0);
+        return 1;
     }
 
     kvs_engine_lora_park(e, h);
@@ -519,8 +664,8 @@ kvs_engine_lora_loaded(kvs_engine_t *e, kvs_engine_load_t *d)
 
     if (d->rc == KVS_OK && d->l->epoch != ad->file_epoch) {
         snprintf(d->msg, sizeof(d->msg), "its file changed since the "
-                 "engine started (epoch %016" PRIx64 ", was %016" PRIx64
-                 "); reload", d->l->epoch, ad->file_epoch);
+                 "configuration read it (epoch %016" PRIx64 ", was %016"
+                 PRIx64 "); reload", d->l->epoch, ad->file_epoch);
         d->rc = KVS_EINVAL;
     }
 
@@ -720,6 +865,14 @@ kvs_engine_lora(const kvs_engine_t *e, uint32_t id)
 {
     return e->lora != NULL && id >= 1 && id <= e->lora->n
            ? e->lora->ad[id - 1].l : NULL;
+}
+
+
+uint64_t
+kvs_engine_lora_file_epoch(const kvs_engine_t *e, uint32_t id)
+{
+    return e->lora != NULL && id >= 1 && id <= e->lora->n
+           ? e->lora->ad[id - 1].file_epoch : 0;
 }
 
 

@@ -244,6 +244,13 @@ kvs_srv_frame(kvs_srv_t *srv, kvs_srv_client_t *c, const kvs_wire_hdr_t *h,
         kvs_srv_subscribe(srv, c);
         return KVS_OK;
 
+    case KVS_WIRE_LORA:
+        if (kvs_srv_lora(srv, c, f, h->len, &err) != KVS_OK) {
+            break;
+        }
+
+        return KVS_OK;
+
     case KVS_WIRE_STATS:
         if (kvs_wire_dec_empty(f, h->len, &err) != KVS_OK) {
             break;
@@ -408,6 +415,7 @@ kvs_srv_teardown(kvs_srv_t *srv, kvs_srv_client_t *c)
     }
 
     srv->n_clients--;
+    kvs_srv_lora_free(c);
     kvs_buf_free(&c->in);
     kvs_buf_free(&c->out);
     free(c);

@@ -43,6 +43,15 @@ typedef struct {
     uint32_t           index;         /* ENGINE: the model */
 } kvs_srv_ev_t;
 
+/* A connection's adapter ids of one model, from its LORA frame
+ * (kvs_srv_lora.c): its adapter id i + 1 is the engine's id[i], 0
+ * where the engine refused to bind it (why: the first refusal). */
+typedef struct {
+    uint32_t           n;
+    uint32_t           id[KVS_ENGINE_MAX_LORAS];
+    char               why[KVS_ERR_MSG_LEN];
+} kvs_srv_lora_t;
+
 typedef struct kvs_srv_client_s  kvs_srv_client_t;
 typedef struct kvs_srv_req_s     kvs_srv_req_t;
 
@@ -77,6 +86,9 @@ struct kvs_srv_client_s {
     int                closing;       /* on the close list */
     int                subscribed;    /* sent SUBSCRIBE: may publish */
     uint64_t           ix_frames;     /* INDEX frames sent to it */
+    kvs_srv_lora_t    *lora[KVS_WIRE_MAX_MODELS];  /* NULL: no LORA for
+                                         that model; its ids are the
+                                         engine's own */
     kvs_srv_client_t  *next;          /* all clients */
     kvs_srv_client_t  *prev;
     kvs_srv_client_t  *dirty_next;
@@ -128,6 +140,7 @@ struct kvs_srv_s {
     kvs_engine_index_t  ix;           /* scratch for index takes */
 
     kvs_wire_submit_t   sub;          /* scratch for SUBMIT */
+    kvs_wire_lora_t     lora;         /* scratch for LORA */
     kvs_engine_out_t    out;          /* scratch for reads */
 };
 
@@ -157,6 +170,16 @@ void kvs_srv_index_tick(kvs_srv_t *srv);
 /* epoll_wait's timeout: ms until the next load report is due; -1 with
  * no publisher. */
 int kvs_srv_index_timeout(kvs_srv_t *srv);
+
+/* kvs_srv_lora.c */
+/* A LORA frame: binds each file with the model's engine; KVS_EFORMAT
+ * (err set) closes the client. */
+int kvs_srv_lora(kvs_srv_t *srv, kvs_srv_client_t *c, const uint8_t *f,
+    size_t f_len, kvs_err_t *err);
+/* srv->sub's adapter id, the connection's, made the engine's: KVS_OK,
+ * else a refusal in msg[KVS_ERR_MSG_LEN]. */
+int kvs_srv_lora_map(kvs_srv_t *srv, kvs_srv_client_t *c, char *msg);
+void kvs_srv_lora_free(kvs_srv_client_t *c);
 
 /* kvs_srv_req.c */
 void kvs_srv_submit(kvs_srv_t *srv, kvs_srv_client_t *c, uint64_t id);

@@ -82,6 +82,11 @@ kvs_srv_submit(kvs_srv_t *srv, kvs_srv_client_t *c, uint64_t id)
         return;
     }
 
+    if (kvs_srv_lora_map(srv, c, msg) != KVS_OK) {
+        kvs_srv_refuse(srv, c, id, KVS_EINVAL, msg);
+        return;
+    }
+
     e = srv->engines[srv->sub.model].e;
     n = srv->sub.req.n > 1 ? srv->sub.req.n : 1;
 

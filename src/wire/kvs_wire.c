@@ -24,7 +24,7 @@
 
 static const char  *kvs_wire_names[] = {
     "?", "HELLO", "SUBMIT", "CANCEL", "REFUSED", "OUT", "PING", "PONG",
-    "STATS", "STATS_REPLY", "DRAIN", "SUBSCRIBE", "INDEX"
+    "STATS", "STATS_REPLY", "DRAIN", "SUBSCRIBE", "INDEX", "LORA"
 };
 
 

@@ -42,7 +42,7 @@
 #include "base/kvs_err.h"
 #include "engine/kvs_engine.h"
 
-#define KVS_WIRE_VERSION      11       /* 2: prefix cache fields, tenant;
+#define KVS_WIRE_VERSION      12       /* 2: prefix cache fields, tenant;
                                          3: SUBSCRIBE, INDEX; 4: HELLO's
                                          backend and memory; 5: SUBMIT's
                                          output constraint; 6: STATS's
@@ -53,7 +53,7 @@
                                          STATS's disk tier; 9: INDEX's
                                          long pool room; 10: STATS's
                                          LoRA adapters; 11: INDEX's disk
-                                         tier names and weight */
+                                         tier names and weight; 12: LORA */
 #define KVS_WIRE_HDR          16
 #define KVS_WIRE_MAX_FRAME    (16u << 20)   /* 1M prompt ids take 4 MiB */
 #define KVS_WIRE_AGAIN        1             /* need more bytes */
@@ -86,7 +86,10 @@ typedef enum {
                                          No body, id 0 */
     KVS_WIRE_INDEX,                   /* engine -> worker: names added
                                          and evicted, and the load */
-    KVS_WIRE_TYPE_MAX = KVS_WIRE_INDEX
+    KVS_WIRE_LORA,                    /* worker -> engine: the adapter
+                                         files its SUBMITs' adapter ids
+                                         name (kvs_wire_lora_t) */
+    KVS_WIRE_TYPE_MAX = KVS_WIRE_LORA
 } kvs_wire_type_t;
 
 typedef struct {
@@ -225,6 +228,34 @@ typedef struct {
                                          frame */
 } kvs_wire_index_t;
 
+/*
+ * LORA (version 12): the LoRA adapters of one model in the worker's
+ * configuration, in the order of its adapter ids (docs/lora.md,
+ * "Reload"), body
+ *
+ *     u32 model, u32 n, then n times: u64 epoch, u32 path_len, path
+ *
+ * id 0; n is 0..KVS_ENGINE_MAX_LORAS, a path 1..KVS_WIRE_MAX_PATH bytes
+ * without NUL.  A worker sends it after each HELLO it accepts, before
+ * any SUBMIT: the SUBMITs that follow on that connection name entry i
+ * as adapter id i + 1.
+ */
+#define KVS_WIRE_MAX_PATH     4095
+
+typedef struct {
+    uint64_t        epoch;            /* the file's xxh3-64 as the worker
+                                         read it */
+    const char     *path;             /* [path_len], no NUL; decoded:
+                                         points into the frame */
+    uint32_t        path_len;
+} kvs_wire_lora_ad_t;
+
+typedef struct {
+    uint32_t            model;        /* index into HELLO's models */
+    uint32_t            n;
+    kvs_wire_lora_ad_t  ad[KVS_ENGINE_MAX_LORAS];
+} kvs_wire_lora_t;
+
 typedef struct {
     uint32_t                clients;  /* connections now */
     uint32_t                requests; /* requests in flight */
@@ -268,6 +299,9 @@ int kvs_wire_dec_index(const uint8_t *f, size_t f_len, kvs_wire_index_t *ix,
     kvs_err_t *err);
 /* SUBSCRIBE only (no body, id 0). */
 int kvs_wire_dec_subscribe(const uint8_t *f, size_t f_len, kvs_err_t *err);
+/* LORA: the paths point into f (valid while f is). */
+int kvs_wire_dec_lora(const uint8_t *f, size_t f_len, kvs_wire_lora_t *m,
+    kvs_err_t *err);
 
 void kvs_wire_submit_free(kvs_wire_submit_t *m);
 
@@ -300,6 +334,8 @@ int kvs_wire_enc_drain(kvs_buf_t *b, kvs_err_t *err);
 int kvs_wire_enc_index(kvs_buf_t *b, uint64_t id, const kvs_wire_index_t *ix,
     kvs_err_t *err);
 int kvs_wire_enc_subscribe(kvs_buf_t *b, kvs_err_t *err);
+int kvs_wire_enc_lora(kvs_buf_t *b, const kvs_wire_lora_t *m,
+    kvs_err_t *err);
 
 const char *kvs_wire_type_name(unsigned type);   /* "SUBMIT"; "?" */
 

@@ -35,6 +35,8 @@ one(const uint8_t *f, const kvs_wire_hdr_t *h, kvs_wire_submit_t *sub,
     kvs_wire_refused_t  rf;
     kvs_wire_index_t    ix;
 
+    static kvs_wire_lora_t  lora;     /* 6 KiB: off the stack */
+
     memset(&b, 0, sizeof(b));
     rc = KVS_EFORMAT;
 
@@ -75,6 +77,12 @@ one(const uint8_t *f, const kvs_wire_hdr_t *h, kvs_wire_submit_t *sub,
     case KVS_WIRE_INDEX:
         if (kvs_wire_dec_index(f, h->len, &ix, &err) == KVS_OK) {
             rc = kvs_wire_enc_index(&b, h->id, &ix, &err);
+        }
+        break;
+
+    case KVS_WIRE_LORA:
+        if (kvs_wire_dec_lora(f, h->len, &lora, &err) == KVS_OK) {
+            rc = kvs_wire_enc_lora(&b, &lora, &err);
         }
         break;
 

@@ -15,6 +15,18 @@
  *     reuses nothing, the miss saying another epoch (the adapter's
  *     epoch is in the namespace); an engine with another file as
  *     adapter 1 has another epoch for it, the same file the same one;
+ *   - reload (kvs_engine_lora_bind): an engine whose adapter 1's file
+ *     is replaced on disk binds the new file (its path, its new epoch)
+ *     under a new id: a request under it reuses nothing of the old
+ *     file's blocks, the miss saying another epoch, its greedy tokens
+ *     those of an engine started with the new file, while the base's
+ *     cached prompt still hits in full; binding the same file again
+ *     gives the same id; a file whose epoch is not the bound one fails
+ *     its request; an engine started without adapters serves one bound
+ *     later;
+ *   - the prefix index: an adapter's blocks are published under names a
+ *     gateway computes from the base's epoch and the adapter file's
+ *     alone (kvs_index_lora.h), whatever id the engine gave it;
  *   - refusals: a request naming adapter 5 of 4 (nothing queued), an
  *     adapter that does not fit the base (kvs_engine_new fails naming
  *     the tensor and its shapes), more adapters than slots.
@@ -28,6 +40,8 @@
 #include "engine/kvs_engine.h"
 #include "gen/kvs_gen.h"
 #include "gen/kvs_gen_lora.h"
+#include "index/kvs_index_lora.h"
+#include "index/kvs_index_name.h"
 #include "model/kvs_ggml_type.h"
 #include "model/kvs_model.h"
 #include "tokenizer/kvs_vocab.h"
@@ -171,7 +185,8 @@ mdl_close(mdl_t *md)
 }
 
 
-static uint32_t  n_slots;             /* the next engine's lora_slots */
+static uint32_t     n_slots;          /* the next engine's lora_slots */
+static const char  *index_model;      /* ... and index_model */
 
 
 static int
@@ -190,6 +205,7 @@ engine_try(kvs_engine_t **e, const mdl_t *md, const char *const *paths,
     conf.lora_paths = paths;
     conf.n_loras = n;
     conf.lora_slots = n_slots;
+    conf.index_model = index_model;
 
     return kvs_engine_new(e, &conf, err);
 }
@@ -422,6 +438,296 @@ test_cache_namespace(void **state)
                          kvs_engine_lora_epoch(e, 2));
 
     kvs_engine_free(e2);
+    kvs_engine_free(e);
+    mdl_close(&base);
+}
+
+
+static uint64_t
+file_epoch(const mdl_t *md, const char *path)
+{
+    uint64_t     ep;
+    kvs_err_t    err;
+    kvs_lora_t  *l;
+
+    if (kvs_lora_open(&l, path, md->m, &err) != KVS_OK) {
+        fail_msg("%s: %s", path, err.msg);
+    }
+
+    ep = l->epoch;
+    kvs_lora_close(l);
+
+    return ep;
+}
+
+
+static void
+copy_file(const char *from, const char *to)
+{
+    FILE    *in, *out;
+    size_t   n;
+    char     buf[65536];
+
+    in = fopen(from, "rb");
+    out = fopen(to, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+
+    while ((n = fread(buf, 1, sizeof(buf), in)) > 0) {
+        assert_int_equal(fwrite(buf, 1, n, out), n);
+    }
+
+    fclose(in);
+    assert_int_equal(fclose(out), 0);
+}
+
+
+static uint32_t
+bind_file(kvs_engine_t *e, const char *path, uint64_t epoch)
+{
+    uint32_t   id;
+    kvs_err_t  err;
+
+    if (kvs_engine_lora_bind(e, path, strlen(path), epoch, &id, &err)
+        != KVS_OK)
+    {
+        fail_msg("bind %s: %s", path, err.msg);
+    }
+
+    return id;
+}
+
+
+/*
+ * A reload that replaced adapter 1's file: the worker binds the file
+ * again with its new epoch.  Adapter 1 is a copy of ad_path[0], then
+ * of ad_path[2] (the same path, new bytes, as `cp` or a rename would
+ * leave it).
+ */
+static void
+test_bind(void **state)
+{
+    int32_t             p[40], q[40];
+    uint32_t            n, id, ad;
+    mdl_t               base;
+    char                path[256], name[64];
+    uint64_t            ep0, ep2;
+    kvs_err_t           err;
+    kvs_engine_t       *e, *ref;
+    const int32_t      *pp;
+    const char         *paths[2];
+    kvs_engine_req_t    req;
+    kvs_engine_seq_t   *h;
+    kvs_engine_out_t    out, want;
+    kvs_engine_stats_t  st;
+
+    mdl_open(&base, base_path);
+    snprintf(name, sizeof(name), "engine-lora-bind.%d.gguf", (int) getpid());
+    snprintf(path, sizeof(path), "%s", kvs_test_tmp(name));
+    copy_file(ad_path[0], path);
+    ep0 = file_epoch(&base, ad_path[0]);
+    ep2 = file_epoch(&base, ad_path[2]);
+
+    paths[0] = path;
+    paths[1] = ad_path[1];
+    e = engine_new(&base, paths, 2);
+
+    /* the configuration that started it binds its own ids */
+    assert_int_equal(bind_file(e, path, ep0), 1);
+    assert_int_equal(bind_file(e, ad_path[1], file_epoch(&base, ad_path[1])), 2);
+
+    prompt_of(p, 40, 3);
+    prompt_of(q, 40, 4);
+    cache_run(e, p, 40, 1, 0, KVS_RADIX_MISS_EMPTY);
+    cache_run(e, p, 40, 1, 39, KVS_RADIX_MISS_NONE);
+    cache_run(e, q, 40, 0, 0, KVS_RADIX_MISS_EMPTY);
+
+    /* replaced on disk; the new configuration binds it */
+    copy_file(ad_path[2], path);
+    id = bind_file(e, path, ep2);
+    assert_int_equal(id, 3);
+    assert_int_equal(bind_file(e, path, ep2), 3);
+    assert_int_equal(bind_file(e, path, ep0), 1);     /* old workers' still */
+    assert_int_not_equal(kvs_engine_lora_epoch(e, 3),
+                         kvs_engine_lora_epoch(e, 1));
+
+    /* the old file's blocks are not reused: the miss says epoch; then
+     * a full hit within the new one; the base's prompt hits still */
+    cache_run(e, p, 40, 3, 0, KVS_RADIX_MISS_EPOCH);
+    cache_run(e, p, 40, 3, 39, KVS_RADIX_MISS_NONE);
+    cache_run(e, q, 40, 0, 39, KVS_RADIX_MISS_NONE);
+
+    kvs_engine_stats(e, &st);
+    assert_int_equal(st.lora_adapters, 3);
+    assert_int_equal(st.lora_slots, 3);
+    assert_int_equal(st.lora_resident, 3);
+    assert_int_equal(st.lora_loads, 1);
+
+    /* the new id serves the new file: an engine started with it */
+    paths[0] = ad_path[2];
+    ref = engine_new(&base, paths, 1);
+    n = 40;
+    pp = p;
+    ad = 1;
+    run(ref, &pp, &n, &ad, 1, &want);
+    ad = 3;
+    run(e, &pp, &n, &ad, 1, &out);
+    assert_int_equal(out.n_tokens, want.n_tokens);
+    assert_memory_equal(out.tokens, want.tokens,
+                        want.n_tokens * sizeof(int32_t));
+    kvs_engine_out_free(&out);
+    kvs_engine_out_free(&want);
+    kvs_engine_free(ref);
+
+    /* a file that is not what the configuration read fails its request
+     * when its load finds another epoch */
+    id = bind_file(e, path, ep0 ^ 1);
+    assert_int_equal(id, 4);
+    memset(&req, 0, sizeof(req));
+    req.prompt = p;
+    req.n_prompt = 8;
+    req.max_tokens = 2;
+    req.sample.top_p = 1.0f;
+    req.adapter = id;
+    assert_int_equal(kvs_engine_submit(e, &req, &h, &err), KVS_OK);
+    memset(&out, 0, sizeof(out));
+    while (out.finish == KVS_FINISH_NONE) {
+        (void) kvs_engine_step(e);
+        assert_true(kvs_engine_read(e, h, &out) >= 0);
+    }
+    assert_int_equal(out.finish, KVS_FINISH_ERROR);
+    assert_non_null(strstr(out.error, "LoRA adapter 4 could not be loaded: "
+                           "its file changed since the configuration "
+                           "read it"));
+    kvs_engine_close(e, h);
+    kvs_engine_out_free(&out);
+    kvs_engine_free(e);
+
+    /* an engine started without adapters, one bound later */
+    e = engine_new(&base, NULL, 0);
+    kvs_engine_stats(e, &st);
+    assert_int_equal(st.lora_adapters, 0);
+    assert_int_equal(bind_file(e, ad_path[2], ep2), 1);
+    cache_run(e, p, 40, 1, 0, KVS_RADIX_MISS_EMPTY);
+    cache_run(e, p, 40, 1, 39, KVS_RADIX_MISS_NONE);
+    cache_run(e, p, 40, 0, 0, KVS_RADIX_MISS_EPOCH);
+    kvs_engine_free(e);
+
+    unlink(path);
+    mdl_close(&base);
+}
+
+
+/* Whether the adds of ix hold name. */
+static int
+published(const kvs_engine_index_t *ix, const kvs_index_name_t *name)
+{
+    uint32_t  i;
+
+    for (i = 0; i < ix->n_add; i++) {
+        if (memcmp(ix->names[i], name->b, KVS_INDEX_NAME_LEN) == 0) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+/* The names of p's first two blocks under (model, epoch, adapter). */
+static void
+names_of(const int32_t *p, uint64_t epoch, const char *adapter,
+    kvs_index_name_t *names)
+{
+    size_t            n;
+    kvs_err_t         err;
+    kvs_index_ns_t    ns;
+    kvs_index_name_t  root;
+
+    memset(&ns, 0, sizeof(ns));
+    ns.model = "lbase";
+    ns.model_len = 5;
+    ns.epoch = epoch;
+    ns.adapter = adapter;
+    ns.adapter_len = strlen(adapter);
+    ns.scope = "";
+
+    assert_int_equal(kvs_index_name_root(&ns, &root, &err), KVS_OK);
+    assert_int_equal(kvs_index_name_chain(&root, p, 2 * BT, BT, names, 2,
+                                          &n, &err), KVS_OK);
+    assert_int_equal(n, 2);
+}
+
+
+/*
+ * What a host publishes for an adapted request, and what a gateway
+ * names it under (ngx_http_kvserve_route.c): the epoch and adapter field
+ * of kvs_index_lora.h from the base's epoch and the file's.  The adapter
+ * is bound after the start (engine id 3 for the configuration's id 1),
+ * so its engine id is no part of the names.
+ */
+static void
+test_index_names(void **state)
+{
+    int32_t             p[40];
+    uint32_t            n, ad;
+    mdl_t               base;
+    uint64_t            file;
+    kvs_err_t           err;
+    kvs_engine_t       *e;
+    const int32_t      *pp;
+    kvs_engine_out_t    out;
+    kvs_index_name_t    want[2], base_names[2], by_id[2];
+    kvs_engine_index_t  ix;
+    char                field[KVS_INDEX_LORA_FIELD_LEN + 1];
+
+    mdl_open(&base, base_path);
+    index_model = "lbase";
+    e = engine_new(&base, ad_paths, 2);
+    index_model = NULL;
+
+    file = file_epoch(&base, ad_path[2]);
+    assert_int_equal(bind_file(e, ad_path[2], file), 3);
+    kvs_index_lora_field(file, field);
+    assert_int_equal(strlen(field), KVS_INDEX_LORA_FIELD_LEN);
+    assert_true(kvs_index_lora_epoch(kvs_engine_lora_epoch(e, 0), file)
+                != kvs_engine_lora_epoch(e, 0));
+
+    kvs_engine_index_subscribe(e, 1);
+    prompt_of(p, 40, 9);
+    n = 40;
+    pp = p;
+    ad = 3;
+    run(e, &pp, &n, &ad, 1, &out);
+    kvs_engine_out_free(&out);
+    ad = 0;
+    run(e, &pp, &n, &ad, 1, &out);
+    kvs_engine_out_free(&out);
+
+    /* the engine's namespace is the index's (its view of id 3 follows
+     * the bind once it took a request) */
+    assert_true(kvs_engine_lora_epoch(e, 3)
+                == kvs_index_lora_epoch(kvs_engine_lora_epoch(e, 0), file));
+
+    memset(&ix, 0, sizeof(ix));
+    if (kvs_engine_index_take(e, &ix, &err) != KVS_OK) {
+        fail_msg("take: %s", err.msg);
+    }
+
+    names_of(p, kvs_index_lora_epoch(kvs_engine_lora_epoch(e, 0), file),
+             field, want);
+    names_of(p, kvs_engine_lora_epoch(e, 0), "", base_names);
+    names_of(p, kvs_engine_lora_epoch(e, 3), "3", by_id);
+
+    assert_true(published(&ix, &want[0]));
+    assert_true(published(&ix, &want[1]));
+    assert_true(published(&ix, &base_names[0]));
+    assert_true(published(&ix, &base_names[1]));
+    assert_false(published(&ix, &by_id[0]));
+    assert_int_not_equal(memcmp(want[0].b, base_names[0].b,
+                                KVS_INDEX_NAME_LEN), 0);
+
+    kvs_engine_index_free(&ix);
     kvs_engine_free(e);
     mdl_close(&base);
 }
@@ -677,6 +983,13 @@ test_refusals(void **state)
     assert_int_equal(kvs_engine_submit(e, &req, &h, &err), KVS_EINVAL);
     assert_non_null(strstr(err.msg, "adapter 5: the model serves 4 LoRA "
                            "adapters"));
+
+    /* a path no engine can open: refused before any id is spent */
+    assert_int_equal(kvs_engine_lora_bind(e, "a\0b", 3, 1, &i, &err),
+                     KVS_EINVAL);
+    assert_int_equal(i, 0);
+    assert_int_equal(kvs_engine_lora_bind(e, "", 0, 1, &i, &err),
+                     KVS_EINVAL);
     kvs_engine_stats(e, &st);
     assert_int_equal(st.requests, 0);
     assert_int_equal(kvs_engine_step(e), 0);
@@ -723,6 +1036,8 @@ main(void)
         cmocka_unit_test(test_mixed_batch),
         cmocka_unit_test(test_cache_namespace),
         cmocka_unit_test(test_paging),
+        cmocka_unit_test(test_bind),
+        cmocka_unit_test(test_index_names),
         cmocka_unit_test(test_refusals),
     };
 

@@ -218,8 +218,10 @@ def rope(x, hp):
     return y
 
 
-def forward(meta, w, ids):
-    """Logits [T][n_vocab] of every position of ids, one sequence."""
+def forward(meta, w, ids, lora=None):
+    """Logits [T][n_vocab] of every position of ids, one sequence.  lora:
+    {matrix name: (A, B, scale)}, each such product then adds its LoRA
+    adapter's scale * B (A x) (t/unit/test_lora_numpy.py)."""
     hp = hparams(meta, w)
     T, H, KV, hd = len(ids), hp["n_head"], hp["n_head_kv"], hp["head_dim"]
     eps = hp["eps"]
@@ -243,8 +245,13 @@ def forward(meta, w, ids):
 
     def matmul(name, h):
         if name + "#q" in w:
-            return q8_matmul(h, w[name + "#d"], w[name + "#q"])
-        return h @ w[name].T
+            y = q8_matmul(h, w[name + "#d"], w[name + "#q"])
+        else:
+            y = h @ w[name].T
+        if lora and name in lora:
+            a, b, scale = lora[name]
+            y = y + scale * ((h @ a.T) @ b.T)
+        return y
 
     def lin(name, h):
         y = matmul(name + ".weight", h)

@@ -942,6 +942,96 @@ test_refused(void **state)
 }
 
 
+/* One request of one choice, sent and read to its end into g[0]. */
+static void
+submit_one(client_t *cl, uint64_t id, const kvs_engine_req_t *req,
+    got_t *g)
+{
+    uint32_t  n;
+
+    n = 1;
+    memset(g, 0, sizeof(*g));
+    cl_submit(cl, id, 0, req);
+    cl_collect(cl, &id, 1, &n, &g);
+}
+
+
+/*
+ * LORA (docs/lora.md, "Reload"): a connection's adapter ids are its
+ * LORA frame's files, bound with the engine: an id past the frame is
+ * refused naming the count; one whose file cannot be opened ends with
+ * the loader's reason; the base is still served on that connection; and
+ * a connection that sent no LORA names the engine's ids as they are.
+ */
+static void
+test_lora_map(void **state)
+{
+    int32_t           prompt[16];
+    server_t          s;
+    client_t          cl, other;
+    kvs_buf_t         b;
+    kvs_err_t         err;
+    got_t             g[1];
+    kvs_wire_lora_t  *m;
+    kvs_engine_req_t  req;
+
+    memset(&s, 0, sizeof(s));
+    model_gen(&s.md);
+    server_start(&s, 0, -1);
+    cl_connect(&cl, &s);
+    cl_connect(&other, &s);
+
+    m = calloc(1, sizeof(*m));
+    assert_non_null(m);
+    m->n = 1;
+    m->ad[0].epoch = 1;
+    m->ad[0].path = "/nonexistent/kvs-lora-a.gguf";
+    m->ad[0].path_len = (uint32_t) strlen(m->ad[0].path);
+    memset(&b, 0, sizeof(b));
+    assert_int_equal(kvs_wire_enc_lora(&b, m, &err), KVS_OK);
+    kvs_test_cl_send(&cl, b.data, b.len);
+    kvs_buf_free(&b);
+    free(m);
+
+    make_prompt(prompt, 16, 1, 300);
+    memset(&req, 0, sizeof(req));
+    req.prompt = prompt;
+    req.n_prompt = 16;
+    req.max_tokens = 3;
+    req.ignore_eos = 1;
+    req.sample.top_p = 1.0f;
+
+    req.adapter = 2;
+    cl_submit(&cl, 1, 0, &req);
+    expect_refused(&cl, 1, KVS_EINVAL, "adapter 2: the model serves 1 LoRA "
+                   "adapter");
+
+    req.adapter = 1;
+    submit_one(&cl, 2, &req, g);
+    assert_int_equal(g[0].out.finish, KVS_FINISH_ERROR);
+    assert_non_null(strstr(g[0].out.error, "LoRA adapter 1 could not be "
+                           "loaded"));
+    assert_non_null(strstr(g[0].out.error, "kvs-lora-a.gguf"));
+    got_free(g, 1);
+
+    req.adapter = 0;
+    submit_one(&cl, 3, &req, g);
+    assert_int_equal(g[0].out.finish, KVS_FINISH_LENGTH);
+    got_free(g, 1);
+
+    /* no LORA: the engine's own ids (the one bound above) */
+    req.adapter = 2;
+    cl_submit(&other, 4, 0, &req);
+    expect_refused(&other, 4, KVS_EINVAL, "adapter 2: the model serves 1 "
+                   "LoRA adapter");
+
+    kvs_test_cl_close(&other);
+    kvs_test_cl_close(&cl);
+    kvs_test_srv_stop(&s);
+    kvs_test_model_free(&s.md);
+}
+
+
 /* A client that stops reading is cut off once its unsent output passes
  * the limit; meanwhile another client is served. */
 static void
@@ -1403,6 +1493,7 @@ main(void)
         cmocka_unit_test(test_disconnect),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_lora_map),
         cmocka_unit_test(test_slow_client),
         cmocka_unit_test(test_orphan),
         cmocka_unit_test(test_drain),

@@ -42,6 +42,7 @@ decode_any(const uint8_t *f, size_t n, kvs_err_t *err)
     kvs_wire_hello_t   *he;
     kvs_wire_submit_t   s;
     kvs_wire_refused_t  r;
+    kvs_wire_lora_t    *lo;
 
     rc = kvs_wire_frame(f, n, &h, err);
     if (rc != KVS_OK) {
@@ -78,6 +79,12 @@ decode_any(const uint8_t *f, size_t n, kvs_err_t *err)
         st = malloc(sizeof(*st));
         rc = kvs_wire_dec_stats(f, h.len, st, err);
         free(st);
+        return rc;
+
+    case KVS_WIRE_LORA:
+        lo = malloc(sizeof(*lo));
+        rc = kvs_wire_dec_lora(f, h.len, lo, err);
+        free(lo);
         return rc;
 
     default:
@@ -1498,6 +1505,170 @@ test_stream_and_noise(void **state)
 }
 
 
+/* LORA: the bytes of a small frame written out by hand, a round trip
+ * of the most adapters with the longest paths, and what both sides
+ * refuse. */
+static void
+test_lora(void **state)
+{
+    char              *big;
+    size_t             n;
+    uint8_t           *f;
+    uint32_t           i;
+    kvs_buf_t          b;
+    kvs_err_t          err;
+    kvs_wire_lora_t   *m, *d;
+    static const uint8_t  want[] = {
+        54, 0, 0, 0,                          /* len */
+        13, 0,                                /* type LORA */
+        KVS_WIRE_VERSION, 0,                  /* version */
+        0, 0, 0, 0, 0, 0, 0, 0,               /* id */
+        0, 0, 0, 0,                           /* model */
+        2, 0, 0, 0,                           /* n */
+        0xef, 0xcd, 0xab, 0x89, 0x67, 0x45, 0x23, 0x01,   /* epoch */
+        3, 0, 0, 0, '/', 'a', 'b',            /* path */
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        3, 0, 0, 0, '/', 'c', 'd'
+    };
+
+    (void) state;
+
+    m = calloc(1, sizeof(*m));
+    d = calloc(1, sizeof(*d));
+    big = malloc(KVS_WIRE_MAX_PATH + 1);
+    assert_non_null(m);
+    assert_non_null(d);
+    assert_non_null(big);
+    memset(&b, 0, sizeof(b));
+
+    assert_int_equal(KVS_WIRE_LORA, 13);
+    assert_int_equal(KVS_WIRE_VERSION, 12);
+    assert_string_equal(kvs_wire_type_name(KVS_WIRE_LORA), "LORA");
+
+    m->n = 2;
+    m->ad[0].epoch = 0x0123456789abcdefULL;
+    m->ad[0].path = "/ab";
+    m->ad[0].path_len = 3;
+    m->ad[1].epoch = UINT64_MAX;
+    m->ad[1].path = "/cd";
+    m->ad[1].path_len = 3;
+    assert_int_equal(kvs_wire_enc_lora(&b, m, &err), KVS_OK);
+    assert_int_equal(b.len, sizeof(want));
+    assert_memory_equal(b.data, want, sizeof(want));
+    check_prefixes(b.data, b.len);
+    check_mutations(b.data, b.len);
+
+    assert_int_equal(kvs_wire_dec_lora(want, sizeof(want), d, &err), KVS_OK);
+    assert_int_equal(d->model, 0);
+    assert_int_equal(d->n, 2);
+    assert_true(d->ad[0].epoch == 0x0123456789abcdefULL);
+    assert_true(d->ad[1].epoch == UINT64_MAX);
+    assert_int_equal(d->ad[1].path_len, 3);
+    assert_memory_equal(d->ad[1].path, "/cd", 3);
+    assert_ptr_equal(d->ad[0].path, (const char *) want + 36);
+
+    /* none, and the most with the longest paths: within one frame */
+    b.len = 0;
+    m->n = 0;
+    m->model = KVS_WIRE_MAX_MODELS - 1;
+    assert_int_equal(kvs_wire_enc_lora(&b, m, &err), KVS_OK);
+    assert_int_equal(b.len, 24);
+    assert_int_equal(kvs_wire_dec_lora(b.data, b.len, d, &err), KVS_OK);
+    assert_int_equal(d->n, 0);
+    assert_int_equal(d->model, KVS_WIRE_MAX_MODELS - 1);
+
+    memset(big, 'p', KVS_WIRE_MAX_PATH);
+    m->n = KVS_ENGINE_MAX_LORAS;
+    for (i = 0; i < m->n; i++) {
+        m->ad[i].epoch = i * 0x9e3779b97f4a7c15ULL;
+        m->ad[i].path = big;
+        m->ad[i].path_len = KVS_WIRE_MAX_PATH - (i % 3);
+    }
+    b.len = 0;
+    assert_int_equal(kvs_wire_enc_lora(&b, m, &err), KVS_OK);
+    assert_int_equal(kvs_wire_dec_lora(b.data, b.len, d, &err), KVS_OK);
+    assert_int_equal(d->n, KVS_ENGINE_MAX_LORAS);
+    for (i = 0; i < d->n; i++) {
+        assert_true(d->ad[i].epoch == i * 0x9e3779b97f4a7c15ULL);
+        assert_int_equal(d->ad[i].path_len, KVS_WIRE_MAX_PATH - (i % 3));
+        assert_memory_equal(d->ad[i].path, big, d->ad[i].path_len);
+    }
+    check_mutations(b.data, b.len);
+
+    /* the encoder refuses what the decoder would, leaving b as it was */
+    n = b.len;
+    m->n = KVS_ENGINE_MAX_LORAS + 1;
+    assert_int_equal(kvs_wire_enc_lora(&b, m, &err), KVS_ERANGE);
+    assert_non_null(strstr(err.msg, "n: 257 adapters"));
+    m->n = 1;
+    m->model = KVS_WIRE_MAX_MODELS;
+    assert_int_equal(kvs_wire_enc_lora(&b, m, &err), KVS_ERANGE);
+    assert_non_null(strstr(err.msg, "model"));
+    m->model = 0;
+    m->ad[0].path_len = KVS_WIRE_MAX_PATH + 1;
+    assert_int_equal(kvs_wire_enc_lora(&b, m, &err), KVS_ERANGE);
+    assert_non_null(strstr(err.msg, "adapter 1: path of 4096 bytes"));
+    m->ad[0].path_len = 0;
+    assert_int_equal(kvs_wire_enc_lora(&b, m, &err), KVS_ERANGE);
+    m->ad[0].path = "a\0b";
+    m->ad[0].path_len = 3;
+    assert_int_equal(kvs_wire_enc_lora(&b, m, &err), KVS_ERANGE);
+    assert_non_null(strstr(err.msg, "NUL"));
+    assert_int_equal(b.len, n);
+
+    /* ... and the decoder: each field of a copy of want made bad */
+    f = malloc(sizeof(want) + 8);
+    assert_non_null(f);
+
+    memcpy(f, want, sizeof(want));
+    put32(f + 16, KVS_WIRE_MAX_MODELS);
+    expect_bad(f, sizeof(want), "model");
+
+    memcpy(f, want, sizeof(want));
+    put32(f + 20, KVS_ENGINE_MAX_LORAS + 1);
+    expect_bad(f, sizeof(want), "n: 257 adapters");
+
+    memcpy(f, want, sizeof(want));
+    put32(f + 20, 3);                 /* a third that is not there */
+    expect_bad(f, sizeof(want), "LORA: adapters: 3 entries");
+
+    memcpy(f, want, sizeof(want));
+    put32(f + 20, 0x40000000);        /* counts past the frame */
+    expect_bad(f, sizeof(want), "adapters");
+
+    memcpy(f, want, sizeof(want));
+    put32(f + 32, 0);
+    expect_bad(f, sizeof(want), "adapter 1: path of 0 bytes");
+
+    memcpy(f, want, sizeof(want));
+    put32(f + 32, 0xffffffff);
+    expect_bad(f, sizeof(want), "path: frame ends");
+
+    memcpy(f, want, sizeof(want));
+    f[52] = '\0';
+    expect_bad(f, sizeof(want), "adapter 2: path contains a NUL");
+
+    memcpy(f, want, sizeof(want));
+    put32(f + 20, 1);                 /* the second left over */
+    expect_bad(f, sizeof(want), "after the last field");
+
+    memcpy(f, want, sizeof(want));
+    f[8] = 1;
+    expect_bad(f, sizeof(want), "LORA: id: not 0");
+
+    /* a worker's frame that an engine of version 10 could not read */
+    memcpy(f, want, sizeof(want));
+    f[6] = 10;
+    expect_bad(f, sizeof(want), "version");
+
+    free(f);
+    free(big);
+    free(m);
+    free(d);
+    kvs_buf_free(&b);
+}
+
+
 int
 main(void)
 {
@@ -1513,6 +1684,7 @@ main(void)
         cmocka_unit_test(test_bad_submit),
         cmocka_unit_test(test_bad_others),
         cmocka_unit_test(test_stream_and_noise),
+        cmocka_unit_test(test_lora),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

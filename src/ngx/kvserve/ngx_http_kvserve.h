@@ -358,6 +358,11 @@ ngx_http_kvserve_lora_t *ngx_http_kvserve_lora_find(
  * engine process's own, it exits with them). */
 ngx_int_t ngx_http_kvserve_lora_paths(ngx_http_kvserve_model_t *m,
     kvs_engine_conf_t *conf);
+/* After a HELLO this worker accepted: the LORA frame naming m's adapter
+ * files in the order of their ids, appended to b (nothing when m has
+ * none), so a kept engine maps this connection's ids to these files. */
+ngx_int_t ngx_http_kvserve_lora_frame(ngx_http_kvserve_model_t *m,
+    kvs_buf_t *b, kvs_err_t *err);
 /* init main conf: a model with more adapters than an engine holds at
  * once needs kvserve_lora_slots */
 ngx_int_t ngx_http_kvserve_lora_check(ngx_conf_t *cf,

@@ -618,6 +618,17 @@ ngx_http_kvserve_engine_frame(ngx_http_kvserve_engine_t *e,
         e->ready = 1;
         e->reason_len = 0;
 
+        /* its adapter files, before any SUBMIT names one (docs/lora.md,
+         * "Reload") */
+        if (ngx_http_kvserve_lora_frame(e->model, &e->wbuf, &err)
+            != NGX_OK)
+        {
+            ngx_log_error(NGX_LOG_ALERT, e->cycle->log, 0,
+                          "kvserve: LORA to engine %uD not sent: %s",
+                          e->hello.pid, err.msg);
+            return NGX_DECLINED;
+        }
+
         /* the prefix index's publisher (kvserve_index): the engine
          * answers with INDEX frames, a full listing first; flushed with
          * whatever follows when the read ends */

@@ -25,10 +25,11 @@
  * both shapes; only its identity is kept (the f32 copies are freed: the
  * engine process opens the file again, kvs_engine_lora.c).  Adapter ids
  * are the order of the base's kvserve_lora lines, 1..256.  The base's
- * engine key (its socket and lease) is folded with every adapter's
- * name and file epoch, so a configuration whose adapters differ (a
- * replaced file, another list) is served by a new engine, never by one
- * whose adapter ids mean other files.  With kvserve_lora_map set, a
+ * engine key is its name alone: a reload that changes only adapters
+ * keeps the engine and its cache; after each HELLO the worker sends
+ * its adapter files (LORA, ngx_http_kvserve_lora_frame) and the engine
+ * maps this connection's ids onto them, so the ids never mean another
+ * configuration's files.  With kvserve_lora_map set, a
  * request is served under the mapped adapter whatever it asks for, and
  * a request naming another adapter is refused as a model that does not
  * exist for it (404).
@@ -41,10 +42,9 @@
 #include "ngx_http_kvserve.h"
 #include "ngx_http_kvserve_param.h"
 #include "ngx_http_kvserve_request.h"
-#include "base/kvs_hash.h"
-#include "base/kvs_le.h"
 #include "engine/kvs_engine.h"
 #include "model/kvs_lora.h"
+#include "wire/kvs_wire.h"
 
 #define NGX_HTTP_KVSERVE_LORA_NAME_MAX  64
 
@@ -109,7 +109,6 @@ ngx_http_kvserve_lora_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     ngx_http_kvserve_main_conf_t  *kmcf = conf;
 
     u_char                    *p;
-    uint8_t                    b[8];
     kvs_err_t                  err;
     ngx_str_t                 *value, base, path, v;
     ngx_uint_t                 i, n;
@@ -233,11 +232,6 @@ ngx_http_kvserve_lora_directive(ngx_conf_t *cf, ngx_command_t *cmd,
                        l->n_mat, l->rank_max, l->epoch);
 
     kvs_lora_close(l);
-
-    /* another adapter list, another engine (see above) */
-    m->key = kvs_fnv1a64(m->key, value[1].data, value[1].len);
-    kvs_le_put64(b, a->epoch);
-    m->key = kvs_fnv1a64(m->key, b, sizeof(b));
 
     return NGX_CONF_OK;
 }
@@ -395,6 +389,33 @@ ngx_http_kvserve_lora_paths(ngx_http_kvserve_model_t *m,
     conf->n_loras = (uint32_t) m->loras->nelts;
 
     return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_kvserve_lora_frame(ngx_http_kvserve_model_t *m, kvs_buf_t *b,
+    kvs_err_t *err)
+{
+    ngx_uint_t                k;
+    ngx_http_kvserve_lora_t  *a;
+
+    static kvs_wire_lora_t    f;      /* 6 KiB: a worker is one thread */
+
+    if (m->loras == NULL || m->loras->nelts == 0) {
+        return NGX_OK;
+    }
+
+    a = m->loras->elts;
+    f.model = 0;                      /* the engine's only model */
+    f.n = (uint32_t) m->loras->nelts;
+
+    for (k = 0; k < m->loras->nelts; k++) {
+        f.ad[k].epoch = a[k].epoch;
+        f.ad[k].path = (const char *) a[k].path;
+        f.ad[k].path_len = (uint32_t) ngx_strlen(a[k].path);
+    }
+
+    return kvs_wire_enc_lora(b, &f, err) == KVS_OK ? NGX_OK : NGX_ERROR;
 }
 
 

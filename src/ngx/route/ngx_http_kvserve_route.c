@@ -45,6 +45,7 @@
 #include <ngx_http.h>
 
 #include "ngx_http_kvserve_route.h"
+#include "index/kvs_index_lora.h"
 
 
 static void ngx_http_kvserve_route_body(ngx_http_request_t *r);
@@ -227,12 +228,16 @@ ngx_http_kvserve_route_body(ngx_http_request_t *r)
 }
 
 
-/* Names of the first prompt's blocks for each group. */
+/* Names of the first prompt's blocks for each group; a BASE:NAME
+ * request's under its adapter's namespace, as the hosts name them
+ * (kvs_index_lora.h: from the adapter file's epoch, which the gateway's
+ * kvserve_lora of the same file read). */
 static ngx_int_t
 ngx_http_kvserve_route_names(ngx_http_kvserve_route_ctx_t *rc,
     const kvs_ids_t *ids)
 {
     size_t                           n;
+    char                             adapter[KVS_INDEX_LORA_FIELD_LEN + 1];
     kvs_err_t                        err;
     ngx_uint_t                       g;
     kvs_index_ns_t                   ns;
@@ -250,9 +255,17 @@ ngx_http_kvserve_route_names(ngx_http_kvserve_route_ctx_t *rc,
                                      : "";
     ns.scope_len = kctx->cache_scope.len;
 
+    if (kctx->lora != NULL) {
+        kvs_index_lora_field(kctx->lora->epoch, adapter);
+        ns.adapter = adapter;
+        ns.adapter_len = KVS_INDEX_LORA_FIELD_LEN;
+    }
+
     for (g = 0; g < rc->n_groups; g++) {
         gr = &rc->groups[g];
-        ns.epoch = gr->epoch;
+        ns.epoch = kctx->lora != NULL
+                   ? kvs_index_lora_epoch(gr->epoch, kctx->lora->epoch)
+                   : gr->epoch;
 
         if (kvs_index_name_root(&ns, &root, &err) != KVS_OK) {
             return NGX_ERROR;
