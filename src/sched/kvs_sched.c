@@ -129,6 +129,7 @@ kvs_sched_init(kvs_sched_t *s, const kvs_sched_conf_t *conf,
     return KVS_OK;
 }
 
+
 int
 kvs_sched_set_cache(kvs_sched_t *s, kvs_radix_t *radix, kvs_err_t *err)
 {
