@@ -166,6 +166,11 @@ my ($mdisk) = $mbody =~ /^kvserve:prefix_cache_hit_tokens_by_tier_total\{model_n
 is($mdisk, $disk, 'the metrics count the disk tier hits');
 like($mbody, qr/^kvserve:kv_tier_load_seconds_total\{model_name="m"\} \d+\.\d+$/m,
      'the load time is counted');
+ok(metric('kv_tier_load_waits_total') >= 1,
+   'the request waited for its load, counted');
+like($mbody, qr/^kvserve:kv_tier_load_wait_seconds_total\{model_name="m"\} \d+\.\d+$/m,
+     'the wait is timed');
+is(metric('kv_tier_loading_requests'), 0, 'no load under way after it');
 
 # ---- a flipped byte in every slot -------------------------------------------
 

@@ -294,6 +294,7 @@ kvs_engine_free(kvs_engine_t *e)
 
     kvs_engine_take_inbox(e);
     kvs_engine_lora_end_all(e);
+    kvs_engine_tier_end_all(e);
 
     while ((seq = e->sched.running.head) != NULL
            || (seq = e->sched.waiting.head) != NULL)
@@ -350,6 +351,7 @@ kvs_engine_step_run(kvs_engine_t *e)
     kvs_engine_take_inbox(e);
     kvs_engine_take_cancels(e);
     kvs_engine_lora_admit(e);
+    kvs_engine_tier_admit(e);
 
     if (e->radix != NULL) {
         kvs_radix_expire(e->radix, e->sched.now);
@@ -668,7 +670,7 @@ kvs_engine_take_inbox(kvs_engine_t *e)
             continue;                 /* its adapter is being loaded */
         }
 
-        kvs_sched_add(&e->sched, &h->seq);
+        kvs_engine_tier_add(e, h);    /* or waits for its blocks */
     }
 }
 
@@ -950,7 +952,8 @@ kvs_engine_main(void *arg)
         tick = e->sched.waiting.n > 0 && e->conf.queue_timeout_ms > 0;
 
         while (!busy && !e->quit && e->inbox == NULL && e->cancels == NULL
-               && !kvs_engine_index_pending(e) && !e->lora_ready)
+               && !kvs_engine_index_pending(e) && !e->lora_ready
+               && !e->tier_ready)
         {
             if (!tick) {
                 pthread_cond_wait(&e->wake, &e->lock);

@@ -121,6 +121,8 @@ typedef struct {
                                              (tests, benches) */
     uint32_t            tier_write_delay_us;  /* tests only: a slow disk
                                              (kvs_tier_conf_t's) */
+    uint32_t            tier_read_delay_us;   /* tests only: a slow disk
+                                             for loads too */
     const char         *index_model;      /* the served model's name:
                                              names every cached block
                                              for the prefix index (see
@@ -279,7 +281,16 @@ typedef struct {
                                          gone or failed */
     uint64_t  recomputed_blocks;      /* held, but the cost model chose
                                          to compute them */
-    uint64_t  load_ns;                /* time in loads (at admission) */
+    uint64_t  load_ns;                /* the loader's time in reads */
+    uint64_t  load_waits;             /* requests that waited for a
+                                         load */
+    uint64_t  load_wait_ns;           /* their time waiting, parked to
+                                         admitted */
+    uint64_t  loading;                /* requests waiting for a load
+                                         now */
+    uint64_t  load_reserved;          /* pool blocks loads hold now */
+    uint64_t  probes;                 /* loads the cost model made to
+                                         measure (kvs_tier_cost.h) */
     uint64_t  corrupt;                /* slots found corrupt */
     uint64_t  bytes_written;
     uint64_t  bytes_read;

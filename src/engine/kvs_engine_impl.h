@@ -102,6 +102,17 @@ struct kvs_engine_seq_s {
     kvs_engine_seq_t        *lora_prev;
     kvs_engine_seq_t        *lora_next;
 
+    /* the disk tier's loader (kvs_engine_tload.c), engine thread only:
+     * a request whose match continues into the tier waits outside the
+     * scheduler while its blocks load, then holds them until admitted */
+    uint8_t                  tier_state;   /* KVS_ENGINE_TIER_* */
+    struct kvs_engine_tjob_s *tier_job;    /* LOADING: its load */
+    kvs_radix_node_t        *tier_node;    /* HOLD: the loaded path's
+                                              lock */
+    uint64_t                 tier_since;   /* parked at, ns */
+    kvs_engine_seq_t        *tier_prev;
+    kvs_engine_seq_t        *tier_next;
+
     /* under the engine's lock (separate fields, not bit-fields: the two
      * threads write neighbouring flags) */
     kvs_engine_out_t         out;      /* not yet read */
@@ -210,6 +221,9 @@ struct kvs_engine_s {
     struct kvs_engine_lora_s *lora;    /* NULL: none */
     int                      lora_ready;   /* under e->lock: the loader
                                               has finished a load */
+    int                      tier_ready;   /* under e->lock: the tier's
+                                              loader staged a block or
+                                              finished a load */
 };
 
 
@@ -273,6 +287,14 @@ void kvs_engine_index_record(kvs_engine_t *e, const uint8_t *name,
     int del, int tier);
 
 
+/* A request's place with the tier's loader (tier_state). */
+#define KVS_ENGINE_TIER_NONE     0
+#define KVS_ENGINE_TIER_WAIT     1    /* for room, or a load of the same
+                                         blocks under way */
+#define KVS_ENGINE_TIER_LOADING  2
+#define KVS_ENGINE_TIER_HOLD     3    /* in the scheduler, holding what
+                                         was loaded until its lookup */
+
 /* kvs_engine_tier.c */
 
 /* Opens conf.tier_path's tier (O_DIRECT, else buffered) and its spill
@@ -309,6 +331,29 @@ void kvs_engine_tier_ix_spilled(kvs_engine_t *e, const kvs_radix_key_t *key,
 void kvs_engine_tier_ix_drain(kvs_engine_t *e);
 /* Every published disk name as an add (a listing, in a step). */
 void kvs_engine_tier_ix_list(kvs_engine_t *e);
+
+/* kvs_engine_tload.c: the tier's loader */
+
+/* Starts the loader thread and its staging (at kvs_engine_tier_new). */
+int kvs_engine_tload_new(kvs_engine_t *e, kvs_err_t *err);
+/* Stops the thread and frees what is left (every request ended). */
+void kvs_engine_tload_free(kvs_engine_t *e);
+
+/* A request for the scheduler: added, unless its match continues into
+ * the tier and it waits for a load (parked). */
+void kvs_engine_tier_add(kvs_engine_t *e, kvs_engine_seq_t *h);
+
+/* Before a step's plan: staged blocks into the pool, finished loads
+ * into the tree and their requests into the scheduler, locks of the
+ * admitted let go, waiting requests planned again. */
+void kvs_engine_tier_admit(kvs_engine_t *e);
+
+/* At h's end, before kvs_engine_unfollow: its load stopped, what it
+ * reserved or held given back. */
+void kvs_engine_tier_release(kvs_engine_t *e, kvs_engine_seq_t *h);
+
+/* Ends every parked request (cancelled): kvs_engine_free. */
+void kvs_engine_tier_end_all(kvs_engine_t *e);
 
 
 /* kvs_engine_gram.c */

@@ -750,7 +750,7 @@ kvs_engine_lora_admit(kvs_engine_t *e)
             kvs_engine_lora_unpark(lo, h);
             lo->waited++;
             lo->wait_ms += e->sched.now - h->lora_since;
-            kvs_sched_add(&e->sched, &h->seq);
+            kvs_engine_tier_add(e, h);    /* or waits for its blocks */
             continue;
         }
 

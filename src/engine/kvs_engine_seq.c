@@ -235,7 +235,9 @@ kvs_engine_end(kvs_engine_t *e, kvs_engine_seq_t *h, kvs_finish_t finish,
         flush = 1;
     }
 
-    kvs_engine_lora_release(e, h);     /* first: it may park followers */
+    kvs_engine_tier_release(e, h);     /* its load stopped, given back */
+    kvs_engine_lora_release(e, h);     /* before unfollow: it may park
+                                          followers */
     kvs_engine_unfollow(e, h);
     kvs_engine_kv_end(h);
     kvs_sched_remove(&e->sched, &h->seq);

@@ -1,27 +1,20 @@
 /*
  * kvs_engine_tier: the engine's side of the prefix cache's disk tier
- * (docs/prefix-cache.md, "The second tier"): it opens the tier and its
- * spill queue, copies every block the tree evicts into the queue, and
- * loads the blocks that continue a sequence's match back into the pool
- * and the tree when the cost model says that is cheaper than computing
- * them.
+ * (docs/prefix-cache.md, "The second tier"): it opens the tier, its
+ * spill queue and its loader (kvs_engine_tload.c), copies every block
+ * the tree evicts into the queue, feeds the cost model its prefill
+ * samples and publishes the figures.
  *
  * Threads: everything here runs on the engine thread (the radix tree's
- * spill function, the scheduler's tier loader, the step's prefill
- * sample, the stats); the spill queue's writer thread is the only other
- * one, and it touches only the queue and the tier.
+ * spill function, the step's prefill sample, the stats); the spill
+ * queue's writer and the loader are the only other threads, and they
+ * touch only the queue, the tier and the loader's own locked state.
  *
  * Invariants:
- *   - a block is read back into the pool only when the tier verified it
- *     (namespace, path name, tokens, checksum): a run stops at the first
- *     block that fails, and the request computes from there;
- *   - the blocks a load allocates are either in the tree when it
- *     returns (one tree reference each) or back in the pool: a load
- *     keeps no reference of its own;
- *   - the load is synchronous, at admission: it delays the step that
- *     admits the request by its read time (measured, in load_ns), and
- *     is bounded by the prompt's whole blocks and the pool's free and
- *     evictable blocks.
+ *   - an evicted block is copied out of the pool before the tree drops
+ *     it, unless the tier holds it already; the eviction never waits on
+ *     the disk (a full queue drops the block, counted);
+ *   - loads (kvs_engine_tload.c) never run on the step loop.
  */
 
 #include <inttypes.h>
@@ -29,35 +22,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/kvs_clock.h"
-#include "kv/kvs_tier.h"
-#include "kv/kvs_tier_cost.h"
-#include "kv/kvs_tier_spill.h"
-#include "kvs_engine_impl.h"
+#include "kvs_engine_tier.h"
 
 #define KVS_ENGINE_TIER_DEPTH      64     /* spill entries by default */
 #define KVS_ENGINE_TIER_HALF_LIFE  10.0   /* s, of the cost's samples */
 
 
-struct kvs_engine_tier_s {
-    kvs_tier_t          *tier;
-    kvs_tier_spill_t    *spill;
-    kvs_tier_io_t       *io;            /* the loads' buffer */
-    uint8_t             *block;         /* [block_bytes] a block's bytes */
-    uint64_t             block_bytes;
-    uint8_t            (*ids)[KVS_TIER_ID_LEN];  /* [max_blocks] */
-    uint32_t            *load;          /* [max_blocks] allocated ids */
-    uint32_t            *table;         /* [max_blocks] for the insert */
-    uint32_t             max_blocks;    /* of a sequence's tokens */
-    kvs_tier_cost_t      cost;
-    kvs_engine_tier_stats_t  st;
-};
-
-
 static void kvs_engine_tier_spill(void *arg, const kvs_radix_key_t *key,
     const uint8_t *path, const int32_t *tokens, uint32_t block);
-static uint32_t kvs_engine_tier_load(void *arg, kvs_seq_t *seq,
-    const uint32_t *blocks, uint32_t n_tokens);
 
 
 int
@@ -102,6 +74,7 @@ kvs_engine_tier_new(kvs_engine_t *e, kvs_err_t *err)
     tc.model = e->conf.tier_model;
     tc.direct = 1;
     tc.write_delay_us = e->conf.tier_write_delay_us;
+    tc.read_delay_us = e->conf.tier_read_delay_us;
     why[0] = '\0';
 
     /* O_DIRECT where the file system takes it, else buffered */
@@ -127,35 +100,33 @@ kvs_engine_tier_new(kvs_engine_t *e, kvs_err_t *err)
         return rc;
     }
 
+    et->slot_bytes = kvs_tier_slot_bytes(et->tier);
+
     /* the disk tier's blocks in the prefix index (kvs_engine_tier_ix.c) */
     rc = kvs_engine_tier_ix_new(e, et->tier,
-                                e->conf.tier_size
-                                / kvs_tier_slot_bytes(et->tier),
+                                e->conf.tier_size / et->slot_bytes,
                                 depth, err);
-    if (rc != KVS_OK) {
-        return rc;
-    }
-
-    rc = kvs_tier_io_new(et->tier, &et->io, err);
     if (rc != KVS_OK) {
         return rc;
     }
 
     et->block = malloc(et->block_bytes);
     et->ids = malloc((size_t) et->max_blocks * KVS_TIER_ID_LEN);
-    et->load = malloc((size_t) et->max_blocks * sizeof(uint32_t));
     et->table = malloc((size_t) et->max_blocks * sizeof(uint32_t));
 
-    if (et->block == NULL || et->ids == NULL || et->load == NULL
-        || et->table == NULL)
-    {
+    if (et->block == NULL || et->ids == NULL || et->table == NULL) {
         return kvs_err_set(err, KVS_ENOMEM, "kv tier: out of memory for "
                            "%" PRIu32 " blocks", et->max_blocks);
     }
 
     kvs_tier_cost_init(&et->cost, KVS_ENGINE_TIER_HALF_LIFE);
+
+    rc = kvs_engine_tload_new(e, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
     kvs_radix_set_spill(e->radix, kvs_engine_tier_spill, e);
-    kvs_sched_set_tier(&e->sched, kvs_engine_tier_load, e);
 
     return KVS_OK;
 }
@@ -174,7 +145,7 @@ kvs_engine_tier_free(kvs_engine_t *e)
         kvs_radix_set_spill(e->radix, NULL, NULL);
     }
 
-    kvs_sched_set_tier(&e->sched, NULL, NULL);
+    kvs_engine_tload_free(e);
 
     /* what is queued is written first: it is the tier's to keep */
     if (et->spill != NULL) {
@@ -183,11 +154,9 @@ kvs_engine_tier_free(kvs_engine_t *e)
 
     kvs_tier_spill_free(et->spill);
     kvs_engine_tier_ix_free(e, et->tier);
-    kvs_tier_io_free(et->io);
     kvs_tier_close(et->tier);
     free(et->block);
     free(et->ids);
-    free(et->load);
     free(et->table);
     free(et);
     e->tier = NULL;
@@ -225,135 +194,6 @@ kvs_engine_tier_spill(void *arg, const kvs_radix_key_t *key,
 }
 
 
-/*
- * The scheduler's loader: the whole blocks of seq's tokens after the
- * match's n_tokens that the tier holds, read back into new pool blocks
- * and inserted into the tree under seq's namespace, when the cost model
- * says loading them beats computing them.  Returns the blocks inserted.
- */
-static uint32_t
-kvs_engine_tier_load(void *arg, kvs_seq_t *seq, const uint32_t *blocks,
-    uint32_t n_tokens)
-{
-    int                 rc;
-    uint32_t            bt, k0, kmax, k, n, got, free_n;
-    uint64_t            t0;
-    kvs_err_t           err;
-    kvs_radix_key_t     key;
-    kvs_engine_t       *e = arg;
-    kvs_engine_tier_t  *et = e->tier;
-    kvs_radix_node_t   *node;
-
-    bt = e->conf.block_tokens;
-    k0 = n_tokens / bt;
-    kmax = seq->n_tokens / bt;
-    kmax = kmax < et->max_blocks ? kmax : et->max_blocks;
-
-    if (k0 >= kmax) {
-        return 0;
-    }
-
-    kvs_radix_ns_key(seq->ns, &key);
-
-    /* the path names of the blocks before the run, then the run's as
-     * far as the tier has them */
-    for (k = 0; k < kmax; k++) {
-        kvs_tier_path_id(k > 0 ? et->ids[k - 1] : NULL, seq->tokens + k * bt,
-                         bt, et->ids[k]);
-
-        if (k >= k0 && !kvs_tier_has(et->tier, &key, et->ids[k])) {
-            break;
-        }
-    }
-
-    n = k - k0;
-
-    if (n == 0) {
-        return 0;
-    }
-
-    et->st.lookups++;
-
-    if (!e->conf.tier_load_always
-        && !kvs_tier_cost_worth(&et->cost, (uint64_t) n * bt,
-                                (uint64_t) n * kvs_tier_slot_bytes(et->tier)))
-    {
-        et->st.recomputed_blocks += n;
-        return 0;
-    }
-
-    /* room: free blocks, then what the tree can give up (the match's
-     * path is locked, so it stays) */
-    free_n = kvs_kv_pool_free_count(e->pool);
-
-    if (free_n < n) {
-        (void) kvs_radix_evict(e->radix, n - free_n);
-        free_n = kvs_kv_pool_free_count(e->pool);
-        n = n < free_n ? n : free_n;
-    }
-
-    kvs_err_clear(&err);
-
-    if (n == 0 || kvs_kv_pool_alloc(e->pool, n, et->load, &err) != KVS_OK) {
-        return 0;
-    }
-
-    t0 = kvs_now_ns();
-
-    for (got = 0; got < n; got++) {
-        k = k0 + got;
-        rc = kvs_tier_get(et->tier, et->io, &key, et->ids[k],
-                          seq->tokens + k * bt, et->block, &err);
-
-        if (rc == KVS_OK) {
-            rc = e->be->ops->block_write(e->be, et->load[got], et->block,
-                                         &err);
-        }
-
-        if (rc != KVS_OK) {
-            /* corrupt, gone or unreadable: computed from here */
-            et->st.load_failed++;
-            break;
-        }
-    }
-
-    t0 = kvs_now_ns() - t0;
-    et->st.load_ns += t0;
-
-    if (got > 0) {
-        kvs_tier_cost_load(&et->cost,
-                           (uint64_t) got * kvs_tier_slot_bytes(et->tier),
-                           t0);
-    }
-
-    for (k = 0; k < k0; k++) {
-        et->table[k] = blocks[k];
-    }
-
-    for (k = 0; k < got; k++) {
-        et->table[k0 + k] = et->load[k];
-    }
-
-    if (got > 0
-        && kvs_radix_insert(e->radix, seq->ns, seq->tokens, (k0 + got) * bt,
-                            et->table, 0, e->sched.now, &node, &err)
-           != KVS_OK)
-    {
-        got = 0;
-    }
-
-    /* the tree took its own reference on what it inserted */
-    for (k = 0; k < n; k++) {
-        (void) kvs_kv_pool_unref(e->pool, et->load[k], NULL);
-    }
-
-    et->st.loaded_blocks += got;
-    et->st.loads += got > 0;
-
-    return got;
-}
-
-
 void
 kvs_engine_tier_prefill(kvs_engine_t *e, uint32_t tokens, uint64_t ns)
 {
@@ -373,6 +213,7 @@ kvs_engine_tier_publish(kvs_engine_t *e)
     e->stats.tier = e->tier->st;
     e->stats.tier.load_bps = e->tier->cost.load_bps;
     e->stats.tier.prefill_tps = e->tier->cost.prefill_tps;
+    e->stats.tier.probes = e->tier->cost.probes;
     kvs_engine_tier_live(e, &e->stats.tier);
 }
 

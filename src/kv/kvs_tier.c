@@ -60,6 +60,23 @@ tier_scope_bad(const kvs_radix_key_t *key, kvs_err_t *err)
 }
 
 
+/* Tests' slow disk: sleeps us microseconds (0: none). */
+static void
+tier_sleep_us(uint32_t us)
+{
+    struct timespec  ts;
+
+    if (us == 0) {
+        return;
+    }
+
+    ts.tv_sec = us / 1000000;
+    ts.tv_nsec = (long) (us % 1000000) * 1000;
+
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) { /* void */ }
+}
+
+
 static uint64_t
 tier_off(const kvs_tier_t *t, uint32_t i)
 {
@@ -642,14 +659,7 @@ kvs_tier_put(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
            t->conf.block_bytes);
     kvs_le_put64(b + SLOT_OFF_SUM, tier_slot_sum(t, b));
 
-    if (t->conf.write_delay_us > 0) {
-        struct timespec  ts;
-
-        ts.tv_sec = t->conf.write_delay_us / 1000000;
-        ts.tv_nsec = (long) (t->conf.write_delay_us % 1000000) * 1000;
-
-        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) { /* void */ }
-    }
+    tier_sleep_us(t->conf.write_delay_us);
 
     t0 = kvs_now_ns();
     rc = tier_pwrite(t->fd, b, t->slot_bytes, tier_off(t, i));
@@ -742,6 +752,8 @@ kvs_tier_get(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
 
     t->slots[i].readers++;
     pthread_mutex_unlock(&t->mu);
+
+    tier_sleep_us(t->conf.read_delay_us);
 
     t0 = kvs_now_ns();
     got = tier_pread(t->fd, io->buf, t->slot_bytes, tier_off(t, i));

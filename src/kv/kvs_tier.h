@@ -61,6 +61,8 @@ typedef struct {
     int          direct;              /* 1: O_DIRECT */
     uint32_t     write_delay_us;      /* tests only: a slow disk, slept
                                          before each slot write */
+    uint32_t     read_delay_us;       /* tests only: and before each
+                                         slot read */
 } kvs_tier_conf_t;
 
 typedef struct {

@@ -3,14 +3,24 @@
  * cheaper than computing their prefill again.
  *
  * Two rates are measured while serving, per model and backend: the
- * tier's load bandwidth (bytes read and verified per second) and the
- * prefill speed (prompt tokens computed per second).  Each is an
- * exponentially weighted mean of the samples given, weighted by the
- * samples' own durations, so that one tiny sample moves it little.  A
- * run of t tokens held in b bytes is worth loading when b / load_bps <
- * t / prefill_tps.  Until both rates have a sample, loading is chosen:
- * that is how the first load gets measured, and a disk read of a block
- * is far cheaper than its prefill for every model this project serves.
+ * tier's load bandwidth L (bytes read and verified per second, in the
+ * I/O mode the tier was opened with: O_DIRECT or buffered) and the
+ * prefill speed P (prompt tokens computed per second).  A run of t
+ * tokens held in b bytes is worth loading when b / L < t / P.
+ *
+ * The load bandwidth is the median of the last KVS_TIER_COST_WINDOW
+ * loads' own rates, and it is trusted only once KVS_TIER_COST_MIN loads
+ * were measured: until then every run is loaded (that is how they get
+ * measured).  One slow load (a cold read of a busy disk) thus moves the
+ * estimate not at all, and a disk that became slow for good shows in it
+ * once it is over half of the window.  The prefill speed is a mean of
+ * its samples weighted by their durations, with a half-life of measured
+ * time, so that one tiny step moves it little.
+ *
+ * Since a run computed gives no load sample, the estimate could stay
+ * wrong forever once it says "compute".  kvs_tier_cost_decide() thus
+ * loads a run anyway after KVS_TIER_COST_PROBE runs in a row were
+ * computed (a probe), so the window keeps up with the disk.
  *
  * A first-order model: the prefill rate is a mean over the prompts
  * served, and attention makes a block deep in a long prompt dearer than
@@ -26,17 +36,31 @@
 
 #include <stdint.h>
 
+#define KVS_TIER_COST_WINDOW  8       /* load samples whose median is L */
+#define KVS_TIER_COST_MIN     3       /* load samples before L is used */
+#define KVS_TIER_COST_PROBE   16      /* computed runs in a row, then a
+                                         load anyway */
+
 typedef struct {
-    double    load_bps;               /* bytes/s; 0: unmeasured */
+    double    load_bps;               /* bytes/s, the window's median;
+                                         0: fewer than _MIN samples */
     double    prefill_tps;            /* tokens/s; 0: unmeasured */
-    double    half_life_s;            /* of the weighting, in sample time */
+    double    half_life_s;            /* of the prefill's weighting, in
+                                         sample time */
+    double    win[KVS_TIER_COST_WINDOW];  /* the last loads' rates, a
+                                             ring */
+    uint32_t  win_n;                  /* in win, at most _WINDOW */
+    uint32_t  win_pos;                /* the next to overwrite */
+    uint32_t  declined;               /* runs computed since the last
+                                         load */
     uint64_t  load_samples;
     uint64_t  prefill_samples;
+    uint64_t  probes;                 /* runs loaded against the rule */
 } kvs_tier_cost_t;
 
 
 /* Unmeasured rates; half_life_s (> 0, else 10) is how much measured
- * time halves an old sample's weight. */
+ * time halves an old prefill sample's weight. */
 void kvs_tier_cost_init(kvs_tier_cost_t *c, double half_life_s);
 
 /* A load of bytes that took ns, read and verified. */
@@ -46,9 +70,15 @@ void kvs_tier_cost_load(kvs_tier_cost_t *c, uint64_t bytes, uint64_t ns);
 void kvs_tier_cost_prefill(kvs_tier_cost_t *c, uint64_t tokens,
     uint64_t ns);
 
-/* 1 when loading tokens held in bytes is expected to be faster than
- * computing them; 0 when not (or for an empty run). */
+/* The rule alone: 1 when loading tokens held in bytes is expected to be
+ * faster than computing them, or a rate is not yet trusted; 0 when not
+ * (or for an empty run). */
 int kvs_tier_cost_worth(const kvs_tier_cost_t *c, uint64_t tokens,
+    uint64_t bytes);
+
+/* The choice for one run: the rule, but a load after _PROBE computed
+ * runs in a row (counted in probes).  1: load. */
+int kvs_tier_cost_decide(kvs_tier_cost_t *c, uint64_t tokens,
     uint64_t bytes);
 
 #endif /* KVS_TIER_COST_H */

@@ -247,6 +247,9 @@ typedef struct {
     uint64_t  tier_dropped;           /* the queue was full */
     uint64_t  tier_corrupt;
     uint64_t  tier_recomputed;        /* held, computed (cost model) */
+    uint64_t  tier_load_waits;        /* requests that waited for a load */
+    uint64_t  tier_load_wait_ns;      /* their time waiting */
+    uint64_t  tier_loading;           /* waiting now */
     /* LoRA adapters (docs/lora.md), when have and lora_adapters: now,
      * and the engine's counters since it started */
     uint32_t  lora_adapters;          /* served */

@@ -25,6 +25,9 @@ typedef enum {
     KVS_MT_DROPPED,
     KVS_MT_CORRUPT,
     KVS_MT_RECOMPUTED,
+    KVS_MT_WAITS,
+    KVS_MT_WAIT_SECONDS,
+    KVS_MT_LOADING,
     KVS_MT_N
 } kvs_metrics_tier_line_t;
 
@@ -44,7 +47,8 @@ static const struct {
     { "kv_tier_loaded_blocks", "_total", "counter",
       "KV blocks read back from the disk tier into the pool." },
     { "kv_tier_load_seconds", "_total", "counter",
-      "Time spent loading blocks from the disk tier (at admission)." },
+      "Time the disk tier's loader spent reading blocks (off the step "
+      "loop)." },
     { "kv_tier_read_bytes", "_total", "counter",
       "Bytes read from the disk tier and verified." },
     { "kv_tier_written_bytes", "_total", "counter",
@@ -58,6 +62,13 @@ static const struct {
       "(recomputed, never used)." },
     { "kv_tier_recomputed_blocks", "_total", "counter",
       "Blocks the disk tier held that the cost model chose to compute." },
+    { "kv_tier_load_waits", "_total", "counter",
+      "Requests that waited outside the batch for their blocks to load "
+      "from the disk tier." },
+    { "kv_tier_load_wait_seconds", "_total", "counter",
+      "Their time waiting, from arrival to admission with the blocks." },
+    { "kv_tier_loading_requests", "", "gauge",
+      "Requests waiting for a disk tier load now." },
 };
 
 
@@ -82,7 +93,11 @@ kvs_metrics_tier_model(kvs_buf_t *out, kvs_metrics_tier_line_t k,
         return rc;
 
     case KVS_MT_LOAD_SECONDS:
-        snprintf(val, sizeof(val), "%.6f", (double) g->tier_load_ns / 1e9);
+    case KVS_MT_WAIT_SECONDS:
+        snprintf(val, sizeof(val), "%.6f",
+                 (double) (k == KVS_MT_LOAD_SECONDS ? g->tier_load_ns
+                                                    : g->tier_load_wait_ns)
+                 / 1e9);
         return kvs_metrics_sample(out, kvs_metrics_tier_defs[k].name,
                                   kvs_metrics_tier_defs[k].suffix, model,
                                   NULL, val);
@@ -111,8 +126,14 @@ kvs_metrics_tier_model(kvs_buf_t *out, kvs_metrics_tier_line_t k,
     case KVS_MT_CORRUPT:
         v = g->tier_corrupt;
         break;
-    default:
+    case KVS_MT_RECOMPUTED:
         v = g->tier_recomputed;
+        break;
+    case KVS_MT_WAITS:
+        v = g->tier_load_waits;
+        break;
+    default:
+        v = g->tier_loading;
         break;
     }
 

@@ -130,14 +130,6 @@ kvs_sched_init(kvs_sched_t *s, const kvs_sched_conf_t *conf,
 }
 
 
-void
-kvs_sched_set_tier(kvs_sched_t *s, kvs_sched_tier_pt fn, void *arg)
-{
-    s->tier_load = fn;
-    s->tier_arg = fn != NULL ? arg : NULL;
-}
-
-
 int
 kvs_sched_set_cache(kvs_sched_t *s, kvs_radix_t *radix, kvs_err_t *err)
 {
@@ -805,7 +797,7 @@ kvs_sched_preempt(kvs_sched_t *s, kvs_seq_t *seq)
 static void
 kvs_sched_lookup(kvs_sched_t *s, kvs_seq_t *seq)
 {
-    uint32_t           first;
+    uint32_t           last;
     kvs_radix_match_t  m;
 
     if (seq->n_computed > 0) {
@@ -822,18 +814,6 @@ kvs_sched_lookup(kvs_sched_t *s, kvs_seq_t *seq)
 
     kvs_radix_match(s->radix, seq->ns, seq->tokens, seq->n_tokens - 1,
                     s->match, 1, s->now, &m);
-    first = m.n_tokens;
-
-    /* a lower tier may hold what follows: loaded into the tree, then
-     * matched again (the first match's lock kept the path meanwhile) */
-    if (s->tier_load != NULL && s->conf.window == 0
-        && m.n_tokens < seq->n_tokens - 1
-        && s->tier_load(s->tier_arg, seq, s->match, m.n_tokens) > 0)
-    {
-        kvs_radix_unlock(s->radix, m.node);
-        kvs_radix_match(s->radix, seq->ns, seq->tokens, seq->n_tokens - 1,
-                        s->match, 1, s->now, &m);
-    }
 
     if (m.n_tokens > 0
         && kvs_kv_table_share(&seq->table, s->pool, s->match, m.n_tokens,
@@ -859,7 +839,9 @@ kvs_sched_lookup(kvs_sched_t *s, kvs_seq_t *seq)
         seq->looked_up = 1;
         seq->n_cached = m.n_tokens < seq->n_prompt ? m.n_tokens
                                                    : seq->n_prompt - 1;
-        seq->n_cached_tier = seq->n_cached > first ? seq->n_cached - first
+        /* what of it a lower tier loaded for this sequence */
+        last = seq->n_cached < seq->tier_to ? seq->n_cached : seq->tier_to;
+        seq->n_cached_tier = last > seq->tier_from ? last - seq->tier_from
                                                    : 0;
         seq->miss = m.miss;
         seq->miss_pos = m.miss_pos;

@@ -93,10 +93,6 @@ typedef enum {
 
 typedef struct kvs_seq_s  kvs_seq_t;
 
-/* A lower tier's loader (kvs_sched_set_tier): blocks put in the tree. */
-typedef uint32_t (*kvs_sched_tier_pt)(void *arg, kvs_seq_t *seq,
-    const uint32_t *blocks, uint32_t n_tokens);
-
 /*
  * A request's sequences (its prompts' choices), for the request KV cap:
  * made by kvs_sched_group_new(), shared by kvs_sched_group(), freed with
@@ -126,7 +122,11 @@ struct kvs_seq_s {
     uint32_t          n_cached;       /* prompt tokens reused at its
                                          first admission */
     uint32_t          n_cached_tier;  /* of those, loaded from the lower
-                                         tier (kvs_sched_set_tier) */
+                                         tier: in [tier_from, tier_to) */
+    uint32_t          tier_from;      /* tokens a lower tier put into the
+                                         cache for it before it was
+                                         added (the caller's; 0, 0: */
+    uint32_t          tier_to;        /* none) */
     kvs_radix_miss_t  miss;           /* why that reuse stopped */
     uint32_t          miss_pos;
     uint8_t           looked_up;      /* n_cached and miss are set */
@@ -234,8 +234,6 @@ typedef struct {
     uint64_t           n_query_tokens;    /* prompt tokens looked up */
     uint64_t           n_hit_tokens;      /* of those, reused */
     uint64_t           n_tier_hit_tokens; /* of those, from the tier */
-    kvs_sched_tier_pt  tier_load;     /* NULL: no lower tier */
-    void              *tier_arg;
 
     int                pools_on;      /* conf.pool_min_tokens, no window */
     int                long_skipped;  /* the last plan left long prefills
@@ -246,17 +244,6 @@ typedef struct {
     uint64_t           rate_freed;    /* and n_freed then */
     double             free_rate;     /* blocks per second, smoothed */
 } kvs_sched_t;
-
-/*
- * Sets a lower tier's loader (NULL: none).  When a lookup's match stops
- * short of the sequence's tokens, the scheduler calls it with the match:
- * blocks[] the match's block ids, n_tokens the tokens it reused.  It
- * may put the blocks that follow into the tree (whole blocks, under
- * seq->ns) and returns how many it put; the scheduler then matches
- * again.  It runs on the scheduler's thread, inside the admission.  Not
- * used with a window.
- */
-void kvs_sched_set_tier(kvs_sched_t *s, kvs_sched_tier_pt fn, void *arg);
 
 /* Checks conf (KVS_EINVAL names the field) and allocates the step
  * arrays.  On failure s owns nothing. */

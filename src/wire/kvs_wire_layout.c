@@ -265,6 +265,15 @@ static const kvs_wire_field_t  kvs_wire_stats_model_f[] = {
       KVS_STATS(st.lora_waited) },
     { "lora_wait_ms",         KVS_WIRE_INT, 8, 0,
       KVS_STATS(st.lora_wait_ms) },
+    /* version 13: the disk tier's loader (docs/prefix-cache.md) */
+    { "tier.load_waits",      KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.tier.load_waits) },
+    { "tier.load_wait_ns",    KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.tier.load_wait_ns) },
+    { "tier.loading",         KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.tier.loading) },
+    { "tier.probes",          KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.tier.probes) },
 };
 
 /* the table above writes every bucket */

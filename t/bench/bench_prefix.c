@@ -566,22 +566,27 @@ bp_tier_report(const bp_opts_t *o, const bp_run_t *run, const bp_run_t *off,
 
     if (ts->on) {
         printf("; disk tier: %" PRIu64 " prompt tokens loaded (%.2f%% of "
-               "prompts), %" PRIu64 " blocks in %.1f ms, %" PRIu64
-               " spilled, %" PRIu64 " dropped, %" PRIu64 " corrupt, %"
-               PRIu64 " left to compute", run->st.cache_tier_hit_tokens,
+               "prompts), %" PRIu64 " blocks read in %.1f ms by the "
+               "loader, %" PRIu64 " requests waited %.1f ms in all, %"
+               PRIu64 " spilled, %" PRIu64 " dropped, %" PRIu64
+               " corrupt, %" PRIu64 " left to compute (%" PRIu64
+               " probes)", run->st.cache_tier_hit_tokens,
                100.0 * (double) run->st.cache_tier_hit_tokens
                / (double) (run->prompt_tokens ? run->prompt_tokens : 1),
-               ts->loaded_blocks, (double) ts->load_ns / 1e6, ts->spilled,
-               ts->spill_dropped, ts->corrupt, ts->recomputed_blocks);
+               ts->loaded_blocks, (double) ts->load_ns / 1e6,
+               ts->load_waits, (double) ts->load_wait_ns / 1e6,
+               ts->spilled, ts->spill_dropped, ts->corrupt,
+               ts->recomputed_blocks, ts->probes);
     }
 
     printf("\nprefix_tier frac=%g tier=%g on=%u ttft_p50=%.6f "
            "ttft_p99=%.6f tier_hit=%" PRIu64 " loaded=%" PRIu64
-           " load_ns=%" PRIu64 " spilled=%" PRIu64 " dropped=%" PRIu64
+           " load_ns=%" PRIu64 " load_waits=%" PRIu64 " load_wait_ns=%"
+           PRIu64 " spilled=%" PRIu64 " dropped=%" PRIu64
            " corrupt=%" PRIu64 "\n", f, ts->on ? o->tier : 0.0,
            (unsigned) ts->on, p50, p99, run->st.cache_tier_hit_tokens,
-           ts->loaded_blocks, ts->load_ns, ts->spilled, ts->spill_dropped,
-           ts->corrupt);
+           ts->loaded_blocks, ts->load_ns, ts->load_waits,
+           ts->load_wait_ns, ts->spilled, ts->spill_dropped, ts->corrupt);
     (void) off;
 }
 
@@ -1231,6 +1236,15 @@ bp_trace_run(kvs_engine_t *e, const bp_opts_t *o, const bp_trace_t *tr,
         }
 
         if (!worked && got == 0 && busy > 0) {
+            /* idle while the disk tier's loader reads a waiting
+             * request's blocks: the engine thread would sleep until it
+             * is woken, this loop waits a little */
+            kvs_engine_stats(e, &run->st);
+            if (run->st.tier.loading > 0) {
+                usleep(50);
+                continue;
+            }
+
             rc = kvs_err_set(err, KVS_EFORMAT, "engine idle with %" PRIu32
                              " requests in flight", busy);
             goto done;

@@ -9,8 +9,10 @@
  * in the file is detected (corrupt, the run stops there) and the reply
  * is still the cold one, a restart keeps the file under the same model
  * and discards it under another model tag or another model's weights,
- * and with a disk that takes 300 ms a write no step waits for it (the
- * queue drops instead).
+ * with a disk that takes 300 ms a write no step waits for it (the
+ * queue drops instead), and with one that takes 150 ms a read a load
+ * waits outside the batch while another request runs to its end, and a
+ * request cancelled while its blocks load gives every block back.
  */
 
 #include "kvs_test.h"
@@ -33,6 +35,7 @@ typedef struct {
     const char  *scope;
     uint64_t     tag;                 /* tier_model */
     uint32_t     delay_us;
+    uint32_t     read_delay_us;
     uint32_t     depth;
 } opts_t;
 
@@ -62,6 +65,7 @@ engine_new(const kvs_test_model_t *md, int cache, const opts_t *o)
         conf.tier_size = TIER;
         conf.tier_model = o != NULL ? o->tag : 1;
         conf.tier_write_delay_us = o != NULL ? o->delay_us : 0;
+        conf.tier_read_delay_us = o != NULL ? o->read_delay_us : 0;
         conf.tier_depth = o != NULL ? o->depth : 0;
     }
 
@@ -78,6 +82,57 @@ step_max(kvs_engine_t *e, const kvs_engine_out_t *out, uint64_t ns,
 
     max_ns = arg;
     *max_ns = ns > *max_ns ? ns : *max_ns;
+}
+
+
+static kvs_engine_seq_t *
+submit1(kvs_engine_t *e, const int32_t *prompt, uint32_t n_prompt,
+    uint32_t gen)
+{
+    kvs_err_t          err;
+    kvs_engine_req_t   req;
+    kvs_engine_seq_t  *h;
+
+    memset(&req, 0, sizeof(req));
+    req.prompt = prompt;
+    req.n_prompt = n_prompt;
+    req.max_tokens = gen;
+    req.ignore_eos = 1;
+    req.sample.top_p = 1.0f;
+    req.sample.logprobs = 1;
+    req.sample.top_logprobs = 5;
+
+    if (kvs_engine_submit(e, &req, &h, &err) != KVS_OK) {
+        fail_msg("submit: %s", err.msg);
+    }
+
+    return h;
+}
+
+
+/* One step, timed into *max_ns, and what it made ready read into outs
+ * (hs[i]'s into outs[i]). */
+static void
+step_read(kvs_engine_t *e, kvs_engine_seq_t **hs, kvs_engine_out_t *outs,
+    uint32_t n, uint64_t *max_ns)
+{
+    uint32_t           i;
+    uint64_t           t0;
+    kvs_engine_seq_t  *r[4];
+
+    t0 = kvs_now_ns();
+    (void) kvs_engine_step(e);
+    t0 = kvs_now_ns() - t0;
+    *max_ns = t0 > *max_ns ? t0 : *max_ns;
+
+    while (kvs_engine_ready(e, r, 1) > 0) {
+        for (i = 0; i < n && hs[i] != r[0]; i++) {
+            /* void */
+        }
+
+        assert_true(i < n);
+        assert_true(kvs_engine_read(e, r[0], &outs[i]) >= 0);
+    }
 }
 
 
@@ -185,7 +240,7 @@ test_evicted_comes_back(void **state)
     assert_int_equal(st.cache_tier_hit_tokens, 64);
     assert_true(st.tier.bytes_read >= 4 * st.tier.slot_bytes);
     printf("tier: %" PRIu64 " blocks of %" PRIu64 " bytes loaded in %.1f "
-           "us at admission (%s)\n", st.tier.loaded_blocks,
+           "us by the loader (%s)\n", st.tier.loaded_blocks,
            st.tier.slot_bytes, (double) st.tier.load_ns / 1e3,
            st.tier.direct ? "O_DIRECT" : "buffered");
 
@@ -373,6 +428,175 @@ test_slow_disk(void **state)
 }
 
 
+/* A slow disk (150 ms a block read): the tier's request waits outside
+ * the batch for its 4 blocks (600 ms) while another runs to its end, no
+ * step waits for a read, and the loaded reply is the cold one. */
+static void
+test_load_off_step(void **state)
+{
+    int32_t             sys[72], fresh[40];
+    opts_t              o;
+    uint64_t            max_ns, t0;
+    kvs_test_model_t    md;
+    kvs_engine_t       *on, *off;
+    kvs_engine_seq_t   *hs[2];
+    kvs_engine_out_t    outs[2], a, c;
+    kvs_engine_stats_t  st;
+
+    if (kvs_test_model_stories(&md) != 0) {
+        skip();
+    }
+
+    unlink(tier_path());
+    memset(&o, 0, sizeof(o));
+    o.tag = 1;
+    o.read_delay_us = 150000;
+
+    on = engine_new(&md, 1, &o);
+    off = engine_new(&md, 0, NULL);
+    fill(sys, 72, 51, md.m->hp.n_vocab, md.v->bos);
+    fill(fresh, 40, 52, md.m->hp.n_vocab, md.v->bos);
+
+    run1(on, sys, 64, 8, NULL, &a, NULL);
+    kvs_engine_out_free(&a);
+    evict_all(on, &md, 7000, NULL);
+
+    memset(outs, 0, sizeof(outs));
+    hs[0] = submit1(on, sys, 72, 8);
+    hs[1] = submit1(on, fresh, 40, 8);
+    max_ns = 0;
+    t0 = kvs_now_ns();
+
+    /* the other request ends while the first still waits for blocks */
+    while (outs[1].finish == KVS_FINISH_NONE) {
+        step_read(on, hs, outs, 2, &max_ns);
+    }
+
+    kvs_engine_stats(on, &st);
+    assert_int_equal(outs[1].n_tokens, 8);
+    assert_int_equal(outs[0].n_tokens, 0);
+    assert_int_equal(st.tier.loading, 1);
+    assert_true(kvs_now_ns() - t0 < 500000000ull);
+
+    while (outs[0].finish == KVS_FINISH_NONE) {
+        step_read(on, hs, outs, 2, &max_ns);
+    }
+
+    t0 = kvs_now_ns() - t0;
+    kvs_engine_close(on, hs[0]);
+    kvs_engine_close(on, hs[1]);
+
+    run1(off, sys, 72, 8, NULL, &c, NULL);
+    expect_same(&outs[0], &c, "loaded off the step");
+    assert_int_equal(outs[0].n_cached_tier, 64);
+
+    kvs_engine_stats(on, &st);
+    assert_int_equal(st.tier.loaded_blocks, 4);
+    assert_int_equal(st.tier.load_waits, 1);
+    assert_int_equal(st.tier.loading, 0);
+    assert_int_equal(st.tier.load_reserved, 0);
+    assert_true(st.tier.load_wait_ns >= 4 * 150000000ull);
+    assert_true(st.tier.load_ns >= 4 * 150000000ull);
+    assert_true(max_ns < 100000000ull);
+    printf("tier: 4 blocks loaded in %.1f ms (150 ms a read), waited "
+           "%.1f ms; the longest step %.2f ms, all %.1f ms\n",
+           (double) st.tier.load_ns / 1e6,
+           (double) st.tier.load_wait_ns / 1e6, (double) max_ns / 1e6,
+           (double) t0 / 1e6);
+
+    kvs_engine_out_free(&outs[0]);
+    kvs_engine_out_free(&outs[1]);
+    kvs_engine_out_free(&c);
+    kvs_engine_free(on);
+    kvs_engine_free(off);
+    unlink(tier_path());
+    kvs_test_model_free(&md);
+}
+
+
+/* Closed while its blocks load: every reserved block and lock is given
+ * back at once (the engine checks out with only the cache's blocks in
+ * use while the loader still reads), and a later request loads the same
+ * blocks; an engine freed while a load runs leaks nothing (ASan). */
+static void
+test_cancel_during_load(void **state)
+{
+    int32_t             sys[72];
+    opts_t              o;
+    uint32_t            i;
+    uint64_t            max_ns;
+    kvs_err_t           err;
+    kvs_test_model_t    md;
+    kvs_engine_t       *on;
+    kvs_engine_seq_t   *hs[1];
+    kvs_engine_out_t    outs[1], a;
+    kvs_engine_stats_t  st;
+
+    if (kvs_test_model_stories(&md) != 0) {
+        skip();
+    }
+
+    unlink(tier_path());
+    memset(&o, 0, sizeof(o));
+    o.tag = 1;
+    o.read_delay_us = 100000;
+
+    on = engine_new(&md, 1, &o);
+    fill(sys, 72, 61, md.m->hp.n_vocab, md.v->bos);
+    run1(on, sys, 64, 8, NULL, &a, NULL);
+    kvs_engine_out_free(&a);
+    evict_all(on, &md, 8000, NULL);
+
+    memset(outs, 0, sizeof(outs));
+    hs[0] = submit1(on, sys, 72, 8);
+    max_ns = 0;
+    step_read(on, hs, outs, 1, &max_ns);
+
+    kvs_engine_stats(on, &st);
+    assert_int_equal(st.tier.loading, 1);
+    assert_int_equal(st.tier.load_reserved, 4);
+
+    kvs_engine_close(on, hs[0]);
+    step_read(on, hs, outs, 0, &max_ns);
+
+    kvs_engine_stats(on, &st);
+    assert_int_equal(st.tier.loading, 0);
+    assert_int_equal(st.tier.load_reserved, 0);
+    assert_int_equal(st.tier.loaded_blocks, 0);
+
+    if (kvs_engine_check(on, &err) != KVS_OK) {
+        fail_msg("engine check after the cancel: %s", err.msg);
+    }
+
+    /* the loader finishes its read and drops it; then the same blocks
+     * load for another request */
+    for (i = 0; i < 50; i++) {
+        step_read(on, hs, outs, 0, &max_ns);
+        usleep(10000);
+    }
+
+    run1(on, sys, 72, 8, NULL, &a, NULL);
+    assert_int_equal(a.n_cached_tier, 64);
+    kvs_engine_out_free(&a);
+
+    kvs_engine_stats(on, &st);
+    assert_int_equal(st.tier.loaded_blocks, 4);
+    assert_int_equal(st.tier.load_waits, 1);
+
+    /* freed with a load under way */
+    evict_all(on, &md, 9000, NULL);
+    hs[0] = submit1(on, sys, 72, 8);
+    step_read(on, hs, outs, 1, &max_ns);
+    kvs_engine_stats(on, &st);
+    assert_int_equal(st.tier.loading, 1);
+    kvs_engine_close(on, hs[0]);
+    kvs_engine_free(on);
+
+    unlink(tier_path());
+    kvs_test_model_free(&md);
+}
+
+
 int
 main(void)
 {
@@ -381,6 +605,8 @@ main(void)
         cmocka_unit_test(test_flipped_byte),
         cmocka_unit_test(test_restart),
         cmocka_unit_test(test_slow_disk),
+        cmocka_unit_test(test_load_off_step),
+        cmocka_unit_test(test_cancel_during_load),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -25,7 +25,7 @@
  * gauges, 4 x 2 counters) */
 #define STATS_MODEL  (4 + 17 * 8 + 8 * 4 + (KVS_ENGINE_ITER_BOUNDS + 2) * 8 \
                       + 4 + 6 * 4 + 8 * 8 + 8 + 2 * 4 + 18 * 8 \
-                      + 4 * 4 + 4 * 8)
+                      + 4 * 4 + 4 * 8 + 4 * 8)
 
 
 /* --- helpers ------------------------------------------------------------- */
@@ -1005,6 +1005,10 @@ test_stats(void **state)
         in->models[i].st.lora_evictions = 43;
         in->models[i].st.lora_waited = 44;
         in->models[i].st.lora_wait_ms = UINT64_MAX;
+        in->models[i].st.tier.load_waits = 45 + i;
+        in->models[i].st.tier.load_wait_ns = UINT64_MAX - 4;
+        in->models[i].st.tier.loading = 46;
+        in->models[i].st.tier.probes = 47;
     }
 
     /* model 0: no tenant; model 1: the most, one key empty, one full */
@@ -1542,7 +1546,7 @@ test_lora(void **state)
     memset(&b, 0, sizeof(b));
 
     assert_int_equal(KVS_WIRE_LORA, 13);
-    assert_int_equal(KVS_WIRE_VERSION, 12);
+    assert_int_equal(KVS_WIRE_VERSION, 13);
     assert_string_equal(kvs_wire_type_name(KVS_WIRE_LORA), "LORA");
 
     m->n = 2;

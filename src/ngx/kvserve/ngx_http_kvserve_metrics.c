@@ -708,4 +708,7 @@ ngx_http_kvserve_scrape_tier(kvs_metrics_gauges_t *g,
     g->tier_dropped = st->tier.spill_dropped;
     g->tier_corrupt = st->tier.corrupt;
     g->tier_recomputed = st->tier.recomputed_blocks;
+    g->tier_load_waits = st->tier.load_waits;
+    g->tier_load_wait_ns = st->tier.load_wait_ns;
+    g->tier_loading = st->tier.loading;
 }

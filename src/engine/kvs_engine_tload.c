@@ -1,0 +1,849 @@
+/*
+ * kvs_engine_tload: the disk tier's loader, off the step loop
+ * (docs/prefix-cache.md, "Loads off the step").
+ *
+ * A request whose cache match continues into the disk tier does not go
+ * to the scheduler at once.  Its load is planned on the engine thread:
+ * the path names of its whole blocks after the match, as far as the
+ * tier holds them, the cost model's choice, then pool blocks reserved
+ * for the run (free ones, else evicted; capacity is checked before
+ * anything changes) and the match's path locked.  The request then
+ * waits outside the scheduler, as a LoRA adapter's does, while a loader
+ * thread reads the run block by block (each verified by kvs_tier_get:
+ * namespace, path name, tokens, checksum) into a bounded staging ring.
+ * Each step, before its plan, the engine thread copies the staged
+ * blocks into the reserved pool blocks (backend calls stay on the
+ * engine thread); once the loader is through with the run, the blocks
+ * that came in are inserted into the tree under the request's
+ * namespace and the request goes to the scheduler, whose lookup finds
+ * them.  Other sequences keep stepping all along.
+ *
+ * Invariants:
+ *   - a loaded block enters the tree only after the tier verified it,
+ *     and only the run's first `written` blocks do: the first block that
+ *     fails (corrupt, gone, unreadable) ends the run there, and the
+ *     request computes from that block;
+ *   - a load's blocks are reserved before it starts and are its alone
+ *     (refcount 1, in no table and not in the tree) until it ends: then
+ *     the tree takes its own reference on what it inserts and the
+ *     load's references go back, on every path (done, failed, the
+ *     request cancelled while loading, the engine freed);
+ *   - memory is bounded: the blocks all loads reserve, at most half the
+ *     pool (a load that needs more than what is left waits for loads
+ *     under way, or takes what is left when none is), and the staging
+ *     ring's slots (KVS_ENGINE_TLOAD_STAGE_BYTES, 4..256 blocks);
+ *   - a run that a load under way already covers is not loaded twice:
+ *     its request waits for that load, then plans again;
+ *   - a loaded run's path stays locked for its request until the
+ *     scheduler's lookup locked it for the request itself (or it ends),
+ *     so nothing evicts it in between.
+ *
+ * Threads and locks: the loader thread reads jobs and fills the ring
+ * under ld->lk, and takes e->lock alone (never both) to wake the engine
+ * thread (e->tier_ready); the engine thread takes ld->lk alone.  A job
+ * is freed by the engine thread only once the loader is through with
+ * it (done) and every block it staged was taken from the ring.
+ */
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/kvs_clock.h"
+#include "kvs_engine_tier.h"
+
+#define KVS_ENGINE_TLOAD_STAGE_BYTES  (16u << 20)
+#define KVS_ENGINE_TLOAD_STAGE_MIN    4
+#define KVS_ENGINE_TLOAD_STAGE_MAX    256
+
+typedef struct kvs_engine_tjob_s  kvs_engine_tjob_t;
+
+struct kvs_engine_tjob_s {
+    /* the engine thread's */
+    kvs_engine_seq_t    *h;             /* NULL: cancelled */
+    kvs_radix_node_t    *node;          /* the match's lock until done */
+    uint32_t            *blocks;        /* [k0 + n]: the match's, then the
+                                           n reserved */
+    uint32_t             k0;            /* the run's first block */
+    uint32_t             written;       /* into the pool, in run order */
+    uint32_t             drained;       /* staged entries taken */
+    int                  wfailed;       /* a pool write failed */
+
+    /* set before the job is queued, read-only after */
+    uint32_t             n;             /* blocks in the run */
+    kvs_radix_key_t      key;           /* scope points into scope[] */
+    char                 scope[KVS_RADIX_MAX_SCOPE];
+    uint8_t            (*ids)[KVS_TIER_ID_LEN];  /* [n] path names */
+    int32_t             *tokens;        /* [n * block_tokens] */
+
+    /* under ld->lk */
+    uint32_t             read;          /* staged by the loader */
+    int                  failed;        /* a read failed: the run ends */
+    int                  stop;          /* cancelled: stop reading */
+    int                  done;          /* the loader is through */
+    uint64_t             read_ns;       /* the loader's time in reads */
+    kvs_engine_tjob_t   *next;          /* the job list, oldest first */
+};
+
+typedef struct {
+    kvs_engine_tjob_t   *job;
+    uint32_t             k;             /* block of its run */
+} kvs_engine_tstage_t;
+
+struct kvs_engine_tload_s {
+    /* the engine thread's */
+    kvs_engine_seq_t    *park_head;     /* WAIT, LOADING, HOLD; oldest */
+    kvs_engine_seq_t    *park_tail;
+    uint32_t             n_parked;      /* WAIT and LOADING */
+    uint32_t             reserved;      /* blocks the loads hold */
+    uint32_t             max_reserved;
+    uint32_t             pub_parked;    /* n_parked and reserved as last */
+    uint32_t             pub_reserved;  /* published */
+
+    /* the loader's own */
+    kvs_tier_io_t       *io;
+    pthread_t            thread;
+    int                  thread_on;
+
+    /* under lk */
+    pthread_mutex_t      lk;
+    pthread_cond_t       cv;
+    int                  quit;
+    kvs_engine_tjob_t   *jobs;          /* oldest first */
+    kvs_engine_tjob_t   *jobs_tail;
+    uint8_t             *stage;         /* [n_stage][block_bytes] */
+    kvs_engine_tstage_t *ent;           /* [n_stage] */
+    uint32_t             n_stage;
+    uint32_t             head;          /* the oldest staged entry */
+    uint32_t             count;         /* staged, not yet taken */
+};
+
+
+static void *kvs_engine_tload_main(void *arg);
+
+
+int
+kvs_engine_tload_new(kvs_engine_t *e, kvs_err_t *err)
+{
+    int                  rc;
+    uint64_t             n;
+    kvs_engine_tier_t   *et = e->tier;
+    kvs_engine_tload_t  *ld;
+
+    ld = calloc(1, sizeof(kvs_engine_tload_t));
+    if (ld == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "kv tier: out of memory for "
+                           "the loader");
+    }
+
+    et->ld = ld;
+
+    n = KVS_ENGINE_TLOAD_STAGE_BYTES / et->block_bytes;
+    n = n < KVS_ENGINE_TLOAD_STAGE_MIN ? KVS_ENGINE_TLOAD_STAGE_MIN : n;
+    n = n > KVS_ENGINE_TLOAD_STAGE_MAX ? KVS_ENGINE_TLOAD_STAGE_MAX : n;
+    ld->n_stage = (uint32_t) n;
+    ld->max_reserved = e->conf.n_blocks / 2 > 0 ? e->conf.n_blocks / 2 : 1;
+
+    ld->stage = malloc(n * et->block_bytes);
+    ld->ent = calloc(n, sizeof(kvs_engine_tstage_t));
+    if (ld->stage == NULL || ld->ent == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "kv tier: out of memory for "
+                           "%" PRIu64 " staged blocks", n);
+    }
+
+    rc = kvs_tier_io_new(et->tier, &ld->io, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    pthread_mutex_init(&ld->lk, NULL);
+    pthread_cond_init(&ld->cv, NULL);
+
+    rc = pthread_create(&ld->thread, NULL, kvs_engine_tload_main, e);
+    if (rc != 0) {
+        pthread_mutex_destroy(&ld->lk);
+        pthread_cond_destroy(&ld->cv);
+        return kvs_err_set(err, KVS_ENOMEM, "kv tier: the loader thread: "
+                           "%s", strerror(rc));
+    }
+
+    ld->thread_on = 1;
+
+    return KVS_OK;
+}
+
+
+void
+kvs_engine_tload_free(kvs_engine_t *e)
+{
+    kvs_engine_tjob_t   *j, *next;
+    kvs_engine_tload_t  *ld;
+
+    ld = e->tier != NULL ? e->tier->ld : NULL;
+    if (ld == NULL) {
+        return;
+    }
+
+    if (ld->thread_on) {
+        pthread_mutex_lock(&ld->lk);
+        ld->quit = 1;
+        pthread_cond_signal(&ld->cv);
+        pthread_mutex_unlock(&ld->lk);
+        pthread_join(ld->thread, NULL);
+        pthread_mutex_destroy(&ld->lk);
+        pthread_cond_destroy(&ld->cv);
+    }
+
+    /* every request ended first (kvs_engine_tier_end_all): what is
+     * left are cancelled jobs, their blocks and locks given back */
+    for (j = ld->jobs; j != NULL; j = next) {
+        next = j->next;
+        free(j);
+    }
+
+    kvs_tier_io_free(ld->io);
+    free(ld->stage);
+    free(ld->ent);
+    free(ld);
+    e->tier->ld = NULL;
+}
+
+
+/* The loader tells the engine thread that it has work. */
+static void
+kvs_engine_tload_wake(kvs_engine_t *e)
+{
+    pthread_mutex_lock(&e->lock);
+    e->tier_ready = 1;
+    pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->lock);
+}
+
+
+/* The loader: reads the oldest job's blocks, one at a time, into the
+ * ring's free slots. */
+static void *
+kvs_engine_tload_main(void *arg)
+{
+    int                  rc;
+    uint32_t             slot, k, bt;
+    uint64_t             t0;
+    kvs_err_t            err;
+    kvs_engine_t        *e = arg;
+    kvs_engine_tier_t   *et = e->tier;
+    kvs_engine_tjob_t   *j;
+    kvs_engine_tload_t  *ld = et->ld;
+
+    bt = e->conf.block_tokens;
+
+    pthread_mutex_lock(&ld->lk);
+
+    for ( ;; ) {
+        for (j = ld->jobs; j != NULL && j->done; j = j->next) {
+            /* void */
+        }
+
+        if (ld->quit) {
+            break;
+        }
+
+        if (j == NULL
+            || (ld->count == ld->n_stage && !j->stop && !j->failed
+                && j->read < j->n))
+        {
+            pthread_cond_wait(&ld->cv, &ld->lk);
+            continue;
+        }
+
+        if (j->stop || j->failed || j->read == j->n) {
+            j->done = 1;
+            pthread_mutex_unlock(&ld->lk);
+            kvs_engine_tload_wake(e);
+            pthread_mutex_lock(&ld->lk);
+            continue;
+        }
+
+        /* the one slot past the staged ones: the engine thread reads
+         * only staged slots, so it is this thread's until counted */
+        slot = (ld->head + ld->count) % ld->n_stage;
+        k = j->read;
+        pthread_mutex_unlock(&ld->lk);
+
+        kvs_err_clear(&err);
+        t0 = kvs_now_ns();
+        rc = kvs_tier_get(et->tier, ld->io, &j->key, j->ids[k],
+                          j->tokens + (size_t) k * bt,
+                          ld->stage + (size_t) slot * et->block_bytes, &err);
+        t0 = kvs_now_ns() - t0;
+
+        pthread_mutex_lock(&ld->lk);
+        j->read_ns += t0;
+
+        if (rc == KVS_OK) {
+            ld->ent[slot].job = j;
+            ld->ent[slot].k = k;
+            ld->count++;
+            j->read++;
+
+        } else {
+            j->failed = 1;
+        }
+
+        pthread_mutex_unlock(&ld->lk);
+        kvs_engine_tload_wake(e);
+        pthread_mutex_lock(&ld->lk);
+    }
+
+    pthread_mutex_unlock(&ld->lk);
+
+    return NULL;
+}
+
+
+static void
+kvs_engine_tload_park(kvs_engine_tload_t *ld, kvs_engine_seq_t *h)
+{
+    h->tier_next = NULL;
+    h->tier_prev = ld->park_tail;
+
+    if (ld->park_tail != NULL) {
+        ld->park_tail->tier_next = h;
+    } else {
+        ld->park_head = h;
+    }
+
+    ld->park_tail = h;
+}
+
+
+static void
+kvs_engine_tload_unpark(kvs_engine_tload_t *ld, kvs_engine_seq_t *h)
+{
+    if (h->tier_prev != NULL) {
+        h->tier_prev->tier_next = h->tier_next;
+    } else {
+        ld->park_head = h->tier_next;
+    }
+
+    if (h->tier_next != NULL) {
+        h->tier_next->tier_prev = h->tier_prev;
+    } else {
+        ld->park_tail = h->tier_prev;
+    }
+
+    h->tier_prev = NULL;
+    h->tier_next = NULL;
+    h->tier_state = KVS_ENGINE_TIER_NONE;
+}
+
+
+static int
+kvs_engine_tload_same_ns(const kvs_radix_key_t *a, const kvs_radix_key_t *b)
+{
+    return a->epoch == b->epoch && a->adapter == b->adapter
+           && a->scope_len == b->scope_len
+           && (a->scope_len == 0
+               || memcmp(a->scope, b->scope, a->scope_len) == 0);
+}
+
+
+/* 1 when a load under way reads the block named id under key. */
+static int
+kvs_engine_tload_busy(kvs_engine_tload_t *ld, const kvs_radix_key_t *key,
+    const uint8_t *id)
+{
+    uint32_t            k;
+    kvs_engine_tjob_t  *j;
+
+    /* the engine thread alone links and unlinks jobs */
+    for (j = ld->jobs; j != NULL; j = j->next) {
+        if (j->h == NULL || !kvs_engine_tload_same_ns(&j->key, key)) {
+            continue;
+        }
+
+        for (k = 0; k < j->n; k++) {
+            if (memcmp(j->ids[k], id, KVS_TIER_ID_LEN) == 0) {
+                return 1;
+            }
+        }
+    }
+
+    return 0;
+}
+
+
+/*
+ * Plans h's load: 1 when h waits (a load started, a load of the same
+ * blocks is under way, or the loads' room is short while others run),
+ * with h->tier_state set; 0 when it goes to the scheduler now (nothing
+ * in the tier, the cost model chose to compute, or no pool room).
+ */
+static int
+kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
+{
+    size_t               sz;
+    uint32_t             bt, k0, kmax, k, n, room, free_n;
+    kvs_err_t            err;
+    kvs_seq_t           *seq = &h->seq;
+    kvs_radix_key_t      key;
+    kvs_radix_match_t    m;
+    kvs_engine_tjob_t   *j;
+    kvs_engine_tier_t   *et = e->tier;
+    kvs_engine_tload_t  *ld = et->ld;
+
+    if (seq->ns == NULL || e->sched.conf.window != 0 || seq->n_computed > 0
+        || seq->looked_up || seq->n_tokens < 2)
+    {
+        return 0;
+    }
+
+    bt = e->conf.block_tokens;
+
+    /* the match, locked: its path stays while the run loads */
+    kvs_radix_match(e->radix, seq->ns, seq->tokens, seq->n_tokens - 1,
+                    et->table, 1, e->sched.now, &m);
+
+    k0 = m.n_tokens / bt;
+    kmax = seq->n_tokens / bt;
+    kmax = kmax < et->max_blocks ? kmax : et->max_blocks;
+
+    if (k0 >= kmax) {
+        goto none;
+    }
+
+    kvs_radix_ns_key(seq->ns, &key);
+
+    /* the path names of the blocks before the run, then the run's as
+     * far as the tier has them */
+    for (k = 0; k < kmax; k++) {
+        kvs_tier_path_id(k > 0 ? et->ids[k - 1] : NULL,
+                         seq->tokens + (size_t) k * bt, bt, et->ids[k]);
+
+        if (k >= k0 && !kvs_tier_has(et->tier, &key, et->ids[k])) {
+            break;
+        }
+    }
+
+    n = k - k0;
+
+    if (n == 0) {
+        goto none;
+    }
+
+    if (h->tier_state == KVS_ENGINE_TIER_NONE) {
+        et->st.lookups++;
+    }
+
+    if (kvs_engine_tload_busy(ld, &key, et->ids[k0])) {
+        goto wait;
+    }
+
+    room = ld->max_reserved - ld->reserved;
+
+    if (room < n && ld->jobs != NULL) {
+        goto wait;
+    }
+
+    if (!e->conf.tier_load_always
+        && !kvs_tier_cost_decide(&et->cost, (uint64_t) n * bt,
+                                 (uint64_t) n * et->slot_bytes))
+    {
+        et->st.recomputed_blocks += n;
+        goto none;
+    }
+
+    n = n < room ? n : room;
+
+    /* room in the pool: free blocks, then what the tree can give up
+     * (the match's path is locked, so it stays) */
+    free_n = kvs_kv_pool_free_count(e->pool);
+
+    if (free_n < n) {
+        (void) kvs_radix_evict(e->radix, n - free_n);
+        free_n = kvs_kv_pool_free_count(e->pool);
+        n = n < free_n ? n : free_n;
+    }
+
+    if (n == 0) {
+        goto none;
+    }
+
+    sz = sizeof(kvs_engine_tjob_t)
+         + (size_t) (k0 + n) * sizeof(uint32_t)
+         + (size_t) n * bt * sizeof(int32_t)
+         + (size_t) n * KVS_TIER_ID_LEN;
+
+    j = calloc(1, sz);
+    if (j == NULL) {
+        goto none;
+    }
+
+    j->blocks = (uint32_t *) (j + 1);
+    j->tokens = (int32_t *) (j->blocks + k0 + n);
+    j->ids = (uint8_t (*)[KVS_TIER_ID_LEN]) (j->tokens + (size_t) n * bt);
+
+    kvs_err_clear(&err);
+
+    if (kvs_kv_pool_alloc(e->pool, n, j->blocks + k0, &err) != KVS_OK) {
+        free(j);
+        goto none;
+    }
+
+    memcpy(j->blocks, et->table, (size_t) k0 * sizeof(uint32_t));
+    memcpy(j->tokens, seq->tokens + (size_t) k0 * bt,
+           (size_t) n * bt * sizeof(int32_t));
+    memcpy(j->ids, et->ids[k0], (size_t) n * KVS_TIER_ID_LEN);
+
+    j->h = h;
+    j->node = m.node;
+    j->k0 = k0;
+    j->n = n;
+    j->key = key;
+    memcpy(j->scope, key.scope, key.scope_len);
+    j->key.scope = j->scope;
+
+    ld->reserved += n;
+
+    if (h->tier_state == KVS_ENGINE_TIER_NONE) {
+        kvs_engine_tload_park(ld, h);
+        ld->n_parked++;
+        h->tier_since = kvs_now_ns();
+    }
+
+    h->tier_state = KVS_ENGINE_TIER_LOADING;
+    h->tier_job = j;
+
+    pthread_mutex_lock(&ld->lk);
+
+    if (ld->jobs_tail != NULL) {
+        ld->jobs_tail->next = j;
+    } else {
+        ld->jobs = j;
+    }
+
+    ld->jobs_tail = j;
+    pthread_cond_signal(&ld->cv);
+    pthread_mutex_unlock(&ld->lk);
+
+    return 1;
+
+wait:
+
+    kvs_radix_unlock(e->radix, m.node);
+
+    if (h->tier_state == KVS_ENGINE_TIER_NONE) {
+        kvs_engine_tload_park(ld, h);
+        ld->n_parked++;
+        h->tier_since = kvs_now_ns();
+    }
+
+    h->tier_state = KVS_ENGINE_TIER_WAIT;
+
+    return 1;
+
+none:
+
+    kvs_radix_unlock(e->radix, m.node);
+
+    return 0;
+}
+
+
+void
+kvs_engine_tier_add(kvs_engine_t *e, kvs_engine_seq_t *h)
+{
+    if (e->tier == NULL || e->tier->ld == NULL
+        || !kvs_engine_tload_plan(e, h))
+    {
+        kvs_sched_add(&e->sched, &h->seq);
+    }
+}
+
+
+/* A load's blocks and lock back: the request ended, or the run is in
+ * the tree (which took its own references). */
+static void
+kvs_engine_tload_give_back(kvs_engine_t *e, kvs_engine_tjob_t *j)
+{
+    uint32_t             k;
+    kvs_engine_tload_t  *ld = e->tier->ld;
+
+    for (k = 0; k < j->n; k++) {
+        (void) kvs_kv_pool_unref(e->pool, j->blocks[j->k0 + k], NULL);
+    }
+
+    kvs_radix_unlock(e->radix, j->node);
+    j->node = NULL;
+    ld->reserved -= j->n;
+}
+
+
+/* A job the loader is through with: its run into the tree and its
+ * request into the scheduler (unless it was cancelled). */
+static void
+kvs_engine_tload_finish(kvs_engine_t *e, kvs_engine_tjob_t *j)
+{
+    uint32_t             got, bt;
+    uint64_t             now;
+    kvs_err_t            err;
+    kvs_engine_seq_t    *h;
+    kvs_radix_node_t    *node;
+    kvs_engine_tier_t   *et = e->tier;
+    kvs_engine_tload_t  *ld = et->ld;
+
+    et->st.load_ns += j->read_ns;
+    et->st.load_failed += j->failed || j->wfailed;
+
+    h = j->h;
+    if (h == NULL) {
+        return;                       /* given back at the cancel */
+    }
+
+    bt = e->conf.block_tokens;
+    got = j->written;
+    node = NULL;
+
+    if (got > 0) {
+        kvs_tier_cost_load(&et->cost, (uint64_t) got * et->slot_bytes,
+                           j->read_ns);
+        kvs_err_clear(&err);
+
+        if (kvs_radix_insert(e->radix, h->seq.ns, h->seq.tokens,
+                             (j->k0 + got) * bt, j->blocks, 1,
+                             e->sched.now, &node, &err) != KVS_OK)
+        {
+            got = 0;
+            node = NULL;
+        }
+    }
+
+    kvs_engine_tload_give_back(e, j);
+
+    now = kvs_now_ns();
+    et->st.loaded_blocks += got;
+    et->st.loads += got > 0;
+    et->st.load_waits++;
+    et->st.load_wait_ns += now > h->tier_since ? now - h->tier_since : 0;
+
+    h->tier_job = NULL;
+    h->seq.tier_from = j->k0 * bt;
+    h->seq.tier_to = (j->k0 + got) * bt;
+    ld->n_parked--;
+
+    if (node != NULL) {
+        h->tier_node = node;
+        h->tier_state = KVS_ENGINE_TIER_HOLD;
+
+    } else {
+        kvs_engine_tload_unpark(ld, h);
+    }
+
+    kvs_sched_add(&e->sched, &h->seq);
+}
+
+
+void
+kvs_engine_tier_admit(kvs_engine_t *e)
+{
+    uint8_t             *src;
+    uint32_t             i, n, head, n_done;
+    kvs_err_t            err;
+    kvs_engine_seq_t    *h, *hnext;
+    kvs_engine_tjob_t   *j, *next, **pp, *done, **dtail;
+    kvs_engine_tstage_t *ent;
+    kvs_engine_tload_t  *ld;
+
+    if (e->tier == NULL || e->tier->ld == NULL) {
+        return;
+    }
+
+    ld = e->tier->ld;
+
+    pthread_mutex_lock(&e->lock);
+    e->tier_ready = 0;
+    pthread_mutex_unlock(&e->lock);
+
+    /* the staged blocks into their pool blocks, in order; the slots
+     * are the engine thread's until given back below */
+    pthread_mutex_lock(&ld->lk);
+    n = ld->count;
+    head = ld->head;
+    pthread_mutex_unlock(&ld->lk);
+
+    for (i = 0; i < n; i++) {
+        ent = &ld->ent[(head + i) % ld->n_stage];
+        j = ent->job;
+        j->drained++;
+
+        if (j->h == NULL || j->wfailed || ent->k != j->written) {
+            continue;
+        }
+
+        src = ld->stage + (size_t) ((head + i) % ld->n_stage)
+                          * e->tier->block_bytes;
+        kvs_err_clear(&err);
+
+        if (e->be->ops->block_write(e->be, j->blocks[j->k0 + ent->k], src,
+                                    &err) != KVS_OK)
+        {
+            j->wfailed = 1;
+            continue;
+        }
+
+        j->written++;
+    }
+
+    /* the slots back; the jobs the loader is through with, whose every
+     * staged block was taken, out of the list */
+    done = NULL;
+    dtail = &done;
+
+    pthread_mutex_lock(&ld->lk);
+
+    ld->head = (head + n) % ld->n_stage;
+    ld->count -= n;
+
+    if (n > 0) {
+        pthread_cond_signal(&ld->cv);
+    }
+
+    ld->jobs_tail = NULL;
+
+    for (pp = &ld->jobs; *pp != NULL; ) {
+        j = *pp;
+
+        if (j->done && j->drained == j->read) {
+            *pp = j->next;
+            j->next = NULL;
+            *dtail = j;
+            dtail = &j->next;
+            continue;
+        }
+
+        ld->jobs_tail = j;
+        pp = &j->next;
+    }
+
+    pthread_mutex_unlock(&ld->lk);
+
+    n_done = 0;
+
+    for (j = done; j != NULL; j = next) {
+        next = j->next;
+        kvs_engine_tload_finish(e, j);
+        free(j);
+        n_done++;
+    }
+
+    /* the held paths of requests that the scheduler looked up (they
+     * lock their own), and the waiting requests planned again */
+    for (h = ld->park_head; h != NULL; h = hnext) {
+        hnext = h->tier_next;
+
+        switch (h->tier_state) {
+
+        case KVS_ENGINE_TIER_HOLD:
+            if (h->seq.looked_up) {
+                kvs_radix_unlock(e->radix, h->tier_node);
+                h->tier_node = NULL;
+                kvs_engine_tload_unpark(ld, h);
+            }
+            break;
+
+        case KVS_ENGINE_TIER_WAIT:
+            if (!kvs_engine_tload_plan(e, h)) {
+                kvs_engine_tload_unpark(ld, h);
+                ld->n_parked--;
+                kvs_sched_add(&e->sched, &h->seq);
+            }
+            break;
+
+        default:
+            break;
+        }
+    }
+
+    e->tier->st.loading = ld->n_parked;
+    e->tier->st.load_reserved = ld->reserved;
+
+    /* a step that runs nothing publishes nothing: a load's start or end
+     * (the gauges, the counters) is published here then */
+    if (ld->n_parked != ld->pub_parked || ld->reserved != ld->pub_reserved
+        || n_done > 0)
+    {
+        ld->pub_parked = ld->n_parked;
+        ld->pub_reserved = ld->reserved;
+        pthread_mutex_lock(&e->lock);
+        kvs_engine_publish(e);
+        pthread_mutex_unlock(&e->lock);
+    }
+}
+
+
+void
+kvs_engine_tier_release(kvs_engine_t *e, kvs_engine_seq_t *h)
+{
+    kvs_engine_tjob_t   *j;
+    kvs_engine_tload_t  *ld;
+
+    if (h->tier_state == KVS_ENGINE_TIER_NONE) {
+        return;
+    }
+
+    ld = e->tier->ld;
+
+    switch (h->tier_state) {
+
+    case KVS_ENGINE_TIER_LOADING:
+        /* the loader may still stage its blocks: they are dropped when
+         * taken (j->h is NULL), and the job is freed once it is done */
+        j = h->tier_job;
+        j->h = NULL;
+        pthread_mutex_lock(&ld->lk);
+        j->stop = 1;
+        pthread_cond_signal(&ld->cv);
+        pthread_mutex_unlock(&ld->lk);
+        kvs_engine_tload_give_back(e, j);
+        h->tier_job = NULL;
+        ld->n_parked--;
+        break;
+
+    case KVS_ENGINE_TIER_WAIT:
+        ld->n_parked--;
+        break;
+
+    default:
+        kvs_radix_unlock(e->radix, h->tier_node);
+        h->tier_node = NULL;
+        break;
+    }
+
+    kvs_engine_tload_unpark(ld, h);
+    e->tier->st.loading = ld->n_parked;
+    e->tier->st.load_reserved = ld->reserved;
+}
+
+
+void
+kvs_engine_tier_end_all(kvs_engine_t *e)
+{
+    kvs_engine_seq_t    *h, *next;
+    kvs_engine_tload_t  *ld;
+
+    if (e->tier == NULL || e->tier->ld == NULL) {
+        return;
+    }
+
+    ld = e->tier->ld;
+
+    /* the held ones are in the scheduler: they end there */
+    for (h = ld->park_head; h != NULL; h = next) {
+        next = h->tier_next;
+
+        if (h->tier_state != KVS_ENGINE_TIER_HOLD) {
+            kvs_engine_end(e, h, KVS_FINISH_CANCELLED, NULL, 0);
+        }
+    }
+}
