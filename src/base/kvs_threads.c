@@ -5,10 +5,14 @@
  * the count of workers still busy, then bumps the generation and takes
  * the mutex to broadcast only if some worker sleeps.  Tasks are claimed
  * with an atomic counter, so a worker that wakes late finds them taken
- * and a slow one does not hold the others.  The job fields are read by
- * workers only between their seeing the new generation and their
- * check-out, and the caller rewrites them only after every worker checked
- * out: they need no atomics.
+ * and a slow one does not hold the others.  kvs_threads_run_ranges()
+ * claims them from one counter per thread instead (its range, set by the
+ * caller before the generation bump like the job), and a thread done
+ * with its own range claims from the others' counters: there too every
+ * task runs once and a late thread holds no one up.  The job fields
+ * (ranges' ends included) are read by workers only between their seeing
+ * the new generation and their check-out, and the caller rewrites them
+ * only after every worker checked out: they need no atomics.
  *
  * No mutex on the fast path (every call, when the threads spin): a lock
  * that one side holds while the other wants it parks the other in the
@@ -47,18 +51,28 @@ typedef struct {
     uint32_t        index;            /* 1 .. n - 1 */
 } kvs_threads_worker_t;
 
+/* kvs_threads_run_ranges: thread i's range of tasks, [next, end) left;
+ * one cache line each, so a thread claiming its own tasks moves no line
+ * between cores */
+typedef struct {
+    _Alignas(64) atomic_uint  next;
+    uint32_t                  end;
+} kvs_threads_range_t;
+
 struct kvs_threads_s {
     pthread_mutex_t        mu;
     pthread_cond_t         wake;      /* workers: a new generation */
     pthread_cond_t         done;      /* caller: busy reached 0 */
     pthread_t             *threads;   /* [n - 1] */
     kvs_threads_worker_t  *workers;   /* [n - 1] */
+    kvs_threads_range_t   *ranges;    /* [n] */
     unsigned               n;
 
     /* the job of the current generation */
     kvs_threads_fn_t       fn;
     void                  *arg;
     uint32_t               n_tasks;
+    int                    ranged;    /* tasks claimed from ranges */
 
     int                    stop;      /* under mu */
 
@@ -71,13 +85,35 @@ struct kvs_threads_s {
 
 
 static void *kvs_threads_main(void *p);
+static void kvs_threads_call(kvs_threads_t *tp, kvs_threads_fn_t fn,
+    void *arg, uint32_t n_tasks, int ranged);
 static void kvs_threads_work(kvs_threads_t *tp, uint32_t thread);
 
 
 static void
 kvs_threads_work(kvs_threads_t *tp, uint32_t thread)
 {
-    uint32_t  t;
+    uint32_t              t, i;
+    kvs_threads_range_t  *r;
+
+    if (tp->ranged) {
+        /* its own range in order, then what is left of the others' */
+        for (i = 0; i < tp->n; i++) {
+            r = &tp->ranges[(thread + i) % tp->n];
+
+            for ( ;; ) {
+                t = atomic_fetch_add_explicit(&r->next, 1,
+                                              memory_order_relaxed);
+                if (t >= r->end) {
+                    break;
+                }
+
+                tp->fn(tp->arg, t, thread);
+            }
+        }
+
+        return;
+    }
 
     for ( ;; ) {
         t = atomic_fetch_add_explicit(&tp->next, 1, memory_order_relaxed);
@@ -177,10 +213,12 @@ kvs_threads_new(kvs_threads_t **out, unsigned n, kvs_err_t *err)
 
     tp->threads = calloc(n - 1, sizeof(pthread_t));
     tp->workers = calloc(n - 1, sizeof(kvs_threads_worker_t));
+    tp->ranges = aligned_alloc(64, n * sizeof(kvs_threads_range_t));
 
-    if (tp->threads == NULL || tp->workers == NULL) {
+    if (tp->threads == NULL || tp->workers == NULL || tp->ranges == NULL) {
         free(tp->threads);
         free(tp->workers);
+        free(tp->ranges);
         free(tp);
         return kvs_err_set(err, KVS_ENOMEM, "threads: out of memory");
     }
@@ -193,6 +231,11 @@ kvs_threads_new(kvs_threads_t **out, unsigned n, kvs_err_t *err)
     atomic_init(&tp->busy, 0);
     atomic_init(&tp->sleeping, 0);
     atomic_init(&tp->waiting, 0);
+
+    for (i = 0; i < n; i++) {
+        atomic_init(&tp->ranges[i].next, 0);
+        tp->ranges[i].end = 0;
+    }
 
     /* workers inherit the mask: they never take the process's signals */
     sigfillset(&all);
@@ -231,6 +274,22 @@ void
 kvs_threads_run(kvs_threads_t *tp, kvs_threads_fn_t fn, void *arg,
     uint32_t n_tasks)
 {
+    kvs_threads_call(tp, fn, arg, n_tasks, 0);
+}
+
+
+void
+kvs_threads_run_ranges(kvs_threads_t *tp, kvs_threads_fn_t fn, void *arg,
+    uint32_t n_tasks)
+{
+    kvs_threads_call(tp, fn, arg, n_tasks, 1);
+}
+
+
+static void
+kvs_threads_call(kvs_threads_t *tp, kvs_threads_fn_t fn, void *arg,
+    uint32_t n_tasks, int ranged)
+{
     uint32_t  t;
     unsigned  i;
 
@@ -244,7 +303,20 @@ kvs_threads_run(kvs_threads_t *tp, kvs_threads_fn_t fn, void *arg,
     tp->fn = fn;
     tp->arg = arg;
     tp->n_tasks = n_tasks;
+    tp->ranged = ranged;
     atomic_store_explicit(&tp->next, 0, memory_order_relaxed);
+
+    if (ranged) {
+        /* thread i: tasks [n_tasks * i / n, n_tasks * (i + 1) / n) */
+        for (i = 0; i < tp->n; i++) {
+            atomic_store_explicit(&tp->ranges[i].next,
+                                  (uint32_t) ((uint64_t) n_tasks * i / tp->n),
+                                  memory_order_relaxed);
+            tp->ranges[i].end = (uint32_t) ((uint64_t) n_tasks * (i + 1)
+                                            / tp->n);
+        }
+    }
+
     atomic_store_explicit(&tp->busy, tp->n - 1, memory_order_relaxed);
 
     /* seq_cst (so release too: the job above is visible to whoever sees
@@ -311,5 +383,6 @@ kvs_threads_free(kvs_threads_t *tp)
 
     free(tp->threads);
     free(tp->workers);
+    free(tp->ranges);
     free(tp);
 }

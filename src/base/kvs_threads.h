@@ -46,6 +46,17 @@ int kvs_threads_new(kvs_threads_t **out, unsigned n, kvs_err_t *err);
 void kvs_threads_run(kvs_threads_t *tp, kvs_threads_fn_t fn, void *arg,
     uint32_t n_tasks);
 
+/* The same, but each thread owns a contiguous range of the tasks, in
+ * order: thread i those in [n_tasks * i / n, n_tasks * (i + 1) / n),
+ * and runs them in ascending order before it takes, one at a time, what
+ * is left of the others' ranges (the next one of thread i + 1's, i + 2's
+ * ...).  So when every thread keeps up, each walks one stretch of the
+ * task space and claims without touching another core's cache line; a
+ * late thread's tasks are still run by the others.  The guarantees of
+ * kvs_threads_run() hold. */
+void kvs_threads_run_ranges(kvs_threads_t *tp, kvs_threads_fn_t fn,
+    void *arg, uint32_t n_tasks);
+
 /* Threads counting the caller; 1 for a NULL pool. */
 unsigned kvs_threads_count(const kvs_threads_t *tp);
 

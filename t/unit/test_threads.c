@@ -3,14 +3,19 @@
  * on valid thread indexes, returning only when all are done; many rapid
  * calls of varying sizes (fewer tasks than threads, none, many) in a
  * row; a pool of one thread runs on the caller in order; a NULL pool
- * too; bad sizes are refused.
+ * too; bad sizes are refused.  The same for kvs_threads_run_ranges(),
+ * alternated with plain calls on one pool, and its stealing: a thread
+ * held inside its first task leaves the rest of its range to the
+ * others, and the call still ends with every task run once.
  *
  * And the CPU backend on its pool (kvs_cpu_kv_set_threads): the split
  * of rows and heads between threads (whose tiles of quantized products
  * depend on the thread count) changes no bit of the logits, for F32,
  * F16, Q8_0, Q4_0 and Q5_1 seeded models, with a prefill chunk (large enough
- * for the sgemm path) and a decode batch; stories260K's greedy ids on two
- * threads are run.c's (the fixtures' derived ids).
+ * for the sgemm path), a decode batch and a 20-token chunk (a decode-sized
+ * product large enough for the pool: the quantized ones split by
+ * kvs_threads_run_ranges); stories260K's greedy ids on two threads are
+ * run.c's (the fixtures' derived ids).
  */
 
 #include "kvs_test.h"
@@ -92,7 +97,7 @@ job_check(job_t *j, uint32_t n_tasks)
 
 
 static void
-pool_calls(unsigned n_threads, unsigned n_calls)
+pool_calls(unsigned n_threads, unsigned n_calls, int ranges)
 {
     static job_t    j;
     unsigned        c;
@@ -109,7 +114,14 @@ pool_calls(unsigned n_threads, unsigned n_calls)
         n_tasks = c < 8 ? c : (c * 37) % N_TASKS_MAX;
 
         job_reset(&j, n_threads);
-        kvs_threads_run(tp, job_task, &j, n_tasks);
+
+        /* ranges: every other call, so the pool switches modes */
+        if (ranges && (c & 1)) {
+            kvs_threads_run_ranges(tp, job_task, &j, n_tasks);
+        } else {
+            kvs_threads_run(tp, job_task, &j, n_tasks);
+        }
+
         job_check(&j, n_tasks);
     }
 
@@ -120,7 +132,7 @@ pool_calls(unsigned n_threads, unsigned n_calls)
 static void
 test_two(void **state)
 {
-    pool_calls(2, 3000);
+    pool_calls(2, 3000, 0);
 }
 
 
@@ -128,7 +140,81 @@ static void
 test_four(void **state)
 {
     /* more threads than cores: workers get descheduled mid-call */
-    pool_calls(4, 1000);
+    pool_calls(4, 1000, 0);
+}
+
+
+static void
+test_ranges(void **state)
+{
+    pool_calls(2, 3000, 1);
+    pool_calls(3, 1000, 1);
+    pool_calls(4, 1000, 1);
+}
+
+
+#define LATE_TASKS  100
+
+typedef struct {
+    atomic_uint  count[LATE_TASKS];
+    atomic_uint  done;                /* tasks finished */
+    atomic_uint  held;                /* thread 1 was held */
+    uint32_t     by[LATE_TASKS];      /* the thread that ran each */
+} late_t;
+
+
+/* Thread 1's first task waits (up to 10 s) until every other task ran:
+ * only thread 0 can have run the rest of thread 1's range. */
+static void
+late_task(void *arg, uint32_t task, uint32_t thread)
+{
+    late_t           *l;
+    unsigned          i;
+    struct timespec   ts = { 0, 1000 * 1000 };
+
+    l = arg;
+    l->by[task] = thread;
+
+    if (thread == 1 && atomic_exchange(&l->held, 1) == 0) {
+        for (i = 0; i < 10000; i++) {
+            if (atomic_load(&l->done) == LATE_TASKS - 1) {
+                break;
+            }
+            nanosleep(&ts, NULL);
+        }
+    }
+
+    atomic_fetch_add(&l->count[task], 1);
+    atomic_fetch_add(&l->done, 1);
+}
+
+
+static void
+test_ranges_late(void **state)
+{
+    static late_t   l;
+    uint32_t        i, stolen;
+    kvs_err_t       err;
+    kvs_threads_t  *tp;
+
+    assert_int_equal(kvs_threads_new(&tp, 2, &err), KVS_OK);
+
+    memset(&l, 0, sizeof(l));
+    kvs_threads_run_ranges(tp, late_task, &l, LATE_TASKS);
+    assert_int_equal(atomic_load(&l.done), LATE_TASKS);
+
+    stolen = 0;
+
+    for (i = 0; i < LATE_TASKS; i++) {
+        assert_int_equal(atomic_load(&l.count[i]), 1);
+        stolen += i >= LATE_TASKS / 2 && l.by[i] == 0;
+    }
+
+    /* thread 1 ran at most its first task (or none, if thread 0 took its
+     * whole range before it woke); thread 0 all the others */
+    assert_true(stolen >= LATE_TASKS / 2 - 1);
+
+    kvs_threads_free(tp);
 }
 
 
@@ -181,6 +267,16 @@ test_one(void **state)
     job_reset(&j, 1);
     kvs_threads_run(NULL, job_ordered, &j, 7);
     assert_int_equal(j.n_order, 7);
+
+    /* ranges on one thread: in order too */
+    job_reset(&j, 1);
+    kvs_threads_run_ranges(NULL, job_ordered, &j, 9);
+    assert_int_equal(j.n_order, 9);
+
+    for (i = 0; i < 9; i++) {
+        assert_int_equal(j.order[i], i);
+    }
+
     kvs_threads_free(NULL);
 }
 
@@ -221,12 +317,14 @@ table_init(kvs_kv_table_t *t, uint32_t *ids, uint32_t first,
 
 #define P_LEN   70                    /* prefill chunk: the sgemm path */
 #define N_DEC   3                     /* decode batch after it */
+#define N_CH    20                    /* then a chunk below the sgemm's */
 #define BT      16
 
 /*
- * lg[P_LEN + N_DEC][n_vocab]: a 70-token prefill of sequence 0, then one
- * step of 3 sequences (0 at position 70, 1 and 2 at 5 and 9 over an
- * untouched, zeroed cache), every entry wanting logits, on n threads.
+ * lg[P_LEN + N_DEC + N_CH][n_vocab]: a 70-token prefill of sequence 0,
+ * then one step of 3 sequences (0 at position 70, 1 and 2 at 5 and 9
+ * over an untouched, zeroed cache), then 20 tokens of sequence 2 at
+ * positions 10 .. 29, every entry wanting logits, on n threads.
  */
 static void
 cpu_run(const kvs_cpu_model_t *cm, unsigned n, float *lg)
@@ -267,6 +365,19 @@ cpu_run(const kvs_cpu_model_t *cm, unsigned n, float *lg)
     b.n = N_DEC;
     assert_int_equal(kvs_cpu_forward(cm, kv,
                                      &b, lg + (size_t) P_LEN
+                                             * cm->hp.n_vocab, &err),
+                     KVS_OK);
+
+    for (i = 0; i < N_CH; i++) {
+        tk[i].token = (int32_t) ((i * 53 + 3) % cm->hp.n_vocab);
+        tk[i].pos = 10 + i;
+        tk[i].table = &tab[2];
+        tk[i].want_logits = 1;
+    }
+
+    b.n = N_CH;
+    assert_int_equal(kvs_cpu_forward(cm, kv,
+                                     &b, lg + (size_t) (P_LEN + N_DEC)
                                              * cm->hp.n_vocab, &err),
                      KVS_OK);
 
@@ -317,7 +428,7 @@ test_cpu_split(void **state)
 
         unlink(path);
 
-        nl = (size_t) (P_LEN + N_DEC) * cm->hp.n_vocab;
+        nl = (size_t) (P_LEN + N_DEC + N_CH) * cm->hp.n_vocab;
         one = malloc(nl * sizeof(float));
         many = malloc(nl * sizeof(float));
         assert_non_null(one);
@@ -426,6 +537,8 @@ main(void)
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_two),
         cmocka_unit_test(test_four),
+        cmocka_unit_test(test_ranges),
+        cmocka_unit_test(test_ranges_late),
         cmocka_unit_test(test_sleep_wake),
         cmocka_unit_test(test_one),
         cmocka_unit_test(test_bad),

@@ -39,7 +39,10 @@
  * Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL likewise (kvs_cpu_qlp_fill, 16 rows
  * by 2 tokens per pass, the portable kernel's bits), and Q4_K, Q5_K and
  * Q6_K (kvs_cpu_qkp_fill, 16 rows by 4 tokens, the portable kernel's
- * bits).
+ * bits).  Below KVS_CPU_BLAS_MIN tokens a quantized product's tasks go
+ * to the threads as contiguous ranges (kvs_threads_run_ranges), so each
+ * thread streams one stretch of the weights; which thread computes a row
+ * never changes its bits.
  */
 
 #include <math.h>
@@ -612,7 +615,9 @@ kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
     const kvs_cpu_mat_t *w0, float *y0, const kvs_cpu_mat_t *w1, float *y1,
     const kvs_cpu_mat_t *w2, float *y2)
 {
+    int                quant;
     uint32_t           m, rows;
+    kvs_threads_t     *pool;
     kvs_cpu_mm_job_t   job;
 
     job.x = x;
@@ -639,9 +644,10 @@ kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
      * end of a 768-row product, and a one-token step claims a task per
      * 64 rows, not per 16 (each claim moves the counter's cache line
      * between the cores) */
-    if (w0->qd != NULL && (w1 == NULL || w1->qd != NULL)
-        && (w2 == NULL || w2->qd != NULL))
-    {
+    quant = w0->qd != NULL && (w1 == NULL || w1->qd != NULL)
+            && (w2 == NULL || w2->qd != NULL);
+
+    if (quant) {
         rows = w0->rows + (w1 ? w1->rows : 0) + (w2 ? w2->rows : 0);
         rows /= 6 * kvs_threads_count(fw->kv->threads);
         rows &= ~(uint32_t) (KVS_CPU_Q8P_ROWS - 1);
@@ -693,8 +699,18 @@ kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
     /* a sentinel past the last task ends the search in kvs_cpu_mm_task */
     job.first[4] = UINT32_MAX;
 
-    kvs_threads_run(kvs_cpu_pool(fw, (double) n * w0->cols
-                                     * (w0->rows + (w1 ? w1->rows : 0)
-                                        + (w2 ? w2->rows : 0))),
-                    kvs_cpu_mm_task, &job, job.first[3]);
+    pool = kvs_cpu_pool(fw, (double) n * w0->cols
+                            * (w0->rows + (w1 ? w1->rows : 0)
+                               + (w2 ? w2->rows : 0)));
+
+    /* a decode step's quantized weights stream from memory once: each
+     * thread takes one stretch of the rows (the hardware prefetcher, and
+     * the packed kernels' own prefetches, then run ahead of it inside
+     * that stretch, not into rows another core reads) */
+    if (quant && n < KVS_CPU_BLAS_MIN) {
+        kvs_threads_run_ranges(pool, kvs_cpu_mm_task, &job, job.first[3]);
+        return;
+    }
+
+    kvs_threads_run(pool, kvs_cpu_mm_task, &job, job.first[3]);
 }
