@@ -69,6 +69,26 @@ kvs_cpu_lora_f2h_n_f16c(uint16_t *dst, const float *src, size_t n, float f)
 }
 
 
+/* The block of g's rows from i: 4, 2 or 1 of them (its count), their
+ * inputs, outputs and T rows. */
+static uint32_t
+kvs_cpu_lora_block(const kvs_cpu_lora_pair_t *p, const kvs_cpu_lora_rows_t *g,
+    uint32_t i, const float **xs, float **ys, float **ts)
+{
+    uint32_t  k, nx;
+
+    nx = g->cnt - i >= 4 ? 4 : g->cnt - i >= 2 ? 2 : 1;
+
+    for (k = 0; k < nx; k++) {
+        xs[k] = g->x + (size_t) g->rows[i + k] * g->ldx;
+        ys[k] = g->y + (size_t) g->rows[i + k] * g->ldy;
+        ts[k] = g->t + (size_t) (i + k) * p->rank;
+    }
+
+    return nx;
+}
+
+
 /* ---- AVX2: 8 lanes, tails through zero-padded copies ---- */
 
 __attribute__((target(KVS_CPU_LORA_T2), always_inline)) static inline __m256
@@ -261,19 +281,13 @@ kvs_cpu_lora_rows_avx2(const kvs_cpu_lora_pair_t *p,
     const kvs_cpu_lora_rows_t *g)
 {
     float        *ys[KVS_CPU_LORA_NX], *ts[KVS_CPU_LORA_NX];
-    uint32_t      i, k, nx;
+    uint32_t      i, nx;
     const float  *xs[KVS_CPU_LORA_NX];
 
     kvs_cpu_lora_prefetch(p);
 
     for (i = 0; i < g->cnt; i += nx) {
-        nx = g->cnt - i >= 4 ? 4 : g->cnt - i >= 2 ? 2 : 1;
-
-        for (k = 0; k < nx; k++) {
-            xs[k] = g->x + (size_t) g->rows[i + k] * g->ldx;
-            ys[k] = g->y + (size_t) g->rows[i + k] * g->ldy;
-            ts[k] = g->t + (size_t) (i + k) * p->rank;
-        }
+        nx = kvs_cpu_lora_block(p, g, i, xs, ys, ts);
 
         if (nx == 4) {
             kvs_cpu_lora_blk2(p, xs, ys, ts, 4);
@@ -427,19 +441,13 @@ kvs_cpu_lora_rows_avx512(const kvs_cpu_lora_pair_t *p,
     const kvs_cpu_lora_rows_t *g)
 {
     float        *ys[KVS_CPU_LORA_NX], *ts[KVS_CPU_LORA_NX];
-    uint32_t      i, k, nx;
+    uint32_t      i, nx;
     const float  *xs[KVS_CPU_LORA_NX];
 
     kvs_cpu_lora_prefetch(p);
 
     for (i = 0; i < g->cnt; i += nx) {
-        nx = g->cnt - i >= 4 ? 4 : g->cnt - i >= 2 ? 2 : 1;
-
-        for (k = 0; k < nx; k++) {
-            xs[k] = g->x + (size_t) g->rows[i + k] * g->ldx;
-            ys[k] = g->y + (size_t) g->rows[i + k] * g->ldy;
-            ts[k] = g->t + (size_t) (i + k) * p->rank;
-        }
+        nx = kvs_cpu_lora_block(p, g, i, xs, ys, ts);
 
         if (nx == 4) {
             kvs_cpu_lora_blk512(p, xs, ys, ts, 4);
