@@ -522,7 +522,7 @@ test_f16(void **state)
     }
 
 #if KVS_CPU_X86
-    if (!__builtin_cpu_supports("f16c")) {
+    if (kvs_cpu_simd() < KVS_CPU_SIMD_AVX2) {     /* AVX2 + FMA + F16C */
         return;
     }
 
