@@ -5,11 +5,13 @@
  * forward), in the same run, on a generated model (F32, preset "small"
  * unless --preset says otherwise).
  *
- * Each configuration runs B sequences (default 32) of a P-token prompt
- * (16), prefilled together, then D decode steps (32) of all B together;
- * only the decode steps are timed (best of R repeats, 3).  Configurations:
- * "merged" (the baseline), then 1, 8 and 64 distinct adapters of rank
+ * Each configuration runs B sequences (--batch, default 32) of a P-token
+ * prompt (--prompt, 16), prefilled together, then D decode steps
+ * (--steps, 32) of all B together; only the decode steps are timed (best
+ * of R repeats, --repeat, 3).  Configurations: "merged" (the baseline),
+ * then 1, 8 and 64 distinct adapters (--adapters, a list) of rank
  * --rank (16) over all seven targets, sequence i using adapter i mod A.
+ * --preset: small (default), or any bench_lora.h knows (8b-layer).
  *
  * Output: a markdown table of decode tokens per wall second and per CPU
  * second of the process (steadier on a shared machine) with their ratios
@@ -31,6 +33,9 @@
 #include "bench_lora.h"
 
 #define MAX_AD  64
+
+static double  set_ms;                /* the last run's kvs_cpu_kv_set_lora
+                                         per adapter, ms */
 
 
 static double
@@ -78,10 +83,18 @@ run(const kvs_cpu_model_t *cm, kvs_lora_t **ad, uint32_t n_ad, uint32_t B,
         die("kv", &err);
     }
 
+    /* putting an adapter into a slot packs it (on the engine's step
+     * loop when paging): its mean time */
+    t0 = now_s(CLOCK_MONOTONIC);
+
     for (i = 0; i < n_ad; i++) {
         if (kvs_cpu_kv_set_lora(kv, cm, i + 1, ad[i], &err) != KVS_OK) {
             die("slot", &err);
         }
+    }
+
+    if (n_ad != 0) {
+        set_ms = (now_s(CLOCK_MONOTONIC) - t0) * 1e3 / n_ad;
     }
 
     tabs = calloc(B, sizeof(kvs_kv_table_t));
@@ -174,7 +187,8 @@ main(int argc, char **argv)
     kvs_model_t         *m, *mm;
     kvs_cpu_model_t     *cm, *cmm;
     kvs_gen_lora_spec_t  ls;
-    static const uint32_t  counts[] = { 1, 8, 64 };
+    uint32_t             counts[8], n_counts;
+    char                *e;
 
     B = 32;
     P = 16;
@@ -183,10 +197,16 @@ main(int argc, char **argv)
     rank = 16;
     threads = 2;
     preset = "small";
+    counts[0] = 1;
+    counts[1] = 8;
+    counts[2] = 64;
+    n_counts = 3;
 
     for (i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--batch") == 0) {
             B = (uint32_t) atoi(argv[i + 1]);
+        } else if (strcmp(argv[i], "--prompt") == 0) {
+            P = (uint32_t) atoi(argv[i + 1]);
         } else if (strcmp(argv[i], "--steps") == 0) {
             D = (uint32_t) atoi(argv[i + 1]);
         } else if (strcmp(argv[i], "--repeat") == 0) {
@@ -197,13 +217,27 @@ main(int argc, char **argv)
             threads = (unsigned) atoi(argv[i + 1]);
         } else if (strcmp(argv[i], "--preset") == 0) {
             preset = argv[i + 1];
+        } else if (strcmp(argv[i], "--adapters") == 0) {
+            /* a comma-separated list of adapter counts, 1..64 */
+            e = argv[i + 1];
+            for (n_counts = 0; n_counts < 8 && *e != '\0'; n_counts++) {
+                counts[n_counts] = (uint32_t) strtoul(e, &e, 10);
+                if (counts[n_counts] == 0 || counts[n_counts] > MAX_AD
+                    || (*e != '\0' && *e++ != ','))
+                {
+                    fprintf(stderr, "bench_lora: bad --adapters \"%s\"\n",
+                            argv[i + 1]);
+                    return 2;
+                }
+            }
         } else {
             fprintf(stderr, "bench_lora: unknown option %s\n", argv[i]);
             return 2;
         }
     }
 
-    if (B == 0 || D == 0 || R == 0 || rank == 0 || threads == 0) {
+    if (B == 0 || P == 0 || D == 0 || R == 0 || rank == 0 || threads == 0)
+    {
         fprintf(stderr, "bench_lora: counts must be positive\n");
         return 2;
     }
@@ -248,7 +282,9 @@ main(int argc, char **argv)
     }
 
     printf("preset %s (F32), batch %u, prompt %u, %u decode steps, rank %u, "
-           "%u threads, best of %u\n\n", preset, B, P, D, rank, threads, R);
+           "%u threads, best of %u; an adapter is %.2f%% of the base's "
+           "parameters\n\n", preset, B, P, D, rank, threads, R,
+           100.0 * (double) ad[0]->n_params / (double) bench_lora_params(m));
     printf("| configuration | decode tokens/s (wall) | vs merged | "
            "tokens per CPU second | vs merged |\n");
     printf("| --- | ---: | ---: | ---: | ---: |\n");
@@ -266,7 +302,7 @@ main(int argc, char **argv)
            "1.00 |\n", base, cbase);
     printf("lora_run merged %.1f %.1f\n", base, cbase);
 
-    for (k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+    for (k = 0; k < n_counts; k++) {
         n_ad = counts[k];
         best = 0.0;
         cbest = 0.0;
@@ -279,7 +315,8 @@ main(int argc, char **argv)
 
         printf("| %u adapters | %.0f | %.2f | %.0f | %.2f |\n", n_ad, best,
                best / base, cbest, cbest / cbase);
-        printf("lora_run adapters_%u %.1f %.1f\n", n_ad, best, cbest);
+        printf("lora_run adapters_%u %.1f %.1f (slot packing %.2f ms per "
+               "adapter)\n", n_ad, best, cbest, set_ms);
     }
 
     for (k = 0; k < MAX_AD; k++) {

@@ -72,11 +72,12 @@
 
 typedef struct {
     const kvs_lora_t        *l;       /* borrowed; NULL: empty */
-    const kvs_lora_mat_t   **by;      /* [n_layer][KVS_LORA_N_TARGETS] */
-    float                  **bt;      /* ... each pair's B transposed,
-                                         [rank][n_out], owned (the
-                                         grouped x86 path) */
-    uint32_t                 n_layer; /* by's and bt's layers */
+    struct kvs_cpu_lora_pair_s
+                            *pairs;   /* [n_layer][KVS_LORA_N_TARGETS]:
+                                         each pair packed, F16
+                                         (kvs_cpu_lora.h), owned */
+    uint16_t                *pk;      /* the packed values, owned */
+    uint32_t                 n_layer; /* pairs' layers */
 } kvs_cpu_lora_slot_t;
 
 /* A weight matrix [rows][cols] as the GGUF stores it (row r: the weights
@@ -158,7 +159,7 @@ typedef struct {
                lora[KVS_CPU_LORA_SLOTS];  /* slot s at [s - 1] */
     uint32_t  *lora_rows;             /* a step's adapted rows, grouped */
     size_t     lora_rows_cap;
-    float     *lora_tmp;              /* [n_threads][rank] */
+    float     *lora_tmp;              /* [n_threads][group][rank] */
     size_t     lora_tmp_cap;
 } kvs_cpu_kv_t;
 

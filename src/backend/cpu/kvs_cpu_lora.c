@@ -10,38 +10,37 @@
  * KVS_CPU_LORA_GROUP rows of one adapter); rows with slot 0 are never
  * touched.
  *
- * A task's product, by the CPU's kernel level (kvs_cpu_simd):
- *   - AVX2 / AVX-512: its rows gathered, T = X A^T by the backend's F32
- *     row kernels (kvs_cpu_mm_rows_*: each A row is read once for the
- *     group), T scaled, then y[row] += T[row] B as rank axpys over B
- *     transposed (made at kvs_cpu_kv_set_lora), 8 or 16 lanes wide;
- *   - portable C: kvs_lora_apply_row() a row at a time, the reference.
+ * kvs_cpu_kv_set_lora() packs the adapter into the slot's own buffer,
+ * F16 with a power-of-two scale per matrix, B transposed, in the
+ * forward's order (kvs_cpu_lora.h): half the bytes a step reads of F32,
+ * the reason the many-adapter step is faster (it is bound by reading
+ * the adapters).  A task's product goes through the group kernel of the
+ * CPU's level (kvs_cpu_simd): AVX-512 or AVX2 (kvs_cpu_lora_x86.c), else
+ * kvs_cpu_lora_rows_c() here, the portable reference over the same
+ * packed values.
  *
  * Invariants: a slot's adapter was checked against the model when set
  * (every pair's shapes are the matrices' the forward multiplies: fused
- * phi3 tensors are refused); its per-(layer, target) index and B's
- * transposes are built then, so a step looks a matrix up in O(1).  A
- * row's result depends only on its own input, adapter and the kernel
- * level (the row kernels' summation order depends on the row length
- * alone; the axpys go over the rank in order), never on the batch, the
+ * phi3 tensors are refused); its pairs are indexed by (layer, target),
+ * so a step looks a matrix up in O(1).  A row's result depends only on
+ * its own input, adapter and the kernel level, never on the batch, the
  * grouping or the thread; the levels agree within float rounding
- * (test_cpu_lora compares them).  kv borrows the adapters: they must
- * outlive their slot.
+ * (test_cpu_lora compares them), and the packed product is the F32
+ * adapter's within the F16 rounding of A and B (test_cpu_lora bounds
+ * it).  kv borrows the adapters: they must outlive their slot; the
+ * packed copies are the slot's.
  */
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/kvs_buf.h"
 #include "kvs_cpu_impl.h"
-
-#if KVS_CPU_X86
-#include <immintrin.h>
-#endif
+#include "kvs_cpu_lora.h"
 
 #define KVS_CPU_LORA_GROUP  8         /* rows of one adapter per task */
-#define KVS_CPU_LORA_AVX512 "avx512f,avx512bw,avx512vl,avx2,fma"
 
 
 /* The matrix the forward multiplies for target t of layer ly. */
@@ -61,18 +60,160 @@ kvs_cpu_lora_mat(const kvs_cpu_layer_t *ly, kvs_lora_target_t t)
 }
 
 
-static void
-kvs_cpu_lora_bt_free(float **bt, uint32_t n_layer)
+uint16_t
+kvs_cpu_lora_f2h(float v)
 {
-    size_t  k;
+    uint32_t  f, sign, e, m, h, s, rem, half;
 
-    for (k = 0; bt != NULL && k < (size_t) n_layer * KVS_LORA_N_TARGETS;
-         k++)
-    {
-        free(bt[k]);
+    memcpy(&f, &v, sizeof(f));
+    sign = (f >> 16) & 0x8000;
+    e = (f >> 23) & 0xff;
+    m = f & 0x7fffff;
+
+    if (e >= 113) {
+        /* a normal half: 10 bits of the mantissa, rounded to nearest
+         * even (a carry into the exponent is the right result) */
+        h = ((e - 112) << 10) | (m >> 13);
+        rem = m & 0x1fff;
+        if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) {
+            h++;
+        }
+        return (uint16_t) (sign | h);
     }
 
-    free(bt);
+    if (e < 102) {
+        return (uint16_t) sign;        /* under half the least subnormal */
+    }
+
+    /* a subnormal half: v / 2^-24, rounded to nearest even */
+    m |= 0x800000;
+    s = 126 - e;
+    h = m >> s;
+    rem = m & ((1u << s) - 1);
+    half = 1u << (s - 1);
+    if (rem > half || (rem == half && (h & 1))) {
+        h++;
+    }
+
+    return (uint16_t) (sign | h);
+}
+
+
+float
+kvs_cpu_lora_h2f(uint16_t h)
+{
+    float     v;
+    uint32_t  f, e, m;
+
+    e = (h >> 10) & 0x1f;
+    m = h & 0x3ff;
+
+    if (e == 0) {
+        v = (float) m * 0x1p-24f;
+        return h & 0x8000 ? -v : v;
+    }
+
+    f = ((uint32_t) (h & 0x8000) << 16) | ((e + 112) << 23) | (m << 13);
+    memcpy(&v, &f, sizeof(v));
+
+    return v;
+}
+
+
+void
+kvs_cpu_lora_f2h_n(int simd, uint16_t *dst, const float *src, size_t n,
+    float f)
+{
+    size_t  i;
+
+#if KVS_CPU_X86
+    if (simd >= KVS_CPU_SIMD_AVX2) {
+        kvs_cpu_lora_f2h_n_f16c(dst, src, n, f);
+        return;
+    }
+#endif
+
+    for (i = 0; i < n; i++) {
+        dst[i] = kvs_cpu_lora_f2h(src[i] * f);
+    }
+}
+
+
+/* The power of two that brings n values' largest magnitude into
+ * [2^14, 2^15), at most 2^40 (0 for all zeros). */
+static int
+kvs_cpu_lora_exp(const float *v, size_t n)
+{
+    int     k;
+    float   mx;
+    size_t  i;
+
+    mx = 0.0f;
+    for (i = 0; i < n; i++) {
+        mx = fabsf(v[i]) > mx ? fabsf(v[i]) : mx;
+    }
+
+    if (mx == 0.0f) {
+        return 0;
+    }
+
+    (void) frexpf(mx, &k);
+
+    return 15 - k > 40 ? 40 : 15 - k;
+}
+
+
+/* Packs pair m into p, its values at dst (rank * (n_in + n_out)
+ * halves), converted at kernel level simd; KVS_EUNSUPPORTED when its
+ * scale does not fit a float. */
+static int
+kvs_cpu_lora_pack(kvs_cpu_lora_pair_t *p, const kvs_lora_mat_t *m,
+    uint16_t *dst, int simd, kvs_err_t *err)
+{
+    int       ea, eb;
+    float     sc, fa, fb;
+    uint32_t  r;
+    uint64_t  o;
+    uint16_t *bt, row[KVS_LORA_MAX_RANK];
+
+    ea = kvs_cpu_lora_exp(m->a, (size_t) m->rank * m->n_in);
+    eb = kvs_cpu_lora_exp(m->b, (size_t) m->rank * m->n_out);
+    sc = (float) ldexp((double) m->scale, -(ea + eb));
+
+    if (!isfinite(sc) || (sc == 0.0f && m->scale != 0.0f)) {
+        return kvs_err_set(err, KVS_EUNSUPPORTED, "cpu lora: adapter "
+                           "tensor %s: its values' range does not fit the "
+                           "CPU's F16 form", m->name);
+    }
+
+    /* multiplying by a power of two is exact here: no result leaves
+     * F16's range, none is below F32's normal one unless it rounds to 0
+     * as a half anyway */
+    fa = ldexpf(1.0f, ea);
+    fb = ldexpf(1.0f, eb);
+
+    kvs_cpu_lora_f2h_n(simd, dst, m->a, (size_t) m->rank * m->n_in, fa);
+
+    /* B row by row into halves, then each row's rank values to their
+     * columns of B^T */
+    bt = dst + (size_t) m->rank * m->n_in;
+
+    for (o = 0; o < m->n_out; o++) {
+        kvs_cpu_lora_f2h_n(simd, row, m->b + o * m->rank, m->rank, fb);
+
+        for (r = 0; r < m->rank; r++) {
+            bt[(size_t) r * m->n_out + o] = row[r];
+        }
+    }
+
+    p->a = dst;
+    p->bt = bt;
+    p->rank = m->rank;
+    p->n_in = (uint32_t) m->n_in;
+    p->n_out = (uint32_t) m->n_out;
+    p->scale = sc;
+
+    return KVS_OK;
 }
 
 
@@ -80,11 +221,12 @@ int
 kvs_cpu_kv_set_lora(kvs_cpu_kv_t *kv, const kvs_cpu_model_t *cm,
     uint32_t slot, const kvs_lora_t *l, kvs_err_t *err)
 {
-    size_t                   k;
-    uint32_t                 i, r;
-    uint64_t                 o;
-    float                  **bt;
+    int                      rc, simd;
+    size_t                   k, n_pairs, halves;
+    uint16_t                *pk, *dst;
+    uint32_t                 i;
     kvs_cpu_lora_slot_t     *s;
+    kvs_cpu_lora_pair_t     *pairs;
     const kvs_lora_mat_t    *m;
     const kvs_cpu_mat_t     *w;
     const kvs_lora_mat_t   **by;
@@ -94,8 +236,8 @@ kvs_cpu_kv_set_lora(kvs_cpu_kv_t *kv, const kvs_cpu_model_t *cm,
                            " outside 1..%u", slot, KVS_CPU_LORA_SLOTS);
     }
 
-    by = NULL;
-    bt = NULL;
+    pairs = NULL;
+    pk = NULL;
 
     if (l != NULL) {
         if (strcmp(l->arch, cm->hp.arch) != 0) {
@@ -104,6 +246,8 @@ kvs_cpu_kv_set_lora(kvs_cpu_kv_t *kv, const kvs_cpu_model_t *cm,
         }
 
         /* every pair fits the matrix the forward multiplies */
+        halves = 0;
+
         for (i = 0; i < l->n_mat; i++) {
             m = &l->mat[i];
             w = m->layer < cm->hp.n_layer
@@ -119,46 +263,55 @@ kvs_cpu_kv_set_lora(kvs_cpu_kv_t *kv, const kvs_cpu_model_t *cm,
                                    "forward adapts", m->name, m->n_in,
                                    m->n_out);
             }
+
+            halves += (size_t) m->rank * (m->n_in + m->n_out);
         }
 
-        by = calloc((size_t) cm->hp.n_layer * KVS_LORA_N_TARGETS,
-                    sizeof(*by));
-        bt = calloc((size_t) cm->hp.n_layer * KVS_LORA_N_TARGETS,
-                    sizeof(*bt));
-        if (by == NULL || bt == NULL) {
+        n_pairs = (size_t) cm->hp.n_layer * KVS_LORA_N_TARGETS;
+        by = calloc(n_pairs, sizeof(*by));
+        pairs = calloc(n_pairs, sizeof(*pairs));
+        pk = malloc(halves * sizeof(uint16_t) + 1);
+        if (by == NULL || pairs == NULL || pk == NULL) {
             free(by);
-            free(bt);
+            free(pairs);
+            free(pk);
             return kvs_err_set(err, KVS_ENOMEM, "cpu lora: out of memory");
         }
 
         for (i = 0; i < l->n_mat; i++) {
             m = &l->mat[i];
-            k = (size_t) m->layer * KVS_LORA_N_TARGETS + m->target;
-            by[k] = m;
-
-            bt[k] = malloc((size_t) m->rank * m->n_out * sizeof(float));
-            if (bt[k] == NULL) {
-                kvs_cpu_lora_bt_free(bt, cm->hp.n_layer);
-                free(by);
-                return kvs_err_set(err, KVS_ENOMEM, "cpu lora: out of "
-                                   "memory");
-            }
-
-            for (o = 0; o < m->n_out; o++) {
-                for (r = 0; r < m->rank; r++) {
-                    bt[k][(size_t) r * m->n_out + o] =
-                        m->b[o * m->rank + r];
-                }
-            }
+            by[(size_t) m->layer * KVS_LORA_N_TARGETS + m->target] = m;
         }
+
+        /* packed in the forward's order: layer, then target */
+        dst = pk;
+        simd = kvs_cpu_simd();
+
+        for (k = 0; k < n_pairs; k++) {
+            if (by[k] == NULL) {
+                continue;
+            }
+
+            rc = kvs_cpu_lora_pack(&pairs[k], by[k], dst, simd, err);
+            if (rc != KVS_OK) {
+                free(by);
+                free(pairs);
+                free(pk);
+                return rc;
+            }
+
+            dst += (size_t) by[k]->rank * (by[k]->n_in + by[k]->n_out);
+        }
+
+        free(by);
     }
 
     s = &kv->lora[slot - 1];
-    kvs_cpu_lora_bt_free(s->bt, cm->hp.n_layer);
-    free(s->by);
+    free(s->pairs);
+    free(s->pk);
     s->l = l;
-    s->by = by;
-    s->bt = bt;
+    s->pairs = pairs;
+    s->pk = pk;
     s->n_layer = cm->hp.n_layer;
 
     return KVS_OK;
@@ -171,8 +324,8 @@ kvs_cpu_kv_lora_free(kvs_cpu_kv_t *kv)
     uint32_t  i;
 
     for (i = 0; i < KVS_CPU_LORA_SLOTS; i++) {
-        kvs_cpu_lora_bt_free(kv->lora[i].bt, kv->lora[i].n_layer);
-        free(kv->lora[i].by);
+        free(kv->lora[i].pairs);
+        free(kv->lora[i].pk);
     }
 
     free(kv->lora_rows);
@@ -204,10 +357,8 @@ int
 kvs_cpu_lora_prepare(kvs_cpu_fw_t *fw, kvs_err_t *err)
 {
     size_t                 cnt[KVS_CPU_LORA_SLOTS + 1], need;
-    uint32_t               i, j, s, rank, g, n_tasks, *starts;
-    uint64_t               dim;
+    uint32_t               i, s, rank, g, n_tasks, *starts;
     kvs_cpu_kv_t          *kv;
-    const kvs_lora_t      *l;
     const kvs_batch_t     *b;
 
     kv = fw->kv;
@@ -221,7 +372,6 @@ kvs_cpu_lora_prepare(kvs_cpu_fw_t *fw, kvs_err_t *err)
 
     memset(cnt, 0, sizeof(cnt));
     rank = 0;
-    dim = 0;
 
     for (i = 0; i < b->n; i++) {
         s = fw->lora_slots[i];
@@ -235,8 +385,8 @@ kvs_cpu_lora_prepare(kvs_cpu_fw_t *fw, kvs_err_t *err)
         return KVS_OK;
     }
 
-    /* the largest rank and matrix side of the adapters used, and the
-     * tasks: each adapter's rows in groups of KVS_CPU_LORA_GROUP */
+    /* the largest rank of the adapters used, and the tasks: each
+     * adapter's rows in groups of KVS_CPU_LORA_GROUP */
     n_tasks = 0;
 
     for (s = 1; s <= KVS_CPU_LORA_SLOTS; s++) {
@@ -244,19 +394,14 @@ kvs_cpu_lora_prepare(kvs_cpu_fw_t *fw, kvs_err_t *err)
             continue;
         }
 
-        l = kv->lora[s - 1].l;
-        rank = l->rank_max > rank ? l->rank_max : rank;
+        rank = kv->lora[s - 1].l->rank_max > rank
+               ? kv->lora[s - 1].l->rank_max : rank;
         n_tasks += (uint32_t) ((cnt[s] + KVS_CPU_LORA_GROUP - 1)
                                / KVS_CPU_LORA_GROUP);
-
-        for (j = 0; j < l->n_mat; j++) {
-            dim = l->mat[j].n_in > dim ? l->mat[j].n_in : dim;
-            dim = l->mat[j].n_out > dim ? l->mat[j].n_out : dim;
-        }
     }
 
-    /* a thread's scratch: the group's inputs, then its T */
-    fw->lora_stride = (size_t) KVS_CPU_LORA_GROUP * (dim + rank);
+    /* a thread's scratch: its group's T */
+    fw->lora_stride = (size_t) KVS_CPU_LORA_GROUP * rank;
     need = (size_t) kvs_threads_count(kv->threads) * fw->lora_stride;
 
     if (kvs_grow((void **) &kv->lora_rows, &kv->lora_rows_cap,
@@ -300,10 +445,42 @@ kvs_cpu_lora_prepare(kvs_cpu_fw_t *fw, kvs_err_t *err)
 }
 
 
+void
+kvs_cpu_lora_rows_c(const kvs_cpu_lora_pair_t *p,
+    const kvs_cpu_lora_rows_t *g)
+{
+    float           *y, *t, sum;
+    uint32_t         i, r, c, o;
+    const float     *x;
+    const uint16_t  *a, *b;
+
+    for (i = 0; i < g->cnt; i++) {
+        x = g->x + (size_t) g->rows[i] * g->ldx;
+        y = g->y + (size_t) g->rows[i] * g->ldy;
+        t = g->t + (size_t) i * p->rank;
+
+        for (r = 0; r < p->rank; r++) {
+            a = p->a + (size_t) r * p->n_in;
+            sum = 0.0f;
+            for (c = 0; c < p->n_in; c++) {
+                sum += x[c] * kvs_cpu_lora_h2f(a[c]);
+            }
+            t[r] = sum * p->scale;
+        }
+
+        for (r = 0; r < p->rank; r++) {
+            b = p->bt + (size_t) r * p->n_out;
+            for (o = 0; o < p->n_out; o++) {
+                y[o] += t[r] * kvs_cpu_lora_h2f(b[o]);
+            }
+        }
+    }
+}
+
+
 typedef struct {
     const kvs_cpu_fw_t  *fw;
-    uint32_t             layer;
-    kvs_lora_target_t    target;
+    size_t               k;           /* the pair's (layer, target) */
     const float         *x;
     uint32_t             ldx;
     float               *y;
@@ -311,164 +488,50 @@ typedef struct {
 } kvs_cpu_lora_job_t;
 
 
-#if KVS_CPU_X86
-
-/* y[o] += sum over r in order of t[r] * bt[r][o], 8 lanes */
-__attribute__((target("avx2,fma"))) static void
-kvs_cpu_lora_bt_avx2(float *y, const float *t, const float *bt,
-    uint32_t rank, uint64_t n_out)
-{
-    uint32_t  r;
-    uint64_t  o;
-    __m256    c, acc;
-
-    for (o = 0; o + 8 <= n_out; o += 8) {
-        acc = _mm256_loadu_ps(y + o);
-        for (r = 0; r < rank; r++) {
-            c = _mm256_set1_ps(t[r]);
-            acc = _mm256_fmadd_ps(c, _mm256_loadu_ps(bt + r * n_out + o),
-                                  acc);
-        }
-        _mm256_storeu_ps(y + o, acc);
-    }
-
-    for ( /* void */ ; o < n_out; o++) {
-        for (r = 0; r < rank; r++) {
-            y[o] = __builtin_fmaf(t[r], bt[r * n_out + o], y[o]);
-        }
-    }
-}
-
-
-/* the same, 16 lanes, one B row at a time over the whole output row
- * (B streams once, y stays in L1); the tail masked, so every output
- * sums alike: y[o] + t[0] b[0][o] + t[1] b[1][o] ... in order */
-__attribute__((target(KVS_CPU_LORA_AVX512))) static void
-kvs_cpu_lora_bt_avx512(float *y, const float *t, const float *bt,
-    uint32_t rank, uint64_t n_out)
-{
-    uint32_t      r;
-    uint64_t      o;
-    __m512        c;
-    __mmask16     k;
-    const float  *b;
-
-    for (r = 0; r < rank; r++) {
-        c = _mm512_set1_ps(t[r]);
-        b = bt + r * n_out;
-
-        for (o = 0; o + 16 <= n_out; o += 16) {
-            _mm512_storeu_ps(y + o,
-                             _mm512_fmadd_ps(c, _mm512_loadu_ps(b + o),
-                                             _mm512_loadu_ps(y + o)));
-        }
-
-        if (o < n_out) {
-            k = (__mmask16) ((1u << (n_out - o)) - 1);
-            _mm512_mask_storeu_ps(y + o, k,
-                _mm512_fmadd_ps(c, _mm512_maskz_loadu_ps(k, b + o),
-                                _mm512_maskz_loadu_ps(k, y + o)));
-        }
-    }
-}
-
-
-/* One group's product on x86: X gathered, T = X A^T (the row kernels),
- * scaled, then each row's axpys over B transposed. */
-static void
-kvs_cpu_lora_group_x86(const kvs_cpu_lora_job_t *job, const uint32_t *rows,
-    uint32_t cnt, const kvs_lora_mat_t *m, const float *bt, float *buf)
-{
-    float         *xg, *t;
-    uint32_t       i, r, nr, k;
-    const float   *w[4];
-
-    xg = buf;
-    t = buf + (size_t) KVS_CPU_LORA_GROUP * m->n_in;
-
-    for (i = 0; i < cnt; i++) {
-        memcpy(xg + (size_t) i * m->n_in,
-               job->x + (size_t) rows[i] * job->ldx,
-               (size_t) m->n_in * sizeof(float));
-    }
-
-    for (r = 0; r < m->rank; r += 4) {
-        nr = m->rank - r < 4 ? m->rank - r : 4;
-
-        for (k = 0; k < nr; k++) {
-            w[k] = m->a + (uint64_t) (r + k) * m->n_in;
-        }
-
-        if (job->fw->simd >= KVS_CPU_SIMD_AVX512) {
-            kvs_cpu_mm_rows_avx512(t + r, m->rank, xg, cnt,
-                                   (uint32_t) m->n_in, w, nr);
-        } else {
-            kvs_cpu_mm_rows_avx2(t + r, m->rank, xg, cnt,
-                                 (uint32_t) m->n_in, w, nr);
-        }
-    }
-
-    for (i = 0; i < cnt * m->rank; i++) {
-        t[i] *= m->scale;
-    }
-
-    for (i = 0; i < cnt; i++) {
-        if (job->fw->simd >= KVS_CPU_SIMD_AVX512) {
-            kvs_cpu_lora_bt_avx512(job->y + (size_t) rows[i] * job->ldy,
-                                   t + (size_t) i * m->rank, bt, m->rank,
-                                   m->n_out);
-        } else {
-            kvs_cpu_lora_bt_avx2(job->y + (size_t) rows[i] * job->ldy,
-                                 t + (size_t) i * m->rank, bt, m->rank,
-                                 m->n_out);
-        }
-    }
-}
-
-#endif
-
-
 static void
 kvs_cpu_lora_task(void *arg, uint32_t task, uint32_t thread)
 {
-    size_t                     k;
-    uint32_t                   j, j0, j1, s;
-    float                     *buf;
+    uint32_t                   j0, s;
     kvs_cpu_kv_t              *kv;
+    kvs_cpu_lora_rows_t        g;
     const uint32_t            *starts;
-    const kvs_lora_mat_t      *m;
+    const kvs_cpu_lora_pair_t *p;
     const kvs_cpu_lora_job_t  *job;
 
     job = arg;
     kv = job->fw->kv;
     starts = kv->lora_rows + job->fw->b->n;
     j0 = starts[task];
-    j1 = starts[task + 1];
 
     /* every row of a task has one adapter */
     s = job->fw->lora_slots[kv->lora_rows[j0]];
-    k = (size_t) job->layer * KVS_LORA_N_TARGETS + job->target;
-    m = kv->lora[s - 1].by[k];
+    p = &kv->lora[s - 1].pairs[job->k];
 
-    if (m == NULL) {
+    if (p->rank == 0) {
         return;
     }
 
-    buf = kv->lora_tmp + (size_t) thread * job->fw->lora_stride;
+    g.x = job->x;
+    g.ldx = job->ldx;
+    g.y = job->y;
+    g.ldy = job->ldy;
+    g.rows = kv->lora_rows + j0;
+    g.cnt = starts[task + 1] - j0;
+    g.t = kv->lora_tmp + (size_t) thread * job->fw->lora_stride;
 
 #if KVS_CPU_X86
+    if (job->fw->simd >= KVS_CPU_SIMD_AVX512) {
+        kvs_cpu_lora_rows_avx512(p, &g);
+        return;
+    }
+
     if (job->fw->simd >= KVS_CPU_SIMD_AVX2) {
-        kvs_cpu_lora_group_x86(job, kv->lora_rows + j0, j1 - j0, m,
-                               kv->lora[s - 1].bt[k], buf);
+        kvs_cpu_lora_rows_avx2(p, &g);
         return;
     }
 #endif
 
-    for (j = j0; j < j1; j++) {
-        kvs_lora_apply_row(m, job->x + (size_t) kv->lora_rows[j] * job->ldx,
-                           job->y + (size_t) kv->lora_rows[j] * job->ldy,
-                           buf);
-    }
+    kvs_cpu_lora_rows_c(p, &g);
 }
 
 
@@ -484,8 +547,7 @@ kvs_cpu_lora_apply(const kvs_cpu_fw_t *fw, uint32_t layer,
     }
 
     job.fw = fw;
-    job.layer = layer;
-    job.target = target;
+    job.k = (size_t) layer * KVS_LORA_N_TARGETS + target;
     job.x = x;
     job.ldx = ldx;
     job.y = y;
