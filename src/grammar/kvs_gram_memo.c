@@ -80,6 +80,8 @@ kvs_gram_memo_new(kvs_gram_memo_t **out, uint32_t max_states,
     mo->max_states = max_states < KVS_GRAM_MEMO_MAX ? max_states
                                                     : KVS_GRAM_MEMO_MAX;
     mo->max_depth = max_depth;
+    mo->bnd_min = KVS_GRAM_MEMO_BND_MIN;
+    mo->bnd_len = KVS_GRAM_MEMO_BND_LEN;
     mo->path = malloc(KVS_GRAM_MEMO_DEPTH(mo));
     mo->mpath = malloc(KVS_GRAM_MEMO_DEPTH(mo));
     mo->seen = calloc(KVS_GRAM_MEMO_DEPTH(mo), 1);
@@ -115,8 +117,12 @@ kvs_gram_memo_tables_free(kvs_gram_memo_t *mo)
     free(mo->cn_slots);
     free(mo->s_sim);
     free(mo->s_simc);
+    free(mo->s_bnd);
+    free(mo->s_bndc);
     mo->s_sim = NULL;
     mo->s_simc = NULL;
+    mo->s_bnd = NULL;
+    mo->s_bndc = NULL;
     mo->next = NULL;
     mo->calls = NULL;
     mo->key_off = NULL;
@@ -186,12 +192,14 @@ kvs_gram_memo_tables(kvs_gram_memo_t *mo)
     mo->cn_slots = calloc((size_t) mo->cn_mask + 1, sizeof(uint32_t));
     mo->s_sim = malloc(s * KVS_GRAM_CLS_N);
     mo->s_simc = malloc(s * KVS_GRAM_CLS_N * sizeof(uint16_t));
+    mo->s_bnd = malloc(s * KVS_GRAM_CLS_N * sizeof(uint16_t));
+    mo->s_bndc = malloc(s * KVS_GRAM_CLS_N * sizeof(uint16_t));
 
     if (mo->next == NULL || mo->calls == NULL || mo->key_off == NULL
         || mo->s_hash == NULL || mo->s_slot == NULL || mo->s_flags == NULL
         || mo->keys == NULL || mo->s_slots == NULL || mo->cn == NULL
         || mo->cn_slot == NULL || mo->cn_slots == NULL || mo->s_sim == NULL
-        || mo->s_simc == NULL)
+        || mo->s_simc == NULL || mo->s_bnd == NULL || mo->s_bndc == NULL)
     {
         kvs_gram_memo_tables_free(mo);
         return KVS_ENOMEM;
@@ -496,6 +504,8 @@ kvs_gram_memo_state(kvs_gram_memo_t *mo)
     mo->s_slot[s] = j;
     mo->s_slots[j] = s + 1;
     memset(mo->s_sim + (size_t) s * KVS_GRAM_CLS_N, 0, KVS_GRAM_CLS_N);
+    memset(mo->s_bnd + (size_t) s * KVS_GRAM_CLS_N, 0,
+           KVS_GRAM_CLS_N * sizeof(uint16_t));
 
     /* a byte outside the level's next set is refused by the matcher's
      * first test, with nothing changed (kvs_gram_matcher_byte): known

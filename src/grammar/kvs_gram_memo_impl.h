@@ -94,7 +94,32 @@ struct kvs_gram_memo_s {
 
     uint64_t             by_class;        /* transitions known from a
                                              byte of the same class */
+
+    /* counted skipping (kvs_gram_memo_walk.c): per (state, class state)
+     * 0 unknown, BND_BUSY, BND_NO, or BND_VAL + the characters every
+     * string from there may start (s_bnd), and the largest step's
+     * interns below (s_bndc); the bytes standing for their class in
+     * both the grammar and the class automaton (bnd_rep, for bnd_g) */
+    uint16_t            *s_bnd;           /* [max_states * 8] */
+    uint16_t            *s_bndc;          /* [max_states * 8] */
+    const kvs_gram_t    *bnd_g;
+    uint8_t              bnd_rep[256];
+    uint32_t             n_bnd_rep;
+    uint32_t             bnd_budget;      /* pairs left this attempt */
+    uint32_t             bnd_min;         /* nodes below worth a try */
+    uint32_t             bnd_len;         /* source counts that try it
+                                             (0: counted skipping off) */
+    int                  bnd_cut;         /* the budget ran out */
+    uint64_t             counted, counted_nodes;
 };
+
+#define KVS_GRAM_MEMO_BND_BUSY  1
+#define KVS_GRAM_MEMO_BND_NO    2
+#define KVS_GRAM_MEMO_BND_VAL   3
+#define KVS_GRAM_MEMO_BND_PAIRS 160        /* pairs one attempt explores
+                                              at most */
+#define KVS_GRAM_MEMO_BND_MIN   256        /* bnd_min's default */
+#define KVS_GRAM_MEMO_BND_LEN   12         /* bnd_len's default */
 
 
 /* The byte on the real matcher (kvs_gram_memo.c), remembered when both

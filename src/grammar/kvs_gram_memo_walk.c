@@ -315,6 +315,285 @@ kvs_gram_memo_short(const kvs_gram_walk_src_t *src,
 }
 
 
+/* ---- counted skipping ----------------------------------------------------
+ *
+ * Inside a bounded string (x{0,n}) every character takes the count down,
+ * so the memo's states never recur and the closures above never close:
+ * a walk from a state with c characters left steps every trie node on
+ * the paths to tokens longer than a few bytes (~30k-190k nodes on
+ * Qwen2), though the answer there is simple: a token of the class
+ * automaton's bytes is accepted iff it starts at most c characters.
+ *
+ * The claim.  Call starts(w) the bytes of w the class automaton takes
+ * from its state 0 (the characters w starts; kvs_gram_tnode_t's chars
+ * counts them from the root).  Let B give pairs (memo state t, class
+ * state q) a number such that for every byte b the automaton takes
+ * from q (to q'), with inc = 1 if q is 0, else 0: either t refuses b
+ * (a refusal the memo holds, which depends on the state alone), inc is
+ * 1 and B(t, q) = 0; or the memo holds a remembered transition t --b-->
+ * t', making at most c nodes, the state t' has no sentinel mark
+ * (`sent`), and B(t', q') = B(t, q) - inc.  Then from a point of the
+ * walk where the matcher is in state t with the path's node bound cum,
+ * every byte string w the automaton takes from q with cum + |w| * c <=
+ * room is accepted iff starts(w) <= B(t, q), and no prefix of it
+ * reaches the sentinel: by induction on |w|, the first byte b is
+ * refused where B(t, q) = 0 < starts(w), or taken exactly as the
+ * matcher takes it (the memo's argument; the hit rule holds within
+ * room), and the rest is accepted iff starts(rest) <= B(t, q) - inc,
+ * i.e. starts(w) <= B(t, q).  So at a node i of depth d with
+ * KVS_GRAM_CLS_ALL whose state t has (t, q_i) in B, cum[d] + height_i *
+ * c <= room and no sentinel mark on its path (seen[d] clear), a node j
+ * below it is accepted iff chars_j - chars_i <= B(t, q_i), and a
+ * refused one is not dependent (no prefix reached the sentinel): the
+ * walk sets the tokens of the nodes that pass, jumps over the subtrees
+ * of those that do not (chars only grows downwards), and steps none of
+ * them.  The claim does not need the states to form a count: a state
+ * that recurs on the way (a free string) has no B and is the closures'
+ * case.
+ *
+ * Finding B: a depth-first exploration through the memo
+ * (kvs_gram_memo_go: hits, or the matcher on a miss, on the path slots
+ * below the node's), one byte per class (bnd_rep: a class of the
+ * grammar's bytes, kvs_gram_t's bnext, cut where the class automaton
+ * tells bytes apart; the matcher and the automaton take every byte of
+ * it alike, so its transition, refusal and interns are its class's).
+ * A pair under exploration met again (a cycle), a refusal the memo
+ * does not hold, an unremembered step, two bytes implying different B,
+ * a clear, or more than KVS_GRAM_MEMO_BND_PAIRS pairs give up; a pair's
+ * value (or BND_NO) is kept for the walk and reset when its state is
+ * made.  Only walks without renaming (theta 0) use it.
+ */
+
+/* bnd_rep for g: the first byte of every run of bytes that the grammar
+ * and the class automaton (from each of its states) take alike. */
+static void
+kvs_gram_memo_bnd_reps(kvs_gram_memo_t *mo, const kvs_gram_t *g)
+{
+    uint8_t   gid[256], q;
+    uint32_t  b, c, cut;
+
+    for (b = 0; b < 256; b++) {
+        gid[b] = (uint8_t) b;
+    }
+    for (b = 0; b < 256; b++) {
+        /* the class's smallest byte names it: b is the smallest unless
+         * an earlier byte's cycle set it already */
+        if (gid[b] != b) {
+            continue;
+        }
+        for (c = g->bnext[b]; c != b; c = g->bnext[c]) {
+            gid[c] = (uint8_t) b;
+        }
+    }
+
+    mo->n_bnd_rep = 0;
+    for (b = 0; b < 256; b++) {
+        cut = b == 0 || gid[b] != gid[b - 1];
+        for (q = 0; !cut && q < KVS_GRAM_CLS_N; q++) {
+            cut = kvs_gram_memo_class(q, (uint8_t) b)
+                  != kvs_gram_memo_class(q, (uint8_t) (b - 1));
+        }
+        if (cut) {
+            mo->bnd_rep[mo->n_bnd_rep++] = (uint8_t) b;
+        }
+    }
+
+    mo->bnd_g = g;
+}
+
+
+/* B of the pair (sid[depth], q) (the claim above), *c the largest
+ * interns of a step below it; -1: none. */
+static int32_t
+kvs_gram_memo_bnd(kvs_gram_memo_t *mo, uint32_t depth, uint8_t q,
+    int64_t room, uint64_t clears, uint32_t *c)
+{
+    uint8_t   b, q2;
+    int32_t   beta, r, sub;
+    uint32_t  t, t2, x, j, inc, cc, csub, sent;
+    size_t    k;
+
+    t = mo->sid[depth];
+    k = (size_t) t * KVS_GRAM_CLS_N + q;
+
+    if (mo->s_bnd[k] >= KVS_GRAM_MEMO_BND_VAL) {
+        *c = mo->s_bndc[k];
+        return mo->s_bnd[k] - KVS_GRAM_MEMO_BND_VAL;
+    }
+    if (mo->s_bnd[k] != 0 || (mo->s_flags[t] & 2)
+        || depth + 2 >= KVS_GRAM_MEMO_DEPTH(mo))
+    {
+        return -1;                          /* busy (a cycle), no, sent */
+    }
+    if (mo->bnd_budget == 0) {
+        mo->bnd_cut = 1;                    /* not known: a time limit */
+        return -1;
+    }
+
+    mo->bnd_budget--;
+    mo->s_bnd[k] = KVS_GRAM_MEMO_BND_BUSY;
+    inc = q == 0;
+    beta = -1;
+    cc = 0;
+
+    for (j = 0; j < mo->n_bnd_rep; j++) {
+        b = mo->bnd_rep[j];
+        q2 = kvs_gram_memo_class(q, b);
+        if (q2 == KVS_GRAM_CLS_DEAD) {
+            continue;
+        }
+
+        if (beta == 0 && inc && mo->next[(size_t) t * 256 + b] >= 2) {
+            goto no;                        /* taken where others refuse */
+        }
+
+        if (!kvs_gram_memo_go(mo, depth + 1, b, room, &sent)) {
+            if (mo->clears != clears || mo->off
+                || mo->next[(size_t) t * 256 + b] != KVS_GRAM_MEMO_REFUSED
+                || !inc)
+            {
+                goto no;                    /* not the state's own */
+            }
+            r = 0;
+
+        } else {
+            if (mo->clears != clears || mo->off) {
+                goto no;
+            }
+            t2 = mo->sid[depth + 1];
+            x = mo->next[(size_t) t * 256 + b];
+            if (t2 == KVS_GRAM_MEMO_UNKNOWN || x != t2 + 2) {
+                goto no;                    /* not remembered */
+            }
+            if (mo->calls[(size_t) t * 256 + b] > cc) {
+                cc = mo->calls[(size_t) t * 256 + b];
+            }
+            csub = 0;
+            sub = kvs_gram_memo_bnd(mo, depth + 1, q2, room, clears, &csub);
+            if (sub < 0 || mo->clears != clears) {
+                goto no;
+            }
+            if (csub > cc) {
+                cc = csub;
+            }
+            r = sub + (int32_t) inc;
+        }
+
+        if (beta >= 0 && r != beta) {
+            goto no;
+        }
+        beta = r;
+    }
+
+    if (beta < 0 || beta > UINT16_MAX - KVS_GRAM_MEMO_BND_VAL) {
+        goto no;
+    }
+
+    mo->s_bnd[k] = (uint16_t) (beta + KVS_GRAM_MEMO_BND_VAL);
+    mo->s_bndc[k] = (uint16_t) cc;
+    *c = cc;
+
+    return beta;
+
+no:
+
+    if (mo->clears == clears) {
+        /* cut short by the budget, the pair is unknown still (a later
+         * try from deeper down may settle it) */
+        mo->s_bnd[k] = mo->bnd_cut ? 0 : KVS_GRAM_MEMO_BND_NO;
+    }
+
+    return -1;
+}
+
+
+/* Node i (depth d, just taken) by counted skipping: 1 if its subtree
+ * below it was decided (the tokens of the nodes that pass set in bits),
+ * 0 if it must be walked. */
+static int
+kvs_gram_memo_counted_skip(kvs_gram_memo_t *mo, const kvs_gram_vocab_t *gv,
+    uint32_t i, uint32_t *bits, int64_t room)
+{
+    uint8_t                  q;
+    int32_t                  beta;
+    uint32_t                 j, k, d, lim, id, c;
+    uint64_t                 clears;
+    const int32_t           *ids;
+    const kvs_gram_tnode_t  *nd;
+
+    nd = gv->t_node;
+    d = nd[i].depth;
+
+    if (mo->sid[d] == KVS_GRAM_MEMO_UNKNOWN
+        || nd[i].end - i < mo->bnd_min
+        || (uint32_t) nd[i].chars + nd[i].height >= UINT16_MAX)
+    {
+        return 0;
+    }
+
+    if (mo->bnd_g != mo->m->g) {
+        kvs_gram_memo_bnd_reps(mo, mo->m->g);
+    }
+
+    clears = mo->clears;
+    mo->bnd_budget = KVS_GRAM_MEMO_BND_PAIRS;
+    mo->bnd_cut = 0;
+    c = 0;
+    q = nd[i].cls & KVS_GRAM_CLS_STATE;
+    beta = kvs_gram_memo_bnd(mo, d, q, room, clears, &c);
+
+    if (beta < 0 && mo->bnd_cut && mo->clears == clears) {
+        /* too far from the count's end here: not tried again from this
+         * pair in this walk (the nodes below try their own) */
+        mo->s_bnd[(size_t) mo->sid[d] * KVS_GRAM_CLS_N + q] =
+            KVS_GRAM_MEMO_BND_NO;
+    }
+
+    if (beta < 0 || mo->clears != clears
+        || (int64_t) (mo->cum[d] + (uint64_t) nd[i].height * c) > room)
+    {
+        return 0;
+    }
+
+    ids = gv->ids;
+    lim = (uint32_t) nd[i].chars + (uint32_t) beta;
+
+    for (j = i + 1; j < nd[i].end; ) {
+        if (nd[j].chars > lim) {
+            j = nd[j].end;                  /* refused, and all below */
+            continue;
+        }
+        for (k = nd[j].cum; k < nd[j + 1].cum; k++) {
+            id = (uint32_t) ids[k];
+            bits[id >> 5] |= 1u << (id & 31);
+        }
+        j++;
+    }
+
+    mo->counted++;
+    mo->counted_nodes += nd[i].end - i - 1;
+
+    return 1;
+}
+
+
+void
+kvs_gram_memo_counting(kvs_gram_memo_t *mo, uint32_t min_nodes,
+    uint32_t max_count)
+{
+    mo->bnd_min = min_nodes;
+    mo->bnd_len = max_count;
+}
+
+
+void
+kvs_gram_memo_counted(const kvs_gram_memo_t *mo, uint64_t st[2])
+{
+    st[0] = mo->counted;
+    st[1] = mo->counted_nodes;
+}
+
+
 int
 kvs_gram_memo_walk(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
     const kvs_gram_vocab_t *gv, uint32_t *bits, kvs_gram_walk_dep_pt dep,
@@ -379,14 +658,23 @@ kvs_gram_memo_walk(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
         hi = nd[next].cum;
 
         if ((nd[i].cls & KVS_GRAM_CLS_ALL) && nd[i].end > next
-            && !mo->noskip
-            && kvs_gram_memo_closed(mo, d, nd[i].cls & KVS_GRAM_CLS_STATE,
-                                    nd[i].height, room))
+            && !mo->noskip)
         {
-            mo->skipped++;
-            mo->skipped_nodes += nd[i].end - next;
-            next = nd[i].end;
-            hi = nd[next].cum;
+            if (kvs_gram_memo_closed(mo, d, nd[i].cls & KVS_GRAM_CLS_STATE,
+                                     nd[i].height, room))
+            {
+                mo->skipped++;
+                mo->skipped_nodes += nd[i].end - next;
+                next = nd[i].end;
+                hi = nd[next].cum;
+
+            } else if (src != NULL && src->len <= mo->bnd_len
+                       && mo->theta == 0 && !mo->off
+                       && (dep == NULL || !mo->seen[d])
+                       && kvs_gram_memo_counted_skip(mo, gv, i, bits, room))
+            {
+                next = nd[i].end;           /* its own tokens below */
+            }
         }
 
         for (k = nd[i].cum; k < hi; k++) {

@@ -105,28 +105,37 @@ static int
 kvs_gram_vocab_pack(kvs_gram_vocab_t *gv, kvs_err_t *err)
 {
     uint8_t            *q;
-    uint32_t            i, n, dead;
+    uint16_t           *ch;
+    uint32_t            i, n, d, dead;
     kvs_gram_tnode_t   *nd;
 
     n = gv->n_nodes;
     gv->t_node = malloc(((size_t) n + 1) * sizeof(kvs_gram_tnode_t));
     q = malloc((size_t) gv->max_len + 1);
-    if (gv->t_node == NULL || q == NULL) {
+    ch = malloc(((size_t) gv->max_len + 1) * sizeof(uint16_t));
+    if (gv->t_node == NULL || q == NULL || ch == NULL) {
         free(q);
+        free(ch);
         return kvs_err_set(err, KVS_ENOMEM, "vocabulary trie: no memory");
     }
 
     nd = gv->t_node;
     q[0] = 0;                               /* the root: between chars */
+    ch[0] = 0;
 
     for (i = 0; i < n; i++) {
         nd[i].end = gv->t_end[i];
         nd[i].cum = gv->t_cum[i];
         nd[i].depth = gv->t_depth[i];
         nd[i].byte = gv->t_byte[i];
-        q[nd[i].depth] = kvs_gram_memo_class(q[nd[i].depth - 1],
-                                             nd[i].byte);
-        nd[i].cls = q[nd[i].depth];
+        d = nd[i].depth;
+        q[d] = kvs_gram_memo_class(q[d - 1], nd[i].byte);
+        nd[i].cls = q[d];
+        /* a byte the automaton takes from state 0 starts a character
+         * (counted while alive; a dead node's count is not read) */
+        ch[d] = (uint16_t) (ch[d - 1] + (q[d - 1] == 0 && ch[d - 1]
+                                         < UINT16_MAX));
+        nd[i].chars = ch[d];
     }
 
     nd[n].end = n;
@@ -135,6 +144,7 @@ kvs_gram_vocab_pack(kvs_gram_vocab_t *gv, kvs_err_t *err)
     nd[n].byte = 0;
     nd[n].cls = KVS_GRAM_CLS_DEAD;
     nd[n].height = 0;
+    nd[n].chars = 0;
 
     for (i = n, dead = n; i-- > 0; ) {
         if (nd[i].cls == KVS_GRAM_CLS_DEAD) {
@@ -144,12 +154,10 @@ kvs_gram_vocab_pack(kvs_gram_vocab_t *gv, kvs_err_t *err)
         }
     }
 
-    for (i = 0; i <= n; i++) {
-        nd[i].pad = 0;
-    }
     kvs_gram_vocab_heights(nd, n);
 
     free(q);
+    free(ch);
 
     return KVS_OK;
 }
