@@ -6,8 +6,9 @@
  * the output (as kvs_tok_decode() writes them), the text tokens sorted
  * by those bytes, and their trie in preorder, twice: the arrays of
  * kvs_grammar.h and the packed records the walks read (kvs_gram_tnode_t,
- * with each node's subtree height and its class state for the memo's
- * subtree skipping, kvs_gram_memo.c).
+ * with each node's subtree height, its class state and the characters
+ * its bytes start, for the memo's subtree and counted skipping,
+ * kvs_gram_memo_walk.c).
  *
  * Invariants: node i's subtree is i .. t_end[i] - 1 and holds the sorted
  * tokens ids[t_cum[i] .. t_cum[t_end[i]]); tokens with equal bytes are
@@ -97,9 +98,11 @@ kvs_gram_vocab_heights(kvs_gram_tnode_t *nd, uint32_t n)
 /*
  * The packed trie the walks read (kvs_gram_tnode_t), with each node's
  * class state (the class automaton run over the node's bytes from the
- * root) and KVS_GRAM_CLS_ALL where no node of its subtree is dead: the
- * automaton's dead state absorbs, so a subtree is all alive iff no node
- * in i + 1 .. end - 1 is dead, found with one backward pass.
+ * root), the characters those bytes start (the bytes the automaton
+ * takes from its state 0) and KVS_GRAM_CLS_ALL where no node of its
+ * subtree is dead: the automaton's dead state absorbs, so a subtree is
+ * all alive iff no node in i + 1 .. end - 1 is dead, found with one
+ * backward pass.
  */
 static int
 kvs_gram_vocab_pack(kvs_gram_vocab_t *gv, kvs_err_t *err)

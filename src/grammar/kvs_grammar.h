@@ -513,7 +513,7 @@ void kvs_gram_memo_end(kvs_gram_memo_t *mo);
  * sentinel (kvs_gram_mask.c's context-independent entries), and its
  * error ends the walk.  Subtrees whose every string the memo proves
  * accepted are taken whole without stepping their nodes
- * (kvs_gram_memo.c says when that is exact).
+ * (kvs_gram_memo_walk.c says when that is exact).
  */
 typedef int (*kvs_gram_walk_dep_pt)(void *arg, uint32_t lo, uint32_t hi);
 
@@ -540,7 +540,7 @@ int kvs_gram_memo_walk(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
  * reference the tests compare with). */
 void kvs_gram_memo_skip(kvs_gram_memo_t *mo, int on);
 
-/* The class automaton (kvs_gram_memo.c): its state after byte b from
+/* The class automaton (kvs_gram_memo_walk.c): its state after byte b from
  * state q (0: between characters), KVS_GRAM_CLS_DEAD once the bytes
  * leave the class; the vocabulary trie records it per node. */
 #define KVS_GRAM_CLS_DEAD  15
