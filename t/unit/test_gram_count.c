@@ -38,7 +38,8 @@ static const char  *tc_schemas[] = {
     "\"maxLength\": 6}, \"b\": {\"type\": \"string\", \"maxLength\": 12}}, "
     "\"required\": [\"a\", \"b\"], \"additionalProperties\": false}",
     "{\"type\": \"array\", \"items\": {\"type\": \"string\", "
-    "\"maxLength\": 4}, \"maxItems\": 6}",
+    "\"maxLength\": 4}, "
+    "\"maxItems\": 6}",
 };
 
 #define TC_NS  (sizeof(tc_schemas) / sizeof(tc_schemas[0]))
