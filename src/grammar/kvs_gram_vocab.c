@@ -6,8 +6,9 @@
  * the output (as kvs_tok_decode() writes them), the text tokens sorted
  * by those bytes, and their trie in preorder, twice: the arrays of
  * kvs_grammar.h and the packed records the walks read (kvs_gram_tnode_t,
- * with each node's subtree height and its class state for the memo's
- * subtree skipping, kvs_gram_memo.c).
+ * with each node's subtree height, its class state and the characters
+ * its bytes start, for the memo's subtree and counted skipping,
+ * kvs_gram_memo_walk.c).
  *
  * Invariants: node i's subtree is i .. t_end[i] - 1 and holds the sorted
  * tokens ids[t_cum[i] .. t_cum[t_end[i]]); tokens with equal bytes are
@@ -97,36 +98,47 @@ kvs_gram_vocab_heights(kvs_gram_tnode_t *nd, uint32_t n)
 /*
  * The packed trie the walks read (kvs_gram_tnode_t), with each node's
  * class state (the class automaton run over the node's bytes from the
- * root) and KVS_GRAM_CLS_ALL where no node of its subtree is dead: the
- * automaton's dead state absorbs, so a subtree is all alive iff no node
- * in i + 1 .. end - 1 is dead, found with one backward pass.
+ * root), the characters those bytes start (the bytes the automaton
+ * takes from its state 0) and KVS_GRAM_CLS_ALL where no node of its
+ * subtree is dead: the automaton's dead state absorbs, so a subtree is
+ * all alive iff no node in i + 1 .. end - 1 is dead, found with one
+ * backward pass.
  */
 static int
 kvs_gram_vocab_pack(kvs_gram_vocab_t *gv, kvs_err_t *err)
 {
     uint8_t            *q;
-    uint32_t            i, n, dead;
+    uint16_t           *ch;
+    uint32_t            i, n, d, dead;
     kvs_gram_tnode_t   *nd;
 
     n = gv->n_nodes;
     gv->t_node = malloc(((size_t) n + 1) * sizeof(kvs_gram_tnode_t));
     q = malloc((size_t) gv->max_len + 1);
-    if (gv->t_node == NULL || q == NULL) {
+    ch = malloc(((size_t) gv->max_len + 1) * sizeof(uint16_t));
+    if (gv->t_node == NULL || q == NULL || ch == NULL) {
         free(q);
+        free(ch);
         return kvs_err_set(err, KVS_ENOMEM, "vocabulary trie: no memory");
     }
 
     nd = gv->t_node;
     q[0] = 0;                               /* the root: between chars */
+    ch[0] = 0;
 
     for (i = 0; i < n; i++) {
         nd[i].end = gv->t_end[i];
         nd[i].cum = gv->t_cum[i];
         nd[i].depth = gv->t_depth[i];
         nd[i].byte = gv->t_byte[i];
-        q[nd[i].depth] = kvs_gram_memo_class(q[nd[i].depth - 1],
-                                             nd[i].byte);
-        nd[i].cls = q[nd[i].depth];
+        d = nd[i].depth;
+        q[d] = kvs_gram_memo_class(q[d - 1], nd[i].byte);
+        nd[i].cls = q[d];
+        /* a byte the automaton takes from state 0 starts a character
+         * (counted while alive; a dead node's count is not read) */
+        ch[d] = (uint16_t) (ch[d - 1] + (q[d - 1] == 0 && ch[d - 1]
+                                         < UINT16_MAX));
+        nd[i].chars = ch[d];
     }
 
     nd[n].end = n;
@@ -135,6 +147,7 @@ kvs_gram_vocab_pack(kvs_gram_vocab_t *gv, kvs_err_t *err)
     nd[n].byte = 0;
     nd[n].cls = KVS_GRAM_CLS_DEAD;
     nd[n].height = 0;
+    nd[n].chars = 0;
 
     for (i = n, dead = n; i-- > 0; ) {
         if (nd[i].cls == KVS_GRAM_CLS_DEAD) {
@@ -144,12 +157,10 @@ kvs_gram_vocab_pack(kvs_gram_vocab_t *gv, kvs_err_t *err)
         }
     }
 
-    for (i = 0; i <= n; i++) {
-        nd[i].pad = 0;
-    }
     kvs_gram_vocab_heights(nd, n);
 
     free(q);
+    free(ch);
 
     return KVS_OK;
 }

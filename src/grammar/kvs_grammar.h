@@ -378,7 +378,9 @@ void kvs_gram_matcher_next(const kvs_gram_matcher_t *m, uint64_t set[4]);
  * .cum); height: the longest path below it; cls is the class
  * automaton's state after its bytes (bits 0-3, kvs_gram_memo_class())
  * and KVS_GRAM_CLS_ALL when every string below it keeps that automaton
- * alive (the memo's subtree skipping).
+ * alive (the memo's subtree skipping); chars: while the automaton is
+ * alive, the characters its bytes start (those it takes from state 0),
+ * the count a bounded string's subtree skipping reads.
  */
 typedef struct {
     uint32_t  end;
@@ -387,7 +389,7 @@ typedef struct {
     uint16_t  height;
     uint8_t   byte;
     uint8_t   cls;
-    uint16_t  pad;
+    uint16_t  chars;
 } kvs_gram_tnode_t;
 
 #define KVS_GRAM_CLS_STATE  0x0f
@@ -511,7 +513,7 @@ void kvs_gram_memo_end(kvs_gram_memo_t *mo);
  * sentinel (kvs_gram_mask.c's context-independent entries), and its
  * error ends the walk.  Subtrees whose every string the memo proves
  * accepted are taken whole without stepping their nodes
- * (kvs_gram_memo.c says when that is exact).
+ * (kvs_gram_memo_walk.c says when that is exact).
  */
 typedef int (*kvs_gram_walk_dep_pt)(void *arg, uint32_t lo, uint32_t hi);
 
@@ -538,7 +540,7 @@ int kvs_gram_memo_walk(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
  * reference the tests compare with). */
 void kvs_gram_memo_skip(kvs_gram_memo_t *mo, int on);
 
-/* The class automaton (kvs_gram_memo.c): its state after byte b from
+/* The class automaton (kvs_gram_memo_walk.c): its state after byte b from
  * state q (0: between characters), KVS_GRAM_CLS_DEAD once the bytes
  * leave the class; the vocabulary trie records it per node. */
 #define KVS_GRAM_CLS_DEAD  15
@@ -570,6 +572,19 @@ uint64_t kvs_gram_memo_by_class(const kvs_gram_memo_t *mo);
 /* Trie nodes walks took from their source (kvs_gram_walk_src_t) without
  * stepping them, since kvs_gram_memo_new(). */
 uint64_t kvs_gram_memo_copied(const kvs_gram_memo_t *mo);
+
+/* Subtrees taken by counted skipping (kvs_gram_memo_walk.c: a bounded
+ * string's subtree decided by its tokens' character counts) and the
+ * trie nodes below them not stepped, since kvs_gram_memo_new(). */
+void kvs_gram_memo_counted(const kvs_gram_memo_t *mo, uint64_t st[2]);
+
+/* Where counted skipping is tried: walks from a source whose count is
+ * at most max_count (0: nowhere, the reference the tests compare with),
+ * at nodes with at least min_nodes below them (defaults 12 and 256:
+ * below those an attempt's exploration costs more than the nodes it
+ * saves). */
+void kvs_gram_memo_counting(kvs_gram_memo_t *mo, uint32_t min_nodes,
+    uint32_t max_count);
 
 /* Per matcher: the mask and its cache of masks by matcher state. */
 typedef struct kvs_gram_masker_s {

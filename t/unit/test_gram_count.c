@@ -1,0 +1,350 @@
+/*
+ * test_gram_count: counted skipping (kvs_gram_memo_walk.c).  In the
+ * walk of a bounded string's entry built from a source, a subtree of
+ * the class automaton's bytes is decided by its nodes' character counts
+ * (kvs_gram_tnode_t's chars) against the count the memo proves for the
+ * node's state, without stepping it; the masks must stay those of the
+ * full walk on the real stacks, and of the brute force.
+ *
+ * The vocabulary built here has tokens of every UTF-8 length (2-, 3-
+ * and 4-byte characters, the first and last of each lead byte's range,
+ * ED's and F4's narrow second bytes), mixed with ASCII, from 1 to 20
+ * characters, tokens cut inside a character, and tokens that close the
+ * string or hold an escape, so that a character count and a byte count
+ * differ and the class automaton's every state is met.  Seeded walks
+ * through maxLength 1 .. 16 and 30 strings, a minLength, a pattern
+ * whose class refuses some characters (no count there: counted
+ * skipping must give up), two bounded strings in an object and bounded
+ * strings in an array compare at every step:
+ *
+ *   plain     cache_entries 0: every mask a full walk on the real stacks
+ *   counted   entries with counted skipping tried wherever it may be
+ *             (kvs_gram_memo_counting: any subtree, any source count)
+ *   off       entries without it (kvs_gram_memo_counting 0)
+ *
+ * and the brute force of every token every third step.  Counted
+ * skipping must have decided subtrees in the "counted" masker and none
+ * in the "off" one.
+ */
+
+#include "kvs_test_gram.h"
+
+
+static const char  *tc_schemas[] = {
+    "{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 9}",
+    "{\"type\": \"string\", \"maxLength\": 30}",
+    "{\"type\": \"string\", \"pattern\": \"^[a-z\\u00e9\\u65e5]{0,10}$\"}",
+    "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\", "
+    "\"maxLength\": 6}, \"b\": {\"type\": \"string\", \"maxLength\": 12}}, "
+    "\"required\": [\"a\", \"b\"], \"additionalProperties\": false}",
+    "{\"type\": \"array\", \"items\": {\"type\": \"string\", "
+    "\"maxLength\": 4}, "
+    "\"maxItems\": 6}",
+};
+
+#define TC_NS  (sizeof(tc_schemas) / sizeof(tc_schemas[0]))
+#define TC_MAX 2000
+
+enum { TC_PLAIN, TC_COUNTED, TC_OFF, TC_MK };
+
+
+static void
+tc_add(uint8_t **texts, uint32_t *lens, uint8_t *kinds, size_t *n,
+    const uint8_t *b, size_t l)
+{
+    assert_true(*n < TC_MAX - 1);
+    texts[*n] = malloc(l > 0 ? l : 1);
+    assert_non_null(texts[*n]);
+    memcpy(texts[*n], b, l);
+    lens[*n] = (uint32_t) l;
+    kinds[(*n)++] = KVS_GRAM_TOK_TEXT;
+}
+
+
+static kvs_gram_vocab_t *
+tc_vocab(void)
+{
+    static const char  *chars[] = {
+        "a", "\xc3\xa9", "\xe6\x97\xa5", "\xf0\x9f\x98\x80", "\xc2\x80",
+        "\xdf\xbf", "\xe0\xa0\x80", "\xed\x9f\xbf", "\xef\xbf\xbd",
+        "\xf4\x8f\xbf\xbf", "\xf0\x90\x80\x80", " ", "z",
+    };
+    static const char  *tails[] = { "", "\"", "\", ", "\"}", "\\n", "\"]" };
+    size_t              i, k, c, t, n, l, nc;
+    uint8_t            *texts[TC_MAX], kinds[TC_MAX], buf[128];
+    uint32_t            lens[TC_MAX];
+    uint64_t            rng;
+    kvs_err_t           err;
+    kvs_gram_vocab_t   *gv;
+
+    n = 0;
+    for (i = 1; i < 256; i++) {
+        buf[0] = (uint8_t) i;
+        tc_add(texts, lens, kinds, &n, buf, 1);
+    }
+
+    nc = sizeof(chars) / sizeof(chars[0]);
+    rng = 12345;
+
+    /* 1 .. 20 characters of one kind, then of mixed kinds; each also
+     * cut inside its last character and with a tail that closes the
+     * string or escapes */
+    for (c = 1; c <= 20; c++) {
+        for (k = 0; k < nc + 3; k++) {
+            l = 0;
+            for (i = 0; i < c; i++) {
+                const char  *ch;
+
+                ch = k < nc ? chars[k] : chars[tg_rand(&rng) % nc];
+                memcpy(buf + l, ch, strlen(ch));
+                l += strlen(ch);
+            }
+            tc_add(texts, lens, kinds, &n, buf, l);
+            if (buf[l - 1] >= 0x80) {
+                tc_add(texts, lens, kinds, &n, buf, l - 1);
+            }
+            /* a tail now and then: a subtree with one is not all of
+             * the class automaton's bytes, and is walked */
+            if (tg_rand(&rng) % 4 == 0) {
+                t = 1 + tg_rand(&rng) % (sizeof(tails) / sizeof(tails[0])
+                                         - 1);
+                memcpy(buf + l, tails[t], strlen(tails[t]));
+                tc_add(texts, lens, kinds, &n, buf, l + strlen(tails[t]));
+            }
+        }
+    }
+
+    texts[n] = NULL;
+    lens[n] = 0;
+    kinds[n++] = KVS_GRAM_TOK_END;
+
+    assert_int_equal(kvs_gram_vocab_from_bytes(&gv, (uint32_t) n,
+                         (const uint8_t *const *) texts, lens, kinds, &err),
+                     KVS_OK);
+
+    for (i = 0; i < n; i++) {
+        free(texts[i]);
+    }
+
+    return gv;
+}
+
+
+static void
+tc_first_diff(const kvs_gram_vocab_t *gv, const uint32_t *a,
+    const uint32_t *b, const char *what, const char *schema, size_t step)
+{
+    uint32_t  id;
+
+    for (id = 0; id < gv->n_tokens; id++) {
+        if ((a[id >> 5] ^ b[id >> 5]) >> (id & 31) & 1) {
+            fail_msg("%s step %zu: %s differs at token %u (%u bytes): %s "
+                     "by the full walk", schema, step, what, id,
+                     gv->len[id],
+                     a[id >> 5] >> (id & 31) & 1 ? "allowed" : "refused");
+        }
+    }
+}
+
+
+/* An allowed token: one holding '"' one time in `close` or when nothing
+ * else is, else one of at most 8 bytes that keeps writing. */
+static uint32_t
+tc_pick(const kvs_gram_vocab_t *gv, const uint32_t *bits, uint32_t *cand,
+    uint64_t *rng)
+{
+    size_t    n, ch;
+    uint32_t  id;
+
+    for (id = 0, n = 0, ch = 0; id < gv->n_tokens; id++) {
+        if (!(bits[id >> 5] >> (id & 31) & 1)) {
+            continue;
+        }
+        if (gv->kind[id] == KVS_GRAM_TOK_TEXT
+            && memchr(gv->bytes + gv->off[id], '"', gv->len[id]) == NULL)
+        {
+            if (gv->len[id] <= 8) {
+                cand[n++] = id;
+            }
+        } else {
+            cand[gv->n_tokens - 1 - ch++] = id;
+        }
+    }
+
+    if (ch > 0 && (n == 0 || tg_rand(rng) % 6 == 0)) {
+        return cand[gv->n_tokens - 1 - tg_rand(rng) % ch];
+    }
+
+    return n > 0 ? cand[tg_rand(rng) % n] : UINT32_MAX;
+}
+
+
+/* Walks through one schema; the subtrees counted skipping decided in
+ * the "counted" maskers added to *counted, in the "off" ones to *off. */
+static void
+tc_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks,
+    uint64_t *counted, uint64_t *off)
+{
+    int                 rc[TC_MK];
+    size_t              w, step, k;
+    uint32_t            words, id, *bits[TC_MK], *bf, *cand;
+    uint64_t            rng, st[2];
+    kvs_err_t           err;
+    kvs_gram_t          g;
+    kvs_gram_matcher_t  m;
+    kvs_gram_masker_t   mk[TC_MK];
+    static const char  *names[TC_MK] = { "plain", "counted", "off" };
+
+    words = (gv->n_tokens + 31) / 32;
+    for (k = 0; k < TC_MK; k++) {
+        bits[k] = malloc(words * sizeof(uint32_t));
+        assert_non_null(bits[k]);
+    }
+    bf = malloc(words * sizeof(uint32_t));
+    cand = malloc(gv->n_tokens * sizeof(uint32_t));
+    assert_non_null(bf);
+    assert_non_null(cand);
+
+    if (tg_compile(&g, schema, 0, &err) != KVS_OK) {
+        fail_msg("%s: %s", schema, err.msg);
+    }
+
+    for (w = 0; w < walks; w++) {
+        rng = 991 + w * 7919 + strlen(schema);
+        assert_int_equal(kvs_gram_matcher_init(&m, &g, NULL, &err), KVS_OK);
+        for (k = 0; k < TC_MK; k++) {
+            assert_int_equal(kvs_gram_masker_init(&mk[k], gv, &m,
+                                 k == TC_PLAIN ? 0 : 16, &err), KVS_OK);
+        }
+        kvs_gram_memo_counting(mk[TC_COUNTED].memo, 1, UINT32_MAX);
+        kvs_gram_memo_counting(mk[TC_OFF].memo, 1, 0);
+
+        for (step = 0; step < 60; step++) {
+            for (k = 0; k < TC_MK; k++) {
+                rc[k] = kvs_gram_mask(&mk[k], bits[k], &err);
+                assert_int_equal(rc[k], KVS_OK);
+                if (memcmp(bits[k], bits[TC_PLAIN],
+                           words * sizeof(uint32_t)) != 0)
+                {
+                    tc_first_diff(gv, bits[TC_PLAIN], bits[k], names[k],
+                                  schema, step);
+                }
+            }
+
+            if (step % 3 == 0) {
+                tg_brute(&m, gv, bf, words);
+                if (memcmp(bf, bits[TC_PLAIN], words * sizeof(uint32_t))
+                    != 0)
+                {
+                    tc_first_diff(gv, bf, bits[TC_PLAIN],
+                                  "the full walk against brute force",
+                                  schema, step);
+                }
+            }
+
+            id = tc_pick(gv, bits[TC_PLAIN], cand, &rng);
+            assert_true(id != UINT32_MAX);
+            if (gv->kind[id] == KVS_GRAM_TOK_END) {
+                break;
+            }
+            assert_int_equal(kvs_gram_accept_token(&m, gv, (int32_t) id,
+                                                   &err), KVS_OK);
+        }
+
+        kvs_gram_memo_counted(mk[TC_COUNTED].memo, st);
+        *counted += st[0];
+        kvs_gram_memo_counted(mk[TC_OFF].memo, st);
+        *off += st[0];
+
+        for (k = 0; k < TC_MK; k++) {
+            kvs_gram_masker_free(&mk[k]);
+        }
+        kvs_gram_matcher_free(&m);
+    }
+
+    kvs_gram_free(&g);
+    for (k = 0; k < TC_MK; k++) {
+        free(bits[k]);
+    }
+    free(bf);
+    free(cand);
+}
+
+
+static void
+test_counted_walks(void **state)
+{
+    char               schema[96];
+    size_t             i;
+    uint64_t           counted, off, before;
+    kvs_gram_vocab_t  *gv;
+
+    (void) state;
+    gv = tc_vocab();
+    counted = 0;
+    off = 0;
+
+    for (i = 1; i <= 16; i++) {
+        snprintf(schema, sizeof(schema),
+                 "{\"type\": \"string\", \"maxLength\": %zu}", i);
+        tc_walks(gv, schema, 3, &counted, &off);
+    }
+
+    for (i = 0; i < TC_NS; i++) {
+        before = counted;
+        tc_walks(gv, tc_schemas[i], 3, &counted, &off);
+        print_message("%s: %llu subtrees counted\n", tc_schemas[i],
+                      (unsigned long long) (counted - before));
+    }
+
+    print_message("%llu subtrees decided by their character counts\n",
+                  (unsigned long long) counted);
+    assert_true(counted > 100);
+    assert_int_equal(off, 0);
+
+    kvs_gram_vocab_free(gv);
+}
+
+
+/* The character counts the trie records: the bytes the class automaton
+ * takes from its state 0, along every live path. */
+static void
+test_trie_chars(void **state)
+{
+    uint8_t                  q[256];
+    uint16_t                 ch[256];
+    uint32_t                 i, d;
+    kvs_gram_vocab_t        *gv;
+    const kvs_gram_tnode_t  *nd;
+
+    (void) state;
+    gv = tc_vocab();
+    nd = gv->t_node;
+    q[0] = 0;
+    ch[0] = 0;
+
+    for (i = 0; i < gv->n_nodes; i++) {
+        d = nd[i].depth;
+        assert_true(d >= 1 && d < 256);
+        q[d] = kvs_gram_memo_class(q[d - 1], nd[i].byte);
+        ch[d] = (uint16_t) (ch[d - 1] + (q[d - 1] == 0));
+        if (q[d] != KVS_GRAM_CLS_DEAD) {
+            assert_int_equal(nd[i].chars, ch[d]);
+            assert_true(nd[i].chars >= 1 && nd[i].chars <= d);
+        }
+    }
+
+    kvs_gram_vocab_free(gv);
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_trie_chars),
+        cmocka_unit_test(test_counted_walks),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
