@@ -295,6 +295,8 @@ typedef struct {
     uint64_t  bytes_written;
     uint64_t  bytes_read;
     double    load_bps;               /* the cost model's rates */
+    double    load_bps_seen;          /* its load rate from one sample on
+                                         (the index's weight) */
     double    prefill_tps;
     char      discarded[160];         /* why the file's blocks were not
                                          kept at start; "": kept or new */

@@ -288,7 +288,7 @@ kvs_engine_index_take(kvs_engine_t *e, kvs_engine_index_t *out,
     out->tier_weight = e->tier_ix == NULL ? 0
                        : kvs_index_tier_weight(e->conf.block_tokens,
                                                e->shown.tier.slot_bytes,
-                                               e->shown.tier.load_bps,
+                                               e->shown.tier.load_bps_seen,
                                                e->shown.tier.prefill_tps);
 
     pthread_mutex_unlock(&e->lock);

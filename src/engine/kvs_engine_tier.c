@@ -212,6 +212,7 @@ kvs_engine_tier_publish(kvs_engine_t *e)
 
     e->stats.tier = e->tier->st;
     e->stats.tier.load_bps = e->tier->cost.load_bps;
+    e->stats.tier.load_bps_seen = e->tier->cost.load_bps_seen;
     e->stats.tier.prefill_tps = e->tier->cost.prefill_tps;
     e->stats.tier.probes = e->tier->cost.probes;
     kvs_engine_tier_live(e, &e->stats.tier);

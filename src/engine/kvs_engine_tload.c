@@ -456,6 +456,12 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
 
     n = n < room ? n : room;
 
+    /* the run's slots first in the tier's LRU, before the evictions
+     * below spill into it */
+    for (k = k0; k < k0 + n; k++) {
+        (void) kvs_tier_touch(et->tier, &key, et->ids[k]);
+    }
+
     /* room in the pool: free blocks, then what the tree can give up
      * (the match's path is locked, so it stays) */
     free_n = kvs_kv_pool_free_count(e->pool);

@@ -135,6 +135,12 @@ int kvs_tier_put(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
 int kvs_tier_has(kvs_tier_t *t, const kvs_radix_key_t *key,
     const uint8_t *id);
 
+/* kvs_tier_has(), and a stored block becomes the most recently used: a
+ * run chosen for loading is not reclaimed by the spills that making
+ * room for it in the pool causes. */
+int kvs_tier_touch(kvs_tier_t *t, const kvs_radix_key_t *key,
+    const uint8_t *id);
+
 /*
  * Reads a block back into data[block_bytes], only when its slot holds
  * exactly key, id and tokens[block_tokens] and its checksum is right:

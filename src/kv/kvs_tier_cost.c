@@ -18,6 +18,7 @@ kvs_tier_cost_init(kvs_tier_cost_t *c, double half_life_s)
     uint32_t  i;
 
     c->load_bps = 0;
+    c->load_bps_seen = 0;
     c->prefill_tps = 0;
     c->half_life_s = half_life_s > 0 && isfinite(half_life_s)
                      ? half_life_s : 10;
@@ -72,8 +73,8 @@ kvs_tier_cost_load(kvs_tier_cost_t *c, uint64_t bytes, uint64_t ns)
     c->load_samples++;
     c->declined = 0;
 
-    c->load_bps = c->win_n >= KVS_TIER_COST_MIN ? kvs_tier_cost_median(c)
-                                                : 0;
+    c->load_bps_seen = kvs_tier_cost_median(c);
+    c->load_bps = c->win_n >= KVS_TIER_COST_MIN ? c->load_bps_seen : 0;
 }
 
 

@@ -44,6 +44,10 @@
 typedef struct {
     double    load_bps;               /* bytes/s, the window's median;
                                          0: fewer than _MIN samples */
+    double    load_bps_seen;          /* the median of what the window
+                                         has, from the first load: the
+                                         index's weight, a hint where
+                                         one sample beats none */
     double    prefill_tps;            /* tokens/s; 0: unmeasured */
     double    half_life_s;            /* of the prefill's weighting, in
                                          sample time */

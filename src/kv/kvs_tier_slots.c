@@ -238,6 +238,29 @@ kvs_tier_has(kvs_tier_t *t, const kvs_radix_key_t *key, const uint8_t *id)
 }
 
 
+int
+kvs_tier_touch(kvs_tier_t *t, const kvs_radix_key_t *key, const uint8_t *id)
+{
+    uint32_t  i;
+
+    if (key->scope_len > KVS_RADIX_MAX_SCOPE) {
+        return 0;
+    }
+
+    pthread_mutex_lock(&t->mu);
+    i = kvs_tier_slot_find(t, kvs_tier_ns_hash(key), id);
+
+    /* a slot being read is out of the LRU: it cannot be reclaimed */
+    if (i != KVS_TIER_NONE && t->slots[i].state == KVS_TIER_SLOT_READY) {
+        kvs_tier_slot_touch(t, i);
+    }
+
+    pthread_mutex_unlock(&t->mu);
+
+    return i != KVS_TIER_NONE;
+}
+
+
 void
 kvs_tier_stats(kvs_tier_t *t, kvs_tier_stats_t *st)
 {

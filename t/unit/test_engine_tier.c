@@ -93,14 +93,7 @@ submit1(kvs_engine_t *e, const int32_t *prompt, uint32_t n_prompt,
     kvs_engine_req_t   req;
     kvs_engine_seq_t  *h;
 
-    memset(&req, 0, sizeof(req));
-    req.prompt = prompt;
-    req.n_prompt = n_prompt;
-    req.max_tokens = gen;
-    req.ignore_eos = 1;
-    req.sample.top_p = 1.0f;
-    req.sample.logprobs = 1;
-    req.sample.top_logprobs = 5;
+    kvs_test_engine_req(&req, prompt, n_prompt, gen, 5);
 
     if (kvs_engine_submit(e, &req, &h, &err) != KVS_OK) {
         fail_msg("submit: %s", err.msg);
@@ -454,8 +447,8 @@ test_load_off_step(void **state)
 
     on = engine_new(&md, 1, &o);
     off = engine_new(&md, 0, NULL);
-    fill(sys, 72, 51, md.m->hp.n_vocab, md.v->bos);
-    fill(fresh, 40, 52, md.m->hp.n_vocab, md.v->bos);
+    kvs_test_engine_fill(sys, 72, 51, md.m->hp.n_vocab, md.v->bos);
+    kvs_test_engine_fill(fresh, 40, 52, md.m->hp.n_vocab, md.v->bos);
 
     run1(on, sys, 64, 8, NULL, &a, NULL);
     kvs_engine_out_free(&a);
@@ -487,7 +480,7 @@ test_load_off_step(void **state)
     kvs_engine_close(on, hs[1]);
 
     run1(off, sys, 72, 8, NULL, &c, NULL);
-    expect_same(&outs[0], &c, "loaded off the step");
+    kvs_test_engine_same(&outs[0], &c, "loaded off the step");
     assert_int_equal(outs[0].n_cached_tier, 64);
 
     kvs_engine_stats(on, &st);
@@ -542,7 +535,7 @@ test_cancel_during_load(void **state)
     o.read_delay_us = 100000;
 
     on = engine_new(&md, 1, &o);
-    fill(sys, 72, 61, md.m->hp.n_vocab, md.v->bos);
+    kvs_test_engine_fill(sys, 72, 61, md.m->hp.n_vocab, md.v->bos);
     run1(on, sys, 64, 8, NULL, &a, NULL);
     kvs_engine_out_free(&a);
     evict_all(on, &md, 8000, NULL);

@@ -13,11 +13,13 @@ A's rows; nothing of kvserve's adapter reader or merge is used.  Ours is
 Models: generated Llama and Qwen3 bases (`kvserve gen-model`, F32), each
 with generated adapters of ranks 8 and 64 on every target (`kvserve
 gen-lora`), one of rank 8 on q and v only, and one with an alpha of its
-own.  Every position's logits must agree within TOL (1e-4, relative to
-the position's largest logit, as test_logits_numpy.py measures), one-shot,
+own.  Every position's logits must agree within LORA_TOL (1e-3,
+relative to the position's largest logit, as test_logits_numpy.py
+measures; the base's TOL is 1e-4, but the CPU keeps adapters as F16 in
+their slots, docs/lora.md, which costs up to about 6e-4 here), one-shot,
 chunked and with the portable kernels (KVSERVE_CPU_SIMD=0); the adapter
 must matter (ours under the adapter differ from the base's by more than
-100 x TOL).  Exits non-zero on any failure.
+100 x LORA_TOL).  Exits non-zero on any failure.
 """
 
 import os
@@ -27,7 +29,9 @@ import tempfile
 
 import numpy as np
 
-from test_logits_numpy import CLI, TOL, forward, load, ours, rel_errs
+from test_logits_numpy import CLI, forward, load, ours, rel_errs
+
+LORA_TOL = 1e-3
 
 
 def adapter_of(path):
@@ -106,7 +110,7 @@ def main():
                     ok = False
                     continue
                 moved = float(np.max(rel_errs(plain, ref)))
-                good = max(errs) < TOL and moved > 100 * TOL
+                good = max(errs) < LORA_TOL and moved > 100 * LORA_TOL
                 ok &= good
                 detail = "  ".join(
                     f"{' '.join(r) or 'one-shot'} {e:.2e}"
@@ -114,7 +118,7 @@ def main():
                 print(f"{'ok  ' if good else 'FAIL'} {name:<34} {detail}"
                       f"  (the base alone: {moved:.2e})")
 
-    print(f"all agree within {TOL:g}" if ok else "FAILED")
+    print(f"all agree within {LORA_TOL:g}" if ok else "FAILED")
     return 0 if ok else 1
 
 
