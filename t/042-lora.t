@@ -387,8 +387,15 @@ for my $k (0 .. $#all8) {
                               : '... the base\'s text');
 }
 {
-    my $r8 = $t->read_all($t->request('GET', '/metrics'), 10);
-    my ($res) = $r8 =~ /^kvserve:lora_resident\{model_name="base"\} (\S+)$/m;
+    # /metrics answers from the engine's last stats reply, which may
+    # predate the last loads: asked again until it shows them (5 s)
+    my ($r8, $res);
+    for (1 .. 50) {
+        $r8 = $t->read_all($t->request('GET', '/metrics'), 10);
+        ($res) = $r8 =~ /^kvserve:lora_resident\{model_name="base"\} (\S+)$/m;
+        last if defined $res && $res == 8;
+        select(undef, undef, undef, 0.1);
+    }
     is($res, 8, 'the 8 adapters resident together') or diag($r8);
 }
 
