@@ -199,8 +199,8 @@ size_t kvs_cpu_q8p_size(const kvs_cpu_mat_t *w);
 void kvs_cpu_q8p_fill(const kvs_cpu_mat_t *w, uint8_t *dst);
 
 /* The same for every type packed at load on AVX-512 VNNI CPUs: Q8_0 as
- * above, Q4_0 .. Q5_1 and IQ4_NL as kvs_cpu_qlp_fill, Q4_K, Q5_K and Q6_K
- * as kvs_cpu_qkp_fill (kvs_cpu_qdot.h). */
+ * above, Q4_0 .. Q5_1 and IQ4_NL as kvs_cpu_qlp_fill, Q2_K .. Q6_K and
+ * IQ4_XS as kvs_cpu_qkp_fill (kvs_cpu_qdot.h). */
 size_t kvs_cpu_wpack_size(const kvs_cpu_mat_t *w);
 void kvs_cpu_wpack_fill(const kvs_cpu_mat_t *w, uint8_t *dst);
 

@@ -37,12 +37,12 @@
  * Q8_0's weights were packed at load (kvs_cpu_q8p_fill) and its kernel
  * takes 16 rows by up to 8 tokens per pass instead (its own float order);
  * Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL likewise (kvs_cpu_qlp_fill, 16 rows
- * by 2 tokens per pass, the portable kernel's bits), and Q4_K, Q5_K and
- * Q6_K (kvs_cpu_qkp_fill, 16 rows by 4 tokens, the portable kernel's
- * bits).  Below KVS_CPU_BLAS_MIN tokens a quantized product's tasks go
- * to the threads as contiguous ranges (kvs_threads_run_ranges), so each
- * thread streams one stretch of the weights; which thread computes a row
- * never changes its bits.
+ * by 2 tokens per pass, the portable kernel's bits), and the 256-column
+ * types, Q2_K .. Q6_K and IQ4_XS (kvs_cpu_qkp_fill, 16 rows by 4 tokens,
+ * the portable kernel's bits).  Below KVS_CPU_BLAS_MIN tokens a
+ * quantized product's tasks go to the threads as contiguous ranges
+ * (kvs_threads_run_ranges), so each thread streams one stretch of the
+ * weights; which thread computes a row never changes its bits.
  */
 
 #include <math.h>
@@ -325,7 +325,7 @@ kvs_cpu_q8p_size(const kvs_cpu_mat_t *w)
 
 /* Bytes of w's packed copy at load on AVX-512 VNNI CPUs: Q8_0's
  * (below), the 32-column 4- and 5-bit types' (kvs_cpu_qlp_x86.c), or
- * Q4_K, Q5_K and Q6_K's (kvs_cpu_qkp_x86.c); 0 for every other type. */
+ * the 256-column types' (kvs_cpu_qkp_x86.c); 0 for every other type. */
 size_t
 kvs_cpu_wpack_size(const kvs_cpu_mat_t *w)
 {

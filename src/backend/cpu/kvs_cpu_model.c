@@ -186,9 +186,9 @@ kvs_cpu_model_free_owned(kvs_cpu_model_t *cm)
 
 
 /*
- * On AVX-512 VNNI CPUs, every Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
- * Q4_K, Q5_K and Q6_K matrix of a product (not tok_embd, which is only
- * looked up) packed for kvs_cpu_q8p_rows_avx512(),
+ * On AVX-512 VNNI CPUs, every quantized matrix of a product (Q8_0, Q4_0,
+ * Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K .. Q6_K, IQ4_XS; not tok_embd, which is
+ * only looked up) packed for kvs_cpu_q8p_rows_avx512(),
  * kvs_cpu_qlp_rows_avx512() or kvs_cpu_qkp_rows_avx512() into one
  * buffer (kvs_cpu_wpack_fill): the product kernel then reads 16 rows per
  * vector.  Nothing to do elsewhere, or for other types.

@@ -204,11 +204,12 @@ uint32_t kvs_cpu_qlp_rec(uint32_t type);
 size_t kvs_cpu_qlp_size(const kvs_cpu_mat_t *w);
 void kvs_cpu_qlp_fill(const kvs_cpu_mat_t *w, uint8_t *dst);
 
-/* kvs_cpu_qkp_x86.c: Q4_K, Q5_K and Q6_K repacked by 16 rows for the
- * AVX-512 VNNI kernel (the layout: that file), as kvs_cpu_qlp_* above:
- * bytes of a record (one super-block of a group) of type, 0 for other
- * types; bytes of w's packed form (a multiple of 64; 0 unless of those
- * types), and the packing into dst (64-byte aligned). */
+/* kvs_cpu_qkp_x86.c: the 256-column types (Q2_K .. Q6_K, IQ4_XS)
+ * repacked by 16 rows for the AVX-512 VNNI kernel (the layout: that
+ * file), as kvs_cpu_qlp_* above: bytes of a record (one super-block of a
+ * group) of type, 0 for other types; bytes of w's packed form (a multiple
+ * of 64; 0 unless of those types), and the packing into dst (64-byte
+ * aligned). */
 uint32_t kvs_cpu_qkp_rec(uint32_t type);
 size_t kvs_cpu_qkp_size(const kvs_cpu_mat_t *w);
 void kvs_cpu_qkp_fill(const kvs_cpu_mat_t *w, uint8_t *dst);

@@ -1,7 +1,8 @@
 /*
- * kvs_cpu_qkp_x86: Q4_K, Q5_K and Q6_K repacked at load for an AVX-512
- * VNNI kernel that takes 16 rows per vector, to the same bits as
- * kvs_cpu_qk.c's portable kernel (and kvs_cpu_qk_x86.c's AVX2 twin).
+ * kvs_cpu_qkp_x86: the 256-column types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+ * IQ4_XS) repacked at load for an AVX-512 VNNI kernel that takes 16 rows
+ * per vector, to the same bits as kvs_cpu_qk.c's portable kernel (and
+ * kvs_cpu_qk_x86.c's AVX2 twin).
  *
  * Layout (kvs_cpu_qkp_fill, portable C so every build links it): rows in
  * groups of KVS_CPU_Q8P_ROWS (16); per group g and super-block b of 256
@@ -28,6 +29,22 @@
  *               0..1 and k 0..7 three vectors 24h + 3k + (0, 1, 2):
  *               ql[64h + 4k ..], ql[64h + 32 + 4k ..], qh[32h + 4k ..]
  *               (+ 3 each)
+ *   Q2_K        head: the 16 scale bytes of the rows as stored (low
+ *               nibble sc, high nibble m; 16 bytes per sub-block k), the
+ *               16 f16 d, the 16 f16 dmin; then for h 0..1 and k 0..7
+ *               vector 8h + k: qs[32h + 4k .. + 3], whose bits 2s..2s+1
+ *               are columns 128h + 32s + 4k .. + 3 (sub-block 8h + 2s +
+ *               k / 4)
+ *   Q3_K        head: the 16 scales of the rows unpacked to int8 (-32..31,
+ *               16 bytes per sub-block), the 16 f16 d, 32 bytes of
+ *               padding; Q2_K's 16 vectors of qs, then vector 16 + k:
+ *               hmask[4k .. + 3] (bit 4h + s: the third bit of column
+ *               128h + 32s + 4k ..)
+ *   IQ4_XS      a head of KVS_QKP_IQ4_HEAD bytes: the int8 scale ls - 32
+ *               of the rows (16 bytes per sub-block s, 0..7), the 16 f16
+ *               d, 32 bytes of padding; then vector 4s + k: qs[16s + 4k ..
+ *               + 3] (low nibbles: columns 32s + 4k .., high: 32s + 16 +
+ *               4k ..)
  *
  * Rows past the matrix are zero bytes (d = 0); their outputs are never
  * stored.  The packed copy holds every bit of the rows, so a matrix's
@@ -35,9 +52,11 @@
  *
  * The kernel (kvs_cpu_qkp_rows_avx512): per super-block and token, each
  * row's exact int32 sums come from vpdpbusd of 4 columns (unsigned
- * levels: Q4_K's nibbles, Q5_K's with the fifth bit, Q6_K's q + 32, its
- * offset taken back exactly by starting each 16-column sum at -32 times
- * the input's bsum) by the token's 4 int8 inputs, lane r row r; each
+ * levels: Q2_K's 2 bits, Q4_K's nibbles, Q5_K's with the fifth bit, Q3_K's
+ * q + 4, Q6_K's q + 32, IQ4_XS's level + 128 (a vpshufb of the nibble),
+ * their offsets taken back exactly by starting each 16- or 32-column sum
+ * at minus the offset times the input's bsums) by the token's 4 int8
+ * inputs, lane r row r; each
  * sub-block's sum times its scale (vpmulld) into isum, and the mins by
  * the input's bsums (vpdpwssd, pairs of 16 columns) into msum; then
  * kvs_cpu_qk_acc / _min's float steps, lane for lane, super-block by
@@ -56,6 +75,8 @@
 #include <string.h>
 
 #include "model/kvs_ggml_type.h"
+#include "model/kvs_quant.h"
+#include "model/kvs_quant_iq4.h"
 #include "model/kvs_quant_k.h"
 #include "kvs_cpu_qdot.h"
 
@@ -63,9 +84,10 @@
 /* Offsets inside a record (see the top of the file). */
 #define KVS_QKP_HEAD          320
 #define KVS_QKP_Q45_M         128
-#define KVS_QKP_Q45_D         256
-#define KVS_QKP_Q45_DMIN      288
-#define KVS_QKP_Q6_D          256
+#define KVS_QKP_D             256     /* all but IQ4_XS */
+#define KVS_QKP_DMIN          288     /* Q2_K, Q4_K, Q5_K */
+#define KVS_QKP_IQ4_HEAD      192
+#define KVS_QKP_IQ4_D         128
 
 /* Q4_K / Q5_K: the nibbles (c, k), Q5_K's fifth bits k; Q6_K: vector i
  * (0: ql low, 1: ql high, 2: qh) of (h, k). */
@@ -74,12 +96,22 @@
                                  : 8 * (c) + (k)))
 #define KVS_QKP_Q5_HB(k)      (KVS_QKP_HEAD + 64 * (2 * (k) + 1))
 #define KVS_QKP_Q6_V(h, k, i) (KVS_QKP_HEAD + 64 * (24 * (h) + 3 * (k) + (i)))
+/* Q2_K / Q3_K: qs vector (h, k); Q3_K's hmask vector k; IQ4_XS's (s, k) */
+#define KVS_QKP_Q2_V(h, k)    (KVS_QKP_HEAD + 64 * (8 * (h) + (k)))
+#define KVS_QKP_Q3_HM(k)      (KVS_QKP_HEAD + 64 * (16 + (k)))
+#define KVS_QKP_IQ4_V(s, k)   (KVS_QKP_IQ4_HEAD + 64 * (4 * (s) + (k)))
 
 
 uint32_t
 kvs_cpu_qkp_rec(uint32_t type)
 {
     switch (type) {
+    case KVS_GGML_Q2_K:
+        return KVS_QKP_HEAD + 16 * 64;
+    case KVS_GGML_Q3_K:
+        return KVS_QKP_HEAD + 24 * 64;
+    case KVS_GGML_IQ4_XS:
+        return KVS_QKP_IQ4_HEAD + 32 * 64;
     case KVS_GGML_Q4_K:
         return KVS_QKP_HEAD + 32 * 64;
     case KVS_GGML_Q5_K:
@@ -99,13 +131,53 @@ kvs_cpu_qkp_size(const kvs_cpu_mat_t *w)
 }
 
 
+/* Q2_K / Q3_K: one row's super-block src into lane r of rec. */
+static void
+kvs_cpu_qkp_put23(uint32_t type, const uint8_t *src, uint8_t *rec,
+    uint32_t r)
+{
+    uint32_t        h, k;
+    const uint8_t  *qs;
+
+    qs = src + (type == KVS_GGML_Q2_K ? KVS_Q2_K_QS : KVS_Q3_K_QS);
+
+    for (h = 0; h < 2; h++) {
+        for (k = 0; k < 8; k++) {
+            memcpy(rec + KVS_QKP_Q2_V(h, k) + 4 * r, qs + 32 * h + 4 * k, 4);
+        }
+    }
+
+    if (type == KVS_GGML_Q2_K) {
+        for (k = 0; k < 16; k++) {
+            rec[16 * k + r] = src[KVS_Q2_K_SCALES + k];
+        }
+
+        memcpy(rec + KVS_QKP_D + 2 * r, src + KVS_Q2_K_D, 2);
+        memcpy(rec + KVS_QKP_DMIN + 2 * r, src + KVS_Q2_K_DMIN, 2);
+        return;
+    }
+
+    for (k = 0; k < 8; k++) {
+        memcpy(rec + KVS_QKP_Q3_HM(k) + 4 * r, src + KVS_Q3_K_HMASK + 4 * k,
+               4);
+    }
+
+    for (k = 0; k < 16; k++) {
+        rec[16 * k + r] = (uint8_t) (int8_t)
+                          kvs_q3k_scale_unpack(src + KVS_Q3_K_SCALES, (int) k);
+    }
+
+    memcpy(rec + KVS_QKP_D + 2 * r, src + KVS_Q3_K_D, 2);
+}
+
+
 /* One row's super-block src into lane r of rec. */
 static void
 kvs_cpu_qkp_put(uint32_t type, const uint8_t *src, uint8_t *rec, uint32_t r)
 {
     int             five;
     uint8_t         sc, m;
-    uint32_t        c, k, h, j;
+    uint32_t        c, k, h, j, s;
     const uint8_t  *qs;
 
     if (type == KVS_GGML_Q6_K) {
@@ -124,7 +196,27 @@ kvs_cpu_qkp_put(uint32_t type, const uint8_t *src, uint8_t *rec, uint32_t r)
             rec[16 * k + r] = src[KVS_Q6_K_SCALES + k];
         }
 
-        memcpy(rec + KVS_QKP_Q6_D + 2 * r, src + KVS_Q6_K_D, 2);
+        memcpy(rec + KVS_QKP_D + 2 * r, src + KVS_Q6_K_D, 2);
+        return;
+    }
+
+    if (type == KVS_GGML_Q2_K || type == KVS_GGML_Q3_K) {
+        kvs_cpu_qkp_put23(type, src, rec, r);
+        return;
+    }
+
+    if (type == KVS_GGML_IQ4_XS) {
+        for (s = 0; s < KVS_IQ4_XS_SUBS; s++) {
+            for (k = 0; k < 4; k++) {
+                memcpy(rec + KVS_QKP_IQ4_V(s, k) + 4 * r,
+                       src + KVS_IQ4_XS_QS + 16 * s + 4 * k, 4);
+            }
+
+            rec[16 * s + r] = (uint8_t) (int8_t) ((int) kvs_iq4_xs_ls(src, s)
+                                                  - 32);
+        }
+
+        memcpy(rec + KVS_QKP_IQ4_D + 2 * r, src + KVS_IQ4_XS_D, 2);
         return;
     }
 
@@ -152,8 +244,8 @@ kvs_cpu_qkp_put(uint32_t type, const uint8_t *src, uint8_t *rec, uint32_t r)
         rec[KVS_QKP_Q45_M + 16 * j + r] = m;
     }
 
-    memcpy(rec + KVS_QKP_Q45_D + 2 * r, src + KVS_Q4_K_D, 2);
-    memcpy(rec + KVS_QKP_Q45_DMIN + 2 * r, src + KVS_Q4_K_DMIN, 2);
+    memcpy(rec + KVS_QKP_D + 2 * r, src + KVS_Q4_K_D, 2);
+    memcpy(rec + KVS_QKP_DMIN + 2 * r, src + KVS_Q4_K_DMIN, 2);
 }
 
 
@@ -386,6 +478,179 @@ kvs_qkp_sums6(const uint8_t *r, const kvs_cpu_q8k_t *const *x,
 
 
 /*
+ * Q2_K / Q3_K: isum[t] (and Q2_K's msum[t]) of the record r's 16 rows for
+ * the NT tokens x[t].  Vector (h, k) holds 4 columns of each shift s (its
+ * bits 2s..2s+1): for each h and half v (k 4v .. 4v + 3: sub-block 8h +
+ * 2s + v) one chain per shift and token.  Q3_K's third bit (hmask bit 4h
+ * + s, moved to bit 2) makes its level q + 4, unsigned; each chain starts
+ * at -4 times its input bsum to take the offset back.
+ */
+KVS_QKP_INLINE void
+kvs_qkp_sums23(int three, const uint8_t *r, const kvs_cpu_q8k_t *const *x,
+    __m512i *isum, __m512i *msum, const uint32_t NT)
+{
+    int32_t   v;
+    uint32_t  h, u, k, s, t, j;
+    __m512i   a[KVS_QKP_NT][4], w, hm, q, m3, b4, m15, sv, lo, hi;
+
+    m3 = _mm512_set1_epi8(0x03);
+    b4 = _mm512_set1_epi8(0x04);
+    m15 = _mm512_set1_epi32(0x0f);
+    hm = _mm512_setzero_si512();
+
+#pragma GCC unroll 4
+    for (t = 0; t < NT; t++) {
+        isum[t] = _mm512_setzero_si512();
+    }
+
+#pragma GCC unroll 2
+    for (h = 0; h < 2; h++) {
+#pragma GCC unroll 2
+        for (u = 0; u < 2; u++) {
+#pragma GCC unroll 4
+            for (t = 0; t < NT; t++) {
+#pragma GCC unroll 4
+                for (s = 0; s < 4; s++) {
+                    a[t][s] = three ? _mm512_set1_epi32(
+                                  -4 * x[t]->bsums[8 * h + 2 * s + u])
+                                    : _mm512_setzero_si512();
+                }
+            }
+
+#pragma GCC unroll 4
+            for (k = 4 * u; k < 4 * u + 4; k++) {
+                w = _mm512_load_si512((const void *)
+                                      (r + KVS_QKP_Q2_V(h, k)));
+                if (three) {
+                    hm = _mm512_load_si512((const void *)
+                                           (r + KVS_QKP_Q3_HM(k)));
+                }
+
+#pragma GCC unroll 4
+                for (s = 0; s < 4; s++) {
+                    q = _mm512_and_si512(s == 0 ? w
+                                         : _mm512_srli_epi16(w, 2 * s), m3);
+
+                    if (three) {
+                        /* no bit crosses a byte: 4h + s - 2 <= 5 */
+                        q = _mm512_ternarylogic_epi32(q,
+                                4 * h + s >= 2
+                                ? _mm512_srli_epi16(hm, 4 * h + s - 2)
+                                : _mm512_slli_epi16(hm, 2 - 4 * h - s),
+                                b4, 0xf8);
+                    }
+
+#pragma GCC unroll 4
+                    for (t = 0; t < NT; t++) {
+                        a[t][s] = _mm512_dpbusd_epi32(a[t][s], q,
+                                      kvs_qkp_x4(x[t],
+                                                 128 * h + 32 * s + 4 * k));
+                    }
+                }
+            }
+
+#pragma GCC unroll 4
+            for (s = 0; s < 4; s++) {
+                j = 8 * h + 2 * s + u;
+                sv = three
+                     ? _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)
+                                                           (r + 16 * j)))
+                     : _mm512_and_si512(_mm512_cvtepu8_epi32(
+                           _mm_load_si128((const __m128i *) (r + 16 * j))),
+                           m15);
+
+#pragma GCC unroll 4
+                for (t = 0; t < NT; t++) {
+                    isum[t] = _mm512_add_epi32(isum[t],
+                                  _mm512_mullo_epi32(a[t][s], sv));
+                }
+            }
+        }
+    }
+
+    if (three) {
+        return;
+    }
+
+    /* msum: sub-blocks 2j and 2j + 1's mins (the scale bytes' high
+     * nibbles) in the two 16-bit halves of a lane, by the input's pair of
+     * bsums */
+#pragma GCC unroll 8
+    for (j = 0; j < 8; j++) {
+        lo = _mm512_srli_epi32(_mm512_cvtepu8_epi32(
+                 _mm_load_si128((const __m128i *) (r + 32 * j))), 4);
+        hi = _mm512_srli_epi32(_mm512_cvtepu8_epi32(
+                 _mm_load_si128((const __m128i *) (r + 32 * j + 16))), 4);
+        sv = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+
+#pragma GCC unroll 4
+        for (t = 0; t < NT; t++) {
+            memcpy(&v, x[t]->bsums + 2 * j, 4);
+            msum[t] = _mm512_dpwssd_epi32(j == 0 ? _mm512_setzero_si512()
+                                                 : msum[t],
+                                          sv, _mm512_set1_epi32(v));
+        }
+    }
+}
+
+
+/*
+ * IQ4_XS: isum[t] of the record r's 16 rows for the NT tokens x[t].  A
+ * nibble's level + 128 (unsigned) comes from one vpshufb of the 16
+ * levels with their sign bit flipped; each sub-block's chain starts at
+ * -128 times its two input bsums.
+ */
+KVS_QKP_INLINE void
+kvs_qkp_sums_iq4(const uint8_t *r, const kvs_cpu_q8k_t *const *x,
+    __m512i *isum, const uint32_t NT)
+{
+    uint32_t  s, k, t;
+    __m512i   a[KVS_QKP_NT], w, lo, hi, m4, lv, sv;
+
+    m4 = _mm512_set1_epi8(0x0f);
+    lv = _mm512_xor_si512(_mm512_broadcast_i32x4(
+             _mm_loadu_si128((const __m128i *) kvs_iq4_kv)),
+             _mm512_set1_epi8((char) 0x80));
+
+#pragma GCC unroll 8
+    for (s = 0; s < KVS_IQ4_XS_SUBS; s++) {
+#pragma GCC unroll 4
+        for (t = 0; t < NT; t++) {
+            a[t] = _mm512_set1_epi32(-128 * (x[t]->bsums[2 * s]
+                                             + x[t]->bsums[2 * s + 1]));
+        }
+
+#pragma GCC unroll 4
+        for (k = 0; k < 4; k++) {
+            w = _mm512_load_si512((const void *) (r + KVS_QKP_IQ4_V(s, k)));
+            lo = _mm512_shuffle_epi8(lv, _mm512_and_si512(w, m4));
+            hi = _mm512_shuffle_epi8(lv, _mm512_and_si512(
+                                             _mm512_srli_epi16(w, 4), m4));
+
+#pragma GCC unroll 4
+            for (t = 0; t < NT; t++) {
+                a[t] = _mm512_dpbusd_epi32(a[t], lo,
+                                           kvs_qkp_x4(x[t], 32 * s + 4 * k));
+                a[t] = _mm512_dpbusd_epi32(a[t], hi,
+                                           kvs_qkp_x4(x[t],
+                                                      32 * s + 16 + 4 * k));
+            }
+        }
+
+        sv = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)
+                                                 (r + 16 * s)));
+
+#pragma GCC unroll 4
+        for (t = 0; t < NT; t++) {
+            isum[t] = s == 0 ? _mm512_mullo_epi32(a[t], sv)
+                             : _mm512_add_epi32(isum[t],
+                                                _mm512_mullo_epi32(a[t], sv));
+        }
+    }
+}
+
+
+/*
  * NT (1 .. KVS_QKP_NT) tokens by the 16 rows of one group: its nb
  * records at p (rec bytes each), token t's blocks at xk + t * xs.
  */
@@ -394,15 +659,16 @@ kvs_qkp_tile(uint32_t type, float *y, size_t ldy, const uint8_t *p,
     uint32_t rec, const kvs_cpu_q8k_t *xk, size_t xs, uint32_t nb,
     __mmask16 mask, const uint32_t NT)
 {
-    int                   five;
+    int                   has_min;
     uint32_t              b, t, doff;
     __m512                fa[KVS_QKP_NT], d, dm, dx;
     __m512i               isum[KVS_QKP_NT], msum[KVS_QKP_NT];
     const uint8_t        *r;
     const kvs_cpu_q8k_t  *x[KVS_QKP_NT];
 
-    five = type == KVS_GGML_Q5_K;
-    doff = type == KVS_GGML_Q6_K ? KVS_QKP_Q6_D : KVS_QKP_Q45_D;
+    has_min = type == KVS_GGML_Q2_K || type == KVS_GGML_Q4_K
+              || type == KVS_GGML_Q5_K;
+    doff = type == KVS_GGML_IQ4_XS ? KVS_QKP_IQ4_D : KVS_QKP_D;
 
 #pragma GCC unroll 4
     for (t = 0; t < NT; t++) {
@@ -420,11 +686,20 @@ kvs_qkp_tile(uint32_t type, float *y, size_t ldy, const uint8_t *p,
         d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)
                                               (r + doff)));
 
-        if (type == KVS_GGML_Q6_K) {
+        switch (type) {
+        case KVS_GGML_Q6_K:
             kvs_qkp_sums6(r, x, isum, NT);
-
-        } else {
-            kvs_qkp_sums45(five, r, x, isum, msum, NT);
+            break;
+        case KVS_GGML_Q2_K:
+        case KVS_GGML_Q3_K:
+            kvs_qkp_sums23(type == KVS_GGML_Q3_K, r, x, isum, msum, NT);
+            break;
+        case KVS_GGML_IQ4_XS:
+            kvs_qkp_sums_iq4(r, x, isum, NT);
+            break;
+        default:
+            kvs_qkp_sums45(type == KVS_GGML_Q5_K, r, x, isum, msum, NT);
+            break;
         }
 
 #pragma GCC unroll 4
@@ -434,9 +709,9 @@ kvs_qkp_tile(uint32_t type, float *y, size_t ldy, const uint8_t *p,
                         _mm512_mul_ps(_mm512_mul_ps(d, dx),
                                       _mm512_cvtepi32_ps(isum[t])));
 
-            if (type != KVS_GGML_Q6_K) {
+            if (has_min) {
                 dm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)
-                                         (r + KVS_QKP_Q45_DMIN)));
+                                         (r + KVS_QKP_DMIN)));
                 fa[t] = _mm512_sub_ps(fa[t],
                             _mm512_mul_ps(_mm512_mul_ps(dm, dx),
                                           _mm512_cvtepi32_ps(msum[t])));
@@ -492,6 +767,15 @@ kvs_cpu_qkp_rows_avx512(float *y, size_t ldy, const kvs_cpu_mat_t *w,
 {
     /* one specialization of the kernel per type (a constant inside) */
     switch (w->type) {
+    case KVS_GGML_Q2_K:
+        kvs_qkp_rows(KVS_GGML_Q2_K, y, ldy, w, g, xk, n);
+        break;
+    case KVS_GGML_Q3_K:
+        kvs_qkp_rows(KVS_GGML_Q3_K, y, ldy, w, g, xk, n);
+        break;
+    case KVS_GGML_IQ4_XS:
+        kvs_qkp_rows(KVS_GGML_IQ4_XS, y, ldy, w, g, xk, n);
+        break;
     case KVS_GGML_Q4_K:
         kvs_qkp_rows(KVS_GGML_Q4_K, y, ldy, w, g, xk, n);
         break;
