@@ -199,6 +199,37 @@ settle(kvs_engine_t *e)
 }
 
 
+/* A test's start: md generated from name and seed, its engine on a tier
+ * of SLOTS slots, an empty book and take. */
+static kvs_engine_t *
+setup(kvs_test_model_t *md, const char *name, uint64_t seed, book_t **bk,
+    kvs_engine_index_t *ix)
+{
+    kvs_engine_t  *e;
+
+    kvs_test_model_small(md, name, 256, seed, 1);
+    e = engine_slots(md);
+
+    *bk = calloc(1, sizeof(book_t));
+    assert_non_null(*bk);
+    memset(ix, 0, sizeof(*ix));
+
+    return e;
+}
+
+
+static void
+teardown(kvs_engine_t *e, kvs_test_model_t *md, book_t *bk,
+    kvs_engine_index_t *ix)
+{
+    kvs_engine_index_free(ix);
+    kvs_engine_free(e);
+    kvs_test_model_free(md);
+    unlink(tier_path());
+    free(bk);
+}
+
+
 static void
 test_disk_names(void **state)
 {
@@ -212,12 +243,7 @@ test_disk_names(void **state)
 
     (void) state;
 
-    kvs_test_model_small(&md, "test-engine-tier-ix", 256, 0x71e5, 1);
-    e = engine_slots(&md);
-
-    bk = calloc(1, sizeof(book_t));
-    assert_non_null(bk);
-    memset(&ix, 0, sizeof(ix));
+    e = setup(&md, "test-engine-tier-ix", 0x71e5, &bk, &ix);
 
     for (s = 0; s < N_PROMPT; s++) {
         kvs_test_engine_ix_prompt(tok[s], LEN, s);
@@ -296,11 +322,7 @@ test_disk_names(void **state)
         assert_memory_equal(disk, bk->disk, sizeof(disk));
     }
 
-    kvs_engine_index_free(&ix);
-    kvs_engine_free(e);
-    kvs_test_model_free(&md);
-    unlink(tier_path());
-    free(bk);
+    teardown(e, &md, bk, &ix);
 }
 
 
@@ -319,11 +341,7 @@ test_listing_after_subscribe(void **state)
 
     (void) state;
 
-    kvs_test_model_small(&md, "test-engine-tier-ix2", 256, 0x71e6, 1);
-    e = engine_slots(&md);
-    bk = calloc(1, sizeof(book_t));
-    assert_non_null(bk);
-    memset(&ix, 0, sizeof(ix));
+    e = setup(&md, "test-engine-tier-ix2", 0x71e6, &bk, &ix);
 
     for (s = 0; s < 6; s++) {
         kvs_test_engine_ix_prompt(tok[s], LEN, s + 100);
@@ -345,11 +363,7 @@ test_listing_after_subscribe(void **state)
     assert_int_equal(ix.n_dadd, st.tier.used);
     assert_int_equal(ix.n_add, st.cache_blocks);
 
-    kvs_engine_index_free(&ix);
-    kvs_engine_free(e);
-    kvs_test_model_free(&md);
-    unlink(tier_path());
-    free(bk);
+    teardown(e, &md, bk, &ix);
 }
 
 
