@@ -482,7 +482,7 @@ GPU_CHECK_SRCS := $(wildcard t/gpu/gpu_check*.c)
 GPU_CHECK_OBJS := $(CU_SRCS:kernels/%.cu=$(B)/cuda/%.o)
 OUT ?= t/gpu/out
 
-$(B)/gpu_check: $(GPU_CHECK_SRCS) t/gpu/gpu_check.h $(LIB) \
+$(B)/gpu_check: $(GPU_CHECK_SRCS) $(wildcard t/gpu/gpu_check*.h) $(LIB) \
                 $(GPU_CHECK_OBJS) $(CUDA_HDRS)
 	$(CC) $(KVS_CFLAGS) $(CFLAGS) -Isrc -I$(CUDA_HOME)/include -Ikernels \
 	    -o $@ $(GPU_CHECK_SRCS) $(LIB) $(GPU_CHECK_OBJS) $(LIBS) \

@@ -1,6 +1,8 @@
 # The name=value parameters of kvserve_kv_pool, kvserve_kv_tier,
-# kvserve_lora and kvserve_route (read by ngx_http_kvserve_param.h),
-# through `nginx -t` only: no nginx is started, no engine spawned.
+# kvserve_lora and kvserve_route, and the edges of those of
+# kvserve_limit_zone, kvserve_guard_zone, kvserve_guard, kvserve_index
+# and kvserve_model (all read by ngx_http_kvserve_param.h), through
+# `nginx -t` only: no nginx is started, no engine spawned.
 #
 #   - a parameter is name=value only with its '=': the bare name, an
 #     empty value where one is needed, a parameter given twice where it
@@ -10,8 +12,12 @@
 #   - the same parameters, well formed, pass (so the value read is the
 #     one after the '=': model=m names the model served as "m", upstream=
 #     the upstream that routes).
+#   - a value that must be one of a few words is that word exactly;
+#     rate= and kv_rate= too short for their unit are refused, also after
+#     a rate= that set the unit.
 # The directives' other errors are 040-kv-pools.t's, 042-lora.t's,
-# 043-kv-tier.t's and 044-route-resv.t's.
+# 043-kv-tier.t's, 044-route-resv.t's, 013-limit.t's, 016-fair.t's,
+# 037-guard.t's, 019-index.t's and 028-engine-per-model.t's.
 use strict;
 use warnings;
 use Test::More;
@@ -79,6 +85,50 @@ for my $c (
      qr/kvserve_route: unknown parameter "upstream=" \(redis=<host:port>, mode=index\|approximate, timeout=<time>, reserve_ttl=<time>, upstream=<name>\)/],
     [route('timeouts=5s'),
      qr/kvserve_route: unknown parameter "timeouts=5s"/],
+
+    # kvserve_limit_zone, kvserve_limit
+    ['kvserve_limit_zone zone=z:1m rate=5;', qr/invalid rate "rate=5"/],
+    ['kvserve_limit_zone zone=z:1m rate=10t/s rate=5;',
+     qr/invalid rate "rate=5"/],
+    ['kvserve_limit_zone zone=z:1m rate=10t/s kv_rate=/s;',
+     qr/invalid kv_rate "kv_rate=\/s"/],
+    ['kvserve_limit_zone zone=:1m rate=10t/s;',
+     qr/invalid zone size "zone=:1m"/],
+    ['kvserve_limit zone=;', qr/invalid zone "zone="/],
+    ['kvserve_limit zone=z empty=share;',
+     qr/invalid empty value "empty=share": shared, reject or unlimited/],
+    ['kvserve_limit zone=z empty=sharedd;',
+     qr/invalid empty value "empty=sharedd"/],
+
+    # kvserve_guard_zone, kvserve_guard
+    ['kvserve_guard_zone g patterns=;',
+     qr/invalid parameter "patterns=" in "kvserve_guard_zone": it takes patterns=FILE/],
+    ['kvserve_guard_zone g patterns;',
+     qr/invalid parameter "patterns" in "kvserve_guard_zone"/],
+    ['kvserve_guard input=of;',
+     qr/invalid parameter "input=of" in "kvserve_guard": it takes zone=NAME, input=reject\|off, output=stop\|redact\|off/],
+    ['kvserve_guard output=offf;',
+     qr/invalid parameter "output=offf" in "kvserve_guard"/],
+    ['kvserve_guard zone=;', qr/unknown guard zone "" in "kvserve_guard"/],
+    ['kvserve_guard input=off output=redact;',
+     qr/"kvserve_guard" needs zone=NAME/],
+
+    # kvserve_index
+    ['kvserve_index redis=127.0.0.1:6379 ttl=1ms;',
+     qr/invalid value "ttl=1ms" in "kvserve_index" directive: a time of at least 1000ms is needed/],
+    ['kvserve_index redis=127.0.0.1:6379 heartbeat=;',
+     qr/invalid value "heartbeat=" in "kvserve_index" directive: a time of at least 10ms/],
+    ['kvserve_index redis=127.0.0.1:6379 advertise=;',
+     qr/invalid value "advertise=" in "kvserve_index" directive: an http:\/\/ or https:\/\/ URL/],
+    ['kvserve_index redis=127.0.0.1:6379 ttls=5s;',
+     qr/invalid parameter "ttls=5s" in "kvserve_index" directive/],
+    ['kvserve_index ttl=5s;', qr/"kvserve_index" needs redis=<host:port>/],
+
+    # kvserve_model: kv_cache= needs its value
+    ["kvserve_model m $model kv_cache=;",
+     qr/kvserve_model "m": unknown parameter "kv_cache=" \(known: kv_cache=SIZE\|FRACTION, chat_template=NAME\|FILE\)/],
+    ["kvserve_model m $model kv_cache;",
+     qr/kvserve_model "m": unknown parameter "kv_cache"/],
 ) {
     my ($failed, $out) = $t->nginx_t($c->[0]);
     ok($failed, "nginx -t fails: $c->[0]");

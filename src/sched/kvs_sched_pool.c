@@ -5,10 +5,11 @@
  * the queue deadline, and the Retry-After from the measured rate at
  * which blocks come free.
  *
- * Invariants (with kvs_sched.c's): a running long sequence holds its
- * whole need and is never a preemption victim; the oldest waiting long
- * sequence's need is left free by short admissions; an expired sequence
- * leaves the waiting queue holding no block.
+ * Invariants (with those of kvs_sched.c and kvs_sched_step.c): a
+ * running long sequence holds its whole need and is never a preemption
+ * victim; the oldest waiting long sequence's need is left free by short
+ * admissions; an expired sequence leaves the waiting queue holding no
+ * block.
  */
 
 #include <inttypes.h>

@@ -49,7 +49,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gpu_check.h"
+#include "gpu_check_pair.h"
 #include "backend/kvs_backend.h"
 #include "backend/cuda/kvs_cuda_plan.h"
 #include "kv/kvs_kv_pool.h"
@@ -94,22 +94,6 @@ typedef struct {
     uint32_t        n_gen;
     int32_t         last;             /* last generated token */
 } gc_e2e_seq_t;
-
-
-static int32_t
-gc_e2e_argmax(const float *l, uint32_t n)
-{
-    uint32_t  i, best;
-
-    best = 0;
-    for (i = 1; i < n; i++) {
-        if (l[i] > l[best]) {
-            best = i;
-        }
-    }
-
-    return (int32_t) best;
-}
 
 
 /*
@@ -255,9 +239,9 @@ gc_e2e_run_one(gc_e2e_t *g, kvs_backend_t *cpu, kvs_backend_t *cuda,
                 rc_row = lc + (size_t) i * g->n_vocab;
                 rg_row = lg + (size_t) i * g->n_vocab;
 
-                ids[i] = gc_e2e_argmax(rc_row, g->n_vocab);
+                ids[i] = gc_pair_argmax(rc_row, g->n_vocab);
                 g->cpu[s][gen] = ids[i];
-                g->cuda_a[s][gen] = gc_e2e_argmax(rg_row, g->n_vocab);
+                g->cuda_a[s][gen] = gc_pair_argmax(rg_row, g->n_vocab);
 
                 memcpy(g->lc + ((size_t) s * GC_E2E_GEN + gen) * g->n_vocab,
                        rc_row, (size_t) g->n_vocab * 4);
@@ -279,7 +263,7 @@ gc_e2e_run_one(gc_e2e_t *g, kvs_backend_t *cpu, kvs_backend_t *cuda,
             }
 
             for (i = 0; i < n_want; i++) {
-                ids[i] = gc_e2e_argmax(lg + (size_t) i * g->n_vocab,
+                ids[i] = gc_pair_argmax(lg + (size_t) i * g->n_vocab,
                                        g->n_vocab);
                 g->cuda[owner[i]][sq[owner[i]].n_gen] = ids[i];
             }
@@ -437,20 +421,16 @@ gc_e2e_model(gc_ctx_t *c, const char *label, const char *path, int kv_dt)
 {
     int                  rc;
     char                 why[KVS_ERR_MSG_LEN + 64];
-    uint32_t             s, i;
+    uint32_t             s;
     gc_rng_t             rng;
     kvs_err_t            err;
     gc_e2e_t            *g;
+    gc_pair_t            p;
     kvs_model_t         *m;
-    kvs_kv_pool_t       *pool;
-    kvs_backend_t       *cpu, *cuda;
     kvs_backend_conf_t   conf;
-    kvs_backend_info_t   info;
 
     m = NULL;
-    pool = NULL;
-    cpu = NULL;
-    cuda = NULL;
+    memset(&p, 0, sizeof(p));
     g = calloc(1, sizeof(*g));
 
     if (g == NULL) {
@@ -471,52 +451,38 @@ gc_e2e_model(gc_ctx_t *c, const char *label, const char *path, int kv_dt)
 
     rng.s = c->seed ^ 0x653265ull;
     for (s = 0; s < GC_E2E_SEQS; s++) {
-        for (i = 0; i < GC_E2E_PROMPT; i++) {
-            g->prompt[s][i] = 3 + (int32_t) gc_rng_below(&rng,
-                                                         g->n_vocab - 3);
-        }
+        gc_pair_prompt(&rng, g->prompt[s], GC_E2E_PROMPT, g->n_vocab);
         g->prompt[s][0] = 1;          /* BOS in stories260K and Llama */
     }
 
-    memset(&conf, 0, sizeof(conf));
-    conf.n_blocks = GC_E2E_BLOCKS;
-    conf.block_tokens = GC_E2E_CHUNK;
-    conf.device = c->device;
-    conf.kind = KVS_BACKEND_CPU;
     /* kvserve_kv_dtype: both backends cache in that dtype (-1: each its
      * own) */
+    memset(&conf, 0, sizeof(conf));
     conf.kv_dtype_set = kv_dt >= 0;
     conf.kv_dtype = kv_dt >= 0 ? (uint32_t) kv_dt : 0;
 
-    rc = g->lc == NULL || g->lg == NULL ? KVS_ENOMEM
-         : kvs_kv_pool_new(&pool, GC_E2E_BLOCKS, GC_E2E_CHUNK, &err);
+    rc = g->lc == NULL || g->lg == NULL
+         ? kvs_err_set(&err, KVS_ENOMEM, "out of host memory")
+         : gc_pair_new(c, &p, m, &conf, GC_E2E_BLOCKS, GC_E2E_CHUNK, &err);
 
     if (rc == KVS_OK) {
-        rc = kvs_backend_new(&cpu, m, &conf, NULL, &err);
-    }
+        printf("  %s: %u layers, %u embd, vocab %u; CUDA backend on %s "
+               "(%s), K/V %.1f MiB\n", label, m->hp.n_layer,
+               m->hp.n_embd, m->hp.n_vocab, p.info.device, p.info.reason,
+               (double) p.cuda->kv_bytes / (1 << 20));
 
-    if (rc == KVS_OK) {
-        conf.kind = c->self_test ? KVS_BACKEND_CPU : KVS_BACKEND_CUDA;
-        rc = kvs_backend_new(&cuda, m, &conf, &info, &err);
-        if (rc == KVS_OK) {
-            printf("  %s: %u layers, %u embd, vocab %u; CUDA backend on %s "
-                   "(%s), K/V %.1f MiB\n", label, m->hp.n_layer,
-                   m->hp.n_embd, m->hp.n_vocab, info.device, info.reason,
-                   (double) cuda->kv_bytes / (1 << 20));
-
-            /* a self-test's "CUDA" is the CPU: no device bytes */
-            if (!c->self_test) {
-                gc_e2e_mem(c, label, m, cuda, kv_dt);
-            }
+        /* a self-test's "CUDA" is the CPU: no device bytes */
+        if (!c->self_test) {
+            gc_e2e_mem(c, label, m, p.cuda, kv_dt);
         }
     }
 
     if (rc == KVS_OK) {
-        rc = gc_e2e_run_one(g, cpu, cuda, pool, 1, &err);
+        rc = gc_e2e_run_one(g, p.cpu, p.cuda, p.pool, 1, &err);
     }
 
     if (rc == KVS_OK) {
-        rc = gc_e2e_run_one(g, cpu, cuda, pool, 0, &err);
+        rc = gc_e2e_run_one(g, p.cpu, p.cuda, p.pool, 0, &err);
     }
 
     if (rc == KVS_OK) {
@@ -527,9 +493,7 @@ gc_e2e_model(gc_ctx_t *c, const char *label, const char *path, int kv_dt)
         gc_fail(c, "e2e", label, why);
     }
 
-    kvs_backend_free(cuda);
-    kvs_backend_free(cpu);
-    kvs_kv_pool_free(pool);
+    gc_pair_free(&p);
     kvs_model_close(m);
     free(g->lc);
     free(g->lg);

@@ -35,7 +35,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gpu_check.h"
+#include "gpu_check_pair.h"
 #include "backend/kvs_backend.h"
 #include "backend/cuda/kvs_cuda_lora_plan.h"
 #include "gen/kvs_gen.h"
@@ -294,22 +294,6 @@ typedef struct {
 } gc_lora_res_t;
 
 
-static int32_t
-gc_lora_argmax(const float *l, uint32_t n)
-{
-    uint32_t  i, best;
-
-    best = 0;
-    for (i = 1; i < n; i++) {
-        if (l[i] > l[best]) {
-            best = i;
-        }
-    }
-
-    return (int32_t) best;
-}
-
-
 /* Every step: all sequences, through the three backends. */
 static int
 gc_lora_steps(gc_lora_seq_t *sq, kvs_kv_pool_t *pool, uint32_t n_vocab,
@@ -387,8 +371,8 @@ gc_lora_steps(gc_lora_seq_t *sq, kvs_kv_pool_t *pool, uint32_t n_vocab,
             s = owner[j];
             rc_row = lc + (size_t) j * n_vocab;
             rg_row = lg + (size_t) j * n_vocab;
-            x = gc_lora_argmax(rc_row, n_vocab);
-            y = gc_lora_argmax(rg_row, n_vocab);
+            x = gc_pair_argmax(rc_row, n_vocab);
+            y = gc_pair_argmax(rg_row, n_vocab);
             dmax = 0.0f;
 
             for (k = 0; k < n_vocab; k++) {
@@ -434,24 +418,21 @@ gc_lora_model(gc_ctx_t *c, const char *label, kvs_arch_t arch)
     char                 base_path[4000], ad_path[GC_LORA_AD][4096];
     char                 name[96], value[48], why[KVS_ERR_MSG_LEN + 64];
     double               rel, ctl;
-    uint32_t             s, i;
+    uint32_t             s;
     gc_rng_t             rng;
+    gc_pair_t            p;
     kvs_err_t            err;
     kvs_model_t         *m;
     kvs_lora_t          *ad[GC_LORA_AD];
-    kvs_kv_pool_t       *pool;
-    kvs_backend_t       *cpu, *cuda, *base;
+    kvs_backend_t       *base;
     gc_lora_seq_t        sq[GC_LORA_SEQ];
     gc_lora_res_t        res;
     kvs_gen_spec_t       spec;
-    kvs_backend_conf_t   conf;
     kvs_gen_lora_spec_t  ls;
 
     m = NULL;
-    pool = NULL;
-    cpu = NULL;
-    cuda = NULL;
     base = NULL;
+    memset(&p, 0, sizeof(p));
     memset(ad, 0, sizeof(ad));
     memset(ad_path, 0, sizeof(ad_path));
     memset(sq, 0, sizeof(sq));
@@ -488,37 +469,25 @@ gc_lora_model(gc_ctx_t *c, const char *label, kvs_arch_t arch)
         rc = kvs_lora_open(&ad[s], ad_path[s], m, &err);
     }
 
-    memset(&conf, 0, sizeof(conf));
-    conf.n_blocks = GC_LORA_BLOCKS;
-    conf.block_tokens = GC_LORA_BT;
-    conf.device = c->device;
-    conf.kind = KVS_BACKEND_CPU;
-
     if (rc == KVS_OK) {
-        rc = kvs_kv_pool_new(&pool, GC_LORA_BLOCKS, GC_LORA_BT, &err);
+        rc = gc_pair_new(c, &p, m, NULL, GC_LORA_BLOCKS, GC_LORA_BT, &err);
     }
+    /* the control: the CPU's again, no adapter set */
     if (rc == KVS_OK) {
-        rc = kvs_backend_new(&cpu, m, &conf, NULL, &err);
+        rc = kvs_backend_new(&base, m, &p.conf, NULL, &err);
     }
-    if (rc == KVS_OK) {
-        rc = kvs_backend_new(&base, m, &conf, NULL, &err);
-    }
-    if (rc == KVS_OK) {
-        conf.kind = c->self_test ? KVS_BACKEND_CPU : KVS_BACKEND_CUDA;
-        rc = kvs_backend_new(&cuda, m, &conf, NULL, &err);
-    }
-    if (rc == KVS_OK && (cuda->ops->set_lora == NULL
-                         || cuda->ops->forward_lora == NULL))
+    if (rc == KVS_OK && (p.cuda->ops->set_lora == NULL
+                         || p.cuda->ops->forward_lora == NULL))
     {
         rc = kvs_err_set(&err, KVS_EUNSUPPORTED, "the %s backend has no "
                          "set_lora / forward_lora",
-                         kvs_backend_name(cuda->kind));
+                         kvs_backend_name(p.cuda->kind));
     }
 
     for (s = 0; rc == KVS_OK && s < GC_LORA_AD; s++) {
-        rc = cpu->ops->set_lora(cpu, s + 1, ad[s], &err);
+        rc = p.cpu->ops->set_lora(p.cpu, s + 1, ad[s], &err);
         if (rc == KVS_OK) {
-            rc = cuda->ops->set_lora(cuda, s + 1, ad[s], &err);
+            rc = p.cuda->ops->set_lora(p.cuda, s + 1, ad[s], &err);
         }
     }
 
@@ -527,14 +496,12 @@ gc_lora_model(gc_ctx_t *c, const char *label, kvs_arch_t arch)
 
         for (s = 0; s < GC_LORA_SEQ; s++) {
             sq[s].n_prompt = 3 + s;
-            for (i = 0; i < sq[s].n_prompt; i++) {
-                sq[s].prompt[i] = 3 + (int32_t) gc_rng_below(&rng,
-                                                    m->hp.n_vocab - 3);
-            }
+            gc_pair_prompt(&rng, sq[s].prompt, sq[s].n_prompt,
+                           m->hp.n_vocab);
         }
 
-        rc = gc_lora_steps(sq, pool, m->hp.n_vocab, cpu, cuda, base, &res,
-                           &err);
+        rc = gc_lora_steps(sq, p.pool, m->hp.n_vocab, p.cpu, p.cuda, base,
+                           &res, &err);
     }
 
     if (rc != KVS_OK) {
@@ -568,14 +535,12 @@ gc_lora_model(gc_ctx_t *c, const char *label, kvs_arch_t arch)
                res.note);
     }
 
-    for (s = 0; pool != NULL && s < GC_LORA_SEQ; s++) {
-        kvs_kv_table_release(&sq[s].tab, pool, &err);
+    for (s = 0; p.pool != NULL && s < GC_LORA_SEQ; s++) {
+        kvs_kv_table_release(&sq[s].tab, p.pool, &err);
     }
 
-    kvs_backend_free(cuda);
     kvs_backend_free(base);
-    kvs_backend_free(cpu);
-    kvs_kv_pool_free(pool);
+    gc_pair_free(&p);
 
     for (s = 0; s < GC_LORA_AD; s++) {
         kvs_lora_close(ad[s]);

@@ -10,13 +10,9 @@
  * on its own thread (the eventfd wakes the taker), for TSan.
  */
 
-#include "kvs_test.h"
-#include "kvs_test_model.h"
+#include "kvs_test_engine_ix.h"
 
 #include <poll.h>
-
-#include "engine/kvs_engine.h"
-#include "index/kvs_index_name.h"
 
 #define BT        16
 #define N_BLOCKS  12
@@ -41,24 +37,11 @@ typedef struct {
 static kvs_engine_t *
 engine_new(const kvs_test_model_t *md)
 {
-    kvs_err_t          err;
-    kvs_engine_t      *e;
     kvs_engine_conf_t  conf;
 
-    memset(&conf, 0, sizeof(conf));
-    conf.model = md->m;
-    conf.vocab = md->v;
-    conf.block_tokens = BT;
-    conf.n_blocks = N_BLOCKS;
-    conf.threads = 1;
-    conf.max_batch_tokens = 64;
-    conf.index_model = MODEL;
+    kvs_test_engine_ix_conf(&conf, md, BT, N_BLOCKS, MODEL);
 
-    if (kvs_engine_new(&e, &conf, &err) != KVS_OK) {
-        fail_msg("engine: %s", err.msg);
-    }
-
-    return e;
+    return kvs_test_engine_new(&conf);
 }
 
 
@@ -69,86 +52,15 @@ model_new(kvs_test_model_t *md)
 }
 
 
-/* tokens[i] = (seed * 31 + i * 7) % 280 + 10: distinct prompts by seed */
-static void
-prompt(int32_t *tok, uint32_t n, uint32_t seed)
-{
-    uint32_t  i;
-
-    for (i = 0; i < n; i++) {
-        tok[i] = (int32_t) ((seed * 31 + i * 7 + (i * i) % 13) % 280 + 10);
-    }
-}
-
-
-/* One greedy token (the prompt alone is computed and cached), driven on
- * this thread. */
-static void
-run1(kvs_engine_t *e, const int32_t *tok, uint32_t n, const char *scope)
-{
-    kvs_err_t          err;
-    kvs_engine_req_t   req;
-    kvs_engine_out_t   out;
-    kvs_engine_seq_t  *h, *hs[1];
-
-    memset(&req, 0, sizeof(req));
-    req.prompt = tok;
-    req.n_prompt = n;
-    req.max_tokens = 1;
-    req.ignore_eos = 1;
-    req.sample.top_p = 1.0f;
-    req.scope = scope;
-    req.scope_len = scope != NULL ? strlen(scope) : 0;
-
-    memset(&out, 0, sizeof(out));
-
-    if (kvs_engine_submit(e, &req, &h, &err) != KVS_OK) {
-        fail_msg("submit: %s", err.msg);
-    }
-
-    while (out.finish == KVS_FINISH_NONE) {
-        (void) kvs_engine_step(e);
-
-        while (kvs_engine_ready(e, hs, 1) > 0) {
-            assert_true(kvs_engine_read(e, h, &out) >= 0);
-        }
-    }
-
-    assert_int_equal(out.finish, KVS_FINISH_LENGTH);
-    kvs_engine_close(e, h);
-    kvs_engine_out_free(&out);
-
-    if (kvs_engine_check(e, &err) != KVS_OK) {
-        fail_msg("engine check: %s", err.msg);
-    }
-}
-
-
 /* The names of tok's whole blocks, as a gateway computes them, recorded
  * in the book with their parents. */
 static uint32_t
 names_of(kvs_engine_t *e, book_t *bk, const int32_t *tok, uint32_t n,
     const char *scope, kvs_index_name_t *out)
 {
-    size_t              k, i;
-    kvs_err_t           err;
-    kvs_index_ns_t      ns;
-    kvs_index_name_t    root;
-    kvs_engine_stats_t  st;
+    uint32_t  k, i;
 
-    kvs_engine_stats(e, &st);
-    memset(&ns, 0, sizeof(ns));
-    ns.model = MODEL;
-    ns.model_len = strlen(MODEL);
-    ns.epoch = st.epoch;
-    ns.adapter = "";
-    ns.scope = scope != NULL ? scope : "";
-    ns.scope_len = strlen(ns.scope);
-
-    assert_int_equal(kvs_index_name_root(&ns, &root, &err), KVS_OK);
-    assert_int_equal(kvs_index_name_chain(&root, tok, n, BT, out, MAX_N, &k,
-                                          &err), KVS_OK);
-    assert_int_equal(k, n / BT);
+    k = kvs_test_engine_ix_names(e, MODEL, tok, n, BT, scope, out, MAX_N);
 
     for (i = 0; i < k; i++) {
         assert_true(bk->n_known < 4 * MAX_N);
@@ -160,7 +72,7 @@ names_of(kvs_engine_t *e, book_t *bk, const int32_t *tok, uint32_t n,
         bk->n_known++;
     }
 
-    return (uint32_t) k;
+    return k;
 }
 
 
@@ -262,8 +174,8 @@ test_names(void **state)
     memset(&ix, 0, sizeof(ix));
 
     /* not subscribed: the cache is named, nothing is recorded */
-    prompt(p0, 48, 1);
-    run1(e, p0, 48, NULL);
+    kvs_test_engine_ix_prompt(p0, 48, 1);
+    (void) kvs_test_engine_ix_run1(e, p0, 48, NULL);
     take(e, &ix);
     assert_int_equal(ix.n_add + ix.n_del, 0);
     assert_int_equal(ix.resync, 0);
@@ -289,8 +201,8 @@ test_names(void **state)
 
     /* two blocks shared, two new: only the new ones, in order */
     memcpy(p1, p0, 32 * sizeof(int32_t));
-    prompt(p1 + 32, 33, 2);
-    run1(e, p1, 65, NULL);
+    kvs_test_engine_ix_prompt(p1 + 32, 33, 2);
+    (void) kvs_test_engine_ix_run1(e, p1, 65, NULL);
     take(e, &ix);
     assert_int_equal(ix.resync, 0);
     n = names_of(e, bk, p1, 65, NULL, w);
@@ -300,7 +212,7 @@ test_names(void **state)
     book_apply(bk, &ix);
 
     /* another scope: the same tokens, other names */
-    run1(e, p0, 48, "t1");
+    (void) kvs_test_engine_ix_run1(e, p0, 48, "t1");
     take(e, &ix);
     n = names_of(e, bk, p0, 48, "t1", w2);
     expect_adds(&ix, w2, 3);
@@ -308,8 +220,8 @@ test_names(void **state)
     book_apply(bk, &ix);
 
     /* 8 of 12 blocks cached; 7 more wanted: evictions, reported */
-    prompt(p2, 100, 3);
-    run1(e, p2, 100, NULL);
+    kvs_test_engine_ix_prompt(p2, 100, 3);
+    (void) kvs_test_engine_ix_run1(e, p2, 100, NULL);
     take(e, &ix);
     n = names_of(e, bk, p2, 100, NULL, w);
     expect_adds(&ix, w, 6);
@@ -345,10 +257,10 @@ test_names(void **state)
     }
 
     /* added and evicted between two takes: one delete, no add */
-    prompt(pa, 48, 4);
-    run1(e, pa, 48, NULL);
-    prompt(pb, 180, 5);
-    run1(e, pb, 180, NULL);
+    kvs_test_engine_ix_prompt(pa, 48, 4);
+    (void) kvs_test_engine_ix_run1(e, pa, 48, NULL);
+    kvs_test_engine_ix_prompt(pb, 180, 5);
+    (void) kvs_test_engine_ix_run1(e, pb, 180, NULL);
     take(e, &ix);
     n = names_of(e, bk, pa, 48, NULL, wa);
     n = names_of(e, bk, pb, 180, NULL, wb);
@@ -372,8 +284,8 @@ test_names(void **state)
 
     /* evictions not yet taken when a resync comes still go out, as
      * deletes beside the listing (else their entries would stay) */
-    prompt(pc, 100, 7);
-    run1(e, pc, 100, NULL);
+    kvs_test_engine_ix_prompt(pc, 100, 7);
+    (void) kvs_test_engine_ix_run1(e, pc, 100, NULL);
     kvs_engine_index_resync(e);
     (void) kvs_engine_step(e);
     take(e, &ix);
@@ -393,8 +305,8 @@ test_names(void **state)
 
     /* unsubscribed: nothing recorded, nothing kept */
     kvs_engine_index_subscribe(e, 0);
-    prompt(p0, 48, 6);
-    run1(e, p0, 48, NULL);
+    kvs_test_engine_ix_prompt(p0, 48, 6);
+    (void) kvs_test_engine_ix_run1(e, p0, 48, NULL);
     take(e, &ix);
     assert_int_equal(ix.n_add + ix.n_del, 0);
     assert_int_equal(ix.resync, 0);
@@ -434,7 +346,7 @@ test_threaded(void **state)
     assert_int_equal(kvs_engine_start(e, &err), KVS_OK);
     kvs_engine_index_subscribe(e, 1);
 
-    prompt(p0, 80, 7);
+    kvs_test_engine_ix_prompt(p0, 80, 7);
     n = names_of(e, bk, p0, 80, NULL, w);
     memset(&req, 0, sizeof(req));
     req.prompt = p0;

@@ -17,11 +17,7 @@
  * tier weight is said once loads and prefills were measured.
  */
 
-#include "kvs_test.h"
-#include "kvs_test_model.h"
-
-#include "engine/kvs_engine.h"
-#include "index/kvs_index_name.h"
+#include "kvs_test_engine_ix.h"
 
 #define BT        16
 #define N_BLOCKS  12
@@ -57,83 +53,15 @@ tier_path(void)
 static kvs_engine_t *
 engine_new(const kvs_test_model_t *md, uint64_t tier_size)
 {
-    kvs_err_t          err;
-    kvs_engine_t      *e;
     kvs_engine_conf_t  conf;
 
-    memset(&conf, 0, sizeof(conf));
-    conf.model = md->m;
-    conf.vocab = md->v;
-    conf.block_tokens = BT;
-    conf.n_blocks = N_BLOCKS;
-    conf.threads = 1;
-    conf.max_batch_tokens = 64;
-    conf.index_model = MODEL;
+    kvs_test_engine_ix_conf(&conf, md, BT, N_BLOCKS, MODEL);
     conf.tier_path = tier_path();
     conf.tier_size = tier_size;
     conf.tier_model = 1;
     conf.tier_load_always = 1;
 
-    if (kvs_engine_new(&e, &conf, &err) != KVS_OK) {
-        fail_msg("engine: %s", err.msg);
-    }
-
-    return e;
-}
-
-
-static void
-prompt(int32_t *tok, uint32_t seed)
-{
-    uint32_t  i;
-
-    for (i = 0; i < LEN; i++) {
-        tok[i] = (int32_t) ((seed * 31 + i * 7 + (i * i) % 13) % 280 + 10);
-    }
-}
-
-
-/* One greedy token: the prompt's 3 blocks are computed and cached;
- * returns the tokens loaded from the disk tier. */
-static uint32_t
-run1(kvs_engine_t *e, const int32_t *tok)
-{
-    uint32_t           tier;
-    kvs_err_t          err;
-    kvs_engine_req_t   req;
-    kvs_engine_out_t   out;
-    kvs_engine_seq_t  *h, *hs[1];
-
-    memset(&req, 0, sizeof(req));
-    req.prompt = tok;
-    req.n_prompt = LEN;
-    req.max_tokens = 1;
-    req.ignore_eos = 1;
-    req.sample.top_p = 1.0f;
-
-    memset(&out, 0, sizeof(out));
-
-    if (kvs_engine_submit(e, &req, &h, &err) != KVS_OK) {
-        fail_msg("submit: %s", err.msg);
-    }
-
-    while (out.finish == KVS_FINISH_NONE) {
-        (void) kvs_engine_step(e);
-
-        while (kvs_engine_ready(e, hs, 1) > 0) {
-            assert_true(kvs_engine_read(e, h, &out) >= 0);
-        }
-    }
-
-    tier = out.n_cached_tier;
-    kvs_engine_close(e, h);
-    kvs_engine_out_free(&out);
-
-    if (kvs_engine_check(e, &err) != KVS_OK) {
-        fail_msg("engine check: %s", err.msg);
-    }
-
-    return tier;
+    return kvs_test_engine_new(&conf);
 }
 
 
@@ -141,25 +69,8 @@ run1(kvs_engine_t *e, const int32_t *tok)
 static void
 book_names(book_t *bk, kvs_engine_t *e, const int32_t *tok, uint32_t seed)
 {
-    size_t              k;
-    kvs_err_t           err;
-    kvs_index_ns_t      ns;
-    kvs_index_name_t    root;
-    kvs_engine_stats_t  st;
-
-    kvs_engine_stats(e, &st);
-    memset(&ns, 0, sizeof(ns));
-    ns.model = MODEL;
-    ns.model_len = strlen(MODEL);
-    ns.epoch = st.epoch;
-    ns.adapter = "";
-    ns.scope = "";
-
-    assert_int_equal(kvs_index_name_root(&ns, &root, &err), KVS_OK);
-    assert_int_equal(kvs_index_name_chain(&root, tok, LEN, BT,
-                                          &bk->name[seed * PB], PB, &k,
-                                          &err), KVS_OK);
-    assert_int_equal(k, PB);
+    (void) kvs_test_engine_ix_names(e, MODEL, tok, LEN, BT, NULL,
+                                    &bk->name[seed * PB], PB);
 
     if (bk->n < (seed + 1) * PB) {
         bk->n = (seed + 1) * PB;
@@ -288,6 +199,37 @@ settle(kvs_engine_t *e)
 }
 
 
+/* A test's start: md generated from name and seed, its engine on a tier
+ * of SLOTS slots, an empty book and take. */
+static kvs_engine_t *
+setup(kvs_test_model_t *md, const char *name, uint64_t seed, book_t **bk,
+    kvs_engine_index_t *ix)
+{
+    kvs_engine_t  *e;
+
+    kvs_test_model_small(md, name, 256, seed, 1);
+    e = engine_slots(md);
+
+    *bk = calloc(1, sizeof(book_t));
+    assert_non_null(*bk);
+    memset(ix, 0, sizeof(*ix));
+
+    return e;
+}
+
+
+static void
+teardown(kvs_engine_t *e, kvs_test_model_t *md, book_t *bk,
+    kvs_engine_index_t *ix)
+{
+    kvs_engine_index_free(ix);
+    kvs_engine_free(e);
+    kvs_test_model_free(md);
+    unlink(tier_path());
+    free(bk);
+}
+
+
 static void
 test_disk_names(void **state)
 {
@@ -301,22 +243,17 @@ test_disk_names(void **state)
 
     (void) state;
 
-    kvs_test_model_small(&md, "test-engine-tier-ix", 256, 0x71e5, 1);
-    e = engine_slots(&md);
-
-    bk = calloc(1, sizeof(book_t));
-    assert_non_null(bk);
-    memset(&ix, 0, sizeof(ix));
+    e = setup(&md, "test-engine-tier-ix", 0x71e5, &bk, &ix);
 
     for (s = 0; s < N_PROMPT; s++) {
-        prompt(tok[s], s);
+        kvs_test_engine_ix_prompt(tok[s], LEN, s);
         book_names(bk, e, tok[s], s);
     }
 
     kvs_engine_index_subscribe(e, 1);
 
     /* prompt 0 alone: 3 pool adds, nothing on disk */
-    (void) run1(e, tok[0]);
+    (void) kvs_test_engine_ix_run1(e, tok[0], LEN, NULL);
     take(e, &ix, bk);
     assert_int_equal(ix.n_add, PB);
     assert_int_equal(ix.n_dadd + ix.n_ddel, 0);
@@ -325,7 +262,7 @@ test_disk_names(void **state)
     /* prompts 1..4 (4 x 3 blocks, a pool of 12): prompt 0 is evicted,
      * spilled, and once written its 3 names come as disk adds */
     for (s = 1; s <= 4; s++) {
-        (void) run1(e, tok[s]);
+        (void) kvs_test_engine_ix_run1(e, tok[s], LEN, NULL);
         take(e, &ix, bk);
     }
 
@@ -342,7 +279,7 @@ test_disk_names(void **state)
 
     /* prompt 0 comes back from the disk: in the pool again, and still on
      * disk (the slot stays); the weight is said now */
-    loaded = run1(e, tok[0]);
+    loaded = kvs_test_engine_ix_run1(e, tok[0], LEN, NULL);
     assert_int_equal(loaded, LEN - 1);        /* all but the last token */
     take(e, &ix, bk);
 
@@ -356,7 +293,7 @@ test_disk_names(void **state)
     /* many more prompts through a tier of 6 slots: it reclaims, and
      * every reclaimed block comes out as a disk delete */
     for (s = 5; s < N_PROMPT; s++) {
-        (void) run1(e, tok[s]);
+        (void) kvs_test_engine_ix_run1(e, tok[s], LEN, NULL);
         take(e, &ix, bk);
     }
 
@@ -385,11 +322,7 @@ test_disk_names(void **state)
         assert_memory_equal(disk, bk->disk, sizeof(disk));
     }
 
-    kvs_engine_index_free(&ix);
-    kvs_engine_free(e);
-    kvs_test_model_free(&md);
-    unlink(tier_path());
-    free(bk);
+    teardown(e, &md, bk, &ix);
 }
 
 
@@ -408,16 +341,12 @@ test_listing_after_subscribe(void **state)
 
     (void) state;
 
-    kvs_test_model_small(&md, "test-engine-tier-ix2", 256, 0x71e6, 1);
-    e = engine_slots(&md);
-    bk = calloc(1, sizeof(book_t));
-    assert_non_null(bk);
-    memset(&ix, 0, sizeof(ix));
+    e = setup(&md, "test-engine-tier-ix2", 0x71e6, &bk, &ix);
 
     for (s = 0; s < 6; s++) {
-        prompt(tok[s], s + 100);
+        kvs_test_engine_ix_prompt(tok[s], LEN, s + 100);
         book_names(bk, e, tok[s], s);
-        (void) run1(e, tok[s]);
+        (void) kvs_test_engine_ix_run1(e, tok[s], LEN, NULL);
     }
 
     settle(e);
@@ -434,11 +363,7 @@ test_listing_after_subscribe(void **state)
     assert_int_equal(ix.n_dadd, st.tier.used);
     assert_int_equal(ix.n_add, st.cache_blocks);
 
-    kvs_engine_index_free(&ix);
-    kvs_engine_free(e);
-    kvs_test_model_free(&md);
-    unlink(tier_path());
-    free(bk);
+    teardown(e, &md, bk, &ix);
 }
 
 

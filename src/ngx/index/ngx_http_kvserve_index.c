@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "ngx/kvserve/ngx_http_kvserve.h"
+#include "ngx/kvserve/ngx_http_kvserve_param.h"
 #include "ngx_http_kvserve_index.h"
 #include "index/kvs_index_schema.h"
 
@@ -128,8 +129,8 @@ static void *ngx_http_kvserve_index_create_conf(ngx_conf_t *cf);
 static char *ngx_http_kvserve_index_init_conf(ngx_conf_t *cf, void *conf);
 static char *ngx_http_kvserve_index_directive(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
-static ngx_int_t ngx_http_kvserve_index_time(ngx_conf_t *cf, ngx_str_t *v,
-    size_t skip, ngx_msec_t min, ngx_msec_t *out);
+static ngx_int_t ngx_http_kvserve_index_time(ngx_conf_t *cf,
+    ngx_str_t *value, ngx_str_t *v, ngx_msec_t min, ngx_msec_t *out);
 static ngx_int_t ngx_http_kvserve_index_init_process(ngx_cycle_t *cycle);
 static void ngx_http_kvserve_index_exit_process(ngx_cycle_t *cycle);
 static ngx_http_kvserve_index_pub_t *ngx_http_kvserve_index_pub(void);
@@ -224,7 +225,7 @@ ngx_http_kvserve_index_directive(ngx_conf_t *cf, ngx_command_t *cmd,
 
     for (i = 1; i < cf->args->nelts; i++) {
 
-        if (ngx_strncmp(value[i].data, "redis=", 6) == 0) {
+        if (ngx_http_kvserve_param(&value[i], "redis", &v) == NGX_OK) {
             if (ngx_http_kvserve_redis_resolve(cf, &cmd->name, &value[i],
                                                &icf->redis)
                 != NGX_OK)
@@ -235,9 +236,7 @@ ngx_http_kvserve_index_directive(ngx_conf_t *cf, ngx_command_t *cmd,
             continue;
         }
 
-        if (ngx_strncmp(value[i].data, "host_id=", 8) == 0) {
-            v.data = value[i].data + 8;
-            v.len = value[i].len - 8;
+        if (ngx_http_kvserve_param(&value[i], "host_id", &v) == NGX_OK) {
 
             if (kvs_index_host_id_check((const char *) v.data, v.len, &err)
                 != KVS_OK)
@@ -253,9 +252,7 @@ ngx_http_kvserve_index_directive(ngx_conf_t *cf, ngx_command_t *cmd,
             continue;
         }
 
-        if (ngx_strncmp(value[i].data, "advertise=", 10) == 0) {
-            v.data = value[i].data + 10;
-            v.len = value[i].len - 10;
+        if (ngx_http_kvserve_param(&value[i], "advertise", &v) == NGX_OK) {
 
             /* the host record's url field: printable, no space */
             for (k = 0; k < v.len; k++) {
@@ -281,8 +278,8 @@ ngx_http_kvserve_index_directive(ngx_conf_t *cf, ngx_command_t *cmd,
             continue;
         }
 
-        if (ngx_strncmp(value[i].data, "heartbeat=", 10) == 0) {
-            if (ngx_http_kvserve_index_time(cf, &value[i], 10, 10,
+        if (ngx_http_kvserve_param(&value[i], "heartbeat", &v) == NGX_OK) {
+            if (ngx_http_kvserve_index_time(cf, &value[i], &v, 10,
                                             &icf->heartbeat)
                 != NGX_OK)
             {
@@ -291,8 +288,8 @@ ngx_http_kvserve_index_directive(ngx_conf_t *cf, ngx_command_t *cmd,
             continue;
         }
 
-        if (ngx_strncmp(value[i].data, "ttl=", 4) == 0) {
-            if (ngx_http_kvserve_index_time(cf, &value[i], 4, 1000,
+        if (ngx_http_kvserve_param(&value[i], "ttl", &v) == NGX_OK) {
+            if (ngx_http_kvserve_index_time(cf, &value[i], &v, 1000,
                                             &icf->ttl)
                 != NGX_OK)
             {
@@ -319,24 +316,21 @@ ngx_http_kvserve_index_directive(ngx_conf_t *cf, ngx_command_t *cmd,
 }
 
 
-/* "name=<time>" of at least min ms into *out, else an error naming it */
+/* "name=<time>" (value, v its value) of at least min ms into *out, else
+ * an error naming it */
 static ngx_int_t
-ngx_http_kvserve_index_time(ngx_conf_t *cf, ngx_str_t *v, size_t skip,
+ngx_http_kvserve_index_time(ngx_conf_t *cf, ngx_str_t *value, ngx_str_t *v,
     ngx_msec_t min, ngx_msec_t *out)
 {
     ngx_int_t  ms;
-    ngx_str_t  s;
 
-    s.data = v->data + skip;
-    s.len = v->len - skip;
-
-    ms = ngx_parse_time(&s, 0);
+    ms = ngx_parse_time(v, 0);
 
     if (ms == NGX_ERROR || (ngx_msec_t) ms < min) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "invalid value \"%V\" in \"kvserve_index\" "
                            "directive: a time of at least %Mms is needed",
-                           v, min);
+                           value, min);
         return NGX_ERROR;
     }
 

@@ -16,6 +16,7 @@
 #include <ngx_http.h>
 
 #include "ngx_http_kvserve.h"
+#include "ngx_http_kvserve_param.h"
 #include "backend/kvs_backend.h"
 #include "kv/kvs_kv_size.h"
 #include "tokenizer/kvs_chat.h"
@@ -451,9 +452,8 @@ ngx_http_kvserve_fair_weights(ngx_conf_t *cf, ngx_command_t *cmd,
 {
     ngx_http_kvserve_main_conf_t  *kmcf = conf;
 
-    size_t       skip;
     ngx_int_t    n;
-    ngx_str_t   *value;
+    ngx_str_t   *value, v;
     ngx_uint_t   i, *w;
 
     if (kmcf->fair_w_prefill != NGX_CONF_UNSET_UINT) {
@@ -464,13 +464,13 @@ ngx_http_kvserve_fair_weights(ngx_conf_t *cf, ngx_command_t *cmd,
 
     for (i = 1; i < cf->args->nelts; i++) {
 
-        if (ngx_strncmp(value[i].data, "prefill=", 8) == 0) {
+        if (ngx_http_kvserve_param(&value[i], "prefill", &v) == NGX_OK) {
             w = &kmcf->fair_w_prefill;
-            skip = 8;
 
-        } else if (ngx_strncmp(value[i].data, "decode=", 7) == 0) {
+        } else if (ngx_http_kvserve_param(&value[i], "decode", &v)
+                   == NGX_OK)
+        {
             w = &kmcf->fair_w_decode;
-            skip = 7;
 
         } else {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -480,7 +480,7 @@ ngx_http_kvserve_fair_weights(ngx_conf_t *cf, ngx_command_t *cmd,
             return NGX_CONF_ERROR;
         }
 
-        n = ngx_atoi(value[i].data + skip, value[i].len - skip);
+        n = ngx_atoi(v.data, v.len);
 
         if (n == NGX_ERROR || n < 1 || n > NGX_HTTP_KVSERVE_FAIR_W_MAX) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,

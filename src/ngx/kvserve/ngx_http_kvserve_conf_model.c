@@ -19,6 +19,7 @@
 #include <ngx_http.h>
 
 #include "ngx_http_kvserve.h"
+#include "ngx_http_kvserve_param.h"
 #include "base/kvs_hash.h"
 #include "kv/kvs_kv_size.h"
 #include "tokenizer/kvs_chat.h"
@@ -205,11 +206,7 @@ ngx_http_kvserve_model_chat_param(ngx_conf_t *cf,
     ngx_str_t    v, path, text;
     const char  *why;
 
-    static const char  key[] = "chat_template=";
-
-    if (arg->len < sizeof(key) - 1
-        || ngx_strncmp(arg->data, key, sizeof(key) - 1) != 0)
-    {
+    if (ngx_http_kvserve_param(arg, "chat_template", &v) != NGX_OK) {
         return NGX_DECLINED;
     }
 
@@ -222,9 +219,6 @@ ngx_http_kvserve_model_chat_param(ngx_conf_t *cf,
 
     ngx_str_null(&text);
     why = "";
-
-    v.data = arg->data + sizeof(key) - 1;
-    v.len = arg->len - (sizeof(key) - 1);
 
     if (kvs_chat_by_name((const char *) v.data, v.len, &m->chat, &err)
         == KVS_OK)
@@ -275,14 +269,13 @@ ngx_http_kvserve_model_chat_param(ngx_conf_t *cf,
 
 
 /*
- * kv_cache=SIZE|FRACTION: the model's own KV budget, out of the share of
- * kvserve_kv_cache (ngx_kvserve_module.c sizes it).
+ * kv_cache=SIZE|FRACTION (arg, v its value): the model's own KV budget,
+ * out of the share of kvserve_kv_cache (ngx_kvserve_module.c sizes it).
  */
 static char *
 ngx_http_kvserve_model_kv_cache(ngx_conf_t *cf, ngx_http_kvserve_model_t *m,
-    ngx_str_t *arg)
+    ngx_str_t *arg, ngx_str_t *v)
 {
-    ngx_str_t  v;
     kvs_err_t  err;
 
     if (m->kv_cache.len != 0) {
@@ -292,10 +285,8 @@ ngx_http_kvserve_model_kv_cache(ngx_conf_t *cf, ngx_http_kvserve_model_t *m,
         return NGX_CONF_ERROR;
     }
 
-    v.data = arg->data + sizeof("kv_cache=") - 1;
-    v.len = arg->len - (sizeof("kv_cache=") - 1);
-
-    if (kvs_kv_cache_parse(&m->kv_spec, (const char *) v.data, v.len, &err)
+    if (kvs_kv_cache_parse(&m->kv_spec, (const char *) v->data, v->len,
+                           &err)
         != KVS_OK)
     {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -304,7 +295,7 @@ ngx_http_kvserve_model_kv_cache(ngx_conf_t *cf, ngx_http_kvserve_model_t *m,
         return NGX_CONF_ERROR;
     }
 
-    m->kv_cache = v;
+    m->kv_cache = *v;
 
     return NGX_CONF_OK;
 }
@@ -319,6 +310,7 @@ ngx_http_kvserve_model_params(ngx_conf_t *cf, ngx_http_kvserve_model_t *m,
     ngx_str_t *args, ngx_uint_t n)
 {
     ngx_int_t   rc;
+    ngx_str_t   v;
     ngx_uint_t  i;
 
     for (i = 0; i < n; i++) {
@@ -332,11 +324,10 @@ ngx_http_kvserve_model_params(ngx_conf_t *cf, ngx_http_kvserve_model_t *m,
             return NGX_CONF_ERROR;
         }
 
-        if (args[i].len > sizeof("kv_cache=") - 1
-            && ngx_strncmp(args[i].data, "kv_cache=",
-                           sizeof("kv_cache=") - 1) == 0)
+        if (ngx_http_kvserve_param(&args[i], "kv_cache", &v) == NGX_OK
+            && v.len != 0)
         {
-            if (ngx_http_kvserve_model_kv_cache(cf, m, &args[i])
+            if (ngx_http_kvserve_model_kv_cache(cf, m, &args[i], &v)
                 != NGX_CONF_OK)
             {
                 return NGX_CONF_ERROR;

@@ -25,6 +25,7 @@
 #include <ngx_http.h>
 
 #include "ngx_http_kvserve_guard.h"
+#include "ngx_http_kvserve_param.h"
 #include "ngx/route/ngx_http_kvserve_route.h"
 #include "guard/kvs_guard.h"
 
@@ -258,17 +259,14 @@ ngx_http_kvserve_guard_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         }
     }
 
-    if (value[2].len <= 9 || ngx_strncmp(value[2].data, "patterns=", 9)
-                             != 0)
+    if (ngx_http_kvserve_param(&value[2], "patterns", &file) != NGX_OK
+        || file.len == 0)
     {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid parameter \"%V\" "
                            "in \"kvserve_guard_zone\": it takes "
                            "patterns=FILE", &value[2]);
         return NGX_CONF_ERROR;
     }
-
-    file.data = value[2].data + 9;
-    file.len = value[2].len - 9;
 
     if (ngx_conf_full_name(cf->cycle, &file, 1) != NGX_OK) {
         return NGX_CONF_ERROR;
@@ -326,9 +324,7 @@ ngx_http_kvserve_guard(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     for (i = 1; i < cf->args->nelts; i++) {
 
-        if (ngx_strncmp(value[i].data, "zone=", 5) == 0) {
-            v.data = value[i].data + 5;
-            v.len = value[i].len - 5;
+        if (ngx_http_kvserve_param(&value[i], "zone", &v) == NGX_OK) {
             z = gmcf->zones->elts;
 
             for (k = 0; k < gmcf->zones->nelts; k++) {
@@ -350,39 +346,33 @@ ngx_http_kvserve_guard(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             continue;
         }
 
-        if (value[i].len == 12
-            && ngx_strncmp(value[i].data, "input=reject", 12) == 0)
-        {
-            glcf->input = 1;
-            continue;
+        if (ngx_http_kvserve_param(&value[i], "input", &v) == NGX_OK) {
+            if (ngx_http_kvserve_param_is(&v, "reject")) {
+                glcf->input = 1;
+                continue;
+            }
+
+            if (ngx_http_kvserve_param_is(&v, "off")) {
+                glcf->input = 0;
+                continue;
+            }
         }
 
-        if (value[i].len == 9
-            && ngx_strncmp(value[i].data, "input=off", 9) == 0)
-        {
-            glcf->input = 0;
-            continue;
-        }
+        if (ngx_http_kvserve_param(&value[i], "output", &v) == NGX_OK) {
+            if (ngx_http_kvserve_param_is(&v, "stop")) {
+                glcf->output = KVS_GUARD_STOP;
+                continue;
+            }
 
-        if (value[i].len == 11
-            && ngx_strncmp(value[i].data, "output=stop", 11) == 0)
-        {
-            glcf->output = KVS_GUARD_STOP;
-            continue;
-        }
+            if (ngx_http_kvserve_param_is(&v, "redact")) {
+                glcf->output = KVS_GUARD_REDACT;
+                continue;
+            }
 
-        if (value[i].len == 13
-            && ngx_strncmp(value[i].data, "output=redact", 13) == 0)
-        {
-            glcf->output = KVS_GUARD_REDACT;
-            continue;
-        }
-
-        if (value[i].len == 10
-            && ngx_strncmp(value[i].data, "output=off", 10) == 0)
-        {
-            glcf->output = KVS_GUARD_OFF;
-            continue;
+            if (ngx_http_kvserve_param_is(&v, "off")) {
+                glcf->output = KVS_GUARD_OFF;
+                continue;
+            }
         }
 
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid parameter \"%V\" "

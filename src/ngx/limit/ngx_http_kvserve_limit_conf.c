@@ -24,6 +24,7 @@
 #include <ngx_http.h>
 
 #include "ngx_http_kvserve_limit_int.h"
+#include "ngx/kvserve/ngx_http_kvserve_param.h"
 
 
 static void *ngx_http_kvserve_limit_create_main_conf(ngx_conf_t *cf);
@@ -33,11 +34,11 @@ static char *ngx_http_kvserve_limit_merge_loc_conf(ngx_conf_t *cf,
 static char *ngx_http_kvserve_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static ngx_int_t ngx_http_kvserve_limit_zone_name(ngx_conf_t *cf,
-    ngx_str_t *value, ngx_str_t *name, ssize_t *size);
+    ngx_str_t *value, ngx_str_t *v, ngx_str_t *name, ssize_t *size);
 static ngx_int_t ngx_http_kvserve_limit_zone_rate(ngx_conf_t *cf,
-    ngx_str_t *value, ngx_http_kvserve_limit_zone_t *zone);
+    ngx_str_t *value, ngx_str_t *v, ngx_http_kvserve_limit_zone_t *zone);
 static ngx_int_t ngx_http_kvserve_limit_zone_kv_rate(ngx_conf_t *cf,
-    ngx_str_t *value, ngx_http_kvserve_limit_zone_t *zone);
+    ngx_str_t *value, ngx_str_t *v, ngx_http_kvserve_limit_zone_t *zone);
 static void ngx_http_kvserve_limit_zone_warn(ngx_conf_t *cf,
     ngx_http_kvserve_limit_zone_t *zone);
 static char *ngx_http_kvserve_limit_zone_add(ngx_conf_t *cf,
@@ -45,7 +46,7 @@ static char *ngx_http_kvserve_limit_zone_add(ngx_conf_t *cf,
 static char *ngx_http_kvserve_limit(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static ngx_int_t ngx_http_kvserve_limit_empty(ngx_conf_t *cf,
-    ngx_str_t *value, ngx_uint_t *empty);
+    ngx_str_t *value, ngx_str_t *v, ngx_uint_t *empty);
 static char *ngx_http_kvserve_limit_status_code(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 
@@ -230,7 +231,7 @@ ngx_http_kvserve_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ssize_t                             size;
     ngx_int_t                           rc;
-    ngx_str_t                          *value, name;
+    ngx_str_t                          *value, name, v;
     ngx_uint_t                          i, first;
     ngx_http_kvserve_limit_zone_t      *zone;
     ngx_http_compile_complex_value_t    ccv;
@@ -249,7 +250,7 @@ ngx_http_kvserve_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ccv.value = &value[1];
     ccv.complex_value = &zone->key;
 
-    if (ngx_strncmp(value[1].data, "zone=", 5) == 0) {
+    if (ngx_http_kvserve_param(&value[1], "zone", &v) == NGX_OK) {
         first = 1;
         ccv.value = &ngx_http_kvserve_limit_tenant_key;
     }
@@ -263,15 +264,18 @@ ngx_http_kvserve_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     for (i = first; i < cf->args->nelts; i++) {
 
-        if (ngx_strncmp(value[i].data, "zone=", 5) == 0) {
-            rc = ngx_http_kvserve_limit_zone_name(cf, &value[i], &name,
+        if (ngx_http_kvserve_param(&value[i], "zone", &v) == NGX_OK) {
+            rc = ngx_http_kvserve_limit_zone_name(cf, &value[i], &v, &name,
                                                   &size);
 
-        } else if (ngx_strncmp(value[i].data, "rate=", 5) == 0) {
-            rc = ngx_http_kvserve_limit_zone_rate(cf, &value[i], zone);
+        } else if (ngx_http_kvserve_param(&value[i], "rate", &v) == NGX_OK) {
+            rc = ngx_http_kvserve_limit_zone_rate(cf, &value[i], &v, zone);
 
-        } else if (ngx_strncmp(value[i].data, "kv_rate=", 8) == 0) {
-            rc = ngx_http_kvserve_limit_zone_kv_rate(cf, &value[i], zone);
+        } else if (ngx_http_kvserve_param(&value[i], "kv_rate", &v)
+                   == NGX_OK)
+        {
+            rc = ngx_http_kvserve_limit_zone_kv_rate(cf, &value[i], &v,
+                                                     zone);
 
         } else {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -367,17 +371,18 @@ ngx_http_kvserve_limit_zone_warn(ngx_conf_t *cf,
 }
 
 
-/* zone=<name>:<size>: a name, and a size of at least 8 pages */
+/* zone=<name>:<size> (value, v its value): a name, and a size of at
+ * least 8 pages */
 static ngx_int_t
 ngx_http_kvserve_limit_zone_name(ngx_conf_t *cf, ngx_str_t *value,
-    ngx_str_t *name, ssize_t *size)
+    ngx_str_t *v, ngx_str_t *name, ssize_t *size)
 {
     u_char     *p;
     ngx_str_t   s;
 
-    name->data = value->data + 5;
+    name->data = v->data;
 
-    p = (u_char *) ngx_strchr(name->data, ':');
+    p = ngx_strlchr(v->data, v->data + v->len, ':');
 
     if (p == NULL) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -388,7 +393,7 @@ ngx_http_kvserve_limit_zone_name(ngx_conf_t *cf, ngx_str_t *value,
     name->len = p - name->data;
 
     s.data = p + 1;
-    s.len = value->data + value->len - s.data;
+    s.len = v->data + v->len - s.data;
 
     *size = ngx_parse_size(&s);
 
@@ -409,29 +414,27 @@ ngx_http_kvserve_limit_zone_name(ngx_conf_t *cf, ngx_str_t *value,
 
 
 /*
- * rate=<N>t/s|t/m: zone->rate tokens per zone->period_ms.  A unit that
- * is neither leaves the period of an earlier rate= as it was, as this
- * parser always has.
+ * rate=<N>t/s|t/m (value, v its value): zone->rate tokens per
+ * zone->period_ms.  A unit that is neither leaves the period of an
+ * earlier rate= as it was, as this parser always has.
  */
 static ngx_int_t
 ngx_http_kvserve_limit_zone_rate(ngx_conf_t *cf, ngx_str_t *value,
-    ngx_http_kvserve_limit_zone_t *zone)
+    ngx_str_t *v, ngx_http_kvserve_limit_zone_t *zone)
 {
     u_char   *p;
-    size_t    len;
     int64_t   rate;
 
-    len = value->len;
-    p = value->data + len - 3;
+    p = v->data + v->len - 3;
 
-    if (len > 8 && ngx_strncmp(p, "t/s", 3) == 0) {
+    if (v->len > 3 && ngx_strncmp(p, "t/s", 3) == 0) {
         zone->period_ms = 1000;
-    } else if (len > 8 && ngx_strncmp(p, "t/m", 3) == 0) {
+    } else if (v->len > 3 && ngx_strncmp(p, "t/m", 3) == 0) {
         zone->period_ms = 60000;
     }
 
-    rate = zone->period_ms
-           ? ngx_http_kvserve_limit_number(value->data + 5, len - 8)
+    rate = zone->period_ms && v->len > 3
+           ? ngx_http_kvserve_limit_number(v->data, v->len - 3)
            : NGX_ERROR;
 
     if (rate == NGX_ERROR) {
@@ -448,23 +451,21 @@ ngx_http_kvserve_limit_zone_rate(ngx_conf_t *cf, ngx_str_t *value,
 }
 
 
-/* kv_rate=<size>/s: bytes of KV cache held, per second, kept as
- * zone->kv_rate KiB/s */
+/* kv_rate=<size>/s (value, v its value): bytes of KV cache held, per
+ * second, kept as zone->kv_rate KiB/s */
 static ngx_int_t
 ngx_http_kvserve_limit_zone_kv_rate(ngx_conf_t *cf, ngx_str_t *value,
-    ngx_http_kvserve_limit_zone_t *zone)
+    ngx_str_t *v, ngx_http_kvserve_limit_zone_t *zone)
 {
     off_t       kv;
-    size_t      len;
     ngx_str_t   s;
 
-    len = value->len;
-    s.data = value->data + 8;
-    s.len = len > 10 ? len - 10 : 0;
+    s.data = v->data;
+    s.len = v->len > 2 ? v->len - 2 : 0;
 
     kv = NGX_ERROR;
-    if (len > 10
-        && ngx_strncmp(value->data + len - 2, "/s", 2) == 0
+    if (v->len > 2
+        && ngx_strncmp(v->data + v->len - 2, "/s", 2) == 0
         && s.data[0] >= '0' && s.data[0] <= '9')
     {
         kv = ngx_parse_offset(&s);
@@ -564,10 +565,7 @@ ngx_http_kvserve_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     for (i = 1; i < cf->args->nelts; i++) {
 
-        if (ngx_strncmp(value[i].data, "zone=", 5) == 0) {
-
-            s.len = value[i].len - 5;
-            s.data = value[i].data + 5;
+        if (ngx_http_kvserve_param(&value[i], "zone", &s) == NGX_OK) {
 
             if (s.len == 0) {
                 ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -584,10 +582,9 @@ ngx_http_kvserve_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             continue;
         }
 
-        if (ngx_strncmp(value[i].data, "burst=", 6) == 0) {
+        if (ngx_http_kvserve_param(&value[i], "burst", &s) == NGX_OK) {
 
-            burst = ngx_http_kvserve_limit_number(value[i].data + 6,
-                                                  value[i].len - 6);
+            burst = ngx_http_kvserve_limit_number(s.data, s.len);
             if (burst == NGX_ERROR) {
                 ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                    "invalid burst value \"%V\": tokens, "
@@ -599,9 +596,9 @@ ngx_http_kvserve_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             continue;
         }
 
-        if (ngx_strncmp(value[i].data, "delay=", 6) == 0) {
+        if (ngx_http_kvserve_param(&value[i], "delay", &s) == NGX_OK) {
 
-            delay = ngx_atoof(value[i].data + 6, value[i].len - 6);
+            delay = ngx_atoof(s.data, s.len);
 
             if (delay == NGX_ERROR
                 || (uint64_t) delay > KVS_LIMIT_TOKENS_MAX)
@@ -620,9 +617,9 @@ ngx_http_kvserve_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             continue;
         }
 
-        if (ngx_strncmp(value[i].data, "empty=", 6) == 0) {
+        if (ngx_http_kvserve_param(&value[i], "empty", &s) == NGX_OK) {
 
-            if (ngx_http_kvserve_limit_empty(cf, &value[i], &empty)
+            if (ngx_http_kvserve_limit_empty(cf, &value[i], &s, &empty)
                 != NGX_OK)
             {
                 return NGX_CONF_ERROR;
@@ -690,26 +687,22 @@ ngx_http_kvserve_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
 
 /*
- * empty=shared|reject|unlimited: what a request without a key meets.
+ * empty=shared|reject|unlimited (value, v its value): what a request
+ * without a key meets.
  * The default is shared, not limit_req's "not limited": a client must
  * not escape a token budget by sending no key.
  */
 static ngx_int_t
 ngx_http_kvserve_limit_empty(ngx_conf_t *cf, ngx_str_t *value,
-    ngx_uint_t *empty)
+    ngx_str_t *v, ngx_uint_t *empty)
 {
-    ngx_str_t  s;
-
-    s.data = value->data + 6;
-    s.len = value->len - 6;
-
-    if (s.len == 6 && ngx_strncmp(s.data, "shared", 6) == 0) {
+    if (ngx_http_kvserve_param_is(v, "shared")) {
         *empty = NGX_HTTP_KVSERVE_LIMIT_EMPTY_SHARED;
 
-    } else if (s.len == 6 && ngx_strncmp(s.data, "reject", 6) == 0) {
+    } else if (ngx_http_kvserve_param_is(v, "reject")) {
         *empty = NGX_HTTP_KVSERVE_LIMIT_EMPTY_REJECT;
 
-    } else if (s.len == 9 && ngx_strncmp(s.data, "unlimited", 9) == 0) {
+    } else if (ngx_http_kvserve_param_is(v, "unlimited")) {
         *empty = NGX_HTTP_KVSERVE_LIMIT_EMPTY_UNLIMITED;
 
     } else {
