@@ -1,8 +1,10 @@
 /*
  * kvs_index_lora: an adapter's namespace fields for the prefix index
  * (see kvs_index_lora.h), shared by the engine (its cache namespace and
- * the names it publishes) and the gateway (the names it looks up).
- * Invariants: pure functions of their arguments; no allocation.
+ * the names it publishes) and the gateway (the names it looks up); the
+ * set of a host's adapter files its record carries.
+ * Invariants: pure functions of their arguments (the set's only of the
+ * set given); no allocation.
  */
 
 #include "kvs_index_lora.h"
@@ -36,4 +38,49 @@ kvs_index_lora_field(uint64_t file, char out[KVS_INDEX_LORA_FIELD_LEN + 1])
     }
 
     out[KVS_INDEX_LORA_FIELD_LEN] = '\0';
+}
+
+
+/* Bit i (0..2) of file's 3 in a set: 9 bits each from the top of the
+ * epoch times an odd constant, so that epochs differing in their low
+ * bits only still spread. */
+static uint32_t
+kvs_index_lora_set_bit(uint64_t file, int i)
+{
+    uint64_t  x;
+
+    x = file * 0x9e3779b97f4a7c15ull;
+
+    return (uint32_t) (x >> (64 - 9 * (i + 1))) & 511;
+}
+
+
+void
+kvs_index_lora_set_add(kvs_index_lora_set_t *s, uint64_t file)
+{
+    int       i;
+    uint32_t  b;
+
+    for (i = 0; i < 3; i++) {
+        b = kvs_index_lora_set_bit(file, i);
+        s->w[b >> 6] |= 1ull << (b & 63);
+    }
+}
+
+
+int
+kvs_index_lora_set_has(const kvs_index_lora_set_t *s, uint64_t file)
+{
+    int       i;
+    uint32_t  b;
+
+    for (i = 0; i < 3; i++) {
+        b = kvs_index_lora_set_bit(file, i);
+
+        if (!(s->w[b >> 6] & (1ull << (b & 63)))) {
+            return 0;
+        }
+    }
+
+    return 1;
 }

@@ -23,7 +23,8 @@
 enum {
     KVS_F_ID = 0, KVS_F_INC, KVS_F_EPOCH, KVS_F_BT, KVS_F_RUN, KVS_F_WAIT,
     KVS_F_FREE, KVS_F_TS, KVS_F_MODEL, KVS_F_URL, KVS_F_REQ,
-    KVS_F_LMIN = KVS_F_REQ, KVS_F_LROOM, KVS_F_LSLOTS, KVS_F_TW, KVS_F_N
+    KVS_F_LMIN = KVS_F_REQ, KVS_F_LROOM, KVS_F_LSLOTS, KVS_F_TW, KVS_F_LORA,
+    KVS_F_N
 };
 
 #define KVS_F_LONG_ALL  ((1u << KVS_F_LMIN) | (1u << KVS_F_LROOM) \
@@ -31,7 +32,7 @@ enum {
 
 static const char  *kvs_index_fields[KVS_F_N] = {
     "id", "inc", "epoch", "bt", "run", "wait", "free", "ts", "model", "url",
-    "lmin", "lroom", "lslots", "tw"
+    "lmin", "lroom", "lslots", "tw", "lora"
 };
 
 
@@ -40,6 +41,10 @@ static int kvs_index_hex64(const char *s, size_t n, uint64_t *v);
 static int kvs_index_dec64(const char *s, size_t n, uint64_t max,
     uint64_t *v);
 static int kvs_index_host_field(kvs_index_host_t *h, int f, const char *v,
+    size_t n);
+static int kvs_index_lora_set_format(const kvs_index_lora_set_t *set,
+    char *out, size_t cap);
+static int kvs_index_lora_set_parse(kvs_index_host_t *h, const char *v,
     size_t n);
 static int kvs_index_reject(kvs_index_reject_t *why, kvs_index_reject_t r,
     kvs_err_t *err, int code, const char *fmt, ...)
@@ -150,6 +155,14 @@ kvs_index_host_format(const kvs_index_host_t *h, char *out, size_t *len,
     if (h->tier_weight != 0) {
         n += snprintf(out + n, KVS_INDEX_HOST_VALUE_MAX + 1 - (size_t) n,
                       " tw=%u", h->tier_weight);
+    }
+
+    /* " lora=0", or 128 hex digits: 134 bytes at most; the longest
+     * record of all is 784 bytes (test_index_lora) */
+    if (h->has_loras) {
+        n += kvs_index_lora_set_format(&h->loras, out + n,
+                                       KVS_INDEX_HOST_VALUE_MAX + 1
+                                       - (size_t) n);
     }
 
     *len = (size_t) n;
@@ -608,6 +621,9 @@ kvs_index_host_field(kvs_index_host_t *h, int f, const char *v, size_t n)
     case KVS_F_TS:
         return kvs_index_dec64(v, n, UINT64_MAX, &h->ts_ms);
 
+    case KVS_F_LORA:
+        return kvs_index_lora_set_parse(h, v, n);
+
     default:
         break;
     }
@@ -656,6 +672,70 @@ kvs_index_host_field(kvs_index_host_t *h, int f, const char *v, size_t n)
         h->free_blocks = (uint32_t) x;
         break;
     }
+
+    return KVS_OK;
+}
+
+
+int
+kvs_index_host_serves(const kvs_index_host_t *h, uint64_t file)
+{
+    return !h->has_loras || kvs_index_lora_set_has(&h->loras, file);
+}
+
+
+/* " lora=0" for an empty set, else " lora=" and its words' 128 hex
+ * digits, the first word first; the bytes written. */
+static int
+kvs_index_lora_set_format(const kvs_index_lora_set_t *set, char *out,
+    size_t cap)
+{
+    int       n;
+    size_t    i;
+    uint64_t  any;
+
+    any = 0;
+    for (i = 0; i < KVS_INDEX_LORA_SET_WORDS; i++) {
+        any |= set->w[i];
+    }
+
+    if (any == 0) {
+        return snprintf(out, cap, " lora=0");
+    }
+
+    n = snprintf(out, cap, " lora=");
+
+    for (i = 0; i < KVS_INDEX_LORA_SET_WORDS; i++) {
+        n += snprintf(out + n, cap - (size_t) n, "%016" PRIx64, set->w[i]);
+    }
+
+    return n;
+}
+
+
+static int
+kvs_index_lora_set_parse(kvs_index_host_t *h, const char *v, size_t n)
+{
+    size_t  i;
+
+    memset(&h->loras, 0, sizeof(h->loras));
+
+    if (n == 1 && v[0] == '0') {
+        h->has_loras = 1;
+        return KVS_OK;
+    }
+
+    if (n != KVS_INDEX_LORA_SET_HEX) {
+        return KVS_EFORMAT;
+    }
+
+    for (i = 0; i < KVS_INDEX_LORA_SET_WORDS; i++) {
+        if (kvs_index_hex64(v + 16 * i, 16, &h->loras.w[i]) != KVS_OK) {
+            return KVS_EFORMAT;
+        }
+    }
+
+    h->has_loras = 1;
 
     return KVS_OK;
 }

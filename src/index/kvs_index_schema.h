@@ -6,7 +6,8 @@
  *
  *   kvs:v1:host:<host_id>   string, "kvs1 id=.. inc=.. epoch=.. bt=..
  *                           run=.. wait=.. free=.. ts=.. model=.. url=..
- *                           [lmin=.. lroom=.. lslots=..] [tw=..]",
+ *                           [lmin=.. lroom=.. lslots=..] [tw=..]
+ *                           [lora=..]",
  *                           SET with PX: a short TTL refreshed by each
  *                           heartbeat, so a dead host vanishes by itself
  *   kvs:v1:hosts            sorted set: host_id scored by its last
@@ -50,6 +51,7 @@
 
 #include "base/kvs_err.h"
 #include "kvs_index_name.h"
+#include "kvs_index_lora.h"
 
 #define KVS_INDEX_SCHEMA_VERSION  1
 #define KVS_INDEX_KEY_PREFIX      "kvs:v1:"
@@ -141,6 +143,11 @@ typedef struct {
                                          to a request, per mille of a
                                          pool block's (1..1000); 0: not
                                          said (the field is absent) */
+    kvs_index_lora_set_t  loras;      /* "lora": its model's adapter
+                                         files (kvs_index_lora.h) */
+    unsigned              has_loras:1;  /* the record says them; 0: a
+                                         host that predates the field,
+                                         taken to serve any */
 } kvs_index_host_t;
 
 /* What a reader accepts (kvs_index_host_check). */
@@ -169,7 +176,8 @@ int kvs_index_host_format(const kvs_index_host_t *h, char *out, size_t *len,
  * into *h.  Unknown fields are ignored (v1 may gain fields), a repeated
  * or missing one is not; the long pool's lmin, lroom and lslots are
  * optional (long_min 0 without them), but all three or none; tw is
- * optional (tier_weight 0 without it), 1..1000.  On rejection *why says
+ * optional (tier_weight 0 without it), 1..1000; lora is optional
+ * (has_loras 0 without it), "0" or 128 hex digits.  On rejection *why says
  * why (MISSING for nil)
  * and the return is KVS_ENOTFOUND (nil), KVS_EIO (an error reply),
  * KVS_ETYPE, KVS_EUNSUPPORTED (another schema version) or KVS_EFORMAT;
@@ -185,6 +193,11 @@ int kvs_index_host_parse(const kvs_index_reply_t *r, const char *id,
 int kvs_index_host_check(const kvs_index_host_t *h,
     const kvs_index_host_want_t *want, kvs_index_reject_t *why,
     kvs_err_t *err);
+
+/* 1 when the host of record h may serve the adapter file of epoch
+ * `file`: its record's set admits it, or says no set (a host that
+ * predates "lora"); 0 when it does not serve it. */
+int kvs_index_host_serves(const kvs_index_host_t *h, uint64_t file);
 
 /* Parses the reply to ZRANGEBYSCORE kvs:v1:hosts: up to cap valid ids
  * into ids[], *n of them; invalid members are skipped and counted in

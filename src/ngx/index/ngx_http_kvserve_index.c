@@ -876,6 +876,46 @@ ngx_http_kvserve_index_done(void *data, const kvs_index_reply_t *replies,
 }
 
 
+/* The adapter files of the configuration's model `name` (its
+ * kvserve_lora lines) into *set: what the record says this host serves
+ * under that model, so that a gateway sends a BASE:NAME request only to
+ * the hosts whose NAME is its own file (docs/lora.md, "Across hosts"). */
+static void
+ngx_http_kvserve_index_loras(const char *name, kvs_index_lora_set_t *set)
+{
+    size_t                         len;
+    ngx_uint_t                     i, k;
+    ngx_http_kvserve_lora_t       *a;
+    ngx_http_kvserve_model_t      *m;
+    ngx_http_kvserve_main_conf_t  *kmcf;
+
+    ngx_memzero(set, sizeof(kvs_index_lora_set_t));
+
+    kmcf = ngx_http_cycle_get_module_main_conf((ngx_cycle_t *) ngx_cycle,
+                                               ngx_http_kvserve_module);
+    if (kmcf == NULL || kmcf->models == NULL) {
+        return;
+    }
+
+    len = ngx_strlen(name);
+    m = kmcf->models->elts;
+
+    for (i = 0; i < kmcf->models->nelts; i++) {
+        if (m[i].loras == NULL || m[i].name.len != len
+            || ngx_strncmp(m[i].name.data, name, len) != 0)
+        {
+            continue;
+        }
+
+        a = m[i].loras->elts;
+
+        for (k = 0; k < m[i].loras->nelts; k++) {
+            kvs_index_lora_set_add(set, a[k].epoch);
+        }
+    }
+}
+
+
 /*
  * The host records and the hosts set, every heartbeat while an engine is
  * connected; and, once Redis is up again after a failed batch, a new
@@ -954,6 +994,8 @@ ngx_http_kvserve_index_beat(ngx_event_t *ev)
         h.long_slots = m->long_slots;
         h.tier_weight = m->tier_weight;
         h.ts_ms = now;
+        h.has_loras = 1;
+        ngx_http_kvserve_index_loras(hello->models[0].name, &h.loras);
 
         if (kvs_index_cmd_host_set(&p->cmds, &h, host_ttl, &err) != KVS_OK
             || kvs_index_cmd_hosts_add(&p->cmds, m->id, m->id_len, now,

@@ -15,7 +15,9 @@
  * refreshes, each request's round 1 reads its candidates' records too
  * (ngx_http_kvserve_route_fresh): the same rule folds them into the
  * table at once, so a restart is not believed away for up to a
- * refresh; only which hosts are listed waits for the refresh.
+ * refresh; only which hosts are listed waits for the refresh.  A
+ * BASE:NAME request's candidates are the model's hosts whose record
+ * lists the gateway's file of NAME ("lora", kvs_index_host_serves).
  *
  * mode=approximate: no records; the candidates are the upstream's
  * peers under pseudo host ids (their addresses), their load this
@@ -32,6 +34,8 @@
 
 
 static void ngx_http_kvserve_route_refresh(ngx_event_t *ev);
+static ngx_uint_t ngx_http_kvserve_route_serves(
+    ngx_http_kvserve_route_ctx_t *rc, const kvs_index_host_t *rec);
 
 
 ngx_int_t
@@ -461,6 +465,20 @@ ngx_http_kvserve_route_cand(ngx_http_kvserve_route_ctx_t *rc, ngx_uint_t k,
 }
 
 
+/* Whether the host of record rec may serve rc's request: any host of
+ * the model for the base; for a BASE:NAME request only one whose record
+ * lists the gateway's file of NAME (or lists none: it predates the
+ * field), so a host whose NAME is another file, or that has no NAME,
+ * is no candidate. */
+static ngx_uint_t
+ngx_http_kvserve_route_serves(ngx_http_kvserve_route_ctx_t *rc,
+    const kvs_index_host_t *rec)
+{
+    return rc->kctx->lora == NULL
+           || kvs_index_host_serves(rec, rc->kctx->lora->epoch);
+}
+
+
 ngx_int_t
 ngx_http_kvserve_route_cands(ngx_http_kvserve_route_ctx_t *rc)
 {
@@ -534,7 +552,8 @@ ngx_http_kvserve_route_cands(ngx_http_kvserve_route_ctx_t *rc)
         gi[i] = -1;
 
         if (h->peer < 0 || ngx_strlen(h->h.rec.model) != mlen
-            || ngx_strncmp(h->h.rec.model, model, mlen) != 0)
+            || ngx_strncmp(h->h.rec.model, model, mlen) != 0
+            || !ngx_http_kvserve_route_serves(rc, &h->h.rec))
         {
             continue;
         }
@@ -687,8 +706,9 @@ ngx_http_kvserve_route_fresh(ngx_http_kvserve_route_ctx_t *rc,
         kvs_index_gw_cand_update(c, &out, (const char *) model, mlen,
                                  gr->epoch, gr->bt, cap);
 
-        if (peer < 0) {
-            /* its new advertise URL is no peer of ours */
+        if (peer < 0 || !ngx_http_kvserve_route_serves(rc, &out.rec)) {
+            /* its new advertise URL is no peer of ours, or its new
+             * record no longer lists the request's adapter file */
             c->up = 0;
             c->incarnation = 0;
         }
