@@ -130,16 +130,27 @@ int kvs_tier_put(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
     const uint8_t *id, const int32_t *tokens, const void *data,
     kvs_err_t *err);
 
-/* 1 when a block is stored under key and id (a lookup of the index, no
- * I/O: what the file holds is verified only by kvs_tier_get()). */
-int kvs_tier_has(kvs_tier_t *t, const kvs_radix_key_t *key,
-    const uint8_t *id);
+/*
+ * 1 when a block is stored under key and id (a lookup of the index, no
+ * I/O: what the file holds is verified only by kvs_tier_get()).  With
+ * touch, a stored block also becomes the most recently used: a run
+ * chosen for loading is not reclaimed by the spills that making room
+ * for it in the pool causes.
+ */
+int kvs_tier_find(kvs_tier_t *t, const kvs_radix_key_t *key,
+    const uint8_t *id, int touch);
 
-/* kvs_tier_has(), and a stored block becomes the most recently used: a
- * run chosen for loading is not reclaimed by the spills that making
- * room for it in the pool causes. */
-int kvs_tier_touch(kvs_tier_t *t, const kvs_radix_key_t *key,
-    const uint8_t *id);
+static inline int
+kvs_tier_has(kvs_tier_t *t, const kvs_radix_key_t *key, const uint8_t *id)
+{
+    return kvs_tier_find(t, key, id, 0);
+}
+
+static inline int
+kvs_tier_touch(kvs_tier_t *t, const kvs_radix_key_t *key, const uint8_t *id)
+{
+    return kvs_tier_find(t, key, id, 1);
+}
 
 /*
  * Reads a block back into data[block_bytes], only when its slot holds

@@ -222,24 +222,8 @@ kvs_tier_slot_take(kvs_tier_t *t)
 
 
 int
-kvs_tier_has(kvs_tier_t *t, const kvs_radix_key_t *key, const uint8_t *id)
-{
-    int  found;
-
-    if (key->scope_len > KVS_RADIX_MAX_SCOPE) {
-        return 0;
-    }
-
-    pthread_mutex_lock(&t->mu);
-    found = kvs_tier_slot_find(t, kvs_tier_ns_hash(key), id) != KVS_TIER_NONE;
-    pthread_mutex_unlock(&t->mu);
-
-    return found;
-}
-
-
-int
-kvs_tier_touch(kvs_tier_t *t, const kvs_radix_key_t *key, const uint8_t *id)
+kvs_tier_find(kvs_tier_t *t, const kvs_radix_key_t *key, const uint8_t *id,
+    int touch)
 {
     uint32_t  i;
 
@@ -250,8 +234,10 @@ kvs_tier_touch(kvs_tier_t *t, const kvs_radix_key_t *key, const uint8_t *id)
     pthread_mutex_lock(&t->mu);
     i = kvs_tier_slot_find(t, kvs_tier_ns_hash(key), id);
 
-    /* a slot being read is out of the LRU: it cannot be reclaimed */
-    if (i != KVS_TIER_NONE && t->slots[i].state == KVS_TIER_SLOT_READY) {
+    /* only a ready slot is in the LRU */
+    if (touch && i != KVS_TIER_NONE
+        && t->slots[i].state == KVS_TIER_SLOT_READY)
+    {
         kvs_tier_slot_touch(t, i);
     }
 
