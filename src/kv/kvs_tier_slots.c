@@ -247,6 +247,35 @@ kvs_tier_find(kvs_tier_t *t, const kvs_radix_key_t *key, const uint8_t *id,
 }
 
 
+uint32_t
+kvs_tier_names(kvs_tier_t *t, uint32_t from, uint32_t n,
+    kvs_tier_name_pt fn, void *arg)
+{
+    uint32_t          end;
+    kvs_tier_slot_t  *s;
+
+    if (from >= t->n_slots) {
+        return t->n_slots;
+    }
+
+    end = n < t->n_slots - from ? from + n : t->n_slots;
+
+    pthread_mutex_lock(&t->mu);
+
+    for ( ; from < end; from++) {
+        s = &t->slots[from];
+
+        if (s->state == KVS_TIER_SLOT_READY && kvs_radix_named(s->name)) {
+            fn(arg, s->ns, s->id, s->name);
+        }
+    }
+
+    pthread_mutex_unlock(&t->mu);
+
+    return end;
+}
+
+
 void
 kvs_tier_stats(kvs_tier_t *t, kvs_tier_stats_t *st)
 {
