@@ -18,6 +18,9 @@
 #   e1's pool held none of P then: only its disk entries made it the
 #   better host (the choice itself is test_index_tier.c's).
 # - After that load, e1's host record carries tw= (its measured weight).
+# - e1 restarted (same weights): its tier file keeps P's blocks, and the
+#   new engine publishes them again, d:e1 with its new incarnation,
+#   before any request reaches it.
 #
 # The engines use load=always (the tiny model's prefill is so fast that
 # the cost model may prefer computing) and the global cache scope on all
@@ -172,6 +175,18 @@ ok($disk >= 80, "e1 loaded $disk tokens from its disk tier");
 ok($e1->wait_for(sub { record('e1') =~ / tw=(\d+)(?: |$)/ && $1 >= 1
                        && $1 <= 1000 }, 10),
    'e1 now publishes its weight: ' . (record('e1') =~ / (tw=\d+)/)[0] // '');
+
+# e1 restarted on the same file: the kept blocks are published again
+$e1->stop;
+ok($e1->start, 'e1 restarted');
+ok($e1->wait_for(sub { record('e1') =~ / inc=([0-9a-f]{16})(?: |$)/
+                       && $1 ne $inc }, 20), 'e1 registered again');
+my ($inc2) = record('e1') =~ / inc=([0-9a-f]{16})(?: |$)/;
+ok($e1->wait_for(sub {
+       @e = map { entry($_) } @names;
+       6 == grep { /(?:^| )d:e1=$inc2(?: |$)/ } @e;
+   }, 10), "P's 6 kept blocks list d:e1 again, new incarnation")
+    or diag join "\n", @e;
 
 is($e1->log_count(qr/\[(?:alert|crit|emerg)\]/), 0, 'no alert on e1');
 is($gw->log_count(qr/\[(?:alert|crit|emerg)\]/), 0, 'no alert on the gateway');

@@ -332,6 +332,10 @@ void kvs_engine_tier_ix_drain(kvs_engine_t *e);
 /* Every published disk name as an add (a listing, in a step). */
 void kvs_engine_tier_ix_list(kvs_engine_t *e);
 
+/* Publishes the next few blocks the tier's file kept at open (their
+ * stored names); 1 while some are left to walk. */
+int kvs_engine_tier_ix_kept(kvs_engine_t *e);
+
 /* kvs_engine_tload.c: the tier's loader */
 
 /* Starts the loader thread and its staging (at kvs_engine_tier_new). */

@@ -91,6 +91,7 @@ kvs_engine_step(kvs_engine_t *e)
 
     if (e->tier_ix != NULL) {
         kvs_engine_tier_ix_drain(e);
+        busy |= kvs_engine_tier_ix_kept(e);
     }
 
     kvs_engine_index_end(e);

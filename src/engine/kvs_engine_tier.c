@@ -186,7 +186,9 @@ kvs_engine_tier_spill(void *arg, const kvs_radix_key_t *key,
         return;
     }
 
-    if (kvs_tier_spill_push(et->spill, key, path, tokens, et->block, &err)
+    if (kvs_tier_spill_push_named(et->spill, key, path,
+                                  kvs_radix_spill_name(e->radix), tokens,
+                                  et->block, &err)
         == KVS_OK)
     {
         kvs_engine_tier_ix_spilled(e, key, path, 0);

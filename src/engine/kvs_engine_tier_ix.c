@@ -12,6 +12,13 @@
  * drains them in its step: a written block becomes a disk add of its
  * name, a dropped one a disk delete, and leaves the table.
  *
+ * Blocks kept in the tier's file across a restart carry the name they
+ * were spilled with (kvs_tier_put_named()): after the open, each step
+ * walks KVS_TIER_IX_WALK more slots (kvs_tier_names()) and enters every
+ * named ready one as written, a disk add, until the walk has seen every
+ * slot.  The step stays busy meanwhile, so an idle engine finishes the
+ * walk too, a bounded batch of adds per step (per INDEX frame).
+ *
  * Threads: the table is the engine thread's alone (spill function,
  * drain, listing); the queue is shared with the watch, which runs under
  * the tier's lock and takes only the queue's (lock order: tier, then
@@ -39,6 +46,7 @@
 #include "kvs_engine_impl.h"
 
 #define KVS_TIER_IX_NONE  UINT32_MAX
+#define KVS_TIER_IX_WALK  256         /* slots walked per step */
 
 typedef struct {
     uint64_t  ns;
@@ -69,6 +77,10 @@ struct kvs_engine_tier_ix_s {
     uint32_t             cap;
     uint32_t             free_head;
     uint32_t             n;
+
+    kvs_tier_t          *tier;
+    uint32_t             walk;        /* the kept slots' walk: next */
+    uint32_t             walk_end;    /* slots; walk == walk_end: done */
 };
 
 
@@ -76,6 +88,10 @@ static void kvs_engine_tier_ix_watch(void *arg, uint64_t ns,
     const uint8_t *id, int ready);
 static uint32_t *kvs_engine_tier_ix_find(kvs_engine_tier_ix_t *tx,
     uint64_t ns, const uint8_t *id);
+static kvs_tier_ix_ent_t *kvs_engine_tier_ix_enter(kvs_engine_tier_ix_t *tx,
+    uint64_t ns, const uint8_t *id);
+static void kvs_engine_tier_ix_kept_one(void *arg, uint64_t ns,
+    const uint8_t *id, const uint8_t *name);
 static void kvs_engine_tier_ix_each(kvs_engine_t *e, int del);
 static void kvs_engine_tier_ix_empty(kvs_engine_tier_ix_t *tx);
 
@@ -86,6 +102,7 @@ kvs_engine_tier_ix_new(kvs_engine_t *e, kvs_tier_t *tier, uint64_t slots,
 {
     uint32_t               nb;
     uint64_t               cap;
+    kvs_tier_stats_t       ts;
     kvs_engine_tier_ix_t  *tx;
 
     if (!e->ix.naming) {
@@ -121,6 +138,13 @@ kvs_engine_tier_ix_new(kvs_engine_t *e, kvs_tier_t *tier, uint64_t slots,
     }
 
     kvs_engine_tier_ix_empty(tx);
+
+    /* the blocks the file kept: walked from the first step on */
+    kvs_tier_stats(tier, &ts);
+    tx->tier = tier;
+    tx->walk_end = (uint32_t) ts.slots;
+    tx->walk = ts.kept > 0 ? 0 : tx->walk_end;
+
     e->tier_ix = tx;
     kvs_tier_set_watch(tier, kvs_engine_tier_ix_watch, tx);
 
@@ -200,12 +224,43 @@ kvs_engine_tier_ix_find(kvs_engine_tier_ix_t *tx, uint64_t ns,
 }
 
 
+/* (ns, id)'s entry, entered unpublished when new; NULL when the table
+ * is full. */
+static kvs_tier_ix_ent_t *
+kvs_engine_tier_ix_enter(kvs_engine_tier_ix_t *tx, uint64_t ns,
+    const uint8_t *id)
+{
+    uint32_t           *p, i;
+    kvs_tier_ix_ent_t  *en;
+
+    p = kvs_engine_tier_ix_find(tx, ns, id);
+
+    if (*p != KVS_TIER_IX_NONE) {
+        return &tx->ent[*p];
+    }
+
+    if (tx->free_head == KVS_TIER_IX_NONE) {
+        return NULL;
+    }
+
+    i = tx->free_head;
+    tx->free_head = tx->ent[i].next;
+    en = &tx->ent[i];
+    en->ns = ns;
+    memcpy(en->id, id, KVS_TIER_ID_LEN);
+    en->ready = 0;
+    en->next = KVS_TIER_IX_NONE;
+    *p = i;
+    tx->n++;
+
+    return en;
+}
+
+
 void
 kvs_engine_tier_ix_spilled(kvs_engine_t *e, const kvs_radix_key_t *key,
     const uint8_t *path, int stored)
 {
-    uint32_t              *p, i;
-    uint64_t               ns;
     const uint8_t         *name;
     kvs_tier_ix_ent_t     *en;
     kvs_engine_tier_ix_t  *tx = e->tier_ix;
@@ -216,26 +271,11 @@ kvs_engine_tier_ix_spilled(kvs_engine_t *e, const kvs_radix_key_t *key,
         return;                       /* unnamed: never published */
     }
 
-    ns = kvs_tier_ns_hash(key);
-    p = kvs_engine_tier_ix_find(tx, ns, path);
-
-    if (*p == KVS_TIER_IX_NONE) {
-        if (tx->free_head == KVS_TIER_IX_NONE) {
-            return;                   /* full: not published */
-        }
-
-        i = tx->free_head;
-        tx->free_head = tx->ent[i].next;
-        en = &tx->ent[i];
-        en->ns = ns;
-        memcpy(en->id, path, KVS_TIER_ID_LEN);
-        en->ready = 0;
-        en->next = KVS_TIER_IX_NONE;
-        *p = i;
-        tx->n++;
+    en = kvs_engine_tier_ix_enter(tx, kvs_tier_ns_hash(key), path);
+    if (en == NULL) {
+        return;                       /* full: not published */
     }
 
-    en = &tx->ent[*p];
     memcpy(en->name, name, KVS_RADIX_NAME_LEN);
 
     if (stored && !en->ready) {
@@ -307,6 +347,43 @@ kvs_engine_tier_ix_drain(kvs_engine_t *e)
         tx->free_head = i;
         tx->n--;
     }
+}
+
+
+int
+kvs_engine_tier_ix_kept(kvs_engine_t *e)
+{
+    kvs_engine_tier_ix_t  *tx = e->tier_ix;
+
+    if (tx == NULL || tx->walk == tx->walk_end) {
+        return 0;
+    }
+
+    tx->walk = kvs_tier_names(tx->tier, tx->walk, KVS_TIER_IX_WALK,
+                              kvs_engine_tier_ix_kept_one, e);
+
+    return tx->walk != tx->walk_end;
+}
+
+
+/* The walk found a named ready slot (under the tier's lock, on the
+ * engine thread): written, so published unless it is already.  Its
+ * drop, if it comes, is the watch's news after this. */
+static void
+kvs_engine_tier_ix_kept_one(void *arg, uint64_t ns, const uint8_t *id,
+    const uint8_t *name)
+{
+    kvs_engine_t          *e = arg;
+    kvs_tier_ix_ent_t     *en;
+
+    en = kvs_engine_tier_ix_enter(e->tier_ix, ns, id);
+    if (en == NULL || en->ready) {
+        return;                       /* full, or published already */
+    }
+
+    memcpy(en->name, name, KVS_RADIX_NAME_LEN);
+    en->ready = 1;
+    kvs_engine_index_record(e, en->name, 0, 1);
 }
 
 

@@ -7,8 +7,10 @@
  * tokens, block bytes, slot bytes, slots, epoch, model, xxh3-64 of the
  * bytes before it.  A slot at 4096 + i * slot_bytes: a 512-byte header
  * (magic, version, write sequence, epoch, adapter, scope length, path
- * id, tokens, KV bytes, scope, xxh3-64 of the header so far, xxh3-64 of
- * the header, tokens and KV bytes), the tokens, the KV bytes, padding.
+ * id, tokens, KV bytes, scope, the block's index name or zeros, xxh3-64
+ * of the header so far, xxh3-64 of the header, tokens and KV bytes),
+ * the tokens, the KV bytes, padding.  Version 2 added the index name: a
+ * file of version 1 is discarded at open ("another version").
  *
  * In memory, per slot: its state, its readers, the namespace's hash and
  * the path id (a hint that finds the slot; the header read back from
@@ -33,12 +35,13 @@
 #include "kvs_tier_impl.h"
 
 #define TIER_MAGIC       "KVSTIER1"
-#define TIER_VERSION     1
+#define TIER_VERSION     2
 #define TIER_HDR_BYTES   72           /* header fields before its check */
 #define SLOT_MAGIC       0x4b56534bu  /* "KSVK" little-endian */
 #define SLOT_HDR         512
 #define SLOT_OFF_SCOPE   64
-#define SLOT_OFF_HSUM    (SLOT_OFF_SCOPE + KVS_RADIX_MAX_SCOPE)
+#define SLOT_OFF_NAME    (SLOT_OFF_SCOPE + KVS_RADIX_MAX_SCOPE)
+#define SLOT_OFF_HSUM    (SLOT_OFF_NAME + KVS_RADIX_NAME_LEN)
 #define SLOT_OFF_SUM     (SLOT_OFF_HSUM + 8)
 
 struct kvs_tier_io_s {
@@ -225,6 +228,7 @@ tier_scan(kvs_tier_t *t, uint8_t *buf, kvs_err_t *err)
 
         t->slots[i].ns = kvs_tier_ns_hash(&key);
         memcpy(t->slots[i].id, b + 32, KVS_TIER_ID_LEN);
+        memcpy(t->slots[i].name, b + SLOT_OFF_NAME, KVS_RADIX_NAME_LEN);
         t->slots[i].seq = kvs_le_get64(b + 8);
         order[n++] = i;
     }
@@ -594,9 +598,9 @@ kvs_tier_path_id(const uint8_t *prev, const int32_t *tokens, uint32_t n,
 
 
 int
-kvs_tier_put(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
-    const uint8_t *id, const int32_t *tokens, const void *data,
-    kvs_err_t *err)
+kvs_tier_put_named(kvs_tier_t *t, kvs_tier_io_t *io,
+    const kvs_radix_key_t *key, const uint8_t *id, const uint8_t *name,
+    const int32_t *tokens, const void *data, kvs_err_t *err)
 {
     int        rc, eno;
     uint8_t   *b = io->buf;
@@ -629,6 +633,13 @@ kvs_tier_put(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
     t->slots[i].state = KVS_TIER_SLOT_BUSY;
     t->slots[i].ns = ns;
     memcpy(t->slots[i].id, id, KVS_TIER_ID_LEN);
+
+    if (name != NULL) {
+        memcpy(t->slots[i].name, name, KVS_RADIX_NAME_LEN);
+    } else {
+        memset(t->slots[i].name, 0, KVS_RADIX_NAME_LEN);
+    }
+
     seq = t->seq++;
     t->slots[i].seq = seq;
 
@@ -647,6 +658,10 @@ kvs_tier_put(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
 
     if (key->scope_len > 0) {
         memcpy(b + SLOT_OFF_SCOPE, key->scope, key->scope_len);
+    }
+
+    if (name != NULL) {
+        memcpy(b + SLOT_OFF_NAME, name, KVS_RADIX_NAME_LEN);
     }
 
     kvs_le_put64(b + SLOT_OFF_HSUM, XXH3_64bits(b, SLOT_OFF_HSUM));

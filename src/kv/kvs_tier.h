@@ -120,26 +120,47 @@ void kvs_tier_path_id(const uint8_t *prev, const int32_t *tokens,
     uint32_t n, uint8_t *id);
 
 /*
- * Stores one block: tokens[block_tokens], data[block_bytes].  A block
+ * Stores one block: tokens[block_tokens], data[block_bytes], and its
+ * prefix index name (KVS_RADIX_NAME_LEN bytes; NULL: none), which a
+ * later open hands back with the block (kvs_tier_names()).  A block
  * already stored under key and id is refreshed, not written.  Reclaims
  * the least recently used slot when full; KVS_KV_EFULL when every slot
  * is busy (written or read), KVS_EINVAL for a scope over
  * KVS_RADIX_MAX_SCOPE, KVS_EIO on a failed write (the slot is freed).
  */
-int kvs_tier_put(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
+int kvs_tier_put_named(kvs_tier_t *t, kvs_tier_io_t *io,
+    const kvs_radix_key_t *key, const uint8_t *id, const uint8_t *name,
+    const int32_t *tokens, const void *data, kvs_err_t *err);
+
+static inline int
+kvs_tier_put(kvs_tier_t *t, kvs_tier_io_t *io, const kvs_radix_key_t *key,
     const uint8_t *id, const int32_t *tokens, const void *data,
-    kvs_err_t *err);
+    kvs_err_t *err)
+{
+    return kvs_tier_put_named(t, io, key, id, NULL, tokens, data, err);
+}
 
-/* 1 when a block is stored under key and id (a lookup of the index, no
- * I/O: what the file holds is verified only by kvs_tier_get()). */
-int kvs_tier_has(kvs_tier_t *t, const kvs_radix_key_t *key,
-    const uint8_t *id);
+/*
+ * 1 when a block is stored under key and id (a lookup of the index, no
+ * I/O: what the file holds is verified only by kvs_tier_get()).  With
+ * touch, a stored block also becomes the most recently used: a run
+ * chosen for loading is not reclaimed by the spills that making room
+ * for it in the pool causes.
+ */
+int kvs_tier_find(kvs_tier_t *t, const kvs_radix_key_t *key,
+    const uint8_t *id, int touch);
 
-/* kvs_tier_has(), and a stored block becomes the most recently used: a
- * run chosen for loading is not reclaimed by the spills that making
- * room for it in the pool causes. */
-int kvs_tier_touch(kvs_tier_t *t, const kvs_radix_key_t *key,
-    const uint8_t *id);
+static inline int
+kvs_tier_has(kvs_tier_t *t, const kvs_radix_key_t *key, const uint8_t *id)
+{
+    return kvs_tier_find(t, key, id, 0);
+}
+
+static inline int
+kvs_tier_touch(kvs_tier_t *t, const kvs_radix_key_t *key, const uint8_t *id)
+{
+    return kvs_tier_find(t, key, id, 1);
+}
 
 /*
  * Reads a block back into data[block_bytes], only when its slot holds
@@ -167,6 +188,22 @@ typedef void (*kvs_tier_watch_pt)(void *arg, uint64_t ns, const uint8_t *id,
     int ready);
 
 void kvs_tier_set_watch(kvs_tier_t *t, kvs_tier_watch_pt fn, void *arg);
+
+/*
+ * The stored blocks' index names, a few slots at a time (the prefix
+ * index's entries for the blocks kept at open, kvs_engine_tier_ix.c):
+ * fn is called, under the tier's lock like the watch, for each ready
+ * slot among slots[from, from + n) that carries a name.  Returns the
+ * slot to go on from; the walk is done when it returns the tier's slots
+ * (kvs_tier_stats()).  A slot written or dropped meanwhile is reported
+ * by the watch as well: a walker that heard of a block here hears of
+ * its drop there, after it.
+ */
+typedef void (*kvs_tier_name_pt)(void *arg, uint64_t ns, const uint8_t *id,
+    const uint8_t *name);
+
+uint32_t kvs_tier_names(kvs_tier_t *t, uint32_t from, uint32_t n,
+    kvs_tier_name_pt fn, void *arg);
 
 /* The namespace hash the tier files a block under (epoch, adapter,
  * scope), as the watch reports it. */

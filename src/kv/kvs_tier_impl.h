@@ -33,6 +33,7 @@ typedef struct {
     uint32_t   readers;
     uint64_t   ns;                    /* namespace hash */
     uint8_t    id[KVS_TIER_ID_LEN];
+    uint8_t    name[KVS_RADIX_NAME_LEN];  /* index name; zeros: none */
     uint64_t   seq;
     uint32_t   prev, next;            /* LRU: head most recent */
     uint32_t   link;                  /* index chain or free list */

@@ -222,24 +222,8 @@ kvs_tier_slot_take(kvs_tier_t *t)
 
 
 int
-kvs_tier_has(kvs_tier_t *t, const kvs_radix_key_t *key, const uint8_t *id)
-{
-    int  found;
-
-    if (key->scope_len > KVS_RADIX_MAX_SCOPE) {
-        return 0;
-    }
-
-    pthread_mutex_lock(&t->mu);
-    found = kvs_tier_slot_find(t, kvs_tier_ns_hash(key), id) != KVS_TIER_NONE;
-    pthread_mutex_unlock(&t->mu);
-
-    return found;
-}
-
-
-int
-kvs_tier_touch(kvs_tier_t *t, const kvs_radix_key_t *key, const uint8_t *id)
+kvs_tier_find(kvs_tier_t *t, const kvs_radix_key_t *key, const uint8_t *id,
+    int touch)
 {
     uint32_t  i;
 
@@ -250,14 +234,45 @@ kvs_tier_touch(kvs_tier_t *t, const kvs_radix_key_t *key, const uint8_t *id)
     pthread_mutex_lock(&t->mu);
     i = kvs_tier_slot_find(t, kvs_tier_ns_hash(key), id);
 
-    /* a slot being read is out of the LRU: it cannot be reclaimed */
-    if (i != KVS_TIER_NONE && t->slots[i].state == KVS_TIER_SLOT_READY) {
+    /* only a ready slot is in the LRU */
+    if (touch && i != KVS_TIER_NONE
+        && t->slots[i].state == KVS_TIER_SLOT_READY)
+    {
         kvs_tier_slot_touch(t, i);
     }
 
     pthread_mutex_unlock(&t->mu);
 
     return i != KVS_TIER_NONE;
+}
+
+
+uint32_t
+kvs_tier_names(kvs_tier_t *t, uint32_t from, uint32_t n,
+    kvs_tier_name_pt fn, void *arg)
+{
+    uint32_t          end;
+    kvs_tier_slot_t  *s;
+
+    if (from >= t->n_slots) {
+        return t->n_slots;
+    }
+
+    end = n < t->n_slots - from ? from + n : t->n_slots;
+
+    pthread_mutex_lock(&t->mu);
+
+    for ( ; from < end; from++) {
+        s = &t->slots[from];
+
+        if (s->state == KVS_TIER_SLOT_READY && kvs_radix_named(s->name)) {
+            fn(arg, s->ns, s->id, s->name);
+        }
+    }
+
+    pthread_mutex_unlock(&t->mu);
+
+    return end;
 }
 
 

@@ -21,6 +21,7 @@ typedef struct {
     kvs_radix_key_t  key;             /* key.scope points at scope */
     char             scope[KVS_RADIX_MAX_SCOPE];
     uint8_t          id[KVS_TIER_ID_LEN];
+    uint8_t          name[KVS_RADIX_NAME_LEN];  /* zeros: none */
 } spill_entry_t;
 
 struct kvs_tier_spill_s {
@@ -67,9 +68,10 @@ spill_main(void *arg)
 
         pthread_mutex_unlock(&sp->mu);
 
-        rc = kvs_tier_put(sp->tier, sp->io, &e->key, e->id,
-                          (const int32_t *) b, b + 4 * sp->block_tokens,
-                          NULL);
+        rc = kvs_tier_put_named(sp->tier, sp->io, &e->key, e->id,
+                                kvs_radix_named(e->name) ? e->name : NULL,
+                                (const int32_t *) b,
+                                b + 4 * sp->block_tokens, NULL);
 
         pthread_mutex_lock(&sp->mu);
 
@@ -192,9 +194,9 @@ kvs_tier_spill_free(kvs_tier_spill_t *sp)
 
 
 int
-kvs_tier_spill_push(kvs_tier_spill_t *sp, const kvs_radix_key_t *key,
-    const uint8_t *id, const int32_t *tokens, const void *data,
-    kvs_err_t *err)
+kvs_tier_spill_push_named(kvs_tier_spill_t *sp, const kvs_radix_key_t *key,
+    const uint8_t *id, const uint8_t *name, const int32_t *tokens,
+    const void *data, kvs_err_t *err)
 {
     uint8_t        *b;
     uint32_t        i;
@@ -232,6 +234,13 @@ kvs_tier_spill_push(kvs_tier_spill_t *sp, const kvs_radix_key_t *key,
     }
 
     memcpy(e->id, id, KVS_TIER_ID_LEN);
+
+    if (name != NULL) {
+        memcpy(e->name, name, KVS_RADIX_NAME_LEN);
+    } else {
+        memset(e->name, 0, KVS_RADIX_NAME_LEN);
+    }
+
     memcpy(b, tokens, 4 * (size_t) sp->block_tokens);
     memcpy(b + 4 * sp->block_tokens, data, sp->block_bytes);
 

@@ -56,13 +56,22 @@ void kvs_tier_spill_free(kvs_tier_spill_t *sp);
 
 /*
  * Queues a copy of one block (tokens[block_tokens], data[block_bytes]
- * of the tier).  KVS_KV_EFULL when no entry is free (the block is
- * dropped, counted), KVS_EINVAL for a scope over KVS_RADIX_MAX_SCOPE.
- * Never waits for a write.
+ * of the tier) and its index name (NULL: none; kvs_tier_put_named()).
+ * KVS_KV_EFULL when no entry is free (the block is dropped, counted),
+ * KVS_EINVAL for a scope over KVS_RADIX_MAX_SCOPE.  Never waits for a
+ * write.
  */
-int kvs_tier_spill_push(kvs_tier_spill_t *sp, const kvs_radix_key_t *key,
+int kvs_tier_spill_push_named(kvs_tier_spill_t *sp,
+    const kvs_radix_key_t *key, const uint8_t *id, const uint8_t *name,
+    const int32_t *tokens, const void *data, kvs_err_t *err);
+
+static inline int
+kvs_tier_spill_push(kvs_tier_spill_t *sp, const kvs_radix_key_t *key,
     const uint8_t *id, const int32_t *tokens, const void *data,
-    kvs_err_t *err);
+    kvs_err_t *err)
+{
+    return kvs_tier_spill_push_named(sp, key, id, NULL, tokens, data, err);
+}
 
 /* Waits until the queue is empty (tests, benches, shutdown). */
 void kvs_tier_spill_wait(kvs_tier_spill_t *sp);

@@ -37,7 +37,12 @@
 # not timed with the cache off, their cold time is a fresh prompt's with
 # the cache on; 64k cold takes 1-2 minutes here), PREFIX_EVENTS (a path:
 # each cache-on run's events go to <path>.<fraction>, for
-# t/bench/prefix_policies.py --events).  A smaller run: PREFIX_USERS=8
+# t/bench/prefix_policies.py --events), PREFIX_PRESET (a model of real
+# size instead of the tiny one: a `kvserve gen-model` preset, e.g. 100m,
+# generated into KVS_TMP with PREFIX_DTYPE (q8_0) by KVS_CLI
+# (build/kvserve) and removed at the end), PREFIX_MODEL (a GGUF file to
+# run instead; either wants PREFIX_SYSTEM and PREFIX_USERS small enough
+# for its context and its speed).  A smaller run: PREFIX_USERS=8
 # PREFIX_SIZES=8192,32768.
 set -euo pipefail
 
@@ -46,7 +51,17 @@ export KVS_TMP=${KVS_TMP:-/tmp}
 parts=${PREFIX_PARTS:-trace trace-geo ttft tier}
 common=(--threads "${PREFIX_THREADS:-0}" --seed "${PREFIX_SEED:-1}")
 out=$(mktemp "$KVS_TMP/prefix-bench.XXXXXX")
-trap 'rm -f "$out"' EXIT
+gen=
+trap 'rm -f "$out" ${gen:+"$gen"}' EXIT
+
+if [ -n "${PREFIX_PRESET:-}" ]; then
+    gen="$KVS_TMP/prefix-bench-${PREFIX_PRESET}.$$.gguf"
+    "${KVS_CLI:-build/kvserve}" gen-model --preset "$PREFIX_PRESET" \
+        --dtype "${PREFIX_DTYPE:-q8_0}" --seed "${PREFIX_SEED:-1}" "$gen"
+    common+=(--model "$gen")
+elif [ -n "${PREFIX_MODEL:-}" ]; then
+    common+=(--model "$PREFIX_MODEL")
+fi
 
 for part in $parts; do
     case $part in

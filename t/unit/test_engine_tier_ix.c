@@ -3,7 +3,7 @@
  * (kvs_engine_tier_ix.c): the publish and unpublish plan an engine hands
  * its publisher.
  *
- * A small generated model, a pool of 12 blocks and a disk tier of 6
+ * A small generated model, a pool of 12 blocks and a disk tier of 8
  * slots; every prompt's block names are computed here as a gateway
  * computes them.  The takes are followed in a book of what the index
  * would hold per tier: a pool add is a name not in the pool, a pool
@@ -15,24 +15,46 @@
  * tier's reclaims came out as disk deletes, a prompt loaded back from
  * the disk is in both tiers, a resync lists both tiers whole, and the
  * tier weight is said once loads and prefills were measured.
+ *
+ * Across a restart (same epoch), the blocks the file kept are published
+ * by the new engine with the names they were spilled under, in batches
+ * of at most 256 disk adds a step, each once; a kept block the tier
+ * reclaims later comes out as a disk delete.
+ *
+ * While the engine serves, one block of a prompt is corrupted on disk
+ * between its spill and its load (a flipped KV byte; then the file cut
+ * short inside a slot): the load stops at that block, the request
+ * computes the rest and replies bit for bit as a cache-off engine, the
+ * slot is dropped and its name comes out as a disk delete, the corrupt
+ * counter moves and no pool block stays reserved (also under ASan).
  */
 
 #include "kvs_test_engine_ix.h"
 
+#include <fcntl.h>
+
 #define BT        16
 #define N_BLOCKS  12
-#define SLOTS     6
+#define SLOTS     8                   /* 3 blocks of prompt 0, 3 that
+                                         its load evicts, 1 that its
+                                         prefill evicts: no reclaim of
+                                         what the load just read, however
+                                         late the writer is */
 #define MODEL     "tiny-tier-index"
 #define N_PROMPT  16                  /* prompts a test runs */
+#define N_MANY    110                 /* the restart test's, before */
+#define N_NEW     40                  /* and after the restart */
+#define N_BOOK    (N_MANY + N_NEW)
+#define WALK      256                 /* kept slots published a step */
 #define LEN       48                  /* their tokens: 3 blocks */
 #define PB        (LEN / BT)
 
 
 typedef struct {
-    kvs_index_name_t  name[N_PROMPT * PB];
-    uint8_t           pool[N_PROMPT * PB];   /* the index's view */
-    uint8_t           disk[N_PROMPT * PB];
-    uint8_t           spilled[N_PROMPT * PB];
+    kvs_index_name_t  name[N_BOOK * PB];
+    uint8_t           pool[N_BOOK * PB];     /* the index's view */
+    uint8_t           disk[N_BOOK * PB];
+    uint8_t           spilled[N_BOOK * PB];
     uint32_t          n;
     uint64_t          dadds, ddels;
 } book_t;
@@ -165,10 +187,10 @@ count(const uint8_t *v, uint32_t n)
 }
 
 
-/* An engine whose tier has exactly SLOTS slots (the slot's size read
+/* An engine whose tier has exactly slots slots (the slot's size read
  * from an engine with a larger tier first), on a new file. */
 static kvs_engine_t *
-engine_slots(const kvs_test_model_t *md)
+engine_n_slots(const kvs_test_model_t *md, uint32_t slots)
 {
     uint64_t            slot;
     kvs_engine_t       *e;
@@ -182,11 +204,18 @@ engine_slots(const kvs_test_model_t *md)
     kvs_engine_free(e);
     unlink(tier_path());
 
-    e = engine_new(md, 4096 + SLOTS * slot);
+    e = engine_new(md, 4096 + slots * slot);
     kvs_engine_stats(e, &st);
-    assert_int_equal(st.tier.slots, SLOTS);
+    assert_int_equal(st.tier.slots, slots);
 
     return e;
+}
+
+
+static kvs_engine_t *
+engine_slots(const kvs_test_model_t *md)
+{
+    return engine_n_slots(md, SLOTS);
 }
 
 
@@ -290,7 +319,7 @@ test_disk_names(void **state)
 
     assert_true(ix.tier_weight >= 1 && ix.tier_weight <= 1000);
 
-    /* many more prompts through a tier of 6 slots: it reclaims, and
+    /* many more prompts through a tier of SLOTS slots: it reclaims, and
      * every reclaimed block comes out as a disk delete */
     for (s = 5; s < N_PROMPT; s++) {
         (void) kvs_test_engine_ix_run1(e, tok[s], LEN, NULL);
@@ -311,7 +340,7 @@ test_disk_names(void **state)
     kvs_engine_index_resync(e);
     (void) kvs_engine_step(e);
     {
-        uint8_t  pool[N_PROMPT * PB], disk[N_PROMPT * PB];
+        uint8_t  pool[N_BOOK * PB], disk[N_BOOK * PB];
 
         memcpy(pool, bk->pool, sizeof(pool));
         memcpy(disk, bk->disk, sizeof(disk));
@@ -367,12 +396,313 @@ test_listing_after_subscribe(void **state)
 }
 
 
+/* The blocks a tier file kept across a restart are published by the
+ * new engine, a bounded batch a step, with the names the old engine
+ * published them under; the tier's reclaims unpublish them. */
+static void
+test_kept_published(void **state)
+{
+    int                 busy;
+    int32_t             tok[LEN];
+    uint32_t            s, k, steps, used, still;
+    uint64_t            slot_bytes, dadds;
+    book_t             *bk;
+    uint8_t            *was;
+    kvs_engine_t       *e;
+    kvs_test_model_t    md;
+    kvs_engine_index_t  ix;
+    kvs_engine_stats_t  st;
+
+    (void) state;
+
+    kvs_test_model_small(&md, "test-engine-tier-ix3", 256, 0x71e7, 1);
+
+    /* N_MANY prompts of 3 blocks through a pool of 12 and a tier of
+     * WALK + 64 slots: over WALK blocks end on disk, all named */
+    e = engine_n_slots(&md, WALK + 64);
+    bk = calloc(1, sizeof(book_t));
+    was = calloc(1, sizeof(bk->disk));
+    assert_non_null(bk);
+    assert_non_null(was);
+    memset(&ix, 0, sizeof(ix));
+
+    kvs_engine_index_subscribe(e, 1);
+
+    for (s = 0; s < N_MANY; s++) {
+        kvs_test_engine_ix_prompt(tok, LEN, s + 1000);
+        book_names(bk, e, tok, s);
+        (void) kvs_test_engine_ix_run1(e, tok, LEN, NULL);
+        settle(e);                    /* no spill dropped */
+        take(e, &ix, bk);
+    }
+
+    settle(e);
+    take(e, &ix, bk);
+
+    kvs_engine_stats(e, &st);
+    used = (uint32_t) st.tier.used;
+    slot_bytes = st.tier.slot_bytes;
+    if (used <= WALK) {
+        fail_msg("%u blocks on disk, %llu spills dropped", used,
+                 (unsigned long long) st.tier.spill_dropped);
+    }
+    assert_int_equal(count(bk->disk, bk->n), used);
+    memcpy(was, bk->disk, sizeof(bk->disk));
+    kvs_engine_free(e);
+
+    /* the same file, the same weights: kept, and published a batch a
+     * step; the pool is empty, so the disk adds are all there is */
+    e = engine_new(&md, 4096 + (WALK + 64) * slot_bytes);
+    kvs_engine_stats(e, &st);
+    assert_int_equal(st.tier.kept, used);
+    assert_string_equal(st.tier.discarded, "");
+
+    memset(bk->pool, 0, sizeof(bk->pool));
+    memset(bk->disk, 0, sizeof(bk->disk));
+    memset(bk->spilled, 1, sizeof(bk->spilled));
+    kvs_engine_index_subscribe(e, 1);
+
+    dadds = 0;
+    steps = 0;
+
+    do {
+        busy = kvs_engine_step(e);
+        take(e, &ix, bk);
+        assert_true(ix.n_dadd <= WALK);
+        assert_int_equal(ix.n_add + ix.n_del + ix.n_ddel, 0);
+        dadds += ix.n_dadd;
+        steps++;
+        assert_true(steps <= 8);
+    } while (busy);
+
+    /* every kept block once, under its old name: WALK + 64 slots are
+     * walked in 2 steps */
+    printf("restart: %u kept blocks published in %u steps\n", used,
+           steps);
+    assert_int_equal(steps, 2);
+    assert_int_equal(dadds, used);
+    assert_memory_equal(was, bk->disk, sizeof(bk->disk));
+
+    /* idle now, and nothing more to say */
+    assert_int_equal(kvs_engine_step(e), 0);
+    take(e, &ix, bk);
+    assert_int_equal(ix.n_dadd + ix.n_ddel, 0);
+
+    /* a resync lists them again, whole */
+    kvs_engine_index_resync(e);
+    (void) kvs_engine_step(e);
+    take(e, &ix, bk);
+    assert_int_equal(ix.resync, 1);
+    assert_int_equal(ix.n_dadd, used);
+    assert_memory_equal(was, bk->disk, sizeof(bk->disk));
+
+    /* new prompts fill the tier: the kept blocks it reclaims come out
+     * as disk deletes, and the book stays the tier's count */
+    bk->ddels = 0;
+
+    for (s = 0; s < N_NEW; s++) {
+        kvs_test_engine_ix_prompt(tok, LEN, s + 5000);
+        book_names(bk, e, tok, N_MANY + s);
+        (void) kvs_test_engine_ix_run1(e, tok, LEN, NULL);
+        take(e, &ix, bk);
+    }
+
+    settle(e);
+    take(e, &ix, bk);
+
+    kvs_engine_stats(e, &st);
+
+    for (still = 0, k = 0; k < N_MANY * PB; k++) {
+        still += bk->disk[k];
+    }
+
+    /* some kept blocks were reclaimed, each a disk delete (the rest
+     * of the deletes are new blocks reclaimed in turn) */
+    assert_true(still < used);
+    assert_true(bk->ddels >= used - still);
+    assert_int_equal(count(bk->disk, bk->n), st.tier.used);
+
+    kvs_engine_index_free(&ix);
+    kvs_engine_free(e);
+    kvs_test_model_free(&md);
+    unlink(tier_path());
+    free(was);
+    free(bk);
+}
+
+
+/* The slot of the file that holds the block of tokens tok[BT], found
+ * by its tokens (after the slot's 512-byte header); -1 if none. */
+static long
+slot_of(const kvs_engine_stats_t *st, const int32_t *tok)
+{
+    int       fd;
+    long      i, found;
+    uint8_t   want[4 * BT], got[4 * BT];
+    uint32_t  k;
+
+    for (k = 0; k < BT; k++) {
+        want[4 * k] = (uint8_t) tok[k];
+        want[4 * k + 1] = (uint8_t) (tok[k] >> 8);
+        want[4 * k + 2] = (uint8_t) (tok[k] >> 16);
+        want[4 * k + 3] = (uint8_t) (tok[k] >> 24);
+    }
+
+    fd = open(tier_path(), O_RDONLY);
+    assert_true(fd >= 0);
+    found = -1;
+
+    for (i = 0; found < 0 && i < (long) st->tier.slots; i++) {
+        if (pread(fd, got, sizeof(got),
+                  (off_t) (4096 + i * st->tier.slot_bytes + 512))
+            == (ssize_t) sizeof(got)
+            && memcmp(got, want, sizeof(got)) == 0)
+        {
+            found = i;
+        }
+    }
+
+    close(fd);
+
+    return found;
+}
+
+
+static void
+test_corrupt_mid_run(void **state)
+{
+    int                 cut, fd;
+    int32_t             tok[5][LEN];
+    uint8_t             b;
+    uint32_t            s, k, first;
+    uint64_t            off, corrupt, failed, loaded;
+    long                slot[PB];
+    book_t             *bk;
+    kvs_engine_t       *e, *cold;
+    kvs_test_model_t    md;
+    kvs_engine_req_t    req;
+    kvs_engine_out_t    a, c;
+    kvs_engine_conf_t   cc;
+    kvs_engine_index_t  ix;
+    kvs_engine_stats_t  st;
+
+    (void) state;
+
+    kvs_test_model_small(&md, "test-engine-tier-ix4", 256, 0x71e8, 1);
+    e = engine_n_slots(&md, 64);
+    kvs_test_engine_conf(&cc, &md, BT, 64, 64, 0);
+    cold = kvs_test_engine_new(&cc);
+
+    bk = calloc(1, sizeof(book_t));
+    assert_non_null(bk);
+    memset(&ix, 0, sizeof(ix));
+    kvs_engine_index_subscribe(e, 1);
+
+    for (cut = 0; cut <= 1; cut++) {
+        /* prompt 0 of this round, evicted to disk by 4 others */
+        for (s = 0; s < 5; s++) {
+            kvs_test_engine_ix_prompt(tok[s], LEN, 2000 + 10 * cut + s);
+            book_names(bk, e, tok[s], 5 * cut + s);
+        }
+
+        kvs_test_engine_req(&req, tok[0], LEN, 8, 5);
+        kvs_test_engine_run(e, &req, &a, NULL, NULL);
+        kvs_engine_out_free(&a);
+        take(e, &ix, bk);
+
+        for (s = 1; s < 5; s++) {
+            (void) kvs_test_engine_ix_run1(e, tok[s], LEN, NULL);
+            settle(e);
+            take(e, &ix, bk);
+        }
+
+        kvs_engine_stats(e, &st);
+
+        for (k = 0; k < PB; k++) {
+            assert_false(bk->pool[5 * cut * PB + k]);
+            assert_true(bk->disk[5 * cut * PB + k]);
+            slot[k] = slot_of(&st, tok[0] + k * BT);
+            assert_true(slot[k] >= 0);
+        }
+
+        /* block 1 goes bad: a flipped KV byte, or the file cut inside
+         * its slot (which cuts every slot after it, too) */
+        fd = open(tier_path(), O_RDWR);
+        assert_true(fd >= 0);
+        off = 4096 + (uint64_t) slot[1] * st.tier.slot_bytes;
+
+        if (!cut) {
+            off += 512 + 4 * BT + 100;
+            assert_int_equal(pread(fd, &b, 1, (off_t) off), 1);
+            b ^= 0x40;
+            assert_int_equal(pwrite(fd, &b, 1, (off_t) off), 1);
+            first = 1;
+
+        } else {
+            assert_int_equal(ftruncate(fd, (off_t) (off + 700)), 0);
+            first = slot[0] < slot[1] ? 1 : 0;   /* block 0 cut too? */
+        }
+
+        close(fd);
+
+        corrupt = st.tier.corrupt;
+        failed = st.tier.load_failed;
+        loaded = st.tier.loaded_blocks;
+
+        /* the load stops at the bad block; the rest is computed, and the
+         * reply is the cold engine's */
+        kvs_test_engine_req(&req, tok[0], LEN, 8, 5);
+        kvs_test_engine_run(e, &req, &a, NULL, NULL);
+        kvs_test_engine_run(cold, &req, &c, NULL, NULL);
+        kvs_test_engine_same(&a, &c, cut ? "after a cut file"
+                                         : "after a flipped byte");
+        printf("%s: block 1 in slot %ld (block 0 in %ld), %u tokens "
+               "loaded\n", cut ? "cut file" : "flipped byte", slot[1],
+               slot[0], a.n_cached_tier);
+        assert_int_equal(a.n_cached_tier, first * BT);
+        kvs_engine_out_free(&a);
+        kvs_engine_out_free(&c);
+
+        settle(e);
+        take(e, &ix, bk);
+        kvs_engine_stats(e, &st);
+
+        assert_int_equal(st.tier.corrupt, corrupt + 1);
+        assert_int_equal(st.tier.load_failed, failed + 1);
+        assert_int_equal(st.tier.loaded_blocks, loaded + first);
+        assert_int_equal(st.tier.load_reserved, 0);
+        assert_int_equal(st.tier.loading, 0);
+
+        /* the bad block's slot (the first read that failed) is dropped,
+         * its name unpublished; a block loaded before it stays on disk;
+         * all are in the pool again */
+        assert_false(bk->disk[5 * cut * PB + first]);
+        assert_int_equal(bk->disk[5 * cut * PB], first == 1);
+
+        for (k = 0; k < PB; k++) {
+            assert_true(bk->pool[5 * cut * PB + k]);
+        }
+
+        assert_int_equal(count(bk->disk, bk->n), st.tier.used);
+    }
+
+    kvs_engine_index_free(&ix);
+    kvs_engine_free(e);
+    kvs_engine_free(cold);
+    kvs_test_model_free(&md);
+    unlink(tier_path());
+    free(bk);
+}
+
+
 int
 main(void)
 {
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_disk_names),
         cmocka_unit_test(test_listing_after_subscribe),
+        cmocka_unit_test(test_kept_published),
+        cmocka_unit_test(test_corrupt_mid_run),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

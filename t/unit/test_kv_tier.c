@@ -5,7 +5,9 @@
  * the slot dropped; the file never larger than its size, least recently
  * used blocks reclaimed first; a restart keeps the blocks only under
  * the same epoch; O_DIRECT where the file system allows it; bad
- * arguments refused.  Files go to KVS_TMP.
+ * arguments refused; the index names stored with blocks come back
+ * after a reopen, walked a few slots at a time, and a reclaimed slot's
+ * name no longer.  Files go to KVS_TMP.
  */
 
 #include "kvs_test.h"
@@ -486,6 +488,106 @@ test_restart(void **state)
 }
 
 
+/* names[k] collects what the walk reported of block k (by its id) */
+typedef struct {
+    uint8_t   (*id)[16];
+    uint8_t   names[4][KVS_RADIX_NAME_LEN];
+    uint32_t  seen[4];
+    uint32_t  calls;
+} walk_t;
+
+
+static void
+walk_one(void *arg, uint64_t ns, const uint8_t *id, const uint8_t *name)
+{
+    uint32_t   k;
+    walk_t    *w = arg;
+
+    assert_true(ns == kvs_tier_ns_hash(&ns_a));
+    w->calls++;
+
+    for (k = 0; k < 4; k++) {
+        if (memcmp(w->id[k], id, 16) == 0) {
+            memcpy(w->names[k], name, KVS_RADIX_NAME_LEN);
+            w->seen[k]++;
+        }
+    }
+}
+
+
+static void
+test_names(void **state)
+{
+    int32_t           tok[4][BT];
+    uint8_t           data[4][BB], id[4][16], name[4][KVS_RADIX_NAME_LEN];
+    uint32_t          k, at, steps;
+    kvs_err_t         err;
+    kvs_tier_t       *t;
+    kvs_tier_io_t    *io;
+    kvs_tier_conf_t   c;
+    kvs_tier_stats_t  st;
+    walk_t            w;
+
+    (void) state;
+
+    /* 3 slots: blocks 0 and 2 named, 1 not */
+    t = tier_fresh(&c, "tier-names", 3, &io);
+
+    for (k = 0; k < 4; k++) {
+        block_make(k, tok[k], data[k], id[k], k > 0 ? id[k - 1] : NULL);
+        memset(name[k], 0xa0 + k, KVS_RADIX_NAME_LEN);
+    }
+
+    for (k = 0; k < 3; k++) {
+        assert_int_equal(kvs_tier_put_named(t, io, &ns_a, id[k],
+                                            k == 1 ? NULL : name[k],
+                                            tok[k], data[k], &err),
+                         KVS_OK);
+    }
+
+    kvs_tier_io_free(io);
+    kvs_tier_close(t);
+
+    /* reopened: the walk, 2 slots a call, reports the 2 named blocks
+     * once each with their names */
+    t = tier_open(&c, NULL);
+    assert_int_equal(kvs_tier_io_new(t, &io, &err), KVS_OK);
+    kvs_tier_stats(t, &st);
+    assert_int_equal(st.kept, 3);
+
+    memset(&w, 0, sizeof(w));
+    w.id = id;
+
+    for (at = 0, steps = 0; at < st.slots; steps++) {
+        at = kvs_tier_names(t, at, 2, walk_one, &w);
+    }
+
+    assert_int_equal(steps, 2);
+    assert_int_equal(w.calls, 2);
+    assert_int_equal(w.seen[0], 1);
+    assert_int_equal(w.seen[1], 0);
+    assert_int_equal(w.seen[2], 1);
+    assert_memory_equal(w.names[0], name[0], KVS_RADIX_NAME_LEN);
+    assert_memory_equal(w.names[2], name[2], KVS_RADIX_NAME_LEN);
+    assert_int_equal(kvs_tier_names(t, st.slots, 2, walk_one, &w),
+                     st.slots);
+
+    /* block 3 reclaims the least recently used slot (block 0's): its
+     * name is walked no more, block 3's is */
+    assert_int_equal(kvs_tier_put_named(t, io, &ns_a, id[3], name[3],
+                                        tok[3], data[3], &err), KVS_OK);
+    memset(&w, 0, sizeof(w));
+    w.id = id;
+    assert_int_equal(kvs_tier_names(t, 0, 100, walk_one, &w), st.slots);
+    assert_int_equal(w.calls, 2);
+    assert_int_equal(w.seen[0], 0);
+    assert_int_equal(w.seen[3], 1);
+    assert_memory_equal(w.names[3], name[3], KVS_RADIX_NAME_LEN);
+
+    tier_done(t, io, c.path);
+}
+
+
 static void
 test_direct(void **state)
 {
@@ -575,6 +677,7 @@ main(void)
         cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_size_bound),
         cmocka_unit_test(test_restart),
+        cmocka_unit_test(test_names),
         cmocka_unit_test(test_direct),
         cmocka_unit_test(test_errors),
     };
