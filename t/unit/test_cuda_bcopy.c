@@ -156,6 +156,24 @@ geom(kvs_cuda_bc_geom_t *g, uint32_t elem, int scaled)
 }
 
 
+/* The hand-worked geometry: 2 layers, 3 blocks of 4 tokens, K rows of 8
+ * elements, V rows of 4. */
+static void
+geom_hand(kvs_cuda_bc_geom_t *g, uint32_t elem, uint32_t n_head_kv,
+    int scaled)
+{
+    memset(g, 0, sizeof(*g));
+    g->n_layer = 2;
+    g->n_blocks = 3;
+    g->block_tokens = 4;
+    g->k_width = 8;
+    g->v_width = 4;
+    g->elem = elem;
+    g->n_head_kv = n_head_kv;
+    g->scaled = scaled;
+}
+
+
 /* n_layer 2, n_blocks 3, bt 4, k_width 8, v_width 4, f16: kb = 4 * 8 * 2
  * = 64, vb = 4 * 4 * 2 = 32; block 2: K from 128, pitch 192, V from 64,
  * pitch 96, staged at 0 and 2 * 64 = 128; 192 bytes in all. */
@@ -168,14 +186,7 @@ test_pieces_f16(void **state)
 
     (void) state;
 
-    memset(&g, 0, sizeof(g));
-    g.n_layer = 2;
-    g.n_blocks = 3;
-    g.block_tokens = 4;
-    g.k_width = 8;
-    g.v_width = 4;
-    g.elem = 2;
-    g.n_head_kv = 1;
+    geom_hand(&g, 2, 1, 0);
 
     assert_int_equal(kvs_cuda_bc_plan(&g, 2, &pl, &err), KVS_OK);
     assert_int_equal(pl.n, 2);
@@ -211,15 +222,7 @@ test_pieces_int8(void **state)
 
     (void) state;
 
-    memset(&g, 0, sizeof(g));
-    g.n_layer = 2;
-    g.n_blocks = 3;
-    g.block_tokens = 4;
-    g.k_width = 8;
-    g.v_width = 4;
-    g.elem = 1;
-    g.n_head_kv = 2;
-    g.scaled = 1;
+    geom_hand(&g, 1, 2, 1);
 
     assert_int_equal(kvs_cuda_bc_plan(&g, 1, &pl, &err), KVS_OK);
     assert_int_equal(pl.n, 4);
