@@ -10,9 +10,11 @@
  * once per bucket, bounded by KVS_CUDA_GRAPHS).
  *
  * Invariants:
- *   - all work goes on one stream, `st`; a step ends with one
- *     cudaStreamSynchronize, so between calls the device is idle and the
- *     pinned buffers are free to rewrite;
+ *   - all work goes on one stream, `st`, but the block copies of the
+ *     lower tiers (kvs_cuda_tier.c: their own stream `cst`, ordered
+ *     against st by events); a step ends with one cudaStreamSynchronize,
+ *     so between calls the device is idle and the pinned buffers are
+ *     free to rewrite;
  *   - the packed batch lives at fixed addresses (hpack on the host, dpack
  *     on the device), so graphs captured over it stay valid;
  *   - every matrix's input is converted to the matrix's own dtype before
