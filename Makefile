@@ -75,12 +75,13 @@ TSAN_FLAGS   := -O1 -g1 -fsanitize=thread
 LIBS         := -ljansson -lpcre2-8 -lutf8proc -lxxhash -lopenblas -lm \
                 -lpthread
 
-# the CUDA backend's plans (src/backend/cuda/kvs_cuda_plan.c and
-# kvs_cuda_lora_plan.c) are plain C
+# the CUDA backend's plans (src/backend/cuda/kvs_cuda_plan.c,
+# kvs_cuda_lora_plan.c and the block copy's kvs_cuda_bcopy.c) are plain C
 # and part of the library; the rest of src/backend/cuda/ needs the CUDA
 # headers and goes into libkvserve_cuda.so (below)
 CUDA_PLAN_SRCS := src/backend/cuda/kvs_cuda_plan.c \
-                  src/backend/cuda/kvs_cuda_lora_plan.c
+                  src/backend/cuda/kvs_cuda_lora_plan.c \
+                  src/backend/cuda/kvs_cuda_bcopy.c
 LIB_SRCS     := $(sort $(filter-out src/ngx/% src/cli/%, \
                   $(wildcard src/*/*.c src/backend/cpu/*.c)) \
                   $(CUDA_PLAN_SRCS))

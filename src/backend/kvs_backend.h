@@ -138,6 +138,11 @@ typedef struct {
     int   (*forward_lora)(kvs_backend_t *be, const kvs_batch_t *b,
                           const uint32_t *slots, float *logits,
                           kvs_err_t *err);
+    /* optional, both or neither (NULL: plain malloc serves): host memory
+     * the backend copies blocks to and from fastest (CUDA: pinned), for
+     * a host tier of the prefix cache; NULL and err set when refused */
+    void *(*host_alloc)(kvs_backend_t *be, size_t bytes, kvs_err_t *err);
+    void  (*host_free)(kvs_backend_t *be, void *p);
 } kvs_backend_ops_t;
 
 /* Adapter slots a backend with set_lora holds at once (the CPU's). */

@@ -71,7 +71,12 @@ kvs_engine_tier_new(kvs_engine_t *e, kvs_err_t *err)
     tc.block_bytes = et->block_bytes;
     tc.block_tokens = e->conf.block_tokens;
     tc.epoch = e->epoch;
-    tc.model = e->conf.tier_model;
+    /* a slot's bytes are in the backend's own layout and K/V dtype: a
+     * file of another backend or dtype is another model's (the CPU's
+     * f32, kind and dtype 0, keeps the tag as it was) */
+    tc.model = e->conf.tier_model
+               ^ (((uint64_t) e->be->kind << 8 | e->be->mem.kv_dtype)
+                  * 0x9e3779b97f4a7c15ull);
     tc.direct = 1;
     tc.write_delay_us = e->conf.tier_write_delay_us;
     tc.read_delay_us = e->conf.tier_read_delay_us;

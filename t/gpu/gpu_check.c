@@ -5,10 +5,12 @@
  * backends (gpu_check_e2e.c) and times a model of Llama-3-8B's shapes
  * (gpu_check_time.c), then writes gpu-check.md and gpu-check.tsv; LoRA
  * adapters' kernel and the backend with adapters against the CPU's are
- * the part "lora" (gpu_check_lora.c).
+ * the part "lora" (gpu_check_lora.c); the prefix cache's host and disk
+ * tiers through the backend's block copies are the part "tier"
+ * (gpu_check_tier.c).
  *
  *   gpu_check [--out DIR] [--fixtures DIR] [--tmp DIR] [--seed N]
- *             [--only kern|e2e|lora|time] [--device N] [--quick]
+ *             [--only kern|e2e|tier|lora|time] [--device N] [--quick]
  *             [--self-test]
  *
  * --self-test needs no device: it runs the end-to-end harness with the
@@ -68,6 +70,9 @@ main(int argc, char **argv)
         printf("gpu_check: self-test without a device, seed %llu\n",
                (unsigned long long) c->seed);
         rc = gc_e2e_run(c);
+        if (rc == 0) {
+            rc = gc_tier_run(c);
+        }
         if (rc == 0) {
             rc = gc_lora_run(c);
         }
@@ -132,6 +137,15 @@ main(int argc, char **argv)
         printf("\n== end to end: greedy tokens, CUDA vs CPU backend\n");
         rc = gc_e2e_run(c);
         printf("== end to end: %.1f s\n", gc_now() - t);
+        fflush(stdout);
+    }
+
+    if (rc == 0 && (c->only == NULL || strcmp(c->only, "tier") == 0)) {
+        t = gc_now();
+        printf("\n== tiers: blocks to host memory and disk and back, "
+               "greedy tokens vs cache off\n");
+        rc = gc_tier_run(c);
+        printf("== tiers: %.1f s\n", gc_now() - t);
         fflush(stdout);
     }
 
@@ -222,9 +236,10 @@ gc_args(gc_ctx_t *c, int argc, char **argv)
 
         } else if (strcmp(o, "--only") == 0) {
             if (strcmp(v, "kern") && strcmp(v, "e2e") && strcmp(v, "lora")
-                && strcmp(v, "time"))
+                && strcmp(v, "time") && strcmp(v, "tier"))
             {
-                fprintf(stderr, "gpu_check: --only kern|e2e|lora|time\n");
+                fprintf(stderr, "gpu_check: --only "
+                        "kern|e2e|tier|lora|time\n");
                 return -1;
             }
             c->only = v;

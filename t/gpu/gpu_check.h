@@ -187,6 +187,9 @@ int gc_kern_run(gc_ctx_t *c);
 int gc_attn_run(gc_ctx_t *c);         /* rope_kv and attention, for
                                          gc_kern_run */
 int gc_e2e_run(gc_ctx_t *c);
+int gc_tier_run(gc_ctx_t *c);         /* the prefix cache's host and disk
+                                         tiers through block_read and
+                                         block_write (gpu_check_tier.c) */
 int gc_lora_run(gc_ctx_t *c);         /* LoRA: the kernel, CUDA vs CPU
                                          with adapters (self-test: the
                                          harness on the CPU) */

@@ -42,7 +42,7 @@ start=$(date +%s%N)
 
 # one seed for every part, printed, so that a run can be repeated
 seed=${GPU_CHECK_SEED:-$(date +%s)}
-parts=${GPU_CHECK_ONLY:-kern e2e lora time}
+parts=${GPU_CHECK_ONLY:-kern e2e tier lora time}
 args=(--tmp "$tmp" --seed "$seed")
 [ -n "${KVS_FIXTURES:-}" ] && args+=(--fixtures "$KVS_FIXTURES")
 [ "${GPU_CHECK_QUICK:-0}" = 1 ] && args+=(--quick)

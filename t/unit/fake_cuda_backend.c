@@ -239,6 +239,8 @@ static const kvs_backend_ops_t  fake_ops = {
     NULL,                                   /* no second tier */
     NULL,
     NULL,                                   /* no LoRA adapters */
+    NULL,
+    NULL,                                   /* no host tier */
     NULL
 };
 

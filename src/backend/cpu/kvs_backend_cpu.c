@@ -47,7 +47,9 @@ static const kvs_backend_ops_t  kvs_backend_cpu_ops = {
     kvs_backend_cpu_block_read,
     kvs_backend_cpu_block_write,
     kvs_backend_cpu_set_lora,
-    kvs_backend_cpu_forward_lora
+    kvs_backend_cpu_forward_lora,
+    NULL,                                   /* its pool is host memory: */
+    NULL                                    /* no host tier */
 };
 
 #if KVS_BACKEND_LORA_SLOTS != KVS_CPU_LORA_SLOTS

@@ -62,10 +62,12 @@ static const kvs_backend_ops_t  kvs_cuda_ops = {
     kvs_cuda_forward_sample,
     kvs_cuda_copy_block,
     kvs_cuda_free,
-    NULL,                                   /* no second tier yet */
-    NULL,
+    kvs_cuda_block_read,                    /* kvs_cuda_tier.c */
+    kvs_cuda_block_write,
     kvs_cuda_set_lora,                      /* kvs_cuda_lora.c */
-    kvs_cuda_forward_lora
+    kvs_cuda_forward_lora,
+    kvs_cuda_host_alloc,                    /* kvs_cuda_tier.c */
+    kvs_cuda_host_free
 };
 
 
@@ -176,6 +178,11 @@ kvs_cuda_backend_new(kvs_backend_t **out, const kvs_model_t *m,
 
     if (rc == KVS_OK) {
         rc = kvs_cuda_bind_step(cu, err);
+    }
+
+    /* the block copies' stream, events and staging (kvs_cuda_tier.c) */
+    if (rc == KVS_OK) {
+        rc = kvs_cuda_tier_init(cu, err);
     }
 
     /* the host copies of the upload list and the RoPE table are spent,
@@ -569,6 +576,7 @@ kvs_cuda_release(kvs_cuda_t *cu)
 
     kvs_cuda_graphs_free(cu);
     kvs_cuda_lora_free(cu);
+    kvs_cuda_tier_release(cu);
 
     if (cu->blas != NULL) {
         (void) cublasDestroy(cu->blas);

@@ -10,9 +10,11 @@
  * once per bucket, bounded by KVS_CUDA_GRAPHS).
  *
  * Invariants:
- *   - all work goes on one stream, `st`; a step ends with one
- *     cudaStreamSynchronize, so between calls the device is idle and the
- *     pinned buffers are free to rewrite;
+ *   - all work goes on one stream, `st`, but the block copies of the
+ *     lower tiers (kvs_cuda_tier.c: their own stream `cst`, ordered
+ *     against st by events); a step ends with one cudaStreamSynchronize,
+ *     so between calls the device is idle and the pinned buffers are
+ *     free to rewrite;
  *   - the packed batch lives at fixed addresses (hpack on the host, dpack
  *     on the device), so graphs captured over it stay valid;
  *   - every matrix's input is converted to the matrix's own dtype before
@@ -32,6 +34,7 @@
 
 #include "kvs_kernels.h"
 #include "backend/kvs_backend.h"
+#include "kvs_cuda_bcopy.h"
 #include "kvs_cuda_plan.h"
 #include "model/kvs_hparams.h"
 
@@ -149,6 +152,13 @@ typedef struct {
     struct kvs_cuda_lora_s
                        *lora;         /* LoRA slots (kvs_cuda_lora.h), or
                                          NULL before the first set_lora */
+
+    /* block_read / block_write (kvs_cuda_tier.c) */
+    cudaStream_t        cst;          /* their copies' own stream */
+    cudaEvent_t         ev_step;      /* recorded on st: the last step */
+    cudaEvent_t         ev_copy;      /* recorded on cst: the last write */
+    void               *stage;        /* one block, pinned */
+    kvs_cuda_bc_geom_t  bc;           /* the pool's geometry for the plan */
 } kvs_cuda_t;
 
 
@@ -195,5 +205,17 @@ int kvs_cuda_forward_lora(kvs_backend_t *be, const kvs_batch_t *b,
 
 /* Destroys every captured graph. */
 void kvs_cuda_graphs_free(kvs_cuda_t *cu);
+
+/* kvs_cuda_tier.c: the copy stream, events and staging block (after the
+ * pool is allocated), their release, and the ops block_read,
+ * block_write, host_alloc and host_free. */
+int kvs_cuda_tier_init(kvs_cuda_t *cu, kvs_err_t *err);
+void kvs_cuda_tier_release(kvs_cuda_t *cu);
+int kvs_cuda_block_read(kvs_backend_t *be, uint32_t b, void *dst,
+    kvs_err_t *err);
+int kvs_cuda_block_write(kvs_backend_t *be, uint32_t b, const void *src,
+    kvs_err_t *err);
+void *kvs_cuda_host_alloc(kvs_backend_t *be, size_t bytes, kvs_err_t *err);
+void kvs_cuda_host_free(kvs_backend_t *be, void *p);
 
 #endif /* KVS_CUDA_IMPL_H */

@@ -10,8 +10,9 @@
  * the models and their KV blocks are known, gives each model its tier
  * and refuses what the engine would refuse at start: an unknown model,
  * a file two models would share, a size that holds no block, a missing
- * directory, a tier without the prefix cache, the CUDA backend (whose
- * block copies are not built yet).
+ * directory, a tier without the prefix cache.  `host` is refused: the
+ * CPU's pool is host memory already, and the CUDA backend's pinned host
+ * tier (kv/kvs_tier_host.c) is not wired into the engine yet.
  *
  * Invariants: each model has at most one tier and each tier file serves
  * exactly one model; the engine gets its tier from m->tier at spawn.
@@ -55,7 +56,7 @@ ngx_http_kvserve_kv_tier_directive(ngx_conf_t *cf, ngx_command_t *cmd,
                            "the CPU backend the KV pool is host memory "
                            "already (use \"kvserve_kv_tier disk PATH "
                            "SIZE\"), and the CUDA backend's pinned-host "
-                           "tier is not built yet");
+                           "tier is not in the engine yet");
         return NGX_CONF_ERROR;
     }
 
@@ -195,12 +196,6 @@ ngx_http_kvserve_kv_tier_check(ngx_conf_t *cf,
             return ngx_http_kvserve_tier_fail(cf, &t[i], "the prefix cache "
                                               "is off (kvserve_prefix_cache"
                                               ")");
-        }
-
-        if (kmcf->backend == KVS_BACKEND_CUDA) {
-            return ngx_http_kvserve_tier_fail(cf, &t[i], "the CUDA backend "
-                                              "cannot copy blocks to a "
-                                              "tier yet");
         }
 
         for (j = 0; j < i; j++) {
