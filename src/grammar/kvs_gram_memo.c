@@ -35,6 +35,17 @@
  * not), and a hit is taken only if nbase + cum[d - 1] + calls is within
  * max_nodes; otherwise it is a miss, computed on the real matcher.
  *
+ * Kept across walks (kvs_gram_memo_keep, kmode).  A cut walk without
+ * renaming may begin on the states of the walks before it: then a base
+ * node is named by its chain of positions too (bmap, made in id order,
+ * a parent being older, and again after every clear), and canonical
+ * ids are the memo's own nodes (cbase 0), so a state's name is its
+ * stacks' whole position chains down to SENT or NIL plus accept and
+ * sent, which is all a byte step depends on besides the grammar and
+ * the caps: a transition learnt in one walk is the matcher's step in
+ * any walk on the same grammar and caps (kept_g, kept_lim; else the
+ * memo is cleared, as for every other walk).
+ *
  * Byte classes.  The matcher looks at a byte only through the
  * grammar's byte ranges (and the FIRST and next sets made of them), so
  * two bytes that every range holds alike (kvs_gram_t's bnext) step a
