@@ -293,6 +293,12 @@ kvs_gram_ind_pass(kvs_gram_masker_t *mk, kvs_gram_matcher_t *cm,
         ws.n_ranges = src->n_ranges;
     }
 
+    if (mk->memo != NULL) {
+        /* a cut walk: named by whole chains, its states are every other
+         * cut walk's of this grammar (kvs_gram_memo.c) */
+        kvs_gram_memo_keep(mk->memo, !mk->nokeep);
+    }
+
     return kvs_gram_memo_walk(mk->memo, cm, mk->gv, e->bits,
                               kvs_gram_ind_dep, e, src != NULL ? &ws : NULL);
 }

@@ -35,6 +35,17 @@
  * not), and a hit is taken only if nbase + cum[d - 1] + calls is within
  * max_nodes; otherwise it is a miss, computed on the real matcher.
  *
+ * Kept across walks (kvs_gram_memo_keep, kmode).  A cut walk without
+ * renaming may begin on the states of the walks before it: then a base
+ * node is named by its chain of positions too (bmap, made in id order,
+ * a parent being older, and again after every clear), and canonical
+ * ids are the memo's own nodes (cbase 0), so a state's name is its
+ * stacks' whole position chains down to SENT or NIL plus accept and
+ * sent, which is all a byte step depends on besides the grammar and
+ * the caps: a transition learnt in one walk is the matcher's step in
+ * any walk on the same grammar and caps (kept_g, kept_lim; else the
+ * memo is cleared, as for every other walk).
+ *
  * Byte classes.  The matcher looks at a byte only through the
  * grammar's byte ranges (and the FIRST and next sets made of them), so
  * two bytes that every range holds alike (kvs_gram_t's bnext) step a
@@ -119,6 +130,12 @@ kvs_gram_memo_tables_free(kvs_gram_memo_t *mo)
     free(mo->s_simc);
     free(mo->s_bnd);
     free(mo->s_bndc);
+    free(mo->s_loop);
+    free(mo->s_lknown);
+    free(mo->s_loopc);
+    mo->s_loop = NULL;
+    mo->s_lknown = NULL;
+    mo->s_loopc = NULL;
     mo->s_sim = NULL;
     mo->s_simc = NULL;
     mo->s_bnd = NULL;
@@ -151,6 +168,7 @@ kvs_gram_memo_free(kvs_gram_memo_t *mo)
     free(mo->sid);
     free(mo->cum);
     free(mo->map);
+    free(mo->bmap);
     free(mo->scratch);
     free(mo);
 }
@@ -194,12 +212,16 @@ kvs_gram_memo_tables(kvs_gram_memo_t *mo)
     mo->s_simc = malloc(s * KVS_GRAM_CLS_N * sizeof(uint16_t));
     mo->s_bnd = malloc(s * KVS_GRAM_CLS_N * sizeof(uint16_t));
     mo->s_bndc = malloc(s * KVS_GRAM_CLS_N * sizeof(uint16_t));
+    mo->s_loop = malloc(s * sizeof(uint64_t));
+    mo->s_lknown = malloc(s * sizeof(uint64_t));
+    mo->s_loopc = malloc(s * sizeof(uint16_t));
 
     if (mo->next == NULL || mo->calls == NULL || mo->key_off == NULL
         || mo->s_hash == NULL || mo->s_slot == NULL || mo->s_flags == NULL
         || mo->keys == NULL || mo->s_slots == NULL || mo->cn == NULL
         || mo->cn_slot == NULL || mo->cn_slots == NULL || mo->s_sim == NULL
-        || mo->s_simc == NULL || mo->s_bnd == NULL || mo->s_bndc == NULL)
+        || mo->s_simc == NULL || mo->s_bnd == NULL || mo->s_bndc == NULL
+        || mo->s_loop == NULL || mo->s_lknown == NULL || mo->s_loopc == NULL)
     {
         kvs_gram_memo_tables_free(mo);
         return KVS_ENOMEM;
@@ -228,6 +250,7 @@ kvs_gram_memo_clear(kvs_gram_memo_t *mo)
     mo->n_keys = 0;
     mo->n_cn = 0;
     mo->map_n = 0;
+    mo->bmap_n = 0;
 
     for (i = 0; i < KVS_GRAM_MEMO_DEPTH(mo); i++) {
         mo->sid[i] = KVS_GRAM_MEMO_UNKNOWN;
@@ -255,7 +278,7 @@ kvs_gram_memo_cnode(kvs_gram_memo_t *mo, uint32_t pos, uint32_t parent)
     while (mo->cn_slots[j] != 0) {
         k = mo->cn_slots[j] - 1;
         if (mo->cn[k].pos == pos && mo->cn[k].parent == parent) {
-            return mo->nbase + k;
+            return mo->cbase + k;
         }
         j = (j + 1) & mo->cn_mask;
     }
@@ -270,15 +293,18 @@ kvs_gram_memo_cnode(kvs_gram_memo_t *mo, uint32_t pos, uint32_t parent)
     mo->cn_slot[k] = j;
     mo->cn_slots[j] = k + 1;
 
-    return mo->nbase + k;
+    return mo->cbase + k;
 }
 
 
 static inline uint32_t
 kvs_gram_memo_canon(const kvs_gram_memo_t *mo, uint32_t id)
 {
-    if (id == KVS_GRAM_NIL || id == KVS_GRAM_SENT || id < mo->nbase) {
+    if (id == KVS_GRAM_NIL || id == KVS_GRAM_SENT) {
         return id;
+    }
+    if (id < mo->nbase) {
+        return mo->kmode ? mo->bmap[id] : id;
     }
 
     return mo->map[id - mo->nbase];
@@ -366,6 +392,29 @@ kvs_gram_memo_map(kvs_gram_memo_t *mo)
     kvs_gram_matcher_t      *m;
 
     m = mo->m;
+
+    if (mo->kmode && mo->bmap_n < mo->nbase) {
+        /* the base nodes by their chains, in id order (a parent is
+         * older), after a clear or at the walk's start */
+        if (mo->nbase > mo->cap_bmap) {
+            q = realloc(mo->bmap, (size_t) mo->nbase * sizeof(uint32_t));
+            if (q == NULL) {
+                return KVS_ENOMEM;
+            }
+            mo->bmap = q;
+            mo->cap_bmap = mo->nbase;
+        }
+        for ( /* void */ ; mo->bmap_n < mo->nbase; mo->bmap_n++) {
+            nd = &m->nodes[mo->bmap_n];
+            cid = kvs_gram_memo_cnode(mo, nd->pos,
+                                      kvs_gram_memo_canon(mo, nd->parent));
+            if (cid == KVS_GRAM_MEMO_UNKNOWN) {
+                return KVS_ETOOLONG;
+            }
+            mo->bmap[mo->bmap_n] = cid;
+        }
+    }
+
     n = m->n_nodes - mo->nbase;
 
     if (n > mo->cap_map) {
@@ -506,6 +555,9 @@ kvs_gram_memo_state(kvs_gram_memo_t *mo)
     memset(mo->s_sim + (size_t) s * KVS_GRAM_CLS_N, 0, KVS_GRAM_CLS_N);
     memset(mo->s_bnd + (size_t) s * KVS_GRAM_CLS_N, 0,
            KVS_GRAM_CLS_N * sizeof(uint16_t));
+    mo->s_loop[s] = 0;
+    mo->s_lknown[s] = 0;
+    mo->s_loopc[s] = 0;
 
     /* a byte outside the level's next set is refused by the matcher's
      * first test, with nothing changed (kvs_gram_matcher_byte): known
@@ -563,9 +615,43 @@ kvs_gram_memo_position(kvs_gram_memo_t *mo, uint32_t depth)
 }
 
 
+/* A walk that begins on the states of the walks before: its path
+ * forgotten, and the verdicts that a budget or a clear may have cut
+ * short (NO) tried again; proved ones (closures, counts) and every
+ * transition stay. */
+static void
+kvs_gram_memo_rewalk(kvs_gram_memo_t *mo)
+{
+    uint32_t  i;
+    size_t    k;
+
+    for (i = 0; i < KVS_GRAM_MEMO_DEPTH(mo); i++) {
+        mo->sid[i] = KVS_GRAM_MEMO_UNKNOWN;
+    }
+    mo->map_n = 0;
+    mo->bmap_n = 0;
+
+    for (k = 0; k < (size_t) mo->n_states * KVS_GRAM_CLS_N; k++) {
+        if (mo->s_sim[k] == KVS_GRAM_MEMO_SIM_NO) {
+            mo->s_sim[k] = 0;
+        }
+        if (mo->s_bnd[k] < KVS_GRAM_MEMO_BND_VAL) {
+            mo->s_bnd[k] = 0;
+        }
+    }
+
+    mo->kept_walks++;
+}
+
+
 void
 kvs_gram_memo_begin(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m)
 {
+    int  kmode;
+
+    kmode = mo->keep_req && mo->theta == 0;
+    mo->keep_req = 0;
+
     mo->m = m;
     mo->fed = 0;
     mo->nbase = m->n_nodes;
@@ -580,10 +666,41 @@ kvs_gram_memo_begin(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m)
         mo->off = 1;
     }
 
-    if (!mo->off) {
-        kvs_gram_memo_clear(mo);
-        mo->sid[0] = kvs_gram_memo_state(mo);
+    if (mo->off) {
+        mo->kmode = 0;
+        mo->kept_g = NULL;
+        return;
     }
+
+    if (kmode && mo->kmode && mo->kept_g == m->g
+        && mo->kept_lim.max_nodes == m->lim.max_nodes
+        && mo->kept_lim.max_front == m->lim.max_front)
+    {
+        kvs_gram_memo_rewalk(mo);
+
+    } else {
+        mo->kmode = kmode;
+        kvs_gram_memo_clear(mo);
+    }
+
+    mo->cbase = kmode ? 0 : mo->nbase;
+    mo->kept_g = kmode ? m->g : NULL;
+    mo->kept_lim = m->lim;
+    mo->sid[0] = kvs_gram_memo_state(mo);
+}
+
+
+void
+kvs_gram_memo_keep(kvs_gram_memo_t *mo, int on)
+{
+    mo->keep_req = on;
+}
+
+
+uint64_t
+kvs_gram_memo_kept(const kvs_gram_memo_t *mo)
+{
+    return mo->kept_walks;
 }
 
 

@@ -67,6 +67,21 @@ struct kvs_gram_memo_s {
     uint32_t             cn_mask;
 
     uint32_t            *map;             /* matcher id - nbase -> canon */
+
+    /* kept across walks (kvs_gram_memo_keep): with kmode on, a base
+     * node (id < nbase) is named by its chain too (bmap, built in id
+     * order after each clear: bmap_n), canonical ids are memo nodes
+     * (cbase 0), and the states of the walks before, on the grammar and
+     * caps of kept_*, stay */
+    int                  keep_req;        /* the next walk may keep */
+    int                  kmode;           /* this walk names full chains */
+    uint32_t             cbase;           /* canonical id of memo node 0 */
+    uint32_t            *bmap;            /* [nbase] base id -> canon */
+    uint32_t             bmap_n, cap_bmap;
+    const kvs_gram_t    *kept_g;
+    kvs_gram_mlimits_t   kept_lim;
+    uint64_t             kept_walks;      /* walks that began on states
+                                             an earlier walk made */
     uint32_t             map_n, cap_map;
     uint32_t            *scratch;         /* a key being made */
     uint32_t             cap_scratch;
@@ -111,6 +126,15 @@ struct kvs_gram_memo_s {
                                              (0: counted skipping off) */
     int                  bnd_cut;         /* the budget ran out */
     uint64_t             counted, counted_nodes;
+
+    /* loop skipping (kvs_gram_memo_walk.c): per state the byte groups
+     * tried (s_lknown) and those whose every byte is a remembered step
+     * back to the state itself (s_loop), with the largest such step's
+     * interns (s_loopc) */
+    uint64_t            *s_loop;          /* [max_states] */
+    uint64_t            *s_lknown;        /* [max_states] */
+    uint16_t            *s_loopc;         /* [max_states] */
+    uint64_t             looped, looped_nodes;
 };
 
 #define KVS_GRAM_MEMO_BND_BUSY  1

@@ -577,6 +577,158 @@ kvs_gram_memo_counted_skip(kvs_gram_memo_t *mo, const kvs_gram_vocab_t *gv,
 }
 
 
+/* ---- loop skipping -------------------------------------------------------
+ *
+ * A narrow state that loops on its own bytes (an email's atext, a
+ * pattern's [a-z]+, a run of hex digits) accepts a trie subtree of
+ * those bytes whole, but the class automaton above is a JSON string's
+ * and does not apply: such a subtree (~78k nodes of letters on Qwen2)
+ * was stepped node by node.
+ *
+ * The claim.  Let G be byte groups (kvs_gram_byte_group) such that for
+ * every byte b of every group of G the memo holds a remembered
+ * transition t --b--> t, making at most c nodes.  Then from a point of
+ * the walk where the matcher is in state t with the path's node bound
+ * cum, every string w of bytes of G's groups with cum + |w| * c <= room
+ * is accepted, and so is every prefix of it: by induction on |w|, the
+ * first byte's step is remembered, hence exactly the matcher's (the
+ * memo's argument; the hit rule holds within room), the bound grows by
+ * at most c, and the state is t again.  So at a node i of depth d just
+ * taken, in state t = sid[d], whose subtree's groups (t_below[i]) are
+ * all in G and with cum[d] + height_i * c <= room, every node below is
+ * accepted: the walk sets the subtree's tokens as one range and goes on
+ * at its end, as for a closure (nothing refused below, so no dependent
+ * range and no sentinel mark is missed).  Only walks without renaming
+ * (theta 0) try it.  A group is tried once per state (every byte of it
+ * through the memo: hits, or a matcher step on a path slot below the
+ * node's) and its verdict kept with the state; a clear on the way
+ * leaves it untried.
+ */
+
+#define KVS_GRAM_MEMO_LOOP_MIN  16        /* nodes below worth a try */
+
+uint8_t
+kvs_gram_byte_group(uint8_t b)
+{
+    if (b >= '0' && b <= '9') {
+        return 0;
+    }
+    if (b >= 'a' && b <= 'f') {
+        return 1;
+    }
+    if (b >= 'g' && b <= 'z') {
+        return 2;
+    }
+    if (b >= 'A' && b <= 'F') {
+        return 3;
+    }
+    if (b >= 'G' && b <= 'Z') {
+        return 4;
+    }
+    if (b < 0x20) {
+        return 5;
+    }
+    if (b == 0x7f) {
+        return 6;
+    }
+    if (b < 0x30) {
+        return (uint8_t) (7 + (b - 0x20));          /* 7 .. 22 */
+    }
+    if (b <= 0x40) {
+        return (uint8_t) (23 + (b - 0x3a));         /* 23 .. 29 */
+    }
+    if (b <= 0x60) {
+        return (uint8_t) (30 + (b - 0x5b));         /* 30 .. 35 */
+    }
+    if (b < 0x80) {
+        return (uint8_t) (36 + (b - 0x7b));         /* 36 .. 39 */
+    }
+    if (b < 0xc0) {
+        return 40;
+    }
+    return b < 0xe0 ? 41 : b < 0xf0 ? 42 : 43;
+}
+
+
+/* 1 if the subtree below node i (just taken) is accepted whole by the
+ * claim above, 0 if it must be walked. */
+static int
+kvs_gram_memo_looped(kvs_gram_memo_t *mo, const kvs_gram_vocab_t *gv,
+    uint32_t i, int64_t room)
+{
+    uint8_t                  g;
+    uint32_t                 d, t, b, x, sent, c;
+    uint64_t                 need, test, bad, clears;
+    const kvs_gram_tnode_t  *nd;
+
+    nd = gv->t_node;
+    d = nd[i].depth;
+    t = mo->sid[d];
+
+    if (t == KVS_GRAM_MEMO_UNKNOWN || gv->t_below == NULL
+        || d + 2 >= KVS_GRAM_MEMO_DEPTH(mo))
+    {
+        return 0;
+    }
+
+    need = gv->t_below[i];
+    if (need & mo->s_lknown[t] & ~mo->s_loop[t]) {
+        return 0;                           /* a group known not to loop */
+    }
+
+    test = need & ~mo->s_lknown[t];
+    if (test != 0) {
+        clears = mo->clears;
+        bad = 0;
+        c = mo->s_loopc[t];
+
+        for (b = 0; b < 256; b++) {
+            g = kvs_gram_byte_group((uint8_t) b);
+            if (!(test >> g & 1) || (bad >> g & 1)) {
+                continue;
+            }
+
+            x = mo->next[(size_t) t * 256 + b];
+            if (x == 0) {
+                (void) kvs_gram_memo_go(mo, d + 1, (uint8_t) b, room, &sent);
+                if (mo->clears != clears || mo->off) {
+                    return 0;               /* nothing to keep */
+                }
+                x = mo->next[(size_t) t * 256 + b];
+            }
+
+            if (x != t + 2) {
+                bad |= 1ULL << g;           /* refused, elsewhere, or not
+                                               remembered */
+                continue;
+            }
+            if (mo->calls[(size_t) t * 256 + b] > c) {
+                c = mo->calls[(size_t) t * 256 + b];
+            }
+        }
+
+        mo->s_lknown[t] |= test;
+        mo->s_loop[t] |= test & ~bad;
+        mo->s_loopc[t] = (uint16_t) c;
+
+        if (bad != 0) {
+            return 0;
+        }
+    }
+
+    return (int64_t) (mo->cum[d] + (uint64_t) nd[i].height * mo->s_loopc[t])
+           <= room;
+}
+
+
+void
+kvs_gram_memo_loops(const kvs_gram_memo_t *mo, uint64_t st[2])
+{
+    st[0] = mo->looped;
+    st[1] = mo->looped_nodes;
+}
+
+
 void
 kvs_gram_memo_counting(kvs_gram_memo_t *mo, uint32_t min_nodes,
     uint32_t max_count)
@@ -675,6 +827,16 @@ kvs_gram_memo_walk(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
             {
                 next = nd[i].end;           /* its own tokens below */
             }
+        }
+
+        if (next == i + 1 && !mo->noskip && mo->theta == 0 && !mo->off
+            && nd[i].end - next >= KVS_GRAM_MEMO_LOOP_MIN
+            && kvs_gram_memo_looped(mo, gv, i, room))
+        {
+            mo->looped++;
+            mo->looped_nodes += nd[i].end - next;
+            next = nd[i].end;
+            hi = nd[next].cum;
         }
 
         for (k = nd[i].cum; k < hi; k++) {

@@ -68,6 +68,7 @@ kvs_gram_vocab_free(kvs_gram_vocab_t *gv)
     free(gv->t_ntok);
     free(gv->t_cum);
     free(gv->t_node);
+    free(gv->t_below);
     free(gv->ids);
     free(gv->long_x);
     free(gv);
@@ -161,6 +162,18 @@ kvs_gram_vocab_pack(kvs_gram_vocab_t *gv, kvs_err_t *err)
 
     free(q);
     free(ch);
+
+    /* the byte groups below each node, backward over its children */
+    gv->t_below = calloc((size_t) n + 1, sizeof(uint64_t));
+    if (gv->t_below == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "vocabulary trie: no memory");
+    }
+    for (i = n; i-- > 0; ) {
+        for (d = i + 1; d < nd[i].end; d = nd[d].end) {
+            gv->t_below[i] |= gv->t_below[d]
+                              | 1ULL << kvs_gram_byte_group(nd[d].byte);
+        }
+    }
 
     return KVS_OK;
 }

@@ -418,6 +418,9 @@ typedef struct {
                                          before i: node i's subtree holds
                                          ids[t_cum[i] .. t_cum[t_end[i]]) */
     kvs_gram_tnode_t *t_node;         /* [n_nodes + 1] */
+    uint64_t  *t_below;               /* [n_nodes + 1] the byte groups
+                                         (kvs_gram_byte_group) of the
+                                         nodes strictly below node i */
     int32_t   *ids;                   /* [n_text] text token ids sorted by
                                          bytes, then [n_end] END ids */
     uint32_t   n_text, n_end;
@@ -547,10 +550,29 @@ void kvs_gram_memo_skip(kvs_gram_memo_t *mo, int on);
 
 uint8_t kvs_gram_memo_class(uint8_t q, uint8_t b);
 
+/* A byte's group for loop skipping (kvs_gram_memo_walk.c): 0-9, a-f,
+ * g-z, A-F, G-Z, space, each other printable ASCII byte on its own, the
+ * controls, DEL, and the UTF-8 continuation and lead byte ranges; fewer
+ * than 64, so a set of them is one word. */
+uint8_t kvs_gram_byte_group(uint8_t b);
+
+/* Subtrees taken whole by loop skipping so far, and their nodes. */
+void kvs_gram_memo_loops(const kvs_gram_memo_t *mo, uint64_t st[2]);
+
 /* From the next walk on: positions of counted repetitions with more
  * than theta copies left named by their family (0: off, the default);
  * exact for every token of at most theta bytes (kvs_gram_memo.c). */
 void kvs_gram_memo_rename(kvs_gram_memo_t *mo, uint32_t theta);
+
+/* For the next walk only (and only without renaming): begin on the
+ * states, transitions and proved verdicts of the walks before, when
+ * they were on the same grammar and caps, naming every stack by its
+ * whole chain of positions (kvs_gram_memo.c, "Kept across walks");
+ * else from an empty memo, as every walk without it does. */
+void kvs_gram_memo_keep(kvs_gram_memo_t *mo, int on);
+
+/* Walks that began on an earlier walk's states. */
+uint64_t kvs_gram_memo_kept(const kvs_gram_memo_t *mo);
 
 /* Positions renamed so, since kvs_gram_memo_new(): a walk that left it
  * unchanged named every state exactly. */
@@ -614,6 +636,12 @@ typedef struct kvs_gram_masker_s {
      * none (the reference the tests compare with) */
     uint32_t                 theta0;
     int                      norename;
+
+    /* the memo keeps what one entry's walk learnt for the next ones
+     * (kvs_gram_memo_keep: the cut walks without renaming); nokeep:
+     * every walk starts from an empty memo (the reference the tests
+     * compare with) */
+    int                      nokeep;
 
     /* not NULL: the context-independent entries are this table's (shared
      * by the maskers of one grammar and vocabulary), not ours */

@@ -12,7 +12,7 @@
  * microseconds, and the cache's hit rate.
  *
  *   build/bench_grammar [vocab.gguf] [generations] [--schemas FILE]
- *       [--walks OUT] [--vocab-out OUT] [--no-cold] [--nosrc]
+ *       [--walks OUT] [--vocab-out OUT] [--no-cold] [--nosrc] [--nokeep]
  *   default: $KVS_FIXTURES/vocab/ggml-vocab-gpt-2.gguf, 20, the four
  *   built-in schemas and two tool-call specs (three tools, Hermes
  *   syntax, auto and required; a --schemas entry whose name starts with
@@ -26,6 +26,8 @@
  * line per id: the byte strings the peers are given.  --nosrc: every
  * context-independent entry built by a full walk (kvs_gram_masker_t's
  * nosrc), the arrangement before entries were built from a source.
+ * --nokeep: every entry's walk from an empty memo (kvs_gram_masker_t's
+ * nokeep), as before the memo was kept across a masker's walks.
  * Last, all schemas pooled.  GRAM_CLOCK=thread times with the thread's
  * CPU clock instead of the monotonic one.
  */
@@ -243,7 +245,7 @@ bg_put_times(FILE *f, const char *key, const double *t, size_t n)
 int
 main(int argc, char **argv)
 {
-    int                 rc, cold_on, nosrc;
+    int                 rc, cold_on, nosrc, nokeep;
     char                path[1024];
     const char         *schemas_file, *walks_file, *vocab_file;
     size_t              s, gen, step, n, nc, nt, ncold, nsh, gens, ns, k;
@@ -263,6 +265,7 @@ main(int argc, char **argv)
     schemas_file = walks_file = vocab_file = NULL;
     cold_on = 1;
     nosrc = 0;
+    nokeep = 0;
     path[0] = '\0';
     gens = 20;
 
@@ -281,6 +284,8 @@ main(int argc, char **argv)
             cold_on = 0;
         } else if (strcmp(argv[ai], "--nosrc") == 0) {
             nosrc = 1;
+        } else if (strcmp(argv[ai], "--nokeep") == 0) {
+            nokeep = 1;
         } else if (k == 0) {
             snprintf(path, sizeof(path), "%s", argv[ai]);
             k++;
@@ -383,6 +388,8 @@ main(int argc, char **argv)
             kvs_gram_masker_init(&cold, gv, &m, 0, &err);
             mk.nosrc = nosrc;
             shm.nosrc = nosrc;
+            mk.nokeep = nokeep;
+            shm.nokeep = nokeep;
             w0 = nt;
 
             for (step = 0; step < 400; step++) {
@@ -505,7 +512,8 @@ main(int argc, char **argv)
     }
 
     if (aw != NULL && ash != NULL) {
-        printf("all schemas%s:\n", nosrc ? " (--nosrc)" : "");
+        printf("all schemas%s%s:\n", nosrc ? " (--nosrc)" : "",
+               nokeep ? " (--nokeep)" : "");
         bg_print("cached", aw, na);
         bg_print("shared", ash, na);
     }

@@ -27,7 +27,7 @@
  * in the "off" one.
  */
 
-#include "kvs_test_gram.h"
+#include "kvs_test_gwalk.h"
 
 
 static const char  *tc_schemas[] = {
@@ -185,25 +185,18 @@ static void
 tc_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks,
     uint64_t *counted, uint64_t *off)
 {
-    int                 rc[TC_MK];
     size_t              w, step, k;
-    uint32_t            words, id, *bits[TC_MK], *bf, *cand;
+    uint32_t            id, words, **bits;
     uint64_t            rng, st[2];
     kvs_err_t           err;
     kvs_gram_t          g;
-    kvs_gram_matcher_t  m;
-    kvs_gram_masker_t   mk[TC_MK];
+    tgw_rig_t           r;
+    static const uint32_t  entries[TC_MK] = { 0, 16, 16 };
     static const char  *names[TC_MK] = { "plain", "counted", "off" };
 
-    words = (gv->n_tokens + 31) / 32;
-    for (k = 0; k < TC_MK; k++) {
-        bits[k] = malloc(words * sizeof(uint32_t));
-        assert_non_null(bits[k]);
-    }
-    bf = malloc(words * sizeof(uint32_t));
-    cand = malloc(gv->n_tokens * sizeof(uint32_t));
-    assert_non_null(bf);
-    assert_non_null(cand);
+    tgw_alloc(&r, gv, TC_MK);
+    words = r.words;
+    bits = r.bits;
 
     if (tg_compile(&g, schema, 0, &err) != KVS_OK) {
         fail_msg("%s: %s", schema, err.msg);
@@ -211,18 +204,14 @@ tc_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks,
 
     for (w = 0; w < walks; w++) {
         rng = 991 + w * 7919 + strlen(schema);
-        assert_int_equal(kvs_gram_matcher_init(&m, &g, NULL, &err), KVS_OK);
-        for (k = 0; k < TC_MK; k++) {
-            assert_int_equal(kvs_gram_masker_init(&mk[k], gv, &m,
-                                 k == TC_PLAIN ? 0 : 16, &err), KVS_OK);
-        }
-        kvs_gram_memo_counting(mk[TC_COUNTED].memo, 1, UINT32_MAX);
-        kvs_gram_memo_counting(mk[TC_OFF].memo, 1, 0);
+        tgw_begin(&r, &g, gv, entries);
+        kvs_gram_memo_counting(r.mk[TC_COUNTED].memo, 1, UINT32_MAX);
+        kvs_gram_memo_counting(r.mk[TC_OFF].memo, 1, 0);
 
         for (step = 0; step < 60; step++) {
             for (k = 0; k < TC_MK; k++) {
-                rc[k] = kvs_gram_mask(&mk[k], bits[k], &err);
-                assert_int_equal(rc[k], KVS_OK);
+                assert_int_equal(kvs_gram_mask(&r.mk[k], bits[k], &err),
+                                 KVS_OK);
                 if (memcmp(bits[k], bits[TC_PLAIN],
                            words * sizeof(uint32_t)) != 0)
                 {
@@ -232,42 +221,35 @@ tc_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks,
             }
 
             if (step % 3 == 0) {
-                tg_brute(&m, gv, bf, words);
-                if (memcmp(bf, bits[TC_PLAIN], words * sizeof(uint32_t))
+                tg_brute(&r.m, gv, r.bf, words);
+                if (memcmp(r.bf, bits[TC_PLAIN], words * sizeof(uint32_t))
                     != 0)
                 {
-                    tc_first_diff(gv, bf, bits[TC_PLAIN],
+                    tc_first_diff(gv, r.bf, bits[TC_PLAIN],
                                   "the full walk against brute force",
                                   schema, step);
                 }
             }
 
-            id = tc_pick(gv, bits[TC_PLAIN], cand, &rng);
+            id = tc_pick(gv, bits[TC_PLAIN], r.cand, &rng);
             assert_true(id != UINT32_MAX);
             if (gv->kind[id] == KVS_GRAM_TOK_END) {
                 break;
             }
-            assert_int_equal(kvs_gram_accept_token(&m, gv, (int32_t) id,
+            assert_int_equal(kvs_gram_accept_token(&r.m, gv, (int32_t) id,
                                                    &err), KVS_OK);
         }
 
-        kvs_gram_memo_counted(mk[TC_COUNTED].memo, st);
+        kvs_gram_memo_counted(r.mk[TC_COUNTED].memo, st);
         *counted += st[0];
-        kvs_gram_memo_counted(mk[TC_OFF].memo, st);
+        kvs_gram_memo_counted(r.mk[TC_OFF].memo, st);
         *off += st[0];
 
-        for (k = 0; k < TC_MK; k++) {
-            kvs_gram_masker_free(&mk[k]);
-        }
-        kvs_gram_matcher_free(&m);
+        tgw_end(&r);
     }
 
     kvs_gram_free(&g);
-    for (k = 0; k < TC_MK; k++) {
-        free(bits[k]);
-    }
-    free(bf);
-    free(cand);
+    tgw_free(&r);
 }
 
 

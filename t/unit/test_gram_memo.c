@@ -18,6 +18,15 @@
  *   cached-off  the same without a memo
  *   noskip      no state cache, the default memo with subtree skipping
  *               off (every trie node stepped through the memo)
+ *   nokeep      as cached, but every entry's walk starts from an empty
+ *               memo (kvs_gram_masker_t's nokeep), where "cached" keeps
+ *               what one entry's walk learnt for the next ones
+ *
+ * Loop skipping (a subtree of byte groups on which the node's state
+ * steps back to itself, taken whole) must have taken subtrees, and the
+ * cached maskers' walks must have begun on kept states, on the real
+ * vocabularies (an email's atext, a uuid's hex digits, the schemas'
+ * free strings).
  *
  * and on the small vocabulary the plain mask equals the brute force too.
  * The matcher's caps are exercised as well: before some masks the node
@@ -37,7 +46,7 @@
 
 #include <unistd.h>
 
-#include "kvs_test_gram.h"
+#include "kvs_test_gwalk.h"
 
 
 static const char  *tmm_own[] = {
@@ -65,11 +74,12 @@ static const char  *tmm_own[] = {
 #define TMM_MAX    32                 /* schemas at most */
 
 enum { TMM_PLAIN, TMM_MEMO, TMM_TINY, TMM_CACHED, TMM_CACHED_OFF,
-       TMM_NOSKIP, TMM_N };
+       TMM_NOSKIP, TMM_NOKEEP, TMM_N };
 
 static char    *tmm_schemas[TMM_MAX];       /* NULL: json_object mode */
 static size_t   tmm_n;
 static uint64_t tmm_hits, tmm_clears, tmm_skipped, tmm_refuted;
+static uint64_t tmm_looped, tmm_kept;
 
 
 /* The bench's schemas from the repository, then ours. */
@@ -219,27 +229,27 @@ tmm_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
     int                 rc;
     size_t              i, w, step, len, n, nc, k;
     char               *text;
-    uint32_t            words, id, *bits[TMM_N], *bf, *cand;
+    uint32_t            words, id, **bits, *bf, *cand;
     uint64_t            rng, st[4];
     kvs_err_t           err;
     kvs_gram_t          g;
-    kvs_gram_matcher_t  m;
-    kvs_gram_masker_t   mk[TMM_N];
+    kvs_gram_masker_t  *mk;
+    tgw_rig_t           r;
+    static const uint32_t  entries[TMM_N] = {
+        [TMM_CACHED] = 16, [TMM_CACHED_OFF] = 16, [TMM_NOKEEP] = 16
+    };
     static const char  *names[TMM_N] = {
         "plain", "memo", "tiny memo", "cached", "cached without memo",
-        "memo without skipping"
+        "memo without skipping", "cached without keeping"
     };
 
-    words = (gv->n_tokens + 31) / 32;
-    for (k = 0; k < TMM_N; k++) {
-        bits[k] = malloc(words * sizeof(uint32_t));
-        assert_non_null(bits[k]);
-    }
-    bf = malloc(words * sizeof(uint32_t));
-    cand = malloc(gv->n_tokens * sizeof(uint32_t));
+    tgw_alloc(&r, gv, TMM_N);
+    words = r.words;
+    bits = r.bits;
+    bf = r.bf;
+    cand = r.cand;
+    mk = r.mk;
     text = malloc(steps * (gv->max_len + 1) + 1);
-    assert_non_null(bf);
-    assert_non_null(cand);
     assert_non_null(text);
 
     for (i = 0; i < tmm_n; i++) {
@@ -247,14 +257,8 @@ tmm_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
 
         for (w = 0; w < walks; w++) {
             rng = seed + i * 1000003 + w * 7919;
-            assert_int_equal(kvs_gram_matcher_init(&m, &g, NULL, &err),
-                             KVS_OK);
-            for (k = 0; k < TMM_N; k++) {
-                assert_int_equal(kvs_gram_masker_init(&mk[k], gv, &m,
-                                     k == TMM_CACHED || k == TMM_CACHED_OFF
-                                     ? 16 : 0, &err),
-                                 KVS_OK);
-            }
+            tgw_begin(&r, &g, gv, entries);
+            mk[TMM_NOKEEP].nokeep = 1;
             kvs_gram_memo_skip(mk[TMM_NOSKIP].memo, 0);
             assert_int_equal(kvs_gram_masker_memo(&mk[TMM_PLAIN], 0, &err),
                              KVS_OK);
@@ -283,7 +287,7 @@ tmm_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
                 }
 
                 if (brute) {
-                    tg_brute(&m, gv, bf, words);
+                    tg_brute(&r.m, gv, bf, words);
                     if (memcmp(bf, bits[TMM_MEMO], words * sizeof(uint32_t))
                         != 0)
                     {
@@ -293,7 +297,7 @@ tmm_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
                 }
 
                 if (caps && step % 4 == 1) {
-                    tmm_caps(&m, mk, words, bits[TMM_PLAIN], bf, gv, i, text,
+                    tmm_caps(&r.m, mk, words, bits[TMM_PLAIN], bf, gv, i, text,
                              len);
                 }
 
@@ -324,14 +328,14 @@ tmm_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
                 } else {
                     id = cand[tg_rand(&rng) % n];
                 }
-                if (kvs_gram_matcher_can_end(&m) && tg_rand(&rng) % 3 == 0) {
+                if (kvs_gram_matcher_can_end(&r.m) && tg_rand(&rng) % 3 == 0) {
                     break;
                 }
                 if (gv->kind[id] == KVS_GRAM_TOK_END) {
                     break;
                 }
 
-                assert_int_equal(kvs_gram_accept_token(&m, gv, (int32_t) id,
+                assert_int_equal(kvs_gram_accept_token(&r.m, gv, (int32_t) id,
                                                        &err), KVS_OK);
                 memcpy(text + len, gv->bytes + gv->off[id], gv->len[id]);
                 len += gv->len[id];
@@ -350,21 +354,22 @@ tmm_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
             tmm_refuted += st[3];
             kvs_gram_memo_skips(mk[TMM_CACHED].memo, st);
             tmm_skipped += st[0];
+            kvs_gram_memo_loops(mk[TMM_NOSKIP].memo, st);
+            assert_true(st[0] == 0);
+            kvs_gram_memo_loops(mk[TMM_MEMO].memo, st);
+            tmm_looped += st[0];
+            kvs_gram_memo_loops(mk[TMM_CACHED].memo, st);
+            tmm_looped += st[0];
+            tmm_kept += kvs_gram_memo_kept(mk[TMM_CACHED].memo);
+            assert_true(kvs_gram_memo_kept(mk[TMM_NOKEEP].memo) == 0);
 
-            for (k = 0; k < TMM_N; k++) {
-                kvs_gram_masker_free(&mk[k]);
-            }
-            kvs_gram_matcher_free(&m);
+            tgw_end(&r);
         }
 
         kvs_gram_free(&g);
     }
 
-    for (k = 0; k < TMM_N; k++) {
-        free(bits[k]);
-    }
-    free(bf);
-    free(cand);
+    tgw_free(&r);
     free(text);
 }
 
@@ -530,9 +535,16 @@ tmm_vocab(const char *path, size_t walks, size_t steps, size_t every,
 
     tmm_hits = 0;
     tmm_skipped = 0;
+    tmm_looped = 0;
+    tmm_kept = 0;
     tmm_walks(gv, walks, steps, every, 0, caps, seed);
+    print_message("%s: %llu subtrees by loops, %llu walks on kept states\n",
+                  path, (unsigned long long) tmm_looped,
+                  (unsigned long long) tmm_kept);
     assert_true(tmm_hits > 0);
     assert_true(tmm_skipped > 0);
+    assert_true(tmm_looped > 0);
+    assert_true(tmm_kept > 0);
 
     kvs_gram_vocab_free(gv);
     kvs_vocab_free(v);
