@@ -239,6 +239,9 @@ static const kvs_backend_ops_t  fake_ops = {
     NULL,                                   /* no second tier */
     NULL,
     NULL,                                   /* no LoRA adapters */
+    NULL,
+    NULL,
+    NULL,
     NULL
 };
 

@@ -65,7 +65,10 @@ static const kvs_backend_ops_t  kvs_cuda_ops = {
     NULL,                                   /* no second tier yet */
     NULL,
     kvs_cuda_set_lora,                      /* kvs_cuda_lora.c */
-    kvs_cuda_forward_lora
+    kvs_cuda_forward_lora,
+    kvs_cuda_lora_prepare,
+    kvs_cuda_lora_install,
+    kvs_cuda_lora_free_image
 };
 
 
