@@ -532,33 +532,39 @@ kvs_cpu_lora_rows_c(const kvs_cpu_lora_pair_t *p,
 
 
 typedef struct {
-    const kvs_cpu_fw_t  *fw;
-    size_t               k;           /* the pair's (layer, target) */
-    const float         *x;
-    uint32_t             ldx;
-    float               *y;
-    uint32_t             ldy;
+    const kvs_cpu_fw_t         *fw;
+    size_t                      k;    /* the layer's first pair */
+    const float                *x;
+    uint32_t                    ldx;
+    const kvs_cpu_lora_out_t   *outs;
+    uint32_t                    n_outs;
 } kvs_cpu_lora_job_t;
 
 
+/* Task `task`: the group of rows task / n_outs under output task %
+ * n_outs, so a thread's consecutive tasks share the group's x rows and
+ * adapter. */
 static void
 kvs_cpu_lora_task(void *arg, uint32_t task, uint32_t thread)
 {
-    uint32_t                   j0, s;
+    uint32_t                   j0, s, grp;
     kvs_cpu_kv_t              *kv;
     kvs_cpu_lora_rows_t        g;
     const uint32_t            *starts;
+    const kvs_cpu_lora_out_t  *out;
     const kvs_cpu_lora_pair_t *p;
     const kvs_cpu_lora_job_t  *job;
 
     job = arg;
     kv = job->fw->kv;
+    grp = task / job->n_outs;
+    out = &job->outs[task % job->n_outs];
     starts = kv->lora_rows + job->fw->b->n;
-    j0 = starts[task];
+    j0 = starts[grp];
 
     /* every row of a task has one adapter */
     s = job->fw->lora_slots[kv->lora_rows[j0]];
-    p = &kv->lora[s - 1]->pairs[job->k];
+    p = &kv->lora[s - 1]->pairs[job->k + out->target];
 
     if (p->rank == 0) {
         return;
@@ -566,10 +572,10 @@ kvs_cpu_lora_task(void *arg, uint32_t task, uint32_t thread)
 
     g.x = job->x;
     g.ldx = job->ldx;
-    g.y = job->y;
-    g.ldy = job->ldy;
+    g.y = out->y;
+    g.ldy = out->ldy;
     g.rows = kv->lora_rows + j0;
-    g.cnt = starts[task + 1] - j0;
+    g.cnt = starts[grp + 1] - j0;
     g.t = kv->lora_tmp + (size_t) thread * job->fw->lora_stride;
 
 #if KVS_CPU_X86
@@ -589,24 +595,44 @@ kvs_cpu_lora_task(void *arg, uint32_t task, uint32_t thread)
 
 
 void
-kvs_cpu_lora_apply(const kvs_cpu_fw_t *fw, uint32_t layer,
-    kvs_lora_target_t target, const float *x, uint32_t ldx, float *y,
-    uint32_t ldy)
+kvs_cpu_lora_apply_n(const kvs_cpu_fw_t *fw, uint32_t layer, const float *x,
+    uint32_t ldx, const kvs_cpu_lora_out_t *outs, uint32_t n_outs)
 {
+    double              work;
+    uint32_t            j;
     kvs_cpu_lora_job_t  job;
 
-    if (fw->lora_n == 0) {
+    if (fw->lora_n == 0 || n_outs == 0) {
         return;
     }
 
     job.fw = fw;
-    job.k = (size_t) layer * KVS_LORA_N_TARGETS + target;
+    job.k = (size_t) layer * KVS_LORA_N_TARGETS;
     job.x = x;
     job.ldx = ldx;
-    job.y = y;
-    job.ldy = ldy;
+    job.outs = outs;
+    job.n_outs = n_outs;
 
-    kvs_threads_run(kvs_cpu_pool(fw, (double) fw->lora_n * fw->lora_rank
-                                     * (ldx + ldy)),
-                    kvs_cpu_lora_task, &job, fw->lora_tasks);
+    work = 0.0;
+    for (j = 0; j < n_outs; j++) {
+        work += (double) fw->lora_n * fw->lora_rank * (ldx + outs[j].ldy);
+    }
+
+    kvs_threads_run(kvs_cpu_pool(fw, work), kvs_cpu_lora_task, &job,
+                    fw->lora_tasks * n_outs);
+}
+
+
+void
+kvs_cpu_lora_apply(const kvs_cpu_fw_t *fw, uint32_t layer,
+    kvs_lora_target_t target, const float *x, uint32_t ldx, float *y,
+    uint32_t ldy)
+{
+    kvs_cpu_lora_out_t  out;
+
+    out.target = target;
+    out.y = y;
+    out.ldy = ldy;
+
+    kvs_cpu_lora_apply_n(fw, layer, x, ldx, &out, 1);
 }
