@@ -243,19 +243,16 @@ prompt_of(int32_t *p, uint32_t n, uint32_t salt)
 }
 
 
-/* Requests r = 0..n-1 under adapters[r], submitted together and stepped
- * to their end; out[r] their outputs. */
+/* Requests r = 0..n-1 under adapters[r] (N_GEN greedy tokens each)
+ * submitted: h[r] their handles, out[r] cleared for their outputs. */
 static void
-run(kvs_engine_t *e, const int32_t *const *prompts, const uint32_t *lens,
-    const uint32_t *adapters, uint32_t n, kvs_engine_out_t *out)
+submit_all(kvs_engine_t *e, const int32_t *const *prompts,
+    const uint32_t *lens, const uint32_t *adapters, uint32_t n,
+    kvs_engine_seq_t **h, kvs_engine_out_t *out)
 {
-    size_t             k, j;
-    uint32_t           r, done;
-    kvs_err_t          err;
-    kvs_engine_req_t   req;
-    kvs_engine_seq_t  *h[N_REQ], *hs[N_REQ];
-
-    assert_true(n <= N_REQ);
+    uint32_t          r;
+    kvs_err_t         err;
+    kvs_engine_req_t  req;
 
     for (r = 0; r < n; r++) {
         memset(&req, 0, sizeof(req));
@@ -272,7 +269,23 @@ run(kvs_engine_t *e, const int32_t *const *prompts, const uint32_t *lens,
             fail_msg("submit %u: %s", r, err.msg);
         }
     }
+}
 
+
+/* Requests r = 0..n-1 under adapters[r], submitted together and stepped
+ * to their end; out[r] their outputs. */
+static void
+run(kvs_engine_t *e, const int32_t *const *prompts, const uint32_t *lens,
+    const uint32_t *adapters, uint32_t n, kvs_engine_out_t *out)
+{
+    size_t             k, j;
+    uint32_t           r, done;
+    kvs_err_t          err;
+    kvs_engine_seq_t  *h[N_REQ], *hs[N_REQ];
+
+    assert_true(n <= N_REQ);
+
+    submit_all(e, prompts, lens, adapters, n, h, out);
     done = 0;
 
     while (done < n) {
@@ -989,7 +1002,6 @@ test_load_off_step(void **state)
     kvs_err_t           err;
     kvs_lora_t         *l;
     kvs_engine_t       *e, *all;
-    kvs_engine_req_t    req;
     kvs_cpu_model_t    *cm;
     kvs_engine_seq_t   *h[3], *hs[3];
     kvs_engine_out_t    out[3], want[3];
@@ -1040,21 +1052,7 @@ test_load_off_step(void **state)
     ads[1] = 1;
     ads[2] = 0;
     run(all, prompts, lens, ads, 3, want);
-
-    for (r = 0; r < 3; r++) {
-        memset(&req, 0, sizeof(req));
-        req.prompt = pr[r];
-        req.n_prompt = lens[r];
-        req.max_tokens = N_GEN;
-        req.ignore_eos = 1;
-        req.sample.top_p = 1.0f;
-        req.adapter = ads[r];
-        memset(&out[r], 0, sizeof(out[r]));
-        if (kvs_engine_submit(e, &req, &h[r], &err) != KVS_OK) {
-            fail_msg("submit %u: %s", r, err.msg);
-        }
-    }
-
+    submit_all(e, prompts, lens, ads, 3, h, out);
     max_ns = 0;
     n_before = UINT32_MAX;
 

@@ -17,7 +17,8 @@
  *   KVS_LX_STF(p, v, n) v's first n lanes to p, nothing past p + n
  *   KVS_LX_HSUM(v)      the sum of v's lanes, in a fixed order
  *
- * It defines KVS_LX(kvs_cpu_lora_rows), the level's group kernel.  Each
+ * It defines KVS_LX(kvs_cpu_lora_rows), the level's group kernel, and
+ * undefines the names above at its end.  Each
  * call that covers whole vectors passes n = L as a constant, so the
  * primitives' tail cases fold away in the loops that matter.
  *
@@ -202,3 +203,19 @@ KVS_LX(kvs_cpu_lora_rows)(const kvs_cpu_lora_pair_t *p,
         }
     }
 }
+
+
+/* the level's names go: the next level defines its own */
+#undef KVS_LX
+#undef KVS_LX_TARGET
+#undef KVS_LX_V
+#undef KVS_LX_L
+#undef KVS_LX_NR
+#undef KVS_LX_NV
+#undef KVS_LX_ZERO
+#undef KVS_LX_FMA
+#undef KVS_LX_SET1
+#undef KVS_LX_LDH
+#undef KVS_LX_LDF
+#undef KVS_LX_STF
+#undef KVS_LX_HSUM

@@ -168,21 +168,7 @@ kvs_cpu_lora_hsum8(__m256 v)
 #define KVS_LX_STF(p, v, n)  kvs_cpu_lora_st8(p, v, n)
 #define KVS_LX_HSUM(v)       kvs_cpu_lora_hsum8(v)
 
-#include "kvs_cpu_lora_body.h"
-
-#undef KVS_LX
-#undef KVS_LX_TARGET
-#undef KVS_LX_V
-#undef KVS_LX_L
-#undef KVS_LX_NR
-#undef KVS_LX_NV
-#undef KVS_LX_ZERO
-#undef KVS_LX_FMA
-#undef KVS_LX_SET1
-#undef KVS_LX_LDH
-#undef KVS_LX_LDF
-#undef KVS_LX_STF
-#undef KVS_LX_HSUM
+#include "kvs_cpu_lora_body.h"    /* undefines the KVS_LX names */
 
 
 /* ---- AVX-512: 16 lanes, tails masked ---- */
@@ -211,20 +197,6 @@ kvs_cpu_lora_m16(uint32_t n)
     _mm512_mask_storeu_ps(p, kvs_cpu_lora_m16(n), v)
 #define KVS_LX_HSUM(v)       _mm512_reduce_add_ps(v)
 
-#include "kvs_cpu_lora_body.h"
-
-#undef KVS_LX
-#undef KVS_LX_TARGET
-#undef KVS_LX_V
-#undef KVS_LX_L
-#undef KVS_LX_NR
-#undef KVS_LX_NV
-#undef KVS_LX_ZERO
-#undef KVS_LX_FMA
-#undef KVS_LX_SET1
-#undef KVS_LX_LDH
-#undef KVS_LX_LDF
-#undef KVS_LX_STF
-#undef KVS_LX_HSUM
+#include "kvs_cpu_lora_body.h"    /* undefines the KVS_LX names */
 
 #endif /* KVS_CPU_X86 */
