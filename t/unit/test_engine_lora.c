@@ -981,11 +981,13 @@ test_paging(void **state)
  * others' bytes) not, its file read slowed by the loader's test delay
  * (150 ms).  A request under 3 (parked: 2 is evicted for it), one under
  * 1 and the base's, submitted together: the other two decode while 3
- * waits, no step takes the delay, and the step loop's part of the load
- * and of the eviction (lora_install: a pointer swap, its last image
- * handed to the loader) stays under 1 ms once, while packing the
- * adapter alone (measured here through the CPU backend's
- * kvs_cpu_lora_image, what the step loop did before) takes longer.
+ * waits, no step while it loads takes half the load's time (the load
+ * is never inside a step, whatever the machine's speed), and the step
+ * loop's part of the load and of the eviction (lora_install: a pointer
+ * swap, its last image handed to the loader) stays under 1 ms once
+ * (timed inside the engine), while packing the adapter alone (measured
+ * here through the CPU backend's kvs_cpu_lora_image, what the step
+ * loop did before) takes longer.
  * Adapter 3's tokens are those of an engine with all three resident.
  */
 static void
@@ -1060,7 +1062,6 @@ test_load_off_step(void **state)
         t0 = kvs_now_ns();
         (void) kvs_engine_step(e);
         dt = kvs_now_ns() - t0;
-        max_ns = dt > max_ns ? dt : max_ns;
 
         while ((k = kvs_engine_ready(e, hs, 3)) > 0) {
             while (k-- > 0) {
@@ -1068,6 +1069,11 @@ test_load_off_step(void **state)
                 assert_true(kvs_engine_read(e, h[r], &out[r]) >= 0);
                 done += out[r].finish != KVS_FINISH_NONE;
             }
+        }
+
+        /* the steps while it loads (not its own prefill's, after) */
+        if (out[0].n_tokens == 0) {
+            max_ns = dt > max_ns ? dt : max_ns;
         }
 
         /* the others' tokens when adapter 3's first comes */
@@ -1080,7 +1086,8 @@ test_load_off_step(void **state)
     kvs_engine_stats(e, &st);
     printf("lora: rank 1024 loaded in %.1f ms (150 ms of it the test's "
            "delay), packing it alone %.2f ms; the step loop's part "
-           "%.3f ms at most, %.3f ms in all; the longest step %.2f ms; "
+           "%.3f ms at most, %.3f ms in all; the longest step while it "
+           "loaded %.2f ms; "
            "the others' tokens before its first: %u\n",
            (double) st.lora_load_ns / 1e6, (double) pack_ns / 1e6,
            (double) st.lora_install_max_ns / 1e6,
@@ -1106,7 +1113,7 @@ test_load_off_step(void **state)
     assert_true(st.lora_load_ns >= 150000000ull);
     assert_true(st.lora_wait_ms >= 150);
     assert_true(n_before >= N_GEN / 2);
-    assert_true(max_ns < 100000000ull);
+    assert_true(max_ns < st.lora_load_ns / 2);
     assert_true(st.lora_install_max_ns < 1000000ull);
 
     kvs_engine_free(e);
