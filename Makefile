@@ -103,13 +103,14 @@ STORIES      := conf/models/kvserve-stories.gguf
 UNIT_BINS    := $(UNIT_SRCS:t/unit/%.c=$(B)/unit/%)
 ASAN_BINS    := $(UNIT_SRCS:t/unit/%.c=$(B)/asan/unit/%)
 # the tests that run threads: the engine's hand-over, the thread pool,
-# the disk tier's writer (alone and in the engine) and the engine
-# process's server loop
+# the disk tier's writer (alone and in the engine), the engine
+# process's server loop and the adapters' loader
 TSAN_BINS    := $(B)/tsan/unit/test_engine $(B)/tsan/unit/test_threads \
                 $(B)/tsan/unit/test_kv_tier_spill \
                 $(B)/tsan/unit/test_engine_tier \
                 $(B)/tsan/unit/test_engine_tier_ix \
-                $(B)/tsan/unit/test_srv
+                $(B)/tsan/unit/test_srv \
+                $(B)/tsan/unit/test_engine_lora
 VENV         := $(B)/venv
 # the venv is refreshed when the list of Python packages changes
 PY_PKGS      := gguf==0.19.0 jinja2==3.1.6 tokenizers==0.23.3 \

@@ -143,6 +143,26 @@ typedef struct {
      * a host tier of the prefix cache; NULL and err set when refused */
     void *(*host_alloc)(kvs_backend_t *be, size_t bytes, kvs_err_t *err);
     void  (*host_free)(kvs_backend_t *be, void *p);
+    /* optional, all three or none (NULL: set_lora does all of it on the
+     * engine's thread): set_lora in two halves, so that the costly one
+     * (checking and converting the adapter's values) runs on another
+     * thread while the engine steps.  lora_prepare builds adapter l's
+     * slot image, checked against the model, into *img (the caller's:
+     * it reads be's model shapes, fixed since kvs_backend_new, and l,
+     * and touches no other backend state, so any thread may run it
+     * during a forward; img may borrow l until it is installed or
+     * freed).  lora_install, on the engine's thread between steps, puts
+     * img (NULL: none) into slot 1..KVS_BACKEND_LORA_SLOTS and takes
+     * it; *spent is an image the backend no longer reads (the slot's
+     * last, or img's staging copy; NULL: none), for the caller to free
+     * with lora_free_image on any thread.  A failed install leaves the
+     * slot as it was and img the caller's.  lora_free_image(NULL) does
+     * nothing. */
+    int   (*lora_prepare)(kvs_backend_t *be, const kvs_lora_t *l,
+                          void **img, kvs_err_t *err);
+    int   (*lora_install)(kvs_backend_t *be, uint32_t slot, void *img,
+                          void **spent, kvs_err_t *err);
+    void  (*lora_free_image)(kvs_backend_t *be, void *img);
 } kvs_backend_ops_t;
 
 /* Adapter slots a backend with set_lora holds at once (the CPU's). */

@@ -143,6 +143,10 @@ typedef struct {
                                              others are loaded when a
                                              request needs them (docs/
                                              lora.md, "Paging") */
+    uint32_t            lora_load_delay_us;   /* tests only: a slow
+                                             adapter file (the loader
+                                             waits this long before
+                                             each load) */
 } kvs_engine_conf_t;
 
 #define KVS_ENGINE_MAX_LORAS   256        /* adapters an engine serves */
@@ -357,6 +361,12 @@ typedef struct {
     uint64_t  lora_evictions;         /* ... and unloaded for another */
     uint64_t  lora_waited;            /* requests that waited for one */
     uint64_t  lora_wait_ms;           /* their time waiting, total */
+    uint64_t  lora_load_ns;           /* the loader's time: files read
+                                         and packed for their slot */
+    uint64_t  lora_install_ns;        /* the step loop's time putting
+                                         them into slots and taking
+                                         them out, total */
+    uint64_t  lora_install_max_ns;    /* ... the longest once */
 } kvs_engine_stats_t;
 
 

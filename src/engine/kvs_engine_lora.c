@@ -9,13 +9,19 @@
  *
  * Paging: with fewer slots than adapters, a sequence whose adapter is
  * not resident when it arrives is parked (kept out of the scheduler)
- * and its adapter is loaded by a thread of its own (kvs_lora_open of
- * the file, checked against the model and against the epoch it was
- * bound with), never on the step loop; the step that finds the load
- * done puts the adapter into its slot and the parked sequences into the
- * scheduler.  A load takes a free slot, else the least recently used
- * resident adapter that no sequence holds (evicted: its copy freed);
- * with every slot held it waits until one is let go.
+ * and its adapter is loaded by a thread of its own, never on the step
+ * loop: kvs_lora_open of the file (checked against the model and
+ * against the epoch it was bound with), then the backend's lora_prepare
+ * (the slot image: the CPU's F16 packing, CUDA's BF16 host image).  The
+ * step that finds the load done puts the image into its slot
+ * (lora_install: a pointer swap on the CPU, the upload on CUDA; timed,
+ * kvs_engine_lora_put) and the parked sequences into the scheduler.  A
+ * load takes a free slot, else the least recently used resident adapter
+ * that no sequence holds (evicted: its slot emptied, the same swap).
+ * What the step loop lets go of (an evicted adapter, a slot's last
+ * image) is freed by the loader, not the step loop.  With every slot
+ * held a load waits until one is let go.  A backend without
+ * lora_prepare gets set_lora on the step loop instead (none today).
  *
  * Reload (kvs_engine_lora_bind): a worker names the adapter files of its
  * configuration (path and epoch, the LORA frame); a file the engine
@@ -55,16 +61,27 @@
  *     table;
  *   - a step with no adapted sequence takes the plain forward: serving
  *     the base costs what it did;
+ *   - ownership: a load's kvs_lora_t and slot image are the loader's
+ *     until it puts them in done (under lk), then the engine thread's;
+ *     an installed image is the backend's; an image the backend hands
+ *     back (spent) and an evicted adapter go to the loader through
+ *     spent (under lk), which frees images before the adapters they
+ *     may borrow (CUDA's borrows its kvs_lora_t until installed); the
+ *     loader reads only the model, an entry's write-once path and
+ *     file_epoch, and the backend's lora_prepare (which reads only the
+ *     model's shapes), so it runs beside any step;
  *   - locks: the loader takes lk, and e->lock alone (never both) to
  *     wake the engine thread; the engine thread takes lk alone.
  */
 
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/kvs_buf.h"
 #include "base/kvs_clock.h"
@@ -87,8 +104,22 @@ typedef struct {
     uint32_t      id;
     int           rc;
     kvs_lora_t   *l;
+    void         *img;                /* its slot image (lora_prepare),
+                                         NULL for a set_lora backend */
+    uint64_t      ns;                 /* the loader's time on it */
     char          msg[KVS_ERR_MSG_LEN];
 } kvs_engine_load_t;
+
+/* What the step loop let go of, for the loader to free. */
+typedef struct {
+    kvs_lora_t   *l;
+    void         *img;
+} kvs_engine_spent_t;
+
+/* spent entries waiting at once: each is a load installed or an
+ * eviction for a load asked for, and the loader frees them before it
+ * reads its next file; past this the engine thread frees its own */
+#define KVS_ENGINE_LORA_SPENT  (2 * KVS_ENGINE_LORA_SLOTS + 8)
 
 struct kvs_engine_lora_s {
     kvs_engine_ad_t     *ad;          /* [KVS_ENGINE_MAX_LORAS] */
@@ -109,6 +140,10 @@ struct kvs_engine_lora_s {
     uint64_t             evictions;
     uint64_t             waited;
     uint64_t             wait_ms;
+    uint64_t             load_ns;     /* the loads' (loader's) time */
+    uint64_t             install_ns;  /* the step loop's: kvs_engine_
+                                         lora_put */
+    uint64_t             install_max_ns;
 
     /* the loader (paging only) */
     const kvs_model_t   *model;
@@ -121,11 +156,24 @@ struct kvs_engine_lora_s {
     uint32_t             n_queue;
     kvs_engine_load_t   *done;        /* [MAX] finished, under lk */
     uint32_t             n_done;
+    kvs_engine_spent_t   spent[KVS_ENGINE_LORA_SPENT];  /* under lk */
+    uint32_t             n_spent;
+    uint32_t             delay_us;    /* tests: conf.lora_load_delay_us */
 };
 
 
 static void *kvs_engine_lora_main(void *arg);
 static int kvs_engine_lora_start(kvs_engine_t *e, kvs_err_t *err);
+
+
+/* A backend's slot image freed (NULL: nothing); any thread. */
+static void
+kvs_engine_lora_free_image(kvs_engine_t *e, void *img)
+{
+    if (img != NULL) {
+        e->be->ops->lora_free_image(e->be, img);
+    }
+}
 
 
 /* never the base's namespace; the prefix index names the adapter's
@@ -192,6 +240,7 @@ kvs_engine_lora_new(kvs_engine_t *e, kvs_err_t *err)
 
     e->lora = lo;
     lo->model = e->conf.model;
+    lo->delay_us = e->conf.lora_load_delay_us;
     lo->n_slots = slots;
     lo->max_slots = max_slots;
     lo->ad = calloc(KVS_ENGINE_MAX_LORAS, sizeof(kvs_engine_ad_t));
@@ -403,7 +452,14 @@ kvs_engine_lora_free(kvs_engine_t *e)
     pthread_mutex_destroy(&lo->lk);
     pthread_cond_destroy(&lo->cv);
 
+    /* images before the adapters they may borrow */
+    for (i = 0; i < lo->n_spent; i++) {
+        kvs_engine_lora_free_image(e, lo->spent[i].img);
+        kvs_lora_close(lo->spent[i].l);
+    }
+
     for (i = 0; i < lo->n_done; i++) {
+        kvs_engine_lora_free_image(e, lo->done[i].img);
         kvs_lora_close(lo->done[i].l);
     }
 
@@ -421,15 +477,66 @@ kvs_engine_lora_free(kvs_engine_t *e)
 }
 
 
-/* The loader: opens what the engine thread queued, one at a time. */
+/* The loader's part of a load: the file opened and checked (against
+ * the model and the epoch it was bound with), then packed into the
+ * backend's slot image; what the step loop does with it is a pointer
+ * swap (kvs_engine_lora_put). */
+static void
+kvs_engine_lora_read(kvs_engine_t *e, kvs_engine_load_t *d)
+{
+    kvs_err_t                  err;
+    kvs_lora_t                *l;
+    struct timespec            ts;
+    const kvs_engine_ad_t     *ad;
+    struct kvs_engine_lora_s  *lo;
+
+    lo = e->lora;
+    ad = &lo->ad[d->id - 1];
+    d->img = NULL;
+
+    if (lo->delay_us > 0) {
+        ts.tv_sec = lo->delay_us / 1000000;
+        ts.tv_nsec = (long) (lo->delay_us % 1000000) * 1000;
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) { /* void */ }
+    }
+
+    /* the path and epoch are written once, before the id was queued */
+    kvs_err_clear(&err);
+    if (kvs_lora_open(&l, ad->path, lo->model, &err) != KVS_OK) {
+        l = NULL;
+
+    } else if (l->epoch != ad->file_epoch) {
+        kvs_err_set(&err, KVS_EINVAL, "its file changed since the "
+                    "configuration read it (epoch %016" PRIx64 ", was %016"
+                    PRIx64 "); reload", l->epoch, ad->file_epoch);
+        kvs_lora_close(l);
+        l = NULL;
+
+    } else if (e->be->ops->lora_prepare != NULL
+               && e->be->ops->lora_prepare(e->be, l, &d->img, &err)
+                  != KVS_OK)
+    {
+        kvs_lora_close(l);
+        l = NULL;
+        d->img = NULL;
+    }
+
+    d->l = l;
+    d->rc = l != NULL ? KVS_OK : err.code;
+    snprintf(d->msg, sizeof(d->msg), "%s", err.msg);
+}
+
+
+/* The loader: frees what the step loop let go of, then reads what the
+ * engine thread queued, one at a time. */
 static void *
 kvs_engine_lora_main(void *arg)
 {
-    uint32_t                   id;
-    kvs_err_t                  err;
+    uint32_t                   i, n;
+    uint64_t                   t0;
     kvs_engine_t              *e = arg;
-    kvs_engine_load_t         *d;
-    kvs_lora_t                *l;
+    kvs_engine_load_t          d;
+    kvs_engine_spent_t         spent[KVS_ENGINE_LORA_SPENT];
     struct kvs_engine_lora_s  *lo;
 
     lo = e->lora;
@@ -437,7 +544,7 @@ kvs_engine_lora_main(void *arg)
     pthread_mutex_lock(&lo->lk);
 
     for ( ;; ) {
-        while (!lo->quit && lo->n_queue == 0) {
+        while (!lo->quit && lo->n_queue == 0 && lo->n_spent == 0) {
             pthread_cond_wait(&lo->cv, &lo->lk);
         }
 
@@ -445,25 +552,33 @@ kvs_engine_lora_main(void *arg)
             break;
         }
 
-        id = lo->queue[0];
+        if (lo->n_spent > 0) {
+            n = lo->n_spent;
+            memcpy(spent, lo->spent, n * sizeof(kvs_engine_spent_t));
+            lo->n_spent = 0;
+            pthread_mutex_unlock(&lo->lk);
+
+            for (i = 0; i < n; i++) {
+                kvs_engine_lora_free_image(e, spent[i].img);
+                kvs_lora_close(spent[i].l);
+            }
+
+            pthread_mutex_lock(&lo->lk);
+            continue;
+        }
+
+        memset(&d, 0, sizeof(d));
+        d.id = lo->queue[0];
         lo->n_queue--;
         memmove(lo->queue, lo->queue + 1, lo->n_queue * sizeof(uint32_t));
         pthread_mutex_unlock(&lo->lk);
 
-        /* the path is the engine's, unchanged while it runs */
-        kvs_err_clear(&err);
-        if (kvs_lora_open(&l, lo->ad[id - 1].path, lo->model, &err)
-            != KVS_OK)
-        {
-            l = NULL;
-        }
+        t0 = kvs_now_ns();
+        kvs_engine_lora_read(e, &d);
+        d.ns = kvs_now_ns() - t0;
 
         pthread_mutex_lock(&lo->lk);
-        d = &lo->done[lo->n_done++];    /* one load per id at a time */
-        d->id = id;
-        d->l = l;
-        d->rc = l != NULL ? KVS_OK : err.code;
-        snprintf(d->msg, sizeof(d->msg), "%s", err.msg);
+        lo->done[lo->n_done++] = d;     /* one load per id at a time */
         pthread_mutex_unlock(&lo->lk);
 
         pthread_mutex_lock(&e->lock);
@@ -599,6 +714,76 @@ kvs_engine_lora_release(kvs_engine_t *e, kvs_engine_seq_t *h)
 }
 
 
+/* What the step loop no longer reads (an adapter, a slot image: a large
+ * free unmaps pages), handed to the loader to free; freed here when its
+ * list is full. */
+static void
+kvs_engine_lora_spend(kvs_engine_t *e, kvs_lora_t *l, void *img)
+{
+    struct kvs_engine_lora_s  *lo;
+
+    lo = e->lora;
+
+    if (l == NULL && img == NULL) {
+        return;
+    }
+
+    if (lo->thread_on) {
+        pthread_mutex_lock(&lo->lk);
+
+        if (lo->n_spent < KVS_ENGINE_LORA_SPENT) {
+            lo->spent[lo->n_spent].l = l;
+            lo->spent[lo->n_spent].img = img;
+            lo->n_spent++;
+            pthread_cond_signal(&lo->cv);
+            pthread_mutex_unlock(&lo->lk);
+            return;
+        }
+
+        pthread_mutex_unlock(&lo->lk);
+    }
+
+    kvs_engine_lora_free_image(e, img);
+    kvs_lora_close(l);
+}
+
+
+/* Adapter l, packed into img by the loader (NULL for a backend without
+ * lora_install: set_lora packs it here), into slot s; NULL, NULL empties
+ * it.  The step loop's whole part of a load or an eviction, timed: with
+ * lora_install a pointer swap, the slot's last image handed to the
+ * loader.  A failed put leaves img the caller's. */
+static int
+kvs_engine_lora_put(kvs_engine_t *e, uint32_t s, const kvs_lora_t *l,
+    void *img, kvs_err_t *err)
+{
+    int                        rc;
+    void                      *spent;
+    uint64_t                   t0, dt;
+    struct kvs_engine_lora_s  *lo;
+
+    lo = e->lora;
+    spent = NULL;
+    t0 = kvs_now_ns();
+
+    if (e->be->ops->lora_install != NULL) {
+        rc = e->be->ops->lora_install(e->be, s, img, &spent, err);
+    } else {
+        rc = e->be->ops->set_lora(e->be, s, l, err);
+    }
+
+    dt = kvs_now_ns() - t0;
+    lo->install_ns += dt;
+    lo->install_max_ns = dt > lo->install_max_ns ? dt : lo->install_max_ns;
+
+    if (rc == KVS_OK) {
+        kvs_engine_lora_spend(e, NULL, spent);
+    }
+
+    return rc;
+}
+
+
 /* A slot for a load: a free one, else the least recently let go
  * resident adapter's that nobody holds (evicted); 0: none now. */
 static uint32_t
@@ -635,9 +820,10 @@ kvs_engine_lora_slot(kvs_engine_t *e)
     ad = &lo->ad[victim - 1];
     s = ad->slot;
 
-    /* emptying a slot cannot fail */
-    (void) e->be->ops->set_lora(e->be, s, NULL, &err);
-    kvs_lora_close(ad->l);
+    /* emptying a slot cannot fail; its image and the adapter are freed
+     * by the loader */
+    (void) kvs_engine_lora_put(e, s, NULL, NULL, &err);
+    kvs_engine_lora_spend(e, ad->l, NULL);
     ad->l = NULL;
     ad->slot = 0;
     lo->slot_of[s] = 0;
@@ -661,16 +847,10 @@ kvs_engine_lora_loaded(kvs_engine_t *e, kvs_engine_load_t *d)
     lo = e->lora;
     ad = &lo->ad[d->id - 1];
     ad->loading = 0;
-
-    if (d->rc == KVS_OK && d->l->epoch != ad->file_epoch) {
-        snprintf(d->msg, sizeof(d->msg), "its file changed since the "
-                 "configuration read it (epoch %016" PRIx64 ", was %016"
-                 PRIx64 "); reload", d->l->epoch, ad->file_epoch);
-        d->rc = KVS_EINVAL;
-    }
+    lo->load_ns += d->ns;
 
     if (d->rc == KVS_OK
-        && e->be->ops->set_lora(e->be, ad->slot, d->l, &err) != KVS_OK)
+        && kvs_engine_lora_put(e, ad->slot, d->l, d->img, &err) != KVS_OK)
     {
         snprintf(d->msg, sizeof(d->msg), "%s", err.msg);
         d->rc = err.code;
@@ -684,8 +864,9 @@ kvs_engine_lora_loaded(kvs_engine_t *e, kvs_engine_load_t *d)
         return;
     }
 
-    kvs_lora_close(d->l);
+    kvs_engine_lora_spend(e, d->l, d->img);
     d->l = NULL;
+    d->img = NULL;
     lo->slot_of[ad->slot] = 0;
     ad->slot = 0;
 
@@ -803,6 +984,9 @@ kvs_engine_lora_stats(kvs_engine_t *e)
     e->stats.lora_evictions = lo->evictions;
     e->stats.lora_waited = lo->waited;
     e->stats.lora_wait_ms = lo->wait_ms;
+    e->stats.lora_load_ns = lo->load_ns;
+    e->stats.lora_install_ns = lo->install_ns;
+    e->stats.lora_install_max_ns = lo->install_max_ns;
 }
 
 

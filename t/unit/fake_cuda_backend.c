@@ -241,6 +241,9 @@ static const kvs_backend_ops_t  fake_ops = {
     NULL,                                   /* no LoRA adapters */
     NULL,
     NULL,                                   /* no host tier */
+    NULL,
+    NULL,                                   /* nor LoRA's two halves */
+    NULL,
     NULL
 };
 

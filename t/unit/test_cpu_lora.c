@@ -678,7 +678,7 @@ test_packed(void **state)
         for (ly = 0; ly < base.cm->hp.n_layer; ly++) {
             for (tg = 0; tg < KVS_LORA_QKV; tg++) {
                 m = kvs_lora_find(l, ly, (kvs_lora_target_t) tg);
-                p = &kv->lora[0].pairs[ly * KVS_LORA_N_TARGETS + tg];
+                p = &kv->lora[0]->pairs[ly * KVS_LORA_N_TARGETS + tg];
                 assert_non_null(m);
                 assert_int_equal(p->rank, m->rank);
 

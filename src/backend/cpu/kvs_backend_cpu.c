@@ -37,6 +37,11 @@ static int kvs_backend_cpu_set_lora(kvs_backend_t *be, uint32_t slot,
 static int kvs_backend_cpu_forward_lora(kvs_backend_t *be,
     const kvs_batch_t *b, const uint32_t *slots, float *logits,
     kvs_err_t *err);
+static int kvs_backend_cpu_lora_prepare(kvs_backend_t *be,
+    const kvs_lora_t *l, void **img, kvs_err_t *err);
+static int kvs_backend_cpu_lora_install(kvs_backend_t *be, uint32_t slot,
+    void *img, void **spent, kvs_err_t *err);
+static void kvs_backend_cpu_lora_free_image(kvs_backend_t *be, void *img);
 
 
 static const kvs_backend_ops_t  kvs_backend_cpu_ops = {
@@ -49,7 +54,10 @@ static const kvs_backend_ops_t  kvs_backend_cpu_ops = {
     kvs_backend_cpu_set_lora,
     kvs_backend_cpu_forward_lora,
     NULL,                                   /* its pool is host memory: */
-    NULL                                    /* no host tier */
+    NULL,                                   /* no host tier */
+    kvs_backend_cpu_lora_prepare,
+    kvs_backend_cpu_lora_install,
+    kvs_backend_cpu_lora_free_image
 };
 
 #if KVS_BACKEND_LORA_SLOTS != KVS_CPU_LORA_SLOTS
@@ -131,6 +139,44 @@ kvs_backend_cpu_set_lora(kvs_backend_t *be, uint32_t slot,
     kvs_backend_cpu_t  *cpu = be->impl;
 
     return kvs_cpu_kv_set_lora(cpu->kv, cpu->cm, slot, l, err);
+}
+
+
+/* the model's shapes only: any thread, while the engine steps */
+static int
+kvs_backend_cpu_lora_prepare(kvs_backend_t *be, const kvs_lora_t *l,
+    void **img, kvs_err_t *err)
+{
+    int                   rc;
+    kvs_backend_cpu_t    *cpu = be->impl;
+    kvs_cpu_lora_slot_t  *s;
+
+    rc = kvs_cpu_lora_image(cpu->cm, l, &s, err);
+    *img = s;
+
+    return rc;
+}
+
+
+static int
+kvs_backend_cpu_lora_install(kvs_backend_t *be, uint32_t slot, void *img,
+    void **spent, kvs_err_t *err)
+{
+    int                   rc;
+    kvs_backend_cpu_t    *cpu = be->impl;
+    kvs_cpu_lora_slot_t  *old;
+
+    rc = kvs_cpu_kv_lora_install(cpu->kv, slot, img, &old, err);
+    *spent = old;
+
+    return rc;
+}
+
+
+static void
+kvs_backend_cpu_lora_free_image(kvs_backend_t *be, void *img)
+{
+    kvs_cpu_lora_image_free(img);
 }
 
 

@@ -397,6 +397,7 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     uint32_t                n, i, l, max_ctx, want, wrow, nth;
     kvs_cpu_fw_t            fw;
     kvs_threads_t          *tokp, *ffnp, *attp;
+    kvs_cpu_lora_out_t      qkv[3], gu[2];
     const kvs_cpu_layer_t  *ly;
     const kvs_hparams_t    *hp;
 
@@ -441,6 +442,18 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     fw.softcap = (float) hp->attn_softcap;
     fw.simd = kvs_cpu_simd();
     fw.lora_slots = slots;
+
+    /* the adapters' products that share an input: one dispatch each */
+    qkv[0].target = KVS_LORA_Q;
+    qkv[0].ldy = fw.qd;
+    qkv[1].target = KVS_LORA_K;
+    qkv[1].ldy = fw.kd;
+    qkv[2].target = KVS_LORA_V;
+    qkv[2].ldy = fw.vd;
+    gu[0].target = KVS_LORA_GATE;
+    gu[0].ldy = fw.f;
+    gu[1].target = KVS_LORA_UP;
+    gu[1].ldy = fw.f;
 
     rc = kvs_cpu_lora_prepare(&fw, err);
     if (rc != KVS_OK) {
@@ -540,9 +553,10 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
 
         kvs_cpu_matmul(&fw, fw.xb, n, &ly->wq, fw.q, &ly->wk, fw.k,
                        &ly->wv, fw.v);
-        kvs_cpu_lora_apply(&fw, l, KVS_LORA_Q, fw.xb, fw.e, fw.q, fw.qd);
-        kvs_cpu_lora_apply(&fw, l, KVS_LORA_K, fw.xb, fw.e, fw.k, fw.kd);
-        kvs_cpu_lora_apply(&fw, l, KVS_LORA_V, fw.xb, fw.e, fw.v, fw.vd);
+        qkv[0].y = fw.q;
+        qkv[1].y = fw.k;
+        qkv[2].y = fw.v;
+        kvs_cpu_lora_apply_n(&fw, l, fw.xb, fw.e, qkv, 3);
 
         /* this layer's K/V of the whole batch is written before any token
          * attends, so tokens see earlier positions of their own chunk */
@@ -566,8 +580,9 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
 
         kvs_cpu_matmul(&fw, fw.xb, n, &ly->w1, fw.h1, &ly->w3, fw.h3, NULL,
                        NULL);
-        kvs_cpu_lora_apply(&fw, l, KVS_LORA_GATE, fw.xb, fw.e, fw.h1, fw.f);
-        kvs_cpu_lora_apply(&fw, l, KVS_LORA_UP, fw.xb, fw.e, fw.h3, fw.f);
+        gu[0].y = fw.h1;
+        gu[1].y = fw.h3;
+        kvs_cpu_lora_apply_n(&fw, l, fw.xb, fw.e, gu, 2);
         kvs_threads_run(ffnp, hp->geglu ? kvs_cpu_geglu_task
                                         : kvs_cpu_swiglu_task, &fw, n);
         kvs_cpu_matmul(&fw, fw.h1, n, &ly->w2, fw.xb, NULL, NULL, NULL,

@@ -70,14 +70,16 @@
 /* Adapters a kv holds at once (kvs_cpu_kv_set_lora), slots 1..N. */
 #define KVS_CPU_LORA_SLOTS  64
 
-typedef struct {
-    const kvs_lora_t        *l;       /* borrowed; NULL: empty */
+/* A slot's image of one adapter (kvs_cpu_lora_image builds it, on any
+ * thread; kvs_cpu_kv_lora_install puts it into a slot). */
+typedef struct kvs_cpu_lora_slot_s {
     struct kvs_cpu_lora_pair_s
                             *pairs;   /* [n_layer][KVS_LORA_N_TARGETS]:
                                          each pair packed, F16
-                                         (kvs_cpu_lora.h), owned */
-    uint16_t                *pk;      /* the packed values, owned */
+                                         (kvs_cpu_lora.h) */
+    uint16_t                *pk;      /* the packed values */
     uint32_t                 n_layer; /* pairs' layers */
+    uint32_t                 rank_max; /* the adapter's largest rank */
 } kvs_cpu_lora_slot_t;
 
 /* A weight matrix [rows][cols] as the GGUF stores it (row r: the weights
@@ -156,7 +158,8 @@ typedef struct {
     kvs_threads_t
               *threads;               /* NULL: the caller's thread only */
     kvs_cpu_lora_slot_t
-               lora[KVS_CPU_LORA_SLOTS];  /* slot s at [s - 1] */
+              *lora[KVS_CPU_LORA_SLOTS];  /* slot s at [s - 1], owned;
+                                             NULL: empty */
     uint32_t  *lora_rows;             /* a step's adapted rows, grouped */
     size_t     lora_rows_cap;
     float     *lora_tmp;              /* [n_threads][group][rank] */
@@ -252,8 +255,22 @@ int kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
 /*
  * LoRA (kvs_cpu_lora.c).  kvs_cpu_kv_set_lora() puts adapter l (checked
  * against cm: every pair must be a matrix the forward multiplies; NULL
- * empties the slot) into slot 1..KVS_CPU_LORA_SLOTS of kv; kv borrows
- * it.  kvs_cpu_forward_lora() is kvs_cpu_forward() with slots[b->n]
+ * empties the slot) into slot 1..KVS_CPU_LORA_SLOTS of kv, packed into
+ * an image of the slot's own (l is not read again).  It is the two
+ * halves below in one:
+ *
+ *   kvs_cpu_lora_image()      checks l against cm and packs it into a
+ *                             new image *img, the caller's: reads only
+ *                             cm (never changed after kvs_cpu_model_new)
+ *                             and l, so any thread may run it while
+ *                             another steps kv;
+ *   kvs_cpu_kv_lora_install() puts img (NULL: none) into the slot, a
+ *                             pointer swap (the thread that steps kv,
+ *                             between steps); *spent := the slot's last
+ *                             image, the caller's to free;
+ *   kvs_cpu_lora_image_free() frees an image (NULL: nothing), any thread.
+ *
+ * kvs_cpu_forward_lora() is kvs_cpu_forward() with slots[b->n]
  * naming each entry's adapter (0: none; NULL: none for all): the base
  * products once for the whole batch, then each adapted row's own
  * low-rank product.  An entry naming an empty slot is KVS_EINVAL before
@@ -261,6 +278,11 @@ int kvs_cpu_forward(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
  */
 int kvs_cpu_kv_set_lora(kvs_cpu_kv_t *kv, const kvs_cpu_model_t *cm,
     uint32_t slot, const kvs_lora_t *l, kvs_err_t *err);
+int kvs_cpu_lora_image(const kvs_cpu_model_t *cm, const kvs_lora_t *l,
+    kvs_cpu_lora_slot_t **img, kvs_err_t *err);
+int kvs_cpu_kv_lora_install(kvs_cpu_kv_t *kv, uint32_t slot,
+    kvs_cpu_lora_slot_t *img, kvs_cpu_lora_slot_t **spent, kvs_err_t *err);
+void kvs_cpu_lora_image_free(kvs_cpu_lora_slot_t *img);
 int kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     const kvs_batch_t *b, const uint32_t *slots, float *logits,
     kvs_err_t *err);

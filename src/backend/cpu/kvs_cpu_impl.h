@@ -164,6 +164,19 @@ int kvs_cpu_lora_prepare(kvs_cpu_fw_t *fw, kvs_err_t *err);
 void kvs_cpu_lora_apply(const kvs_cpu_fw_t *fw, uint32_t layer,
     kvs_lora_target_t target, const float *x, uint32_t ldx, float *y,
     uint32_t ldy);
+
+/* kvs_cpu_lora_apply for n_outs products of the same input x (q, k and
+ * v; gate and up) in one dispatch to the threads: each output's rows
+ * get what kvs_cpu_lora_apply would give them, bit for bit. */
+typedef struct {
+    kvs_lora_target_t  target;
+    float             *y;
+    uint32_t           ldy;
+} kvs_cpu_lora_out_t;
+
+void kvs_cpu_lora_apply_n(const kvs_cpu_fw_t *fw, uint32_t layer,
+    const float *x, uint32_t ldx, const kvs_cpu_lora_out_t *outs,
+    uint32_t n_outs);
 void kvs_cpu_kv_lora_free(kvs_cpu_kv_t *kv);
 
 int kvs_cpu_simd(void);

@@ -10,11 +10,11 @@
  * KVS_CPU_LORA_GROUP rows of one adapter); rows with slot 0 are never
  * touched.
  *
- * kvs_cpu_kv_set_lora() packs the adapter into the slot's own buffer,
- * F16 with a power-of-two scale per matrix, B transposed, in the
- * forward's order (kvs_cpu_lora.h): half the bytes a step reads of F32,
- * the reason the many-adapter step is faster (it is bound by reading
- * the adapters).  A task's product goes through the group kernel of the
+ * kvs_cpu_lora_image() packs the adapter into an image of its own
+ * (kvs_cpu_lora_slot_t), F16 with a power-of-two scale per matrix, B
+ * transposed, in the forward's order (kvs_cpu_lora.h): half the bytes a
+ * step reads of F32, the reason the many-adapter step is faster (it is
+ * bound by reading the adapters).  A task's product goes through the group kernel of the
  * CPU's level (kvs_cpu_simd): AVX-512 or AVX2 (kvs_cpu_lora_x86.c), else
  * kvs_cpu_lora_rows_c() here, the portable reference over the same
  * packed values.
@@ -27,8 +27,11 @@
  * grouping or the thread; the levels agree within float rounding
  * (test_cpu_lora compares them), and the packed product is the F32
  * adapter's within the F16 rounding of A and B (test_cpu_lora bounds
- * it).  kv borrows the adapters: they must outlive their slot; the
- * packed copies are the slot's.
+ * it).  An image is built from the model and the adapter alone (any
+ * thread: the engine's loader packs off the step loop) and never
+ * changes after; a slot owns the image installed in it, swapped in and
+ * out by pointer (kvs_cpu_kv_lora_install, the stepping thread), so no
+ * step ever sees half an adapter; kv never reads a kvs_lora_t.
  */
 
 #include <inttypes.h>
@@ -218,101 +221,152 @@ kvs_cpu_lora_pack(kvs_cpu_lora_pair_t *p, const kvs_lora_mat_t *m,
 
 
 int
-kvs_cpu_kv_set_lora(kvs_cpu_kv_t *kv, const kvs_cpu_model_t *cm,
-    uint32_t slot, const kvs_lora_t *l, kvs_err_t *err)
+kvs_cpu_lora_image(const kvs_cpu_model_t *cm, const kvs_lora_t *l,
+    kvs_cpu_lora_slot_t **img, kvs_err_t *err)
 {
     int                      rc, simd;
     size_t                   k, n_pairs, halves;
-    uint16_t                *pk, *dst;
+    uint16_t                *dst;
     uint32_t                 i;
     kvs_cpu_lora_slot_t     *s;
-    kvs_cpu_lora_pair_t     *pairs;
     const kvs_lora_mat_t    *m;
     const kvs_cpu_mat_t     *w;
     const kvs_lora_mat_t   **by;
+
+    *img = NULL;
+
+    if (strcmp(l->arch, cm->hp.arch) != 0) {
+        return kvs_err_set(err, KVS_EINVAL, "cpu lora: adapter for %s, "
+                           "the model is %s", l->arch, cm->hp.arch);
+    }
+
+    /* every pair fits the matrix the forward multiplies */
+    halves = 0;
+
+    for (i = 0; i < l->n_mat; i++) {
+        m = &l->mat[i];
+        w = m->layer < cm->hp.n_layer
+            ? kvs_cpu_lora_mat(&cm->layers[m->layer], m->target) : NULL;
+
+        if (w == NULL || w->cols != m->n_in || w->rows != m->n_out
+            || (cm->hp.fused_gate_up && (m->target == KVS_LORA_GATE
+                                         || m->target == KVS_LORA_UP)))
+        {
+            return kvs_err_set(err, KVS_EUNSUPPORTED, "cpu lora: "
+                               "adapter tensor %s (%" PRIu64 " -> %"
+                               PRIu64 ") is not a matrix the CPU "
+                               "forward adapts", m->name, m->n_in,
+                               m->n_out);
+        }
+
+        halves += (size_t) m->rank * (m->n_in + m->n_out);
+    }
+
+    n_pairs = (size_t) cm->hp.n_layer * KVS_LORA_N_TARGETS;
+    by = calloc(n_pairs, sizeof(*by));
+    s = calloc(1, sizeof(*s));
+    if (by == NULL || s == NULL) {
+        free(by);
+        free(s);
+        return kvs_err_set(err, KVS_ENOMEM, "cpu lora: out of memory");
+    }
+
+    s->n_layer = cm->hp.n_layer;
+    s->rank_max = l->rank_max;
+    s->pairs = calloc(n_pairs, sizeof(*s->pairs));
+    s->pk = malloc(halves * sizeof(uint16_t) + 1);
+    if (s->pairs == NULL || s->pk == NULL) {
+        free(by);
+        kvs_cpu_lora_image_free(s);
+        return kvs_err_set(err, KVS_ENOMEM, "cpu lora: out of memory");
+    }
+
+    for (i = 0; i < l->n_mat; i++) {
+        m = &l->mat[i];
+        by[(size_t) m->layer * KVS_LORA_N_TARGETS + m->target] = m;
+    }
+
+    /* packed in the forward's order: layer, then target */
+    dst = s->pk;
+    simd = kvs_cpu_simd();
+
+    for (k = 0; k < n_pairs; k++) {
+        if (by[k] == NULL) {
+            continue;
+        }
+
+        rc = kvs_cpu_lora_pack(&s->pairs[k], by[k], dst, simd, err);
+        if (rc != KVS_OK) {
+            free(by);
+            kvs_cpu_lora_image_free(s);
+            return rc;
+        }
+
+        dst += (size_t) by[k]->rank * (by[k]->n_in + by[k]->n_out);
+    }
+
+    free(by);
+    *img = s;
+
+    return KVS_OK;
+}
+
+
+int
+kvs_cpu_kv_lora_install(kvs_cpu_kv_t *kv, uint32_t slot,
+    kvs_cpu_lora_slot_t *img, kvs_cpu_lora_slot_t **spent, kvs_err_t *err)
+{
+    *spent = NULL;
 
     if (slot == 0 || slot > KVS_CPU_LORA_SLOTS) {
         return kvs_err_set(err, KVS_EINVAL, "cpu lora: slot %" PRIu32
                            " outside 1..%u", slot, KVS_CPU_LORA_SLOTS);
     }
 
-    pairs = NULL;
-    pk = NULL;
+    *spent = kv->lora[slot - 1];
+    kv->lora[slot - 1] = img;
 
-    if (l != NULL) {
-        if (strcmp(l->arch, cm->hp.arch) != 0) {
-            return kvs_err_set(err, KVS_EINVAL, "cpu lora: adapter for %s, "
-                               "the model is %s", l->arch, cm->hp.arch);
-        }
+    return KVS_OK;
+}
 
-        /* every pair fits the matrix the forward multiplies */
-        halves = 0;
 
-        for (i = 0; i < l->n_mat; i++) {
-            m = &l->mat[i];
-            w = m->layer < cm->hp.n_layer
-                ? kvs_cpu_lora_mat(&cm->layers[m->layer], m->target) : NULL;
-
-            if (w == NULL || w->cols != m->n_in || w->rows != m->n_out
-                || (cm->hp.fused_gate_up && (m->target == KVS_LORA_GATE
-                                             || m->target == KVS_LORA_UP)))
-            {
-                return kvs_err_set(err, KVS_EUNSUPPORTED, "cpu lora: "
-                                   "adapter tensor %s (%" PRIu64 " -> %"
-                                   PRIu64 ") is not a matrix the CPU "
-                                   "forward adapts", m->name, m->n_in,
-                                   m->n_out);
-            }
-
-            halves += (size_t) m->rank * (m->n_in + m->n_out);
-        }
-
-        n_pairs = (size_t) cm->hp.n_layer * KVS_LORA_N_TARGETS;
-        by = calloc(n_pairs, sizeof(*by));
-        pairs = calloc(n_pairs, sizeof(*pairs));
-        pk = malloc(halves * sizeof(uint16_t) + 1);
-        if (by == NULL || pairs == NULL || pk == NULL) {
-            free(by);
-            free(pairs);
-            free(pk);
-            return kvs_err_set(err, KVS_ENOMEM, "cpu lora: out of memory");
-        }
-
-        for (i = 0; i < l->n_mat; i++) {
-            m = &l->mat[i];
-            by[(size_t) m->layer * KVS_LORA_N_TARGETS + m->target] = m;
-        }
-
-        /* packed in the forward's order: layer, then target */
-        dst = pk;
-        simd = kvs_cpu_simd();
-
-        for (k = 0; k < n_pairs; k++) {
-            if (by[k] == NULL) {
-                continue;
-            }
-
-            rc = kvs_cpu_lora_pack(&pairs[k], by[k], dst, simd, err);
-            if (rc != KVS_OK) {
-                free(by);
-                free(pairs);
-                free(pk);
-                return rc;
-            }
-
-            dst += (size_t) by[k]->rank * (by[k]->n_in + by[k]->n_out);
-        }
-
-        free(by);
+void
+kvs_cpu_lora_image_free(kvs_cpu_lora_slot_t *img)
+{
+    if (img == NULL) {
+        return;
     }
 
-    s = &kv->lora[slot - 1];
-    free(s->pairs);
-    free(s->pk);
-    s->l = l;
-    s->pairs = pairs;
-    s->pk = pk;
-    s->n_layer = cm->hp.n_layer;
+    free(img->pairs);
+    free(img->pk);
+    free(img);
+}
+
+
+int
+kvs_cpu_kv_set_lora(kvs_cpu_kv_t *kv, const kvs_cpu_model_t *cm,
+    uint32_t slot, const kvs_lora_t *l, kvs_err_t *err)
+{
+    int                   rc;
+    kvs_cpu_lora_slot_t  *img, *spent;
+
+    if (slot == 0 || slot > KVS_CPU_LORA_SLOTS) {
+        return kvs_err_set(err, KVS_EINVAL, "cpu lora: slot %" PRIu32
+                           " outside 1..%u", slot, KVS_CPU_LORA_SLOTS);
+    }
+
+    img = NULL;
+
+    if (l != NULL) {
+        rc = kvs_cpu_lora_image(cm, l, &img, err);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+    }
+
+    /* cannot fail: the slot is in range */
+    (void) kvs_cpu_kv_lora_install(kv, slot, img, &spent, err);
+    kvs_cpu_lora_image_free(spent);
 
     return KVS_OK;
 }
@@ -324,8 +378,7 @@ kvs_cpu_kv_lora_free(kvs_cpu_kv_t *kv)
     uint32_t  i;
 
     for (i = 0; i < KVS_CPU_LORA_SLOTS; i++) {
-        free(kv->lora[i].pairs);
-        free(kv->lora[i].pk);
+        kvs_cpu_lora_image_free(kv->lora[i]);
     }
 
     free(kv->lora_rows);
@@ -342,7 +395,7 @@ kvs_cpu_lora_check(const kvs_cpu_kv_t *kv, const kvs_batch_t *b,
     for (i = 0; slots != NULL && i < b->n; i++) {
         s = slots[i];
 
-        if (s != 0 && (s > KVS_CPU_LORA_SLOTS || kv->lora[s - 1].l == NULL)) {
+        if (s != 0 && (s > KVS_CPU_LORA_SLOTS || kv->lora[s - 1] == NULL)) {
             return kvs_err_set(err, KVS_EINVAL, "cpu forward: entry %"
                                PRIu32 ": adapter slot %" PRIu32 " holds no "
                                "adapter", i, s);
@@ -394,8 +447,8 @@ kvs_cpu_lora_prepare(kvs_cpu_fw_t *fw, kvs_err_t *err)
             continue;
         }
 
-        rank = kv->lora[s - 1].l->rank_max > rank
-               ? kv->lora[s - 1].l->rank_max : rank;
+        rank = kv->lora[s - 1]->rank_max > rank
+               ? kv->lora[s - 1]->rank_max : rank;
         n_tasks += (uint32_t) ((cnt[s] + KVS_CPU_LORA_GROUP - 1)
                                / KVS_CPU_LORA_GROUP);
     }
@@ -479,33 +532,39 @@ kvs_cpu_lora_rows_c(const kvs_cpu_lora_pair_t *p,
 
 
 typedef struct {
-    const kvs_cpu_fw_t  *fw;
-    size_t               k;           /* the pair's (layer, target) */
-    const float         *x;
-    uint32_t             ldx;
-    float               *y;
-    uint32_t             ldy;
+    const kvs_cpu_fw_t         *fw;
+    size_t                      k;    /* the layer's first pair */
+    const float                *x;
+    uint32_t                    ldx;
+    const kvs_cpu_lora_out_t   *outs;
+    uint32_t                    n_outs;
 } kvs_cpu_lora_job_t;
 
 
+/* Task `task`: the group of rows task / n_outs under output task %
+ * n_outs, so a thread's consecutive tasks share the group's x rows and
+ * adapter. */
 static void
 kvs_cpu_lora_task(void *arg, uint32_t task, uint32_t thread)
 {
-    uint32_t                   j0, s;
+    uint32_t                   j0, s, grp;
     kvs_cpu_kv_t              *kv;
     kvs_cpu_lora_rows_t        g;
     const uint32_t            *starts;
+    const kvs_cpu_lora_out_t  *out;
     const kvs_cpu_lora_pair_t *p;
     const kvs_cpu_lora_job_t  *job;
 
     job = arg;
     kv = job->fw->kv;
+    grp = task / job->n_outs;
+    out = &job->outs[task % job->n_outs];
     starts = kv->lora_rows + job->fw->b->n;
-    j0 = starts[task];
+    j0 = starts[grp];
 
     /* every row of a task has one adapter */
     s = job->fw->lora_slots[kv->lora_rows[j0]];
-    p = &kv->lora[s - 1].pairs[job->k];
+    p = &kv->lora[s - 1]->pairs[job->k + out->target];
 
     if (p->rank == 0) {
         return;
@@ -513,10 +572,10 @@ kvs_cpu_lora_task(void *arg, uint32_t task, uint32_t thread)
 
     g.x = job->x;
     g.ldx = job->ldx;
-    g.y = job->y;
-    g.ldy = job->ldy;
+    g.y = out->y;
+    g.ldy = out->ldy;
     g.rows = kv->lora_rows + j0;
-    g.cnt = starts[task + 1] - j0;
+    g.cnt = starts[grp + 1] - j0;
     g.t = kv->lora_tmp + (size_t) thread * job->fw->lora_stride;
 
 #if KVS_CPU_X86
@@ -536,24 +595,44 @@ kvs_cpu_lora_task(void *arg, uint32_t task, uint32_t thread)
 
 
 void
-kvs_cpu_lora_apply(const kvs_cpu_fw_t *fw, uint32_t layer,
-    kvs_lora_target_t target, const float *x, uint32_t ldx, float *y,
-    uint32_t ldy)
+kvs_cpu_lora_apply_n(const kvs_cpu_fw_t *fw, uint32_t layer, const float *x,
+    uint32_t ldx, const kvs_cpu_lora_out_t *outs, uint32_t n_outs)
 {
+    double              work;
+    uint32_t            j;
     kvs_cpu_lora_job_t  job;
 
-    if (fw->lora_n == 0) {
+    if (fw->lora_n == 0 || n_outs == 0) {
         return;
     }
 
     job.fw = fw;
-    job.k = (size_t) layer * KVS_LORA_N_TARGETS + target;
+    job.k = (size_t) layer * KVS_LORA_N_TARGETS;
     job.x = x;
     job.ldx = ldx;
-    job.y = y;
-    job.ldy = ldy;
+    job.outs = outs;
+    job.n_outs = n_outs;
 
-    kvs_threads_run(kvs_cpu_pool(fw, (double) fw->lora_n * fw->lora_rank
-                                     * (ldx + ldy)),
-                    kvs_cpu_lora_task, &job, fw->lora_tasks);
+    work = 0.0;
+    for (j = 0; j < n_outs; j++) {
+        work += (double) fw->lora_n * fw->lora_rank * (ldx + outs[j].ldy);
+    }
+
+    kvs_threads_run(kvs_cpu_pool(fw, work), kvs_cpu_lora_task, &job,
+                    fw->lora_tasks * n_outs);
+}
+
+
+void
+kvs_cpu_lora_apply(const kvs_cpu_fw_t *fw, uint32_t layer,
+    kvs_lora_target_t target, const float *x, uint32_t ldx, float *y,
+    uint32_t ldy)
+{
+    kvs_cpu_lora_out_t  out;
+
+    out.target = target;
+    out.y = y;
+    out.ldy = ldy;
+
+    kvs_cpu_lora_apply_n(fw, layer, x, ldx, &out, 1);
 }

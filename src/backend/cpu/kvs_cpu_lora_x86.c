@@ -5,7 +5,10 @@
  * product and sum in F32), T *= scale, then y += B T over the F16 B^T.
  * A and B are read once per block of up to 4 rows (one pass over the
  * adapter's matrices for a group of 4 rows), the reason to group rows by
- * adapter.
+ * adapter.  The two levels share one body (kvs_cpu_lora_body.h, included
+ * once per level); what differs is here: the vector width, how many
+ * ranks and outputs a pass takes, and how a tail is read (AVX2: a
+ * zero-padded copy; AVX-512: a mask).
  *
  * Invariants: a row's result does not depend on the other rows of its
  * group nor on where it sits in it: T[r] is one vector sum over x in
@@ -92,34 +95,49 @@ kvs_cpu_lora_block(const kvs_cpu_lora_pair_t *p, const kvs_cpu_lora_rows_t *g,
 /* ---- AVX2: 8 lanes, tails through zero-padded copies ---- */
 
 __attribute__((target(KVS_CPU_LORA_T2), always_inline)) static inline __m256
-kvs_cpu_lora_h8(const uint16_t *p)
-{
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) p));
-}
-
-
-/* the first n (< 8) halves of p, zero-padded */
-__attribute__((target(KVS_CPU_LORA_T2), always_inline)) static inline __m256
-kvs_cpu_lora_h8_tail(const uint16_t *p, uint32_t n)
+kvs_cpu_lora_h8(const uint16_t *p, uint32_t n)
 {
     uint16_t  buf[8];
+
+    if (n == 8) {
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) p));
+    }
 
     memset(buf, 0, sizeof(buf));
     memcpy(buf, p, n * sizeof(uint16_t));
 
-    return kvs_cpu_lora_h8(buf);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) buf));
 }
 
 
 __attribute__((target(KVS_CPU_LORA_T2), always_inline)) static inline __m256
-kvs_cpu_lora_f8_tail(const float *p, uint32_t n)
+kvs_cpu_lora_f8(const float *p, uint32_t n)
 {
     float  buf[8];
+
+    if (n == 8) {
+        return _mm256_loadu_ps(p);
+    }
 
     memset(buf, 0, sizeof(buf));
     memcpy(buf, p, n * sizeof(float));
 
     return _mm256_loadu_ps(buf);
+}
+
+
+__attribute__((target(KVS_CPU_LORA_T2), always_inline)) static inline void
+kvs_cpu_lora_st8(float *p, __m256 v, uint32_t n)
+{
+    float  buf[8];
+
+    if (n == 8) {
+        _mm256_storeu_ps(p, v);
+        return;
+    }
+
+    _mm256_storeu_ps(buf, v);
+    memcpy(p, buf, n * sizeof(float));
 }
 
 
@@ -136,327 +154,49 @@ kvs_cpu_lora_hsum8(__m256 v)
 }
 
 
-/* t[i][r0 .. r0 + NR) = A[r0 .. r0 + NR) . x_i for NX rows */
-__attribute__((target(KVS_CPU_LORA_T2), always_inline)) static inline void
-kvs_cpu_lora_a2(const kvs_cpu_lora_pair_t *p, const float *const *xs,
-    float *const *ts, uint32_t r0, const uint32_t NX, const uint32_t NR)
-{
-    uint32_t        c, i, k, n;
-    __m256          acc[KVS_CPU_LORA_NX][2], av[2], xv;
-    const uint16_t *a;
+#define KVS_LX(name)         name##_avx2
+#define KVS_LX_TARGET        KVS_CPU_LORA_T2
+#define KVS_LX_V             __m256
+#define KVS_LX_L             8
+#define KVS_LX_NR            2
+#define KVS_LX_NV            2
+#define KVS_LX_ZERO()        _mm256_setzero_ps()
+#define KVS_LX_FMA(a, b, c)  _mm256_fmadd_ps(a, b, c)
+#define KVS_LX_SET1(f)       _mm256_set1_ps(f)
+#define KVS_LX_LDH(p, n)     kvs_cpu_lora_h8(p, n)
+#define KVS_LX_LDF(p, n)     kvs_cpu_lora_f8(p, n)
+#define KVS_LX_STF(p, v, n)  kvs_cpu_lora_st8(p, v, n)
+#define KVS_LX_HSUM(v)       kvs_cpu_lora_hsum8(v)
 
-    n = p->n_in;
-    a = p->a + (size_t) r0 * n;
-
-#pragma GCC unroll 4
-    for (i = 0; i < NX; i++) {
-#pragma GCC unroll 2
-        for (k = 0; k < NR; k++) {
-            acc[i][k] = _mm256_setzero_ps();
-        }
-    }
-
-    for (c = 0; c + 8 <= n; c += 8) {
-#pragma GCC unroll 2
-        for (k = 0; k < NR; k++) {
-            av[k] = kvs_cpu_lora_h8(a + (size_t) k * n + c);
-        }
-#pragma GCC unroll 4
-        for (i = 0; i < NX; i++) {
-            xv = _mm256_loadu_ps(xs[i] + c);
-#pragma GCC unroll 2
-            for (k = 0; k < NR; k++) {
-                acc[i][k] = _mm256_fmadd_ps(xv, av[k], acc[i][k]);
-            }
-        }
-    }
-
-    if (c < n) {
-#pragma GCC unroll 2
-        for (k = 0; k < NR; k++) {
-            av[k] = kvs_cpu_lora_h8_tail(a + (size_t) k * n + c, n - c);
-        }
-#pragma GCC unroll 4
-        for (i = 0; i < NX; i++) {
-            xv = kvs_cpu_lora_f8_tail(xs[i] + c, n - c);
-#pragma GCC unroll 2
-            for (k = 0; k < NR; k++) {
-                acc[i][k] = _mm256_fmadd_ps(xv, av[k], acc[i][k]);
-            }
-        }
-    }
-
-#pragma GCC unroll 4
-    for (i = 0; i < NX; i++) {
-#pragma GCC unroll 2
-        for (k = 0; k < NR; k++) {
-            ts[i][r0 + k] = kvs_cpu_lora_hsum8(acc[i][k]) * p->scale;
-        }
-    }
-}
-
-
-/* y_i[o .. o + 8 NV) += sum over r of t_i[r] B^T[r][...] for NX rows;
- * n (< 8, NV 1) for a tail, through padded copies */
-__attribute__((target(KVS_CPU_LORA_T2), always_inline)) static inline void
-kvs_cpu_lora_b2(const kvs_cpu_lora_pair_t *p, float *const *ys,
-    const float *const *ts, uint32_t o, const uint32_t NX, const uint32_t NV,
-    uint32_t n)
-{
-    float           buf[8];
-    uint32_t        i, r, v;
-    __m256          acc[KVS_CPU_LORA_NX][2], bv[2], tb;
-    const uint16_t *b;
-
-#pragma GCC unroll 4
-    for (i = 0; i < NX; i++) {
-#pragma GCC unroll 2
-        for (v = 0; v < NV; v++) {
-            acc[i][v] = n ? kvs_cpu_lora_f8_tail(ys[i] + o, n)
-                          : _mm256_loadu_ps(ys[i] + o + 8 * v);
-        }
-    }
-
-    for (r = 0; r < p->rank; r++) {
-        b = p->bt + (size_t) r * p->n_out + o;
-#pragma GCC unroll 2
-        for (v = 0; v < NV; v++) {
-            bv[v] = n ? kvs_cpu_lora_h8_tail(b, n)
-                      : kvs_cpu_lora_h8(b + 8 * v);
-        }
-#pragma GCC unroll 4
-        for (i = 0; i < NX; i++) {
-            tb = _mm256_set1_ps(ts[i][r]);
-#pragma GCC unroll 2
-            for (v = 0; v < NV; v++) {
-                acc[i][v] = _mm256_fmadd_ps(tb, bv[v], acc[i][v]);
-            }
-        }
-    }
-
-#pragma GCC unroll 4
-    for (i = 0; i < NX; i++) {
-        if (n) {
-            _mm256_storeu_ps(buf, acc[i][0]);
-            memcpy(ys[i] + o, buf, n * sizeof(float));
-            continue;
-        }
-#pragma GCC unroll 2
-        for (v = 0; v < NV; v++) {
-            _mm256_storeu_ps(ys[i] + o + 8 * v, acc[i][v]);
-        }
-    }
-}
-
-
-__attribute__((target(KVS_CPU_LORA_T2), always_inline)) static inline void
-kvs_cpu_lora_blk2(const kvs_cpu_lora_pair_t *p, const float *const *xs,
-    float *const *ys, float *const *ts, const uint32_t NX)
-{
-    uint32_t  r, o;
-
-    for (r = 0; r + 2 <= p->rank; r += 2) {
-        kvs_cpu_lora_a2(p, xs, ts, r, NX, 2);
-    }
-    if (r < p->rank) {
-        kvs_cpu_lora_a2(p, xs, ts, r, NX, 1);
-    }
-
-    for (o = 0; o + 16 <= p->n_out; o += 16) {
-        kvs_cpu_lora_b2(p, ys, (const float *const *) ts, o, NX, 2, 0);
-    }
-    if (o + 8 <= p->n_out) {
-        kvs_cpu_lora_b2(p, ys, (const float *const *) ts, o, NX, 1, 0);
-        o += 8;
-    }
-    if (o < p->n_out) {
-        kvs_cpu_lora_b2(p, ys, (const float *const *) ts, o, NX, 1,
-                        p->n_out - o);
-    }
-}
-
-
-__attribute__((target(KVS_CPU_LORA_T2))) void
-kvs_cpu_lora_rows_avx2(const kvs_cpu_lora_pair_t *p,
-    const kvs_cpu_lora_rows_t *g)
-{
-    float        *ys[KVS_CPU_LORA_NX], *ts[KVS_CPU_LORA_NX];
-    uint32_t      i, nx;
-    const float  *xs[KVS_CPU_LORA_NX];
-
-    kvs_cpu_lora_prefetch(p);
-
-    for (i = 0; i < g->cnt; i += nx) {
-        nx = kvs_cpu_lora_block(p, g, i, xs, ys, ts);
-
-        if (nx == 4) {
-            kvs_cpu_lora_blk2(p, xs, ys, ts, 4);
-        } else if (nx == 2) {
-            kvs_cpu_lora_blk2(p, xs, ys, ts, 2);
-        } else {
-            kvs_cpu_lora_blk2(p, xs, ys, ts, 1);
-        }
-    }
-}
+#include "kvs_cpu_lora_body.h"    /* undefines the KVS_LX names */
 
 
 /* ---- AVX-512: 16 lanes, tails masked ---- */
 
 __attribute__((target(KVS_CPU_LORA_T512), always_inline)) static inline
-__m512
-kvs_cpu_lora_h16(const uint16_t *p, __mmask16 m)
+__mmask16
+kvs_cpu_lora_m16(uint32_t n)
 {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+    return n >= 16 ? (__mmask16) 0xffff : (__mmask16) ((1u << n) - 1);
 }
 
 
-/* t[i][r0 .. r0 + NR) = A[r0 .. r0 + NR) . x_i for NX rows */
-__attribute__((target(KVS_CPU_LORA_T512), always_inline)) static inline void
-kvs_cpu_lora_a512(const kvs_cpu_lora_pair_t *p, const float *const *xs,
-    float *const *ts, uint32_t r0, const uint32_t NX, const uint32_t NR)
-{
-    uint32_t        c, i, k, n;
-    __m512          acc[KVS_CPU_LORA_NX][4], av[4], xv;
-    __mmask16       m;
-    const uint16_t *a;
+#define KVS_LX(name)         name##_avx512
+#define KVS_LX_TARGET        KVS_CPU_LORA_T512
+#define KVS_LX_V             __m512
+#define KVS_LX_L             16
+#define KVS_LX_NR            4
+#define KVS_LX_NV            4
+#define KVS_LX_ZERO()        _mm512_setzero_ps()
+#define KVS_LX_FMA(a, b, c)  _mm512_fmadd_ps(a, b, c)
+#define KVS_LX_SET1(f)       _mm512_set1_ps(f)
+#define KVS_LX_LDH(p, n)                                                    \
+    _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(kvs_cpu_lora_m16(n), p))
+#define KVS_LX_LDF(p, n)     _mm512_maskz_loadu_ps(kvs_cpu_lora_m16(n), p)
+#define KVS_LX_STF(p, v, n)                                                 \
+    _mm512_mask_storeu_ps(p, kvs_cpu_lora_m16(n), v)
+#define KVS_LX_HSUM(v)       _mm512_reduce_add_ps(v)
 
-    n = p->n_in;
-    a = p->a + (size_t) r0 * n;
-
-#pragma GCC unroll 4
-    for (i = 0; i < NX; i++) {
-#pragma GCC unroll 4
-        for (k = 0; k < NR; k++) {
-            acc[i][k] = _mm512_setzero_ps();
-        }
-    }
-
-    for (c = 0; c < n; c += 16) {
-        m = n - c >= 16 ? (__mmask16) 0xffff
-                        : (__mmask16) ((1u << (n - c)) - 1);
-#pragma GCC unroll 4
-        for (k = 0; k < NR; k++) {
-            av[k] = kvs_cpu_lora_h16(a + (size_t) k * n + c, m);
-        }
-#pragma GCC unroll 4
-        for (i = 0; i < NX; i++) {
-            xv = _mm512_maskz_loadu_ps(m, xs[i] + c);
-#pragma GCC unroll 4
-            for (k = 0; k < NR; k++) {
-                acc[i][k] = _mm512_fmadd_ps(xv, av[k], acc[i][k]);
-            }
-        }
-    }
-
-#pragma GCC unroll 4
-    for (i = 0; i < NX; i++) {
-#pragma GCC unroll 4
-        for (k = 0; k < NR; k++) {
-            ts[i][r0 + k] = _mm512_reduce_add_ps(acc[i][k]) * p->scale;
-        }
-    }
-}
-
-
-/* y_i[o .. o + 16 NV) += sum over r of t_i[r] B^T[r][...] for NX rows,
- * the last vector under mask m */
-__attribute__((target(KVS_CPU_LORA_T512), always_inline)) static inline void
-kvs_cpu_lora_b512(const kvs_cpu_lora_pair_t *p, float *const *ys,
-    const float *const *ts, uint32_t o, const uint32_t NX, const uint32_t NV,
-    __mmask16 m)
-{
-    uint32_t        i, r, v;
-    __m512          acc[KVS_CPU_LORA_NX][4], bv[4], tb;
-    __mmask16       mv[4];
-    const uint16_t *b;
-
-#pragma GCC unroll 4
-    for (v = 0; v < NV; v++) {
-        mv[v] = v + 1 == NV ? m : (__mmask16) 0xffff;
-    }
-
-#pragma GCC unroll 4
-    for (i = 0; i < NX; i++) {
-#pragma GCC unroll 4
-        for (v = 0; v < NV; v++) {
-            acc[i][v] = _mm512_maskz_loadu_ps(mv[v], ys[i] + o + 16 * v);
-        }
-    }
-
-    for (r = 0; r < p->rank; r++) {
-        b = p->bt + (size_t) r * p->n_out + o;
-#pragma GCC unroll 4
-        for (v = 0; v < NV; v++) {
-            bv[v] = kvs_cpu_lora_h16(b + 16 * v, mv[v]);
-        }
-#pragma GCC unroll 4
-        for (i = 0; i < NX; i++) {
-            tb = _mm512_set1_ps(ts[i][r]);
-#pragma GCC unroll 4
-            for (v = 0; v < NV; v++) {
-                acc[i][v] = _mm512_fmadd_ps(tb, bv[v], acc[i][v]);
-            }
-        }
-    }
-
-#pragma GCC unroll 4
-    for (i = 0; i < NX; i++) {
-#pragma GCC unroll 4
-        for (v = 0; v < NV; v++) {
-            _mm512_mask_storeu_ps(ys[i] + o + 16 * v, mv[v], acc[i][v]);
-        }
-    }
-}
-
-
-__attribute__((target(KVS_CPU_LORA_T512), always_inline)) static inline void
-kvs_cpu_lora_blk512(const kvs_cpu_lora_pair_t *p, const float *const *xs,
-    float *const *ys, float *const *ts, const uint32_t NX)
-{
-    uint32_t  r, o, n;
-
-    for (r = 0; r + 4 <= p->rank; r += 4) {
-        kvs_cpu_lora_a512(p, xs, ts, r, NX, 4);
-    }
-    for ( /* void */ ; r < p->rank; r++) {
-        kvs_cpu_lora_a512(p, xs, ts, r, NX, 1);
-    }
-
-    n = p->n_out;
-
-    for (o = 0; o + 64 <= n; o += 64) {
-        kvs_cpu_lora_b512(p, ys, (const float *const *) ts, o, NX, 4,
-                          (__mmask16) 0xffff);
-    }
-    for ( /* void */ ; o < n; o += 16) {
-        kvs_cpu_lora_b512(p, ys, (const float *const *) ts, o, NX, 1,
-                          n - o >= 16 ? (__mmask16) 0xffff
-                                      : (__mmask16) ((1u << (n - o)) - 1));
-    }
-}
-
-
-__attribute__((target(KVS_CPU_LORA_T512))) void
-kvs_cpu_lora_rows_avx512(const kvs_cpu_lora_pair_t *p,
-    const kvs_cpu_lora_rows_t *g)
-{
-    float        *ys[KVS_CPU_LORA_NX], *ts[KVS_CPU_LORA_NX];
-    uint32_t      i, nx;
-    const float  *xs[KVS_CPU_LORA_NX];
-
-    kvs_cpu_lora_prefetch(p);
-
-    for (i = 0; i < g->cnt; i += nx) {
-        nx = kvs_cpu_lora_block(p, g, i, xs, ys, ts);
-
-        if (nx == 4) {
-            kvs_cpu_lora_blk512(p, xs, ys, ts, 4);
-        } else if (nx == 2) {
-            kvs_cpu_lora_blk512(p, xs, ys, ts, 2);
-        } else {
-            kvs_cpu_lora_blk512(p, xs, ys, ts, 1);
-        }
-    }
-}
+#include "kvs_cpu_lora_body.h"    /* undefines the KVS_LX names */
 
 #endif /* KVS_CPU_X86 */

@@ -67,7 +67,10 @@ static const kvs_backend_ops_t  kvs_cuda_ops = {
     kvs_cuda_set_lora,                      /* kvs_cuda_lora.c */
     kvs_cuda_forward_lora,
     kvs_cuda_host_alloc,                    /* kvs_cuda_tier.c */
-    kvs_cuda_host_free
+    kvs_cuda_host_free,
+    kvs_cuda_lora_prepare,                  /* kvs_cuda_lora.c */
+    kvs_cuda_lora_install,
+    kvs_cuda_lora_free_image
 };
 
 

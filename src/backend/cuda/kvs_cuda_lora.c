@@ -1,6 +1,7 @@
 /*
  * kvs_cuda_lora: LoRA adapters on the CUDA backend: the slots' device
- * images and table (set_lora), a slice's grouping upload, and the
+ * images and table (set_lora, or its halves: lora_prepare converts on
+ * any thread, lora_install uploads), a slice's grouping upload, and the
  * grouped product after each adapted base product.  kvs_cuda_lora.h
  * says what it owns and the invariants it keeps.
  */
@@ -107,38 +108,107 @@ failed:
 }
 
 
+/* A slot's host image (lora_prepare): the adapter's values in the
+ * device layout, converted, waiting for their upload. */
+typedef struct {
+    const kvs_lora_t      *l;         /* borrowed until installed */
+    kvs_cuda_lora_part_t  *parts;     /* [l->n_mat] */
+    uint64_t               bytes;
+    void                  *host;      /* [bytes] */
+} kvs_cuda_lora_img_t;
+
+
+void
+kvs_cuda_lora_free_image(kvs_backend_t *be, void *img)
+{
+    kvs_cuda_lora_img_t  *im = img;
+
+    if (im == NULL) {
+        return;
+    }
+
+    free(im->parts);
+    free(im->host);
+    free(im);
+}
+
+
+/* No CUDA call and no backend state but the model's shapes: any thread,
+ * while the engine steps. */
 int
-kvs_cuda_set_lora(kvs_backend_t *be, uint32_t slot, const kvs_lora_t *l,
+kvs_cuda_lora_prepare(kvs_backend_t *be, const kvs_lora_t *l, void **img,
     kvs_err_t *err)
 {
-    int                    rc;
-    void                  *img, *host;
-    cudaError_t            e;
-    uint64_t               bytes;
-    kvs_cuda_t            *cu;
-    kvs_cuda_lora_t       *lo;
-    kvs_cuda_lora_part_t  *parts;
+    int                   rc;
+    kvs_cuda_t           *cu;
+    kvs_cuda_lora_img_t  *im;
 
     cu = be->impl;
-    img = NULL;
-    host = NULL;
-    parts = NULL;
-    bytes = 0;
+    *img = NULL;
+
+    rc = kvs_cuda_lora_fit(&cu->hp, l, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    im = calloc(1, sizeof(*im));
+    if (im == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "cuda lora: out of memory");
+    }
+
+    im->l = l;
+    im->parts = calloc(l->n_mat, sizeof(*im->parts));
+    if (im->parts == NULL) {
+        kvs_cuda_lora_free_image(be, im);
+        return kvs_err_set(err, KVS_ENOMEM, "cuda lora: out of memory");
+    }
+
+    rc = kvs_cuda_lora_layout(l, im->parts, &im->bytes, err);
+    if (rc != KVS_OK) {
+        kvs_cuda_lora_free_image(be, im);
+        return rc;
+    }
+
+    im->host = malloc(im->bytes);
+    if (im->host == NULL) {
+        rc = kvs_err_set(err, KVS_ENOMEM, "cuda lora: out of memory for %"
+                         PRIu64 " bytes of adapter", im->bytes);
+        kvs_cuda_lora_free_image(be, im);
+        return rc;
+    }
+
+    kvs_cuda_lora_pack(l, im->parts, im->bytes, im->host);
+    *img = im;
+
+    return KVS_OK;
+}
+
+
+/* The upload stays here, on the engine's thread between steps: the
+ * slot's device memory, the copy, the table. */
+int
+kvs_cuda_lora_install(kvs_backend_t *be, uint32_t slot, void *img,
+    void **spent, kvs_err_t *err)
+{
+    int                   rc;
+    void                 *dev;
+    cudaError_t           e;
+    kvs_cuda_t           *cu;
+    kvs_cuda_lora_t      *lo;
+    kvs_cuda_lora_img_t  *im;
+
+    cu = be->impl;
+    im = img;
+    dev = NULL;
+    *spent = NULL;
 
     if (slot == 0 || slot > KVS_CUDA_LORA_SLOTS) {
         return kvs_err_set(err, KVS_EINVAL, "cuda lora: slot %" PRIu32
                            " outside 1..%d", slot, KVS_CUDA_LORA_SLOTS);
     }
 
-    if (l == NULL && cu->lora == NULL) {
+    if (im == NULL && cu->lora == NULL) {
         return KVS_OK;
-    }
-
-    if (l != NULL) {
-        rc = kvs_cuda_lora_fit(&cu->hp, l, err);
-        if (rc != KVS_OK) {
-            return rc;
-        }
     }
 
     e = cudaSetDevice(cu->device);
@@ -156,39 +226,23 @@ kvs_cuda_set_lora(kvs_backend_t *be, uint32_t slot, const kvs_lora_t *l,
     lo = cu->lora;
 
     /* the new image on the device before the slot changes */
-    if (l != NULL) {
-        parts = calloc(l->n_mat, sizeof(*parts));
-        if (parts == NULL) {
-            return kvs_err_set(err, KVS_ENOMEM, "cuda lora: out of memory");
-        }
-
-        rc = kvs_cuda_lora_layout(l, parts, &bytes, err);
+    if (im != NULL) {
+        rc = kvs_cuda_lora_grow_t(cu, im->l->rank_max, err);
         if (rc != KVS_OK) {
-            goto failed;
+            return rc;
         }
 
-        rc = kvs_cuda_lora_grow_t(cu, l->rank_max, err);
-        if (rc != KVS_OK) {
-            goto failed;
-        }
-
-        host = malloc(bytes);
-        if (host == NULL) {
-            rc = kvs_err_set(err, KVS_ENOMEM, "cuda lora: out of memory "
-                             "for %" PRIu64 " bytes of adapter", bytes);
-            goto failed;
-        }
-
-        kvs_cuda_lora_pack(l, parts, bytes, host);
-
-        KVS_CUDA_TRY(cudaMalloc(&img, bytes), "cudaMalloc(lora adapter)");
-        KVS_CUDA_TRY(cudaMemcpy(img, host, bytes, cudaMemcpyHostToDevice),
+        KVS_CUDA_TRY(cudaMalloc(&dev, im->bytes), "cudaMalloc(lora adapter)");
+        KVS_CUDA_TRY(cudaMemcpy(dev, im->host, im->bytes,
+                                cudaMemcpyHostToDevice),
                      "cudaMemcpy(lora adapter)");
     }
 
     /* cannot fail: the slot is in range */
-    (void) kvs_cuda_lora_table_set(&lo->tab, slot, l,
-                                   (uint64_t) (uintptr_t) img, parts, err);
+    (void) kvs_cuda_lora_table_set(&lo->tab, slot,
+                                   im != NULL ? im->l : NULL,
+                                   (uint64_t) (uintptr_t) dev,
+                                   im != NULL ? im->parts : NULL, err);
 
     e = cudaMemcpy(lo->dtab, lo->tab.ent, kvs_cuda_lora_table_len(&lo->tab)
                                           * sizeof(kvs_k_lora_mat_t),
@@ -203,21 +257,48 @@ kvs_cuda_set_lora(kvs_backend_t *be, uint32_t slot, const kvs_lora_t *l,
         (void) cudaFree(lo->img[slot]);
     }
 
-    lo->img[slot] = img;
-    lo->img_bytes[slot] = bytes;
-    free(host);
-    free(parts);
+    lo->img[slot] = dev;
+    lo->img_bytes[slot] = im != NULL ? im->bytes : 0;
+
+    /* the host copy is spent: the device's is the slot's */
+    *spent = im;
 
     return KVS_OK;
 
 failed:
 
-    if (img != NULL) {
-        (void) cudaFree(img);
+    if (dev != NULL) {
+        (void) cudaFree(dev);
     }
 
-    free(host);
-    free(parts);
+    return rc;
+}
+
+
+int
+kvs_cuda_set_lora(kvs_backend_t *be, uint32_t slot, const kvs_lora_t *l,
+    kvs_err_t *err)
+{
+    int    rc;
+    void  *img, *spent;
+
+    img = NULL;
+
+    if (slot == 0 || slot > KVS_CUDA_LORA_SLOTS) {
+        return kvs_err_set(err, KVS_EINVAL, "cuda lora: slot %" PRIu32
+                           " outside 1..%d", slot, KVS_CUDA_LORA_SLOTS);
+    }
+
+    if (l != NULL) {
+        rc = kvs_cuda_lora_prepare(be, l, &img, err);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+    }
+
+    rc = kvs_cuda_lora_install(be, slot, img, &spent, err);
+
+    kvs_cuda_lora_free_image(be, rc == KVS_OK ? spent : img);
 
     return rc;
 }

@@ -8,16 +8,19 @@
  * the first set_lora) and owns every adapter's device image (one
  * allocation per slot), the device copy of the slot table, the shrink
  * scratch T and the grouping image (pinned on the host, and on the
- * device).  The backend copies an adapter's values at set_lora and never
- * reads the kvs_lora_t again (the engine may close it).
+ * device).  The backend copies an adapter's values at set_lora (or
+ * lora_install) and never reads the kvs_lora_t again (the engine may
+ * close it).  A prepared image is its caller's until installed (then
+ * handed back as spent) and borrows its kvs_lora_t until then.
  *
  * Invariants:
  *   - the device table equals the host table after every set_lora that
  *     returned KVS_OK; a slot is changed only once its new image is on
  *     the device (a failed set_lora leaves the slot as it was, unless the
  *     table's own upload failed: then the slot is empty);
- *   - allocations happen in set_lora only (between steps), never in the
- *     step;
+ *   - device allocations happen in set_lora / lora_install only
+ *     (between steps), never in the step; lora_prepare touches no CUDA
+ *     and no state of the backend's but the model's shapes;
  *   - T holds max_tok rows of t_rank floats, t_rank the largest rank ever
  *     set;
  *   - a slice with an adapted row runs eagerly (no graph): its grouping
@@ -47,6 +50,17 @@ struct kvs_cuda_lora_s {
 
 int kvs_cuda_set_lora(kvs_backend_t *be, uint32_t slot, const kvs_lora_t *l,
     kvs_err_t *err);
+
+/* set_lora's halves (kvs_backend_ops_t): prepare fits and converts l
+ * into a host image (no CUDA call, any thread; the image borrows l until
+ * installed); install uploads it into the slot's device memory and the
+ * table (the engine's thread), *spent := the image itself, its host copy
+ * no longer read. */
+int kvs_cuda_lora_prepare(kvs_backend_t *be, const kvs_lora_t *l, void **img,
+    kvs_err_t *err);
+int kvs_cuda_lora_install(kvs_backend_t *be, uint32_t slot, void *img,
+    void **spent, kvs_err_t *err);
+void kvs_cuda_lora_free_image(kvs_backend_t *be, void *img);
 
 /* KVS_OK when every slots[i] of the n is 0 or a set slot; KVS_EINVAL
  * naming the first that is not (forward_lora, before anything runs). */
