@@ -188,7 +188,12 @@ ok($e1->wait_for(sub {
    }, 10), "P's 6 kept blocks list d:e1 again, new incarnation")
     or diag join "\n", @e;
 
-is($e1->log_count(qr/\[(?:alert|crit|emerg)\]/), 0, 'no alert on e1');
+# $e1->stop SIGKILLs the engine, and a worker still exiting then reaps it
+# as nginx's "unknown process ... exited on signal 9": the harness's
+# doing, not the module's
+my $reaped = qr/unknown process \d+ exited on signal 9/;
+is($e1->log_count(qr/\[(?:alert|crit|emerg)\](?!.*$reaped)/), 0,
+   'no alert on e1');
 is($gw->log_count(qr/\[(?:alert|crit|emerg)\]/), 0, 'no alert on the gateway');
 
 done_testing();
