@@ -304,6 +304,25 @@ kvs_qkp_x4(const kvs_cpu_q8k_t *x, uint32_t j)
 }
 
 
+/* msum[t] += the mins of sub-blocks 2j and 2j + 1 (mv: the two 16-bit
+ * halves of each row's lane) by token t's pair of bsums; j 0 starts it. */
+KVS_QKP_INLINE void
+kvs_qkp_msum(__m512i *msum, __m512i mv, const kvs_cpu_q8k_t *const *x,
+    uint32_t j, const uint32_t NT)
+{
+    int32_t   v;
+    uint32_t  t;
+
+#pragma GCC unroll 4
+    for (t = 0; t < NT; t++) {
+        memcpy(&v, x[t]->bsums + 2 * j, 4);
+        msum[t] = _mm512_dpwssd_epi32(j == 0 ? _mm512_setzero_si512()
+                                             : msum[t],
+                                      mv, _mm512_set1_epi32(v));
+    }
+}
+
+
 /*
  * Q4_K / Q5_K: isum[t] and msum[t] of the record r's 16 rows for the NT
  * tokens x[t].  Per c, the low nibbles (sub-block 2c) and high (2c + 1)
@@ -313,7 +332,6 @@ KVS_QKP_INLINE void
 kvs_qkp_sums45(int five, const uint8_t *r, const kvs_cpu_q8k_t *const *x,
     __m512i *isum, __m512i *msum, const uint32_t NT)
 {
-    int32_t         v;
     uint32_t        c, k, t, j;
     __m512i         a0[KVS_QKP_NT], a1[KVS_QKP_NT], w, lo, hi, hb, m4, b10,
                     s0, s1, mv, p;
@@ -382,13 +400,7 @@ kvs_qkp_sums45(int five, const uint8_t *r, const kvs_cpu_q8k_t *const *x,
                                       (r + KVS_QKP_Q45_M + 16 * j)));
         mv = _mm512_or_si512(mv, _mm512_slli_epi32(mv, 16));
 
-#pragma GCC unroll 4
-        for (t = 0; t < NT; t++) {
-            memcpy(&v, x[t]->bsums + 2 * j, 4);
-            msum[t] = _mm512_dpwssd_epi32(j == 0 ? _mm512_setzero_si512()
-                                                 : msum[t],
-                                          mv, _mm512_set1_epi32(v));
-        }
+        kvs_qkp_msum(msum, mv, x, j, NT);
     }
 }
 
@@ -489,7 +501,6 @@ KVS_QKP_INLINE void
 kvs_qkp_sums23(int three, const uint8_t *r, const kvs_cpu_q8k_t *const *x,
     __m512i *isum, __m512i *msum, const uint32_t NT)
 {
-    int32_t   v;
     uint32_t  h, u, k, s, t, j;
     __m512i   a[KVS_QKP_NT][4], w, hm, q, m3, b4, m15, sv, lo, hi;
 
@@ -583,13 +594,7 @@ kvs_qkp_sums23(int three, const uint8_t *r, const kvs_cpu_q8k_t *const *x,
                  _mm_load_si128((const __m128i *) (r + 32 * j + 16))), 4);
         sv = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
 
-#pragma GCC unroll 4
-        for (t = 0; t < NT; t++) {
-            memcpy(&v, x[t]->bsums + 2 * j, 4);
-            msum[t] = _mm512_dpwssd_epi32(j == 0 ? _mm512_setzero_si512()
-                                                 : msum[t],
-                                          sv, _mm512_set1_epi32(v));
-        }
+        kvs_qkp_msum(msum, sv, x, j, NT);
     }
 }
 
