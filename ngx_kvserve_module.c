@@ -382,9 +382,9 @@ static ngx_command_t  ngx_http_kvserve_commands[] = {
 
     { ngx_string("kvserve_fair_kv_max"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
-      ngx_http_kvserve_fair_kv_max,
+      ngx_http_kvserve_set_kv_fraction,
       NGX_HTTP_MAIN_CONF_OFFSET,
-      0,
+      offsetof(ngx_http_kvserve_main_conf_t, fair_kv_max_milli),
       NULL },
 
     { ngx_string("kvserve_max_sequences"),
@@ -396,9 +396,9 @@ static ngx_command_t  ngx_http_kvserve_commands[] = {
 
     { ngx_string("kvserve_request_kv_max"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
-      ngx_http_kvserve_request_kv_max,
+      ngx_http_kvserve_set_kv_fraction,
       NGX_HTTP_MAIN_CONF_OFFSET,
-      0,
+      offsetof(ngx_http_kvserve_main_conf_t, req_kv_max_milli),
       NULL },
 
     { ngx_string("kvserve_kv_pool"),

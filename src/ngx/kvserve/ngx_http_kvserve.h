@@ -391,7 +391,7 @@ char *ngx_http_kvserve_tokenize_pool_default(ngx_conf_t *cf,
     ngx_http_kvserve_loc_conf_t *klcf);
 char *ngx_http_kvserve_fair_weights(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
-char *ngx_http_kvserve_fair_kv_max(ngx_conf_t *cf, ngx_command_t *cmd,
+char *ngx_http_kvserve_set_kv_fraction(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 ngx_int_t ngx_http_kvserve_parse_milli(ngx_str_t *v, ngx_uint_t *milli);
 char *ngx_http_kvserve_kv_pool(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -400,8 +400,6 @@ char *ngx_http_kvserve_queue_timeout(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_kvserve_pools_init(ngx_conf_t *cf,
     ngx_http_kvserve_main_conf_t *kmcf);
-char *ngx_http_kvserve_request_kv_max(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
 char *ngx_http_kvserve_max_sequences(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_kvserve_backend(ngx_conf_t *cf, ngx_command_t *cmd,

@@ -581,73 +581,36 @@ ngx_http_kvserve_parse_milli(ngx_str_t *v, ngx_uint_t *milli)
 
 
 /*
- * kvserve_fair_kv_max <fraction> | off: the KV blocks a tenant may hold
- * while others wait, 0 < fraction <= 1 of the cache, in thousandths;
- * off: no cap (0).
+ * kvserve_fair_kv_max and kvserve_request_kv_max <fraction> | off: the
+ * KV blocks a tenant (fair) or one request, a prompt and its n choices
+ * (request), may hold while others wait, 0 < fraction <= 1 of the cache,
+ * in thousandths at cmd->offset of the main conf; off: no cap (0).
  */
 char *
-ngx_http_kvserve_fair_kv_max(ngx_conf_t *cf, ngx_command_t *cmd,
+ngx_http_kvserve_set_kv_fraction(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf)
 {
-    ngx_http_kvserve_main_conf_t  *kmcf = conf;
+    ngx_uint_t  *milli;
+    ngx_str_t   *value;
 
-    ngx_str_t  *value;
+    milli = (ngx_uint_t *) ((u_char *) conf + cmd->offset);
 
-    if (kmcf->fair_kv_max_milli != NGX_CONF_UNSET_UINT) {
+    if (*milli != NGX_CONF_UNSET_UINT) {
         return "is duplicate";
     }
 
     value = cf->args->elts;
 
     if (ngx_strcmp(value[1].data, "off") == 0) {
-        kmcf->fair_kv_max_milli = 0;
+        *milli = 0;
         return NGX_CONF_OK;
     }
 
-    if (ngx_http_kvserve_parse_milli(&value[1], &kmcf->fair_kv_max_milli)
-        != NGX_OK)
-    {
+    if (ngx_http_kvserve_parse_milli(&value[1], milli) != NGX_OK) {
         return ngx_http_kvserve_conf_invalid(cf, cmd, &value[1],
                                              "it must be a fraction of the "
                                              "KV cache over 0 and at most "
                                              "1, such as 0.5, or \"off\"");
-    }
-
-    return NGX_CONF_OK;
-}
-
-
-/*
- * kvserve_request_kv_max <fraction> | off: the KV blocks one request (a
- * prompt and its n choices) may hold while others wait, as
- * kvserve_fair_kv_max is for a tenant; off: no cap (0).
- */
-char *
-ngx_http_kvserve_request_kv_max(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf)
-{
-    ngx_http_kvserve_main_conf_t  *kmcf = conf;
-
-    ngx_str_t  *value;
-
-    if (kmcf->req_kv_max_milli != NGX_CONF_UNSET_UINT) {
-        return "is duplicate";
-    }
-
-    value = cf->args->elts;
-
-    if (ngx_strcmp(value[1].data, "off") == 0) {
-        kmcf->req_kv_max_milli = 0;
-        return NGX_CONF_OK;
-    }
-
-    if (ngx_http_kvserve_parse_milli(&value[1], &kmcf->req_kv_max_milli)
-        != NGX_OK)
-    {
-        return ngx_http_kvserve_conf_invalid(cf, cmd, &value[1],
-                                             "it must be a fraction of the "
-                                             "KV cache over 0 and at most "
-                                             "1, such as 0.25, or \"off\"");
     }
 
     return NGX_CONF_OK;
