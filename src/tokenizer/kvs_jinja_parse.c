@@ -282,6 +282,31 @@ kvs_jp_end(kvs_jparse_t *P, const char *end, kvs_jvec_t *body)
 }
 
 
+/*
+ * An if's or for's end, at its "else" or end name: "{% else %} ...
+ * {% END %}" into n's else branch, or "{% END %}"; n, or NULL.
+ */
+static kvs_jnode_t *
+kvs_jp_else(kvs_jparse_t *P, kvs_jnode_t *n, const char *end)
+{
+    kvs_jvec_t  els;
+
+    if (kvs_jp_is_name(kvs_jp_cur(P), "else")) {
+        memset(&els, 0, sizeof(els));
+        kvs_jp_next(P);
+        if (kvs_jp_block_end(P) != 0 || kvs_jp_end(P, end, &els) != 0) {
+            return NULL;
+        }
+        n->else_ = els.v;
+        n->nelse = els.n;
+        return n;
+    }
+    kvs_jp_next(P);
+
+    return kvs_jp_block_end(P) == 0 ? n : NULL;
+}
+
+
 /* macro and call parameters: "(a, b=1)" */
 static int
 kvs_jp_params(kvs_jparse_t *P, kvs_jnode_t *n)
@@ -382,19 +407,7 @@ kvs_jp_stmt(kvs_jparse_t *P)
             n->nelse = els.n;
             return n;
         }
-        if (kvs_jp_is_name(t, "else")) {
-            kvs_jp_next(P);
-            if (kvs_jp_block_end(P) != 0
-                || kvs_jp_end(P, "endif", &els) != 0)
-            {
-                return NULL;
-            }
-            n->else_ = els.v;
-            n->nelse = els.n;
-            return n;
-        }
-        kvs_jp_next(P);
-        return kvs_jp_block_end(P) == 0 ? n : NULL;
+        return kvs_jp_else(P, n, "endif");
     }
 
     if (kvs_jp_is_name(t, "for")) {
@@ -428,19 +441,7 @@ kvs_jp_stmt(kvs_jparse_t *P)
         }
         n->body = body.v;
         n->nbody = body.n;
-        if (kvs_jp_is_name(kvs_jp_cur(P), "else")) {
-            kvs_jp_next(P);
-            if (kvs_jp_block_end(P) != 0
-                || kvs_jp_end(P, "endfor", &els) != 0)
-            {
-                return NULL;
-            }
-            n->else_ = els.v;
-            n->nelse = els.n;
-            return n;
-        }
-        kvs_jp_next(P);
-        return kvs_jp_block_end(P) == 0 ? n : NULL;
+        return kvs_jp_else(P, n, "endfor");
     }
 
     if (kvs_jp_is_name(t, "set")) {
