@@ -7,6 +7,7 @@
  *   kvs_cpu_mm.c     matrix products: dispatch, portable kernels, BLAS,
  *                    Q8_0 activation quantization and weight packing
  *   kvs_cpu_x86.c    the AVX2 / AVX-512 product kernels
+ *   kvs_cpu_amx*.c   AMX: detection, the Q8_0 tile kernel
  *   kvs_cpu_attn.c   attention
  *   kvs_cpu_ffn.c    the FFN activation (SwiGLU)
  *   kvs_cpu_exp.h    the vectorized exp both of them use
@@ -39,6 +40,8 @@
 #define KVS_CPU_SIMD_NONE    0        /* portable C */
 #define KVS_CPU_SIMD_AVX2    1        /* AVX2 + FMA + F16C */
 #define KVS_CPU_SIMD_AVX512  2        /* and AVX-512 F/BW/VL + VNNI */
+#define KVS_CPU_SIMD_AMX     3        /* and AMX-TILE + AMX-INT8, usable
+                                         (kvs_cpu_amx.h) */
 
 /* Output rows per task of a product: small enough that two threads share
  * even stories260K's 64-row matrices, large enough that claiming a task
