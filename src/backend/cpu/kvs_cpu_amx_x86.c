@@ -46,6 +46,7 @@
 
 #include "model/kvs_dtype.h"
 #include "kvs_cpu_amx.h"
+#include "kvs_cpu_qdot.h"
 
 #if KVS_CPU_X86
 
@@ -90,8 +91,8 @@ __attribute__((target(KVS_AMX_TARGET))) void
 kvs_cpu_amx_q8_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
     uint32_t g, const kvs_cpu_q8_t *xq, uint32_t n)
 {
-    size_t               groups, nb, b, xs;
-    uint32_t             i0, mt, cur, m, left;
+    size_t               nb, b, xs;
+    uint32_t             i0, mt, cur, m;
     __m512               dw, t, a[8];
     __m512i              s;
     __mmask16            mask;
@@ -102,14 +103,9 @@ kvs_cpu_amx_q8_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
     int32_t              isum[16][16] __attribute__((aligned(64)));
     float                acc[16][8][16] __attribute__((aligned(64)));
 
-    groups = (w->rows + KVS_CPU_Q8P_ROWS - 1) / KVS_CPU_Q8P_ROWS;
     nb = w->cols / KVS_Q8_0_BLOCK;
-    wq = (const uint8_t *) w->pack + (size_t) g * nb * KVS_CPU_Q8P_BYTES;
-    wd = (const uint16_t *) ((const uint8_t *) w->pack
-                             + groups * nb * KVS_CPU_Q8P_BYTES)
-         + (size_t) g * nb * KVS_CPU_Q8P_ROWS;
-    left = w->rows - g * KVS_CPU_Q8P_ROWS;
-    mask = left >= 16 ? 0xffff : (__mmask16) ((1u << left) - 1);
+    wq = kvs_cpu_q8p_group(w, g, &wd);
+    mask = kvs_cpu_pack_mask(w, g);
     y += (size_t) g * KVS_CPU_Q8P_ROWS;
     xs = nb * sizeof(kvs_cpu_q8_t);
     cur = 0;

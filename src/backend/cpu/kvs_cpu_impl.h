@@ -209,6 +209,24 @@ int kvs_cpu_blas_forced(void);
 void kvs_cpu_gemm_ref(float *y, size_t ldy, const float *x, uint32_t n,
     uint32_t cols, const float *w, uint32_t nr);
 
+/* Packed Q8_0 (w->pack) row group g: its cols / 32 weight records of
+ * KVS_CPU_Q8P_BYTES, returned, and in *wd its [cols / 32][16] f16
+ * scales. */
+static inline const uint8_t *
+kvs_cpu_q8p_group(const kvs_cpu_mat_t *w, uint32_t g, const uint16_t **wd)
+{
+    size_t          groups, nb;
+    const uint8_t  *p;
+
+    groups = (w->rows + KVS_CPU_Q8P_ROWS - 1) / KVS_CPU_Q8P_ROWS;
+    nb = w->cols / 32;
+    p = w->pack;
+    *wd = (const uint16_t *) (p + groups * nb * KVS_CPU_Q8P_BYTES)
+          + (size_t) g * nb * KVS_CPU_Q8P_ROWS;
+
+    return p + (size_t) g * nb * KVS_CPU_Q8P_BYTES;
+}
+
 /* Bytes of w's packed form (0 unless Q8_0), and the packing into dst
  * (64-byte aligned). */
 size_t kvs_cpu_q8p_size(const kvs_cpu_mat_t *w);
