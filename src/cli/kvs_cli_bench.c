@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "kvs_cli.h"
+#include "backend/cpu/kvs_cpu.h"
 #include "engine/kvs_engine.h"
 #include "kv/kvs_kv_pool.h"
 #include "model/kvs_ggml_type.h"
@@ -235,7 +236,7 @@ static int
 kvs_cli_bench_run(const kvs_cli_bench_opts_t *o)
 {
     int                  rc;
-    char                 h1[32], h2[32];
+    char                 h1[32], h2[32], kernels[256];
     double               t0, t1, pre_s, dec_s, pre_tps, dec_tps;
     int32_t             *prompt;
     uint32_t             i, j, per_seq;
@@ -322,6 +323,12 @@ kvs_cli_bench_run(const kvs_cli_bench_opts_t *o)
            "max_batch_tokens %" PRIu32 ", chunked prefill %s; %s\n",
            st.kv_blocks, st.block_tokens, o->max_batch_tokens,
            o->no_chunked ? "off" : "on", kvs_engine_backend(e));
+
+    if (strncmp(kvs_engine_backend(e), "backend: cpu", 12) == 0) {
+        printf("cpu kernels: %s\n", kvs_cpu_kernels(kernels,
+                                                     sizeof(kernels)));
+    }
+
     printf("load: %" PRIu32 " sequences x (%" PRIu32 " prompt + %" PRIu32
            " generated) tokens, %s\n", o->seqs, o->prompt, o->gen,
            o->temp > 0 ? "sampled" : "greedy");

@@ -287,8 +287,9 @@ kvs_info_json_backend(int rc, const kvs_err_t *err, uint64_t mapped,
 static json_t *
 kvs_info_json_memory(const kvs_info_mem_t *mem, const kvs_hparams_t *hp)
 {
+    char       kernels[256];
     uint32_t   t;
-    json_t    *o, *types;
+    json_t    *o, *types, *cpu;
 
     types = json_object();
 
@@ -313,6 +314,16 @@ kvs_info_json_memory(const kvs_info_mem_t *mem, const kvs_hparams_t *hp)
                                                 mem->cuda_device,
                                                 (uint32_t) mem->cuda_kv,
                                                 hp));
+
+    /* the kernels the CPU backend would compute with here */
+    cpu = json_object_get(json_object_get(o, "backends"), "cpu");
+    if (mem->cpu_rc == KVS_OK && cpu != NULL
+        && json_object_set_new(cpu, "kernels",
+               json_string(kvs_cpu_kernels(kernels, sizeof(kernels)))) != 0)
+    {
+        json_decref(o);
+        return NULL;
+    }
 
     return o;
 }
@@ -546,7 +557,7 @@ kvs_info_text_model(const kvs_hparams_t *hp, uint32_t kv_bytes)
 static void
 kvs_info_text_memory(const kvs_info_mem_t *mem, const kvs_hparams_t *hp)
 {
-    char      b1[32], b2[32];
+    char      b1[32], b2[32], kernels[256];
     uint32_t  t, kv;
 
     printf("\nmemory per backend, as loaded on this host\n  stored by "
@@ -571,6 +582,8 @@ kvs_info_text_memory(const kvs_info_mem_t *mem, const kvs_hparams_t *hp)
                kvs_cli_human((double) mem->cpu_owned, b2, sizeof(b2)),
                mem->cpu_owned, kvs_backend_kv_name(kv),
                kvs_info_kv_bpt(hp, kv));
+        printf("  cpu kernels: %s\n",
+               kvs_cpu_kernels(kernels, sizeof(kernels)));
     } else {
         printf("  cpu:  %s\n", mem->cpu_err.msg);
     }

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "kvs_srv_impl.h"
+#include "backend/cpu/kvs_cpu.h"
 
 
 static int kvs_srv_listen(kvs_srv_t *srv, kvs_err_t *err);
@@ -48,6 +49,7 @@ int
 kvs_srv_new(kvs_srv_t **out, const kvs_srv_conf_t *conf, kvs_err_t *err)
 {
     int                  rc;
+    char                 kernels[256];
     size_t               nl;
     uint32_t             i;
     kvs_srv_t           *srv;
@@ -180,6 +182,12 @@ kvs_srv_new(kvs_srv_t **out, const kvs_srv_conf_t *conf, kvs_err_t *err)
                                            m->hp.head_dim_v,
                                            conf->models[i].engine
                                            .block_tokens));
+
+        /* the CPU's product kernels, AMX tiles or why not (issue 19) */
+        if (kind == KVS_BACKEND_CPU) {
+            kvs_srv_log(srv, "model \"%s\": cpu kernels: %s", wm->name,
+                        kvs_cpu_kernels(kernels, sizeof(kernels)));
+        }
 
         kvs_engine_stats(srv->engines[i].e, &st);
 

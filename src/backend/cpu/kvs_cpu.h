@@ -190,6 +190,12 @@ void kvs_cpu_model_mem(const kvs_cpu_model_t *cm, uint64_t *mapped,
 int kvs_cpu_model_footprint(const kvs_model_t *m, uint64_t *mapped,
     uint64_t *owned, kvs_err_t *err);
 
+/* The product kernels this process computes with, in words, into buf
+ * (returned): the level (portable C, avx2, avx512 (vnni), avx512 (vnni)
+ * + amx) and whether AMX tiles are used, or why not (kvs_cpu_amx.c).
+ * The first call may ask Linux for the tile state (once per process). */
+const char *kvs_cpu_kernels(char *buf, size_t len);
+
 /* K/V storage for a pool of n_blocks blocks of block_tokens tokens, zeroed,
  * in f32.  KVS_EINVAL for zero sizes, KVS_ERANGE if the byte count
  * overflows, KVS_ENOMEM. */

@@ -7,6 +7,7 @@
  *   kvs_cpu_mm.c     matrix products: dispatch, portable kernels, BLAS,
  *                    Q8_0 activation quantization and weight packing
  *   kvs_cpu_x86.c    the AVX2 / AVX-512 product kernels
+ *   kvs_cpu_amx*.c   AMX: detection, the Q8_0 tile kernel
  *   kvs_cpu_attn.c   attention
  *   kvs_cpu_ffn.c    the FFN activation (SwiGLU)
  *   kvs_cpu_exp.h    the vectorized exp both of them use
@@ -39,6 +40,8 @@
 #define KVS_CPU_SIMD_NONE    0        /* portable C */
 #define KVS_CPU_SIMD_AVX2    1        /* AVX2 + FMA + F16C */
 #define KVS_CPU_SIMD_AVX512  2        /* and AVX-512 F/BW/VL + VNNI */
+#define KVS_CPU_SIMD_AMX     3        /* and AMX-TILE + AMX-INT8, usable
+                                         (kvs_cpu_amx.h) */
 
 /* Output rows per task of a product: small enough that two threads share
  * even stories260K's 64-row matrices, large enough that claiming a task
@@ -205,6 +208,24 @@ int kvs_cpu_blas_forced(void);
  * (kvs_cpu_gemm_x86.c; the AVX2 kernel gives the same bits). */
 void kvs_cpu_gemm_ref(float *y, size_t ldy, const float *x, uint32_t n,
     uint32_t cols, const float *w, uint32_t nr);
+
+/* Packed Q8_0 (w->pack) row group g: its cols / 32 weight records of
+ * KVS_CPU_Q8P_BYTES, returned, and in *wd its [cols / 32][16] f16
+ * scales. */
+static inline const uint8_t *
+kvs_cpu_q8p_group(const kvs_cpu_mat_t *w, uint32_t g, const uint16_t **wd)
+{
+    size_t          groups, nb;
+    const uint8_t  *p;
+
+    groups = (w->rows + KVS_CPU_Q8P_ROWS - 1) / KVS_CPU_Q8P_ROWS;
+    nb = w->cols / 32;
+    p = w->pack;
+    *wd = (const uint16_t *) (p + groups * nb * KVS_CPU_Q8P_BYTES)
+          + (size_t) g * nb * KVS_CPU_Q8P_ROWS;
+
+    return p + (size_t) g * nb * KVS_CPU_Q8P_BYTES;
+}
 
 /* Bytes of w's packed form (0 unless Q8_0), and the packing into dst
  * (64-byte aligned). */

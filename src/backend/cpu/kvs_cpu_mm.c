@@ -39,7 +39,11 @@
  * Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL likewise (kvs_cpu_qlp_fill, 16 rows
  * by 2 tokens per pass, the portable kernel's bits), and the 256-column
  * types, Q2_K .. Q6_K and IQ4_XS (kvs_cpu_qkp_fill, 16 rows by 4 tokens,
- * the portable kernel's bits).  Below KVS_CPU_BLAS_MIN tokens a
+ * the portable kernel's bits).  With AMX tiles (KVS_CPU_SIMD_AMX), Q8_0
+ * takes the same packed weights through kvs_cpu_amx_q8_rows instead (16
+ * rows by 16 tokens per tile product, for every n: the portable
+ * kernel's bits, so a token's results still do not depend on its
+ * batch).  Below KVS_CPU_BLAS_MIN tokens a
  * quantized product's tasks go to the threads as contiguous ranges
  * (kvs_threads_run_ranges), so each thread streams one stretch of the
  * weights; which thread computes a row never changes its bits.
@@ -53,6 +57,7 @@
 
 #include "model/kvs_dtype.h"
 #include "model/kvs_ggml_type.h"
+#include "kvs_cpu_amx.h"
 #include "kvs_cpu_impl.h"
 #include "kvs_cpu_qdot.h"
 
@@ -123,7 +128,8 @@ kvs_cpu_has_f16c(void)
 
 /* The kernel level of this CPU; KVSERVE_CPU_SIMD=0 in the environment
  * selects the portable kernels (to compare them, or to rule the others
- * out), KVSERVE_CPU_SIMD=1 caps the level at AVX2. */
+ * out), KVSERVE_CPU_SIMD=1 caps the level at AVX2, 2 at AVX-512 (no
+ * AMX tiles). */
 int
 kvs_cpu_simd(void)
 {
@@ -152,6 +158,13 @@ kvs_cpu_simd(void)
         && (env == NULL || strcmp(env, "1") != 0))
     {
         level = KVS_CPU_SIMD_AVX512;
+
+        /* the tiles: asked of Linux once per process, only when wanted */
+        if ((env == NULL || strcmp(env, "2") != 0)
+            && (kvs_cpu_amx_ready(NULL) & KVS_CPU_AMX_INT8))
+        {
+            level = KVS_CPU_SIMD_AMX;
+        }
     }
 
     return level;
@@ -486,7 +499,12 @@ kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
         for (r = r0; r < r0 + job->tile && r < mat->rows;
              r += KVS_CPU_Q8P_ROWS)
         {
-            if (mat->type == KVS_GGML_Q8_0) {
+            if (mat->type == KVS_GGML_Q8_0
+                && job->simd >= KVS_CPU_SIMD_AMX)
+            {
+                kvs_cpu_amx_q8_rows(job->y[m], mat->rows, mat,
+                                    r / KVS_CPU_Q8P_ROWS, job->xq, job->n);
+            } else if (mat->type == KVS_GGML_Q8_0) {
                 kvs_cpu_q8p_rows_avx512(job->y[m], mat->rows, mat,
                                         r / KVS_CPU_Q8P_ROWS, job->xq,
                                         job->n);

@@ -13,6 +13,7 @@
  *   kvs_cpu_qk_x86.c     the same, AVX2
  *   kvs_cpu_qkp_x86.c    Q4_K, Q5_K, Q6_K repacked by 16 rows, AVX-512
  *                        VNNI
+ *   kvs_cpu_amx_x86.c    Q8_0 on AMX tiles (kvs_cpu_amx.h)
  *
  * Invariants every kernel keeps:
  *  - a kernel's result for (row, token) is bit-identical at every kernel

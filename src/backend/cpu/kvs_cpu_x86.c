@@ -23,6 +23,7 @@
 #include "model/kvs_dtype.h"
 #include "model/kvs_ggml_type.h"
 #include "kvs_cpu_impl.h"
+#include "kvs_cpu_qdot.h"
 
 #if KVS_CPU_X86
 
@@ -517,20 +518,15 @@ __attribute__((target(KVS_CPU_AVX512))) void
 kvs_cpu_q8p_rows_avx512(float *y, size_t ldy, const kvs_cpu_mat_t *w,
     uint32_t g, const kvs_cpu_q8_t *xq, uint32_t n)
 {
-    size_t           groups, nb;
-    uint32_t         i, left;
+    size_t           nb;
+    uint32_t         i;
     __mmask16        mask;
     const uint8_t   *wq;
     const uint16_t  *wd;
 
-    groups = (w->rows + KVS_CPU_Q8P_ROWS - 1) / KVS_CPU_Q8P_ROWS;
     nb = w->cols / KVS_Q8_0_BLOCK;
-    wq = (const uint8_t *) w->pack + (size_t) g * nb * KVS_CPU_Q8P_BYTES;
-    wd = (const uint16_t *) ((const uint8_t *) w->pack
-                             + groups * nb * KVS_CPU_Q8P_BYTES)
-         + (size_t) g * nb * KVS_CPU_Q8P_ROWS;
-    left = w->rows - g * KVS_CPU_Q8P_ROWS;
-    mask = left >= 16 ? 0xffff : (__mmask16) ((1u << left) - 1);
+    wq = kvs_cpu_q8p_group(w, g, &wd);
+    mask = kvs_cpu_pack_mask(w, g);
     y += (size_t) g * KVS_CPU_Q8P_ROWS;
 
     for (i = 0; i + 8 <= n; i += 8) {

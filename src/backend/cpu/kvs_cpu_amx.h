@@ -1,0 +1,77 @@
+/*
+ * kvs_cpu_amx: Intel AMX (tile registers) in the CPU backend (private to
+ * src/backend/cpu/).
+ *
+ *   kvs_cpu_amx.c       detection: CPUID, XCR0 and Linux's permission for
+ *                       the tile data state, once per process
+ *   kvs_cpu_amx_x86.c   the Q8_0 product on tiles (TDPBSUD)
+ *
+ * Invariants:
+ *  - the AMX level (KVS_CPU_SIMD_AMX) is reported only when the CPU has
+ *    AMX-TILE and AMX-INT8, the OS enables the tile state in XCR0 and
+ *    Linux granted this process XTILEDATA (arch_prctl); anything else
+ *    fails closed to the AVX-512 kernels, with a line saying why;
+ *  - a tile kernel loads its tile configuration itself on every call and
+ *    releases the tiles before it returns (the configuration is per
+ *    thread, and no tile state outlives a call);
+ *  - the Q8_0 tile kernel's outputs are kvs_cpu_ql.c's portable kernel's
+ *    bits, for any number of tokens.
+ */
+
+#ifndef KVS_CPU_AMX_H
+#define KVS_CPU_AMX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvs_cpu_impl.h"
+
+
+/* What the tiles can do on this host (bits of kvs_cpu_amx_check's and
+ * kvs_cpu_amx_ready's result). */
+#define KVS_CPU_AMX_INT8   1u         /* AMX-TILE + AMX-INT8 */
+#define KVS_CPU_AMX_BF16   2u         /* AMX-TILE + AMX-BF16 */
+
+/* The CPU's words that decide it: CPUID leaf 0 EAX (the highest leaf),
+ * leaf 1 ECX (bit 27: OSXSAVE, XGETBV usable), leaf 7 sub-leaf 0 EDX
+ * (bit 22 AMX-BF16, 24 AMX-TILE, 25 AMX-INT8) and XCR0 (bit 17 XTILECFG,
+ * 18 XTILEDATA: the OS saves the tile state). */
+typedef struct {
+    uint32_t  max_leaf;
+    uint32_t  l1_ecx;
+    uint32_t  l7_edx;
+    uint64_t  xcr0;                   /* read only when OSXSAVE */
+} kvs_cpu_amx_id_t;
+
+/* The KVS_CPU_AMX_* bits id offers (0: none, why says which check
+ * failed, "" otherwise).  Pure: no CPUID, no system call. */
+unsigned kvs_cpu_amx_check(const kvs_cpu_amx_id_t *id, char *why,
+    size_t len);
+
+/* This process's AMX: the CPU's words checked, then (once per process,
+ * whatever the thread) Linux asked for XTILEDATA.  The KVS_CPU_AMX_*
+ * bits usable, and in *line (if not NULL) a static line saying what or
+ * why not. */
+unsigned kvs_cpu_amx_ready(const char **line);
+
+/* The 64-byte tile configuration LDTILECFG reads (palette 1). */
+typedef struct {
+    uint8_t   palette;
+    uint8_t   start_row;
+    uint8_t   reserved[14];
+    uint16_t  colsb[16];              /* bytes per row of tile t */
+    uint8_t   rows[16];
+} __attribute__((aligned(64))) kvs_cpu_tilecfg_t;
+
+#if KVS_CPU_X86
+/*
+ * kvs_cpu_amx_x86.c: y[i * ldy + g * 16 + r] = row g * 16 + r of w
+ * (Q8_0, packed by kvs_cpu_q8p_fill: w->pack) . token i's input (xq + i *
+ * w->cols / 32) for the group's rows inside the matrix and every i < n,
+ * kvs_cpu_ql.c's bits.  Only at KVS_CPU_SIMD_AMX.
+ */
+void kvs_cpu_amx_q8_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
+    uint32_t g, const kvs_cpu_q8_t *xq, uint32_t n);
+#endif
+
+#endif /* KVS_CPU_AMX_H */
