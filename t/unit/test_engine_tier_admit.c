@@ -35,9 +35,9 @@ tier_path(void)
 {
     static char  path[256];
 
-    snprintf(path, sizeof(path), "%s", kvs_test_tmp("test_engine_tier_a"));
-    snprintf(path + strlen(path), sizeof(path) - strlen(path), ".%d",
-             (int) getpid());
+    /* one file a process: tests may run side by side */
+    snprintf(path, sizeof(path), "%s.%d",
+             kvs_test_tmp("test_engine_tier_a"), (int) getpid());
 
     return path;
 }
