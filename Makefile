@@ -108,6 +108,7 @@ ASAN_BINS    := $(UNIT_SRCS:t/unit/%.c=$(B)/asan/unit/%)
 TSAN_BINS    := $(B)/tsan/unit/test_engine $(B)/tsan/unit/test_threads \
                 $(B)/tsan/unit/test_kv_tier_spill \
                 $(B)/tsan/unit/test_engine_tier \
+                $(B)/tsan/unit/test_engine_tier_admit \
                 $(B)/tsan/unit/test_engine_tier_ix \
                 $(B)/tsan/unit/test_srv \
                 $(B)/tsan/unit/test_engine_lora

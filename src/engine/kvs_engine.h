@@ -295,6 +295,13 @@ typedef struct {
     uint64_t  load_reserved;          /* pool blocks loads hold now */
     uint64_t  probes;                 /* loads the cost model made to
                                          measure (kvs_tier_cost.h) */
+    uint64_t  admit_loads;            /* of loads, planned when a request
+                                         that waited in the queue (or was
+                                         preempted) came to be admitted:
+                                         what was evicted meanwhile */
+    uint64_t  queued_blocks;          /* blocks planned while still in
+                                         the spill queue: their load
+                                         waited for their write */
     uint64_t  corrupt;                /* slots found corrupt */
     uint64_t  bytes_written;
     uint64_t  bytes_read;

@@ -106,6 +106,14 @@ struct kvs_engine_seq_s {
      * a request whose match continues into the tier waits outside the
      * scheduler while its blocks load, then holds them until admitted */
     uint8_t                  tier_state;   /* KVS_ENGINE_TIER_* */
+    uint8_t                  tier_requeue; /* taken out of the waiting
+                                              queue at its admission: it
+                                              goes back to its place */
+    uint8_t                  tier_loads;   /* loads planned at admission */
+    uint8_t                  tier_held;    /* HOLD: it had a plan since */
+    uint8_t                  tier_done;    /* no more at admission: the
+                                              cost model chose to compute,
+                                              or a load came back empty */
     struct kvs_engine_tjob_s *tier_job;    /* LOADING: its load */
     kvs_radix_node_t        *tier_node;    /* HOLD: the loaded path's
                                               lock */

@@ -18,6 +18,14 @@
  * namespace and the request goes to the scheduler, whose lookup finds
  * them.  Other sequences keep stepping all along.
  *
+ * The same plan runs again when the request comes to be admitted
+ * (kvs_sched_set_lower(): a request that waited in the queue, or was
+ * preempted, may have lost blocks to eviction meanwhile, and the tier
+ * has them).  It then leaves the waiting queue while they load and goes
+ * back to its place.  A block evicted just before is still in the spill
+ * queue: it counts as the tier's, and the loader waits for its write
+ * before it reads the run.
+ *
  * Invariants:
  *   - a loaded block enters the tree only after the tier verified it,
  *     and only the run's first `written` blocks do: the first block that
@@ -34,9 +42,14 @@
  *     ring's slots (KVS_ENGINE_TLOAD_STAGE_BYTES, 4..256 blocks);
  *   - a run that a load under way already covers is not loaded twice:
  *     its request waits for that load, then plans again;
- *   - a loaded run's path stays locked for its request until the
- *     scheduler's lookup locked it for the request itself (or it ends),
- *     so nothing evicts it in between.
+ *   - a loaded run's path stays locked for its request until its next
+ *     admission's lookup (the lower tier's hook comes just before it,
+ *     and lets go of the lock there), its end, or the end of the first
+ *     plan after the load (a lock held longer could keep out the
+ *     request at the queue's head forever); a request is planned at
+ *     admission at most KVS_ENGINE_TLOAD_TRIES times, and not after the
+ *     cost model chose to compute its run or a load of it came back
+ *     empty.
  *
  * Threads and locks: the loader thread reads jobs and fills the ring
  * under ld->lk, and takes e->lock alone (never both) to wake the engine
@@ -57,6 +70,7 @@
 #define KVS_ENGINE_TLOAD_STAGE_BYTES  (16u << 20)
 #define KVS_ENGINE_TLOAD_STAGE_MIN    4
 #define KVS_ENGINE_TLOAD_STAGE_MAX    256
+#define KVS_ENGINE_TLOAD_TRIES        4   /* loads planned at admission */
 
 typedef struct kvs_engine_tjob_s  kvs_engine_tjob_t;
 
@@ -77,6 +91,8 @@ struct kvs_engine_tjob_s {
     char                 scope[KVS_RADIX_MAX_SCOPE];
     uint8_t            (*ids)[KVS_TIER_ID_LEN];  /* [n] path names */
     int32_t             *tokens;        /* [n * block_tokens] */
+    uint64_t             ticket;        /* the spill queue's, of the last
+                                           block still queued; 0: none */
 
     /* under ld->lk */
     uint32_t             read;          /* staged by the loader */
@@ -122,6 +138,7 @@ struct kvs_engine_tload_s {
 
 
 static void *kvs_engine_tload_main(void *arg);
+static int kvs_engine_tload_lower(void *arg, kvs_seq_t *seq);
 
 
 int
@@ -170,6 +187,7 @@ kvs_engine_tload_new(kvs_engine_t *e, kvs_err_t *err)
     }
 
     ld->thread_on = 1;
+    kvs_sched_set_lower(&e->sched, kvs_engine_tload_lower, e);
 
     return KVS_OK;
 }
@@ -185,6 +203,8 @@ kvs_engine_tload_free(kvs_engine_t *e)
     if (ld == NULL) {
         return;
     }
+
+    kvs_sched_set_lower(&e->sched, NULL, NULL);
 
     if (ld->thread_on) {
         pthread_mutex_lock(&ld->lk);
@@ -270,6 +290,11 @@ kvs_engine_tload_main(void *arg)
         slot = (ld->head + ld->count) % ld->n_stage;
         k = j->read;
         pthread_mutex_unlock(&ld->lk);
+
+        /* blocks evicted just before the plan: written first */
+        if (j->ticket > 0) {
+            kvs_tier_spill_wait_for(et->spill, j->ticket);
+        }
 
         kvs_err_clear(&err);
         t0 = kvs_now_ns();
@@ -374,6 +399,73 @@ kvs_engine_tload_busy(kvs_engine_tload_t *ld, const kvs_radix_key_t *key,
 }
 
 
+/* h to the scheduler: back to its place when it was taken out of the
+ * waiting queue at its admission, else at the back. */
+static void
+kvs_engine_tload_sched(kvs_engine_t *e, kvs_engine_seq_t *h)
+{
+    if (h->tier_requeue) {
+        h->tier_requeue = 0;
+        kvs_sched_return(&e->sched, &h->seq);
+        return;
+    }
+
+    kvs_sched_add(&e->sched, &h->seq);
+}
+
+
+/* h is to wait for a load (WAIT or LOADING next): parked, counted, out
+ * of the waiting queue if it was in it, and a lock it held from an
+ * earlier load let go (the new plan's match locks that path too). */
+static void
+kvs_engine_tload_hold(kvs_engine_t *e, kvs_engine_seq_t *h)
+{
+    kvs_engine_tload_t  *ld = e->tier->ld;
+
+    if (h->seq.state == KVS_SEQ_WAITING) {
+        kvs_sched_remove(&e->sched, &h->seq);
+        h->tier_requeue = 1;
+    }
+
+    switch (h->tier_state) {
+
+    case KVS_ENGINE_TIER_NONE:
+        kvs_engine_tload_park(ld, h);
+        break;
+
+    case KVS_ENGINE_TIER_HOLD:
+        kvs_radix_unlock(e->radix, h->tier_node);
+        h->tier_node = NULL;
+        break;
+
+    default:
+        return;                       /* WAIT: parked and counted */
+    }
+
+    ld->n_parked++;
+    h->tier_since = kvs_now_ns();
+}
+
+
+/* 1 when the tier holds the block named id under key, or the spill
+ * queue is writing it there (*ticket raised to its ticket). */
+static int
+kvs_engine_tload_has(kvs_engine_tier_t *et, const kvs_radix_key_t *key,
+    const uint8_t *id, uint64_t *ticket)
+{
+    uint64_t  t;
+
+    if (kvs_tier_has(et->tier, key, id)) {
+        return 1;
+    }
+
+    t = kvs_tier_spill_find(et->spill, key, id);
+    *ticket = t > *ticket ? t : *ticket;
+
+    return t > 0;
+}
+
+
 /*
  * Plans h's load: 1 when h waits (a load started, a load of the same
  * blocks is under way, or the loads' room is short while others run),
@@ -385,6 +477,7 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
 {
     size_t               sz;
     uint32_t             bt, k0, kmax, k, n, room, free_n;
+    uint64_t             ticket;
     kvs_err_t            err;
     kvs_seq_t           *seq = &h->seq;
     kvs_radix_key_t      key;
@@ -394,7 +487,7 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
     kvs_engine_tload_t  *ld = et->ld;
 
     if (seq->ns == NULL || e->sched.conf.window != 0 || seq->n_computed > 0
-        || seq->looked_up || seq->n_tokens < 2)
+        || seq->n_tokens < 2)
     {
         return 0;
     }
@@ -409,19 +502,24 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
     kmax = seq->n_tokens / bt;
     kmax = kmax < et->max_blocks ? kmax : et->max_blocks;
 
-    if (k0 >= kmax) {
+    /* a match up to the lookup's cap (all but the last token) gains
+     * nothing from a load: its last block is the tree's already */
+    if (k0 >= kmax || m.n_tokens + 1 >= seq->n_tokens) {
         goto none;
     }
 
     kvs_radix_ns_key(seq->ns, &key);
 
     /* the path names of the blocks before the run, then the run's as
-     * far as the tier has them */
+     * far as the tier (or the spill queue) has them */
+    ticket = 0;
+
     for (k = 0; k < kmax; k++) {
         kvs_tier_path_id(k > 0 ? et->ids[k - 1] : NULL,
                          seq->tokens + (size_t) k * bt, bt, et->ids[k]);
 
-        if (k >= k0 && !kvs_tier_has(et->tier, &key, et->ids[k])) {
+        if (k >= k0 && !kvs_engine_tload_has(et, &key, et->ids[k], &ticket))
+        {
             break;
         }
     }
@@ -451,6 +549,7 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
                                  (uint64_t) n * et->slot_bytes))
     {
         et->st.recomputed_blocks += n;
+        h->tier_done = 1;
         goto none;
     }
 
@@ -509,14 +608,17 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
     j->key = key;
     memcpy(j->scope, key.scope, key.scope_len);
     j->key.scope = j->scope;
+    j->ticket = ticket;
+
+    /* the run's blocks that only the spill queue has yet */
+    for (k = k0; ticket > 0 && k < k0 + n; k++) {
+        et->st.queued_blocks += !kvs_tier_has(et->tier, &key, et->ids[k]);
+    }
 
     ld->reserved += n;
-
-    if (h->tier_state == KVS_ENGINE_TIER_NONE) {
-        kvs_engine_tload_park(ld, h);
-        ld->n_parked++;
-        h->tier_since = kvs_now_ns();
-    }
+    et->st.admit_loads += h->seq.state == KVS_SEQ_WAITING
+                          || h->tier_requeue;
+    kvs_engine_tload_hold(e, h);
 
     h->tier_state = KVS_ENGINE_TIER_LOADING;
     h->tier_job = j;
@@ -538,12 +640,7 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
 wait:
 
     kvs_radix_unlock(e->radix, m.node);
-
-    if (h->tier_state == KVS_ENGINE_TIER_NONE) {
-        kvs_engine_tload_park(ld, h);
-        ld->n_parked++;
-        h->tier_since = kvs_now_ns();
-    }
+    kvs_engine_tload_hold(e, h);
 
     h->tier_state = KVS_ENGINE_TIER_WAIT;
 
@@ -564,6 +661,28 @@ kvs_engine_tier_add(kvs_engine_t *e, kvs_engine_seq_t *h)
         || !kvs_engine_tload_plan(e, h))
     {
         kvs_sched_add(&e->sched, &h->seq);
+    }
+}
+
+
+/* The loads' gauges into the stats; published (for a step that runs
+ * nothing publishes nothing) when they changed, or when force. */
+static void
+kvs_engine_tload_pub(kvs_engine_t *e, int force)
+{
+    kvs_engine_tload_t  *ld = e->tier->ld;
+
+    e->tier->st.loading = ld->n_parked;
+    e->tier->st.load_reserved = ld->reserved;
+
+    if (ld->n_parked != ld->pub_parked || ld->reserved != ld->pub_reserved
+        || force)
+    {
+        ld->pub_parked = ld->n_parked;
+        ld->pub_reserved = ld->reserved;
+        pthread_mutex_lock(&e->lock);
+        kvs_engine_publish(e);
+        pthread_mutex_unlock(&e->lock);
     }
 }
 
@@ -634,19 +753,29 @@ kvs_engine_tload_finish(kvs_engine_t *e, kvs_engine_tjob_t *j)
     et->st.load_wait_ns += now > h->tier_since ? now - h->tier_since : 0;
 
     h->tier_job = NULL;
-    h->seq.tier_from = j->k0 * bt;
+
+    /* a load that carries on an earlier one's run (at arrival, then at
+     * admission) adds to its range: both are the tier's tokens */
+    if (h->seq.tier_to <= h->seq.tier_from
+        || h->seq.tier_to != j->k0 * bt)
+    {
+        h->seq.tier_from = j->k0 * bt;
+    }
+
     h->seq.tier_to = (j->k0 + got) * bt;
     ld->n_parked--;
 
     if (node != NULL) {
         h->tier_node = node;
+        h->tier_held = 0;
         h->tier_state = KVS_ENGINE_TIER_HOLD;
 
     } else {
+        h->tier_done = 1;
         kvs_engine_tload_unpark(ld, h);
     }
 
-    kvs_sched_add(&e->sched, &h->seq);
+    kvs_engine_tload_sched(e, h);
 }
 
 
@@ -654,7 +783,7 @@ void
 kvs_engine_tier_admit(kvs_engine_t *e)
 {
     uint8_t             *src;
-    uint32_t             i, n, head, n_done;
+    uint32_t             i, n, head, n_done, held;
     kvs_err_t            err;
     kvs_engine_seq_t    *h, *hnext;
     kvs_engine_tjob_t   *j, *next, **pp, *done, **dtail;
@@ -745,16 +874,27 @@ kvs_engine_tier_admit(kvs_engine_t *e)
 
     /* the held paths of requests that the scheduler looked up (they
      * lock their own), and the waiting requests planned again */
+    held = 0;
+
     for (h = ld->park_head; h != NULL; h = hnext) {
         hnext = h->tier_next;
 
         switch (h->tier_state) {
 
         case KVS_ENGINE_TIER_HOLD:
-            if (h->seq.looked_up) {
+            /* its admission's hook lets go of the lock; else it is let
+             * go after one plan, so that the loaded path, held while
+             * the request is not admitted, never keeps another request
+             * out (both would wait forever); its admission's hook loads
+             * again what was evicted meanwhile */
+            if (h->seq.state != KVS_SEQ_WAITING || h->tier_held) {
                 kvs_radix_unlock(e->radix, h->tier_node);
                 h->tier_node = NULL;
                 kvs_engine_tload_unpark(ld, h);
+
+            } else {
+                h->tier_held = 1;
+                held++;
             }
             break;
 
@@ -762,7 +902,7 @@ kvs_engine_tier_admit(kvs_engine_t *e)
             if (!kvs_engine_tload_plan(e, h)) {
                 kvs_engine_tload_unpark(ld, h);
                 ld->n_parked--;
-                kvs_sched_add(&e->sched, &h->seq);
+                kvs_engine_tload_sched(e, h);
             }
             break;
 
@@ -771,20 +911,48 @@ kvs_engine_tier_admit(kvs_engine_t *e)
         }
     }
 
-    e->tier->st.loading = ld->n_parked;
-    e->tier->st.load_reserved = ld->reserved;
-
-    /* a step that runs nothing publishes nothing: a load's start or end
-     * (the gauges, the counters) is published here then */
-    if (ld->n_parked != ld->pub_parked || ld->reserved != ld->pub_reserved
-        || n_done > 0)
-    {
-        ld->pub_parked = ld->n_parked;
-        ld->pub_reserved = ld->reserved;
+    /* a held path is let go at the next step: that step must come even
+     * if this one runs nothing (the engine thread would sleep) */
+    if (held > 0) {
         pthread_mutex_lock(&e->lock);
-        kvs_engine_publish(e);
+        e->tier_ready = 1;
         pthread_mutex_unlock(&e->lock);
     }
+
+    kvs_engine_tload_pub(e, n_done > 0);
+}
+
+
+/*
+ * The scheduler's lower-tier hook: seq, waiting and holding no blocks,
+ * is about to look up the tree at its admission.  Blocks of its prompt
+ * evicted since it was planned (at its arrival, or before it was
+ * preempted) are in the tier or on their way there: the same plan as at
+ * its arrival loads them first, out of the queue (1).  0: it looks up
+ * now; a lock held from an earlier load is let go just before that
+ * lookup, which takes its own (nothing is evicted in between).
+ */
+static int
+kvs_engine_tload_lower(void *arg, kvs_seq_t *seq)
+{
+    kvs_engine_t      *e = arg;
+    kvs_engine_seq_t  *h = (kvs_engine_seq_t *) seq;
+
+    if (!h->tier_done && h->tier_loads < KVS_ENGINE_TLOAD_TRIES
+        && kvs_engine_tload_plan(e, h))
+    {
+        h->tier_loads++;
+        kvs_engine_tload_pub(e, 0);
+        return 1;
+    }
+
+    if (h->tier_state == KVS_ENGINE_TIER_HOLD) {
+        kvs_radix_unlock(e->radix, h->tier_node);
+        h->tier_node = NULL;
+        kvs_engine_tload_unpark(e->tier->ld, h);
+    }
+
+    return 0;
 }
 
 

@@ -27,7 +27,7 @@ typedef struct {
 struct kvs_tier_spill_s {
     pthread_mutex_t          mu;
     pthread_cond_t           work;    /* writer: an entry or stop */
-    pthread_cond_t           idle;    /* waiters: the queue emptied */
+    pthread_cond_t           idle;    /* waiters: an entry done */
     pthread_t                thread;
     kvs_tier_t              *tier;
     kvs_tier_io_t           *io;
@@ -39,6 +39,8 @@ struct kvs_tier_spill_s {
     uint32_t                 depth;
     uint32_t                 head;
     uint32_t                 count;
+    uint64_t                 done;    /* entries written or failed, in
+                                         queue order: the tickets done */
     int                      stop;
     kvs_tier_spill_stats_t   st;
 };
@@ -83,10 +85,11 @@ spill_main(void *arg)
 
         sp->head = (sp->head + 1) % sp->depth;
         sp->count--;
+        sp->done++;
 
-        if (sp->count == 0) {
-            pthread_cond_broadcast(&sp->idle);
-        }
+        /* kvs_tier_spill_wait() waits for an empty queue, and
+         * kvs_tier_spill_wait_for() for one ticket */
+        pthread_cond_broadcast(&sp->idle);
     }
 
     pthread_mutex_unlock(&sp->mu);
@@ -186,6 +189,7 @@ kvs_tier_spill_free(kvs_tier_spill_t *sp)
     pthread_mutex_lock(&sp->mu);
     sp->stop = 1;
     pthread_cond_signal(&sp->work);
+    pthread_cond_broadcast(&sp->idle);
     pthread_mutex_unlock(&sp->mu);
 
     pthread_join(sp->thread, NULL);
@@ -260,6 +264,52 @@ kvs_tier_spill_wait(kvs_tier_spill_t *sp)
     pthread_mutex_lock(&sp->mu);
 
     while (sp->count > 0 && !sp->stop) {
+        pthread_cond_wait(&sp->idle, &sp->mu);
+    }
+
+    pthread_mutex_unlock(&sp->mu);
+}
+
+
+uint64_t
+kvs_tier_spill_find(kvs_tier_spill_t *sp, const kvs_radix_key_t *key,
+    const uint8_t *id)
+{
+    uint32_t        k;
+    uint64_t        ticket;
+    spill_entry_t  *e;
+
+    ticket = 0;
+
+    pthread_mutex_lock(&sp->mu);
+
+    /* newest first: a block queued twice is done with its last push */
+    for (k = sp->count; k > 0; k--) {
+        e = &sp->entries[(sp->head + k - 1) % sp->depth];
+
+        if (memcmp(e->id, id, KVS_TIER_ID_LEN) == 0
+            && e->key.epoch == key->epoch && e->key.adapter == key->adapter
+            && e->key.scope_len == key->scope_len
+            && (key->scope_len == 0
+                || memcmp(e->key.scope, key->scope, key->scope_len) == 0))
+        {
+            ticket = sp->done + k;
+            break;
+        }
+    }
+
+    pthread_mutex_unlock(&sp->mu);
+
+    return ticket;
+}
+
+
+void
+kvs_tier_spill_wait_for(kvs_tier_spill_t *sp, uint64_t ticket)
+{
+    pthread_mutex_lock(&sp->mu);
+
+    while (sp->done < ticket && !sp->stop) {
         pthread_cond_wait(&sp->idle, &sp->mu);
     }
 

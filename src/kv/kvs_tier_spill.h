@@ -16,10 +16,13 @@
  *   - an entry being written stays counted in the queue until its write
  *     returns, so a push never reuses it;
  *   - pushed = written + failed + queued, and every push that was not
- *     queued is counted in dropped.
+ *     queued is counted in dropped;
+ *   - entries are written in the order they were queued: the n-th
+ *     queued entry (its ticket, n from 1) is done, written or failed,
+ *     once n entries are.
  *
  * Threads: kvs_tier_spill_push() from one producer (the engine thread);
- * stats and wait from any thread.  The writer blocks every signal.
+ * find, stats and the waits from any thread.  The writer blocks every signal.
  */
 
 #ifndef KVS_TIER_SPILL_H
@@ -75,6 +78,18 @@ kvs_tier_spill_push(kvs_tier_spill_t *sp, const kvs_radix_key_t *key,
 
 /* Waits until the queue is empty (tests, benches, shutdown). */
 void kvs_tier_spill_wait(kvs_tier_spill_t *sp);
+
+/* The ticket of the newest queued entry (not yet written) of the block
+ * named id under key (epoch, adapter and scope compared byte by byte);
+ * 0: none.  A block evicted just before a lookup is still queued: its
+ * ticket lets a reader wait for its write (kvs_tier_spill_wait_for()),
+ * then read it from the tier.  O(queued). */
+uint64_t kvs_tier_spill_find(kvs_tier_spill_t *sp,
+    const kvs_radix_key_t *key, const uint8_t *id);
+
+/* Waits until the entry of ticket is written or failed (or the writer
+ * stopped); at once for 0 or a ticket already done. */
+void kvs_tier_spill_wait_for(kvs_tier_spill_t *sp, uint64_t ticket);
 
 void kvs_tier_spill_stats(kvs_tier_spill_t *sp,
     kvs_tier_spill_stats_t *st);

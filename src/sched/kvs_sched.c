@@ -298,6 +298,22 @@ kvs_sched_add(kvs_sched_t *s, kvs_seq_t *seq)
 
 
 void
+kvs_sched_set_lower(kvs_sched_t *s, kvs_sched_lower_pt fn, void *arg)
+{
+    s->lower = fn;
+    s->lower_arg = fn != NULL ? arg : NULL;
+}
+
+
+void
+kvs_sched_return(kvs_sched_t *s, kvs_seq_t *seq)
+{
+    seq->state = KVS_SEQ_WAITING;
+    kvs_seq_queue_insert(&s->waiting, seq);
+}
+
+
+void
 kvs_sched_remove(kvs_sched_t *s, kvs_seq_t *seq)
 {
     switch (seq->state) {

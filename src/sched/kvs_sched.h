@@ -215,6 +215,11 @@ typedef struct {
     kvs_seq_t    *seqs;               /* step_next list of the scheduled */
 } kvs_sched_plan_t;
 
+/* A lower tier's look at a sequence about to be admitted (see
+ * kvs_sched_set_lower()): 1 when the caller took it out of the waiting
+ * queue (kvs_sched_remove) to load its blocks first. */
+typedef int (*kvs_sched_lower_pt)(void *arg, kvs_seq_t *seq);
+
 typedef struct {
     kvs_sched_conf_t   conf;
     kvs_kv_pool_t     *pool;          /* borrowed */
@@ -234,6 +239,8 @@ typedef struct {
     uint64_t           n_query_tokens;    /* prompt tokens looked up */
     uint64_t           n_hit_tokens;      /* of those, reused */
     uint64_t           n_tier_hit_tokens; /* of those, from the tier */
+    kvs_sched_lower_pt lower;         /* NULL: no lower tier */
+    void              *lower_arg;
 
     int                pools_on;      /* conf.pool_min_tokens, no window */
     int                long_skipped;  /* the last plan left long prefills
@@ -258,6 +265,16 @@ int kvs_sched_init(kvs_sched_t *s, const kvs_sched_conf_t *conf,
  * it preempts.  KVS_ENOMEM leaves s without a cache.
  */
 int kvs_sched_set_cache(kvs_sched_t *s, kvs_radix_t *radix, kvs_err_t *err);
+
+/*
+ * A lower tier of the prefix cache (the disk tier): before a waiting
+ * sequence that holds no blocks (never admitted, or preempted) looks
+ * up the tree at its admission, fn is asked about it, so that blocks
+ * evicted while it waited are loaded back rather than recomputed.  fn
+ * returning 1 has taken seq out of the waiting queue; it brings it back
+ * with kvs_sched_return().  NULL: none.
+ */
+void kvs_sched_set_lower(kvs_sched_t *s, kvs_sched_lower_pt fn, void *arg);
 
 /* Releases every queued sequence's blocks (they stay the caller's) and
  * the step arrays. */
@@ -310,6 +327,10 @@ void kvs_sched_long_room(const kvs_sched_t *s, uint32_t *room,
 
 /* Queues an initialised sequence at the back of the waiting queue. */
 void kvs_sched_add(kvs_sched_t *s, kvs_seq_t *seq);
+
+/* Queues again a sequence that the lower tier's hook took out of the
+ * waiting queue, at its old place (its order and queue time kept). */
+void kvs_sched_return(kvs_sched_t *s, kvs_seq_t *seq);
 
 /* Takes seq out of its queue and returns its blocks to the pool (finish,
  * cancel); a NEW seq is left as it is. */

@@ -6,9 +6,10 @@
  * window's trim, and room made by evicting cached blocks.
  *
  * Invariants:
- *   - a sequence's first lookup is its answer for usage and metrics
- *     (n_cached, the miss); a preempted one looks up again and changes
- *     neither;
+ *   - a sequence's first lookup whose admission went through is its
+ *     answer for usage and metrics (n_cached, the miss): one undone
+ *     because the sequence must wait counts nothing; a preempted one
+ *     looks up again and changes neither;
  *   - a sequence holds at most one lock on the tree, its cache_node;
  *     giving its blocks back gives the lock back too;
  *   - with a window, a running sequence's table has no block wholly
@@ -86,6 +87,26 @@ kvs_sched_lookup(kvs_sched_t *s, kvs_seq_t *seq)
         s->n_hit_tokens += seq->n_cached;
         s->n_tier_hit_tokens += seq->n_cached_tier;
     }
+}
+
+
+/* Undoes the accounting of seq's first lookup when its admission did
+ * not go through: the lookup of the admission that does is reported. */
+void
+kvs_sched_unlook(kvs_sched_t *s, kvs_seq_t *seq)
+{
+    if (!seq->looked_up || seq->ns == NULL) {
+        return;
+    }
+
+    s->n_query_tokens -= seq->n_prompt;
+    s->n_hit_tokens -= seq->n_cached;
+    s->n_tier_hit_tokens -= seq->n_cached_tier;
+    seq->looked_up = 0;
+    seq->n_cached = 0;
+    seq->n_cached_tier = 0;
+    seq->miss = KVS_RADIX_MISS_NONE;
+    seq->miss_pos = 0;
 }
 
 

@@ -21,6 +21,7 @@ uint32_t kvs_sched_blocks_for(kvs_sched_t *s, kvs_seq_t *seq,
 
 /* kvs_sched_cache.c: a sequence's blocks against the prefix tree */
 void kvs_sched_lookup(kvs_sched_t *s, kvs_seq_t *seq);
+void kvs_sched_unlook(kvs_sched_t *s, kvs_seq_t *seq);
 void kvs_sched_computed(kvs_sched_t *s, kvs_seq_t *seq);
 void kvs_sched_let_go(kvs_sched_t *s, kvs_seq_t *seq);
 int kvs_sched_room(kvs_sched_t *s, uint32_t need);

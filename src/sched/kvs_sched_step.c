@@ -195,11 +195,21 @@ static int
 kvs_sched_admit(kvs_sched_t *s, kvs_sched_plan_t *plan, kvs_seq_t *seq,
     uint32_t most, uint32_t hold, uint32_t *budget)
 {
-    int       fits, lng;
+    int       fits, lng, first;
     uint32_t  want, take, whole;
 
+    /* a lower tier may hold what was evicted while it waited: then it
+     * loads that first, out of the queue, and the next one is picked */
+    if (s->lower != NULL && seq->n_computed == 0 && seq->ns != NULL
+        && s->lower(s->lower_arg, seq))
+    {
+        return KVS_OK;
+    }
+
     /* what the prefix cache has of it comes first (a waiting sequence
-     * holds nothing, so this is undone if it must wait) */
+     * holds nothing, so this is undone if it must wait, its first
+     * lookup's answer too: the admission's lookup is the one reported) */
+    first = !seq->looked_up;
     kvs_sched_lookup(s, seq);
 
     want = seq->n_tokens - seq->n_computed;
@@ -220,6 +230,10 @@ kvs_sched_admit(kvs_sched_t *s, kvs_sched_plan_t *plan, kvs_seq_t *seq,
     }
 
     if (!fits) {
+        if (first) {
+            kvs_sched_unlook(s, seq);
+        }
+
         kvs_sched_let_go(s, seq);
         return KVS_KV_EFULL;
     }

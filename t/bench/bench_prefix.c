@@ -570,23 +570,28 @@ bp_tier_report(const bp_opts_t *o, const bp_run_t *run, const bp_run_t *off,
                "loader, %" PRIu64 " requests waited %.1f ms in all, %"
                PRIu64 " spilled, %" PRIu64 " dropped, %" PRIu64
                " corrupt, %" PRIu64 " left to compute (%" PRIu64
-               " probes)", run->st.cache_tier_hit_tokens,
+               " probes); %" PRIu64 " loads planned at admission, %"
+               PRIu64 " blocks loaded from the spill queue",
+               run->st.cache_tier_hit_tokens,
                100.0 * (double) run->st.cache_tier_hit_tokens
                / (double) (run->prompt_tokens ? run->prompt_tokens : 1),
                ts->loaded_blocks, (double) ts->load_ns / 1e6,
                ts->load_waits, (double) ts->load_wait_ns / 1e6,
                ts->spilled, ts->spill_dropped, ts->corrupt,
-               ts->recomputed_blocks, ts->probes);
+               ts->recomputed_blocks, ts->probes, ts->admit_loads,
+               ts->queued_blocks);
     }
 
     printf("\nprefix_tier frac=%g tier=%g on=%u ttft_p50=%.6f "
            "ttft_p99=%.6f tier_hit=%" PRIu64 " loaded=%" PRIu64
            " load_ns=%" PRIu64 " load_waits=%" PRIu64 " load_wait_ns=%"
            PRIu64 " spilled=%" PRIu64 " dropped=%" PRIu64
-           " corrupt=%" PRIu64 "\n", f, ts->on ? o->tier : 0.0,
+           " corrupt=%" PRIu64 " admit_loads=%" PRIu64 " queued=%" PRIu64
+           " recomputed=%" PRIu64 "\n", f, ts->on ? o->tier : 0.0,
            (unsigned) ts->on, p50, p99, run->st.cache_tier_hit_tokens,
            ts->loaded_blocks, ts->load_ns, ts->load_waits,
-           ts->load_wait_ns, ts->spilled, ts->spill_dropped, ts->corrupt);
+           ts->load_wait_ns, ts->spilled, ts->spill_dropped, ts->corrupt,
+           ts->admit_loads, ts->queued_blocks, ts->recomputed_blocks);
     (void) off;
 }
 
@@ -1071,7 +1076,7 @@ static int
 bp_trace_run(kvs_engine_t *e, const bp_opts_t *o, const bp_trace_t *tr,
     bp_run_t *run, kvs_err_t *err)
 {
-    int                 rc, worked;
+    int                 rc, worked, idle;
     double              t0;
     size_t              k, got;
     uint32_t            n, i, s, u, t, head, sub, done, busy, ix, len;
@@ -1109,6 +1114,7 @@ bp_trace_run(kvs_engine_t *e, const bp_opts_t *o, const bp_trace_t *tr,
     sub = 0;
     done = 0;
     busy = 0;
+    idle = 0;
     t0 = bp_now();
 
     while (done < n) {
@@ -1238,10 +1244,17 @@ bp_trace_run(kvs_engine_t *e, const bp_opts_t *o, const bp_trace_t *tr,
         if (!worked && got == 0 && busy > 0) {
             /* idle while the disk tier's loader reads a waiting
              * request's blocks: the engine thread would sleep until it
-             * is woken, this loop waits a little */
+             * is woken, this loop waits a little; a path a load held
+             * for its request is let go at the next step (the engine
+             * thread is woken for it), so one idle step more is not a
+             * hang */
             kvs_engine_stats(e, &run->st);
             if (run->st.tier.loading > 0) {
                 usleep(50);
+                continue;
+            }
+
+            if (++idle <= 2) {
                 continue;
             }
 
@@ -1249,6 +1262,8 @@ bp_trace_run(kvs_engine_t *e, const bp_opts_t *o, const bp_trace_t *tr,
                              " requests in flight", busy);
             goto done;
         }
+
+        idle = 0;
     }
 
     run->wall = bp_now() - t0;
