@@ -77,13 +77,18 @@ struct kvs_engine_tjob_s {
     char                 scope[KVS_RADIX_MAX_SCOPE];
     uint8_t            (*ids)[KVS_TIER_ID_LEN];  /* [n] path names */
     int32_t             *tokens;        /* [n * block_tokens] */
+    uint8_t             *host;          /* [n] 1: the host tier's block
+                                           (kvs_engine_thost.c), 0: the
+                                           disk's */
 
     /* under ld->lk */
     uint32_t             read;          /* staged by the loader */
     int                  failed;        /* a read failed: the run ends */
     int                  stop;          /* cancelled: stop reading */
     int                  done;          /* the loader is through */
-    uint64_t             read_ns;       /* the loader's time in reads */
+    uint64_t             read_ns;       /* the loader's time in disk
+                                           reads */
+    uint64_t             host_ns;       /* ... in host tier copies */
     kvs_engine_tjob_t   *next;          /* the job list, oldest first */
 };
 
@@ -105,7 +110,8 @@ struct kvs_engine_tload_s {
     /* the loader's own */
     kvs_tier_io_t       *io;
     pthread_t            thread;
-    int                  thread_on;
+    int                  thread_on;     /* a disk tier's: none without */
+    int                  lk_on;
 
     /* under lk */
     pthread_mutex_t      lk;
@@ -153,18 +159,22 @@ kvs_engine_tload_new(kvs_engine_t *e, kvs_err_t *err)
                            "%" PRIu64 " staged blocks", n);
     }
 
+    pthread_mutex_init(&ld->lk, NULL);
+    pthread_cond_init(&ld->cv, NULL);
+    ld->lk_on = 1;
+
+    /* a host tier alone loads on the engine thread: no reader */
+    if (et->tier == NULL) {
+        return KVS_OK;
+    }
+
     rc = kvs_tier_io_new(et->tier, &ld->io, err);
     if (rc != KVS_OK) {
         return rc;
     }
 
-    pthread_mutex_init(&ld->lk, NULL);
-    pthread_cond_init(&ld->cv, NULL);
-
     rc = pthread_create(&ld->thread, NULL, kvs_engine_tload_main, e);
     if (rc != 0) {
-        pthread_mutex_destroy(&ld->lk);
-        pthread_cond_destroy(&ld->cv);
         return kvs_err_set(err, KVS_ENOMEM, "kv tier: the loader thread: "
                            "%s", strerror(rc));
     }
@@ -192,6 +202,9 @@ kvs_engine_tload_free(kvs_engine_t *e)
         pthread_cond_signal(&ld->cv);
         pthread_mutex_unlock(&ld->lk);
         pthread_join(ld->thread, NULL);
+    }
+
+    if (ld->lk_on) {
         pthread_mutex_destroy(&ld->lk);
         pthread_cond_destroy(&ld->cv);
     }
@@ -273,13 +286,31 @@ kvs_engine_tload_main(void *arg)
 
         kvs_err_clear(&err);
         t0 = kvs_now_ns();
-        rc = kvs_tier_get(et->tier, ld->io, &j->key, j->ids[k],
-                          j->tokens + (size_t) k * bt,
-                          ld->stage + (size_t) slot * et->block_bytes, &err);
+
+        if (j->host[k]) {
+            /* a host block inside a disk run: a copy (gone since the
+             * plan: the run ends here) */
+            rc = kvs_engine_thost_get(e, &j->key, j->ids[k],
+                                      j->tokens + (size_t) k * bt,
+                                      ld->stage
+                                      + (size_t) slot * et->block_bytes,
+                                      &err);
+        } else {
+            rc = kvs_tier_get(et->tier, ld->io, &j->key, j->ids[k],
+                              j->tokens + (size_t) k * bt,
+                              ld->stage + (size_t) slot * et->block_bytes,
+                              &err);
+        }
+
         t0 = kvs_now_ns() - t0;
 
         pthread_mutex_lock(&ld->lk);
-        j->read_ns += t0;
+
+        if (j->host[k]) {
+            j->host_ns += t0;
+        } else {
+            j->read_ns += t0;
+        }
 
         if (rc == KVS_OK) {
             ld->ent[slot].job = j;
@@ -384,7 +415,7 @@ static int
 kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
 {
     size_t               sz;
-    uint32_t             bt, k0, kmax, k, n, room, free_n;
+    uint32_t             bt, k0, kmax, k, n, room, free_n, nh, nd;
     kvs_err_t            err;
     kvs_seq_t           *seq = &h->seq;
     kvs_radix_key_t      key;
@@ -405,6 +436,7 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
     kvs_radix_match(e->radix, seq->ns, seq->tokens, seq->n_tokens - 1,
                     et->table, 1, e->sched.now, &m);
 
+    nh = 0;
     k0 = m.n_tokens / bt;
     kmax = seq->n_tokens / bt;
     kmax = kmax < et->max_blocks ? kmax : et->max_blocks;
@@ -415,13 +447,41 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
 
     kvs_radix_ns_key(seq->ns, &key);
 
+    /* the host tier's run first, copied in now (the match grows); the
+     * disk tier's run, if any, continues after it */
+    if (et->th != NULL) {
+        nh = kvs_engine_thost_load(e, h, &key, &m,  kmax,
+                                   ld->max_reserved - ld->reserved);
+        k0 = m.n_tokens / bt;
+
+        if (k0 >= kmax || et->tier == NULL) {
+            goto none;
+        }
+    }
+
     /* the path names of the blocks before the run, then the run's as
-     * far as the tier has them */
+     * far as the tiers have them (the disk's, or the host's between) */
+    nd = 0;
+
     for (k = 0; k < kmax; k++) {
         kvs_tier_path_id(k > 0 ? et->ids[k - 1] : NULL,
                          seq->tokens + (size_t) k * bt, bt, et->ids[k]);
 
-        if (k >= k0 && !kvs_tier_has(et->tier, &key, et->ids[k])) {
+        if (k < k0) {
+            continue;
+        }
+
+        et->host[k - k0] = 0;
+
+        if (kvs_tier_has(et->tier, &key, et->ids[k])) {
+            nd++;
+
+        } else if (et->th != NULL
+                   && kvs_engine_thost_has(e, &key, et->ids[k]))
+        {
+            et->host[k - k0] = 1;
+
+        } else {
             break;
         }
     }
@@ -446,20 +506,26 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
         goto wait;
     }
 
-    if (!e->conf.tier_load_always
-        && !kvs_tier_cost_decide(&et->cost, (uint64_t) n * bt,
-                                 (uint64_t) n * et->slot_bytes))
+    /* the cost model weighs the disk's blocks (a host block is always
+     * cheaper to copy than to compute) */
+    if (!e->conf.tier_load_always && nd > 0
+        && !kvs_tier_cost_decide(&et->cost, (uint64_t) nd * bt,
+                                 (uint64_t) nd * et->slot_bytes))
     {
-        et->st.recomputed_blocks += n;
+        et->st.recomputed_blocks += nd;
         goto none;
     }
 
     n = n < room ? n : room;
 
-    /* the run's slots first in the tier's LRU, before the evictions
-     * below spill into it */
+    /* the run's slots first in the tiers' LRU, before the evictions
+     * below spill into them */
     for (k = k0; k < k0 + n; k++) {
-        (void) kvs_tier_touch(et->tier, &key, et->ids[k]);
+        if (et->host[k - k0]) {
+            (void) kvs_engine_thost_has(e, &key, et->ids[k]);
+        } else {
+            (void) kvs_tier_touch(et->tier, &key, et->ids[k]);
+        }
     }
 
     /* room in the pool: free blocks, then what the tree can give up
@@ -467,7 +533,9 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
     free_n = kvs_kv_pool_free_count(e->pool);
 
     if (free_n < n) {
+        et->load_room = 1;            /* not at the run's host blocks */
         (void) kvs_radix_evict(e->radix, n - free_n);
+        et->load_room = 0;
         free_n = kvs_kv_pool_free_count(e->pool);
         n = n < free_n ? n : free_n;
     }
@@ -479,7 +547,7 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
     sz = sizeof(kvs_engine_tjob_t)
          + (size_t) (k0 + n) * sizeof(uint32_t)
          + (size_t) n * bt * sizeof(int32_t)
-         + (size_t) n * KVS_TIER_ID_LEN;
+         + (size_t) n * KVS_TIER_ID_LEN + n;
 
     j = calloc(1, sz);
     if (j == NULL) {
@@ -489,6 +557,7 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
     j->blocks = (uint32_t *) (j + 1);
     j->tokens = (int32_t *) (j->blocks + k0 + n);
     j->ids = (uint8_t (*)[KVS_TIER_ID_LEN]) (j->tokens + (size_t) n * bt);
+    j->host = (uint8_t *) (j->ids + n);
 
     kvs_err_clear(&err);
 
@@ -501,6 +570,7 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
     memcpy(j->tokens, seq->tokens + (size_t) k0 * bt,
            (size_t) n * bt * sizeof(int32_t));
     memcpy(j->ids, et->ids[k0], (size_t) n * KVS_TIER_ID_LEN);
+    memcpy(j->host, et->host, n);
 
     j->h = h;
     j->node = m.node;
@@ -537,6 +607,7 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
 
 wait:
 
+    /* a host run stays in the tree meanwhile, unlocked */
     kvs_radix_unlock(e->radix, m.node);
 
     if (h->tier_state == KVS_ENGINE_TIER_NONE) {
@@ -551,9 +622,34 @@ wait:
 
 none:
 
+    if (nh > 0) {
+        kvs_engine_tload_hold(e, h, m.node);
+        return 1;
+    }
+
     kvs_radix_unlock(e->radix, m.node);
 
     return 0;
+}
+
+
+void
+kvs_engine_tload_hold(kvs_engine_t *e, kvs_engine_seq_t *h,
+    kvs_radix_node_t *node)
+{
+    kvs_engine_tload_t  *ld = e->tier->ld;
+
+    if (h->tier_state == KVS_ENGINE_TIER_NONE) {
+        kvs_engine_tload_park(ld, h);
+        h->tier_since = kvs_now_ns();
+
+    } else {
+        ld->n_parked--;               /* it waited: no longer */
+    }
+
+    h->tier_node = node;
+    h->tier_state = KVS_ENGINE_TIER_HOLD;
+    kvs_sched_add(&e->sched, &h->seq);
 }
 
 
@@ -591,7 +687,7 @@ kvs_engine_tload_give_back(kvs_engine_t *e, kvs_engine_tjob_t *j)
 static void
 kvs_engine_tload_finish(kvs_engine_t *e, kvs_engine_tjob_t *j)
 {
-    uint32_t             got, bt;
+    uint32_t             got, bt, k, hgot;
     uint64_t             now;
     kvs_err_t            err;
     kvs_engine_seq_t    *h;
@@ -600,6 +696,7 @@ kvs_engine_tload_finish(kvs_engine_t *e, kvs_engine_tjob_t *j)
     kvs_engine_tload_t  *ld = et->ld;
 
     et->st.load_ns += j->read_ns;
+    et->st.host_load_ns += j->host_ns;
     et->st.load_failed += j->failed || j->wfailed;
 
     h = j->h;
@@ -611,9 +708,19 @@ kvs_engine_tload_finish(kvs_engine_t *e, kvs_engine_tjob_t *j)
     got = j->written;
     node = NULL;
 
-    if (got > 0) {
-        kvs_tier_cost_load(&et->cost, (uint64_t) got * et->slot_bytes,
+    /* the host tier's blocks of the run: not the disk's bandwidth */
+    hgot = 0;
+    for (k = 0; k < got; k++) {
+        hgot += j->host[k];
+    }
+
+    if (got > hgot) {
+        kvs_tier_cost_load(&et->cost,
+                           (uint64_t) (got - hgot) * et->slot_bytes,
                            j->read_ns);
+    }
+
+    if (got > 0) {
         kvs_err_clear(&err);
 
         if (kvs_radix_insert(e->radix, h->seq.ns, h->seq.tokens,
@@ -621,6 +728,7 @@ kvs_engine_tload_finish(kvs_engine_t *e, kvs_engine_tjob_t *j)
                              e->sched.now, &node, &err) != KVS_OK)
         {
             got = 0;
+            hgot = 0;
             node = NULL;
         }
     }
@@ -628,7 +736,9 @@ kvs_engine_tload_finish(kvs_engine_t *e, kvs_engine_tjob_t *j)
     kvs_engine_tload_give_back(e, j);
 
     now = kvs_now_ns();
-    et->st.loaded_blocks += got;
+    et->st.loaded_blocks += got - hgot;
+    et->st.host_loaded_blocks += hgot;
+    et->st.host_bytes_out += (uint64_t) hgot * et->block_bytes;
     et->st.loads += got > 0;
     et->st.load_waits++;
     et->st.load_wait_ns += now > h->tier_since ? now - h->tier_since : 0;
@@ -636,6 +746,8 @@ kvs_engine_tload_finish(kvs_engine_t *e, kvs_engine_tjob_t *j)
     h->tier_job = NULL;
     h->seq.tier_from = j->k0 * bt;
     h->seq.tier_to = (j->k0 + got) * bt;
+    h->seq.tier_host_blocks = hgot;
+    h->seq.tier_last_host = got > 0 && j->host[got - 1];
     ld->n_parked--;
 
     if (node != NULL) {

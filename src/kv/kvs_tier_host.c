@@ -380,14 +380,14 @@ kvs_tier_host_put(kvs_tier_host_t *h, const kvs_radix_key_t *key,
     c.bytes = h->conf.block_bytes;
 
     return kvs_tier_host_put_with(h, key, id, NULL, tokens,
-                                  kvs_tier_host_copy, &c, NULL, err);
+                                  kvs_tier_host_copy, &c, 0, NULL, err);
 }
 
 
 int
 kvs_tier_host_put_with(kvs_tier_host_t *h, const kvs_radix_key_t *key,
     const uint8_t *id, const uint8_t *name, const int32_t *tokens,
-    kvs_tier_host_fill_pt fill, void *fill_arg, int *stored,
+    kvs_tier_host_fill_pt fill, void *fill_arg, int no_evict, int *stored,
     kvs_err_t *err)
 {
     int                    rc;
@@ -418,6 +418,12 @@ kvs_tier_host_put_with(kvs_tier_host_t *h, const kvs_radix_key_t *key,
         h->st.put_dups++;
         pthread_mutex_unlock(&h->lock);
         return KVS_OK;
+    }
+
+    if (no_evict && h->free_head == KVS_TIER_HOST_NONE) {
+        pthread_mutex_unlock(&h->lock);
+        return kvs_err_set(err, KVS_KV_EFULL, "host tier: all %u slots are "
+                           "in use", h->n);
     }
 
     i = kvs_tier_host_take(h);

@@ -115,11 +115,12 @@ int kvs_tier_host_put(kvs_tier_host_t *h, const kvs_radix_key_t *key,
  * copy into pinned memory.  When fill fails the slot goes back free and
  * its error is returned; a block the put evicted to make room has gone
  * to the evict hook already.  *stored (may be NULL): 1 when a new block
- * was stored, 0 when one already stored was refreshed.
+ * was stored, 0 when one already stored was refreshed.  With no_evict a
+ * full tier takes no block out for room: KVS_KV_EFULL, nothing changed.
  */
 int kvs_tier_host_put_with(kvs_tier_host_t *h, const kvs_radix_key_t *key,
     const uint8_t *id, const uint8_t *name, const int32_t *tokens,
-    kvs_tier_host_fill_pt fill, void *fill_arg, int *stored,
+    kvs_tier_host_fill_pt fill, void *fill_arg, int no_evict, int *stored,
     kvs_err_t *err);
 
 /* 1 when a block is stored under key and id (touch: and it becomes the

@@ -547,7 +547,7 @@ fill_blk(void *arg, void *dst, kvs_err_t *err)
 /* put_with: the bytes written in place by the fill, the name handed to
  * the evict hook with the block (none for a plain put), a failed fill
  * stores nothing and frees its slot, a block already stored is
- * refreshed without a fill (stored 0). */
+ * refreshed without a fill (stored 0), no_evict refuses when full. */
 static void
 test_put_with(void **state)
 {
@@ -573,7 +573,7 @@ test_put_with(void **state)
     f.k = 1;
     blk(1, id, tok, data);
     assert_int_equal(kvs_tier_host_put_with(h, &key, id, name, tok,
-                                            fill_blk, &f, &stored, &err),
+                                            fill_blk, &f, 0, &stored, &err),
                      KVS_OK);
     assert_int_equal(stored, 1);
     assert_int_equal(f.calls, 1);
@@ -581,7 +581,7 @@ test_put_with(void **state)
 
     /* again: refreshed, not filled */
     assert_int_equal(kvs_tier_host_put_with(h, &key, id, name, tok,
-                                            fill_blk, &f, &stored, &err),
+                                            fill_blk, &f, 0, &stored, &err),
                      KVS_OK);
     assert_int_equal(stored, 0);
     assert_int_equal(f.calls, 1);
@@ -591,7 +591,7 @@ test_put_with(void **state)
     f.k = 2;
     blk(2, id, tok, data);
     assert_int_equal(kvs_tier_host_put_with(h, &key, id, NULL, tok,
-                                            fill_blk, &f, &stored, &err),
+                                            fill_blk, &f, 0, &stored, &err),
                      KVS_EIO);
     assert_int_equal(stored, 0);
     assert_false(kvs_tier_host_has(h, &key, id));
@@ -608,6 +608,16 @@ test_put_with(void **state)
     assert_memory_equal(ev.name[0], name, KVS_RADIX_NAME_LEN);
     blk(1, id, tok, data);
     assert_memory_equal(ev.data[0], data, BB);
+
+    /* no_evict: a full tier refuses, nothing goes */
+    f.fail = 0;
+    f.k = 9;
+    blk(9, id, tok, data);
+    assert_int_equal(kvs_tier_host_put_with(h, &key, id, NULL, tok,
+                                            fill_blk, &f, 1, &stored, &err),
+                     KVS_KV_EFULL);
+    assert_int_equal(ev.calls, 1);
+    assert_false(kvs_tier_host_has(h, &key, id));
 
     put(h, &key, 4);
     assert_int_equal(ev.calls, 2);
