@@ -7,9 +7,9 @@
  * A prompt evicted from a small pool comes back from the host tier bit
  * for bit (tokens and log-probabilities of a cache-off engine), and
  * under another scope nothing loads; with a host tier of 3 blocks and a
- * disk tier, an evicted prompt's shallow blocks stay in host memory and
- * its deeper ones go on to the disk, and it comes back from both (the
- * tokens of each counted); the tier never holds more than its slots; a
+ * disk tier, an evicted prompt's blocks are split between host memory
+ * and the disk, and it comes back from both (the tokens of each
+ * counted); the tier never holds more than its slots; a
  * request closed while its disk part loads (its host part in already)
  * gives every block back; an engine freed with a load under way frees
  * the tier's memory once (ASan: nothing leaks); the CPU backend as it
