@@ -132,11 +132,7 @@ kvs_engine_thost_new(kvs_engine_t *e, kvs_err_t *err)
                            "a disk tier)", kvs_backend_name(e->be->kind));
     }
 
-    if (e->be->ops->block_read == NULL || e->be->ops->block_write == NULL) {
-        return kvs_err_set(err, KVS_EUNSUPPORTED, "kv tier host: the %s "
-                           "backend cannot copy blocks out and back",
-                           kvs_backend_name(e->be->kind));
-    }
+    /* block_read and block_write: checked by kvs_engine_tier_new */
 
     th = calloc(1, sizeof(kvs_engine_thost_t));
     if (th == NULL) {

@@ -178,6 +178,28 @@ block_bytes(const kvs_test_model_t *md)
 }
 
 
+/* An 80-token prompt (sys, 72 + 8), then a long one that evicts it: a
+ * host tier of 3 blocks keeps its blocks 0, 1 and 3, the disk gets 4 and
+ * 2 (written before returning). */
+static void
+split(kvs_engine_t *e, const kvs_test_model_t *md, uint64_t seed,
+    int32_t *sys)
+{
+    int32_t           big[176];
+    kvs_engine_out_t  a;
+
+    kvs_test_engine_fill(sys, 72, seed, md->m->hp.n_vocab, md->v->bos);
+    kvs_test_engine_fill(big, 176, seed + 1, md->m->hp.n_vocab,
+                         md->v->bos);
+
+    run1(e, sys, 72, 8, NULL, &a);
+    kvs_engine_out_free(&a);
+    run1(e, big, 176, 8, NULL, &a);
+    kvs_engine_out_free(&a);
+    kvs_engine_tier_wait(e);
+}
+
+
 static void
 test_host_comes_back(void **state)
 {
@@ -266,11 +288,11 @@ test_host_comes_back(void **state)
 static void
 test_host_then_disk(void **state)
 {
-    int32_t             sys[72], big[184];
+    int32_t             sys[72];
     uint64_t            bb;
     kvs_test_model_t    md;
     kvs_engine_t       *on, *off;
-    kvs_engine_out_t    a, b, c;
+    kvs_engine_out_t    b, c;
     kvs_engine_stats_t  st;
 
     if (kvs_test_model_stories(&md) != 0) {
@@ -282,14 +304,7 @@ test_host_then_disk(void **state)
     memset(&mem, 0, sizeof(mem));
     on = engine_new(&md, 1, 3 * bb, 1, 0);
     off = engine_new(&md, 0, 0, 0, 0);
-    kvs_test_engine_fill(sys, 72, 31, md.m->hp.n_vocab, md.v->bos);
-    kvs_test_engine_fill(big, 184, 32, md.m->hp.n_vocab, md.v->bos);
-
-    run1(on, sys, 72, 8, NULL, &a);
-    kvs_engine_out_free(&a);
-    run1(on, big, 176, 8, NULL, &a);
-    kvs_engine_out_free(&a);
-    kvs_engine_tier_wait(on);
+    split(on, &md, 31, sys);
 
     kvs_engine_stats(on, &st);
     assert_true(st.tier.on && st.tier.host_on);
@@ -331,24 +346,6 @@ test_host_then_disk(void **state)
 }
 
 
-static kvs_engine_seq_t *
-submit1(kvs_engine_t *e, const int32_t *prompt, uint32_t n_prompt,
-    uint32_t gen)
-{
-    kvs_err_t          err;
-    kvs_engine_req_t   req;
-    kvs_engine_seq_t  *h;
-
-    kvs_test_engine_req(&req, prompt, n_prompt, gen, 5);
-
-    if (kvs_engine_submit(e, &req, &h, &err) != KVS_OK) {
-        fail_msg("submit: %s", err.msg);
-    }
-
-    return h;
-}
-
-
 /* The same split, the disk reading 100 ms a block: closed while its
  * disk block loads, the request gives back what it reserved, its host
  * blocks stay cached, and a later request finds them; an engine freed
@@ -356,7 +353,7 @@ submit1(kvs_engine_t *e, const int32_t *prompt, uint32_t n_prompt,
 static void
 test_close_during_load(void **state)
 {
-    int32_t             sys[72], big[184];
+    int32_t             sys[72];
     uint64_t            bb;
     kvs_err_t           err;
     kvs_test_model_t    md;
@@ -373,16 +370,9 @@ test_close_during_load(void **state)
     unlink(disk_path());
     memset(&mem, 0, sizeof(mem));
     on = engine_new(&md, 1, 3 * bb, 1, 100000);
-    kvs_test_engine_fill(sys, 72, 41, md.m->hp.n_vocab, md.v->bos);
-    kvs_test_engine_fill(big, 184, 42, md.m->hp.n_vocab, md.v->bos);
+    split(on, &md, 41, sys);
 
-    run1(on, sys, 72, 8, NULL, &a);
-    kvs_engine_out_free(&a);
-    run1(on, big, 176, 8, NULL, &a);
-    kvs_engine_out_free(&a);
-    kvs_engine_tier_wait(on);
-
-    h = submit1(on, sys, 72, 8);
+    h = kvs_test_engine_submit(on, sys, 72, 8);
     (void) kvs_engine_step(on);
 
     /* blocks 0-1 in, blocks 2-3 loading */
@@ -408,10 +398,8 @@ test_close_during_load(void **state)
     kvs_engine_out_free(&a);
 
     /* freed with a load under way */
-    run1(on, big, 176, 8, NULL, &a);
-    kvs_engine_out_free(&a);
-    kvs_engine_tier_wait(on);
-    h = submit1(on, sys, 72, 8);
+    split(on, &md, 43, sys);
+    h = kvs_test_engine_submit(on, sys, 72, 8);
     (void) kvs_engine_step(on);
     kvs_engine_close(on, h);
     kvs_engine_free(on);

@@ -38,6 +38,52 @@
 #define NGX_HTTP_KVSERVE_TIER_SLOT_HDR  512
 
 
+/* A new tier of its kind for model (len 0: every model), where it was
+ * written; NULL (logged) for a second one. */
+static ngx_http_kvserve_tier_t *
+ngx_http_kvserve_tier_push(ngx_conf_t *cf, ngx_http_kvserve_main_conf_t *kmcf,
+    ngx_flag_t host, ngx_str_t *model)
+{
+    ngx_uint_t                i;
+    ngx_http_kvserve_tier_t  *t;
+
+    if (kmcf->tiers == NULL) {
+        kmcf->tiers = ngx_array_create(cf->pool, 2,
+                                       sizeof(ngx_http_kvserve_tier_t));
+        if (kmcf->tiers == NULL) {
+            return NULL;
+        }
+    }
+
+    t = kmcf->tiers->elts;
+
+    for (i = 0; i < kmcf->tiers->nelts; i++) {
+        if (t[i].host == host && t[i].model.len == model->len
+            && ngx_strncmp(t[i].model.data, model->data, model->len) == 0)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"kvserve_kv_tier%s\" is duplicate for %s%V",
+                               host ? " host" : "",
+                               model->len ? "model " : "every model", model);
+            return NULL;
+        }
+    }
+
+    t = ngx_array_push(kmcf->tiers);
+    if (t == NULL) {
+        return NULL;
+    }
+
+    ngx_memzero(t, sizeof(ngx_http_kvserve_tier_t));
+    t->host = host;
+    t->model = *model;
+    t->file = cf->conf_file->file.name.data;
+    t->line = cf->conf_file->line;
+
+    return t;
+}
+
+
 /* kvserve_kv_tier host SIZE [model=NAME]: the backend is checked once
  * it is known (ngx_http_kvserve_kv_tier_check). */
 static char *
@@ -75,39 +121,12 @@ ngx_http_kvserve_kv_tier_host(ngx_conf_t *cf, ngx_command_t *cmd,
                                              "\"model=NAME\"");
     }
 
-    if (kmcf->tiers == NULL) {
-        kmcf->tiers = ngx_array_create(cf->pool, 2,
-                                       sizeof(ngx_http_kvserve_tier_t));
-        if (kmcf->tiers == NULL) {
-            return NGX_CONF_ERROR;
-        }
-    }
-
-    t = kmcf->tiers->elts;
-
-    for (i = 0; i < kmcf->tiers->nelts; i++) {
-        if (t[i].host && t[i].model.len == model.len
-            && ngx_strncmp(t[i].model.data, model.data, model.len) == 0)
-        {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "\"kvserve_kv_tier host\" is duplicate for "
-                               "%s%V", model.len ? "model " : "every model",
-                               &model);
-            return NGX_CONF_ERROR;
-        }
-    }
-
-    t = ngx_array_push(kmcf->tiers);
+    t = ngx_http_kvserve_tier_push(cf, kmcf, 1, &model);
     if (t == NULL) {
         return NGX_CONF_ERROR;
     }
 
-    ngx_memzero(t, sizeof(ngx_http_kvserve_tier_t));
-    t->host = 1;
     t->size = size;
-    t->model = model;
-    t->file = cf->conf_file->file.name.data;
-    t->line = cf->conf_file->line;
 
     return NGX_CONF_OK;
 }
@@ -190,40 +209,14 @@ ngx_http_kvserve_kv_tier_directive(ngx_conf_t *cf, ngx_command_t *cmd,
                                              "it must be a file name");
     }
 
-    if (kmcf->tiers == NULL) {
-        kmcf->tiers = ngx_array_create(cf->pool, 2,
-                                       sizeof(ngx_http_kvserve_tier_t));
-        if (kmcf->tiers == NULL) {
-            return NGX_CONF_ERROR;
-        }
-    }
-
-    t = kmcf->tiers->elts;
-
-    for (i = 0; i < kmcf->tiers->nelts; i++) {
-        if (!t[i].host && t[i].model.len == model.len
-            && ngx_strncmp(t[i].model.data, model.data, model.len) == 0)
-        {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "\"kvserve_kv_tier\" is duplicate for %s%V",
-                               model.len ? "model " : "every model",
-                               &model);
-            return NGX_CONF_ERROR;
-        }
-    }
-
-    t = ngx_array_push(kmcf->tiers);
+    t = ngx_http_kvserve_tier_push(cf, kmcf, 0, &model);
     if (t == NULL) {
         return NGX_CONF_ERROR;
     }
 
-    t->host = 0;
     t->path = value[2];
     t->size = size;
-    t->model = model;
     t->load_always = always == 1;
-    t->file = cf->conf_file->file.name.data;
-    t->line = cf->conf_file->line;
 
     if (ngx_conf_full_name(cf->cycle, &t->path, 0) != NGX_OK) {
         return NGX_CONF_ERROR;
