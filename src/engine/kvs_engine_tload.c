@@ -111,7 +111,7 @@ struct kvs_engine_tload_s {
     kvs_tier_io_t       *io;
     pthread_t            thread;
     int                  thread_on;     /* a disk tier's: none without */
-    int                  lk_on;
+    int                  lk_on;         /* lk and cv made */
 
     /* under lk */
     pthread_mutex_t      lk;
@@ -450,7 +450,7 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
     /* the host tier's run first, copied in now (the match grows); the
      * disk tier's run, if any, continues after it */
     if (et->th != NULL) {
-        nh = kvs_engine_thost_load(e, h, &key, &m,  kmax,
+        nh = kvs_engine_thost_load(e, h, &key, &m, kmax,
                                    ld->max_reserved - ld->reserved);
         k0 = m.n_tokens / bt;
 
