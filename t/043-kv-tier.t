@@ -1,6 +1,7 @@
 # The prefix cache's disk tier (issue 26): `nginx -t` refuses what the
-# engine would (host tier, a size that holds no block, an unknown model,
-# a missing directory, two tiers for one model); a prompt evicted from a
+# engine would (a host tier unless the backend is cuda, a size that holds
+# no block, an unknown model, a missing directory, two tiers of a kind for
+# one model) and takes a host tier beside a disk tier on CUDA; a prompt evicted from a
 # 16-block pool comes back from the disk tier, with cached_tokens_by_tier
 # .disk > 0 and the reply it got when nothing was cached; a flipped byte
 # in every slot of the file is detected (kv_tier_corrupt_blocks_total)
@@ -39,9 +40,51 @@ END { $t->stop if $t }
 
 my ($failed, $out) = $t->nginx_t("kvserve_model m $model;\n"
                                  . "kvserve_kv_tier host 1g;");
-ok($failed, 'nginx -t refuses kvserve_kv_tier host');
-like($out, qr/"kvserve_kv_tier host" is not supported: on the CPU backend the KV pool is host memory already/,
+ok($failed, 'nginx -t refuses kvserve_kv_tier host (backend auto)');
+like($out, qr/"kvserve_kv_tier host" is not supported: on the CPU backend the KV pool is host memory already.*it needs "kvserve_backend cuda"/,
      '... saying why');
+
+($failed, $out) = $t->nginx_t("kvserve_backend cpu;\n"
+                              . "kvserve_model m $model;\n"
+                              . "kvserve_kv_tier host 1m;");
+ok($failed, '... and on the CPU backend');
+
+# on CUDA: a host tier, with a disk tier beside it (nginx -t needs no
+# device; the engine opens the tiers when it starts)
+($failed, $out) = $t->nginx_t("kvserve_backend cuda;\n"
+                              . "kvserve_model m $model;\n"
+                              . "kvserve_kv_tier host 1m;\n"
+                              . "kvserve_kv_tier disk $file 1m;");
+ok(!$failed, 'nginx -t takes a host tier and a disk tier on CUDA')
+    or diag($out);
+
+($failed, $out) = $t->nginx_t("kvserve_backend cuda;\n"
+                              . "kvserve_model m $model;\n"
+                              . "kvserve_kv_tier host 4k;");
+ok($failed, 'a host tier that holds no block is refused');
+like($out, qr/"kvserve_kv_tier host" in .*: size 4096 holds no block of model "m" \(8192 bytes a block\)/,
+     '... naming the sizes');
+
+($failed, $out) = $t->nginx_t("kvserve_backend cuda;\n"
+                              . "kvserve_model m $model;\n"
+                              . "kvserve_kv_tier host 1m;\n"
+                              . "kvserve_kv_tier host 2m;");
+ok($failed, 'a second host tier for the same model is refused');
+like($out, qr/"kvserve_kv_tier host" is duplicate/, '... as such');
+
+($failed, $out) = $t->nginx_t("kvserve_backend cuda;\n"
+                              . "kvserve_model m $model;\n"
+                              . "kvserve_kv_tier host 1m model=x;");
+ok($failed, 'a host tier for a model not served is refused');
+like($out, qr/"kvserve_kv_tier host" in .*: no model "x" is served/,
+     '... naming it');
+
+($failed, $out) = $t->nginx_t("kvserve_backend cuda;\n"
+                              . "kvserve_model m $model;\n"
+                              . "kvserve_kv_tier host 1m load=always;");
+ok($failed, 'a disk parameter on a host tier is refused');
+like($out, qr/invalid value "load=always" in "kvserve_kv_tier" directive, it must be one "model=NAME"/,
+     '... quoting it');
 
 ($failed, $out) = $t->nginx_t("kvserve_model m $model;\n"
                               . "kvserve_kv_tier disk $file 8k;");

@@ -747,6 +747,8 @@ kvs_api_choice(kvs_jw_t *w, const kvs_api_resp_head_t *h,
 static void
 kvs_api_usage(kvs_jw_t *w, const kvs_api_usage_t *u)
 {
+    uint64_t  lower;
+
     kvs_jw_lit(w, "\"usage\":{\"prompt_tokens\":");
     kvs_jw_u64(w, u->prompt_tokens);
     kvs_jw_lit(w, ",\"completion_tokens\":");
@@ -758,11 +760,21 @@ kvs_api_usage(kvs_jw_t *w, const kvs_api_usage_t *u)
 
     /* the extension: the same split by where the K/V came from */
     if (u->tiered) {
+        lower = (uint64_t) u->cached_tier + u->cached_host;
         kvs_jw_lit(w, ",\"cached_tokens_by_tier\":{\"pool\":");
-        kvs_jw_u64(w, u->cached_tokens >= u->cached_tier
-                      ? (uint64_t) u->cached_tokens - u->cached_tier : 0);
-        kvs_jw_lit(w, ",\"disk\":");
-        kvs_jw_u64(w, u->cached_tier);
+        kvs_jw_u64(w, u->cached_tokens >= lower
+                      ? (uint64_t) u->cached_tokens - lower : 0);
+
+        if (u->tiered & KVS_API_TIER_HOST) {
+            kvs_jw_lit(w, ",\"host\":");
+            kvs_jw_u64(w, u->cached_host);
+        }
+
+        if (u->tiered & KVS_API_TIER_DISK) {
+            kvs_jw_lit(w, ",\"disk\":");
+            kvs_jw_u64(w, u->cached_tier);
+        }
+
         kvs_jw_lit(w, "}");
     }
 

@@ -130,6 +130,9 @@ typedef struct {
                                               calls */
 } kvs_api_choice_t;
 
+#define KVS_API_TIER_DISK  1        /* kvs_api_usage_t's tiered */
+#define KVS_API_TIER_HOST  2
+
 typedef struct {
     uint32_t  prompt_tokens;
     uint32_t  completion_tokens;      /* over all choices */
@@ -137,9 +140,14 @@ typedef struct {
                                          reused */
     uint32_t  cached_tier;            /* of cached_tokens, loaded from
                                          the disk tier */
-    int       tiered;                 /* the model has a disk tier:
+    uint32_t  cached_host;            /* ... copied in from the host
+                                         tier */
+    int       tiered;                 /* the model's lower tiers,
+                                         KVS_API_TIER_* bits (0: none):
                                          prompt_tokens_details also has
-                                         cached_tokens_by_tier */
+                                         cached_tokens_by_tier, with
+                                         "pool", "host" for a host tier,
+                                         "disk" for a disk tier */
     uint32_t  cache_creation_tokens;  /* prompt tokens cached for the
                                          request's breakpoints, not read */
     int       breakpoints;            /* the request gave cache_control:

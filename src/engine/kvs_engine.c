@@ -149,6 +149,10 @@ kvs_engine_new(kvs_engine_t **out, const kvs_engine_conf_t *conf,
         goto failed;
     }
 
+    if (e->conf.backend_hook != NULL) {
+        e->conf.backend_hook(e->be, e->conf.backend_hook_arg);
+    }
+
     e->conf.n_blocks = e->be->n_blocks;
     kvs_engine_backend_line(e);
 
@@ -780,6 +784,7 @@ kvs_engine_publish(kvs_engine_t *e)
         e->stats.cache_blocks = (uint32_t) rs.blocks;
         e->stats.cache_pinned_blocks = (uint32_t) rs.pinned_blocks;
         e->stats.cache_tier_hit_tokens = e->sched.n_tier_hit_tokens;
+        e->stats.cache_host_hit_tokens = e->sched.n_host_hit_tokens;
         kvs_engine_tier_publish(e);
     }
 

@@ -123,6 +123,21 @@ typedef struct {
                                              (kvs_tier_conf_t's) */
     uint32_t            tier_read_delay_us;   /* tests only: a slow disk
                                              for loads too */
+    uint64_t            tier_host_size;   /* the host tier's bytes
+                                             (kvserve_kv_tier host): the
+                                             pool's evicted blocks go to
+                                             host memory from the
+                                             backend's host_alloc (CUDA:
+                                             pinned), and from there on
+                                             to the disk tier if any; 0:
+                                             none.  KVS_EUNSUPPORTED on a
+                                             backend without host_alloc */
+    void              (*backend_hook)(kvs_backend_t *be, void *arg);
+                                          /* tests only: called once the
+                                             backend is made, before
+                                             anything uses it (to wrap
+                                             its ops); NULL: none */
+    void               *backend_hook_arg;
     const char         *index_model;      /* the served model's name:
                                              names every cached block
                                              for the prefix index (see
@@ -236,6 +251,8 @@ typedef struct {
                                              from the prefix cache */
     uint32_t                n_cached_tier;    /* of n_cached, loaded
                                              from the disk tier */
+    uint32_t                n_cached_host;    /* of n_cached, copied in
+                                             from the host tier */
     uint32_t                n_cache_created;  /* prompt tokens cached for
                                              the request's pins that were
                                              not read from the cache */
@@ -311,6 +328,27 @@ typedef struct {
     double    prefill_tps;
     char      discarded[160];         /* why the file's blocks were not
                                          kept at start; "": kept or new */
+
+    /* the host tier (kvs_engine_thost.c); host_on 0: none */
+    uint32_t  host_on;
+    uint64_t  host_slots;             /* blocks it holds at most */
+    uint64_t  host_used;              /* blocks it holds now */
+    uint64_t  host_block_bytes;       /* bytes per block */
+    uint64_t  host_spilled;           /* evicted pool blocks stored */
+    uint64_t  host_spill_kept;        /* ... that it had already */
+    uint64_t  host_spill_failed;      /* not stored: the copy failed or
+                                         every slot was held (on to the
+                                         disk tier then, if any) */
+    uint64_t  host_evicted;           /* blocks it evicted for room */
+    uint64_t  host_to_disk;           /* of those, queued for the disk
+                                         tier */
+    uint64_t  host_hits;              /* blocks it gave back */
+    uint64_t  host_loads;             /* requests that copied blocks in */
+    uint64_t  host_loaded_blocks;     /* blocks copied into the pool */
+    uint64_t  host_load_ns;           /* time copying them (the engine
+                                         thread's) */
+    uint64_t  host_bytes_in;          /* bytes copied into the tier */
+    uint64_t  host_bytes_out;         /* bytes copied out into the pool */
 } kvs_engine_tier_stats_t;
 
 typedef struct {
@@ -356,6 +394,7 @@ typedef struct {
     uint64_t  pool_refused[2];
     uint64_t  cache_tier_hit_tokens;  /* of cache_hit_tokens, loaded from
                                          the disk tier */
+    uint64_t  cache_host_hit_tokens;  /* ... copied in from the host tier */
     kvs_engine_tier_stats_t  tier;
     uint32_t  pool_min_tokens;        /* pools on: a long one's length */
     uint32_t  long_room;              /* kvs_sched_long_room's: blocks */

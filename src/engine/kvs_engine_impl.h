@@ -335,6 +335,11 @@ void kvs_engine_tier_ix_free(kvs_engine_t *e, kvs_tier_t *tier);
  * the tier already (stored 1) or queued for it (0). */
 void kvs_engine_tier_ix_spilled(kvs_engine_t *e, const kvs_radix_key_t *key,
     const uint8_t *path, int stored);
+/* The same with the block's name given (NULL: unnamed): a block the host
+ * tier passes on to the disk tier (engine thread). */
+void kvs_engine_tier_ix_spilled_named(kvs_engine_t *e,
+    const kvs_radix_key_t *key, const uint8_t *path, const uint8_t *name,
+    int stored);
 /* The watch's news into the index's record (engine thread, in a step). */
 void kvs_engine_tier_ix_drain(kvs_engine_t *e);
 /* Every published disk name as an add (a listing, in a step). */

@@ -206,6 +206,7 @@ kvs_engine_read(kvs_engine_t *e, kvs_engine_seq_t *h, kvs_engine_out_t *out)
             out->n_cached = in->n_cached;
             out->n_cache_created = in->n_cache_created;
             out->n_cached_tier = in->n_cached_tier;
+            out->n_cached_host = in->n_cached_host;
             out->miss = in->miss;
             out->miss_pos = in->miss_pos;
             out->has_cache = 1;
@@ -505,6 +506,7 @@ kvs_engine_emit(kvs_engine_t *e, kvs_engine_seq_t *h, int32_t token,
         o->n_cached = h->seq.n_cached;
         o->n_cache_created = h->n_cache_created;
         o->n_cached_tier = h->seq.n_cached_tier;
+        o->n_cached_host = h->seq.n_cached_host;
         o->miss = h->seq.miss;
         o->miss_pos = h->seq.miss_pos;
     }

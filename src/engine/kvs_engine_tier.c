@@ -1,9 +1,10 @@
 /*
- * kvs_engine_tier: the engine's side of the prefix cache's disk tier
- * (docs/prefix-cache.md, "The second tier"): it opens the tier, its
- * spill queue and its loader (kvs_engine_tload.c), copies every block
- * the tree evicts into the queue, feeds the cost model its prefill
- * samples and publishes the figures.
+ * kvs_engine_tier: the engine's side of the prefix cache's lower tiers
+ * (docs/prefix-cache.md, "The second tier"): it opens the disk tier,
+ * its spill queue, the host tier (kvs_engine_thost.c) and the loader
+ * (kvs_engine_tload.c), copies every block the tree evicts into the
+ * host tier, else the disk tier's queue, feeds the cost model its
+ * prefill samples and publishes the figures.
  *
  * Threads: everything here runs on the engine thread (the radix tree's
  * spill function, the step's prefill sample, the stats); the spill
@@ -41,7 +42,7 @@ kvs_engine_tier_new(kvs_engine_t *e, kvs_err_t *err)
     kvs_tier_conf_t    tc;
     kvs_engine_tier_t *et;
 
-    if (e->conf.tier_path == NULL) {
+    if (e->conf.tier_path == NULL && e->conf.tier_host_size == 0) {
         return KVS_OK;
     }
 
@@ -64,6 +65,31 @@ kvs_engine_tier_new(kvs_engine_t *e, kvs_err_t *err)
     e->tier = et;
     et->block_bytes = e->be->kv_bytes / e->conf.n_blocks;
     et->max_blocks = e->sched.conf.n_ctx / e->conf.block_tokens + 1;
+
+    et->block = malloc(et->block_bytes);
+    et->ids = malloc((size_t) et->max_blocks * KVS_TIER_ID_LEN);
+    et->table = malloc((size_t) et->max_blocks * sizeof(uint32_t));
+    et->host = calloc(et->max_blocks, 1);
+
+    if (et->block == NULL || et->ids == NULL || et->table == NULL
+        || et->host == NULL)
+    {
+        return kvs_err_set(err, KVS_ENOMEM, "kv tier: out of memory for "
+                           "%" PRIu32 " blocks", et->max_blocks);
+    }
+
+    kvs_tier_cost_init(&et->cost, KVS_ENGINE_TIER_HALF_LIFE);
+
+    if (e->conf.tier_host_size > 0) {
+        rc = kvs_engine_thost_new(e, err);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+    }
+
+    if (e->conf.tier_path == NULL) {
+        goto loader;
+    }
 
     memset(&tc, 0, sizeof(tc));
     tc.path = e->conf.tier_path;
@@ -115,16 +141,7 @@ kvs_engine_tier_new(kvs_engine_t *e, kvs_err_t *err)
         return rc;
     }
 
-    et->block = malloc(et->block_bytes);
-    et->ids = malloc((size_t) et->max_blocks * KVS_TIER_ID_LEN);
-    et->table = malloc((size_t) et->max_blocks * sizeof(uint32_t));
-
-    if (et->block == NULL || et->ids == NULL || et->table == NULL) {
-        return kvs_err_set(err, KVS_ENOMEM, "kv tier: out of memory for "
-                           "%" PRIu32 " blocks", et->max_blocks);
-    }
-
-    kvs_tier_cost_init(&et->cost, KVS_ENGINE_TIER_HALF_LIFE);
+loader:
 
     rc = kvs_engine_tload_new(e, err);
     if (rc != KVS_OK) {
@@ -152,6 +169,10 @@ kvs_engine_tier_free(kvs_engine_t *e)
 
     kvs_engine_tload_free(e);
 
+    /* the host tier's blocks go (not on to the disk: a restart of the
+     * engine keeps only what the disk tier holds) */
+    kvs_engine_thost_free(e);
+
     /* what is queued is written first: it is the tier's to keep */
     if (et->spill != NULL) {
         kvs_tier_spill_wait(et->spill);
@@ -163,6 +184,7 @@ kvs_engine_tier_free(kvs_engine_t *e)
     free(et->block);
     free(et->ids);
     free(et->table);
+    free(et->host);
     free(et);
     e->tier = NULL;
 }
@@ -177,6 +199,17 @@ kvs_engine_tier_spill(void *arg, const kvs_radix_key_t *key,
     kvs_err_t           err;
     kvs_engine_t       *e = arg;
     kvs_engine_tier_t  *et = e->tier;
+
+    /* the host tier first: the disk gets what it evicts */
+    if (et->th != NULL
+        && kvs_engine_thost_spill(e, key, path, tokens, block))
+    {
+        return;
+    }
+
+    if (et->tier == NULL) {
+        return;
+    }
 
     if (kvs_tier_has(et->tier, key, path)) {
         et->st.spill_kept++;
@@ -237,6 +270,14 @@ kvs_engine_tier_live(kvs_engine_t *e, kvs_engine_tier_stats_t *st)
         return;
     }
 
+    if (et->th != NULL) {
+        kvs_engine_thost_live(e, st);
+    }
+
+    if (et->tier == NULL) {
+        return;
+    }
+
     kvs_tier_stats(et->tier, &ts);
     kvs_tier_spill_stats(et->spill, &ss);
 
@@ -256,7 +297,7 @@ kvs_engine_tier_live(kvs_engine_t *e, kvs_engine_tier_stats_t *st)
 void
 kvs_engine_tier_wait(kvs_engine_t *e)
 {
-    if (e->tier != NULL) {
+    if (e->tier != NULL && e->tier->spill != NULL) {
         kvs_tier_spill_wait(e->tier->spill);
     }
 }

@@ -1,12 +1,14 @@
 /*
- * kvs_engine_tier: the disk tier's state inside the engine, shared by
+ * kvs_engine_tier: the lower tiers' state inside the engine, shared by
  * kvs_engine_tier.c (open, spill, the cost model's prefill samples,
- * stats) and kvs_engine_tload.c (the loader thread and the requests
- * waiting for it).  Not for use outside src/engine.
+ * stats), kvs_engine_tload.c (the loader thread and the requests
+ * waiting for it) and kvs_engine_thost.c (the host tier).  Not for use
+ * outside src/engine.
  *
  * Invariants: everything here but the loader's own locked part (see
- * kvs_engine_tload.c) is the engine thread's; the tier and the spill
- * queue lock themselves.
+ * kvs_engine_tload.c) is the engine thread's; the tiers and the spill
+ * queue lock themselves.  tier (the disk's) and th (the host's) may
+ * each be NULL, not both.
  */
 
 #ifndef KVS_ENGINE_TIER_H
@@ -18,20 +20,67 @@
 #include "kvs_engine_impl.h"
 
 typedef struct kvs_engine_tload_s  kvs_engine_tload_t;
+typedef struct kvs_engine_thost_s  kvs_engine_thost_t;
 
 struct kvs_engine_tier_s {
-    kvs_tier_t          *tier;
-    kvs_tier_spill_t    *spill;
+    kvs_tier_t          *tier;          /* the disk tier; NULL: none */
+    kvs_tier_spill_t    *spill;         /* its queue */
+    kvs_engine_thost_t  *th;            /* the host tier; NULL: none */
     uint8_t             *block;         /* [block_bytes] a spilled block */
     uint64_t             block_bytes;   /* KV bytes of one block */
     uint64_t             slot_bytes;    /* file bytes of one block */
     uint8_t            (*ids)[KVS_TIER_ID_LEN];  /* [max_blocks] a plan's
                                                     path names */
     uint32_t            *table;         /* [max_blocks] a plan's match */
+    uint8_t             *host;          /* [max_blocks] a plan's run: 1
+                                           for a host tier's block */
+    int                  load_room;     /* a load evicts for its room:
+                                           spills take no host block
+                                           out (it may be the load's) */
     uint32_t             max_blocks;    /* of a sequence's tokens */
     kvs_tier_cost_t      cost;
     kvs_engine_tier_stats_t  st;
     kvs_engine_tload_t  *ld;            /* the loader; NULL until made */
 };
+
+
+/* kvs_engine_thost.c: the host tier */
+
+/* Opens the host tier of conf.tier_host_size bytes in memory from the
+ * backend's host_alloc; KVS_EUNSUPPORTED when the backend has none (the
+ * CPU's: its pool is host memory already).  What was made stays in
+ * e->tier->th for kvs_engine_thost_free(). */
+int kvs_engine_thost_new(kvs_engine_t *e, kvs_err_t *err);
+void kvs_engine_thost_free(kvs_engine_t *e);
+
+/* The tree evicts a block (the spill function): into the host tier.
+ * 0 when it could not take it (the caller hands it to the disk tier). */
+int kvs_engine_thost_spill(kvs_engine_t *e, const kvs_radix_key_t *key,
+    const uint8_t *path, const int32_t *tokens, uint32_t block);
+
+/*
+ * A plan's host run: the whole blocks after *m (a locked match of h's
+ * tokens, key its namespace) that the host tier holds, as far as the
+ * pool has room (at most room blocks), copied into new pool blocks,
+ * inserted into the tree and recorded in h's host_from/host_to; *m is
+ * then the longer match, locked, and et->ids[0, m's blocks) are the
+ * path names.  Returns the blocks loaded (0: *m as it was).
+ */
+uint32_t kvs_engine_thost_load(kvs_engine_t *e, kvs_engine_seq_t *h,
+    const kvs_radix_key_t *key, kvs_radix_match_t *m, uint32_t kmax,
+    uint32_t room);
+
+/* 1 when the host tier holds the block under key and id (now its most
+ * recently used); any thread. */
+int kvs_engine_thost_has(kvs_engine_t *e, const kvs_radix_key_t *key,
+    const uint8_t *id);
+
+/* The block under key and id whose tokens are tokens copied into dst
+ * (the loader thread's staging); KVS_ENOTFOUND when gone. */
+int kvs_engine_thost_get(kvs_engine_t *e, const kvs_radix_key_t *key,
+    const uint8_t *id, const int32_t *tokens, void *dst, kvs_err_t *err);
+
+/* The host tier's own figures into st (any thread). */
+void kvs_engine_thost_live(kvs_engine_t *e, kvs_engine_tier_stats_t *st);
 
 #endif /* KVS_ENGINE_TIER_H */

@@ -261,11 +261,19 @@ void
 kvs_engine_tier_ix_spilled(kvs_engine_t *e, const kvs_radix_key_t *key,
     const uint8_t *path, int stored)
 {
-    const uint8_t         *name;
+    kvs_engine_tier_ix_spilled_named(e, key, path,
+                                     kvs_radix_spill_name(e->radix),
+                                     stored);
+}
+
+
+void
+kvs_engine_tier_ix_spilled_named(kvs_engine_t *e,
+    const kvs_radix_key_t *key, const uint8_t *path, const uint8_t *name,
+    int stored)
+{
     kvs_tier_ix_ent_t     *en;
     kvs_engine_tier_ix_t  *tx = e->tier_ix;
-
-    name = kvs_radix_spill_name(e->radix);
 
     if (tx == NULL || name == NULL) {
         return;                       /* unnamed: never published */

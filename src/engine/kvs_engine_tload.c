@@ -93,13 +93,18 @@ struct kvs_engine_tjob_s {
     int32_t             *tokens;        /* [n * block_tokens] */
     uint64_t             ticket;        /* the spill queue's, of the last
                                            block still queued; 0: none */
+    uint8_t             *host;          /* [n] 1: the host tier's block
+                                           (kvs_engine_thost.c), 0: the
+                                           disk's */
 
     /* under ld->lk */
     uint32_t             read;          /* staged by the loader */
     int                  failed;        /* a read failed: the run ends */
     int                  stop;          /* cancelled: stop reading */
     int                  done;          /* the loader is through */
-    uint64_t             read_ns;       /* the loader's time in reads */
+    uint64_t             read_ns;       /* the loader's time in disk
+                                           reads */
+    uint64_t             host_ns;       /* ... in host tier copies */
     kvs_engine_tjob_t   *next;          /* the job list, oldest first */
 };
 
@@ -121,7 +126,8 @@ struct kvs_engine_tload_s {
     /* the loader's own */
     kvs_tier_io_t       *io;
     pthread_t            thread;
-    int                  thread_on;
+    int                  thread_on;     /* a disk tier's: none without */
+    int                  lk_on;         /* lk and cv made */
 
     /* under lk */
     pthread_mutex_t      lk;
@@ -170,18 +176,22 @@ kvs_engine_tload_new(kvs_engine_t *e, kvs_err_t *err)
                            "%" PRIu64 " staged blocks", n);
     }
 
+    pthread_mutex_init(&ld->lk, NULL);
+    pthread_cond_init(&ld->cv, NULL);
+    ld->lk_on = 1;
+
+    /* a host tier alone loads on the engine thread: no reader */
+    if (et->tier == NULL) {
+        return KVS_OK;
+    }
+
     rc = kvs_tier_io_new(et->tier, &ld->io, err);
     if (rc != KVS_OK) {
         return rc;
     }
 
-    pthread_mutex_init(&ld->lk, NULL);
-    pthread_cond_init(&ld->cv, NULL);
-
     rc = pthread_create(&ld->thread, NULL, kvs_engine_tload_main, e);
     if (rc != 0) {
-        pthread_mutex_destroy(&ld->lk);
-        pthread_cond_destroy(&ld->cv);
         return kvs_err_set(err, KVS_ENOMEM, "kv tier: the loader thread: "
                            "%s", strerror(rc));
     }
@@ -212,6 +222,9 @@ kvs_engine_tload_free(kvs_engine_t *e)
         pthread_cond_signal(&ld->cv);
         pthread_mutex_unlock(&ld->lk);
         pthread_join(ld->thread, NULL);
+    }
+
+    if (ld->lk_on) {
         pthread_mutex_destroy(&ld->lk);
         pthread_cond_destroy(&ld->cv);
     }
@@ -298,13 +311,31 @@ kvs_engine_tload_main(void *arg)
 
         kvs_err_clear(&err);
         t0 = kvs_now_ns();
-        rc = kvs_tier_get(et->tier, ld->io, &j->key, j->ids[k],
-                          j->tokens + (size_t) k * bt,
-                          ld->stage + (size_t) slot * et->block_bytes, &err);
+
+        if (j->host[k]) {
+            /* a host block inside a disk run: a copy (gone since the
+             * plan: the run ends here) */
+            rc = kvs_engine_thost_get(e, &j->key, j->ids[k],
+                                      j->tokens + (size_t) k * bt,
+                                      ld->stage
+                                      + (size_t) slot * et->block_bytes,
+                                      &err);
+        } else {
+            rc = kvs_tier_get(et->tier, ld->io, &j->key, j->ids[k],
+                              j->tokens + (size_t) k * bt,
+                              ld->stage + (size_t) slot * et->block_bytes,
+                              &err);
+        }
+
         t0 = kvs_now_ns() - t0;
 
         pthread_mutex_lock(&ld->lk);
-        j->read_ns += t0;
+
+        if (j->host[k]) {
+            j->host_ns += t0;
+        } else {
+            j->read_ns += t0;
+        }
 
         if (rc == KVS_OK) {
             ld->ent[slot].job = j;
@@ -476,7 +507,7 @@ static int
 kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
 {
     size_t               sz;
-    uint32_t             bt, k0, kmax, k, n, room, free_n;
+    uint32_t             bt, k0, kmax, k, n, room, free_n, nd;
     uint64_t             ticket;
     kvs_err_t            err;
     kvs_seq_t           *seq = &h->seq;
@@ -510,16 +541,45 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
 
     kvs_radix_ns_key(seq->ns, &key);
 
+    /* the host tier's run first, copied in now (the match grows); the
+     * disk tier's run, if any, continues after it */
+    if (et->th != NULL) {
+        (void) kvs_engine_thost_load(e, h, &key, &m, kmax,
+                                     ld->max_reserved - ld->reserved);
+        k0 = m.n_tokens / bt;
+
+        if (k0 >= kmax || m.n_tokens + 1 >= seq->n_tokens
+            || et->tier == NULL)
+        {
+            goto none;
+        }
+    }
+
     /* the path names of the blocks before the run, then the run's as
-     * far as the tier (or the spill queue) has them */
+     * far as the tiers (or the disk's spill queue) have them: the
+     * disk's, or the host's between */
     ticket = 0;
+    nd = 0;
 
     for (k = 0; k < kmax; k++) {
         kvs_tier_path_id(k > 0 ? et->ids[k - 1] : NULL,
                          seq->tokens + (size_t) k * bt, bt, et->ids[k]);
 
-        if (k >= k0 && !kvs_engine_tload_has(et, &key, et->ids[k], &ticket))
+        if (k < k0) {
+            continue;
+        }
+
+        et->host[k - k0] = 0;
+
+        if (kvs_engine_tload_has(et, &key, et->ids[k], &ticket)) {
+            nd++;
+
+        } else if (et->th != NULL
+                   && kvs_engine_thost_has(e, &key, et->ids[k]))
         {
+            et->host[k - k0] = 1;
+
+        } else {
             break;
         }
     }
@@ -544,21 +604,27 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
         goto wait;
     }
 
-    if (!e->conf.tier_load_always
-        && !kvs_tier_cost_decide(&et->cost, (uint64_t) n * bt,
-                                 (uint64_t) n * et->slot_bytes))
+    /* the cost model weighs the disk's blocks (a host block is always
+     * cheaper to copy than to compute) */
+    if (!e->conf.tier_load_always && nd > 0
+        && !kvs_tier_cost_decide(&et->cost, (uint64_t) nd * bt,
+                                 (uint64_t) nd * et->slot_bytes))
     {
-        et->st.recomputed_blocks += n;
+        et->st.recomputed_blocks += nd;
         h->tier_done = 1;
         goto none;
     }
 
     n = n < room ? n : room;
 
-    /* the run's slots first in the tier's LRU, before the evictions
-     * below spill into it */
+    /* the run's slots first in the tiers' LRU, before the evictions
+     * below spill into them */
     for (k = k0; k < k0 + n; k++) {
-        (void) kvs_tier_touch(et->tier, &key, et->ids[k]);
+        if (et->host[k - k0]) {
+            (void) kvs_engine_thost_has(e, &key, et->ids[k]);
+        } else {
+            (void) kvs_tier_touch(et->tier, &key, et->ids[k]);
+        }
     }
 
     /* room in the pool: free blocks, then what the tree can give up
@@ -566,7 +632,9 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
     free_n = kvs_kv_pool_free_count(e->pool);
 
     if (free_n < n) {
+        et->load_room = 1;            /* not at the run's host blocks */
         (void) kvs_radix_evict(e->radix, n - free_n);
+        et->load_room = 0;
         free_n = kvs_kv_pool_free_count(e->pool);
         n = n < free_n ? n : free_n;
     }
@@ -578,7 +646,7 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
     sz = sizeof(kvs_engine_tjob_t)
          + (size_t) (k0 + n) * sizeof(uint32_t)
          + (size_t) n * bt * sizeof(int32_t)
-         + (size_t) n * KVS_TIER_ID_LEN;
+         + (size_t) n * KVS_TIER_ID_LEN + n;
 
     j = calloc(1, sz);
     if (j == NULL) {
@@ -588,6 +656,7 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
     j->blocks = (uint32_t *) (j + 1);
     j->tokens = (int32_t *) (j->blocks + k0 + n);
     j->ids = (uint8_t (*)[KVS_TIER_ID_LEN]) (j->tokens + (size_t) n * bt);
+    j->host = (uint8_t *) (j->ids + n);
 
     kvs_err_clear(&err);
 
@@ -600,6 +669,7 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
     memcpy(j->tokens, seq->tokens + (size_t) k0 * bt,
            (size_t) n * bt * sizeof(int32_t));
     memcpy(j->ids, et->ids[k0], (size_t) n * KVS_TIER_ID_LEN);
+    memcpy(j->host, et->host, n);
 
     j->h = h;
     j->node = m.node;
@@ -639,6 +709,7 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
 
 wait:
 
+    /* a host run stays in the tree meanwhile, unlocked */
     kvs_radix_unlock(e->radix, m.node);
     kvs_engine_tload_hold(e, h);
 
@@ -648,6 +719,9 @@ wait:
 
 none:
 
+    /* a host run copied in stays in the tree, unlocked: the lookup
+     * that admits h (at once from the scheduler's hook, or at a later
+     * plan) finds it there or, evicted again, in the host tier */
     kvs_radix_unlock(e->radix, m.node);
 
     return 0;
@@ -710,7 +784,7 @@ kvs_engine_tload_give_back(kvs_engine_t *e, kvs_engine_tjob_t *j)
 static void
 kvs_engine_tload_finish(kvs_engine_t *e, kvs_engine_tjob_t *j)
 {
-    uint32_t             got, bt;
+    uint32_t             got, bt, k, hgot;
     uint64_t             now;
     kvs_err_t            err;
     kvs_engine_seq_t    *h;
@@ -719,6 +793,7 @@ kvs_engine_tload_finish(kvs_engine_t *e, kvs_engine_tjob_t *j)
     kvs_engine_tload_t  *ld = et->ld;
 
     et->st.load_ns += j->read_ns;
+    et->st.host_load_ns += j->host_ns;
     et->st.load_failed += j->failed || j->wfailed;
 
     h = j->h;
@@ -730,9 +805,19 @@ kvs_engine_tload_finish(kvs_engine_t *e, kvs_engine_tjob_t *j)
     got = j->written;
     node = NULL;
 
-    if (got > 0) {
-        kvs_tier_cost_load(&et->cost, (uint64_t) got * et->slot_bytes,
+    /* the host tier's blocks of the run: not the disk's bandwidth */
+    hgot = 0;
+    for (k = 0; k < got; k++) {
+        hgot += j->host[k];
+    }
+
+    if (got > hgot) {
+        kvs_tier_cost_load(&et->cost,
+                           (uint64_t) (got - hgot) * et->slot_bytes,
                            j->read_ns);
+    }
+
+    if (got > 0) {
         kvs_err_clear(&err);
 
         if (kvs_radix_insert(e->radix, h->seq.ns, h->seq.tokens,
@@ -740,6 +825,7 @@ kvs_engine_tload_finish(kvs_engine_t *e, kvs_engine_tjob_t *j)
                              e->sched.now, &node, &err) != KVS_OK)
         {
             got = 0;
+            hgot = 0;
             node = NULL;
         }
     }
@@ -747,7 +833,9 @@ kvs_engine_tload_finish(kvs_engine_t *e, kvs_engine_tjob_t *j)
     kvs_engine_tload_give_back(e, j);
 
     now = kvs_now_ns();
-    et->st.loaded_blocks += got;
+    et->st.loaded_blocks += got - hgot;
+    et->st.host_loaded_blocks += hgot;
+    et->st.host_bytes_out += (uint64_t) hgot * et->block_bytes;
     et->st.loads += got > 0;
     et->st.load_waits++;
     et->st.load_wait_ns += now > h->tier_since ? now - h->tier_since : 0;
@@ -760,9 +848,12 @@ kvs_engine_tload_finish(kvs_engine_t *e, kvs_engine_tjob_t *j)
         || h->seq.tier_to != j->k0 * bt)
     {
         h->seq.tier_from = j->k0 * bt;
+        h->seq.tier_host_blocks = 0;
     }
 
     h->seq.tier_to = (j->k0 + got) * bt;
+    h->seq.tier_host_blocks += hgot;
+    h->seq.tier_last_host = got > 0 && j->host[got - 1];
     ld->n_parked--;
 
     if (node != NULL) {

@@ -24,10 +24,12 @@ typedef struct {
     uint32_t   scope_len;
     uint32_t   holds;
     uint32_t   used;                  /* holds a block */
+    uint32_t   named;                 /* name[] is the block's */
     uint32_t   chain;                 /* next in its bucket */
     uint32_t   prev;                  /* LRU neighbours, or the free */
     uint32_t   next;                  /* list's next */
     uint8_t    id[KVS_TIER_ID_LEN];
+    uint8_t    name[KVS_RADIX_NAME_LEN];  /* its prefix index name */
     char       scope[KVS_RADIX_MAX_SCOPE];
 } kvs_tier_host_slot_t;
 
@@ -333,6 +335,7 @@ kvs_tier_host_take(kvs_tier_host_t *h)
             key.scope = s->scope;
             key.scope_len = s->scope_len;
             h->conf.evict(h->conf.evict_arg, &key, s->id,
+                          s->named ? s->name : NULL,
                           h->tokens + (size_t) i * h->conf.block_tokens,
                           h->mem + (size_t) i * h->conf.block_bytes);
         }
@@ -349,13 +352,51 @@ kvs_tier_host_take(kvs_tier_host_t *h)
 }
 
 
+typedef struct {
+    const void  *data;
+    size_t       bytes;
+} kvs_tier_host_copy_t;
+
+
+static int
+kvs_tier_host_copy(void *arg, void *dst, kvs_err_t *err)
+{
+    kvs_tier_host_copy_t  *c = arg;
+
+    memcpy(dst, c->data, c->bytes);
+
+    return KVS_OK;
+}
+
+
 int
 kvs_tier_host_put(kvs_tier_host_t *h, const kvs_radix_key_t *key,
     const uint8_t *id, const int32_t *tokens, const void *data,
     kvs_err_t *err)
 {
+    kvs_tier_host_copy_t  c;
+
+    c.data = data;
+    c.bytes = h->conf.block_bytes;
+
+    return kvs_tier_host_put_with(h, key, id, NULL, tokens,
+                                  kvs_tier_host_copy, &c, 0, NULL, err);
+}
+
+
+int
+kvs_tier_host_put_with(kvs_tier_host_t *h, const kvs_radix_key_t *key,
+    const uint8_t *id, const uint8_t *name, const int32_t *tokens,
+    kvs_tier_host_fill_pt fill, void *fill_arg, int no_evict, int *stored,
+    kvs_err_t *err)
+{
+    int                    rc;
     uint32_t               i, bk;
     kvs_tier_host_slot_t  *s;
+
+    if (stored != NULL) {
+        *stored = 0;
+    }
 
     if (key->scope_len > KVS_RADIX_MAX_SCOPE) {
         return kvs_err_set(err, KVS_EINVAL, "host tier: a scope of %zu "
@@ -379,11 +420,25 @@ kvs_tier_host_put(kvs_tier_host_t *h, const kvs_radix_key_t *key,
         return KVS_OK;
     }
 
+    if (no_evict && h->free_head == KVS_TIER_HOST_NONE) {
+        pthread_mutex_unlock(&h->lock);
+        return kvs_err_set(err, KVS_KV_EFULL, "host tier: all %u slots are "
+                           "in use", h->n);
+    }
+
     i = kvs_tier_host_take(h);
     if (i == KVS_TIER_HOST_NONE) {
         pthread_mutex_unlock(&h->lock);
         return kvs_err_set(err, KVS_KV_EFULL, "host tier: all %u slots are "
                            "held", h->n);
+    }
+
+    rc = fill(fill_arg, h->mem + (size_t) i * h->conf.block_bytes, err);
+    if (rc != KVS_OK) {
+        h->slots[i].next = h->free_head;
+        h->free_head = i;
+        pthread_mutex_unlock(&h->lock);
+        return rc;
     }
 
     s = &h->slots[i];
@@ -395,10 +450,12 @@ kvs_tier_host_put(kvs_tier_host_t *h, const kvs_radix_key_t *key,
         memcpy(s->scope, key->scope, key->scope_len);
     }
     memcpy(s->id, id, KVS_TIER_ID_LEN);
+    s->named = name != NULL;
+    if (name != NULL) {
+        memcpy(s->name, name, KVS_RADIX_NAME_LEN);
+    }
     memcpy(h->tokens + (size_t) i * h->conf.block_tokens, tokens,
            (size_t) h->conf.block_tokens * sizeof(int32_t));
-    memcpy(h->mem + (size_t) i * h->conf.block_bytes, data,
-           h->conf.block_bytes);
     s->used = 1;
     s->holds = 0;
 
@@ -410,6 +467,10 @@ kvs_tier_host_put(kvs_tier_host_t *h, const kvs_radix_key_t *key,
     h->st.puts++;
 
     pthread_mutex_unlock(&h->lock);
+
+    if (stored != NULL) {
+        *stored = 1;
+    }
 
     return KVS_OK;
 }

@@ -48,10 +48,15 @@ typedef void *(*kvs_tier_host_alloc_pt)(void *arg, size_t bytes,
     kvs_err_t *err);
 typedef void (*kvs_tier_host_free_pt)(void *arg, void *p);
 
-/* a block leaves the tier to make room: key, path id, tokens and bytes,
- * valid only during the call */
+/* a block leaves the tier to make room: key, path id, its prefix index
+ * name (KVS_RADIX_NAME_LEN bytes; NULL: none), tokens and bytes, valid
+ * only during the call */
 typedef void (*kvs_tier_host_evict_pt)(void *arg, const kvs_radix_key_t *key,
-    const uint8_t *id, const int32_t *tokens, const void *data);
+    const uint8_t *id, const uint8_t *name, const int32_t *tokens,
+    const void *data);
+
+/* fills a new slot's block_bytes at dst (kvs_tier_host_put_with) */
+typedef int (*kvs_tier_host_fill_pt)(void *arg, void *dst, kvs_err_t *err);
 
 typedef struct {
     uint64_t                 size;          /* bytes of blocks at most */
@@ -101,6 +106,21 @@ void kvs_tier_host_free(kvs_tier_host_t *h);
  */
 int kvs_tier_host_put(kvs_tier_host_t *h, const kvs_radix_key_t *key,
     const uint8_t *id, const int32_t *tokens, const void *data,
+    kvs_err_t *err);
+
+/*
+ * The same, with the block's prefix index name (NULL: none), its bytes
+ * written straight into the slot by fill (called with the tier's lock
+ * held: it must not call back into the tier), e.g. a device-to-host
+ * copy into pinned memory.  When fill fails the slot goes back free and
+ * its error is returned; a block the put evicted to make room has gone
+ * to the evict hook already.  *stored (may be NULL): 1 when a new block
+ * was stored, 0 when one already stored was refreshed.  With no_evict a
+ * full tier takes no block out for room: KVS_KV_EFULL, nothing changed.
+ */
+int kvs_tier_host_put_with(kvs_tier_host_t *h, const kvs_radix_key_t *key,
+    const uint8_t *id, const uint8_t *name, const int32_t *tokens,
+    kvs_tier_host_fill_pt fill, void *fill_arg, int no_evict, int *stored,
     kvs_err_t *err);
 
 /* 1 when a block is stored under key and id (touch: and it becomes the

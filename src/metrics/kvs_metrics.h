@@ -232,7 +232,8 @@ typedef struct {
                                          timeout (503) */
 
     /* the disk tier (kvs_metrics_tier.c), when have and tier; the
-     * counters are the engine's since it started */
+     * counters are the engine's since it started; the hits by tier also
+     * with tier_host alone */
     int       tier;
     uint64_t  tier_hit_tokens_pool;   /* prompt tokens reused from the
                                          pool */
@@ -250,6 +251,19 @@ typedef struct {
     uint64_t  tier_load_waits;        /* requests that waited for a load */
     uint64_t  tier_load_wait_ns;      /* their time waiting */
     uint64_t  tier_loading;           /* waiting now */
+    /* the host tier (kvs_metrics_tier.c), when have and tier_host */
+    int       tier_host;
+    uint64_t  tier_hit_tokens_host;   /* prompt tokens copied in from
+                                         the host tier */
+    uint64_t  host_blocks;            /* held now */
+    uint64_t  host_capacity;          /* at most */
+    uint64_t  host_loaded;            /* blocks copied into the pool */
+    uint64_t  host_load_ns;
+    uint64_t  host_in_bytes;          /* copied into the tier */
+    uint64_t  host_out_bytes;         /* copied out into the pool */
+    uint64_t  host_spilled;           /* evicted pool blocks stored */
+    uint64_t  host_evicted;           /* taken out for room (on to the
+                                         disk tier if any) */
     /* LoRA adapters (docs/lora.md), when have and lora_adapters: now,
      * and the engine's counters since it started */
     uint32_t  lora_adapters;          /* served */

@@ -1,9 +1,11 @@
 /*
- * kvs_metrics_tier: the prefix cache's disk tier in the Prometheus text
- * (docs/prefix-cache.md, "The second tier"): hits per tier, what the
- * tier holds, blocks and bytes moved, load time, spills, drops and
- * corrupt blocks, for the models whose engine answered with a tier on.
- * Every counter is the engine's since it started.
+ * kvs_metrics_tier: the prefix cache's lower tiers in the Prometheus
+ * text (docs/prefix-cache.md, "The second tier"): hits per tier (the
+ * label tier: pool, host, disk), what each tier holds, blocks and bytes
+ * moved, load time, spills, drops and corrupt blocks, for the models
+ * whose engine answered with a tier on (the disk tier's lines for a
+ * disk tier, the host tier's for a host tier).  Every counter is the
+ * engine's since it started.
  */
 
 #include <stdio.h>
@@ -28,6 +30,14 @@ typedef enum {
     KVS_MT_WAITS,
     KVS_MT_WAIT_SECONDS,
     KVS_MT_LOADING,
+    KVS_MT_H_BLOCKS,                  /* the host tier's from here on */
+    KVS_MT_H_CAPACITY,
+    KVS_MT_H_LOADED,
+    KVS_MT_H_LOAD_SECONDS,
+    KVS_MT_H_IN,
+    KVS_MT_H_OUT,
+    KVS_MT_H_SPILLED,
+    KVS_MT_H_EVICTED,
     KVS_MT_N
 } kvs_metrics_tier_line_t;
 
@@ -39,7 +49,7 @@ static const struct {
 } kvs_metrics_tier_defs[KVS_MT_N] = {
     { "prefix_cache_hit_tokens_by_tier", "_total", "counter",
       "Prompt tokens reused from the prefix cache, by where their K/V "
-      "was: the pool, or the disk tier (loaded back)." },
+      "was: the pool, the host tier or the disk tier (loaded back)." },
     { "kv_tier_blocks", "", "gauge",
       "KV blocks the disk tier holds." },
     { "kv_tier_capacity_blocks", "", "gauge",
@@ -69,6 +79,23 @@ static const struct {
       "Their time waiting, from arrival to admission with the blocks." },
     { "kv_tier_loading_requests", "", "gauge",
       "Requests waiting for a disk tier load now." },
+    { "kv_host_tier_blocks", "", "gauge",
+      "KV blocks the host memory tier holds." },
+    { "kv_host_tier_capacity_blocks", "", "gauge",
+      "KV blocks the host memory tier can hold." },
+    { "kv_host_tier_loaded_blocks", "_total", "counter",
+      "KV blocks copied back from the host tier into the pool." },
+    { "kv_host_tier_load_seconds", "_total", "counter",
+      "Time spent copying blocks from the host tier into the pool." },
+    { "kv_host_tier_in_bytes", "_total", "counter",
+      "Bytes of evicted KV blocks copied into the host tier." },
+    { "kv_host_tier_out_bytes", "_total", "counter",
+      "Bytes copied from the host tier back into the pool." },
+    { "kv_host_tier_spilled_blocks", "_total", "counter",
+      "Evicted KV blocks the host tier stored." },
+    { "kv_host_tier_evicted_blocks", "_total", "counter",
+      "Blocks the host tier evicted for room (on to the disk tier when "
+      "there is one)." },
 };
 
 
@@ -85,7 +112,12 @@ kvs_metrics_tier_model(kvs_buf_t *out, kvs_metrics_tier_line_t k,
         rc = kvs_metrics_sample_u64(out, kvs_metrics_tier_defs[k].name,
                                     "_total", model, "tier=\"pool\"",
                                     g->tier_hit_tokens_pool);
-        if (rc == KVS_OK) {
+        if (rc == KVS_OK && g->tier_host) {
+            rc = kvs_metrics_sample_u64(out, kvs_metrics_tier_defs[k].name,
+                                        "_total", model, "tier=\"host\"",
+                                        g->tier_hit_tokens_host);
+        }
+        if (rc == KVS_OK && g->tier) {
             rc = kvs_metrics_sample_u64(out, kvs_metrics_tier_defs[k].name,
                                         "_total", model, "tier=\"disk\"",
                                         g->tier_hit_tokens_disk);
@@ -94,9 +126,11 @@ kvs_metrics_tier_model(kvs_buf_t *out, kvs_metrics_tier_line_t k,
 
     case KVS_MT_LOAD_SECONDS:
     case KVS_MT_WAIT_SECONDS:
+    case KVS_MT_H_LOAD_SECONDS:
         snprintf(val, sizeof(val), "%.6f",
                  (double) (k == KVS_MT_LOAD_SECONDS ? g->tier_load_ns
-                                                    : g->tier_load_wait_ns)
+                           : k == KVS_MT_WAIT_SECONDS ? g->tier_load_wait_ns
+                           : g->host_load_ns)
                  / 1e9);
         return kvs_metrics_sample(out, kvs_metrics_tier_defs[k].name,
                                   kvs_metrics_tier_defs[k].suffix, model,
@@ -132,8 +166,29 @@ kvs_metrics_tier_model(kvs_buf_t *out, kvs_metrics_tier_line_t k,
     case KVS_MT_WAITS:
         v = g->tier_load_waits;
         break;
-    default:
+    case KVS_MT_LOADING:
         v = g->tier_loading;
+        break;
+    case KVS_MT_H_BLOCKS:
+        v = g->host_blocks;
+        break;
+    case KVS_MT_H_CAPACITY:
+        v = g->host_capacity;
+        break;
+    case KVS_MT_H_LOADED:
+        v = g->host_loaded;
+        break;
+    case KVS_MT_H_IN:
+        v = g->host_in_bytes;
+        break;
+    case KVS_MT_H_OUT:
+        v = g->host_out_bytes;
+        break;
+    case KVS_MT_H_SPILLED:
+        v = g->host_spilled;
+        break;
+    default:
+        v = g->host_evicted;
         break;
     }
 
@@ -143,16 +198,24 @@ kvs_metrics_tier_model(kvs_buf_t *out, kvs_metrics_tier_line_t k,
 }
 
 
+/* 1: a disk tier, 2: a host tier (bits), 0: neither or no answer */
+static uint32_t
+kvs_metrics_tier_kinds(const kvs_metrics_gauges_t *g)
+{
+    return g->have ? (uint32_t) (g->tier != 0) | (g->tier_host ? 2 : 0) : 0;
+}
+
+
 int
 kvs_metrics_tier(kvs_buf_t *out, const kvs_metrics_t *m,
     const kvs_metrics_gauges_t *g)
 {
     int       rc;
-    uint32_t  i, k, any;
+    uint32_t  i, k, any, want;
 
     any = 0;
     for (i = 0; g != NULL && i < m->n_models; i++) {
-        any |= (uint32_t) (g[i].have && g[i].tier);
+        any |= kvs_metrics_tier_kinds(&g[i]);
     }
 
     if (!any) {
@@ -162,13 +225,20 @@ kvs_metrics_tier(kvs_buf_t *out, const kvs_metrics_t *m,
     rc = KVS_OK;
 
     for (k = 0; rc == KVS_OK && k < KVS_MT_N; k++) {
+        /* the hits: either tier; the rest: their own tier's */
+        want = k == KVS_MT_HITS ? 3 : k >= KVS_MT_H_BLOCKS ? 2 : 1;
+
+        if (!(any & want)) {
+            continue;
+        }
+
         rc = kvs_metrics_head(out, kvs_metrics_tier_defs[k].name,
                               kvs_metrics_tier_defs[k].suffix,
                               kvs_metrics_tier_defs[k].help,
                               kvs_metrics_tier_defs[k].type);
 
         for (i = 0; rc == KVS_OK && i < m->n_models; i++) {
-            if (g[i].have && g[i].tier) {
+            if (kvs_metrics_tier_kinds(&g[i]) & want) {
                 rc = kvs_metrics_tier_model(out,
                                             (kvs_metrics_tier_line_t) k,
                                             m->models[i].name, &g[i]);

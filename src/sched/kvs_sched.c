@@ -371,6 +371,7 @@ kvs_sched_fork(kvs_sched_t *s, kvs_seq_t *parent, kvs_seq_t *child)
             child->looked_up = 1;
             child->n_cached = parent->n_cached;
             child->n_cached_tier = parent->n_cached_tier;
+            child->n_cached_host = parent->n_cached_host;
             child->miss = parent->miss;
             child->miss_pos = parent->miss_pos;
         }

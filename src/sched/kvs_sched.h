@@ -127,6 +127,16 @@ struct kvs_seq_s {
                                          cache for it before it was
                                          added (the caller's; 0, 0: */
     uint32_t          tier_to;        /* none) */
+    uint32_t          tier_host_blocks;   /* of [tier_from, tier_to)'s
+                                         blocks, those copied from the
+                                         host tier, and whether the */
+    uint8_t           tier_last_host; /* last is one (the caller's) */
+    uint32_t          n_cached_host;  /* of n_cached, copied in from the
+                                         host tier: in [host_from,
+                                         host_to), and the host blocks
+                                         of [tier_from, tier_to) */
+    uint32_t          host_from;      /* set as tier_from */
+    uint32_t          host_to;
     kvs_radix_miss_t  miss;           /* why that reuse stopped */
     uint32_t          miss_pos;
     uint8_t           looked_up;      /* n_cached and miss are set */
@@ -239,6 +249,7 @@ typedef struct {
     uint64_t           n_query_tokens;    /* prompt tokens looked up */
     uint64_t           n_hit_tokens;      /* of those, reused */
     uint64_t           n_tier_hit_tokens; /* of those, from the tier */
+    uint64_t           n_host_hit_tokens; /* ... from the host tier */
     kvs_sched_lower_pt lower;         /* NULL: no lower tier */
     void              *lower_arg;
 

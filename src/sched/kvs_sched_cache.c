@@ -26,6 +26,30 @@
 static void kvs_sched_trim(kvs_sched_t *s, kvs_seq_t *seq);
 
 
+/* seq's n_cached split by tier: [tier_from, tier_to) is the disk's but
+ * for its host blocks (the tail the lookup did not reuse is the last
+ * block's), [host_from, host_to) the host tier's. */
+static void
+kvs_sched_cache_tiers(kvs_seq_t *seq, uint32_t bt)
+{
+    uint32_t  last, run, hb, lost;
+
+    last = seq->n_cached < seq->tier_to ? seq->n_cached : seq->tier_to;
+    run = last > seq->tier_from ? last - seq->tier_from : 0;
+    lost = seq->tier_to > seq->tier_from
+           ? seq->tier_to - seq->tier_from - run : 0;
+    hb = seq->tier_host_blocks * bt;
+    hb = seq->tier_last_host ? (hb > lost ? hb - lost : 0) : hb;
+    hb = hb < run ? hb : run;
+
+    seq->n_cached_tier = run - hb;
+
+    last = seq->n_cached < seq->host_to ? seq->n_cached : seq->host_to;
+    seq->n_cached_host = (last > seq->host_from ? last - seq->host_from : 0)
+                         + hb;
+}
+
+
 /*
  * Gives a sequence about to be admitted the longest cached prefix of its
  * tokens (all but the last, whose logits are wanted): the table shares
@@ -35,7 +59,6 @@ static void kvs_sched_trim(kvs_sched_t *s, kvs_seq_t *seq);
 void
 kvs_sched_lookup(kvs_sched_t *s, kvs_seq_t *seq)
 {
-    uint32_t           last;
     kvs_radix_match_t  m;
 
     if (seq->n_computed > 0) {
@@ -78,14 +101,13 @@ kvs_sched_lookup(kvs_sched_t *s, kvs_seq_t *seq)
         seq->n_cached = m.n_tokens < seq->n_prompt ? m.n_tokens
                                                    : seq->n_prompt - 1;
         /* what of it a lower tier loaded for this sequence */
-        last = seq->n_cached < seq->tier_to ? seq->n_cached : seq->tier_to;
-        seq->n_cached_tier = last > seq->tier_from ? last - seq->tier_from
-                                                   : 0;
+        kvs_sched_cache_tiers(seq, s->pool->block_tokens);
         seq->miss = m.miss;
         seq->miss_pos = m.miss_pos;
         s->n_query_tokens += seq->n_prompt;
         s->n_hit_tokens += seq->n_cached;
         s->n_tier_hit_tokens += seq->n_cached_tier;
+        s->n_host_hit_tokens += seq->n_cached_host;
     }
 }
 
@@ -102,9 +124,11 @@ kvs_sched_unlook(kvs_sched_t *s, kvs_seq_t *seq)
     s->n_query_tokens -= seq->n_prompt;
     s->n_hit_tokens -= seq->n_cached;
     s->n_tier_hit_tokens -= seq->n_cached_tier;
+    s->n_host_hit_tokens -= seq->n_cached_host;
     seq->looked_up = 0;
     seq->n_cached = 0;
     seq->n_cached_tier = 0;
+    seq->n_cached_host = 0;
     seq->miss = KVS_RADIX_MISS_NONE;
     seq->miss_pos = 0;
 }

@@ -202,6 +202,12 @@ kvs_srv_new(kvs_srv_t **out, const kvs_srv_conf_t *conf, kvs_err_t *err)
                         st.tier.discarded);
         }
 
+        if (st.tier.host_on) {
+            kvs_srv_log(srv, "model \"%s\": host tier: %" PRIu64 " blocks "
+                        "of %" PRIu64 " bytes", wm->name,
+                        st.tier.host_slots, st.tier.host_block_bytes);
+        }
+
         wm->index = i;
         wm->n_ctx = conf->models[i].engine.n_ctx != 0
                     ? conf->models[i].engine.n_ctx : m->hp.n_ctx_train;

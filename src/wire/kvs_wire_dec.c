@@ -396,6 +396,7 @@ kvs_wire_dec_out(const uint8_t *f, size_t f_len, kvs_wire_out_t *m,
     o->n_cached = 0;
     o->n_cache_created = 0;
     o->n_cached_tier = 0;
+    o->n_cached_host = 0;
     o->miss = KVS_RADIX_MISS_NONE;
     o->miss_pos = 0;
     o->has_cache = 0;
@@ -446,7 +447,8 @@ kvs_wire_dec_out(const uint8_t *f, size_t f_len, kvs_wire_out_t *m,
         || kvs_wire_u8(&rd, "has_cache", &has) != KVS_OK
         || kvs_wire_u16(&rd, "retry_after", &retry) != KVS_OK
         || kvs_wire_u64(&rd, "kv_block_us", &o->kv_block_us) != KVS_OK
-        || kvs_wire_u32(&rd, "n_cached_tier", &o->n_cached_tier) != KVS_OK)
+        || kvs_wire_u32(&rd, "n_cached_tier", &o->n_cached_tier) != KVS_OK
+        || kvs_wire_u32(&rd, "n_cached_host", &o->n_cached_host) != KVS_OK)
     {
         return KVS_EFORMAT;
     }
@@ -472,6 +474,7 @@ kvs_wire_dec_out(const uint8_t *f, size_t f_len, kvs_wire_out_t *m,
                      || o->n_cache_created != 0 || o->miss_pos != 0))
         || o->n_cached > o->n_prompt || o->n_cache_created > o->n_prompt
         || o->n_cached_tier > o->n_cached
+        || o->n_cached_host > o->n_cached - o->n_cached_tier
         || o->miss_pos > o->n_prompt)
     {
         return kvs_err_set(err, KVS_EFORMAT, "OUT: cache: miss %u at %u, %u "

@@ -396,6 +396,7 @@ kvs_wire_out_frame(kvs_buf_t *b, uint64_t id, uint32_t choice,
                         ? (uint16_t) out->retry_after : 0);
     p = kvs_le_put64(p, out->kv_block_us);
     p = kvs_le_put32(p, out->has_cache ? out->n_cached_tier : 0);
+    p = kvs_le_put32(p, out->has_cache ? out->n_cached_host : 0);
 
     /* no output yet may mean no buffer: no offset from NULL */
     p = kvs_wire_put_ids(p, t1 > t0 ? out->tokens + t0 : NULL, t1 - t0);
@@ -450,12 +451,14 @@ kvs_wire_enc_out(kvs_buf_t *b, uint64_t id, uint32_t choice,
             || out->n_cached > out->n_prompt
             || out->n_cache_created > out->n_prompt
             || out->n_cached_tier > out->n_cached
+            || out->n_cached_host > out->n_cached - out->n_cached_tier
             || out->miss_pos > out->n_prompt))
     {
         return kvs_err_set(err, KVS_ERANGE, "OUT: cache: miss %d at %u, "
-                           "%u cached (%u from the tier) and %u created of "
-                           "a %u-token prompt", (int) out->miss,
-                           out->miss_pos, out->n_cached, out->n_cached_tier,
+                           "%u cached (%u from the disk, %u from host "
+                           "memory) and %u created of a %u-token prompt",
+                           (int) out->miss, out->miss_pos, out->n_cached,
+                           out->n_cached_tier, out->n_cached_host,
                            out->n_cache_created, out->n_prompt);
     }
 

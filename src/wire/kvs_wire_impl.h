@@ -25,7 +25,7 @@
 
 #define KVS_WIRE_SUBMIT_HEAD  (4 + 8)     /* model, submit_ns: the
                                              message's, not the request's */
-#define KVS_WIRE_OUT_FIXED    (4 + 4 + 12 + 24 + 12 + 16 + 8 + 4)
+#define KVS_WIRE_OUT_FIXED    (4 + 4 + 12 + 24 + 12 + 16 + 8 + 4 + 4)
 #define KVS_WIRE_LP_FIXED     (4 + 4 + 1)
 #define KVS_WIRE_LP_TOP       (4 + 4)
 

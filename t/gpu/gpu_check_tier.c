@@ -70,7 +70,7 @@ gc_tier_fill(uint8_t *p, size_t n, uint64_t seed)
 /* The host tier's evictions, on to the disk tier. */
 static void
 gc_tier_evict(void *arg, const kvs_radix_key_t *key, const uint8_t *id,
-    const int32_t *tokens, const void *data)
+    const uint8_t *name, const int32_t *tokens, const void *data)
 {
     kvs_err_t        err;
     gc_tier_next_t  *nx = arg;

@@ -74,6 +74,25 @@ kvs_test_engine_req(kvs_engine_req_t *req, const int32_t *prompt,
 }
 
 
+/* Submits a greedy request (top-5 logprobs) without stepping. */
+static inline kvs_engine_seq_t *
+kvs_test_engine_submit(kvs_engine_t *e, const int32_t *prompt,
+    uint32_t n_prompt, uint32_t gen)
+{
+    kvs_err_t          err;
+    kvs_engine_req_t   req;
+    kvs_engine_seq_t  *h;
+
+    kvs_test_engine_req(&req, prompt, n_prompt, gen, 5);
+
+    if (kvs_engine_submit(e, &req, &h, &err) != KVS_OK) {
+        fail_msg("submit: %s", err.msg);
+    }
+
+    return h;
+}
+
+
 /* Submits req alone and steps e until it ends (step, when not NULL,
  * after each step); it must end by its length, the engine consistent. */
 static inline void

@@ -248,6 +248,44 @@ test_ids(void **state)
 }
 
 
+/* usage's cached_tokens_by_tier for a model with the tiers in tiered:
+ * 8 cached, 2 from the disk, 1 from host memory (a tier the model does
+ * not have reports nothing) */
+static void
+tier_split(const kvs_api_resp_head_t *h, const kvs_api_choice_t *cs,
+    int tiered, const char *want)
+{
+    char             *s;
+    json_t           *j;
+    kvs_buf_t         b;
+    kvs_err_t         err;
+    kvs_api_usage_t   u;
+
+    memset(&u, 0, sizeof(u));
+    u.prompt_tokens = 12;
+    u.completion_tokens = 9;
+    u.cached_tokens = 8;
+    u.cached_tier = (tiered & KVS_API_TIER_DISK) ? 2 : 0;
+    u.cached_host = (tiered & KVS_API_TIER_HOST) ? 1 : 0;
+    u.tiered = tiered;
+
+    memset(&b, 0, sizeof(b));
+    assert_int_equal(kvs_api_resp_body(&b, h, cs, 1, &u, NULL, &err),
+                     KVS_OK);
+    j = parse_n(b.data, b.len);
+    s = json_dumps(json_object_get(json_object_get(json_object_get(j,
+                                                                   "usage"),
+                                                   "prompt_tokens_details"),
+                                   "cached_tokens_by_tier"),
+                   JSON_COMPACT | JSON_PRESERVE_ORDER);
+    assert_non_null(s);
+    assert_string_equal(s, want);
+    free(s);
+    json_decref(j);
+    kvs_buf_free(&b);
+}
+
+
 static void
 test_chat_body(void **state)
 {
@@ -295,7 +333,16 @@ test_chat_body(void **state)
                         "There was");
 
     check_usage(json_object_get(j, "usage"), 12, 9, 8);
+    assert_null(json_object_get(json_object_get(json_object_get(j, "usage"),
+                                                "prompt_tokens_details"),
+                                "cached_tokens_by_tier"));
     json_decref(j);
+
+    /* the extension, split by tier: the pool's is the rest */
+    tier_split(&h, cs, KVS_API_TIER_DISK, "{\"pool\":6,\"disk\":2}");
+    tier_split(&h, cs, KVS_API_TIER_HOST, "{\"pool\":7,\"host\":1}");
+    tier_split(&h, cs, KVS_API_TIER_HOST | KVS_API_TIER_DISK,
+               "{\"pool\":5,\"host\":1,\"disk\":2}");
 
     /* appends after what the buffer holds; no usage: no key */
     b.len = 0;

@@ -85,24 +85,6 @@ step_max(kvs_engine_t *e, const kvs_engine_out_t *out, uint64_t ns,
 }
 
 
-static kvs_engine_seq_t *
-submit1(kvs_engine_t *e, const int32_t *prompt, uint32_t n_prompt,
-    uint32_t gen)
-{
-    kvs_err_t          err;
-    kvs_engine_req_t   req;
-    kvs_engine_seq_t  *h;
-
-    kvs_test_engine_req(&req, prompt, n_prompt, gen, 5);
-
-    if (kvs_engine_submit(e, &req, &h, &err) != KVS_OK) {
-        fail_msg("submit: %s", err.msg);
-    }
-
-    return h;
-}
-
-
 /* One step, timed into *max_ns, and what it made ready read into outs
  * (hs[i]'s into outs[i]). */
 static void
@@ -455,8 +437,8 @@ test_load_off_step(void **state)
     evict_all(on, &md, 7000, NULL);
 
     memset(outs, 0, sizeof(outs));
-    hs[0] = submit1(on, sys, 72, 8);
-    hs[1] = submit1(on, fresh, 40, 8);
+    hs[0] = kvs_test_engine_submit(on, sys, 72, 8);
+    hs[1] = kvs_test_engine_submit(on, fresh, 40, 8);
     max_ns = 0;
     t0 = kvs_now_ns();
 
@@ -541,7 +523,7 @@ test_cancel_during_load(void **state)
     evict_all(on, &md, 8000, NULL);
 
     memset(outs, 0, sizeof(outs));
-    hs[0] = submit1(on, sys, 72, 8);
+    hs[0] = kvs_test_engine_submit(on, sys, 72, 8);
     max_ns = 0;
     step_read(on, hs, outs, 1, &max_ns);
 
@@ -578,7 +560,7 @@ test_cancel_during_load(void **state)
 
     /* freed with a load under way */
     evict_all(on, &md, 9000, NULL);
-    hs[0] = submit1(on, sys, 72, 8);
+    hs[0] = kvs_test_engine_submit(on, sys, 72, 8);
     step_read(on, hs, outs, 1, &max_ns);
     kvs_engine_stats(on, &st);
     assert_int_equal(st.tier.loading, 1);

@@ -29,6 +29,8 @@ typedef struct {
     uint8_t   data[8][BB];
     uint32_t  adapter[8];
     char      scope[8][16];
+    int       named[8];
+    uint8_t   name[8][KVS_RADIX_NAME_LEN];
 } evicted_t;
 
 typedef struct {
@@ -41,11 +43,15 @@ typedef struct {
 
 static void
 on_evict(void *arg, const kvs_radix_key_t *key, const uint8_t *id,
-    const int32_t *tokens, const void *data)
+    const uint8_t *name, const int32_t *tokens, const void *data)
 {
     evicted_t  *ev = arg;
 
     assert_true(ev->calls < 8);
+    ev->named[ev->calls] = name != NULL;
+    if (name != NULL) {
+        memcpy(ev->name[ev->calls], name, KVS_RADIX_NAME_LEN);
+    }
     assert_int_equal(key->epoch, EPOCH);
     memcpy(ev->id[ev->calls], id, KVS_TIER_ID_LEN);
     memcpy(ev->tok[ev->calls], tokens, sizeof(ev->tok[0]));
@@ -512,6 +518,119 @@ test_refused(void **state)
 }
 
 
+typedef struct {
+    int       calls;
+    int       fail;
+    uint32_t  k;                      /* the block to write */
+} fill_t;
+
+
+static int
+fill_blk(void *arg, void *dst, kvs_err_t *err)
+{
+    uint8_t   id[KVS_TIER_ID_LEN];
+    int32_t   tok[BT];
+    fill_t   *f = arg;
+
+    f->calls++;
+
+    if (f->fail) {
+        return kvs_err_set(err, KVS_EIO, "the device said no");
+    }
+
+    blk(f->k, id, tok, dst);
+
+    return KVS_OK;
+}
+
+
+/* put_with: the bytes written in place by the fill, the name handed to
+ * the evict hook with the block (none for a plain put), a failed fill
+ * stores nothing and frees its slot, a block already stored is
+ * refreshed without a fill (stored 0), no_evict refuses when full. */
+static void
+test_put_with(void **state)
+{
+    int                     stored;
+    uint8_t                 id[KVS_TIER_ID_LEN], data[BB];
+    uint8_t                 name[KVS_RADIX_NAME_LEN];
+    int32_t                 tok[BT];
+    fill_t                  f;
+    kvs_err_t               err;
+    evicted_t               ev;
+    kvs_radix_key_t         key;
+    kvs_tier_host_t        *h;
+    kvs_tier_host_stats_t   st;
+
+    (void) state;
+
+    memset(&ev, 0, sizeof(ev));
+    memset(&f, 0, sizeof(f));
+    h = tier_new(2, &ev, NULL);
+    key = key_of(EPOCH, 0, "w");
+    memset(name, 0xa5, sizeof(name));
+
+    f.k = 1;
+    blk(1, id, tok, data);
+    assert_int_equal(kvs_tier_host_put_with(h, &key, id, name, tok,
+                                            fill_blk, &f, 0, &stored, &err),
+                     KVS_OK);
+    assert_int_equal(stored, 1);
+    assert_int_equal(f.calls, 1);
+    assert_true(got(h, &key, 1));
+
+    /* again: refreshed, not filled */
+    assert_int_equal(kvs_tier_host_put_with(h, &key, id, name, tok,
+                                            fill_blk, &f, 0, &stored, &err),
+                     KVS_OK);
+    assert_int_equal(stored, 0);
+    assert_int_equal(f.calls, 1);
+
+    /* a failed fill: nothing stored, the slot free again */
+    f.fail = 1;
+    f.k = 2;
+    blk(2, id, tok, data);
+    assert_int_equal(kvs_tier_host_put_with(h, &key, id, NULL, tok,
+                                            fill_blk, &f, 0, &stored, &err),
+                     KVS_EIO);
+    assert_int_equal(stored, 0);
+    assert_false(kvs_tier_host_has(h, &key, id));
+    kvs_tier_host_stats(h, &st);
+    assert_int_equal(st.used, 1);
+    assert_int_equal(ev.calls, 0);
+
+    /* 2 and 3 fill the tier; 1 (named) goes to the hook with its name,
+     * then 2 (a plain put) without one */
+    put(h, &key, 2);
+    put(h, &key, 3);
+    assert_int_equal(ev.calls, 1);
+    assert_true(ev.named[0]);
+    assert_memory_equal(ev.name[0], name, KVS_RADIX_NAME_LEN);
+    blk(1, id, tok, data);
+    assert_memory_equal(ev.data[0], data, BB);
+
+    /* no_evict: a full tier refuses, nothing goes */
+    f.fail = 0;
+    f.k = 9;
+    blk(9, id, tok, data);
+    assert_int_equal(kvs_tier_host_put_with(h, &key, id, NULL, tok,
+                                            fill_blk, &f, 1, &stored, &err),
+                     KVS_KV_EFULL);
+    assert_int_equal(ev.calls, 1);
+    assert_false(kvs_tier_host_has(h, &key, id));
+
+    put(h, &key, 4);
+    assert_int_equal(ev.calls, 2);
+    assert_false(ev.named[1]);
+    blk(2, id, tok, data);
+    assert_memory_equal(ev.id[1], id, KVS_TIER_ID_LEN);
+
+    kvs_tier_host_stats(h, &st);
+    assert_int_equal(st.used, 2);
+    kvs_tier_host_free(h);
+}
+
+
 int
 main(void)
 {
@@ -522,6 +641,7 @@ main(void)
         cmocka_unit_test(test_holds),
         cmocka_unit_test(test_mem_hooks),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_put_with),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -891,6 +891,109 @@ test_engine_families(void **state)
     free(m);
 }
 
+/* The lower tiers: m1 has a disk tier, m2 a host tier, m3 both, m4
+ * none; the hits by tier name the tiers each has, and each tier's own
+ * lines are there for the models that have it. */
+static void
+test_tiers(void **state)
+{
+    char                  *text;
+    kvs_metrics_t         *m;
+    kvs_metrics_gauges_t   g[4];
+    uint32_t               i, len[4] = { 64, 64, 64, 64 };
+    const char            *names[4] = { "m1", "m2", "m3", "m4" };
+
+    (void) state;
+
+    m = new_metrics(4, names, len);
+
+    memset(g, 0, sizeof(g));
+    for (i = 0; i < 4; i++) {
+        g[i].have = 1;
+        g[i].tier = i == 0 || i == 2;
+        g[i].tier_host = i == 1 || i == 2;
+        g[i].tier_hit_tokens_pool = 100 + i;
+        g[i].tier_hit_tokens_disk = 200 + i;
+        g[i].tier_hit_tokens_host = 300 + i;
+        g[i].tier_blocks = 10 + i;
+        g[i].host_blocks = 20 + i;
+        g[i].host_capacity = 30 + i;
+        g[i].host_loaded = 40 + i;
+        g[i].host_load_ns = 1500000000;
+        g[i].host_in_bytes = 50 + i;
+        g[i].host_out_bytes = 60 + i;
+        g[i].host_spilled = 70 + i;
+        g[i].host_evicted = 80 + i;
+    }
+
+    text = expose(m, g);
+    check_format(text);
+
+#define HITS  "kvserve:prefix_cache_hit_tokens_by_tier_total"
+
+    assert_true(sample(text, HITS "{model_name=\"m1\",tier=\"pool\"}")
+                == 100);
+    assert_true(sample(text, HITS "{model_name=\"m1\",tier=\"disk\"}")
+                == 200);
+    assert_true(sample(text, HITS "{model_name=\"m1\",tier=\"host\"}")
+                == -1);
+    assert_true(sample(text, HITS "{model_name=\"m2\",tier=\"pool\"}")
+                == 101);
+    assert_true(sample(text, HITS "{model_name=\"m2\",tier=\"host\"}")
+                == 301);
+    assert_true(sample(text, HITS "{model_name=\"m2\",tier=\"disk\"}")
+                == -1);
+    assert_true(sample(text, HITS "{model_name=\"m3\",tier=\"host\"}")
+                == 302);
+    assert_true(sample(text, HITS "{model_name=\"m3\",tier=\"disk\"}")
+                == 202);
+    assert_true(sample(text, HITS "{model_name=\"m4\",tier=\"pool\"}")
+                == -1);
+
+    assert_true(sample(text, "kvserve:kv_tier_blocks{model_name=\"m1\"}")
+                == 10);
+    assert_true(sample(text, "kvserve:kv_tier_blocks{model_name=\"m2\"}")
+                == -1);
+    assert_true(sample(text, "kvserve:kv_host_tier_blocks{model_name="
+                             "\"m2\"}") == 21);
+    assert_true(sample(text, "kvserve:kv_host_tier_blocks{model_name="
+                             "\"m1\"}") == -1);
+    assert_true(sample(text, "kvserve:kv_host_tier_capacity_blocks{"
+                             "model_name=\"m3\"}") == 32);
+    assert_true(sample(text, "kvserve:kv_host_tier_loaded_blocks_total{"
+                             "model_name=\"m3\"}") == 42);
+    assert_true(sample(text, "kvserve:kv_host_tier_load_seconds_total{"
+                             "model_name=\"m3\"}") == 1.5);
+    assert_true(sample(text, "kvserve:kv_host_tier_in_bytes_total{"
+                             "model_name=\"m2\"}") == 51);
+    assert_true(sample(text, "kvserve:kv_host_tier_out_bytes_total{"
+                             "model_name=\"m2\"}") == 61);
+    assert_true(sample(text, "kvserve:kv_host_tier_spilled_blocks_total{"
+                             "model_name=\"m2\"}") == 71);
+    assert_true(sample(text, "kvserve:kv_host_tier_evicted_blocks_total{"
+                             "model_name=\"m2\"}") == 81);
+    assert_true(sample(text, "kvserve:kv_tier_blocks{model_name=\"m4\"}")
+                == -1);
+    assert_true(sample(text, "kvserve:kv_host_tier_blocks{model_name="
+                             "\"m4\"}") == -1);
+
+#undef HITS
+
+    free(text);
+
+    /* a host tier alone: no disk tier family at all */
+    g[0].tier = 0;
+    g[2].tier = 0;
+    text = expose(m, g);
+    check_format(text);
+    assert_null(strstr(text, "kvserve:kv_tier_blocks"));
+    assert_non_null(strstr(text, "kvserve:kv_host_tier_blocks"));
+    free(text);
+
+    free(m);
+}
+
+
 /* Two processes add to one shared mapping, as nginx workers do. */
 static void
 test_shared(void **state)
@@ -948,6 +1051,7 @@ main(void)
         cmocka_unit_test(test_exposition),
         cmocka_unit_test(test_params_iter_config),
         cmocka_unit_test(test_tenants),
+        cmocka_unit_test(test_tiers),
         cmocka_unit_test(test_engine_families),
         cmocka_unit_test(test_shared),
     };

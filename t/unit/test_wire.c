@@ -25,7 +25,7 @@
  * gauges, 4 x 2 counters) */
 #define STATS_MODEL  (4 + 17 * 8 + 8 * 4 + (KVS_ENGINE_ITER_BOUNDS + 2) * 8 \
                       + 4 + 6 * 4 + 8 * 8 + 8 + 2 * 4 + 18 * 8 \
-                      + 4 * 4 + 4 * 8 + 4 * 8)
+                      + 4 * 4 + 4 * 8 + 4 * 8 + 8 + 4 + 14 * 8)
 
 
 /* --- helpers ------------------------------------------------------------- */
@@ -737,6 +737,7 @@ test_out(void **state)
     o.n_cached = 11;
     o.n_cache_created = 7;
     o.n_cached_tier = 9;
+    o.n_cached_host = 2;
     o.miss = KVS_RADIX_MISS_OFF;
     o.miss_pos = 10;
     snprintf(o.error, sizeof(o.error), "backend: out of memory");
@@ -763,6 +764,7 @@ test_out(void **state)
     assert_int_equal(d.out.n_cached, 11);
     assert_int_equal(d.out.n_cache_created, 7);
     assert_int_equal(d.out.n_cached_tier, 9);
+    assert_int_equal(d.out.n_cached_host, 2);
     assert_int_equal(d.out.miss, KVS_RADIX_MISS_OFF);
     assert_int_equal(d.out.miss_pos, 10);
     assert_true(d.t.recv_ns == 1 && d.t.first_ns == 2
@@ -1249,11 +1251,13 @@ test_bad_others(void **state)
 {
     kvs_buf_t          b;
     kvs_err_t          err;
+    kvs_wire_out_t     d;
     kvs_engine_out_t   o;
     kvs_wire_hello_t  *he;
     kvs_wire_stats_t  *st;
 
     memset(&b, 0, sizeof(b));
+    memset(&d, 0, sizeof(d));
 
     /* OUT: fields at 16 + choice 0, finish 4, pad 5, error_len 6,
      * counts at 16 + 44 */
@@ -1296,7 +1300,7 @@ test_bad_others(void **state)
 
     b.len = 0;
     kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err);
-    b.data[16 + 84 + 8 + 2 + 8] = KVS_SAMPLE_MAX_TOP_LOGPROBS + 1;
+    b.data[16 + 88 + 8 + 2 + 8] = KVS_SAMPLE_MAX_TOP_LOGPROBS + 1;
     expect_bad(b.data, b.len, "n_top");
 
     /* the cache fields at 16 + 56: n_cached, n_cache_created, miss_pos,
@@ -1370,8 +1374,26 @@ test_bad_others(void **state)
     assert_int_equal(kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err), KVS_OK);
     put32(b.data + 16 + 80, 5);
     expect_bad(b.data, b.len, "cache");
+
+    /* n_cached_host (16 + 84, version 14): at most n_cached less the
+     * disk's */
+    o.n_cached_tier = 3;
+    o.n_cached_host = 2;
+    b.len = 0;
+    assert_int_equal(kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err),
+                     KVS_ERANGE);
+    assert_int_equal(b.len, 0);
+
+    o.n_cached_host = 1;
+    assert_int_equal(kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err), KVS_OK);
+    assert_int_equal(kvs_wire_dec_out(b.data, b.len, &d, &err), KVS_OK);
+    assert_int_equal(d.out.n_cached_host, 1);
+    kvs_engine_out_free(&d.out);
+    put32(b.data + 16 + 84, 2);
+    expect_bad(b.data, b.len, "cache");
     o.n_cached = 0;
     o.n_cached_tier = 0;
+    o.n_cached_host = 0;
 
     kvs_engine_out_free(&o);
 
@@ -1434,7 +1456,7 @@ test_bad_others(void **state)
     kvs_wire_enc_stats(&b, 1, st, &err);
     /* a model's stats: 17 counters, 8 gauges, the iteration buckets
      * and their sum, the pools' figures, the disk tier's,
-     * the adapters' */
+     * the adapters', the host tier's */
     assert_int_equal(b.len, 16 + 12 + STATS_MODEL + 8 + 2 + 3 + 24 + 24);
     put32(b.data + 28 + STATS_MODEL, KVS_ENGINE_TOP_TENANTS + 1);
     expect_bad(b.data, b.len, "n_top");
@@ -1546,7 +1568,7 @@ test_lora(void **state)
     memset(&b, 0, sizeof(b));
 
     assert_int_equal(KVS_WIRE_LORA, 13);
-    assert_int_equal(KVS_WIRE_VERSION, 13);
+    assert_int_equal(KVS_WIRE_VERSION, 14);
     assert_string_equal(kvs_wire_type_name(KVS_WIRE_LORA), "LORA");
 
     m->n = 2;

@@ -56,10 +56,12 @@
                                                  empty: as SCOPE_TENANT */
 
 
-/* kvserve_kv_tier disk PATH SIZE [model=NAME] (ngx_http_kvserve_tier.c) */
+/* kvserve_kv_tier disk PATH SIZE [model=NAME] or host SIZE [model=NAME]
+ * (ngx_http_kvserve_tier.c) */
 typedef struct {
-    ngx_str_t                 path;        /* absolute file name */
-    off_t                     size;        /* bytes of file at most */
+    ngx_flag_t                host;        /* host memory, not a file */
+    ngx_str_t                 path;        /* disk: absolute file name */
+    off_t                     size;        /* bytes at most */
     ngx_str_t                 model;       /* model=; len 0: the one model
                                               served */
     ngx_flag_t                load_always; /* load=always: whatever the
@@ -121,6 +123,7 @@ typedef struct {
                                               kvserve_kv_cache */
     kvs_kv_cache_spec_t       kv_spec;     /* ... parsed */
     ngx_http_kvserve_tier_t  *tier;        /* its disk tier; NULL: none */
+    ngx_http_kvserve_tier_t  *thost;       /* its host tier; NULL: none */
     uint64_t                  tier_tag;    /* xxh3-64 of its name: a tier
                                               file of another model is
                                               discarded */

@@ -203,7 +203,10 @@ ngx_http_kvserve_complete(ngx_http_kvserve_ctx_t *ctx)
     u.prompt_tokens = ctx->prompt_tokens;
     u.cached_tokens = ctx->cached_tokens;
     u.cached_tier = ctx->cached_tier;
-    u.tiered = ctx->model != NULL && ctx->model->tier != NULL;
+    u.cached_host = ctx->cached_host;
+    u.tiered = ctx->model == NULL ? 0
+               : (ctx->model->tier != NULL ? KVS_API_TIER_DISK : 0)
+                 | (ctx->model->thost != NULL ? KVS_API_TIER_HOST : 0);
     u.cache_creation_tokens = ctx->cache_created;
     u.breakpoints = ctx->req.n_breaks > 0;
     for (i = 0; i < ctx->n_choices; i++) {

@@ -283,6 +283,7 @@ ngx_http_kvserve_cache_out(ngx_http_kvserve_ctx_t *ctx,
     part->has_cache = 1;
     ctx->cached_tokens += o->n_cached;
     ctx->cached_tier += o->n_cached_tier;
+    ctx->cached_host += o->n_cached_host;
     ctx->cache_created += o->n_cache_created;
 
     if (o->miss != KVS_RADIX_MISS_OFF) {

@@ -682,22 +682,33 @@ ngx_http_kvserve_scrape_pools(kvs_metrics_gauges_t *g,
 }
 
 
-/* The disk tier's figures (kvs_metrics_tier.c), when it has one. */
+/* The lower tiers' figures (kvs_metrics_tier.c), when it has one. */
 static void
 ngx_http_kvserve_scrape_tier(kvs_metrics_gauges_t *g,
     const kvs_engine_stats_t *st)
 {
-    g->tier = st->tier.on != 0;
+    uint64_t  lower;
 
-    if (!g->tier) {
+    g->tier = st->tier.on != 0;
+    g->tier_host = st->tier.host_on != 0;
+
+    if (!g->tier && !g->tier_host) {
         return;
     }
 
+    lower = st->cache_tier_hit_tokens + st->cache_host_hit_tokens;
     g->tier_hit_tokens_disk = st->cache_tier_hit_tokens;
-    g->tier_hit_tokens_pool = st->cache_hit_tokens >= st->cache_tier_hit_tokens
-                              ? st->cache_hit_tokens
-                                - st->cache_tier_hit_tokens
-                              : 0;
+    g->tier_hit_tokens_host = st->cache_host_hit_tokens;
+    g->tier_hit_tokens_pool = st->cache_hit_tokens >= lower
+                              ? st->cache_hit_tokens - lower : 0;
+    g->host_blocks = st->tier.host_used;
+    g->host_capacity = st->tier.host_slots;
+    g->host_loaded = st->tier.host_loaded_blocks;
+    g->host_load_ns = st->tier.host_load_ns;
+    g->host_in_bytes = st->tier.host_bytes_in;
+    g->host_out_bytes = st->tier.host_bytes_out;
+    g->host_spilled = st->tier.host_spilled;
+    g->host_evicted = st->tier.host_evicted;
     g->tier_blocks = st->tier.used;
     g->tier_capacity = st->tier.slots;
     g->tier_loaded = st->tier.loaded_blocks;

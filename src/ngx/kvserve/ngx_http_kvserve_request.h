@@ -152,6 +152,8 @@ struct ngx_http_kvserve_ctx_s {
                                                   cache, */
     uint32_t                  cached_tier;     /* of those, loaded from
                                                   the disk tier, */
+    uint32_t                  cached_host;     /* ... copied in from the
+                                                  host tier, */
     uint32_t                  cache_created;   /* cached for the pins, */
     uint32_t                  cache_queried;   /* looked up */
     ngx_int_t                 cache_miss;  /* kvs_radix_miss_t of the

@@ -457,6 +457,10 @@ ngx_http_kvserve_child(ngx_http_kvserve_engine_t *e, int lease, int pidfd)
             sm[i].engine.tier_load_always = (int) m[i].tier->load_always;
         }
 
+        if (m[i].thost != NULL) {
+            sm[i].engine.tier_host_size = (uint64_t) m[i].thost->size;
+        }
+
         /* a fraction is of the device's memory on CUDA (the plan's
          * n_blocks are the CPU's): this model's part of it */
         sm[i].engine.kv_fraction = m[i].kv_fraction;

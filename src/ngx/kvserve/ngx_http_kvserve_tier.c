@@ -3,19 +3,22 @@
  * configuration (docs/prefix-cache.md, "The second tier"):
  *
  *     kvserve_kv_tier disk PATH SIZE [model=NAME] [load=cost|always];
- *     kvserve_kv_tier host SIZE [model=NAME];     (refused, see below)
+ *     kvserve_kv_tier host SIZE [model=NAME];
  *
- * at http level, once per model (without model=: the one model served).
- * The directive is parsed here; ngx_http_kvserve_kv_tier_check(), once
- * the models and their KV blocks are known, gives each model its tier
- * and refuses what the engine would refuse at start: an unknown model,
- * a file two models would share, a size that holds no block, a missing
- * directory, a tier without the prefix cache.  `host` is refused: the
- * CPU's pool is host memory already, and the CUDA backend's pinned host
- * tier (kv/kvs_tier_host.c) is not wired into the engine yet.
+ * at http level, once per model and kind (without model=: the one model
+ * served for disk, every model for host, each its own SIZE).  The
+ * directive is parsed here; ngx_http_kvserve_kv_tier_check(), once the
+ * models, their KV blocks and the backend are known, gives each model
+ * its tiers and refuses what the engine would refuse at start: an
+ * unknown model, a file two models would share, a size that holds no
+ * block, a missing directory, a tier without the prefix cache, and
+ * `host` unless `kvserve_backend cuda` (the CPU's pool is host memory
+ * already; with `auto` the backend is known only when the engine
+ * starts, so nginx -t refuses it too).
  *
- * Invariants: each model has at most one tier and each tier file serves
- * exactly one model; the engine gets its tier from m->tier at spawn.
+ * Invariants: each model has at most one tier of each kind and each
+ * tier file serves exactly one model; the engine gets its tiers from
+ * m->tier and m->thost at spawn.
  */
 
 #include <ngx_config.h>
@@ -35,6 +38,100 @@
 #define NGX_HTTP_KVSERVE_TIER_SLOT_HDR  512
 
 
+/* A new tier of its kind for model (len 0: every model), where it was
+ * written; NULL (logged) for a second one. */
+static ngx_http_kvserve_tier_t *
+ngx_http_kvserve_tier_push(ngx_conf_t *cf, ngx_http_kvserve_main_conf_t *kmcf,
+    ngx_flag_t host, ngx_str_t *model)
+{
+    ngx_uint_t                i;
+    ngx_http_kvserve_tier_t  *t;
+
+    if (kmcf->tiers == NULL) {
+        kmcf->tiers = ngx_array_create(cf->pool, 2,
+                                       sizeof(ngx_http_kvserve_tier_t));
+        if (kmcf->tiers == NULL) {
+            return NULL;
+        }
+    }
+
+    t = kmcf->tiers->elts;
+
+    for (i = 0; i < kmcf->tiers->nelts; i++) {
+        if (t[i].host == host && t[i].model.len == model->len
+            && ngx_strncmp(t[i].model.data, model->data, model->len) == 0)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"kvserve_kv_tier%s\" is duplicate for %s%V",
+                               host ? " host" : "",
+                               model->len ? "model " : "every model", model);
+            return NULL;
+        }
+    }
+
+    t = ngx_array_push(kmcf->tiers);
+    if (t == NULL) {
+        return NULL;
+    }
+
+    ngx_memzero(t, sizeof(ngx_http_kvserve_tier_t));
+    t->host = host;
+    t->model = *model;
+    t->file = cf->conf_file->file.name.data;
+    t->line = cf->conf_file->line;
+
+    return t;
+}
+
+
+/* kvserve_kv_tier host SIZE [model=NAME]: the backend is checked once
+ * it is known (ngx_http_kvserve_kv_tier_check). */
+static char *
+ngx_http_kvserve_kv_tier_host(ngx_conf_t *cf, ngx_command_t *cmd,
+    ngx_http_kvserve_main_conf_t *kmcf)
+{
+    off_t                     size;
+    ngx_str_t                *value, model, v;
+    ngx_uint_t                i, n;
+    ngx_http_kvserve_tier_t  *t;
+
+    value = cf->args->elts;
+    n = cf->args->nelts;
+
+    size = ngx_parse_offset(&value[2]);
+    if (size <= 0) {
+        return ngx_http_kvserve_conf_invalid(cf, cmd, &value[2],
+                                             "it must be a size such as "
+                                             "512m or 4g");
+    }
+
+    ngx_str_null(&model);
+
+    for (i = 3; i < n; i++) {
+        if (model.len == 0
+            && ngx_http_kvserve_param(&value[i], "model", &v) == NGX_OK
+            && v.len > 0)
+        {
+            model = v;
+            continue;
+        }
+
+        return ngx_http_kvserve_conf_invalid(cf, cmd, &value[i],
+                                             "it must be one "
+                                             "\"model=NAME\"");
+    }
+
+    t = ngx_http_kvserve_tier_push(cf, kmcf, 1, &model);
+    if (t == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    t->size = size;
+
+    return NGX_CONF_OK;
+}
+
+
 char *
 ngx_http_kvserve_kv_tier_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf)
@@ -51,19 +148,13 @@ ngx_http_kvserve_kv_tier_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     n = cf->args->nelts;
 
     if (value[1].len == 4 && ngx_strncmp(value[1].data, "host", 4) == 0) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"kvserve_kv_tier host\" is not supported: on "
-                           "the CPU backend the KV pool is host memory "
-                           "already (use \"kvserve_kv_tier disk PATH "
-                           "SIZE\"), and the CUDA backend's pinned-host "
-                           "tier is not in the engine yet");
-        return NGX_CONF_ERROR;
+        return ngx_http_kvserve_kv_tier_host(cf, cmd, kmcf);
     }
 
     if (value[1].len != 4 || ngx_strncmp(value[1].data, "disk", 4) != 0) {
         return ngx_http_kvserve_conf_invalid(cf, cmd, &value[1],
-                                             "it must be \"disk\" (or "
-                                             "\"host\", not built yet)");
+                                             "it must be \"disk\" or "
+                                             "\"host\"");
     }
 
     if (n < 4) {
@@ -118,39 +209,14 @@ ngx_http_kvserve_kv_tier_directive(ngx_conf_t *cf, ngx_command_t *cmd,
                                              "it must be a file name");
     }
 
-    if (kmcf->tiers == NULL) {
-        kmcf->tiers = ngx_array_create(cf->pool, 2,
-                                       sizeof(ngx_http_kvserve_tier_t));
-        if (kmcf->tiers == NULL) {
-            return NGX_CONF_ERROR;
-        }
-    }
-
-    t = kmcf->tiers->elts;
-
-    for (i = 0; i < kmcf->tiers->nelts; i++) {
-        if (t[i].model.len == model.len
-            && ngx_strncmp(t[i].model.data, model.data, model.len) == 0)
-        {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "\"kvserve_kv_tier\" is duplicate for %s%V",
-                               model.len ? "model " : "every model",
-                               &model);
-            return NGX_CONF_ERROR;
-        }
-    }
-
-    t = ngx_array_push(kmcf->tiers);
+    t = ngx_http_kvserve_tier_push(cf, kmcf, 0, &model);
     if (t == NULL) {
         return NGX_CONF_ERROR;
     }
 
     t->path = value[2];
     t->size = size;
-    t->model = model;
     t->load_always = always == 1;
-    t->file = cf->conf_file->file.name.data;
-    t->line = cf->conf_file->line;
 
     if (ngx_conf_full_name(cf->cycle, &t->path, 0) != NGX_OK) {
         return NGX_CONF_ERROR;
@@ -165,8 +231,9 @@ static ngx_int_t
 ngx_http_kvserve_tier_fail(ngx_conf_t *cf, ngx_http_kvserve_tier_t *t,
     const char *msg)
 {
-    ngx_log_error(NGX_LOG_EMERG, cf->log, 0, "\"kvserve_kv_tier disk "
-                  "%V\" in %s:%ui: %s", &t->path, t->file, t->line, msg);
+    ngx_log_error(NGX_LOG_EMERG, cf->log, 0, "\"kvserve_kv_tier %s%V\" in "
+                  "%s:%ui: %s", t->host ? "host" : "disk ", &t->path,
+                  t->file, t->line, msg);
 
     return NGX_ERROR;
 }
@@ -198,8 +265,24 @@ ngx_http_kvserve_kv_tier_check(ngx_conf_t *cf,
                                               ")");
         }
 
+        if (t[i].host) {
+            if (kmcf->backend != KVS_BACKEND_CUDA) {
+                ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                              "\"kvserve_kv_tier host\" is not supported: "
+                              "on the CPU backend the KV pool is host "
+                              "memory already (use \"kvserve_kv_tier disk "
+                              "PATH SIZE\"); it needs \"kvserve_backend "
+                              "cuda\" (with \"auto\" the backend is known "
+                              "only when the engine starts), in %s:%ui",
+                              t[i].file, t[i].line);
+                return NGX_ERROR;
+            }
+
+            continue;
+        }
+
         for (j = 0; j < i; j++) {
-            if (t[j].path.len == t[i].path.len
+            if (!t[j].host && t[j].path.len == t[i].path.len
                 && ngx_strncmp(t[j].path.data, t[i].path.data,
                                t[i].path.len) == 0)
             {
@@ -241,6 +324,7 @@ ngx_http_kvserve_kv_tier_check(ngx_conf_t *cf,
 
     for (k = 0; k < n; k++) {
         m[k].tier = NULL;
+        m[k].thost = NULL;
 
         for (i = 0; i < kmcf->tiers->nelts; i++) {
             if (t[i].model.len == 0
@@ -249,10 +333,28 @@ ngx_http_kvserve_kv_tier_check(ngx_conf_t *cf,
                                    m[k].name.len) == 0))
             {
                 /* a named tier wins over the unnamed one */
-                if (m[k].tier == NULL || t[i].model.len != 0) {
+                if (t[i].host) {
+                    if (m[k].thost == NULL || t[i].model.len != 0) {
+                        m[k].thost = &t[i];
+                    }
+
+                } else if (m[k].tier == NULL || t[i].model.len != 0) {
                     m[k].tier = &t[i];
                 }
             }
+        }
+
+        /* a host tier holds at least one block (of the dtype the pool
+         * is sized in; the device's may be smaller) */
+        need = ngx_http_kvserve_kv_bpt(&m[k]) * m[k].kv_block;
+
+        if (m[k].thost != NULL && (uint64_t) m[k].thost->size < need) {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "\"kvserve_kv_tier host\" in %s:%ui: size %O "
+                          "holds no block of model \"%V\" (%uL bytes a "
+                          "block)", m[k].thost->file, m[k].thost->line,
+                          m[k].thost->size, &m[k].name, need);
+            return NGX_ERROR;
         }
 
         if (m[k].tier == NULL) {
@@ -283,15 +385,16 @@ ngx_http_kvserve_kv_tier_check(ngx_conf_t *cf,
         }
 
         for (k = 0; k < n; k++) {
-            if (m[k].tier == &t[i]) {
+            if (m[k].tier == &t[i] || m[k].thost == &t[i]) {
                 break;
             }
         }
 
         if (k == n) {
             ngx_log_error(NGX_LOG_EMERG, cf->log, 0, "\"kvserve_kv_tier "
-                          "disk %V\" in %s:%ui: no model \"%V\" is served",
-                          &t[i].path, t[i].file, t[i].line, &t[i].model);
+                          "%s%V\" in %s:%ui: no model \"%V\" is served",
+                          t[i].host ? "host" : "disk ", &t[i].path,
+                          t[i].file, t[i].line, &t[i].model);
             return NGX_ERROR;
         }
     }
