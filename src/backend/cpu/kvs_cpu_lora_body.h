@@ -250,30 +250,14 @@ KVS_LX(kvs_cpu_lora_expand)(const kvs_cpu_lora_pair_t *p,
 }
 
 
+/* the whole product: T for every row, then their outputs (each row's
+ * the same bits as in one pass: rows never mix) */
 __attribute__((target(KVS_LX_TARGET))) void
 KVS_LX(kvs_cpu_lora_rows)(const kvs_cpu_lora_pair_t *p,
     const kvs_cpu_lora_rows_t *g)
 {
-    float        *ys[KVS_CPU_LORA_NX], *ts[KVS_CPU_LORA_NX];
-    uint32_t      i, nx;
-    const float  *xs[KVS_CPU_LORA_NX];
-
-    kvs_cpu_lora_prefetch(p);
-
-    for (i = 0; i < g->cnt; i += nx) {
-        nx = kvs_cpu_lora_block(p, g, i, xs, ys, ts);
-
-        if (nx == 4) {
-            KVS_LX(kvs_cpu_lora_blk_a)(p, xs, ts, 4);
-            KVS_LX(kvs_cpu_lora_blk_b)(p, ys, ts, 0, p->n_out, 4);
-        } else if (nx == 2) {
-            KVS_LX(kvs_cpu_lora_blk_a)(p, xs, ts, 2);
-            KVS_LX(kvs_cpu_lora_blk_b)(p, ys, ts, 0, p->n_out, 2);
-        } else {
-            KVS_LX(kvs_cpu_lora_blk_a)(p, xs, ts, 1);
-            KVS_LX(kvs_cpu_lora_blk_b)(p, ys, ts, 0, p->n_out, 1);
-        }
-    }
+    KVS_LX(kvs_cpu_lora_shrink)(p, g);
+    KVS_LX(kvs_cpu_lora_expand)(p, g, 0, p->n_out);
 }
 
 
