@@ -19,7 +19,8 @@
 #     and the base's cached prompt still hits in full;
 #   - paging: kvserve_lora_slots 1 for the two adapters, so A and B take
 #     turns in the one slot; the metrics count the loads, evictions and
-#     waits;
+#     waits, and the loads' times (the loader's, the step loop's
+#     installs and the longest one) are exported and grow with a load;
 #   - `nginx -t` refuses an adapter made for another base, naming the
 #     adapter, the tensor and both shapes;
 #   - a second configuration: 8 adapters of the base (ranks 8 and 64),
@@ -288,6 +289,46 @@ for my $i (0 .. $#jobs) {
     ok(defined $v{lora_wait_seconds_total}, '... their time');
     unlike($r, qr/^kvserve:lora_\w+\{model_name="merged"\}/m,
            '... none for a model without adapters');
+
+    # the loads' times: there after loads, and growing with the next
+    # ones (A then B: at least one of them is not in the one slot)
+    ok(($v{lora_load_seconds_total} // 0) > 0,
+       "... the loader's time ($v{lora_load_seconds_total})");
+    ok(($v{lora_install_seconds_total} // 0) > 0,
+       "... the step loop's installs ($v{lora_install_seconds_total})");
+    ok(($v{lora_install_max_seconds} // 0) > 0
+       && $v{lora_install_max_seconds} <= $v{lora_install_seconds_total},
+       "... the longest one ($v{lora_install_max_seconds}), at most "
+       . 'their sum');
+    like($r, qr/^# TYPE kvserve:lora_load_seconds_total counter$/m,
+         '... a counter');
+    like($r, qr/^# TYPE kvserve:lora_install_max_seconds gauge$/m,
+         '... the longest a gauge');
+    my ($ca2) = complete('base:A', $p1, 'load-a');
+    my ($cb2) = complete('base:B', $p1, 'load-b');
+    is("$ca2 $cb2", '200 200', 'A then B again: 200');
+    my %w;
+    for (1 .. 50) {
+        my $r2 = $t->read_all($t->request('GET', '/metrics'), 10);
+        %w = ();
+        while ($r2 =~ /^kvserve:(lora_\w+)\{model_name="base"\} (\S+)$/mg) {
+            $w{$1} = $2;
+        }
+        last if ($w{lora_loads_total} // 0) > $v{lora_loads_total};
+        sleep(0.1);
+    }
+    ok(($w{lora_loads_total} // 0) > $v{lora_loads_total},
+       "... more loads ($v{lora_loads_total} -> $w{lora_loads_total})");
+    ok(($w{lora_load_seconds_total} // 0) > $v{lora_load_seconds_total},
+       "... the loader's time grew ($v{lora_load_seconds_total} -> "
+       . "$w{lora_load_seconds_total})");
+    ok(($w{lora_install_seconds_total} // 0)
+       > $v{lora_install_seconds_total},
+       "... the installs' time grew ($v{lora_install_seconds_total} -> "
+       . "$w{lora_install_seconds_total})");
+    ok(($w{lora_install_max_seconds} // 0) >= $v{lora_install_max_seconds}
+       && $w{lora_install_max_seconds} <= $w{lora_install_seconds_total},
+       "... the longest one ($w{lora_install_max_seconds}) never less");
 }
 
 # the tenant's map

@@ -274,6 +274,9 @@ typedef struct {
     uint64_t  lora_evictions;
     uint64_t  lora_waited;
     uint64_t  lora_wait_ms;
+    uint64_t  lora_load_ns;           /* the loader's time */
+    uint64_t  lora_install_ns;        /* the step loop's, total */
+    uint64_t  lora_install_max_ns;    /* ... the longest once */
 
     /* cache_config_info, from the configuration: written for every model
      * whose block_size is not 0, engine answering or not */

@@ -55,8 +55,8 @@
                                          LoRA adapters; 11: INDEX's disk
                                          tier names and weight; 12: LORA;
                                          13: STATS's disk tier loader;
-                                         14: STATS's host tier, OUT's
-                                         n_cached_host */
+                                         14: STATS's host tier and LoRA
+                                         load times, OUT's n_cached_host */
 #define KVS_WIRE_HDR          16
 #define KVS_WIRE_MAX_FRAME    (16u << 20)   /* 1M prompt ids take 4 MiB */
 #define KVS_WIRE_AGAIN        1             /* need more bytes */

@@ -307,6 +307,13 @@ static const kvs_wire_field_t  kvs_wire_stats_model_f[] = {
       KVS_STATS(st.tier.host_bytes_in) },
     { "tier.host_bytes_out",  KVS_WIRE_INT, 8, 0,
       KVS_STATS(st.tier.host_bytes_out) },
+    /* and the LoRA loads' times (docs/lora.md, "Paging") */
+    { "lora_load_ns",         KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.lora_load_ns) },
+    { "lora_install_ns",      KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.lora_install_ns) },
+    { "lora_install_max_ns",  KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.lora_install_max_ns) },
 };
 
 /* the table above writes every bucket */

@@ -13,7 +13,9 @@
  * ratio to the baseline, the adapters loaded and evicted, the requests
  * that waited for theirs and their mean wait, and the longest step (a
  * load on the step loop would show there), then one
- * "lora_paging_run SLOTS TPS" line per configuration.
+ * "lora_paging_run SLOTS TPS LOADS EVICTIONS WAITED MEAN_WAIT_MS
+ * LONGEST_STEP_MS" line per configuration (what t/bench/lora.sh's
+ * summary reads).
  */
 
 #include <poll.h>
@@ -267,7 +269,13 @@ main(int argc, char **argv)
                st.lora_waited ? (double) st.lora_wait_ms / st.lora_waited
                               : 0.0,
                st.step_ns_max / 1e6);
-        printf("lora_paging_run %u %.1f\n", slots[k], tps);
+        printf("lora_paging_run %u %.1f %llu %llu %llu %.1f %.1f\n",
+               slots[k], tps, (unsigned long long) st.lora_loads,
+               (unsigned long long) st.lora_evictions,
+               (unsigned long long) st.lora_waited,
+               st.lora_waited ? (double) st.lora_wait_ms / st.lora_waited
+                              : 0.0,
+               st.step_ns_max / 1e6);
     }
 
     for (k = 0; k < N_AD; k++) {

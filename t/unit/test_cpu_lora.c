@@ -22,7 +22,10 @@
  *     change it makes (F16 rounding of A and B, 2^-11 each), also for an
  *     adapter whose values are far below F16's normal range (the
  *     per-matrix power-of-two scale); a row's result is the same bits
- *     alone as in a group of five;
+ *     alone as in a group of five, and the product's halves run apart
+ *     (shrink, then expand over the outputs in 16-wide tiles or cut at
+ *     odd places, as a step runs them with the base product's tiles)
+ *     give the same bits as the whole;
  *   - the F16 conversions: every finite half round-trips, ties round to
  *     even, and (where the CPU has F16C) the rounding equals the
  *     hardware's on 2^20 floats, the packing's loop the same bits at
@@ -567,6 +570,8 @@ test_f16(void **state)
 
 typedef void (*rows_fn_t)(const kvs_cpu_lora_pair_t *p,
     const kvs_cpu_lora_rows_t *g);
+typedef void (*expand_fn_t)(const kvs_cpu_lora_pair_t *p,
+    const kvs_cpu_lora_rows_t *g, uint32_t o0, uint32_t o1);
 
 
 /* y[N_ROWS] + the pair's product by fn into out, each row's input x. */
@@ -607,6 +612,42 @@ rows_run(rows_fn_t fn, const kvs_cpu_lora_pair_t *p, const float *x,
 }
 
 
+/* The product in halves, as a step runs it with the base product's
+ * tiles: shrink, then expand over the outputs split at cuts[] (clamped
+ * to n_out, in order), into out. */
+static void
+split_run(rows_fn_t shrink, expand_fn_t expand, const kvs_cpu_lora_pair_t *p,
+    const float *x, const float *y0, float *out, const uint32_t *cuts,
+    uint32_t n_cuts)
+{
+    float                 t[N_ROWS * 64];
+    uint32_t              rows[N_ROWS], i, o0, o1;
+    kvs_cpu_lora_rows_t   g;
+
+    memcpy(out, y0, (size_t) N_ROWS * p->n_out * sizeof(float));
+
+    for (i = 0; i < N_ROWS; i++) {
+        rows[i] = (i * 2 + 1) % N_ROWS;
+    }
+
+    g.x = x;
+    g.ldx = p->n_in;
+    g.y = out;
+    g.ldy = p->n_out;
+    g.t = t;
+    g.rows = rows;
+    g.cnt = N_ROWS;
+    shrink(p, &g);
+
+    o0 = 0;
+    for (i = 0; i <= n_cuts; i++) {
+        o1 = i < n_cuts && cuts[i] < p->n_out ? cuts[i] : p->n_out;
+        expand(p, &g, o0, o1);
+        o0 = o1;
+    }
+}
+
+
 /*
  * Each packed pair against the F32 adapter: kvs_lora_apply_row over the
  * adapter's own values is the reference; the portable and x86 group
@@ -625,7 +666,11 @@ test_packed(void **state)
     kvs_lora_t            *l;
     mdl_t                  base;
     kvs_cpu_kv_t          *kv;
-    rows_fn_t              fns[3];
+    rows_fn_t              fns[3], shrinks[3];
+    expand_fn_t            expands[3];
+    float                 *sp;
+    static const uint32_t  tiles[] = { 16, 32, 48, 64, 80, 96, 112, 128 };
+    static const uint32_t  odd[] = { 7, 8, 40, 41, 100 };
     kvs_gen_lora_spec_t    spec;
     const kvs_lora_mat_t  *m;
     const kvs_cpu_lora_pair_t  *p;
@@ -637,15 +682,23 @@ test_packed(void **state)
     assert_int_equal(kvs_cpu_kv_new(&kv, base.cm, 1, BT, &err), KVS_OK);
 
     fns[0] = kvs_cpu_lora_rows_c;
+    shrinks[0] = kvs_cpu_lora_shrink_c;
+    expands[0] = kvs_cpu_lora_expand_c;
     n_lv = 1;
 #if KVS_CPU_X86
     if (kvs_cpu_simd() >= KVS_CPU_SIMD_AVX2) {
+        shrinks[n_lv] = kvs_cpu_lora_shrink_avx2;
+        expands[n_lv] = kvs_cpu_lora_expand_avx2;
         fns[n_lv++] = kvs_cpu_lora_rows_avx2;
     }
     if (kvs_cpu_simd() >= KVS_CPU_SIMD_AVX512) {
+        shrinks[n_lv] = kvs_cpu_lora_shrink_avx512;
+        expands[n_lv] = kvs_cpu_lora_expand_avx512;
         fns[n_lv++] = kvs_cpu_lora_rows_avx512;
     }
 #endif
+    sp = malloc((size_t) N_ROWS * 136 * sizeof(float));
+    assert_non_null(sp);
 
     x = malloc((size_t) N_ROWS * 136 * sizeof(float));
     y0 = malloc((size_t) N_ROWS * 136 * sizeof(float));
@@ -742,6 +795,17 @@ test_packed(void **state)
                                      "the same row in a group", lv);
                         }
                     }
+
+                    /* the halves apart, the outputs in the base product's
+                     * tiles (16 wide) or cut anywhere: the same bits */
+                    split_run(shrinks[lv], expands[lv], p, x, y0, sp, tiles,
+                              sizeof(tiles) / sizeof(tiles[0]));
+                    assert_memory_equal(sp, out[lv], (size_t) N_ROWS
+                                        * p->n_out * sizeof(float));
+                    split_run(shrinks[lv], expands[lv], p, x, y0, sp, odd,
+                              sizeof(odd) / sizeof(odd[0]));
+                    assert_memory_equal(sp, out[lv], (size_t) N_ROWS
+                                        * p->n_out * sizeof(float));
                 }
             }
         }
@@ -755,6 +819,7 @@ test_packed(void **state)
     for (lv = 0; lv < 3; lv++) {
         free(out[lv]);
     }
+    free(sp);
     free(x);
     free(y0);
     free(ref);

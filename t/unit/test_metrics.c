@@ -812,7 +812,19 @@ static const char  engine_families_text[] =
     "kvserve:lora_waited_total{model_name=\"m2\"} 11\n"
     "# HELP kvserve:lora_wait_seconds_total Their time waiting for it.\n"
     "# TYPE kvserve:lora_wait_seconds_total counter\n"
-    "kvserve:lora_wait_seconds_total{model_name=\"m2\"} 2.500\n";
+    "kvserve:lora_wait_seconds_total{model_name=\"m2\"} 2.500\n"
+    "# HELP kvserve:lora_load_seconds_total Time the adapters' loader spent "
+    "reading and packing adapters (off the step loop).\n"
+    "# TYPE kvserve:lora_load_seconds_total counter\n"
+    "kvserve:lora_load_seconds_total{model_name=\"m2\"} 12.345678901\n"
+    "# HELP kvserve:lora_install_seconds_total Time the step loop spent "
+    "putting adapters into slots and taking them out.\n"
+    "# TYPE kvserve:lora_install_seconds_total counter\n"
+    "kvserve:lora_install_seconds_total{model_name=\"m2\"} 0.000004500\n"
+    "# HELP kvserve:lora_install_max_seconds The longest single install or "
+    "eviction on the step loop since the engine started.\n"
+    "# TYPE kvserve:lora_install_max_seconds gauge\n"
+    "kvserve:lora_install_max_seconds{model_name=\"m2\"} 0.000000301\n";
 
 
 /* The engine's optional families (KV pools, tenants, LoRA adapters)
@@ -866,6 +878,9 @@ test_engine_families(void **state)
     g[1].lora_evictions = 13;
     g[1].lora_waited = 11;
     g[1].lora_wait_ms = 2500;
+    g[1].lora_load_ns = 12345678901ull;
+    g[1].lora_install_ns = 4500;
+    g[1].lora_install_max_ns = 301;
     g[1].tenants.n_tenants = 2;               /* none on top: "other" */
     g[1].tenants.other.prefill = 1;
     g[1].tenants.other.decode = 2;

@@ -25,7 +25,8 @@
  * gauges, 4 x 2 counters) */
 #define STATS_MODEL  (4 + 17 * 8 + 8 * 4 + (KVS_ENGINE_ITER_BOUNDS + 2) * 8 \
                       + 4 + 6 * 4 + 8 * 8 + 8 + 2 * 4 + 18 * 8 \
-                      + 4 * 4 + 4 * 8 + 4 * 8 + 8 + 4 + 14 * 8)
+                      + 4 * 4 + 4 * 8 + 4 * 8 + 8 + 4 + 14 * 8 \
+                      + 3 * 8)
 
 
 /* --- helpers ------------------------------------------------------------- */
@@ -1011,6 +1012,9 @@ test_stats(void **state)
         in->models[i].st.tier.load_wait_ns = UINT64_MAX - 4;
         in->models[i].st.tier.loading = 46;
         in->models[i].st.tier.probes = 47;
+        in->models[i].st.lora_load_ns = UINT64_MAX - 5 - i;
+        in->models[i].st.lora_install_ns = 48;
+        in->models[i].st.lora_install_max_ns = 49 + i;
     }
 
     /* model 0: no tenant; model 1: the most, one key empty, one full */

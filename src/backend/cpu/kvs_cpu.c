@@ -397,7 +397,8 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     uint32_t                n, i, l, max_ctx, want, wrow, nth;
     kvs_cpu_fw_t            fw;
     kvs_threads_t          *tokp, *ffnp, *attp;
-    kvs_cpu_lora_out_t      qkv[3], gu[2];
+    kvs_cpu_lora_out_t      qkv[3], gu[2], o, down;
+    kvs_cpu_lora_mm_t       lm;
     const kvs_cpu_layer_t  *ly;
     const kvs_hparams_t    *hp;
 
@@ -443,7 +444,8 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     fw.simd = kvs_cpu_simd();
     fw.lora_slots = slots;
 
-    /* the adapters' products that share an input: one dispatch each */
+    /* the adapters' products, each riding on its base product's
+     * dispatch (q, k and v together; gate and up) */
     qkv[0].target = KVS_LORA_Q;
     qkv[0].ldy = fw.qd;
     qkv[1].target = KVS_LORA_K;
@@ -454,6 +456,10 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     gu[0].ldy = fw.f;
     gu[1].target = KVS_LORA_UP;
     gu[1].ldy = fw.f;
+    o.target = KVS_LORA_O;
+    o.ldy = fw.e;
+    down.target = KVS_LORA_DOWN;
+    down.ldy = fw.e;
 
     rc = kvs_cpu_lora_prepare(&fw, err);
     if (rc != KVS_OK) {
@@ -551,12 +557,12 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
         fw.kc = (float *) (void *) (kv->mem + kvs_kv_layout_k(&kv->lo, l, 0));
         fw.vc = (float *) (void *) (kv->mem + kvs_kv_layout_v(&kv->lo, l, 0));
 
-        kvs_cpu_matmul(&fw, fw.xb, n, &ly->wq, fw.q, &ly->wk, fw.k,
-                       &ly->wv, fw.v);
         qkv[0].y = fw.q;
         qkv[1].y = fw.k;
         qkv[2].y = fw.v;
-        kvs_cpu_lora_apply_n(&fw, l, fw.xb, fw.e, qkv, 3);
+        kvs_cpu_lora_mm_init(&lm, &fw, l, fw.xb, fw.e, qkv, 3);
+        kvs_cpu_matmul_lora(&fw, fw.xb, n, &ly->wq, fw.q, &ly->wk, fw.k,
+                            &ly->wv, fw.v, &lm);
 
         /* this layer's K/V of the whole batch is written before any token
          * attends, so tokens see earlier positions of their own chunk */
@@ -569,25 +575,27 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
         kvs_threads_run(attp, kvs_cpu_attn_task, &fw,
                         n * (hp->n_head / fw.attn_group));
 
-        kvs_cpu_matmul(&fw, fw.att, n, &ly->wo, fw.xb, NULL, NULL, NULL,
-                       NULL);
-        kvs_cpu_lora_apply(&fw, l, KVS_LORA_O, fw.att, fw.od, fw.xb, fw.e);
+        o.y = fw.xb;
+        kvs_cpu_lora_mm_init(&lm, &fw, l, fw.att, fw.od, &o, 1);
+        kvs_cpu_matmul_lora(&fw, fw.att, n, &ly->wo, fw.xb, NULL, NULL,
+                            NULL, NULL, &lm);
 
         fw.resid = 1;
         fw.post = ly->post_attn_norm;
         fw.norm = ly->ffn_norm;
         kvs_threads_run(tokp, kvs_cpu_tok_task, &fw, n);
 
-        kvs_cpu_matmul(&fw, fw.xb, n, &ly->w1, fw.h1, &ly->w3, fw.h3, NULL,
-                       NULL);
         gu[0].y = fw.h1;
         gu[1].y = fw.h3;
-        kvs_cpu_lora_apply_n(&fw, l, fw.xb, fw.e, gu, 2);
+        kvs_cpu_lora_mm_init(&lm, &fw, l, fw.xb, fw.e, gu, 2);
+        kvs_cpu_matmul_lora(&fw, fw.xb, n, &ly->w1, fw.h1, &ly->w3, fw.h3,
+                            NULL, NULL, &lm);
         kvs_threads_run(ffnp, hp->geglu ? kvs_cpu_geglu_task
                                         : kvs_cpu_swiglu_task, &fw, n);
-        kvs_cpu_matmul(&fw, fw.h1, n, &ly->w2, fw.xb, NULL, NULL, NULL,
-                       NULL);
-        kvs_cpu_lora_apply(&fw, l, KVS_LORA_DOWN, fw.h1, fw.f, fw.xb, fw.e);
+        down.y = fw.xb;
+        kvs_cpu_lora_mm_init(&lm, &fw, l, fw.h1, fw.f, &down, 1);
+        kvs_cpu_matmul_lora(&fw, fw.h1, n, &ly->w2, fw.xb, NULL, NULL, NULL,
+                            NULL, &lm);
 
         /* the residual, and the next layer's attention norm with it */
         fw.post = ly->post_ffn_norm;

@@ -24,6 +24,7 @@
 #ifndef KVS_CPU_IMPL_H
 #define KVS_CPU_IMPL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -153,33 +154,54 @@ typedef struct {
     uint32_t                lora_n;   /* rows with an adapter */
     uint32_t                lora_rank; /* their adapters' largest rank */
     uint32_t                lora_tasks; /* groups of one adapter's rows */
-    size_t                  lora_stride; /* a thread's scratch, floats */
+    size_t                  lora_stride; /* T of one output: floats */
 } kvs_cpu_fw_t;
 
 
 /* LoRA (kvs_cpu_lora.c): slots checked against kv's; the step's adapted
- * rows grouped by slot (fw->lora_slots, fw->b, fw->kv set); y[row] +=
- * the row's adapter's product for (layer, target) over the adapted rows;
- * kv's slot indexes and buffers freed. */
+ * rows grouped by slot (fw->lora_slots, fw->b, fw->kv set); kv's slot
+ * indexes and buffers freed. */
 int kvs_cpu_lora_check(const kvs_cpu_kv_t *kv, const kvs_batch_t *b,
     const uint32_t *slots, kvs_err_t *err);
 int kvs_cpu_lora_prepare(kvs_cpu_fw_t *fw, kvs_err_t *err);
-void kvs_cpu_lora_apply(const kvs_cpu_fw_t *fw, uint32_t layer,
-    kvs_lora_target_t target, const float *x, uint32_t ldx, float *y,
-    uint32_t ldy);
 
-/* kvs_cpu_lora_apply for n_outs products of the same input x (q, k and
- * v; gate and up) in one dispatch to the threads: each output's rows
- * get what kvs_cpu_lora_apply would give them, bit for bit. */
+/* An adapted product's output: the base product's y (ldy floats a row)
+ * and the adapter's target for it. */
 typedef struct {
     kvs_lora_target_t  target;
     float             *y;
     uint32_t           ldy;
 } kvs_cpu_lora_out_t;
 
-void kvs_cpu_lora_apply_n(const kvs_cpu_fw_t *fw, uint32_t layer,
-    const float *x, uint32_t ldx, const kvs_cpu_lora_out_t *outs,
-    uint32_t n_outs);
+/* The adapters' products riding on one kvs_cpu_matmul_lora dispatch
+ * (kvs_cpu_lora.c): outs[m] is matrix m's output.  The dispatch runs
+ * n_pre shrink tasks first (each a group of one adapter's rows under one
+ * output: T = scale A x, which needs only x), then the base product's
+ * tiles; a tile, once its base values are written, waits for the
+ * shrinks (done) and adds B T to its own outputs of every adapted row.
+ * So the adapters cost no dispatch of their own, and each row gets
+ * exactly the bits a separate pass would give it (each output's sum is
+ * y, then its rank terms in order, whatever the tile). */
+typedef struct {
+    const kvs_cpu_fw_t        *fw;
+    size_t                     k;     /* the layer's first pair */
+    const float               *x;
+    uint32_t                   ldx;
+    kvs_cpu_lora_out_t         outs[3];
+    uint32_t                   n_outs;
+    uint32_t                   n_pre; /* shrink tasks, 0: no adapted row */
+    _Atomic uint32_t           done;  /* shrink tasks finished */
+} kvs_cpu_lora_mm_t;
+
+/* lm for the adapted rows of layer's n_outs (1..3) products of x. */
+void kvs_cpu_lora_mm_init(kvs_cpu_lora_mm_t *lm, const kvs_cpu_fw_t *fw,
+    uint32_t layer, const float *x, uint32_t ldx,
+    const kvs_cpu_lora_out_t *outs, uint32_t n_outs);
+/* shrink task `task` (< n_pre) */
+void kvs_cpu_lora_mm_pre(kvs_cpu_lora_mm_t *lm, uint32_t task);
+/* outputs o0 .. o1 of matrix m, after its base values */
+void kvs_cpu_lora_mm_post(kvs_cpu_lora_mm_t *lm, uint32_t m, uint32_t o0,
+    uint32_t o1);
 void kvs_cpu_kv_lora_free(kvs_cpu_kv_t *kv);
 
 int kvs_cpu_simd(void);
@@ -195,6 +217,13 @@ const float *kvs_cpu_row(const kvs_cpu_mat_t *w, uint32_t r,
 void kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
     const kvs_cpu_mat_t *w0, float *y0, const kvs_cpu_mat_t *w1, float *y1,
     const kvs_cpu_mat_t *w2, float *y2);
+
+/* The same, each y_m then adding its adapted rows' low-rank products
+ * (lm: its outs in the matrices' order; NULL or no adapted row: none),
+ * in the same dispatch to the threads. */
+void kvs_cpu_matmul_lora(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
+    const kvs_cpu_mat_t *w0, float *y0, const kvs_cpu_mat_t *w1, float *y1,
+    const kvs_cpu_mat_t *w2, float *y2, kvs_cpu_lora_mm_t *lm);
 
 void kvs_cpu_q8_quant(const float *x, kvs_cpu_q8_t *dst, uint32_t cols);
 

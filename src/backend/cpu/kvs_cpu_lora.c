@@ -3,28 +3,33 @@
  * holds up to KVS_CPU_LORA_SLOTS adapters in slots 1..N (slot 0 is "no
  * adapter"); kvs_cpu_forward_lora() takes each batch entry's slot.  For
  * each adapted matrix the forward computes the base product once for
- * the whole batch (kvs_cpu_matmul), then kvs_cpu_lora_apply() adds each
- * row's own adapter's low-rank product, y += scale * B (A x), over the
- * rows with an adapter only, grouped by adapter once per step
- * (kvs_cpu_lora_prepare: a counting sort by slot, then tasks of up to
- * KVS_CPU_LORA_GROUP rows of one adapter); rows with slot 0 are never
+ * the whole batch, and each row with an adapter adds its own adapter's
+ * low-rank product, y += scale * B (A x), grouped by adapter once per
+ * step (kvs_cpu_lora_prepare: a counting sort by slot, then groups of up
+ * to KVS_CPU_LORA_GROUP rows of one adapter), in the base product's own
+ * dispatch (kvs_cpu_matmul_lora with a kvs_cpu_lora_mm_t): the shrinks
+ * T = scale A x first (kvs_cpu_lora_mm_pre), then each base tile adds
+ * B T to its outputs (kvs_cpu_lora_mm_post); rows with slot 0 are never
  * touched.
  *
  * kvs_cpu_lora_image() packs the adapter into an image of its own
  * (kvs_cpu_lora_slot_t), F16 with a power-of-two scale per matrix, B
- * transposed, in the forward's order (kvs_cpu_lora.h): half the bytes a
- * step reads of F32, the reason the many-adapter step is faster (it is
- * bound by reading the adapters).  A task's product goes through the group kernel of the
- * CPU's level (kvs_cpu_simd): AVX-512 or AVX2 (kvs_cpu_lora_x86.c), else
- * kvs_cpu_lora_rows_c() here, the portable reference over the same
- * packed values.
+ * transposed in blocks of 16 outputs, in the forward's order
+ * (kvs_cpu_lora.h): half the bytes a step reads of F32, the reason the
+ * many-adapter step is faster (it is bound by reading the adapters).
+ * The products go through the group kernels of the CPU's level
+ * (kvs_cpu_simd): AVX-512 or AVX2 (kvs_cpu_lora_x86.c), else the
+ * portable reference here (kvs_cpu_lora_rows_c and its halves) over the
+ * same packed values.
  *
  * Invariants: a slot's adapter was checked against the model when set
  * (every pair's shapes are the matrices' the forward multiplies: fused
  * phi3 tensors are refused); its pairs are indexed by (layer, target),
  * so a step looks a matrix up in O(1).  A row's result depends only on
  * its own input, adapter and the kernel level, never on the batch, the
- * grouping or the thread; the levels agree within float rounding
+ * grouping, the thread or the base product's tiles (each output is its
+ * base value plus its rank terms in order); the levels agree within
+ * float rounding
  * (test_cpu_lora compares them), and the packed product is the F32
  * adapter's within the F16 rounding of A and B (test_cpu_lora bounds
  * it).  An image is built from the model and the adapter alone (any
@@ -36,6 +41,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -166,9 +172,9 @@ kvs_cpu_lora_exp(const float *v, size_t n)
 }
 
 
-/* Packs pair m into p, its values at dst (rank * (n_in + n_out)
- * halves), converted at kernel level simd; KVS_EUNSUPPORTED when its
- * scale does not fit a float. */
+/* Packs pair m into p, its values at dst (rank * (n_in + n_out rounded
+ * up to whole blocks) halves), converted at kernel level simd;
+ * KVS_EUNSUPPORTED when its scale does not fit a float. */
 static int
 kvs_cpu_lora_pack(kvs_cpu_lora_pair_t *p, const kvs_lora_mat_t *m,
     uint16_t *dst, int simd, kvs_err_t *err)
@@ -198,16 +204,10 @@ kvs_cpu_lora_pack(kvs_cpu_lora_pair_t *p, const kvs_lora_mat_t *m,
     kvs_cpu_lora_f2h_n(simd, dst, m->a, (size_t) m->rank * m->n_in, fa);
 
     /* B row by row into halves, then each row's rank values to their
-     * columns of B^T */
+     * places in B^T's blocks; the last block's padding zero */
     bt = dst + (size_t) m->rank * m->n_in;
-
-    for (o = 0; o < m->n_out; o++) {
-        kvs_cpu_lora_f2h_n(simd, row, m->b + o * m->rank, m->rank, fb);
-
-        for (r = 0; r < m->rank; r++) {
-            bt[(size_t) r * m->n_out + o] = row[r];
-        }
-    }
+    memset(bt, 0, (size_t) m->rank * kvs_cpu_lora_blk_out(m->n_out)
+                  * sizeof(uint16_t));
 
     p->a = dst;
     p->bt = bt;
@@ -215,6 +215,14 @@ kvs_cpu_lora_pack(kvs_cpu_lora_pair_t *p, const kvs_lora_mat_t *m,
     p->n_in = (uint32_t) m->n_in;
     p->n_out = (uint32_t) m->n_out;
     p->scale = sc;
+
+    for (o = 0; o < m->n_out; o++) {
+        kvs_cpu_lora_f2h_n(simd, row, m->b + o * m->rank, m->rank, fb);
+
+        for (r = 0; r < m->rank; r++) {
+            *(uint16_t *) kvs_cpu_lora_bt(p, r, (uint32_t) o) = row[r];
+        }
+    }
 
     return KVS_OK;
 }
@@ -259,7 +267,8 @@ kvs_cpu_lora_image(const kvs_cpu_model_t *cm, const kvs_lora_t *l,
                                m->n_out);
         }
 
-        halves += (size_t) m->rank * (m->n_in + m->n_out);
+        halves += (size_t) m->rank
+                  * (m->n_in + kvs_cpu_lora_blk_out(m->n_out));
     }
 
     n_pairs = (size_t) cm->hp.n_layer * KVS_LORA_N_TARGETS;
@@ -302,7 +311,8 @@ kvs_cpu_lora_image(const kvs_cpu_model_t *cm, const kvs_lora_t *l,
             return rc;
         }
 
-        dst += (size_t) by[k]->rank * (by[k]->n_in + by[k]->n_out);
+        dst += (size_t) by[k]->rank
+               * (by[k]->n_in + kvs_cpu_lora_blk_out(by[k]->n_out));
     }
 
     free(by);
@@ -453,9 +463,10 @@ kvs_cpu_lora_prepare(kvs_cpu_fw_t *fw, kvs_err_t *err)
                                / KVS_CPU_LORA_GROUP);
     }
 
-    /* a thread's scratch: its group's T */
-    fw->lora_stride = (size_t) KVS_CPU_LORA_GROUP * rank;
-    need = (size_t) kvs_threads_count(kv->threads) * fw->lora_stride;
+    /* T of every adapted row under up to three outputs (q, k, v), a
+     * row's at its place in the sorted order */
+    fw->lora_stride = (size_t) fw->lora_n * rank;
+    need = 3 * fw->lora_stride;
 
     if (kvs_grow((void **) &kv->lora_rows, &kv->lora_rows_cap,
                  (size_t) b->n + n_tasks + 1, sizeof(uint32_t)) != KVS_OK
@@ -499,17 +510,16 @@ kvs_cpu_lora_prepare(kvs_cpu_fw_t *fw, kvs_err_t *err)
 
 
 void
-kvs_cpu_lora_rows_c(const kvs_cpu_lora_pair_t *p,
+kvs_cpu_lora_shrink_c(const kvs_cpu_lora_pair_t *p,
     const kvs_cpu_lora_rows_t *g)
 {
-    float           *y, *t, sum;
-    uint32_t         i, r, c, o;
+    float           *t, sum;
+    uint32_t         i, r, c;
     const float     *x;
-    const uint16_t  *a, *b;
+    const uint16_t  *a;
 
     for (i = 0; i < g->cnt; i++) {
         x = g->x + (size_t) g->rows[i] * g->ldx;
-        y = g->y + (size_t) g->rows[i] * g->ldy;
         t = g->t + (size_t) i * p->rank;
 
         for (r = 0; r < p->rank; r++) {
@@ -520,119 +530,164 @@ kvs_cpu_lora_rows_c(const kvs_cpu_lora_pair_t *p,
             }
             t[r] = sum * p->scale;
         }
+    }
+}
+
+
+void
+kvs_cpu_lora_expand_c(const kvs_cpu_lora_pair_t *p,
+    const kvs_cpu_lora_rows_t *g, uint32_t o0, uint32_t o1)
+{
+    float           *y, *t;
+    uint32_t         i, r, o;
+    const uint16_t  *b;
+
+    for (i = 0; i < g->cnt; i++) {
+        y = g->y + (size_t) g->rows[i] * g->ldy;
+        t = g->t + (size_t) i * p->rank;
 
         for (r = 0; r < p->rank; r++) {
-            b = p->bt + (size_t) r * p->n_out;
-            for (o = 0; o < p->n_out; o++) {
-                y[o] += t[r] * kvs_cpu_lora_h2f(b[o]);
+            for (o = o0; o < o1; o++) {
+                b = kvs_cpu_lora_bt(p, r, o);
+                y[o] += t[r] * kvs_cpu_lora_h2f(*b);
             }
         }
     }
 }
 
 
-typedef struct {
-    const kvs_cpu_fw_t         *fw;
-    size_t                      k;    /* the layer's first pair */
-    const float                *x;
-    uint32_t                    ldx;
-    const kvs_cpu_lora_out_t   *outs;
-    uint32_t                    n_outs;
-} kvs_cpu_lora_job_t;
-
-
-/* Task `task`: the group of rows task / n_outs under output task %
- * n_outs, so a thread's consecutive tasks share the group's x rows and
- * adapter. */
-static void
-kvs_cpu_lora_task(void *arg, uint32_t task, uint32_t thread)
+void
+kvs_cpu_lora_rows_c(const kvs_cpu_lora_pair_t *p,
+    const kvs_cpu_lora_rows_t *g)
 {
-    uint32_t                   j0, s, grp;
-    kvs_cpu_kv_t              *kv;
-    kvs_cpu_lora_rows_t        g;
-    const uint32_t            *starts;
-    const kvs_cpu_lora_out_t  *out;
-    const kvs_cpu_lora_pair_t *p;
-    const kvs_cpu_lora_job_t  *job;
+    kvs_cpu_lora_shrink_c(p, g);
+    kvs_cpu_lora_expand_c(p, g, 0, p->n_out);
+}
 
-    job = arg;
-    kv = job->fw->kv;
-    grp = task / job->n_outs;
-    out = &job->outs[task % job->n_outs];
-    starts = kv->lora_rows + job->fw->b->n;
+
+/* Group grp of lm's rows (one adapter's) under output out, T at its
+ * rows' places; the pair NULL when that adapter leaves it alone. */
+static const kvs_cpu_lora_pair_t *
+kvs_cpu_lora_group(const kvs_cpu_lora_mm_t *lm, uint32_t grp, uint32_t out,
+    kvs_cpu_lora_rows_t *g)
+{
+    uint32_t                    j0, s;
+    const uint32_t             *starts;
+    const kvs_cpu_fw_t         *fw;
+    const kvs_cpu_kv_t         *kv;
+    const kvs_cpu_lora_pair_t  *p;
+
+    fw = lm->fw;
+    kv = fw->kv;
+    starts = kv->lora_rows + fw->b->n;
     j0 = starts[grp];
 
-    /* every row of a task has one adapter */
-    s = job->fw->lora_slots[kv->lora_rows[j0]];
-    p = &kv->lora[s - 1]->pairs[job->k + out->target];
+    /* every row of a group has one adapter */
+    s = fw->lora_slots[kv->lora_rows[j0]];
+    p = &kv->lora[s - 1]->pairs[lm->k + lm->outs[out].target];
 
     if (p->rank == 0) {
+        return NULL;
+    }
+
+    g->x = lm->x;
+    g->ldx = lm->ldx;
+    g->y = lm->outs[out].y;
+    g->ldy = lm->outs[out].ldy;
+    g->rows = kv->lora_rows + j0;
+    g->cnt = starts[grp + 1] - j0;
+    g->t = kv->lora_tmp + out * fw->lora_stride + (size_t) j0 * fw->lora_rank;
+
+    return p;
+}
+
+
+void
+kvs_cpu_lora_mm_init(kvs_cpu_lora_mm_t *lm, const kvs_cpu_fw_t *fw,
+    uint32_t layer, const float *x, uint32_t ldx,
+    const kvs_cpu_lora_out_t *outs, uint32_t n_outs)
+{
+    uint32_t  m;
+
+    lm->fw = fw;
+    lm->k = (size_t) layer * KVS_LORA_N_TARGETS;
+    lm->x = x;
+    lm->ldx = ldx;
+    lm->n_outs = n_outs;
+    lm->n_pre = fw->lora_n == 0 ? 0 : fw->lora_tasks * n_outs;
+    atomic_init(&lm->done, 0);
+
+    for (m = 0; m < n_outs; m++) {
+        lm->outs[m] = outs[m];
+    }
+}
+
+
+/* Task `task`: the group task / n_outs under output task % n_outs, so a
+ * thread's consecutive tasks share the group's x rows and adapter. */
+void
+kvs_cpu_lora_mm_pre(kvs_cpu_lora_mm_t *lm, uint32_t task)
+{
+    kvs_cpu_lora_rows_t         g;
+    const kvs_cpu_lora_pair_t  *p;
+
+    p = kvs_cpu_lora_group(lm, task / lm->n_outs, task % lm->n_outs, &g);
+
+    if (p != NULL) {
+#if KVS_CPU_X86
+        if (lm->fw->simd >= KVS_CPU_SIMD_AVX512) {
+            kvs_cpu_lora_shrink_avx512(p, &g);
+        } else if (lm->fw->simd >= KVS_CPU_SIMD_AVX2) {
+            kvs_cpu_lora_shrink_avx2(p, &g);
+        } else
+#endif
+        {
+            kvs_cpu_lora_shrink_c(p, &g);
+        }
+    }
+
+    /* T written before the count says so */
+    atomic_fetch_add_explicit(&lm->done, 1, memory_order_release);
+}
+
+
+void
+kvs_cpu_lora_mm_post(kvs_cpu_lora_mm_t *lm, uint32_t m, uint32_t o0,
+    uint32_t o1)
+{
+    uint32_t                    grp, spins;
+    kvs_cpu_lora_rows_t         g;
+    const kvs_cpu_lora_pair_t  *p;
+
+    if (lm->n_pre == 0 || m >= lm->n_outs) {
         return;
     }
 
-    g.x = job->x;
-    g.ldx = job->ldx;
-    g.y = out->y;
-    g.ldy = out->ldy;
-    g.rows = kv->lora_rows + j0;
-    g.cnt = starts[grp + 1] - j0;
-    g.t = kv->lora_tmp + (size_t) thread * job->fw->lora_stride;
+    /* the shrinks were all claimed before this tile (they come first in
+     * the dispatch); one may still be running on another thread */
+    for (spins = 0; atomic_load_explicit(&lm->done, memory_order_acquire)
+                    < lm->n_pre; spins++)
+    {
+        if (spins >= 256) {
+            sched_yield();
+        }
+    }
+
+    for (grp = 0; grp < lm->fw->lora_tasks; grp++) {
+        p = kvs_cpu_lora_group(lm, grp, m, &g);
+        if (p == NULL) {
+            continue;
+        }
 
 #if KVS_CPU_X86
-    if (job->fw->simd >= KVS_CPU_SIMD_AVX512) {
-        kvs_cpu_lora_rows_avx512(p, &g);
-        return;
-    }
-
-    if (job->fw->simd >= KVS_CPU_SIMD_AVX2) {
-        kvs_cpu_lora_rows_avx2(p, &g);
-        return;
-    }
+        if (lm->fw->simd >= KVS_CPU_SIMD_AVX512) {
+            kvs_cpu_lora_expand_avx512(p, &g, o0, o1);
+        } else if (lm->fw->simd >= KVS_CPU_SIMD_AVX2) {
+            kvs_cpu_lora_expand_avx2(p, &g, o0, o1);
+        } else
 #endif
-
-    kvs_cpu_lora_rows_c(p, &g);
-}
-
-
-void
-kvs_cpu_lora_apply_n(const kvs_cpu_fw_t *fw, uint32_t layer, const float *x,
-    uint32_t ldx, const kvs_cpu_lora_out_t *outs, uint32_t n_outs)
-{
-    double              work;
-    uint32_t            j;
-    kvs_cpu_lora_job_t  job;
-
-    if (fw->lora_n == 0 || n_outs == 0) {
-        return;
+        {
+            kvs_cpu_lora_expand_c(p, &g, o0, o1);
+        }
     }
-
-    job.fw = fw;
-    job.k = (size_t) layer * KVS_LORA_N_TARGETS;
-    job.x = x;
-    job.ldx = ldx;
-    job.outs = outs;
-    job.n_outs = n_outs;
-
-    work = 0.0;
-    for (j = 0; j < n_outs; j++) {
-        work += (double) fw->lora_n * fw->lora_rank * (ldx + outs[j].ldy);
-    }
-
-    kvs_threads_run(kvs_cpu_pool(fw, work), kvs_cpu_lora_task, &job,
-                    fw->lora_tasks * n_outs);
-}
-
-
-void
-kvs_cpu_lora_apply(const kvs_cpu_fw_t *fw, uint32_t layer,
-    kvs_lora_target_t target, const float *x, uint32_t ldx, float *y,
-    uint32_t ldy)
-{
-    kvs_cpu_lora_out_t  out;
-
-    out.target = target;
-    out.y = y;
-    out.ldy = ldy;
-
-    kvs_cpu_lora_apply_n(fw, layer, x, ldx, &out, 1);
 }

@@ -17,7 +17,9 @@
  *   KVS_LX_STF(p, v, n) v's first n lanes to p, nothing past p + n
  *   KVS_LX_HSUM(v)      the sum of v's lanes, in a fixed order
  *
- * It defines KVS_LX(kvs_cpu_lora_rows), the level's group kernel, and
+ * It defines the level's group kernels, KVS_LX(kvs_cpu_lora_rows) and
+ * its two halves KVS_LX(kvs_cpu_lora_shrink) (T) and
+ * KVS_LX(kvs_cpu_lora_expand) (a range of the outputs from T), and
  * undefines the names above at its end.  Each
  * call that covers whole vectors passes n = L as a constant, so the
  * primitives' tail cases fold away in the loops that matter.
@@ -123,11 +125,13 @@ KVS_LX(kvs_cpu_lora_b)(const kvs_cpu_lora_pair_t *p, float *const *ys,
         }
     }
 
+    /* o is a multiple of L or the start of a run within a block (the
+     * expand's head), so no vector spans two blocks of B^T */
     for (r = 0; r < p->rank; r++) {
-        b = p->bt + (size_t) r * p->n_out + o;
 #pragma GCC unroll 4
         for (v = 0; v < NV; v++) {
-            bv[v] = KVS_LX_LDH(b + KVS_LX_L * v, cnt[v]);
+            b = kvs_cpu_lora_bt(p, r, o + KVS_LX_L * v);
+            bv[v] = KVS_LX_LDH(b, cnt[v]);
         }
 #pragma GCC unroll 4
         for (i = 0; i < NX; i++) {
@@ -149,13 +153,12 @@ KVS_LX(kvs_cpu_lora_b)(const kvs_cpu_lora_pair_t *p, float *const *ys,
 }
 
 
-/* A block of NX rows: T for all of them, then their outputs. */
+/* A block of NX rows: T for all of them. */
 __attribute__((target(KVS_LX_TARGET), always_inline)) static inline void
-KVS_LX(kvs_cpu_lora_blk)(const kvs_cpu_lora_pair_t *p,
-    const float *const *xs, float *const *ys, float *const *ts,
-    const uint32_t NX)
+KVS_LX(kvs_cpu_lora_blk_a)(const kvs_cpu_lora_pair_t *p,
+    const float *const *xs, float *const *ts, const uint32_t NX)
 {
-    uint32_t  r, o, n;
+    uint32_t  r;
 
     for (r = 0; r + KVS_LX_NR <= p->rank; r += KVS_LX_NR) {
         KVS_LX(kvs_cpu_lora_a)(p, xs, ts, r, NX, KVS_LX_NR);
@@ -163,26 +166,46 @@ KVS_LX(kvs_cpu_lora_blk)(const kvs_cpu_lora_pair_t *p,
     for ( /* void */ ; r < p->rank; r++) {
         KVS_LX(kvs_cpu_lora_a)(p, xs, ts, r, NX, 1);
     }
+}
 
-    n = p->n_out;
 
-    for (o = 0; o + KVS_LX_NV * KVS_LX_L <= n; o += KVS_LX_NV * KVS_LX_L) {
+/* ... and their outputs o0 .. o1: each output's sum is the same whatever
+ * the range it is in (one lane of one vector, in rank order) */
+__attribute__((target(KVS_LX_TARGET), always_inline)) static inline void
+KVS_LX(kvs_cpu_lora_blk_b)(const kvs_cpu_lora_pair_t *p, float *const *ys,
+    float *const *ts, uint32_t o0, uint32_t o1, const uint32_t NX)
+{
+    uint32_t  o, h;
+
+    /* a start inside a vector: the run to the vector's end first */
+    o = o0;
+    h = o % KVS_LX_L;
+    if (h != 0 && o < o1) {
+        h = KVS_LX_L - h < o1 - o ? KVS_LX_L - h : o1 - o;
+        KVS_LX(kvs_cpu_lora_b)(p, ys, (const float *const *) ts, o, NX, 1,
+                               h);
+        o += h;
+    }
+
+    for ( /* void */ ; o + KVS_LX_NV * KVS_LX_L <= o1;
+         o += KVS_LX_NV * KVS_LX_L)
+    {
         KVS_LX(kvs_cpu_lora_b)(p, ys, (const float *const *) ts, o, NX,
                                KVS_LX_NV, KVS_LX_L);
     }
-    for ( /* void */ ; o + KVS_LX_L <= n; o += KVS_LX_L) {
+    for ( /* void */ ; o + KVS_LX_L <= o1; o += KVS_LX_L) {
         KVS_LX(kvs_cpu_lora_b)(p, ys, (const float *const *) ts, o, NX, 1,
                                KVS_LX_L);
     }
-    if (o < n) {
+    if (o < o1) {
         KVS_LX(kvs_cpu_lora_b)(p, ys, (const float *const *) ts, o, NX, 1,
-                               n - o);
+                               o1 - o);
     }
 }
 
 
 __attribute__((target(KVS_LX_TARGET))) void
-KVS_LX(kvs_cpu_lora_rows)(const kvs_cpu_lora_pair_t *p,
+KVS_LX(kvs_cpu_lora_shrink)(const kvs_cpu_lora_pair_t *p,
     const kvs_cpu_lora_rows_t *g)
 {
     float        *ys[KVS_CPU_LORA_NX], *ts[KVS_CPU_LORA_NX];
@@ -195,13 +218,46 @@ KVS_LX(kvs_cpu_lora_rows)(const kvs_cpu_lora_pair_t *p,
         nx = kvs_cpu_lora_block(p, g, i, xs, ys, ts);
 
         if (nx == 4) {
-            KVS_LX(kvs_cpu_lora_blk)(p, xs, ys, ts, 4);
+            KVS_LX(kvs_cpu_lora_blk_a)(p, xs, ts, 4);
         } else if (nx == 2) {
-            KVS_LX(kvs_cpu_lora_blk)(p, xs, ys, ts, 2);
+            KVS_LX(kvs_cpu_lora_blk_a)(p, xs, ts, 2);
         } else {
-            KVS_LX(kvs_cpu_lora_blk)(p, xs, ys, ts, 1);
+            KVS_LX(kvs_cpu_lora_blk_a)(p, xs, ts, 1);
         }
     }
+}
+
+
+__attribute__((target(KVS_LX_TARGET))) void
+KVS_LX(kvs_cpu_lora_expand)(const kvs_cpu_lora_pair_t *p,
+    const kvs_cpu_lora_rows_t *g, uint32_t o0, uint32_t o1)
+{
+    float        *ys[KVS_CPU_LORA_NX], *ts[KVS_CPU_LORA_NX];
+    uint32_t      i, nx;
+    const float  *xs[KVS_CPU_LORA_NX];
+
+    for (i = 0; i < g->cnt; i += nx) {
+        nx = kvs_cpu_lora_block(p, g, i, xs, ys, ts);
+
+        if (nx == 4) {
+            KVS_LX(kvs_cpu_lora_blk_b)(p, ys, ts, o0, o1, 4);
+        } else if (nx == 2) {
+            KVS_LX(kvs_cpu_lora_blk_b)(p, ys, ts, o0, o1, 2);
+        } else {
+            KVS_LX(kvs_cpu_lora_blk_b)(p, ys, ts, o0, o1, 1);
+        }
+    }
+}
+
+
+/* the whole product: T for every row, then their outputs (each row's
+ * the same bits as in one pass: rows never mix) */
+__attribute__((target(KVS_LX_TARGET))) void
+KVS_LX(kvs_cpu_lora_rows)(const kvs_cpu_lora_pair_t *p,
+    const kvs_cpu_lora_rows_t *g)
+{
+    KVS_LX(kvs_cpu_lora_shrink)(p, g);
+    KVS_LX(kvs_cpu_lora_expand)(p, g, 0, p->n_out);
 }
 
 

@@ -43,7 +43,8 @@ kvs_cpu_lora_prefetch(const kvs_cpu_lora_pair_t *p)
     const char *a;
 
     a = (const char *) p->a;
-    n = (size_t) p->rank * ((size_t) p->n_in + p->n_out) * sizeof(uint16_t);
+    n = (size_t) p->rank * ((size_t) p->n_in + kvs_cpu_lora_blk_out(p->n_out))
+        * sizeof(uint16_t);
 
     for (o = 0; o < n; o += 64) {
         _mm_prefetch(a + o, _MM_HINT_T1);

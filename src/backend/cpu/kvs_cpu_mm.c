@@ -92,6 +92,7 @@ typedef struct {
     kvs_cpu_q8i_t          *xi;       /* [n][(cols + 255) / 256] xq
                                          interleaved, or NULL */
     uint32_t                cols;     /* the input's */
+    kvs_cpu_lora_mm_t      *lm;       /* adapters riding along, or NULL */
 } kvs_cpu_mm_job_t;
 
 
@@ -628,14 +629,53 @@ kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
  * for sgemm), so the threads split the weights and each weight row is
  * read (and converted) once per step whatever n is.
  */
+/* With adapters (kvs_cpu_lora_mm_t): their shrink tasks first, then
+ * each base tile followed by its outputs' low-rank terms. */
+static void
+kvs_cpu_mm_lora_task(void *arg, uint32_t task, uint32_t thread)
+{
+    uint32_t           m, r0, r1;
+    kvs_cpu_mm_job_t  *job;
+
+    job = arg;
+
+    if (task < job->lm->n_pre) {
+        kvs_cpu_lora_mm_pre(job->lm, task);
+        return;
+    }
+
+    task -= job->lm->n_pre;
+    kvs_cpu_mm_task(arg, task, thread);
+
+    for (m = 0; task >= job->first[m + 1]; m++) {
+        /* the tile's matrix, as kvs_cpu_mm_task finds it */
+    }
+
+    r0 = (task - job->first[m]) * job->tile;
+    r1 = r0 + job->tile < job->w[m]->rows ? r0 + job->tile
+                                          : job->w[m]->rows;
+    kvs_cpu_lora_mm_post(job->lm, m, r0, r1);
+}
+
+
 void
 kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
     const kvs_cpu_mat_t *w0, float *y0, const kvs_cpu_mat_t *w1, float *y1,
     const kvs_cpu_mat_t *w2, float *y2)
 {
+    kvs_cpu_matmul_lora(fw, x, n, w0, y0, w1, y1, w2, y2, NULL);
+}
+
+
+void
+kvs_cpu_matmul_lora(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
+    const kvs_cpu_mat_t *w0, float *y0, const kvs_cpu_mat_t *w1, float *y1,
+    const kvs_cpu_mat_t *w2, float *y2, kvs_cpu_lora_mm_t *lm)
+{
     int                quant;
-    uint32_t           m, rows;
+    uint32_t           m, rows, pre;
     kvs_threads_t     *pool;
+    kvs_threads_fn_t   fn;
     kvs_cpu_mm_job_t   job;
 
     job.x = x;
@@ -655,6 +695,9 @@ kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
     job.xk = NULL;
     job.xi = NULL;
     job.tile = n >= KVS_CPU_BLAS_MIN ? KVS_CPU_BLAS_TILE : KVS_CPU_TILE;
+    job.lm = lm != NULL && lm->n_pre != 0 ? lm : NULL;
+    fn = job.lm != NULL ? kvs_cpu_mm_lora_task : kvs_cpu_mm_task;
+    pre = job.lm != NULL ? job.lm->n_pre : 0;
 
     /* quantized products do not need the batched kernel's fixed tile (a
      * row's sums never depend on its neighbours): about six tasks per
@@ -726,9 +769,9 @@ kvs_cpu_matmul(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
      * the packed kernels' own prefetches, then run ahead of it inside
      * that stretch, not into rows another core reads) */
     if (quant && n < KVS_CPU_BLAS_MIN) {
-        kvs_threads_run_ranges(pool, kvs_cpu_mm_task, &job, job.first[3]);
+        kvs_threads_run_ranges(pool, fn, &job, pre + job.first[3]);
         return;
     }
 
-    kvs_threads_run(pool, kvs_cpu_mm_task, &job, job.first[3]);
+    kvs_threads_run(pool, fn, &job, pre + job.first[3]);
 }

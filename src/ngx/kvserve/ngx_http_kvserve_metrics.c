@@ -495,6 +495,9 @@ ngx_http_kvserve_scrape_send(ngx_http_request_t *r, kvs_wire_stats_t *st)
             g[k].lora_evictions = st->models[i].st.lora_evictions;
             g[k].lora_waited = st->models[i].st.lora_waited;
             g[k].lora_wait_ms = st->models[i].st.lora_wait_ms;
+            g[k].lora_load_ns = st->models[i].st.lora_load_ns;
+            g[k].lora_install_ns = st->models[i].st.lora_install_ns;
+            g[k].lora_install_max_ns = st->models[i].st.lora_install_max_ns;
             ngx_http_kvserve_scrape_tenants(&g[k].tenants,
                                             &st->models[i].tenants);
         }
