@@ -24,6 +24,12 @@
  * step through the masker's transition memo (kvs_gram_memo.c), which
  * feeds the matcher only for a (state, byte) the walk has not met yet.
  *
+ * A mask's dependent tokens (those its entries leave to the real
+ * stacks) are checked one by one on the matcher, or, from
+ * KVS_GRAM_CHECK_MEMO_MIN of them, in one walk of their merged ranges
+ * through the masker's check memo (cmemo), whose verdicts are the
+ * matcher's.
+ *
  * A context-independent key names a counted repetition's position by a
  * canonical copy (kvs_gram_ind_key), so that the characters of a
  * bounded string share entries as those of a free string do; the

@@ -2,8 +2,10 @@
  * kvs_gram_memo_walk: the trie walk through the transition memo.
  *
  * Owns the walk loop (kvs_gram_memo_walk), subtree skipping (the class
- * automaton, closures proved through the memo) and the copying of a
- * walk's short tokens from its source (kvs_gram_walk_src_t); the memo
+ * automaton, closures proved through the memo), the copying of a walk's
+ * short tokens from its source (kvs_gram_walk_src_t), the setting of
+ * its accepted tokens from ranges, and the walk restricted to ranges
+ * of tokens (kvs_gram_memo_walk_ranges: a mask's checks); the memo
  * itself (state names, next[], a step on a miss) is kvs_gram_memo.c's,
  * shared through kvs_gram_memo_impl.h.
  *
