@@ -183,6 +183,9 @@ kvs_gram_masker_memo(kvs_gram_masker_t *mk, uint32_t max_states,
     kvs_gram_memo_free(mk->memo);
     mk->memo = mo;
 
+    /* no memo: the checks too token by token */
+    mk->nocheckmemo = max_states == 0;
+
     return KVS_OK;
 }
 
@@ -549,13 +552,6 @@ kvs_gram_ind_check_all(kvs_gram_masker_t *mk, uint32_t n_used,
     const uint32_t          *ra, *rb;
     const kvs_gram_ientry_t *e;
 
-    if (mk->cmemo == NULL
-        && kvs_gram_memo_new(&mk->cmemo, KVS_GRAM_CMEMO_STATES,
-                             mk->gv->max_len, err) != KVS_OK)
-    {
-        return -1;
-    }
-
     tot = 0;
     for (j = 0; j < n_used; j++) {
         tot += mk->used[j]->n_ranges;
@@ -614,6 +610,14 @@ kvs_gram_ind_check_all(kvs_gram_masker_t *mk, uint32_t n_used,
     {
         return -1;
     }
+
+    if (mk->cmemo == NULL
+        && kvs_gram_memo_new(&mk->cmemo, KVS_GRAM_CMEMO_STATES,
+                             mk->gv->max_len, err) != KVS_OK)
+    {
+        return -1;
+    }
+
     mk->checked += tot;
     mk->checks_memo++;
 

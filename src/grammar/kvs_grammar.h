@@ -702,7 +702,8 @@ int kvs_gram_masker_init(kvs_gram_masker_t *mk, const kvs_gram_vocab_t *gv,
 void kvs_gram_masker_free(kvs_gram_masker_t *mk);
 
 /* The trie walks' memo with at most max_states states (0: none, every
- * walk plain; masks are the same either way, only their time differs). */
+ * walk plain and every dependent token checked one by one, nocheckmemo;
+ * masks are the same either way, only their time differs). */
 int kvs_gram_masker_memo(kvs_gram_masker_t *mk, uint32_t max_states,
     kvs_err_t *err);
 
