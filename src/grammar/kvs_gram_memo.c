@@ -170,6 +170,8 @@ kvs_gram_memo_free(kvs_gram_memo_t *mo)
     free(mo->map);
     free(mo->bmap);
     free(mo->scratch);
+    free(mo->acc);
+    free(mo->wbits);
     free(mo);
 }
 

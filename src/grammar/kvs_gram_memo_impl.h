@@ -131,11 +131,23 @@ struct kvs_gram_memo_s {
      * tried (s_lknown) and those whose every byte is a remembered step
      * back to the state itself (s_loop), with the largest such step's
      * interns (s_loopc) */
+    /* the walk's accepted subtrees as ranges of sorted positions
+     * (acc, merged when adjacent), set in bits at the walk's end or
+     * when full (kvs_gram_memo_walk.c, kvs_gram_memo_acc_flush); wbits
+     * a scratch bitset for it */
+    uint32_t            *acc;             /* [2 * KVS_GRAM_MEMO_ACC] */
+    uint32_t             n_acc;
+    uint32_t            *wbits;
+    uint32_t             wwords;
+    uint64_t             acc_inv;         /* flushes by the complement */
+
     uint64_t            *s_loop;          /* [max_states] */
     uint64_t            *s_lknown;        /* [max_states] */
     uint16_t            *s_loopc;         /* [max_states] */
     uint64_t             looped, looped_nodes;
 };
+
+#define KVS_GRAM_MEMO_ACC       4096       /* accepted ranges kept */
 
 #define KVS_GRAM_MEMO_BND_BUSY  1
 #define KVS_GRAM_MEMO_BND_NO    2

@@ -2,8 +2,10 @@
  * kvs_gram_memo_walk: the trie walk through the transition memo.
  *
  * Owns the walk loop (kvs_gram_memo_walk), subtree skipping (the class
- * automaton, closures proved through the memo) and the copying of a
- * walk's short tokens from its source (kvs_gram_walk_src_t); the memo
+ * automaton, closures proved through the memo), the copying of a walk's
+ * short tokens from its source (kvs_gram_walk_src_t), the setting of
+ * its accepted tokens from ranges, and the walk restricted to ranges
+ * of tokens (kvs_gram_memo_walk_ranges: a mask's checks); the memo
  * itself (state names, next[], a step on a miss) is kvs_gram_memo.c's,
  * shared through kvs_gram_memo_impl.h.
  *
@@ -315,6 +317,138 @@ kvs_gram_memo_short(const kvs_gram_walk_src_t *src,
 }
 
 
+/* ---- setting the accepted tokens ----------------------------------------
+ *
+ * A walk accepts subtrees, i.e. ranges of the sorted token order, but
+ * bits is in id order, so every accepted token was one scattered write
+ * (~140k of them for a free string's entry on Qwen2, ~0.2-0.3 ms under
+ * load: half of the build).  The ranges are kept (acc, sorted, adjacent
+ * ones merged: the walk's order, but for a counted subtree's tokens,
+ * given before its top node's, which flush first) and set when the walk
+ * ends or acc is full: one write per token as before when they cover at most half
+ * of the text tokens, else the complement: the vocabulary's text_bits
+ * with the ids of the positions outside the ranges cleared, OR-ed into
+ * bits (one write per token left out, and two passes over the words).
+ * Either way bits gets exactly the ids of the ranges' positions and
+ * nothing else changes.
+ */
+
+static void
+kvs_gram_memo_acc_flush(kvs_gram_memo_t *mo, const kvs_gram_vocab_t *gv,
+    uint32_t *bits)
+{
+    uint32_t       r, k, id, prev, w;
+    uint64_t       cov;
+    const int32_t *ids;
+
+    ids = gv->ids;
+    cov = 0;
+    for (r = 0; r < mo->n_acc; r++) {
+        cov += mo->acc[2 * r + 1] - mo->acc[2 * r];
+    }
+
+    if (2 * cov > gv->n_text && mo->wbits != NULL && gv->text_bits != NULL)
+    {
+        memcpy(mo->wbits, gv->text_bits, (size_t) mo->wwords * 4);
+        prev = 0;
+        for (r = 0; r <= mo->n_acc; r++) {
+            w = r < mo->n_acc ? mo->acc[2 * r] : gv->n_text;
+            for (k = prev; k < w; k++) {
+                id = (uint32_t) ids[k];
+                mo->wbits[id >> 5] &= ~(1u << (id & 31));
+            }
+            prev = r < mo->n_acc ? mo->acc[2 * r + 1] : gv->n_text;
+        }
+        for (w = 0; w < mo->wwords; w++) {
+            bits[w] |= mo->wbits[w];
+        }
+        mo->acc_inv++;
+
+    } else {
+        for (r = 0; r < mo->n_acc; r++) {
+            for (k = mo->acc[2 * r]; k < mo->acc[2 * r + 1]; k++) {
+                id = (uint32_t) ids[k];
+                bits[id >> 5] |= 1u << (id & 31);
+            }
+        }
+    }
+
+    mo->n_acc = 0;
+}
+
+
+uint64_t
+kvs_gram_memo_inverted(const kvs_gram_memo_t *mo)
+{
+    return mo->acc_inv;
+}
+
+
+/* The tokens at sorted positions lo .. hi - 1 are accepted. */
+static inline void
+kvs_gram_memo_acc(kvs_gram_memo_t *mo, const kvs_gram_vocab_t *gv,
+    uint32_t *bits, uint32_t lo, uint32_t hi)
+{
+    uint32_t  k, id;
+
+    if (lo == hi) {
+        return;
+    }
+
+    if (mo->acc == NULL) {
+        for (k = lo; k < hi; k++) {
+            id = (uint32_t) gv->ids[k];
+            bits[id >> 5] |= 1u << (id & 31);
+        }
+        return;
+    }
+
+    if (mo->n_acc > 0 && mo->acc[2 * mo->n_acc - 1] == lo) {
+        mo->acc[2 * mo->n_acc - 1] = hi;
+        return;
+    }
+
+    if (mo->n_acc == KVS_GRAM_MEMO_ACC
+        || (mo->n_acc > 0 && lo < mo->acc[2 * mo->n_acc - 1]))
+    {
+        /* full, or out of order (a counted subtree's tokens come before
+         * its top node's own): acc stays sorted */
+        kvs_gram_memo_acc_flush(mo, gv, bits);
+    }
+
+    mo->acc[2 * mo->n_acc] = lo;
+    mo->acc[2 * mo->n_acc + 1] = hi;
+    mo->n_acc++;
+}
+
+
+/* acc and wbits for gv, made on first use (without them the tokens are
+ * set one by one as they come). */
+static void
+kvs_gram_memo_acc_init(kvs_gram_memo_t *mo, const kvs_gram_vocab_t *gv)
+{
+    uint32_t   words, *q;
+
+    mo->n_acc = 0;
+    words = (gv->n_tokens + 31) / 32;
+
+    if (mo->acc == NULL) {
+        mo->acc = malloc((size_t) KVS_GRAM_MEMO_ACC * 2 * sizeof(uint32_t));
+    }
+
+    if (mo->wwords != words) {
+        q = realloc(mo->wbits, (size_t) words * sizeof(uint32_t));
+        if (q == NULL) {
+            free(mo->wbits);
+            mo->wwords = 0;
+        } else {
+            mo->wwords = words;
+        }
+        mo->wbits = q;
+    }
+}
+
+
 /* ---- counted skipping ----------------------------------------------------
  *
  * Inside a bounded string (x{0,n}) every character takes the count down,
@@ -516,9 +650,8 @@ kvs_gram_memo_counted_skip(kvs_gram_memo_t *mo, const kvs_gram_vocab_t *gv,
 {
     uint8_t                  q;
     int32_t                  beta;
-    uint32_t                 j, k, d, lim, id, c;
+    uint32_t                 j, d, lim, c;
     uint64_t                 clears;
-    const int32_t           *ids;
     const kvs_gram_tnode_t  *nd;
 
     nd = gv->t_node;
@@ -555,7 +688,6 @@ kvs_gram_memo_counted_skip(kvs_gram_memo_t *mo, const kvs_gram_vocab_t *gv,
         return 0;
     }
 
-    ids = gv->ids;
     lim = (uint32_t) nd[i].chars + (uint32_t) beta;
 
     for (j = i + 1; j < nd[i].end; ) {
@@ -563,10 +695,7 @@ kvs_gram_memo_counted_skip(kvs_gram_memo_t *mo, const kvs_gram_vocab_t *gv,
             j = nd[j].end;                  /* refused, and all below */
             continue;
         }
-        for (k = nd[j].cum; k < nd[j + 1].cum; k++) {
-            id = (uint32_t) ids[k];
-            bits[id >> 5] |= 1u << (id & 31);
-        }
+        kvs_gram_memo_acc(mo, gv, bits, nd[j].cum, nd[j + 1].cum);
         j++;
     }
 
@@ -752,15 +881,14 @@ kvs_gram_memo_walk(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
     void *arg, const kvs_gram_walk_src_t *src)
 {
     int                      rc;
-    uint32_t                 i, n, d, k, hi, next, id, sent, r;
+    uint32_t                 i, n, d, hi, next, sent, r;
     int64_t                  room;
-    const int32_t           *ids;
     const kvs_gram_tnode_t  *nd;
 
     kvs_gram_memo_begin(mo, m);
+    kvs_gram_memo_acc_init(mo, gv);
 
     nd = gv->t_node;
-    ids = gv->ids;
     n = gv->n_nodes;
     room = kvs_gram_memo_room(mo);
     rc = KVS_OK;
@@ -839,17 +967,120 @@ kvs_gram_memo_walk(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
             hi = nd[next].cum;
         }
 
-        for (k = nd[i].cum; k < hi; k++) {
-            id = (uint32_t) ids[k];
-            bits[id >> 5] |= 1u << (id & 31);
-        }
+        kvs_gram_memo_acc(mo, gv, bits, nd[i].cum, hi);
     }
 
     kvs_gram_memo_end(mo);
+    kvs_gram_memo_acc_flush(mo, gv, bits);
 
     if (src != NULL && rc == KVS_OK) {
         kvs_gram_memo_short(src, gv, bits);
     }
 
     return rc;
+}
+
+
+/*
+ * The tokens of the sorted positions in ranges (sorted, disjoint) that
+ * the matcher takes from its state, through the memo: the walk of
+ * kvs_gram_memo_walk restricted to the trie nodes whose subtrees hold
+ * such a position (a node's subtree is the sorted positions cum ..
+ * t_node[end].cum), with no subtree skipping, so each node is a memo
+ * step exactly as the plain walk's (a refusal or a cap refuses its
+ * subtree, as there).  The dependent tokens of a mask's entries are
+ * checked so (kvs_gram_mask.c): they share long prefixes (a string's
+ * tail, a closing quote, a separator) whose transitions recur, where a
+ * token-by-token check fed the matcher every byte of every token.
+ */
+#define KVS_GRAM_MEMO_RANGE_TRY  64    /* misses before judging the memo */
+
+/* The first sorted position at or after u in ranges (from *r on) whose
+ * token bits does not hold yet; UINT32_MAX if none. */
+static uint32_t
+kvs_gram_memo_pending(const kvs_gram_vocab_t *gv, const uint32_t *bits,
+    const uint32_t *ranges, uint32_t n_ranges, uint32_t *r, uint32_t u)
+{
+    uint32_t  id;
+
+    for ( /* void */ ; *r < n_ranges; (*r)++) {
+        if (u < ranges[2 * *r]) {
+            u = ranges[2 * *r];
+        }
+        for ( /* void */ ; u < ranges[2 * *r + 1]; u++) {
+            id = (uint32_t) gv->ids[u];
+            if (!(bits[id >> 5] >> (id & 31) & 1)) {
+                return u;
+            }
+        }
+    }
+
+    return UINT32_MAX;
+}
+
+
+int
+kvs_gram_memo_walk_ranges(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
+    const kvs_gram_vocab_t *gv, uint32_t *bits, const uint32_t *ranges,
+    uint32_t n_ranges)
+{
+    int                      any;
+    uint32_t                 i, n, r, q, k, u, id, sent;
+    uint64_t                 h0, m0;
+    int64_t                  room;
+    const kvs_gram_tnode_t  *nd;
+
+    kvs_gram_memo_begin(mo, m);
+
+    nd = gv->t_node;
+    n = gv->n_nodes;
+    room = kvs_gram_memo_room(mo);
+    any = 0;
+    h0 = mo->hits;
+    m0 = mo->misses;
+    r = 0;
+    i = 0;
+    u = kvs_gram_memo_pending(gv, bits, ranges, n_ranges, &r, 0);
+
+    while (i < n && u != UINT32_MAX) {
+        if (u < nd[i].cum) {
+            /* the tokens before node i are decided */
+            u = kvs_gram_memo_pending(gv, bits, ranges, n_ranges, &r,
+                                      nd[i].cum);
+            continue;
+        }
+
+        if (!mo->off && mo->misses - m0 >= KVS_GRAM_MEMO_RANGE_TRY
+            && mo->hits - h0 < 4 * (mo->misses - m0))
+        {
+            /* the states do not recur (a bounded string's long tokens):
+             * naming them costs more than it saves, plain steps on */
+            mo->off = 1;
+        }
+
+        if (u >= nd[nd[i].end].cum
+            || !kvs_gram_memo_go(mo, nd[i].depth, nd[i].byte, room, &sent))
+        {
+            i = nd[i].end;                  /* none below, or refused */
+            continue;
+        }
+
+        /* the tokens ending at node i that lie in a range */
+        for (k = u, q = r; k < nd[i + 1].cum; k++) {
+            while (q < n_ranges && ranges[2 * q + 1] <= k) {
+                q++;
+            }
+            if (q < n_ranges && ranges[2 * q] <= k) {
+                id = (uint32_t) gv->ids[k];
+                bits[id >> 5] |= 1u << (id & 31);
+                any = 1;
+            }
+        }
+
+        i++;
+    }
+
+    kvs_gram_memo_end(mo);
+
+    return any;
 }

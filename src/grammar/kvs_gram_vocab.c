@@ -71,6 +71,7 @@ kvs_gram_vocab_free(kvs_gram_vocab_t *gv)
     free(gv->t_below);
     free(gv->ids);
     free(gv->long_x);
+    free(gv->text_bits);
     free(gv);
 }
 
@@ -188,7 +189,9 @@ kvs_gram_vocab_pack(kvs_gram_vocab_t *gv, kvs_err_t *err)
  * one entry in which the few longer tokens are left to the real stacks:
  * rep_low is the shortest length (at least KVS_GRAM_LONG_MIN) that at most
  * KVS_GRAM_LONG_MAX text tokens reach (Llama 3, Qwen2: 32 bytes, ~250
- * tokens).  Once per vocabulary, after the trie.
+ * tokens).  Once per vocabulary, after the trie; and text_bits, the ids
+ * of the text tokens as a bitset (a walk that accepts most of the trie
+ * starts from it, kvs_gram_memo_walk.c).
  */
 #define KVS_GRAM_LONG_MIN  8
 #define KVS_GRAM_LONG_MAX  256
@@ -199,11 +202,15 @@ kvs_gram_vocab_long(kvs_gram_vocab_t *gv, kvs_err_t *err)
     uint32_t   x, l, n, *hist;
 
     hist = calloc((size_t) gv->max_len + 2, sizeof(uint32_t));
-    if (hist == NULL) {
+    gv->text_bits = calloc(((size_t) gv->n_tokens + 31) / 32,
+                           sizeof(uint32_t));
+    if (hist == NULL || gv->text_bits == NULL) {
+        free(hist);
         return kvs_err_set(err, KVS_ENOMEM, "vocabulary: out of memory");
     }
     for (x = 0; x < gv->n_text; x++) {
         hist[gv->len[gv->ids[x]]]++;
+        gv->text_bits[gv->ids[x] >> 5] |= 1u << (gv->ids[x] & 31);
     }
 
     /* down from the longest while few enough tokens are that long */

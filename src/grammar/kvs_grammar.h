@@ -431,6 +431,8 @@ typedef struct {
     uint32_t   rep_low;
     uint32_t  *long_x;
     uint32_t   n_long;
+    uint32_t  *text_bits;             /* [(n_tokens + 31) / 32] the text
+                                         tokens' ids */
 } kvs_gram_vocab_t;
 
 /* From a loaded vocabulary: each token's output bytes as
@@ -538,6 +540,19 @@ typedef struct {
 int kvs_gram_memo_walk(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
     const kvs_gram_vocab_t *gv, uint32_t *bits, kvs_gram_walk_dep_pt dep,
     void *arg, const kvs_gram_walk_src_t *src);
+
+/* The text tokens at the sorted positions of ranges (ranges[2 r] ..
+ * ranges[2 r + 1], sorted and disjoint) that m's state takes, set in
+ * bits (others left as they are), through the memo's steps: exactly
+ * the plain walk's verdicts on them.  1 if it set one. */
+int kvs_gram_memo_walk_ranges(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
+    const kvs_gram_vocab_t *gv, uint32_t *bits, const uint32_t *ranges,
+    uint32_t n_ranges);
+
+/* Walks whose accepted tokens were set by the complement (the
+ * vocabulary's text tokens less those outside the accepted ranges,
+ * kvs_gram_memo_walk.c), since kvs_gram_memo_new(). */
+uint64_t kvs_gram_memo_inverted(const kvs_gram_memo_t *mo);
 
 /* Subtree skipping on (the default) or off (every node stepped: the
  * reference the tests compare with). */
@@ -650,7 +665,26 @@ typedef struct kvs_gram_masker_s {
     /* the trie walks' transition memo (KVS_GRAM_MEMO_STATES states
      * unless kvs_gram_masker_memo() said otherwise) */
     kvs_gram_memo_t         *memo;
+
+    /* the dependent tokens of a mask's entries are checked on the real
+     * stacks in one walk of their merged ranges through a memo of their
+     * own (KVS_GRAM_CMEMO_STATES states, made on first use; the kept
+     * memo above is not disturbed), mr the merged ranges;
+     * nocheckmemo: token by token on the matcher (the reference the
+     * tests compare with) */
+    kvs_gram_memo_t         *cmemo;
+    uint32_t                *mr;
+    uint32_t                 cap_mr;
+    int                      nocheckmemo;
+    uint32_t                 check_memo_min;  /* fewer dependent tokens
+                                                 are checked one by one
+                                                 (0: 1000) */
+    uint64_t                 checks_memo;     /* masks checked so */
 } kvs_gram_masker_t;
+
+/* The check memo's states (kvs_gram_masker_t.cmemo): at most ~0.9 MiB
+ * a masker, touched as used. */
+#define KVS_GRAM_CMEMO_STATES  256
 
 /* The first renaming pass's theta: tokens of at most 15 bytes are most
  * of a vocabulary's trie, and a bounded string more than 15 characters
@@ -668,7 +702,8 @@ int kvs_gram_masker_init(kvs_gram_masker_t *mk, const kvs_gram_vocab_t *gv,
 void kvs_gram_masker_free(kvs_gram_masker_t *mk);
 
 /* The trie walks' memo with at most max_states states (0: none, every
- * walk plain; masks are the same either way, only their time differs). */
+ * walk plain and every dependent token checked one by one, nocheckmemo;
+ * masks are the same either way, only their time differs). */
 int kvs_gram_masker_memo(kvs_gram_masker_t *mk, uint32_t max_states,
     kvs_err_t *err);
 

@@ -13,6 +13,7 @@
  *
  *   build/bench_grammar [vocab.gguf] [generations] [--schemas FILE]
  *       [--walks OUT] [--vocab-out OUT] [--no-cold] [--nosrc] [--nokeep]
+ *       [--nocheckmemo]
  *   default: $KVS_FIXTURES/vocab/ggml-vocab-gpt-2.gguf, 20, the four
  *   built-in schemas and two tool-call specs (three tools, Hermes
  *   syntax, auto and required; a --schemas entry whose name starts with
@@ -28,6 +29,8 @@
  * nosrc), the arrangement before entries were built from a source.
  * --nokeep: every entry's walk from an empty memo (kvs_gram_masker_t's
  * nokeep), as before the memo was kept across a masker's walks.
+ * --nocheckmemo: every dependent token checked on the matcher one by
+ * one (kvs_gram_masker_t's nocheckmemo), as before the check memo.
  * Last, all schemas pooled.  GRAM_CLOCK=thread times with the thread's
  * CPU clock instead of the monotonic one.
  */
@@ -245,7 +248,7 @@ bg_put_times(FILE *f, const char *key, const double *t, size_t n)
 int
 main(int argc, char **argv)
 {
-    int                 rc, cold_on, nosrc, nokeep;
+    int                 rc, cold_on, nosrc, nokeep, nocm;
     char                path[1024];
     const char         *schemas_file, *walks_file, *vocab_file;
     size_t              s, gen, step, n, nc, nt, ncold, nsh, gens, ns, k;
@@ -266,6 +269,7 @@ main(int argc, char **argv)
     cold_on = 1;
     nosrc = 0;
     nokeep = 0;
+    nocm = 0;
     path[0] = '\0';
     gens = 20;
 
@@ -286,6 +290,8 @@ main(int argc, char **argv)
             nosrc = 1;
         } else if (strcmp(argv[ai], "--nokeep") == 0) {
             nokeep = 1;
+        } else if (strcmp(argv[ai], "--nocheckmemo") == 0) {
+            nocm = 1;
         } else if (k == 0) {
             snprintf(path, sizeof(path), "%s", argv[ai]);
             k++;
@@ -390,6 +396,8 @@ main(int argc, char **argv)
             shm.nosrc = nosrc;
             mk.nokeep = nokeep;
             shm.nokeep = nokeep;
+            mk.nocheckmemo = nocm;
+            shm.nocheckmemo = nocm;
             w0 = nt;
 
             for (step = 0; step < 400; step++) {

@@ -21,6 +21,16 @@
  *   nokeep      as cached, but every entry's walk starts from an empty
  *               memo (kvs_gram_masker_t's nokeep), where "cached" keeps
  *               what one entry's walk learnt for the next ones
+ *   checkall    as cached, but every mask's dependent tokens checked in
+ *               one walk of their merged ranges through the check memo
+ *               (check_memo_min 1; "cached" does so from 1000 tokens)
+ *   nocheck     as cached, every dependent token checked on the matcher
+ *               one by one (nocheckmemo: the reference for the two)
+ *
+ * The walks set their accepted subtrees as ranges at the end, by the
+ * complement when those cover most of the text tokens: that path must
+ * have been taken on every vocabulary (kvs_gram_memo_inverted), and
+ * the check memo's (checks_memo of "checkall").
  *
  * Loop skipping (a subtree of byte groups on which the node's state
  * steps back to itself, taken whole) must have taken subtrees, and the
@@ -74,12 +84,12 @@ static const char  *tmm_own[] = {
 #define TMM_MAX    32                 /* schemas at most */
 
 enum { TMM_PLAIN, TMM_MEMO, TMM_TINY, TMM_CACHED, TMM_CACHED_OFF,
-       TMM_NOSKIP, TMM_NOKEEP, TMM_N };
+       TMM_NOSKIP, TMM_NOKEEP, TMM_CHECKALL, TMM_NOCHECK, TMM_N };
 
 static char    *tmm_schemas[TMM_MAX];       /* NULL: json_object mode */
 static size_t   tmm_n;
 static uint64_t tmm_hits, tmm_clears, tmm_skipped, tmm_refuted;
-static uint64_t tmm_looped, tmm_kept;
+static uint64_t tmm_looped, tmm_kept, tmm_inverted, tmm_cmemo;
 
 
 /* The bench's schemas from the repository, then ours. */
@@ -236,11 +246,14 @@ tmm_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
     kvs_gram_masker_t  *mk;
     tgw_rig_t           r;
     static const uint32_t  entries[TMM_N] = {
-        [TMM_CACHED] = 16, [TMM_CACHED_OFF] = 16, [TMM_NOKEEP] = 16
+        [TMM_CACHED] = 16, [TMM_CACHED_OFF] = 16, [TMM_NOKEEP] = 16,
+        [TMM_CHECKALL] = 16, [TMM_NOCHECK] = 16
     };
     static const char  *names[TMM_N] = {
         "plain", "memo", "tiny memo", "cached", "cached without memo",
-        "memo without skipping", "cached without keeping"
+        "memo without skipping", "cached without keeping",
+        "cached, every check through the memo",
+        "cached, checks token by token"
     };
 
     tgw_alloc(&r, gv, TMM_N);
@@ -259,6 +272,8 @@ tmm_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
             rng = seed + i * 1000003 + w * 7919;
             tgw_begin(&r, &g, gv, entries);
             mk[TMM_NOKEEP].nokeep = 1;
+            mk[TMM_CHECKALL].check_memo_min = 1;
+            mk[TMM_NOCHECK].nocheckmemo = 1;
             kvs_gram_memo_skip(mk[TMM_NOSKIP].memo, 0);
             assert_int_equal(kvs_gram_masker_memo(&mk[TMM_PLAIN], 0, &err),
                              KVS_OK);
@@ -362,6 +377,10 @@ tmm_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
             tmm_looped += st[0];
             tmm_kept += kvs_gram_memo_kept(mk[TMM_CACHED].memo);
             assert_true(kvs_gram_memo_kept(mk[TMM_NOKEEP].memo) == 0);
+            tmm_inverted += kvs_gram_memo_inverted(mk[TMM_MEMO].memo)
+                            + kvs_gram_memo_inverted(mk[TMM_CACHED].memo);
+            tmm_cmemo += mk[TMM_CHECKALL].checks_memo;
+            assert_true(mk[TMM_NOCHECK].checks_memo == 0);
 
             tgw_end(&r);
         }
@@ -420,9 +439,13 @@ test_small(void **state)
 
     tmm_hits = 0;
     tmm_clears = 0;
+    tmm_inverted = 0;
+    tmm_cmemo = 0;
     tmm_walks(gv, 4, 60, 1, 1, 1, 11);
     assert_true(tmm_hits > 0);
     assert_true(tmm_clears > 0);
+    assert_true(tmm_inverted > 0);
+    assert_true(tmm_cmemo > 0);
 
     kvs_gram_vocab_free(gv);
     for (i = 0; i < n; i++) {
@@ -506,7 +529,10 @@ test_skip(void **state)
     tmm_hits = 0;
     tmm_skipped = 0;
     tmm_refuted = 0;
+    tmm_inverted = 0;
+    tmm_cmemo = 0;
     tmm_walks(gv, 3, 40, 1, 1, 1, 23);
+    assert_true(tmm_cmemo > 0);
     assert_true(tmm_hits > 0);
     assert_true(tmm_skipped > 0);
     assert_true(tmm_refuted > 0);
@@ -537,10 +563,18 @@ tmm_vocab(const char *path, size_t walks, size_t steps, size_t every,
     tmm_skipped = 0;
     tmm_looped = 0;
     tmm_kept = 0;
+    tmm_inverted = 0;
+    tmm_cmemo = 0;
     tmm_walks(gv, walks, steps, every, 0, caps, seed);
-    print_message("%s: %llu subtrees by loops, %llu walks on kept states\n",
-                  path, (unsigned long long) tmm_looped,
-                  (unsigned long long) tmm_kept);
+    print_message("%s: %llu subtrees by loops, %llu walks on kept states, "
+                  "%llu walks set by the complement, %llu masks checked "
+                  "through the memo\n", path,
+                  (unsigned long long) tmm_looped,
+                  (unsigned long long) tmm_kept,
+                  (unsigned long long) tmm_inverted,
+                  (unsigned long long) tmm_cmemo);
+    assert_true(tmm_inverted > 0);
+    assert_true(tmm_cmemo > 0);
     assert_true(tmm_hits > 0);
     assert_true(tmm_skipped > 0);
     assert_true(tmm_looped > 0);
