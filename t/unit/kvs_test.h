@@ -70,6 +70,20 @@ kvs_test_tmp(const char *name)
 }
 
 
+/* kvs_test_tmp(name) with this process's id after it: one file a
+ * process, so that tests may run side by side. */
+static inline const char *
+kvs_test_tmp_pid(const char *name)
+{
+    static char  path[1024];
+
+    snprintf(path, sizeof(path), "%s.%d", kvs_test_tmp(name),
+             (int) getpid());
+
+    return path;
+}
+
+
 /* Reads a whole file into a malloc()ed buffer; NULL on failure. */
 static inline uint8_t *
 kvs_test_slurp(const char *path, size_t *len)

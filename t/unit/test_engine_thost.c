@@ -24,6 +24,9 @@
 
 #include "engine/kvs_engine.h"
 
+/* the disk tier's file: one a process */
+#define TIER_FILE  kvs_test_tmp_pid("test_engine_thost")
+
 #define BT       16
 #define BUDGET   32
 #define POOL     12                   /* blocks: two 64-token turns */
@@ -69,19 +72,6 @@ wrap_ops(kvs_backend_t *be, void *arg)
 }
 
 
-static const char *
-disk_path(void)
-{
-    static char  path[256];
-
-    snprintf(path, sizeof(path), "%s", kvs_test_tmp("test_engine_thost"));
-    snprintf(path + strlen(path), sizeof(path) - strlen(path), ".%d",
-             (int) getpid());
-
-    return path;
-}
-
-
 /* host: bytes of host tier (0: none); disk: a disk tier too, reading
  * read_delay_us a block */
 static kvs_engine_t *
@@ -98,7 +88,7 @@ engine_new(const kvs_test_model_t *md, int cache, uint64_t host, int disk,
     }
 
     if (cache && disk) {
-        conf.tier_path = disk_path();
+        conf.tier_path = TIER_FILE;
         conf.tier_size = DISK;
         conf.tier_model = 1;
         conf.tier_load_always = 1;
@@ -300,7 +290,7 @@ test_host_then_disk(void **state)
     }
 
     bb = block_bytes(&md);
-    unlink(disk_path());
+    unlink(TIER_FILE);
     memset(&mem, 0, sizeof(mem));
     on = engine_new(&md, 1, 3 * bb, 1, 0);
     off = engine_new(&md, 0, 0, 0, 0);
@@ -341,7 +331,7 @@ test_host_then_disk(void **state)
     kvs_engine_free(off);
     assert_int_equal(mem.allocs, 1);
     assert_int_equal(mem.frees, 1);
-    unlink(disk_path());
+    unlink(TIER_FILE);
     kvs_test_model_free(&md);
 }
 
@@ -367,7 +357,7 @@ test_close_during_load(void **state)
     }
 
     bb = block_bytes(&md);
-    unlink(disk_path());
+    unlink(TIER_FILE);
     memset(&mem, 0, sizeof(mem));
     on = engine_new(&md, 1, 3 * bb, 1, 100000);
     split(on, &md, 41, sys);
@@ -406,7 +396,7 @@ test_close_during_load(void **state)
     assert_int_equal(mem.allocs, 1);
     assert_int_equal(mem.frees, 1);
 
-    unlink(disk_path());
+    unlink(TIER_FILE);
     kvs_test_model_free(&md);
 }
 

@@ -25,6 +25,9 @@
 
 #include "engine/kvs_engine.h"
 
+/* the disk tier's file: one a process */
+#define TIER_FILE  kvs_test_tmp_pid("test_engine_tier")
+
 #define BT       16
 #define BUDGET   32
 #define POOL     12                   /* blocks: two 64-token turns */
@@ -40,19 +43,6 @@ typedef struct {
 } opts_t;
 
 
-static const char *
-tier_path(void)
-{
-    static char  path[256];
-
-    snprintf(path, sizeof(path), "%s", kvs_test_tmp("test_engine_tier"));
-    snprintf(path + strlen(path), sizeof(path) - strlen(path), ".%d",
-             (int) getpid());
-
-    return path;
-}
-
-
 static kvs_engine_t *
 engine_new(const kvs_test_model_t *md, int cache, const opts_t *o)
 {
@@ -61,7 +51,7 @@ engine_new(const kvs_test_model_t *md, int cache, const opts_t *o)
     kvs_test_engine_conf(&conf, md, BT, cache ? POOL : 64, BUDGET, cache);
 
     if (cache) {
-        conf.tier_path = tier_path();
+        conf.tier_path = TIER_FILE;
         conf.tier_size = TIER;
         conf.tier_model = o != NULL ? o->tag : 1;
         conf.tier_write_delay_us = o != NULL ? o->delay_us : 0;
@@ -158,7 +148,7 @@ corrupt_file(const kvs_engine_stats_t *st)
     uint8_t   b;
     uint64_t  i, off;
 
-    fd = open(tier_path(), O_RDWR);
+    fd = open(TIER_FILE, O_RDWR);
     assert_true(fd >= 0);
 
     for (i = 0; i < st->tier.slots; i++) {
@@ -186,7 +176,7 @@ test_evicted_comes_back(void **state)
         skip();
     }
 
-    unlink(tier_path());
+    unlink(TIER_FILE);
     on = engine_new(&md, 1, NULL);
     off = engine_new(&md, 0, NULL);
     kvs_test_engine_fill(sys, 72, 11, md.m->hp.n_vocab, md.v->bos);
@@ -232,7 +222,7 @@ test_evicted_comes_back(void **state)
     kvs_engine_out_free(&c);
     kvs_engine_free(on);
     kvs_engine_free(off);
-    unlink(tier_path());
+    unlink(TIER_FILE);
     kvs_test_model_free(&md);
 }
 
@@ -250,7 +240,7 @@ test_flipped_byte(void **state)
         skip();
     }
 
-    unlink(tier_path());
+    unlink(TIER_FILE);
     on = engine_new(&md, 1, NULL);
     off = engine_new(&md, 0, NULL);
     kvs_test_engine_fill(sys, 64, 21, md.m->hp.n_vocab, md.v->bos);
@@ -277,7 +267,7 @@ test_flipped_byte(void **state)
     kvs_engine_out_free(&c);
     kvs_engine_free(on);
     kvs_engine_free(off);
-    unlink(tier_path());
+    unlink(TIER_FILE);
     kvs_test_model_free(&md);
 }
 
@@ -296,7 +286,7 @@ test_restart(void **state)
         skip();
     }
 
-    unlink(tier_path());
+    unlink(TIER_FILE);
     memset(&o, 0, sizeof(o));
     o.tag = 7;
 
@@ -354,7 +344,7 @@ test_restart(void **state)
     kvs_engine_out_free(&b);
     kvs_engine_out_free(&c);
     kvs_engine_free(off);
-    unlink(tier_path());
+    unlink(TIER_FILE);
     kvs_test_model_free(&md);
 }
 
@@ -374,7 +364,7 @@ test_slow_disk(void **state)
         skip();
     }
 
-    unlink(tier_path());
+    unlink(TIER_FILE);
     memset(&o, 0, sizeof(o));
     o.tag = 1;
     o.delay_us = 300000;
@@ -398,7 +388,7 @@ test_slow_disk(void **state)
 
     kvs_engine_out_free(&a);
     kvs_engine_free(on);
-    unlink(tier_path());
+    unlink(TIER_FILE);
     kvs_test_model_free(&md);
 }
 
@@ -422,7 +412,7 @@ test_load_off_step(void **state)
         skip();
     }
 
-    unlink(tier_path());
+    unlink(TIER_FILE);
     memset(&o, 0, sizeof(o));
     o.tag = 1;
     o.read_delay_us = 150000;
@@ -484,7 +474,7 @@ test_load_off_step(void **state)
     kvs_engine_out_free(&c);
     kvs_engine_free(on);
     kvs_engine_free(off);
-    unlink(tier_path());
+    unlink(TIER_FILE);
     kvs_test_model_free(&md);
 }
 
@@ -511,7 +501,7 @@ test_cancel_during_load(void **state)
         skip();
     }
 
-    unlink(tier_path());
+    unlink(TIER_FILE);
     memset(&o, 0, sizeof(o));
     o.tag = 1;
     o.read_delay_us = 100000;
@@ -567,7 +557,7 @@ test_cancel_during_load(void **state)
     kvs_engine_close(on, hs[0]);
     kvs_engine_free(on);
 
-    unlink(tier_path());
+    unlink(TIER_FILE);
     kvs_test_model_free(&md);
 }
 

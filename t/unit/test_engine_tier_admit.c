@@ -22,25 +22,15 @@
 
 #include "engine/kvs_engine.h"
 
+/* the disk tier's file: one a process */
+#define TIER_FILE  kvs_test_tmp_pid("test_engine_tier_a")
+
 #define BT       16
 #define BUDGET   32
 #define POOL     12                   /* blocks */
 #define TIER     (4u << 20)           /* bytes of file */
 #define LONG     150                  /* the evicting request's prompt */
 #define LONG_GEN 24
-
-
-static const char *
-tier_path(void)
-{
-    static char  path[256];
-
-    /* one file a process: tests may run side by side */
-    snprintf(path, sizeof(path), "%s.%d",
-             kvs_test_tmp("test_engine_tier_a"), (int) getpid());
-
-    return path;
-}
 
 
 static kvs_engine_t *
@@ -52,7 +42,7 @@ engine_new(const kvs_test_model_t *md, int cache, uint32_t delay_us)
     conf.max_running = 1;
 
     if (cache) {
-        conf.tier_path = tier_path();
+        conf.tier_path = TIER_FILE;
         conf.tier_size = TIER;
         conf.tier_model = 1;
         conf.tier_write_delay_us = delay_us;
@@ -140,7 +130,7 @@ waited_one(uint32_t delay_us, int queued)
         skip();
     }
 
-    unlink(tier_path());
+    unlink(TIER_FILE);
     on = engine_new(&md, 1, delay_us);
     off = engine_new(&md, 0, 0);
     kvs_test_engine_fill(conv, 72, 31, md.m->hp.n_vocab, md.v->bos);
@@ -186,7 +176,7 @@ waited_one(uint32_t delay_us, int queued)
     kvs_engine_out_free(&b0);
     kvs_engine_free(on);
     kvs_engine_free(off);
-    unlink(tier_path());
+    unlink(TIER_FILE);
     kvs_test_model_free(&md);
 }
 

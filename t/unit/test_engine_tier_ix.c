@@ -33,6 +33,9 @@
 
 #include <fcntl.h>
 
+/* the disk tier's file: one a process */
+#define TIER_FILE  kvs_test_tmp_pid("test_engine_tier_ix")
+
 #define BT        16
 #define N_BLOCKS  12
 #define SLOTS     8                   /* 3 blocks of prompt 0, 3 that
@@ -60,25 +63,13 @@ typedef struct {
 } book_t;
 
 
-static const char *
-tier_path(void)
-{
-    static char  path[256];
-
-    snprintf(path, sizeof(path), "%s.%d",
-             kvs_test_tmp("test_engine_tier_ix"), (int) getpid());
-
-    return path;
-}
-
-
 static kvs_engine_t *
 engine_new(const kvs_test_model_t *md, uint64_t tier_size)
 {
     kvs_engine_conf_t  conf;
 
     kvs_test_engine_ix_conf(&conf, md, BT, N_BLOCKS, MODEL);
-    conf.tier_path = tier_path();
+    conf.tier_path = TIER_FILE;
     conf.tier_size = tier_size;
     conf.tier_model = 1;
     conf.tier_load_always = 1;
@@ -196,13 +187,13 @@ engine_n_slots(const kvs_test_model_t *md, uint32_t slots)
     kvs_engine_t       *e;
     kvs_engine_stats_t  st;
 
-    unlink(tier_path());
+    unlink(TIER_FILE);
     e = engine_new(md, 1u << 20);
     kvs_engine_stats(e, &st);
     slot = st.tier.slot_bytes;
     assert_true(slot > 0);
     kvs_engine_free(e);
-    unlink(tier_path());
+    unlink(TIER_FILE);
 
     e = engine_new(md, 4096 + slots * slot);
     kvs_engine_stats(e, &st);
@@ -254,7 +245,7 @@ teardown(kvs_engine_t *e, kvs_test_model_t *md, book_t *bk,
     kvs_engine_index_free(ix);
     kvs_engine_free(e);
     kvs_test_model_free(md);
-    unlink(tier_path());
+    unlink(TIER_FILE);
     free(bk);
 }
 
@@ -525,7 +516,7 @@ test_kept_published(void **state)
     kvs_engine_index_free(&ix);
     kvs_engine_free(e);
     kvs_test_model_free(&md);
-    unlink(tier_path());
+    unlink(TIER_FILE);
     free(was);
     free(bk);
 }
@@ -548,7 +539,7 @@ slot_of(const kvs_engine_stats_t *st, const int32_t *tok)
         want[4 * k + 3] = (uint8_t) (tok[k] >> 24);
     }
 
-    fd = open(tier_path(), O_RDONLY);
+    fd = open(TIER_FILE, O_RDONLY);
     assert_true(fd >= 0);
     found = -1;
 
@@ -627,7 +618,7 @@ test_corrupt_mid_run(void **state)
 
         /* block 1 goes bad: a flipped KV byte, or the file cut inside
          * its slot (which cuts every slot after it, too) */
-        fd = open(tier_path(), O_RDWR);
+        fd = open(TIER_FILE, O_RDWR);
         assert_true(fd >= 0);
         off = 4096 + (uint64_t) slot[1] * st.tier.slot_bytes;
 
@@ -690,7 +681,7 @@ test_corrupt_mid_run(void **state)
     kvs_engine_free(e);
     kvs_engine_free(cold);
     kvs_test_model_free(&md);
-    unlink(tier_path());
+    unlink(TIER_FILE);
     free(bk);
 }
 
