@@ -129,6 +129,23 @@ run1(kvs_engine_t *e, const int32_t *prompt, uint32_t n_prompt,
 }
 
 
+/* The 72-token prompt again on on (into b) and on the cache-off engine
+ * off (into c): the same tokens, 64 of them cached, host of those from
+ * host memory and disk from the disk. */
+static void
+comes_back(kvs_engine_t *on, kvs_engine_t *off, const int32_t *sys,
+    uint32_t host, uint32_t disk, const char *what, kvs_engine_out_t *b,
+    kvs_engine_out_t *c)
+{
+    run1(on, sys, 72, 8, NULL, b);
+    run1(off, sys, 72, 8, NULL, c);
+    kvs_test_engine_same(b, c, what);
+    assert_int_equal(b->n_cached, 64);
+    assert_int_equal(b->n_cached_host, host);
+    assert_int_equal(b->n_cached_tier, disk);
+}
+
+
 /* Runs n other prompts of len tokens: what came before leaves the pool. */
 static void
 evict(kvs_engine_t *e, const kvs_test_model_t *md, uint64_t seed,
@@ -232,12 +249,7 @@ test_host_comes_back(void **state)
     assert_int_equal(st.tier.host_evicted, 0);
 
     /* its 4 whole blocks come back from host memory */
-    run1(on, sys, 72, 8, NULL, &b);
-    run1(off, sys, 72, 8, NULL, &c);
-    kvs_test_engine_same(&b, &c, "copied in from the host tier");
-    assert_int_equal(b.n_cached, 64);
-    assert_int_equal(b.n_cached_host, 64);
-    assert_int_equal(b.n_cached_tier, 0);
+    comes_back(on, off, sys, 64, 0, "copied in from the host tier", &b, &c);
 
     kvs_engine_stats(on, &st);
     assert_int_equal(st.tier.host_loads, 1);
@@ -307,12 +319,8 @@ test_host_then_disk(void **state)
     assert_int_equal(st.tier.spill_written, 2);
 
     /* the shallow blocks from host memory, then the disk's */
-    run1(on, sys, 72, 8, NULL, &b);
-    run1(off, sys, 72, 8, NULL, &c);
-    kvs_test_engine_same(&b, &c, "from host memory and the disk");
-    assert_int_equal(b.n_cached, 64);
-    assert_int_equal(b.n_cached_host, 48);
-    assert_int_equal(b.n_cached_tier, 16);
+    comes_back(on, off, sys, 48, 16, "from host memory and the disk", &b,
+               &c);
 
     kvs_engine_stats(on, &st);
     assert_int_equal(st.tier.host_loads, 1);
