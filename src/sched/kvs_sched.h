@@ -278,7 +278,7 @@ int kvs_sched_init(kvs_sched_t *s, const kvs_sched_conf_t *conf,
 int kvs_sched_set_cache(kvs_sched_t *s, kvs_radix_t *radix, kvs_err_t *err);
 
 /*
- * A lower tier of the prefix cache (the disk tier): before a waiting
+ * A lower tier of the prefix cache (host memory, disk): before a waiting
  * sequence that holds no blocks (never admitted, or preempted) looks
  * up the tree at its admission, fn is asked about it, so that blocks
  * evicted while it waited are loaded back rather than recomputed.  fn
