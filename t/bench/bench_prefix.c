@@ -120,6 +120,9 @@ typedef struct {
     double       tier;                /* trace: a disk tier of this
                                          fraction of the working set for
                                          every cache-on run; 0: none */
+    int          no_off;              /* trace: no cache-off run; the
+                                         first cache-on run's replies
+                                         are the reference */
     int          tier_always;         /* load whatever the cost model
                                          says */
 } bp_opts_t;
@@ -311,6 +314,11 @@ bp_args(int argc, char **argv, bp_opts_t *o)
 
         if (strcmp(opt, "--tier-always") == 0) {
             o->tier_always = 1;
+            continue;
+        }
+
+        if (strcmp(opt, "--no-off") == 0) {
+            o->no_off = 1;
             continue;
         }
 
@@ -682,9 +690,14 @@ bp_trace(const bp_opts_t *o)
            "| best, inf cache | replies = off | preempt | wall s |\n");
     printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
            "| ---: | ---: | ---: | --- | ---: | ---: |\n");
+    if (o->no_off) {
+        printf("(--no-off: no cache-off run; replies are compared with "
+               "the first cache-on run's, and \"saved\" is against it)\n");
+    }
+
     fflush(stdout);
 
-    for (r = -1; r < nr; r++) {
+    for (r = o->no_off ? 0 : -1; r < nr; r++) {
         on = r >= 0;
         f = on ? frac[r] : 1.0;
         n_blocks = (uint32_t) (f * (double) tr.ws + 0.999)
@@ -766,7 +779,7 @@ bp_trace(const bp_opts_t *o)
         inf = (double) inf_t / (double) run.prompt_tokens;
         ends = (double) ends_t / (double) run.prompt_tokens;
         loose = (double) loose_t / (double) run.prompt_tokens;
-        diff = bp_replies_diff(o, &off, &run);
+        diff = o->no_off && r == 0 ? 0 : bp_replies_diff(o, &off, &run);
 
         printf("| on, %g x ws | %" PRIu32 " | %" PRIu64 " | %" PRIu64
                " | %.2fx | %.2f%% | %.2f%% | %.1f%% | %.2f%% | %.2f%% "
@@ -778,10 +791,11 @@ bp_trace(const bp_opts_t *o)
                100.0 * hit, 100.0 * best,
                best > 0 ? 100.0 * hit / best : 0.0, 100.0 * lru,
                100.0 * ends, 100.0 * loose, 100.0 * inf,
-               diff == 0 ? "yes" : "NO", run.st.preemptions, run.wall);
+               o->no_off && r == 0 ? "ref" : diff == 0 ? "yes" : "NO",
+               run.st.preemptions, run.wall);
         if (diff != 0) {
-            printf("  %" PRIu32 " replies differ from the cache-off run\n",
-                   diff);
+            printf("  %" PRIu32 " replies differ from the %s run\n", diff,
+                   o->no_off ? "first cache-on" : "cache-off");
         }
 
         if (run.st.cache_query_tokens == 0) {
@@ -804,7 +818,14 @@ bp_trace(const bp_opts_t *o)
                run.st.cache_query_tokens, run.st.cache_hit_tokens,
                run.st.cache_evicted_blocks, diff, run.wall);
         fflush(stdout);
-        bp_run_free(o, &run);
+
+        if (o->no_off && r == 0) {
+            off = run;                /* the reference from now on */
+            memset(&run, 0, sizeof(bp_run_t));
+
+        } else {
+            bp_run_free(o, &run);
+        }
     }
 
     rc = 0;
@@ -2215,6 +2236,8 @@ bp_usage(FILE *f)
         "         [--tier F] [--tier-always]  (a disk tier of F x the\n"
         "         working set in KVS_TMP for the cache-on runs;\n"
         "         --tier-always loads whatever the cost model says)\n"
+        "         [--no-off]  (no cache-off run: replies are compared\n"
+        "         with the first cache-on run's)\n"
         "  ttft:  [--sizes 8192,16384,32768,65536] [--ttft-reply 16]\n"
         "         [--ttft-msg 64] [--off-max 32768]  (longer prompts are\n"
         "         not timed on a cache-off engine: their cold time is a\n"
