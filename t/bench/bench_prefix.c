@@ -213,6 +213,7 @@ static int bp_run_alloc(const bp_opts_t *o, const bp_trace_t *tr,
 static void bp_run_free(const bp_opts_t *o, bp_run_t *run);
 static uint32_t bp_replies_diff(const bp_opts_t *o, const bp_run_t *a,
     const bp_run_t *b);
+static uint64_t bp_replies_hash(const bp_opts_t *o, const bp_run_t *a);
 static int bp_blocks_build(const bp_opts_t *o, const bp_run_t *run,
     bp_blocks_t *bl);
 static void bp_blocks_free(const bp_opts_t *o, bp_blocks_t *bl);
@@ -765,10 +766,10 @@ bp_trace(const bp_opts_t *o)
             bp_tier_report(o, &off, &off, 0.0);
             printf("prefix_trace cache=off blocks=%" PRIu32 " prompt=%"
                    PRIu64 " prefill=%" PRIu64 " best=%.4f inf=%.4f "
-                   "wall=%.2f\n", n_blocks, off.prompt_tokens,
-                   off.st.prefill_tokens,
+                   "wall=%.2f replies_hash=%016" PRIx64 "\n", n_blocks,
+                   off.prompt_tokens, off.st.prefill_tokens,
                    (double) best_t / (double) off.prompt_tokens, inf,
-                   off.wall);
+                   off.wall, bp_replies_hash(o, &off));
             fflush(stdout);
             continue;
         }
@@ -811,12 +812,14 @@ bp_trace(const bp_opts_t *o)
                PRIu64 " prefill=%" PRIu64 " hit=%.6f best=%.6f ratio=%.6f "
                "lru=%.4f lru_ends=%.4f loose=%.4f inf=%.4f stats_query=%"
                PRIu64 " stats_hit=%" PRIu64 " evicted=%" PRIu64
-               " replies_differ=%" PRIu32 " wall=%.2f\n", o->turns_mean, f,
+               " replies_differ=%" PRIu32 " wall=%.2f replies_hash=%016"
+               PRIx64 "\n", o->turns_mean, f,
                n_blocks,
                run.prompt_tokens, run.st.prefill_tokens, hit, best,
                best > 0 ? hit / best : 0.0, lru, ends, loose, inf,
                run.st.cache_query_tokens, run.st.cache_hit_tokens,
-               run.st.cache_evicted_blocks, diff, run.wall);
+               run.st.cache_evicted_blocks, diff, run.wall,
+               bp_replies_hash(o, &run));
         fflush(stdout);
 
         if (o->no_off && r == 0) {
@@ -1333,6 +1336,33 @@ bp_replies_diff(const bp_opts_t *o, const bp_run_t *a, const bp_run_t *b)
     }
 
     return d;
+}
+
+
+/* An FNV-1a hash of every reply's tokens, user by user and turn by
+ * turn: runs in separate processes compare replies through it. */
+static uint64_t
+bp_replies_hash(const bp_opts_t *o, const bp_run_t *a)
+{
+    uint32_t  u, t, ix, i;
+    uint64_t  h;
+
+    h = 14695981039346656037ull;
+
+    for (u = 0; u < o->users; u++) {
+        for (t = 0; t < o->turns; t++) {
+            ix = u * o->turns + t;
+
+            for (i = 0; i < a->reply_len[ix]; i++) {
+                h = (h ^ (uint32_t) a->hist[u][a->reply_off[ix] + i])
+                    * 1099511628211ull;
+            }
+
+            h = (h ^ 0xffffffffu) * 1099511628211ull;
+        }
+    }
+
+    return h;
 }
 
 
