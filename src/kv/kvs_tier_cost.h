@@ -9,18 +9,19 @@
  *
  * The rule weighs what each choice costs everyone, not only the
  * request (docs/prefix-cache.md, "When to load").  A prefill of t
- * tokens takes t / P of the step loop's time, and every sequence in
- * the batch waits for it; a disk load runs on the loader thread, off
- * the step loop, and costs only this request's wait: the bytes of the
- * loads queued before it (a) and its own (b), at L.  A run is loaded
- * when
+ * tokens takes t / P of the step loop's time, and every other sequence
+ * in the engine waits for it; a disk load runs on the loader thread,
+ * off the step loop, and costs only this request's wait: the bytes of
+ * the loads queued before it (a) and its own (b), at L.  A run is
+ * loaded when
  *
  *     (a + b) / L <= (1 + r) * t / P
  *
  * where r is the number of other sequences a prefill would delay and
- * the load would not (those running, for a load off the step; 0 for a
- * copy on the step loop, the host tier's).  At equal cost it is loaded:
- * the step loop's time is what all requests share.
+ * the load would not (for a load off the step, those running, queued
+ * or parked for a load; 0 for a copy on the step loop, the host
+ * tier's).  At equal cost it is loaded: the step loop's time is what
+ * all requests share.
  *
  * The load bandwidth is the median of the last KVS_TIER_COST_WINDOW
  * loads' own rates, and it is trusted only once KVS_TIER_COST_MIN loads
