@@ -33,11 +33,11 @@
  *     scope compared whole), its path name and its tokens (compared
  *     token by token by kvs_tier_host_hold), as a disk block is.
  *
- * Cost: a host load is taken as always cheaper than computing the
- * blocks (a copy of block_bytes against a prefill of block_tokens); the
- * cost model decides only disk loads.  The copies run on the engine
- * thread, in the plan (a memcpy on the CPU, a DMA from pinned memory on
- * CUDA), between steps.
+ * Cost: the plan (kvs_engine_tload.c) weighs a host load with the
+ * cost model from the measured time of these copies, and calls this
+ * only when it is worth it.  The copies run on the engine thread, in
+ * the plan (a memcpy on the CPU, a DMA from pinned memory on CUDA),
+ * between steps.
  *
  * Threads: the engine thread alone; the tier locks itself, and the
  * evict hook runs under its lock (it calls only the disk tier's queue

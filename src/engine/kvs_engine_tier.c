@@ -79,6 +79,7 @@ kvs_engine_tier_new(kvs_engine_t *e, kvs_err_t *err)
     }
 
     kvs_tier_cost_init(&et->cost, KVS_ENGINE_TIER_HALF_LIFE);
+    kvs_tier_cost_init(&et->cost_host, KVS_ENGINE_TIER_HALF_LIFE);
 
     if (e->conf.tier_host_size > 0) {
         rc = kvs_engine_thost_new(e, err);
@@ -239,6 +240,7 @@ kvs_engine_tier_prefill(kvs_engine_t *e, uint32_t tokens, uint64_t ns)
 {
     if (e->tier != NULL && tokens > 0) {
         kvs_tier_cost_prefill(&e->tier->cost, tokens, ns);
+        kvs_tier_cost_prefill(&e->tier->cost_host, tokens, ns);
     }
 }
 

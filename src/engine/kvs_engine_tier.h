@@ -38,7 +38,8 @@ struct kvs_engine_tier_s {
                                            spills take no host block
                                            out (it may be the load's) */
     uint32_t             max_blocks;    /* of a sequence's tokens */
-    kvs_tier_cost_t      cost;
+    kvs_tier_cost_t      cost;          /* the disk's loads */
+    kvs_tier_cost_t      cost_host;     /* the host tier's copies in */
     kvs_engine_tier_stats_t  st;
     kvs_engine_tload_t  *ld;            /* the loader; NULL until made */
 };

@@ -507,8 +507,9 @@ static int
 kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
 {
     size_t               sz;
-    uint32_t             bt, k0, kmax, k, n, room, free_n, nd;
-    uint64_t             ticket;
+    int                  host_ok;
+    uint32_t             bt, k0, kmax, k, n, room, free_n, nd, others;
+    uint64_t             ticket, ns0, got0;
     kvs_err_t            err;
     kvs_seq_t           *seq = &h->seq;
     kvs_radix_key_t      key;
@@ -542,17 +543,36 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
     kvs_radix_ns_key(seq->ns, &key);
 
     /* the host tier's run first, copied in now (the match grows); the
-     * disk tier's run, if any, continues after it */
-    if (et->th != NULL) {
+     * disk tier's run, if any, continues after it.  Its copies run on
+     * the engine thread, so they are weighed against the prefill with
+     * no batch (kvs_tier_cost.h), from their own measured rate; a host
+     * tier whose copies cost more than the prefill is passed over, in
+     * a disk run too */
+    host_ok = et->th != NULL
+              && (e->conf.tier_load_always
+                  || kvs_tier_cost_decide(&et->cost_host, bt,
+                                          et->block_bytes, 0, 0));
+
+    if (host_ok) {
+        ns0 = et->st.host_load_ns;
+        got0 = et->st.host_loaded_blocks;
+
         (void) kvs_engine_thost_load(e, h, &key, &m, kmax,
                                      ld->max_reserved - ld->reserved);
         k0 = m.n_tokens / bt;
 
-        if (k0 >= kmax || m.n_tokens + 1 >= seq->n_tokens
-            || et->tier == NULL)
-        {
+        kvs_tier_cost_load(&et->cost_host,
+                           (et->st.host_loaded_blocks - got0)
+                           * et->block_bytes,
+                           et->st.host_load_ns - ns0);
+
+        if (k0 >= kmax || m.n_tokens + 1 >= seq->n_tokens) {
             goto none;
         }
+    }
+
+    if (et->tier == NULL) {
+        goto none;
     }
 
     /* the path names of the blocks before the run, then the run's as
@@ -574,8 +594,7 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
         if (kvs_engine_tload_has(et, &key, et->ids[k], &ticket)) {
             nd++;
 
-        } else if (et->th != NULL
-                   && kvs_engine_thost_has(e, &key, et->ids[k]))
+        } else if (host_ok && kvs_engine_thost_has(e, &key, et->ids[k]))
         {
             et->host[k - k0] = 1;
 
@@ -604,11 +623,21 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
         goto wait;
     }
 
-    /* the cost model weighs the disk's blocks (a host block is always
-     * cheaper to copy than to compute) */
+    /* the cost model weighs the disk's blocks (the host's were weighed
+     * above): read behind the loads under way, off the step, against a
+     * prefill that every other sequence would wait for: running, queued
+     * or parked for a load (h itself is in the queue at its admission,
+     * parked when planned again from WAIT) */
+    others = e->sched.running.n + e->sched.waiting.n + ld->n_parked
+             - (h->seq.state == KVS_SEQ_WAITING)
+             - (h->tier_state == KVS_ENGINE_TIER_WAIT
+                || h->tier_state == KVS_ENGINE_TIER_LOADING);
+
     if (!e->conf.tier_load_always && nd > 0
         && !kvs_tier_cost_decide(&et->cost, (uint64_t) nd * bt,
-                                 (uint64_t) nd * et->slot_bytes))
+                                 (uint64_t) nd * et->slot_bytes,
+                                 (uint64_t) ld->reserved * et->slot_bytes,
+                                 others))
     {
         et->st.recomputed_blocks += nd;
         h->tier_done = 1;

@@ -4,7 +4,9 @@
  * ring of the last loads' rates.  A prefill sample of duration d
  * seconds and rate x moves the prefill rate r to
  * r + (x - r) * (1 - 2^(-d / half_life)): a sample as long as the
- * half-life counts for half, a short one for little.
+ * half-life counts for half, a short one for little.  The rule,
+ * (a + b) / L <= (1 + r) * t / P, is evaluated as
+ * (a + b) * P <= (1 + r) * t * L, without dividing by a rate.
  */
 
 #include <math.h>
@@ -104,7 +106,7 @@ kvs_tier_cost_prefill(kvs_tier_cost_t *c, uint64_t tokens, uint64_t ns)
 
 int
 kvs_tier_cost_worth(const kvs_tier_cost_t *c, uint64_t tokens,
-    uint64_t bytes)
+    uint64_t bytes, uint64_t ahead, uint32_t others)
 {
     if (tokens == 0) {
         return 0;
@@ -114,19 +116,20 @@ kvs_tier_cost_worth(const kvs_tier_cost_t *c, uint64_t tokens,
         return 1;
     }
 
-    /* b / L < t / P, without dividing by a rate */
-    return (double) bytes * c->prefill_tps < (double) tokens * c->load_bps;
+    return ((double) ahead + (double) bytes) * c->prefill_tps
+           <= (1.0 + others) * (double) tokens * c->load_bps;
 }
 
 
 int
-kvs_tier_cost_decide(kvs_tier_cost_t *c, uint64_t tokens, uint64_t bytes)
+kvs_tier_cost_decide(kvs_tier_cost_t *c, uint64_t tokens, uint64_t bytes,
+    uint64_t ahead, uint32_t others)
 {
     if (tokens == 0) {
         return 0;
     }
 
-    if (kvs_tier_cost_worth(c, tokens, bytes)) {
+    if (kvs_tier_cost_worth(c, tokens, bytes, ahead, others)) {
         return 1;
     }
 

@@ -5,8 +5,23 @@
  * Two rates are measured while serving, per model and backend: the
  * tier's load bandwidth L (bytes read and verified per second, in the
  * I/O mode the tier was opened with: O_DIRECT or buffered) and the
- * prefill speed P (prompt tokens computed per second).  A run of t
- * tokens held in b bytes is worth loading when b / L < t / P.
+ * prefill speed P (prompt tokens computed per second).
+ *
+ * The rule weighs what each choice costs everyone, not only the
+ * request (docs/prefix-cache.md, "When to load").  A prefill of t
+ * tokens takes t / P of the step loop's time, and every other sequence
+ * in the engine waits for it; a disk load runs on the loader thread,
+ * off the step loop, and costs only this request's wait: the bytes of
+ * the loads queued before it (a) and its own (b), at L.  A run is
+ * loaded when
+ *
+ *     (a + b) / L <= (1 + r) * t / P
+ *
+ * where r is the number of other sequences a prefill would delay and
+ * the load would not (for a load off the step, those running, queued
+ * or parked for a load; 0 for a copy on the step loop, the host
+ * tier's).  At equal cost it is loaded: the step loop's time is what
+ * all requests share.
  *
  * The load bandwidth is the median of the last KVS_TIER_COST_WINDOW
  * loads' own rates, and it is trusted only once KVS_TIER_COST_MIN loads
@@ -25,6 +40,9 @@
  * A first-order model: the prefill rate is a mean over the prompts
  * served, and attention makes a block deep in a long prompt dearer than
  * that mean, so for such blocks the choice leans towards recomputing.
+ * Not weighed: a load's pool blocks are reserved while it reads (a
+ * computed run holds as many while it computes), and a finished load
+ * enters the tree at the next step (up to one step more of waiting).
  *
  * Invariants: rates are 0 (unmeasured) or finite and positive; bad
  * samples (zero duration or size) change nothing.  Not locked: one
@@ -74,15 +92,17 @@ void kvs_tier_cost_load(kvs_tier_cost_t *c, uint64_t bytes, uint64_t ns);
 void kvs_tier_cost_prefill(kvs_tier_cost_t *c, uint64_t tokens,
     uint64_t ns);
 
-/* The rule alone: 1 when loading tokens held in bytes is expected to be
- * faster than computing them, or a rate is not yet trusted; 0 when not
- * (or for an empty run). */
+/* The rule alone, for a run of tokens held in bytes, with ahead bytes
+ * of loads before it and others sequences that its prefill would
+ * delay and its load would not: 1 when the load costs no more (above),
+ * or a rate is not yet trusted; 0 when it costs more (or for an empty
+ * run). */
 int kvs_tier_cost_worth(const kvs_tier_cost_t *c, uint64_t tokens,
-    uint64_t bytes);
+    uint64_t bytes, uint64_t ahead, uint32_t others);
 
 /* The choice for one run: the rule, but a load after _PROBE computed
  * runs in a row (counted in probes).  1: load. */
 int kvs_tier_cost_decide(kvs_tier_cost_t *c, uint64_t tokens,
-    uint64_t bytes);
+    uint64_t bytes, uint64_t ahead, uint32_t others);
 
 #endif /* KVS_TIER_COST_H */

@@ -120,6 +120,9 @@ typedef struct {
     double       tier;                /* trace: a disk tier of this
                                          fraction of the working set for
                                          every cache-on run; 0: none */
+    int          no_off;              /* trace: no cache-off run; the
+                                         first cache-on run's replies
+                                         are the reference */
     int          tier_always;         /* load whatever the cost model
                                          says */
 } bp_opts_t;
@@ -210,6 +213,7 @@ static int bp_run_alloc(const bp_opts_t *o, const bp_trace_t *tr,
 static void bp_run_free(const bp_opts_t *o, bp_run_t *run);
 static uint32_t bp_replies_diff(const bp_opts_t *o, const bp_run_t *a,
     const bp_run_t *b);
+static uint64_t bp_replies_hash(const bp_opts_t *o, const bp_run_t *a);
 static int bp_blocks_build(const bp_opts_t *o, const bp_run_t *run,
     bp_blocks_t *bl);
 static void bp_blocks_free(const bp_opts_t *o, bp_blocks_t *bl);
@@ -311,6 +315,11 @@ bp_args(int argc, char **argv, bp_opts_t *o)
 
         if (strcmp(opt, "--tier-always") == 0) {
             o->tier_always = 1;
+            continue;
+        }
+
+        if (strcmp(opt, "--no-off") == 0) {
+            o->no_off = 1;
             continue;
         }
 
@@ -682,9 +691,14 @@ bp_trace(const bp_opts_t *o)
            "| best, inf cache | replies = off | preempt | wall s |\n");
     printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
            "| ---: | ---: | ---: | --- | ---: | ---: |\n");
+    if (o->no_off) {
+        printf("(--no-off: no cache-off run; replies are compared with "
+               "the first cache-on run's, and \"saved\" is against it)\n");
+    }
+
     fflush(stdout);
 
-    for (r = -1; r < nr; r++) {
+    for (r = o->no_off ? 0 : -1; r < nr; r++) {
         on = r >= 0;
         f = on ? frac[r] : 1.0;
         n_blocks = (uint32_t) (f * (double) tr.ws + 0.999)
@@ -752,10 +766,10 @@ bp_trace(const bp_opts_t *o)
             bp_tier_report(o, &off, &off, 0.0);
             printf("prefix_trace cache=off blocks=%" PRIu32 " prompt=%"
                    PRIu64 " prefill=%" PRIu64 " best=%.4f inf=%.4f "
-                   "wall=%.2f\n", n_blocks, off.prompt_tokens,
-                   off.st.prefill_tokens,
+                   "wall=%.2f replies_hash=%016" PRIx64 "\n", n_blocks,
+                   off.prompt_tokens, off.st.prefill_tokens,
                    (double) best_t / (double) off.prompt_tokens, inf,
-                   off.wall);
+                   off.wall, bp_replies_hash(o, &off));
             fflush(stdout);
             continue;
         }
@@ -766,7 +780,7 @@ bp_trace(const bp_opts_t *o)
         inf = (double) inf_t / (double) run.prompt_tokens;
         ends = (double) ends_t / (double) run.prompt_tokens;
         loose = (double) loose_t / (double) run.prompt_tokens;
-        diff = bp_replies_diff(o, &off, &run);
+        diff = o->no_off && r == 0 ? 0 : bp_replies_diff(o, &off, &run);
 
         printf("| on, %g x ws | %" PRIu32 " | %" PRIu64 " | %" PRIu64
                " | %.2fx | %.2f%% | %.2f%% | %.1f%% | %.2f%% | %.2f%% "
@@ -778,10 +792,11 @@ bp_trace(const bp_opts_t *o)
                100.0 * hit, 100.0 * best,
                best > 0 ? 100.0 * hit / best : 0.0, 100.0 * lru,
                100.0 * ends, 100.0 * loose, 100.0 * inf,
-               diff == 0 ? "yes" : "NO", run.st.preemptions, run.wall);
+               o->no_off && r == 0 ? "ref" : diff == 0 ? "yes" : "NO",
+               run.st.preemptions, run.wall);
         if (diff != 0) {
-            printf("  %" PRIu32 " replies differ from the cache-off run\n",
-                   diff);
+            printf("  %" PRIu32 " replies differ from the %s run\n", diff,
+                   o->no_off ? "first cache-on" : "cache-off");
         }
 
         if (run.st.cache_query_tokens == 0) {
@@ -797,14 +812,23 @@ bp_trace(const bp_opts_t *o)
                PRIu64 " prefill=%" PRIu64 " hit=%.6f best=%.6f ratio=%.6f "
                "lru=%.4f lru_ends=%.4f loose=%.4f inf=%.4f stats_query=%"
                PRIu64 " stats_hit=%" PRIu64 " evicted=%" PRIu64
-               " replies_differ=%" PRIu32 " wall=%.2f\n", o->turns_mean, f,
+               " replies_differ=%" PRIu32 " wall=%.2f replies_hash=%016"
+               PRIx64 "\n", o->turns_mean, f,
                n_blocks,
                run.prompt_tokens, run.st.prefill_tokens, hit, best,
                best > 0 ? hit / best : 0.0, lru, ends, loose, inf,
                run.st.cache_query_tokens, run.st.cache_hit_tokens,
-               run.st.cache_evicted_blocks, diff, run.wall);
+               run.st.cache_evicted_blocks, diff, run.wall,
+               bp_replies_hash(o, &run));
         fflush(stdout);
-        bp_run_free(o, &run);
+
+        if (o->no_off && r == 0) {
+            off = run;                /* the reference from now on */
+            memset(&run, 0, sizeof(bp_run_t));
+
+        } else {
+            bp_run_free(o, &run);
+        }
     }
 
     rc = 0;
@@ -1312,6 +1336,33 @@ bp_replies_diff(const bp_opts_t *o, const bp_run_t *a, const bp_run_t *b)
     }
 
     return d;
+}
+
+
+/* An FNV-1a hash of every reply's tokens, user by user and turn by
+ * turn: runs in separate processes compare replies through it. */
+static uint64_t
+bp_replies_hash(const bp_opts_t *o, const bp_run_t *a)
+{
+    uint32_t  u, t, ix, i;
+    uint64_t  h;
+
+    h = 14695981039346656037ull;
+
+    for (u = 0; u < o->users; u++) {
+        for (t = 0; t < o->turns; t++) {
+            ix = u * o->turns + t;
+
+            for (i = 0; i < a->reply_len[ix]; i++) {
+                h = (h ^ (uint32_t) a->hist[u][a->reply_off[ix] + i])
+                    * 1099511628211ull;
+            }
+
+            h = (h ^ 0xffffffffu) * 1099511628211ull;
+        }
+    }
+
+    return h;
 }
 
 
@@ -2215,6 +2266,8 @@ bp_usage(FILE *f)
         "         [--tier F] [--tier-always]  (a disk tier of F x the\n"
         "         working set in KVS_TMP for the cache-on runs;\n"
         "         --tier-always loads whatever the cost model says)\n"
+        "         [--no-off]  (no cache-off run: replies are compared\n"
+        "         with the first cache-on run's)\n"
         "  ttft:  [--sizes 8192,16384,32768,65536] [--ttft-reply 16]\n"
         "         [--ttft-msg 64] [--off-max 32768]  (longer prompts are\n"
         "         not timed on a cache-off engine: their cold time is a\n"

@@ -42,7 +42,10 @@
 # generated into KVS_TMP with PREFIX_DTYPE (q8_0) by KVS_CLI
 # (build/kvserve) and removed at the end), PREFIX_MODEL (a GGUF file to
 # run instead; either wants PREFIX_SYSTEM and PREFIX_USERS small enough
-# for its context and its speed).  A smaller run: PREFIX_USERS=8
+# for its context and its speed), PREFIX_TIER_MODES ("one always cost":
+# the tier part's modes), PREFIX_NO_OFF (set: no cache-off run, whose
+# prefill of every prompt token dominates a run of real size; replies
+# are then compared with the 1 x run's).  A smaller run: PREFIX_USERS=8
 # PREFIX_SIZES=8192,32768.
 set -euo pipefail
 
@@ -50,6 +53,9 @@ bin=${KVS_BENCH_DIR:-build}/bench_prefix
 export KVS_TMP=${KVS_TMP:-/tmp}
 parts=${PREFIX_PARTS:-trace trace-geo ttft tier}
 common=(--threads "${PREFIX_THREADS:-0}" --seed "${PREFIX_SEED:-1}")
+if [ -n "${PREFIX_NO_OFF:-}" ]; then
+    common+=(--no-off)
+fi
 out=$(mktemp "$KVS_TMP/prefix-bench.XXXXXX")
 gen=
 trap 'rm -f "$out" ${gen:+"$gen"}' EXIT
@@ -81,7 +87,7 @@ for part in $parts; do
         small=${PREFIX_TIER_POOL:-0.25}
         for turns in "--turns ${PREFIX_TURNS:-8}" \
                      "--turns ${PREFIX_TURNS_MAX:-40} --turns-mean ${PREFIX_TURNS_MEAN:-7}"; do
-            for mode in one always cost; do
+            for mode in ${PREFIX_TIER_MODES:-one always cost}; do
                 case $mode in
                 one)    tier=() ;;
                 always) tier=(--tier "${PREFIX_TIER:-1}" --tier-always) ;;
