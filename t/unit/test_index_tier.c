@@ -123,7 +123,7 @@ test_entry_commands(void **state)
     n_args = c.n_args;
     buf_len = c.buf_len;
     assert_int_equal(kvs_index_cmd_blk_tier_add(&c, &name, "gpu-a.1", 7, 1,
-                                                 1000, (kvs_index_tier_t) 2,
+                                                 1000, (kvs_index_tier_t) 3,
                                                  &err), KVS_EINVAL);
     assert_int_equal(kvs_index_cmd_blk_tier_del(&c, &name, "d:x", 3,
                                                  KVS_INDEX_TIER_DISK, &err),
@@ -174,7 +174,7 @@ test_entry_parse(void **state)
     f = kvs_test_str_reply("d:");
     assert_int_equal(kvs_index_blk_entry_tier(&f, &v, &id, &id_len, &inc,
                                               &tier), KVS_EFORMAT);
-    f = kvs_test_str_reply("h:gpu-a.1");
+    f = kvs_test_str_reply("x:gpu-a.1");
     assert_int_equal(kvs_index_blk_entry_tier(&f, &v, &id, &id_len, &inc,
                                               &tier), KVS_EFORMAT);
     f = kvs_test_str_reply("d:d:gpu");
