@@ -33,10 +33,11 @@
  * publishes it itself (kvs_engine_index.c).
  *
  * Threads: the table is the engine thread's alone (spill function,
- * host tier's hooks, drain, listing); the queue is shared with the watch, which runs under
- * the tier's lock and takes only the queue's (lock order: tier, then
- * queue; the engine thread never holds the queue's lock while calling
- * the tier).
+ * host tier's hooks, drain, listing); the queue is shared with the
+ * watch, which runs under the tier's lock and takes only the queue's
+ * (lock order: tier, then queue; the engine thread never holds the
+ * queue's lock while calling the tier).  The host tier's evict hook
+ * calls in under the host tier's lock, on the engine thread.
  *
  * Invariants:
  *   - a name is published as the disk tier's only after its slot was

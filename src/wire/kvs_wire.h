@@ -307,6 +307,12 @@ int kvs_wire_dec_empty(const uint8_t *f, size_t f_len, kvs_err_t *err);
 /* DRAIN only (its id is 0): a frame of another type is KVS_EFORMAT. */
 int kvs_wire_dec_drain(const uint8_t *f, size_t f_len, kvs_err_t *err);
 
+/* The INDEX frame's name lists in its order (the pool's adds and dels,
+ * the disk tier's, the host tier's) into n[KVS_WIRE_INDEX_LISTS] (NULL:
+ * not wanted); returns how many names in all. */
+#define KVS_WIRE_INDEX_LISTS  6
+uint64_t kvs_wire_index_lists(const kvs_wire_index_t *ix, uint32_t *n);
+
 /* INDEX: ix->names points into f (valid while f is); the counts are
  * checked against the frame's length before anything is read. */
 int kvs_wire_dec_index(const uint8_t *f, size_t f_len, kvs_wire_index_t *ix,

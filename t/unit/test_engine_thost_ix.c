@@ -127,18 +127,42 @@ engine_slots(const kvs_test_model_t *md, uint32_t slots, uint64_t disk_size)
 }
 
 
-static long
-book_find(const book_t *bk, const uint8_t *name)
+/* How many of the book's names are set in v. */
+static uint32_t
+count(const book_t *bk, const uint8_t *v)
 {
-    uint32_t  i;
+    return kvs_test_engine_ix_count(v, bk->n);
+}
 
-    for (i = 0; i < bk->n; i++) {
-        if (memcmp(bk->name[i].b, name, KVS_INDEX_NAME_LEN) == 0) {
-            return i;
-        }
+
+/* A test's start: md generated from name and seed, its engine with a
+ * host tier of slots slots (and a disk tier of disk bytes, if any),
+ * N_PROMPT prompts from seed in tok with their names in a new book,
+ * subscribed. */
+static kvs_engine_t *
+setup(kvs_test_model_t *md, const char *name, uint32_t seed,
+    uint32_t slots, uint64_t disk, int32_t (*tok)[LEN], book_t **bk,
+    kvs_engine_index_t *ix)
+{
+    uint32_t       s;
+    kvs_engine_t  *e;
+
+    kvs_test_model_small(md, name, 256, seed, 1);
+    e = engine_slots(md, slots, disk);
+    *bk = calloc(1, sizeof(book_t));
+    assert_non_null(*bk);
+    memset(ix, 0, sizeof(*ix));
+
+    for (s = 0; s < N_PROMPT; s++) {
+        kvs_test_engine_ix_prompt(tok[s], LEN, seed + s);
+        (void) kvs_test_engine_ix_names(e, MODEL, tok[s], LEN, BT, NULL,
+                                        &(*bk)->name[s * PB], PB);
     }
 
-    return -1;
+    (*bk)->n = N_NAMES;
+    kvs_engine_index_subscribe(e, 1);
+
+    return e;
 }
 
 
@@ -174,7 +198,7 @@ take(kvs_engine_t *e, kvs_engine_index_t *ix, book_t *bk)
         }
 
         for ( ; i < end; i++) {
-            k = book_find(bk, ix->names[i]);
+            k = kvs_test_engine_ix_find(bk->name, bk->n, ix->names[i]);
             if (k < 0) {
                 fail_msg("name %u of the take is no prompt's block", i);
             }
@@ -242,28 +266,6 @@ take(kvs_engine_t *e, kvs_engine_index_t *ix, book_t *bk)
 }
 
 
-static uint32_t
-count(const uint8_t *v, uint32_t n)
-{
-    uint32_t  i, c;
-
-    for (c = 0, i = 0; i < n; i++) {
-        c += v[i];
-    }
-
-    return c;
-}
-
-
-/* The writer done, and one step to drain what it reported. */
-static void
-settle(kvs_engine_t *e)
-{
-    kvs_engine_tier_wait(e);
-    (void) kvs_engine_step(e);
-}
-
-
 /* The resync's listing: the same book, pool and lower tiers whole. */
 static void
 resync_same(kvs_engine_t *e, kvs_engine_index_t *ix, book_t *bk)
@@ -279,8 +281,8 @@ resync_same(kvs_engine_t *e, kvs_engine_index_t *ix, book_t *bk)
     take(e, ix, bk);
 
     assert_int_equal(ix->resync, 1);
-    assert_int_equal(ix->n_hadd, count(host, bk->n));
-    assert_int_equal(ix->n_dadd, count(disk, bk->n));
+    assert_int_equal(ix->n_hadd, count(bk, host));
+    assert_int_equal(ix->n_dadd, count(bk, disk));
     assert_int_equal(ix->n_hdel + ix->n_ddel, 0);
     assert_memory_equal(pool, bk->pool, sizeof(pool));
     assert_memory_equal(host, bk->host, sizeof(host));
@@ -301,20 +303,7 @@ test_host_alone(void **state)
 
     (void) state;
 
-    kvs_test_model_small(&md, "test-engine-thost-ix", 256, 0x4b51, 1);
-    e = engine_slots(&md, 8, 0);
-    bk = calloc(1, sizeof(book_t));
-    assert_non_null(bk);
-    memset(&ix, 0, sizeof(ix));
-
-    for (s = 0; s < N_PROMPT; s++) {
-        kvs_test_engine_ix_prompt(tok[s], LEN, s + 300);
-        (void) kvs_test_engine_ix_names(e, MODEL, tok[s], LEN, BT, NULL,
-                                        &bk->name[s * PB], PB);
-    }
-
-    bk->n = N_NAMES;
-    kvs_engine_index_subscribe(e, 1);
+    e = setup(&md, "test-engine-thost-ix", 300, 8, 0, tok, &bk, &ix);
 
     /* prompt 0 alone: 3 pool adds, nothing lower; no host weight yet */
     (void) kvs_test_engine_ix_run1(e, tok[0], LEN, NULL);
@@ -338,7 +327,7 @@ test_host_alone(void **state)
 
     kvs_engine_stats(e, &st);
     assert_true(st.tier.host_used >= PB);
-    assert_int_equal(count(bk->host, bk->n), st.tier.host_used);
+    assert_int_equal(count(bk, bk->host), st.tier.host_used);
     assert_int_equal(bk->hdels, 0);
 
     /* prompt 0 copied back: the pool's again (3 pool adds), and still
@@ -354,7 +343,7 @@ test_host_alone(void **state)
         assert_true(bk->host[i]);
     }
 
-    assert_int_equal(count(bk->host, bk->n), st.tier.host_used);
+    assert_int_equal(count(bk, bk->host), st.tier.host_used);
     assert_true(ix.host_weight >= 1 && ix.host_weight <= 1000);
     assert_int_equal(ix.tier_weight, 0);          /* no disk tier */
     printf("host weight: %u per mille (%" PRIu64 " bytes copied in %"
@@ -367,7 +356,7 @@ test_host_alone(void **state)
         (void) kvs_test_engine_ix_run1(e, tok[s], LEN, NULL);
         take(e, &ix, bk);
         kvs_engine_stats(e, &st);
-        assert_int_equal(count(bk->host, bk->n), st.tier.host_used);
+        assert_int_equal(count(bk, bk->host), st.tier.host_used);
     }
 
     kvs_engine_stats(e, &st);
@@ -375,7 +364,7 @@ test_host_alone(void **state)
     assert_true(st.tier.host_evicted > 0);
     assert_true(bk->hdels > 0);
     assert_int_equal(bk->hadds - bk->hdels, st.tier.host_used);
-    assert_int_equal(count(bk->pool, bk->n), st.cache_blocks);
+    assert_int_equal(count(bk, bk->pool), st.cache_blocks);
 
     resync_same(e, &ix, bk);
 
@@ -400,20 +389,8 @@ test_host_and_disk(void **state)
 
     (void) state;
 
-    kvs_test_model_small(&md, "test-engine-thost-ix2", 256, 0x4b52, 1);
-    e = engine_slots(&md, 3, 1u << 20);
-    bk = calloc(1, sizeof(book_t));
-    assert_non_null(bk);
-    memset(&ix, 0, sizeof(ix));
-
-    for (s = 0; s < N_PROMPT; s++) {
-        kvs_test_engine_ix_prompt(tok[s], LEN, s + 400);
-        (void) kvs_test_engine_ix_names(e, MODEL, tok[s], LEN, BT, NULL,
-                                        &bk->name[s * PB], PB);
-    }
-
-    bk->n = N_NAMES;
-    kvs_engine_index_subscribe(e, 1);
+    e = setup(&md, "test-engine-thost-ix2", 400, 3, 1u << 20, tok, &bk,
+              &ix);
 
     /* prompts 0..5: the pool holds 4 prompts, the host tier 1: prompt 0
      * went through the host tier and on to the disk */
@@ -422,7 +399,7 @@ test_host_and_disk(void **state)
         take(e, &ix, bk);
     }
 
-    settle(e);
+    kvs_test_engine_ix_settle(e);
     take(e, &ix, bk);
 
     for (i = 0; i < PB; i++) {
@@ -434,8 +411,8 @@ test_host_and_disk(void **state)
 
     kvs_engine_stats(e, &st);
     assert_true(st.tier.host_to_disk >= PB);
-    assert_int_equal(count(bk->host, bk->n), st.tier.host_used);
-    assert_int_equal(count(bk->disk, bk->n), st.tier.used);
+    assert_int_equal(count(bk, bk->host), st.tier.host_used);
+    assert_int_equal(count(bk, bk->disk), st.tier.used);
     assert_true(bk->hdels >= PB);
 
     /* prompt 0 back from the disk: the pool's again, still on disk */
@@ -459,7 +436,7 @@ test_host_and_disk(void **state)
         take(e, &ix, bk);
     }
 
-    settle(e);
+    kvs_test_engine_ix_settle(e);
     take(e, &ix, bk);
     kvs_engine_stats(e, &st);
 
@@ -470,8 +447,8 @@ test_host_and_disk(void **state)
     }
 
     assert_int_equal(both, PB);
-    assert_int_equal(count(bk->host, bk->n), st.tier.host_used);
-    assert_int_equal(count(bk->disk, bk->n), st.tier.used - both);
+    assert_int_equal(count(bk, bk->host), st.tier.host_used);
+    assert_int_equal(count(bk, bk->disk), st.tier.used - both);
 
     /* prompts 10..12: the host tier hands prompt 0 on to the disk, which
      * has it already: a host delete and a disk add at once */
@@ -485,14 +462,14 @@ test_host_and_disk(void **state)
         assert_true(bk->disk[i]);
     }
 
-    settle(e);
+    kvs_test_engine_ix_settle(e);
     take(e, &ix, bk);
     kvs_engine_stats(e, &st);
 
     /* every block in one lower tier at most (take checks it), the host
      * tier's names its slots in use */
-    assert_int_equal(count(bk->host, bk->n), st.tier.host_used);
-    assert_true(count(bk->disk, bk->n) <= st.tier.used);
+    assert_int_equal(count(bk, bk->host), st.tier.host_used);
+    assert_true(count(bk, bk->disk) <= st.tier.used);
     assert_true(ix.tier_weight >= 1 && ix.tier_weight <= 1000);
 
     resync_same(e, &ix, bk);

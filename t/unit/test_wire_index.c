@@ -90,6 +90,7 @@ static void
 test_round_trip(void **state)
 {
     uint8_t           names[10 * 16], f[512];
+    uint32_t          lists[KVS_WIRE_INDEX_LISTS];
     size_t            len;
     kvs_buf_t         b;
     kvs_err_t         err;
@@ -156,6 +157,13 @@ test_round_trip(void **state)
     assert_int_equal(got.n_hadd, 2);
     assert_int_equal(got.n_hdel, 1);
     assert_int_equal(got.host_weight, 990);
+    assert_int_equal(kvs_wire_index_lists(&got, lists), 10);
+    assert_int_equal(lists[0], 3);
+    assert_int_equal(lists[1], 2);
+    assert_int_equal(lists[2], 1);
+    assert_int_equal(lists[3], 1);
+    assert_int_equal(lists[4], 2);
+    assert_int_equal(lists[5], 1);
     assert_ptr_equal(got.names, b.data + 16 + 84);     /* into the frame */
     assert_memory_equal(got.names, names, sizeof(names));
 

@@ -553,8 +553,7 @@ ngx_http_kvserve_index_exit_process(ngx_cycle_t *cycle)
                   "batches, %uL failed, %uL error replies, %uL full "
                   "listings asked", p->n_add, p->n_del, p->n_dadd,
                   p->n_ddel, p->n_hadd, p->n_hdel, p->n_batches,
-                  p->n_failed,
-                  p->n_errors, p->n_resyncs);
+                  p->n_failed, p->n_errors, p->n_resyncs);
 
     ngx_free(p->buf);
     ngx_free(p->argv);
@@ -724,7 +723,7 @@ ngx_http_kvserve_index_publish(const kvs_wire_index_t *ix)
 {
     int                              rc;
     size_t                           i, n, k, end;
-    uint32_t                         cnt[6];
+    uint32_t                         cnt[KVS_WIRE_INDEX_LISTS];
     kvs_err_t                        err;
     kvs_index_tier_t                 tier;
     kvs_index_name_t                 name;
@@ -758,18 +757,9 @@ ngx_http_kvserve_index_publish(const kvs_wire_index_t *ix)
     m->host_weight = ix->host_weight;
 
     /* the lists in the frame's order: the pool's adds and dels, the
-     * disk tier's (d:<id>), the host tier's (h:<id>) */
-    cnt[0] = ix->n_add;
-    cnt[1] = ix->n_del;
-    cnt[2] = ix->n_dadd;
-    cnt[3] = ix->n_ddel;
-    cnt[4] = ix->n_hadd;
-    cnt[5] = ix->n_hdel;
-
-    n = 0;
-    for (k = 0; k < 6; k++) {
-        n += cnt[k];
-    }
+     * disk tier's (d:<id>), the host tier's (h:<id>); a frame holds at
+     * most KVS_WIRE_INDEX_MAX_NAMES names (checked when decoded) */
+    n = (size_t) kvs_wire_index_lists(ix, cnt);
 
     if (n == 0 || !m->id_ok) {
         return;
