@@ -496,23 +496,35 @@ kvs_backend_kind_t kvs_engine_mem(const kvs_engine_t *e,
  * With a disk tier (conf.tier_path) a block the tree evicts and the
  * tier stores is named again, as the disk tier's, once it is written;
  * when the tier reclaims its slot or finds it corrupt, it is dropped
- * (kvs_engine_tier_ix.c).  The disk tier's names are netted apart from
- * the pool's: a block may be in both.
+ * (kvs_engine_tier_ix.c).  With a host tier (conf.tier_host_size) a
+ * block it takes in is named as the host tier's, and when it leaves
+ * (evicted for room: on to the disk tier, or dropped) it is named as
+ * the disk tier's once written there, or not at all; a block in both
+ * lower tiers is named once, as the host tier's.  Each tier's names are
+ * netted apart from the others': a block may be in the pool and in one
+ * lower tier.
  */
 typedef struct {
-    uint8_t   (*names)[16];           /* [n_add + n_del + n_dadd + n_ddel]
+    uint8_t   (*names)[16];           /* [n_add + n_del + n_dadd + n_ddel
+                                         + n_hadd + n_hdel]
                                          kvs_index_name_t bytes: added
                                          (parents before children), then
                                          evicted (children before
                                          parents), then the disk tier's
-                                         added and dropped */
+                                         added and dropped, then the
+                                         host tier's */
     uint32_t    n_add;
     uint32_t    n_del;
     uint32_t    n_dadd;               /* written to the disk tier */
     uint32_t    n_ddel;               /* gone from it (reclaimed, corrupt) */
+    uint32_t    n_hadd;               /* into the host tier */
+    uint32_t    n_hdel;               /* out of it (to disk, dropped) */
     uint32_t    tier_weight;          /* a disk block's worth per mille of
                                          a pool block's (the host record's
                                          tw); 0: no tier, or unmeasured */
+    uint32_t    host_weight;          /* a host-tier block's (hw): from
+                                         its measured copy-in rate; 0: no
+                                         host tier, or unmeasured */
     int         resync;               /* the adds begin with the whole
                                          cache's listing (a subscribe,
                                          or a record that was lost) */

@@ -136,8 +136,8 @@ struct kvs_engine_seq_s {
     kvs_engine_seq_t        *ready_next;
 };
 
-/* One recorded name: added (del 0) or evicted, in the pool (tier 0) or
- * the disk tier (1). */
+/* One recorded name: added (del 0) or evicted, in the pool (tier 0),
+ * the disk tier (1) or the host tier (2: kvs_index_tier_t's values). */
 typedef struct {
     uint8_t  name[16];
     uint8_t  del;
@@ -222,7 +222,7 @@ struct kvs_engine_s {
     kvs_engine_tenants_t     tenants;  /* published under the lock */
     kvs_engine_ix_t          ix;       /* the prefix index's record */
     kvs_engine_tier_t       *tier;     /* NULL: no disk tier */
-    kvs_engine_tier_ix_t    *tier_ix;  /* the disk tier's names in the
+    kvs_engine_tier_ix_t    *tier_ix;  /* the lower tiers' names in the
                                           prefix index; NULL: none */
 
     /* LoRA adapters (kvs_engine_lora.c) */
@@ -289,7 +289,8 @@ void kvs_engine_index_end(kvs_engine_t *e);
 /* Whether the engine thread has index work (under e->lock). */
 int kvs_engine_index_pending(const kvs_engine_t *e);
 
-/* Records one event of name in tier (0 pool, 1 disk) while subscribed
+/* Records one event of name in tier (0 pool, 1 disk, 2 host) while
+ * subscribed
  * (engine thread, inside a step: between begin and end). */
 void kvs_engine_index_record(kvs_engine_t *e, const uint8_t *name,
     int del, int tier);
@@ -323,10 +324,12 @@ void kvs_engine_tier_publish(kvs_engine_t *e);
 void kvs_engine_tier_live(kvs_engine_t *e, kvs_engine_tier_stats_t *st);
 
 
-/* kvs_engine_tier_ix.c: the disk tier's blocks in the prefix index */
+/* kvs_engine_tier_ix.c: the lower tiers' blocks in the prefix index */
 
 /* With naming on: the table of spilled blocks' names (for slots + depth
- * blocks) and the tier's watch.  KVS_OK and nothing without naming. */
+ * disk blocks and the host tier's slots, if any) and the disk tier's
+ * watch (tier NULL: the host tier alone).  KVS_OK and nothing without
+ * naming. */
 int kvs_engine_tier_ix_new(kvs_engine_t *e, kvs_tier_t *tier,
     uint64_t slots, uint32_t depth, kvs_err_t *err);
 /* Unsets the watch (the writer must be stopped) and frees. */
@@ -340,6 +343,17 @@ void kvs_engine_tier_ix_spilled(kvs_engine_t *e, const kvs_radix_key_t *key,
 void kvs_engine_tier_ix_spilled_named(kvs_engine_t *e,
     const kvs_radix_key_t *key, const uint8_t *path, const uint8_t *name,
     int stored);
+/* A named block enters the host tier (in 1: stored or refreshed by a
+ * spill; name NULL: unnamed, not published) or leaves it (in 0: evicted
+ * for room), by key and path id: it is published under its fastest
+ * lower tier (engine thread). */
+void kvs_engine_tier_ix_host(kvs_engine_t *e, const kvs_radix_key_t *key,
+    const uint8_t *path, const uint8_t *name, int in);
+/* The weights the host record publishes, per mille (under e->lock, from
+ * e->shown): *tw the disk tier's, *hw the host tier's; 0 when that tier
+ * is absent or unmeasured (kvs_index_tier_weight()). */
+void kvs_engine_tier_ix_weights(kvs_engine_t *e, uint32_t *tw,
+    uint32_t *hw);
 /* The watch's news into the index's record (engine thread, in a step). */
 void kvs_engine_tier_ix_drain(kvs_engine_t *e);
 /* Every published disk name as an add (a listing, in a step). */

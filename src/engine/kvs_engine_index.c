@@ -20,8 +20,8 @@
  *     dropped and a resync asked for, never left with a hole;
  *   - a netted take holds each (name, tier) at most once: as added when
  *     its last event added it, as deleted when its last event evicted
- *     it.  The pool's names come first, then the disk tier's
- *     (kvs_engine_tier_ix.c), each adds then dels.
+ *     it.  The pool's names come first, then the disk tier's, then
+ *     the host tier's (kvs_engine_tier_ix.c), each adds then dels.
  *     Since a name is in the cache at most once, its events alternate
  *     (but for a listing, which re-adds what the cache holds after the
  *     untaken events), and ordering by the last event keeps parents
@@ -262,6 +262,8 @@ kvs_engine_index_take(kvs_engine_t *e, kvs_engine_index_t *out,
     out->n_del = 0;
     out->n_dadd = 0;
     out->n_ddel = 0;
+    out->n_hadd = 0;
+    out->n_hdel = 0;
 
     pthread_mutex_lock(&e->lock);
 
@@ -286,11 +288,7 @@ kvs_engine_index_take(kvs_engine_t *e, kvs_engine_index_t *out,
     out->long_min = e->shown.pools ? e->shown.pool_min_tokens : 0;
     out->long_room = e->shown.pools ? e->shown.long_room : 0;
     out->long_slots = e->shown.pools ? e->shown.long_slots : 0;
-    out->tier_weight = e->tier_ix == NULL ? 0
-                       : kvs_index_tier_weight(e->conf.block_tokens,
-                                               e->shown.tier.slot_bytes,
-                                               e->shown.tier.load_bps_seen,
-                                               e->shown.tier.prefill_tps);
+    kvs_engine_tier_ix_weights(e, &out->tier_weight, &out->host_weight);
 
     pthread_mutex_unlock(&e->lock);
 
@@ -301,6 +299,8 @@ kvs_engine_index_take(kvs_engine_t *e, kvs_engine_index_t *out,
         out->n_del = 0;
         out->n_dadd = 0;
         out->n_ddel = 0;
+        out->n_hadd = 0;
+        out->n_hdel = 0;
         out->resync = 0;
         kvs_engine_index_resync(e);
         return KVS_ENOMEM;
@@ -451,12 +451,13 @@ kvs_engine_index_slot(const kvs_engine_index_t *out,
 
 /* out->ev[0, n) netted into out->names: each (name, tier) once, as its
  * last event says; the pool's adds, then its dels, then the disk tier's
- * adds and dels, each in the order of those last events. */
+ * adds and dels, then the host tier's, each in the order of those last
+ * events. */
 static int
 kvs_engine_index_net(kvs_engine_index_t *out, size_t n, kvs_err_t *err)
 {
     size_t               i, cap, mask, s, k, from;
-    uint32_t             pass, count[4];
+    uint32_t             pass, count[6];
     kvs_engine_ix_ev_t  *ev;
 
     if (n == 0) {
@@ -489,8 +490,9 @@ kvs_engine_index_net(kvs_engine_index_t *out, size_t n, kvs_err_t *err)
 
     k = 0;
 
-    /* the pool's adds, its dels, the disk tier's adds, its dels */
-    for (pass = 0; pass < 4; pass++) {
+    /* the pool's adds, its dels, the disk tier's adds, its dels, the
+     * host tier's (ev.tier: 0, 1, 2) */
+    for (pass = 0; pass < 6; pass++) {
         from = k;
 
         for (i = 0; i < n; i++) {
@@ -509,6 +511,8 @@ kvs_engine_index_net(kvs_engine_index_t *out, size_t n, kvs_err_t *err)
     out->n_del = count[1];
     out->n_dadd = count[2];
     out->n_ddel = count[3];
+    out->n_hadd = count[4];
+    out->n_hdel = count[5];
 
     return KVS_OK;
 }

@@ -96,6 +96,9 @@ kvs_engine_thost_evicted(void *arg, const kvs_radix_key_t *key,
 
     et->st.host_evicted++;
 
+    /* the index: no longer the host tier's (the disk's once written) */
+    kvs_engine_tier_ix_host(e, key, id, name, 0);
+
     if (et->tier == NULL) {
         return;
     }
@@ -219,6 +222,9 @@ kvs_engine_thost_spill(kvs_engine_t *e, const kvs_radix_key_t *key,
         et->st.host_spill_failed++;
         return 0;
     }
+
+    /* the index: the host tier's now */
+    kvs_engine_tier_ix_host(e, key, path, kvs_radix_spill_name(e->radix), 1);
 
     if (stored) {
         et->st.host_spilled++;

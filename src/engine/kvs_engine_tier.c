@@ -46,6 +46,8 @@ kvs_engine_tier_new(kvs_engine_t *e, kvs_err_t *err)
         return KVS_OK;
     }
 
+    depth = 0;
+
     if (e->radix == NULL) {
         return kvs_err_set(err, KVS_EINVAL, "kv tier: the prefix cache is "
                            "off, so there is nothing to spill");
@@ -134,15 +136,16 @@ kvs_engine_tier_new(kvs_engine_t *e, kvs_err_t *err)
 
     et->slot_bytes = kvs_tier_slot_bytes(et->tier);
 
-    /* the disk tier's blocks in the prefix index (kvs_engine_tier_ix.c) */
+loader:
+
+    /* the lower tiers' blocks in the prefix index (kvs_engine_tier_ix.c) */
     rc = kvs_engine_tier_ix_new(e, et->tier,
-                                e->conf.tier_size / et->slot_bytes,
-                                depth, err);
+                                et->tier != NULL
+                                ? e->conf.tier_size / et->slot_bytes : 0,
+                                et->tier != NULL ? depth : 0, err);
     if (rc != KVS_OK) {
         return rc;
     }
-
-loader:
 
     rc = kvs_engine_tload_new(e, err);
     if (rc != KVS_OK) {

@@ -1,6 +1,7 @@
 /*
- * kvs_engine_tier_ix: the disk tier's blocks in the prefix index
- * (docs/prefix-index.md, "Lower tiers"; issue 26 point 4).
+ * kvs_engine_tier_ix: the lower tiers' blocks in the prefix index, the
+ * disk tier's and the host tier's (docs/prefix-index.md, "Lower tiers";
+ * issue 26 point 4).
  *
  * The index names a block by content (kvs_engine_index.c); the disk tier
  * files it by namespace hash and path id (kvs_tier.h).  When the tree
@@ -19,11 +20,24 @@
  * slot.  The step stays busy meanwhile, so an idle engine finishes the
  * walk too, a bounded batch of adds per step (per INDEX frame).
  *
+ * The host tier (kvs_engine_thost.c) tells this file on the engine
+ * thread when a named block enters it (a spill: stored or refreshed) and
+ * when one leaves it (evicted for room, whether on to the disk tier or
+ * dropped); the entry then keeps a host flag beside the disk's state.
+ * What an entry publishes is its fastest lower tier: the host tier while
+ * the block is there, else the disk tier once written, else nothing;
+ * each change is a delete under the old tier and an add under the new,
+ * recorded at once in the step's events.  A block copied back into the
+ * pool stays in the host tier's slot (kvs_tier_host keeps it), so it
+ * stays published there too, as a disk block loaded back does; the pool
+ * publishes it itself (kvs_engine_index.c).
+ *
  * Threads: the table is the engine thread's alone (spill function,
- * drain, listing); the queue is shared with the watch, which runs under
- * the tier's lock and takes only the queue's (lock order: tier, then
- * queue; the engine thread never holds the queue's lock while calling
- * the tier).
+ * host tier's hooks, drain, listing); the queue is shared with the
+ * watch, which runs under the tier's lock and takes only the queue's
+ * (lock order: tier, then queue; the engine thread never holds the
+ * queue's lock while calling the tier).  The host tier's evict hook
+ * calls in under the host tier's lock, on the engine thread.
  *
  * Invariants:
  *   - a name is published as the disk tier's only after its slot was
@@ -31,19 +45,25 @@
  *     a reader never hears of a disk block that was not on disk, save a
  *     block the tier held at spill time and reclaims before the drain
  *     (then the delete follows in the same step's drain);
- *   - the table holds at most cap entries (slots + queue depth, twice):
- *     an entry goes when its slot is dropped, or when its spill was not
- *     queued; a spill that finds the table full is not published;
- *   - when the queue cannot grow (memory), every published disk name is
- *     deleted and the table emptied: the index then says less than the
- *     disk holds, never more.
+ *   - a name is published as the host tier's only while the host tier
+ *     holds its block, and in at most one lower tier: the host tier's
+ *     when both hold it;
+ *   - the table holds at most cap entries (slots + queue depth, twice,
+ *     plus the host tier's slots, twice): an entry goes when its block
+ *     is in neither lower tier (its disk slot dropped, or its spill not
+ *     queued, and not in the host tier); a spill that finds the table
+ *     full is not published;
+ *   - when the queue cannot grow (memory), every published lower-tier
+ *     name is deleted and the table emptied: the index then says less
+ *     than the tiers hold, never more.
  */
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvs_engine_impl.h"
+#include "index/kvs_index_lookup.h"
+#include "kvs_engine_tier.h"
 
 #define KVS_TIER_IX_NONE  UINT32_MAX
 #define KVS_TIER_IX_WALK  256         /* slots walked per step */
@@ -54,11 +74,20 @@ typedef struct {
     uint8_t   ready;
 } kvs_tier_ix_ev_t;
 
+/* an entry's published tier: none, or the record's tier numbers */
+#define KVS_TIER_IX_PUB_NONE  0
+#define KVS_TIER_IX_PUB_DISK  KVS_INDEX_TIER_DISK
+#define KVS_TIER_IX_PUB_HOST  KVS_INDEX_TIER_HOST
+
 typedef struct {
     uint64_t  ns;
     uint8_t   id[KVS_TIER_ID_LEN];
     uint8_t   name[KVS_RADIX_NAME_LEN];
-    uint8_t   ready;                  /* written: published */
+    uint8_t   disk;                   /* noted for the disk: queued or
+                                         written */
+    uint8_t   ready;                  /* written to the disk */
+    uint8_t   host;                   /* in the host tier */
+    uint8_t   pub;                    /* KVS_TIER_IX_PUB_*: published */
     uint32_t  next;                   /* bucket chain or free list */
 } kvs_tier_ix_ent_t;
 
@@ -90,6 +119,7 @@ static uint32_t *kvs_engine_tier_ix_find(kvs_engine_tier_ix_t *tx,
     uint64_t ns, const uint8_t *id);
 static kvs_tier_ix_ent_t *kvs_engine_tier_ix_enter(kvs_engine_tier_ix_t *tx,
     uint64_t ns, const uint8_t *id);
+static void kvs_engine_tier_ix_sync(kvs_engine_t *e, kvs_tier_ix_ent_t *en);
 static void kvs_engine_tier_ix_kept_one(void *arg, uint64_t ns,
     const uint8_t *id, const uint8_t *name);
 static void kvs_engine_tier_ix_each(kvs_engine_t *e, int del);
@@ -100,16 +130,25 @@ int
 kvs_engine_tier_ix_new(kvs_engine_t *e, kvs_tier_t *tier, uint64_t slots,
     uint32_t depth, kvs_err_t *err)
 {
-    uint32_t               nb;
-    uint64_t               cap;
-    kvs_tier_stats_t       ts;
-    kvs_engine_tier_ix_t  *tx;
+    uint32_t                 nb;
+    uint64_t                 cap;
+    kvs_tier_stats_t         ts;
+    kvs_engine_tier_ix_t    *tx;
+    kvs_engine_tier_stats_t  hs;
 
     if (!e->ix.naming) {
         return KVS_OK;
     }
 
-    cap = 2 * (slots + depth);
+    cap = tier != NULL ? 2 * (slots + depth) : 0;
+
+    /* the host tier's blocks, when it has them, apart from the disk's */
+    if (e->tier != NULL && e->tier->th != NULL) {
+        memset(&hs, 0, sizeof(hs));
+        kvs_engine_thost_live(e, &hs);
+        cap += 2 * hs.host_slots;
+    }
+
     if (cap > KVS_TIER_MAX_SLOTS) {
         cap = KVS_TIER_MAX_SLOTS;
     }
@@ -139,13 +178,18 @@ kvs_engine_tier_ix_new(kvs_engine_t *e, kvs_tier_t *tier, uint64_t slots,
 
     kvs_engine_tier_ix_empty(tx);
 
+    e->tier_ix = tx;
+    tx->tier = tier;
+
+    if (tier == NULL) {
+        return KVS_OK;                /* the host tier alone */
+    }
+
     /* the blocks the file kept: walked from the first step on */
     kvs_tier_stats(tier, &ts);
-    tx->tier = tier;
     tx->walk_end = (uint32_t) ts.slots;
     tx->walk = ts.kept > 0 ? 0 : tx->walk_end;
 
-    e->tier_ix = tx;
     kvs_tier_set_watch(tier, kvs_engine_tier_ix_watch, tx);
 
     return KVS_OK;
@@ -248,7 +292,10 @@ kvs_engine_tier_ix_enter(kvs_engine_tier_ix_t *tx, uint64_t ns,
     en = &tx->ent[i];
     en->ns = ns;
     memcpy(en->id, id, KVS_TIER_ID_LEN);
+    en->disk = 0;
     en->ready = 0;
+    en->host = 0;
+    en->pub = KVS_TIER_IX_PUB_NONE;
     en->next = KVS_TIER_IX_NONE;
     *p = i;
     tx->n++;
@@ -284,12 +331,96 @@ kvs_engine_tier_ix_spilled_named(kvs_engine_t *e,
         return;                       /* full: not published */
     }
 
-    memcpy(en->name, name, KVS_RADIX_NAME_LEN);
-
-    if (stored && !en->ready) {
-        en->ready = 1;
-        kvs_engine_index_record(e, en->name, 0, 1);
+    if (en->pub == KVS_TIER_IX_PUB_NONE) {
+        memcpy(en->name, name, KVS_RADIX_NAME_LEN);
     }
+
+    en->disk = 1;
+    en->ready |= (uint8_t) (stored != 0);
+    kvs_engine_tier_ix_sync(e, en);
+}
+
+
+void
+kvs_engine_tier_ix_host(kvs_engine_t *e, const kvs_radix_key_t *key,
+    const uint8_t *path, const uint8_t *name, int in)
+{
+    uint32_t              *p;
+    uint64_t               ns;
+    kvs_tier_ix_ent_t     *en;
+    kvs_engine_tier_ix_t  *tx = e->tier_ix;
+
+    if (tx == NULL) {
+        return;
+    }
+
+    ns = kvs_tier_ns_hash(key);
+
+    if (!in) {
+        p = kvs_engine_tier_ix_find(tx, ns, path);
+        if (*p != KVS_TIER_IX_NONE && tx->ent[*p].host) {
+            tx->ent[*p].host = 0;
+            kvs_engine_tier_ix_sync(e, &tx->ent[*p]);
+        }
+
+        return;
+    }
+
+    if (name == NULL) {
+        return;                       /* unnamed: never published */
+    }
+
+    en = kvs_engine_tier_ix_enter(tx, ns, path);
+    if (en == NULL) {
+        return;                       /* full: not published */
+    }
+
+    if (en->pub == KVS_TIER_IX_PUB_NONE) {
+        memcpy(en->name, name, KVS_RADIX_NAME_LEN);
+    }
+
+    en->host = 1;
+    kvs_engine_tier_ix_sync(e, en);
+}
+
+
+/*
+ * The entry's fastest lower tier published, as a delete under the one
+ * it was published under and an add under the new one; an entry in
+ * neither tier leaves the table (en is then free).
+ */
+static void
+kvs_engine_tier_ix_sync(kvs_engine_t *e, kvs_tier_ix_ent_t *en)
+{
+    uint8_t                want;
+    uint32_t              *p, i;
+    kvs_engine_tier_ix_t  *tx = e->tier_ix;
+
+    want = en->host ? KVS_TIER_IX_PUB_HOST
+           : en->ready ? KVS_TIER_IX_PUB_DISK : KVS_TIER_IX_PUB_NONE;
+
+    if (want != en->pub) {
+        if (en->pub != KVS_TIER_IX_PUB_NONE) {
+            kvs_engine_index_record(e, en->name, 1, en->pub);
+        }
+
+        if (want != KVS_TIER_IX_PUB_NONE) {
+            kvs_engine_index_record(e, en->name, 0, want);
+        }
+
+        en->pub = want;
+    }
+
+    if (en->host || en->disk) {
+        return;
+    }
+
+    p = kvs_engine_tier_ix_find(tx, en->ns, en->id);
+    i = *p;
+    *p = en->next;
+    en->next = tx->free_head;
+    tx->free_head = i;
+    tx->n--;
 }
 
 
@@ -298,7 +429,7 @@ kvs_engine_tier_ix_drain(kvs_engine_t *e)
 {
     int                    lost;
     size_t                 k, n;
-    uint32_t              *p, i;
+    uint32_t              *p;
     kvs_tier_ix_ev_t      *q;
     kvs_tier_ix_ent_t     *en;
     kvs_engine_tier_ix_t  *tx = e->tier_ix;
@@ -334,26 +465,18 @@ kvs_engine_tier_ix_drain(kvs_engine_t *e)
             continue;                 /* not ours: kept at open, unnamed */
         }
 
-        i = *p;
-        en = &tx->ent[i];
+        en = &tx->ent[*p];
 
         if (q[k].ready) {
-            if (!en->ready) {
-                en->ready = 1;
-                kvs_engine_index_record(e, en->name, 0, 1);
-            }
+            en->disk = 1;
+            en->ready = 1;
 
-            continue;
+        } else {
+            en->disk = 0;             /* its slot is gone */
+            en->ready = 0;
         }
 
-        if (en->ready) {
-            kvs_engine_index_record(e, en->name, 1, 1);
-        }
-
-        *p = en->next;
-        en->next = tx->free_head;
-        tx->free_head = i;
-        tx->n--;
+        kvs_engine_tier_ix_sync(e, en);
     }
 }
 
@@ -389,9 +512,13 @@ kvs_engine_tier_ix_kept_one(void *arg, uint64_t ns, const uint8_t *id,
         return;                       /* full, or published already */
     }
 
-    memcpy(en->name, name, KVS_RADIX_NAME_LEN);
+    if (en->pub == KVS_TIER_IX_PUB_NONE) {
+        memcpy(en->name, name, KVS_RADIX_NAME_LEN);
+    }
+
+    en->disk = 1;
     en->ready = 1;
-    kvs_engine_index_record(e, en->name, 0, 1);
+    kvs_engine_tier_ix_sync(e, en);
 }
 
 
@@ -402,8 +529,8 @@ kvs_engine_tier_ix_list(kvs_engine_t *e)
 }
 
 
-/* Records every published disk name: as an add (a listing) or a
- * delete (del). */
+/* Records every published lower-tier name, under its tier: as an add
+ * (a listing) or a delete (del). */
 static void
 kvs_engine_tier_ix_each(kvs_engine_t *e, int del)
 {
@@ -412,10 +539,40 @@ kvs_engine_tier_ix_each(kvs_engine_t *e, int del)
 
     for (b = 0; b <= tx->mask; b++) {
         for (i = tx->buckets[b]; i != KVS_TIER_IX_NONE; i = tx->ent[i].next) {
-            if (tx->ent[i].ready) {
-                kvs_engine_index_record(e, tx->ent[i].name, del, 1);
+            if (tx->ent[i].pub != KVS_TIER_IX_PUB_NONE) {
+                kvs_engine_index_record(e, tx->ent[i].name, del,
+                                        tx->ent[i].pub);
             }
         }
+    }
+}
+
+
+void
+kvs_engine_tier_ix_weights(kvs_engine_t *e, uint32_t *tw, uint32_t *hw)
+{
+    double                          bps;
+    const kvs_engine_tier_stats_t  *st = &e->shown.tier;
+
+    *tw = 0;
+    *hw = 0;
+
+    if (e->tier_ix == NULL) {
+        return;
+    }
+
+    if (st->on) {
+        *tw = kvs_index_tier_weight(e->conf.block_tokens, st->slot_bytes,
+                                    st->load_bps_seen, st->prefill_tps);
+    }
+
+    /* the host tier's rate: the bytes copied out of it into the pool
+     * over the time those copies took */
+    if (st->host_on && st->host_load_ns > 0 && st->host_bytes_out > 0) {
+        bps = (double) st->host_bytes_out * 1e9 / (double) st->host_load_ns;
+        *hw = kvs_index_tier_weight(e->conf.block_tokens,
+                                    st->host_block_bytes, bps,
+                                    st->prefill_tps);
     }
 }
 

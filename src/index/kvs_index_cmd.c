@@ -215,7 +215,7 @@ kvs_index_cmd_blk_tier_add(kvs_index_cmds_t *c, const kvs_index_name_t *name,
         return rc;
     }
 
-    if ((unsigned) tier > KVS_INDEX_TIER_DISK) {
+    if ((unsigned) tier > KVS_INDEX_TIER_HOST) {
         return kvs_err_set(err, KVS_EINVAL, "prefix index: tier %d",
                            (int) tier);
     }
@@ -295,7 +295,7 @@ kvs_index_cmd_blk_tier_del(kvs_index_cmds_t *c, const kvs_index_name_t *name,
         return rc;
     }
 
-    if ((unsigned) tier > KVS_INDEX_TIER_DISK) {
+    if ((unsigned) tier > KVS_INDEX_TIER_HOST) {
         return kvs_err_set(err, KVS_EINVAL, "prefix index: tier %d",
                            (int) tier);
     }
@@ -551,7 +551,8 @@ kvs_index_cmd_blk_key(kvs_index_cmds_t *c, const kvs_index_name_t *name)
 
 
 /* A block entry's field: the host id for the pool, "d:<id>" for the
- * disk tier (docs/prefix-index.md, "Lower tiers"). */
+ * disk tier, "h:<id>" for the host tier (docs/prefix-index.md, "Lower
+ * tiers"). */
 static int
 kvs_index_cmd_field(kvs_index_cmds_t *c, const char *id, size_t id_len,
     kvs_index_tier_t tier)
@@ -559,6 +560,12 @@ kvs_index_cmd_field(kvs_index_cmds_t *c, const char *id, size_t id_len,
     if (tier == KVS_INDEX_TIER_DISK) {
         return kvs_index_cmd_arg(c, KVS_INDEX_FIELD_DISK,
                                  sizeof(KVS_INDEX_FIELD_DISK) - 1, id,
+                                 id_len);
+    }
+
+    if (tier == KVS_INDEX_TIER_HOST) {
+        return kvs_index_cmd_arg(c, KVS_INDEX_FIELD_HOST,
+                                 sizeof(KVS_INDEX_FIELD_HOST) - 1, id,
                                  id_len);
     }
 

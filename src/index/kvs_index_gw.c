@@ -101,6 +101,7 @@ kvs_index_gw_cand_update(kvs_index_cand_t *c, const kvs_index_gw_host_t *h,
     c->load = load > UINT32_MAX ? UINT32_MAX : (uint32_t) load;
     c->free_blocks = h->rec.free_blocks;
     c->tier_weight = h->rec.tier_weight;
+    c->host_weight = h->rec.host_weight;
 
     /* names depend on the epoch and the block size: under others, none
      * of this prompt's names can be the host's */

@@ -10,14 +10,15 @@
  * probes chosen gaps block by block, in ascending order, and moves lo.
  *
  * Tiers: present[h] has bit 1 for a pool entry, bit 2 for a disk-tier
- * entry; either is a hit.  The pool's own prefix is followed on the
- * same probes: plo after its last pool hit before pmiss, its first pool
- * miss (a pool hit after a pool miss is ignored, as hits after a miss
- * are).
+ * entry, bit 4 for a host-tier entry; any is a hit.  The pool's own
+ * prefix is followed on the same probes: plo after its last pool hit
+ * before pmiss, its first pool miss (a pool hit after a pool miss is
+ * ignored, as hits after a miss are); and so is the prefix in the pool
+ * or the host tier, flo before fmiss.
  *
  * Invariants: 0 <= lo <= hi <= n_blocks; lo only grows; a host that is
  * not up, or of another epoch, stays at lo = 0 (state INELIGIBLE);
- * plo only grows, and plo <= pmiss.
+ * plo and flo only grow, plo <= pmiss <= fmiss and flo <= fmiss.
  */
 
 #include <math.h>
@@ -36,6 +37,8 @@
 
 #define KVS_LK_POOL        1          /* present[]: a pool entry */
 #define KVS_LK_DISK        2          /*   a disk-tier entry */
+#define KVS_LK_HOST        4          /*   a host-tier entry */
+#define KVS_LK_FAST        (KVS_LK_POOL | KVS_LK_HOST)
 
 #define KVS_LK_ALIGN(n)    (((n) + 7) & ~(size_t) 7)
 
@@ -56,7 +59,10 @@ static void kvs_index_lk_mark(kvs_index_lookup_t *lk,
 static void kvs_index_lk_pool(kvs_index_lk_host_t *hs, uint32_t pos,
     uint8_t present);
 static double kvs_index_lk_worth(const kvs_index_lookup_t *lk, uint32_t h,
-    uint32_t pool, uint32_t blocks);
+    uint32_t pool, uint32_t fast, uint32_t blocks);
+static uint32_t kvs_index_lk_pool_n(const kvs_index_lookup_t *lk,
+    uint32_t h);
+static uint32_t kvs_index_lk_fast(const kvs_index_lookup_t *lk, uint32_t h);
 static void kvs_index_lk_plan2(kvs_index_lookup_t *lk);
 static int kvs_index_lk_refuse(kvs_index_lookup_t *lk, uint32_t round,
     size_t n, kvs_err_t *err);
@@ -172,6 +178,8 @@ kvs_index_lookup_init(kvs_index_lookup_t *lk, void *mem, size_t mem_len,
         lk->host[h].hi = n_blocks;
         lk->host[h].plo = 0;
         lk->host[h].pmiss = n_blocks;
+        lk->host[h].flo = 0;
+        lk->host[h].fmiss = n_blocks;
         lk->host[h].state = hosts[h].up && hosts[h].epoch == epoch
                             ? KVS_LK_OPEN : KVS_LK_INELIGIBLE;
     }
@@ -325,26 +333,73 @@ void
 kvs_index_lookup_result_tier(const kvs_index_lookup_t *lk, uint32_t *pool,
     uint32_t *disk)
 {
-    uint32_t  h, lo, p;
+    uint32_t  h;
 
-    for (h = 0; h < lk->n_hosts; h++) {
-        lo = lk->host[h].state == KVS_LK_INELIGIBLE ? 0 : lk->host[h].lo;
-        p = lk->host[h].plo < lo ? lk->host[h].plo : lo;
+    kvs_index_lookup_result_tiers(lk, pool, NULL, disk);
 
-        if (pool != NULL) {
-            pool[h] = p;
-        }
-
-        if (disk != NULL) {
-            disk[h] = lo - p;
+    /* the two-way split: the host tier's blocks are not the pool's */
+    if (disk != NULL) {
+        for (h = 0; h < lk->n_hosts; h++) {
+            disk[h] += kvs_index_lk_fast(lk, h) - kvs_index_lk_pool_n(lk, h);
         }
     }
 }
 
 
+void
+kvs_index_lookup_result_tiers(const kvs_index_lookup_t *lk, uint32_t *pool,
+    uint32_t *host, uint32_t *disk)
+{
+    uint32_t  h, lo, p, f;
+
+    for (h = 0; h < lk->n_hosts; h++) {
+        lo = lk->host[h].state == KVS_LK_INELIGIBLE ? 0 : lk->host[h].lo;
+        p = kvs_index_lk_pool_n(lk, h);
+        f = kvs_index_lk_fast(lk, h);
+
+        if (pool != NULL) {
+            pool[h] = p;
+        }
+
+        if (host != NULL) {
+            host[h] = f - p;
+        }
+
+        if (disk != NULL) {
+            disk[h] = lo - f;
+        }
+    }
+}
+
+
+/* Host h's blocks believed in its pool: plo, within what it holds. */
+static uint32_t
+kvs_index_lk_pool_n(const kvs_index_lookup_t *lk, uint32_t h)
+{
+    uint32_t  lo;
+
+    lo = lk->host[h].state == KVS_LK_INELIGIBLE ? 0 : lk->host[h].lo;
+
+    return lk->host[h].plo < lo ? lk->host[h].plo : lo;
+}
+
+
+/* ... and in its pool or host tier: flo, from plo to what it holds. */
+static uint32_t
+kvs_index_lk_fast(const kvs_index_lookup_t *lk, uint32_t h)
+{
+    uint32_t  lo, f;
+
+    lo = lk->host[h].state == KVS_LK_INELIGIBLE ? 0 : lk->host[h].lo;
+    f = lk->host[h].flo < lo ? lk->host[h].flo : lo;
+
+    return f > kvs_index_lk_pool_n(lk, h) ? f : kvs_index_lk_pool_n(lk, h);
+}
+
+
 /* A probe at pos, not before the host's any-tier miss: its pool's
  * prefix moves on a pool hit before any pool miss, and ends at a
- * pool miss. */
+ * pool miss; its fast prefix likewise on pool or host hits. */
 static void
 kvs_index_lk_pool(kvs_index_lk_host_t *hs, uint32_t pos, uint8_t present)
 {
@@ -356,24 +411,36 @@ kvs_index_lk_pool(kvs_index_lk_host_t *hs, uint32_t pos, uint8_t present)
     } else if (pos < hs->pmiss) {
         hs->pmiss = pos;
     }
+
+    if (present & KVS_LK_FAST) {
+        if (pos < hs->fmiss && pos + 1 > hs->flo) {
+            hs->flo = pos + 1;
+        }
+
+    } else if (pos < hs->fmiss) {
+        hs->fmiss = pos;
+    }
 }
 
 
 /* Host h's worth in tokens with blocks [0, blocks) held, the first pool
- * of them in its pool and the rest in its disk tier. */
+ * of them in its pool, then up to the first fast in its host tier, the
+ * rest in its disk tier.  With 1000 >= hw >= tw it grows with each
+ * argument, so the bounds of plan2 are bounds of the worth. */
 static double
 kvs_index_lk_worth(const kvs_index_lookup_t *lk, uint32_t h, uint32_t pool,
-    uint32_t blocks)
+    uint32_t fast, uint32_t blocks)
 {
-    uint32_t  w;
+    uint32_t  tw, hw;
 
-    w = lk->hosts[h].tier_weight != 0 ? lk->hosts[h].tier_weight
-                                      : KVS_INDEX_TIER_WEIGHT_DEFAULT;
-    w = w < KVS_INDEX_TIER_WEIGHT_ONE ? w : KVS_INDEX_TIER_WEIGHT_ONE;
+    kvs_index_tier_weights(&lk->hosts[h], &tw, &hw);
     pool = pool < blocks ? pool : blocks;
+    fast = fast < blocks ? fast : blocks;
+    fast = fast > pool ? fast : pool;
 
     return ((double) pool
-            + (double) (blocks - pool) * w / KVS_INDEX_TIER_WEIGHT_ONE)
+            + (double) (fast - pool) * hw / KVS_INDEX_TIER_WEIGHT_ONE
+            + (double) (blocks - fast) * tw / KVS_INDEX_TIER_WEIGHT_ONE)
            * lk->block_tokens;
 }
 
@@ -445,7 +512,7 @@ kvs_index_lk_find(const kvs_index_lookup_t *lk, const char *id, size_t len)
 }
 
 
-/* present[h]: the tiers (KVS_LK_POOL, KVS_LK_DISK) in which r lists
+/* present[h]: the tiers (KVS_LK_POOL, _DISK, _HOST) in which r lists
  * host h's current incarnation; 0: none. */
 static void
 kvs_index_lk_mark(kvs_index_lookup_t *lk, const kvs_index_reply_t *r)
@@ -489,7 +556,8 @@ kvs_index_lk_mark(kvs_index_lookup_t *lk, const kvs_index_reply_t *r)
 
         } else {
             lk->present[h] |= tier == KVS_INDEX_TIER_DISK ? KVS_LK_DISK
-                                                          : KVS_LK_POOL;
+                              : tier == KVS_INDEX_TIER_HOST ? KVS_LK_HOST
+                              : KVS_LK_POOL;
         }
     }
 }
@@ -513,8 +581,9 @@ kvs_index_lk_refuse(kvs_index_lookup_t *lk, uint32_t round, size_t n,
 
 /*
  * Chooses round 2's gaps: a host's score lies between the worth of its
- * lo blocks (the first plo in its pool) and that of hi blocks (the
- * first pmiss in its pool), less w * load; a gap is worth probing only
+ * lo blocks (the first plo in its pool, up to flo in its host tier) and
+ * that of hi blocks (the first pmiss in its pool, up to fmiss in its
+ * host tier), less w * load; a gap is worth probing only
  * for a host whose best case is at least the best worst case of any
  * host that is up (who would win otherwise).  Best cases first, whole
  * gaps, until round2_max.
@@ -535,7 +604,8 @@ kvs_index_lk_plan2(kvs_index_lookup_t *lk)
             continue;
         }
 
-        s = kvs_index_lk_worth(lk, h, lk->host[h].plo, lk->host[h].lo)
+        s = kvs_index_lk_worth(lk, h, lk->host[h].plo, lk->host[h].flo,
+                               lk->host[h].lo)
             - lk->load_weight * lk->hosts[h].load;
 
         if (s > best) {
@@ -552,7 +622,7 @@ kvs_index_lk_plan2(kvs_index_lookup_t *lk)
             continue;
         }
 
-        s = kvs_index_lk_worth(lk, h, hs->pmiss, hs->hi)
+        s = kvs_index_lk_worth(lk, h, hs->pmiss, hs->fmiss, hs->hi)
             - lk->load_weight * lk->hosts[h].load;
 
         if (s < best) {

@@ -17,12 +17,13 @@
  * For 100k tokens in 16-token blocks: n = 6,250, k = 80, 79 probes in
  * round 1 and at most 79 per gap in round 2.
  *
- * Tiers: an entry is the pool's (field <id>) or the disk tier's (field
- * d:<id>); either is a hit for the prefix.  Per host the lookup also
- * keeps the pool's own prefix, from the same probes: where the pool's
- * end falls in a gap that round 2 does not probe, it is known only to
- * the stride, and the blocks between count as disk blocks (a lower
- * bound of the host's worth).
+ * Tiers: an entry is the pool's (field <id>), the host tier's (h:<id>)
+ * or the disk tier's (d:<id>); any is a hit for the prefix.  Per host
+ * the lookup also keeps, from the same probes, the pool's own prefix
+ * and the prefix held in the pool or the host tier (its "fast" one):
+ * where such an end falls in a gap that round 2 does not probe, it is
+ * known only to the stride, and the blocks between count as the slower
+ * tier's (a lower bound of the host's worth).
  *
  * Assumption: an entry for host h at block i means h holds blocks 0..i
  * (its radix tree caches a block only with its parent, and evicts
@@ -70,6 +71,9 @@ typedef struct {
                                          block's worth per mille of a
                                          pool block's; 0: not said, the
                                          default is used */
+    uint32_t     host_weight;         /* its record's hw: a host-tier
+                                         block's, the same way; 0: not
+                                         said */
 } kvs_index_cand_t;
 
 typedef struct {
@@ -108,6 +112,9 @@ typedef struct {
     uint32_t  plo;                    /* blocks [0, plo) in its pool */
     uint32_t  pmiss;                  /* first block seen not in its
                                          pool (n: none seen) */
+    uint32_t  flo;                    /* blocks [0, flo) in its pool or
+                                         host tier */
+    uint32_t  fmiss;                  /* first block seen in neither */
 } kvs_index_lk_host_t;
 
 typedef struct {
@@ -191,9 +198,31 @@ void kvs_index_lookup_result(const kvs_index_lookup_t *lk, uint32_t *blocks);
 void kvs_index_lookup_result_tier(const kvs_index_lookup_t *lk,
     uint32_t *pool, uint32_t *disk);
 
+/* The three-way split: pool[h] blocks believed in host h's pool, then
+ * host[h] in its host memory tier (or its pool), then disk[h] in its
+ * disk tier (or either faster one); any may be NULL.  A block seen in
+ * several tiers counts in the fastest; the sum is what
+ * kvs_index_lookup_result() gives. */
+void kvs_index_lookup_result_tiers(const kvs_index_lookup_t *lk,
+    uint32_t *pool, uint32_t *host, uint32_t *disk);
+
 /* A disk-tier block's worth per mille of a pool block's when a host
  * does not say (unmeasured): half. */
 #define KVS_INDEX_TIER_WEIGHT_DEFAULT  500
+
+/* A host-tier block's, the same way: a copy from host memory costs a
+ * small share of a block's prefill (docs/prefix-index.md). */
+#define KVS_INDEX_HOST_WEIGHT_DEFAULT  900
+
+/*
+ * The weights routing gives host c's lower tiers, per mille of a pool
+ * block: *tw its disk tier's (its tier_weight, else the default, at
+ * most 1000), *hw its host tier's (its host_weight, else the default),
+ * at least *tw and at most 1000, so that a block is never worth less in
+ * a faster tier.
+ */
+void kvs_index_tier_weights(const kvs_index_cand_t *c, uint32_t *tw,
+    uint32_t *hw);
 
 /*
  * What a host publishes as tw: the share of a block's recompute time
@@ -231,6 +260,13 @@ void kvs_index_choose_tier(const kvs_index_cand_t *hosts, uint32_t n_hosts,
     const uint32_t *pool, const uint32_t *disk, uint32_t block_tokens,
     int short_prompt, const kvs_index_route_conf_t *conf,
     kvs_index_choice_t *out);
+
+/* The same with the host tier's host[h] blocks too, at its host weight
+ * (kvs_index_tier_weights()); host NULL: kvs_index_choose_tier. */
+void kvs_index_choose_tiers(const kvs_index_cand_t *hosts, uint32_t n_hosts,
+    const uint32_t *pool, const uint32_t *host, const uint32_t *disk,
+    uint32_t block_tokens, int short_prompt,
+    const kvs_index_route_conf_t *conf, kvs_index_choice_t *out);
 
 /*
  * Redis unavailable: rendezvous hashing of the name of block

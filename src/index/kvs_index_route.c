@@ -65,9 +65,20 @@ kvs_index_choose_tier(const kvs_index_cand_t *hosts, uint32_t n_hosts,
     int short_prompt, const kvs_index_route_conf_t *conf,
     kvs_index_choice_t *out)
 {
+    kvs_index_choose_tiers(hosts, n_hosts, pool, NULL, disk, block_tokens,
+                           short_prompt, conf, out);
+}
+
+
+void
+kvs_index_choose_tiers(const kvs_index_cand_t *hosts, uint32_t n_hosts,
+    const uint32_t *pool, const uint32_t *host, const uint32_t *disk,
+    uint32_t block_tokens, int short_prompt,
+    const kvs_index_route_conf_t *conf, kvs_index_choice_t *out)
+{
     double    s, worth, most, won;
-    uint32_t  h, w;
-    uint64_t  cached, lower;
+    uint32_t  h, tw, hw;
+    uint64_t  cached, lower, mem;
 
     out->host = -1;
     out->reason = KVS_INDEX_ROUTE_NO_HOSTS;
@@ -82,17 +93,18 @@ kvs_index_choose_tier(const kvs_index_cand_t *hosts, uint32_t n_hosts,
         }
 
         cached = pool != NULL ? (uint64_t) pool[h] * block_tokens : 0;
+        mem = host != NULL ? (uint64_t) host[h] * block_tokens : 0;
         lower = disk != NULL ? (uint64_t) disk[h] * block_tokens : 0;
 
-        /* a disk-tier block saves its recompute less its load: worth
-         * tier_weight per mille of a pool block */
-        w = hosts[h].tier_weight != 0 ? hosts[h].tier_weight
-                                      : KVS_INDEX_TIER_WEIGHT_DEFAULT;
-        w = w < KVS_INDEX_TIER_WEIGHT_ONE ? w : KVS_INDEX_TIER_WEIGHT_ONE;
+        /* a lower tier's block saves its recompute less its load: worth
+         * its weight per mille of a pool block, the host tier's between
+         * the disk's and the pool's */
+        kvs_index_tier_weights(&hosts[h], &tw, &hw);
         worth = (double) cached
-                + (double) lower * w / KVS_INDEX_TIER_WEIGHT_ONE;
+                + (double) mem * hw / KVS_INDEX_TIER_WEIGHT_ONE
+                + (double) lower * tw / KVS_INDEX_TIER_WEIGHT_ONE;
 
-        cached += lower;
+        cached += mem + lower;
         if (cached > UINT32_MAX) {
             cached = UINT32_MAX;
         }
@@ -121,6 +133,24 @@ kvs_index_choose_tier(const kvs_index_cand_t *hosts, uint32_t n_hosts,
                   : most == 0 ? KVS_INDEX_ROUTE_LEAST_LOADED
                   : won < most ? KVS_INDEX_ROUTE_LOAD
                   : KVS_INDEX_ROUTE_PREFIX;
+}
+
+
+void
+kvs_index_tier_weights(const kvs_index_cand_t *c, uint32_t *tw,
+    uint32_t *hw)
+{
+    uint32_t  t, m;
+
+    t = c->tier_weight != 0 ? c->tier_weight : KVS_INDEX_TIER_WEIGHT_DEFAULT;
+    t = t < KVS_INDEX_TIER_WEIGHT_ONE ? t : KVS_INDEX_TIER_WEIGHT_ONE;
+
+    m = c->host_weight != 0 ? c->host_weight : KVS_INDEX_HOST_WEIGHT_DEFAULT;
+    m = m < KVS_INDEX_TIER_WEIGHT_ONE ? m : KVS_INDEX_TIER_WEIGHT_ONE;
+    m = m > t ? m : t;
+
+    *tw = t;
+    *hw = m;
 }
 
 

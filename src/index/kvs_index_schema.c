@@ -19,12 +19,12 @@
 #define KVS_INDEX_HOSTS_MAX  4096         /* members of a host list */
 
 /* the required fields, then the optional ones (KVS_F_REQ on): the long
- * KV pool's three, all or none; the disk tier's weight */
+ * KV pool's three, all or none; the disk and host tiers' weights */
 enum {
     KVS_F_ID = 0, KVS_F_INC, KVS_F_EPOCH, KVS_F_BT, KVS_F_RUN, KVS_F_WAIT,
     KVS_F_FREE, KVS_F_TS, KVS_F_MODEL, KVS_F_URL, KVS_F_REQ,
     KVS_F_LMIN = KVS_F_REQ, KVS_F_LROOM, KVS_F_LSLOTS, KVS_F_TW, KVS_F_LORA,
-    KVS_F_N
+    KVS_F_HW, KVS_F_N
 };
 
 #define KVS_F_LONG_ALL  ((1u << KVS_F_LMIN) | (1u << KVS_F_LROOM) \
@@ -32,7 +32,7 @@ enum {
 
 static const char  *kvs_index_fields[KVS_F_N] = {
     "id", "inc", "epoch", "bt", "run", "wait", "free", "ts", "model", "url",
-    "lmin", "lroom", "lslots", "tw", "lora"
+    "lmin", "lroom", "lslots", "tw", "lora", "hw"
 };
 
 
@@ -130,9 +130,12 @@ kvs_index_host_format(const kvs_index_host_t *h, char *out, size_t *len,
                            h->block_tokens);
     }
 
-    if (h->tier_weight > KVS_INDEX_TIER_WEIGHT_ONE) {
+    if (h->tier_weight > KVS_INDEX_TIER_WEIGHT_ONE
+        || h->host_weight > KVS_INDEX_TIER_WEIGHT_ONE)
+    {
         return kvs_err_set(err, KVS_EINVAL, "prefix index: host \"%s\": "
-                           "tier weight %u over %d", h->id, h->tier_weight,
+                           "tier weight %u or host tier weight %u over %d",
+                           h->id, h->tier_weight, h->host_weight,
                            KVS_INDEX_TIER_WEIGHT_ONE);
     }
 
@@ -157,8 +160,13 @@ kvs_index_host_format(const kvs_index_host_t *h, char *out, size_t *len,
                       " tw=%u", h->tier_weight);
     }
 
+    if (h->host_weight != 0) {
+        n += snprintf(out + n, KVS_INDEX_HOST_VALUE_MAX + 1 - (size_t) n,
+                      " hw=%u", h->host_weight);
+    }
+
     /* " lora=0", or 128 hex digits: 134 bytes at most; the longest
-     * record of all is 784 bytes (test_index_lora) */
+     * record of all is 792 bytes (test_index_lora) */
     if (h->has_loras) {
         n += kvs_index_lora_set_format(&h->loras, out + n,
                                        KVS_INDEX_HOST_VALUE_MAX + 1
@@ -444,15 +452,22 @@ kvs_index_blk_entry_tier(const kvs_index_reply_t *field,
         return KVS_EFORMAT;
     }
 
+    /* "d:" and "h:" are as long */
     pre = sizeof(KVS_INDEX_FIELD_DISK) - 1;
     f = field->str;
     n = field->len;
     *tier = KVS_INDEX_TIER_POOL;
 
     if (n > pre && memcmp(f, KVS_INDEX_FIELD_DISK, pre) == 0) {
+        *tier = KVS_INDEX_TIER_DISK;
+
+    } else if (n > pre && memcmp(f, KVS_INDEX_FIELD_HOST, pre) == 0) {
+        *tier = KVS_INDEX_TIER_HOST;
+    }
+
+    if (*tier != KVS_INDEX_TIER_POOL) {
         f += pre;
         n -= pre;
-        *tier = KVS_INDEX_TIER_DISK;
     }
 
     if (kvs_index_host_id_check(f, n, NULL) != KVS_OK
@@ -666,6 +681,13 @@ kvs_index_host_field(kvs_index_host_t *h, int f, const char *v, size_t n)
             return KVS_EFORMAT;
         }
         h->tier_weight = (uint32_t) x;
+        break;
+
+    case KVS_F_HW:
+        if (x == 0 || x > KVS_INDEX_TIER_WEIGHT_ONE) {
+            return KVS_EFORMAT;
+        }
+        h->host_weight = (uint32_t) x;
         break;
 
     default:

@@ -65,6 +65,8 @@
                                               incarnation or an epoch */
 #define KVS_INDEX_FIELD_DISK      "d:"     /* before a host id: the
                                               block is in its disk tier */
+#define KVS_INDEX_FIELD_HOST      "h:"     /* ... in its host memory
+                                              tier */
 #define KVS_INDEX_TIER_WEIGHT_ONE 1000     /* a pool block's worth */
 #define KVS_INDEX_CMD_ARGS_MAX    9        /* arguments of our longest
                                               command (EVALSHA of the
@@ -74,7 +76,10 @@
 /* Where a host keeps a block it publishes. */
 typedef enum {
     KVS_INDEX_TIER_POOL = 0,          /* the engine's KV pool */
-    KVS_INDEX_TIER_DISK               /* its disk tier (kvserve_kv_tier) */
+    KVS_INDEX_TIER_DISK,              /* its disk tier (kvserve_kv_tier) */
+    KVS_INDEX_TIER_HOST               /* its host memory tier (between the
+                                         two in speed; numbered last, as
+                                         it came last) */
 } kvs_index_tier_t;
 
 
@@ -143,6 +148,9 @@ typedef struct {
                                          to a request, per mille of a
                                          pool block's (1..1000); 0: not
                                          said (the field is absent) */
+    uint32_t  host_weight;            /* "hw": a host-tier block's worth,
+                                         per mille, the same way; 0: not
+                                         said (absent) */
     kvs_index_lora_set_t  loras;      /* "lora": its model's adapter
                                          files (kvs_index_lora.h) */
     unsigned              has_loras:1;  /* the record says them; 0: a
@@ -176,7 +184,8 @@ int kvs_index_host_format(const kvs_index_host_t *h, char *out, size_t *len,
  * into *h.  Unknown fields are ignored (v1 may gain fields), a repeated
  * or missing one is not; the long pool's lmin, lroom and lslots are
  * optional (long_min 0 without them), but all three or none; tw is
- * optional (tier_weight 0 without it), 1..1000; lora is optional
+ * optional (tier_weight 0 without it), 1..1000, and so is hw
+ * (host_weight); lora is optional
  * (has_loras 0 without it), "0" or 128 hex digits.  On rejection *why says
  * why (MISSING for nil)
  * and the return is KVS_ENOTFOUND (nil), KVS_EIO (an error reply),
@@ -213,7 +222,8 @@ int kvs_index_blk_entry(const kvs_index_reply_t *field,
     uint64_t *incarnation);
 
 /* The same for a reader of every tier: a field "<id>" is the pool's,
- * "d:<id>" the disk tier's (*tier says which, *id is the id alone). */
+ * "d:<id>" the disk tier's, "h:<id>" the host tier's (*tier says which,
+ * *id is the id alone). */
 int kvs_index_blk_entry_tier(const kvs_index_reply_t *field,
     const kvs_index_reply_t *value, const char **id, size_t *id_len,
     uint64_t *incarnation, kvs_index_tier_t *tier);
@@ -278,8 +288,8 @@ int kvs_index_cmd_blk_add(kvs_index_cmds_t *c, const kvs_index_name_t *name,
 /* PEXPIRE kvs:v1:blk:<name> <ttl_ms> (a reused block stays listed) */
 int kvs_index_cmd_blk_touch(kvs_index_cmds_t *c,
     const kvs_index_name_t *name, uint64_t ttl_ms, kvs_err_t *err);
-/* The same for the block in tier: field <id> (the pool) or d:<id> (the
- * disk tier); KVS_EINVAL for another tier. */
+/* The same for the block in tier: field <id> (the pool), d:<id> (the
+ * disk tier) or h:<id> (the host tier); KVS_EINVAL for another tier. */
 int kvs_index_cmd_blk_tier_add(kvs_index_cmds_t *c,
     const kvs_index_name_t *name, const char *id, size_t id_len,
     uint64_t incarnation, uint64_t ttl_ms, kvs_index_tier_t tier,

@@ -148,8 +148,8 @@ kvs_srv_index_timeout(kvs_srv_t *srv)
 static void
 kvs_srv_index_send(kvs_srv_t *srv, uint32_t m, uint64_t now)
 {
-    size_t               total, off, take, lo, hi, end, k, n[4];
-    uint32_t            *cnt[4];
+    size_t               total, off, take, lo, hi, end, k, n[6];
+    uint32_t            *cnt[6];
     kvs_err_t            err;
     kvs_srv_client_t    *c;
     kvs_wire_index_t     w;
@@ -168,7 +168,9 @@ kvs_srv_index_send(kvs_srv_t *srv, uint32_t m, uint64_t now)
     n[1] = ix->n_del;
     n[2] = ix->n_dadd;
     n[3] = ix->n_ddel;
-    total = n[0] + n[1] + n[2] + n[3];
+    n[4] = ix->n_hadd;
+    n[5] = ix->n_hdel;
+    total = n[0] + n[1] + n[2] + n[3] + n[4] + n[5];
 
     if (total == 0 && !ix->resync
         && now - srv->engines[m].ix_sent_ns < KVS_SRV_LOAD_NS)
@@ -189,21 +191,24 @@ kvs_srv_index_send(kvs_srv_t *srv, uint32_t m, uint64_t now)
     w.long_slots = ix->long_slots;
     w.resync = ix->resync != 0;
     w.tier_weight = ix->tier_weight;
+    w.host_weight = ix->host_weight;
     cnt[0] = &w.n_add;
     cnt[1] = &w.n_del;
     cnt[2] = &w.n_dadd;
     cnt[3] = &w.n_ddel;
+    cnt[4] = &w.n_hadd;
+    cnt[5] = &w.n_hdel;
 
     off = 0;
 
     do {
-        /* [off, off + take) of the four lists, one after the other:
+        /* [off, off + take) of the six lists, one after the other:
          * each frame's counts are their parts in that range */
         take = total - off < KVS_WIRE_INDEX_MAX_NAMES
                ? total - off : KVS_WIRE_INDEX_MAX_NAMES;
         end = 0;
 
-        for (k = 0; k < 4; k++) {
+        for (k = 0; k < 6; k++) {
             lo = end > off ? end : off;
             end += n[k];
             hi = end < off + take ? end : off + take;

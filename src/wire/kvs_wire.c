@@ -541,7 +541,40 @@ kvs_wire_index_check(const kvs_wire_index_t *ix, kvs_err_t *err, int code)
                            ix->tier_weight);
     }
 
+    if (ix->host_weight > 1000) {
+        return kvs_err_set(err, code, "INDEX: host_weight: %u, over 1000",
+                           ix->host_weight);
+    }
+
     return KVS_OK;
+}
+
+
+uint64_t
+kvs_wire_index_lists(const kvs_wire_index_t *ix, uint32_t *n)
+{
+    size_t    k;
+    uint32_t  c[KVS_WIRE_INDEX_LISTS];
+    uint64_t  sum;
+
+    c[0] = ix->n_add;
+    c[1] = ix->n_del;
+    c[2] = ix->n_dadd;
+    c[3] = ix->n_ddel;
+    c[4] = ix->n_hadd;
+    c[5] = ix->n_hdel;
+
+    sum = 0;
+
+    for (k = 0; k < KVS_WIRE_INDEX_LISTS; k++) {
+        sum += c[k];
+
+        if (n != NULL) {
+            n[k] = c[k];
+        }
+    }
+
+    return sum;
 }
 
 
@@ -558,7 +591,7 @@ kvs_wire_enc_index(kvs_buf_t *b, uint64_t id, const kvs_wire_index_t *ix,
         return rc;
     }
 
-    n = (size_t) ix->n_add + ix->n_del + ix->n_dadd + ix->n_ddel;
+    n = (size_t) kvs_wire_index_lists(ix, NULL);
 
     if (n > KVS_WIRE_INDEX_MAX_NAMES) {
         return kvs_err_set(err, KVS_ERANGE, "INDEX: %zu names, more than "
@@ -599,8 +632,8 @@ kvs_wire_dec_index(const uint8_t *f, size_t f_len, kvs_wire_index_t *ix,
         return KVS_EFORMAT;
     }
 
-    /* the sum in 64 bits: four u32 counts cannot wrap it */
-    n = (uint64_t) ix->n_add + ix->n_del + ix->n_dadd + ix->n_ddel;
+    /* the sum in 64 bits: six u32 counts cannot wrap it */
+    n = kvs_wire_index_lists(ix, NULL);
 
     if (kvs_wire_need_n(&rd, n, 16, "names") != KVS_OK) {
         return KVS_EFORMAT;

@@ -42,7 +42,7 @@
 #include "base/kvs_err.h"
 #include "engine/kvs_engine.h"
 
-#define KVS_WIRE_VERSION      14       /* 2: prefix cache fields, tenant;
+#define KVS_WIRE_VERSION      15       /* 2: prefix cache fields, tenant;
                                          3: SUBSCRIBE, INDEX; 4: HELLO's
                                          backend and memory; 5: SUBMIT's
                                          output constraint; 6: STATS's
@@ -56,7 +56,9 @@
                                          tier names and weight; 12: LORA;
                                          13: STATS's disk tier loader;
                                          14: STATS's host tier and LoRA
-                                         load times, OUT's n_cached_host */
+                                         load times, OUT's n_cached_host;
+                                         15: INDEX's host tier names and
+                                         weight */
 #define KVS_WIRE_HDR          16
 #define KVS_WIRE_MAX_FRAME    (16u << 20)   /* 1M prompt ids take 4 MiB */
 #define KVS_WIRE_AGAIN        1             /* need more bytes */
@@ -191,18 +193,22 @@ typedef struct {
  *     u32 running, u32 waiting, u32 free_blocks, u32 resync,
  *     u32 n_add, u32 n_del, u32 long_min, u32 long_room, u32 long_slots,
  *     u32 n_dadd, u32 n_ddel, u32 tier_weight,
- *     then (n_add + n_del + n_dadd + n_ddel) names of 16 bytes
+ *     u32 n_hadd, u32 n_hdel, u32 host_weight,
+ *     then (n_add + n_del + n_dadd + n_ddel + n_hadd + n_hdel) names of
+ *     16 bytes
  *
  * n_dadd and n_ddel are the disk tier's names (written to it, gone from
  * it), after the pool's; tier_weight is a disk block's worth per mille
- * of a pool block's (0: not said, else 1..1000).
+ * of a pool block's (0: not said, else 1..1000).  n_hadd and n_hdel are
+ * the host tier's names (version 15), after the disk tier's, and
+ * host_weight a host-tier block's worth the same way.
  *
  * The header's id counts the INDEX frames the engine process sent to
  * that client (1, 2, ...), for logs.  A batch bigger than a frame goes
  * in several (at most KVS_WIRE_INDEX_MAX_NAMES names each); every frame
  * of a resync has resync set.  n_add = n_del = 0 is a load report.
  */
-#define KVS_WIRE_INDEX_FIXED      72
+#define KVS_WIRE_INDEX_FIXED      84
 #define KVS_WIRE_INDEX_MAX_NAMES  ((KVS_WIRE_MAX_FRAME - KVS_WIRE_HDR \
                                     - KVS_WIRE_INDEX_FIXED) / 16)
 
@@ -224,9 +230,14 @@ typedef struct {
     uint32_t        n_dadd;           /* names written to the disk tier */
     uint32_t        n_ddel;           /* names gone from it */
     uint32_t        tier_weight;      /* 0, or 1..1000 per mille */
-    const uint8_t  *names;            /* [(n_add + n_del + n_dadd + n_ddel)
-                                         * 16] added, deleted, disk added,
-                                         disk deleted, kvs_index_name_t
+    uint32_t        n_hadd;           /* names into the host tier */
+    uint32_t        n_hdel;           /* names out of it */
+    uint32_t        host_weight;      /* 0, or 1..1000 per mille */
+    const uint8_t  *names;            /* [(n_add + n_del + n_dadd + n_ddel
+                                         + n_hadd + n_hdel) * 16] added,
+                                         deleted, disk added, disk
+                                         deleted, host added, host
+                                         deleted, kvs_index_name_t
                                          bytes; decoded: points into the
                                          frame */
 } kvs_wire_index_t;
@@ -295,6 +306,12 @@ int kvs_wire_dec_stats(const uint8_t *f, size_t f_len, kvs_wire_stats_t *m,
 int kvs_wire_dec_empty(const uint8_t *f, size_t f_len, kvs_err_t *err);
 /* DRAIN only (its id is 0): a frame of another type is KVS_EFORMAT. */
 int kvs_wire_dec_drain(const uint8_t *f, size_t f_len, kvs_err_t *err);
+
+/* The INDEX frame's name lists in its order (the pool's adds and dels,
+ * the disk tier's, the host tier's) into n[KVS_WIRE_INDEX_LISTS] (NULL:
+ * not wanted); returns how many names in all. */
+#define KVS_WIRE_INDEX_LISTS  6
+uint64_t kvs_wire_index_lists(const kvs_wire_index_t *ix, uint32_t *n);
 
 /* INDEX: ix->names points into f (valid while f is); the counts are
  * checked against the frame's length before anything is read. */

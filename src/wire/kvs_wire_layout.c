@@ -348,6 +348,9 @@ static const kvs_wire_field_t  kvs_wire_index_head_f[] = {
     { "n_dadd",       KVS_WIRE_INT, 4, 0, KVS_INDEX(n_dadd) },
     { "n_ddel",       KVS_WIRE_INT, 4, 0, KVS_INDEX(n_ddel) },
     { "tier_weight",  KVS_WIRE_INT, 4, 0, KVS_INDEX(tier_weight) },
+    { "n_hadd",       KVS_WIRE_INT, 4, 0, KVS_INDEX(n_hadd) },
+    { "n_hdel",       KVS_WIRE_INT, 4, 0, KVS_INDEX(n_hdel) },
+    { "host_weight",  KVS_WIRE_INT, 4, 0, KVS_INDEX(host_weight) },
 };
 
 

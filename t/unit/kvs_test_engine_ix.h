@@ -3,7 +3,8 @@
  * (test_engine_index, test_engine_tier_ix): an engine on one thread that
  * names its cached blocks under a model name; seeded prompts; one greedy
  * token run on this thread, which computes and caches the prompt; a
- * prompt's block names as a gateway computes them.  Any failure fails
+ * prompt's block names as a gateway computes them; a name's place in a
+ * list, a count of flags, the disk writer waited for.  Any failure fails
  * the test; after every request the engine's own check passes.
  * Header-only, like kvs_test_engine.h, which it builds on.
  */
@@ -118,6 +119,47 @@ kvs_test_engine_ix_names(kvs_engine_t *e, const char *model,
     assert_int_equal(k, n / bt);
 
     return (uint32_t) k;
+}
+
+
+/* The place of name in names[0, n); -1 when not there. */
+static inline long
+kvs_test_engine_ix_find(const kvs_index_name_t *names, uint32_t n,
+    const uint8_t *name)
+{
+    uint32_t  i;
+
+    for (i = 0; i < n; i++) {
+        if (memcmp(names[i].b, name, KVS_INDEX_NAME_LEN) == 0) {
+            return i;
+        }
+    }
+
+    return -1;
+}
+
+
+/* How many of v[0, n) are set. */
+static inline uint32_t
+kvs_test_engine_ix_count(const uint8_t *v, uint32_t n)
+{
+    uint32_t  i, c;
+
+    for (c = 0, i = 0; i < n; i++) {
+        c += v[i];
+    }
+
+    return c;
+}
+
+
+/* The disk tier's writer done, and one step to drain what it reported
+ * to the index. */
+static inline void
+kvs_test_engine_ix_settle(kvs_engine_t *e)
+{
+    kvs_engine_tier_wait(e);
+    (void) kvs_engine_step(e);
 }
 
 

@@ -1,8 +1,9 @@
 /*
  * kvs_test_index: helpers shared by the prefix index's tests: a routing
- * candidate of epoch 7 with 100 free blocks, and a string reply (what
- * the nginx glue makes of a hiredis string).  Header-only, like
- * kvs_test.h.
+ * candidate of epoch 7 with 100 free blocks, a string reply (what the
+ * nginx glue makes of a hiredis string), a batch's command as text, and
+ * a fake index of block entries that answers a lookup's probes.
+ * Header-only, like kvs_test.h.
  */
 
 #ifndef KVS_TEST_INDEX_H
@@ -70,6 +71,72 @@ kvs_test_assert_cmd(const kvs_index_cmds_t *c, size_t i, const char *want)
     }
 
     assert_string_equal(got, want);
+}
+
+
+/* A fake index entry for the lookup tests: field ("a", "d:a", "h:a")
+ * with incarnation inc, listed on blocks [from, held). */
+#define KVS_TEST_FAKE_MAX  8          /* entries a block lists at most */
+
+typedef struct {
+    const char  *field;
+    char         hex[17];
+    uint32_t     from, held;
+} kvs_test_fake_t;
+
+
+static inline void
+kvs_test_fake_set(kvs_test_fake_t *f, const char *field, uint64_t inc,
+    uint32_t from, uint32_t held)
+{
+    f->field = field;
+    f->from = from;
+    f->held = held;
+    snprintf(f->hex, sizeof(f->hex), "%016llx", (unsigned long long) inc);
+}
+
+
+/* Answers lk's current probes from the fake entries f[0, n_fake), as
+ * HGETALL would, and hands them to the round (which must take them). */
+static inline void
+kvs_test_fake_answer(kvs_index_lookup_t *lk, const kvs_test_fake_t *f,
+    size_t n_fake)
+{
+    int                 rc;
+    size_t              i, j, m, n;
+    kvs_err_t           err;
+    kvs_index_reply_t  *r, *e;
+
+    n = lk->n_probe;
+    r = calloc(n + 1, sizeof(kvs_index_reply_t));
+    e = calloc((n + 1) * 2 * KVS_TEST_FAKE_MAX, sizeof(kvs_index_reply_t));
+    assert_non_null(r);
+    assert_non_null(e);
+
+    for (i = 0; i < n; i++) {
+        m = 0;
+
+        for (j = 0; j < n_fake; j++) {
+            if (lk->probe[i] >= f[j].from && lk->probe[i] < f[j].held) {
+                e[i * 2 * KVS_TEST_FAKE_MAX + m] =
+                    kvs_test_str_reply(f[j].field);
+                e[i * 2 * KVS_TEST_FAKE_MAX + m + 1] =
+                    kvs_test_str_reply(f[j].hex);
+                m += 2;
+            }
+        }
+
+        r[i].type = KVS_INDEX_REPLY_ARRAY;
+        r[i].element = &e[i * 2 * KVS_TEST_FAKE_MAX];
+        r[i].elements = m;
+    }
+
+    rc = lk->round == 1 ? kvs_index_lookup_round1(lk, r, n, &err)
+                        : kvs_index_lookup_round2(lk, r, n, &err);
+    assert_int_equal(rc, KVS_OK);
+
+    free(r);
+    free(e);
 }
 
 #endif /* KVS_TEST_INDEX_H */

@@ -91,21 +91,6 @@ book_names(book_t *bk, kvs_engine_t *e, const int32_t *tok, uint32_t seed)
 }
 
 
-static long
-book_find(const book_t *bk, const uint8_t *name)
-{
-    uint32_t  i;
-
-    for (i = 0; i < bk->n; i++) {
-        if (memcmp(bk->name[i].b, name, KVS_INDEX_NAME_LEN) == 0) {
-            return i;
-        }
-    }
-
-    return -1;
-}
-
-
 /* Takes and checks the engine's record against the book, and applies
  * it.  A resync (the listing) replaces both tiers' views. */
 static void
@@ -127,7 +112,7 @@ take(kvs_engine_t *e, kvs_engine_index_t *ix, book_t *bk)
     d = ix->n_add + ix->n_del;
 
     for (i = 0; i < d + ix->n_dadd + ix->n_ddel; i++) {
-        k = book_find(bk, ix->names[i]);
+        k = kvs_test_engine_ix_find(bk->name, bk->n, ix->names[i]);
         if (k < 0) {
             fail_msg("name %u of the take is no prompt's block", i);
         }
@@ -165,19 +150,6 @@ take(kvs_engine_t *e, kvs_engine_index_t *ix, book_t *bk)
 }
 
 
-static uint32_t
-count(const uint8_t *v, uint32_t n)
-{
-    uint32_t  i, c;
-
-    for (c = 0, i = 0; i < n; i++) {
-        c += v[i];
-    }
-
-    return c;
-}
-
-
 /* An engine whose tier has exactly slots slots (the slot's size read
  * from an engine with a larger tier first), on a new file. */
 static kvs_engine_t *
@@ -207,15 +179,6 @@ static kvs_engine_t *
 engine_slots(const kvs_test_model_t *md)
 {
     return engine_n_slots(md, SLOTS);
-}
-
-
-/* Lets the writer finish, and one step drain what it reported. */
-static void
-settle(kvs_engine_t *e)
-{
-    kvs_engine_tier_wait(e);
-    (void) kvs_engine_step(e);
 }
 
 
@@ -286,7 +249,7 @@ test_disk_names(void **state)
         take(e, &ix, bk);
     }
 
-    settle(e);
+    kvs_test_engine_ix_settle(e);
     take(e, &ix, bk);
 
     for (i = 0; i < PB; i++) {
@@ -295,7 +258,7 @@ test_disk_names(void **state)
     }
 
     kvs_engine_stats(e, &st);
-    assert_int_equal(count(bk->disk, bk->n), st.tier.used);
+    assert_int_equal(kvs_test_engine_ix_count(bk->disk, bk->n), st.tier.used);
 
     /* prompt 0 comes back from the disk: in the pool again, and still on
      * disk (the slot stays); the weight is said now */
@@ -317,13 +280,13 @@ test_disk_names(void **state)
         take(e, &ix, bk);
     }
 
-    settle(e);
+    kvs_test_engine_ix_settle(e);
     take(e, &ix, bk);
 
     kvs_engine_stats(e, &st);
     assert_true(bk->ddels > 0);
     assert_true(bk->dadds >= bk->ddels + st.tier.used);
-    assert_int_equal(count(bk->disk, bk->n), st.tier.used);
+    assert_int_equal(kvs_test_engine_ix_count(bk->disk, bk->n), st.tier.used);
     assert_int_equal(st.tier.used, SLOTS);
 
     /* a resync lists both tiers whole, and nothing changes */
@@ -369,7 +332,7 @@ test_listing_after_subscribe(void **state)
         (void) kvs_test_engine_ix_run1(e, tok[s], LEN, NULL);
     }
 
-    settle(e);
+    kvs_test_engine_ix_settle(e);
     kvs_engine_stats(e, &st);
     assert_true(st.tier.used > 0);
 
@@ -423,11 +386,11 @@ test_kept_published(void **state)
         kvs_test_engine_ix_prompt(tok, LEN, s + 1000);
         book_names(bk, e, tok, s);
         (void) kvs_test_engine_ix_run1(e, tok, LEN, NULL);
-        settle(e);                    /* no spill dropped */
+        kvs_test_engine_ix_settle(e);                    /* no spill dropped */
         take(e, &ix, bk);
     }
 
-    settle(e);
+    kvs_test_engine_ix_settle(e);
     take(e, &ix, bk);
 
     kvs_engine_stats(e, &st);
@@ -437,7 +400,7 @@ test_kept_published(void **state)
         fail_msg("%u blocks on disk, %llu spills dropped", used,
                  (unsigned long long) st.tier.spill_dropped);
     }
-    assert_int_equal(count(bk->disk, bk->n), used);
+    assert_int_equal(kvs_test_engine_ix_count(bk->disk, bk->n), used);
     memcpy(was, bk->disk, sizeof(bk->disk));
     kvs_engine_free(e);
 
@@ -498,7 +461,7 @@ test_kept_published(void **state)
         take(e, &ix, bk);
     }
 
-    settle(e);
+    kvs_test_engine_ix_settle(e);
     take(e, &ix, bk);
 
     kvs_engine_stats(e, &st);
@@ -511,7 +474,7 @@ test_kept_published(void **state)
      * of the deletes are new blocks reclaimed in turn) */
     assert_true(still < used);
     assert_true(bk->ddels >= used - still);
-    assert_int_equal(count(bk->disk, bk->n), st.tier.used);
+    assert_int_equal(kvs_test_engine_ix_count(bk->disk, bk->n), st.tier.used);
 
     kvs_engine_index_free(&ix);
     kvs_engine_free(e);
@@ -603,7 +566,7 @@ test_corrupt_mid_run(void **state)
 
         for (s = 1; s < 5; s++) {
             (void) kvs_test_engine_ix_run1(e, tok[s], LEN, NULL);
-            settle(e);
+            kvs_test_engine_ix_settle(e);
             take(e, &ix, bk);
         }
 
@@ -654,7 +617,7 @@ test_corrupt_mid_run(void **state)
         kvs_engine_out_free(&a);
         kvs_engine_out_free(&c);
 
-        settle(e);
+        kvs_test_engine_ix_settle(e);
         take(e, &ix, bk);
         kvs_engine_stats(e, &st);
 
@@ -674,7 +637,8 @@ test_corrupt_mid_run(void **state)
             assert_true(bk->pool[5 * cut * PB + k]);
         }
 
-        assert_int_equal(count(bk->disk, bk->n), st.tier.used);
+        assert_int_equal(kvs_test_engine_ix_count(bk->disk, bk->n),
+                         st.tier.used);
     }
 
     kvs_engine_index_free(&ix);

@@ -224,6 +224,7 @@ test_record_longest(void **state)
     h.long_room = UINT32_MAX;
     h.long_slots = UINT32_MAX;
     h.tier_weight = KVS_INDEX_TIER_WEIGHT_ONE;
+    h.host_weight = KVS_INDEX_TIER_WEIGHT_ONE;
     h.has_loras = 1;
     for (i = 0; i < KVS_INDEX_LORA_SET_WORDS; i++) {
         h.loras.w[i] = UINT64_MAX;

@@ -14,66 +14,6 @@
 #include "index/kvs_index_lookup.h"
 #include "index/kvs_index_schema.h"
 
-#define FAKE_MAX  8
-
-typedef struct {
-    const char  *field;               /* "a" or "d:a" */
-    char         hex[17];
-    uint32_t     from, held;          /* listed on blocks [from, held) */
-} fake_t;
-
-
-static void
-fake_set(fake_t *f, const char *field, uint64_t inc, uint32_t from,
-    uint32_t held)
-{
-    f->field = field;
-    f->from = from;
-    f->held = held;
-    snprintf(f->hex, sizeof(f->hex), "%016llx", (unsigned long long) inc);
-}
-
-
-/* Answers lk's current probes from the fake index, as HGETALL would,
- * and hands them to the round. */
-static void
-answer(kvs_index_lookup_t *lk, const fake_t *f, size_t n_fake)
-{
-    int                 rc;
-    size_t              i, j, m, n;
-    kvs_err_t           err;
-    kvs_index_reply_t  *r, *e;
-
-    n = lk->n_probe;
-    r = calloc(n + 1, sizeof(kvs_index_reply_t));
-    e = calloc((n + 1) * 2 * FAKE_MAX, sizeof(kvs_index_reply_t));
-    assert_non_null(r);
-    assert_non_null(e);
-
-    for (i = 0; i < n; i++) {
-        m = 0;
-
-        for (j = 0; j < n_fake; j++) {
-            if (lk->probe[i] >= f[j].from && lk->probe[i] < f[j].held) {
-                e[i * 2 * FAKE_MAX + m] = kvs_test_str_reply(f[j].field);
-                e[i * 2 * FAKE_MAX + m + 1] = kvs_test_str_reply(f[j].hex);
-                m += 2;
-            }
-        }
-
-        r[i].type = KVS_INDEX_REPLY_ARRAY;
-        r[i].element = &e[i * 2 * FAKE_MAX];
-        r[i].elements = m;
-    }
-
-    rc = lk->round == 1 ? kvs_index_lookup_round1(lk, r, n, &err)
-                        : kvs_index_lookup_round2(lk, r, n, &err);
-    assert_int_equal(rc, KVS_OK);
-
-    free(r);
-    free(e);
-}
-
 
 static void
 test_entry_commands(void **state)
@@ -123,7 +63,7 @@ test_entry_commands(void **state)
     n_args = c.n_args;
     buf_len = c.buf_len;
     assert_int_equal(kvs_index_cmd_blk_tier_add(&c, &name, "gpu-a.1", 7, 1,
-                                                 1000, (kvs_index_tier_t) 2,
+                                                 1000, (kvs_index_tier_t) 3,
                                                  &err), KVS_EINVAL);
     assert_int_equal(kvs_index_cmd_blk_tier_del(&c, &name, "d:x", 3,
                                                  KVS_INDEX_TIER_DISK, &err),
@@ -174,7 +114,7 @@ test_entry_parse(void **state)
     f = kvs_test_str_reply("d:");
     assert_int_equal(kvs_index_blk_entry_tier(&f, &v, &id, &id_len, &inc,
                                               &tier), KVS_EFORMAT);
-    f = kvs_test_str_reply("h:gpu-a.1");
+    f = kvs_test_str_reply("x:gpu-a.1");
     assert_int_equal(kvs_index_blk_entry_tier(&f, &v, &id, &id_len, &inc,
                                               &tier), KVS_EFORMAT);
     f = kvs_test_str_reply("d:d:gpu");
@@ -269,7 +209,7 @@ run_two_hosts(uint32_t tw, uint32_t *pool, uint32_t *disk,
 {
     void                    *mem;
     size_t                   len;
-    fake_t                   f[3];
+    kvs_test_fake_t          f[3];
     kvs_err_t                err;
     kvs_index_cand_t         c[2];
     kvs_index_lookup_t       lk;
@@ -282,9 +222,9 @@ run_two_hosts(uint32_t tw, uint32_t *pool, uint32_t *disk,
     kvs_test_cand_set(&c[0], "a", 0xa1, 0);
     kvs_test_cand_set(&c[1], "b", 0xb1, 0);
     c[0].tier_weight = tw;
-    fake_set(&f[0], "a", 0xa1, 0, 45);
-    fake_set(&f[1], "d:a", 0xa1, 30, 100);
-    fake_set(&f[2], "b", 0xb1, 0, 73);
+    kvs_test_fake_set(&f[0], "a", 0xa1, 0, 45);
+    kvs_test_fake_set(&f[1], "d:a", 0xa1, 30, 100);
+    kvs_test_fake_set(&f[2], "b", 0xb1, 0, 73);
 
     len = kvs_index_lookup_mem(100, 2, &conf);
     mem = malloc(len);
@@ -292,12 +232,12 @@ run_two_hosts(uint32_t tw, uint32_t *pool, uint32_t *disk,
     assert_int_equal(kvs_index_lookup_init(&lk, mem, len, c, 2, 7, 100, 16,
                                            &conf, &err), KVS_OK);
     assert_int_equal(lk.n_probe, 10);
-    answer(&lk, f, 3);
+    kvs_test_fake_answer(&lk, f, 3);
 
     *round2 = lk.round == 2 ? lk.n_probe : 0;
 
     if (lk.round == 2) {
-        answer(&lk, f, 3);
+        kvs_test_fake_answer(&lk, f, 3);
     }
 
     assert_int_equal(lk.round, 3);

@@ -1572,7 +1572,7 @@ test_lora(void **state)
     memset(&b, 0, sizeof(b));
 
     assert_int_equal(KVS_WIRE_LORA, 13);
-    assert_int_equal(KVS_WIRE_VERSION, 14);
+    assert_int_equal(KVS_WIRE_VERSION, 15);
     assert_string_equal(kvs_wire_type_name(KVS_WIRE_LORA), "LORA");
 
     m->n = 2;

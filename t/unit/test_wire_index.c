@@ -4,7 +4,8 @@
  * byte: round trips, a frame cut anywhere, counts over the length (and
  * overflowing), bytes after the names, every field the decoder refuses
  * (and the encoder refuses alike, leaving the buffer as it was), and the
- * frame limit at KVS_WIRE_INDEX_MAX_NAMES.
+ * frame limit at KVS_WIRE_INDEX_MAX_NAMES.  Version 15 added the host
+ * tier's counts and weight after the disk tier's.
  */
 
 #include "kvs_test.h"
@@ -36,12 +37,13 @@ static size_t
 index_by_hand(uint8_t *f, uint64_t id, uint32_t model, uint64_t inc,
     uint64_t epoch, uint32_t bt, uint32_t resync, uint32_t n_add,
     uint32_t n_del, uint32_t n_dadd, uint32_t n_ddel, uint32_t tw,
-    const uint8_t *names, size_t n_bytes)
+    uint32_t n_hadd, uint32_t n_hdel, uint32_t hw, const uint8_t *names,
+    size_t n_bytes)
 {
     uint8_t  *p;
     size_t    len;
 
-    len = 16 + 72 + n_bytes;
+    len = 16 + 84 + n_bytes;
     p = put32(f, (uint32_t) len);
     p[0] = 12;                        /* INDEX */
     p[1] = 0;
@@ -64,6 +66,9 @@ index_by_hand(uint8_t *f, uint64_t id, uint32_t model, uint64_t inc,
     p = put32(p, n_dadd);             /* the disk tier's (version 11) */
     p = put32(p, n_ddel);
     p = put32(p, tw);
+    p = put32(p, n_hadd);             /* the host tier's (version 15) */
+    p = put32(p, n_hdel);
+    p = put32(p, hw);
     memcpy(p, names, n_bytes);
 
     return len;
@@ -84,7 +89,8 @@ names_fill(uint8_t *names, size_t n)
 static void
 test_round_trip(void **state)
 {
-    uint8_t           names[7 * 16], f[256];
+    uint8_t           names[10 * 16], f[512];
+    uint32_t          lists[KVS_WIRE_INDEX_LISTS];
     size_t            len;
     kvs_buf_t         b;
     kvs_err_t         err;
@@ -97,7 +103,7 @@ test_round_trip(void **state)
     assert_string_equal(kvs_wire_type_name(KVS_WIRE_SUBSCRIBE),
                         "SUBSCRIBE");
 
-    names_fill(names, 7);
+    names_fill(names, 10);
     memset(&ix, 0, sizeof(ix));
     ix.model = 1;
     ix.incarnation = 0x0102030405060708ULL;
@@ -115,13 +121,16 @@ test_round_trip(void **state)
     ix.n_dadd = 1;
     ix.n_ddel = 1;
     ix.tier_weight = 870;
+    ix.n_hadd = 2;
+    ix.n_hdel = 1;
+    ix.host_weight = 990;
     ix.names = names;
 
     memset(&b, 0, sizeof(b));
     assert_int_equal(kvs_wire_enc_index(&b, 9, &ix, &err), KVS_OK);
 
     len = index_by_hand(f, 9, 1, ix.incarnation, ix.epoch, 16, 1, 3, 2, 1,
-                        1, 870, names, sizeof(names));
+                        1, 870, 2, 1, 990, names, sizeof(names));
     assert_int_equal(b.len, len);
     assert_memory_equal(b.data, f, len);
 
@@ -145,7 +154,17 @@ test_round_trip(void **state)
     assert_int_equal(got.n_dadd, 1);
     assert_int_equal(got.n_ddel, 1);
     assert_int_equal(got.tier_weight, 870);
-    assert_ptr_equal(got.names, b.data + 16 + 72);     /* into the frame */
+    assert_int_equal(got.n_hadd, 2);
+    assert_int_equal(got.n_hdel, 1);
+    assert_int_equal(got.host_weight, 990);
+    assert_int_equal(kvs_wire_index_lists(&got, lists), 10);
+    assert_int_equal(lists[0], 3);
+    assert_int_equal(lists[1], 2);
+    assert_int_equal(lists[2], 1);
+    assert_int_equal(lists[3], 1);
+    assert_int_equal(lists[4], 2);
+    assert_int_equal(lists[5], 1);
+    assert_ptr_equal(got.names, b.data + 16 + 84);     /* into the frame */
     assert_memory_equal(got.names, names, sizeof(names));
 
     /* a load report: no names */
@@ -154,10 +173,12 @@ test_round_trip(void **state)
     ix.n_del = 0;
     ix.n_dadd = 0;
     ix.n_ddel = 0;
+    ix.n_hadd = 0;
+    ix.n_hdel = 0;
     ix.resync = 0;
     ix.names = NULL;
     assert_int_equal(kvs_wire_enc_index(&b, 10, &ix, &err), KVS_OK);
-    assert_int_equal(b.len, 16 + 72);
+    assert_int_equal(b.len, 16 + 84);
     assert_int_equal(kvs_wire_dec_index(b.data, b.len, &got, &err), KVS_OK);
     assert_int_equal(got.n_add + got.n_del, 0);
     assert_int_equal(got.resync, 0);
@@ -195,7 +216,7 @@ test_truncated(void **state)
     kvs_wire_index_t  got;
 
     names_fill(names, 4);
-    len = index_by_hand(f, 1, 0, 7, 8, 16, 0, 2, 1, 1, 0, 0, names,
+    len = index_by_hand(f, 1, 0, 7, 8, 16, 0, 2, 1, 1, 0, 0, 0, 0, 0, names,
                         sizeof(names));
 
     /* any prefix: more bytes needed, nothing decided */
@@ -224,16 +245,29 @@ test_truncated(void **state)
     assert_int_equal(kvs_wire_dec_index(g, len, &got, &err), KVS_EFORMAT);
     assert_non_null(strstr(err.msg, "names"));
 
+    put32(g + 16 + 60, 1);            /* the host tier's too: 2 + 1 + 1 + 1 */
+    put32(g + 16 + 72, 1);
+    assert_int_equal(kvs_wire_dec_index(g, len, &got, &err), KVS_EFORMAT);
+    assert_non_null(strstr(err.msg, "names"));
+    put32(g + 16 + 72, 0);
+    put32(g + 16 + 76, 1);
+    assert_int_equal(kvs_wire_dec_index(g, len, &got, &err), KVS_EFORMAT);
+    put32(g + 16 + 76, 0);
+
     put32(g + 16 + 40, UINT32_MAX);   /* the sum would wrap in 32 bits */
     put32(g + 16 + 44, UINT32_MAX);
     put32(g + 16 + 60, UINT32_MAX);
     put32(g + 16 + 64, UINT32_MAX);
+    put32(g + 16 + 72, UINT32_MAX);
+    put32(g + 16 + 76, UINT32_MAX);
     assert_int_equal(kvs_wire_dec_index(g, len, &got, &err), KVS_EFORMAT);
 
     put32(g + 16 + 40, 1);            /* fewer: bytes left after them */
     put32(g + 16 + 44, 2);
     put32(g + 16 + 60, 0);
     put32(g + 16 + 64, 0);
+    put32(g + 16 + 72, 0);
+    put32(g + 16 + 76, 0);
     assert_int_equal(kvs_wire_dec_index(g, len, &got, &err), KVS_EFORMAT);
     assert_non_null(strstr(err.msg, "after the last field"));
 }
@@ -260,10 +294,12 @@ test_bad_fields(void **state)
         { 20, 0, 1025, "block_tokens" },
         { 36, 0, 2, "resync" },
         { 68, 0, 1001, "tier_weight" },
+        { 80, 0, 1001, "host_weight" },
     };
 
     names_fill(names, 1);
-    len = index_by_hand(f, 1, 0, 7, 8, 16, 0, 1, 0, 0, 0, 0, names, 16);
+    len = index_by_hand(f, 1, 0, 7, 8, 16, 0, 1, 0, 0, 0, 0, 0, 0, 0, names,
+                        16);
     assert_int_equal(kvs_wire_dec_index(f, len, &got, &err), KVS_OK);
 
     memset(&b, 0, sizeof(b));
@@ -296,7 +332,8 @@ test_bad_fields(void **state)
         case 2: ix.block_tokens = 0; break;
         case 3: ix.block_tokens = 1025; break;
         case 4: ix.resync = 2; break;
-        default: ix.tier_weight = 1001; break;
+        case 5: ix.tier_weight = 1001; break;
+        default: ix.host_weight = 1001; break;
         }
         assert_int_equal(kvs_wire_enc_index(&b, 1, &ix, &err), KVS_ERANGE);
         assert_int_equal(b.len, 1);
@@ -322,8 +359,8 @@ test_oversize(void **state)
     size_t             max;
 
     max = KVS_WIRE_INDEX_MAX_NAMES;
-    assert_true(16 + 72 + max * 16 <= KVS_WIRE_MAX_FRAME);
-    assert_true(16 + 72 + (max + 1) * 16 > KVS_WIRE_MAX_FRAME);
+    assert_true(16 + 84 + max * 16 <= KVS_WIRE_MAX_FRAME);
+    assert_true(16 + 84 + (max + 1) * 16 > KVS_WIRE_MAX_FRAME);
 
     names = calloc(max + 1, 16);
     assert_non_null(names);
@@ -334,7 +371,8 @@ test_oversize(void **state)
     ix.block_tokens = 16;
     ix.n_add = (uint32_t) (max + 1) / 2;
     ix.n_dadd = 3;                    /* the disk tier's count too */
-    ix.n_del = (uint32_t) (max + 1 - ix.n_add - ix.n_dadd);
+    ix.n_hdel = 2;                    /* and the host tier's */
+    ix.n_del = (uint32_t) (max + 1 - ix.n_add - ix.n_dadd - ix.n_hdel);
     ix.names = names;
 
     memset(&b, 0, sizeof(b));
@@ -344,8 +382,9 @@ test_oversize(void **state)
     ix.n_del--;
     assert_int_equal(kvs_wire_enc_index(&b, 1, &ix, &err), KVS_OK);
     assert_int_equal(kvs_wire_dec_index(b.data, b.len, &got, &err), KVS_OK);
-    assert_int_equal(got.n_add + got.n_del + got.n_dadd, max);
+    assert_int_equal(got.n_add + got.n_del + got.n_dadd + got.n_hdel, max);
     assert_int_equal(got.n_dadd, 3);
+    assert_int_equal(got.n_hdel, 2);
     assert_memory_equal(got.names, names, 64);
 
     kvs_buf_free(&b);

@@ -88,6 +88,7 @@ typedef struct {
     uint32_t                  long_room;   /*   the latest INDEX; 0: no */
     uint32_t                  long_slots;  /*   pools (docs/pools.md) */
     uint32_t                  tier_weight; /* the disk tier's tw; 0: no */
+    uint32_t                  host_weight; /* the host tier's hw; 0: no */
 } ngx_http_kvserve_index_model_t;
 
 
@@ -118,6 +119,8 @@ typedef struct {
     uint64_t                        n_del;
     uint64_t                        n_dadd;       /* disk tier's names */
     uint64_t                        n_ddel;
+    uint64_t                        n_hadd;       /* host tier's names */
+    uint64_t                        n_hdel;
     uint64_t                        n_batches;
     uint64_t                        n_failed;     /* batches */
     uint64_t                        n_errors;     /* error replies */
@@ -546,10 +549,11 @@ ngx_http_kvserve_index_exit_process(ngx_cycle_t *cycle)
     ngx_log_error(NGX_LOG_INFO, cycle->log, 0,
                   "kvserve_index: published %uL added and %uL evicted "
                   "blocks, %uL written to and %uL dropped from the disk "
-                  "tier, in %uL batches, %uL failed, %uL error replies, "
-                  "%uL full listings asked", p->n_add, p->n_del,
-                  p->n_dadd, p->n_ddel, p->n_batches, p->n_failed,
-                  p->n_errors, p->n_resyncs);
+                  "tier, %uL into and %uL out of the host tier, in %uL "
+                  "batches, %uL failed, %uL error replies, %uL full "
+                  "listings asked", p->n_add, p->n_del, p->n_dadd,
+                  p->n_ddel, p->n_hadd, p->n_hdel, p->n_batches,
+                  p->n_failed, p->n_errors, p->n_resyncs);
 
     ngx_free(p->buf);
     ngx_free(p->argv);
@@ -665,6 +669,7 @@ ngx_http_kvserve_index_hello(const kvs_wire_hello_t *hello,
             m->long_room = 0;
             m->long_slots = 0;
             m->tier_weight = 0;
+            m->host_weight = 0;
         }
 
         m->known = 1;
@@ -717,7 +722,8 @@ void
 ngx_http_kvserve_index_publish(const kvs_wire_index_t *ix)
 {
     int                              rc;
-    size_t                           i, n, d;
+    size_t                           i, n, k, end;
+    uint32_t                         cnt[KVS_WIRE_INDEX_LISTS];
     kvs_err_t                        err;
     kvs_index_tier_t                 tier;
     kvs_index_name_t                 name;
@@ -748,9 +754,12 @@ ngx_http_kvserve_index_publish(const kvs_wire_index_t *ix)
     m->long_room = ix->long_room;
     m->long_slots = ix->long_slots;
     m->tier_weight = ix->tier_weight;
+    m->host_weight = ix->host_weight;
 
-    n = (size_t) ix->n_add + ix->n_del + ix->n_dadd + ix->n_ddel;
-    d = (size_t) ix->n_add + ix->n_del;
+    /* the lists in the frame's order: the pool's adds and dels, the
+     * disk tier's (d:<id>), the host tier's (h:<id>); a frame holds at
+     * most KVS_WIRE_INDEX_MAX_NAMES names (checked when decoded) */
+    n = (size_t) kvs_wire_index_lists(ix, cnt);
 
     if (n == 0 || !m->id_ok) {
         return;
@@ -764,15 +773,22 @@ ngx_http_kvserve_index_publish(const kvs_wire_index_t *ix)
 
     kvs_index_cmds_reset(&p->cmds);
 
+    k = 0;
+    end = cnt[0];
+
     for (i = 0; i < n; i++) {
+        while (i >= end) {
+            end += cnt[++k];
+        }
+
+        tier = k < 2 ? KVS_INDEX_TIER_POOL
+               : k < 4 ? KVS_INDEX_TIER_DISK : KVS_INDEX_TIER_HOST;
+
         ngx_memcpy(name.b, ix->names + i * KVS_INDEX_NAME_LEN,
                    KVS_INDEX_NAME_LEN);
 
         for ( ;; ) {
-            /* the pool's adds, dels, then the disk tier's (d:<id>) */
-            tier = i < d ? KVS_INDEX_TIER_POOL : KVS_INDEX_TIER_DISK;
-
-            if (i < ix->n_add || (i >= d && i < d + ix->n_dadd)) {
+            if (k % 2 == 0) {
                 rc = kvs_index_cmd_blk_tier_add(&p->cmds, &name, m->id,
                                                 m->id_len, m->incarnation,
                                                 p->conf->ttl, tier, &err);
@@ -805,6 +821,8 @@ ngx_http_kvserve_index_publish(const kvs_wire_index_t *ix)
     p->n_del += ix->n_del;
     p->n_dadd += ix->n_dadd;
     p->n_ddel += ix->n_ddel;
+    p->n_hadd += ix->n_hadd;
+    p->n_hdel += ix->n_hdel;
 
     ngx_http_kvserve_index_flush(p);
 }
@@ -993,6 +1011,7 @@ ngx_http_kvserve_index_beat(ngx_event_t *ev)
         h.long_room = m->long_room;
         h.long_slots = m->long_slots;
         h.tier_weight = m->tier_weight;
+        h.host_weight = m->host_weight;
         h.ts_ms = now;
         h.has_loras = 1;
         ngx_http_kvserve_index_loras(hello->models[0].name, &h.loras);

@@ -613,7 +613,7 @@ void
 ngx_http_kvserve_route_choose(ngx_http_kvserve_route_ctx_t *rc,
     ngx_uint_t failed)
 {
-    uint32_t                        *blocks, *tokens, *disk;
+    uint32_t                        *blocks, *tokens, *host, *disk;
     ngx_uint_t                       g, i, named;
     kvs_index_choice_t               ch;
     ngx_http_kvserve_route_group_t  *gr, *first;
@@ -633,14 +633,18 @@ ngx_http_kvserve_route_choose(ngx_http_kvserve_route_ctx_t *rc,
 
     blocks = NULL;
     tokens = NULL;
+    host = NULL;
     disk = NULL;
 
     if (rc->n_cands > 0) {
         blocks = ngx_pcalloc(rc->r->pool, rc->n_cands * sizeof(uint32_t));
         tokens = ngx_pcalloc(rc->r->pool, rc->n_cands * sizeof(uint32_t));
+        host = ngx_pcalloc(rc->r->pool, rc->n_cands * sizeof(uint32_t));
         disk = ngx_pcalloc(rc->r->pool, rc->n_cands * sizeof(uint32_t));
 
-        if (blocks == NULL || tokens == NULL || disk == NULL) {
+        if (blocks == NULL || tokens == NULL || host == NULL
+            || disk == NULL)
+        {
             ngx_http_kvserve_route_pass(rc, "out of memory");
             return;
         }
@@ -658,15 +662,18 @@ ngx_http_kvserve_route_choose(ngx_http_kvserve_route_ctx_t *rc,
                 continue;
             }
 
-            /* blocks: all a host holds; tokens and disk: its pool's and
-             * its disk tier's share, in tokens */
-            kvs_index_lookup_result_tier(&gr->lk, blocks + gr->first,
-                                         disk + gr->first);
+            /* blocks: all a host holds; tokens, host and disk: its
+             * pool's, its host tier's and its disk tier's share, in
+             * tokens */
+            kvs_index_lookup_result_tiers(&gr->lk, blocks + gr->first,
+                                          host + gr->first,
+                                          disk + gr->first);
 
             for (i = gr->first; i < gr->first + gr->n; i++) {
                 tokens[i] = blocks[i] * gr->bt;
+                blocks[i] += host[i] + disk[i];
+                host[i] *= gr->bt;
                 disk[i] *= gr->bt;
-                blocks[i] += disk[i] / gr->bt;
             }
         }
 
@@ -677,10 +684,10 @@ ngx_http_kvserve_route_choose(ngx_http_kvserve_route_ctx_t *rc,
             return;
         }
 
-        /* hosts of several block sizes compare in tokens; a disk-tier
-         * block is worth its host's tier weight */
-        kvs_index_choose_tier(rc->cands, rc->n_cands, tokens, disk, 1,
-                              !named, &rc->conf, &ch);
+        /* hosts of several block sizes compare in tokens; a lower
+         * tier's block is worth its host's weight for that tier */
+        kvs_index_choose_tiers(rc->cands, rc->n_cands, tokens, host, disk,
+                               1, !named, &rc->conf, &ch);
 
         if (failed) {
             ch.reason = KVS_INDEX_ROUTE_NO_INDEX;

@@ -596,6 +596,7 @@ ngx_http_kvserve_route_cands(ngx_http_kvserve_route_ctx_t *rc)
             }
 
             rc->cands[k].tier_weight = h->h.rec.tier_weight;
+            rc->cands[k].host_weight = h->h.rec.host_weight;
             k++;
         }
 
