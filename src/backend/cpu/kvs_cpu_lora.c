@@ -671,13 +671,15 @@ kvs_cpu_lora_ahead(const kvs_cpu_lora_mm_t *lm, uint32_t task)
 
 /* Task `task`: group task % lora_tasks under output task / lora_tasks,
  * so the first output's tasks come first, when its base tiles are the
- * likeliest to be done.  Every base tile was claimed before this task
- * (they come first in the dispatch); one may still be running on
- * another thread, so it waits for the output's rows.  The pair is read
- * once: A for T, then B^T for all the outputs. */
+ * likeliest to be done.  The pair is read once: A for T (which needs
+ * only x), then B^T for all the outputs, once they hold their base
+ * values: every base tile was claimed before this task (they come first
+ * in the dispatch), but the last ones may still be running on another
+ * thread, so the task waits for the output's rows between the halves. */
 void
 kvs_cpu_lora_mm_task(kvs_cpu_lora_mm_t *lm, uint32_t task)
 {
+    int                         simd;
     uint32_t                    m, spins;
     kvs_cpu_lora_rows_t         g;
     const kvs_cpu_lora_pair_t  *p;
@@ -691,6 +693,19 @@ kvs_cpu_lora_mm_task(kvs_cpu_lora_mm_t *lm, uint32_t task)
         return;
     }
 
+    simd = lm->fw->simd;
+
+#if KVS_CPU_X86
+    if (simd >= KVS_CPU_SIMD_AVX512) {
+        kvs_cpu_lora_shrink_avx512(p, &g);
+    } else if (simd >= KVS_CPU_SIMD_AVX2) {
+        kvs_cpu_lora_shrink_avx2(p, &g);
+    } else
+#endif
+    {
+        kvs_cpu_lora_shrink_c(p, &g);
+    }
+
     for (spins = 0; atomic_load_explicit(&lm->rows[m], memory_order_acquire)
                     < p->n_out; spins++)
     {
@@ -700,16 +715,17 @@ kvs_cpu_lora_mm_task(kvs_cpu_lora_mm_t *lm, uint32_t task)
     }
 
 #if KVS_CPU_X86
-    if (lm->fw->simd >= KVS_CPU_SIMD_AVX512) {
-        kvs_cpu_lora_rows_avx512(p, &g);
+    if (simd >= KVS_CPU_SIMD_AVX512) {
+        kvs_cpu_lora_expand_avx512(p, &g, 0, p->n_out);
         return;
     }
 
-    if (lm->fw->simd >= KVS_CPU_SIMD_AVX2) {
-        kvs_cpu_lora_rows_avx2(p, &g);
+    if (simd >= KVS_CPU_SIMD_AVX2) {
+        kvs_cpu_lora_expand_avx2(p, &g, 0, p->n_out);
         return;
     }
 #endif
 
-    kvs_cpu_lora_rows_c(p, &g);
+    (void) simd;
+    kvs_cpu_lora_expand_c(p, &g, 0, p->n_out);
 }
