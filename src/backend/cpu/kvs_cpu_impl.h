@@ -175,13 +175,14 @@ typedef struct {
 
 /* The adapters' products riding on one kvs_cpu_matmul_lora dispatch
  * (kvs_cpu_lora.c): outs[m] is matrix m's output.  The dispatch runs
- * n_pre shrink tasks first (each a group of one adapter's rows under one
- * output: T = scale A x, which needs only x), then the base product's
- * tiles; a tile, once its base values are written, waits for the
- * shrinks (done) and adds B T to its own outputs of every adapted row.
- * So the adapters cost no dispatch of their own, and each row gets
- * exactly the bits a separate pass would give it (each output's sum is
- * y, then its rank terms in order, whatever the tile). */
+ * the base product's tiles first, each telling lm when its outputs are
+ * written (kvs_cpu_lora_mm_done), then n_tasks adapter tasks, output by
+ * output: a group of one adapter's rows under one output, which waits
+ * until that output's base values are all written, then reads the
+ * adapter's pair once, in order (T = scale A x, then y += B T over all
+ * the outputs).  So the adapters cost no dispatch of their own, and each
+ * row gets exactly the bits a separate pass would give it (each output's
+ * sum is y, then its rank terms in order). */
 typedef struct {
     const kvs_cpu_fw_t        *fw;
     size_t                     k;     /* the layer's first pair */
@@ -189,19 +190,20 @@ typedef struct {
     uint32_t                   ldx;
     kvs_cpu_lora_out_t         outs[3];
     uint32_t                   n_outs;
-    uint32_t                   n_pre; /* shrink tasks, 0: no adapted row */
-    _Atomic uint32_t           done;  /* shrink tasks finished */
+    uint32_t                   n_tasks; /* adapter tasks, 0: no adapted
+                                           row */
+    _Atomic uint32_t           rows[3]; /* outs[m]'s base rows written */
 } kvs_cpu_lora_mm_t;
 
 /* lm for the adapted rows of layer's n_outs (1..3) products of x. */
 void kvs_cpu_lora_mm_init(kvs_cpu_lora_mm_t *lm, const kvs_cpu_fw_t *fw,
     uint32_t layer, const float *x, uint32_t ldx,
     const kvs_cpu_lora_out_t *outs, uint32_t n_outs);
-/* shrink task `task` (< n_pre) */
-void kvs_cpu_lora_mm_pre(kvs_cpu_lora_mm_t *lm, uint32_t task);
-/* outputs o0 .. o1 of matrix m, after its base values */
-void kvs_cpu_lora_mm_post(kvs_cpu_lora_mm_t *lm, uint32_t m, uint32_t o0,
+/* the base values of outputs o0 .. o1 of matrix m are written */
+void kvs_cpu_lora_mm_done(kvs_cpu_lora_mm_t *lm, uint32_t m, uint32_t o0,
     uint32_t o1);
+/* adapter task `task` (< n_tasks), after every base tile was claimed */
+void kvs_cpu_lora_mm_task(kvs_cpu_lora_mm_t *lm, uint32_t task);
 void kvs_cpu_kv_lora_free(kvs_cpu_kv_t *kv);
 
 int kvs_cpu_simd(void);

@@ -7,10 +7,13 @@
  * low-rank product, y += scale * B (A x), grouped by adapter once per
  * step (kvs_cpu_lora_prepare: a counting sort by slot, then groups of up
  * to KVS_CPU_LORA_GROUP rows of one adapter), in the base product's own
- * dispatch (kvs_cpu_matmul_lora with a kvs_cpu_lora_mm_t): the shrinks
- * T = scale A x first (kvs_cpu_lora_mm_pre), then each base tile adds
- * B T to its outputs (kvs_cpu_lora_mm_post); rows with slot 0 are never
- * touched.
+ * dispatch (kvs_cpu_matmul_lora with a kvs_cpu_lora_mm_t): the base
+ * tiles first (each counted done, kvs_cpu_lora_mm_done), then one task
+ * per group and output (kvs_cpu_lora_mm_task), which waits for that
+ * output's base values and reads the adapter's pair once, in order: T =
+ * scale A x, then y += B T over all the outputs (a step reads 32 pairs
+ * of distinct adapters from memory at batch 32: each in one stretch,
+ * the next ones' fetched ahead); rows with slot 0 are never touched.
  *
  * kvs_cpu_lora_image() packs the adapter into an image of its own
  * (kvs_cpu_lora_slot_t), F16 with a power-of-two scale per matrix, B
@@ -50,6 +53,9 @@
 #include "kvs_cpu_lora.h"
 
 #define KVS_CPU_LORA_GROUP  8         /* rows of one adapter per task */
+#ifndef KVS_CPU_LORA_AHEAD
+#define KVS_CPU_LORA_AHEAD  2         /* tasks ahead whose pair is fetched */
+#endif
 
 
 /* The matrix the forward multiplies for target t of layer ly. */
@@ -614,80 +620,112 @@ kvs_cpu_lora_mm_init(kvs_cpu_lora_mm_t *lm, const kvs_cpu_fw_t *fw,
     lm->x = x;
     lm->ldx = ldx;
     lm->n_outs = n_outs;
-    lm->n_pre = fw->lora_n == 0 ? 0 : fw->lora_tasks * n_outs;
-    atomic_init(&lm->done, 0);
+    lm->n_tasks = fw->lora_n == 0 ? 0 : fw->lora_tasks * n_outs;
 
     for (m = 0; m < n_outs; m++) {
         lm->outs[m] = outs[m];
+        atomic_init(&lm->rows[m], 0);
     }
 }
 
 
-/* Task `task`: the group task / n_outs under output task % n_outs, so a
- * thread's consecutive tasks share the group's x rows and adapter. */
 void
-kvs_cpu_lora_mm_pre(kvs_cpu_lora_mm_t *lm, uint32_t task)
-{
-    kvs_cpu_lora_rows_t         g;
-    const kvs_cpu_lora_pair_t  *p;
-
-    p = kvs_cpu_lora_group(lm, task / lm->n_outs, task % lm->n_outs, &g);
-
-    if (p != NULL) {
-#if KVS_CPU_X86
-        if (lm->fw->simd >= KVS_CPU_SIMD_AVX512) {
-            kvs_cpu_lora_shrink_avx512(p, &g);
-        } else if (lm->fw->simd >= KVS_CPU_SIMD_AVX2) {
-            kvs_cpu_lora_shrink_avx2(p, &g);
-        } else
-#endif
-        {
-            kvs_cpu_lora_shrink_c(p, &g);
-        }
-    }
-
-    /* T written before the count says so */
-    atomic_fetch_add_explicit(&lm->done, 1, memory_order_release);
-}
-
-
-void
-kvs_cpu_lora_mm_post(kvs_cpu_lora_mm_t *lm, uint32_t m, uint32_t o0,
+kvs_cpu_lora_mm_done(kvs_cpu_lora_mm_t *lm, uint32_t m, uint32_t o0,
     uint32_t o1)
 {
-    uint32_t                    grp, spins;
+    /* the base values written before the count says so */
+    atomic_fetch_add_explicit(&lm->rows[m], o1 - o0, memory_order_release);
+}
+
+
+/* Task `task`'s pair asked for ahead of its turn (the pairs are read
+ * once a step, from memory: with their values in flight while an earlier
+ * task computes, the step waits less on each pair's first lines). */
+static void
+kvs_cpu_lora_ahead(const kvs_cpu_lora_mm_t *lm, uint32_t task)
+{
+    size_t                      n, o;
+    const char                 *a;
     kvs_cpu_lora_rows_t         g;
     const kvs_cpu_lora_pair_t  *p;
 
-    if (lm->n_pre == 0 || m >= lm->n_outs) {
+    if (task >= lm->n_tasks) {
         return;
     }
 
-    /* the shrinks were all claimed before this tile (they come first in
-     * the dispatch); one may still be running on another thread */
-    for (spins = 0; atomic_load_explicit(&lm->done, memory_order_acquire)
-                    < lm->n_pre; spins++)
+    p = kvs_cpu_lora_group(lm, task % lm->fw->lora_tasks,
+                           task / lm->fw->lora_tasks, &g);
+    if (p == NULL) {
+        return;
+    }
+
+    a = (const char *) p->a;
+    n = (size_t) p->rank * ((size_t) p->n_in + kvs_cpu_lora_blk_out(p->n_out))
+        * sizeof(uint16_t);
+
+    for (o = 0; o < n; o += 64) {
+        __builtin_prefetch(a + o, 0, 2);
+    }
+}
+
+
+/* Task `task`: group task % lora_tasks under output task / lora_tasks,
+ * so the first output's tasks come first, when its base tiles are the
+ * likeliest to be done.  The pair is read once: A for T (which needs
+ * only x), then B^T for all the outputs, once they hold their base
+ * values: every base tile was claimed before this task (they come first
+ * in the dispatch), but the last ones may still be running on another
+ * thread, so the task waits for the output's rows between the halves. */
+void
+kvs_cpu_lora_mm_task(kvs_cpu_lora_mm_t *lm, uint32_t task)
+{
+    int                         simd;
+    uint32_t                    m, spins;
+    kvs_cpu_lora_rows_t         g;
+    const kvs_cpu_lora_pair_t  *p;
+
+    kvs_cpu_lora_ahead(lm, task + KVS_CPU_LORA_AHEAD);
+
+    m = task / lm->fw->lora_tasks;
+    p = kvs_cpu_lora_group(lm, task % lm->fw->lora_tasks, m, &g);
+
+    if (p == NULL) {
+        return;
+    }
+
+    simd = lm->fw->simd;
+
+#if KVS_CPU_X86
+    if (simd >= KVS_CPU_SIMD_AVX512) {
+        kvs_cpu_lora_shrink_avx512(p, &g);
+    } else if (simd >= KVS_CPU_SIMD_AVX2) {
+        kvs_cpu_lora_shrink_avx2(p, &g);
+    } else
+#endif
+    {
+        kvs_cpu_lora_shrink_c(p, &g);
+    }
+
+    for (spins = 0; atomic_load_explicit(&lm->rows[m], memory_order_acquire)
+                    < p->n_out; spins++)
     {
         if (spins >= 256) {
             sched_yield();
         }
     }
 
-    for (grp = 0; grp < lm->fw->lora_tasks; grp++) {
-        p = kvs_cpu_lora_group(lm, grp, m, &g);
-        if (p == NULL) {
-            continue;
-        }
-
 #if KVS_CPU_X86
-        if (lm->fw->simd >= KVS_CPU_SIMD_AVX512) {
-            kvs_cpu_lora_expand_avx512(p, &g, o0, o1);
-        } else if (lm->fw->simd >= KVS_CPU_SIMD_AVX2) {
-            kvs_cpu_lora_expand_avx2(p, &g, o0, o1);
-        } else
-#endif
-        {
-            kvs_cpu_lora_expand_c(p, &g, o0, o1);
-        }
+    if (simd >= KVS_CPU_SIMD_AVX512) {
+        kvs_cpu_lora_expand_avx512(p, &g, 0, p->n_out);
+        return;
     }
+
+    if (simd >= KVS_CPU_SIMD_AVX2) {
+        kvs_cpu_lora_expand_avx2(p, &g, 0, p->n_out);
+        return;
+    }
+#endif
+
+    (void) simd;
+    kvs_cpu_lora_expand_c(p, &g, 0, p->n_out);
 }

@@ -6,8 +6,8 @@
  *
  * A pair is held as F16: A scaled by 2^ea, B transposed and scaled by
  * 2^eb, in blocks of KVS_CPU_LORA_BLK outputs ([n_out / 16][rank][16],
- * the last block zero-padded: kvs_cpu_lora_bt()), so that a tile of a
- * base product's outputs finds its part of B^T in one stretch; the
+ * the last block zero-padded: kvs_cpu_lora_bt()), so that a run of
+ * outputs finds its part of B^T in one stretch; the
  * powers of two chosen per matrix so that its
  * largest magnitude lands in [2^14, 2^15) (the factor at most 2^40): no
  * value overflows F16, and every value of at least 2^-28 of the
@@ -92,11 +92,10 @@ void kvs_cpu_lora_rows_avx2(const kvs_cpu_lora_pair_t *p,
 void kvs_cpu_lora_rows_avx512(const kvs_cpu_lora_pair_t *p,
     const kvs_cpu_lora_rows_t *g);
 
-/* The product's two halves, for a step that runs them apart (the
- * expand with the base product's output tiles, kvs_cpu_lora_mm_t):
- * shrink fills g's T rows (T = scale A x), expand adds B T to the
- * outputs o0 .. o1 of g's rows.  shrink, then expand over any split of
- * 0 .. n_out, gives each row exactly what rows gives it. */
+/* The product's two halves (rows is shrink, then expand over all the
+ * outputs): shrink fills g's T rows (T = scale A x), expand adds B T to
+ * the outputs o0 .. o1 of g's rows.  shrink, then expand over any split
+ * of 0 .. n_out, gives each row exactly what rows gives it. */
 void kvs_cpu_lora_shrink_c(const kvs_cpu_lora_pair_t *p,
     const kvs_cpu_lora_rows_t *g);
 void kvs_cpu_lora_expand_c(const kvs_cpu_lora_pair_t *p,

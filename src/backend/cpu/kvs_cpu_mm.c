@@ -629,8 +629,8 @@ kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
  * for sgemm), so the threads split the weights and each weight row is
  * read (and converted) once per step whatever n is.
  */
-/* With adapters (kvs_cpu_lora_mm_t): their shrink tasks first, then
- * each base tile followed by its outputs' low-rank terms. */
+/* With adapters (kvs_cpu_lora_mm_t): the base tiles first, each
+ * telling lm its outputs are written, then the adapters' tasks. */
 static void
 kvs_cpu_mm_lora_task(void *arg, uint32_t task, uint32_t thread)
 {
@@ -639,12 +639,11 @@ kvs_cpu_mm_lora_task(void *arg, uint32_t task, uint32_t thread)
 
     job = arg;
 
-    if (task < job->lm->n_pre) {
-        kvs_cpu_lora_mm_pre(job->lm, task);
+    if (task >= job->first[3]) {
+        kvs_cpu_lora_mm_task(job->lm, task - job->first[3]);
         return;
     }
 
-    task -= job->lm->n_pre;
     kvs_cpu_mm_task(arg, task, thread);
 
     for (m = 0; task >= job->first[m + 1]; m++) {
@@ -654,7 +653,7 @@ kvs_cpu_mm_lora_task(void *arg, uint32_t task, uint32_t thread)
     r0 = (task - job->first[m]) * job->tile;
     r1 = r0 + job->tile < job->w[m]->rows ? r0 + job->tile
                                           : job->w[m]->rows;
-    kvs_cpu_lora_mm_post(job->lm, m, r0, r1);
+    kvs_cpu_lora_mm_done(job->lm, m, r0, r1);
 }
 
 
@@ -673,7 +672,7 @@ kvs_cpu_matmul_lora(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
     const kvs_cpu_mat_t *w2, float *y2, kvs_cpu_lora_mm_t *lm)
 {
     int                quant;
-    uint32_t           m, rows, pre;
+    uint32_t           m, rows, post;
     kvs_threads_t     *pool;
     kvs_threads_fn_t   fn;
     kvs_cpu_mm_job_t   job;
@@ -695,9 +694,9 @@ kvs_cpu_matmul_lora(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
     job.xk = NULL;
     job.xi = NULL;
     job.tile = n >= KVS_CPU_BLAS_MIN ? KVS_CPU_BLAS_TILE : KVS_CPU_TILE;
-    job.lm = lm != NULL && lm->n_pre != 0 ? lm : NULL;
+    job.lm = lm != NULL && lm->n_tasks != 0 ? lm : NULL;
     fn = job.lm != NULL ? kvs_cpu_mm_lora_task : kvs_cpu_mm_task;
-    pre = job.lm != NULL ? job.lm->n_pre : 0;
+    post = job.lm != NULL ? job.lm->n_tasks : 0;
 
     /* quantized products do not need the batched kernel's fixed tile (a
      * row's sums never depend on its neighbours): about six tasks per
@@ -769,9 +768,9 @@ kvs_cpu_matmul_lora(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
      * the packed kernels' own prefetches, then run ahead of it inside
      * that stretch, not into rows another core reads) */
     if (quant && n < KVS_CPU_BLAS_MIN) {
-        kvs_threads_run_ranges(pool, fn, &job, pre + job.first[3]);
+        kvs_threads_run_ranges(pool, fn, &job, job.first[3] + post);
         return;
     }
 
-    kvs_threads_run(pool, fn, &job, pre + job.first[3]);
+    kvs_threads_run(pool, fn, &job, job.first[3] + post);
 }
