@@ -47,6 +47,7 @@
 
 #include <jansson.h>
 
+#include "base/kvs_hash.h"
 #include "grammar/kvs_grammar.h"
 
 
@@ -171,14 +172,7 @@ kvs_gram_sh_alt(kvs_gram_sh_t *sh, uint32_t p)
 static uint64_t
 kvs_gram_shape_hash(const uint32_t *w, uint32_t n)
 {
-    uint32_t  i;
-    uint64_t  h;
-
-    h = 0xcbf29ce484222325ULL;
-    for (i = 0; i < n; i++) {
-        h = (h ^ w[i]) * 0x100000001b3ULL;
-    }
-    return h;
+    return kvs_fnv1a64(KVS_FNV1A64_INIT, w, (size_t) n * sizeof(uint32_t));
 }
 
 
