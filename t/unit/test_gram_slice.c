@@ -57,19 +57,6 @@ static const char  *ts_schemas[] = {
 enum { TS_PLAIN, TS_SLICES, TS_OFF, TS_MK };
 
 
-static void
-ts_add(uint8_t **texts, uint32_t *lens, uint8_t *kinds, size_t *n,
-    const void *b, size_t l)
-{
-    assert_true(*n < TS_MAX - 1);
-    texts[*n] = malloc(l > 0 ? l : 1);
-    assert_non_null(texts[*n]);
-    memcpy(texts[*n], b, l);
-    lens[*n] = (uint32_t) l;
-    kinds[(*n)++] = KVS_GRAM_TOK_TEXT;
-}
-
-
 static kvs_gram_vocab_t *
 ts_vocab(void)
 {
@@ -88,33 +75,20 @@ ts_vocab(void)
     size_t              i, n;
     uint8_t            *texts[TS_MAX], kinds[TS_MAX], buf[1];
     uint32_t            lens[TS_MAX];
-    kvs_err_t           err;
-    kvs_gram_vocab_t   *gv;
 
     n = 0;
     for (i = 1; i < 256; i++) {
         buf[0] = (uint8_t) i;
-        ts_add(texts, lens, kinds, &n, buf, 1);
+        tgw_add(texts, lens, kinds, &n, TS_MAX, buf, 1);
     }
     for (i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
         if (strlen(words[i]) > 1) {
-            ts_add(texts, lens, kinds, &n, words[i], strlen(words[i]));
+            tgw_add(texts, lens, kinds, &n, TS_MAX, words[i],
+                    strlen(words[i]));
         }
     }
 
-    texts[n] = NULL;
-    lens[n] = 0;
-    kinds[n++] = KVS_GRAM_TOK_END;
-
-    assert_int_equal(kvs_gram_vocab_from_bytes(&gv, (uint32_t) n,
-                         (const uint8_t *const *) texts, lens, kinds, &err),
-                     KVS_OK);
-
-    for (i = 0; i < n; i++) {
-        free(texts[i]);
-    }
-
-    return gv;
+    return tgw_vocab(texts, lens, kinds, n);
 }
 
 
@@ -133,24 +107,6 @@ ts_compile(kvs_gram_t *g, const char *schema)
     }
     if (tg_compile(g, schema, 0, &err) != KVS_OK) {
         fail_msg("%s: %s", schema, err.msg);
-    }
-}
-
-
-static void
-ts_first_diff(const kvs_gram_vocab_t *gv, const uint32_t *a,
-    const uint32_t *b, const char *what, const char *schema, size_t step)
-{
-    uint32_t  id;
-
-    for (id = 0; id < gv->n_tokens; id++) {
-        if ((a[id >> 5] ^ b[id >> 5]) >> (id & 31) & 1) {
-            fail_msg("%s step %zu: %s differs at token %u '%.*s': %s "
-                     "by the full walk", schema != NULL ? schema
-                     : "json_object", step, what, id, (int) gv->len[id],
-                     (const char *) gv->bytes + gv->off[id],
-                     a[id >> 5] >> (id & 31) & 1 ? "allowed" : "refused");
-        }
     }
 }
 
@@ -189,8 +145,8 @@ static void
 ts_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks,
     uint64_t *taken, uint64_t *off)
 {
-    size_t              w, step, k;
-    uint32_t            id, words, **bits;
+    size_t              w, step;
+    uint32_t            id;
     uint64_t            rng;
     kvs_err_t           err;
     kvs_gram_t          g;
@@ -199,8 +155,6 @@ ts_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks,
     static const char  *names[TS_MK] = { "plain", "slices", "off" };
 
     tgw_alloc(&r, gv, TS_MK);
-    words = r.words;
-    bits = r.bits;
     ts_compile(&g, schema);
 
     for (w = 0; w < walks; w++) {
@@ -209,29 +163,10 @@ ts_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks,
         r.mk[TS_OFF].noslices = 1;
 
         for (step = 0; step < 50; step++) {
-            for (k = 0; k < TS_MK; k++) {
-                assert_int_equal(kvs_gram_mask(&r.mk[k], bits[k], &err),
-                                 KVS_OK);
-                if (memcmp(bits[k], bits[TS_PLAIN],
-                           words * sizeof(uint32_t)) != 0)
-                {
-                    ts_first_diff(gv, bits[TS_PLAIN], bits[k], names[k],
-                                  schema, step);
-                }
-            }
+            tgw_step(&r, gv, names, schema != NULL ? schema : "json_object",
+                     step);
 
-            if (step % 3 == 0) {
-                tg_brute(&r.m, gv, r.bf, words);
-                if (memcmp(r.bf, bits[TS_PLAIN], words * sizeof(uint32_t))
-                    != 0)
-                {
-                    ts_first_diff(gv, r.bf, bits[TS_PLAIN],
-                                  "the full walk against brute force",
-                                  schema, step);
-                }
-            }
-
-            id = ts_pick(gv, bits[TS_PLAIN], r.cand, &rng);
+            id = ts_pick(gv, r.bits[TS_PLAIN], r.cand, &rng);
             assert_true(id != UINT32_MAX);
             if (gv->kind[id] == KVS_GRAM_TOK_END) {
                 break;
