@@ -58,6 +58,7 @@ struct kvs_gram_ientry_s {
     uint32_t   some;                  /* 1: bits has a token */
     uint32_t  *ranges;                /* [2 * n_ranges] */
     uint32_t   n_ranges, cap_ranges;
+    uint32_t   capped;                /* its build met a matcher cap */
 };
 
 struct kvs_gram_centry_s {
@@ -426,6 +427,7 @@ kvs_gram_ind_build(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
         rc = kvs_gram_ind_passes(mk, &cm, e, need);
     }
 
+    e->capped = cm.capped != 0 || (src != NULL && src->capped);
     kvs_gram_matcher_free(&cm);
 
     /* looked at once here, so that a mask knows it is not empty
@@ -842,10 +844,11 @@ static int
 kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
     kvs_gram_ientry_t **out, kvs_err_t *err)
 {
-    int                  rc, low;
+    int                  rc, low, sl;
     uint32_t             i, len, need, t[KVS_GRAM_CUT], s[KVS_GRAM_CUT];
-    uint32_t             w[KVS_GRAM_CUT];
+    uint32_t             w[KVS_GRAM_CUT], snr, ssome;
     uint64_t             h;
+    const uint32_t      *sb, *sr;
     kvs_gram_ientry_t   *e, *se;
     kvs_gram_masker_t   *o;
 
@@ -867,10 +870,21 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
 
     mk->ind_misses++;
 
+    /* a key with no counted position may be a vocabulary slice's shape
+     * (kvs_gram_slice.c): then its entry is a copy */
+    sl = 0;
+    if (!mk->noslices && mk->gv->slices != NULL
+        && kvs_gram_rep_count(mk->m->g, t[0]) == 0
+        && kvs_gram_rep_count(mk->m->g, t[1]) == 0)
+    {
+        sl = kvs_gram_slice_find(mk->gv, mk->m->g, t, &mk->m->lim, &sb,
+                                 &sr, &snr, &ssome);
+    }
+
     /* the source first (found or built, and held for this mask), so
      * that taking a slot below cannot evict it */
     se = NULL;
-    len = mk->nosrc ? 0 : kvs_gram_ind_src(mk, t, s);
+    len = mk->nosrc || sl ? 0 : kvs_gram_ind_src(mk, t, s);
     if (len > 1) {
         rc = kvs_gram_ind_get(mk, s, &se, err);
         if (rc == KVS_ETOOLONG) {
@@ -899,6 +913,26 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
 
     memcpy(e->key, t, sizeof(e->key));
     e->hash = h;
+
+    if (sl) {
+        e->bits = malloc((size_t) mk->words * sizeof(uint32_t));
+        e->ranges = malloc(((size_t) snr + 1) * 2 * sizeof(uint32_t));
+        if (e->bits == NULL || e->ranges == NULL) {
+            kvs_gram_ind_free(e);
+            return kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
+        }
+        memcpy(e->bits, sb, (size_t) mk->words * sizeof(uint32_t));
+        memcpy(e->ranges, sr, (size_t) snr * 2 * sizeof(uint32_t));
+        e->n_ranges = snr;
+        e->cap_ranges = snr + 1;
+        e->some = ssome;
+        e->used = 1;
+        e->stamp = o->serial;
+        mk->ind_slices++;
+        *out = e;
+        return KVS_OK;
+    }
+
     need = low ? mk->gv->rep_low : mk->gv->max_len + 1;
     kvs_gram_ind_wkey(mk, t, need, w);
     e->bits = malloc((size_t) mk->words * sizeof(uint32_t));
@@ -919,6 +953,30 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
     e->stamp = o->serial;
     mk->ind_src += se != NULL;
     *out = e;
+
+    return KVS_OK;
+}
+
+
+int
+kvs_gram_masker_entries(const kvs_gram_masker_t *mk, kvs_gram_entry_pt cb,
+    void *arg)
+{
+    int                       rc;
+    uint32_t                  i;
+    const kvs_gram_ientry_t  *e;
+
+    for (i = 0; i < mk->n_ind; i++) {
+        e = &mk->ind[i];
+        if (!e->used) {
+            continue;
+        }
+        rc = cb(arg, e->key, e->bits, e->ranges, e->n_ranges, e->some,
+                (int) e->capped);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+    }
 
     return KVS_OK;
 }

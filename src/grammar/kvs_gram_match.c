@@ -93,6 +93,7 @@ kvs_gram_intern(kvs_gram_matcher_t *m, uint32_t pos, uint32_t parent,
     }
 
     if (m->n_nodes >= m->lim.max_nodes) {
+        m->capped++;
         *rc = KVS_ETOOLONG;
         return KVS_GRAM_NIL;
     }
@@ -265,6 +266,7 @@ kvs_gram_close(kvs_gram_matcher_t *m, uint32_t nw)
 
         case KVS_GRAM_BYTES:
             if (lv->n_front >= m->lim.max_front) {
+                m->capped++;
                 return KVS_ETOOLONG;
             }
             if (kvs_gram_front_push(m, id) != KVS_OK) {
@@ -279,6 +281,7 @@ kvs_gram_close(kvs_gram_matcher_t *m, uint32_t nw)
             if (g->lazy && !g->nullable[r]) {
                 /* stays a top until a byte of FIRST(r) comes */
                 if (lv->n_front >= m->lim.max_front) {
+                    m->capped++;
                     return KVS_ETOOLONG;
                 }
                 if (kvs_gram_front_push(m, id) != KVS_OK) {

@@ -72,6 +72,7 @@ kvs_gram_vocab_free(kvs_gram_vocab_t *gv)
     free(gv->ids);
     free(gv->long_x);
     free(gv->text_bits);
+    kvs_gram_slices_free(gv->slices);
     free(gv);
 }
 
@@ -429,6 +430,9 @@ kvs_gram_vocab_from_bytes(kvs_gram_vocab_t **out, uint32_t n,
     if (rc == KVS_OK) {
         rc = kvs_gram_vocab_long(gv, err);
     }
+    if (rc == KVS_OK) {
+        rc = kvs_gram_vocab_slices(gv, err);
+    }
     if (rc != KVS_OK) {
         kvs_gram_vocab_free(gv);
         return rc;
@@ -563,6 +567,9 @@ kvs_gram_vocab_from_vocab(kvs_gram_vocab_t **out, const kvs_vocab_t *v,
     rc = kvs_gram_vocab_trie(gv, err);
     if (rc == KVS_OK) {
         rc = kvs_gram_vocab_long(gv, err);
+    }
+    if (rc == KVS_OK) {
+        rc = kvs_gram_vocab_slices(gv, err);
     }
     if (rc != KVS_OK) {
         kvs_gram_vocab_free(gv);

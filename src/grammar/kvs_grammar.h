@@ -314,6 +314,7 @@ typedef struct {
                                          byte step makes at most as many
                                          nodes as it calls it (the memo's
                                          bound on the node cap) */
+    uint64_t             capped;      /* steps refused by a cap, ever */
     kvs_gram_mlimits_t   lim;
 } kvs_gram_matcher_t;
 
@@ -433,6 +434,9 @@ typedef struct {
     uint32_t   n_long;
     uint32_t  *text_bits;             /* [(n_tokens + 31) / 32] the text
                                          tokens' ids */
+    /* context-independent entries precomputed for the sub-grammars all
+     * JSON grammars share (kvs_gram_slice.c), NULL: none */
+    struct kvs_gram_slices_s *slices;
 } kvs_gram_vocab_t;
 
 /* From a loaded vocabulary: each token's output bytes as
@@ -453,6 +457,32 @@ int kvs_gram_vocab_from_bytes(kvs_gram_vocab_t **out, uint32_t n,
     const uint8_t *const *texts, const uint32_t *lens, const uint8_t *kinds,
     kvs_err_t *err);
 void kvs_gram_vocab_free(kvs_gram_vocab_t *gv);
+
+/* ---- slices (kvs_gram_slice.c) ------------------------------------- */
+
+typedef struct kvs_gram_slices_s kvs_gram_slices_t;
+
+/* Builds gv's slices (replacing any): the context-independent entries of
+ * fixed reference schemas (a free string, each format, json_object)
+ * met along fixed sample texts, kept by their keys' shapes.  Called by
+ * kvs_gram_vocab_from_vocab() and kvs_gram_vocab_from_bytes(). */
+int kvs_gram_vocab_slices(kvs_gram_vocab_t *gv, kvs_err_t *err);
+void kvs_gram_slices_free(kvs_gram_slices_t *ss);
+uint32_t kvs_gram_vocab_n_slices(const kvs_gram_vocab_t *gv);
+
+/* The canonical serialisation of what a cut stack with top positions
+ * key[0 .. KVS_GRAM_CUT) can reach in g (kvs_gram_slice.c); KVS_ETOOLONG
+ * past cap words or 128 rules.  Two keys of one shape (in one grammar
+ * or two) have the same context-independent entry. */
+int kvs_gram_shape(const kvs_gram_t *g, const uint32_t *key, uint32_t *out,
+    uint32_t cap, uint32_t *n);
+
+/* 1 and the slice's entry if gv has one for key's shape in g, built
+ * under caps no larger than lim; else 0. */
+int kvs_gram_slice_find(const kvs_gram_vocab_t *gv, const kvs_gram_t *g,
+    const uint32_t *key, const kvs_gram_mlimits_t *lim,
+    const uint32_t **bits, const uint32_t **ranges, uint32_t *n_ranges,
+    uint32_t *some);
 
 /* Advances the matcher by a text token's bytes (an END token is checked
  * with kvs_gram_matcher_can_end() and leaves the state as it is). */
@@ -680,6 +710,12 @@ typedef struct kvs_gram_masker_s {
                                                  are checked one by one
                                                  (0: 1000) */
     uint64_t                 checks_memo;     /* masks checked so */
+
+    /* a new entry whose key has no counted position is taken from the
+     * vocabulary's slices when its shape is there (kvs_gram_slice.c);
+     * noslices: never (the reference the tests compare with) */
+    int                      noslices;
+    uint64_t                 ind_slices;      /* entries taken so */
 } kvs_gram_masker_t;
 
 /* The check memo's states (kvs_gram_masker_t.cmemo): at most ~0.9 MiB
@@ -724,6 +760,15 @@ int kvs_gram_masker_init_table(kvs_gram_masker_t *t,
  * matcher of the table's grammar) uses t's entries from now on; its own
  * are freed.  t must outlive mk's use. */
 void kvs_gram_masker_share(kvs_gram_masker_t *mk, kvs_gram_masker_t *t);
+
+/* Calls cb on each of mk's own context-independent entries: its key,
+ * accepted bits, dependent ranges, whether its build met a cap; stops at
+ * the first status other than KVS_OK and returns it. */
+typedef int (*kvs_gram_entry_pt)(void *arg, const uint32_t *key,
+    const uint32_t *bits, const uint32_t *ranges, uint32_t n_ranges,
+    uint32_t some, int capped);
+int kvs_gram_masker_entries(const kvs_gram_masker_t *mk,
+    kvs_gram_entry_pt cb, void *arg);
 
 /* bits[words]: bit i (bits[i >> 5] >> (i & 31)) set iff token i may come
  * next.  KVS_EFORMAT if no token can (a dead end the vocabulary cannot

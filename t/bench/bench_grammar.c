@@ -13,7 +13,7 @@
  *
  *   build/bench_grammar [vocab.gguf] [generations] [--schemas FILE]
  *       [--walks OUT] [--vocab-out OUT] [--no-cold] [--nosrc] [--nokeep]
- *       [--nocheckmemo]
+ *       [--nocheckmemo] [--noslices]
  *   default: $KVS_FIXTURES/vocab/ggml-vocab-gpt-2.gguf, 20, the four
  *   built-in schemas and two tool-call specs (three tools, Hermes
  *   syntax, auto and required; a --schemas entry whose name starts with
@@ -31,6 +31,8 @@
  * nokeep), as before the memo was kept across a masker's walks.
  * --nocheckmemo: every dependent token checked on the matcher one by
  * one (kvs_gram_masker_t's nocheckmemo), as before the check memo.
+ * --noslices: no entry taken from the vocabulary's slices
+ * (kvs_gram_masker_t's noslices, kvs_gram_slice.c), as before them.
  * Last, all schemas pooled.  GRAM_CLOCK=thread times with the thread's
  * CPU clock instead of the monotonic one.
  */
@@ -248,7 +250,7 @@ bg_put_times(FILE *f, const char *key, const double *t, size_t n)
 int
 main(int argc, char **argv)
 {
-    int                 rc, cold_on, nosrc, nokeep, nocm;
+    int                 rc, cold_on, nosrc, nokeep, nocm, nosl;
     char                path[1024];
     const char         *schemas_file, *walks_file, *vocab_file;
     size_t              s, gen, step, n, nc, nt, ncold, nsh, gens, ns, k;
@@ -270,6 +272,7 @@ main(int argc, char **argv)
     nosrc = 0;
     nokeep = 0;
     nocm = 0;
+    nosl = 0;
     path[0] = '\0';
     gens = 20;
 
@@ -292,6 +295,8 @@ main(int argc, char **argv)
             nokeep = 1;
         } else if (strcmp(argv[ai], "--nocheckmemo") == 0) {
             nocm = 1;
+        } else if (strcmp(argv[ai], "--noslices") == 0) {
+            nosl = 1;
         } else if (k == 0) {
             snprintf(path, sizeof(path), "%s", argv[ai]);
             k++;
@@ -322,6 +327,15 @@ main(int argc, char **argv)
     }
     printf("%s: %u tokens, trie of %u nodes built in %.1f ms\n", path,
            gv->n_tokens, gv->n_nodes, (bg_now() - t0) / 1e3);
+
+    /* the slices again, timed alone (part of the time above) */
+    t0 = bg_now();
+    if (kvs_gram_vocab_slices(gv, &err) != KVS_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    printf("    %u slices built in %.1f ms (once per vocabulary)\n",
+           kvs_gram_vocab_n_slices(gv), (bg_now() - t0) / 1e3);
 
     if (vocab_file != NULL && bg_dump_vocab(gv, vocab_file) != 0) {
         return 1;
@@ -398,6 +412,8 @@ main(int argc, char **argv)
             shm.nokeep = nokeep;
             mk.nocheckmemo = nocm;
             shm.nocheckmemo = nocm;
+            mk.noslices = nosl;
+            shm.noslices = nosl;
             w0 = nt;
 
             for (step = 0; step < 400; step++) {
@@ -488,8 +504,10 @@ main(int argc, char **argv)
                        (unsigned long long) mk.ind_hits,
                        (unsigned long long) mk.ind_misses,
                        (unsigned long long) mk.checked);
-                printf("    last run: %llu entries built from a source, "
+                printf("    last run: %llu entries taken from slices, "
+                       "%llu built from a source, "
                        "%llu trie nodes taken from sources\n",
+                       (unsigned long long) mk.ind_slices,
                        (unsigned long long) mk.ind_src,
                        (unsigned long long) kvs_gram_memo_copied(mk.memo));
                 kvs_gram_memo_stats(mk.memo, mst);

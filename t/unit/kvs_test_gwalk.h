@@ -1,9 +1,11 @@
 /*
  * kvs_test_gwalk: what the mask tests that walk one grammar with several
- * maskers side by side share (test_gram_memo, test_gram_count): the
- * buffers (one mask per masker, a brute-force mask, a token list) and,
- * per walk, a matcher with the maskers on it, each with its own number
- * of state-cache entries (0: every mask a full walk).  Any failure to
+ * maskers side by side share (test_gram_memo, test_gram_count,
+ * test_gram_slice): the buffers (one mask per masker, a brute-force
+ * mask, a token list) and, per walk, a matcher with the maskers on it,
+ * each with its own number of state-cache entries (0: every mask a full
+ * walk); a small vocabulary's tokens; one step's masks compared with
+ * the full walk's and the brute force's.  Any failure to
  * allocate or initialise fails the test.  Header-only, like kvs_test.h.
  */
 
@@ -88,6 +90,95 @@ tgw_free(tgw_rig_t *r)
     }
     free(r->bf);
     free(r->cand);
+}
+
+/* Appends a text token of l bytes to texts/lens/kinds (*n of at most
+ * max - 1, one slot kept for END). */
+static inline void
+tgw_add(uint8_t **texts, uint32_t *lens, uint8_t *kinds, size_t *n,
+    size_t max, const void *b, size_t l)
+{
+    assert_true(*n < max - 1);
+    texts[*n] = malloc(l > 0 ? l : 1);
+    assert_non_null(texts[*n]);
+    memcpy(texts[*n], b, l);
+    lens[*n] = (uint32_t) l;
+    kinds[(*n)++] = KVS_GRAM_TOK_TEXT;
+}
+
+
+/* The vocabulary of the n tokens tgw_add made, an END token after
+ * them; the texts are freed. */
+static inline kvs_gram_vocab_t *
+tgw_vocab(uint8_t **texts, uint32_t *lens, uint8_t *kinds, size_t n)
+{
+    size_t             i;
+    kvs_err_t          err;
+    kvs_gram_vocab_t  *gv;
+
+    texts[n] = NULL;
+    lens[n] = 0;
+    kinds[n++] = KVS_GRAM_TOK_END;
+
+    assert_int_equal(kvs_gram_vocab_from_bytes(&gv, (uint32_t) n,
+                         (const uint8_t *const *) texts, lens, kinds, &err),
+                     KVS_OK);
+    for (i = 0; i < n; i++) {
+        free(texts[i]);
+    }
+
+    return gv;
+}
+
+
+/* Fails naming the first token where b differs from a (the full
+ * walk's mask). */
+static inline void
+tgw_first_diff(const kvs_gram_vocab_t *gv, const uint32_t *a,
+    const uint32_t *b, const char *what, const char *schema, size_t step)
+{
+    uint32_t  id;
+
+    for (id = 0; id < gv->n_tokens; id++) {
+        if ((a[id >> 5] ^ b[id >> 5]) >> (id & 31) & 1) {
+            fail_msg("%s step %zu: %s differs at token %u '%.*s': %s "
+                     "by the full walk", schema, step, what, id,
+                     (int) gv->len[id],
+                     (const char *) gv->bytes + gv->off[id],
+                     a[id >> 5] >> (id & 31) & 1 ? "allowed" : "refused");
+        }
+    }
+}
+
+
+/* One step: every masker's mask (masker 0 the full walk, the one the
+ * others must equal), and every third step the brute force's. */
+static inline void
+tgw_step(tgw_rig_t *r, const kvs_gram_vocab_t *gv,
+    const char *const *names, const char *schema, size_t step)
+{
+    size_t     k;
+    kvs_err_t  err;
+
+    for (k = 0; k < r->n; k++) {
+        assert_int_equal(kvs_gram_mask(&r->mk[k], r->bits[k], &err),
+                         KVS_OK);
+        if (memcmp(r->bits[k], r->bits[0], r->words * sizeof(uint32_t))
+            != 0)
+        {
+            tgw_first_diff(gv, r->bits[0], r->bits[k], names[k], schema,
+                           step);
+        }
+    }
+
+    if (step % 3 == 0) {
+        tg_brute(&r->m, gv, r->bf, r->words);
+        if (memcmp(r->bf, r->bits[0], r->words * sizeof(uint32_t)) != 0) {
+            tgw_first_diff(gv, r->bf, r->bits[0],
+                           "the full walk against brute force", schema,
+                           step);
+        }
+    }
 }
 
 #endif /* KVS_TEST_GWALK_H */

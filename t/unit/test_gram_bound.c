@@ -38,7 +38,7 @@
  * fills a transition for every byte of a class.
  */
 
-#include "kvs_test_gram.h"
+#include "kvs_test_gwalk.h"
 
 
 static const char  *tb_schemas[] = {
@@ -85,7 +85,6 @@ tb_vocab(void)
     size_t              i, n, k, l, np;
     uint8_t            *texts[600], kinds[600];
     uint32_t            lens[600];
-    kvs_err_t           err;
     kvs_gram_vocab_t   *gv;
 
     n = 0;
@@ -122,19 +121,9 @@ tb_vocab(void)
         }
     }
 
-    texts[n] = NULL;
-    lens[n] = 0;
-    kinds[n++] = KVS_GRAM_TOK_END;
-
-    assert_int_equal(kvs_gram_vocab_from_bytes(&gv, (uint32_t) n,
-                         (const uint8_t *const *) texts, lens, kinds, &err),
-                     KVS_OK);
+    gv = tgw_vocab(texts, lens, kinds, n);
     assert_int_equal(gv->max_len, 48);
     assert_int_equal(gv->rep_low, 8);
-
-    for (i = 0; i < n; i++) {
-        free(texts[i]);
-    }
 
     return gv;
 }

@@ -48,19 +48,6 @@ static const char  *tc_schemas[] = {
 enum { TC_PLAIN, TC_COUNTED, TC_OFF, TC_MK };
 
 
-static void
-tc_add(uint8_t **texts, uint32_t *lens, uint8_t *kinds, size_t *n,
-    const uint8_t *b, size_t l)
-{
-    assert_true(*n < TC_MAX - 1);
-    texts[*n] = malloc(l > 0 ? l : 1);
-    assert_non_null(texts[*n]);
-    memcpy(texts[*n], b, l);
-    lens[*n] = (uint32_t) l;
-    kinds[(*n)++] = KVS_GRAM_TOK_TEXT;
-}
-
-
 static kvs_gram_vocab_t *
 tc_vocab(void)
 {
@@ -74,13 +61,11 @@ tc_vocab(void)
     uint8_t            *texts[TC_MAX], kinds[TC_MAX], buf[128];
     uint32_t            lens[TC_MAX];
     uint64_t            rng;
-    kvs_err_t           err;
-    kvs_gram_vocab_t   *gv;
 
     n = 0;
     for (i = 1; i < 256; i++) {
         buf[0] = (uint8_t) i;
-        tc_add(texts, lens, kinds, &n, buf, 1);
+        tgw_add(texts, lens, kinds, &n, TC_MAX, buf, 1);
     }
 
     nc = sizeof(chars) / sizeof(chars[0]);
@@ -99,9 +84,9 @@ tc_vocab(void)
                 memcpy(buf + l, ch, strlen(ch));
                 l += strlen(ch);
             }
-            tc_add(texts, lens, kinds, &n, buf, l);
+            tgw_add(texts, lens, kinds, &n, TC_MAX, buf, l);
             if (buf[l - 1] >= 0x80) {
-                tc_add(texts, lens, kinds, &n, buf, l - 1);
+                tgw_add(texts, lens, kinds, &n, TC_MAX, buf, l - 1);
             }
             /* a tail now and then: a subtree with one is not all of
              * the class automaton's bytes, and is walked */
@@ -109,41 +94,12 @@ tc_vocab(void)
                 t = 1 + tg_rand(&rng) % (sizeof(tails) / sizeof(tails[0])
                                          - 1);
                 memcpy(buf + l, tails[t], strlen(tails[t]));
-                tc_add(texts, lens, kinds, &n, buf, l + strlen(tails[t]));
+                tgw_add(texts, lens, kinds, &n, TC_MAX, buf, l + strlen(tails[t]));
             }
         }
     }
 
-    texts[n] = NULL;
-    lens[n] = 0;
-    kinds[n++] = KVS_GRAM_TOK_END;
-
-    assert_int_equal(kvs_gram_vocab_from_bytes(&gv, (uint32_t) n,
-                         (const uint8_t *const *) texts, lens, kinds, &err),
-                     KVS_OK);
-
-    for (i = 0; i < n; i++) {
-        free(texts[i]);
-    }
-
-    return gv;
-}
-
-
-static void
-tc_first_diff(const kvs_gram_vocab_t *gv, const uint32_t *a,
-    const uint32_t *b, const char *what, const char *schema, size_t step)
-{
-    uint32_t  id;
-
-    for (id = 0; id < gv->n_tokens; id++) {
-        if ((a[id >> 5] ^ b[id >> 5]) >> (id & 31) & 1) {
-            fail_msg("%s step %zu: %s differs at token %u (%u bytes): %s "
-                     "by the full walk", schema, step, what, id,
-                     gv->len[id],
-                     a[id >> 5] >> (id & 31) & 1 ? "allowed" : "refused");
-        }
-    }
+    return tgw_vocab(texts, lens, kinds, n);
 }
 
 
@@ -185,8 +141,8 @@ static void
 tc_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks,
     uint64_t *counted, uint64_t *off)
 {
-    size_t              w, step, k;
-    uint32_t            id, words, **bits;
+    size_t              w, step;
+    uint32_t            id;
     uint64_t            rng, st[2];
     kvs_err_t           err;
     kvs_gram_t          g;
@@ -195,8 +151,6 @@ tc_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks,
     static const char  *names[TC_MK] = { "plain", "counted", "off" };
 
     tgw_alloc(&r, gv, TC_MK);
-    words = r.words;
-    bits = r.bits;
 
     if (tg_compile(&g, schema, 0, &err) != KVS_OK) {
         fail_msg("%s: %s", schema, err.msg);
@@ -209,29 +163,9 @@ tc_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks,
         kvs_gram_memo_counting(r.mk[TC_OFF].memo, 1, 0);
 
         for (step = 0; step < 60; step++) {
-            for (k = 0; k < TC_MK; k++) {
-                assert_int_equal(kvs_gram_mask(&r.mk[k], bits[k], &err),
-                                 KVS_OK);
-                if (memcmp(bits[k], bits[TC_PLAIN],
-                           words * sizeof(uint32_t)) != 0)
-                {
-                    tc_first_diff(gv, bits[TC_PLAIN], bits[k], names[k],
-                                  schema, step);
-                }
-            }
+            tgw_step(&r, gv, names, schema, step);
 
-            if (step % 3 == 0) {
-                tg_brute(&r.m, gv, r.bf, words);
-                if (memcmp(r.bf, bits[TC_PLAIN], words * sizeof(uint32_t))
-                    != 0)
-                {
-                    tc_first_diff(gv, r.bf, bits[TC_PLAIN],
-                                  "the full walk against brute force",
-                                  schema, step);
-                }
-            }
-
-            id = tc_pick(gv, bits[TC_PLAIN], r.cand, &rng);
+            id = tc_pick(gv, r.bits[TC_PLAIN], r.cand, &rng);
             assert_true(id != UINT32_MAX);
             if (gv->kind[id] == KVS_GRAM_TOK_END) {
                 break;

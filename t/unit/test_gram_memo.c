@@ -410,7 +410,6 @@ test_small(void **state)
     size_t             i, n, np;
     uint8_t           *texts[512], kinds[512];
     uint32_t           lens[512];
-    kvs_err_t          err;
     kvs_gram_vocab_t  *gv;
 
     (void) state;
@@ -429,13 +428,7 @@ test_small(void **state)
         texts[n] = (uint8_t *) strdup(tmm_pieces[i]);
         kinds[n++] = KVS_GRAM_TOK_TEXT;
     }
-    texts[n] = NULL;
-    lens[n] = 0;
-    kinds[n++] = KVS_GRAM_TOK_END;
-
-    assert_int_equal(kvs_gram_vocab_from_bytes(&gv, (uint32_t) n,
-                         (const uint8_t *const *) texts, lens, kinds, &err),
-                     KVS_OK);
+    gv = tgw_vocab(texts, lens, kinds, n);
 
     tmm_hits = 0;
     tmm_clears = 0;
@@ -448,9 +441,6 @@ test_small(void **state)
     assert_true(tmm_cmemo > 0);
 
     kvs_gram_vocab_free(gv);
-    for (i = 0; i < n; i++) {
-        free(texts[i]);
-    }
 }
 
 
@@ -478,7 +468,6 @@ test_skip(void **state)
     uint8_t           *texts[3000], kinds[3000], buf[64];
     uint32_t           lens[3000];
     uint64_t           rng;
-    kvs_err_t          err;
     kvs_gram_vocab_t  *gv;
 
     (void) state;
@@ -518,13 +507,7 @@ test_skip(void **state)
         lens[n] = (uint32_t) cut;
         kinds[n++] = KVS_GRAM_TOK_TEXT;
     }
-    texts[n] = NULL;
-    lens[n] = 0;
-    kinds[n++] = KVS_GRAM_TOK_END;
-
-    assert_int_equal(kvs_gram_vocab_from_bytes(&gv, (uint32_t) n,
-                         (const uint8_t *const *) texts, lens, kinds, &err),
-                     KVS_OK);
+    gv = tgw_vocab(texts, lens, kinds, n);
 
     tmm_hits = 0;
     tmm_skipped = 0;
@@ -538,9 +521,6 @@ test_skip(void **state)
     assert_true(tmm_refuted > 0);
 
     kvs_gram_vocab_free(gv);
-    for (i = 0; i < n; i++) {
-        free(texts[i]);
-    }
 }
 
 

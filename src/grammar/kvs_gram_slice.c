@@ -1,0 +1,588 @@
+/*
+ * kvs_gram_slice: context-independent entries precomputed once per
+ * vocabulary, for the sub-grammars every JSON grammar spells the same
+ * way (a free string's body, each `format`'s parts, json_object's
+ * values), found by any grammar's masker by the shape of what a key can
+ * reach.
+ *
+ * Owns kvs_gram_slices_t (kvs_gram_vocab_t.slices): at most
+ * KVS_GRAM_SLICES_MAX entries, each a shape (the canonical serialisation
+ * of the sub-grammar a cut stack with those top positions can reach,
+ * kvs_gram_shape), the caps it was built under, and the entry itself
+ * (accepted bits by token id, dependent ranges of sorted positions: both
+ * the vocabulary's, not a grammar's).  Built by kvs_gram_vocab_slices()
+ * when the vocabulary is, from fixed reference schemas walked along
+ * fixed sample texts, never from a request; immutable afterwards, so
+ * any number of maskers and threads read it.  This is llguidance's
+ * "slices" in our terms: token sets precomputed per tokenizer for the
+ * sub-languages JSON grammars share, outside the per-token time.
+ *
+ * Why a hit is exact: a context-independent entry is the classification
+ * of every token by the matcher run from a cut stack (key[0], key[1],
+ * then the sentinel: kvs_gram_mask.c).  That run reads the grammar only
+ * through the elements reachable from the key's positions (each
+ * alternative from the position to its END, and every alternative of
+ * every rule referenced from those, transitively; dead alternatives are
+ * never entered), the rules' nullable flags and FIRST sets (functions of
+ * the reachable rules, when `lazy`: the fixpoint settled) and the caps.
+ * Two keys whose reachable sub-grammars are equal up to renaming the
+ * rules (the shape numbers rules by first reference) have isomorphic
+ * runs: the same bytes taken at every step, the same stacks up to the
+ * renaming, the same node and frontier counts, so the same tokens
+ * accepted, refused and dependent.  Caps: an entry whose build never
+ * met a cap (kvs_gram_matcher_t.capped) is the uncapped classification,
+ * so it holds for any caps at least as large.  Only keys with no counted
+ * position are stored and looked up (their masker key is the positions
+ * themselves, built by one walk with no source).
+ *
+ * Memory (per vocabulary, once): at most KVS_GRAM_SLICES_MAX entries of
+ * (n_tokens + 31) / 32 words, at most KVS_GRAM_SLICE_RANGES range pairs
+ * and KVS_GRAM_SHAPE_MAX shape words each: on Qwen2 (151,646 tokens)
+ * under 128 x (19 + 32 + 8) KiB = 7.4 MiB; 111 slices, 2.1 MiB, on the
+ * references below.
+ */
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "base/kvs_hash.h"
+#include "grammar/kvs_grammar.h"
+
+
+/* At most this many slices per vocabulary, of at most this many
+ * dependent range pairs and shape words each. */
+#define KVS_GRAM_SLICES_MAX    128
+#define KVS_GRAM_SLICE_RANGES  4096
+#define KVS_GRAM_SHAPE_MAX     2048
+
+typedef struct {
+    uint32_t           *shape;
+    uint32_t            n_shape;
+    uint64_t            hash;
+    uint64_t            head;         /* hash of the key positions' part */
+    kvs_gram_mlimits_t  lim;          /* built under these, no cap met */
+    uint32_t           *bits;
+    uint32_t           *ranges;
+    uint32_t            n_ranges;
+    uint32_t            some;
+} kvs_gram_slice_t;
+
+struct kvs_gram_slices_s {
+    kvs_gram_slice_t    s[KVS_GRAM_SLICES_MAX];
+    uint32_t            n;
+    uint32_t            words;
+};
+
+
+/* ---- the shape ---------------------------------------------------------- */
+
+#define KVS_GRAM_SHAPE_RULES  128
+
+#define KVS_GRAM_SH_NIL    0xffffffffu    /* a key position below a stack */
+#define KVS_GRAM_SH_SEG    0xfffffff0u    /* a key position's alternative */
+#define KVS_GRAM_SH_RULE   0xffffffe0u    /* | nullable: a rule, then its
+                                             alternatives' count */
+#define KVS_GRAM_SH_DEAD   0xffffffd0u    /* an alternative never entered */
+
+typedef struct {
+    const kvs_gram_t  *g;
+    uint32_t          *out;
+    uint32_t           n, cap;
+    uint32_t           rules[KVS_GRAM_SHAPE_RULES];
+    uint32_t           n_rules;
+} kvs_gram_sh_t;
+
+
+static int
+kvs_gram_sh_put(kvs_gram_sh_t *sh, uint32_t w)
+{
+    if (sh->n == sh->cap) {
+        return KVS_ETOOLONG;
+    }
+    sh->out[sh->n++] = w;
+    return KVS_OK;
+}
+
+
+/* A rule's number in the shape: its rank of first reference. */
+static int
+kvs_gram_sh_rule(kvs_gram_sh_t *sh, uint32_t r, uint32_t *ix)
+{
+    uint32_t  i;
+
+    for (i = 0; i < sh->n_rules; i++) {
+        if (sh->rules[i] == r) {
+            *ix = i;
+            return KVS_OK;
+        }
+    }
+    if (sh->n_rules == KVS_GRAM_SHAPE_RULES) {
+        return KVS_ETOOLONG;
+    }
+    sh->rules[sh->n_rules] = r;
+    *ix = sh->n_rules++;
+    return KVS_OK;
+}
+
+
+/* The elements from position p to its alternative's END, inclusive:
+ * one word each, a reference by its rule's rank. */
+static int
+kvs_gram_sh_alt(kvs_gram_sh_t *sh, uint32_t p)
+{
+    uint32_t                 ix;
+    const kvs_gram_elem_t   *e;
+
+    for ( ;; p++) {
+        if (p >= sh->g->n_elems) {
+            return KVS_ETOOLONG;      /* not a finished grammar's */
+        }
+        e = &sh->g->elems[p];
+
+        switch (e->kind) {
+
+        case KVS_GRAM_END:
+            return kvs_gram_sh_put(sh, 0);
+
+        case KVS_GRAM_BYTES:
+            if (kvs_gram_sh_put(sh, 1u | (uint32_t) e->lo << 8
+                                    | (uint32_t) e->hi << 16) != KVS_OK)
+            {
+                return KVS_ETOOLONG;
+            }
+            break;
+
+        case KVS_GRAM_RULE:
+            if (kvs_gram_sh_rule(sh, e->rule, &ix) != KVS_OK
+                || kvs_gram_sh_put(sh, 2u | ix << 8) != KVS_OK)
+            {
+                return KVS_ETOOLONG;
+            }
+            break;
+
+        default:
+            return KVS_ETOOLONG;      /* DEAD only starts an alternative */
+        }
+    }
+}
+
+
+static uint64_t
+kvs_gram_shape_hash(const uint32_t *w, uint32_t n)
+{
+    return kvs_fnv1a64(KVS_FNV1A64_INIT, w, (size_t) n * sizeof(uint32_t));
+}
+
+
+/*
+ * The shape of key (KVS_GRAM_CUT positions, top first): the grammar's
+ * lazy flag, each key position's alternative from it (the head: *head,
+ * its hash, when head is not NULL), then every rule reached, in rank
+ * order, with its nullable flag and its alternatives (a dead one as one
+ * word: the matcher never enters it).  KVS_OK and *n words in out, or
+ * KVS_ETOOLONG past cap words or KVS_GRAM_SHAPE_RULES rules (no shape:
+ * no slice).  With only_head, stops after the head (*n its words).
+ */
+static int
+kvs_gram_shape_run(const kvs_gram_t *g, const uint32_t *key, uint32_t *out,
+    uint32_t cap, uint32_t *n, uint64_t *head, int only_head)
+{
+    uint32_t        k, i, a, r;
+    kvs_gram_sh_t   sh;
+
+    sh.g = g;
+    sh.out = out;
+    sh.n = 0;
+    sh.cap = cap;
+    sh.n_rules = 0;
+
+    if (!g->finished || kvs_gram_sh_put(&sh, (uint32_t) g->lazy) != KVS_OK) {
+        return KVS_ETOOLONG;
+    }
+
+    for (k = 0; k < KVS_GRAM_CUT; k++) {
+        if (key[k] == KVS_GRAM_NIL) {
+            if (kvs_gram_sh_put(&sh, KVS_GRAM_SH_NIL) != KVS_OK) {
+                return KVS_ETOOLONG;
+            }
+            continue;
+        }
+        if (kvs_gram_sh_put(&sh, KVS_GRAM_SH_SEG) != KVS_OK
+            || kvs_gram_sh_alt(&sh, key[k]) != KVS_OK)
+        {
+            return KVS_ETOOLONG;
+        }
+    }
+
+    if (head != NULL) {
+        *head = kvs_gram_shape_hash(sh.out, sh.n);
+    }
+    if (only_head) {
+        *n = sh.n;
+        return KVS_OK;
+    }
+
+    /* rules are appended to sh.rules while this runs */
+    for (i = 0; i < sh.n_rules; i++) {
+        r = sh.rules[i];
+        if (kvs_gram_sh_put(&sh, KVS_GRAM_SH_RULE
+                                 | (g->nullable != NULL && g->nullable[r]))
+                != KVS_OK
+            || kvs_gram_sh_put(&sh, g->rule_alt[r + 1] - g->rule_alt[r])
+                != KVS_OK)
+        {
+            return KVS_ETOOLONG;
+        }
+
+        for (a = g->rule_alt[r]; a < g->rule_alt[r + 1]; a++) {
+            if (g->elems[g->alt_start[a]].kind == KVS_GRAM_DEAD) {
+                if (kvs_gram_sh_put(&sh, KVS_GRAM_SH_DEAD) != KVS_OK) {
+                    return KVS_ETOOLONG;
+                }
+                continue;
+            }
+            if (kvs_gram_sh_alt(&sh, g->alt_start[a]) != KVS_OK) {
+                return KVS_ETOOLONG;
+            }
+        }
+    }
+
+    *n = sh.n;
+
+    return KVS_OK;
+}
+
+
+int
+kvs_gram_shape(const kvs_gram_t *g, const uint32_t *key, uint32_t *out,
+    uint32_t cap, uint32_t *n)
+{
+    return kvs_gram_shape_run(g, key, out, cap, n, NULL, 0);
+}
+
+
+/* ---- lookup ------------------------------------------------------------- */
+
+int
+kvs_gram_slice_find(const kvs_gram_vocab_t *gv, const kvs_gram_t *g,
+    const uint32_t *key, const kvs_gram_mlimits_t *lim,
+    const uint32_t **bits, const uint32_t **ranges, uint32_t *n_ranges,
+    uint32_t *some)
+{
+    uint32_t                  i, n, buf[KVS_GRAM_SHAPE_MAX];
+    uint64_t                  h, hd;
+    const kvs_gram_slice_t   *s;
+    const kvs_gram_slices_t  *ss;
+
+    ss = gv->slices;
+    if (ss == NULL || ss->n == 0
+        || kvs_gram_shape_run(g, key, buf, KVS_GRAM_SHAPE_MAX, &n, &hd, 1)
+           != KVS_OK)
+    {
+        return 0;
+    }
+
+    /* the key positions' own alternatives first: most keys stop here */
+    for (i = 0; i < ss->n && ss->s[i].head != hd; i++) {
+        /* void */
+    }
+    if (i == ss->n
+        || kvs_gram_shape_run(g, key, buf, KVS_GRAM_SHAPE_MAX, &n, NULL, 0)
+           != KVS_OK)
+    {
+        return 0;
+    }
+    h = kvs_gram_shape_hash(buf, n);
+
+    for (i = 0; i < ss->n; i++) {
+        s = &ss->s[i];
+        if (s->hash == h && s->n_shape == n
+            && lim->max_nodes >= s->lim.max_nodes
+            && lim->max_front >= s->lim.max_front
+            && memcmp(s->shape, buf, (size_t) n * sizeof(uint32_t)) == 0)
+        {
+            *bits = s->bits;
+            *ranges = s->ranges;
+            *n_ranges = s->n_ranges;
+            *some = s->some;
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+/* ---- building ----------------------------------------------------------- */
+
+/*
+ * The references: a schema (NULL: json_object mode) and valid outputs
+ * of it, each fed byte by byte with a mask at every byte, so that the
+ * masker builds the entry of every key met on the way.  The texts pass
+ * through each part of each format (both date-time offsets, a time's
+ * fraction, an email's dots and hyphens, escapes in a free string).
+ */
+static const struct {
+    const char  *schema;
+    const char  *texts[3];
+} kvs_gram_slice_refs[] = {
+    { "{\"type\": \"string\"}",
+      { "\"ab c\\n\\\"\\u00e9x\\\\y\"", NULL, NULL } },
+    { "{\"type\": \"string\", \"format\": \"email\"}",
+      { "\"a.b-c_d+e@f-g.h-i.jk\"", "\"x@y.zz\"", NULL } },
+    { "{\"type\": \"string\", \"format\": \"date-time\"}",
+      { "\"2024-01-31T03:04:05.678Z\"", "\"2024-02-28T23:59:59+01:30\"",
+        "\"2024-11-30T10:00:00-05:00\"" } },
+    { "{\"type\": \"string\", \"format\": \"date\"}",
+      { "\"2024-01-31\"", "\"2024-04-30\"", "\"2024-02-28\"" } },
+    { "{\"type\": \"string\", \"format\": \"time\"}",
+      { "\"03:04:05.6Z\"", "\"23:59:59+01:30\"", NULL } },
+    { "{\"type\": \"string\", \"format\": \"uuid\"}",
+      { "\"0123abcd-4567-89ef-ABCD-0123456789ef\"", NULL, NULL } },
+    { NULL,
+      { "{\"a\": [1, -2.5e+3, true, false, null, \"x\\ty\"], "
+        "\"b\": {\"c\": {}}, \"d\": []}", NULL, NULL } },
+};
+
+/* The caps the references are built under: the engine's node cap (the
+ * smaller of the engine's and the default) and the default frontier
+ * cap, so that the entries hold for both (kvs_gram_slice_find). */
+#define KVS_GRAM_SLICE_NODES  (1u << 20)
+#define KVS_GRAM_SLICE_FRONT  4096
+
+
+typedef struct {
+    kvs_gram_slices_t  *ss;
+    const kvs_gram_t   *g;
+    kvs_gram_mlimits_t  lim;
+    uint32_t           *buf;
+} kvs_gram_harvest_t;
+
+
+/* One entry of a reference masker: kept if its key has no counted
+ * position, its build met no cap, its shape is new and it fits. */
+static int
+kvs_gram_slice_take(void *arg, const uint32_t *key, const uint32_t *bits,
+    const uint32_t *ranges, uint32_t n_ranges, uint32_t some, int capped)
+{
+    uint32_t             k, i, n;
+    uint64_t             h, hd;
+    kvs_gram_slice_t    *s;
+    kvs_gram_harvest_t  *hv;
+
+    hv = arg;
+
+    if (capped || n_ranges > KVS_GRAM_SLICE_RANGES
+        || hv->ss->n == KVS_GRAM_SLICES_MAX)
+    {
+        return KVS_OK;
+    }
+    for (k = 0; k < KVS_GRAM_CUT; k++) {
+        if (kvs_gram_rep_count(hv->g, key[k]) != 0) {
+            return KVS_OK;
+        }
+    }
+    if (kvs_gram_shape_run(hv->g, key, hv->buf, KVS_GRAM_SHAPE_MAX, &n,
+                           &hd, 0)
+        != KVS_OK)
+    {
+        return KVS_OK;
+    }
+    h = kvs_gram_shape_hash(hv->buf, n);
+    for (i = 0; i < hv->ss->n; i++) {
+        s = &hv->ss->s[i];
+        if (s->hash == h && s->n_shape == n
+            && memcmp(s->shape, hv->buf, (size_t) n * sizeof(uint32_t)) == 0)
+        {
+            return KVS_OK;
+        }
+    }
+
+    s = &hv->ss->s[hv->ss->n];
+    s->shape = malloc((size_t) n * sizeof(uint32_t));
+    s->bits = malloc((size_t) hv->ss->words * sizeof(uint32_t));
+    s->ranges = malloc(((size_t) n_ranges + 1) * 2 * sizeof(uint32_t));
+    if (s->shape == NULL || s->bits == NULL || s->ranges == NULL) {
+        free(s->shape);
+        free(s->bits);
+        free(s->ranges);
+        memset(s, 0, sizeof(*s));
+        return KVS_ENOMEM;
+    }
+
+    memcpy(s->shape, hv->buf, (size_t) n * sizeof(uint32_t));
+    memcpy(s->bits, bits, (size_t) hv->ss->words * sizeof(uint32_t));
+    if (n_ranges > 0) {
+        memcpy(s->ranges, ranges, (size_t) n_ranges * 2 * sizeof(uint32_t));
+    }
+    s->n_shape = n;
+    s->hash = h;
+    s->head = hd;
+    s->lim = hv->lim;
+    s->n_ranges = n_ranges;
+    s->some = some;
+    hv->ss->n++;
+
+    return KVS_OK;
+}
+
+
+/* One reference: its grammar compiled, each text walked with a mask at
+ * every byte, the masker's entries harvested.  A text the grammar
+ * refuses stops its walk (a reference that no longer matches the
+ * compiler's output costs its slices, never a wrong one). */
+static int
+kvs_gram_slice_ref(kvs_gram_slices_t *ss, const kvs_gram_vocab_t *gv,
+    uint32_t ri, uint32_t *bits, uint32_t *buf, kvs_err_t *err)
+{
+    int                  rc;
+    size_t               i, j, len;
+    json_t              *js;
+    json_error_t         jerr;
+    kvs_gram_t           g;
+    kvs_gram_opts_t      o;
+    kvs_gram_matcher_t   m;
+    kvs_gram_masker_t    mk;
+    kvs_gram_harvest_t   hv;
+    kvs_gram_mlimits_t   ml;
+    const char          *t;
+
+    memset(&o, 0, sizeof(o));
+    o.flags = KVS_GRAM_COMPACT;
+
+    if (kvs_gram_slice_refs[ri].schema == NULL) {
+        rc = kvs_gram_json_object(&g, &o, err);
+    } else {
+        js = json_loads(kvs_gram_slice_refs[ri].schema, 0, &jerr);
+        if (js == NULL) {
+            return kvs_err_set(err, KVS_ENOMEM, "grammar slices: no memory");
+        }
+        rc = kvs_gram_from_schema(&g, js, &o, err);
+        json_decref(js);
+    }
+    if (rc != KVS_OK) {
+        kvs_gram_free(&g);
+        return rc;
+    }
+
+    memset(&ml, 0, sizeof(ml));
+    ml.max_nodes = KVS_GRAM_SLICE_NODES;
+    ml.max_front = KVS_GRAM_SLICE_FRONT;
+
+    hv.ss = ss;
+    hv.g = &g;
+    hv.lim = ml;
+    hv.buf = buf;
+
+    for (j = 0; j < 3 && rc == KVS_OK; j++) {
+        t = kvs_gram_slice_refs[ri].texts[j];
+        if (t == NULL) {
+            break;
+        }
+
+        rc = kvs_gram_matcher_init(&m, &g, &ml, err);
+        if (rc != KVS_OK) {
+            break;
+        }
+        rc = kvs_gram_masker_init(&mk, gv, &m, 64, err);
+        if (rc != KVS_OK) {
+            kvs_gram_matcher_free(&m);
+            break;
+        }
+        mk.noslices = 1;
+
+        len = strlen(t);
+        for (i = 0; i <= len; i++) {
+            rc = kvs_gram_mask(&mk, bits, err);
+            if (rc != KVS_OK || i == len
+                || kvs_gram_matcher_byte(&m, (uint8_t) t[i], NULL) != KVS_OK)
+            {
+                break;
+            }
+        }
+        if (rc == KVS_EFORMAT) {
+            rc = KVS_OK;              /* a vocabulary that cannot spell it */
+        }
+        if (rc == KVS_OK) {
+            rc = kvs_gram_masker_entries(&mk, kvs_gram_slice_take, &hv);
+            if (rc != KVS_OK) {
+                kvs_err_set(err, rc, "grammar slices: no memory");
+            }
+        }
+
+        kvs_gram_masker_free(&mk);
+        kvs_gram_matcher_free(&m);
+    }
+
+    kvs_gram_free(&g);
+
+    return rc;
+}
+
+
+void
+kvs_gram_slices_free(kvs_gram_slices_t *ss)
+{
+    uint32_t  i;
+
+    if (ss == NULL) {
+        return;
+    }
+    for (i = 0; i < ss->n; i++) {
+        free(ss->s[i].shape);
+        free(ss->s[i].bits);
+        free(ss->s[i].ranges);
+    }
+    free(ss);
+}
+
+
+int
+kvs_gram_vocab_slices(kvs_gram_vocab_t *gv, kvs_err_t *err)
+{
+    int                 rc;
+    uint32_t            ri, *bits, *buf;
+    kvs_gram_slices_t  *ss;
+
+    kvs_gram_slices_free(gv->slices);
+    gv->slices = NULL;
+
+    ss = calloc(1, sizeof(kvs_gram_slices_t));
+    bits = malloc(((size_t) gv->n_tokens + 32) / 32 * sizeof(uint32_t));
+    buf = malloc(KVS_GRAM_SHAPE_MAX * sizeof(uint32_t));
+    if (ss == NULL || bits == NULL || buf == NULL) {
+        free(ss);
+        free(bits);
+        free(buf);
+        return kvs_err_set(err, KVS_ENOMEM, "grammar slices: no memory");
+    }
+    ss->words = (gv->n_tokens + 31) / 32;
+
+    rc = KVS_OK;
+    for (ri = 0; ri < sizeof(kvs_gram_slice_refs)
+                      / sizeof(kvs_gram_slice_refs[0]) && rc == KVS_OK; ri++)
+    {
+        rc = kvs_gram_slice_ref(ss, gv, ri, bits, buf, err);
+    }
+
+    free(bits);
+    free(buf);
+
+    if (rc != KVS_OK) {
+        kvs_gram_slices_free(ss);
+        return rc;
+    }
+
+    gv->slices = ss;
+
+    return KVS_OK;
+}
+
+
+uint32_t
+kvs_gram_vocab_n_slices(const kvs_gram_vocab_t *gv)
+{
+    return gv->slices != NULL ? gv->slices->n : 0;
+}

@@ -1,0 +1,308 @@
+/*
+ * test_gram_slice: the vocabulary's slices (kvs_gram_slice.c), entries
+ * precomputed once per vocabulary for the sub-grammars JSON grammars
+ * share and found by any grammar's masker by the shape of what a key
+ * reaches.  A mask that takes an entry from a slice must be the mask of
+ * the full walk on the real stacks, and of the brute force.
+ *
+ * The vocabulary has every single byte and tokens that cross the parts
+ * of each format (an email's dots, '@' and hyphens, a date-time's
+ * separators and offsets, a uuid's groups), close a string and go on,
+ * hold escapes, and spell JSON values.  Seeded walks through a free
+ * string, each format, json_object, objects and arrays of them, anyOf,
+ * and patterns whose keys look like a slice's at the top (a character
+ * loop before the closing quote) but reach other rules, compare at
+ * every step:
+ *
+ *   plain     cache_entries 0: every mask a full walk on the real stacks
+ *   slices    the masker as it runs (slices on)
+ *   off       noslices: every entry built by its own walk
+ *
+ * and the brute force every third step.  The "slices" maskers must have
+ * taken entries from slices, the "off" ones none.  Also: a key's shape
+ * is the same in two grammars that spell a string alike and differs for
+ * a pattern's; a slice is not found under smaller caps than it was
+ * built with.
+ */
+
+#include "kvs_test_gwalk.h"
+
+
+static const char  *ts_schemas[] = {
+    NULL,                                             /* json_object */
+    "{\"type\": \"string\"}",
+    "{\"type\": \"string\", \"format\": \"email\"}",
+    "{\"type\": \"string\", \"format\": \"date-time\"}",
+    "{\"type\": \"string\", \"format\": \"date\"}",
+    "{\"type\": \"string\", \"format\": \"time\"}",
+    "{\"type\": \"string\", \"format\": \"uuid\"}",
+    "{\"type\": \"string\", \"pattern\": \"^[a-z]*$\"}",
+    "{\"type\": \"string\", \"pattern\": \"^[a-z.]+@[a-z]+$\"}",
+    "{\"type\": \"string\", \"pattern\": \"^[ -~]*$\"}",
+    "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\"}, "
+    "\"m\": {\"type\": \"string\", \"format\": \"email\"}, "
+    "\"t\": {\"type\": \"array\", \"items\": {\"type\": \"string\", "
+    "\"format\": \"date-time\"}}}, \"required\": [\"a\", \"m\", \"t\"], "
+    "\"additionalProperties\": false}",
+    "{\"anyOf\": [{\"type\": \"string\", \"format\": \"email\"}, "
+    "{\"type\": \"integer\"}, {\"type\": \"string\", \"pattern\": "
+    "\"^[a-f0-9-]+$\"}]}",
+    "{\"type\": \"array\", \"items\": {\"type\": \"object\"}}",
+    "{\"type\": \"string\", \"maxLength\": 5}",
+};
+
+#define TS_NS  (sizeof(ts_schemas) / sizeof(ts_schemas[0]))
+#define TS_MAX 1024
+
+enum { TS_PLAIN, TS_SLICES, TS_OFF, TS_MK };
+
+
+static kvs_gram_vocab_t *
+ts_vocab(void)
+{
+    static const char  *words[] = {
+        "a", "ab", "abc", "hello", " world", "A", "Zz", "x-y", "a.b", ".",
+        "@", "@ex", "ex.", ".com", "-x", "x-", "a@b", "@a.b\"", "b.c\"",
+        "\"", "\",", "\"}", "\"]", "\", \"", "\\", "\\n", "\\\"", "\\u00",
+        "e9", "\\u00e9", "\xc3\xa9", "\xe6\x97\xa5\xe6\x9c\xac",
+        "2024", "-01", "-02-", "28", "31T", "T0", "03:", ":04", ":00",
+        "05.", ".6", "78Z", "Z\"", "+01", ":30\"", "-05", "12", "0",
+        "abcd", "ef-", "-4567", "89ef", "ABCD", "-0123", "0123456789ef",
+        "{", "}", "[", "]", "{\"", "\":", "\": ", ", ", ",", "[1", "1,",
+        "null", "true", "false", "-2.5", "e+3", "E-", "{}", "[]", "\"a\"",
+        "\"x", "tr", "ue", "nu", "ll}", "1}", "\"}}", "\"]}", " \"",
+    };
+    size_t              i, n;
+    uint8_t            *texts[TS_MAX], kinds[TS_MAX], buf[1];
+    uint32_t            lens[TS_MAX];
+
+    n = 0;
+    for (i = 1; i < 256; i++) {
+        buf[0] = (uint8_t) i;
+        tgw_add(texts, lens, kinds, &n, TS_MAX, buf, 1);
+    }
+    for (i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+        if (strlen(words[i]) > 1) {
+            tgw_add(texts, lens, kinds, &n, TS_MAX, words[i],
+                    strlen(words[i]));
+        }
+    }
+
+    return tgw_vocab(texts, lens, kinds, n);
+}
+
+
+static void
+ts_compile(kvs_gram_t *g, const char *schema)
+{
+    kvs_err_t        err;
+    kvs_gram_opts_t  o;
+
+    if (schema == NULL) {
+        memset(&o, 0, sizeof(o));
+        if (kvs_gram_json_object(g, &o, &err) != KVS_OK) {
+            fail_msg("json_object: %s", err.msg);
+        }
+        return;
+    }
+    if (tg_compile(g, schema, 0, &err) != KVS_OK) {
+        fail_msg("%s: %s", schema, err.msg);
+    }
+}
+
+
+/* An allowed token, END one time in four when allowed. */
+static uint32_t
+ts_pick(const kvs_gram_vocab_t *gv, const uint32_t *bits, uint32_t *cand,
+    uint64_t *rng)
+{
+    size_t    n;
+    uint32_t  id, end;
+
+    end = UINT32_MAX;
+    for (id = 0, n = 0; id < gv->n_tokens; id++) {
+        if (!(bits[id >> 5] >> (id & 31) & 1)) {
+            continue;
+        }
+        if (gv->kind[id] == KVS_GRAM_TOK_END) {
+            end = id;
+            continue;
+        }
+        cand[n++] = id;
+    }
+
+    if (end != UINT32_MAX && (n == 0 || tg_rand(rng) % 4 == 0)) {
+        return end;
+    }
+
+    return n > 0 ? cand[tg_rand(rng) % n] : UINT32_MAX;
+}
+
+
+/* Walks through one schema; the entries the "slices" maskers took from
+ * slices added to *taken, the "off" ones' to *off. */
+static void
+ts_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks,
+    uint64_t *taken, uint64_t *off)
+{
+    size_t              w, step;
+    uint32_t            id;
+    uint64_t            rng;
+    kvs_err_t           err;
+    kvs_gram_t          g;
+    tgw_rig_t           r;
+    static const uint32_t  entries[TS_MK] = { 0, 16, 16 };
+    static const char  *names[TS_MK] = { "plain", "slices", "off" };
+
+    tgw_alloc(&r, gv, TS_MK);
+    ts_compile(&g, schema);
+
+    for (w = 0; w < walks; w++) {
+        rng = 4241 + w * 7919 + (schema != NULL ? strlen(schema) : 0);
+        tgw_begin(&r, &g, gv, entries);
+        r.mk[TS_OFF].noslices = 1;
+
+        for (step = 0; step < 50; step++) {
+            tgw_step(&r, gv, names, schema != NULL ? schema : "json_object",
+                     step);
+
+            id = ts_pick(gv, r.bits[TS_PLAIN], r.cand, &rng);
+            assert_true(id != UINT32_MAX);
+            if (gv->kind[id] == KVS_GRAM_TOK_END) {
+                break;
+            }
+            assert_int_equal(kvs_gram_accept_token(&r.m, gv, (int32_t) id,
+                                                   &err), KVS_OK);
+        }
+
+        *taken += r.mk[TS_SLICES].ind_slices;
+        *off += r.mk[TS_OFF].ind_slices;
+
+        tgw_end(&r);
+    }
+
+    kvs_gram_free(&g);
+    tgw_free(&r);
+}
+
+
+static void
+test_slice_walks(void **state)
+{
+    size_t             i;
+    uint64_t           taken, off, before;
+    kvs_gram_vocab_t  *gv;
+
+    (void) state;
+    gv = ts_vocab();
+    print_message("%u slices\n", kvs_gram_vocab_n_slices(gv));
+    assert_true(kvs_gram_vocab_n_slices(gv) > 8);
+
+    taken = 0;
+    off = 0;
+    for (i = 0; i < TS_NS; i++) {
+        before = taken;
+        ts_walks(gv, ts_schemas[i], 6, &taken, &off);
+        print_message("%s: %llu entries from slices\n",
+                      ts_schemas[i] != NULL ? ts_schemas[i] : "json_object",
+                      (unsigned long long) (taken - before));
+    }
+
+    assert_true(taken > 50);
+    assert_int_equal(off, 0);
+
+    kvs_gram_vocab_free(gv);
+}
+
+
+/* The key of the top stack after text (its top two positions). */
+static void
+ts_key(const kvs_gram_t *g, const char *text, uint32_t *key)
+{
+    uint32_t             id, k;
+    kvs_err_t            err;
+    kvs_gram_matcher_t   m;
+    kvs_gram_level_t    *lv;
+
+    assert_int_equal(kvs_gram_matcher_init(&m, g, NULL, &err), KVS_OK);
+    assert_int_equal(kvs_gram_matcher_feed(&m, text, strlen(text), &err),
+                     KVS_OK);
+    lv = &m.lv[m.n_lv - 1];
+    assert_true(lv->n_front >= 1);
+    id = m.front[lv->front];
+    for (k = 0; k < KVS_GRAM_CUT; k++) {
+        key[k] = id != KVS_GRAM_NIL ? m.nodes[id].pos : KVS_GRAM_NIL;
+        id = id != KVS_GRAM_NIL ? m.nodes[id].parent : KVS_GRAM_NIL;
+    }
+    kvs_gram_matcher_free(&m);
+}
+
+
+static void
+test_shapes(void **state)
+{
+    uint32_t             ka[KVS_GRAM_CUT], kb[KVS_GRAM_CUT];
+    uint32_t             kc[KVS_GRAM_CUT], na, nb, nc, snr, some;
+    uint32_t             sa[2048], sb[2048], sc[2048];
+    kvs_gram_t           ga, gb, gc;
+    kvs_gram_vocab_t    *gv;
+    kvs_gram_mlimits_t   lim;
+    const uint32_t      *bits, *ranges;
+
+    (void) state;
+    gv = ts_vocab();
+
+    ts_compile(&ga, "{\"type\": \"string\"}");
+    ts_compile(&gb, "{\"type\": \"object\", \"properties\": {\"a\": "
+                    "{\"type\": \"integer\"}, \"b\": {\"type\": "
+                    "\"string\"}}, \"required\": [\"a\", \"b\"]}");
+    ts_compile(&gc, "{\"type\": \"string\", \"pattern\": \"^[a-z]*$\"}");
+
+    ts_key(&ga, "\"ab", ka);
+    ts_key(&gb, "{\"a\": 1, \"b\": \"ab", kb);
+    ts_key(&gc, "\"ab", kc);
+
+    /* the same string at other positions of another grammar: one shape */
+    assert_int_equal(kvs_gram_shape(&ga, ka, sa, 2048, &na), KVS_OK);
+    assert_int_equal(kvs_gram_shape(&gb, kb, sb, 2048, &nb), KVS_OK);
+    assert_true(ka[0] != kb[0] || ka[1] != kb[1]);
+    assert_int_equal(na, nb);
+    assert_memory_equal(sa, sb, na * sizeof(uint32_t));
+
+    /* a pattern's character class: another shape */
+    assert_int_equal(kvs_gram_shape(&gc, kc, sc, 2048, &nc), KVS_OK);
+    assert_true(nc != na || memcmp(sa, sc, na * sizeof(uint32_t)) != 0);
+
+    /* a shape too long for the buffer: none */
+    assert_int_equal(kvs_gram_shape(&ga, ka, sa, 3, &na), KVS_ETOOLONG);
+
+    /* the free string's slice, under the default caps; not under caps
+     * smaller than the references were built with */
+    memset(&lim, 0, sizeof(lim));
+    lim.max_nodes = 1u << 22;
+    lim.max_front = 4096;
+    assert_int_equal(kvs_gram_slice_find(gv, &gb, kb, &lim, &bits, &ranges,
+                                         &snr, &some), 1);
+    assert_int_equal(kvs_gram_slice_find(gv, &gc, kc, &lim, &bits, &ranges,
+                                         &snr, &some), 0);
+    lim.max_nodes = 1000;
+    assert_int_equal(kvs_gram_slice_find(gv, &gb, kb, &lim, &bits, &ranges,
+                                         &snr, &some), 0);
+
+    kvs_gram_free(&ga);
+    kvs_gram_free(&gb);
+    kvs_gram_free(&gc);
+    kvs_gram_vocab_free(gv);
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_shapes),
+        cmocka_unit_test(test_slice_walks),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
