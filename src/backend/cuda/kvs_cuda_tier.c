@@ -19,7 +19,9 @@
  *   - the staging block's layout is kvs_cuda_bcopy.h's; the pieces come
  *     from kvs_cuda_bc_plan(), which splits a pitch over the device's
  *     limit into rows;
- *   - like every op, these run on the engine thread only.
+ *   - like every op, these run on the engine thread only;
+ *   - the asynchronous copies (kvs_cuda_acopy.c) have a stream of their
+ *     own, so these never wait behind them.
  */
 
 #include <inttypes.h>
@@ -65,7 +67,9 @@ kvs_cuda_tier_init(kvs_cuda_t *cu, kvs_err_t *err)
     KVS_CUDA_TRY(cudaHostAlloc(&cu->stage, bytes, cudaHostAllocDefault),
                  "cudaHostAlloc(block staging)");
 
-    return KVS_OK;
+    /* the copies off the step: a stream and device staging of their
+     * own (kvs_cuda_acopy.c) */
+    return kvs_cuda_acopy_init(cu, bytes, err);
 
 failed:
 
@@ -76,6 +80,8 @@ failed:
 void
 kvs_cuda_tier_release(kvs_cuda_t *cu)
 {
+    kvs_cuda_acopy_release(cu);
+
     if (cu->cst != NULL) {
         (void) cudaStreamSynchronize(cu->cst);
     }
@@ -102,8 +108,8 @@ kvs_cuda_tier_release(kvs_cuda_t *cu)
 }
 
 
-/* The pool's array a piece names. */
-static char *
+/* The pool's array a piece names (kvs_cuda_acopy.c's too). */
+char *
 kvs_cuda_tier_array(kvs_cuda_t *cu, uint32_t array)
 {
     switch (array) {
