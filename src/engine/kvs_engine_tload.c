@@ -529,6 +529,12 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
     kvs_radix_match(e->radix, seq->ns, seq->tokens, seq->n_tokens - 1,
                     et->table, 1, e->sched.now, &m);
 
+    /* its host run's copies off the step still in flight
+     * (kvs_engine_hcopy.c): it waits for them */
+    if (et->th != NULL && kvs_engine_hcopy_busy(e, h)) {
+        goto wait;
+    }
+
     k0 = m.n_tokens / bt;
     kmax = seq->n_tokens / bt;
     kmax = kmax < et->max_blocks ? kmax : et->max_blocks;
@@ -546,6 +552,12 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
     if (et->th != NULL) {
         (void) kvs_engine_thost_load(e, h, &key, &m, kmax,
                                      ld->max_reserved - ld->reserved);
+
+        /* its copies now queued: h waits for them, then plans again */
+        if (kvs_engine_hcopy_busy(e, h)) {
+            goto wait;
+        }
+
         k0 = m.n_tokens / bt;
 
         if (k0 >= kmax || m.n_tokens + 1 >= seq->n_tokens
@@ -891,6 +903,10 @@ kvs_engine_tier_admit(kvs_engine_t *e)
     e->tier_ready = 0;
     pthread_mutex_unlock(&e->lock);
 
+    /* the host tier's copies done so far: their loads' requests plan
+     * again below */
+    kvs_engine_hcopy_poll(e, 1);
+
     /* the staged blocks into their pool blocks, in order; the slots
      * are the engine thread's until given back below */
     pthread_mutex_lock(&ld->lk);
@@ -1052,6 +1068,8 @@ kvs_engine_tier_release(kvs_engine_t *e, kvs_engine_seq_t *h)
 {
     kvs_engine_tjob_t   *j;
     kvs_engine_tload_t  *ld;
+
+    kvs_engine_hcopy_release(e, h);
 
     if (h->tier_state == KVS_ENGINE_TIER_NONE) {
         return;

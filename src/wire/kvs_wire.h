@@ -42,7 +42,7 @@
 #include "base/kvs_err.h"
 #include "engine/kvs_engine.h"
 
-#define KVS_WIRE_VERSION      14       /* 2: prefix cache fields, tenant;
+#define KVS_WIRE_VERSION      15       /* 2: prefix cache fields, tenant;
                                          3: SUBSCRIBE, INDEX; 4: HELLO's
                                          backend and memory; 5: SUBMIT's
                                          output constraint; 6: STATS's
@@ -56,7 +56,9 @@
                                          tier names and weight; 12: LORA;
                                          13: STATS's disk tier loader;
                                          14: STATS's host tier and LoRA
-                                         load times, OUT's n_cached_host */
+                                         load times, OUT's n_cached_host;
+                                         15: STATS's host tier copies off
+                                         the step */
 #define KVS_WIRE_HDR          16
 #define KVS_WIRE_MAX_FRAME    (16u << 20)   /* 1M prompt ids take 4 MiB */
 #define KVS_WIRE_AGAIN        1             /* need more bytes */
