@@ -187,6 +187,8 @@ int gc_kern_run(gc_ctx_t *c);
 int gc_attn_run(gc_ctx_t *c);         /* rope_kv and attention, for
                                          gc_kern_run */
 int gc_e2e_run(gc_ctx_t *c);
+int gc_hcopy_run(gc_ctx_t *c);        /* the host tier's copies off the
+                                         step: async vs sync, timed */
 int gc_tier_run(gc_ctx_t *c);         /* the prefix cache's host and disk
                                          tiers through block_read and
                                          block_write (gpu_check_tier.c) */

@@ -1,0 +1,492 @@
+/*
+ * gpu_check_hcopy: the host tier's copies off the step on the device
+ * (issue 26; docs/prefix-cache.md, "Copies off the step"), on
+ * stories260K in the CUDA backend's own K/V dtype and int8 (with its
+ * scale arrays), against the synchronous block_read / block_write:
+ *
+ *   1. every written block read out by block_read_async into pinned
+ *      memory (host_alloc) equals block_read's bytes; a block read
+ *      asynchronously, then overwritten on the step's stream
+ *      (copy_block) before the copy is waited for, still arrives with
+ *      its old bytes (the device staging); blocks written by
+ *      block_write_async read back equal;
+ *   2. timing: 64 blocks out and 64 in, synchronously against queued
+ *      (the engine thread's share) and done, microseconds a block
+ *      (INFO rows);
+ *   3. the engine: a host tier, a prompt evicted into it by others and
+ *      asked again comes back from host memory (n_cached_host > 0) with
+ *      the cache-off engine's greedy tokens.
+ *
+ * Under --self-test the CPU backend stands in for CUDA, wrapped by the
+ * unit tests' copy thread (t/unit/kvs_test_acopy.h, no delay), so the
+ * harness runs in `make cuda-check`.  Written without a device: its
+ * first run on one is still to come.
+ */
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpu_check.h"
+#include "../unit/kvs_test_acopy.h"
+#include "backend/kvs_backend.h"
+#include "engine/kvs_engine.h"
+#include "model/kvs_model.h"
+#include "tokenizer/kvs_vocab.h"
+
+#define GC_HC_BT       16             /* tokens per block */
+#define GC_HC_BLOCKS   160            /* the copies' pool */
+#define GC_HC_N        64             /* blocks timed each way */
+#define GC_HC_POOL     12             /* the engine's pool */
+#define GC_HC_PROMPT   64
+#define GC_HC_GEN      8
+
+
+static kvs_test_acopy_t  gc_hc_ac;    /* --self-test's wrapper */
+
+
+static void
+gc_hc_fill(uint8_t *p, size_t n, uint64_t seed)
+{
+    size_t  i;
+
+    for (i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        p[i] = (uint8_t) (seed >> 56);
+    }
+}
+
+
+static int
+gc_hc_has_async(const kvs_backend_t *be)
+{
+    return be->ops->block_read_async != NULL
+           && be->ops->block_write_async != NULL
+           && be->ops->copy_poll != NULL && be->ops->copy_wait != NULL
+           && be->ops->host_alloc != NULL && be->ops->host_free != NULL;
+}
+
+
+/* 1 and 2 on be; a failure names itself in why. */
+static int
+gc_hc_copies(gc_ctx_t *c, kvs_backend_t *be, const char *tag, char *why,
+    size_t why_len)
+{
+    int        rc, ok;
+    char       name[160], v[96];
+    uint8_t   *sync, *pin, *seeded;
+    uint32_t   k;
+    uint64_t   bb, t, last;
+    double     t0, t_sync_out, t_q_out, t_out, t_sync_in, t_q_in, t_in;
+    kvs_err_t  err;
+
+    bb = be->kv_bytes / be->n_blocks;
+    sync = malloc(bb * GC_HC_N);
+    seeded = malloc(bb * GC_HC_N);
+    pin = be->ops->host_alloc(be, bb * GC_HC_N, &err);
+    ok = 0;
+    rc = KVS_OK;
+    last = 0;
+    snprintf(why, why_len, "out of memory");
+
+    if (sync == NULL || seeded == NULL || pin == NULL) {
+        goto done;
+    }
+
+    /* seeded bytes into blocks 0..N-1 (synchronously), then each read
+     * out both ways, timed */
+    gc_hc_fill(seeded, bb * GC_HC_N, c->seed ^ 0x4c0917ull);
+
+    for (k = 0; k < GC_HC_N && rc == KVS_OK; k++) {
+        rc = be->ops->block_write(be, k, seeded + k * bb, &err);
+    }
+
+    t0 = gc_now();
+    for (k = 0; k < GC_HC_N && rc == KVS_OK; k++) {
+        rc = be->ops->block_read(be, k, sync + k * bb, &err);
+    }
+    t_sync_out = gc_now() - t0;
+
+    memset(pin, 0, bb * GC_HC_N);
+    t0 = gc_now();
+    for (k = 0; k < GC_HC_N && rc == KVS_OK; k++) {
+        rc = be->ops->block_read_async(be, k, pin + k * bb, &last, &err);
+    }
+    t_q_out = gc_now() - t0;
+
+    if (rc == KVS_OK) {
+        rc = be->ops->copy_wait(be, last, &err);
+    }
+    t_out = gc_now() - t0;
+
+    if (rc != KVS_OK) {
+        snprintf(why, why_len, "reads: %s", err.msg);
+        goto done;
+    }
+
+    if (memcmp(sync, seeded, bb * GC_HC_N) != 0
+        || memcmp(pin, sync, bb * GC_HC_N) != 0)
+    {
+        snprintf(why, why_len, "a block read asynchronously is not the "
+                 "synchronous read's");
+        goto done;
+    }
+
+    /* read block 1 asynchronously, overwrite it on the step's stream at
+     * once (block 2's bytes): the copy must carry block 1's old bytes */
+    memset(pin, 0, bb);
+    rc = be->ops->block_read_async(be, 1, pin, &t, &err);
+    if (rc == KVS_OK) {
+        rc = kvs_backend_copy_block(be, 1, 2, &err);
+    }
+    if (rc == KVS_OK) {
+        rc = be->ops->copy_wait(be, t, &err);
+    }
+
+    if (rc != KVS_OK || memcmp(pin, seeded + bb, bb) != 0) {
+        snprintf(why, why_len, "a block overwritten after its read was "
+                 "queued: %s", rc != KVS_OK ? err.msg : "the new bytes "
+                 "arrived (no staging)");
+        goto done;
+    }
+
+    /* blocks N..2N-1 written asynchronously from pinned memory (the
+     * seeded bytes again), timed against synchronous writes of the same
+     * bytes into 0..N-1, then read back */
+    memcpy(pin, seeded, bb * GC_HC_N);
+    t0 = gc_now();
+    for (k = 0; k < GC_HC_N && rc == KVS_OK; k++) {
+        rc = be->ops->block_write(be, k, seeded + k * bb, &err);
+    }
+    t_sync_in = gc_now() - t0;
+
+    t0 = gc_now();
+    for (k = 0; k < GC_HC_N && rc == KVS_OK; k++) {
+        rc = be->ops->block_write_async(be, GC_HC_N + k, pin + k * bb,
+                                        &last, &err);
+    }
+    t_q_in = gc_now() - t0;
+
+    if (rc == KVS_OK) {
+        rc = be->ops->copy_wait(be, last, &err);
+    }
+    t_in = gc_now() - t0;
+
+    for (k = 0; k < GC_HC_N && rc == KVS_OK; k++) {
+        rc = be->ops->block_read(be, GC_HC_N + k, sync + k * bb, &err);
+    }
+
+    if (rc != KVS_OK) {
+        snprintf(why, why_len, "writes: %s", err.msg);
+        goto done;
+    }
+
+    if (memcmp(sync, seeded, bb * GC_HC_N) != 0) {
+        snprintf(why, why_len, "a block written asynchronously reads back "
+                 "other bytes");
+        goto done;
+    }
+
+    printf("  hcopy %-40s %6" PRIu64 " bytes a block: async = sync PASS\n",
+           tag, bb);
+
+    snprintf(name, sizeof(name), "%s, out: sync / queued / done", tag);
+    snprintf(v, sizeof(v), "%.1f / %.1f / %.1f us a block",
+             t_sync_out * 1e6 / GC_HC_N, t_q_out * 1e6 / GC_HC_N,
+             t_out * 1e6 / GC_HC_N);
+    gc_row(c, "hcopy", name, v, "", "", "INFO", "");
+    printf("  hcopy %s: %s\n", name, v);
+
+    snprintf(name, sizeof(name), "%s, in: sync / queued / done", tag);
+    snprintf(v, sizeof(v), "%.1f / %.1f / %.1f us a block",
+             t_sync_in * 1e6 / GC_HC_N, t_q_in * 1e6 / GC_HC_N,
+             t_in * 1e6 / GC_HC_N);
+    gc_row(c, "hcopy", name, v, "", "", "INFO", "");
+    printf("  hcopy %s: %s\n", name, v);
+
+    ok = 1;
+
+done:
+
+    if (pin != NULL) {
+        be->ops->host_free(be, pin);
+    }
+
+    free(sync);
+    free(seeded);
+
+    return ok;
+}
+
+
+/* One greedy request run to its end on e; tokens into out[gen]. */
+static int
+gc_hc_gen(kvs_engine_t *e, const int32_t *prompt, int32_t *out,
+    uint32_t *n_host, kvs_err_t *err)
+{
+    int                rc;
+    size_t             i;
+    kvs_engine_req_t   req;
+    kvs_engine_out_t   o;
+    kvs_engine_seq_t  *h, *hs[1];
+
+    memset(&req, 0, sizeof(req));
+    req.prompt = prompt;
+    req.n_prompt = GC_HC_PROMPT;
+    req.max_tokens = GC_HC_GEN;
+    req.ignore_eos = 1;
+    req.sample.top_p = 1.0f;
+    memset(&o, 0, sizeof(o));
+
+    rc = kvs_engine_submit(e, &req, &h, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    for (i = 0; o.finish == KVS_FINISH_NONE && i < 1000000; i++) {
+        (void) kvs_engine_step(e);
+
+        while (kvs_engine_ready(e, hs, 1) > 0) {
+            (void) kvs_engine_read(e, hs[0], &o);
+        }
+    }
+
+    kvs_engine_close(e, h);
+
+    if (o.n_tokens != GC_HC_GEN) {
+        kvs_engine_out_free(&o);
+        return kvs_err_set(err, KVS_EIO, "a reply of %zu tokens, not %d",
+                           o.n_tokens, GC_HC_GEN);
+    }
+
+    memcpy(out, o.tokens, GC_HC_GEN * sizeof(int32_t));
+
+    if (n_host != NULL) {
+        *n_host = o.n_cached_host;
+    }
+
+    kvs_engine_out_free(&o);
+
+    return KVS_OK;
+}
+
+
+/* 3: an engine with a host tier against a cache-off one. */
+static int
+gc_hc_engine(gc_ctx_t *c, kvs_model_t *m, kvs_vocab_t *v, int kv_dt,
+    const char *name, char *why, size_t why_len)
+{
+    int                 rc, ok;
+    int32_t             prompt[GC_HC_PROMPT], other[GC_HC_PROMPT];
+    int32_t             a[GC_HC_GEN], b[GC_HC_GEN], x[GC_HC_GEN];
+    uint32_t            i, k, n_host;
+    uint64_t            s;
+    kvs_err_t           err;
+    kvs_engine_t       *on, *off;
+    kvs_engine_conf_t   conf;
+    kvs_engine_stats_t  st;
+
+    on = NULL;
+    off = NULL;
+    ok = 0;
+    n_host = 0;
+
+    memset(&conf, 0, sizeof(conf));
+    conf.model = m;
+    conf.vocab = v;
+    conf.block_tokens = GC_HC_BT;
+    conf.n_blocks = 64;
+    conf.threads = 1;
+    conf.backend = c->self_test ? KVS_BACKEND_CPU : KVS_BACKEND_CUDA;
+    conf.device = c->device;
+    conf.kv_dtype_set = kv_dt >= 0;
+    conf.kv_dtype = kv_dt >= 0 ? (uint32_t) kv_dt : 0;
+    conf.no_prefix_cache = 1;
+
+    rc = kvs_engine_new(&off, &conf, &err);
+
+    if (rc == KVS_OK) {
+        conf.no_prefix_cache = 0;
+        conf.n_blocks = GC_HC_POOL;
+        conf.tier_host_size = 16u << 20;
+
+        if (c->self_test) {
+            memset(&gc_hc_ac, 0, sizeof(gc_hc_ac));
+            conf.backend_hook = kvs_test_acopy_wrap;
+            conf.backend_hook_arg = &gc_hc_ac;
+        }
+
+        rc = kvs_engine_new(&on, &conf, &err);
+    }
+
+    s = c->seed ^ 0x4c0e7ull;
+    for (i = 0; i < GC_HC_PROMPT; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        prompt[i] = 3 + (int32_t) ((s >> 33) % (m->hp.n_vocab - 3));
+    }
+    prompt[0] = 1;
+
+    if (rc == KVS_OK) {
+        rc = gc_hc_gen(on, prompt, a, NULL, &err);
+    }
+
+    /* six other prompts: the pool of 12 blocks keeps none of it */
+    for (k = 0; k < 6 && rc == KVS_OK; k++) {
+        memcpy(other, prompt, sizeof(other));
+        for (i = 1; i < GC_HC_PROMPT; i++) {
+            other[i] = 3 + (int32_t) ((other[i] + 5 * (k + 1))
+                                      % (m->hp.n_vocab - 3));
+        }
+        rc = gc_hc_gen(on, other, x, NULL, &err);
+    }
+
+    if (rc == KVS_OK) {
+        kvs_engine_tier_wait(on);
+        rc = gc_hc_gen(on, prompt, b, &n_host, &err);
+    }
+
+    if (rc == KVS_OK) {
+        rc = gc_hc_gen(off, prompt, x, NULL, &err);
+    }
+
+    if (on != NULL) {
+        kvs_engine_stats(on, &st);
+    } else {
+        memset(&st, 0, sizeof(st));
+    }
+
+    if (rc != KVS_OK) {
+        snprintf(why, why_len, "engine: %s", err.msg);
+
+    } else if (!st.tier.host_async) {
+        snprintf(why, why_len, "the host tier's copies are not off the "
+                 "step (no asynchronous copies)");
+
+    } else if (n_host == 0) {
+        snprintf(why, why_len, "nothing came back from the host tier");
+
+    } else if (memcmp(b, x, sizeof(b)) != 0 || memcmp(a, x, sizeof(a)) != 0)
+    {
+        snprintf(why, why_len, "greedy tokens after the copies differ from "
+                 "the cache-off run's");
+
+    } else {
+        printf("  hcopy %-40s %u tokens from the host tier (%" PRIu64
+               " waits, %.3f ms), greedy tokens = cache off: PASS\n", name,
+               n_host, st.tier.host_copy_waits,
+               (double) st.tier.host_copy_wait_ns / 1e6);
+        ok = 1;
+    }
+
+    kvs_engine_free(on);
+    kvs_engine_free(off);
+
+    return ok;
+}
+
+
+static int
+gc_hc_model(gc_ctx_t *c, const char *label, const char *path, int kv_dt)
+{
+    char                 why[KVS_ERR_MSG_LEN + 64], name[96];
+    kvs_err_t            err;
+    kvs_model_t         *m;
+    kvs_vocab_t         *v;
+    kvs_backend_t       *be;
+    kvs_backend_conf_t   conf;
+
+    m = NULL;
+    v = NULL;
+    be = NULL;
+
+    if (kvs_model_open(&m, path, &err) != KVS_OK
+        || kvs_vocab_load(&v, m->gguf, &err) != KVS_OK)
+    {
+        snprintf(why, sizeof(why), "open %s: %s", path, err.msg);
+        gc_fail(c, "hcopy", label, why);
+        kvs_model_close(m);
+        return 0;
+    }
+
+    memset(&conf, 0, sizeof(conf));
+    conf.n_blocks = GC_HC_BLOCKS;
+    conf.block_tokens = GC_HC_BT;
+    conf.device = c->device;
+    conf.kind = c->self_test ? KVS_BACKEND_CPU : KVS_BACKEND_CUDA;
+    conf.kv_dtype_set = kv_dt >= 0;
+    conf.kv_dtype = kv_dt >= 0 ? (uint32_t) kv_dt : 0;
+
+    if (kvs_backend_new(&be, m, &conf, NULL, &err) != KVS_OK) {
+        snprintf(why, sizeof(why), "%s", err.msg);
+        gc_fail(c, "hcopy", label, why);
+        be = NULL;
+
+    } else {
+        if (c->self_test) {
+            memset(&gc_hc_ac, 0, sizeof(gc_hc_ac));
+            kvs_test_acopy_wrap(be, &gc_hc_ac);
+        }
+
+        if (!gc_hc_has_async(be)) {
+            gc_fail(c, "hcopy", label, "no asynchronous block copies");
+
+        } else if (!gc_hc_copies(c, be, label, why, sizeof(why))) {
+            gc_fail(c, "hcopy", label, why);
+
+        } else {
+            gc_row(c, "hcopy", label, "async = sync, staged", "", "",
+                   "PASS", "");
+        }
+    }
+
+    kvs_backend_free(be);
+
+    if (!c->dead) {
+        snprintf(name, sizeof(name), "%s, engine", label);
+
+        if (gc_hc_engine(c, m, v, kv_dt, name, why, sizeof(why))) {
+            gc_row(c, "hcopy", name, "greedy = cache off", "", "", "PASS",
+                   "");
+        } else {
+            gc_fail(c, "hcopy", name, why);
+        }
+    }
+
+    kvs_vocab_free(v);
+    kvs_model_close(m);
+
+    return c->dead ? -1 : 0;
+}
+
+
+int
+gc_hcopy_run(gc_ctx_t *c)
+{
+    char  path[4096];
+
+    if (c->fixtures == NULL || c->fixtures[0] == '\0') {
+        gc_row(c, "hcopy", "stories260K", "-", "", "", "SKIP",
+               "KVS_FIXTURES not set");
+        return 0;
+    }
+
+    snprintf(path, sizeof(path), "%s/models/stories260K-f32.gguf",
+             c->fixtures);
+
+    if (access(path, R_OK) != 0) {
+        printf("  hcopy stories260K: SKIP: fixture %s is absent\n", path);
+        gc_row(c, "hcopy", "stories260K", "-", "", "", "SKIP",
+               "fixture absent");
+        return 0;
+    }
+
+    if (gc_hc_model(c, "stories260K, own K/V", path, -1) != 0
+        || gc_hc_model(c, "stories260K, K/V int8", path, KVS_KV_INT8) != 0)
+    {
+        return -1;
+    }
+
+    return 0;
+}
