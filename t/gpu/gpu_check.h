@@ -25,8 +25,10 @@
 #include <cuda_runtime_api.h>
 
 #include "kvs_kernels.h"
+#include "backend/kvs_backend.h"
 #include "kv/kvs_batch.h"
 #include "model/kvs_model.h"
+#include "tokenizer/kvs_vocab.h"
 
 #define GC_MAX_ROWS    512            /* report rows kept */
 
@@ -189,6 +191,19 @@ int gc_attn_run(gc_ctx_t *c);         /* rope_kv and attention, for
 int gc_e2e_run(gc_ctx_t *c);
 int gc_hcopy_run(gc_ctx_t *c);        /* the host tier's copies off the
                                          step: async vs sync, timed */
+/* gc_tier_run's engine check: a prompt evicted by others from a 12-block
+ * pool into a disk tier (host NULL) or a host tier (backend_hook and its
+ * arg from host; async: its copies must be off the step) comes back
+ * with the cache-off engine's greedy tokens (1; 0: why says why) */
+typedef struct {
+    void   (*hook)(kvs_backend_t *be, void *arg);
+    void    *arg;
+    int      async;
+} gc_tier_host_t;
+
+int gc_tier_engine(gc_ctx_t *c, kvs_model_t *m, kvs_vocab_t *v, int kv_dt,
+    const gc_tier_host_t *host, const char *name, char *why,
+    size_t why_len);
 int gc_tier_run(gc_ctx_t *c);         /* the prefix cache's host and disk
                                          tiers through block_read and
                                          block_write (gpu_check_tier.c) */

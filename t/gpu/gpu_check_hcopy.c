@@ -14,8 +14,9 @@
  *      (the engine thread's share) and done, microseconds a block
  *      (INFO rows);
  *   3. the engine: a host tier, a prompt evicted into it by others and
- *      asked again comes back from host memory (n_cached_host > 0) with
- *      the cache-off engine's greedy tokens.
+ *      asked again comes back from host memory with the cache-off
+ *      engine's greedy tokens (gpu_check_tier.c's check, its copies off
+ *      the step).
  *
  * Under --self-test the CPU backend stands in for CUDA, wrapped by the
  * unit tests' copy thread (t/unit/kvs_test_acopy.h, no delay), so the
@@ -32,16 +33,11 @@
 #include "gpu_check.h"
 #include "../unit/kvs_test_acopy.h"
 #include "backend/kvs_backend.h"
-#include "engine/kvs_engine.h"
 #include "model/kvs_model.h"
-#include "tokenizer/kvs_vocab.h"
 
 #define GC_HC_BT       16             /* tokens per block */
 #define GC_HC_BLOCKS   160            /* the copies' pool */
 #define GC_HC_N        64             /* blocks timed each way */
-#define GC_HC_POOL     12             /* the engine's pool */
-#define GC_HC_PROMPT   64
-#define GC_HC_GEN      8
 
 
 static kvs_test_acopy_t  gc_hc_ac;    /* --self-test's wrapper */
@@ -221,172 +217,6 @@ done:
 }
 
 
-/* One greedy request run to its end on e; tokens into out[gen]. */
-static int
-gc_hc_gen(kvs_engine_t *e, const int32_t *prompt, int32_t *out,
-    uint32_t *n_host, kvs_err_t *err)
-{
-    int                rc;
-    size_t             i;
-    kvs_engine_req_t   req;
-    kvs_engine_out_t   o;
-    kvs_engine_seq_t  *h, *hs[1];
-
-    memset(&req, 0, sizeof(req));
-    req.prompt = prompt;
-    req.n_prompt = GC_HC_PROMPT;
-    req.max_tokens = GC_HC_GEN;
-    req.ignore_eos = 1;
-    req.sample.top_p = 1.0f;
-    memset(&o, 0, sizeof(o));
-
-    rc = kvs_engine_submit(e, &req, &h, err);
-    if (rc != KVS_OK) {
-        return rc;
-    }
-
-    for (i = 0; o.finish == KVS_FINISH_NONE && i < 1000000; i++) {
-        (void) kvs_engine_step(e);
-
-        while (kvs_engine_ready(e, hs, 1) > 0) {
-            (void) kvs_engine_read(e, hs[0], &o);
-        }
-    }
-
-    kvs_engine_close(e, h);
-
-    if (o.n_tokens != GC_HC_GEN) {
-        kvs_engine_out_free(&o);
-        return kvs_err_set(err, KVS_EIO, "a reply of %zu tokens, not %d",
-                           o.n_tokens, GC_HC_GEN);
-    }
-
-    memcpy(out, o.tokens, GC_HC_GEN * sizeof(int32_t));
-
-    if (n_host != NULL) {
-        *n_host = o.n_cached_host;
-    }
-
-    kvs_engine_out_free(&o);
-
-    return KVS_OK;
-}
-
-
-/* 3: an engine with a host tier against a cache-off one. */
-static int
-gc_hc_engine(gc_ctx_t *c, kvs_model_t *m, kvs_vocab_t *v, int kv_dt,
-    const char *name, char *why, size_t why_len)
-{
-    int                 rc, ok;
-    int32_t             prompt[GC_HC_PROMPT], other[GC_HC_PROMPT];
-    int32_t             a[GC_HC_GEN], b[GC_HC_GEN], x[GC_HC_GEN];
-    uint32_t            i, k, n_host;
-    uint64_t            s;
-    kvs_err_t           err;
-    kvs_engine_t       *on, *off;
-    kvs_engine_conf_t   conf;
-    kvs_engine_stats_t  st;
-
-    on = NULL;
-    off = NULL;
-    ok = 0;
-    n_host = 0;
-
-    memset(&conf, 0, sizeof(conf));
-    conf.model = m;
-    conf.vocab = v;
-    conf.block_tokens = GC_HC_BT;
-    conf.n_blocks = 64;
-    conf.threads = 1;
-    conf.backend = c->self_test ? KVS_BACKEND_CPU : KVS_BACKEND_CUDA;
-    conf.device = c->device;
-    conf.kv_dtype_set = kv_dt >= 0;
-    conf.kv_dtype = kv_dt >= 0 ? (uint32_t) kv_dt : 0;
-    conf.no_prefix_cache = 1;
-
-    rc = kvs_engine_new(&off, &conf, &err);
-
-    if (rc == KVS_OK) {
-        conf.no_prefix_cache = 0;
-        conf.n_blocks = GC_HC_POOL;
-        conf.tier_host_size = 16u << 20;
-
-        if (c->self_test) {
-            memset(&gc_hc_ac, 0, sizeof(gc_hc_ac));
-            conf.backend_hook = kvs_test_acopy_wrap;
-            conf.backend_hook_arg = &gc_hc_ac;
-        }
-
-        rc = kvs_engine_new(&on, &conf, &err);
-    }
-
-    s = c->seed ^ 0x4c0e7ull;
-    for (i = 0; i < GC_HC_PROMPT; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        prompt[i] = 3 + (int32_t) ((s >> 33) % (m->hp.n_vocab - 3));
-    }
-    prompt[0] = 1;
-
-    if (rc == KVS_OK) {
-        rc = gc_hc_gen(on, prompt, a, NULL, &err);
-    }
-
-    /* six other prompts: the pool of 12 blocks keeps none of it */
-    for (k = 0; k < 6 && rc == KVS_OK; k++) {
-        memcpy(other, prompt, sizeof(other));
-        for (i = 1; i < GC_HC_PROMPT; i++) {
-            other[i] = 3 + (int32_t) ((other[i] + 5 * (k + 1))
-                                      % (m->hp.n_vocab - 3));
-        }
-        rc = gc_hc_gen(on, other, x, NULL, &err);
-    }
-
-    if (rc == KVS_OK) {
-        kvs_engine_tier_wait(on);
-        rc = gc_hc_gen(on, prompt, b, &n_host, &err);
-    }
-
-    if (rc == KVS_OK) {
-        rc = gc_hc_gen(off, prompt, x, NULL, &err);
-    }
-
-    if (on != NULL) {
-        kvs_engine_stats(on, &st);
-    } else {
-        memset(&st, 0, sizeof(st));
-    }
-
-    if (rc != KVS_OK) {
-        snprintf(why, why_len, "engine: %s", err.msg);
-
-    } else if (!st.tier.host_async) {
-        snprintf(why, why_len, "the host tier's copies are not off the "
-                 "step (no asynchronous copies)");
-
-    } else if (n_host == 0) {
-        snprintf(why, why_len, "nothing came back from the host tier");
-
-    } else if (memcmp(b, x, sizeof(b)) != 0 || memcmp(a, x, sizeof(a)) != 0)
-    {
-        snprintf(why, why_len, "greedy tokens after the copies differ from "
-                 "the cache-off run's");
-
-    } else {
-        printf("  hcopy %-40s %u tokens from the host tier (%" PRIu64
-               " waits, %.3f ms), greedy tokens = cache off: PASS\n", name,
-               n_host, st.tier.host_copy_waits,
-               (double) st.tier.host_copy_wait_ns / 1e6);
-        ok = 1;
-    }
-
-    kvs_engine_free(on);
-    kvs_engine_free(off);
-
-    return ok;
-}
-
-
 static int
 gc_hc_model(gc_ctx_t *c, const char *label, const char *path, int kv_dt)
 {
@@ -395,6 +225,7 @@ gc_hc_model(gc_ctx_t *c, const char *label, const char *path, int kv_dt)
     kvs_model_t         *m;
     kvs_vocab_t         *v;
     kvs_backend_t       *be;
+    gc_tier_host_t       host;
     kvs_backend_conf_t   conf;
 
     m = NULL;
@@ -445,8 +276,13 @@ gc_hc_model(gc_ctx_t *c, const char *label, const char *path, int kv_dt)
 
     if (!c->dead) {
         snprintf(name, sizeof(name), "%s, engine", label);
+        memset(&gc_hc_ac, 0, sizeof(gc_hc_ac));
+        host.hook = c->self_test ? kvs_test_acopy_wrap : NULL;
+        host.arg = &gc_hc_ac;
+        host.async = 1;
 
-        if (gc_hc_engine(c, m, v, kv_dt, name, why, sizeof(why))) {
+        if (gc_tier_engine(c, m, v, kv_dt, &host, name, why, sizeof(why)))
+        {
             gc_row(c, "hcopy", name, "greedy = cache off", "", "", "PASS",
                    "");
         } else {

@@ -357,8 +357,9 @@ gc_tier_gen(kvs_engine_t *e, const int32_t *prompt, uint32_t n,
 
     memcpy(out, o.tokens, GC_TIER_GEN * sizeof(int32_t));
 
+    /* what came from the lower tiers: the disk's, and the host's */
     if (n_tier != NULL) {
-        *n_tier = o.n_cached_tier;
+        *n_tier = o.n_cached_tier + o.n_cached_host;
     }
 
     kvs_engine_out_free(&o);
@@ -367,10 +368,12 @@ gc_tier_gen(kvs_engine_t *e, const int32_t *prompt, uint32_t n,
 }
 
 
-/* 3: an engine with a disk tier against a cache-off one. */
-static int
+/* 3: an engine with a disk tier (host NULL) or a host tier against a
+ * cache-off one. */
+int
 gc_tier_engine(gc_ctx_t *c, kvs_model_t *m, kvs_vocab_t *v, int kv_dt,
-    const char *name, char *why, size_t why_len)
+    const gc_tier_host_t *host, const char *name, char *why,
+    size_t why_len)
 {
     int                 rc, ok;
     char                path[4096];
@@ -381,6 +384,8 @@ gc_tier_engine(gc_ctx_t *c, kvs_model_t *m, kvs_vocab_t *v, int kv_dt,
     kvs_err_t           err;
     kvs_engine_t       *on, *off;
     kvs_engine_conf_t   conf;
+    kvs_engine_stats_t  st;
+    const char         *tier;
 
     on = NULL;
     off = NULL;
@@ -406,9 +411,17 @@ gc_tier_engine(gc_ctx_t *c, kvs_model_t *m, kvs_vocab_t *v, int kv_dt,
     if (rc == KVS_OK) {
         conf.no_prefix_cache = 0;
         conf.n_blocks = GC_TIER_POOL;
-        conf.tier_path = path;
-        conf.tier_size = 8u << 20;
-        conf.tier_model = 1;
+
+        if (host != NULL) {
+            conf.tier_host_size = 16u << 20;
+            conf.backend_hook = host->hook;
+            conf.backend_hook_arg = host->arg;
+        } else {
+            conf.tier_path = path;
+            conf.tier_size = 8u << 20;
+            conf.tier_model = 1;
+        }
+
         rc = kvs_engine_new(&on, &conf, &err);
     }
 
@@ -442,11 +455,22 @@ gc_tier_engine(gc_ctx_t *c, kvs_model_t *m, kvs_vocab_t *v, int kv_dt,
         rc = gc_tier_gen(off, prompt, GC_TIER_PROMPT, x, NULL, &err);
     }
 
+    memset(&st, 0, sizeof(st));
+    if (on != NULL) {
+        kvs_engine_stats(on, &st);
+    }
+
+    tier = host != NULL ? "host" : "disk";
+
     if (rc != KVS_OK) {
         snprintf(why, why_len, "engine: %s", err.msg);
 
+    } else if (host != NULL && host->async && !st.tier.host_async) {
+        snprintf(why, why_len, "the host tier's copies are not off the "
+                 "step (no asynchronous copies)");
+
     } else if (n_tier == 0) {
-        snprintf(why, why_len, "nothing came back from the disk tier");
+        snprintf(why, why_len, "nothing came back from the %s tier", tier);
 
     } else if (memcmp(b, x, sizeof(b)) != 0 || memcmp(a, x, sizeof(a)) != 0)
     {
@@ -454,8 +478,9 @@ gc_tier_engine(gc_ctx_t *c, kvs_model_t *m, kvs_vocab_t *v, int kv_dt,
                  "the cache-off run's");
 
     } else {
-        printf("  tier %-44s %u tokens from the disk tier, greedy tokens "
-               "= cache off: PASS\n", name, n_tier);
+        printf("  tier %-44s %u tokens from the %s tier%s, greedy tokens "
+               "= cache off: PASS\n", name, n_tier, tier,
+               st.tier.host_async ? " (its copies off the step)" : "");
         ok = 1;
     }
 
@@ -518,7 +543,9 @@ gc_tier_model(gc_ctx_t *c, const char *label, const char *path, int kv_dt)
     if (!c->dead) {
         snprintf(name, sizeof(name), "%s, engine", label);
 
-        if (gc_tier_engine(c, m, v, kv_dt, name, why, sizeof(why))) {
+        if (gc_tier_engine(c, m, v, kv_dt, NULL, name, why,
+                           sizeof(why)))
+        {
             gc_row(c, "tier", name, "greedy = cache off", "", "", "PASS",
                    "");
         } else {

@@ -270,64 +270,6 @@ failed:
 }
 
 
-/* Block b's pieces between the pool and the packed block at buf: on
- * stream s, to_pool or out, kind the direction's (device to device for
- * the staging, host to device for a write). */
-static int
-kvs_cuda_acopy_pieces(kvs_cuda_t *cu, uint32_t b, char *buf, int to_pool,
-    enum cudaMemcpyKind kind, cudaStream_t s, kvs_err_t *err)
-{
-    int                         rc;
-    char                       *dev, *pk;
-    uint32_t                    i, r;
-    kvs_cuda_bc_plan_t          pl;
-    const kvs_cuda_bc_piece_t  *p;
-
-    rc = kvs_cuda_bc_plan(&cu->bc, b, &pl, err);
-    if (rc != KVS_OK) {
-        return rc;
-    }
-
-    for (i = 0; i < pl.n; i++) {
-        p = &pl.p[i];
-        dev = kvs_cuda_tier_array(cu, p->array) + p->dev_off;
-        pk = buf + p->host_off;
-
-        if (p->per_row) {
-            for (r = 0; r < p->height; r++) {
-                KVS_CUDA_TRY(cudaMemcpyAsync(
-                                 to_pool ? dev + r * p->dev_pitch
-                                         : pk + r * p->width,
-                                 to_pool ? pk + r * p->width
-                                         : dev + r * p->dev_pitch,
-                                 p->width, kind, s),
-                             "cudaMemcpyAsync(a block's row)");
-            }
-
-            continue;
-        }
-
-        if (to_pool) {
-            KVS_CUDA_TRY(cudaMemcpy2DAsync(dev, p->dev_pitch, pk, p->width,
-                                           p->width, p->height, kind, s),
-                         "cudaMemcpy2DAsync(a block in)");
-        } else {
-            KVS_CUDA_TRY(cudaMemcpy2DAsync(pk, p->width, dev, p->dev_pitch,
-                                           p->width, p->height, kind, s),
-                         "cudaMemcpy2DAsync(a block out)");
-        }
-    }
-
-    return KVS_OK;
-
-failed:
-
-    cu->ac->failed = 1;
-
-    return rc;
-}
-
-
 int
 kvs_cuda_block_read_async(kvs_backend_t *be, uint32_t b, void *dst,
     uint64_t *ticket, kvs_err_t *err)
@@ -354,9 +296,10 @@ kvs_cuda_block_read_async(kvs_backend_t *be, uint32_t b, void *dst,
 
     /* into the device staging on the step's stream, in order with the
      * steps; then out to dst on ast, after it */
-    rc = kvs_cuda_acopy_pieces(cu, b, stg, 0, cudaMemcpyDeviceToDevice,
-                               cu->st, err);
+    rc = kvs_cuda_tier_pieces(cu, b, stg, 0, cudaMemcpyDeviceToDevice,
+                              cu->st, err);
     if (rc != KVS_OK) {
+        ac->failed = 1;
         return rc;
     }
 
@@ -411,9 +354,10 @@ kvs_cuda_block_write_async(kvs_backend_t *be, uint32_t b, const void *src,
         return rc;
     }
 
-    rc = kvs_cuda_acopy_pieces(cu, b, (char *) src, 1,
-                               cudaMemcpyHostToDevice, ac->ast, err);
+    rc = kvs_cuda_tier_pieces(cu, b, (char *) src, 1,
+                              cudaMemcpyHostToDevice, ac->ast, err);
     if (rc != KVS_OK) {
+        ac->failed = 1;
         return rc;
     }
 

@@ -222,8 +222,11 @@ int kvs_cuda_block_write(kvs_backend_t *be, uint32_t b, const void *src,
     kvs_err_t *err);
 void *kvs_cuda_host_alloc(kvs_backend_t *be, size_t bytes, kvs_err_t *err);
 void kvs_cuda_host_free(kvs_backend_t *be, void *p);
-/* The pool's array (kvs_cuda_bc_array_t) a plan's piece names. */
-char *kvs_cuda_tier_array(kvs_cuda_t *cu, uint32_t array);
+/* Block b's pieces (kvs_cuda_bc_plan) between the pool and the packed
+ * block at buf, queued on stream s: into the pool (to_pool) or out of
+ * it, kind the copies' direction (host or device memory at buf). */
+int kvs_cuda_tier_pieces(kvs_cuda_t *cu, uint32_t b, char *buf,
+    int to_pool, enum cudaMemcpyKind kind, cudaStream_t s, kvs_err_t *err);
 
 /* kvs_cuda_acopy.c: the copies off the step, their stream, events and
  * device staging (made by kvs_cuda_tier_init for blocks of block_bytes,
