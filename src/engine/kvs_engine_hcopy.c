@@ -496,6 +496,15 @@ kvs_engine_hcopy_release(kvs_engine_t *e, kvs_engine_seq_t *h)
 
 
 uint32_t
+kvs_engine_hcopy_reserved(kvs_engine_t *e)
+{
+    kvs_engine_hcopy_t  *hc = kvs_engine_hcopy_of(e);
+
+    return hc != NULL ? hc->in_jobs : 0;
+}
+
+
+uint32_t
 kvs_engine_hcopy_loads(kvs_engine_t *e)
 {
     kvs_engine_hcopy_t  *hc = kvs_engine_hcopy_of(e);

@@ -286,6 +286,14 @@ kvs_engine_thost_load(kvs_engine_t *e, kvs_engine_seq_t *h,
         if (kvs_engine_hcopy_busy(e, h)) {
             return 0;
         }
+
+        /* the loads' bound counts the blocks loads in flight hold */
+        k = kvs_engine_hcopy_reserved(e);
+        room = room > k ? room - k : 0;
+
+        if (room == 0) {
+            return 0;
+        }
     }
 
     /* the path names up to the run, then the run's blocks held as far

@@ -123,6 +123,9 @@ int kvs_engine_hcopy_busy(kvs_engine_t *e, kvs_engine_seq_t *h);
  * done. */
 void kvs_engine_hcopy_release(kvs_engine_t *e, kvs_engine_seq_t *h);
 
+/* Pool blocks the loads in flight hold (within the loads' bound). */
+uint32_t kvs_engine_hcopy_reserved(kvs_engine_t *e);
+
 /* Waits for every copy in flight and settles them (tests, free). */
 void kvs_engine_hcopy_wait(kvs_engine_t *e);
 
