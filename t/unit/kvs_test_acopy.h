@@ -154,15 +154,19 @@ static int
 kvs_test_acopy_queue(kvs_test_acopy_t *a, kvs_test_acopy_job_t *j,
     uint64_t *ticket, kvs_err_t *err)
 {
+    uint32_t  n, s;
+
     pthread_mutex_lock(&a->lk);
 
     if (a->count == KVS_TEST_ACOPY_MAX
         || (!j->write && a->s_count == a->n_stage))
     {
         a->refused++;
+        n = a->count;
+        s = a->s_count;
         pthread_mutex_unlock(&a->lk);
         return kvs_err_set(err, KVS_KV_EFULL, "test copies: %u in flight, "
-                           "%u staged", a->count, a->s_count);
+                           "%u staged", n, s);
     }
 
     if (!j->write) {

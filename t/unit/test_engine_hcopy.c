@@ -5,11 +5,11 @@
  * a set delay, against an engine with the cache off.
  *
  * A prompt evicted into the host tier by asynchronous copies comes back
- * from it bit for bit; with copies of 100 ms, no step takes 50 ms while
+ * from it bit for bit; with copies of 200 ms, no step takes 100 ms while
  * blocks spill and while a request's blocks are copied in (it waits
  * parked while another request runs to its end, then gets them all),
  * where the synchronous path on the same slow copies has steps of over
- * 100 ms; a request closed while its copies run gives every pool block
+ * 200 ms; a request closed while its copies run gives every pool block
  * back once they are done, and its host blocks serve the next request;
  * an engine freed with copies in flight (spills and a load) frees the
  * host memory once and leaks nothing (ASan); a backend at its limit of
@@ -29,7 +29,7 @@
 #define BT       16
 #define BUDGET   32
 #define POOL     12                   /* blocks: two 64-token turns */
-#define SLOW     100000               /* us a slow copy takes */
+#define SLOW     200000               /* us a slow copy takes */
 
 
 static kvs_test_acopy_t  ac;
