@@ -201,6 +201,9 @@ typedef struct {
     int      async;
 } gc_tier_host_t;
 
+/* 1 when stories260K's fixture is there (its path into path[len]), else
+ * a SKIP row of part and 0 */
+int gc_tier_fixture(gc_ctx_t *c, const char *part, char *path, size_t len);
 int gc_tier_engine(gc_ctx_t *c, kvs_model_t *m, kvs_vocab_t *v, int kv_dt,
     const gc_tier_host_t *host, const char *name, char *why,
     size_t why_len);

@@ -28,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "gpu_check.h"
 #include "../unit/kvs_test_acopy.h"
@@ -302,19 +301,7 @@ gc_hcopy_run(gc_ctx_t *c)
 {
     char  path[4096];
 
-    if (c->fixtures == NULL || c->fixtures[0] == '\0') {
-        gc_row(c, "hcopy", "stories260K", "-", "", "", "SKIP",
-               "KVS_FIXTURES not set");
-        return 0;
-    }
-
-    snprintf(path, sizeof(path), "%s/models/stories260K-f32.gguf",
-             c->fixtures);
-
-    if (access(path, R_OK) != 0) {
-        printf("  hcopy stories260K: SKIP: fixture %s is absent\n", path);
-        gc_row(c, "hcopy", "stories260K", "-", "", "", "SKIP",
-               "fixture absent");
+    if (!gc_tier_fixture(c, "hcopy", path, sizeof(path))) {
         return 0;
     }
 

@@ -561,23 +561,34 @@ gc_tier_model(gc_ctx_t *c, const char *label, const char *path, int kv_dt)
 
 
 int
-gc_tier_run(gc_ctx_t *c)
+gc_tier_fixture(gc_ctx_t *c, const char *part, char *path, size_t len)
 {
-    char  path[4096];
-
     if (c->fixtures == NULL || c->fixtures[0] == '\0') {
-        gc_row(c, "tier", "stories260K", "-", "", "", "SKIP",
+        gc_row(c, part, "stories260K", "-", "", "", "SKIP",
                "KVS_FIXTURES not set");
         return 0;
     }
 
-    snprintf(path, sizeof(path), "%s/models/stories260K-f32.gguf",
-             c->fixtures);
+    snprintf(path, len, "%s/models/stories260K-f32.gguf", c->fixtures);
 
     if (access(path, R_OK) != 0) {
-        printf("  tier stories260K: SKIP: fixture %s is absent\n", path);
-        gc_row(c, "tier", "stories260K", "-", "", "", "SKIP",
+        printf("  %s stories260K: SKIP: fixture %s is absent\n", part,
+               path);
+        gc_row(c, part, "stories260K", "-", "", "", "SKIP",
                "fixture absent");
+        return 0;
+    }
+
+    return 1;
+}
+
+
+int
+gc_tier_run(gc_ctx_t *c)
+{
+    char  path[4096];
+
+    if (!gc_tier_fixture(c, "tier", path, sizeof(path))) {
         return 0;
     }
 
