@@ -201,6 +201,14 @@ typedef struct {
     int      async;
 } gc_tier_host_t;
 
+/* The model at path, its vocabulary and a backend of n_blocks blocks of
+ * 16 tokens in K/V dtype kv_dt (-1: the backend's own; CUDA, or the CPU
+ * under --self-test); 0 when the model does not open, *be NULL when the
+ * backend is refused (both with a FAIL row of part and label). */
+int gc_tier_open(gc_ctx_t *c, const char *part, const char *label,
+    const char *path, int kv_dt, uint32_t n_blocks, kvs_model_t **m,
+    kvs_vocab_t **v, kvs_backend_t **be);
+
 /* 1 when stories260K's fixture is there (its path into path[len]), else
  * a SKIP row of part and 0 */
 int gc_tier_fixture(gc_ctx_t *c, const char *part, char *path, size_t len);

@@ -34,7 +34,6 @@
 #include "backend/kvs_backend.h"
 #include "model/kvs_model.h"
 
-#define GC_HC_BT       16             /* tokens per block */
 #define GC_HC_BLOCKS   160            /* the copies' pool */
 #define GC_HC_N        64             /* blocks timed each way */
 
@@ -220,40 +219,18 @@ static int
 gc_hc_model(gc_ctx_t *c, const char *label, const char *path, int kv_dt)
 {
     char                 why[KVS_ERR_MSG_LEN + 64], name[96];
-    kvs_err_t            err;
     kvs_model_t         *m;
     kvs_vocab_t         *v;
     kvs_backend_t       *be;
     gc_tier_host_t       host;
-    kvs_backend_conf_t   conf;
 
-    m = NULL;
-    v = NULL;
-    be = NULL;
-
-    if (kvs_model_open(&m, path, &err) != KVS_OK
-        || kvs_vocab_load(&v, m->gguf, &err) != KVS_OK)
+    if (!gc_tier_open(c, "hcopy", label, path, kv_dt, GC_HC_BLOCKS, &m, &v,
+                      &be))
     {
-        snprintf(why, sizeof(why), "open %s: %s", path, err.msg);
-        gc_fail(c, "hcopy", label, why);
-        kvs_model_close(m);
         return 0;
     }
 
-    memset(&conf, 0, sizeof(conf));
-    conf.n_blocks = GC_HC_BLOCKS;
-    conf.block_tokens = GC_HC_BT;
-    conf.device = c->device;
-    conf.kind = c->self_test ? KVS_BACKEND_CPU : KVS_BACKEND_CUDA;
-    conf.kv_dtype_set = kv_dt >= 0;
-    conf.kv_dtype = kv_dt >= 0 ? (uint32_t) kv_dt : 0;
-
-    if (kvs_backend_new(&be, m, &conf, NULL, &err) != KVS_OK) {
-        snprintf(why, sizeof(why), "%s", err.msg);
-        gc_fail(c, "hcopy", label, why);
-        be = NULL;
-
-    } else {
+    if (be != NULL) {
         if (c->self_test) {
             memset(&gc_hc_ac, 0, sizeof(gc_hc_ac));
             kvs_test_acopy_wrap(be, &gc_hc_ac);

@@ -492,40 +492,63 @@ gc_tier_engine(gc_ctx_t *c, kvs_model_t *m, kvs_vocab_t *v, int kv_dt,
 }
 
 
-static int
-gc_tier_model(gc_ctx_t *c, const char *label, const char *path, int kv_dt)
+int
+gc_tier_open(gc_ctx_t *c, const char *part, const char *label,
+    const char *path, int kv_dt, uint32_t n_blocks, kvs_model_t **m,
+    kvs_vocab_t **v, kvs_backend_t **be)
 {
-    char                 why[KVS_ERR_MSG_LEN + 64], name[96];
+    char                 why[KVS_ERR_MSG_LEN + 64];
     kvs_err_t            err;
-    kvs_model_t         *m;
-    kvs_vocab_t         *v;
-    kvs_backend_t       *be;
     kvs_backend_conf_t   conf;
 
-    m = NULL;
-    v = NULL;
-    be = NULL;
+    *m = NULL;
+    *v = NULL;
+    *be = NULL;
 
-    if (kvs_model_open(&m, path, &err) != KVS_OK
-        || kvs_vocab_load(&v, m->gguf, &err) != KVS_OK)
+    if (kvs_model_open(m, path, &err) != KVS_OK
+        || kvs_vocab_load(v, (*m)->gguf, &err) != KVS_OK)
     {
         snprintf(why, sizeof(why), "open %s: %s", path, err.msg);
-        gc_fail(c, "tier", label, why);
-        kvs_model_close(m);
+        gc_fail(c, part, label, why);
+        kvs_model_close(*m);
+        *m = NULL;
         return 0;
     }
 
     memset(&conf, 0, sizeof(conf));
-    conf.n_blocks = GC_TIER_BLOCKS;
+    conf.n_blocks = n_blocks;
     conf.block_tokens = GC_TIER_BT;
     conf.device = c->device;
     conf.kind = c->self_test ? KVS_BACKEND_CPU : KVS_BACKEND_CUDA;
     conf.kv_dtype_set = kv_dt >= 0;
     conf.kv_dtype = kv_dt >= 0 ? (uint32_t) kv_dt : 0;
 
-    if (kvs_backend_new(&be, m, &conf, NULL, &err) != KVS_OK) {
+    if (kvs_backend_new(be, *m, &conf, NULL, &err) != KVS_OK) {
         snprintf(why, sizeof(why), "%s", err.msg);
-        gc_fail(c, "tier", label, why);
+        gc_fail(c, part, label, why);
+        *be = NULL;
+    }
+
+    return 1;
+}
+
+
+static int
+gc_tier_model(gc_ctx_t *c, const char *label, const char *path, int kv_dt)
+{
+    char                 why[KVS_ERR_MSG_LEN + 64], name[96];
+    kvs_model_t         *m;
+    kvs_vocab_t         *v;
+    kvs_backend_t       *be;
+
+    if (!gc_tier_open(c, "tier", label, path, kv_dt, GC_TIER_BLOCKS, &m, &v,
+                      &be))
+    {
+        return 0;
+    }
+
+    if (be == NULL) {
+        /* failed, said */
 
     } else if (be->ops->block_read == NULL || be->ops->block_write == NULL)
     {
