@@ -104,7 +104,8 @@ UNIT_BINS    := $(UNIT_SRCS:t/unit/%.c=$(B)/unit/%)
 ASAN_BINS    := $(UNIT_SRCS:t/unit/%.c=$(B)/asan/unit/%)
 # the tests that run threads: the engine's hand-over, the thread pool,
 # the disk tier's writer (alone and in the engine, also behind the host
-# tier, and reporting to the prefix index), the engine
+# tier, and reporting to the prefix index), the host tier's copies off
+# the step (a copy thread), the engine
 # process's server loop and the adapters' loader
 TSAN_BINS    := $(B)/tsan/unit/test_engine $(B)/tsan/unit/test_threads \
                 $(B)/tsan/unit/test_kv_tier_spill \
@@ -113,6 +114,7 @@ TSAN_BINS    := $(B)/tsan/unit/test_engine $(B)/tsan/unit/test_threads \
                 $(B)/tsan/unit/test_engine_tier_ix \
                 $(B)/tsan/unit/test_engine_thost \
                 $(B)/tsan/unit/test_engine_thost_ix \
+                $(B)/tsan/unit/test_engine_hcopy \
                 $(B)/tsan/unit/test_srv \
                 $(B)/tsan/unit/test_engine_lora
 VENV         := $(B)/venv
@@ -496,6 +498,7 @@ GPU_CHECK_OBJS := $(CU_SRCS:kernels/%.cu=$(B)/cuda/%.o)
 OUT ?= t/gpu/out
 
 $(B)/gpu_check: $(GPU_CHECK_SRCS) $(wildcard t/gpu/gpu_check*.h) $(LIB) \
+                t/unit/kvs_test_acopy.h \
                 $(GPU_CHECK_OBJS) $(CUDA_HDRS)
 	$(CC) $(KVS_CFLAGS) $(CFLAGS) -Isrc -I$(CUDA_HOME)/include -Ikernels \
 	    -o $@ $(GPU_CHECK_SRCS) $(LIB) $(GPU_CHECK_OBJS) $(LIBS) \

@@ -163,6 +163,34 @@ typedef struct {
     int   (*lora_install)(kvs_backend_t *be, uint32_t slot, void *img,
                           void **spent, kvs_err_t *err);
     void  (*lora_free_image)(kvs_backend_t *be, void *img);
+    /*
+     * optional, all four or none (NULL: block_read and block_write copy
+     * at once, on the engine thread): the same copies queued off the
+     * step (CUDA: on a copy stream of their own), between a block and
+     * host_alloc's memory, each given a ticket (> 0, rising).  Copies
+     * finish in ticket order: copy_poll's *done is the last ticket
+     * finished (every earlier one is), without waiting; copy_wait
+     * waits until ticket is finished.
+     *   - block_read_async takes block b as every step queued so far
+     *     left it, so the block may be given to another sequence, and
+     *     written by the next step, at once (CUDA stages it on the
+     *     device); dst receives it by its ticket, and stays the
+     *     caller's until then;
+     *   - block_write_async writes src into block b by its ticket; no
+     *     step may read block b, and src must stay, until then.
+     * KVS_ERANGE (KVS_KV_EFULL) when the backend holds as many copies
+     * in flight (or staged blocks) as it can: nothing queued, the
+     * caller copies at once or not at all.  A copy that failed fails
+     * copy_poll and copy_wait, and every later ticket with it.  Like
+     * every op, these run on the engine thread.
+     */
+    int   (*block_read_async)(kvs_backend_t *be, uint32_t b, void *dst,
+                              uint64_t *ticket, kvs_err_t *err);
+    int   (*block_write_async)(kvs_backend_t *be, uint32_t b,
+                               const void *src, uint64_t *ticket,
+                               kvs_err_t *err);
+    int   (*copy_poll)(kvs_backend_t *be, uint64_t *done, kvs_err_t *err);
+    int   (*copy_wait)(kvs_backend_t *be, uint64_t ticket, kvs_err_t *err);
 } kvs_backend_ops_t;
 
 /* Adapter slots a backend with set_lora holds at once (the CPU's). */

@@ -42,6 +42,7 @@ static void *kvs_engine_main(void *arg);
 
 /* ms between the idle engine's looks at its queue's deadlines */
 #define KVS_ENGINE_QUEUE_TICK  50
+#define KVS_ENGINE_COPY_TICK   200    /* us: host tier copies' polls */
 
 
 const uint32_t  kvs_engine_iter_bounds[KVS_ENGINE_ITER_BOUNDS] = {
@@ -941,7 +942,7 @@ kvs_engine_pin(kvs_engine_t *e, kvs_engine_seq_t *h)
 static void *
 kvs_engine_main(void *arg)
 {
-    int              busy, tick;
+    int              busy, tick, copying;
     kvs_engine_t    *e = arg;
     struct timespec  at;
 
@@ -956,17 +957,22 @@ kvs_engine_main(void *arg)
          * KVS_ENGINE_QUEUE_TICK ms ends those past the queue timeout */
         tick = e->sched.waiting.n > 0 && e->conf.queue_timeout_ms > 0;
 
+        /* the host tier's loads in flight (kvs_engine_hcopy.c): polled
+         * every KVS_ENGINE_COPY_TICK us, their requests waiting */
+        copying = kvs_engine_hcopy_loads(e) > 0;
+
         while (!busy && !e->quit && e->inbox == NULL && e->cancels == NULL
                && !kvs_engine_index_pending(e) && !e->lora_ready
                && !e->tier_ready)
         {
-            if (!tick) {
+            if (!tick && !copying) {
                 pthread_cond_wait(&e->wake, &e->lock);
                 continue;
             }
 
             clock_gettime(CLOCK_REALTIME, &at);
-            at.tv_nsec += KVS_ENGINE_QUEUE_TICK * 1000000L;
+            at.tv_nsec += copying ? KVS_ENGINE_COPY_TICK * 1000L
+                                  : KVS_ENGINE_QUEUE_TICK * 1000000L;
             at.tv_sec += at.tv_nsec / 1000000000L;
             at.tv_nsec %= 1000000000L;
 

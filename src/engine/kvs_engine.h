@@ -349,6 +349,19 @@ typedef struct {
                                          thread's) */
     uint64_t  host_bytes_in;          /* bytes copied into the tier */
     uint64_t  host_bytes_out;         /* bytes copied out into the pool */
+
+    /* the host tier's copies off the step (kvs_engine_hcopy.c);
+     * host_async 0: the backend copies at once, on the engine thread */
+    uint32_t  host_async;
+    uint64_t  host_copies;            /* blocks being copied now, out
+                                         (spills) and in (loads) */
+    uint64_t  host_copy_waits;        /* loads whose request waited for
+                                         its copies */
+    uint64_t  host_copy_wait_ns;      /* their time, queued to done */
+    uint64_t  host_copy_full;         /* copies the backend refused, at
+                                         its limit: a spill on to the
+                                         disk tier, a load cut short */
+    uint64_t  host_copy_failed;       /* blocks whose copy failed */
 } kvs_engine_tier_stats_t;
 
 typedef struct {
@@ -464,7 +477,9 @@ int kvs_engine_step(kvs_engine_t *e);
 void kvs_engine_stats(kvs_engine_t *e, kvs_engine_stats_t *st);
 
 /* Waits until the disk tier's spill queue is written (tests, benches);
- * no-op without a tier.  Any thread. */
+ * no-op without a tier.  Any thread; but with the host tier's copies
+ * off the step (a backend with asynchronous copies), which it waits for
+ * and settles first, only the thread that steps e. */
 void kvs_engine_tier_wait(kvs_engine_t *e);
 
 /* The tenants served most and the rest, as of the last step. */

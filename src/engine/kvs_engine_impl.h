@@ -386,6 +386,10 @@ void kvs_engine_tier_release(kvs_engine_t *e, kvs_engine_seq_t *h);
 /* Ends every parked request (cancelled): kvs_engine_free. */
 void kvs_engine_tier_end_all(kvs_engine_t *e);
 
+/* kvs_engine_hcopy.c: the host tier's loads in flight, whose requests
+ * wait (the engine thread polls while there are any); engine thread. */
+uint32_t kvs_engine_hcopy_loads(kvs_engine_t *e);
+
 
 /* kvs_engine_gram.c */
 

@@ -24,8 +24,10 @@
  *     to the disk): the blocks of the load's run that the host tier
  *     holds stay there until the load copies them;
  *   - a load holds each slot it copies from until its block_write is
- *     done, then releases it: no hold outlives the plan that took it,
- *     so a request that ends later has no host hold to give back;
+ *     done, then releases it: with copies at once no hold outlives the
+ *     plan that took it; with copies off the step the holds are the
+ *     queued load's (kvs_engine_hcopy.c), given back when its copies
+ *     are done, whether or not its request is still there;
  *   - a load's pool blocks are its own (refcount 1, in no table) until
  *     the tree takes its references at the insert; its own go back on
  *     every path, so a failed insert frees them;
@@ -35,9 +37,11 @@
  *
  * Cost: the plan (kvs_engine_tload.c) weighs a host load with the
  * cost model from the measured time of these copies, and calls this
- * only when it is worth it.  The copies run on the engine thread, in
- * the plan (a memcpy on the CPU, a DMA from pinned memory on CUDA),
- * between steps.
+ * only when it is worth it.  With a backend that copies asynchronously
+ * (CUDA's copy stream), spills and loads are queued and settled by
+ * kvs_engine_hcopy.c, off the step; otherwise the copies run on the
+ * engine thread, in the plan (a memcpy on the CPU backend with the
+ * tests' hooks), between steps.
  *
  * Threads: the engine thread alone; the tier locks itself, and the
  * evict hook runs under its lock (it calls only the disk tier's queue
@@ -57,6 +61,9 @@ struct kvs_engine_thost_s {
     kvs_tier_host_t   *host;
     const void       **data;          /* [max_blocks] a load's held bytes */
     uint32_t          *slot;          /* [max_blocks] ... and slots */
+    kvs_engine_hcopy_t *hc;           /* copies off the step
+                                         (kvs_engine_hcopy.c); NULL: the
+                                         backend copies at once */
 };
 
 typedef struct {
@@ -169,6 +176,18 @@ kvs_engine_thost_new(kvs_engine_t *e, kvs_err_t *err)
     et->st.host_on = 1;
     et->st.host_block_bytes = et->block_bytes;
 
+    /* the backend's asynchronous copies, all four, when it has them */
+    if (e->be->ops->block_read_async != NULL
+        && e->be->ops->block_write_async != NULL
+        && e->be->ops->copy_poll != NULL && e->be->ops->copy_wait != NULL)
+    {
+        if (kvs_engine_hcopy_new(e, th->host, &th->hc, err) != KVS_OK) {
+            return err->code;
+        }
+
+        et->st.host_async = 1;
+    }
+
     return KVS_OK;
 }
 
@@ -182,6 +201,9 @@ kvs_engine_thost_free(kvs_engine_t *e)
         return;
     }
 
+    /* copies in flight read and write the tier's memory: done first */
+    kvs_engine_hcopy_free(e, th->hc);
+    th->hc = NULL;
     kvs_tier_host_free(th->host);
     free(th->data);
     free(th->slot);
@@ -208,6 +230,10 @@ kvs_engine_thost_spill(kvs_engine_t *e, const kvs_radix_key_t *key,
     kvs_err_t                 err;
     kvs_engine_tier_t        *et = e->tier;
     kvs_engine_thost_fill_t   f;
+
+    if (et->th->hc != NULL) {
+        return kvs_engine_hcopy_spill(e, key, path, tokens, block);
+    }
 
     f.e = e;
     f.block = block;
@@ -256,6 +282,24 @@ kvs_engine_thost_load(kvs_engine_t *e, kvs_engine_seq_t *h,
 
     if (k0 >= kmax || room == 0) {
         return 0;
+    }
+
+    /* copies off the step: the spills done so far are stored blocks;
+     * a run of h's in flight already is waited for (the plan parks h) */
+    if (th->hc != NULL) {
+        kvs_engine_hcopy_poll(e, 0);
+
+        if (kvs_engine_hcopy_busy(e, h)) {
+            return 0;
+        }
+
+        /* the loads' bound counts the blocks loads in flight hold */
+        k = kvs_engine_hcopy_reserved(e);
+        room = room > k ? room - k : 0;
+
+        if (room == 0) {
+            return 0;
+        }
     }
 
     /* the path names up to the run, then the run's blocks held as far
@@ -307,6 +351,12 @@ kvs_engine_thost_load(kvs_engine_t *e, kvs_engine_seq_t *h,
            == KVS_OK)
     {
         got = n < free_n ? n : free_n;
+    }
+
+    if (th->hc != NULL) {
+        /* queued: into the tree once done (h waits parked) */
+        return kvs_engine_hcopy_load(e, h, m, k0, n, got, th->slot,
+                                     th->data);
     }
 
     t0 = kvs_now_ns();
@@ -399,4 +449,18 @@ kvs_engine_thost_live(kvs_engine_t *e, kvs_engine_tier_stats_t *st)
     st->host_slots = hs.slots;
     st->host_used = hs.used;
     st->host_hits = hs.hits;
+}
+
+
+kvs_engine_hcopy_t *
+kvs_engine_thost_hcopy(kvs_engine_t *e)
+{
+    return e->tier->th->hc;
+}
+
+
+kvs_tier_host_t *
+kvs_engine_thost_tier(kvs_engine_t *e)
+{
+    return e->tier->th->host;
 }

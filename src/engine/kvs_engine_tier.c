@@ -302,6 +302,8 @@ kvs_engine_tier_live(kvs_engine_t *e, kvs_engine_tier_stats_t *st)
 void
 kvs_engine_tier_wait(kvs_engine_t *e)
 {
+    kvs_engine_hcopy_wait(e);
+
     if (e->tier != NULL && e->tier->spill != NULL) {
         kvs_tier_spill_wait(e->tier->spill);
     }

@@ -16,11 +16,13 @@
 
 #include "kv/kvs_tier.h"
 #include "kv/kvs_tier_cost.h"
+#include "kv/kvs_tier_host.h"
 #include "kv/kvs_tier_spill.h"
 #include "kvs_engine_impl.h"
 
 typedef struct kvs_engine_tload_s  kvs_engine_tload_t;
 typedef struct kvs_engine_thost_s  kvs_engine_thost_t;
+typedef struct kvs_engine_hcopy_s  kvs_engine_hcopy_t;
 
 struct kvs_engine_tier_s {
     kvs_tier_t          *tier;          /* the disk tier; NULL: none */
@@ -83,5 +85,49 @@ int kvs_engine_thost_get(kvs_engine_t *e, const kvs_radix_key_t *key,
 
 /* The host tier's own figures into st (any thread). */
 void kvs_engine_thost_live(kvs_engine_t *e, kvs_engine_tier_stats_t *st);
+
+/* The host tier's copies off the step, and the tier (engine thread). */
+kvs_engine_hcopy_t *kvs_engine_thost_hcopy(kvs_engine_t *e);
+kvs_tier_host_t *kvs_engine_thost_tier(kvs_engine_t *e);
+
+
+/* kvs_engine_hcopy.c: the host tier's copies off the step, for a backend
+ * with the asynchronous block copies (engine thread only) */
+
+int kvs_engine_hcopy_new(kvs_engine_t *e, kvs_tier_host_t *host,
+    kvs_engine_hcopy_t **out, kvs_err_t *err);
+/* Waits for every copy in flight, settles them, frees hc (NULL: no-op);
+ * before the host tier is freed. */
+void kvs_engine_hcopy_free(kvs_engine_t *e, kvs_engine_hcopy_t *hc);
+
+/* A spill into the host tier queued (1), or not taken (0: the caller
+ * hands it to the disk tier). */
+int kvs_engine_hcopy_spill(kvs_engine_t *e, const kvs_radix_key_t *key,
+    const uint8_t *path, const int32_t *tokens, uint32_t block);
+
+/* kvs_engine_thost_load's run queued: the run's n held host slots
+ * (slots, data) and its first got pool blocks (e->tier->table from k0,
+ * reserved) into a load of h, under m's lock; what is not queued goes
+ * back.  Returns the blocks queued (0: nothing, all given back). */
+uint32_t kvs_engine_hcopy_load(kvs_engine_t *e, kvs_engine_seq_t *h,
+    kvs_radix_match_t *m, uint32_t k0, uint32_t n, uint32_t got,
+    const uint32_t *slots, const void *const *data);
+
+/* The copies done so far settled: spills stored; loads (when loads)
+ * into the tree, their requests' waits over.  Never waits. */
+void kvs_engine_hcopy_poll(kvs_engine_t *e, int loads);
+
+/* 1 when a load of h's is in flight (h waits parked). */
+int kvs_engine_hcopy_busy(kvs_engine_t *e, kvs_engine_seq_t *h);
+
+/* h ends: its loads' copies go on, and give back what they hold once
+ * done. */
+void kvs_engine_hcopy_release(kvs_engine_t *e, kvs_engine_seq_t *h);
+
+/* Pool blocks the loads in flight hold (within the loads' bound). */
+uint32_t kvs_engine_hcopy_reserved(kvs_engine_t *e);
+
+/* Waits for every copy in flight and settles them (tests, free). */
+void kvs_engine_hcopy_wait(kvs_engine_t *e);
 
 #endif /* KVS_ENGINE_TIER_H */

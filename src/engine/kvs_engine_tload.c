@@ -530,6 +530,12 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
     kvs_radix_match(e->radix, seq->ns, seq->tokens, seq->n_tokens - 1,
                     et->table, 1, e->sched.now, &m);
 
+    /* its host run's copies off the step still in flight
+     * (kvs_engine_hcopy.c): it waits for them */
+    if (et->th != NULL && kvs_engine_hcopy_busy(e, h)) {
+        goto wait;
+    }
+
     k0 = m.n_tokens / bt;
     kmax = seq->n_tokens / bt;
     kmax = kmax < et->max_blocks ? kmax : et->max_blocks;
@@ -543,13 +549,15 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
     kvs_radix_ns_key(seq->ns, &key);
 
     /* the host tier's run first, copied in now (the match grows); the
-     * disk tier's run, if any, continues after it.  Its copies run on
-     * the engine thread, so they are weighed against the prefill with
-     * no batch (kvs_tier_cost.h), from their own measured rate; a host
+     * disk tier's run, if any, continues after it.  Copied on the
+     * engine thread, they are weighed against the prefill with no
+     * batch (kvs_tier_cost.h), from their own measured rate; a host
      * tier whose copies cost more than the prefill is passed over, in
-     * a disk run too */
+     * a disk run too.  Copied off the step (kvs_engine_hcopy.c), they
+     * cost no one else a step and this request one DMA a block: they
+     * always load, as the cost model's unmeasured rate would say */
     host_ok = et->th != NULL
-              && (e->conf.tier_load_always
+              && (e->conf.tier_load_always || et->st.host_async
                   || kvs_tier_cost_decide(&et->cost_host, bt,
                                           et->block_bytes, 0, 0));
 
@@ -559,6 +567,12 @@ kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
 
         (void) kvs_engine_thost_load(e, h, &key, &m, kmax,
                                      ld->max_reserved - ld->reserved);
+
+        /* its copies now queued: h waits for them, then plans again */
+        if (kvs_engine_hcopy_busy(e, h)) {
+            goto wait;
+        }
+
         k0 = m.n_tokens / bt;
 
         kvs_tier_cost_load(&et->cost_host,
@@ -920,6 +934,10 @@ kvs_engine_tier_admit(kvs_engine_t *e)
     e->tier_ready = 0;
     pthread_mutex_unlock(&e->lock);
 
+    /* the host tier's copies done so far: their loads' requests plan
+     * again below */
+    kvs_engine_hcopy_poll(e, 1);
+
     /* the staged blocks into their pool blocks, in order; the slots
      * are the engine thread's until given back below */
     pthread_mutex_lock(&ld->lk);
@@ -1081,6 +1099,8 @@ kvs_engine_tier_release(kvs_engine_t *e, kvs_engine_seq_t *h)
 {
     kvs_engine_tjob_t   *j;
     kvs_engine_tload_t  *ld;
+
+    kvs_engine_hcopy_release(e, h);
 
     if (h->tier_state == KVS_ENGINE_TIER_NONE) {
         return;

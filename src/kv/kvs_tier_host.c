@@ -25,6 +25,9 @@ typedef struct {
     uint32_t   holds;
     uint32_t   used;                  /* holds a block */
     uint32_t   named;                 /* name[] is the block's */
+    uint32_t   pending;               /* reserved, its bytes still on
+                                         their way: held, found by puts
+                                         only */
     uint32_t   chain;                 /* next in its bucket */
     uint32_t   prev;                  /* LRU neighbours, or the free */
     uint32_t   next;                  /* list's next */
@@ -384,11 +387,13 @@ kvs_tier_host_put(kvs_tier_host_t *h, const kvs_radix_key_t *key,
 }
 
 
-int
-kvs_tier_host_put_with(kvs_tier_host_t *h, const kvs_radix_key_t *key,
+/* put_with, and reserve (pending: the slot stays held and pending, at
+ * *slot, until kvs_tier_host_ready or kvs_tier_host_cancel). */
+static int
+kvs_tier_host_store(kvs_tier_host_t *h, const kvs_radix_key_t *key,
     const uint8_t *id, const uint8_t *name, const int32_t *tokens,
-    kvs_tier_host_fill_pt fill, void *fill_arg, int no_evict, int *stored,
-    kvs_err_t *err)
+    kvs_tier_host_fill_pt fill, void *fill_arg, int no_evict, int pending,
+    int *stored, uint32_t *slot, kvs_err_t *err)
 {
     int                    rc;
     uint32_t               i, bk;
@@ -397,6 +402,8 @@ kvs_tier_host_put_with(kvs_tier_host_t *h, const kvs_radix_key_t *key,
     if (stored != NULL) {
         *stored = 0;
     }
+
+    *slot = KVS_TIER_HOST_NONE;
 
     if (key->scope_len > KVS_RADIX_MAX_SCOPE) {
         return kvs_err_set(err, KVS_EINVAL, "host tier: a scope of %zu "
@@ -457,7 +464,9 @@ kvs_tier_host_put_with(kvs_tier_host_t *h, const kvs_radix_key_t *key,
     memcpy(h->tokens + (size_t) i * h->conf.block_tokens, tokens,
            (size_t) h->conf.block_tokens * sizeof(int32_t));
     s->used = 1;
-    s->holds = 0;
+    s->holds = pending ? 1 : 0;
+    s->pending = pending ? 1 : 0;
+    h->st.held += pending ? 1 : 0;
 
     bk = kvs_tier_host_bucket(h, s->ns, id);
     s->chain = h->buckets[bk];
@@ -472,7 +481,91 @@ kvs_tier_host_put_with(kvs_tier_host_t *h, const kvs_radix_key_t *key,
         *stored = 1;
     }
 
+    *slot = i;
+
     return KVS_OK;
+}
+
+
+int
+kvs_tier_host_put_with(kvs_tier_host_t *h, const kvs_radix_key_t *key,
+    const uint8_t *id, const uint8_t *name, const int32_t *tokens,
+    kvs_tier_host_fill_pt fill, void *fill_arg, int no_evict, int *stored,
+    kvs_err_t *err)
+{
+    uint32_t  slot;
+
+    return kvs_tier_host_store(h, key, id, name, tokens, fill, fill_arg,
+                               no_evict, 0, stored, &slot, err);
+}
+
+
+/* reserve's fill: the slot's bytes are the caller's to write */
+static int
+kvs_tier_host_where(void *arg, void *dst, kvs_err_t *err)
+{
+    *(void **) arg = dst;
+
+    return KVS_OK;
+}
+
+
+int
+kvs_tier_host_reserve(kvs_tier_host_t *h, const kvs_radix_key_t *key,
+    const uint8_t *id, const uint8_t *name, const int32_t *tokens,
+    int no_evict, int *stored, uint32_t *slot, void **dst, kvs_err_t *err)
+{
+    *dst = NULL;
+
+    return kvs_tier_host_store(h, key, id, name, tokens,
+                               kvs_tier_host_where, dst, no_evict, 1,
+                               stored, slot, err);
+}
+
+
+/* A pending slot's hold back; cancel: and its block forgotten. */
+static void
+kvs_tier_host_settle(kvs_tier_host_t *h, uint32_t slot, int cancel)
+{
+    kvs_tier_host_slot_t  *s;
+
+    if (slot >= h->n) {
+        return;
+    }
+
+    pthread_mutex_lock(&h->lock);
+
+    s = &h->slots[slot];
+
+    if (s->used && s->pending) {
+        s->pending = 0;
+        s->holds--;
+        if (s->holds == 0) {
+            h->st.held--;
+        }
+
+        if (cancel) {
+            /* nothing else holds a pending slot: hold refuses it */
+            kvs_tier_host_unuse(h, slot);
+            h->st.puts--;
+        }
+    }
+
+    pthread_mutex_unlock(&h->lock);
+}
+
+
+void
+kvs_tier_host_ready(kvs_tier_host_t *h, uint32_t slot)
+{
+    kvs_tier_host_settle(h, slot, 0);
+}
+
+
+void
+kvs_tier_host_cancel(kvs_tier_host_t *h, uint32_t slot)
+{
+    kvs_tier_host_settle(h, slot, 1);
 }
 
 
@@ -485,6 +578,10 @@ kvs_tier_host_lookup(kvs_tier_host_t *h, const kvs_radix_key_t *key,
     pthread_mutex_lock(&h->lock);
 
     i = kvs_tier_host_find(h, key, id);
+    if (i != KVS_TIER_HOST_NONE && h->slots[i].pending) {
+        i = KVS_TIER_HOST_NONE;
+    }
+
     if (i != KVS_TIER_HOST_NONE && touch) {
         kvs_tier_host_lru_unlink(h, i);
         kvs_tier_host_lru_push(h, i);
@@ -528,7 +625,7 @@ kvs_tier_host_hold(kvs_tier_host_t *h, const kvs_radix_key_t *key,
 
     /* the block's own tokens, one by one: another block under the same
      * name is a miss */
-    if (i == KVS_TIER_HOST_NONE
+    if (i == KVS_TIER_HOST_NONE || h->slots[i].pending
         || memcmp(h->tokens + (size_t) i * h->conf.block_tokens, tokens,
                   (size_t) h->conf.block_tokens * sizeof(int32_t)) != 0)
     {

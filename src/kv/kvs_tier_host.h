@@ -21,7 +21,10 @@
  *     hold pins, and hands the block it held to the evict hook first (so
  *     the engine can pass it on to the disk tier), then overwrites it;
  *     when every slot is held the put fails and changes nothing;
- *   - a held slot is neither overwritten nor dropped until released.
+ *   - a held slot is neither overwritten nor dropped until released;
+ *   - a reserved slot (kvs_tier_host_reserve) is pending until ready or
+ *     cancel: held, and given to no lookup, hold or get, since its
+ *     bytes are still on their way.
  * No checksums: the bytes never leave process memory.
  *
  * Threads: one mutex guards everything; the evict hook is called with
@@ -123,8 +126,24 @@ int kvs_tier_host_put_with(kvs_tier_host_t *h, const kvs_radix_key_t *key,
     kvs_tier_host_fill_pt fill, void *fill_arg, int no_evict, int *stored,
     kvs_err_t *err);
 
+/*
+ * put_with for a copy that finishes later (an asynchronous device copy):
+ * the slot is taken as put_with takes it, its bytes at *dst for the
+ * caller to write, and it stays pending (held; a put of the same key
+ * finds it, has, touch, hold and get do not) until
+ * kvs_tier_host_ready(h, *slot) makes it a stored block, or
+ * kvs_tier_host_cancel(h, *slot) forgets it (the copy failed).
+ * *stored 0: the block was stored (or pending) already, *slot is
+ * KVS_TIER_HOST_NONE and there is nothing to copy.  Errors as put_with.
+ */
+int kvs_tier_host_reserve(kvs_tier_host_t *h, const kvs_radix_key_t *key,
+    const uint8_t *id, const uint8_t *name, const int32_t *tokens,
+    int no_evict, int *stored, uint32_t *slot, void **dst, kvs_err_t *err);
+void kvs_tier_host_ready(kvs_tier_host_t *h, uint32_t slot);
+void kvs_tier_host_cancel(kvs_tier_host_t *h, uint32_t slot);
+
 /* 1 when a block is stored under key and id (touch: and it becomes the
- * most recently used). */
+ * most recently used); a pending one is not stored yet. */
 int kvs_tier_host_has(kvs_tier_host_t *h, const kvs_radix_key_t *key,
     const uint8_t *id);
 int kvs_tier_host_touch(kvs_tier_host_t *h, const kvs_radix_key_t *key,

@@ -264,6 +264,10 @@ typedef struct {
     uint64_t  host_spilled;           /* evicted pool blocks stored */
     uint64_t  host_evicted;           /* taken out for room (on to the
                                          disk tier if any) */
+    uint64_t  host_copies;            /* blocks being copied off the
+                                         step now */
+    uint64_t  host_copy_wait_ns;      /* requests' wait for them */
+    uint64_t  host_copy_full;         /* copies the backend refused */
     /* LoRA adapters (docs/lora.md), when have and lora_adapters: now,
      * and the engine's counters since it started */
     uint32_t  lora_adapters;          /* served */

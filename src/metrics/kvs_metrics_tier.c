@@ -38,6 +38,9 @@ typedef enum {
     KVS_MT_H_OUT,
     KVS_MT_H_SPILLED,
     KVS_MT_H_EVICTED,
+    KVS_MT_H_COPIES,
+    KVS_MT_H_COPY_WAIT_SECONDS,
+    KVS_MT_H_COPY_FULL,
     KVS_MT_N
 } kvs_metrics_tier_line_t;
 
@@ -96,6 +99,15 @@ static const struct {
     { "kv_host_tier_evicted_blocks", "_total", "counter",
       "Blocks the host tier evicted for room (on to the disk tier when "
       "there is one)." },
+    { "kv_host_tier_copies", "", "gauge",
+      "KV blocks being copied between the pool and the host tier off "
+      "the step now (a backend with asynchronous copies)." },
+    { "kv_host_tier_copy_wait_seconds", "_total", "counter",
+      "Time requests waited for their blocks' copies from the host "
+      "tier, queued to done." },
+    { "kv_host_tier_copy_full_blocks", "_total", "counter",
+      "Block copies the backend refused, at its limit of copies in "
+      "flight (a spill on to the disk tier, a load cut short)." },
 };
 
 
@@ -127,10 +139,12 @@ kvs_metrics_tier_model(kvs_buf_t *out, kvs_metrics_tier_line_t k,
     case KVS_MT_LOAD_SECONDS:
     case KVS_MT_WAIT_SECONDS:
     case KVS_MT_H_LOAD_SECONDS:
+    case KVS_MT_H_COPY_WAIT_SECONDS:
         snprintf(val, sizeof(val), "%.6f",
                  (double) (k == KVS_MT_LOAD_SECONDS ? g->tier_load_ns
                            : k == KVS_MT_WAIT_SECONDS ? g->tier_load_wait_ns
-                           : g->host_load_ns)
+                           : k == KVS_MT_H_LOAD_SECONDS ? g->host_load_ns
+                           : g->host_copy_wait_ns)
                  / 1e9);
         return kvs_metrics_sample(out, kvs_metrics_tier_defs[k].name,
                                   kvs_metrics_tier_defs[k].suffix, model,
@@ -186,6 +200,12 @@ kvs_metrics_tier_model(kvs_buf_t *out, kvs_metrics_tier_line_t k,
         break;
     case KVS_MT_H_SPILLED:
         v = g->host_spilled;
+        break;
+    case KVS_MT_H_COPIES:
+        v = g->host_copies;
+        break;
+    case KVS_MT_H_COPY_FULL:
+        v = g->host_copy_full;
         break;
     default:
         v = g->host_evicted;

@@ -58,7 +58,8 @@
                                          14: STATS's host tier and LoRA
                                          load times, OUT's n_cached_host;
                                          15: INDEX's host tier names and
-                                         weight */
+                                         weight, STATS's host tier copies
+                                         off the step */
 #define KVS_WIRE_HDR          16
 #define KVS_WIRE_MAX_FRAME    (16u << 20)   /* 1M prompt ids take 4 MiB */
 #define KVS_WIRE_AGAIN        1             /* need more bytes */

@@ -314,6 +314,19 @@ static const kvs_wire_field_t  kvs_wire_stats_model_f[] = {
       KVS_STATS(st.lora_install_ns) },
     { "lora_install_max_ns",  KVS_WIRE_INT, 8, 0,
       KVS_STATS(st.lora_install_max_ns) },
+    /* the host tier's copies off the step (version 15) */
+    { "tier.host_async",      KVS_WIRE_INT, 4, 1,
+      KVS_STATS(st.tier.host_async) },
+    { "tier.host_copies",     KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.tier.host_copies) },
+    { "tier.host_copy_waits", KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.tier.host_copy_waits) },
+    { "tier.host_copy_wait_ns", KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.tier.host_copy_wait_ns) },
+    { "tier.host_copy_full",  KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.tier.host_copy_full) },
+    { "tier.host_copy_failed", KVS_WIRE_INT, 8, 0,
+      KVS_STATS(st.tier.host_copy_failed) },
 };
 
 /* the table above writes every bucket */

@@ -7,10 +7,12 @@
  * adapters' kernel and the backend with adapters against the CPU's are
  * the part "lora" (gpu_check_lora.c); the prefix cache's host and disk
  * tiers through the backend's block copies are the part "tier"
- * (gpu_check_tier.c).
+ * (gpu_check_tier.c), the host tier's copies off the step the part
+ * "hcopy" (gpu_check_hcopy.c).
  *
  *   gpu_check [--out DIR] [--fixtures DIR] [--tmp DIR] [--seed N]
- *             [--only kern|e2e|tier|lora|time] [--device N] [--quick]
+ *             [--only kern|e2e|tier|hcopy|lora|time] [--device N]
+ *             [--quick]
  *             [--self-test]
  *
  * --self-test needs no device: it runs the end-to-end harness with the
@@ -72,6 +74,9 @@ main(int argc, char **argv)
         rc = gc_e2e_run(c);
         if (rc == 0) {
             rc = gc_tier_run(c);
+        }
+        if (rc == 0) {
+            rc = gc_hcopy_run(c);
         }
         if (rc == 0) {
             rc = gc_lora_run(c);
@@ -146,6 +151,15 @@ main(int argc, char **argv)
                "greedy tokens vs cache off\n");
         rc = gc_tier_run(c);
         printf("== tiers: %.1f s\n", gc_now() - t);
+        fflush(stdout);
+    }
+
+    if (rc == 0 && (c->only == NULL || strcmp(c->only, "hcopy") == 0)) {
+        t = gc_now();
+        printf("\n== host tier copies off the step: async vs sync, timed, "
+               "greedy tokens vs cache off\n");
+        rc = gc_hcopy_run(c);
+        printf("== host tier copies: %.1f s\n", gc_now() - t);
         fflush(stdout);
     }
 
@@ -236,10 +250,11 @@ gc_args(gc_ctx_t *c, int argc, char **argv)
 
         } else if (strcmp(o, "--only") == 0) {
             if (strcmp(v, "kern") && strcmp(v, "e2e") && strcmp(v, "lora")
-                && strcmp(v, "time") && strcmp(v, "tier"))
+                && strcmp(v, "time") && strcmp(v, "tier")
+                && strcmp(v, "hcopy"))
             {
                 fprintf(stderr, "gpu_check: --only "
-                        "kern|e2e|tier|lora|time\n");
+                        "kern|e2e|tier|hcopy|lora|time\n");
                 return -1;
             }
             c->only = v;

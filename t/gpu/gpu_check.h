@@ -25,8 +25,10 @@
 #include <cuda_runtime_api.h>
 
 #include "kvs_kernels.h"
+#include "backend/kvs_backend.h"
 #include "kv/kvs_batch.h"
 #include "model/kvs_model.h"
+#include "tokenizer/kvs_vocab.h"
 
 #define GC_MAX_ROWS    512            /* report rows kept */
 
@@ -187,6 +189,32 @@ int gc_kern_run(gc_ctx_t *c);
 int gc_attn_run(gc_ctx_t *c);         /* rope_kv and attention, for
                                          gc_kern_run */
 int gc_e2e_run(gc_ctx_t *c);
+int gc_hcopy_run(gc_ctx_t *c);        /* the host tier's copies off the
+                                         step: async vs sync, timed */
+/* gc_tier_run's engine check: a prompt evicted by others from a 12-block
+ * pool into a disk tier (host NULL) or a host tier (backend_hook and its
+ * arg from host; async: its copies must be off the step) comes back
+ * with the cache-off engine's greedy tokens (1; 0: why says why) */
+typedef struct {
+    void   (*hook)(kvs_backend_t *be, void *arg);
+    void    *arg;
+    int      async;
+} gc_tier_host_t;
+
+/* The model at path, its vocabulary and a backend of n_blocks blocks of
+ * 16 tokens in K/V dtype kv_dt (-1: the backend's own; CUDA, or the CPU
+ * under --self-test); 0 when the model does not open, *be NULL when the
+ * backend is refused (both with a FAIL row of part and label). */
+int gc_tier_open(gc_ctx_t *c, const char *part, const char *label,
+    const char *path, int kv_dt, uint32_t n_blocks, kvs_model_t **m,
+    kvs_vocab_t **v, kvs_backend_t **be);
+
+/* 1 when stories260K's fixture is there (its path into path[len]), else
+ * a SKIP row of part and 0 */
+int gc_tier_fixture(gc_ctx_t *c, const char *part, char *path, size_t len);
+int gc_tier_engine(gc_ctx_t *c, kvs_model_t *m, kvs_vocab_t *v, int kv_dt,
+    const gc_tier_host_t *host, const char *name, char *why,
+    size_t why_len);
 int gc_tier_run(gc_ctx_t *c);         /* the prefix cache's host and disk
                                          tiers through block_read and
                                          block_write (gpu_check_tier.c) */

@@ -18,7 +18,7 @@
 #
 # Environment: KVS_BENCH_DIR (where gpu_check is built), KVS_FIXTURES,
 # KVS_TMP, OUT.  Knobs: GPU_CHECK_SEED (default: the time; printed, so a
-# run can be repeated), GPU_CHECK_ONLY (the parts, of "kern e2e lora time"),
+# run can be repeated), GPU_CHECK_ONLY (the parts, of "kern e2e tier hcopy lora time"),
 # GPU_CHECK_QUICK=1 (a 4-layer timing model, for small cards),
 # GPU_CHECK_SANITIZE=1 (first runs the kernel part under
 # compute-sanitizer's memcheck: minutes, not in the 5-minute budget),
@@ -42,7 +42,7 @@ start=$(date +%s%N)
 
 # one seed for every part, printed, so that a run can be repeated
 seed=${GPU_CHECK_SEED:-$(date +%s)}
-parts=${GPU_CHECK_ONLY:-kern e2e tier lora time}
+parts=${GPU_CHECK_ONLY:-kern e2e tier hcopy lora time}
 args=(--tmp "$tmp" --seed "$seed")
 [ -n "${KVS_FIXTURES:-}" ] && args+=(--fixtures "$KVS_FIXTURES")
 [ "${GPU_CHECK_QUICK:-0}" = 1 ] && args+=(--quick)

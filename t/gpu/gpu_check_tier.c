@@ -357,8 +357,9 @@ gc_tier_gen(kvs_engine_t *e, const int32_t *prompt, uint32_t n,
 
     memcpy(out, o.tokens, GC_TIER_GEN * sizeof(int32_t));
 
+    /* what came from the lower tiers: the disk's, and the host's */
     if (n_tier != NULL) {
-        *n_tier = o.n_cached_tier;
+        *n_tier = o.n_cached_tier + o.n_cached_host;
     }
 
     kvs_engine_out_free(&o);
@@ -367,10 +368,12 @@ gc_tier_gen(kvs_engine_t *e, const int32_t *prompt, uint32_t n,
 }
 
 
-/* 3: an engine with a disk tier against a cache-off one. */
-static int
+/* 3: an engine with a disk tier (host NULL) or a host tier against a
+ * cache-off one. */
+int
 gc_tier_engine(gc_ctx_t *c, kvs_model_t *m, kvs_vocab_t *v, int kv_dt,
-    const char *name, char *why, size_t why_len)
+    const gc_tier_host_t *host, const char *name, char *why,
+    size_t why_len)
 {
     int                 rc, ok;
     char                path[4096];
@@ -381,6 +384,8 @@ gc_tier_engine(gc_ctx_t *c, kvs_model_t *m, kvs_vocab_t *v, int kv_dt,
     kvs_err_t           err;
     kvs_engine_t       *on, *off;
     kvs_engine_conf_t   conf;
+    kvs_engine_stats_t  st;
+    const char         *tier;
 
     on = NULL;
     off = NULL;
@@ -406,9 +411,17 @@ gc_tier_engine(gc_ctx_t *c, kvs_model_t *m, kvs_vocab_t *v, int kv_dt,
     if (rc == KVS_OK) {
         conf.no_prefix_cache = 0;
         conf.n_blocks = GC_TIER_POOL;
-        conf.tier_path = path;
-        conf.tier_size = 8u << 20;
-        conf.tier_model = 1;
+
+        if (host != NULL) {
+            conf.tier_host_size = 16u << 20;
+            conf.backend_hook = host->hook;
+            conf.backend_hook_arg = host->arg;
+        } else {
+            conf.tier_path = path;
+            conf.tier_size = 8u << 20;
+            conf.tier_model = 1;
+        }
+
         rc = kvs_engine_new(&on, &conf, &err);
     }
 
@@ -442,11 +455,22 @@ gc_tier_engine(gc_ctx_t *c, kvs_model_t *m, kvs_vocab_t *v, int kv_dt,
         rc = gc_tier_gen(off, prompt, GC_TIER_PROMPT, x, NULL, &err);
     }
 
+    memset(&st, 0, sizeof(st));
+    if (on != NULL) {
+        kvs_engine_stats(on, &st);
+    }
+
+    tier = host != NULL ? "host" : "disk";
+
     if (rc != KVS_OK) {
         snprintf(why, why_len, "engine: %s", err.msg);
 
+    } else if (host != NULL && host->async && !st.tier.host_async) {
+        snprintf(why, why_len, "the host tier's copies are not off the "
+                 "step (no asynchronous copies)");
+
     } else if (n_tier == 0) {
-        snprintf(why, why_len, "nothing came back from the disk tier");
+        snprintf(why, why_len, "nothing came back from the %s tier", tier);
 
     } else if (memcmp(b, x, sizeof(b)) != 0 || memcmp(a, x, sizeof(a)) != 0)
     {
@@ -454,8 +478,9 @@ gc_tier_engine(gc_ctx_t *c, kvs_model_t *m, kvs_vocab_t *v, int kv_dt,
                  "the cache-off run's");
 
     } else {
-        printf("  tier %-44s %u tokens from the disk tier, greedy tokens "
-               "= cache off: PASS\n", name, n_tier);
+        printf("  tier %-44s %u tokens from the %s tier%s, greedy tokens "
+               "= cache off: PASS\n", name, n_tier, tier,
+               st.tier.host_async ? " (its copies off the step)" : "");
         ok = 1;
     }
 
@@ -467,40 +492,63 @@ gc_tier_engine(gc_ctx_t *c, kvs_model_t *m, kvs_vocab_t *v, int kv_dt,
 }
 
 
-static int
-gc_tier_model(gc_ctx_t *c, const char *label, const char *path, int kv_dt)
+int
+gc_tier_open(gc_ctx_t *c, const char *part, const char *label,
+    const char *path, int kv_dt, uint32_t n_blocks, kvs_model_t **m,
+    kvs_vocab_t **v, kvs_backend_t **be)
 {
-    char                 why[KVS_ERR_MSG_LEN + 64], name[96];
+    char                 why[KVS_ERR_MSG_LEN + 64];
     kvs_err_t            err;
-    kvs_model_t         *m;
-    kvs_vocab_t         *v;
-    kvs_backend_t       *be;
     kvs_backend_conf_t   conf;
 
-    m = NULL;
-    v = NULL;
-    be = NULL;
+    *m = NULL;
+    *v = NULL;
+    *be = NULL;
 
-    if (kvs_model_open(&m, path, &err) != KVS_OK
-        || kvs_vocab_load(&v, m->gguf, &err) != KVS_OK)
+    if (kvs_model_open(m, path, &err) != KVS_OK
+        || kvs_vocab_load(v, (*m)->gguf, &err) != KVS_OK)
     {
         snprintf(why, sizeof(why), "open %s: %s", path, err.msg);
-        gc_fail(c, "tier", label, why);
-        kvs_model_close(m);
+        gc_fail(c, part, label, why);
+        kvs_model_close(*m);
+        *m = NULL;
         return 0;
     }
 
     memset(&conf, 0, sizeof(conf));
-    conf.n_blocks = GC_TIER_BLOCKS;
+    conf.n_blocks = n_blocks;
     conf.block_tokens = GC_TIER_BT;
     conf.device = c->device;
     conf.kind = c->self_test ? KVS_BACKEND_CPU : KVS_BACKEND_CUDA;
     conf.kv_dtype_set = kv_dt >= 0;
     conf.kv_dtype = kv_dt >= 0 ? (uint32_t) kv_dt : 0;
 
-    if (kvs_backend_new(&be, m, &conf, NULL, &err) != KVS_OK) {
+    if (kvs_backend_new(be, *m, &conf, NULL, &err) != KVS_OK) {
         snprintf(why, sizeof(why), "%s", err.msg);
-        gc_fail(c, "tier", label, why);
+        gc_fail(c, part, label, why);
+        *be = NULL;
+    }
+
+    return 1;
+}
+
+
+static int
+gc_tier_model(gc_ctx_t *c, const char *label, const char *path, int kv_dt)
+{
+    char                 why[KVS_ERR_MSG_LEN + 64], name[96];
+    kvs_model_t         *m;
+    kvs_vocab_t         *v;
+    kvs_backend_t       *be;
+
+    if (!gc_tier_open(c, "tier", label, path, kv_dt, GC_TIER_BLOCKS, &m, &v,
+                      &be))
+    {
+        return 0;
+    }
+
+    if (be == NULL) {
+        /* failed, said */
 
     } else if (be->ops->block_read == NULL || be->ops->block_write == NULL)
     {
@@ -518,7 +566,9 @@ gc_tier_model(gc_ctx_t *c, const char *label, const char *path, int kv_dt)
     if (!c->dead) {
         snprintf(name, sizeof(name), "%s, engine", label);
 
-        if (gc_tier_engine(c, m, v, kv_dt, name, why, sizeof(why))) {
+        if (gc_tier_engine(c, m, v, kv_dt, NULL, name, why,
+                           sizeof(why)))
+        {
             gc_row(c, "tier", name, "greedy = cache off", "", "", "PASS",
                    "");
         } else {
@@ -534,23 +584,34 @@ gc_tier_model(gc_ctx_t *c, const char *label, const char *path, int kv_dt)
 
 
 int
-gc_tier_run(gc_ctx_t *c)
+gc_tier_fixture(gc_ctx_t *c, const char *part, char *path, size_t len)
 {
-    char  path[4096];
-
     if (c->fixtures == NULL || c->fixtures[0] == '\0') {
-        gc_row(c, "tier", "stories260K", "-", "", "", "SKIP",
+        gc_row(c, part, "stories260K", "-", "", "", "SKIP",
                "KVS_FIXTURES not set");
         return 0;
     }
 
-    snprintf(path, sizeof(path), "%s/models/stories260K-f32.gguf",
-             c->fixtures);
+    snprintf(path, len, "%s/models/stories260K-f32.gguf", c->fixtures);
 
     if (access(path, R_OK) != 0) {
-        printf("  tier stories260K: SKIP: fixture %s is absent\n", path);
-        gc_row(c, "tier", "stories260K", "-", "", "", "SKIP",
+        printf("  %s stories260K: SKIP: fixture %s is absent\n", part,
+               path);
+        gc_row(c, part, "stories260K", "-", "", "", "SKIP",
                "fixture absent");
+        return 0;
+    }
+
+    return 1;
+}
+
+
+int
+gc_tier_run(gc_ctx_t *c)
+{
+    char  path[4096];
+
+    if (!gc_tier_fixture(c, "tier", path, sizeof(path))) {
         return 0;
     }
 

@@ -244,6 +244,10 @@ static const kvs_backend_ops_t  fake_ops = {
     NULL,
     NULL,                                   /* nor LoRA's two halves */
     NULL,
+    NULL,
+    NULL,                                   /* copies at once: */
+    NULL,                                   /* none off the step */
+    NULL,
     NULL
 };
 

@@ -631,6 +631,108 @@ test_put_with(void **state)
 }
 
 
+/* reserve: a pending slot is found by puts only, never evicted or
+ * dropped; ready makes it a block, cancel forgets it */
+static void
+test_reserve(void **state)
+{
+    int                     stored;
+    void                   *dst, *d1;
+    uint8_t                 id[KVS_TIER_ID_LEN], data[BB];
+    int32_t                 tok[BT];
+    uint32_t                slot, s2;
+    kvs_err_t               err;
+    evicted_t               ev;
+    kvs_radix_key_t         key;
+    kvs_tier_host_t        *h;
+    kvs_tier_host_stats_t   st;
+
+    (void) state;
+
+    memset(&ev, 0, sizeof(ev));
+    h = tier_new(2, &ev, NULL);
+    key = key_of(EPOCH, 0, "w");
+
+    blk(1, id, tok, data);
+    assert_int_equal(kvs_tier_host_reserve(h, &key, id, NULL, tok, 0,
+                                           &stored, &slot, &dst, &err),
+                     KVS_OK);
+    assert_int_equal(stored, 1);
+    assert_non_null(dst);
+    assert_true(slot < 2);
+    d1 = dst;
+
+    /* pending: no lookup sees it, a second reserve finds it */
+    assert_false(kvs_tier_host_has(h, &key, id));
+    assert_false(kvs_tier_host_touch(h, &key, id));
+    assert_false(got(h, &key, 1));
+    assert_false(kvs_tier_host_drop(h, &key, id));
+    assert_int_equal(kvs_tier_host_reserve(h, &key, id, NULL, tok, 0,
+                                           &stored, &s2, &dst, &err),
+                     KVS_OK);
+    assert_int_equal(stored, 0);
+    assert_int_equal(s2, KVS_TIER_HOST_NONE);
+
+    /* the tier full around it: the other slot is taken for room, never
+     * the pending one */
+    put(h, &key, 2);
+    put(h, &key, 3);
+    assert_int_equal(ev.calls, 1);
+    blk(2, id, tok, data);
+    assert_memory_equal(ev.id[0], id, KVS_TIER_ID_LEN);
+
+    /* its bytes written, ready: a block like any */
+    blk(1, id, tok, data);
+    memcpy(d1, data, BB);
+    kvs_tier_host_stats(h, &st);
+    assert_int_equal(st.held, 1);
+    kvs_tier_host_ready(h, slot);
+    kvs_tier_host_stats(h, &st);
+    assert_int_equal(st.held, 0);
+    assert_true(got(h, &key, 1));
+    assert_true(got(h, &key, 3));
+
+    kvs_tier_host_free(h);
+
+    /* cancel: the slot free again, nothing stored, no hook */
+    memset(&ev, 0, sizeof(ev));
+    h = tier_new(1, &ev, NULL);
+    blk(5, id, tok, data);
+    assert_int_equal(kvs_tier_host_reserve(h, &key, id, NULL, tok, 0,
+                                           &stored, &slot, &dst, &err),
+                     KVS_OK);
+    memcpy(dst, data, BB);
+
+    /* the only slot pending: a put has no room */
+    blk(6, id, tok, data);
+    assert_int_equal(kvs_tier_host_put(h, &key, id, tok, data, &err),
+                     KVS_KV_EFULL);
+
+    kvs_tier_host_cancel(h, slot);
+    assert_false(got(h, &key, 5));
+    kvs_tier_host_stats(h, &st);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.held, 0);
+    assert_int_equal(st.puts, 0);
+    put(h, &key, 6);
+    assert_true(got(h, &key, 6));
+    assert_int_equal(ev.calls, 0);
+
+    /* ready: the bytes written meanwhile come back */
+    memset(&ev, 0, sizeof(ev));
+    kvs_tier_host_free(h);
+    h = tier_new(1, &ev, NULL);
+    blk(7, id, tok, data);
+    assert_int_equal(kvs_tier_host_reserve(h, &key, id, NULL, tok, 0,
+                                           &stored, &slot, &dst, &err),
+                     KVS_OK);
+    memcpy(dst, data, BB);
+    kvs_tier_host_ready(h, slot);
+    assert_true(got(h, &key, 7));
+    kvs_tier_host_free(h);
+}
+
+
 int
 main(void)
 {
@@ -642,6 +744,7 @@ main(void)
         cmocka_unit_test(test_mem_hooks),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_put_with),
+        cmocka_unit_test(test_reserve),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -939,6 +939,9 @@ test_tiers(void **state)
         g[i].host_out_bytes = 60 + i;
         g[i].host_spilled = 70 + i;
         g[i].host_evicted = 80 + i;
+        g[i].host_copies = 90 + i;
+        g[i].host_copy_wait_ns = 2500000000;
+        g[i].host_copy_full = 110 + i;
     }
 
     text = expose(m, g);
@@ -987,6 +990,14 @@ test_tiers(void **state)
                              "model_name=\"m2\"}") == 71);
     assert_true(sample(text, "kvserve:kv_host_tier_evicted_blocks_total{"
                              "model_name=\"m2\"}") == 81);
+    assert_true(sample(text, "kvserve:kv_host_tier_copies{"
+                             "model_name=\"m2\"}") == 91);
+    assert_true(sample(text, "kvserve:kv_host_tier_copy_wait_seconds_total{"
+                             "model_name=\"m3\"}") == 2.5);
+    assert_true(sample(text, "kvserve:kv_host_tier_copy_full_blocks_total{"
+                             "model_name=\"m3\"}") == 112);
+    assert_true(sample(text, "kvserve:kv_host_tier_copies{"
+                             "model_name=\"m1\"}") == -1);
     assert_true(sample(text, "kvserve:kv_tier_blocks{model_name=\"m4\"}")
                 == -1);
     assert_true(sample(text, "kvserve:kv_host_tier_blocks{model_name="

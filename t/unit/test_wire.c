@@ -22,11 +22,11 @@
 
 /* bytes of one model's fixed stats in STATS_REPLY: index, counters,
  * gauges, iteration buckets and sum, then the KV pools' (pools, 3 x 2
- * gauges, 4 x 2 counters) */
+ * gauges, 4 x 2 counters), ..., the host tier's copies (version 15) */
 #define STATS_MODEL  (4 + 17 * 8 + 8 * 4 + (KVS_ENGINE_ITER_BOUNDS + 2) * 8 \
                       + 4 + 6 * 4 + 8 * 8 + 8 + 2 * 4 + 18 * 8 \
                       + 4 * 4 + 4 * 8 + 4 * 8 + 8 + 4 + 14 * 8 \
-                      + 3 * 8)
+                      + 3 * 8 + 4 + 5 * 8)
 
 
 /* --- helpers ------------------------------------------------------------- */
@@ -1015,6 +1015,11 @@ test_stats(void **state)
         in->models[i].st.lora_load_ns = UINT64_MAX - 5 - i;
         in->models[i].st.lora_install_ns = 48;
         in->models[i].st.lora_install_max_ns = 49 + i;
+        in->models[i].st.tier.host_async = 1;
+        in->models[i].st.tier.host_copies = 50 + i;
+        in->models[i].st.tier.host_copy_wait_ns = UINT64_MAX - 6;
+        in->models[i].st.tier.host_copy_full = 51;
+        in->models[i].st.tier.host_copy_failed = 52 + i;
     }
 
     /* model 0: no tenant; model 1: the most, one key empty, one full */

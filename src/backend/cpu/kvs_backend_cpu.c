@@ -57,7 +57,11 @@ static const kvs_backend_ops_t  kvs_backend_cpu_ops = {
     NULL,                                   /* no host tier */
     kvs_backend_cpu_lora_prepare,
     kvs_backend_cpu_lora_install,
-    kvs_backend_cpu_lora_free_image
+    kvs_backend_cpu_lora_free_image,
+    NULL,                                   /* copies at once: */
+    NULL,                                   /* none off the step */
+    NULL,
+    NULL
 };
 
 #if KVS_BACKEND_LORA_SLOTS != KVS_CPU_LORA_SLOTS

@@ -70,7 +70,11 @@ static const kvs_backend_ops_t  kvs_cuda_ops = {
     kvs_cuda_host_free,
     kvs_cuda_lora_prepare,                  /* kvs_cuda_lora.c */
     kvs_cuda_lora_install,
-    kvs_cuda_lora_free_image
+    kvs_cuda_lora_free_image,
+    kvs_cuda_block_read_async,              /* kvs_cuda_acopy.c */
+    kvs_cuda_block_write_async,
+    kvs_cuda_copy_poll,
+    kvs_cuda_copy_wait
 };
 
 

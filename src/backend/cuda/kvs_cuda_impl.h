@@ -11,8 +11,9 @@
  *
  * Invariants:
  *   - all work goes on one stream, `st`, but the block copies of the
- *     lower tiers (kvs_cuda_tier.c: their own stream `cst`, ordered
- *     against st by events); a step ends with one cudaStreamSynchronize,
+ *     lower tiers (kvs_cuda_tier.c: their own stream `cst`, and
+ *     kvs_cuda_acopy.c's asynchronous ones on `ast`, ordered against st
+ *     by events); a step ends with one cudaStreamSynchronize,
  *     so between calls the device is idle and the pinned buffers are
  *     free to rewrite;
  *   - the packed batch lives at fixed addresses (hpack on the host, dpack
@@ -159,6 +160,10 @@ typedef struct {
     cudaEvent_t         ev_copy;      /* recorded on cst: the last write */
     void               *stage;        /* one block, pinned */
     kvs_cuda_bc_geom_t  bc;           /* the pool's geometry for the plan */
+
+    /* block_read_async ... copy_wait (kvs_cuda_acopy.c) */
+    struct kvs_cuda_acopy_s
+                       *ac;
 } kvs_cuda_t;
 
 
@@ -217,5 +222,24 @@ int kvs_cuda_block_write(kvs_backend_t *be, uint32_t b, const void *src,
     kvs_err_t *err);
 void *kvs_cuda_host_alloc(kvs_backend_t *be, size_t bytes, kvs_err_t *err);
 void kvs_cuda_host_free(kvs_backend_t *be, void *p);
+/* Block b's pieces (kvs_cuda_bc_plan) between the pool and the packed
+ * block at buf, queued on stream s: into the pool (to_pool) or out of
+ * it, kind the copies' direction (host or device memory at buf). */
+int kvs_cuda_tier_pieces(kvs_cuda_t *cu, uint32_t b, char *buf,
+    int to_pool, enum cudaMemcpyKind kind, cudaStream_t s, kvs_err_t *err);
+
+/* kvs_cuda_acopy.c: the copies off the step, their stream, events and
+ * device staging (made by kvs_cuda_tier_init for blocks of block_bytes,
+ * released by kvs_cuda_tier_release), and the ops block_read_async,
+ * block_write_async, copy_poll and copy_wait. */
+int kvs_cuda_acopy_init(kvs_cuda_t *cu, uint64_t block_bytes,
+    kvs_err_t *err);
+void kvs_cuda_acopy_release(kvs_cuda_t *cu);
+int kvs_cuda_block_read_async(kvs_backend_t *be, uint32_t b, void *dst,
+    uint64_t *ticket, kvs_err_t *err);
+int kvs_cuda_block_write_async(kvs_backend_t *be, uint32_t b,
+    const void *src, uint64_t *ticket, kvs_err_t *err);
+int kvs_cuda_copy_poll(kvs_backend_t *be, uint64_t *done, kvs_err_t *err);
+int kvs_cuda_copy_wait(kvs_backend_t *be, uint64_t ticket, kvs_err_t *err);
 
 #endif /* KVS_CUDA_IMPL_H */

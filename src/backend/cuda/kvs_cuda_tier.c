@@ -19,7 +19,9 @@
  *   - the staging block's layout is kvs_cuda_bcopy.h's; the pieces come
  *     from kvs_cuda_bc_plan(), which splits a pitch over the device's
  *     limit into rows;
- *   - like every op, these run on the engine thread only.
+ *   - like every op, these run on the engine thread only;
+ *   - the asynchronous copies (kvs_cuda_acopy.c) have a stream of their
+ *     own, so these never wait behind them.
  */
 
 #include <inttypes.h>
@@ -65,7 +67,9 @@ kvs_cuda_tier_init(kvs_cuda_t *cu, kvs_err_t *err)
     KVS_CUDA_TRY(cudaHostAlloc(&cu->stage, bytes, cudaHostAllocDefault),
                  "cudaHostAlloc(block staging)");
 
-    return KVS_OK;
+    /* the copies off the step: a stream and device staging of their
+     * own (kvs_cuda_acopy.c) */
+    return kvs_cuda_acopy_init(cu, bytes, err);
 
 failed:
 
@@ -76,6 +80,8 @@ failed:
 void
 kvs_cuda_tier_release(kvs_cuda_t *cu)
 {
+    kvs_cuda_acopy_release(cu);
+
     if (cu->cst != NULL) {
         (void) cudaStreamSynchronize(cu->cst);
     }
@@ -119,13 +125,14 @@ kvs_cuda_tier_array(kvs_cuda_t *cu, uint32_t array)
 }
 
 
-/* Queues block b's pieces on cst, after the step's work: out of the pool
- * into the staging block (to_dev 0) or back. */
-static int
-kvs_cuda_tier_copy(kvs_cuda_t *cu, uint32_t b, int to_dev, kvs_err_t *err)
+/* Block b's pieces between the pool and the packed block at buf, on
+ * stream s: into the pool (to_pool) or out, kind the direction's. */
+int
+kvs_cuda_tier_pieces(kvs_cuda_t *cu, uint32_t b, char *buf, int to_pool,
+    enum cudaMemcpyKind kind, cudaStream_t s, kvs_err_t *err)
 {
     int                         rc;
-    char                       *dev, *host;
+    char                       *dev, *pk;
     uint32_t                    i, r;
     kvs_cuda_bc_plan_t          pl;
     const kvs_cuda_bc_piece_t  *p;
@@ -135,48 +142,60 @@ kvs_cuda_tier_copy(kvs_cuda_t *cu, uint32_t b, int to_dev, kvs_err_t *err)
         return rc;
     }
 
-    KVS_CUDA_TRY(cudaEventRecord(cu->ev_step, cu->st),
-                 "cudaEventRecord(step)");
-    KVS_CUDA_TRY(cudaStreamWaitEvent(cu->cst, cu->ev_step, 0),
-                 "cudaStreamWaitEvent(step)");
-
     for (i = 0; i < pl.n; i++) {
         p = &pl.p[i];
         dev = kvs_cuda_tier_array(cu, p->array) + p->dev_off;
-        host = (char *) cu->stage + p->host_off;
+        pk = buf + p->host_off;
 
         if (p->per_row) {
             for (r = 0; r < p->height; r++) {
                 KVS_CUDA_TRY(cudaMemcpyAsync(
-                                 to_dev ? dev + r * p->dev_pitch
-                                        : host + r * p->width,
-                                 to_dev ? host + r * p->width
-                                        : dev + r * p->dev_pitch,
-                                 p->width,
-                                 to_dev ? cudaMemcpyHostToDevice
-                                        : cudaMemcpyDeviceToHost,
-                                 cu->cst),
+                                 to_pool ? dev + r * p->dev_pitch
+                                         : pk + r * p->width,
+                                 to_pool ? pk + r * p->width
+                                         : dev + r * p->dev_pitch,
+                                 p->width, kind, s),
                              "cudaMemcpyAsync(block row)");
             }
 
             continue;
         }
 
-        if (to_dev) {
-            KVS_CUDA_TRY(cudaMemcpy2DAsync(dev, p->dev_pitch, host,
-                                           p->width, p->width, p->height,
-                                           cudaMemcpyHostToDevice, cu->cst),
+        if (to_pool) {
+            KVS_CUDA_TRY(cudaMemcpy2DAsync(dev, p->dev_pitch, pk, p->width,
+                                           p->width, p->height, kind, s),
                          "cudaMemcpy2DAsync(block in)");
         } else {
-            KVS_CUDA_TRY(cudaMemcpy2DAsync(host, p->width, dev,
-                                           p->dev_pitch, p->width,
-                                           p->height,
-                                           cudaMemcpyDeviceToHost, cu->cst),
+            KVS_CUDA_TRY(cudaMemcpy2DAsync(pk, p->width, dev, p->dev_pitch,
+                                           p->width, p->height, kind, s),
                          "cudaMemcpy2DAsync(block out)");
         }
     }
 
     return KVS_OK;
+
+failed:
+
+    return rc;
+}
+
+
+/* Queues block b's pieces on cst, after the step's work: out of the pool
+ * into the staging block (to_dev 0) or back. */
+static int
+kvs_cuda_tier_copy(kvs_cuda_t *cu, uint32_t b, int to_dev, kvs_err_t *err)
+{
+    int  rc;
+
+    KVS_CUDA_TRY(cudaEventRecord(cu->ev_step, cu->st),
+                 "cudaEventRecord(step)");
+    KVS_CUDA_TRY(cudaStreamWaitEvent(cu->cst, cu->ev_step, 0),
+                 "cudaStreamWaitEvent(step)");
+
+    return kvs_cuda_tier_pieces(cu, b, cu->stage, to_dev,
+                                to_dev ? cudaMemcpyHostToDevice
+                                       : cudaMemcpyDeviceToHost,
+                                cu->cst, err);
 
 failed:
 

@@ -712,6 +712,9 @@ ngx_http_kvserve_scrape_tier(kvs_metrics_gauges_t *g,
     g->host_out_bytes = st->tier.host_bytes_out;
     g->host_spilled = st->tier.host_spilled;
     g->host_evicted = st->tier.host_evicted;
+    g->host_copies = st->tier.host_copies;
+    g->host_copy_wait_ns = st->tier.host_copy_wait_ns;
+    g->host_copy_full = st->tier.host_copy_full;
     g->tier_blocks = st->tier.used;
     g->tier_capacity = st->tier.slots;
     g->tier_loaded = st->tier.loaded_blocks;
