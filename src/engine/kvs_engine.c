@@ -957,9 +957,10 @@ kvs_engine_main(void *arg)
          * KVS_ENGINE_QUEUE_TICK ms ends those past the queue timeout */
         tick = e->sched.waiting.n > 0 && e->conf.queue_timeout_ms > 0;
 
-        /* the host tier's loads in flight (kvs_engine_hcopy.c): polled
-         * every KVS_ENGINE_COPY_TICK us, their requests waiting */
-        copying = kvs_engine_hcopy_loads(e) > 0;
+        /* the host tier's copies in flight (kvs_engine_hcopy.c): polled
+         * every KVS_ENGINE_COPY_TICK us, loads' requests waiting and
+         * spills' blocks not yet loadable nor published */
+        copying = kvs_engine_hcopy_flight(e) > 0;
 
         while (!busy && !e->quit && e->inbox == NULL && e->cancels == NULL
                && !kvs_engine_index_pending(e) && !e->lora_ready

@@ -7,7 +7,8 @@
  * A spill into the host tier reserves its slot (pending: no load sees
  * it) and queues the block's copy out; the pool block is free at once
  * (the backend took it as the steps left it).  The slot becomes a
- * stored block when its ticket is done.  A host load holds its slots,
+ * stored block when its ticket is done, and only then is it published
+ * to the prefix index as the host tier's.  A host load holds its slots,
  * reserves its pool blocks and queues the copies in; its request waits
  * parked (the loader's WAIT) until the last ticket is done, then the
  * run enters the tree and the request plans again, as after a disk
@@ -49,6 +50,10 @@
 typedef struct {
     uint64_t             ticket;
     uint32_t             slot;
+    uint8_t              named;     /* 0: unnamed, never published */
+    uint64_t             ns;        /* kvs_tier_ns_hash() of its key */
+    uint8_t              path[KVS_TIER_ID_LEN];
+    uint8_t              name[KVS_RADIX_NAME_LEN];   /* index name */
 } kvs_engine_hspill_t;
 
 typedef struct kvs_engine_hjob_s  kvs_engine_hjob_t;
@@ -219,6 +224,10 @@ kvs_engine_hcopy_settle(kvs_engine_t *e, kvs_engine_hcopy_t *hc,
             e->tier->st.host_copy_failed++;
         } else {
             kvs_tier_host_ready(host, s->slot);
+
+            /* the index: the host tier's now its bytes are there */
+            kvs_engine_tier_ix_host_ns(e, s->ns, s->path,
+                                       s->named ? s->name : NULL, 1);
         }
 
         hc->head = (hc->head + 1) % hc->cap;
@@ -328,7 +337,9 @@ kvs_engine_hcopy_spill(kvs_engine_t *e, const kvs_radix_key_t *key,
     uint32_t             slot;
     uint64_t             ticket;
     kvs_err_t            err;
+    const uint8_t       *name;
     kvs_engine_tier_t   *et = e->tier;
+    kvs_engine_hspill_t *s;
     kvs_engine_hcopy_t  *hc = kvs_engine_hcopy_of(e);
     kvs_tier_host_t     *host = kvs_engine_thost_tier(e);
 
@@ -345,6 +356,10 @@ kvs_engine_hcopy_spill(kvs_engine_t *e, const kvs_radix_key_t *key,
     }
 
     if (!stored) {
+        /* refreshed: published (again) as the host tier's, as the
+         * synchronous spill does */
+        kvs_engine_tier_ix_host(e, key, path, kvs_radix_spill_name(e->radix),
+                                1);
         et->st.host_spill_kept++;
         return 1;
     }
@@ -360,8 +375,17 @@ kvs_engine_hcopy_spill(kvs_engine_t *e, const kvs_radix_key_t *key,
         return 0;
     }
 
-    hc->spill[(hc->head + hc->count) % hc->cap].ticket = ticket;
-    hc->spill[(hc->head + hc->count) % hc->cap].slot = slot;
+    s = &hc->spill[(hc->head + hc->count) % hc->cap];
+    s->ticket = ticket;
+    s->slot = slot;
+    s->ns = kvs_tier_ns_hash(key);
+    memcpy(s->path, path, KVS_TIER_ID_LEN);
+    name = kvs_radix_spill_name(e->radix);
+    s->named = name != NULL;
+    if (name != NULL) {
+        memcpy(s->name, name, KVS_RADIX_NAME_LEN);
+    }
+
     hc->count++;
     hc->last = ticket > hc->last ? ticket : hc->last;
     kvs_engine_hcopy_count(e, hc);
@@ -505,10 +529,10 @@ kvs_engine_hcopy_reserved(kvs_engine_t *e)
 
 
 uint32_t
-kvs_engine_hcopy_loads(kvs_engine_t *e)
+kvs_engine_hcopy_flight(kvs_engine_t *e)
 {
     kvs_engine_hcopy_t  *hc = kvs_engine_hcopy_of(e);
 
-    return hc != NULL ? hc->n_jobs : 0;
+    return hc != NULL ? hc->count + hc->n_jobs : 0;
 }
 

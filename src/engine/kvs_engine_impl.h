@@ -349,6 +349,11 @@ void kvs_engine_tier_ix_spilled_named(kvs_engine_t *e,
  * lower tier (engine thread). */
 void kvs_engine_tier_ix_host(kvs_engine_t *e, const kvs_radix_key_t *key,
     const uint8_t *path, const uint8_t *name, int in);
+/* The same by the key's namespace hash (kvs_tier_ns_hash()): a spill
+ * copied off the step is published when its copy is done, after the key
+ * it was made under is gone (kvs_engine_hcopy.c). */
+void kvs_engine_tier_ix_host_ns(kvs_engine_t *e, uint64_t ns,
+    const uint8_t *path, const uint8_t *name, int in);
 /* The weights the host record publishes, per mille (under e->lock, from
  * e->shown): *tw the disk tier's, *hw the host tier's; 0 when that tier
  * is absent or unmeasured (kvs_index_tier_weight()). */
@@ -386,9 +391,11 @@ void kvs_engine_tier_release(kvs_engine_t *e, kvs_engine_seq_t *h);
 /* Ends every parked request (cancelled): kvs_engine_free. */
 void kvs_engine_tier_end_all(kvs_engine_t *e);
 
-/* kvs_engine_hcopy.c: the host tier's loads in flight, whose requests
- * wait (the engine thread polls while there are any); engine thread. */
-uint32_t kvs_engine_hcopy_loads(kvs_engine_t *e);
+/* kvs_engine_hcopy.c: the host tier's copies in flight, spills and
+ * loads (the engine thread polls while there are any: a load's request
+ * waits, a spill's block is neither loadable nor in the prefix index
+ * until settled); engine thread. */
+uint32_t kvs_engine_hcopy_flight(kvs_engine_t *e);
 
 
 /* kvs_engine_gram.c */

@@ -345,16 +345,24 @@ void
 kvs_engine_tier_ix_host(kvs_engine_t *e, const kvs_radix_key_t *key,
     const uint8_t *path, const uint8_t *name, int in)
 {
+    if (e->tier_ix != NULL) {
+        kvs_engine_tier_ix_host_ns(e, kvs_tier_ns_hash(key), path, name,
+                                   in);
+    }
+}
+
+
+void
+kvs_engine_tier_ix_host_ns(kvs_engine_t *e, uint64_t ns,
+    const uint8_t *path, const uint8_t *name, int in)
+{
     uint32_t              *p;
-    uint64_t               ns;
     kvs_tier_ix_ent_t     *en;
     kvs_engine_tier_ix_t  *tx = e->tier_ix;
 
     if (tx == NULL) {
         return;
     }
-
-    ns = kvs_tier_ns_hash(key);
 
     if (!in) {
         p = kvs_engine_tier_ix_find(tx, ns, path);

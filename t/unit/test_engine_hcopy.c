@@ -13,12 +13,14 @@
  * back once they are done, and its host blocks serve the next request;
  * an engine freed with copies in flight (spills and a load) frees the
  * host memory once and leaks nothing (ASan); a backend at its limit of
- * staged copies refuses spills, which the engine counts and steps on.
+ * staged copies refuses spills, which the engine counts and steps on;
+ * a spill copied off the step enters the prefix index as the host
+ * tier's only once its copy is done, and every stored one does.
  */
 
 #include "kvs_test.h"
 #include "kvs_test_acopy.h"
-#include "kvs_test_engine.h"
+#include "kvs_test_engine_ix.h"
 #include "kvs_test_model.h"
 
 #include <inttypes.h>
@@ -431,6 +433,70 @@ test_backend_full(void **state)
 }
 
 
+/* The prefix index learns of a spill copied off the step when its copy
+ * is done: not while it is pending (no load could use it yet), and
+ * then every block stored (a small model: no fixture needed). */
+static void
+test_async_published(void **state)
+{
+    int32_t              tok[16][48];
+    uint32_t             s, hadd, hdel;
+    kvs_err_t            err;
+    kvs_test_model_t     md;
+    kvs_engine_t        *e;
+    kvs_engine_conf_t    conf;
+    kvs_engine_stats_t   st;
+    kvs_engine_index_t   ix;
+
+    kvs_test_model_small(&md, "tiny-hcopy-index", 256, 41, 1);
+    ac_set(20000, 0, 0);
+    kvs_test_engine_ix_conf(&conf, &md, BT, POOL, "tiny-hcopy-index");
+    conf.backend_hook = kvs_test_acopy_wrap;
+    conf.backend_hook_arg = &ac;
+    conf.tier_host_size = 1u << 20;   /* room for every spill */
+    e = kvs_test_engine_new(&conf);
+
+    memset(&ix, 0, sizeof(ix));
+    kvs_engine_index_subscribe(e, 1);
+    hadd = hdel = 0;
+
+    for (s = 0; s < 16; s++) {
+        kvs_test_engine_ix_prompt(tok[s], 48, 300 + s);
+        (void) kvs_test_engine_ix_run1(e, tok[s], 48, NULL);
+    }
+
+    /* 20 ms a copy, one at a time: most spills are still in flight */
+    assert_int_equal(kvs_engine_index_take(e, &ix, &err), KVS_OK);
+    hadd += ix.n_hadd;
+    hdel += ix.n_hdel;
+    kvs_engine_stats(e, &st);
+    assert_true(st.tier.host_copies > 0);
+    assert_true(hadd + st.tier.host_copies <= st.tier.host_spilled);
+
+    /* settled by the steps' polls, as the engine thread's loop polls
+     * while copies are in flight (kvs_engine_tier_wait() would settle
+     * outside a step, where the index records nothing) */
+    for (s = 0; s < 1000 && hadd < st.tier.host_used; s++) {
+        usleep(5000);
+        (void) kvs_engine_step(e);
+        assert_int_equal(kvs_engine_index_take(e, &ix, &err), KVS_OK);
+        hadd += ix.n_hadd;
+        hdel += ix.n_hdel;
+    }
+
+    kvs_engine_stats(e, &st);
+    assert_true(st.tier.host_spilled >= 16);
+    assert_int_equal(st.tier.host_evicted, 0);
+    assert_int_equal(hdel, 0);
+    assert_int_equal(hadd, st.tier.host_used);
+
+    kvs_engine_index_free(&ix);
+    kvs_engine_free(e);
+    kvs_test_model_free(&md);
+    assert_int_equal(ac.allocs, ac.frees);
+}
+
+
 int
 main(void)
 {
@@ -439,6 +505,7 @@ main(void)
         cmocka_unit_test(test_steps_not_slowed),
         cmocka_unit_test(test_close_and_free),
         cmocka_unit_test(test_backend_full),
+        cmocka_unit_test(test_async_published),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
