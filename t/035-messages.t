@@ -80,7 +80,7 @@ POST /v1/messages
 --- response_headers
 Content-Type: application/json
 --- response_body_like chomp
-^\{"id":"msg_[0-9A-Za-z]{24}","type":"message","role":"assistant","model":"kvserve-tiny","content":\[(\{"type":"text","text":"[^"]*"\})?\],"stop_reason":"(max_tokens|end_turn)","stop_sequence":null,"usage":\{"input_tokens":\d+,"cache_creation_input_tokens":0,"cache_read_input_tokens":\d+,"output_tokens":[1-5]\}\}$
+^\{"id":"msg_[0-9A-Za-z]{24}","type":"message","role":"assistant","model":"kvserve-tiny","content":\[(\{"type":"text","text":"(?:[^"\\]|\\.)*"\})?\],"stop_reason":"(max_tokens|end_turn)","stop_sequence":null,"usage":\{"input_tokens":\d+,"cache_creation_input_tokens":0,"cache_read_input_tokens":\d+,"output_tokens":[1-5]\}\}$
 --- error_code: 200
 
 

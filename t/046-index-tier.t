@@ -159,7 +159,9 @@ ok($e1->wait_for(sub {
        @e = map { entry($_) } @names;
        6 == grep { /(?:^| )d:e1=$inc(?: |$)/ && !/(?:^| )e1=/ } @e;
    }, 10), "P's 6 blocks now list d:e1 (the disk tier), not e1")
-    or diag join "\n", @e;
+    or diag join "\n", @e,
+        ($e1->split_response($e1->read_all($e1->request('GET', '/status'),
+                                            10)))[1];
 
 # through the gateway: P and 16 more tokens
 my $body;

@@ -962,6 +962,11 @@ kvs_engine_main(void *arg)
          * spills' blocks not yet loadable nor published */
         copying = kvs_engine_hcopy_flight(e) > 0;
 
+        /* the disk tier's spills not yet written or published: their
+         * names reach the index a tick after the writer, not at the
+         * next request (kvs_engine_tier_ix.c) */
+        tick |= kvs_engine_tier_ix_pending(e);
+
         while (!busy && !e->quit && e->inbox == NULL && e->cancels == NULL
                && !kvs_engine_index_pending(e) && !e->lora_ready
                && !e->tier_ready)

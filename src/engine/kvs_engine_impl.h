@@ -361,6 +361,10 @@ void kvs_engine_tier_ix_weights(kvs_engine_t *e, uint32_t *tw,
     uint32_t *hw);
 /* The watch's news into the index's record (engine thread, in a step). */
 void kvs_engine_tier_ix_drain(kvs_engine_t *e);
+/* 1 while the disk tier's spills are unwritten or the watch's news
+ * undrained: an idle engine thread steps again a tick later (engine
+ * thread, under e->lock). */
+int kvs_engine_tier_ix_pending(kvs_engine_t *e);
 /* Every published disk name as an add (a listing, in a step). */
 void kvs_engine_tier_ix_list(kvs_engine_t *e);
 

@@ -36,7 +36,12 @@
  * host tier's hooks, drain, listing); the queue is shared with the
  * watch, which runs under the tier's lock and takes only the queue's
  * (lock order: tier, then queue; the engine thread never holds the
- * queue's lock while calling the tier).  The host tier's evict hook
+ * queue's lock while calling the tier).  The watch cannot take e->lock
+ * to wake an idle engine (the publisher calls the tier under it): the
+ * engine thread instead asks kvs_engine_tier_ix_pending() before it
+ * sleeps, under e->lock (e->lock, then the spill queue's or this
+ * queue's lock, each a leaf here), and steps again a tick later while
+ * spills are unwritten or news undrained.  The host tier's evict hook
  * calls in under the host tier's lock, on the engine thread.
  *
  * Invariants:
@@ -486,6 +491,30 @@ kvs_engine_tier_ix_drain(kvs_engine_t *e)
 
         kvs_engine_tier_ix_sync(e, en);
     }
+}
+
+
+int
+kvs_engine_tier_ix_pending(kvs_engine_t *e)
+{
+    int                     n;
+    kvs_tier_spill_stats_t  ss;
+    kvs_engine_tier_ix_t   *tx = e->tier_ix;
+
+    if (tx == NULL || tx->tier == NULL) {
+        return 0;
+    }
+
+    pthread_mutex_lock(&tx->mu);
+    n = tx->q_n > 0 || tx->q_lost;
+    pthread_mutex_unlock(&tx->mu);
+
+    if (!n && e->tier != NULL && e->tier->spill != NULL) {
+        kvs_tier_spill_stats(e->tier->spill, &ss);
+        n = ss.pushed > ss.written + ss.failed;
+    }
+
+    return n;
 }
 
 

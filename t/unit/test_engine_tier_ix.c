@@ -27,11 +27,16 @@
  * computes the rest and replies bit for bit as a cache-off engine, the
  * slot is dropped and its name comes out as a disk delete, the corrupt
  * counter moves and no pool block stays reserved (also under ASan).
+ *
+ * On the engine's own thread, blocks the writer finishes after the last
+ * request's step are published without another request: the watch wakes
+ * the idle engine to drain its news.
  */
 
 #include "kvs_test_engine_ix.h"
 
 #include <fcntl.h>
+#include <poll.h>
 
 /* the disk tier's file: one a process */
 #define TIER_FILE  kvs_test_tmp_pid("test_engine_tier_ix")
@@ -650,6 +655,87 @@ test_corrupt_mid_run(void **state)
 }
 
 
+/* The engine on its own thread goes idle after prompt 4, whose step
+ * spilled prompt 0; the writer finishes later, and its names come as
+ * disk adds with no request after (the engine thread used to wait for
+ * one to drain them). */
+static void
+test_idle_drain(void **state)
+{
+    int32_t             tok[5][LEN];
+    uint32_t            s, i;
+    book_t             *bk;
+    kvs_err_t           err;
+    kvs_engine_t       *e;
+    kvs_test_model_t    md;
+    kvs_engine_req_t    req;
+    kvs_engine_out_t    out;
+    kvs_engine_seq_t   *h, *hs[1];
+    kvs_engine_index_t  ix;
+    struct pollfd       pfd;
+
+    (void) state;
+
+    e = setup(&md, "test-engine-tier-ix-idle", 0x1d1e, &bk, &ix);
+
+    for (s = 0; s < 5; s++) {
+        kvs_test_engine_ix_prompt(tok[s], LEN, 40 + s);
+        book_names(bk, e, tok[s], s);
+    }
+
+    assert_int_equal(kvs_engine_start(e, &err), KVS_OK);
+    kvs_engine_index_subscribe(e, 1);
+
+    pfd.fd = kvs_engine_fd(e);
+    pfd.events = POLLIN;
+
+    for (s = 0; s < 5; s++) {
+        memset(&req, 0, sizeof(req));
+        memset(&out, 0, sizeof(out));
+        req.prompt = tok[s];
+        req.n_prompt = LEN;
+        req.max_tokens = 1;
+        req.ignore_eos = 1;
+        req.sample.top_p = 1.0f;
+        assert_int_equal(kvs_engine_submit(e, &req, &h, &err), KVS_OK);
+
+        while (out.finish == KVS_FINISH_NONE) {
+            if (poll(&pfd, 1, 10000) != 1) {
+                fail_msg("no wake-up in 10 s (prompt %u)", s);
+            }
+
+            while (kvs_engine_ready(e, hs, 1) > 0) {
+                assert_true(kvs_engine_read(e, h, &out) >= 0);
+            }
+
+            take(e, &ix, bk);
+        }
+
+        assert_int_equal(out.finish, KVS_FINISH_LENGTH);
+        kvs_engine_close(e, h);
+        kvs_engine_out_free(&out);
+    }
+
+    /* nothing submitted from here: only the watch's wake-up brings the
+     * disk adds of prompt 0's blocks */
+    while (kvs_test_engine_ix_count(bk->disk, PB) < PB) {
+        if (poll(&pfd, 1, 10000) != 1) {
+            fail_msg("no disk add in 10 s after the last request (%u of "
+                     "%u)", kvs_test_engine_ix_count(bk->disk, PB), PB);
+        }
+
+        take(e, &ix, bk);
+    }
+
+    for (i = 0; i < PB; i++) {
+        assert_false(bk->pool[i]);
+        assert_true(bk->disk[i]);
+    }
+
+    teardown(e, &md, bk, &ix);
+}
+
+
 int
 main(void)
 {
@@ -658,6 +744,7 @@ main(void)
         cmocka_unit_test(test_listing_after_subscribe),
         cmocka_unit_test(test_kept_published),
         cmocka_unit_test(test_corrupt_mid_run),
+        cmocka_unit_test(test_idle_drain),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
