@@ -964,8 +964,11 @@ kvs_engine_main(void *arg)
 
         /* the disk tier's spills not yet written or published: their
          * names reach the index a tick after the writer, not at the
-         * next request (kvs_engine_tier_ix.c) */
-        tick |= kvs_engine_tier_ix_pending(e);
+         * next request (kvs_engine_tier_ix.c); asked only when about to
+         * sleep, since a busy engine drains them each step anyway */
+        if (!busy && !tick) {
+            tick = kvs_engine_tier_ix_pending(e);
+        }
 
         while (!busy && !e->quit && e->inbox == NULL && e->cancels == NULL
                && !kvs_engine_index_pending(e) && !e->lora_ready
