@@ -4,7 +4,8 @@
 # grammar alone makes it JSON: every output that finishes with "stop" must
 # parse, and validate against the bounded schema; one cut by max_tokens
 # is "length"), and the 400s: an unsupported keyword named with its path,
-# a bad type, stop strings beside a constraint.
+# a bad type, stop strings beside a constraint, a pattern too ambiguous
+# to follow.
 use Test::Nginx::Socket 'no_plan';
 use IO::Socket::INET ();
 use JSON::PP ();
@@ -234,3 +235,13 @@ POST /v1/chat/completions
 --- error_code: 200
 --- response_body_like eval
 qr/"finish_reason":"(?:length|stop)"/
+
+
+
+=== TEST 6: a pattern whose repeats keep hundreds of parses open is a 400 naming it
+--- request
+POST /v1/chat/completions
+{"model": "kvserve-tiny", "messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"x": {"type": "string", "pattern": "^(a{1,60}){1,60}$"}}}}}}
+--- error_code: 400
+--- response_body_like eval
+qr/"message":"response_format\.json_schema\.schema\.properties\.x\.pattern: regex: the repeat ending at 16 can split the same text into iterations in up to 3600 ways at once[^"]*","type":"invalid_request_error","param":"response_format\.json_schema\.schema\.properties\.x\.pattern"/

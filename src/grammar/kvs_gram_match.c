@@ -788,6 +788,41 @@ kvs_gram_matcher_rollback(kvs_gram_matcher_t *m, size_t n)
 }
 
 
+uint32_t
+kvs_gram_matcher_broad(const kvs_gram_matcher_t *m, uint32_t min_bytes)
+{
+    uint32_t                i, id, n, w;
+    const uint64_t         *f;
+    const kvs_gram_elem_t  *e;
+    const kvs_gram_level_t *lv;
+
+    lv = &m->lv[m->n_lv - 1];
+    n = 0;
+
+    for (i = 0; i < lv->n_front; i++) {
+        id = m->front[lv->front + i];
+        e = &m->g->elems[m->nodes[id].pos];
+
+        /* a top is a byte range or a rule waiting for its FIRST set */
+        if (e->kind == KVS_GRAM_BYTES) {
+            w = (uint32_t) e->hi - e->lo + 1;
+        } else if (e->kind == KVS_GRAM_RULE) {
+            f = &m->g->first[(size_t) e->rule * 4];
+            w = (uint32_t) (__builtin_popcountll(f[0])
+                            + __builtin_popcountll(f[1])
+                            + __builtin_popcountll(f[2])
+                            + __builtin_popcountll(f[3]));
+        } else {
+            continue;
+        }
+
+        n += w >= min_bytes;
+    }
+
+    return n;
+}
+
+
 int
 kvs_gram_matcher_can_end(const kvs_gram_matcher_t *m)
 {

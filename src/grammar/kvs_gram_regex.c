@@ -509,15 +509,15 @@ kvs_re_class(kvs_re_t *re, kvs_re_set_t *s)
 }
 
 
-static int kvs_re_alt(kvs_re_t *re, uint32_t *rule);
+static int kvs_re_alt(kvs_re_t *re, uint32_t *rule, kvs_re_info_t *info);
 
 
 /* One atom into a rule. */
 static int
-kvs_re_atom(kvs_re_t *re, uint32_t *rule)
+kvs_re_atom(kvs_re_t *re, uint32_t *rule, kvs_re_info_t *info)
 {
     int           rc;
-    size_t        at;
+    size_t        at, k;
     uint32_t      c;
     kvs_re_set_t  s;
 
@@ -553,7 +553,7 @@ kvs_re_atom(kvs_re_t *re, uint32_t *rule)
                                KVS_RE_MAX_DEPTH);
         }
 
-        rc = kvs_re_alt(re, rule);
+        rc = kvs_re_alt(re, rule, info);
         re->depth--;
         if (rc != KVS_OK) {
             return rc;
@@ -602,6 +602,11 @@ kvs_re_atom(kvs_re_t *re, uint32_t *rule)
     }
 
     if (rc == KVS_OK) {
+        kvs_re_info_empty(info);
+        for (k = 0; k < s.n; k++) {
+            kvs_re_info_cps(info, s.r[k].lo, s.r[k].hi);
+        }
+        kvs_re_info_atom(info);
         rc = kvs_re_set_rule(re, &s, rule);
     }
 
@@ -639,13 +644,14 @@ kvs_re_num(kvs_re_t *re, uint32_t *v)
 
 /* A repeat: an atom and its quantifier. */
 static int
-kvs_re_repeat(kvs_re_t *re, uint32_t *rule)
+kvs_re_repeat(kvs_re_t *re, uint32_t *rule, kvs_re_info_t *info)
 {
     int       rc;
+    char      why[256];
     size_t    at, save;
     uint32_t  x, min, max;
 
-    rc = kvs_re_atom(re, &x);
+    rc = kvs_re_atom(re, &x, info);
     if (rc != KVS_OK) {
         return rc;
     }
@@ -706,26 +712,41 @@ kvs_re_repeat(kvs_re_t *re, uint32_t *rule)
         return kvs_re_unsupported(re, at, re->i - at + 1);
     }
 
+    /* before any rule is made: a repeat the matcher would follow in
+     * thousands of parses at once is refused (kvs_gram_reamb.c) */
+    if (kvs_re_info_repeat(info, min, max,
+                           re->flags & KVS_GRAM_AMBIGUOUS
+                           ? UINT64_MAX : KVS_RE_MAX_PARSES, why,
+                           sizeof(why))
+        != KVS_OK)
+    {
+        return kvs_err_set(re->err, KVS_EUNSUPPORTED, "regex: the repeat "
+                           "ending at %zu %s", re->i, why);
+    }
+
     return kvs_gram_repeat(re->g, x, NULL, min, max, rule, re->err);
 }
 
 
 /* A concatenation up to '|', ')' or the end. */
 static int
-kvs_re_concat(kvs_re_t *re, uint32_t *rule)
+kvs_re_concat(kvs_re_t *re, uint32_t *rule, kvs_re_info_t *info)
 {
     int             rc;
     uint32_t        x;
+    kvs_re_info_t   xi;
     kvs_gram_seq_t  q;
 
     memset(&q, 0, sizeof(q));
+    kvs_re_info_empty(info);
     rc = KVS_OK;
 
     while (re->i < re->n && re->p[re->i] != '|' && re->p[re->i] != ')') {
-        rc = kvs_re_repeat(re, &x);
+        rc = kvs_re_repeat(re, &x, &xi);
         if (rc != KVS_OK) {
             break;
         }
+        kvs_re_info_concat(info, &xi);
         kvs_gram_seq_ref(&q, x);
     }
 
@@ -743,10 +764,11 @@ kvs_re_concat(kvs_re_t *re, uint32_t *rule)
 
 
 static int
-kvs_re_alt(kvs_re_t *re, uint32_t *rule)
+kvs_re_alt(kvs_re_t *re, uint32_t *rule, kvs_re_info_t *info)
 {
-    int             rc;
+    int             rc, first;
     uint32_t        x;
+    kvs_re_info_t   xi;
     kvs_gram_seq_t  q;
 
     rc = kvs_gram_rule_new(re->g, rule, re->err);
@@ -755,12 +777,15 @@ kvs_re_alt(kvs_re_t *re, uint32_t *rule)
     }
 
     memset(&q, 0, sizeof(q));
+    first = 1;
 
     for ( ;; ) {
-        rc = kvs_re_concat(re, &x);
+        rc = kvs_re_concat(re, &x, &xi);
         if (rc != KVS_OK) {
             break;
         }
+        kvs_re_info_alt(info, &xi, first);
+        first = 0;
 
         kvs_gram_seq_reset(&q);
         kvs_gram_seq_ref(&q, x);
@@ -797,6 +822,7 @@ kvs_sc_regex(kvs_gram_t *g, const char *p, size_t len, unsigned flags,
     size_t          k, bs;
     uint32_t        body, any, star;
     kvs_re_t        re;
+    kvs_re_info_t   info;
     kvs_re_set_t    s;
     kvs_gram_seq_t  q;
 
@@ -821,7 +847,7 @@ kvs_sc_regex(kvs_gram_t *g, const char *p, size_t len, unsigned flags,
     re.i = (size_t) start;
     re.n = len - (size_t) end;
 
-    rc = kvs_re_alt(&re, &body);
+    rc = kvs_re_alt(&re, &body, &info);
     if (rc != KVS_OK) {
         return rc;
     }

@@ -104,6 +104,28 @@ int kvs_sc_array(kvs_sc_t *sc, const json_t *s, uint32_t *rule);
 int kvs_sc_regex(kvs_gram_t *g, const char *re, size_t len, unsigned flags,
     uint32_t *rule, kvs_err_t *err);
 
+/* kvs_gram_reamb.c: what a regex's parse can keep open at once.  Sets
+ * are of code points 0-127 (bits 0-127) and any other (bit 128): the
+ * code points that may begin a match (first), come after its first
+ * (inner), or go on from a point where a match may end (cont). */
+#define KVS_RE_MAX_PARSES  16
+
+typedef struct {
+    uint64_t  first[3], inner[3], cont[3];
+    uint32_t  minl, maxl;             /* code points; UINT32_MAX: none */
+    uint64_t  positions;              /* the copies' atoms, all told */
+    uint64_t  parses;                 /* stacks open at once, estimated */
+} kvs_re_info_t;
+
+void kvs_re_info_empty(kvs_re_info_t *x);
+void kvs_re_info_cps(kvs_re_info_t *x, uint32_t lo, uint32_t hi);
+void kvs_re_info_atom(kvs_re_info_t *x);
+void kvs_re_info_concat(kvs_re_info_t *acc, const kvs_re_info_t *b);
+void kvs_re_info_alt(kvs_re_info_t *acc, const kvs_re_info_t *b,
+    int first);
+int kvs_re_info_repeat(kvs_re_info_t *x, uint32_t min, uint32_t max,
+    uint64_t max_parses, char *why, size_t why_len);
+
 /* kvs_gram_values.c */
 void kvs_sc_put(kvs_sc_buf_t *b, const void *p, size_t n);
 void kvs_sc_put_str(kvs_sc_buf_t *b, const char *s, size_t n);

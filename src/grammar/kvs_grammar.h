@@ -206,6 +206,10 @@ kvs_gram_rep_at(const kvs_gram_t *g, uint32_t pos, uint32_t c)
                                          of at most 18 digits, exponents
                                          of at most 2 (tool arguments,
                                          which kvs_tool_parse reads) */
+#define KVS_GRAM_AMBIGUOUS 0x4        /* take "pattern" repeats that keep
+                                         many parses open at once, which
+                                         requests never may (kvs_gram_
+                                         reamb.c): the matcher's tests */
 
 typedef struct {
     unsigned           flags;         /* KVS_GRAM_* */
@@ -361,6 +365,13 @@ int kvs_gram_matcher_must_end(const kvs_gram_matcher_t *m);
 
 /* The set of bytes that may come next (bit b of set[b >> 6]). */
 void kvs_gram_matcher_next(const kvs_gram_matcher_t *m, uint64_t set[4]);
+
+/* How many of the stacks open now take at least min_bytes distinct
+ * bytes next: each is a walk of most of the vocabulary in a mask, so
+ * their count, not the frontier's, is what a mask costs (the engine's
+ * bound, docs/grammar.md "Ambiguous schemas and patterns"). */
+uint32_t kvs_gram_matcher_broad(const kvs_gram_matcher_t *m,
+    uint32_t min_bytes);
 
 
 /* ---- the vocabulary and the mask --------------------------------------- */

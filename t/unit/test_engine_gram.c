@@ -15,7 +15,8 @@
  * and KV pool end clean.  Tool calls (KVS_GRAM_REQ_TOOLS): "required"
  * output parses (kvs_tool_parse) into a call of a tool with valid
  * arguments, "auto" into text or calls, also when the marker is one
- * control token (then its text is in the output).
+ * control token (then its text is in the output).  A schema that keeps
+ * a free string open per anyOf branch is ended with the reason.
  */
 
 #include "kvs_test.h"
@@ -430,6 +431,65 @@ test_refusals(void **state)
     assert_int_equal(kvs_engine_step(e), 0);
     assert_int_equal(kvs_engine_check(e, &err), KVS_OK);
 
+    kvs_engine_free(e);
+    kvs_test_model_free(&md);
+}
+
+
+/* A schema whose parse holds a free string per anyOf branch at once is
+ * ended at the step that would mask it, with the reason, leaving the
+ * engine clean; as wide a frontier of literal keys is followed. */
+static void
+test_broad(void **state)
+{
+    int                 i;
+    char               *wide, *keys;
+    int32_t             prompt[3] = { 1, 2, 3 };
+    kvs_engine_t       *e;
+    kvs_engine_req_t    req;
+    kvs_engine_out_t    out;
+    kvs_test_model_t    md;
+
+    (void) state;
+
+    kvs_test_model_small(&md, "gramb", 1024, 17, 0);
+    e = new_engine(&md, KVS_BACKEND_CPU);
+
+    wide = malloc(100 * 48 + 32);
+    keys = malloc(100 * 96 + 32);
+    strcpy(wide, "{\"anyOf\":[");
+    strcpy(keys, "{\"anyOf\":[");
+    for (i = 0; i < 100; i++) {
+        sprintf(wide + strlen(wide), "%s{\"type\":\"string\","
+                "\"minLength\":%d}", i ? "," : "", i);
+        sprintf(keys + strlen(keys), "%s{\"type\":\"object\","
+                "\"properties\":{\"k%d\":{\"type\":\"integer\"}},"
+                "\"required\":[\"k%d\"]}", i ? "," : "", i, i);
+    }
+    strcat(wide, "]}");
+    strcat(keys, "]}");
+
+    /* after the opening quote: 100 strings' bodies open */
+    set_req(&req, prompt, 3, KVS_GRAM_REQ_SCHEMA, wide, &samps[0], 1);
+    req.max_tokens = 40;
+    (void) run(e, &req, &out, 1);
+    assert_int_equal(out.finish, KVS_FINISH_ERROR);
+    if (strstr(out.error, "parses open at once") == NULL) {
+        fail_msg("%s", out.error);
+    }
+    assert_true(out.text.len <= 1);
+    kvs_engine_out_free(&out);
+
+    /* after "{": 100 keys' quotes open, each one byte wide */
+    set_req(&req, prompt, 3, KVS_GRAM_REQ_SCHEMA, keys, &samps[0], 1);
+    req.max_tokens = 40;
+    (void) run(e, &req, &out, 1);
+    assert_int_not_equal(out.finish, KVS_FINISH_ERROR);
+    check_output(KVS_GRAM_REQ_SCHEMA, keys, &out);
+    kvs_engine_out_free(&out);
+
+    free(wide);
+    free(keys);
     kvs_engine_free(e);
     kvs_test_model_free(&md);
 }
@@ -852,6 +912,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_stories),
         cmocka_unit_test(test_choices_and_length),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_broad),
         cmocka_unit_test(test_cache),
         cmocka_unit_test(test_shared_table),
         cmocka_unit_test(test_device_sampling),

@@ -329,7 +329,7 @@ tb_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
     words = tb_buffers(gv, TB_MK, bits, &bf, &cand);
 
     for (i = 0; i < TB_N; i++) {
-        if (tg_compile(&g, tb_schemas[i], 0, &err) != KVS_OK) {
+        if (tg_compile(&g, tb_schemas[i], KVS_GRAM_AMBIGUOUS, &err) != KVS_OK) {
             fail_msg("schema %zu: %s", i, err.msg);
         }
 
@@ -562,7 +562,7 @@ test_small_lengths(void **state)
                      "\"items\": {\"type\": \"string\", "
                      "\"maxLength\": 12}, \"maxItems\": 10}");
         }
-        if (tg_compile(&g, schema, 0, &err) != KVS_OK) {
+        if (tg_compile(&g, schema, KVS_GRAM_AMBIGUOUS, &err) != KVS_OK) {
             fail_msg("%s: %s", schema, err.msg);
         }
         assert_int_equal(kvs_gram_masker_init_table(&table, gv, 64, &err),
@@ -655,7 +655,7 @@ test_renaming(void **state)
     memset(skip, 0, sizeof(skip));
 
     for (i = 0; i < sizeof(schemas) / sizeof(schemas[0]); i++) {
-        if (tg_compile(&g, schemas[i], 0, &err) != KVS_OK) {
+        if (tg_compile(&g, schemas[i], KVS_GRAM_AMBIGUOUS, &err) != KVS_OK) {
             fail_msg("%s: %s", schemas[i], err.msg);
         }
 
@@ -743,7 +743,7 @@ test_byte_classes(void **state)
     filled = 0;
 
     for (i = 0; i < TB_N; i++) {
-        if (tg_compile(&g, tb_schemas[i], 0, &err) != KVS_OK) {
+        if (tg_compile(&g, tb_schemas[i], KVS_GRAM_AMBIGUOUS, &err) != KVS_OK) {
             fail_msg("schema %zu: %s", i, err.msg);
         }
 

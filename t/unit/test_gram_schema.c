@@ -6,7 +6,8 @@
  * text held to the independent validator in kvs_test_gram.h, and one-byte
  * mutations of them, which the matcher may take only if they are valid),
  * and the limits: deep nesting, huge enums, recursion, hostile grammars
- * end in errors or bounded work, never a crash.
+ * end in errors or bounded work, never a crash; "pattern" repeats that
+ * would keep hundreds of parses open are refused, the plain ones taken.
  */
 
 #include "kvs_test_gram.h"
@@ -666,6 +667,131 @@ test_limits(void **state)
 }
 
 
+/* ---- ambiguous patterns ---------------------------------------------------- */
+
+typedef struct {
+    const char  *re;                  /* the pattern, as JSON text */
+    const char  *unit;                /* the sample, a prefix of a string
+                                         it takes: unit x times, tail */
+    int          times;
+    const char  *tail;
+    int          refused;
+} tg_amb_t;
+
+static const tg_amb_t  tg_amb[] = {
+    { "^(a{1,60}){1,60}$", "a", 300, "", 1 },
+    { "^(a{1,3}){1,1000}$", "a", 300, "", 1 },
+    { "^((a{1,20}){1,20}){1,20}$", "a", 300, "", 1 },
+    { "^(.{1,10}){1,50}$", "a", 300, "", 1 },
+    { "^(\\\\w+\\\\s?){1,100}$", "a", 300, "", 1 },
+    { "^(a|aa| ){0,90}b$", "a", 89, "b", 1 },
+    { "^(a?){1,1000}$", "a", 300, "", 1 },
+    { "^(a*){1,100}$", "a", 300, "", 1 },
+    { "^(x?y?){0,50}$", "x", 40, "", 1 },
+
+    { "^(\\\\d{1,3}\\\\.){3}\\\\d{1,3}$", "1.", 3, "100", 0 },
+    { "^([A-Z][a-z]{0,20} ?){1,10}$", "Hello ", 9, "World", 0 },
+    { "^(ab?){1,1000}$", "ab", 300, "a", 0 },
+    { "^(a+){1,5}$", "a", 300, "", 0 },
+    { "^(\\\\w+\\\\s?){1,5}$", "a", 300, "", 0 },
+    { "^(a|a|aa)*$", "a", 300, "", 0 },
+    { "^(a*)+$", "a", 300, "", 0 },
+    { "^(?:[a-z]+-)*[a-z]+$", "abc-", 100, "z", 0 },
+    { "^[a-z0-9._%+-]+@[a-z0-9.-]+\\\\.[a-z]{2,}$", "ab.", 50, "x@y.org", 0 },
+    { "^((a{1000}){1000}){1000}$", "a", 300, "", 0 },
+    { "^[a-z]{1,1000}$", "q", 300, "", 0 },
+};
+
+
+/* The most stacks the matcher holds while it takes the text: 0 if it
+ * refuses a byte, UINT32_MAX if it passes its caps. */
+static uint32_t
+tg_front_max(const kvs_gram_t *g, const char *text, size_t len)
+{
+    int                 rc;
+    size_t              i;
+    uint32_t            most;
+    kvs_gram_matcher_t  m;
+
+    assert_int_equal(kvs_gram_matcher_init(&m, g, NULL, NULL), KVS_OK);
+    most = 0;
+
+    for (i = 0; i < len; i++) {
+        rc = kvs_gram_matcher_byte(&m, (uint8_t) text[i], NULL);
+        if (rc != KVS_OK) {
+            most = rc == KVS_ETOOLONG ? UINT32_MAX : 0;
+            break;
+        }
+        if (m.lv[m.n_lv - 1].n_front > most) {
+            most = m.lv[m.n_lv - 1].n_front;
+        }
+    }
+
+    kvs_gram_matcher_free(&m);
+
+    return most;
+}
+
+
+static void
+test_ambiguous(void **state)
+{
+    int          k;
+    char         schema[256], *text;
+    size_t       i, n;
+    uint32_t     most;
+    kvs_err_t    err;
+    kvs_gram_t   g;
+
+    (void) state;
+
+    for (i = 0; i < sizeof(tg_amb) / sizeof(tg_amb[0]); i++) {
+        snprintf(schema, sizeof(schema), "{\"type\": \"string\", "
+                 "\"pattern\": \"%s\"}", tg_amb[i].re);
+
+        text = malloc(strlen(tg_amb[i].unit) * tg_amb[i].times
+                      + strlen(tg_amb[i].tail) + 2);
+        strcpy(text, "\"");
+        for (k = 0; k < tg_amb[i].times; k++) {
+            strcat(text, tg_amb[i].unit);
+        }
+        strcat(text, tg_amb[i].tail);
+        n = strlen(text);
+
+        /* a request's compile: refused naming the pattern, or taken */
+        if (tg_amb[i].refused) {
+            assert_int_equal(tg_compile(&g, schema, 0, &err),
+                             KVS_EUNSUPPORTED);
+            if (strstr(err.msg, "pattern: regex: the repeat") == NULL) {
+                fail_msg("%s: %s", tg_amb[i].re, err.msg);
+            }
+            kvs_gram_free(&g);
+
+            /* what it keeps out: the same pattern taken by the matcher's
+             * tests holds hundreds of parses at once, or passes the caps */
+            assert_int_equal(tg_compile(&g, schema, KVS_GRAM_AMBIGUOUS,
+                                        &err), KVS_OK);
+            most = tg_front_max(&g, text, n);
+            if (most <= 64) {
+                fail_msg("%s: at most %u stacks", tg_amb[i].re, most);
+            }
+
+        } else {
+            if (tg_compile(&g, schema, 0, &err) != KVS_OK) {
+                fail_msg("%s: %s", tg_amb[i].re, err.msg);
+            }
+            most = tg_front_max(&g, text, n);
+            if (most == 0 || most > 64) {
+                fail_msg("%s: %u stacks", tg_amb[i].re, most);
+            }
+        }
+
+        kvs_gram_free(&g);
+        free(text);
+    }
+}
+
+
 int
 main(void)
 {
@@ -675,6 +801,7 @@ main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_generated),
         cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_ambiguous),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
