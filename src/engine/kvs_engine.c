@@ -42,7 +42,7 @@ static void *kvs_engine_main(void *arg);
 
 /* ms between the idle engine's looks at its queue's deadlines */
 #define KVS_ENGINE_QUEUE_TICK  50
-#define KVS_ENGINE_COPY_TICK   200    /* us: host tier copies' polls */
+#define KVS_ENGINE_COPY_TICK   200    /* us: the tiers' copies' polls */
 
 
 const uint32_t  kvs_engine_iter_bounds[KVS_ENGINE_ITER_BOUNDS] = {
@@ -957,9 +957,9 @@ kvs_engine_main(void *arg)
          * KVS_ENGINE_QUEUE_TICK ms ends those past the queue timeout */
         tick = e->sched.waiting.n > 0 && e->conf.queue_timeout_ms > 0;
 
-        /* the host tier's copies in flight (kvs_engine_hcopy.c): polled
+        /* the tiers' copies in flight (kvs_engine_hcopy.c): polled
          * every KVS_ENGINE_COPY_TICK us, loads' requests waiting and
-         * spills' blocks not yet loadable nor published */
+         * spills' blocks not yet loadable, queued nor published */
         copying = kvs_engine_hcopy_flight(e) > 0;
 
         /* the disk tier's spills not yet written or published: their

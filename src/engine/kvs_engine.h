@@ -292,7 +292,8 @@ typedef struct {
                                          start */
     uint64_t  spilled;                /* evicted blocks queued */
     uint64_t  spill_kept;             /* evicted blocks the tier had */
-    uint64_t  spill_dropped;          /* the queue was full */
+    uint64_t  spill_dropped;          /* the queue (or its staging ring,
+                                         spill_copy_full) was full */
     uint64_t  spill_written;          /* written by the writer */
     uint64_t  spill_failed;           /* not copied out of the pool */
     uint64_t  lookups;                /* matches the tier continued */
@@ -362,6 +363,15 @@ typedef struct {
                                          its limit: a spill on to the
                                          disk tier, a load cut short */
     uint64_t  host_copy_failed;       /* blocks whose copy failed */
+
+    /* the disk tier's spills copied off the step (kvs_engine_hcopy.c),
+     * engine side only (not in STATS_REPLY); spill_async 0: the backend
+     * copies at once, on the engine thread */
+    uint32_t  spill_async;
+    uint64_t  spill_copies;           /* blocks being copied out now */
+    uint64_t  spill_copy_full;        /* dropped: the staging ring was
+                                         full or the backend refused the
+                                         copy (in spill_dropped too) */
 } kvs_engine_tier_stats_t;
 
 typedef struct {

@@ -1,5 +1,5 @@
 /*
- * kvs_engine_hcopy: the host tier's copies off the step loop
+ * kvs_engine_hcopy: the lower tiers' copies off the step loop
  * (docs/prefix-cache.md, "Copies off the step"), for a backend with the
  * asynchronous block copies (kvs_backend.h: block_read_async,
  * block_write_async, copy_poll, copy_wait; CUDA: a copy stream).
@@ -12,15 +12,24 @@
  * reserves its pool blocks and queues the copies in; its request waits
  * parked (the loader's WAIT) until the last ticket is done, then the
  * run enters the tree and the request plans again, as after a disk
- * load.
+ * load.  A spill into the disk tier (no host tier, or one that could not
+ * take the block) copies the block into a staging ring of the backend's
+ * host memory (CUDA: pinned) and joins the disk tier's spill queue when
+ * its ticket is done, as the synchronous spill joins it at once.
  *
- * What it owns: the spills in flight (a ring, ticket order) and the
- * loads in flight (a list, ticket order), with the pool blocks, host
- * slots and tree lock each holds.
+ * What it owns: the spills in flight (a ring, ticket order: the host
+ * tier's and the disk tier's), the disk spills' staging ring (its
+ * blocks, keys and tokens; taken and given back in ticket order) and
+ * the loads in flight (a list, ticket order), with the pool blocks,
+ * host slots and tree lock each holds.
  *
  * Invariants:
  *   - a pending slot is held and found by no load until its ticket is
  *     done (kvs_tier_host_reserve); a failed copy forgets it;
+ *   - a staging block is read by no one until its ticket is done, then
+ *     copied into the spill queue (kvs_tier_spill_push_named copies)
+ *     and reused; a full ring, a copy refused or failed drops the spill,
+ *     counted, as a full spill queue does;
  *   - a load's pool blocks are its own (refcount 1, in no table) and its
  *     host slots held until its last ticket is done, even when its
  *     request ended meanwhile: only then do they go back, so no step
@@ -29,8 +38,9 @@
  *     its request is still there, under its path's lock (taken at the
  *     plan, so the blocks before the run stay);
  *   - at free every copy is waited for before the host memory goes
- *     (kvs_engine_hcopy_free runs before the host tier's free), and
- *     every hold, block and lock goes back once;
+ *     (kvs_engine_hcopy_free runs before the host tier's free and the
+ *     spill queue's: a disk spill done is queued, to be written), and
+ *     every hold, block, staging block and lock goes back once;
  *   - a step never waits on a copy: the engine thread only polls, and
  *     waits only at free and in kvs_engine_tier_wait (tests).
  *
@@ -49,12 +59,18 @@
 
 typedef struct {
     uint64_t             ticket;
-    uint32_t             slot;
+    uint32_t             slot;      /* disk: its staging block */
+    uint8_t              disk;      /* 1: into the disk tier's queue */
     uint8_t              named;     /* 0: unnamed, never published */
     uint64_t             ns;        /* kvs_tier_ns_hash() of its key */
     uint8_t              path[KVS_TIER_ID_LEN];
     uint8_t              name[KVS_RADIX_NAME_LEN];   /* index name */
 } kvs_engine_hspill_t;
+
+typedef struct {
+    kvs_radix_key_t      key;       /* key.scope points at scope */
+    char                 scope[KVS_RADIX_MAX_SCOPE];
+} kvs_engine_dkey_t;
 
 typedef struct kvs_engine_hjob_s  kvs_engine_hjob_t;
 
@@ -75,7 +91,14 @@ struct kvs_engine_hcopy_s {
     kvs_engine_hspill_t *spill;         /* [cap] ring */
     uint32_t             cap;
     uint32_t             head;
-    uint32_t             count;
+    uint32_t             count;         /* both tiers' */
+    uint8_t             *d_mem;         /* [d_cap][block_bytes] staging,
+                                           host_alloc's */
+    int32_t             *d_tokens;      /* [d_cap][block_tokens] */
+    kvs_engine_dkey_t   *d_key;         /* [d_cap] */
+    uint32_t             d_cap;         /* 0: no disk tier */
+    uint32_t             d_head;
+    uint32_t             d_count;       /* the disk's spills in flight */
     kvs_engine_hjob_t   *jobs;          /* oldest first */
     kvs_engine_hjob_t  **tail;
     uint32_t             n_jobs;
@@ -89,38 +112,61 @@ struct kvs_engine_hcopy_s {
 static void
 kvs_engine_hcopy_count(kvs_engine_t *e, kvs_engine_hcopy_t *hc)
 {
-    e->tier->st.host_copies = hc->count + hc->in_jobs;
+    e->tier->st.host_copies = hc->count - hc->d_count + hc->in_jobs;
+    e->tier->st.spill_copies = hc->d_count;
 }
 
 
 int
-kvs_engine_hcopy_new(kvs_engine_t *e, kvs_tier_host_t *host,
-    kvs_engine_hcopy_t **out, kvs_err_t *err)
+kvs_engine_hcopy_new(kvs_engine_t *e, uint32_t depth, kvs_err_t *err)
 {
+    size_t                  bytes;
+    kvs_engine_tier_t      *et = e->tier;
     kvs_engine_hcopy_t     *hc;
     kvs_tier_host_stats_t   hs;
 
-    *out = NULL;
-
     hc = calloc(1, sizeof(kvs_engine_hcopy_t));
     if (hc == NULL) {
-        return kvs_err_set(err, KVS_ENOMEM, "kv tier host: out of memory");
+        return kvs_err_set(err, KVS_ENOMEM, "kv tier: out of memory");
     }
 
-    /* a spill in flight holds a slot: never more than the slots */
-    kvs_tier_host_stats(host, &hs);
-    hc->cap = (uint32_t) hs.slots;
+    et->hc = hc;
     hc->tail = &hc->jobs;
-    hc->spill = calloc(hc->cap, sizeof(kvs_engine_hspill_t));
+
+    /* a host spill in flight holds a slot, a disk spill a staging block:
+     * never more than the two */
+    if (et->th != NULL) {
+        kvs_tier_host_stats(kvs_engine_thost_tier(e), &hs);
+        hc->cap = (uint32_t) hs.slots;
+    }
+
+    hc->d_cap = et->tier != NULL ? depth : 0;
+    hc->cap += hc->d_cap;
+    hc->spill = calloc(hc->cap > 0 ? hc->cap : 1,
+                       sizeof(kvs_engine_hspill_t));
 
     if (hc->spill == NULL) {
-        (void) kvs_err_set(err, KVS_ENOMEM, "kv tier host: out of memory "
-                           "for %" PRIu32 " copies", hc->cap);
-        free(hc);
-        return KVS_ENOMEM;
+        return kvs_err_set(err, KVS_ENOMEM, "kv tier: out of memory for "
+                           "%" PRIu32 " copies", hc->cap);
     }
 
-    *out = hc;
+    if (hc->d_cap == 0) {
+        return KVS_OK;
+    }
+
+    bytes = (size_t) hc->d_cap * et->block_bytes;
+    hc->d_mem = e->be->ops->host_alloc != NULL
+                ? e->be->ops->host_alloc(e->be, bytes, err)
+                : malloc(bytes);
+    hc->d_tokens = calloc((size_t) hc->d_cap * e->conf.block_tokens,
+                          sizeof(int32_t));
+    hc->d_key = calloc(hc->d_cap, sizeof(kvs_engine_dkey_t));
+
+    if (hc->d_mem == NULL || hc->d_tokens == NULL || hc->d_key == NULL) {
+        return kvs_err_set(err, KVS_ENOMEM, "kv tier: no host memory for "
+                           "%" PRIu32 " staged spills of %" PRIu64
+                           " bytes", hc->d_cap, et->block_bytes);
+    }
 
     return KVS_OK;
 }
@@ -129,8 +175,7 @@ kvs_engine_hcopy_new(kvs_engine_t *e, kvs_tier_host_t *host,
 static kvs_engine_hcopy_t *
 kvs_engine_hcopy_of(kvs_engine_t *e)
 {
-    return e->tier != NULL && e->tier->th != NULL
-           ? kvs_engine_thost_hcopy(e) : NULL;
+    return e->tier != NULL ? e->tier->hc : NULL;
 }
 
 
@@ -202,6 +247,40 @@ kvs_engine_hcopy_finish(kvs_engine_t *e, kvs_engine_hjob_t *j, int ok)
 }
 
 
+/* A disk spill's copy done (or failed): its staged block into the
+ * spill queue, which copies it, and the staging block back. */
+static void
+kvs_engine_hcopy_queue_disk(kvs_engine_t *e, kvs_engine_hcopy_t *hc,
+    const kvs_engine_hspill_t *s, int failed)
+{
+    kvs_err_t            err;
+    const uint8_t       *name;
+    kvs_engine_dkey_t   *dk = &hc->d_key[s->slot];
+    kvs_engine_tier_t   *et = e->tier;
+
+    name = s->named ? s->name : NULL;
+    kvs_err_clear(&err);
+
+    if (failed) {
+        et->st.spill_failed++;
+
+    } else if (kvs_tier_spill_push_named(et->spill, &dk->key, s->path, name,
+                                         hc->d_tokens + (size_t) s->slot
+                                                    * e->conf.block_tokens,
+                                         hc->d_mem + (size_t) s->slot
+                                                     * et->block_bytes,
+                                         &err)
+               == KVS_OK)
+    {
+        kvs_engine_tier_ix_spilled_named(e, &dk->key, s->path, name, 0);
+    }
+
+    /* staged and settled in ticket order: s->slot is the ring's head */
+    hc->d_head = (hc->d_head + 1) % hc->d_cap;
+    hc->d_count--;
+}
+
+
 /* Everything up to hc->done settled: spills stored, loads finished;
  * failed: every copy in flight failed (the backend said so). */
 static void
@@ -210,7 +289,9 @@ kvs_engine_hcopy_settle(kvs_engine_t *e, kvs_engine_hcopy_t *hc,
 {
     kvs_engine_hspill_t  *s;
     kvs_engine_hjob_t    *j;
-    kvs_tier_host_t      *host = kvs_engine_thost_tier(e);
+    kvs_tier_host_t      *host;
+
+    host = e->tier->th != NULL ? kvs_engine_thost_tier(e) : NULL;
 
     while (hc->count > 0) {
         s = &hc->spill[hc->head];
@@ -219,7 +300,10 @@ kvs_engine_hcopy_settle(kvs_engine_t *e, kvs_engine_hcopy_t *hc,
             break;
         }
 
-        if (failed) {
+        if (s->disk) {
+            kvs_engine_hcopy_queue_disk(e, hc, s, failed);
+
+        } else if (failed) {
             kvs_tier_host_cancel(host, s->slot);
             e->tier->st.host_copy_failed++;
         } else {
@@ -313,18 +397,60 @@ kvs_engine_hcopy_wait(kvs_engine_t *e)
 
 
 void
-kvs_engine_hcopy_free(kvs_engine_t *e, kvs_engine_hcopy_t *hc)
+kvs_engine_hcopy_free(kvs_engine_t *e)
 {
+    kvs_engine_hcopy_t  *hc = kvs_engine_hcopy_of(e);
+
     if (hc == NULL) {
         return;
     }
 
-    /* the copies read and write the host tier's memory: all done (or
-     * failed) before it goes */
+    /* the copies read and write the host tier's memory and the staging
+     * ring: all done (or failed) before they go */
     kvs_engine_hcopy_drain(e, hc);
 
+    if (hc->d_mem != NULL) {
+        if (e->be->ops->host_free != NULL) {
+            e->be->ops->host_free(e->be, hc->d_mem);
+
+        } else {
+            free(hc->d_mem);
+        }
+    }
+
+    free(hc->d_tokens);
+    free(hc->d_key);
     free(hc->spill);
     free(hc);
+    e->tier->hc = NULL;
+}
+
+
+/* A spill's copy queued under ticket: its entry at the ring's tail. */
+static void
+kvs_engine_hcopy_push(kvs_engine_t *e, kvs_engine_hcopy_t *hc,
+    const kvs_radix_key_t *key, const uint8_t *path, uint64_t ticket,
+    uint32_t slot, int disk)
+{
+    const uint8_t        *name;
+    kvs_engine_hspill_t  *s;
+
+    s = &hc->spill[(hc->head + hc->count) % hc->cap];
+    s->ticket = ticket;
+    s->slot = slot;
+    s->disk = (uint8_t) disk;
+    s->ns = kvs_tier_ns_hash(key);
+    memcpy(s->path, path, KVS_TIER_ID_LEN);
+    name = kvs_radix_spill_name(e->radix);
+    s->named = name != NULL;
+    if (name != NULL) {
+        memcpy(s->name, name, KVS_RADIX_NAME_LEN);
+    }
+
+    hc->count++;
+    hc->d_count += disk != 0;
+    hc->last = ticket > hc->last ? ticket : hc->last;
+    kvs_engine_hcopy_count(e, hc);
 }
 
 
@@ -337,9 +463,7 @@ kvs_engine_hcopy_spill(kvs_engine_t *e, const kvs_radix_key_t *key,
     uint32_t             slot;
     uint64_t             ticket;
     kvs_err_t            err;
-    const uint8_t       *name;
     kvs_engine_tier_t   *et = e->tier;
-    kvs_engine_hspill_t *s;
     kvs_engine_hcopy_t  *hc = kvs_engine_hcopy_of(e);
     kvs_tier_host_t     *host = kvs_engine_thost_tier(e);
 
@@ -375,25 +499,63 @@ kvs_engine_hcopy_spill(kvs_engine_t *e, const kvs_radix_key_t *key,
         return 0;
     }
 
-    s = &hc->spill[(hc->head + hc->count) % hc->cap];
-    s->ticket = ticket;
-    s->slot = slot;
-    s->ns = kvs_tier_ns_hash(key);
-    memcpy(s->path, path, KVS_TIER_ID_LEN);
-    name = kvs_radix_spill_name(e->radix);
-    s->named = name != NULL;
-    if (name != NULL) {
-        memcpy(s->name, name, KVS_RADIX_NAME_LEN);
-    }
-
-    hc->count++;
-    hc->last = ticket > hc->last ? ticket : hc->last;
-    kvs_engine_hcopy_count(e, hc);
+    kvs_engine_hcopy_push(e, hc, key, path, ticket, slot, 0);
 
     et->st.host_spilled++;
     et->st.host_bytes_in += et->block_bytes;
 
     return 1;
+}
+
+
+void
+kvs_engine_hcopy_spill_disk(kvs_engine_t *e, const kvs_radix_key_t *key,
+    const uint8_t *path, const int32_t *tokens, uint32_t block)
+{
+    int                  rc;
+    uint32_t             d;
+    uint64_t             ticket;
+    kvs_err_t            err;
+    kvs_engine_dkey_t   *dk;
+    kvs_engine_tier_t   *et = e->tier;
+    kvs_engine_hcopy_t  *hc = kvs_engine_hcopy_of(e);
+
+    if (key->scope_len > KVS_RADIX_MAX_SCOPE) {
+        et->st.spill_failed++;        /* the tree holds no such key */
+        return;
+    }
+
+    if (hc->d_count == hc->d_cap || hc->count == hc->cap) {
+        et->st.spill_copy_full++;
+        return;
+    }
+
+    /* the staging ring's next block (settled in ticket order) */
+    d = (hc->d_head + hc->d_count) % hc->d_cap;
+    kvs_err_clear(&err);
+
+    rc = e->be->ops->block_read_async(e->be, block,
+                                      hc->d_mem + (size_t) d
+                                                  * et->block_bytes,
+                                      &ticket, &err);
+    if (rc != KVS_OK) {
+        /* at the backend's limit: dropped, as by a full queue */
+        et->st.spill_copy_full += rc == KVS_KV_EFULL;
+        et->st.spill_failed += rc != KVS_KV_EFULL;
+        return;
+    }
+
+    dk = &hc->d_key[d];
+    dk->key = *key;
+    dk->key.scope = dk->scope;
+    if (key->scope_len > 0) {
+        memcpy(dk->scope, key->scope, key->scope_len);
+    }
+
+    memcpy(hc->d_tokens + (size_t) d * e->conf.block_tokens, tokens,
+           (size_t) e->conf.block_tokens * sizeof(int32_t));
+
+    kvs_engine_hcopy_push(e, hc, key, path, ticket, d, 1);
 }
 
 
@@ -534,5 +696,14 @@ kvs_engine_hcopy_flight(kvs_engine_t *e)
     kvs_engine_hcopy_t  *hc = kvs_engine_hcopy_of(e);
 
     return hc != NULL ? hc->count + hc->n_jobs : 0;
+}
+
+
+uint32_t
+kvs_engine_hcopy_disk(kvs_engine_t *e)
+{
+    kvs_engine_hcopy_t  *hc = kvs_engine_hcopy_of(e);
+
+    return hc != NULL ? hc->d_count : 0;
 }
 

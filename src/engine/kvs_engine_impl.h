@@ -361,9 +361,9 @@ void kvs_engine_tier_ix_weights(kvs_engine_t *e, uint32_t *tw,
     uint32_t *hw);
 /* The watch's news into the index's record (engine thread, in a step). */
 void kvs_engine_tier_ix_drain(kvs_engine_t *e);
-/* 1 while the disk tier's spills are unwritten or the watch's news
- * undrained: an idle engine thread steps again a tick later (engine
- * thread, under e->lock). */
+/* 1 while the disk tier's spills are unwritten (or still being copied
+ * out of the pool) or the watch's news undrained: an idle engine thread
+ * steps again a tick later (engine thread, under e->lock). */
 int kvs_engine_tier_ix_pending(kvs_engine_t *e);
 /* Every published disk name as an add (a listing, in a step). */
 void kvs_engine_tier_ix_list(kvs_engine_t *e);
@@ -395,11 +395,14 @@ void kvs_engine_tier_release(kvs_engine_t *e, kvs_engine_seq_t *h);
 /* Ends every parked request (cancelled): kvs_engine_free. */
 void kvs_engine_tier_end_all(kvs_engine_t *e);
 
-/* kvs_engine_hcopy.c: the host tier's copies in flight, spills and
- * loads (the engine thread polls while there are any: a load's request
- * waits, a spill's block is neither loadable nor in the prefix index
- * until settled); engine thread. */
+/* kvs_engine_hcopy.c: the tiers' copies in flight, spills (into the
+ * host tier or the disk tier's queue) and loads (the engine thread
+ * polls while there are any: a load's request waits, a spill's block is
+ * neither loadable nor in the prefix index until settled); engine
+ * thread. */
 uint32_t kvs_engine_hcopy_flight(kvs_engine_t *e);
+/* Of those, the disk tier's spills (their blocks not yet queued). */
+uint32_t kvs_engine_hcopy_disk(kvs_engine_t *e);
 
 
 /* kvs_engine_gram.c */

@@ -61,9 +61,6 @@ struct kvs_engine_thost_s {
     kvs_tier_host_t   *host;
     const void       **data;          /* [max_blocks] a load's held bytes */
     uint32_t          *slot;          /* [max_blocks] ... and slots */
-    kvs_engine_hcopy_t *hc;           /* copies off the step
-                                         (kvs_engine_hcopy.c); NULL: the
-                                         backend copies at once */
 };
 
 typedef struct {
@@ -176,18 +173,6 @@ kvs_engine_thost_new(kvs_engine_t *e, kvs_err_t *err)
     et->st.host_on = 1;
     et->st.host_block_bytes = et->block_bytes;
 
-    /* the backend's asynchronous copies, all four, when it has them */
-    if (e->be->ops->block_read_async != NULL
-        && e->be->ops->block_write_async != NULL
-        && e->be->ops->copy_poll != NULL && e->be->ops->copy_wait != NULL)
-    {
-        if (kvs_engine_hcopy_new(e, th->host, &th->hc, err) != KVS_OK) {
-            return err->code;
-        }
-
-        et->st.host_async = 1;
-    }
-
     return KVS_OK;
 }
 
@@ -201,9 +186,8 @@ kvs_engine_thost_free(kvs_engine_t *e)
         return;
     }
 
-    /* copies in flight read and write the tier's memory: done first */
-    kvs_engine_hcopy_free(e, th->hc);
-    th->hc = NULL;
+    /* copies in flight read and write the tier's memory: done first
+     * (kvs_engine_tier_free frees the copies before this) */
     kvs_tier_host_free(th->host);
     free(th->data);
     free(th->slot);
@@ -231,7 +215,7 @@ kvs_engine_thost_spill(kvs_engine_t *e, const kvs_radix_key_t *key,
     kvs_engine_tier_t        *et = e->tier;
     kvs_engine_thost_fill_t   f;
 
-    if (et->th->hc != NULL) {
+    if (et->hc != NULL) {
         return kvs_engine_hcopy_spill(e, key, path, tokens, block);
     }
 
@@ -286,7 +270,7 @@ kvs_engine_thost_load(kvs_engine_t *e, kvs_engine_seq_t *h,
 
     /* copies off the step: the spills done so far are stored blocks;
      * a run of h's in flight already is waited for (the plan parks h) */
-    if (th->hc != NULL) {
+    if (et->hc != NULL) {
         kvs_engine_hcopy_poll(e, 0);
 
         if (kvs_engine_hcopy_busy(e, h)) {
@@ -353,7 +337,7 @@ kvs_engine_thost_load(kvs_engine_t *e, kvs_engine_seq_t *h,
         got = n < free_n ? n : free_n;
     }
 
-    if (th->hc != NULL) {
+    if (et->hc != NULL) {
         /* queued: into the tree once done (h waits parked) */
         return kvs_engine_hcopy_load(e, h, m, k0, n, got, th->slot,
                                      th->data);
@@ -449,13 +433,6 @@ kvs_engine_thost_live(kvs_engine_t *e, kvs_engine_tier_stats_t *st)
     st->host_slots = hs.slots;
     st->host_used = hs.used;
     st->host_hits = hs.hits;
-}
-
-
-kvs_engine_hcopy_t *
-kvs_engine_thost_hcopy(kvs_engine_t *e)
-{
-    return e->tier->th->hc;
 }
 
 

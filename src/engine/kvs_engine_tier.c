@@ -13,8 +13,11 @@
  *
  * Invariants:
  *   - an evicted block is copied out of the pool before the tree drops
- *     it, unless the tier holds it already; the eviction never waits on
- *     the disk (a full queue drops the block, counted);
+ *     it, unless the tier holds it already (with asynchronous copies, the
+ *     backend takes the block as the steps left it: the copy out is
+ *     queued, and the bytes reach the spill queue when it is done); the
+ *     eviction never waits on the disk nor on a copy (a full queue or
+ *     staging ring drops the block, counted);
  *   - loads (kvs_engine_tload.c) never run on the step loop.
  */
 
@@ -138,6 +141,21 @@ kvs_engine_tier_new(kvs_engine_t *e, kvs_err_t *err)
 
 loader:
 
+    /* the backend's asynchronous copies, all four, when it has them: the
+     * tiers' copies off the step (kvs_engine_hcopy.c) */
+    if (e->be->ops->block_read_async != NULL
+        && e->be->ops->block_write_async != NULL
+        && e->be->ops->copy_poll != NULL && e->be->ops->copy_wait != NULL)
+    {
+        rc = kvs_engine_hcopy_new(e, depth, err);
+        if (rc != KVS_OK) {
+            return rc;
+        }
+
+        et->st.host_async = et->th != NULL;
+        et->st.spill_async = et->tier != NULL;
+    }
+
     /* the lower tiers' blocks in the prefix index (kvs_engine_tier_ix.c) */
     rc = kvs_engine_tier_ix_new(e, et->tier,
                                 et->tier != NULL
@@ -173,6 +191,10 @@ kvs_engine_tier_free(kvs_engine_t *e)
 
     kvs_engine_tload_free(e);
 
+    /* the copies in flight first: they read and write the host tier's
+     * memory, and a disk spill settled goes into the queue */
+    kvs_engine_hcopy_free(e);
+
     /* the host tier's blocks go (not on to the disk: a restart of the
      * engine keeps only what the disk tier holds) */
     kvs_engine_thost_free(e);
@@ -195,7 +217,9 @@ kvs_engine_tier_free(kvs_engine_t *e)
 
 
 /* The tree evicts a block: its bytes into the spill queue, unless the
- * tier has it already.  A full queue drops it (counted there). */
+ * tier has it already.  A full queue drops it (counted there).  With the
+ * backend's asynchronous copies the copy out is queued instead, and the
+ * block joins the spill queue when it is done (kvs_engine_hcopy.c). */
 static void
 kvs_engine_tier_spill(void *arg, const kvs_radix_key_t *key,
     const uint8_t *path, const int32_t *tokens, uint32_t block)
@@ -218,6 +242,12 @@ kvs_engine_tier_spill(void *arg, const kvs_radix_key_t *key,
     if (kvs_tier_has(et->tier, key, path)) {
         et->st.spill_kept++;
         kvs_engine_tier_ix_spilled(e, key, path, 1);
+        return;
+    }
+
+    if (et->hc != NULL) {
+        /* off the step: into the queue once its copy is done */
+        kvs_engine_hcopy_spill_disk(e, key, path, tokens, block);
         return;
     }
 
@@ -294,7 +324,8 @@ kvs_engine_tier_live(kvs_engine_t *e, kvs_engine_tier_stats_t *st)
     st->bytes_written = ts.bytes_written;
     st->bytes_read = ts.bytes_read;
     st->spilled = ss.pushed;
-    st->spill_dropped = ss.dropped;
+    /* st's own spill_copy_full (published by the engine thread) */
+    st->spill_dropped = ss.dropped + st->spill_copy_full;
     st->spill_written = ss.written;
 }
 

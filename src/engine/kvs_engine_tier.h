@@ -28,6 +28,9 @@ struct kvs_engine_tier_s {
     kvs_tier_t          *tier;          /* the disk tier; NULL: none */
     kvs_tier_spill_t    *spill;         /* its queue */
     kvs_engine_thost_t  *th;            /* the host tier; NULL: none */
+    kvs_engine_hcopy_t  *hc;            /* the tiers' copies off the step
+                                           (kvs_engine_hcopy.c); NULL: the
+                                           backend copies at once */
     uint8_t             *block;         /* [block_bytes] a spilled block */
     uint64_t             block_bytes;   /* KV bytes of one block */
     uint64_t             slot_bytes;    /* file bytes of one block */
@@ -86,23 +89,31 @@ int kvs_engine_thost_get(kvs_engine_t *e, const kvs_radix_key_t *key,
 /* The host tier's own figures into st (any thread). */
 void kvs_engine_thost_live(kvs_engine_t *e, kvs_engine_tier_stats_t *st);
 
-/* The host tier's copies off the step, and the tier (engine thread). */
-kvs_engine_hcopy_t *kvs_engine_thost_hcopy(kvs_engine_t *e);
+/* The host tier (engine thread). */
 kvs_tier_host_t *kvs_engine_thost_tier(kvs_engine_t *e);
 
 
-/* kvs_engine_hcopy.c: the host tier's copies off the step, for a backend
- * with the asynchronous block copies (engine thread only) */
+/* kvs_engine_hcopy.c: the tiers' copies off the step, for a backend with
+ * the asynchronous block copies (engine thread only) */
 
-int kvs_engine_hcopy_new(kvs_engine_t *e, kvs_tier_host_t *host,
-    kvs_engine_hcopy_t **out, kvs_err_t *err);
-/* Waits for every copy in flight, settles them, frees hc (NULL: no-op);
- * before the host tier is freed. */
-void kvs_engine_hcopy_free(kvs_engine_t *e, kvs_engine_hcopy_t *hc);
+/* Into e->tier->hc once the tiers are open: the host tier's copies (when
+ * there is one) and a staging ring of depth blocks (0: no disk tier) for
+ * the disk tier's spills, in the backend's host memory. */
+int kvs_engine_hcopy_new(kvs_engine_t *e, uint32_t depth, kvs_err_t *err);
+/* Waits for every copy in flight, settles them (a disk spill into its
+ * queue), frees e->tier->hc (NULL: no-op); before the host tier and the
+ * spill queue are freed. */
+void kvs_engine_hcopy_free(kvs_engine_t *e);
 
 /* A spill into the host tier queued (1), or not taken (0: the caller
  * hands it to the disk tier). */
 int kvs_engine_hcopy_spill(kvs_engine_t *e, const kvs_radix_key_t *key,
+    const uint8_t *path, const int32_t *tokens, uint32_t block);
+
+/* The tree evicts a block the disk tier lacks: its copy out queued into
+ * the staging ring, into the spill queue once done; a full ring or a
+ * copy the backend refuses drops it (counted in spill_copy_full). */
+void kvs_engine_hcopy_spill_disk(kvs_engine_t *e, const kvs_radix_key_t *key,
     const uint8_t *path, const int32_t *tokens, uint32_t block);
 
 /* kvs_engine_thost_load's run queued: the run's n held host slots

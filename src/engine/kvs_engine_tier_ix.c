@@ -514,6 +514,10 @@ kvs_engine_tier_ix_pending(kvs_engine_t *e)
         n = ss.pushed > ss.written + ss.failed;
     }
 
+    /* spills whose copy out of the pool is still in flight: not queued
+     * yet (kvs_engine_hcopy.c) */
+    n = n || kvs_engine_hcopy_disk(e) > 0;
+
     return n;
 }
 

@@ -16,6 +16,15 @@
  * staged copies refuses spills, which the engine counts and steps on;
  * a spill copied off the step enters the prefix index as the host
  * tier's only once its copy is done, and every stored one does.
+ *
+ * The disk tier's spills alone (no host tier), copied off the step into
+ * the staging ring: with copies of 200 ms no step takes 100 ms while
+ * blocks spill, where the synchronous path has steps of 200 ms, and the
+ * prompt evicted comes back from the disk bit for bit; an engine freed
+ * with spill copies in flight frees the staging ring once, leaks
+ * nothing (ASan) and queues them to be written (a new engine keeps
+ * them from the file); a full staging ring or a backend at its limit
+ * drops spills, counted, and no step waits.
  */
 
 #include "kvs_test.h"
@@ -32,9 +41,36 @@
 #define BUDGET   32
 #define POOL     12                   /* blocks: two 64-token turns */
 #define SLOW     200000               /* us a slow copy takes */
+#define TIER     (4u << 20)           /* bytes of disk tier file */
+
+/* the disk tier's file: one a process */
+#define TIER_FILE  kvs_test_tmp_pid("test_engine_hcopy")
 
 
 static kvs_test_acopy_t  ac;
+
+
+/* cache on, a host tier of host bytes (0: none), a disk tier when depth
+ * (its spill queue's depth, and the staging ring's) is not 0 */
+static kvs_engine_t *
+engine_tiers(const kvs_test_model_t *md, uint64_t host, uint32_t depth)
+{
+    kvs_engine_conf_t  conf;
+
+    kvs_test_engine_conf(&conf, md, BT, POOL, BUDGET, 1);
+    conf.backend_hook = kvs_test_acopy_wrap;
+    conf.backend_hook_arg = &ac;
+    conf.tier_host_size = host;
+
+    if (depth > 0) {
+        conf.tier_path = TIER_FILE;
+        conf.tier_size = TIER;
+        conf.tier_model = 1;
+        conf.tier_depth = depth;
+    }
+
+    return kvs_test_engine_new(&conf);
+}
 
 
 static kvs_engine_t *
@@ -42,13 +78,11 @@ engine_new(const kvs_test_model_t *md, int cache, uint64_t host)
 {
     kvs_engine_conf_t  conf;
 
-    kvs_test_engine_conf(&conf, md, BT, cache ? POOL : 64, BUDGET, cache);
-
     if (cache) {
-        conf.backend_hook = kvs_test_acopy_wrap;
-        conf.backend_hook_arg = &ac;
-        conf.tier_host_size = host;
+        return engine_tiers(md, host, 0);
     }
+
+    kvs_test_engine_conf(&conf, md, BT, 64, BUDGET, 0);
 
     return kvs_test_engine_new(&conf);
 }
@@ -104,6 +138,21 @@ evict(kvs_engine_t *e, const kvs_test_model_t *md, uint64_t seed,
         run1(e, other, 64, 8, &c, max);
         kvs_engine_out_free(&c);
     }
+}
+
+
+/* sys[72] filled from seed, its first 64 tokens run, then evicted by n
+ * other prompts (seeded from other) */
+static void
+run_evicted(kvs_engine_t *e, const kvs_test_model_t *md, int32_t *sys,
+    uint64_t seed, uint64_t other, uint32_t n, uint64_t *max)
+{
+    kvs_engine_out_t  a;
+
+    kvs_test_engine_fill(sys, 72, seed, md->m->hp.n_vocab, md->v->bos);
+    run1(e, sys, 64, 8, &a, max);
+    kvs_engine_out_free(&a);
+    evict(e, md, other, n, max);
 }
 
 
@@ -281,6 +330,23 @@ scenario(const kvs_test_model_t *md, uint64_t bb, uint32_t delay_us,
 }
 
 
+/* The longest steps of one tier's three runs (fast: copies of fast_us
+ * off the step; slow and sync: of SLOW us, off the step and on it). */
+static void
+steps_check(const char *tier, uint32_t fast_us, uint64_t fast,
+    uint64_t slow, uint64_t sync)
+{
+    printf("%s, longest step: copies of %u us %.1f ms, of %u us off the "
+           "step %.1f ms, on it %.1f ms\n", tier, fast_us,
+           (double) fast / 1e6, SLOW, (double) slow / 1e6,
+           (double) sync / 1e6);
+
+    /* off the step, no step waits for a copy; on it, one does */
+    assert_true(slow < SLOW * 1000ull / 2);
+    assert_true(sync >= SLOW * 1000ull);
+}
+
+
 static void
 test_steps_not_slowed(void **state)
 {
@@ -296,14 +362,7 @@ test_steps_not_slowed(void **state)
     fast = scenario(&md, bb, 0, 0);
     slow = scenario(&md, bb, SLOW, 0);
     sync = scenario(&md, bb, SLOW, 1);
-
-    printf("longest step: copies of 0 us %.1f ms, of %u us off the step "
-           "%.1f ms, on it %.1f ms\n", (double) fast / 1e6, SLOW,
-           (double) slow / 1e6, (double) sync / 1e6);
-
-    /* off the step, no step waits for a copy; on it, one does */
-    assert_true(slow < SLOW * 1000ull / 2);
-    assert_true(sync >= SLOW * 1000ull);
+    steps_check("host tier", 0, fast, slow, sync);
 
     kvs_test_model_free(&md);
 }
@@ -392,7 +451,6 @@ test_backend_full(void **state)
     kvs_err_t           err;
     kvs_test_model_t    md;
     kvs_engine_t       *on;
-    kvs_engine_out_t    a;
     kvs_engine_stats_t  st;
 
     if (kvs_test_model_stories(&md) != 0) {
@@ -404,10 +462,7 @@ test_backend_full(void **state)
     on = engine_new(&md, 1, 64 * bb);
     max = 0;
 
-    kvs_test_engine_fill(sys, 72, 41, md.m->hp.n_vocab, md.v->bos);
-    run1(on, sys, 64, 8, &a, &max);
-    kvs_engine_out_free(&a);
-    evict(on, &md, 6000, 3, &max);
+    run_evicted(on, &md, sys, 41, 6000, 3, &max);
 
     kvs_engine_stats(on, &st);
     printf("one staged copy: %" PRIu64 " spills refused, %" PRIu64 " taken, "
@@ -497,6 +552,204 @@ test_async_published(void **state)
 }
 
 
+/*
+ * The disk tier alone, copies of delay_us (sync: on the engine thread):
+ * a prompt run, then evicted by four others (its blocks spill to the
+ * disk, the longest step of those kept); off the step, it then comes
+ * back from the disk bit for bit.  Returns the longest step.
+ */
+static uint64_t
+disk_scenario(const kvs_test_model_t *md, uint32_t delay_us, int sync)
+{
+    int32_t             sys[72];
+    uint64_t            max;
+    kvs_err_t           err;
+    kvs_engine_t       *on, *off;
+    kvs_engine_out_t    b, c;
+    kvs_engine_stats_t  st;
+
+    unlink(TIER_FILE);
+    ac_set(delay_us, 0, sync);
+    on = engine_tiers(md, 0, 64);
+    max = 0;
+
+    run_evicted(on, md, sys, 51, 7000, 4, &max);
+
+    kvs_engine_stats(on, &st);
+    assert_int_equal(st.tier.spill_async, !sync);
+    assert_int_equal(st.tier.host_on, 0);
+    assert_true(st.tier.spilled + st.tier.spill_copies > 0);
+
+    if (!sync && delay_us >= SLOW) {
+        /* the copies' thread is behind: spills still in flight */
+        assert_true(st.tier.spill_copies > 0);
+    }
+
+    kvs_engine_tier_wait(on);
+    kvs_engine_stats(on, &st);
+    assert_int_equal(st.tier.spill_copies, 0);
+    assert_int_equal(st.tier.spill_copy_full, 0);
+    assert_int_equal(st.tier.spill_failed, 0);
+    assert_int_equal(st.tier.spill_written, st.tier.spilled);
+    assert_int_equal(ac.reads, st.tier.spilled);
+
+    if (!sync) {
+        /* back from the disk: its 4 whole blocks */
+        off = engine_new(md, 0, 0);
+        run1(on, sys, 72, 8, &b, NULL);
+        run1(off, sys, 72, 8, &c, NULL);
+        kvs_test_engine_same(&b, &c, "spilled to disk off the step");
+        assert_int_equal(b.n_cached, 64);
+        assert_int_equal(b.n_cached_tier, 64);
+        kvs_engine_out_free(&b);
+        kvs_engine_out_free(&c);
+        kvs_engine_free(off);
+    }
+
+    if (kvs_engine_check(on, &err) != KVS_OK) {
+        fail_msg("engine check: %s", err.msg);
+    }
+
+    kvs_engine_free(on);
+    assert_int_equal(ac.allocs, !sync);
+    assert_int_equal(ac.frees, ac.allocs);
+    unlink(TIER_FILE);
+
+    return max;
+}
+
+
+/* The disk tier alone: steps while its blocks spill, each way. */
+static void
+test_disk_steps_not_slowed(void **state)
+{
+    uint64_t          fast, slow, sync;
+    kvs_test_model_t  md;
+
+    if (kvs_test_model_stories(&md) != 0) {
+        skip();
+    }
+
+    /* in this order: the slow runs' figures beside a fast one's */
+    fast = disk_scenario(&md, 2000, 0);
+    slow = disk_scenario(&md, SLOW, 0);
+    sync = disk_scenario(&md, SLOW, 1);
+    steps_check("disk tier (while spilling)", 2000, fast, slow, sync);
+
+    kvs_test_model_free(&md);
+}
+
+
+/* Freed with the disk spills' copies in flight: the staging ring freed
+ * once, nothing leaked, and every copy done was queued and written (a
+ * new engine on the file keeps them all). */
+static void
+test_disk_free_in_flight(void **state)
+{
+    int32_t             sys[72];
+    uint64_t            reads, max;
+    kvs_test_model_t    md;
+    kvs_engine_t       *on;
+    kvs_engine_stats_t  st;
+
+    if (kvs_test_model_stories(&md) != 0) {
+        skip();
+    }
+
+    unlink(TIER_FILE);
+    ac_set(SLOW, 0, 0);
+    on = engine_tiers(&md, 0, 64);
+    max = 0;
+
+    run_evicted(on, &md, sys, 61, 8000, 3, &max);
+
+    kvs_engine_stats(on, &st);
+    assert_true(st.tier.spill_copies > 0);
+    kvs_engine_free(on);
+    assert_int_equal(ac.allocs, 1);
+    assert_int_equal(ac.frees, 1);
+    reads = ac.reads;
+    assert_true(reads > 0);
+
+    ac_set(0, 0, 0);
+    on = engine_tiers(&md, 0, 64);
+    kvs_engine_stats(on, &st);
+    printf("freed with copies in flight: %" PRIu64 " spills copied, %"
+           PRIu64 " kept from the file\n", reads, st.tier.kept);
+    assert_int_equal(st.tier.kept, reads);
+    kvs_engine_free(on);
+    unlink(TIER_FILE);
+
+    kvs_test_model_free(&md);
+}
+
+
+/* A staging ring of 2 (the spill queue's depth), then a backend of one
+ * staged copy: the spills either cannot take are dropped and counted,
+ * and no step waits. */
+static void
+test_disk_ring_full(void **state)
+{
+    int                 round;
+    int32_t             sys[72];
+    uint64_t            max;
+    kvs_err_t           err;
+    kvs_test_model_t    md;
+    kvs_engine_t       *on;
+    kvs_engine_stats_t  st;
+
+    if (kvs_test_model_stories(&md) != 0) {
+        skip();
+    }
+
+    for (round = 0; round < 2; round++) {
+        unlink(TIER_FILE);
+        ac_set(SLOW, round == 0 ? 0 : 1, 0);
+        on = engine_tiers(&md, 0, round == 0 ? 2 : 64);
+        max = 0;
+
+        run_evicted(on, &md, sys, 71, 9000, 3, &max);
+
+        kvs_engine_stats(on, &st);
+        printf("%s: %" PRIu64 " spills dropped (%" PRIu64 " refused by "
+               "the backend), %" PRIu64 " in flight, longest step %.1f "
+               "ms\n", round == 0 ? "staging ring of 2"
+                                   : "one staged copy",
+               st.tier.spill_copy_full, ac.refused, st.tier.spill_copies,
+               (double) max / 1e6);
+
+        assert_true(st.tier.spill_copy_full > 0);
+        assert_true(st.tier.spill_dropped >= st.tier.spill_copy_full);
+        assert_true(max < SLOW * 1000ull / 2);
+
+        if (round == 0) {
+            /* the engine's ring was full, not the backend */
+            assert_int_equal(ac.refused, 0);
+            assert_true(st.tier.spill_copies <= 2);
+
+        } else {
+            assert_int_equal(st.tier.spill_copy_full, ac.refused);
+        }
+
+        kvs_engine_tier_wait(on);
+        kvs_engine_stats(on, &st);
+        assert_int_equal(st.tier.spill_copies, 0);
+        assert_int_equal(st.tier.spilled + st.tier.spill_dropped
+                         - st.tier.spill_copy_full, ac.reads);
+
+        if (kvs_engine_check(on, &err) != KVS_OK) {
+            fail_msg("engine check: %s", err.msg);
+        }
+
+        kvs_engine_free(on);
+        assert_int_equal(ac.frees, 1);
+    }
+
+    unlink(TIER_FILE);
+    kvs_test_model_free(&md);
+}
+
+
 int
 main(void)
 {
@@ -506,6 +759,9 @@ main(void)
         cmocka_unit_test(test_close_and_free),
         cmocka_unit_test(test_backend_full),
         cmocka_unit_test(test_async_published),
+        cmocka_unit_test(test_disk_steps_not_slowed),
+        cmocka_unit_test(test_disk_free_in_flight),
+        cmocka_unit_test(test_disk_ring_full),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
