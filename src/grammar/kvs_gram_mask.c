@@ -28,7 +28,9 @@
  * stacks) are checked one by one on the matcher, or, from
  * KVS_GRAM_CHECK_MEMO_MIN of them, in one walk of their merged ranges
  * through the masker's check memo (cmemo), whose verdicts are the
- * matcher's.
+ * matcher's; in a state with a counted position at a tier's count, the
+ * verdicts of the shorter ones are kept per canonical state
+ * (kvs_gram_verdict.c).
  *
  * A context-independent key names a counted repetition's position by a
  * canonical copy (kvs_gram_ind_key), so that the characters of a
@@ -98,10 +100,13 @@ kvs_gram_masker_init(kvs_gram_masker_t *mk, const kvs_gram_vocab_t *gv,
         mk->cache = calloc(cache_entries, sizeof(kvs_gram_centry_t));
         mk->ind = calloc(mk->cap_ind, sizeof(kvs_gram_ientry_t));
         mk->used = calloc(m->lim.max_front + 1, sizeof(kvs_gram_ientry_t *));
-        if (mk->cache == NULL || mk->ind == NULL || mk->used == NULL) {
+        if (mk->cache == NULL || mk->ind == NULL || mk->used == NULL
+            || kvs_gram_verdict_init(mk, m->lim.max_front) != KVS_OK)
+        {
             free(mk->cache);
             free(mk->ind);
             free(mk->used);
+            kvs_gram_verdict_free(mk);
             kvs_gram_memo_free(mk->memo);
             return kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
         }
@@ -162,6 +167,7 @@ kvs_gram_masker_free(kvs_gram_masker_t *mk)
     free(mk->cache);
     free(mk->ind);
     free(mk->used);
+    kvs_gram_verdict_free(mk);
     free(mk->mr);
     kvs_gram_memo_free(mk->memo);
     kvs_gram_memo_free(mk->cmemo);
@@ -445,63 +451,12 @@ kvs_gram_ind_build(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
 }
 
 
-/* The tokens that depend on what lies below, checked on the real
- * matcher in trie order so that a shared prefix is fed once; those some
- * other stack already accepted are skipped.  1 if it allowed one. */
-static int
-kvs_gram_ind_check(kvs_gram_masker_t *mk, const kvs_gram_ientry_t *e,
-    uint32_t *bits)
+void
+kvs_gram_ientry_ranges(const kvs_gram_ientry_t *e, const uint32_t **ranges,
+    uint32_t *n_ranges)
 {
-    int                      any;
-    uint32_t                 r, x, id, l, cur, lcp;
-    const uint8_t           *t, *prev;
-    kvs_gram_matcher_t      *m;
-    const kvs_gram_vocab_t  *gv;
-
-    m = mk->m;
-    gv = mk->gv;
-    cur = 0;
-    prev = NULL;
-    any = 0;
-
-    for (r = 0; r < e->n_ranges; r++) {
-        for (x = e->ranges[2 * r]; x < e->ranges[2 * r + 1]; x++) {
-            id = (uint32_t) gv->ids[x];
-            if (bits[id >> 5] >> (id & 31) & 1) {
-                continue;
-            }
-
-            t = gv->bytes + gv->off[id];
-            l = gv->len[id];
-
-            for (lcp = 0; lcp < cur && lcp < l && prev[lcp] == t[lcp];
-                 lcp++)
-            {
-                /* the part already fed */
-            }
-
-            kvs_gram_matcher_rollback(m, cur - lcp);
-            cur = lcp;
-            prev = t;
-
-            while (cur < l
-                   && kvs_gram_matcher_byte(m, t[cur], NULL) == KVS_OK)
-            {
-                cur++;
-            }
-
-            if (cur == l) {
-                bits[id >> 5] |= 1u << (id & 31);
-                any = 1;
-            }
-
-            mk->checked++;
-        }
-    }
-
-    kvs_gram_matcher_rollback(m, cur);
-
-    return any;
+    *ranges = e->ranges;
+    *n_ranges = e->n_ranges;
 }
 
 
@@ -993,6 +948,7 @@ kvs_gram_mask_ind(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
 {
     int                      rc, any;
     uint32_t                 i, j, k, w, id, n_used, t[KVS_GRAM_CUT];
+    uint32_t                 n_front, len, c, all, capped, *nm;
     kvs_gram_ientry_t       *e;
     const kvs_gram_matcher_t  *m;
     const kvs_gram_level_t  *lv;
@@ -1003,11 +959,31 @@ kvs_gram_mask_ind(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
     any = 0;
     (mk->ind_owner != NULL ? mk->ind_owner : mk)->serial++;
 
-    for (i = 0; i < lv->n_front; i++) {
+    n_front = lv->n_front;
+    len = UINT32_MAX;
+    all = mk->gv->max_len + 1 > 2 ? mk->gv->max_len + 1 : 2;
+    capped = 0;
+
+    for (i = 0; i < n_front; i++) {
         id = m->front[lv->front + i];
         for (k = 0; k < KVS_GRAM_CUT; k++) {
             t[k] = id != KVS_GRAM_NIL ? m->nodes[id].pos : KVS_GRAM_NIL;
             id = id != KVS_GRAM_NIL ? m->nodes[id].parent : KVS_GRAM_NIL;
+        }
+
+        /* the stack's name (kvs_gram_verdict.c): its key and the node
+         * below the cut; len the smallest count of a position that the
+         * key may rename (a tier's) */
+        nm = mk->vname + 3 * (size_t) i;
+        kvs_gram_ind_key(mk, t, nm);
+        nm[2] = id;
+        for (k = 0; k < KVS_GRAM_CUT; k++) {
+            c = kvs_gram_rep_count(m->g, t[k]);
+            if ((c > all || (mk->gv->rep_low != 0 && c >= mk->gv->rep_low))
+                && c < len)
+            {
+                len = c;
+            }
         }
 
         rc = kvs_gram_ind_get(mk, t, &e, err);
@@ -1027,6 +1003,7 @@ kvs_gram_mask_ind(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
         }
         mk->used[n_used++] = e;
         any |= (int) e->some;
+        capped |= e->capped;
 
         /* the first entry is copied, the others OR-ed in: one pass over
          * the bits per entry */
@@ -1048,13 +1025,22 @@ kvs_gram_mask_ind(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
     for (j = 0; j < n_used && mk->used[j]->n_ranges == 0; j++) {
         /* any to check? */
     }
-    if (j < n_used && !mk->nocheckmemo) {
+    /* a position at a tier's count: the verdicts of the tokens shorter
+     * than len may be kept (the entries' bits, and so what is checked,
+     * are their keys' alone, unless a build met a cap) */
+    if (j < n_used && len != UINT32_MAX && !capped && !mk->noverdicts) {
+        rc = kvs_gram_verdict_check(mk, n_front, len, n_used, bits);
+        any |= rc > 0;
+    }
+    if (j < n_used && rc < 0 && !mk->nocheckmemo) {
         rc = kvs_gram_ind_check_all(mk, n_used, bits, err);
         any |= rc > 0;
     }
     for (j = 0; j < n_used && rc < 0; j++) {
         if (mk->used[j]->n_ranges > 0) {
-            any |= kvs_gram_ind_check(mk, mk->used[j], bits);
+            any |= kvs_gram_check_ranges(mk, mk->used[j]->ranges,
+                                         mk->used[j]->n_ranges, 0,
+                                         UINT32_MAX, bits, NULL);
         }
     }
 
@@ -1101,6 +1087,7 @@ kvs_gram_mask(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
         }
         i++;
     }
+    kvs_gram_verdict_purge(mk, m->low_water);
     m->low_water = UINT32_MAX;
 
     key = malloc(((size_t) n + 1) * sizeof(uint32_t));

@@ -502,6 +502,7 @@ int kvs_gram_accept_token(kvs_gram_matcher_t *m, const kvs_gram_vocab_t *gv,
 
 typedef struct kvs_gram_centry_s  kvs_gram_centry_t;
 typedef struct kvs_gram_ientry_s  kvs_gram_ientry_t;
+typedef struct kvs_gram_ventry_s  kvs_gram_ventry_t;
 
 
 /* ---- the walk's transition memo (kvs_gram_memo.c) ---------------------- */
@@ -727,7 +728,53 @@ typedef struct kvs_gram_masker_s {
      * noslices: never (the reference the tests compare with) */
     int                      noslices;
     uint64_t                 ind_slices;      /* entries taken so */
+
+    /* the verdicts of the dependent tokens shorter than the state's
+     * smallest tier count, kept per canonical state (kvs_gram_verdict.c:
+     * a bounded string's closing tokens, the same at each of its
+     * characters);
+     * vname the names of a mask's stacks; noverdicts: every dependent
+     * token checked at every mask (the reference the tests compare
+     * with) */
+    kvs_gram_ventry_t       *vc;
+    uint32_t                 n_vc, cap_vc, next_vc;
+    uint32_t                *vname;           /* [3 * max_front] */
+    int                      noverdicts;
+    uint64_t                 verdict_hits, verdict_fills;
 } kvs_gram_masker_t;
+
+/* What a check that fills the verdict cache saw: the tokens it accepted
+ * (ids, room for every token checked), the largest frontier, the most
+ * kvs_gram_intern calls along one token's path (path[d]: along the
+ * current path's first d bytes, [max_len + 1]). */
+typedef struct {
+    uint32_t  *ids;
+    uint32_t   n_ids;
+    uint32_t  *path;
+    uint32_t   front, nodes;
+} kvs_gram_vrec_t;
+
+/* Verdict cache entries per masker (a handful of strings' states). */
+#define KVS_GRAM_VERDICTS  8
+
+/* kvs_gram_verdict.c, for kvs_gram_mask.c: the dependent tokens of
+ * ranges with lo <= length < hi checked on the real stacks (1 if one was
+ * allowed); the mask's used entries' dependent tokens through the cache
+ * for the canonical state of mk->vname's n names (1 if one was allowed,
+ * -1 out of memory); its entries whose below ids the matcher truncated
+ * (low_water) dropped; the cache made (KVS_ENOMEM: none), and freed. */
+int kvs_gram_check_ranges(kvs_gram_masker_t *mk, const uint32_t *ranges,
+    uint32_t n_ranges, uint32_t lo, uint32_t hi, uint32_t *bits,
+    kvs_gram_vrec_t *rec);
+int kvs_gram_verdict_check(kvs_gram_masker_t *mk, uint32_t n, uint32_t len,
+    uint32_t n_used, uint32_t *bits);
+void kvs_gram_verdict_purge(kvs_gram_masker_t *mk, uint32_t low_water);
+int kvs_gram_verdict_init(kvs_gram_masker_t *mk, uint32_t max_front);
+void kvs_gram_verdict_free(kvs_gram_masker_t *mk);
+
+/* An entry's dependent ranges (kvs_gram_mask.c). */
+void kvs_gram_ientry_ranges(const kvs_gram_ientry_t *e,
+    const uint32_t **ranges, uint32_t *n_ranges);
 
 /* The check memo's states (kvs_gram_masker_t.cmemo): at most ~0.9 MiB
  * a masker, touched as used. */

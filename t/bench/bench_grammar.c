@@ -510,6 +510,10 @@ main(int argc, char **argv)
                        (unsigned long long) mk.ind_slices,
                        (unsigned long long) mk.ind_src,
                        (unsigned long long) kvs_gram_memo_copied(mk.memo));
+                printf("    last run: dependent verdicts kept %llu times, "
+                       "taken %llu times\n",
+                       (unsigned long long) mk.verdict_fills,
+                       (unsigned long long) mk.verdict_hits);
                 kvs_gram_memo_stats(mk.memo, mst);
                 printf("    last run: walk memo %llu hits, %llu matcher "
                        "steps, %llu states, %llu clears\n",

@@ -32,6 +32,9 @@
  * and of the full walk on the real stacks agree at every step, and
  * the source path must have been taken.
  *
+ * test_verdicts: the dependent tokens' verdicts kept per canonical
+ * state, against the full walk and a masker that keeps none, also under
+ * tight caps;
  * test_renaming: entries walked in renaming passes (kvs_gram_memo_rename)
  * against the full walk, at several first thetas and without renaming;
  * test_byte_classes: the grammar's byte classes, from which the memo
@@ -782,6 +785,121 @@ test_byte_classes(void **state)
     kvs_gram_vocab_free(gv);
 }
 
+/*
+ * The dependents' verdicts kept per canonical state (kvs_gram_verdict.c):
+ * through a maxLength 300 string alone and inside an object (the closing
+ * tokens go on into the object), one "a" at a time, the masks of the
+ * default masker, of one that checks every dependent token at every mask
+ * (noverdicts) and of the full walk agree at every step; the verdicts
+ * must have been taken at most characters and fewer tokens checked.
+ * Every third step is masked under tight caps instead (the node cap a
+ * few nodes above what is alive, the frontier cap 1 or 2), where the
+ * verdicts may be taken only if the check could not meet a cap: the
+ * default masker and the noverdicts one must refuse alike there.
+ */
+static void
+test_verdicts(void **state)
+{
+    static const char  *pre[] = { "\"", "{\"a\": \"ab\", \"b\": \"" };
+    static const char  *sch[] = {
+        "{\"type\": \"string\", \"maxLength\": 300}",
+        "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": "
+        "\"string\", \"maxLength\": 40}, \"b\": {\"type\": \"string\", "
+        "\"maxLength\": 300}}, \"required\": [\"a\", \"b\"], "
+        "\"additionalProperties\": false}",
+    };
+    static const uint32_t  extra[] = { 1, 2, 4, 8, 30 };
+    int                 ra, rb;
+    int32_t             a;
+    size_t              i, k;
+    uint32_t            words, *x, *y, *z;
+    kvs_err_t           err;
+    kvs_gram_t          g;
+    kvs_gram_matcher_t  m;
+    kvs_gram_masker_t   plain, mk, ref;
+    kvs_gram_mlimits_t  keep;
+    kvs_gram_vocab_t   *gv;
+
+    (void) state;
+    gv = tb_vocab();
+    words = (gv->n_tokens + 31) / 32;
+    x = malloc(words * sizeof(uint32_t));
+    y = malloc(words * sizeof(uint32_t));
+    z = malloc(words * sizeof(uint32_t));
+    assert_non_null(x);
+    assert_non_null(y);
+    assert_non_null(z);
+    a = 'a' - 1;                      /* the byte tokens start at 1 */
+
+    for (i = 0; i < 2; i++) {
+        assert_int_equal(tg_compile(&g, sch[i], 0, &err), KVS_OK);
+        assert_int_equal(kvs_gram_matcher_init(&m, &g, NULL, &err), KVS_OK);
+        assert_int_equal(kvs_gram_masker_init(&plain, gv, &m, 0, &err),
+                         KVS_OK);
+        assert_int_equal(kvs_gram_masker_init(&mk, gv, &m, 16, &err),
+                         KVS_OK);
+        assert_int_equal(kvs_gram_masker_init(&ref, gv, &m, 16, &err),
+                         KVS_OK);
+        ref.noverdicts = 1;
+        assert_int_equal(kvs_gram_matcher_feed(&m, pre[i], strlen(pre[i]),
+                                               &err), KVS_OK);
+        keep = m.lim;
+
+        for (k = 0; k <= 292; k++) {
+            if (k % 3 == 2) {
+                m.lim.max_nodes = m.n_nodes + extra[k / 3 % 5];
+                m.lim.max_front = k % 2 + 1;
+                ra = kvs_gram_mask(&ref, x, &err);
+                rb = kvs_gram_mask(&mk, y, &err);
+                m.lim = keep;
+                assert_int_equal(ra, rb);
+                if (ra == KVS_OK
+                    && memcmp(x, y, words * sizeof(uint32_t)) != 0)
+                {
+                    tb_first_diff(gv, x, y, "verdicts under caps", i, k);
+                }
+
+            } else {
+                assert_int_equal(kvs_gram_mask(&plain, x, &err), KVS_OK);
+                assert_int_equal(kvs_gram_mask(&mk, y, &err), KVS_OK);
+                assert_int_equal(kvs_gram_mask(&ref, z, &err), KVS_OK);
+                if (memcmp(x, y, words * sizeof(uint32_t)) != 0) {
+                    tb_first_diff(gv, x, y, "verdicts", i, k);
+                }
+                if (memcmp(x, z, words * sizeof(uint32_t)) != 0) {
+                    tb_first_diff(gv, x, z, "noverdicts", i, k);
+                }
+            }
+
+            if (k < 292) {
+                assert_int_equal(kvs_gram_accept_token(&m, gv, a, &err),
+                                 KVS_OK);
+            }
+        }
+
+        print_message("schema %zu: verdicts kept %llu times, taken %llu; "
+                      "%llu tokens checked (%llu without)\n", i,
+                      (unsigned long long) mk.verdict_fills,
+                      (unsigned long long) mk.verdict_hits,
+                      (unsigned long long) mk.checked,
+                      (unsigned long long) ref.checked);
+        assert_true(mk.verdict_hits > 100);
+        assert_int_equal(ref.verdict_hits + ref.verdict_fills, 0);
+        assert_true(mk.checked < ref.checked);
+
+        kvs_gram_masker_free(&ref);
+        kvs_gram_masker_free(&mk);
+        kvs_gram_masker_free(&plain);
+        kvs_gram_matcher_free(&m);
+        kvs_gram_free(&g);
+    }
+
+    kvs_gram_vocab_free(gv);
+    free(x);
+    free(y);
+    free(z);
+}
+
 
 int
 main(void)
@@ -792,6 +910,7 @@ main(void)
         cmocka_unit_test(test_renaming),
         cmocka_unit_test(test_byte_classes),
         cmocka_unit_test(test_sharing),
+        cmocka_unit_test(test_verdicts),
         cmocka_unit_test(test_bound_walks),
     };
 
