@@ -46,13 +46,14 @@
 #define KVS_ENGINE_GRAM_NODES   (1u << 20)
 
 /* a mask walks the vocabulary trie once per open parse whose next byte
- * may be most bytes (a free string's, a broad class's); a schema whose
- * anyOf branches all begin alike keeps one such parse per branch (200
- * strings of another minLength each: 1.1-1.7 s a mask on Llama 3's
- * vocabulary, at every token, on the thread every request shares).
- * Past this many the request ends (docs/grammar.md, "Ambiguous schemas
- * and patterns"); a pattern's own are bounded at compile time
- * (kvs_gram_reamb.c: 16) */
+ * may be most bytes (a free string's, a broad class's) and whose top is
+ * its own; a schema whose anyOf branches all begin alike keeps one such
+ * parse per branch (200 strings of another minLength each: 1.1-1.7 s a
+ * mask on Llama 3's vocabulary, at every token, on the thread every
+ * request shares; 10 objects whose first key is the same free string
+ * share one top: 0.3 ms).  Past this many tops the request ends
+ * (docs/grammar.md, "Ambiguous schemas and patterns"); a pattern's own
+ * are bounded at compile time (kvs_gram_reamb.c: 16) */
 #define KVS_ENGINE_GRAM_BROAD        32
 #define KVS_ENGINE_GRAM_BROAD_BYTES  16
 
@@ -248,16 +249,17 @@ kvs_engine_gram_mask(kvs_engine_t *e, kvs_engine_seq_t *h, float *logits,
 
     /* counted only where the frontier could hold that many at all */
     if (h->gm.lv[h->gm.n_lv - 1].n_front > KVS_ENGINE_GRAM_BROAD) {
-        m = kvs_gram_matcher_broad(&h->gm, KVS_ENGINE_GRAM_BROAD_BYTES);
+        m = kvs_gram_matcher_broad(&h->gm, KVS_ENGINE_GRAM_BROAD_BYTES,
+                                   KVS_ENGINE_GRAM_BROAD);
         if (m > KVS_ENGINE_GRAM_BROAD) {
             return kvs_err_set(err, KVS_ETOOLONG, "the output's grammar "
-                               "holds %u parses open at once that may "
-                               "each take most bytes next (more than %u: "
+                               "holds more than %u parses open at once that "
+                               "may each take most bytes next ("
                                "anyOf branches that begin alike, or an "
                                "ambiguous pattern); each would cost a walk "
                                "of the vocabulary at every token. Make the "
                                "branches differ earlier or simplify the "
-                               "schema.", m, KVS_ENGINE_GRAM_BROAD);
+                               "schema.", KVS_ENGINE_GRAM_BROAD);
         }
     }
 

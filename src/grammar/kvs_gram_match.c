@@ -789,17 +789,19 @@ kvs_gram_matcher_rollback(kvs_gram_matcher_t *m, size_t n)
 
 
 uint32_t
-kvs_gram_matcher_broad(const kvs_gram_matcher_t *m, uint32_t min_bytes)
+kvs_gram_matcher_broad(const kvs_gram_matcher_t *m, uint32_t min_bytes,
+    uint32_t most)
 {
-    uint32_t                i, id, n, w;
+    uint32_t                i, j, id, n, w, pos[KVS_GRAM_BROAD_MAX + 1];
     const uint64_t         *f;
     const kvs_gram_elem_t  *e;
     const kvs_gram_level_t *lv;
 
     lv = &m->lv[m->n_lv - 1];
+    most = most < KVS_GRAM_BROAD_MAX ? most : KVS_GRAM_BROAD_MAX;
     n = 0;
 
-    for (i = 0; i < lv->n_front; i++) {
+    for (i = 0; i < lv->n_front && n <= most; i++) {
         id = m->front[lv->front + i];
         e = &m->g->elems[m->nodes[id].pos];
 
@@ -816,7 +818,17 @@ kvs_gram_matcher_broad(const kvs_gram_matcher_t *m, uint32_t min_bytes)
             continue;
         }
 
-        n += w >= min_bytes;
+        if (w < min_bytes) {
+            continue;
+        }
+
+        /* stacks with one top share the walk of their entries' trie */
+        for (j = 0; j < n && pos[j] != m->nodes[id].pos; j++) {
+            /* seen? */
+        }
+        if (j == n) {
+            pos[n++] = m->nodes[id].pos;
+        }
     }
 
     return n;

@@ -23,8 +23,9 @@
  * overlap: more estimates high, none low).  It owns no memory.
  *
  * Invariants: parses >= 1 for anything that matches a code point;
- * positions and parses saturate at KVS_RE_SAT; an info is built only by
- * these functions, bottom up as the regex is parsed.
+ * lengths, positions and parses saturate at KVS_RE_SAT (an unbounded
+ * length is KVS_RE_SAT); an info is built only by these functions,
+ * bottom up as the regex is parsed.
  */
 
 #include <stdio.h>
@@ -50,24 +51,6 @@ kvs_re_sat_mul(uint64_t a, uint64_t b)
     }
 
     return a > KVS_RE_SAT / b ? KVS_RE_SAT : a * b;
-}
-
-
-static uint32_t
-kvs_re_len_add(uint32_t a, uint32_t b)
-{
-    return a > UINT32_MAX - b ? UINT32_MAX : a + b;
-}
-
-
-static uint32_t
-kvs_re_len_mul(uint32_t a, uint32_t n)
-{
-    if (a == 0 || n == 0) {
-        return 0;
-    }
-
-    return a > UINT32_MAX / n ? UINT32_MAX : a * n;
 }
 
 
@@ -153,8 +136,8 @@ kvs_re_info_concat(kvs_re_info_t *acc, const kvs_re_info_t *b)
         kvs_re_cp_or(acc->cont, b->first);
     }
 
-    acc->minl = kvs_re_len_add(a.minl, b->minl);
-    acc->maxl = kvs_re_len_add(a.maxl, b->maxl);
+    acc->minl = kvs_re_sat_add(a.minl, b->minl);
+    acc->maxl = kvs_re_sat_add(a.maxl, b->maxl);
     acc->positions = kvs_re_sat_add(a.positions, b->positions);
     acc->parses = split ? kvs_re_sat_add(a.parses, b->parses)
                         : (a.parses > b->parses ? a.parses : b->parses);
@@ -234,8 +217,8 @@ kvs_re_info_repeat(kvs_re_info_t *x, uint32_t min, uint32_t max,
         kvs_re_cp_or(x->inner, x->first);
     }
 
-    x->minl = kvs_re_len_mul(x->minl, min);
-    x->maxl = max == UINT32_MAX ? UINT32_MAX : kvs_re_len_mul(x->maxl, max);
+    x->minl = kvs_re_sat_mul(x->minl, min);
+    x->maxl = max == UINT32_MAX ? KVS_RE_SAT : kvs_re_sat_mul(x->maxl, max);
     x->positions = kvs_re_sat_mul(copies, x->positions);
     x->parses = parses;
 

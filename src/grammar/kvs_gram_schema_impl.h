@@ -112,7 +112,7 @@ int kvs_sc_regex(kvs_gram_t *g, const char *re, size_t len, unsigned flags,
 
 typedef struct {
     uint64_t  first[3], inner[3], cont[3];
-    uint32_t  minl, maxl;             /* code points; UINT32_MAX: none */
+    uint64_t  minl, maxl;             /* code points, saturating */
     uint64_t  positions;              /* the copies' atoms, all told */
     uint64_t  parses;                 /* stacks open at once, estimated */
 } kvs_re_info_t;

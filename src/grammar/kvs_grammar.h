@@ -366,12 +366,16 @@ int kvs_gram_matcher_must_end(const kvs_gram_matcher_t *m);
 /* The set of bytes that may come next (bit b of set[b >> 6]). */
 void kvs_gram_matcher_next(const kvs_gram_matcher_t *m, uint64_t set[4]);
 
-/* How many of the stacks open now take at least min_bytes distinct
- * bytes next: each is a walk of most of the vocabulary in a mask, so
- * their count, not the frontier's, is what a mask costs (the engine's
- * bound, docs/grammar.md "Ambiguous schemas and patterns"). */
+/* How many distinct tops the stacks open now have among those that take
+ * at least min_bytes distinct bytes next, counted up to most + 1 (most
+ * at most KVS_GRAM_BROAD_MAX): each such top is a walk of most of the
+ * vocabulary in a mask, so their count, not the frontier's, is what a
+ * mask costs (the engine's bound, docs/grammar.md "Ambiguous schemas
+ * and patterns"). */
+#define KVS_GRAM_BROAD_MAX  256
+
 uint32_t kvs_gram_matcher_broad(const kvs_gram_matcher_t *m,
-    uint32_t min_bytes);
+    uint32_t min_bytes, uint32_t most);
 
 
 /* ---- the vocabulary and the mask --------------------------------------- */

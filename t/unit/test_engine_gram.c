@@ -436,9 +436,10 @@ test_refusals(void **state)
 }
 
 
-/* A schema whose parse holds a free string per anyOf branch at once is
- * ended at the step that would mask it, with the reason, leaving the
- * engine clean; as wide a frontier of literal keys is followed. */
+/* A schema whose parse holds a free string of its own per anyOf branch
+ * at once is ended at the step that would mask it, with the reason,
+ * leaving the engine clean; as wide a frontier of literal keys is
+ * followed, and so are branches whose free strings share one top. */
 static void
 test_broad(void **state)
 {
@@ -456,7 +457,7 @@ test_broad(void **state)
     e = new_engine(&md, KVS_BACKEND_CPU);
 
     wide = malloc(100 * 48 + 32);
-    keys = malloc(100 * 96 + 32);
+    keys = malloc(100 * 112 + 32);
     strcpy(wide, "{\"anyOf\":[");
     strcpy(keys, "{\"anyOf\":[");
     for (i = 0; i < 100; i++) {
@@ -485,6 +486,23 @@ test_broad(void **state)
     req.max_tokens = 40;
     (void) run(e, &req, &out, 1);
     assert_int_not_equal(out.finish, KVS_FINISH_ERROR);
+    check_output(KVS_GRAM_REQ_SCHEMA, keys, &out);
+    kvs_engine_out_free(&out);
+
+    /* inside "text": 40 branches' free strings open, one top for all */
+    strcpy(keys, "{\"anyOf\":[");
+    for (i = 0; i < 40; i++) {
+        sprintf(keys + strlen(keys), "%s{\"type\":\"object\","
+                "\"properties\":{\"text\":{\"type\":\"string\"},"
+                "\"k%d\":{\"type\":\"integer\"}},"
+                "\"required\":[\"text\",\"k%d\"]}", i ? "," : "", i, i);
+    }
+    strcat(keys, "]}");
+    set_req(&req, prompt, 3, KVS_GRAM_REQ_SCHEMA, keys, &samps[0], 1);
+    req.max_tokens = 40;
+    (void) run(e, &req, &out, 1);
+    assert_int_not_equal(out.finish, KVS_FINISH_ERROR);
+    assert_true(out.text.len > 12);
     check_output(KVS_GRAM_REQ_SCHEMA, keys, &out);
     kvs_engine_out_free(&out);
 
