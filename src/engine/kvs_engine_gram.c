@@ -249,9 +249,10 @@ kvs_engine_gram_mask(kvs_engine_t *e, kvs_engine_seq_t *h, float *logits,
 
     /* counted only where the frontier could hold that many at all */
     if (h->gm.lv[h->gm.n_lv - 1].n_front > KVS_ENGINE_GRAM_BROAD) {
-        m = kvs_gram_matcher_broad(&h->gm, KVS_ENGINE_GRAM_BROAD_BYTES,
-                                   KVS_ENGINE_GRAM_BROAD);
-        if (m > KVS_ENGINE_GRAM_BROAD) {
+        if (kvs_gram_matcher_broad(&h->gm, KVS_ENGINE_GRAM_BROAD_BYTES,
+                                   KVS_ENGINE_GRAM_BROAD)
+            > KVS_ENGINE_GRAM_BROAD)
+        {
             return kvs_err_set(err, KVS_ETOOLONG, "the output's grammar "
                                "holds more than %u parses open at once that "
                                "may each take most bytes next ("

@@ -97,11 +97,10 @@ kvs_re_info_cps(kvs_re_info_t *x, uint32_t lo, uint32_t hi)
 }
 
 
+/* after kvs_re_info_empty and the set's kvs_re_info_cps: one code point */
 void
 kvs_re_info_atom(kvs_re_info_t *x)
 {
-    memset(x->inner, 0, sizeof(x->inner));
-    memset(x->cont, 0, sizeof(x->cont));
     x->minl = 1;
     x->maxl = 1;
     x->positions = 1;
