@@ -251,16 +251,20 @@ kvs_kd_part(kvs_kd_args_t a)
         return;
     }
 
-    /* a window's first position: this split's positions before it are
-     * not seen (split0 keeps at least one position in range) */
-    if (start < kvs_kd_first(a, pos)) {
-        start = kvs_kd_first(a, pos);
-    }
-
+    /* the end is the split's own, taken before a window moves the
+     * start: an end counted from the moved start would reach into the
+     * next split's positions, and those would count twice (seen on the
+     * H200, 2026-12-04: split 4 and 16 at a window of 300, 3e-2 off) */
     end = split + 1 == a.n_split ? (uint64_t) pos + 1
                                  : start + a.split_len;
     if (end > (uint64_t) pos + 1) {
         end = (uint64_t) pos + 1;
+    }
+
+    /* a window's first position: this split's positions before it are
+     * not seen (split0 keeps at least one position in range) */
+    if (start < kvs_kd_first(a, pos)) {
+        start = kvs_kd_first(a, pos);
     }
 
     /* shared memory, laid out as the launcher sized it */
