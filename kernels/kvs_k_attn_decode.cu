@@ -14,7 +14,8 @@
  *     layer with a sliding window (window != 0) a split starts no
  *     earlier than the token's first visible position, pos + 1 - window
  *     (kvs_cpu_attn_first's rule), and a split wholly before it is
- *     skipped by both kernels.  With
+ *     skipped by both kernels (the rule, with its invariant:
+ *     kvs_k_split.h, checked on the host by t/unit/test_k_split.c).  With
  *     n_split == 1 it normalizes and writes out itself; otherwise it
  *     writes (max, sum, acc[hd_v]) into part and
  *   kvs_kd_combine: one CTA per (run, query head) merges the parts of the
@@ -59,6 +60,7 @@
 #include <stdint.h>
 
 #include "kvs_k_attn.cuh"
+#include "kvs_k_split.h"
 
 
 #define KVS_KD_THREADS   128
@@ -149,40 +151,19 @@ kvs_kd_token(const kvs_kd_args_t &a, uint32_t r, int32_t *pos,
 }
 
 
-/* Number of splits holding positions of a token at pos >= 0. */
+/* The split rules (kvs_k_split.h, shared with a C unit test) on the
+ * kernels' arguments. */
 __device__ __forceinline__ uint32_t
 kvs_kd_active(const kvs_kd_args_t &a, int32_t pos)
 {
-    uint32_t  n;
-
-    n = (uint32_t) pos / a.split_len + 1;
-
-    return n < a.n_split ? n : a.n_split;
+    return kvs_ks_active(a.n_split, a.split_len, pos);
 }
 
 
-/* The first position a token at pos >= 0 sees: pos + 1 - window once the
- * position has outgrown the window, else 0 (the CPU backend's
- * kvs_cpu_attn_first). */
-__device__ __forceinline__ uint32_t
-kvs_kd_first(const kvs_kd_args_t &a, int32_t pos)
-{
-    return a.window != 0 && (uint32_t) pos >= a.window
-           ? (uint32_t) pos + 1 - a.window : 0;
-}
-
-
-/* The first split holding a position the token sees: the one of its
- * first position, or the last split, which runs up to pos whatever its
- * nominal length. */
 __device__ __forceinline__ uint32_t
 kvs_kd_split0(const kvs_kd_args_t &a, int32_t pos)
 {
-    uint32_t  s;
-
-    s = kvs_kd_first(a, pos) / a.split_len;
-
-    return s < a.n_split - 1 ? s : a.n_split - 1;
+    return kvs_ks_split0(a.n_split, a.split_len, a.window, pos);
 }
 
 
@@ -246,25 +227,10 @@ kvs_kd_part(kvs_kd_args_t a)
         return;
     }
 
-    start = (uint64_t) split * a.split_len;
-    if (start > (uint64_t) pos || split < kvs_kd_split0(a, pos)) {
+    if (!kvs_ks_range(a.n_split, a.split_len, a.window, pos, split, &start,
+                      &end))
+    {
         return;
-    }
-
-    /* the end is the split's own, taken before a window moves the
-     * start: an end counted from the moved start would reach into the
-     * next split's positions, and those would count twice (seen on the
-     * H200, 2026-12-04: split 4 and 16 at a window of 300, 3e-2 off) */
-    end = split + 1 == a.n_split ? (uint64_t) pos + 1
-                                 : start + a.split_len;
-    if (end > (uint64_t) pos + 1) {
-        end = (uint64_t) pos + 1;
-    }
-
-    /* a window's first position: this split's positions before it are
-     * not seen (split0 keeps at least one position in range) */
-    if (start < kvs_kd_first(a, pos)) {
-        start = kvs_kd_first(a, pos);
     }
 
     /* shared memory, laid out as the launcher sized it */
