@@ -148,7 +148,7 @@ endif
 
 .PHONY: all lib deps run stop test test-build layers unit unit-asan \
         unit-asan-clang unit-asan-pair unit-tsan interop itest \
-        sdk bench cuda-check gpu-check \
+        sdk bench cuda-check gpu-check gpu-pack \
         fixtures fixtures-test fuzz clean model install uninstall deb \
         deb-test
 
@@ -509,6 +509,14 @@ gpu-check: $(CUDA_SO) $(CLI) $(B)/gpu_check
 	KVS_FIXTURES=$(FIXTURES) KVS_TMP=$(BABS)/tmp KVS_BENCH_DIR=$(BABS) \
 	    KVSERVE_CUDA_SO=$(BABS)/libkvserve_cuda.so OUT=$(abspath $(OUT)) \
 	    KVS_GPU_CHECK=1 bash t/gpu/gpu_check.sh
+
+# gpu-pack: gpu-check's binaries, the libraries they link that a device
+# machine's CUDA image lacks, and its fixture, as one tarball for the
+# device tool (t/gpu/pack.sh; t/gpu/remote.sh runs it there;
+# docs/cuda.md, "On a lent device").  LLAMA_SRC=tarball adds the CPU peer.
+gpu-pack: $(CUDA_SO) $(CLI) $(B)/gpu_check $(B)/unit/test_cpu_amx \
+          $(B)/bench_amx $(B)/bench_lora
+	bash t/gpu/pack.sh $(B) $(FIXTURES)
 
 # libFuzzer targets (clang): the GGUF reader and vocabulary loader, the
 # tokenizer on the fixture vocabularies, OpenAI request bodies, the
