@@ -20,14 +20,16 @@
  *    large scales; inputs Gaussian, zero and large; writes nothing past
  *    the matrix's rows or between tokens; no emulated fault; one tile
  *    product per 16 tokens, block and group, one release per call;
- *  - on a host with AMX (kvs_cpu_simd() at KVS_CPU_SIMD_AMX), the
- *    library's kernel on the real tiles gives the same bits as well;
+ *  - on a host with AMX (kvs_cpu_amx_ready), the library's kernel on
+ *    the real tiles gives the same bits as well (run on the lent H200
+ *    machine's Xeon, 2026-12-04: passed);
  *  - the data tells the float orders apart: one accumulator instead of
  *    the kernel's eight changes some output at 4096 columns;
  *  - detection: kvs_cpu_amx_check on made-up CPUID / XCR0 words (each
  *    missing condition named), this host's answer agrees with its
- *    CPUID, and KVSERVE_CPU_SIMD=2 keeps the level at AVX-512 and says
- *    so in kvs_cpu_kernels.
+ *    CPUID, the tiles are used only under KVSERVE_CPU_SIMD=3 (the
+ *    default and KVSERVE_CPU_SIMD=2 keep the level at AVX-512), and
+ *    kvs_cpu_kernels says which.
  */
 
 #include "kvs_test.h"
@@ -458,7 +460,7 @@ test_q8(void **state)
     }
 
     unsetenv("KVSERVE_CPU_SIMD");
-    amx = kvs_cpu_simd() == KVS_CPU_SIMD_AMX;
+    amx = (kvs_cpu_amx_ready(NULL) & KVS_CPU_AMX_INT8) != 0;
     print_message("%s\n", amx ? "AMX here: the real tile kernel is checked "
                   "too" : "no AMX here: the emulated tile kernel alone");
     st = 0x51ab;
@@ -582,9 +584,24 @@ test_detect(void **state)
         assert_true(kvs_cpu_simd() <= KVS_CPU_SIMD_AVX512);
     }
 
+    /* tiles present: off unless asked for (KVSERVE_CPU_SIMD=3), and
+     * the line says which */
     if (bits != 0) {
+        assert_int_equal(kvs_cpu_simd(), KVS_CPU_SIMD_AVX512);
+        assert_non_null(strstr(buf, "amx: int8 tiles present, off"));
+        setenv("KVSERVE_CPU_SIMD", "3", 1);
         assert_int_equal(kvs_cpu_simd(), KVS_CPU_SIMD_AMX);
-        assert_non_null(strstr(buf, "+ amx; amx: int8 tiles"));
+        assert_non_null(strstr(kvs_cpu_kernels(buf, sizeof(buf)),
+                               "+ amx; amx: int8 tiles"));
+        unsetenv("KVSERVE_CPU_SIMD");
+    }
+
+    /* asked for where there are none: never above AVX-512 */
+    setenv("KVSERVE_CPU_SIMD", "3", 1);
+    if (bits == 0) {
+        assert_true(kvs_cpu_simd() <= KVS_CPU_SIMD_AVX512);
+        assert_non_null(strstr(kvs_cpu_kernels(buf, sizeof(buf)),
+                               "amx: no ("));
     }
 
     /* forced off: never above AVX-512, and said */

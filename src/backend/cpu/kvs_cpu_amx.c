@@ -200,7 +200,8 @@ kvs_cpu_amx_ready(const char **line)
 }
 
 
-/* The level's name; KVSERVE_CPU_SIMD=0, 1 or 2 leave AMX unasked. */
+/* The level's name; only KVSERVE_CPU_SIMD=3 puts the tiles to use
+ * (kvs_cpu_simd), and 0, 1 or 2 leave AMX unasked. */
 const char *
 kvs_cpu_kernels(char *buf, size_t len)
 {
@@ -237,7 +238,14 @@ kvs_cpu_kernels(char *buf, size_t len)
         return buf;
     }
 
-    (void) kvs_cpu_amx_ready(&amx);
+    if ((kvs_cpu_amx_ready(&amx) & KVS_CPU_AMX_INT8)
+        && level != KVS_CPU_SIMD_AMX)
+    {
+        snprintf(buf, len, "%s; amx: int8 tiles present, off (slower than "
+                 "VNNI where measured; KVSERVE_CPU_SIMD=3 uses them)", name);
+        return buf;
+    }
+
     snprintf(buf, len, "%s; %s", name, amx);
 
     return buf;

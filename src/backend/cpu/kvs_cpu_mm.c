@@ -129,8 +129,11 @@ kvs_cpu_has_f16c(void)
 
 /* The kernel level of this CPU; KVSERVE_CPU_SIMD=0 in the environment
  * selects the portable kernels (to compare them, or to rule the others
- * out), KVSERVE_CPU_SIMD=1 caps the level at AVX2, 2 at AVX-512 (no
- * AMX tiles). */
+ * out), KVSERVE_CPU_SIMD=1 caps the level at AVX2, 2 at AVX-512.  AMX
+ * tiles only when asked for, KVSERVE_CPU_SIMD=3: on the one AMX host
+ * measured (2026-12-04) the tile kernel ran 100m Q8_0 prefill at 0.87x
+ * the VNNI kernel's speed at one thread and 0.63x at two
+ * (docs/performance.md, "AMX tiles for Q8_0"). */
 int
 kvs_cpu_simd(void)
 {
@@ -161,7 +164,7 @@ kvs_cpu_simd(void)
         level = KVS_CPU_SIMD_AVX512;
 
         /* the tiles: asked of Linux once per process, only when wanted */
-        if ((env == NULL || strcmp(env, "2") != 0)
+        if (env != NULL && strcmp(env, "3") == 0
             && (kvs_cpu_amx_ready(NULL) & KVS_CPU_AMX_INT8))
         {
             level = KVS_CPU_SIMD_AMX;
