@@ -1,11 +1,12 @@
 /*
- * bench_gemm: the CPU backend's own batched F32 product (AVX2,
- * kvs_cpu_gemm_x86.c) against the BLAS library's cblas_sgemm on the same
+ * bench_gemm: the CPU backend's own batched F32 product (AVX2 and, where
+ * the CPU has it, AVX-512: kvs_cpu_gemm_x86.c) against the BLAS
+ * library's cblas_sgemm on the same
  * shapes, in the same run, one thread (OPENBLAS_NUM_THREADS=1 is set
  * before the library starts).  Shapes: a prefill tile of the 100M model
  * (n tokens x 256 rows of a tile x cols of 768 or 2048) and of an 8B
- * model (4096 columns).  Prints GFLOP/s (best of N runs) and ours /
- * BLAS.
+ * model (4096 columns).  Prints GFLOP/s (best of N runs), AVX2 / BLAS
+ * and AVX-512 / AVX2.
  *
  *   bench_gemm [-n RUNS]
  */
@@ -35,7 +36,11 @@ bench_best(int ours, float *y, const float *x, const float *w, uint32_t n,
     for (i = 0; i < runs; i++) {
         t0 = kvs_now_ns();
 
-        if (ours) {
+        if (ours == 2) {
+#if KVS_CPU_X86
+            kvs_cpu_gemm_avx512(y, nr, x, n, cols, w, nr);
+#endif
+        } else if (ours) {
 #if KVS_CPU_X86
             kvs_cpu_gemm_avx2(y, nr, x, n, cols, w, nr);
 #endif
@@ -64,7 +69,8 @@ main(int argc, char **argv)
     int       runs;
     float    *x, *w, *y;
     size_t    i, s;
-    double    g0, g1;
+    int       avx512;
+    double    g0, g1, g2;
 
     runs = argc == 3 && strcmp(argv[1], "-n") == 0 ? atoi(argv[2]) : 5;
     openblas_set_num_threads(1);
@@ -94,16 +100,20 @@ main(int argc, char **argv)
         w[i] = (float) ((i * 40503u) % 1000) / 1000.0f - 0.5f;
     }
 
-    printf("%-6s %-6s %-5s %12s %12s %7s\n", "n", "cols", "rows",
-           "ours GF/s", "blas GF/s", "ratio");
+    avx512 = __builtin_cpu_supports("avx512f");
+    printf("%-6s %-6s %-5s %12s %12s %12s %7s %7s\n", "n", "cols", "rows",
+           "avx2 GF/s", "avx512 GF/s", "blas GF/s", "2/blas", "512/2");
 
     for (s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
         g0 = bench_best(1, y, x, w, shapes[s][0], shapes[s][1],
                         shapes[s][2], runs);
+        g2 = avx512 ? bench_best(2, y, x, w, shapes[s][0], shapes[s][1],
+                                 shapes[s][2], runs) : 0.0;
         g1 = bench_best(0, y, x, w, shapes[s][0], shapes[s][1],
                         shapes[s][2], runs);
-        printf("%-6u %-6u %-5u %12.1f %12.1f %6.2fx\n", shapes[s][0],
-               shapes[s][1], shapes[s][2], g0, g1, g0 / g1);
+        printf("%-6u %-6u %-5u %12.1f %12.1f %12.1f %6.2fx %6.2fx\n",
+               shapes[s][0], shapes[s][1], shapes[s][2], g0, g2, g1,
+               g0 / g1, g2 / g0);
     }
 
     free(x);

@@ -9,9 +9,11 @@
 #
 # Ours: best prefill_tps of PREFILL_REPS runs of
 #   kvserve bench M --threads T --seqs 1 --prompt 512 --gen 1
-# and, for each value v of PREFILL_SIMD, the same with
-# KVSERVE_CPU_SIMD=v (2: AVX-512 without AMX tiles; 1: AVX2): the
-# kernels the bench's "cpu kernels:" line names.
+# and, for each VAR=VALUE of PREFILL_ENV, the same with that in the
+# environment, a column each (KVSERVE_CPU_SIMD=3: Q8_0 on AMX tiles;
+# KVSERVE_CPU_GEMM=avx512: the AVX-512 batched product for F32, F16 and
+# BF16; KVSERVE_CPU_SIMD=1: AVX2); the bench's "cpu kernels:" line says
+# which kernels ran.
 # Peer: best sample of llama-bench -p 512 -n 0 -r PREFILL_REPS, flash
 # attention off and on, as t/bench/llamacpp.sh takes it.
 #
@@ -20,7 +22,7 @@
 # PREFILL_OURS_ONLY=1).
 # Knobs: PREFILL_MODELS ("f16 bf16 q8_0 q4_k_m"; a *_k_[sml] mix is the
 # F32 model through `kvserve quantize`), PREFILL_THREADS ("1 2"),
-# PREFILL_REPS (2), PREFILL_SIMD (""), PREFILL_PRESET (100m).
+# PREFILL_REPS (2), PREFILL_ENV (""), PREFILL_PRESET (100m).
 set -euo pipefail
 
 cli=${KVS_CLI:-build/kvserve}
@@ -28,7 +30,7 @@ tmp=${KVS_TMP:-/tmp}/prefill-bench
 models=${PREFILL_MODELS:-f16 bf16 q8_0 q4_k_m}
 threads_list=${PREFILL_THREADS:-1 2}
 reps=${PREFILL_REPS:-2}
-simds=${PREFILL_SIMD:-}
+envs=${PREFILL_ENV:-}
 preset=${PREFILL_PRESET:-100m}
 peer=${LLAMA_CPP_BUILD:-}
 mkdir -p "$tmp"
@@ -102,8 +104,8 @@ model() {    # model NAME: the file, generated once
 
 head="| model | threads | ours | kernels"
 sep="| --- | ---: | ---: | ---"
-for s in $simds; do
-    head+=" | ours, SIMD=$s"
+for v in $envs; do
+    head+=" | ours, $v"
     sep+=" | ---:"
 done
 head+=" | llama.cpp | ratio |"
@@ -115,8 +117,9 @@ for name in $models; do
     for t in $threads_list; do
         IFS=$'\t' read -r o k <<<"$(ours "$m" "$t")"
         row="| $name | $t | $o | $k"
-        for s in $simds; do
-            IFS=$'\t' read -r os ks <<<"$(KVSERVE_CPU_SIMD=$s ours "$m" "$t")"
+        for v in $envs; do
+            # the subshell of $( ) keeps the export to itself
+            IFS=$'\t' read -r os ks <<<"$(export "$v"; ours "$m" "$t")"
             row+=" | $os ($ks)"
         done
         p=-

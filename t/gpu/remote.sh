@@ -13,8 +13,9 @@
 #          kernel's ways against VNNI, one thread) and t/bench/lora.sh's
 #          small part (LORA_ROUNDS, 6)
 #   peer   llama.cpp built from the pack's source (CPU only, native),
-#          then t/bench/prefill_peer.sh, ours at 1 and 2 threads with
-#          and without AMX (KVSERVE_CPU_SIMD=2) against llama-bench
+#          then t/bench/prefill_peer.sh, ours at 1 and 2 threads as
+#          default and with each of PREFILL_ENV (the AMX tiles, the
+#          AVX-512 batched product) against llama-bench
 # Writes at most 8 files under $OUT (the tool's limit): summary.txt
 # (the machine, each job's table), gpu-check.md, gpu-check.tsv,
 # gpu-check.log, parts.tar.gz (every part's report, sanitizer output,
@@ -195,7 +196,7 @@ job_peer() {
     fi
     KVS_CLI=$g/bin/kvserve KVS_TMP=$w/tmp LLAMA_CPP_BUILD=$bin \
         PREFILL_OURS_ONLY=1 \
-        PREFILL_SIMD=${PREFILL_SIMD:-2} \
+        PREFILL_ENV=${PREFILL_ENV:-KVSERVE_CPU_SIMD=3 KVSERVE_CPU_GEMM=avx512} \
         timeout $(( $(left) - 10 )) bash t/bench/prefill_peer.sh \
         2>&1 | tee -a "$sum"
 }

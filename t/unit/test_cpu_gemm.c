@@ -1,9 +1,11 @@
 /*
  * test_cpu_gemm: the CPU backend's own batched F32 product
  * (kvs_cpu_gemm_x86.c) gives, to the bit, one fmaf chain per output in
- * column order (kvs_cpu_gemm_ref), for every shape: token counts around
- * the 6-token register tile, row counts around the 16-row panel, column
- * counts around the 8-column transpose and the 256-column panel depth;
+ * column order (kvs_cpu_gemm_ref), for every shape, and so does its
+ * AVX-512 twin where the CPU has AVX-512: token counts around the 6- and
+ * 12-token register tiles, row counts around the 16- and 32-row panels,
+ * column counts around the 8-column transpose and the 128- and
+ * 256-column panel depths;
  * so a token's outputs do not depend on its batch.  Both also stay
  * within float rounding of a double-precision product.
  */
@@ -20,10 +22,12 @@ static void
 test_gemm_shapes(void **state)
 {
 #if KVS_CPU_X86
-    static const uint32_t  ns[] = { 1, 5, 6, 7, 13, 64, 70 };
-    static const uint32_t  nrs[] = { 1, 15, 16, 17, 40 };
-    static const uint32_t  colss[] = { 1, 7, 8, 33, 255, 256, 257, 600 };
+    static const uint32_t  ns[] = { 1, 5, 6, 7, 11, 12, 13, 25, 64, 70 };
+    static const uint32_t  nrs[] = { 1, 15, 16, 17, 31, 32, 33, 40 };
+    static const uint32_t  colss[] = { 1, 7, 8, 33, 127, 128, 129, 255,
+                                       256, 257, 600 };
 
+    int        avx512;
     float     *x, *w, *y, *yr, *y1;
     double     s, amax;
     uint32_t   a, b, c, n, nr, cols, i, r, k;
@@ -34,6 +38,11 @@ test_gemm_shapes(void **state)
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
         skip();
+    }
+
+    avx512 = __builtin_cpu_supports("avx512f");
+    if (!avx512) {
+        print_message("no AVX-512 here: the AVX2 kernel alone\n");
     }
 
     x = test_malloc(70 * 600 * sizeof(float));
@@ -60,8 +69,17 @@ test_gemm_shapes(void **state)
                 /* ldy 48 > nr: the kernel must not write past nr */
                 memset(y, 0x7f, 70 * 48 * sizeof(float));
                 memset(yr, 0x7f, 70 * 48 * sizeof(float));
-                kvs_cpu_gemm_avx2(y, 48, x, n, cols, w, nr);
                 kvs_cpu_gemm_ref(yr, 48, x, n, cols, w, nr);
+
+                /* the AVX-512 twin first, into the same poisoned rows */
+                if (avx512) {
+                    kvs_cpu_gemm_avx512(y, 48, x, n, cols, w, nr);
+                    assert_memory_equal(y, yr,
+                                        (size_t) n * 48 * sizeof(float));
+                    memset(y, 0x7f, 70 * 48 * sizeof(float));
+                }
+
+                kvs_cpu_gemm_avx2(y, 48, x, n, cols, w, nr);
                 assert_memory_equal(y, yr, (size_t) n * 48 * sizeof(float));
 
                 /* the last token alone */

@@ -293,6 +293,9 @@ void kvs_cpu_gemm_avx2(float *y, size_t ldy, const float *x, uint32_t n,
     uint32_t cols, const float *w, uint32_t nr);
 void kvs_cpu_mm_rows_avx512(float *y, size_t ldy, const float *x,
     uint32_t n, uint32_t cols, const float *const *w, uint32_t nr);
+/* kvs_cpu_gemm_avx2's product to its bits, on a 12 x 32 register tile */
+void kvs_cpu_gemm_avx512(float *y, size_t ldy, const float *x, uint32_t n,
+    uint32_t cols, const float *w, uint32_t nr);
 void kvs_cpu_q8p_rows_avx512(float *y, size_t ldy, const kvs_cpu_mat_t *w,
     uint32_t g, const kvs_cpu_q8_t *xq, uint32_t n);
 #endif

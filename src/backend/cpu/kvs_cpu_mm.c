@@ -15,7 +15,9 @@
  * step.  From KVS_CPU_BLAS_MIN tokens on, F32 / F16 / BF16 (and those
  * converted types) go to the batched kernel instead, on tiles of up to
  * KVS_CPU_BLAS_TILE rows: kvs_cpu_gemm_avx2 (one FMA chain per output,
- * independent of the tile and the batch) from AVX2 on, else the BLAS
+ * independent of the tile and the batch) from AVX2 on (its AVX-512
+ * twin kvs_cpu_gemm_avx512, the same bits, when KVSERVE_CPU_GEMM=avx512
+ * asks for it), else the BLAS
  * library's sgemm, whose sums depend on the tiles' bounds, which depend
  * only on the matrix, never on the threads; either differs from the
  * 4-row kernels in the last bits (~2e-7 relative).
@@ -85,6 +87,7 @@ typedef struct {
     uint32_t                tile;     /* rows per task */
     int                     simd;
     int                     blas;     /* kvs_cpu_blas_forced() */
+    int                     gemm512;  /* kvs_cpu_gemm512_asked() */
     float                  *scratch;  /* [n_threads][scratch_stride] */
     size_t                  scratch_stride;
     kvs_cpu_q8_t           *xq;       /* [n][cols / 32] or NULL */
@@ -186,6 +189,25 @@ kvs_cpu_blas_forced(void)
     env = getenv("KVSERVE_CPU_BLAS");
 
     return env != NULL && strcmp(env, "1") == 0;
+}
+
+
+/*
+ * KVSERVE_CPU_GEMM=avx512: prefill products on kvs_cpu_gemm_avx512 (the
+ * AVX2 kernel's bits) where the level is AVX-512.  Asked for, not by
+ * default: on this project's AMD host (Zen 4, whose 512-bit FMAs take
+ * two 256-bit passes) it measured no faster than AVX2, and no CPU with
+ * two 512-bit FMA units, where it should be, has measured it yet
+ * (docs/performance.md, "An AVX-512 batched product").
+ */
+static int
+kvs_cpu_gemm512_asked(void)
+{
+    const char  *env;
+
+    env = getenv("KVSERVE_CPU_GEMM");
+
+    return env != NULL && strcmp(env, "avx512") == 0;
 }
 
 
@@ -585,6 +607,14 @@ kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
         }
 
 #if KVS_CPU_X86
+        if (job->simd >= KVS_CPU_SIMD_AVX512 && job->gemm512
+            && !job->blas)
+        {
+            kvs_cpu_gemm_avx512(job->y[m] + r0, mat->rows, job->x, job->n,
+                                mat->cols, wt, nr);
+            return;
+        }
+
         if (job->simd >= KVS_CPU_SIMD_AVX2 && !job->blas) {
             kvs_cpu_gemm_avx2(job->y[m] + r0, mat->rows, job->x, job->n,
                               mat->cols, wt, nr);
@@ -684,6 +714,7 @@ kvs_cpu_matmul_lora(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
     job.n = n;
     job.simd = fw->simd;
     job.blas = n >= KVS_CPU_BLAS_MIN && kvs_cpu_blas_forced();
+    job.gemm512 = n >= KVS_CPU_BLAS_MIN && kvs_cpu_gemm512_asked();
     job.scratch = fw->wscratch;
     job.scratch_stride = fw->wscratch_stride;
     job.w[0] = w0;
