@@ -217,39 +217,76 @@ kvs_cpu_gemm_tile(float *y, size_t ldy, const float *x, size_t ldx,
 #undef KVS_CPU_GEMM_STEP
 
 
+/* A register tile: y[0 .. m) x [0 .. nr) of tokens at x (rows ldx
+ * apart) over a packed panel bp of kc columns, continuing y unless
+ * first. */
+typedef void (*kvs_cpu_gemm_tile_fn)(float *y, size_t ldy, const float *x,
+    size_t ldx, const float *bp, uint32_t kc, uint32_t m, uint32_t nr,
+    int first);
+
+/* The loop nest both levels share: panels of `width` rows by up to kcm
+ * columns, packed into bp, meet the tokens mr at a time through tile;
+ * with xp, each pass's tokens' columns are copied there first ([bn][kc]).
+ * The order of the k panels is the FMA chains' order, so the bits do
+ * not depend on anything but kc's sequence, which is the same for all
+ * rows and tokens. */
+static void
+kvs_cpu_gemm_nest(float *y, size_t ldy, const float *x, uint32_t n,
+    uint32_t cols, const float *w, uint32_t nr, float *bp, float *xp,
+    uint32_t kcm, uint32_t width, uint32_t mr, kvs_cpu_gemm_tile_fn tile)
+{
+    size_t        ldx;
+    uint32_t      k0, kc, r0, rows, b0, bn, i0, m, i;
+    const float  *xs;
+
+    for (k0 = 0; k0 < cols; k0 += kcm) {
+        kc = cols - k0 < kcm ? cols - k0 : kcm;
+
+        for (b0 = 0; b0 < n; b0 += KVS_CPU_GEMM_MC) {
+            bn = n - b0 < KVS_CPU_GEMM_MC ? n - b0 : KVS_CPU_GEMM_MC;
+            xs = x + (size_t) b0 * cols + k0;
+            ldx = cols;
+
+            if (xp != NULL) {
+                for (i = 0; i < bn; i++) {
+                    memcpy(xp + (size_t) i * kc, xs + (size_t) i * cols,
+                           kc * sizeof(float));
+                }
+
+                xs = xp;
+                ldx = kc;
+            }
+
+            for (r0 = 0; r0 < nr; r0 += width) {
+                rows = nr - r0 < width ? nr - r0 : width;
+                kvs_cpu_gemm_pack(bp, w + (size_t) r0 * cols, rows, cols,
+                                  k0, kc, width);
+
+                for (i0 = 0; i0 < bn; i0 += mr) {
+                    m = bn - i0 < mr ? bn - i0 : mr;
+                    tile(y + (size_t) (b0 + i0) * ldy + r0, ldy,
+                         xs + (size_t) i0 * ldx, ldx, bp, kc, m, rows,
+                         k0 == 0);
+                }
+            }
+        }
+    }
+}
+
+
 /* y[i * ldy + r] = x[i] . w[r] for i < n, r < nr; w is nr rows of cols
  * floats (contiguous), x n rows of cols floats. */
 __attribute__((target("avx2,fma"))) void
 kvs_cpu_gemm_avx2(float *y, size_t ldy, const float *x, uint32_t n,
     uint32_t cols, const float *w, uint32_t nr)
 {
-    float     bp[KVS_CPU_GEMM_KC * KVS_CPU_GEMM_NR]
-                  __attribute__((aligned(64)));  /* [kc][16] */
-    uint32_t  k0, kc, r0, rows, b0, bn, i0, m;
+    float  bp[KVS_CPU_GEMM_KC * KVS_CPU_GEMM_NR]
+               __attribute__((aligned(64)));  /* [kc][16] */
 
-    for (k0 = 0; k0 < cols; k0 += KVS_CPU_GEMM_KC) {
-        kc = cols - k0 < KVS_CPU_GEMM_KC ? cols - k0 : KVS_CPU_GEMM_KC;
-
-        for (b0 = 0; b0 < n; b0 += KVS_CPU_GEMM_MC) {
-            bn = n - b0 < KVS_CPU_GEMM_MC ? n - b0 : KVS_CPU_GEMM_MC;
-
-            for (r0 = 0; r0 < nr; r0 += KVS_CPU_GEMM_NR) {
-                rows = nr - r0 < KVS_CPU_GEMM_NR ? nr - r0
-                                                 : KVS_CPU_GEMM_NR;
-                kvs_cpu_gemm_pack(bp, w + (size_t) r0 * cols, rows, cols,
-                                  k0, kc, KVS_CPU_GEMM_NR);
-
-                for (i0 = b0; i0 < b0 + bn; i0 += KVS_CPU_GEMM_MR) {
-                    m = b0 + bn - i0 < KVS_CPU_GEMM_MR ? b0 + bn - i0
-                                                       : KVS_CPU_GEMM_MR;
-                    kvs_cpu_gemm_tile(y + (size_t) i0 * ldy + r0, ldy,
-                                      x + (size_t) i0 * cols + k0, cols,
-                                      bp, kc, m, rows, k0 == 0);
-                }
-            }
-        }
-    }
+    kvs_cpu_gemm_nest(y, ldy, x, n, cols, w, nr, bp, NULL, KVS_CPU_GEMM_KC,
+                      KVS_CPU_GEMM_NR, KVS_CPU_GEMM_MR, kvs_cpu_gemm_tile);
 }
+
 
 /*
  * AVX-512: the same product on panels of 32 rows (two 16-lane vectors)
@@ -374,47 +411,20 @@ kvs_cpu_gemm_tile5(float *y, size_t ldy, const float *x, size_t ldx,
  * kvs_cpu_gemm_avx2's product, to its bits, on the 12 x 32 tile.  The
  * tokens' columns of a panel are copied together first ([bn][kc], rows
  * 512 bytes apart): read in place, twelve rows a power-of-two number of
- * columns apart (2048, 4096) fall into the same L1 sets and evict each
- * other, which cost a third of the speed at 4096 columns.
+ * columns apart (2048, 4096) share L1 sets and evict each other.
  */
 __attribute__((target("avx512f,avx2,fma"))) void
 kvs_cpu_gemm_avx512(float *y, size_t ldy, const float *x, uint32_t n,
     uint32_t cols, const float *w, uint32_t nr)
 {
-    float     bp[KVS_CPU_GEMM_KC5 * KVS_CPU_GEMM_NR5]
-                  __attribute__((aligned(64)));  /* [kc][32] */
-    float     xp[KVS_CPU_GEMM_MC * KVS_CPU_GEMM_KC5]
-                  __attribute__((aligned(64)));  /* [bn][kc] */
-    uint32_t  k0, kc, r0, rows, b0, bn, i0, m, i;
+    float  bp[KVS_CPU_GEMM_KC5 * KVS_CPU_GEMM_NR5]
+               __attribute__((aligned(64)));  /* [kc][32] */
+    float  xp[KVS_CPU_GEMM_MC * KVS_CPU_GEMM_KC5]
+               __attribute__((aligned(64)));  /* [bn][kc] */
 
-    for (k0 = 0; k0 < cols; k0 += KVS_CPU_GEMM_KC5) {
-        kc = cols - k0 < KVS_CPU_GEMM_KC5 ? cols - k0 : KVS_CPU_GEMM_KC5;
-
-        for (b0 = 0; b0 < n; b0 += KVS_CPU_GEMM_MC) {
-            bn = n - b0 < KVS_CPU_GEMM_MC ? n - b0 : KVS_CPU_GEMM_MC;
-
-            for (i = 0; i < bn; i++) {
-                memcpy(xp + (size_t) i * kc,
-                       x + (size_t) (b0 + i) * cols + k0,
-                       kc * sizeof(float));
-            }
-
-            for (r0 = 0; r0 < nr; r0 += KVS_CPU_GEMM_NR5) {
-                rows = nr - r0 < KVS_CPU_GEMM_NR5 ? nr - r0
-                                                  : KVS_CPU_GEMM_NR5;
-                kvs_cpu_gemm_pack(bp, w + (size_t) r0 * cols, rows, cols,
-                                  k0, kc, KVS_CPU_GEMM_NR5);
-
-                for (i0 = b0; i0 < b0 + bn; i0 += KVS_CPU_GEMM_MR5) {
-                    m = b0 + bn - i0 < KVS_CPU_GEMM_MR5 ? b0 + bn - i0
-                                                        : KVS_CPU_GEMM_MR5;
-                    kvs_cpu_gemm_tile5(y + (size_t) i0 * ldy + r0, ldy,
-                                       xp + (size_t) (i0 - b0) * kc, kc,
-                                       bp, kc, m, rows, k0 == 0);
-                }
-            }
-        }
-    }
+    kvs_cpu_gemm_nest(y, ldy, x, n, cols, w, nr, bp, xp, KVS_CPU_GEMM_KC5,
+                      KVS_CPU_GEMM_NR5, KVS_CPU_GEMM_MR5,
+                      kvs_cpu_gemm_tile5);
 }
 
 #endif /* KVS_CPU_X86 */
