@@ -10,7 +10,9 @@
  * columns at a time into a [kc][16] block on the stack (L1), transposed
  * 8 x 8 with shuffles; each panel then meets the tokens 6 at a time in a
  * 6 x 16 register tile: per column k, two weight vectors, six broadcast
- * inputs, twelve FMAs.
+ * inputs, twelve FMAs.  kvs_cpu_gemm_avx512 runs the same loop nest on
+ * panels of 32 rows and a 12 x 32 tile of 512-bit vectors (opt-in:
+ * KVSERVE_CPU_GEMM=avx512, kvs_cpu_mm.c).
  *
  * Invariant: every output is one FMA chain over k = 0 .. cols - 1 in
  * order (the tile's accumulators are reloaded from y between column
