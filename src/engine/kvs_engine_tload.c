@@ -18,6 +18,18 @@
  * namespace and the request goes to the scheduler, whose lookup finds
  * them.  Other sequences keep stepping all along.
  *
+ * On a backend with the asynchronous copies (e->tier->hc; CUDA) those
+ * writes are queued (kvs_engine_hcopy_write) instead of made, so no
+ * step waits on a host-to-device copy, and the run is done only when
+ * its last write's ticket is.  The ring is then the backend's host
+ * memory (pinned on CUDA), written from in place: a copy through the
+ * hcopy's own staging would cost a memcpy per block on the engine
+ * thread, the very time saved, and a second ring.  A slot whose write
+ * is in flight stays taken (the loader does not refill it) until its
+ * ticket is settled, in ring order; a write refused or failed ends its
+ * run at that block, as a bad read does (what follows is computed, or
+ * loaded again by the plan at the request's admission).
+ *
  * The same plan runs again when the request comes to be admitted
  * (kvs_sched_set_lower(): a request that waited in the queue, or was
  * preempted, may have lost blocks to eviction meanwhile, and the tier
@@ -36,6 +48,9 @@
  *     the tree takes its own reference on what it inserts and the
  *     load's references go back, on every path (done, failed, the
  *     request cancelled while loading, the engine freed);
+ *   - a staged slot is refilled only once its write, if queued, is
+ *     settled, and a load's pool blocks go back (its request closed)
+ *     only once none of its writes is in flight (owed until then);
  *   - memory is bounded: the blocks all loads reserve, at most half the
  *     pool (a load that needs more than what is left waits for loads
  *     under way, or takes what is left when none is), and the staging
@@ -82,8 +97,14 @@ struct kvs_engine_tjob_s {
                                            n reserved */
     uint32_t             k0;            /* the run's first block */
     uint32_t             written;       /* into the pool, in run order */
+    uint32_t             queued;        /* writes queued (async), in run
+                                           order; written: done */
+    uint32_t             flight;        /* writes queued, not settled */
     uint32_t             drained;       /* staged entries taken */
     int                  wfailed;       /* a pool write failed */
+    int                  owed;          /* cancelled with writes in
+                                           flight: blocks and lock given
+                                           back once they are settled */
 
     /* set before the job is queued, read-only after */
     uint32_t             n;             /* blocks in the run */
@@ -111,6 +132,7 @@ struct kvs_engine_tjob_s {
 typedef struct {
     kvs_engine_tjob_t   *job;
     uint32_t             k;             /* block of its run */
+    uint64_t             ticket;        /* its write in flight; 0: none */
 } kvs_engine_tstage_t;
 
 struct kvs_engine_tload_s {
@@ -122,6 +144,12 @@ struct kvs_engine_tload_s {
     uint32_t             max_reserved;
     uint32_t             pub_parked;    /* n_parked and reserved as last */
     uint32_t             pub_reserved;  /* published */
+    uint64_t             pub_copies;    /* st.load_copies as published */
+    uint32_t             taken;         /* staged entries from head taken
+                                           by the engine thread, their
+                                           writes perhaps in flight */
+    int                  async;         /* writes queued (e->tier->hc) */
+    int                  stage_host;    /* stage is host_alloc's */
 
     /* the loader's own */
     kvs_tier_io_t       *io;
@@ -145,6 +173,9 @@ struct kvs_engine_tload_s {
 
 static void *kvs_engine_tload_main(void *arg);
 static int kvs_engine_tload_lower(void *arg, kvs_seq_t *seq);
+static void kvs_engine_tload_settle(kvs_engine_t *e);
+static void kvs_engine_tload_give_back(kvs_engine_t *e,
+    kvs_engine_tjob_t *j);
 
 
 int
@@ -169,8 +200,15 @@ kvs_engine_tload_new(kvs_engine_t *e, kvs_err_t *err)
     ld->n_stage = (uint32_t) n;
     ld->max_reserved = e->conf.n_blocks / 2 > 0 ? e->conf.n_blocks / 2 : 1;
 
-    ld->stage = malloc(n * et->block_bytes);
+    /* with the asynchronous copies the ring is read by them in place:
+     * the backend's host memory (pinned on CUDA), as the copies ask */
+    ld->async = et->hc != NULL && et->tier != NULL;
+    ld->stage_host = ld->async && e->be->ops->host_alloc != NULL;
+    ld->stage = ld->stage_host
+                ? e->be->ops->host_alloc(e->be, n * et->block_bytes, err)
+                : malloc(n * et->block_bytes);
     ld->ent = calloc(n, sizeof(kvs_engine_tstage_t));
+    et->st.load_async = ld->async;
     if (ld->stage == NULL || ld->ent == NULL) {
         return kvs_err_set(err, KVS_ENOMEM, "kv tier: out of memory for "
                            "%" PRIu64 " staged blocks", n);
@@ -224,20 +262,39 @@ kvs_engine_tload_free(kvs_engine_t *e)
         pthread_join(ld->thread, NULL);
     }
 
+    /* the writes in flight read the ring and write the jobs' blocks:
+     * all done (or failed) first (the loader is gone: ld->lk is free) */
+    if (ld->taken > 0) {
+        kvs_engine_hcopy_wait(e);
+        kvs_engine_tload_settle(e);
+    }
+
     if (ld->lk_on) {
         pthread_mutex_destroy(&ld->lk);
         pthread_cond_destroy(&ld->cv);
     }
 
     /* every request ended first (kvs_engine_tier_end_all): what is
-     * left are cancelled jobs, their blocks and locks given back */
+     * left are cancelled jobs, their blocks and locks given back, but
+     * for those whose writes were in flight then */
     for (j = ld->jobs; j != NULL; j = next) {
         next = j->next;
+        if (j->owed) {
+            kvs_engine_tload_give_back(e, j);
+        }
         free(j);
     }
 
     kvs_tier_io_free(ld->io);
-    free(ld->stage);
+
+    if (ld->stage_host) {
+        if (ld->stage != NULL && e->be->ops->host_free != NULL) {
+            e->be->ops->host_free(e->be, ld->stage);
+        }
+    } else {
+        free(ld->stage);
+    }
+
     free(ld->ent);
     free(ld);
     e->tier->ld = NULL;
@@ -793,10 +850,11 @@ kvs_engine_tload_pub(kvs_engine_t *e, int force)
     e->tier->st.load_reserved = ld->reserved;
 
     if (ld->n_parked != ld->pub_parked || ld->reserved != ld->pub_reserved
-        || force)
+        || e->tier->st.load_copies != ld->pub_copies || force)
     {
         ld->pub_parked = ld->n_parked;
         ld->pub_reserved = ld->reserved;
+        ld->pub_copies = e->tier->st.load_copies;
         pthread_mutex_lock(&e->lock);
         kvs_engine_publish(e);
         pthread_mutex_unlock(&e->lock);
@@ -841,7 +899,11 @@ kvs_engine_tload_finish(kvs_engine_t *e, kvs_engine_tjob_t *j)
 
     h = j->h;
     if (h == NULL) {
-        return;                       /* given back at the cancel */
+        /* given back at the cancel, or owed until its writes were */
+        if (j->owed) {
+            kvs_engine_tload_give_back(e, j);
+        }
+        return;
     }
 
     bt = e->conf.block_tokens;
@@ -913,15 +975,123 @@ kvs_engine_tload_finish(kvs_engine_t *e, kvs_engine_tjob_t *j)
 }
 
 
+/* The staged block in slot into its pool block: written now, or its
+ * write queued (ent->ticket); skipped when its request is gone, its run
+ * ended or a block before it is missing. */
+static void
+kvs_engine_tload_write(kvs_engine_t *e, uint32_t slot)
+{
+    int                  rc;
+    uint8_t             *src;
+    uint64_t             ticket;
+    kvs_err_t            err;
+    kvs_engine_tier_t   *et = e->tier;
+    kvs_engine_tload_t  *ld = et->ld;
+    kvs_engine_tstage_t *ent = &ld->ent[slot];
+    kvs_engine_tjob_t   *j = ent->job;
+
+    ent->ticket = 0;
+    j->drained++;
+
+    if (j->h == NULL || j->wfailed || ent->k != j->queued) {
+        return;
+    }
+
+    src = ld->stage + (size_t) slot * et->block_bytes;
+    kvs_err_clear(&err);
+
+    if (!ld->async) {
+        if (e->be->ops->block_write(e->be, j->blocks[j->k0 + ent->k], src,
+                                    &err) != KVS_OK)
+        {
+            j->wfailed = 1;
+            return;
+        }
+
+        j->queued++;
+        j->written++;
+        return;
+    }
+
+    rc = kvs_engine_hcopy_write(e, j->blocks[j->k0 + ent->k], src, &ticket,
+                                &err);
+    if (rc != KVS_OK) {
+        /* the run ends at this block: computed, as after a bad read */
+        et->st.load_copy_full += rc == KVS_KV_EFULL;
+        et->st.load_copy_failed += rc != KVS_KV_EFULL;
+        j->wfailed = 1;
+        return;
+    }
+
+    ent->ticket = ticket;
+    j->queued++;
+    j->flight++;
+}
+
+
+/* The taken entries from head whose writes are settled (or that had
+ * none), in ring order: their jobs told, their slots back to the
+ * loader.  Stops at the first write still in flight. */
+static void
+kvs_engine_tload_settle(kvs_engine_t *e)
+{
+    int                  rc;
+    uint32_t             g, head;
+    kvs_engine_tjob_t   *j;
+    kvs_engine_tstage_t *ent;
+    kvs_engine_tload_t  *ld = e->tier->ld;
+
+    pthread_mutex_lock(&ld->lk);
+    head = ld->head;
+    pthread_mutex_unlock(&ld->lk);
+
+    for (g = 0; g < ld->taken; g++) {
+        ent = &ld->ent[(head + g) % ld->n_stage];
+
+        if (ent->ticket == 0) {
+            continue;
+        }
+
+        rc = kvs_engine_hcopy_settled(e, ent->ticket);
+        if (rc == 0) {
+            break;
+        }
+
+        j = ent->job;
+        j->flight--;
+        ent->ticket = 0;
+
+        /* written in run order: after a failed one none counts (a
+         * refused one queued none after it, the ones before count) */
+        if (rc > 0 && ent->k == j->written) {
+            j->written++;
+
+        } else if (j->h != NULL) {
+            e->tier->st.load_copy_failed += rc < 0;
+            j->wfailed = 1;
+        }
+    }
+
+    if (g == 0) {
+        return;
+    }
+
+    ld->taken -= g;
+
+    pthread_mutex_lock(&ld->lk);
+    ld->head = (head + g) % ld->n_stage;
+    ld->count -= g;
+    pthread_cond_signal(&ld->cv);
+    pthread_mutex_unlock(&ld->lk);
+}
+
+
 void
 kvs_engine_tier_admit(kvs_engine_t *e)
 {
-    uint8_t             *src;
     uint32_t             i, n, head, n_done, held;
-    kvs_err_t            err;
     kvs_engine_seq_t    *h, *hnext;
     kvs_engine_tjob_t   *j, *next, **pp, *done, **dtail;
-    kvs_engine_tstage_t *ent;
     kvs_engine_tload_t  *ld;
 
     if (e->tier == NULL || e->tier->ld == NULL) {
@@ -935,59 +1105,36 @@ kvs_engine_tier_admit(kvs_engine_t *e)
     pthread_mutex_unlock(&e->lock);
 
     /* the host tier's copies done so far: their loads' requests plan
-     * again below */
+     * again below; the disk loads' writes too */
     kvs_engine_hcopy_poll(e, 1);
 
-    /* the staged blocks into their pool blocks, in order; the slots
-     * are the engine thread's until given back below */
+    /* the staged blocks not yet taken into their pool blocks, in order;
+     * the slots are the engine thread's until given back (settled) */
     pthread_mutex_lock(&ld->lk);
     n = ld->count;
     head = ld->head;
     pthread_mutex_unlock(&ld->lk);
 
-    for (i = 0; i < n; i++) {
-        ent = &ld->ent[(head + i) % ld->n_stage];
-        j = ent->job;
-        j->drained++;
-
-        if (j->h == NULL || j->wfailed || ent->k != j->written) {
-            continue;
-        }
-
-        src = ld->stage + (size_t) ((head + i) % ld->n_stage)
-                          * e->tier->block_bytes;
-        kvs_err_clear(&err);
-
-        if (e->be->ops->block_write(e->be, j->blocks[j->k0 + ent->k], src,
-                                    &err) != KVS_OK)
-        {
-            j->wfailed = 1;
-            continue;
-        }
-
-        j->written++;
+    for (i = ld->taken; i < n; i++) {
+        kvs_engine_tload_write(e, (head + i) % ld->n_stage);
     }
 
-    /* the slots back; the jobs the loader is through with, whose every
-     * staged block was taken, out of the list */
+    ld->taken = n;
+    kvs_engine_tload_settle(e);
+
+    /* the jobs the loader is through with, whose every staged block was
+     * taken and whose writes are all settled, out of the list */
     done = NULL;
     dtail = &done;
 
     pthread_mutex_lock(&ld->lk);
-
-    ld->head = (head + n) % ld->n_stage;
-    ld->count -= n;
-
-    if (n > 0) {
-        pthread_cond_signal(&ld->cv);
-    }
 
     ld->jobs_tail = NULL;
 
     for (pp = &ld->jobs; *pp != NULL; ) {
         j = *pp;
 
-        if (j->done && j->drained == j->read) {
+        if (j->done && j->drained == j->read && j->flight == 0) {
             *pp = j->next;
             j->next = NULL;
             *dtail = j;
@@ -1119,7 +1266,15 @@ kvs_engine_tier_release(kvs_engine_t *e, kvs_engine_seq_t *h)
         j->stop = 1;
         pthread_cond_signal(&ld->cv);
         pthread_mutex_unlock(&ld->lk);
-        kvs_engine_tload_give_back(e, j);
+
+        /* writes in flight still write its blocks: they go back once
+         * those are settled (kvs_engine_tload_finish) */
+        if (j->flight > 0) {
+            j->owed = 1;
+        } else {
+            kvs_engine_tload_give_back(e, j);
+        }
+
         h->tier_job = NULL;
         ld->n_parked--;
         break;
