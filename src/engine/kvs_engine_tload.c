@@ -13,8 +13,9 @@
  * namespace, path name, tokens, checksum) into a bounded staging ring.
  * Each step, before its plan, the engine thread copies the staged
  * blocks into the reserved pool blocks (backend calls stay on the
- * engine thread); once the loader is through with the run, the blocks
- * that came in are inserted into the tree under the request's
+ * engine thread; kvs_engine_tload_end.c, the state shared in
+ * kvs_engine_tload.h); once the loader is through with the run, the
+ * blocks that came in are inserted into the tree under the request's
  * namespace and the request goes to the scheduler, whose lookup finds
  * them.  Other sequences keep stepping all along.
  *
@@ -80,102 +81,17 @@
 #include <string.h>
 
 #include "base/kvs_clock.h"
-#include "kvs_engine_tier.h"
+#include "kvs_engine_tload.h"
 
 #define KVS_ENGINE_TLOAD_STAGE_BYTES  (16u << 20)
 #define KVS_ENGINE_TLOAD_STAGE_MIN    4
 #define KVS_ENGINE_TLOAD_STAGE_MAX    256
 #define KVS_ENGINE_TLOAD_TRIES        4   /* loads planned at admission */
 
-typedef struct kvs_engine_tjob_s  kvs_engine_tjob_t;
-
-struct kvs_engine_tjob_s {
-    /* the engine thread's */
-    kvs_engine_seq_t    *h;             /* NULL: cancelled */
-    kvs_radix_node_t    *node;          /* the match's lock until done */
-    uint32_t            *blocks;        /* [k0 + n]: the match's, then the
-                                           n reserved */
-    uint32_t             k0;            /* the run's first block */
-    uint32_t             written;       /* into the pool, in run order */
-    uint32_t             queued;        /* writes queued (async), in run
-                                           order; written: done */
-    uint32_t             flight;        /* writes queued, not settled */
-    uint32_t             drained;       /* staged entries taken */
-    int                  wfailed;       /* a pool write failed */
-    int                  owed;          /* cancelled with writes in
-                                           flight: blocks and lock given
-                                           back once they are settled */
-
-    /* set before the job is queued, read-only after */
-    uint32_t             n;             /* blocks in the run */
-    kvs_radix_key_t      key;           /* scope points into scope[] */
-    char                 scope[KVS_RADIX_MAX_SCOPE];
-    uint8_t            (*ids)[KVS_TIER_ID_LEN];  /* [n] path names */
-    int32_t             *tokens;        /* [n * block_tokens] */
-    uint64_t             ticket;        /* the spill queue's, of the last
-                                           block still queued; 0: none */
-    uint8_t             *host;          /* [n] 1: the host tier's block
-                                           (kvs_engine_thost.c), 0: the
-                                           disk's */
-
-    /* under ld->lk */
-    uint32_t             read;          /* staged by the loader */
-    int                  failed;        /* a read failed: the run ends */
-    int                  stop;          /* cancelled: stop reading */
-    int                  done;          /* the loader is through */
-    uint64_t             read_ns;       /* the loader's time in disk
-                                           reads */
-    uint64_t             host_ns;       /* ... in host tier copies */
-    kvs_engine_tjob_t   *next;          /* the job list, oldest first */
-};
-
-typedef struct {
-    kvs_engine_tjob_t   *job;
-    uint32_t             k;             /* block of its run */
-    uint64_t             ticket;        /* its write in flight; 0: none */
-} kvs_engine_tstage_t;
-
-struct kvs_engine_tload_s {
-    /* the engine thread's */
-    kvs_engine_seq_t    *park_head;     /* WAIT, LOADING, HOLD; oldest */
-    kvs_engine_seq_t    *park_tail;
-    uint32_t             n_parked;      /* WAIT and LOADING */
-    uint32_t             reserved;      /* blocks the loads hold */
-    uint32_t             max_reserved;
-    uint32_t             pub_parked;    /* n_parked and reserved as last */
-    uint32_t             pub_reserved;  /* published */
-    uint64_t             pub_copies;    /* st.load_copies as published */
-    uint32_t             taken;         /* staged entries from head taken
-                                           by the engine thread, their
-                                           writes perhaps in flight */
-    int                  async;         /* writes queued (e->tier->hc) */
-    int                  stage_host;    /* stage is host_alloc's */
-
-    /* the loader's own */
-    kvs_tier_io_t       *io;
-    pthread_t            thread;
-    int                  thread_on;     /* a disk tier's: none without */
-    int                  lk_on;         /* lk and cv made */
-
-    /* under lk */
-    pthread_mutex_t      lk;
-    pthread_cond_t       cv;
-    int                  quit;
-    kvs_engine_tjob_t   *jobs;          /* oldest first */
-    kvs_engine_tjob_t   *jobs_tail;
-    uint8_t             *stage;         /* [n_stage][block_bytes] */
-    kvs_engine_tstage_t *ent;           /* [n_stage] */
-    uint32_t             n_stage;
-    uint32_t             head;          /* the oldest staged entry */
-    uint32_t             count;         /* staged, not yet taken */
-};
 
 
 static void *kvs_engine_tload_main(void *arg);
 static int kvs_engine_tload_lower(void *arg, kvs_seq_t *seq);
-static void kvs_engine_tload_settle(kvs_engine_t *e);
-static void kvs_engine_tload_give_back(kvs_engine_t *e,
-    kvs_engine_tjob_t *j);
 
 
 int
@@ -431,7 +347,7 @@ kvs_engine_tload_park(kvs_engine_tload_t *ld, kvs_engine_seq_t *h)
 }
 
 
-static void
+void
 kvs_engine_tload_unpark(kvs_engine_tload_t *ld, kvs_engine_seq_t *h)
 {
     if (h->tier_prev != NULL) {
@@ -489,7 +405,7 @@ kvs_engine_tload_busy(kvs_engine_tload_t *ld, const kvs_radix_key_t *key,
 
 /* h to the scheduler: back to its place when it was taken out of the
  * waiting queue at its admission, else at the back. */
-static void
+void
 kvs_engine_tload_sched(kvs_engine_t *e, kvs_engine_seq_t *h)
 {
     if (h->tier_requeue) {
@@ -560,7 +476,7 @@ kvs_engine_tload_has(kvs_engine_tier_t *et, const kvs_radix_key_t *key,
  * with h->tier_state set; 0 when it goes to the scheduler now (nothing
  * in the tier, the cost model chose to compute, or no pool room).
  */
-static int
+int
 kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
 {
     size_t               sz;
@@ -836,375 +752,6 @@ kvs_engine_tier_add(kvs_engine_t *e, kvs_engine_seq_t *h)
     {
         kvs_sched_add(&e->sched, &h->seq);
     }
-}
-
-
-/* The loads' gauges into the stats; published (for a step that runs
- * nothing publishes nothing) when they changed, or when force. */
-static void
-kvs_engine_tload_pub(kvs_engine_t *e, int force)
-{
-    kvs_engine_tload_t  *ld = e->tier->ld;
-
-    e->tier->st.loading = ld->n_parked;
-    e->tier->st.load_reserved = ld->reserved;
-
-    if (ld->n_parked != ld->pub_parked || ld->reserved != ld->pub_reserved
-        || e->tier->st.load_copies != ld->pub_copies || force)
-    {
-        ld->pub_parked = ld->n_parked;
-        ld->pub_reserved = ld->reserved;
-        ld->pub_copies = e->tier->st.load_copies;
-        pthread_mutex_lock(&e->lock);
-        kvs_engine_publish(e);
-        pthread_mutex_unlock(&e->lock);
-    }
-}
-
-
-/* A load's blocks and lock back: the request ended, or the run is in
- * the tree (which took its own references). */
-static void
-kvs_engine_tload_give_back(kvs_engine_t *e, kvs_engine_tjob_t *j)
-{
-    uint32_t             k;
-    kvs_engine_tload_t  *ld = e->tier->ld;
-
-    for (k = 0; k < j->n; k++) {
-        (void) kvs_kv_pool_unref(e->pool, j->blocks[j->k0 + k], NULL);
-    }
-
-    kvs_radix_unlock(e->radix, j->node);
-    j->node = NULL;
-    ld->reserved -= j->n;
-}
-
-
-/* A job the loader is through with: its run into the tree and its
- * request into the scheduler (unless it was cancelled). */
-static void
-kvs_engine_tload_finish(kvs_engine_t *e, kvs_engine_tjob_t *j)
-{
-    uint32_t             got, bt, k, hgot;
-    uint64_t             now;
-    kvs_err_t            err;
-    kvs_engine_seq_t    *h;
-    kvs_radix_node_t    *node;
-    kvs_engine_tier_t   *et = e->tier;
-    kvs_engine_tload_t  *ld = et->ld;
-
-    et->st.load_ns += j->read_ns;
-    et->st.host_load_ns += j->host_ns;
-    et->st.load_failed += j->failed || j->wfailed;
-
-    h = j->h;
-    if (h == NULL) {
-        /* given back at the cancel, or owed until its writes were */
-        if (j->owed) {
-            kvs_engine_tload_give_back(e, j);
-        }
-        return;
-    }
-
-    bt = e->conf.block_tokens;
-    got = j->written;
-    node = NULL;
-
-    /* the host tier's blocks of the run: not the disk's bandwidth */
-    hgot = 0;
-    for (k = 0; k < got; k++) {
-        hgot += j->host[k];
-    }
-
-    if (got > hgot) {
-        kvs_tier_cost_load(&et->cost,
-                           (uint64_t) (got - hgot) * et->slot_bytes,
-                           j->read_ns);
-    }
-
-    if (got > 0) {
-        kvs_err_clear(&err);
-
-        if (kvs_radix_insert(e->radix, h->seq.ns, h->seq.tokens,
-                             (j->k0 + got) * bt, j->blocks, 1,
-                             e->sched.now, &node, &err) != KVS_OK)
-        {
-            got = 0;
-            hgot = 0;
-            node = NULL;
-        }
-    }
-
-    kvs_engine_tload_give_back(e, j);
-
-    now = kvs_now_ns();
-    et->st.loaded_blocks += got - hgot;
-    et->st.host_loaded_blocks += hgot;
-    et->st.host_bytes_out += (uint64_t) hgot * et->block_bytes;
-    et->st.loads += got > 0;
-    et->st.load_waits++;
-    et->st.load_wait_ns += now > h->tier_since ? now - h->tier_since : 0;
-
-    h->tier_job = NULL;
-
-    /* a load that carries on an earlier one's run (at arrival, then at
-     * admission) adds to its range: both are the tier's tokens */
-    if (h->seq.tier_to <= h->seq.tier_from
-        || h->seq.tier_to != j->k0 * bt)
-    {
-        h->seq.tier_from = j->k0 * bt;
-        h->seq.tier_host_blocks = 0;
-    }
-
-    h->seq.tier_to = (j->k0 + got) * bt;
-    h->seq.tier_host_blocks += hgot;
-    h->seq.tier_last_host = got > 0 && j->host[got - 1];
-    ld->n_parked--;
-
-    if (node != NULL) {
-        h->tier_node = node;
-        h->tier_held = 0;
-        h->tier_state = KVS_ENGINE_TIER_HOLD;
-
-    } else {
-        h->tier_done = 1;
-        kvs_engine_tload_unpark(ld, h);
-    }
-
-    kvs_engine_tload_sched(e, h);
-}
-
-
-/* The staged block in slot into its pool block: written now, or its
- * write queued (ent->ticket); skipped when its request is gone, its run
- * ended or a block before it is missing. */
-static void
-kvs_engine_tload_write(kvs_engine_t *e, uint32_t slot)
-{
-    int                  rc;
-    uint8_t             *src;
-    uint64_t             ticket;
-    kvs_err_t            err;
-    kvs_engine_tier_t   *et = e->tier;
-    kvs_engine_tload_t  *ld = et->ld;
-    kvs_engine_tstage_t *ent = &ld->ent[slot];
-    kvs_engine_tjob_t   *j = ent->job;
-
-    ent->ticket = 0;
-    j->drained++;
-
-    if (j->h == NULL || j->wfailed || ent->k != j->queued) {
-        return;
-    }
-
-    src = ld->stage + (size_t) slot * et->block_bytes;
-    kvs_err_clear(&err);
-
-    if (!ld->async) {
-        if (e->be->ops->block_write(e->be, j->blocks[j->k0 + ent->k], src,
-                                    &err) != KVS_OK)
-        {
-            j->wfailed = 1;
-            return;
-        }
-
-        j->queued++;
-        j->written++;
-        return;
-    }
-
-    rc = kvs_engine_hcopy_write(e, j->blocks[j->k0 + ent->k], src, &ticket,
-                                &err);
-    if (rc != KVS_OK) {
-        /* the run ends at this block: computed, as after a bad read */
-        et->st.load_copy_full += rc == KVS_KV_EFULL;
-        et->st.load_copy_failed += rc != KVS_KV_EFULL;
-        j->wfailed = 1;
-        return;
-    }
-
-    ent->ticket = ticket;
-    j->queued++;
-    j->flight++;
-}
-
-
-/* The taken entries from head whose writes are settled (or that had
- * none), in ring order: their jobs told, their slots back to the
- * loader.  Stops at the first write still in flight. */
-static void
-kvs_engine_tload_settle(kvs_engine_t *e)
-{
-    int                  rc;
-    uint32_t             g, head;
-    kvs_engine_tjob_t   *j;
-    kvs_engine_tstage_t *ent;
-    kvs_engine_tload_t  *ld = e->tier->ld;
-
-    pthread_mutex_lock(&ld->lk);
-    head = ld->head;
-    pthread_mutex_unlock(&ld->lk);
-
-    for (g = 0; g < ld->taken; g++) {
-        ent = &ld->ent[(head + g) % ld->n_stage];
-
-        if (ent->ticket == 0) {
-            continue;
-        }
-
-        rc = kvs_engine_hcopy_settled(e, ent->ticket);
-        if (rc == 0) {
-            break;
-        }
-
-        j = ent->job;
-        j->flight--;
-        ent->ticket = 0;
-
-        /* written in run order: after a failed one none counts (a
-         * refused one queued none after it, the ones before count) */
-        if (rc > 0 && ent->k == j->written) {
-            j->written++;
-
-        } else if (j->h != NULL) {
-            e->tier->st.load_copy_failed += rc < 0;
-            j->wfailed = 1;
-        }
-    }
-
-    if (g == 0) {
-        return;
-    }
-
-    ld->taken -= g;
-
-    pthread_mutex_lock(&ld->lk);
-    ld->head = (head + g) % ld->n_stage;
-    ld->count -= g;
-    pthread_cond_signal(&ld->cv);
-    pthread_mutex_unlock(&ld->lk);
-}
-
-
-void
-kvs_engine_tier_admit(kvs_engine_t *e)
-{
-    uint32_t             i, n, head, n_done, held;
-    kvs_engine_seq_t    *h, *hnext;
-    kvs_engine_tjob_t   *j, *next, **pp, *done, **dtail;
-    kvs_engine_tload_t  *ld;
-
-    if (e->tier == NULL || e->tier->ld == NULL) {
-        return;
-    }
-
-    ld = e->tier->ld;
-
-    pthread_mutex_lock(&e->lock);
-    e->tier_ready = 0;
-    pthread_mutex_unlock(&e->lock);
-
-    /* the host tier's copies done so far: their loads' requests plan
-     * again below; the disk loads' writes too */
-    kvs_engine_hcopy_poll(e, 1);
-
-    /* the staged blocks not yet taken into their pool blocks, in order;
-     * the slots are the engine thread's until given back (settled) */
-    pthread_mutex_lock(&ld->lk);
-    n = ld->count;
-    head = ld->head;
-    pthread_mutex_unlock(&ld->lk);
-
-    for (i = ld->taken; i < n; i++) {
-        kvs_engine_tload_write(e, (head + i) % ld->n_stage);
-    }
-
-    ld->taken = n;
-    kvs_engine_tload_settle(e);
-
-    /* the jobs the loader is through with, whose every staged block was
-     * taken and whose writes are all settled, out of the list */
-    done = NULL;
-    dtail = &done;
-
-    pthread_mutex_lock(&ld->lk);
-
-    ld->jobs_tail = NULL;
-
-    for (pp = &ld->jobs; *pp != NULL; ) {
-        j = *pp;
-
-        if (j->done && j->drained == j->read && j->flight == 0) {
-            *pp = j->next;
-            j->next = NULL;
-            *dtail = j;
-            dtail = &j->next;
-            continue;
-        }
-
-        ld->jobs_tail = j;
-        pp = &j->next;
-    }
-
-    pthread_mutex_unlock(&ld->lk);
-
-    n_done = 0;
-
-    for (j = done; j != NULL; j = next) {
-        next = j->next;
-        kvs_engine_tload_finish(e, j);
-        free(j);
-        n_done++;
-    }
-
-    /* the held paths of requests that the scheduler looked up (they
-     * lock their own), and the waiting requests planned again */
-    held = 0;
-
-    for (h = ld->park_head; h != NULL; h = hnext) {
-        hnext = h->tier_next;
-
-        switch (h->tier_state) {
-
-        case KVS_ENGINE_TIER_HOLD:
-            /* its admission's hook lets go of the lock; else it is let
-             * go after one plan, so that the loaded path, held while
-             * the request is not admitted, never keeps another request
-             * out (both would wait forever); its admission's hook loads
-             * again what was evicted meanwhile */
-            if (h->seq.state != KVS_SEQ_WAITING || h->tier_held) {
-                kvs_radix_unlock(e->radix, h->tier_node);
-                h->tier_node = NULL;
-                kvs_engine_tload_unpark(ld, h);
-
-            } else {
-                h->tier_held = 1;
-                held++;
-            }
-            break;
-
-        case KVS_ENGINE_TIER_WAIT:
-            if (!kvs_engine_tload_plan(e, h)) {
-                kvs_engine_tload_unpark(ld, h);
-                ld->n_parked--;
-                kvs_engine_tload_sched(e, h);
-            }
-            break;
-
-        default:
-            break;
-        }
-    }
-
-    /* a held path is let go at the next step: that step must come even
-     * if this one runs nothing (the engine thread would sleep) */
-    if (held > 0) {
-        pthread_mutex_lock(&e->lock);
-        e->tier_ready = 1;
-        pthread_mutex_unlock(&e->lock);
-    }
-
-    kvs_engine_tload_pub(e, n_done > 0);
 }
 
 
