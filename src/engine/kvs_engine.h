@@ -374,7 +374,7 @@ typedef struct {
                                          copy (in spill_dropped too) */
 
     /* a disk load's writes into the pool copied off the step (2026-12-04,
-     * kvs_engine_tload.c), engine side only; load_async 0: written on
+     * kvs_engine_tload_end.c), engine side only; load_async 0: written on
      * the engine thread.  A write refused or failed ends its run there
      * (the rest is computed): in load_failed too */
     uint32_t  load_async;

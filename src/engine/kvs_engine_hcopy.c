@@ -16,7 +16,7 @@
  * take the block) copies the block into a staging ring of the backend's
  * host memory (CUDA: pinned) and joins the disk tier's spill queue when
  * its ticket is done, as the synchronous spill joins it at once.  A
- * disk load's blocks (kvs_engine_tload.c) are written into the pool
+ * disk load's blocks (kvs_engine_tload_end.c) are written into the pool
  * from the loader's staging, host_alloc's, by copies queued here and
  * counted (ld_copies), the loader settling each by its ticket
  * (kvs_engine_hcopy_settled): the ticket order, the poll and the wait at
@@ -108,8 +108,8 @@ struct kvs_engine_hcopy_s {
     kvs_engine_hjob_t  **tail;
     uint32_t             n_jobs;
     uint32_t             in_jobs;       /* their blocks */
-    uint32_t             ld_copies;     /* a disk load's writes in
-                                           flight (kvs_engine_tload.c) */
+    uint32_t             ld_copies;     /* a disk load's writes in flight
+                                           (kvs_engine_tload_end.c) */
     uint64_t             done;          /* the last ticket done */
     uint64_t             last;          /* the last ticket queued */
     uint64_t             bad_to;        /* every ticket up to it failed
@@ -724,7 +724,6 @@ kvs_engine_hcopy_disk(kvs_engine_t *e)
 
     return hc != NULL ? hc->d_count : 0;
 }
-
 
 
 int
