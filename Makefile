@@ -115,6 +115,7 @@ TSAN_BINS    := $(B)/tsan/unit/test_engine $(B)/tsan/unit/test_threads \
                 $(B)/tsan/unit/test_engine_thost \
                 $(B)/tsan/unit/test_engine_thost_ix \
                 $(B)/tsan/unit/test_engine_hcopy \
+                $(B)/tsan/unit/test_engine_dload \
                 $(B)/tsan/unit/test_srv \
                 $(B)/tsan/unit/test_engine_lora
 VENV         := $(B)/venv

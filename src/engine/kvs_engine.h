@@ -372,6 +372,16 @@ typedef struct {
     uint64_t  spill_copy_full;        /* dropped: the staging ring was
                                          full or the backend refused the
                                          copy (in spill_dropped too) */
+
+    /* a disk load's writes into the pool copied off the step (2026-12-04,
+     * kvs_engine_tload_end.c), engine side only; load_async 0: written on
+     * the engine thread.  A write refused or failed ends its run there
+     * (the rest is computed): in load_failed too */
+    uint32_t  load_async;
+    uint64_t  load_copies;            /* blocks being written in now */
+    uint64_t  load_copy_full;         /* writes the backend refused, at
+                                         its limit */
+    uint64_t  load_copy_failed;       /* writes that failed */
 } kvs_engine_tier_stats_t;
 
 typedef struct {

@@ -15,7 +15,12 @@
  * load.  A spill into the disk tier (no host tier, or one that could not
  * take the block) copies the block into a staging ring of the backend's
  * host memory (CUDA: pinned) and joins the disk tier's spill queue when
- * its ticket is done, as the synchronous spill joins it at once.
+ * its ticket is done, as the synchronous spill joins it at once.  A
+ * disk load's blocks (kvs_engine_tload_end.c) are written into the pool
+ * from the loader's staging, host_alloc's, by copies queued here and
+ * counted (ld_copies), the loader settling each by its ticket
+ * (kvs_engine_hcopy_settled): the ticket order, the poll and the wait at
+ * free are the same as the host tier's.
  *
  * What it owns: the spills in flight (a ring, ticket order: the host
  * tier's and the disk tier's), the disk spills' staging ring (its
@@ -103,8 +108,14 @@ struct kvs_engine_hcopy_s {
     kvs_engine_hjob_t  **tail;
     uint32_t             n_jobs;
     uint32_t             in_jobs;       /* their blocks */
+    uint32_t             ld_copies;     /* a disk load's writes in flight
+                                           (kvs_engine_tload_end.c) */
     uint64_t             done;          /* the last ticket done */
     uint64_t             last;          /* the last ticket queued */
+    uint64_t             bad_to;        /* every ticket up to it failed
+                                           (or is taken for failed: a
+                                           copy done but settled after a
+                                           failure is only recomputed) */
 };
 
 
@@ -114,6 +125,7 @@ kvs_engine_hcopy_count(kvs_engine_t *e, kvs_engine_hcopy_t *hc)
 {
     e->tier->st.host_copies = hc->count - hc->d_count + hc->in_jobs;
     e->tier->st.spill_copies = hc->d_count;
+    e->tier->st.load_copies = hc->ld_copies;
 }
 
 
@@ -293,6 +305,10 @@ kvs_engine_hcopy_settle(kvs_engine_t *e, kvs_engine_hcopy_t *hc,
 
     host = e->tier->th != NULL ? kvs_engine_thost_tier(e) : NULL;
 
+    if (failed) {
+        hc->bad_to = hc->last;        /* the disk loads' too */
+    }
+
     while (hc->count > 0) {
         s = &hc->spill[hc->head];
 
@@ -343,7 +359,9 @@ kvs_engine_hcopy_poll(kvs_engine_t *e, int loads)
     kvs_err_t            err;
     kvs_engine_hcopy_t  *hc = kvs_engine_hcopy_of(e);
 
-    if (hc == NULL || (hc->count == 0 && hc->jobs == NULL)) {
+    if (hc == NULL
+        || (hc->count == 0 && hc->jobs == NULL && hc->ld_copies == 0))
+    {
         return;
     }
 
@@ -366,7 +384,7 @@ kvs_engine_hcopy_drain(kvs_engine_t *e, kvs_engine_hcopy_t *hc)
     int        rc;
     kvs_err_t  err;
 
-    if (hc->count == 0 && hc->jobs == NULL) {
+    if (hc->count == 0 && hc->jobs == NULL && hc->ld_copies == 0) {
         return;
     }
 
@@ -695,7 +713,7 @@ kvs_engine_hcopy_flight(kvs_engine_t *e)
 {
     kvs_engine_hcopy_t  *hc = kvs_engine_hcopy_of(e);
 
-    return hc != NULL ? hc->count + hc->n_jobs : 0;
+    return hc != NULL ? hc->count + hc->n_jobs + hc->ld_copies : 0;
 }
 
 
@@ -707,3 +725,38 @@ kvs_engine_hcopy_disk(kvs_engine_t *e)
     return hc != NULL ? hc->d_count : 0;
 }
 
+
+int
+kvs_engine_hcopy_write(kvs_engine_t *e, uint32_t block, const void *src,
+    uint64_t *ticket, kvs_err_t *err)
+{
+    int                  rc;
+    kvs_engine_hcopy_t  *hc = kvs_engine_hcopy_of(e);
+
+    rc = e->be->ops->block_write_async(e->be, block, src, ticket, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    hc->last = *ticket > hc->last ? *ticket : hc->last;
+    hc->ld_copies++;
+    kvs_engine_hcopy_count(e, hc);
+
+    return KVS_OK;
+}
+
+
+int
+kvs_engine_hcopy_settled(kvs_engine_t *e, uint64_t ticket)
+{
+    kvs_engine_hcopy_t  *hc = kvs_engine_hcopy_of(e);
+
+    if (ticket > hc->bad_to && ticket > hc->done) {
+        return 0;
+    }
+
+    hc->ld_copies--;
+    kvs_engine_hcopy_count(e, hc);
+
+    return ticket > hc->bad_to ? 1 : -1;
+}

@@ -138,6 +138,17 @@ void kvs_engine_hcopy_release(kvs_engine_t *e, kvs_engine_seq_t *h);
 /* Pool blocks the loads in flight hold (within the loads' bound). */
 uint32_t kvs_engine_hcopy_reserved(kvs_engine_t *e);
 
+/* A disk load's block written into the pool block from src (the
+ * loader's staging, host_alloc's memory, untouched until the ticket is
+ * settled): *ticket, counted in flight; KVS_KV_EFULL when the backend is
+ * at its limit (nothing queued). */
+int kvs_engine_hcopy_write(kvs_engine_t *e, uint32_t block, const void *src,
+    uint64_t *ticket, kvs_err_t *err);
+
+/* The write under ticket as of the last poll: 0 in flight, else settled
+ * (no longer counted; asked once then): 1 done, -1 failed. */
+int kvs_engine_hcopy_settled(kvs_engine_t *e, uint64_t ticket);
+
 /* Waits for every copy in flight and settles them (tests, free). */
 void kvs_engine_hcopy_wait(kvs_engine_t *e);
 

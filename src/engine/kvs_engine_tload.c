@@ -13,10 +13,23 @@
  * namespace, path name, tokens, checksum) into a bounded staging ring.
  * Each step, before its plan, the engine thread copies the staged
  * blocks into the reserved pool blocks (backend calls stay on the
- * engine thread); once the loader is through with the run, the blocks
- * that came in are inserted into the tree under the request's
+ * engine thread; kvs_engine_tload_end.c, the state shared in
+ * kvs_engine_tload.h); once the loader is through with the run, the
+ * blocks that came in are inserted into the tree under the request's
  * namespace and the request goes to the scheduler, whose lookup finds
  * them.  Other sequences keep stepping all along.
+ *
+ * On a backend with the asynchronous copies (e->tier->hc; CUDA) those
+ * writes are queued (kvs_engine_hcopy_write) instead of made, so no
+ * step waits on a host-to-device copy, and the run is done only when
+ * its last write's ticket is.  The ring is then the backend's host
+ * memory (pinned on CUDA), written from in place: a copy through the
+ * hcopy's own staging would cost a memcpy per block on the engine
+ * thread, the very time saved, and a second ring.  A slot whose write
+ * is in flight stays taken (the loader does not refill it) until its
+ * ticket is settled, in ring order; a write refused or failed ends its
+ * run at that block, as a bad read does (what follows is computed, or
+ * loaded again by the plan at the request's admission).
  *
  * The same plan runs again when the request comes to be admitted
  * (kvs_sched_set_lower(): a request that waited in the queue, or was
@@ -36,6 +49,9 @@
  *     the tree takes its own reference on what it inserts and the
  *     load's references go back, on every path (done, failed, the
  *     request cancelled while loading, the engine freed);
+ *   - a staged slot is refilled only once its write, if queued, is
+ *     settled, and a load's pool blocks go back (its request closed)
+ *     only once none of its writes is in flight (owed until then);
  *   - memory is bounded: the blocks all loads reserve, at most half the
  *     pool (a load that needs more than what is left waits for loads
  *     under way, or takes what is left when none is), and the staging
@@ -65,82 +81,13 @@
 #include <string.h>
 
 #include "base/kvs_clock.h"
-#include "kvs_engine_tier.h"
+#include "kvs_engine_tload.h"
 
 #define KVS_ENGINE_TLOAD_STAGE_BYTES  (16u << 20)
 #define KVS_ENGINE_TLOAD_STAGE_MIN    4
 #define KVS_ENGINE_TLOAD_STAGE_MAX    256
 #define KVS_ENGINE_TLOAD_TRIES        4   /* loads planned at admission */
 
-typedef struct kvs_engine_tjob_s  kvs_engine_tjob_t;
-
-struct kvs_engine_tjob_s {
-    /* the engine thread's */
-    kvs_engine_seq_t    *h;             /* NULL: cancelled */
-    kvs_radix_node_t    *node;          /* the match's lock until done */
-    uint32_t            *blocks;        /* [k0 + n]: the match's, then the
-                                           n reserved */
-    uint32_t             k0;            /* the run's first block */
-    uint32_t             written;       /* into the pool, in run order */
-    uint32_t             drained;       /* staged entries taken */
-    int                  wfailed;       /* a pool write failed */
-
-    /* set before the job is queued, read-only after */
-    uint32_t             n;             /* blocks in the run */
-    kvs_radix_key_t      key;           /* scope points into scope[] */
-    char                 scope[KVS_RADIX_MAX_SCOPE];
-    uint8_t            (*ids)[KVS_TIER_ID_LEN];  /* [n] path names */
-    int32_t             *tokens;        /* [n * block_tokens] */
-    uint64_t             ticket;        /* the spill queue's, of the last
-                                           block still queued; 0: none */
-    uint8_t             *host;          /* [n] 1: the host tier's block
-                                           (kvs_engine_thost.c), 0: the
-                                           disk's */
-
-    /* under ld->lk */
-    uint32_t             read;          /* staged by the loader */
-    int                  failed;        /* a read failed: the run ends */
-    int                  stop;          /* cancelled: stop reading */
-    int                  done;          /* the loader is through */
-    uint64_t             read_ns;       /* the loader's time in disk
-                                           reads */
-    uint64_t             host_ns;       /* ... in host tier copies */
-    kvs_engine_tjob_t   *next;          /* the job list, oldest first */
-};
-
-typedef struct {
-    kvs_engine_tjob_t   *job;
-    uint32_t             k;             /* block of its run */
-} kvs_engine_tstage_t;
-
-struct kvs_engine_tload_s {
-    /* the engine thread's */
-    kvs_engine_seq_t    *park_head;     /* WAIT, LOADING, HOLD; oldest */
-    kvs_engine_seq_t    *park_tail;
-    uint32_t             n_parked;      /* WAIT and LOADING */
-    uint32_t             reserved;      /* blocks the loads hold */
-    uint32_t             max_reserved;
-    uint32_t             pub_parked;    /* n_parked and reserved as last */
-    uint32_t             pub_reserved;  /* published */
-
-    /* the loader's own */
-    kvs_tier_io_t       *io;
-    pthread_t            thread;
-    int                  thread_on;     /* a disk tier's: none without */
-    int                  lk_on;         /* lk and cv made */
-
-    /* under lk */
-    pthread_mutex_t      lk;
-    pthread_cond_t       cv;
-    int                  quit;
-    kvs_engine_tjob_t   *jobs;          /* oldest first */
-    kvs_engine_tjob_t   *jobs_tail;
-    uint8_t             *stage;         /* [n_stage][block_bytes] */
-    kvs_engine_tstage_t *ent;           /* [n_stage] */
-    uint32_t             n_stage;
-    uint32_t             head;          /* the oldest staged entry */
-    uint32_t             count;         /* staged, not yet taken */
-};
 
 
 static void *kvs_engine_tload_main(void *arg);
@@ -169,8 +116,15 @@ kvs_engine_tload_new(kvs_engine_t *e, kvs_err_t *err)
     ld->n_stage = (uint32_t) n;
     ld->max_reserved = e->conf.n_blocks / 2 > 0 ? e->conf.n_blocks / 2 : 1;
 
-    ld->stage = malloc(n * et->block_bytes);
+    /* with the asynchronous copies the ring is read by them in place:
+     * the backend's host memory (pinned on CUDA), as the copies ask */
+    ld->async = et->hc != NULL && et->tier != NULL;
+    ld->stage_host = ld->async && e->be->ops->host_alloc != NULL;
+    ld->stage = ld->stage_host
+                ? e->be->ops->host_alloc(e->be, n * et->block_bytes, err)
+                : malloc(n * et->block_bytes);
     ld->ent = calloc(n, sizeof(kvs_engine_tstage_t));
+    et->st.load_async = ld->async;
     if (ld->stage == NULL || ld->ent == NULL) {
         return kvs_err_set(err, KVS_ENOMEM, "kv tier: out of memory for "
                            "%" PRIu64 " staged blocks", n);
@@ -224,20 +178,39 @@ kvs_engine_tload_free(kvs_engine_t *e)
         pthread_join(ld->thread, NULL);
     }
 
+    /* the writes in flight read the ring and write the jobs' blocks:
+     * all done (or failed) first (the loader is gone: ld->lk is free) */
+    if (ld->taken > 0) {
+        kvs_engine_hcopy_wait(e);
+        kvs_engine_tload_settle(e);
+    }
+
     if (ld->lk_on) {
         pthread_mutex_destroy(&ld->lk);
         pthread_cond_destroy(&ld->cv);
     }
 
     /* every request ended first (kvs_engine_tier_end_all): what is
-     * left are cancelled jobs, their blocks and locks given back */
+     * left are cancelled jobs, their blocks and locks given back, but
+     * for those whose writes were in flight then */
     for (j = ld->jobs; j != NULL; j = next) {
         next = j->next;
+        if (j->owed) {
+            kvs_engine_tload_give_back(e, j);
+        }
         free(j);
     }
 
     kvs_tier_io_free(ld->io);
-    free(ld->stage);
+
+    if (ld->stage_host) {
+        if (ld->stage != NULL && e->be->ops->host_free != NULL) {
+            e->be->ops->host_free(e->be, ld->stage);
+        }
+    } else {
+        free(ld->stage);
+    }
+
     free(ld->ent);
     free(ld);
     e->tier->ld = NULL;
@@ -374,7 +347,7 @@ kvs_engine_tload_park(kvs_engine_tload_t *ld, kvs_engine_seq_t *h)
 }
 
 
-static void
+void
 kvs_engine_tload_unpark(kvs_engine_tload_t *ld, kvs_engine_seq_t *h)
 {
     if (h->tier_prev != NULL) {
@@ -432,7 +405,7 @@ kvs_engine_tload_busy(kvs_engine_tload_t *ld, const kvs_radix_key_t *key,
 
 /* h to the scheduler: back to its place when it was taken out of the
  * waiting queue at its admission, else at the back. */
-static void
+void
 kvs_engine_tload_sched(kvs_engine_t *e, kvs_engine_seq_t *h)
 {
     if (h->tier_requeue) {
@@ -503,7 +476,7 @@ kvs_engine_tload_has(kvs_engine_tier_t *et, const kvs_radix_key_t *key,
  * with h->tier_state set; 0 when it goes to the scheduler now (nothing
  * in the tier, the cost model chose to compute, or no pool room).
  */
-static int
+int
 kvs_engine_tload_plan(kvs_engine_t *e, kvs_engine_seq_t *h)
 {
     size_t               sz;
@@ -782,285 +755,6 @@ kvs_engine_tier_add(kvs_engine_t *e, kvs_engine_seq_t *h)
 }
 
 
-/* The loads' gauges into the stats; published (for a step that runs
- * nothing publishes nothing) when they changed, or when force. */
-static void
-kvs_engine_tload_pub(kvs_engine_t *e, int force)
-{
-    kvs_engine_tload_t  *ld = e->tier->ld;
-
-    e->tier->st.loading = ld->n_parked;
-    e->tier->st.load_reserved = ld->reserved;
-
-    if (ld->n_parked != ld->pub_parked || ld->reserved != ld->pub_reserved
-        || force)
-    {
-        ld->pub_parked = ld->n_parked;
-        ld->pub_reserved = ld->reserved;
-        pthread_mutex_lock(&e->lock);
-        kvs_engine_publish(e);
-        pthread_mutex_unlock(&e->lock);
-    }
-}
-
-
-/* A load's blocks and lock back: the request ended, or the run is in
- * the tree (which took its own references). */
-static void
-kvs_engine_tload_give_back(kvs_engine_t *e, kvs_engine_tjob_t *j)
-{
-    uint32_t             k;
-    kvs_engine_tload_t  *ld = e->tier->ld;
-
-    for (k = 0; k < j->n; k++) {
-        (void) kvs_kv_pool_unref(e->pool, j->blocks[j->k0 + k], NULL);
-    }
-
-    kvs_radix_unlock(e->radix, j->node);
-    j->node = NULL;
-    ld->reserved -= j->n;
-}
-
-
-/* A job the loader is through with: its run into the tree and its
- * request into the scheduler (unless it was cancelled). */
-static void
-kvs_engine_tload_finish(kvs_engine_t *e, kvs_engine_tjob_t *j)
-{
-    uint32_t             got, bt, k, hgot;
-    uint64_t             now;
-    kvs_err_t            err;
-    kvs_engine_seq_t    *h;
-    kvs_radix_node_t    *node;
-    kvs_engine_tier_t   *et = e->tier;
-    kvs_engine_tload_t  *ld = et->ld;
-
-    et->st.load_ns += j->read_ns;
-    et->st.host_load_ns += j->host_ns;
-    et->st.load_failed += j->failed || j->wfailed;
-
-    h = j->h;
-    if (h == NULL) {
-        return;                       /* given back at the cancel */
-    }
-
-    bt = e->conf.block_tokens;
-    got = j->written;
-    node = NULL;
-
-    /* the host tier's blocks of the run: not the disk's bandwidth */
-    hgot = 0;
-    for (k = 0; k < got; k++) {
-        hgot += j->host[k];
-    }
-
-    if (got > hgot) {
-        kvs_tier_cost_load(&et->cost,
-                           (uint64_t) (got - hgot) * et->slot_bytes,
-                           j->read_ns);
-    }
-
-    if (got > 0) {
-        kvs_err_clear(&err);
-
-        if (kvs_radix_insert(e->radix, h->seq.ns, h->seq.tokens,
-                             (j->k0 + got) * bt, j->blocks, 1,
-                             e->sched.now, &node, &err) != KVS_OK)
-        {
-            got = 0;
-            hgot = 0;
-            node = NULL;
-        }
-    }
-
-    kvs_engine_tload_give_back(e, j);
-
-    now = kvs_now_ns();
-    et->st.loaded_blocks += got - hgot;
-    et->st.host_loaded_blocks += hgot;
-    et->st.host_bytes_out += (uint64_t) hgot * et->block_bytes;
-    et->st.loads += got > 0;
-    et->st.load_waits++;
-    et->st.load_wait_ns += now > h->tier_since ? now - h->tier_since : 0;
-
-    h->tier_job = NULL;
-
-    /* a load that carries on an earlier one's run (at arrival, then at
-     * admission) adds to its range: both are the tier's tokens */
-    if (h->seq.tier_to <= h->seq.tier_from
-        || h->seq.tier_to != j->k0 * bt)
-    {
-        h->seq.tier_from = j->k0 * bt;
-        h->seq.tier_host_blocks = 0;
-    }
-
-    h->seq.tier_to = (j->k0 + got) * bt;
-    h->seq.tier_host_blocks += hgot;
-    h->seq.tier_last_host = got > 0 && j->host[got - 1];
-    ld->n_parked--;
-
-    if (node != NULL) {
-        h->tier_node = node;
-        h->tier_held = 0;
-        h->tier_state = KVS_ENGINE_TIER_HOLD;
-
-    } else {
-        h->tier_done = 1;
-        kvs_engine_tload_unpark(ld, h);
-    }
-
-    kvs_engine_tload_sched(e, h);
-}
-
-
-void
-kvs_engine_tier_admit(kvs_engine_t *e)
-{
-    uint8_t             *src;
-    uint32_t             i, n, head, n_done, held;
-    kvs_err_t            err;
-    kvs_engine_seq_t    *h, *hnext;
-    kvs_engine_tjob_t   *j, *next, **pp, *done, **dtail;
-    kvs_engine_tstage_t *ent;
-    kvs_engine_tload_t  *ld;
-
-    if (e->tier == NULL || e->tier->ld == NULL) {
-        return;
-    }
-
-    ld = e->tier->ld;
-
-    pthread_mutex_lock(&e->lock);
-    e->tier_ready = 0;
-    pthread_mutex_unlock(&e->lock);
-
-    /* the host tier's copies done so far: their loads' requests plan
-     * again below */
-    kvs_engine_hcopy_poll(e, 1);
-
-    /* the staged blocks into their pool blocks, in order; the slots
-     * are the engine thread's until given back below */
-    pthread_mutex_lock(&ld->lk);
-    n = ld->count;
-    head = ld->head;
-    pthread_mutex_unlock(&ld->lk);
-
-    for (i = 0; i < n; i++) {
-        ent = &ld->ent[(head + i) % ld->n_stage];
-        j = ent->job;
-        j->drained++;
-
-        if (j->h == NULL || j->wfailed || ent->k != j->written) {
-            continue;
-        }
-
-        src = ld->stage + (size_t) ((head + i) % ld->n_stage)
-                          * e->tier->block_bytes;
-        kvs_err_clear(&err);
-
-        if (e->be->ops->block_write(e->be, j->blocks[j->k0 + ent->k], src,
-                                    &err) != KVS_OK)
-        {
-            j->wfailed = 1;
-            continue;
-        }
-
-        j->written++;
-    }
-
-    /* the slots back; the jobs the loader is through with, whose every
-     * staged block was taken, out of the list */
-    done = NULL;
-    dtail = &done;
-
-    pthread_mutex_lock(&ld->lk);
-
-    ld->head = (head + n) % ld->n_stage;
-    ld->count -= n;
-
-    if (n > 0) {
-        pthread_cond_signal(&ld->cv);
-    }
-
-    ld->jobs_tail = NULL;
-
-    for (pp = &ld->jobs; *pp != NULL; ) {
-        j = *pp;
-
-        if (j->done && j->drained == j->read) {
-            *pp = j->next;
-            j->next = NULL;
-            *dtail = j;
-            dtail = &j->next;
-            continue;
-        }
-
-        ld->jobs_tail = j;
-        pp = &j->next;
-    }
-
-    pthread_mutex_unlock(&ld->lk);
-
-    n_done = 0;
-
-    for (j = done; j != NULL; j = next) {
-        next = j->next;
-        kvs_engine_tload_finish(e, j);
-        free(j);
-        n_done++;
-    }
-
-    /* the held paths of requests that the scheduler looked up (they
-     * lock their own), and the waiting requests planned again */
-    held = 0;
-
-    for (h = ld->park_head; h != NULL; h = hnext) {
-        hnext = h->tier_next;
-
-        switch (h->tier_state) {
-
-        case KVS_ENGINE_TIER_HOLD:
-            /* its admission's hook lets go of the lock; else it is let
-             * go after one plan, so that the loaded path, held while
-             * the request is not admitted, never keeps another request
-             * out (both would wait forever); its admission's hook loads
-             * again what was evicted meanwhile */
-            if (h->seq.state != KVS_SEQ_WAITING || h->tier_held) {
-                kvs_radix_unlock(e->radix, h->tier_node);
-                h->tier_node = NULL;
-                kvs_engine_tload_unpark(ld, h);
-
-            } else {
-                h->tier_held = 1;
-                held++;
-            }
-            break;
-
-        case KVS_ENGINE_TIER_WAIT:
-            if (!kvs_engine_tload_plan(e, h)) {
-                kvs_engine_tload_unpark(ld, h);
-                ld->n_parked--;
-                kvs_engine_tload_sched(e, h);
-            }
-            break;
-
-        default:
-            break;
-        }
-    }
-
-    /* a held path is let go at the next step: that step must come even
-     * if this one runs nothing (the engine thread would sleep) */
-    if (held > 0) {
-        pthread_mutex_lock(&e->lock);
-        e->tier_ready = 1;
-        pthread_mutex_unlock(&e->lock);
-    }
-
-    kvs_engine_tload_pub(e, n_done > 0);
-}
-
-
 /*
  * The scheduler's lower-tier hook: seq, waiting and holding no blocks,
  * is about to look up the tree at its admission.  Blocks of its prompt
@@ -1119,7 +813,15 @@ kvs_engine_tier_release(kvs_engine_t *e, kvs_engine_seq_t *h)
         j->stop = 1;
         pthread_cond_signal(&ld->cv);
         pthread_mutex_unlock(&ld->lk);
-        kvs_engine_tload_give_back(e, j);
+
+        /* writes in flight still write its blocks: they go back once
+         * those are settled (kvs_engine_tload_finish) */
+        if (j->flight > 0) {
+            j->owed = 1;
+        } else {
+            kvs_engine_tload_give_back(e, j);
+        }
+
         h->tier_job = NULL;
         ld->n_parked--;
         break;

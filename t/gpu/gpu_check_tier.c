@@ -17,11 +17,15 @@
  *   3. the engine: a prompt computed, evicted by others into the disk
  *      tier, then asked again: its blocks come back from the tier
  *      (n_cached_tier > 0) and the greedy tokens equal the cache-off
- *      engine's on the same device.
+ *      engine's on the same device.  The disk load's writes into the
+ *      pool must be off the step (2026-12-04: block_write_async from the
+ *      loader's pinned staging, load_async) and none may fail.
  *
  * Under --self-test the CPU backend stands in for CUDA (its host memory
- * is plain malloc), so the harness itself runs in `make cuda-check`.
- * Written without a device: its first run on one is still to come.
+ * is plain malloc), so the harness itself runs in `make cuda-check`;
+ * its engine with a disk tier is wrapped with the unit tests' copy
+ * thread (t/unit/kvs_test_acopy.h, no delay) so that the writes go the
+ * asynchronous way there too.
  */
 
 #include <inttypes.h>
@@ -38,6 +42,8 @@
 #include "model/kvs_model.h"
 #include "tokenizer/kvs_vocab.h"
 
+#include "../unit/kvs_test_acopy.h"
+
 #define GC_TIER_BT       16           /* tokens per block */
 #define GC_TIER_BLOCKS   24           /* the copies' pool */
 #define GC_TIER_WRITTEN  6            /* blocks written with seeded bytes */
@@ -53,6 +59,9 @@ typedef struct {
     uint32_t        spilled;
     int             failed;
 } gc_tier_next_t;
+
+
+static kvs_test_acopy_t  gc_tier_ac;  /* --self-test's disk engine */
 
 
 static void
@@ -420,6 +429,12 @@ gc_tier_engine(gc_ctx_t *c, kvs_model_t *m, kvs_vocab_t *v, int kv_dt,
             conf.tier_path = path;
             conf.tier_size = 8u << 20;
             conf.tier_model = 1;
+
+            if (c->self_test) {
+                memset(&gc_tier_ac, 0, sizeof(gc_tier_ac));
+                conf.backend_hook = kvs_test_acopy_wrap;
+                conf.backend_hook_arg = &gc_tier_ac;
+            }
         }
 
         rc = kvs_engine_new(&on, &conf, &err);
@@ -469,6 +484,14 @@ gc_tier_engine(gc_ctx_t *c, kvs_model_t *m, kvs_vocab_t *v, int kv_dt,
         snprintf(why, why_len, "the host tier's copies are not off the "
                  "step (no asynchronous copies)");
 
+    } else if (host == NULL && !st.tier.load_async) {
+        snprintf(why, why_len, "the disk load's writes are not off the "
+                 "step (no asynchronous copies)");
+
+    } else if (host == NULL && st.tier.load_copy_failed > 0) {
+        snprintf(why, why_len, "%" PRIu64 " of the disk load's writes "
+                 "into the pool failed", st.tier.load_copy_failed);
+
     } else if (n_tier == 0) {
         snprintf(why, why_len, "nothing came back from the %s tier", tier);
 
@@ -480,7 +503,14 @@ gc_tier_engine(gc_ctx_t *c, kvs_model_t *m, kvs_vocab_t *v, int kv_dt,
     } else {
         printf("  tier %-44s %u tokens from the %s tier%s, greedy tokens "
                "= cache off: PASS\n", name, n_tier, tier,
-               st.tier.host_async ? " (its copies off the step)" : "");
+               st.tier.host_async || st.tier.load_async
+               ? " (its copies off the step)" : "");
+
+        if (host == NULL) {
+            printf("  tier %-44s %" PRIu64 " blocks written in off the "
+                   "step, %" PRIu64 " refused\n", name,
+                   st.tier.loaded_blocks, st.tier.load_copy_full);
+        }
         ok = 1;
     }
 

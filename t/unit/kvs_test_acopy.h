@@ -13,7 +13,12 @@
  * or a pool block before its ticket is done reads stale bytes (and
  * TSan sees the race).  With sync set, the wrapper offers no
  * asynchronous ops and its block_read/block_write take delay_us on the
- * calling thread (today's synchronous path on a slow copy).
+ * calling thread (today's synchronous path on a slow copy).  With
+ * slow_sync set beside the asynchronous ops, block_write takes delay_us
+ * on the calling thread too (a synchronous write the engine still
+ * makes shows as a slow step); with max_writes set, the asynchronous
+ * writes after the first max_writes are refused (KVS_KV_EFULL, as at the
+ * backend's limit).
  *
  * The state is the caller's (kvs_engine_conf_t.backend_hook_arg), one a
  * backend; its ops are its first member, so be->ops finds it.
@@ -50,6 +55,8 @@ typedef struct {
     uint32_t                  delay_us;
     uint32_t                  n_stage;    /* 0: 64 */
     int                       sync;
+    int                       slow_sync;
+    uint32_t                  max_writes; /* taken; 0: no bound */
 
     /* counts */
     int                       allocs;
@@ -71,6 +78,7 @@ typedef struct {
     uint8_t                  *stage;      /* [n_stage][block_bytes] */
     uint32_t                  s_head;
     uint32_t                  s_count;
+    uint32_t                  w_count;    /* writes taken */
     size_t                    block_bytes;
 } kvs_test_acopy_t;
 
@@ -159,7 +167,8 @@ kvs_test_acopy_queue(kvs_test_acopy_t *a, kvs_test_acopy_job_t *j,
     pthread_mutex_lock(&a->lk);
 
     if (a->count == KVS_TEST_ACOPY_MAX
-        || (!j->write && a->s_count == a->n_stage))
+        || (!j->write && a->s_count == a->n_stage)
+        || (j->write && a->max_writes > 0 && a->w_count == a->max_writes))
     {
         a->refused++;
         n = a->count;
@@ -172,6 +181,8 @@ kvs_test_acopy_queue(kvs_test_acopy_t *a, kvs_test_acopy_job_t *j,
     if (!j->write) {
         j->stage = (a->s_head + a->s_count) % a->n_stage;
         a->s_count++;
+    } else {
+        a->w_count++;
     }
 
     j->ticket = ++a->ticket;
@@ -352,6 +363,10 @@ kvs_test_acopy_wrap(kvs_backend_t *be, void *arg)
     a->ops.block_write_async = kvs_test_acopy_write_async;
     a->ops.copy_poll = kvs_test_acopy_poll;
     a->ops.copy_wait = kvs_test_acopy_wait;
+
+    if (a->slow_sync) {
+        a->ops.block_write = kvs_test_acopy_write_sync;
+    }
 
     a->stage = malloc((size_t) a->n_stage * a->block_bytes);
     pthread_mutex_init(&a->lk, NULL);

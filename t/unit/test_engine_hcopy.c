@@ -611,7 +611,8 @@ disk_scenario(const kvs_test_model_t *md, uint32_t delay_us, int sync)
     }
 
     kvs_engine_free(on);
-    assert_int_equal(ac.allocs, !sync);
+    /* the spills' staging ring and the loader's, each once */
+    assert_int_equal(ac.allocs, 2 * !sync);
     assert_int_equal(ac.frees, ac.allocs);
     unlink(TIER_FILE);
 
@@ -666,8 +667,8 @@ test_disk_free_in_flight(void **state)
     kvs_engine_stats(on, &st);
     assert_true(st.tier.spill_copies > 0);
     kvs_engine_free(on);
-    assert_int_equal(ac.allocs, 1);
-    assert_int_equal(ac.frees, 1);
+    assert_int_equal(ac.allocs, 2);
+    assert_int_equal(ac.frees, 2);
     reads = ac.reads;
     assert_true(reads > 0);
 
@@ -742,7 +743,7 @@ test_disk_ring_full(void **state)
         }
 
         kvs_engine_free(on);
-        assert_int_equal(ac.frees, 1);
+        assert_int_equal(ac.frees, 2);
     }
 
     unlink(TIER_FILE);
