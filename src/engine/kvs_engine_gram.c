@@ -253,6 +253,7 @@ kvs_engine_gram_mask(kvs_engine_t *e, kvs_engine_seq_t *h, float *logits,
                                    KVS_ENGINE_GRAM_BROAD)
             > KVS_ENGINE_GRAM_BROAD)
         {
+            h->client_fault = 1;
             return kvs_err_set(err, KVS_ETOOLONG, "the output's grammar "
                                "holds more than %u parses open at once that "
                                "may each take most bytes next ("
