@@ -5,7 +5,9 @@
 # parse, and validate against the bounded schema; one cut by max_tokens
 # is "length"), and the 400s: an unsupported keyword named with its path,
 # a bad type, stop strings beside a constraint, a pattern too ambiguous
-# to follow.
+# to follow; and a schema the engine ends while generating (an anyOf of
+# 100 strings that begin alike: too many parses open at a mask) is a 400
+# invalid_request_error too, or that error event in a stream.
 use Test::Nginx::Socket 'no_plan';
 use IO::Socket::INET ();
 use JSON::PP ();
@@ -184,6 +186,29 @@ for my $seed (1 .. 3) {
     is(verdict($body, sub { $_[0] =~ /^(?:red|green|blue)\z/ ? 'ok'
                                                             : "got $_[0]" }),
        "stop: ok\n", 'completions stream: an enum value');
+}
+
+# an anyOf of 100 strings of another minLength each: after the quote, 100
+# free strings' parses are open, more than the engine's bound; it ends the
+# request while generating, and it is the schema's fault: a 400 naming
+# the cause, or in a stream (headers sent) the error event, then [DONE]
+{
+    my $wide = { anyOf => [ map { { type => 'string', minLength => $_ } }
+                            0 .. 99 ] };
+    my $wide_rf = { type => 'json_schema',
+                    json_schema => { name => 'wide', schema => $wide } };
+    my ($code, $body) = post('/v1/chat/completions',
+        chat_body(seed => 3, max_tokens => 40, rf => $wide_rf));
+    is($code, 400, 'ambiguous at run time: 400');
+    like($body, qr/"message":"the output's grammar holds more than 32 parses open at once[^"]*","type":"invalid_request_error"/,
+         'ambiguous at run time: invalid_request_error naming the cause');
+
+    ($code, $body) = post('/v1/chat/completions',
+        chat_body(seed => 3, max_tokens => 40, stream => JSON::PP::true,
+                  rf => $wide_rf));
+    is($code, 200, 'ambiguous at run time, streamed: the header was sent');
+    like($body, qr/^data: \{"error":\{"message":"the output's grammar holds more than 32 parses open at once[^"]*","type":"invalid_request_error"[^\n]*\n\ndata: \[DONE\]\n\n\z/m,
+         'ambiguous at run time, streamed: the error event, then [DONE]');
 }
 
 __DATA__

@@ -262,6 +262,12 @@ typedef struct {
                                              set: by the first read that
                                              hands them over, and kept */
     char                    error[KVS_ERR_MSG_LEN];  /* when ERROR */
+    uint8_t                 client_fault; /* when ERROR: 1 when the
+                                             request itself is at fault
+                                             (its grammar passed a bound
+                                             at run time), so the worker
+                                             answers 400, not 500; else
+                                             0 */
     uint32_t                retry_after;  /* when ERROR and not 0: it
                                              was not admitted within the
                                              queue timeout; a retry could

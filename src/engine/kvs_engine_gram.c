@@ -203,8 +203,18 @@ kvs_engine_gram_setup(kvs_engine_t *e, kvs_engine_seq_t *h,
         return rc;
     }
 
-    return kvs_gram_masker_init(&h->gmk, e->gv, &h->gm,
-                                KVS_ENGINE_GRAM_CACHE, err);
+    rc = kvs_gram_masker_init(&h->gmk, e->gv, &h->gm, KVS_ENGINE_GRAM_CACHE,
+                              err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    /* under the bound above, a mask may still cost up to 32 walks of
+     * the vocabulary: its work is bounded too (docs/grammar.md, "A
+     * mask's work budget") */
+    kvs_gram_masker_budget(&h->gmk, kvs_gram_work_budget(e->gv));
+
+    return KVS_OK;
 }
 
 
@@ -253,6 +263,7 @@ kvs_engine_gram_mask(kvs_engine_t *e, kvs_engine_seq_t *h, float *logits,
                                    KVS_ENGINE_GRAM_BROAD)
             > KVS_ENGINE_GRAM_BROAD)
         {
+            h->client_fault = 1;
             return kvs_err_set(err, KVS_ETOOLONG, "the output's grammar "
                                "holds more than %u parses open at once that "
                                "may each take most bytes next ("
@@ -265,6 +276,16 @@ kvs_engine_gram_mask(kvs_engine_t *e, kvs_engine_seq_t *h, float *logits,
     }
 
     rc = kvs_gram_mask(&h->gmk, bits, err);
+    if (rc != KVS_OK && kvs_gram_work_over(&h->gmk.work)) {
+        h->client_fault = 1;
+        return kvs_err_set(err, KVS_ETOOLONG, "the output's grammar took "
+                           "more work for one token than %d walks of the "
+                           "vocabulary (parses kept open at once: anyOf "
+                           "branches that begin alike, or an ambiguous "
+                           "pattern); each token would stall every "
+                           "request. Make the branches differ earlier or "
+                           "simplify the schema.", KVS_GRAM_WORK_WALKS);
+    }
     if (rc != KVS_OK) {
         return rc;
     }

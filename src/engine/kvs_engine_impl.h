@@ -82,6 +82,9 @@ struct kvs_engine_seq_s {
                                           step has run */
     uint32_t                 retry_after;  /* set when the queue timeout
                                               ends it, for out */
+    uint8_t                  client_fault;  /* set when its grammar's
+                                              run-time bound ends it, for
+                                              out */
     uint64_t                 kv_block_us;  /* KV held so far, blocks x
                                               us (kvs_engine_kv_count) */
     uint64_t                 kv_stamp_ns;  /* counted until then; 0: not

@@ -215,6 +215,7 @@ kvs_engine_read(kvs_engine_t *e, kvs_engine_seq_t *h, kvs_engine_out_t *out)
 
         memcpy(out->error, in->error, sizeof(out->error));
         out->retry_after = in->retry_after;
+        out->client_fault = in->client_fault;
         rc = in->finish;
     }
 
@@ -519,6 +520,7 @@ kvs_engine_emit(kvs_engine_t *e, kvs_engine_seq_t *h, int32_t token,
         }
 
         o->retry_after = finish == KVS_FINISH_ERROR ? h->retry_after : 0;
+        o->client_fault = finish == KVS_FINISH_ERROR ? h->client_fault : 0;
     }
 
     if (!h->ready && !h->cancelled) {

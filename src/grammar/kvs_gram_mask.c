@@ -87,12 +87,15 @@ kvs_gram_masker_init(kvs_gram_masker_t *mk, const kvs_gram_vocab_t *gv,
     mk->m = m;
     mk->words = (gv->n_tokens + 31) / 32;
     mk->cap_cache = cache_entries;
+    mk->work.limit = UINT64_MAX;
 
     if (kvs_gram_memo_new(&mk->memo, KVS_GRAM_MEMO_STATES, gv->max_len, err)
         != KVS_OK)
     {
         return KVS_ENOMEM;
     }
+
+    kvs_gram_memo_work(mk->memo, &mk->work);
 
     if (cache_entries > 0) {
         /* a state has up to max_front stacks, each its own entry */
@@ -189,6 +192,7 @@ kvs_gram_masker_memo(kvs_gram_masker_t *mk, uint32_t max_states,
 
     kvs_gram_memo_free(mk->memo);
     mk->memo = mo;
+    kvs_gram_memo_work(mo, &mk->work);
 
     /* no memo: the checks too token by token */
     mk->nocheckmemo = max_states == 0;
@@ -575,6 +579,7 @@ kvs_gram_ind_check_all(kvs_gram_masker_t *mk, uint32_t n_used,
         return -1;
     }
 
+    kvs_gram_memo_work(mk->cmemo, &mk->work);
     mk->checked += tot;
     mk->checks_memo++;
 
@@ -842,7 +847,7 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
     len = mk->nosrc || sl ? 0 : kvs_gram_ind_src(mk, t, s);
     if (len > 1) {
         rc = kvs_gram_ind_get(mk, s, &se, err);
-        if (rc == KVS_ETOOLONG) {
+        if (rc == KVS_ETOOLONG && !kvs_gram_work_over(&mk->work)) {
             se = NULL;                /* no room: a full walk then */
         } else if (rc != KVS_OK) {
             return rc;
@@ -902,6 +907,13 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
     if (rc != KVS_OK) {
         kvs_gram_ind_free(e);         /* no half-built entry */
         return rc;
+    }
+
+    if (kvs_gram_work_over(&mk->work)) {
+        /* its walk was cut short: not an entry, and the table is
+         * other requests' too */
+        kvs_gram_ind_free(e);
+        return KVS_ETOOLONG;
     }
 
     e->used = 1;
@@ -987,6 +999,9 @@ kvs_gram_mask_ind(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
         }
 
         rc = kvs_gram_ind_get(mk, t, &e, err);
+        if (rc == KVS_ETOOLONG && kvs_gram_work_over(&mk->work)) {
+            return rc;
+        }
         if (rc == KVS_ETOOLONG) {
             return kvs_gram_mask_walk(mk, bits);
         }
@@ -1070,6 +1085,7 @@ kvs_gram_mask(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
     lv = &m->lv[m->n_lv - 1];
     n = lv->n_front;
     accept = lv->accept;            /* the walk may move m->lv */
+    mk->work.used = 0;              /* a cached mask costs nothing */
 
     if (mk->cap_cache == 0) {
         rc = kvs_gram_mask_walk(mk, bits);
@@ -1120,6 +1136,10 @@ kvs_gram_mask(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
 
     mk->misses++;
     rc = kvs_gram_mask_ind(mk, bits, err);
+    if (kvs_gram_work_over(&mk->work)) {
+        free(key);
+        goto done;
+    }
     if (rc != KVS_OK && rc != KVS_EFORMAT) {
         free(key);
         return rc;
@@ -1158,6 +1178,20 @@ kvs_gram_mask(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
 
 done:
 
+    if (mk->work.used > mk->work_max) {
+        mk->work_max = mk->work.used;
+    }
+
+    if (kvs_gram_work_over(&mk->work)) {
+        /* what the cut walk left is not to be trusted: the verdicts it
+         * filled go (the entries went as they were built) */
+        kvs_gram_verdict_purge(mk, 0);
+        m->low_water = UINT32_MAX;
+        return kvs_err_set(err, KVS_ETOOLONG, "masker: one mask took more "
+                           "than %llu units of work",
+                           (unsigned long long) mk->work.limit);
+    }
+
     if (rc != KVS_OK) {
         return kvs_err_set(err, KVS_EFORMAT,
                            "no token of the vocabulary can continue the "
@@ -1165,4 +1199,20 @@ done:
     }
 
     return KVS_OK;
+}
+
+
+void
+kvs_gram_masker_budget(kvs_gram_masker_t *mk, uint64_t units)
+{
+    mk->work.limit = units != 0 ? units : UINT64_MAX;
+}
+
+
+uint64_t
+kvs_gram_work_budget(const kvs_gram_vocab_t *gv)
+{
+    return (uint64_t) KVS_GRAM_WORK_WALKS
+           * (gv->n_nodes > KVS_GRAM_WORK_MIN_NODES ? gv->n_nodes
+                                                    : KVS_GRAM_WORK_MIN_NODES);
 }

@@ -91,6 +91,8 @@ kvs_gram_memo_new(kvs_gram_memo_t **out, uint32_t max_states,
     mo->max_states = max_states < KVS_GRAM_MEMO_MAX ? max_states
                                                     : KVS_GRAM_MEMO_MAX;
     mo->max_depth = max_depth;
+    mo->own.limit = UINT64_MAX;
+    mo->wk = &mo->own;
     mo->bnd_min = KVS_GRAM_MEMO_BND_MIN;
     mo->bnd_len = KVS_GRAM_MEMO_BND_LEN;
     mo->path = malloc(KVS_GRAM_MEMO_DEPTH(mo));
@@ -715,9 +717,16 @@ kvs_gram_memo_end(kvs_gram_memo_t *mo)
 }
 
 
+void
+kvs_gram_memo_work(kvs_gram_memo_t *mo, kvs_gram_work_t *wk)
+{
+    mo->wk = wk != NULL ? wk : &mo->own;
+}
+
+
 /* The byte on the real matcher, remembered when both ends are named. */
-int
-kvs_gram_memo_miss(kvs_gram_memo_t *mo, uint32_t depth, uint8_t b,
+static int
+kvs_gram_memo_miss_step(kvs_gram_memo_t *mo, uint32_t depth, uint8_t b,
     uint32_t *sent)
 {
     int                  rc;
@@ -796,6 +805,23 @@ kvs_gram_memo_miss(kvs_gram_memo_t *mo, uint32_t depth, uint8_t b,
     }
 
     return 1;
+}
+
+
+/* A miss counts the stack nodes its steps made (the replay of the path
+ * to the parent's state included) into the mask's work. */
+int
+kvs_gram_memo_miss(kvs_gram_memo_t *mo, uint32_t depth, uint8_t b,
+    uint32_t *sent)
+{
+    int       rc;
+    uint64_t  before;
+
+    before = mo->m->interns;
+    rc = kvs_gram_memo_miss_step(mo, depth, b, sent);
+    mo->wk->used += mo->m->interns - before;
+
+    return rc;
 }
 
 

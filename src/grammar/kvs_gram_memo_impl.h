@@ -40,6 +40,9 @@ struct kvs_gram_memo_s {
     uint32_t             fed;
     uint32_t             max_depth;
     int                  off;             /* plain steps for this walk */
+    kvs_gram_work_t     *wk;              /* what the steps count into:
+                                             own, or a masker's */
+    kvs_gram_work_t      own;
 
     uint8_t             *path;            /* [max_depth] the walk's path */
     uint8_t             *mpath;           /* [max_depth] bytes m holds */
@@ -183,6 +186,12 @@ kvs_gram_memo_go(kvs_gram_memo_t *mo, uint32_t depth, uint8_t b,
     uint64_t  c;
 
     mo->path[depth - 1] = b;
+
+    /* past the mask's bound every step is refused, so the walk ends in
+     * a few more; nothing refused so is remembered */
+    if (++mo->wk->used > mo->wk->limit) {
+        return 0;
+    }
 
     if (!mo->off) {
         s = mo->sid[depth - 1];

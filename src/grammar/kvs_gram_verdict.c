@@ -112,9 +112,12 @@ kvs_gram_check_ranges(kvs_gram_masker_t *mk, const uint32_t *ranges,
 
             while (cur < l) {
                 i0 = m->interns;
-                if (kvs_gram_matcher_byte(m, t[cur], NULL) != KVS_OK) {
+                if (++mk->work.used > mk->work.limit
+                    || kvs_gram_matcher_byte(m, t[cur], NULL) != KVS_OK)
+                {
                     break;
                 }
+                mk->work.used += m->interns - i0;
                 cur++;
                 if (rec != NULL) {
                     /* path[d]: intern calls along the path's d bytes */

@@ -532,6 +532,22 @@ typedef struct kvs_gram_ventry_s  kvs_gram_ventry_t;
  */
 typedef struct kvs_gram_memo_s  kvs_gram_memo_t;
 
+/*
+ * A mask's work, counted so that one mask can be bounded (the engine's
+ * masks run on the thread every request shares): a unit is a trie node
+ * stepped through a memo (a hit, or a miss and the matcher's step), a
+ * byte a dependent token's check feeds the matcher, and each stack node
+ * the matcher makes on those steps (kvs_gram_intern).  Once used passes
+ * limit every further step is refused, so the walk in progress winds
+ * down in a few steps; its result is not a mask (kvs_gram_mask says so).
+ */
+typedef struct {
+    uint64_t  used;
+    uint64_t  limit;                  /* UINT64_MAX: none */
+} kvs_gram_work_t;
+
+#define kvs_gram_work_over(wk)  ((wk)->used > (wk)->limit)
+
 #define KVS_GRAM_MEMO_STATES  1024
 
 /* max_depth: the longest path a walk will take (the vocabulary's
@@ -539,6 +555,9 @@ typedef struct kvs_gram_memo_s  kvs_gram_memo_t;
 int kvs_gram_memo_new(kvs_gram_memo_t **out, uint32_t max_states,
     uint32_t max_depth, kvs_err_t *err);
 void kvs_gram_memo_free(kvs_gram_memo_t *mo);
+
+/* The counter mo's steps add to (NULL: its own, never bounded). */
+void kvs_gram_memo_work(kvs_gram_memo_t *mo, kvs_gram_work_t *wk);
 
 /* A walk from m's current state (m is only ever moved by the memo until
  * kvs_gram_memo_end(), which puts it back). */
@@ -745,6 +764,11 @@ typedef struct kvs_gram_masker_s {
     uint32_t                *vname;           /* [3 * max_front] */
     int                      noverdicts;
     uint64_t                 verdict_hits, verdict_fills;
+
+    /* this mask's work (zeroed as each mask begins) and its bound
+     * (kvs_gram_masker_budget); work_max the most one mask took */
+    kvs_gram_work_t          work;
+    uint64_t                 work_max;
 } kvs_gram_masker_t;
 
 /* What a check that fills the verdict cache saw: the tokens it accepted
@@ -836,5 +860,25 @@ int kvs_gram_masker_entries(const kvs_gram_masker_t *mk,
  * next.  KVS_EFORMAT if no token can (a dead end the vocabulary cannot
  * spell: the caller ends the request with an error). */
 int kvs_gram_mask(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err);
+
+/* The engine's bound on one mask's work (kvs_gram_work_budget): walks
+ * of the vocabulary's trie, 4.5 times the most one mask of a legitimate
+ * schema was measured to take (1.33 walks on Qwen2's vocabulary,
+ * docs/grammar.md, "A mask's work budget"), counted on a trie of at
+ * least 2^18 nodes (a 128K vocabulary's is about that): a unit costs
+ * about the same on any vocabulary, and a small trie's walks are cheap
+ * beside a mask's work that does not scale with it. */
+#define KVS_GRAM_WORK_WALKS       6
+#define KVS_GRAM_WORK_MIN_NODES   (1u << 18)
+
+uint64_t kvs_gram_work_budget(const kvs_gram_vocab_t *gv);
+
+/* At most units of work (kvs_gram_work_t) per mask from now on (0: no
+ * bound).  A mask that would take more fails with KVS_ETOOLONG and
+ * nothing it cut short is kept (the entry whose walk was cut, the
+ * verdicts, the cached mask); the whole entries it built before stay,
+ * so a try again may get further, never past the bound.  The engine
+ * ends the request. */
+void kvs_gram_masker_budget(kvs_gram_masker_t *mk, uint64_t units);
 
 #endif /* KVS_GRAMMAR_H */

@@ -42,7 +42,7 @@
 #include "base/kvs_err.h"
 #include "engine/kvs_engine.h"
 
-#define KVS_WIRE_VERSION      15       /* 2: prefix cache fields, tenant;
+#define KVS_WIRE_VERSION      16       /* 2: prefix cache fields, tenant;
                                          3: SUBSCRIBE, INDEX; 4: HELLO's
                                          backend and memory; 5: SUBMIT's
                                          output constraint; 6: STATS's
@@ -59,7 +59,8 @@
                                          load times, OUT's n_cached_host;
                                          15: INDEX's host tier names and
                                          weight, STATS's host tier copies
-                                         off the step */
+                                         off the step; 16: OUT's
+                                         client_fault */
 #define KVS_WIRE_HDR          16
 #define KVS_WIRE_MAX_FRAME    (16u << 20)   /* 1M prompt ids take 4 MiB */
 #define KVS_WIRE_AGAIN        1             /* need more bytes */

@@ -377,7 +377,7 @@ int
 kvs_wire_dec_out(const uint8_t *f, size_t f_len, kvs_wire_out_t *m,
     kvs_err_t *err)
 {
-    uint8_t                 fin, pad, nt, miss, has;
+    uint8_t                 fin, fault, nt, miss, has;
     uint16_t                el, retry;
     uint32_t                i, j, n_tok, n_text, n_lp;
     const uint8_t          *text;
@@ -392,6 +392,7 @@ kvs_wire_dec_out(const uint8_t *f, size_t f_len, kvs_wire_out_t *m,
     o->finish = KVS_FINISH_NONE;
     o->error[0] = '\0';
     o->retry_after = 0;
+    o->client_fault = 0;
     o->kv_block_us = 0;
     o->n_cached = 0;
     o->n_cache_created = 0;
@@ -404,7 +405,7 @@ kvs_wire_dec_out(const uint8_t *f, size_t f_len, kvs_wire_out_t *m,
     if (kvs_wire_start(&rd, f, f_len, KVS_WIRE_OUT, err) != KVS_OK
         || kvs_wire_u32(&rd, "choice", &m->choice) != KVS_OK
         || kvs_wire_u8(&rd, "finish", &fin) != KVS_OK
-        || kvs_wire_u8(&rd, "reserved", &pad) != KVS_OK
+        || kvs_wire_u8(&rd, "client_fault", &fault) != KVS_OK
         || kvs_wire_u16(&rd, "error_len", &el) != KVS_OK)
     {
         return KVS_EFORMAT;
@@ -420,10 +421,15 @@ kvs_wire_dec_out(const uint8_t *f, size_t f_len, kvs_wire_out_t *m,
                            "finish reason", fin);
     }
 
-    if (pad != 0) {
-        return kvs_err_set(err, KVS_EFORMAT, "OUT: reserved: must be 0 "
-                           "(got %u)", pad);
+    /* version 16: the byte that was reserved says whose fault an error
+     * is; one encoding: 0 with any other finish */
+    if (fault > 1 || (fault != 0 && fin != KVS_FINISH_ERROR)) {
+        return kvs_err_set(err, KVS_EFORMAT, "OUT: client_fault: %u with "
+                           "finish %u (only error carries one, 0 or 1)",
+                           fault, fin);
     }
+
+    o->client_fault = fault;
 
     if (el > KVS_WIRE_MAX_MSG || (el > 0 && fin != KVS_FINISH_ERROR)) {
         return kvs_err_set(err, KVS_EFORMAT, "OUT: error_len: %u with "

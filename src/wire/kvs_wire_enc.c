@@ -376,7 +376,7 @@ kvs_wire_out_frame(kvs_buf_t *b, uint64_t id, uint32_t choice,
 
     p = kvs_le_put32(p, choice);
     *p++ = (uint8_t) finish;
-    *p++ = 0;
+    *p++ = finish == KVS_FINISH_ERROR && out->client_fault ? 1 : 0;
     p = kvs_le_put16(p, (uint16_t) el);
     p = kvs_le_put32(p, out->n_prompt);
     p = kvs_le_put32(p, out->n_generated);
@@ -437,6 +437,11 @@ kvs_wire_enc_out(kvs_buf_t *b, uint64_t id, uint32_t choice,
     if ((unsigned) out->finish > KVS_FINISH_ERROR) {
         return kvs_err_set(err, KVS_ERANGE, "OUT: finish: %d is not a "
                            "finish reason", (int) out->finish);
+    }
+
+    if (out->finish == KVS_FINISH_ERROR && out->client_fault > 1) {
+        return kvs_err_set(err, KVS_ERANGE, "OUT: client_fault: %u is not "
+                           "0 or 1", out->client_fault);
     }
 
     if (out->finish == KVS_FINISH_ERROR

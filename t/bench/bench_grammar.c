@@ -13,7 +13,7 @@
  *
  *   build/bench_grammar [vocab.gguf] [generations] [--schemas FILE]
  *       [--walks OUT] [--vocab-out OUT] [--no-cold] [--nosrc] [--nokeep]
- *       [--nocheckmemo] [--noslices]
+ *       [--nocheckmemo] [--noslices] [--budget]
  *   default: $KVS_FIXTURES/vocab/ggml-vocab-gpt-2.gguf, 20, the four
  *   built-in schemas and two tool-call specs (three tools, Hermes
  *   syntax, auto and required; a --schemas entry whose name starts with
@@ -33,7 +33,14 @@
  * one (kvs_gram_masker_t's nocheckmemo), as before the check memo.
  * --noslices: no entry taken from the vocabulary's slices
  * (kvs_gram_masker_t's noslices, kvs_gram_slice.c), as before them.
- * Last, all schemas pooled.  GRAM_CLOCK=thread times with the thread's
+ * --budget: the maskers bounded as the engine's are
+ * (kvs_gram_work_budget); a mask over it ends its generation, timed
+ * ("over budget").
+ * Last, all schemas pooled.  Per schema and pooled too, the most work
+ * one mask took (kvs_gram_work_t's units; the engine's budget is chosen
+ * from it: docs/grammar.md, "A mask's work budget"), the own masker's
+ * and the shared one's, and the own masks' time per unit.
+ * GRAM_CLOCK=thread times with the thread's
  * CPU clock instead of the monotonic one.
  */
 
@@ -250,14 +257,15 @@ bg_put_times(FILE *f, const char *key, const double *t, size_t n)
 int
 main(int argc, char **argv)
 {
-    int                 rc, cold_on, nosrc, nokeep, nocm, nosl;
+    int                 rc, cold_on, nosrc, nokeep, nocm, nosl, over, budget;
     char                path[1024];
     const char         *schemas_file, *walks_file, *vocab_file;
     size_t              s, gen, step, n, nc, nt, ncold, nsh, gens, ns, k;
     size_t              w0, ai, na;
     double              t0, *tw, *tc, *tsh, comp[11], *aw, *ash;
     uint32_t           *bits, *cand, id, words, *walk, *nallow;
-    uint64_t            rng, mst[4];
+    uint64_t            rng, mst[4], wown, wsh, wsum, wall[2];
+    double              tsum, twmax;
     FILE               *wf;
     kvs_err_t           err;
     kvs_vocab_t        *v;
@@ -273,6 +281,7 @@ main(int argc, char **argv)
     nokeep = 0;
     nocm = 0;
     nosl = 0;
+    budget = 0;
     path[0] = '\0';
     gens = 20;
 
@@ -297,6 +306,8 @@ main(int argc, char **argv)
             nocm = 1;
         } else if (strcmp(argv[ai], "--noslices") == 0) {
             nosl = 1;
+        } else if (strcmp(argv[ai], "--budget") == 0) {
+            budget = 1;
         } else if (k == 0) {
             snprintf(path, sizeof(path), "%s", argv[ai]);
             k++;
@@ -352,6 +363,7 @@ main(int argc, char **argv)
                 "\"n_tokens\": %u}\n", path, gv->n_tokens);
     }
 
+    wall[0] = wall[1] = 0;
     words = (gv->n_tokens + 31) / 32;
     bits = malloc(words * sizeof(uint32_t));
     cand = malloc(gv->n_tokens * sizeof(uint32_t));
@@ -399,6 +411,8 @@ main(int argc, char **argv)
 
         rng = 42;
         nt = ncold = nsh = 0;
+        wown = wsh = wsum = 0;
+        tsum = twmax = 0;
 
         for (gen = 0; gen < gens; gen++) {
             kvs_gram_matcher_init(&m, &g, NULL, &err);
@@ -414,22 +428,51 @@ main(int argc, char **argv)
             shm.nocheckmemo = nocm;
             mk.noslices = nosl;
             shm.noslices = nosl;
+            kvs_gram_masker_budget(&mk, budget ? kvs_gram_work_budget(gv)
+                                               : 0);
+            kvs_gram_masker_budget(&shm, budget ? kvs_gram_work_budget(gv)
+                                                : 0);
             w0 = nt;
+            over = 0;
 
             for (step = 0; step < 400; step++) {
                 t0 = bg_now();
-                if (kvs_gram_mask(&mk, bits, &err) != KVS_OK) {
+                rc = kvs_gram_mask(&mk, bits, &err);
+                if (rc != KVS_OK && kvs_gram_work_over(&mk.work)) {
+                    printf("    over budget at step %zu: %.1f us, %llu "
+                           "units\n", step, bg_now() - t0,
+                           (unsigned long long) mk.work.used);
+                    over = 1;
+                }
+                if (rc != KVS_OK && !over) {
                     fprintf(stderr, "mask: %s\n", err.msg);
                     return 1;
                 }
+                if (over) {
+                    break;
+                }
                 tw[nt++] = bg_now() - t0;
+                tsum += tw[nt - 1];
+                wsum += mk.work.used;
+                if (mk.work.used > wown) {
+                    wown = mk.work.used;
+                    twmax = tw[nt - 1];
+                }
 
                 t0 = bg_now();
                 if (kvs_gram_mask(&shm, bits, &err) != KVS_OK) {
+                    if (kvs_gram_work_over(&shm.work)) {
+                        printf("    shared over budget at step %zu: %.1f "
+                               "us\n", step, bg_now() - t0);
+                        break;
+                    }
                     fprintf(stderr, "shared mask: %s\n", err.msg);
                     return 1;
                 }
                 tsh[nsh++] = bg_now() - t0;
+                if (shm.work.used > wsh) {
+                    wsh = shm.work.used;
+                }
 
                 if (cold_on && step % 4 == 0) {
                     t0 = bg_now();
@@ -476,7 +519,7 @@ main(int argc, char **argv)
                 }
             }
 
-            if (wf != NULL) {
+            if (wf != NULL && step > 0) {
                 fprintf(wf, "{\"type\": \"walk\", \"schema\": \"%s\", "
                         "\"gen\": %zu, \"ended\": %s, \"tokens\": [",
                         sch[s].name, gen,
@@ -537,6 +580,12 @@ main(int argc, char **argv)
         bg_print("cached", tw, nt);
         bg_print("shared", tsh, nsh);
         bg_print("no cache", tc, ncold);
+        printf("    work: one mask at most %llu units own (%.1f us), %llu "
+               "shared; own masks %.2f ns a unit\n",
+               (unsigned long long) wown, twmax, (unsigned long long) wsh,
+               wsum > 0 ? tsum * 1e3 / (double) wsum : 0.0);
+        wall[0] = wown > wall[0] ? wown : wall[0];
+        wall[1] = wsh > wall[1] ? wsh : wall[1];
         kvs_gram_masker_free(&table);
         kvs_gram_free(&g);
     }
@@ -547,6 +596,8 @@ main(int argc, char **argv)
         bg_print("cached", aw, na);
         bg_print("shared", ash, na);
     }
+    printf("work: one mask at most %llu units own, %llu shared\n",
+           (unsigned long long) wall[0], (unsigned long long) wall[1]);
     free(aw);
     free(ash);
 

@@ -478,6 +478,7 @@ test_broad(void **state)
     if (strstr(out.error, "parses open at once") == NULL) {
         fail_msg("%s", out.error);
     }
+    assert_int_equal(out.client_fault, 1);    /* the worker's 400 */
     assert_true(out.text.len <= 1);
     kvs_engine_out_free(&out);
 

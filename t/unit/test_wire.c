@@ -743,6 +743,7 @@ test_out(void **state)
     o.miss_pos = 10;
     snprintf(o.error, sizeof(o.error), "backend: out of memory");
     o.retry_after = KVS_WIRE_MAX_RETRY_AFTER;
+    o.client_fault = 1;
     o.kv_block_us = UINT64_MAX - 1;
     t.recv_ns = 1;
     t.first_ns = 2;
@@ -757,6 +758,7 @@ test_out(void **state)
     assert_int_equal(d.out.finish, KVS_FINISH_ERROR);
     assert_string_equal(d.out.error, "backend: out of memory");
     assert_int_equal(d.out.retry_after, KVS_WIRE_MAX_RETRY_AFTER);
+    assert_int_equal(d.out.client_fault, 1);
     assert_true(d.out.kv_block_us == UINT64_MAX - 1);
     assert_int_equal(d.out.n_prompt, 11);
     assert_int_equal(d.out.n_generated, 5);
@@ -801,6 +803,8 @@ test_out(void **state)
     assert_int_equal(d.out.has_cache + d.out.n_cached + d.out.miss_pos
                      + d.out.n_cache_created + d.out.miss, 0);
     assert_string_equal(d.out.error, "");
+    assert_int_equal(d.out.client_fault, 0);  /* not sent without error */
+    assert_int_equal(b.data[16 + 5], 0);
     assert_int_equal(d.out.n_tokens, 5);
     assert_true(d.t.now_ns == 0);
 
@@ -1282,10 +1286,31 @@ test_bad_others(void **state)
     b.data[20] = KVS_FINISH_ERROR + 1;
     expect_bad(b.data, b.len, "finish");
 
+    /* client_fault (version 16; the byte was reserved): only with
+     * finish error, 0 or 1 */
     b.len = 0;
     kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err);
     b.data[21] = 1;
-    expect_bad(b.data, b.len, "reserved");
+    expect_bad(b.data, b.len, "client_fault");
+
+    o.finish = KVS_FINISH_ERROR;
+    snprintf(o.error, sizeof(o.error), "grammar");
+    b.len = 0;
+    kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err);
+    assert_int_equal(decode_any(b.data, b.len, &err), KVS_OK);
+    b.data[21] = 1;
+    assert_int_equal(decode_any(b.data, b.len, &err), KVS_OK);
+    b.data[21] = 2;
+    expect_bad(b.data, b.len, "client_fault");
+    o.client_fault = 2;
+    b.len = 0;
+    assert_int_equal(kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err),
+                     KVS_ERANGE);
+    assert_int_equal(b.len, 0);
+    assert_non_null(strstr(err.msg, "client_fault"));
+    o.client_fault = 0;
+    o.finish = KVS_FINISH_NONE;
+    o.error[0] = '\0';
 
     b.len = 0;
     kvs_wire_enc_out(&b, 1, 0, &o, NULL, &err);
@@ -1577,7 +1602,7 @@ test_lora(void **state)
     memset(&b, 0, sizeof(b));
 
     assert_int_equal(KVS_WIRE_LORA, 13);
-    assert_int_equal(KVS_WIRE_VERSION, 15);
+    assert_int_equal(KVS_WIRE_VERSION, 16);
     assert_string_equal(kvs_wire_type_name(KVS_WIRE_LORA), "LORA");
 
     m->n = 2;

@@ -436,6 +436,18 @@ ngx_http_kvserve_on_out(ngx_http_kvserve_ctx_t *ctx,
         return;
     }
 
+    /* the request's own fault, found while generating (its grammar
+     * passed a run-time bound): a 400, or that error event in a stream
+     * (Anthropic's shape on /v1/messages: ngx_http_kvserve_fail) */
+    if (o->finish == KVS_FINISH_ERROR && o->client_fault) {
+        ngx_log_error(NGX_LOG_INFO, ctx->r->connection->log, 0,
+                      "kvserve: the engine ended choice %uD for the "
+                      "request's fault: %s", index, o->error);
+        ngx_http_kvserve_fail(ctx, NGX_HTTP_BAD_REQUEST, o->error,
+                              "invalid_request_error", NULL);
+        return;
+    }
+
     if (o->finish == KVS_FINISH_ERROR || o->finish == KVS_FINISH_CANCELLED) {
         ngx_log_error(NGX_LOG_ERR, ctx->r->connection->log, 0,
                       "kvserve: the engine ended choice %uD: %s", index,
