@@ -112,21 +112,30 @@ job_check() {
             break
         fi
         note "== compute-sanitizer memcheck, part $part"
-        timeout 120 "$cs" --tool memcheck --leak-check no \
-            --error-exitcode 3 --print-limit 20 "$g/bin/gpu_check" \
-            --tmp "$w/tmp" --seed "$seed" --fixtures "$g/fixtures" \
-            --only "$part" --out "$w/keep/san-$part" \
-            > "$w/keep/sanitize-$part.txt" 2>&1
-        note "compute-sanitizer: exit $?"
-        grep -E -m 30 'Invalid|Error|at 0x|by thread|in kvs_|FAIL' \
-            "$w/keep/sanitize-$part.txt" | tee -a "$sum"
+        sanitize memcheck "$part" 120
         break
     done
     return 1
 }
 
+# sanitize TOOL PART SECONDS: gpu_check's part under compute-sanitizer's
+# TOOL, its summary line noted, and the first findings when it found any
+sanitize() {
+    local f=$w/keep/sanitize-$1-$2.txt rc
+    timeout "$3" "$cs" --tool "$1" --error-exitcode 3 --print-limit 20 \
+        "$g/bin/gpu_check" --tmp "$w/tmp" --seed "$seed" \
+        --fixtures "$g/fixtures" --only "$2" --out "$w/keep/san-$1-$2" \
+        > "$f" 2>&1
+    rc=$?
+    note "sanitize: $1 $2: exit $rc ($(grep -m1 -o \
+        'ERROR SUMMARY: [0-9]* error[s]*\|RACECHECK SUMMARY.*' "$f"))"
+    [ "$rc" = 3 ] && grep -E -m 20 'Invalid|Error|hazard|at 0x|in kvs_' \
+        "$f" | tee -a "$sum"
+    return 0
+}
+
 job_sanitize() {
-    local part tool rc lim=${SANITIZE_TIMEOUT:-60}
+    local part tool lim=${SANITIZE_TIMEOUT:-60}
     note "== sanitize ($(left) s left)"
     for part in ${SANITIZE_PARTS:-kern e2e tier hcopy lora} racecheck; do
         tool=memcheck
@@ -138,17 +147,7 @@ job_sanitize() {
             note "sanitize: no time for $tool on $part"
             continue
         fi
-        timeout "$lim" "$cs" --tool "$tool" --error-exitcode 3 \
-            --print-limit 20 "$g/bin/gpu_check" --tmp "$w/tmp" \
-            --seed "$seed" --fixtures "$g/fixtures" --only "$part" \
-            --out "$w/keep/san-$tool-$part" \
-            > "$w/keep/sanitize-$tool-$part.txt" 2>&1
-        rc=$?
-        note "sanitize: $tool $part: exit $rc ($(grep -m1 -o \
-            'ERROR SUMMARY: [0-9]* error[s]*\|RACECHECK SUMMARY.*' \
-            "$w/keep/sanitize-$tool-$part.txt"))"
-        [ "$rc" = 3 ] && grep -E -m 20 'Invalid|Error|hazard|at 0x|in kvs_' \
-            "$w/keep/sanitize-$tool-$part.txt" | tee -a "$sum"
+        sanitize "$tool" "$part" "$lim"
     done
     return 0
 }
