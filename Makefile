@@ -516,7 +516,7 @@ gpu-check: $(CUDA_SO) $(CLI) $(B)/gpu_check
 # device tool (t/gpu/pack.sh; t/gpu/remote.sh runs it there;
 # docs/cuda.md, "On a lent device").  LLAMA_SRC=tarball adds the CPU peer.
 gpu-pack: $(CUDA_SO) $(CLI) $(B)/gpu_check $(B)/unit/test_cpu_amx \
-          $(B)/bench_amx $(B)/bench_lora
+          $(B)/unit/test_cpu_amxb $(B)/bench_amx $(B)/bench_lora
 	bash t/gpu/pack.sh $(B) $(FIXTURES)
 
 # libFuzzer targets (clang): the GGUF reader and vocabulary loader, the

@@ -5,7 +5,8 @@
 # cmocka).  Writes $B/gpu-pack.tar.xz (under 64 MiB with the tree, the
 # device tool's limit), holding:
 #   bin/      gpu_check, libkvserve_cuda.so and its probe, kvserve,
-#             test_cpu_amx (the AMX tile kernel against the portable one),
+#             test_cpu_amx and test_cpu_amxb (the AMX tile kernels against
+#             their statements),
 #             bench_amx and bench_lora (CPU benches for a quiet machine)
 #   lib/      the non-CUDA shared libraries those link, as resolved here
 #   fixtures/ the one fixture gpu_check reads (stories260K-f32.gguf)
@@ -24,7 +25,7 @@ rm -rf "$stage" "$b/gpu-pack.tar.xz"
 mkdir -p "$stage/bin" "$stage/lib" "$stage/fixtures/models"
 
 bins=(gpu_check libkvserve_cuda.so libkvserve_cuda_probe.so kvserve
-      unit/test_cpu_amx bench_amx bench_lora)
+      unit/test_cpu_amx unit/test_cpu_amxb bench_amx bench_lora)
 for f in "${bins[@]}"; do
     if [ ! -f "$b/$f" ]; then
         echo "pack.sh: $b/$f is not built (make gpu-pack builds it)" >&2

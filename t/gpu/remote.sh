@@ -166,9 +166,43 @@ job_amx() {
     note "test_cpu_amx: exit $?"
     grep -E 'PASSED|FAILED|SKIP|amx|tile|\[  ' "$w/keep/test_cpu_amx.txt" \
         | head -30 | tee -a "$sum"
+    "$g/bin/test_cpu_amxb" > "$w/keep/test_cpu_amxb.txt" 2>&1
+    note "test_cpu_amxb: exit $?"
+    grep -E 'PASSED|FAILED|SKIP|tiles|bound|\[  ' \
+        "$w/keep/test_cpu_amxb.txt" | head -30 | tee -a "$sum"
     "$g/bin/kvserve" bench "$g/fixtures/models/stories260K-f32.gguf" \
         --threads 1 --seqs 1 --prompt 64 --gen 1 2>&1 \
         | grep '^cpu kernels' | tee -a "$sum"
+    amx_logits
+}
+
+# The BF16 tiles through a whole forward: `kvserve logits` of a
+# generated small F16 and BF16 model over 200 ids in one prefill, with
+# KVSERVE_CPU_GEMM=amx and without; the largest difference over the
+# largest logit.
+amx_logits() {
+    local dt m ids
+    ids=$(seq 1 200 | tr '\n' ' ')
+    for dt in bf16 f16; do
+        m=$w/tmp/amx-$dt.gguf
+        mkdir -p "$w/tmp"
+        "$g/bin/kvserve" gen-model --preset small --dtype $dt --seed 5 "$m" \
+            > /dev/null || { note "amx logits $dt: gen-model failed"; continue; }
+        "$g/bin/kvserve" logits "$m" -t "$ids" -o "$w/tmp/a.f32" \
+            2> "$w/keep/logits-$dt.txt"
+        KVSERVE_CPU_GEMM=amx "$g/bin/kvserve" logits "$m" -t "$ids" \
+            -o "$w/tmp/b.f32" 2>> "$w/keep/logits-$dt.txt"
+        paste <(od -An -v -f -w4 "$w/tmp/a.f32") \
+              <(od -An -v -f -w4 "$w/tmp/b.f32") \
+            | awk -v dt=$dt '{ d = $1 - $2; d = d < 0 ? -d : d
+                               a = $1 < 0 ? -$1 : $1
+                               if (d > md) md = d; if (a > ma) ma = a
+                               if ($1 != $2) nd++ }
+                         END { printf "amx logits %s: %d values, %d differ, "\
+                               "max diff %.3g of max |logit| %.3g (%.2g)\n",
+                               dt, NR, nd, md, ma, ma ? md / ma : 0 }' \
+            | tee -a "$sum"
+    done
 }
 
 job_peer() {
@@ -195,7 +229,7 @@ job_peer() {
     fi
     KVS_CLI=$g/bin/kvserve KVS_TMP=$w/tmp LLAMA_CPP_BUILD=$bin \
         PREFILL_OURS_ONLY=1 \
-        PREFILL_ENV=${PREFILL_ENV:-KVSERVE_CPU_SIMD=3 KVSERVE_CPU_GEMM=avx512} \
+        PREFILL_ENV=${PREFILL_ENV:-KVSERVE_CPU_GEMM=amx KVSERVE_CPU_GEMM=avx512 KVSERVE_CPU_SIMD=3} \
         timeout $(( $(left) - 10 )) bash t/bench/prefill_peer.sh \
         2>&1 | tee -a "$sum"
 }

@@ -22,6 +22,13 @@
  *               4, int32 wrapping; shape checks (#UD): three different
  *               tiles, colsb multiples of 4, dst.colsb == src2.colsb,
  *               src1.colsb / 4 == src2.rows, dst.rows == src1.rows.
+ *   TDPBF16PS   per row m, 32 FP32 temporaries t (zero first): for each
+ *               pair k < src1.colsb / 4 and n < dst.colsb / 4, t[2n] +=
+ *               src1[m].bf16[2k] * src2[k].bf16[2n] and t[2n + 1] +=
+ *               the odd halves' product, each a fused multiply-add
+ *               rounded to nearest even; then dst[m].fp32[n] += t[2n] +
+ *               t[2n + 1].  Denormal inputs read as zero, denormal
+ *               results are flushed; the same shape checks as TDPBSUD.
  *   TILERELEASE the init state.
  *
  * Every tile instruction but LDTILECFG and TILERELEASE faults (#UD) while
@@ -34,6 +41,8 @@
 #ifndef KVS_TEST_AMX_EMU_H
 #define KVS_TEST_AMX_EMU_H
 
+#include <float.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -255,6 +264,93 @@ kvs_amx_emu_dp(int dst, int a, int b, int b_signed)
 }
 
 
+static inline float
+kvs_amx_emu_bf16(const uint8_t *p)
+{
+    float     f;
+    uint32_t  u;
+
+    u = (uint32_t) (p[0] | p[1] << 8) << 16;
+
+    if ((u & 0x7f800000u) == 0) {         /* denormal (or zero): zero */
+        u &= 0x80000000u;
+    }
+
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+
+static inline float
+kvs_amx_emu_ftz(float f)
+{
+    return fabsf(f) < FLT_MIN ? copysignf(0.0f, f) : f;
+}
+
+
+/* TDPBF16PS: dst += src1 . src2 (BF16 pairs into FP32) */
+static inline void
+kvs_amx_emu_dpbf16(int dst, int a, int b)
+{
+    float     t[32], c;
+    uint32_t  m, k, n;
+
+    if (!kvs_amx_emu_ok(dst, "tdpbf16ps: tiles not configured")
+        || !kvs_amx_emu_ok(a, "tdpbf16ps: tiles not configured")
+        || !kvs_amx_emu_ok(b, "tdpbf16ps: tiles not configured"))
+    {
+        return;
+    }
+
+    if (dst == a || dst == b || a == b) {
+        kvs_amx_emu_fault("tdpbf16ps: a tile named twice");
+        return;
+    }
+
+    if (kvs_amx_emu.colsb[dst] % 4 || kvs_amx_emu.colsb[a] % 4
+        || kvs_amx_emu.colsb[b] % 4
+        || kvs_amx_emu.colsb[dst] != kvs_amx_emu.colsb[b]
+        || kvs_amx_emu.colsb[a] / 4 != kvs_amx_emu.rows[b]
+        || kvs_amx_emu.rows[dst] != kvs_amx_emu.rows[a])
+    {
+        kvs_amx_emu_fault("tdpbf16ps: tile shapes do not fit");
+        return;
+    }
+
+    kvs_amx_emu.dps++;
+
+    for (m = 0; m < kvs_amx_emu.rows[dst]; m++) {
+        memset(t, 0, sizeof(t));
+
+        for (k = 0; k < kvs_amx_emu.colsb[a] / 4u; k++) {
+            for (n = 0; n < kvs_amx_emu.colsb[dst] / 4u; n++) {
+                t[2 * n] = kvs_amx_emu_ftz(fmaf(
+                    kvs_amx_emu_bf16(&kvs_amx_emu.t[a][m][4 * k]),
+                    kvs_amx_emu_bf16(&kvs_amx_emu.t[b][k][4 * n]),
+                    t[2 * n]));
+                t[2 * n + 1] = kvs_amx_emu_ftz(fmaf(
+                    kvs_amx_emu_bf16(&kvs_amx_emu.t[a][m][4 * k + 2]),
+                    kvs_amx_emu_bf16(&kvs_amx_emu.t[b][k][4 * n + 2]),
+                    t[2 * n + 1]));
+            }
+        }
+
+        for (n = 0; n < kvs_amx_emu.colsb[dst] / 4u; n++) {
+            memcpy(&c, kvs_amx_emu.t[dst][m] + 4 * n, 4);
+            c = kvs_amx_emu_ftz(c + kvs_amx_emu_ftz(t[2 * n] + t[2 * n + 1]));
+            memcpy(kvs_amx_emu.t[dst][m] + 4 * n, &c, 4);
+        }
+
+        memset(kvs_amx_emu.t[dst][m] + kvs_amx_emu.colsb[dst], 0,
+               64 - kvs_amx_emu.colsb[dst]);
+    }
+
+    for (m = kvs_amx_emu.rows[dst]; m < 16; m++) {
+        memset(kvs_amx_emu.t[dst][m], 0, 64);
+    }
+}
+
+
 static inline void
 kvs_amx_emu_release(void)
 {
@@ -270,6 +366,7 @@ kvs_amx_emu_release(void)
 #undef _tile_zero
 #undef _tile_dpbsud
 #undef _tile_dpbssd
+#undef _tile_dpbf16ps
 
 #define _tile_loadconfig(cfg)      kvs_amx_emu_ldtilecfg(cfg)
 #define _tile_release()            kvs_amx_emu_release()
@@ -278,5 +375,6 @@ kvs_amx_emu_release(void)
 #define _tile_zero(t)              kvs_amx_emu_zero(t)
 #define _tile_dpbsud(d, a, b)      kvs_amx_emu_dp(d, a, b, 0)
 #define _tile_dpbssd(d, a, b)      kvs_amx_emu_dp(d, a, b, 1)
+#define _tile_dpbf16ps(d, a, b)    kvs_amx_emu_dpbf16(d, a, b)
 
 #endif /* KVS_TEST_AMX_EMU_H */

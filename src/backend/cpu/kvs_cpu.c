@@ -390,7 +390,7 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     const kvs_batch_t *b, const uint32_t *slots, float *logits,
     kvs_err_t *err)
 {
-    int                     rc;
+    int                     rc, amxb;
     size_t                  total;
     float                   escale, cap;
     size_t                  z;
@@ -488,6 +488,8 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
             + (size_t) n * (wrow / 256) * (sizeof(kvs_cpu_q8k_t) / 4 + 1)
             + (size_t) n * ((wrow + 255) / 256)
               * (sizeof(kvs_cpu_q8i_t) / 4) + 16;
+    amxb = n >= KVS_CPU_BLAS_MIN && kvs_cpu_amxb_on(fw.simd);
+    total += amxb ? (size_t) n * wrow : 0;   /* [2][n][wrow] BF16 */
 
     if (kvs_grow((void **) &kv->act, &kv->act_cap, total, sizeof(float))
         != KVS_OK)
@@ -516,6 +518,8 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     fw.xi = (kvs_cpu_q8i_t *) (((uintptr_t) (fw.xk + (size_t) n
                                              * (wrow / 256)) + 63)
                                & ~(uintptr_t) 63);
+    fw.xbf = amxb ? (uint16_t *) (fw.xi + (size_t) n * ((wrow + 255) / 256))
+                  : NULL;
 
     for (i = 0; i < n; i++) {
         memcpy(fw.x + (size_t) i * fw.e,

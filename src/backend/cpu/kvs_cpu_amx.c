@@ -180,7 +180,7 @@ kvs_amx_init(void)
     kvs_amx_bits = bits;
     snprintf(kvs_amx_line, sizeof(kvs_amx_line), "amx: int8 tiles for "
              "Q8_0 products%s", (bits & KVS_CPU_AMX_BF16)
-                                ? " (amx-bf16 present, unused)" : "");
+                                ? "; bf16 tiles present" : "");
 #else
     snprintf(kvs_amx_line, sizeof(kvs_amx_line), "amx: no (not x86-64)");
 #endif
@@ -205,7 +205,8 @@ kvs_cpu_amx_ready(const char **line)
 const char *
 kvs_cpu_kernels(char *buf, size_t len)
 {
-    int          level;
+    int          level, n;
+    unsigned     bits;
     const char  *env, *name, *amx;
 
     level = kvs_cpu_simd();
@@ -238,15 +239,21 @@ kvs_cpu_kernels(char *buf, size_t len)
         return buf;
     }
 
-    if ((kvs_cpu_amx_ready(&amx) & KVS_CPU_AMX_INT8)
-        && level != KVS_CPU_SIMD_AMX)
-    {
-        snprintf(buf, len, "%s; amx: int8 tiles present, off (slower than "
-                 "VNNI where measured; KVSERVE_CPU_SIMD=3 uses them)", name);
-        return buf;
+    bits = kvs_cpu_amx_ready(&amx);
+
+    if ((bits & KVS_CPU_AMX_INT8) && level != KVS_CPU_SIMD_AMX) {
+        n = snprintf(buf, len, "%s; amx: int8 tiles present, off (slower "
+                     "than VNNI where measured; KVSERVE_CPU_SIMD=3 uses "
+                     "them)", name);
+    } else {
+        n = snprintf(buf, len, "%s; %s", name, amx);
     }
 
-    snprintf(buf, len, "%s; %s", name, amx);
+    if ((bits & KVS_CPU_AMX_BF16) && n >= 0 && (size_t) n < len) {
+        snprintf(buf + n, len - n, "; bf16 tiles for F16/BF16 prefill: %s",
+                 kvs_cpu_amxb_on(level) ? "on (KVSERVE_CPU_GEMM=amx)"
+                 : "off (KVSERVE_CPU_GEMM=amx uses them)");
+    }
 
     return buf;
 }

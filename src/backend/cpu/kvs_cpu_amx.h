@@ -5,6 +5,7 @@
  *   kvs_cpu_amx.c       detection: CPUID, XCR0 and Linux's permission for
  *                       the tile data state, once per process
  *   kvs_cpu_amx_x86.c   the Q8_0 product on tiles (TDPBSUD)
+ *   kvs_cpu_amxb_x86.c  F16 / BF16 prefill products on tiles (TDPBF16PS)
  *
  * Invariants:
  *  - the AMX level (KVS_CPU_SIMD_AMX) is reported only when the CPU has
@@ -15,7 +16,9 @@
  *    releases the tiles before it returns (the configuration is per
  *    thread, and no tile state outlives a call);
  *  - the Q8_0 tile kernel's outputs are kvs_cpu_ql.c's portable kernel's
- *    bits, for any number of tokens.
+ *    bits, for any number of tokens;
+ *  - the F16 / BF16 tile kernel's outputs do not depend on the number of
+ *    tokens or the task's other rows (kvs_cpu_amxb_ref states them).
  */
 
 #ifndef KVS_CPU_AMX_H
@@ -63,7 +66,31 @@ typedef struct {
     uint8_t   rows[16];
 } __attribute__((aligned(64))) kvs_cpu_tilecfg_t;
 
+/* x[cols] as two BF16 numbers per value, xh[j] + xl[j] (xh rounded to
+ * nearest even, xl the rest rounded; 16 significant bits kept): the
+ * input of kvs_cpu_amxb_rows, once per token and product. */
+void kvs_cpu_bf16_split(const float *x, uint16_t *xh, uint16_t *xl,
+    uint32_t cols);
+
+/* The tile kernel's products stated in C, to the bit of the emulated
+ * tiles (tests): y[i * ldy + r - r0] for rows r0 .. r0 + nr of w (F16 or
+ * BF16, cols a multiple of 32), i < n, x [n][cols]. */
+void kvs_cpu_amxb_ref(float *y, size_t ldy, const float *x, uint32_t n,
+    const kvs_cpu_mat_t *w, uint32_t r0, uint32_t nr);
+
 #if KVS_CPU_X86
+/*
+ * kvs_cpu_amxb_x86.c: y[i * ldy + r] = row r0 + r of w (F16 or BF16,
+ * cols a multiple of 32) . token i's input, split (xh, xl: [n][cols]),
+ * for r < nr (<= KVS_CPU_BLAS_TILE) and i < n.  scratch: the thread's
+ * weight scratch, at least ((nr + 31) / 32) * 32 * cols * 4 bytes (it
+ * holds the task's rows packed).  Only where kvs_cpu_amx_ready reports
+ * KVS_CPU_AMX_BF16.
+ */
+void kvs_cpu_amxb_rows(float *y, size_t ldy, const uint16_t *xh,
+    const uint16_t *xl, uint32_t n, const kvs_cpu_mat_t *w, uint32_t r0,
+    uint32_t nr, void *scratch);
+
 /*
  * kvs_cpu_amx_x86.c: y[i * ldy + g * 16 + r] = row g * 16 + r of w
  * (Q8_0, packed by kvs_cpu_q8p_fill: w->pack) . token i's input (xq + i *

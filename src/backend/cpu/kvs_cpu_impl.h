@@ -139,6 +139,9 @@ typedef struct {
     struct kvs_cpu_q8k_s   *xk;       /* [n][wrow / 256] Q8_K inputs */
     struct kvs_cpu_q8i_s   *xi;       /* [n][(wrow + 255) / 256] xq's
                                          blocks interleaved (prefill) */
+    uint16_t               *xbf;      /* [2][n][wrow] the inputs split
+                                         into BF16 pairs for the tiles,
+                                         or NULL (kvs_cpu_amxb_on) */
     uint32_t                attn_group; /* query heads per attention
                                           task: those of one K/V head
                                           (kvs_cpu_attn_group), or 1 */
@@ -233,6 +236,11 @@ void kvs_cpu_q8_quant(const float *x, kvs_cpu_q8_t *dst, uint32_t cols);
  * tiles (to measure it against ours), else 0; the portable level always
  * uses it. */
 int kvs_cpu_blas_forced(void);
+
+/* Whether F16 / BF16 products of KVS_CPU_BLAS_MIN tokens or more go to
+ * the AMX-BF16 tiles (kvs_cpu_amxb_rows): asked for
+ * (KVSERVE_CPU_GEMM=amx), simd at AVX-512 and the tiles usable. */
+int kvs_cpu_amxb_on(int simd);
 
 /* y[i * ldy + r] = x[i] . w[r] for i < n, r < nr (w: nr contiguous rows
  * of cols floats): one fmaf chain per output, k = 0 .. cols - 1

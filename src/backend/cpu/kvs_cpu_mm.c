@@ -94,6 +94,9 @@ typedef struct {
     kvs_cpu_q8k_t          *xk;       /* [n][cols / 256] or NULL */
     kvs_cpu_q8i_t          *xi;       /* [n][(cols + 255) / 256] xq
                                          interleaved, or NULL */
+    uint16_t               *xbh;      /* [n][cols] the inputs' BF16 high
+                                         parts, for the tiles, or NULL */
+    uint16_t               *xbl;      /* [n][cols] their low parts */
     uint32_t                cols;     /* the input's */
     kvs_cpu_lora_mm_t      *lm;       /* adapters riding along, or NULL */
 } kvs_cpu_mm_job_t;
@@ -208,6 +211,35 @@ kvs_cpu_gemm512_asked(void)
     env = getenv("KVSERVE_CPU_GEMM");
 
     return env != NULL && strcmp(env, "avx512") == 0;
+}
+
+
+/*
+ * KVSERVE_CPU_GEMM=amx: F16 and BF16 prefill products on AMX-BF16 tiles
+ * (kvs_cpu_amxb_x86.c), where the CPU has them.  Asked for, not by
+ * default: their sums differ from the F32 kernels' in the last bits
+ * (the inputs carried as two BF16 numbers, 16 significant bits), and no
+ * AMX host has timed them yet.
+ */
+int
+kvs_cpu_amxb_on(int simd)
+{
+    const char  *env;
+
+    env = getenv("KVSERVE_CPU_GEMM");
+
+    return env != NULL && strcmp(env, "amx") == 0
+           && simd >= KVS_CPU_SIMD_AVX512 && !kvs_cpu_blas_forced()
+           && (kvs_cpu_amx_ready(NULL) & KVS_CPU_AMX_BF16) != 0;
+}
+
+
+/* w's products go to the tiles when the job has the split inputs */
+static int
+kvs_cpu_amxb_takes(const kvs_cpu_mat_t *w)
+{
+    return (w->type == KVS_GGML_F16 || w->type == KVS_GGML_BF16)
+           && w->cols % 32 == 0;
 }
 
 
@@ -459,6 +491,11 @@ kvs_cpu_mm_quant_task(void *arg, uint32_t i, uint32_t thread)
     job = arg;
     x = job->x + (size_t) i * job->cols;
 
+    if (job->xbh != NULL) {
+        kvs_cpu_bf16_split(x, job->xbh + (size_t) i * job->cols,
+                           job->xbl + (size_t) i * job->cols, job->cols);
+    }
+
     if (job->xk != NULL) {
 #if KVS_CPU_X86
         if (job->simd >= KVS_CPU_SIMD_AVX2) {
@@ -595,6 +632,14 @@ kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
     if (job->n >= KVS_CPU_BLAS_MIN) {
         nr = mat->rows - r0 < job->tile ? mat->rows - r0 : job->tile;
 
+#if KVS_CPU_X86
+        if (job->xbh != NULL && kvs_cpu_amxb_takes(mat)) {
+            kvs_cpu_amxb_rows(job->y[m] + r0, mat->rows, job->xbh, job->xbl,
+                              job->n, mat, r0, nr, s);
+            return;
+        }
+#endif
+
         if (mat->type == KVS_GGML_F32) {
             wt = (const float *) ((const uint8_t *) mat->data
                                   + (size_t) r0 * mat->row_bytes);
@@ -727,6 +772,8 @@ kvs_cpu_matmul_lora(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
     job.xq = NULL;
     job.xk = NULL;
     job.xi = NULL;
+    job.xbh = NULL;
+    job.xbl = NULL;
     job.tile = n >= KVS_CPU_BLAS_MIN ? KVS_CPU_BLAS_TILE : KVS_CPU_TILE;
     job.lm = lm != NULL && lm->n_tasks != 0 ? lm : NULL;
     fn = job.lm != NULL ? kvs_cpu_mm_lora_task : kvs_cpu_mm_task;
@@ -779,7 +826,17 @@ kvs_cpu_matmul_lora(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
      * a two-thread prefill, the workers waiting */
     job.cols = w0->cols;
 
-    if (job.xk != NULL || job.xq != NULL) {
+    /* the tiles' inputs, when a matrix takes them */
+    if (fw->xbf != NULL && n >= KVS_CPU_BLAS_MIN && !job.blas) {
+        for (m = 0; m < 3; m++) {
+            if (job.w[m] != NULL && kvs_cpu_amxb_takes(job.w[m])) {
+                job.xbh = fw->xbf;
+                job.xbl = fw->xbf + (size_t) n * w0->cols;
+            }
+        }
+    }
+
+    if (job.xk != NULL || job.xq != NULL || job.xbh != NULL) {
         kvs_threads_run(kvs_cpu_pool(fw, (double) n * w0->cols),
                         kvs_cpu_mm_quant_task, &job, n);
     }
