@@ -437,6 +437,12 @@ kvs_kd_part(kvs_kd_args_t a)
                 s[g * a.tile + lane + 32] = e1;
             }
 
+            /* every lane read the old running max (mo) before lane 0
+             * rewrites it: the shuffles keep the lanes together but
+             * order no shared-memory access (racecheck, on the H200,
+             * 2026-12-04) */
+            __syncwarp();
+
             if (lane == 0) {
                 al = mo == -INFINITY ? 0.0f : expf(mo - mn);
                 sal[g] = al;

@@ -484,6 +484,12 @@ kvs_kp_attn(kvs_kp_args_t a)
                 s[qr * (a.tile + 1) + lane] = e;
             }
 
+            /* every lane read the old running max (mo) before lane 0
+             * rewrites it: the shuffles keep the lanes together but
+             * order no shared-memory access (racecheck, on the H200,
+             * 2026-12-04) */
+            __syncwarp();
+
             if (lane == 0) {
                 al = mn == -INFINITY ? 1.0f
                      : mo == -INFINITY ? 0.0f : expf(mo - mn);

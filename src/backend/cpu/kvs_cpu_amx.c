@@ -207,7 +207,7 @@ kvs_cpu_kernels(char *buf, size_t len)
 {
     int          level, n;
     unsigned     bits;
-    const char  *env, *name, *amx;
+    const char  *env, *name, *amx, *gemm, *on;
 
     level = kvs_cpu_simd();
     env = getenv("KVSERVE_CPU_SIMD");
@@ -250,9 +250,16 @@ kvs_cpu_kernels(char *buf, size_t len)
     }
 
     if ((bits & KVS_CPU_AMX_BF16) && n >= 0 && (size_t) n < len) {
-        snprintf(buf + n, len - n, "; bf16 tiles for F16/BF16 prefill: %s",
-                 kvs_cpu_amxb_on(level) ? "on (KVSERVE_CPU_GEMM=amx)"
-                 : "off (KVSERVE_CPU_GEMM=amx uses them)");
+        gemm = getenv("KVSERVE_CPU_GEMM");
+        on = kvs_cpu_amxb_on(level) ? "on" : "off";
+
+        if (gemm != NULL && gemm[0] != '\0') {
+            snprintf(buf + n, len - n, "; bf16 tiles for F16/BF16 prefill: "
+                     "%s (KVSERVE_CPU_GEMM=%s)", on, gemm);
+        } else {
+            snprintf(buf + n, len - n, "; bf16 tiles for F16/BF16 prefill: "
+                     "%s", on);
+        }
     }
 
     return buf;

@@ -57,6 +57,9 @@ unsigned kvs_cpu_amx_check(const kvs_cpu_amx_id_t *id, char *why,
  * why not. */
 unsigned kvs_cpu_amx_ready(const char **line);
 
+/* Output rows per task of a product on the BF16 tiles. */
+#define KVS_CPU_AMXB_TILE  64
+
 /* The 64-byte tile configuration LDTILECFG reads (palette 1). */
 typedef struct {
     uint8_t   palette;

@@ -238,8 +238,9 @@ void kvs_cpu_q8_quant(const float *x, kvs_cpu_q8_t *dst, uint32_t cols);
 int kvs_cpu_blas_forced(void);
 
 /* Whether F16 / BF16 products of KVS_CPU_BLAS_MIN tokens or more go to
- * the AMX-BF16 tiles (kvs_cpu_amxb_rows): asked for
- * (KVSERVE_CPU_GEMM=amx), simd at AVX-512 and the tiles usable. */
+ * the AMX-BF16 tiles (kvs_cpu_amxb_rows): simd at AVX-512, the tiles
+ * usable, and neither KVSERVE_CPU_GEMM naming another kernel nor
+ * KVSERVE_CPU_SIMD capping the level. */
 int kvs_cpu_amxb_on(int simd);
 
 /* y[i * ldy + r] = x[i] . w[r] for i < n, r < nr (w: nr contiguous rows

@@ -102,7 +102,11 @@ typedef struct {
 } kvs_cpu_mm_job_t;
 
 
-/* a task's rows start on a packed Q8_0 group */
+/* a task's rows start on a packed Q8_0 group; a tile task's rows fit
+ * the thread's weight scratch */
+_Static_assert(KVS_CPU_AMXB_TILE <= KVS_CPU_BLAS_TILE
+               && KVS_CPU_AMXB_TILE % 32 == 0,
+               "a tile task must fit the weight scratch");
 _Static_assert(KVS_CPU_TILE % KVS_CPU_Q8P_ROWS == 0
                && KVS_CPU_BLAS_TILE % KVS_CPU_Q8P_ROWS == 0
                && KVS_CPU_QTILE % KVS_CPU_Q8P_ROWS == 0,
@@ -215,11 +219,15 @@ kvs_cpu_gemm512_asked(void)
 
 
 /*
- * KVSERVE_CPU_GEMM=amx: F16 and BF16 prefill products on AMX-BF16 tiles
- * (kvs_cpu_amxb_x86.c), where the CPU has them.  Asked for, not by
- * default: their sums differ from the F32 kernels' in the last bits
- * (the inputs carried as two BF16 numbers, 16 significant bits), and no
- * AMX host has timed them yet.
+ * F16 and BF16 products of KVS_CPU_BLAS_MIN tokens or more go to the
+ * AMX-BF16 tiles (kvs_cpu_amxb_x86.c) where the CPU has them, unless
+ * KVSERVE_CPU_GEMM names another kernel (avx2, avx512) or
+ * KVSERVE_CPU_SIMD caps the level (0, 1, 2).  On the one AMX
+ * host measured (2026-12-04) they ran 100m prefill 2.6x (F16) and 3.0x
+ * (BF16) as fast as the F32 kernel at one thread, the logits within
+ * 7.2e-6 of the largest (docs/performance.md, "BF16 tiles").  Their
+ * sums differ from the F32 kernels' in the last bits: the inputs are
+ * carried as two BF16 numbers (16 significant bits).
  */
 int
 kvs_cpu_amxb_on(int simd)
@@ -228,8 +236,21 @@ kvs_cpu_amxb_on(int simd)
 
     env = getenv("KVSERVE_CPU_GEMM");
 
-    return env != NULL && strcmp(env, "amx") == 0
-           && simd >= KVS_CPU_SIMD_AVX512 && !kvs_cpu_blas_forced()
+    if (env != NULL && env[0] != '\0' && strcmp(env, "amx") != 0) {
+        return 0;
+    }
+
+    /* KVSERVE_CPU_SIMD=0, 1 or 2 caps the kernels below the tiles and
+     * leaves AMX unasked */
+    env = getenv("KVSERVE_CPU_SIMD");
+
+    if (env != NULL && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0
+                        || strcmp(env, "2") == 0))
+    {
+        return 0;
+    }
+
+    return simd >= KVS_CPU_SIMD_AVX512 && !kvs_cpu_blas_forced()
            && (kvs_cpu_amx_ready(NULL) & KVS_CPU_AMX_BF16) != 0;
 }
 
@@ -832,6 +853,11 @@ kvs_cpu_matmul_lora(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
             if (job.w[m] != NULL && kvs_cpu_amxb_takes(job.w[m])) {
                 job.xbh = fw->xbf;
                 job.xbl = fw->xbf + (size_t) n * w0->cols;
+
+                /* a tile kernel's task packs its own rows: smaller
+                 * tasks cost nothing more and keep two threads busy to
+                 * the end of a 768-row product (3 tasks of 256) */
+                job.tile = KVS_CPU_AMXB_TILE;
             }
         }
     }
