@@ -20,7 +20,10 @@
  * asks for it), else the BLAS
  * library's sgemm, whose sums depend on the tiles' bounds, which depend
  * only on the matrix, never on the threads; either differs from the
- * 4-row kernels in the last bits (~2e-7 relative).
+ * 4-row kernels in the last bits (~2e-7 relative).  On a CPU with
+ * AMX-BF16, F16 and BF16 take the BF16 tiles instead, in tasks of
+ * KVS_CPU_AMXB_TILE rows (kvs_cpu_amxb_x86.c: the inputs split into two
+ * BF16 parts once per product, ~1e-5 relative from the F32 kernels).
  *
  * The types of kvs_cpu_qdot's table (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
  * IQ4_NL with a Q8_0-style input; Q2_K .. Q6_K and IQ4_XS with the input
