@@ -237,6 +237,7 @@ cuda-check: $(CUDA_SO) $(CLI) $(MODULE) $(VENV)/.cuobjdump $(B)/gpu_check
 	CUDA_HOME=$(CUDA_HOME) VENV=$(abspath $(VENV)) \
 	    bash t/cuda_check.sh $(BABS) $(CU_SRCS)
 	@# gpu_check builds here, and its harness runs on the CPU backend
+	@mkdir -p $(B)/tmp
 	$(TEST_ENV) $(B)/gpu_check --self-test --out $(BABS)/tmp/gpu-check
 
 # cuobjdump: the toolkit's, else NVIDIA's wheel of it in the venv (the
