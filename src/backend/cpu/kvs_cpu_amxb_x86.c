@@ -223,17 +223,21 @@ kvs_cpu_amxb_ref(float *y, size_t ldy, const float *x, uint32_t n,
 
 
 /* 16 lanes of BF16 (the low half of each dword) rounded from f, to
- * nearest even; the values are finite (F16 weights) */
+ * nearest even, kvs_amxb_round's bits (a NaN stays a NaN) */
 __attribute__((target(KVS_AMXB_VEC))) static __m512i
 kvs_amxb_round16(__m512 f)
 {
-    __m512i  u, lsb;
+    __m512i    u, lsb, r;
+    __mmask16  nan;
 
     u = _mm512_castps_si512(f);
     lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    u = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+    r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb,
+                              _mm512_set1_epi32(0x7fff))), 16);
+    nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
 
-    return _mm512_srli_epi32(u, 16);
+    return _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16),
+                                _mm512_set1_epi32(0x40));
 }
 
 
