@@ -203,24 +203,25 @@ kvs_amx_emu_zero(int t)
 }
 
 
-/* TDPBSUD (b_signed 0) or TDPBSSD (1): dst += src1 . src2 */
-static inline void
-kvs_amx_emu_dp(int dst, int a, int b, int b_signed)
+/* A tile product's checks (#UD): configured, three different tiles,
+ * shapes that fit; a failed one recorded under op's name. */
+static inline int
+kvs_amx_emu_dp_ok(int dst, int a, int b, const char *op)
 {
-    int32_t   x, z;
-    uint32_t  m, k, n, i, acc;
-    uint8_t   row[64];
+    char  what[80];
 
-    if (!kvs_amx_emu_ok(dst, "tdpb*d: tiles not configured")
-        || !kvs_amx_emu_ok(a, "tdpb*d: tiles not configured")
-        || !kvs_amx_emu_ok(b, "tdpb*d: tiles not configured"))
+    snprintf(what, sizeof(what), "%s: tiles not configured", op);
+
+    if (!kvs_amx_emu_ok(dst, what) || !kvs_amx_emu_ok(a, what)
+        || !kvs_amx_emu_ok(b, what))
     {
-        return;
+        return 0;
     }
 
     if (dst == a || dst == b || a == b) {
-        kvs_amx_emu_fault("tdpb*d: a tile named twice");
-        return;
+        snprintf(what, sizeof(what), "%s: a tile named twice", op);
+        kvs_amx_emu_fault(what);
+        return 0;
     }
 
     if (kvs_amx_emu.colsb[dst] % 4 || kvs_amx_emu.colsb[a] % 4
@@ -229,7 +230,24 @@ kvs_amx_emu_dp(int dst, int a, int b, int b_signed)
         || kvs_amx_emu.colsb[a] / 4 != kvs_amx_emu.rows[b]
         || kvs_amx_emu.rows[dst] != kvs_amx_emu.rows[a])
     {
-        kvs_amx_emu_fault("tdpb*d: tile shapes do not fit");
+        snprintf(what, sizeof(what), "%s: tile shapes do not fit", op);
+        kvs_amx_emu_fault(what);
+        return 0;
+    }
+
+    return 1;
+}
+
+
+/* TDPBSUD (b_signed 0) or TDPBSSD (1): dst += src1 . src2 */
+static inline void
+kvs_amx_emu_dp(int dst, int a, int b, int b_signed)
+{
+    int32_t   x, z;
+    uint32_t  m, k, n, i, acc;
+    uint8_t   row[64];
+
+    if (!kvs_amx_emu_dp_ok(dst, a, b, "tdpb*d")) {
         return;
     }
 
@@ -295,25 +313,7 @@ kvs_amx_emu_dpbf16(int dst, int a, int b)
     float     t[32], c;
     uint32_t  m, k, n;
 
-    if (!kvs_amx_emu_ok(dst, "tdpbf16ps: tiles not configured")
-        || !kvs_amx_emu_ok(a, "tdpbf16ps: tiles not configured")
-        || !kvs_amx_emu_ok(b, "tdpbf16ps: tiles not configured"))
-    {
-        return;
-    }
-
-    if (dst == a || dst == b || a == b) {
-        kvs_amx_emu_fault("tdpbf16ps: a tile named twice");
-        return;
-    }
-
-    if (kvs_amx_emu.colsb[dst] % 4 || kvs_amx_emu.colsb[a] % 4
-        || kvs_amx_emu.colsb[b] % 4
-        || kvs_amx_emu.colsb[dst] != kvs_amx_emu.colsb[b]
-        || kvs_amx_emu.colsb[a] / 4 != kvs_amx_emu.rows[b]
-        || kvs_amx_emu.rows[dst] != kvs_amx_emu.rows[a])
-    {
-        kvs_amx_emu_fault("tdpbf16ps: tile shapes do not fit");
+    if (!kvs_amx_emu_dp_ok(dst, a, b, "tdpbf16ps")) {
         return;
     }
 

@@ -385,6 +385,24 @@ kvs_amxb_store(int tile, float *y, size_t ldy, uint32_t mt, uint32_t live,
 }
 
 
+/* C0x += the first m0 tokens' A . B0 / B1, and C1x the next m1's (a:
+ * their 32 columns, one token every xs bytes, the second half next rows
+ * on); B0 and B1 are loaded. */
+__attribute__((target(KVS_AMXB_TARGET))) static inline void
+kvs_amxb_dp(const uint16_t *a, size_t xs, size_t next, uint32_t m1)
+{
+    _tile_loadd(KVS_AMXB_A0, a, xs);
+    _tile_dpbf16ps(KVS_AMXB_C00, KVS_AMXB_A0, KVS_AMXB_B0);
+    _tile_dpbf16ps(KVS_AMXB_C01, KVS_AMXB_A0, KVS_AMXB_B1);
+
+    if (m1 != 0) {
+        _tile_loadd(KVS_AMXB_A1, a + next, xs);
+        _tile_dpbf16ps(KVS_AMXB_C10, KVS_AMXB_A1, KVS_AMXB_B0);
+        _tile_dpbf16ps(KVS_AMXB_C11, KVS_AMXB_A1, KVS_AMXB_B1);
+    }
+}
+
+
 __attribute__((target(KVS_AMXB_TARGET))) void
 kvs_cpu_amxb_rows(float *y, size_t ldy, const uint16_t *xh,
     const uint16_t *xl, uint32_t n, const kvs_cpu_mat_t *w, uint32_t r0,
@@ -394,7 +412,7 @@ kvs_cpu_amxb_rows(float *y, size_t ldy, const uint16_t *xh,
     size_t              half, xs, ps;
     uint32_t            groups, p, s, i0, mt, m0, m1, cur, live0, live1;
     uint32_t           *ph, *pl;
-    const uint8_t      *b0, *b1;
+    const uint8_t      *b0;
     const uint16_t     *ah, *al;
     kvs_cpu_tilecfg_t   cfg;
     float               tmp[16][16] __attribute__((aligned(64)));
@@ -433,48 +451,19 @@ kvs_cpu_amxb_rows(float *y, size_t ldy, const uint16_t *xh,
                 ah = xh + (size_t) i0 * w->cols + 32 * s;
                 al = xl + (size_t) i0 * w->cols + 32 * s;
                 b0 = (const uint8_t *) ph + 2 * p * ps + s * 1024;
-                b1 = b0 + ps;
 
-                /* C += xh . wh */
-                _tile_loadd(KVS_AMXB_B0, b0, 64);
-                _tile_loadd(KVS_AMXB_B1, b1, 64);
-                _tile_loadd(KVS_AMXB_A0, ah, xs);
-                _tile_dpbf16ps(KVS_AMXB_C00, KVS_AMXB_A0, KVS_AMXB_B0);
-                _tile_dpbf16ps(KVS_AMXB_C01, KVS_AMXB_A0, KVS_AMXB_B1);
-
-                if (m1 != 0) {
-                    _tile_loadd(KVS_AMXB_A1, ah + 16 * w->cols, xs);
-                    _tile_dpbf16ps(KVS_AMXB_C10, KVS_AMXB_A1, KVS_AMXB_B0);
-                    _tile_dpbf16ps(KVS_AMXB_C11, KVS_AMXB_A1, KVS_AMXB_B1);
-                }
-
-                /* C += xl . wh */
-                _tile_loadd(KVS_AMXB_A0, al, xs);
-                _tile_dpbf16ps(KVS_AMXB_C00, KVS_AMXB_A0, KVS_AMXB_B0);
-                _tile_dpbf16ps(KVS_AMXB_C01, KVS_AMXB_A0, KVS_AMXB_B1);
-
-                if (m1 != 0) {
-                    _tile_loadd(KVS_AMXB_A1, al + 16 * w->cols, xs);
-                    _tile_dpbf16ps(KVS_AMXB_C10, KVS_AMXB_A1, KVS_AMXB_B0);
-                    _tile_dpbf16ps(KVS_AMXB_C11, KVS_AMXB_A1, KVS_AMXB_B1);
-                }
-
-                if (!f16) {
-                    continue;
-                }
-
-                /* C += xh . wl */
-                b0 = (const uint8_t *) pl + 2 * p * ps + s * 1024;
+                /* C += xh . wh, then xl . wh */
                 _tile_loadd(KVS_AMXB_B0, b0, 64);
                 _tile_loadd(KVS_AMXB_B1, b0 + ps, 64);
-                _tile_loadd(KVS_AMXB_A0, ah, xs);
-                _tile_dpbf16ps(KVS_AMXB_C00, KVS_AMXB_A0, KVS_AMXB_B0);
-                _tile_dpbf16ps(KVS_AMXB_C01, KVS_AMXB_A0, KVS_AMXB_B1);
+                kvs_amxb_dp(ah, xs, 16 * (size_t) w->cols, m1);
+                kvs_amxb_dp(al, xs, 16 * (size_t) w->cols, m1);
 
-                if (m1 != 0) {
-                    _tile_loadd(KVS_AMXB_A1, ah + 16 * w->cols, xs);
-                    _tile_dpbf16ps(KVS_AMXB_C10, KVS_AMXB_A1, KVS_AMXB_B0);
-                    _tile_dpbf16ps(KVS_AMXB_C11, KVS_AMXB_A1, KVS_AMXB_B1);
+                if (f16) {
+                    /* C += xh . wl */
+                    b0 = (const uint8_t *) pl + 2 * p * ps + s * 1024;
+                    _tile_loadd(KVS_AMXB_B0, b0, 64);
+                    _tile_loadd(KVS_AMXB_B1, b0 + ps, 64);
+                    kvs_amxb_dp(ah, xs, 16 * (size_t) w->cols, m1);
                 }
             }
 
