@@ -57,7 +57,7 @@
  * kvs_gram_memo_walk.c, the hit path inline (kvs_gram_memo_impl.h); a
  * new state's row starts with the bytes outside its next set refused;
  * subtrees the memo proves accepted are taken whole ("subtree skipping"
- * there says when that is exact).
+ * in kvs_gram_memo_skip.c says when that is exact).
  *
  * Invariants: the matcher holds mpath[0 .. fed) past the walk's start;
  * map[0 .. map_n) are the canonical ids of matcher nodes nbase ..
@@ -864,7 +864,7 @@ kvs_gram_memo_step(kvs_gram_memo_t *mo, uint32_t depth, uint8_t b,
  * every state it meets on a miss, so every token of at most theta bytes
  * gets the matcher's verdict; the closures of subtree skipping are
  * proved through the same transitions.  Longer tokens may not, and the
- * walk does not go below depth theta for them: kvs_gram_mask.c walks
+ * walk does not go below depth theta for them: kvs_gram_ind.c walks
  * again with a larger theta, taking the short ones from this walk
  * (kvs_gram_walk_src_t).  kvs_gram_memo_renamed tells whether a walk
  * renamed anything at all.

@@ -1,12 +1,14 @@
 /*
- * kvs_gram_memo_impl: what the transition memo's two files share
+ * kvs_gram_memo_impl: what the transition memo's three files share
  * (kvs_gram_memo.c: state naming, the tables, a step on a miss,
- * renaming; kvs_gram_memo_walk.c: the walk loop, subtree skipping,
- * sources).  Internal to src/grammar.
+ * renaming; kvs_gram_memo_walk.c: the walk loop, sources, the accepted
+ * tokens set from ranges; kvs_gram_memo_skip.c: subtree, counted and
+ * loop skipping).  Internal to src/grammar.
  *
  * kvs_gram_memo_t's fields and invariants are kvs_gram_memo.c's (its
- * opening comment); the hit path of a step (kvs_gram_memo_go) is here,
- * inline, so that the walk's loop takes a hit without a call.
+ * opening comment); the hit path of a step (kvs_gram_memo_go) and the
+ * recording of an accepted range (kvs_gram_memo_acc) are here, inline,
+ * so that the walk's loop takes them without a call.
  */
 
 #ifndef KVS_GRAM_MEMO_IMPL_H
@@ -113,7 +115,7 @@ struct kvs_gram_memo_s {
     uint64_t             by_class;        /* transitions known from a
                                              byte of the same class */
 
-    /* counted skipping (kvs_gram_memo_walk.c): per (state, class state)
+    /* counted skipping (kvs_gram_memo_skip.c): per (state, class state)
      * 0 unknown, BND_BUSY, BND_NO, or BND_VAL + the characters every
      * string from there may start (s_bnd), and the largest step's
      * interns below (s_bndc); the bytes standing for their class in
@@ -130,7 +132,7 @@ struct kvs_gram_memo_s {
     int                  bnd_cut;         /* the budget ran out */
     uint64_t             counted, counted_nodes;
 
-    /* loop skipping (kvs_gram_memo_walk.c): per state the byte groups
+    /* loop skipping (kvs_gram_memo_skip.c): per state the byte groups
      * tried (s_lknown) and those whose every byte is a remembered step
      * back to the state itself (s_loop), with the largest such step's
      * interns (s_loopc) */
@@ -160,11 +162,36 @@ struct kvs_gram_memo_s {
 #define KVS_GRAM_MEMO_BND_MIN   256        /* bnd_min's default */
 #define KVS_GRAM_MEMO_BND_LEN   12         /* bnd_len's default */
 
+#define KVS_GRAM_MEMO_LOOP_MIN  16        /* nodes below worth a loop
+                                             skipping try */
+
 
 /* The byte on the real matcher (kvs_gram_memo.c), remembered when both
  * ends are named: 1 taken (sid[depth] set), 0 refused. */
 int kvs_gram_memo_miss(kvs_gram_memo_t *mo, uint32_t depth, uint8_t b,
     uint32_t *sent);
+
+/* The accepted ranges kept in acc set in bits, and acc emptied
+ * (kvs_gram_memo_walk.c). */
+void kvs_gram_memo_acc_flush(kvs_gram_memo_t *mo, const kvs_gram_vocab_t *gv,
+    uint32_t *bits);
+
+/* Subtree skipping (kvs_gram_memo_skip.c): 1 if the subtree below the
+ * node just taken at depth (class state q, height h) is accepted whole,
+ * 0 if it must be walked. */
+int kvs_gram_memo_closed(kvs_gram_memo_t *mo, uint32_t depth, uint8_t q,
+    uint32_t h, int64_t room);
+
+/* Counted skipping (kvs_gram_memo_skip.c): 1 if the subtree below node i
+ * (just taken) was decided, the tokens of its nodes that pass recorded
+ * (kvs_gram_memo_acc), 0 if it must be walked. */
+int kvs_gram_memo_counted_skip(kvs_gram_memo_t *mo,
+    const kvs_gram_vocab_t *gv, uint32_t i, uint32_t *bits, int64_t room);
+
+/* Loop skipping (kvs_gram_memo_skip.c): 1 if the subtree below node i
+ * (just taken) is accepted whole, 0 if it must be walked. */
+int kvs_gram_memo_looped(kvs_gram_memo_t *mo, const kvs_gram_vocab_t *gv,
+    uint32_t i, int64_t room);
 
 
 /* Room for nodes the walk may make: a hit needs cum + calls <= room
@@ -215,6 +242,44 @@ kvs_gram_memo_go(kvs_gram_memo_t *mo, uint32_t depth, uint8_t b,
     }
 
     return kvs_gram_memo_miss(mo, depth, b, sent);
+}
+
+
+/* The tokens at sorted positions lo .. hi - 1 are accepted. */
+static inline void
+kvs_gram_memo_acc(kvs_gram_memo_t *mo, const kvs_gram_vocab_t *gv,
+    uint32_t *bits, uint32_t lo, uint32_t hi)
+{
+    uint32_t  k, id;
+
+    if (lo == hi) {
+        return;
+    }
+
+    if (mo->acc == NULL) {
+        for (k = lo; k < hi; k++) {
+            id = (uint32_t) gv->ids[k];
+            bits[id >> 5] |= 1u << (id & 31);
+        }
+        return;
+    }
+
+    if (mo->n_acc > 0 && mo->acc[2 * mo->n_acc - 1] == lo) {
+        mo->acc[2 * mo->n_acc - 1] = hi;
+        return;
+    }
+
+    if (mo->n_acc == KVS_GRAM_MEMO_ACC
+        || (mo->n_acc > 0 && lo < mo->acc[2 * mo->n_acc - 1]))
+    {
+        /* full, or out of order (a counted subtree's tokens come before
+         * its top node's own): acc stays sorted */
+        kvs_gram_memo_acc_flush(mo, gv, bits);
+    }
+
+    mo->acc[2 * mo->n_acc] = lo;
+    mo->acc[2 * mo->n_acc + 1] = hi;
+    mo->n_acc++;
 }
 
 

@@ -24,7 +24,7 @@
  *     T_j = "" | sep x T_{j-1}        (j = 1 .. e)  T_0 = ""
  *
  * (e = max - max(min, 1) optional copies), so every copy is a distinct
- * position and a mask keyed by positions (kvs_gram_mask.c's context-
+ * position and a mask keyed by positions (kvs_gram_ind.c's context-
  * independent entries) would see a new key at every character of a
  * bounded string.  Here each position of R and of the T_j gets a count
  * c, the copies of x it can still start before the structure changes:

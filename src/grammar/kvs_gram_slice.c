@@ -19,7 +19,7 @@
  *
  * Why a hit is exact: a context-independent entry is the classification
  * of every token by the matcher run from a cut stack (key[0], key[1],
- * then the sentinel: kvs_gram_mask.c).  That run reads the grammar only
+ * then the sentinel: kvs_gram_ind.c).  That run reads the grammar only
  * through the elements reachable from the key's positions (each
  * alternative from the position to its END, and every alternative of
  * every rule referenced from those, transitively; dead alternatives are

@@ -8,7 +8,7 @@
  * kvs_grammar.h and the packed records the walks read (kvs_gram_tnode_t,
  * with each node's subtree height, its class state and the characters
  * its bytes start, for the memo's subtree and counted skipping,
- * kvs_gram_memo_walk.c).
+ * kvs_gram_memo_skip.c).
  *
  * Invariants: node i's subtree is i .. t_end[i] - 1 and holds the sorted
  * tokens ids[t_cum[i] .. t_cum[t_end[i]]); tokens with equal bytes are

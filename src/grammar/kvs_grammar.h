@@ -20,7 +20,8 @@
  *   kvs_gram_vocab_t    a vocabulary's tokens as output bytes in a trie,
  *   kvs_gram_masker_t   and the token mask computed by walking that trie
  *                       with the matcher, with a cache of masks keyed by
- *                       matcher state (kvs_gram_mask.c).
+ *                       matcher state (kvs_gram_mask.c; its context-
+ *                       independent entries: kvs_gram_ind.c).
  *
  * Every call returns KVS_OK or a negative KVS_E* code and fills a
  * kvs_err_t; nothing here exits or aborts on bad input, and every size a
@@ -332,7 +333,7 @@ void kvs_gram_matcher_free(kvs_gram_matcher_t *m);
  * bottom of a stack shorter than that.  Below a cut stack is a sentinel;
  * a parse that pops into it sets the level's `sent` instead of going on.
  * What such a matcher accepts without reaching the sentinel, the whole
- * stack accepts too, whatever lies below (kvs_gram_mask.c).
+ * stack accepts too, whatever lies below (kvs_gram_ind.c).
  */
 int kvs_gram_matcher_init_cut(kvs_gram_matcher_t *m, const kvs_gram_t *g,
     const uint32_t *pos, uint32_t depth, const kvs_gram_mlimits_t *lim,
@@ -441,7 +442,7 @@ typedef struct {
                                          bytes, then [n_end] END ids */
     uint32_t   n_text, n_end;
     uint32_t   max_len;
-    /* counted repetitions' second key tier (kvs_gram_mask.c): the
+    /* counted repetitions' second key tier (kvs_gram_ind.c): the
      * shortest length >= 8 that at most 256 text tokens reach (0: none
      * below max_len + 1), and those tokens' sorted positions in ids */
     uint32_t   rep_low;
@@ -580,15 +581,15 @@ void kvs_gram_memo_end(kvs_gram_memo_t *mo);
  * inline: bits (zeroed by the caller) get every text token the grammar
  * takes; dep, when not NULL, is called with each range of sorted tokens
  * ids[lo .. hi) refused after a prefix of theirs reached a cut stack's
- * sentinel (kvs_gram_mask.c's context-independent entries), and its
+ * sentinel (kvs_gram_ind.c's context-independent entries), and its
  * error ends the walk.  Subtrees whose every string the memo proves
  * accepted are taken whole without stepping their nodes
- * (kvs_gram_memo_walk.c says when that is exact).
+ * (kvs_gram_memo_skip.c says when that is exact).
  */
 typedef int (*kvs_gram_walk_dep_pt)(void *arg, uint32_t lo, uint32_t hi);
 
 /*
- * A walk's source for its short tokens (kvs_gram_mask.c: an entry whose
+ * A walk's source for its short tokens (kvs_gram_ind.c: an entry whose
  * key differs from src's only in the copies a counted repetition has
  * left, len the fewest of them): every trie subtree whose tokens are all
  * shorter than len bytes takes src's classification (accepted: bits;
@@ -623,14 +624,14 @@ uint64_t kvs_gram_memo_inverted(const kvs_gram_memo_t *mo);
  * reference the tests compare with). */
 void kvs_gram_memo_skip(kvs_gram_memo_t *mo, int on);
 
-/* The class automaton (kvs_gram_memo_walk.c): its state after byte b from
+/* The class automaton (kvs_gram_memo_skip.c): its state after byte b from
  * state q (0: between characters), KVS_GRAM_CLS_DEAD once the bytes
  * leave the class; the vocabulary trie records it per node. */
 #define KVS_GRAM_CLS_DEAD  15
 
 uint8_t kvs_gram_memo_class(uint8_t q, uint8_t b);
 
-/* A byte's group for loop skipping (kvs_gram_memo_walk.c): 0-9, a-f,
+/* A byte's group for loop skipping (kvs_gram_memo_skip.c): 0-9, a-f,
  * g-z, A-F, G-Z, space, each other printable ASCII byte on its own, the
  * controls, DEL, and the UTF-8 continuation and lead byte ranges; fewer
  * than 64, so a set of them is one word. */
@@ -675,7 +676,7 @@ uint64_t kvs_gram_memo_by_class(const kvs_gram_memo_t *mo);
  * stepping them, since kvs_gram_memo_new(). */
 uint64_t kvs_gram_memo_copied(const kvs_gram_memo_t *mo);
 
-/* Subtrees taken by counted skipping (kvs_gram_memo_walk.c: a bounded
+/* Subtrees taken by counted skipping (kvs_gram_memo_skip.c: a bounded
  * string's subtree decided by its tokens' character counts) and the
  * trie nodes below them not stepped, since kvs_gram_memo_new(). */
 void kvs_gram_memo_counted(const kvs_gram_memo_t *mo, uint64_t st[2]);
@@ -698,7 +699,7 @@ typedef struct kvs_gram_masker_s {
     uint64_t                 hits, misses;
 
     /* context-independent masks by the top KVS_GRAM_CUT positions of a
-     * stack (kvs_gram_mask.c) */
+     * stack (kvs_gram_ind.c) */
     kvs_gram_ientry_t       *ind;
     kvs_gram_ientry_t      **used;    /* [max_front] this mask's entries */
     uint32_t                 n_ind, cap_ind, next_ind;
@@ -711,7 +712,7 @@ typedef struct kvs_gram_masker_s {
     int                      nosrc;
 
     /* an entry with no source is walked in passes with counted
-     * repetitions renamed (kvs_gram_mask.c, kvs_gram_ind_passes), the
+     * repetitions renamed (kvs_gram_ind.c, kvs_gram_ind_passes), the
      * first with theta0 (0: KVS_GRAM_THETA0); norename: one walk with
      * none (the reference the tests compare with) */
     uint32_t                 theta0;
@@ -800,7 +801,7 @@ void kvs_gram_verdict_purge(kvs_gram_masker_t *mk, uint32_t low_water);
 int kvs_gram_verdict_init(kvs_gram_masker_t *mk, uint32_t max_front);
 void kvs_gram_verdict_free(kvs_gram_masker_t *mk);
 
-/* An entry's dependent ranges (kvs_gram_mask.c). */
+/* An entry's dependent ranges (kvs_gram_ind.c). */
 void kvs_gram_ientry_ranges(const kvs_gram_ientry_t *e,
     const uint32_t **ranges, uint32_t *n_ranges);
 

@@ -1,5 +1,5 @@
 /*
- * test_gram_count: counted skipping (kvs_gram_memo_walk.c).  In the
+ * test_gram_count: counted skipping (kvs_gram_memo_skip.c).  In the
  * walk of a bounded string's entry built from a source, a subtree of
  * the class automaton's bytes is decided by its nodes' character counts
  * (kvs_gram_tnode_t's chars) against the count the memo proves for the

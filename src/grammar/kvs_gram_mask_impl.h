@@ -1,0 +1,57 @@
+/*
+ * kvs_gram_mask_impl: what the token mask's two files share
+ * (kvs_gram_mask.c: the masker, its cache of masks by matcher state,
+ * the plain walk and the mask as a union of entries; kvs_gram_ind.c:
+ * the context-independent entries, their table and the merged check of
+ * their dependent tokens).  Internal to src/grammar.
+ *
+ * kvs_gram_ientry_t's fields and invariants are kvs_gram_ind.c's (its
+ * opening comment); kvs_gram_mask.c reads an entry's bits, ranges and
+ * flags to make a mask from it, and never writes them.
+ */
+
+#ifndef KVS_GRAM_MASK_IMPL_H
+#define KVS_GRAM_MASK_IMPL_H
+
+#include "grammar/kvs_grammar.h"
+
+
+/* A context-independent entry: for stacks whose top KVS_GRAM_CUT
+ * positions are key, the tokens accepted whatever lies below, and the
+ * ranges of sorted tokens (ids[lo .. hi)) that depend on it. */
+struct kvs_gram_ientry_s {
+    uint32_t   key[KVS_GRAM_CUT];     /* top positions, NIL-padded */
+    uint32_t   used;                  /* 0: a free slot */
+    uint64_t   stamp;                 /* the mask that last used it */
+    uint64_t   hash;
+    uint32_t  *bits;                  /* [words] accepted */
+    uint32_t   some;                  /* 1: bits has a token */
+    uint32_t  *ranges;                /* [2 * n_ranges] */
+    uint32_t   n_ranges, cap_ranges;
+    uint32_t   capped;                /* its build met a matcher cap */
+};
+
+
+/* An entry's memory freed and the slot zeroed (a free slot again). */
+void kvs_gram_ind_free(kvs_gram_ientry_t *e);
+
+/* The key of a stack's top positions t into key (counted positions named
+ * by a canonical copy); 1 if its entry is a low tier's. */
+int kvs_gram_ind_key(const kvs_gram_masker_t *mk, const uint32_t *t,
+    uint32_t *key);
+
+/* The entry of the stack whose top positions are t0, found in the
+ * masker's table (or its owner's) or built there; KVS_ETOOLONG when the
+ * table has no slot this mask does not hold, or the work bound ran out. */
+int kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
+    kvs_gram_ientry_t **out, kvs_err_t *err);
+
+/* The dependent tokens of mk->used[0 .. n_used) checked in one walk
+ * through the check memo, the accepted ones set in bits; -1: not done
+ * (too few to pay, or no memory: the caller checks them token by
+ * token), else 1 if one was accepted. */
+int kvs_gram_ind_check_all(kvs_gram_masker_t *mk, uint32_t n_used,
+    uint32_t *bits, kvs_err_t *err);
+
+
+#endif /* KVS_GRAM_MASK_IMPL_H */
