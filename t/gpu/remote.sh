@@ -119,16 +119,21 @@ job_check() {
 }
 
 # sanitize TOOL PART SECONDS: gpu_check's part under compute-sanitizer's
-# TOOL, its summary line noted, and the first findings when it found any
+# TOOL, its summary line noted, and the first findings when it found any.
+# The parts that open the CUDA backend need the pack's library named (the
+# path built in is this machine's); the part's own pass / fail count is
+# noted too, so that a part that could not run is not read as clean.
 sanitize() {
     local f=$w/keep/sanitize-$1-$2.txt rc
+    KVSERVE_CUDA_SO=$g/bin/libkvserve_cuda.so \
     timeout "$3" "$cs" --tool "$1" --error-exitcode 3 --print-limit 20 \
         "$g/bin/gpu_check" --tmp "$w/tmp" --seed "$seed" \
         --fixtures "$g/fixtures" --only "$2" --out "$w/keep/san-$1-$2" \
         > "$f" 2>&1
     rc=$?
     note "sanitize: $1 $2: exit $rc ($(grep -m1 -o \
-        'ERROR SUMMARY: [0-9]* error[s]*\|RACECHECK SUMMARY.*' "$f"))"
+        'ERROR SUMMARY: [0-9]* error[s]*\|RACECHECK SUMMARY.*' "$f"); $(grep \
+        -m1 -o 'gpu_check: [0-9]* passed, [0-9]* failed' "$f"))"
     [ "$rc" = 3 ] && grep -E -m 20 'Invalid|Error|hazard|at 0x|in kvs_' \
         "$f" | tee -a "$sum"
     return 0
