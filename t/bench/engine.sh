@@ -20,7 +20,10 @@
 # LLAMA_CPP_BUILD (the peer; without it only our numbers are printed).
 # Knobs: ENGINE_MODELS ("stories f32 f16 q8_0"; see above),
 # ENGINE_THREADS ("1 2"), ENGINE_REPS (3: ours, best of; the peer's
-# repetitions are llamacpp.sh's).
+# repetitions are llamacpp.sh's), ENGINE_GEN (the generated model's
+# shape as gen-model options, "--preset 100m"; e.g. a 1.1B Llama:
+# "--layers 22 --dim 2048 --heads 32 --kv-heads 4 --ffn 5632 --vocab
+# 32000 --ctx 4096") and ENGINE_TAG (its files' prefix, m100).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -29,6 +32,8 @@ tmp=${KVS_TMP:-/tmp}/engine-bench
 models=${ENGINE_MODELS:-stories f32 f16 q8_0}
 threads_list=${ENGINE_THREADS:-1 2}
 reps=${ENGINE_REPS:-3}
+read -r -a gen <<<"${ENGINE_GEN:---preset 100m}"
+tag=${ENGINE_TAG:-m100}
 mkdir -p "$tmp"
 
 field() {    # field NAME LINE: the value of NAME=... in LINE
@@ -75,19 +80,19 @@ for name in $models; do
     *_k_[sml])
         # a mix (q4_k_m ...): the F32 model through `kvserve quantize`,
         # so the file has the mix's per-tensor types, as llama-quantize's
-        m=$tmp/m100-$name.gguf
+        m=$tmp/$tag-$name.gguf
         if [ ! -s "$m" ]; then
-            if [ ! -s "$tmp/m100-f32.gguf" ]; then
-                "$cli" gen-model --preset 100m --dtype f32 --seed 3 \
-                    "$tmp/m100-f32.gguf" >/dev/null
+            if [ ! -s "$tmp/$tag-f32.gguf" ]; then
+                "$cli" gen-model "${gen[@]}" --dtype f32 --seed 3 \
+                    "$tmp/$tag-f32.gguf" >/dev/null
             fi
-            "$cli" quantize "$tmp/m100-f32.gguf" "$m" --type "$name" \
+            "$cli" quantize "$tmp/$tag-f32.gguf" "$m" --type "$name" \
                 >/dev/null
         fi ;;
     *)
-        m=$tmp/m100-$name.gguf
+        m=$tmp/$tag-$name.gguf
         if [ ! -s "$m" ]; then
-            "$cli" gen-model --preset 100m --dtype "$name" --seed 3 "$m" \
+            "$cli" gen-model "${gen[@]}" --dtype "$name" --seed 3 "$m" \
                 >/dev/null
         fi ;;
     esac
