@@ -200,8 +200,9 @@ kvs_cpu_amx_ready(const char **line)
 }
 
 
-/* The level's name; only KVSERVE_CPU_SIMD=3 puts the tiles to use
- * (kvs_cpu_simd), and 0, 1 or 2 leave AMX unasked. */
+/* The level's name and the tiles': the int8 tiles only under
+ * KVSERVE_CPU_SIMD=3 (kvs_cpu_simd), the BF16 tiles by default where
+ * present (kvs_cpu_amxb_on); 0, 1 or 2 leave AMX unasked. */
 const char *
 kvs_cpu_kernels(char *buf, size_t len)
 {
