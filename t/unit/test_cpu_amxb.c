@@ -106,19 +106,6 @@ have_avx512(void)
 }
 
 
-static float
-bf(uint16_t h)
-{
-    float     f;
-    uint32_t  u;
-
-    u = (uint32_t) h << 16;
-    memcpy(&f, &u, 4);
-
-    return f;
-}
-
-
 /* The split against the nearest BF16 found by looking at both
  * neighbours of the truncation. */
 static void
@@ -148,10 +135,12 @@ test_split(void **state)
 
     assert_int_equal(xh[2], 0x3f80);
     assert_int_equal(xh[3], 0x3f82);
-    assert_true(isinf(bf(xh[4])) && bf(xh[4]) > 0 && xl[4] == 0);
-    assert_true(isinf(bf(xh[5])) && bf(xh[5]) < 0 && xl[5] == 0);
-    assert_true(isnan(bf(xh[6])));
-    assert_true(isinf(bf(xh[7])));        /* FLT_MAX rounds up */
+    assert_true(isinf(kvs_bf16_to_f32(xh[4])) && xl[4] == 0);
+    assert_true(kvs_bf16_to_f32(xh[4]) > 0);
+    assert_true(isinf(kvs_bf16_to_f32(xh[5])) && xl[5] == 0);
+    assert_true(kvs_bf16_to_f32(xh[5]) < 0);
+    assert_true(isnan(kvs_bf16_to_f32(xh[6])));
+    assert_true(isinf(kvs_bf16_to_f32(xh[7])));        /* FLT_MAX rounds up */
 
     for (j = 0; j < 4096; j++) {
         if (j >= 4 && j <= 7) {
@@ -160,8 +149,8 @@ test_split(void **state)
 
         memcpy(&u, &x[j], 4);
         t = (uint16_t) (u >> 16);
-        lo = bf(t);
-        hi = bf((uint16_t) (t + 1));
+        lo = kvs_bf16_to_f32(t);
+        hi = kvs_bf16_to_f32((uint16_t) (t + 1));
 
         /* the nearer of the two (magnitudes), the even one on a tie */
         d = fabsf(x[j] - lo) - fabsf(hi - x[j]);
@@ -171,8 +160,8 @@ test_split(void **state)
             assert_int_equal(xh[j], (uint16_t) (t + 1));
         }
 
-        assert_true(fabs((double) x[j] - ((double) bf(xh[j])
-                                          + (double) bf(xl[j])))
+        assert_true(fabs((double) x[j] - ((double) kvs_bf16_to_f32(xh[j])
+                                          + (double) kvs_bf16_to_f32(xl[j])))
                     <= fabs((double) x[j]) * ldexp(1.0, -16));
     }
 }
@@ -373,7 +362,7 @@ bound_ratio(const amxb_case_t *c, const float *y, uint32_t n, uint32_t r0,
                     wf = c->w.type == KVS_GGML_F16
                          ? kvs_f16_to_f32(row[j]) : kvs_bf16_to_f32(row[j]);
                     s += (double) wf
-                         * bf(c->xh[(size_t) i * c->w.cols + j]);
+                         * kvs_bf16_to_f32(c->xh[(size_t) i * c->w.cols + j]);
                 }
 
                 if (mag > 0 && fabs(s - ex) / (mag * ldexp(1.0, -14))

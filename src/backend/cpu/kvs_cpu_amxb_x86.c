@@ -59,6 +59,9 @@
 #include "kvs_cpu_amx.h"
 
 
+/* kvs_dtype.c's kvs_f32_to_bf16 and kvs_bf16_to_f32, the same bits,
+ * inline here: the split runs on every input of every product. */
+
 /* x as BF16, rounded to nearest even (NaN stays a NaN) */
 static uint16_t
 kvs_amxb_round(float x)
