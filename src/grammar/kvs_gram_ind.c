@@ -626,13 +626,10 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
 
     mk->ind_misses++;
 
-    /* a key with no counted position may be a vocabulary slice's shape
-     * (kvs_gram_slice.c): then its entry is a copy */
+    /* the key may be a vocabulary slice's shape (kvs_gram_slice.c),
+     * counted positions too: then its entry is a copy */
     sl = 0;
-    if (!mk->noslices && mk->gv->slices != NULL
-        && kvs_gram_rep_count(mk->m->g, t[0]) == 0
-        && kvs_gram_rep_count(mk->m->g, t[1]) == 0)
-    {
+    if (!mk->noslices && mk->gv->slices != NULL) {
         sl = kvs_gram_slice_find(mk->gv, mk->m->g, t, &mk->m->lim, &sb,
                                  &sr, &snr, &ssome);
     }

@@ -31,15 +31,25 @@
  * renaming, the same node and frontier counts, so the same tokens
  * accepted, refused and dependent.  Caps: an entry whose build never
  * met a cap (kvs_gram_matcher_t.capped) is the uncapped classification,
- * so it holds for any caps at least as large.  Only keys with no counted
- * position are stored and looked up (their masker key is the positions
- * themselves, built by one walk with no source).
+ * so it holds for any caps at least as large.
+ *
+ * Counted keys (a bounded string's characters, kvs_gram_rep.c): the
+ * masker names such a position by its family's member with the same
+ * count, or the tier's (kvs_gram_ind_key), and that member reaches one
+ * rule per copy left down to the repetition's end, so its shape holds
+ * the count: `maxLength` 40 and 500 strings reach the same sub-grammar
+ * with 20 copies left.  What the count adds beyond the sub-grammar is
+ * which tokens the entry leaves to the real stacks (a low tier's long
+ * ones), decided by the key positions' counts, so the head holds those
+ * too.  The tier at max_len + 1 reaches max_len + 1 rules (129 on Llama
+ * 3 and Qwen2), hence the rule cap below.
  *
  * Memory (per vocabulary, once): at most KVS_GRAM_SLICES_MAX entries of
  * (n_tokens + 31) / 32 words, at most KVS_GRAM_SLICE_RANGES range pairs
  * and KVS_GRAM_SHAPE_MAX shape words each: on Qwen2 (151,646 tokens)
- * under 128 x (19 + 32 + 8) KiB = 7.4 MiB; 111 slices, 2.1 MiB, on the
- * references below.
+ * under 256 x (19 + 32 + 32) KiB = 21 MiB; 191 slices, about 4 MiB, on the
+ * references below (built in 110-160 ms, most of it the bounded
+ * strings' 40 characters).
  */
 
 #include <stdlib.h>
@@ -53,9 +63,9 @@
 
 /* At most this many slices per vocabulary, of at most this many
  * dependent range pairs and shape words each. */
-#define KVS_GRAM_SLICES_MAX    128
+#define KVS_GRAM_SLICES_MAX    256
 #define KVS_GRAM_SLICE_RANGES  4096
-#define KVS_GRAM_SHAPE_MAX     2048
+#define KVS_GRAM_SHAPE_MAX     8192
 
 typedef struct {
     uint32_t           *shape;
@@ -78,7 +88,12 @@ struct kvs_gram_slices_s {
 
 /* ---- the shape ---------------------------------------------------------- */
 
-#define KVS_GRAM_SHAPE_RULES  128
+/* At most this many rules in a shape: a bounded string's tier at
+ * max_len + 1 reaches a rule per copy left (129 on Qwen2 and Llama 3),
+ * and vocabularies with longer tokens only lose that tier's slice.  The
+ * ranks are found through a hash of twice as many slots. */
+#define KVS_GRAM_SHAPE_RULES  512
+#define KVS_GRAM_SHAPE_SLOTS  1024
 
 #define KVS_GRAM_SH_NIL    0xffffffffu    /* a key position below a stack */
 #define KVS_GRAM_SH_SEG    0xfffffff0u    /* a key position's alternative */
@@ -92,6 +107,7 @@ typedef struct {
     uint32_t           n, cap;
     uint32_t           rules[KVS_GRAM_SHAPE_RULES];
     uint32_t           n_rules;
+    uint32_t           slot[KVS_GRAM_SHAPE_SLOTS];   /* rank + 1, 0 free */
 } kvs_gram_sh_t;
 
 
@@ -112,9 +128,13 @@ kvs_gram_sh_rule(kvs_gram_sh_t *sh, uint32_t r, uint32_t *ix)
 {
     uint32_t  i;
 
-    for (i = 0; i < sh->n_rules; i++) {
-        if (sh->rules[i] == r) {
-            *ix = i;
+    /* at most half the slots are taken, so a free one is always met */
+    for (i = (r * 2654435761u) & (KVS_GRAM_SHAPE_SLOTS - 1);
+         sh->slot[i] != 0;
+         i = (i + 1) & (KVS_GRAM_SHAPE_SLOTS - 1))
+    {
+        if (sh->rules[sh->slot[i] - 1] == r) {
+            *ix = sh->slot[i] - 1;
             return KVS_OK;
         }
     }
@@ -122,6 +142,7 @@ kvs_gram_sh_rule(kvs_gram_sh_t *sh, uint32_t r, uint32_t *ix)
         return KVS_ETOOLONG;
     }
     sh->rules[sh->n_rules] = r;
+    sh->slot[i] = sh->n_rules + 1;
     *ix = sh->n_rules++;
     return KVS_OK;
 }
@@ -183,54 +204,66 @@ kvs_gram_shape_hash(const uint32_t *w, uint32_t n)
  * order, with its nullable flag and its alternatives (a dead one as one
  * word: the matcher never enters it).  KVS_OK and *n words in out, or
  * KVS_ETOOLONG past cap words or KVS_GRAM_SHAPE_RULES rules (no shape:
- * no slice).  With only_head, stops after the head (*n its words).
+ * no slice).  With only_head, stops after the head (*n its words).  sh
+ * is scratch.
  */
 static int
 kvs_gram_shape_run(const kvs_gram_t *g, const uint32_t *key, uint32_t *out,
-    uint32_t cap, uint32_t *n, uint64_t *head, int only_head)
+    uint32_t cap, uint32_t *n, uint64_t *head, int only_head,
+    kvs_gram_sh_t *sh)
 {
-    uint32_t        k, i, a, r;
-    kvs_gram_sh_t   sh;
+    uint32_t  k, i, a, r;
 
-    sh.g = g;
-    sh.out = out;
-    sh.n = 0;
-    sh.cap = cap;
-    sh.n_rules = 0;
+    sh->g = g;
+    sh->out = out;
+    sh->n = 0;
+    sh->cap = cap;
+    sh->n_rules = 0;
+    memset(sh->slot, 0, sizeof(sh->slot));
 
-    if (!g->finished || kvs_gram_sh_put(&sh, (uint32_t) g->lazy) != KVS_OK) {
+    if (!g->finished || kvs_gram_sh_put(sh, (uint32_t) g->lazy) != KVS_OK) {
         return KVS_ETOOLONG;
     }
 
     for (k = 0; k < KVS_GRAM_CUT; k++) {
         if (key[k] == KVS_GRAM_NIL) {
-            if (kvs_gram_sh_put(&sh, KVS_GRAM_SH_NIL) != KVS_OK) {
+            if (kvs_gram_sh_put(sh, KVS_GRAM_SH_NIL) != KVS_OK) {
                 return KVS_ETOOLONG;
             }
             continue;
         }
-        if (kvs_gram_sh_put(&sh, KVS_GRAM_SH_SEG) != KVS_OK
-            || kvs_gram_sh_alt(&sh, key[k]) != KVS_OK)
+        if (kvs_gram_sh_put(sh, KVS_GRAM_SH_SEG) != KVS_OK
+            || kvs_gram_sh_alt(sh, key[k]) != KVS_OK)
         {
             return KVS_ETOOLONG;
         }
     }
 
+    /* the key positions' counts: with the sub-grammar they decide which
+     * tokens the entry leaves to the real stacks (a low tier's long
+     * ones, kvs_gram_ind_key), and a grammar may index a repetition
+     * that another spells alike but does not */
+    for (k = 0; k < KVS_GRAM_CUT; k++) {
+        if (kvs_gram_sh_put(sh, kvs_gram_rep_count(g, key[k])) != KVS_OK) {
+            return KVS_ETOOLONG;
+        }
+    }
+
     if (head != NULL) {
-        *head = kvs_gram_shape_hash(sh.out, sh.n);
+        *head = kvs_gram_shape_hash(sh->out, sh->n);
     }
     if (only_head) {
-        *n = sh.n;
+        *n = sh->n;
         return KVS_OK;
     }
 
-    /* rules are appended to sh.rules while this runs */
-    for (i = 0; i < sh.n_rules; i++) {
-        r = sh.rules[i];
-        if (kvs_gram_sh_put(&sh, KVS_GRAM_SH_RULE
+    /* rules are appended to sh->rules while this runs */
+    for (i = 0; i < sh->n_rules; i++) {
+        r = sh->rules[i];
+        if (kvs_gram_sh_put(sh, KVS_GRAM_SH_RULE
                                  | (g->nullable != NULL && g->nullable[r]))
                 != KVS_OK
-            || kvs_gram_sh_put(&sh, g->rule_alt[r + 1] - g->rule_alt[r])
+            || kvs_gram_sh_put(sh, g->rule_alt[r + 1] - g->rule_alt[r])
                 != KVS_OK)
         {
             return KVS_ETOOLONG;
@@ -238,18 +271,18 @@ kvs_gram_shape_run(const kvs_gram_t *g, const uint32_t *key, uint32_t *out,
 
         for (a = g->rule_alt[r]; a < g->rule_alt[r + 1]; a++) {
             if (g->elems[g->alt_start[a]].kind == KVS_GRAM_DEAD) {
-                if (kvs_gram_sh_put(&sh, KVS_GRAM_SH_DEAD) != KVS_OK) {
+                if (kvs_gram_sh_put(sh, KVS_GRAM_SH_DEAD) != KVS_OK) {
                     return KVS_ETOOLONG;
                 }
                 continue;
             }
-            if (kvs_gram_sh_alt(&sh, g->alt_start[a]) != KVS_OK) {
+            if (kvs_gram_sh_alt(sh, g->alt_start[a]) != KVS_OK) {
                 return KVS_ETOOLONG;
             }
         }
     }
 
-    *n = sh.n;
+    *n = sh->n;
 
     return KVS_OK;
 }
@@ -259,7 +292,17 @@ int
 kvs_gram_shape(const kvs_gram_t *g, const uint32_t *key, uint32_t *out,
     uint32_t cap, uint32_t *n)
 {
-    return kvs_gram_shape_run(g, key, out, cap, n, NULL, 0);
+    int             rc;
+    kvs_gram_sh_t  *sh;
+
+    sh = malloc(sizeof(kvs_gram_sh_t));
+    if (sh == NULL) {
+        return KVS_ENOMEM;
+    }
+    rc = kvs_gram_shape_run(g, key, out, cap, n, NULL, 0, sh);
+    free(sh);
+
+    return rc;
 }
 
 
@@ -271,17 +314,30 @@ kvs_gram_slice_find(const kvs_gram_vocab_t *gv, const kvs_gram_t *g,
     const uint32_t **bits, const uint32_t **ranges, uint32_t *n_ranges,
     uint32_t *some)
 {
-    uint32_t                  i, n, buf[KVS_GRAM_SHAPE_MAX];
+    int                       found;
+    uint32_t                  i, n, *buf;
     uint64_t                  h, hd;
+    kvs_gram_sh_t            *sh;
     const kvs_gram_slice_t   *s;
     const kvs_gram_slices_t  *ss;
 
     ss = gv->slices;
-    if (ss == NULL || ss->n == 0
-        || kvs_gram_shape_run(g, key, buf, KVS_GRAM_SHAPE_MAX, &n, &hd, 1)
-           != KVS_OK)
-    {
+    if (ss == NULL || ss->n == 0) {
         return 0;
+    }
+
+    /* not on the stack: a shape is up to 32 KiB, its rule table 6 KiB */
+    buf = malloc(KVS_GRAM_SHAPE_MAX * sizeof(uint32_t) + sizeof(*sh));
+    if (buf == NULL) {
+        return 0;                     /* no slice: the entry is built */
+    }
+    sh = (kvs_gram_sh_t *) (buf + KVS_GRAM_SHAPE_MAX);
+    found = 0;
+
+    if (kvs_gram_shape_run(g, key, buf, KVS_GRAM_SHAPE_MAX, &n, &hd, 1, sh)
+        != KVS_OK)
+    {
+        goto done;
     }
 
     /* the key positions' own alternatives first: most keys stop here */
@@ -289,10 +345,11 @@ kvs_gram_slice_find(const kvs_gram_vocab_t *gv, const kvs_gram_t *g,
         /* void */
     }
     if (i == ss->n
-        || kvs_gram_shape_run(g, key, buf, KVS_GRAM_SHAPE_MAX, &n, NULL, 0)
+        || kvs_gram_shape_run(g, key, buf, KVS_GRAM_SHAPE_MAX, &n, NULL, 0,
+                              sh)
            != KVS_OK)
     {
-        return 0;
+        goto done;
     }
     h = kvs_gram_shape_hash(buf, n);
 
@@ -307,11 +364,16 @@ kvs_gram_slice_find(const kvs_gram_vocab_t *gv, const kvs_gram_t *g,
             *ranges = s->ranges;
             *n_ranges = s->n_ranges;
             *some = s->some;
-            return 1;
+            found = 1;
+            break;
         }
     }
 
-    return 0;
+done:
+
+    free(buf);
+
+    return found;
 }
 
 
@@ -322,7 +384,10 @@ kvs_gram_slice_find(const kvs_gram_vocab_t *gv, const kvs_gram_t *g,
  * of it, each fed byte by byte with a mask at every byte, so that the
  * masker builds the entry of every key met on the way.  The texts pass
  * through each part of each format (both date-time offsets, a time's
- * fraction, an email's dots and hyphens, escapes in a free string).
+ * fraction, an email's dots and hyphens, escapes in a free string),
+ * and through every count of a bounded string below the tiers (40
+ * characters) and its tiers, with and without a mandatory first
+ * character (`minLength` 1; other minimums spell another sub-grammar).
  */
 static const struct {
     const char  *schema;
@@ -341,6 +406,14 @@ static const struct {
       { "\"03:04:05.6Z\"", "\"23:59:59+01:30\"", NULL } },
     { "{\"type\": \"string\", \"format\": \"uuid\"}",
       { "\"0123abcd-4567-89ef-ABCD-0123456789ef\"", NULL, NULL } },
+    { "{\"type\": \"string\", \"maxLength\": 40}",
+      { "\"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN\"", NULL, NULL } },
+    { "{\"type\": \"string\", \"maxLength\": 300}",
+      { "\"abc\"", NULL, NULL } },
+    { "{\"type\": \"string\", \"minLength\": 1, \"maxLength\": 40}",
+      { "\"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN\"", NULL, NULL } },
+    { "{\"type\": \"string\", \"minLength\": 1, \"maxLength\": 300}",
+      { "\"abc\"", NULL, NULL } },
     { NULL,
       { "{\"a\": [1, -2.5e+3, true, false, null, \"x\\ty\"], "
         "\"b\": {\"c\": {}}, \"d\": []}", NULL, NULL } },
@@ -358,16 +431,17 @@ typedef struct {
     const kvs_gram_t   *g;
     kvs_gram_mlimits_t  lim;
     uint32_t           *buf;
+    kvs_gram_sh_t      *sh;
 } kvs_gram_harvest_t;
 
 
-/* One entry of a reference masker: kept if its key has no counted
- * position, its build met no cap, its shape is new and it fits. */
+/* One entry of a reference masker: kept if its build met no cap, its
+ * shape is new and it fits. */
 static int
 kvs_gram_slice_take(void *arg, const uint32_t *key, const uint32_t *bits,
     const uint32_t *ranges, uint32_t n_ranges, uint32_t some, int capped)
 {
-    uint32_t             k, i, n;
+    uint32_t             i, n;
     uint64_t             h, hd;
     kvs_gram_slice_t    *s;
     kvs_gram_harvest_t  *hv;
@@ -379,13 +453,8 @@ kvs_gram_slice_take(void *arg, const uint32_t *key, const uint32_t *bits,
     {
         return KVS_OK;
     }
-    for (k = 0; k < KVS_GRAM_CUT; k++) {
-        if (kvs_gram_rep_count(hv->g, key[k]) != 0) {
-            return KVS_OK;
-        }
-    }
     if (kvs_gram_shape_run(hv->g, key, hv->buf, KVS_GRAM_SHAPE_MAX, &n,
-                           &hd, 0)
+                           &hd, 0, hv->sh)
         != KVS_OK)
     {
         return KVS_OK;
@@ -475,6 +544,7 @@ kvs_gram_slice_ref(kvs_gram_slices_t *ss, const kvs_gram_vocab_t *gv,
     hv.g = &g;
     hv.lim = ml;
     hv.buf = buf;
+    hv.sh = (kvs_gram_sh_t *) (buf + KVS_GRAM_SHAPE_MAX);
 
     for (j = 0; j < 3 && rc == KVS_OK; j++) {
         t = kvs_gram_slice_refs[ri].texts[j];
@@ -551,7 +621,8 @@ kvs_gram_vocab_slices(kvs_gram_vocab_t *gv, kvs_err_t *err)
 
     ss = calloc(1, sizeof(kvs_gram_slices_t));
     bits = malloc(((size_t) gv->n_tokens + 32) / 32 * sizeof(uint32_t));
-    buf = malloc(KVS_GRAM_SHAPE_MAX * sizeof(uint32_t));
+    buf = malloc(KVS_GRAM_SHAPE_MAX * sizeof(uint32_t)
+                 + sizeof(kvs_gram_sh_t));
     if (ss == NULL || bits == NULL || buf == NULL) {
         free(ss);
         free(bits);

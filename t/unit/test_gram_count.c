@@ -159,6 +159,10 @@ tc_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks,
     for (w = 0; w < walks; w++) {
         rng = 991 + w * 7919 + strlen(schema);
         tgw_begin(&r, &g, gv, entries);
+        /* built, not copied from the vocabulary's slices, which hold
+         * most bounded strings' counts */
+        r.mk[TC_COUNTED].noslices = 1;
+        r.mk[TC_OFF].noslices = 1;
         kvs_gram_memo_counting(r.mk[TC_COUNTED].memo, 1, UINT32_MAX);
         kvs_gram_memo_counting(r.mk[TC_OFF].memo, 1, 0);
 

@@ -49,6 +49,14 @@ static const char  *ts_schemas[] = {
     "\"^[a-f0-9-]+$\"}]}",
     "{\"type\": \"array\", \"items\": {\"type\": \"object\"}}",
     "{\"type\": \"string\", \"maxLength\": 5}",
+    "{\"type\": \"string\", \"maxLength\": 40}",
+    "{\"type\": \"string\", \"minLength\": 1, \"maxLength\": 30}",
+    "{\"type\": \"string\", \"minLength\": 3, \"maxLength\": 300}",
+    "{\"type\": \"string\", \"pattern\": \"^[a-z]{2,30}$\"}",
+    "{\"type\": \"object\", \"properties\": {\"n\": {\"type\": "
+    "\"string\", \"maxLength\": 20}, \"d\": {\"type\": \"string\", "
+    "\"minLength\": 1, \"maxLength\": 500}}, \"required\": [\"n\", "
+    "\"d\"], \"additionalProperties\": false}",
 };
 
 #define TS_NS  (sizeof(ts_schemas) / sizeof(ts_schemas[0]))
@@ -296,11 +304,87 @@ test_shapes(void **state)
 }
 
 
+/*
+ * Bounded strings: the member of a repetition with c copies left reaches
+ * the same sub-grammar in any grammar whose string has at least c copies
+ * left there, so a slice built from the references' maxLength 40 string
+ * serves another grammar's maxLength 20 property at the same count, and
+ * not at another count nor for a pattern's counted class.  Counts below
+ * the test vocabulary's lower tier (rep_low 8) are keys as they are.
+ */
+static void
+test_counted_shapes(void **state)
+{
+    uint32_t             ka[KVS_GRAM_CUT], kb[KVS_GRAM_CUT];
+    uint32_t             kc[KVS_GRAM_CUT], kd[KVS_GRAM_CUT], na, nb, nc;
+    uint32_t             snr, some;
+    uint32_t            *sa, *sb, *sc;
+    kvs_gram_t           ga, gb, gc;
+    kvs_gram_vocab_t    *gv;
+    kvs_gram_mlimits_t   lim;
+    const uint32_t      *bits, *ranges;
+
+    (void) state;
+    gv = ts_vocab();
+    assert_int_equal(gv->rep_low, 8);
+
+    sa = malloc(3 * 8192 * sizeof(uint32_t));
+    assert_non_null(sa);
+    sb = sa + 8192;
+    sc = sb + 8192;
+
+    ts_compile(&ga, "{\"type\": \"string\", \"maxLength\": 40}");
+    ts_compile(&gb, "{\"type\": \"object\", \"properties\": {\"a\": "
+                    "{\"type\": \"integer\"}, \"n\": {\"type\": "
+                    "\"string\", \"maxLength\": 20}}, \"required\": "
+                    "[\"a\", \"n\"]}");
+    ts_compile(&gc, "{\"type\": \"string\", \"pattern\": "
+                    "\"^[a-z]{2,40}$\"}");
+
+    /* 5 copies left in each */
+    ts_key(&ga, "\"abcdefghijklmnopqrstuvwxyzabcdefghi", ka);
+    ts_key(&gb, "{\"a\": 1, \"n\": \"abcdefghijklmno", kb);
+    ts_key(&gc, "\"abcdefghijklmnopqrstuvwxyzabcdefghi", kc);
+    ts_key(&ga, "\"abcdefghijklmnopqrstuvwxyzabcdefgh", kd);
+    assert_int_equal(kvs_gram_rep_count(&ga, ka[0]), 5);
+    assert_int_equal(kvs_gram_rep_count(&gb, kb[0]), 5);
+    assert_int_equal(kvs_gram_rep_count(&ga, kd[0]), 6);
+
+    assert_int_equal(kvs_gram_shape(&ga, ka, sa, 8192, &na), KVS_OK);
+    assert_int_equal(kvs_gram_shape(&gb, kb, sb, 8192, &nb), KVS_OK);
+    assert_int_equal(na, nb);
+    assert_memory_equal(sa, sb, na * sizeof(uint32_t));
+
+    /* one copy more: another shape; a pattern's class: another */
+    assert_int_equal(kvs_gram_shape(&ga, kd, sc, 8192, &nc), KVS_OK);
+    assert_true(nc != na || memcmp(sa, sc, na * sizeof(uint32_t)) != 0);
+    assert_int_equal(kvs_gram_shape(&gc, kc, sc, 8192, &nc), KVS_OK);
+    assert_true(nc != na || memcmp(sa, sc, na * sizeof(uint32_t)) != 0);
+
+    memset(&lim, 0, sizeof(lim));
+    lim.max_nodes = 1u << 22;
+    lim.max_front = 4096;
+    assert_int_equal(kvs_gram_slice_find(gv, &gb, kb, &lim, &bits, &ranges,
+                                         &snr, &some), 1);
+    assert_int_equal(kvs_gram_slice_find(gv, &ga, kd, &lim, &bits, &ranges,
+                                         &snr, &some), 1);
+    assert_int_equal(kvs_gram_slice_find(gv, &gc, kc, &lim, &bits, &ranges,
+                                         &snr, &some), 0);
+
+    free(sa);
+    kvs_gram_free(&ga);
+    kvs_gram_free(&gb);
+    kvs_gram_free(&gc);
+    kvs_gram_vocab_free(gv);
+}
+
+
 int
 main(void)
 {
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_shapes),
+        cmocka_unit_test(test_counted_shapes),
         cmocka_unit_test(test_slice_walks),
     };
 
