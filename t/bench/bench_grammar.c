@@ -436,10 +436,8 @@ main(int argc, char **argv)
             over = 0;
 
             for (step = 0; step < 400; step++) {
-                uint64_t h0 = mk.hits, mi0 = mk.ind_misses, sl0 = mk.ind_slices, ck0 = mk.checked, ih0 = mk.ind_hits;
                 t0 = bg_now();
                 rc = kvs_gram_mask(&mk, bits, &err);
-                if (getenv("KVS_DBG_ALL")) fprintf(stderr, "mask %.2f hit=%llu miss=%llu sl=%llu ih=%llu ck=%llu work=%llu\n", bg_now() - t0, (unsigned long long)(mk.hits-h0), (unsigned long long)(mk.ind_misses-mi0), (unsigned long long)(mk.ind_slices-sl0), (unsigned long long)(mk.ind_hits-ih0), (unsigned long long)(mk.checked-ck0), (unsigned long long) mk.work.used);
                 if (rc != KVS_OK && kvs_gram_work_over(&mk.work)) {
                     printf("    over budget at step %zu: %.1f us, %llu "
                            "units\n", step, bg_now() - t0,
