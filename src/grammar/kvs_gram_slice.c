@@ -48,7 +48,7 @@
  * (n_tokens + 31) / 32 words, at most KVS_GRAM_SLICE_RANGES range pairs
  * and KVS_GRAM_SHAPE_MAX shape words each: on Qwen2 (151,646 tokens)
  * under 256 x (19 + 32 + 32) KiB = 21 MiB; 191 slices, about 4 MiB, on the
- * references below (built in 110-160 ms, most of it the bounded
+ * references below (built in 90-160 ms, most of it the bounded
  * strings' 40 characters).
  */
 
