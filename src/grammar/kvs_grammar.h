@@ -487,9 +487,10 @@ void kvs_gram_slices_free(kvs_gram_slices_t *ss);
 uint32_t kvs_gram_vocab_n_slices(const kvs_gram_vocab_t *gv);
 
 /* The canonical serialisation of what a cut stack with top positions
- * key[0 .. KVS_GRAM_CUT) can reach in g (kvs_gram_slice.c); KVS_ETOOLONG
- * past cap words or 128 rules.  Two keys of one shape (in one grammar
- * or two) have the same context-independent entry. */
+ * key[0 .. KVS_GRAM_CUT) can reach in g, with their repetition counts
+ * (kvs_gram_slice.c); KVS_ETOOLONG past cap words or 512 rules,
+ * KVS_ENOMEM without memory for its scratch.  Two keys of one shape (in
+ * one grammar or two) have the same context-independent entry. */
 int kvs_gram_shape(const kvs_gram_t *g, const uint32_t *key, uint32_t *out,
     uint32_t cap, uint32_t *n);
 
