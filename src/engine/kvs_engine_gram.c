@@ -246,10 +246,11 @@ kvs_engine_gram_mask(kvs_engine_t *e, kvs_engine_seq_t *h, float *logits,
     nt = e->gv->n_tokens < n ? e->gv->n_tokens : n;
 
     /* the grammar's shared table, attached here on the engine thread:
-     * only this thread masks with it */
+     * only this thread masks with it (its first request warms it:
+     * kvs_gram_cached_table) */
     if (!h->gshared) {
         rc = kvs_gram_cached_table(h->gram, e->gv, KVS_ENGINE_GRAM_TABLE,
-                                   &table, err);
+                                   &h->gm.lim, &table, err);
         if (rc != KVS_OK) {
             return rc;
         }

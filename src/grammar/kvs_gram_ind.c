@@ -384,6 +384,79 @@ kvs_gram_ind_check_all(kvs_gram_masker_t *mk, uint32_t n_used,
 }
 
 
+int
+kvs_gram_ind_index(kvs_gram_masker_t *mk)
+{
+    uint32_t  n;
+
+    for (n = 2; n < 2 * mk->cap_ind; n *= 2) {
+        /* void */
+    }
+
+    mk->islot = calloc(n, sizeof(uint32_t));
+    if (mk->islot == NULL) {
+        return KVS_ENOMEM;
+    }
+    mk->islot_mask = n - 1;
+
+    return KVS_OK;
+}
+
+
+void
+kvs_gram_ind_unindex_all(kvs_gram_masker_t *mk)
+{
+    if (mk->islot != NULL) {
+        memset(mk->islot, 0, ((size_t) mk->islot_mask + 1) * sizeof(uint32_t));
+    }
+}
+
+
+/* Entry o->ind[i] (used) into the index. */
+static void
+kvs_gram_ind_slot_add(kvs_gram_masker_t *o, uint32_t i)
+{
+    uint32_t  j;
+
+    j = (uint32_t) o->ind[i].hash & o->islot_mask;
+    while (o->islot[j] != 0) {
+        j = (j + 1) & o->islot_mask;
+    }
+    o->islot[j] = i + 1;
+}
+
+
+/* Entry o->ind[i] out of the index, the probe runs behind it shifted
+ * back so that no lookup stops early (no tombstones). */
+static void
+kvs_gram_ind_slot_del(kvs_gram_masker_t *o, uint32_t i)
+{
+    uint32_t  j, k, home;
+
+    j = (uint32_t) o->ind[i].hash & o->islot_mask;
+    while (o->islot[j] != i + 1) {
+        if (o->islot[j] == 0) {
+            return;                   /* not indexed */
+        }
+        j = (j + 1) & o->islot_mask;
+    }
+    o->islot[j] = 0;
+
+    for (k = (j + 1) & o->islot_mask; o->islot[k] != 0;
+         k = (k + 1) & o->islot_mask)
+    {
+        home = (uint32_t) o->ind[o->islot[k] - 1].hash & o->islot_mask;
+        /* stays when its home lies cyclically in (j, k] */
+        if (j <= k ? (home > j && home <= k) : (home > j || home <= k)) {
+            continue;
+        }
+        o->islot[j] = o->islot[k];
+        o->islot[k] = 0;
+        j = k;
+    }
+}
+
+
 void
 kvs_gram_ind_free(kvs_gram_ientry_t *e)
 {
@@ -612,11 +685,11 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
     h = kvs_gram_tuple_hash(t);
     o = mk->ind_owner != NULL ? mk->ind_owner : mk;   /* the table */
 
-    for (i = 0; i < o->n_ind; i++) {
-        e = &o->ind[i];
-        if (e->used && e->hash == h
-            && memcmp(e->key, t, sizeof(e->key)) == 0)
-        {
+    for (i = (uint32_t) h & o->islot_mask; o->islot[i] != 0;
+         i = (i + 1) & o->islot_mask)
+    {
+        e = &o->ind[o->islot[i] - 1];
+        if (e->hash == h && memcmp(e->key, t, sizeof(e->key)) == 0) {
             mk->ind_hits++;
             e->stamp = o->serial;
             *out = e;
@@ -661,6 +734,9 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
         if (i == o->cap_ind) {
             return KVS_ETOOLONG;      /* more stacks than entries */
         }
+        if (e->used) {
+            kvs_gram_ind_slot_del(o, (uint32_t) (e - o->ind));
+        }
         kvs_gram_ind_free(e);
     }
 
@@ -681,6 +757,7 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
         e->some = ssome;
         e->used = 1;
         e->stamp = o->serial;
+        kvs_gram_ind_slot_add(o, (uint32_t) (e - o->ind));
         mk->ind_slices++;
         *out = e;
         return KVS_OK;
@@ -711,6 +788,7 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
 
     e->used = 1;
     e->stamp = o->serial;
+    kvs_gram_ind_slot_add(o, (uint32_t) (e - o->ind));
     mk->ind_src += se != NULL;
     *out = e;
 

@@ -85,11 +85,13 @@ kvs_gram_masker_init(kvs_gram_masker_t *mk, const kvs_gram_vocab_t *gv,
         mk->ind = calloc(mk->cap_ind, sizeof(kvs_gram_ientry_t));
         mk->used = calloc(m->lim.max_front + 1, sizeof(kvs_gram_ientry_t *));
         if (mk->cache == NULL || mk->ind == NULL || mk->used == NULL
+            || kvs_gram_ind_index(mk) != KVS_OK
             || kvs_gram_verdict_init(mk, m->lim.max_front) != KVS_OK)
         {
             free(mk->cache);
             free(mk->ind);
             free(mk->used);
+            free(mk->islot);
             kvs_gram_verdict_free(mk);
             kvs_gram_memo_free(mk->memo);
             return kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
@@ -112,7 +114,9 @@ kvs_gram_masker_init_table(kvs_gram_masker_t *t, const kvs_gram_vocab_t *gv,
     t->cap_ind = entries > 0 ? entries : 1;
     t->ind = calloc(t->cap_ind, sizeof(kvs_gram_ientry_t));
 
-    if (t->ind == NULL) {
+    if (t->ind == NULL || kvs_gram_ind_index(t) != KVS_OK) {
+        free(t->ind);
+        t->ind = NULL;
         return kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
     }
 
@@ -129,6 +133,7 @@ kvs_gram_masker_share(kvs_gram_masker_t *mk, kvs_gram_masker_t *t)
         kvs_gram_ind_free(&mk->ind[i]);
     }
 
+    kvs_gram_ind_unindex_all(mk);
     mk->n_ind = 0;
     mk->ind_owner = t;
 }
@@ -150,6 +155,7 @@ kvs_gram_masker_free(kvs_gram_masker_t *mk)
 
     free(mk->cache);
     free(mk->ind);
+    free(mk->islot);
     free(mk->used);
     kvs_gram_verdict_free(mk);
     free(mk->mr);

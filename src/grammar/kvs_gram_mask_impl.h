@@ -35,6 +35,11 @@ struct kvs_gram_ientry_s {
 /* An entry's memory freed and the slot zeroed (a free slot again). */
 void kvs_gram_ind_free(kvs_gram_ientry_t *e);
 
+/* The table's index by key hash made for its cap_ind entries (KVS_ENOMEM:
+ * none), emptied, and freed. */
+int kvs_gram_ind_index(kvs_gram_masker_t *mk);
+void kvs_gram_ind_unindex_all(kvs_gram_masker_t *mk);
+
 /* The key of a stack's top positions t into key (counted positions named
  * by a canonical copy); 1 if its entry is a low tier's. */
 int kvs_gram_ind_key(const kvs_gram_masker_t *mk, const uint32_t *t,

@@ -31,6 +31,7 @@ struct kvs_gram_centry_req_s {
     kvs_gram_t          g;
     kvs_gram_masker_t   table;        /* its masks, once table_ok */
     int                 table_ok;
+    kvs_gram_warm_stats_t  warm;      /* the table's warm */
 };
 
 
@@ -318,9 +319,11 @@ kvs_gram_cached_gram(const kvs_gram_cached_t *ce)
 
 int
 kvs_gram_cached_table(kvs_gram_cached_t *ce, const kvs_gram_vocab_t *gv,
-    uint32_t entries, kvs_gram_masker_t **out, kvs_err_t *err)
+    uint32_t entries, const kvs_gram_mlimits_t *lim,
+    kvs_gram_masker_t **out, kvs_err_t *err)
 {
-    int  rc;
+    int        rc;
+    kvs_err_t  werr;
 
     if (!ce->table_ok) {
         rc = kvs_gram_masker_init_table(&ce->table, gv, entries, err);
@@ -328,11 +331,25 @@ kvs_gram_cached_table(kvs_gram_cached_t *ce, const kvs_gram_vocab_t *gv,
             return rc;
         }
         ce->table_ok = 1;
+
+        /* the keys every request of this grammar will meet, built once
+         * now rather than by the first requests' masks */
+        (void) kvs_gram_masker_warm(&ce->table, &ce->g, lim,
+                                    KVS_GRAM_WARM_UNITS,
+                                    KVS_GRAM_WARM_FILL(entries), &ce->warm,
+                                    &werr);
     }
 
     *out = &ce->table;
 
     return KVS_OK;
+}
+
+
+const kvs_gram_warm_stats_t *
+kvs_gram_cached_warm(const kvs_gram_cached_t *ce)
+{
+    return &ce->warm;
 }
 
 

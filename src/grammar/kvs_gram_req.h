@@ -99,14 +99,22 @@ const kvs_gram_t *kvs_gram_cached_gram(const kvs_gram_cached_t *ce);
 void kvs_gram_cache_put(kvs_gram_cache_t *c, kvs_gram_cached_t *ce);
 
 /*
- * The entry's table of context-independent masks over gv (built on the
- * first call, `entries` at most), for kvs_gram_masker_share(): the
+ * The entry's table of context-independent masks over gv (made on the
+ * first call, `entries` at most, and warmed then: kvs_gram_masker_warm
+ * with KVS_GRAM_WARM_UNITS of work and KVS_GRAM_WARM_FILL, for maskers
+ * whose matchers have limits lim), for kvs_gram_masker_share(): the
  * maskers of every sequence constrained by this grammar build each entry
  * once.  Not locked: a cache serves one vocabulary, and only one thread
  * (the engine's) may call this and mask with the table; the entry's
- * table is freed with the entry, when nothing holds it.
+ * table is freed with the entry, when nothing holds it.  A warm that
+ * fails (no memory) leaves whole entries or none: the masks build the
+ * rest, so it is not an error.
  */
 int kvs_gram_cached_table(kvs_gram_cached_t *ce, const kvs_gram_vocab_t *gv,
-    uint32_t entries, kvs_gram_masker_t **out, kvs_err_t *err);
+    uint32_t entries, const kvs_gram_mlimits_t *lim,
+    kvs_gram_masker_t **out, kvs_err_t *err);
+
+/* What the entry's warm did (zero before the table is made). */
+const kvs_gram_warm_stats_t *kvs_gram_cached_warm(const kvs_gram_cached_t *ce);
 
 #endif /* KVS_GRAM_REQ_H */

@@ -704,6 +704,10 @@ typedef struct kvs_gram_masker_s {
     kvs_gram_ientry_t       *ind;
     kvs_gram_ientry_t      **used;    /* [max_front] this mask's entries */
     uint32_t                 n_ind, cap_ind, next_ind;
+    /* the used entries by key hash: open addressing, linear probing,
+     * slot = index in ind + 1 (0: empty), at most half full */
+    uint32_t                *islot;   /* [islot_mask + 1] */
+    uint32_t                 islot_mask;
     uint64_t                 ind_hits, ind_misses, checked, serial;
 
     /* entries built from a source entry (kvs_gram_walk_src_t); nosrc:
@@ -848,6 +852,38 @@ int kvs_gram_masker_init_table(kvs_gram_masker_t *t,
  * matcher of the table's grammar) uses t's entries from now on; its own
  * are freed.  t must outlive mk's use. */
 void kvs_gram_masker_share(kvs_gram_masker_t *mk, kvs_gram_masker_t *t);
+
+/* What kvs_gram_masker_warm() did: keys tried, entries it built (or
+ * copied from slices: slices of them), the table's entries after, keys
+ * skipped as dearer than their share, its work units, and done: every
+ * key of the grammar was tried. */
+typedef struct {
+    uint32_t  keys, built, slices, entries, skipped;
+    uint64_t  units;
+    int       done;
+} kvs_gram_warm_stats_t;
+
+/*
+ * Builds into table t (kvs_gram_masker_init_table, not yet shared with
+ * another table) the entries of the keys g's stacks can show
+ * (kvs_gram_warm.c), nearest the root first, as masks with matcher
+ * limits lim would build them, until `units` of work are spent (0: no
+ * bound; a build the bound cuts short is not kept), t holds `fill`
+ * entries (at most its size), or every key is tried.  A bound met is
+ * KVS_OK: the masks build what is left as they meet it.  st may be NULL.
+ * The caller's thread must be the only one using t.
+ */
+int kvs_gram_masker_warm(kvs_gram_masker_t *t, const kvs_gram_t *g,
+    const kvs_gram_mlimits_t *lim, uint64_t units, uint32_t fill,
+    kvs_gram_warm_stats_t *st, kvs_err_t *err);
+
+/* The engine's warm of a grammar's table: units of work (a trie node
+ * stepped is one; ~2-6 ms on the 128K-152K vocabularies here, measured
+ * with the compile inside the 10 ms compile goal: docs/grammar.md,
+ * "Warming a grammar's table at compile"), and at most 3/4 of the
+ * table's entries, the rest kept for the keys the warm did not reach. */
+#define KVS_GRAM_WARM_UNITS       60000
+#define KVS_GRAM_WARM_FILL(n)     ((n) / 4 * 3)
 
 /* Calls cb on each of mk's own context-independent entries: its key,
  * accepted bits, dependent ranges, whether its build met a cap; stops at

@@ -5,7 +5,8 @@
  * token each step, leaning to tokens that close strings and containers,
  * EOS when allowed one time in three) the time of each token mask with
  * three maskers on the same walk: "cached", a masker of its own (the
- * state cache and its own context-independent table: a fresh request);
+ * state cache and a context-independent table of its own, warmed at
+ * compile as the engine warms a grammar's: a fresh request);
  * "shared", a masker sharing one table per grammar with the earlier
  * walks (the engine's arrangement); "no cache", every mask a full trie
  * walk (every 4th step; --no-cold leaves it out).  p50 / p99 / max in
@@ -33,6 +34,11 @@
  * one (kvs_gram_masker_t's nocheckmemo), as before the check memo.
  * --noslices: no entry taken from the vocabulary's slices
  * (kvs_gram_masker_t's noslices, kvs_gram_slice.c), as before them.
+ * --no-warm: no table warmed at compile (kvs_gram_masker_warm), as
+ * before it: the own masker has a table of its own, the shared table
+ * fills as the walks meet keys.  --warm-units N, --warm-fill N: the
+ * warm's bounds (default the engine's, KVS_GRAM_WARM_*; units 0: no
+ * bound).
  * --budget: the maskers bounded as the engine's are
  * (kvs_gram_work_budget); a mask over it ends its generation, timed
  * ("over budget").
@@ -258,6 +264,11 @@ int
 main(int argc, char **argv)
 {
     int                 rc, cold_on, nosrc, nokeep, nocm, nosl, over, budget;
+    int                 warm;
+    uint32_t            wfill;
+    uint64_t            wunits;
+    double              twarm, twarm_own;
+    kvs_gram_warm_stats_t  wst;
     char                path[1024];
     const char         *schemas_file, *walks_file, *vocab_file;
     size_t              s, gen, step, n, nc, nt, ncold, nsh, gens, ns, k;
@@ -273,7 +284,7 @@ main(int argc, char **argv)
     bg_schema_t        *sch;
     kvs_gram_vocab_t   *gv;
     kvs_gram_matcher_t  m;
-    kvs_gram_masker_t   mk, cold, shm, table;
+    kvs_gram_masker_t   mk, cold, shm, table, otab;
 
     schemas_file = walks_file = vocab_file = NULL;
     cold_on = 1;
@@ -282,6 +293,9 @@ main(int argc, char **argv)
     nocm = 0;
     nosl = 0;
     budget = 0;
+    warm = 1;
+    wunits = KVS_GRAM_WARM_UNITS;
+    wfill = KVS_GRAM_WARM_FILL(256);
     path[0] = '\0';
     gens = 20;
 
@@ -306,6 +320,16 @@ main(int argc, char **argv)
             nocm = 1;
         } else if (strcmp(argv[ai], "--noslices") == 0) {
             nosl = 1;
+        } else if (strcmp(argv[ai], "--no-warm") == 0) {
+            warm = 0;
+        } else if (strcmp(argv[ai], "--warm-units") == 0
+                   && ai + 1 < (size_t) argc)
+        {
+            wunits = strtoull(argv[++ai], NULL, 10);
+        } else if (strcmp(argv[ai], "--warm-fill") == 0
+                   && ai + 1 < (size_t) argc)
+        {
+            wfill = (uint32_t) strtoul(argv[++ai], NULL, 10);
         } else if (strcmp(argv[ai], "--budget") == 0) {
             budget = 1;
         } else if (k == 0) {
@@ -409,6 +433,30 @@ main(int argc, char **argv)
             return 1;
         }
 
+        /* the engine warms a grammar's table once, at compile */
+        twarm = 0;
+        if (warm) {
+            t0 = bg_now();
+            if (kvs_gram_masker_warm(&table, &g, NULL, wunits,
+                                     wfill, &wst, &err)
+                != KVS_OK)
+            {
+                fprintf(stderr, "warm: %s\n", err.msg);
+                return 1;
+            }
+            twarm = (bg_now() - t0) / 1e3;
+            printf("    warmed in %.3f ms: %u keys tried, %u entries built "
+                   "(%u from slices, %u skipped), %llu units%s\n", twarm,
+                   wst.keys, wst.built, wst.slices, wst.skipped,
+                   (unsigned long long) wst.units,
+                   wst.done ? ", every key" : "");
+        }
+        if (wf != NULL) {
+            fprintf(wf, "{\"type\": \"warm\", \"schema\": \"%s\", "
+                    "\"warm_ms\": %.4f}\n", sch[s].name, twarm);
+        }
+        twarm_own = 0;
+
         rng = 42;
         nt = ncold = nsh = 0;
         wown = wsh = wsum = 0;
@@ -417,6 +465,25 @@ main(int argc, char **argv)
         for (gen = 0; gen < gens; gen++) {
             kvs_gram_matcher_init(&m, &g, NULL, &err);
             kvs_gram_masker_init(&mk, gv, &m, 64, &err);
+            if (warm) {
+                /* a fresh request's table: the compile's warm alone */
+                if (kvs_gram_masker_init_table(&otab, gv, 256, &err)
+                    != KVS_OK)
+                {
+                    fprintf(stderr, "table: %s\n", err.msg);
+                    return 1;
+                }
+                t0 = bg_now();
+                if (kvs_gram_masker_warm(&otab, &g, NULL, wunits,
+                                         wfill, &wst, &err)
+                    != KVS_OK)
+                {
+                    fprintf(stderr, "warm: %s\n", err.msg);
+                    return 1;
+                }
+                twarm_own += (bg_now() - t0) / 1e3;
+                kvs_gram_masker_share(&mk, &otab);
+            }
             kvs_gram_masker_init(&shm, gv, &m, 16, &err);
             kvs_gram_masker_share(&shm, &table);
             kvs_gram_masker_init(&cold, gv, &m, 0, &err);
@@ -567,6 +634,9 @@ main(int argc, char **argv)
             }
 
             kvs_gram_masker_free(&mk);
+            if (warm) {
+                kvs_gram_masker_free(&otab);
+            }
             kvs_gram_masker_free(&shm);
             kvs_gram_masker_free(&cold);
             kvs_gram_matcher_free(&m);
@@ -576,6 +646,10 @@ main(int argc, char **argv)
             memcpy(aw + na, tw, nt * sizeof(double));
             memcpy(ash + na, tsh, nt * sizeof(double));
             na += nt;
+        }
+        if (warm) {
+            printf("    own tables warmed in %.3f ms each (mean)\n",
+                   twarm_own / (double) gens);
         }
         bg_print("cached", tw, nt);
         bg_print("shared", tsh, nsh);

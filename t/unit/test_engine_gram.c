@@ -663,6 +663,54 @@ test_shared_table(void **state)
 }
 
 
+/* A cached grammar's table is warmed when first made (the keys its
+ * stacks can show, kvs_gram_masker_warm), once: a second call returns
+ * the same table as it is. */
+static void
+test_cached_warm(void **state)
+{
+    kvs_err_t                     err;
+    kvs_gram_cache_t              c;
+    kvs_gram_cached_t            *ce;
+    kvs_gram_vocab_t             *gv;
+    kvs_gram_masker_t            *t, *t2;
+    kvs_test_model_t              md;
+    kvs_gram_warm_stats_t         st;
+    const kvs_gram_warm_stats_t  *w;
+
+    (void) state;
+
+    kvs_test_model_small(&md, "gramw", 256, 15, 0);
+    assert_int_equal(kvs_gram_vocab_from_vocab(&gv, md.v, &err), KVS_OK);
+    assert_int_equal(kvs_gram_cache_init(&c, 4, 0, &err), KVS_OK);
+    assert_int_equal(kvs_gram_cache_get(&c, KVS_GRAM_REQ_SCHEMA, schemas[2],
+                                        strlen(schemas[2]), &ce, &err),
+                     KVS_OK);
+
+    w = kvs_gram_cached_warm(ce);
+    assert_int_equal(w->entries, 0);
+
+    assert_int_equal(kvs_gram_cached_table(ce, gv, 64, NULL, &t, &err),
+                     KVS_OK);
+    assert_true(w->entries > 0);
+    assert_int_equal(w->entries, t->n_ind);
+    assert_true(w->entries <= KVS_GRAM_WARM_FILL(64));
+    assert_true(w->units <= 2 * KVS_GRAM_WARM_UNITS);
+    st = *w;
+
+    assert_int_equal(kvs_gram_cached_table(ce, gv, 64, NULL, &t2, &err),
+                     KVS_OK);
+    assert_ptr_equal(t, t2);
+    assert_int_equal(t2->n_ind, st.entries);
+    assert_memory_equal(w, &st, sizeof(st));
+
+    kvs_gram_cache_put(&c, ce);
+    kvs_gram_cache_free(&c);
+    kvs_gram_vocab_free(gv);
+    kvs_test_model_free(&md);
+}
+
+
 /* On a backend that samples on its device, a step with a constrained
  * row samples on the host: the very tokens of the CPU engine. */
 static void
@@ -934,6 +982,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_broad),
         cmocka_unit_test(test_cache),
         cmocka_unit_test(test_shared_table),
+        cmocka_unit_test(test_cached_warm),
         cmocka_unit_test(test_device_sampling),
         cmocka_unit_test(test_tools),
     };

@@ -1,0 +1,441 @@
+/*
+ * kvs_gram_warm: a grammar's context-independent entries built ahead of
+ * its first mask, at compile time, into the table its maskers share.
+ *
+ * A mask's cost is mostly its first meeting with a key (the top
+ * KVS_GRAM_CUT positions of a stack): a key's entry is a walk of the
+ * vocabulary trie (~20 us median on a 150K vocabulary), after which the
+ * key is a lookup.  The keys a grammar can ever show are known from the
+ * grammar alone: a stack's top is a byte range (or, when lazy, a
+ * reference to a rule that cannot be empty) of some rule R, and the
+ * node below is where R returns, the element after a reference to R
+ * that is not its alternative's last (a reference that is, a tail call,
+ * pushes nothing, so R returns where its caller returns), or nothing at
+ * the root.  kvs_gram_masker_warm() enumerates those pairs, rules in
+ * breadth-first order from the root (what every output meets first
+ * comes first), the keys with a bounded string's low counts after all
+ * others, and builds each key's entry through kvs_gram_ind_get(), as a
+ * mask would, until a work bound, a fill of the table, or the end of
+ * the keys.
+ *
+ * Invariants: the entries are exactly those a mask would build for the
+ * same keys (the same kvs_gram_ind_get, on a masker of the grammar); a
+ * key no parse reaches costs its walk and nothing else; the table is
+ * never filled past `fill`, so the masks keep room for what the bound
+ * left out; every array here is sized from the grammar, checked against
+ * the caps below first, and freed before returning.
+ */
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/kvs_grammar.h"
+#include "grammar/kvs_gram_mask_impl.h"
+
+
+/* a grammar larger than this is not warmed (its keys are built by the
+ * masks as they meet them, as before): the enumeration's arrays are
+ * sized by it */
+#define KVS_GRAM_WARM_MAX_ELEMS  (1u << 16)
+
+/* one key's build may take at most this share of the bound: a dear key
+ * (a pattern's class, ~1 ms) is left to the masks, the cheaper keys
+ * after it are still built */
+#define KVS_GRAM_WARM_SHARE      16
+
+/* the pairs tried at most, whatever the work bound */
+#define KVS_GRAM_WARM_MAX_KEYS   8192
+
+
+typedef struct {
+    const kvs_gram_t  *g;
+    uint32_t          *order;     /* [n_rules] reached rules, BFS order */
+    uint32_t           n_order;
+    uint32_t          *seen;      /* [n_rules] stamp */
+    uint32_t           stamp;
+    /* tail edges, by callee: tail[tail_at[r] .. tail_at[r + 1]) are the
+     * rules whose alternatives end in a reference to r */
+    uint32_t          *tail_at;   /* [n_rules + 1] */
+    uint32_t          *tail;
+    /* direct returns by callee, the same layout */
+    uint32_t          *ret_at;    /* [n_rules + 1] */
+    uint32_t          *ret;
+    uint32_t          *stack;     /* [n_rules] */
+    uint32_t          *rets;      /* [n_elems + 1] one rule's returns */
+    uint32_t           n_rets;
+    uint32_t          *rseen;     /* [n_elems + 1] stamp per return */
+} kvs_gram_warm_t;
+
+
+static void
+kvs_gram_warm_free(kvs_gram_warm_t *w)
+{
+    free(w->order);
+    free(w->seen);
+    free(w->tail_at);
+    free(w->tail);
+    free(w->ret_at);
+    free(w->ret);
+    free(w->stack);
+    free(w->rets);
+    free(w->rseen);
+}
+
+
+/* The reached rules in breadth-first order, and the call graph's edges
+ * by callee (counted, then placed). */
+static int
+kvs_gram_warm_graph(kvs_gram_warm_t *w)
+{
+    uint32_t                 r, a, i, head, s, n_tail, n_ret;
+    const kvs_gram_t        *g;
+    const kvs_gram_elem_t   *e;
+
+    g = w->g;
+
+    w->order = malloc((size_t) g->n_rules * sizeof(uint32_t));
+    w->seen = calloc(g->n_rules, sizeof(uint32_t));
+    w->tail_at = calloc((size_t) g->n_rules + 1, sizeof(uint32_t));
+    w->ret_at = calloc((size_t) g->n_rules + 1, sizeof(uint32_t));
+    w->stack = malloc((size_t) g->n_rules * sizeof(uint32_t));
+    w->rets = malloc(((size_t) g->n_elems + 1) * sizeof(uint32_t));
+    w->rseen = calloc((size_t) g->n_elems + 1, sizeof(uint32_t));
+    if (w->order == NULL || w->seen == NULL
+        || w->tail_at == NULL || w->ret_at == NULL || w->stack == NULL
+        || w->rets == NULL || w->rseen == NULL)
+    {
+        return KVS_ENOMEM;
+    }
+
+    /* count the edges */
+    n_tail = n_ret = 0;
+    for (r = 0; r < g->n_rules; r++) {
+        for (a = g->rule_alt[r]; a < g->rule_alt[r + 1]; a++) {
+            for (i = g->alt_start[a]; ; i++) {
+                e = &g->elems[i];
+                if (e->kind == KVS_GRAM_END) {
+                    break;
+                }
+                if (e->kind != KVS_GRAM_RULE) {
+                    continue;
+                }
+                if (g->elems[i + 1].kind == KVS_GRAM_END) {
+                    w->tail_at[e->rule + 1]++;
+                    n_tail++;
+                } else {
+                    w->ret_at[e->rule + 1]++;
+                    n_ret++;
+                }
+            }
+        }
+    }
+
+    for (r = 0; r < g->n_rules; r++) {
+        w->tail_at[r + 1] += w->tail_at[r];
+        w->ret_at[r + 1] += w->ret_at[r];
+    }
+
+    w->tail = malloc(((size_t) n_tail + 1) * sizeof(uint32_t));
+    w->ret = malloc(((size_t) n_ret + 1) * sizeof(uint32_t));
+    if (w->tail == NULL || w->ret == NULL) {
+        return KVS_ENOMEM;
+    }
+
+    /* place them: the tail edges first (stack[] counts what each
+     * callee has so far), then the returns */
+    memset(w->stack, 0, (size_t) g->n_rules * sizeof(uint32_t));
+    for (r = 0; r < g->n_rules; r++) {
+        for (a = g->rule_alt[r]; a < g->rule_alt[r + 1]; a++) {
+            for (i = g->alt_start[a]; g->elems[i].kind != KVS_GRAM_END; i++) {
+                e = &g->elems[i];
+                if (e->kind != KVS_GRAM_RULE) {
+                    continue;
+                }
+                if (g->elems[i + 1].kind == KVS_GRAM_END) {
+                    w->tail[w->tail_at[e->rule] + w->stack[e->rule]++] = r;
+                }
+            }
+        }
+    }
+
+    memset(w->stack, 0, (size_t) g->n_rules * sizeof(uint32_t));
+    for (r = 0; r < g->n_rules; r++) {
+        for (a = g->rule_alt[r]; a < g->rule_alt[r + 1]; a++) {
+            for (i = g->alt_start[a]; g->elems[i].kind != KVS_GRAM_END; i++) {
+                e = &g->elems[i];
+                if (e->kind == KVS_GRAM_RULE
+                    && g->elems[i + 1].kind != KVS_GRAM_END)
+                {
+                    w->ret[w->ret_at[e->rule] + w->stack[e->rule]++] = i + 1;
+                }
+            }
+        }
+    }
+
+    /* the rules the root reaches, nearest first; an alternative that
+     * derives no finite text is never entered */
+    w->stamp = 1;
+    w->order[0] = g->root;
+    w->seen[g->root] = w->stamp;
+    w->n_order = 1;
+
+    for (head = 0; head < w->n_order; head++) {
+        r = w->order[head];
+        for (a = g->rule_alt[r]; a < g->rule_alt[r + 1]; a++) {
+            i = g->alt_start[a];
+            if (g->elems[i].kind == KVS_GRAM_DEAD) {
+                continue;
+            }
+            for ( /* void */ ; g->elems[i].kind != KVS_GRAM_END; i++) {
+                if (g->elems[i].kind != KVS_GRAM_RULE) {
+                    continue;
+                }
+                s = g->elems[i].rule;
+                if (w->seen[s] != w->stamp) {
+                    w->seen[s] = w->stamp;
+                    w->order[w->n_order++] = s;
+                }
+            }
+        }
+    }
+
+    return KVS_OK;
+}
+
+
+/* Where rule r can return to: the direct returns of every rule that
+ * reaches r through tail calls only (r included), and NIL (index
+ * n_elems in rseen) if the root is one of them. */
+static void
+kvs_gram_warm_rets(kvs_gram_warm_t *w, uint32_t r)
+{
+    uint32_t           sp, s, k, q, slot;
+    const kvs_gram_t  *g;
+
+    g = w->g;
+    w->stamp++;
+    w->n_rets = 0;
+    sp = 0;
+    w->stack[sp++] = r;
+    w->seen[r] = w->stamp;
+
+    while (sp > 0) {
+        s = w->stack[--sp];
+
+        if (s == g->root) {
+            slot = g->n_elems;
+            if (w->rseen[slot] != w->stamp) {
+                w->rseen[slot] = w->stamp;
+                w->rets[w->n_rets++] = KVS_GRAM_NIL;
+            }
+        }
+
+        for (k = w->ret_at[s]; k < w->ret_at[s + 1]; k++) {
+            q = w->ret[k];
+            if (w->rseen[q] != w->stamp) {
+                w->rseen[q] = w->stamp;
+                w->rets[w->n_rets++] = q;
+            }
+        }
+
+        for (k = w->tail_at[s]; k < w->tail_at[s + 1]; k++) {
+            q = w->tail[k];
+            if (w->seen[q] != w->stamp) {
+                w->seen[q] = w->stamp;
+                w->stack[sp++] = q;
+            }
+        }
+    }
+}
+
+
+/* 1 if a stack's top can be element i: a byte range, or a reference the
+ * lazy matcher keeps as a top until a byte of its FIRST set comes. */
+static int
+kvs_gram_warm_top(const kvs_gram_t *g, uint32_t i)
+{
+    const kvs_gram_elem_t  *e;
+
+    e = &g->elems[i];
+
+    return e->kind == KVS_GRAM_BYTES
+           || (e->kind == KVS_GRAM_RULE && g->lazy && !g->nullable[e->rule]);
+}
+
+
+/* 1 if a position of the key is a count keyed by itself: above 0 and
+ * under the vocabulary's tiers (kvs_gram_ind_key). */
+static int
+kvs_gram_warm_low(const kvs_gram_masker_t *mk, const uint32_t *key)
+{
+    uint32_t  k, c, all, lo;
+
+    all = mk->gv->max_len + 1 > 2 ? mk->gv->max_len + 1 : 2;
+    lo = mk->gv->rep_low;
+
+    for (k = 0; k < KVS_GRAM_CUT; k++) {
+        c = kvs_gram_rep_count(mk->m->g, key[k]);
+        if (c > 0 && c <= all && (lo == 0 || c < lo)) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+/* One key's entry found or built in t through mk (which shares t), its
+ * build bounded by per_key units and by what is left of units: KVS_OK
+ * (built, found, or skipped as dearer than its share, which the masks
+ * build if a parse meets it), KVS_ETOOLONG when units are spent. */
+static int
+kvs_gram_warm_key(kvs_gram_masker_t *mk, kvs_gram_masker_t *t,
+    const uint32_t *key, uint64_t units, uint64_t per_key,
+    kvs_gram_warm_stats_t *s, kvs_err_t *err)
+{
+    int                  rc;
+    uint64_t             before, left;
+    kvs_gram_ientry_t   *e;
+
+    /* a new mask for the table's eviction stamps: the entries built so
+     * far are not this one's */
+    t->serial++;
+    left = units - mk->work.used;
+    mk->work.limit = mk->work.used + (left < per_key ? left : per_key);
+    before = mk->ind_misses;
+
+    rc = kvs_gram_ind_get(mk, key, &e, err);
+    if (rc == KVS_ETOOLONG && mk->work.used < units) {
+        s->skipped++;
+        mk->work.used = mk->work.limit;
+        return KVS_OK;
+    }
+    if (rc != KVS_OK) {
+        return rc;
+    }
+
+    s->built += mk->ind_misses != before;
+
+    return KVS_OK;
+}
+
+
+int
+kvs_gram_masker_warm(kvs_gram_masker_t *t, const kvs_gram_t *g,
+    const kvs_gram_mlimits_t *lim, uint64_t units, uint32_t fill,
+    kvs_gram_warm_stats_t *st, kvs_err_t *err)
+{
+    int                    rc, pass;
+    uint32_t               o, r, a, i, k, key[KVS_GRAM_CUT];
+    uint64_t               per_key;
+    kvs_gram_warm_t        w;
+    kvs_gram_matcher_t     m;
+    kvs_gram_masker_t      mk;
+    kvs_gram_warm_stats_t  s;
+
+    memset(&s, 0, sizeof(s));
+    if (st != NULL) {
+        *st = s;
+    }
+
+    if (!g->finished || g->n_elems > KVS_GRAM_WARM_MAX_ELEMS
+        || t->ind_owner != NULL || t->ind == NULL)
+    {
+        return KVS_OK;                /* nothing warmed: masks build */
+    }
+
+    if (fill > t->cap_ind) {
+        fill = t->cap_ind;
+    }
+
+    memset(&w, 0, sizeof(w));
+    w.g = g;
+
+    rc = kvs_gram_warm_graph(&w);
+    if (rc != KVS_OK) {
+        kvs_gram_warm_free(&w);
+        return kvs_err_set(err, rc, "grammar warm: no memory");
+    }
+
+    rc = kvs_gram_matcher_init(&m, g, lim, err);
+    if (rc != KVS_OK) {
+        kvs_gram_warm_free(&w);
+        return rc;
+    }
+
+    rc = kvs_gram_masker_init(&mk, t->gv, &m, 1, err);
+    if (rc != KVS_OK) {
+        kvs_gram_matcher_free(&m);
+        kvs_gram_warm_free(&w);
+        return rc;
+    }
+
+    kvs_gram_masker_share(&mk, t);
+    mk.work.used = 0;
+    if (units == 0) {
+        units = UINT64_MAX / 2;
+    }
+    per_key = units / KVS_GRAM_WARM_SHARE > 0 ? units / KVS_GRAM_WARM_SHARE
+                                              : 1;
+    rc = KVS_OK;
+
+    /* the keys of uncounted positions (and of counts keyed by a tier)
+     * first: a bounded string's low counts are a key each, and a parse
+     * meets only the few of them its own string's length passes */
+    for (pass = 0; pass < 2 && rc == KVS_OK; pass++) {
+        for (o = 0; o < w.n_order && rc == KVS_OK; o++) {
+            r = w.order[o];
+            kvs_gram_warm_rets(&w, r);
+
+            for (a = g->rule_alt[r]; a < g->rule_alt[r + 1] && rc == KVS_OK;
+                 a++)
+            {
+                i = g->alt_start[a];
+                if (g->elems[i].kind == KVS_GRAM_DEAD) {
+                    continue;
+                }
+
+                for ( /* void */ ; g->elems[i].kind != KVS_GRAM_END
+                                   && rc == KVS_OK; i++)
+                {
+                    if (!kvs_gram_warm_top(g, i)) {
+                        continue;
+                    }
+
+                    for (k = 0; k < w.n_rets && rc == KVS_OK; k++) {
+                        key[0] = i;
+                        key[1] = w.rets[k];
+                        if (kvs_gram_warm_low(&mk, key) != pass) {
+                            continue;
+                        }
+                        if (s.keys == KVS_GRAM_WARM_MAX_KEYS
+                            || t->n_ind >= fill)
+                        {
+                            rc = KVS_ETOOLONG;
+                            break;
+                        }
+                        s.keys++;
+                        rc = kvs_gram_warm_key(&mk, t, key, units, per_key,
+                                               &s, err);
+                    }
+                }
+            }
+        }
+    }
+
+    s.units = mk.work.used;
+    s.entries = t->n_ind;
+    s.done = rc == KVS_OK;
+    s.slices = mk.ind_slices;
+
+    kvs_gram_masker_free(&mk);
+    kvs_gram_matcher_free(&m);
+    kvs_gram_warm_free(&w);
+
+    if (st != NULL) {
+        *st = s;
+    }
+
+    /* a bound met is not a failure: the masks build the rest */
+    return rc == KVS_ETOOLONG ? KVS_OK : rc;
+}

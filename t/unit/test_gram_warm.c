@@ -1,0 +1,331 @@
+/*
+ * test_gram_warm: a grammar's table warmed at compile time
+ * (kvs_gram_masker_warm, kvs_gram_warm.c) and the table's index by key
+ * hash (kvs_gram_ind.c).
+ *
+ * The warm builds the entries of every key the grammar's stacks can
+ * show, before any mask.  Those entries must be the ones a mask would
+ * have built: seeded walks through objects, arrays, enums, anyOf,
+ * $ref recursion, bounded strings and patterns compare at every step
+ *
+ *   plain    cache_entries 0: every mask a full walk on the real stacks
+ *   warm     a masker sharing a table warmed with no bound
+ *   part     a masker sharing a table warmed under a small work bound
+ *   cold     a masker with a table of its own, built as masks meet keys
+ *   tiny     a masker sharing a warmed table of 6 entries, so that
+ *            masks evict and rebuild (the index's deletions)
+ *
+ * and the brute force every third step.  The warmed maskers must meet
+ * fewer new keys than the cold one (the warm did the work), the bounds
+ * must hold (work units, fill), and a grammar over the warm's size cap,
+ * or a table already shared, is left alone.
+ */
+
+#include "kvs_test_gwalk.h"
+
+
+static const char  *tw_schemas[] = {
+    NULL,                                             /* json_object */
+    "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": "
+    "\"string\"}, \"age\": {\"type\": \"integer\", \"minimum\": 0, "
+    "\"maximum\": 150}, \"tags\": {\"type\": \"array\", \"items\": "
+    "{\"enum\": [\"red\", \"green\", \"blue\"]}, \"maxItems\": 4}}, "
+    "\"required\": [\"name\", \"age\"], \"additionalProperties\": false}",
+    "{\"anyOf\": [{\"type\": \"object\", \"properties\": {\"kind\": "
+    "{\"const\": \"circle\"}, \"r\": {\"type\": \"number\"}}, "
+    "\"required\": [\"kind\", \"r\"], \"additionalProperties\": false}, "
+    "{\"type\": \"object\", \"properties\": {\"kind\": {\"const\": "
+    "\"box\"}, \"w\": {\"type\": \"integer\"}}, \"required\": [\"kind\", "
+    "\"w\"], \"additionalProperties\": false}]}",
+    "{\"$defs\": {\"node\": {\"type\": \"object\", \"properties\": "
+    "{\"v\": {\"type\": \"boolean\"}, \"kids\": {\"type\": \"array\", "
+    "\"items\": {\"$ref\": \"#/$defs/node\"}}}, \"required\": [\"v\"], "
+    "\"additionalProperties\": false}}, \"$ref\": \"#/$defs/node\"}",
+    "{\"type\": \"object\", \"properties\": {\"id\": {\"type\": "
+    "\"string\", \"maxLength\": 12}, \"code\": {\"type\": \"string\", "
+    "\"pattern\": \"^[a-z]{2,6}-[0-9]+$\"}, \"note\": {\"type\": "
+    "[\"string\", \"null\"]}}, \"required\": [\"id\", \"code\"], "
+    "\"additionalProperties\": false}",
+    "{\"type\": \"array\", \"items\": {\"type\": \"object\", "
+    "\"additionalProperties\": {\"type\": \"integer\"}}, \"minItems\": 1}",
+};
+
+#define TW_NS   (sizeof(tw_schemas) / sizeof(tw_schemas[0]))
+#define TW_MAX  512
+
+enum { TW_PLAIN, TW_WARM, TW_PART, TW_COLD, TW_TINY, TW_MK };
+
+
+static kvs_gram_vocab_t *
+tw_vocab(void)
+{
+    static const char  *words[] = {
+        "{\"", "\":", "\": ", "\", \"", "\"}", "\"]", "\",", ", \"", "},",
+        "}]", "[{", "[\"", "name", "age", "tags", "red", "green", "blue",
+        "\"red\"", "kind", "circle", "\"box\"", "\"r\": ", "w", "kids",
+        "\"v\": ", "true", "false", "null", "id", "code", "note", "ab-",
+        "-12", "123", "0.5", "-3", "e7", "1.", "{}", "[]", "\"\"", "\\n",
+        "\\\"", "\\u00", "xyz", " ", "\xc3\xa9", "\": {\"", "\": [",
+    };
+    size_t              i, n;
+    uint8_t            *texts[TW_MAX], kinds[TW_MAX], buf[1];
+    uint32_t            lens[TW_MAX];
+
+    n = 0;
+    for (i = 1; i < 256; i++) {
+        buf[0] = (uint8_t) i;
+        tgw_add(texts, lens, kinds, &n, TW_MAX, buf, 1);
+    }
+    for (i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+        tgw_add(texts, lens, kinds, &n, TW_MAX, words[i], strlen(words[i]));
+    }
+
+    return tgw_vocab(texts, lens, kinds, n);
+}
+
+
+static void
+tw_compile(kvs_gram_t *g, const char *schema)
+{
+    kvs_err_t        err;
+    kvs_gram_opts_t  o;
+
+    if (schema == NULL) {
+        memset(&o, 0, sizeof(o));
+        if (kvs_gram_json_object(g, &o, &err) != KVS_OK) {
+            fail_msg("json_object: %s", err.msg);
+        }
+        return;
+    }
+    if (tg_compile(g, schema, 0, &err) != KVS_OK) {
+        fail_msg("%s: %s", schema, err.msg);
+    }
+}
+
+
+/* A table of `entries` over gv warmed for g; its stats in *st. */
+static void
+tw_table(kvs_gram_masker_t *t, const kvs_gram_vocab_t *gv,
+    const kvs_gram_t *g, uint32_t entries, uint64_t units, uint32_t fill,
+    kvs_gram_warm_stats_t *st)
+{
+    kvs_err_t  err;
+
+    assert_int_equal(kvs_gram_masker_init_table(t, gv, entries, &err),
+                     KVS_OK);
+    assert_int_equal(kvs_gram_masker_warm(t, g, NULL, units, fill, st,
+                                          &err), KVS_OK);
+    assert_int_equal(st->entries, t->n_ind);
+    assert_true(st->entries <= fill);
+}
+
+
+/* An allowed token, END one time in four when allowed. */
+static uint32_t
+tw_pick(const kvs_gram_vocab_t *gv, const uint32_t *bits, uint32_t *cand,
+    uint64_t *rng)
+{
+    size_t    n;
+    uint32_t  id, end;
+
+    end = UINT32_MAX;
+    for (id = 0, n = 0; id < gv->n_tokens; id++) {
+        if (!(bits[id >> 5] >> (id & 31) & 1)) {
+            continue;
+        }
+        if (gv->kind[id] == KVS_GRAM_TOK_END) {
+            end = id;
+        } else {
+            cand[n++] = id;
+        }
+    }
+
+    if (end != UINT32_MAX && (n == 0 || tg_rand(rng) % 4 == 0)) {
+        return end;
+    }
+
+    return n > 0 ? cand[tg_rand(rng) % n] : UINT32_MAX;
+}
+
+
+static void
+tw_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks)
+{
+    size_t                  w, step;
+    uint32_t                id;
+    uint64_t                rng, miss[TW_MK];
+    kvs_err_t               err;
+    kvs_gram_t              g;
+    tgw_rig_t               r;
+    kvs_gram_masker_t       warm, part, tiny;
+    kvs_gram_warm_stats_t   sw, sp, st;
+    const char             *name;
+    static const uint32_t   entries[TW_MK] = { 0, 16, 16, 16, 16 };
+    static const char      *names[TW_MK] = { "plain", "warm", "part",
+                                             "cold", "tiny" };
+
+    name = schema != NULL ? schema : "json_object";
+    tgw_alloc(&r, gv, TW_MK);
+    tw_compile(&g, schema);
+    memset(miss, 0, sizeof(miss));
+
+    for (w = 0; w < walks; w++) {
+        /* fresh tables per walk: a first request after the compile */
+        tw_table(&warm, gv, &g, 256, 0, 192, &sw);
+        tw_table(&part, gv, &g, 256, 3000, 192, &sp);
+        tw_table(&tiny, gv, &g, 8, 0, 6, &st);
+
+        assert_true(sw.entries > 0);
+        assert_true(sw.keys >= sw.built);
+        /* the build that meets the bound is cut short at its next
+         * check and not kept, and the warm stops there */
+        assert_true(sp.units < 2 * 3000);
+        assert_true(sp.units <= 3000 || !sp.done);
+        assert_true(sp.entries <= sw.entries);
+
+        rng = 7001 + w * 104729 + (schema != NULL ? strlen(schema) : 0);
+        tgw_begin(&r, &g, gv, entries);
+        kvs_gram_masker_share(&r.mk[TW_WARM], &warm);
+        kvs_gram_masker_share(&r.mk[TW_PART], &part);
+        kvs_gram_masker_share(&r.mk[TW_TINY], &tiny);
+
+        for (step = 0; step < 60; step++) {
+            tgw_step(&r, gv, names, name, step);
+
+            id = tw_pick(gv, r.bits[TW_PLAIN], r.cand, &rng);
+            assert_true(id != UINT32_MAX);
+            if (gv->kind[id] == KVS_GRAM_TOK_END) {
+                break;
+            }
+            assert_int_equal(kvs_gram_accept_token(&r.m, gv, (int32_t) id,
+                                                   &err), KVS_OK);
+        }
+
+        miss[TW_WARM] += r.mk[TW_WARM].ind_misses;
+        miss[TW_COLD] += r.mk[TW_COLD].ind_misses;
+
+        tgw_end(&r);
+        kvs_gram_masker_free(&warm);
+        kvs_gram_masker_free(&part);
+        kvs_gram_masker_free(&tiny);
+    }
+
+    print_message("%s: %u keys, %u entries warmed; misses warm %llu, "
+                  "cold %llu\n", name, sw.keys, sw.entries,
+                  (unsigned long long) miss[TW_WARM],
+                  (unsigned long long) miss[TW_COLD]);
+
+    /* what the warm built, the masks did not build again */
+    assert_true(miss[TW_WARM] < miss[TW_COLD]);
+
+    kvs_gram_free(&g);
+    tgw_free(&r);
+}
+
+
+static void
+test_warm_walks(void **state)
+{
+    size_t             i;
+    kvs_gram_vocab_t  *gv;
+
+    (void) state;
+    gv = tw_vocab();
+
+    for (i = 0; i < TW_NS; i++) {
+        tw_walks(gv, tw_schemas[i], 5);
+    }
+
+    kvs_gram_vocab_free(gv);
+}
+
+
+/* Every key of a small grammar is warmed, and again is all hits. */
+static void
+test_warm_all(void **state)
+{
+    kvs_err_t              err;
+    kvs_gram_t             g;
+    kvs_gram_masker_t      t;
+    kvs_gram_vocab_t      *gv;
+    kvs_gram_warm_stats_t  st, again;
+
+    (void) state;
+    gv = tw_vocab();
+    tw_compile(&g, "{\"enum\": [\"red\", \"green\", 7]}");
+
+    tw_table(&t, gv, &g, 256, 0, 256, &st);
+    assert_true(st.done);
+    assert_true(st.built > 0);
+
+    /* a table already warmed: every key found, nothing built */
+    assert_int_equal(kvs_gram_masker_warm(&t, &g, NULL, 0, 256, &again,
+                                          &err), KVS_OK);
+    assert_true(again.done);
+    assert_int_equal(again.built, 0);
+    assert_int_equal(again.keys, st.keys);
+    assert_int_equal(again.entries, st.entries);
+
+    kvs_gram_masker_free(&t);
+
+    /* fill 2: two entries at most, and the warm says it stopped */
+    tw_table(&t, gv, &g, 256, 0, 2, &st);
+    assert_true(st.entries <= 2);
+    assert_false(st.done);
+    kvs_gram_masker_free(&t);
+
+    kvs_gram_free(&g);
+    kvs_gram_vocab_free(gv);
+}
+
+
+/* A grammar over the warm's size cap, and a table that is itself shared,
+ * are left alone. */
+static void
+test_warm_refused(void **state)
+{
+    kvs_err_t              err;
+    kvs_gram_t             g;
+    kvs_gram_masker_t      t, o;
+    kvs_gram_vocab_t      *gv;
+    kvs_gram_warm_stats_t  st;
+
+    (void) state;
+    gv = tw_vocab();
+
+    tw_compile(&g, "{\"type\": \"string\", \"maxLength\": 40000}");
+    assert_true(g.n_elems > (1u << 16));
+    tw_table(&t, gv, &g, 64, 0, 48, &st);
+    assert_int_equal(st.keys, 0);
+    assert_int_equal(t.n_ind, 0);
+    kvs_gram_masker_free(&t);
+    kvs_gram_free(&g);
+
+    tw_compile(&g, "{\"type\": \"boolean\"}");
+    assert_int_equal(kvs_gram_masker_init_table(&t, gv, 64, &err), KVS_OK);
+    assert_int_equal(kvs_gram_masker_init_table(&o, gv, 64, &err), KVS_OK);
+    t.ind_owner = &o;
+    assert_int_equal(kvs_gram_masker_warm(&t, &g, NULL, 0, 48, &st, &err),
+                     KVS_OK);
+    assert_int_equal(st.keys, 0);
+    assert_int_equal(o.n_ind, 0);
+    t.ind_owner = NULL;
+    kvs_gram_masker_free(&t);
+    kvs_gram_masker_free(&o);
+    kvs_gram_free(&g);
+
+    kvs_gram_vocab_free(gv);
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_warm_all),
+        cmocka_unit_test(test_warm_refused),
+        cmocka_unit_test(test_warm_walks),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
