@@ -11,9 +11,10 @@
  * node below is where R returns, the element after a reference to R
  * that is not its alternative's last (a reference that is, a tail call,
  * pushes nothing, so R returns where its caller returns), or nothing at
- * the root.  kvs_gram_masker_warm() enumerates those pairs, rules in
- * breadth-first order from the root (what every output meets first
- * comes first), the keys with a bounded string's low counts after all
+ * the root.  kvs_gram_masker_warm() first takes the keys of a few
+ * sample texts of the grammar (the structure every output passes
+ * through), then enumerates those pairs, rules in breadth-first order
+ * from the root, the keys with a bounded string's low counts after all
  * others, and builds each key's entry through kvs_gram_ind_get(), as a
  * mask would, until a work bound, a fill of the table, or the end of
  * the keys.
@@ -44,7 +45,11 @@
 #define KVS_GRAM_WARM_SHARE      16
 
 /* the pairs tried at most, whatever the work bound */
-#define KVS_GRAM_WARM_MAX_KEYS   8192
+#define KVS_GRAM_WARM_MAX_KEYS   16384
+
+/* sample texts walked first, of at most this many bytes each */
+#define KVS_GRAM_WARM_WALKS      4
+#define KVS_GRAM_WARM_BYTES      384
 
 
 typedef struct {
@@ -65,6 +70,19 @@ typedef struct {
     uint32_t           n_rets;
     uint32_t          *rseen;     /* [n_elems + 1] stamp per return */
 } kvs_gram_warm_t;
+
+
+/* One warm's bounds and what it did: mk shares t; the keys skipped as
+ * dearer than their share, not tried again (each spent a share, so
+ * there are at most KVS_GRAM_WARM_SHARE). */
+typedef struct {
+    kvs_gram_masker_t      *mk, *t;
+    uint64_t                units, per_key;
+    uint32_t                fill;
+    kvs_gram_warm_stats_t   s;
+    uint32_t                skip[KVS_GRAM_WARM_SHARE][KVS_GRAM_CUT];
+    uint32_t                n_skip;
+} kvs_gram_warm_run_t;
 
 
 static void
@@ -284,29 +302,49 @@ kvs_gram_warm_low(const kvs_gram_masker_t *mk, const uint32_t *key)
 }
 
 
-/* One key's entry found or built in t through mk (which shares t), its
- * build bounded by per_key units and by what is left of units: KVS_OK
- * (built, found, or skipped as dearer than its share, which the masks
- * build if a parse meets it), KVS_ETOOLONG when units are spent. */
+/* One key's entry found or built in the table, its build bounded by a
+ * share of the units and by what is left of them: KVS_OK (built, found,
+ * or skipped as dearer than its share, which the masks build if a parse
+ * meets it; a skipped key is not tried again), KVS_ETOOLONG when the
+ * units are spent or the table holds `fill` entries. */
 static int
-kvs_gram_warm_key(kvs_gram_masker_t *mk, kvs_gram_masker_t *t,
-    const uint32_t *key, uint64_t units, uint64_t per_key,
-    kvs_gram_warm_stats_t *s, kvs_err_t *err)
+kvs_gram_warm_key(kvs_gram_warm_run_t *wr, const uint32_t *key,
+    kvs_err_t *err)
 {
     int                  rc;
+    uint32_t             i, ck[KVS_GRAM_CUT];
     uint64_t             before, left;
+    kvs_gram_masker_t   *mk;
     kvs_gram_ientry_t   *e;
+
+    mk = wr->mk;
+
+    if (wr->s.keys == KVS_GRAM_WARM_MAX_KEYS || wr->t->n_ind >= wr->fill) {
+        return KVS_ETOOLONG;
+    }
+    wr->s.keys++;
+
+    (void) kvs_gram_ind_key(mk, key, ck);
+    for (i = 0; i < wr->n_skip; i++) {
+        if (memcmp(wr->skip[i], ck, sizeof(ck)) == 0) {
+            return KVS_OK;
+        }
+    }
 
     /* a new mask for the table's eviction stamps: the entries built so
      * far are not this one's */
-    t->serial++;
-    left = units - mk->work.used;
-    mk->work.limit = mk->work.used + (left < per_key ? left : per_key);
+    wr->t->serial++;
+    left = wr->units - mk->work.used;
+    mk->work.limit = mk->work.used + (left < wr->per_key ? left
+                                                         : wr->per_key);
     before = mk->ind_misses;
 
     rc = kvs_gram_ind_get(mk, key, &e, err);
-    if (rc == KVS_ETOOLONG && mk->work.used < units) {
-        s->skipped++;
+    if (rc == KVS_ETOOLONG && mk->work.used < wr->units) {
+        if (wr->n_skip < KVS_GRAM_WARM_SHARE) {
+            memcpy(wr->skip[wr->n_skip++], ck, sizeof(ck));
+        }
+        wr->s.skipped++;
         mk->work.used = mk->work.limit;
         return KVS_OK;
     }
@@ -314,9 +352,139 @@ kvs_gram_warm_key(kvs_gram_masker_t *mk, kvs_gram_masker_t *t,
         return rc;
     }
 
-    s->built += mk->ind_misses != before;
+    wr->s.built += mk->ind_misses != before;
 
     return KVS_OK;
+}
+
+
+/*
+ * One sample text of the grammar, a byte at a time from the bytes some
+ * stack takes (one time in two a closing quote or bracket where one is
+ * taken, so that strings and containers end), and the entries of the
+ * keys its states show.  These are the structure every output passes
+ * through (an object's keys, colons and separators, each branch's
+ * start), which the enumeration may reach only after many keys no
+ * output meets.  m is left at the empty text.
+ */
+static int
+kvs_gram_warm_walk(kvs_gram_warm_run_t *wr, uint64_t *rng, kvs_err_t *err)
+{
+    int                      rc;
+    unsigned                 b, n_set, n_close, pick;
+    uint32_t                 i, n, id, key[KVS_GRAM_CUT];
+    uint8_t                  set[256], close[3];
+    kvs_gram_matcher_t      *m;
+    const kvs_gram_level_t  *lv;
+    static const uint8_t     closers[3] = { '"', '}', ']' };
+
+    m = wr->mk->m;
+    rc = KVS_OK;
+
+    for (n = 0; n < KVS_GRAM_WARM_BYTES && rc == KVS_OK; n++) {
+        lv = &m->lv[m->n_lv - 1];
+
+        for (i = 0; i < lv->n_front; i++) {
+            id = m->front[lv->front + i];
+            key[0] = m->nodes[id].pos;
+            id = m->nodes[id].parent;
+            key[1] = id != KVS_GRAM_NIL ? m->nodes[id].pos : KVS_GRAM_NIL;
+
+            rc = kvs_gram_warm_key(wr, key, err);
+            if (rc != KVS_OK) {
+                break;
+            }
+            lv = &m->lv[m->n_lv - 1];
+        }
+
+        *rng ^= *rng << 13;
+        *rng ^= *rng >> 7;
+        *rng ^= *rng << 17;
+
+        if (rc != KVS_OK
+            || (kvs_gram_matcher_can_end(m) && (*rng >> 40) % 4 == 0))
+        {
+            break;
+        }
+
+        n_set = n_close = 0;
+        for (b = 0; b < 256; b++) {
+            if (lv->next[b >> 6] >> (b & 63) & 1) {
+                set[n_set++] = (uint8_t) b;
+            }
+        }
+        for (b = 0; b < 3; b++) {
+            if (lv->next[closers[b] >> 6] >> (closers[b] & 63) & 1) {
+                close[n_close++] = closers[b];
+            }
+        }
+        if (n_set == 0) {
+            break;
+        }
+
+        pick = (unsigned) (*rng >> 33);
+        b = n_close > 0 && pick % 2 == 0 ? close[(pick >> 1) % n_close]
+                                         : set[(pick >> 1) % n_set];
+
+        if (kvs_gram_matcher_byte(m, (uint8_t) b, NULL) != KVS_OK) {
+            break;                    /* a cap: this text ends here */
+        }
+    }
+
+    kvs_gram_matcher_rollback(m, kvs_gram_matcher_len(m));
+
+    return rc;
+}
+
+
+/* Every key the grammar can show, rules breadth-first from the root,
+ * those of uncounted positions (and of counts keyed by a tier) first: a
+ * bounded string's low counts are a key each, and a parse meets only
+ * the few of them its own string's length passes. */
+static int
+kvs_gram_warm_enum(kvs_gram_warm_run_t *wr, kvs_gram_warm_t *w,
+    kvs_err_t *err)
+{
+    int                rc, pass;
+    uint32_t           o, r, a, i, k, key[KVS_GRAM_CUT];
+    const kvs_gram_t  *g;
+
+    g = w->g;
+    rc = KVS_OK;
+
+    for (pass = 0; pass < 2 && rc == KVS_OK; pass++) {
+        for (o = 0; o < w->n_order && rc == KVS_OK; o++) {
+            r = w->order[o];
+            kvs_gram_warm_rets(w, r);
+
+            for (a = g->rule_alt[r]; a < g->rule_alt[r + 1] && rc == KVS_OK;
+                 a++)
+            {
+                i = g->alt_start[a];
+                if (g->elems[i].kind == KVS_GRAM_DEAD) {
+                    continue;
+                }
+
+                for ( /* void */ ; g->elems[i].kind != KVS_GRAM_END
+                                   && rc == KVS_OK; i++)
+                {
+                    if (!kvs_gram_warm_top(g, i)) {
+                        continue;
+                    }
+
+                    for (k = 0; k < w->n_rets && rc == KVS_OK; k++) {
+                        key[0] = i;
+                        key[1] = w->rets[k];
+                        if (kvs_gram_warm_low(wr->mk, key) == pass) {
+                            rc = kvs_gram_warm_key(wr, key, err);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    return rc;
 }
 
 
@@ -325,27 +493,23 @@ kvs_gram_masker_warm(kvs_gram_masker_t *t, const kvs_gram_t *g,
     const kvs_gram_mlimits_t *lim, uint64_t units, uint32_t fill,
     kvs_gram_warm_stats_t *st, kvs_err_t *err)
 {
-    int                    rc, pass;
-    uint32_t               o, r, a, i, k, key[KVS_GRAM_CUT];
-    uint64_t               per_key;
-    kvs_gram_warm_t        w;
-    kvs_gram_matcher_t     m;
-    kvs_gram_masker_t      mk;
-    kvs_gram_warm_stats_t  s;
+    int                   rc;
+    uint32_t              n;
+    uint64_t              rng;
+    kvs_gram_warm_t       w;
+    kvs_gram_matcher_t    m;
+    kvs_gram_masker_t     mk;
+    kvs_gram_warm_run_t   wr;
 
-    memset(&s, 0, sizeof(s));
+    memset(&wr, 0, sizeof(wr));
     if (st != NULL) {
-        *st = s;
+        *st = wr.s;
     }
 
     if (!g->finished || g->n_elems > KVS_GRAM_WARM_MAX_ELEMS
         || t->ind_owner != NULL || t->ind == NULL)
     {
         return KVS_OK;                /* nothing warmed: masks build */
-    }
-
-    if (fill > t->cap_ind) {
-        fill = t->cap_ind;
     }
 
     memset(&w, 0, sizeof(w));
@@ -372,68 +536,36 @@ kvs_gram_masker_warm(kvs_gram_masker_t *t, const kvs_gram_t *g,
 
     kvs_gram_masker_share(&mk, t);
     mk.work.used = 0;
-    if (units == 0) {
-        units = UINT64_MAX / 2;
-    }
-    per_key = units / KVS_GRAM_WARM_SHARE > 0 ? units / KVS_GRAM_WARM_SHARE
-                                              : 1;
-    rc = KVS_OK;
 
-    /* the keys of uncounted positions (and of counts keyed by a tier)
-     * first: a bounded string's low counts are a key each, and a parse
-     * meets only the few of them its own string's length passes */
-    for (pass = 0; pass < 2 && rc == KVS_OK; pass++) {
-        for (o = 0; o < w.n_order && rc == KVS_OK; o++) {
-            r = w.order[o];
-            kvs_gram_warm_rets(&w, r);
+    wr.mk = &mk;
+    wr.t = t;
+    wr.units = units != 0 ? units : UINT64_MAX / 2;
+    wr.per_key = wr.units / KVS_GRAM_WARM_SHARE > 0
+                 ? wr.units / KVS_GRAM_WARM_SHARE : 1;
+    wr.fill = fill < t->cap_ind ? fill : t->cap_ind;
 
-            for (a = g->rule_alt[r]; a < g->rule_alt[r + 1] && rc == KVS_OK;
-                 a++)
-            {
-                i = g->alt_start[a];
-                if (g->elems[i].kind == KVS_GRAM_DEAD) {
-                    continue;
-                }
-
-                for ( /* void */ ; g->elems[i].kind != KVS_GRAM_END
-                                   && rc == KVS_OK; i++)
-                {
-                    if (!kvs_gram_warm_top(g, i)) {
-                        continue;
-                    }
-
-                    for (k = 0; k < w.n_rets && rc == KVS_OK; k++) {
-                        key[0] = i;
-                        key[1] = w.rets[k];
-                        if (kvs_gram_warm_low(&mk, key) != pass) {
-                            continue;
-                        }
-                        if (s.keys == KVS_GRAM_WARM_MAX_KEYS
-                            || t->n_ind >= fill)
-                        {
-                            rc = KVS_ETOOLONG;
-                            break;
-                        }
-                        s.keys++;
-                        rc = kvs_gram_warm_key(&mk, t, key, units, per_key,
-                                               &s, err);
-                    }
-                }
-            }
-        }
+    /* sample texts first: the structure every output passes through;
+     * the seed is the grammar's, so a warm is the same every time */
+    rng = 0x9E3779B97F4A7C15ULL ^ g->n_elems;
+    for (n = 0; n < KVS_GRAM_WARM_WALKS && rc == KVS_OK; n++) {
+        rc = kvs_gram_warm_walk(&wr, &rng, err);
     }
 
-    s.units = mk.work.used;
-    s.entries = t->n_ind;
-    s.done = rc == KVS_OK;
-    s.slices = mk.ind_slices;
+    if (rc == KVS_OK) {
+        rc = kvs_gram_warm_enum(&wr, &w, err);
+    }
+
+    wr.s.units = mk.work.used;
+    wr.s.entries = t->n_ind;
+    wr.s.done = rc == KVS_OK;
+    wr.s.slices = mk.ind_slices;
 
     kvs_gram_masker_free(&mk);
     kvs_gram_matcher_free(&m);
     kvs_gram_warm_free(&w);
 
     if (st != NULL) {
-        *st = s;
+        *st = wr.s;
     }
 
     /* a bound met is not a failure: the masks build the rest */
