@@ -1,10 +1,11 @@
 /*
  * kvs_test_gwalk: what the mask tests that walk one grammar with several
  * maskers side by side share (test_gram_memo, test_gram_count,
- * test_gram_slice): the buffers (one mask per masker, a brute-force
- * mask, a token list) and, per walk, a matcher with the maskers on it,
- * each with its own number of state-cache entries (0: every mask a full
- * walk); a small vocabulary's tokens; one step's masks compared with
+ * test_gram_slice, test_gram_warm): the buffers (one mask per masker, a
+ * brute-force mask, a token list) and, per walk, a matcher with the
+ * maskers on it, each with its own number of state-cache entries (0:
+ * every mask a full walk); a small vocabulary's tokens; a schema
+ * compiled and a random allowed token; one step's masks compared with
  * the full walk's and the brute force's.  Any failure to
  * allocate or initialise fails the test.  Header-only, like kvs_test.h.
  */
@@ -128,6 +129,56 @@ tgw_vocab(uint8_t **texts, uint32_t *lens, uint8_t *kinds, size_t n)
     }
 
     return gv;
+}
+
+
+/* Compiles schema text, NULL for json_object mode (fails the test on
+ * an error). */
+static inline void
+tgw_compile(kvs_gram_t *g, const char *schema)
+{
+    kvs_err_t        err;
+    kvs_gram_opts_t  o;
+
+    if (schema == NULL) {
+        memset(&o, 0, sizeof(o));
+        if (kvs_gram_json_object(g, &o, &err) != KVS_OK) {
+            fail_msg("json_object: %s", err.msg);
+        }
+        return;
+    }
+    if (tg_compile(g, schema, 0, &err) != KVS_OK) {
+        fail_msg("%s: %s", schema, err.msg);
+    }
+}
+
+
+/* A token bits allows, picked at random: END one time in four when it
+ * is allowed (and always when nothing else is); UINT32_MAX if none. */
+static inline uint32_t
+tgw_pick(const kvs_gram_vocab_t *gv, const uint32_t *bits, uint32_t *cand,
+    uint64_t *rng)
+{
+    size_t    n;
+    uint32_t  id, end;
+
+    end = UINT32_MAX;
+    for (id = 0, n = 0; id < gv->n_tokens; id++) {
+        if (!(bits[id >> 5] >> (id & 31) & 1)) {
+            continue;
+        }
+        if (gv->kind[id] == KVS_GRAM_TOK_END) {
+            end = id;
+            continue;
+        }
+        cand[n++] = id;
+    }
+
+    if (end != UINT32_MAX && (n == 0 || tg_rand(rng) % 4 == 0)) {
+        return end;
+    }
+
+    return n > 0 ? cand[tg_rand(rng) % n] : UINT32_MAX;
 }
 
 

@@ -100,53 +100,6 @@ ts_vocab(void)
 }
 
 
-static void
-ts_compile(kvs_gram_t *g, const char *schema)
-{
-    kvs_err_t        err;
-    kvs_gram_opts_t  o;
-
-    if (schema == NULL) {
-        memset(&o, 0, sizeof(o));
-        if (kvs_gram_json_object(g, &o, &err) != KVS_OK) {
-            fail_msg("json_object: %s", err.msg);
-        }
-        return;
-    }
-    if (tg_compile(g, schema, 0, &err) != KVS_OK) {
-        fail_msg("%s: %s", schema, err.msg);
-    }
-}
-
-
-/* An allowed token, END one time in four when allowed. */
-static uint32_t
-ts_pick(const kvs_gram_vocab_t *gv, const uint32_t *bits, uint32_t *cand,
-    uint64_t *rng)
-{
-    size_t    n;
-    uint32_t  id, end;
-
-    end = UINT32_MAX;
-    for (id = 0, n = 0; id < gv->n_tokens; id++) {
-        if (!(bits[id >> 5] >> (id & 31) & 1)) {
-            continue;
-        }
-        if (gv->kind[id] == KVS_GRAM_TOK_END) {
-            end = id;
-            continue;
-        }
-        cand[n++] = id;
-    }
-
-    if (end != UINT32_MAX && (n == 0 || tg_rand(rng) % 4 == 0)) {
-        return end;
-    }
-
-    return n > 0 ? cand[tg_rand(rng) % n] : UINT32_MAX;
-}
-
-
 /* Walks through one schema; the entries the "slices" maskers took from
  * slices added to *taken, the "off" ones' to *off. */
 static void
@@ -163,7 +116,7 @@ ts_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks,
     static const char  *names[TS_MK] = { "plain", "slices", "off" };
 
     tgw_alloc(&r, gv, TS_MK);
-    ts_compile(&g, schema);
+    tgw_compile(&g, schema);
 
     for (w = 0; w < walks; w++) {
         rng = 4241 + w * 7919 + (schema != NULL ? strlen(schema) : 0);
@@ -174,7 +127,7 @@ ts_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks,
             tgw_step(&r, gv, names, schema != NULL ? schema : "json_object",
                      step);
 
-            id = ts_pick(gv, r.bits[TS_PLAIN], r.cand, &rng);
+            id = tgw_pick(gv, r.bits[TS_PLAIN], r.cand, &rng);
             assert_true(id != UINT32_MAX);
             if (gv->kind[id] == KVS_GRAM_TOK_END) {
                 break;
@@ -260,11 +213,11 @@ test_shapes(void **state)
     (void) state;
     gv = ts_vocab();
 
-    ts_compile(&ga, "{\"type\": \"string\"}");
-    ts_compile(&gb, "{\"type\": \"object\", \"properties\": {\"a\": "
+    tgw_compile(&ga, "{\"type\": \"string\"}");
+    tgw_compile(&gb, "{\"type\": \"object\", \"properties\": {\"a\": "
                     "{\"type\": \"integer\"}, \"b\": {\"type\": "
                     "\"string\"}}, \"required\": [\"a\", \"b\"]}");
-    ts_compile(&gc, "{\"type\": \"string\", \"pattern\": \"^[a-z]*$\"}");
+    tgw_compile(&gc, "{\"type\": \"string\", \"pattern\": \"^[a-z]*$\"}");
 
     ts_key(&ga, "\"ab", ka);
     ts_key(&gb, "{\"a\": 1, \"b\": \"ab", kb);
@@ -333,12 +286,12 @@ test_counted_shapes(void **state)
     sb = sa + 8192;
     sc = sb + 8192;
 
-    ts_compile(&ga, "{\"type\": \"string\", \"maxLength\": 40}");
-    ts_compile(&gb, "{\"type\": \"object\", \"properties\": {\"a\": "
+    tgw_compile(&ga, "{\"type\": \"string\", \"maxLength\": 40}");
+    tgw_compile(&gb, "{\"type\": \"object\", \"properties\": {\"a\": "
                     "{\"type\": \"integer\"}, \"n\": {\"type\": "
                     "\"string\", \"maxLength\": 20}}, \"required\": "
                     "[\"a\", \"n\"]}");
-    ts_compile(&gc, "{\"type\": \"string\", \"pattern\": "
+    tgw_compile(&gc, "{\"type\": \"string\", \"pattern\": "
                     "\"^[a-z]{2,40}$\"}");
 
     /* 5 copies left in each */

@@ -84,25 +84,6 @@ tw_vocab(void)
 }
 
 
-static void
-tw_compile(kvs_gram_t *g, const char *schema)
-{
-    kvs_err_t        err;
-    kvs_gram_opts_t  o;
-
-    if (schema == NULL) {
-        memset(&o, 0, sizeof(o));
-        if (kvs_gram_json_object(g, &o, &err) != KVS_OK) {
-            fail_msg("json_object: %s", err.msg);
-        }
-        return;
-    }
-    if (tg_compile(g, schema, 0, &err) != KVS_OK) {
-        fail_msg("%s: %s", schema, err.msg);
-    }
-}
-
-
 /* A table of `entries` over gv warmed for g; its stats in *st. */
 static void
 tw_table(kvs_gram_masker_t *t, const kvs_gram_vocab_t *gv,
@@ -117,34 +98,6 @@ tw_table(kvs_gram_masker_t *t, const kvs_gram_vocab_t *gv,
                                           &err), KVS_OK);
     assert_int_equal(st->entries, t->n_ind);
     assert_true(st->entries <= fill);
-}
-
-
-/* An allowed token, END one time in four when allowed. */
-static uint32_t
-tw_pick(const kvs_gram_vocab_t *gv, const uint32_t *bits, uint32_t *cand,
-    uint64_t *rng)
-{
-    size_t    n;
-    uint32_t  id, end;
-
-    end = UINT32_MAX;
-    for (id = 0, n = 0; id < gv->n_tokens; id++) {
-        if (!(bits[id >> 5] >> (id & 31) & 1)) {
-            continue;
-        }
-        if (gv->kind[id] == KVS_GRAM_TOK_END) {
-            end = id;
-        } else {
-            cand[n++] = id;
-        }
-    }
-
-    if (end != UINT32_MAX && (n == 0 || tg_rand(rng) % 4 == 0)) {
-        return end;
-    }
-
-    return n > 0 ? cand[tg_rand(rng) % n] : UINT32_MAX;
 }
 
 
@@ -166,7 +119,7 @@ tw_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks)
 
     name = schema != NULL ? schema : "json_object";
     tgw_alloc(&r, gv, TW_MK);
-    tw_compile(&g, schema);
+    tgw_compile(&g, schema);
     memset(miss, 0, sizeof(miss));
 
     for (w = 0; w < walks; w++) {
@@ -192,7 +145,7 @@ tw_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks)
         for (step = 0; step < 60; step++) {
             tgw_step(&r, gv, names, name, step);
 
-            id = tw_pick(gv, r.bits[TW_PLAIN], r.cand, &rng);
+            id = tgw_pick(gv, r.bits[TW_PLAIN], r.cand, &rng);
             assert_true(id != UINT32_MAX);
             if (gv->kind[id] == KVS_GRAM_TOK_END) {
                 break;
@@ -252,7 +205,7 @@ test_warm_all(void **state)
 
     (void) state;
     gv = tw_vocab();
-    tw_compile(&g, "{\"enum\": [\"red\", \"green\", 7]}");
+    tgw_compile(&g, "{\"enum\": [\"red\", \"green\", 7]}");
 
     tw_table(&t, gv, &g, 256, 0, 256, &st);
     assert_true(st.done);
@@ -293,7 +246,7 @@ test_warm_refused(void **state)
     (void) state;
     gv = tw_vocab();
 
-    tw_compile(&g, "{\"type\": \"string\", \"maxLength\": 40000}");
+    tgw_compile(&g, "{\"type\": \"string\", \"maxLength\": 40000}");
     assert_true(g.n_elems > (1u << 16));
     tw_table(&t, gv, &g, 64, 0, 48, &st);
     assert_int_equal(st.keys, 0);
@@ -301,7 +254,7 @@ test_warm_refused(void **state)
     kvs_gram_masker_free(&t);
     kvs_gram_free(&g);
 
-    tw_compile(&g, "{\"type\": \"boolean\"}");
+    tgw_compile(&g, "{\"type\": \"boolean\"}");
     assert_int_equal(kvs_gram_masker_init_table(&t, gv, 64, &err), KVS_OK);
     assert_int_equal(kvs_gram_masker_init_table(&o, gv, 64, &err), KVS_OK);
     t.ind_owner = &o;
