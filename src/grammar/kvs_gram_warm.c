@@ -47,6 +47,15 @@
 /* the pairs tried at most, whatever the work bound */
 #define KVS_GRAM_WARM_MAX_KEYS   16384
 
+/* the rules and edges the enumeration's returns may visit in all: a
+ * rule's returns follow its tail callers, so a long chain of tail calls
+ * would cost its length squared (~2 ms at this bound) */
+#define KVS_GRAM_WARM_MAX_STEPS  (1u << 20)
+
+/* a sample text stops where more stacks than this are open (anyOf
+ * branches that begin alike: each byte would close them all) */
+#define KVS_GRAM_WARM_FRONT      64
+
 /* sample texts walked first, of at most this many bytes each */
 #define KVS_GRAM_WARM_WALKS      4
 #define KVS_GRAM_WARM_BYTES      384
@@ -69,6 +78,7 @@ typedef struct {
     uint32_t          *rets;      /* [n_elems + 1] one rule's returns */
     uint32_t           n_rets;
     uint32_t          *rseen;     /* [n_elems + 1] stamp per return */
+    uint64_t           steps;     /* rules and edges the returns visited */
 } kvs_gram_warm_t;
 
 
@@ -239,6 +249,8 @@ kvs_gram_warm_rets(kvs_gram_warm_t *w, uint32_t r)
 
     while (sp > 0) {
         s = w->stack[--sp];
+        w->steps += 1 + (w->ret_at[s + 1] - w->ret_at[s])
+                    + (w->tail_at[s + 1] - w->tail_at[s]);
 
         if (s == g->root) {
             slot = g->n_elems;
@@ -383,6 +395,9 @@ kvs_gram_warm_walk(kvs_gram_warm_run_t *wr, uint64_t *rng, kvs_err_t *err)
 
     for (n = 0; n < KVS_GRAM_WARM_BYTES && rc == KVS_OK; n++) {
         lv = &m->lv[m->n_lv - 1];
+        if (lv->n_front > KVS_GRAM_WARM_FRONT) {
+            break;
+        }
 
         for (i = 0; i < lv->n_front; i++) {
             id = m->front[lv->front + i];
@@ -456,6 +471,10 @@ kvs_gram_warm_enum(kvs_gram_warm_run_t *wr, kvs_gram_warm_t *w,
         for (o = 0; o < w->n_order && rc == KVS_OK; o++) {
             r = w->order[o];
             kvs_gram_warm_rets(w, r);
+            if (w->steps > KVS_GRAM_WARM_MAX_STEPS) {
+                rc = KVS_ETOOLONG;
+                break;
+            }
 
             for (a = g->rule_alt[r]; a < g->rule_alt[r + 1] && rc == KVS_OK;
                  a++)

@@ -271,12 +271,64 @@ test_warm_refused(void **state)
 }
 
 
+/* A chain of 20,000 rules, each "a" and a tail call to the next: every
+ * rule's returns go back up the chain, which would cost its length
+ * squared (~2 x 10^8 steps); the warm stops at its step bound, before
+ * its key bound, and what it built is whole. */
+static void
+test_warm_chain(void **state)
+{
+    uint32_t               i, n, r0, r;
+    kvs_err_t              err;
+    kvs_gram_t             g;
+    kvs_gram_seq_t         q;
+    kvs_gram_masker_t      t;
+    kvs_gram_vocab_t      *gv;
+    kvs_gram_warm_stats_t  st;
+
+    (void) state;
+    gv = tw_vocab();
+    n = 20000;
+
+    memset(&q, 0, sizeof(q));
+    kvs_gram_init(&g, NULL);
+    assert_int_equal(kvs_gram_rule_new(&g, &r0, &err), KVS_OK);
+    for (i = 1; i < n; i++) {
+        assert_int_equal(kvs_gram_rule_new(&g, &r, &err), KVS_OK);
+        assert_int_equal(r, r0 + i);
+    }
+    for (i = 0; i < n; i++) {
+        kvs_gram_seq_reset(&q);
+        kvs_gram_seq_lit(&q, "a", 1);
+        if (i + 1 < n) {
+            kvs_gram_seq_ref(&q, r0 + i + 1);
+        }
+        assert_int_equal(kvs_gram_add_alt(&g, r0 + i, &q, &err), KVS_OK);
+    }
+    kvs_gram_seq_free(&q);
+    assert_int_equal(kvs_gram_finish(&g, r0, &err), KVS_OK);
+    assert_true(g.n_elems <= (1u << 16));
+    assert_true(tg_match(&g, "aaa", 3) == 0);
+
+    tw_table(&t, gv, &g, 16384, 0, 16384, &st);
+    print_message("chain: %u keys, %u entries\n", st.keys, st.entries);
+    assert_false(st.done);
+    assert_true(st.keys > 100);
+    assert_true(st.keys < 16384);
+    kvs_gram_masker_free(&t);
+
+    kvs_gram_free(&g);
+    kvs_gram_vocab_free(gv);
+}
+
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_warm_all),
         cmocka_unit_test(test_warm_refused),
+        cmocka_unit_test(test_warm_chain),
         cmocka_unit_test(test_warm_walks),
     };
 
