@@ -132,6 +132,33 @@ tgw_vocab(uint8_t **texts, uint32_t *lens, uint8_t *kinds, size_t n)
 }
 
 
+/* A vocabulary of every single byte (1 .. 255), then each of the n
+ * words of two bytes or more (C strings), then END. */
+#define TGW_VOCAB_MAX  1024
+
+static inline kvs_gram_vocab_t *
+tgw_vocab_words(const char *const *words, size_t n_words)
+{
+    size_t    i, n;
+    uint8_t  *texts[TGW_VOCAB_MAX], kinds[TGW_VOCAB_MAX], buf[1];
+    uint32_t  lens[TGW_VOCAB_MAX];
+
+    n = 0;
+    for (i = 1; i < 256; i++) {
+        buf[0] = (uint8_t) i;
+        tgw_add(texts, lens, kinds, &n, TGW_VOCAB_MAX, buf, 1);
+    }
+    for (i = 0; i < n_words; i++) {
+        if (strlen(words[i]) > 1) {
+            tgw_add(texts, lens, kinds, &n, TGW_VOCAB_MAX, words[i],
+                    strlen(words[i]));
+        }
+    }
+
+    return tgw_vocab(texts, lens, kinds, n);
+}
+
+
 /* Compiles schema text, NULL for json_object mode (fails the test on
  * an error). */
 static inline void

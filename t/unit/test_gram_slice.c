@@ -60,7 +60,6 @@ static const char  *ts_schemas[] = {
 };
 
 #define TS_NS  (sizeof(ts_schemas) / sizeof(ts_schemas[0]))
-#define TS_MAX 1024
 
 enum { TS_PLAIN, TS_SLICES, TS_OFF, TS_MK };
 
@@ -80,23 +79,7 @@ ts_vocab(void)
         "null", "true", "false", "-2.5", "e+3", "E-", "{}", "[]", "\"a\"",
         "\"x", "tr", "ue", "nu", "ll}", "1}", "\"}}", "\"]}", " \"",
     };
-    size_t              i, n;
-    uint8_t            *texts[TS_MAX], kinds[TS_MAX], buf[1];
-    uint32_t            lens[TS_MAX];
-
-    n = 0;
-    for (i = 1; i < 256; i++) {
-        buf[0] = (uint8_t) i;
-        tgw_add(texts, lens, kinds, &n, TS_MAX, buf, 1);
-    }
-    for (i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
-        if (strlen(words[i]) > 1) {
-            tgw_add(texts, lens, kinds, &n, TS_MAX, words[i],
-                    strlen(words[i]));
-        }
-    }
-
-    return tgw_vocab(texts, lens, kinds, n);
+    return tgw_vocab_words(words, sizeof(words) / sizeof(words[0]));
 }
 
 

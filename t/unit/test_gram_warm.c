@@ -51,7 +51,6 @@ static const char  *tw_schemas[] = {
 };
 
 #define TW_NS   (sizeof(tw_schemas) / sizeof(tw_schemas[0]))
-#define TW_MAX  512
 
 enum { TW_PLAIN, TW_WARM, TW_PART, TW_COLD, TW_TINY, TW_MK };
 
@@ -67,20 +66,7 @@ tw_vocab(void)
         "-12", "123", "0.5", "-3", "e7", "1.", "{}", "[]", "\"\"", "\\n",
         "\\\"", "\\u00", "xyz", " ", "\xc3\xa9", "\": {\"", "\": [",
     };
-    size_t              i, n;
-    uint8_t            *texts[TW_MAX], kinds[TW_MAX], buf[1];
-    uint32_t            lens[TW_MAX];
-
-    n = 0;
-    for (i = 1; i < 256; i++) {
-        buf[0] = (uint8_t) i;
-        tgw_add(texts, lens, kinds, &n, TW_MAX, buf, 1);
-    }
-    for (i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
-        tgw_add(texts, lens, kinds, &n, TW_MAX, words[i], strlen(words[i]));
-    }
-
-    return tgw_vocab(texts, lens, kinds, n);
+    return tgw_vocab_words(words, sizeof(words) / sizeof(words[0]));
 }
 
 
