@@ -62,6 +62,7 @@ int
 kvs_engine_gram_new(kvs_engine_t *e, kvs_err_t *err)
 {
     int        rc;
+    size_t     words;
     uint64_t   t0;
     kvs_err_t  gerr;
 
@@ -70,8 +71,12 @@ kvs_engine_gram_new(kvs_engine_t *e, kvs_err_t *err)
         return rc;
     }
 
+    /* a table entry's bits, and the list of its nonzero words when it
+     * keeps one (kvs_gram_ind.c's seal) */
+    words = ((size_t) e->be->n_vocab + 31) / 32;
     e->gcache.entry_extra = (size_t) KVS_ENGINE_GRAM_TABLE
-                            * (((size_t) e->be->n_vocab + 31) / 32) * 4;
+                            * (words * 4
+                               + (words / KVS_GRAM_SPARSE_DIV + 1) * 8);
     e->gbits = calloc(((size_t) e->be->n_vocab + 31) / 32, sizeof(uint32_t));
     e->gids = malloc((size_t) e->be->n_vocab * sizeof(int32_t));
     if (e->gbits == NULL || e->gids == NULL) {

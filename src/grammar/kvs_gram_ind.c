@@ -461,6 +461,7 @@ void
 kvs_gram_ind_free(kvs_gram_ientry_t *e)
 {
     free(e->bits);
+    free(e->sparse);
     free(e->ranges);
     memset(e, 0, sizeof(kvs_gram_ientry_t));
 }
@@ -668,6 +669,55 @@ kvs_gram_ind_long(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e)
 }
 
 
+/*
+ * An entry's bits are final: their nonzero words listed too when they
+ * are at most KVS_GRAM_SPARSE_DIV-th of the words.  A mask that ORs
+ * such an entry touches a few hundred bytes instead of the whole
+ * vocabulary's bits, which after a forward pass are no longer in the
+ * cache.  No memory for the list: the mask reads the bits.
+ */
+static void
+kvs_gram_ind_seal(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e)
+{
+    uint32_t         w, n, max, *q, *r;
+    const uint32_t  *b;
+
+    max = mk->words / KVS_GRAM_SPARSE_DIV;
+    q = malloc(((size_t) max + 1) * 2 * sizeof(uint32_t));
+    if (q == NULL) {
+        return;
+    }
+
+    /* one pass, eight zero words skipped at a time, given up as soon
+     * as the nonzero ones are too many */
+    b = e->bits;
+    for (w = 0, n = 0; w < mk->words; w++) {
+        if ((w & 7) == 0 && w + 8 <= mk->words
+            && (b[w] | b[w + 1] | b[w + 2] | b[w + 3] | b[w + 4] | b[w + 5]
+                | b[w + 6] | b[w + 7]) == 0)
+        {
+            w += 7;
+            continue;
+        }
+        if (b[w] == 0) {
+            continue;
+        }
+        if (n == max) {
+            free(q);
+            return;
+        }
+        q[2 * n] = w;
+        q[2 * n + 1] = b[w];
+        n++;
+    }
+
+    r = realloc(q, ((size_t) n + 1) * 2 * sizeof(uint32_t));
+    e->sparse = r != NULL ? r : q;
+    e->n_sparse = n;
+    (mk->ind_owner != NULL ? mk->ind_owner : mk)->ind_sparse++;
+}
+
+
 /* The entry of one stack's top positions, built if new. */
 int
 kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
@@ -757,6 +807,7 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
         e->some = ssome;
         e->used = 1;
         e->stamp = o->serial;
+        kvs_gram_ind_seal(mk, e);
         kvs_gram_ind_slot_add(o, (uint32_t) (e - o->ind));
         mk->ind_slices++;
         *out = e;
@@ -788,6 +839,7 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
 
     e->used = 1;
     e->stamp = o->serial;
+    kvs_gram_ind_seal(mk, e);
     kvs_gram_ind_slot_add(o, (uint32_t) (e - o->ind));
     mk->ind_src += se != NULL;
     *out = e;

@@ -84,13 +84,16 @@ kvs_gram_masker_init(kvs_gram_masker_t *mk, const kvs_gram_vocab_t *gv,
         mk->cache = calloc(cache_entries, sizeof(kvs_gram_centry_t));
         mk->ind = calloc(mk->cap_ind, sizeof(kvs_gram_ientry_t));
         mk->used = calloc(m->lim.max_front + 1, sizeof(kvs_gram_ientry_t *));
+        mk->kbuf = calloc(m->lim.max_front + 1, sizeof(uint32_t));
         if (mk->cache == NULL || mk->ind == NULL || mk->used == NULL
+            || mk->kbuf == NULL
             || kvs_gram_ind_index(mk) != KVS_OK
             || kvs_gram_verdict_init(mk, m->lim.max_front) != KVS_OK)
         {
             free(mk->cache);
             free(mk->ind);
             free(mk->used);
+            free(mk->kbuf);
             free(mk->islot);
             kvs_gram_verdict_free(mk);
             kvs_gram_memo_free(mk->memo);
@@ -157,6 +160,7 @@ kvs_gram_masker_free(kvs_gram_masker_t *mk)
     free(mk->ind);
     free(mk->islot);
     free(mk->used);
+    free(mk->kbuf);
     kvs_gram_verdict_free(mk);
     free(mk->mr);
     kvs_gram_memo_free(mk->memo);
@@ -226,6 +230,51 @@ kvs_gram_mask_walk(kvs_gram_masker_t *mk, uint32_t *bits)
 }
 
 
+/* The union of the entries mk->used[0 .. n_used) into bits: the first
+ * whole one copied, the other whole ones OR-ed (a pass over the bits
+ * each), then the sparse ones' listed words OR-ed in. */
+static void
+kvs_gram_mask_union(kvs_gram_masker_t *mk, uint32_t n_used, uint32_t *bits)
+{
+    uint32_t                  j, w, first;
+    const uint32_t           *q;
+    const kvs_gram_ientry_t  *e;
+
+    first = 1;
+    mk->cheap = 1;
+    for (j = 0; j < n_used; j++) {
+        e = mk->used[j];
+        if (e->sparse != NULL) {
+            continue;
+        }
+        if (first) {
+            memcpy(bits, e->bits, (size_t) mk->words * sizeof(uint32_t));
+            first = 0;
+            continue;
+        }
+        for (w = 0; w < mk->words; w++) {
+            bits[w] |= e->bits[w];
+        }
+        mk->cheap = 0;
+    }
+
+    if (first) {
+        memset(bits, 0, (size_t) mk->words * sizeof(uint32_t));
+    }
+
+    for (j = 0; j < n_used; j++) {
+        e = mk->used[j];
+        if (e->sparse == NULL) {
+            continue;
+        }
+        q = e->sparse;
+        for (w = 0; w < e->n_sparse; w++) {
+            bits[q[2 * w]] |= q[2 * w + 1];
+        }
+    }
+}
+
+
 /*
  * The mask through the context-independent entries: a token is allowed
  * iff some stack allows it, so the mask is the union over the frontier's
@@ -236,7 +285,7 @@ static int
 kvs_gram_mask_ind(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
 {
     int                      rc, any;
-    uint32_t                 i, j, k, w, id, n_used, t[KVS_GRAM_CUT];
+    uint32_t                 i, j, k, id, n_used, t[KVS_GRAM_CUT];
     uint32_t                 n_front, len, c, all, capped, *nm;
     kvs_gram_ientry_t       *e;
     const kvs_gram_matcher_t  *m;
@@ -296,21 +345,9 @@ kvs_gram_mask_ind(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
         mk->used[n_used++] = e;
         any |= (int) e->some;
         capped |= e->capped;
-
-        /* the first entry is copied, the others OR-ed in: one pass over
-         * the bits per entry */
-        if (n_used == 1) {
-            memcpy(bits, e->bits, (size_t) mk->words * sizeof(uint32_t));
-            continue;
-        }
-        for (w = 0; w < mk->words; w++) {
-            bits[w] |= e->bits[w];
-        }
     }
 
-    if (n_used == 0) {
-        memset(bits, 0, (size_t) mk->words * sizeof(uint32_t));
-    }
+    kvs_gram_mask_union(mk, n_used, bits);
 
     /* m->lv may move while checking: lv is not used below */
     rc = -1;
@@ -320,6 +357,9 @@ kvs_gram_mask_ind(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
     /* a position at a tier's count: the verdicts of the tokens shorter
      * than len may be kept (the entries' bits, and so what is checked,
      * are their keys' alone, unless a build met a cap) */
+    if (j < n_used) {
+        mk->cheap = 0;
+    }
     if (j < n_used && len != UINT32_MAX && !capped && !mk->noverdicts) {
         rc = kvs_gram_verdict_check(mk, n_front, len, n_used, bits);
         any |= rc > 0;
@@ -352,7 +392,7 @@ int
 kvs_gram_mask(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
 {
     int                      rc;
-    uint32_t                 i, n, *key, max_id, accept;
+    uint32_t                 i, j, n, id, *key, max_id, accept;
     uint64_t                 h;
     kvs_gram_matcher_t      *m;
     kvs_gram_centry_t       *e;
@@ -383,12 +423,21 @@ kvs_gram_mask(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
     kvs_gram_verdict_purge(mk, m->low_water);
     m->low_water = UINT32_MAX;
 
-    key = malloc(((size_t) n + 1) * sizeof(uint32_t));
-    if (key == NULL) {
-        return kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
+    /* the key in the masker's scratch (a frontier is most often a few
+     * stacks: insertion sort then); copied out only if the mask is
+     * kept */
+    key = mk->kbuf;
+    if (n > 16) {
+        memcpy(key, m->front + lv->front, (size_t) n * sizeof(uint32_t));
+        qsort(key, n, sizeof(uint32_t), kvs_gram_u32_cmp);
     }
-    memcpy(key, m->front + lv->front, (size_t) n * sizeof(uint32_t));
-    qsort(key, n, sizeof(uint32_t), kvs_gram_u32_cmp);
+    for (i = 0; n <= 16 && i < n; i++) {
+        id = m->front[lv->front + i];
+        for (j = i; j > 0 && key[j - 1] > id; j--) {
+            key[j] = key[j - 1];
+        }
+        key[j] = id;
+    }
 
     h = 0xcbf29ce484222325ULL ^ accept;
     max_id = 0;
@@ -404,7 +453,6 @@ kvs_gram_mask(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
         if (e->hash == h && e->n_key == n && e->accept == accept
             && memcmp(e->key, key, (size_t) n * sizeof(uint32_t)) == 0)
         {
-            free(key);
             memcpy(bits, e->bits, (size_t) mk->words * sizeof(uint32_t));
             mk->hits++;
             return KVS_OK;
@@ -412,25 +460,31 @@ kvs_gram_mask(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
     }
 
     mk->misses++;
+    mk->cheap = 0;
     rc = kvs_gram_mask_ind(mk, bits, err);
     if (kvs_gram_work_over(&mk->work)) {
-        free(key);
         goto done;
     }
     if (rc != KVS_OK && rc != KVS_EFORMAT) {
-        free(key);
         return rc;
     }
     /* the walk's own truncations are above every id in a key */
     m->low_water = UINT32_MAX;
 
-    if (rc == KVS_OK) {
+    mk->unkept += rc == KVS_OK && mk->cheap && !mk->keepall;
+    if (rc == KVS_OK && (!mk->cheap || mk->keepall)) {
+        key = malloc(((size_t) n + 1) * sizeof(uint32_t));
+        if (key == NULL) {
+            /* no room to remember it: the mask itself is right */
+            goto done;
+        }
+        memcpy(key, mk->kbuf, (size_t) n * sizeof(uint32_t));
+
         if (mk->n_cache < mk->cap_cache) {
             uint32_t  *eb;
 
             eb = malloc((size_t) mk->words * sizeof(uint32_t));
             if (eb == NULL) {
-                /* no room to remember it: the mask itself is right */
                 free(key);
                 goto done;
             }
@@ -448,10 +502,7 @@ kvs_gram_mask(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
         e->max_id = max_id;
         e->hash = h;
         memcpy(e->bits, bits, (size_t) mk->words * sizeof(uint32_t));
-        key = NULL;
     }
-
-    free(key);
 
 done:
 

@@ -25,6 +25,12 @@ struct kvs_gram_ientry_s {
     uint64_t   stamp;                 /* the mask that last used it */
     uint64_t   hash;
     uint32_t  *bits;                  /* [words] accepted */
+    uint32_t  *sparse;                /* [2 * n_sparse] (word index, word)
+                                         of bits' nonzero words when they
+                                         are few (kvs_gram_ind_seal), so
+                                         a mask ORs those alone; NULL:
+                                         read bits whole */
+    uint32_t   n_sparse;
     uint32_t   some;                  /* 1: bits has a token */
     uint32_t  *ranges;                /* [2 * n_ranges] */
     uint32_t   n_ranges, cap_ranges;

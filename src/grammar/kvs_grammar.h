@@ -699,16 +699,31 @@ typedef struct kvs_gram_masker_s {
     uint32_t                 n_cache, cap_cache, next_evict;
     uint64_t                 hits, misses;
 
+    /* a mask that was its entries' union alone, at most one of them
+     * read whole (cheap), is as fast to make again as to copy, and is
+     * not kept, so that the slots stay with the masks that checked
+     * tokens (unkept counts those); keepall: every mask kept (the
+     * tests of the cache's keys) */
+    uint32_t                 cheap;
+    int                      keepall;
+    uint64_t                 unkept;
+
     /* context-independent masks by the top KVS_GRAM_CUT positions of a
      * stack (kvs_gram_ind.c) */
     kvs_gram_ientry_t       *ind;
     kvs_gram_ientry_t      **used;    /* [max_front] this mask's entries */
+    uint32_t                *kbuf;    /* [max_front + 1] a mask's sorted
+                                         frontier, its state cache key */
     uint32_t                 n_ind, cap_ind, next_ind;
     /* the used entries by key hash: open addressing, linear probing,
      * slot = index in ind + 1 (0: empty), at most half full */
     uint32_t                *islot;   /* [islot_mask + 1] */
     uint32_t                 islot_mask;
     uint64_t                 ind_hits, ind_misses, checked, serial;
+    uint64_t                 ind_sparse;      /* entries of this table
+                                                 made that list their
+                                                 words (kvs_gram_ind.c's
+                                                 seal) */
 
     /* entries built from a source entry (kvs_gram_walk_src_t); nosrc:
      * build every entry by a full walk (the reference the tests
@@ -818,6 +833,11 @@ void kvs_gram_ientry_ranges(const kvs_gram_ientry_t *e,
  * of a vocabulary's trie, and a bounded string more than 15 characters
  * from its bound keeps recurring states through them. */
 #define KVS_GRAM_THETA0  15
+
+/* An entry whose nonzero words are at most 1/8 of its bits keeps them
+ * listed too (kvs_gram_ind.c's seal): a quarter of the bits' bytes at
+ * most, read instead of all of them. */
+#define KVS_GRAM_SPARSE_DIV  8
 
 /* How many top stack nodes a context-independent mask looks at: inside a
  * string, the character, the loop and the closing quote. */

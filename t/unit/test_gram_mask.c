@@ -291,6 +291,7 @@ test_end(void **state)
                      KVS_OK);
     assert_int_equal(kvs_gram_matcher_init(&m, &g, NULL, &err), KVS_OK);
     assert_int_equal(kvs_gram_masker_init(&mk, gv, &m, 4, &err), KVS_OK);
+    mk.keepall = 1;
 
     assert_int_equal(kvs_gram_mask(&mk, bits, &err), KVS_OK);
     assert_int_equal(bits[0], (1u << 0) | (1u << 4));

@@ -946,6 +946,7 @@ test_text_state(void **state)
     assert_int_equal(tt_compile(&g, spec, &err), KVS_OK);
     assert_int_equal(kvs_gram_matcher_init(&m, &g, NULL, &err), KVS_OK);
     assert_int_equal(kvs_gram_masker_init(&mk, gv, &m, 16, &err), KVS_OK);
+    mk.keepall = 1;
 
     for (i = 0; i < 40; i++) {
         assert_int_equal(kvs_gram_mask(&mk, bits, &err), KVS_OK);

@@ -15,7 +15,10 @@
  *   tiny     a masker sharing a warmed table of 6 entries, so that
  *            masks evict and rebuild (the index's deletions)
  *
- * and the brute force every third step.  The warmed maskers must meet
+ * and the brute force every third step.  The entries are of both forms
+ * (their nonzero words listed, or whole: the mask ORs them apart), and
+ * masks that were such a union alone are left out of the state cache.
+ * The warmed maskers must meet
  * fewer new keys than the cold one (the warm did the work), the bounds
  * must hold (work units, fill), and a grammar over the warm's size cap,
  * or a table already shared, is left alone.
@@ -92,7 +95,7 @@ tw_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks)
 {
     size_t                  w, step;
     uint32_t                id;
-    uint64_t                rng, miss[TW_MK];
+    uint64_t                rng, miss[TW_MK], sparse, whole, unkept;
     kvs_err_t               err;
     kvs_gram_t              g;
     tgw_rig_t               r;
@@ -107,6 +110,9 @@ tw_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks)
     tgw_alloc(&r, gv, TW_MK);
     tgw_compile(&g, schema);
     memset(miss, 0, sizeof(miss));
+    sparse = 0;
+    whole = 0;
+    unkept = 0;
 
     for (w = 0; w < walks; w++) {
         /* fresh tables per walk: a first request after the compile */
@@ -142,6 +148,12 @@ tw_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks)
 
         miss[TW_WARM] += r.mk[TW_WARM].ind_misses;
         miss[TW_COLD] += r.mk[TW_COLD].ind_misses;
+        /* entries of both forms met (their union is checked at every
+         * step above), and masks left out of the state cache */
+        sparse += warm.ind_sparse;
+        whole += warm.n_ind > warm.ind_sparse
+                 ? warm.n_ind - warm.ind_sparse : 0;
+        unkept += r.mk[TW_WARM].unkept + r.mk[TW_COLD].unkept;
 
         tgw_end(&r);
         kvs_gram_masker_free(&warm);
@@ -150,12 +162,18 @@ tw_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks)
     }
 
     print_message("%s: %u keys, %u entries warmed; misses warm %llu, "
-                  "cold %llu\n", name, sw.keys, sw.entries,
+                  "cold %llu; entries listing their words %llu, whole "
+                  "%llu; masks not kept %llu\n", name, sw.keys, sw.entries,
                   (unsigned long long) miss[TW_WARM],
-                  (unsigned long long) miss[TW_COLD]);
+                  (unsigned long long) miss[TW_COLD],
+                  (unsigned long long) sparse, (unsigned long long) whole,
+                  (unsigned long long) unkept);
 
     /* what the warm built, the masks did not build again */
     assert_true(miss[TW_WARM] < miss[TW_COLD]);
+    assert_true(sparse > 0);
+    assert_true(whole > 0);
+    assert_true(unkept > 0);
 
     kvs_gram_free(&g);
     tgw_free(&r);
