@@ -16,6 +16,11 @@
  * stacks.  END tokens are allowed exactly when the grammar is complete
  * here; REFUSED tokens never.
  *
+ * The union reads an entry's list of nonzero words where it keeps one
+ * (kvs_gram_ind.c's seal) rather than its whole bits; a mask that was
+ * such a union alone, at most one entry read whole, is not kept in the
+ * state cache (making it again costs no more than the copy).
+ *
  * The cache: the matcher hash-conses its stacks, so a state that recurs
  * (inside a string, between list items) has the same frontier ids; the
  * key is the sorted frontier plus the accept flag.  Ids die only when the
