@@ -12,7 +12,9 @@
  *
  * An entry's walk steps through the masker's transition memo
  * (kvs_gram_memo.c).  A new entry is copied from a vocabulary slice
- * (kvs_gram_slice.c) when its shape is there, else takes its short
+ * (kvs_gram_slice.c) when its shape is there, else, at a count of a
+ * run of one byte class, is the entry of the run's largest count less
+ * the tokens that run too far (kvs_gram_run.c), else takes its short
  * tokens from a source entry (kvs_gram_ind_src), else is walked from
  * wkey (kvs_gram_ind_wkey), in renaming passes where a count is far
  * from its bound (kvs_gram_ind_passes).
@@ -725,7 +727,8 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
 {
     int                  rc, low, sl;
     uint32_t             i, len, need, t[KVS_GRAM_CUT], s[KVS_GRAM_CUT];
-    uint32_t             w[KVS_GRAM_CUT], snr, ssome;
+    uint32_t             w[KVS_GRAM_CUT], snr, ssome, rn;
+    uint64_t             set[4];
     uint64_t             h;
     const uint32_t      *sb, *sr;
     kvs_gram_ientry_t   *e, *se;
@@ -758,9 +761,24 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
     }
 
     /* the source first (found or built, and held for this mask), so
-     * that taking a slot below cannot evict it */
+     * that taking a slot below cannot evict it: for a count of a class
+     * run, the entry of its family's largest count (kvs_gram_run.c) */
     se = NULL;
-    len = mk->nosrc || sl ? 0 : kvs_gram_ind_src(mk, t, s);
+    rn = sl || low || mk->noruns ? 0 : kvs_gram_run_src(mk, t, s, set);
+    if (rn > 0) {
+        rc = kvs_gram_ind_get(mk, s, &se, err);
+        if (rc == KVS_ETOOLONG && !kvs_gram_work_over(&mk->work)) {
+            se = NULL;                /* no room: a walk then */
+        } else if (rc != KVS_OK) {
+            return rc;
+        }
+        if (se == NULL || se->capped) {
+            se = NULL;
+            rn = 0;
+        }
+    }
+
+    len = mk->nosrc || sl || rn > 0 ? 0 : kvs_gram_ind_src(mk, t, s);
     if (len > 1) {
         rc = kvs_gram_ind_get(mk, s, &se, err);
         if (rc == KVS_ETOOLONG && !kvs_gram_work_over(&mk->work)) {
@@ -810,6 +828,24 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
         kvs_gram_ind_seal(mk, e);
         kvs_gram_ind_slot_add(o, (uint32_t) (e - o->ind));
         mk->ind_slices++;
+        *out = e;
+        return KVS_OK;
+    }
+
+    if (rn > 0) {
+        if (kvs_gram_run_derive(mk, e, se, rn, set) != KVS_OK) {
+            kvs_gram_ind_free(e);
+            return kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
+        }
+        if (kvs_gram_work_over(&mk->work)) {
+            kvs_gram_ind_free(e);
+            return KVS_ETOOLONG;
+        }
+        e->used = 1;
+        e->stamp = o->serial;
+        kvs_gram_ind_seal(mk, e);
+        kvs_gram_ind_slot_add(o, (uint32_t) (e - o->ind));
+        mk->ind_runs++;
         *out = e;
         return KVS_OK;
     }

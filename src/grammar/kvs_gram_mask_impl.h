@@ -65,4 +65,14 @@ int kvs_gram_ind_check_all(kvs_gram_masker_t *mk, uint32_t n_used,
     uint32_t *bits, kvs_err_t *err);
 
 
+/* kvs_gram_run.c: for a key at a count of a run of one byte class,
+ * the count c (0: not such a key), the key of its family's largest
+ * count in src and the class in set[4] (bits by byte); and its entry e
+ * (a free slot's, bits and ranges not allocated) made from that key's
+ * entry se, which met no cap.  KVS_ENOMEM leaves e for kvs_gram_ind_free. */
+uint32_t kvs_gram_run_src(const kvs_gram_masker_t *mk, const uint32_t *key,
+    uint32_t *src, uint64_t *set);
+int kvs_gram_run_derive(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
+    const kvs_gram_ientry_t *se, uint32_t c, const uint64_t *set);
+
 #endif /* KVS_GRAM_MASK_IMPL_H */

@@ -204,6 +204,7 @@ kvs_gram_rep_index(kvs_gram_t *g, kvs_err_t *err)
         if (u->min == 0) {
             kvs_gram_rep_set(g, u->ralt, u->extra + 1, ft + s);
             kvs_gram_rep_set(g, u->ralt + 1, u->extra + 1, ft + s + 1);
+            g->rfam[ft + s].r_at = u->ralt + 1;
             continue;
         }
 
@@ -238,6 +239,7 @@ kvs_gram_rep_index(kvs_gram_t *g, kvs_err_t *err)
             }
             kvs_gram_rep_set(g, u->ralt + (uint64_t) (u->min - 1) * (s + 1),
                              u->extra + 1, ft + s);
+            g->rfam[ft + s].r_at = u->ralt + (u->min - 1) * (s + 1) + 1;
             kvs_gram_rep_set(g, u->ralt + (uint64_t) (u->min - 1) * (s + 1)
                              + 1, u->extra + 1, ft + s + 1);
         }

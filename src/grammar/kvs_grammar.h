@@ -74,11 +74,14 @@ typedef struct {
  * step.  grp: the first family of its block (one repetition's optional
  * copies, or its mandatory ones), whose members all move together when
  * a copy is taken (kvs_gram_memo.c's renaming needs the same count
- * throughout a group). */
+ * throughout a group).  r_at: for the optional copies' references to x,
+ * 1 + the one in R's own alternative, the member with c_at + 1 left
+ * that no stride reaches (0: none). */
 typedef struct {
     uint32_t  at, c_at;
     int32_t   step;
     uint32_t  grp;
+    uint32_t  r_at;
 } kvs_gram_rfam_t;
 
 typedef struct {
@@ -730,6 +733,12 @@ typedef struct kvs_gram_masker_s {
      * compare with) */
     uint64_t                 ind_src;
     int                      nosrc;
+
+    /* entries of a class run's counts taken from the entry of the
+     * family's largest count (kvs_gram_run.c); noruns: walked as any
+     * other (the reference the tests compare with) */
+    uint64_t                 ind_runs;
+    int                      noruns;
 
     /* an entry with no source is walked in passes with counted
      * repetitions renamed (kvs_gram_ind.c, kvs_gram_ind_passes), the

@@ -14,7 +14,7 @@
  *
  *   build/bench_grammar [vocab.gguf] [generations] [--schemas FILE]
  *       [--walks OUT] [--vocab-out OUT] [--no-cold] [--nosrc] [--nokeep]
- *       [--nocheckmemo] [--noslices] [--budget]
+ *       [--nocheckmemo] [--noslices] [--noruns] [--budget]
  *   default: $KVS_FIXTURES/vocab/ggml-vocab-gpt-2.gguf, 20, the four
  *   built-in schemas and two tool-call specs (three tools, Hermes
  *   syntax, auto and required; a --schemas entry whose name starts with
@@ -34,6 +34,8 @@
  * one (kvs_gram_masker_t's nocheckmemo), as before the check memo.
  * --noslices: no entry taken from the vocabulary's slices
  * (kvs_gram_masker_t's noslices, kvs_gram_slice.c), as before them.
+ * --noruns: a class run's counts walked, not taken from its largest
+ * count's entry (kvs_gram_masker_t's noruns, kvs_gram_run.c).
  * --no-warm: no table warmed at compile (kvs_gram_masker_warm), as
  * before it: the own masker has a table of its own, the shared table
  * fills as the walks meet keys.  --warm-units N, --warm-fill N: the
@@ -264,6 +266,7 @@ int
 main(int argc, char **argv)
 {
     int                 rc, cold_on, nosrc, nokeep, nocm, nosl, over, budget;
+    int                 noruns;
     int                 warm;
     uint32_t            wfill;
     uint64_t            wunits;
@@ -289,6 +292,7 @@ main(int argc, char **argv)
     schemas_file = walks_file = vocab_file = NULL;
     cold_on = 1;
     nosrc = 0;
+    noruns = 0;
     nokeep = 0;
     nocm = 0;
     nosl = 0;
@@ -314,6 +318,8 @@ main(int argc, char **argv)
             cold_on = 0;
         } else if (strcmp(argv[ai], "--nosrc") == 0) {
             nosrc = 1;
+        } else if (strcmp(argv[ai], "--noruns") == 0) {
+            noruns = 1;
         } else if (strcmp(argv[ai], "--nokeep") == 0) {
             nokeep = 1;
         } else if (strcmp(argv[ai], "--nocheckmemo") == 0) {
@@ -489,6 +495,8 @@ main(int argc, char **argv)
             kvs_gram_masker_init(&cold, gv, &m, 0, &err);
             mk.nosrc = nosrc;
             shm.nosrc = nosrc;
+            mk.noruns = noruns;
+            shm.noruns = noruns;
             mk.nokeep = nokeep;
             shm.nokeep = nokeep;
             mk.nocheckmemo = nocm;
@@ -615,10 +623,12 @@ main(int argc, char **argv)
                        (unsigned long long) mk.ind_misses,
                        (unsigned long long) mk.checked);
                 printf("    last run: %llu entries taken from slices, "
-                       "%llu built from a source, "
-                       "%llu trie nodes taken from sources\n",
+                       "%llu built from a source, %llu from a "
+                       "class run's, %llu trie nodes taken from "
+                       "sources\n",
                        (unsigned long long) mk.ind_slices,
                        (unsigned long long) mk.ind_src,
+                       (unsigned long long) mk.ind_runs,
                        (unsigned long long) kvs_gram_memo_copied(mk.memo));
                 printf("    last run: dependent verdicts kept %llu times, "
                        "taken %llu times\n",

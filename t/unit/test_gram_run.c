@@ -1,0 +1,370 @@
+/*
+ * test_gram_run: a class run's entries (kvs_gram_run.c).  At a count c
+ * of a repetition of one byte class (a pattern's [a-z0-9-]{2,30}), the
+ * entry is the entry of the family's largest count less the tokens
+ * whose first c + 1 bytes are all of the class; the masks must stay
+ * those of the full walk on the real stacks, and of the brute force.
+ *
+ * The vocabulary has every single byte, runs of class bytes of 1 to 36
+ * bytes (one class and mixed, past every bound below), runs followed
+ * by a byte outside the class (a closing quote and what may follow it,
+ * an upper-case letter, a dot, a space), and tokens that open with a
+ * quote.  Seeded walks through patterns whose runs qualify (a bounded
+ * class after a first character, digits, two classes in an object, an
+ * array of runs) and through ones that must not (the class followed by
+ * another repetition of bytes it holds, a two-byte copy, a literal of
+ * the class after the run, and a grammar built by hand whose copies have
+ * a separator) compare at every step:
+ *
+ *   plain    cache_entries 0: every mask a full walk on the real stacks
+ *   run      entries, a run's counts taken from its largest count's
+ *   norun    entries, every one walked (kvs_gram_masker_t's noruns)
+ *
+ * and the brute force of every token every third step.  The "run"
+ * maskers must have made entries so on the first patterns, none on
+ * the others, and the "norun" ones none at all.
+ */
+
+#include "kvs_test_gwalk.h"
+
+
+typedef struct {
+    const char  *schema;
+    int          runs;                /* 1: its runs qualify */
+} tr_case_t;
+
+static const tr_case_t  tr_cases[] = {
+    { "{\"type\": \"string\", \"pattern\": \"^[a-z][a-z0-9-]{2,30}$\"}", 1 },
+    { "{\"type\": \"string\", \"pattern\": \"^[0-9]{1,12}$\"}", 1 },
+    { "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\", "
+      "\"pattern\": \"^[a-z_]{0,8}$\"}, \"b\": {\"type\": \"string\", "
+      "\"pattern\": \"^[A-Z]{3,25}$\"}}, \"required\": [\"a\", \"b\"], "
+      "\"additionalProperties\": false}", 1 },
+    { "{\"type\": \"array\", \"items\": {\"type\": \"string\", "
+      "\"pattern\": \"^[a-f0-9]{4,20}$\"}, \"maxItems\": 4}", 1 },
+    { "{\"type\": \"string\", \"pattern\": \"^[a-z]{0,9}[a-z0-9]*$\"}", 0 },
+    { "{\"type\": \"string\", \"pattern\": \"^(ab){1,9}$\"}", 0 },
+    { "{\"type\": \"string\", \"pattern\": \"^[a-z]{2,12}x$\"}", 0 },
+};
+
+#define TR_NC   (sizeof(tr_cases) / sizeof(tr_cases[0]))
+#define TR_MAX  3000
+
+enum { TR_PLAIN, TR_RUN, TR_NORUN, TR_MK };
+
+
+static kvs_gram_vocab_t *
+tr_vocab(void)
+{
+    static const char  *alpha[] = {
+        "abcdefghijklmnopqrstuvwxyz", "0123456789", "-", "_",
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdef0123456789",
+        "abcdefghijklmnopqrstuvwxyz0123456789-",
+    };
+    static const char  *tails[] = {
+        "\"", "\",", "\"}", "\", \"", "\"]", "X", ".", " ", "x", "_", "1",
+    };
+    size_t              i, k, c, t, n, l, na;
+    uint8_t            *texts[TR_MAX], kinds[TR_MAX], buf[64];
+    uint32_t            lens[TR_MAX];
+    uint64_t            rng;
+    const char         *a;
+
+    n = 0;
+    for (i = 1; i < 256; i++) {
+        buf[0] = (uint8_t) i;
+        tgw_add(texts, lens, kinds, &n, TR_MAX, buf, 1);
+    }
+
+    na = sizeof(alpha) / sizeof(alpha[0]);
+    rng = 4242;
+
+    for (c = 2; c <= 36; c++) {
+        for (k = 0; k < na; k++) {
+            a = alpha[k];
+            for (t = 0; t < 3; t++) {
+                for (l = 0; l < c; l++) {
+                    buf[l] = (uint8_t) a[tg_rand(&rng) % strlen(a)];
+                }
+                tgw_add(texts, lens, kinds, &n, TR_MAX, buf, c);
+                if (tg_rand(&rng) % 2 == 0) {
+                    i = tg_rand(&rng) % (sizeof(tails) / sizeof(tails[0]));
+                    memcpy(buf + c, tails[i], strlen(tails[i]));
+                    tgw_add(texts, lens, kinds, &n, TR_MAX, buf,
+                            c + strlen(tails[i]));
+                }
+            }
+        }
+    }
+
+    /* a quote, then a run */
+    for (c = 1; c <= 6; c++) {
+        buf[0] = '"';
+        for (l = 0; l < c; l++) {
+            buf[1 + l] = (uint8_t) ('a' + tg_rand(&rng) % 26);
+        }
+        tgw_add(texts, lens, kinds, &n, TR_MAX, buf, c + 1);
+    }
+
+    return tgw_vocab(texts, lens, kinds, n);
+}
+
+
+/* An allowed token: a closing one (holding '"', ']' or '}') one time in
+ * `close`, or
+ * when nothing else is allowed, else one of at most 3 bytes, so that a
+ * run's counts are met one by one. */
+static uint32_t
+tr_pick(const kvs_gram_vocab_t *gv, const uint32_t *bits, uint32_t *cand,
+    uint64_t *rng, uint32_t close)
+{
+    size_t    n, ch;
+    uint32_t  id;
+
+    for (id = 0, n = 0, ch = 0; id < gv->n_tokens; id++) {
+        if (!(bits[id >> 5] >> (id & 31) & 1)) {
+            continue;
+        }
+        if (gv->kind[id] == KVS_GRAM_TOK_TEXT
+            && memchr(gv->bytes + gv->off[id], '"', gv->len[id]) == NULL
+            && memchr(gv->bytes + gv->off[id], ']', gv->len[id]) == NULL
+            && memchr(gv->bytes + gv->off[id], '}', gv->len[id]) == NULL)
+        {
+            if (gv->len[id] <= 3) {
+                cand[n++] = id;
+            }
+        } else {
+            cand[gv->n_tokens - 1 - ch++] = id;
+        }
+    }
+
+    if (ch > 0 && (n == 0 || tg_rand(rng) % close == 0)) {
+        return cand[gv->n_tokens - 1 - tg_rand(rng) % ch];
+    }
+
+    return n > 0 ? cand[tg_rand(rng) % n] : UINT32_MAX;
+}
+
+
+/* One entry of the "run" masker against the entry of the same key in
+ * the "norun" one, when it holds that key: the same bits, the same
+ * dependent tokens. */
+typedef struct {
+    const kvs_gram_vocab_t    *gv;
+    const kvs_gram_masker_t   *other;
+    const uint32_t            *key, *bits, *ranges;
+    uint32_t                   n_ranges;
+    int                        found;
+    uint8_t                   *pa, *pb;  /* [n_tokens] dependent or not */
+    uint64_t                   compared;
+} tr_cmp_t;
+
+
+static void
+tr_positions(uint8_t *out, size_t n, const uint32_t *ranges, uint32_t nr)
+{
+    uint32_t  r, u;
+
+    memset(out, 0, n);
+    for (r = 0; r < nr; r++) {
+        assert_true(ranges[2 * r] < ranges[2 * r + 1]);
+        assert_true(r == 0 || ranges[2 * r - 1] <= ranges[2 * r]);
+        for (u = ranges[2 * r]; u < ranges[2 * r + 1]; u++) {
+            out[u] = 1;
+        }
+    }
+}
+
+
+static int
+tr_inner(void *arg, const uint32_t *key, const uint32_t *bits,
+    const uint32_t *ranges, uint32_t n_ranges, uint32_t some, int capped)
+{
+    size_t     words;
+    tr_cmp_t  *c;
+
+    (void) some;
+    (void) capped;
+    c = arg;
+    if (memcmp(key, c->key, KVS_GRAM_CUT * sizeof(uint32_t)) != 0) {
+        return KVS_OK;
+    }
+
+    c->found = 1;
+    words = (c->gv->n_tokens + 31) / 32;
+    assert_memory_equal(bits, c->bits, words * sizeof(uint32_t));
+    tr_positions(c->pa, c->gv->n_tokens, c->ranges, c->n_ranges);
+    tr_positions(c->pb, c->gv->n_tokens, ranges, n_ranges);
+    assert_memory_equal(c->pa, c->pb, c->gv->n_tokens);
+
+    return KVS_OK;
+}
+
+
+static int
+tr_outer(void *arg, const uint32_t *key, const uint32_t *bits,
+    const uint32_t *ranges, uint32_t n_ranges, uint32_t some, int capped)
+{
+    tr_cmp_t  *c;
+
+    (void) some;
+    (void) capped;
+    c = arg;
+    c->key = key;
+    c->bits = bits;
+    c->ranges = ranges;
+    c->n_ranges = n_ranges;
+    c->found = 0;
+    assert_int_equal(kvs_gram_masker_entries(c->other, tr_inner, c), KVS_OK);
+    c->compared += (uint64_t) c->found;
+
+    return KVS_OK;
+}
+
+
+/* Walks through one schema; the entries the "run" and "norun" maskers
+ * made from a run's largest count added to runs[0] and runs[1], and
+ * after each walk the "run" masker's entries compared (cmp). */
+static void
+tr_walks(const kvs_gram_vocab_t *gv, const kvs_gram_t *g, const char *schema,
+    size_t walks, uint64_t *runs, tr_cmp_t *cmp)
+{
+    size_t              w, step;
+    uint32_t            id;
+    uint64_t            rng;
+    kvs_err_t           err;
+    tgw_rig_t           r;
+    static const uint32_t  entries[TR_MK] = { 0, 16, 16 };
+    static const char  *names[TR_MK] = { "plain", "run", "norun" };
+
+    tgw_alloc(&r, gv, TR_MK);
+
+    for (w = 0; w < walks; w++) {
+        rng = 77 + w * 7919 + strlen(schema);
+        tgw_begin(&r, g, gv, entries);
+        r.mk[TR_NORUN].noruns = 1;
+
+        for (step = 0; step < 80; step++) {
+            tgw_step(&r, gv, names, schema, step);
+
+            id = tr_pick(gv, r.bits[TR_PLAIN], r.cand, &rng,
+                         (uint32_t) (4 + w % 12));
+            assert_true(id != UINT32_MAX);
+            if (gv->kind[id] == KVS_GRAM_TOK_END) {
+                break;
+            }
+            assert_int_equal(kvs_gram_accept_token(&r.m, gv, (int32_t) id,
+                                                   &err), KVS_OK);
+        }
+
+        runs[0] += r.mk[TR_RUN].ind_runs;
+        runs[1] += r.mk[TR_NORUN].ind_runs;
+
+        /* the entries themselves, key by key */
+        cmp->other = &r.mk[TR_NORUN];
+        assert_int_equal(kvs_gram_masker_entries(&r.mk[TR_RUN], tr_outer,
+                                                 cmp), KVS_OK);
+
+        tgw_end(&r);
+    }
+
+    tgw_free(&r);
+}
+
+
+/* "[a-z]{1,14}" with a '-' between two copies, in quotes, built by hand
+ * (no schema spells a separator in a run of one byte class): a copy is
+ * two bytes, so its counts must not be taken from the largest's. */
+static void
+tr_sep_grammar(kvs_gram_t *g)
+{
+    uint32_t        x, r, root;
+    kvs_err_t       err;
+    kvs_gram_seq_t  s, sep;
+
+    memset(&s, 0, sizeof(s));
+    memset(&sep, 0, sizeof(sep));
+    assert_int_equal(kvs_gram_init(g, NULL), KVS_OK);
+
+    assert_int_equal(kvs_gram_rule_new(g, &x, &err), KVS_OK);
+    kvs_gram_seq_range(&s, 'a', 'z');
+    assert_int_equal(kvs_gram_add_alt(g, x, &s, &err), KVS_OK);
+
+    kvs_gram_seq_lit(&sep, "-", 1);
+    assert_int_equal(kvs_gram_repeat(g, x, &sep, 1, 14, &r, &err), KVS_OK);
+
+    assert_int_equal(kvs_gram_rule_new(g, &root, &err), KVS_OK);
+    kvs_gram_seq_reset(&s);
+    kvs_gram_seq_lit(&s, "\"", 1);
+    kvs_gram_seq_ref(&s, r);
+    kvs_gram_seq_lit(&s, "\"", 1);
+    assert_int_equal(kvs_gram_add_alt(g, root, &s, &err), KVS_OK);
+    assert_int_equal(kvs_gram_finish(g, root, &err), KVS_OK);
+    assert_true(g->lazy && g->rep_c != NULL);
+
+    kvs_gram_seq_free(&s);
+    kvs_gram_seq_free(&sep);
+}
+
+
+static void
+test_run_walks(void **state)
+{
+    size_t             i;
+    uint64_t           runs[2], before;
+    tr_cmp_t           cmp;
+    kvs_gram_t         g;
+    kvs_gram_vocab_t  *gv;
+
+    (void) state;
+    gv = tr_vocab();
+    runs[0] = 0;
+    runs[1] = 0;
+    memset(&cmp, 0, sizeof(cmp));
+    cmp.gv = gv;
+    cmp.pa = malloc(gv->n_tokens);
+    cmp.pb = malloc(gv->n_tokens);
+    assert_non_null(cmp.pa);
+    assert_non_null(cmp.pb);
+
+    for (i = 0; i < TR_NC; i++) {
+        before = runs[0];
+        tgw_compile(&g, tr_cases[i].schema);
+        tr_walks(gv, &g, tr_cases[i].schema, 12, runs, &cmp);
+        kvs_gram_free(&g);
+        print_message("%s: %llu entries from a run's largest count\n",
+                      tr_cases[i].schema,
+                      (unsigned long long) (runs[0] - before));
+        if (tr_cases[i].runs) {
+            assert_true(runs[0] - before > 10);
+        } else {
+            assert_int_equal(runs[0] - before, 0);
+        }
+    }
+
+    before = runs[0];
+    tr_sep_grammar(&g);
+    tr_walks(gv, &g, "\"[a-z](-[a-z]){0,13}\"", 12, runs, &cmp);
+    kvs_gram_free(&g);
+    assert_int_equal(runs[0] - before, 0);
+
+    assert_int_equal(runs[1], 0);
+    print_message("%llu entries equal to the walked ones of their keys\n",
+                  (unsigned long long) cmp.compared);
+    assert_true(cmp.compared > 100);
+
+    free(cmp.pa);
+    free(cmp.pb);
+    kvs_gram_vocab_free(gv);
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_run_walks),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
