@@ -83,28 +83,24 @@ kvs_gram_run_copy(const kvs_gram_t *g, uint32_t p, uint32_t q)
 }
 
 
-uint32_t
-kvs_gram_run_src(const kvs_gram_masker_t *mk, const uint32_t *key,
-    uint32_t *src, uint64_t *set)
+/* 1 if p is a reference to x in a copy of optional copies with no
+ * separator, x's every alternative one byte range (their union in
+ * set); the family's first member in *at. */
+static int
+kvs_gram_run_class(const kvs_gram_t *g, uint32_t p, uint32_t *at,
+    uint64_t *set)
 {
-    uint32_t                 p, c, x, a, s, b, at, lo, cs;
-    const kvs_gram_t        *g;
+    uint32_t                 x, a, s, b;
     const kvs_gram_elem_t   *e;
     const kvs_gram_rfam_t   *f;
 
-    g = mk->m->g;
-    p = key[0];
-    c = kvs_gram_rep_count(g, p);
-
-    if (c == 0 || key[1] >= g->n_elems || kvs_gram_rep_count(g, key[1]) != 0
-        || (uint64_t) p + 2 >= g->n_elems)
-    {
+    if (kvs_gram_rep_count(g, p) == 0) {
         return 0;
     }
 
     f = &g->rfam[g->rep_f[p]];
-    at = f->at;
-    if (f->step <= 0 || at == 0 || (uint64_t) at + 2 >= g->n_elems) {
+    *at = f->at;
+    if (f->step <= 0 || f->at == 0) {
         return 0;
     }
 
@@ -112,24 +108,10 @@ kvs_gram_run_src(const kvs_gram_masker_t *mk, const uint32_t *key,
      * before the member's copy the END of T's empty alternative, so
      * the copies have no separator */
     e = g->elems;
-    if (!kvs_gram_run_copy(g, p, p) || !kvs_gram_run_copy(g, p, at)
-        || e[at - 1].kind != KVS_GRAM_END
-        || kvs_gram_rep_count(g, at) != f->c_at)
+    if (!kvs_gram_run_copy(g, p, p) || !kvs_gram_run_copy(g, p, f->at)
+        || e[f->at - 1].kind != KVS_GRAM_END
+        || kvs_gram_rep_count(g, f->at) != f->c_at)
     {
-        return 0;
-    }
-
-    /* the source: R's own member (c_at + 1, so c_at too is taken from
-     * it), else the member with c_at; under the tiers either way */
-    cs = f->c_at;
-    if (f->r_at != 0 && kvs_gram_run_copy(g, p, f->r_at - 1)
-        && kvs_gram_rep_count(g, f->r_at - 1) == f->c_at + 1)
-    {
-        at = f->r_at - 1;
-        cs = f->c_at + 1;
-    }
-    lo = mk->gv->rep_low;
-    if (c >= cs || (lo != 0 && cs >= lo) || cs > mk->gv->max_len) {
         return 0;
     }
 
@@ -146,6 +128,44 @@ kvs_gram_run_src(const kvs_gram_masker_t *mk, const uint32_t *key,
         for (b = e[s].lo; b <= e[s].hi; b++) {
             set[b >> 6] |= 1ULL << (b & 63);
         }
+    }
+
+    return 1;
+}
+
+
+uint32_t
+kvs_gram_run_src(const kvs_gram_masker_t *mk, const uint32_t *key,
+    uint32_t *src, uint64_t *set)
+{
+    uint32_t                 c, b, at, lo, cs;
+    const kvs_gram_t        *g;
+    const kvs_gram_elem_t   *e;
+    const kvs_gram_rfam_t   *f;
+
+    g = mk->m->g;
+    e = g->elems;
+    c = kvs_gram_rep_count(g, key[0]);
+
+    if (c == 0 || key[1] >= g->n_elems || kvs_gram_rep_count(g, key[1]) != 0
+        || !kvs_gram_run_class(g, key[0], &at, set))
+    {
+        return 0;
+    }
+
+    /* the source: R's own member (c_at + 1, so c_at too is taken from
+     * it), else the member with c_at; under the tiers either way */
+    f = &g->rfam[g->rep_f[key[0]]];
+    cs = f->c_at;
+    if (f->r_at != 0 && kvs_gram_run_copy(g, key[0], f->r_at - 1)
+        && kvs_gram_rep_count(g, f->r_at - 1) == f->c_at + 1)
+    {
+        at = f->r_at - 1;
+        cs = f->c_at + 1;
+    }
+    lo = mk->gv->rep_low;
+    if (c >= cs || (lo != 0 && cs >= lo) || cs > mk->gv->max_len) {
+        return 0;
     }
 
     /* key[1]: a byte range outside the class */
