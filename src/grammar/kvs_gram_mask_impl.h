@@ -74,5 +74,8 @@ uint32_t kvs_gram_run_src(const kvs_gram_masker_t *mk, const uint32_t *key,
     uint32_t *src, uint64_t *set);
 int kvs_gram_run_derive(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
     const kvs_gram_ientry_t *se, uint32_t c, const uint64_t *set);
+/* 1 if key is a run's source or a count taken from it (the warm builds
+ * those on an allowance of their own, kvs_gram_warm.c). */
+int kvs_gram_run_in(const kvs_gram_masker_t *mk, const uint32_t *key);
 
 #endif /* KVS_GRAM_MASK_IMPL_H */

@@ -320,3 +320,27 @@ kvs_gram_run_derive(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
 
     return KVS_OK;
 }
+
+
+int
+kvs_gram_run_in(const kvs_gram_masker_t *mk, const uint32_t *key)
+{
+    uint32_t            at, src[KVS_GRAM_CUT], one[KVS_GRAM_CUT];
+    uint64_t            set[4];
+    const kvs_gram_t   *g;
+
+    if (kvs_gram_run_src(mk, key, src, set) > 0) {
+        return 1;
+    }
+
+    /* the source itself: the count 1 of its family names it */
+    g = mk->m->g;
+    if (!kvs_gram_run_class(g, key[0], &at, set)) {
+        return 0;
+    }
+    one[0] = kvs_gram_rep_at(g, at, 1);
+    one[1] = key[1];
+
+    return kvs_gram_run_src(mk, one, src, set) > 0 && src[0] == key[0]
+           && src[1] == key[1];
+}

@@ -19,6 +19,15 @@
  * mask would, until a work bound, a fill of the table, or the end of
  * the keys.
  *
+ * A class run's source (kvs_gram_run.c: the entry of a run's largest
+ * count, which every other count of the run is taken from) is a dear
+ * key (~35k units: a walk of every token of the class's bytes) that
+ * serves some thirty keys, one per character of the run; the share rule
+ * would leave it to the first mask inside the run.  It (and the counts
+ * taken from it, which would build it first) is built on an allowance
+ * of its own, as large again as the bound, which the rest of the warm
+ * does not spend.
+ *
  * Invariants: the entries are exactly those a mask would build for the
  * same keys (the same kvs_gram_ind_get, on a masker of the grammar); a
  * key no parse reaches costs its walk and nothing else; the table is
@@ -92,6 +101,7 @@ typedef struct {
     kvs_gram_warm_stats_t   s;
     uint32_t                skip[KVS_GRAM_WARM_SHARE][KVS_GRAM_CUT];
     uint32_t                n_skip;
+    uint64_t                run_left;     /* the runs' allowance left */
 } kvs_gram_warm_run_t;
 
 
@@ -325,7 +335,7 @@ kvs_gram_warm_key(kvs_gram_warm_run_t *wr, const uint32_t *key,
 {
     int                  rc;
     uint32_t             i, ck[KVS_GRAM_CUT];
-    uint64_t             before, left;
+    uint64_t             before, left, used, spent;
     kvs_gram_masker_t   *mk;
     kvs_gram_ientry_t   *e;
 
@@ -351,7 +361,29 @@ kvs_gram_warm_key(kvs_gram_warm_run_t *wr, const uint32_t *key,
                                                          : wr->per_key);
     before = mk->ind_misses;
 
-    rc = kvs_gram_ind_get(mk, key, &e, err);
+    if (wr->run_left > 0 && kvs_gram_run_in(mk, ck)) {
+        /* on the runs' allowance, not charged to the bound */
+        used = mk->work.used;
+        mk->work.limit = used + wr->run_left;
+        rc = kvs_gram_ind_get(mk, key, &e, err);
+        spent = mk->work.used - used;
+        wr->run_left -= spent < wr->run_left ? spent : wr->run_left;
+        wr->s.run_units += spent;
+        mk->work.used = used;
+        if (rc == KVS_OK) {
+            wr->s.runs += mk->ind_misses != before;
+            wr->s.built += mk->ind_misses != before;
+            return KVS_OK;
+        }
+        if (rc != KVS_ETOOLONG) {
+            return rc;
+        }
+        /* the allowance is spent: a key as any other, skipped below */
+        mk->work.limit = used;
+    } else {
+        rc = kvs_gram_ind_get(mk, key, &e, err);
+    }
+
     if (rc == KVS_ETOOLONG && mk->work.used < wr->units) {
         if (wr->n_skip < KVS_GRAM_WARM_SHARE) {
             memcpy(wr->skip[wr->n_skip++], ck, sizeof(ck));
@@ -562,6 +594,7 @@ kvs_gram_masker_warm(kvs_gram_masker_t *t, const kvs_gram_t *g,
     wr.per_key = wr.units / KVS_GRAM_WARM_SHARE > 0
                  ? wr.units / KVS_GRAM_WARM_SHARE : 1;
     wr.fill = fill < t->cap_ind ? fill : t->cap_ind;
+    wr.run_left = wr.units;
 
     /* sample texts first: the structure every output passes through;
      * the seed is the grammar's, so a warm is the same every time */

@@ -885,10 +885,11 @@ void kvs_gram_masker_share(kvs_gram_masker_t *mk, kvs_gram_masker_t *t);
 /* What kvs_gram_masker_warm() did: keys tried, entries it built (or
  * copied from slices: slices of them), the table's entries after, keys
  * skipped as dearer than their share, its work units, and done: every
- * key of the grammar was tried. */
+ * key of the grammar was tried; runs: class runs' sources built on
+ * their own allowance (kvs_gram_warm.c), run_units its work. */
 typedef struct {
-    uint32_t  keys, built, slices, entries, skipped;
-    uint64_t  units;
+    uint32_t  keys, built, slices, entries, skipped, runs;
+    uint64_t  units, run_units;
     int       done;
 } kvs_gram_warm_stats_t;
 

@@ -359,11 +359,105 @@ test_run_walks(void **state)
 }
 
 
+/*
+ * The warm builds a run's source on an allowance of its own: under a
+ * bound whose share per key (TR_UNITS / 16) is less than the source's
+ * walk (over 8,000 units on this vocabulary), the source, and every
+ * count that would build it, were skipped before; now they are built
+ * and charged to the allowance, the bound is kept, and a masker on the
+ * table takes the counts it meets from the source, its masks still the
+ * full walk's.
+ */
+#define TR_UNITS  30000
+
+static void
+test_run_warm(void **state)
+{
+    size_t                  w, step;
+    uint32_t                id, *bits, *plain, *cand;
+    uint64_t                rng, taken;
+    kvs_err_t               err;
+    kvs_gram_t              g;
+    kvs_gram_matcher_t      m;
+    kvs_gram_masker_t       t, mk, pl;
+    kvs_gram_vocab_t       *gv;
+    kvs_gram_warm_stats_t   st;
+    const char             *schema;
+
+    (void) state;
+    gv = tr_vocab();
+    schema = tr_cases[0].schema;
+    tgw_compile(&g, schema);
+    bits = malloc(((gv->n_tokens + 31) / 32) * sizeof(uint32_t));
+    plain = malloc(((gv->n_tokens + 31) / 32) * sizeof(uint32_t));
+    cand = malloc(gv->n_tokens * sizeof(uint32_t));
+    assert_non_null(bits);
+    assert_non_null(plain);
+    assert_non_null(cand);
+
+    assert_int_equal(kvs_gram_masker_init_table(&t, gv, 256, &err), KVS_OK);
+    assert_int_equal(kvs_gram_masker_warm(&t, &g, NULL, TR_UNITS, 256, &st,
+                                          &err), KVS_OK);
+    print_message("warm: %u built, %u skipped, %u on the runs' allowance "
+                  "(%llu units), %llu units\n", st.built, st.skipped,
+                  st.runs, (unsigned long long) st.run_units,
+                  (unsigned long long) st.units);
+    assert_true(st.runs >= 1 && st.run_units > TR_UNITS / 16);
+    assert_true(st.units <= TR_UNITS + TR_UNITS / 16);
+
+    taken = 0;
+    for (w = 0; w < 6; w++) {
+        rng = 5 + w;
+        assert_int_equal(kvs_gram_matcher_init(&m, &g, NULL, &err), KVS_OK);
+        assert_int_equal(kvs_gram_masker_init(&mk, gv, &m, 16, &err),
+                         KVS_OK);
+        assert_int_equal(kvs_gram_masker_init(&pl, gv, &m, 0, &err),
+                         KVS_OK);
+        kvs_gram_masker_share(&mk, &t);
+
+        for (step = 0; step < 60; step++) {
+            assert_int_equal(kvs_gram_mask(&pl, plain, &err), KVS_OK);
+            assert_int_equal(kvs_gram_mask(&mk, bits, &err), KVS_OK);
+            if (memcmp(bits, plain, ((gv->n_tokens + 31) / 32)
+                                    * sizeof(uint32_t)) != 0)
+            {
+                tgw_first_diff(gv, plain, bits, "warmed run", schema, step);
+            }
+            id = tr_pick(gv, plain, cand, &rng, 12);
+            assert_true(id != UINT32_MAX);
+            if (gv->kind[id] == KVS_GRAM_TOK_END) {
+                break;
+            }
+            assert_int_equal(kvs_gram_accept_token(&m, gv, (int32_t) id,
+                                                   &err), KVS_OK);
+        }
+
+
+        taken += mk.ind_runs;
+        kvs_gram_masker_free(&mk);
+        kvs_gram_masker_free(&pl);
+        kvs_gram_matcher_free(&m);
+    }
+
+    print_message("%llu counts taken from the warmed source\n",
+                  (unsigned long long) taken);
+    assert_true(taken > 0);
+
+    kvs_gram_masker_free(&t);
+    kvs_gram_free(&g);
+    free(bits);
+    free(plain);
+    free(cand);
+    kvs_gram_vocab_free(gv);
+}
+
+
 int
 main(void)
 {
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_run_walks),
+        cmocka_unit_test(test_run_warm),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
