@@ -85,7 +85,7 @@ kvs_gram_run_copy(const kvs_gram_t *g, uint32_t p, uint32_t q)
 
 /* 1 if p is a reference to x in a copy of optional copies with no
  * separator, x's every alternative one byte range (their union in
- * set); the family's first member in *at. */
+ * set); the family's member with c_at in *at. */
 static int
 kvs_gram_run_class(const kvs_gram_t *g, uint32_t p, uint32_t *at,
     uint64_t *set)

@@ -885,8 +885,9 @@ void kvs_gram_masker_share(kvs_gram_masker_t *mk, kvs_gram_masker_t *t);
 /* What kvs_gram_masker_warm() did: keys tried, entries it built (or
  * copied from slices: slices of them), the table's entries after, keys
  * skipped as dearer than their share, its work units, and done: every
- * key of the grammar was tried; runs: class runs' sources built on
- * their own allowance (kvs_gram_warm.c), run_units its work. */
+ * key of the grammar was tried; runs: entries of class runs (a run's
+ * largest count, and counts taken from it) built on their allowance
+ * (kvs_gram_warm.c), run_units the work spent from it. */
 typedef struct {
     uint32_t  keys, built, slices, entries, skipped, runs;
     uint64_t  units, run_units;
@@ -898,7 +899,8 @@ typedef struct {
  * another table) the entries of the keys g's stacks can show
  * (kvs_gram_warm.c), nearest the root first, as masks with matcher
  * limits lim would build them, until `units` of work are spent (0: no
- * bound; a build the bound cuts short is not kept), t holds `fill`
+ * bound; a build the bound cuts short is not kept; class runs' largest
+ * counts have as many again of their own), t holds `fill`
  * entries (at most its size), or every key is tried.  A bound met is
  * KVS_OK: the masks build what is left as they meet it.  st may be NULL.
  * The caller's thread must be the only one using t.
