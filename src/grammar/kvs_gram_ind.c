@@ -833,32 +833,20 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
     }
 
     if (rn > 0) {
-        if (kvs_gram_run_derive(mk, e, se, rn, set) != KVS_OK) {
-            kvs_gram_ind_free(e);
-            return kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
-        }
-        if (kvs_gram_work_over(&mk->work)) {
-            kvs_gram_ind_free(e);
-            return KVS_ETOOLONG;
-        }
-        e->used = 1;
-        e->stamp = o->serial;
-        kvs_gram_ind_seal(mk, e);
-        kvs_gram_ind_slot_add(o, (uint32_t) (e - o->ind));
-        mk->ind_runs++;
-        *out = e;
-        return KVS_OK;
-    }
+        rc = kvs_gram_run_derive(mk, e, se, rn, set) == KVS_OK
+             ? KVS_OK : kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
 
-    need = low ? mk->gv->rep_low : mk->gv->max_len + 1;
-    kvs_gram_ind_wkey(mk, t, need, w);
-    e->bits = malloc((size_t) mk->words * sizeof(uint32_t));
-    rc = e->bits != NULL
-         ? kvs_gram_ind_build(mk, e, se, len, w, need, err)
-         : kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
+    } else {
+        need = low ? mk->gv->rep_low : mk->gv->max_len + 1;
+        kvs_gram_ind_wkey(mk, t, need, w);
+        e->bits = malloc((size_t) mk->words * sizeof(uint32_t));
+        rc = e->bits != NULL
+             ? kvs_gram_ind_build(mk, e, se, len, w, need, err)
+             : kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
 
-    if (rc == KVS_OK && low && kvs_gram_ind_long(mk, e) != KVS_OK) {
-        rc = kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
+        if (rc == KVS_OK && low && kvs_gram_ind_long(mk, e) != KVS_OK) {
+            rc = kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
+        }
     }
 
     if (rc != KVS_OK) {
@@ -877,7 +865,8 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
     e->stamp = o->serial;
     kvs_gram_ind_seal(mk, e);
     kvs_gram_ind_slot_add(o, (uint32_t) (e - o->ind));
-    mk->ind_src += se != NULL;
+    mk->ind_src += se != NULL && rn == 0;
+    mk->ind_runs += rn > 0;
     *out = e;
 
     return KVS_OK;
