@@ -10,11 +10,12 @@
  * "shared", a masker sharing one table per grammar with the earlier
  * walks (the engine's arrangement); "no cache", every mask a full trie
  * walk (every 4th step; --no-cold leaves it out).  p50 / p99 / max in
- * microseconds, and the cache's hit rate.
+ * microseconds (and the mean), and the cache's hit rate.
  *
  *   build/bench_grammar [vocab.gguf] [generations] [--schemas FILE]
  *       [--walks OUT] [--vocab-out OUT] [--no-cold] [--nosrc] [--nokeep]
  *       [--nocheckmemo] [--noslices] [--noruns] [--budget]
+ *       [--no-warm] [--warm-units N] [--warm-fill N] [--table N]
  *   default: $KVS_FIXTURES/vocab/ggml-vocab-gpt-2.gguf, 20, the four
  *   built-in schemas and two tool-call specs (three tools, Hermes
  *   syntax, auto and required; a --schemas entry whose name starts with
@@ -24,8 +25,9 @@
  * t/bench/gram_schemas.json.  --walks: one JSON line per schema (compile
  * ms) and per walk (its token ids, the number of tokens each step's mask
  * allows, and the per-step mask times of the cached and shared maskers),
- * which t/bench/gram_peer.py replays through the peers.  --vocab-out: each token's kind and output bytes (hex), one
- * line per id: the byte strings the peers are given.  --nosrc: every
+ * which t/bench/gram_peer.py replays through the peers.  --vocab-out:
+ * each token's kind and output bytes (hex), one line per id: the byte
+ * strings the peers are given.  --nosrc: every
  * context-independent entry built by a full walk (kvs_gram_masker_t's
  * nosrc), the arrangement before entries were built from a source.
  * --nokeep: every entry's walk from an empty memo (kvs_gram_masker_t's
@@ -40,7 +42,8 @@
  * before it: the own masker has a table of its own, the shared table
  * fills as the walks meet keys.  --warm-units N, --warm-fill N: the
  * warm's bounds (default the engine's, KVS_GRAM_WARM_*; units 0: no
- * bound).
+ * bound; fill 0: 3/4 of the table).  --table N: the tables' entries
+ * (default the engine's 256, KVS_ENGINE_GRAM_TABLE).
  * --budget: the maskers bounded as the engine's are
  * (kvs_gram_work_budget); a mask over it ends its generation, timed
  * ("over budget").
@@ -135,13 +138,24 @@ bg_cmp(const void *a, const void *b)
 static void
 bg_print(const char *what, double *t, size_t n)
 {
+    size_t  i;
+    double  sum;
+
     if (n == 0) {
         return;
     }
 
+    /* the mean too: a p99 is the few slowest masks of a run and moves
+     * with them; the mean carries every mask's cost, so an A/B of a
+     * change to the common path reads there first */
+    for (i = 0, sum = 0; i < n; i++) {
+        sum += t[i];
+    }
+
     qsort(t, n, sizeof(double), bg_cmp);
-    printf("    %-10s %6zu masks  p50 %9.1f us  p99 %9.1f us  max %9.1f us\n",
-           what, n, t[n / 2], t[n * 99 / 100], t[n - 1]);
+    printf("    %-10s %6zu masks  p50 %9.1f us  p99 %9.1f us  max %9.1f us"
+           "  mean %7.1f us\n",
+           what, n, t[n / 2], t[n * 99 / 100], t[n - 1], sum / (double) n);
 }
 
 
@@ -268,7 +282,7 @@ main(int argc, char **argv)
     int                 rc, cold_on, nosrc, nokeep, nocm, nosl, over, budget;
     int                 noruns;
     int                 warm;
-    uint32_t            wfill;
+    uint32_t            wfill, tents;
     uint64_t            wunits;
     double              twarm, twarm_own;
     kvs_gram_warm_stats_t  wst;
@@ -299,7 +313,8 @@ main(int argc, char **argv)
     budget = 0;
     warm = 1;
     wunits = KVS_GRAM_WARM_UNITS;
-    wfill = KVS_GRAM_WARM_FILL(256);
+    tents = 256;
+    wfill = 0;
     path[0] = '\0';
     gens = 20;
 
@@ -336,6 +351,11 @@ main(int argc, char **argv)
                    && ai + 1 < (size_t) argc)
         {
             wfill = (uint32_t) strtoul(argv[++ai], NULL, 10);
+        } else if (strcmp(argv[ai], "--table") == 0
+                   && ai + 1 < (size_t) argc)
+        {
+            tents = (uint32_t) strtoul(argv[++ai], NULL, 10);
+            tents = tents != 0 ? tents : 256;
         } else if (strcmp(argv[ai], "--budget") == 0) {
             budget = 1;
         } else if (k == 0) {
@@ -406,6 +426,10 @@ main(int argc, char **argv)
     walk = malloc(400 * sizeof(uint32_t));
     nallow = malloc(400 * sizeof(uint32_t));
 
+    if (wfill == 0) {
+        wfill = KVS_GRAM_WARM_FILL(tents);
+    }
+
     for (s = 0; s < ns; s++) {
         /* the median of 11 compiles: one takes ~0.1 ms, below the noise
          * of a shared machine */
@@ -434,7 +458,7 @@ main(int argc, char **argv)
 
         /* the engine's arrangement: one table of context-independent
          * masks per grammar, shared by its requests' maskers */
-        if (kvs_gram_masker_init_table(&table, gv, 256, &err) != KVS_OK) {
+        if (kvs_gram_masker_init_table(&table, gv, tents, &err) != KVS_OK) {
             fprintf(stderr, "table: %s\n", err.msg);
             return 1;
         }
@@ -475,7 +499,7 @@ main(int argc, char **argv)
             kvs_gram_masker_init(&mk, gv, &m, 64, &err);
             if (warm) {
                 /* a fresh request's table: the compile's warm alone */
-                if (kvs_gram_masker_init_table(&otab, gv, 256, &err)
+                if (kvs_gram_masker_init_table(&otab, gv, tents, &err)
                     != KVS_OK)
                 {
                     fprintf(stderr, "table: %s\n", err.msg);
