@@ -92,13 +92,15 @@ kvs_gram_check_ranges(kvs_gram_masker_t *mk, const uint32_t *ranges,
 
     for (r = 0; r < n_ranges; r++) {
         for (x = ranges[2 * r]; x < ranges[2 * r + 1]; x++) {
+            /* by sorted position: the ranges' tokens lie side by side
+             * (kvs_gram_vocab.c's layout) */
             id = (uint32_t) gv->ids[x];
-            l = gv->len[id];
+            l = gv->x_off[x + 1] - gv->x_off[x];
             if (l < lo || l >= hi || bits[id >> 5] >> (id & 31) & 1) {
                 continue;
             }
 
-            t = gv->bytes + gv->off[id];
+            t = gv->bytes + gv->x_off[x];
 
             for (lcp = 0; lcp < cur && lcp < l && prev[lcp] == t[lcp];
                  lcp++)

@@ -10,9 +10,19 @@
  * its bytes start, for the memo's subtree and counted skipping,
  * kvs_gram_memo_skip.c).
  *
+ * The bytes are laid out in the sorted order (text tokens first, then
+ * the others by id), and x_off gives them by sorted position: a mask's
+ * dependent tokens are checked by ranges of sorted positions
+ * (kvs_gram_check_ranges), and reading each one's length and bytes by
+ * id made every token two or three cache misses (a check of 728 tokens
+ * on Qwen2 took up to 140 us where its data was out of the cache, 30-60
+ * where it was in; by sorted position at most 61).
+ *
  * Invariants: node i's subtree is i .. t_end[i] - 1 and holds the sorted
  * tokens ids[t_cum[i] .. t_cum[t_end[i]]); tokens with equal bytes are
- * adjacent and end at one node; t_node[n_nodes] is a sentinel.
+ * adjacent and end at one node; t_node[n_nodes] is a sentinel; for every
+ * sorted position x, off[ids[x]] == x_off[x] and len[ids[x]] ==
+ * x_off[x + 1] - x_off[x].
  */
 
 #include <stdlib.h>
@@ -70,6 +80,7 @@ kvs_gram_vocab_free(kvs_gram_vocab_t *gv)
     free(gv->t_node);
     free(gv->t_below);
     free(gv->ids);
+    free(gv->x_off);
     free(gv->long_x);
     free(gv->text_bits);
     kvs_gram_slices_free(gv->slices);
@@ -244,10 +255,63 @@ kvs_gram_vocab_long(kvs_gram_vocab_t *gv, kvs_err_t *err)
 }
 
 
+/* The bytes again, the text tokens' in the sorted order of ids[0 ..
+ * n_text) and then the others' by id; off follows, x_off is made. */
+static int
+kvs_gram_vocab_relay(kvs_gram_vocab_t *gv, kvs_err_t *err)
+{
+    size_t     all, o;
+    uint32_t   i, x;
+    uint8_t   *nb;
+    int32_t    id;
+
+    for (i = 0, all = 0; i < gv->n_tokens; i++) {
+        all += gv->len[i];
+    }
+    if (all > UINT32_MAX) {
+        return kvs_err_set(err, KVS_EUNSUPPORTED,
+                           "vocabulary: %zu bytes of tokens", all);
+    }
+
+    nb = malloc(all + 1);
+    gv->x_off = malloc(((size_t) gv->n_text + 1) * sizeof(uint32_t));
+    if (nb == NULL || gv->x_off == NULL) {
+        free(nb);
+        return kvs_err_set(err, KVS_ENOMEM, "vocabulary: no memory");
+    }
+
+    o = 0;
+    for (x = 0; x < gv->n_text; x++) {
+        id = gv->ids[x];
+        memcpy(nb + o, gv->bytes + gv->off[id], gv->len[id]);
+        gv->x_off[x] = (uint32_t) o;
+        o += gv->len[id];
+    }
+    gv->x_off[gv->n_text] = (uint32_t) o;
+
+    for (i = 0; i < gv->n_tokens; i++) {
+        if (gv->kind[i] != KVS_GRAM_TOK_TEXT) {
+            memcpy(nb + o, gv->bytes + gv->off[i], gv->len[i]);
+            gv->off[i] = (uint32_t) o;
+            o += gv->len[i];
+        }
+    }
+    for (x = 0; x < gv->n_text; x++) {
+        gv->off[gv->ids[x]] = gv->x_off[x];
+    }
+
+    free(gv->bytes);
+    gv->bytes = nb;
+
+    return KVS_OK;
+}
+
+
 /* Builds the trie over the text tokens; bytes, off, len, kind are set. */
 static int
 kvs_gram_vocab_trie(kvs_gram_vocab_t *gv, kvs_err_t *err)
 {
+    int        rc;
     uint32_t   i, n, d, lcp, pl, l, nodes;
     uint32_t  *path_big;
     int32_t    id, prev;
@@ -281,6 +345,11 @@ kvs_gram_vocab_trie(kvs_gram_vocab_t *gv, kvs_err_t *err)
     }
 
     qsort_r(gv->ids, n, sizeof(int32_t), kvs_gram_tok_cmp, gv);
+
+    rc = kvs_gram_vocab_relay(gv, err);
+    if (rc != KVS_OK) {
+        return rc;
+    }
 
     gv->t_byte = malloc(total + 1);
     gv->t_depth = malloc((total + 1) * sizeof(uint16_t));

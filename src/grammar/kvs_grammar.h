@@ -443,6 +443,10 @@ typedef struct {
                                          nodes strictly below node i */
     int32_t   *ids;                   /* [n_text] text token ids sorted by
                                          bytes, then [n_end] END ids */
+    uint32_t  *x_off;                 /* [n_text + 1] where the bytes of
+                                         ids[x] begin: bytes holds the text
+                                         tokens in sorted order, so token
+                                         x is x_off[x] .. x_off[x + 1] */
     uint32_t   n_text, n_end;
     uint32_t   max_len;
     /* counted repetitions' second key tier (kvs_gram_ind.c): the

@@ -209,6 +209,39 @@ static const char  *tm_pieces[] = {
 };
 
 
+/* The bytes laid out by sorted position (kvs_gram_vocab.c): each text
+ * token's bytes at x_off of its position, adjacent to the next one's,
+ * in sorted order; texts (when not NULL) every token's own bytes. */
+static void
+tm_layout(const kvs_gram_vocab_t *gv, const uint8_t **texts,
+    const uint32_t *lens)
+{
+    uint32_t   i, x, id, l, pl, o;
+    int        c;
+
+    for (x = 0, o = 0; x < gv->n_text; x++) {
+        id = (uint32_t) gv->ids[x];
+        assert_int_equal(gv->x_off[x], o);
+        assert_int_equal(gv->off[id], gv->x_off[x]);
+        l = gv->x_off[x + 1] - gv->x_off[x];
+        assert_int_equal(l, gv->len[id]);
+        o += l;
+
+        if (x > 0) {
+            pl = gv->x_off[x] - gv->x_off[x - 1];
+            c = memcmp(gv->bytes + gv->x_off[x - 1],
+                       gv->bytes + gv->x_off[x], pl < l ? pl : l);
+            assert_true(c < 0 || (c == 0 && pl <= l));
+        }
+    }
+
+    for (i = 0; texts != NULL && i < gv->n_tokens; i++) {
+        assert_int_equal(gv->len[i], lens[i]);
+        assert_memory_equal(gv->bytes + gv->off[i], texts[i], lens[i]);
+    }
+}
+
+
 static void
 test_small_vocab(void **state)
 {
@@ -254,6 +287,7 @@ test_small_vocab(void **state)
                                                lens, kinds, &err), KVS_OK);
     assert_int_equal(gv->kind[258 + np], KVS_GRAM_TOK_REFUSED);
     assert_int_equal(gv->n_end, 1);
+    tm_layout(gv, texts, lens);
 
     ended = tm_walks(gv, 40, 300, 12345);
     assert_true(ended > TM_N_SCHEMAS * 40 / 2);
@@ -355,6 +389,7 @@ tm_fixture(const char *rel, size_t walks, size_t steps)
         }
     }
     assert_true(spaces > 1000);
+    tm_layout(gv, NULL, NULL);
 
     ended = tm_walks(gv, walks, steps, 777);
     assert_true(ended > 0);
