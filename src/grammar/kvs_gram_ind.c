@@ -263,10 +263,13 @@ kvs_gram_ientry_ranges(const kvs_gram_ientry_t *e, const uint32_t **ranges,
 
 
 /* Dependent tokens below which a mask checks them token by token: a
- * memo pays where many share prefixes whose states recur (an email's
- * closing tokens: ~2k, twice as fast), not for a few hundred (its
- * states named and rows made cost more than the steps it saves). */
-#define KVS_GRAM_CHECK_MEMO_MIN  1000
+ * memo pays where thousands share prefixes whose states recur (a
+ * bounded string's long tokens, ~29k), not for a few hundred or a
+ * couple of thousand (its states named and rows made, on a fresh
+ * masker's new tables, cost more than the steps it saves).  It was
+ * 1000 while the one-by-one check read each token by id
+ * (kvs_gram_vocab.c's layout: docs/grammar.md, "The mask", item 11). */
+#define KVS_GRAM_CHECK_MEMO_MIN  4000
 
 /* Room for n more merged range pairs in mk->mr. */
 static int

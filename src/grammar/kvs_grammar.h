@@ -777,7 +777,7 @@ typedef struct kvs_gram_masker_s {
     int                      nocheckmemo;
     uint32_t                 check_memo_min;  /* fewer dependent tokens
                                                  are checked one by one
-                                                 (0: 1000) */
+                                                 (0: 4000) */
     uint64_t                 checks_memo;     /* masks checked so */
 
     /* a new entry whose key has no counted position is taken from the

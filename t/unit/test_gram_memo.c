@@ -23,7 +23,7 @@
  *               what one entry's walk learnt for the next ones
  *   checkall    as cached, but every mask's dependent tokens checked in
  *               one walk of their merged ranges through the check memo
- *               (check_memo_min 1; "cached" does so from 1000 tokens)
+ *               (check_memo_min 1; "cached" does so from 4000 tokens)
  *   nocheck     as cached, every dependent token checked on the matcher
  *               one by one (nocheckmemo: the reference for the two)
  *
