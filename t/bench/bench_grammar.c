@@ -62,6 +62,10 @@
 
 #include <jansson.h>
 
+/* the tables' entries unless --table says: the engine's
+ * (KVS_ENGINE_GRAM_TABLE, kvs_engine_gram.c) */
+#define BG_TABLE  256
+
 #include "grammar/kvs_grammar.h"
 
 #define BG_TOOLS(choice) \
@@ -313,7 +317,7 @@ main(int argc, char **argv)
     budget = 0;
     warm = 1;
     wunits = KVS_GRAM_WARM_UNITS;
-    tents = 256;
+    tents = BG_TABLE;
     wfill = 0;
     path[0] = '\0';
     gens = 20;
@@ -355,7 +359,7 @@ main(int argc, char **argv)
                    && ai + 1 < (size_t) argc)
         {
             tents = (uint32_t) strtoul(argv[++ai], NULL, 10);
-            tents = tents != 0 ? tents : 256;
+            tents = tents != 0 ? tents : BG_TABLE;
         } else if (strcmp(argv[ai], "--budget") == 0) {
             budget = 1;
         } else if (k == 0) {
