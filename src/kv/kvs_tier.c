@@ -115,31 +115,21 @@ tier_pwrite(int fd, const uint8_t *p, size_t n, uint64_t off)
 }
 
 
-/* Bytes read, short at the end of the file; -1 on error. */
+/* Bytes read, short at the end of the file; -1 on error.  One read:
+ * a regular file's read comes back short only at its end, and under
+ * O_DIRECT a second read, from an offset off the alignment, would fail
+ * with EINVAL instead of saying so (a cut file is then a short read, a
+ * corrupt slot dropped, not an I/O error that keeps it indexed). */
 static ssize_t
 tier_pread(int fd, uint8_t *p, size_t n, uint64_t off)
 {
     ssize_t  r;
-    size_t   got = 0;
 
-    while (got < n) {
-        r = pread(fd, p + got, n - got, (off_t) (off + got));
-        if (r < 0 && errno == EINTR) {
-            continue;
-        }
+    do {
+        r = pread(fd, p, n, (off_t) off);
+    } while (r < 0 && errno == EINTR);
 
-        if (r < 0) {
-            return -1;
-        }
-
-        if (r == 0) {
-            break;
-        }
-
-        got += (size_t) r;
-    }
-
-    return (ssize_t) got;
+    return r;
 }
 
 
