@@ -36,8 +36,9 @@
 
 /* per sequence: the states whose masks are kept (a mask is n_vocab bits:
  * 16 KiB at 128K tokens); per grammar: the context-independent entries,
- * shared by its sequences (so 256 x 16 KiB, 4 MiB at 128K tokens, counted
- * in the grammar cache's byte bound: 16 such grammars in its 64 MiB).
+ * shared by its sequences, and their builds' memo (so 256 x 16 KiB plus
+ * 1.6 MB, 5.6 MB at 128K tokens, counted in the grammar cache's byte
+ * bound: 11 such grammars in its 64 MiB).
  * 256, not 64: a tool-call or API schema meets ~100-200 distinct keys
  * (bench_grammar's search_tool: 192), and a table smaller than that
  * evicts round robin and rebuilds, each a walk of the vocabulary trie */
@@ -76,7 +77,8 @@ kvs_engine_gram_new(kvs_engine_t *e, kvs_err_t *err)
     words = ((size_t) e->be->n_vocab + 31) / 32;
     e->gcache.entry_extra = (size_t) KVS_ENGINE_GRAM_TABLE
                             * (words * 4
-                               + (words / KVS_GRAM_SPARSE_DIV + 1) * 8);
+                               + (words / KVS_GRAM_SPARSE_DIV + 1) * 8)
+                            + kvs_gram_memo_bytes(KVS_GRAM_TABLE_MEMO_STATES);
     e->gbits = calloc(((size_t) e->be->n_vocab + 31) / 32, sizeof(uint32_t));
     e->gids = malloc((size_t) e->be->n_vocab * sizeof(int32_t));
     if (e->gbits == NULL || e->gids == NULL) {

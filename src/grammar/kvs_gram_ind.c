@@ -10,14 +10,15 @@
  * tokens (kvs_gram_ind_check_all).  The mask that is the union of the
  * entries is kvs_gram_mask.c's.
  *
- * An entry's walk steps through the masker's transition memo
- * (kvs_gram_memo.c).  A new entry is copied from a vocabulary slice
- * (kvs_gram_slice.c) when its shape is there, else, at a count of a
- * run of one byte class, is the entry of the run's largest count less
- * the tokens that run too far (kvs_gram_run.c), else takes its short
- * tokens from a source entry (kvs_gram_ind_src), else is walked from
- * wkey (kvs_gram_ind_wkey), in renaming passes where a count is far
- * from its bound (kvs_gram_ind_passes).
+ * An entry's walk steps through the table's transition memo, shared
+ * by the warm and every masker of the table (kvs_gram_ind_memo), or
+ * the masker's own (kvs_gram_memo.c).  A new entry is copied from a
+ * vocabulary slice (kvs_gram_slice.c) when its shape is there, else, at
+ * a count of a run of one byte class, is the entry of the run's largest
+ * count less the tokens that run too far (kvs_gram_run.c), else takes
+ * its short tokens from a source entry (kvs_gram_ind_src), else is
+ * walked from wkey (kvs_gram_ind_wkey), in renaming passes where a
+ * count is far from its bound (kvs_gram_ind_passes).
  *
  * A context-independent key names a counted repetition's position by a
  * canonical copy (kvs_gram_ind_key), so that the characters of a
@@ -95,11 +96,40 @@ kvs_gram_ind_dep(void *arg, uint32_t lo, uint32_t hi)
 }
 
 
+/*
+ * The memo an entry's build steps through: the table's when mk shares
+ * one (its steps counted into mk's work), so that a request's builds
+ * start from what the warm's and every earlier request's learnt; else
+ * mk's own.  A masker whose memo has no states (the tests' reference)
+ * builds with none.  Sharing the kept states across maskers is as exact
+ * as across one masker's builds: a cut walk's states are named by whole
+ * chains of positions, the same in every cut walk of the grammar
+ * (kvs_gram_memo.c), and kvs_gram_memo_begin() forgets them when the
+ * grammar or the matcher's caps are not the ones they were made under.
+ */
+static kvs_gram_memo_t *
+kvs_gram_ind_memo(kvs_gram_masker_t *mk)
+{
+    kvs_gram_masker_t  *o = mk->ind_owner;
+
+    if (o == NULL || o->memo == NULL
+        || kvs_gram_memo_states(mk->memo) == 0)
+    {
+        return mk->memo;
+    }
+
+    kvs_gram_memo_work(o->memo, &mk->work);
+
+    return o->memo;
+}
+
+
 /* One trie walk on the cut stack into e (cleared first), the tokens
  * shorter than len bytes taken from src when it is not NULL. */
 static int
-kvs_gram_ind_pass(kvs_gram_masker_t *mk, kvs_gram_matcher_t *cm,
-    kvs_gram_ientry_t *e, const kvs_gram_ientry_t *src, uint32_t len)
+kvs_gram_ind_pass(kvs_gram_masker_t *mk, kvs_gram_memo_t *mo,
+    kvs_gram_matcher_t *cm, kvs_gram_ientry_t *e,
+    const kvs_gram_ientry_t *src, uint32_t len)
 {
     kvs_gram_walk_src_t  ws;
 
@@ -113,14 +143,14 @@ kvs_gram_ind_pass(kvs_gram_masker_t *mk, kvs_gram_matcher_t *cm,
         ws.n_ranges = src->n_ranges;
     }
 
-    if (mk->memo != NULL) {
+    if (mo != NULL) {
         /* a cut walk: named by whole chains, its states are every other
          * cut walk's of this grammar (kvs_gram_memo.c) */
-        kvs_gram_memo_keep(mk->memo, !mk->nokeep);
+        kvs_gram_memo_keep(mo, !mk->nokeep);
     }
 
-    return kvs_gram_memo_walk(mk->memo, cm, mk->gv, e->bits,
-                              kvs_gram_ind_dep, e, src != NULL ? &ws : NULL);
+    return kvs_gram_memo_walk(mo, cm, mk->gv, e->bits, kvs_gram_ind_dep, e,
+                              src != NULL ? &ws : NULL);
 }
 
 
@@ -137,8 +167,8 @@ kvs_gram_ind_pass(kvs_gram_masker_t *mk, kvs_gram_matcher_t *cm,
  * pass that renamed nothing, the last pass comes next.
  */
 static int
-kvs_gram_ind_passes(kvs_gram_masker_t *mk, kvs_gram_matcher_t *cm,
-    kvs_gram_ientry_t *e, uint32_t need)
+kvs_gram_ind_passes(kvs_gram_masker_t *mk, kvs_gram_memo_t *mo,
+    kvs_gram_matcher_t *cm, kvs_gram_ientry_t *e, uint32_t need)
 {
     int                  rc;
     uint32_t             i, theta, plen;
@@ -160,9 +190,9 @@ kvs_gram_ind_passes(kvs_gram_masker_t *mk, kvs_gram_matcher_t *cm,
         }
         cur = theta == need - 1 ? e : &t[i & 1];
 
-        before = kvs_gram_memo_renamed(mk->memo);
-        kvs_gram_memo_rename(mk->memo, theta);
-        rc = kvs_gram_ind_pass(mk, cm, cur, prev, plen);
+        before = kvs_gram_memo_renamed(mo);
+        kvs_gram_memo_rename(mo, theta);
+        rc = kvs_gram_ind_pass(mk, mo, cm, cur, prev, plen);
 
         if (rc != KVS_OK || cur == e) {
             break;
@@ -173,11 +203,11 @@ kvs_gram_ind_passes(kvs_gram_masker_t *mk, kvs_gram_matcher_t *cm,
 
         /* a pass that renamed nothing met no count above its theta:
          * the last pass next */
-        theta = kvs_gram_memo_renamed(mk->memo) == before ? need - 1
-                                                           : 2 * theta + 1;
+        theta = kvs_gram_memo_renamed(mo) == before ? need - 1
+                                                    : 2 * theta + 1;
     }
 
-    kvs_gram_memo_rename(mk->memo, 0);
+    kvs_gram_memo_rename(mo, 0);
 
     for (i = 0; i < 2; i++) {
         free(t[i].bits);
@@ -207,6 +237,7 @@ kvs_gram_ind_build(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
 {
     int                      rc;
     uint32_t                 k, theta;
+    kvs_gram_memo_t         *mo;
     kvs_gram_matcher_t       cm;
 
     rc = kvs_gram_matcher_init_cut(&cm, mk->m->g,
@@ -228,11 +259,17 @@ kvs_gram_ind_build(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
         /* void */
     }
 
+    mo = kvs_gram_ind_memo(mk);
+
     if (src != NULL || mk->norename || k == KVS_GRAM_CUT || need < 2) {
-        rc = kvs_gram_ind_pass(mk, &cm, e, src, len);
+        rc = kvs_gram_ind_pass(mk, mo, &cm, e, src, len);
 
     } else {
-        rc = kvs_gram_ind_passes(mk, &cm, e, need);
+        rc = kvs_gram_ind_passes(mk, mo, &cm, e, need);
+    }
+
+    if (mo != mk->memo) {
+        kvs_gram_memo_work(mo, NULL);     /* mk's work is not the table's */
     }
 
     e->capped = cm.capped != 0 || (src != NULL && src->capped);

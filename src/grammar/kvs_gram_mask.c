@@ -128,6 +128,16 @@ kvs_gram_masker_init_table(kvs_gram_masker_t *t, const kvs_gram_vocab_t *gv,
         return kvs_err_set(err, KVS_ENOMEM, "masker: no memory");
     }
 
+    /* the builds' memo, every sharing masker's (its tables made at the
+     * first build) */
+    if (kvs_gram_memo_new(&t->memo, KVS_GRAM_TABLE_MEMO_STATES, gv->max_len,
+                          err)
+        != KVS_OK)
+    {
+        kvs_gram_masker_free(t);
+        return KVS_ENOMEM;
+    }
+
     return KVS_OK;
 }
 

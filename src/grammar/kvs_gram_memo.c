@@ -114,6 +114,13 @@ kvs_gram_memo_new(kvs_gram_memo_t **out, uint32_t max_states,
 }
 
 
+uint32_t
+kvs_gram_memo_states(const kvs_gram_memo_t *mo)
+{
+    return mo != NULL ? mo->max_states : 0;
+}
+
+
 static void
 kvs_gram_memo_tables_free(kvs_gram_memo_t *mo)
 {
@@ -178,13 +185,45 @@ kvs_gram_memo_free(kvs_gram_memo_t *mo)
 }
 
 
+/* The hash slots for n entries: a power of two, at least 2n. */
+static uint32_t
+kvs_gram_memo_slots(size_t n)
+{
+    uint32_t  slots;
+
+    for (slots = 1; slots < 2 * n; slots <<= 1) { /* void */ }
+
+    return slots;
+}
+
+
+/* What kvs_gram_memo_tables() allocates for s states. */
+size_t
+kvs_gram_memo_bytes(uint32_t max_states)
+{
+    size_t  s, per;
+
+    s = max_states < KVS_GRAM_MEMO_MAX ? max_states : KVS_GRAM_MEMO_MAX;
+    per = s * KVS_GRAM_MEMO_PER;
+
+    return s * 256 * (sizeof(uint32_t) + sizeof(uint16_t))
+           + (s + 1) * sizeof(uint32_t)
+           + s * (sizeof(uint64_t) + sizeof(uint32_t) + 1)
+           + per * sizeof(uint32_t)
+           + kvs_gram_memo_slots(s) * sizeof(uint32_t)
+           + per * (sizeof(kvs_gram_node_t) + sizeof(uint32_t))
+           + kvs_gram_memo_slots(per) * sizeof(uint32_t)
+           + s * KVS_GRAM_CLS_N * (1 + 3 * sizeof(uint16_t))
+           + s * (2 * sizeof(uint64_t) + sizeof(uint16_t));
+}
+
+
 /* The tables, at their full (bounded) size: pages a walk never touches
- * are never mapped. */
+ * are never mapped (kvs_gram_memo_bytes counts them). */
 static int
 kvs_gram_memo_tables(kvs_gram_memo_t *mo)
 {
     size_t    s;
-    uint32_t  slots;
 
     if (mo->next != NULL) {
         return KVS_OK;
@@ -193,13 +232,8 @@ kvs_gram_memo_tables(kvs_gram_memo_t *mo)
     s = mo->max_states;
     mo->cap_keys = (uint32_t) s * KVS_GRAM_MEMO_PER;
     mo->cap_cn = (uint32_t) s * KVS_GRAM_MEMO_PER;
-
-    for (slots = 1; slots < 2 * s; slots <<= 1) { /* void */ }
-    mo->s_mask = slots - 1;
-    for (slots = 1; slots < 2 * (size_t) mo->cap_cn; slots <<= 1) {
-        /* void */
-    }
-    mo->cn_mask = slots - 1;
+    mo->s_mask = kvs_gram_memo_slots(s) - 1;
+    mo->cn_mask = kvs_gram_memo_slots(mo->cap_cn) - 1;
 
     mo->next = malloc(s * 256 * sizeof(uint32_t));
     mo->calls = malloc(s * 256 * sizeof(uint16_t));

@@ -28,6 +28,9 @@
  * of its own, as large again as the bound, which the rest of the warm
  * does not spend.
  *
+ * Its builds step the table's memo (kvs_gram_ind.c), which it leaves to
+ * the masks: a request's first builds begin from the warm's states.
+ *
  * Invariants: the entries are exactly those a mask would build for the
  * same keys (the same kvs_gram_ind_get, on a masker of the grammar); a
  * key no parse reaches costs its walk and nothing else; the table is

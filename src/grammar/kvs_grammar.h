@@ -558,12 +558,21 @@ typedef struct {
 #define kvs_gram_work_over(wk)  ((wk)->used > (wk)->limit)
 
 #define KVS_GRAM_MEMO_STATES  1024
+/* a table's memo (kvs_gram_masker_init_table): a grammar's warm and
+ * first requests make 200-550 states; 1,024 warmed no faster (its
+ * larger tables' first touches cost the warm more) */
+#define KVS_GRAM_TABLE_MEMO_STATES  512
 
 /* max_depth: the longest path a walk will take (the vocabulary's
  * max_len). */
 int kvs_gram_memo_new(kvs_gram_memo_t **out, uint32_t max_states,
     uint32_t max_depth, kvs_err_t *err);
 void kvs_gram_memo_free(kvs_gram_memo_t *mo);
+
+/* Its states at most (0: none, or mo NULL), and the bytes its tables
+ * take at their full size (mapped as walks touch them). */
+uint32_t kvs_gram_memo_states(const kvs_gram_memo_t *mo);
+size_t kvs_gram_memo_bytes(uint32_t max_states);
 
 /* The counter mo's steps add to (NULL: its own, never bounded). */
 void kvs_gram_memo_work(kvs_gram_memo_t *mo, kvs_gram_work_t *wk);
@@ -762,7 +771,12 @@ typedef struct kvs_gram_masker_s {
     struct kvs_gram_masker_s *ind_owner;
 
     /* the trie walks' transition memo (KVS_GRAM_MEMO_STATES states
-     * unless kvs_gram_masker_memo() said otherwise) */
+     * unless kvs_gram_masker_memo() said otherwise).  A table's serves
+     * the entry builds of every masker sharing it (the warm's too), so
+     * a request's first builds step the transitions the warm and the
+     * requests before it learnt (kvs_gram_ind.c); a sharing masker's
+     * own then serves its plain walks alone, and one with no states
+     * builds without a memo, as the tests' reference */
     kvs_gram_memo_t         *memo;
 
     /* the dependent tokens of a mask's entries are checked on the real
@@ -874,7 +888,10 @@ int kvs_gram_masker_memo(kvs_gram_masker_t *mk, uint32_t max_states,
  * the grammar and the vocabulary, so the maskers of one grammar can
  * share one table and each entry's trie walk (the expensive first mask
  * of a string, a key, a number) is paid once for all of them.  At most
- * `entries` entries of n_tokens bits each (plus their dependent ranges).
+ * `entries` entries of n_tokens bits each (plus their dependent ranges),
+ * and a memo of KVS_GRAM_TABLE_MEMO_STATES states for their builds
+ * (kvs_gram_memo_bytes(KVS_GRAM_TABLE_MEMO_STATES) more at most: 1.6
+ * MB).
  * Every masker sharing a table, and the table, must be used by one
  * thread at a time.
  */

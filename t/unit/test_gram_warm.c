@@ -22,6 +22,11 @@
  * fewer new keys than the cold one (the warm did the work), the bounds
  * must hold (work units, fill), and a grammar over the warm's size cap,
  * or a table already shared, is left alone.
+ *
+ * The entries a sharing masker builds step through the table's memo,
+ * where the warm left its transitions (kvs_gram_ind.c): the masker's
+ * own memo takes no step, the table's meets the warm's states; a
+ * masker with no memo builds with none and leaves the table's alone.
  */
 
 #include "kvs_test_gwalk.h"
@@ -90,12 +95,15 @@ tw_table(kvs_gram_masker_t *t, const kvs_gram_vocab_t *gv,
 }
 
 
-static void
+/* Seeded walks of schema; what the masks' builds found in the table's
+ * memo (its hits). */
+static uint64_t
 tw_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks)
 {
     size_t                  w, step;
     uint32_t                id;
     uint64_t                rng, miss[TW_MK], sparse, whole, unkept;
+    uint64_t                st0[4], st1[4], own[4], thits;
     kvs_err_t               err;
     kvs_gram_t              g;
     tgw_rig_t               r;
@@ -113,6 +121,7 @@ tw_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks)
     sparse = 0;
     whole = 0;
     unkept = 0;
+    thits = 0;
 
     for (w = 0; w < walks; w++) {
         /* fresh tables per walk: a first request after the compile */
@@ -133,6 +142,7 @@ tw_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks)
         kvs_gram_masker_share(&r.mk[TW_WARM], &warm);
         kvs_gram_masker_share(&r.mk[TW_PART], &part);
         kvs_gram_masker_share(&r.mk[TW_TINY], &tiny);
+        kvs_gram_memo_stats(warm.memo, st0);
 
         for (step = 0; step < 60; step++) {
             tgw_step(&r, gv, names, name, step);
@@ -145,6 +155,13 @@ tw_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks)
             assert_int_equal(kvs_gram_accept_token(&r.m, gv, (int32_t) id,
                                                    &err), KVS_OK);
         }
+
+        /* the warm masker's builds stepped the table's memo, not its
+         * own, and met there what the warm had made */
+        kvs_gram_memo_stats(warm.memo, st1);
+        kvs_gram_memo_stats(r.mk[TW_WARM].memo, own);
+        assert_int_equal(own[0] + own[1], 0);
+        thits += st1[0] - st0[0];
 
         miss[TW_WARM] += r.mk[TW_WARM].ind_misses;
         miss[TW_COLD] += r.mk[TW_COLD].ind_misses;
@@ -163,11 +180,12 @@ tw_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks)
 
     print_message("%s: %u keys, %u entries warmed; misses warm %llu, "
                   "cold %llu; entries listing their words %llu, whole "
-                  "%llu; masks not kept %llu\n", name, sw.keys, sw.entries,
+                  "%llu; masks not kept %llu; the table memo's hits in "
+                  "the masks' builds %llu\n", name, sw.keys, sw.entries,
                   (unsigned long long) miss[TW_WARM],
                   (unsigned long long) miss[TW_COLD],
                   (unsigned long long) sparse, (unsigned long long) whole,
-                  (unsigned long long) unkept);
+                  (unsigned long long) unkept, (unsigned long long) thits);
 
     /* what the warm built, the masks did not build again */
     assert_true(miss[TW_WARM] < miss[TW_COLD]);
@@ -177,6 +195,8 @@ tw_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks)
 
     kvs_gram_free(&g);
     tgw_free(&r);
+
+    return thits;
 }
 
 
@@ -184,16 +204,68 @@ static void
 test_warm_walks(void **state)
 {
     size_t             i;
+    uint64_t           thits;
     kvs_gram_vocab_t  *gv;
 
     (void) state;
     gv = tw_vocab();
+    thits = 0;
 
     for (i = 0; i < TW_NS; i++) {
-        tw_walks(gv, tw_schemas[i], 5);
+        thits += tw_walks(gv, tw_schemas[i], 5);
     }
 
+    /* the masks' builds met transitions the warm had made */
+    assert_true(thits > 0);
+
     kvs_gram_vocab_free(gv);
+}
+
+
+/* Masks of g by a masker with a memo of `states` (0: none) sharing t,
+ * which the warm left short: the entries they build, and whose memo
+ * those builds stepped (t's, or none). */
+static void
+tw_memo_builds(kvs_gram_masker_t *t, const kvs_gram_t *g,
+    const kvs_gram_vocab_t *gv, uint32_t states)
+{
+    uint32_t             words, *bits;
+    uint64_t             st0[4], st1[4], own[4];
+    kvs_err_t            err;
+    kvs_gram_matcher_t   m;
+    kvs_gram_masker_t    mk;
+
+    words = (gv->n_tokens + 31) / 32;
+    bits = calloc(words, sizeof(uint32_t));
+    assert_non_null(bits);
+
+    assert_int_equal(kvs_gram_matcher_init(&m, g, NULL, &err), KVS_OK);
+    assert_int_equal(kvs_gram_masker_init(&mk, gv, &m, 16, &err), KVS_OK);
+    assert_int_equal(kvs_gram_masker_memo(&mk, states, &err), KVS_OK);
+    kvs_gram_masker_share(&mk, t);
+    kvs_gram_memo_stats(t->memo, st0);
+
+    assert_int_equal(kvs_gram_mask(&mk, bits, &err), KVS_OK);
+    assert_int_equal(kvs_gram_matcher_feed(&m, "\"gr", 3, &err), KVS_OK);
+    assert_int_equal(kvs_gram_mask(&mk, bits, &err), KVS_OK);
+
+    kvs_gram_memo_stats(t->memo, st1);
+    kvs_gram_memo_stats(mk.memo, own);
+    print_message("memo of %u states: %llu entries built, the table "
+                  "memo's steps %llu\n", states,
+                  (unsigned long long) mk.ind_misses,
+                  (unsigned long long) (st1[0] + st1[1] - st0[0] - st0[1]));
+    assert_true(mk.ind_misses > 0);
+    assert_int_equal(own[0] + own[1], 0);
+    if (states == 0) {
+        assert_memory_equal(st0, st1, sizeof(st0));
+    } else {
+        assert_true(st1[0] + st1[1] > st0[0] + st0[1]);
+    }
+
+    kvs_gram_masker_free(&mk);
+    kvs_gram_matcher_free(&m);
+    free(bits);
 }
 
 
@@ -229,6 +301,13 @@ test_warm_all(void **state)
     tw_table(&t, gv, &g, 256, 0, 2, &st);
     assert_true(st.entries <= 2);
     assert_false(st.done);
+
+    /* the rest built by masks: with no memo, the table's untouched;
+     * with one, through the table's */
+    tw_memo_builds(&t, &g, gv, 0);
+    kvs_gram_masker_free(&t);
+    tw_table(&t, gv, &g, 256, 0, 2, &st);
+    tw_memo_builds(&t, &g, gv, KVS_GRAM_MEMO_STATES);
     kvs_gram_masker_free(&t);
 
     kvs_gram_free(&g);
