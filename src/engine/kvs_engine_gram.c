@@ -36,9 +36,10 @@
 
 /* per sequence: the states whose masks are kept (a mask is n_vocab bits:
  * 16 KiB at 128K tokens); per grammar: the context-independent entries,
- * shared by its sequences, and their builds' memo (so 256 x 16 KiB plus
- * 1.6 MB, 5.6 MB at 128K tokens, counted in the grammar cache's byte
- * bound: 11 such grammars in its 64 MiB).
+ * shared by its sequences, and their builds' memo (so 256 x 19.5 KiB
+ * with their lists of words, plus 1.55 MiB: 6.4 MiB at 128K tokens,
+ * counted in the grammar cache's byte bound: 9 such grammars in its 64
+ * MiB, 13 before the memo).
  * 256, not 64: a tool-call or API schema meets ~100-200 distinct keys
  * (bench_grammar's search_tool: 192), and a table smaller than that
  * evicts round robin and rebuilds, each a walk of the vocabulary trie */

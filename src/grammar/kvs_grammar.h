@@ -890,8 +890,8 @@ int kvs_gram_masker_memo(kvs_gram_masker_t *mk, uint32_t max_states,
  * of a string, a key, a number) is paid once for all of them.  At most
  * `entries` entries of n_tokens bits each (plus their dependent ranges),
  * and a memo of KVS_GRAM_TABLE_MEMO_STATES states for their builds
- * (kvs_gram_memo_bytes(KVS_GRAM_TABLE_MEMO_STATES) more at most: 1.6
- * MB).
+ * (kvs_gram_memo_bytes(KVS_GRAM_TABLE_MEMO_STATES) more at most: 1.55
+ * MiB).
  * Every masker sharing a table, and the table, must be used by one
  * thread at a time.
  */

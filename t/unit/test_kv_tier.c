@@ -5,10 +5,9 @@
  * the slot dropped; the file never larger than its size, least recently
  * used blocks reclaimed first; a restart keeps the blocks only under
  * the same epoch; O_DIRECT where the file system allows it (a cut file
- * there a short read too); bad
- * arguments refused; the index names stored with blocks come back
- * after a reopen, walked a few slots at a time, and a reclaimed slot's
- * name no longer.  Files go to KVS_TMP.
+ * a short read there too); bad arguments refused; the index names
+ * stored with blocks come back after a reopen, walked a few slots at a
+ * time, and a reclaimed slot's name no longer.  Files go to KVS_TMP.
  */
 
 #include "kvs_test.h"
