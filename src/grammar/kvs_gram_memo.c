@@ -197,33 +197,68 @@ kvs_gram_memo_slots(size_t n)
 }
 
 
-/* What kvs_gram_memo_tables() allocates for s states. */
+/* The tables' arrays, in the order of kvs_gram_memo_sizes(). */
+enum {
+    MT_NEXT, MT_CALLS, MT_KEY_OFF, MT_S_HASH, MT_S_SLOT, MT_S_FLAGS,
+    MT_KEYS, MT_S_SLOTS, MT_CN, MT_CN_SLOT, MT_CN_SLOTS, MT_S_SIM,
+    MT_S_SIMC, MT_S_BND, MT_S_BNDC, MT_S_LOOP, MT_S_LKNOWN, MT_S_LOOPC,
+    MT_N
+};
+
+
+/* The bytes of each array of the tables for s states: the one place
+ * their sizes are written (the allocation and kvs_gram_memo_bytes). */
+static void
+kvs_gram_memo_sizes(size_t s, size_t *z)
+{
+    size_t  per = s * KVS_GRAM_MEMO_PER;
+
+    z[MT_NEXT] = s * 256 * sizeof(uint32_t);
+    z[MT_CALLS] = s * 256 * sizeof(uint16_t);
+    z[MT_KEY_OFF] = (s + 1) * sizeof(uint32_t);
+    z[MT_S_HASH] = s * sizeof(uint64_t);
+    z[MT_S_SLOT] = s * sizeof(uint32_t);
+    z[MT_S_FLAGS] = s;
+    z[MT_KEYS] = per * sizeof(uint32_t);
+    z[MT_S_SLOTS] = (size_t) kvs_gram_memo_slots(s) * sizeof(uint32_t);
+    z[MT_CN] = per * sizeof(kvs_gram_node_t);
+    z[MT_CN_SLOT] = per * sizeof(uint32_t);
+    z[MT_CN_SLOTS] = (size_t) kvs_gram_memo_slots(per) * sizeof(uint32_t);
+    z[MT_S_SIM] = s * KVS_GRAM_CLS_N;
+    z[MT_S_SIMC] = s * KVS_GRAM_CLS_N * sizeof(uint16_t);
+    z[MT_S_BND] = s * KVS_GRAM_CLS_N * sizeof(uint16_t);
+    z[MT_S_BNDC] = s * KVS_GRAM_CLS_N * sizeof(uint16_t);
+    z[MT_S_LOOP] = s * sizeof(uint64_t);
+    z[MT_S_LKNOWN] = s * sizeof(uint64_t);
+    z[MT_S_LOOPC] = s * sizeof(uint16_t);
+}
+
+
 size_t
 kvs_gram_memo_bytes(uint32_t max_states)
 {
-    size_t  s, per;
+    size_t    z[MT_N], sum;
+    unsigned  i;
 
-    s = max_states < KVS_GRAM_MEMO_MAX ? max_states : KVS_GRAM_MEMO_MAX;
-    per = s * KVS_GRAM_MEMO_PER;
+    kvs_gram_memo_sizes(max_states < KVS_GRAM_MEMO_MAX ? max_states
+                                                       : KVS_GRAM_MEMO_MAX,
+                        z);
+    for (i = 0, sum = 0; i < MT_N; i++) {
+        sum += z[i];
+    }
 
-    return s * 256 * (sizeof(uint32_t) + sizeof(uint16_t))
-           + (s + 1) * sizeof(uint32_t)
-           + s * (sizeof(uint64_t) + sizeof(uint32_t) + 1)
-           + per * sizeof(uint32_t)
-           + kvs_gram_memo_slots(s) * sizeof(uint32_t)
-           + per * (sizeof(kvs_gram_node_t) + sizeof(uint32_t))
-           + kvs_gram_memo_slots(per) * sizeof(uint32_t)
-           + s * KVS_GRAM_CLS_N * (1 + 3 * sizeof(uint16_t))
-           + s * (2 * sizeof(uint64_t) + sizeof(uint16_t));
+    return sum;
 }
 
 
 /* The tables, at their full (bounded) size: pages a walk never touches
- * are never mapped (kvs_gram_memo_bytes counts them). */
+ * are never mapped.  The hash slots start empty (zeroed). */
 static int
 kvs_gram_memo_tables(kvs_gram_memo_t *mo)
 {
-    size_t    s;
+    size_t     s, z[MT_N];
+    void      *p[MT_N];
+    unsigned   i, ok;
 
     if (mo->next != NULL) {
         return KVS_OK;
@@ -235,32 +270,33 @@ kvs_gram_memo_tables(kvs_gram_memo_t *mo)
     mo->s_mask = kvs_gram_memo_slots(s) - 1;
     mo->cn_mask = kvs_gram_memo_slots(mo->cap_cn) - 1;
 
-    mo->next = malloc(s * 256 * sizeof(uint32_t));
-    mo->calls = malloc(s * 256 * sizeof(uint16_t));
-    mo->key_off = malloc((s + 1) * sizeof(uint32_t));
-    mo->s_hash = malloc(s * sizeof(uint64_t));
-    mo->s_slot = malloc(s * sizeof(uint32_t));
-    mo->s_flags = malloc(s);
-    mo->keys = malloc((size_t) mo->cap_keys * sizeof(uint32_t));
-    mo->s_slots = calloc((size_t) mo->s_mask + 1, sizeof(uint32_t));
-    mo->cn = malloc((size_t) mo->cap_cn * sizeof(kvs_gram_node_t));
-    mo->cn_slot = malloc((size_t) mo->cap_cn * sizeof(uint32_t));
-    mo->cn_slots = calloc((size_t) mo->cn_mask + 1, sizeof(uint32_t));
-    mo->s_sim = malloc(s * KVS_GRAM_CLS_N);
-    mo->s_simc = malloc(s * KVS_GRAM_CLS_N * sizeof(uint16_t));
-    mo->s_bnd = malloc(s * KVS_GRAM_CLS_N * sizeof(uint16_t));
-    mo->s_bndc = malloc(s * KVS_GRAM_CLS_N * sizeof(uint16_t));
-    mo->s_loop = malloc(s * sizeof(uint64_t));
-    mo->s_lknown = malloc(s * sizeof(uint64_t));
-    mo->s_loopc = malloc(s * sizeof(uint16_t));
+    kvs_gram_memo_sizes(s, z);
+    for (i = 0, ok = 1; i < MT_N; i++) {
+        p[i] = i == MT_S_SLOTS || i == MT_CN_SLOTS ? calloc(z[i], 1)
+                                                   : malloc(z[i]);
+        ok &= p[i] != NULL;
+    }
 
-    if (mo->next == NULL || mo->calls == NULL || mo->key_off == NULL
-        || mo->s_hash == NULL || mo->s_slot == NULL || mo->s_flags == NULL
-        || mo->keys == NULL || mo->s_slots == NULL || mo->cn == NULL
-        || mo->cn_slot == NULL || mo->cn_slots == NULL || mo->s_sim == NULL
-        || mo->s_simc == NULL || mo->s_bnd == NULL || mo->s_bndc == NULL
-        || mo->s_loop == NULL || mo->s_lknown == NULL || mo->s_loopc == NULL)
-    {
+    mo->next = p[MT_NEXT];
+    mo->calls = p[MT_CALLS];
+    mo->key_off = p[MT_KEY_OFF];
+    mo->s_hash = p[MT_S_HASH];
+    mo->s_slot = p[MT_S_SLOT];
+    mo->s_flags = p[MT_S_FLAGS];
+    mo->keys = p[MT_KEYS];
+    mo->s_slots = p[MT_S_SLOTS];
+    mo->cn = p[MT_CN];
+    mo->cn_slot = p[MT_CN_SLOT];
+    mo->cn_slots = p[MT_CN_SLOTS];
+    mo->s_sim = p[MT_S_SIM];
+    mo->s_simc = p[MT_S_SIMC];
+    mo->s_bnd = p[MT_S_BND];
+    mo->s_bndc = p[MT_S_BNDC];
+    mo->s_loop = p[MT_S_LOOP];
+    mo->s_lknown = p[MT_S_LKNOWN];
+    mo->s_loopc = p[MT_S_LOOPC];
+
+    if (!ok) {
         kvs_gram_memo_tables_free(mo);
         return KVS_ENOMEM;
     }
