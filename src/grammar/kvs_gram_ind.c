@@ -40,7 +40,7 @@
 #include "grammar/kvs_gram_mask_impl.h"
 
 
-static uint64_t
+uint64_t
 kvs_gram_tuple_hash(const uint32_t *t)
 {
     unsigned  k;
@@ -107,7 +107,7 @@ kvs_gram_ind_dep(void *arg, uint32_t lo, uint32_t hi)
  * (kvs_gram_memo.c), and kvs_gram_memo_begin() forgets them when the
  * grammar or the matcher's caps are not the ones they were made under.
  */
-static kvs_gram_memo_t *
+kvs_gram_memo_t *
 kvs_gram_ind_memo(kvs_gram_masker_t *mk)
 {
     kvs_gram_masker_t  *o = mk->ind_owner;
@@ -850,6 +850,7 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
 
     memcpy(e->key, t, sizeof(e->key));
     e->hash = h;
+    e->low = (uint32_t) low;
 
     if (sl) {
         e->bits = malloc((size_t) mk->words * sizeof(uint32_t));

@@ -177,6 +177,7 @@ kvs_gram_masker_free(kvs_gram_masker_t *mk)
     free(mk->used);
     free(mk->kbuf);
     kvs_gram_verdict_free(mk);
+    free(mk->lc);
     free(mk->mr);
     kvs_gram_memo_free(mk->memo);
     kvs_gram_memo_free(mk->cmemo);
@@ -328,7 +329,9 @@ kvs_gram_mask_ind(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
          * below the cut; len the smallest count of a position that the
          * key may rename (a tier's) */
         nm = mk->vname + 3 * (size_t) i;
-        kvs_gram_ind_key(mk, t, nm);
+        mk->vtop[3 * (size_t) i] = t[0];
+        mk->vtop[3 * (size_t) i + 1] = t[1];
+        mk->vtop[3 * (size_t) i + 2] = (uint32_t) kvs_gram_ind_key(mk, t, nm);
         nm[2] = id;
         for (k = 0; k < KVS_GRAM_CUT; k++) {
             c = kvs_gram_rep_count(m->g, t[k]);

@@ -35,6 +35,8 @@ struct kvs_gram_ientry_s {
     uint32_t  *ranges;                /* [2 * n_ranges] */
     uint32_t   n_ranges, cap_ranges;
     uint32_t   capped;                /* its build met a matcher cap */
+    uint32_t   low;                   /* a low tier's key: the long
+                                         tokens are all dependent */
 };
 
 
@@ -57,12 +59,42 @@ int kvs_gram_ind_key(const kvs_gram_masker_t *mk, const uint32_t *t,
 int kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
     kvs_gram_ientry_t **out, kvs_err_t *err);
 
+/* A key's hash; the memo an entry's build steps (the table's when mk
+ * shares one, its steps counted in mk's work until the build resets it
+ * with kvs_gram_memo_work(mo, NULL); else mk's own). */
+uint64_t kvs_gram_tuple_hash(const uint32_t *t);
+kvs_gram_memo_t *kvs_gram_ind_memo(kvs_gram_masker_t *mk);
+
 /* The dependent tokens of mk->used[0 .. n_used) checked in one walk
  * through the check memo, the accepted ones set in bits; -1: not done
  * (too few to pay, or no memory: the caller checks them token by
  * token), else 1 if one was accepted. */
 int kvs_gram_ind_check_all(kvs_gram_masker_t *mk, uint32_t n_used,
     uint32_t *bits, kvs_err_t *err);
+
+
+/* kvs_gram_long.c: a mask's long tokens (by index in gv->long_x) that
+ * its low-tier stacks accept, and those that depend on the real stacks. */
+typedef struct {
+    uint32_t  acc[KVS_GRAM_LONG_WORDS];
+    uint32_t  dep[KVS_GRAM_LONG_WORDS];
+} kvs_gram_lset_t;
+
+/* The classification of the long tokens of lo bytes or more from the
+ * stack whose top positions are t (a low tier's key, at its own counts),
+ * found in the table's cache or walked there, OR-ed into ls; KVS_ERANGE:
+ * its walk met a matcher cap, KVS_ETOOLONG: the work bound ran out (not
+ * classified: the caller checks those tokens on the real stacks). */
+int kvs_gram_long_get(kvs_gram_masker_t *mk, const uint32_t *t, uint32_t lo,
+    kvs_gram_lset_t *ls, kvs_err_t *err);
+
+/* ls's accepted tokens set in bits (1 if one was); its dependent ones
+ * as ranges of sorted positions into r (room for n_long pairs), their
+ * number of ranges returned. */
+int kvs_gram_long_set(const kvs_gram_masker_t *mk, const kvs_gram_lset_t *ls,
+    uint32_t *bits);
+uint32_t kvs_gram_long_deps(const kvs_gram_masker_t *mk,
+    const kvs_gram_lset_t *ls, uint32_t *r);
 
 
 /* kvs_gram_run.c: for a key at a count of a run of one byte class,

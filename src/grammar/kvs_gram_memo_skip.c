@@ -117,10 +117,14 @@ kvs_gram_memo_class(uint8_t q, uint8_t b)
 }
 
 
-void
+int
 kvs_gram_memo_skip(kvs_gram_memo_t *mo, int on)
 {
+    int  was = !mo->noskip;
+
     mo->noskip = !on;
+
+    return was;
 }
 
 

@@ -277,7 +277,7 @@ kvs_gram_memo_walk(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
     kvs_gram_memo_end(mo);
     kvs_gram_memo_acc_flush(mo, gv, bits);
 
-    if (src != NULL && rc == KVS_OK) {
+    if (src != NULL && src->bits != NULL && rc == KVS_OK) {
         kvs_gram_memo_short(src, gv, bits);
     }
 

@@ -41,6 +41,19 @@
  * refused is refused there too: alike without caps, and a cap only
  * refuses).
  *
+ * Long tokens.  A low tier's entry leaves every long token (rep_low bytes
+ * or more) to the real stacks, so near rep_low a mask whose kept
+ * verdicts cover the tokens shorter than its count checked most of the
+ * rest again.  There, where every low-tier stack's long tokens of that
+ * many bytes or more can be classified at its own counts
+ * (kvs_gram_long.c: taken, refused or dependent, as an entry's tokens
+ * are), those take the place of the low-tier entries' long ones: the
+ * taken ones are set and the dependent ones checked.  The filling check
+ * still checks them all on the real stacks: a walk from its count (up
+ * to max_len characters left) meets every state of the string's tail
+ * for the first time, and cost more than the check (docs/grammar.md,
+ * "The mask", item 18).
+ *
  * Invariants: an entry's below ids are alive and unchanged since it was
  * filled (kvs_gram_verdict_purge drops those the matcher truncated, as
  * the state cache's); the matcher is left as it was found.
@@ -50,6 +63,7 @@
 #include <string.h>
 
 #include "grammar/kvs_grammar.h"
+#include "grammar/kvs_gram_mask_impl.h"
 
 
 struct kvs_gram_ventry_s {
@@ -167,8 +181,10 @@ kvs_gram_verdict_init(kvs_gram_masker_t *mk, uint32_t max_front)
     mk->cap_vc = KVS_GRAM_VERDICTS;
     mk->vc = calloc(mk->cap_vc, sizeof(kvs_gram_ventry_t));
     mk->vname = calloc((size_t) max_front + 1, 3 * sizeof(uint32_t));
+    mk->vtop = calloc((size_t) max_front + 1, 3 * sizeof(uint32_t));
 
-    return mk->vc != NULL && mk->vname != NULL ? KVS_OK : KVS_ENOMEM;
+    return mk->vc != NULL && mk->vname != NULL && mk->vtop != NULL
+           ? KVS_OK : KVS_ENOMEM;
 }
 
 
@@ -182,8 +198,10 @@ kvs_gram_verdict_free(kvs_gram_masker_t *mk)
     }
     free(mk->vc);
     free(mk->vname);
+    free(mk->vtop);
     mk->vc = NULL;
     mk->vname = NULL;
+    mk->vtop = NULL;
     mk->n_vc = 0;
 }
 
@@ -222,6 +240,90 @@ kvs_gram_name_cmp(const void *a, const void *b)
 
 
 /*
+ * The long tokens of lo bytes or more that the mask's low-tier stacks
+ * (mk->vtop) take, refuse or leave to the real stacks, classified at
+ * their own counts (kvs_gram_long.c) into ls; 0 where none of the used
+ * entries is a low tier's, or a stack's could not be classified (a cap,
+ * no memory, the work bound): its long tokens are then checked on the
+ * real stacks as any dependent one.
+ */
+static int
+kvs_gram_verdict_long(kvs_gram_masker_t *mk, uint32_t n, uint32_t n_used,
+    uint32_t lo, kvs_gram_lset_t *ls)
+{
+    uint32_t   i, j;
+    kvs_err_t  err;
+
+    if (mk->nolong || mk->gv->n_long == 0) {
+        return 0;
+    }
+    for (j = 0; j < n_used && !mk->used[j]->low; j++) {
+        /* a low tier's entry? */
+    }
+    if (j == n_used) {
+        return 0;
+    }
+
+    memset(ls, 0, sizeof(kvs_gram_lset_t));
+    if (lo > mk->gv->max_len) {
+        return 1;                     /* no token that long */
+    }
+    for (i = 0; i < n; i++) {
+        if (mk->vtop[3 * i + 2]
+            && kvs_gram_long_get(mk, mk->vtop + 3 * i, lo, ls, &err)
+               != KVS_OK)
+        {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+/* The used entries' dependent tokens of lo <= length < hi checked on
+ * the real stacks; with lm, a low tier's entry's only below rep_low
+ * (its long ones are the mask's long set's). */
+static int
+kvs_gram_verdict_ranges(kvs_gram_masker_t *mk, uint32_t n_used, int lm,
+    uint32_t lo, uint32_t hi, uint32_t *bits, kvs_gram_vrec_t *rec)
+{
+    int              any;
+    uint32_t         j, h, nr;
+    const uint32_t  *rg;
+
+    any = 0;
+    for (j = 0; j < n_used; j++) {
+        h = hi;
+        if (lm && mk->used[j]->low && h > mk->gv->rep_low) {
+            h = mk->gv->rep_low;
+        }
+        if (lo >= h) {
+            continue;
+        }
+        kvs_gram_ientry_ranges(mk->used[j], &rg, &nr);
+        any |= kvs_gram_check_ranges(mk, rg, nr, lo, h, bits, rec);
+    }
+
+    return any;
+}
+
+
+/* The long set's dependent tokens of lo <= length < hi checked on the
+ * real stacks. */
+static int
+kvs_gram_verdict_deps(kvs_gram_masker_t *mk, const kvs_gram_lset_t *ls,
+    uint32_t lo, uint32_t hi, uint32_t *bits, kvs_gram_vrec_t *rec)
+{
+    uint32_t  n, r[2 * KVS_GRAM_LONG_MAX];
+
+    n = kvs_gram_long_deps(mk, ls, r);
+
+    return n > 0 ? kvs_gram_check_ranges(mk, r, n, lo, hi, bits, rec) : 0;
+}
+
+
+/*
  * The mask's dependent tokens through the verdict cache: mk->vname
  * holds the n stacks' names (key positions, below id), unsorted; the
  * tokens shorter than len come from the cache when this canonical state
@@ -235,13 +337,14 @@ int
 kvs_gram_verdict_check(kvs_gram_masker_t *mk, uint32_t n, uint32_t len,
     uint32_t n_used, uint32_t *bits)
 {
-    int                  any;
+    int                  any, lm;
     uint32_t             i, j, nr, tot, maxb, use, id, *key, *key2;
     uint64_t             h, capped;
     const uint32_t      *rg;
     kvs_gram_ventry_t   *v;
     kvs_gram_matcher_t  *m;
     kvs_gram_vrec_t      rec;
+    kvs_gram_lset_t      ls;
 
     m = mk->m;
     key = mk->vname;
@@ -289,11 +392,16 @@ kvs_gram_verdict_check(kvs_gram_masker_t *mk, uint32_t n, uint32_t len,
         }
         mk->verdict_hits++;
 
-        for (j = 0; j < n_used; j++) {
-            kvs_gram_ientry_ranges(mk->used[j], &rg, &nr);
-            any |= kvs_gram_check_ranges(mk, rg, nr, use, UINT32_MAX, bits,
-                                         NULL);
+        /* the long tokens of use bytes or more: from their walks at the
+         * stacks' own counts where those can be had */
+        lm = kvs_gram_verdict_long(mk, n, n_used, use, &ls);
+        if (lm) {
+            any |= kvs_gram_long_set(mk, &ls, bits);
+            any |= kvs_gram_verdict_deps(mk, &ls, 0, UINT32_MAX, bits, NULL);
         }
+
+        any |= kvs_gram_verdict_ranges(mk, n_used, lm, use, UINT32_MAX, bits,
+                                       NULL);
         return any;
     }
 
@@ -315,15 +423,9 @@ kvs_gram_verdict_check(kvs_gram_masker_t *mk, uint32_t n, uint32_t len,
     }
 
     capped = m->capped;
-    for (j = 0; j < n_used; j++) {
-        kvs_gram_ientry_ranges(mk->used[j], &rg, &nr);
-        any |= kvs_gram_check_ranges(mk, rg, nr, 0, len, bits, &rec);
-    }
-    for (j = 0; j < n_used; j++) {
-        kvs_gram_ientry_ranges(mk->used[j], &rg, &nr);
-        any |= kvs_gram_check_ranges(mk, rg, nr, len, UINT32_MAX, bits,
-                                     NULL);
-    }
+    any |= kvs_gram_verdict_ranges(mk, n_used, 0, 0, len, bits, &rec);
+    any |= kvs_gram_verdict_ranges(mk, n_used, 0, len, UINT32_MAX, bits,
+                                   NULL);
     free(rec.path);
 
     key2 = m->capped == capped && mk->cap_vc > 0

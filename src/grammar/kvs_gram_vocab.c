@@ -206,7 +206,6 @@ kvs_gram_vocab_pack(kvs_gram_vocab_t *gv, kvs_err_t *err)
  * starts from it, kvs_gram_memo_walk.c).
  */
 #define KVS_GRAM_LONG_MIN  8
-#define KVS_GRAM_LONG_MAX  256
 
 static int
 kvs_gram_vocab_long(kvs_gram_vocab_t *gv, kvs_err_t *err)

@@ -415,6 +415,11 @@ typedef struct {
 #define KVS_GRAM_CLS_STATE  0x0f
 #define KVS_GRAM_CLS_ALL    0x10
 
+/* A vocabulary's long tokens (rep_low bytes or more) are at most this
+ * many, a bitset of KVS_GRAM_LONG_WORDS words by their index. */
+#define KVS_GRAM_LONG_MAX    256
+#define KVS_GRAM_LONG_WORDS  (KVS_GRAM_LONG_MAX / 32)
+
 /*
  * A vocabulary's tokens as the bytes they put into the output, and a
  * trie of them in preorder: node i (depth >= 1) has byte[i], its subtree
@@ -454,7 +459,7 @@ typedef struct {
      * below max_len + 1), and those tokens' sorted positions in ids */
     uint32_t   rep_low;
     uint32_t  *long_x;
-    uint32_t   n_long;
+    uint32_t   n_long;                /* at most KVS_GRAM_LONG_MAX */
     uint32_t  *text_bits;             /* [(n_tokens + 31) / 32] the text
                                          tokens' ids */
     /* context-independent entries precomputed for the sub-grammars all
@@ -609,9 +614,9 @@ typedef int (*kvs_gram_walk_dep_pt)(void *arg, uint32_t lo, uint32_t hi);
  * A walk's source for its short tokens (kvs_gram_ind.c: an entry whose
  * key differs from src's only in the copies a counted repetition has
  * left, len the fewest of them): every trie subtree whose tokens are all
- * shorter than len bytes takes src's classification (accepted: bits;
- * dependent: the sorted disjoint ranges of sorted token positions)
- * without being stepped.  NULL: every node is walked.
+ * shorter than len bytes takes src's classification (accepted: bits,
+ * NULL for none; dependent: the sorted disjoint ranges of sorted token
+ * positions) without being stepped.  NULL: every node is walked.
  */
 typedef struct {
     uint32_t         len;
@@ -638,8 +643,8 @@ int kvs_gram_memo_walk_ranges(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
 uint64_t kvs_gram_memo_inverted(const kvs_gram_memo_t *mo);
 
 /* Subtree skipping on (the default) or off (every node stepped: the
- * reference the tests compare with). */
-void kvs_gram_memo_skip(kvs_gram_memo_t *mo, int on);
+ * reference the tests compare with); the setting it had returned. */
+int kvs_gram_memo_skip(kvs_gram_memo_t *mo, int on);
 
 /* The class automaton (kvs_gram_memo_skip.c): its state after byte b from
  * state q (0: between characters), KVS_GRAM_CLS_DEAD once the bytes
@@ -813,6 +818,19 @@ typedef struct kvs_gram_masker_s {
     int                      noverdicts;
     uint64_t                 verdict_hits, verdict_fills;
 
+    /* a low-tier key's long tokens (gv->long_x) classified by the cut
+     * walk from the key's own counts (kvs_gram_long.c), so that in a
+     * bounded string near rep_low they are not checked on the real
+     * stacks at every mask: the table's cache of those classifications
+     * (KVS_GRAM_LONG_SLOTS, made on first use); vtop a mask's stacks'
+     * top positions and whether their key is a low tier's; nolong: the
+     * long tokens checked as any dependent one (the reference the
+     * tests compare with) */
+    struct kvs_gram_lentry_s *lc;
+    uint32_t                *vtop;            /* [3 * max_front] */
+    int                      nolong;
+    uint64_t                 long_builds, long_hits;
+
     /* this mask's work (zeroed as each mask begins) and its bound
      * (kvs_gram_masker_budget); work_max the most one mask took */
     kvs_gram_work_t          work;
@@ -891,12 +909,14 @@ int kvs_gram_masker_memo(kvs_gram_masker_t *mk, uint32_t max_states,
  * `entries` entries of n_tokens bits each (plus their dependent ranges),
  * and a memo of KVS_GRAM_TABLE_MEMO_STATES states for their builds
  * (kvs_gram_memo_bytes(KVS_GRAM_TABLE_MEMO_STATES) more at most: 1.55
- * MiB).
+ * MiB), and once a low tier's key is met the cache of its long tokens'
+ * classifications (kvs_gram_long.c: kvs_gram_long_bytes(), 88 KiB).
  * Every masker sharing a table, and the table, must be used by one
  * thread at a time.
  */
 int kvs_gram_masker_init_table(kvs_gram_masker_t *t,
     const kvs_gram_vocab_t *gv, uint32_t entries, kvs_err_t *err);
+size_t kvs_gram_long_bytes(void);
 
 /* mk (initialised with cache_entries > 0, over the same vocabulary and a
  * matcher of the table's grammar) uses t's entries from now on; its own

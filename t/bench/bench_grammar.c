@@ -14,7 +14,7 @@
  *
  *   build/bench_grammar [vocab.gguf] [generations] [--schemas FILE]
  *       [--walks OUT] [--vocab-out OUT] [--no-cold] [--nosrc] [--nokeep]
- *       [--nocheckmemo] [--noslices] [--noruns] [--budget]
+ *       [--nocheckmemo] [--noslices] [--noruns] [--nolong] [--budget]
  *       [--no-warm] [--warm-units N] [--warm-fill N] [--table N]
  *   default: $KVS_FIXTURES/vocab/ggml-vocab-gpt-2.gguf, 20, the four
  *   built-in schemas and two tool-call specs (three tools, Hermes
@@ -38,6 +38,9 @@
  * (kvs_gram_masker_t's noslices, kvs_gram_slice.c), as before them.
  * --noruns: a class run's counts walked, not taken from its largest
  * count's entry (kvs_gram_masker_t's noruns, kvs_gram_run.c).
+ * --nolong: a low tier's long tokens checked on the real stacks as any
+ * dependent one, not walked at the key's own counts (kvs_gram_masker_t's
+ * nolong, kvs_gram_long.c).
  * --no-warm: no table warmed at compile (kvs_gram_masker_warm), as
  * before it: the own masker has a table of its own, the shared table
  * fills as the walks meet keys.  --warm-units N, --warm-fill N: the
@@ -284,7 +287,7 @@ int
 main(int argc, char **argv)
 {
     int                 rc, cold_on, nosrc, nokeep, nocm, nosl, over, budget;
-    int                 noruns;
+    int                 noruns, nolong;
     int                 warm;
     uint32_t            wfill, tents;
     uint64_t            wunits;
@@ -311,6 +314,7 @@ main(int argc, char **argv)
     cold_on = 1;
     nosrc = 0;
     noruns = 0;
+    nolong = 0;
     nokeep = 0;
     nocm = 0;
     nosl = 0;
@@ -339,6 +343,8 @@ main(int argc, char **argv)
             nosrc = 1;
         } else if (strcmp(argv[ai], "--noruns") == 0) {
             noruns = 1;
+        } else if (strcmp(argv[ai], "--nolong") == 0) {
+            nolong = 1;
         } else if (strcmp(argv[ai], "--nokeep") == 0) {
             nokeep = 1;
         } else if (strcmp(argv[ai], "--nocheckmemo") == 0) {
@@ -527,6 +533,8 @@ main(int argc, char **argv)
             shm.nosrc = nosrc;
             mk.noruns = noruns;
             shm.noruns = noruns;
+            mk.nolong = nolong;
+            shm.nolong = nolong;
             mk.nokeep = nokeep;
             shm.nokeep = nokeep;
             mk.nocheckmemo = nocm;
@@ -661,9 +669,12 @@ main(int argc, char **argv)
                        (unsigned long long) mk.ind_runs,
                        (unsigned long long) kvs_gram_memo_copied(mk.memo));
                 printf("    last run: dependent verdicts kept %llu times, "
-                       "taken %llu times\n",
+                       "taken %llu times; long tokens walked %llu times, "
+                       "found %llu\n",
                        (unsigned long long) mk.verdict_fills,
-                       (unsigned long long) mk.verdict_hits);
+                       (unsigned long long) mk.verdict_hits,
+                       (unsigned long long) mk.long_builds,
+                       (unsigned long long) mk.long_hits);
                 kvs_gram_memo_stats(mk.memo, mst);
                 printf("    last run: walk memo %llu hits, %llu matcher "
                        "steps, %llu states, %llu clears\n",

@@ -795,8 +795,11 @@ test_byte_classes(void **state)
  * through a maxLength 300 string alone and inside an object (the closing
  * tokens go on into the object), one "a" at a time, the masks of the
  * default masker, of one that checks every dependent token at every mask
- * (noverdicts) and of the full walk agree at every step; the verdicts
- * must have been taken at most characters and fewer tokens checked.
+ * (noverdicts), of one that checks the low tier's long tokens on the
+ * real stacks (nolong, kvs_gram_long.c) and of the full walk agree at
+ * every step; the verdicts must have been taken at most characters,
+ * the long tokens walked at the keys' own counts from rep_low (8 here)
+ * to 48 characters left, and fewer tokens checked.
  * Every third step is masked under tight caps instead (the node cap a
  * few nodes above what is alive, the frontier cap 1 or 2), where the
  * verdicts may be taken only if the check could not meet a cap: the
@@ -821,7 +824,7 @@ test_verdicts(void **state)
     kvs_err_t           err;
     kvs_gram_t          g;
     kvs_gram_matcher_t  m;
-    kvs_gram_masker_t   plain, mk, ref;
+    kvs_gram_masker_t   plain, mk, ref, nl;
     kvs_gram_mlimits_t  keep;
     kvs_gram_vocab_t   *gv;
 
@@ -846,6 +849,9 @@ test_verdicts(void **state)
         assert_int_equal(kvs_gram_masker_init(&ref, gv, &m, 16, &err),
                          KVS_OK);
         ref.noverdicts = 1;
+        assert_int_equal(kvs_gram_masker_init(&nl, gv, &m, 16, &err),
+                         KVS_OK);
+        nl.nolong = 1;
         assert_int_equal(kvs_gram_matcher_feed(&m, pre[i], strlen(pre[i]),
                                                &err), KVS_OK);
         keep = m.lim;
@@ -856,12 +862,19 @@ test_verdicts(void **state)
                 m.lim.max_front = k % 2 + 1;
                 ra = kvs_gram_mask(&ref, x, &err);
                 rb = kvs_gram_mask(&mk, y, &err);
-                m.lim = keep;
                 assert_int_equal(ra, rb);
                 if (ra == KVS_OK
                     && memcmp(x, y, words * sizeof(uint32_t)) != 0)
                 {
                     tb_first_diff(gv, x, y, "verdicts under caps", i, k);
+                }
+                rb = kvs_gram_mask(&nl, y, &err);
+                m.lim = keep;
+                assert_int_equal(ra, rb);
+                if (ra == KVS_OK
+                    && memcmp(x, y, words * sizeof(uint32_t)) != 0)
+                {
+                    tb_first_diff(gv, x, y, "nolong under caps", i, k);
                 }
 
             } else {
@@ -874,6 +887,10 @@ test_verdicts(void **state)
                 if (memcmp(x, z, words * sizeof(uint32_t)) != 0) {
                     tb_first_diff(gv, x, z, "noverdicts", i, k);
                 }
+                assert_int_equal(kvs_gram_mask(&nl, z, &err), KVS_OK);
+                if (memcmp(x, z, words * sizeof(uint32_t)) != 0) {
+                    tb_first_diff(gv, x, z, "nolong", i, k);
+                }
             }
 
             if (k < 292) {
@@ -883,14 +900,25 @@ test_verdicts(void **state)
         }
 
         print_message("schema %zu: verdicts kept %llu times, taken %llu; "
-                      "%llu tokens checked (%llu without)\n", i,
+                      "%llu tokens checked (%llu without, %llu with the "
+                      "long ones); long tokens walked %llu times, found "
+                      "%llu\n", i,
                       (unsigned long long) mk.verdict_fills,
                       (unsigned long long) mk.verdict_hits,
                       (unsigned long long) mk.checked,
-                      (unsigned long long) ref.checked);
+                      (unsigned long long) ref.checked,
+                      (unsigned long long) nl.checked,
+                      (unsigned long long) mk.long_builds,
+                      (unsigned long long) mk.long_hits);
         assert_true(mk.verdict_hits > 100);
         assert_int_equal(ref.verdict_hits + ref.verdict_fills, 0);
         assert_true(mk.checked < ref.checked);
+        assert_true(mk.long_builds >= 20);
+        assert_int_equal(nl.long_builds + nl.long_hits, 0);
+        assert_int_equal(ref.long_builds + ref.long_hits, 0);
+        assert_true(mk.checked < nl.checked);
+
+        kvs_gram_masker_free(&nl);
 
         kvs_gram_masker_free(&ref);
         kvs_gram_masker_free(&mk);
