@@ -512,15 +512,23 @@ kvs_gram_ind_free(kvs_gram_ientry_t *e)
 /*
  * The key of a stack's top positions t: a position of a counted
  * repetition with more copies left than any token can cross (all =
- * max_len + 1) is named by its family's member with `all` left; one with
- * rep_low .. all - 1 left by the member with rep_low (kvs_gram_rep.c:
- * the two take the same tokens of fewer than rep_low bytes).  1 if the
- * key has such a member: its entry leaves the long tokens to the real
- * stacks.
+ * max_len + 1) is named by its family's member with `all` left; with
+ * low_tier, one with rep_low .. all - 1 left by the member with rep_low
+ * (kvs_gram_rep.c: the two take the same tokens of fewer than rep_low
+ * bytes).  1 if the key has a position at a low tier's count: its entry
+ * leaves the long tokens to the real stacks.
  */
 int
 kvs_gram_ind_key(const kvs_gram_masker_t *mk, const uint32_t *t,
     uint32_t *key)
+{
+    return kvs_gram_ind_name(mk, t, key, 1);
+}
+
+
+int
+kvs_gram_ind_name(const kvs_gram_masker_t *mk, const uint32_t *t,
+    uint32_t *key, int low_tier)
 {
     int                 low;
     uint32_t            k, c, all, lo;
@@ -539,7 +547,7 @@ kvs_gram_ind_key(const kvs_gram_masker_t *mk, const uint32_t *t,
             key[k] = kvs_gram_rep_at(g, t[k], all);
 
         } else if (lo != 0 && c >= lo && c < all) {
-            if (c > lo) {
+            if (c > lo && low_tier) {
                 key[k] = kvs_gram_rep_at(g, t[k], lo);
             }
             low = 1;

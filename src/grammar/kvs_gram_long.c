@@ -16,7 +16,7 @@
  * stack node (up to ~2k steps, 100-250 us on Qwen2).
  *
  * What.  The stack's key with its own counts (a count above max_len + 1
- * named by the member at max_len + 1, as kvs_gram_ind_key does: the two
+ * named by the member at max_len + 1, kvs_gram_ind_name: the two
  * classify every token alike) is walked on the cut stack as an entry's
  * key is (kvs_gram_ind.c), but only down the trie paths to the long
  * tokens of lo bytes or more (a source walk, kvs_gram_walk_src_t, whose
@@ -187,20 +187,13 @@ kvs_gram_long_get(kvs_gram_masker_t *mk, const uint32_t *t, uint32_t lo,
     kvs_gram_lset_t *ls, kvs_err_t *err)
 {
     int                  rc;
-    uint32_t             k, c, all, key[KVS_GRAM_CUT];
+    uint32_t             k, key[KVS_GRAM_CUT];
     uint64_t             h;
     kvs_gram_lentry_t   *le;
     kvs_gram_masker_t   *o;
-    const kvs_gram_t    *g;
 
-    g = mk->m->g;
     o = mk->ind_owner != NULL ? mk->ind_owner : mk;   /* the table */
-    all = mk->gv->max_len + 1 > 2 ? mk->gv->max_len + 1 : 2;
-
-    for (k = 0; k < KVS_GRAM_CUT; k++) {
-        c = kvs_gram_rep_count(g, t[k]);
-        key[k] = c > all ? kvs_gram_rep_at(g, t[k], all) : t[k];
-    }
+    (void) kvs_gram_ind_name(mk, t, key, 0);
 
     if (o->lc == NULL) {
         o->lc = calloc(KVS_GRAM_LONG_SLOTS, sizeof(kvs_gram_lentry_t));

@@ -49,9 +49,13 @@ int kvs_gram_ind_index(kvs_gram_masker_t *mk);
 void kvs_gram_ind_unindex_all(kvs_gram_masker_t *mk);
 
 /* The key of a stack's top positions t into key (counted positions named
- * by a canonical copy); 1 if its entry is a low tier's. */
+ * by a canonical copy); 1 if its entry is a low tier's.  kvs_gram_ind_name
+ * with low_tier 0 leaves the low tier's counts as they are (the long
+ * tokens' walks, kvs_gram_long.c). */
 int kvs_gram_ind_key(const kvs_gram_masker_t *mk, const uint32_t *t,
     uint32_t *key);
+int kvs_gram_ind_name(const kvs_gram_masker_t *mk, const uint32_t *t,
+    uint32_t *key, int low_tier);
 
 /* The entry of the stack whose top positions are t0, found in the
  * masker's table (or its owner's) or built there; KVS_ETOOLONG when the
