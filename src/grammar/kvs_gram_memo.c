@@ -79,6 +79,7 @@ int
 kvs_gram_memo_new(kvs_gram_memo_t **out, uint32_t max_states,
     uint32_t max_depth, kvs_err_t *err)
 {
+    uint32_t          b;
     kvs_gram_memo_t  *mo;
 
     *out = NULL;
@@ -95,6 +96,14 @@ kvs_gram_memo_new(kvs_gram_memo_t **out, uint32_t max_states,
     mo->wk = &mo->own;
     mo->bnd_min = KVS_GRAM_MEMO_BND_MIN;
     mo->bnd_len = KVS_GRAM_MEMO_BND_LEN;
+    for (b = 0; b < 256; b++) {
+        mo->grp[b] = kvs_gram_byte_group((uint8_t) b);
+        mo->all_grp |= 1ULL << mo->grp[b];
+        if (b >= 0x20 && b < 0x7f && b != '"' && b != '\\') {
+            mo->text_grp |= 1ULL << mo->grp[b];
+        }
+    }
+
     mo->path = malloc(KVS_GRAM_MEMO_DEPTH(mo));
     mo->mpath = malloc(KVS_GRAM_MEMO_DEPTH(mo));
     mo->seen = calloc(KVS_GRAM_MEMO_DEPTH(mo), 1);

@@ -150,6 +150,14 @@ struct kvs_gram_memo_s {
     uint64_t            *s_lknown;        /* [max_states] */
     uint16_t            *s_loopc;         /* [max_states] */
     uint64_t             looped, looped_nodes;
+
+    /* loop regions (kvs_gram_memo_walk.c): each byte's group, all the
+     * groups, those of the bytes a JSON string takes as themselves
+     * (printable ASCII but '"' and '\\'), and the regions' counts */
+    uint8_t              grp[256];
+    uint64_t             all_grp;
+    uint64_t             text_grp;
+    uint64_t             regions, region_nodes;
 };
 
 #define KVS_GRAM_MEMO_ACC       4096       /* accepted ranges kept */
@@ -187,6 +195,12 @@ int kvs_gram_memo_closed(kvs_gram_memo_t *mo, uint32_t depth, uint8_t q,
  * (kvs_gram_memo_acc), 0 if it must be walked. */
 int kvs_gram_memo_counted_skip(kvs_gram_memo_t *mo,
     const kvs_gram_vocab_t *gv, uint32_t i, uint32_t *bits, int64_t room);
+
+/* Loop skipping (kvs_gram_memo_skip.c): the groups of need not tried
+ * yet on the state at path depth d tried (s_loop, s_lknown); 0 if a
+ * clear or plain steps cut the try short, 1 otherwise. */
+int kvs_gram_memo_loop_try(kvs_gram_memo_t *mo, uint32_t d, uint64_t need,
+    int64_t room);
 
 /* Loop skipping (kvs_gram_memo_skip.c): 1 if the subtree below node i
  * (just taken) is accepted whole, 0 if it must be walked. */

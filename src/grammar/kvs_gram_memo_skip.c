@@ -587,15 +587,69 @@ kvs_gram_byte_group(uint8_t b)
 }
 
 
+/* The groups of need tried on state t (at depth d of the path) where
+ * not known yet: s_loop[t] and s_lknown[t] updated; 0 where a clear of
+ * the memo or a switch to plain steps cut the try short (nothing kept),
+ * 1 otherwise. */
+int
+kvs_gram_memo_loop_try(kvs_gram_memo_t *mo, uint32_t d, uint64_t need,
+    int64_t room)
+{
+    uint8_t   g;
+    uint32_t  t, b, x, sent, c;
+    uint64_t  test, bad, clears;
+
+    t = mo->sid[d];
+    test = need & ~mo->s_lknown[t];
+    if (test == 0) {
+        return 1;
+    }
+
+    clears = mo->clears;
+    bad = 0;
+    c = mo->s_loopc[t];
+
+    for (b = 0; b < 256; b++) {
+        g = mo->grp[b];
+        if (!(test >> g & 1) || (bad >> g & 1)) {
+            continue;
+        }
+
+        x = mo->next[(size_t) t * 256 + b];
+        if (x == 0) {
+            (void) kvs_gram_memo_go(mo, d + 1, (uint8_t) b, room, &sent);
+            if (mo->clears != clears || mo->off) {
+                return 0;                   /* nothing to keep */
+            }
+            x = mo->next[(size_t) t * 256 + b];
+        }
+
+        if (x != t + 2) {
+            bad |= 1ULL << g;               /* refused, elsewhere, or not
+                                               remembered */
+            continue;
+        }
+        if (mo->calls[(size_t) t * 256 + b] > c) {
+            c = mo->calls[(size_t) t * 256 + b];
+        }
+    }
+
+    mo->s_lknown[t] |= test;
+    mo->s_loop[t] |= test & ~bad;
+    mo->s_loopc[t] = (uint16_t) c;
+
+    return 1;
+}
+
+
 /* 1 if the subtree below node i (just taken) is accepted whole by the
  * claim above, 0 if it must be walked. */
 int
 kvs_gram_memo_looped(kvs_gram_memo_t *mo, const kvs_gram_vocab_t *gv,
     uint32_t i, int64_t room)
 {
-    uint8_t                  g;
-    uint32_t                 d, t, b, x, sent, c;
-    uint64_t                 need, test, bad, clears;
+    uint32_t                 d, t;
+    uint64_t                 need;
     const kvs_gram_tnode_t  *nd;
 
     nd = gv->t_node;
@@ -613,44 +667,10 @@ kvs_gram_memo_looped(kvs_gram_memo_t *mo, const kvs_gram_vocab_t *gv,
         return 0;                           /* a group known not to loop */
     }
 
-    test = need & ~mo->s_lknown[t];
-    if (test != 0) {
-        clears = mo->clears;
-        bad = 0;
-        c = mo->s_loopc[t];
-
-        for (b = 0; b < 256; b++) {
-            g = kvs_gram_byte_group((uint8_t) b);
-            if (!(test >> g & 1) || (bad >> g & 1)) {
-                continue;
-            }
-
-            x = mo->next[(size_t) t * 256 + b];
-            if (x == 0) {
-                (void) kvs_gram_memo_go(mo, d + 1, (uint8_t) b, room, &sent);
-                if (mo->clears != clears || mo->off) {
-                    return 0;               /* nothing to keep */
-                }
-                x = mo->next[(size_t) t * 256 + b];
-            }
-
-            if (x != t + 2) {
-                bad |= 1ULL << g;           /* refused, elsewhere, or not
-                                               remembered */
-                continue;
-            }
-            if (mo->calls[(size_t) t * 256 + b] > c) {
-                c = mo->calls[(size_t) t * 256 + b];
-            }
-        }
-
-        mo->s_lknown[t] |= test;
-        mo->s_loop[t] |= test & ~bad;
-        mo->s_loopc[t] = (uint16_t) c;
-
-        if (bad != 0) {
-            return 0;
-        }
+    if (!kvs_gram_memo_loop_try(mo, d, need, room)
+        || (need & ~mo->s_loop[t]) != 0)
+    {
+        return 0;
     }
 
     return (int64_t) (mo->cum[d] + (uint64_t) nd[i].height * mo->s_loopc[t])

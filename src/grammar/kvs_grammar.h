@@ -662,6 +662,10 @@ uint8_t kvs_gram_byte_group(uint8_t b);
 /* Subtrees taken whole by loop skipping so far, and their nodes. */
 void kvs_gram_memo_loops(const kvs_gram_memo_t *mo, uint64_t st[2]);
 
+/* Loop regions begun so far, and the nodes their runs took
+ * (kvs_gram_memo_walk.c). */
+void kvs_gram_memo_regions(const kvs_gram_memo_t *mo, uint64_t st[2]);
+
 /* From the next walk on: positions of counted repetitions with more
  * than theta copies left named by their family (0: off, the default);
  * exact for every token of at most theta bytes (kvs_gram_memo.c). */

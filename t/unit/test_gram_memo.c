@@ -45,6 +45,12 @@
  * refuses.  The memo must also have been used (hits counted), so that a
  * memo never consulted could not pass.
  *
+ * Loop regions (a looping state's class taken in runs of trie nodes,
+ * only the nodes that leave it stepped) are compared the same way on
+ * test_regions's vocabulary, built for them, under every node cap from
+ * 1 to 160 above what is alive: regions must have been begun and runs
+ * must have taken nodes there and on the real vocabularies.
+ *
  * Subtree skipping (the memo takes a subtree whole when it proves every
  * string below it accepted) is compared the same way, and test_skip
  * walks a vocabulary built to trip it: multi-byte UTF-8 of every lead
@@ -78,6 +84,10 @@ static const char  *tmm_own[] = {
     "{\"type\": \"null\"}, {\"type\": \"array\", \"maxItems\": 1}]}",
     "{\"type\": \"object\", \"properties\": {\"d\": {\"type\": \"string\", "
     "\"maxLength\": 300}}, \"required\": [\"d\"]}",
+    "{\"type\": \"object\", \"properties\": {\"k\": {\"type\": \"string\", "
+    "\"pattern\": \"^[A-Z_]+[0-9]*$\"}, \"h\": {\"type\": \"string\", "
+    "\"pattern\": \"^[a-z0-9-]+(\\\\.[a-z0-9-]+)+$\"}}, \"required\": [\"k\", "
+    "\"h\"], \"additionalProperties\": false}",
 };
 
 #define TMM_N_OWN  (sizeof(tmm_own) / sizeof(tmm_own[0]))
@@ -90,6 +100,7 @@ static char    *tmm_schemas[TMM_MAX];       /* NULL: json_object mode */
 static size_t   tmm_n;
 static uint64_t tmm_hits, tmm_clears, tmm_skipped, tmm_refuted;
 static uint64_t tmm_looped, tmm_kept, tmm_inverted, tmm_cmemo;
+static uint64_t tmm_regions, tmm_region_nodes;
 
 
 /* The bench's schemas from the repository, then ours. */
@@ -190,21 +201,26 @@ tmm_mask(kvs_gram_masker_t *mk, uint32_t *bits)
 }
 
 
-/* Under tight caps: the plain walk and the memo's refuse alike. */
+/* Under tight caps: the plain walk and the memo's refuse alike.  dense:
+ * every cap from 1 to 160 nodes above what is alive, where a walk's
+ * bound on the nodes it makes is exact to the node (loop regions fill the
+ * bound of the path above an exit). */
 static void
 tmm_caps(kvs_gram_matcher_t *m, kvs_gram_masker_t *mk, uint32_t words,
     uint32_t *a, uint32_t *b, const kvs_gram_vocab_t *gv, size_t schema,
-    const char *text, size_t len)
+    const char *text, size_t len, int dense)
 {
     static const uint32_t  extra[] = { 1, 3, 6, 12, 30 };
-    size_t                 k;
+    size_t                 k, nk;
     int                    ra, rb;
     kvs_gram_mlimits_t     keep;
 
     keep = m->lim;
+    nk = dense ? 160 : sizeof(extra) / sizeof(extra[0]);
 
-    for (k = 0; k < sizeof(extra) / sizeof(extra[0]); k++) {
-        m->lim.max_nodes = m->n_nodes + extra[k];
+    for (k = 0; k < nk; k++) {
+        m->lim.max_nodes = m->n_nodes + (dense ? (uint32_t) k + 1
+                                               : extra[k]);
         m->lim.max_front = k == 0 ? 2 : keep.max_front;
 
         ra = tmm_mask(&mk[TMM_PLAIN], a);
@@ -230,7 +246,8 @@ tmm_caps(kvs_gram_matcher_t *m, kvs_gram_masker_t *mk, uint32_t words,
  * Seeded walks over every schema: `walks` each, at most `steps` tokens;
  * the plain reference every `every`-th step (it is a full walk without
  * the memo, the slow part), the others every step; `brute`: the brute
- * force too; `caps`: the cap checks every 4th step.
+ * force too; `caps`: the cap checks every 4th step (2: and on the last
+ * schema every cap up to 160 nodes, every 2nd step).
  */
 static void
 tmm_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
@@ -311,9 +328,12 @@ tmm_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
                     }
                 }
 
-                if (caps && step % 4 == 1) {
+                if (caps == 2 && i == tmm_n - 1 && step % 2 == 1) {
                     tmm_caps(&r.m, mk, words, bits[TMM_PLAIN], bf, gv, i, text,
-                             len);
+                             len, 1);
+                } else if (caps && step % 4 == 1) {
+                    tmm_caps(&r.m, mk, words, bits[TMM_PLAIN], bf, gv, i, text,
+                             len, 0);
                 }
 
                 /* mostly string bodies and values (long bounded strings),
@@ -375,6 +395,14 @@ tmm_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
             tmm_looped += st[0];
             kvs_gram_memo_loops(mk[TMM_CACHED].memo, st);
             tmm_looped += st[0];
+            kvs_gram_memo_regions(mk[TMM_NOSKIP].memo, st);
+            assert_true(st[0] == 0);
+            kvs_gram_memo_regions(mk[TMM_MEMO].memo, st);
+            tmm_regions += st[0];
+            tmm_region_nodes += st[1];
+            kvs_gram_memo_regions(mk[TMM_CACHED].memo, st);
+            tmm_regions += st[0];
+            tmm_region_nodes += st[1];
             tmm_kept += kvs_gram_memo_kept(mk[TMM_CACHED].memo);
             assert_true(kvs_gram_memo_kept(mk[TMM_NOKEEP].memo) == 0);
             tmm_inverted += kvs_gram_memo_inverted(mk[TMM_MEMO].memo)
@@ -524,6 +552,90 @@ test_skip(void **state)
 }
 
 
+/* ---- a vocabulary for loop regions ------------------------------------ */
+
+/* Pieces the tokens are made of: a pattern's class ([a-z0-9-]) and the
+ * bytes that leave it (a '.', quotes that end the string, capitals,
+ * '_', a backslash, spaces, UTF-8), so that the class's paths from the
+ * root and from inner nodes end in exits of every kind at every depth. */
+static const char  *tmm_gfrag[] = {
+    "a", "bc", "x9", "0", "7", "-", "q-z", "com", ".", ".org", "\"",
+    "\",", "\"}", "\", \"", "A", "B_", "_", "Q7", "\\", "\\.", " ", ",",
+    "\xc3\xa9", "\xe6\x97\xa5", "\xf0\x9f\x98\x80", "}", ":",
+};
+
+/* And subtrees made to be misjudged: under "Z" only capitals, '_' and
+ * digits, a capital after a digit among them (taken whole, "Z9Z" would
+ * pass); under "mm" a short, wide subtree whose leaves leave the class,
+ * a region that fits under the tighter caps. */
+static const char  *tmm_gtok[] = {
+    "Z9", "Z9Z", "Z_9_", "Z_", "ZZ", "ZZ7", "Z_Z_", "Z7_", "mma\"", "mmb.",
+    "mmc\",", "mmd\"}", "mme_", "mmf.a", "mmg\"", "mmh.", "mmi\"", "mmj.x",
+    "mmk\"", "mml.", "mmm\",", "mmn.", "mmo\"}", "mmp.", "mmq\"",
+};
+
+
+static void
+test_regions(void **state)
+{
+    size_t             i, k, n, nf, l;
+    uint8_t           *texts[4000], kinds[4000], buf[96];
+    uint32_t           lens[4000];
+    uint64_t           rng;
+    kvs_gram_vocab_t  *gv;
+
+    (void) state;
+
+    /* every byte alone, then seeded strings of 1 to 8 pieces, each made
+     * from the one before two times in three: long shared paths */
+    n = 0;
+    for (i = 0; i < 256; i++) {
+        texts[n] = malloc(1);
+        texts[n][0] = (uint8_t) i;
+        lens[n] = 1;
+        kinds[n++] = KVS_GRAM_TOK_TEXT;
+    }
+
+    for (i = 0; i < sizeof(tmm_gtok) / sizeof(tmm_gtok[0]); i++) {
+        lens[n] = (uint32_t) strlen(tmm_gtok[i]);
+        texts[n] = (uint8_t *) strdup(tmm_gtok[i]);
+        kinds[n++] = KVS_GRAM_TOK_TEXT;
+    }
+
+    nf = sizeof(tmm_gfrag) / sizeof(tmm_gfrag[0]);
+    rng = 91;
+    l = 0;
+    while (n < 3999) {
+        if (tg_rand(&rng) % 3 == 0 || l > 64) {
+            l = 0;
+        }
+        k = 1 + tg_rand(&rng) % 4;
+        while (k-- > 0) {
+            const char  *f = tmm_gfrag[tg_rand(&rng) % nf];
+
+            memcpy(buf + l, f, strlen(f));
+            l += strlen(f);
+        }
+        texts[n] = malloc(l);
+        memcpy(texts[n], buf, l);
+        lens[n] = (uint32_t) l;
+        kinds[n++] = KVS_GRAM_TOK_TEXT;
+    }
+    gv = tgw_vocab(texts, lens, kinds, n);
+
+    tmm_regions = 0;
+    tmm_region_nodes = 0;
+    tmm_walks(gv, 3, 40, 1, 1, 2, 31);
+    print_message("%llu loop regions, %llu nodes in runs\n",
+                  (unsigned long long) tmm_regions,
+                  (unsigned long long) tmm_region_nodes);
+    assert_true(tmm_regions > 0);
+    assert_true(tmm_region_nodes > 0);
+
+    kvs_gram_vocab_free(gv);
+}
+
+
 /* ---- real vocabularies -------------------------------------------------- */
 
 static void
@@ -542,14 +654,19 @@ tmm_vocab(const char *path, size_t walks, size_t steps, size_t every,
     tmm_hits = 0;
     tmm_skipped = 0;
     tmm_looped = 0;
+    tmm_regions = 0;
+    tmm_region_nodes = 0;
     tmm_kept = 0;
     tmm_inverted = 0;
     tmm_cmemo = 0;
     tmm_walks(gv, walks, steps, every, 0, caps, seed);
-    print_message("%s: %llu subtrees by loops, %llu walks on kept states, "
+    print_message("%s: %llu subtrees by loops, %llu loop regions (%llu "
+                  "nodes in runs), %llu walks on kept states, "
                   "%llu walks set by the complement, %llu masks checked "
                   "through the memo\n", path,
                   (unsigned long long) tmm_looped,
+                  (unsigned long long) tmm_regions,
+                  (unsigned long long) tmm_region_nodes,
                   (unsigned long long) tmm_kept,
                   (unsigned long long) tmm_inverted,
                   (unsigned long long) tmm_cmemo);
@@ -557,7 +674,8 @@ tmm_vocab(const char *path, size_t walks, size_t steps, size_t every,
     assert_true(tmm_cmemo > 0);
     assert_true(tmm_hits > 0);
     assert_true(tmm_skipped > 0);
-    assert_true(tmm_looped > 0);
+    assert_true(tmm_looped + tmm_regions > 0);
+    assert_true(tmm_region_nodes > 0);
     assert_true(tmm_kept > 0);
 
     kvs_gram_vocab_free(gv);
@@ -632,6 +750,7 @@ main(void)
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_small),
         cmocka_unit_test(test_skip),
+        cmocka_unit_test(test_regions),
         cmocka_unit_test(test_gpt2),
         cmocka_unit_test(test_llama_spm),
         cmocka_unit_test(test_llama3),
