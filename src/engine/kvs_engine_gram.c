@@ -113,13 +113,14 @@ kvs_engine_gram_new(kvs_engine_t *e, kvs_err_t *err)
 void
 kvs_engine_gram_free(kvs_engine_t *e)
 {
+    /* the tables first: their entries may be the vocabulary's slices */
+    kvs_gram_cache_free(&e->gcache);
     kvs_gram_vocab_free(e->gv);
     e->gv = NULL;
     free(e->gbits);
     e->gbits = NULL;
     free(e->gids);
     e->gids = NULL;
-    kvs_gram_cache_free(&e->gcache);
 }
 
 

@@ -37,6 +37,10 @@ struct kvs_gram_ientry_s {
     uint32_t   capped;                /* its build met a matcher cap */
     uint32_t   low;                   /* a low tier's key: the long
                                          tokens are all dependent */
+    uint32_t   lent;                  /* bits and ranges are a vocabulary
+                                         slice's (kvs_gram_slice.c), which
+                                         outlives the table: read only,
+                                         never freed here */
 };
 
 
