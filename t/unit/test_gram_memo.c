@@ -578,48 +578,41 @@ static const char  *tmm_gtok[] = {
 static void
 test_regions(void **state)
 {
-    size_t             i, k, n, nf, l;
+    size_t             i, k, n, l;
     uint8_t           *texts[4000], kinds[4000], buf[96];
     uint32_t           lens[4000];
     uint64_t           rng;
+    const char        *f;
     kvs_gram_vocab_t  *gv;
 
     (void) state;
 
-    /* every byte alone, then seeded strings of 1 to 8 pieces, each made
-     * from the one before two times in three: long shared paths */
+    /* every byte alone, the made ones, then seeded strings of 1 to 4
+     * pieces, each made from the one before two times in three: long
+     * shared paths */
     n = 0;
     for (i = 0; i < 256; i++) {
-        texts[n] = malloc(1);
-        texts[n][0] = (uint8_t) i;
-        lens[n] = 1;
-        kinds[n++] = KVS_GRAM_TOK_TEXT;
+        buf[0] = (uint8_t) i;
+        tgw_add(texts, lens, kinds, &n, 4000, buf, 1);
     }
-
     for (i = 0; i < sizeof(tmm_gtok) / sizeof(tmm_gtok[0]); i++) {
-        lens[n] = (uint32_t) strlen(tmm_gtok[i]);
-        texts[n] = (uint8_t *) strdup(tmm_gtok[i]);
-        kinds[n++] = KVS_GRAM_TOK_TEXT;
+        tgw_add(texts, lens, kinds, &n, 4000, tmm_gtok[i],
+                strlen(tmm_gtok[i]));
     }
 
-    nf = sizeof(tmm_gfrag) / sizeof(tmm_gfrag[0]);
     rng = 91;
     l = 0;
     while (n < 3999) {
         if (tg_rand(&rng) % 3 == 0 || l > 64) {
             l = 0;
         }
-        k = 1 + tg_rand(&rng) % 4;
-        while (k-- > 0) {
-            const char  *f = tmm_gfrag[tg_rand(&rng) % nf];
-
+        for (k = 1 + tg_rand(&rng) % 4; k > 0; k--) {
+            f = tmm_gfrag[tg_rand(&rng) % (sizeof(tmm_gfrag)
+                                           / sizeof(tmm_gfrag[0]))];
             memcpy(buf + l, f, strlen(f));
             l += strlen(f);
         }
-        texts[n] = malloc(l);
-        memcpy(texts[n], buf, l);
-        lens[n] = (uint32_t) l;
-        kinds[n++] = KVS_GRAM_TOK_TEXT;
+        tgw_add(texts, lens, kinds, &n, 4000, buf, l);
     }
     gv = tgw_vocab(texts, lens, kinds, n);
 
