@@ -206,12 +206,14 @@ kvs_gram_memo_acc_init(kvs_gram_memo_t *mo, const kvs_gram_vocab_t *gv)
  * run's) is in state t.  The walk steps an exit as any node, its path
  * slots above filled as the plain walk would have left them (the bytes
  * of the exit's first token, state t, cum by the steps' calls, seen as
- * at the top; every trie node holds a token); once the exit's subtree
- * ends, the next node's parent is an ancestor of the exit, so the top or
- * the run's, and the run goes on.  A run's node whose subtree is all of
- * G's is taken with its subtree.  A clear of the memo or plain steps end
- * every region (t may name another state then): the walk steps the rest
- * node by node, on the path slots the last exit filled.
+ * at the top or-ed with t's sentinel flag, which each step into t adds
+ * and the walk's start did not; every trie node holds a token); once
+ * the exit's subtree ends, the next node's parent is an ancestor of the
+ * exit, so the top or the run's, and the run goes on.  A run's node
+ * whose subtree is all of G's is taken with its subtree.  A clear of
+ * the memo or plain steps end every region (t may name another state
+ * then): the walk steps the rest node by node, on the path slots the
+ * last exit filled.
  *
  * A region is begun where loop skipping and closures did not take the
  * node, on a state known to refuse, or leave, some byte that a JSON
@@ -227,6 +229,7 @@ typedef struct {
                                              walked */
     uint32_t  depth;                      /* the top's */
     uint32_t  t;
+    uint8_t   seen;                       /* a run node's seen[] */
     uint64_t  groups;
     uint64_t  clears;
 } kvs_gram_memo_reg_t;
@@ -271,6 +274,7 @@ kvs_gram_memo_reg_begin(kvs_gram_memo_t *mo, const kvs_gram_vocab_t *gv,
     r->exit_end = 0;
     r->depth = d;
     r->t = t;
+    r->seen = (uint8_t) (mo->seen[d] | mo->s_flags[t] >> 1);
     r->groups = g;
     r->clears = mo->clears;
     mo->regions++;
@@ -314,7 +318,7 @@ kvs_gram_memo_reg_run(kvs_gram_memo_t *mo, const kvs_gram_vocab_t *gv,
         mo->sid[k] = r->t;
         mo->cum[k] = mo->cum[k - 1]
                      + mo->calls[(size_t) r->t * 256 + w[k - 1]];
-        mo->seen[k] = mo->seen[r->depth];
+        mo->seen[k] = r->seen;
     }
 
     return j;

@@ -84,6 +84,8 @@ static const char  *tmm_own[] = {
     "{\"type\": \"null\"}, {\"type\": \"array\", \"maxItems\": 1}]}",
     "{\"type\": \"object\", \"properties\": {\"d\": {\"type\": \"string\", "
     "\"maxLength\": 300}}, \"required\": [\"d\"]}",
+    "{\"type\": \"array\", \"items\": {\"type\": \"integer\"}}",
+    /* last: test_regions's caps, every one up to 160, are tried on it */
     "{\"type\": \"object\", \"properties\": {\"k\": {\"type\": \"string\", "
     "\"pattern\": \"^[A-Z_]+[0-9]*$\"}, \"h\": {\"type\": \"string\", "
     "\"pattern\": \"^[a-z0-9-]+(\\\\.[a-z0-9-]+)+$\"}}, \"required\": [\"k\", "
@@ -572,6 +574,7 @@ static const char  *tmm_gtok[] = {
     "Z9", "Z9Z", "Z_9_", "Z_", "ZZ", "ZZ7", "Z_Z_", "Z7_", "mma\"", "mmb.",
     "mmc\",", "mmd\"}", "mme_", "mmf.a", "mmg\"", "mmh.", "mmi\"", "mmj.x",
     "mmk\"", "mml.", "mmm\",", "mmn.", "mmo\"}", "mmp.", "mmq\"",
+    "70,", "12}", "3,", "45]", "123,\"", "9999}", "10, ", "77.5,",
 };
 
 
