@@ -191,7 +191,10 @@ for my $seed (1 .. 3) {
 # an anyOf of 100 strings of another minLength each: after the quote, 100
 # free strings' parses are open, more than the engine's bound; it ends the
 # request while generating, and it is the schema's fault: a 400 naming
-# the cause, or in a stream (headers sent) the error event, then [DONE]
+# the cause, or in a stream the quote's event, the error event, then
+# [DONE].  The stream is the same whether the worker read the quote
+# before the fault or both at once (the engine hands over every token
+# made since the last read): a slow worker once made it a bare 400
 {
     my $wide = { anyOf => [ map { { type => 'string', minLength => $_ } }
                             0 .. 99 ] };
@@ -207,6 +210,10 @@ for my $seed (1 .. 3) {
         chat_body(seed => 3, max_tokens => 40, stream => JSON::PP::true,
                   rf => $wide_rf));
     is($code, 200, 'ambiguous at run time, streamed: the header was sent');
+    my ($before) = $body =~ /\A(.*?)^data: \{"error"/ms;
+    my ($text) = choice_text($before // '');
+    is(substr($text, 0, 1), '"',
+       'ambiguous at run time, streamed: the quote was sent before it');
     like($body, qr/^data: \{"error":\{"message":"the output's grammar holds more than 32 parses open at once[^"]*","type":"invalid_request_error"[^\n]*\n\ndata: \[DONE\]\n\n\z/m,
          'ambiguous at run time, streamed: the error event, then [DONE]');
 }

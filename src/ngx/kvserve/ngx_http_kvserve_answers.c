@@ -401,6 +401,7 @@ ngx_http_kvserve_on_out(ngx_http_kvserve_ctx_t *ctx,
 {
     uint32_t                        index;
     kvs_err_t                       err;
+    ngx_uint_t                      fault;
     kvs_engine_out_t               *o;
     ngx_http_kvserve_choice_t      *ch;
     ngx_http_kvserve_main_conf_t   *kmcf;
@@ -438,14 +439,25 @@ ngx_http_kvserve_on_out(ngx_http_kvserve_ctx_t *ctx,
 
     /* the request's own fault, found while generating (its grammar
      * passed a run-time bound): a 400, or that error event in a stream
-     * (Anthropic's shape on /v1/messages: ngx_http_kvserve_fail) */
+     * (Anthropic's shape on /v1/messages: ngx_http_kvserve_fail).  A
+     * stream first sends the tokens that came with the fault: the engine
+     * hands over every token made since the worker's last read, and what
+     * a stream shows must not hang on when that read came */
+    fault = 0;
+
     if (o->finish == KVS_FINISH_ERROR && o->client_fault) {
         ngx_log_error(NGX_LOG_INFO, ctx->r->connection->log, 0,
                       "kvserve: the engine ended choice %uD for the "
                       "request's fault: %s", index, o->error);
-        ngx_http_kvserve_fail(ctx, NGX_HTTP_BAD_REQUEST, o->error,
-                              "invalid_request_error", NULL);
-        return;
+
+        if (!ctx->stream || o->n_tokens == 0) {
+            ngx_http_kvserve_fail(ctx, NGX_HTTP_BAD_REQUEST, o->error,
+                                  "invalid_request_error", NULL);
+            return;
+        }
+
+        fault = 1;
+        o->finish = KVS_FINISH_NONE;
     }
 
     if (o->finish == KVS_FINISH_ERROR || o->finish == KVS_FINISH_CANCELLED) {
@@ -495,6 +507,18 @@ ngx_http_kvserve_on_out(ngx_http_kvserve_ctx_t *ctx,
     } else if (ngx_http_kvserve_collect(ch, o) != NGX_OK) {
         ngx_http_kvserve_fail(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR,
                               "Out of memory.", "server_error", NULL);
+        return;
+    }
+
+    if (fault) {
+        if (ctx->out.len > 0 && ngx_http_kvserve_stream_send(ctx, 0) != NGX_OK)
+        {
+            ngx_http_kvserve_finish(ctx, NGX_ERROR);
+            return;
+        }
+
+        ngx_http_kvserve_fail(ctx, NGX_HTTP_BAD_REQUEST, o->error,
+                              "invalid_request_error", NULL);
         return;
     }
 
