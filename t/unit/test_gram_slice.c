@@ -64,22 +64,37 @@ static const char  *ts_schemas[] = {
 enum { TS_PLAIN, TS_SLICES, TS_OFF, TS_MK };
 
 
+/* The words; the first, 45 bytes, only in ts_vocab_long(), so that a
+ * string's lower tier (rep_low 8 .. max_len) holds the references'
+ * lower counts (39, 40). */
+static const char  *ts_words[] = {
+    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+    "a", "ab", "abc", "hello", " world", "A", "Zz", "x-y", "a.b", ".",
+    "@", "@ex", "ex.", ".com", "-x", "x-", "a@b", "@a.b\"", "b.c\"",
+    "\"", "\",", "\"}", "\"]", "\", \"", "\\", "\\n", "\\\"", "\\u00",
+    "e9", "\\u00e9", "\xc3\xa9", "\xe6\x97\xa5\xe6\x9c\xac",
+    "2024", "-01", "-02-", "28", "31T", "T0", "03:", ":04", ":00",
+    "05.", ".6", "78Z", "Z\"", "+01", ":30\"", "-05", "12", "0",
+    "abcd", "ef-", "-4567", "89ef", "ABCD", "-0123", "0123456789ef",
+    "{", "}", "[", "]", "{\"", "\":", "\": ", ", ", ",", "[1", "1,",
+    "null", "true", "false", "-2.5", "e+3", "E-", "{}", "[]", "\"a\"",
+    "\"x", "tr", "ue", "nu", "ll}", "1}", "\"}}", "\"]}", " \"",
+};
+
+#define TS_NW  (sizeof(ts_words) / sizeof(ts_words[0]))
+
+
 static kvs_gram_vocab_t *
 ts_vocab(void)
 {
-    static const char  *words[] = {
-        "a", "ab", "abc", "hello", " world", "A", "Zz", "x-y", "a.b", ".",
-        "@", "@ex", "ex.", ".com", "-x", "x-", "a@b", "@a.b\"", "b.c\"",
-        "\"", "\",", "\"}", "\"]", "\", \"", "\\", "\\n", "\\\"", "\\u00",
-        "e9", "\\u00e9", "\xc3\xa9", "\xe6\x97\xa5\xe6\x9c\xac",
-        "2024", "-01", "-02-", "28", "31T", "T0", "03:", ":04", ":00",
-        "05.", ".6", "78Z", "Z\"", "+01", ":30\"", "-05", "12", "0",
-        "abcd", "ef-", "-4567", "89ef", "ABCD", "-0123", "0123456789ef",
-        "{", "}", "[", "]", "{\"", "\":", "\": ", ", ", ",", "[1", "1,",
-        "null", "true", "false", "-2.5", "e+3", "E-", "{}", "[]", "\"a\"",
-        "\"x", "tr", "ue", "nu", "ll}", "1}", "\"}}", "\"]}", " \"",
-    };
-    return tgw_vocab_words(words, sizeof(words) / sizeof(words[0]));
+    return tgw_vocab_words(ts_words + 1, TS_NW - 1);
+}
+
+
+static kvs_gram_vocab_t *
+ts_vocab_long(void)
+{
+    return tgw_vocab_words(ts_words, TS_NW);
 }
 
 
@@ -315,6 +330,71 @@ test_counted_shapes(void **state)
 }
 
 
+/*
+ * An escape in a bounded string: after the backslash each escape
+ * alternative is a stack of its own (15), each a new key.  At a count in
+ * the lower tier (rep_low .. max_len, named by the member at rep_low)
+ * and above the upper one (named by the member at max_len + 1), every
+ * such key must come from a slice (the references' bounded strings
+ * hold an escape at both tiers), in a grammar whose strings have other
+ * bounds, with and without a mandatory first character, and the mask
+ * must be the full walk's and the brute force's.
+ */
+static void
+test_escapes(void **state)
+{
+    static const char  *texts[] = {
+        "{\"n\": \"ab\\",                       /* 18 left: lower */
+        "{\"n\": \"abcdefghijkl\\",             /* 8: rep_low's own */
+        "{\"n\": \"ab\", \"d\": \"abcd\\",       /* 496 left: upper */
+    };
+    size_t              i;
+    uint64_t            misses, slices;
+    kvs_err_t           err;
+    kvs_gram_t          g;
+    tgw_rig_t           r;
+    kvs_gram_vocab_t   *gv;
+    static const uint32_t  entries[2] = { 0, 16 };
+    static const char  *names[2] = { "plain", "slices" };
+
+    (void) state;
+    gv = ts_vocab_long();
+    assert_int_equal(gv->max_len, 45);         /* the upper tier 46 */
+    assert_int_equal(gv->rep_low, 8);
+
+    tgw_alloc(&r, gv, 2);
+    tgw_compile(&g, "{\"type\": \"object\", \"properties\": {\"n\": "
+                    "{\"type\": \"string\", \"minLength\": 1, "
+                    "\"maxLength\": 20}, \"d\": {\"type\": \"string\", "
+                    "\"maxLength\": 500}}, \"required\": [\"n\", \"d\"], "
+                    "\"additionalProperties\": false}");
+
+    for (i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+        tgw_begin(&r, &g, gv, entries);
+        assert_int_equal(kvs_gram_matcher_feed(&r.m, texts[i],
+                                               strlen(texts[i]), &err),
+                         KVS_OK);
+        assert_true(r.m.lv[r.m.n_lv - 1].n_front >= 15);
+
+        misses = r.mk[1].ind_misses;
+        slices = r.mk[1].ind_slices;
+        tgw_step(&r, gv, names, texts[i], 0);
+
+        print_message("%s: %llu keys, %llu from slices\n", texts[i],
+                      (unsigned long long) (r.mk[1].ind_misses - misses),
+                      (unsigned long long) (r.mk[1].ind_slices - slices));
+        assert_true(r.mk[1].ind_misses - misses >= 15);
+        assert_int_equal(r.mk[1].ind_slices - slices,
+                         r.mk[1].ind_misses - misses);
+        tgw_end(&r);
+    }
+
+    kvs_gram_free(&g);
+    tgw_free(&r);
+    kvs_gram_vocab_free(gv);
+}
+
+
 int
 main(void)
 {
@@ -322,6 +402,7 @@ main(void)
         cmocka_unit_test(test_shapes),
         cmocka_unit_test(test_counted_shapes),
         cmocka_unit_test(test_slice_walks),
+        cmocka_unit_test(test_escapes),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
