@@ -246,6 +246,8 @@ kvs_sc_char(kvs_sc_t *sc, uint32_t *rule)
 
     if (rc == KVS_OK) {
         sc->r_char = r;
+        sc->g->char_rule = r + 1;     /* its characters counted directly
+                                         (kvs_gram_long.c) */
         *rule = r;
     }
 

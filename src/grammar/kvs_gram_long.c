@@ -34,6 +34,9 @@
  * (lo: the state's count, or the one it kept them at), so a walk goes
  * as deep as that count, and only along the string's tail.
  *
+ * Where the key is a JSON string's character, the tokens' characters
+ * alone classify them (kvs_gram_long_direct, below): no walk, no entry.
+ *
  * Invariants: an entry classifies exactly the long tokens of lo bytes
  * or more (lo 0: a free slot); one whose walk met a matcher cap or ran
  * out of work is not kept; the cache is direct-mapped by key hash, so a
@@ -182,6 +185,103 @@ kvs_gram_long_walk(kvs_gram_masker_t *mk, kvs_gram_lentry_t *le,
 }
 
 
+/*
+ * By the characters alone.  Where the key's top position is a reference
+ * to the JSON string character x (kvs_gram_t's char_rule) in a copy of
+ * a repetition's optional copies with no separator, at its own count c,
+ * and key[1] a byte range that begins no character, the cut stack takes
+ * a token's characters as copies of x while copies are left and then
+ * leaves for key[1] (kvs_gram_run.c's argument, with x's characters in
+ * place of a byte class: each character the class automaton takes is
+ * one copy of x, kvs_sc_char, and no more than one).  So, by how the
+ * token's run of characters ends (kvs_gram_vocab_t's long_cls):
+ *
+ *   the whole token, r characters begun: r <= c, it ends inside the
+ *     repetition without reaching the sentinel: accepted whatever lies
+ *     below; r > c: character c + 1 begins where only key[1] is left,
+ *     which refuses its first byte: refused;
+ *   at a boundary on byte b after r characters: r > c is refused as
+ *     above; else b goes to x (b in FIRST(x): an escape) or to key[1]
+ *     (a closing quote): dependent; neither: refused above the cut;
+ *   inside a character after r whole ones: r >= c is refused as
+ *     above; else dependent (x may hold more than the automaton).
+ *
+ * Caps.  A byte of a character makes at most KVS_GRAM_LONG_STEP stacks
+ * and intern calls per stack (x's alternatives that take it, the copy's
+ * return and key[1]: a few), so a cut walk, one stack, within
+ * max_len * KVS_GRAM_LONG_STEP nodes and KVS_GRAM_LONG_STEP stacks of the
+ * caps would have met none; elsewhere the walk decides.
+ */
+int
+kvs_gram_long_direct(kvs_gram_masker_t *mk, const uint32_t *t, uint32_t lo,
+    kvs_gram_lset_t *ls)
+{
+    uint8_t                  b;
+    uint32_t                 k, c, at, r, how, x, key[KVS_GRAM_CUT];
+    const kvs_gram_t        *g;
+    const kvs_gram_elem_t   *e;
+    const kvs_gram_vocab_t  *gv;
+
+    g = mk->m->g;
+    gv = mk->gv;
+    e = g->elems;
+    (void) kvs_gram_ind_name(mk, t, key, 0);
+
+    if (mk->nodirect || g->char_rule == 0 || gv->long_cls == NULL
+        || gv->max_len >= 0xffff
+        || (uint64_t) gv->max_len * KVS_GRAM_LONG_STEP + KVS_GRAM_CUT
+           > mk->m->lim.max_nodes
+        || KVS_GRAM_LONG_STEP > mk->m->lim.max_front
+        || key[0] >= g->n_elems || key[1] >= g->n_elems
+        || e[key[0]].kind != KVS_GRAM_RULE
+        || e[key[0]].rule != g->char_rule - 1
+        || !kvs_gram_run_copies(g, key[0], &at)
+        || e[key[1]].kind != KVS_GRAM_BYTES
+        || kvs_gram_rep_count(g, key[1]) != 0)
+    {
+        return 0;
+    }
+    for (k = e[key[1]].lo; k <= e[key[1]].hi; k++) {
+        if (kvs_gram_memo_class(0, (uint8_t) k) != KVS_GRAM_CLS_DEAD) {
+            return 0;                 /* key[1] may begin a character */
+        }
+    }
+
+    c = kvs_gram_rep_count(g, key[0]);
+    x = g->char_rule - 1;
+
+    for (k = 0; k < gv->n_long; k++) {
+        if (kvs_gram_long_len(gv, k) < lo) {
+            continue;
+        }
+        r = gv->long_cls[k] & 0xffff;
+        b = (uint8_t) (gv->long_cls[k] >> 16);
+        how = gv->long_cls[k] >> 24;
+
+        if (how == KVS_GRAM_RUN_ALL) {
+            if (r <= c) {
+                ls->acc[k >> 5] |= 1u << (k & 31);
+            }
+
+        } else if (how == KVS_GRAM_RUN_STOP) {
+            if (r <= c
+                && ((g->first[(size_t) x * 4 + (b >> 6)] >> (b & 63) & 1)
+                    || (b >= e[key[1]].lo && b <= e[key[1]].hi)))
+            {
+                ls->dep[k >> 5] |= 1u << (k & 31);
+            }
+
+        } else if (r < c) {
+            ls->dep[k >> 5] |= 1u << (k & 31);
+        }
+    }
+
+    mk->long_direct++;
+
+    return 1;
+}
+
+
 int
 kvs_gram_long_get(kvs_gram_masker_t *mk, const uint32_t *t, uint32_t lo,
     kvs_gram_lset_t *ls, kvs_err_t *err)
@@ -191,6 +291,10 @@ kvs_gram_long_get(kvs_gram_masker_t *mk, const uint32_t *t, uint32_t lo,
     uint64_t             h;
     kvs_gram_lentry_t   *le;
     kvs_gram_masker_t   *o;
+
+    if (kvs_gram_long_direct(mk, t, lo, ls)) {
+        return KVS_OK;
+    }
 
     o = mk->ind_owner != NULL ? mk->ind_owner : mk;   /* the table */
     (void) kvs_gram_ind_name(mk, t, key, 0);

@@ -96,6 +96,16 @@ typedef struct {
 int kvs_gram_long_get(kvs_gram_masker_t *mk, const uint32_t *t, uint32_t lo,
     kvs_gram_lset_t *ls, kvs_err_t *err);
 
+/* The same by the tokens' characters alone, where t's key is a JSON
+ * string's character at its own count (kvs_gram_long.c says when):
+ * 1 if it classified them into ls, 0 if the key is not such a one. */
+int kvs_gram_long_direct(kvs_gram_masker_t *mk, const uint32_t *t,
+    uint32_t lo, kvs_gram_lset_t *ls);
+
+/* What one byte of such a string's character makes at most, per stack:
+ * kvs_gram_intern calls and frontier stacks (kvs_gram_long.c). */
+#define KVS_GRAM_LONG_STEP  32
+
 /* ls's accepted tokens set in bits (1 if one was); its dependent ones
  * as ranges of sorted positions into r (room for n_long pairs), their
  * number of ranges returned. */
@@ -104,6 +114,12 @@ int kvs_gram_long_set(const kvs_gram_masker_t *mk, const kvs_gram_lset_t *ls,
 uint32_t kvs_gram_long_deps(const kvs_gram_masker_t *mk,
     const kvs_gram_lset_t *ls, uint32_t *r);
 
+
+/* kvs_gram_run.c: 1 if position p is a reference to x in a copy of a
+ * repetition's optional copies with no separator between them (each
+ * copy x then the rest, kvs_gram_rep.c), the family's member with c_at
+ * copies left in *at. */
+int kvs_gram_run_copies(const kvs_gram_t *g, uint32_t p, uint32_t *at);
 
 /* kvs_gram_run.c: for a key at a count of a run of one byte class,
  * the count c (0: not such a key), the key of its family's largest

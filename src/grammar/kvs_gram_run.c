@@ -83,18 +83,13 @@ kvs_gram_run_copy(const kvs_gram_t *g, uint32_t p, uint32_t q)
 }
 
 
-/* 1 if p is a reference to x in a copy of optional copies with no
- * separator, x's every alternative one byte range (their union in
- * set); the family's member with c_at in *at. */
-static int
-kvs_gram_run_class(const kvs_gram_t *g, uint32_t p, uint32_t *at,
-    uint64_t *set)
+int
+kvs_gram_run_copies(const kvs_gram_t *g, uint32_t p, uint32_t *at)
 {
-    uint32_t                 x, a, s, b;
     const kvs_gram_elem_t   *e;
     const kvs_gram_rfam_t   *f;
 
-    if (kvs_gram_rep_count(g, p) == 0) {
+    if (p >= g->n_elems || kvs_gram_rep_count(g, p) == 0) {
         return 0;
     }
 
@@ -108,14 +103,29 @@ kvs_gram_run_class(const kvs_gram_t *g, uint32_t p, uint32_t *at,
      * before the member's copy the END of T's empty alternative, so
      * the copies have no separator */
     e = g->elems;
-    if (!kvs_gram_run_copy(g, p, p) || !kvs_gram_run_copy(g, p, f->at)
-        || e[f->at - 1].kind != KVS_GRAM_END
-        || kvs_gram_rep_count(g, f->at) != f->c_at)
-    {
+
+    return kvs_gram_run_copy(g, p, p) && kvs_gram_run_copy(g, p, f->at)
+           && e[f->at - 1].kind == KVS_GRAM_END
+           && kvs_gram_rep_count(g, f->at) == f->c_at;
+}
+
+
+/* 1 if p is a reference to x in a copy of optional copies with no
+ * separator, x's every alternative one byte range (their union in
+ * set); the family's member with c_at in *at. */
+static int
+kvs_gram_run_class(const kvs_gram_t *g, uint32_t p, uint32_t *at,
+    uint64_t *set)
+{
+    uint32_t                 x, a, s, b;
+    const kvs_gram_elem_t   *e;
+
+    if (!kvs_gram_run_copies(g, p, at)) {
         return 0;
     }
 
     /* x: one byte range per alternative */
+    e = g->elems;
     x = e[p].rule;
     memset(set, 0, 4 * sizeof(uint64_t));
     for (a = g->rule_alt[x]; a < g->rule_alt[x + 1]; a++) {

@@ -49,10 +49,13 @@
  * (kvs_gram_long.c: taken, refused or dependent, as an entry's tokens
  * are), those take the place of the low-tier entries' long ones: the
  * taken ones are set and the dependent ones checked.  The filling check
- * still checks them all on the real stacks: a walk from its count (up
- * to max_len characters left) meets every state of the string's tail
- * for the first time, and cost more than the check (docs/grammar.md,
- * "The mask", item 18).
+ * takes them so only where every low-tier stack's key is a JSON
+ * string's character, whose long tokens are classified by their
+ * characters without a walk (kvs_gram_long_direct), and the caps are
+ * far; else it checks them all on the real stacks: a walk from its
+ * count (up to max_len characters left) meets every state of the
+ * string's tail for the first time, and cost more than the check
+ * (docs/grammar.md, "The mask", items 18 and 21).
  *
  * Invariants: an entry's below ids are alive and unchanged since it was
  * filled (kvs_gram_verdict_purge drops those the matcher truncated, as
@@ -244,12 +247,13 @@ kvs_gram_name_cmp(const void *a, const void *b)
  * (mk->vtop) take, refuse or leave to the real stacks, classified at
  * their own counts (kvs_gram_long.c) into ls; 0 where none of the used
  * entries is a low tier's, or a stack's could not be classified (a cap,
- * no memory, the work bound): its long tokens are then checked on the
- * real stacks as any dependent one.
+ * no memory, the work bound; with direct, one whose key is not a JSON
+ * string's character, kvs_gram_long_direct: no walk then): its long
+ * tokens are then checked on the real stacks as any dependent one.
  */
 static int
 kvs_gram_verdict_long(kvs_gram_masker_t *mk, uint32_t n, uint32_t n_used,
-    uint32_t lo, kvs_gram_lset_t *ls)
+    uint32_t lo, kvs_gram_lset_t *ls, int direct)
 {
     uint32_t   i, j;
     kvs_err_t  err;
@@ -269,9 +273,12 @@ kvs_gram_verdict_long(kvs_gram_masker_t *mk, uint32_t n, uint32_t n_used,
         return 1;                     /* no token that long */
     }
     for (i = 0; i < n; i++) {
-        if (mk->vtop[3 * i + 2]
-            && kvs_gram_long_get(mk, mk->vtop + 3 * i, lo, ls, &err)
-               != KVS_OK)
+        if (!mk->vtop[3 * i + 2]) {
+            continue;
+        }
+        if (direct ? !kvs_gram_long_direct(mk, mk->vtop + 3 * i, lo, ls)
+                   : kvs_gram_long_get(mk, mk->vtop + 3 * i, lo, ls, &err)
+                     != KVS_OK)
         {
             return 0;
         }
@@ -394,7 +401,7 @@ kvs_gram_verdict_check(kvs_gram_masker_t *mk, uint32_t n, uint32_t len,
 
         /* the long tokens of use bytes or more: from their walks at the
          * stacks' own counts where those can be had */
-        lm = kvs_gram_verdict_long(mk, n, n_used, use, &ls);
+        lm = kvs_gram_verdict_long(mk, n, n_used, use, &ls, 0);
         if (lm) {
             any |= kvs_gram_long_set(mk, &ls, bits);
             any |= kvs_gram_verdict_deps(mk, &ls, 0, UINT32_MAX, bits, NULL);
@@ -414,7 +421,7 @@ kvs_gram_verdict_check(kvs_gram_masker_t *mk, uint32_t n, uint32_t len,
     }
 
     memset(&rec, 0, sizeof(rec));
-    rec.ids = malloc(((size_t) tot + 1) * sizeof(uint32_t));
+    rec.ids = malloc(((size_t) tot + mk->gv->n_long + 1) * sizeof(uint32_t));
     rec.path = calloc((size_t) mk->gv->max_len + 1, sizeof(uint32_t));
     if (rec.ids == NULL || rec.path == NULL) {
         free(rec.ids);
@@ -423,10 +430,50 @@ kvs_gram_verdict_check(kvs_gram_masker_t *mk, uint32_t n, uint32_t len,
     }
 
     capped = m->capped;
-    any |= kvs_gram_verdict_ranges(mk, n_used, 0, 0, len, bits, &rec);
-    any |= kvs_gram_verdict_ranges(mk, n_used, 0, len, UINT32_MAX, bits,
+
+    /* the low-tier stacks' long tokens by their characters, where each
+     * such stack's key allows it and the caps are far enough that no
+     * path of a long token meets them (kvs_gram_long_direct): in a JSON
+     * string those were most of a fill's checks, each of up to max_len
+     * bytes that every character makes new stacks for */
+    lm = m->n_nodes + (uint64_t) n * KVS_GRAM_LONG_STEP * mk->gv->max_len
+         <= m->lim.max_nodes
+         && (uint64_t) n * KVS_GRAM_LONG_STEP <= m->lim.max_front
+         && kvs_gram_verdict_long(mk, n, n_used, 0, &ls, 1);
+
+    if (lm) {
+        for (i = 0; i < mk->gv->n_long; i++) {
+            id = (uint32_t) mk->gv->ids[mk->gv->long_x[i]];
+            if ((ls.acc[i >> 5] >> (i & 31) & 1)
+                && !(bits[id >> 5] >> (id & 31) & 1))
+            {
+                bits[id >> 5] |= 1u << (id & 31);
+                any = 1;
+                if (mk->gv->len[id] < len) {
+                    rec.ids[rec.n_ids++] = id;
+                }
+            }
+        }
+        any |= kvs_gram_verdict_deps(mk, &ls, 0, len, bits, &rec);
+        any |= kvs_gram_verdict_deps(mk, &ls, len, UINT32_MAX, bits, NULL);
+        mk->fills_direct++;
+    }
+
+    any |= kvs_gram_verdict_ranges(mk, n_used, lm, 0, len, bits, &rec);
+    any |= kvs_gram_verdict_ranges(mk, n_used, lm, len, UINT32_MAX, bits,
                                    NULL);
     free(rec.path);
+
+    if (lm) {
+        /* a later state of the name takes the kept ids where these
+         * paths, too, could meet no cap */
+        if (rec.nodes < KVS_GRAM_LONG_STEP * mk->gv->max_len) {
+            rec.nodes = KVS_GRAM_LONG_STEP * mk->gv->max_len;
+        }
+        if (rec.front < KVS_GRAM_LONG_STEP) {
+            rec.front = KVS_GRAM_LONG_STEP;
+        }
+    }
 
     key2 = m->capped == capped && mk->cap_vc > 0
            ? malloc((size_t) n * 3 * sizeof(uint32_t)) : NULL;

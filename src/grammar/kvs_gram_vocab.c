@@ -82,6 +82,7 @@ kvs_gram_vocab_free(kvs_gram_vocab_t *gv)
     free(gv->ids);
     free(gv->x_off);
     free(gv->long_x);
+    free(gv->long_cls);
     free(gv->text_bits);
     kvs_gram_slices_free(gv->slices);
     free(gv);
@@ -207,6 +208,35 @@ kvs_gram_vocab_pack(kvs_gram_vocab_t *gv, kvs_err_t *err)
  */
 #define KVS_GRAM_LONG_MIN  8
 
+/* Token x (sorted position) read as a JSON string's characters: its
+ * long_cls word (kvs_gram_vocab_t). */
+static uint32_t
+kvs_gram_vocab_run(const kvs_gram_vocab_t *gv, uint32_t x)
+{
+    uint8_t         q, r;
+    uint32_t        i, n, chars;
+    const uint8_t  *t;
+
+    t = gv->bytes + gv->x_off[x];
+    n = gv->x_off[x + 1] - gv->x_off[x];
+    q = 0;
+    chars = 0;
+
+    for (i = 0; i < n; i++) {
+        r = kvs_gram_memo_class(q, t[i]);
+        if (r == KVS_GRAM_CLS_DEAD) {
+            return q == 0 ? chars | (uint32_t) t[i] << 16
+                            | (uint32_t) KVS_GRAM_RUN_STOP << 24
+                          : (chars - 1) | (uint32_t) KVS_GRAM_RUN_CUT << 24;
+        }
+        chars += q == 0;
+        q = r;
+    }
+
+    return chars | (uint32_t) KVS_GRAM_RUN_ALL << 24;
+}
+
+
 static int
 kvs_gram_vocab_long(kvs_gram_vocab_t *gv, kvs_err_t *err)
 {
@@ -240,11 +270,13 @@ kvs_gram_vocab_long(kvs_gram_vocab_t *gv, kvs_err_t *err)
     }
 
     gv->long_x = malloc(((size_t) n + 1) * sizeof(uint32_t));
-    if (gv->long_x == NULL) {
+    gv->long_cls = malloc(((size_t) n + 1) * sizeof(uint32_t));
+    if (gv->long_x == NULL || gv->long_cls == NULL) {
         return kvs_err_set(err, KVS_ENOMEM, "vocabulary: out of memory");
     }
     for (x = 0; x < gv->n_text; x++) {
         if (gv->len[gv->ids[x]] >= l) {
+            gv->long_cls[gv->n_long] = kvs_gram_vocab_run(gv, x);
             gv->long_x[gv->n_long++] = x;
         }
     }

@@ -129,6 +129,10 @@ typedef struct {
      * step takes them alike); bnext[b] is the next byte of b's class,
      * round to its first (b itself when b is alone) */
     uint8_t           bnext[256];
+    /* 1 + the rule of one character of a JSON string (kvs_sc_char:
+     * each character the class automaton takes is one copy of it); 0
+     * if the grammar has none */
+    uint32_t          char_rule;
 } kvs_gram_t;
 
 int kvs_gram_init(kvs_gram_t *g, const kvs_gram_limits_t *lim);
@@ -460,6 +464,12 @@ typedef struct {
     uint32_t   rep_low;
     uint32_t  *long_x;
     uint32_t   n_long;                /* at most KVS_GRAM_LONG_MAX */
+    /* [n_long] each long token read as a JSON string's characters by
+     * the class automaton (kvs_gram_memo_class): the characters it
+     * begins (bits 0-15: of its plain run, a last one cut short
+     * included), and how the run ends (bits 24-25: KVS_GRAM_RUN_*;
+     * bits 16-23 the byte that ends it at a character's boundary) */
+    uint32_t  *long_cls;
     uint32_t  *text_bits;             /* [(n_tokens + 31) / 32] the text
                                          tokens' ids */
     /* context-independent entries precomputed for the sub-grammars all
@@ -650,6 +660,12 @@ int kvs_gram_memo_skip(kvs_gram_memo_t *mo, int on);
  * state q (0: between characters), KVS_GRAM_CLS_DEAD once the bytes
  * leave the class; the vocabulary trie records it per node. */
 #define KVS_GRAM_CLS_DEAD  15
+/* How a long token's run of characters ends (kvs_gram_vocab_t's
+ * long_cls): it does not (the whole token), at a character's boundary
+ * on a byte that begins none, or inside a character. */
+#define KVS_GRAM_RUN_ALL   0
+#define KVS_GRAM_RUN_STOP  1
+#define KVS_GRAM_RUN_CUT   2
 
 uint8_t kvs_gram_memo_class(uint8_t q, uint8_t b);
 
@@ -834,6 +850,10 @@ typedef struct kvs_gram_masker_s {
     uint32_t                *vtop;            /* [3 * max_front] */
     int                      nolong;
     uint64_t                 long_builds, long_hits;
+    /* ... or by the tokens' characters (kvs_gram_long_direct), where
+     * nodirect does not say otherwise; and the fills that took those */
+    int                      nodirect;
+    uint64_t                 long_direct, fills_direct;
 
     /* this mask's work (zeroed as each mask begins) and its bound
      * (kvs_gram_masker_budget); work_max the most one mask took */

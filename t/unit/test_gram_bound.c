@@ -124,6 +124,31 @@ tb_vocab(void)
         }
     }
 
+    /* and, every 5 bytes from 8 (so that few enough are long to keep
+     * rep_low at 8), runs whose characters are fewer than their bytes
+     * (2-byte ones; 3-byte ones, the last cut short) and runs that end
+     * on a control byte, an escape, or a lead byte whose next byte does
+     * not go on (kvs_gram_long_direct's cases) */
+    for (l = 8; l <= 48; l += 5) {
+        for (k = 0; k < 5; k++) {
+            texts[n] = malloc(l);
+            for (i = 0; i < l; i++) {
+                texts[n][i] = (uint8_t) (k == 0 ? "\xc3\xa9"[i % 2]
+                                         : k == 1 ? "\xe6\x97\xa5"[i % 3]
+                                         : 'a');
+            }
+            if (k == 2) {
+                texts[n][l - 1] = '\n';
+            } else if (k == 3) {
+                memcpy(texts[n] + l - 2, "\\n", 2);
+            } else if (k == 4) {
+                memcpy(texts[n] + l - 2, "\xc3(", 2);
+            }
+            lens[n] = (uint32_t) l;
+            kinds[n++] = KVS_GRAM_TOK_TEXT;
+        }
+    }
+
     gv = tgw_vocab(texts, lens, kinds, n);
     assert_int_equal(gv->max_len, 48);
     assert_int_equal(gv->rep_low, 8);
@@ -796,10 +821,13 @@ test_byte_classes(void **state)
  * tokens go on into the object), one "a" at a time, the masks of the
  * default masker, of one that checks every dependent token at every mask
  * (noverdicts), of one that checks the low tier's long tokens on the
- * real stacks (nolong, kvs_gram_long.c) and of the full walk agree at
- * every step; the verdicts must have been taken at most characters,
- * the long tokens walked at the keys' own counts from rep_low (8 here)
- * to 48 characters left, and fewer tokens checked.
+ * real stacks (nolong, kvs_gram_long.c), of one that walks them at the
+ * keys' own counts instead of counting their characters (nodirect) and
+ * of the full walk agree at every step; the verdicts must have been
+ * taken at most characters, the long tokens classified by their
+ * characters (the fills too) or, with nodirect, walked at the keys' own
+ * counts from rep_low (8 here) to 48 characters left, and fewer tokens
+ * checked.
  * Every third step is masked under tight caps instead (the node cap a
  * few nodes above what is alive, the frontier cap 1 or 2), where the
  * verdicts may be taken only if the check could not meet a cap: the
@@ -824,7 +852,7 @@ test_verdicts(void **state)
     kvs_err_t           err;
     kvs_gram_t          g;
     kvs_gram_matcher_t  m;
-    kvs_gram_masker_t   plain, mk, ref, nl;
+    kvs_gram_masker_t   plain, mk, ref, nl, nd;
     kvs_gram_mlimits_t  keep;
     kvs_gram_vocab_t   *gv;
 
@@ -852,6 +880,9 @@ test_verdicts(void **state)
         assert_int_equal(kvs_gram_masker_init(&nl, gv, &m, 16, &err),
                          KVS_OK);
         nl.nolong = 1;
+        assert_int_equal(kvs_gram_masker_init(&nd, gv, &m, 16, &err),
+                         KVS_OK);
+        nd.nodirect = 1;
         assert_int_equal(kvs_gram_matcher_feed(&m, pre[i], strlen(pre[i]),
                                                &err), KVS_OK);
         keep = m.lim;
@@ -869,12 +900,19 @@ test_verdicts(void **state)
                     tb_first_diff(gv, x, y, "verdicts under caps", i, k);
                 }
                 rb = kvs_gram_mask(&nl, y, &err);
-                m.lim = keep;
                 assert_int_equal(ra, rb);
                 if (ra == KVS_OK
                     && memcmp(x, y, words * sizeof(uint32_t)) != 0)
                 {
                     tb_first_diff(gv, x, y, "nolong under caps", i, k);
+                }
+                rb = kvs_gram_mask(&nd, y, &err);
+                m.lim = keep;
+                assert_int_equal(ra, rb);
+                if (ra == KVS_OK
+                    && memcmp(x, y, words * sizeof(uint32_t)) != 0)
+                {
+                    tb_first_diff(gv, x, y, "nodirect under caps", i, k);
                 }
 
             } else {
@@ -891,6 +929,10 @@ test_verdicts(void **state)
                 if (memcmp(x, z, words * sizeof(uint32_t)) != 0) {
                     tb_first_diff(gv, x, z, "nolong", i, k);
                 }
+                assert_int_equal(kvs_gram_mask(&nd, z, &err), KVS_OK);
+                if (memcmp(x, z, words * sizeof(uint32_t)) != 0) {
+                    tb_first_diff(gv, x, z, "nodirect", i, k);
+                }
             }
 
             if (k < 292) {
@@ -899,25 +941,36 @@ test_verdicts(void **state)
             }
         }
 
-        print_message("schema %zu: verdicts kept %llu times, taken %llu; "
-                      "%llu tokens checked (%llu without, %llu with the "
-                      "long ones); long tokens walked %llu times, found "
-                      "%llu\n", i,
+        print_message("schema %zu: verdicts kept %llu times (%llu with "
+                      "long tokens counted), taken %llu; %llu tokens "
+                      "checked (%llu without, %llu with the long ones, "
+                      "%llu walking them); long tokens counted %llu times, "
+                      "walked %llu times, found %llu\n", i,
                       (unsigned long long) mk.verdict_fills,
+                      (unsigned long long) mk.fills_direct,
                       (unsigned long long) mk.verdict_hits,
                       (unsigned long long) mk.checked,
                       (unsigned long long) ref.checked,
                       (unsigned long long) nl.checked,
-                      (unsigned long long) mk.long_builds,
-                      (unsigned long long) mk.long_hits);
+                      (unsigned long long) nd.checked,
+                      (unsigned long long) mk.long_direct,
+                      (unsigned long long) nd.long_builds,
+                      (unsigned long long) nd.long_hits);
         assert_true(mk.verdict_hits > 100);
         assert_int_equal(ref.verdict_hits + ref.verdict_fills, 0);
         assert_true(mk.checked < ref.checked);
-        assert_true(mk.long_builds >= 20);
-        assert_int_equal(nl.long_builds + nl.long_hits, 0);
-        assert_int_equal(ref.long_builds + ref.long_hits, 0);
+        assert_true(mk.long_direct >= 20);
+        assert_true(mk.fills_direct >= 1);
+        assert_int_equal(mk.long_builds, 0);
+        assert_true(nd.long_builds >= 20);
+        assert_int_equal(nd.long_direct + nd.fills_direct, 0);
+        assert_int_equal(nl.long_builds + nl.long_hits + nl.long_direct, 0);
+        assert_int_equal(ref.long_builds + ref.long_hits + ref.long_direct,
+                         0);
         assert_true(mk.checked < nl.checked);
+        assert_true(mk.checked < nd.checked);
 
+        kvs_gram_masker_free(&nd);
         kvs_gram_masker_free(&nl);
 
         kvs_gram_masker_free(&ref);
