@@ -505,8 +505,8 @@ kvs_gram_ind_free(kvs_gram_ientry_t *e)
     if (!e->lent) {
         free(e->bits);
         free(e->ranges);
+        free(e->sparse);
     }
-    free(e->sparse);
     memset(e, 0, sizeof(kvs_gram_ientry_t));
 }
 
@@ -728,23 +728,24 @@ kvs_gram_ind_long(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e)
  * vocabulary's bits, which after a forward pass are no longer in the
  * cache.  No memory for the list: the mask reads the bits.
  */
-static void
-kvs_gram_ind_seal(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e)
+int
+kvs_gram_sparse(const uint32_t *b, uint32_t words, uint32_t **out,
+    uint32_t *n_out)
 {
-    uint32_t         w, n, max, *q, *r;
-    const uint32_t  *b;
+    uint32_t  w, n, max, *q, *r;
 
-    max = mk->words / KVS_GRAM_SPARSE_DIV;
+    *out = NULL;
+    *n_out = 0;
+    max = words / KVS_GRAM_SPARSE_DIV;
     q = malloc(((size_t) max + 1) * 2 * sizeof(uint32_t));
     if (q == NULL) {
-        return;
+        return KVS_ENOMEM;
     }
 
     /* one pass, eight zero words skipped at a time, given up as soon
      * as the nonzero ones are too many */
-    b = e->bits;
-    for (w = 0, n = 0; w < mk->words; w++) {
-        if ((w & 7) == 0 && w + 8 <= mk->words
+    for (w = 0, n = 0; w < words; w++) {
+        if ((w & 7) == 0 && w + 8 <= words
             && (b[w] | b[w + 1] | b[w + 2] | b[w + 3] | b[w + 4] | b[w + 5]
                 | b[w + 6] | b[w + 7]) == 0)
         {
@@ -756,7 +757,7 @@ kvs_gram_ind_seal(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e)
         }
         if (n == max) {
             free(q);
-            return;
+            return KVS_OK;
         }
         q[2 * n] = w;
         q[2 * n + 1] = b[w];
@@ -764,9 +765,21 @@ kvs_gram_ind_seal(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e)
     }
 
     r = realloc(q, ((size_t) n + 1) * 2 * sizeof(uint32_t));
-    e->sparse = r != NULL ? r : q;
-    e->n_sparse = n;
-    (mk->ind_owner != NULL ? mk->ind_owner : mk)->ind_sparse++;
+    *out = r != NULL ? r : q;
+    *n_out = n;
+
+    return KVS_OK;
+}
+
+
+static void
+kvs_gram_ind_seal(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e)
+{
+    if (kvs_gram_sparse(e->bits, mk->words, &e->sparse, &e->n_sparse)
+        == KVS_OK && e->sparse != NULL)
+    {
+        (mk->ind_owner != NULL ? mk->ind_owner : mk)->ind_sparse++;
+    }
 }
 
 
@@ -777,10 +790,10 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
 {
     int                  rc, low, sl;
     uint32_t             i, len, need, t[KVS_GRAM_CUT], s[KVS_GRAM_CUT];
-    uint32_t             w[KVS_GRAM_CUT], snr, ssome, rn;
+    uint32_t             w[KVS_GRAM_CUT], snr, ssome, snsp, rn;
     uint64_t             set[4];
     uint64_t             h;
-    const uint32_t      *sb, *sr;
+    const uint32_t      *sb, *sr, *ssp;
     kvs_gram_ientry_t   *e, *se;
     kvs_gram_masker_t   *o;
 
@@ -808,7 +821,7 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
     sl = 0;
     if (!mk->noslices && mk->gv->slices != NULL) {
         sl = kvs_gram_slice_find(mk->gv, mk->m->g, t, &mk->m->lim, &sb,
-                                 &sr, &snr, &ssome);
+                                 &sr, &snr, &ssome, &ssp, &snsp);
     }
 
     /* the source first (found or built, and held for this mask), so
@@ -864,17 +877,21 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
     e->low = (uint32_t) low;
 
     if (sl) {
-        /* never written: an entry's bits and ranges change only while
-         * it is built, and this one is not */
+        /* never written: an entry's bits, ranges and word list change
+         * only while it is built, and this one is not */
         e->bits = (uint32_t *) sb;
         e->ranges = (uint32_t *) sr;
+        e->sparse = (uint32_t *) ssp;
+        e->n_sparse = snsp;
         e->lent = 1;
         e->n_ranges = snr;
         e->cap_ranges = snr;
         e->some = ssome;
         e->used = 1;
         e->stamp = o->serial;
-        kvs_gram_ind_seal(mk, e);
+        if (ssp != NULL) {
+            o->ind_sparse++;
+        }
         kvs_gram_ind_slot_add(o, (uint32_t) (e - o->ind));
         mk->ind_slices++;
         *out = e;

@@ -77,6 +77,8 @@ typedef struct {
     uint32_t           *ranges;
     uint32_t            n_ranges;
     uint32_t            some;
+    uint32_t           *sparse;       /* bits' nonzero words, or NULL */
+    uint32_t            n_sparse;
 } kvs_gram_slice_t;
 
 struct kvs_gram_slices_s {
@@ -312,7 +314,7 @@ int
 kvs_gram_slice_find(const kvs_gram_vocab_t *gv, const kvs_gram_t *g,
     const uint32_t *key, const kvs_gram_mlimits_t *lim,
     const uint32_t **bits, const uint32_t **ranges, uint32_t *n_ranges,
-    uint32_t *some)
+    uint32_t *some, const uint32_t **sparse, uint32_t *n_sparse)
 {
     int                       found;
     uint32_t                  i, n, *buf;
@@ -364,6 +366,10 @@ kvs_gram_slice_find(const kvs_gram_vocab_t *gv, const kvs_gram_t *g,
             *ranges = s->ranges;
             *n_ranges = s->n_ranges;
             *some = s->some;
+            if (sparse != NULL) {
+                *sparse = s->sparse;
+                *n_sparse = s->n_sparse;
+            }
             found = 1;
             break;
         }
@@ -496,6 +502,10 @@ kvs_gram_slice_take(void *arg, const uint32_t *key, const uint32_t *bits,
     s->lim = hv->lim;
     s->n_ranges = n_ranges;
     s->some = some;
+    /* the word list a masker's entry would make (kvs_gram_ind_seal),
+     * made once here and lent with the rest; none without memory */
+    (void) kvs_gram_sparse(s->bits, hv->ss->words, &s->sparse,
+                           &s->n_sparse);
     hv->ss->n++;
 
     return KVS_OK;
@@ -608,6 +618,7 @@ kvs_gram_slices_free(kvs_gram_slices_t *ss)
         free(ss->s[i].shape);
         free(ss->s[i].bits);
         free(ss->s[i].ranges);
+        free(ss->s[i].sparse);
     }
     free(ss);
 }

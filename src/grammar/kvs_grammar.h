@@ -517,11 +517,20 @@ int kvs_gram_shape(const kvs_gram_t *g, const uint32_t *key, uint32_t *out,
     uint32_t cap, uint32_t *n);
 
 /* 1 and the slice's entry if gv has one for key's shape in g, built
- * under caps no larger than lim; else 0. */
+ * under caps no larger than lim (its bits' nonzero words listed in
+ * sparse when they are few, kvs_gram_sparse, else NULL; sparse may be
+ * NULL); else 0. */
 int kvs_gram_slice_find(const kvs_gram_vocab_t *gv, const kvs_gram_t *g,
     const uint32_t *key, const kvs_gram_mlimits_t *lim,
     const uint32_t **bits, const uint32_t **ranges, uint32_t *n_ranges,
-    uint32_t *some);
+    uint32_t *some, const uint32_t **sparse, uint32_t *n_sparse);
+
+/* The nonzero words of b[0 .. words) as (index, word) pairs in *out
+ * (the caller's to free) where they are at most words /
+ * KVS_GRAM_SPARSE_DIV, else *out NULL (kvs_gram_ind.c); KVS_ENOMEM
+ * without memory. */
+int kvs_gram_sparse(const uint32_t *b, uint32_t words, uint32_t **out,
+    uint32_t *n);
 
 /* Advances the matcher by a text token's bytes (an END token is checked
  * with kvs_gram_matcher_can_end() and leaves the state as it is). */

@@ -241,12 +241,12 @@ test_shapes(void **state)
     lim.max_nodes = 1u << 22;
     lim.max_front = 4096;
     assert_int_equal(kvs_gram_slice_find(gv, &gb, kb, &lim, &bits, &ranges,
-                                         &snr, &some), 1);
+                                         &snr, &some, NULL, NULL), 1);
     assert_int_equal(kvs_gram_slice_find(gv, &gc, kc, &lim, &bits, &ranges,
-                                         &snr, &some), 0);
+                                         &snr, &some, NULL, NULL), 0);
     lim.max_nodes = 1000;
     assert_int_equal(kvs_gram_slice_find(gv, &gb, kb, &lim, &bits, &ranges,
-                                         &snr, &some), 0);
+                                         &snr, &some, NULL, NULL), 0);
 
     kvs_gram_free(&ga);
     kvs_gram_free(&gb);
@@ -316,11 +316,11 @@ test_counted_shapes(void **state)
     lim.max_nodes = 1u << 22;
     lim.max_front = 4096;
     assert_int_equal(kvs_gram_slice_find(gv, &gb, kb, &lim, &bits, &ranges,
-                                         &snr, &some), 1);
+                                         &snr, &some, NULL, NULL), 1);
     assert_int_equal(kvs_gram_slice_find(gv, &ga, kd, &lim, &bits, &ranges,
-                                         &snr, &some), 1);
+                                         &snr, &some, NULL, NULL), 1);
     assert_int_equal(kvs_gram_slice_find(gv, &gc, kc, &lim, &bits, &ranges,
-                                         &snr, &some), 0);
+                                         &snr, &some, NULL, NULL), 0);
 
     free(sa);
     kvs_gram_free(&ga);
@@ -338,7 +338,9 @@ test_counted_shapes(void **state)
  * such key must come from a slice (the references' bounded strings
  * hold an escape at both tiers), in a grammar whose strings have other
  * bounds, with and without a mandatory first character, and the mask
- * must be the full walk's and the brute force's.
+ * must be the full walk's and the brute force's.  Their entries are
+ * narrow, so they take the slices' lists of nonzero words too (made
+ * once, lent), which must be what kvs_gram_sparse makes of the bits.
  */
 static void
 test_escapes(void **state)
@@ -349,11 +351,13 @@ test_escapes(void **state)
         "{\"n\": \"ab\", \"d\": \"abcd\\",       /* 496 left: upper */
     };
     size_t              i;
-    uint64_t            misses, slices;
+    uint32_t            key[KVS_GRAM_CUT], snr, some, nsp, nq, *q;
+    uint64_t            misses, slices, sparse;
     kvs_err_t           err;
     kvs_gram_t          g;
     tgw_rig_t           r;
     kvs_gram_vocab_t   *gv;
+    const uint32_t     *bits, *ranges, *sp;
     static const uint32_t  entries[2] = { 0, 16 };
     static const char  *names[2] = { "plain", "slices" };
 
@@ -378,7 +382,9 @@ test_escapes(void **state)
 
         misses = r.mk[1].ind_misses;
         slices = r.mk[1].ind_slices;
+        sparse = r.mk[1].ind_sparse;
         tgw_step(&r, gv, names, texts[i], 0);
+        assert_true(r.mk[1].ind_sparse > sparse);
 
         print_message("%s: %llu keys, %llu from slices\n", texts[i],
                       (unsigned long long) (r.mk[1].ind_misses - misses),
@@ -386,6 +392,24 @@ test_escapes(void **state)
         assert_true(r.mk[1].ind_misses - misses >= 15);
         assert_int_equal(r.mk[1].ind_slices - slices,
                          r.mk[1].ind_misses - misses);
+
+        /* at rep_low's own count the top stack's positions are its key
+         * as they are: its slice's list is its bits' */
+        if (i == 1) {
+            ts_key(&g, texts[i], key);
+            assert_int_equal(kvs_gram_slice_find(gv, &g, key, &r.m.lim,
+                                                 &bits, &ranges, &snr, &some,
+                                                 &sp, &nsp), 1);
+            assert_int_equal(kvs_gram_sparse(bits, r.words, &q, &nq),
+                             KVS_OK);
+            assert_int_equal(sp == NULL, q == NULL);
+            if (q != NULL) {
+                assert_int_equal(nsp, nq);
+                assert_memory_equal(sp, q, (size_t) nq * 2
+                                           * sizeof(uint32_t));
+            }
+            free(q);
+        }
         tgw_end(&r);
     }
 
