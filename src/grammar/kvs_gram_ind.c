@@ -783,34 +783,156 @@ kvs_gram_ind_seal(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e)
 }
 
 
-/* The entry of one stack's top positions, built if new. */
-int
-kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
-    kvs_gram_ientry_t **out, kvs_err_t *err)
+/* The table's entry of canonical key t (hash h), or NULL. */
+static kvs_gram_ientry_t *
+kvs_gram_ind_find(kvs_gram_masker_t *o, const uint32_t *t, uint64_t h)
 {
-    int                  rc, low, sl;
-    uint32_t             i, len, need, t[KVS_GRAM_CUT], s[KVS_GRAM_CUT];
-    uint32_t             w[KVS_GRAM_CUT], snr, ssome, snsp, rn;
-    uint64_t             set[4];
-    uint64_t             h;
-    const uint32_t      *sb, *sr, *ssp;
-    kvs_gram_ientry_t   *e, *se;
-    kvs_gram_masker_t   *o;
-
-    low = kvs_gram_ind_key(mk, t0, t);
-    h = kvs_gram_tuple_hash(t);
-    o = mk->ind_owner != NULL ? mk->ind_owner : mk;   /* the table */
+    uint32_t            i;
+    kvs_gram_ientry_t  *e;
 
     for (i = (uint32_t) h & o->islot_mask; o->islot[i] != 0;
          i = (i + 1) & o->islot_mask)
     {
         e = &o->ind[o->islot[i] - 1];
         if (e->hash == h && memcmp(e->key, t, sizeof(e->key)) == 0) {
-            mk->ind_hits++;
-            e->stamp = o->serial;
-            *out = e;
-            return KVS_OK;
+            return e;
         }
+    }
+
+    return NULL;
+}
+
+
+/* A free entry of the table for key t (hash h): a new one, or the next
+ * in round robin that this mask does not hold, emptied; KVS_ETOOLONG
+ * when this mask holds them all. */
+static int
+kvs_gram_ind_take(kvs_gram_masker_t *o, const uint32_t *t, uint64_t h,
+    int low, kvs_gram_ientry_t **out)
+{
+    uint32_t            i;
+    kvs_gram_ientry_t  *e;
+
+    if (o->n_ind < o->cap_ind) {
+        e = &o->ind[o->n_ind++];
+    } else {
+        for (i = 0; i < o->cap_ind; i++) {
+            e = &o->ind[o->next_ind];
+            o->next_ind = (o->next_ind + 1) % o->cap_ind;
+            if (e->stamp != o->serial) {
+                break;
+            }
+        }
+        if (i == o->cap_ind) {
+            return KVS_ETOOLONG;      /* more stacks than entries */
+        }
+        if (e->used) {
+            kvs_gram_ind_slot_del(o, (uint32_t) (e - o->ind));
+        }
+        kvs_gram_ind_free(e);
+    }
+
+    memcpy(e->key, t, sizeof(e->key));
+    e->hash = h;
+    e->low = (uint32_t) low;
+    *out = e;
+
+    return KVS_OK;
+}
+
+
+/* Entry e (taken) lends slice sl's parts: never written, since an
+ * entry's bits, ranges and word list change only while it is built, and
+ * this one is not. */
+static void
+kvs_gram_ind_lend(kvs_gram_masker_t *mk, kvs_gram_masker_t *o,
+    kvs_gram_ientry_t *e, const kvs_gram_slice_ent_t *sl)
+{
+    e->bits = (uint32_t *) sl->bits;
+    e->ranges = (uint32_t *) sl->ranges;
+    e->sparse = (uint32_t *) sl->sparse;
+    e->n_sparse = sl->n_sparse;
+    e->lent = 1;
+    e->n_ranges = sl->n_ranges;
+    e->cap_ranges = sl->n_ranges;
+    e->some = sl->some;
+    e->used = 1;
+    e->stamp = o->serial;
+    if (sl->sparse != NULL) {
+        o->ind_sparse++;
+    }
+    kvs_gram_ind_slot_add(o, (uint32_t) (e - o->ind));
+    mk->ind_slices++;
+}
+
+
+/* The table's entry of key t0 if it has one or a slice gives it (then
+ * lent, as kvs_gram_ind_get would), else KVS_ENOTFOUND with nothing
+ * changed; KVS_ETOOLONG when no entry is free.  No walk. */
+int
+kvs_gram_ind_get_slice(kvs_gram_masker_t *mk, const uint32_t *t0,
+    kvs_gram_ientry_t **out)
+{
+    int                   low, rc;
+    uint32_t              t[KVS_GRAM_CUT];
+    uint64_t              h;
+    kvs_gram_ientry_t    *e;
+    kvs_gram_masker_t    *o;
+    kvs_gram_slice_ent_t  sl;
+
+    low = kvs_gram_ind_key(mk, t0, t);
+    h = kvs_gram_tuple_hash(t);
+    o = mk->ind_owner != NULL ? mk->ind_owner : mk;
+
+    e = kvs_gram_ind_find(o, t, h);
+    if (e != NULL) {
+        e->stamp = o->serial;
+        *out = e;
+        return KVS_OK;
+    }
+
+    if (mk->noslices || mk->gv->slices == NULL
+        || !kvs_gram_slice_find(mk->gv, mk->m->g, t, &mk->m->lim, &sl,
+                                &mk->shbuf))
+    {
+        return KVS_ENOTFOUND;
+    }
+
+    rc = kvs_gram_ind_take(o, t, h, low, &e);
+    if (rc != KVS_OK) {
+        return rc;
+    }
+    kvs_gram_ind_lend(mk, o, e, &sl);
+    *out = e;
+
+    return KVS_OK;
+}
+
+
+/* The entry of one stack's top positions, built if new. */
+int
+kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
+    kvs_gram_ientry_t **out, kvs_err_t *err)
+{
+    int                   rc, low, sl;
+    uint32_t              len, need, t[KVS_GRAM_CUT], s[KVS_GRAM_CUT];
+    uint32_t              w[KVS_GRAM_CUT], rn;
+    uint64_t              set[4];
+    uint64_t              h;
+    kvs_gram_ientry_t    *e, *se;
+    kvs_gram_masker_t    *o;
+    kvs_gram_slice_ent_t  sle;
+
+    low = kvs_gram_ind_key(mk, t0, t);
+    h = kvs_gram_tuple_hash(t);
+    o = mk->ind_owner != NULL ? mk->ind_owner : mk;   /* the table */
+
+    e = kvs_gram_ind_find(o, t, h);
+    if (e != NULL) {
+        mk->ind_hits++;
+        e->stamp = o->serial;
+        *out = e;
+        return KVS_OK;
     }
 
     mk->ind_misses++;
@@ -820,8 +942,8 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
      * copy cost ~10 us a key, 15 keys after a backslash in a string) */
     sl = 0;
     if (!mk->noslices && mk->gv->slices != NULL) {
-        sl = kvs_gram_slice_find(mk->gv, mk->m->g, t, &mk->m->lim, &sb,
-                                 &sr, &snr, &ssome, &ssp, &snsp);
+        sl = kvs_gram_slice_find(mk->gv, mk->m->g, t, &mk->m->lim, &sle,
+                                 &mk->shbuf);
     }
 
     /* the source first (found or built, and held for this mask), so
@@ -852,48 +974,13 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
         }
     }
 
-    if (o->n_ind < o->cap_ind) {
-        e = &o->ind[o->n_ind++];
-    } else {
-        /* round robin, sparing the entries this mask holds */
-        for (i = 0; i < o->cap_ind; i++) {
-            e = &o->ind[o->next_ind];
-            o->next_ind = (o->next_ind + 1) % o->cap_ind;
-            if (e->stamp != o->serial) {
-                break;
-            }
-        }
-        if (i == o->cap_ind) {
-            return KVS_ETOOLONG;      /* more stacks than entries */
-        }
-        if (e->used) {
-            kvs_gram_ind_slot_del(o, (uint32_t) (e - o->ind));
-        }
-        kvs_gram_ind_free(e);
+    rc = kvs_gram_ind_take(o, t, h, low, &e);
+    if (rc != KVS_OK) {
+        return rc;
     }
 
-    memcpy(e->key, t, sizeof(e->key));
-    e->hash = h;
-    e->low = (uint32_t) low;
-
     if (sl) {
-        /* never written: an entry's bits, ranges and word list change
-         * only while it is built, and this one is not */
-        e->bits = (uint32_t *) sb;
-        e->ranges = (uint32_t *) sr;
-        e->sparse = (uint32_t *) ssp;
-        e->n_sparse = snsp;
-        e->lent = 1;
-        e->n_ranges = snr;
-        e->cap_ranges = snr;
-        e->some = ssome;
-        e->used = 1;
-        e->stamp = o->serial;
-        if (ssp != NULL) {
-            o->ind_sparse++;
-        }
-        kvs_gram_ind_slot_add(o, (uint32_t) (e - o->ind));
-        mk->ind_slices++;
+        kvs_gram_ind_lend(mk, o, e, &sle);
         *out = e;
         return KVS_OK;
     }

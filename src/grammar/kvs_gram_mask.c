@@ -179,6 +179,7 @@ kvs_gram_masker_free(kvs_gram_masker_t *mk)
     kvs_gram_verdict_free(mk);
     free(mk->lc);
     free(mk->mr);
+    free(mk->shbuf);
     kvs_gram_memo_free(mk->memo);
     kvs_gram_memo_free(mk->cmemo);
     memset(mk, 0, sizeof(kvs_gram_masker_t));

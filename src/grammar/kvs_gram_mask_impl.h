@@ -67,6 +67,12 @@ int kvs_gram_ind_name(const kvs_gram_masker_t *mk, const uint32_t *t,
 int kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
     kvs_gram_ientry_t **out, kvs_err_t *err);
 
+/* The same where the table has the entry or a vocabulary slice gives
+ * it, with no walk; else KVS_ENOTFOUND and nothing changed (the warm's
+ * first pass, kvs_gram_warm.c). */
+int kvs_gram_ind_get_slice(kvs_gram_masker_t *mk, const uint32_t *t0,
+    kvs_gram_ientry_t **out);
+
 /* A key's hash; the memo an entry's build steps (the table's when mk
  * shares one, its steps counted in mk's work until the build resets it
  * with kvs_gram_memo_work(mo, NULL); else mk's own). */

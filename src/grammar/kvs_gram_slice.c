@@ -63,7 +63,7 @@
 
 /* At most this many slices per vocabulary, of at most this many
  * dependent range pairs and shape words each. */
-#define KVS_GRAM_SLICES_MAX    256
+#define KVS_GRAM_SLICES_MAX    512
 #define KVS_GRAM_SLICE_RANGES  4096
 #define KVS_GRAM_SHAPE_MAX     8192
 
@@ -83,6 +83,10 @@ typedef struct {
 
 struct kvs_gram_slices_s {
     kvs_gram_slice_t    s[KVS_GRAM_SLICES_MAX];
+    uint64_t            heads[KVS_GRAM_SLICES_MAX];   /* s[i].head, side
+                                                         by side: most
+                                                         lookups read
+                                                         only these */
     uint32_t            n;
     uint32_t            words;
 };
@@ -103,14 +107,23 @@ struct kvs_gram_slices_s {
                                              alternatives' count */
 #define KVS_GRAM_SH_DEAD   0xffffffd0u    /* an alternative never entered */
 
+/* A shape run's scratch: slot[i] holds a rank + 1 while sstamp[i] is
+ * the run's stamp (a new run frees them all by taking a new stamp). */
 typedef struct {
     const kvs_gram_t  *g;
     uint32_t          *out;
     uint32_t           n, cap;
     uint32_t           rules[KVS_GRAM_SHAPE_RULES];
     uint32_t           n_rules;
-    uint32_t           slot[KVS_GRAM_SHAPE_SLOTS];   /* rank + 1, 0 free */
+    uint32_t           stamp;
+    uint32_t           slot[KVS_GRAM_SHAPE_SLOTS];
+    uint32_t           sstamp[KVS_GRAM_SHAPE_SLOTS];
 } kvs_gram_sh_t;
+
+struct kvs_gram_shbuf_s {
+    uint32_t           out[KVS_GRAM_SHAPE_MAX];
+    kvs_gram_sh_t      sh;
+};
 
 
 static int
@@ -132,7 +145,7 @@ kvs_gram_sh_rule(kvs_gram_sh_t *sh, uint32_t r, uint32_t *ix)
 
     /* at most half the slots are taken, so a free one is always met */
     for (i = (r * 2654435761u) & (KVS_GRAM_SHAPE_SLOTS - 1);
-         sh->slot[i] != 0;
+         sh->sstamp[i] == sh->stamp;
          i = (i + 1) & (KVS_GRAM_SHAPE_SLOTS - 1))
     {
         if (sh->rules[sh->slot[i] - 1] == r) {
@@ -145,6 +158,7 @@ kvs_gram_sh_rule(kvs_gram_sh_t *sh, uint32_t r, uint32_t *ix)
     }
     sh->rules[sh->n_rules] = r;
     sh->slot[i] = sh->n_rules + 1;
+    sh->sstamp[i] = sh->stamp;
     *ix = sh->n_rules++;
     return KVS_OK;
 }
@@ -221,7 +235,11 @@ kvs_gram_shape_run(const kvs_gram_t *g, const uint32_t *key, uint32_t *out,
     sh->n = 0;
     sh->cap = cap;
     sh->n_rules = 0;
-    memset(sh->slot, 0, sizeof(sh->slot));
+    if (++sh->stamp == 0) {
+        /* wrapped: no slot may look taken */
+        memset(sh->sstamp, 0, sizeof(sh->sstamp));
+        sh->stamp = 1;
+    }
 
     if (!g->finished || kvs_gram_sh_put(sh, (uint32_t) g->lazy) != KVS_OK) {
         return KVS_ETOOLONG;
@@ -297,7 +315,7 @@ kvs_gram_shape(const kvs_gram_t *g, const uint32_t *key, uint32_t *out,
     int             rc;
     kvs_gram_sh_t  *sh;
 
-    sh = malloc(sizeof(kvs_gram_sh_t));
+    sh = calloc(1, sizeof(kvs_gram_sh_t));
     if (sh == NULL) {
         return KVS_ENOMEM;
     }
@@ -313,13 +331,12 @@ kvs_gram_shape(const kvs_gram_t *g, const uint32_t *key, uint32_t *out,
 int
 kvs_gram_slice_find(const kvs_gram_vocab_t *gv, const kvs_gram_t *g,
     const uint32_t *key, const kvs_gram_mlimits_t *lim,
-    const uint32_t **bits, const uint32_t **ranges, uint32_t *n_ranges,
-    uint32_t *some, const uint32_t **sparse, uint32_t *n_sparse)
+    kvs_gram_slice_ent_t *out, kvs_gram_shbuf_t **scratch)
 {
     int                       found;
-    uint32_t                  i, n, *buf;
+    uint32_t                  i, n;
     uint64_t                  h, hd;
-    kvs_gram_sh_t            *sh;
+    kvs_gram_shbuf_t         *sb;
     const kvs_gram_slice_t   *s;
     const kvs_gram_slices_t  *ss;
 
@@ -328,48 +345,53 @@ kvs_gram_slice_find(const kvs_gram_vocab_t *gv, const kvs_gram_t *g,
         return 0;
     }
 
-    /* not on the stack: a shape is up to 32 KiB, its rule table 6 KiB */
-    buf = malloc(KVS_GRAM_SHAPE_MAX * sizeof(uint32_t) + sizeof(*sh));
-    if (buf == NULL) {
-        return 0;                     /* no slice: the entry is built */
+    /* not on the stack: a shape is up to 32 KiB, its rule table 10 KiB;
+     * the caller's, kept, where it gives a place for it */
+    sb = scratch != NULL ? *scratch : NULL;
+    if (sb == NULL) {
+        sb = calloc(1, sizeof(kvs_gram_shbuf_t));
+        if (sb == NULL) {
+            return 0;                 /* no slice: the entry is built */
+        }
+        if (scratch != NULL) {
+            *scratch = sb;
+        }
     }
-    sh = (kvs_gram_sh_t *) (buf + KVS_GRAM_SHAPE_MAX);
     found = 0;
 
-    if (kvs_gram_shape_run(g, key, buf, KVS_GRAM_SHAPE_MAX, &n, &hd, 1, sh)
+    if (kvs_gram_shape_run(g, key, sb->out, KVS_GRAM_SHAPE_MAX, &n, &hd, 1,
+                           &sb->sh)
         != KVS_OK)
     {
         goto done;
     }
 
     /* the key positions' own alternatives first: most keys stop here */
-    for (i = 0; i < ss->n && ss->s[i].head != hd; i++) {
+    for (i = 0; i < ss->n && ss->heads[i] != hd; i++) {
         /* void */
     }
     if (i == ss->n
-        || kvs_gram_shape_run(g, key, buf, KVS_GRAM_SHAPE_MAX, &n, NULL, 0,
-                              sh)
+        || kvs_gram_shape_run(g, key, sb->out, KVS_GRAM_SHAPE_MAX, &n, NULL,
+                              0, &sb->sh)
            != KVS_OK)
     {
         goto done;
     }
-    h = kvs_gram_shape_hash(buf, n);
+    h = kvs_gram_shape_hash(sb->out, n);
 
-    for (i = 0; i < ss->n; i++) {
+    for ( /* void */ ; i < ss->n; i++) {
         s = &ss->s[i];
         if (s->hash == h && s->n_shape == n
             && lim->max_nodes >= s->lim.max_nodes
             && lim->max_front >= s->lim.max_front
-            && memcmp(s->shape, buf, (size_t) n * sizeof(uint32_t)) == 0)
+            && memcmp(s->shape, sb->out, (size_t) n * sizeof(uint32_t)) == 0)
         {
-            *bits = s->bits;
-            *ranges = s->ranges;
-            *n_ranges = s->n_ranges;
-            *some = s->some;
-            if (sparse != NULL) {
-                *sparse = s->sparse;
-                *n_sparse = s->n_sparse;
-            }
+            out->bits = s->bits;
+            out->ranges = s->ranges;
+            out->n_ranges = s->n_ranges;
+            out->some = s->some;
+            out->sparse = s->sparse;
+            out->n_sparse = s->n_sparse;
             found = 1;
             break;
         }
@@ -377,7 +399,9 @@ kvs_gram_slice_find(const kvs_gram_vocab_t *gv, const kvs_gram_t *g,
 
 done:
 
-    free(buf);
+    if (scratch == NULL) {
+        free(sb);
+    }
 
     return found;
 }
@@ -395,7 +419,10 @@ done:
  * characters) and its tiers, with and without a mandatory first
  * character (`minLength` 1; other minimums spell another sub-grammar),
  * with an escape at each tier (after a backslash each of the 15 escape
- * alternatives is a key of its own).
+ * alternatives is a key of its own).  json_object's texts are made from
+ * kvs_gram_slice_kinds (below), in the engine's layout (", " and ": ":
+ * a key's shape holds the separators, so a compact reference would
+ * serve no request).
  */
 static const struct {
     const char  *schema;
@@ -424,15 +451,124 @@ static const struct {
         "\"a\\tb\\u00e9c\"", NULL } },
     { "{\"type\": \"string\", \"minLength\": 1, \"maxLength\": 300}",
       { "\"abc\"", "\"a\\tb\\u00e9c\"", NULL } },
-    { NULL,
-      { "{\"a\": [1, -2.5e+3, true, false, null, \"x\\ty\"], "
-        "\"b\": {\"c\": {}}, \"d\": []}", NULL, NULL } },
+    { NULL, { NULL, NULL, NULL } },
 };
+
+/*
+ * json_object's keys are (a value's last position, where it returns):
+ * every way a value can end (each kind, and a number after each of its
+ * parts) meets each of the six places a value returns to (a top-level,
+ * nested-object or array first value, or a later one), and each place
+ * meets each kind's first position.  The texts put every kind in every
+ * place: one object whose members are all the kinds (the top's later
+ * members), an object and an array of all of them (nested later ones),
+ * one-member objects and one-item arrays (nested first ones), and a
+ * top-level object per kind (the top's first member).
+ */
+static const char *kvs_gram_slice_kinds[] = {
+    "\"s\"", "\"\"", "\"a\\\"b\\u00e9\"", "0", "12", "-3", "1.5",
+    "-0.25", "2e3", "1.25E-2", "6e+1", "true", "false", "null", "{}", "[]",
+    "{\"x\": 1}", "[1, \"y\"]",
+};
+
+#define KVS_GRAM_SLICE_KINDS                                                 \
+    (sizeof(kvs_gram_slice_kinds) / sizeof(kvs_gram_slice_kinds[0]))
+
+/* json_object's texts: 0 to 3 the mixed ones, then one per kind */
+#define KVS_GRAM_SLICE_JSON_TEXTS  (4 + KVS_GRAM_SLICE_KINDS)
+
+/* Appends str to out (cap bytes, NUL kept) at *n; 0 when it does not
+ * fit. */
+static int
+kvs_gram_slice_put(char *out, size_t cap, size_t *n, const char *str)
+{
+    size_t  len;
+
+    len = strlen(str);
+    if (*n + len >= cap) {
+        return 0;
+    }
+    memcpy(out + *n, str, len + 1);
+    *n += len;
+
+    return 1;
+}
+
+
+/* json_object's text j (< KVS_GRAM_SLICE_JSON_TEXTS) into out; its
+ * length, 0 when cap is too small. */
+static size_t
+kvs_gram_slice_json_text(uint32_t j, char *out, size_t cap)
+{
+    int         ok;
+    size_t      n;
+    uint32_t    k;
+    char        key[8];
+    const char  *open, *sep, *close;
+
+    n = 0;
+    out[0] = '\0';
+
+    if (j >= 4) {
+        ok = kvs_gram_slice_put(out, cap, &n, "{\"a\": ")
+             && kvs_gram_slice_put(out, cap, &n, kvs_gram_slice_kinds[j - 4])
+             && kvs_gram_slice_put(out, cap, &n, "}");
+        return ok ? n : 0;
+    }
+
+    /* 0: the top's members; 1: a nested object's, then an array's;
+     * 2: one-member objects; 3: one-item arrays */
+    ok = kvs_gram_slice_put(out, cap, &n, j == 0 ? "{" : "{\"a\": ");
+    if (j == 1) {
+        ok = ok && kvs_gram_slice_put(out, cap, &n, "{");
+    } else if (j >= 2) {
+        ok = ok && kvs_gram_slice_put(out, cap, &n, "[");
+    }
+
+    open = j == 2 ? "{\"b\": " : j == 3 ? "[" : "";
+    close = j == 2 ? "}" : j == 3 ? "]" : "";
+
+    for (k = 0; ok && k < KVS_GRAM_SLICE_KINDS; k++) {
+        sep = k > 0 ? ", " : "";
+        ok = kvs_gram_slice_put(out, cap, &n, sep)
+             && kvs_gram_slice_put(out, cap, &n, open);
+        if (ok && j <= 1) {
+            key[0] = '"';
+            key[1] = (char) ('a' + k);
+            memcpy(key + 2, "\": ", 4);
+            ok = kvs_gram_slice_put(out, cap, &n, key);
+        }
+        ok = ok && kvs_gram_slice_put(out, cap, &n, kvs_gram_slice_kinds[k])
+             && kvs_gram_slice_put(out, cap, &n, close);
+    }
+
+    if (j == 1) {
+        ok = ok && kvs_gram_slice_put(out, cap, &n, "}, \"b\": [");
+        for (k = 0; ok && k < KVS_GRAM_SLICE_KINDS; k++) {
+            ok = kvs_gram_slice_put(out, cap, &n, k > 0 ? ", " : "")
+                 && kvs_gram_slice_put(out, cap, &n,
+                                       kvs_gram_slice_kinds[k]);
+        }
+        ok = ok && kvs_gram_slice_put(out, cap, &n, "]");
+    } else if (j >= 2) {
+        ok = ok && kvs_gram_slice_put(out, cap, &n, "]");
+    }
+    ok = ok && kvs_gram_slice_put(out, cap, &n, "}");
+
+    return ok ? n : 0;
+}
+
 
 /* The caps the references are built under: the engine's node cap (the
  * smaller of the engine's and the default) and the default frontier
  * cap, so that the entries hold for both (kvs_gram_slice_find). */
 #define KVS_GRAM_SLICE_NODES  (1u << 20)
+
+/* a reference masker's state cache (its table holds 8 entries a slot:
+ * every key of the longest text, so that none is evicted before the
+ * harvest), and the longest text made */
+#define KVS_GRAM_SLICE_CACHE  128
+#define KVS_GRAM_SLICE_TEXT   1024
 #define KVS_GRAM_SLICE_FRONT  4096
 
 
@@ -440,8 +576,7 @@ typedef struct {
     kvs_gram_slices_t  *ss;
     const kvs_gram_t   *g;
     kvs_gram_mlimits_t  lim;
-    uint32_t           *buf;
-    kvs_gram_sh_t      *sh;
+    kvs_gram_shbuf_t   *sb;
 } kvs_gram_harvest_t;
 
 
@@ -463,17 +598,17 @@ kvs_gram_slice_take(void *arg, const uint32_t *key, const uint32_t *bits,
     {
         return KVS_OK;
     }
-    if (kvs_gram_shape_run(hv->g, key, hv->buf, KVS_GRAM_SHAPE_MAX, &n,
-                           &hd, 0, hv->sh)
+    if (kvs_gram_shape_run(hv->g, key, hv->sb->out, KVS_GRAM_SHAPE_MAX, &n,
+                           &hd, 0, &hv->sb->sh)
         != KVS_OK)
     {
         return KVS_OK;
     }
-    h = kvs_gram_shape_hash(hv->buf, n);
+    h = kvs_gram_shape_hash(hv->sb->out, n);
     for (i = 0; i < hv->ss->n; i++) {
         s = &hv->ss->s[i];
         if (s->hash == h && s->n_shape == n
-            && memcmp(s->shape, hv->buf, (size_t) n * sizeof(uint32_t)) == 0)
+            && memcmp(s->shape, hv->sb->out, (size_t) n * sizeof(uint32_t)) == 0)
         {
             return KVS_OK;
         }
@@ -491,7 +626,7 @@ kvs_gram_slice_take(void *arg, const uint32_t *key, const uint32_t *bits,
         return KVS_ENOMEM;
     }
 
-    memcpy(s->shape, hv->buf, (size_t) n * sizeof(uint32_t));
+    memcpy(s->shape, hv->sb->out, (size_t) n * sizeof(uint32_t));
     memcpy(s->bits, bits, (size_t) hv->ss->words * sizeof(uint32_t));
     if (n_ranges > 0) {
         memcpy(s->ranges, ranges, (size_t) n_ranges * 2 * sizeof(uint32_t));
@@ -499,6 +634,7 @@ kvs_gram_slice_take(void *arg, const uint32_t *key, const uint32_t *bits,
     s->n_shape = n;
     s->hash = h;
     s->head = hd;
+    hv->ss->heads[hv->ss->n] = hd;
     s->lim = hv->lim;
     s->n_ranges = n_ranges;
     s->some = some;
@@ -518,10 +654,11 @@ kvs_gram_slice_take(void *arg, const uint32_t *key, const uint32_t *bits,
  * compiler's output costs its slices, never a wrong one). */
 static int
 kvs_gram_slice_ref(kvs_gram_slices_t *ss, const kvs_gram_vocab_t *gv,
-    uint32_t ri, uint32_t *bits, uint32_t *buf, kvs_err_t *err)
+    uint32_t ri, uint32_t *bits, kvs_gram_shbuf_t *sb, kvs_err_t *err)
 {
     int                  rc;
-    size_t               i, j, len;
+    size_t               i, j, len, ntexts;
+    char                 text[KVS_GRAM_SLICE_TEXT];
     json_t              *js;
     json_error_t         jerr;
     kvs_gram_t           g;
@@ -532,8 +669,9 @@ kvs_gram_slice_ref(kvs_gram_slices_t *ss, const kvs_gram_vocab_t *gv,
     kvs_gram_mlimits_t   ml;
     const char          *t;
 
+    /* the engine's layout (", " and ": "): a key's shape holds it */
     memset(&o, 0, sizeof(o));
-    o.flags = KVS_GRAM_COMPACT;
+    o.flags = 0;
 
     if (kvs_gram_slice_refs[ri].schema == NULL) {
         rc = kvs_gram_json_object(&g, &o, err);
@@ -557,12 +695,21 @@ kvs_gram_slice_ref(kvs_gram_slices_t *ss, const kvs_gram_vocab_t *gv,
     hv.ss = ss;
     hv.g = &g;
     hv.lim = ml;
-    hv.buf = buf;
-    hv.sh = (kvs_gram_sh_t *) (buf + KVS_GRAM_SHAPE_MAX);
+    hv.sb = sb;
 
-    for (j = 0; j < 3 && rc == KVS_OK; j++) {
-        t = kvs_gram_slice_refs[ri].texts[j];
-        if (t == NULL) {
+    ntexts = kvs_gram_slice_refs[ri].schema == NULL
+             ? KVS_GRAM_SLICE_JSON_TEXTS : 3;
+
+    for (j = 0; j < ntexts && rc == KVS_OK; j++) {
+        if (kvs_gram_slice_refs[ri].schema == NULL) {
+            len = kvs_gram_slice_json_text((uint32_t) j, text,
+                                           sizeof(text));
+            t = text;
+        } else {
+            t = kvs_gram_slice_refs[ri].texts[j];
+            len = t != NULL ? strlen(t) : 0;
+        }
+        if (len == 0) {
             break;
         }
 
@@ -570,14 +717,13 @@ kvs_gram_slice_ref(kvs_gram_slices_t *ss, const kvs_gram_vocab_t *gv,
         if (rc != KVS_OK) {
             break;
         }
-        rc = kvs_gram_masker_init(&mk, gv, &m, 64, err);
+        rc = kvs_gram_masker_init(&mk, gv, &m, KVS_GRAM_SLICE_CACHE, err);
         if (rc != KVS_OK) {
             kvs_gram_matcher_free(&m);
             break;
         }
         mk.noslices = 1;
 
-        len = strlen(t);
         for (i = 0; i <= len; i++) {
             rc = kvs_gram_mask(&mk, bits, err);
             if (rc != KVS_OK || i == len
@@ -628,7 +774,8 @@ int
 kvs_gram_vocab_slices(kvs_gram_vocab_t *gv, kvs_err_t *err)
 {
     int                 rc;
-    uint32_t            ri, *bits, *buf;
+    uint32_t            ri, *bits;
+    kvs_gram_shbuf_t   *sb;
     kvs_gram_slices_t  *ss;
 
     kvs_gram_slices_free(gv->slices);
@@ -636,12 +783,11 @@ kvs_gram_vocab_slices(kvs_gram_vocab_t *gv, kvs_err_t *err)
 
     ss = calloc(1, sizeof(kvs_gram_slices_t));
     bits = malloc(((size_t) gv->n_tokens + 32) / 32 * sizeof(uint32_t));
-    buf = malloc(KVS_GRAM_SHAPE_MAX * sizeof(uint32_t)
-                 + sizeof(kvs_gram_sh_t));
-    if (ss == NULL || bits == NULL || buf == NULL) {
+    sb = calloc(1, sizeof(kvs_gram_shbuf_t));
+    if (ss == NULL || bits == NULL || sb == NULL) {
         free(ss);
         free(bits);
-        free(buf);
+        free(sb);
         return kvs_err_set(err, KVS_ENOMEM, "grammar slices: no memory");
     }
     ss->words = (gv->n_tokens + 31) / 32;
@@ -650,11 +796,11 @@ kvs_gram_vocab_slices(kvs_gram_vocab_t *gv, kvs_err_t *err)
     for (ri = 0; ri < sizeof(kvs_gram_slice_refs)
                       / sizeof(kvs_gram_slice_refs[0]) && rc == KVS_OK; ri++)
     {
-        rc = kvs_gram_slice_ref(ss, gv, ri, bits, buf, err);
+        rc = kvs_gram_slice_ref(ss, gv, ri, bits, sb, err);
     }
 
     free(bits);
-    free(buf);
+    free(sb);
 
     if (rc != KVS_OK) {
         kvs_gram_slices_free(ss);

@@ -516,14 +516,28 @@ uint32_t kvs_gram_vocab_n_slices(const kvs_gram_vocab_t *gv);
 int kvs_gram_shape(const kvs_gram_t *g, const uint32_t *key, uint32_t *out,
     uint32_t cap, uint32_t *n);
 
-/* 1 and the slice's entry if gv has one for key's shape in g, built
- * under caps no larger than lim (its bits' nonzero words listed in
- * sparse when they are few, kvs_gram_sparse, else NULL; sparse may be
- * NULL); else 0. */
+/* A slice's entry, the vocabulary's (read only, for as long as gv):
+ * accepted bits by token id, dependent ranges of sorted positions, and
+ * its bits' nonzero words as (index, word) pairs when they are few
+ * (kvs_gram_sparse), else sparse NULL. */
+typedef struct {
+    const uint32_t  *bits;
+    const uint32_t  *ranges;
+    const uint32_t  *sparse;
+    uint32_t         n_ranges, some, n_sparse;
+} kvs_gram_slice_ent_t;
+
+/* A lookup's scratch (42 KiB: a shape and its rule table), kept by the
+ * caller between lookups; freed with free(). */
+typedef struct kvs_gram_shbuf_s kvs_gram_shbuf_t;
+
+/* 1 and *out the slice's entry if gv has one for key's shape in g,
+ * built under caps no larger than lim; else 0.  scratch: where the
+ * lookup's scratch is kept (made on first use), or NULL (made and
+ * freed each call). */
 int kvs_gram_slice_find(const kvs_gram_vocab_t *gv, const kvs_gram_t *g,
     const uint32_t *key, const kvs_gram_mlimits_t *lim,
-    const uint32_t **bits, const uint32_t **ranges, uint32_t *n_ranges,
-    uint32_t *some, const uint32_t **sparse, uint32_t *n_sparse);
+    kvs_gram_slice_ent_t *out, kvs_gram_shbuf_t **scratch);
 
 /* The nonzero words of b[0 .. words) as (index, word) pairs in *out
  * (the caller's to free) where they are at most words /
@@ -833,6 +847,8 @@ typedef struct kvs_gram_masker_s {
      * noslices: never (the reference the tests compare with) */
     int                      noslices;
     uint64_t                 ind_slices;      /* entries taken so */
+    kvs_gram_shbuf_t        *shbuf;           /* the lookups' scratch,
+                                                 made on first use */
 
     /* the verdicts of the dependent tokens shorter than the state's
      * smallest tier count, kept per canonical state (kvs_gram_verdict.c:
@@ -961,9 +977,10 @@ void kvs_gram_masker_share(kvs_gram_masker_t *mk, kvs_gram_masker_t *t);
  * skipped as dearer than their share, its work units, and done: every
  * key of the grammar was tried; runs: entries of class runs (a run's
  * largest count, and counts taken from it) built on their allowance
- * (kvs_gram_warm.c), run_units the work spent from it. */
+ * (kvs_gram_warm.c), run_units the work spent from it; lent: entries
+ * its first pass took from slices (of slices). */
 typedef struct {
-    uint32_t  keys, built, slices, entries, skipped, runs;
+    uint32_t  keys, built, slices, entries, skipped, runs, lent;
     uint64_t  units, run_units;
     int       done;
 } kvs_gram_warm_stats_t;

@@ -131,6 +131,11 @@ tw_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks)
 
         assert_true(sw.entries > 0);
         assert_true(sw.keys >= sw.built);
+        /* json_object's values are slices, lent before the builds and
+         * in at most half the fill (their masks compared below) */
+        assert_true(sw.lent <= sw.slices);
+        assert_true(schema != NULL || sw.lent > 0);
+        assert_true(st.lent <= 6 / 2);
         /* the build that meets the bound is cut short at its next
          * check and not kept, and the warm stops there */
         assert_true(sp.units < 2 * 3000);
@@ -178,10 +183,12 @@ tw_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks)
         kvs_gram_masker_free(&tiny);
     }
 
-    print_message("%s: %u keys, %u entries warmed; misses warm %llu, "
+    print_message("%s: %u keys, %u entries warmed (%u lent first); "
+                  "misses warm %llu, "
                   "cold %llu; entries listing their words %llu, whole "
                   "%llu; masks not kept %llu; the table memo's hits in "
                   "the masks' builds %llu\n", name, sw.keys, sw.entries,
+                  sw.lent,
                   (unsigned long long) miss[TW_WARM],
                   (unsigned long long) miss[TW_COLD],
                   (unsigned long long) sparse, (unsigned long long) whole,
