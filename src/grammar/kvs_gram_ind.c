@@ -803,31 +803,43 @@ kvs_gram_ind_find(kvs_gram_masker_t *o, const uint32_t *t, uint64_t h)
 }
 
 
-/* A free entry of the table for key t (hash h): a new one, or the next
- * in round robin that this mask does not hold, emptied; KVS_ETOOLONG
- * when this mask holds them all. */
+/* A free entry of the table for key t (hash h), to be built (lent 0)
+ * or lent a slice: a new one while the table has room (for a built
+ * one, while it holds fewer than cap_built built ones), else the next
+ * in round robin that this mask does not hold (a built one where a
+ * built one must make room), emptied; KVS_ETOOLONG when there is none. */
 static int
 kvs_gram_ind_take(kvs_gram_masker_t *o, const uint32_t *t, uint64_t h,
-    int low, kvs_gram_ientry_t **out)
+    int low, int lent, kvs_gram_ientry_t **out)
 {
+    int                 built;
     uint32_t            i;
     kvs_gram_ientry_t  *e;
 
-    if (o->n_ind < o->cap_ind) {
+    built = !lent && o->n_built >= o->cap_built;
+
+    if (!built && o->n_ind < o->cap_ind) {
         e = &o->ind[o->n_ind++];
     } else {
-        for (i = 0; i < o->cap_ind; i++) {
+        for (i = 0; i < o->n_ind; i++) {
             e = &o->ind[o->next_ind];
-            o->next_ind = (o->next_ind + 1) % o->cap_ind;
-            if (e->stamp != o->serial) {
+            o->next_ind = (o->next_ind + 1) % o->n_ind;
+            if (e->stamp != o->serial
+                && (!built || (e->used && !e->lent)))
+            {
                 break;
             }
         }
-        if (i == o->cap_ind) {
+        if (i == o->n_ind) {
             return KVS_ETOOLONG;      /* more stacks than entries */
         }
         if (e->used) {
             kvs_gram_ind_slot_del(o, (uint32_t) (e - o->ind));
+            if (e->lent) {
+                o->n_lent--;
+            } else {
+                o->n_built--;
+            }
         }
         kvs_gram_ind_free(e);
     }
@@ -858,6 +870,7 @@ kvs_gram_ind_lend(kvs_gram_masker_t *mk, kvs_gram_masker_t *o,
     e->some = sl->some;
     e->used = 1;
     e->stamp = o->serial;
+    o->n_lent++;
     if (sl->sparse != NULL) {
         o->ind_sparse++;
     }
@@ -898,7 +911,7 @@ kvs_gram_ind_get_slice(kvs_gram_masker_t *mk, const uint32_t *t0,
         return KVS_ENOTFOUND;
     }
 
-    rc = kvs_gram_ind_take(o, t, h, low, &e);
+    rc = kvs_gram_ind_take(o, t, h, low, 1, &e);
     if (rc != KVS_OK) {
         return rc;
     }
@@ -974,7 +987,7 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
         }
     }
 
-    rc = kvs_gram_ind_take(o, t, h, low, &e);
+    rc = kvs_gram_ind_take(o, t, h, low, sl, &e);
     if (rc != KVS_OK) {
         return rc;
     }
@@ -1016,6 +1029,7 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
 
     e->used = 1;
     e->stamp = o->serial;
+    o->n_built++;
     kvs_gram_ind_seal(mk, e);
     kvs_gram_ind_slot_add(o, (uint32_t) (e - o->ind));
     mk->ind_src += se != NULL && rn == 0;

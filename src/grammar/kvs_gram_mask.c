@@ -86,6 +86,7 @@ kvs_gram_masker_init(kvs_gram_masker_t *mk, const kvs_gram_vocab_t *gv,
     if (cache_entries > 0) {
         /* a state has up to max_front stacks, each its own entry */
         mk->cap_ind = cache_entries * 8;
+        mk->cap_built = mk->cap_ind;
         mk->cache = calloc(cache_entries, sizeof(kvs_gram_centry_t));
         mk->ind = calloc(mk->cap_ind, sizeof(kvs_gram_ientry_t));
         mk->used = calloc(m->lim.max_front + 1, sizeof(kvs_gram_ientry_t *));
@@ -119,7 +120,10 @@ kvs_gram_masker_init_table(kvs_gram_masker_t *t, const kvs_gram_vocab_t *gv,
     memset(t, 0, sizeof(kvs_gram_masker_t));
     t->gv = gv;
     t->words = (gv->n_tokens + 31) / 32;
-    t->cap_ind = entries > 0 ? entries : 1;
+    /* lent entries hold no bits of their own: as many slots again for
+     * them, so that a grammar's slices do not crowd out its builds */
+    t->cap_built = entries > 0 ? entries : 1;
+    t->cap_ind = 2 * t->cap_built;
     t->ind = calloc(t->cap_ind, sizeof(kvs_gram_ientry_t));
 
     if (t->ind == NULL || kvs_gram_ind_index(t) != KVS_OK) {
@@ -153,6 +157,8 @@ kvs_gram_masker_share(kvs_gram_masker_t *mk, kvs_gram_masker_t *t)
 
     kvs_gram_ind_unindex_all(mk);
     mk->n_ind = 0;
+    mk->n_built = 0;
+    mk->n_lent = 0;
     mk->ind_owner = t;
 }
 

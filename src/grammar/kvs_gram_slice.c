@@ -107,12 +107,20 @@ struct kvs_gram_slices_s {
                                              alternatives' count */
 #define KVS_GRAM_SH_DEAD   0xffffffd0u    /* an alternative never entered */
 
+/* The slices a lookup's shape may still be (those whose head is its
+ * head): the run stops once its words are a prefix of none. */
+#define KVS_GRAM_SHAPE_FOLLOW  16
+
 /* A shape run's scratch: slot[i] holds a rank + 1 while sstamp[i] is
- * the run's stamp (a new run frees them all by taking a new stamp). */
+ * the run's stamp (a new run frees them all by taking a new stamp);
+ * pref[0 .. n_pref) the shapes it follows (none: it runs to the end),
+ * their first `same` words checked equal to out's. */
 typedef struct {
     const kvs_gram_t  *g;
     uint32_t          *out;
     uint32_t           n, cap;
+    const kvs_gram_slice_t  *pref[KVS_GRAM_SHAPE_FOLLOW];
+    uint32_t           n_pref, same;
     uint32_t           rules[KVS_GRAM_SHAPE_RULES];
     uint32_t           n_rules;
     uint32_t           stamp;
@@ -203,6 +211,31 @@ kvs_gram_sh_alt(kvs_gram_sh_t *sh, uint32_t p)
             return KVS_ETOOLONG;      /* DEAD only starts an alternative */
         }
     }
+}
+
+
+/* Drops the followed shapes that out's words since the last check do
+ * not continue; KVS_ENOTFOUND when none is left. */
+static int
+kvs_gram_sh_follow(kvs_gram_sh_t *sh)
+{
+    uint32_t                 i;
+    const kvs_gram_slice_t  *s;
+
+    for (i = 0; i < sh->n_pref; /* void */) {
+        s = sh->pref[i];
+        if (s->n_shape < sh->n
+            || memcmp(s->shape + sh->same, sh->out + sh->same,
+                      (size_t) (sh->n - sh->same) * sizeof(uint32_t)) != 0)
+        {
+            sh->pref[i] = sh->pref[--sh->n_pref];
+            continue;
+        }
+        i++;
+    }
+    sh->same = sh->n;
+
+    return sh->n_pref > 0 ? KVS_OK : KVS_ENOTFOUND;
 }
 
 
@@ -300,6 +333,10 @@ kvs_gram_shape_run(const kvs_gram_t *g, const uint32_t *key, uint32_t *out,
                 return KVS_ETOOLONG;
             }
         }
+
+        if (sh->n_pref > 0 && kvs_gram_sh_follow(sh) != KVS_OK) {
+            return KVS_ENOTFOUND;
+        }
     }
 
     *n = sh->n;
@@ -333,7 +370,7 @@ kvs_gram_slice_find(const kvs_gram_vocab_t *gv, const kvs_gram_t *g,
     const uint32_t *key, const kvs_gram_mlimits_t *lim,
     kvs_gram_slice_ent_t *out, kvs_gram_shbuf_t **scratch)
 {
-    int                       found;
+    int                       found, rc;
     uint32_t                  i, n;
     uint64_t                  h, hd;
     kvs_gram_shbuf_t         *sb;
@@ -366,20 +403,35 @@ kvs_gram_slice_find(const kvs_gram_vocab_t *gv, const kvs_gram_t *g,
         goto done;
     }
 
-    /* the key positions' own alternatives first: most keys stop here */
-    for (i = 0; i < ss->n && ss->heads[i] != hd; i++) {
-        /* void */
+    /* the key positions' own alternatives first: most keys stop here;
+     * the rest follow the shapes of that head, and stop where they
+     * leave the last of them */
+    sb->sh.n_pref = 0;
+    sb->sh.same = 0;
+    for (i = 0; i < ss->n; i++) {
+        s = &ss->s[i];
+        if (ss->heads[i] == hd && lim->max_nodes >= s->lim.max_nodes
+            && lim->max_front >= s->lim.max_front)
+        {
+            if (sb->sh.n_pref == KVS_GRAM_SHAPE_FOLLOW) {
+                sb->sh.n_pref = 0;    /* too many: no stop, hash them */
+                break;
+            }
+            sb->sh.pref[sb->sh.n_pref++] = s;
+        }
     }
-    if (i == ss->n
-        || kvs_gram_shape_run(g, key, sb->out, KVS_GRAM_SHAPE_MAX, &n, NULL,
-                              0, &sb->sh)
-           != KVS_OK)
-    {
+    if (i == ss->n && sb->sh.n_pref == 0) {
+        goto done;
+    }
+
+    rc = kvs_gram_shape_run(g, key, sb->out, KVS_GRAM_SHAPE_MAX, &n, NULL, 0,
+                            &sb->sh);
+    if (rc != KVS_OK) {
         goto done;
     }
     h = kvs_gram_shape_hash(sb->out, n);
 
-    for ( /* void */ ; i < ss->n; i++) {
+    for (i = 0; i < ss->n; i++) {
         s = &ss->s[i];
         if (s->hash == h && s->n_shape == n
             && lim->max_nodes >= s->lim.max_nodes
@@ -398,6 +450,8 @@ kvs_gram_slice_find(const kvs_gram_vocab_t *gv, const kvs_gram_t *g,
     }
 
 done:
+
+    sb->sh.n_pref = 0;
 
     if (scratch == NULL) {
         free(sb);
@@ -419,7 +473,9 @@ done:
  * characters) and its tiers, with and without a mandatory first
  * character (`minLength` 1; other minimums spell another sub-grammar),
  * with an escape at each tier (after a backslash each of the 15 escape
- * alternatives is a key of its own).  json_object's texts are made from
+ * alternatives is a key of its own), and the maps and arrays of strings
+ * and arrays of integers that tools' parameters hold (their insides:
+ * where they return is the schema's).  json_object's texts are made from
  * kvs_gram_slice_kinds (below), in the engine's layout (", " and ": ":
  * a key's shape holds the separators, so a compact reference would
  * serve no request).
@@ -451,6 +507,14 @@ static const struct {
         "\"a\\tb\\u00e9c\"", NULL } },
     { "{\"type\": \"string\", \"minLength\": 1, \"maxLength\": 300}",
       { "\"abc\"", "\"a\\tb\\u00e9c\"", NULL } },
+    { "{\"type\": \"object\", \"additionalProperties\": "
+      "{\"type\": \"string\"}}",
+      { "{\"a\": \"x\", \"b\\\"c\": \"y\\n\\u00e9\", \"\": \"\"}",
+        "{}", "{\"k\": \"v\"}" } },
+    { "{\"type\": \"array\", \"items\": {\"type\": \"string\"}}",
+      { "[\"a\", \"b\\\"c\\u00e9\", \"\"]", "[]", "[\"x\"]" } },
+    { "{\"type\": \"array\", \"items\": {\"type\": \"integer\"}}",
+      { "[1, -20, 0, 345]", "[]", "[7]" } },
     { NULL, { NULL, NULL, NULL } },
 };
 

@@ -17,7 +17,10 @@
  * from the root, the keys with a bounded string's low counts after all
  * others, and builds each key's entry through kvs_gram_ind_get(), as a
  * mask would, until a work bound, a fill of the table, or the end of
- * the keys.
+ * the keys.  Before all that, a first pass over the same pairs lends
+ * each one a vocabulary slice gives (kvs_gram_slice.c): no walk, and
+ * slots of their own (kvs_gram_masker_init_table), at most `fill` of
+ * them.
  *
  * A class run's source (kvs_gram_run.c: the entry of a run's largest
  * count, which every other count of the run is taken from) is a dear
@@ -337,7 +340,8 @@ kvs_gram_warm_low(const kvs_gram_masker_t *mk, const uint32_t *key)
  * share of the units and by what is left of them: KVS_OK (built, found,
  * or skipped as dearer than its share, which the masks build if a parse
  * meets it; a skipped key is not tried again), KVS_ETOOLONG when the
- * units are spent or the table holds `fill` entries. */
+ * units are spent or the table holds `fill` built entries (in the first
+ * pass: lent ones, no walk, no units). */
 static int
 kvs_gram_warm_key(kvs_gram_warm_run_t *wr, const uint32_t *key,
     kvs_err_t *err)
@@ -353,7 +357,7 @@ kvs_gram_warm_key(kvs_gram_warm_run_t *wr, const uint32_t *key,
     if (wr->looks) {
         /* a lent slice costs no walk: no units, no share */
         if (wr->n_looks == KVS_GRAM_WARM_MAX_LOOKS
-            || wr->t->n_ind >= wr->fill / 2)
+            || wr->t->n_lent >= wr->fill)
         {
             return KVS_ETOOLONG;
         }
@@ -365,7 +369,9 @@ kvs_gram_warm_key(kvs_gram_warm_run_t *wr, const uint32_t *key,
         return rc == KVS_ENOTFOUND ? KVS_OK : rc;
     }
 
-    if (wr->s.keys == KVS_GRAM_WARM_MAX_KEYS || wr->t->n_ind >= wr->fill) {
+    if (wr->s.keys == KVS_GRAM_WARM_MAX_KEYS
+        || wr->t->n_built >= wr->fill)
+    {
         return KVS_ETOOLONG;
     }
     wr->s.keys++;
@@ -617,20 +623,13 @@ kvs_gram_masker_warm(kvs_gram_masker_t *t, const kvs_gram_t *g,
     wr.units = units != 0 ? units : UINT64_MAX / 2;
     wr.per_key = wr.units / KVS_GRAM_WARM_SHARE > 0
                  ? wr.units / KVS_GRAM_WARM_SHARE : 1;
-    wr.fill = fill < t->cap_ind ? fill : t->cap_ind;
+    wr.fill = fill < t->cap_built ? fill : t->cap_built;
     wr.run_left = wr.units;
 
-    /* sample texts first: the structure every output passes through;
-     * the seed is the grammar's, so a warm is the same every time */
-    rng = 0x9E3779B97F4A7C15ULL ^ g->n_elems;
-    for (n = 0; n < KVS_GRAM_WARM_WALKS && rc == KVS_OK; n++) {
-        rc = kvs_gram_warm_walk(&wr, &rng, err);
-    }
-
-    /* every key a vocabulary slice gives, lent: no walk (after a
-     * backslash in a string, 15 keys at once); a bound met ends this
-     * pass alone */
-    if (rc == KVS_OK && t->gv->slices != NULL && kvs_gram_vocab_n_slices(t->gv) > 0) {
+    /* every key a vocabulary slice gives, lent: no walk, no units, and
+     * slots of their own (after a backslash in a string, 15 keys at
+     * once); a bound met ends this pass alone */
+    if (t->gv->slices != NULL && kvs_gram_vocab_n_slices(t->gv) > 0) {
         wr.looks = 1;
         rc = kvs_gram_warm_enum(&wr, &w, err);
         wr.looks = 0;
@@ -638,6 +637,13 @@ kvs_gram_masker_warm(kvs_gram_masker_t *t, const kvs_gram_t *g,
         if (rc == KVS_ETOOLONG) {
             rc = KVS_OK;
         }
+    }
+
+    /* sample texts first: the structure every output passes through;
+     * the seed is the grammar's, so a warm is the same every time */
+    rng = 0x9E3779B97F4A7C15ULL ^ g->n_elems;
+    for (n = 0; n < KVS_GRAM_WARM_WALKS && rc == KVS_OK; n++) {
+        rc = kvs_gram_warm_walk(&wr, &rng, err);
     }
 
     if (rc == KVS_OK) {

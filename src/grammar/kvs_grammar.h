@@ -779,6 +779,10 @@ typedef struct kvs_gram_masker_s {
     uint32_t                *kbuf;    /* [max_front + 1] a mask's sorted
                                          frontier, its state cache key */
     uint32_t                 n_ind, cap_ind, next_ind;
+    /* entries held that were built (at most cap_built: their bits are
+     * theirs) and that lend a slice's (kvs_gram_ind.c); a table has as
+     * many slots again for the latter, a masker's own table none */
+    uint32_t                 n_built, n_lent, cap_built;
     /* the used entries by key hash: open addressing, linear probing,
      * slot = index in ind + 1 (0: empty), at most half full */
     uint32_t                *islot;   /* [islot_mask + 1] */
@@ -955,8 +959,9 @@ int kvs_gram_masker_memo(kvs_gram_masker_t *mk, uint32_t max_states,
  * the grammar and the vocabulary, so the maskers of one grammar can
  * share one table and each entry's trie walk (the expensive first mask
  * of a string, a key, a number) is paid once for all of them.  At most
- * `entries` entries of n_tokens bits each (plus their dependent ranges),
- * and a memo of KVS_GRAM_TABLE_MEMO_STATES states for their builds
+ * `entries` built entries of n_tokens bits each (plus their dependent
+ * ranges), as many again that lend a vocabulary slice's (a slot each,
+ * ~100 bytes, no bits of their own: kvs_gram_slice.c), and a memo of KVS_GRAM_TABLE_MEMO_STATES states for their builds
  * (kvs_gram_memo_bytes(KVS_GRAM_TABLE_MEMO_STATES) more at most: 1.55
  * MiB), and once a low tier's key is met the cache of its long tokens'
  * classifications (kvs_gram_long.c: kvs_gram_long_bytes(), 88 KiB).
@@ -991,8 +996,9 @@ typedef struct {
  * (kvs_gram_warm.c), nearest the root first, as masks with matcher
  * limits lim would build them, until `units` of work are spent (0: no
  * bound; a build the bound cuts short is not kept; class runs' largest
- * counts have as many again of their own), t holds `fill`
- * entries (at most its size), or every key is tried.  A bound met is
+ * counts have as many again of their own), t holds `fill` built
+ * entries (at most `entries`), or every key is tried; first it lends
+ * every key's slice it has, at most `fill` of them.  A bound met is
  * KVS_OK: the masks build what is left as they meet it.  st may be NULL.
  * The caller's thread must be the only one using t.
  */

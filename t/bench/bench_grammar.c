@@ -486,9 +486,10 @@ main(int argc, char **argv)
             }
             twarm = (bg_now() - t0) / 1e3;
             printf("    warmed in %.3f ms: %u keys tried, %u entries built "
-                   "(%u from slices, %u skipped, %u on the runs' %llu "
-                   "units), %llu units%s\n", twarm,
-                   wst.keys, wst.built, wst.slices, wst.skipped, wst.runs,
+                   "(%u from slices, %u of them first, %u skipped, %u on "
+                   "the runs' %llu units), %llu units%s\n", twarm,
+                   wst.keys, wst.built, wst.slices, wst.lent, wst.skipped,
+                   wst.runs,
                    (unsigned long long) wst.run_units,
                    (unsigned long long) wst.units,
                    wst.done ? ", every key" : "");
