@@ -576,9 +576,9 @@ kvs_gram_ind_name(const kvs_gram_masker_t *mk, const uint32_t *t,
  * family's largest count, so its own source, if any, is a tier's: the
  * chain is at most three entries long.
  */
-static uint32_t
+uint32_t
 kvs_gram_ind_src(const kvs_gram_masker_t *mk, const uint32_t *key,
-    uint32_t *src)
+    uint32_t below, uint32_t *src)
 {
     uint32_t                 k, c, cs, p, len, all, lo;
     const kvs_gram_t        *g;
@@ -592,7 +592,7 @@ kvs_gram_ind_src(const kvs_gram_masker_t *mk, const uint32_t *key,
     for (k = 0; k < KVS_GRAM_CUT; k++) {
         src[k] = key[k];
         c = kvs_gram_rep_count(g, key[k]);
-        if (c == 0) {
+        if (c == 0 || c >= below) {
             continue;
         }
 
@@ -977,7 +977,7 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
         }
     }
 
-    len = mk->nosrc || sl || rn > 0 ? 0 : kvs_gram_ind_src(mk, t, s);
+    len = mk->nosrc || sl || rn > 0 ? 0 : kvs_gram_ind_src(mk, t, UINT32_MAX, s);
     if (len > 1) {
         rc = kvs_gram_ind_get(mk, s, &se, err);
         if (rc == KVS_ETOOLONG && !kvs_gram_work_over(&mk->work)) {

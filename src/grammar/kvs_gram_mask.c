@@ -309,6 +309,7 @@ kvs_gram_mask_ind(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
 {
     int                      rc, any;
     uint32_t                 i, j, k, id, n_used, t[KVS_GRAM_CUT];
+    uint32_t                 src[KVS_GRAM_CUT];
     uint32_t                 n_front, len, c, all, capped, *nm;
     kvs_gram_ientry_t       *e;
     const kvs_gram_matcher_t  *m;
@@ -334,11 +335,22 @@ kvs_gram_mask_ind(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
 
         /* the stack's name (kvs_gram_verdict.c): its key and the node
          * below the cut; len the smallest count of a position that the
-         * key may rename (a tier's) */
+         * key may rename (a tier's); a count below its family's keyed
+         * one (a bounded string's last characters, each a key of its
+         * own) is named by that member too, and bounds len alike */
         nm = mk->vname + 3 * (size_t) i;
         mk->vtop[3 * (size_t) i] = t[0];
         mk->vtop[3 * (size_t) i + 1] = t[1];
         mk->vtop[3 * (size_t) i + 2] = (uint32_t) kvs_gram_ind_key(mk, t, nm);
+        c = kvs_gram_ind_src(mk, nm, mk->gv->rep_low != 0
+                                     ? mk->gv->rep_low : all, src);
+        if (c > 0) {
+            nm[0] = src[0];
+            nm[1] = src[1];
+            if (c < len) {
+                len = c;
+            }
+        }
         nm[2] = id;
         for (k = 0; k < KVS_GRAM_CUT; k++) {
             c = kvs_gram_rep_count(m->g, t[k]);

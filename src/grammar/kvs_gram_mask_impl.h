@@ -61,6 +61,15 @@ int kvs_gram_ind_key(const kvs_gram_masker_t *mk, const uint32_t *t,
 int kvs_gram_ind_name(const kvs_gram_masker_t *mk, const uint32_t *t,
     uint32_t *key, int low_tier);
 
+/* key (as kvs_gram_ind_key names it) with each counted position below
+ * `below` copies and its family's keyed count (max_len + 1, rep_low or
+ * the family's largest) named by the member at that count, in src; the
+ * smallest count so renamed (0: none).  The two keys' cut walks
+ * classify alike, and two stacks of the two keys over one node below
+ * take alike, every token shorter than it (kvs_gram_rep.c's argument). */
+uint32_t kvs_gram_ind_src(const kvs_gram_masker_t *mk, const uint32_t *key,
+    uint32_t below, uint32_t *src);
+
 /* The entry of the stack whose top positions are t0, found in the
  * masker's table (or its owner's) or built there; KVS_ETOOLONG when the
  * table has no slot this mask does not hold, or the work bound ran out. */

@@ -348,7 +348,7 @@ kvs_gram_verdict_check(kvs_gram_masker_t *mk, uint32_t n, uint32_t len,
     uint32_t             i, j, nr, tot, maxb, use, id, *key, *key2;
     uint64_t             h, capped;
     const uint32_t      *rg;
-    kvs_gram_ventry_t   *v;
+    kvs_gram_ventry_t   *v, *old;
     kvs_gram_matcher_t  *m;
     kvs_gram_vrec_t      rec;
     kvs_gram_lset_t      ls;
@@ -367,6 +367,7 @@ kvs_gram_verdict_check(kvs_gram_masker_t *mk, uint32_t n, uint32_t len,
     }
 
     any = 0;
+    old = NULL;
 
     for (i = 0; i < mk->n_vc; i++) {
         v = &mk->vc[i];
@@ -374,6 +375,12 @@ kvs_gram_verdict_check(kvs_gram_masker_t *mk, uint32_t n, uint32_t len,
             || memcmp(v->key, key, (size_t) n * 3 * sizeof(uint32_t)) != 0)
         {
             continue;
+        }
+        if (len > v->len) {
+            /* kept at a smaller count (a bounded string's last
+             * characters): this state keeps more, in its place */
+            old = v;
+            break;
         }
         if ((uint64_t) n * v->front > m->lim.max_front
             || (uint64_t) m->n_nodes + (uint64_t) n * v->nodes
@@ -482,7 +489,10 @@ kvs_gram_verdict_check(kvs_gram_masker_t *mk, uint32_t n, uint32_t len,
         return any;
     }
 
-    if (mk->n_vc < mk->cap_vc) {
+    if (old != NULL) {
+        v = old;
+        kvs_gram_ventry_free(v);
+    } else if (mk->n_vc < mk->cap_vc) {
         v = &mk->vc[mk->n_vc++];
     } else {
         v = &mk->vc[mk->next_vc];

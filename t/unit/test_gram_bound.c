@@ -987,6 +987,115 @@ test_verdicts(void **state)
 }
 
 
+/*
+ * A bounded string's last characters (counts below rep_low, 8 here,
+ * each a key of its own): their stacks are named for the verdicts by
+ * their family's keyed member (kvs_gram_verdict.c), so from the first
+ * mask at rep_low or more each later one takes the kept verdicts of the
+ * tokens shorter than its count and checks the rest.  Through strings
+ * of maxLength 20 (low tier 8 .. 20) and 6 (no tier: named by their
+ * largest count) inside an object, one "a" at a time to the end, the
+ * default masker's masks must be the full walk's and those of one that
+ * checks every dependent token (noverdicts), and below rep_low the
+ * verdicts must have been taken.
+ */
+static void
+test_low_verdicts(void **state)
+{
+    static const char  *sch[] = {
+        "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": "
+        "\"string\", \"maxLength\": 20}, \"b\": {\"type\": \"integer\"}}, "
+        "\"required\": [\"a\", \"b\"], \"additionalProperties\": false}",
+        "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": "
+        "\"string\", \"maxLength\": 6}, \"b\": {\"type\": \"integer\"}}, "
+        "\"required\": [\"a\", \"b\"], \"additionalProperties\": false}",
+    };
+    static const size_t  n_chars[] = { 20, 6 };
+    int32_t             a;
+    size_t              i, k;
+    uint32_t            words, *x, *y, *z;
+    uint64_t            low_hits;
+    kvs_err_t           err;
+    kvs_gram_t          g;
+    kvs_gram_matcher_t  m;
+    kvs_gram_masker_t   plain, mk, ref;
+    kvs_gram_vocab_t   *gv;
+
+    (void) state;
+    gv = tb_vocab();
+    assert_int_equal(gv->rep_low, 8);
+    words = (gv->n_tokens + 31) / 32;
+    x = malloc(words * sizeof(uint32_t));
+    y = malloc(words * sizeof(uint32_t));
+    z = malloc(words * sizeof(uint32_t));
+    assert_non_null(x);
+    assert_non_null(y);
+    assert_non_null(z);
+    a = 'a' - 1;                      /* the byte tokens start at 1 */
+
+    for (i = 0; i < 2; i++) {
+        assert_int_equal(tg_compile(&g, sch[i], 0, &err), KVS_OK);
+        assert_int_equal(kvs_gram_matcher_init(&m, &g, NULL, &err), KVS_OK);
+        assert_int_equal(kvs_gram_masker_init(&plain, gv, &m, 0, &err),
+                         KVS_OK);
+        assert_int_equal(kvs_gram_masker_init(&mk, gv, &m, 16, &err),
+                         KVS_OK);
+        assert_int_equal(kvs_gram_masker_init(&ref, gv, &m, 16, &err),
+                         KVS_OK);
+        ref.noverdicts = 1;
+        assert_int_equal(kvs_gram_matcher_feed(&m, "{\"a\": \"", 7, &err),
+                         KVS_OK);
+
+        low_hits = 0;
+        for (k = 0; k <= n_chars[i]; k++) {
+            uint64_t  before = mk.verdict_hits;
+
+            assert_int_equal(kvs_gram_mask(&plain, x, &err), KVS_OK);
+            assert_int_equal(kvs_gram_mask(&mk, y, &err), KVS_OK);
+            assert_int_equal(kvs_gram_mask(&ref, z, &err), KVS_OK);
+            if (memcmp(x, y, words * sizeof(uint32_t)) != 0) {
+                tb_first_diff(gv, x, y, "verdicts", i, k);
+            }
+            if (memcmp(x, z, words * sizeof(uint32_t)) != 0) {
+                tb_first_diff(gv, x, z, "noverdicts", i, k);
+            }
+            /* n_chars - k characters left */
+            if (n_chars[i] - k < 8 && n_chars[i] - k > 0) {
+                low_hits += mk.verdict_hits - before;
+            }
+            if (k < n_chars[i]) {
+                assert_int_equal(kvs_gram_accept_token(&m, gv, a, &err),
+                                 KVS_OK);
+            }
+        }
+
+        print_message("maxLength %zu: verdicts kept %llu times, taken "
+                      "%llu (%llu below rep_low); %llu tokens checked "
+                      "(%llu without)\n", n_chars[i],
+                      (unsigned long long) mk.verdict_fills,
+                      (unsigned long long) mk.verdict_hits,
+                      (unsigned long long) low_hits,
+                      (unsigned long long) mk.checked,
+                      (unsigned long long) ref.checked);
+        assert_true(low_hits >= (n_chars[i] > 8 ? 7 : 2));
+        assert_int_equal(ref.verdict_hits + ref.verdict_fills, 0);
+        assert_true(i > 0 ? mk.checked <= ref.checked
+                          : mk.checked < ref.checked);
+
+        kvs_gram_masker_free(&ref);
+        kvs_gram_masker_free(&mk);
+        kvs_gram_masker_free(&plain);
+        kvs_gram_matcher_free(&m);
+        kvs_gram_free(&g);
+    }
+
+    free(x);
+    free(y);
+    free(z);
+    kvs_gram_vocab_free(gv);
+}
+
+
 int
 main(void)
 {
@@ -997,6 +1106,7 @@ main(void)
         cmocka_unit_test(test_byte_classes),
         cmocka_unit_test(test_sharing),
         cmocka_unit_test(test_verdicts),
+        cmocka_unit_test(test_low_verdicts),
         cmocka_unit_test(test_bound_walks),
     };
 
