@@ -27,7 +27,12 @@
  * entry holds the dependents accepted among those shorter than its L,
  * and a later mask of the name takes them below min(L, L_now) and
  * checks the dependents of that many bytes or more (at 60 characters
- * left, the few tokens of 60 bytes or more).
+ * left, the few tokens of 60 bytes or more).  Below the tiers (a
+ * bounded string's last characters, each count a key of its own) a
+ * counted position is named by its family's keyed member
+ * (kvs_gram_ind_src) and its count bounds what the name's verdicts hold
+ * the same way; a kept entry of a smaller count than a state's gives
+ * way to that state's, which holds more.
  *
  * Caps.  A verdict is kept only from a check that met no cap, with the
  * largest frontier it saw (front) and the most kvs_gram_intern calls

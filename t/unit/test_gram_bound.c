@@ -815,6 +815,66 @@ test_byte_classes(void **state)
     kvs_gram_vocab_free(gv);
 }
 
+/* The verdict tests' three mask buffers of gv's words. */
+static uint32_t
+tb_vbufs(const kvs_gram_vocab_t *gv, uint32_t **x, uint32_t **y,
+    uint32_t **z)
+{
+    uint32_t  words;
+
+    words = (gv->n_tokens + 31) / 32;
+    *x = malloc(words * sizeof(uint32_t));
+    *y = malloc(words * sizeof(uint32_t));
+    *z = malloc(words * sizeof(uint32_t));
+    assert_non_null(*x);
+    assert_non_null(*y);
+    assert_non_null(*z);
+
+    return words;
+}
+
+
+/* schema compiled into g, a matcher on it, and the full walk (plain),
+ * the default masker (mk) and one that keeps no verdicts (ref). */
+static void
+tb_vmaskers(const char *schema, const kvs_gram_vocab_t *gv, kvs_gram_t *g,
+    kvs_gram_matcher_t *m, kvs_gram_masker_t *plain, kvs_gram_masker_t *mk,
+    kvs_gram_masker_t *ref)
+{
+    kvs_err_t  err;
+
+    assert_int_equal(tg_compile(g, schema, 0, &err), KVS_OK);
+    assert_int_equal(kvs_gram_matcher_init(m, g, NULL, &err), KVS_OK);
+    assert_int_equal(kvs_gram_masker_init(plain, gv, m, 0, &err), KVS_OK);
+    assert_int_equal(kvs_gram_masker_init(mk, gv, m, 16, &err), KVS_OK);
+    assert_int_equal(kvs_gram_masker_init(ref, gv, m, 16, &err), KVS_OK);
+    ref->noverdicts = 1;
+}
+
+
+/* One step of the verdict tests: the three maskers' masks into x, y, z,
+ * the default's and the noverdicts one's equal to the full walk's. */
+static void
+tb_vstep(const kvs_gram_vocab_t *gv, kvs_gram_masker_t *plain,
+    kvs_gram_masker_t *mk, kvs_gram_masker_t *ref, uint32_t *x, uint32_t *y,
+    uint32_t *z, size_t i, size_t k)
+{
+    uint32_t   words;
+    kvs_err_t  err;
+
+    words = (gv->n_tokens + 31) / 32;
+    assert_int_equal(kvs_gram_mask(plain, x, &err), KVS_OK);
+    assert_int_equal(kvs_gram_mask(mk, y, &err), KVS_OK);
+    assert_int_equal(kvs_gram_mask(ref, z, &err), KVS_OK);
+    if (memcmp(x, y, words * sizeof(uint32_t)) != 0) {
+        tb_first_diff(gv, x, y, "verdicts", i, k);
+    }
+    if (memcmp(x, z, words * sizeof(uint32_t)) != 0) {
+        tb_first_diff(gv, x, z, "noverdicts", i, k);
+    }
+}
+
+
 /*
  * The dependents' verdicts kept per canonical state (kvs_gram_verdict.c):
  * through a maxLength 300 string alone and inside an object (the closing
@@ -858,25 +918,11 @@ test_verdicts(void **state)
 
     (void) state;
     gv = tb_vocab();
-    words = (gv->n_tokens + 31) / 32;
-    x = malloc(words * sizeof(uint32_t));
-    y = malloc(words * sizeof(uint32_t));
-    z = malloc(words * sizeof(uint32_t));
-    assert_non_null(x);
-    assert_non_null(y);
-    assert_non_null(z);
+    words = tb_vbufs(gv, &x, &y, &z);
     a = 'a' - 1;                      /* the byte tokens start at 1 */
 
     for (i = 0; i < 2; i++) {
-        assert_int_equal(tg_compile(&g, sch[i], 0, &err), KVS_OK);
-        assert_int_equal(kvs_gram_matcher_init(&m, &g, NULL, &err), KVS_OK);
-        assert_int_equal(kvs_gram_masker_init(&plain, gv, &m, 0, &err),
-                         KVS_OK);
-        assert_int_equal(kvs_gram_masker_init(&mk, gv, &m, 16, &err),
-                         KVS_OK);
-        assert_int_equal(kvs_gram_masker_init(&ref, gv, &m, 16, &err),
-                         KVS_OK);
-        ref.noverdicts = 1;
+        tb_vmaskers(sch[i], gv, &g, &m, &plain, &mk, &ref);
         assert_int_equal(kvs_gram_masker_init(&nl, gv, &m, 16, &err),
                          KVS_OK);
         nl.nolong = 1;
@@ -916,15 +962,7 @@ test_verdicts(void **state)
                 }
 
             } else {
-                assert_int_equal(kvs_gram_mask(&plain, x, &err), KVS_OK);
-                assert_int_equal(kvs_gram_mask(&mk, y, &err), KVS_OK);
-                assert_int_equal(kvs_gram_mask(&ref, z, &err), KVS_OK);
-                if (memcmp(x, y, words * sizeof(uint32_t)) != 0) {
-                    tb_first_diff(gv, x, y, "verdicts", i, k);
-                }
-                if (memcmp(x, z, words * sizeof(uint32_t)) != 0) {
-                    tb_first_diff(gv, x, z, "noverdicts", i, k);
-                }
+                tb_vstep(gv, &plain, &mk, &ref, x, y, z, i, k);
                 assert_int_equal(kvs_gram_mask(&nl, z, &err), KVS_OK);
                 if (memcmp(x, z, words * sizeof(uint32_t)) != 0) {
                     tb_first_diff(gv, x, z, "nolong", i, k);
@@ -1013,7 +1051,7 @@ test_low_verdicts(void **state)
     static const size_t  n_chars[] = { 20, 6 };
     int32_t             a;
     size_t              i, k;
-    uint32_t            words, *x, *y, *z;
+    uint32_t            *x, *y, *z;
     uint64_t            low_hits;
     kvs_err_t           err;
     kvs_gram_t          g;
@@ -1024,25 +1062,11 @@ test_low_verdicts(void **state)
     (void) state;
     gv = tb_vocab();
     assert_int_equal(gv->rep_low, 8);
-    words = (gv->n_tokens + 31) / 32;
-    x = malloc(words * sizeof(uint32_t));
-    y = malloc(words * sizeof(uint32_t));
-    z = malloc(words * sizeof(uint32_t));
-    assert_non_null(x);
-    assert_non_null(y);
-    assert_non_null(z);
+    (void) tb_vbufs(gv, &x, &y, &z);
     a = 'a' - 1;                      /* the byte tokens start at 1 */
 
     for (i = 0; i < 2; i++) {
-        assert_int_equal(tg_compile(&g, sch[i], 0, &err), KVS_OK);
-        assert_int_equal(kvs_gram_matcher_init(&m, &g, NULL, &err), KVS_OK);
-        assert_int_equal(kvs_gram_masker_init(&plain, gv, &m, 0, &err),
-                         KVS_OK);
-        assert_int_equal(kvs_gram_masker_init(&mk, gv, &m, 16, &err),
-                         KVS_OK);
-        assert_int_equal(kvs_gram_masker_init(&ref, gv, &m, 16, &err),
-                         KVS_OK);
-        ref.noverdicts = 1;
+        tb_vmaskers(sch[i], gv, &g, &m, &plain, &mk, &ref);
         assert_int_equal(kvs_gram_matcher_feed(&m, "{\"a\": \"", 7, &err),
                          KVS_OK);
 
@@ -1050,15 +1074,7 @@ test_low_verdicts(void **state)
         for (k = 0; k <= n_chars[i]; k++) {
             uint64_t  before = mk.verdict_hits;
 
-            assert_int_equal(kvs_gram_mask(&plain, x, &err), KVS_OK);
-            assert_int_equal(kvs_gram_mask(&mk, y, &err), KVS_OK);
-            assert_int_equal(kvs_gram_mask(&ref, z, &err), KVS_OK);
-            if (memcmp(x, y, words * sizeof(uint32_t)) != 0) {
-                tb_first_diff(gv, x, y, "verdicts", i, k);
-            }
-            if (memcmp(x, z, words * sizeof(uint32_t)) != 0) {
-                tb_first_diff(gv, x, z, "noverdicts", i, k);
-            }
+            tb_vstep(gv, &plain, &mk, &ref, x, y, z, i, k);
             /* n_chars - k characters left */
             if (n_chars[i] - k < 8 && n_chars[i] - k > 0) {
                 low_hits += mk.verdict_hits - before;
