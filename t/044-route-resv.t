@@ -72,7 +72,12 @@ for my $g (@gw) {
 $servers    }
 EOC
         location /v1/ {
-            kvserve_route redis=@{[ $c->redis_addr ]} reserve_ttl=3s;
+            # a lookup slower than timeout= routes as without pools
+            # (docs/pools.md, "Redis down"): the default 50ms is met on
+            # a loaded 2-core runner, and the race below then sends long
+            # requests to e2/e3 (400) instead of testing reservations
+            kvserve_route redis=@{[ $c->redis_addr ]} reserve_ttl=3s
+                          timeout=2s;
             proxy_pass http://engines;
             add_header X-Route-Host \$kvserve_route_host always;
             add_header X-Upstream \$upstream_addr always;
