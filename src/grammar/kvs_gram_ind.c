@@ -899,10 +899,13 @@ kvs_gram_ind_get_slice(kvs_gram_masker_t *mk, const uint32_t *t0,
 
     e = kvs_gram_ind_find(o, t, h);
     if (e != NULL) {
+        mk->ind_hits++;
         e->stamp = o->serial;
         *out = e;
         return KVS_OK;
     }
+
+    mk->ind_misses++;
 
     if (mk->noslices || mk->gv->slices == NULL
         || !kvs_gram_slice_find(mk->gv, mk->m->g, t, &mk->m->lim, &sl,
@@ -927,43 +930,31 @@ int
 kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
     kvs_gram_ientry_t **out, kvs_err_t *err)
 {
-    int                   rc, low, sl;
+    int                   rc, low;
     uint32_t              len, need, t[KVS_GRAM_CUT], s[KVS_GRAM_CUT];
     uint32_t              w[KVS_GRAM_CUT], rn;
     uint64_t              set[4];
     uint64_t              h;
     kvs_gram_ientry_t    *e, *se;
     kvs_gram_masker_t    *o;
-    kvs_gram_slice_ent_t  sle;
+
+    /* found, or the key is a vocabulary slice's shape (kvs_gram_slice.c),
+     * counted positions too: then its entry is the slice's, lent (a
+     * copy cost ~10 us a key, 15 keys after a backslash in a string) */
+    rc = kvs_gram_ind_get_slice(mk, t0, out);
+    if (rc != KVS_ENOTFOUND) {
+        return rc;
+    }
 
     low = kvs_gram_ind_key(mk, t0, t);
     h = kvs_gram_tuple_hash(t);
     o = mk->ind_owner != NULL ? mk->ind_owner : mk;   /* the table */
 
-    e = kvs_gram_ind_find(o, t, h);
-    if (e != NULL) {
-        mk->ind_hits++;
-        e->stamp = o->serial;
-        *out = e;
-        return KVS_OK;
-    }
-
-    mk->ind_misses++;
-
-    /* the key may be a vocabulary slice's shape (kvs_gram_slice.c),
-     * counted positions too: then its entry is the slice's, lent (a
-     * copy cost ~10 us a key, 15 keys after a backslash in a string) */
-    sl = 0;
-    if (!mk->noslices && mk->gv->slices != NULL) {
-        sl = kvs_gram_slice_find(mk->gv, mk->m->g, t, &mk->m->lim, &sle,
-                                 &mk->shbuf);
-    }
-
     /* the source first (found or built, and held for this mask), so
      * that taking a slot below cannot evict it: for a count of a class
      * run, the entry of its family's largest count (kvs_gram_run.c) */
     se = NULL;
-    rn = sl || low || mk->noruns ? 0 : kvs_gram_run_src(mk, t, s, set);
+    rn = low || mk->noruns ? 0 : kvs_gram_run_src(mk, t, s, set);
     if (rn > 0) {
         rc = kvs_gram_ind_get(mk, s, &se, err);
         if (rc == KVS_ETOOLONG && !kvs_gram_work_over(&mk->work)) {
@@ -977,7 +968,7 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
         }
     }
 
-    len = mk->nosrc || sl || rn > 0 ? 0 : kvs_gram_ind_src(mk, t, UINT32_MAX, s);
+    len = mk->nosrc || rn > 0 ? 0 : kvs_gram_ind_src(mk, t, UINT32_MAX, s);
     if (len > 1) {
         rc = kvs_gram_ind_get(mk, s, &se, err);
         if (rc == KVS_ETOOLONG && !kvs_gram_work_over(&mk->work)) {
@@ -987,15 +978,9 @@ kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
         }
     }
 
-    rc = kvs_gram_ind_take(o, t, h, low, sl, &e);
+    rc = kvs_gram_ind_take(o, t, h, low, 0, &e);
     if (rc != KVS_OK) {
         return rc;
-    }
-
-    if (sl) {
-        kvs_gram_ind_lend(mk, o, e, &sle);
-        *out = e;
-        return KVS_OK;
     }
 
     if (rn > 0) {

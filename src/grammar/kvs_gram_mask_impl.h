@@ -77,8 +77,9 @@ int kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
     kvs_gram_ientry_t **out, kvs_err_t *err);
 
 /* The same where the table has the entry or a vocabulary slice gives
- * it, with no walk; else KVS_ENOTFOUND and nothing changed (the warm's
- * first pass, kvs_gram_warm.c). */
+ * it, with no walk; else KVS_ENOTFOUND and nothing changed but the miss
+ * counted (kvs_gram_ind_get's first step, and the warm's first pass,
+ * kvs_gram_warm.c). */
 int kvs_gram_ind_get_slice(kvs_gram_masker_t *mk, const uint32_t *t0,
     kvs_gram_ientry_t **out);
 
