@@ -186,6 +186,8 @@ kvs_gram_masker_free(kvs_gram_masker_t *mk)
     free(mk->lc);
     free(mk->mr);
     free(mk->shbuf);
+    free(mk->xacc);
+    free(mk->xpath);
     kvs_gram_memo_free(mk->memo);
     kvs_gram_memo_free(mk->cmemo);
     memset(mk, 0, sizeof(kvs_gram_masker_t));
@@ -401,17 +403,24 @@ kvs_gram_mask_ind(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
         rc = kvs_gram_verdict_check(mk, n_front, len, n_used, bits);
         any |= rc > 0;
     }
+    /* inside a free string: its closing tokens by their tails, the
+     * rest checked token by token without them */
+    if (j < n_used && len == UINT32_MAX && !capped) {
+        rc = kvs_gram_exit_check(mk, bits);
+        any |= rc > 0;
+    }
     if (j < n_used && rc < 0 && !mk->nocheckmemo) {
         rc = kvs_gram_ind_check_all(mk, n_used, bits, err);
         any |= rc > 0;
     }
-    for (j = 0; j < n_used && rc < 0; j++) {
+    for (j = 0; j < n_used && (rc < 0 || mk->decided != NULL); j++) {
         if (mk->used[j]->n_ranges > 0) {
             any |= kvs_gram_check_ranges(mk, mk->used[j]->ranges,
                                          mk->used[j]->n_ranges, 0,
                                          UINT32_MAX, bits, NULL);
         }
     }
+    mk->decided = NULL;
 
     if (kvs_gram_matcher_can_end(mk->m)) {
         for (k = 0; k < mk->gv->n_end; k++) {

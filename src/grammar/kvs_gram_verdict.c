@@ -118,7 +118,10 @@ kvs_gram_check_ranges(kvs_gram_masker_t *mk, const uint32_t *ranges,
              * (kvs_gram_vocab.c's layout) */
             id = (uint32_t) gv->ids[x];
             l = gv->x_off[x + 1] - gv->x_off[x];
-            if (l < lo || l >= hi || bits[id >> 5] >> (id & 31) & 1) {
+            if (l < lo || l >= hi || bits[id >> 5] >> (id & 31) & 1
+                || (mk->decided != NULL
+                    && mk->decided[id >> 5] >> (id & 31) & 1))
+            {
                 continue;
             }
 

@@ -85,6 +85,7 @@ kvs_gram_vocab_free(kvs_gram_vocab_t *gv)
     free(gv->long_cls);
     free(gv->text_bits);
     kvs_gram_slices_free(gv->slices);
+    kvs_gram_exits_free(gv->exits);
     free(gv);
 }
 
@@ -531,6 +532,9 @@ kvs_gram_vocab_from_bytes(kvs_gram_vocab_t **out, uint32_t n,
         rc = kvs_gram_vocab_long(gv, err);
     }
     if (rc == KVS_OK) {
+        rc = kvs_gram_vocab_exits(gv, err);
+    }
+    if (rc == KVS_OK) {
         rc = kvs_gram_vocab_slices(gv, err);
     }
     if (rc != KVS_OK) {
@@ -667,6 +671,9 @@ kvs_gram_vocab_from_vocab(kvs_gram_vocab_t **out, const kvs_vocab_t *v,
     rc = kvs_gram_vocab_trie(gv, err);
     if (rc == KVS_OK) {
         rc = kvs_gram_vocab_long(gv, err);
+    }
+    if (rc == KVS_OK) {
+        rc = kvs_gram_vocab_exits(gv, err);
     }
     if (rc == KVS_OK) {
         rc = kvs_gram_vocab_slices(gv, err);

@@ -475,6 +475,9 @@ typedef struct {
     /* context-independent entries precomputed for the sub-grammars all
      * JSON grammars share (kvs_gram_slice.c), NULL: none */
     struct kvs_gram_slices_s *slices;
+    /* the tokens that close a free string, grouped by their tails
+     * (kvs_gram_exit.c), NULL: none */
+    struct kvs_gram_exits_s *exits;
 } kvs_gram_vocab_t;
 
 /* From a loaded vocabulary: each token's output bytes as
@@ -495,6 +498,21 @@ int kvs_gram_vocab_from_bytes(kvs_gram_vocab_t **out, uint32_t n,
     const uint8_t *const *texts, const uint32_t *lens, const uint8_t *kinds,
     kvs_err_t *err);
 void kvs_gram_vocab_free(kvs_gram_vocab_t *gv);
+
+/* ---- exits (kvs_gram_exit.c) --------------------------------------- */
+
+/* The vocabulary's tokens that hold a quote after whole JSON string
+ * characters (none included), grouped by what follows those characters,
+ * the quote first: a free string's closing tokens, decided by their
+ * group's tail (kvs_gram_exit.c).  Built by kvs_gram_vocab_from_vocab()
+ * and kvs_gram_vocab_from_bytes(). */
+typedef struct kvs_gram_exits_s kvs_gram_exits_t;
+
+int kvs_gram_vocab_exits(kvs_gram_vocab_t *gv, kvs_err_t *err);
+void kvs_gram_exits_free(kvs_gram_exits_t *ex);
+uint32_t kvs_gram_vocab_n_exits(const kvs_gram_vocab_t *gv);
+/* The grouped tokens' ids, a bitset (NULL: no groups). */
+const uint32_t *kvs_gram_exits_bits(const kvs_gram_vocab_t *gv);
 
 /* ---- slices (kvs_gram_slice.c) ------------------------------------- */
 
@@ -883,6 +901,18 @@ typedef struct kvs_gram_masker_s {
      * nodirect does not say otherwise; and the fills that took those */
     int                      nodirect;
     uint64_t                 long_direct, fills_direct;
+
+    /* inside a free string, the tokens that close it decided by what
+     * follows their quote (kvs_gram_exit.c), unless noexits (the
+     * reference the tests compare with); exits the masks decided so,
+     * exit_tails the tails fed; decided, while a mask checks the rest,
+     * the tokens it decided (the check skips them, NULL: none); xacc,
+     * xpath its scratch, made on first use */
+    int                      noexits;
+    uint64_t                 exits, exit_tails;
+    const uint32_t          *decided;
+    uint32_t                *xacc;            /* [n_tails] */
+    uint32_t                *xpath;           /* [max_len + 2] */
 
     /* this mask's work (zeroed as each mask begins) and its bound
      * (kvs_gram_masker_budget); work_max the most one mask took */

@@ -1,0 +1,419 @@
+/*
+ * kvs_gram_exit: the tokens that leave a free JSON string, decided by
+ * what follows their closing quote.
+ *
+ * Owns the vocabulary's exit groups (kvs_gram_vocab_t.exits) and the
+ * check that uses them in a mask (kvs_gram_exit_check).
+ *
+ * Why.  The first mask inside a free string at a new place (a new
+ * object member, a fresh request's first string) misses the state
+ * cache, and its entries leave ~1,150 tokens to the real stacks (Llama
+ * 3): those of the form u '"' w, some characters, the closing quote and
+ * more.  Checked one by one they cost ~30-45 us, each token's u fed
+ * again, and set the per-schema p99 of a fresh request.  Yet their
+ * verdicts depend on w alone: there are ~250 distinct '"' w on Llama 3.
+ *
+ * When.  The mask's state is two stacks, s = (p, n1) and n1 itself,
+ * where p is a reference to the JSON character rule x followed by a
+ * tail reference to a loop T (T's alternatives: empty, and x T: an
+ * unbounded string body, kvs_gram_repeat), and n1's top is a byte range
+ * that begins no character (the closing quote).  That is the state
+ * inside a free string, where T's empty alternative returns to n1.
+ *
+ * Exactness.  Let t = u '"' w, u r >= 1 characters the class automaton
+ * (kvs_gram_memo_class) takes whole, with no quote, backslash or
+ * control.  From s each such character is one copy of x and no more
+ * (kvs_gram_long.c's argument for kvs_gram_long_direct), after which T
+ * closes to {(x in T, n1), n1}; n1 refuses u's first byte, which begins
+ * a character.  At u's end the frontier is thus {(x in T, n1), n1},
+ * where '"' is taken by n1 alone ('"' is not in FIRST(x)), as it is
+ * from the state itself (s's top refuses it the same way).  So the real
+ * stacks take t iff they take '"' w, as stacks: the node ids differ,
+ * and the path to t made more nodes.  A token '"' w (r = 0) is its own
+ * tail.  The tails are fed on the real matcher from the state, sorted
+ * so that shared prefixes are fed once, and each group's tokens take
+ * the tail's verdict; those tokens are then left out of the check of
+ * the rest (kvs_gram_masker_t.decided).
+ *
+ * Caps.  Along u a byte makes at most KVS_GRAM_LONG_STEP stacks and
+ * intern calls (kvs_gram_long.c); after it the frontiers are the ones
+ * the tail's own run meets, stack for stack, so the frontier cap acts
+ * alike.  The node cap: the tails' runs record the most intern calls
+ * along one path (I), and their verdicts are used only where n_nodes +
+ * max_len * KVS_GRAM_LONG_STEP + I stays within max_nodes, so no
+ * token's run could meet it; elsewhere, or where a tail's run met a
+ * cap, the tokens are checked as before.
+ *
+ * Invariants: the groups are immutable once built; the matcher is left
+ * as it was found; bits only gains tokens the real stacks take.
+ */
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/kvs_grammar.h"
+#include "grammar/kvs_gram_mask_impl.h"
+
+
+struct kvs_gram_exits_s {
+    uint32_t   n_tails;
+    uint32_t  *t_off;                 /* [n_tails] the tail's bytes in
+                                         gv->bytes, its quote first */
+    uint32_t  *t_len;                 /* [n_tails] */
+    uint32_t  *t_lcp;                 /* [n_tails] bytes shared with the
+                                         tail before (0 for the first) */
+    uint32_t  *t_at;                  /* [n_tails + 1] the group's tokens:
+                                         ids[t_at[i] .. t_at[i + 1]) */
+    uint32_t  *ids;
+    uint32_t  *bits;                  /* [words] every grouped token */
+};
+
+
+typedef struct {
+    const uint8_t  *p;                /* the tail */
+    uint32_t        len, off, id;
+} kvs_gram_xtok_t;
+
+
+static int
+kvs_gram_xtok_cmp(const void *a, const void *b)
+{
+    int                     c;
+    const kvs_gram_xtok_t  *x = a, *y = b;
+
+    c = memcmp(x->p, y->p, x->len < y->len ? x->len : y->len);
+    if (c != 0) {
+        return c;
+    }
+
+    return x->len < y->len ? -1 : x->len > y->len;
+}
+
+
+/* The offset of the quote that ends t's run of whole characters
+ * (possibly none: a token that begins with it), or -1. */
+static int32_t
+kvs_gram_exit_at(const uint8_t *t, uint32_t n)
+{
+    uint8_t   q, r;
+    uint32_t  i;
+
+    q = 0;
+    for (i = 0; i < n && i < INT32_MAX; i++) {
+        r = kvs_gram_memo_class(q, t[i]);
+        if (r == KVS_GRAM_CLS_DEAD) {
+            return q == 0 && t[i] == '"' ? (int32_t) i : -1;
+        }
+        q = r;
+    }
+
+    return -1;
+}
+
+
+void
+kvs_gram_exits_free(kvs_gram_exits_t *ex)
+{
+    if (ex == NULL) {
+        return;
+    }
+
+    free(ex->t_off);
+    free(ex->t_len);
+    free(ex->t_lcp);
+    free(ex->t_at);
+    free(ex->ids);
+    free(ex->bits);
+    free(ex);
+}
+
+
+int
+kvs_gram_vocab_exits(kvs_gram_vocab_t *gv, kvs_err_t *err)
+{
+    int32_t           k;
+    uint32_t          x, n, i, j, t, l;
+    kvs_gram_xtok_t  *xt;
+    kvs_gram_exits_t *ex;
+
+    xt = malloc(((size_t) gv->n_text + 1) * sizeof(kvs_gram_xtok_t));
+    ex = calloc(1, sizeof(kvs_gram_exits_t));
+    if (xt == NULL || ex == NULL) {
+        free(xt);
+        free(ex);
+        return kvs_err_set(err, KVS_ENOMEM, "vocabulary: out of memory");
+    }
+
+    n = 0;
+    for (x = 0; x < gv->n_text; x++) {
+        l = gv->x_off[x + 1] - gv->x_off[x];
+        k = kvs_gram_exit_at(gv->bytes + gv->x_off[x], l);
+        if (k < 0) {
+            continue;
+        }
+        xt[n].off = gv->x_off[x] + (uint32_t) k;
+        xt[n].p = gv->bytes + xt[n].off;
+        xt[n].len = l - (uint32_t) k;
+        xt[n].id = (uint32_t) gv->ids[x];
+        n++;
+    }
+
+    qsort(xt, n, sizeof(kvs_gram_xtok_t), kvs_gram_xtok_cmp);
+
+    for (i = 0, t = 0; i < n; i++) {
+        t += i == 0 || kvs_gram_xtok_cmp(&xt[i - 1], &xt[i]) != 0;
+    }
+
+    ex->t_off = malloc(((size_t) t + 1) * sizeof(uint32_t));
+    ex->t_len = malloc(((size_t) t + 1) * sizeof(uint32_t));
+    ex->t_lcp = malloc(((size_t) t + 1) * sizeof(uint32_t));
+    ex->t_at = malloc(((size_t) t + 1) * sizeof(uint32_t));
+    ex->ids = malloc(((size_t) n + 1) * sizeof(uint32_t));
+    ex->bits = calloc(((size_t) gv->n_tokens + 31) / 32, sizeof(uint32_t));
+    if (ex->t_off == NULL || ex->t_len == NULL || ex->t_lcp == NULL
+        || ex->t_at == NULL || ex->ids == NULL || ex->bits == NULL)
+    {
+        free(xt);
+        kvs_gram_exits_free(ex);
+        return kvs_err_set(err, KVS_ENOMEM, "vocabulary: out of memory");
+    }
+
+    for (i = 0, t = 0; i < n; i++) {
+        if (i == 0 || kvs_gram_xtok_cmp(&xt[i - 1], &xt[i]) != 0) {
+            ex->t_off[t] = xt[i].off;
+            ex->t_len[t] = xt[i].len;
+            ex->t_at[t] = i;
+            for (j = 0; t > 0 && j < xt[i].len && j < xt[i - 1].len
+                        && xt[i].p[j] == xt[i - 1].p[j]; j++)
+            {
+                /* the prefix shared with the tail before */
+            }
+            ex->t_lcp[t] = t > 0 ? j : 0;
+            t++;
+        }
+        ex->ids[i] = xt[i].id;
+        ex->bits[xt[i].id >> 5] |= 1u << (xt[i].id & 31);
+    }
+    ex->t_at[t] = n;
+    ex->n_tails = t;
+
+    free(xt);
+    gv->exits = ex;
+
+    return KVS_OK;
+}
+
+
+uint32_t
+kvs_gram_vocab_n_exits(const kvs_gram_vocab_t *gv)
+{
+    return gv->exits != NULL ? gv->exits->n_tails : 0;
+}
+
+
+const uint32_t *
+kvs_gram_exits_bits(const kvs_gram_vocab_t *gv)
+{
+    return gv->exits != NULL ? gv->exits->bits : NULL;
+}
+
+
+/* 1 if p is a reference to the JSON character rule x followed by a tail
+ * reference to a loop T: T's alternatives empty and x T (dead ones
+ * aside). */
+static int
+kvs_gram_exit_loop(const kvs_gram_t *g, uint32_t p)
+{
+    uint32_t                 x, r, a, s, loops, empties;
+    const kvs_gram_elem_t   *e;
+
+    e = g->elems;
+    if (g->char_rule == 0 || p + 2 >= g->n_elems
+        || e[p].kind != KVS_GRAM_RULE || e[p].rule != g->char_rule - 1
+        || e[p + 1].kind != KVS_GRAM_RULE || e[p + 2].kind != KVS_GRAM_END)
+    {
+        return 0;
+    }
+
+    x = e[p].rule;
+    r = e[p + 1].rule;
+    loops = 0;
+    empties = 0;
+
+    for (a = g->rule_alt[r]; a < g->rule_alt[r + 1]; a++) {
+        s = g->alt_start[a];
+        if (e[s].kind == KVS_GRAM_DEAD) {
+            continue;
+        }
+        if (e[s].kind == KVS_GRAM_END) {
+            empties++;
+            continue;
+        }
+        if (s + 2 < g->n_elems
+            && e[s].kind == KVS_GRAM_RULE && e[s].rule == x
+            && e[s + 1].kind == KVS_GRAM_RULE && e[s + 1].rule == r
+            && e[s + 2].kind == KVS_GRAM_END)
+        {
+            loops++;
+            continue;
+        }
+        return 0;
+    }
+
+    /* a quote must not go into x */
+    return loops == 1 && empties == 1
+           && !(g->first[(size_t) x * 4 + ('"' >> 6)] >> ('"' & 63) & 1);
+}
+
+
+/* The state's s and n1 (see the top), or 0. */
+static int
+kvs_gram_exit_state(const kvs_gram_matcher_t *m, uint32_t *n1)
+{
+    uint32_t                 a, b, s, q, k;
+    const kvs_gram_elem_t   *e;
+    const kvs_gram_level_t  *lv;
+
+    lv = &m->lv[m->n_lv - 1];
+    if (lv->n_front != 2) {
+        return 0;
+    }
+
+    a = m->front[lv->front];
+    b = m->front[lv->front + 1];
+    if (m->nodes[a].parent == b) {
+        s = a;
+        *n1 = b;
+    } else if (m->nodes[b].parent == a) {
+        s = b;
+        *n1 = a;
+    } else {
+        return 0;
+    }
+
+    q = m->nodes[*n1].pos;
+    e = &m->g->elems[q];
+    if (e->kind != KVS_GRAM_BYTES
+        || !kvs_gram_exit_loop(m->g, m->nodes[s].pos))
+    {
+        return 0;
+    }
+    for (k = e->lo; k <= e->hi; k++) {
+        if (kvs_gram_memo_class(0, (uint8_t) k) != KVS_GRAM_CLS_DEAD) {
+            return 0;                 /* n1 may begin a character */
+        }
+    }
+
+    return 1;
+}
+
+
+/* The masker's scratch for a check: the accepted tails and a path's
+ * intern calls, made on first use. */
+static int
+kvs_gram_exit_scratch(kvs_gram_masker_t *mk)
+{
+    if (mk->xacc != NULL) {
+        return KVS_OK;
+    }
+
+    mk->xacc = malloc(((size_t) mk->gv->exits->n_tails + 1)
+                      * sizeof(uint32_t));
+    mk->xpath = malloc(((size_t) mk->gv->max_len + 2) * sizeof(uint32_t));
+    if (mk->xacc == NULL || mk->xpath == NULL) {
+        free(mk->xacc);
+        free(mk->xpath);
+        mk->xacc = NULL;
+        mk->xpath = NULL;
+        return KVS_ENOMEM;
+    }
+
+    return KVS_OK;
+}
+
+
+int
+kvs_gram_exit_check(kvs_gram_masker_t *mk, uint32_t *bits)
+{
+    int                       any;
+    uint32_t                  i, j, l, cur, lcp, n1, n_acc, most, id;
+    uint64_t                  i0, capped, nodes0;
+    const uint8_t            *p;
+    kvs_gram_matcher_t       *m;
+    const kvs_gram_exits_t   *ex;
+
+    m = mk->m;
+    ex = mk->gv->exits;
+
+    if (mk->noexits || ex == NULL || ex->n_tails == 0
+        || KVS_GRAM_LONG_STEP > m->lim.max_front
+        || (uint64_t) m->n_nodes
+           + (uint64_t) mk->gv->max_len * KVS_GRAM_LONG_STEP
+           > m->lim.max_nodes
+        || !kvs_gram_exit_state(m, &n1)
+        || kvs_gram_exit_scratch(mk) != KVS_OK)
+    {
+        return -1;
+    }
+
+    capped = m->capped;
+    nodes0 = m->n_nodes;
+    cur = 0;
+    n_acc = 0;
+    most = 0;
+    mk->xpath[0] = 0;
+
+    for (i = 0; i < ex->n_tails; i++) {
+        lcp = ex->t_lcp[i] < cur ? ex->t_lcp[i] : cur;
+        kvs_gram_matcher_rollback(m, cur - lcp);
+        cur = lcp;
+        p = mk->gv->bytes + ex->t_off[i];
+        l = ex->t_len[i];
+
+        while (cur < l) {
+            i0 = m->interns;
+            if (++mk->work.used > mk->work.limit
+                || kvs_gram_matcher_byte(m, p[cur], NULL) != KVS_OK)
+            {
+                break;
+            }
+            mk->work.used += m->interns - i0;
+            mk->xpath[cur + 1] = mk->xpath[cur]
+                                 + (uint32_t) (m->interns - i0);
+            if (mk->xpath[cur + 1] > most) {
+                most = mk->xpath[cur + 1];
+            }
+            cur++;
+        }
+
+        if (cur == l) {
+            mk->xacc[n_acc++] = i;
+        }
+        mk->exit_tails++;
+    }
+
+    kvs_gram_matcher_rollback(m, cur);
+
+    /* a cap met on the way, the work bound, or a path whose nodes with
+     * a token's characters before it could meet the node cap: the
+     * tokens are checked as before */
+    if (m->capped != capped || kvs_gram_work_over(&mk->work)
+        || nodes0 + (uint64_t) mk->gv->max_len * KVS_GRAM_LONG_STEP + most
+           > m->lim.max_nodes)
+    {
+        return -1;
+    }
+
+    any = 0;
+    for (i = 0; i < n_acc; i++) {
+        for (j = ex->t_at[mk->xacc[i]]; j < ex->t_at[mk->xacc[i] + 1]; j++) {
+            id = ex->ids[j];
+            bits[id >> 5] |= 1u << (id & 31);
+            any = 1;
+        }
+    }
+    mk->exits++;
+    mk->decided = ex->bits;
+
+    return any;
+}
