@@ -56,7 +56,7 @@
 
 
 struct kvs_gram_exits_s {
-    uint32_t   n_tails;
+    uint32_t   n_tails, n_ids;
     uint32_t  *t_off;                 /* [n_tails] the tail's bytes in
                                          gv->bytes, its quote first */
     uint32_t  *t_len;                 /* [n_tails] */
@@ -65,13 +65,15 @@ struct kvs_gram_exits_s {
     uint32_t  *t_at;                  /* [n_tails + 1] the group's tokens:
                                          ids[t_at[i] .. t_at[i + 1]) */
     uint32_t  *ids;
+    uint32_t  *chars;                 /* [as ids] the whole characters
+                                         before the token's quote */
     uint32_t  *bits;                  /* [words] every grouped token */
 };
 
 
 typedef struct {
     const uint8_t  *p;                /* the tail */
-    uint32_t        len, off, id;
+    uint32_t        len, off, id, chars;
 } kvs_gram_xtok_t;
 
 
@@ -91,19 +93,22 @@ kvs_gram_xtok_cmp(const void *a, const void *b)
 
 
 /* The offset of the quote that ends t's run of whole characters
- * (possibly none: a token that begins with it), or -1. */
+ * (possibly none: a token that begins with it), or -1; the characters
+ * in *chars. */
 static int32_t
-kvs_gram_exit_at(const uint8_t *t, uint32_t n)
+kvs_gram_exit_at(const uint8_t *t, uint32_t n, uint32_t *chars)
 {
     uint8_t   q, r;
     uint32_t  i;
 
     q = 0;
+    *chars = 0;
     for (i = 0; i < n && i < INT32_MAX; i++) {
         r = kvs_gram_memo_class(q, t[i]);
         if (r == KVS_GRAM_CLS_DEAD) {
             return q == 0 && t[i] == '"' ? (int32_t) i : -1;
         }
+        *chars += q == 0;
         q = r;
     }
 
@@ -123,6 +128,7 @@ kvs_gram_exits_free(kvs_gram_exits_t *ex)
     free(ex->t_lcp);
     free(ex->t_at);
     free(ex->ids);
+    free(ex->chars);
     free(ex->bits);
     free(ex);
 }
@@ -147,7 +153,7 @@ kvs_gram_vocab_exits(kvs_gram_vocab_t *gv, kvs_err_t *err)
     n = 0;
     for (x = 0; x < gv->n_text; x++) {
         l = gv->x_off[x + 1] - gv->x_off[x];
-        k = kvs_gram_exit_at(gv->bytes + gv->x_off[x], l);
+        k = kvs_gram_exit_at(gv->bytes + gv->x_off[x], l, &xt[n].chars);
         if (k < 0) {
             continue;
         }
@@ -169,9 +175,11 @@ kvs_gram_vocab_exits(kvs_gram_vocab_t *gv, kvs_err_t *err)
     ex->t_lcp = malloc(((size_t) t + 1) * sizeof(uint32_t));
     ex->t_at = malloc(((size_t) t + 1) * sizeof(uint32_t));
     ex->ids = malloc(((size_t) n + 1) * sizeof(uint32_t));
+    ex->chars = malloc(((size_t) n + 1) * sizeof(uint32_t));
     ex->bits = calloc(((size_t) gv->n_tokens + 31) / 32, sizeof(uint32_t));
     if (ex->t_off == NULL || ex->t_len == NULL || ex->t_lcp == NULL
-        || ex->t_at == NULL || ex->ids == NULL || ex->bits == NULL)
+        || ex->t_at == NULL || ex->ids == NULL || ex->chars == NULL
+        || ex->bits == NULL)
     {
         free(xt);
         kvs_gram_exits_free(ex);
@@ -192,10 +200,12 @@ kvs_gram_vocab_exits(kvs_gram_vocab_t *gv, kvs_err_t *err)
             t++;
         }
         ex->ids[i] = xt[i].id;
+        ex->chars[i] = xt[i].chars;
         ex->bits[xt[i].id >> 5] |= 1u << (xt[i].id & 31);
     }
     ex->t_at[t] = n;
     ex->n_tails = t;
+    ex->n_ids = n;
 
     free(xt);
     gv->exits = ex;
@@ -218,19 +228,32 @@ kvs_gram_exits_bits(const kvs_gram_vocab_t *gv)
 }
 
 
-/* 1 if p is a reference to the JSON character rule x followed by a tail
- * reference to a loop T: T's alternatives empty and x T (dead ones
- * aside). */
+/* 1 if p is a reference to the JSON character rule x that a quote
+ * does not begin, followed by a tail reference to a loop T (T's
+ * alternatives: empty and x T, dead ones aside; *c UINT32_MAX), or in a
+ * copy of a repetition's optional copies (kvs_gram_run_copies: each
+ * copy x then the rest, the copies left in *c). */
 static int
-kvs_gram_exit_loop(const kvs_gram_t *g, uint32_t p)
+kvs_gram_exit_key(const kvs_gram_t *g, uint32_t p, uint32_t *c)
 {
-    uint32_t                 x, r, a, s, loops, empties;
+    uint32_t                 x, r, a, s, at, loops, empties;
     const kvs_gram_elem_t   *e;
 
     e = g->elems;
-    if (g->char_rule == 0 || p + 2 >= g->n_elems
+    if (g->char_rule == 0 || p >= g->n_elems
         || e[p].kind != KVS_GRAM_RULE || e[p].rule != g->char_rule - 1
-        || e[p + 1].kind != KVS_GRAM_RULE || e[p + 2].kind != KVS_GRAM_END)
+        || (g->first[(size_t) e[p].rule * 4 + ('"' >> 6)] >> ('"' & 63) & 1))
+    {
+        return 0;
+    }
+
+    if (kvs_gram_run_copies(g, p, &at)) {
+        *c = kvs_gram_rep_count(g, p);
+        return 1;
+    }
+
+    if (p + 2 >= g->n_elems || e[p + 1].kind != KVS_GRAM_RULE
+        || e[p + 2].kind != KVS_GRAM_END)
     {
         return 0;
     }
@@ -260,15 +283,16 @@ kvs_gram_exit_loop(const kvs_gram_t *g, uint32_t p)
         return 0;
     }
 
-    /* a quote must not go into x */
-    return loops == 1 && empties == 1
-           && !(g->first[(size_t) x * 4 + ('"' >> 6)] >> ('"' & 63) & 1);
+    *c = UINT32_MAX;
+
+    return loops == 1 && empties == 1;
 }
 
 
-/* The state's s and n1 (see the top), or 0. */
+/* The state's s and n1 (see the top) and the characters s may take
+ * (*c), or 0. */
 static int
-kvs_gram_exit_state(const kvs_gram_matcher_t *m, uint32_t *n1)
+kvs_gram_exit_state(const kvs_gram_matcher_t *m, uint32_t *n1, uint32_t *c)
 {
     uint32_t                 a, b, s, q, k;
     const kvs_gram_elem_t   *e;
@@ -294,7 +318,7 @@ kvs_gram_exit_state(const kvs_gram_matcher_t *m, uint32_t *n1)
     q = m->nodes[*n1].pos;
     e = &m->g->elems[q];
     if (e->kind != KVS_GRAM_BYTES
-        || !kvs_gram_exit_loop(m->g, m->nodes[s].pos))
+        || !kvs_gram_exit_key(m->g, m->nodes[s].pos, c))
     {
         return 0;
     }
@@ -333,10 +357,12 @@ kvs_gram_exit_scratch(kvs_gram_masker_t *mk)
 
 
 int
-kvs_gram_exit_check(kvs_gram_masker_t *mk, uint32_t *bits)
+kvs_gram_exit_check(kvs_gram_masker_t *mk, uint32_t *bits,
+    kvs_gram_vrec_t *rec, uint32_t len)
 {
     int                       any;
-    uint32_t                  i, j, l, cur, lcp, n1, n_acc, most, id;
+    uint32_t                  i, j, l, cur, lcp, n1, c, n_acc, most, front;
+    uint32_t                  id;
     uint64_t                  i0, capped, nodes0;
     const uint8_t            *p;
     kvs_gram_matcher_t       *m;
@@ -350,7 +376,7 @@ kvs_gram_exit_check(kvs_gram_masker_t *mk, uint32_t *bits)
         || (uint64_t) m->n_nodes
            + (uint64_t) mk->gv->max_len * KVS_GRAM_LONG_STEP
            > m->lim.max_nodes
-        || !kvs_gram_exit_state(m, &n1)
+        || !kvs_gram_exit_state(m, &n1, &c)
         || kvs_gram_exit_scratch(mk) != KVS_OK)
     {
         return -1;
@@ -361,6 +387,7 @@ kvs_gram_exit_check(kvs_gram_masker_t *mk, uint32_t *bits)
     cur = 0;
     n_acc = 0;
     most = 0;
+    front = 0;
     mk->xpath[0] = 0;
 
     for (i = 0; i < ex->n_tails; i++) {
@@ -383,6 +410,9 @@ kvs_gram_exit_check(kvs_gram_masker_t *mk, uint32_t *bits)
             if (mk->xpath[cur + 1] > most) {
                 most = mk->xpath[cur + 1];
             }
+            if (m->lv[m->n_lv - 1].n_front > front) {
+                front = m->lv[m->n_lv - 1].n_front;
+            }
             cur++;
         }
 
@@ -404,16 +434,43 @@ kvs_gram_exit_check(kvs_gram_masker_t *mk, uint32_t *bits)
         return -1;
     }
 
+    /* a token of more characters than s may take is refused; a fill of
+     * kept verdicts (kvs_gram_verdict.c) records the accepted ones
+     * shorter than len, and what their paths could meet */
     any = 0;
     for (i = 0; i < n_acc; i++) {
         for (j = ex->t_at[mk->xacc[i]]; j < ex->t_at[mk->xacc[i] + 1]; j++) {
             id = ex->ids[j];
+            if (ex->chars[j] > c || bits[id >> 5] >> (id & 31) & 1) {
+                continue;
+            }
             bits[id >> 5] |= 1u << (id & 31);
             any = 1;
+            if (rec != NULL && mk->gv->len[id] < len) {
+                rec->ids[rec->n_ids++] = id;
+            }
+        }
+    }
+    if (rec != NULL) {
+        if (rec->nodes < mk->gv->max_len * KVS_GRAM_LONG_STEP + most) {
+            rec->nodes = mk->gv->max_len * KVS_GRAM_LONG_STEP + most;
+        }
+        if (rec->front < KVS_GRAM_LONG_STEP) {
+            rec->front = KVS_GRAM_LONG_STEP;
+        }
+        if (rec->front < front) {
+            rec->front = front;
         }
     }
     mk->exits++;
     mk->decided = ex->bits;
 
     return any;
+}
+
+
+uint32_t
+kvs_gram_exits_tokens(const kvs_gram_vocab_t *gv)
+{
+    return gv->exits != NULL ? gv->exits->n_ids : 0;
 }

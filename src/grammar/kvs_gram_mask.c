@@ -406,7 +406,7 @@ kvs_gram_mask_ind(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
     /* inside a free string: its closing tokens by their tails, the
      * rest checked token by token without them */
     if (j < n_used && len == UINT32_MAX && !capped) {
-        rc = kvs_gram_exit_check(mk, bits);
+        rc = kvs_gram_exit_check(mk, bits, NULL, 0);
         any |= rc > 0;
     }
     if (j < n_used && rc < 0 && !mk->nocheckmemo) {

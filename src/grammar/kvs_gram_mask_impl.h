@@ -131,12 +131,16 @@ uint32_t kvs_gram_long_deps(const kvs_gram_masker_t *mk,
     const kvs_gram_lset_t *ls, uint32_t *r);
 
 
-/* kvs_gram_exit.c: in a free string's state, its closing tokens'
- * verdicts set in bits from their tails (1 if one was allowed, 0 if
- * none) and mk->decided pointed at them; -1: not such a state, or not
- * decided so (a cap, the work bound, no memory: the caller checks them
- * as before). */
-int kvs_gram_exit_check(kvs_gram_masker_t *mk, uint32_t *bits);
+/* kvs_gram_exit.c: in a string's state (a free string's, or a bounded
+ * one's optional characters), its closing tokens' verdicts set in bits
+ * from their tails (1 if one was allowed, 0 if none) and mk->decided
+ * pointed at them; -1: not such a state, or not decided so (a cap, the
+ * work bound, no memory: the caller checks them as before).  With rec
+ * (a verdict fill), the newly allowed ones shorter than len are
+ * appended to rec->ids, and rec's front and nodes raised to what their
+ * paths could meet; kvs_gram_exits_tokens() bounds how many. */
+int kvs_gram_exit_check(kvs_gram_masker_t *mk, uint32_t *bits,
+    kvs_gram_vrec_t *rec, uint32_t len);
 
 /* kvs_gram_run.c: 1 if position p is a reference to x in a copy of a
  * repetition's optional copies with no separator between them (each

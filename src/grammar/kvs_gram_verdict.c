@@ -436,7 +436,9 @@ kvs_gram_verdict_check(kvs_gram_masker_t *mk, uint32_t n, uint32_t len,
     }
 
     memset(&rec, 0, sizeof(rec));
-    rec.ids = malloc(((size_t) tot + mk->gv->n_long + 1) * sizeof(uint32_t));
+    rec.ids = malloc(((size_t) tot + mk->gv->n_long
+                      + kvs_gram_exits_tokens(mk->gv) + 1)
+                     * sizeof(uint32_t));
     rec.path = calloc((size_t) mk->gv->max_len + 1, sizeof(uint32_t));
     if (rec.ids == NULL || rec.path == NULL) {
         free(rec.ids);
@@ -445,6 +447,10 @@ kvs_gram_verdict_check(kvs_gram_masker_t *mk, uint32_t n, uint32_t len,
     }
 
     capped = m->capped;
+
+    /* a string's closing tokens by what follows their quote
+     * (kvs_gram_exit.c): the checks below leave them out */
+    any |= kvs_gram_exit_check(mk, bits, &rec, len) > 0;
 
     /* the low-tier stacks' long tokens by their characters, where each
      * such stack's key allows it and the caps are far enough that no
@@ -478,6 +484,7 @@ kvs_gram_verdict_check(kvs_gram_masker_t *mk, uint32_t n, uint32_t len,
     any |= kvs_gram_verdict_ranges(mk, n_used, lm, len, UINT32_MAX, bits,
                                    NULL);
     free(rec.path);
+    mk->decided = NULL;
 
     if (lm) {
         /* a later state of the name takes the kept ids where these

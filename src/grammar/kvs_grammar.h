@@ -511,7 +511,9 @@ typedef struct kvs_gram_exits_s kvs_gram_exits_t;
 int kvs_gram_vocab_exits(kvs_gram_vocab_t *gv, kvs_err_t *err);
 void kvs_gram_exits_free(kvs_gram_exits_t *ex);
 uint32_t kvs_gram_vocab_n_exits(const kvs_gram_vocab_t *gv);
-/* The grouped tokens' ids, a bitset (NULL: no groups). */
+/* The grouped tokens: how many, and their ids as a bitset (NULL: no
+ * groups). */
+uint32_t kvs_gram_exits_tokens(const kvs_gram_vocab_t *gv);
 const uint32_t *kvs_gram_exits_bits(const kvs_gram_vocab_t *gv);
 
 /* ---- slices (kvs_gram_slice.c) ------------------------------------- */

@@ -14,7 +14,8 @@
  *
  *   build/bench_grammar [vocab.gguf] [generations] [--schemas FILE]
  *       [--walks OUT] [--vocab-out OUT] [--no-cold] [--nosrc] [--nokeep]
- *       [--nocheckmemo] [--noslices] [--noruns] [--nolong] [--budget]
+ *       [--nocheckmemo] [--noslices] [--noruns] [--nolong] [--noexits]
+ *       [--budget]
  *       [--no-warm] [--warm-units N] [--warm-fill N] [--table N]
  *   default: $KVS_FIXTURES/vocab/ggml-vocab-gpt-2.gguf, 20, the four
  *   built-in schemas and two tool-call specs (three tools, Hermes
@@ -41,6 +42,9 @@
  * --nolong: a low tier's long tokens checked on the real stacks as any
  * dependent one, not walked at the key's own counts (kvs_gram_masker_t's
  * nolong, kvs_gram_long.c).
+ * --noexits: a string's closing tokens checked on the real stacks, not
+ * decided by what follows their quote (kvs_gram_masker_t's noexits,
+ * kvs_gram_exit.c).
  * --no-warm: no table warmed at compile (kvs_gram_masker_warm), as
  * before it: the own masker has a table of its own, the shared table
  * fills as the walks meet keys.  --warm-units N, --warm-fill N: the
@@ -287,7 +291,7 @@ int
 main(int argc, char **argv)
 {
     int                 rc, cold_on, nosrc, nokeep, nocm, nosl, over, budget;
-    int                 noruns, nolong;
+    int                 noruns, nolong, noexits;
     int                 warm;
     uint32_t            wfill, tents;
     uint64_t            wunits;
@@ -315,6 +319,7 @@ main(int argc, char **argv)
     nosrc = 0;
     noruns = 0;
     nolong = 0;
+    noexits = 0;
     nokeep = 0;
     nocm = 0;
     nosl = 0;
@@ -345,6 +350,8 @@ main(int argc, char **argv)
             noruns = 1;
         } else if (strcmp(argv[ai], "--nolong") == 0) {
             nolong = 1;
+        } else if (strcmp(argv[ai], "--noexits") == 0) {
+            noexits = 1;
         } else if (strcmp(argv[ai], "--nokeep") == 0) {
             nokeep = 1;
         } else if (strcmp(argv[ai], "--nocheckmemo") == 0) {
@@ -407,6 +414,8 @@ main(int argc, char **argv)
     }
     printf("    %u slices built in %.1f ms (once per vocabulary)\n",
            kvs_gram_vocab_n_slices(gv), (bg_now() - t0) / 1e3);
+    printf("    %u tokens close a string after whole characters, %u "
+           "tails\n", kvs_gram_exits_tokens(gv), kvs_gram_vocab_n_exits(gv));
 
     if (vocab_file != NULL && bg_dump_vocab(gv, vocab_file) != 0) {
         return 1;
@@ -536,6 +545,8 @@ main(int argc, char **argv)
             shm.noruns = noruns;
             mk.nolong = nolong;
             shm.nolong = nolong;
+            mk.noexits = noexits;
+            shm.noexits = noexits;
             mk.nokeep = nokeep;
             shm.nokeep = nokeep;
             mk.nocheckmemo = nocm;
@@ -671,11 +682,14 @@ main(int argc, char **argv)
                        (unsigned long long) kvs_gram_memo_copied(mk.memo));
                 printf("    last run: dependent verdicts kept %llu times, "
                        "taken %llu times; long tokens walked %llu times, "
-                       "found %llu\n",
+                       "found %llu; closing tokens decided by tails %llu "
+                       "times (%llu tails fed)\n",
                        (unsigned long long) mk.verdict_fills,
                        (unsigned long long) mk.verdict_hits,
                        (unsigned long long) mk.long_builds,
-                       (unsigned long long) mk.long_hits);
+                       (unsigned long long) mk.long_hits,
+                       (unsigned long long) mk.exits,
+                       (unsigned long long) mk.exit_tails);
                 kvs_gram_memo_stats(mk.memo, mst);
                 printf("    last run: walk memo %llu hits, %llu matcher "
                        "steps, %llu states, %llu clears\n",
