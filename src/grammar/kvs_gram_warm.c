@@ -11,13 +11,14 @@
  * node below is where R returns, the element after a reference to R
  * that is not its alternative's last (a reference that is, a tail call,
  * pushes nothing, so R returns where its caller returns), or nothing at
- * the root.  kvs_gram_masker_warm() first takes the keys of a few
- * sample texts of the grammar (the structure every output passes
- * through), then enumerates those pairs, rules in breadth-first order
- * from the root, the keys with a bounded string's low counts after all
- * others, and builds each key's entry through kvs_gram_ind_get(), as a
- * mask would, until a work bound, a fill of the table, or the end of
- * the keys.  Before all that, a first pass over the same pairs lends
+ * the root.  kvs_gram_masker_warm() first takes the keys of 64 sample
+ * texts of the grammar (the structure every output passes through, and
+ * the optional members and branches outputs take), then enumerates
+ * those pairs, rules in breadth-first order from the root, the keys
+ * with a bounded string's low counts after all others, and builds each
+ * key's entry through kvs_gram_ind_get(), as a mask would, until a
+ * work bound, a fill of the table, or the end of the keys.  Before all
+ * that, a first pass over the same pairs lends
  * each one a vocabulary slice gives (kvs_gram_slice.c): no walk, and
  * slots of their own (kvs_gram_masker_init_table), at most `fill` of
  * them.
@@ -59,7 +60,9 @@
  * after it are still built */
 #define KVS_GRAM_WARM_SHARE      16
 
-/* the pairs tried at most, whatever the work bound */
+/* the pairs tried at most, whatever the work bound (new ones: a key
+ * the table holds is not tried again); the sample texts stop at a
+ * quarter of them, so the enumeration has its turn */
 #define KVS_GRAM_WARM_MAX_KEYS   16384
 
 /* the pairs looked up in the vocabulary's slices at most, before the
@@ -75,8 +78,11 @@
  * branches that begin alike: each byte would close them all) */
 #define KVS_GRAM_WARM_FRONT      64
 
-/* sample texts walked first, of at most this many bytes each */
-#define KVS_GRAM_WARM_WALKS      4
+/* sample texts walked first, of at most this many bytes each (64
+ * rather than 4 took weather_tool's and log_record's own p99 to
+ * 0.56-0.75x and the largest warm from 3.6 to 4.7 ms: docs/grammar.md,
+ * "A string's closing tokens decided by their tails") */
+#define KVS_GRAM_WARM_WALKS      64
 #define KVS_GRAM_WARM_BYTES      384
 
 
@@ -374,6 +380,13 @@ kvs_gram_warm_key(kvs_gram_warm_run_t *wr, const uint32_t *key,
     {
         return KVS_ETOOLONG;
     }
+
+    /* a key the table holds (a sample text meets its keys again and
+     * again) or a slice gives is not one tried */
+    rc = kvs_gram_ind_get_slice(mk, key, &e);
+    if (rc != KVS_ENOTFOUND) {
+        return rc;
+    }
     wr->s.keys++;
 
     (void) kvs_gram_ind_key(mk, key, ck);
@@ -642,7 +655,9 @@ kvs_gram_masker_warm(kvs_gram_masker_t *t, const kvs_gram_t *g,
     /* sample texts first: the structure every output passes through;
      * the seed is the grammar's, so a warm is the same every time */
     rng = 0x9E3779B97F4A7C15ULL ^ g->n_elems;
-    for (n = 0; n < KVS_GRAM_WARM_WALKS && rc == KVS_OK; n++) {
+    for (n = 0; n < KVS_GRAM_WARM_WALKS && rc == KVS_OK
+                && wr.s.keys < KVS_GRAM_WARM_MAX_KEYS / 4; n++)
+    {
         rc = kvs_gram_warm_walk(&wr, &rng, err);
     }
 

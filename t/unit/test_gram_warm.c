@@ -297,12 +297,14 @@ test_warm_all(void **state)
     assert_true(st.done);
     assert_true(st.built > 0);
 
-    /* a table already warmed: every key found, nothing built */
+    /* a table already warmed: every key found, so none tried again
+     * and nothing built */
     assert_int_equal(kvs_gram_masker_warm(&t, &g, NULL, 0, 256, &again,
                                           &err), KVS_OK);
     assert_true(again.done);
     assert_int_equal(again.built, 0);
-    assert_int_equal(again.keys, st.keys);
+    assert_true(st.keys > 0);
+    assert_int_equal(again.keys, 0);
     assert_int_equal(again.entries, st.entries);
 
     kvs_gram_masker_free(&t);
