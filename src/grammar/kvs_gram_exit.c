@@ -1,6 +1,6 @@
 /*
- * kvs_gram_exit: the tokens that leave a free JSON string, decided by
- * what follows their closing quote.
+ * kvs_gram_exit: the tokens that leave a JSON string, decided by what
+ * follows their closing quote.
  *
  * Owns the vocabulary's exit groups (kvs_gram_vocab_t.exits) and the
  * check that uses them in a mask (kvs_gram_exit_check).
@@ -10,26 +10,32 @@
  * cache, and its entries leave ~1,150 tokens to the real stacks (Llama
  * 3): those of the form u '"' w, some characters, the closing quote and
  * more.  Checked one by one they cost ~30-45 us, each token's u fed
- * again, and set the per-schema p99 of a fresh request.  Yet their
- * verdicts depend on w alone: there are ~250 distinct '"' w on Llama 3.
+ * again, and set the per-schema p99 of a fresh request; a bounded
+ * string's fill of kept verdicts (kvs_gram_verdict.c) checked the same
+ * ones.  Yet their verdicts depend on '"' w alone: 1,301 tokens in 576
+ * tails on Llama 3.
  *
  * When.  The mask's state is two stacks, s = (p, n1) and n1 itself,
- * where p is a reference to the JSON character rule x followed by a
- * tail reference to a loop T (T's alternatives: empty, and x T: an
- * unbounded string body, kvs_gram_repeat), and n1's top is a byte range
- * that begins no character (the closing quote).  That is the state
- * inside a free string, where T's empty alternative returns to n1.
+ * where p is a reference to the JSON character rule x (which a quote
+ * does not begin) followed by a tail reference to a loop T (T's
+ * alternatives: empty, and x T: an unbounded string body,
+ * kvs_gram_repeat; c unbounded), or in a copy of a repetition's
+ * optional copies (kvs_gram_run_copies: c copies left), and n1's top is
+ * a byte range that begins no character (the closing quote).  That is
+ * the state inside a string, where the empty alternative returns to
+ * n1.
  *
  * Exactness.  Let t = u '"' w, u r >= 1 characters the class automaton
  * (kvs_gram_memo_class) takes whole, with no quote, backslash or
  * control.  From s each such character is one copy of x and no more
- * (kvs_gram_long.c's argument for kvs_gram_long_direct), after which T
- * closes to {(x in T, n1), n1}; n1 refuses u's first byte, which begins
- * a character.  At u's end the frontier is thus {(x in T, n1), n1},
- * where '"' is taken by n1 alone ('"' is not in FIRST(x)), as it is
- * from the state itself (s's top refuses it the same way).  So the real
- * stacks take t iff they take '"' w, as stacks: the node ids differ,
- * and the path to t made more nodes.  A token '"' w (r = 0) is its own
+ * (kvs_gram_long.c's argument for kvs_gram_long_direct), after which
+ * the loop closes to {(x in T, n1), n1} (the copies to the next copy
+ * and n1; past c characters to n1 alone, which refuses the next one);
+ * n1 refuses u's first byte, which begins a character.  At u's end, for
+ * r <= c, the quote is taken by n1 alone, as it is from the state
+ * itself (x refuses it from s the same way).  So the real stacks take t
+ * iff r <= c and they take '"' w, as stacks: the node ids differ, and
+ * the path to t made more nodes.  A token '"' w (r = 0) is its own
  * tail.  The tails are fed on the real matcher from the state, sorted
  * so that shared prefixes are fed once, and each group's tokens take
  * the tail's verdict; those tokens are then left out of the check of
@@ -42,7 +48,8 @@
  * along one path (I), and their verdicts are used only where n_nodes +
  * max_len * KVS_GRAM_LONG_STEP + I stays within max_nodes, so no
  * token's run could meet it; elsewhere, or where a tail's run met a
- * cap, the tokens are checked as before.
+ * cap, the tokens are checked as before.  A fill of kept verdicts that
+ * takes them records those bounds as what its paths met.
  *
  * Invariants: the groups are immutable once built; the matcher is left
  * as it was found; bits only gains tokens the real stacks take.

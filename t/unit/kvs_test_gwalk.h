@@ -6,7 +6,7 @@
  * maskers on it, each with its own number of state-cache entries (0:
  * every mask a full walk); a small vocabulary's tokens; a schema
  * compiled and a random allowed token; one step's masks compared with
- * the full walk's and the brute force's.  Any failure to
+ * the full walk's and the brute force's; a walk of such steps.  Any failure to
  * allocate or initialise fails the test.  Header-only, like kvs_test.h.
  */
 
@@ -256,6 +256,31 @@ tgw_step(tgw_rig_t *r, const kvs_gram_vocab_t *gv,
                            "the full walk against brute force", schema,
                            step);
         }
+    }
+}
+
+/* One walk of at most `steps` tokens from the matcher's state: each
+ * step compared (tgw_step), then a token the full walk allows, picked
+ * with *rng (tgw_pick), accepted; an END token ends it. */
+static inline void
+tgw_run(tgw_rig_t *r, const kvs_gram_vocab_t *gv,
+    const char *const *names, const char *schema, size_t steps,
+    uint64_t *rng)
+{
+    size_t     step;
+    uint32_t   id;
+    kvs_err_t  err;
+
+    for (step = 0; step < steps; step++) {
+        tgw_step(r, gv, names, schema, step);
+
+        id = tgw_pick(gv, r->bits[0], r->cand, rng);
+        assert_true(id != UINT32_MAX);
+        if (gv->kind[id] == KVS_GRAM_TOK_END) {
+            break;
+        }
+        assert_int_equal(kvs_gram_accept_token(&r->m, gv, (int32_t) id,
+                                               &err), KVS_OK);
     }
 }
 

@@ -86,10 +86,8 @@ static void
 te_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks,
     uint64_t *ex, uint64_t *off)
 {
-    size_t              w, step;
-    uint32_t            id;
+    size_t              w;
     uint64_t            rng;
-    kvs_err_t           err;
     kvs_gram_t          g;
     tgw_rig_t           r;
     static const uint32_t  entries[TE_MK] = { 0, 16, 16 };
@@ -103,18 +101,7 @@ te_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks,
         tgw_begin(&r, &g, gv, entries);
         r.mk[TE_OFF].noexits = 1;
 
-        for (step = 0; step < 60; step++) {
-            tgw_step(&r, gv, names, schema != NULL ? schema : "json_object",
-                     step);
-
-            id = tgw_pick(gv, r.bits[TE_PLAIN], r.cand, &rng);
-            assert_true(id != UINT32_MAX);
-            if (gv->kind[id] == KVS_GRAM_TOK_END) {
-                break;
-            }
-            assert_int_equal(kvs_gram_accept_token(&r.m, gv, (int32_t) id,
-                                                   &err), KVS_OK);
-        }
+        tgw_run(&r, gv, names, schema != NULL ? schema : "json_object", 60, &rng);
 
         *ex += r.mk[TE_EXITS].exits;
         *off += r.mk[TE_OFF].exits;

@@ -104,10 +104,8 @@ static void
 ts_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks,
     uint64_t *taken, uint64_t *off)
 {
-    size_t              w, step;
-    uint32_t            id;
+    size_t              w;
     uint64_t            rng;
-    kvs_err_t           err;
     kvs_gram_t          g;
     tgw_rig_t           r;
     static const uint32_t  entries[TS_MK] = { 0, 16, 16 };
@@ -121,18 +119,7 @@ ts_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks,
         tgw_begin(&r, &g, gv, entries);
         r.mk[TS_OFF].noslices = 1;
 
-        for (step = 0; step < 50; step++) {
-            tgw_step(&r, gv, names, schema != NULL ? schema : "json_object",
-                     step);
-
-            id = tgw_pick(gv, r.bits[TS_PLAIN], r.cand, &rng);
-            assert_true(id != UINT32_MAX);
-            if (gv->kind[id] == KVS_GRAM_TOK_END) {
-                break;
-            }
-            assert_int_equal(kvs_gram_accept_token(&r.m, gv, (int32_t) id,
-                                                   &err), KVS_OK);
-        }
+        tgw_run(&r, gv, names, schema != NULL ? schema : "json_object", 50, &rng);
 
         *taken += r.mk[TS_SLICES].ind_slices;
         *off += r.mk[TS_OFF].ind_slices;

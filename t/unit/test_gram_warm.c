@@ -103,11 +103,9 @@ tw_table(kvs_gram_masker_t *t, const kvs_gram_vocab_t *gv,
 static uint64_t
 tw_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks)
 {
-    size_t                  w, step;
-    uint32_t                id;
+    size_t                  w;
     uint64_t                rng, miss[TW_MK], sparse, whole, unkept;
     uint64_t                st0[4], st1[4], own[4], thits;
-    kvs_err_t               err;
     kvs_gram_t              g;
     tgw_rig_t               r;
     kvs_gram_masker_t       warm, part, tiny;
@@ -152,17 +150,7 @@ tw_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks)
         kvs_gram_masker_share(&r.mk[TW_TINY], &tiny);
         kvs_gram_memo_stats(warm.memo, st0);
 
-        for (step = 0; step < 60; step++) {
-            tgw_step(&r, gv, names, name, step);
-
-            id = tgw_pick(gv, r.bits[TW_PLAIN], r.cand, &rng);
-            assert_true(id != UINT32_MAX);
-            if (gv->kind[id] == KVS_GRAM_TOK_END) {
-                break;
-            }
-            assert_int_equal(kvs_gram_accept_token(&r.m, gv, (int32_t) id,
-                                                   &err), KVS_OK);
-        }
+        tgw_run(&r, gv, names, name, 60, &rng);
 
         /* the warm masker's builds stepped the table's memo, not its
          * own, and met there what the warm had made */
