@@ -49,8 +49,8 @@
  * before it: the own masker has a table of its own, the shared table
  * fills as the walks meet keys.  --warm-units N, --warm-fill N: the
  * warm's bounds (default the engine's, KVS_GRAM_WARM_*; units 0: no
- * bound; fill 0: 3/4 of the table).  --table N: the tables' entries
- * (default the engine's 256, KVS_ENGINE_GRAM_TABLE).
+ * bound; fill 0: the engine's, KVS_GRAM_WARM_FILL).  --table N: the
+ * tables' entries (default the engine's 256, KVS_ENGINE_GRAM_TABLE).
  * --budget: the maskers bounded as the engine's are
  * (kvs_gram_work_budget); a mask over it ends its generation, timed
  * ("over budget").
