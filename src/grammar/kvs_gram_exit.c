@@ -99,30 +99,6 @@ kvs_gram_xtok_cmp(const void *a, const void *b)
 }
 
 
-/* The offset of the quote that ends t's run of whole characters
- * (possibly none: a token that begins with it), or -1; the characters
- * in *chars. */
-static int32_t
-kvs_gram_exit_at(const uint8_t *t, uint32_t n, uint32_t *chars)
-{
-    uint8_t   q, r;
-    uint32_t  i;
-
-    q = 0;
-    *chars = 0;
-    for (i = 0; i < n && i < INT32_MAX; i++) {
-        r = kvs_gram_memo_class(q, t[i]);
-        if (r == KVS_GRAM_CLS_DEAD) {
-            return q == 0 && t[i] == '"' ? (int32_t) i : -1;
-        }
-        *chars += q == 0;
-        q = r;
-    }
-
-    return -1;
-}
-
-
 void
 kvs_gram_exits_free(kvs_gram_exits_t *ex)
 {
@@ -144,8 +120,7 @@ kvs_gram_exits_free(kvs_gram_exits_t *ex)
 int
 kvs_gram_vocab_exits(kvs_gram_vocab_t *gv, kvs_err_t *err)
 {
-    int32_t           k;
-    uint32_t          x, n, i, j, t, l;
+    uint32_t          x, n, i, j, t, k, run;
     kvs_gram_xtok_t  *xt;
     kvs_gram_exits_t *ex;
 
@@ -157,30 +132,29 @@ kvs_gram_vocab_exits(kvs_gram_vocab_t *gv, kvs_err_t *err)
         return kvs_err_set(err, KVS_ENOMEM, "vocabulary: out of memory");
     }
 
+    /* the run of whole characters ends on a quote (none: a token that
+     * begins with one); a character count must fit its 16 bits */
     n = 0;
-    for (x = 0; x < gv->n_text; x++) {
-        l = gv->x_off[x + 1] - gv->x_off[x];
-        k = kvs_gram_exit_at(gv->bytes + gv->x_off[x], l, &xt[n].chars);
-        if (k < 0) {
+    for (x = 0; x < gv->n_text && gv->max_len < 0xffff; x++) {
+        run = kvs_gram_vocab_run(gv, x, &k);
+        if (run >> 24 != KVS_GRAM_RUN_STOP || (run >> 16 & 0xff) != '"') {
             continue;
         }
-        xt[n].off = gv->x_off[x] + (uint32_t) k;
+        xt[n].off = gv->x_off[x] + k;
         xt[n].p = gv->bytes + xt[n].off;
-        xt[n].len = l - (uint32_t) k;
+        xt[n].len = gv->x_off[x + 1] - xt[n].off;
+        xt[n].chars = run & 0xffff;
         xt[n].id = (uint32_t) gv->ids[x];
         n++;
     }
 
     qsort(xt, n, sizeof(kvs_gram_xtok_t), kvs_gram_xtok_cmp);
 
-    for (i = 0, t = 0; i < n; i++) {
-        t += i == 0 || kvs_gram_xtok_cmp(&xt[i - 1], &xt[i]) != 0;
-    }
-
-    ex->t_off = malloc(((size_t) t + 1) * sizeof(uint32_t));
-    ex->t_len = malloc(((size_t) t + 1) * sizeof(uint32_t));
-    ex->t_lcp = malloc(((size_t) t + 1) * sizeof(uint32_t));
-    ex->t_at = malloc(((size_t) t + 1) * sizeof(uint32_t));
+    /* at most as many tails as tokens */
+    ex->t_off = malloc(((size_t) n + 1) * sizeof(uint32_t));
+    ex->t_len = malloc(((size_t) n + 1) * sizeof(uint32_t));
+    ex->t_lcp = malloc(((size_t) n + 1) * sizeof(uint32_t));
+    ex->t_at = malloc(((size_t) n + 1) * sizeof(uint32_t));
     ex->ids = malloc(((size_t) n + 1) * sizeof(uint32_t));
     ex->chars = malloc(((size_t) n + 1) * sizeof(uint32_t));
     ex->bits = calloc(((size_t) gv->n_tokens + 31) / 32, sizeof(uint32_t));

@@ -209,10 +209,8 @@ kvs_gram_vocab_pack(kvs_gram_vocab_t *gv, kvs_err_t *err)
  */
 #define KVS_GRAM_LONG_MIN  8
 
-/* Token x (sorted position) read as a JSON string's characters: its
- * long_cls word (kvs_gram_vocab_t). */
-static uint32_t
-kvs_gram_vocab_run(const kvs_gram_vocab_t *gv, uint32_t x)
+uint32_t
+kvs_gram_vocab_run(const kvs_gram_vocab_t *gv, uint32_t x, uint32_t *at)
 {
     uint8_t         q, r;
     uint32_t        i, n, chars;
@@ -223,9 +221,11 @@ kvs_gram_vocab_run(const kvs_gram_vocab_t *gv, uint32_t x)
     q = 0;
     chars = 0;
 
+    *at = n;
     for (i = 0; i < n; i++) {
         r = kvs_gram_memo_class(q, t[i]);
         if (r == KVS_GRAM_CLS_DEAD) {
+            *at = i;
             return q == 0 ? chars | (uint32_t) t[i] << 16
                             | (uint32_t) KVS_GRAM_RUN_STOP << 24
                           : (chars - 1) | (uint32_t) KVS_GRAM_RUN_CUT << 24;
@@ -241,7 +241,7 @@ kvs_gram_vocab_run(const kvs_gram_vocab_t *gv, uint32_t x)
 static int
 kvs_gram_vocab_long(kvs_gram_vocab_t *gv, kvs_err_t *err)
 {
-    uint32_t   x, l, n, *hist;
+    uint32_t   x, l, n, at, *hist;
 
     hist = calloc((size_t) gv->max_len + 2, sizeof(uint32_t));
     gv->text_bits = calloc(((size_t) gv->n_tokens + 31) / 32,
@@ -277,7 +277,7 @@ kvs_gram_vocab_long(kvs_gram_vocab_t *gv, kvs_err_t *err)
     }
     for (x = 0; x < gv->n_text; x++) {
         if (gv->len[gv->ids[x]] >= l) {
-            gv->long_cls[gv->n_long] = kvs_gram_vocab_run(gv, x);
+            gv->long_cls[gv->n_long] = kvs_gram_vocab_run(gv, x, &at);
             gv->long_x[gv->n_long++] = x;
         }
     }

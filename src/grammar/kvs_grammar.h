@@ -710,6 +710,13 @@ int kvs_gram_memo_skip(kvs_gram_memo_t *mo, int on);
 #define KVS_GRAM_RUN_STOP  1
 #define KVS_GRAM_RUN_CUT   2
 
+/* Text token x (sorted position) read as a JSON string's characters by
+ * the class automaton: its long_cls word (kvs_gram_vocab_t; the
+ * characters it begins in bits 0-15), and in *at the offset where the
+ * run ends (the token's length if it does not) (kvs_gram_vocab.c). */
+uint32_t kvs_gram_vocab_run(const kvs_gram_vocab_t *gv, uint32_t x,
+    uint32_t *at);
+
 uint8_t kvs_gram_memo_class(uint8_t q, uint8_t b);
 
 /* A byte's group for loop skipping (kvs_gram_memo_skip.c): 0-9, a-f,
