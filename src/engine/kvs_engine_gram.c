@@ -36,11 +36,11 @@
 
 /* per sequence: the states whose masks are kept (a mask is n_vocab bits:
  * 16 KiB at 128K tokens); per grammar: the context-independent entries,
- * shared by its sequences, their builds' memo and the long tokens'
- * classifications (so 256 x 19.5 KiB with their lists of words, plus
- * 1.55 MiB and 88 KiB: 6.5 MiB at 128K tokens, counted in the grammar
- * cache's byte bound: 9 such grammars in its 64 MiB, 13 before the
- * memo).
+ * shared by its sequences, their builds' memo, the long tokens'
+ * classifications and its class runs' trie levels (so 256 x 19.5 KiB
+ * with their lists of words, plus 1.55 MiB, 88 KiB and at most 514 KiB:
+ * 7 MiB at 128K tokens, counted in the grammar cache's byte bound: 9
+ * such grammars in its 64 MiB, 13 before the memo).
  * 256, not 64: a tool-call or API schema meets ~100-200 distinct keys
  * (bench_grammar's search_tool: 192), and a table smaller than that
  * evicts round robin and rebuilds, each a walk of the vocabulary trie */
@@ -81,7 +81,8 @@ kvs_engine_gram_new(kvs_engine_t *e, kvs_err_t *err)
                             * (words * 4
                                + (words / KVS_GRAM_SPARSE_DIV + 1) * 8)
                             + kvs_gram_memo_bytes(KVS_GRAM_TABLE_MEMO_STATES)
-                            + kvs_gram_long_bytes();
+                            + kvs_gram_long_bytes()
+                            + kvs_gram_run_bytes();
     e->gbits = calloc(((size_t) e->be->n_vocab + 31) / 32, sizeof(uint32_t));
     e->gids = malloc((size_t) e->be->n_vocab * sizeof(int32_t));
     if (e->gbits == NULL || e->gids == NULL) {

@@ -343,6 +343,7 @@ kvs_gram_exit_check(kvs_gram_masker_t *mk, uint32_t *bits,
 {
     int                       any;
     uint32_t                  i, j, l, cur, lcp, n1, c, n_acc, most, front;
+    uint32_t                  dead;
     uint32_t                  id;
     uint64_t                  i0, capped, nodes0;
     const uint8_t            *p;
@@ -370,8 +371,15 @@ kvs_gram_exit_check(kvs_gram_masker_t *mk, uint32_t *bits,
     most = 0;
     front = 0;
     mk->xpath[0] = 0;
+    dead = UINT32_MAX;
 
     for (i = 0; i < ex->n_tails; i++) {
+        /* a tail that shares the byte its predecessor died on dies
+         * there too: most tails end after the quote's next byte */
+        if (ex->t_lcp[i] > dead) {
+            continue;
+        }
+        dead = UINT32_MAX;
         lcp = ex->t_lcp[i] < cur ? ex->t_lcp[i] : cur;
         kvs_gram_matcher_rollback(m, cur - lcp);
         cur = lcp;
@@ -399,6 +407,8 @@ kvs_gram_exit_check(kvs_gram_masker_t *mk, uint32_t *bits,
 
         if (cur == l) {
             mk->xacc[n_acc++] = i;
+        } else {
+            dead = cur;
         }
         mk->exit_tails++;
     }
@@ -447,6 +457,81 @@ kvs_gram_exit_check(kvs_gram_masker_t *mk, uint32_t *bits,
     mk->decided = ex->bits;
 
     return any;
+}
+
+
+/*
+ * The rest of an entry's dependent ranges once the exit tokens are
+ * decided: a check skipping them one by one still read each (~1,150 in
+ * a free string's first mask, ~5 ns apiece, a third of that mask), and
+ * the entries of those states are few and shared.  A list longer than
+ * its ranges by KVS_GRAM_REST_SLACK pairs (exit tokens scattered among
+ * the rest) is not kept: the entry's ranges are read then.
+ */
+#define KVS_GRAM_REST_SLACK  256
+
+void
+kvs_gram_exit_rest(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
+    const uint32_t **ranges, uint32_t *n_ranges)
+{
+    int              in;
+    uint32_t         r, x, id, n, pass, *q;
+    const uint32_t  *dec;
+
+    *ranges = e->ranges;
+    *n_ranges = e->n_ranges;
+    dec = mk->decided;
+    if (dec == NULL || mk->gv->exits == NULL || dec != mk->gv->exits->bits
+        || e->n_ranges == 0 || e->rest_made == 2)
+    {
+        return;
+    }
+
+    if (e->rest_made == 0) {
+        /* count the runs of kept positions, then write them */
+        q = NULL;
+        n = 0;
+        for (pass = 0; pass < 2; pass++) {
+            n = 0;
+            for (r = 0; r < e->n_ranges; r++) {
+                in = 0;
+                for (x = e->ranges[2 * r]; x < e->ranges[2 * r + 1]; x++) {
+                    id = (uint32_t) mk->gv->ids[x];
+                    if (dec[id >> 5] >> (id & 31) & 1) {
+                        in = 0;
+                        continue;
+                    }
+                    if (!in) {
+                        if (q != NULL) {
+                            q[2 * n] = x;
+                        }
+                        n++;
+                        in = 1;
+                    }
+                    if (q != NULL) {
+                        q[2 * n - 1] = x + 1;
+                    }
+                }
+            }
+            if (pass == 1) {
+                break;
+            }
+            if (n > e->n_ranges + KVS_GRAM_REST_SLACK) {
+                e->rest_made = 2;
+                return;
+            }
+            q = malloc(((size_t) n + 1) * 2 * sizeof(uint32_t));
+            if (q == NULL) {
+                return;               /* the ranges, this time */
+            }
+        }
+        e->rest = q;
+        e->n_rest = n;
+        e->rest_made = 1;
+    }
+
+    *ranges = e->rest;
+    *n_ranges = e->n_rest;
 }
 
 

@@ -507,6 +507,7 @@ kvs_gram_ind_free(kvs_gram_ientry_t *e)
         free(e->ranges);
         free(e->sparse);
     }
+    free(e->rest);
     memset(e, 0, sizeof(kvs_gram_ientry_t));
 }
 

@@ -184,6 +184,7 @@ kvs_gram_masker_free(kvs_gram_masker_t *mk)
     free(mk->kbuf);
     kvs_gram_verdict_free(mk);
     free(mk->lc);
+    kvs_gram_run_free(mk);
     free(mk->mr);
     free(mk->shbuf);
     free(mk->xacc);
@@ -312,7 +313,8 @@ kvs_gram_mask_ind(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
     int                      rc, any;
     uint32_t                 i, j, k, id, n_used, t[KVS_GRAM_CUT];
     uint32_t                 src[KVS_GRAM_CUT];
-    uint32_t                 n_front, len, c, all, capped, *nm;
+    uint32_t                 n_front, len, c, all, capped, *nm, nr;
+    const uint32_t          *rg;
     kvs_gram_ientry_t       *e;
     const kvs_gram_matcher_t  *m;
     const kvs_gram_level_t  *lv;
@@ -414,10 +416,10 @@ kvs_gram_mask_ind(kvs_gram_masker_t *mk, uint32_t *bits, kvs_err_t *err)
         any |= rc > 0;
     }
     for (j = 0; j < n_used && (rc < 0 || mk->decided != NULL); j++) {
-        if (mk->used[j]->n_ranges > 0) {
-            any |= kvs_gram_check_ranges(mk, mk->used[j]->ranges,
-                                         mk->used[j]->n_ranges, 0,
-                                         UINT32_MAX, bits, NULL);
+        kvs_gram_exit_rest(mk, mk->used[j], &rg, &nr);
+        if (nr > 0) {
+            any |= kvs_gram_check_ranges(mk, rg, nr, 0, UINT32_MAX, bits,
+                                         NULL);
         }
     }
     mk->decided = NULL;

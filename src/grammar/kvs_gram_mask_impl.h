@@ -41,6 +41,14 @@ struct kvs_gram_ientry_s {
                                          slice's (kvs_gram_slice.c), which
                                          outlives the table: read only,
                                          never freed here */
+    uint32_t  *rest;                  /* [2 * n_rest] the ranges less the
+                                         vocabulary's exit tokens, made on
+                                         an exit mask's first use
+                                         (kvs_gram_exit_rest); the slot's
+                                         own, lent or not */
+    uint32_t   n_rest;
+    uint32_t   rest_made;             /* 0: not yet; 1: rest; 2: none
+                                         kept, ranges are read */
 };
 
 
@@ -142,6 +150,12 @@ uint32_t kvs_gram_long_deps(const kvs_gram_masker_t *mk,
 int kvs_gram_exit_check(kvs_gram_masker_t *mk, uint32_t *bits,
     kvs_gram_vrec_t *rec, uint32_t len);
 
+/* kvs_gram_exit.c: the dependent ranges of e that a check must read
+ * now: while a mask's exit tokens are decided (mk->decided), e's ranges
+ * less those tokens (made once per entry), else its ranges. */
+void kvs_gram_exit_rest(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
+    const uint32_t **ranges, uint32_t *n_ranges);
+
 /* kvs_gram_run.c: 1 if position p is a reference to x in a copy of a
  * repetition's optional copies with no separator between them (each
  * copy x then the rest, kvs_gram_rep.c), the family's member with c_at
@@ -160,5 +174,9 @@ int kvs_gram_run_derive(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
 /* 1 if key is a run's source or a count taken from it (the warm builds
  * those on an allowance of their own, kvs_gram_warm.c). */
 int kvs_gram_run_in(const kvs_gram_masker_t *mk, const uint32_t *key);
+
+/* kvs_gram_run.c: a table's trie levels (kvs_gram_masker_t.rlev) */
+typedef struct kvs_gram_rlev_s kvs_gram_rlev_t;
+void kvs_gram_run_free(kvs_gram_masker_t *mk);
 
 #endif /* KVS_GRAM_MASK_IMPL_H */

@@ -47,6 +47,19 @@
  * (b).  On Qwen2 for [a-z0-9-]: at most ~16k nodes and ~11k tokens (c 4
  * to 6), a few hundred of each from c 12 on.  Charged to the masker's
  * work at KVS_GRAM_RUN_PER_UNIT of them a unit.
+ *
+ * Levels.  The DFS is a trie walk that jumps from subtree to subtree,
+ * ~10-20 ns a node (8-150 us a count on Qwen2, a fresh request's most
+ * common dear mask in a pattern's field), and every count of a run
+ * repeats its upper part.  So the table keeps, per class, its levels
+ * (kvs_gram_rlev_t): the subtrees of the class paths' nodes at each
+ * depth, as merged sorted-position ranges, made by one DFS to every
+ * depth on the class's first derive (the warm's, most often: it derives
+ * a run's high counts).  A count c then takes depth c + 1's ranges: the
+ * same tokens as its own DFS, whose nodes at that depth are exactly the
+ * class paths' there.  A class with more than KVS_GRAM_RUN_LEV_MAX
+ * ranges keeps none and is derived by its DFS, as is every one with
+ * nolevels (the reference the tests compare with).
  */
 
 #include <stdlib.h>
@@ -59,6 +72,30 @@
 /* DFS nodes or cleared tokens per unit of work (a unit is about one
  * memo step of a walk: each of these is a few times cheaper) */
 #define KVS_GRAM_RUN_PER_UNIT  8
+
+/* a table keeps the levels of its first classes, this many, each of at
+ * most KVS_GRAM_RUN_LEV_MAX ranges (256 KiB; [a-z0-9-] needs ~16k on
+ * Qwen2 and Llama 3); the classes after them are derived by their DFS,
+ * never by replacing one (a request alternating between two classes
+ * would make levels at every count, 0.3 ms each) */
+#define KVS_GRAM_RUN_SLOTS     2
+#define KVS_GRAM_RUN_LEV_MAX   (1u << 15)
+
+/* the depths kept (a run's counts are under the vocabulary's tiers,
+ * kvs_gram_run_src, far below this); a deeper count's DFS as before */
+#define KVS_GRAM_RUN_DEPTH     256
+
+
+struct kvs_gram_rlev_s {
+    uint64_t   set[4];                /* the class */
+    int        over;                  /* more than the bound: none kept */
+    uint32_t   n_lev;                 /* depths 0 .. n_lev - 1 */
+    int        full;                  /* n_lev passes the longest token */
+    uint32_t  *at;                    /* [n_lev + 1] depth d's ranges are
+                                         r[2 * at[d] .. 2 * at[d + 1]) */
+    uint32_t  *r;                     /* [2 * at[n_lev]] lo, hi pairs,
+                                         sorted and disjoint per depth */
+};
 
 
 static int
@@ -221,35 +258,49 @@ kvs_gram_run_push(uint32_t **q, uint32_t *n, uint32_t *cap, uint32_t lo,
 }
 
 
-int
-kvs_gram_run_derive(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
-    const kvs_gram_ientry_t *se, uint32_t c, const uint64_t *set)
+size_t
+kvs_gram_run_bytes(void)
 {
-    uint32_t                 i, n, d, u, id, k, j, r, lo, hi, nc, cap, m;
-    uint32_t                *cut, *q;
-    uint64_t                 cost;
-    const kvs_gram_tnode_t  *nd;
-    const kvs_gram_vocab_t  *gv;
+    return KVS_GRAM_RUN_SLOTS
+           * (sizeof(kvs_gram_rlev_t)
+              + (size_t) KVS_GRAM_RUN_LEV_MAX * 2 * sizeof(uint32_t)
+              + (KVS_GRAM_RUN_DEPTH + 1) * sizeof(uint32_t));
+}
 
-    gv = mk->gv;
+
+void
+kvs_gram_run_free(kvs_gram_masker_t *mk)
+{
+    uint32_t  i;
+
+    for (i = 0; mk->rlev != NULL && i < KVS_GRAM_RUN_SLOTS; i++) {
+        free(mk->rlev[i].at);
+        free(mk->rlev[i].r);
+    }
+    free(mk->rlev);
+    mk->rlev = NULL;
+    mk->n_rlev = 0;
+}
+
+
+/* The class paths' subtrees at depth c + 1 (the tokens of (b)) by a DFS
+ * of the trie: cut[2 * nc] their ranges, sorted; *cost the nodes and
+ * tokens it read. */
+static int
+kvs_gram_run_dfs(const kvs_gram_vocab_t *gv, uint32_t c, const uint64_t *set,
+    uint32_t **cut, uint32_t *nc, uint64_t *cost)
+{
+    uint32_t                 i, n, d, cap;
+    const kvs_gram_tnode_t  *nd;
+
     nd = gv->t_node;
     n = gv->n_nodes;
-
-    e->bits = malloc((size_t) mk->words * sizeof(uint32_t));
-    if (e->bits == NULL) {
-        return KVS_ENOMEM;
-    }
-    memcpy(e->bits, se->bits, (size_t) mk->words * sizeof(uint32_t));
-
-    /* the class paths down to depth c + 1: the subtrees there are the
-     * tokens of (b), in sorted order; cut[2 * nc] their ranges */
-    cut = NULL;
-    nc = 0;
+    *cut = NULL;
+    *nc = 0;
     cap = 0;
-    cost = 0;
 
     for (i = 0; i < n; ) {
-        cost++;
+        (*cost)++;
         d = nd[i].depth;
 
         if (!kvs_gram_run_has(set, nd[i].byte)
@@ -264,28 +315,236 @@ kvs_gram_run_derive(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
             continue;
         }
 
-        lo = nd[i].cum;
-        hi = nd[nd[i].end].cum;
-        if (kvs_gram_run_push(&cut, &nc, &cap, lo, hi) != KVS_OK) {
-            free(cut);
+        if (kvs_gram_run_push(cut, nc, &cap, nd[i].cum,
+                              nd[nd[i].end].cum)
+            != KVS_OK)
+        {
+            free(*cut);
+            *cut = NULL;
             return KVS_ENOMEM;
         }
-        for (u = lo; u < hi; u++) {
+        i = nd[i].end;
+    }
+
+    return KVS_OK;
+}
+
+
+/* Fill lv (its set given, the rest empty) with the class's levels: one
+ * DFS down every class path, each node's subtree appended to its depth
+ * (merged with that depth's last range when they touch), then the
+ * ranges grouped by depth.  KVS_OK with lv->over set when the bound is
+ * passed. */
+static int
+kvs_gram_run_fill(const kvs_gram_vocab_t *gv, kvs_gram_rlev_t *lv,
+    uint32_t max, uint64_t *cost)
+{
+    int                      rc;
+    uint32_t                 i, n, d, k, lo, hi, nt, cap, nl, *last, *cnt;
+    uint32_t                *tr;      /* [3 * nt] depth, lo, hi */
+    const kvs_gram_tnode_t  *nd;
+
+    nd = gv->t_node;
+    n = gv->n_nodes;
+    nl = gv->max_len + 1 < KVS_GRAM_RUN_DEPTH ? gv->max_len + 1
+                                              : KVS_GRAM_RUN_DEPTH;
+    cap = 1024;
+    nt = 0;
+
+    last = malloc((size_t) nl * sizeof(uint32_t));
+    cnt = calloc((size_t) nl + 1, sizeof(uint32_t));
+    tr = malloc((size_t) cap * 3 * sizeof(uint32_t));
+    if (last == NULL || cnt == NULL || tr == NULL) {
+        rc = KVS_ENOMEM;
+        goto done;
+    }
+    for (d = 0; d < nl; d++) {
+        last[d] = UINT32_MAX;
+    }
+
+    for (i = 0; i < n; ) {
+        (*cost)++;
+        d = nd[i].depth;
+        if (!kvs_gram_run_has(lv->set, nd[i].byte) || d >= nl) {
+            i = nd[i].end;
+            continue;
+        }
+
+        lo = nd[i].cum;
+        hi = nd[nd[i].end].cum;
+        i++;
+
+        if (last[d] != UINT32_MAX && tr[3 * last[d] + 2] == lo) {
+            tr[3 * last[d] + 2] = hi;
+            continue;
+        }
+        if (nt == max) {
+            lv->over = 1;
+            rc = KVS_OK;
+            goto done;
+        }
+        if (nt == cap) {
+            uint32_t  *g;
+
+            g = realloc(tr, (size_t) cap * 2 * 3 * sizeof(uint32_t));
+            if (g == NULL) {
+                rc = KVS_ENOMEM;
+                goto done;
+            }
+            tr = g;
+            cap *= 2;
+        }
+        tr[3 * nt] = d;
+        tr[3 * nt + 1] = lo;
+        tr[3 * nt + 2] = hi;
+        last[d] = nt++;
+        cnt[d + 1]++;
+    }
+
+    /* grouped by depth, each depth's in the DFS's (sorted) order */
+    lv->n_lev = nl;
+    lv->full = nl == gv->max_len + 1;
+    lv->at = malloc(((size_t) nl + 1) * sizeof(uint32_t));
+    lv->r = malloc(((size_t) nt + 1) * 2 * sizeof(uint32_t));
+    if (lv->at == NULL || lv->r == NULL) {
+        rc = KVS_ENOMEM;
+        goto done;
+    }
+    for (d = 0; d < nl; d++) {
+        cnt[d + 1] += cnt[d];
+        lv->at[d] = cnt[d];
+    }
+    lv->at[nl] = cnt[nl];
+    for (k = 0; k < nt; k++) {
+        d = tr[3 * k];
+        lv->r[2 * cnt[d]] = tr[3 * k + 1];
+        lv->r[2 * cnt[d] + 1] = tr[3 * k + 2];
+        cnt[d]++;
+    }
+    *cost += nt;
+    rc = KVS_OK;
+
+done:
+
+    free(last);
+    free(cnt);
+    free(tr);
+    if (rc != KVS_OK || lv->over) {
+        free(lv->at);
+        free(lv->r);
+        lv->at = NULL;
+        lv->r = NULL;
+        lv->n_lev = 0;
+    }
+
+    return rc;
+}
+
+
+/* The table's levels of the class (made now if it has none and a slot
+ * is free), or NULL when the class passes the bound, the slots are
+ * taken or memory is short: the caller's DFS then. */
+static const kvs_gram_rlev_t *
+kvs_gram_run_levels(kvs_gram_masker_t *mk, const uint64_t *set,
+    uint64_t *cost)
+{
+    uint32_t           i, max;
+    kvs_gram_rlev_t   *lv;
+    kvs_gram_masker_t *o;
+
+    o = mk->ind_owner != NULL ? mk->ind_owner : mk;   /* the table */
+    if (o->rlev == NULL) {
+        o->rlev = calloc(KVS_GRAM_RUN_SLOTS, sizeof(kvs_gram_rlev_t));
+        if (o->rlev == NULL) {
+            return NULL;
+        }
+    }
+
+    for (i = 0; i < o->n_rlev; i++) {
+        lv = &o->rlev[i];
+        if (memcmp(lv->set, set, sizeof(lv->set)) == 0) {
+            return lv->over ? NULL : lv;
+        }
+    }
+
+    if (o->n_rlev == KVS_GRAM_RUN_SLOTS) {
+        return NULL;
+    }
+    lv = &o->rlev[o->n_rlev];
+
+    max = o->rlev_max != 0 && o->rlev_max < KVS_GRAM_RUN_LEV_MAX
+          ? o->rlev_max : KVS_GRAM_RUN_LEV_MAX;
+    memcpy(lv->set, set, sizeof(lv->set));
+    if (kvs_gram_run_fill(mk->gv, lv, max, cost) != KVS_OK) {
+        memset(lv->set, 0, sizeof(lv->set));   /* the slot stays free */
+        return NULL;
+    }
+    o->n_rlev++;                      /* kept, over the bound or not */
+
+    return lv->over ? NULL : lv;
+}
+
+
+int
+kvs_gram_run_derive(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
+    const kvs_gram_ientry_t *se, uint32_t c, const uint64_t *set)
+{
+    uint32_t                 u, id, k, j, r, lo, hi, nc, m;
+    uint32_t                *own, *q;
+    uint64_t                 cost;
+    const uint32_t          *cut;
+    const kvs_gram_rlev_t   *lv;
+    const kvs_gram_vocab_t  *gv;
+
+    gv = mk->gv;
+    cost = 0;
+    own = NULL;
+
+    e->bits = malloc((size_t) mk->words * sizeof(uint32_t));
+    if (e->bits == NULL) {
+        return KVS_ENOMEM;
+    }
+    memcpy(e->bits, se->bits, (size_t) mk->words * sizeof(uint32_t));
+
+    /* the class paths' subtrees at depth c + 1: the tokens of (b), in
+     * sorted order; cut[2 * nc] their ranges */
+    lv = mk->nolevels
+         || (mk->ind_owner != NULL && mk->ind_owner->nolevels)
+         ? NULL : kvs_gram_run_levels(mk, set, &cost);
+    if (lv != NULL && c + 1 >= lv->n_lev && !lv->full) {
+        lv = NULL;                    /* deeper than kept */
+    }
+    if (lv != NULL) {
+        cut = lv->r;
+        nc = 0;
+        if (c + 1 < lv->n_lev) {
+            cut = lv->r + 2 * (size_t) lv->at[c + 1];
+            nc = lv->at[c + 2] - lv->at[c + 1];
+        }
+        cost += nc;
+        mk->ind_levels++;
+    } else {
+        if (kvs_gram_run_dfs(gv, c, set, &own, &nc, &cost) != KVS_OK) {
+            return KVS_ENOMEM;
+        }
+        cut = own;
+    }
+
+    for (k = 0; k < nc; k++) {
+        for (u = cut[2 * k]; u < cut[2 * k + 1]; u++) {
             id = (uint32_t) gv->ids[u];
             e->bits[id >> 5] &= ~(1u << (id & 31));
         }
-        cost += hi - lo;
-        i = nd[i].end;
+        cost += cut[2 * k + 1] - cut[2 * k];
     }
 
     /* the source's dependent ranges less the cut ones (both sorted and
      * disjoint): each cut splits at most one range in two */
     q = malloc(((size_t) se->n_ranges + nc + 1) * 2 * sizeof(uint32_t));
     if (q == NULL) {
-        free(cut);
+        free(own);
         return KVS_ENOMEM;
     }
-
     m = 0;
     k = 0;
     for (r = 0; r < se->n_ranges; r++) {
@@ -314,7 +573,7 @@ kvs_gram_run_derive(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
         }
     }
 
-    free(cut);
+    free(own);
 
     e->ranges = q;
     e->n_ranges = m;

@@ -832,6 +832,17 @@ typedef struct kvs_gram_masker_s {
     uint64_t                 ind_runs;
     int                      noruns;
 
+    /* a table's trie levels of its runs' first classes (kvs_gram_run.c),
+     * n_rlev of them, made on a class's first derive; rlev_max the
+     * ranges a class's may hold (0: KVS_GRAM_RUN_LEV_MAX; more: none
+     * kept, the counts' DFS); nolevels: each derive walks the trie (the
+     * reference the tests compare with); ind_levels the entries derived
+     * from levels */
+    struct kvs_gram_rlev_s  *rlev;
+    uint32_t                 n_rlev, rlev_max;
+    int                      nolevels;
+    uint64_t                 ind_levels;
+
     /* an entry with no source is walked in passes with counted
      * repetitions renamed (kvs_gram_ind.c, kvs_gram_ind_passes), the
      * first with theta0 (0: KVS_GRAM_THETA0); norename: one walk with
@@ -913,12 +924,13 @@ typedef struct kvs_gram_masker_s {
 
     /* inside a free string, the tokens that close it decided by what
      * follows their quote (kvs_gram_exit.c), unless noexits (the
-     * reference the tests compare with); exits the masks decided so,
-     * exit_tails the tails fed; decided, while a mask checks the rest,
+     * reference the tests compare with); exits the masks decided so
+     * (exits_kept of them at a state whose shorter tokens' verdicts
+     * were kept, kvs_gram_verdict.c), exit_tails the tails fed; decided, while a mask checks the rest,
      * the tokens it decided (the check skips them, NULL: none); xacc,
      * xpath its scratch, made on first use */
     int                      noexits;
-    uint64_t                 exits, exit_tails;
+    uint64_t                 exits, exits_kept, exit_tails;
     const uint32_t          *decided;
     uint32_t                *xacc;            /* [n_tails] */
     uint32_t                *xpath;           /* [max_len + 2] */
@@ -1003,13 +1015,16 @@ int kvs_gram_masker_memo(kvs_gram_masker_t *mk, uint32_t max_states,
  * ~100 bytes, no bits of their own: kvs_gram_slice.c), and a memo of KVS_GRAM_TABLE_MEMO_STATES states for their builds
  * (kvs_gram_memo_bytes(KVS_GRAM_TABLE_MEMO_STATES) more at most: 1.55
  * MiB), and once a low tier's key is met the cache of its long tokens'
- * classifications (kvs_gram_long.c: kvs_gram_long_bytes(), 88 KiB).
+ * classifications (kvs_gram_long.c: kvs_gram_long_bytes(), 88 KiB),
+ * and once a class run is derived its classes' trie levels
+ * (kvs_gram_run.c: kvs_gram_run_bytes() at most, 512 KiB).
  * Every masker sharing a table, and the table, must be used by one
  * thread at a time.
  */
 int kvs_gram_masker_init_table(kvs_gram_masker_t *t,
     const kvs_gram_vocab_t *gv, uint32_t entries, kvs_err_t *err);
 size_t kvs_gram_long_bytes(void);
+size_t kvs_gram_run_bytes(void);
 
 /* mk (initialised with cache_entries > 0, over the same vocabulary and a
  * matcher of the table's grammar) uses t's entries from now on; its own

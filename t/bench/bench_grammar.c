@@ -15,6 +15,7 @@
  *   build/bench_grammar [vocab.gguf] [generations] [--schemas FILE]
  *       [--walks OUT] [--vocab-out OUT] [--no-cold] [--nosrc] [--nokeep]
  *       [--nocheckmemo] [--noslices] [--noruns] [--nolong] [--noexits]
+ *       [--nolevels]
  *       [--budget]
  *       [--no-warm] [--warm-units N] [--warm-fill N] [--table N]
  *   default: $KVS_FIXTURES/vocab/ggml-vocab-gpt-2.gguf, 20, the four
@@ -45,6 +46,9 @@
  * --noexits: a string's closing tokens checked on the real stacks, not
  * decided by what follows their quote (kvs_gram_masker_t's noexits,
  * kvs_gram_exit.c).
+ * --nolevels: a class run's counts by a DFS of the trie each, not from
+ * the table's levels of the class (kvs_gram_masker_t's nolevels,
+ * kvs_gram_run.c).
  * --no-warm: no table warmed at compile (kvs_gram_masker_warm), as
  * before it: the own masker has a table of its own, the shared table
  * fills as the walks meet keys.  --warm-units N, --warm-fill N: the
@@ -291,7 +295,7 @@ int
 main(int argc, char **argv)
 {
     int                 rc, cold_on, nosrc, nokeep, nocm, nosl, over, budget;
-    int                 noruns, nolong, noexits;
+    int                 noruns, nolong, noexits, nolevels;
     int                 warm;
     uint32_t            wfill, tents;
     uint64_t            wunits;
@@ -320,6 +324,7 @@ main(int argc, char **argv)
     noruns = 0;
     nolong = 0;
     noexits = 0;
+    nolevels = 0;
     nokeep = 0;
     nocm = 0;
     nosl = 0;
@@ -352,6 +357,8 @@ main(int argc, char **argv)
             nolong = 1;
         } else if (strcmp(argv[ai], "--noexits") == 0) {
             noexits = 1;
+        } else if (strcmp(argv[ai], "--nolevels") == 0) {
+            nolevels = 1;
         } else if (strcmp(argv[ai], "--nokeep") == 0) {
             nokeep = 1;
         } else if (strcmp(argv[ai], "--nocheckmemo") == 0) {
@@ -481,6 +488,7 @@ main(int argc, char **argv)
             fprintf(stderr, "table: %s\n", err.msg);
             return 1;
         }
+        table.nolevels = nolevels;
 
         /* the engine warms a grammar's table once, at compile */
         twarm = 0;
@@ -525,6 +533,7 @@ main(int argc, char **argv)
                     fprintf(stderr, "table: %s\n", err.msg);
                     return 1;
                 }
+                otab.nolevels = nolevels;
                 t0 = bg_now();
                 if (kvs_gram_masker_warm(&otab, &g, NULL, wunits,
                                          wfill, &wst, &err)
@@ -547,6 +556,8 @@ main(int argc, char **argv)
             shm.nolong = nolong;
             mk.noexits = noexits;
             shm.noexits = noexits;
+            mk.nolevels = nolevels;
+            shm.nolevels = nolevels;
             mk.nokeep = nokeep;
             shm.nokeep = nokeep;
             mk.nocheckmemo = nocm;

@@ -81,10 +81,11 @@ static const char  *te_words[] = {
 
 
 /* Walks through one schema under three maskers; the masks the "exits"
- * ones decided by tails added to *ex, the "off" ones' to *off. */
+ * ones decided by tails added to *ex (those at a kept verdict's state
+ * to *kept), the "off" ones' to *off. */
 static void
 te_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks,
-    uint64_t *ex, uint64_t *off)
+    uint64_t *ex, uint64_t *kept, uint64_t *off)
 {
     size_t              w;
     uint64_t            rng;
@@ -104,7 +105,8 @@ te_walks(const kvs_gram_vocab_t *gv, const char *schema, size_t walks,
         tgw_run(&r, gv, names, schema != NULL ? schema : "json_object", 60, &rng);
 
         *ex += r.mk[TE_EXITS].exits;
-        *off += r.mk[TE_OFF].exits;
+        *kept += r.mk[TE_EXITS].exits_kept;
+        *off += r.mk[TE_OFF].exits + r.mk[TE_OFF].exits_kept;
 
         tgw_end(&r);
     }
@@ -118,7 +120,7 @@ static void
 test_exit_walks(void **state)
 {
     size_t             i;
-    uint64_t           ex, off, before;
+    uint64_t           ex, off, kept, before, kbefore;
     kvs_gram_vocab_t  *gv;
 
     (void) state;
@@ -127,16 +129,25 @@ test_exit_walks(void **state)
 
     ex = 0;
     off = 0;
+    kept = 0;
     for (i = 0; i < TE_NS; i++) {
         before = ex;
-        te_walks(gv, te_schemas[i], 8, &ex, &off);
-        print_message("%s: %llu masks decided by tails\n",
+        kbefore = kept;
+        te_walks(gv, te_schemas[i], 8, &ex, &kept, &off);
+        print_message("%s: %llu masks decided by tails, %llu at a kept "
+                      "verdict's state\n",
                       te_schemas[i] != NULL ? te_schemas[i] : "json_object",
-                      (unsigned long long) (ex - before));
+                      (unsigned long long) (ex - before),
+                      (unsigned long long) (kept - kbefore));
         if (i != TE_NS - 2) {
             /* a string whose closing tokens the exits decide in each
              * but the pattern's */
             assert_true(ex > before);
+        }
+        if (te_schemas[i] != NULL && strstr(te_schemas[i], "maxLength")) {
+            /* a bounded string's later characters: kept verdicts, and
+             * the longer closing tokens by their tails */
+            assert_true(kept > kbefore);
         }
     }
 

@@ -17,12 +17,19 @@
  * a separator) compare at every step:
  *
  *   plain    cache_entries 0: every mask a full walk on the real stacks
- *   run      entries, a run's counts taken from its largest count's
+ *   run      entries, a run's counts taken from its largest count's,
+ *            through the class's trie levels (a table shared by the
+ *            schema's walks; past its first classes, by DFS)
+ *   dfs      the same, each count by its own DFS (nolevels)
+ *   tight    the same, levels bounded below what the class needs
+ *            (rlev_max), so none are kept and the DFS takes over
  *   norun    entries, every one walked (kvs_gram_masker_t's noruns)
  *
  * and the brute force of every token every third step.  The "run"
  * maskers must have made entries so on the first patterns, none on
- * the others, and the "norun" ones none at all.
+ * the others, and the "norun" ones none at all; after each walk the
+ * entries of "run", "dfs" and "tight" are compared with the walked
+ * ones key by key, and only "run" may have taken counts from levels.
  */
 
 #include "kvs_test_gwalk.h"
@@ -30,7 +37,9 @@
 
 typedef struct {
     const char  *schema;
-    int          runs;                /* 1: its runs qualify */
+    int          runs;                /* 1: its runs qualify; 2: and has
+                                         more classes than a table keeps
+                                         levels of (the rest by DFS) */
 } tr_case_t;
 
 static const tr_case_t  tr_cases[] = {
@@ -42,6 +51,11 @@ static const tr_case_t  tr_cases[] = {
       "\"additionalProperties\": false}", 1 },
     { "{\"type\": \"array\", \"items\": {\"type\": \"string\", "
       "\"pattern\": \"^[a-f0-9]{4,20}$\"}, \"maxItems\": 4}", 1 },
+    { "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": "
+      "\"string\", \"pattern\": \"^[a-z]{2,20}$\"}, \"b\": {\"type\": "
+      "\"string\", \"pattern\": \"^[A-Z]{3,25}$\"}, \"c\": {\"type\": "
+      "\"string\", \"pattern\": \"^[0-9]{1,12}$\"}}, \"required\": "
+      "[\"a\", \"b\", \"c\"], \"additionalProperties\": false}", 2 },
     { "{\"type\": \"string\", \"pattern\": \"^[a-z]{0,9}[a-z0-9]*$\"}", 0 },
     { "{\"type\": \"string\", \"pattern\": \"^(ab){1,9}$\"}", 0 },
     { "{\"type\": \"string\", \"pattern\": \"^[a-z]{2,12}x$\"}", 0 },
@@ -50,7 +64,7 @@ static const tr_case_t  tr_cases[] = {
 #define TR_NC   (sizeof(tr_cases) / sizeof(tr_cases[0]))
 #define TR_MAX  3000
 
-enum { TR_PLAIN, TR_RUN, TR_NORUN, TR_MK };
+enum { TR_PLAIN, TR_RUN, TR_DFS, TR_TIGHT, TR_NORUN, TR_MK };
 
 
 static kvs_gram_vocab_t *
@@ -222,26 +236,38 @@ tr_outer(void *arg, const uint32_t *key, const uint32_t *bits,
 }
 
 
-/* Walks through one schema; the entries the "run" and "norun" maskers
- * made from a run's largest count added to runs[0] and runs[1], and
- * after each walk the "run" masker's entries compared (cmp). */
+/* Walks through one schema; the entries the "dfs" and "norun" maskers
+ * made from a run's largest count added to runs[0] and runs[1], those
+ * "run" made so to runs[3] (runs[2] of them from levels), and after
+ * each walk the entries of "run", "dfs" and "tight" compared with the
+ * walked ones (cmp). */
 static void
 tr_walks(const kvs_gram_vocab_t *gv, const kvs_gram_t *g, const char *schema,
     size_t walks, uint64_t *runs, tr_cmp_t *cmp)
 {
-    size_t              w, step;
+    size_t              w, step, k;
     uint32_t            id;
     uint64_t            rng;
     kvs_err_t           err;
     tgw_rig_t           r;
-    static const uint32_t  entries[TR_MK] = { 0, 16, 16 };
-    static const char  *names[TR_MK] = { "plain", "run", "norun" };
+    kvs_gram_masker_t   tab;
+    static const uint32_t  entries[TR_MK] = { 0, 16, 16, 16, 16 };
+    static const char  *names[TR_MK] = { "plain", "run", "dfs", "tight",
+                                         "norun" };
 
     tgw_alloc(&r, gv, TR_MK);
+
+    /* "run" shares one table across the walks, as a grammar's requests
+     * do: its levels are made once per class, for the first classes */
+    assert_int_equal(kvs_gram_masker_init_table(&tab, gv, 64, &err),
+                     KVS_OK);
 
     for (w = 0; w < walks; w++) {
         rng = 77 + w * 7919 + strlen(schema);
         tgw_begin(&r, g, gv, entries);
+        kvs_gram_masker_share(&r.mk[TR_RUN], &tab);
+        r.mk[TR_DFS].nolevels = 1;
+        r.mk[TR_TIGHT].rlev_max = 4;
         r.mk[TR_NORUN].noruns = 1;
 
         for (step = 0; step < 80; step++) {
@@ -257,17 +283,25 @@ tr_walks(const kvs_gram_vocab_t *gv, const kvs_gram_t *g, const char *schema,
                                                    &err), KVS_OK);
         }
 
-        runs[0] += r.mk[TR_RUN].ind_runs;
+        runs[0] += r.mk[TR_DFS].ind_runs;
         runs[1] += r.mk[TR_NORUN].ind_runs;
+        runs[2] += r.mk[TR_RUN].ind_levels;
+        runs[3] += r.mk[TR_RUN].ind_runs;
+        assert_int_equal(r.mk[TR_TIGHT].ind_runs, r.mk[TR_DFS].ind_runs);
+        assert_int_equal(r.mk[TR_DFS].ind_levels, 0);
+        assert_int_equal(r.mk[TR_TIGHT].ind_levels, 0);
 
         /* the entries themselves, key by key */
         cmp->other = &r.mk[TR_NORUN];
-        assert_int_equal(kvs_gram_masker_entries(&r.mk[TR_RUN], tr_outer,
-                                                 cmp), KVS_OK);
+        for (k = TR_RUN; k <= TR_TIGHT; k++) {
+            assert_int_equal(kvs_gram_masker_entries(&r.mk[k], tr_outer,
+                                                     cmp), KVS_OK);
+        }
 
         tgw_end(&r);
     }
 
+    kvs_gram_masker_free(&tab);
     tgw_free(&r);
 }
 
@@ -311,15 +345,14 @@ static void
 test_run_walks(void **state)
 {
     size_t             i;
-    uint64_t           runs[2], before;
+    uint64_t           runs[4], before, lev, made;
     tr_cmp_t           cmp;
     kvs_gram_t         g;
     kvs_gram_vocab_t  *gv;
 
     (void) state;
     gv = tr_vocab();
-    runs[0] = 0;
-    runs[1] = 0;
+    memset(runs, 0, sizeof(runs));
     memset(&cmp, 0, sizeof(cmp));
     cmp.gv = gv;
     cmp.pa = malloc(gv->n_tokens);
@@ -329,16 +362,28 @@ test_run_walks(void **state)
 
     for (i = 0; i < TR_NC; i++) {
         before = runs[0];
+        lev = runs[2];
+        made = runs[3];
         tgw_compile(&g, tr_cases[i].schema);
         tr_walks(gv, &g, tr_cases[i].schema, 12, runs, &cmp);
         kvs_gram_free(&g);
-        print_message("%s: %llu entries from a run's largest count\n",
+        print_message("%s: %llu entries from a run's largest count; on a "
+                      "shared table %llu, %llu through levels\n",
                       tr_cases[i].schema,
-                      (unsigned long long) (runs[0] - before));
-        if (tr_cases[i].runs) {
+                      (unsigned long long) (runs[0] - before),
+                      (unsigned long long) (runs[3] - made),
+                      (unsigned long long) (runs[2] - lev));
+        if (tr_cases[i].runs == 1) {
             assert_true(runs[0] - before > 10);
+            assert_true(runs[3] - made > 0);
+            assert_int_equal(runs[2] - lev, runs[3] - made);
+        } else if (tr_cases[i].runs == 2) {
+            assert_true(runs[0] - before > 10);
+            assert_true(runs[2] - lev > 0);
+            assert_true(runs[2] - lev < runs[3] - made);
         } else {
             assert_int_equal(runs[0] - before, 0);
+            assert_int_equal(runs[3] - made, 0);
         }
     }
 
