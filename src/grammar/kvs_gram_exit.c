@@ -475,7 +475,7 @@ kvs_gram_exit_rest(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
     const uint32_t **ranges, uint32_t *n_ranges)
 {
     int              in;
-    uint32_t         r, x, id, n, pass, *q;
+    uint32_t         r, x, id, n, cap, *q;
     const uint32_t  *dec;
 
     *ranges = e->ranges;
@@ -488,41 +488,33 @@ kvs_gram_exit_rest(kvs_gram_masker_t *mk, kvs_gram_ientry_t *e,
     }
 
     if (e->rest_made == 0) {
-        /* count the runs of kept positions, then write them */
-        q = NULL;
+        /* one pass over the ranges (a fresh request's table meets each
+         * list once: no dearer than the check it replaces) */
+        cap = e->n_ranges + KVS_GRAM_REST_SLACK;
+        q = malloc((size_t) cap * 2 * sizeof(uint32_t));
+        if (q == NULL) {
+            return;                   /* the ranges, this time */
+        }
         n = 0;
-        for (pass = 0; pass < 2; pass++) {
-            n = 0;
-            for (r = 0; r < e->n_ranges; r++) {
-                in = 0;
-                for (x = e->ranges[2 * r]; x < e->ranges[2 * r + 1]; x++) {
-                    id = (uint32_t) mk->gv->ids[x];
-                    if (dec[id >> 5] >> (id & 31) & 1) {
-                        in = 0;
-                        continue;
-                    }
-                    if (!in) {
-                        if (q != NULL) {
-                            q[2 * n] = x;
-                        }
-                        n++;
-                        in = 1;
-                    }
-                    if (q != NULL) {
-                        q[2 * n - 1] = x + 1;
-                    }
+        for (r = 0; r < e->n_ranges; r++) {
+            in = 0;
+            for (x = e->ranges[2 * r]; x < e->ranges[2 * r + 1]; x++) {
+                id = (uint32_t) mk->gv->ids[x];
+                if (dec[id >> 5] >> (id & 31) & 1) {
+                    in = 0;
+                    continue;
                 }
-            }
-            if (pass == 1) {
-                break;
-            }
-            if (n > e->n_ranges + KVS_GRAM_REST_SLACK) {
-                e->rest_made = 2;
-                return;
-            }
-            q = malloc(((size_t) n + 1) * 2 * sizeof(uint32_t));
-            if (q == NULL) {
-                return;               /* the ranges, this time */
+                if (!in) {
+                    if (n == cap) {
+                        free(q);
+                        e->rest_made = 2;
+                        return;
+                    }
+                    q[2 * n] = x;
+                    n++;
+                    in = 1;
+                }
+                q[2 * n - 1] = x + 1;
             }
         }
         e->rest = q;
