@@ -109,9 +109,10 @@ kvs_gram_memo_new(kvs_gram_memo_t **out, uint32_t max_states,
     mo->seen = calloc(KVS_GRAM_MEMO_DEPTH(mo), 1);
     mo->sid = malloc(KVS_GRAM_MEMO_DEPTH(mo) * sizeof(uint32_t));
     mo->cum = malloc(KVS_GRAM_MEMO_DEPTH(mo) * sizeof(uint64_t));
+    mo->fz = calloc(KVS_GRAM_MEMO_DEPTH(mo), 3 * sizeof(uint32_t));
 
     if (mo->path == NULL || mo->mpath == NULL || mo->sid == NULL
-        || mo->cum == NULL || mo->seen == NULL)
+        || mo->cum == NULL || mo->seen == NULL || mo->fz == NULL)
     {
         kvs_gram_memo_free(mo);
         return kvs_err_set(err, KVS_ENOMEM, "memo: no memory");
@@ -183,6 +184,7 @@ kvs_gram_memo_free(kvs_gram_memo_t *mo)
     free(mo->path);
     free(mo->mpath);
     free(mo->seen);
+    free(mo->fz);
     free(mo->sid);
     free(mo->cum);
     free(mo->map);

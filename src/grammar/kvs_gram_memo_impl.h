@@ -103,6 +103,16 @@ struct kvs_gram_memo_s {
     uint32_t             n_pairs;
     uint8_t             *seen;            /* [KVS_GRAM_MEMO_DEPTH] */
 
+    /* the walk's fan lists by depth (kvs_gram_vocab_t.fan_*): fz[3 d]
+     * the next child of the list whose children are at depth d, fz[3 d
+     * + 1] its end, fz[3 d + 2] its parent's subtree end (a node below
+     * it is that parent's child: the list is stale otherwise) */
+    uint32_t            *fz;              /* [3 * KVS_GRAM_MEMO_DEPTH] */
+    uint64_t             fanned;          /* children passed so */
+    int                  nofan;           /* every child read (the
+                                             reference the tests compare
+                                             with) */
+
     uint64_t             hits, misses, made, clears;
     uint64_t             skipped, skipped_nodes, proved, refuted;
     uint64_t             copied_nodes;    /* taken from a walk's source */

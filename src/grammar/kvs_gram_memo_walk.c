@@ -326,11 +326,108 @@ kvs_gram_memo_reg_run(kvs_gram_memo_t *mo, const kvs_gram_vocab_t *gv,
 
 
 int
+kvs_gram_memo_fans(kvs_gram_memo_t *mo, int on)
+{
+    int  was = !mo->nofan;
+
+    mo->nofan = !on;
+
+    return was;
+}
+
+
+uint64_t
+kvs_gram_memo_fanned(const kvs_gram_memo_t *mo)
+{
+    return mo != NULL ? mo->fanned : 0;
+}
+
+
+/*
+ * Node i (depth d) and the siblings after it that the state at depth
+ * d - 1 is known to refuse, passed by their bytes in the parent's fan
+ * list without reading their nodes: *next the first one it does not
+ * (or the parent's subtree end), 1 if node i was one.  Each is charged
+ * as kvs_gram_memo_go charges a refusal (a hit and a unit of work).
+ */
+static int
+kvs_gram_memo_fan(kvs_gram_memo_t *mo, const kvs_gram_vocab_t *gv,
+    uint32_t i, uint32_t d, uint32_t *next)
+{
+    uint32_t  k, end, s, *fz;
+
+    fz = mo->fz + 3 * (size_t) d;
+    s = mo->sid[d - 1];
+    if (i >= fz[2] || mo->off || s == KVS_GRAM_MEMO_UNKNOWN) {
+        return 0;
+    }
+
+    end = fz[1];
+    for (k = fz[0]; k < end && gv->fan_node[k] < i; k++) {
+        /* the siblings the walk went into */
+    }
+    fz[0] = k;
+    if (k == end || gv->fan_node[k] != i) {
+        return 0;
+    }
+
+    for ( /* void */ ;
+         k < end
+         && mo->next[(size_t) s * 256 + gv->fan_byte[k]]
+            == KVS_GRAM_MEMO_REFUSED;
+         k++)
+    {
+        /* refused */
+    }
+    if (k == fz[0]) {
+        return 0;
+    }
+
+    mo->hits += k - fz[0];
+    mo->wk->used += k - fz[0];
+    mo->fanned += k - fz[0];
+    fz[0] = k;
+    *next = k < end ? gv->fan_node[k] : fz[2];
+
+    return 1;
+}
+
+
+/* Node i (depth d), just taken, lists its children: their depth's
+ * fan list is its own. */
+static void
+kvs_gram_memo_fan_set(kvs_gram_memo_t *mo, const kvs_gram_vocab_t *gv,
+    uint32_t i, uint32_t d)
+{
+    uint32_t  lo, hi, k, *fz;
+
+    lo = 1;
+    hi = gv->n_fan + 1;
+    while (lo < hi) {
+        k = lo + (hi - lo) / 2;
+        if (gv->fan_id[k] < i) {
+            lo = k + 1;
+        } else {
+            hi = k;
+        }
+    }
+    if (lo > gv->n_fan || gv->fan_id[lo] != i) {
+        return;
+    }
+
+    fz = mo->fz + 3 * ((size_t) d + 1);
+    fz[0] = gv->fan_at[lo];
+    fz[1] = gv->fan_at[lo + 1];
+    fz[2] = gv->t_node[i].end;
+}
+
+
+int
 kvs_gram_memo_walk(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
     const kvs_gram_vocab_t *gv, uint32_t *bits, kvs_gram_walk_dep_pt dep,
     void *arg, const kvs_gram_walk_src_t *src)
 {
-    int                      rc, regs;
+    int                      rc, regs, fans;
     uint32_t                 i, n, d, hi, next, sent, r, nr;
     int64_t                  room;
     kvs_gram_memo_reg_t      reg[KVS_GRAM_MEMO_REGS], *top;
@@ -348,6 +445,16 @@ kvs_gram_memo_walk(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
     r = 0;
     regs = src == NULL && !mo->noskip && mo->theta == 0 && !mo->off;
     nr = regs && kvs_gram_memo_reg_begin(mo, gv, UINT32_MAX, 0, room, reg);
+
+    /* no list is this walk's yet but the root's (a stale one would
+     * begin past a sibling this walk has not passed) */
+    fans = src == NULL && gv->fan_at != NULL && !mo->nofan;
+    if (fans) {
+        memset(mo->fz, 0, KVS_GRAM_MEMO_DEPTH(mo) * 3 * sizeof(uint32_t));
+        mo->fz[3] = 0;
+        mo->fz[4] = gv->fan_at[1];
+        mo->fz[5] = n;
+    }
 
     for (i = 0; i < n; i = next) {
         if (nr > 0) {
@@ -388,6 +495,18 @@ kvs_gram_memo_walk(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
             continue;
         }
 
+        if (fans && kvs_gram_memo_fan(mo, gv, i, d, &next)) {
+            /* node i and the siblings after it the state refuses: as
+             * below, their subtrees one range */
+            if (dep != NULL && mo->seen[d - 1]) {
+                rc = dep(arg, nd[i].cum, nd[next].cum);
+                if (rc != KVS_OK) {
+                    break;
+                }
+            }
+            continue;
+        }
+
         if (!kvs_gram_memo_go(mo, d, nd[i].byte, room, &sent)) {
             /* refused, or a cap on this branch: refusing a token is
              * always safe for the output's validity */
@@ -403,6 +522,9 @@ kvs_gram_memo_walk(kvs_gram_memo_t *mo, kvs_gram_matcher_t *m,
 
         if (dep != NULL) {
             mo->seen[d] = (uint8_t) (mo->seen[d - 1] | (sent != 0));
+        }
+        if (fans && (nd[i].cls & KVS_GRAM_CLS_FAN)) {
+            kvs_gram_memo_fan_set(mo, gv, i, d);
         }
 
         next = i + 1;

@@ -418,6 +418,8 @@ typedef struct {
 
 #define KVS_GRAM_CLS_STATE  0x0f
 #define KVS_GRAM_CLS_ALL    0x10
+#define KVS_GRAM_CLS_FAN    0x20      /* its children are listed in the
+                                         vocabulary's fan lists */
 
 /* A vocabulary's long tokens (rep_low bytes or more) are at most this
  * many, a bitset of KVS_GRAM_LONG_WORDS words by their index. */
@@ -450,6 +452,17 @@ typedef struct {
     uint64_t  *t_below;               /* [n_nodes + 1] the byte groups
                                          (kvs_gram_byte_group) of the
                                          nodes strictly below node i */
+    /* the children of the root and of each node with 16 or more
+     * (kvs_gram_vocab.c: KVS_GRAM_FAN_MIN; flagged KVS_GRAM_CLS_FAN), their bytes side by side, so that
+     * a walk passes the ones its state refuses without reading their
+     * nodes (kvs_gram_memo_walk): list 0 the root's, list k (1 ..
+     * n_fan) node fan_id[k]'s, in fan_byte and fan_node [fan_at[k],
+     * fan_at[k + 1]), in trie order */
+    uint32_t   n_fan;
+    uint32_t  *fan_id;                /* [n_fan + 1], ascending from 1 */
+    uint32_t  *fan_at;                /* [n_fan + 2] */
+    uint8_t   *fan_byte;              /* [fan_at[n_fan + 1]] */
+    uint32_t  *fan_node;              /* [fan_at[n_fan + 1]] */
     int32_t   *ids;                   /* [n_text] text token ids sorted by
                                          bytes, then [n_end] END ids */
     uint32_t  *x_off;                 /* [n_text + 1] where the bytes of
@@ -724,6 +737,15 @@ uint8_t kvs_gram_memo_class(uint8_t q, uint8_t b);
  * controls, DEL, and the UTF-8 continuation and lead byte ranges; fewer
  * than 64, so a set of them is one word. */
 uint8_t kvs_gram_byte_group(uint8_t b);
+
+/* The main walk's fan lists (kvs_gram_vocab_t.fan_*: a node's children
+ * the state refuses passed by their bytes, their nodes not read) on or
+ * off from the next walk (on by default); the former setting
+ * (kvs_gram_memo_walk.c). */
+int kvs_gram_memo_fans(kvs_gram_memo_t *mo, int on);
+
+/* Trie nodes passed so since kvs_gram_memo_new(). */
+uint64_t kvs_gram_memo_fanned(const kvs_gram_memo_t *mo);
 
 /* Subtrees taken whole by loop skipping so far, and their nodes. */
 void kvs_gram_memo_loops(const kvs_gram_memo_t *mo, uint64_t st[2]);

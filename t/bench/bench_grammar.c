@@ -15,7 +15,7 @@
  *   build/bench_grammar [vocab.gguf] [generations] [--schemas FILE]
  *       [--walks OUT] [--vocab-out OUT] [--no-cold] [--nosrc] [--nokeep]
  *       [--nocheckmemo] [--noslices] [--noruns] [--nolong] [--noexits]
- *       [--nolevels]
+ *       [--nolevels] [--nofans]
  *       [--budget]
  *       [--no-warm] [--warm-units N] [--warm-fill N] [--table N]
  *   default: $KVS_FIXTURES/vocab/ggml-vocab-gpt-2.gguf, 20, the four
@@ -49,6 +49,8 @@
  * --nolevels: a class run's counts by a DFS of the trie each, not from
  * the table's levels of the class (kvs_gram_masker_t's nolevels,
  * kvs_gram_run.c).
+ * --nofans: every child of a trie node read by the walks, not passed by
+ * its byte in the vocabulary's fan lists (kvs_gram_memo_fans).
  * --no-warm: no table warmed at compile (kvs_gram_masker_warm), as
  * before it: the own masker has a table of its own, the shared table
  * fills as the walks meet keys.  --warm-units N, --warm-fill N: the
@@ -295,7 +297,7 @@ int
 main(int argc, char **argv)
 {
     int                 rc, cold_on, nosrc, nokeep, nocm, nosl, over, budget;
-    int                 noruns, nolong, noexits, nolevels;
+    int                 noruns, nolong, noexits, nolevels, nofans;
     int                 warm;
     uint32_t            wfill, tents;
     uint64_t            wunits;
@@ -325,6 +327,7 @@ main(int argc, char **argv)
     nolong = 0;
     noexits = 0;
     nolevels = 0;
+    nofans = 0;
     nokeep = 0;
     nocm = 0;
     nosl = 0;
@@ -359,6 +362,8 @@ main(int argc, char **argv)
             noexits = 1;
         } else if (strcmp(argv[ai], "--nolevels") == 0) {
             nolevels = 1;
+        } else if (strcmp(argv[ai], "--nofans") == 0) {
+            nofans = 1;
         } else if (strcmp(argv[ai], "--nokeep") == 0) {
             nokeep = 1;
         } else if (strcmp(argv[ai], "--nocheckmemo") == 0) {
@@ -423,6 +428,11 @@ main(int argc, char **argv)
            kvs_gram_vocab_n_slices(gv), (bg_now() - t0) / 1e3);
     printf("    %u tokens close a string after whole characters, %u "
            "tails\n", kvs_gram_exits_tokens(gv), kvs_gram_vocab_n_exits(gv));
+    if (gv->fan_at != NULL) {
+        printf("    fan lists: the root's %u children and %u nodes' %u\n",
+               gv->fan_at[1], gv->n_fan,
+               gv->fan_at[gv->n_fan + 1] - gv->fan_at[1]);
+    }
 
     if (vocab_file != NULL && bg_dump_vocab(gv, vocab_file) != 0) {
         return 1;
@@ -489,6 +499,7 @@ main(int argc, char **argv)
             return 1;
         }
         table.nolevels = nolevels;
+        kvs_gram_memo_fans(table.memo, !nofans);
 
         /* the engine warms a grammar's table once, at compile */
         twarm = 0;
@@ -534,6 +545,7 @@ main(int argc, char **argv)
                     return 1;
                 }
                 otab.nolevels = nolevels;
+                kvs_gram_memo_fans(otab.memo, !nofans);
                 t0 = bg_now();
                 if (kvs_gram_masker_warm(&otab, &g, NULL, wunits,
                                          wfill, &wst, &err)
@@ -558,6 +570,8 @@ main(int argc, char **argv)
             shm.noexits = noexits;
             mk.nolevels = nolevels;
             shm.nolevels = nolevels;
+            kvs_gram_memo_fans(mk.memo, !nofans);
+            kvs_gram_memo_fans(shm.memo, !nofans);
             mk.nokeep = nokeep;
             shm.nokeep = nokeep;
             mk.nocheckmemo = nocm;

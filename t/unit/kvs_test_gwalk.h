@@ -16,7 +16,7 @@
 #include "kvs_test_gram.h"
 
 
-#define TGW_MAX  10                   /* maskers at most */
+#define TGW_MAX  12                   /* maskers at most */
 
 typedef struct {
     size_t               n;           /* maskers */

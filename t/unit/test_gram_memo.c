@@ -26,11 +26,17 @@
  *               (check_memo_min 1; "cached" does so from 4000 tokens)
  *   nocheck     as cached, every dependent token checked on the matcher
  *               one by one (nocheckmemo: the reference for the two)
+ *   nofan       no state cache, the default memo with the fan lists off
+ *               (kvs_gram_memo_fans: every child of a node read)
+ *   cached-nofan as cached, its entries' walks with the fan lists off
  *
  * The walks set their accepted subtrees as ranges at the end, by the
  * complement when those cover most of the text tokens: that path must
  * have been taken on every vocabulary (kvs_gram_memo_inverted), and
  * the check memo's (checks_memo of "checkall").
+ *
+ * The fan lists (a node's refused children passed by their bytes) must
+ * have passed nodes on every vocabulary, and never with them off.
  *
  * Loop skipping (a subtree of byte groups on which the node's state
  * steps back to itself, taken whole) must have taken subtrees, and the
@@ -96,13 +102,14 @@ static const char  *tmm_own[] = {
 #define TMM_MAX    32                 /* schemas at most */
 
 enum { TMM_PLAIN, TMM_MEMO, TMM_TINY, TMM_CACHED, TMM_CACHED_OFF,
-       TMM_NOSKIP, TMM_NOKEEP, TMM_CHECKALL, TMM_NOCHECK, TMM_N };
+       TMM_NOSKIP, TMM_NOKEEP, TMM_CHECKALL, TMM_NOCHECK, TMM_NOFAN,
+       TMM_CACHED_NOFAN, TMM_N };
 
 static char    *tmm_schemas[TMM_MAX];       /* NULL: json_object mode */
 static size_t   tmm_n;
 static uint64_t tmm_hits, tmm_clears, tmm_skipped, tmm_refuted;
 static uint64_t tmm_looped, tmm_kept, tmm_inverted, tmm_cmemo;
-static uint64_t tmm_regions, tmm_region_nodes;
+static uint64_t tmm_regions, tmm_region_nodes, tmm_fanned;
 
 
 /* The bench's schemas from the repository, then ours. */
@@ -266,13 +273,14 @@ tmm_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
     tgw_rig_t           r;
     static const uint32_t  entries[TMM_N] = {
         [TMM_CACHED] = 16, [TMM_CACHED_OFF] = 16, [TMM_NOKEEP] = 16,
-        [TMM_CHECKALL] = 16, [TMM_NOCHECK] = 16
+        [TMM_CHECKALL] = 16, [TMM_NOCHECK] = 16, [TMM_CACHED_NOFAN] = 16
     };
     static const char  *names[TMM_N] = {
         "plain", "memo", "tiny memo", "cached", "cached without memo",
         "memo without skipping", "cached without keeping",
         "cached, every check through the memo",
-        "cached, checks token by token"
+        "cached, checks token by token", "memo without fan lists",
+        "cached without fan lists"
     };
 
     tgw_alloc(&r, gv, TMM_N);
@@ -294,6 +302,8 @@ tmm_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
             mk[TMM_CHECKALL].check_memo_min = 1;
             mk[TMM_NOCHECK].nocheckmemo = 1;
             kvs_gram_memo_skip(mk[TMM_NOSKIP].memo, 0);
+            kvs_gram_memo_fans(mk[TMM_NOFAN].memo, 0);
+            kvs_gram_memo_fans(mk[TMM_CACHED_NOFAN].memo, 0);
             assert_int_equal(kvs_gram_masker_memo(&mk[TMM_PLAIN], 0, &err),
                              KVS_OK);
             assert_int_equal(kvs_gram_masker_memo(&mk[TMM_TINY], 3, &err),
@@ -405,6 +415,11 @@ tmm_walks(const kvs_gram_vocab_t *gv, size_t walks, size_t steps,
             kvs_gram_memo_regions(mk[TMM_CACHED].memo, st);
             tmm_regions += st[0];
             tmm_region_nodes += st[1];
+            tmm_fanned += kvs_gram_memo_fanned(mk[TMM_MEMO].memo)
+                          + kvs_gram_memo_fanned(mk[TMM_CACHED].memo);
+            assert_true(kvs_gram_memo_fanned(mk[TMM_NOFAN].memo) == 0);
+            assert_true(kvs_gram_memo_fanned(mk[TMM_CACHED_NOFAN].memo)
+                        == 0);
             tmm_kept += kvs_gram_memo_kept(mk[TMM_CACHED].memo);
             assert_true(kvs_gram_memo_kept(mk[TMM_NOKEEP].memo) == 0);
             tmm_inverted += kvs_gram_memo_inverted(mk[TMM_MEMO].memo)
@@ -544,7 +559,9 @@ test_skip(void **state)
     tmm_refuted = 0;
     tmm_inverted = 0;
     tmm_cmemo = 0;
+    tmm_fanned = 0;
     tmm_walks(gv, 3, 40, 1, 1, 1, 23);
+    assert_true(tmm_fanned > 0);
     assert_true(tmm_cmemo > 0);
     assert_true(tmm_hits > 0);
     assert_true(tmm_skipped > 0);
@@ -655,17 +672,21 @@ tmm_vocab(const char *path, size_t walks, size_t steps, size_t every,
     tmm_kept = 0;
     tmm_inverted = 0;
     tmm_cmemo = 0;
+    tmm_fanned = 0;
     tmm_walks(gv, walks, steps, every, 0, caps, seed);
     print_message("%s: %llu subtrees by loops, %llu loop regions (%llu "
                   "nodes in runs), %llu walks on kept states, "
                   "%llu walks set by the complement, %llu masks checked "
-                  "through the memo\n", path,
+                  "through the memo, %llu nodes passed by fan lists\n",
+                  path,
                   (unsigned long long) tmm_looped,
                   (unsigned long long) tmm_regions,
                   (unsigned long long) tmm_region_nodes,
                   (unsigned long long) tmm_kept,
                   (unsigned long long) tmm_inverted,
-                  (unsigned long long) tmm_cmemo);
+                  (unsigned long long) tmm_cmemo,
+                  (unsigned long long) tmm_fanned);
+    assert_true(tmm_fanned > 0);
     assert_true(tmm_inverted > 0);
     assert_true(tmm_cmemo > 0);
     assert_true(tmm_hits > 0);
