@@ -1039,7 +1039,7 @@ int kvs_gram_masker_memo(kvs_gram_masker_t *mk, uint32_t max_states,
  * MiB), and once a low tier's key is met the cache of its long tokens'
  * classifications (kvs_gram_long.c: kvs_gram_long_bytes(), 88 KiB),
  * and once a class run is derived its classes' trie levels
- * (kvs_gram_run.c: kvs_gram_run_bytes() at most, 512 KiB).
+ * (kvs_gram_run.c: kvs_gram_run_bytes() at most, 514 KiB).
  * Every masker sharing a table, and the table, must be used by one
  * thread at a time.
  */
