@@ -16,7 +16,7 @@
  *       [--walks OUT] [--vocab-out OUT] [--no-cold] [--nosrc] [--nokeep]
  *       [--nocheckmemo] [--noslices] [--noruns] [--nolong] [--noexits]
  *       [--nolevels] [--nofans]
- *       [--budget]
+ *       [--budget] [--replay]
  *       [--no-warm] [--warm-units N] [--warm-fill N] [--table N]
  *   default: $KVS_FIXTURES/vocab/ggml-vocab-gpt-2.gguf, 20, the four
  *   built-in schemas and two tool-call specs (three tools, Hermes
@@ -51,6 +51,9 @@
  * kvs_gram_run.c).
  * --nofans: every child of a trie node read by the walks, not passed by
  * its byte in the vocabulary's fan lists (kvs_gram_memo_fans).
+ * --replay: after a schema's walks, each walk replayed as
+ * t/bench/gram_peer.py times the peers (bg_replay): "replayed", and with
+ * --walks one "replay" line per walk (its mask times).
  * --no-warm: no table warmed at compile (kvs_gram_masker_warm), as
  * before it: the own masker has a table of its own, the shared table
  * fills as the walks meet keys.  --warm-units N, --warm-fill N: the
@@ -293,11 +296,104 @@ bg_put_times(FILE *f, const char *key, const double *t, size_t n)
 }
 
 
+/*
+ * One schema's walks replayed the way t/bench/gram_peer.py times the
+ * peers: per walk a fresh matcher and a masker on a table warmed anew
+ * (the warm not timed, as a fresh request's), and at each step the mask
+ * timed, then counted through a byte per token (the peers' numpy
+ * popcount) and the walk's token accepted.  The walks' own generation
+ * reads every allowed token's bytes and writes a candidate list between
+ * two masks (up to 600 KB), which leaves the next mask's data out of
+ * the cache; the peers' replay does not.  The maskers are the engine's
+ * (the reference switches above do not apply; --budget does).  rw: the
+ * walks' token ids, 400 a walk, rl their lengths, ra the tokens each of
+ * their masks allowed (a replayed mask that allows another number is
+ * reported); one: n_tokens bytes of scratch; the times go to t, their
+ * count returned (0: a failure, reported).
+ */
+static size_t
+bg_replay(const kvs_gram_t *g, const kvs_gram_vocab_t *gv, const char *name,
+    const uint32_t *rw, const uint32_t *rl, const uint32_t *ra, size_t gens,
+    uint32_t tents,
+    uint64_t wunits, uint32_t wfill, int budget, uint32_t *bits,
+    uint8_t *one, double *t, FILE *wf)
+{
+    size_t                 gen, k, q, n, n0;
+    uint32_t               id;
+    uint64_t               c, differ;
+    double                 t0;
+    kvs_err_t              err;
+    kvs_gram_matcher_t     m;
+    kvs_gram_masker_t      mk, tab;
+    kvs_gram_warm_stats_t  wst;
+
+    n = 0;
+    differ = 0;
+    for (gen = 0; gen < gens; gen++) {
+        if (kvs_gram_matcher_init(&m, g, NULL, &err) != KVS_OK
+            || kvs_gram_masker_init(&mk, gv, &m, 64, &err) != KVS_OK
+            || kvs_gram_masker_init_table(&tab, gv, tents, &err) != KVS_OK
+            || kvs_gram_masker_warm(&tab, g, NULL, wunits, wfill, &wst,
+                                    &err) != KVS_OK)
+        {
+            fprintf(stderr, "replay: %s\n", err.msg);
+            return 0;
+        }
+        kvs_gram_masker_share(&mk, &tab);
+        kvs_gram_masker_budget(&mk, budget ? kvs_gram_work_budget(gv) : 0);
+        n0 = n;
+
+        for (k = 0; k < rl[gen]; k++) {
+            id = rw[gen * 400 + k];
+            t0 = bg_now();
+            if (kvs_gram_mask(&mk, bits, &err) != KVS_OK) {
+                break;                /* over budget, as the walk was */
+            }
+            t[n++] = bg_now() - t0;
+
+            for (q = 0; q < gv->n_tokens; q++) {
+                one[q] = (uint8_t) (bits[q >> 5] >> (q & 31) & 1);
+            }
+            for (q = 0, c = 0; q < gv->n_tokens; q++) {
+                c += one[q];
+            }
+            differ += c != ra[gen * 400 + k];
+
+            if (kvs_gram_accept_token(&m, gv, (int32_t) id, &err) != KVS_OK
+                || gv->kind[id] == KVS_GRAM_TOK_END)
+            {
+                break;
+            }
+        }
+
+        if (wf != NULL && n > n0) {
+            fprintf(wf, "{\"type\": \"replay\", \"schema\": \"%s\", "
+                    "\"gen\": %zu", name, gen);
+            bg_put_times(wf, "own_us", t + n0, n - n0);
+            fputs("}\n", wf);
+        }
+
+        kvs_gram_masker_free(&mk);
+        kvs_gram_masker_free(&tab);
+        kvs_gram_matcher_free(&m);
+    }
+
+    if (differ > 0) {
+        /* the same walk through the same grammar: never expected */
+        fprintf(stderr, "replay: %s: %llu masks allow another number of "
+                "tokens than the walk's\n", name,
+                (unsigned long long) differ);
+    }
+
+    return n;
+}
+
+
 int
 main(int argc, char **argv)
 {
     int                 rc, cold_on, nosrc, nokeep, nocm, nosl, over, budget;
-    int                 noruns, nolong, noexits, nolevels, nofans;
+    int                 noruns, nolong, noexits, nolevels, nofans, replay;
     int                 warm;
     uint32_t            wfill, tents;
     uint64_t            wunits;
@@ -307,8 +403,10 @@ main(int argc, char **argv)
     const char         *schemas_file, *walks_file, *vocab_file;
     size_t              s, gen, step, n, nc, nt, ncold, nsh, gens, ns, k;
     size_t              w0, ai, na;
-    double              t0, *tw, *tc, *tsh, comp[11], *aw, *ash;
-    uint32_t           *bits, *cand, id, words, *walk, *nallow;
+    double              t0, *tw, *tc, *tsh, comp[11], *aw, *ash, *trp;
+    uint32_t           *bits, *cand, id, words, *walk, *nallow, *rw, *rl;
+    uint32_t           *ra;
+    uint8_t            *one;
     uint64_t            rng, mst[4], wown, wsh, wsum, wall[2];
     double              tsum, twmax;
     FILE               *wf;
@@ -328,6 +426,7 @@ main(int argc, char **argv)
     noexits = 0;
     nolevels = 0;
     nofans = 0;
+    replay = 0;
     nokeep = 0;
     nocm = 0;
     nosl = 0;
@@ -364,6 +463,8 @@ main(int argc, char **argv)
             nolevels = 1;
         } else if (strcmp(argv[ai], "--nofans") == 0) {
             nofans = 1;
+        } else if (strcmp(argv[ai], "--replay") == 0) {
+            replay = 1;
         } else if (strcmp(argv[ai], "--nokeep") == 0) {
             nokeep = 1;
         } else if (strcmp(argv[ai], "--nocheckmemo") == 0) {
@@ -461,6 +562,17 @@ main(int argc, char **argv)
     na = 0;
     walk = malloc(400 * sizeof(uint32_t));
     nallow = malloc(400 * sizeof(uint32_t));
+    rw = replay ? malloc(gens * 400 * sizeof(uint32_t)) : NULL;
+    rl = replay ? calloc(gens, sizeof(uint32_t)) : NULL;
+    ra = replay ? malloc(gens * 400 * sizeof(uint32_t)) : NULL;
+    one = replay ? malloc(gv->n_tokens) : NULL;
+    trp = replay ? malloc(gens * 400 * sizeof(double)) : NULL;
+    if (replay && (rw == NULL || rl == NULL || ra == NULL || one == NULL
+                   || trp == NULL))
+    {
+        fprintf(stderr, "replay: no memory\n");
+        return 1;
+    }
 
     if (wfill == 0) {
         wfill = KVS_GRAM_WARM_FILL(tents);
@@ -669,6 +781,12 @@ main(int argc, char **argv)
                 }
             }
 
+            if (replay) {
+                memcpy(rw + gen * 400, walk, step * sizeof(uint32_t));
+                memcpy(ra + gen * 400, nallow, step * sizeof(uint32_t));
+                rl[gen] = (uint32_t) step;
+            }
+
             if (wf != NULL && step > 0) {
                 fprintf(wf, "{\"type\": \"walk\", \"schema\": \"%s\", "
                         "\"gen\": %zu, \"ended\": %s, \"tokens\": [",
@@ -743,6 +861,11 @@ main(int argc, char **argv)
                    twarm_own / (double) gens);
         }
         bg_print("cached", tw, nt);
+        if (replay && warm) {
+            n = bg_replay(&g, gv, sch[s].name, rw, rl, ra, gens, tents,
+                          wunits, wfill, budget, bits, one, trp, wf);
+            bg_print("replayed", trp, n);
+        }
         bg_print("shared", tsh, nsh);
         bg_print("no cache", tc, ncold);
         printf("    work: one mask at most %llu units own (%.1f us), %llu "
@@ -783,6 +906,11 @@ main(int argc, char **argv)
     free(tsh);
     free(walk);
     free(nallow);
+    free(rw);
+    free(rl);
+    free(ra);
+    free(one);
+    free(trp);
     kvs_gram_vocab_free(gv);
     kvs_vocab_free(v);
 

@@ -208,6 +208,14 @@ def load_walks(path):
     return schemas, walks
 
 
+def load_replays(path):
+    """bench_grammar --replay: each walk's masks timed again the way the
+    peers are (a fresh matcher and freshly warmed table, mask, popcount,
+    accept), one "replay" line a walk."""
+    with open(path) as f:
+        return [o for o in map(json.loads, f) if o["type"] == "replay"]
+
+
 def peer_schema(entry):
     return entry["schema"] if entry["schema"] is not None else {
         "type": "object"}
@@ -558,12 +566,15 @@ def table(specs):
                            for s in p["schemas"].values()
                            if "overhead_us" in s])))
         print()
+        ra_all = load_replays(walks_a)
         print("| schema | masks | kvserve compile ms | kvserve p50 / p99 us "
               "(run 1; run 2) | shared table p50 / p99 | "
               + " | ".join("%s compile ms | %s p50 / p99 | refused walks | "
                            "same count" % (n, n) for n in peers)
-              + " | p50 ratio | p99 ratio | compile ratio |")
-        print("|---" * (5 + 4 * len(peers) + 3) + "|")
+              + " | p50 ratio | p99 ratio | compile ratio | kvserve "
+              "replayed p50 / p99 | replayed p50 ratio | replayed p99 "
+              "ratio |")
+        print("|---" * (5 + 4 * len(peers) + 6) + "|")
         pool = {"a": [], "b": [], "sh": []}
         ppool = {n: [] for n in peers}
         for name in list(sa) + ["all"]:
@@ -627,13 +638,29 @@ def table(specs):
                     "%.2f%s" % (pct(a, 99) / best99[0], best99[1])
                     if best99 else "-",
                     "%.3f" % (comp[0] / bestc) if bestc else "-"]
+            # run 1's walks replayed as the peers' are (bench_grammar
+            # --replay): the same masks without the walk generator's
+            # scans between them
+            ra = [t for w in ra_all if pick(w) for t in w["own_us"]]
+            if ra:
+                row += ["%.1f / %.0f" % (pct(ra, 50), pct(ra, 99)),
+                        "%.2f%s" % (pct(ra, 50) / best50[0], best50[1])
+                        if best50 else "-",
+                        "%.2f%s" % (pct(ra, 99) / best99[0], best99[1])
+                        if best99 else "-"]
+            else:
+                row += ["-", "-", "-"]
             print("| " + " | ".join(row) + " |")
         first_requests(sa, wa, peers)
     print("\nratios: kvserve run 1 (own masker: a fresh request) / the "
           "faster peer (*: that peer refused some walks, so it timed them "
           "only up to the refusal); compile: / the faster peer's compile; "
           "< 1: kvserve is faster.  same count: the steps where "
-          "the peer's mask allows as many tokens as ours.")
+          "the peer's mask allows as many tokens as ours.  replayed: run "
+          "1's walks timed again as the peers' are (per walk a fresh "
+          "request, each step the mask, a popcount, the token accepted), "
+          "where run 1's own times include the walk generator's scan of "
+          "every allowed token between two masks.")
     return 0
 
 

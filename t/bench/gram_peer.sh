@@ -3,11 +3,13 @@
 # Qwen2 vocabularies and the schemas of gram_schemas.json, bench_grammar
 # compiles each schema and records seeded random walks (tokens drawn among
 # the allowed ones, leaning to finish) with the time of each of our
-# masks, twice (same walks, to show the noise); gram_peer.py checks that
-# the byte strings it will give the peers are those of the GGUF, then
-# replays exactly those walks through xgrammar and llguidance, timing each
-# mask and checking that each peer takes every token; the table of
-# compile ms and per-mask p50 / p99 with the ratios is printed last.
+# masks, twice (same walks, to show the noise), and replays its walks
+# the way the peers are timed (--replay: no walk generation between two
+# masks); gram_peer.py checks that the byte strings it will give the
+# peers are those of the GGUF, then replays exactly those walks through
+# xgrammar and llguidance, timing each mask and checking that each peer
+# takes every token; the table of compile ms and per-mask p50 / p99 with
+# the ratios is printed last.
 #
 # The peers come from PyPI into a venv under build/ (gitignored), made on
 # first use: llguidance; xgrammar with --no-deps plus what its import
@@ -81,7 +83,7 @@ for v in ${GRAM_PEER_VOCABS:-llama3 qwen2}; do
     v=$(basename "$v" .gguf)
     echo "== $v ($gguf); load: $(cut -d' ' -f1-3 /proc/loadavg)"
     for run in 1 2; do
-        "$dir/bench_grammar" "$gguf" "$gens" --no-cold \
+        "$dir/bench_grammar" "$gguf" "$gens" --no-cold --replay \
             --schemas "$here/gram_schemas.json" \
             --walks "$tmp/$v-walks$run.jsonl" \
             --vocab-out "$tmp/$v-vocab.txt"
