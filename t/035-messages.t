@@ -239,7 +239,12 @@ my $t = '"tools": [{"name": "note", "description": "Note", "input_schema": {"typ
  "POST /v1/messages\n"
  . '{"model": "tiny-qwen25", "max_tokens": 200, "stream": true, "messages": [{"role": "user", "content": "Note it."}], ' . $t . '}']
 --- response_body_like eval
-['^\{"type":"error","error":\{"type":"invalid_request_error","message":"the output\'s grammar holds more than 32 parses open at once',
- '(?s:event: message_start\n.*event: error\ndata: \{"type":"error","error":\{"type":"invalid_request_error","message":"the output\'s grammar holds more than 32 parses open at once[^\n]*\n\n\z)']
+# sampled (temperature 1): which of the engine's two limits on a grammar
+# that keeps too many parses open ends it depends on the text so far
+# (the count of open parses, or the work of one token's mask: about 1 in
+# 150 requests here)
+my $e = '"type":"error","error":\{"type":"invalid_request_error","message":"the output\'s grammar (?:holds more than 32 parses open at once|took more work for one token than \d+ walks of the vocabulary)';
+['^\{' . $e,
+ '(?s:event: message_start\n.*event: error\ndata: \{' . $e . '[^\n]*\n\n\z)']
 --- error_code eval
 [400, 200]
