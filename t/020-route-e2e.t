@@ -128,6 +128,8 @@ ok($gw->wait_for(sub {
        my %r = map { $_ => 1 } @ids;
        return 3 == grep { $r{$_} && host_inc($_) } qw(e1 e2 e3);
    }, 20), 'e1, e2 and e3 registered in Redis');
+ok($gw->wait_for(sub { $gw->workers_listing(3) >= 2 }, 20),
+   "the gateway's two workers list the three hosts");
 
 # --- requests -----------------------------------------------------------------
 

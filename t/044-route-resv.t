@@ -103,22 +103,9 @@ ok($gw[0]->wait_for(sub {
        3 == grep { defined record($_)->{lroom} } qw(e1 e2 e3)
    }, 20), 'e1, e2 and e3 publish their long pools');
 
-# Each gateway worker lists the hosts on its own refresh (1 s apart); a
-# worker whose table is still empty routes as without pools, so the
-# requests below wait for every worker of both gateways to list all
-# three (one log line per worker when its routable set changes).
-sub listed_all {
-    my ($g) = @_;
-    open my $fh, '<', $g->log_path or return 0;
-    my $all = qr/kvserve_route: upstream "engines": 3 of 3 listed hosts/;
-    my %pid;
-    while (<$fh>) {
-        $pid{$1} = 1 if /\[notice\] (\d+)#\d+: $all routable/;
-    }
-    return scalar keys %pid;
-}
+# a gateway worker whose table lacks the hosts routes as without pools
 for my $i (0 .. 1) {
-    ok($gw[$i]->wait_for(sub { listed_all($gw[$i]) >= 2 }, 20),
+    ok($gw[$i]->wait_for(sub { $gw[$i]->workers_listing(3) >= 2 }, 20),
        'gateway g' . ($i + 1) . ': both workers list the three hosts');
 }
 

@@ -175,10 +175,9 @@ sub record { return $c->redis('GET', "kvs:v1:host:$_[0]") // '' }
 
 ok($gw->wait_for(sub { 3 == grep { record($_) =~ /^kvs1 / } qw(h1 h2 h3) },
                  20), 'h1, h2 and h3 registered');
-# the gateway's workers list the hosts once a second: two refreshes, so
-# that every worker has read all three records before it routes (a
-# worker that listed the hosts before h3 registered routed past h3)
-sleep 2.2;
+# a worker that listed the hosts before h3 registered routed past h3
+ok($gw->wait_for(sub { $gw->workers_listing(3) >= 2 }, 20),
+   "the gateway's two workers list the three hosts");
 my %epoch = map { ($_ => (record($_) =~ / epoch=([0-9a-f]{16})(?: |$)/)[0]
                          // '') } qw(h1 h2 h3);
 my $base = $epoch{h1};

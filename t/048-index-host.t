@@ -89,6 +89,8 @@ sub record { return $c->redis('GET', "kvs:v1:host:$_[0]") // '' }
 
 ok($gw->wait_for(sub { record('e1') =~ /^kvs1 / && record('e2') =~ /^kvs1 / },
                  20), 'e1 and e2 registered');
+ok($gw->wait_for(sub { $gw->workers_listing(2) >= 2 }, 20),
+   "the gateway's two workers list both hosts");
 my ($inc) = record('e1') =~ / inc=([0-9a-f]{16})(?: |$)/;
 my ($epoch) = record('e1') =~ / epoch=([0-9a-f]{16})(?: |$)/;
 unlike(record('e1'), qr/ hw=/, 'no host weight without a host tier');

@@ -312,6 +312,22 @@ sub log_count {
     return scalar grep { $_ =~ $re } <$fh>;
 }
 
+# How many worker processes logged that all $n hosts of $n listed are
+# routable (kvserve_route logs a line when a worker's routable set
+# changes).  Each worker lists the hosts on its own refresh, a second
+# apart, and one whose table is still short routes as if the hosts it
+# lacks were not there: a test waits for every worker before routing.
+sub workers_listing {
+    my ($self, $n) = @_;
+    open my $fh, '<', $self->log_path or return 0;
+    my %pid;
+    while (<$fh>) {
+        $pid{$1} = 1 if /\[notice\]\ (\d+)\#\d+:\ kvserve_route:\ upstream
+                         \ "[^"]*":\ $n\ of\ $n\ listed\ hosts\ routable$/x;
+    }
+    return scalar keys %pid;
+}
+
 # Polls $cond every 0.1 s; 1 once it holds, 0 when $secs passed first.
 sub wait_for {
     my ($self, $cond, $secs) = @_;
