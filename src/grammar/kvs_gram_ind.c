@@ -880,6 +880,26 @@ kvs_gram_ind_lend(kvs_gram_masker_t *mk, kvs_gram_masker_t *o,
 }
 
 
+kvs_gram_ientry_t *
+kvs_gram_ind_held(kvs_gram_masker_t *mk, const uint32_t *t0)
+{
+    uint32_t              t[KVS_GRAM_CUT];
+    kvs_gram_ientry_t    *e;
+    kvs_gram_masker_t    *o;
+
+    (void) kvs_gram_ind_key(mk, t0, t);
+    o = mk->ind_owner != NULL ? mk->ind_owner : mk;
+
+    e = kvs_gram_ind_find(o, t, kvs_gram_tuple_hash(t));
+    if (e != NULL) {
+        mk->ind_hits++;
+        e->stamp = o->serial;
+    }
+
+    return e;
+}
+
+
 /* The table's entry of key t0 if it has one or a slice gives it (then
  * lent, as kvs_gram_ind_get would), else KVS_ENOTFOUND with nothing
  * changed; KVS_ETOOLONG when no entry is free.  No walk. */
@@ -894,26 +914,27 @@ kvs_gram_ind_get_slice(kvs_gram_masker_t *mk, const uint32_t *t0,
     kvs_gram_masker_t    *o;
     kvs_gram_slice_ent_t  sl;
 
-    low = kvs_gram_ind_key(mk, t0, t);
-    h = kvs_gram_tuple_hash(t);
-    o = mk->ind_owner != NULL ? mk->ind_owner : mk;
-
-    e = kvs_gram_ind_find(o, t, h);
+    e = kvs_gram_ind_held(mk, t0);
     if (e != NULL) {
-        mk->ind_hits++;
-        e->stamp = o->serial;
         *out = e;
         return KVS_OK;
     }
 
     mk->ind_misses++;
 
-    if (mk->noslices || mk->gv->slices == NULL
-        || !kvs_gram_slice_find(mk->gv, mk->m->g, t, &mk->m->lim, &sl,
-                                &mk->shbuf))
+    if (mk->noslices || mk->gv->slices == NULL) {
+        return KVS_ENOTFOUND;
+    }
+
+    low = kvs_gram_ind_key(mk, t0, t);
+    if (!kvs_gram_slice_find(mk->gv, mk->m->g, t, &mk->m->lim, &sl,
+                             &mk->shbuf))
     {
         return KVS_ENOTFOUND;
     }
+
+    h = kvs_gram_tuple_hash(t);
+    o = mk->ind_owner != NULL ? mk->ind_owner : mk;
 
     rc = kvs_gram_ind_take(o, t, h, low, 1, &e);
     if (rc != KVS_OK) {

@@ -334,10 +334,11 @@ kvs_gram_cached_table(kvs_gram_cached_t *ce, const kvs_gram_vocab_t *gv,
 
         /* the keys every request of this grammar will meet, built once
          * now rather than by the first requests' masks */
-        (void) kvs_gram_masker_warm(&ce->table, &ce->g, lim,
-                                    KVS_GRAM_WARM_UNITS,
-                                    KVS_GRAM_WARM_FILL(entries), &ce->warm,
-                                    &werr);
+        (void) kvs_gram_masker_warm_until(&ce->table, &ce->g, lim,
+                                          KVS_GRAM_WARM_UNITS,
+                                          KVS_GRAM_WARM_NS,
+                                          KVS_GRAM_WARM_FILL(entries),
+                                          &ce->warm, &werr);
     }
 
     *out = &ce->table;

@@ -1065,6 +1065,7 @@ typedef struct {
     uint32_t  keys, built, slices, entries, skipped, runs, lent;
     uint64_t  units, run_units;
     int       done;
+    int       late;                   /* the time bound ended it */
 } kvs_gram_warm_stats_t;
 
 /*
@@ -1083,6 +1084,15 @@ int kvs_gram_masker_warm(kvs_gram_masker_t *t, const kvs_gram_t *g,
     const kvs_gram_mlimits_t *lim, uint64_t units, uint32_t fill,
     kvs_gram_warm_stats_t *st, kvs_err_t *err);
 
+/* The same, and no key's build begins once `ns` nanoseconds of the
+ * monotonic clock have passed since the call (0: no bound; st->late
+ * then set).  The entries are the same the units would give, less those
+ * the time left out: a mask builds them when it meets them, so masks
+ * are alike either way, only the first requests' slower. */
+int kvs_gram_masker_warm_until(kvs_gram_masker_t *t, const kvs_gram_t *g,
+    const kvs_gram_mlimits_t *lim, uint64_t units, uint64_t ns,
+    uint32_t fill, kvs_gram_warm_stats_t *st, kvs_err_t *err);
+
 /* The engine's warm of a grammar's table: units of work (a trie node
  * stepped is one; ~2-6 ms on the 128K-152K vocabularies here, measured
  * with the compile inside the 10 ms compile goal: docs/grammar.md,
@@ -1092,6 +1102,12 @@ int kvs_gram_masker_warm(kvs_gram_masker_t *t, const kvs_gram_t *g,
  * the keys the warm did not reach. */
 #define KVS_GRAM_WARM_UNITS       90000
 #define KVS_GRAM_WARM_FILL(n)     ((n) / 8 * 7)
+
+/* and at most this much time: the units take 3-7 ms on a quiet host of
+ * this project's, up to half as long again on a loaded one; the warm
+ * stalls the engine's step, and the compile goal is 10 ms (a build
+ * begun before the bound ends: ~0.4 ms, a class run's source ~2 ms) */
+#define KVS_GRAM_WARM_NS          7000000
 
 /* Calls cb on each of mk's own context-independent entries: its key,
  * accepted bits, dependent ranges, whether its build met a cap; stops at

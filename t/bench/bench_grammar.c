@@ -17,7 +17,8 @@
  *       [--nocheckmemo] [--noslices] [--noruns] [--nolong] [--noexits]
  *       [--nolevels] [--nofans]
  *       [--budget] [--replay]
- *       [--no-warm] [--warm-units N] [--warm-fill N] [--table N]
+ *       [--no-warm] [--warm-units N] [--warm-ns N] [--warm-fill N]
+ *       [--table N]
  *   default: $KVS_FIXTURES/vocab/ggml-vocab-gpt-2.gguf, 20, the four
  *   built-in schemas and two tool-call specs (three tools, Hermes
  *   syntax, auto and required; a --schemas entry whose name starts with
@@ -58,7 +59,8 @@
  * before it: the own masker has a table of its own, the shared table
  * fills as the walks meet keys.  --warm-units N, --warm-fill N: the
  * warm's bounds (default the engine's, KVS_GRAM_WARM_*; units 0: no
- * bound; fill 0: the engine's, KVS_GRAM_WARM_FILL).  --table N: the
+ * bound; fill 0: the engine's, KVS_GRAM_WARM_FILL); --warm-ns N: its
+ * time bound (default the engine's, KVS_GRAM_WARM_NS; 0: none).  --table N: the
  * tables' entries (default the engine's 256, KVS_ENGINE_GRAM_TABLE).
  * --budget: the maskers bounded as the engine's are
  * (kvs_gram_work_budget); a mask over it ends its generation, timed
@@ -315,7 +317,8 @@ static size_t
 bg_replay(const kvs_gram_t *g, const kvs_gram_vocab_t *gv, const char *name,
     const uint32_t *rw, const uint32_t *rl, const uint32_t *ra, size_t gens,
     uint32_t tents,
-    uint64_t wunits, uint32_t wfill, int budget, uint32_t *bits,
+    uint64_t wunits, uint64_t wns, uint32_t wfill, int budget,
+    uint32_t *bits,
     uint8_t *one, double *t, FILE *wf)
 {
     size_t                 gen, k, q, n, n0;
@@ -333,8 +336,8 @@ bg_replay(const kvs_gram_t *g, const kvs_gram_vocab_t *gv, const char *name,
         if (kvs_gram_matcher_init(&m, g, NULL, &err) != KVS_OK
             || kvs_gram_masker_init(&mk, gv, &m, 64, &err) != KVS_OK
             || kvs_gram_masker_init_table(&tab, gv, tents, &err) != KVS_OK
-            || kvs_gram_masker_warm(&tab, g, NULL, wunits, wfill, &wst,
-                                    &err) != KVS_OK)
+            || kvs_gram_masker_warm_until(&tab, g, NULL, wunits, wns,
+                                          wfill, &wst, &err) != KVS_OK)
         {
             fprintf(stderr, "replay: %s\n", err.msg);
             return 0;
@@ -396,13 +399,13 @@ main(int argc, char **argv)
     int                 noruns, nolong, noexits, nolevels, nofans, replay;
     int                 warm;
     uint32_t            wfill, tents;
-    uint64_t            wunits;
+    uint64_t            wunits, wns;
     double              twarm, twarm_own;
     kvs_gram_warm_stats_t  wst;
     char                path[1024];
     const char         *schemas_file, *walks_file, *vocab_file;
     size_t              s, gen, step, n, nc, nt, ncold, nsh, gens, ns, k;
-    size_t              w0, ai, na;
+    size_t              w0, ai, na, nlate;
     double              t0, *tw, *tc, *tsh, comp[11], *aw, *ash, *trp;
     uint32_t           *bits, *cand, id, words, *walk, *nallow, *rw, *rl;
     uint32_t           *ra;
@@ -433,6 +436,7 @@ main(int argc, char **argv)
     budget = 0;
     warm = 1;
     wunits = KVS_GRAM_WARM_UNITS;
+    wns = KVS_GRAM_WARM_NS;
     tents = BG_TABLE;
     wfill = 0;
     path[0] = '\0';
@@ -477,6 +481,10 @@ main(int argc, char **argv)
                    && ai + 1 < (size_t) argc)
         {
             wunits = strtoull(argv[++ai], NULL, 10);
+        } else if (strcmp(argv[ai], "--warm-ns") == 0
+                   && ai + 1 < (size_t) argc)
+        {
+            wns = strtoull(argv[++ai], NULL, 10);
         } else if (strcmp(argv[ai], "--warm-fill") == 0
                    && ai + 1 < (size_t) argc)
         {
@@ -617,8 +625,8 @@ main(int argc, char **argv)
         twarm = 0;
         if (warm) {
             t0 = bg_now();
-            if (kvs_gram_masker_warm(&table, &g, NULL, wunits,
-                                     wfill, &wst, &err)
+            if (kvs_gram_masker_warm_until(&table, &g, NULL, wunits, wns,
+                                           wfill, &wst, &err)
                 != KVS_OK)
             {
                 fprintf(stderr, "warm: %s\n", err.msg);
@@ -627,18 +635,20 @@ main(int argc, char **argv)
             twarm = (bg_now() - t0) / 1e3;
             printf("    warmed in %.3f ms: %u keys tried, %u entries built "
                    "(%u from slices, %u of them first, %u skipped, %u on "
-                   "the runs' %llu units), %llu units%s\n", twarm,
+                   "the runs' %llu units), %llu units%s%s\n", twarm,
                    wst.keys, wst.built, wst.slices, wst.lent, wst.skipped,
                    wst.runs,
                    (unsigned long long) wst.run_units,
                    (unsigned long long) wst.units,
-                   wst.done ? ", every key" : "");
+                   wst.done ? ", every key" : "",
+                   wst.late ? ", ended by the time bound" : "");
         }
         if (wf != NULL) {
             fprintf(wf, "{\"type\": \"warm\", \"schema\": \"%s\", "
                     "\"warm_ms\": %.4f}\n", sch[s].name, twarm);
         }
         twarm_own = 0;
+        nlate = 0;
 
         rng = 42;
         nt = ncold = nsh = 0;
@@ -659,14 +669,15 @@ main(int argc, char **argv)
                 otab.nolevels = nolevels;
                 kvs_gram_memo_fans(otab.memo, !nofans);
                 t0 = bg_now();
-                if (kvs_gram_masker_warm(&otab, &g, NULL, wunits,
-                                         wfill, &wst, &err)
+                if (kvs_gram_masker_warm_until(&otab, &g, NULL, wunits,
+                                               wns, wfill, &wst, &err)
                     != KVS_OK)
                 {
                     fprintf(stderr, "warm: %s\n", err.msg);
                     return 1;
                 }
                 twarm_own += (bg_now() - t0) / 1e3;
+                nlate += wst.late;
                 kvs_gram_masker_share(&mk, &otab);
             }
             kvs_gram_masker_init(&shm, gv, &m, 16, &err);
@@ -857,13 +868,14 @@ main(int argc, char **argv)
             na += nt;
         }
         if (warm) {
-            printf("    own tables warmed in %.3f ms each (mean)\n",
-                   twarm_own / (double) gens);
+            printf("    own tables warmed in %.3f ms each (mean), %zu of "
+                   "%zu ended by the time bound\n",
+                   twarm_own / (double) gens, nlate, gens);
         }
         bg_print("cached", tw, nt);
         if (replay && warm) {
             n = bg_replay(&g, gv, sch[s].name, rw, rl, ra, gens, tents,
-                          wunits, wfill, budget, bits, one, trp, wf);
+                          wunits, wns, wfill, budget, bits, one, trp, wf);
             bg_print("replayed", trp, n);
         }
         bg_print("shared", tsh, nsh);

@@ -317,6 +317,86 @@ test_warm_all(void **state)
 }
 
 
+/* A time bound already passed when the warm begins: no build begins
+ * (the first pass still lends the slices, which cost no walk), the warm
+ * says the time ended it, and a request's masks over that table are
+ * those over a table warmed whole, at every step of a text.  A bound
+ * far off changes nothing. */
+static void
+test_warm_late(void **state)
+{
+    size_t                 i, n;
+    uint32_t               words, *a, *b;
+    kvs_err_t              err;
+    kvs_gram_t             g;
+    kvs_gram_matcher_t     m;
+    kvs_gram_masker_t      t, whole, mk, mw;
+    kvs_gram_vocab_t      *gv;
+    kvs_gram_warm_stats_t  st, sw;
+    static const char      text[] = "{\"name\": \"ab-\", \"tags\": [\"red\"]}";
+
+    (void) state;
+    gv = tw_vocab();
+    tgw_compile(&g, "{\"type\": \"object\", \"properties\": "
+                "{\"name\": {\"type\": \"string\"}, \"tags\": "
+                "{\"type\": \"array\", \"items\": {\"enum\": "
+                "[\"red\", \"green\"]}}}, \"required\": [\"name\"]}");
+
+    assert_int_equal(kvs_gram_masker_init_table(&t, gv, 256, &err), KVS_OK);
+    assert_int_equal(kvs_gram_masker_warm_until(&t, &g, NULL, 0, 1, 192,
+                                                &st, &err), KVS_OK);
+    assert_true(st.late);
+    assert_false(st.done);
+    assert_int_equal(st.built, 0);
+    assert_int_equal(st.keys, 0);
+    assert_int_equal(t.n_built, 0);
+
+    assert_int_equal(kvs_gram_masker_init_table(&whole, gv, 256, &err),
+                     KVS_OK);
+    assert_int_equal(kvs_gram_masker_warm_until(&whole, &g, NULL, 0,
+                                                60000000000ULL, 192, &sw,
+                                                &err), KVS_OK);
+    assert_false(sw.late);
+    assert_true(sw.built > 0);
+    assert_int_equal(sw.lent, st.lent);
+
+    words = (gv->n_tokens + 31) / 32;
+    a = calloc(words, sizeof(uint32_t));
+    b = calloc(words, sizeof(uint32_t));
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(kvs_gram_matcher_init(&m, &g, NULL, &err), KVS_OK);
+    assert_int_equal(kvs_gram_masker_init(&mk, gv, &m, 16, &err), KVS_OK);
+    assert_int_equal(kvs_gram_masker_init(&mw, gv, &m, 16, &err), KVS_OK);
+    kvs_gram_masker_share(&mk, &t);
+    kvs_gram_masker_share(&mw, &whole);
+
+    n = sizeof(text) - 1;
+    for (i = 0; i <= n; i++) {
+        assert_int_equal(kvs_gram_mask(&mk, a, &err), KVS_OK);
+        assert_int_equal(kvs_gram_mask(&mw, b, &err), KVS_OK);
+        assert_memory_equal(a, b, words * sizeof(uint32_t));
+        if (i < n) {
+            assert_int_equal(kvs_gram_matcher_feed(&m, text + i, 1, &err),
+                             KVS_OK);
+        }
+    }
+    assert_true(kvs_gram_matcher_can_end(&m));
+    /* the late table's masks built what the warm left */
+    assert_true(t.n_built > 0);
+
+    kvs_gram_masker_free(&mk);
+    kvs_gram_masker_free(&mw);
+    kvs_gram_matcher_free(&m);
+    kvs_gram_masker_free(&t);
+    kvs_gram_masker_free(&whole);
+    kvs_gram_free(&g);
+    kvs_gram_vocab_free(gv);
+    free(a);
+    free(b);
+}
+
+
 /* A grammar over the warm's size cap, and a table that is itself shared,
  * are left alone. */
 static void
@@ -412,6 +492,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_warm_all),
+        cmocka_unit_test(test_warm_late),
         cmocka_unit_test(test_warm_refused),
         cmocka_unit_test(test_warm_chain),
         cmocka_unit_test(test_warm_walks),
