@@ -1053,8 +1053,8 @@ size_t kvs_gram_run_bytes(void);
  * are freed.  t must outlive mk's use. */
 void kvs_gram_masker_share(kvs_gram_masker_t *mk, kvs_gram_masker_t *t);
 
-/* What kvs_gram_masker_warm() did: keys tried (found neither in the
- * table nor in a slice), entries it built (or copied from slices:
+/* What kvs_gram_masker_warm() did: keys tried (not in the table; a
+ * slice may then give one, lent), entries it built (or copied from slices:
  * slices of them), the table's entries after, keys
  * skipped as dearer than their share, its work units, and done: every
  * key of the grammar was tried; runs: entries of class runs (a run's

@@ -60,8 +60,9 @@
  * fills as the walks meet keys.  --warm-units N, --warm-fill N: the
  * warm's bounds (default the engine's, KVS_GRAM_WARM_*; units 0: no
  * bound; fill 0: the engine's, KVS_GRAM_WARM_FILL); --warm-ns N: its
- * time bound (default the engine's, KVS_GRAM_WARM_NS; 0: none).  --table N: the
- * tables' entries (default the engine's 256, KVS_ENGINE_GRAM_TABLE).
+ * time bound (default the engine's, KVS_GRAM_WARM_NS; 0: none).
+ * --table N: the tables' entries (default the engine's 256,
+ * KVS_ENGINE_GRAM_TABLE).
  * --budget: the maskers bounded as the engine's are
  * (kvs_gram_work_budget); a mask over it ends its generation, timed
  * ("over budget").
