@@ -128,18 +128,35 @@ kvs_gram_vocab_heights(kvs_gram_tnode_t *nd, uint32_t n)
  * list's scan costs about what reading the nodes did */
 #define KVS_GRAM_FAN_MIN  16
 
+/* The children of node i: the nodes from i + 1 to its subtree's end,
+ * each subtree passed whole. */
+static uint32_t
+kvs_gram_vocab_kids(const kvs_gram_tnode_t *nd, uint32_t i)
+{
+    uint32_t  c, k;
+
+    for (c = 0, k = i + 1; k < nd[i].end; k = nd[k].end) {
+        c++;
+    }
+
+    return c;
+}
+
+
 /*
  * The fan lists (kvs_gram_vocab_t.fan_*): a walk from a narrow state
  * (after a closing bracket, in a key) refuses nearly every child of the
  * root and of nodes such as Llama 3's space, ~400 nodes a walk, each a
  * cache miss in a trie of 5 MB: ~30-60 us of a ~400-step entry build.
- * The lists put those children's bytes side by side.  Two passes over
- * the children: count, then fill.
+ * The lists put those children's bytes side by side: the root's first
+ * (the nodes at depth 1), then those of each node with
+ * KVS_GRAM_FAN_MIN children or more.  Counted, then filled in the same
+ * order.
  */
 static int
 kvs_gram_vocab_fans(kvs_gram_vocab_t *gv, kvs_err_t *err)
 {
-    uint32_t            i, c, k, n, nf, tot, pass;
+    uint32_t            i, c, k, n, nf, tot;
     kvs_gram_tnode_t   *nd;
 
     nd = gv->t_node;
@@ -147,58 +164,52 @@ kvs_gram_vocab_fans(kvs_gram_vocab_t *gv, kvs_err_t *err)
     nf = 0;
     tot = 0;
 
-    for (pass = 0; pass < 2; pass++) {
-        if (pass == 1) {
-            gv->fan_id = malloc(((size_t) nf + 1) * sizeof(uint32_t));
-            gv->fan_at = malloc(((size_t) nf + 2) * sizeof(uint32_t));
-            gv->fan_byte = malloc((size_t) tot + 1);
-            gv->fan_node = malloc(((size_t) tot + 1) * sizeof(uint32_t));
-            if (gv->fan_id == NULL || gv->fan_at == NULL
-                || gv->fan_byte == NULL || gv->fan_node == NULL)
-            {
-                return kvs_err_set(err, KVS_ENOMEM,
-                                   "vocabulary trie: no memory");
-            }
-            gv->fan_id[0] = UINT32_MAX;
-            gv->n_fan = nf;
-            nf = 0;
-            tot = 0;
+    for (i = 0; i < n; i = nd[i].end) {
+        tot++;
+    }
+    for (i = 0; i < n; i++) {
+        c = kvs_gram_vocab_kids(nd, i);
+        if (c >= KVS_GRAM_FAN_MIN) {
+            nf++;
+            tot += c;
         }
+    }
 
-        /* the root's children: the nodes at depth 1 */
-        for (i = 0; i < n; i = nd[i].end) {
-            if (pass == 1) {
-                gv->fan_byte[tot] = nd[i].byte;
-                gv->fan_node[tot] = i;
-            }
+    gv->fan_id = malloc(((size_t) nf + 1) * sizeof(uint32_t));
+    gv->fan_at = malloc(((size_t) nf + 2) * sizeof(uint32_t));
+    gv->fan_byte = malloc((size_t) tot + 1);
+    gv->fan_node = malloc(((size_t) tot + 1) * sizeof(uint32_t));
+    if (gv->fan_id == NULL || gv->fan_at == NULL || gv->fan_byte == NULL
+        || gv->fan_node == NULL)
+    {
+        return kvs_err_set(err, KVS_ENOMEM, "vocabulary trie: no memory");
+    }
+    gv->fan_id[0] = UINT32_MAX;
+    gv->n_fan = nf;
+
+    tot = 0;
+    for (i = 0; i < n; i = nd[i].end) {
+        gv->fan_byte[tot] = nd[i].byte;
+        gv->fan_node[tot] = i;
+        tot++;
+    }
+    gv->fan_at[0] = 0;
+    gv->fan_at[1] = tot;
+
+    nf = 0;
+    for (i = 0; i < n; i++) {
+        if (kvs_gram_vocab_kids(nd, i) < KVS_GRAM_FAN_MIN) {
+            continue;
+        }
+        nf++;
+        gv->fan_id[nf] = i;
+        nd[i].cls |= KVS_GRAM_CLS_FAN;
+        for (k = i + 1; k < nd[i].end; k = nd[k].end) {
+            gv->fan_byte[tot] = nd[k].byte;
+            gv->fan_node[tot] = k;
             tot++;
         }
-        if (pass == 1) {
-            gv->fan_at[0] = 0;
-            gv->fan_at[1] = tot;
-        }
-
-        for (i = 0; i < n; i++) {
-            for (c = 0, k = i + 1; k < nd[i].end; k = nd[k].end) {
-                c++;
-            }
-            if (c < KVS_GRAM_FAN_MIN) {
-                continue;
-            }
-            nf++;
-            if (pass == 1) {
-                gv->fan_id[nf] = i;
-                nd[i].cls |= KVS_GRAM_CLS_FAN;
-                for (k = i + 1; k < nd[i].end; k = nd[k].end) {
-                    gv->fan_byte[tot] = nd[k].byte;
-                    gv->fan_node[tot] = k;
-                    tot++;
-                }
-                gv->fan_at[nf + 1] = tot;
-            } else {
-                tot += c;
-            }
-        }
+        gv->fan_at[nf + 1] = tot;
     }
 
     return KVS_OK;
