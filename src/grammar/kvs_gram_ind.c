@@ -881,13 +881,11 @@ kvs_gram_ind_lend(kvs_gram_masker_t *mk, kvs_gram_masker_t *o,
 
 
 kvs_gram_ientry_t *
-kvs_gram_ind_held(kvs_gram_masker_t *mk, const uint32_t *t0)
+kvs_gram_ind_held(kvs_gram_masker_t *mk, const uint32_t *t)
 {
-    uint32_t              t[KVS_GRAM_CUT];
     kvs_gram_ientry_t    *e;
     kvs_gram_masker_t    *o;
 
-    (void) kvs_gram_ind_key(mk, t0, t);
     o = mk->ind_owner != NULL ? mk->ind_owner : mk;
 
     e = kvs_gram_ind_find(o, t, kvs_gram_tuple_hash(t));
@@ -914,7 +912,9 @@ kvs_gram_ind_get_slice(kvs_gram_masker_t *mk, const uint32_t *t0,
     kvs_gram_masker_t    *o;
     kvs_gram_slice_ent_t  sl;
 
-    e = kvs_gram_ind_held(mk, t0);
+    low = kvs_gram_ind_key(mk, t0, t);
+
+    e = kvs_gram_ind_held(mk, t);
     if (e != NULL) {
         *out = e;
         return KVS_OK;
@@ -926,7 +926,6 @@ kvs_gram_ind_get_slice(kvs_gram_masker_t *mk, const uint32_t *t0,
         return KVS_ENOTFOUND;
     }
 
-    low = kvs_gram_ind_key(mk, t0, t);
     if (!kvs_gram_slice_find(mk->gv, mk->m->g, t, &mk->m->lim, &sl,
                              &mk->shbuf))
     {

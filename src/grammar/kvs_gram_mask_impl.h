@@ -84,11 +84,11 @@ uint32_t kvs_gram_ind_src(const kvs_gram_masker_t *mk, const uint32_t *key,
 int kvs_gram_ind_get(kvs_gram_masker_t *mk, const uint32_t *t0,
     kvs_gram_ientry_t **out, kvs_err_t *err);
 
-/* The table's entry of the stack whose top positions are t0 if it holds
+/* The table's entry of key t (as kvs_gram_ind_key names it) if it holds
  * one (stamped and counted a hit, as a mask's lookup), else NULL with
  * nothing changed: no slice looked up, no walk. */
 kvs_gram_ientry_t *kvs_gram_ind_held(kvs_gram_masker_t *mk,
-    const uint32_t *t0);
+    const uint32_t *t);
 
 /* The same where the table has the entry or a vocabulary slice gives
  * it, with no walk; else KVS_ENOTFOUND and nothing changed but the miss

@@ -392,11 +392,11 @@ kvs_gram_warm_key(kvs_gram_warm_run_t *wr, const uint32_t *key,
     /* a key the table holds (a sample text meets its keys again and
      * again) is not one tried, nor one skipped; the slices are left to
      * kvs_gram_ind_get (a lookup is dear beside the table's: ~0.3 us) */
-    if (kvs_gram_ind_held(mk, key) != NULL) {
+    (void) kvs_gram_ind_key(mk, key, ck);
+    if (kvs_gram_ind_held(mk, ck) != NULL) {
         return KVS_OK;
     }
 
-    (void) kvs_gram_ind_key(mk, key, ck);
     for (i = 0; i < wr->n_skip; i++) {
         if (memcmp(wr->skip[i], ck, sizeof(ck)) == 0) {
             return KVS_OK;
