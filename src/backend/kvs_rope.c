@@ -27,7 +27,10 @@
  * sin and the rotation are done in double before rounding to float, so
  * the result is the exact rotation rounded once; llama.cpp and llama2.c
  * form the angle in float, which at position 1e5 is already ~1e-2 rad
- * off.  A per-position cos/sin cache can replace the libm calls later.
+ * off.  kvs_rope_angles / kvs_rope_turn split a rotation so that a
+ * caller can compute a position's cos and sin once for many vectors
+ * (the CPU backend: once per token and step, for q and k of every
+ * layer).
  */
 
 #include <math.h>
@@ -35,6 +38,10 @@
 #include <string.h>
 
 #include "kvs_rope.h"
+
+
+/* pairs kvs_rope_apply keeps on its stack */
+#define KVS_ROPE_CS_MAX  256
 
 
 static int
@@ -305,13 +312,27 @@ kvs_rope_free(kvs_rope_t *rope)
 }
 
 
+void
+kvs_rope_angles(const kvs_rope_t *rope, int32_t pos, double *cs)
+{
+    double    theta;
+    uint32_t  i;
+
+    for (i = 0; i < rope->n_rot / 2; i++) {
+        theta = (double) pos * rope->inv_freq[i];
+        cs[2 * i] = cos(theta) * rope->mscale;
+        cs[2 * i + 1] = sin(theta) * rope->mscale;
+    }
+}
+
+
 int
-kvs_rope_apply(const kvs_rope_t *rope, float *vec, int n_heads,
-    int head_dim, int32_t pos, kvs_rope_pairing_t pairing)
+kvs_rope_turn(const kvs_rope_t *rope, const double *cs, float *vec,
+    int n_heads, int head_dim, kvs_rope_pairing_t pairing)
 {
     int       h;
     size_t    a, b, half, step;
-    double    theta, c, s, x0, x1;
+    double    c, s, x0, x1;
     uint32_t  i;
 
     if (n_heads < 0 || head_dim < 0 || (uint32_t) head_dim < rope->n_rot
@@ -325,9 +346,8 @@ kvs_rope_apply(const kvs_rope_t *rope, float *vec, int n_heads,
 
     /* pairs outer, heads inner: one cos/sin per pair for all heads */
     for (i = 0; i < half; i++) {
-        theta = (double) pos * rope->inv_freq[i];
-        c = cos(theta) * rope->mscale;
-        s = sin(theta) * rope->mscale;
+        c = cs[2 * i];
+        s = cs[2 * i + 1];
 
         if (pairing == KVS_ROPE_NORM) {
             a = 2 * (size_t) i;
@@ -348,4 +368,35 @@ kvs_rope_apply(const kvs_rope_t *rope, float *vec, int n_heads,
     }
 
     return KVS_OK;
+}
+
+
+/* cs on the stack: n_rot is at most a head's width, which
+ * kvs_hparams bounds (KVS_ROPE_CS_MAX pairs here; wider ones, never met,
+ * take the heap) */
+int
+kvs_rope_apply(const kvs_rope_t *rope, float *vec, int n_heads,
+    int head_dim, int32_t pos, kvs_rope_pairing_t pairing)
+{
+    int      rc;
+    double   buf[2 * KVS_ROPE_CS_MAX], *cs;
+
+    if (head_dim < 0 || (uint32_t) head_dim < rope->n_rot) {
+        return KVS_EINVAL;
+    }
+
+    cs = rope->n_rot <= 2 * KVS_ROPE_CS_MAX ? buf
+         : malloc((size_t) rope->n_rot * sizeof(double));
+    if (cs == NULL) {
+        return KVS_ENOMEM;
+    }
+
+    kvs_rope_angles(rope, pos, cs);
+    rc = kvs_rope_turn(rope, cs, vec, n_heads, head_dim, pairing);
+
+    if (cs != buf) {
+        free(cs);
+    }
+
+    return rc;
 }

@@ -71,4 +71,15 @@ void kvs_rope_free(kvs_rope_t *rope);
 int kvs_rope_apply(const kvs_rope_t *rope, float *vec, int n_heads,
     int head_dim, int32_t pos, kvs_rope_pairing_t pairing);
 
+/*
+ * The same in two steps, for callers that turn several vectors at one
+ * position (q and k, every layer of a step): kvs_rope_angles() fills
+ * cs[2 i] and cs[2 i + 1] with pair i's cos and sin times mscale
+ * (cs: [n_rot] doubles), kvs_rope_turn() rotates vec with them, as
+ * kvs_rope_apply() checks and with its bits.
+ */
+void kvs_rope_angles(const kvs_rope_t *rope, int32_t pos, double *cs);
+int kvs_rope_turn(const kvs_rope_t *rope, const double *cs, float *vec,
+    int n_heads, int head_dim, kvs_rope_pairing_t pairing);
+
 #endif /* KVS_ROPE_H */

@@ -21,6 +21,12 @@
  * so they compare every step's logits as well (max rel err < 1e-4).
  * Every block is back in the pool after each run.  A tensor of a type the
  * backend does not compute with is refused, naming the tensor.
+ * Gemma 3's two RoPE tables each reach their own layers: a model whose
+ * global layer turns with its own base gives other logits than one whose
+ * every layer is a windowed one, and than one whose two bases are equal
+ * (the forward computes each token's angles once per step and table,
+ * kvs_rope_angles, so a table left over from the previous layer would
+ * make the first two equal).
  *
  * The models are generated into KVS_TMP and unlinked once mapped.
  */
@@ -562,6 +568,81 @@ test_dtype_agree(void **state)
 }
 
 
+/* Three gemma3 models that differ only in which base turns which layer
+ * (the windows, 64 positions, cut nothing here): 0: layers 0, 1 local
+ * (base 1e4), 2 global (1e6); 1: every layer local (period 4 > 3
+ * layers); 2: period 3 again but both bases 1e6. */
+static void
+test_rope_tables(void **state)
+{
+    static const uint32_t  period[3] = { 3, 4, 3 };
+    static const double    base_swa[3] = { 1e4, 1e4, 1e6 };
+
+    char             name[128];
+    const char      *path;
+    uint32_t         i, nv;
+    float           *lg[3];
+    int32_t          ids[7] = { 1, 50, 200, 7, 99, 123, 260 };
+    kvs_err_t        err;
+    kvs_gen_spec_t   spec;
+    model_t          md;
+
+    (void) state;
+
+    for (i = 0; i < 3; i++) {
+        memset(&spec, 0, sizeof(spec));
+        snprintf(spec.name, sizeof(spec.name), "test-rope-tables");
+        spec.n_layer = 3;
+        spec.n_embd = 64;
+        spec.n_head = 4;
+        spec.n_head_kv = 2;
+        spec.n_ff = 96;
+        spec.n_vocab = 300;
+        spec.n_ctx = 64;
+        spec.dtype = KVS_GGML_F32;
+        spec.tied = 1;
+        spec.arch = KVS_ARCH_GEMMA3;
+        spec.head_dim = 16;
+        spec.n_swa = 64;
+        spec.swa_pattern = period[i] + 1;
+        spec.rope_base_swa = base_swa[i];
+        spec.seed = 4343;
+
+        snprintf(name, sizeof(name), "test_cpu_models.%d.rope.gguf",
+                 (int) getpid());
+        path = kvs_test_tmp(name);
+
+        if (kvs_gen_write(&spec, path, &err) != KVS_OK
+            || kvs_model_open(&md.m, path, &err) != KVS_OK
+            || kvs_cpu_model_new(&md.cm, md.m, &err) != KVS_OK)
+        {
+            fail_msg("%s: %s", path, err.msg);
+        }
+
+        unlink(path);
+        assert_int_equal(kvs_hparams_rope_swa(&md.cm->hp, 0), 1);
+        assert_int_equal(kvs_hparams_rope_swa(&md.cm->hp, 2),
+                         period[i] != 3);
+
+        nv = md.cm->hp.n_vocab;
+        lg[i] = malloc(nv * sizeof(float));
+        assert_non_null(lg[i]);
+        recompute(md.cm, ids, 7, lg[i]);
+        model_unload(&md);
+    }
+
+    print_message("global layer's own base vs all local: %.3g, vs equal "
+                  "bases: %.3g\n", kvs_test_rel_err(lg[1], lg[0], nv),
+                  kvs_test_rel_err(lg[2], lg[0], nv));
+    assert_true(kvs_test_rel_err(lg[1], lg[0], nv) > 1e-4);
+    assert_true(kvs_test_rel_err(lg[2], lg[0], nv) > 1e-4);
+
+    for (i = 0; i < 3; i++) {
+        free(lg[i]);
+    }
+}
+
+
 /* A matrix of a type kvserve does not compute with (here I32, which has
  * F32's size so the file stays consistent) is refused by name when the
  * model opens. */
@@ -628,6 +709,7 @@ main(void)
         cmocka_unit_test(test_bf16_q8_0),
         cmocka_unit_test(test_dtype_agree),
         cmocka_unit_test(test_bad_type),
+        cmocka_unit_test(test_rope_tables),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

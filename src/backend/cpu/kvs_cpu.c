@@ -228,6 +228,7 @@ static void
 kvs_cpu_qkv_task(void *arg, uint32_t i, uint32_t thread)
 {
     float                  *q, *k, *v;
+    double                 *cs;
     uint32_t                j, bt;
     kvs_cpu_fw_t           *fw;
     const kvs_cpu_layer_t  *ly;
@@ -268,12 +269,18 @@ kvs_cpu_qkv_task(void *arg, uint32_t i, uint32_t thread)
                         hp->head_dim_k, fw->eps);
     }
 
-    (void) kvs_rope_apply(fw->rope, q, (int) hp->n_head,
-                          (int) hp->head_dim_k, (int32_t) tk->pos,
-                          hp->rope_pairing);
-    (void) kvs_rope_apply(fw->rope, k, (int) hp->n_head_kv,
-                          (int) hp->head_dim_k, (int32_t) tk->pos,
-                          hp->rope_pairing);
+    /* the token's angles once per step and table, not per layer and
+     * vector: the same doubles, so the same bits */
+    cs = fw->rope_cs + (size_t) i * fw->rope_w;
+
+    if (fw->rope_fill) {
+        kvs_rope_angles(fw->rope, (int32_t) tk->pos, cs);
+    }
+
+    (void) kvs_rope_turn(fw->rope, cs, q, (int) hp->n_head,
+                         (int) hp->head_dim_k, hp->rope_pairing);
+    (void) kvs_rope_turn(fw->rope, cs, k, (int) hp->n_head_kv,
+                         (int) hp->head_dim_k, hp->rope_pairing);
 
     /* int8 and fp8 writes grow scales shared by a block's slots: the
      * caller stores them after this task, in batch order, one thread */
@@ -490,6 +497,12 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
               * (sizeof(kvs_cpu_q8i_t) / 4) + 16;
     amxb = n >= KVS_CPU_BLAS_MIN && kvs_cpu_amxb_on(fw.simd);
     total += amxb ? (size_t) n * wrow : 0;   /* [2][n][wrow] BF16 */
+    /* [n][rope_w] doubles, on 8 bytes */
+    fw.rope_w = cm->rope.n_rot;
+    if (cm->has_rope_swa && cm->rope_swa.n_rot > fw.rope_w) {
+        fw.rope_w = cm->rope_swa.n_rot;
+    }
+    total += (size_t) n * fw.rope_w * 2 + 2;
 
     if (kvs_grow((void **) &kv->act, &kv->act_cap, total, sizeof(float))
         != KVS_OK)
@@ -520,6 +533,11 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
                                & ~(uintptr_t) 63);
     fw.xbf = amxb ? (uint16_t *) (fw.xi + (size_t) n * ((wrow + 255) / 256))
                   : NULL;
+    fw.rope_cs = (double *) (((uintptr_t) (fw.xi + (size_t) n
+                                             * ((wrow + 255) / 256))
+                              + (amxb ? (size_t) n * wrow * 4 : 0) + 7)
+                             & ~(uintptr_t) 7);
+    fw.rope_of = NULL;
 
     for (i = 0; i < n; i++) {
         memcpy(fw.x + (size_t) i * fw.e,
@@ -553,6 +571,8 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
         fw.win = kvs_hparams_swa(hp, l);
         fw.rope = kvs_hparams_rope_swa(hp, l) && cm->has_rope_swa
                   ? &cm->rope_swa : &cm->rope;
+        fw.rope_fill = fw.rope != fw.rope_of;
+        fw.rope_of = fw.rope;
         fw.l = l;
         fw.kcb = kv->mem + kvs_kv_layout_k(&kv->lo, l, 0);
         fw.vcb = kv->mem + kvs_kv_layout_v(&kv->lo, l, 0);

@@ -148,6 +148,13 @@ typedef struct {
     uint32_t                win;      /* the layer's sliding window, or
                                           0 (kvs_hparams_swa) */
     const kvs_rope_t       *rope;     /* the layer's RoPE table */
+    double                 *rope_cs;  /* [n][rope_w] each token's cos and
+                                         sin (kvs_rope_angles) */
+    uint32_t                rope_w;   /* doubles per token in rope_cs */
+    const kvs_rope_t       *rope_of;  /* the table rope_cs holds, NULL
+                                         before the first layer */
+    int                     rope_fill; /* this layer's tasks fill rope_cs
+                                          (its table is not rope_of's) */
     const float            *post;     /* kvs_cpu_tok_task: xb's own norm
                                          before the residual, or NULL */
     float                   softcap;  /* attention scores' cap, 0: none */
