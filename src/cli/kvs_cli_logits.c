@@ -3,9 +3,10 @@
  * token ids, raw float32 [n_ids][n_vocab] little-endian, to be compared
  * with an independent implementation (t/unit/test_logits_numpy.py).  No
  * tokenizer, no sampler: one sequence over a paged KV cache, prefilled in
- * steps of --chunk ids (default all in one).  With --lora, every
- * position runs under that LoRA adapter (the backend's forward_lora,
- * the adapter in slot 1; docs/lora.md), for t/unit/test_lora_numpy.py.
+ * steps of --chunk ids (default all in one) on --threads compute threads
+ * (default one per online CPU).  With --lora, every position runs under
+ * that LoRA adapter (the backend's forward_lora, the adapter in slot 1;
+ * docs/lora.md), for t/unit/test_lora_numpy.py.
  * Exit status: 0 done, 1 failure (model, adapter, ids, context, memory,
  * write), 2 usage.
  */
@@ -17,6 +18,7 @@
 
 #include "kvs_cli.h"
 #include "backend/kvs_backend.h"
+#include "base/kvs_threads.h"
 #include "kv/kvs_kv_pool.h"
 #include "kv/kvs_kv_table.h"
 #include "model/kvs_lora.h"
@@ -28,7 +30,8 @@
 
 #define KVS_CLI_LOGITS_USAGE                                                 \
     "usage: kvserve logits model.gguf -t \"ID ID ...\" [--block N]\n"        \
-    "           [--chunk N] [--lora ADAPTER.gguf] [-o out.f32]\n"
+    "           [--chunk N] [--threads N] [--lora ADAPTER.gguf]\n"          \
+    "           [-o out.f32]\n"
 
 
 typedef struct {
@@ -38,6 +41,8 @@ typedef struct {
     const char  *lora;                /* --lora; NULL: the base alone */
     uint32_t     block;               /* KV block size, tokens */
     uint32_t     chunk;               /* ids per forward step; 0: all */
+    uint32_t     threads;             /* compute threads; 0: one per
+                                         online CPU */
 } kvs_cli_logits_opts_t;
 
 /* What a run holds; kvs_cli_logits_free() releases it at any stage. */
@@ -124,10 +129,13 @@ kvs_cli_logits_args(int argc, char **argv, kvs_cli_logits_opts_t *o)
             o->lora = argv[++i];
 
         } else if (i + 1 < argc && (strcmp(argv[i], "--block") == 0
-                                    || strcmp(argv[i], "--chunk") == 0))
+                                    || strcmp(argv[i], "--chunk") == 0
+                                    || strcmp(argv[i], "--threads") == 0))
         {
-            p = argv[i][2] == 'b' ? &o->block : &o->chunk;
-            hi = p == &o->block ? KVS_KV_MAX_BLOCK_TOKENS : UINT32_MAX;
+            p = argv[i][2] == 'b' ? &o->block
+                : argv[i][2] == 'c' ? &o->chunk : &o->threads;
+            hi = p == &o->block ? KVS_KV_MAX_BLOCK_TOKENS
+                 : p == &o->threads ? KVS_THREADS_MAX : UINT32_MAX;
             errno = 0;
             v = strtoull(argv[++i], &end, 10);
 
@@ -207,6 +215,7 @@ kvs_cli_logits_forward(const kvs_cli_logits_opts_t *o,
     memset(&bc, 0, sizeof(bc));
     bc.n_blocks = n_blocks;
     bc.block_tokens = o->block;
+    bc.threads = o->threads;
 
     if (kvs_backend_cpu_new(&r->be, r->m, &bc, err) != KVS_OK
         || kvs_kv_pool_new(&r->pool, n_blocks, o->block, err) != KVS_OK

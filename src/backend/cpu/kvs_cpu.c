@@ -479,18 +479,18 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
 
     /* one buffer for all activations, kept in kv, per token: x, xb [e];
      * q [qd]; k [kd]; v [vd]; att [od]; h1, h3 [f]; then per thread the
-     * scores [attn_group][max_ctx rounded up to 16: the vector softmax
-     * pads them] and four weight rows [4][wrow] (a sgemm tile's
-     * [KVS_CPU_BLAS_TILE][wrow]) */
+     * scores [query block][attn_group][max_ctx rounded up to 16: the
+     * vector softmax pads them] and four weight rows [4][wrow] (a sgemm
+     * tile's [KVS_CPU_BLAS_TILE][wrow]); the query blocks [n + 1] */
     fw.attn_group = kv->lo.dtype == KVS_KV_F32
                     ? kvs_cpu_attn_group(hp, fw.simd) : 1;
     fw.sc_len = ((size_t) max_ctx + 15) & ~(size_t) 15;
-    fw.sc_stride = fw.attn_group * fw.sc_len;
+    fw.sc_stride = kvs_cpu_attn_qb(&fw) * fw.attn_group * fw.sc_len;
     fw.wscratch_stride = (n >= KVS_CPU_BLAS_MIN ? KVS_CPU_BLAS_TILE : 4)
                          * (size_t) wrow;
     total = (size_t) n * (2 * (size_t) fw.e + fw.qd + fw.kd + fw.vd + fw.od
                           + 2 * (size_t) fw.f)
-            + nth * (fw.sc_stride + fw.wscratch_stride)
+            + nth * (fw.sc_stride + fw.wscratch_stride) + n + 1
             + (size_t) n * (wrow / 32) * (sizeof(kvs_cpu_q8_t) / 4 + 1)
             + (size_t) n * (wrow / 256) * (sizeof(kvs_cpu_q8k_t) / 4 + 1)
             + (size_t) n * ((wrow + 255) / 256)
@@ -522,9 +522,10 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     fw.h3 = fw.h1 + (size_t) n * fw.f;    /* [n][f] up */
     fw.sc = fw.h3 + (size_t) n * fw.f;    /* [nth][sc_stride] scores */
     fw.wscratch = fw.sc + nth * fw.sc_stride;  /* [nth][4][wrow] */
+    fw.qb = (uint32_t *) (fw.wscratch + nth * fw.wscratch_stride);
     /* [n][wrow / 32] and [n][wrow / 256] quantized inputs, used by the
      * quantized weights' products (kvs_cpu_qdot.h), then xi */
-    fw.xq = (kvs_cpu_q8_t *) (fw.wscratch + nth * fw.wscratch_stride);
+    fw.xq = (kvs_cpu_q8_t *) (fw.qb + n + 1);
     fw.xk = (kvs_cpu_q8k_t *) (fw.xq + (size_t) n * (wrow / 32));
     /* [n][(wrow + 255) / 256] xq interleaved for the batched kernels,
      * on a cache line: a group's vectors never straddle two */
@@ -556,6 +557,7 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     }
 
     fw.bstride = (size_t) kv->lo.block_bytes / sizeof(float);
+    fw.n_qb = kvs_cpu_attn_blocks(&fw, fw.qb);
 
     tokp = kvs_cpu_pool(&fw, (double) n * fw.e);
     ffnp = kvs_cpu_pool(&fw, (double) n * fw.f);
@@ -597,7 +599,7 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
         }
 
         kvs_threads_run(attp, kvs_cpu_attn_task, &fw,
-                        n * (hp->n_head / fw.attn_group));
+                        fw.n_qb * (hp->n_head / fw.attn_group));
 
         o.y = fw.xb;
         kvs_cpu_lora_mm_init(&lm, &fw, l, fw.att, fw.od, &o, 1);

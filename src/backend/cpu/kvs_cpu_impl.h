@@ -83,6 +83,14 @@
 #define KVS_CPU_QCHUNK     16
 #endif
 
+/* Query tokens per attention task at most (a query block: one
+ * sequence's consecutive positions) where the AVX-512 kernel reads an
+ * f32 cache: each K and V row is read from L2 once for all of them, not
+ * once per token (kvs_cpu_attn_qb). */
+#ifndef KVS_CPU_ATTN_QB
+#define KVS_CPU_ATTN_QB    8
+#endif
+
 /* Packed Q8_0 (AVX-512 VNNI): rows in groups of 16; per group and block
  * of 32 columns, 8 vectors of [16 rows][4 bytes] (weights + 128, as
  * unsigned bytes) then, in a second array, the 16 rows' f16 scales. */
@@ -130,7 +138,12 @@ typedef struct {
     float                  *wscratch; /* [n_threads][wscratch_stride]
                                          dequantized weight rows */
     size_t                  sc_len;   /* max_ctx rounded up to 16 */
-    size_t                  sc_stride; /* attn_group * sc_len */
+    size_t                  sc_stride; /* kvs_cpu_attn_qb() *
+                                          attn_group * sc_len */
+    uint32_t               *qb;       /* [n_qb + 1] each query block's
+                                         first token, then n
+                                         (kvs_cpu_attn_blocks) */
+    uint32_t                n_qb;
     size_t                  wscratch_stride;
     const float            *norm;     /* kvs_cpu_tok_task: weights or NULL */
     int                     resid;    /* kvs_cpu_tok_task: add xb first */
@@ -290,6 +303,12 @@ void kvs_cpu_wpack_fill(const kvs_cpu_mat_t *w, uint8_t *dst);
  * once for all of them (AVX-512, head sizes multiples of 16), else 1.
  * Tasks are then n * n_head / group. */
 uint32_t kvs_cpu_attn_group(const kvs_hparams_t *hp, int simd);
+/* The most tokens of a query block with fw's cache and kernel level
+ * (KVS_CPU_ATTN_QB, or 1: a task per token); the step's blocks into
+ * qb[0 .. count] (fw->b, fw->kv, fw->attn_group, fw->simd set; qb holds
+ * n + 1), their count returned.  Tasks are then n_qb * n_head / group. */
+uint32_t kvs_cpu_attn_qb(const kvs_cpu_fw_t *fw);
+uint32_t kvs_cpu_attn_blocks(const kvs_cpu_fw_t *fw, uint32_t *qb);
 void kvs_cpu_attn_task(void *arg, uint32_t task, uint32_t thread);
 
 /* Token i's h1 := silu(h1) * h3 (kvs_cpu_ffn.c). */
