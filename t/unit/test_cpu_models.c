@@ -142,6 +142,40 @@ model_load(model_t *md, const shape_t *sh, uint32_t dtype)
 }
 
 
+/* A small model of spec's kind (2 layers, 64 wide, 4 heads of which 2
+ * K/V, 96 ffn, 300 tokens, 64 positions; the caller sets the rest),
+ * written to KVS_TMP under tag, mapped and unlinked. */
+static void
+model_small(model_t *md, kvs_gen_spec_t *spec, const char *tag)
+{
+    char          name[128];
+    const char   *path;
+    kvs_err_t     err;
+
+    snprintf(spec->name, sizeof(spec->name), "test-%s", tag);
+    spec->n_layer = spec->n_layer != 0 ? spec->n_layer : 2;
+    spec->n_embd = 64;
+    spec->n_head = 4;
+    spec->n_head_kv = 2;
+    spec->n_ff = 96;
+    spec->n_vocab = 300;
+    spec->n_ctx = 64;
+
+    snprintf(name, sizeof(name), "test_cpu_models.%d.%s.gguf",
+             (int) getpid(), tag);
+    path = kvs_test_tmp(name);
+
+    if (kvs_gen_write(spec, path, &err) != KVS_OK
+        || kvs_model_open(&md->m, path, &err) != KVS_OK
+        || kvs_cpu_model_new(&md->cm, md->m, &err) != KVS_OK)
+    {
+        fail_msg("%s: %s", path, err.msg);
+    }
+
+    unlink(path);
+}
+
+
 static void
 model_unload(model_t *md)
 {
@@ -499,13 +533,10 @@ test_dtype_agree(void **state)
     };
     static const double    tol[3] = { 0.01, 0.05, 0.05 };
 
-    char             name[128];
-    const char      *path;
     uint32_t         t, i, nv;
     float           *ref, *got;
     double           rel;
     int32_t          ids[7] = { 1, 50, 200, 7, 99, 123, 260 };
-    kvs_err_t        err;
     kvs_gen_spec_t   spec;
     model_t          md[2];
 
@@ -515,29 +546,9 @@ test_dtype_agree(void **state)
     for (t = 0; t < 3; t++) {
         for (i = 0; i < 2; i++) {
             memset(&spec, 0, sizeof(spec));
-            snprintf(spec.name, sizeof(spec.name), "test-agree");
-            spec.n_layer = 2;
-            spec.n_embd = 64;
-            spec.n_head = 4;
-            spec.n_head_kv = 2;
-            spec.n_ff = 96;
-            spec.n_vocab = 300;
-            spec.n_ctx = 64;
             spec.dtype = i == 0 ? KVS_GGML_F32 : types[t];
             spec.seed = 4242;
-
-            snprintf(name, sizeof(name), "test_cpu_models.%d.agree.gguf",
-                     (int) getpid());
-            path = kvs_test_tmp(name);
-
-            if (kvs_gen_write(&spec, path, &err) != KVS_OK
-                || kvs_model_open(&md[i].m, path, &err) != KVS_OK
-                || kvs_cpu_model_new(&md[i].cm, md[i].m, &err) != KVS_OK)
-            {
-                fail_msg("%s: %s", path, err.msg);
-            }
-
-            unlink(path);
+            model_small(&md[i], &spec, "agree");
         }
 
         nv = md[0].cm->hp.n_vocab;
@@ -578,12 +589,9 @@ test_rope_tables(void **state)
     static const uint32_t  period[3] = { 3, 4, 3 };
     static const double    base_swa[3] = { 1e4, 1e4, 1e6 };
 
-    char             name[128];
-    const char      *path;
     uint32_t         i, nv;
     float           *lg[3];
     int32_t          ids[7] = { 1, 50, 200, 7, 99, 123, 260 };
-    kvs_err_t        err;
     kvs_gen_spec_t   spec;
     model_t          md;
 
@@ -591,14 +599,7 @@ test_rope_tables(void **state)
 
     for (i = 0; i < 3; i++) {
         memset(&spec, 0, sizeof(spec));
-        snprintf(spec.name, sizeof(spec.name), "test-rope-tables");
         spec.n_layer = 3;
-        spec.n_embd = 64;
-        spec.n_head = 4;
-        spec.n_head_kv = 2;
-        spec.n_ff = 96;
-        spec.n_vocab = 300;
-        spec.n_ctx = 64;
         spec.dtype = KVS_GGML_F32;
         spec.tied = 1;
         spec.arch = KVS_ARCH_GEMMA3;
@@ -607,19 +608,7 @@ test_rope_tables(void **state)
         spec.swa_pattern = period[i] + 1;
         spec.rope_base_swa = base_swa[i];
         spec.seed = 4343;
-
-        snprintf(name, sizeof(name), "test_cpu_models.%d.rope.gguf",
-                 (int) getpid());
-        path = kvs_test_tmp(name);
-
-        if (kvs_gen_write(&spec, path, &err) != KVS_OK
-            || kvs_model_open(&md.m, path, &err) != KVS_OK
-            || kvs_cpu_model_new(&md.cm, md.m, &err) != KVS_OK)
-        {
-            fail_msg("%s: %s", path, err.msg);
-        }
-
-        unlink(path);
+        model_small(&md, &spec, "rope");
         assert_int_equal(kvs_hparams_rope_swa(&md.cm->hp, 0), 1);
         assert_int_equal(kvs_hparams_rope_swa(&md.cm->hp, 2),
                          period[i] != 3);

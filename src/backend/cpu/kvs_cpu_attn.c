@@ -488,17 +488,17 @@ kvs_cpu_attn_v(float *ah, const float *sc, uint32_t n, kvs_cpu_rows_t *it,
 
 
 /*
- * sc[0..n) = softmax(sc[0..n)) in vectors: sc holds n scores and, up to
- * the next multiple of 8, copies of real ones (so the max is the real
- * one), replaced by -inf here; e^(s - max) by kvs_cpu_exp8, their sum in
- * 8 lanes then kvs_cpu_attn_hsum, each divided by it.
+ * The softmaxes' first pass: the max of sc[0 .. n rounded up to 8) in
+ * 8 lanes (the padding holds copies of real scores, so the max is the
+ * real one; with NaNs this order decides which ones count), then the
+ * padding set to -inf for the passes after it.
  */
-__attribute__((target("avx2,fma"))) static void
-kvs_cpu_softmax_avx2(float *sc, uint32_t n)
+__attribute__((target("avx2,fma"), always_inline)) static inline float
+kvs_cpu_softmax_max(float *sc, uint32_t n)
 {
-    float     mx, sum;
+    float     mx;
     uint32_t  t, n8;
-    __m256    mv, sv, e;
+    __m256    mv;
     __m128    m4;
 
     n8 = (n + 7) & ~7u;
@@ -516,6 +516,26 @@ kvs_cpu_softmax_avx2(float *sc, uint32_t n)
     for (t = n; t < n8; t++) {
         sc[t] = -INFINITY;
     }
+
+    return mx;
+}
+
+
+/*
+ * sc[0..n) = softmax(sc[0..n)) in vectors: sc holds n scores and, up to
+ * the next multiple of 8, copies of real ones (so the max is the real
+ * one), replaced by -inf here; e^(s - max) by kvs_cpu_exp8, their sum in
+ * 8 lanes then kvs_cpu_attn_hsum, each divided by it.
+ */
+__attribute__((target("avx2,fma"))) static void
+kvs_cpu_softmax_avx2(float *sc, uint32_t n)
+{
+    float     mx, sum;
+    uint32_t  t, n8;
+    __m256    mv, sv, e;
+
+    n8 = (n + 7) & ~7u;
+    mx = kvs_cpu_softmax_max(sc, n);
 
     sv = _mm256_setzero_ps();
     mv = _mm256_set1_ps(mx);
@@ -859,25 +879,11 @@ kvs_cpu_softmax_avx512(float *sc, uint32_t n)
 {
     float     mx, sum;
     uint32_t  t, n8;
-    __m256    mv, sv, e8;
+    __m256    sv, e8;
     __m512    m16, e;
-    __m128    m4;
 
     n8 = (n + 7) & ~7u;
-    mv = _mm256_set1_ps(-INFINITY);
-
-    for (t = 0; t < n8; t += 8) {
-        mv = _mm256_max_ps(mv, _mm256_loadu_ps(sc + t));
-    }
-
-    m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    mx = _mm_cvtss_f32(m4);
-
-    for (t = n; t < n8; t++) {
-        sc[t] = -INFINITY;
-    }
+    mx = kvs_cpu_softmax_max(sc, n);
 
     sv = _mm256_setzero_ps();
     m16 = _mm512_set1_ps(mx);
