@@ -48,6 +48,25 @@ static const shape_t  shapes[] = {
 
 /* What kvs_cpu_forward (kvs_cpu.c) sets of its step's state for the
  * attention, for sh's shapes and prompt; q, att, sc and qb as given. */
+/* A one-layer model's shapes alone (attention reads no weight). */
+static kvs_cpu_model_t *
+model_heads(uint32_t n_head, uint32_t n_head_kv, uint32_t hd)
+{
+    kvs_cpu_model_t  *cm;
+
+    cm = test_calloc(1, sizeof(kvs_cpu_model_t));
+    cm->hp.n_layer = 1;
+    cm->hp.n_head = n_head;
+    cm->hp.n_head_kv = n_head_kv;
+    cm->hp.head_dim_k = hd;
+    cm->hp.head_dim_v = hd;
+    cm->hp.k_width = n_head_kv * hd;
+    cm->hp.v_width = cm->hp.k_width;
+
+    return cm;
+}
+
+
 static void
 fw_init(kvs_cpu_fw_t *fw, const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     const shape_t *sh, float *q, float *att, float *sc, uint32_t *qb)
@@ -250,14 +269,7 @@ test_block_alone(void **state)
 
     for (k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
         sh = &shapes[k];
-        cm = test_calloc(1, sizeof(kvs_cpu_model_t));
-        cm->hp.n_layer = 1;
-        cm->hp.n_head = sh->n_head;
-        cm->hp.n_head_kv = sh->n_head_kv;
-        cm->hp.head_dim_k = sh->hd;
-        cm->hp.head_dim_v = sh->hd;
-        cm->hp.k_width = sh->n_head_kv * sh->hd;
-        cm->hp.v_width = cm->hp.k_width;
+        cm = model_heads(sh->n_head, sh->n_head_kv, sh->hd);
 
         nblk = (sh->off + sh->n + sh->bt - 1) / sh->bt;
         if (kvs_cpu_kv_new(&kv, cm, nblk, sh->bt, &err) != KVS_OK) {
@@ -376,14 +388,7 @@ test_mixed_batch(void **state)
 
     for (k = 0; k < sizeof(shs) / sizeof(shs[0]); k++) {
         sh = &shs[k];
-        cm = test_calloc(1, sizeof(kvs_cpu_model_t));
-        cm->hp.n_layer = 1;
-        cm->hp.n_head = sh->n_head;
-        cm->hp.n_head_kv = sh->n_head_kv;
-        cm->hp.head_dim_k = sh->hd;
-        cm->hp.head_dim_v = sh->hd;
-        cm->hp.k_width = sh->n_head_kv * sh->hd;
-        cm->hp.v_width = cm->hp.k_width;
+        cm = model_heads(sh->n_head, sh->n_head_kv, sh->hd);
 
         nblk = 0;
         for (j = 0; j < 3; j++) {
