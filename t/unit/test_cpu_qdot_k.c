@@ -11,8 +11,8 @@
  *    (ties included), and the bsums are the sums of their 16 q;
  *  - on AVX-512 VNNI CPUs, matrices of every one of these types repacked by 16
  *    rows (kvs_cpu_qkp_fill, kvs_cpu_qkp_x86.c) give the portable
- *    kernel's bits from kvs_cpu_qkp_rows_avx512 for every n of 1 .. 9
- *    tokens, in matrices of 16 and 37 rows (a partial group) whose rows
+ *    kernel's bits from kvs_cpu_qkp_rows_avx512 for every n of 1 .. 30
+ *    tokens (Q6_K's wide passes of 12 and 8 tokens included), in matrices of 16 and 37 rows (a partial group) whose rows
  *    are every kind below, and write nothing else of y;
  *  - each result is the exact product of what it multiplies: the double
  *    dot of the row dequantized (kvs_quant_dequantize) and the input
@@ -594,12 +594,13 @@ check_type(const qk_type_t *t, int ti)
 
 /*
  * The packed AVX-512 VNNI kernel against the portable one: a matrix of
- * nrows rows of t's type (row r of kind r % ROW_KINDS) and up to PK_TOK
- * tokens of every input kind, every output compared bit for bit; the
+ * nrows rows of t's type (row r of kind r % ROW_KINDS) and 1 .. PK_TOK
+ * tokens of every input kind (enough for the wide kernels' passes of 12
+ * and 8 tokens after the first), every output compared bit for bit; the
  * outputs' row stride leaves 3 floats after each token's rows, which
  * must stay put.
  */
-#define PK_TOK  9
+#define PK_TOK  30
 
 static void
 check_packed(const qk_type_t *t, uint32_t cols, uint32_t nrows)
@@ -718,6 +719,7 @@ test_packed(void **state)
         for (c = 0; c < sizeof(cols_list) / sizeof(cols_list[0]); c++) {
             check_packed(&t[k], cols_list[c], 16);
             check_packed(&t[k], cols_list[c], 37);
+
         }
     }
 

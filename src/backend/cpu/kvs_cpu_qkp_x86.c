@@ -64,6 +64,15 @@
  * for any number of tokens (test_cpu_qdot_k compares them by memcmp).
  * The integers stay far inside int32: kvs_cpu_qk.c's bounds, and a
  * partial sum here never exceeds its final magnitude's bound.
+ *
+ * Prefill, Q4_K and Q6_K (kvs_qkp_wtile): passes of KVS_QKP_WT tokens
+ * after the first, one sub-block at a time with one chain per token in
+ * flight, so that a record's unpacking (Q6_K: 224 vector operations)
+ * serves 12 tokens instead of 4; what a super-block costs is its count of
+ * vector operations (two a cycle here).  Q4_K's halves of a sub-block
+ * (16 columns) fit an int16, so vpdpwssd by (scale, 0) scales and adds
+ * each in one operation (the narrow kernel: vpmulld, two, and an add).
+ * The integer sums are the same whatever their order, so the bits are.
  */
 
 #if defined(__clang__)
@@ -291,6 +300,25 @@ kvs_cpu_qkp_fill(const kvs_cpu_mat_t *w, uint8_t *dst)
 #define KVS_QKP_NT  4
 #endif
 
+/* tokens per pass of the wide kernels (one chain per token in flight) */
+#ifndef KVS_QKP_WT
+#define KVS_QKP_WT  12
+#endif
+
+
+/* acc + vpdpbusd(q, the 4 int8 at p in every lane), the 4 bytes read by
+ * the instruction's own broadcast ({1to16}): GCC 12 emits a separate
+ * vpbroadcastd, one more instruction per product, and Q4_K's wide kernel
+ * ran 10% slower so (bench_qpack, 2026-12-06). */
+KVS_QKP_INLINE __m512i
+kvs_qkp_dp_m(__m512i acc, __m512i q, const void *p)
+{
+    __asm__ ("vpdpbusd %2%{1to16%}, %1, %0"
+             : "+v" (acc) : "v" (q), "m" (*(const int32_t *) p));
+
+    return acc;
+}
+
 
 /* The 4 int8 inputs of token x at column j, in every lane. */
 KVS_QKP_INLINE __m512i
@@ -485,6 +513,207 @@ kvs_qkp_sums6(const uint8_t *r, const kvs_cpu_q8k_t *const *x,
                 }
             }
         }
+    }
+}
+
+
+/* off[t][j] = -32 bsums[j] of token x[t]'s super-block: where Q6_K's
+ * chain of sub-block j starts (taking the levels' +32 back), laid out so
+ * that a chain's start is one broadcast load. */
+KVS_QKP_INLINE void
+kvs_qkp_q6_off(int32_t (*off)[16], const kvs_cpu_q8k_t *const *x,
+    const uint32_t NT)
+{
+    uint32_t  t;
+    __m512i   b;
+
+#pragma GCC unroll 16
+    for (t = 0; t < NT; t++) {
+        b = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)
+                                                     x[t]->bsums));
+        _mm512_store_si512((void *) off[t],
+                           _mm512_sub_epi32(_mm512_setzero_si512(),
+                                            _mm512_slli_epi32(b, 5)));
+    }
+}
+
+
+/* Q6_K: the 4 level vectors (q + 32: low 4 bits | the 2 high ones at
+ * bits 4..5, as kvs_qkp_sums6) of sub-block j = 8h + 2u + s of record r:
+ * columns 128h + 32u + 4k .. for k 4s .. 4s + 3. */
+KVS_QKP_INLINE void
+kvs_qkp_q6_levels(const uint8_t *r, uint32_t j, __m512i *q)
+{
+    uint32_t        k, u;
+    __m512i         l, hq, m4, m30, sl, sr;
+    const uint8_t  *vr;
+
+    m4 = _mm512_set1_epi8(0x0f);
+    m30 = _mm512_set1_epi8(0x30);
+    u = (j >> 1) & 3;
+    vr = r + KVS_QKP_Q6_V(j >> 3, 4 * (j & 1), 0);
+    sl = _mm512_set1_epi16(u == 0 ? 4 : u == 1 ? 2 : 0);
+    sr = _mm512_set1_epi16(u == 3 ? 2 : 0);
+
+#pragma GCC unroll 4
+    for (k = 0; k < 4; k++) {
+        l = _mm512_load_si512((const void *) (vr + 192 * k + 64 * (u & 1)));
+        hq = _mm512_load_si512((const void *) (vr + 192 * k + 128));
+        hq = _mm512_srlv_epi16(_mm512_sllv_epi16(hq, sl), sr);
+        if (u >= 2) {
+            l = _mm512_srli_epi16(l, 4);
+        }
+        q[k] = _mm512_ternarylogic_epi32(l, _mm512_and_si512(hq, m30), m4,
+                                         0xe4);
+    }
+}
+
+
+/*
+ * Q6_K for many tokens: isum[t] as kvs_qkp_sums6 gives it, one sub-block
+ * at a time, so that one chain per token is in flight (NT up to
+ * KVS_QKP_WT) while the sub-block's 4 level vectors serve every token;
+ * the next sub-block's levels are made while this one's chains run.  The
+ * integers are the same (exact int32 sums, whatever their order).
+ */
+KVS_QKP_INLINE void
+kvs_qkp_wide6(const uint8_t *r, const kvs_cpu_q8k_t *const *x,
+    const int32_t (*off)[16], __m512i *isum, const uint32_t NT)
+{
+    uint32_t  k, t, j, col;
+    __m512i   a[KVS_QKP_WT], q[4], qn[4], sv;
+
+#pragma GCC unroll 16
+    for (t = 0; t < NT; t++) {
+        isum[t] = _mm512_setzero_si512();
+    }
+
+    kvs_qkp_q6_levels(r, 0, qn);
+
+#pragma GCC unroll 1
+    for (j = 0; j < 16; j++) {
+#pragma GCC unroll 4
+        for (k = 0; k < 4; k++) {
+            q[k] = qn[k];
+        }
+
+        col = 128 * (j >> 3) + 32 * ((j >> 1) & 3) + 16 * (j & 1);
+
+#pragma GCC unroll 16
+        for (t = 0; t < NT; t++) {
+            a[t] = _mm512_set1_epi32(off[t][j]);
+        }
+
+        if (j < 15) {
+            kvs_qkp_q6_levels(r, j + 1, qn);
+        }
+
+#pragma GCC unroll 4
+        for (k = 0; k < 4; k++) {
+#pragma GCC unroll 16
+            for (t = 0; t < NT; t++) {
+                a[t] = kvs_qkp_dp_m(a[t], q[k], x[t]->q + col + 4 * k);
+            }
+        }
+
+        sv = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)
+                                                 (r + 16 * j)));
+
+#pragma GCC unroll 16
+        for (t = 0; t < NT; t++) {
+            isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(a[t], sv));
+        }
+    }
+}
+
+
+/*
+ * Q4_K for many tokens: isum[t] and msum[t] as kvs_qkp_sums45 gives them,
+ * one half sub-block (16 columns) at a time with one chain per token in
+ * flight.  A half's sum of nibble times input is at most 16 * 15 * 127 =
+ * 30480 in magnitude, an int16, so vpdpwssd of its lane with (scale, 0)
+ * adds scale times it to isum exactly, where the narrow kernel needs a
+ * vpmulld (two operations) and an add per sub-block.  isum waits in isb[]
+ * while the mins' chains run.
+ */
+KVS_QKP_INLINE void
+kvs_qkp_wide4(const uint8_t *r, const kvs_cpu_q8k_t *const *x,
+    __m512i *isum, __m512i *msum, const uint32_t NT)
+{
+    int32_t   v;
+    uint32_t  j, h, k, t;
+    __m512i   a[KVS_QKP_WT], q[4], m4, sv, mv, w;
+    int32_t   isb[KVS_QKP_WT][16] __attribute__((aligned(64)));
+
+    m4 = _mm512_set1_epi8(0x0f);
+
+#pragma GCC unroll 16
+    for (t = 0; t < NT; t++) {
+        isum[t] = _mm512_setzero_si512();
+    }
+
+#pragma GCC unroll 1
+    for (j = 0; j < 8; j++) {
+        /* sub-block j: nibbles (j / 2, k), low ones for even j */
+        sv = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)
+                                                 (r + 16 * j)));
+
+#pragma GCC unroll 2
+        for (h = 0; h < 2; h++) {
+#pragma GCC unroll 4
+            for (k = 0; k < 4; k++) {
+                w = _mm512_load_si512((const void *)
+                        (r + KVS_QKP_NIB(0, j >> 1, 4 * h + k)));
+                q[k] = _mm512_and_si512(j & 1 ? _mm512_srli_epi16(w, 4) : w,
+                                        m4);
+            }
+
+#pragma GCC unroll 16
+            for (t = 0; t < NT; t++) {
+                a[t] = _mm512_setzero_si512();
+            }
+
+#pragma GCC unroll 4
+            for (k = 0; k < 4; k++) {
+#pragma GCC unroll 16
+                for (t = 0; t < NT; t++) {
+                    a[t] = kvs_qkp_dp_m(a[t], q[k], x[t]->q + 32 * j
+                                                    + 16 * h + 4 * k);
+                }
+            }
+
+#pragma GCC unroll 16
+            for (t = 0; t < NT; t++) {
+                isum[t] = _mm512_dpwssd_epi32(isum[t], a[t], sv);
+            }
+        }
+    }
+
+#pragma GCC unroll 16
+    for (t = 0; t < NT; t++) {
+        _mm512_store_si512((void *) isb[t], isum[t]);
+    }
+
+    /* msum = sum over j of m_j (bsums[2j] + bsums[2j + 1]), as
+     * kvs_qkp_sums45 */
+#pragma GCC unroll 1
+    for (j = 0; j < 8; j++) {
+        mv = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)
+                                      (r + KVS_QKP_Q45_M + 16 * j)));
+        mv = _mm512_or_si512(mv, _mm512_slli_epi32(mv, 16));
+
+#pragma GCC unroll 16
+        for (t = 0; t < NT; t++) {
+            memcpy(&v, x[t]->bsums + 2 * j, 4);
+            msum[t] = _mm512_dpwssd_epi32(j == 0 ? _mm512_setzero_si512()
+                                                 : msum[t],
+                                          mv, _mm512_set1_epi32(v));
+        }
+    }
+
+#pragma GCC unroll 16
+    for (t = 0; t < NT; t++) {
+        isum[t] = _mm512_load_si512((const void *) isb[t]);
     }
 }
 
@@ -731,6 +960,73 @@ kvs_qkp_tile(uint32_t type, float *y, size_t ldy, const uint8_t *p,
 }
 
 
+/*
+ * NT (KVS_QKP_WT or fewer) tokens by the 16 rows of one group, for the
+ * types with a wide kernel (Q6_K): each token's float accumulator waits
+ * in fa[] between super-blocks, so that the registers hold the chains.
+ */
+KVS_QKP_INLINE void
+kvs_qkp_wtile(uint32_t type, float *y, size_t ldy, const uint8_t *p,
+    uint32_t rec, const kvs_cpu_q8k_t *xk, size_t xs, uint32_t nb,
+    __mmask16 mask, const uint32_t NT)
+{
+    uint32_t              b, t;
+    __m512                d, dm, dx, f;
+    __m512i               isum[KVS_QKP_WT], msum[KVS_QKP_WT];
+    const uint8_t        *r;
+    const kvs_cpu_q8k_t  *x[KVS_QKP_WT];
+    float                 fa[KVS_QKP_WT][16] __attribute__((aligned(64)));
+    int32_t               off[KVS_QKP_WT][16] __attribute__((aligned(64)));
+
+#pragma GCC unroll 16
+    for (t = 0; t < NT; t++) {
+        _mm512_store_ps(fa[t], _mm512_setzero_ps());
+    }
+
+    for (b = 0; b < nb; b++) {
+        r = p + (size_t) b * rec;
+
+#pragma GCC unroll 16
+        for (t = 0; t < NT; t++) {
+            x[t] = xk + t * xs + b;
+        }
+
+        if (type == KVS_GGML_Q6_K) {
+            kvs_qkp_q6_off(off, x, NT);
+            kvs_qkp_wide6(r, x, (const int32_t (*)[16]) off, isum, NT);
+        } else {
+            kvs_qkp_wide4(r, x, isum, msum, NT);
+        }
+
+        d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)
+                                              (r + KVS_QKP_D)));
+
+        /* kvs_cpu_qk_acc (_min)'s steps, lane for lane */
+#pragma GCC unroll 16
+        for (t = 0; t < NT; t++) {
+            dx = _mm512_set1_ps(x[t]->d);
+            f = _mm512_add_ps(_mm512_load_ps(fa[t]),
+                              _mm512_mul_ps(_mm512_mul_ps(d, dx),
+                                            _mm512_cvtepi32_ps(isum[t])));
+
+            if (type == KVS_GGML_Q4_K) {
+                dm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)
+                                         (r + KVS_QKP_DMIN)));
+                f = _mm512_sub_ps(f, _mm512_mul_ps(_mm512_mul_ps(dm, dx),
+                                      _mm512_cvtepi32_ps(msum[t])));
+            }
+
+            _mm512_store_ps(fa[t], f);
+        }
+    }
+
+#pragma GCC unroll 16
+    for (t = 0; t < NT; t++) {
+        _mm512_mask_storeu_ps(y + t * ldy, mask, _mm512_load_ps(fa[t]));
+    }
+}
+
+
 /* The n tokens by group g of w: KVS_QKP_NT at a time, then 2, then 1. */
 KVS_QKP_INLINE void
 kvs_qkp_rows(uint32_t type, float *y, size_t ldy, const kvs_cpu_mat_t *w,
@@ -745,7 +1041,27 @@ kvs_qkp_rows(uint32_t type, float *y, size_t ldy, const kvs_cpu_mat_t *w,
     p = (const uint8_t *) w->pack + g * nb * rec;
     y += (size_t) g * KVS_CPU_Q8P_ROWS;
 
-    for (i = 0; i < n; i += nt) {
+    i = 0;
+
+    if ((type == KVS_GGML_Q6_K || type == KVS_GGML_Q4_K) && n > 4) {
+        /* the first token streams the records in, in order; then passes
+         * of up to KVS_QKP_WT tokens find them in the cache */
+        kvs_qkp_tile(type, y, ldy, p, rec, xk, nb, nb,
+                     kvs_cpu_pack_mask(w, g), 1);
+
+        for (i = 1; i + KVS_QKP_WT <= n; i += KVS_QKP_WT) {
+            kvs_qkp_wtile(type, y + i * ldy, ldy, p, rec, xk + i * nb, nb,
+                          nb, kvs_cpu_pack_mask(w, g), KVS_QKP_WT);
+        }
+
+        if (i + 8 <= n) {
+            kvs_qkp_wtile(type, y + i * ldy, ldy, p, rec, xk + i * nb, nb,
+                          nb, kvs_cpu_pack_mask(w, g), 8);
+            i += 8;
+        }
+    }
+
+    for ( /* void */ ; i < n; i += nt) {
         nt = n - i >= KVS_QKP_NT ? KVS_QKP_NT : n - i >= 2 ? 2 : 1;
 
         if (nt == KVS_QKP_NT) {

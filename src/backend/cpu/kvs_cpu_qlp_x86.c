@@ -29,6 +29,16 @@
  * to accumulator b % 8 (16 rows each), and the same tree of the eight at
  * the end.  Invariant: every output is the portable kernel's bits, for
  * any number of tokens (test_cpu_qdot_l compares them with memcmp).
+ *
+ * Prefill (kvs_qlp_wide): this machine runs two 512-bit operations a
+ * cycle, vpdpbusd included, so what a block costs is its count of vector
+ * operations: 8 vpdpbusd and 5 float and offset steps per token, plus the
+ * record's 12 unpacking steps shared by the tokens of a pass.  Passes of
+ * 2 tokens spent 6 per token on unpacking; passes of up to KVS_QLP_WT
+ * tokens, one accumulator class at a time (so one accumulator per token
+ * is live, not eight), spend 1, with each token's 8 vpdpbusd interleaved
+ * with the others' (k outer, tokens inner) so that no chain waits on its
+ * own latency.  The class order keeps every sum's order, hence its bits.
  */
 
 #if defined(__clang__)
@@ -155,6 +165,11 @@ kvs_cpu_qlp_fill(const kvs_cpu_mat_t *w, uint8_t *dst)
 #define KVS_QLP_NT  2
 #endif
 
+/* tokens per pass of the class-by-class kernel (one accumulator each) */
+#ifndef KVS_QLP_WT
+#define KVS_QLP_WT  12
+#endif
+
 
 /* The 8 unsigned level vectors of one record: u[k] columns 4k .., u[4 +
  * k] columns 16 + 4k .. (k 0..3), as vpdpbusd's unsigned operand. */
@@ -202,35 +217,57 @@ kvs_qlp_unpack(uint32_t type, const uint8_t *p, __m512i *u)
 }
 
 
+/* A block sum's start for input block xb: minus the levels' offset
+ * times sum(q_x), exactly (xb->c = -128 sum(q_x)). */
+KVS_QLP_INLINE __m512i
+kvs_qlp_init(uint32_t type, const kvs_cpu_q8_t *xb)
+{
+    switch (type) {
+    case KVS_GGML_Q4_0:
+        return _mm512_set1_epi32(xb->c >> 4);    /* - 8 sum(q_x) */
+    case KVS_GGML_Q5_0:
+        return _mm512_set1_epi32(xb->c >> 3);    /* - 16 sum(q_x) */
+    case KVS_GGML_IQ4_NL:
+        return _mm512_set1_epi32(xb->c);         /* - 128 sum(q_x) */
+    default:
+        return _mm512_setzero_si512();
+    }
+}
+
+
+/* acc + the float steps of one block of 16 rows for input block xb,
+ * from its exact int32 sums isum: the portable kernel's, lane for lane */
+KVS_QLP_INLINE __m512
+kvs_qlp_fold(uint32_t type, __m512i isum, __m512 d, __m512 m,
+    const kvs_cpu_q8_t *xb, __m512 acc)
+{
+    __m512  dx, t, mt;
+
+    dx = _mm512_set1_ps(xb->d);
+    t = _mm512_mul_ps(d, dx);
+    t = _mm512_mul_ps(t, _mm512_cvtepi32_ps(isum));
+
+    if (type == KVS_GGML_Q4_1 || type == KVS_GGML_Q5_1) {
+        mt = _mm512_mul_ps(m, dx);
+        mt = _mm512_mul_ps(mt, _mm512_set1_ps((float) (-(xb->c / 128))));
+        t = _mm512_add_ps(t, mt);
+    }
+
+    return _mm512_add_ps(acc, t);
+}
+
+
 /* acc + one token's terms of the record's 16 rows: u the unpacked
  * levels, d (m) the rows' scales, xb the token's input block */
 KVS_QLP_INLINE __m512
 kvs_qlp_term(uint32_t type, const __m512i *u, __m512 d, __m512 m,
     const kvs_cpu_q8_t *xb, __m512 acc)
 {
-    int32_t   v, c;
+    int32_t   v;
     uint32_t  k;
-    __m512    dx, t, mt;
     __m512i   ia, ib;
 
-    c = xb->c;
-
-    /* the levels' offsets, exactly: c = -128 sum(q_x) */
-    switch (type) {
-    case KVS_GGML_Q4_0:
-        ia = _mm512_set1_epi32(c >> 4);          /* - 8 sum(q_x) */
-        break;
-    case KVS_GGML_Q5_0:
-        ia = _mm512_set1_epi32(c >> 3);          /* - 16 sum(q_x) */
-        break;
-    case KVS_GGML_IQ4_NL:
-        ia = _mm512_set1_epi32(c);               /* - 128 sum(q_x) */
-        break;
-    default:
-        ia = _mm512_setzero_si512();
-        break;
-    }
-
+    ia = kvs_qlp_init(type, xb);
     ib = _mm512_setzero_si512();
 
 #pragma GCC unroll 4
@@ -241,17 +278,7 @@ kvs_qlp_term(uint32_t type, const __m512i *u, __m512 d, __m512 m,
         ib = _mm512_dpbusd_epi32(ib, u[4 + k], _mm512_set1_epi32(v));
     }
 
-    dx = _mm512_set1_ps(xb->d);
-    t = _mm512_mul_ps(d, dx);
-    t = _mm512_mul_ps(t, _mm512_cvtepi32_ps(_mm512_add_epi32(ia, ib)));
-
-    if (type == KVS_GGML_Q4_1 || type == KVS_GGML_Q5_1) {
-        mt = _mm512_mul_ps(m, dx);
-        mt = _mm512_mul_ps(mt, _mm512_set1_ps((float) (-(c / 128))));
-        t = _mm512_add_ps(t, mt);
-    }
-
-    return _mm512_add_ps(acc, t);
+    return kvs_qlp_fold(type, _mm512_add_epi32(ia, ib), d, m, xb, acc);
 }
 
 
@@ -325,6 +352,86 @@ kvs_qlp_tile(uint32_t type, float *y, size_t ldy, const uint8_t *p,
 }
 
 
+/*
+ * NT (KVS_QLP_WT or fewer) tokens by the 16 rows of one group, one
+ * accumulator class at a time: blocks j, j + 8, j + 16 ... into each
+ * token's accumulator j (the order above), so that NT accumulators live
+ * in registers instead of 8 NT, and a record's unpacking serves NT
+ * tokens.  The eight classes' sums wait in part[] for the same tree.
+ */
+KVS_QLP_INLINE void
+kvs_qlp_wide(uint32_t type, float *y, size_t ldy, const uint8_t *p,
+    uint32_t rec, const kvs_cpu_q8_t *xq, size_t xs, uint32_t nb,
+    __mmask16 mask, const uint32_t NT)
+{
+    int32_t         v;
+    uint32_t        b, j, k, t, doff;
+    __m512          acc[KVS_QLP_WT], part[KVS_QLP_WT][8], d, m, s;
+    __m512i         u[8], is[KVS_QLP_WT];
+    const uint8_t  *r;
+
+    doff = 256 + (type == KVS_GGML_Q5_0 || type == KVS_GGML_Q5_1 ? 64 : 0);
+
+    for (j = 0; j < 8; j++) {
+#pragma GCC unroll 16
+        for (t = 0; t < NT; t++) {
+            acc[t] = _mm512_setzero_ps();
+        }
+
+        for (b = j; b < nb; b += 8) {
+            r = p + (size_t) b * rec;
+
+            kvs_qlp_unpack(type, r, u);
+            d = _mm512_cvtph_ps(_mm256_loadu_si256(
+                    (const __m256i *) (r + doff)));
+            m = _mm512_setzero_ps();
+
+            if (type == KVS_GGML_Q4_1 || type == KVS_GGML_Q5_1) {
+                m = _mm512_cvtph_ps(_mm256_loadu_si256(
+                        (const __m256i *) (r + doff + 32)));
+            }
+
+            /* k outer, tokens inner: NT chains in flight */
+#pragma GCC unroll 16
+            for (t = 0; t < NT; t++) {
+                is[t] = kvs_qlp_init(type, xq + t * xs + b);
+            }
+
+#pragma GCC unroll 8
+            for (k = 0; k < 8; k++) {
+#pragma GCC unroll 16
+                for (t = 0; t < NT; t++) {
+                    memcpy(&v, xq[t * xs + b].q + 4 * k, 4);
+                    is[t] = _mm512_dpbusd_epi32(is[t], u[k],
+                                                _mm512_set1_epi32(v));
+                }
+            }
+
+#pragma GCC unroll 16
+            for (t = 0; t < NT; t++) {
+                acc[t] = kvs_qlp_fold(type, is[t], d, m, xq + t * xs + b,
+                                      acc[t]);
+            }
+        }
+
+#pragma GCC unroll 16
+        for (t = 0; t < NT; t++) {
+            part[t][j] = acc[t];
+        }
+    }
+
+#pragma GCC unroll 16
+    for (t = 0; t < NT; t++) {
+        s = _mm512_add_ps(_mm512_add_ps(part[t][0], part[t][4]),
+                          _mm512_add_ps(part[t][2], part[t][6]));
+        s = _mm512_add_ps(s, _mm512_add_ps(
+                                 _mm512_add_ps(part[t][1], part[t][5]),
+                                 _mm512_add_ps(part[t][3], part[t][7])));
+        _mm512_mask_storeu_ps(y + t * ldy, mask, s);
+    }
+}
+
+
 KVS_QLP_INLINE void
 kvs_qlp_rows(uint32_t type, float *y, size_t ldy, const kvs_cpu_mat_t *w,
     uint32_t g, const kvs_cpu_q8_t *xq, uint32_t n)
@@ -340,7 +447,33 @@ kvs_qlp_rows(uint32_t type, float *y, size_t ldy, const kvs_cpu_mat_t *w,
     mask = kvs_cpu_pack_mask(w, g);
     y += (size_t) g * KVS_CPU_Q8P_ROWS;
 
-    for (i = 0; i + KVS_QLP_NT <= n; i += KVS_QLP_NT) {
+    i = 0;
+
+    /* the first token streams the group's records in, fetching ahead;
+     * then passes of up to KVS_QLP_WT tokens find them in the cache */
+    if (n > 4) {
+        kvs_qlp_tile(type, y, ldy, p, rec, xq, nb, nb, mask, 1, 1);
+        i = 1;
+    }
+
+    for ( /* void */ ; i + KVS_QLP_WT <= n; i += KVS_QLP_WT) {
+        kvs_qlp_wide(type, y + i * ldy, ldy, p, rec, xq + i * nb, nb, nb,
+                     mask, KVS_QLP_WT);
+    }
+
+    if (i + 8 <= n) {
+        kvs_qlp_wide(type, y + i * ldy, ldy, p, rec, xq + i * nb, nb, nb,
+                     mask, 8);
+        i += 8;
+    }
+
+    if (i + 4 <= n) {
+        kvs_qlp_wide(type, y + i * ldy, ldy, p, rec, xq + i * nb, nb, nb,
+                     mask, 4);
+        i += 4;
+    }
+
+    for ( /* void */ ; i + KVS_QLP_NT <= n; i += KVS_QLP_NT) {
         kvs_qlp_tile(type, y + i * ldy, ldy, p, rec, xq + i * nb, nb, nb,
                      mask, i == 0, KVS_QLP_NT);
     }
