@@ -48,6 +48,19 @@ my $default = $t->model_dir . "/default.gguf";
 cli_ok('kvserve quantize --type q4_k_m of the default model',
        "quantize $default $dir/tiny-q4_k_m.gguf --type q4_k_m");
 
+# kvserve bench on a mix, warm-up rounds first (their steps left out of
+# the figures): 40-token prompts take the CPU's wide prefill passes
+my $bench = `'$cli' bench $dir/q4_k_m.gguf --seqs 2 --prompt 40 --gen 3 --threads 1 --warmup 2 2>&1`;
+is($?, 0, 'kvserve bench --warmup 2 runs') or diag($bench);
+like($bench, qr/^prefill: 80 tokens in /m,
+     '... prefill counts the timed round alone');
+like($bench, qr/^decode: 4 tokens in 2 decode-only steps/m,
+     '... and so does decode');
+$bench = `'$cli' bench $dir/q4_k_m.gguf --warmup 17 2>&1`;
+is($? >> 8, 2, 'kvserve bench --warmup 17 is refused');
+like($bench, qr/--warmup: expected an integer between 0 and 16, got "17"/,
+     '... naming the bad value');
+
 # what kvserve info says of a mixed file: its types, all computable
 my $info = `'$cli' info $dir/q4_k_m.gguf 2>&1`;
 # 2 layers: llama.cpp's use_more_bits picks layer 1 alone

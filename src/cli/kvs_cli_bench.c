@@ -51,6 +51,8 @@ typedef struct {
                                          block (the baseline of freeing) */
     float        temp;
     uint64_t     seed;
+    uint32_t     warmup;              /* untimed rounds of the same load
+                                         first, other prompts */
     int          backend;             /* kvs_backend_kind_t; the CPU */
     int          device;              /* CUDA device ordinal */
 } kvs_cli_bench_opts_t;
@@ -59,6 +61,11 @@ typedef struct {
 static int kvs_cli_bench_args(int argc, char **argv,
     kvs_cli_bench_opts_t *o);
 static int kvs_cli_bench_run(const kvs_cli_bench_opts_t *o);
+static void kvs_cli_bench_prompts(int32_t *prompt, uint32_t n,
+    uint32_t n_vocab, uint64_t seed);
+static int kvs_cli_bench_round(kvs_engine_t *e,
+    const kvs_cli_bench_opts_t *o, const int32_t *prompt,
+    kvs_engine_seq_t **hs, uint64_t *tokens, kvs_err_t *err);
 static int kvs_cli_bench_drain(kvs_engine_t *e, kvs_engine_seq_t **hs,
     uint32_t n, uint64_t *tokens, kvs_err_t *err);
 static void kvs_cli_bench_usage(FILE *f);
@@ -206,6 +213,13 @@ kvs_cli_bench_args(int argc, char **argv, kvs_cli_bench_opts_t *o)
 
             o->temp = (float) d;
 
+        } else if (strcmp(opt, "--warmup") == 0) {
+            if (kvs_cli_num("bench", opt, argv[i], 0, 16, 1, &d) != 0) {
+                return 2;
+            }
+
+            o->warmup = (uint32_t) d;
+
         } else if (strcmp(opt, "--seed") == 0) {
             if (kvs_cli_num("bench", opt, argv[i], 0, 9007199254740992.0, 1,
                             &d) != 0)
@@ -239,16 +253,15 @@ kvs_cli_bench_run(const kvs_cli_bench_opts_t *o)
     char                 h1[32], h2[32], kernels[256];
     double               t0, t1, pre_s, dec_s, pre_tps, dec_tps;
     int32_t             *prompt;
-    uint32_t             i, j, per_seq;
-    uint64_t             rng, tokens, dec_tokens;
+    uint32_t             i, per_seq;
+    uint64_t             tokens, dec_tokens;
     kvs_err_t            err;
     kvs_model_t         *m;
     kvs_vocab_t         *v;
     kvs_engine_t        *e;
-    kvs_engine_req_t     req;
     kvs_engine_seq_t   **hs;
     kvs_engine_conf_t    conf;
-    kvs_engine_stats_t   st;
+    kvs_engine_stats_t   st, w0;
 
     const kvs_gguf_tensor_t  *wq;
 
@@ -299,17 +312,6 @@ kvs_cli_bench_run(const kvs_cli_bench_opts_t *o)
         goto failed;
     }
 
-    /* xorshift64*, seeded: the same prompts for every run of a seed */
-    rng = o->seed != 0 ? o->seed : 1;
-
-    for (i = 0; i < o->seqs * o->prompt; i++) {
-        rng ^= rng >> 12;
-        rng ^= rng << 25;
-        rng ^= rng >> 27;
-        prompt[i] = (int32_t) (((rng * 0x2545F4914F6CDD1DULL) >> 32)
-                               % m->hp.n_vocab);
-    }
-
     wq = kvs_gguf_find_tensor(m->gguf, "blk.0.attn_q.weight");
 
     printf("model: %s (%s weights, %" PRIu32 " layers, %" PRIu32 " embd, %"
@@ -337,30 +339,37 @@ kvs_cli_bench_run(const kvs_cli_bench_opts_t *o)
         goto failed;
     }
 
-    memset(&req, 0, sizeof(req));
-    req.n_prompt = o->prompt;
-    req.max_tokens = o->gen;
-    req.ignore_eos = 1;
-    req.sample.temperature = o->temp;
-    req.sample.top_p = 1.0f;
+    /* warm-up rounds (what llama-bench does before it times): the same
+     * load with other prompts, so that first touches of the KV cache and
+     * of the buffers are not timed; their steps are taken off below */
+    memset(&w0, 0, sizeof(w0));
 
-    t0 = kvs_now_s();
+    for (i = 0; i < o->warmup; i++) {
+        kvs_cli_bench_prompts(prompt, o->seqs * o->prompt, m->hp.n_vocab,
+                              (o->seed ^ 0x9e3779b97f4a7c15ULL) + i);
 
-    for (i = 0; i < o->seqs; i++) {
-        req.prompt = prompt + (size_t) i * o->prompt;
-        req.sample.seed = o->seed + i;
-        req.data = (void *) (uintptr_t) i;
-
-        if (kvs_engine_submit(e, &req, &hs[i], &err) != KVS_OK) {
-            for (j = 0; j < i; j++) {
-                kvs_engine_close(e, hs[j]);
-            }
-
+        if (kvs_cli_bench_round(e, o, prompt, hs, &tokens, &err) != KVS_OK)
+        {
             goto failed;
         }
     }
 
-    if (kvs_cli_bench_drain(e, hs, o->seqs, &tokens, &err) != KVS_OK) {
+    if (o->warmup > 0) {
+        kvs_engine_stop(e);
+        kvs_engine_stats(e, &w0);
+
+        if (kvs_engine_start(e, &err) != KVS_OK) {
+            goto failed;
+        }
+    }
+
+    /* xorshift64*, seeded: the same prompts for every run of a seed */
+    kvs_cli_bench_prompts(prompt, o->seqs * o->prompt, m->hp.n_vocab,
+                          o->seed);
+
+    t0 = kvs_now_s();
+
+    if (kvs_cli_bench_round(e, o, prompt, hs, &tokens, &err) != KVS_OK) {
         goto failed;
     }
 
@@ -369,6 +378,16 @@ kvs_cli_bench_run(const kvs_cli_bench_opts_t *o)
     /* the last step publishes its stats after its output: let it end */
     kvs_engine_stop(e);
     kvs_engine_stats(e, &st);
+
+    st.prefill_tokens -= w0.prefill_tokens;
+    st.decode_tokens -= w0.decode_tokens;
+    st.preemptions -= w0.preemptions;
+    st.steps -= w0.steps;
+    st.step_ns -= w0.step_ns;
+    st.decode_only_steps -= w0.decode_only_steps;
+    st.decode_only_tokens -= w0.decode_only_tokens;
+    st.decode_only_ns -= w0.decode_only_ns;
+    st.batch_seqs -= w0.batch_seqs;
 
     pre_s = (double) (st.step_ns - st.decode_only_ns) / 1e9;
     dec_s = (double) st.decode_only_ns / 1e9;
@@ -425,6 +444,65 @@ failed:
 
 /* Reads every handle's output through the eventfd until all ended;
  * *tokens counts what was generated. */
+/* n seeded random token ids (xorshift64*): the same for every run of a
+ * seed */
+static void
+kvs_cli_bench_prompts(int32_t *prompt, uint32_t n, uint32_t n_vocab,
+    uint64_t seed)
+{
+    uint32_t  i;
+    uint64_t  rng;
+
+    rng = seed != 0 ? seed : 1;
+
+    for (i = 0; i < n; i++) {
+        rng ^= rng >> 12;
+        rng ^= rng << 25;
+        rng ^= rng >> 27;
+        prompt[i] = (int32_t) (((rng * 0x2545F4914F6CDD1DULL) >> 32)
+                               % n_vocab);
+    }
+}
+
+
+/* One round of the load: every sequence submitted at once, then read
+ * back to its end. */
+static int
+kvs_cli_bench_round(kvs_engine_t *e, const kvs_cli_bench_opts_t *o,
+    const int32_t *prompt, kvs_engine_seq_t **hs, uint64_t *tokens,
+    kvs_err_t *err)
+{
+    int               rc;
+    uint32_t          i, j;
+    kvs_engine_req_t  req;
+
+    memset(&req, 0, sizeof(req));
+    req.n_prompt = o->prompt;
+    req.max_tokens = o->gen;
+    req.ignore_eos = 1;
+    req.sample.temperature = o->temp;
+    req.sample.top_p = 1.0f;
+
+    for (i = 0; i < o->seqs; i++) {
+        req.prompt = prompt + (size_t) i * o->prompt;
+        req.sample.seed = o->seed + i;
+        req.data = (void *) (uintptr_t) i;
+
+        rc = kvs_engine_submit(e, &req, &hs[i], err);
+
+        if (rc != KVS_OK) {
+            for (j = 0; j < i; j++) {
+                kvs_engine_close(e, hs[j]);
+            }
+
+            return rc;
+        }
+    }
+
+    return kvs_cli_bench_drain(e, hs, o->seqs, tokens, err);
+}
+
+
 static int
 kvs_cli_bench_drain(kvs_engine_t *e, kvs_engine_seq_t **hs, uint32_t n,
     uint64_t *tokens, kvs_err_t *err)
@@ -506,11 +584,15 @@ kvs_cli_bench_usage(FILE *f)
         "           [--max-batch-tokens N] [--no-chunked] [--temp T]\n"
         "           [--seed S] [--backend cpu|cuda|auto] [--device N]\n"
         "           [--no-prefix-cache] [--keep-window-blocks]\n"
+        "           [--warmup W]\n"
         "  N sequences (default 1) of P random prompt tokens (128) each\n"
         "  generating G tokens (128), submitted at once; --kv-blocks\n"
         "  defaults to what all of them need (fewer forces preemption);\n"
         "  --threads 0 (default): one per online CPU; --backend cpu\n"
         "  (default); auto: CUDA device N (0) when it answers;\n"
         "  --keep-window-blocks: a model windowed on every layer keeps\n"
-        "  the blocks its window left (freed by default)\n");
+        "  the blocks its window left (freed by default); --warmup W:\n"
+        "  W untimed rounds of the same load first (other prompts), as\n"
+        "  llama-bench's warm-up run (0 by default): the figures leave\n"
+        "  their steps out, but for the longest step's time\n");
 }

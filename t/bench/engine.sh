@@ -13,8 +13,10 @@
 #             (ours: --seqs 1 --prompt 1 --gen 129: 128 decode steps)
 #   decode32  32 sequences, each its own 128-token prompt, then 128
 #             decode steps of all 32 at once; tokens/s of those steps
-# Ours report tokens/s of the steps of each kind (kvserve bench); the
-# peer's are llama-bench and llama-batched-bench's (see llamacpp.sh).
+# Ours report tokens/s of the steps of each kind (kvserve bench), after
+# ENGINE_WARMUP (1) untimed rounds of the same load with other prompts,
+# as llama-bench's own warm-up run; the peer's are llama-bench and
+# llama-batched-bench's (see llamacpp.sh).
 #
 # Environment: KVS_CLI (the kvserve tool), KVS_FIXTURES, KVS_TMP,
 # LLAMA_CPP_BUILD (the peer; without it only our numbers are printed).
@@ -32,6 +34,7 @@ tmp=${KVS_TMP:-/tmp}/engine-bench
 models=${ENGINE_MODELS:-stories f32 f16 q8_0}
 threads_list=${ENGINE_THREADS:-1 2}
 reps=${ENGINE_REPS:-3}
+warm=${ENGINE_WARMUP:-1}
 read -r -a gen <<<"${ENGINE_GEN:---preset 100m}"
 tag=${ENGINE_TAG:-m100}
 mkdir -p "$tmp"
@@ -44,7 +47,8 @@ best() {     # best KEY ARGS...: the largest KEY of $reps bench runs
     local key=$1 v b=0 i
     shift
     for ((i = 0; i < reps; i++)); do
-        v=$(field "$key" "$("$cli" bench "$@" | grep '^bench ')")
+        v=$(field "$key" "$("$cli" bench "$@" --warmup "$warm" \
+                              | grep '^bench ')")
         b=$(awk -v a="$v" -v b="$b" 'BEGIN { print (a > b) ? a : b }')
     done
     echo "$b"

@@ -217,6 +217,20 @@ kvs_qlp_unpack(uint32_t type, const uint8_t *p, __m512i *u)
 }
 
 
+/* acc + vpdpbusd(u, the 4 int8 at p in every lane), the 4 bytes read by
+ * the instruction's own broadcast ({1to16}): GCC 12 emits a separate
+ * vpbroadcastd, and the wide kernel's loop runs at the rate its
+ * instructions issue, not only its vector operations. */
+KVS_QLP_INLINE __m512i
+kvs_qlp_dp_m(__m512i acc, __m512i u, const void *p)
+{
+    __asm__ ("vpdpbusd %2%{1to16%}, %1, %0"
+             : "+v" (acc) : "v" (u), "m" (*(const int32_t *) p));
+
+    return acc;
+}
+
+
 /* A block sum's start for input block xb: minus the levels' offset
  * times sum(q_x), exactly (xb->c = -128 sum(q_x)). */
 KVS_QLP_INLINE __m512i
@@ -364,7 +378,6 @@ kvs_qlp_wide(uint32_t type, float *y, size_t ldy, const uint8_t *p,
     uint32_t rec, const kvs_cpu_q8_t *xq, size_t xs, uint32_t nb,
     __mmask16 mask, const uint32_t NT)
 {
-    int32_t         v;
     uint32_t        b, j, k, t, doff;
     __m512          acc[KVS_QLP_WT], part[KVS_QLP_WT][8], d, m, s;
     __m512i         u[8], is[KVS_QLP_WT];
@@ -401,9 +414,8 @@ kvs_qlp_wide(uint32_t type, float *y, size_t ldy, const uint8_t *p,
             for (k = 0; k < 8; k++) {
 #pragma GCC unroll 16
                 for (t = 0; t < NT; t++) {
-                    memcpy(&v, xq[t * xs + b].q + 4 * k, 4);
-                    is[t] = _mm512_dpbusd_epi32(is[t], u[k],
-                                                _mm512_set1_epi32(v));
+                    is[t] = kvs_qlp_dp_m(is[t], u[k],
+                                         xq[t * xs + b].q + 4 * k);
                 }
             }
 
