@@ -40,10 +40,15 @@
  * splits the work, so OpenBLAS must not start threads of its own. */
 void openblas_set_num_threads(int n);
 
+/* Tokens per kvs_cpu_tok_task: their norms' sums run interleaved. */
+#define KVS_CPU_TOK_GROUP  8
+
 
 static void kvs_cpu_rmsnorm(float *o, const float *x, const float *w,
     uint32_t size, float eps);
-static void kvs_cpu_tok_task(void *arg, uint32_t i, uint32_t thread);
+static void kvs_cpu_rmsnorm_rows(float *o, const float *x, const float *w,
+    uint32_t e, float eps, uint32_t nt);
+static void kvs_cpu_tok_task(void *arg, uint32_t group, uint32_t thread);
 static void kvs_cpu_qkv_task(void *arg, uint32_t i, uint32_t thread);
 static int kvs_cpu_check_batch(const kvs_cpu_model_t *cm,
     const kvs_cpu_kv_t *kv, const kvs_batch_t *b, uint32_t *max_ctx,
@@ -191,33 +196,73 @@ kvs_cpu_rmsnorm(float *o, const float *x, const float *w, uint32_t size,
 }
 
 
-/* Per token i: xb[i] normed with fw->post when set, x[i] += xb[i] when
- * fw->resid, then xb[i] = the norm of x[i] with fw->norm when set. */
+/*
+ * kvs_cpu_rmsnorm of nt (<= KVS_CPU_TOK_GROUP) rows at once, row t at x +
+ * t * e into o + t * e (o may be x): each row's sum of squares in its own
+ * order, so its bits are kvs_cpu_rmsnorm's, but the nt chains of adds are
+ * interleaved, so that an add waits on its own row's last one only (one
+ * row's sum is a chain of e dependent adds: most of the time of a norm).
+ */
 static void
-kvs_cpu_tok_task(void *arg, uint32_t i, uint32_t thread)
+kvs_cpu_rmsnorm_rows(float *o, const float *x, const float *w, uint32_t e,
+    float eps, uint32_t nt)
+{
+    float     ss[KVS_CPU_TOK_GROUP], s;
+    uint32_t  j, t;
+
+    for (t = 0; t < nt; t++) {
+        ss[t] = 0.0f;
+    }
+
+    for (j = 0; j < e; j++) {
+        for (t = 0; t < nt; t++) {
+            ss[t] += x[(size_t) t * e + j] * x[(size_t) t * e + j];
+        }
+    }
+
+    for (t = 0; t < nt; t++) {
+        s = 1.0f / sqrtf(ss[t] / (float) e + eps);
+
+        for (j = 0; j < e; j++) {
+            o[(size_t) t * e + j] = w[j] * (s * x[(size_t) t * e + j]);
+        }
+    }
+}
+
+
+/* Per token i of the group's (KVS_CPU_TOK_GROUP tokens from group *
+ * KVS_CPU_TOK_GROUP): xb[i] normed with fw->post when set, x[i] += xb[i]
+ * when fw->resid, then xb[i] = the norm of x[i] with fw->norm when set. */
+static void
+kvs_cpu_tok_task(void *arg, uint32_t group, uint32_t thread)
 {
     float         *x, *xb;
-    uint32_t       j, e;
+    size_t         j, len;
+    uint32_t       e, i0, nt;
     kvs_cpu_fw_t  *fw;
 
     fw = arg;
     e = fw->e;
-    x = fw->x + (size_t) i * e;
-    xb = fw->xb + (size_t) i * e;
+    i0 = group * KVS_CPU_TOK_GROUP;
+    nt = fw->b->n - i0 < KVS_CPU_TOK_GROUP ? fw->b->n - i0
+                                           : KVS_CPU_TOK_GROUP;
+    x = fw->x + (size_t) i0 * e;
+    xb = fw->xb + (size_t) i0 * e;
+    len = (size_t) nt * e;
 
     /* gemma: the block's output normed on its own before it is added */
     if (fw->post != NULL) {
-        kvs_cpu_rmsnorm(xb, xb, fw->post, e, fw->eps);
+        kvs_cpu_rmsnorm_rows(xb, xb, fw->post, e, fw->eps, nt);
     }
 
     if (fw->resid) {
-        for (j = 0; j < e; j++) {
+        for (j = 0; j < len; j++) {
             x[j] += xb[j];
         }
     }
 
     if (fw->norm != NULL) {
-        kvs_cpu_rmsnorm(xb, x, fw->norm, e, fw->eps);
+        kvs_cpu_rmsnorm_rows(xb, x, fw->norm, e, fw->eps, nt);
     }
 }
 
@@ -565,7 +610,8 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
 
     fw.resid = 0;
     fw.norm = cm->layers[0].attn_norm;
-    kvs_threads_run(tokp, kvs_cpu_tok_task, &fw, n);
+    kvs_threads_run(tokp, kvs_cpu_tok_task, &fw,
+                    (n + KVS_CPU_TOK_GROUP - 1) / KVS_CPU_TOK_GROUP);
 
     for (l = 0; l < hp->n_layer; l++) {
         ly = &cm->layers[l];
@@ -609,7 +655,8 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
         fw.resid = 1;
         fw.post = ly->post_attn_norm;
         fw.norm = ly->ffn_norm;
-        kvs_threads_run(tokp, kvs_cpu_tok_task, &fw, n);
+        kvs_threads_run(tokp, kvs_cpu_tok_task, &fw,
+                    (n + KVS_CPU_TOK_GROUP - 1) / KVS_CPU_TOK_GROUP);
 
         gu[0].y = fw.h1;
         gu[1].y = fw.h3;
@@ -626,7 +673,8 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
         /* the residual, and the next layer's attention norm with it */
         fw.post = ly->post_ffn_norm;
         fw.norm = l + 1 < hp->n_layer ? cm->layers[l + 1].attn_norm : NULL;
-        kvs_threads_run(tokp, kvs_cpu_tok_task, &fw, n);
+        kvs_threads_run(tokp, kvs_cpu_tok_task, &fw,
+                    (n + KVS_CPU_TOK_GROUP - 1) / KVS_CPU_TOK_GROUP);
         fw.post = NULL;
     }
 
