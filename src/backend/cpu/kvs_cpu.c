@@ -196,6 +196,34 @@ kvs_cpu_rmsnorm(float *o, const float *x, const float *w, uint32_t size,
 }
 
 
+/* ss[t] = the sum of squares of row t (at x + t * e) for t < NT (a
+ * constant once inlined, so that the sums stay in registers), each in
+ * column order. */
+static inline __attribute__((always_inline)) void
+kvs_cpu_sumsq_rows(float *ss, const float *x, uint32_t e, const uint32_t NT)
+{
+    float     acc[KVS_CPU_TOK_GROUP];
+    uint32_t  j, t;
+
+#pragma GCC unroll 8
+    for (t = 0; t < NT; t++) {
+        acc[t] = 0.0f;
+    }
+
+    for (j = 0; j < e; j++) {
+#pragma GCC unroll 8
+        for (t = 0; t < NT; t++) {
+            acc[t] += x[(size_t) t * e + j] * x[(size_t) t * e + j];
+        }
+    }
+
+#pragma GCC unroll 8
+    for (t = 0; t < NT; t++) {
+        ss[t] = acc[t];
+    }
+}
+
+
 /*
  * kvs_cpu_rmsnorm of nt (<= KVS_CPU_TOK_GROUP) rows at once, row t at x +
  * t * e into o + t * e (o may be x): each row's sum of squares in its own
@@ -210,13 +238,11 @@ kvs_cpu_rmsnorm_rows(float *o, const float *x, const float *w, uint32_t e,
     float     ss[KVS_CPU_TOK_GROUP], s;
     uint32_t  j, t;
 
-    for (t = 0; t < nt; t++) {
-        ss[t] = 0.0f;
-    }
-
-    for (j = 0; j < e; j++) {
+    if (nt == KVS_CPU_TOK_GROUP) {
+        kvs_cpu_sumsq_rows(ss, x, e, KVS_CPU_TOK_GROUP);
+    } else {
         for (t = 0; t < nt; t++) {
-            ss[t] += x[(size_t) t * e + j] * x[(size_t) t * e + j];
+            kvs_cpu_sumsq_rows(ss + t, x + (size_t) t * e, e, 1);
         }
     }
 
