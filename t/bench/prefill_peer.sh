@@ -24,7 +24,10 @@
 # PREFILL_OURS_ONLY=1).
 # Knobs: PREFILL_MODELS ("f16 bf16 q8_0 q4_k_m"; a *_k_[sml] mix is the
 # F32 model through `kvserve quantize`), PREFILL_THREADS ("1 2"),
-# PREFILL_REPS (2), PREFILL_ENV (""), PREFILL_PRESET (100m).
+# PREFILL_REPS (2), PREFILL_ENV (""), PREFILL_PRESET (100m), or
+# PREFILL_GEN (gen-model's shape options instead of the preset, e.g. a
+# 1.1B Llama: "--layers 22 --dim 2048 --heads 32 --kv-heads 4 --ffn 5632
+# --vocab 32000 --ctx 4096") with PREFILL_TAG (its files' prefix).
 set -euo pipefail
 
 cli=${KVS_CLI:-build/kvserve}
@@ -35,6 +38,8 @@ threads_list=${PREFILL_THREADS:-1 2}
 reps=${PREFILL_REPS:-2}
 envs=${PREFILL_ENV:-}
 preset=${PREFILL_PRESET:-100m}
+read -r -a gen <<<"${PREFILL_GEN:---preset $preset}"
+[ -n "${PREFILL_GEN:-}" ] && preset=${PREFILL_TAG:-gen}
 peer=${LLAMA_CPP_BUILD:-}
 mkdir -p "$tmp"
 
@@ -92,13 +97,13 @@ model() {    # model NAME: the file, generated once
         case $1 in
         *_k_[sml])
             if [ ! -s "$tmp/$preset-f32.gguf" ]; then
-                "$cli" gen-model --preset "$preset" --dtype f32 --seed 3 \
+                "$cli" gen-model "${gen[@]}" --dtype f32 --seed 3 \
                     "$tmp/$preset-f32.gguf" > /dev/null
             fi
             "$cli" quantize "$tmp/$preset-f32.gguf" "$m" --type "$1" \
                 > /dev/null ;;
         *)
-            "$cli" gen-model --preset "$preset" --dtype "$1" --seed 3 \
+            "$cli" gen-model "${gen[@]}" --dtype "$1" --seed 3 \
                 "$m" > /dev/null ;;
         esac
     fi
@@ -134,7 +139,7 @@ for name in $models; do
 done
 
 echo
-echo "prefill tokens/s, one 512-token prompt, $preset preset;" \
+echo "prefill tokens/s, one 512-token prompt, model $preset;" \
      "ours = kvserve bench, llama.cpp = llama-bench (CPU build)"
 echo
 echo "$head"

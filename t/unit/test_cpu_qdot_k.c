@@ -12,8 +12,9 @@
  *  - on AVX-512 VNNI CPUs, matrices of every one of these types repacked by 16
  *    rows (kvs_cpu_qkp_fill, kvs_cpu_qkp_x86.c) give the portable
  *    kernel's bits from kvs_cpu_qkp_rows_avx512 for every n of 1 .. 30
- *    tokens (Q6_K's wide passes of 12 and 8 tokens included), in matrices of 16 and 37 rows (a partial group) whose rows
- *    are every kind below, and write nothing else of y;
+ *    tokens (Q4_K's and Q6_K's wide passes of 12 and 8 included), in
+ *    matrices of 16 and 37 rows (a partial group) whose rows are every
+ *    kind below, and write nothing else of y;
  *  - each result is the exact product of what it multiplies: the double
  *    dot of the row dequantized (kvs_quant_dequantize) and the input
  *    dequantized (d * q), within a bound derived from the kernels' float

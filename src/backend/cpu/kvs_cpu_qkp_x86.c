@@ -962,8 +962,9 @@ kvs_qkp_tile(uint32_t type, float *y, size_t ldy, const uint8_t *p,
 
 /*
  * NT (KVS_QKP_WT or fewer) tokens by the 16 rows of one group, for the
- * types with a wide kernel (Q6_K): each token's float accumulator waits
- * in fa[] between super-blocks, so that the registers hold the chains.
+ * types with a wide kernel (Q4_K, Q6_K): each token's float accumulator
+ * waits in fa[] between super-blocks, so that the registers hold the
+ * chains.
  */
 KVS_QKP_INLINE void
 kvs_qkp_wtile(uint32_t type, float *y, size_t ldy, const uint8_t *p,
