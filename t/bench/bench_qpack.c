@@ -32,6 +32,7 @@
 #include "backend/cpu/kvs_cpu_qdot.h"
 #include "model/kvs_ggml_type.h"
 #include "model/kvs_quant.h"
+#include "bench_rand.h"
 
 #if KVS_CPU_X86
 
@@ -42,40 +43,6 @@ typedef struct {
     uint8_t        *pack;           /* the packed copy (64-byte aligned) */
     const kvs_cpu_qdot_t  *qd;      /* NULL for Q8_0 */
 } bq_mat_t;
-
-
-static double
-bq_now(void)
-{
-    struct timespec  ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-
-    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
-}
-
-
-static uint64_t
-bq_rnd(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-
-    return *s;
-}
-
-
-static float
-bq_gauss(uint64_t *s)
-{
-    double  u, v;
-
-    u = ((double) (bq_rnd(s) >> 11) + 0.5) / 9007199254740992.0;
-    v = ((double) (bq_rnd(s) >> 11) + 0.5) / 9007199254740992.0;
-
-    return (float) (sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
-}
 
 
 /* Every group of m for n tokens: one product. */
@@ -111,12 +78,12 @@ bq_time(bq_mat_t *m, float *y, size_t ldy, const kvs_cpu_q8_t *xq,
 
     for (round = 0; round < 3; round++) {
         reps = 0;
-        t0 = bq_now();
+        t0 = bench_now();
 
         do {
             bq_product(m, y, ldy, xq, xk, n);
             reps++;
-            t = bq_now() - t0;
+            t = bench_now() - t0;
         } while (t < 0.2);
 
         t /= reps;
@@ -189,7 +156,7 @@ bq_make(bq_mat_t *m, uint32_t type, uint32_t rows, uint32_t cols,
     rc = 0;
     for (r = 0; r < rows && rc == 0; r++) {
         for (j = 0; j < cols; j++) {
-            x[j] = bq_gauss(st);
+            x[j] = bench_gauss(st);
         }
         if (kvs_quant_quantize(type, x, m->data + (size_t) r * rb, cols, &e)
             != KVS_OK)
@@ -305,7 +272,7 @@ main(int argc, char **argv)
 
     for (n = 0; n < maxn; n++) {
         for (j = 0; j < cols; j++) {
-            x[j] = bq_gauss(&st);
+            x[j] = bench_gauss(&st);
         }
         kvs_cpu_q8_quant(x, xq + (size_t) n * (cols / 32), cols);
         kvs_cpu_q8k_quant(x, xk + (size_t) n * (cols / 256), cols);

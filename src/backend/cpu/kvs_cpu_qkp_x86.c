@@ -290,6 +290,8 @@ kvs_cpu_qkp_fill(const kvs_cpu_mat_t *w, uint8_t *dst)
 
 #include <immintrin.h>
 
+#include "kvs_cpu_vnni.h"
+
 #define KVS_QKP_TARGET  "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"
 
 #define KVS_QKP_INLINE                                                      \
@@ -304,20 +306,6 @@ kvs_cpu_qkp_fill(const kvs_cpu_mat_t *w, uint8_t *dst)
 #ifndef KVS_QKP_WT
 #define KVS_QKP_WT  12
 #endif
-
-
-/* acc + vpdpbusd(q, the 4 int8 at p in every lane), the 4 bytes read by
- * the instruction's own broadcast ({1to16}): GCC 12 emits a separate
- * vpbroadcastd, one more instruction per product, and Q4_K's wide kernel
- * ran 10% slower so (bench_qpack, 2026-12-06). */
-KVS_QKP_INLINE __m512i
-kvs_qkp_dp_m(__m512i acc, __m512i q, const void *p)
-{
-    __asm__ ("vpdpbusd %2%{1to16%}, %1, %0"
-             : "+v" (acc) : "v" (q), "m" (*(const int32_t *) p));
-
-    return acc;
-}
 
 
 /* The 4 int8 inputs of token x at column j, in every lane. */
@@ -612,7 +600,7 @@ kvs_qkp_wide6(const uint8_t *r, const kvs_cpu_q8k_t *const *x,
         for (k = 0; k < 4; k++) {
 #pragma GCC unroll 16
             for (t = 0; t < NT; t++) {
-                a[t] = kvs_qkp_dp_m(a[t], q[k], x[t]->q + col + 4 * k);
+                a[t] = kvs_cpu_dpbusd_m(a[t], q[k], x[t]->q + col + 4 * k);
             }
         }
 
@@ -677,7 +665,7 @@ kvs_qkp_wide4(const uint8_t *r, const kvs_cpu_q8k_t *const *x,
             for (k = 0; k < 4; k++) {
 #pragma GCC unroll 16
                 for (t = 0; t < NT; t++) {
-                    a[t] = kvs_qkp_dp_m(a[t], q[k], x[t]->q + 32 * j
+                    a[t] = kvs_cpu_dpbusd_m(a[t], q[k], x[t]->q + 32 * j
                                                     + 16 * h + 4 * k);
                 }
             }

@@ -150,6 +150,8 @@ kvs_cpu_qlp_fill(const kvs_cpu_mat_t *w, uint8_t *dst)
 
 #include <immintrin.h>
 
+#include "kvs_cpu_vnni.h"
+
 #define KVS_QLP_TARGET  "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"
 
 #define KVS_QLP_INLINE                                                      \
@@ -217,20 +219,6 @@ kvs_qlp_unpack(uint32_t type, const uint8_t *p, __m512i *u)
 }
 
 
-/* acc + vpdpbusd(u, the 4 int8 at p in every lane), the 4 bytes read by
- * the instruction's own broadcast ({1to16}): GCC 12 emits a separate
- * vpbroadcastd, and the wide kernel's loop runs at the rate its
- * instructions issue, not only its vector operations. */
-KVS_QLP_INLINE __m512i
-kvs_qlp_dp_m(__m512i acc, __m512i u, const void *p)
-{
-    __asm__ ("vpdpbusd %2%{1to16%}, %1, %0"
-             : "+v" (acc) : "v" (u), "m" (*(const int32_t *) p));
-
-    return acc;
-}
-
-
 /* A block sum's start for input block xb: minus the levels' offset
  * times sum(q_x), exactly (xb->c = -128 sum(q_x)). */
 KVS_QLP_INLINE __m512i
@@ -271,6 +259,40 @@ kvs_qlp_fold(uint32_t type, __m512i isum, __m512 d, __m512 m,
 }
 
 
+/* Record r's levels (kvs_qlp_unpack) and its 16 rows' d and m (zero for
+ * the types without m). */
+KVS_QLP_INLINE void
+kvs_qlp_record(uint32_t type, const uint8_t *r, __m512i *u, __m512 *d,
+    __m512 *m)
+{
+    uint32_t  doff;
+
+    doff = 256 + (type == KVS_GGML_Q5_0 || type == KVS_GGML_Q5_1 ? 64 : 0);
+
+    kvs_qlp_unpack(type, r, u);
+    *d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (r + doff)));
+    *m = _mm512_setzero_ps();
+
+    if (type == KVS_GGML_Q4_1 || type == KVS_GGML_Q5_1) {
+        *m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)
+                                                (r + doff + 32)));
+    }
+}
+
+
+/* The portable kernel's tree of a token's eight accumulators. */
+KVS_QLP_INLINE __m512
+kvs_qlp_tree(const __m512 *a)
+{
+    __m512  s;
+
+    s = _mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6]));
+
+    return _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a[1], a[5]),
+                                          _mm512_add_ps(a[3], a[7])));
+}
+
+
 /* acc + one token's terms of the record's 16 rows: u the unpacked
  * levels, d (m) the rows' scales, xb the token's input block */
 KVS_QLP_INLINE __m512
@@ -305,12 +327,10 @@ kvs_qlp_tile(uint32_t type, float *y, size_t ldy, const uint8_t *p,
     uint32_t rec, const kvs_cpu_q8_t *xq, size_t xs, uint32_t nb,
     __mmask16 mask, int pf, const uint32_t NT)
 {
-    uint32_t        b0, j, t, off, doff;
-    __m512          acc[KVS_QLP_NT][8], d, m, s;
+    uint32_t        b0, j, t, off;
+    __m512          acc[KVS_QLP_NT][8], d, m;
     __m512i         u[8];
     const uint8_t  *r;
-
-    doff = 256 + (type == KVS_GGML_Q5_0 || type == KVS_GGML_Q5_1 ? 64 : 0);
 
 #pragma GCC unroll 2
     for (t = 0; t < NT; t++) {
@@ -336,15 +356,7 @@ kvs_qlp_tile(uint32_t type, float *y, size_t ldy, const uint8_t *p,
                 }
             }
 
-            kvs_qlp_unpack(type, r, u);
-            d = _mm512_cvtph_ps(_mm256_loadu_si256(
-                    (const __m256i *) (r + doff)));
-            m = _mm512_setzero_ps();
-
-            if (type == KVS_GGML_Q4_1 || type == KVS_GGML_Q5_1) {
-                m = _mm512_cvtph_ps(_mm256_loadu_si256(
-                        (const __m256i *) (r + doff + 32)));
-            }
+            kvs_qlp_record(type, r, u, &d, &m);
 
 #pragma GCC unroll 2
             for (t = 0; t < NT; t++) {
@@ -356,12 +368,7 @@ kvs_qlp_tile(uint32_t type, float *y, size_t ldy, const uint8_t *p,
 
 #pragma GCC unroll 2
     for (t = 0; t < NT; t++) {
-        s = _mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][4]),
-                          _mm512_add_ps(acc[t][2], acc[t][6]));
-        s = _mm512_add_ps(s, _mm512_add_ps(
-                                 _mm512_add_ps(acc[t][1], acc[t][5]),
-                                 _mm512_add_ps(acc[t][3], acc[t][7])));
-        _mm512_mask_storeu_ps(y + t * ldy, mask, s);
+        _mm512_mask_storeu_ps(y + t * ldy, mask, kvs_qlp_tree(acc[t]));
     }
 }
 
@@ -378,12 +385,10 @@ kvs_qlp_wide(uint32_t type, float *y, size_t ldy, const uint8_t *p,
     uint32_t rec, const kvs_cpu_q8_t *xq, size_t xs, uint32_t nb,
     __mmask16 mask, const uint32_t NT)
 {
-    uint32_t        b, j, k, t, doff;
-    __m512          acc[KVS_QLP_WT], part[KVS_QLP_WT][8], d, m, s;
+    uint32_t        b, j, k, t;
+    __m512          acc[KVS_QLP_WT], part[KVS_QLP_WT][8], d, m;
     __m512i         u[8], is[KVS_QLP_WT];
     const uint8_t  *r;
-
-    doff = 256 + (type == KVS_GGML_Q5_0 || type == KVS_GGML_Q5_1 ? 64 : 0);
 
     for (j = 0; j < 8; j++) {
 #pragma GCC unroll 16
@@ -394,15 +399,7 @@ kvs_qlp_wide(uint32_t type, float *y, size_t ldy, const uint8_t *p,
         for (b = j; b < nb; b += 8) {
             r = p + (size_t) b * rec;
 
-            kvs_qlp_unpack(type, r, u);
-            d = _mm512_cvtph_ps(_mm256_loadu_si256(
-                    (const __m256i *) (r + doff)));
-            m = _mm512_setzero_ps();
-
-            if (type == KVS_GGML_Q4_1 || type == KVS_GGML_Q5_1) {
-                m = _mm512_cvtph_ps(_mm256_loadu_si256(
-                        (const __m256i *) (r + doff + 32)));
-            }
+            kvs_qlp_record(type, r, u, &d, &m);
 
             /* k outer, tokens inner: NT chains in flight */
 #pragma GCC unroll 16
@@ -414,7 +411,7 @@ kvs_qlp_wide(uint32_t type, float *y, size_t ldy, const uint8_t *p,
             for (k = 0; k < 8; k++) {
 #pragma GCC unroll 16
                 for (t = 0; t < NT; t++) {
-                    is[t] = kvs_qlp_dp_m(is[t], u[k],
+                    is[t] = kvs_cpu_dpbusd_m(is[t], u[k],
                                          xq[t * xs + b].q + 4 * k);
                 }
             }
@@ -434,12 +431,7 @@ kvs_qlp_wide(uint32_t type, float *y, size_t ldy, const uint8_t *p,
 
 #pragma GCC unroll 16
     for (t = 0; t < NT; t++) {
-        s = _mm512_add_ps(_mm512_add_ps(part[t][0], part[t][4]),
-                          _mm512_add_ps(part[t][2], part[t][6]));
-        s = _mm512_add_ps(s, _mm512_add_ps(
-                                 _mm512_add_ps(part[t][1], part[t][5]),
-                                 _mm512_add_ps(part[t][3], part[t][7])));
-        _mm512_mask_storeu_ps(y + t * ldy, mask, s);
+        _mm512_mask_storeu_ps(y + t * ldy, mask, kvs_qlp_tree(part[t]));
     }
 }
 
