@@ -174,25 +174,13 @@ kvs_cpu_kv_set_threads(kvs_cpu_kv_t *kv, unsigned n, kvs_err_t *err)
 
 
 
-/* o = w * x / sqrt(mean(x^2) + eps), as run.c rounds it (float sums). */
+/* o = w * x / sqrt(mean(x^2) + eps), as run.c rounds it (float sums):
+ * one row of kvs_cpu_rmsnorm_rows. */
 static void
 kvs_cpu_rmsnorm(float *o, const float *x, const float *w, uint32_t size,
     float eps)
 {
-    uint32_t  j;
-    float     ss;
-
-    ss = 0.0f;
-
-    for (j = 0; j < size; j++) {
-        ss += x[j] * x[j];
-    }
-
-    ss = 1.0f / sqrtf(ss / (float) size + eps);
-
-    for (j = 0; j < size; j++) {
-        o[j] = w[j] * (ss * x[j]);
-    }
+    kvs_cpu_rmsnorm_rows(o, x, w, size, eps, 1);
 }
 
 
@@ -472,7 +460,8 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     size_t                  total;
     float                   escale, cap;
     size_t                  z;
-    uint32_t                n, i, l, max_ctx, want, wrow, nth;
+    uint32_t                n, i, l, max_ctx, want, wrow, nth,
+                            tok_groups;
     kvs_cpu_fw_t            fw;
     kvs_threads_t          *tokp, *ffnp, *attp;
     kvs_cpu_lora_out_t      qkv[3], gu[2], o, down;
@@ -631,13 +620,13 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     fw.n_qb = kvs_cpu_attn_blocks(&fw, fw.qb);
 
     tokp = kvs_cpu_pool(&fw, (double) n * fw.e);
+    tok_groups = (n + KVS_CPU_TOK_GROUP - 1) / KVS_CPU_TOK_GROUP;
     ffnp = kvs_cpu_pool(&fw, (double) n * fw.f);
     attp = kvs_cpu_pool(&fw, (double) n * max_ctx * (fw.qd + fw.od));
 
     fw.resid = 0;
     fw.norm = cm->layers[0].attn_norm;
-    kvs_threads_run(tokp, kvs_cpu_tok_task, &fw,
-                    (n + KVS_CPU_TOK_GROUP - 1) / KVS_CPU_TOK_GROUP);
+    kvs_threads_run(tokp, kvs_cpu_tok_task, &fw, tok_groups);
 
     for (l = 0; l < hp->n_layer; l++) {
         ly = &cm->layers[l];
@@ -681,8 +670,7 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
         fw.resid = 1;
         fw.post = ly->post_attn_norm;
         fw.norm = ly->ffn_norm;
-        kvs_threads_run(tokp, kvs_cpu_tok_task, &fw,
-                    (n + KVS_CPU_TOK_GROUP - 1) / KVS_CPU_TOK_GROUP);
+        kvs_threads_run(tokp, kvs_cpu_tok_task, &fw, tok_groups);
 
         gu[0].y = fw.h1;
         gu[1].y = fw.h3;
@@ -699,8 +687,7 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
         /* the residual, and the next layer's attention norm with it */
         fw.post = ly->post_ffn_norm;
         fw.norm = l + 1 < hp->n_layer ? cm->layers[l + 1].attn_norm : NULL;
-        kvs_threads_run(tokp, kvs_cpu_tok_task, &fw,
-                    (n + KVS_CPU_TOK_GROUP - 1) / KVS_CPU_TOK_GROUP);
+        kvs_threads_run(tokp, kvs_cpu_tok_task, &fw, tok_groups);
         fw.post = NULL;
     }
 

@@ -989,6 +989,12 @@ kvs_qkp_wtile(uint32_t type, float *y, size_t ldy, const uint8_t *p,
 
         d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)
                                               (r + KVS_QKP_D)));
+        dm = _mm512_setzero_ps();
+
+        if (type == KVS_GGML_Q4_K) {
+            dm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)
+                                                   (r + KVS_QKP_DMIN)));
+        }
 
         /* kvs_cpu_qk_acc (_min)'s steps, lane for lane */
 #pragma GCC unroll 16
@@ -999,8 +1005,6 @@ kvs_qkp_wtile(uint32_t type, float *y, size_t ldy, const uint8_t *p,
                                             _mm512_cvtepi32_ps(isum[t])));
 
             if (type == KVS_GGML_Q4_K) {
-                dm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)
-                                         (r + KVS_QKP_DMIN)));
                 f = _mm512_sub_ps(f, _mm512_mul_ps(_mm512_mul_ps(dm, dx),
                                       _mm512_cvtepi32_ps(msum[t])));
             }
