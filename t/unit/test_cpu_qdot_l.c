@@ -11,7 +11,9 @@
  *    Q4_0 .. Q5_1 and IQ4_NL) give the portable kernel's bits through
  *    kvs_cpu_qlp_rows_avx512 for every n of 1 .. 33 tokens, in matrices
  *    of 5 rows (one partial group) and 37 (two whole groups and a
- *    partial one), and write no output past the matrix's rows;
+ *    partial one), and write no output past the matrix's rows; Q8_0's
+ *    packed kernel (kvs_cpu_q8p_rows_avx512, its own float order) gives
+ *    every token's bits alone for every n, within 2e-6 of sum |w x|;
  *  - the portable and AVX2 kernels, and the AVX2 batched kernel on the
  *    interleaved input (kvs_cpu_q8i_fill), give the same bits (memcmp)
  *    for every n of 1 .. 33 tokens, and every token's result with n
@@ -414,6 +416,145 @@ check_packed(const ltype_t *lt, uint32_t cols, uint32_t nrows, uint64_t *st)
 }
 
 
+/*
+ * Q8_0's packed AVX-512 VNNI kernel (kvs_cpu_q8p_rows_avx512), whose
+ * float order is its own: with n tokens in one call every token's
+ * outputs are its outputs alone (passes of 8, 4, 2 and 1 tokens), each
+ * within 2e-6 of sum |w x| of the exact product, and nothing past the
+ * matrix's rows is written.
+ */
+static void
+check_packed_q8(uint32_t cols, uint32_t nrows, uint64_t *st)
+{
+#if KVS_CPU_X86
+    float           *wf, *xf, *wd, *xd, *yp, *y1;
+    double           ref, mag;
+    size_t           rb, xs, ldy, psize;
+    uint8_t         *rows, *pack;
+    uint32_t         nb, r, i, j, n, g, t;
+    kvs_err_t        e;
+    kvs_cpu_q8_t    *xq;
+    kvs_cpu_mat_t    w;
+
+    nb = cols / 32;
+    rb = (size_t) nb * 34;
+    xs = (size_t) nb * sizeof(kvs_cpu_q8_t);
+    ldy = nrows + 3;
+
+    wf = malloc(cols * sizeof(float));
+    xf = malloc(cols * sizeof(float));
+    wd = malloc((size_t) nrows * cols * sizeof(float));
+    xd = malloc((size_t) N_TOK * cols * sizeof(float));
+    rows = malloc(nrows * rb);
+    xq = malloc(N_TOK * xs);
+    yp = malloc(N_TOK * ldy * sizeof(float));
+    y1 = malloc(N_TOK * ldy * sizeof(float));
+    assert_true(wf && xf && wd && xd && rows && xq && yp && y1);
+
+    for (r = 0; r < nrows; r++) {
+        make_row(wf, cols, r < N_ROW ? r : 0, st);
+        assert_int_equal(kvs_quant_quantize(KVS_GGML_Q8_0, wf, rows + r * rb,
+                                            cols, &e), KVS_OK);
+        assert_int_equal(kvs_quant_dequantize(KVS_GGML_Q8_0, rows + r * rb,
+                                              wd + (size_t) r * cols, cols,
+                                              &e), KVS_OK);
+    }
+
+    for (i = 0; i < N_TOK; i++) {
+        make_input(xf, cols, i, st);
+        kvs_cpu_q8_quant(xf, xq + (size_t) i * nb, cols);
+
+        for (j = 0; j < cols; j++) {
+            xd[(size_t) i * cols + j] = xq[(size_t) i * nb + j / 32].d
+                                        * xq[(size_t) i * nb + j / 32]
+                                          .q[j % 32];
+        }
+    }
+
+    memset(&w, 0, sizeof(w));
+    w.data = rows;
+    w.row_bytes = rb;
+    w.type = KVS_GGML_Q8_0;
+    w.rows = nrows;
+    w.cols = cols;
+
+    psize = kvs_cpu_q8p_size(&w);
+    pack = aligned_alloc(64, psize);
+    assert_non_null(pack);
+    kvs_cpu_q8p_fill(&w, pack);
+    w.pack = pack;
+
+    /* every token alone: the references */
+    for (i = 0; i < N_TOK * ldy; i++) {
+        y1[i] = -7.0f;
+    }
+
+    for (t = 0; t < N_TOK; t++) {
+        for (g = 0; g < (nrows + 15) / 16; g++) {
+            kvs_cpu_q8p_rows_avx512(y1 + t * ldy, ldy, &w, g,
+                                    xq + (size_t) t * nb, 1);
+        }
+
+        for (r = 0; r < nrows; r++) {
+            ref = 0.0;
+            mag = 0.0;
+
+            for (j = 0; j < cols; j++) {
+                ref += (double) wd[(size_t) r * cols + j]
+                       * xd[(size_t) t * cols + j];
+                mag += fabs((double) wd[(size_t) r * cols + j]
+                            * xd[(size_t) t * cols + j]);
+            }
+
+            if (fabs(y1[t * ldy + r] - ref) > 2e-6 * mag) {
+                fail_msg("Q8_0 packed, cols %u, token %u row %u: %.9g, "
+                         "exact %.9g (sum |w x| %.9g)", cols, t, r,
+                         (double) y1[t * ldy + r], ref, mag);
+            }
+        }
+    }
+
+    for (n = 1; n <= N_TOK; n++) {
+        for (i = 0; i < N_TOK * ldy; i++) {
+            yp[i] = -7.0f;
+        }
+
+        for (g = 0; g < (nrows + 15) / 16; g++) {
+            kvs_cpu_q8p_rows_avx512(yp, ldy, &w, g,
+                                    xq + (size_t) (N_TOK - n) * nb, n);
+        }
+
+        for (i = 0; i < n * ldy; i++) {
+            if (memcmp(&yp[i], &y1[(N_TOK - n) * ldy + i], 4) != 0) {
+                fail_msg("Q8_0 packed, cols %u rows %u: token %zu of %u, "
+                         "row %zu: %.9g, alone %.9g", cols, nrows,
+                         i / ldy, n, i % ldy, (double) yp[i],
+                         (double) y1[(N_TOK - n) * ldy + i]);
+            }
+        }
+
+        for (i = n * ldy; i < N_TOK * ldy; i++) {
+            assert_true(yp[i] == -7.0f);
+        }
+    }
+
+    free(pack);
+    free(wf);
+    free(xf);
+    free(wd);
+    free(xd);
+    free(rows);
+    free(xq);
+    free(yp);
+    free(y1);
+#else
+    (void) cols;
+    (void) nrows;
+    (void) st;
+#endif
+}
+
+
 static void
 test_packed(void **state)
 {
@@ -431,6 +572,11 @@ test_packed(void **state)
     for (t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
         if (kvs_cpu_qlp_rec(types[t].type) == 0) {
             assert_int_equal(types[t].type, KVS_GGML_Q8_0);
+
+            for (ci = 0; ci < sizeof(colss) / sizeof(colss[0]); ci++) {
+                check_packed_q8(colss[ci], N_ROW, &st);
+                check_packed_q8(colss[ci], 37, &st);
+            }
             continue;
         }
 

@@ -29,6 +29,8 @@
 
 #include <immintrin.h>
 
+#include "kvs_cpu_vnni.h"
+
 
 /* Lanes of a summed in a fixed order: (0+4, 1+5, 2+6, 3+7), then pairs. */
 __attribute__((target("avx2,fma"))) static inline float
@@ -482,9 +484,8 @@ kvs_cpu_q8p_tile(float *y, size_t ldy, const uint8_t *wq,
 
 #pragma GCC unroll 8
                 for (t = 0; t < NT; t++) {
-                    memcpy(&v, xq[t * xs + b].q + 4 * k, 4);
-                    ia[t] = _mm512_dpbusd_epi32(ia[t], wv,
-                                                _mm512_set1_epi32(v));
+                    ia[t] = kvs_cpu_dpbusd_m(ia[t], wv,
+                                             xq[t * xs + b].q + 4 * k);
                 }
             }
         }
