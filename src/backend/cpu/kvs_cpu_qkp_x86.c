@@ -308,7 +308,11 @@ kvs_cpu_qkp_fill(const kvs_cpu_mat_t *w, uint8_t *dst)
 #endif
 
 
-/* The 4 int8 inputs of token x at column j, in every lane. */
+/* The 4 int8 inputs of token x at column j, in every lane, as a
+ * register: with vpdpbusd's own broadcast (kvs_cpu_dpbusd_m) Q4_K's,
+ * Q5_K's and Q6_K's narrow passes ran 0-8% slower, where Q2_K's and
+ * IQ4_XS's ran 8-10% faster and Q3_K's the same (bench_qpack,
+ * 2026-12-06), so only those three take it. */
 KVS_QKP_INLINE __m512i
 kvs_qkp_x4(const kvs_cpu_q8k_t *x, uint32_t j)
 {
@@ -770,9 +774,8 @@ kvs_qkp_sums23(int three, const uint8_t *r, const kvs_cpu_q8k_t *const *x,
 
 #pragma GCC unroll 4
                     for (t = 0; t < NT; t++) {
-                        a[t][s] = _mm512_dpbusd_epi32(a[t][s], q,
-                                      kvs_qkp_x4(x[t],
-                                                 128 * h + 32 * s + 4 * k));
+                        a[t][s] = kvs_cpu_dpbusd_m(a[t][s], q,
+                                      x[t]->q + 128 * h + 32 * s + 4 * k);
                     }
                 }
             }
@@ -851,11 +854,9 @@ kvs_qkp_sums_iq4(const uint8_t *r, const kvs_cpu_q8k_t *const *x,
 
 #pragma GCC unroll 4
             for (t = 0; t < NT; t++) {
-                a[t] = _mm512_dpbusd_epi32(a[t], lo,
-                                           kvs_qkp_x4(x[t], 32 * s + 4 * k));
-                a[t] = _mm512_dpbusd_epi32(a[t], hi,
-                                           kvs_qkp_x4(x[t],
-                                                      32 * s + 16 + 4 * k));
+                a[t] = kvs_cpu_dpbusd_m(a[t], lo, x[t]->q + 32 * s + 4 * k);
+                a[t] = kvs_cpu_dpbusd_m(a[t], hi,
+                                        x[t]->q + 32 * s + 16 + 4 * k);
             }
         }
 
