@@ -32,8 +32,9 @@
  *
  * Prefill (kvs_qlp_wide): this machine runs two 512-bit operations a
  * cycle, vpdpbusd included, so what a block costs is its count of vector
- * operations: 8 vpdpbusd and 5 float and offset steps per token, plus the
- * record's 12 unpacking steps shared by the tokens of a pass.  Passes of
+ * operations: 8 vpdpbusd and 4 float steps per token (the offset start
+ * is a broadcast load), plus the record's 12 unpacking steps shared by
+ * the tokens of a pass.  Passes of
  * 2 tokens spent 6 per token on unpacking; passes of up to KVS_QLP_WT
  * tokens, one accumulator class at a time (so one accumulator per token
  * is live, not eight), spend 1, with each token's 8 vpdpbusd interleaved
