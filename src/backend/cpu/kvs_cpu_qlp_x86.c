@@ -34,12 +34,12 @@
  * cycle, vpdpbusd included, so what a block costs is its count of vector
  * operations: 8 vpdpbusd and 4 float steps per token (the offset start
  * is a broadcast load), plus the record's 12 unpacking steps shared by
- * the tokens of a pass.  Passes of
- * 2 tokens spent 6 per token on unpacking; passes of up to KVS_QLP_WT
- * tokens, one accumulator class at a time (so one accumulator per token
- * is live, not eight), spend 1, with each token's 8 vpdpbusd interleaved
- * with the others' (k outer, tokens inner) so that no chain waits on its
- * own latency.  The class order keeps every sum's order, hence its bits.
+ * the tokens of a pass.  Passes of 2 tokens spent 6 per token on
+ * unpacking; passes of up to KVS_QLP_WT tokens, one accumulator class at
+ * a time (so one accumulator per token is live, not eight), spend 1,
+ * with each token's 8 vpdpbusd interleaved with the others' (k outer,
+ * tokens inner) so that no chain waits on its own latency.  The class
+ * order keeps every sum's order, hence its bits.
  */
 
 #if defined(__clang__)
