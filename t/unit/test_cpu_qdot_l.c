@@ -100,6 +100,35 @@ make_row(float *w, uint32_t cols, uint32_t r, uint64_t *st)
 }
 
 
+/* xd[cols] = the dequantized Q8_0-style input xq (d * q per column). */
+static void
+input_floats(float *xd, const kvs_cpu_q8_t *xq, uint32_t cols)
+{
+    uint32_t  j;
+
+    for (j = 0; j < cols; j++) {
+        xd[j] = xq[j / 32].d * (float) xq[j / 32].q[j % 32];
+    }
+}
+
+
+#if KVS_CPU_X86
+/* *w: nrows rows of type at rows, rb bytes each, cols columns, no pack
+ * yet (the packed kernels' checks). */
+static void
+set_mat(kvs_cpu_mat_t *w, uint32_t type, uint8_t *rows, size_t rb,
+    uint32_t nrows, uint32_t cols)
+{
+    memset(w, 0, sizeof(*w));
+    w->data = rows;
+    w->row_bytes = rb;
+    w->type = type;
+    w->rows = nrows;
+    w->cols = cols;
+}
+#endif
+
+
 /* Token i's floats: Gaussian of varying scale, zero (i 1), large (i 2),
  * with zero blocks (i 3). */
 static void
@@ -194,11 +223,7 @@ check_type(const ltype_t *lt, int avx2, double *worst)
             kvs_cpu_q8i_fill(xq + (size_t) i * nb, xi + (size_t) i * ng,
                              cols);
 
-            for (j = 0; j < cols; j++) {
-                xd[(size_t) i * cols + j] = xq[i * nb + j / 32].d
-                                            * (float) xq[i * nb + j / 32]
-                                                  .q[j % 32];
-            }
+            input_floats(xd + (size_t) i * cols, xq + (size_t) i * nb, cols);
         }
 
         for (r = 0; r < N_ROW; r++) {
@@ -355,12 +380,7 @@ check_packed(const ltype_t *lt, uint32_t cols, uint32_t nrows, uint64_t *st)
         kvs_cpu_q8_quant(xf, xq + (size_t) i * nb, cols);
     }
 
-    memset(&w, 0, sizeof(w));
-    w.data = rows;
-    w.row_bytes = rb;
-    w.type = lt->type;
-    w.rows = nrows;
-    w.cols = cols;
+    set_mat(&w, lt->type, rows, rb, nrows, cols);
 
     psize = kvs_cpu_qlp_size(&w);
     assert_true(psize >= (size_t) (nrows + 15) / 16 * nb
@@ -463,20 +483,10 @@ check_packed_q8(uint32_t cols, uint32_t nrows, uint64_t *st)
     for (i = 0; i < N_TOK; i++) {
         make_input(xf, cols, i, st);
         kvs_cpu_q8_quant(xf, xq + (size_t) i * nb, cols);
-
-        for (j = 0; j < cols; j++) {
-            xd[(size_t) i * cols + j] = xq[(size_t) i * nb + j / 32].d
-                                        * xq[(size_t) i * nb + j / 32]
-                                          .q[j % 32];
-        }
+        input_floats(xd + (size_t) i * cols, xq + (size_t) i * nb, cols);
     }
 
-    memset(&w, 0, sizeof(w));
-    w.data = rows;
-    w.row_bytes = rb;
-    w.type = KVS_GGML_Q8_0;
-    w.rows = nrows;
-    w.cols = cols;
+    set_mat(&w, KVS_GGML_Q8_0, rows, rb, nrows, cols);
 
     psize = kvs_cpu_q8p_size(&w);
     pack = aligned_alloc(64, psize);
