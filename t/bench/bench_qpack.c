@@ -13,6 +13,12 @@
  * the bench checks the invariant it times (not Q8_0's: its packed kernel
  * fuses the float steps, and its bits are its own, decode's included).
  *
+ * Where the host has AMX int8 tiles (kvs_cpu_amx_ready), the 32-column
+ * 4- and 5-bit types get a second row, "tiles": kvs_cpu_qla_rows, the
+ * kernel their prefill takes there (its input by 16 tokens filled once,
+ * outside the timing, as a prefill fills it once per product), checked
+ * against the portable kernel the same way.
+ *
  * Usage: bench_qpack [--types "q8_0 q4_0 q4_k q6_k"] [--rows R]
  *                    [--cols K] [--tokens "64 512"]
  * Prints a markdown table: microseconds per product (best of 3 rounds of
@@ -29,6 +35,7 @@
 
 #include "backend/cpu/kvs_cpu.h"
 #include "backend/cpu/kvs_cpu_impl.h"
+#include "backend/cpu/kvs_cpu_amx.h"
 #include "backend/cpu/kvs_cpu_qdot.h"
 #include "model/kvs_ggml_type.h"
 #include "model/kvs_quant.h"
@@ -42,7 +49,11 @@ typedef struct {
     uint8_t        *data;           /* rows x row_bytes, as stored */
     uint8_t        *pack;           /* the packed copy (64-byte aligned) */
     const kvs_cpu_qdot_t  *qd;      /* NULL for Q8_0 */
+    uint8_t        *scratch;        /* the tile kernel's, or NULL: VNNI */
 } bq_mat_t;
+
+
+static kvs_cpu_q8a_t  *bq_xa;       /* the inputs by 16 tokens */
 
 
 /* Every group of m for n tokens: one product. */
@@ -55,7 +66,9 @@ bq_product(bq_mat_t *m, float *y, size_t ldy, const kvs_cpu_q8_t *xq,
     groups = (m->w.rows + KVS_CPU_Q8P_ROWS - 1) / KVS_CPU_Q8P_ROWS;
 
     for (g = 0; g < groups; g++) {
-        if (m->type == KVS_GGML_Q8_0) {
+        if (m->scratch != NULL) {
+            kvs_cpu_qla_rows(y, ldy, &m->w, g, bq_xa, xq, n, m->scratch);
+        } else if (m->type == KVS_GGML_Q8_0) {
             kvs_cpu_q8p_rows_avx512(y, ldy, &m->w, g, xq, n);
         } else if (m->qd->act == KVS_CPU_ACT_Q8K) {
             kvs_cpu_qkp_rows_avx512(y, ldy, &m->w, g, xk, n);
@@ -198,7 +211,7 @@ bq_make(bq_mat_t *m, uint32_t type, uint32_t rows, uint32_t cols,
 int
 main(int argc, char **argv)
 {
-    int            i, rc, tt;
+    int            i, rc, tt, pass, tiles;
     char          *types, *tok_list, *p, *end, *name;
     const char    *bits;
     float         *x, *yv, *yp;
@@ -278,6 +291,16 @@ main(int argc, char **argv)
         kvs_cpu_q8k_quant(x, xk + (size_t) n * (cols / 256), cols);
     }
 
+    bq_xa = malloc((size_t) (maxn / 16 + 1) * (cols / 32)
+                   * sizeof(kvs_cpu_q8a_t));
+    if (bq_xa == NULL) {
+        fprintf(stderr, "bench_qpack: out of memory\n");
+        return 1;
+    }
+    for (n = 0; n < maxn / 16 * 16; n++) {
+        kvs_cpu_q8a_fill(xq + (size_t) n * (cols / 32), n, bq_xa, cols);
+    }
+
     printf("bench_qpack: %u x %u, one thread\n", rows, cols);
     printf("\n| type | tokens | us per product | G mul-add/s | vs Q8_0 "
            "| bits |\n");
@@ -294,47 +317,63 @@ main(int argc, char **argv)
             continue;
         }
 
-        ti = 0;
-        for (p = tok_list; *p && ti < 16; p = end, ti++) {
-            n = (uint32_t) strtoul(p, &end, 10);
-            if (end == p) {
+        /* pass 1: the tile kernel, where the host and the type have it */
+        tiles = kvs_cpu_qlp_rec(m.type) != 0
+                && (kvs_cpu_amx_ready(NULL) & KVS_CPU_AMX_INT8) != 0;
+
+        for (pass = 0; pass < 1 + tiles; pass++) {
+            m.scratch = pass ? malloc(kvs_cpu_qla_scratch(&m.w)) : NULL;
+            if (pass && m.scratch == NULL) {
                 break;
             }
-            if (n == 0) {
-                continue;
+
+            ti = 0;
+            for (p = tok_list; *p && ti < 16; p = end, ti++) {
+                n = (uint32_t) strtoul(p, &end, 10);
+                if (end == p) {
+                    break;
+                }
+                if (n == 0) {
+                    continue;
+                }
+
+                t = bq_time(&m, yv, ldy, xq, xk, n);
+                memset(yv, 0xff, ysize);
+                memset(yp, 0xff, ysize);
+                bq_product(&m, yv, ldy, xq, xk, n);
+                if (m.type != KVS_GGML_Q8_0) {
+                    bq_portable(&m, yp, ldy, xq, xk, n);
+                }
+
+                rate = (double) rows * cols * n / t * 1e-9;
+                if (m.type == KVS_GGML_Q8_0) {
+                    q8rate[ti] = rate;
+                }
+
+                /* Q8_0's packed kernel fuses its float steps (its bits
+                 * are its own, decode's included): nothing to compare */
+                bits = "own";
+                if (m.type != KVS_GGML_Q8_0) {
+                    bits = memcmp(yv, yp, (size_t) n * ldy * sizeof(float))
+                           == 0 ? "= portable" : "DIFFER";
+                    rc |= bits[0] == 'D';
+                }
+
+                printf("| %s%s | %u | %.1f | %.1f | %.2f | %s |\n",
+                       kvs_ggml_type_name(m.type), pass ? " tiles" : "", n,
+                       t * 1e6, rate,
+                       q8rate[ti] > 0 ? rate / q8rate[ti] : 0.0, bits);
             }
 
-            t = bq_time(&m, yv, ldy, xq, xk, n);
-            memset(yv, 0xff, ysize);
-            memset(yp, 0xff, ysize);
-            bq_product(&m, yv, ldy, xq, xk, n);
-            if (m.type != KVS_GGML_Q8_0) {
-                bq_portable(&m, yp, ldy, xq, xk, n);
-            }
-
-            rate = (double) rows * cols * n / t * 1e-9;
-            if (m.type == KVS_GGML_Q8_0) {
-                q8rate[ti] = rate;
-            }
-
-            /* Q8_0's packed kernel fuses its float steps (its bits are
-             * its own, decode's included): nothing to compare */
-            bits = "own";
-            if (m.type != KVS_GGML_Q8_0) {
-                bits = memcmp(yv, yp, (size_t) n * ldy * sizeof(float))
-                       == 0 ? "= portable" : "DIFFER";
-                rc |= bits[0] == 'D';
-            }
-
-            printf("| %s | %u | %.1f | %.1f | %.2f | %s |\n",
-                   kvs_ggml_type_name(m.type), n, t * 1e6, rate,
-                   q8rate[ti] > 0 ? rate / q8rate[ti] : 0.0, bits);
+            free(m.scratch);
+            m.scratch = NULL;
         }
 
         free(m.data);
         free(m.pack);
     }
 
+    free(bq_xa);
     free(types);
     free(tok_list);
     free(x);

@@ -45,6 +45,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 #include "kvs_test_amx_emu.h"
+#include "kvs_test_q8in.h"
 
 /* the kernel again, on the emulated tiles, under its own name */
 #define KVS_CPU_AMX_EMU      1
@@ -319,37 +320,6 @@ make_q8(uint32_t rows, uint32_t cols, uint64_t *st)
 }
 
 
-static kvs_cpu_q8_t *
-make_input(uint32_t n, uint32_t cols, uint64_t *st)
-{
-    float         *x;
-    uint32_t       i, j;
-    kvs_cpu_q8_t  *xq;
-
-    x = malloc(cols * sizeof(float));
-    xq = malloc((size_t) n * (cols / 32) * sizeof(kvs_cpu_q8_t));
-    assert_non_null(x);
-    assert_non_null(xq);
-
-    for (i = 0; i < n; i++) {
-        for (j = 0; j < cols; j++) {
-            x[j] = i % 9 == 4 ? 0.0f
-                   : (i % 9 == 7 ? 1e4f : 1.0f) * kvs_test_gauss(st);
-        }
-
-        if (i % 5 == 2) {
-            memset(x, 0, 32 * sizeof(float));
-        }
-
-        kvs_cpu_q8_quant(x, xq + (size_t) i * (cols / 32), cols);
-    }
-
-    free(x);
-
-    return xq;
-}
-
-
 static void
 check_q8(uint32_t rows, uint32_t cols, int amx, uint64_t *st)
 {
@@ -363,7 +333,7 @@ check_q8(uint32_t rows, uint32_t cols, int amx, uint64_t *st)
 
     nb = cols / 32;
     wb = make_q8(rows, cols, st);
-    xq = make_input(N_TOK, cols, st);
+    xq = kvs_test_q8_input(N_TOK, cols, st);
 
     memset(&w, 0, sizeof(w));
     w.data = wb;
@@ -490,7 +460,7 @@ test_order_matters(void **state)
     nb = cols / 32;
     st = 0x51ab;
     wb = make_q8(16, cols, &st);
-    xq = make_input(8, cols, &st);
+    xq = kvs_test_q8_input(8, cols, &st);
     differ = 0;
 
     for (r = 0; r < 16; r++) {
@@ -588,7 +558,8 @@ test_detect(void **state)
      * the line says which */
     if (bits != 0) {
         assert_int_equal(kvs_cpu_simd(), KVS_CPU_SIMD_AVX512);
-        assert_non_null(strstr(buf, "amx: int8 tiles present, off"));
+        assert_non_null(strstr(buf, "amx: int8 tiles for Q4_0/Q4_1/Q5_0/"
+                               "Q5_1/IQ4_NL prefill: on, for Q8_0: off"));
         setenv("KVSERVE_CPU_SIMD", "3", 1);
         assert_int_equal(kvs_cpu_simd(), KVS_CPU_SIMD_AMX);
         assert_non_null(strstr(kvs_cpu_kernels(buf, sizeof(buf)),

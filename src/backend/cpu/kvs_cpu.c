@@ -456,7 +456,7 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     const kvs_batch_t *b, const uint32_t *slots, float *logits,
     kvs_err_t *err)
 {
-    int                     rc, amxb;
+    int                     rc, amxb, qla;
     size_t                  total;
     float                   escale, cap;
     size_t                  z;
@@ -557,6 +557,11 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
               * (sizeof(kvs_cpu_q8i_t) / 4) + 16;
     amxb = n >= KVS_CPU_BLAS_MIN && kvs_cpu_amxb_on(fw.simd);
     total += amxb ? (size_t) n * wrow : 0;   /* [2][n][wrow] BF16 */
+    /* [n / 16][wrow / 32] kvs_cpu_q8a_t (40 bytes a token and block) on
+     * a cache line */
+    qla = n >= KVS_CPU_BLAS_MIN && kvs_cpu_qla_on(fw.simd);
+    total += qla ? (size_t) (n / 16) * (wrow / 32)
+                   * (sizeof(kvs_cpu_q8a_t) / 4) + 16 : 0;
     /* [n][rope_w] doubles, on 8 bytes */
     fw.rope_w = cm->rope.n_rot;
     if (cm->has_rope_swa && cm->rope_swa.n_rot > fw.rope_w) {
@@ -598,6 +603,10 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
                                              * ((wrow + 255) / 256))
                               + (amxb ? (size_t) n * wrow * 4 : 0) + 7)
                              & ~(uintptr_t) 7);
+    fw.xa = qla ? (kvs_cpu_q8a_t *) (((uintptr_t) (fw.rope_cs + (size_t) n
+                                                    * fw.rope_w) + 63)
+                                     & ~(uintptr_t) 63)
+                : NULL;
     fw.rope_of = NULL;
 
     for (i = 0; i < n; i++) {

@@ -6,6 +6,8 @@
  *                       the tile data state, once per process
  *   kvs_cpu_amx_x86.c   the Q8_0 product on tiles (TDPBSUD)
  *   kvs_cpu_amxb_x86.c  F16 / BF16 prefill products on tiles (TDPBF16PS)
+ *   kvs_cpu_qla_x86.c   Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL prefill products on
+ *                       tiles (TDPBSSD)
  *
  * Invariants:
  *  - the AMX level (KVS_CPU_SIMD_AMX) is reported only when the CPU has
@@ -15,8 +17,8 @@
  *  - a tile kernel loads its tile configuration itself on every call and
  *    releases the tiles before it returns (the configuration is per
  *    thread, and no tile state outlives a call);
- *  - the Q8_0 tile kernel's outputs are kvs_cpu_ql.c's portable kernel's
- *    bits, for any number of tokens;
+ *  - the Q8_0 tile kernel's outputs, and the Q4_0 family's, are
+ *    kvs_cpu_ql.c's portable kernel's bits, for any number of tokens;
  *  - the F16 / BF16 tile kernel's outputs do not depend on the number of
  *    tokens or the task's other rows (kvs_cpu_amxb_ref states them).
  */
@@ -28,6 +30,7 @@
 #include <stdint.h>
 
 #include "kvs_cpu_impl.h"
+#include "kvs_cpu_qdot.h"
 
 
 /* What the tiles can do on this host (bits of kvs_cpu_amx_check's and
@@ -102,6 +105,24 @@ void kvs_cpu_amxb_rows(float *y, size_t ldy, const uint16_t *xh,
  */
 void kvs_cpu_amx_q8_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
     uint32_t g, const kvs_cpu_q8_t *xq, uint32_t n);
+
+/*
+ * kvs_cpu_qla_x86.c: y[i * ldy + g * 16 + r] = row g * 16 + r of w (Q4_0,
+ * Q4_1, Q5_0, Q5_1 or IQ4_NL, packed by kvs_cpu_qlp_fill: w->pack) .
+ * token i's input for the group's rows inside the matrix and every i < n,
+ * kvs_cpu_ql.c's bits: the tokens of each whole 16 on the tiles from xa
+ * (kvs_cpu_q8a_fill's, [n / 16][w->cols / 32]), the rest (and every
+ * token when n < 16) by kvs_cpu_qlp_rows_avx512 from xq ([n][w->cols /
+ * 32]).  scratch: at least kvs_cpu_qla_scratch(w) bytes, any alignment,
+ * the caller's (it holds the group unpacked).  Only where
+ * kvs_cpu_amx_ready reports KVS_CPU_AMX_INT8.
+ */
+void kvs_cpu_qla_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
+    uint32_t g, const kvs_cpu_q8a_t *xa, const kvs_cpu_q8_t *xq,
+    uint32_t n, void *scratch);
 #endif
+
+/* Bytes of scratch kvs_cpu_qla_rows takes for one group of w. */
+size_t kvs_cpu_qla_scratch(const kvs_cpu_mat_t *w);
 
 #endif /* KVS_CPU_AMX_H */

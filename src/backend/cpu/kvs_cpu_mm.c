@@ -48,7 +48,11 @@
  * takes the same packed weights through kvs_cpu_amx_q8_rows instead (16
  * rows by 16 tokens per tile product, for every n: the portable
  * kernel's bits, so a token's results still do not depend on its
- * batch).  Below KVS_CPU_BLAS_MIN tokens a
+ * batch).  Where the CPU has AMX-INT8 (kvs_cpu_qla_on, by default), the
+ * Q4_0 family's products of KVS_CPU_BLAS_MIN tokens or more take
+ * kvs_cpu_qla_rows (int8 tiles, the portable kernel's bits), their input
+ * also filled by 16 tokens (kvs_cpu_q8a_t) with the quantization.  Below
+ * KVS_CPU_BLAS_MIN tokens a
  * quantized product's tasks go to the threads as contiguous ranges
  * (kvs_threads_run_ranges), so each thread streams one stretch of the
  * weights; which thread computes a row never changes its bits.
@@ -97,6 +101,8 @@ typedef struct {
     kvs_cpu_q8k_t          *xk;       /* [n][cols / 256] or NULL */
     kvs_cpu_q8i_t          *xi;       /* [n][(cols + 255) / 256] xq
                                          interleaved, or NULL */
+    kvs_cpu_q8a_t          *xa;       /* [n / 16][cols / 32] xq by 16
+                                         tokens for the tiles, or NULL */
     uint16_t               *xbh;      /* [n][cols] the inputs' BF16 high
                                          parts, for the tiles, or NULL */
     uint16_t               *xbl;      /* [n][cols] their low parts */
@@ -255,6 +261,32 @@ kvs_cpu_amxb_on(int simd)
 
     return simd >= KVS_CPU_SIMD_AVX512 && !kvs_cpu_blas_forced()
            && (kvs_cpu_amx_ready(NULL) & KVS_CPU_AMX_BF16) != 0;
+}
+
+
+/*
+ * Packed Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL products of KVS_CPU_BLAS_MIN
+ * tokens or more go to the AMX int8 tiles (kvs_cpu_qla_x86.c) where the
+ * CPU has them, unless KVSERVE_CPU_SIMD caps the level (0, 1, 2).  Their
+ * bits are the VNNI kernel's, so nothing but the time depends on it: on
+ * the AMX host measured (2026-12-06) the products ran 1.1-1.35x as fast
+ * (docs/performance.md, "Q4_0 on int8 tiles").
+ */
+int
+kvs_cpu_qla_on(int simd)
+{
+    const char  *env;
+
+    env = getenv("KVSERVE_CPU_SIMD");
+
+    if (env != NULL && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0
+                        || strcmp(env, "2") == 0))
+    {
+        return 0;
+    }
+
+    return simd >= KVS_CPU_SIMD_AVX512
+           && (kvs_cpu_amx_ready(NULL) & KVS_CPU_AMX_INT8) != 0;
 }
 
 
@@ -552,6 +584,10 @@ kvs_cpu_mm_quant_task(void *arg, uint32_t i, uint32_t thread)
         kvs_cpu_q8i_fill(xq, job->xi + (size_t) i * ((job->cols + 255) / 256),
                          job->cols);
     }
+
+    if (job->xa != NULL && i < job->n / 16 * 16) {
+        kvs_cpu_q8a_fill(xq, i, job->xa, job->cols);
+    }
 }
 
 
@@ -591,6 +627,13 @@ kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
             {
                 kvs_cpu_amx_q8_rows(job->y[m], mat->rows, mat,
                                     r / KVS_CPU_Q8P_ROWS, job->xq, job->n);
+            } else if (job->xa != NULL && kvs_cpu_qlp_rec(mat->type) != 0
+                       && kvs_cpu_qla_scratch(mat)
+                          <= job->scratch_stride * sizeof(float))
+            {
+                kvs_cpu_qla_rows(job->y[m], mat->rows, mat,
+                                 r / KVS_CPU_Q8P_ROWS, job->xa, job->xq,
+                                 job->n, s);
             } else if (mat->type == KVS_GGML_Q8_0) {
                 kvs_cpu_q8p_rows_avx512(job->y[m], mat->rows, mat,
                                         r / KVS_CPU_Q8P_ROWS, job->xq,
@@ -796,6 +839,7 @@ kvs_cpu_matmul_lora(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
     job.xq = NULL;
     job.xk = NULL;
     job.xi = NULL;
+    job.xa = NULL;
     job.xbh = NULL;
     job.xbl = NULL;
     job.tile = n >= KVS_CPU_BLAS_MIN ? KVS_CPU_BLAS_TILE : KVS_CPU_TILE;
@@ -833,6 +877,13 @@ kvs_cpu_matmul_lora(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
 
         } else if (job.w[m]->qd != NULL) {
             job.xq = fw->xq;
+
+            /* the tiles' input, when the forward made room for it */
+            if (fw->xa != NULL && job.w[m]->pack != NULL
+                && kvs_cpu_qlp_rec(job.w[m]->type) != 0)
+            {
+                job.xa = fw->xa;
+            }
 
             /* the batched kernels' input, from enough tokens to pay for
              * interleaving their blocks */

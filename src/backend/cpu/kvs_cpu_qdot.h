@@ -60,6 +60,22 @@ typedef struct kvs_cpu_q8i_s {
     int32_t  c[8];
 } kvs_cpu_q8i_t;
 
+/*
+ * Sixteen tokens' kvs_cpu_q8_t of one block, for the int8 tiles
+ * (kvs_cpu_qla_x86.c): q[t] = token t's q (with the other 15, one A tile
+ * of 16 rows of 32 bytes, 512 contiguous bytes), d[t] and c[t] its d and
+ * c.  A product's are [n / 16][cols / 32]: tokens 16 T .. 16 T + 15's
+ * block b at [T * cols / 32 + b] (tokens past the last 16 are not
+ * there).  Filled once per product (kvs_cpu_q8a_fill), so that a tile
+ * kernel reads each block's inputs from 10 cache lines, not from 16
+ * tokens' rows.
+ */
+typedef struct kvs_cpu_q8a_s {
+    int8_t   q[16][32];
+    float    d[16];
+    int32_t  c[16];
+} kvs_cpu_q8a_t;
+
 /* Tokens from which a product takes the interleaved input when its type
  * has such a kernel: below, the 8 blocks' interleaving costs more than
  * the per-token sums save. */
@@ -195,6 +211,11 @@ void kvs_cpu_qdot_iq4_nl(float *y, size_t ldy, const uint8_t *row,
     const void *x, size_t xstride, uint32_t n, uint32_t cols);
 void kvs_cpu_q8i_fill(const kvs_cpu_q8_t *x, kvs_cpu_q8i_t *dst,
     uint32_t cols);
+
+/* kvs_cpu_qla_x86.c (portable C): token i's blocks x (cols / 32 of them)
+ * into its place in a product's dst (i below the last whole 16). */
+void kvs_cpu_q8a_fill(const kvs_cpu_q8_t *x, uint32_t i,
+    kvs_cpu_q8a_t *dst, uint32_t cols);
 
 /* kvs_cpu_qlp_x86.c: Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL repacked by 16
  * rows for the AVX-512 VNNI kernel (the layout: that file).  Bytes of a
