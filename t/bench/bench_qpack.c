@@ -53,7 +53,8 @@ typedef struct {
 } bq_mat_t;
 
 
-static kvs_cpu_q8a_t  *bq_xa;       /* the inputs by 16 tokens */
+static kvs_cpu_q8a_t   *bq_xa;      /* the inputs by 16 tokens */
+static kvs_cpu_q8ka_t  *bq_xka;     /* the same per 256 columns */
 
 
 /* Every group of m for n tokens: one product. */
@@ -66,7 +67,9 @@ bq_product(bq_mat_t *m, float *y, size_t ldy, const kvs_cpu_q8_t *xq,
     groups = (m->w.rows + KVS_CPU_Q8P_ROWS - 1) / KVS_CPU_Q8P_ROWS;
 
     for (g = 0; g < groups; g++) {
-        if (m->scratch != NULL) {
+        if (m->scratch != NULL && m->type == KVS_GGML_Q4_K) {
+            kvs_cpu_qka_rows(y, ldy, &m->w, g, bq_xka, xk, n, m->scratch);
+        } else if (m->scratch != NULL) {
             kvs_cpu_qla_rows(y, ldy, &m->w, g, bq_xa, xq, n, m->scratch);
         } else if (m->type == KVS_GGML_Q8_0) {
             kvs_cpu_q8p_rows_avx512(y, ldy, &m->w, g, xq, n);
@@ -293,12 +296,15 @@ main(int argc, char **argv)
 
     bq_xa = malloc((size_t) (maxn / 16 + 1) * (cols / 32)
                    * sizeof(kvs_cpu_q8a_t));
-    if (bq_xa == NULL) {
+    bq_xka = malloc((size_t) (maxn / 16 + 1) * (cols / 256)
+                    * sizeof(kvs_cpu_q8ka_t));
+    if (bq_xa == NULL || bq_xka == NULL) {
         fprintf(stderr, "bench_qpack: out of memory\n");
         return 1;
     }
     for (n = 0; n < maxn / 16 * 16; n++) {
         kvs_cpu_q8a_fill(xq + (size_t) n * (cols / 32), n, bq_xa, cols);
+        kvs_cpu_q8ka_fill(xk + (size_t) n * (cols / 256), n, bq_xka, cols);
     }
 
     printf("bench_qpack: %u x %u, one thread\n", rows, cols);
@@ -318,11 +324,14 @@ main(int argc, char **argv)
         }
 
         /* pass 1: the tile kernel, where the host and the type have it */
-        tiles = kvs_cpu_qlp_rec(m.type) != 0
+        tiles = (kvs_cpu_qlp_rec(m.type) != 0 || m.type == KVS_GGML_Q4_K)
                 && (kvs_cpu_amx_ready(NULL) & KVS_CPU_AMX_INT8) != 0;
 
         for (pass = 0; pass < 1 + tiles; pass++) {
-            m.scratch = pass ? malloc(kvs_cpu_qla_scratch(&m.w)) : NULL;
+            m.scratch = !pass ? NULL
+                        : malloc(m.type == KVS_GGML_Q4_K
+                                 ? kvs_cpu_qka_scratch(&m.w)
+                                 : kvs_cpu_qla_scratch(&m.w));
             if (pass && m.scratch == NULL) {
                 break;
             }
@@ -374,6 +383,7 @@ main(int argc, char **argv)
     }
 
     free(bq_xa);
+    free(bq_xka);
     free(types);
     free(tok_list);
     free(x);

@@ -1,5 +1,5 @@
 /*
- * test_cpu_qla: the Q4_0 family's AMX int8 tile kernel
+ * test_cpu_qla: the AMX int8 tile kernels of the Q4_0 family and Q4_K
  * (src/backend/cpu/kvs_cpu_qla_x86.c), on any x86-64 host with AVX-512.
  *
  * The kernel's file is compiled a second time here with its _tile_*
@@ -22,6 +22,11 @@
  *    block and group, and every call released the tiles;
  *  - on a host with AMX-INT8 (kvs_cpu_amx_ready), the library's kernel
  *    on the real tiles gives the same bits;
+ *  - Q4_K (kvs_cpu_qka_rows) the same way against kvs_cpu_qk.c's
+ *    portable kernel, rows of 256 to 4096 columns, some rows with raw
+ *    scale bytes, one with every level and scale at its largest, and a
+ *    token whose sums with it pass 2^24 so that one float rounding too
+ *    many shows (summing a super-block's eight terms one by one fails);
  *  - kvs_cpu_qla_on: on where AMX-INT8 is usable at the AVX-512 level,
  *    off under KVSERVE_CPU_SIMD=0, 1 or 2 and below AVX-512.
  */
@@ -44,19 +49,32 @@
 #define kvs_cpu_qla_rows     kvs_test_qla_rows
 #define kvs_cpu_qla_scratch  kvs_test_qla_scratch
 #define kvs_cpu_q8a_fill     kvs_test_q8a_fill
+#define kvs_cpu_qka_rows     kvs_test_qka_rows
+#define kvs_cpu_qka_scratch  kvs_test_qka_scratch
+#define kvs_cpu_q8ka_fill    kvs_test_q8ka_fill
 size_t kvs_test_qla_scratch(const kvs_cpu_mat_t *w);
+size_t kvs_test_qka_scratch(const kvs_cpu_mat_t *w);
 void kvs_test_q8a_fill(const kvs_cpu_q8_t *x, uint32_t i,
     kvs_cpu_q8a_t *dst, uint32_t cols);
+void kvs_test_q8ka_fill(const kvs_cpu_q8k_t *x, uint32_t i,
+    kvs_cpu_q8ka_t *dst, uint32_t cols);
 #include "backend/cpu/kvs_cpu_qla_x86.c"
 #undef kvs_cpu_qla_rows
 #undef kvs_cpu_qla_scratch
 #undef kvs_cpu_q8a_fill
+#undef kvs_cpu_qka_rows
+#undef kvs_cpu_qka_scratch
+#undef kvs_cpu_q8ka_fill
 
 /* the library's, on the real tiles (kvs_cpu_amx.h declared the copy) */
 void kvs_cpu_qla_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
     uint32_t g, const kvs_cpu_q8a_t *xa, const kvs_cpu_q8_t *xq,
     uint32_t n, void *scratch);
 size_t kvs_cpu_qla_scratch(const kvs_cpu_mat_t *w);
+void kvs_cpu_qka_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
+    uint32_t g, const kvs_cpu_q8ka_t *xa, const kvs_cpu_q8k_t *xk,
+    uint32_t n, void *scratch);
+size_t kvs_cpu_qka_scratch(const kvs_cpu_mat_t *w);
 #endif
 
 #include "backend/cpu/kvs_cpu_amx.h"
@@ -268,6 +286,175 @@ check_type(uint32_t type, uint32_t rows, uint32_t cols, int amx,
 }
 
 
+/* n Q8_K inputs of cols columns: kvs_test_q8_input's pattern, and token
+ * 5 at its largest: q 127, or 126 for the first ones[k] of sub-block k,
+ * so that with row 1 a super-block's isum passes 2^24, its halves do not,
+ * and summing its eight terms one by one in floats would round twice
+ * (30690762 where (float) isum is 30690764) */
+static kvs_cpu_q8k_t *
+make_input_k(uint32_t n, uint32_t cols, uint64_t *st)
+{
+    float          *x;
+    uint32_t        i, j;
+    kvs_cpu_q8k_t  *xk;
+
+    static const uint32_t  ones[8] = { 2, 1, 4, 1, 7, 7, 7, 6 };
+
+    x = malloc(cols * sizeof(float));
+    xk = malloc((size_t) n * (cols / 256) * sizeof(kvs_cpu_q8k_t));
+    assert_non_null(x);
+    assert_non_null(xk);
+
+    for (i = 0; i < n; i++) {
+        for (j = 0; j < cols; j++) {
+            x[j] = i == 5 ? (j % 32 < ones[j / 32 % 8] ? 2.49f : 2.5f)
+                   : i % 9 == 4 ? 0.0f
+                   : (i % 9 == 7 ? 1e4f : 1.0f) * kvs_test_gauss(st);
+        }
+
+        if (i % 5 == 2) {
+            memset(x, 0, 32 * sizeof(float));
+        }
+
+        kvs_cpu_q8k_quant(x, xk + (size_t) i * (cols / 256), cols);
+    }
+
+    free(x);
+
+    return xk;
+}
+
+
+/* Q4_K on the tiles: the same checks as check_type, its weights with
+ * raw scale bytes in some rows and one row of every level and scale at
+ * its largest (15, 63): with token 5, the largest integer sums */
+static void
+check_q4_k(uint32_t rows, uint32_t cols, int amx, uint64_t *st)
+{
+    float                 *ya, *yr;
+    size_t                 ldy, rb, asize;
+    uint8_t               *wb, *pack, *scratch, *blk;
+    uint32_t               n, g, groups, r, nsb, j;
+    kvs_cpu_mat_t          w;
+    kvs_cpu_q8k_t         *xk;
+    kvs_cpu_q8ka_t        *xa, *xb;
+    kvs_cpu_qdot_pt        dot;
+    const kvs_cpu_qdot_t  *qd;
+
+    nsb = cols / 256;
+    rb = (size_t) nsb * 144;
+    qd = kvs_cpu_qdot_find(KVS_GGML_Q4_K);
+    assert_non_null(qd);
+    dot = kvs_cpu_qdot_at(qd, 0);
+
+    wb = make_w(KVS_GGML_Q4_K, rows, cols, rb, st);
+
+    for (r = 0; r < rows; r++) {
+        blk = wb + (size_t) r * rb + (size_t) (r % nsb) * 144;
+
+        if (r == 1) {
+            memset(blk + 4, 0xff, 140);
+        } else if (r % 3 == 0) {
+            for (j = 4; j < 16; j++) {
+                blk[j] = (uint8_t) rnd(st);
+            }
+        }
+    }
+
+    xk = make_input_k(N_TOK, cols, st);
+    assert_int_equal(xk[(size_t) 5 * nsb].q[65], 126);
+    assert_int_equal(xk[(size_t) 5 * nsb].q[69], 127);
+
+    asize = (size_t) (N_TOK / 16) * nsb * sizeof(kvs_cpu_q8ka_t);
+    xa = malloc(asize);
+    xb = malloc(asize);
+    assert_non_null(xa);
+    assert_non_null(xb);
+    memset(xa, 0x5a, asize);
+    memset(xb, 0x5a, asize);
+    for (n = 0; n < N_TOK / 16 * 16; n++) {
+        kvs_cpu_q8ka_fill(xk + (size_t) n * nsb, n, xa, cols);
+        kvs_test_q8ka_fill(xk + (size_t) n * nsb, n, xb, cols);
+    }
+    assert_memory_equal(xa, xb, asize);
+    assert_true(xa[nsb - 1].d[15] == xk[(size_t) 16 * nsb - 1].d);
+    assert_memory_equal(xa[2 * nsb - 1].q[7][3],
+                        xk[(size_t) 20 * nsb - 1].q + 224, 32);
+    assert_true(xa[nsb].bs[2][4]
+                == (float) (xk[(size_t) 20 * nsb].bsums[4]
+                            + xk[(size_t) 20 * nsb].bsums[5]));
+
+    memset(&w, 0, sizeof(w));
+    w.data = wb;
+    w.row_bytes = rb;
+    w.type = KVS_GGML_Q4_K;
+    w.rows = rows;
+    w.cols = cols;
+    w.qd = qd;
+
+    pack = aligned_alloc(64, (kvs_cpu_qkp_size(&w) + 63) & ~(size_t) 63);
+    assert_non_null(pack);
+    kvs_cpu_qkp_fill(&w, pack);
+    w.pack = pack;
+
+    assert_int_equal(kvs_test_qka_scratch(&w), kvs_cpu_qka_scratch(&w));
+    scratch = malloc(kvs_cpu_qka_scratch(&w) + 1);
+    assert_non_null(scratch);
+
+    groups = (rows + 15) / 16;
+    ldy = rows + PAD;
+    ya = malloc(N_TOK * ldy * sizeof(float));
+    yr = malloc(N_TOK * ldy * sizeof(float));
+    assert_non_null(ya);
+    assert_non_null(yr);
+
+    for (n = 1; n <= N_TOK; n++) {
+        memset(ya, 0xff, N_TOK * ldy * sizeof(float));
+        memset(yr, 0xff, N_TOK * ldy * sizeof(float));
+        memset(&kvs_amx_emu, 0, sizeof(kvs_amx_emu));
+
+        for (g = 0; g < groups; g++) {
+            kvs_test_qka_rows(ya, ldy, &w, g, xa, xk, n, scratch + 1);
+            assert_string_equal(kvs_amx_emu.fault, "");
+            assert_int_equal(kvs_amx_emu.configured, 0);
+        }
+
+        for (r = 0; r < rows; r++) {
+            dot(yr + r, ldy, wb + (size_t) r * rb, xk,
+                (size_t) nsb * sizeof(kvs_cpu_q8k_t), n, cols);
+        }
+
+        check_same(ya, yr, ldy, KVS_GGML_Q4_K, rows, cols, n, "emulated");
+
+        /* one tile product per whole 16 tokens, sub-block and group */
+        assert_int_equal(kvs_amx_emu.dps,
+                         (uint64_t) groups * nsb * 8 * (n / 16));
+        assert_int_equal(kvs_amx_emu.configs, n >= 16 ? groups : 0);
+        assert_int_equal(kvs_amx_emu.releases, n >= 16 ? groups : 0);
+
+        if (amx) {
+            memset(ya, 0xff, N_TOK * ldy * sizeof(float));
+
+            for (g = 0; g < groups; g++) {
+                kvs_cpu_qka_rows(ya, ldy, &w, g, xa, xk, n, scratch);
+            }
+
+            check_same(ya, yr, ldy, KVS_GGML_Q4_K, rows, cols, n,
+                       "real tiles");
+        }
+    }
+
+    free(ya);
+    free(yr);
+    free(scratch);
+    free(xa);
+    free(xb);
+    free(pack);
+    free(xk);
+    free(wb);
+}
+
+
 /* AVX-512 F/BW/VL and VNNI: the kernel's float steps and its tail */
 static int
 have_avx512(void)
@@ -286,6 +473,7 @@ test_bits(void **state)
     uint64_t  st;
 
     static const uint32_t  colss[] = { 32, 96, 800, 4096 };
+    static const uint32_t  colks[] = { 256, 768, 4096 };
     static const uint32_t  rowss[] = { 5, 16, 37 };
 
     if (!have_avx512()) {
@@ -304,6 +492,12 @@ test_bits(void **state)
             for (ri = 0; ri < sizeof(rowss) / sizeof(rowss[0]); ri++) {
                 check_type(types[ti], rowss[ri], colss[ci], amx, &st);
             }
+        }
+    }
+
+    for (ci = 0; ci < sizeof(colks) / sizeof(colks[0]); ci++) {
+        for (ri = 0; ri < sizeof(rowss) / sizeof(rowss[0]); ri++) {
+            check_q4_k(rowss[ri], colks[ci], amx, &st);
         }
     }
 }

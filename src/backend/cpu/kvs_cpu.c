@@ -558,10 +558,14 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     amxb = n >= KVS_CPU_BLAS_MIN && kvs_cpu_amxb_on(fw.simd);
     total += amxb ? (size_t) n * wrow : 0;   /* [2][n][wrow] BF16 */
     /* [n / 16][wrow / 32] kvs_cpu_q8a_t (40 bytes a token and block) on
-     * a cache line */
+     * a cache line, for the int8 tiles */
     qla = n >= KVS_CPU_BLAS_MIN && kvs_cpu_qla_on(fw.simd);
     total += qla ? (size_t) (n / 16) * (wrow / 32)
                    * (sizeof(kvs_cpu_q8a_t) / 4) + 16 : 0;
+    /* and [n / 16][wrow / 256] kvs_cpu_q8ka_t (292 bytes a token and
+     * super-block) */
+    total += qla ? (size_t) (n / 16) * (wrow / 256)
+                   * (sizeof(kvs_cpu_q8ka_t) / 4) + 16 : 0;
     /* [n][rope_w] doubles, on 8 bytes */
     fw.rope_w = cm->rope.n_rot;
     if (cm->has_rope_swa && cm->rope_swa.n_rot > fw.rope_w) {
@@ -607,6 +611,10 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
                                                     * fw.rope_w) + 63)
                                      & ~(uintptr_t) 63)
                 : NULL;
+    fw.xka = qla ? (kvs_cpu_q8ka_t *) (((uintptr_t) (fw.xa + (size_t) (n / 16)
+                                                      * (wrow / 32)) + 63)
+                                       & ~(uintptr_t) 63)
+                 : NULL;
     fw.rope_of = NULL;
 
     for (i = 0; i < n; i++) {

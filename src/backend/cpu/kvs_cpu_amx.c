@@ -245,9 +245,9 @@ kvs_cpu_kernels(char *buf, size_t len)
 
     if ((bits & KVS_CPU_AMX_INT8) && level != KVS_CPU_SIMD_AMX) {
         n = snprintf(buf, len, "%s; amx: int8 tiles for Q4_0/Q4_1/Q5_0/"
-                     "Q5_1/IQ4_NL prefill: on, for Q8_0: off (slower than "
-                     "VNNI where measured; KVSERVE_CPU_SIMD=3 uses them)",
-                     name);
+                     "Q5_1/IQ4_NL/Q4_K prefill: on, for Q8_0: off (slower "
+                     "than VNNI where measured; KVSERVE_CPU_SIMD=3 uses "
+                     "them)", name);
     } else {
         n = snprintf(buf, len, "%s; %s", name, amx);
     }

@@ -120,9 +120,19 @@ void kvs_cpu_amx_q8_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
 void kvs_cpu_qla_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
     uint32_t g, const kvs_cpu_q8a_t *xa, const kvs_cpu_q8_t *xq,
     uint32_t n, void *scratch);
+
+/* The same for Q4_K (packed by kvs_cpu_qkp_fill), its tokens on the
+ * tiles from xa (kvs_cpu_q8ka_fill's, [n / 16][w->cols / 256]), the rest
+ * by kvs_cpu_qkp_rows_avx512 from xk ([n][w->cols / 256]): kvs_cpu_qk.c's
+ * bits; scratch at least kvs_cpu_qka_scratch(w) bytes. */
+void kvs_cpu_qka_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
+    uint32_t g, const kvs_cpu_q8ka_t *xa, const kvs_cpu_q8k_t *xk,
+    uint32_t n, void *scratch);
 #endif
 
-/* Bytes of scratch kvs_cpu_qla_rows takes for one group of w. */
+/* Bytes of scratch kvs_cpu_qla_rows (kvs_cpu_qka_rows) takes for one
+ * group of w. */
 size_t kvs_cpu_qla_scratch(const kvs_cpu_mat_t *w);
+size_t kvs_cpu_qka_scratch(const kvs_cpu_mat_t *w);
 
 #endif /* KVS_CPU_AMX_H */

@@ -155,6 +155,9 @@ typedef struct {
     struct kvs_cpu_q8a_s   *xa;       /* [n / 16][wrow / 32] xq by 16
                                          tokens for the int8 tiles, or
                                          NULL (kvs_cpu_qla_on) */
+    struct kvs_cpu_q8ka_s  *xka;      /* [n / 16][wrow / 256] xk by 16
+                                         tokens for the int8 tiles, or
+                                         NULL (kvs_cpu_qla_on) */
     uint16_t               *xbf;      /* [2][n][wrow] the inputs split
                                          into BF16 pairs for the tiles,
                                          or NULL (kvs_cpu_amxb_on) */
@@ -266,10 +269,11 @@ int kvs_cpu_blas_forced(void);
  * KVSERVE_CPU_SIMD capping the level. */
 int kvs_cpu_amxb_on(int simd);
 
-/* Whether packed Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL products of
+/* Whether packed Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and Q4_K products of
  * KVS_CPU_BLAS_MIN tokens or more go to the AMX int8 tiles
- * (kvs_cpu_qla_rows, the VNNI kernel's bits): simd at AVX-512, AMX-INT8
- * usable, and KVSERVE_CPU_SIMD not capping the level (0, 1, 2). */
+ * (kvs_cpu_qla_rows, kvs_cpu_qka_rows: the VNNI kernels' bits): simd at
+ * AVX-512, AMX-INT8 usable, and KVSERVE_CPU_SIMD not capping the level
+ * (0, 1, 2). */
 int kvs_cpu_qla_on(int simd);
 
 /* y[i * ldy + r] = x[i] . w[r] for i < n, r < nr (w: nr contiguous rows

@@ -49,9 +49,10 @@
  * rows by 16 tokens per tile product, for every n: the portable
  * kernel's bits, so a token's results still do not depend on its
  * batch).  Where the CPU has AMX-INT8 (kvs_cpu_qla_on, by default), the
- * Q4_0 family's products of KVS_CPU_BLAS_MIN tokens or more take
- * kvs_cpu_qla_rows (int8 tiles, the portable kernel's bits), their input
- * also filled by 16 tokens (kvs_cpu_q8a_t) with the quantization.  Below
+ * Q4_0 family's and Q4_K's products of KVS_CPU_BLAS_MIN tokens or more
+ * take kvs_cpu_qla_rows / kvs_cpu_qka_rows (int8 tiles, the portable
+ * kernels' bits), their input also filled by 16 tokens (kvs_cpu_q8a_t,
+ * kvs_cpu_q8ka_t) with the quantization.  Below
  * KVS_CPU_BLAS_MIN tokens a
  * quantized product's tasks go to the threads as contiguous ranges
  * (kvs_threads_run_ranges), so each thread streams one stretch of the
@@ -102,6 +103,8 @@ typedef struct {
     kvs_cpu_q8i_t          *xi;       /* [n][(cols + 255) / 256] xq
                                          interleaved, or NULL */
     kvs_cpu_q8a_t          *xa;       /* [n / 16][cols / 32] xq by 16
+                                         tokens for the tiles, or NULL */
+    kvs_cpu_q8ka_t         *xka;      /* [n / 16][cols / 256] xk by 16
                                          tokens for the tiles, or NULL */
     uint16_t               *xbh;      /* [n][cols] the inputs' BF16 high
                                          parts, for the tiles, or NULL */
@@ -265,12 +268,13 @@ kvs_cpu_amxb_on(int simd)
 
 
 /*
- * Packed Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL products of KVS_CPU_BLAS_MIN
- * tokens or more go to the AMX int8 tiles (kvs_cpu_qla_x86.c) where the
- * CPU has them, unless KVSERVE_CPU_SIMD caps the level (0, 1, 2).  Their
- * bits are the VNNI kernel's, so nothing but the time depends on it: on
- * the AMX host measured (2026-12-06) the products ran 1.1-1.35x as fast
- * (docs/performance.md, "Q4_0 on int8 tiles").
+ * Packed Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and Q4_K products of
+ * KVS_CPU_BLAS_MIN tokens or more go to the AMX int8 tiles
+ * (kvs_cpu_qla_x86.c) where the CPU has them, unless KVSERVE_CPU_SIMD
+ * caps the level (0, 1, 2).  Their bits are the VNNI kernels', so nothing
+ * but the time depends on it: on the AMX host measured (2026-12-06) the
+ * products ran 1.1-1.6x as fast (docs/performance.md, "Q4_0 and Q4_K on
+ * int8 tiles").
  */
 int
 kvs_cpu_qla_on(int simd)
@@ -563,6 +567,11 @@ kvs_cpu_mm_quant_task(void *arg, uint32_t i, uint32_t thread)
             kvs_cpu_q8k_quant(x, job->xk + (size_t) i * (job->cols / 256),
                               job->cols);
         }
+
+        if (job->xka != NULL && i < job->n / 16 * 16) {
+            kvs_cpu_q8ka_fill(job->xk + (size_t) i * (job->cols / 256), i,
+                              job->xka, job->cols);
+        }
     }
 
     if (job->xq == NULL) {
@@ -638,6 +647,13 @@ kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
                 kvs_cpu_q8p_rows_avx512(job->y[m], mat->rows, mat,
                                         r / KVS_CPU_Q8P_ROWS, job->xq,
                                         job->n);
+            } else if (job->xka != NULL && mat->type == KVS_GGML_Q4_K
+                       && kvs_cpu_qka_scratch(mat)
+                          <= job->scratch_stride * sizeof(float))
+            {
+                kvs_cpu_qka_rows(job->y[m], mat->rows, mat,
+                                 r / KVS_CPU_Q8P_ROWS, job->xka, job->xk,
+                                 job->n, s);
             } else if (mat->qd->act == KVS_CPU_ACT_Q8K) {
                 kvs_cpu_qkp_rows_avx512(job->y[m], mat->rows, mat,
                                         r / KVS_CPU_Q8P_ROWS, job->xk,
@@ -840,6 +856,7 @@ kvs_cpu_matmul_lora(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
     job.xk = NULL;
     job.xi = NULL;
     job.xa = NULL;
+    job.xka = NULL;
     job.xbh = NULL;
     job.xbl = NULL;
     job.tile = n >= KVS_CPU_BLAS_MIN ? KVS_CPU_BLAS_TILE : KVS_CPU_TILE;
@@ -874,6 +891,13 @@ kvs_cpu_matmul_lora(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
 
         if (job.w[m]->qd != NULL && job.w[m]->qd->act == KVS_CPU_ACT_Q8K) {
             job.xk = fw->xk;
+
+            /* the tiles' input, when the forward made room for it */
+            if (fw->xka != NULL && job.w[m]->pack != NULL
+                && job.w[m]->type == KVS_GGML_Q4_K)
+            {
+                job.xka = fw->xka;
+            }
 
         } else if (job.w[m]->qd != NULL) {
             job.xq = fw->xq;

@@ -76,6 +76,20 @@ typedef struct kvs_cpu_q8a_s {
     int32_t  c[16];
 } kvs_cpu_q8a_t;
 
+/*
+ * Sixteen tokens' kvs_cpu_q8k_t of one super-block, for the int8 tiles
+ * (kvs_cpu_qka_x86.c): q[j][t] = token t's q of sub-block j (columns
+ * 32 j .. 32 j + 31; with the other 15, one A tile), d[t] its d, bs[j][t]
+ * its sum of q over sub-block j (bsums[2 j] + bsums[2 j + 1]) as a float
+ * (exact: at most 32 * 127).  A product's are [n / 16][cols / 256], as
+ * kvs_cpu_q8a_t's.
+ */
+typedef struct kvs_cpu_q8ka_s {
+    int8_t   q[8][16][32];
+    float    d[16];
+    float    bs[8][16];
+} kvs_cpu_q8ka_t;
+
 /* Tokens from which a product takes the interleaved input when its type
  * has such a kernel: below, the 8 blocks' interleaving costs more than
  * the per-token sums save. */
@@ -217,6 +231,11 @@ void kvs_cpu_q8i_fill(const kvs_cpu_q8_t *x, kvs_cpu_q8i_t *dst,
 void kvs_cpu_q8a_fill(const kvs_cpu_q8_t *x, uint32_t i,
     kvs_cpu_q8a_t *dst, uint32_t cols);
 
+/* kvs_cpu_qka_x86.c (portable C): the same for token i's super-blocks x
+ * (cols / 256 of them). */
+void kvs_cpu_q8ka_fill(const kvs_cpu_q8k_t *x, uint32_t i,
+    kvs_cpu_q8ka_t *dst, uint32_t cols);
+
 /* kvs_cpu_qlp_x86.c: Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL repacked by 16
  * rows for the AVX-512 VNNI kernel (the layout: that file).  Bytes of a
  * record (one block of a group) of type, 0 for other types; bytes of w's
@@ -235,6 +254,16 @@ void kvs_cpu_qlp_fill(const kvs_cpu_mat_t *w, uint8_t *dst);
 uint32_t kvs_cpu_qkp_rec(uint32_t type);
 size_t kvs_cpu_qkp_size(const kvs_cpu_mat_t *w);
 void kvs_cpu_qkp_fill(const kvs_cpu_mat_t *w, uint8_t *dst);
+
+/* Offsets inside a Q4_K / Q5_K record (kvs_cpu_qkp_x86.c's layout, which
+ * kvs_cpu_qka_x86.c reads too): the 8 sub-blocks' scales of the 16 rows
+ * (16 bytes per sub-block), their mins likewise, the 16 f16 d, the 16
+ * f16 dmin; from the head on, Q4_K's 64-byte nibble vector (c, k) at
+ * KVS_CPU_QKP_HEAD + 64 (8 c + k). */
+#define KVS_CPU_QKP_HEAD    320
+#define KVS_CPU_QKP_Q45_M   128
+#define KVS_CPU_QKP_D       256
+#define KVS_CPU_QKP_DMIN    288
 
 /* kvs_cpu_qk.c */
 void kvs_cpu_qdot_q2_k(float *y, size_t ldy, const uint8_t *row,

@@ -91,10 +91,10 @@
 
 
 /* Offsets inside a record (see the top of the file). */
-#define KVS_QKP_HEAD          320
-#define KVS_QKP_Q45_M         128
-#define KVS_QKP_D             256     /* all but IQ4_XS */
-#define KVS_QKP_DMIN          288     /* Q2_K, Q4_K, Q5_K */
+#define KVS_QKP_HEAD          KVS_CPU_QKP_HEAD
+#define KVS_QKP_Q45_M         KVS_CPU_QKP_Q45_M
+#define KVS_QKP_D             KVS_CPU_QKP_D       /* all but IQ4_XS */
+#define KVS_QKP_DMIN          KVS_CPU_QKP_DMIN    /* Q2_K, Q4_K, Q5_K */
 #define KVS_QKP_IQ4_HEAD      192
 #define KVS_QKP_IQ4_D         128
 

@@ -1,9 +1,9 @@
 /*
  * kvs_cpu_qla_x86: the 32-column 4- and 5-bit types (Q4_0, Q4_1, Q5_0,
- * Q5_1, IQ4_NL) on AMX int8 tiles, for the tokens of a product in tiles
- * of 16, to the bits of kvs_cpu_ql.c's portable kernel, as the AVX-512
- * VNNI kernel of kvs_cpu_qlp_x86.c gives them: a token's results depend
- * on neither its batch nor the kernel that ran.
+ * Q5_1, IQ4_NL) and Q4_K on AMX int8 tiles, for the tokens of a product
+ * in tiles of 16, to the bits of the portable kernels (kvs_cpu_ql.c,
+ * kvs_cpu_qk.c), as the AVX-512 VNNI kernels give them: a token's results
+ * depend on neither its batch nor the kernel that ran.
  *
  * Per call, one group of 16 weight rows (kvs_cpu_qlp_fill's records):
  *
@@ -30,7 +30,17 @@
  *     them, so 16 accumulators live in registers, and the same tree of
  *     the eight classes at the end.
  *
- * Tokens past the last whole 16 go to kvs_cpu_qlp_rows_avx512.  The
+ * Q4_K (kvs_cpu_qka_rows) the same way, per sub-block of 32 columns: a
+ * super-block's 8 sub-blocks unpacked as 8 B tiles of levels (0 .. 15)
+ * with the rows' scales and mins as floats; per 16 tokens its 8 tile
+ * products (the input per 256 columns by 16 tokens: kvs_cpu_q8ka_t),
+ * then kvs_cpu_qk.c's float steps, super-blocks in order into one
+ * accumulator a token, the previous super-block's beside the next one's
+ * tiles.  kvs_cpu_qk.c's isum and msum are formed in floats, exactly
+ * (kvs_qka_fold16 says why), so the bits are that kernel's too.
+ *
+ * Tokens past the last whole 16 go to kvs_cpu_qlp_rows_avx512
+ * (kvs_cpu_qkp_rows_avx512 for Q4_K).  The
  * int32 sums are exact and every float operation is the portable one in
  * its order (no contraction in this file), so every output is its bits
  * (test_cpu_qla: memcmp, on the real tiles where the host has them and
@@ -87,6 +97,44 @@ kvs_cpu_qla_scratch(const kvs_cpu_mat_t *w)
 }
 
 
+void
+kvs_cpu_q8ka_fill(const kvs_cpu_q8k_t *x, uint32_t i, kvs_cpu_q8ka_t *dst,
+    uint32_t cols)
+{
+    uint32_t         b, j, nb;
+    kvs_cpu_q8ka_t  *a;
+
+    nb = cols / 256;
+    a = dst + (size_t) (i / 16) * nb;
+
+    for (b = 0; b < nb; b++) {
+        for (j = 0; j < 8; j++) {
+            memcpy(a[b].q[j][i % 16], x[b].q + 32 * j, 32);
+            a[b].bs[j][i % 16] = (float) (x[b].bsums[2 * j]
+                                          + x[b].bsums[2 * j + 1]);
+        }
+        a[b].d[i % 16] = x[b].d;
+    }
+}
+
+
+/* An unpacked Q4_K super-block: 8 B tiles of levels (one a sub-block),
+ * then the 16 rows' sub-block scales and mins as floats ([8][16] each),
+ * d and dmin ([16] each). */
+#define KVS_QKA_SC    4096
+#define KVS_QKA_M     (KVS_QKA_SC + 512)
+#define KVS_QKA_D     (KVS_QKA_M + 512)
+#define KVS_QKA_DMIN  (KVS_QKA_D + 64)
+#define KVS_QKA_SREC  (KVS_QKA_DMIN + 64)
+
+
+size_t
+kvs_cpu_qka_scratch(const kvs_cpu_mat_t *w)
+{
+    return (size_t) (w->cols / 256) * KVS_QKA_SREC;
+}
+
+
 #if KVS_CPU_X86
 
 #include "kvs_cpu_qlp_x86.h"
@@ -109,6 +157,27 @@ kvs_cpu_qla_scratch(const kvs_cpu_mat_t *w)
 #define KVS_QLA_A1  3
 #define KVS_QLA_B0  4
 #define KVS_QLA_B1  5
+
+
+/* Both kernels' tiles, loaded into this thread: C 16 x 16 int32, A 16
+ * tokens x 32 bytes, B 8 x 64 bytes (32 columns of 16 rows). */
+KVS_QLA_INLINE void
+kvs_qla_config(kvs_cpu_tilecfg_t *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->palette = 1;
+    cfg->rows[KVS_QLA_C0] = cfg->rows[KVS_QLA_C1] = 16;
+    cfg->colsb[KVS_QLA_C0] = cfg->colsb[KVS_QLA_C1] = 16 * sizeof(int32_t);
+    cfg->rows[KVS_QLA_A0] = cfg->rows[KVS_QLA_A1] = 16;
+    cfg->colsb[KVS_QLA_A0] = cfg->colsb[KVS_QLA_A1] = 32;
+    cfg->rows[KVS_QLA_B0] = cfg->rows[KVS_QLA_B1] = 8;
+    cfg->colsb[KVS_QLA_B0] = cfg->colsb[KVS_QLA_B1] = 64;
+
+    /* gcc's ldtilecfg names only the first 8 bytes as its input: the
+     * rest must be in memory before it */
+    __asm__ volatile ("" : : "m" (*cfg) : "memory");
+    _tile_loadconfig(cfg);
+}
 
 
 /* Group g of w unpacked into s: its nb records. */
@@ -172,12 +241,13 @@ kvs_qla_fold16(uint32_t type, __m512 *acc, const int32_t (*cb)[16],
 }
 
 
-/* Block bb's tile products on set (C, A, B), its sums into cb. */
-#define KVS_QLA_TILE(C, A, B, bb, cb)                                       \
+/* One block's tile product on set (C, A, B): the 16 tokens' bytes at
+ * pa, the levels at pb, the sums into cb. */
+#define KVS_QLA_TILE(C, A, B, pa, pb, cb)                                   \
     do {                                                                    \
         _tile_zero(C);                                                      \
-        _tile_loadd(A, xa[bb].q, 32);                                       \
-        _tile_loadd(B, s + (size_t) (bb) * sr, 64);                         \
+        _tile_loadd(A, pa, 32);                                             \
+        _tile_loadd(B, pb, 64);                                             \
         _tile_dpbssd(C, A, B);                                              \
         _tile_stored(C, cb, 16 * sizeof(int32_t));                          \
     } while (0)
@@ -210,7 +280,8 @@ kvs_qla_tile16(uint32_t type, float *y, size_t ldy, const uint8_t *s,
         for (q = 0; q <= nq; q += 2) {
             if (q < nq) {
                 b = j + 8 * q;
-                KVS_QLA_TILE(KVS_QLA_C0, KVS_QLA_A0, KVS_QLA_B0, b, cbuf[0]);
+                KVS_QLA_TILE(KVS_QLA_C0, KVS_QLA_A0, KVS_QLA_B0, xa[b].q,
+                             s + (size_t) b * sr, cbuf[0]);
             }
 
             if (q >= 1) {
@@ -221,7 +292,8 @@ kvs_qla_tile16(uint32_t type, float *y, size_t ldy, const uint8_t *s,
 
             if (q + 1 < nq) {
                 b = j + 8 * (q + 1);
-                KVS_QLA_TILE(KVS_QLA_C1, KVS_QLA_A1, KVS_QLA_B1, b, cbuf[1]);
+                KVS_QLA_TILE(KVS_QLA_C1, KVS_QLA_A1, KVS_QLA_B1, xa[b].q,
+                             s + (size_t) b * sr, cbuf[1]);
             }
 
             if (q < nq) {
@@ -260,20 +332,7 @@ kvs_qla_rows(uint32_t type, float *y, size_t ldy, const kvs_cpu_mat_t *w,
     mask = kvs_cpu_pack_mask(w, g);
 
     kvs_qla_unpack(type, w, g, nb, s);
-
-    memset(&cfg, 0, sizeof(cfg));
-    cfg.palette = 1;
-    cfg.rows[KVS_QLA_C0] = cfg.rows[KVS_QLA_C1] = 16;
-    cfg.colsb[KVS_QLA_C0] = cfg.colsb[KVS_QLA_C1] = 16 * sizeof(int32_t);
-    cfg.rows[KVS_QLA_A0] = cfg.rows[KVS_QLA_A1] = 16;
-    cfg.colsb[KVS_QLA_A0] = cfg.colsb[KVS_QLA_A1] = 32;
-    cfg.rows[KVS_QLA_B0] = cfg.rows[KVS_QLA_B1] = 8;
-    cfg.colsb[KVS_QLA_B0] = cfg.colsb[KVS_QLA_B1] = 64;
-
-    /* gcc's ldtilecfg names only the first 8 bytes as its input: the
-     * rest must be in memory before it */
-    __asm__ volatile ("" : : "m" (cfg) : "memory");
-    _tile_loadconfig(&cfg);
+    kvs_qla_config(&cfg);
 
     for (i = 0; i + 16 <= n; i += 16) {
         kvs_qla_tile16(type, y + (size_t) g * KVS_CPU_Q8P_ROWS + i * ldy,
@@ -313,6 +372,189 @@ kvs_cpu_qla_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
     default: /* IQ4_NL */
         kvs_qla_rows(KVS_GGML_IQ4_NL, y, ldy, w, g, xa, xq, n, scratch);
         break;
+    }
+}
+
+
+/* Q4_K group g of w unpacked into s (kvs_cpu_qkp_fill's records). */
+KVS_QLA_INLINE void
+kvs_qka_unpack(const kvs_cpu_mat_t *w, uint32_t g, uint32_t nsb,
+    uint8_t *s)
+{
+    uint8_t        *o;
+    uint32_t        b, c, k, j, rec;
+    __m512i         v, m4;
+    const uint8_t  *r;
+
+    rec = kvs_cpu_qkp_rec(KVS_GGML_Q4_K);
+    m4 = _mm512_set1_epi8(0x0f);
+
+    for (b = 0; b < nsb; b++) {
+        r = (const uint8_t *) w->pack + ((size_t) g * nsb + b) * rec;
+        o = s + (size_t) b * KVS_QKA_SREC;
+
+        /* vector (c, k): low nibbles are row k of sub-block 2 c's tile,
+         * high nibbles of sub-block 2 c + 1's */
+        for (c = 0; c < 4; c++) {
+#pragma GCC unroll 8
+            for (k = 0; k < 8; k++) {
+                v = _mm512_loadu_si512((const void *)
+                        (r + KVS_CPU_QKP_HEAD + 64 * (8 * c + k)));
+                _mm512_storeu_si512((void *) (o + 1024 * c + 64 * k),
+                                    _mm512_and_si512(v, m4));
+                _mm512_storeu_si512((void *) (o + 1024 * c + 512 + 64 * k),
+                    _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+            }
+        }
+
+        for (j = 0; j < 8; j++) {
+            _mm512_storeu_ps(o + KVS_QKA_SC + 64 * j,
+                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
+                    (const __m128i *) (r + 16 * j)))));
+            _mm512_storeu_ps(o + KVS_QKA_M + 64 * j,
+                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
+                    (const __m128i *) (r + KVS_CPU_QKP_Q45_M + 16 * j)))));
+        }
+
+        _mm512_storeu_ps(o + KVS_QKA_D, _mm512_cvtph_ps(_mm256_loadu_si256(
+            (const __m256i *) (r + KVS_CPU_QKP_D))));
+        _mm512_storeu_ps(o + KVS_QKA_DMIN, _mm512_cvtph_ps(
+            _mm256_loadu_si256((const __m256i *) (r + KVS_CPU_QKP_DMIN))));
+    }
+}
+
+
+/*
+ * acc[t] + one super-block's float steps for the 16 tokens of xa, from
+ * the sub-blocks' sums cb[j][t] and the unpacked super-block o:
+ * kvs_cpu_qk_acc_min's, lane for lane.  Its integers are formed in
+ * floats, exactly: a scale times a sub-block's sum is below 63 * 32 * 15
+ * * 127 < 2^22, four of them below 2^24, so each half of isum is exact
+ * and their one sum is (float) isum correctly rounded, as the portable
+ * kernel's conversion; msum is below 8 * 63 * 32 * 127 < 2^21.
+ */
+KVS_QLA_INLINE void
+kvs_qka_fold16(__m512 *acc, const int32_t (*cb)[16][16], const uint8_t *o,
+    const kvs_cpu_q8ka_t *xa)
+{
+    uint32_t  t, j;
+    __m512    d, dm, h0, h1, ms, dx;
+
+    d = _mm512_loadu_ps(o + KVS_QKA_D);
+    dm = _mm512_loadu_ps(o + KVS_QKA_DMIN);
+
+#pragma GCC unroll 16
+    for (t = 0; t < 16; t++) {
+        h0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(
+                               (const void *) cb[0][t])),
+                           _mm512_loadu_ps(o + KVS_QKA_SC));
+        h1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(
+                               (const void *) cb[4][t])),
+                           _mm512_loadu_ps(o + KVS_QKA_SC + 256));
+        ms = _mm512_mul_ps(_mm512_loadu_ps(o + KVS_QKA_M),
+                           _mm512_set1_ps(xa->bs[0][t]));
+
+#pragma GCC unroll 8
+        for (j = 1; j < 4; j++) {
+            h0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(
+                                     (const void *) cb[j][t])),
+                                 _mm512_loadu_ps(o + KVS_QKA_SC + 64 * j),
+                                 h0);
+            h1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(
+                                     (const void *) cb[4 + j][t])),
+                                 _mm512_loadu_ps(o + KVS_QKA_SC + 256
+                                                 + 64 * j),
+                                 h1);
+        }
+
+#pragma GCC unroll 8
+        for (j = 1; j < 8; j++) {
+            ms = _mm512_fmadd_ps(_mm512_loadu_ps(o + KVS_QKA_M + 64 * j),
+                                 _mm512_set1_ps(xa->bs[j][t]), ms);
+        }
+
+        dx = _mm512_set1_ps(xa->d[t]);
+        acc[t] = _mm512_add_ps(acc[t],
+                               _mm512_mul_ps(_mm512_mul_ps(d, dx),
+                                             _mm512_add_ps(h0, h1)));
+        acc[t] = _mm512_sub_ps(acc[t], _mm512_mul_ps(_mm512_mul_ps(dm, dx),
+                                                     ms));
+    }
+}
+
+
+/*
+ * Q4_K: 16 tokens (xa: their nsb super-blocks) by the group's 16 rows,
+ * unpacked in s: y[t * ldy + r] for the rows in mask.  A super-block's 8
+ * tile products, then the previous one's float steps.
+ */
+KVS_QLA_INLINE void
+kvs_qka_tile16(float *y, size_t ldy, const uint8_t *s,
+    const kvs_cpu_q8ka_t *xa, uint32_t nsb, __mmask16 mask)
+{
+    uint32_t        b, j, t;
+    __m512          acc[16];
+    const uint8_t  *o;
+    int32_t         cbuf[2][8][16][16] __attribute__((aligned(64)));
+
+#pragma GCC unroll 16
+    for (t = 0; t < 16; t++) {
+        acc[t] = _mm512_setzero_ps();
+    }
+
+    for (b = 0; b <= nsb; b++) {
+        if (b < nsb) {
+            o = s + (size_t) b * KVS_QKA_SREC;
+
+            for (j = 0; j < 8; j += 2) {
+                KVS_QLA_TILE(KVS_QLA_C0, KVS_QLA_A0, KVS_QLA_B0,
+                             xa[b].q[j], o + 512 * j, cbuf[b & 1][j]);
+                KVS_QLA_TILE(KVS_QLA_C1, KVS_QLA_A1, KVS_QLA_B1,
+                             xa[b].q[j + 1], o + 512 * (j + 1),
+                             cbuf[b & 1][j + 1]);
+            }
+        }
+
+        if (b >= 1) {
+            kvs_qka_fold16(acc, cbuf[(b - 1) & 1],
+                           s + (size_t) (b - 1) * KVS_QKA_SREC, xa + b - 1);
+        }
+    }
+
+    for (t = 0; t < 16; t++) {
+        _mm512_mask_storeu_ps(y + t * ldy, mask, acc[t]);
+    }
+}
+
+
+__attribute__((target(KVS_QLA_TARGET))) void
+kvs_cpu_qka_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
+    uint32_t g, const kvs_cpu_q8ka_t *xa, const kvs_cpu_q8k_t *xk,
+    uint32_t n, void *scratch)
+{
+    uint32_t           i, nsb;
+    __mmask16          mask;
+    kvs_cpu_tilecfg_t  cfg;
+
+    nsb = w->cols / 256;
+    i = 0;
+
+    if (n >= 16) {
+        mask = kvs_cpu_pack_mask(w, g);
+        kvs_qka_unpack(w, g, nsb, scratch);
+        kvs_qla_config(&cfg);
+
+        for ( /* void */ ; i + 16 <= n; i += 16) {
+            kvs_qka_tile16(y + (size_t) g * KVS_CPU_Q8P_ROWS + i * ldy, ldy,
+                           scratch, xa + (size_t) (i / 16) * nsb, nsb, mask);
+        }
+
+        _tile_release();
+    }
+
+    if (i < n) {
+        kvs_cpu_qkp_rows_avx512(y + i * ldy, ldy, w, g,
+                                xk + (size_t) i * nsb, n - i);
     }
 }
 
