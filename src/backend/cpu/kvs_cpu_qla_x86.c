@@ -47,7 +47,7 @@
  * on kvs_test_amx_emu.h's emulation everywhere).  The tile configuration
  * is loaded on each call and the tiles released before it returns
  * (kvs_cpu_amx.h).  Why tiles pay here when the Q8_0 tile kernel did not,
- * and by how much: docs/performance.md, "Q4_0 on int8 tiles".
+ * and by how much: docs/performance.md, "Q4_0 and Q4_K on int8 tiles".
  */
 
 #if defined(__clang__)
