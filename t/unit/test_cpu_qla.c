@@ -325,6 +325,20 @@ make_input_k(uint32_t n, uint32_t cols, uint64_t *st)
 }
 
 
+/* a BF16 number that holds an integer, as that integer */
+static int32_t
+bf16_int(uint16_t h)
+{
+    float     f;
+    uint32_t  u;
+
+    u = (uint32_t) h << 16;
+    memcpy(&f, &u, 4);
+
+    return (int32_t) f;
+}
+
+
 /* Q4_K on the tiles: the same checks as check_type, its weights with
  * raw scale bytes in some rows and one row of every level and scale at
  * its largest (15, 63): with token 5, the largest integer sums */
@@ -380,9 +394,14 @@ check_q4_k(uint32_t rows, uint32_t cols, int amx, uint64_t *st)
     assert_true(xa[nsb - 1].d[15] == xk[(size_t) 16 * nsb - 1].d);
     assert_memory_equal(xa[2 * nsb - 1].q[7][3],
                         xk[(size_t) 20 * nsb - 1].q + 224, 32);
-    assert_true(xa[nsb].bs[2][4]
-                == (float) (xk[(size_t) 20 * nsb].bsums[4]
-                            + xk[(size_t) 20 * nsb].bsums[5]));
+    for (n = 0; n < N_TOK / 16 * 16; n++) {
+        for (j = 0; j < 8; j++) {
+            assert_int_equal(bf16_int(xa[n / 16 * nsb].bs[n % 16][j])
+                             + bf16_int(xa[n / 16 * nsb].bs[n % 16][8 + j]),
+                             xk[(size_t) n * nsb].bsums[2 * j]
+                             + xk[(size_t) n * nsb].bsums[2 * j + 1]);
+        }
+    }
 
     memset(&w, 0, sizeof(w));
     w.data = wb;
@@ -426,9 +445,10 @@ check_q4_k(uint32_t rows, uint32_t cols, int amx, uint64_t *st)
 
         check_same(ya, yr, ldy, KVS_GGML_Q4_K, rows, cols, n, "emulated");
 
-        /* one tile product per whole 16 tokens, sub-block and group */
+        /* per whole 16 tokens, super-block and group: one int8 tile
+         * product a sub-block and one BF16 product for the mins */
         assert_int_equal(kvs_amx_emu.dps,
-                         (uint64_t) groups * nsb * 8 * (n / 16));
+                         (uint64_t) groups * nsb * 9 * (n / 16));
         assert_int_equal(kvs_amx_emu.configs, n >= 16 ? groups : 0);
         assert_int_equal(kvs_amx_emu.releases, n >= 16 ? groups : 0);
 

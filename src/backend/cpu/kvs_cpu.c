@@ -32,6 +32,7 @@
 #include "base/kvs_threads.h"
 #include "model/kvs_dtype.h"
 #include "model/kvs_ggml_type.h"
+#include "kvs_cpu_amx.h"
 #include "kvs_cpu_impl.h"
 #include "kvs_cpu_qdot.h"
 
@@ -456,7 +457,7 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     const kvs_batch_t *b, const uint32_t *slots, float *logits,
     kvs_err_t *err)
 {
-    int                     rc, amxb, qla;
+    int                     rc, amxb, qla, qka;
     size_t                  total;
     float                   escale, cap;
     size_t                  z;
@@ -563,8 +564,9 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     total += qla ? (size_t) (n / 16) * (wrow / 32)
                    * (sizeof(kvs_cpu_q8a_t) / 4) + 16 : 0;
     /* and [n / 16][wrow / 256] kvs_cpu_q8ka_t (292 bytes a token and
-     * super-block) */
-    total += qla ? (size_t) (n / 16) * (wrow / 256)
+     * super-block), for Q4_K's, which take the BF16 tiles too */
+    qka = qla && (kvs_cpu_amx_ready(NULL) & KVS_CPU_AMX_BF16) != 0;
+    total += qka ? (size_t) (n / 16) * (wrow / 256)
                    * (sizeof(kvs_cpu_q8ka_t) / 4) + 16 : 0;
     /* [n][rope_w] doubles, on 8 bytes */
     fw.rope_w = cm->rope.n_rot;
@@ -611,7 +613,7 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
                                                     * fw.rope_w) + 63)
                                      & ~(uintptr_t) 63)
                 : NULL;
-    fw.xka = qla ? (kvs_cpu_q8ka_t *) (((uintptr_t) (fw.xa + (size_t) (n / 16)
+    fw.xka = qka ? (kvs_cpu_q8ka_t *) (((uintptr_t) (fw.xa + (size_t) (n / 16)
                                                       * (wrow / 32)) + 63)
                                        & ~(uintptr_t) 63)
                  : NULL;

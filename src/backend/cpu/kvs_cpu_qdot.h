@@ -77,17 +77,19 @@ typedef struct kvs_cpu_q8a_s {
 } kvs_cpu_q8a_t;
 
 /*
- * Sixteen tokens' kvs_cpu_q8k_t of one super-block, for the int8 tiles
- * (kvs_cpu_qka_x86.c): q[j][t] = token t's q of sub-block j (columns
- * 32 j .. 32 j + 31; with the other 15, one A tile), d[t] its d, bs[j][t]
- * its sum of q over sub-block j (bsums[2 j] + bsums[2 j + 1]) as a float
- * (exact: at most 32 * 127).  A product's are [n / 16][cols / 256], as
+ * Sixteen tokens' kvs_cpu_q8k_t of one super-block, for the tiles
+ * (kvs_cpu_qla_x86.c): q[j][t] = token t's q of sub-block j (columns
+ * 32 j .. 32 j + 31; with the other 15, one A tile), d[t] its d, bs[t]
+ * its sums of q over the 8 sub-blocks (bsums[2 j] + bsums[2 j + 1], at
+ * most 32 * 127) split exactly into BF16 numbers, bs[t][j] = the sum
+ * less its low 4 bits (8 significant bits), bs[t][8 + j] = those 4 bits:
+ * one BF16 A tile.  A product's are [n / 16][cols / 256], as
  * kvs_cpu_q8a_t's.
  */
 typedef struct kvs_cpu_q8ka_s {
-    int8_t   q[8][16][32];
-    float    d[16];
-    float    bs[8][16];
+    int8_t    q[8][16][32];
+    float     d[16];
+    uint16_t  bs[16][16];
 } kvs_cpu_q8ka_t;
 
 /* Tokens from which a product takes the interleaved input when its type

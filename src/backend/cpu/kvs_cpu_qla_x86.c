@@ -97,10 +97,26 @@ kvs_cpu_qla_scratch(const kvs_cpu_mat_t *w)
 }
 
 
+/* v as BF16: exact for the integers below 2^8 times a power of two
+ * that kvs_cpu_q8ka_fill and the mins give it */
+static uint16_t
+kvs_qka_bf16(int32_t v)
+{
+    float     f;
+    uint32_t  u;
+
+    f = (float) v;
+    memcpy(&u, &f, 4);
+
+    return (uint16_t) (u >> 16);
+}
+
+
 void
 kvs_cpu_q8ka_fill(const kvs_cpu_q8k_t *x, uint32_t i, kvs_cpu_q8ka_t *dst,
     uint32_t cols)
 {
+    int32_t          v;
     uint32_t         b, j, nb;
     kvs_cpu_q8ka_t  *a;
 
@@ -110,8 +126,9 @@ kvs_cpu_q8ka_fill(const kvs_cpu_q8k_t *x, uint32_t i, kvs_cpu_q8ka_t *dst,
     for (b = 0; b < nb; b++) {
         for (j = 0; j < 8; j++) {
             memcpy(a[b].q[j][i % 16], x[b].q + 32 * j, 32);
-            a[b].bs[j][i % 16] = (float) (x[b].bsums[2 * j]
-                                          + x[b].bsums[2 * j + 1]);
+            v = x[b].bsums[2 * j] + x[b].bsums[2 * j + 1];
+            a[b].bs[i % 16][j] = kvs_qka_bf16(v - (v & 15));
+            a[b].bs[i % 16][8 + j] = kvs_qka_bf16(v & 15);
         }
         a[b].d[i % 16] = x[b].d;
     }
@@ -119,8 +136,10 @@ kvs_cpu_q8ka_fill(const kvs_cpu_q8k_t *x, uint32_t i, kvs_cpu_q8ka_t *dst,
 
 
 /* An unpacked Q4_K super-block: 8 B tiles of levels (one a sub-block),
- * then the 16 rows' sub-block scales and mins as floats ([8][16] each),
- * d and dmin ([16] each). */
+ * the 16 rows' sub-block scales as floats ([8][16]), their mins as a
+ * BF16 B tile (row p, lane r: row r's mins of sub-blocks 2 p % 8 and
+ * (2 p + 1) % 8, so that with kvs_cpu_q8ka_t's bs the product is msum),
+ * d and dmin ([16] floats each). */
 #define KVS_QKA_SC    4096
 #define KVS_QKA_M     (KVS_QKA_SC + 512)
 #define KVS_QKA_D     (KVS_QKA_M + 512)
@@ -143,7 +162,7 @@ kvs_cpu_qka_scratch(const kvs_cpu_mat_t *w)
 /* the test included its emulation of the _tile_* operations first */
 #define KVS_QLA_TARGET  KVS_QLP_TARGET
 #else
-#define KVS_QLA_TARGET  "amx-tile,amx-int8," KVS_QLP_TARGET
+#define KVS_QLA_TARGET  "amx-tile,amx-int8,amx-bf16," KVS_QLP_TARGET
 #endif
 
 #define KVS_QLA_INLINE                                                      \
@@ -382,6 +401,7 @@ kvs_qka_unpack(const kvs_cpu_mat_t *w, uint32_t g, uint32_t nsb,
     uint8_t *s)
 {
     uint8_t        *o;
+    uint16_t        mb[32];
     uint32_t        b, c, k, j, rec;
     __m512i         v, m4;
     const uint8_t  *r;
@@ -411,9 +431,19 @@ kvs_qka_unpack(const kvs_cpu_mat_t *w, uint32_t g, uint32_t nsb,
             _mm512_storeu_ps(o + KVS_QKA_SC + 64 * j,
                 _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
                     (const __m128i *) (r + 16 * j)))));
-            _mm512_storeu_ps(o + KVS_QKA_M + 64 * j,
-                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
-                    (const __m128i *) (r + KVS_CPU_QKP_Q45_M + 16 * j)))));
+        }
+
+        /* the mins, as BF16 (at most 63: exact) in the pairs the tile
+         * product takes: (j, j + 1) of sub-blocks 2 p % 8 .. */
+        for (k = 0; k < 8; k++) {
+            for (c = 0; c < 16; c++) {
+                mb[2 * c] = kvs_qka_bf16(r[KVS_CPU_QKP_Q45_M
+                                           + 16 * (2 * k % 8) + c]);
+                mb[2 * c + 1] = kvs_qka_bf16(r[KVS_CPU_QKP_Q45_M
+                                               + 16 * ((2 * k + 1) % 8)
+                                               + c]);
+            }
+            memcpy(o + KVS_QKA_M + 64 * k, mb, 64);
         }
 
         _mm512_storeu_ps(o + KVS_QKA_D, _mm512_cvtph_ps(_mm256_loadu_si256(
@@ -431,14 +461,16 @@ kvs_qka_unpack(const kvs_cpu_mat_t *w, uint32_t g, uint32_t nsb,
  * floats, exactly: a scale times a sub-block's sum is below 63 * 32 * 15
  * * 127 < 2^22, four of them below 2^24, so each half of isum is exact
  * and their one sum is (float) isum correctly rounded, as the portable
- * kernel's conversion; msum is below 8 * 63 * 32 * 127 < 2^21.
+ * kernel's conversion.  msum came whole from a BF16 tile product
+ * (cm[t]): its terms are integers below 2^18 and their sums below 2^21,
+ * so every step of it is exact too.
  */
 KVS_QLA_INLINE void
-kvs_qka_fold16(__m512 *acc, const int32_t (*cb)[16][16], const uint8_t *o,
-    const kvs_cpu_q8ka_t *xa)
+kvs_qka_fold16(__m512 *acc, const int32_t (*cb)[16][16],
+    const float (*cm)[16], const uint8_t *o, const kvs_cpu_q8ka_t *xa)
 {
     uint32_t  t, j;
-    __m512    d, dm, h0, h1, ms, dx;
+    __m512    d, dm, h0, h1, dx;
 
     d = _mm512_loadu_ps(o + KVS_QKA_D);
     dm = _mm512_loadu_ps(o + KVS_QKA_DMIN);
@@ -451,8 +483,6 @@ kvs_qka_fold16(__m512 *acc, const int32_t (*cb)[16][16], const uint8_t *o,
         h1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(
                                (const void *) cb[4][t])),
                            _mm512_loadu_ps(o + KVS_QKA_SC + 256));
-        ms = _mm512_mul_ps(_mm512_loadu_ps(o + KVS_QKA_M),
-                           _mm512_set1_ps(xa->bs[0][t]));
 
 #pragma GCC unroll 8
         for (j = 1; j < 4; j++) {
@@ -467,18 +497,12 @@ kvs_qka_fold16(__m512 *acc, const int32_t (*cb)[16][16], const uint8_t *o,
                                  h1);
         }
 
-#pragma GCC unroll 8
-        for (j = 1; j < 8; j++) {
-            ms = _mm512_fmadd_ps(_mm512_loadu_ps(o + KVS_QKA_M + 64 * j),
-                                 _mm512_set1_ps(xa->bs[j][t]), ms);
-        }
-
         dx = _mm512_set1_ps(xa->d[t]);
         acc[t] = _mm512_add_ps(acc[t],
                                _mm512_mul_ps(_mm512_mul_ps(d, dx),
                                              _mm512_add_ps(h0, h1)));
         acc[t] = _mm512_sub_ps(acc[t], _mm512_mul_ps(_mm512_mul_ps(dm, dx),
-                                                     ms));
+                                                     _mm512_load_ps(cm[t])));
     }
 }
 
@@ -496,6 +520,7 @@ kvs_qka_tile16(float *y, size_t ldy, const uint8_t *s,
     __m512          acc[16];
     const uint8_t  *o;
     int32_t         cbuf[2][8][16][16] __attribute__((aligned(64)));
+    float           mbuf[2][16][16] __attribute__((aligned(64)));
 
 #pragma GCC unroll 16
     for (t = 0; t < 16; t++) {
@@ -513,10 +538,17 @@ kvs_qka_tile16(float *y, size_t ldy, const uint8_t *s,
                              xa[b].q[j + 1], o + 512 * (j + 1),
                              cbuf[b & 1][j + 1]);
             }
+
+            /* msum, in floats: the tokens' sums by the rows' mins */
+            _tile_zero(KVS_QLA_C0);
+            _tile_loadd(KVS_QLA_A0, xa[b].bs, 32);
+            _tile_loadd(KVS_QLA_B0, o + KVS_QKA_M, 64);
+            _tile_dpbf16ps(KVS_QLA_C0, KVS_QLA_A0, KVS_QLA_B0);
+            _tile_stored(KVS_QLA_C0, mbuf[b & 1], 16 * sizeof(float));
         }
 
         if (b >= 1) {
-            kvs_qka_fold16(acc, cbuf[(b - 1) & 1],
+            kvs_qka_fold16(acc, cbuf[(b - 1) & 1], mbuf[(b - 1) & 1],
                            s + (size_t) (b - 1) * KVS_QKA_SREC, xa + b - 1);
         }
     }
