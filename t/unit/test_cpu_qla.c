@@ -172,28 +172,116 @@ check_same(const float *ya, const float *yr, size_t ldy, uint32_t type,
 }
 
 
+/* One matrix on the tiles, against its portable kernel. */
+typedef struct {
+    kvs_cpu_mat_t   w;                /* packed */
+    const uint8_t  *wb;               /* its rows as stored */
+    const void     *x;                /* [N_TOK] tokens' kvs_cpu_q8_t or
+                                         kvs_cpu_q8k_t blocks */
+    size_t          xs;               /* bytes of a token's blocks */
+    const void     *xa;               /* the same by 16 tokens */
+    uint8_t        *scratch;          /* the kernel's, and a byte more */
+    uint32_t        dps;              /* tile products per 16 tokens and
+                                         group */
+} tcase_t;
+
+
+/* every group of c for n tokens into y: the emulated kernel, or the
+ * library's on the real tiles */
+static void
+tiles_run(const tcase_t *c, float *y, size_t ldy, uint32_t n, int real)
+{
+    uint32_t  g;
+
+    for (g = 0; g < (c->w.rows + 15) / 16; g++) {
+        if (c->w.type == KVS_GGML_Q4_K && real) {
+            kvs_cpu_qka_rows(y, ldy, &c->w, g, c->xa, c->x, n, c->scratch);
+        } else if (c->w.type == KVS_GGML_Q4_K) {
+            kvs_test_qka_rows(y, ldy, &c->w, g, c->xa, c->x, n,
+                              c->scratch + 1);
+        } else if (real) {
+            kvs_cpu_qla_rows(y, ldy, &c->w, g, c->xa, c->x, n, c->scratch);
+        } else {
+            kvs_test_qla_rows(y, ldy, &c->w, g, c->xa, c->x, n,
+                              c->scratch + 1);
+        }
+
+        if (!real) {
+            assert_string_equal(kvs_amx_emu.fault, "");
+            assert_int_equal(kvs_amx_emu.configured, 0);
+        }
+    }
+}
+
+
+/* c's bits against the portable kernel's, for every n of 1 .. N_TOK:
+ * nothing written past the rows; per call that has a tile, one
+ * configuration and one release, c->dps tile products per 16 tokens */
+static void
+check_ns(const tcase_t *c, int amx)
+{
+    float            *ya, *yr;
+    size_t            ldy;
+    uint32_t          n, r, groups;
+    kvs_cpu_qdot_pt   dot;
+
+    dot = kvs_cpu_qdot_at(c->w.qd, 0);
+    groups = (c->w.rows + 15) / 16;
+    ldy = c->w.rows + PAD;
+    ya = malloc(N_TOK * ldy * sizeof(float));
+    yr = malloc(N_TOK * ldy * sizeof(float));
+    assert_non_null(ya);
+    assert_non_null(yr);
+
+    for (n = 1; n <= N_TOK; n++) {
+        memset(ya, 0xff, N_TOK * ldy * sizeof(float));
+        memset(yr, 0xff, N_TOK * ldy * sizeof(float));
+        memset(&kvs_amx_emu, 0, sizeof(kvs_amx_emu));
+
+        tiles_run(c, ya, ldy, n, 0);
+
+        for (r = 0; r < c->w.rows; r++) {
+            dot(yr + r, ldy, c->wb + (size_t) r * c->w.row_bytes, c->x,
+                c->xs, n, c->w.cols);
+        }
+
+        check_same(ya, yr, ldy, c->w.type, c->w.rows, c->w.cols, n,
+                   "emulated");
+
+        assert_int_equal(kvs_amx_emu.dps, (uint64_t) groups * c->dps
+                                          * (n / 16));
+        assert_int_equal(kvs_amx_emu.configs, n >= 16 ? groups : 0);
+        assert_int_equal(kvs_amx_emu.releases, n >= 16 ? groups : 0);
+
+        if (amx) {
+            memset(ya, 0xff, N_TOK * ldy * sizeof(float));
+            tiles_run(c, ya, ldy, n, 1);
+            check_same(ya, yr, ldy, c->w.type, c->w.rows, c->w.cols, n,
+                       "real tiles");
+        }
+    }
+
+    free(ya);
+    free(yr);
+}
+
+
 static void
 check_type(uint32_t type, uint32_t rows, uint32_t cols, int amx,
     uint64_t *st)
 {
-    float                 *ya, *yr;
-    size_t                 ldy, rb, asize;
-    uint8_t               *wb, *pack, *scratch;
-    uint64_t               nbytes;
-    uint32_t               n, g, groups, r, nb;
-    kvs_err_t              e;
-    kvs_cpu_mat_t          w;
-    kvs_cpu_q8_t          *xq;
-    kvs_cpu_q8a_t         *xa, *xb;
-    kvs_cpu_qdot_pt        dot;
-    const kvs_cpu_qdot_t  *qd;
+    size_t          rb, asize;
+    uint8_t        *wb, *pack;
+    uint64_t        nbytes;
+    uint32_t        n, nb;
+    tcase_t         c;
+    kvs_err_t       e;
+    kvs_cpu_q8_t   *xq;
+    kvs_cpu_q8a_t  *xa, *xb;
 
     nb = cols / 32;
     assert_int_equal(kvs_ggml_nbytes(type, cols, cols, &nbytes, &e), 0);
     rb = (size_t) nbytes;
-    qd = kvs_cpu_qdot_find(type);
-    assert_non_null(qd);
-    dot = kvs_cpu_qdot_at(qd, 0);
 
     wb = make_w(type, rows, cols, rb, st);
     xq = kvs_test_q8_input(N_TOK, cols, st);
@@ -215,69 +303,33 @@ check_type(uint32_t type, uint32_t rows, uint32_t cols, int amx,
     assert_int_equal(xa[nb - 1].c[15], xq[(size_t) 15 * nb + nb - 1].c);
     assert_memory_equal(xa[2 * nb - 1].q[3], xq[(size_t) 20 * nb - 1].q, 32);
 
-    memset(&w, 0, sizeof(w));
-    w.data = wb;
-    w.row_bytes = rb;
-    w.type = type;
-    w.rows = rows;
-    w.cols = cols;
-    w.qd = qd;
+    memset(&c, 0, sizeof(c));
+    c.w.data = wb;
+    c.w.row_bytes = rb;
+    c.w.type = type;
+    c.w.rows = rows;
+    c.w.cols = cols;
+    c.w.qd = kvs_cpu_qdot_find(type);
+    assert_non_null(c.w.qd);
 
-    pack = aligned_alloc(64, (kvs_cpu_qlp_size(&w) + 63) & ~(size_t) 63);
+    pack = aligned_alloc(64, (kvs_cpu_qlp_size(&c.w) + 63) & ~(size_t) 63);
     assert_non_null(pack);
-    kvs_cpu_qlp_fill(&w, pack);
-    w.pack = pack;
+    kvs_cpu_qlp_fill(&c.w, pack);
+    c.w.pack = pack;
 
-    /* any alignment: one byte past a line */
-    assert_int_equal(kvs_test_qla_scratch(&w), kvs_cpu_qla_scratch(&w));
-    scratch = malloc(kvs_cpu_qla_scratch(&w) + 1);
-    assert_non_null(scratch);
+    /* any alignment: the emulated kernel's one byte past a line */
+    assert_int_equal(kvs_test_qla_scratch(&c.w), kvs_cpu_qla_scratch(&c.w));
+    c.scratch = malloc(kvs_cpu_qla_scratch(&c.w) + 1);
+    assert_non_null(c.scratch);
 
-    groups = (rows + 15) / 16;
-    ldy = rows + PAD;
-    ya = malloc(N_TOK * ldy * sizeof(float));
-    yr = malloc(N_TOK * ldy * sizeof(float));
-    assert_non_null(ya);
-    assert_non_null(yr);
+    c.wb = wb;
+    c.x = xq;
+    c.xs = (size_t) nb * sizeof(kvs_cpu_q8_t);
+    c.xa = xa;
+    c.dps = nb;                       /* one a block */
+    check_ns(&c, amx);
 
-    for (n = 1; n <= N_TOK; n++) {
-        memset(ya, 0xff, N_TOK * ldy * sizeof(float));
-        memset(yr, 0xff, N_TOK * ldy * sizeof(float));
-        memset(&kvs_amx_emu, 0, sizeof(kvs_amx_emu));
-
-        for (g = 0; g < groups; g++) {
-            kvs_test_qla_rows(ya, ldy, &w, g, xa, xq, n, scratch + 1);
-            assert_string_equal(kvs_amx_emu.fault, "");
-            assert_int_equal(kvs_amx_emu.configured, 0);
-        }
-
-        for (r = 0; r < rows; r++) {
-            dot(yr + r, ldy, wb + (size_t) r * rb, xq,
-                (size_t) nb * sizeof(kvs_cpu_q8_t), n, cols);
-        }
-
-        check_same(ya, yr, ldy, type, rows, cols, n, "emulated");
-
-        /* one tile product per whole 16 tokens, block and group; one
-         * configuration and one release per call that has a tile */
-        assert_int_equal(kvs_amx_emu.dps, (uint64_t) groups * nb * (n / 16));
-        assert_int_equal(kvs_amx_emu.configs, n >= 16 ? groups : 0);
-        assert_int_equal(kvs_amx_emu.releases, n >= 16 ? groups : 0);
-
-        if (amx) {
-            memset(ya, 0xff, N_TOK * ldy * sizeof(float));
-
-            for (g = 0; g < groups; g++) {
-                kvs_cpu_qla_rows(ya, ldy, &w, g, xa, xq, n, scratch);
-            }
-
-            check_same(ya, yr, ldy, type, rows, cols, n, "real tiles");
-        }
-    }
-
-    free(ya);
-    free(yr);
-    free(scratch);
+    free(c.scratch);
     free(xa);
     free(xb);
     free(pack);
@@ -345,21 +397,15 @@ bf16_int(uint16_t h)
 static void
 check_q4_k(uint32_t rows, uint32_t cols, int amx, uint64_t *st)
 {
-    float                 *ya, *yr;
-    size_t                 ldy, rb, asize;
-    uint8_t               *wb, *pack, *scratch, *blk;
-    uint32_t               n, g, groups, r, nsb, j;
-    kvs_cpu_mat_t          w;
-    kvs_cpu_q8k_t         *xk;
-    kvs_cpu_q8ka_t        *xa, *xb;
-    kvs_cpu_qdot_pt        dot;
-    const kvs_cpu_qdot_t  *qd;
+    size_t           rb, asize;
+    uint8_t         *wb, *pack, *blk;
+    uint32_t         n, r, nsb, j;
+    tcase_t          c;
+    kvs_cpu_q8k_t   *xk;
+    kvs_cpu_q8ka_t  *xa, *xb;
 
     nsb = cols / 256;
     rb = (size_t) nsb * 144;
-    qd = kvs_cpu_qdot_find(KVS_GGML_Q4_K);
-    assert_non_null(qd);
-    dot = kvs_cpu_qdot_at(qd, 0);
 
     wb = make_w(KVS_GGML_Q4_K, rows, cols, rb, st);
 
@@ -403,70 +449,34 @@ check_q4_k(uint32_t rows, uint32_t cols, int amx, uint64_t *st)
         }
     }
 
-    memset(&w, 0, sizeof(w));
-    w.data = wb;
-    w.row_bytes = rb;
-    w.type = KVS_GGML_Q4_K;
-    w.rows = rows;
-    w.cols = cols;
-    w.qd = qd;
+    memset(&c, 0, sizeof(c));
+    c.w.data = wb;
+    c.w.row_bytes = rb;
+    c.w.type = KVS_GGML_Q4_K;
+    c.w.rows = rows;
+    c.w.cols = cols;
+    c.w.qd = kvs_cpu_qdot_find(KVS_GGML_Q4_K);
+    assert_non_null(c.w.qd);
 
-    pack = aligned_alloc(64, (kvs_cpu_qkp_size(&w) + 63) & ~(size_t) 63);
+    pack = aligned_alloc(64, (kvs_cpu_qkp_size(&c.w) + 63) & ~(size_t) 63);
     assert_non_null(pack);
-    kvs_cpu_qkp_fill(&w, pack);
-    w.pack = pack;
+    kvs_cpu_qkp_fill(&c.w, pack);
+    c.w.pack = pack;
 
-    assert_int_equal(kvs_test_qka_scratch(&w), kvs_cpu_qka_scratch(&w));
-    scratch = malloc(kvs_cpu_qka_scratch(&w) + 1);
-    assert_non_null(scratch);
+    assert_int_equal(kvs_test_qka_scratch(&c.w), kvs_cpu_qka_scratch(&c.w));
+    c.scratch = malloc(kvs_cpu_qka_scratch(&c.w) + 1);
+    assert_non_null(c.scratch);
 
-    groups = (rows + 15) / 16;
-    ldy = rows + PAD;
-    ya = malloc(N_TOK * ldy * sizeof(float));
-    yr = malloc(N_TOK * ldy * sizeof(float));
-    assert_non_null(ya);
-    assert_non_null(yr);
+    /* per super-block, one int8 product a sub-block and one BF16 product
+     * for the mins */
+    c.wb = wb;
+    c.x = xk;
+    c.xs = (size_t) nsb * sizeof(kvs_cpu_q8k_t);
+    c.xa = xa;
+    c.dps = nsb * 9;
+    check_ns(&c, amx);
 
-    for (n = 1; n <= N_TOK; n++) {
-        memset(ya, 0xff, N_TOK * ldy * sizeof(float));
-        memset(yr, 0xff, N_TOK * ldy * sizeof(float));
-        memset(&kvs_amx_emu, 0, sizeof(kvs_amx_emu));
-
-        for (g = 0; g < groups; g++) {
-            kvs_test_qka_rows(ya, ldy, &w, g, xa, xk, n, scratch + 1);
-            assert_string_equal(kvs_amx_emu.fault, "");
-            assert_int_equal(kvs_amx_emu.configured, 0);
-        }
-
-        for (r = 0; r < rows; r++) {
-            dot(yr + r, ldy, wb + (size_t) r * rb, xk,
-                (size_t) nsb * sizeof(kvs_cpu_q8k_t), n, cols);
-        }
-
-        check_same(ya, yr, ldy, KVS_GGML_Q4_K, rows, cols, n, "emulated");
-
-        /* per whole 16 tokens, super-block and group: one int8 tile
-         * product a sub-block and one BF16 product for the mins */
-        assert_int_equal(kvs_amx_emu.dps,
-                         (uint64_t) groups * nsb * 9 * (n / 16));
-        assert_int_equal(kvs_amx_emu.configs, n >= 16 ? groups : 0);
-        assert_int_equal(kvs_amx_emu.releases, n >= 16 ? groups : 0);
-
-        if (amx) {
-            memset(ya, 0xff, N_TOK * ldy * sizeof(float));
-
-            for (g = 0; g < groups; g++) {
-                kvs_cpu_qka_rows(ya, ldy, &w, g, xa, xk, n, scratch);
-            }
-
-            check_same(ya, yr, ldy, KVS_GGML_Q4_K, rows, cols, n,
-                       "real tiles");
-        }
-    }
-
-    free(ya);
-    free(yr);
-    free(scratch);
+    free(c.scratch);
     free(xa);
     free(xb);
     free(pack);
