@@ -6,8 +6,9 @@
  *                       the tile data state, once per process
  *   kvs_cpu_amx_x86.c   the Q8_0 product on tiles (TDPBSUD)
  *   kvs_cpu_amxb_x86.c  F16 / BF16 prefill products on tiles (TDPBF16PS)
- *   kvs_cpu_qla_x86.c   Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL prefill products on
- *                       tiles (TDPBSSD)
+ *   kvs_cpu_qla_x86.c   Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and Q4_K prefill
+ *                       products on tiles (TDPBSSD; Q4_K's mins by
+ *                       TDPBF16PS)
  *
  * Invariants:
  *  - the AMX level (KVS_CPU_SIMD_AMX) is reported only when the CPU has
@@ -18,7 +19,8 @@
  *    releases the tiles before it returns (the configuration is per
  *    thread, and no tile state outlives a call);
  *  - the Q8_0 tile kernel's outputs, and the Q4_0 family's, are
- *    kvs_cpu_ql.c's portable kernel's bits, for any number of tokens;
+ *    kvs_cpu_ql.c's portable kernel's bits, Q4_K's kvs_cpu_qk.c's, for
+ *    any number of tokens;
  *  - the F16 / BF16 tile kernel's outputs do not depend on the number of
  *    tokens or the task's other rows (kvs_cpu_amxb_ref states them).
  */
