@@ -31,18 +31,19 @@
  *     the eight classes at the end.
  *
  * Q4_K (kvs_cpu_qka_rows) the same way, per sub-block of 32 columns: a
- * super-block's 8 sub-blocks unpacked as 8 B tiles of levels (0 .. 15)
- * with the rows' scales and mins as floats; per 16 tokens its 8 tile
- * products (the input per 256 columns by 16 tokens: kvs_cpu_q8ka_t),
- * then kvs_cpu_qk.c's float steps, super-blocks in order into one
+ * super-block's 8 sub-blocks unpacked as 8 B tiles of levels (0 .. 15),
+ * the rows' scales as floats and their mins as a BF16 B tile; per 16
+ * tokens its 8 tile products and one BF16 product for the mins (the
+ * input per 256 columns by 16 tokens: kvs_cpu_q8ka_t), then
+ * kvs_cpu_qk.c's float steps, super-blocks in order into one
  * accumulator a token, the previous super-block's beside the next one's
  * tiles.  kvs_cpu_qk.c's isum and msum are formed in floats, exactly
  * (kvs_qka_fold16 says why), so the bits are that kernel's too.
  *
  * Tokens past the last whole 16 go to kvs_cpu_qlp_rows_avx512
- * (kvs_cpu_qkp_rows_avx512 for Q4_K).  The
- * int32 sums are exact and every float operation is the portable one in
- * its order (no contraction in this file), so every output is its bits
+ * (kvs_cpu_qkp_rows_avx512 for Q4_K).  The int32 sums are exact and
+ * every float operation is the portable one in its order (no
+ * contraction in this file), so every output is its bits
  * (test_cpu_qla: memcmp, on the real tiles where the host has them and
  * on kvs_test_amx_emu.h's emulation everywhere).  The tile configuration
  * is loaded on each call and the tiles released before it returns
@@ -433,8 +434,10 @@ kvs_qka_unpack(const kvs_cpu_mat_t *w, uint32_t g, uint32_t nsb,
                     (const __m128i *) (r + 16 * j)))));
         }
 
-        /* the mins, as BF16 (at most 63: exact) in the pairs the tile
-         * product takes: (j, j + 1) of sub-blocks 2 p % 8 .. */
+        /* the mins, as BF16 (at most 63: exact): pair row k holds, for
+         * each weight row, the mins of sub-blocks 2 k % 8 and (2 k + 1)
+         * % 8, as A's columns 2 k and 2 k + 1 hold those sub-blocks'
+         * sums (their high parts for k < 4, their low parts after) */
         for (k = 0; k < 8; k++) {
             for (c = 0; c < 16; c++) {
                 mb[2 * c] = kvs_qka_bf16(r[KVS_CPU_QKP_Q45_M
