@@ -36,6 +36,7 @@
 #include "backend/cpu/kvs_cpu.h"
 #include "backend/cpu/kvs_cpu_impl.h"
 #include "backend/cpu/kvs_cpu_qdot.h"
+#include "model/kvs_dtype.h"
 #include "model/kvs_ggml_type.h"
 #include "model/kvs_quant.h"
 
@@ -377,20 +378,6 @@ make_input_k(uint32_t n, uint32_t cols, uint64_t *st)
 }
 
 
-/* a BF16 number that holds an integer, as that integer */
-static int32_t
-bf16_int(uint16_t h)
-{
-    float     f;
-    uint32_t  u;
-
-    u = (uint32_t) h << 16;
-    memcpy(&f, &u, 4);
-
-    return (int32_t) f;
-}
-
-
 /* Q4_K on the tiles: the same checks as check_type, its weights with
  * raw scale bytes in some rows and one row of every level and scale at
  * its largest (15, 63): with token 5, the largest integer sums */
@@ -442,8 +429,10 @@ check_q4_k(uint32_t rows, uint32_t cols, int amx, uint64_t *st)
                         xk[(size_t) 20 * nsb - 1].q + 224, 32);
     for (n = 0; n < N_TOK / 16 * 16; n++) {
         for (j = 0; j < 8; j++) {
-            assert_int_equal(bf16_int(xa[n / 16 * nsb].bs[n % 16][j])
-                             + bf16_int(xa[n / 16 * nsb].bs[n % 16][8 + j]),
+            assert_int_equal((int32_t) kvs_bf16_to_f32(
+                                 xa[n / 16 * nsb].bs[n % 16][j])
+                             + (int32_t) kvs_bf16_to_f32(
+                                 xa[n / 16 * nsb].bs[n % 16][8 + j]),
                              xk[(size_t) n * nsb].bsums[2 * j]
                              + xk[(size_t) n * nsb].bsums[2 * j + 1]);
         }

@@ -59,6 +59,7 @@
 
 #include <string.h>
 
+#include "model/kvs_dtype.h"
 #include "model/kvs_ggml_type.h"
 #include "kvs_cpu_amx.h"
 #include "kvs_cpu_qdot.h"
@@ -98,21 +99,6 @@ kvs_cpu_qla_scratch(const kvs_cpu_mat_t *w)
 }
 
 
-/* v as BF16: exact for the integers below 2^8 times a power of two
- * that kvs_cpu_q8ka_fill and the mins give it */
-static uint16_t
-kvs_qka_bf16(int32_t v)
-{
-    float     f;
-    uint32_t  u;
-
-    f = (float) v;
-    memcpy(&u, &f, 4);
-
-    return (uint16_t) (u >> 16);
-}
-
-
 void
 kvs_cpu_q8ka_fill(const kvs_cpu_q8k_t *x, uint32_t i, kvs_cpu_q8ka_t *dst,
     uint32_t cols)
@@ -128,8 +114,9 @@ kvs_cpu_q8ka_fill(const kvs_cpu_q8k_t *x, uint32_t i, kvs_cpu_q8ka_t *dst,
         for (j = 0; j < 8; j++) {
             memcpy(a[b].q[j][i % 16], x[b].q + 32 * j, 32);
             v = x[b].bsums[2 * j] + x[b].bsums[2 * j + 1];
-            a[b].bs[i % 16][j] = kvs_qka_bf16(v - (v & 15));
-            a[b].bs[i % 16][8 + j] = kvs_qka_bf16(v & 15);
+            /* both parts exact in BF16: at most 8 significant bits */
+            a[b].bs[i % 16][j] = kvs_f32_to_bf16((float) (v - (v & 15)));
+            a[b].bs[i % 16][8 + j] = kvs_f32_to_bf16((float) (v & 15));
         }
         a[b].d[i % 16] = x[b].d;
     }
@@ -440,11 +427,11 @@ kvs_qka_unpack(const kvs_cpu_mat_t *w, uint32_t g, uint32_t nsb,
          * sums (their high parts for k < 4, their low parts after) */
         for (k = 0; k < 8; k++) {
             for (c = 0; c < 16; c++) {
-                mb[2 * c] = kvs_qka_bf16(r[KVS_CPU_QKP_Q45_M
-                                           + 16 * (2 * k % 8) + c]);
-                mb[2 * c + 1] = kvs_qka_bf16(r[KVS_CPU_QKP_Q45_M
-                                               + 16 * ((2 * k + 1) % 8)
-                                               + c]);
+                mb[2 * c] = kvs_f32_to_bf16(r[KVS_CPU_QKP_Q45_M
+                                              + 16 * (2 * k % 8) + c]);
+                mb[2 * c + 1] = kvs_f32_to_bf16(r[KVS_CPU_QKP_Q45_M
+                                                  + 16 * ((2 * k + 1) % 8)
+                                                  + c]);
             }
             memcpy(o + KVS_QKA_M + 64 * k, mb, 64);
         }
