@@ -483,6 +483,13 @@ kvs_cli_bench_round(kvs_engine_t *e, const kvs_cli_bench_opts_t *o,
     req.sample.temperature = o->temp;
     req.sample.top_p = 1.0f;
 
+    /* queued while the engine's thread is stopped, then the thread
+     * started, so that its first step sees every sequence: submitted to
+     * a running thread, the first could be stepped alone, and the
+     * round's batches would depend on timing */
+    kvs_engine_stop(e);
+    rc = KVS_OK;
+
     for (i = 0; i < o->seqs; i++) {
         req.prompt = prompt + (size_t) i * o->prompt;
         req.sample.seed = o->seed + i;
@@ -491,12 +498,20 @@ kvs_cli_bench_round(kvs_engine_t *e, const kvs_cli_bench_opts_t *o,
         rc = kvs_engine_submit(e, &req, &hs[i], err);
 
         if (rc != KVS_OK) {
-            for (j = 0; j < i; j++) {
-                kvs_engine_close(e, hs[j]);
-            }
-
-            return rc;
+            break;
         }
+    }
+
+    if (rc == KVS_OK) {
+        rc = kvs_engine_start(e, err);
+    }
+
+    if (rc != KVS_OK) {
+        for (j = 0; j < i; j++) {
+            kvs_engine_close(e, hs[j]);
+        }
+
+        return rc;
     }
 
     return kvs_cli_bench_drain(e, hs, o->seqs, tokens, err);
