@@ -294,10 +294,11 @@ main(int argc, char **argv)
         kvs_cpu_q8k_quant(x, xk + (size_t) n * (cols / 256), cols);
     }
 
-    bq_xa = malloc((size_t) (maxn / 16 + 1) * (cols / 32)
-                   * sizeof(kvs_cpu_q8a_t));
-    bq_xka = malloc((size_t) (maxn / 16 + 1) * (cols / 256)
-                    * sizeof(kvs_cpu_q8ka_t));
+    /* sizes of both: multiples of 64 */
+    bq_xa = aligned_alloc(64, (size_t) (maxn / 16 + 1) * (cols / 32)
+                              * sizeof(kvs_cpu_q8a_t));
+    bq_xka = aligned_alloc(64, (size_t) (maxn / 16 + 1) * (cols / 256)
+                               * sizeof(kvs_cpu_q8ka_t));
     if (bq_xa == NULL || bq_xka == NULL) {
         fprintf(stderr, "bench_qpack: out of memory\n");
         return 1;
@@ -328,10 +329,12 @@ main(int argc, char **argv)
                 && (kvs_cpu_amx_ready(NULL) & KVS_CPU_AMX_INT8) != 0;
 
         for (pass = 0; pass < 1 + tiles; pass++) {
+            /* on a cache line, as the engine's */
             m.scratch = !pass ? NULL
-                        : malloc(m.type == KVS_GGML_Q4_K
-                                 ? kvs_cpu_qka_scratch(&m.w)
-                                 : kvs_cpu_qla_scratch(&m.w));
+                        : aligned_alloc(64, ((m.type == KVS_GGML_Q4_K
+                                              ? kvs_cpu_qka_scratch(&m.w)
+                                              : kvs_cpu_qla_scratch(&m.w))
+                                             + 63) & ~(size_t) 63);
             if (pass && m.scratch == NULL) {
                 break;
             }

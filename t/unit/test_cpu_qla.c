@@ -425,8 +425,8 @@ check_q4_k(uint32_t rows, uint32_t cols, int amx, uint64_t *st)
     }
     assert_memory_equal(xa, xb, asize);
     assert_true(xa[nsb - 1].d[15] == xk[(size_t) 16 * nsb - 1].d);
-    assert_memory_equal(xa[2 * nsb - 1].q[7][3],
-                        xk[(size_t) 20 * nsb - 1].q + 224, 32);
+    assert_memory_equal(xa[2 * nsb - 1].q[3][3],
+                        xk[(size_t) 20 * nsb - 1].q + 192, 64);
     for (n = 0; n < N_TOK / 16 * 16; n++) {
         for (j = 0; j < 8; j++) {
             assert_int_equal((int32_t) kvs_bf16_to_f32(

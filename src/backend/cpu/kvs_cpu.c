@@ -547,11 +547,13 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
                     ? kvs_cpu_attn_group(hp, fw.simd) : 1;
     fw.sc_len = ((size_t) max_ctx + 15) & ~(size_t) 15;
     fw.sc_stride = kvs_cpu_attn_qb(&fw) * fw.attn_group * fw.sc_len;
-    fw.wscratch_stride = (n >= KVS_CPU_BLAS_MIN ? KVS_CPU_BLAS_TILE : 4)
-                         * (size_t) wrow;
+    /* on a cache line, each thread's too: a tile load of rows that
+     * straddle two lines runs at a third of the speed */
+    fw.wscratch_stride = ((n >= KVS_CPU_BLAS_MIN ? KVS_CPU_BLAS_TILE : 4)
+                          * (size_t) wrow + 15) & ~(size_t) 15;
     total = (size_t) n * (2 * (size_t) fw.e + fw.qd + fw.kd + fw.vd + fw.od
                           + 2 * (size_t) fw.f)
-            + nth * (fw.sc_stride + fw.wscratch_stride) + n + 1
+            + nth * (fw.sc_stride + fw.wscratch_stride) + 16 + n + 1
             + (size_t) n * (wrow / 32) * (sizeof(kvs_cpu_q8_t) / 4 + 1)
             + (size_t) n * (wrow / 256) * (sizeof(kvs_cpu_q8k_t) / 4 + 1)
             + (size_t) n * ((wrow + 255) / 256)
@@ -592,7 +594,8 @@ kvs_cpu_forward_lora(const kvs_cpu_model_t *cm, kvs_cpu_kv_t *kv,
     fw.h1 = fw.att + (size_t) n * fw.od;  /* [n][f] gate, then silu*up */
     fw.h3 = fw.h1 + (size_t) n * fw.f;    /* [n][f] up */
     fw.sc = fw.h3 + (size_t) n * fw.f;    /* [nth][sc_stride] scores */
-    fw.wscratch = fw.sc + nth * fw.sc_stride;  /* [nth][4][wrow] */
+    fw.wscratch = (float *) (((uintptr_t) (fw.sc + nth * fw.sc_stride)
+                              + 63) & ~(uintptr_t) 63); /* [nth][4][wrow] */
     fw.qb = (uint32_t *) (fw.wscratch + nth * fw.wscratch_stride);
     /* [n][wrow / 32] and [n][wrow / 256] quantized inputs, used by the
      * quantized weights' products (kvs_cpu_qdot.h), then xi */

@@ -30,15 +30,17 @@
  *     them, so 16 accumulators live in registers, and the same tree of
  *     the eight classes at the end.
  *
- * Q4_K (kvs_cpu_qka_rows) the same way, per sub-block of 32 columns: a
- * super-block's 8 sub-blocks unpacked as 8 B tiles of levels (0 .. 15),
- * the rows' scales as floats and their mins as a BF16 B tile; per 16
- * tokens its 8 tile products and one BF16 product for the mins (the
- * input per 256 columns by 16 tokens: kvs_cpu_q8ka_t), then
- * kvs_cpu_qk.c's float steps, super-blocks in order into one
+ * Q4_K (kvs_cpu_qka_rows) with each sub-block's scale in the weights: a
+ * scale is at most 63 and a level 15, too wide for a byte together, so
+ * the unpacked super-block holds levels times the scale's low 3 bits and
+ * levels times its high 3 bits (at most 105 each), as 4 B tiles of 64
+ * columns apiece.  Per 16 tokens and super-block, 8 tile products add
+ * them up across the whole super-block in two sums (no store per
+ * sub-block), and isum = low + 8 high exactly in int32; one BF16 product
+ * gives msum (the rows' mins against the tokens' sub-block sums), and
+ * kvs_cpu_qk.c's float steps follow, super-blocks in order into one
  * accumulator a token, the previous super-block's beside the next one's
- * tiles.  kvs_cpu_qk.c's isum and msum are formed in floats, exactly
- * (kvs_qka_fold16 says why), so the bits are that kernel's too.
+ * tiles.  So the bits are that kernel's too.
  *
  * Tokens past the last whole 16 go to kvs_cpu_qlp_rows_avx512
  * (kvs_cpu_qkp_rows_avx512 for Q4_K).  The int32 sums are exact and
@@ -111,8 +113,11 @@ kvs_cpu_q8ka_fill(const kvs_cpu_q8k_t *x, uint32_t i, kvs_cpu_q8ka_t *dst,
     a = dst + (size_t) (i / 16) * nb;
 
     for (b = 0; b < nb; b++) {
+        for (j = 0; j < 4; j++) {
+            memcpy(a[b].q[j][i % 16], x[b].q + 64 * j, 64);
+        }
+
         for (j = 0; j < 8; j++) {
-            memcpy(a[b].q[j][i % 16], x[b].q + 32 * j, 32);
             v = x[b].bsums[2 * j] + x[b].bsums[2 * j + 1];
             /* both parts exact in BF16: at most 8 significant bits */
             a[b].bs[i % 16][j] = kvs_f32_to_bf16((float) (v - (v & 15)));
@@ -123,13 +128,16 @@ kvs_cpu_q8ka_fill(const kvs_cpu_q8k_t *x, uint32_t i, kvs_cpu_q8ka_t *dst,
 }
 
 
-/* An unpacked Q4_K super-block: 8 B tiles of levels (one a sub-block),
- * the 16 rows' sub-block scales as floats ([8][16]), their mins as a
- * BF16 B tile (row p, lane r: row r's mins of sub-blocks 2 p % 8 and
+/* An unpacked Q4_K super-block: its levels times the low 3 bits of
+ * their sub-block's scale as 4 B tiles (tile c: sub-blocks 2 c and 2 c +
+ * 1, 16 rows of 64 bytes, row k holding in weight row r's 4-byte lane its
+ * columns 4 k .. 4 k + 3 of the pair), the levels times the scale's high
+ * 3 bits likewise (both at most 15 * 7: signed bytes), the rows' mins as
+ * a BF16 B tile (row p, lane r: row r's mins of sub-blocks 2 p % 8 and
  * (2 p + 1) % 8, so that with kvs_cpu_q8ka_t's bs the product is msum),
  * d and dmin ([16] floats each). */
-#define KVS_QKA_SC    4096
-#define KVS_QKA_M     (KVS_QKA_SC + 512)
+#define KVS_QKA_HI    4096
+#define KVS_QKA_M     8192
 #define KVS_QKA_D     (KVS_QKA_M + 512)
 #define KVS_QKA_DMIN  (KVS_QKA_D + 64)
 #define KVS_QKA_SREC  (KVS_QKA_DMIN + 64)
@@ -383,6 +391,39 @@ kvs_cpu_qla_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
 }
 
 
+/* Q4_K's tiles: the sums of the low and high scale parts (C 16 x 16
+ * int32), the tokens' bytes (A 16 x 64), the two parts' levels (B 16 x
+ * 64), and for the mins a float C, a BF16 A (16 x 32 bytes) and B (8 x
+ * 64). */
+#define KVS_QKA_CL  0
+#define KVS_QKA_CH  1
+#define KVS_QKA_CM  2
+#define KVS_QKA_A   3
+#define KVS_QKA_BL  4
+#define KVS_QKA_BH  5
+#define KVS_QKA_AM  6
+#define KVS_QKA_BM  7
+
+
+KVS_QLA_INLINE void
+kvs_qka_config(kvs_cpu_tilecfg_t *cfg)
+{
+    uint32_t  t;
+
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->palette = 1;
+    for (t = 0; t < 8; t++) {
+        cfg->rows[t] = 16;
+        cfg->colsb[t] = 64;
+    }
+    cfg->rows[KVS_QKA_BM] = 8;
+    cfg->colsb[KVS_QKA_AM] = 32;
+
+    __asm__ volatile ("" : : "m" (*cfg) : "memory");
+    _tile_loadconfig(cfg);
+}
+
+
 /* Q4_K group g of w unpacked into s (kvs_cpu_qkp_fill's records). */
 KVS_QLA_INLINE void
 kvs_qka_unpack(const kvs_cpu_mat_t *w, uint32_t g, uint32_t nsb,
@@ -391,7 +432,7 @@ kvs_qka_unpack(const kvs_cpu_mat_t *w, uint32_t g, uint32_t nsb,
     uint8_t        *o;
     uint16_t        mb[32];
     uint32_t        b, c, k, j, rec;
-    __m512i         v, m4;
+    __m512i         v, m4, sc, lo[8], hi[8];
     const uint8_t  *r;
 
     rec = kvs_cpu_qkp_rec(KVS_GGML_Q4_K);
@@ -401,24 +442,39 @@ kvs_qka_unpack(const kvs_cpu_mat_t *w, uint32_t g, uint32_t nsb,
         r = (const uint8_t *) w->pack + ((size_t) g * nsb + b) * rec;
         o = s + (size_t) b * KVS_QKA_SREC;
 
-        /* vector (c, k): low nibbles are row k of sub-block 2 c's tile,
-         * high nibbles of sub-block 2 c + 1's */
+        /* sub-block j's scale parts, row r's in both 16-bit words of lane
+         * r: a word of two levels times it keeps each byte's product
+         * (at most 105) in its byte */
+        for (j = 0; j < 8; j++) {
+            sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)
+                                                      (r + 16 * j)));
+            lo[j] = _mm512_and_si512(sc, _mm512_set1_epi32(7));
+            hi[j] = _mm512_srli_epi32(sc, 3);
+            lo[j] = _mm512_or_si512(lo[j], _mm512_slli_epi32(lo[j], 16));
+            hi[j] = _mm512_or_si512(hi[j], _mm512_slli_epi32(hi[j], 16));
+        }
+
+        /* vector (c, k): low nibbles are row k of tile c, high nibbles
+         * its row 8 + k */
         for (c = 0; c < 4; c++) {
 #pragma GCC unroll 8
             for (k = 0; k < 8; k++) {
                 v = _mm512_loadu_si512((const void *)
                         (r + KVS_CPU_QKP_HEAD + 64 * (8 * c + k)));
                 _mm512_storeu_si512((void *) (o + 1024 * c + 64 * k),
-                                    _mm512_and_si512(v, m4));
+                    _mm512_mullo_epi16(_mm512_and_si512(v, m4),
+                                       lo[2 * c]));
+                _mm512_storeu_si512((void *) (o + KVS_QKA_HI + 1024 * c
+                                              + 64 * k),
+                    _mm512_mullo_epi16(_mm512_and_si512(v, m4),
+                                       hi[2 * c]));
+                v = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
                 _mm512_storeu_si512((void *) (o + 1024 * c + 512 + 64 * k),
-                    _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+                    _mm512_mullo_epi16(v, lo[2 * c + 1]));
+                _mm512_storeu_si512((void *) (o + KVS_QKA_HI + 1024 * c
+                                              + 512 + 64 * k),
+                    _mm512_mullo_epi16(v, hi[2 * c + 1]));
             }
-        }
-
-        for (j = 0; j < 8; j++) {
-            _mm512_storeu_ps(o + KVS_QKA_SC + 64 * j,
-                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
-                    (const __m128i *) (r + 16 * j)))));
         }
 
         /* the mins, as BF16 (at most 63: exact): pair row k holds, for
@@ -446,51 +502,33 @@ kvs_qka_unpack(const kvs_cpu_mat_t *w, uint32_t g, uint32_t nsb,
 
 /*
  * acc[t] + one super-block's float steps for the 16 tokens of xa, from
- * the sub-blocks' sums cb[j][t] and the unpacked super-block o:
- * kvs_cpu_qk_acc_min's, lane for lane.  Its integers are formed in
- * floats, exactly: a scale times a sub-block's sum is below 63 * 32 * 15
- * * 127 < 2^22, four of them below 2^24, so each half of isum is exact
- * and their one sum is (float) isum correctly rounded, as the portable
- * kernel's conversion.  msum came whole from a BF16 tile product
- * (cm[t]): its terms are integers below 2^18 and their sums below 2^21,
- * so every step of it is exact too.
+ * the sums of its two scale parts cl[t], ch[t] and the unpacked
+ * super-block o: kvs_cpu_qk_acc_min's, lane for lane.  isum = cl + 8 ch
+ * exactly in int32 (at most 256 * 15 * 63 * 127 < 2^25), converted once
+ * as the portable kernel converts it.  msum came whole from a BF16 tile
+ * product (cm[t]): its terms are integers below 2^18 and their sums below
+ * 2^21, so every step of it is exact too.
  */
 KVS_QLA_INLINE void
-kvs_qka_fold16(__m512 *acc, const int32_t (*cb)[16][16],
-    const float (*cm)[16], const uint8_t *o, const kvs_cpu_q8ka_t *xa)
+kvs_qka_fold16(__m512 *acc, const int32_t (*cl)[16],
+    const int32_t (*ch)[16], const float (*cm)[16], const uint8_t *o,
+    const kvs_cpu_q8ka_t *xa)
 {
-    uint32_t  t, j;
-    __m512    d, dm, h0, h1, dx;
+    uint32_t  t;
+    __m512    d, dm, dx, h;
 
     d = _mm512_loadu_ps(o + KVS_QKA_D);
     dm = _mm512_loadu_ps(o + KVS_QKA_DMIN);
 
 #pragma GCC unroll 16
     for (t = 0; t < 16; t++) {
-        h0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(
-                               (const void *) cb[0][t])),
-                           _mm512_loadu_ps(o + KVS_QKA_SC));
-        h1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(
-                               (const void *) cb[4][t])),
-                           _mm512_loadu_ps(o + KVS_QKA_SC + 256));
-
-#pragma GCC unroll 8
-        for (j = 1; j < 4; j++) {
-            h0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(
-                                     (const void *) cb[j][t])),
-                                 _mm512_loadu_ps(o + KVS_QKA_SC + 64 * j),
-                                 h0);
-            h1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(
-                                     (const void *) cb[4 + j][t])),
-                                 _mm512_loadu_ps(o + KVS_QKA_SC + 256
-                                                 + 64 * j),
-                                 h1);
-        }
-
+        h = _mm512_cvtepi32_ps(_mm512_add_epi32(
+                _mm512_load_si512((const void *) cl[t]),
+                _mm512_slli_epi32(_mm512_load_si512((const void *) ch[t]),
+                                  3)));
         dx = _mm512_set1_ps(xa->d[t]);
-        acc[t] = _mm512_add_ps(acc[t],
-                               _mm512_mul_ps(_mm512_mul_ps(d, dx),
-                                             _mm512_add_ps(h0, h1)));
+        acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_mul_ps(d, dx),
+                                                     h));
         acc[t] = _mm512_sub_ps(acc[t], _mm512_mul_ps(_mm512_mul_ps(dm, dx),
                                                      _mm512_load_ps(cm[t])));
     }
@@ -500,16 +538,17 @@ kvs_qka_fold16(__m512 *acc, const int32_t (*cb)[16][16],
 /*
  * Q4_K: 16 tokens (xa: their nsb super-blocks) by the group's 16 rows,
  * unpacked in s: y[t * ldy + r] for the rows in mask.  A super-block's 8
- * tile products, then the previous one's float steps.
+ * int8 tile products into two sums and one BF16 product for the mins,
+ * then the previous one's float steps.
  */
 KVS_QLA_INLINE void
 kvs_qka_tile16(float *y, size_t ldy, const uint8_t *s,
     const kvs_cpu_q8ka_t *xa, uint32_t nsb, __mmask16 mask)
 {
-    uint32_t        b, j, t;
+    uint32_t        b, c, t;
     __m512          acc[16];
     const uint8_t  *o;
-    int32_t         cbuf[2][8][16][16] __attribute__((aligned(64)));
+    int32_t         cbuf[2][2][16][16] __attribute__((aligned(64)));
     float           mbuf[2][16][16] __attribute__((aligned(64)));
 
 #pragma GCC unroll 16
@@ -521,24 +560,33 @@ kvs_qka_tile16(float *y, size_t ldy, const uint8_t *s,
         if (b < nsb) {
             o = s + (size_t) b * KVS_QKA_SREC;
 
-            for (j = 0; j < 8; j += 2) {
-                KVS_QLA_TILE(KVS_QLA_C0, KVS_QLA_A0, KVS_QLA_B0,
-                             xa[b].q[j], o + 512 * j, cbuf[b & 1][j]);
-                KVS_QLA_TILE(KVS_QLA_C1, KVS_QLA_A1, KVS_QLA_B1,
-                             xa[b].q[j + 1], o + 512 * (j + 1),
-                             cbuf[b & 1][j + 1]);
+
+            _tile_zero(KVS_QKA_CL);
+            _tile_zero(KVS_QKA_CH);
+            _tile_zero(KVS_QKA_CM);
+
+#pragma GCC unroll 4
+            for (c = 0; c < 4; c++) {
+                _tile_loadd(KVS_QKA_A, xa[b].q[c], 64);
+                _tile_loadd(KVS_QKA_BL, o + 1024 * c, 64);
+                _tile_loadd(KVS_QKA_BH, o + KVS_QKA_HI + 1024 * c, 64);
+                _tile_dpbssd(KVS_QKA_CL, KVS_QKA_A, KVS_QKA_BL);
+                _tile_dpbssd(KVS_QKA_CH, KVS_QKA_A, KVS_QKA_BH);
             }
 
             /* msum, in floats: the tokens' sums by the rows' mins */
-            _tile_zero(KVS_QLA_C0);
-            _tile_loadd(KVS_QLA_A0, xa[b].bs, 32);
-            _tile_loadd(KVS_QLA_B0, o + KVS_QKA_M, 64);
-            _tile_dpbf16ps(KVS_QLA_C0, KVS_QLA_A0, KVS_QLA_B0);
-            _tile_stored(KVS_QLA_C0, mbuf[b & 1], 16 * sizeof(float));
+            _tile_loadd(KVS_QKA_AM, xa[b].bs, 32);
+            _tile_loadd(KVS_QKA_BM, o + KVS_QKA_M, 64);
+            _tile_dpbf16ps(KVS_QKA_CM, KVS_QKA_AM, KVS_QKA_BM);
+
+            _tile_stored(KVS_QKA_CL, cbuf[b & 1][0], 16 * sizeof(int32_t));
+            _tile_stored(KVS_QKA_CH, cbuf[b & 1][1], 16 * sizeof(int32_t));
+            _tile_stored(KVS_QKA_CM, mbuf[b & 1], 16 * sizeof(float));
         }
 
         if (b >= 1) {
-            kvs_qka_fold16(acc, cbuf[(b - 1) & 1], mbuf[(b - 1) & 1],
+            kvs_qka_fold16(acc, cbuf[(b - 1) & 1][0], cbuf[(b - 1) & 1][1],
+                           mbuf[(b - 1) & 1],
                            s + (size_t) (b - 1) * KVS_QKA_SREC, xa + b - 1);
         }
     }
@@ -564,7 +612,7 @@ kvs_cpu_qka_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
     if (n >= 16) {
         mask = kvs_cpu_pack_mask(w, g);
         kvs_qka_unpack(w, g, nsb, scratch);
-        kvs_qla_config(&cfg);
+        kvs_qka_config(&cfg);
 
         for ( /* void */ ; i + 16 <= n; i += 16) {
             kvs_qka_tile16(y + (size_t) g * KVS_CPU_Q8P_ROWS + i * ldy, ldy,
