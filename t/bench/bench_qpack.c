@@ -13,11 +13,12 @@
  * the bench checks the invariant it times (not Q8_0's: its packed kernel
  * fuses the float steps, and its bits are its own, decode's included).
  *
- * Where the host has AMX int8 tiles (kvs_cpu_amx_ready), the 32-column
- * 4- and 5-bit types get a second row, "tiles": kvs_cpu_qla_rows, the
- * kernel their prefill takes there (its input by 16 tokens filled once,
- * outside the timing, as a prefill fills it once per product), checked
- * against the portable kernel the same way.
+ * Where the host has AMX int8 tiles (kvs_cpu_amx_ready), Q8_0, the
+ * 32-column 4- and 5-bit types and Q4_K get a second row, "tiles":
+ * kvs_cpu_q8a_rows, kvs_cpu_qla_rows, kvs_cpu_qka_rows, the kernels their
+ * prefill takes there (the input by 16 tokens filled once, outside the
+ * timing, as a prefill fills it once per product), checked against the
+ * portable kernel the same way (Q8_0's against its VNNI kernel).
  *
  * Usage: bench_qpack [--types "q8_0 q4_0 q4_k q6_k"] [--rows R]
  *                    [--cols K] [--tokens "64 512"]
@@ -67,7 +68,9 @@ bq_product(bq_mat_t *m, float *y, size_t ldy, const kvs_cpu_q8_t *xq,
     groups = (m->w.rows + KVS_CPU_Q8P_ROWS - 1) / KVS_CPU_Q8P_ROWS;
 
     for (g = 0; g < groups; g++) {
-        if (m->scratch != NULL && m->type == KVS_GGML_Q4_K) {
+        if (m->scratch != NULL && m->type == KVS_GGML_Q8_0) {
+            kvs_cpu_q8a_rows(y, ldy, &m->w, g, bq_xa, xq, n, m->scratch);
+        } else if (m->scratch != NULL && m->type == KVS_GGML_Q4_K) {
             kvs_cpu_qka_rows(y, ldy, &m->w, g, bq_xka, xk, n, m->scratch);
         } else if (m->scratch != NULL) {
             kvs_cpu_qla_rows(y, ldy, &m->w, g, bq_xa, xq, n, m->scratch);
@@ -219,6 +222,7 @@ main(int argc, char **argv)
     const char    *bits;
     float         *x, *yv, *yp;
     double         t, q8rate[16], rate;
+    uint8_t       *tiles_s;
     size_t         ldy, ysize;
     uint32_t       rows, cols, n, maxn, j, ti;
     uint64_t       st;
@@ -325,7 +329,8 @@ main(int argc, char **argv)
         }
 
         /* pass 1: the tile kernel, where the host and the type have it */
-        tiles = (kvs_cpu_qlp_rec(m.type) != 0 || m.type == KVS_GGML_Q4_K)
+        tiles = (kvs_cpu_qlp_rec(m.type) != 0 || m.type == KVS_GGML_Q4_K
+                 || m.type == KVS_GGML_Q8_0)
                 && (kvs_cpu_amx_ready(NULL) & KVS_CPU_AMX_INT8) != 0;
 
         for (pass = 0; pass < 1 + tiles; pass++) {
@@ -355,19 +360,27 @@ main(int argc, char **argv)
                 bq_product(&m, yv, ldy, xq, xk, n);
                 if (m.type != KVS_GGML_Q8_0) {
                     bq_portable(&m, yp, ldy, xq, xk, n);
+                } else if (pass) {
+                    tiles_s = m.scratch;
+                    m.scratch = NULL;
+                    bq_product(&m, yp, ldy, xq, xk, n);
+                    m.scratch = tiles_s;
                 }
 
                 rate = (double) rows * cols * n / t * 1e-9;
-                if (m.type == KVS_GGML_Q8_0) {
+                if (m.type == KVS_GGML_Q8_0 && !pass) {
                     q8rate[ti] = rate;
                 }
 
                 /* Q8_0's packed kernel fuses its float steps (its bits
-                 * are its own, decode's included): nothing to compare */
+                 * are its own, decode's included): its tiles are
+                 * compared with it, it with nothing */
                 bits = "own";
-                if (m.type != KVS_GGML_Q8_0) {
+                if (m.type != KVS_GGML_Q8_0 || pass) {
                     bits = memcmp(yv, yp, (size_t) n * ldy * sizeof(float))
-                           == 0 ? "= portable" : "DIFFER";
+                           != 0 ? "DIFFER"
+                           : m.type == KVS_GGML_Q8_0 ? "= VNNI"
+                           : "= portable";
                     rc |= bits[0] == 'D';
                 }
 

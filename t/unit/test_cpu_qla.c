@@ -48,6 +48,7 @@
 /* the kernel again, on the emulated tiles, under its own names */
 #define KVS_CPU_AMX_EMU      1
 #define kvs_cpu_qla_rows     kvs_test_qla_rows
+#define kvs_cpu_q8a_rows     kvs_test_q8a_rows
 #define kvs_cpu_qla_scratch  kvs_test_qla_scratch
 #define kvs_cpu_q8a_fill     kvs_test_q8a_fill
 #define kvs_cpu_qka_rows     kvs_test_qka_rows
@@ -61,6 +62,7 @@ void kvs_test_q8ka_fill(const kvs_cpu_q8k_t *x, uint32_t i,
     kvs_cpu_q8ka_t *dst, uint32_t cols);
 #include "backend/cpu/kvs_cpu_qla_x86.c"
 #undef kvs_cpu_qla_rows
+#undef kvs_cpu_q8a_rows
 #undef kvs_cpu_qla_scratch
 #undef kvs_cpu_q8a_fill
 #undef kvs_cpu_qka_rows
@@ -72,6 +74,9 @@ void kvs_cpu_qla_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
     uint32_t g, const kvs_cpu_q8a_t *xa, const kvs_cpu_q8_t *xq,
     uint32_t n, void *scratch);
 size_t kvs_cpu_qla_scratch(const kvs_cpu_mat_t *w);
+void kvs_cpu_q8a_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
+    uint32_t g, const kvs_cpu_q8a_t *xa, const kvs_cpu_q8_t *xq,
+    uint32_t n, void *scratch);
 void kvs_cpu_qka_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
     uint32_t g, const kvs_cpu_q8ka_t *xa, const kvs_cpu_q8k_t *xk,
     uint32_t n, void *scratch);
@@ -89,7 +94,7 @@ size_t kvs_cpu_qka_scratch(const kvs_cpu_mat_t *w);
 
 static const uint32_t  types[] = {
     KVS_GGML_Q4_0, KVS_GGML_Q4_1, KVS_GGML_Q5_0, KVS_GGML_Q5_1,
-    KVS_GGML_IQ4_NL
+    KVS_GGML_IQ4_NL, KVS_GGML_Q8_0
 };
 
 
@@ -165,7 +170,7 @@ check_same(const float *ya, const float *yr, size_t ldy, uint32_t type,
     for (i = 0; i < N_TOK * ldy; i++) {
         if (memcmp(&ya[i], &yr[i], sizeof(float)) != 0) {
             fail_msg("%s, %s, rows %u cols %u n %u: token %zu row %zu: "
-                     "tiles %.9g, portable %.9g", which,
+                     "tiles %.9g, reference %.9g", which,
                      kvs_ggml_type_name(type), rows, cols, n, i / ldy,
                      i % ldy, ya[i], yr[i]);
         }
@@ -195,7 +200,12 @@ tiles_run(const tcase_t *c, float *y, size_t ldy, uint32_t n, int real)
     uint32_t  g;
 
     for (g = 0; g < (c->w.rows + 15) / 16; g++) {
-        if (c->w.type == KVS_GGML_Q4_K && real) {
+        if (c->w.type == KVS_GGML_Q8_0 && real) {
+            kvs_cpu_q8a_rows(y, ldy, &c->w, g, c->xa, c->x, n, c->scratch);
+        } else if (c->w.type == KVS_GGML_Q8_0) {
+            kvs_test_q8a_rows(y, ldy, &c->w, g, c->xa, c->x, n,
+                              c->scratch + 1);
+        } else if (c->w.type == KVS_GGML_Q4_K && real) {
             kvs_cpu_qka_rows(y, ldy, &c->w, g, c->xa, c->x, n, c->scratch);
         } else if (c->w.type == KVS_GGML_Q4_K) {
             kvs_test_qka_rows(y, ldy, &c->w, g, c->xa, c->x, n,
@@ -215,7 +225,8 @@ tiles_run(const tcase_t *c, float *y, size_t ldy, uint32_t n, int real)
 }
 
 
-/* c's bits against the portable kernel's, for every n of 1 .. N_TOK:
+/* c's bits against the portable kernel's (Q8_0: the VNNI kernel's, its
+ * own), for every n of 1 .. N_TOK:
  * nothing written past the rows; per call that has a tile, one
  * configuration and one release, c->dps tile products per 16 tokens */
 static void
@@ -226,7 +237,7 @@ check_ns(const tcase_t *c, int amx)
     uint32_t          n, r, groups;
     kvs_cpu_qdot_pt   dot;
 
-    dot = kvs_cpu_qdot_at(c->w.qd, 0);
+    dot = c->w.type != KVS_GGML_Q8_0 ? kvs_cpu_qdot_at(c->w.qd, 0) : NULL;
     groups = (c->w.rows + 15) / 16;
     ldy = c->w.rows + PAD;
     ya = malloc(N_TOK * ldy * sizeof(float));
@@ -241,9 +252,13 @@ check_ns(const tcase_t *c, int amx)
 
         tiles_run(c, ya, ldy, n, 0);
 
-        for (r = 0; r < c->w.rows; r++) {
+        for (r = 0; dot != NULL && r < c->w.rows; r++) {
             dot(yr + r, ldy, c->wb + (size_t) r * c->w.row_bytes, c->x,
                 c->xs, n, c->w.cols);
+        }
+
+        for (r = 0; dot == NULL && r < groups; r++) {
+            kvs_cpu_q8p_rows_avx512(yr, ldy, &c->w, r, c->x, n);
         }
 
         check_same(ya, yr, ldy, c->w.type, c->w.rows, c->w.cols, n,
@@ -313,9 +328,17 @@ check_type(uint32_t type, uint32_t rows, uint32_t cols, int amx,
     c.w.qd = kvs_cpu_qdot_find(type);
     assert_non_null(c.w.qd);
 
-    pack = aligned_alloc(64, (kvs_cpu_qlp_size(&c.w) + 63) & ~(size_t) 63);
-    assert_non_null(pack);
-    kvs_cpu_qlp_fill(&c.w, pack);
+    if (type == KVS_GGML_Q8_0) {
+        pack = aligned_alloc(64, (kvs_cpu_q8p_size(&c.w) + 63)
+                                 & ~(size_t) 63);
+        assert_non_null(pack);
+        kvs_cpu_q8p_fill(&c.w, pack);
+    } else {
+        pack = aligned_alloc(64, (kvs_cpu_qlp_size(&c.w) + 63)
+                                 & ~(size_t) 63);
+        assert_non_null(pack);
+        kvs_cpu_qlp_fill(&c.w, pack);
+    }
     c.w.pack = pack;
 
     /* any alignment: the emulated kernel's one byte past a line */

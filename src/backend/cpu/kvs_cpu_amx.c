@@ -200,9 +200,10 @@ kvs_cpu_amx_ready(const char **line)
 }
 
 
-/* The level's name and the tiles': the int8 tiles for Q8_0 only under
- * KVSERVE_CPU_SIMD=3 (kvs_cpu_simd), for the Q4_0 family's prefill
- * (kvs_cpu_qla_on) and the BF16 tiles by default where present
+/* The level's name and the tiles': the int8 tiles for Q8_0's, the Q4_0
+ * family's and Q4_K's prefill (kvs_cpu_qla_on; KVSERVE_CPU_SIMD=3 puts
+ * Q8_0 on kvs_cpu_amx_q8_rows for every batch instead, kvs_cpu_simd) and
+ * the BF16 tiles by default where present
  * (kvs_cpu_amxb_on); 0, 1 or 2 leave AMX unasked. */
 const char *
 kvs_cpu_kernels(char *buf, size_t len)
@@ -244,10 +245,8 @@ kvs_cpu_kernels(char *buf, size_t len)
     bits = kvs_cpu_amx_ready(&amx);
 
     if ((bits & KVS_CPU_AMX_INT8) && level != KVS_CPU_SIMD_AMX) {
-        n = snprintf(buf, len, "%s; amx: int8 tiles for Q4_0/Q4_1/Q5_0/"
-                     "Q5_1/IQ4_NL/Q4_K prefill: on, for Q8_0: off (slower "
-                     "than VNNI where measured; KVSERVE_CPU_SIMD=3 uses "
-                     "them)", name);
+        n = snprintf(buf, len, "%s; amx: int8 tiles for Q8_0/Q4_0/Q4_1/"
+                     "Q5_0/Q5_1/IQ4_NL/Q4_K prefill: on", name);
     } else {
         n = snprintf(buf, len, "%s; %s", name, amx);
     }

@@ -124,6 +124,13 @@ void kvs_cpu_qla_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
     uint32_t g, const kvs_cpu_q8a_t *xa, const kvs_cpu_q8_t *xq,
     uint32_t n, void *scratch);
 
+/* The same for Q8_0 (packed by kvs_cpu_q8p_fill) to
+ * kvs_cpu_q8p_rows_avx512's bits, the rest of the tokens by that kernel;
+ * scratch as kvs_cpu_qla_rows'. */
+void kvs_cpu_q8a_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
+    uint32_t g, const kvs_cpu_q8a_t *xa, const kvs_cpu_q8_t *xq,
+    uint32_t n, void *scratch);
+
 /* The same for Q4_K (packed by kvs_cpu_qkp_fill), its tokens on the
  * tiles from xa (kvs_cpu_q8ka_fill's, [n / 16][w->cols / 256]), the rest
  * by kvs_cpu_qkp_rows_avx512 from xk ([n][w->cols / 256]): kvs_cpu_qk.c's

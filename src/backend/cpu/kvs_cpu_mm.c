@@ -48,11 +48,12 @@
  * takes the same packed weights through kvs_cpu_amx_q8_rows instead (16
  * rows by 16 tokens per tile product, for every n: the portable
  * kernel's bits, so a token's results still do not depend on its
- * batch).  Where the CPU has AMX-INT8 (kvs_cpu_qla_on, by default), the
- * Q4_0 family's and Q4_K's products of KVS_CPU_BLAS_MIN tokens or more
- * take kvs_cpu_qla_rows / kvs_cpu_qka_rows (int8 tiles, the portable
- * kernels' bits), their input also filled by 16 tokens (kvs_cpu_q8a_t,
- * kvs_cpu_q8ka_t) with the quantization.  Below KVS_CPU_BLAS_MIN
+ * batch).  Where the CPU has AMX-INT8 (kvs_cpu_qla_on, by default),
+ * Q8_0's, the Q4_0 family's and Q4_K's products of KVS_CPU_BLAS_MIN
+ * tokens or more take kvs_cpu_q8a_rows / kvs_cpu_qla_rows /
+ * kvs_cpu_qka_rows (int8 tiles, the VNNI kernels' bits), their input also
+ * filled by 16 tokens (kvs_cpu_q8a_t, kvs_cpu_q8ka_t) with the
+ * quantization.  Below KVS_CPU_BLAS_MIN
  * tokens a quantized product's tasks go to the threads as contiguous
  * ranges (kvs_threads_run_ranges), so each thread streams one stretch of
  * the weights; which thread computes a row never changes its bits.
@@ -267,13 +268,13 @@ kvs_cpu_amxb_on(int simd)
 
 
 /*
- * Packed Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and Q4_K products of
+ * Packed Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and Q4_K products of
  * KVS_CPU_BLAS_MIN tokens or more go to the AMX int8 tiles
  * (kvs_cpu_qla_x86.c) where the CPU has them, unless KVSERVE_CPU_SIMD
  * caps the level (0, 1, 2).  Their bits are the VNNI kernels', so nothing
  * but the time depends on it: on the AMX host measured (2026-12-06) the
- * products ran 1.1-1.6x as fast (docs/performance.md, "Q4_0 and Q4_K on
- * int8 tiles").
+ * products ran 1.2-1.8x as fast (docs/performance.md, "Q4_0 and Q4_K on
+ * int8 tiles" and "Q8_0 and Q4_K on int8 tiles, again").
  */
 int
 kvs_cpu_qla_on(int simd)
@@ -635,6 +636,13 @@ kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
             {
                 kvs_cpu_amx_q8_rows(job->y[m], mat->rows, mat,
                                     r / KVS_CPU_Q8P_ROWS, job->xq, job->n);
+            } else if (job->xa != NULL && mat->type == KVS_GGML_Q8_0
+                       && kvs_cpu_qla_scratch(mat)
+                          <= job->scratch_stride * sizeof(float))
+            {
+                kvs_cpu_q8a_rows(job->y[m], mat->rows, mat,
+                                 r / KVS_CPU_Q8P_ROWS, job->xa, job->xq,
+                                 job->n, s);
             } else if (job->xa != NULL && kvs_cpu_qlp_rec(mat->type) != 0
                        && kvs_cpu_qla_scratch(mat)
                           <= job->scratch_stride * sizeof(float))
@@ -903,7 +911,8 @@ kvs_cpu_matmul_lora(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
 
             /* the tiles' input, when the forward made room for it */
             if (fw->xa != NULL && job.w[m]->pack != NULL
-                && kvs_cpu_qlp_rec(job.w[m]->type) != 0)
+                && (kvs_cpu_qlp_rec(job.w[m]->type) != 0
+                    || job.w[m]->type == KVS_GGML_Q8_0))
             {
                 job.xa = fw->xa;
             }

@@ -1,9 +1,10 @@
 /*
  * kvs_cpu_qla_x86: the 32-column 4- and 5-bit types (Q4_0, Q4_1, Q5_0,
- * Q5_1, IQ4_NL) and Q4_K on AMX int8 tiles, for the tokens of a product
- * in tiles of 16, to the bits of the portable kernels (kvs_cpu_ql.c,
- * kvs_cpu_qk.c), as the AVX-512 VNNI kernels give them: a token's results
- * depend on neither its batch nor the kernel that ran.
+ * Q5_1, IQ4_NL), Q8_0 and Q4_K on AMX int8 tiles, for the tokens of a
+ * product in tiles of 16, to the bits of the AVX-512 VNNI kernels (for
+ * all but Q8_0 the portable kernels' bits, kvs_cpu_ql.c, kvs_cpu_qk.c;
+ * for Q8_0 kvs_cpu_q8p_rows_avx512's own): a token's results depend
+ * neither on its batch nor on which of the two kernels ran.
  *
  * Per call, one group of 16 weight rows (kvs_cpu_qlp_fill's records):
  *
@@ -42,15 +43,20 @@
  * accumulator a token, the previous super-block's beside the next one's
  * tiles.  So the bits are that kernel's too.
  *
+ * Q8_0 (kvs_cpu_q8a_rows) as the Q4_0 family, each record's levels
+ * (stored plus 128 for vpdpbusd) unpacked signed, and its float step the
+ * VNNI kernel's fused one, blocks in order into one accumulator a token.
+ *
  * Tokens past the last whole 16 go to kvs_cpu_qlp_rows_avx512
- * (kvs_cpu_qkp_rows_avx512 for Q4_K).  The int32 sums are exact and
- * every float operation is the portable one in its order (no
- * contraction in this file), so every output is its bits
+ * (kvs_cpu_q8p_rows_avx512 for Q8_0, kvs_cpu_qkp_rows_avx512 for Q4_K).
+ * The int32 sums are exact and every float operation is that kernel's
+ * in its order (no contraction in this file), so every output is its bits
  * (test_cpu_qla: memcmp, on the real tiles where the host has them and
  * on kvs_test_amx_emu.h's emulation everywhere).  The tile configuration
  * is loaded on each call and the tiles released before it returns
- * (kvs_cpu_amx.h).  Why tiles pay here when the Q8_0 tile kernel did not,
- * and by how much: docs/performance.md, "Q4_0 and Q4_K on int8 tiles".
+ * (kvs_cpu_amx.h).  Why tiles pay, and by how much: docs/performance.md,
+ * "Q4_0 and Q4_K on int8 tiles" and "Q8_0 and Q4_K on int8 tiles,
+ * again".
  */
 
 #if defined(__clang__)
@@ -65,6 +71,7 @@
 #include "model/kvs_ggml_type.h"
 #include "kvs_cpu_amx.h"
 #include "kvs_cpu_qdot.h"
+#include "kvs_cpu_impl.h"
 
 
 void
@@ -387,6 +394,129 @@ kvs_cpu_qla_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
     default: /* IQ4_NL */
         kvs_qla_rows(KVS_GGML_IQ4_NL, y, ldy, w, g, xa, xq, n, scratch);
         break;
+    }
+}
+
+
+/* Q8_0 group g of w (kvs_cpu_q8p_fill's records, levels plus 128) into
+ * s: per block, the B tile of signed levels, then the 16 rows' d as
+ * floats. */
+KVS_QLA_INLINE void
+kvs_q8a_unpack(const kvs_cpu_mat_t *w, uint32_t g, uint32_t nb, uint8_t *s)
+{
+    uint8_t         *o;
+    uint32_t         b, k;
+    __m512i          sg;
+    const uint8_t   *wq;
+    const uint16_t  *wd;
+
+    wq = kvs_cpu_q8p_group(w, g, &wd);
+    sg = _mm512_set1_epi8((char) 0x80);
+
+    for (b = 0; b < nb; b++) {
+        o = s + (size_t) b * kvs_qla_srec(KVS_GGML_Q8_0);
+
+        /* level + 128 as a byte, its top bit flipped: the level */
+#pragma GCC unroll 8
+        for (k = 0; k < 8; k++) {
+            _mm512_storeu_si512((void *) (o + 64 * k), _mm512_xor_si512(
+                _mm512_loadu_si512((const void *) (wq + 512 * (size_t) b
+                                                   + 64 * k)), sg));
+        }
+
+        _mm512_storeu_ps(o + 512, _mm512_cvtph_ps(_mm256_loadu_si256(
+            (const __m256i *) (wd + (size_t) b * KVS_CPU_Q8P_ROWS))));
+    }
+}
+
+
+/*
+ * Q8_0: 16 tokens (xa) by the group unpacked in s: y[t * ldy + r] for
+ * the rows in mask.  Each block's tile sum is the VNNI kernel's exact
+ * int32 (which that kernel reaches from the stored levels plus 128 and
+ * the token's c), and its float step (kvs_cpu_q8p_tile's fused one,
+ * blocks in order into one accumulator a token) follows one block behind
+ * the tile work.
+ */
+KVS_QLA_INLINE void
+kvs_q8a_tile16(float *y, size_t ldy, const uint8_t *s,
+    const kvs_cpu_q8a_t *xa, uint32_t nb, __mmask16 mask)
+{
+    uint32_t               b, t, sr;
+    __m512                 acc[16], dw;
+    int32_t                cbuf[2][16][16] __attribute__((aligned(64)));
+    const uint8_t         *o;
+    const kvs_cpu_q8a_t   *xb;
+
+    sr = kvs_qla_srec(KVS_GGML_Q8_0);
+
+#pragma GCC unroll 16
+    for (t = 0; t < 16; t++) {
+        acc[t] = _mm512_setzero_ps();
+    }
+
+    for (b = 0; b <= nb; b++) {
+        if (b < nb) {
+            o = s + (size_t) b * sr;
+
+            if (b & 1) {
+                KVS_QLA_TILE(KVS_QLA_C1, KVS_QLA_A1, KVS_QLA_B1, xa[b].q, o,
+                             cbuf[1]);
+            } else {
+                KVS_QLA_TILE(KVS_QLA_C0, KVS_QLA_A0, KVS_QLA_B0, xa[b].q, o,
+                             cbuf[0]);
+            }
+        }
+
+        if (b >= 1) {
+            xb = xa + b - 1;
+            dw = _mm512_loadu_ps(s + (size_t) (b - 1) * sr + 512);
+
+#pragma GCC unroll 16
+            for (t = 0; t < 16; t++) {
+                acc[t] = _mm512_fmadd_ps(
+                    _mm512_cvtepi32_ps(_mm512_load_si512(
+                        (const void *) cbuf[(b - 1) & 1][t])),
+                    _mm512_mul_ps(dw, _mm512_set1_ps(xb->d[t])), acc[t]);
+            }
+        }
+    }
+
+#pragma GCC unroll 16
+    for (t = 0; t < 16; t++) {
+        _mm512_mask_storeu_ps(y + t * ldy, mask, acc[t]);
+    }
+}
+
+
+__attribute__((target(KVS_QLA_TARGET))) void
+kvs_cpu_q8a_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
+    uint32_t g, const kvs_cpu_q8a_t *xa, const kvs_cpu_q8_t *xq, uint32_t n,
+    void *scratch)
+{
+    uint32_t           i, nb;
+    __mmask16          mask;
+    kvs_cpu_tilecfg_t  cfg;
+
+    nb = w->cols / 32;
+    i = 0;
+
+    if (n >= 16) {
+        mask = kvs_cpu_pack_mask(w, g);
+        kvs_q8a_unpack(w, g, nb, scratch);
+        kvs_qla_config(&cfg);
+
+        for ( /* void */ ; i + 16 <= n; i += 16) {
+            kvs_q8a_tile16(y + (size_t) g * KVS_CPU_Q8P_ROWS + i * ldy, ldy,
+                           scratch, xa + (size_t) (i / 16) * nb, nb, mask);
+        }
+
+        _tile_release();
+    }
+
+    if (i < n) {
+        kvs_cpu_q8p_rows_avx512(y + i * ldy, ldy, w, g, xq + (size_t) i * nb,
+                                n - i);
     }
 }
 
