@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/mman.h>
+
 #include "base/kvs_buf.h"
 #include "base/kvs_threads.h"
 #include "model/kvs_dtype.h"
@@ -222,10 +224,15 @@ kvs_cpu_pack_size(const kvs_cpu_model_t *cm)
 }
 
 
+/* bytes of a huge page: the packed weights' alignment from this size */
+#define KVS_CPU_HUGE  ((size_t) 2 << 20)
+
+
 static int
 kvs_cpu_pack(kvs_cpu_model_t *cm, kvs_err_t *err)
 {
-    size_t          total, size;
+    int             huge;
+    size_t          total, size, cap;
     uint8_t        *p;
     uint32_t        l, m, n_mats;
     kvs_cpu_mat_t  *mats[8], *w;
@@ -236,11 +243,23 @@ kvs_cpu_pack(kvs_cpu_model_t *cm, kvs_err_t *err)
         return KVS_OK;
     }
 
-    cm->pack_mem = aligned_alloc(64, total);
+    /* on 2 MB pages where Linux gives them on request: a decode step
+     * streams every packed weight, and on 4 KB pages that is a TLB miss
+     * every 4 KB (1.1B Q4_0 batch-1 decode, docs/performance.md) */
+    huge = total >= KVS_CPU_HUGE;
+    cap = huge ? (total + KVS_CPU_HUGE - 1) & ~(KVS_CPU_HUGE - 1) : total;
+    cm->pack_mem = aligned_alloc(huge ? KVS_CPU_HUGE : 64, cap);
     if (cm->pack_mem == NULL) {
         return kvs_err_set(err, KVS_ENOMEM, "cpu backend: out of memory "
                            "for %zu bytes of packed weights", total);
     }
+
+#ifdef MADV_HUGEPAGE
+    if (huge) {
+        /* advice only: without it the pages are 4 KB, nothing else */
+        (void) madvise(cm->pack_mem, cap, MADV_HUGEPAGE);
+    }
+#endif
 
     p = cm->pack_mem;
 

@@ -80,12 +80,11 @@ typedef struct kvs_cpu_q8a_s {
  * Sixteen tokens' kvs_cpu_q8k_t of one super-block, for the tiles
  * (kvs_cpu_qla_x86.c): q[j][t] = token t's q of sub-blocks 2 j and
  * 2 j + 1 (columns 64 j .. 64 j + 63; with the other 15, one A tile),
- * d[t] its d, bs[t]
- * its sums of q over the 8 sub-blocks (bsums[2 j] + bsums[2 j + 1], at
- * most 32 * 127) split exactly into BF16 numbers, bs[t][j] = the sum
- * less its low 4 bits (8 significant bits), bs[t][8 + j] = those 4 bits:
- * one BF16 A tile.  A product's are [n / 16][cols / 256], as
- * kvs_cpu_q8a_t's.
+ * d[t] its d, bs[t] its sums of q over the 8 sub-blocks (bsums[2 j] +
+ * bsums[2 j + 1], at most 32 * 127) split exactly into BF16 numbers,
+ * bs[t][j] = the sum less its low 4 bits (8 significant bits),
+ * bs[t][8 + j] = those 4 bits: one BF16 A tile.  A product's are [n /
+ * 16][cols / 256], as kvs_cpu_q8a_t's.
  */
 typedef struct kvs_cpu_q8ka_s {
     int8_t    q[4][16][64];

@@ -151,9 +151,14 @@ kvs_cpu_qlp_fill(const kvs_cpu_mat_t *w, uint8_t *dst)
 
 #include "kvs_cpu_qlp_x86.h"
 
-/* how far ahead (bytes) a group's first token pass fetches its records */
+/* how far ahead (bytes) a group's first token pass fetches its records:
+ * batch-1 decode of a 1.1B Q4_0 model, whose weights stream from memory,
+ * ran 22.1-23.1 tokens/s at 1024 against 17.8-18.4 at 4096 (20.6-22.0 at
+ * 512, 768, 1536 and 2048; 22.0-22.3 into L2 or L3 instead of L1) on the
+ * AMX host of docs/performance.md (2026-12-06); a 100M model, whose
+ * weights sit in L3 there, ran the same at both */
 #ifndef KVS_QLP_PF
-#define KVS_QLP_PF  4096
+#define KVS_QLP_PF  1024
 #endif
 
 /* tokens per pass over a group's records (their accumulators: 8 each) */
