@@ -15,10 +15,10 @@
  *
  * Where the host has AMX int8 tiles (kvs_cpu_amx_ready), Q8_0, the
  * 32-column 4- and 5-bit types and Q4_K get a second row, "tiles":
- * kvs_cpu_q8a_rows, kvs_cpu_qla_rows, kvs_cpu_qka_rows, the kernels their
- * prefill takes there (the input by 16 tokens filled once, outside the
- * timing, as a prefill fills it once per product), checked against the
- * portable kernel the same way (Q8_0's against its VNNI kernel).
+ * kvs_cpu_qla_rows and kvs_cpu_qka_rows, the kernels their prefill takes
+ * there (the input by 16 tokens filled once, outside the timing, as a
+ * prefill fills it once per product), checked against the portable
+ * kernel the same way (Q8_0's against its VNNI kernel).
  *
  * Usage: bench_qpack [--types "q8_0 q4_0 q4_k q6_k"] [--rows R]
  *                    [--cols K] [--tokens "64 512"]
@@ -68,9 +68,7 @@ bq_product(bq_mat_t *m, float *y, size_t ldy, const kvs_cpu_q8_t *xq,
     groups = (m->w.rows + KVS_CPU_Q8P_ROWS - 1) / KVS_CPU_Q8P_ROWS;
 
     for (g = 0; g < groups; g++) {
-        if (m->scratch != NULL && m->type == KVS_GGML_Q8_0) {
-            kvs_cpu_q8a_rows(y, ldy, &m->w, g, bq_xa, xq, n, m->scratch);
-        } else if (m->scratch != NULL && m->type == KVS_GGML_Q4_K) {
+        if (m->scratch != NULL && m->type == KVS_GGML_Q4_K) {
             kvs_cpu_qka_rows(y, ldy, &m->w, g, bq_xka, xk, n, m->scratch);
         } else if (m->scratch != NULL) {
             kvs_cpu_qla_rows(y, ldy, &m->w, g, bq_xa, xq, n, m->scratch);

@@ -48,7 +48,6 @@
 /* the kernel again, on the emulated tiles, under its own names */
 #define KVS_CPU_AMX_EMU      1
 #define kvs_cpu_qla_rows     kvs_test_qla_rows
-#define kvs_cpu_q8a_rows     kvs_test_q8a_rows
 #define kvs_cpu_qla_scratch  kvs_test_qla_scratch
 #define kvs_cpu_q8a_fill     kvs_test_q8a_fill
 #define kvs_cpu_qka_rows     kvs_test_qka_rows
@@ -62,7 +61,6 @@ void kvs_test_q8ka_fill(const kvs_cpu_q8k_t *x, uint32_t i,
     kvs_cpu_q8ka_t *dst, uint32_t cols);
 #include "backend/cpu/kvs_cpu_qla_x86.c"
 #undef kvs_cpu_qla_rows
-#undef kvs_cpu_q8a_rows
 #undef kvs_cpu_qla_scratch
 #undef kvs_cpu_q8a_fill
 #undef kvs_cpu_qka_rows
@@ -74,9 +72,6 @@ void kvs_cpu_qla_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
     uint32_t g, const kvs_cpu_q8a_t *xa, const kvs_cpu_q8_t *xq,
     uint32_t n, void *scratch);
 size_t kvs_cpu_qla_scratch(const kvs_cpu_mat_t *w);
-void kvs_cpu_q8a_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
-    uint32_t g, const kvs_cpu_q8a_t *xa, const kvs_cpu_q8_t *xq,
-    uint32_t n, void *scratch);
 void kvs_cpu_qka_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
     uint32_t g, const kvs_cpu_q8ka_t *xa, const kvs_cpu_q8k_t *xk,
     uint32_t n, void *scratch);
@@ -200,12 +195,7 @@ tiles_run(const tcase_t *c, float *y, size_t ldy, uint32_t n, int real)
     uint32_t  g;
 
     for (g = 0; g < (c->w.rows + 15) / 16; g++) {
-        if (c->w.type == KVS_GGML_Q8_0 && real) {
-            kvs_cpu_q8a_rows(y, ldy, &c->w, g, c->xa, c->x, n, c->scratch);
-        } else if (c->w.type == KVS_GGML_Q8_0) {
-            kvs_test_q8a_rows(y, ldy, &c->w, g, c->xa, c->x, n,
-                              c->scratch + 1);
-        } else if (c->w.type == KVS_GGML_Q4_K && real) {
+        if (c->w.type == KVS_GGML_Q4_K && real) {
             kvs_cpu_qka_rows(y, ldy, &c->w, g, c->xa, c->x, n, c->scratch);
         } else if (c->w.type == KVS_GGML_Q4_K) {
             kvs_test_qka_rows(y, ldy, &c->w, g, c->xa, c->x, n,

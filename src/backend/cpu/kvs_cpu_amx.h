@@ -6,9 +6,9 @@
  *                       the tile data state, once per process
  *   kvs_cpu_amx_x86.c   the Q8_0 product on tiles (TDPBSUD)
  *   kvs_cpu_amxb_x86.c  F16 / BF16 prefill products on tiles (TDPBF16PS)
- *   kvs_cpu_qla_x86.c   Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and Q4_K prefill
- *                       products on tiles (TDPBSSD; Q4_K's mins by
- *                       TDPBF16PS)
+ *   kvs_cpu_qla_x86.c   Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and Q4_K
+ *                       prefill products on tiles (TDPBSSD; Q4_K's mins
+ *                       by TDPBF16PS)
  *
  * Invariants:
  *  - the AMX level (KVS_CPU_SIMD_AMX) is reported only when the CPU has
@@ -109,25 +109,20 @@ void kvs_cpu_amx_q8_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
     uint32_t g, const kvs_cpu_q8_t *xq, uint32_t n);
 
 /*
- * kvs_cpu_qla_x86.c: y[i * ldy + g * 16 + r] = row g * 16 + r of w (Q4_0,
- * Q4_1, Q5_0, Q5_1 or IQ4_NL, packed by kvs_cpu_qlp_fill: w->pack) .
- * token i's input for the group's rows inside the matrix and every i < n,
- * kvs_cpu_ql.c's bits: the tokens of each whole 16 on the tiles from xa
+ * kvs_cpu_qla_x86.c: y[i * ldy + g * 16 + r] = row g * 16 + r of w (a
+ * type kvs_cpu_qla_type takes: Q8_0 packed by kvs_cpu_q8p_fill, Q4_0,
+ * Q4_1, Q5_0, Q5_1 or IQ4_NL by kvs_cpu_qlp_fill: w->pack) . token i's
+ * input for the group's rows inside the matrix and every i < n, the
+ * VNNI kernels' bits (kvs_cpu_q8p_rows_avx512's for Q8_0, kvs_cpu_ql.c's
+ * for the others): the tokens of each whole 16 on the tiles from xa
  * (kvs_cpu_q8a_fill's, [n / 16][w->cols / 32]), the rest (and every
- * token when n < 16) by kvs_cpu_qlp_rows_avx512 from xq ([n][w->cols /
- * 32]).  scratch: at least kvs_cpu_qla_scratch(w) bytes, the caller's
- * (it holds the group unpacked); any alignment works, but on a cache line
- * (and xa too) the tile loads run up to 3x as fast.  Only where
+ * token when n < 16) by that VNNI kernel from xq ([n][w->cols / 32]).
+ * scratch: at least kvs_cpu_qla_scratch(w) bytes, the caller's (it holds
+ * the group unpacked); any alignment works, but on a cache line (and xa
+ * too) the tile loads run up to 3x as fast.  Only where
  * kvs_cpu_amx_ready reports KVS_CPU_AMX_INT8.
  */
 void kvs_cpu_qla_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
-    uint32_t g, const kvs_cpu_q8a_t *xa, const kvs_cpu_q8_t *xq,
-    uint32_t n, void *scratch);
-
-/* The same for Q8_0 (packed by kvs_cpu_q8p_fill) to
- * kvs_cpu_q8p_rows_avx512's bits, the rest of the tokens by that kernel;
- * scratch as kvs_cpu_qla_rows'. */
-void kvs_cpu_q8a_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
     uint32_t g, const kvs_cpu_q8a_t *xa, const kvs_cpu_q8_t *xq,
     uint32_t n, void *scratch);
 
@@ -139,6 +134,13 @@ void kvs_cpu_qka_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
     uint32_t g, const kvs_cpu_q8ka_t *xa, const kvs_cpu_q8k_t *xk,
     uint32_t n, void *scratch);
 #endif
+
+/* Whether kvs_cpu_qla_rows takes weights of this type (packed). */
+static inline int
+kvs_cpu_qla_type(uint32_t type)
+{
+    return type == KVS_GGML_Q8_0 || kvs_cpu_qlp_rec(type) != 0;
+}
 
 /* Bytes of scratch kvs_cpu_qla_rows (kvs_cpu_qka_rows) takes for one
  * group of w. */

@@ -50,10 +50,9 @@
  * kernel's bits, so a token's results still do not depend on its
  * batch).  Where the CPU has AMX-INT8 (kvs_cpu_qla_on, by default),
  * Q8_0's, the Q4_0 family's and Q4_K's products of KVS_CPU_BLAS_MIN
- * tokens or more take kvs_cpu_q8a_rows / kvs_cpu_qla_rows /
- * kvs_cpu_qka_rows (int8 tiles, the VNNI kernels' bits), their input also
- * filled by 16 tokens (kvs_cpu_q8a_t, kvs_cpu_q8ka_t) with the
- * quantization.  Below KVS_CPU_BLAS_MIN
+ * tokens or more take kvs_cpu_qla_rows / kvs_cpu_qka_rows (int8 tiles,
+ * the VNNI kernels' bits), their input also filled by 16 tokens
+ * (kvs_cpu_q8a_t, kvs_cpu_q8ka_t) with the quantization.  Below KVS_CPU_BLAS_MIN
  * tokens a quantized product's tasks go to the threads as contiguous
  * ranges (kvs_threads_run_ranges), so each thread streams one stretch of
  * the weights; which thread computes a row never changes its bits.
@@ -636,14 +635,7 @@ kvs_cpu_mm_task(void *arg, uint32_t task, uint32_t thread)
             {
                 kvs_cpu_amx_q8_rows(job->y[m], mat->rows, mat,
                                     r / KVS_CPU_Q8P_ROWS, job->xq, job->n);
-            } else if (job->xa != NULL && mat->type == KVS_GGML_Q8_0
-                       && kvs_cpu_qla_scratch(mat)
-                          <= job->scratch_stride * sizeof(float))
-            {
-                kvs_cpu_q8a_rows(job->y[m], mat->rows, mat,
-                                 r / KVS_CPU_Q8P_ROWS, job->xa, job->xq,
-                                 job->n, s);
-            } else if (job->xa != NULL && kvs_cpu_qlp_rec(mat->type) != 0
+            } else if (job->xa != NULL && kvs_cpu_qla_type(mat->type)
                        && kvs_cpu_qla_scratch(mat)
                           <= job->scratch_stride * sizeof(float))
             {
@@ -911,8 +903,7 @@ kvs_cpu_matmul_lora(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
 
             /* the tiles' input, when the forward made room for it */
             if (fw->xa != NULL && job.w[m]->pack != NULL
-                && (kvs_cpu_qlp_rec(job.w[m]->type) != 0
-                    || job.w[m]->type == KVS_GGML_Q8_0))
+                && kvs_cpu_qla_type(job.w[m]->type))
             {
                 job.xa = fw->xa;
             }

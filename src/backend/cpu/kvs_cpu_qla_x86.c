@@ -43,7 +43,7 @@
  * accumulator a token, the previous super-block's beside the next one's
  * tiles.  So the bits are that kernel's too.
  *
- * Q8_0 (kvs_cpu_q8a_rows) as the Q4_0 family, each record's levels
+ * Q8_0 (kvs_cpu_qla_rows too) as the Q4_0 family, each record's levels
  * (stored plus 128 for vpdpbusd) unpacked signed, and its float step the
  * VNNI kernel's fused one, blocks in order into one accumulator a token.
  *
@@ -370,34 +370,6 @@ kvs_qla_rows(uint32_t type, float *y, size_t ldy, const kvs_cpu_mat_t *w,
 }
 
 
-__attribute__((target(KVS_QLA_TARGET))) void
-kvs_cpu_qla_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
-    uint32_t g, const kvs_cpu_q8a_t *xa, const kvs_cpu_q8_t *xq, uint32_t n,
-    void *scratch)
-{
-    if (n < 16) {
-        kvs_cpu_qlp_rows_avx512(y, ldy, w, g, xq, n);
-        return;
-    }
-
-    /* one specialization per type (a constant inside) */
-    switch (w->type) {
-#define KVS_QLA_TYPE(t)                                                     \
-    case t:                                                                 \
-        kvs_qla_rows(t, y, ldy, w, g, xa, xq, n, scratch);                  \
-        break;
-    KVS_QLA_TYPE(KVS_GGML_Q4_0)
-    KVS_QLA_TYPE(KVS_GGML_Q4_1)
-    KVS_QLA_TYPE(KVS_GGML_Q5_0)
-    KVS_QLA_TYPE(KVS_GGML_Q5_1)
-#undef KVS_QLA_TYPE
-    default: /* IQ4_NL */
-        kvs_qla_rows(KVS_GGML_IQ4_NL, y, ldy, w, g, xa, xq, n, scratch);
-        break;
-    }
-}
-
-
 /* Q8_0 group g of w (kvs_cpu_q8p_fill's records, levels plus 128) into
  * s: per block, the B tile of signed levels, then the 16 rows' d as
  * floats. */
@@ -489,9 +461,11 @@ kvs_q8a_tile16(float *y, size_t ldy, const uint8_t *s,
 }
 
 
-__attribute__((target(KVS_QLA_TARGET))) void
-kvs_cpu_q8a_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
-    uint32_t g, const kvs_cpu_q8a_t *xa, const kvs_cpu_q8_t *xq, uint32_t n,
+/* kvs_cpu_qla_rows for Q8_0: the tokens of each whole 16 on the tiles,
+ * the rest (and every token when n < 16) by kvs_cpu_q8p_rows_avx512. */
+KVS_QLA_INLINE void
+kvs_q8a_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w, uint32_t g,
+    const kvs_cpu_q8a_t *xa, const kvs_cpu_q8_t *xq, uint32_t n,
     void *scratch)
 {
     uint32_t           i, nb;
@@ -517,6 +491,39 @@ kvs_cpu_q8a_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
     if (i < n) {
         kvs_cpu_q8p_rows_avx512(y + i * ldy, ldy, w, g, xq + (size_t) i * nb,
                                 n - i);
+    }
+}
+
+
+__attribute__((target(KVS_QLA_TARGET))) void
+kvs_cpu_qla_rows(float *y, size_t ldy, const kvs_cpu_mat_t *w,
+    uint32_t g, const kvs_cpu_q8a_t *xa, const kvs_cpu_q8_t *xq, uint32_t n,
+    void *scratch)
+{
+    if (w->type == KVS_GGML_Q8_0) {
+        kvs_q8a_rows(y, ldy, w, g, xa, xq, n, scratch);
+        return;
+    }
+
+    if (n < 16) {
+        kvs_cpu_qlp_rows_avx512(y, ldy, w, g, xq, n);
+        return;
+    }
+
+    /* one specialization per type (a constant inside) */
+    switch (w->type) {
+#define KVS_QLA_TYPE(t)                                                     \
+    case t:                                                                 \
+        kvs_qla_rows(t, y, ldy, w, g, xa, xq, n, scratch);                  \
+        break;
+    KVS_QLA_TYPE(KVS_GGML_Q4_0)
+    KVS_QLA_TYPE(KVS_GGML_Q4_1)
+    KVS_QLA_TYPE(KVS_GGML_Q5_0)
+    KVS_QLA_TYPE(KVS_GGML_Q5_1)
+#undef KVS_QLA_TYPE
+    default: /* IQ4_NL */
+        kvs_qla_rows(KVS_GGML_IQ4_NL, y, ldy, w, g, xa, xq, n, scratch);
+        break;
     }
 }
 
