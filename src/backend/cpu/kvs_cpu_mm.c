@@ -920,8 +920,9 @@ kvs_cpu_matmul_lora(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
         }
     }
 
-    /* each token's inputs on the pool too: alone they were up to 3% of
-     * a two-thread prefill, the workers waiting */
+    /* each token's inputs on the pool too (alone they were up to 3% of
+     * a two-thread prefill, the workers waiting), each thread a stretch
+     * of tokens (kvs_cpu_forward_lora says why) */
     job.cols = w0->cols;
 
     /* the tiles' inputs, when a matrix takes them */
@@ -940,8 +941,8 @@ kvs_cpu_matmul_lora(kvs_cpu_fw_t *fw, const float *x, uint32_t n,
     }
 
     if (job.xk != NULL || job.xq != NULL || job.xbh != NULL) {
-        kvs_threads_run(kvs_cpu_pool(fw, (double) n * w0->cols),
-                        kvs_cpu_mm_quant_task, &job, n);
+        kvs_threads_run_ranges(kvs_cpu_pool(fw, (double) n * w0->cols),
+                               kvs_cpu_mm_quant_task, &job, n);
     }
 
     for (m = 0; m < 3; m++) {
