@@ -52,10 +52,11 @@
  * Q8_0's, the Q4_0 family's and Q4_K's products of KVS_CPU_BLAS_MIN
  * tokens or more take kvs_cpu_qla_rows / kvs_cpu_qka_rows (int8 tiles,
  * the VNNI kernels' bits), their input also filled by 16 tokens
- * (kvs_cpu_q8a_t, kvs_cpu_q8ka_t) with the quantization.  Below KVS_CPU_BLAS_MIN
- * tokens a quantized product's tasks go to the threads as contiguous
- * ranges (kvs_threads_run_ranges), so each thread streams one stretch of
- * the weights; which thread computes a row never changes its bits.
+ * (kvs_cpu_q8a_t, kvs_cpu_q8ka_t) with the quantization.  Below
+ * KVS_CPU_BLAS_MIN tokens a quantized product's tasks go to the threads
+ * as contiguous ranges (kvs_threads_run_ranges), so each thread streams
+ * one stretch of the weights; which thread computes a row never changes
+ * its bits.
  */
 
 #include <math.h>
