@@ -14,6 +14,10 @@ D's greedy sequence are taken (`kvserve logits`).  Printed per mix:
            quantization's own error;
 the logits' differences are the largest |difference| relative to the
 largest |logit| of the reference's row, worst row and mean over rows.
+Where Q's text leaves D's, "gap" is how near a tie D's pick was there:
+at the first token where the two texts' ids differ, D's top two logits'
+difference relative to that row's largest |logit| (a gap under the
+kernel's logit error is a tie the kernels may break either way).
 stories260K's rows are 64 or 172 wide, so the K-quant and IQ4_XS mixes
 fall back to 32-column types (and F16 where 172 is not a multiple of
 32), as llama-quantize does; the types column says which.
@@ -62,6 +66,22 @@ def differ(a, b):
     return "char %d" % n
 
 
+def tie_gap(cli, ref, text_q, text_d, ld):
+    """D's top-two gap where Q's greedy ids first leave D's ("-" if the
+    ids agree over D's logits)."""
+    iq = [int(t) for t in run([cli, "tokenize", "--bos", ref],
+                              input=text_q.encode()).stdout.split()]
+    idd = [int(t) for t in run([cli, "tokenize", "--bos", ref],
+                               input=text_d.encode()).stdout.split()]
+    k = 0
+    while k < min(len(iq), len(idd)) and iq[k] == idd[k]:
+        k += 1
+    if k == 0 or k >= min(len(iq), len(idd)) or k > len(ld):
+        return "-"
+    row = np.sort(ld[k - 1])
+    return "%.1e" % ((row[-1] - row[-2]) / np.abs(ld[k - 1]).max())
+
+
 def types_of(cli, model):
     out = run([cli, "info", model]).stdout.decode()
     seen = {}
@@ -84,9 +104,9 @@ def main():
     text_ref = generate(cli, ref)
     n_vocab = 512
 
-    print("%-7s | %-13s %-8s %-8s | %-13s %-8s %-8s | %s" % (
-        "mix", "kernel text", "max", "mean", "quant text", "max", "mean",
-        "types"))
+    print("%-7s | %-13s %-8s %-8s %-8s | %-13s %-8s %-8s | %s" % (
+        "mix", "kernel text", "gap", "max", "mean", "quant text", "max",
+        "mean", "types"))
     for mix in MIXES:
         q = os.path.join(tmp, "qg-%s.gguf" % mix)
         d = os.path.join(tmp, "qg-%s-f32.gguf" % mix)
@@ -101,8 +121,10 @@ def main():
         lq = logits(cli, q, ids, n_vocab, tmp)
         kr = np.abs(lq - ld).max(axis=1) / np.abs(ld).max(axis=1)
         qr = np.abs(ld - lref).max(axis=1) / np.abs(lref).max(axis=1)
-        print("%-7s | %-13s %-8.1e %-8.1e | %-13s %-8.1e %-8.1e | %s" % (
-            mix, differ(text_q, text_d), kr.max(), kr.mean(),
+        gap = "-" if text_q == text_d else tie_gap(cli, ref, text_q,
+                                                    text_d, ld)
+        print("%-7s | %-13s %-8s %-8.1e %-8.1e | %-13s %-8.1e %-8.1e | %s" % (
+            mix, differ(text_q, text_d), gap, kr.max(), kr.mean(),
             differ(text_d, text_ref), qr.max(), qr.mean(),
             types_of(cli, q)))
         os.unlink(q)
