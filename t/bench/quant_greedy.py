@@ -66,13 +66,15 @@ def differ(a, b):
     return "char %d" % n
 
 
-def tie_gap(cli, ref, text_q, text_d, ld):
-    """D's top-two gap where Q's greedy ids first leave D's ("-" if the
-    ids agree over D's logits)."""
-    iq = [int(t) for t in run([cli, "tokenize", "--bos", ref],
-                              input=text_q.encode()).stdout.split()]
-    idd = [int(t) for t in run([cli, "tokenize", "--bos", ref],
-                               input=text_d.encode()).stdout.split()]
+def tokenize(cli, ref, text):
+    return [int(t) for t in run([cli, "tokenize", "--bos", ref],
+                                input=text.encode()).stdout.split()]
+
+
+def tie_gap(cli, ref, text_q, idd, ld):
+    """D's top-two gap where Q's greedy ids first leave D's (idd: D's
+    text's ids; "-" if the ids agree over D's logits)."""
+    iq = tokenize(cli, ref, text_q)
     k = 0
     while k < min(len(iq), len(idd)) and iq[k] == idd[k]:
         k += 1
@@ -114,15 +116,14 @@ def main():
         run([cli, "quantize", q, d, "--type", "f32"])
         text_q = generate(cli, q)
         text_d = generate(cli, d)
-        ids = [int(t) for t in run([cli, "tokenize", "--bos", ref],
-                                   input=text_d.encode()).stdout.split()]
+        ids = tokenize(cli, ref, text_d)
         lref = logits(cli, ref, ids, n_vocab, tmp)
         ld = logits(cli, d, ids, n_vocab, tmp)
         lq = logits(cli, q, ids, n_vocab, tmp)
         kr = np.abs(lq - ld).max(axis=1) / np.abs(ld).max(axis=1)
         qr = np.abs(ld - lref).max(axis=1) / np.abs(lref).max(axis=1)
-        gap = "-" if text_q == text_d else tie_gap(cli, ref, text_q,
-                                                    text_d, ld)
+        gap = "-" if text_q == text_d else tie_gap(cli, ref, text_q, ids,
+                                                    ld)
         print("%-7s | %-13s %-8s %-8.1e %-8.1e | %-13s %-8.1e %-8.1e | %s" % (
             mix, differ(text_q, text_d), gap, kr.max(), kr.mean(),
             differ(text_d, text_ref), qr.max(), qr.mean(),
